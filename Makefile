@@ -1,0 +1,48 @@
+# The README's two commands are `make serve` and `make test`; CI runs `make test` through .ci/run.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.mcpipe-installed
+RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
+
+.PHONY: setup serve test lint pytest cargo-test bench fmt clean
+
+setup: $(STAMP)
+
+$(VENV)/bin/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+
+# An editable install: Python sources are used in place, the Rust extension is rebuilt when rust/ changes.
+$(STAMP): $(VENV)/bin/python $(RUST_SRC)
+	$(BIN)/pip install -q -e '.[test]'
+	touch $@
+
+serve: setup
+	$(BIN)/mcpipe serve $(ARGS)
+
+lint: setup
+	$(BIN)/ruff check python tests benches
+	$(BIN)/ruff format --check python tests benches
+	cargo fmt --check
+	cargo clippy --all-targets -q -- -D warnings
+	cargo clippy --all-targets -q --no-default-features -- -D warnings
+
+cargo-test:
+	cargo test -q --no-default-features
+
+pytest: setup
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no tests collected
+
+test: lint cargo-test pytest
+
+bench: setup
+	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
+
+fmt: setup
+	$(BIN)/ruff format python tests benches
+	$(BIN)/ruff check --fix python tests benches
+	cargo fmt
+
+clean:
+	rm -rf $(VENV) target build dist

@@ -1,0 +1,1 @@
+"""mcpipe: run whole pipelines of MCP tool calls in one request."""
