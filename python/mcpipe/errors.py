@@ -1,0 +1,152 @@
+"""The one exception hierarchy of mcpipe.
+
+Every error a user can cause carries a stable ``code`` (the error codes of the pipeline contract) and a
+location naming where in their input it is, written like ``steps[2].parallel[0].args.url``.
+
+The Rust core raises :class:`TemplateSyntaxError` and :class:`InterpolationError` from here, so there is
+one hierarchy whether an error starts in Rust or in Python.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+__all__ = [
+    "InterpolationError",
+    "MCPipeError",
+    "Problem",
+    "SpecError",
+    "TemplateSyntaxError",
+]
+
+
+class MCPipeError(Exception):
+    """Base class of every error mcpipe raises on purpose."""
+
+    code: str = "INTERNAL"
+
+
+class TemplateSyntaxError(MCPipeError, ValueError):
+    """A template that cannot be compiled: a bad placeholder, path, ``$ref`` or root.
+
+    Attributes:
+        location: where in the template (``args.items[2]``), prefixed by the location the template was
+            compiled under; ``""`` for the template's root.
+        reason: what is wrong, e.g. ``\\`${\\` has no closing \\`}\\` (character 5)``.
+    """
+
+    code = "INVALID_SPEC"
+
+    def __init__(self, reason: str, location: str = "") -> None:
+        self.reason = reason
+        self.location = location
+        super().__init__(f"{location}: {reason}" if location else reason)
+
+
+class InterpolationError(MCPipeError, LookupError):
+    """A reference whose value is missing at run time (contract section 5).
+
+    Attributes:
+        reference: the normalized reference, e.g. ``steps.fetch.structured.content``.
+        location: where in the template the reference is (``args.materials``).
+        segment: the path segment that could not be followed (a key, an index, ``*`` or the root).
+        found_type: the JSON type found where the segment was applied (``object``, ``array``,
+            ``string``, ``number``, ``boolean``, ``null``, or ``environment`` for a missing root).
+        found_keys: up to 10 keys of the object found there, else None.
+        found_length: the length of the array (or the key count of the object) found there, else None.
+        step: the id of the step whose arguments failed, filled in by the runtime (None in a bare resolve).
+    """
+
+    code = "INTERPOLATION_FAILED"
+
+    def __init__(
+        self,
+        reference: str,
+        location: str,
+        segment: str,
+        found_type: str,
+        found_keys: list[str] | None = None,
+        found_length: int | None = None,
+    ) -> None:
+        self.reference = reference
+        self.location = location
+        self.segment = segment
+        self.found_type = found_type
+        self.found_keys = found_keys
+        self.found_length = found_length
+        self.step: str | None = None
+        super().__init__(self._message())
+
+    def _message(self) -> str:
+        where = f"{self.location}: " if self.location else ""
+        return f"{where}cannot resolve `{self.reference}`: `{self.segment}` not found in {self.describe_found()}"
+
+    def describe_found(self) -> str:
+        """Describe what was found where the failing segment was applied, for messages."""
+        kind = self.found_type
+        if kind in ("object", "environment"):
+            keys = self.found_keys or []
+            n = self.found_length if self.found_length is not None else len(keys)
+            if n == 0:
+                return f"empty {kind}"
+            shown = ", ".join(_quote(k) for k in keys)
+            more = ", ..." if n > len(keys) else ""
+            return f"{kind} with {n} key{'s' if n != 1 else ''}: {shown}{more}"
+        if kind == "array":
+            return f"array of length {self.found_length}"
+        return kind
+
+    def with_step(self, step: str) -> InterpolationError:
+        """Record the step whose arguments failed (and say so in the message)."""
+        self.step = step
+        self.args = (f"step '{step}': {self._message()}",)
+        return self
+
+    def to_dict(self) -> dict[str, Any]:
+        """The error's facts as JSON-ready data (for step results and logs)."""
+        return {
+            "step": self.step,
+            "location": self.location,
+            "reference": self.reference,
+            "segment": self.segment,
+            "found_type": self.found_type,
+            "found_keys": self.found_keys,
+            "found_length": self.found_length,
+        }
+
+
+def _quote(key: str) -> str:
+    return msgspec.json.encode(key).decode()
+
+
+class Problem(msgspec.Struct, frozen=True):
+    """One problem found while validating a spec or a config.
+
+    Attributes:
+        location: where it is (``steps[2].parallel[0].args.url``; ``""`` for the whole document).
+        code: the error code (``INVALID_SPEC``, ``UNKNOWN_TOOL``, ``FORBIDDEN``, ``LIMIT_EXCEEDED``).
+        message: what is wrong, in a sentence.
+    """
+
+    location: str
+    code: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}" if self.location else self.message
+
+
+class SpecError(MCPipeError, ValueError):
+    """A spec (or config) that failed validation; ``problems`` lists every problem found, not only the
+    first. ``code`` is the code of the first problem."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        if not problems:
+            raise ValueError("SpecError needs at least one problem")
+        self.problems = list(problems)
+        self.code = problems[0].code
+        lines = [str(p) for p in problems]
+        head = lines[0] if len(lines) == 1 else f"{len(lines)} problems:\n  " + "\n  ".join(lines)
+        super().__init__(head)
