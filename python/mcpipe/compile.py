@@ -1,0 +1,513 @@
+"""Turn a spec into an executable plan, checking everything of contract section 5 first.
+
+``compile_spec`` decodes the spec (msgspec, see :mod:`mcpipe.spec`), assigns default ids, compiles every
+template once through the Rust core, and checks ids, references, tools and limits. It collects every
+problem it finds before raising, so a user fixes a spec in one round. Plans are immutable and cached by
+spec text, so a client that sends the same spec again pays only for the per-call tool check.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from collections.abc import Container, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import msgspec
+import orjson
+
+from mcpipe._template import Template
+from mcpipe.errors import Problem, SpecError, TemplateSyntaxError
+from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase, field_names
+
+__all__ = [
+    "CompiledSpec",
+    "Limits",
+    "ParallelStep",
+    "PipeStep",
+    "PipelinePlan",
+    "Step",
+    "ToolStep",
+    "compile_spec",
+]
+
+PIPE_TOOL = "mcp_pipe"
+STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+RESERVED_ID = re.compile(r"step([0-9]+)")
+STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
+VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
+ROOT = re.compile(r"[a-z]+")
+CACHE_SIZE = 512
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server-side limits a spec cannot raise.
+
+    Attributes:
+        max_steps: total steps, counting every nested and parallel child.
+        max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
+        max_concurrency: parallel children running at once within one call.
+        timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
+    """
+
+    max_steps: int = 50
+    max_depth: int = 5
+    max_concurrency: int = 8
+    timeout_ms: float | None = None
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolStep:
+    """Call ``tool`` with ``args`` resolved in the step's environment."""
+
+    id: str
+    location: str
+    tool: str
+    args: Template
+    timeout_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ParallelStep:
+    """Run ``children`` concurrently; they see the group's list, not each other."""
+
+    id: str
+    location: str
+    children: tuple[Step, ...]
+    timeout_ms: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class PipeStep:
+    """Run the nested ``pipe``; its ``vars`` template is resolved in this step's environment."""
+
+    id: str
+    location: str
+    pipe: PipelinePlan
+    timeout_ms: float | None
+
+
+Step: TypeAlias = ToolStep | ParallelStep | PipeStep
+
+
+@dataclass(frozen=True, slots=True)
+class PipelinePlan:
+    """One list of steps with its vars, return template and failure policy."""
+
+    vars: Template
+    steps: tuple[Step, ...]
+    ret: Template | None
+    continue_on_error: bool
+    timeout_ms: float | None
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSpec:
+    """A validated, compiled spec.
+
+    Attributes:
+        plan: the top-level pipeline.
+        tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
+        leaf_count: how many tool steps there are, nested and parallel children included.
+        step_count: how many steps there are in all.
+    """
+
+    plan: PipelinePlan
+    tool_sites: tuple[tuple[str, str], ...]
+    leaf_count: int
+    step_count: int
+
+
+def compile_spec(
+    spec: Any,
+    *,
+    tools: Container[str] | None = None,
+    limits: Limits | None = None,
+) -> CompiledSpec:
+    """Validate and compile a pipeline spec.
+
+    Args:
+        spec: the spec as a dict, JSON text or bytes; ``{"spec": <object or JSON text>}`` is unwrapped.
+        tools: the tool names that exist (a registry works); None skips the unknown-tool check.
+        limits: the server's limits (default: 50 steps, depth 5, concurrency 8, no deadline).
+
+    Returns:
+        The compiled spec. The same spec text compiles once; later calls hit a cache.
+
+    Raises:
+        SpecError: every problem found, each with its location, code and message.
+    """
+    limits = limits or DEFAULT_LIMITS
+    data, key = _load(spec)
+    entry = _CACHE.get((key, limits)) if key is not None else None
+    if entry is None:
+        entry = _Compiler(limits).run(data)
+        if key is not None:
+            _CACHE.put((key, limits), entry)
+    compiled, problems = entry
+    if tools is not None:
+        sites = compiled.tool_sites if compiled is not None else problems.tool_sites
+        unknown = [
+            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'")
+            for loc, name in sites
+            if name not in tools
+        ]
+        if unknown:
+            raise SpecError(sorted([*problems, *unknown], key=_problem_order))
+    if compiled is None:
+        raise SpecError(list(problems))
+    return compiled
+
+
+def clear_cache() -> None:
+    """Forget every cached plan (for tests and for benchmarks of the cold path)."""
+    _CACHE.clear()
+
+
+# --- loading ----------------------------------------------------------------------------------------
+
+
+def _load(spec: Any) -> tuple[Any, bytes | str | None]:
+    """Unwrap and parse the spec; return the data and the cache key (its text), if it has one."""
+    if isinstance(spec, Mapping) and "spec" in spec and "steps" not in spec:
+        extra = sorted(k for k in spec if k != "spec")
+        if extra:
+            raise SpecError([Problem(extra[0], "INVALID_SPEC", f"unknown field `{extra[0]}` beside `spec`")])
+        return _load_inner(spec["spec"], "spec")
+    return _load_inner(spec, "")
+
+
+def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None]:
+    if isinstance(spec, (str, bytes, bytearray, memoryview)):
+        raw = bytes(spec) if not isinstance(spec, str) else spec
+        try:
+            return orjson.loads(raw), raw
+        except orjson.JSONDecodeError as e:
+            raise SpecError([Problem(loc, "INVALID_SPEC", f"invalid JSON: {_json_error(e)}")]) from None
+    try:
+        key = orjson.dumps(spec)
+    except TypeError:
+        key = None  # not JSON-serializable as a whole: still compile, but do not cache
+    return spec, key
+
+
+def _json_error(e: orjson.JSONDecodeError) -> str:
+    reason = e.msg
+    return f"{reason} at line {e.lineno}, column {e.colno}"
+
+
+# --- the compiler -----------------------------------------------------------------------------------
+
+
+class _Problems(list[Problem]):
+    """The problems found, plus the tool sites seen (so unknown tools are reported with them)."""
+
+    tool_sites: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(slots=True)
+class _Scope:
+    """What a template at some place may reference."""
+
+    ids: tuple[str, ...]  # the ids of the list, by position (for `{{stepN}}`)
+    visible: frozenset[str]  # ids of steps that finish before this place
+    siblings: frozenset[str]  # ids of parallel siblings (never visible)
+    has_last: bool
+    var_names: frozenset[str] | None  # None: unknown (cannot check)
+
+
+def _join(base: str, name: str) -> str:
+    return f"{base}.{name}" if base else name
+
+
+class _Compiler:
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.problems = _Problems()
+        self.tool_sites: list[tuple[str, str]] = []
+        self.steps = 0
+        self.leaves = 0
+
+    def problem(self, location: str, message: str, code: str = "INVALID_SPEC") -> None:
+        self.problems.append(Problem(location, code, message))
+
+    def run(self, data: Any) -> tuple[CompiledSpec | None, _Problems]:
+        outer = _Scope((), frozenset(), frozenset(), False, frozenset())
+        plan = self.pipeline(data, "", depth=0, outer=outer)
+        if self.steps > self.limits.max_steps:
+            self.problem(
+                "steps",
+                f"the pipeline has {self.steps} steps; the limit is {self.limits.max_steps}",
+                "LIMIT_EXCEEDED",
+            )
+        self.problems.tool_sites = tuple(self.tool_sites)
+        if self.problems or plan is None:
+            self.problems.sort(key=_problem_order)
+            return None, self.problems
+        compiled = CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps)
+        return compiled, self.problems
+
+    def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
+        """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
+        if not isinstance(data, Mapping):
+            self.problem(loc, f"{what} must be an object, got {_type_name(data)}")
+            return None
+        known = field_names(struct)
+        unknown = [k for k in data if k not in known]
+        for k in unknown:
+            hint = _did_you_mean(k, known)
+            self.problem(_join(loc, str(k)), f"unknown field `{k}`{hint}")
+        clean = {k: v for k, v in data.items() if k in known} if unknown else data
+        try:
+            return msgspec.convert(clean, struct)
+        except msgspec.ValidationError as e:
+            self.problem(*_located(str(e), loc))
+            return None
+
+    def template(self, value: Any, loc: str, scope: _Scope) -> Template | None:
+        try:
+            t = Template(value, step_ids=scope.ids, location=loc)
+        except TemplateSyntaxError as e:
+            self.problem(e.location, e.reason)
+            return None
+        for site, ref in t.reference_sites:
+            self.check_reference(site, ref, scope)
+        return t
+
+    def check_reference(self, site: str, ref: str, scope: _Scope) -> None:
+        root = ROOT.match(ref)
+        name = root.group() if root else ref
+        if name == "steps":
+            m = STEPS_REF.match(ref)
+            if m is None:
+                if not (ref == "steps" or ref.startswith("steps.*")):
+                    self.problem(site, f"reference `{ref}` does not name a step")
+                return
+            step = m.group(1)
+            if step in scope.visible:
+                return
+            if step in scope.siblings:
+                self.problem(site, f"reference to step '{step}', a sibling in the same parallel group")
+            elif step in scope.ids:
+                self.problem(site, f"reference to step '{step}', which does not run before this step")
+            else:
+                self.problem(site, f"reference to unknown step '{step}'")
+        elif name == "last":
+            if not scope.has_last:
+                self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
+        elif name == "vars" and scope.var_names is not None:
+            m = VARS_REF.fullmatch(ref) or VARS_REF.match(ref)
+            key = None
+            if m is not None:
+                key = m.group(1) if m.group(1) is not None else (orjson.loads(m.group(2)) if m.group(2) else None)
+            if key is not None and key not in scope.var_names:
+                self.problem(site, f"reference `{ref}`: no var named '{key}'")
+
+    def pipeline(self, data: Any, loc: str, *, depth: int, outer: _Scope) -> PipelinePlan | None:
+        spec = self.decode(data, PipelineSpec, loc, "a pipeline spec")
+        if spec is None:
+            # Still look inside the steps, so their problems are reported in the same round.
+            if isinstance(data, Mapping) and isinstance(data.get("steps"), list):
+                names = data.get("vars")
+                self.steps_of(data["steps"], _join(loc, "steps"), depth, _var_names(names))
+            return None
+        vars_t = self.template(spec.vars, _join(loc, "vars"), outer)
+        ret_scope_ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), depth, frozenset(spec.vars))
+        ret = None
+        if spec.return_ is not msgspec.UNSET:
+            scope = _Scope(ret_scope_ids, frozenset(ret_scope_ids), frozenset(), True, frozenset(spec.vars))
+            ret = self.template(spec.return_, _join(loc, "return"), scope)
+        if vars_t is None or steps is None:
+            return None
+        timeout = spec.timeout_ms
+        return PipelinePlan(vars_t, steps, ret, spec.continue_on_error, timeout, loc)
+
+    def steps_of(
+        self, raw: list[Any], loc: str, depth: int, var_names: frozenset[str] | None
+    ) -> tuple[tuple[str, ...], tuple[Step, ...] | None]:
+        ids = self.assign_ids(raw, loc)
+        out: list[Step] = []
+        ok = True
+        for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
+            scope = _Scope(ids, frozenset(ids[:i]), frozenset(), i > 0, var_names)
+            step = self.step(item, f"{loc}[{i}]", sid, depth, scope, ids)
+            ok = ok and step is not None
+            if step is not None:
+                out.append(step)
+        return ids, (tuple(out) if ok else None)
+
+    def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
+        ids: list[str] = []
+        seen: dict[str, int] = {}
+        for i, item in enumerate(raw):
+            given = item.get("id") if isinstance(item, Mapping) else None
+            sid = given if isinstance(given, str) and given else f"step{i + 1}"
+            if isinstance(given, str) and given:
+                if not STEP_ID.fullmatch(given):
+                    self.problem(f"{loc}[{i}].id", f"invalid id '{given}': ids match [A-Za-z_][A-Za-z0-9_-]*")
+                reserved = RESERVED_ID.fullmatch(given)
+                if reserved and reserved.group(1) != str(i + 1):
+                    self.problem(
+                        f"{loc}[{i}].id",
+                        f"id '{given}' is reserved for the step at position {reserved.group(1)}",
+                    )
+            if sid in seen:
+                self.problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
+            else:
+                seen[sid] = i
+            ids.append(sid)
+        return tuple(ids)
+
+    def step(
+        self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]
+    ) -> Step | None:
+        self.steps += 1
+        if not isinstance(data, Mapping):
+            self.problem(loc, f"a step must be an object, got {_type_name(data)}")
+            return None
+        kinds = [k for k in STEP_KINDS if k in data]
+        if len(kinds) != 1:
+            which = "none" if not kinds else " and ".join(f"`{k}`" for k in kinds)
+            self.problem(loc, f"a step needs exactly one of `tool`, `parallel` or `pipe` (found {which})")
+            return None
+        kind = kinds[0]
+        spec = self.decode(data, STEP_KINDS[kind], loc, "a step")
+        if kind == "tool":
+            return self.tool_step(spec, data, loc, sid, scope)
+        if depth + 1 > self.limits.max_depth:
+            self.problem(
+                loc,
+                f"nesting is {depth + 1} levels deep here; the limit is {self.limits.max_depth}",
+                "LIMIT_EXCEEDED",
+            )
+            return None
+        if kind == "parallel":
+            children = spec.parallel if spec is not None else data.get("parallel")
+            if not isinstance(children, list):
+                return None
+            return self.parallel_step(spec, children, loc, sid, depth, scope)
+        inner = spec.pipe if spec is not None else data.get("pipe")
+        plan = self.pipeline(inner, f"{loc}.pipe", depth=depth + 1, outer=scope)
+        if spec is None or plan is None:
+            return None
+        return PipeStep(sid, loc, plan, spec.timeout_ms)
+
+    def tool_step(self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: _Scope) -> Step | None:
+        self.leaves += 1
+        name = data.get("tool")
+        if isinstance(name, str):
+            if name == PIPE_TOOL:
+                self.problem(f"{loc}.tool", f"`{PIPE_TOOL}` cannot be called as a tool; use a `pipe` step")
+            else:
+                self.tool_sites.append((loc, name))
+        raw_args = data.get("args", {})
+        if not isinstance(raw_args, (dict, str)):
+            self.problem(f"{loc}.args", f"args must be an object, got {_type_name(raw_args)}")
+            return None
+        args = self.template(raw_args, f"{loc}.args", scope)
+        if spec is None or args is None or name == PIPE_TOOL:
+            return None
+        return ToolStep(sid, loc, spec.tool, args, spec.timeout_ms)
+
+    def parallel_step(
+        self, spec: Any, children: list[Any], loc: str, sid: str, depth: int, scope: _Scope
+    ) -> Step | None:
+        child_loc = f"{loc}.parallel"
+        child_ids = self.assign_ids(children, child_loc)
+        siblings = frozenset(child_ids)
+        out: list[Step] = []
+        ok = True
+        for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
+            # A child sees what the group's list sees, never its siblings (unless they share an id
+            # with an earlier step of that list, which is the one it means).
+            child_scope = _Scope(scope.ids, scope.visible, siblings - scope.visible, scope.has_last, scope.var_names)
+            step = self.step(item, f"{child_loc}[{i}]", cid, depth + 1, child_scope, scope.ids)
+            ok = ok and step is not None
+            if step is not None:
+                out.append(step)
+        if spec is None or not ok:
+            return None
+        return ParallelStep(sid, loc, tuple(out), spec.timeout_ms)
+
+
+def _var_names(value: Any) -> frozenset[str] | None:
+    return frozenset(value) if isinstance(value, Mapping) else frozenset() if value is None else None
+
+
+def _located(message: str, base: str) -> tuple[str, str]:
+    """Split msgspec's ``"Expected int, got str - at `$.steps[0]`"`` into (location, message)."""
+    text, sep, where = message.rpartition(" - at `")
+    if not sep:
+        return base, message
+    path = where.rstrip("`")
+    path = path[1:] if path.startswith("$") else path
+    path = path[1:] if path.startswith(".") else path
+    if path.startswith("["):
+        return base + path, text
+    return _join(base, path) if path else base, text
+
+
+def _type_name(v: Any) -> str:
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "boolean"
+    if isinstance(v, (int, float)):
+        return "number"
+    if isinstance(v, str):
+        return "string"
+    if isinstance(v, Mapping):
+        return "object"
+    if isinstance(v, (list, tuple)):
+        return "array"
+    return type(v).__name__
+
+
+def _did_you_mean(name: Any, known: frozenset[str]) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""
+
+
+_ORDER = re.compile(r"\[(\d+)\]")
+
+
+def _problem_order(p: Problem) -> tuple[Any, ...]:
+    # Natural order of locations: steps[2] before steps[10]; a stable sort keeps discovery order within.
+    return tuple(int(x) if x.isdigit() else x for x in _ORDER.split(p.location))
+
+
+class _LRU:
+    """A small least-recently-used map; plans are immutable, so sharing them is safe."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.data: OrderedDict[Any, Any] = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        value = self.data.get(key)
+        if value is not None:
+            self.data.move_to_end(key)
+        return value
+
+    def put(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+        self.data.move_to_end(key)
+        if len(self.data) > self.size:
+            self.data.popitem(last=False)
+
+    def clear(self) -> None:
+        self.data.clear()
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+_CACHE = _LRU(CACHE_SIZE)

@@ -1,0 +1,129 @@
+"""The pipeline spec as msgspec Structs (contract sections 1-2).
+
+These types are the documented shape of what ``mcp_pipe`` accepts; :func:`mcpipe.compile_spec` decodes
+each part with them so type errors keep msgspec's located messages, and :func:`spec_schema` turns them
+into the JSON Schema that ``mcp_pipe`` advertises. Templates (``args``, ``vars``, ``return``) stay
+JSON values here; the compiler turns them into :class:`mcpipe.Template` objects.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+__all__ = [
+    "ParallelStepSpec",
+    "PipeStepSpec",
+    "PipelineSpec",
+    "ToolStepSpec",
+    "spec_schema",
+]
+
+StepId = Annotated[
+    str,
+    msgspec.Meta(
+        pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$",
+        description="Unique within its list; defaults to step<N> (N = 1-based position).",
+    ),
+]
+TimeoutMs = Annotated[float, msgspec.Meta(gt=0, description="Deadline in milliseconds.")]
+
+
+class SpecBase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """The policy every spec type shares: unknown fields are errors, defaults are omitted."""
+
+
+class ToolStepSpec(SpecBase):
+    """One tool call: ``{"id", "tool": "<name>", "args": <template>}``."""
+
+    tool: Annotated[str, msgspec.Meta(min_length=1, description="Name of the tool to call.")]
+    id: StepId | None = None
+    args: Any = msgspec.field(default_factory=dict)
+    timeout_ms: TimeoutMs | None = None
+
+
+class ParallelStepSpec(SpecBase):
+    """Children run concurrently: ``{"id", "parallel": [<step>, ...]}``."""
+
+    parallel: Annotated[list[Any], msgspec.Meta(min_length=1)]
+    id: StepId | None = None
+    timeout_ms: TimeoutMs | None = None
+
+
+class PipeStepSpec(SpecBase):
+    """A nested pipeline: ``{"id", "pipe": <spec>}``."""
+
+    pipe: dict[str, Any]
+    id: StepId | None = None
+    timeout_ms: TimeoutMs | None = None
+
+
+class PipelineSpec(SpecBase):
+    """A whole pipeline: vars, steps, the return template and the failure policy."""
+
+    steps: Annotated[list[Any], msgspec.Meta(min_length=1)]
+    vars: dict[str, Any] = msgspec.field(default_factory=dict)
+    return_: Any = msgspec.field(default=msgspec.UNSET, name="return")
+    continue_on_error: bool = False
+    timeout_ms: TimeoutMs | None = None
+
+
+STEP_KINDS: dict[str, type[SpecBase]] = {
+    "tool": ToolStepSpec,
+    "parallel": ParallelStepSpec,
+    "pipe": PipeStepSpec,
+}
+
+
+def field_names(struct: type[msgspec.Struct]) -> frozenset[str]:
+    """The names a Struct accepts on the wire (``return``, not ``return_``)."""
+    return frozenset(struct.__struct_encode_fields__)
+
+
+def spec_schema() -> dict[str, Any]:
+    """A JSON Schema of the spec, for ``mcp_pipe``'s input schema and for editors."""
+    step_ref = {"$ref": "#/$defs/Step"}
+    pipeline = {
+        "type": "object",
+        "description": "A pipeline: steps run in order; later steps reference earlier outputs.",
+        "properties": {
+            "vars": {"type": "object", "description": "Values the templates read as ${vars.name}."},
+            "steps": {"type": "array", "minItems": 1, "items": step_ref},
+            "return": {"description": "Template for the result; default: the last step's output."},
+            "continue_on_error": {"type": "boolean", "default": False},
+            "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+        },
+        "required": ["steps"],
+        "additionalProperties": False,
+    }
+    common = {
+        "id": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_-]*$"},
+        "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+    }
+    step = {
+        "oneOf": [
+            {
+                "type": "object",
+                "description": "Call a tool. args is a template: ${path}, {{stepN.path}}, {\"$ref\": path}.",
+                "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, **common},
+                "required": ["tool"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "description": "Run the child steps concurrently.",
+                "properties": {"parallel": {"type": "array", "minItems": 1, "items": step_ref}, **common},
+                "required": ["parallel"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "description": "Run a nested pipeline; its vars are resolved in this pipeline.",
+                "properties": {"pipe": {"$ref": "#/$defs/Pipeline"}, **common},
+                "required": ["pipe"],
+                "additionalProperties": False,
+            },
+        ]
+    }
+    return {**pipeline, "$defs": {"Pipeline": pipeline, "Step": step}}
