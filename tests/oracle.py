@@ -184,8 +184,9 @@ def child_location(base: str, key: Any) -> str:
 class Template:
     """The oracle's template: same constructor and results as ``mcpipe.Template``."""
 
-    def __init__(self, value: Any, *, step_ids: Sequence[str] | Mapping[int, str] | None = None,
-                 location: str = "") -> None:
+    def __init__(
+        self, value: Any, *, step_ids: Sequence[str] | Mapping[int, str] | None = None, location: str = ""
+    ) -> None:
         if step_ids is None:
             ids: Mapping[int, str] = {}
         elif isinstance(step_ids, Mapping):
@@ -259,7 +260,7 @@ class Template:
                     buf.append(opener)
                     i += len(opener)
                     continue
-                if closer not in s[i + len(opener):]:
+                if closer not in s[i + len(opener) :]:
                     reason = f"`{opener}` has no closing `{closer}` (character {i})"
                 else:
                     reason = f"invalid placeholder at character {i}: {e.reason} (character {e.pos})"
@@ -357,7 +358,7 @@ def walk(path: Path, segs: list[Seg], value: Any, location: str) -> Any:
                 items = list(value)
             else:
                 raise fail(path, location, "*", value)
-            return [walk(path, segs[i + 1:], item, location) for item in items]
+            return [walk(path, segs[i + 1 :], item, location) for item in items]
         if isinstance(value, dict):
             if seg.text not in value:
                 raise fail(path, location, seg.shown(), value)

@@ -154,9 +154,7 @@ def compile_spec(
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
         unknown = [
-            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'")
-            for loc, name in sites
-            if name not in tools
+            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'") for loc, name in sites if name not in tools
         ]
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=_problem_order))
@@ -364,9 +362,7 @@ class _Compiler:
             ids.append(sid)
         return tuple(ids)
 
-    def step(
-        self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]
-    ) -> Step | None:
+    def step(self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]) -> Step | None:
         self.steps += 1
         if not isinstance(data, Mapping):
             self.problem(loc, f"a step must be an object, got {_type_name(data)}")

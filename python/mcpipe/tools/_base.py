@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["ProgressFn", "LogFn", "Tool", "ToolContext", "ToolResult"]
+__all__ = ["LogFn", "ProgressFn", "Tool", "ToolContext", "ToolResult"]
 
 ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 LogFn = Callable[[str, Any], Awaitable[None]]
