@@ -1,1 +1,24 @@
-"""mcpipe: run whole pipelines of MCP tool calls in one request."""
+"""mcpipe: run whole pipelines of MCP tool calls in one request.
+
+The public surface is small: compile templates and specs, run pipelines against tools, serve them.
+"""
+
+from mcpipe._template import Template
+from mcpipe.compile import CompiledSpec, Limits, compile_spec
+from mcpipe.errors import InterpolationError, MCPipeError, Problem, SpecError, TemplateSyntaxError
+from mcpipe.tools import Tool, ToolContext, ToolResult
+
+__all__ = [
+    "CompiledSpec",
+    "InterpolationError",
+    "Limits",
+    "MCPipeError",
+    "Problem",
+    "SpecError",
+    "Template",
+    "TemplateSyntaxError",
+    "Tool",
+    "ToolContext",
+    "ToolResult",
+    "compile_spec",
+]
