@@ -105,7 +105,7 @@ def spec_schema() -> dict[str, Any]:
         "oneOf": [
             {
                 "type": "object",
-                "description": "Call a tool. args is a template: ${path}, {{stepN.path}}, {\"$ref\": path}.",
+                "description": 'Call a tool. args is a template: ${path}, {{stepN.path}}, {"$ref": path}.',
                 "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, **common},
                 "required": ["tool"],
                 "additionalProperties": False,
