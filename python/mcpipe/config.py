@@ -1,0 +1,377 @@
+"""The server's configuration: ``mcpipe.toml`` / ``.yaml`` / ``.json``, decoded into msgspec Structs.
+
+Every section is decoded on its own so that one run reports every problem it can find, each with its
+location (``mcpServers.github.args[1]``), instead of stopping at the first. Unknown keys are errors: a typo
+must not be silently ignored.
+
+``${VAR}`` and ``${VAR:-default}`` in a downstream server's ``command``, ``args``, ``env``, ``cwd``, ``url``
+and ``headers`` are read from the environment when the config is loaded (the convention MCP clients use),
+so secrets stay out of the file. Bearer tokens for ``auth`` are always named by environment variable.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tomllib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import msgspec
+import yaml
+
+from mcpipe.errors import Problem, SpecError
+
+__all__ = [
+    "DEFAULT_CONFIG",
+    "AuditConfig",
+    "AuthConfig",
+    "Config",
+    "ConfigError",
+    "HttpConfig",
+    "McpServerConfig",
+    "PipeConfig",
+    "TokenConfig",
+    "load_config",
+    "parse_config",
+]
+
+CODE = "INVALID_CONFIG"
+
+
+class ConfigError(SpecError):
+    """A config file that cannot be used; ``problems`` lists every problem found, each located."""
+
+
+class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    pass
+
+
+class McpServerConfig(_Base):
+    """One downstream MCP server, in the format MCP clients use (plus mcpipe's own keys).
+
+    Exactly one of ``command`` (stdio) or ``url`` (streamable HTTP) is set.
+    """
+
+    type: Literal["stdio", "http", "streamable-http", "streamableHttp"] | None = None
+    command: str | None = None
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = {}
+    prefix: str | None = None
+    include: list[str] | None = None
+    exclude: list[str] = []
+    connect: Literal["lazy", "start"] = "start"
+    enabled: bool = True
+    timeout_ms: int | None = None
+    connect_timeout_ms: int = 10_000
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+
+class PipeConfig(_Base):
+    enabled: bool = True
+    max_steps: int = 50
+    max_depth: int = 5
+    max_concurrency: int = 8
+    timeout_ms: int | None = None
+
+
+class TokenConfig(_Base):
+    env: str
+    principal: str
+    tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+
+
+class AuthConfig(_Base):
+    tokens: list[TokenConfig] = []
+
+
+class AuditConfig(_Base):
+    enabled: bool = True
+    path: str = "mcpipe-audit.jsonl"
+
+
+class HttpConfig(_Base):
+    host: str = "127.0.0.1"
+    port: int = 8765
+    path: str = "/mcp"
+    allowed_hosts: list[str] | None = None
+    allowed_origins: list[str] | None = None
+    dns_rebinding_protection: bool = True
+    json_response: bool = False
+    session_idle_timeout_s: float | None = 1800.0
+    max_body_bytes: int = 4 * 1024 * 1024
+
+
+class Config(_Base):
+    """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
+
+    name: str = "mcpipe"
+    mcpServers: dict[str, McpServerConfig] = {}
+    python_tools: list[str] = []
+    builtins: bool | list[str] = True
+    pipe: PipeConfig = msgspec.field(default_factory=PipeConfig)
+    auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    costs: dict[str, float] = {}
+    audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
+    http: HttpConfig = msgspec.field(default_factory=HttpConfig)
+    base_dir: str = "."
+    """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
+
+
+DEFAULT_CONFIG = Config()
+"""What ``mcpipe serve`` runs with no ``--config``: ``mcp_pipe`` plus the built-in tools."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Section:
+    key: str
+    type: Any
+    each: bool = False  # a mapping whose values are decoded one by one (for located errors)
+
+
+_SECTIONS = {
+    "name": _Section("name", str),
+    "mcpServers": _Section("mcpServers", McpServerConfig, each=True),
+    "python_tools": _Section("python_tools", list[str]),
+    "builtins": _Section("builtins", bool | list[str]),
+    "pipe": _Section("pipe", PipeConfig),
+    "auth": _Section("auth", AuthConfig),
+    "costs": _Section("costs", dict[str, float]),
+    "audit": _Section("audit", AuditConfig),
+    "http": _Section("http", HttpConfig),
+}
+
+_AT = re.compile(r" - at `\$(.*)`$")
+_UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
+
+
+def _located(exc: msgspec.ValidationError, base: str) -> Problem:
+    """Turn msgspec's ``... - at `$.a.b``` into a Problem located at ``base.a.b``."""
+    text = str(exc)
+    suffix = ""
+    if m := _AT.search(text):
+        suffix = m.group(1)
+        text = text[: m.start()]
+    location = base + suffix
+    if m := _UNKNOWN.match(text):
+        return Problem(location, CODE, f"unknown key `{m.group(1)}`")
+    return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
+
+
+def _decode_raw(data: bytes, fmt: str) -> Any:
+    match fmt:
+        case "toml":
+            return tomllib.loads(data.decode())
+        case "yaml":
+            return yaml.safe_load(data) or {}
+        case _:
+            return json.loads(data) if data.strip() else {}
+
+
+def _expand(value: str, where: str, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> str:
+    def repl(m: re.Match[str]) -> str:
+        name, default = m.group(1), m.group(2)
+        got = environ.get(name)
+        if got is None:
+            if default is None:
+                problems.append(Problem(where, CODE, f"environment variable `{name}` is not set"))
+                return ""
+            return default
+        return got
+
+    return _VAR.sub(repl, value)
+
+
+def _check_server(
+    name: str, s: McpServerConfig, problems: list[Problem], environ: dict[str, str] | os._Environ[str]
+) -> McpServerConfig:
+    base = f"mcpServers.{name}"
+    if not _SERVER_NAME.match(name):
+        problems.append(Problem(base, CODE, "server names use letters, digits, `_` and `-` (at most 64)"))
+    if (s.command is None) == (s.url is None):
+        problems.append(Problem(base, CODE, "set exactly one of `command` (stdio) or `url` (streamable HTTP)"))
+        return s
+    if s.command is not None:
+        if s.type not in (None, "stdio"):
+            problems.append(Problem(f"{base}.type", CODE, f"`{s.type}` does not go with `command`"))
+        if s.headers:
+            problems.append(Problem(f"{base}.headers", CODE, "`headers` is for `url` servers"))
+    else:
+        if s.type == "stdio":
+            problems.append(Problem(f"{base}.type", CODE, "`stdio` does not go with `url`"))
+        if s.args or s.env or s.cwd is not None:
+            problems.append(Problem(base, CODE, "`args`, `env` and `cwd` are for `command` servers"))
+    if s.prefix is not None and not _PREFIX.match(s.prefix):
+        problems.append(Problem(f"{base}.prefix", CODE, "a prefix uses letters, digits, `_`, `-` and `.`"))
+    for key in ("timeout_ms", "connect_timeout_ms"):
+        v = getattr(s, key)
+        if v is not None and v <= 0:
+            problems.append(Problem(f"{base}.{key}", CODE, "must be positive"))
+
+    def ex(v: str, where: str) -> str:
+        return _expand(v, f"{base}.{where}", problems, environ)
+
+    fields: dict[str, Any] = {}
+    if s.command is not None:
+        fields["command"] = ex(s.command, "command")
+        fields["args"] = [ex(a, f"args[{i}]") for i, a in enumerate(s.args)]
+        fields["env"] = {k: ex(v, f"env.{k}") for k, v in s.env.items()}
+        if s.cwd is not None:
+            fields["cwd"] = ex(s.cwd, "cwd")
+    else:
+        url = ex(s.url or "", "url")
+        if not url.startswith(("http://", "https://")):
+            problems.append(Problem(f"{base}.url", CODE, "must be an http:// or https:// URL"))
+        fields["url"] = url
+        fields["headers"] = {k: ex(v, f"headers.{k}") for k, v in s.headers.items()}
+    return msgspec.structs.replace(s, **fields)
+
+
+def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> Config:
+    servers = {n: _check_server(n, s, problems, environ) for n, s in cfg.mcpServers.items()}
+    for i, entry in enumerate(cfg.python_tools):
+        mod, _, attr = entry.partition(":")
+        if not mod or not attr:
+            problems.append(Problem(f"python_tools[{i}]", CODE, f"`{entry}` is not `module:registry`"))
+    p = cfg.pipe
+    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
+        v = getattr(p, key)
+        if v is not None and v <= 0:
+            problems.append(Problem(f"pipe.{key}", CODE, "must be positive"))
+    seen: dict[str, int] = {}
+    for i, t in enumerate(cfg.auth.tokens):
+        where = f"auth.tokens[{i}]"
+        if t.env in seen:
+            problems.append(Problem(f"{where}.env", CODE, f"`{t.env}` is already used by auth.tokens[{seen[t.env]}]"))
+        seen.setdefault(t.env, i)
+        if not environ.get(t.env):
+            problems.append(Problem(f"{where}.env", CODE, f"environment variable `{t.env}` is not set or empty"))
+        if not t.principal:
+            problems.append(Problem(f"{where}.principal", CODE, "must not be empty"))
+    for tool, cost in cfg.costs.items():
+        if cost < 0:
+            problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))
+        if tool == "mcp_pipe" and cost != 0:
+            problems.append(Problem(f"costs.{tool}", CODE, "mcp_pipe is always accounted with cost 0"))
+    h = cfg.http
+    if not 0 <= h.port <= 65535:
+        problems.append(Problem("http.port", CODE, "must be between 0 and 65535"))
+    if not h.path.startswith("/"):
+        problems.append(Problem("http.path", CODE, "must start with `/`"))
+    if h.path == "/healthz":
+        problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def parse_config(
+    data: bytes | str,
+    fmt: Literal["toml", "yaml", "json"] = "toml",
+    *,
+    base_dir: str = ".",
+    environ: dict[str, str] | None = None,
+) -> Config:
+    """Decode and check a config document.
+
+    Args:
+        data: the document.
+        fmt: its format.
+        base_dir: what relative paths in it are relative to.
+        environ: where ``${VAR}`` and token variables are read (default: ``os.environ``).
+
+    Raises:
+        ConfigError: listing every problem found, each with its location.
+    """
+    env = os.environ if environ is None else environ
+    raw_bytes = data.encode() if isinstance(data, str) else data
+    try:
+        raw = _decode_raw(raw_bytes, fmt)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
+    problems: list[Problem] = []
+    fields: dict[str, Any] = {}
+    for key, value in raw.items():
+        section = _SECTIONS.get(key)
+        if section is None:
+            problems.append(Problem(str(key), CODE, f"unknown key `{key}` (known: {', '.join(_SECTIONS)})"))
+            continue
+        if section.each:
+            if not isinstance(value, dict):
+                problems.append(Problem(key, CODE, f"expected a table/object, got {type(value).__name__}"))
+                continue
+            decoded = {}
+            for name, item in value.items():
+                try:
+                    decoded[name] = msgspec.convert(item, section.type, strict=True)
+                except msgspec.ValidationError as exc:
+                    problems.append(_located(exc, f"{key}.{name}"))
+            fields[key] = decoded
+        else:
+            try:
+                fields[key] = msgspec.convert(value, section.type, strict=True)
+            except msgspec.ValidationError as exc:
+                problems.append(_located(exc, key))
+    cfg = Config(**fields, base_dir=base_dir)
+    cfg = _check(cfg, problems, env)
+    if problems:
+        raise ConfigError(problems)
+    return cfg
+
+
+_FORMATS: dict[str, Literal["toml", "yaml", "json"]] = {
+    ".toml": "toml",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".json": "json",
+}
+
+
+def load_config(path: str | os.PathLike[str], *, environ: dict[str, str] | None = None) -> Config:
+    """Read a config file; its format follows its suffix (``.toml``, ``.yaml``/``.yml``, ``.json``).
+
+    Raises:
+        ConfigError: the file cannot be read or has problems (every one listed, located).
+    """
+    p = Path(path)
+    fmt = _FORMATS.get(p.suffix.lower())
+    if fmt is None:
+        raise ConfigError([Problem(str(p), CODE, "a config file ends in .toml, .yaml, .yml or .json")])
+    try:
+        data = p.read_bytes()
+    except OSError as exc:
+        raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")]) from None
+    try:
+        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ)
+    except ConfigError as exc:
+        raise ConfigError(
+            [Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in exc.problems]
+        ) from None
+
+
+def resolve_path(cfg: Config, path: str) -> str:
+    """A path from the config, made absolute against the config file's directory."""
+    return str(Path(cfg.base_dir, os.path.expanduser(path)))
+
+
+def glob_matcher(patterns: list[str]) -> Callable[[str], bool]:
+    """A predicate matching tool names against ``*``-globs (``*`` alone matches everything)."""
+    if "*" in patterns:
+        return lambda _name: True
+    exact = frozenset(p for p in patterns if "*" not in p)
+    globs = [re.compile(re.escape(p).replace(r"\*", ".*") + r"\Z") for p in patterns if "*" in p]
+    if not globs:
+        return exact.__contains__
+    return lambda name: name in exact or any(g.match(name) for g in globs)

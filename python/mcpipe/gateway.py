@@ -1,0 +1,269 @@
+"""The one call path: every tool call, direct or from a pipeline step, goes through :class:`Gateway`.
+
+The gateway is what the scheduler sees as its registry (``get``, ``allows``, ``call``, ``in``), so a
+pipeline step is authorized, audited and costed exactly like a direct ``tools/call`` (contract section 8):
+
+- **auth**: a principal may call a tool when one of its patterns matches the tool's name (``*`` matches
+  every tool, ``github.*`` every tool of one server). No principal (stdio, or HTTP without ``auth``)
+  means a trusted local caller: everything is allowed.
+- **audit**: one JSON Lines record per call: time, principal, tool, ok, error code, duration, cost, the
+  pipeline (and step) it belonged to, the request id.
+- **cost**: the configured cost of a tool is charged when the tool ran to completion (an ``isError``
+  result included); calls refused, cancelled or failed before answering cost nothing. ``mcp_pipe`` itself
+  costs 0; its steps are charged as the calls they are.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import orjson
+import trio
+
+from mcpipe.config import glob_matcher
+from mcpipe.errors import MCPipeError
+from mcpipe.tools import Tool, ToolContext, ToolResult
+
+__all__ = [
+    "AuditLog",
+    "CallError",
+    "Gateway",
+    "Policy",
+    "ToolSource",
+]
+
+PIPE_TOOL = "mcp_pipe"
+
+_log = logging.getLogger("mcpipe.gateway")
+
+
+class CallError(MCPipeError):
+    """A call that failed before or instead of answering (the server of the tool is down, for instance).
+
+    The scheduler reports it as ``TOOL_FAILED`` with this message; a direct call answers it as an
+    ``isError`` result.
+    """
+
+    code = "TOOL_FAILED"
+
+
+class ToolSource(Protocol):
+    """Where tools come from: the local registry, or a downstream server. Only these three are needed."""
+
+    def get(self, name: str) -> Tool | None: ...
+
+    def __iter__(self) -> Iterator[Tool]: ...
+
+
+class Policy:
+    """Which principal may call which tools.
+
+    Args:
+        grants: principal -> tool-name patterns (``*`` globs).
+    """
+
+    def __init__(self, grants: dict[str, list[str]] | None = None) -> None:
+        self._matchers = {p: glob_matcher(pats) for p, pats in (grants or {}).items()}
+
+    def allows(self, principal: str | None, tool: str) -> bool:
+        if principal is None:
+            return True
+        m = self._matchers.get(principal)
+        return m is not None and m(tool)
+
+
+class AuditLog:
+    """Audit records as JSON Lines, one ``write`` per record on an ``O_APPEND`` descriptor.
+
+    A single small append is atomic on local filesystems and costs a few microseconds, so records are
+    written in the calling task, in order, without a buffer that a crash could lose.
+
+    Args:
+        path: the file (created if needed); None writes no file.
+        keep: also keep every record in memory, in ``records`` (for tests and embedding).
+    """
+
+    def __init__(self, path: str | None = None, *, keep: bool = False) -> None:
+        self.path = path
+        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if path else None
+        self.records: list[dict[str, Any]] | None = [] if keep else None
+
+    def write(self, record: dict[str, Any]) -> None:
+        if self.records is not None:
+            self.records.append(record)
+        if self._fd is not None:
+            try:
+                os.write(self._fd, orjson.dumps(record) + b"\n")
+            except OSError:
+                _log.exception("cannot write an audit record to %s", self.path)
+
+    def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+
+
+@dataclass(slots=True)
+class _Tally:
+    calls: int = 0
+    cost: float = 0.0
+
+
+class Gateway:
+    """Auth, audit and cost accounting around a set of tool sources.
+
+    Looks like a registry to the scheduler: ``get``, ``in``, iteration, ``allows`` and ``call``.
+
+    Args:
+        sources: tool sources, looked up in order (the first one that knows a name wins).
+        policy: who may call what.
+        costs: tool name or ``*``-pattern -> cost per completed call.
+        audit: where records go.
+        ready: awaited before a call that names an unknown tool and before listing (lazy downstream
+            servers connect in it); None when nothing is lazy.
+    """
+
+    def __init__(
+        self,
+        sources: list[ToolSource],
+        *,
+        policy: Policy | None = None,
+        costs: dict[str, float] | None = None,
+        audit: AuditLog | None = None,
+        ready: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.sources = sources
+        self.policy = policy or Policy()
+        self.audit = audit or AuditLog(None)
+        costs = dict(costs or {})
+        costs.pop(PIPE_TOOL, None)
+        self._exact_costs = {k: v for k, v in costs.items() if "*" not in k}
+        self._pattern_costs = [(glob_matcher([k]), v) for k, v in costs.items() if "*" in k]
+        self._cost_cache: dict[str, float] = {}
+        self.totals: defaultdict[str | None, _Tally] = defaultdict(_Tally)
+        self._ready = ready
+
+    # -- the registry surface the scheduler uses ---------------------------------------------------
+
+    def get(self, name: str) -> Tool | None:
+        for source in self.sources:
+            tool = source.get(name)
+            if tool is not None:
+                return tool
+        return None
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and self.get(name) is not None
+
+    def __iter__(self) -> Iterator[Tool]:
+        seen: set[str] = set()
+        for source in self.sources:
+            for tool in source:
+                if tool.name not in seen:
+                    seen.add(tool.name)
+                    yield tool
+
+    def allows(self, name: str, ctx: ToolContext) -> bool:
+        return self.policy.allows(ctx.principal, name)
+
+    def cost_of(self, name: str) -> float:
+        cost = self._cost_cache.get(name)
+        if cost is None:
+            cost = self._exact_costs.get(name)
+            if cost is None:
+                cost = next((v for m, v in self._pattern_costs if m(name)), 0.0)
+            self._cost_cache[name] = cost
+        return cost
+
+    async def ready(self) -> None:
+        """Wait until lazily connected downstream servers have had their first chance to connect."""
+        if self._ready is not None:
+            await self._ready()
+
+    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Call a tool through the one path: check, run, audit, charge.
+
+        Raises:
+            CallError: the tool is unknown or not allowed (a direct caller turns this into an error result;
+                the scheduler checks both before any step runs), or its server is down.
+            Exception: whatever the tool raised (audited as ``TOOL_FAILED`` first).
+        """
+        t0 = time.perf_counter()
+        tool = self.get(name)
+        if tool is None and self._ready is not None:
+            await self._ready()
+            tool = self.get(name)
+        if tool is None:
+            self._record(ctx, name, False, "UNKNOWN_TOOL", t0, 0.0)
+            raise _Refused("UNKNOWN_TOOL", f"unknown tool '{name}'")
+        if not self.policy.allows(ctx.principal, name):
+            self._record(ctx, name, False, "FORBIDDEN", t0, 0.0)
+            raise _Refused("FORBIDDEN", f"principal '{ctx.principal}' may not call '{name}'")
+        try:
+            result = await tool.call(args, ctx)
+        except trio.Cancelled:
+            self._record(ctx, name, False, "CANCELLED", t0, 0.0)
+            raise
+        except BaseException as exc:
+            code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
+            self._record(ctx, name, False, code if code and code != "INTERNAL" else "TOOL_FAILED", t0, 0.0)
+            raise
+        cost = self.cost_of(name)
+        self._record(ctx, name, not result.is_error, "TOOL_ERROR" if result.is_error else None, t0, cost)
+        return result
+
+    def record_pipe(self, ctx: ToolContext, pipeline: str, answer: dict[str, Any], t0: float) -> None:
+        """Audit one ``mcp_pipe`` call (cost 0) with the answer's outcome."""
+        self._record(ctx, PIPE_TOOL, bool(answer.get("ok")), answer.get("error_code"), t0, 0.0, pipeline=pipeline)
+
+    def _record(
+        self,
+        ctx: ToolContext,
+        tool: str,
+        ok: bool,
+        code: str | None,
+        t0: float,
+        cost: float,
+        *,
+        pipeline: str | None = None,
+    ) -> None:
+        if cost:
+            tally = self.totals[ctx.principal]
+            tally.calls += 1
+            tally.cost += cost
+        self.audit.write(
+            {
+                "ts": _now(),
+                "principal": ctx.principal,
+                "tool": tool,
+                "ok": ok,
+                "error_code": code,
+                "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+                "cost": cost,
+                "pipeline": pipeline if pipeline is not None else ctx.pipeline,
+                "step": ctx.step,
+                "request_id": ctx.request_id,
+            }
+        )
+
+
+class _Refused(CallError):
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def new_pipeline_id() -> str:
+    """A short unique id for one pipeline run (it links the step records to the ``mcp_pipe`` record)."""
+    return uuid.uuid4().hex[:16]

@@ -1,0 +1,138 @@
+"""Assembling a running mcpipe from a :class:`~mcpipe.config.Config`: tool sources, downstream actors,
+the gateway, and the SDK server on top.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+from mcp.server.lowlevel.server import Server
+
+from mcpipe.compile import Limits
+from mcpipe.config import Config, ConfigError, resolve_path
+from mcpipe.errors import Problem
+from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.tools.builtin import builtin_tools
+from mcpipe.tools.downstream import Downstreams
+
+__all__ = ["App", "load_tool_source", "open_app"]
+
+_log = logging.getLogger("mcpipe.server")
+
+
+def load_tool_source(entry: str, where: str = "python_tools") -> ToolSource:
+    """Import ``module:attr`` and check it is a tool source (a ToolRegistry, or anything with ``get``
+    and iteration).
+
+    Raises:
+        ConfigError: the module or attribute cannot be imported, or is not a tool source.
+    """
+    mod_name, _, attr = entry.partition(":")
+    try:
+        obj: Any = importlib.import_module(mod_name)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except Exception as exc:  # an import runs arbitrary code: any failure is the config's problem
+        raise ConfigError(
+            [Problem(where, "INVALID_CONFIG", f"cannot load `{entry}`: {type(exc).__name__}: {exc}")]
+        ) from None
+    if not (callable(getattr(obj, "get", None)) and hasattr(obj, "__iter__")):
+        raise ConfigError(
+            [Problem(where, "INVALID_CONFIG", f"`{entry}` is a {type(obj).__name__}, not a ToolRegistry")]
+        )
+    return obj  # type: ignore[no-any-return]
+
+
+def policy_of(config: Config) -> Policy:
+    grants: dict[str, list[str]] = {}
+    for t in config.auth.tokens:
+        grants.setdefault(t.principal, []).extend(t.tools)
+    return Policy(grants)
+
+
+def limits_of(config: Config) -> Limits:
+    p = config.pipe
+    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+
+
+@dataclass
+class App:
+    """A running mcpipe: its config, gateway, downstream actors, and the SDK server serving them."""
+
+    config: Config
+    gateway: Gateway
+    downstreams: Downstreams
+    handlers: ToolHandlers
+    server: Server[Any]
+
+
+@asynccontextmanager
+async def open_app(
+    config: Config,
+    *,
+    extra_sources: list[ToolSource] | None = None,
+    audit: AuditLog | None = None,
+    errlog: Any = None,
+) -> AsyncIterator[App]:
+    """Start everything a config describes and yield the App; stop it all on exit.
+
+    Downstream servers with ``connect = "start"`` have tried to connect once when this yields (each
+    bounded by its ``connect_timeout_ms``; one that failed keeps retrying in the background).
+
+    Args:
+        config: the config.
+        extra_sources: more tool sources, looked up after the built-ins and ``python_tools`` (tests).
+        audit: an audit log to use instead of the configured one.
+        errlog: where stdio downstream servers' stderr goes (default: ours).
+
+    Raises:
+        ConfigError: a ``python_tools`` entry cannot be loaded.
+    """
+    sources: list[ToolSource] = []
+    if config.builtins is not False:
+        sources.append(builtin_tools(config.builtins))
+    problems: list[Problem] = []
+    for i, entry in enumerate(config.python_tools):
+        try:
+            sources.append(load_tool_source(entry, f"python_tools[{i}]"))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    sources.extend(extra_sources or [])
+    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    sources.append(downstreams)
+    if audit is None:
+        audit = AuditLog(resolve_path(config, config.audit.path) if config.audit.enabled else None)
+    gateway = Gateway(
+        sources,
+        policy=policy_of(config),
+        costs=config.costs,
+        audit=audit,
+        ready=downstreams.ready if downstreams.lazy else None,
+    )
+    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    server = build_server(handlers, name=config.name, version=_version())
+    try:
+        async with trio.open_nursery() as nursery:
+            await downstreams.start(nursery)
+            yield App(config, gateway, downstreams, handlers, server)
+            nursery.cancel_scope.cancel()
+    finally:
+        audit.close()
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("mcpipe")
+    except Exception:  # not installed as a distribution (a source checkout on sys.path)
+        return "0"

@@ -1,0 +1,290 @@
+"""The MCP face of a :class:`~mcpipe.gateway.Gateway`: ``tools/list`` and ``tools/call`` on the SDK's
+low-level ``Server``, with ``mcp_pipe`` beside every tool the gateway knows.
+
+Results are built as wire dicts (never SDK models): a tool's :class:`ToolResult` already holds MCP-shaped
+content blocks, so the per-call path is a dict literal and one orjson encode for ``mcp_pipe``'s text block.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import warnings
+from typing import Any
+
+import orjson
+import trio
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp_types import CallToolRequestParams, PaginatedRequestParams
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcpipe.compile import Limits
+from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, new_pipeline_id
+from mcpipe.runtime import run_pipeline
+from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
+from mcpipe.tools import ProgressFn, Tool, ToolContext, ToolResult
+
+__all__ = ["PipeRunner", "ToolHandlers", "build_server", "tool_context", "wire_result"]
+
+_log = logging.getLogger("mcpipe.server")
+
+PRINCIPAL_SCOPE_KEY = "mcpipe.principal"
+"""Where the HTTP auth layer leaves the caller's principal in the ASGI scope."""
+
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+
+def wire_result(result: ToolResult) -> dict[str, Any]:
+    """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
+    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
+    s = result.structured
+    if s is not None:
+        out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+    return out
+
+
+def _error_result(message: str) -> dict[str, Any]:
+    return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def tool_wire(tool: Tool) -> dict[str, Any]:
+    """A tool's ``tools/list`` entry."""
+    entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+    if tool.output_schema is not None:
+        entry["outputSchema"] = tool.output_schema
+    return entry
+
+
+PIPE_TOOL_WIRE: dict[str, Any] = {
+    "name": PIPE_TOOL,
+    "title": "Run a pipeline of tool calls",
+    "description": PIPE_DESCRIPTION,
+    "inputSchema": PIPE_INPUT_SCHEMA,
+    "outputSchema": PIPE_OUTPUT_SCHEMA,
+}
+
+
+def _principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
+    request = ctx.request
+    if request is None:
+        return default
+    try:
+        return request.scope.get(PRINCIPAL_SCOPE_KEY, default)
+    except AttributeError:
+        return default
+
+
+def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str | None = None) -> ToolContext:
+    """The ToolContext of one inbound request: who calls, and sinks for progress and logs back to them."""
+    session = ctx.session
+    cp = session.client_params
+    info = cp.client_info if cp is not None else None
+    client = {"name": info.name, "version": info.version} if info is not None else {}
+
+    async def log(level: str, data: Any) -> None:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # logging is deprecated at 2026-07-28, still useful before
+            await session.send_log_message(level, data, related_request_id=ctx.request_id)  # type: ignore[arg-type]
+
+    return ToolContext(
+        request_id=None if ctx.request_id is None else str(ctx.request_id),
+        client=client,
+        principal=_principal_of(ctx, default_principal),
+        progress=session.report_progress,
+        log=log,
+        extras={"mcp_context": ctx},
+    )
+
+
+class _PipeProgress:
+    """Turns scheduler events into strictly increasing progress notifications.
+
+    The value is the number of finished leaf steps; progress a running step forwards from its own tool
+    (a downstream server's notifications) moves the value by thousandths, never reaching the next integer,
+    so the sequence stays strictly increasing whatever the interleaving.
+    """
+
+    __slots__ = ("_done", "_last", "_sink", "_total")
+
+    def __init__(self, sink: ProgressFn) -> None:
+        self._sink = sink
+        self._done = 0
+        self._last = -1.0
+        self._total: float | None = None
+
+    async def _emit(self, value: float, message: str) -> None:
+        if value <= self._last:
+            return
+        self._last = value
+        await self._sink(value, self._total, message)
+
+    async def on_event(self, event: dict[str, Any]) -> None:
+        total = event.get("total")
+        if total is not None:
+            self._total = total
+        if event.get("type") != "step_finished" or event.get("kind") != "tool":
+            return
+        self._done = max(self._done, int(event["completed"]))
+        status = "ok" if event.get("ok") else event.get("error_code") or "failed"
+        await self._emit(float(self._done), f"step {event.get('path')} finished ({status})")
+
+    async def step_progress(self, progress: float, total: float | None, message: str | None) -> None:
+        """Progress a running step's tool reported (already prefixed with the step id by the tool)."""
+        value = min(self._last + 0.001, self._done + 0.999) if self._last >= self._done else self._done + 0.001
+        text = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
+        await self._emit(round(value, 3), text)
+
+
+class PipeRunner:
+    """Runs ``mcp_pipe`` calls against a gateway: audit (cost 0), limits, progress.
+
+    Args:
+        gateway: the call path every step goes through.
+        limits: the server's maxima (a spec cannot raise them).
+    """
+
+    def __init__(self, gateway: Gateway, limits: Limits | None = None) -> None:
+        self.gateway = gateway
+        self.limits = limits or Limits()
+
+    async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Run one ``mcp_pipe`` call and answer the contract's section-7 object."""
+        await self.gateway.ready()
+        pid = new_pipeline_id()
+        ctx.pipeline = pid
+        t0 = time.perf_counter()
+        try:
+            # Whether the caller asked for progress is the transport's business (a token on the wire, a
+            # callback in memory), and reporting without one is a no-op: always report.
+            answer = await self._run_with_progress(args, ctx)
+        except trio.Cancelled:
+            self.gateway.record_pipe(ctx, pid, {"ok": False, "error_code": "CANCELLED"}, t0)
+            raise
+        self.gateway.record_pipe(ctx, pid, answer, t0)
+        return answer
+
+    async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
+        # from their tasks: both go through one channel to one sender task, so notifications leave in order.
+        progress = _PipeProgress(ctx.progress)
+        send, recv = trio.open_memory_channel[Any](math.inf)
+
+        async def step_sink(p: float, total: float | None, message: str | None) -> None:
+            send.send_nowait((p, total, message))
+
+        async def pump() -> None:
+            async for item in recv:
+                if isinstance(item, dict):
+                    await progress.on_event(item)
+                else:
+                    await progress.step_progress(*item)
+
+        outer = ctx.progress
+        ctx.progress = step_sink
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(pump)
+                try:
+                    return await run_pipeline(
+                        args, self.gateway, context=ctx, limits=self.limits, on_event=send.send_nowait
+                    )
+                finally:
+                    send.close()
+        finally:
+            ctx.progress = outer
+
+
+def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
+    """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
+    return {
+        "content": [{"type": "text", "text": orjson.dumps(answer).decode()}],
+        "structuredContent": answer,
+        "isError": not answer.get("ok", False),
+    }
+
+
+class ToolHandlers:
+    """``tools/list`` and ``tools/call`` handlers over a gateway (shared by ``mcpipe serve`` and ``attach``).
+
+    Args:
+        gateway: the one call path.
+        pipe: the ``mcp_pipe`` runner, or None to serve without ``mcp_pipe``.
+        default_principal: the principal of calls that carry none (stdio, in-memory).
+    """
+
+    def __init__(self, gateway: Gateway, pipe: PipeRunner | None, *, default_principal: str | None = None) -> None:
+        self.gateway = gateway
+        self.pipe = pipe
+        self.default_principal = default_principal
+
+    def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
+        policy = self.gateway.policy
+        tools = [PIPE_TOOL_WIRE] if self.pipe is not None else []
+        tools += [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
+        return tools
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
+    ) -> dict[str, Any]:
+        await self.gateway.ready()
+        out: dict[str, Any] = {"tools": self.visible_tools(_principal_of(ctx, self.default_principal))}
+        if ctx.protocol_version in _MODERN:
+            # The list depends on the caller (auth) and on downstream servers coming and going.
+            out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        return out
+
+    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
+        out = await self.call(
+            params.name, params.arguments or {}, tool_context(ctx, default_principal=self.default_principal)
+        )
+        if ctx.protocol_version in _MODERN:
+            # The list depends on the caller (auth) and on downstream servers coming and going.
+            out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        return out
+
+    async def call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
+        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
+        if name == PIPE_TOOL and self.pipe is not None:
+            return pipe_envelope(await self.pipe.run(args, tctx))
+        try:
+            return wire_result(await self.gateway.call(name, args, tctx))
+        except CallError as exc:
+            return _error_result(f"{exc.code}: {exc}")
+        except trio.Cancelled:
+            raise
+        except Exception as exc:
+            _log.exception("tool %r raised", name)
+            return _error_result(f"TOOL_FAILED: {type(exc).__name__}: {exc}")
+
+
+def build_server(
+    handlers: ToolHandlers,
+    *,
+    name: str = "mcpipe",
+    version: str = "",
+    instructions: str | None = None,
+) -> Server[Any]:
+    """A low-level SDK ``Server`` serving the handlers' tools (and nothing else).
+
+    The SDK's default OpenTelemetry middleware is left out: it costs a span per message and is a no-op
+    without an exporter; add it back to ``server.middleware`` if you export traces.
+    """
+    server: Server[Any] = Server(
+        name,
+        version=version,
+        instructions=instructions,
+        on_list_tools=handlers.list_tools,
+        on_call_tool=handlers.call_tool,
+        get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
+    )
+    server.middleware.clear()
+    return server
+
+
+def _input_schema(handlers: ToolHandlers, name: str) -> dict[str, Any] | None:
+    if name == PIPE_TOOL:
+        return PIPE_INPUT_SCHEMA
+    tool = handlers.gateway.get(name)
+    return None if tool is None else tool.input_schema

@@ -1,0 +1,150 @@
+"""The ``mcp_pipe`` tool's description and JSON Schemas: what a client (usually an LLM) reads to write a spec.
+
+The input schema documents the whole spec of ``docs/pipelines.md`` (steps of three kinds, templates,
+limits); validation proper is the compiler's, with located errors in the answer, so the schema stays
+permissive where a stricter one would only move errors to a less helpful place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PIPE_DESCRIPTION", "PIPE_INPUT_SCHEMA", "PIPE_OUTPUT_SCHEMA"]
+
+PIPE_DESCRIPTION = """\
+Run a whole pipeline of tool calls in one request: steps run in order, `parallel` groups run \
+concurrently, `pipe` steps run nested pipelines, and later steps use earlier outputs through references.
+
+References inside any string: `${vars.q}`, `${steps.search.structured.results.0.url}`, `{{step1}}` \
+(the output of step 1), `{{fetch.content}}` (output of the step with id `fetch`). A string that is exactly \
+one reference keeps the value's type. `{"$ref": "steps.x.output"}` is a typed reference; \
+`{"$literal": ...}` passes a value untouched. Roots: vars, steps, last, args, context. A step result has \
+ok, error, error_code, structured, text, content, output (structured if present, else text), duration_ms.
+
+Everything is validated before any step runs (unknown tools, forward references, limits); problems come \
+back located, e.g. `steps[2].args.url: reference to unknown step 'fetch'`. The answer is \
+{ok, error, error_code, result, steps, summary, duration_ms}; `result` is the `return` template resolved, \
+else the output of the last step.
+
+Example: {"vars": {"q": "mcp"}, "steps": [{"id": "s", "tool": "search", "args": {"query": "${vars.q}"}}, \
+{"id": "f", "tool": "fetch", "args": {"url": {"$ref": "steps.s.structured.results.0.url"}}}], \
+"return": "{{f.content}}"}"""
+
+_ID = {
+    "type": "string",
+    "pattern": "^[A-Za-z_][A-Za-z0-9_-]*$",
+    "description": "Unique within its list; defaults to step<N> (its 1-based position). "
+    "step<N> is reserved for position N.",
+}
+_TIMEOUT = {"type": "number", "exclusiveMinimum": 0, "description": "This step's deadline in milliseconds."}
+_TEMPLATE = {
+    "description": "Any JSON value; strings may hold references (`${path}`, `{{id.path}}`), "
+    'objects may be `{"$ref": path}` or `{"$literal": value}`.'
+}
+
+_SPEC_PROPS: dict[str, Any] = {
+    "vars": {"type": "object", "description": "Named values the steps refer to as `vars.<name>`."},
+    "steps": {
+        "type": "array",
+        "minItems": 1,
+        "items": {"$ref": "#/$defs/step"},
+        "description": "The steps, run in order; each step starts when the previous one has finished.",
+    },
+    "return": {
+        **_TEMPLATE,
+        "description": "What the pipeline answers as `result` (a template); default: the output of the last step.",
+    },
+    "continue_on_error": {
+        "type": "boolean",
+        "default": False,
+        "description": "Run every step even after a failure (the answer's ok is still false).",
+    },
+    "timeout_ms": {
+        "type": "number",
+        "exclusiveMinimum": 0,
+        "description": "Deadline for the whole pipeline (capped by the server).",
+    },
+}
+
+_DEFS: dict[str, Any] = {
+    "spec": {"type": "object", "required": ["steps"], "properties": _SPEC_PROPS, "additionalProperties": False},
+    "step": {
+        "type": "object",
+        "description": "Exactly one of `tool`, `parallel` or `pipe`.",
+        "properties": {
+            "id": _ID,
+            "tool": {
+                "type": "string",
+                "description": "A tool step: the tool to call (not mcp_pipe itself; use `pipe`).",
+            },
+            "args": {**_TEMPLATE, "type": "object", "description": "A tool step's arguments (a template)."},
+            "parallel": {
+                "type": "array",
+                "minItems": 1,
+                "items": {"$ref": "#/$defs/step"},
+                "description": "A parallel group: children run concurrently and cannot see each other; "
+                "afterwards they are `steps.<group>.children.<child>`.",
+            },
+            "pipe": {
+                "$ref": "#/$defs/spec",
+                "description": "A nested pipeline; it sees only its own vars (templates there see the parent) "
+                "and its own steps.",
+            },
+            "timeout_ms": _TIMEOUT,
+        },
+        "additionalProperties": False,
+    },
+}
+
+PIPE_INPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "description": 'The pipeline spec, either as these arguments or wrapped as {"spec": <object or JSON text>}.',
+    "properties": {
+        **_SPEC_PROPS,
+        "spec": {
+            "description": "The whole spec as an object or as JSON text (instead of top-level fields).",
+            "anyOf": [{"$ref": "#/$defs/spec"}, {"type": "string"}],
+        },
+    },
+    "$defs": _DEFS,
+}
+
+_STEP_RESULT = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string"},
+        "kind": {"enum": ["tool", "parallel", "pipe"]},
+        "ok": {"type": "boolean"},
+        "error": {"type": "string"},
+        "error_code": {"type": ["string", "null"]},
+        "structured": {},
+        "text": {"type": "string"},
+        "content": {"type": "array"},
+        "output": {},
+        "children": {"type": "object"},
+        "result": {},
+        "steps": {"type": "object"},
+        "duration_ms": {"type": "number"},
+    },
+}
+
+PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["ok", "error", "error_code", "result", "steps", "summary", "duration_ms"],
+    "properties": {
+        "ok": {"type": "boolean"},
+        "error": {"type": "string", "description": "The first failure's message; empty on success."},
+        "error_code": {
+            "type": ["string", "null"],
+            "description": "INVALID_SPEC, INTERPOLATION_FAILED, UNKNOWN_TOOL, FORBIDDEN, LIMIT_EXCEEDED, TOOL_ERROR, "
+            "TOOL_FAILED, TIMEOUT, CANCELLED or GATE_REJECTED; null on success.",
+        },
+        "result": {"description": "The resolved `return` template (or the last step's output)."},
+        "steps": {"type": "object", "additionalProperties": _STEP_RESULT, "description": "Step id -> step result."},
+        "summary": {
+            "type": "object",
+            "properties": {k: {"type": "integer"} for k in ("total", "succeeded", "failed", "skipped", "cancelled")},
+        },
+        "duration_ms": {"type": "number"},
+    },
+}
