@@ -1,0 +1,208 @@
+"""Streamable HTTP: the SDK's session manager behind a small ASGI front, served by hypercorn's trio worker.
+
+The front does three things before a request reaches the SDK: ``/healthz``; bearer-token auth (the
+token's principal goes into the ASGI scope, where the tool handlers read it, and into ``scope["user"]``,
+so the SDK binds each 2025-11-25 session to the credential that opened it); and 404 for every other path.
+Both protocol eras are the session manager's: a 2026-07-28 request (``MCP-Protocol-Version`` header) is
+served statelessly, anything else through ``initialize`` and a session. DNS-rebinding protection (Host
+and Origin checks) is on by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import signal
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any
+
+import orjson
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio import serve as hypercorn_serve
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+from mcp.server.auth.provider import AccessToken
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.server.transport_security import TransportSecuritySettings
+
+from mcpipe.config import Config
+from mcpipe.server._app import App
+from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+
+__all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
+
+_log = logging.getLogger("mcpipe.http")
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+GRACEFUL_TIMEOUT_S = 2.0
+"""How long in-flight requests and open streams get after SIGINT/SIGTERM before they are cancelled."""
+
+_LOOPBACK = ("127.0.0.1", "localhost", "::1", "[::1]")
+
+
+def _digest(token: str | bytes) -> bytes:
+    return hashlib.sha256(token.encode() if isinstance(token, str) else token).digest()
+
+
+def tokens_from_env(config: Config, environ: dict[str, str] | None = None) -> dict[bytes, str]:
+    """token digest -> principal, for every configured token whose variable is set.
+
+    Tokens are kept only as SHA-256 digests: the lookup compares digests, so neither a log line nor a
+    timing difference can give a token away.
+    """
+    env = os.environ if environ is None else environ
+    out: dict[bytes, str] = {}
+    for t in config.auth.tokens:
+        value = env.get(t.env)
+        if value:
+            out[_digest(value)] = t.principal
+        else:
+            _log.warning("auth token variable %s is not set; that principal cannot log in", t.env)
+    return out
+
+
+def security_settings(config: Config, host: str) -> TransportSecuritySettings:
+    """DNS-rebinding protection: the Host header must name this server, and a browser Origin too.
+
+    Defaults allow the loopback names on any port, plus the bound host when it is not a wildcard;
+    behind a proxy, list the public names in ``http.allowed_hosts`` / ``http.allowed_origins``.
+    """
+    h = config.http
+    if not h.dns_rebinding_protection:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
+    origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
+    if host not in _LOOPBACK and host not in ("0.0.0.0", "::", ""):
+        name = f"[{host}]" if ":" in host else host
+        hosts.append(f"{name}:*")
+        origins += [f"http://{name}:*", f"https://{name}:*"]
+    if h.allowed_hosts is not None:
+        hosts = list(h.allowed_hosts)
+    if h.allowed_origins is not None:
+        origins = list(h.allowed_origins)
+    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+
+
+async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            + (headers or []),
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+_UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a valid bearer token is required"})
+_NOT_FOUND = orjson.dumps({"error": "not found"})
+
+
+class HttpFront:
+    """The ASGI app: ``/healthz``, bearer auth, then the SDK's streamable HTTP transport at ``path``.
+
+    Args:
+        app: the running mcpipe.
+        manager: the SDK session manager (entered with ``manager.run()`` by whoever serves this).
+        path: where MCP is served (``/mcp``).
+        tokens: token digest -> principal; empty means no auth (every caller is the trusted local one).
+    """
+
+    def __init__(self, app: App, manager: StreamableHTTPSessionManager, *, path: str, tokens: dict[bytes, str]):
+        self.app = app
+        self.manager = manager
+        self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
+        self.tokens = tokens
+        self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path = scope["path"]
+            if path in self.paths:
+                if self.tokens:
+                    principal = self._principal(scope)
+                    if principal is None:
+                        await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                        return
+                    scope[PRINCIPAL_SCOPE_KEY] = principal
+                    scope["user"] = self._users[principal]
+                await self.manager.handle_request(scope, receive, send)
+            elif path == "/healthz":
+                body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
+                await _respond(send, 200, body)
+            else:
+                await _respond(send, 404, _NOT_FOUND)
+        elif kind == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+
+    def _principal(self, scope: Scope) -> str | None:
+        for name, value in scope["headers"]:
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                if scheme.lower() != b"bearer" or not token:
+                    return None
+                return self.tokens.get(_digest(token.strip()))
+        return None
+
+
+async def signalled() -> None:
+    """Return on the first SIGINT or SIGTERM (a hypercorn ``shutdown_trigger``)."""
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async for signum in signals:
+            _log.info("received %s: shutting down", signal.Signals(signum).name)
+            return
+
+
+async def serve_http(
+    app: App,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
+    graceful_timeout: float = GRACEFUL_TIMEOUT_S,
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
+
+    Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
+    when ``port`` is 0).
+    """
+    cfg = app.config
+    h = cfg.http
+    host = h.host if host is None else host
+    port = h.port if port is None else port
+    tokens = tokens_from_env(cfg)
+    if not tokens and host not in _LOOPBACK:
+        _log.warning("serving on %s without auth: anyone who can reach it may call every tool", host)
+    manager = StreamableHTTPSessionManager(
+        app=app.server,
+        json_response=h.json_response,
+        security_settings=security_settings(cfg, host),
+        session_idle_timeout=h.session_idle_timeout_s,
+        max_request_body_size=h.max_body_bytes,
+    )
+    front = HttpFront(app, manager, path=h.path, tokens=tokens)
+    hc = HypercornConfig()
+    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    hc.graceful_timeout = graceful_timeout
+    hc.accesslog = None
+    hc.errorlog = logging.getLogger("hypercorn.error")
+    hc.keep_alive_timeout = 75
+    async with manager.run(), trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(hypercorn_serve, front, hc, shutdown_trigger=shutdown_trigger))
+        url = binds[0] + h.path
+        _log.info("serving MCP at %s", url)
+        task_status.started(url)
