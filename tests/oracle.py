@@ -45,7 +45,7 @@ class Seg:
         # A quoted key prints plain when that reads back as the same key.
         if PLAIN_SEGMENT.fullmatch(self.text) and self.text != "*" and not INDEX.fullmatch(self.text):
             return "." + self.text
-        return "[" + json.dumps(self.text, ensure_ascii=False) + "]"
+        return "[" + quote(self.text) + "]"
 
     def shown(self) -> str:
         """The segment as error messages name it."""
@@ -120,9 +120,10 @@ def parse_segments(text: str, pos: int) -> tuple[list[Seg], int]:
     return segs, pos
 
 
-def parse_path(text: str, pos: int, *, step_form: bool, step_ids: Mapping[int, str]) -> tuple[Path, int]:
+def parse_path(text: str, pos: int, *, step_form: bool, step_ids: Mapping[str, str]) -> tuple[Path, int]:
     """Parse a reference starting at pos. With step_form (the `{{...}}` brackets) the first word is a step
-    id and the path is rewritten to `steps.<id>.output...`."""
+    id and the path is rewritten to `steps.<id>.output...`; step_ids maps N (as decimal text) to the id of
+    step N."""
     m = PLAIN_SEGMENT.match(text, pos)
     if not m:
         raise PathSyntax("expected a reference", pos)
@@ -131,7 +132,7 @@ def parse_path(text: str, pos: int, *, step_form: bool, step_ids: Mapping[int, s
         if not STEP_ID.fullmatch(head):
             raise PathSyntax(f"`{head}` is not a step id", pos)
         sn = STEP_N.fullmatch(head)
-        step = step_ids.get(int(sn.group(1)), head) if sn else head
+        step = step_ids.get(sn.group(1), head) if sn else head
         segs, end = parse_segments(text, m.end())
         return Path("steps", (Seg("plain", step), Seg("plain", "output"), *segs)), end
     if head not in ROOTS:
@@ -173,12 +174,35 @@ class Arr:
 OPENERS = (("${", "}", False, True), ("{{", "}}", True, True), ("$<", ">", False, False), ("<<", ">>", True, False))
 
 
+def quote(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def has_surrogate(s: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in s)
+
+
+def step_id_table(step_ids: Sequence[str] | Mapping[int, str] | None) -> dict[str, str]:
+    """{N as decimal text: id of step N} from a sequence of ids (position 1 first) or a mapping {N: id}."""
+    if step_ids is None:
+        return {}
+    pairs = step_ids.items() if isinstance(step_ids, Mapping) else enumerate(step_ids, 1)
+    table = {}
+    for n, step in pairs:
+        if not isinstance(n, int):
+            raise TypeError(f"step_ids keys must be integers, not {type(n).__name__}")
+        if not isinstance(step, str):
+            raise TypeError(f"step ids must be strings, not {type(step).__name__}")
+        table[str(int(n))] = step
+    return table
+
+
 def child_location(base: str, key: Any) -> str:
-    if isinstance(key, int):
+    if not isinstance(key, str):  # a list index (or a non-string key of a Python dict)
         return f"{base}[{key}]"
     if IDENT_LOCATION.fullmatch(key):
         return f"{base}.{key}" if base else key
-    return f"{base}[{json.dumps(key, ensure_ascii=False)}]"
+    return f"{base}[{quote(key)}]"
 
 
 class Template:
@@ -187,13 +211,7 @@ class Template:
     def __init__(
         self, value: Any, *, step_ids: Sequence[str] | Mapping[int, str] | None = None, location: str = ""
     ) -> None:
-        if step_ids is None:
-            ids: Mapping[int, str] = {}
-        elif isinstance(step_ids, Mapping):
-            ids = dict(step_ids)
-        else:
-            ids = {i + 1: s for i, s in enumerate(step_ids)}
-        self._ids = ids
+        self._ids = step_id_table(step_ids)
         self._refs: list[tuple[str, str]] = []
         self._node = self._compile(value, location)
 
@@ -211,13 +229,17 @@ class Template:
                 target = value["$ref"]
                 if not isinstance(target, str):
                     raise TemplateSyntaxError("`$ref` takes a path string", loc)
+                if has_surrogate(target):
+                    raise TemplateSyntaxError(
+                        "invalid `$ref` path: not valid Unicode (it contains a lone surrogate)", loc
+                    )
                 text = target.strip(WS)
                 try:
                     path, end = parse_path(text, 0, step_form=False, step_ids=self._ids)
                     if end != len(text):
                         raise PathSyntax(f"unexpected `{text[end]}`", end)
                 except PathSyntax as e:
-                    raise TemplateSyntaxError(f"invalid `$ref` path {target!r}: {e.reason}", loc) from None
+                    raise TemplateSyntaxError(f"invalid `$ref` path {quote(target)}: {e.reason}", loc) from None
                 self._refs.append((loc, path.normalized()))
                 return Ref(path, loc)
             if len(value) == 1 and "$literal" in value:
@@ -230,6 +252,10 @@ class Template:
         return Const(value)
 
     def _compile_string(self, s: str, loc: str) -> Any:
+        if has_surrogate(s) and any(o in s for o, *_ in OPENERS):
+            raise TemplateSyntaxError(
+                "string is not valid Unicode (it contains a lone surrogate) and cannot hold placeholders", loc
+            )
         parts: list = []
         buf: list[str] = []
         i, n = 0, len(s)
@@ -349,6 +375,13 @@ def lookup(path: Path, env: Mapping[str, Any], location: str) -> Any:
     return walk(path, list(path.segs), env[path.root], location)
 
 
+def array_index(text: str) -> int:
+    """The integer an index segment names; one too large for any array (and for `int()`) stays out of range."""
+    if len(text.lstrip("-").lstrip("0")) > 20:
+        return 1 << 80
+    return int(text)
+
+
 def walk(path: Path, segs: list[Seg], value: Any, location: str) -> Any:
     for i, seg in enumerate(segs):
         if seg.kind == "star":
@@ -364,7 +397,7 @@ def walk(path: Path, segs: list[Seg], value: Any, location: str) -> Any:
                 raise fail(path, location, seg.shown(), value)
             value = value[seg.text]
         elif isinstance(value, (list, tuple)) and seg.kind in ("plain", "index") and INDEX.fullmatch(seg.text):
-            k = int(seg.text)
+            k = array_index(seg.text)
             if not -len(value) <= k < len(value):
                 raise fail(path, location, seg.shown(), value)
             value = value[k]

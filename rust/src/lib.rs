@@ -1,4 +1,21 @@
-//! mcpipe's Rust core. This file only registers the Python module.
+//! mcpipe's Rust core: templates compiled once into plans and resolved many times.
+//!
+//! `path`, `template`, `text` and `errors` are pure Rust (tested with `cargo test
+//! --no-default-features`); `plan`, `resolve` and `binding` are the Python layer. This file only
+//! declares modules and registers the Python module.
+
+pub mod errors;
+pub mod path;
+pub mod template;
+pub mod text;
+
+#[cfg(feature = "python")]
+mod binding;
+#[cfg(feature = "python")]
+mod plan;
+#[cfg(feature = "python")]
+mod resolve;
+
 #[cfg(feature = "python")]
 use pyo3::prelude::*;
 
@@ -6,5 +23,6 @@ use pyo3::prelude::*;
 #[pymodule]
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<binding::Template>()?;
     Ok(())
 }

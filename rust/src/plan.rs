@@ -1,0 +1,255 @@
+//! Compile a Python template value into a plan: constants, typed references, interpolated strings,
+//! objects and arrays. String scanning and path parsing happen here, once; every key a path follows is
+//! kept as an interned Python string so resolving never builds one.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyString, PyType};
+
+use crate::errors::ResolveError;
+use crate::path::{ArrayIndex, Path, SegmentKind, StepIds};
+use crate::resolve::deep_copy;
+use crate::template::{has_opener, index_location, key_location, parse_ref, parse_string, ParsedString, Piece};
+
+/// One step of a compiled path.
+pub enum Step {
+    /// Follow a key on an object, or (when the segment is an integer) an index on an array.
+    Key { key: Py<PyString>, index: ArrayIndex },
+    /// Map the rest of the path over every element.
+    Star,
+}
+
+/// A reference ready to follow: the root and segment keys as Python strings, plus the parsed path and
+/// location that errors report.
+pub struct Reference {
+    pub root_key: Py<PyString>,
+    pub steps: Box<[Step]>,
+    pub path: Path,
+    pub location: Box<str>,
+}
+
+pub enum Part {
+    Literal(Box<str>),
+    Reference(Reference),
+}
+
+pub struct TextNode {
+    pub parts: Box<[Part]>,
+    /// The length of the literal text: a first guess at the result's size.
+    pub literal_len: usize,
+}
+
+pub struct ObjectNode {
+    pub keys: Box<[Py<PyAny>]>,
+    pub values: Box<[Node]>,
+}
+
+pub enum Node {
+    /// An immutable constant (string, number, ...): shared by every result.
+    Atom(Py<PyAny>),
+    /// A constant container, owned by the plan: deep-copied on every resolve.
+    Container(Py<PyAny>),
+    Reference(Box<Reference>),
+    Text(Box<TextNode>),
+    Object(Box<ObjectNode>),
+    Array(Box<[Node]>),
+}
+
+impl Node {
+    fn is_constant(&self) -> bool {
+        matches!(self, Node::Atom(_) | Node::Container(_))
+    }
+
+    /// The value of a constant node, for folding it into its parent's constant.
+    fn constant_value(self) -> Py<PyAny> {
+        match self {
+            Node::Atom(value) | Node::Container(value) => value,
+            _ => unreachable!("only constants fold"),
+        }
+    }
+}
+
+/// A compiled template: its plan and the references it makes, in template order.
+pub struct Plan {
+    pub root: Node,
+    pub sites: Vec<(String, String)>,
+}
+
+/// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
+pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyResult<Plan> {
+    let mut compiler = Compiler { ids, sites: Vec::new() };
+    let root = compiler.node(value, location)?;
+    Ok(Plan { root, sites: compiler.sites })
+}
+
+struct Compiler<'a> {
+    ids: &'a StepIds,
+    sites: Vec<(String, String)>,
+}
+
+impl Compiler<'_> {
+    fn node(&mut self, value: &Bound<'_, PyAny>, loc: &str) -> PyResult<Node> {
+        let py = value.py();
+        if let Ok(dict) = value.cast::<PyDict>() {
+            if dict.len() == 1 {
+                if let Some(target) = dict.get_item(intern!(py, "$ref"))? {
+                    return self.reference(&target, loc);
+                }
+                if let Some(literal) = dict.get_item(intern!(py, "$literal"))? {
+                    return constant(deep_copy(literal, 0)?);
+                }
+            }
+            return self.object(dict, loc);
+        }
+        if value.is_instance_of::<PyList>() || value.is_instance_of::<pyo3::types::PyTuple>() {
+            let mut nodes = Vec::new();
+            for (i, item) in value.try_iter()?.enumerate() {
+                nodes.push(self.node(&item?, &index_location(loc, i))?);
+            }
+            if nodes.iter().all(Node::is_constant) {
+                let items = nodes.into_iter().map(|n| n.constant_value().into_bound(py));
+                return Ok(Node::Container(PyList::new(py, items)?.into_any().unbind()));
+            }
+            return Ok(Node::Array(nodes.into_boxed_slice()));
+        }
+        if let Ok(text) = value.cast::<PyString>() {
+            return self.string(text, loc);
+        }
+        Ok(Node::Atom(value.clone().unbind()))
+    }
+
+    fn object(&mut self, dict: &Bound<'_, PyDict>, loc: &str) -> PyResult<Node> {
+        let py = dict.py();
+        let items = if dict.is_exact_instance_of::<PyDict>() {
+            dict.items().into_any()
+        } else {
+            dict.call_method0(intern!(py, "items"))?
+        };
+        let mut keys = Vec::with_capacity(dict.len());
+        let mut values = Vec::with_capacity(dict.len());
+        for item in items.try_iter()? {
+            let (key, value): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item?.extract()?;
+            let child = match key.cast::<PyString>() {
+                Ok(key) => key_location(loc, &key.to_string_lossy()),
+                Err(_) => index_location(loc, key.str()?.to_string_lossy()),
+            };
+            values.push(self.node(&value, &child)?);
+            keys.push(key.unbind());
+        }
+        if values.iter().all(Node::is_constant) {
+            let folded = PyDict::new(py);
+            for (key, value) in keys.into_iter().zip(values) {
+                folded.set_item(key, value.constant_value())?;
+            }
+            return Ok(Node::Container(folded.into_any().unbind()));
+        }
+        Ok(Node::Object(Box::new(ObjectNode { keys: keys.into_boxed_slice(), values: values.into_boxed_slice() })))
+    }
+
+    fn reference(&mut self, target: &Bound<'_, PyAny>, loc: &str) -> PyResult<Node> {
+        let Ok(target) = target.cast::<PyString>() else {
+            return Err(ResolveError::syntax("`$ref` takes a path string".to_owned(), loc).into());
+        };
+        let Ok(text) = target.to_str() else {
+            let reason = "invalid `$ref` path: not valid Unicode (it contains a lone surrogate)";
+            return Err(ResolveError::syntax(reason.to_owned(), loc).into());
+        };
+        let path = parse_ref(text, self.ids).map_err(|reason| ResolveError::syntax(reason, loc))?;
+        Ok(Node::Reference(Box::new(self.compile_path(target.py(), path, loc))))
+    }
+
+    fn string(&mut self, value: &Bound<'_, PyString>, loc: &str) -> PyResult<Node> {
+        let py = value.py();
+        let Ok(text) = value.to_str() else {
+            // A lone surrogate cannot be scanned as text; it may stay only in a plain string.
+            if has_opener(&value.to_string_lossy()) {
+                let reason = "string is not valid Unicode (it contains a lone surrogate) and cannot hold placeholders";
+                return Err(ResolveError::syntax(reason.to_owned(), loc).into());
+            }
+            return Ok(Node::Atom(exact_str(value)?));
+        };
+        match parse_string(text, self.ids).map_err(|reason| ResolveError::syntax(reason, loc))? {
+            ParsedString::Constant(constant) if constant == text => Ok(Node::Atom(exact_str(value)?)),
+            ParsedString::Constant(constant) => Ok(Node::Atom(PyString::new(py, &constant).into_any().unbind())),
+            ParsedString::Reference(path) => Ok(Node::Reference(Box::new(self.compile_path(py, path, loc)))),
+            ParsedString::Text(pieces) => {
+                let mut literal_len = 0;
+                let parts = pieces
+                    .into_iter()
+                    .map(|piece| match piece {
+                        Piece::Literal(text) => {
+                            literal_len += text.len();
+                            Part::Literal(text.into_boxed_str())
+                        }
+                        Piece::Reference(path) => Part::Reference(self.compile_path(py, path, loc)),
+                    })
+                    .collect();
+                Ok(Node::Text(Box::new(TextNode { parts, literal_len })))
+            }
+        }
+    }
+
+    fn compile_path(&mut self, py: Python<'_>, path: Path, loc: &str) -> Reference {
+        self.sites.push((loc.to_owned(), path.normalized()));
+        let steps = path
+            .segments
+            .iter()
+            .map(|segment| match segment.kind {
+                SegmentKind::Star => Step::Star,
+                _ => Step::Key { key: PyString::intern(py, &segment.text).unbind(), index: segment.array_index() },
+            })
+            .collect();
+        let root_key = PyString::intern(py, path.root.name()).unbind();
+        Reference { root_key, steps, path, location: loc.into() }
+    }
+}
+
+fn constant(value: Bound<'_, PyAny>) -> PyResult<Node> {
+    let container = value.is_instance_of::<PyDict>() || value.is_instance_of::<PyList>();
+    Ok(if container { Node::Container(value.unbind()) } else { Node::Atom(value.unbind()) })
+}
+
+/// The string itself when it is an exact `str`, else a plain `str` copy of a subclass instance.
+fn exact_str(value: &Bound<'_, PyString>) -> PyResult<Py<PyAny>> {
+    if value.is_exact_instance_of::<PyString>() {
+        return Ok(value.clone().into_any().unbind());
+    }
+    // SAFETY: `value` is a live str; PyUnicode_FromObject returns a new reference or NULL with an error.
+    unsafe { Ok(Bound::from_owned_ptr_or_err(value.py(), ffi::PyUnicode_FromObject(value.as_ptr()))?.unbind()) }
+}
+
+/// Read `step_ids`: a sequence of ids (the first is step 1) or a mapping {N: id}.
+pub fn step_ids(value: Option<&Bound<'_, PyAny>>) -> PyResult<StepIds> {
+    static MAPPING: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let mut ids = StepIds::default();
+    let Some(value) = value else { return Ok(ids) };
+    let py = value.py();
+    let mut add = |n: Bound<'_, PyAny>, id: Bound<'_, PyAny>| -> PyResult<()> {
+        if !n.is_instance_of::<pyo3::types::PyInt>() {
+            let found = n.get_type().name()?;
+            return Err(PyTypeError::new_err(format!("step_ids keys must be integers, not {found}")));
+        }
+        let Ok(id) = id.cast::<PyString>() else {
+            let found = id.get_type().name()?;
+            return Err(PyTypeError::new_err(format!("step ids must be strings, not {found}")));
+        };
+        // SAFETY: `n` is a live int; PyNumber_Long returns a new reference or NULL with an error.
+        let n = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PyNumber_Long(n.as_ptr()))? };
+        ids.insert(n.str()?.to_str()?.to_owned(), id.to_string_lossy().into_owned());
+        Ok(())
+    };
+    if value.is_instance(MAPPING.import(py, "collections.abc", "Mapping")?)? {
+        for item in value.call_method0(intern!(py, "items"))?.try_iter()? {
+            let (n, id) = item?.extract()?;
+            add(n, id)?;
+        }
+    } else {
+        for (i, id) in value.try_iter()?.enumerate() {
+            add((i + 1).into_pyobject(py)?.into_any(), id?)?;
+        }
+    }
+    Ok(ids)
+}

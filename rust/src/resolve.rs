@@ -1,0 +1,569 @@
+//! Walk a plan against an environment and build a fresh result.
+//!
+//! Exact `dict`/`list`/`tuple`/`str`/`int`/`float`/`bool`/`None` are handled by pointer and type checks
+//! on the C API; subclasses and foreign types go through the Python protocol (out of line), so the
+//! result is always what the oracle's `isinstance`-based code gives.
+
+use std::fmt::Write;
+use std::ptr::addr_of_mut;
+
+use pyo3::exceptions::PyRecursionError;
+use pyo3::ffi;
+use pyo3::intern;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyDict, PyList, PyString, PyTuple};
+
+use crate::errors::{Found, ResolveError};
+use crate::path::ArrayIndex;
+use crate::plan::{Node, ObjectNode, Part, Reference, Step, TextNode};
+use crate::text::{write_float, write_json_string};
+
+/// Containers nested deeper than this are not copied: a deeper (or cyclic) value raises RecursionError,
+/// as the recursive copy in Python would.
+const MAX_COPY_DEPTH: u32 = 1000;
+/// Values nested deeper than this are stringified by Python's `json` (which detects cycles).
+const MAX_JSON_DEPTH: u32 = 128;
+
+/// Resolve `node` against `env` into a new value that shares no container with the plan or `env`.
+pub fn resolve<'py>(py: Python<'py>, node: &Node, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    match node {
+        Node::Atom(value) => Ok(value.bind(py).clone()),
+        Node::Container(value) => deep_copy(value.bind(py).clone(), 0),
+        Node::Reference(reference) => lookup(py, reference, env, true),
+        Node::Text(text) => interpolate(py, text, env),
+        Node::Object(object) => resolve_object(py, object, env),
+        Node::Array(items) => resolve_array(py, items, env),
+    }
+}
+
+fn resolve_object<'py>(py: Python<'py>, node: &ObjectNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the new dict is ours; PyDict_SetItem borrows key and value and reports failure by -1.
+    unsafe {
+        let dict = Bound::from_owned_ptr_or_err(py, ffi::_PyDict_NewPresized(node.keys.len() as ffi::Py_ssize_t))?;
+        for (key, value) in node.keys.iter().zip(node.values.iter()) {
+            let value = resolve(py, value, env)?;
+            if ffi::PyDict_SetItem(dict.as_ptr(), key.as_ptr(), value.as_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+        Ok(dict)
+    }
+}
+
+fn resolve_array<'py>(py: Python<'py>, items: &[Node], env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: the new list has exactly `items.len()` slots, each filled once with a new reference
+    // (SET_ITEM steals it); a list dropped half-filled releases only the slots that were set.
+    unsafe {
+        let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t))?;
+        for (i, item) in items.iter().enumerate() {
+            let value = resolve(py, item, env)?;
+            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
+        }
+        Ok(list)
+    }
+}
+
+// --- following paths ---------------------------------------------------------------------------------
+
+/// The value `reference` names in `env`; a deep copy when `copy`, else the value itself.
+pub fn lookup<'py>(
+    py: Python<'py>,
+    reference: &Reference,
+    env: &Bound<'py, PyAny>,
+    copy: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    // SAFETY: `env` is alive for the call; a borrowed dict item is increfed before anything else runs.
+    let root = unsafe {
+        if ffi::PyDict_CheckExact(env.as_ptr()) != 0 {
+            let item = ffi::PyDict_GetItemWithError(env.as_ptr(), reference.root_key.as_ptr());
+            if item.is_null() {
+                return Err(fetch_or(py, || missing_root(reference, env)));
+            }
+            Bound::from_borrowed_ptr(py, item)
+        } else {
+            root_slow(reference, env)?
+        }
+    };
+    walk(py, reference, 0, root, copy)
+}
+
+#[inline(never)]
+fn root_slow<'py>(reference: &Reference, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let key = reference.root_key.bind(env.py());
+    if !env.contains(key)? {
+        return Err(missing_root(reference, env));
+    }
+    env.get_item(key)
+}
+
+/// Follow `reference.steps[from..]` from `value`.
+fn walk<'py>(
+    py: Python<'py>,
+    reference: &Reference,
+    from: usize,
+    mut value: Bound<'py, PyAny>,
+    copy: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    for (i, step) in reference.steps.iter().enumerate().skip(from) {
+        let (key, index) = match step {
+            Step::Star => return star(py, reference, i, value, copy),
+            Step::Key { key, index } => (key, *index),
+        };
+        let ptr = value.as_ptr();
+        // SAFETY: `ptr` is kept alive by `value`; list and tuple reads are bounds-checked by
+        // `array_position`; every borrowed item is increfed (from_borrowed_ptr) before `value` is replaced.
+        unsafe {
+            let item = if ffi::PyDict_CheckExact(ptr) != 0 {
+                let item = ffi::PyDict_GetItemWithError(ptr, key.as_ptr());
+                if item.is_null() {
+                    return Err(fetch_or(py, || missing(reference, i, &value)));
+                }
+                item
+            } else if ffi::PyList_CheckExact(ptr) != 0 {
+                match array_position(index, ffi::PyList_GET_SIZE(ptr)) {
+                    Some(k) => ffi::PyList_GET_ITEM(ptr, k),
+                    None => return Err(missing(reference, i, &value)),
+                }
+            } else if ffi::PyTuple_CheckExact(ptr) != 0 {
+                match array_position(index, ffi::PyTuple_GET_SIZE(ptr)) {
+                    Some(k) => ffi::PyTuple_GET_ITEM(ptr, k),
+                    None => return Err(missing(reference, i, &value)),
+                }
+            } else {
+                value = step_slow(reference, i, &value)?;
+                continue;
+            };
+            value = Bound::from_borrowed_ptr(py, item);
+        }
+    }
+    if copy {
+        deep_copy(value, 0)
+    } else {
+        Ok(value)
+    }
+}
+
+#[inline]
+fn array_position(index: ArrayIndex, len: ffi::Py_ssize_t) -> Option<ffi::Py_ssize_t> {
+    let ArrayIndex::At(k) = index else { return None };
+    let k = if k < 0 { k + len as i64 } else { k };
+    (0..len as i64).contains(&k).then_some(k as ffi::Py_ssize_t)
+}
+
+/// One key/index step on anything but an exact dict, list or tuple: subclasses through their own
+/// methods (`in`, `[]`, `len`), like the oracle; anything else has no members.
+#[inline(never)]
+fn step_slow<'py>(reference: &Reference, i: usize, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let Step::Key { key, index } = &reference.steps[i] else { unreachable!("stars are handled by walk") };
+    let key = key.bind(value.py());
+    if value.is_instance_of::<PyDict>() {
+        if value.contains(key)? {
+            return value.get_item(key);
+        }
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        if let ArrayIndex::At(k) = *index {
+            let len = value.len()? as i64;
+            if -len <= k && k < len {
+                return value.get_item(k);
+            }
+        }
+    }
+    Err(missing(reference, i, value))
+}
+
+/// `*`: the rest of the path over every element of an array or every value of an object, as a list.
+fn star<'py>(
+    py: Python<'py>,
+    reference: &Reference,
+    i: usize,
+    value: Bound<'py, PyAny>,
+    copy: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let ptr = value.as_ptr();
+    // SAFETY: each call returns a new reference or NULL with an error set.
+    let elements = unsafe {
+        if ffi::PyDict_CheckExact(ptr) != 0 {
+            Bound::from_owned_ptr_or_err(py, ffi::PyDict_Values(ptr))?
+        } else if ffi::PyList_CheckExact(ptr) != 0 || ffi::PyTuple_CheckExact(ptr) != 0 {
+            Bound::from_owned_ptr_or_err(py, ffi::PySequence_List(ptr))?
+        } else if value.is_instance_of::<PyDict>() {
+            let values = value.call_method0(intern!(py, "values"))?;
+            Bound::from_owned_ptr_or_err(py, ffi::PySequence_List(values.as_ptr()))?
+        } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+            Bound::from_owned_ptr_or_err(py, ffi::PySequence_List(ptr))?
+        } else {
+            return Err(missing(reference, i, &value));
+        }
+    };
+    let elements = elements.cast_into::<PyList>()?;
+    let n = elements.len();
+    // SAFETY: `out` has `n` slots, each set once with a new reference; `elements` is our own list, so
+    // its length cannot change while we walk.
+    unsafe {
+        let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?;
+        for j in 0..n {
+            let element = Bound::from_borrowed_ptr(py, ffi::PyList_GET_ITEM(elements.as_ptr(), j as ffi::Py_ssize_t));
+            let result = walk(py, reference, i + 1, element, copy)?;
+            ffi::PyList_SET_ITEM(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
+        }
+        Ok(out)
+    }
+}
+
+// --- errors ------------------------------------------------------------------------------------------
+
+/// The Python error a failed C call set, or (none set: a plain miss) the error `otherwise` builds.
+#[inline]
+fn fetch_or(py: Python<'_>, otherwise: impl FnOnce() -> PyErr) -> PyErr {
+    PyErr::take(py).unwrap_or_else(otherwise)
+}
+
+#[cold]
+#[inline(never)]
+fn missing(reference: &Reference, i: usize, found: &Bound<'_, PyAny>) -> PyErr {
+    let segment = match reference.steps[i] {
+        Step::Star => "*".to_owned(),
+        Step::Key { .. } => reference.path.segments[i].shown(),
+    };
+    match describe(found, None) {
+        Ok(found) => ResolveError::missing(reference.path.normalized(), &reference.location, segment, found).into(),
+        Err(err) => err,
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn missing_root(reference: &Reference, env: &Bound<'_, PyAny>) -> PyErr {
+    let root = reference.path.root.name().to_owned();
+    match describe(env, Some("environment")) {
+        Ok(found) => ResolveError::missing(reference.path.normalized(), &reference.location, root, found).into(),
+        Err(err) => err,
+    }
+}
+
+/// What an error says was found: the JSON type (or `type_name`), and a mapping's first 10 keys and
+/// size or an array's length.
+fn describe(found: &Bound<'_, PyAny>, type_name: Option<&str>) -> PyResult<Found> {
+    static MAPPING: PyOnceLock<Py<pyo3::types::PyType>> = PyOnceLock::new();
+    let py = found.py();
+    let type_name = match type_name {
+        Some(name) => name.to_owned(),
+        None => json_type_name(found)?,
+    };
+    let (mut keys, mut length) = (None, None);
+    if found.is_instance(MAPPING.import(py, "collections.abc", "Mapping")?)? {
+        // SAFETY: PySequence_List returns a new reference or NULL with an error set.
+        let all = unsafe { Bound::from_owned_ptr_or_err(py, ffi::PySequence_List(found.as_ptr()))? };
+        let all = all.cast_into::<PyList>()?;
+        let first: PyResult<Vec<String>> =
+            all.iter().take(10).map(|k| Ok(k.str()?.to_string_lossy().into_owned())).collect();
+        keys = Some(first?);
+        length = Some(found.len()?);
+    } else if found.is_instance_of::<PyList>() || found.is_instance_of::<PyTuple>() {
+        length = Some(found.len()?);
+    }
+    Ok(Found { type_name, keys, length })
+}
+
+fn json_type_name(value: &Bound<'_, PyAny>) -> PyResult<String> {
+    Ok(if value.is_none() {
+        "null".to_owned()
+    } else if value.is_instance_of::<pyo3::types::PyBool>() {
+        "boolean".to_owned()
+    } else if value.is_instance_of::<pyo3::types::PyInt>() || value.is_instance_of::<pyo3::types::PyFloat>() {
+        "number".to_owned()
+    } else if value.is_instance_of::<PyString>() {
+        "string".to_owned()
+    } else if value.is_instance_of::<PyDict>() {
+        "object".to_owned()
+    } else if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        "array".to_owned()
+    } else {
+        value.get_type().name()?.to_string()
+    })
+}
+
+// --- deep copies -------------------------------------------------------------------------------------
+
+#[inline(always)]
+unsafe fn is_container(ptr: *mut ffi::PyObject) -> bool {
+    let flags = ffi::Py_TPFLAGS_LIST_SUBCLASS | ffi::Py_TPFLAGS_TUPLE_SUBCLASS | ffi::Py_TPFLAGS_DICT_SUBCLASS;
+    ffi::PyType_HasFeature(ffi::Py_TYPE(ptr), flags) != 0
+}
+
+/// A copy of `value` in which every dict, list and tuple (subclasses included) is a new dict or list;
+/// everything else is shared.
+#[inline]
+pub fn deep_copy(value: Bound<'_, PyAny>, depth: u32) -> PyResult<Bound<'_, PyAny>> {
+    let ptr = value.as_ptr();
+    // SAFETY: `ptr` is kept alive by `value` for the whole copy.
+    unsafe {
+        if !is_container(ptr) {
+            return Ok(value);
+        }
+        if depth >= MAX_COPY_DEPTH {
+            return Err(too_deep());
+        }
+        let py = value.py();
+        if ffi::PyDict_CheckExact(ptr) != 0 {
+            copy_dict(py, ptr, depth)
+        } else if ffi::PyList_CheckExact(ptr) != 0 {
+            copy_list(py, &value, depth)
+        } else if ffi::PyTuple_CheckExact(ptr) != 0 {
+            copy_tuple(py, ptr, depth)
+        } else {
+            copy_slow(&value, depth)
+        }
+    }
+}
+
+/// Copy the dict in one step (same keys, same order), then replace the values that are containers.
+unsafe fn copy_dict(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyResult<Bound<'_, PyAny>> {
+    let copy = Bound::from_owned_ptr_or_err(py, ffi::PyDict_Copy(src))?;
+    let (mut pos, mut key, mut item) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+    // Replacing the value of an existing key keeps the key set, which PyDict_Next allows.
+    while ffi::PyDict_Next(copy.as_ptr(), &mut pos, &mut key, &mut item) != 0 {
+        if is_container(item) {
+            let key = Bound::from_borrowed_ptr(py, key);
+            let copied = deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?;
+            if ffi::PyDict_SetItem(copy.as_ptr(), key.as_ptr(), copied.as_ptr()) != 0 {
+                return Err(PyErr::fetch(py));
+            }
+        }
+    }
+    Ok(copy)
+}
+
+unsafe fn copy_list<'py>(py: Python<'py>, src: &Bound<'py, PyAny>, depth: u32) -> PyResult<Bound<'py, PyAny>> {
+    let ptr = src.as_ptr();
+    let n = ffi::PyList_GET_SIZE(ptr);
+    let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
+    for i in 0..n {
+        // Copying a subclass runs Python code, which could change the list under us: then start over
+        // the way Python would iterate it.
+        if i >= ffi::PyList_GET_SIZE(ptr) {
+            return copy_slow(src, depth);
+        }
+        let item = ffi::PyList_GET_ITEM(ptr, i);
+        let copied = if is_container(item) {
+            deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?.into_ptr()
+        } else {
+            ffi::Py_INCREF(item);
+            item
+        };
+        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied);
+    }
+    if ffi::PyList_GET_SIZE(ptr) != n {
+        return copy_slow(src, depth);
+    }
+    Ok(out)
+}
+
+unsafe fn copy_tuple(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyResult<Bound<'_, PyAny>> {
+    let n = ffi::PyTuple_GET_SIZE(src);
+    let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
+    for i in 0..n {
+        let item = ffi::PyTuple_GET_ITEM(src, i);
+        let copied = deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?;
+        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied.into_ptr());
+    }
+    Ok(out)
+}
+
+/// Subclasses of dict, list and tuple: through their own `items()` / iteration, into a plain dict or list.
+#[inline(never)]
+fn copy_slow<'py>(value: &Bound<'py, PyAny>, depth: u32) -> PyResult<Bound<'py, PyAny>> {
+    let py = value.py();
+    if value.is_instance_of::<PyDict>() {
+        let out = PyDict::new(py);
+        for item in value.call_method0(intern!(py, "items"))?.try_iter()? {
+            let (key, item): (Bound<'py, PyAny>, Bound<'py, PyAny>) = item?.extract()?;
+            out.set_item(key, deep_copy(item, depth + 1)?)?;
+        }
+        return Ok(out.into_any());
+    }
+    let items = value.try_iter()?.map(|item| deep_copy(item?, depth + 1)).collect::<PyResult<Vec<_>>>()?;
+    Ok(PyList::new(py, items)?.into_any())
+}
+
+#[cold]
+fn too_deep() -> PyErr {
+    PyRecursionError::new_err("maximum nesting depth exceeded while copying a value")
+}
+
+// --- interpolation -----------------------------------------------------------------------------------
+
+fn interpolate<'py>(py: Python<'py>, node: &TextNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let mut buf = String::with_capacity(node.literal_len + 32);
+    for part in node.parts.iter() {
+        match part {
+            Part::Literal(text) => buf.push_str(text),
+            Part::Reference(reference) => {
+                let value = lookup(py, reference, env, false)?;
+                if !write_text(&mut buf, &value)? {
+                    return interpolate_slow(py, node, env);
+                }
+            }
+        }
+    }
+    // SAFETY: `buf` is valid UTF-8; the call returns a new reference or NULL with an error set.
+    unsafe {
+        Bound::from_owned_ptr_or_err(
+            py,
+            ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), buf.len() as ffi::Py_ssize_t),
+        )
+    }
+}
+
+/// Append `value` as interpolated text: a string as itself, null as nothing, anything else as compact
+/// JSON. False when the text cannot be held in UTF-8 (a lone surrogate): the caller joins in Python.
+#[inline]
+fn write_text(buf: &mut String, value: &Bound<'_, PyAny>) -> PyResult<bool> {
+    let ptr = value.as_ptr();
+    // SAFETY: `ptr` is alive (held by `value`) and only read.
+    unsafe {
+        if ffi::PyUnicode_Check(ptr) != 0 {
+            return Ok(push_utf8(buf, ptr));
+        }
+        if ptr == ffi::Py_None() {
+            return Ok(true);
+        }
+        let start = buf.len();
+        if write_json(buf, ptr, 0) {
+            return Ok(true);
+        }
+        buf.truncate(start);
+    }
+    let text = json_dumps(value)?;
+    // SAFETY: `text` is a live str.
+    Ok(unsafe { push_utf8(buf, text.as_ptr()) })
+}
+
+/// Append a str's text; false (and no error left set) when it holds a lone surrogate.
+#[inline]
+unsafe fn push_utf8(buf: &mut String, ptr: *mut ffi::PyObject) -> bool {
+    match utf8(ptr) {
+        Some(text) => {
+            buf.push_str(text);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The UTF-8 text of a str (valid as long as the str lives), or None (no error left set) when it holds
+/// a lone surrogate.
+#[inline]
+unsafe fn utf8<'a>(ptr: *mut ffi::PyObject) -> Option<&'a str> {
+    let mut size: ffi::Py_ssize_t = 0;
+    let data = ffi::PyUnicode_AsUTF8AndSize(ptr, &mut size);
+    if data.is_null() {
+        ffi::PyErr_Clear();
+        return None;
+    }
+    // SAFETY: CPython hands out valid UTF-8 of `size` bytes, cached in the str object.
+    Some(std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast(), size as usize)))
+}
+
+/// Write `ptr` as `json.dumps(..., separators=(",", ":"), ensure_ascii=False)` would, for exact JSON
+/// types; false (with partial output) for anything else, which the caller hands to Python's `json`.
+/// Runs no Python code, so containers cannot change under it.
+unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> bool {
+    if depth > MAX_JSON_DEPTH {
+        return false;
+    }
+    let ty = ffi::Py_TYPE(ptr);
+    if ty == addr_of_mut!(ffi::PyUnicode_Type) {
+        match utf8(ptr) {
+            Some(text) => write_json_string(buf, text),
+            None => return false,
+        }
+    } else if ty == addr_of_mut!(ffi::PyLong_Type) {
+        let mut overflow = 0;
+        let n = ffi::PyLong_AsLongLongAndOverflow(ptr, &mut overflow);
+        if overflow != 0 || (n == -1 && !ffi::PyErr_Occurred().is_null()) {
+            ffi::PyErr_Clear();
+            return false;
+        }
+        let _ = write!(buf, "{n}");
+    } else if ty == addr_of_mut!(ffi::PyFloat_Type) {
+        write_float(buf, ffi::PyFloat_AS_DOUBLE(ptr));
+    } else if ptr == ffi::Py_True() {
+        buf.push_str("true");
+    } else if ptr == ffi::Py_False() {
+        buf.push_str("false");
+    } else if ptr == ffi::Py_None() {
+        buf.push_str("null");
+    } else if ty == addr_of_mut!(ffi::PyDict_Type) {
+        buf.push('{');
+        let (mut pos, mut key, mut item) = (0, std::ptr::null_mut(), std::ptr::null_mut());
+        let mut first = true;
+        while ffi::PyDict_Next(ptr, &mut pos, &mut key, &mut item) != 0 {
+            if !first {
+                buf.push(',');
+            }
+            first = false;
+            if ffi::Py_TYPE(key) != addr_of_mut!(ffi::PyUnicode_Type) || !write_json(buf, key, depth + 1) {
+                return false;
+            }
+            buf.push(':');
+            if !write_json(buf, item, depth + 1) {
+                return false;
+            }
+        }
+        buf.push('}');
+    } else if ty == addr_of_mut!(ffi::PyList_Type) || ty == addr_of_mut!(ffi::PyTuple_Type) {
+        let list = ty == addr_of_mut!(ffi::PyList_Type);
+        let n = if list { ffi::PyList_GET_SIZE(ptr) } else { ffi::PyTuple_GET_SIZE(ptr) };
+        buf.push('[');
+        for i in 0..n {
+            if i > 0 {
+                buf.push(',');
+            }
+            let item = if list { ffi::PyList_GET_ITEM(ptr, i) } else { ffi::PyTuple_GET_ITEM(ptr, i) };
+            if !write_json(buf, item, depth + 1) {
+                return false;
+            }
+        }
+        buf.push(']');
+    } else {
+        return false;
+    }
+    true
+}
+
+/// `json.dumps(value, separators=(",", ":"), ensure_ascii=False)`, for what `write_json` leaves to
+/// Python: foreign types, int and float subclasses, big ints, deep or cyclic values.
+#[inline(never)]
+fn json_dumps<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> {
+    static DUMPS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let py = value.py();
+    let dumps = DUMPS.import(py, "json", "dumps")?;
+    let kwargs = PyDict::new(py);
+    kwargs.set_item("separators", (",", ":"))?;
+    kwargs.set_item("ensure_ascii", false)?;
+    Ok(dumps.call((value,), Some(&kwargs))?.cast_into::<PyString>()?)
+}
+
+/// Interpolation done by Python's `"".join`, for text that UTF-8 cannot hold (lone surrogates).
+#[inline(never)]
+fn interpolate_slow<'py>(py: Python<'py>, node: &TextNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let mut pieces = Vec::with_capacity(node.parts.len());
+    for part in node.parts.iter() {
+        pieces.push(match part {
+            Part::Literal(text) => PyString::new(py, text).into_any(),
+            Part::Reference(reference) => {
+                let value = lookup(py, reference, env, false)?;
+                if value.is_instance_of::<PyString>() {
+                    value
+                } else if value.is_none() {
+                    PyString::new(py, "").into_any()
+                } else {
+                    json_dumps(&value)?.into_any()
+                }
+            }
+        });
+    }
+    PyString::new(py, "").call_method1(intern!(py, "join"), (pieces,))
+}
