@@ -1,0 +1,124 @@
+"""``attach(server)``: add ``mcp_pipe`` to an existing SDK server, composing the tools it already has.
+
+Works on an ``MCPServer`` and on a low-level ``Server``: the server's own ``tools/list`` and ``tools/call``
+handlers are wrapped, so ``mcp_pipe`` appears in the listing and its steps call the server's tools through
+the server's own handler (with the caller's request context), exactly as a direct call would.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel.server import Server
+from mcp.server.mcpserver import MCPServer
+from mcp_types import CallToolRequestParams, PaginatedRequestParams
+from pydantic import BaseModel
+
+from mcpipe.compile import Limits
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway
+from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_envelope, tool_context
+from mcpipe.tools import Tool, ToolContext, ToolResult
+
+__all__ = ["attach"]
+
+
+def _dump(result: Any) -> dict[str, Any]:
+    if isinstance(result, BaseModel):
+        return result.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return dict(result or {})
+
+
+class _ServerTool:
+    """One of the host server's tools, called through the host's own ``tools/call`` handler."""
+
+    __slots__ = ("_handler", "description", "input_schema", "name", "output_schema")
+
+    def __init__(self, entry: dict[str, Any], handler: Any) -> None:
+        self.name = entry["name"]
+        self.description = entry.get("description") or ""
+        self.input_schema = entry.get("inputSchema") or {"type": "object"}
+        self.output_schema = entry.get("outputSchema")
+        self._handler = handler
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        request_ctx = ctx.extras["mcp_context"]
+        out = _dump(await self._handler(request_ctx, CallToolRequestParams(name=self.name, arguments=args)))
+        return ToolResult(out.get("content", []), out.get("structuredContent"), bool(out.get("isError")))
+
+
+class _Snapshot:
+    def __init__(self, tools: list[_ServerTool]) -> None:
+        self.tools = {t.name: t for t in tools}
+
+    def get(self, name: str) -> Tool | None:
+        return self.tools.get(name)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(list(self.tools.values()))
+
+
+def attach(
+    server: MCPServer[Any] | Server[Any],
+    *,
+    limits: Limits | None = None,
+    audit: AuditLog | None = None,
+) -> MCPServer[Any] | Server[Any]:
+    """Add ``mcp_pipe`` to ``server``, whose steps may call every tool the server lists.
+
+    Args:
+        server: an ``mcp`` SDK ``MCPServer`` or low-level ``Server`` with tools.
+        limits: the pipeline limits (default: 50 steps, depth 5, 8 parallel calls).
+        audit: where to write one record per call made by a pipeline (and per ``mcp_pipe`` call);
+            default: none.
+
+    Returns:
+        The same server, for chaining.
+
+    Raises:
+        ValueError: the server has no ``tools/list`` and ``tools/call`` handlers, or already has ``mcp_pipe``.
+    """
+    low: Server[Any] = server._lowlevel_server if isinstance(server, MCPServer) else server
+    list_entry = low.get_request_handler("tools/list")
+    call_entry = low.get_request_handler("tools/call")
+    if list_entry is None or call_entry is None:
+        raise ValueError("attach() needs a server with tools (tools/list and tools/call handlers)")
+    if getattr(low, "_mcpipe_attached", False):
+        raise ValueError("mcp_pipe is already attached to this server")
+    list_tools, call_tool = list_entry.handler, call_entry.handler
+    audit = audit or AuditLog(None)
+
+    async def own_tools(ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
+        entries: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(100):
+            page = _dump(await list_tools(ctx, PaginatedRequestParams(cursor=cursor)))
+            entries += page.get("tools", [])
+            cursor = page.get("nextCursor")
+            if not cursor:
+                break
+        return [e for e in entries if e.get("name") != PIPE_TOOL]
+
+    async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> Any:
+        out = _dump(await list_tools(ctx, params))
+        if params is None or params.cursor is None:
+            out["tools"] = [PIPE_TOOL_WIRE, *out.get("tools", [])]
+        return out
+
+    async def on_call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
+        if params.name != PIPE_TOOL:
+            return await call_tool(ctx, params)
+        gateway = Gateway([_Snapshot([_ServerTool(e, call_tool) for e in await own_tools(ctx)])], audit=audit)
+        out = pipe_envelope(await PipeRunner(gateway, limits).run(params.arguments or {}, tool_context(ctx)))
+        if ctx.protocol_version in _MODERN:
+            out["resultType"] = "complete"
+        return out
+
+    low.add_request_handler("tools/list", list_entry.params_type, on_list_tools)
+    low.add_request_handler("tools/call", call_entry.params_type, on_call_tool)
+    lookup = low.get_tool_input_schema
+    if lookup is not None:
+        low.get_tool_input_schema = lambda name: PIPE_TOOL_WIRE["inputSchema"] if name == PIPE_TOOL else lookup(name)
+    low._mcpipe_attached = True  # type: ignore[attr-defined]
+    return server

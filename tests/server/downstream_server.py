@@ -1,0 +1,94 @@
+"""A downstream MCP server for the gateway tests, run as its own process.
+
+    python downstream_server.py            # stdio
+    python downstream_server.py --http 0   # streamable HTTP on 127.0.0.1; prints the URL on stdout
+
+Its tools: ``add``, ``greet`` (reads an env var, to check ``env`` reaches it), ``progress`` (reports
+progress), ``wait`` (runs until cancelled and records when it was), ``events`` (what ``wait`` recorded),
+``crash`` (the process exits mid-call), ``secret`` (excluded by the tests' config).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from functools import partial
+
+import anyio
+import trio
+from mcp.server.mcpserver import Context, MCPServer
+
+server = MCPServer("downstream")
+EVENTS: list[dict[str, float | str]] = []
+
+
+@server.tool()
+def add(a: int, b: int) -> int:
+    """Add two integers."""
+    return a + b
+
+
+@server.tool()
+def greet(name: str) -> str:
+    """Greet someone, in the greeting of the GREETING environment variable."""
+    return f"{os.environ.get('GREETING', 'hello')}, {name}"
+
+
+@server.tool()
+async def progress(steps: int, ctx: Context) -> str:
+    """Report `steps` progress notifications, then answer."""
+    for i in range(1, steps + 1):
+        await ctx.report_progress(i, steps, f"tick {i}")
+    return f"{steps} ticks"
+
+
+@server.tool()
+async def wait(tag: str) -> str:
+    """Run until cancelled; record the moment (time.monotonic, system-wide on Linux)."""
+    EVENTS.append({"event": "started", "tag": tag, "t": time.monotonic()})
+    try:
+        await anyio.sleep(60)
+    except anyio.get_cancelled_exc_class():
+        EVENTS.append({"event": "cancelled", "tag": tag, "t": time.monotonic()})
+        raise
+    return "waited"
+
+
+@server.tool()
+def events() -> list[dict[str, float | str]]:
+    """What `wait` recorded."""
+    return EVENTS
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the process in the middle of the call."""
+    os._exit(3)
+
+
+@server.tool()
+def secret() -> str:
+    """A tool the gateway is configured not to serve."""
+    return "should not be reachable"
+
+
+async def _serve_http(port: int) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    cfg = Config()
+    cfg.bind = [f"127.0.0.1:{port}"]
+    cfg.accesslog = None
+    cfg.graceful_timeout = 0.5
+    app = server.streamable_http_app()
+    async with trio.open_nursery() as n:
+        binds = await n.start(partial(serve, app, cfg))
+        print(binds[0] + "/mcp", flush=True)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--http":
+        trio.run(_serve_http, int(sys.argv[2]))
+    else:
+        anyio.run(server.run_stdio_async, backend="trio")
