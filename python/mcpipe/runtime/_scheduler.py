@@ -345,6 +345,9 @@ class _Run:
             self.proc_limiter = process_limiter()
         # Waiting here is not running: a step cancelled while it waits for a slot never started.
         async with self.call_limiter, self.proc_limiter:  # type: ignore[union-attr]
+            # A slot handed over by a sibling that has just failed comes with the group already
+            # cancelled: give up here, before the step counts as started.
+            await trio.lowlevel.checkpoint_if_cancelled()
             return await self._tool(step, env, results, prefix)
 
     async def _tool(self, step: ToolStep, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
