@@ -245,6 +245,14 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         mod, _, attr = entry.partition(":")
         if not mod or not attr:
             problems.append(Problem(f"python_tools[{i}]", CODE, f"`{entry}` is not `module:registry`"))
+    if isinstance(cfg.builtins, list):
+        from mcpipe.tools.builtin import BUILTIN_NAMES
+
+        for i, name in enumerate(cfg.builtins):
+            if name not in BUILTIN_NAMES:
+                problems.append(
+                    Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(BUILTIN_NAMES)})")
+                )
     p = cfg.pipe
     for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
         v = getattr(p, key)
