@@ -212,12 +212,8 @@ class Gateway:
             raise _Refused("FORBIDDEN", f"principal '{ctx.principal}' may not call '{name}'")
         try:
             result = await tool.call(args, ctx)
-        except trio.Cancelled:
-            self._record(ctx, name, False, "CANCELLED", t0, 0.0)
-            raise
         except BaseException as exc:
-            code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
-            self._record(ctx, name, False, code if code and code != "INTERNAL" else "TOOL_FAILED", t0, 0.0)
+            self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise
         cost = self.cost_of(name)
         self._record(ctx, name, not result.is_error, "TOOL_ERROR" if result.is_error else None, t0, cost)
@@ -256,6 +252,15 @@ class Gateway:
                 "request_id": ctx.request_id,
             }
         )
+
+
+def _failure_code(exc: BaseException) -> str:
+    if isinstance(exc, trio.Cancelled):
+        return "CANCELLED"
+    if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None:
+        return "CANCELLED"  # a tool's nursery wraps the cancellation in a group
+    code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
+    return code if code and code != "INTERNAL" else "TOOL_FAILED"
 
 
 class _Refused(CallError):

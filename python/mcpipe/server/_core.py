@@ -155,14 +155,14 @@ class PipeRunner:
         pid = new_pipeline_id()
         ctx.pipeline = pid
         t0 = time.perf_counter()
+        answer = None
         try:
             # Whether the caller asked for progress is the transport's business (a token on the wire, a
             # callback in memory), and reporting without one is a no-op: always report.
             answer = await self._run_with_progress(args, ctx)
-        except trio.Cancelled:
-            self.gateway.record_pipe(ctx, pid, {"ok": False, "error_code": "CANCELLED"}, t0)
-            raise
-        self.gateway.record_pipe(ctx, pid, answer, t0)
+        finally:
+            # No answer means the call was cancelled (the scheduler answers every failure of its own).
+            self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": "CANCELLED"}, t0)
         return answer
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
