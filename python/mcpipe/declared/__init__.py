@@ -1,0 +1,63 @@
+"""Declared pipeline steps: the step kinds operators write in the config, compiled once and run per call.
+
+Compile a pipeline's steps (the config loader does this once, at load)::
+
+    steps, problems = compile_steps(raw_steps, "pipelines.charge.steps", StepScope(policy=policy, tools=registry))
+
+Run a leaf step (the scheduler does this per call)::
+
+    out = await step.execute(env, ctx)          # a StepOutput; failures are outputs, not exceptions
+    result = out.result(step.id, step.kind, ms)  # the contract's step-result object
+
+``parallel`` and ``pipe`` steps compile to :class:`DeclaredParallel` / :class:`DeclaredPipe`, shaped like
+:class:`mcpipe.compile.ParallelStep` / :class:`~mcpipe.compile.PipeStep`; :func:`prelude` applies their
+``when`` and ``input_transform``. See ``docs/declared-pipelines.md`` for every kind.
+"""
+
+from mcpipe.declared._compile import JSONATA_PLUGIN, KINDS, CompiledStep, Kind, StepScope, compile_step, compile_steps
+from mcpipe.declared._expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
+from mcpipe.declared._kinds import has_progress_token
+from mcpipe.declared._model import KIND_STRUCTS, LOG_LEVELS, StepFields, step_schema
+from mcpipe.declared._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
+from mcpipe.declared._step import (
+    SKIP,
+    DeclaredParallel,
+    DeclaredPipe,
+    DeclaredStep,
+    RunFn,
+    StepFailure,
+    StepOutput,
+    prelude,
+)
+
+__all__ = [
+    "JSONATA_PLUGIN",
+    "KINDS",
+    "KIND_STRUCTS",
+    "LOG_LEVELS",
+    "ROOTS",
+    "SKIP",
+    "CelExpr",
+    "CommandPolicy",
+    "CompiledStep",
+    "DeclaredParallel",
+    "DeclaredPipe",
+    "DeclaredStep",
+    "ExpressionError",
+    "ExpressionSyntaxError",
+    "ForbiddenError",
+    "HttpPolicy",
+    "JsonataExpr",
+    "Kind",
+    "RunFn",
+    "StepFailure",
+    "StepFields",
+    "StepOutput",
+    "StepPolicy",
+    "StepScope",
+    "compile_step",
+    "compile_steps",
+    "has_progress_token",
+    "prelude",
+    "step_schema",
+]

@@ -1,0 +1,192 @@
+"""The ``command`` executor: run an allowed executable, no shell, in its own process group.
+
+The process starts in a new session, so it and everything it spawns form one process group. When the
+step is cancelled (its timeout, the pipeline's deadline, the caller going away) the whole group gets
+SIGTERM, then SIGKILL after the policy's grace period, and the step waits (shielded) until the process
+has been reaped: no process outlives the step that started it. The group is also killed when the main
+process exits while something still holds the output pipes (a background child), so that cannot keep the
+step waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+import trio
+
+from mcpipe.declared._policy import CommandPolicy
+from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["CommandPlan", "run_command"]
+
+
+class CommandPlan:
+    """What the compiler fixed for a command step: its argv prefix and the policy it runs under."""
+
+    __slots__ = ("argv", "policy")
+
+    def __init__(self, argv: tuple[str, ...], policy: CommandPolicy) -> None:
+        self.argv = argv
+        self.policy = policy
+
+
+_ORPHAN_GRACE_S = 0.2
+
+
+class _TooMuchOutput(Exception):
+    pass
+
+
+async def run_command(
+    step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    """Run the command; the output is ``{exit_code, stdout, stderr}`` plus ``json`` when stdout is JSON."""
+    spec = step.spec
+    plan: CommandPlan = step.plan
+    argv = [*plan.argv, *_args(inputs.get("args"))]
+    proc_env = plan.policy.base_env()
+    proc_env.update(_env(inputs.get("env")))
+    cwd = inputs.get("cwd")
+    if cwd is not None and not isinstance(cwd, str):
+        raise StepFailure(f"`cwd` must be a string, got {type(cwd).__name__}", "TOOL_FAILED")
+    stdin = _stdin(inputs.get("stdin"))
+    code, out, err = await _run(argv, proc_env, cwd, stdin, plan.policy)
+    stdout = out.decode("utf-8", errors="replace")
+    stderr = err.decode("utf-8", errors="replace")
+    output: dict[str, Any] = {"exit_code": code, "stdout": stdout, "stderr": stderr}
+    parsed = False
+    if stdout.strip():
+        try:
+            output["json"] = orjson.loads(out)
+            parsed = True
+        except orjson.JSONDecodeError:
+            pass
+    if code not in spec.expected_exit_codes:  # type: ignore[attr-defined]
+        tail = stderr.strip()[-500:]
+        reason = f"command '{spec.command}' exited with code {code}"  # type: ignore[attr-defined]
+        raise StepFailure(f"{reason}: {tail}" if tail else reason, "TOOL_ERROR", output)
+    if spec.require_json_stdout and not parsed:  # type: ignore[attr-defined]
+        raise StepFailure(f"command '{spec.command}' did not print JSON", "TOOL_ERROR", output)  # type: ignore[attr-defined]
+    return StepOutput.of(output)
+
+
+def _args(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise StepFailure(f"`args` must be an array, got {type(value).__name__}", "TOOL_FAILED")
+    out = []
+    for item in value:
+        if isinstance(item, str):
+            out.append(item)
+        elif isinstance(item, bool):
+            out.append("true" if item else "false")
+        elif isinstance(item, (int, float)):
+            out.append(orjson.dumps(item).decode())
+        else:
+            raise StepFailure(f"every arg must be a string or a number, got {item!r}", "TOOL_FAILED")
+    return out
+
+
+def _env(value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise StepFailure(f"`env` must be an object, got {type(value).__name__}", "TOOL_FAILED")
+    return {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in value.items() if v is not None}
+
+
+def _stdin(value: Any) -> bytes | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return value.encode()
+    return orjson.dumps(value)
+
+
+def _kill_group(pid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, sig)
+
+
+async def _run(
+    argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None, policy: CommandPolicy
+) -> tuple[int, bytes, bytes]:
+    try:
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+    except OSError as e:
+        raise StepFailure(f"cannot start '{argv[0]}': {e.strerror or e}", "TOOL_FAILED") from None
+    limit = policy.max_output_bytes
+    out: list[bytes] = []
+    err: list[bytes] = []
+
+    async def feed() -> None:
+        assert process.stdin is not None
+        async with process.stdin:
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await process.stdin.send_all(stdin or b"")
+
+    open_pipes = 2
+    drained = trio.Event()
+
+    async def drain(stream: trio.abc.ReceiveStream, into: list[bytes]) -> None:
+        nonlocal open_pipes
+        size = 0
+        async with stream:
+            while chunk := await stream.receive_some(65536):
+                size += len(chunk)
+                if size > limit:
+                    raise _TooMuchOutput
+                into.append(chunk)
+        open_pipes -= 1
+        if not open_pipes:
+            drained.set()
+
+    try:
+        async with trio.open_nursery() as nursery:
+            if stdin is not None:
+                nursery.start_soon(feed)
+            assert process.stdout is not None and process.stderr is not None
+            nursery.start_soon(drain, process.stdout, out)
+            nursery.start_soon(drain, process.stderr, err)
+            await process.wait()
+            # Children that outlived the main process and still hold the pipes open are ended, so they
+            # cannot keep the step waiting. (Only then: the group id may be reused once the group is gone.)
+            with trio.move_on_after(_ORPHAN_GRACE_S):
+                await drained.wait()
+            if not drained.is_set():
+                _kill_group(process.pid, signal.SIGKILL)
+    except _TooMuchOutput:
+        await _terminate(process, 0)
+        raise StepFailure(f"the command printed more than {limit} bytes", "TOOL_FAILED") from None
+    except BaseException:
+        # Cancelled (timeout, deadline, caller gone) or failed: never leave the process group behind.
+        await _terminate(process, policy.kill_grace_ms)
+        raise
+    return process.returncode, b"".join(out), b"".join(err)
+
+
+async def _terminate(process: trio.Process, grace_ms: float) -> None:
+    """SIGTERM the group, SIGKILL it after ``grace_ms``, and reap the process (shielded from cancellation)."""
+    with trio.CancelScope(shield=True):
+        if process.returncode is None and grace_ms > 0:
+            _kill_group(process.pid, signal.SIGTERM)
+            with trio.move_on_after(grace_ms / 1000):
+                await process.wait()
+        _kill_group(process.pid, signal.SIGKILL)
+        await process.wait()

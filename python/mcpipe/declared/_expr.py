@@ -1,0 +1,215 @@
+"""Compiled CEL and JSONata expressions: compile once at load, evaluate per step run.
+
+Both see the same context, the pipeline environment's roots: ``args``, ``steps``, ``vars``, ``context``
+and ``last`` (a step's ``input_transform``, when it has one, replaces ``args`` for that step).
+
+CEL values convert to JSON-ready values on the way out: timestamps become RFC 3339 strings, durations a
+number of seconds, bytes base64 text; integers wider than 64 bits arrive as doubles (a CEL limit).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import cel
+import jsonata
+
+from mcpipe.declared._scan import Mention, scan_cel, scan_jsonata
+
+__all__ = ["ROOTS", "CelExpr", "ExpressionError", "JsonataExpr", "to_json_value"]
+
+ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
+"""The variables every expression may read."""
+
+# CEL namespaces that look like variables to the compiled program but are not data.
+_NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets", "lists", "encoders"})
+
+_CEL_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
+
+
+class ExpressionError(Exception):
+    """An expression that failed while evaluating.
+
+    Attributes:
+        missing: True when it failed because a value was absent (an unknown key, an undefined variable):
+            the step fails with ``INTERPOLATION_FAILED`` then, else with ``TOOL_FAILED``.
+    """
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+
+
+class ExpressionSyntaxError(ValueError):
+    """An expression that does not compile; ``reason`` says why, with line and column when known."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class CelExpr:
+    """A compiled CEL expression.
+
+    Attributes:
+        source: the expression's text.
+        program: the compiled program.
+        mentions: the root references found in the source (``steps.fetch.output``).
+        roots: the roots it reads; evaluation passes only those to CEL.
+        steps: the step ids it reads, or None when it reads ``steps`` dynamically (``steps[x]``).
+    """
+
+    source: str
+    program: Any
+    mentions: tuple[Mention, ...]
+    roots: frozenset[str]
+    steps: frozenset[str] | None
+
+    @classmethod
+    def compile(cls, source: str) -> CelExpr:
+        """Compile ``source``.
+
+        Raises:
+            ExpressionSyntaxError: it does not parse, or it reads a variable that is not a root.
+        """
+        if not isinstance(source, str) or not source.strip():
+            raise ExpressionSyntaxError("a CEL expression must be a non-empty string")
+        try:
+            program = cel.compile(source)
+        except ValueError as e:
+            raise ExpressionSyntaxError(_cel_syntax(str(e))) from None
+        mentions, bound = scan_cel(source, ROOTS)
+        unknown = sorted(set(program.variables()) - ROOTS - bound - _NAMESPACES)
+        if unknown:
+            names = ", ".join(f"`{n}`" for n in unknown)
+            raise ExpressionSyntaxError(
+                f"unknown variable{'s' if len(unknown) > 1 else ''} {names} "
+                "(expressions see args, steps, vars, context and last)"
+            )
+        roots = frozenset(set(program.variables()) & ROOTS)
+        steps: set[str] | None = set()
+        for m in mentions:
+            if m.root == "steps":
+                if not m.segments:
+                    steps = None
+                elif steps is not None:
+                    steps.add(m.segments[0])
+        return cls(source, program, tuple(mentions), roots, None if steps is None else frozenset(steps))
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """Evaluate against the pipeline environment; the result is a JSON-ready value.
+
+        Raises:
+            ExpressionError: the expression failed (a missing key, a type mismatch, a division by zero).
+        """
+        context: dict[str, Any] = {}
+        for root in self.roots:
+            value = env.get(root)
+            if root == "steps" and self.steps is not None and isinstance(value, Mapping):
+                # Converting every earlier step's output to CEL on every evaluation would make an
+                # expression's cost grow with the pipeline; pass only the steps it names.
+                value = {k: value[k] for k in self.steps if k in value}
+            context[root] = value
+        try:
+            result = self.program.execute(context)
+        except KeyError as e:
+            raise ExpressionError(f"no such key: {e.args[0]!r}", missing=True) from None
+        except RuntimeError as e:
+            text = str(e)
+            raise ExpressionError(text, missing=text.startswith("Undefined variable")) from None
+        except Exception as e:  # the CEL library raises TypeError, ValueError, ZeroDivisionError, ...
+            raise ExpressionError(f"{type(e).__name__}: {e}") from None
+        return to_json_value(result)
+
+
+def _cel_syntax(message: str) -> str:
+    """Shorten the CEL library's parse error to ``syntax error at line 1, column 4: ...``."""
+    found = _CEL_ERROR.search(message)
+    if found is None:
+        return message.split("\n", 1)[0]
+    line, col, what = found.groups()
+    what = what.removeprefix("Syntax error: ")
+    return f"syntax error at line {line}, column {col}: {what}"
+
+
+def to_json_value(value: Any) -> Any:
+    """Turn what CEL or JSONata returns into plain JSON-ready data (dict, list, str, int, float, ...)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, Mapping):
+        return {str(k): to_json_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [to_json_value(v) for v in value]
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(bytes(value)).decode("ascii")
+    if isinstance(value, dt.datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    raise ExpressionError(f"the result is not JSON data: {type(value).__name__}")
+
+
+@dataclass(frozen=True, slots=True)
+class JsonataExpr:
+    """A compiled JSONata expression (the ``dev.mcpipe.transform.jsonata`` plugin).
+
+    Evaluation is bounded: ``max_ms`` of run time and ``max_depth`` of recursion, so a runaway expression
+    fails the step instead of holding the server.
+    """
+
+    source: str
+    expression: Any
+    mentions: tuple[Mention, ...]
+    max_ms: int = 1000
+    max_depth: int = 500
+
+    @classmethod
+    def compile(cls, source: str, *, max_ms: int = 1000, max_depth: int = 500) -> JsonataExpr:
+        """Compile ``source``.
+
+        Raises:
+            ExpressionSyntaxError: it does not parse.
+        """
+        if not isinstance(source, str) or not source.strip():
+            raise ExpressionSyntaxError("a JSONata expression must be a non-empty string")
+        try:
+            expression = jsonata.Jsonata(source)
+        except jsonata.JException as e:
+            raise ExpressionSyntaxError(_jsonata_message(e, source)) from None
+        mentions = scan_jsonata(source, ROOTS)
+        return cls(source, expression, tuple(mentions), max_ms, max_depth)
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """Evaluate with the pipeline environment as the input document (``steps.x.output``, ``args.y``).
+
+        Raises:
+            ExpressionError: the expression failed or ran past its bounds.
+        """
+        data = {root: env.get(root) for root in ROOTS}
+        frame = self.expression.create_frame(self.expression.environment)
+        frame.set_runtime_bounds(self.max_ms, self.max_depth)
+        try:
+            result = self.expression.evaluate(data, frame)
+        except jsonata.JException as e:
+            raise ExpressionError(_jsonata_message(e, self.source)) from None
+        except Exception as e:  # the library lets Python errors through (ZeroDivisionError, ...)
+            raise ExpressionError(f"{type(e).__name__}: {e}") from None
+        if callable(result):
+            raise ExpressionError("the result is a function, not JSON data")
+        return to_json_value(result)
+
+
+def _jsonata_message(e: Any, source: str) -> str:
+    code = getattr(e, "error", None)
+    pos = getattr(e, "location", None)
+    text = str(e)
+    where = ""
+    if isinstance(pos, int) and pos >= 0 and code and str(code).startswith("S"):
+        where = f" at character {pos}"
+    return f"{text}{where} ({code})" if code else text

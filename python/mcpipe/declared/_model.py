@@ -1,0 +1,212 @@
+"""The declared step kinds as msgspec Structs: one Struct per kind, fields named as in seed 003.
+
+A step is a flat object: ``kind``, ``id`` and the kind's fields as siblings. Every kind shares ``when``,
+``input_transform`` and ``timeout_ms``. Template fields are plain JSON values here; the compiler turns
+them into :class:`mcpipe.Template` objects. Unknown fields are errors.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+import msgspec
+
+__all__ = [
+    "KIND_STRUCTS",
+    "LOG_LEVELS",
+    "CelGateFields",
+    "CommandFields",
+    "GraphqlFields",
+    "HttpFields",
+    "LogFields",
+    "MockFields",
+    "ParallelFields",
+    "PipeFields",
+    "PluginTransformFields",
+    "ProgressFields",
+    "StepFields",
+    "ToolFields",
+    "TransformFields",
+    "ValueFields",
+    "step_schema",
+]
+
+StepId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
+TimeoutMs = Annotated[float, msgspec.Meta(gt=0, description="Deadline in milliseconds.")]
+Expression = Annotated[str, msgspec.Meta(min_length=1)]
+StatusCode = Annotated[int, msgspec.Meta(ge=100, le=599)]
+
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+LogLevel = Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class StepFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, tag_field="kind"):
+    """The fields every step kind has.
+
+    Attributes:
+        id: unique within its list; defaults to ``step<N>`` (N the 1-based position).
+        when: a CEL condition; when false the step is skipped (it shows as skipped, its output is null).
+        input_transform: a CEL expression whose value replaces ``args`` for this step's templates and
+            expressions.
+        timeout_ms: the step's deadline; past it the step fails with ``TIMEOUT``.
+    """
+
+    id: StepId | None = None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    timeout_ms: TimeoutMs | None = None
+
+
+class ToolFields(StepFields, tag="tool"):
+    """Call a tool the server knows: ``{kind: tool, tool: <name>, args: <template>}``."""
+
+    tool: Annotated[str, msgspec.Meta(min_length=1)]
+    args: Any = msgspec.field(default_factory=dict)
+
+
+class HttpFields(StepFields, tag="http"):
+    """One HTTP request. ``url``, ``headers``, ``query`` and ``body`` are templates.
+
+    An object or array ``body`` is sent as JSON; a string as text; null sends no body.
+    ``expected_status_codes`` defaults to any 2xx.
+    """
+
+    url: Any
+    method: HttpMethod = "GET"
+    headers: Any = None
+    query: Any = None
+    body: Any = None
+    expected_status_codes: list[StatusCode] | None = None
+    require_json_response: bool = False
+    follow_redirects: bool = False
+
+
+class GraphqlFields(StepFields, tag="graphql"):
+    """One GraphQL request (POST, JSON). ``url``, ``variables`` and ``headers`` are templates;
+    ``operation`` is the query text (pass data through ``variables``, never by templating the query)."""
+
+    url: Any
+    operation: Annotated[str, msgspec.Meta(min_length=1)]
+    variables: Any = None
+    headers: Any = None
+    operation_name: str | None = None
+
+
+class CommandFields(StepFields, tag="command"):
+    """Run an allowed command (no shell). ``args``, ``env``, ``cwd`` and ``stdin`` are templates."""
+
+    command: Annotated[str, msgspec.Meta(min_length=1)]
+    args: Any = msgspec.field(default_factory=list)
+    env: Any = None
+    cwd: Any = None
+    stdin: Any = None
+    require_json_stdout: bool = False
+    expected_exit_codes: list[int] = msgspec.field(default_factory=lambda: [0])
+
+
+class MockFields(StepFields, tag="mock"):
+    """A fixed ``response`` (not a template), after ``delay_ms``; or a failure with ``error: true``."""
+
+    response: Any = None
+    delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 0
+    error: bool = False
+    error_message: str | None = None
+
+
+class ValueFields(StepFields, tag="value"):
+    """The ``value`` template, resolved, is the output."""
+
+    value: Any
+
+
+class TransformFields(StepFields, tag="transform"):
+    """The value of a CEL ``expression`` is the output."""
+
+    expression: Expression
+
+
+class CelGateFields(StepFields, tag="cel_gate"):
+    """A CEL boolean guard: false fails the step with ``error_message`` and ``GATE_REJECTED``."""
+
+    expression: Expression
+    error_message: str | None = None
+
+
+class PluginTransformFields(StepFields, tag="plugin_transform"):
+    """A transform plugin: ``plugin: jsonata`` (or ``dev.mcpipe.transform.jsonata``) with
+    ``config: {expression: ...}``."""
+
+    plugin: Annotated[str, msgspec.Meta(min_length=1)]
+    config: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class LogFields(StepFields, tag="log"):
+    """Send ``data`` (a template) to the caller as a ``notifications/message`` at ``level``."""
+
+    data: Any
+    level: LogLevel = "info"
+    logger: str | None = None
+
+
+class ProgressFields(StepFields, tag="progress"):
+    """Send a ``notifications/progress``; skipped when the call carried no progress token.
+    ``progress``, ``total`` and ``message`` are templates."""
+
+    progress: Any
+    total: Any = None
+    message: Any = None
+
+
+class ParallelFields(StepFields, tag="parallel"):
+    """Run ``steps`` concurrently; they see what this step's list sees, not each other."""
+
+    steps: Annotated[list[Any], msgspec.Meta(min_length=1)]
+
+
+class PipeFields(StepFields, tag="pipe"):
+    """A nested pipeline: its own ``vars`` (resolved in the parent), ``steps`` and ``return``."""
+
+    steps: Annotated[list[Any], msgspec.Meta(min_length=1)]
+    vars: dict[str, Any] = msgspec.field(default_factory=dict)
+    return_: Any = msgspec.field(default=msgspec.UNSET, name="return")
+    continue_on_error: bool = False
+
+
+KIND_STRUCTS: dict[str, type[StepFields]] = {
+    "tool": ToolFields,
+    "http": HttpFields,
+    "graphql": GraphqlFields,
+    "command": CommandFields,
+    "mock": MockFields,
+    "value": ValueFields,
+    "transform": TransformFields,
+    "cel_gate": CelGateFields,
+    "plugin_transform": PluginTransformFields,
+    "log": LogFields,
+    "progress": ProgressFields,
+    "parallel": ParallelFields,
+    "pipe": PipeFields,
+}
+"""Every kind by name, in the order the docs list them."""
+
+
+def step_schema() -> dict[str, Any]:
+    """A JSON Schema of one declared step (every kind), for the config's schema and for editors."""
+    union = Annotated[
+        ToolFields
+        | HttpFields
+        | GraphqlFields
+        | CommandFields
+        | MockFields
+        | ValueFields
+        | TransformFields
+        | CelGateFields
+        | PluginTransformFields
+        | LogFields
+        | ProgressFields
+        | ParallelFields
+        | PipeFields,
+        msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
+    ]
+    return msgspec.json.schema(union)

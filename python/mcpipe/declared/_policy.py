@@ -1,0 +1,206 @@
+"""What the operator allows declared steps to reach: outbound hosts, commands, plugins.
+
+The config builds one :class:`StepPolicy` and hands it to the compiler; compiled steps keep the policy
+they were compiled under, so a running step never consults global state.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import socket
+import ssl
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import trio
+
+__all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "StepPolicy"]
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+class ForbiddenError(Exception):
+    """A step tried to reach something the policy does not allow (error code ``FORBIDDEN``)."""
+
+    code = "FORBIDDEN"
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """Where ``http`` and ``graphql`` steps may connect.
+
+    A request is allowed when its host matches ``allowed_hosts`` *and* every address the host resolves
+    to is public. Private, loopback, link-local, shared, reserved, multicast and unspecified addresses
+    are refused unless ``allow_private`` is set, or the URL names that address literally and the literal
+    is listed in ``allowed_hosts`` (``http://127.0.0.1:8080/`` with ``"127.0.0.1"`` listed). Every hop of
+    a redirect is checked the same way, and the connection goes to the address that was checked, so a
+    name that resolves differently a second time (DNS rebinding) cannot slip through.
+
+    Attributes:
+        allowed_hosts: host patterns: ``"api.example.com"``, ``"*.example.com"`` (any subdomain, not the
+            domain itself), an IP literal (``"127.0.0.1"``, ``"::1"``), or ``"*"`` (any host; the address
+            check still applies). Empty: no host is allowed.
+        allow_private: allow non-public addresses for every allowed host.
+        max_response_bytes: a larger response body fails the step.
+        verify: TLS verification: True (the system's CA store), False, or a CA bundle path.
+    """
+
+    allowed_hosts: Sequence[str] = ()
+    allow_private: bool = False
+    max_response_bytes: int = 10 * 1024 * 1024
+    verify: bool | str = True
+
+    @cached_property
+    def _patterns(self) -> tuple[frozenset[str], tuple[str, ...], bool]:
+        exact: set[str] = set()
+        suffixes: list[str] = []
+        anything = False
+        for pattern in self.allowed_hosts:
+            p = pattern.strip().lower().rstrip(".")
+            if p.startswith("[") and p.endswith("]"):
+                p = p[1:-1]
+            if p == "*":
+                anything = True
+            elif p.startswith("*."):
+                suffixes.append(p[1:])
+            elif p:
+                exact.add(_canonical_ip(p) or p)
+        return frozenset(exact), tuple(suffixes), anything
+
+    @cached_property
+    def ssl_context(self) -> ssl.SSLContext | bool:
+        """The TLS context every request shares (building one per request costs milliseconds)."""
+        if self.verify is False:
+            return False
+        if isinstance(self.verify, str):
+            return ssl.create_default_context(cafile=self.verify)
+        return ssl.create_default_context()
+
+    def host_allowed(self, host: str) -> bool:
+        """Does ``host`` (a name or an IP literal, as in a URL) match ``allowed_hosts``?"""
+        exact, suffixes, anything = self._patterns
+        h = host.lower().rstrip(".")
+        if h.startswith("[") and h.endswith("]"):
+            h = h[1:-1]
+        h = _canonical_ip(h) or h
+        return anything or h in exact or any(h.endswith(s) for s in suffixes)
+
+    def address_allowed(self, host: str, address: IPAddress) -> bool:
+        """May a request for ``host`` connect to ``address``?"""
+        if self.allow_private or _is_public(address):
+            return True
+        literal = _canonical_ip(host.strip("[]"))
+        return literal is not None and literal == str(address) and literal in self._patterns[0]
+
+    async def resolve(self, host: str, port: int) -> str:
+        """Check ``host`` and resolve it; answer the address to connect to.
+
+        Raises:
+            ForbiddenError: the host is not allowed, or one of its addresses is not.
+            OSError: the name does not resolve.
+        """
+        if not self.host_allowed(host):
+            raise ForbiddenError(f"host '{host}' is not in the allowed hosts")
+        bare = host.strip("[]")
+        literal = _canonical_ip(bare)
+        if literal is not None:
+            addresses = [ipaddress.ip_address(literal)]
+        else:
+            infos = await trio.socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
+            addresses = [_unmapped(ipaddress.ip_address(info[4][0].split("%", 1)[0])) for info in infos]
+            if not addresses:
+                raise OSError(f"'{host}' does not resolve")
+        for address in addresses:
+            if not self.address_allowed(host, address):
+                raise ForbiddenError(
+                    f"host '{host}' resolves to {address}, a {_describe(address)} address, which is not allowed"
+                )
+        return str(addresses[0])
+
+
+def _canonical_ip(text: str) -> str | None:
+    try:
+        return str(_unmapped(ipaddress.ip_address(text)))
+    except ValueError:
+        return None
+
+
+def _unmapped(address: IPAddress) -> IPAddress:
+    """``::ffff:127.0.0.1`` is 127.0.0.1: judge IPv4-mapped IPv6 addresses by their IPv4 address."""
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped
+    return address
+
+
+def _is_public(address: IPAddress) -> bool:
+    return address.is_global and not address.is_multicast
+
+
+def _describe(address: IPAddress) -> str:
+    if address.is_loopback:
+        return "loopback"
+    if address.is_link_local:
+        return "link-local"
+    if address.is_unspecified:
+        return "unspecified"
+    if address.is_multicast:
+        return "multicast"
+    if address.is_private:
+        return "private"
+    return "non-public"
+
+
+def _default_env() -> dict[str, str]:
+    keep = ("PATH", "LANG", "LC_ALL", "TZ", "HOME")
+    return {k: os.environ[k] for k in keep if k in os.environ}
+
+
+@dataclass(frozen=True)
+class CommandPolicy:
+    """Which executables ``command`` steps may run, and how.
+
+    Attributes:
+        commands: name -> executable path, or name -> argv prefix (``["/usr/bin/jq", "-c"]``). A step's
+            ``command`` must be one of these names; its ``args`` are appended. Nothing runs through a shell.
+        env: the environment every command starts from (a step's ``env`` is laid over it). Default: the
+            server's ``PATH``, ``LANG``, ``LC_ALL``, ``TZ`` and ``HOME`` only, so secrets in the server's
+            environment do not leak to commands.
+        max_output_bytes: stdout or stderr past this size fails the step (the process is killed).
+        kill_grace_ms: on timeout or cancellation the process group gets SIGTERM, then SIGKILL after this.
+    """
+
+    commands: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
+    env: Mapping[str, str] | None = None
+    max_output_bytes: int = 10 * 1024 * 1024
+    kill_grace_ms: float = 1000
+
+    def argv(self, name: str) -> tuple[str, ...] | None:
+        """The argv prefix of command ``name``, or None when it is not allowed."""
+        target = self.commands.get(name)
+        if target is None:
+            return None
+        return (target,) if isinstance(target, str) else tuple(target)
+
+    def base_env(self) -> dict[str, str]:
+        """The environment a command starts from."""
+        return dict(self.env) if self.env is not None else _default_env()
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """Everything the operator's config decides about declared steps.
+
+    Attributes:
+        http: outbound HTTP (``http`` and ``graphql`` steps).
+        command: runnable commands (``command`` steps).
+        plugins: extra ``plugin_transform`` plugins by name (the JSONata plugin is always there).
+        expression_max_ms: how long one JSONata evaluation may run.
+    """
+
+    http: HttpPolicy = field(default_factory=HttpPolicy)
+    command: CommandPolicy = field(default_factory=CommandPolicy)
+    plugins: Mapping[str, Any] = field(default_factory=dict)
+    expression_max_ms: int = 1000
