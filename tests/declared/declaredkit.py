@@ -1,0 +1,45 @@
+"""Helpers for the declared-step tests: a recording ToolContext, environments, one-step compiles."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpipe.declared import StepPolicy, StepScope, compile_step
+from mcpipe.tools._base import ToolContext
+
+
+@dataclass
+class Sink:
+    """A ToolContext whose log and progress notifications are recorded."""
+
+    logs: list[tuple[str, Any]] = field(default_factory=list)
+    progress: list[tuple[float, float | None, str | None]] = field(default_factory=list)
+
+    def context(self, *, progress_token: Any = None) -> ToolContext:
+        async def log(level: str, data: Any) -> None:
+            self.logs.append((level, data))
+
+        async def progress(p: float, total: float | None, message: str | None) -> None:
+            self.progress.append((p, total, message))
+
+        extras = {} if progress_token is None else {"progress_token": progress_token}
+        return ToolContext(request_id="r1", log=log, progress=progress, extras=extras)
+
+
+def env(args: Any = None, steps: dict[str, Any] | None = None, vars: Any = None) -> dict[str, Any]:
+    """A pipeline environment with the contract's five roots."""
+    return {"args": args or {}, "steps": steps or {}, "vars": vars or {}, "context": {}, "last": None}
+
+
+def compiled(raw: dict[str, Any], policy: StepPolicy | None = None, **scope: Any):
+    """Compile one step, failing the test on any problem."""
+    step, problems = compile_step(raw, "steps[0]", StepScope(policy=policy or StepPolicy(), **scope))
+    assert problems == [], problems
+    assert step is not None
+    return step
+
+
+def result_of(output: Any) -> dict[str, Any]:
+    """A StepOutput as a step result, the way a later step sees it in ``steps.<id>``."""
+    return output.result("s", "value", 0.0)
