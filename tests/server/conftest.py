@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import pytest
-
-from mcpipe.gateway import AuditLog
+from serverkit import WatchedAudit
 
 
 @pytest.fixture
-def audit() -> AuditLog:
-    """An audit log keeping its records in memory."""
-    return AuditLog(None, keep=True)
+def audit() -> WatchedAudit:
+    """An audit log keeping its records in memory, which a test can wait on."""
+    return WatchedAudit()

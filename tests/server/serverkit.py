@@ -30,6 +30,24 @@ def stdio_downstream(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [DOWNSTREAM], **extra}
 
 
+class WatchedAudit(AuditLog):
+    """Audit records in memory, with a way to wait (event-driven) until they satisfy a condition."""
+
+    def __init__(self) -> None:
+        super().__init__(None, keep=True)
+        self._changed = trio.Event()
+
+    def write(self, record: dict[str, Any]) -> None:
+        super().write(record)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def until(self, predicate: Any) -> list[dict[str, Any]]:
+        while not predicate(self.records):
+            await self._changed.wait()
+        return self.records  # type: ignore[return-value]
+
+
 test_tools = ToolRegistry()
 
 
@@ -69,3 +87,47 @@ async def http_server(app: App, **kw: Any) -> AsyncIterator[str]:
             yield url
         finally:
             stop.set()
+
+
+@test_tools.tool
+async def hang(ctx: ToolContext) -> str:
+    """Report that it started, then run for a minute (a call in flight)."""
+    await ctx.report_progress(0.5, 1, "started")
+    await trio.sleep(60)
+    return "finished"
+
+
+def bearer_client(url: str, token: str | None, mode: str = "auto") -> Any:
+    """An SDK Client for ``url`` sending ``Authorization: Bearer <token>``."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    @asynccontextmanager
+    async def transport() -> AsyncIterator[Any]:
+        headers = {"Authorization": f"Bearer {token}"} if token else None
+        async with create_mcp_http_client(headers=headers) as http, streamable_http_client(url, http_client=http) as s:
+            yield s
+
+    return Client(transport(), mode=mode)
+
+
+async def start_process(
+    args: list[str], env: dict[str, str] | None = None, marker: str = "serving MCP at "
+) -> tuple[trio.Process, str]:
+    """Start a server process and read its stderr up to the line that names its URL."""
+    import os
+    import subprocess
+
+    env = {**os.environ, **(env or {})}
+    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    proc = await trio.lowlevel.open_process(args, env=env, **pipes)
+    buf = b""
+    assert proc.stderr is not None
+    while marker.encode() not in buf:
+        chunk = await proc.stderr.receive_some()
+        if not chunk:
+            raise RuntimeError(f"server exited before listening: {buf.decode(errors='replace')}")
+        buf += chunk
+    line = buf.split(marker.encode(), 1)[1].split(b"\n", 1)[0]
+    return proc, line.decode().strip()

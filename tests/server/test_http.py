@@ -1,0 +1,171 @@
+"""A real hypercorn (trio worker) on 127.0.0.1: both protocol eras, auth, DNS rebinding, health, shutdown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx2
+import orjson
+import pytest
+import trio
+from mcp import Client
+from serverkit import bearer_client, http_server, make_config, running, start_process
+
+from mcpipe.gateway import PIPE_TOOL
+
+# The SDK's HTTP client leaves httpx2's SSE async generators to the garbage collector under trio.
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+HERE = Path(__file__).parent
+PIPE = {"steps": [{"id": "a", "tool": "echo", "args": {"n": 1}}, {"id": "b", "tool": "echo", "args": {"m": "{{a.n}}"}}]}
+AUTH = {
+    "auth": {
+        "tokens": [
+            {"env": "T_ALICE", "principal": "alice"},
+            {"env": "T_BOB", "principal": "bob", "tools": ["echo"]},
+        ]
+    }
+}
+TOKENS = {"T_ALICE": "alice-secret", "T_BOB": "bob-secret"}
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy", "auto"])
+async def test_both_protocol_eras_list_tools_run_pipelines_and_stream_progress(mode):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    async with running() as app, http_server(app) as url, Client(url, mode=mode) as client:
+        assert client.protocol_version == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+        names = {t.name for t in (await client.list_tools()).tools}
+        r = await client.call_tool(PIPE_TOOL, PIPE, progress_callback=on_progress)
+    assert {PIPE_TOOL, "echo", "hang"} <= names
+    assert r.structured_content["result"] == {"m": 1} and not r.is_error
+    assert seen == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_closing_the_call_cancels_the_pipeline_steps_in_flight(mode, audit):
+    started = trio.Event()
+
+    async def on_progress(progress, total, message):
+        started.set()
+
+    async with running(audit=audit) as app, http_server(app) as url, Client(url, mode=mode) as client:
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+
+                async def call():
+                    await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "hang"}]}, progress_callback=on_progress)
+
+                nursery.start_soon(call)
+                await started.wait()
+                nursery.cancel_scope.cancel()
+            await audit.until(lambda records: any(r["tool"] == PIPE_TOOL for r in records))
+    assert [(r["tool"], r["error_code"]) for r in audit.records] == [("hang", "CANCELLED"), (PIPE_TOOL, "CANCELLED")]
+
+
+async def test_healthz_answers_ok_with_the_state_of_each_downstream_server():
+    async with running() as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        r = await http.get(url.replace("/mcp", "/healthz"))
+        missing = await http.get(url.replace("/mcp", "/nope"))
+    assert r.status_code == 200 and r.json() == {"ok": True, "servers": {}}
+    assert missing.status_code == 404
+
+
+async def test_requests_without_a_valid_bearer_token_are_refused_with_401():
+    config = make_config(TOKENS, **AUTH)
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in TOKENS.items():
+            mp.setenv(k, v)
+        async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+            answers = [
+                await http.post(url, json=body, headers=h)
+                for h in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic alice-secret"})
+            ]
+            healthz = await http.get(url.replace("/mcp", "/healthz"))
+    assert [a.status_code for a in answers] == [401, 401, 401]
+    assert answers[0].headers["www-authenticate"].startswith("Bearer")
+    assert "alice-secret" not in answers[1].text and healthz.status_code == 200
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_a_token_maps_to_a_principal_whose_tool_list_and_calls_are_restricted(mode, tmp_path, monkeypatch):
+    for k, v in TOKENS.items():
+        monkeypatch.setenv(k, v)
+    config = make_config(TOKENS, **AUTH, audit={"path": str(tmp_path / "audit.jsonl")})
+    spec = {"steps": [{"tool": "echo", "args": {}}, {"tool": "now"}]}
+    async with running(config) as app, http_server(app) as url:
+        async with bearer_client(url, "bob-secret", mode) as bob:
+            bob_names = {t.name for t in (await bob.list_tools()).tools}
+            forbidden = await bob.call_tool(PIPE_TOOL, spec)
+            direct = await bob.call_tool("now", {})
+            fine = await bob.call_tool("echo", {"x": 1})
+        async with bearer_client(url, "alice-secret", mode) as alice:
+            allowed = await alice.call_tool(PIPE_TOOL, spec)
+    assert bob_names == {PIPE_TOOL, "echo"}
+    assert forbidden.structured_content["error_code"] == "FORBIDDEN" and forbidden.structured_content["steps"] == {}
+    assert direct.is_error and "FORBIDDEN" in direct.content[0].text and fine.structured_content == {"x": 1}
+    assert allowed.structured_content["ok"]
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [(r["principal"], r["tool"], r["error_code"]) for r in records] == [
+        ("bob", PIPE_TOOL, "FORBIDDEN"),
+        ("bob", "now", "FORBIDDEN"),
+        ("bob", "echo", None),
+        ("alice", "echo", None),
+        ("alice", "now", None),
+        ("alice", PIPE_TOOL, None),
+    ]
+    assert "secret" not in (tmp_path / "audit.jsonl").read_text()
+
+
+async def test_dns_rebinding_protection_refuses_foreign_hosts_and_origins():
+    body = orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "ping"})
+    headers = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    async with running() as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        bad_host = await http.post(url, content=body, headers={**headers, "host": "evil.example"})
+        bad_origin = await http.post(url, content=body, headers={**headers, "origin": "http://evil.example"})
+    assert bad_host.status_code == 421 and bad_origin.status_code == 403
+
+
+async def test_sigterm_shuts_down_within_seconds_with_a_call_in_flight_and_a_stream_open(tmp_path):
+    config = tmp_path / "mcpipe.toml"
+    config.write_text(f'python_tools = ["serverkit:test_tools"]\n[audit]\npath = "{tmp_path / "a.jsonl"}"\n')
+    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-m", "mcpipe.server", "--config", str(config), "--http", "127.0.0.1:0"]
+    proc, url = await start_process(args, env)
+    started = trio.Event()
+
+    async def on_progress(progress, total, message):
+        started.set()
+
+    try:
+        with trio.fail_after(20):
+            async with Client(url, mode="legacy") as client, trio.open_nursery() as nursery:
+
+                async def call():
+                    try:
+                        await client.call_tool("hang", {}, progress_callback=on_progress)
+                    except Exception:  # the server went away under the call: what this test wants
+                        pass
+
+                nursery.start_soon(call)
+                await started.wait()
+                t0 = trio.current_time()
+                proc.send_signal(signal.SIGTERM)
+                await proc.wait()
+                elapsed = trio.current_time() - t0
+                nursery.cancel_scope.cancel()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert proc.returncode == 0 and elapsed < 5
