@@ -50,12 +50,11 @@ def make_app(log: ServerLog):
         query = dict(parse_qsl(scope["query_string"].decode()))
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
         body = b""
-        if path != "/slow":
-            while True:
-                message = await receive()
-                body += message.get("body", b"")
-                if not message.get("more_body"):
-                    break
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
         log.requests.append({"method": scope["method"], "path": path, "query": query, "headers": headers})
 
         async def answer(status: int, payload: Any, content_type: str = "application/json", extra=()) -> None:
@@ -83,9 +82,9 @@ def make_app(log: ServerLog):
             await answer(200, b"x" * 200_000, "text/plain")
         elif path == "/slow":
             log.slow_started.set()
-            message = await receive()  # waits until the client goes away
-            if message["type"] == "http.disconnect":
-                log.slow_disconnected.set()
+            while (await receive())["type"] != "http.disconnect":  # waits until the client goes away
+                pass
+            log.slow_disconnected.set()
         elif path == "/graphql":
             request = json.loads(body)
             if "boom" in request["query"]:

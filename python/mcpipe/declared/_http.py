@@ -11,9 +11,11 @@ Requests use ``httpx2`` (the client the MCP SDK ships), which runs on Trio nativ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+import httpcore2
 import httpx2
 import orjson
 
@@ -27,11 +29,15 @@ _SCHEMES = ("http", "https")
 
 
 class _GuardedTransport(httpx2.AsyncBaseTransport):
-    """Send each request to an address the policy allows, and only there."""
+    """Send each request to an address the policy allows, and only there.
+
+    It drives an ``httpcore2`` connection pool itself (rather than wrapping httpx's default transport) so
+    that a body abandoned half-read (too large, or the step cancelled) closes every layer's iterator.
+    """
 
     def __init__(self, policy: HttpPolicy) -> None:
         self._policy = policy
-        self._inner = httpx2.AsyncHTTPTransport(verify=policy.ssl_context, trust_env=False, retries=0)
+        self._pool = httpcore2.AsyncConnectionPool(ssl_context=policy.ssl_context, http1=True, http2=False)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         url = request.url
@@ -43,18 +49,52 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
         extensions = dict(request.extensions)
         if url.scheme == "https":
             extensions["sni_hostname"] = host
-        # A new request, so the client keeps the original URL for relative redirects and Host headers.
-        pinned = httpx2.Request(
-            request.method,
-            url.copy_with(host=address),
-            headers=request.headers,
-            stream=request.stream,
+        # The request goes to the checked address; the Host header (set by the client from the URL) and
+        # the TLS server name stay the URL's host.
+        pinned = httpcore2.Request(
+            method=request.method,
+            url=httpcore2.URL(
+                scheme=url.raw_scheme,
+                host=address.encode("ascii"),
+                port=url.port,
+                target=url.raw_path,
+            ),
+            headers=request.headers.raw,
+            content=request.stream,
             extensions=extensions,
         )
-        return await self._inner.handle_async_request(pinned)
+        response = await self._pool.handle_async_request(pinned)
+        return httpx2.Response(
+            status_code=response.status,
+            headers=response.headers,
+            stream=_ResponseStream(response.stream),
+            extensions=response.extensions,
+        )
 
     async def aclose(self) -> None:
-        await self._inner.aclose()
+        await self._pool.aclose()
+
+
+class _ResponseStream(httpx2.AsyncByteStream):
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async with contextlib.aclosing(self._stream.__aiter__()) as parts:
+            async for part in parts:
+                yield part
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
+_TRANSPORT_ERRORS = (
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.TimeoutException,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
+)
 
 
 def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:
@@ -87,18 +127,19 @@ async def _send(
             try:
                 chunks: list[bytes] = []
                 size = 0
-                async for chunk in response.aiter_bytes():
-                    size += len(chunk)
-                    if size > limit:
-                        raise StepFailure(f"the response body is larger than {limit} bytes", "TOOL_FAILED")
-                    chunks.append(chunk)
+                async with contextlib.aclosing(response.aiter_bytes()) as body:
+                    async for chunk in body:
+                        size += len(chunk)
+                        if size > limit:
+                            raise StepFailure(f"the response body is larger than {limit} bytes", "TOOL_FAILED")
+                        chunks.append(chunk)
             finally:
                 await response.aclose()
     except httpx2.TooManyRedirects as e:
         raise StepFailure(f"too many redirects: {e}", "TOOL_FAILED") from None
     except httpx2.InvalidURL as e:
         raise StepFailure(f"invalid URL '{url}': {e}", "TOOL_FAILED") from None
-    except httpx2.HTTPError as e:
+    except (httpx2.HTTPError, *_TRANSPORT_ERRORS) as e:
         raise StepFailure(f"request to {_safe_url(url)} failed: {type(e).__name__}: {e}", "TOOL_FAILED") from None
     except OSError as e:  # name resolution
         raise StepFailure(f"request to {_safe_url(url)} failed: {e}", "TOOL_FAILED") from None

@@ -71,10 +71,13 @@ class HttpPolicy:
         return frozenset(exact), tuple(suffixes), anything
 
     @cached_property
-    def ssl_context(self) -> ssl.SSLContext | bool:
+    def ssl_context(self) -> ssl.SSLContext:
         """The TLS context every request shares (building one per request costs milliseconds)."""
         if self.verify is False:
-            return False
+            context = ssl.create_default_context()
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+            return context
         if isinstance(self.verify, str):
             return ssl.create_default_context(cafile=self.verify)
         return ssl.create_default_context()

@@ -1,0 +1,226 @@
+"""http and graphql steps against a real HTTP server on 127.0.0.1, and the outbound host policy."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from declaredkit import compiled, env
+
+from mcpipe.declared import HttpPolicy, StepPolicy, StepScope, compile_step
+from mcpipe.tools._base import ToolContext
+
+CTX = ToolContext()
+LOCAL = StepPolicy(http=HttpPolicy(allowed_hosts=["127.0.0.1"]))
+
+
+async def run(raw, policy=LOCAL, args=None):
+    with trio.fail_after(10):
+        return await compiled(raw, policy).execute(env(args), CTX)
+
+
+async def test_http_get_answers_status_headers_and_parsed_json_body(http_server):
+    out = await run(
+        {"kind": "http", "url": f"{http_server.url}/echo", "query": {"q": "${args.q}", "n": 3}}, args={"q": "a b"}
+    )
+    assert out.ok, out.error
+    assert out.output["status"] == 200
+    assert out.output["headers"]["content-type"] == "application/json"
+    assert out.output["body"]["method"] == "GET"
+    assert out.output["body"]["query"] == {"q": "a b", "n": "3"}
+
+
+async def test_http_post_sends_an_object_body_as_json_with_templated_headers(http_server):
+    raw = {
+        "kind": "http",
+        "method": "post",
+        "url": "${args.base}/echo",
+        "headers": {"x-order": "${args.id}"},
+        "body": {"id": "${args.id}", "items": [1, 2]},
+    }
+    out = await run(raw, args={"base": http_server.url, "id": 9})
+    body = out.output["body"]
+    assert body["method"] == "POST" and body["body"] == {"id": 9, "items": [1, 2]}
+    assert body["headers"]["x-order"] == "9" and body["headers"]["content-type"] == "application/json"
+
+
+async def test_http_string_body_is_sent_as_text(http_server):
+    out = await run({"kind": "http", "method": "PUT", "url": f"{http_server.url}/echo", "body": "hello"})
+    assert out.output["body"]["body"] == "hello"
+    assert out.output["body"]["headers"]["content-type"].startswith("text/plain")
+
+
+async def test_http_text_response_is_text_and_json_under_a_text_type_parses_only_when_required(http_server):
+    out = await run({"kind": "http", "url": f"{http_server.url}/text"})
+    assert out.output["body"] == "plain words"
+    loose = await run({"kind": "http", "url": f"{http_server.url}/json-as-text"})
+    assert loose.output["body"] == '{"a": 1}'
+    strict = await run({"kind": "http", "url": f"{http_server.url}/json-as-text", "require_json_response": True})
+    assert strict.output["body"] == {"a": 1}
+
+
+async def test_http_require_json_response_fails_on_a_text_body(http_server):
+    out = await run({"kind": "http", "url": f"{http_server.url}/text", "require_json_response": True})
+    assert out.error_code == "TOOL_ERROR" and "not JSON" in out.error
+
+
+async def test_http_unexpected_status_fails_the_step_and_keeps_the_response(http_server):
+    out = await run({"kind": "http", "url": f"{http_server.url}/status/503"})
+    assert out.error_code == "TOOL_ERROR" and "HTTP 503" in out.error and "2xx" in out.error
+    assert out.output == {"status": 503, "headers": out.output["headers"], "body": {"error": "as requested"}}
+
+
+async def test_http_expected_status_codes_decide_what_success_is(http_server):
+    out = await run({"kind": "http", "url": f"{http_server.url}/status/404", "expected_status_codes": [200, 404]})
+    assert out.ok and out.output["status"] == 404
+    out = await run({"kind": "http", "url": f"{http_server.url}/echo", "expected_status_codes": [201]})
+    assert out.error_code == "TOOL_ERROR"
+
+
+async def test_http_response_larger_than_the_policy_allows_fails(http_server):
+    policy = StepPolicy(http=HttpPolicy(allowed_hosts=["127.0.0.1"], max_response_bytes=1000))
+    out = await run({"kind": "http", "url": f"{http_server.url}/big"}, policy)
+    assert out.error_code == "TOOL_FAILED" and "larger than 1000 bytes" in out.error
+
+
+async def test_http_step_past_its_timeout_fails_and_the_connection_is_closed(http_server):
+    out = await run({"kind": "http", "url": f"{http_server.url}/slow", "timeout_ms": 200})
+    assert (out.error_code, out.error) == ("TIMEOUT", "timed out after 200 ms")
+    with trio.fail_after(5):
+        await http_server.log.slow_disconnected.wait()
+
+
+async def test_cancelling_a_running_http_step_closes_its_connection(http_server):
+    step = compiled({"kind": "http", "url": f"{http_server.url}/slow"}, LOCAL)
+    finished = []
+    with trio.fail_after(10):
+        async with trio.open_nursery() as nursery:
+
+            async def go() -> None:
+                finished.append(await step.execute(env(), CTX))
+
+            nursery.start_soon(go)
+            await http_server.log.slow_started.wait()
+            nursery.cancel_scope.cancel()
+        await http_server.log.slow_disconnected.wait()
+    assert finished == []  # cancellation went through the step; it did not turn into a result
+
+
+# --- the policy -------------------------------------------------------------------------------------
+
+
+async def test_loopback_is_refused_by_default_even_for_an_allowed_host(http_server):
+    for policy in (
+        StepPolicy(http=HttpPolicy(allowed_hosts=["*"])),
+        StepPolicy(http=HttpPolicy(allowed_hosts=["localhost"])),
+    ):
+        out = await run({"kind": "http", "url": f"http://localhost:{http_server.port}/echo"}, policy)
+        assert out.error_code == "FORBIDDEN" and "loopback" in out.error
+    out = await run(
+        {"kind": "http", "url": "${args.u}"},
+        StepPolicy(http=HttpPolicy(allowed_hosts=["*"])),
+        {"u": f"{http_server.url}/echo"},
+    )
+    assert out.error_code == "FORBIDDEN"
+    assert http_server.log.requests == []
+
+
+async def test_allow_private_admits_loopback_for_allowed_hosts(http_server):
+    policy = StepPolicy(http=HttpPolicy(allowed_hosts=["localhost"], allow_private=True))
+    out = await run({"kind": "http", "url": f"http://localhost:{http_server.port}/echo"}, policy)
+    assert out.ok, out.error
+    assert out.output["body"]["headers"]["host"] == f"localhost:{http_server.port}"
+
+
+async def test_a_host_outside_the_allowlist_is_refused_before_any_connection():
+    out = await run({"kind": "http", "url": "${args.u}"}, LOCAL, {"u": "http://example.com/"})
+    assert out.error_code == "FORBIDDEN" and "example.com" in out.error
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://169.254.169.254/latest/meta-data",  # link-local (cloud metadata)
+        "http://10.1.2.3/",  # private
+        "http://[::1]/",  # IPv6 loopback
+        "http://[::ffff:127.0.0.1]/",  # IPv4-mapped loopback
+        "http://0.0.0.0/",  # unspecified
+    ],
+)
+async def test_non_public_addresses_are_refused_without_connecting(url):
+    out = await run({"kind": "http", "url": "${args.u}"}, StepPolicy(http=HttpPolicy(allowed_hosts=["*"])), {"u": url})
+    assert out.error_code == "FORBIDDEN", out.error
+
+
+async def test_a_non_http_scheme_is_refused():
+    out = await run({"kind": "http", "url": "${args.u}"}, LOCAL, {"u": "file:///etc/passwd"})
+    assert out.error_code == "FORBIDDEN" and "scheme" in out.error
+
+
+async def test_redirects_are_not_followed_unless_asked(http_server):
+    to = f"{http_server.url}/echo"
+    out = await run(
+        {"kind": "http", "url": f"{http_server.url}/redirect", "query": {"to": to}, "expected_status_codes": [302]}
+    )
+    assert out.ok and out.output["headers"]["location"] == to
+    out = await run(
+        {"kind": "http", "url": f"{http_server.url}/redirect", "query": {"to": to}, "follow_redirects": True}
+    )
+    assert out.ok and out.output["body"]["method"] == "GET"
+
+
+async def test_a_redirect_to_a_host_outside_the_allowlist_is_refused(http_server):
+    for to in (f"http://localhost:{http_server.port}/echo", "http://169.254.169.254/"):
+        raw = {"kind": "http", "url": f"{http_server.url}/redirect", "query": {"to": to}, "follow_redirects": True}
+        out = await run(raw)
+        assert out.error_code == "FORBIDDEN", out.error
+    assert [r["path"] for r in http_server.log.requests] == ["/redirect", "/redirect"]
+
+
+def test_a_constant_url_outside_the_allowlist_is_rejected_at_load():
+    _, problems = compile_step(
+        {"kind": "http", "url": "https://evil.example/x"}, "pipelines.p.steps[1]", StepScope(policy=LOCAL)
+    )
+    assert [(p.location, p.code) for p in problems] == [("pipelines.p.steps[1].url", "FORBIDDEN")]
+
+
+def test_host_patterns_match_exact_names_subdomains_and_literals():
+    policy = HttpPolicy(allowed_hosts=["api.example.com", "*.corp.example", "127.0.0.1", "[::1]"])
+    assert policy.host_allowed("API.example.com")
+    assert not policy.host_allowed("example.com")
+    assert policy.host_allowed("a.b.corp.example") and not policy.host_allowed("corp.example")
+    assert policy.host_allowed("127.0.0.1") and policy.host_allowed("::1") and not policy.host_allowed("127.0.0.2")
+    assert not HttpPolicy().host_allowed("anything")
+
+
+# --- graphql ----------------------------------------------------------------------------------------
+
+
+async def test_graphql_posts_the_operation_and_variables_and_answers_data(http_server):
+    raw = {
+        "kind": "graphql",
+        "url": f"{http_server.url}/graphql",
+        "operation": "query Q($id: ID!) { user(id: $id) { name } }",
+        "operation_name": "Q",
+        "variables": {"id": "${args.id}"},
+    }
+    out = await run(raw, args={"id": 4})
+    assert out.ok, out.error
+    assert out.output == {"echo": {"id": 4}, "op": "Q"}
+
+
+async def test_graphql_errors_fail_the_step(http_server):
+    out = await run({"kind": "graphql", "url": f"{http_server.url}/graphql", "operation": "{ boom }"})
+    assert out.error_code == "TOOL_ERROR" and "field 'boom' does not exist" in out.error
+
+
+async def test_graphql_is_held_to_the_same_host_policy(http_server):
+    policy = StepPolicy(http=HttpPolicy(allowed_hosts=["*"]))
+    out = await run(
+        {"kind": "graphql", "url": "${args.u}", "operation": "{ x }"}, policy, {"u": f"{http_server.url}/graphql"}
+    )
+    assert out.error_code == "FORBIDDEN"
+
+
+async def test_graphql_non_json_answer_fails(http_server):
+    out = await run({"kind": "graphql", "url": f"{http_server.url}/text", "operation": "{ x }"})
+    assert not out.ok and "not a GraphQL response" in out.error
