@@ -40,10 +40,6 @@ class CommandPlan:
 _ORPHAN_GRACE_S = 0.2
 
 
-class _TooMuchOutput(Exception):
-    pass
-
-
 async def run_command(
     step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
@@ -143,15 +139,18 @@ async def _run(
 
     open_pipes = 2
     drained = trio.Event()
+    too_much = False
 
-    async def drain(stream: trio.abc.ReceiveStream, into: list[bytes]) -> None:
-        nonlocal open_pipes
+    async def drain(stream: trio.abc.ReceiveStream, into: list[bytes], scope: trio.CancelScope) -> None:
+        nonlocal open_pipes, too_much
         size = 0
         async with stream:
             while chunk := await stream.receive_some(65536):
                 size += len(chunk)
                 if size > limit:
-                    raise _TooMuchOutput
+                    too_much = True
+                    scope.cancel()
+                    return
                 into.append(chunk)
         open_pipes -= 1
         if not open_pipes:
@@ -162,8 +161,8 @@ async def _run(
             if stdin is not None:
                 nursery.start_soon(feed)
             assert process.stdout is not None and process.stderr is not None
-            nursery.start_soon(drain, process.stdout, out)
-            nursery.start_soon(drain, process.stderr, err)
+            nursery.start_soon(drain, process.stdout, out, nursery.cancel_scope)
+            nursery.start_soon(drain, process.stderr, err, nursery.cancel_scope)
             await process.wait()
             # Children that outlived the main process and still hold the pipes open are ended, so they
             # cannot keep the step waiting. (Only then: the group id may be reused once the group is gone.)
@@ -171,13 +170,13 @@ async def _run(
                 await drained.wait()
             if not drained.is_set():
                 _kill_group(process.pid, signal.SIGKILL)
-    except _TooMuchOutput:
-        await _terminate(process, 0)
-        raise StepFailure(f"the command printed more than {limit} bytes", "TOOL_FAILED") from None
     except BaseException:
         # Cancelled (timeout, deadline, caller gone) or failed: never leave the process group behind.
         await _terminate(process, policy.kill_grace_ms)
         raise
+    if too_much:
+        await _terminate(process, 0)
+        raise StepFailure(f"the command printed more than {limit} bytes", "TOOL_FAILED")
     return process.returncode, b"".join(out), b"".join(err)
 
 
