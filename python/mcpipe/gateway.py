@@ -205,6 +205,12 @@ class Gateway:
             await self._ready()
             tool = self.get(name)
         if tool is None:
+            for source in self.sources:
+                why = getattr(source, "why_unknown", None)
+                reason = why(name) if why is not None else None
+                if reason is not None:
+                    self._record(ctx, name, False, "TOOL_FAILED", t0, 0.0)
+                    raise CallError(reason)
             self._record(ctx, name, False, "UNKNOWN_TOOL", t0, 0.0)
             raise _Refused("UNKNOWN_TOOL", f"unknown tool '{name}'")
         if not self.policy.allows(ctx.principal, name):

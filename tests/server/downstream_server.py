@@ -44,9 +44,11 @@ async def progress(steps: int, ctx: Context) -> str:
 
 
 @server.tool()
-async def wait(tag: str) -> str:
-    """Run until cancelled; record the moment (time.monotonic, system-wide on Linux)."""
+async def wait(tag: str, ctx: Context) -> str:
+    """Say it started (a progress notification), run until cancelled, record when (time.monotonic is
+    system-wide on Linux, so the test process can compare)."""
     EVENTS.append({"event": "started", "tag": tag, "t": time.monotonic()})
+    await ctx.report_progress(0, None, "waiting")
     try:
         await anyio.sleep(60)
     except anyio.get_cancelled_exc_class():

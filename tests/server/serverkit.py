@@ -113,21 +113,24 @@ def bearer_client(url: str, token: str | None, mode: str = "auto") -> Any:
 
 
 async def start_process(
-    args: list[str], env: dict[str, str] | None = None, marker: str = "serving MCP at "
+    args: list[str], env: dict[str, str] | None = None, marker: str = "serving MCP at ", stream: str = "stderr"
 ) -> tuple[trio.Process, str]:
-    """Start a server process and read its stderr up to the line that names its URL."""
+    """Start a server process and read its ``stream`` up to the line that names its URL (after ``marker``)."""
     import os
     import subprocess
 
     env = {**os.environ, **(env or {})}
-    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    pipes = {"stdin": subprocess.DEVNULL, "stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
+    pipes[stream] = subprocess.PIPE
     proc = await trio.lowlevel.open_process(args, env=env, **pipes)
     buf = b""
-    assert proc.stderr is not None
-    while marker.encode() not in buf:
-        chunk = await proc.stderr.receive_some()
+    out = proc.stderr if stream == "stderr" else proc.stdout
+    assert out is not None
+    needle = marker.encode() or b"\n"
+    while needle not in buf:
+        chunk = await out.receive_some()
         if not chunk:
             raise RuntimeError(f"server exited before listening: {buf.decode(errors='replace')}")
         buf += chunk
-    line = buf.split(marker.encode(), 1)[1].split(b"\n", 1)[0]
+    line = (buf.split(needle, 1)[1] if marker else buf).split(b"\n", 1)[0]
     return proc, line.decode().strip()

@@ -361,6 +361,13 @@ class Downstreams:
         for s in self.servers:
             yield from list(s.tools.values())
 
+    def why_unknown(self, name: str) -> str | None:
+        """Why ``name`` is unknown when it names a server that never came up (its tools were never listed)."""
+        for s in self.servers:
+            if not s.tools and s.state != "up" and s.prefix and name.startswith(s.prefix + "."):
+                return f"MCP server '{s.name}' is unavailable" + (f": {s.last_error}" if s.last_error else "")
+        return None
+
     def status(self) -> dict[str, str]:
         return {s.name: s.state for s in self.servers}
 
