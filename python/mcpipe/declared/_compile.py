@@ -271,6 +271,10 @@ class _Compiler:
         for name in unknown:
             self.problem(f"{loc}.{name}", f"unknown field `{name}` for kind `{kind}`{_did_you_mean(name, known)}")
         clean = {k: v for k, v in raw.items() if k in known}
+        sid = clean.get("id")
+        if isinstance(sid, str) and not _STEP_ID.fullmatch(sid):
+            self.problem(f"{loc}.id", f"invalid id '{sid}': ids match [A-Za-z_][A-Za-z0-9_-]*")
+            del clean["id"]
         if kind == "http" and isinstance(clean.get("method"), str):
             clean["method"] = clean["method"].upper()
         try:
