@@ -1,0 +1,75 @@
+"""``mcpipe serve --stdio`` as a subprocess, driven by the SDK Client, in both protocol eras."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import trio
+from mcp import Client, StdioServerParameters
+from serverkit import DOWNSTREAM
+
+from mcpipe.gateway import PIPE_TOOL
+
+
+def serve(*args: str) -> StdioServerParameters:
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcpipe", "serve", "--stdio", *args])
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_the_embedded_default_serves_mcp_pipe_and_the_built_ins_over_stdio(mode, tmp_path):
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append(progress)
+
+    spec = {
+        "steps": [
+            {"tool": "text_split", "args": {"text": "a b"}},
+            {"tool": "text_join", "args": {"items": "${last.structured.items}", "sep": "+"}},
+        ]
+    }
+    with trio.fail_after(30):
+        async with Client(serve(), mode=mode) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            r = await client.call_tool(PIPE_TOOL, spec, progress_callback=on_progress)
+    assert {PIPE_TOOL, "echo", "json_parse", "text_join", "now"} <= names
+    assert r.structured_content["result"] == {"text": "a+b"} and seen == [1.0, 2.0]
+
+
+async def test_a_config_with_a_downstream_server_chains_stdio_to_stdio(tmp_path):
+    config = tmp_path / "mcpipe.json"
+    config.write_text(
+        json.dumps(
+            {
+                "mcpServers": {"ds": {"command": sys.executable, "args": [DOWNSTREAM], "include": ["add"]}},
+                "builtins": False,
+                "audit": {"path": str(tmp_path / "audit.jsonl")},
+            }
+        )
+    )
+    spec = {
+        "steps": [
+            {"tool": "ds.add", "args": {"a": 2, "b": 2}},
+            {"tool": "ds.add", "args": {"a": "{{step1.result}}", "b": 1}},
+        ]
+    }
+    with trio.fail_after(30):
+        async with Client(serve("--config", str(config))) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            r = await client.call_tool(PIPE_TOOL, spec)
+    assert names == {PIPE_TOOL, "ds.add"}
+    assert r.structured_content["result"] == {"result": 5}
+    records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert [x["tool"] for x in records] == ["ds.add", "ds.add", PIPE_TOOL]
+
+
+async def test_a_bad_config_exits_2_listing_every_problem(tmp_path):
+    config = tmp_path / "bad.toml"
+    config.write_text('[pipe]\nmax_steps = "x"\n[mcpServers.a]\n')
+    r = await trio.run_process(
+        [sys.executable, "-m", "mcpipe", "serve", "--config", str(config)], capture_stderr=True, check=False
+    )
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "pipe.max_steps" in err and "mcpServers.a" in err
