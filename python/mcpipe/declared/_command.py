@@ -151,7 +151,7 @@ async def _run(
                     too_much = True
                     scope.cancel()
                     return
-                into.append(chunk)
+                into.append(bytes(chunk))
         open_pipes -= 1
         if not open_pipes:
             drained.set()
@@ -177,6 +177,7 @@ async def _run(
     if too_much:
         await _terminate(process, 0)
         raise StepFailure(f"the command printed more than {limit} bytes", "TOOL_FAILED")
+    assert process.returncode is not None  # reaped by process.wait()
     return process.returncode, b"".join(out), b"".join(err)
 
 

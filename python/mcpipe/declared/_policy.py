@@ -113,7 +113,7 @@ class HttpPolicy:
             addresses = [ipaddress.ip_address(literal)]
         else:
             infos = await trio.socket.getaddrinfo(bare, port, type=socket.SOCK_STREAM)
-            addresses = [_unmapped(ipaddress.ip_address(info[4][0].split("%", 1)[0])) for info in infos]
+            addresses = [_unmapped(ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])) for info in infos]
             if not addresses:
                 raise OSError(f"'{host}' does not resolve")
         for address in addresses:

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 __all__ = ["Mention", "scan_cel", "scan_jsonata"]
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_WS = re.compile(r"\s*")
 _DIGITS = re.compile(r"-?[0-9]+")
 # A segment of a normalized reference that can be written bare (else it is quoted, as templates do).
 _BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*|-?[0-9]+")
@@ -123,6 +122,14 @@ def _scan(source: str, roots: frozenset[str], *, cel: bool) -> tuple[list[Mentio
     return mentions, bound
 
 
+def _skip_ws(source: str, i: int) -> int:
+    """The index of the first non-space character at or after ``i``."""
+    n = len(source)
+    while i < n and source[i].isspace():
+        i += 1
+    return i
+
+
 def _string_prefix(source: str, i: int) -> bool:
     """Is ``source[i]`` the start of a CEL string prefix (``r"..."``, ``b'...'``, ``rb"..."``)?"""
     if i > 0 and (source[i - 1].isalnum() or source[i - 1] == "_"):
@@ -175,9 +182,9 @@ def _segments(source: str, i: int, *, cel: bool) -> tuple[list[str], int]:
     segments: list[str] = []
     n = len(source)
     while True:
-        j = _WS.match(source, i).end()
+        j = _skip_ws(source, i)
         if j < n and source[j] == "." and not source.startswith("..", j):
-            k = _WS.match(source, j + 1).end()
+            k = _skip_ws(source, j + 1)
             if not cel and k < n and source[k] == "`":
                 end = source.find("`", k + 1)
                 if end < 0:
@@ -189,21 +196,21 @@ def _segments(source: str, i: int, *, cel: bool) -> tuple[list[str], int]:
             if m is None:
                 return segments, j
             # A method call (`x.size()`) ends the path: the name is a function, not a key.
-            after = _WS.match(source, m.end()).end()
+            after = _skip_ws(source, m.end())
             if cel and after < n and source[after] == "(":
                 return segments, j
             segments.append(m.group())
             i = m.end()
             continue
         if j < n and source[j] == "[":
-            k = _WS.match(source, j + 1).end()
+            k = _skip_ws(source, j + 1)
             value, end = _string_value(source, k, cel=cel)
             if value is None:
                 d = _DIGITS.match(source, k)
                 if d is None:
                     return segments, j
                 value, end = d.group(), d.end()
-            close = _WS.match(source, end).end()
+            close = _skip_ws(source, end)
             if close >= n or source[close] != "]":
                 return segments, j
             segments.append(value)
@@ -214,17 +221,17 @@ def _segments(source: str, i: int, *, cel: bool) -> tuple[list[str], int]:
 
 def _macro_vars(source: str, i: int, limit: int = 2) -> list[str]:
     """The variable names a macro call binds: ``(x, ...)`` or ``(k, v, ...)`` right after ``i``."""
-    j = _WS.match(source, i).end()
+    j = _skip_ws(source, i)
     if j >= len(source) or source[j] != "(":
         return []
     names: list[str] = []
     k = j + 1
     while len(names) < limit:
-        k = _WS.match(source, k).end()
+        k = _skip_ws(source, k)
         m = _IDENT.match(source, k)
         if m is None:
             break
-        after = _WS.match(source, m.end()).end()
+        after = _skip_ws(source, m.end())
         if after >= len(source) or source[after] != ",":
             break
         names.append(m.group())
