@@ -138,16 +138,19 @@ async def test_parallel_failure_cancels_running_siblings_and_stops_the_pipeline(
 async def test_children_still_waiting_for_a_slot_when_cancelled_never_started_and_are_skipped(
     run, probe, autojump_clock
 ):
-    # `bad` is a pipe whose vars fail to resolve: it fails as soon as its task runs, holding no slot,
-    # while the tool children are still on their way to the one slot (trio may start them in any order).
-    bad = {"id": "bad", "pipe": {"vars": {"x": "${steps.a.structured.nope}"}, "steps": [{"tool": "echo"}]}}
-    spec = {"steps": [{"id": "a", "tool": "echo"}, {"id": "g", "parallel": [*waits(2, ms=1000), bad]}]}
+    # One slot, four tool steps wanting it (trio may start them in any order): whichever gets it runs,
+    # the rest wait until `bad` (a pipe, which holds no slot itself) times out and fails the group.
+    bad = {"id": "bad", "timeout_ms": 50, "pipe": {"steps": [{"id": "in", "tool": "wait", "args": {"ms": 1000}}]}}
+    spec = {"steps": [{"id": "g", "parallel": [*waits(3, ms=1000), bad]}]}
     answer = await run(spec, limits=Limits(max_concurrency=1))
     group = answer["steps"]["g"]
-    assert list(group["children"]) == ["bad"]
-    assert group["error_code"] == "INTERPOLATION_FAILED"
-    assert probe.log == ["echo None"]
-    assert answer["summary"] == {"total": 4, "succeeded": 1, "failed": 0, "skipped": 3, "cancelled": 0}
+    assert group["error_code"] == "TIMEOUT"
+    children = group["children"]
+    assert children["bad"]["error_code"] == "TIMEOUT"
+    started = [c for c in children.values() if c["id"] != "bad"] + list(children["bad"]["steps"].values())
+    assert [c["error_code"] for c in started] == ["CANCELLED"]  # the one that had the slot
+    assert len(probe.log) == 1
+    assert answer["summary"] == {"total": 4, "succeeded": 0, "failed": 0, "skipped": 3, "cancelled": 1}
 
 
 async def test_with_continue_on_error_a_failed_child_leaves_its_siblings_running(run, probe, autojump_clock):
@@ -173,7 +176,7 @@ async def test_a_failure_inside_a_nested_pipe_in_a_group_cancels_the_groups_othe
             {
                 "id": "g",
                 "parallel": [
-                    {"id": "p", "pipe": {"steps": [{"tool": "echo"}, {"id": "f", "tool": "boom"}]}},
+                    {"id": "p", "pipe": {"steps": [{"tool": "wait", "args": {"ms": 10}}, {"id": "f", "tool": "boom"}]}},
                     *waits(1, ms=500),
                 ],
             }
