@@ -64,3 +64,25 @@ def test_cel_expression_passes_only_the_steps_it_names():
 )
 def test_jsonata_scan_finds_root_paths_outside_strings_and_comments(source, references):
     assert [m.normalized() for m in scan_jsonata(source, ROOTS)] == references
+
+
+@pytest.mark.parametrize(
+    ("source", "expected"),
+    [
+        ("steps.a.output.x + steps.a.output.y", 3),
+        ("has(steps.a.output.z)", False),
+        ("steps.a.ok && steps.a.output.x == 1", True),
+        ('steps["a"].output.y', 2),
+        ("steps.exists(k, k == 'b')", True),  # read whole: every step is passed
+        ("args.size()", 2),
+        ("has(args.missing)", False),
+        ("last.output.n", 9),
+    ],
+)
+def test_cel_sees_the_same_values_when_only_the_parts_it_reads_are_passed(source, expected):
+    e = {
+        "steps": {"a": {"ok": True, "output": {"x": 1, "y": 2}, "text": ""}, "b": {"ok": False, "output": None}},
+        "args": {"p": 1, "q": 2},
+        "last": {"output": {"n": 9}, "ok": True},
+    }
+    assert CelExpr.compile(source).evaluate(e) == expected

@@ -63,6 +63,7 @@ class CelExpr:
         mentions: the root references found in the source (``steps.fetch.output``).
         roots: the roots it reads; evaluation passes only those to CEL.
         steps: the step ids it reads, or None when it reads ``steps`` dynamically (``steps[x]``).
+        projection: per root, the part of its value the expression can reach (see :func:`_projection`).
     """
 
     source: str
@@ -70,6 +71,7 @@ class CelExpr:
     mentions: tuple[Mention, ...]
     roots: frozenset[str]
     steps: frozenset[str] | None
+    projection: dict[str, Any]
 
     @classmethod
     def compile(cls, source: str) -> CelExpr:
@@ -100,7 +102,8 @@ class CelExpr:
                     steps = None
                 elif steps is not None:
                     steps.add(m.segments[0])
-        return cls(source, program, tuple(mentions), roots, None if steps is None else frozenset(steps))
+        frozen_steps = None if steps is None else frozenset(steps)
+        return cls(source, program, tuple(mentions), roots, frozen_steps, _projection(mentions, roots))
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """Evaluate against the pipeline environment; the result is a JSON-ready value.
@@ -109,12 +112,12 @@ class CelExpr:
             ExpressionError: the expression failed (a missing key, a type mismatch, a division by zero).
         """
         context: dict[str, Any] = {}
+        projection = self.projection
         for root in self.roots:
             value = env.get(root)
-            if root == "steps" and self.steps is not None and isinstance(value, Mapping):
-                # Converting every earlier step's output to CEL on every evaluation would make an
-                # expression's cost grow with the pipeline; pass only the steps it names.
-                value = {k: value[k] for k in self.steps if k in value}
+            shape = projection.get(root)
+            if shape is not None and isinstance(value, Mapping):
+                value = _project(value, shape)
             context[root] = value
         try:
             result = self.program.execute(context)
@@ -126,6 +129,53 @@ class CelExpr:
         except Exception as e:  # the CEL library raises TypeError, ValueError, ZeroDivisionError, ...
             raise ExpressionError(f"{type(e).__name__}: {e}") from None
         return to_json_value(result)
+
+
+def _projection(mentions: list[Mention], roots: frozenset[str]) -> dict[str, Any]:
+    """What part of each root an expression can reach, from the references found in its source.
+
+    Converting a Python value to CEL costs a few microseconds per node, and a step result has a dozen
+    fields; passing every earlier step whole would make each evaluation cost grow with the pipeline. So
+    for ``steps.a.output.x`` only ``steps.a.output`` is passed, for ``args.n`` only ``args.n``. A root
+    that is read whole or dynamically anywhere (``steps[k]``, ``args.size()``) is passed whole.
+
+    Returns:
+        root -> None (pass whole) or {key: None (whole) | frozenset of the step-result fields read}.
+    """
+    shapes: dict[str, Any] = {}
+    whole: set[str] = set()
+    for m in mentions:
+        if m.root in whole:
+            continue
+        if not m.segments:
+            whole.add(m.root)
+            shapes.pop(m.root, None)
+            continue
+        shape = shapes.setdefault(m.root, {})
+        key = m.segments[0]
+        if m.root == "steps" and len(m.segments) > 1:
+            fields = shape.get(key, set())
+            if fields is not None:
+                shape[key] = fields | {m.segments[1]}
+        else:
+            shape[key] = None
+    # A root the program reads but the scan did not see is passed whole (never narrow on a guess).
+    return {
+        root: {k: (None if v is None else frozenset(v)) for k, v in shapes[root].items()}
+        for root in roots
+        if root in shapes and root not in whole
+    }
+
+
+def _project(value: Mapping[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, fields in shape.items():
+        if key in value:
+            item = value[key]
+            if fields is not None and isinstance(item, Mapping):
+                item = {f: item[f] for f in fields if f in item}
+            out[key] = item
+    return out
 
 
 def _cel_syntax(message: str) -> str:
