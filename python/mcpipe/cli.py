@@ -148,11 +148,7 @@ def _check(ns: argparse.Namespace) -> int:
     if ns.spec is None:
         raise _Usage("the following arguments are required: SPEC (or --config FILE)")
     name = _name(ns.spec)
-    try:
-        spec = _with_vars(_load_spec(ns.spec), ns.var)
-    except _Invalid as e:
-        print(e, file=sys.stderr)
-        return 1
+    spec = _with_vars(_load_spec(ns.spec), ns.var)
     # Without --tools the tool names are not checked: the tools a server has are not known here.
     tools = _registry(ns.tools, builtin=not ns.no_builtin) if ns.tools else None
     try:
