@@ -327,11 +327,11 @@ class _Run:
         failure = None
         keep_going = plan.continue_on_error
         for step in plan.steps:
-            if type(step) is ToolStep:
+            if isinstance(step, ToolStep):
                 r = await (
                     self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
                 )
-            elif type(step) is ParallelStep:
+            elif isinstance(step, ParallelStep):
                 r = await self.group(step, env, results, prefix, not keep_going)
             else:
                 r = await self.pipe(step, env, results, parallel, prefix)
@@ -473,12 +473,12 @@ class _Run:
         first: list[dict[str, Any]],
         siblings: trio.CancelScope,
     ) -> None:
-        if type(step) is ToolStep:
+        if isinstance(step, ToolStep):
             r = await self.tool(step, env, children, prefix)
-        elif type(step) is ParallelStep:
+        elif isinstance(step, ParallelStep):
             r = await self.group(step, env, children, prefix, stop)
         else:
-            r = await self.pipe(step, env, children, True, prefix)  # type: ignore[arg-type]
+            r = await self.pipe(step, env, children, True, prefix)
         if not r["ok"] and not first:
             first.append(r)
             if stop:

@@ -129,7 +129,7 @@ class ToolRegistry:
     def tool(self, fn: Callable[..., Any], /) -> FunctionTool: ...
     @overload
     def tool(
-        self, *, name: str | None = None, description: str | None = None
+        self, fn: None = None, /, *, name: str | None = None, description: str | None = None
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
