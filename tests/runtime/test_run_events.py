@@ -57,3 +57,22 @@ async def test_a_failing_event_callback_is_logged_and_the_run_goes_on(run, caplo
         answer = await run({"steps": [{"tool": "echo"}]}, on_event=broken)
     assert answer["ok"]
     assert any("on_event callback failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_cancelled_steps_report_finishing_as_cancelled(run, autojump_clock):
+    events: list[dict] = []
+    spec = {
+        "steps": [
+            {
+                "id": "g",
+                "parallel": [
+                    {"id": "slow", "tool": "wait", "args": {"ms": 1000}},
+                    {"id": "bad", "tool": "fail", "args": {"after_ms": 10}},
+                ],
+            }
+        ]
+    }
+    await run(spec, on_event=events.append)
+    finished = {e["path"]: e["error_code"] for e in events if e["type"] == "step_finished"}
+    assert finished == {"g.slow": "CANCELLED", "g.bad": "TOOL_ERROR", "g": "TOOL_ERROR"}
+    assert events[-1]["completed"] == 2

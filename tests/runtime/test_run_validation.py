@@ -106,3 +106,16 @@ async def test_the_scheduler_uses_only_in_allows_and_call_of_the_registry(tools,
         {"steps": [{"tool": "echo"}, {"id": "g", "parallel": [{"tool": "text", "args": {"value": "x"}}]}]}, minimal
     )
     assert answer["ok"] and minimal.calls == ["echo", "text"]
+
+
+async def test_a_tool_gone_between_validation_and_the_call_fails_its_step_with_unknown_tool(tools, run):
+    from mcpipe.tools import UnknownToolError
+
+    class Vanishing(ToolRegistry):
+        async def call(self, name, args, ctx):
+            raise UnknownToolError(name)
+
+    answer = await run({"steps": [{"id": "a", "tool": "echo"}]}, Vanishing(list(tools)))
+    step = answer["steps"]["a"]
+    assert (step["error_code"], step["error"]) == ("UNKNOWN_TOOL", "UnknownToolError: unknown tool 'echo'")
+    assert answer["summary"]["failed"] == 1
