@@ -43,3 +43,18 @@ def compiled(raw: dict[str, Any], policy: StepPolicy | None = None, **scope: Any
 def result_of(output: Any) -> dict[str, Any]:
     """A StepOutput as a step result, the way a later step sees it in ``steps.<id>``."""
     return output.result("s", "value", 0.0)
+
+
+async def run_steps(steps: Any, args: Any, ctx: ToolContext | None = None) -> dict[str, Any]:
+    """Run compiled leaf steps in order, as the scheduler would (no parallel or pipe); answer the last
+    result, or the first failure."""
+    e = env(args)
+    ctx = ctx or ToolContext()
+    last: dict[str, Any] = {}
+    for step in steps:
+        last = await step.run_result(e, ctx)
+        e["steps"][step.id] = last
+        e["last"] = last
+        if not last["ok"]:
+            break
+    return last

@@ -72,12 +72,23 @@ async def test_transform_converts_cel_timestamps_durations_and_bytes_to_json():
     assert (await step.execute(env(), CTX)).output == ["2026-01-02T03:04:05Z", 90.0, "aGk="]
 
 
+async def test_transform_has_the_cel_go_extension_functions():
+    expression = (
+        '[args.name.upperAscii(), math.greatest(args.a, args.b), [3, 1, 2].sort(), "a,b".split(","), [1, 2].sum()]'
+    )
+    out = await compiled({"kind": "transform", "expression": expression}).execute(
+        env({"name": "ada", "a": 1, "b": 5}), CTX
+    )
+    assert out.output == ["ADA", 5, [1, 2, 3], ["a", "b"], 3]
+
+
 @pytest.mark.parametrize(
     ("expression", "code", "needle"),
     [
         ("steps.a.output.missing", "INTERPOLATION_FAILED", "missing"),
         ("args.n * 2.5", "TOOL_FAILED", "overload"),
         ("args.n / 0", "TOOL_FAILED", "division by zero"),
+        ("string(args.n).frob()", "TOOL_FAILED", "unknown function 'frob'"),
     ],
 )
 async def test_a_failing_cel_expression_fails_the_step(expression, code, needle):

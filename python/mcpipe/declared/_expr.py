@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import cel
+import cel.stdlib
 import jsonata
 
 from mcpipe.declared._scan import Mention, scan_cel, scan_jsonata
@@ -28,6 +29,10 @@ ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
 
 # CEL namespaces that look like variables to the compiled program but are not data.
 _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets", "lists", "encoders"})
+
+# The cel-go style extension functions (strings, math, lists, sets, encoders): opt-in in the library, on
+# for us. An expression gets only the ones it calls, since registering functions costs per evaluation.
+_EXTENSIONS: dict[str, Any] = {name: fn for lib in cel.stdlib.EXTENSIONS.values() for name, fn in lib.items()}
 
 _CEL_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
 
@@ -64,6 +69,7 @@ class CelExpr:
         roots: the roots it reads; evaluation passes only those to CEL.
         steps: the step ids it reads, or None when it reads ``steps`` dynamically (``steps[x]``).
         projection: per root, the part of its value the expression can reach (see :func:`_projection`).
+        functions: the extension functions it calls (``upperAscii``, ``math.greatest``, ``sum``, ...).
     """
 
     source: str
@@ -72,6 +78,7 @@ class CelExpr:
     roots: frozenset[str]
     steps: frozenset[str] | None
     projection: dict[str, Any]
+    functions: dict[str, Any]
 
     @classmethod
     def compile(cls, source: str) -> CelExpr:
@@ -103,7 +110,8 @@ class CelExpr:
                 elif steps is not None:
                     steps.add(m.segments[0])
         frozen_steps = None if steps is None else frozenset(steps)
-        return cls(source, program, tuple(mentions), roots, frozen_steps, _projection(mentions, roots))
+        functions = _extensions_used(program)
+        return cls(source, program, tuple(mentions), roots, frozen_steps, _projection(mentions, roots), functions)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """Evaluate against the pipeline environment; the result is a JSON-ready value.
@@ -120,15 +128,37 @@ class CelExpr:
                 value = _project(value, shape)
             context[root] = value
         try:
-            result = self.program.execute(context)
+            if self.functions:
+                result = self.program.execute(cel.Context(context, functions=self.functions))
+            else:
+                result = self.program.execute(context)
         except KeyError as e:
             raise ExpressionError(f"no such key: {e.args[0]!r}", missing=True) from None
         except RuntimeError as e:
             text = str(e)
-            raise ExpressionError(text, missing=text.startswith("Undefined variable")) from None
+            unknown = _UNDEFINED.match(text)
+            if unknown is not None:
+                # Every variable is a root, checked at load and always passed: this is a function.
+                raise ExpressionError(f"unknown function '{unknown.group(1)}'") from None
+            raise ExpressionError(text) from None
         except Exception as e:  # the CEL library raises TypeError, ValueError, ZeroDivisionError, ...
             raise ExpressionError(f"{type(e).__name__}: {e}") from None
         return to_json_value(result)
+
+
+_UNDEFINED = re.compile(r"Undefined variable or function: '([^']*)'")
+
+
+def _extensions_used(program: Any) -> dict[str, Any]:
+    names = set(program.functions())
+    namespaces = set(program.variables()) & _NAMESPACES
+    used = {n: _EXTENSIONS[n] for n in names if n in _EXTENSIONS}
+    for ns in namespaces:
+        for n in names:
+            dotted = f"{ns}.{n}"
+            if dotted in _EXTENSIONS:
+                used[dotted] = _EXTENSIONS[dotted]
+    return used
 
 
 def _projection(mentions: list[Mention], roots: frozenset[str]) -> dict[str, Any]:
