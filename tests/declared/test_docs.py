@@ -71,3 +71,25 @@ def test_every_example_config_compiles(path: Path):
             pipeline["steps"], f"pipelines[{i}].steps", StepScope(policy=_example_policy(config), tools=tools)
         )
         assert problems == [], problems
+
+
+async def test_the_order_summary_example_runs():
+    config = yaml.safe_load((ROOT / "examples" / "declared" / "order_summary.yaml").read_text())
+    steps, problems = compile_steps(config["pipelines"][0]["steps"], "steps", StepScope(policy=_example_policy(config)))
+    assert problems == [] and steps is not None
+    args = {
+        "customer": "ada",
+        "currency": "EUR",
+        "lines": [{"sku": "a", "qty": 2, "price": 3.5}, {"sku": "b", "qty": 1, "price": 10}],
+    }
+    result = await run_steps(steps, args)
+    assert result["ok"], result
+    assert result["output"] == {
+        "customer": "ada",
+        "currency": "EUR",
+        "lines": [{"sku": "a", "qty": 2, "amount": 7.0}, {"sku": "b", "qty": 1, "amount": 10.0}],
+        "totals": {"items": 2, "units": 3, "total": 17},
+        "summary": "3 units, 17 EUR",
+    }
+    rejected = await run_steps(steps, {**args, "lines": []})
+    assert rejected["error_code"] == "GATE_REJECTED"
