@@ -224,3 +224,13 @@ async def test_graphql_is_held_to_the_same_host_policy(http_server):
 async def test_graphql_non_json_answer_fails(http_server):
     out = await run({"kind": "graphql", "url": f"{http_server.url}/text", "operation": "{ x }"})
     assert not out.ok and "not a GraphQL response" in out.error
+
+
+async def test_an_http_step_without_a_timeout_gets_the_policys_default(http_server):
+    policy = StepPolicy(http=HttpPolicy(allowed_hosts=["127.0.0.1"], timeout_ms=150))
+    step = compiled({"kind": "http", "url": f"{http_server.url}/slow"}, policy)
+    assert step.timeout_ms == 150
+    with trio.fail_after(10):
+        out = await step.execute(env(), CTX)
+    assert out.error_code == "TIMEOUT"
+    assert compiled({"kind": "http", "url": f"{http_server.url}/slow", "timeout_ms": 5}, policy).timeout_ms == 5

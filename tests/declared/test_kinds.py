@@ -244,3 +244,19 @@ async def test_a_list_of_steps_runs_as_a_pipeline_would_run_it():
         e["last"] = r
     assert e["last"]["output"] == "20 and 2"
     assert set(e["last"]) >= {"id", "kind", "ok", "error", "error_code", "structured", "text", "content", "output"}
+
+
+async def test_a_progress_token_is_also_found_in_the_sdk_request_context():
+    class SdkContext:
+        meta = {"progressToken": 7}
+
+    sink = Sink()
+    ctx = sink.context()
+    ctx.extras["mcp_context"] = SdkContext()
+    out = await compiled({"kind": "progress", "progress": 1}).execute(env(), ctx)
+    assert not out.skipped and sink.progress == [(1, None, None)]
+
+
+async def test_a_tool_step_without_a_registry_fails_cleanly():
+    out = await compiled({"kind": "tool", "tool": "echo"}).execute(env(), CTX)
+    assert out.error_code == "TOOL_FAILED" and "no tool registry" in out.error

@@ -30,7 +30,7 @@ from mcpipe.declared import _command, _http, _kinds
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
 from mcpipe.declared._policy import StepPolicy
-from mcpipe.declared._step import DeclaredParallel, DeclaredPipe, DeclaredStep, RunFn
+from mcpipe.declared._step import DeclaredParallel, DeclaredPipe, DeclaredStep, RunFn, run_tool
 from mcpipe.errors import Problem, TemplateSyntaxError
 
 __all__ = [
@@ -105,7 +105,7 @@ class Kind:
 KINDS: dict[str, Kind] = {
     k.name: k
     for k in (
-        Kind("tool", KIND_STRUCTS["tool"], ("args",), _kinds.run_value),  # executed by DeclaredStep itself
+        Kind("tool", KIND_STRUCTS["tool"], ("args",), run_tool),
         Kind("http", KIND_STRUCTS["http"], ("url", "headers", "query", "body"), _http.run_http),
         Kind("graphql", KIND_STRUCTS["graphql"], ("url", "variables", "headers"), _http.run_graphql),
         Kind("command", KIND_STRUCTS["command"], ("args", "env", "cwd", "stdin"), _command.run_command),
@@ -250,6 +250,13 @@ class _Compiler:
         for name in k.templates:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
+        timeout = spec.timeout_ms
+        if timeout is None:
+            # Steps that wait on the outside world get the operator's default deadline.
+            if kind in ("http", "graphql"):
+                timeout = scope.policy.http.timeout_ms
+            elif kind == "command":
+                timeout = scope.policy.command.timeout_ms
         return DeclaredStep(
             sid,
             kind,
@@ -258,7 +265,7 @@ class _Compiler:
             tuple(templates),
             when,
             transform,
-            spec.timeout_ms,
+            timeout,
             plan,
             tuple(refs),
             k.run,

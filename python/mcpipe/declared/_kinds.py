@@ -84,11 +84,18 @@ async def run_log(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, 
 
 
 def has_progress_token(ctx: ToolContext) -> bool:
-    """Did the call carry a progress token? ``ToolContext.progress_token`` when the context has one, else
-    ``ctx.extras["progress_token"]``."""
+    """Did the call carry a progress token?
+
+    Read from ``ctx.progress_token`` (a proposed ``ToolContext`` field), else ``ctx.extras["progress_token"]``,
+    else the MCP SDK's request context in ``ctx.extras["mcp_context"]`` (its ``meta``).
+    """
     token = getattr(ctx, "progress_token", None)
     if token is None:
         token = ctx.extras.get("progress_token")
+    if token is None:
+        meta = getattr(ctx.extras.get("mcp_context"), "meta", None)
+        if isinstance(meta, Mapping):
+            token = meta.get("progressToken", meta.get("progress_token"))
     return token is not None
 
 

@@ -46,12 +46,14 @@ class HttpPolicy:
         allow_private: allow non-public addresses for every allowed host.
         max_response_bytes: a larger response body fails the step.
         verify: TLS verification: True (the system's CA store), False, or a CA bundle path.
+        timeout_ms: the deadline of a step that sets no ``timeout_ms`` (None: only the pipeline's).
     """
 
     allowed_hosts: Sequence[str] = ()
     allow_private: bool = False
     max_response_bytes: int = 10 * 1024 * 1024
     verify: bool | str = True
+    timeout_ms: float | None = 30_000
 
     @cached_property
     def _patterns(self) -> tuple[frozenset[str], tuple[str, ...], bool]:
@@ -173,12 +175,14 @@ class CommandPolicy:
             environment do not leak to commands.
         max_output_bytes: stdout or stderr past this size fails the step (the process is killed).
         kill_grace_ms: on timeout or cancellation the process group gets SIGTERM, then SIGKILL after this.
+        timeout_ms: the deadline of a step that sets no ``timeout_ms`` (None: only the pipeline's).
     """
 
     commands: Mapping[str, str | Sequence[str]] = field(default_factory=dict)
     env: Mapping[str, str] | None = None
     max_output_bytes: int = 10 * 1024 * 1024
     kill_grace_ms: float = 1000
+    timeout_ms: float | None = 60_000
 
     def argv(self, name: str) -> tuple[str, ...] | None:
         """The argv prefix of command ``name``, or None when it is not allowed."""

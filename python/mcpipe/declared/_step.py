@@ -188,8 +188,8 @@ class DeclaredStep:
             if env2 is SKIP:
                 return StepOutput.skip("`when` is false")
             inputs = {name: t.resolve(env2) for name, t in self.templates}
-            if self.kind == "tool":
-                return await _with_timeout(self.timeout_ms, _call_tool(self, inputs, ctx, tools))
+            if tools is not None and self.kind == "tool":
+                return await _with_timeout(self.timeout_ms, call_tool(self, inputs, ctx, tools))
             return await _with_timeout(self.timeout_ms, self.runner(self, inputs, env2, ctx))
         except InterpolationError as e:
             e.with_step(self.id)
@@ -219,8 +219,13 @@ async def _with_timeout(timeout_ms: float | None, work: Awaitable[StepOutput]) -
     return StepOutput.failure(f"timed out after {timeout_ms:g} ms", "TIMEOUT")
 
 
-async def _call_tool(step: DeclaredStep, inputs: dict[str, Any], ctx: ToolContext, tools: Any) -> StepOutput:
-    registry = tools if tools is not None else step.plan
+async def run_tool(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """The ``tool`` kind's executor: call through the registry the step was compiled with."""
+    return await call_tool(step, inputs, ctx, step.plan)
+
+
+async def call_tool(step: DeclaredStep, inputs: dict[str, Any], ctx: ToolContext, registry: Any) -> StepOutput:
+    """Call the step's tool through ``registry`` (anything with ``await registry.call(name, args, ctx)``)."""
     if registry is None or not hasattr(registry, "call"):
         raise StepFailure("no tool registry to call tools through", "TOOL_FAILED")
     name = step.spec.tool  # type: ignore[attr-defined]
