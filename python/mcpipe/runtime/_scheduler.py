@@ -19,7 +19,7 @@ pipe waiting for its children, so nested groups cannot deadlock on the limit.
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from collections.abc import Callable, Mapping
 from time import perf_counter
 from typing import Any
@@ -269,7 +269,7 @@ class _Run:
     ) -> None:
         self.call = registry.call
         self.ctx = ctx
-        self.pid = ctx.pipeline or uuid.uuid4().hex[:16]
+        self.pid = ctx.pipeline or os.urandom(8).hex()
         self.facts = ctx.facts()
         self.limits = limits
         self.on_event = on_event
