@@ -310,3 +310,8 @@ async def test_without_a_pipeline_id_each_run_gets_a_fresh_one(run, probe):
     await run({"steps": [{"tool": "whoami"}]})
     first, second = (c.pipeline for c in probe.contexts)
     assert first and second and first != second
+
+
+async def test_an_exception_without_a_message_is_named_by_its_type(run):
+    answer = await run({"steps": [{"id": "b", "tool": "boom", "args": {"message": ""}}]})
+    assert answer["steps"]["b"]["error"] == "RuntimeError"

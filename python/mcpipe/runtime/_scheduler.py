@@ -402,7 +402,8 @@ class _Run:
         except Exception as e:
             code = "UNKNOWN_TOOL" if isinstance(e, UnknownToolError) else "TOOL_FAILED"
             _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
-            r = _leaf(step.id, False, f"{type(e).__name__}: {e}", code, None, "", [], t0)
+            message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            r = _leaf(step.id, False, message, code, None, "", [], t0)
         finally:
             if r is None:  # cancelled from outside: record it, and let the cancellation go on
                 r = _leaf(step.id, False, "cancelled", _CANCELLED, None, "", [], t0)
