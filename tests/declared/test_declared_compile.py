@@ -272,3 +272,27 @@ def test_the_step_schema_covers_every_kind():
         "tool", "http", "graphql", "command", "mock", "value", "transform", "cel_gate",
         "plugin_transform", "log", "progress", "parallel", "pipe",
     }  # fmt: skip
+
+
+def test_prelude_applies_a_containers_when_and_input_transform():
+    from mcpipe.declared import SKIP, prelude
+
+    steps, problems = compile_steps(
+        [
+            {
+                "kind": "parallel",
+                "id": "group",
+                "when": "args.go",
+                "input_transform": '{"n": args.n * 2}',
+                "steps": [{"kind": "value", "value": "${args.n}"}],
+            }
+        ],
+        LOC,
+        SCOPE,
+    )
+    assert problems == [] and steps is not None
+    group = steps[0]
+    base = {"args": {"go": False, "n": 1}, "steps": {}, "vars": {}, "context": {}, "last": None}
+    assert prelude(group, base) is SKIP
+    inner = prelude(group, {**base, "args": {"go": True, "n": 2}})
+    assert inner["args"] == {"n": 4} and inner["steps"] is base["steps"]

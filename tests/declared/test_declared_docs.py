@@ -26,7 +26,8 @@ TOOLS = frozenset({"search"})
 
 
 def _blocks() -> list[str]:
-    return BLOCK.findall(DOC.read_text())
+    """The doc's step examples (YAML blocks with a top-level ``steps``)."""
+    return [b for b in BLOCK.findall(DOC.read_text()) if re.search(r"^steps:", b, re.M)]
 
 
 def _comment(block: str, name: str) -> Any:
