@@ -112,9 +112,13 @@ def test_only_commands_named_in_the_policy_may_run():
 
 
 async def _read_pids(fifo: Path) -> tuple[int, int]:
-    async with await trio.open_file(fifo) as f:
-        line = await f.readline()
-    pid, child = map(int, line.split())
+    # Opened read-write so that reading waits for the script's line (instead of seeing end-of-file before it
+    # opens the FIFO), through trio, so the test's fail_after can interrupt it.
+    data = b""
+    async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
+        while not data.endswith(b"\n"):
+            data += await stream.receive_some()
+    pid, child = map(int, data.split())
     return pid, child
 
 
