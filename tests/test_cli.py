@@ -275,3 +275,10 @@ def test_serve_without_the_server_installed_is_one_clear_line(capsys, monkeypatc
     err = capsys.readouterr().err
     assert err.startswith("mcpipe serve: error: the server is not available in this installation (")
     assert len(err.splitlines()) == 1
+
+
+def test_yaml_dates_stay_strings_as_in_json(workdir, capsys):
+    spec = workdir / "p.yaml"
+    spec.write_text("vars: {day: 2024-01-02}\nsteps:\n  - tool: echo\n    args: {day: '${vars.day}'}\n")
+    assert main(["run", str(spec)]) == 0
+    assert orjson.loads(capsys.readouterr().out)["result"] == {"day": "2024-01-02"}
