@@ -94,8 +94,19 @@ def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str 
         principal=_principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
-        extras={"mcp_context": ctx},
+        extras={"mcp_context": ctx, "progress": _wants_progress(ctx)},
     )
+
+
+def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+    """Whether the caller asked for progress: a token on the wire, or (in memory, through the SDK's
+    direct dispatcher) a callback on the request's channel."""
+    meta = ctx.meta
+    if meta and (meta.get("progressToken") is not None or meta.get("progress_token") is not None):
+        return True
+    outbound = getattr(ctx.session, "_request_outbound", None)
+    outbound = getattr(outbound, "_inner", outbound)  # the SDK wraps it to refuse server requests at 2026
+    return getattr(outbound, "progress_token", None) is not None or getattr(outbound, "_on_progress", None) is not None
 
 
 class _PipeProgress:
@@ -157,9 +168,10 @@ class PipeRunner:
         t0 = time.perf_counter()
         answer = None
         try:
-            # Whether the caller asked for progress is the transport's business (a token on the wire, a
-            # callback in memory), and reporting without one is a no-op: always report.
-            answer = await self._run_with_progress(args, ctx)
+            if ctx.extras.get("progress"):
+                answer = await self._run_with_progress(args, ctx)
+            else:
+                answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)
         finally:
             # No answer means the call was cancelled (the scheduler answers every failure of its own).
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": "CANCELLED"}, t0)

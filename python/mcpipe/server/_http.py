@@ -30,6 +30,7 @@ from mcp.server.transport_security import TransportSecuritySettings
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._fast import FastToolCall
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -114,9 +115,18 @@ class HttpFront:
         tokens: token digest -> principal; empty means no auth (every caller is the trusted local one).
     """
 
-    def __init__(self, app: App, manager: StreamableHTTPSessionManager, *, path: str, tokens: dict[bytes, str]):
+    def __init__(
+        self,
+        app: App,
+        manager: StreamableHTTPSessionManager,
+        *,
+        path: str,
+        tokens: dict[bytes, str],
+        fast: FastToolCall | None = None,
+    ):
         self.app = app
         self.manager = manager
+        self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
         self.tokens = tokens
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
@@ -133,6 +143,10 @@ class HttpFront:
                         return
                     scope[PRINCIPAL_SCOPE_KEY] = principal
                     scope["user"] = self._users[principal]
+                if self.fast is not None:
+                    served, receive = await self.fast(scope, receive, send)
+                    if served:
+                        return
                 await self.manager.handle_request(scope, receive, send)
             elif path == "/healthz":
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
@@ -173,12 +187,13 @@ async def serve_http(
     port: int | None = None,
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
+    fast_path: bool = True,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
 
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
-    when ``port`` is 0).
+    when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
     """
     cfg = app.config
     h = cfg.http
@@ -194,7 +209,15 @@ async def serve_http(
         session_idle_timeout=h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
     )
-    front = HttpFront(app, manager, path=h.path, tokens=tokens)
+    security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    fast = FastToolCall(
+        app.handlers,
+        security,
+        app.server.server_info_stamp,
+        json_response=h.json_response,
+        max_body=h.max_body_bytes,
+    )
+    front = HttpFront(app, manager, path=h.path, tokens=tokens, fast=fast if fast_path else None)
     hc = HypercornConfig()
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout

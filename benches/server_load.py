@@ -1,0 +1,257 @@
+"""A lean load generator for MCP over streamable HTTP, and the servers the server benchmarks compare.
+
+The SDK's client costs about 4 ms of CPU per call, more than the servers under test, so the load is raw
+HTTP/1.1 on keep-alive connections: one pre-encoded 2026-07-28 ``tools/call`` POST (stateless, no session),
+written and read back on a trio socket, counted and timed. The server runs in its own process; its CPU is
+read from ``/proc/<pid>/stat`` (utime + stime) before and after the load.
+
+    python server_load.py sdk|mcpipe     # serve the benchmark's tools; prints the MCP URL on stdout
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import orjson
+import trio
+
+from mcpipe.tools import ToolRegistry
+
+HERE = Path(__file__).parent
+TICK = os.sysconf("SC_CLK_TCK")
+MODERN = "2026-07-28"
+
+bench_tools = ToolRegistry()
+
+
+@bench_tools.tool
+def ping(text: str) -> str:
+    """Answer the text (the trivial tool both servers serve)."""
+    return text
+
+
+@bench_tools.tool
+def inc(n: int) -> dict[str, int]:
+    """Add one (the step of the pipeline benchmark)."""
+    return {"n": n + 1}
+
+
+def tools_call(name: str, arguments: dict[str, Any], request_id: int = 1) -> bytes:
+    """One 2026-07-28 ``tools/call`` request body (the per-request envelope in ``_meta``)."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+    }
+    params = {"name": name, "arguments": arguments, "_meta": meta}
+    return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
+
+
+def request_bytes(host: str, port: int, path: str, body: bytes) -> bytes:
+    name = orjson.loads(body)["params"]["name"]
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n"
+        f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+class _Conn:
+    """A keep-alive HTTP/1.1 connection: send a request, read one response; reopens when the server
+    closes it (hypercorn ends a keep-alive connection after ``keep_alive_max_requests``)."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.stream: trio.SocketStream | None = None
+        self.buf = b""
+
+    async def _fill(self) -> None:
+        assert self.stream is not None
+        chunk = await self.stream.receive_some(65536)
+        if not chunk:
+            raise ConnectionError("server closed the connection")
+        self.buf += chunk
+
+    async def close(self) -> None:
+        if self.stream is not None:
+            await self.stream.aclose()
+            self.stream, self.buf = None, b""
+
+    async def roundtrip(self, request: bytes) -> tuple[int, bytes]:
+        if self.stream is None:
+            self.stream = await trio.open_tcp_stream(self.host, self.port)
+        await self.stream.send_all(request)
+        while b"\r\n\r\n" not in self.buf:
+            await self._fill()
+        head, _, self.buf = self.buf.partition(b"\r\n\r\n")
+        lines = head.split(b"\r\n")
+        status = int(lines[0].split()[1])
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(b":") for line in lines[1:])}
+        if b"content-length" in headers:
+            n = int(headers[b"content-length"])
+            while len(self.buf) < n:
+                await self._fill()
+            body, self.buf = self.buf[:n], self.buf[n:]
+        else:
+            body = await self._chunked()
+        if headers.get(b"connection", b"").lower() == b"close":
+            await self.close()
+        return status, body
+
+    async def _chunked(self) -> bytes:
+        body = b""  # an SSE stream: read to the terminal chunk
+        while True:
+            while b"\r\n" not in self.buf:
+                await self._fill()
+            size_line, _, self.buf = self.buf.partition(b"\r\n")
+            size = int(size_line.split(b";")[0], 16)
+            while len(self.buf) < size + 2:
+                await self._fill()
+            body += self.buf[:size]
+            self.buf = self.buf[size + 2 :]
+            if size == 0:
+                return body
+
+
+@dataclass
+class Load:
+    """What one load run measured."""
+
+    calls: int
+    seconds: float
+    cpu_seconds: float
+
+    @property
+    def calls_per_s(self) -> float:
+        return self.calls / self.seconds
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return self.cpu_seconds * 1000 / self.calls
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+async def run_load(
+    url: str, pid: int, body: bytes, *, clients: int, calls: int, max_seconds: float = 30.0, check: bytes = b""
+) -> Load:
+    """``clients`` connections each sending ``calls // clients`` requests back to back (bounded by
+    ``max_seconds``); every answer must be 200 and contain ``check``."""
+    hostport, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.rpartition(":")
+    request = request_bytes(host, int(port), "/" + path, body)
+    per_client = max(1, calls // clients)
+    done = 0
+
+    async def client(n: int) -> None:
+        nonlocal done
+        conn = _Conn(host, int(port))
+        try:
+            for _ in range(n):
+                status, answer = await conn.roundtrip(request)
+                if status != 200 or check not in answer:
+                    raise AssertionError(f"bad answer {status}: {answer[:300]!r}")
+                done += 1
+        finally:
+            await conn.close()
+
+    await client(20)  # warm up: imports, caches, first-call paths
+    done = 0
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    with trio.move_on_after(max_seconds):
+        async with trio.open_nursery() as nursery:
+            for _ in range(clients):
+                nursery.start_soon(client, per_client)
+    elapsed = time.perf_counter() - t0
+    return Load(done, elapsed, cpu_seconds(pid) - cpu0)
+
+
+@asynccontextmanager
+async def server_process(kind: str, *extra: str) -> AsyncIterator[tuple[str, int]]:
+    """Start ``python server_load.py <kind>``; yields (MCP URL, pid); kills it on exit."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, str(HERE / "server_load.py"), kind, *extra],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env=env,
+    )
+    try:
+        buf = b""
+        assert proc.stdout is not None
+        with trio.fail_after(30):
+            while b"\n" not in buf:
+                chunk = await proc.stdout.receive_some()
+                if not chunk:
+                    raise RuntimeError(f"{kind} server exited before listening")
+                buf += chunk
+        yield buf.split(b"\n")[0].decode().strip(), proc.pid
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+# --- the servers (run in their own process) -------------------------------------------------------
+
+
+def _hypercorn_config() -> Any:
+    from hypercorn.config import Config
+
+    cfg = Config()
+    cfg.bind = ["127.0.0.1:0"]
+    cfg.accesslog = None
+    cfg.errorlog = None
+    return cfg
+
+
+async def _serve_sdk() -> None:
+    """The same tool on the SDK's MCPServer app, on hypercorn's trio worker."""
+    from hypercorn.trio import serve
+    from mcp.server.mcpserver import MCPServer
+
+    app = MCPServer("bench")
+    app.tool()(ping.fn)
+    asgi = app.streamable_http_app()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, asgi, _hypercorn_config()))
+        print(binds[0] + "/mcp", flush=True)
+
+
+async def _serve_mcpipe(audit_path: str) -> None:
+    from mcpipe.config import parse_config
+    from mcpipe.server import open_app, serve_http
+
+    doc = {"python_tools": ["server_load:bench_tools"], "builtins": False, "audit": {"path": audit_path}}
+    config = parse_config(orjson.dumps(doc), "json")
+    async with open_app(config) as app, trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
+        print(url, flush=True)
+
+
+if __name__ == "__main__":
+    import logging
+
+    logging.disable(logging.WARNING)
+    match sys.argv[1]:
+        case "sdk":
+            trio.run(_serve_sdk)
+        case "mcpipe":
+            trio.run(_serve_mcpipe, sys.argv[2] if len(sys.argv) > 2 else os.devnull)
+        case other:
+            raise SystemExit(f"unknown server kind {other!r}")
