@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
@@ -120,7 +120,7 @@ class FunctionTool:
 class ToolRegistry:
     """Tools by name. Iterating yields the tools; ``in`` and :meth:`names` work on names."""
 
-    def __init__(self, tools: Iterator[Tool] | list[Tool] | tuple[Tool, ...] = ()) -> None:
+    def __init__(self, tools: Iterable[Tool] = ()) -> None:
         self._tools: dict[str, Tool] = {}
         for t in tools:
             self.register(t)
