@@ -296,3 +296,24 @@ def test_prelude_applies_a_containers_when_and_input_transform():
     assert prelude(group, base) is SKIP
     inner = prelude(group, {**base, "args": {"go": True, "n": 2}})
     assert inner["args"] == {"n": 4} and inner["steps"] is base["steps"]
+
+
+def test_tool_sites_and_walk_reach_nested_steps():
+    from mcpipe.declared import tool_sites, walk
+
+    steps, problems = compile_steps(
+        [
+            {"kind": "tool", "id": "a", "tool": "search"},
+            {"kind": "parallel", "id": "p", "steps": [{"kind": "tool", "id": "b", "tool": "fetch"}]},
+            {"kind": "pipe", "id": "q", "steps": [{"kind": "tool", "id": "c", "tool": "search"}]},
+        ],
+        LOC,
+        SCOPE,
+    )
+    assert problems == [] and steps is not None
+    assert [s.id for s in walk(steps)] == ["a", "p", "b", "q", "c"]
+    assert tool_sites(steps) == [
+        (f"{LOC}[0]", "search"),
+        (f"{LOC}[1].steps[0]", "fetch"),
+        (f"{LOC}[2].steps[0]", "search"),
+    ]

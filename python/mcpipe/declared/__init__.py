@@ -14,7 +14,17 @@ Run a leaf step (the scheduler does this per call)::
 ``when`` and ``input_transform``. See ``docs/declared-pipelines.md`` for every kind.
 """
 
-from mcpipe.declared._compile import JSONATA_PLUGIN, KINDS, CompiledStep, Kind, StepScope, compile_step, compile_steps
+from mcpipe.declared._compile import (
+    JSONATA_PLUGIN,
+    KINDS,
+    CompiledStep,
+    Kind,
+    StepScope,
+    compile_step,
+    compile_steps,
+    tool_sites,
+    walk,
+)
 from mcpipe.declared._expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._kinds import has_progress_token
 from mcpipe.declared._model import KIND_STRUCTS, LOG_LEVELS, StepFields, step_schema
@@ -60,4 +70,6 @@ __all__ = [
     "has_progress_token",
     "prelude",
     "step_schema",
+    "tool_sites",
+    "walk",
 ]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -41,6 +41,8 @@ __all__ = [
     "StepScope",
     "compile_step",
     "compile_steps",
+    "tool_sites",
+    "walk",
 ]
 
 CompiledStep = DeclaredStep | DeclaredParallel | DeclaredPipe
@@ -159,6 +161,22 @@ def compile_steps(
     base = scope or StepScope()
     steps = c.steps_of(raw, location, replace(base, visible=frozenset(), siblings=frozenset(), has_last=False))
     return (None if c.problems else steps), c.sorted_problems()
+
+
+def walk(steps: Iterable[CompiledStep]) -> Iterator[CompiledStep]:
+    """Every compiled step, containers first, then their children (parallel children, nested pipe steps)."""
+    for step in steps:
+        yield step
+        if isinstance(step, DeclaredParallel):
+            yield from walk(step.children)
+        elif isinstance(step, DeclaredPipe):
+            yield from walk(step.pipe.steps)  # type: ignore[arg-type]
+
+
+def tool_sites(steps: Iterable[CompiledStep]) -> list[tuple[str, str]]:
+    """``(location, tool name)`` of every ``tool`` step, nested ones included: for the per-caller
+    permission check and for finding cycles between declared pipelines that call each other."""
+    return [(s.location, s.spec.tool) for s in walk(steps) if isinstance(s, DeclaredStep) and s.kind == "tool"]  # type: ignore[attr-defined]
 
 
 class _Compiler:
