@@ -260,3 +260,9 @@ async def test_a_progress_token_is_also_found_in_the_sdk_request_context():
 async def test_a_tool_step_without_a_registry_fails_cleanly():
     out = await compiled({"kind": "tool", "tool": "echo"}).execute(env(), CTX)
     assert out.error_code == "TOOL_FAILED" and "no tool registry" in out.error
+
+
+async def test_a_skipped_step_result_is_ok_with_no_error_and_a_null_output():
+    step = compiled({"kind": "value", "id": "v", "value": 1, "when": "false"})
+    r = await step.run_result(env(), CTX)
+    assert (r["ok"], r["skipped"], r["error"], r["error_code"], r["output"]) == (True, True, "", None, None)

@@ -110,7 +110,7 @@ async def run_progress(
         raise StepFailure(f"`message` must be a string, got {type(message).__name__}", "TOOL_FAILED")
     if not has_progress_token(ctx):
         await trio.lowlevel.checkpoint()
-        return StepOutput.skip("the call carried no progress token")
+        return StepOutput.skip()
     await ctx.report_progress(progress, total, message)
     sent: dict[str, Any] = {"progress": progress}
     if total is not None:

@@ -94,9 +94,9 @@ class StepOutput:
         return out
 
     @classmethod
-    def skip(cls, reason: str = "") -> StepOutput:
-        """A skipped step: ok, null output; ``reason`` goes into ``error`` only as a note."""
-        return cls(skipped=True, error=reason)
+    def skip(cls) -> StepOutput:
+        """A skipped step: ok, with a null output."""
+        return cls(skipped=True)
 
     @classmethod
     def from_tool(cls, res: ToolResult) -> StepOutput:
@@ -186,7 +186,7 @@ class DeclaredStep:
         try:
             env2 = prelude(self, env)
             if env2 is SKIP:
-                return StepOutput.skip("`when` is false")
+                return StepOutput.skip()
             inputs = {name: t.resolve(env2) for name, t in self.templates}
             if tools is not None and self.kind == "tool":
                 return await _with_timeout(self.timeout_ms, call_tool(self, inputs, ctx, tools))
