@@ -266,3 +266,10 @@ async def test_a_skipped_step_result_is_ok_with_no_error_and_a_null_output():
     step = compiled({"kind": "value", "id": "v", "value": 1, "when": "false"})
     r = await step.run_result(env(), CTX)
     assert (r["ok"], r["skipped"], r["error"], r["error_code"], r["output"]) == (True, True, "", None, None)
+
+
+async def test_a_tool_that_vanished_is_unknown_tool():
+    from mcpipe.tools import ToolRegistry
+
+    out = await compiled({"kind": "tool", "tool": "gone"}).execute(env(), CTX, tools=ToolRegistry())
+    assert out.error_code == "UNKNOWN_TOOL"

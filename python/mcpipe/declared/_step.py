@@ -25,6 +25,7 @@ from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import ForbiddenError
 from mcpipe.errors import InterpolationError
 from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools._registry import UnknownToolError
 
 __all__ = [
     "SKIP",
@@ -231,10 +232,8 @@ async def call_tool(step: DeclaredStep, inputs: dict[str, Any], ctx: ToolContext
     name = step.spec.tool  # type: ignore[attr-defined]
     try:
         res = await registry.call(name, inputs["args"], ctx)
-    except Exception as e:
-        if type(e).__name__ == "UnknownToolError":
-            raise StepFailure(str(e), "UNKNOWN_TOOL") from None
-        raise
+    except UnknownToolError as e:
+        raise StepFailure(str(e), "UNKNOWN_TOOL") from None
     return StepOutput.from_tool(res)
 
 
