@@ -134,3 +134,15 @@ async def start_process(
         buf += chunk
     line = (buf.split(needle, 1)[1] if marker else buf).split(b"\n", 1)[0]
     return proc, line.decode().strip()
+
+
+BLOCKED: dict[str, trio.Event] = {}
+"""Events the ``block`` tool sets when a call with that tag has started (create them in the test)."""
+
+
+@test_tools.tool
+async def block(tag: str) -> str:
+    """Say (through ``BLOCKED[tag]``) that the call started, then run for a minute."""
+    BLOCKED.setdefault(tag, trio.Event()).set()
+    await trio.sleep(60)
+    return "unblocked"
