@@ -5,8 +5,16 @@ The public surface is small: compile templates and specs, run pipelines against 
 
 from mcpipe._template import Template
 from mcpipe.compile import CompiledSpec, Limits, compile_spec
-from mcpipe.errors import InterpolationError, MCPipeError, Problem, SpecError, TemplateSyntaxError
-from mcpipe.tools import Tool, ToolContext, ToolResult
+from mcpipe.errors import (
+    InterpolationError,
+    MCPipeError,
+    Problem,
+    SpecError,
+    TemplateSyntaxError,
+    UnknownToolError,
+)
+from mcpipe.runtime import run_pipeline
+from mcpipe.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 __all__ = [
     "CompiledSpec",
@@ -19,6 +27,9 @@ __all__ = [
     "TemplateSyntaxError",
     "Tool",
     "ToolContext",
+    "ToolRegistry",
     "ToolResult",
+    "UnknownToolError",
     "compile_spec",
+    "run_pipeline",
 ]

@@ -19,6 +19,7 @@ __all__ = [
     "Problem",
     "SpecError",
     "TemplateSyntaxError",
+    "UnknownToolError",
 ]
 
 
@@ -119,6 +120,16 @@ class InterpolationError(MCPipeError, LookupError):
 
 def _quote(key: str) -> str:
     return msgspec.json.encode(key).decode()
+
+
+class UnknownToolError(MCPipeError, LookupError):
+    """A call to a tool name that no registry holds."""
+
+    code = "UNKNOWN_TOOL"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"unknown tool '{name}'")
 
 
 class Problem(msgspec.Struct, frozen=True):

@@ -21,7 +21,7 @@ from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_typ
 import msgspec
 import orjson
 
-from mcpipe.errors import MCPipeError
+from mcpipe.errors import UnknownToolError
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 
 __all__ = ["FunctionTool", "ToolRegistry", "UnknownToolError"]
@@ -31,16 +31,6 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # Section headers of a Google-style docstring: the description stops at the first of them.
 _SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Yields|Raises|Examples?|Notes?):\s*$")
 _ARG_LINE = re.compile(r"^(\*{0,2}\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
-
-
-class UnknownToolError(MCPipeError, LookupError):
-    """A call to a tool name the registry does not hold."""
-
-    code = "UNKNOWN_TOOL"
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"unknown tool '{name}'")
 
 
 class FunctionTool:
