@@ -23,9 +23,8 @@ from mcpipe.compile import PipelinePlan
 from mcpipe.declared._expr import CelExpr, ExpressionError
 from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import ForbiddenError
-from mcpipe.errors import InterpolationError
+from mcpipe.errors import InterpolationError, UnknownToolError
 from mcpipe.tools._base import ToolContext, ToolResult
-from mcpipe.tools._registry import UnknownToolError
 
 __all__ = [
     "SKIP",
