@@ -69,6 +69,7 @@ class ToolContext:
         progress: async ``(progress, total, message)`` sink for progress notifications.
         log: async ``(level, data)`` sink for log notifications to the caller.
         extras: transport-specific objects (the server session, for instance) for tools that need them.
+        progress_token: the caller's progress token, or None when it asked for no progress.
     """
 
     request_id: str | None = None
@@ -79,6 +80,7 @@ class ToolContext:
     progress: ProgressFn = _no_progress
     log: LogFn = _no_log
     extras: dict[str, Any] = field(default_factory=dict)
+    progress_token: str | int | None = None
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Send a progress notification to the caller (a no-op when the caller asked for none)."""
@@ -99,7 +101,15 @@ class ToolContext:
     def for_step(self, pipeline: str | None, step: str | None) -> ToolContext:
         """A copy for a call made by pipeline step ``step`` (same request, same sinks)."""
         return ToolContext(
-            self.request_id, self.client, self.principal, pipeline, step, self.progress, self.log, self.extras
+            self.request_id,
+            self.client,
+            self.principal,
+            pipeline,
+            step,
+            self.progress,
+            self.log,
+            self.extras,
+            self.progress_token,
         )
 
 
