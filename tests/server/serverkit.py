@@ -23,6 +23,8 @@ ERAS = ["2026-07-28", "legacy"]
 
 
 def make_config(environ: dict[str, str] | None = None, **doc: Any) -> Config:
+    """A config from keyword sections; no audit file unless ``audit`` is given."""
+    doc.setdefault("audit", {"enabled": False})
     return parse_config(json.dumps(doc), "json", environ=environ or {})
 
 
@@ -73,7 +75,7 @@ def fail() -> ToolResult:
 @asynccontextmanager
 async def running(config: Config | None = None, audit: AuditLog | None = None, **kw: Any) -> AsyncIterator[App]:
     """An app with the test tools beside the built-ins."""
-    async with open_app(config or Config(), extra_sources=[test_tools], audit=audit, **kw) as app:
+    async with open_app(config or make_config(), extra_sources=[test_tools], audit=audit, **kw) as app:
         yield app
 
 

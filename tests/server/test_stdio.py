@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import trio
@@ -13,8 +14,9 @@ from serverkit import DOWNSTREAM
 from mcpipe.gateway import PIPE_TOOL
 
 
-def serve(*args: str) -> StdioServerParameters:
-    return StdioServerParameters(command=sys.executable, args=["-m", "mcpipe", "serve", "--stdio", *args])
+def serve(*args: str, cwd: Path) -> StdioServerParameters:
+    """``mcpipe serve --stdio`` in ``cwd`` (where the default audit file lands)."""
+    return StdioServerParameters(command=sys.executable, args=["-m", "mcpipe", "serve", "--stdio", *args], cwd=cwd)
 
 
 @pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
@@ -31,11 +33,12 @@ async def test_the_embedded_default_serves_mcp_pipe_and_the_built_ins_over_stdio
         ]
     }
     with trio.fail_after(30):
-        async with Client(serve(), mode=mode) as client:
+        async with Client(serve(cwd=tmp_path), mode=mode) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             r = await client.call_tool(PIPE_TOOL, spec, progress_callback=on_progress)
     assert {PIPE_TOOL, "echo", "json_parse", "text_join", "now"} <= names
     assert r.structured_content["result"] == {"text": "a+b"} and seen == [1.0, 2.0]
+    assert (tmp_path / "mcpipe-audit.jsonl").read_text().count("\n") == 3  # the default audit file, in the cwd
 
 
 async def test_a_config_with_a_downstream_server_chains_stdio_to_stdio(tmp_path):
@@ -56,7 +59,7 @@ async def test_a_config_with_a_downstream_server_chains_stdio_to_stdio(tmp_path)
         ]
     }
     with trio.fail_after(30):
-        async with Client(serve("--config", str(config))) as client:
+        async with Client(serve("--config", str(config), cwd=tmp_path)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             r = await client.call_tool(PIPE_TOOL, spec)
     assert names == {PIPE_TOOL, "ds.add"}

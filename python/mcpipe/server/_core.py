@@ -94,15 +94,22 @@ def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str 
         principal=_principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
-        extras={"mcp_context": ctx, "progress": _wants_progress(ctx)},
+        extras={"mcp_context": ctx, "progress": _wants_progress(ctx), "progress_token": _progress_token(ctx)},
     )
+
+
+def _progress_token(ctx: ServerRequestContext[Any, Any]) -> Any:
+    meta = ctx.meta
+    if not meta:
+        return None
+    token = meta.get("progressToken")
+    return meta.get("progress_token") if token is None else token
 
 
 def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
     """Whether the caller asked for progress: a token on the wire, or (in memory, through the SDK's
     direct dispatcher) a callback on the request's channel."""
-    meta = ctx.meta
-    if meta and (meta.get("progressToken") is not None or meta.get("progress_token") is not None):
+    if _progress_token(ctx) is not None:
         return True
     outbound = getattr(ctx.session, "_request_outbound", None)
     outbound = getattr(outbound, "_inner", outbound)  # the SDK wraps it to refuse server requests at 2026
