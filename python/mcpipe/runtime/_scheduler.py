@@ -27,12 +27,21 @@ from typing import Any
 import orjson
 import trio
 
-from mcpipe.compile import DEFAULT_LIMITS, Limits, ParallelStep, PipelinePlan, PipeStep, ToolStep, compile_spec
+from mcpipe.compile import (
+    DEFAULT_LIMITS,
+    CompiledSpec,
+    Limits,
+    ParallelStep,
+    PipelinePlan,
+    PipeStep,
+    ToolStep,
+    compile_spec,
+)
 from mcpipe.errors import InterpolationError, Problem, SpecError, TemplateSyntaxError
 from mcpipe.tools._base import ToolContext, ToolResult
 from mcpipe.tools._registry import UnknownToolError
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_pipeline"]
+__all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -100,6 +109,52 @@ async def run_pipeline(
         return _invalid(e.problems, started)
     except TemplateSyntaxError as e:  # the compiler reports these as problems; kept as a safety net
         return _invalid([Problem(e.location, e.code, e.reason)], started)
+    return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started)
+
+
+async def run_compiled(
+    compiled: CompiledSpec,
+    registry: Any,
+    *,
+    context: ToolContext | None = None,
+    limits: Limits | None = None,
+    on_event: EventFn | None = None,
+    args: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
+
+    This is how declared pipelines run: their plan is compiled once, at load, and its steps are
+    :mod:`mcpipe.declared` steps (leaf ``DeclaredStep``, containers ``DeclaredParallel``/``DeclaredPipe``),
+    which the scheduler runs beside ``mcp_pipe``'s own with the same semantics. A declared step whose
+    ``when`` is false is skipped: its result has ``skipped: true`` and it counts as skipped in the summary.
+
+    Args:
+        compiled: the plan, its tool sites (checked with ``registry.allows`` before any step runs) and its
+            leaf count (the summary's ``total``).
+        registry, context, limits, on_event, args: as for :func:`run_pipeline`; ``limits.timeout_ms``
+            caps the plan's own deadline and ``limits.max_concurrency`` bounds parallel groups.
+    """
+    started = perf_counter()
+    return await _run_compiled(
+        compiled,
+        registry,
+        context if context is not None else ToolContext(),
+        limits or DEFAULT_LIMITS,
+        on_event,
+        args,
+        started,
+    )
+
+
+async def _run_compiled(
+    compiled: CompiledSpec,
+    registry: Any,
+    ctx: ToolContext,
+    limits: Limits,
+    on_event: EventFn | None,
+    args: Mapping[str, Any] | None,
+    started: float,
+) -> dict[str, Any]:
     allowed: dict[str, bool] = {}
     denied = []
     for location, name in compiled.tool_sites:
@@ -200,9 +255,40 @@ def _from_tool(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
     }
 
 
-def _group(
-    step: ParallelStep, children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float
-) -> dict[str, Any]:
+def _declared_leaf(step: Any, ok: bool, error: str, code: str | None, t0: float) -> dict[str, Any]:
+    """A declared step's result when the step itself could not answer (cancelled, skipped, a failed
+    ``when``): no output."""
+    return {
+        "id": step.id,
+        "kind": step.kind,
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": None,
+        "text": "",
+        "content": [],
+        "output": None,
+        "skipped": False,
+        "duration_ms": _ms_since(t0),
+    }
+
+
+_DECLARED: tuple[Any, Any, Any] | None = None
+
+
+def _declared_api() -> tuple[Any, Any, Any]:
+    """``prelude``, ``SKIP`` and ``ExpressionError`` of :mod:`mcpipe.declared`, imported on first use, so
+    ``mcp_pipe`` alone never loads the CEL and JSONata libraries."""
+    global _DECLARED
+    if _DECLARED is None:
+        from mcpipe.declared._expr import ExpressionError
+        from mcpipe.declared._step import SKIP, prelude
+
+        _DECLARED = (prelude, SKIP, ExpressionError)
+    return _DECLARED
+
+
+def _group(step: Any, children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float) -> dict[str, Any]:
     # Children finish in any order; show them in the order they were written.
     ordered = {c.id: children[c.id] for c in step.children if c.id in children}
     return {
@@ -254,6 +340,7 @@ class _Run:
         "on_event",
         "pid",
         "proc_limiter",
+        "registry",
         "succeeded",
         "total",
     )
@@ -268,6 +355,7 @@ class _Run:
         total: int,
     ) -> None:
         self.call = registry.call
+        self.registry = registry
         self.ctx = ctx
         self.pid = ctx.pipeline or os.urandom(8).hex()
         self.facts = ctx.facts()
@@ -333,8 +421,10 @@ class _Run:
                 )
             elif isinstance(step, ParallelStep):
                 r = await self.group(step, env, results, prefix, not keep_going)
-            else:
+            elif isinstance(step, PipeStep):
                 r = await self.pipe(step, env, results, parallel, prefix)
+            else:
+                r = await self.declared(step, env, results, parallel, prefix, not keep_going)
             env["last"] = r
             if not r["ok"] and failure is None:
                 failure = r
@@ -420,7 +510,7 @@ class _Run:
         return r
 
     async def group(
-        self, step: ParallelStep, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
+        self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
     ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
@@ -466,7 +556,7 @@ class _Run:
 
     async def child(
         self,
-        step: ToolStep | ParallelStep | PipeStep,
+        step: Any,
         env: dict[str, Any],
         children: dict[str, Any],
         prefix: str,
@@ -478,22 +568,25 @@ class _Run:
             r = await self.tool(step, env, children, prefix)
         elif isinstance(step, ParallelStep):
             r = await self.group(step, env, children, prefix, stop)
-        else:
+        elif isinstance(step, PipeStep):
             r = await self.pipe(step, env, children, True, prefix)
+        else:
+            r = await self.declared(step, env, children, True, prefix, stop)
         if not r["ok"] and not first:
             first.append(r)
             if stop:
                 siblings.cancel()
 
     async def pipe(
-        self, step: PipeStep, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str
+        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str
     ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
         if self.on_event is not None:
             self.started(step, "pipe", path)
         plan = step.pipe
-        inner: dict[str, Any] = {"vars": None, "steps": {}, "last": None, "args": self.args, "context": self.facts}
+        # `args` comes from the enclosing environment: a declared step's `input_transform` may replace it.
+        inner: dict[str, Any] = {"vars": None, "steps": {}, "last": None, "args": env["args"], "context": self.facts}
         r = None
         try:
             try:
@@ -519,9 +612,91 @@ class _Run:
                 self.finished(step, r, path)
         return r
 
+    # --- declared steps (mcpipe.declared) ---
+
+    async def declared(
+        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """A declared step: a leaf (``DeclaredStep``) or a container (``DeclaredParallel``/``DeclaredPipe``)."""
+        kind = step.kind
+        if kind == "parallel" or kind == "pipe":
+            return await self.container(step, env, results, parallel, prefix, stop)
+        if parallel:
+            return await self.limited(step, env, results, prefix)
+        return await self.leaf(step, env, results, prefix)
+
+    async def limited(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
+        """A declared leaf under a parallel group holds limiter slots, as a tool step does."""
+        if self.call_limiter is None:
+            self.call_limiter = trio.CapacityLimiter(self.limits.max_concurrency)
+            self.proc_limiter = process_limiter()
+        call_limiter, proc_limiter = self.call_limiter, self.proc_limiter
+        await _take(call_limiter)
+        try:
+            await _take(proc_limiter)  # type: ignore[arg-type]
+            try:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                return await self.leaf(step, env, results, prefix)
+            finally:
+                proc_limiter.release()  # type: ignore[union-attr]
+        finally:
+            call_limiter.release()
+
+    async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
+        t0 = perf_counter()
+        path = prefix + step.id
+        if self.on_event is not None:
+            self.started(step, step.kind, path)
+        r = None
+        try:
+            # `execute` answers every failure of the step as an output; only a cancellation goes through.
+            out = await step.execute(env, self.ctx.for_step(self.pid, path), tools=self.registry)
+            r = out.result(step.id, step.kind, _ms_since(t0))
+        finally:
+            if r is None:
+                r = _declared_leaf(step, False, "cancelled", _CANCELLED, t0)
+            results[step.id] = r
+            code = r["error_code"]
+            if r["skipped"]:
+                pass  # counted as skipped: total - (succeeded + failed + cancelled)
+            elif code is None:
+                self.succeeded += 1
+            elif code == _CANCELLED:
+                self.cancelled += 1
+            else:
+                self.failed += 1
+            if self.on_event is not None:
+                self.finished(step, r, path)
+        return r
+
+    async def container(
+        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """``when`` and ``input_transform`` first, then the group or nested pipe as for ``mcp_pipe``."""
+        t0 = perf_counter()
+        prelude, skip, expression_error = _declared_api()
+        try:
+            inner = prelude(step, env)
+        except expression_error as e:
+            code = "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED"
+            r = _declared_leaf(step, False, str(e), code, t0)
+            results[step.id] = r
+            return r
+        if inner is skip:
+            r = _declared_leaf(step, True, "", None, t0)
+            r["skipped"] = True
+            results[step.id] = r
+            return r
+        if step.kind == "parallel":
+            r = await self.group(step, inner, results, prefix, stop)
+        else:
+            r = await self.pipe(step, inner, results, parallel, prefix)
+        r["skipped"] = False
+        return r
+
     # --- events ---
 
-    def started(self, step: ToolStep | ParallelStep | PipeStep, kind: str, path: str) -> None:
+    def started(self, step: Any, kind: str, path: str) -> None:
         self.emit(
             {
                 "type": "step_started",
@@ -534,7 +709,7 @@ class _Run:
             }
         )
 
-    def finished(self, step: ToolStep | ParallelStep | PipeStep, r: dict[str, Any], path: str) -> None:
+    def finished(self, step: Any, r: dict[str, Any], path: str) -> None:
         self.emit(
             {
                 "type": "step_finished",
