@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -170,3 +171,21 @@ def test_check_config_loads_python_tools_and_reports_an_import_failure(tmp_path,
 )
 def test_http_addresses_parse_with_a_loopback_default_host(text, expected):
     assert parse_hostport(text) == expected
+
+
+EXAMPLES = Path(__file__).parent.parent / "examples"
+
+
+@pytest.mark.parametrize("name", ["mcpipe.toml", "gateway.yaml"])
+def test_the_example_configs_load(name, monkeypatch):
+    for var in ("GITHUB_TOKEN", "SEARCH_API_KEY", "MCPIPE_TOKEN_TEAM"):
+        monkeypatch.setenv(var, "x")
+    cfg = load_config(EXAMPLES / name)
+    assert cfg.mcpServers
+
+
+def test_the_claude_desktop_snippet_is_the_mcp_servers_format_mcpipe_reads():
+    doc = json.loads((EXAMPLES / "claude_desktop_config.json").read_text())
+    entry = doc["mcpServers"]["mcpipe"]
+    assert entry["args"][:2] == ["serve", "--stdio"]
+    parse_config(json.dumps({"mcpServers": {"mcpipe": {**entry, "command": "mcpipe"}}}), "json")

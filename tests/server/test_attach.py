@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import runpy
+from pathlib import Path
+
 import mcp_types as types
 import pytest
 from mcp import Client
@@ -76,3 +79,10 @@ def test_attach_refuses_a_server_without_tools_and_a_second_attach():
     app = attach(weather_server())
     with pytest.raises(ValueError, match="already attached"):
         attach(app)
+
+
+async def test_the_attach_example_runs_the_pipeline_its_docstring_shows():
+    example = runpy.run_path(str(Path(__file__).parents[2] / "examples" / "attach_weather.py"))
+    async with Client(example["app"]) as client:
+        r = await client.call_tool(PIPE_TOOL, SPEC)
+    assert r.structured_content["result"] == "LYON: 21C"

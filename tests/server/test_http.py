@@ -169,3 +169,13 @@ async def test_sigterm_shuts_down_within_seconds_with_a_call_in_flight_and_a_str
         if proc.returncode is None:
             proc.kill()
     assert proc.returncode == 0 and elapsed < 5
+
+
+async def test_configured_tokens_whose_variables_are_unset_let_nobody_in(monkeypatch):
+    monkeypatch.delenv("T_ALICE", raising=False)
+    monkeypatch.delenv("T_BOB", raising=False)
+    config = make_config(TOKENS, **AUTH)  # the variables were set when the config was checked, not now
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        r = await http.post(url, json=body, headers={"Authorization": "Bearer alice-secret"})
+    assert r.status_code == 401

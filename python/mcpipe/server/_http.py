@@ -129,6 +129,9 @@ class HttpFront:
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
         self.tokens = tokens
+        # Auth is on when tokens are configured, even if none of their variables is set (then nobody
+        # gets in): an unset variable must never turn auth off.
+        self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -136,7 +139,7 @@ class HttpFront:
         if kind == "http":
             path = scope["path"]
             if path in self.paths:
-                if self.tokens:
+                if self.require_auth:
                     principal = self._principal(scope)
                     if principal is None:
                         await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
@@ -200,7 +203,7 @@ async def serve_http(
     host = h.host if host is None else host
     port = h.port if port is None else port
     tokens = tokens_from_env(cfg)
-    if not tokens and host not in _LOOPBACK:
+    if not cfg.auth.tokens and host not in _LOOPBACK:
         _log.warning("serving on %s without auth: anyone who can reach it may call every tool", host)
     manager = StreamableHTTPSessionManager(
         app=app.server,
