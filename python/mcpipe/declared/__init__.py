@@ -28,6 +28,20 @@ from mcpipe.declared._compile import (
 from mcpipe.declared._expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._kinds import has_progress_token
 from mcpipe.declared._model import KIND_STRUCTS, LOG_LEVELS, StepFields, step_schema
+from mcpipe.declared._pipelines import (
+    CONTENT_TYPES,
+    DeclaredPipelines,
+    DeclaredPipelineTool,
+    KnownTools,
+    OutboundConfig,
+    OutboundHttpConfig,
+    PipelineConfig,
+    content_blocks,
+    load_declared,
+    load_outbound,
+    load_pipelines,
+    validate_declared,
+)
 from mcpipe.declared._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
 from mcpipe.declared._step import (
     SKIP,
@@ -41,6 +55,7 @@ from mcpipe.declared._step import (
 )
 
 __all__ = [
+    "CONTENT_TYPES",
     "JSONATA_PLUGIN",
     "KINDS",
     "KIND_STRUCTS",
@@ -52,6 +67,8 @@ __all__ = [
     "CompiledStep",
     "DeclaredParallel",
     "DeclaredPipe",
+    "DeclaredPipelineTool",
+    "DeclaredPipelines",
     "DeclaredStep",
     "ExpressionError",
     "ExpressionSyntaxError",
@@ -59,6 +76,10 @@ __all__ = [
     "HttpPolicy",
     "JsonataExpr",
     "Kind",
+    "KnownTools",
+    "OutboundConfig",
+    "OutboundHttpConfig",
+    "PipelineConfig",
     "RunFn",
     "StepFailure",
     "StepFields",
@@ -67,9 +88,14 @@ __all__ = [
     "StepScope",
     "compile_step",
     "compile_steps",
+    "content_blocks",
     "has_progress_token",
+    "load_declared",
+    "load_outbound",
+    "load_pipelines",
     "prelude",
     "step_schema",
     "tool_sites",
+    "validate_declared",
     "walk",
 ]
