@@ -22,7 +22,7 @@ impl Template {
     }
 
     fn resolve<'py>(&self, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-        resolve::resolve(env.py(), &self.plan.root, env)
+        resolve::resolve(&mut resolve::Resolver::new(&self.plan, env), &self.plan.root)
     }
 
     #[getter]

@@ -53,7 +53,7 @@ pub enum SegmentKind {
 }
 
 /// What an index-like segment means on an array.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ArrayIndex {
     /// Not an integer (or a quoted key): never applies to an array.
     NotIndex,

@@ -2,6 +2,8 @@
 //! objects and arrays. String scanning and path parsing happen here, once; every key a path follows is
 //! kept as an interned Python string so resolving never builds one.
 
+use std::collections::HashMap;
+
 use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::intern;
@@ -27,9 +29,25 @@ pub enum Step {
 pub struct Reference {
     pub root_key: Py<PyString>,
     pub steps: Box<[Step]>,
+    /// The node of the plan's prefix table reached by the steps before the first `*`, and how many
+    /// steps that is (the walk goes on from there).
+    pub prefix: u32,
+    pub prefix_len: usize,
     pub path: Path,
     pub location: Box<str>,
 }
+
+/// A node of the prefix table: the references of a plan share their common prefixes
+/// (`steps.s1.structured.a` and `steps.s1.structured.b` share `steps.s1.structured`), so one resolve
+/// looks each prefix up once.
+pub struct PrefixNode {
+    /// The parent node, or `NO_PARENT` for a root (looked up in the environment).
+    pub parent: u32,
+    pub key: Py<PyString>,
+    pub index: ArrayIndex,
+}
+
+pub const NO_PARENT: u32 = u32::MAX;
 
 pub enum Part {
     Literal(Box<str>),
@@ -76,18 +94,27 @@ impl Node {
 pub struct Plan {
     pub root: Node,
     pub sites: Vec<(String, String)>,
+    pub prefixes: Box<[PrefixNode]>,
+    /// Whether two references share a prefix (else a per-resolve prefix cache would not pay).
+    pub share_prefixes: bool,
 }
 
 /// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
 pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyResult<Plan> {
-    let mut compiler = Compiler { ids, sites: Vec::new() };
+    let mut compiler =
+        Compiler { ids, sites: Vec::new(), prefixes: Vec::new(), prefix_ids: HashMap::new(), uses: Vec::new() };
     let root = compiler.node(value, location)?;
-    Ok(Plan { root, sites: compiler.sites })
+    let share_prefixes = compiler.uses.iter().any(|&n| n > 1);
+    Ok(Plan { root, sites: compiler.sites, prefixes: compiler.prefixes.into_boxed_slice(), share_prefixes })
 }
 
 struct Compiler<'a> {
     ids: &'a StepIds,
     sites: Vec<(String, String)>,
+    prefixes: Vec<PrefixNode>,
+    prefix_ids: HashMap<(u32, String, ArrayIndex), u32>,
+    /// How many references go through each prefix node.
+    uses: Vec<u32>,
 }
 
 impl Compiler<'_> {
@@ -203,7 +230,24 @@ impl Compiler<'_> {
             })
             .collect();
         let root_key = PyString::intern(py, path.root.name()).unbind();
-        Reference { root_key, steps, path, location: loc.into() }
+        let mut prefix = self.prefix_node(py, NO_PARENT, path.root.name(), ArrayIndex::NotIndex);
+        let mut prefix_len = 0;
+        for segment in path.segments.iter().take_while(|s| s.kind != SegmentKind::Star) {
+            prefix = self.prefix_node(py, prefix, &segment.text, segment.array_index());
+            prefix_len += 1;
+        }
+        Reference { root_key, steps, prefix, prefix_len, path, location: loc.into() }
+    }
+
+    fn prefix_node(&mut self, py: Python<'_>, parent: u32, text: &str, index: ArrayIndex) -> u32 {
+        let next = self.prefixes.len() as u32;
+        let id = *self.prefix_ids.entry((parent, text.to_owned(), index)).or_insert(next);
+        if id == next {
+            self.prefixes.push(PrefixNode { parent, key: PyString::intern(py, text).unbind(), index });
+            self.uses.push(0);
+        }
+        self.uses[id as usize] += 1;
+        id
     }
 }
 

@@ -4,6 +4,7 @@
 //! on the C API; subclasses and foreign types go through the Python protocol (out of line), so the
 //! result is always what the oracle's `isinstance`-based code gives.
 
+use std::cell::Cell;
 use std::fmt::Write;
 use std::ptr::addr_of_mut;
 
@@ -16,7 +17,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::errors::{Found, ResolveError};
 use crate::path::ArrayIndex;
-use crate::plan::{Node, ObjectNode, Part, Reference, Step, TextNode};
+use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
 use crate::text::{write_float, write_json_string};
 
 /// Containers nested deeper than this are not copied: a deeper (or cyclic) value raises RecursionError,
@@ -25,24 +26,106 @@ const MAX_COPY_DEPTH: u32 = 1000;
 /// Values nested deeper than this are stringified by Python's `json` (which detects cycles).
 const MAX_JSON_DEPTH: u32 = 128;
 
-/// Resolve `node` against `env` into a new value that shares no container with the plan or `env`.
-pub fn resolve<'py>(py: Python<'py>, node: &Node, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    match node {
-        Node::Atom(value) => Ok(value.bind(py).clone()),
-        Node::Container(value) => deep_copy(value.bind(py).clone(), 0),
-        Node::Reference(reference) => lookup(py, reference, env, true),
-        Node::Text(text) => interpolate(py, text, env),
-        Node::Object(object) => resolve_object(py, object, env),
-        Node::Array(items) => resolve_array(py, items, env),
+thread_local! {
+    /// Buffers reused from one resolve to the next (taken, so a nested resolve simply gets new ones).
+    static PREFIX_CACHE: Cell<Vec<*mut ffi::PyObject>> = const { Cell::new(Vec::new()) };
+    static TEXT_BUFFER: Cell<String> = const { Cell::new(String::new()) };
+}
+
+/// One resolve: the environment, and the values of the plan's shared path prefixes found so far.
+pub struct Resolver<'a, 'py> {
+    py: Python<'py>,
+    env: &'a Bound<'py, PyAny>,
+    /// Strong references, one slot per prefix node (null: no plain hit); empty when the plan shares no
+    /// prefix or the environment is not an exact dict.
+    cache: Vec<*mut ffi::PyObject>,
+}
+
+impl<'a, 'py> Resolver<'a, 'py> {
+    pub fn new(plan: &'a Plan, env: &'a Bound<'py, PyAny>) -> Self {
+        let mut resolver = Resolver { py: env.py(), env, cache: Vec::new() };
+        // SAFETY: a type check on a live object.
+        if plan.share_prefixes && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
+            resolver.cache = PREFIX_CACHE.take();
+            // SAFETY: `env` is a live exact dict.
+            unsafe { resolver.find_prefixes(&plan.prefixes) };
+        }
+        resolver
+    }
+
+    /// Look every prefix up once, parents first (the table lists a parent before its children). Every
+    /// reference of a plan is followed on every resolve, so this does no lookup that would not happen
+    /// anyway. A slot stays null when a step is not a plain hit on an exact dict, list or tuple: the
+    /// references under it walk their whole path, which handles (and reports) everything else.
+    unsafe fn find_prefixes(&mut self, prefixes: &[PrefixNode]) {
+        let env = self.env.as_ptr();
+        self.cache.reserve(prefixes.len());
+        for node in prefixes {
+            let parent = if node.parent == NO_PARENT { env } else { self.cache[node.parent as usize] };
+            let item = if parent.is_null() {
+                parent
+            } else if ffi::PyDict_CheckExact(parent) != 0 {
+                let item = ffi::PyDict_GetItemWithError(parent, node.key.as_ptr());
+                if item.is_null() {
+                    ffi::PyErr_Clear();
+                }
+                item
+            } else if ffi::PyList_CheckExact(parent) != 0 {
+                match array_position(node.index, ffi::PyList_GET_SIZE(parent)) {
+                    Some(k) => ffi::PyList_GET_ITEM(parent, k),
+                    None => std::ptr::null_mut(),
+                }
+            } else if ffi::PyTuple_CheckExact(parent) != 0 {
+                match array_position(node.index, ffi::PyTuple_GET_SIZE(parent)) {
+                    Some(k) => ffi::PyTuple_GET_ITEM(parent, k),
+                    None => std::ptr::null_mut(),
+                }
+            } else {
+                std::ptr::null_mut()
+            };
+            if !item.is_null() {
+                ffi::Py_INCREF(item);
+            }
+            self.cache.push(item);
+        }
     }
 }
 
-fn resolve_object<'py>(py: Python<'py>, node: &ObjectNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+impl Drop for Resolver<'_, '_> {
+    fn drop(&mut self) {
+        if self.cache.capacity() == 0 {
+            return;
+        }
+        for &item in &self.cache {
+            if !item.is_null() {
+                // SAFETY: each non-null slot holds one strong reference, taken in `prefix`.
+                unsafe { ffi::Py_DECREF(item) };
+            }
+        }
+        self.cache.clear();
+        PREFIX_CACHE.set(std::mem::take(&mut self.cache));
+    }
+}
+
+/// Resolve `node` into a new value that shares no container with the plan or the environment.
+pub fn resolve<'py>(r: &mut Resolver<'_, 'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
+    match node {
+        Node::Atom(value) => Ok(value.bind(r.py).clone()),
+        Node::Container(value) => deep_copy(value.bind(r.py).clone(), 0),
+        Node::Reference(reference) => lookup(r, reference, true),
+        Node::Text(text) => interpolate(r, text),
+        Node::Object(object) => resolve_object(r, object),
+        Node::Array(items) => resolve_array(r, items),
+    }
+}
+
+fn resolve_object<'py>(r: &mut Resolver<'_, 'py>, node: &ObjectNode) -> PyResult<Bound<'py, PyAny>> {
+    let py = r.py;
     // SAFETY: the new dict is ours; PyDict_SetItem borrows key and value and reports failure by -1.
     unsafe {
         let dict = Bound::from_owned_ptr_or_err(py, ffi::_PyDict_NewPresized(node.keys.len() as ffi::Py_ssize_t))?;
         for (key, value) in node.keys.iter().zip(node.values.iter()) {
-            let value = resolve(py, value, env)?;
+            let value = resolve(r, value)?;
             if ffi::PyDict_SetItem(dict.as_ptr(), key.as_ptr(), value.as_ptr()) != 0 {
                 return Err(PyErr::fetch(py));
             }
@@ -51,13 +134,14 @@ fn resolve_object<'py>(py: Python<'py>, node: &ObjectNode, env: &Bound<'py, PyAn
     }
 }
 
-fn resolve_array<'py>(py: Python<'py>, items: &[Node], env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bound<'py, PyAny>> {
+    let py = r.py;
     // SAFETY: the new list has exactly `items.len()` slots, each filled once with a new reference
     // (SET_ITEM steals it); a list dropped half-filled releases only the slots that were set.
     unsafe {
         let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t))?;
         for (i, item) in items.iter().enumerate() {
-            let value = resolve(py, item, env)?;
+            let value = resolve(r, item)?;
             ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
         }
         Ok(list)
@@ -66,13 +150,17 @@ fn resolve_array<'py>(py: Python<'py>, items: &[Node], env: &Bound<'py, PyAny>) 
 
 // --- following paths ---------------------------------------------------------------------------------
 
-/// The value `reference` names in `env`; a deep copy when `copy`, else the value itself.
-pub fn lookup<'py>(
-    py: Python<'py>,
-    reference: &Reference,
-    env: &Bound<'py, PyAny>,
-    copy: bool,
-) -> PyResult<Bound<'py, PyAny>> {
+/// The value `reference` names in the environment; a deep copy when `copy`, else the value itself.
+pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool) -> PyResult<Bound<'py, PyAny>> {
+    let (py, env) = (r.py, r.env);
+    if !r.cache.is_empty() {
+        let value = r.cache[reference.prefix as usize];
+        if !value.is_null() {
+            // SAFETY: the cache holds a strong reference to the prefix value until the resolve ends.
+            let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+            return walk(py, reference, reference.prefix_len, value, copy);
+        }
+    }
     // SAFETY: `env` is alive for the call; a borrowed dict item is increfed before anything else runs.
     let root = unsafe {
         if ffi::PyDict_CheckExact(env.as_ptr()) != 0 {
@@ -394,15 +482,23 @@ fn too_deep() -> PyErr {
 
 // --- interpolation -----------------------------------------------------------------------------------
 
-fn interpolate<'py>(py: Python<'py>, node: &TextNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let mut buf = String::with_capacity(node.literal_len + 32);
+fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
+    let mut buf = TEXT_BUFFER.take();
+    buf.clear();
+    buf.reserve(node.literal_len + 32);
+    let result = interpolate_into(r, node, &mut buf);
+    TEXT_BUFFER.set(buf);
+    result
+}
+
+fn interpolate_into<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode, buf: &mut String) -> PyResult<Bound<'py, PyAny>> {
     for part in node.parts.iter() {
         match part {
             Part::Literal(text) => buf.push_str(text),
             Part::Reference(reference) => {
-                let value = lookup(py, reference, env, false)?;
-                if !write_text(&mut buf, &value)? {
-                    return interpolate_slow(py, node, env);
+                let value = lookup(r, reference, false)?;
+                if !write_text(buf, &value)? {
+                    return interpolate_slow(r, node);
                 }
             }
         }
@@ -410,7 +506,7 @@ fn interpolate<'py>(py: Python<'py>, node: &TextNode, env: &Bound<'py, PyAny>) -
     // SAFETY: `buf` is valid UTF-8; the call returns a new reference or NULL with an error set.
     unsafe {
         Bound::from_owned_ptr_or_err(
-            py,
+            r.py,
             ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), buf.len() as ffi::Py_ssize_t),
         )
     }
@@ -548,13 +644,14 @@ fn json_dumps<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> 
 
 /// Interpolation done by Python's `"".join`, for text that UTF-8 cannot hold (lone surrogates).
 #[inline(never)]
-fn interpolate_slow<'py>(py: Python<'py>, node: &TextNode, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
+    let py = r.py;
     let mut pieces = Vec::with_capacity(node.parts.len());
     for part in node.parts.iter() {
         pieces.push(match part {
             Part::Literal(text) => PyString::new(py, text).into_any(),
             Part::Reference(reference) => {
-                let value = lookup(py, reference, env, false)?;
+                let value = lookup(r, reference, false)?;
                 if value.is_instance_of::<PyString>() {
                     value
                 } else if value.is_none() {
