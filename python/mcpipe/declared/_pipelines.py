@@ -343,11 +343,13 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
     if raw is None:
         return StepPolicy(), []
     problems: list[Problem] = []
+    if isinstance(raw, Mapping) and isinstance(raw.get("http"), Mapping):
+        # Decoded on its own first, so each of its unknown fields is reported where it is.
+        http = _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems)
+        raw = {**raw, "http": msgspec.to_builtins(http) if http is not None else {}}
     section = _decode(raw, OutboundConfig, location, "the outbound section", problems)
     if section is None:
         return StepPolicy(), problems
-    if isinstance(raw, Mapping) and isinstance(raw.get("http"), Mapping):
-        _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems, report_only=True)
     for name, target in section.commands.items():
         where = f"{location}.commands.{name}"
         argv = [target] if isinstance(target, str) else target
@@ -429,7 +431,7 @@ def load_pipelines(
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
     problems.extend(_cycles(raw_entries, locations, names))
-    problems = _sorted(problems, location_prefix, [locations[i] for i in range(len(raw_entries))])
+    problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
 
@@ -504,6 +506,7 @@ def _load_entry(
         return None
     steps, step_problems = compile_steps(raw["steps"], f"{loc}.steps", scope)
     problems.extend(step_problems)
+    ret = _answer_template(raw, loc, _raw_ids(raw["steps"]), problems)
     if steps is None:
         return None
     count = sum(1 for _ in walk(steps))
@@ -513,7 +516,6 @@ def _load_entry(
                 f"{loc}.steps", "LIMIT_EXCEEDED", f"the pipeline has {count} steps; the limit is {limits.max_steps}"
             )
         )
-    ret = _answer_template(raw, loc, steps, problems)
     if entry is None or ret is None or not schema_ok:
         return None
     plan = PipelinePlan(Template({}), steps, ret, False, entry.timeout_ms, loc)  # type: ignore[arg-type]
@@ -522,12 +524,22 @@ def _load_entry(
     return DeclaredPipelineTool(entry, CompiledSpec(plan, sites, leaves, count), loc, limits)
 
 
+def _raw_ids(raw: Any) -> tuple[str, ...]:
+    """The ids of a list of raw steps (given, else ``step<N>``), even when the steps do not compile."""
+    if not isinstance(raw, list):
+        return ()
+    ids = []
+    for i, step in enumerate(raw):
+        given = step.get("id") if isinstance(step, Mapping) else None
+        ids.append(given if isinstance(given, str) and given else f"step{i + 1}")
+    return tuple(ids)
+
+
 def _answer_template(
-    raw: Mapping[str, Any], loc: str, steps: tuple[Any, ...], problems: list[Problem]
+    raw: Mapping[str, Any], loc: str, ids: tuple[str, ...], problems: list[Problem]
 ) -> Template | None:
     """One template for the answer: ``{"output": <output or last.output>, "content": <content>}``, compiled
     where every step has finished (so any step, ``last``, ``args`` and ``context`` may be read)."""
-    ids = tuple(s.id for s in steps)
     scope = StepScope(step_ids=ids, visible=frozenset(ids), has_last=True, var_names=frozenset())
     c = _Compiler()
     output = raw.get("output", {"$ref": "last.output"})
@@ -746,9 +758,13 @@ def _decode(
     problems: list[Problem],
     *,
     skip: tuple[str, ...] = (),
-    report_only: bool = False,
 ) -> Any:
-    """Decode ``raw`` into ``struct``, reporting every unknown field and the first type error."""
+    """Decode ``raw`` into ``struct``, reporting every unknown field and every field of the wrong type.
+
+    Returns:
+        The Struct decoded from the fields that are right (None when a required one is wrong); the
+        problems tell whether anything was dropped.
+    """
     if not isinstance(raw, Mapping):
         problems.append(Problem(loc, "INVALID_SPEC", f"{what} must be an object, got {_json_type(raw)}"))
         return None
@@ -757,12 +773,9 @@ def _decode(
     for k, v in raw.items():
         if k in known:
             clean[k] = v
-        elif not report_only:
+        else:
             problems.append(Problem(f"{loc}.{k}", "INVALID_SPEC", f"unknown field `{k}`{_did_you_mean(str(k), known)}"))
-    if report_only:
-        return None
     # msgspec stops at the first error: drop the field it names and go on, so every field is reported.
-    failed = False
     while True:
         try:
             value = msgspec.convert(clean, struct)
@@ -771,24 +784,27 @@ def _decode(
             field = where[len(loc) + 1 :].split(".", 1)[0].split("[", 1)[0] if where.startswith(f"{loc}.") else ""
             if field not in skip and not (where == loc and any(f"`{s}`" in message for s in skip)):
                 problems.append(Problem(where, "INVALID_SPEC", message))
-            failed = True
             if not field or field not in clean:
                 return None
             del clean[field]
             continue
-        return None if failed else value
+        return value
 
 
-def _sorted(problems: list[Problem], prefix: str, locations: list[str]) -> list[Problem]:
-    """File order: entries in the order written (whatever their names), then natural order within."""
+def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any]) -> list[Problem]:
+    """File order: entries as written (whatever their names), their fields as written, then natural order."""
     rank = {loc: i for i, loc in enumerate(locations)}
+    fields = [list(e) if isinstance(e, Mapping) else [] for e in raw_entries]
 
     def key(p: Problem) -> tuple[Any, ...]:
-        entry = next(
-            (r for loc, r in rank.items() if p.location == loc or p.location.startswith((f"{loc}.", f"{loc}["))), -1
-        )
-        rest = tuple(int(x) if x.isdigit() else x for x in _INDEX.split(p.location))
-        return (entry, rest)
+        where = p.location
+        for loc, entry in rank.items():
+            if where == loc or where.startswith((f"{loc}.", f"{loc}[")):
+                tail = where[len(loc) :].lstrip(".")
+                name = re.split(r"[.\[]", tail, maxsplit=1)[0]
+                order = fields[entry].index(name) if name in fields[entry] else -1
+                return (entry, order, tuple(int(x) if x.isdigit() else x for x in _INDEX.split(tail)))
+        return (-1, -1, (where,))
 
     return sorted(problems, key=key)
 
