@@ -1,0 +1,85 @@
+"""mcpipe's Rust core: templates compiled once, resolved many times.
+
+The template language is the one of the pipeline contract (``spec/pipeline.md`` section 4) and is
+described for users in ``docs/references.md``.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, final
+
+__all__ = ["Template", "__version__"]
+
+__version__: str
+
+@final
+class Template:
+    """A JSON template compiled once into a plan, resolved many times against environments.
+
+    All parsing happens here: ``{"$ref": path}`` objects, ``{"$literal": value}`` objects, and strings
+    with ``${path}``, ``{{stepN.path}}``, ``{{id.path}}``, ``$<path>`` and ``<<...>>`` placeholders
+    (``\\${`` and friends escape an opener). A string that is exactly one placeholder resolves to the
+    value with its type; otherwise each placeholder is written as text (a string as itself, null as
+    ``""``, booleans as ``true``/``false``, numbers and containers as compact JSON). Object keys are
+    never interpolated.
+
+    Instances are immutable and hold their own copy of every constant, so changing ``value`` after
+    compiling changes nothing.
+
+    Args:
+        value: any JSON-like value (dict, list, tuple, str, int, float, bool, None); anything else is
+            a constant, passed through as it is.
+        step_ids: the ids of the steps of the current list, to map ``{{stepN}}`` to ``steps.<id>``:
+            either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position with no id
+            stays ``stepN``.
+        location: where the template is, prefixed to every error location (``"steps[2].args"``).
+
+    Raises:
+        mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
+            its ``location`` names the string, its ``reason`` says what is wrong and where.
+        TypeError: ``step_ids`` that are not integers mapped to strings.
+    """
+
+    def __new__(
+        cls,
+        value: Any,
+        *,
+        step_ids: Sequence[str] | Mapping[int, str] | None = None,
+        location: str = "",
+    ) -> Template: ...
+    def resolve(self, env: Mapping[str, Any]) -> Any:
+        """Resolve the template against ``env`` into a fresh value.
+
+        Dicts and lists in the result are always new objects (tuples become lists), sharing nothing
+        with the template or with ``env``, so the result can be changed freely; strings, numbers and
+        other immutable values may be shared.
+
+        Args:
+            env: the roots references start from: ``vars``, ``steps``, ``last``, ``args``, ``context``
+                (contract section 3). It must not change while a resolve runs.
+
+        Returns:
+            The resolved value.
+
+        Raises:
+            mcpipe.errors.InterpolationError: a reference whose value is missing; it carries the
+                ``reference``, the ``location``, the ``segment`` that failed and what was found there
+                (``found_type``, ``found_keys``, ``found_length``).
+            TypeError: a value that is not JSON-serializable interpolated into text (as ``json.dumps``).
+            RecursionError: a value nested too deeply (or cyclic) to copy.
+        """
+
+    @property
+    def references(self) -> list[str]:
+        """The normalized references the template makes, in template order (duplicates kept).
+
+        ``{{step1.x}}`` with step 1 named ``search`` lists as ``steps.search.output.x``; quoted keys
+        that read as plain keys lose their quotes (``vars['a']`` is ``vars.a``).
+        """
+
+    @property
+    def reference_sites(self) -> list[tuple[str, str]]:
+        """``(location, reference)`` for every reference, in template order."""
+
+    @property
+    def is_constant(self) -> bool:
+        """True when the template makes no reference: every resolve gives an equal value."""
