@@ -115,8 +115,8 @@ def attach(
             out["resultType"] = "complete"
         return out
 
-    low.add_request_handler("tools/list", list_entry.params_type, on_list_tools)
-    low.add_request_handler("tools/call", call_entry.params_type, on_call_tool)
+    low.add_request_handler("tools/list", list_entry.params_type, on_list_tools)  # type: ignore[arg-type]
+    low.add_request_handler("tools/call", call_entry.params_type, on_call_tool)  # type: ignore[arg-type]
     lookup = low.get_tool_input_schema
     if lookup is not None:
         low.get_tool_input_schema = lambda name: PIPE_TOOL_WIRE["inputSchema"] if name == PIPE_TOOL else lookup(name)

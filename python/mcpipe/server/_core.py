@@ -290,12 +290,14 @@ def build_server(
     The SDK's default OpenTelemetry middleware is left out: it costs a span per message and is a no-op
     without an exporter; add it back to ``server.middleware`` if you export traces.
     """
+    # The handlers answer wire dicts, which the SDK accepts as results (``HandlerResult``); its
+    # constructor's annotations name only the models.
     server: Server[Any] = Server(
         name,
         version=version,
         instructions=instructions,
-        on_list_tools=handlers.list_tools,
-        on_call_tool=handlers.call_tool,
+        on_list_tools=handlers.list_tools,  # type: ignore[arg-type]
+        on_call_tool=handlers.call_tool,  # type: ignore[arg-type]
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()

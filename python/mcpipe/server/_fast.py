@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import inspect
 import math
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -32,6 +31,7 @@ from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
 from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
+from starlette.types import Message, Receive, Scope, Send
 
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
@@ -39,9 +39,6 @@ from mcpipe.tools import FunctionTool, ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 PING_INTERVAL_S = 15.0
 """After this long without an answer, the response becomes an SSE stream with keep-alive pings."""
@@ -236,7 +233,7 @@ def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
 def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:
     sent = False
 
-    async def replay() -> dict[str, Any]:
+    async def replay() -> Message:
         nonlocal sent
         if not sent:
             sent = True

@@ -26,6 +26,7 @@ from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
+from starlette.types import Receive, Scope, Send
 
 from mcpipe.config import Config
 from mcpipe.server._app import App
@@ -36,9 +37,6 @@ __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_
 
 _log = logging.getLogger("mcpipe.http")
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 
 GRACEFUL_TIMEOUT_S = 2.0
 """How long in-flight requests and open streams get after SIGINT/SIGTERM before they are cancelled."""
@@ -228,7 +226,8 @@ async def serve_http(
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
     async with manager.run(), trio.open_nursery() as nursery:
-        binds = await nursery.start(partial(hypercorn_serve, front, hc, shutdown_trigger=shutdown_trigger))
+        app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
+        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=shutdown_trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)

@@ -33,10 +33,10 @@ __all__ = ["BUILTIN_NAMES", "builtin_tools"]
 class _Echo:
     """``echo`` takes any arguments, which a signature cannot describe, so it is a Tool of its own."""
 
-    name = "echo"
-    description = "Answer the arguments as they came (structured, and as JSON text). Handy to shape data."
+    name: str = "echo"
+    description: str = "Answer the arguments as they came (structured, and as JSON text). Handy to shape data."
     input_schema: dict[str, Any] = {"type": "object", "additionalProperties": True}
-    output_schema = None
+    output_schema: dict[str, Any] | None = None
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return ToolResult([{"type": "text", "text": orjson.dumps(args).decode()}], args)
