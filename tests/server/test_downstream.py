@@ -126,7 +126,7 @@ async def test_a_server_crash_mid_pipeline_fails_that_step_cleanly_and_the_serve
             ds = app.downstreams.servers[0]
             r = await client.call_tool(PIPE_TOOL, spec)
             while_down = await client.call_tool("ds.add", {"a": 1, "b": 1})
-            await ds.wait_connected()
+            await ds.wait_connected()  # the actor restarts the process by itself
             after = await client.call_tool("ds.add", {"a": 20, "b": 22})
     answer = r.structured_content
     assert answer["error_code"] == "TOOL_FAILED" and answer["steps"]["c"]["error_code"] == "TOOL_FAILED"
@@ -134,6 +134,27 @@ async def test_a_server_crash_mid_pipeline_fails_that_step_cleanly_and_the_serve
     assert answer["summary"] == {"total": 3, "succeeded": 1, "failed": 1, "skipped": 1, "cancelled": 0}
     assert while_down.is_error and "MCP server 'ds' is unavailable" in while_down.content[0].text
     assert after.structured_content == {"result": 42} and ds.connections == 2
+
+
+async def test_an_http_server_that_dies_mid_call_is_reported_down_and_reconnected_when_it_is_back():
+    proc, url = await start_process([sys.executable, DOWNSTREAM, "--http", "0"], marker="", stream="stdout")
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    try:
+        with trio.fail_after(30):
+            async with running(make_config(mcpServers={"ds": {"url": url}})) as app, Client(app.server) as client:
+                ds = app.downstreams.servers[0]
+                r = await client.call_tool(PIPE_TOOL, {"steps": [{"id": "c", "tool": "ds.crash"}]})
+                while_down = await client.call_tool("ds.add", {"a": 1, "b": 1})
+                await proc.wait()
+                proc, _ = await start_process([sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout")
+                await ds.wait_connected()
+                after = await client.call_tool("ds.add", {"a": 1, "b": 2})
+    finally:
+        proc.kill()
+    assert r.structured_content["steps"]["c"]["error_code"] == "TOOL_FAILED"
+    assert "MCP server 'ds'" in r.structured_content["steps"]["c"]["error"]
+    assert while_down.is_error and "MCP server 'ds' is unavailable" in while_down.content[0].text
+    assert after.structured_content == {"result": 3} and ds.connections == 2
 
 
 @pytest.mark.parametrize("transport", ["stdio", "http"])
