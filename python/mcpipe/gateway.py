@@ -37,6 +37,7 @@ __all__ = [
     "Gateway",
     "Policy",
     "ToolSource",
+    "is_cancellation",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -260,11 +261,17 @@ class Gateway:
         )
 
 
-def _failure_code(exc: BaseException) -> str:
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is trio's cancellation, alone or as the only content of a group (a nursery inside
+    the cancelled code wraps it in one)."""
     if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
+
+
+def _failure_code(exc: BaseException) -> str:
+    if is_cancellation(exc):
         return "CANCELLED"
-    if isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None:
-        return "CANCELLED"  # a tool's nursery wraps the cancellation in a group
     code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
     return code if code and code != "INTERNAL" else "TOOL_FAILED"
 

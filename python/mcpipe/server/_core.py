@@ -150,7 +150,7 @@ class _PipeProgress:
 
     async def step_progress(self, progress: float, total: float | None, message: str | None) -> None:
         """Progress a running step's tool reported (already prefixed with the step id by the tool)."""
-        value = min(self._last + 0.001, self._done + 0.999) if self._last >= self._done else self._done + 0.001
+        value = min(max(self._last, self._done) + 0.001, self._done + 0.999)
         text = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
         await self._emit(round(value, 3), text)
 
@@ -191,7 +191,10 @@ class PipeRunner:
         send, recv = trio.open_memory_channel[Any](math.inf)
 
         async def step_sink(p: float, total: float | None, message: str | None) -> None:
-            send.send_nowait((p, total, message))
+            try:
+                send.send_nowait((p, total, message))
+            except trio.ClosedResourceError:
+                pass  # a straggler from a step that was cancelled as the pipeline ended
 
         async def pump() -> None:
             async for item in recv:

@@ -30,10 +30,10 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED
+from mcp_types import CONNECTION_CLOSED, Implementation
 
 from mcpipe.config import McpServerConfig, glob_matcher
-from mcpipe.gateway import CallError
+from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 
 __all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
@@ -44,6 +44,8 @@ BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 10.0
 HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
+
+_CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
 
 _TRANSPORT_ERRORS = (
     anyio.BrokenResourceError,
@@ -197,7 +199,7 @@ class DownstreamServer:
             # One scope around the whole session: its deadline bounds connecting and listing, and is lifted
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
-                async with Client(self._transport(closed)) as client:
+                async with Client(self._transport(closed), client_info=_CLIENT_INFO) as client:
                     await self._list_tools(client)
                     scope.deadline = math.inf
                     self._up(client, closed)
@@ -211,10 +213,8 @@ class DownstreamServer:
             if scope.cancelled_caught:
                 raise trio.TooSlowError
             self._down(ConnectionError("the connection ended") if self.last_error is None else None)
-        except trio.Cancelled:
-            raise
         except BaseException as exc:  # connect failures come in many kinds (OSError, MCPError, groups)
-            if isinstance(exc, KeyboardInterrupt | SystemExit):
+            if is_cancellation(exc) or isinstance(exc, KeyboardInterrupt | SystemExit):
                 raise
             self._down(exc)
         finally:
