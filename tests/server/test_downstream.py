@@ -184,6 +184,33 @@ async def test_cancelling_a_pipeline_cancels_the_downstream_call_within_100_ms(t
     assert events[-1]["t"] - cancelled_at < 0.1
 
 
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_a_caller_leaving_mcpipe_over_http_cancels_the_downstream_call_within_100_ms(mode):
+    started = trio.Event()
+    tag = f"http-{mode}"
+
+    async def on_progress(progress, total, message):
+        started.set()
+
+    with trio.fail_after(30):
+        async with gateway_to("stdio") as (app, local), http_server(app) as url:
+            async with Client(url, mode=mode) as remote, trio.open_nursery() as nursery:
+
+                async def call():
+                    spec = {"steps": [{"tool": "ds.wait", "args": {"tag": tag}}]}
+                    await remote.call_tool(PIPE_TOOL, spec, progress_callback=on_progress)
+
+                nursery.start_soon(call)
+                await started.wait()
+                cancelled_at = time.monotonic()
+                nursery.cancel_scope.cancel()  # 2026-07-28: the stream closes; 2025-11-25: notifications/cancelled
+            events = None
+            while not events or events[-1]["event"] != "cancelled":
+                events = (await local.call_tool("ds.events", {})).structured_content["result"]
+    assert [e["event"] for e in events] == ["started", "cancelled"]
+    assert events[-1]["t"] - cancelled_at < 0.1
+
+
 async def test_a_lazy_server_connects_on_first_use():
     cfg = make_config(mcpServers={"ds": stdio_downstream(connect="lazy")})
     with trio.fail_after(30):
