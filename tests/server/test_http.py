@@ -179,3 +179,27 @@ async def test_configured_tokens_whose_variables_are_unset_let_nobody_in(monkeyp
     async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
         r = await http.post(url, json=body, headers={"Authorization": "Bearer alice-secret"})
     assert r.status_code == 401
+
+
+async def test_a_2025_session_is_bound_to_the_token_that_opened_it(monkeypatch):
+    for k, v in TOKENS.items():
+        monkeypatch.setenv(k, v)
+    config = make_config(TOKENS, **AUTH)
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    listing = {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        opened = await http.post(url, json=init, headers={**base, "authorization": "Bearer alice-secret"})
+        session = opened.headers["mcp-session-id"]
+        with_session = {**base, "mcp-session-id": session, "mcp-protocol-version": "2025-11-25"}
+        initialized = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+        await http.post(url, json=initialized, headers={**with_session, "authorization": "Bearer alice-secret"})
+        as_bob = await http.post(url, json=listing, headers={**with_session, "authorization": "Bearer bob-secret"})
+        as_alice = await http.post(url, json=listing, headers={**with_session, "authorization": "Bearer alice-secret"})
+    assert opened.status_code == 200
+    assert as_bob.status_code == 404 and as_alice.status_code == 200 and "mcp_pipe" in as_alice.text
