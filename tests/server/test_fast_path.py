@@ -12,6 +12,7 @@ import trio
 from serverkit import BLOCKED, WatchedAudit, http_server, running
 
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.server import _fast as fast_module
 from mcpipe.server._fast import FastToolCall
 
 pytestmark = [
@@ -150,3 +151,12 @@ async def test_a_client_that_disconnects_cancels_its_call_on_the_lean_path(serve
             records = await audit.until(lambda rs: len(rs) == 1)
     assert records[0]["tool"] == "block" and records[0]["error_code"] == "CANCELLED"
     assert served == [True]
+
+
+async def test_a_long_answer_on_the_lean_path_becomes_an_sse_stream_with_keep_alive_pings(monkeypatch, served):
+    monkeypatch.setattr(fast_module, "PING_INTERVAL_S", 0.05)
+    body = orjson.dumps(call("slow", {"seconds": 0.3}))
+    async with running() as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        r = await http.post(url, content=body, headers=headers("slow"))
+    assert r.headers["content-type"].startswith("text/event-stream") and ": ping" in r.text
+    assert _result(r)["result"]["content"] == [{"type": "text", "text": "done"}] and served == [True]
