@@ -86,10 +86,13 @@ async def run_log(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, 
 def has_progress_token(ctx: ToolContext) -> bool:
     """Did the call carry a progress token?
 
-    Read from ``ctx.progress_token`` (a proposed ``ToolContext`` field), else ``ctx.extras["progress_token"]``,
-    else the MCP SDK's request context in ``ctx.extras["mcp_context"]`` (its ``meta``).
+    Read from ``ctx.progress_token``, else the server's ``ctx.extras["progress"]`` flag (it also knows an
+    in-memory caller's progress callback), else ``ctx.extras["progress_token"]``, else the MCP SDK's request
+    context in ``ctx.extras["mcp_context"]`` (its ``meta``).
     """
     token = getattr(ctx, "progress_token", None)
+    if token is None and ctx.extras.get("progress") is True:
+        return True  # the server's own finding: a token on the wire, or an in-memory progress callback
     if token is None:
         token = ctx.extras.get("progress_token")
     if token is None:

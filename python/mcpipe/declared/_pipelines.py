@@ -22,7 +22,7 @@ from __future__ import annotations
 import binascii
 import difflib
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Annotated, Any
 
 import msgspec
@@ -163,12 +163,27 @@ class KnownTools:
         prefixes: the downstream servers' prefixes.
     """
 
-    def __init__(self, names: Container[str], prefixes: Iterator[str] | list[str] | tuple[str, ...] = ()) -> None:
+    def __init__(self, names: Container[str], prefixes: Iterable[str] = ()) -> None:
         self.names = names
         self.prefixes = tuple(f"{p}." for p in prefixes if p)
 
+    @classmethod
+    def of(cls, sources: Iterable[Any], prefixes: Iterable[str] = ()) -> KnownTools:
+        """The names any of ``sources`` (tool sources: anything with ``get``) knows, plus ``prefixes``."""
+        return cls(_InSources(tuple(sources)), tuple(prefixes))
+
     def __contains__(self, name: object) -> bool:
         return isinstance(name, str) and (name in self.names or name.startswith(self.prefixes))
+
+
+class _InSources:
+    __slots__ = ("sources",)
+
+    def __init__(self, sources: tuple[Any, ...]) -> None:
+        self.sources = sources
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(s.get(name) is not None for s in self.sources)
 
 
 class DeclaredPipelineTool:

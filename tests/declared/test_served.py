@@ -1,0 +1,279 @@
+"""Declared pipelines served by the real server, called with the SDK's Client: in memory, over HTTP, and
+composing a downstream server's tools; and ``mcpipe check --config`` on a file full of mistakes.
+
+How the pipelines reach the server. The server's hook (``Config.pipelines`` and ``Config.outbound``, read
+by ``open_app``, which loads them with :func:`mcpipe.declared.load_declared`, puts them among the
+gateway's sources and binds them to the gateway) is used when it exists. Until it does, the same thing is
+done here through ``open_app``'s ``extra_sources``: the tests exercise the same server, gateway and SDK
+path either way.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import yaml
+from mcp import Client
+
+from mcpipe.config import Config, parse_config
+from mcpipe.declared import KnownTools, load_declared
+from mcpipe.server import App, open_app, serve_http
+from mcpipe.server._app import limits_of
+from mcpipe.tools import ToolRegistry
+from mcpipe.tools.builtin import builtin_tools
+
+# The SDK's HTTP client leaves its SSE generators to the garbage collector (as in tests/server).
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+DOWNSTREAM = str(ROOT / "tests" / "server" / "downstream_server.py")
+HOOKED = "pipelines" in Config.__struct_fields__ and "outbound" in Config.__struct_fields__
+"""Whether the config (and so the server) reads ``pipelines:`` and ``outbound:`` itself."""
+
+PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
+
+local_tools = ToolRegistry()
+
+
+@local_tools.tool
+def shout(text: str) -> str:
+    """Upper-case a text."""
+    return text.upper()
+
+
+@asynccontextmanager
+async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
+    """An app serving the config ``doc`` (its ``pipelines`` and ``outbound`` included), with ``shout``."""
+    doc = {"audit": {"enabled": False}, **doc}
+    if HOOKED:
+        async with open_app(parse_config(json.dumps(doc), "json", environ={}), extra_sources=[local_tools]) as app:
+            yield app
+        return
+    pipelines, outbound = doc.pop("pipelines", []), doc.pop("outbound", None)
+    config = parse_config(json.dumps(doc), "json", environ={})
+    prefixes = [name if s.prefix is None else s.prefix for name, s in config.mcpServers.items()]
+    sources = [builtin_tools(config.builtins), local_tools] if config.builtins is not False else [local_tools]
+    declared, problems = load_declared(
+        pipelines, outbound, tools=KnownTools.of(sources, prefixes), limits=limits_of(config)
+    )
+    assert problems == [], "\n".join(map(str, problems))
+    async with open_app(config, extra_sources=[local_tools, declared]) as app:
+        declared.bind(app.gateway)
+        yield app
+
+
+ORDER = yaml.safe_load((ROOT / "examples" / "declared" / "order_summary.yaml").read_text())
+
+MEDIA = {
+    "pipelines": [
+        {
+            "name": "media",
+            "description": "Every kind of content block.",
+            "input_schema": {"type": "object", "properties": {"who": {"type": "string"}}, "required": ["who"]},
+            "steps": [
+                {"kind": "value", "id": "hello", "value": "hello ${args.who}"},
+                {"kind": "tool", "id": "loud", "tool": "shout", "args": {"text": "${steps.hello.output}"}},
+            ],
+            "content": [
+                {"type": "text", "text": "${steps.loud.output}"},
+                {"type": "image", "data": PNG, "mimeType": "image/png"},
+                {"type": "audio", "data": PNG, "mimeType": "audio/wav"},
+                {"type": "resource", "resource": {"uri": "note://${args.who}", "text": "${steps.hello.output}"}},
+                {"type": "resource", "resource": {"uri": "blob://1", "blob": PNG, "mimeType": "image/png"}},
+                {"type": "resource_link", "uri": "file:///tmp/x.txt", "name": "x.txt"},
+            ],
+        }
+    ]
+}
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_a_declared_pipeline_is_listed_and_called_like_any_tool(mode):
+    with trio.fail_after(30):
+        async with served(ORDER) as app, Client(app.server, mode=mode) as client:
+            tools = {t.name: t for t in (await client.list_tools()).tools}
+            args = {"customer": "ada", "lines": [{"sku": "a", "qty": 2, "price": 3.5}]}
+            r = await client.call_tool("order_summary", args)
+    tool = tools["order_summary"]
+    assert tool.description == "Totals and a one-line summary for an order's lines."
+    assert tool.input_schema["required"] == ["customer", "lines"]
+    assert r.is_error is False
+    assert r.structured_content["summary"] == "2 units, 7 EUR"
+    assert json.loads(r.content[0].text) == r.structured_content
+
+
+async def test_bad_arguments_and_failed_steps_are_is_error_answers_not_protocol_errors():
+    with trio.fail_after(30):
+        async with served(ORDER) as app, Client(app.server) as client:
+            bad = await client.call_tool("order_summary", {"customer": "ada", "lines": [{"sku": "a", "qty": 0}]})
+            gate = await client.call_tool("order_summary", {"customer": "ada", "lines": []})
+    assert bad.is_error is True
+    assert bad.content[0].text == (
+        "invalid arguments for tool 'order_summary': args.lines[0]: 'price' is a required property; "
+        "args.lines[0].qty: 0 is less than the minimum of 1"
+    )
+    assert gate.is_error is True
+    assert gate.content[0].text == "GATE_REJECTED: step 'not_empty' failed: An order has between 1 and 100 lines."
+
+
+async def test_content_blocks_of_every_type_reach_the_sdk_client():
+    with trio.fail_after(30):
+        async with served(MEDIA) as app, Client(app.server) as client:
+            r = await client.call_tool("media", {"who": "ada"})
+    assert r.is_error is False
+    assert [b.type for b in r.content] == ["text", "image", "audio", "resource", "resource", "resource_link"]
+    text, image, audio, note, blob, link = r.content
+    assert text.text == "HELLO ADA"
+    assert (image.data, image.mime_type, audio.mime_type) == (PNG, "image/png", "audio/wav")
+    assert str(note.resource.uri) == "note://ada" and note.resource.text == "hello ada"
+    assert blob.resource.blob == PNG
+    assert str(link.uri) == "file:///tmp/x.txt" and link.name == "x.txt"
+
+
+async def test_progress_and_log_steps_reach_the_sdk_client_over_http():
+    doc = {
+        "pipelines": [
+            {
+                "name": "chatty",
+                "steps": [
+                    {"kind": "progress", "id": "p1", "progress": 1, "total": 2, "message": "half"},
+                    {"kind": "log", "id": "note", "level": "warning", "data": "careful, ${args.who}"},
+                    {"kind": "progress", "id": "p2", "progress": 2, "total": 2, "message": "done"},
+                    {"kind": "value", "id": "answer", "value": "ok"},
+                ],
+            }
+        ]
+    }
+    progress: list[tuple[float, float | None, str | None]] = []
+    logs: list[Any] = []
+
+    async def on_progress(p: float, total: float | None, message: str | None) -> None:
+        progress.append((p, total, message))
+
+    async def on_log(params: Any) -> None:
+        logs.append((params.level, params.data))
+
+    with trio.fail_after(30):
+        async with served(doc) as app, _http(app) as url, Client(url, logging_callback=on_log, mode="legacy") as c:
+            r = await c.call_tool("chatty", {"who": "ada"}, progress_callback=on_progress)
+    assert r.content[0].text == "ok"
+    assert progress == [(1, 2, "half"), (2, 2, "done")]
+    assert logs == [("warning", "careful, ada")]
+
+
+@asynccontextmanager
+async def _http(app: App) -> AsyncIterator[str]:
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
+        try:
+            yield url
+        finally:
+            stop.set()
+
+
+async def test_a_declared_pipeline_composes_a_downstream_servers_tools_over_http():
+    doc = {
+        "mcpServers": {"ds": {"command": sys.executable, "args": [DOWNSTREAM], "env": {"GREETING": "hi"}}},
+        "pipelines": [
+            {
+                "name": "greet_sum",
+                "input_schema": {
+                    "type": "object",
+                    "properties": {"name": {"type": "string"}, "a": {"type": "integer"}, "b": {"type": "integer"}},
+                    "required": ["name", "a", "b"],
+                },
+                "steps": [
+                    {
+                        "kind": "parallel",
+                        "id": "calls",
+                        "steps": [
+                            {
+                                "kind": "tool",
+                                "id": "sum",
+                                "tool": "ds.add",
+                                "args": {"a": "${args.a}", "b": "${args.b}"},
+                            },
+                            {"kind": "tool", "id": "hello", "tool": "ds.greet", "args": {"name": "${args.name}"}},
+                        ],
+                    },
+                    {
+                        "kind": "tool",
+                        "id": "loud",
+                        "tool": "shout",
+                        "args": {"text": "${steps.calls.output.hello.result}"},
+                    },
+                ],
+                "output": {"greeting": "${steps.loud.output}", "sum": "${steps.calls.output.sum.result}"},
+            }
+        ],
+    }
+    with trio.fail_after(60):
+        async with served(doc) as app, _http(app) as url, Client(url) as client:
+            r = await client.call_tool("greet_sum", {"name": "ada", "a": 2, "b": 3})
+    assert r.is_error is False, r.content
+    assert r.structured_content == {"greeting": "HI, ADA", "sum": 5}
+
+
+async def test_a_declared_pipeline_is_also_a_tool_for_mcp_pipe():
+    with trio.fail_after(30):
+        async with served(MEDIA) as app, Client(app.server) as client:
+            r = await client.call_tool("mcp_pipe", {"steps": [{"tool": "media", "args": {"who": "bo"}}]})
+    answer = r.structured_content
+    assert answer["ok"], answer["error"]
+    assert answer["steps"]["step1"]["text"] == "HELLO BO"
+
+
+def test_mcpipe_check_config_reports_every_problem_of_a_file_full_of_mistakes(capsys):
+    if not HOOKED:
+        pytest.skip("the server does not read `pipelines:`/`outbound:` yet (Config.pipelines, Config.outbound)")
+    from mcpipe.cli import main
+
+    path = HERE / "configs" / "mistakes.yaml"
+    code = main(["check", "--config", str(path)])
+    err = capsys.readouterr().err
+    assert code == 1
+    lines = [line.removeprefix("error: ").removeprefix(f"{path}:") for line in err.splitlines()]
+    assert "pipelines.charge.steps[2].expression: invalid CEL: syntax error at line 1, column 14" in "\n".join(lines)
+    for location in (
+        "outbound.http.alow_private",
+        "outbound.commands.jq",
+        "pipelines.charge.input_schema.properties.amount.minimum",
+        "pipelines.charge.steps[1].id",
+        "pipelines.charge.steps[3].kind",
+        "pipelines.charge.steps[4].value",
+        "pipelines.charge.steps[5].url",
+        "pipelines.charge.steps[6].command",
+        "pipelines.charge.steps[7].config.expression",
+        "pipelines.charge.steps[8].tool",
+        "pipelines.charge.steps[9].colour",
+        "pipelines.charge.output.amount",
+        "pipelines.charge.content[0].type",
+        "pipelines[1].name",
+        "pipelines.ping.steps[0].tool",
+        "pipelines.pong.steps[0].steps[0].tool",
+    ):
+        assert any(line.startswith(f"{location}: ") for line in lines), (location, err)
+
+
+def test_the_config_struct_carries_the_sections_raw_for_located_validation():
+    if not HOOKED:
+        pytest.skip("the server does not read `pipelines:`/`outbound:` yet (Config.pipelines, Config.outbound)")
+    doc = yaml.safe_load((ROOT / "examples" / "declared" / "http_apis.yaml").read_text())
+    config = parse_config(json.dumps(doc), "json", environ={})
+    assert msgspec.to_builtins(config.pipelines) == doc["pipelines"]
+    assert msgspec.to_builtins(config.outbound) == doc["outbound"]
