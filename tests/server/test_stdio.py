@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -76,3 +78,26 @@ async def test_a_bad_config_exits_2_listing_every_problem(tmp_path):
     )
     err = r.stderr.decode()
     assert r.returncode == 2 and "pipe.max_steps" in err and "mcpServers.a" in err
+
+
+async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open(tmp_path):
+    args = [sys.executable, "-m", "mcpipe", "serve", "--stdio"]
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    proc = await trio.lowlevel.open_process(args, cwd=tmp_path, **pipes)
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    try:
+        with trio.fail_after(20):
+            request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
+            await proc.stdin.send_all(json.dumps(request).encode() + b"\n")
+            reply = b""
+            while b"\n" not in reply:
+                reply += await proc.stdout.receive_some()
+            t0 = trio.current_time()
+            proc.send_signal(signal.SIGTERM)
+            await proc.wait()
+            elapsed = trio.current_time() - t0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+    assert json.loads(reply)["result"]["serverInfo"]["name"] == "mcpipe"
+    assert proc.returncode == 0 and elapsed < 3
