@@ -3,6 +3,7 @@ the outbound policy; the example configs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,16 @@ def test_every_example_config_loads_without_problems(path: Path):
     assert len(declared) == len(doc["pipelines"])
     for tool in declared:
         assert tool.description and tool.input_schema["type"] == "object"
+
+
+DOC = HERE.parents[1] / "docs" / "declared-pipelines.md"
+
+
+def _config_blocks() -> list[str]:
+    blocks = re.findall(r"```yaml\n(.*?)```", DOC.read_text(), re.S)
+    return [b for b in blocks if re.search(r"^pipelines:", b, re.M)]
+
+
+@pytest.mark.parametrize("block", _config_blocks(), ids=lambda b: b.split("name: ", 1)[-1].split("\n", 1)[0])
+def test_every_config_example_of_the_doc_loads_without_problems(block):
+    assert problems_of(block) == []
