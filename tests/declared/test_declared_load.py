@@ -189,7 +189,11 @@ pipelines:
 @pytest.mark.parametrize("path", sorted(EXAMPLES.glob("*.yaml")), ids=lambda p: p.name)
 def test_every_example_config_loads_without_problems(path: Path):
     doc = yaml.safe_load(path.read_text())
-    declared, problems = load_declared(doc["pipelines"], doc.get("outbound"), tools=KnownTools(ToolRegistry()))
+    servers = doc.get("mcpServers", {})
+    prefixes = [s.get("prefix", name) for name, s in servers.items()]
+    declared, problems = load_declared(
+        doc["pipelines"], doc.get("outbound"), tools=KnownTools(ToolRegistry(), prefixes)
+    )
     assert problems == [], "\n".join(map(str, problems))
     assert len(declared) == len(doc["pipelines"])
     for tool in declared:

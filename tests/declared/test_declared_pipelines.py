@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+from pathlib import Path
 
 import pytest
 import trio
@@ -463,3 +464,28 @@ async def test_an_unbound_pipeline_answers_an_error_instead_of_raising():
     assert problems == []
     result = await declared.get("lone").call({}, ToolContext())
     assert result.is_error and "not bound" in text_of(result)
+
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "declared"
+
+
+async def test_the_offline_example_configs_run_as_documented():
+    content = load((EXAMPLES / "content_blocks.yaml").read_text())
+    report = await content.call("weekly_report", {"week": "2026-W47"})
+    assert not report.is_error, text_of(report)
+    assert [b["type"] for b in report.content] == ["text", "image", "audio", "resource", "resource_link"]
+    assert report.content[0]["text"] == "Sales of 2026-W47: 16" and report.structured == {
+        "week": "2026-W47",
+        "total": 16,
+    }
+    total = await content.call("sales_total", {"days": [3, 5, 8]})
+    assert text_of(total) == "Total 16.0, mean 5.333333333333333 per day"
+
+    composition = load((EXAMPLES / "composition.yaml").read_text())
+    basket = await composition.call("basket", {"first": "a", "second": "b"})
+    assert not basket.is_error, text_of(basket)
+    assert basket.structured["total"] == 25.0 and basket.structured["quotes"]["a"]["sku"] == "a"
+
+    order = load((EXAMPLES / "order_summary.yaml").read_text())
+    summary = await order.call("order_summary", {"customer": "ada", "lines": [{"sku": "a", "qty": 2, "price": 3.5}]})
+    assert summary.structured["summary"] == "2 units, 7 EUR"
