@@ -67,6 +67,7 @@ class McpServerConfig(_Base):
     include: list[str] | None = None
     exclude: list[str] = []
     connect: Literal["lazy", "start"] = "start"
+    protocol: Literal["auto", "2025-11-25", "2026-07-28"] = "auto"
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000

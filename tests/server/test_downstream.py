@@ -157,6 +157,25 @@ async def test_an_http_server_that_dies_mid_call_is_reported_down_and_reconnecte
     assert after.structured_content == {"result": 3} and ds.connections == 2
 
 
+async def test_a_2025_http_server_restarted_while_idle_gets_a_new_session_and_the_call_goes_through():
+    proc, url = await start_process([sys.executable, DOWNSTREAM, "--http", "0"], marker="", stream="stdout")
+    port = url.rsplit(":", 1)[1].split("/")[0]
+    try:
+        with trio.fail_after(30):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": "2025-11-25"}})
+            async with running(cfg) as app, Client(app.server) as client:
+                ds = app.downstreams.servers[0]
+                before = await client.call_tool("ds.add", {"a": 1, "b": 1})
+                proc.kill()
+                await proc.wait()
+                proc, _ = await start_process([sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout")
+                after = await client.call_tool("ds.add", {"a": 2, "b": 2})  # the old session is unknown there
+    finally:
+        proc.kill()
+    assert before.structured_content == {"result": 2}
+    assert after.structured_content == {"result": 4} and ds.connections == 2
+
+
 @pytest.mark.parametrize("transport", ["stdio", "http"])
 async def test_cancelling_a_pipeline_cancels_the_downstream_call_within_100_ms(transport):
     started = trio.Event()

@@ -30,7 +30,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, Implementation
+from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
@@ -46,6 +46,14 @@ HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
+
+_SESSION_GONE = frozenset({"Session not found", "Session terminated"})
+"""How a 2025-11-25 HTTP server (and the SDK client, for a bare 404) says it does not know the session."""
+
+
+class _SessionLost(Exception):
+    """The server refused a call because it no longer knows the session (the call did not run)."""
+
 
 _TRANSPORT_ERRORS = (
     anyio.BrokenResourceError,
@@ -199,7 +207,8 @@ class DownstreamServer:
             # One scope around the whole session: its deadline bounds connecting and listing, and is lifted
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
-                async with Client(self._transport(closed), client_info=_CLIENT_INFO) as client:
+                mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
+                async with Client(self._transport(closed), client_info=_CLIENT_INFO, mode=mode) as client:
                     await self._list_tools(client)
                     scope.deadline = math.inf
                     self._up(client, closed)
@@ -234,10 +243,14 @@ class DownstreamServer:
     def _down(self, exc: BaseException | None) -> None:
         if exc is not None:
             self.last_error = _describe(exc)
+        self._gone()
+        self._attempted.set()
+
+    def _gone(self) -> None:
         self.state = "down"
         self._client = None
-        self._connected = trio.Event()
-        self._attempted.set()
+        if self._connected.is_set():  # an unset one may have waiters: keep it for the next _up
+            self._connected = trio.Event()
 
     async def _list_tools(self, client: Client) -> None:
         tools: dict[str, DownstreamTool] = {}
@@ -269,7 +282,22 @@ class DownstreamServer:
     # -- calls ---------------------------------------------------------------------------------------
 
     async def call(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Forward one call; raises CallError at once when the server is down."""
+        """Forward one call; raises CallError at once when the server is down.
+
+        A 2025-11-25 HTTP server that restarted while the gateway was idle no longer knows the session:
+        it refuses the call before running it, so the actor reconnects and the call is made once more.
+        """
+        try:
+            return await self._call_once(remote, args, ctx)
+        except _SessionLost:
+            with trio.move_on_after(self.config.connect_timeout_ms / 1000):
+                await self.wait_connected()
+            try:
+                return await self._call_once(remote, args, ctx)
+            except _SessionLost:
+                raise CallError(f"MCP server '{self.name}' lost the session and could not open a new one") from None
+
+    async def _call_once(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         client = self._client
         if client is None and not self._attempted.is_set():
             with trio.move_on_after(self.config.connect_timeout_ms / 1000):
@@ -290,6 +318,9 @@ class DownstreamServer:
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
                 raise CallError(f"MCP server '{self.name}' closed the connection during the call") from None
+            if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
+                self._lost(exc)
+                raise _SessionLost from None
             raise CallError(f"MCP server '{self.name}' answered an error: {exc}") from None
         except _TRANSPORT_ERRORS as exc:
             self._lost(exc)
@@ -301,7 +332,9 @@ class DownstreamServer:
         )
 
     def _lost(self, exc: BaseException) -> None:
+        """A call found the connection gone: down at once (the actor reconnects when it wakes)."""
         self.last_error = _describe(exc)
+        self._gone()
         if self._closed is not None:
             self._closed.set()
 
