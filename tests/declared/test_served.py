@@ -26,9 +26,8 @@ import yaml
 from mcp import Client
 
 from mcpipe.config import Config, parse_config
-from mcpipe.declared import KnownTools, load_declared
+from mcpipe.declared import config_problems, declared_source
 from mcpipe.server import App, open_app, serve_http
-from mcpipe.server._app import limits_of
 from mcpipe.tools import ToolRegistry
 from mcpipe.tools.builtin import builtin_tools
 
@@ -60,20 +59,29 @@ async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
     """An app serving the config ``doc`` (its ``pipelines`` and ``outbound`` included), with ``shout``."""
     doc = {"audit": {"enabled": False}, **doc}
     if HOOKED:
-        async with open_app(parse_config(json.dumps(doc), "json", environ={}), extra_sources=[local_tools]) as app:
+        # `shout` comes in as a python_tools entry, so the config's own checks know it once it is loaded.
+        doc["python_tools"] = [*doc.get("python_tools", []), f"{__name__}:local_tools"]
+        async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
             yield app
         return
     pipelines, outbound = doc.pop("pipelines", []), doc.pop("outbound", None)
-    config = parse_config(json.dumps(doc), "json", environ={})
-    prefixes = [name if s.prefix is None else s.prefix for name, s in config.mcpServers.items()]
+    config = WithDeclared(parse_config(json.dumps(doc), "json", environ={}), pipelines, outbound)
     sources = [builtin_tools(config.builtins), local_tools] if config.builtins is not False else [local_tools]
-    declared, problems = load_declared(
-        pipelines, outbound, tools=KnownTools.of(sources, prefixes), limits=limits_of(config)
-    )
-    assert problems == [], "\n".join(map(str, problems))
-    async with open_app(config, extra_sources=[local_tools, declared]) as app:
+    assert config_problems(config, sources) == []  # what check_config will add
+    declared = declared_source(config, sources)  # what open_app will do
+    async with open_app(config.config, extra_sources=[local_tools, declared]) as app:
         declared.bind(app.gateway)
         yield app
+
+
+class WithDeclared:
+    """A Config as it will be with the hook: the same attributes, plus ``pipelines`` and ``outbound``."""
+
+    def __init__(self, config: Config, pipelines: Any, outbound: Any) -> None:
+        self.config, self.pipelines, self.outbound = config, pipelines, outbound
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.config, name)
 
 
 ORDER = yaml.safe_load((ROOT / "examples" / "declared" / "order_summary.yaml").read_text())
@@ -277,3 +285,27 @@ def test_the_config_struct_carries_the_sections_raw_for_located_validation():
     config = parse_config(json.dumps(doc), "json", environ={})
     assert msgspec.to_builtins(config.pipelines) == doc["pipelines"]
     assert msgspec.to_builtins(config.outbound) == doc["outbound"]
+
+
+def test_the_config_hooks_report_every_problem_at_parse_time_and_tool_names_once_sources_are_loaded():
+    doc = yaml.safe_load((HERE / "configs" / "mistakes.yaml").read_text())
+    pipelines, outbound = doc.pop("pipelines"), doc.pop("outbound")
+    config = WithDeclared(parse_config(json.dumps(doc), "json", environ={}), pipelines, outbound)
+    problems = [str(p) for p in config_problems(config)]
+    assert len(problems) == 19
+    assert "pipelines.charge.steps[8].tool: unknown tool 'no_such_tool'" in problems
+    # With python_tools, tool names wait for the sources to be loaded.
+    with_python = WithDeclared(
+        parse_config(json.dumps({"python_tools": ["x:y"]}), "json", environ={}),
+        [{"name": "p", "steps": [{"kind": "tool", "tool": "from_python"}]}],
+        None,
+    )
+    assert config_problems(with_python) == []
+    assert [str(p) for p in config_problems(with_python, [local_tools])] == [
+        "pipelines.p.steps[0].tool: unknown tool 'from_python'"
+    ]
+    from mcpipe.config import ConfigError
+
+    with pytest.raises(ConfigError) as e:
+        declared_source(with_python, [local_tools])
+    assert [str(p) for p in e.value.problems] == ["pipelines.p.steps[0].tool: unknown tool 'from_python'"]

@@ -43,6 +43,7 @@ from mcpipe.declared._pipelines import (
     validate_declared,
 )
 from mcpipe.declared._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
+from mcpipe.declared._serving import config_limits, config_problems, declared_source, known_tools
 from mcpipe.declared._step import (
     SKIP,
     DeclaredParallel,
@@ -88,8 +89,12 @@ __all__ = [
     "StepScope",
     "compile_step",
     "compile_steps",
+    "config_limits",
+    "config_problems",
     "content_blocks",
+    "declared_source",
     "has_progress_token",
+    "known_tools",
     "load_declared",
     "load_outbound",
     "load_pipelines",

@@ -725,8 +725,8 @@ def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int])
     calls: dict[str, list[tuple[str, str]]] = {}
     for name, i in names.items():
         entry = raw_entries[i]
-        sites = _raw_tool_sites(entry.get("steps"), f"{locations[i]}.steps")
-        calls[name] = [(where, tool) for where, tool in sites if tool in names]
+        found = _raw_tool_sites(entry.get("steps"), f"{locations[i]}.steps")
+        calls[name] = [(where, tool) for where, tool in found if tool in names]
     problems = []
     for name, sites in calls.items():
         for where, callee in sites:
