@@ -56,7 +56,7 @@ class CallError(MCPipeError):
 
 
 class ToolSource(Protocol):
-    """Where tools come from: the local registry, or a downstream server. Only these three are needed."""
+    """Where tools come from: a ToolRegistry, or the downstream servers. Lookup and listing are all it takes."""
 
     def get(self, name: str) -> Tool | None: ...
 
@@ -112,7 +112,8 @@ class AuditLog:
 
 
 def _now() -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + f".{int(time.time() * 1000) % 1000:03d}Z"
+    t = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
 
 
 @dataclass(slots=True)
