@@ -110,7 +110,8 @@ class HttpFront:
         app: the running mcpipe.
         manager: the SDK session manager (entered with ``manager.run()`` by whoever serves this).
         path: where MCP is served (``/mcp``).
-        tokens: token digest -> principal; empty means no auth (every caller is the trusted local one).
+        tokens: token digest -> principal. With no ``auth.tokens`` configured there is no auth (every
+            caller is the trusted local one); with tokens configured, a request needs one of them.
     """
 
     def __init__(
