@@ -204,6 +204,11 @@ async def serve_http(
     tokens = tokens_from_env(cfg)
     if not cfg.auth.tokens and host not in _LOOPBACK:
         _log.warning("serving on %s without auth: anyone who can reach it may call every tool", host)
+    if host in ("0.0.0.0", "::", "") and h.dns_rebinding_protection and h.allowed_hosts is None:
+        _log.warning(
+            "listening on every interface but accepting only loopback Host headers: list the names clients "
+            "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
+        )
     manager = StreamableHTTPSessionManager(
         app=app.server,
         json_response=h.json_response,
