@@ -52,7 +52,8 @@ def test_trivial_tool_calls_cost_less_server_cpu_on_mcpipe_than_on_the_sdk_mcpse
             benchmark.extra_info[f"{kind}_c{c}_cpu_ms_per_call"] = round(load.cpu_ms_per_call, 3)
     print("\n" + _table(rows))
     audited = (tmp_path / "audit.jsonl").read_bytes().count(b"\n")
-    assert audited >= 2 * calls  # every call went through the audited path, both concurrency levels
+    answered = sum(load.calls for load in result["mcpipe"].values())
+    assert answered > 0 and audited >= answered + 2 * 20  # each answered call (and warm-up) was audited
     if not benchmark.disabled:
         for c in (1, 8):
             assert result["mcpipe"][c].cpu_ms_per_call < result["sdk"][c].cpu_ms_per_call
