@@ -29,6 +29,8 @@ from mcpipe.tools import ToolRegistry
 HERE = Path(__file__).parent
 TICK = os.sysconf("SC_CLK_TCK")
 MODERN = "2026-07-28"
+WARMUP = 20
+"""Calls made before measuring, on every run."""
 
 bench_tools = ToolRegistry()
 
@@ -169,7 +171,7 @@ async def run_load(
         finally:
             await conn.close()
 
-    await client(20)  # warm up: imports, caches, first-call paths
+    await client(WARMUP)  # imports, caches, first-call paths
     done = 0
     cpu0, t0 = cpu_seconds(pid), time.perf_counter()
     with trio.move_on_after(max_seconds):
