@@ -810,10 +810,12 @@ def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any
     """File order: entries as written (whatever their names), their fields as written, then natural order."""
     rank = {loc: i for i, loc in enumerate(locations)}
     fields = [list(e) if isinstance(e, Mapping) else [] for e in raw_entries]
+    # Longest first: `pipelines.billing.charge` is not inside `pipelines.billing`.
+    by_length = sorted(rank.items(), key=lambda item: -len(item[0]))
 
     def key(p: Problem) -> tuple[Any, ...]:
         where = p.location
-        for loc, entry in rank.items():
+        for loc, entry in by_length:
             if where == loc or where.startswith((f"{loc}.", f"{loc}[")):
                 tail = where[len(loc) :].lstrip(".")
                 name = re.split(r"[.\[]", tail, maxsplit=1)[0]
