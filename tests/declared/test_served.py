@@ -309,3 +309,145 @@ def test_the_config_hooks_report_every_problem_at_parse_time_and_tool_names_once
     with pytest.raises(ConfigError) as e:
         declared_source(with_python, [local_tools])
     assert [str(p) for p in e.value.problems] == ["pipelines.p.steps[0].tool: unknown tool 'from_python'"]
+
+
+SLEEPER = """
+import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+with open(sys.argv[1], "w") as f:
+    f.write(f"{os.getpid()} {child.pid}\\n")
+time.sleep(600)
+"""
+
+
+async def test_a_client_cancelling_the_call_kills_a_running_command_step(tmp_path: Path):
+    import os
+
+    fifo = tmp_path / "pids"
+    os.mkfifo(fifo)
+    doc = {
+        "outbound": {"commands": {"py": [sys.executable, "-c"]}, "command_kill_grace_ms": 200},
+        "pipelines": [
+            {
+                "name": "job",
+                "steps": [{"kind": "command", "id": "run", "command": "py", "args": ["${args.script}", str(fifo)]}],
+            }
+        ],
+    }
+    with trio.fail_after(30):
+        async with served(doc) as app, Client(app.server) as client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(client.call_tool, "job", {"script": SLEEPER}))
+                data = b""
+                async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
+                    while not data.endswith(b"\n"):
+                        data += await stream.receive_some()
+                fds = [os.pidfd_open(int(pid)) for pid in data.split()]
+                nursery.cancel_scope.cancel()
+            try:
+                for fd in fds:  # readable once the process has exited
+                    await trio.lowlevel.wait_readable(fd)
+            finally:
+                for fd in fds:
+                    os.close(fd)
+
+
+async def test_a_client_cancelling_the_call_closes_a_running_http_request(http_server):
+    doc = {
+        "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}},
+        "pipelines": [{"name": "slow", "steps": [{"kind": "http", "id": "get", "url": f"{http_server.url}/slow"}]}],
+    }
+    with trio.fail_after(30):
+        async with served(doc) as app, Client(app.server) as client:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.call_tool, "slow", {})
+                await http_server.log.slow_started.wait()
+                nursery.cancel_scope.cancel()
+            await http_server.log.slow_disconnected.wait()
+
+
+async def test_the_http_allowlist_holds_for_urls_built_from_arguments(http_server):
+    doc = {
+        "outbound": {"http": {"allowed_hosts": ["api.example.com"]}},
+        "pipelines": [{"name": "fetch", "steps": [{"kind": "http", "id": "get", "url": "${args.url}"}]}],
+    }
+    with trio.fail_after(30):
+        async with served(doc) as app, Client(app.server) as client:
+            r = await client.call_tool("fetch", {"url": f"{http_server.url}/echo"})
+    assert r.is_error is True
+    assert r.content[0].text == "FORBIDDEN: step 'get' failed: host '127.0.0.1' is not in the allowed hosts"
+    assert http_server.log.requests == []
+
+
+def kind_cases(url: str) -> list[tuple[str, dict[str, Any], dict[str, Any], Any]]:
+    """(name, step, args, expected): an answer's text, or ("error", its text's start)."""
+    py = {"command": "py"}
+    return [
+        ("tool", {"kind": "tool", "tool": "shout", "args": {"text": "${args.t}"}}, {"t": "a"}, "A"),
+        ("tool_error", {"kind": "tool", "tool": "shout", "args": {"text": 1}}, {}, ("error", "TOOL_ERROR: step 's'")),
+        ("http", {"kind": "http", "url": f"{url}/text"}, {}, '{"status":200,'),
+        (
+            "http_error",
+            {"kind": "http", "url": f"{url}/status/500"},
+            {},
+            ("error", "TOOL_ERROR: step 's' failed: HTTP 500"),
+        ),
+        ("http_timeout", {"kind": "http", "url": f"{url}/slow", "timeout_ms": 100}, {}, ("error", "TIMEOUT: step 's'")),
+        ("graphql", {"kind": "graphql", "url": f"{url}/graphql", "operation": "query { x }"}, {}, '{"echo":null'),
+        (
+            "graphql_error",
+            {"kind": "graphql", "url": f"{url}/graphql", "operation": "query { boom }"},
+            {},
+            ("error", "TOOL_ERROR: step 's' failed: GraphQL errors: field 'boom' does not exist"),
+        ),
+        ("command", {**py, "kind": "command", "args": ["print(6 * 7)"]}, {}, '{"exit_code":0,"stdout":"42\\n"'),
+        ("command_error", {**py, "kind": "command", "args": ["raise SystemExit(3)"]}, {}, ("error", "TOOL_ERROR")),
+        (
+            "command_timeout",
+            {**py, "kind": "command", "args": ["import time; time.sleep(30)"], "timeout_ms": 200},
+            {},
+            ("error", "TIMEOUT: step 's' failed: timed out after 200 ms"),
+        ),
+        ("mock", {"kind": "mock", "response": {"a": 1}}, {}, '{"a":1}'),
+        (
+            "mock_error",
+            {"kind": "mock", "error": True, "error_message": "down"},
+            {},
+            ("error", "TOOL_ERROR: step 's' failed: down"),
+        ),
+        ("mock_timeout", {"kind": "mock", "delay_ms": 5000, "timeout_ms": 50}, {}, ("error", "TIMEOUT")),
+        ("value", {"kind": "value", "value": "v=${args.v}"}, {"v": 1}, "v=1"),
+        ("transform", {"kind": "transform", "expression": "args.n * 2"}, {"n": 4}, "8"),
+        ("transform_error", {"kind": "transform", "expression": "args.n / 0"}, {"n": 4}, ("error", "TOOL_FAILED")),
+        ("cel_gate", {"kind": "cel_gate", "expression": "args.ok"}, {"ok": True}, "true"),
+        ("cel_gate_error", {"kind": "cel_gate", "expression": "args.ok"}, {"ok": False}, ("error", "GATE_REJECTED")),
+        (
+            "jsonata",
+            {"kind": "plugin_transform", "plugin": "jsonata", "config": {"expression": "$sum(args.xs)"}},
+            {"xs": [1, 2]},
+            "3",
+        ),
+        ("log", {"kind": "log", "data": "hi ${args.who}"}, {"who": "x"}, "hi x"),
+        ("progress", {"kind": "progress", "progress": 1}, {}, "null"),  # no token: skipped, output null
+    ]
+
+
+async def test_every_kind_answers_over_the_server_with_its_errors_and_timeouts(http_server):
+    cases = kind_cases(http_server.url)
+    doc = {
+        "outbound": {
+            "http": {"allowed_hosts": ["127.0.0.1"]},
+            "commands": {"py": [sys.executable, "-c"]},
+            "command_kill_grace_ms": 100,
+        },
+        "pipelines": [{"name": name, "steps": [{"id": "s", **step}]} for name, step, _, _ in cases],
+    }
+    with trio.fail_after(60):
+        async with served(doc) as app, Client(app.server) as client:
+            for name, _, args, expected in cases:
+                r = await client.call_tool(name, args)
+                text = r.content[0].text
+                if isinstance(expected, tuple):
+                    assert r.is_error is True and text.startswith(expected[1]), (name, text)
+                else:
+                    assert r.is_error is False and text.startswith(expected), (name, text)
