@@ -58,6 +58,8 @@ pub struct TextNode {
     pub parts: Box<[Part]>,
     /// The length of the literal text: a first guess at the result's size.
     pub literal_len: usize,
+    /// Whether every literal piece is ASCII (then an ASCII result can be built without decoding).
+    pub literal_ascii: bool,
 }
 
 pub struct ObjectNode {
@@ -204,17 +206,19 @@ impl Compiler<'_> {
             ParsedString::Reference(path) => Ok(Node::Reference(Box::new(self.compile_path(py, path, loc)))),
             ParsedString::Text(pieces) => {
                 let mut literal_len = 0;
+                let mut literal_ascii = true;
                 let parts = pieces
                     .into_iter()
                     .map(|piece| match piece {
                         Piece::Literal(text) => {
                             literal_len += text.len();
+                            literal_ascii &= text.is_ascii();
                             Part::Literal(text.into_boxed_str())
                         }
                         Piece::Reference(path) => Part::Reference(self.compile_path(py, path, loc)),
                     })
                     .collect();
-                Ok(Node::Text(Box::new(TextNode { parts, literal_len })))
+                Ok(Node::Text(Box::new(TextNode { parts, literal_len, literal_ascii })))
             }
         }
     }

@@ -492,23 +492,30 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
 }
 
 fn interpolate_into<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode, buf: &mut String) -> PyResult<Bound<'py, PyAny>> {
+    let mut ascii = node.literal_ascii;
     for part in node.parts.iter() {
         match part {
             Part::Literal(text) => buf.push_str(text),
             Part::Reference(reference) => {
                 let value = lookup(r, reference, false)?;
+                let start = buf.len();
                 if !write_text(buf, &value)? {
                     return interpolate_slow(r, node);
                 }
+                ascii = ascii && buf.as_bytes()[start..].is_ascii();
             }
         }
     }
-    // SAFETY: `buf` is valid UTF-8; the call returns a new reference or NULL with an error set.
+    let len = buf.len() as ffi::Py_ssize_t;
+    // SAFETY: an ASCII str of `len` characters has `len` bytes of data, all written here; otherwise
+    // `buf` is valid UTF-8. Both calls return a new reference or NULL with an error set.
     unsafe {
-        Bound::from_owned_ptr_or_err(
-            r.py,
-            ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), buf.len() as ffi::Py_ssize_t),
-        )
+        if ascii {
+            let text = Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_New(len, 127))?;
+            std::ptr::copy_nonoverlapping(buf.as_ptr(), ffi::PyUnicode_1BYTE_DATA(text.as_ptr()), buf.len());
+            return Ok(text);
+        }
+        Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len))
     }
 }
 
