@@ -189,3 +189,25 @@ def test_the_claude_desktop_snippet_is_the_mcp_servers_format_mcpipe_reads():
     entry = doc["mcpServers"]["mcpipe"]
     assert entry["args"][:2] == ["serve", "--stdio"]
     parse_config(json.dumps({"mcpServers": {"mcpipe": {**entry, "command": "mcpipe"}}}), "json")
+
+
+def test_declared_pipelines_are_checked_with_the_config_and_their_problems_located():
+    doc = {
+        "pipelines": [
+            {
+                "name": "greet",
+                "input_schema": {"type": "object"},
+                "steps": [{"kind": "tool", "id": "a", "tool": "no_such_tool", "args": {}}, {"kind": "nope", "id": "b"}],
+            }
+        ]
+    }
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps(doc), "json")
+    locations = [p.location for p in info.value.problems]
+    assert locations and all(loc.startswith("pipelines") for loc in locations)
+    ok = {
+        "pipelines": [
+            {"name": "hi", "input_schema": {"type": "object"}, "steps": [{"kind": "value", "id": "v", "value": 1}]}
+        ]
+    }
+    assert parse_config(json.dumps(ok), "json").pipelines[0]["name"] == "hi"

@@ -124,6 +124,11 @@ class Config(_Base):
     costs: dict[str, float] = {}
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
+    pipelines: list[dict[str, Any]] = []
+    """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
+    :mod:`mcpipe.declared`, which owns their format."""
+    outbound: dict[str, Any] | None = None
+    """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -149,6 +154,8 @@ _SECTIONS = {
     "costs": _Section("costs", dict[str, float]),
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
+    "pipelines": _Section("pipelines", list[dict[str, Any]]),
+    "outbound": _Section("outbound", dict[str, Any] | None),
 }
 
 _AT = re.compile(r" - at `\$(.*)`$")
@@ -335,6 +342,10 @@ def parse_config(
                 problems.append(_located(exc, key))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
+    if cfg.pipelines or cfg.outbound is not None:
+        from mcpipe.declared import config_problems
+
+        problems.extend(config_problems(cfg))
     if problems:
         raise ConfigError(problems)
     return cfg

@@ -107,6 +107,12 @@ async def open_app(
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    declared = None
+    if config.pipelines or config.outbound is not None:
+        from mcpipe.declared import declared_source
+
+        declared = declared_source(config, sources)  # raises ConfigError listing every problem
+        sources.append(declared)
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
@@ -118,6 +124,8 @@ async def open_app(
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
     )
+    if declared is not None:
+        declared.bind(gateway)  # their tool steps go through the same call path
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
     try:

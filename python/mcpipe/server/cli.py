@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from typing import Any
 
 import trio
 
@@ -102,7 +103,9 @@ async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> N
 
 def check_config(path: str) -> int:
     """Check a config file: print every problem with its location; 1 if there are any, else 0."""
+    from mcpipe.errors import Problem
     from mcpipe.server._app import load_tool_source
+    from mcpipe.tools.builtin import builtin_tools
 
     try:
         config = load_config(path)
@@ -110,11 +113,16 @@ def check_config(path: str) -> int:
         _print_problems(exc)
         return 1
     problems = []
+    sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
         try:
-            load_tool_source(entry, f"{path}:python_tools[{i}]")
+            sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]"))
         except ConfigError as exc:
             problems.extend(exc.problems)
+    if not problems and config.python_tools and (config.pipelines or config.outbound is not None):
+        from mcpipe.declared import config_problems  # now the python_tools' names are known too
+
+        problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
     if problems:
         _print_problems(ConfigError(problems))
         return 1
