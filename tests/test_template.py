@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from mcpipe._core import Template
 
 import oracle
+from mcpipe._core import Template
 from mcpipe.errors import InterpolationError, TemplateSyntaxError
 
 
@@ -532,6 +532,8 @@ def test_templates_are_frozen():
     t = Template("${vars.x}")
     with pytest.raises(AttributeError):
         t.references = []  # type: ignore[misc]
+    assert copy.copy(t) is t
+    assert copy.deepcopy({"t": t})["t"] is t
 
 
 # --- fresh results -----------------------------------------------------------------------------------

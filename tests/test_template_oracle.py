@@ -43,7 +43,7 @@ values = st.recursive(
         | st.dictionaries(keys, inner, max_size=5)
         | st.dictionaries(keys, inner, min_size=3, max_size=12)
     ),
-    max_leaves=16,
+    max_leaves=10,
 )
 
 
