@@ -33,6 +33,7 @@ from jsonschema.validators import validator_for
 from mcpipe._template import Template
 from mcpipe.compile import DEFAULT_LIMITS, CompiledSpec, Limits, PipelinePlan
 from mcpipe.declared._compile import StepScope, _Compiler, _located, compile_steps, walk
+from mcpipe.declared._fastschema import compile_fast
 from mcpipe.declared._policy import CommandPolicy, HttpPolicy, StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
@@ -199,6 +200,7 @@ class DeclaredPipelineTool:
 
     __slots__ = (
         "_defaults",
+        "_fast",
         "_has_content",
         "_has_output",
         "_output_validator",
@@ -235,6 +237,7 @@ class DeclaredPipelineTool:
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)
+        self._fast = compile_fast(entry.input_schema)
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
         props = entry.input_schema.get("properties")
         self._defaults = (
@@ -254,6 +257,9 @@ class DeclaredPipelineTool:
         missing = [k for k in self._defaults if k not in args]
         if missing:
             args = {**args, **{k: self._defaults[k] for k in missing}}
+        fast = self._fast
+        if fast is not None and fast(args):
+            return args, []
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
 
