@@ -6,6 +6,7 @@ The public surface is small: compile templates and specs, run pipelines against 
 from mcpipe._template import Template
 from mcpipe.compile import CompiledSpec, Limits, compile_spec
 from mcpipe.errors import (
+    ConfigError,
     InterpolationError,
     MCPipeError,
     Problem,
@@ -18,6 +19,7 @@ from mcpipe.tools import Tool, ToolContext, ToolRegistry, ToolResult
 
 __all__ = [
     "CompiledSpec",
+    "ConfigError",
     "InterpolationError",
     "Limits",
     "MCPipeError",
@@ -30,6 +32,17 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "UnknownToolError",
+    "attach",
     "compile_spec",
     "run_pipeline",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # `attach` pulls in the MCP SDK (about a second to import); load it only when asked for, so
+    # `import mcpipe` and `mcpipe run` stay fast.
+    if name == "attach":
+        from mcpipe.server import attach
+
+        return attach
+    raise AttributeError(f"module 'mcpipe' has no attribute {name!r}")

@@ -23,7 +23,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from mcpipe.errors import Problem, SpecError
+from mcpipe.errors import ConfigError, Problem
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -40,10 +40,6 @@ __all__ = [
 ]
 
 CODE = "INVALID_CONFIG"
-
-
-class ConfigError(SpecError):
-    """A config file that cannot be used; ``problems`` lists every problem found, each located."""
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):

@@ -14,6 +14,7 @@ from typing import Any
 import msgspec
 
 __all__ = [
+    "ConfigError",
     "InterpolationError",
     "MCPipeError",
     "Problem",
@@ -161,3 +162,7 @@ class SpecError(MCPipeError, ValueError):
         lines = [str(p) for p in problems]
         head = lines[0] if len(lines) == 1 else f"{len(lines)} problems:\n  " + "\n  ".join(lines)
         super().__init__(head)
+
+
+class ConfigError(SpecError):
+    """A config file that cannot be used; ``problems`` lists every problem found, each located."""
