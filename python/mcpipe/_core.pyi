@@ -83,9 +83,3 @@ class Template:
     @property
     def is_constant(self) -> bool:
         """True when the template makes no reference: every resolve gives an equal value."""
-
-    def __copy__(self) -> Template:
-        """The template itself (templates are immutable)."""
-
-    def __deepcopy__(self, memo: Any, /) -> Template:
-        """The template itself (templates are immutable)."""

@@ -40,15 +40,6 @@ impl Template {
         self.plan.sites.is_empty()
     }
 
-    /// Templates are immutable: a copy is the template itself.
-    fn __copy__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    fn __deepcopy__<'py>(slf: PyRef<'py, Self>, _memo: &Bound<'py, PyAny>) -> PyRef<'py, Self> {
-        slf
-    }
-
     fn __repr__(&self) -> String {
         let references: Vec<&str> = self.plan.sites.iter().map(|(_, r)| r.as_str()).collect();
         format!("<Template references={references:?}>")

@@ -61,7 +61,8 @@ impl<'a, 'py> Resolver<'a, 'py> {
         let env = self.env.as_ptr();
         self.cache.reserve(prefixes.len());
         for node in prefixes {
-            let parent = if node.parent == NO_PARENT { env } else { self.cache[node.parent as usize] };
+            // The table lists a parent before its children, so its slot is filled.
+            let parent = if node.parent == NO_PARENT { env } else { *self.cache.get_unchecked(node.parent as usize) };
             let item = if parent.is_null() {
                 parent
             } else if ffi::PyDict_CheckExact(parent) != 0 {
