@@ -152,6 +152,7 @@ fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bou
 // --- following paths ---------------------------------------------------------------------------------
 
 /// The value `reference` names in the environment; a deep copy when `copy`, else the value itself.
+#[inline(always)]
 pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool) -> PyResult<Bound<'py, PyAny>> {
     let (py, env) = (r.py, r.env);
     if !r.cache.is_empty() {
