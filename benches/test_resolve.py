@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import orjson
 import pytest
+
 from mcpipe._core import Template
 
 NAMES = ["seed_example", "wide_args", "large_subtree", "wildcard", "tiny"]
