@@ -108,6 +108,20 @@ class HttpConfig(_Base):
     max_body_bytes: int = 4 * 1024 * 1024
 
 
+class InteractionConfig(_Base):
+    """Pipelines that ask the client (``docs/interaction.md``): how suspended 2026-07-28 pipelines are kept."""
+
+    state_key_env: str = "MCPIPE_STATE_KEY"
+    """The environment variable holding the requestState key ring (comma-separated, each at least 32 bytes;
+    the first seals). Unset: a random key of this process."""
+    state_ttl_s: float = 600.0
+    """How long a suspended pipeline can be resumed."""
+    inline_max_bytes: int = 16384
+    """States larger than this stay in the pipeline store; the client holds an opaque handle."""
+    sweep_interval_s: float = 30.0
+    """How often expired suspended pipelines are swept from the store."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -120,6 +134,7 @@ class Config(_Base):
     costs: dict[str, float] = {}
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
+    interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -150,6 +165,7 @@ _SECTIONS = {
     "costs": _Section("costs", dict[str, float]),
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
+    "interaction": _Section("interaction", InteractionConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
 }
@@ -250,13 +266,13 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         if not mod or not attr:
             problems.append(Problem(f"python_tools[{i}]", CODE, f"`{entry}` is not `module:registry`"))
     if isinstance(cfg.builtins, list):
+        from mcpipe.interaction import INTERACTION_TOOL_NAMES
         from mcpipe.tools.builtin import BUILTIN_NAMES
 
+        names = (*BUILTIN_NAMES, *INTERACTION_TOOL_NAMES)
         for i, name in enumerate(cfg.builtins):
-            if name not in BUILTIN_NAMES:
-                problems.append(
-                    Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(BUILTIN_NAMES)})")
-                )
+            if name not in names:
+                problems.append(Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(names)})"))
     p = cfg.pipe
     for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
         v = getattr(p, key)

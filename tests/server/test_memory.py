@@ -26,7 +26,8 @@ TWO_STEPS = {
 async def test_tools_list_serves_mcp_pipe_with_its_schemas_beside_every_tool(mode):
     async with running() as app, Client(app.server, mode=mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
-    assert set(BUILTIN_NAMES) | {"slow", "boom", "fail", "hang", "block", PIPE_TOOL} == set(tools)
+    asking = {"ask_user", "sample", "list_roots"}  # mcpipe.interaction's built-in tools
+    assert set(BUILTIN_NAMES) | asking | {"slow", "boom", "fail", "hang", "block", PIPE_TOOL} == set(tools)
     pipe = tools[PIPE_TOOL]
     assert pipe.input_schema == PIPE_INPUT_SCHEMA and pipe.output_schema == PIPE_OUTPUT_SCHEMA
     assert "steps" in pipe.input_schema["properties"] and "$defs" in pipe.input_schema

@@ -32,6 +32,7 @@ from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
 from mcpipe.declared._policy import StepPolicy
 from mcpipe.declared._step import DeclaredParallel, DeclaredPipe, DeclaredStep, RunFn, run_tool
 from mcpipe.errors import Problem, TemplateSyntaxError
+from mcpipe.interaction import _kinds as _ask
 
 __all__ = [
     "JSONATA_PLUGIN",
@@ -118,6 +119,16 @@ KINDS: dict[str, Kind] = {
         Kind("plugin_transform", KIND_STRUCTS["plugin_transform"], (), _kinds.run_plugin_transform),
         Kind("log", KIND_STRUCTS["log"], ("data",), _kinds.run_log),
         Kind("progress", KIND_STRUCTS["progress"], ("progress", "total", "message"), _kinds.run_progress),
+        # The kinds that ask the client (mcpipe.interaction): they suspend and resume in 2026-07-28.
+        Kind("elicitation", KIND_STRUCTS["elicitation"], ("message", "requested_schema"), _ask.run_elicitation),
+        Kind(
+            "sampling",
+            KIND_STRUCTS["sampling"],
+            ("messages", "system_prompt", "max_tokens", "model_preferences", "temperature"),
+            _ask.run_sampling,
+        ),
+        Kind("roots_list", KIND_STRUCTS["roots_list"], (), _ask.run_roots_list),
+        Kind("gather", KIND_STRUCTS["gather"], ("inputs",), _ask.run_gather),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""

@@ -16,6 +16,8 @@ __all__ = [
     "LOG_LEVELS",
     "CelGateFields",
     "CommandFields",
+    "ElicitationFields",
+    "GatherFields",
     "GraphqlFields",
     "HttpFields",
     "LogFields",
@@ -24,6 +26,8 @@ __all__ = [
     "PipeFields",
     "PluginTransformFields",
     "ProgressFields",
+    "RootsListFields",
+    "SamplingFields",
     "StepFields",
     "ToolFields",
     "TransformFields",
@@ -158,6 +162,66 @@ class ProgressFields(StepFields, tag="progress"):
     message: Any = None
 
 
+class ElicitationFields(StepFields, tag="elicitation"):
+    """Ask the user (MCP elicitation): ``message`` and the ``requested_schema`` of the answer (templates; a
+    schema that contains ``$ref`` goes inside ``$literal``). The output is ``{action, content}``."""
+
+    message: Any
+    requested_schema: Any = None
+    skip_if_unsupported: bool = False
+
+
+class SamplingFields(StepFields, tag="sampling"):
+    """Ask the client's model (MCP sampling). ``messages`` (``[{role, content}]``, a string content being
+    a text block), ``system_prompt``, ``max_tokens``, ``model_preferences`` and ``temperature`` are
+    templates. The output is the model's reply plus its ``text``."""
+
+    messages: Any
+    system_prompt: Any = None
+    max_tokens: Any = 1024
+    model_preferences: Any = None
+    temperature: Any = None
+    skip_if_unsupported: bool = False
+
+
+class RootsListFields(StepFields, tag="roots_list"):
+    """Ask the client for its roots (MCP roots/list). The output is ``{roots: [{uri, name}]}``."""
+
+    skip_if_unsupported: bool = False
+
+
+CorrelationToken = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
+
+
+class _GatherEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, tag_field="kind"):
+    correlation_token: CorrelationToken
+    skip_if_unsupported: bool = False
+
+
+class GatherElicitation(_GatherEntry, tag="elicitation"):
+    message: Any
+    requested_schema: Any = None
+
+
+class GatherSampling(_GatherEntry, tag="sampling"):
+    messages: Any
+    system_prompt: Any = None
+    max_tokens: Any = 1024
+    model_preferences: Any = None
+    temperature: Any = None
+
+
+class GatherRoots(_GatherEntry, tag="roots"):
+    pass
+
+
+class GatherFields(StepFields, tag="gather"):
+    """Ask several questions in one round (``inputs``, each with a unique ``correlation_token``; the roots
+    entry's kind is ``roots``). The output maps each token to its answer."""
+
+    inputs: Annotated[list[GatherElicitation | GatherSampling | GatherRoots], msgspec.Meta(min_length=1)]
+
+
 class ParallelFields(StepFields, tag="parallel"):
     """Run ``steps`` concurrently; they see what this step's list sees, not each other."""
 
@@ -185,6 +249,10 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "plugin_transform": PluginTransformFields,
     "log": LogFields,
     "progress": ProgressFields,
+    "elicitation": ElicitationFields,
+    "sampling": SamplingFields,
+    "roots_list": RootsListFields,
+    "gather": GatherFields,
     "parallel": ParallelFields,
     "pipe": PipeFields,
 }
@@ -205,6 +273,10 @@ def step_schema() -> dict[str, Any]:
         | PluginTransformFields
         | LogFields
         | ProgressFields
+        | ElicitationFields
+        | SamplingFields
+        | RootsListFields
+        | GatherFields
         | ParallelFields
         | PipeFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),

@@ -273,8 +273,9 @@ class DeclaredPipelineTool:
             return ToolResult.error(f"TOOL_FAILED: declared pipeline '{self.name}' is not bound to a tool registry")
         from mcpipe.runtime import run_compiled
 
-        # A run of its own (a fresh pipeline id), on behalf of the same caller and request.
-        run_ctx = ctx.for_step(None, None)
+        # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
+        # (if a step called it) stays known, so a run that asks the client keys its steps under it.
+        run_ctx = ctx.for_step(None, ctx.step)
         answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")

@@ -52,6 +52,7 @@ _log = logging.getLogger("mcpipe.runtime")
 _process_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_process_limiter")
 
 _CANCELLED = "CANCELLED"
+_INTERACTION = "mcpipe.interaction"  # mcpipe.interaction.INTERACTION_KEY, named here to keep imports one-way
 
 
 def process_limiter() -> trio.CapacityLimiter:
@@ -181,6 +182,14 @@ def _invalid(problems: list[Problem], started: float) -> dict[str, Any]:
         "duration_ms": _ms_since(started),
         "problems": [{"location": p.location, "code": p.code, "message": p.message} for p in problems],
     }
+
+
+def _suspends(e: BaseException) -> bool:
+    """Whether ``e`` is a step suspending to ask the client (``mcpipe.interaction.Suspended``), alone or as
+    the only content of a group."""
+    if isinstance(e, BaseExceptionGroup):
+        return all(_suspends(x) for x in e.exceptions)
+    return getattr(e, "suspends_pipeline", False) is True
 
 
 async def _take(limiter: trio.CapacityLimiter) -> None:
@@ -337,6 +346,7 @@ class _Run:
         "facts",
         "failed",
         "limits",
+        "memo",
         "on_event",
         "pid",
         "proc_limiter",
@@ -356,6 +366,15 @@ class _Run:
     ) -> None:
         self.call = registry.call
         self.registry = registry
+        # A call that can suspend to ask its client (2026-07-28, see mcpipe.interaction) records every finished
+        # leaf step, and a resumed call answers those from the record instead of running them again.
+        memo = ctx.extras.get(_INTERACTION)
+        if memo is not None and not memo.resumable:
+            memo = None
+        if memo is not None and ctx.step:
+            ctx = memo.nested(ctx)  # a pipeline run by a step: its steps are recorded under that step
+            memo = ctx.extras[_INTERACTION]
+        self.memo = memo
         self.ctx = ctx
         self.pid = ctx.pipeline or os.urandom(8).hex()
         self.facts = ctx.facts()
@@ -471,6 +490,8 @@ class _Run:
     async def _tool(self, step: ToolStep, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
+        if self.memo is not None and (done := self.memo.get(path)) is not None:
+            return self.recall(step, done, results)
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -505,9 +526,22 @@ class _Run:
                 self.cancelled += 1
             else:
                 self.failed += 1
+            if self.memo is not None and code != _CANCELLED:
+                self.memo.put(path, r)
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r
+
+    def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+        """A leaf step that finished in an earlier round of this call: its recorded result, not run again."""
+        results[step.id] = done
+        if done.get("skipped"):
+            pass
+        elif done["error_code"] is None:
+            self.succeeded += 1
+        else:
+            self.failed += 1
+        return done
 
     async def group(
         self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
@@ -550,9 +584,14 @@ class _Run:
         stop: bool,
         first: list[dict[str, Any]],
     ) -> None:
+        held: list[BaseException] = []
         async with trio.open_nursery() as nursery:
             for child in step.children:
-                nursery.start_soon(self.child, child, env, children, prefix, stop, first, nursery.cancel_scope)
+                nursery.start_soon(self.child, child, env, children, prefix, stop, first, nursery.cancel_scope, held)
+        # A child that suspended to ask the client let its siblings finish (or ask too): the call resumes
+        # later without running them again. A failure that stopped the group wins over the suspension.
+        if held and not (stop and first):
+            raise held[0]
 
     async def child(
         self,
@@ -563,15 +602,22 @@ class _Run:
         stop: bool,
         first: list[dict[str, Any]],
         siblings: trio.CancelScope,
+        held: list[BaseException],
     ) -> None:
-        if isinstance(step, ToolStep):
-            r = await self.tool(step, env, children, prefix)
-        elif isinstance(step, ParallelStep):
-            r = await self.group(step, env, children, prefix, stop)
-        elif isinstance(step, PipeStep):
-            r = await self.pipe(step, env, children, True, prefix)
-        else:
-            r = await self.declared(step, env, children, True, prefix, stop)
+        try:
+            if isinstance(step, ToolStep):
+                r = await self.tool(step, env, children, prefix)
+            elif isinstance(step, ParallelStep):
+                r = await self.group(step, env, children, prefix, stop)
+            elif isinstance(step, PipeStep):
+                r = await self.pipe(step, env, children, True, prefix)
+            else:
+                r = await self.declared(step, env, children, True, prefix, stop)
+        except BaseException as e:
+            if self.memo is None or not _suspends(e):
+                raise
+            held.append(e)
+            return
         if not r["ok"] and not first:
             first.append(r)
             if stop:
@@ -645,6 +691,8 @@ class _Run:
     async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
+        if self.memo is not None and (done := self.memo.get(path)) is not None:
+            return self.recall(step, done, results)
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None
@@ -665,6 +713,8 @@ class _Run:
                 self.cancelled += 1
             else:
                 self.failed += 1
+            if self.memo is not None and code != _CANCELLED:
+                self.memo.put(path, r)
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r

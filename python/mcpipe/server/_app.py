@@ -18,6 +18,7 @@ from mcpipe.compile import Limits
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
+from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
@@ -97,7 +98,12 @@ async def open_app(
     """
     sources: list[ToolSource] = []
     if config.builtins is not False:
-        sources.append(builtin_tools(config.builtins))
+        chosen = config.builtins
+        if chosen is True:
+            sources.extend([builtin_tools(True), interaction_tools()])  # ask_user, sample, list_roots
+        else:
+            sources.append(builtin_tools([n for n in chosen if n not in INTERACTION_TOOL_NAMES]))
+            sources.append(interaction_tools(chosen))
     problems: list[Problem] = []
     for i, entry in enumerate(config.python_tools):
         try:
@@ -128,8 +134,11 @@ async def open_app(
         declared.bind(gateway)  # their tool steps go through the same call path
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
+    store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
+    handlers.interactions = Interactions.from_config(config.interaction, store)
     try:
         async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)  # sweeps expired suspended pipelines
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()

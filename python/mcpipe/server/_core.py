@@ -22,6 +22,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, new_pipeline_id
+from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.tools import ProgressFn, Tool, ToolContext, ToolResult
@@ -240,6 +241,8 @@ class ToolHandlers:
         self.gateway = gateway
         self.pipe = pipe
         self.default_principal = default_principal
+        # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
+        self.interactions = Interactions()
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -258,9 +261,9 @@ class ToolHandlers:
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
-        out = await self.call(
-            params.name, params.arguments or {}, tool_context(ctx, default_principal=self.default_principal)
-        )
+        out = await sdk_call(self, ctx, params, tool_context(ctx, default_principal=self.default_principal))
+        if out.get("resultType") == "input_required":
+            return out  # a pipeline waits for the client's answers (2026-07-28): never cached
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")

@@ -27,8 +27,9 @@ import orjson
 import trio
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from mcp.shared.inbound import InboundModernRoute, classify_inbound_request
-from mcp_types import LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundModernRoute, classify_inbound_request
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
@@ -47,6 +48,7 @@ _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _JSON_HEADERS = [(b"content-type", b"application/json")]
+_ERROR = "mcpipe.error"
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -153,14 +155,32 @@ class FastToolCall:
             client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
         )
+        capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:
-            await self._answer(msg["id"], name, args, ctx, receive, send)
+            await self._answer(msg["id"], name, args, ctx, capabilities, receive, send)
         else:
-            await self._send_result(msg["id"], await self.handlers.call(name, args, ctx), False, send)
+            await self._send_result(msg["id"], await self._call(name, args, ctx, capabilities), False, send)
         return True, receive
 
+    async def _call(self, name: str, args: dict[str, Any], ctx: ToolContext, capabilities: Any) -> dict[str, Any]:
+        """The handlers' call, able to ask the client (a pipeline that suspends answers input-required); a
+        protocol error (a missing client capability) comes back as ``{_ERROR: exc}``."""
+        try:
+            return await self.handlers.interactions.call(
+                self.handlers.call, name, args, ctx, modern=True, capabilities=capabilities
+            )
+        except MCPError as exc:
+            return {_ERROR: exc}
+
     async def _answer(
-        self, rid: Any, name: str, args: dict[str, Any], ctx: ToolContext, receive: Receive, send: Send
+        self,
+        rid: Any,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        capabilities: Any,
+        receive: Receive,
+        send: Send,
     ) -> None:
         """Run a call that may yield: cancelled if the client leaves, kept alive past the ping interval."""
         out: dict[str, Any] | None = None
@@ -184,16 +204,23 @@ class FastToolCall:
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(guard, nursery.cancel_scope)
-            out = await self.handlers.call(name, args, ctx)
+            out = await self._call(name, args, ctx, capabilities)
             nursery.cancel_scope.cancel()
         if out is None:
             return  # the client disconnected: the call was cancelled, nobody is left to answer
         await self._send_result(rid, out, streaming, send)
 
     async def _send_result(self, rid: Any, out: dict[str, Any], streaming: bool, send: Send) -> None:
-        out["resultType"] = "complete"
-        out["_meta"] = self.meta
-        payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": out})
+        status = 200
+        error = out.get(_ERROR)
+        if error is not None:
+            wire = error.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+            payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": wire})
+            status = ERROR_CODE_HTTP_STATUS.get(error.code, 200)
+        else:
+            out.setdefault("resultType", "complete")  # or "input_required": a pipeline asks the client
+            out["_meta"] = self.meta
+            payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": out})
         if streaming:
             event = b"event: message\r\ndata: " + payload + b"\r\n\r\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
@@ -201,7 +228,7 @@ class FastToolCall:
         await send(
             {
                 "type": "http.response.start",
-                "status": 200,
+                "status": status,
                 "headers": [*_JSON_HEADERS, (b"content-length", str(len(payload)).encode())],
             }
         )

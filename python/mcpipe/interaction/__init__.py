@@ -1,0 +1,46 @@
+"""Pipelines that ask the client: elicitation, sampling, roots and gather, in both protocol eras.
+
+See ``docs/interaction.md``. The pieces:
+
+- :class:`Interaction` (per call) asks: over the session in 2025-11-25, by suspending in 2026-07-28;
+- :class:`Interactions` (per server) turns a suspension into an input-required result and resumes a retry;
+- :class:`StateSealer` seals the suspended state (AES-256-GCM, bound to call, principal, expiry, one use);
+- :class:`PipelineStore` / :class:`InMemoryPipelineStore` keep large states and used-state claims;
+- the ``ask_user``/``sample``/``list_roots`` tools, and the declared kinds (registered by
+  :mod:`mcpipe.declared`).
+"""
+
+from mcpipe.interaction._core import (
+    INTERACTION_KEY,
+    SKIPPED,
+    AskFailed,
+    CapabilityMissing,
+    Interaction,
+    Suspended,
+    interaction_of,
+)
+from mcpipe.interaction._serve import Interactions, sdk_call
+from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
+from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, interaction_tools
+
+__all__ = [
+    "INTERACTION_KEY",
+    "INTERACTION_TOOL_NAMES",
+    "SKIPPED",
+    "STATE_KEY_ENV",
+    "AskFailed",
+    "CapabilityMissing",
+    "InMemoryPipelineStore",
+    "Interaction",
+    "InteractionTools",
+    "Interactions",
+    "PipelineStore",
+    "StateError",
+    "StateSealer",
+    "Suspended",
+    "args_digest",
+    "interaction_of",
+    "interaction_tools",
+    "sdk_call",
+]

@@ -1,0 +1,226 @@
+"""The server's side of asking: one ``tools/call`` in either era, suspended and resumed in 2026-07-28.
+
+:meth:`Interactions.call` wraps the server's plain call: it gives the call an :class:`Interaction`, and in
+2026-07-28 it turns a :class:`Suspended` pipeline into an input-required result (``resultType:
+"input_required"``, the questions in ``inputRequests``, the sealed state in ``requestState``), verifies the
+state of a retry, and resumes. Protocol misuse is a JSON-RPC error: a bad state is invalid-params
+(-32602), a missing client capability is -32021 (HTTP 400).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
+
+from mcpipe.interaction._core import (
+    INTERACTION_KEY,
+    CapabilityMissing,
+    Interaction,
+    Suspended,
+    _fits,
+    only,
+)
+from mcpipe.interaction._state import (
+    DEFAULT_INLINE_MAX_BYTES,
+    DEFAULT_STATE_TTL_S,
+    STATE_KEY_ENV,
+    StateError,
+    StateSealer,
+    args_digest,
+)
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["Interactions", "sdk_call"]
+
+_log = logging.getLogger("mcpipe.interaction")
+
+CallFn = Callable[[str, dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
+
+
+class Interactions:
+    """The server-wide part: the pipeline store and the state sealer.
+
+    Args:
+        store: the pipeline store (default: in memory).
+        keys: the state key ring (default: :data:`~mcpipe.interaction.STATE_KEY_ENV`, else a random key of
+            this process).
+        ttl_s: how long a suspended pipeline can be resumed.
+        inline_max_bytes: larger states stay in the store behind a handle.
+    """
+
+    def __init__(
+        self,
+        store: PipelineStore | None = None,
+        *,
+        keys: list[str | bytes] | None = None,
+        ttl_s: float = DEFAULT_STATE_TTL_S,
+        inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
+        clock: Any = None,
+    ) -> None:
+        self.store: PipelineStore = store if store is not None else InMemoryPipelineStore()
+        extra = {} if clock is None else {"clock": clock}
+        self.sealer = StateSealer(self.store, keys=keys, ttl_s=ttl_s, inline_max_bytes=inline_max_bytes, **extra)
+
+    @classmethod
+    def from_config(cls, section: Any, store: PipelineStore | None = None) -> Interactions:
+        """From the config's ``interaction`` section (``state_key_env``, ``state_ttl_s``,
+        ``inline_max_bytes``)."""
+        env = getattr(section, "state_key_env", STATE_KEY_ENV)
+        raw = os.environ.get(env, "")
+        keys: list[str | bytes] | None = [k.strip() for k in raw.split(",") if k.strip()] or None
+        made = cls(
+            store,
+            keys=keys,
+            ttl_s=getattr(section, "state_ttl_s", DEFAULT_STATE_TTL_S),
+            inline_max_bytes=getattr(section, "inline_max_bytes", DEFAULT_INLINE_MAX_BYTES),
+        )
+        if made.sealer.ephemeral:
+            _log.info("no %s set: suspended pipelines can only be resumed by this process", env)
+        return made
+
+    async def call(
+        self,
+        call: CallFn,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        *,
+        modern: bool,
+        capabilities: Any,
+        send: Any = None,
+        state: Any = None,
+        responses: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """Run ``call(name, args, ctx)`` able to ask the client; answers the wire result (an input-required
+        one when a 2026-07-28 pipeline suspends).
+
+        Raises:
+            MCPError: invalid-params for a bad ``requestState``; -32021 when the client lacks a capability
+                a question needs (2026-07-28).
+        """
+        if not modern:
+            ctx.extras[INTERACTION_KEY] = Interaction(modern=False, capabilities=capabilities, send=send)
+            return await call(name, args, ctx)
+        memo: dict[str, Any] = {}
+        answers: dict[str, Any] = {}
+        if state is not None:
+            memo, answers, missing = await self._resume(name, args, ctx, state, responses or {})
+            if missing:
+                return await self._suspend(name, args, ctx, memo, answers, missing)
+        # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers.
+        ix = Interaction(modern=True, capabilities=capabilities, memo=memo, answers=answers)
+        ctx.extras[INTERACTION_KEY] = ix
+        try:
+            return await call(name, args, ctx)
+        except BaseException as e:
+            if only(e, Suspended) is not None and ix.pending:
+                return await self._suspend(name, args, ctx, ix.memo, ix.answers, ix.pending)
+            lacking = only(e, CapabilityMissing)
+            if lacking is not None:
+                cap = lacking.capability  # type: ignore[attr-defined]
+                raise MCPError(
+                    code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                    message=f"Missing required client capability: {lacking}",
+                    data={"requiredCapabilities": {cap: {}}},
+                ) from None
+            raise
+
+    async def _resume(
+        self, name: str, args: dict[str, Any], ctx: ToolContext, state: Any, responses: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        try:
+            saved = await self.sealer.unseal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        except StateError as e:
+            _log.warning("requestState refused for %s (%s): %s", name, e.reason, e)
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"Invalid requestState: {e}", data={"reason": e.reason}
+            ) from None
+        memo, answers, pending = saved.get("memo"), saved.get("answers"), saved.get("pending")
+        if not isinstance(memo, dict) or not isinstance(answers, dict) or not isinstance(pending, dict):
+            raise MCPError(
+                code=INVALID_PARAMS, message="Invalid requestState: not a pipeline state", data={"reason": "malformed"}
+            )
+        missing: dict[str, Any] = {}
+        for wire, q in pending.items():
+            answer = responses.get(wire)
+            if answer is not None and _fits(q["kind"], answer):
+                answers[q["key"]] = answer
+            else:
+                missing[wire] = q
+        return memo, answers, missing
+
+    async def _suspend(
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        memo: dict[str, Any],
+        answers: dict[str, Any],
+        pending: dict[str, Any],
+    ) -> dict[str, Any]:
+        state = {"memo": memo, "answers": answers, "pending": pending}
+        token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        return {
+            "resultType": "input_required",
+            "inputRequests": {wire: q["request"] for wire, q in pending.items()},
+            "requestState": token,
+        }
+
+
+def _dump(model: Any) -> Any:
+    dump = getattr(model, "model_dump", None)
+    return dump(by_alias=True, mode="json", exclude_none=True) if dump is not None else model
+
+
+_TYPES: dict[str, tuple[str, str]] = {
+    "elicitation/create": ("ElicitRequest", "ElicitResult"),
+    "sampling/createMessage": ("CreateMessageRequest", "CreateMessageResult"),
+    "roots/list": ("ListRootsRequest", "ListRootsResult"),
+}
+
+
+def session_sender(session: Any, request_id: Any) -> Callable[[str, dict[str, Any] | None], Awaitable[dict[str, Any]]]:
+    """A 2025-11-25 ``send``: a request to the client on the inbound request's stream; its result as JSON."""
+    import mcp_types
+    from mcp.shared.message import ServerMessageMetadata
+
+    async def send(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+        req_name, res_name = _TYPES[method]
+        body: dict[str, Any] = {"method": method}
+        if params is not None:
+            body["params"] = params
+        request = getattr(mcp_types, req_name).model_validate(body, by_name=False)
+        result = await session.send_request(
+            request, getattr(mcp_types, res_name), metadata=ServerMessageMetadata(related_request_id=request_id)
+        )
+        return _dump(result)  # type: ignore[no-any-return]
+
+    return send
+
+
+async def sdk_call(handlers: Any, ctx: Any, params: Any, tctx: ToolContext) -> dict[str, Any]:
+    """A ``tools/call`` that came through the SDK (``ctx`` its request context, ``params`` the typed
+    params), answered through ``handlers.call`` with asking wired in."""
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+    modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+    session = ctx.session
+    responses = params.input_responses
+    return await handlers.interactions.call(
+        handlers.call,
+        params.name,
+        params.arguments or {},
+        tctx,
+        modern=modern,
+        capabilities=_dump(session.client_capabilities) if session.client_capabilities is not None else None,
+        send=None if modern else session_sender(session, ctx.request_id),
+        state=params.request_state,
+        responses={k: _dump(v) for k, v in responses.items()} if responses else None,
+    )

@@ -1,0 +1,128 @@
+"""``ask_user``, ``sample`` and ``list_roots``: the asking step kinds as tools, for ``mcp_pipe`` specs.
+
+They ask exactly as the declared kinds do (same requests, same outputs, same suspension in 2026-07-28),
+keyed by the pipeline step that calls them (the tool's name for a direct call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+
+from mcpipe.interaction._core import AskFailed
+from mcpipe.interaction._kinds import BadInput, ask_one, elicitation_params, sampling_params
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["INTERACTION_TOOL_NAMES", "InteractionTools", "interaction_tools"]
+
+_SKIP = {
+    "type": "boolean",
+    "default": False,
+    "description": "When the client cannot answer this kind of question, skip (output {skipped: true}).",
+}
+
+
+class _AskTool:
+    kind = ""
+    name = ""
+    description = ""
+    input_schema: dict[str, Any] = {}
+    output_schema: dict[str, Any] | None = None
+
+    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        return None
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        try:
+            params = self.params(args)
+            out = await ask_one(self.kind, params, ctx, self.name, bool(args.get("skip_if_unsupported", False)))
+        except (BadInput, AskFailed) as e:
+            return ToolResult.error(f"{self.name}: {e}")
+        if out is None:
+            out = {"skipped": True}
+        return ToolResult([{"type": "text", "text": orjson.dumps(out).decode()}], out)
+
+
+class AskUser(_AskTool):
+    kind = "elicitation"
+    name = "ask_user"
+    description = (
+        "Ask the user (MCP elicitation): a message and the JSON Schema of the answer. Answers "
+        "{action: accept|decline|cancel, content}."
+    )
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "message": {"type": "string", "minLength": 1},
+            "requested_schema": {"type": "object", "description": "A flat JSON Schema (type: object)."},
+            "skip_if_unsupported": _SKIP,
+        },
+        "required": ["message"],
+    }
+
+    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        return elicitation_params(args.get("message"), args.get("requested_schema"))
+
+
+class Sample(_AskTool):
+    kind = "sampling"
+    name = "sample"
+    description = (
+        "Ask the client's model for a completion (MCP sampling). `messages` is a prompt string or "
+        "[{role, content}]. Answers the model's reply, with its text in `text`."
+    )
+    input_schema = {
+        "type": "object",
+        "properties": {
+            "messages": {"type": ["string", "array"]},
+            "max_tokens": {"type": "integer", "minimum": 1, "default": 1024},
+            "system_prompt": {"type": "string"},
+            "model_preferences": {"type": "object"},
+            "temperature": {"type": "number"},
+            "skip_if_unsupported": _SKIP,
+        },
+        "required": ["messages"],
+    }
+
+    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
+        return sampling_params(
+            args.get("messages"),
+            args.get("max_tokens", 1024),
+            args.get("system_prompt"),
+            args.get("model_preferences"),
+            args.get("temperature"),
+        )
+
+
+class ListRoots(_AskTool):
+    kind = "roots"
+    name = "list_roots"
+    description = "Ask the client for its roots (MCP roots/list). Answers {roots: [{uri, name}]}."
+    input_schema = {"type": "object", "properties": {"skip_if_unsupported": _SKIP}}
+
+
+INTERACTION_TOOL_NAMES = ("ask_user", "sample", "list_roots")
+
+
+class InteractionTools:
+    """A tool source of the asking tools (``get``, iteration), optionally limited to some names."""
+
+    def __init__(self, names: Any = None) -> None:
+        tools = [AskUser(), Sample(), ListRoots()]
+        self._tools = {t.name: t for t in tools if names is None or t.name in names}
+
+    def get(self, name: str) -> Any:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+
+def interaction_tools(names: Any = None) -> InteractionTools:
+    """The asking tools (all, or those named)."""
+    return InteractionTools(names)
