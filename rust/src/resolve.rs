@@ -61,7 +61,7 @@ impl<'a, 'py> Resolver<'a, 'py> {
         let env = self.env.as_ptr();
         self.cache.reserve(prefixes.len());
         for node in prefixes {
-            // The table lists a parent before its children, so its slot is filled.
+            // SAFETY (index): the table lists a parent before its children, so its slot is filled.
             let parent = if node.parent == NO_PARENT { env } else { *self.cache.get_unchecked(node.parent as usize) };
             let item = if parent.is_null() {
                 parent
@@ -99,7 +99,7 @@ impl Drop for Resolver<'_, '_> {
         }
         for &item in &self.cache {
             if !item.is_null() {
-                // SAFETY: each non-null slot holds one strong reference, taken in `prefix`.
+                // SAFETY: each non-null slot holds one strong reference, taken in `find_prefixes`.
                 unsafe { ffi::Py_DECREF(item) };
             }
         }
