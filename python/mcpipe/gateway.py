@@ -38,6 +38,7 @@ __all__ = [
     "Policy",
     "ToolSource",
     "is_cancellation",
+    "is_suspension",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -270,9 +271,19 @@ def is_cancellation(exc: BaseException) -> bool:
     return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
+def is_suspension(exc: BaseException) -> bool:
+    """Whether ``exc`` is a pipeline suspending to ask its 2026-07-28 client (``mcpipe.interaction``), alone or
+    as the only content of a group: not a failure, the call resumes on the client's retry."""
+    if isinstance(exc, BaseExceptionGroup):
+        return all(is_suspension(e) for e in exc.exceptions)
+    return getattr(exc, "suspends_pipeline", False) is True
+
+
 def _failure_code(exc: BaseException) -> str:
     if is_cancellation(exc):
         return "CANCELLED"
+    if is_suspension(exc):
+        return "SUSPENDED"
     code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
     return code if code and code != "INTERNAL" else "TOOL_FAILED"
 

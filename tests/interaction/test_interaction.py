@@ -198,10 +198,10 @@ class Answers:
 
 
 @asynccontextmanager
-async def served(**doc: Any) -> AsyncIterator[App]:
+async def served(environ: dict[str, str] | None = None, **doc: Any) -> AsyncIterator[App]:
     CHARGES.clear()
     doc = {"audit": {"enabled": False}, "python_tools": [f"{__name__}:side_tools"], "pipelines": PIPELINES, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
+    async with open_app(parse_config(json.dumps(doc), "json", environ=environ or {})) as app:
         yield app
 
 

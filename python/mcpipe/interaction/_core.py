@@ -110,7 +110,8 @@ class Interaction:
 
     Args:
         modern: True for 2026-07-28 (suspend and resume), False for 2025-11-25 (ask over the session).
-        capabilities: the client's declared capabilities (wire JSON), or None.
+        capabilities: the client's declared capabilities (wire JSON, or the SDK's ``ClientCapabilities``), or
+            None.
         send: 2025-11-25 only: sends ``(method, params)`` to the client and answers its result (wire JSON).
         memo: finished leaf step results by key, from the state of an earlier round.
         answers: the client's answers by question key, from this retry (and earlier partial retries).
@@ -122,7 +123,7 @@ class Interaction:
         self,
         *,
         modern: bool,
-        capabilities: dict[str, Any] | None,
+        capabilities: Any,
         send: SendFn | None = None,
         memo: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
@@ -178,7 +179,11 @@ class Interaction:
     # --- the asking side ---
 
     def supports(self, kind: str) -> bool:
-        return self.capabilities.get(CAPABILITY_OF[kind]) is not None
+        """Whether the client declared the capability ``kind`` needs (capabilities as wire JSON or the SDK's
+        model, which is read without dumping it on every call)."""
+        caps = self.capabilities
+        name = CAPABILITY_OF[kind]
+        return (caps.get(name) if isinstance(caps, dict) else getattr(caps, name, None)) is not None
 
     def key(self, ctx: ToolContext, fallback: str) -> str:
         """The question key of the step (or tool call) ``ctx`` belongs to."""

@@ -219,7 +219,7 @@ async def sdk_call(handlers: Any, ctx: Any, params: Any, tctx: ToolContext) -> d
         params.arguments or {},
         tctx,
         modern=modern,
-        capabilities=_dump(session.client_capabilities) if session.client_capabilities is not None else None,
+        capabilities=session.client_capabilities,
         send=None if modern else session_sender(session, ctx.request_id),
         state=params.request_state,
         responses={k: _dump(v) for k, v in responses.items()} if responses else None,

@@ -21,7 +21,7 @@ from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.compile import Limits
-from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, new_pipeline_id
+from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
@@ -175,14 +175,18 @@ class PipeRunner:
         ctx.pipeline = pid
         t0 = time.perf_counter()
         answer = None
+        code = "CANCELLED"  # no answer means the call was cancelled (the scheduler answers every failure)
         try:
             if ctx.extras.get("progress"):
                 answer = await self._run_with_progress(args, ctx)
             else:
                 answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)
+        except BaseException as exc:
+            if is_suspension(exc):
+                code = "SUSPENDED"  # it waits for its client's answers (2026-07-28) and resumes on the retry
+            raise
         finally:
-            # No answer means the call was cancelled (the scheduler answers every failure of its own).
-            self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": "CANCELLED"}, t0)
+            self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
         return answer
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:

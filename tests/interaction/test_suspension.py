@@ -1,0 +1,292 @@
+"""The pieces of suspension on their own (the pipeline store, the state sealer) and the end-to-end cases
+the scenarios file leaves out: another principal resuming, expiry, nesting, timeouts, the audit trail."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
+from typing import Any
+
+import mcp_types as t
+import pytest
+import trio
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from test_interaction import CHARGES, SCHEMA, Answers, client, first_round, served
+
+from mcpipe.config import parse_config
+from mcpipe.gateway import AuditLog
+from mcpipe.interaction import InMemoryPipelineStore, Interactions, StateError, StateSealer, args_digest
+from mcpipe.server import open_app, serve_http
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+WAIT_S = 20
+KEY = "k" * 32
+
+
+class Clock:
+    """A settable wall clock for expiries."""
+
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- the pipeline store ---
+
+
+async def test_the_store_gives_a_blob_once_and_refuses_a_second_claim() -> None:
+    clock = Clock()
+    store = InMemoryPipelineStore(clock=clock)
+    await store.put("h", b"blob", clock.now + 10)
+    assert await store.take("h") == b"blob"
+    assert await store.take("h") is None
+    assert await store.claim("jti", clock.now + 10) is True
+    assert await store.claim("jti", clock.now + 10) is False
+
+
+async def test_an_expired_blob_is_not_given() -> None:
+    clock = Clock()
+    store = InMemoryPipelineStore(clock=clock)
+    await store.put("h", b"blob", clock.now + 10)
+    clock.now += 11
+    assert await store.take("h") is None
+
+
+async def test_the_sweeper_started_with_nursery_start_drops_expired_entries(autojump_clock: Any) -> None:
+    clock = Clock()
+    store = InMemoryPipelineStore(clock=clock, interval_s=30)
+    await store.put("old", b"x", clock.now + 10)
+    await store.claim("used", clock.now + 10)
+    await store.put("young", b"y", clock.now + 1000)
+    with trio.fail_after(120):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(store.run)
+            assert len(store) == 3
+            clock.now += 20
+            await trio.sleep(31)  # virtual time: one sweep
+            assert len(store) == 1
+            nursery.cancel_scope.cancel()
+    assert await store.take("young") == b"y"
+
+
+# --- the sealer ---
+
+
+def sealer(clock: Clock, **kw: Any) -> StateSealer:
+    return StateSealer(InMemoryPipelineStore(clock=clock), keys=[KEY], clock=clock, **kw)
+
+
+BINDING = {"tool": "pay", "digest": args_digest("pay", {"amount": 1}), "principal": "alice"}
+STATE = {"memo": {"a": {"ok": True}}, "answers": {}, "pending": {}}
+
+
+async def test_a_state_round_trips_once() -> None:
+    s = sealer(Clock())
+    token = await s.seal(STATE, **BINDING)
+    assert "memo" not in token and "alice" not in token  # encrypted, not merely signed
+    assert await s.unseal(token, **BINDING) == STATE
+    with pytest.raises(StateError) as again:
+        await s.unseal(token, **BINDING)
+    assert again.value.reason == "replayed"
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        ({"principal": "bob"}, "other_principal"),
+        ({"principal": None}, "other_principal"),
+        ({"tool": "refund"}, "other_call"),
+        ({"digest": args_digest("pay", {"amount": 2})}, "other_call"),
+    ],
+)
+async def test_a_state_resumes_only_its_own_call_and_principal(change: dict[str, Any], reason: str) -> None:
+    s = sealer(Clock())
+    token = await s.seal(STATE, **BINDING)
+    with pytest.raises(StateError) as caught:
+        await s.unseal(token, **{**BINDING, **change})
+    assert caught.value.reason == reason
+    # A refused attempt does not use the state up.
+    assert await s.unseal(token, **BINDING) == STATE
+
+
+async def test_an_expired_state_is_refused() -> None:
+    clock = Clock()
+    s = sealer(clock, ttl_s=60)
+    token = await s.seal(STATE, **BINDING)
+    clock.now += 61
+    with pytest.raises(StateError) as caught:
+        await s.unseal(token, **BINDING)
+    assert caught.value.reason == "expired"
+
+
+async def test_a_state_sealed_under_another_key_is_tampered() -> None:
+    clock = Clock()
+    other = StateSealer(InMemoryPipelineStore(clock=clock), keys=["o" * 32], clock=clock)
+    token = await other.seal(STATE, **BINDING)
+    with pytest.raises(StateError) as caught:
+        await sealer(clock).unseal(token, **BINDING)
+    assert caught.value.reason == "tampered"
+
+
+async def test_a_rotated_key_still_opens_states_sealed_before() -> None:
+    clock = Clock()
+    store = InMemoryPipelineStore(clock=clock)
+    old = StateSealer(store, keys=[KEY], clock=clock)
+    token = await old.seal(STATE, **BINDING)
+    rotated = StateSealer(store, keys=["n" * 32, KEY], clock=clock)
+    assert await rotated.unseal(token, **BINDING) == STATE
+
+
+async def test_a_large_state_travels_as_a_handle_that_works_once() -> None:
+    clock = Clock()
+    s = sealer(clock, inline_max_bytes=16)
+    token = await s.seal(STATE, **BINDING)
+    assert len(s.store) == 1  # type: ignore[arg-type]
+    assert await s.unseal(token, **BINDING) == STATE
+    assert len(s.store) == 1  # type: ignore[arg-type]  # the blob went, the claim stays until it expires
+
+
+# --- end to end ---
+
+
+TOKENS = {"T_ALICE": "alice-secret", "T_BOB": "bob-secret"}
+AUTH = {"tokens": [{"env": "T_ALICE", "principal": "alice"}, {"env": "T_BOB", "principal": "bob"}]}
+
+
+@asynccontextmanager
+async def as_user(url: str, token: str, **kw: Any) -> AsyncIterator[Client]:
+    @asynccontextmanager
+    async def transport() -> AsyncIterator[Any]:
+        async with (
+            create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
+            streamable_http_client(url, http_client=http) as streams,
+        ):
+            yield streams
+
+    async with Client(transport(), mode="2026-07-28", **kw) as c:
+        yield c
+
+
+async def test_resuming_as_another_principal_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    for k, v in TOKENS.items():
+        monkeypatch.setenv(k, v)  # the HTTP layer reads the tokens from the environment
+    stop = trio.Event()
+    with trio.fail_after(WAIT_S):
+        async with served(TOKENS, auth=AUTH) as app, trio.open_nursery() as nursery:
+            url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
+            async with as_user(url, "alice-secret", **Answers().callbacks()) as alice:
+                ir = await first_round(alice, "confirm_pay", {"amount": 3})
+            async with as_user(url, "bob-secret", **Answers().callbacks()) as bob:
+                with pytest.raises(MCPError) as caught:
+                    await bob.session.call_tool(
+                        "confirm_pay",
+                        {"amount": 3},
+                        input_responses={"confirm": t.ElicitResult(action="accept", content={"ok": True})},
+                        request_state=ir.request_state,
+                    )
+            stop.set()
+    assert caught.value.code == INVALID_PARAMS
+    assert caught.value.data == {"reason": "other_principal"}
+    assert CHARGES == []
+
+
+async def test_an_expired_state_is_invalid_params_on_the_wire() -> None:
+    clock = Clock()
+    with trio.fail_after(WAIT_S):
+        async with served() as app:
+            app.handlers.interactions = Interactions(keys=[KEY], ttl_s=60, clock=clock)
+            async with client(app, "2026-07-28", "memory", Answers()) as c:
+                ir = await first_round(c, "confirm_pay", {"amount": 3})
+                clock.now += 61
+                with pytest.raises(MCPError) as caught:
+                    await c.session.call_tool(
+                        "confirm_pay",
+                        {"amount": 3},
+                        input_responses={"confirm": t.ElicitResult(action="accept", content={"ok": True})},
+                        request_state=ir.request_state,
+                    )
+    assert caught.value.code == INVALID_PARAMS
+    assert caught.value.data == {"reason": "expired"} and "expired" in caught.value.message
+
+
+NESTED = {
+    "steps": [
+        {"id": "hold", "tool": "charge", "args": {"amount": 1}},
+        {"id": "declared", "tool": "prep_then_pay", "args": {}},
+        {
+            "id": "inner",
+            "pipe": {
+                "steps": [
+                    {"id": "confirm", "tool": "ask_user", "args": {"message": "Inner?"}},
+                    {"id": "pay", "tool": "charge", "args": {"amount": 5}},
+                ]
+            },
+        },
+    ],
+    "return": {"declared": {"$ref": "steps.declared.structured"}, "inner": {"$ref": "steps.inner.result"}},
+}
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_questions_asked_inside_nested_pipelines_resume_without_rerunning_anything(era: str) -> None:
+    answers = Answers()
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, era, "memory", answers) as c:
+            r = await c.call_tool("mcp_pipe", NESTED)
+    assert not r.is_error, r.content
+    assert r.structured_content is not None
+    assert r.structured_content["result"]["declared"] == {"hold": 2, "pay": 3}
+    assert answers.elicited == ["Go on?", "Inner?"]
+    # hold(1), then the declared pipeline's hold(1) and pay(2), then the nested pipe's pay(5): once each.
+    assert CHARGES == [1, 1, 2, 5]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_the_tools_can_be_called_directly(era: str) -> None:
+    answers = Answers()
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, era, "memory", answers) as c:
+            r = await c.call_tool("ask_user", {"message": "Hello?", "requested_schema": SCHEMA})
+            roots = await c.call_tool("list_roots", {})
+    assert r.structured_content == {"action": "accept", "content": {"ok": True}}
+    assert roots.structured_content == {"roots": [{"uri": "file:///work", "name": "work"}]}
+
+
+async def test_on_2025_a_question_waits_under_the_step_deadline() -> None:
+    async def never(context: Any, params: Any) -> t.ElicitResult:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    spec = {"steps": [{"id": "q", "tool": "ask_user", "args": {"message": "?"}, "timeout_ms": 100}]}
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, "legacy", "memory", Answers(), elicitation_callback=never) as c:
+            r = await c.call_tool("mcp_pipe", spec)
+    assert r.is_error
+    assert r.structured_content is not None and r.structured_content["error_code"] == "TIMEOUT"
+
+
+async def test_a_suspended_round_is_audited_as_suspended() -> None:
+    audit = AuditLog(None, keep=True)
+    spec = {"steps": [{"id": "q", "tool": "ask_user", "args": {"message": "?"}}]}
+    config = parse_config(json.dumps({"audit": {"enabled": False}}), "json", environ={})
+    with trio.fail_after(WAIT_S):
+        async with (
+            open_app(config, audit=audit) as app,
+            Client(app.server, mode="2026-07-28", elicitation_callback=Answers().elicit) as c,
+        ):
+            r = await c.call_tool("mcp_pipe", spec)
+    assert not r.is_error
+    codes = [(rec["tool"], rec["error_code"]) for rec in audit.records or []]
+    assert codes == [("ask_user", "SUSPENDED"), ("mcp_pipe", "SUSPENDED"), ("ask_user", None), ("mcp_pipe", None)]
