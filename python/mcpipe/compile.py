@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 import msgspec
 import orjson
 
+from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.errors import Problem, SpecError, TemplateSyntaxError
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase, field_names
@@ -254,7 +255,7 @@ class _Compiler:
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
         if not isinstance(data, Mapping):
-            self.problem(loc, f"{what} must be an object, got {_type_name(data)}")
+            self.problem(loc, f"{what} must be an object, got {json_type(data)}")
             return None
         known = field_names(struct)
         unknown = [k for k in data if k not in known]
@@ -265,7 +266,7 @@ class _Compiler:
         try:
             return msgspec.convert(clean, struct)
         except msgspec.ValidationError as e:
-            self.problem(*_located(str(e), loc))
+            self.problem(*split_msgspec_error(str(e), loc))
             return None
 
     def template(self, value: Any, loc: str, scope: _Scope) -> Template | None:
@@ -365,7 +366,7 @@ class _Compiler:
     def step(self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]) -> Step | None:
         self.steps += 1
         if not isinstance(data, Mapping):
-            self.problem(loc, f"a step must be an object, got {_type_name(data)}")
+            self.problem(loc, f"a step must be an object, got {json_type(data)}")
             return None
         kinds = [k for k in STEP_KINDS if k in data]
         if len(kinds) != 1:
@@ -404,7 +405,7 @@ class _Compiler:
                 self.tool_sites.append((loc, name))
         raw_args = data.get("args", {})
         if not isinstance(raw_args, (dict, str)):
-            self.problem(f"{loc}.args", f"args must be an object, got {_type_name(raw_args)}")
+            self.problem(f"{loc}.args", f"args must be an object, got {json_type(raw_args)}")
             return None
         args = self.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
@@ -434,35 +435,6 @@ class _Compiler:
 
 def _var_names(value: Any) -> frozenset[str] | None:
     return frozenset(value) if isinstance(value, Mapping) else frozenset() if value is None else None
-
-
-def _located(message: str, base: str) -> tuple[str, str]:
-    """Split msgspec's ``"Expected int, got str - at `$.steps[0]`"`` into (location, message)."""
-    text, sep, where = message.rpartition(" - at `")
-    if not sep:
-        return base, message
-    path = where.rstrip("`")
-    path = path[1:] if path.startswith("$") else path
-    path = path[1:] if path.startswith(".") else path
-    if path.startswith("["):
-        return base + path, text
-    return _join(base, path) if path else base, text
-
-
-def _type_name(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, Mapping):
-        return "object"
-    if isinstance(v, (list, tuple)):
-        return "array"
-    return type(v).__name__
 
 
 def _did_you_mean(name: Any, known: frozenset[str]) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.compile import PipelinePlan
 from mcpipe.declared import _command, _http, _kinds
@@ -207,7 +208,7 @@ class _Compiler:
 
     def steps_of(self, raw: Any, loc: str, outer: StepScope) -> tuple[CompiledStep, ...] | None:
         if not isinstance(raw, list) or not raw:
-            self.problem(loc, f"steps must be a non-empty array, got {_describe(raw)}")
+            self.problem(loc, f"steps must be a non-empty array, got {json_type(raw)}")
             return None
         ids = self.assign_ids(raw, loc)
         out: list[CompiledStep] = []
@@ -241,7 +242,7 @@ class _Compiler:
 
     def step(self, raw: Any, loc: str, sid: str, scope: StepScope) -> CompiledStep | None:
         if not isinstance(raw, Mapping):
-            self.problem(loc, f"a step must be an object, got {_describe(raw)}")
+            self.problem(loc, f"a step must be an object, got {json_type(raw)}")
             return None
         kind = raw.get("kind")
         if not isinstance(kind, str) or kind not in ALL_KINDS:
@@ -316,7 +317,7 @@ class _Compiler:
         try:
             return msgspec.convert(clean, struct)
         except msgspec.ValidationError as e:
-            self.problem(*_located(str(e), loc))
+            self.problem(*split_msgspec_error(str(e), loc))
             return None
 
     def template(self, value: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
@@ -443,7 +444,7 @@ class _Compiler:
             self.problem(f"{loc}.config.{k}", f"unknown field `{k}` for the JSONata plugin (it takes `expression`)")
         source = config.get("expression")
         if not isinstance(source, str):
-            self.problem(f"{loc}.config.expression", f"expected a JSONata expression string, got {_describe(source)}")
+            self.problem(f"{loc}.config.expression", f"expected a JSONata expression string, got {json_type(source)}")
             return _BAD
         try:
             expr = JsonataExpr.compile(source, max_ms=scope.policy.expression_max_ms)
@@ -470,7 +471,7 @@ class _Compiler:
             return
         value = url.resolve({})
         if not isinstance(value, str):
-            self.problem(loc, f"`url` must be a string, got {_describe(value)}")
+            self.problem(loc, f"`url` must be a string, got {json_type(value)}")
             return
         import httpx2
 
@@ -580,35 +581,6 @@ def _problem_order(p: Problem) -> tuple[Any, ...]:
 def _default(spec: Any, name: str) -> Any:
     value = getattr(spec, name)
     return None if value is msgspec.UNSET else value
-
-
-def _located(message: str, base: str) -> tuple[str, str]:
-    """Split msgspec's ``"Expected int, got str - at `$.timeout_ms`"`` into (location, message)."""
-    text, sep, where = message.rpartition(" - at `")
-    if not sep:
-        return base, message
-    path = where.rstrip("`")
-    path = path[1:] if path.startswith("$") else path
-    if path.startswith("["):
-        return base + path, text
-    path = path[1:] if path.startswith(".") else path
-    return (f"{base}.{path}" if path else base), text
-
-
-def _describe(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, Mapping):
-        return "object"
-    if isinstance(v, (list, tuple)):
-        return "array"
-    return type(v).__name__
 
 
 def _did_you_mean(name: str, known: Any) -> str:

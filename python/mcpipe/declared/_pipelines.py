@@ -30,9 +30,10 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
+from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.compile import DEFAULT_LIMITS, CompiledSpec, Limits, PipelinePlan
-from mcpipe.declared._compile import StepScope, _Compiler, _located, compile_steps, walk
+from mcpipe.declared._compile import StepScope, _Compiler, compile_steps, walk
 from mcpipe.declared._fastschema import compile_fast
 from mcpipe.declared._policy import CommandPolicy, HttpPolicy, StepPolicy
 from mcpipe.declared._step import DeclaredStep
@@ -304,7 +305,7 @@ class DeclaredPipelineTool:
             return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
         if self.output_schema is not None:
             return ToolResult.error(
-                f"INVALID_OUTPUT: {self.location}.output: {_json_type(output)}, but the output_schema needs an object"
+                f"INVALID_OUTPUT: {self.location}.output: {json_type(output)}, but the output_schema needs an object"
             )
         return ToolResult.text(orjson.dumps(output).decode())
 
@@ -413,7 +414,7 @@ def load_pipelines(
         return [], []
     if not isinstance(raw_entries, list):
         problems.append(
-            Problem(location_prefix, "INVALID_SPEC", f"expected a list of pipelines, got {_json_type(raw_entries)}")
+            Problem(location_prefix, "INVALID_SPEC", f"expected a list of pipelines, got {json_type(raw_entries)}")
         )
         return [], problems
     # Names first: every entry's location uses its name, and tool steps may call any pipeline.
@@ -510,7 +511,7 @@ def _load_entry(
     problems: list[Problem],
 ) -> DeclaredPipelineTool | None:
     if not isinstance(raw, Mapping):
-        problems.append(Problem(loc, "INVALID_SPEC", f"a pipeline must be an object, got {_json_type(raw)}"))
+        problems.append(Problem(loc, "INVALID_SPEC", f"a pipeline must be an object, got {json_type(raw)}"))
         return None
     entry = _decode(raw, PipelineConfig, loc, "a pipeline", problems, skip=("steps", "name"))
     name = raw.get("name")
@@ -626,7 +627,7 @@ def content_blocks(value: Any) -> tuple[list[dict[str, Any]], str | None]:
     """
     items = [value] if isinstance(value, dict) else value
     if not isinstance(items, list):
-        return [], f"expected a list of content blocks, got {_json_type(value)}"
+        return [], f"expected a list of content blocks, got {json_type(value)}"
     for i, block in enumerate(items):
         problem = _block_problem(block)
         if problem is not None:
@@ -636,7 +637,7 @@ def content_blocks(value: Any) -> tuple[list[dict[str, Any]], str | None]:
 
 def _block_problem(block: Any) -> str | None:
     if not isinstance(block, dict):
-        return f": a content block must be an object, got {_json_type(block)}"
+        return f": a content block must be an object, got {json_type(block)}"
     kind = block.get("type")
     if kind not in _BLOCK_FIELDS:
         return f".type: unknown content type {_json(kind)} ({', '.join(CONTENT_TYPES)})"
@@ -648,19 +649,19 @@ def _block_problem(block: Any) -> str | None:
         if f not in required and f not in optional and f not in _ALWAYS:
             return f".{f}: unknown field for a `{kind}` block"
     if kind == "text":
-        return None if isinstance(block["text"], str) else f".text: expected a string, got {_json_type(block['text'])}"
+        return None if isinstance(block["text"], str) else f".text: expected a string, got {json_type(block['text'])}"
     if kind in ("image", "audio"):
         if not isinstance(block["mimeType"], str):
-            return f".mimeType: expected a string, got {_json_type(block['mimeType'])}"
+            return f".mimeType: expected a string, got {json_type(block['mimeType'])}"
         return _base64_problem(block["data"], ".data")
     if kind == "resource_link":
         for f in ("uri", "name"):
             if not isinstance(block[f], str):
-                return f".{f}: expected a string, got {_json_type(block[f])}"
+                return f".{f}: expected a string, got {json_type(block[f])}"
         return None
     resource = block["resource"]
     if not isinstance(resource, dict):
-        return f".resource: expected an object, got {_json_type(resource)}"
+        return f".resource: expected an object, got {json_type(resource)}"
     if not isinstance(resource.get("uri"), str):
         return ".resource.uri: an embedded resource needs a `uri` string"
     has_text, has_blob = "text" in resource, "blob" in resource
@@ -671,13 +672,13 @@ def _block_problem(block: Any) -> str | None:
             return f".resource.{f}: unknown field for an embedded resource"
     if has_text:
         t = resource["text"]
-        return None if isinstance(t, str) else f".resource.text: expected a string, got {_json_type(t)}"
+        return None if isinstance(t, str) else f".resource.text: expected a string, got {json_type(t)}"
     return _base64_problem(resource["blob"], ".resource.blob")
 
 
 def _base64_problem(value: Any, where: str) -> str | None:
     if not isinstance(value, str):
-        return f"{where}: expected base64 text, got {_json_type(value)}"
+        return f"{where}: expected base64 text, got {json_type(value)}"
     try:
         binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
     except (binascii.Error, UnicodeEncodeError):
@@ -788,7 +789,7 @@ def _decode(
         problems tell whether anything was dropped.
     """
     if not isinstance(raw, Mapping):
-        problems.append(Problem(loc, "INVALID_SPEC", f"{what} must be an object, got {_json_type(raw)}"))
+        problems.append(Problem(loc, "INVALID_SPEC", f"{what} must be an object, got {json_type(raw)}"))
         return None
     known = frozenset(struct.__struct_encode_fields__)
     clean: dict[str, Any] = {}
@@ -802,7 +803,7 @@ def _decode(
         try:
             value = msgspec.convert(clean, struct)
         except msgspec.ValidationError as e:
-            where, message = _located(str(e), loc)
+            where, message = split_msgspec_error(str(e), loc)
             field = where[len(loc) + 1 :].split(".", 1)[0].split("[", 1)[0] if where.startswith(f"{loc}.") else ""
             if field not in skip and not (where == loc and any(f"`{s}`" in message for s in skip)):
                 problems.append(Problem(where, "INVALID_SPEC", message))
@@ -845,22 +846,6 @@ def _json(v: Any) -> str:
         return orjson.dumps(v).decode()
     except TypeError:
         return repr(v)
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, Mapping):
-        return "object"
-    if isinstance(v, list):
-        return "array"
-    return type(v).__name__
 
 
 def _did_you_mean(name: str, known: Any) -> str:

@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 import trio
 
+from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.compile import PipelinePlan
 from mcpipe.declared._expr import CelExpr, ExpressionError
@@ -279,7 +280,7 @@ def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[s
     if step.when is not None:
         verdict = step.when.evaluate(env)
         if not isinstance(verdict, bool):
-            raise ExpressionError(f"`when` must be a boolean, got {_json_type(verdict)}")
+            raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         if not verdict:
             return SKIP
     if step.input_transform is not None:
@@ -288,19 +289,3 @@ def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[s
         new["args"] = transformed
         return new
     return env
-
-
-def _json_type(v: Any) -> str:
-    if v is None:
-        return "null"
-    if isinstance(v, bool):
-        return "boolean"
-    if isinstance(v, (int, float)):
-        return "number"
-    if isinstance(v, str):
-        return "string"
-    if isinstance(v, dict):
-        return "object"
-    if isinstance(v, list):
-        return "array"
-    return type(v).__name__
