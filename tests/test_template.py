@@ -69,6 +69,7 @@ ENV: dict[str, Any] = {
         "inf": float("-inf"),
         "e16": 1e16,
         "small": 1e-5,
+        "tie": 562949953421312.25,
     },
     "steps": {
         "search": {"id": "search", "output": {"results": [{"url": "https://a", "title": "A"}]}, "text": "t"},
@@ -136,6 +137,7 @@ CASES: list[tuple[str, Any, Any]] = [
     ("number interpolates in shortest form", "n=${vars.n} f=${vars.f}", "n=3 f=1.5"),
     ("big integers interpolate exactly", "${vars.big}.", "1000000000000000000000000000000."),
     ("floats interpolate as Python repr", "${vars.e16} ${vars.small}", "1e+16 1e-05"),
+    ("float ties break to the even digit like Python repr", "${vars.tie} ", "562949953421312.2 "),
     ("non-finite floats interpolate as JSON does", "${vars.nan} ${vars.inf}", "NaN -Infinity"),
     ("booleans interpolate as true and false", "${vars.yes}/${vars.no}", "true/false"),
     ("null interpolates as the empty string", "[${vars.none}]", "[]"),
@@ -526,6 +528,18 @@ def test_a_lone_surrogate_is_allowed_only_in_plain_strings():
             cls("\ud800${vars.x}")
         with pytest.raises(TemplateSyntaxError, match="lone surrogate"):
             cls({"$ref": "vars.\ud800"})
+
+
+def test_absurdly_deep_templates_raise_recursion_error_instead_of_crashing():
+    deep: Any = "${vars.x}"
+    for _ in range(100_000):
+        deep = [deep]
+    with pytest.raises(RecursionError):
+        Template(deep)
+    shallow: Any = "${vars.x}"
+    for _ in range(500):
+        shallow = {"a": shallow}
+    assert Template(shallow).references == ["vars.x"]
 
 
 def test_templates_are_frozen():

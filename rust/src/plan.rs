@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyRecursionError, PyTypeError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -103,8 +103,14 @@ pub struct Plan {
 
 /// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
 pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyResult<Plan> {
-    let mut compiler =
-        Compiler { ids, sites: Vec::new(), prefixes: Vec::new(), prefix_ids: HashMap::new(), uses: Vec::new() };
+    let mut compiler = Compiler {
+        ids,
+        sites: Vec::new(),
+        prefixes: Vec::new(),
+        prefix_ids: HashMap::new(),
+        uses: Vec::new(),
+        depth: 0,
+    };
     let root = compiler.node(value, location)?;
     let share_prefixes = compiler.uses.iter().any(|&n| n > 1);
     Ok(Plan { root, sites: compiler.sites, prefixes: compiler.prefixes.into_boxed_slice(), share_prefixes })
@@ -117,10 +123,25 @@ struct Compiler<'a> {
     prefix_ids: HashMap<(u32, String, ArrayIndex), u32>,
     /// How many references go through each prefix node.
     uses: Vec<u32>,
+    /// How many containers deep the compiler is.
+    depth: u32,
 }
+
+/// Templates nested deeper than this are refused (RecursionError), as the recursive oracle would.
+const MAX_TEMPLATE_DEPTH: u32 = 1000;
 
 impl Compiler<'_> {
     fn node(&mut self, value: &Bound<'_, PyAny>, loc: &str) -> PyResult<Node> {
+        if self.depth >= MAX_TEMPLATE_DEPTH {
+            return Err(PyRecursionError::new_err("maximum nesting depth exceeded while compiling a template"));
+        }
+        self.depth += 1;
+        let node = self.node_inner(value, loc);
+        self.depth -= 1;
+        node
+    }
+
+    fn node_inner(&mut self, value: &Bound<'_, PyAny>, loc: &str) -> PyResult<Node> {
         let py = value.py();
         if let Ok(dict) = value.cast::<PyDict>() {
             if dict.len() == 1 {

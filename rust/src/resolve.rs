@@ -18,7 +18,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 use crate::errors::{Found, ResolveError};
 use crate::path::ArrayIndex;
 use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
-use crate::text::{write_float, write_json_string};
+use crate::text::write_json_string;
 
 /// Containers nested deeper than this are not copied: a deeper (or cyclic) value raises RecursionError,
 /// as the recursive copy in Python would.
@@ -571,9 +571,24 @@ unsafe fn utf8<'a>(ptr: *mut ffi::PyObject) -> Option<&'a str> {
     Some(std::str::from_utf8_unchecked(std::slice::from_raw_parts(data.cast(), size as usize)))
 }
 
+/// Append a finite float as `float.__repr__` writes it (what `json.dumps` writes). Python's own repr, not
+/// Rust's shortest formatting: when two shortest forms are equally close (`562949953421312.25`), Python
+/// takes the even last digit and Rust may not.
+#[inline(never)]
+unsafe fn push_float_repr(buf: &mut String, ptr: *mut ffi::PyObject) -> bool {
+    let text = ffi::PyObject_Repr(ptr);
+    if text.is_null() {
+        ffi::PyErr_Clear();
+        return false;
+    }
+    let pushed = push_utf8(buf, text);
+    ffi::Py_DECREF(text);
+    pushed
+}
+
 /// Write `ptr` as `json.dumps(..., separators=(",", ":"), ensure_ascii=False)` would, for exact JSON
 /// types; false (with partial output) for anything else, which the caller hands to Python's `json`.
-/// Runs no Python code, so containers cannot change under it.
+/// Runs no Python code (only C functions of exact built-in types), so containers cannot change under it.
 unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> bool {
     if depth > MAX_JSON_DEPTH {
         return false;
@@ -593,7 +608,14 @@ unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> b
         }
         let _ = write!(buf, "{n}");
     } else if ty == addr_of_mut!(ffi::PyFloat_Type) {
-        write_float(buf, ffi::PyFloat_AS_DOUBLE(ptr));
+        let x = ffi::PyFloat_AS_DOUBLE(ptr);
+        if x.is_nan() {
+            buf.push_str("NaN");
+        } else if x.is_infinite() {
+            buf.push_str(if x > 0.0 { "Infinity" } else { "-Infinity" });
+        } else if !push_float_repr(buf, ptr) {
+            return false;
+        }
     } else if ptr == ffi::Py_True() {
         buf.push_str("true");
     } else if ptr == ffi::Py_False() {
