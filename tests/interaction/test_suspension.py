@@ -290,3 +290,74 @@ async def test_a_suspended_round_is_audited_as_suspended() -> None:
     assert not r.is_error
     codes = [(rec["tool"], rec["error_code"]) for rec in audit.records or []]
     assert codes == [("ask_user", "SUSPENDED"), ("mcp_pipe", "SUSPENDED"), ("ask_user", None), ("mcp_pipe", None)]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_pipeline_that_asks_still_reports_progress(era: str, transport: str) -> None:
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    spec = {
+        "steps": [
+            {"id": "hold", "tool": "charge", "args": {"amount": 1}},
+            {"id": "ok", "tool": "ask_user", "args": {"message": "Go?"}},
+            {"id": "pay", "tool": "charge", "args": {"amount": 2}},
+        ]
+    }
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, era, transport, Answers()) as c:
+            r = await c.call_tool("mcp_pipe", spec, progress_callback=on_progress)
+    assert not r.is_error, r.content
+    assert CHARGES == [1, 2]
+    assert seen and seen[-1] == 3.0
+
+
+class WatchedAudit(AuditLog):
+    """Audit records in memory, with an event-driven wait for one that matches."""
+
+    def __init__(self) -> None:
+        super().__init__(None, keep=True)
+        self._changed = trio.Event()
+
+    def write(self, record: dict[str, Any]) -> None:
+        super().write(record)
+        self._changed.set()
+        self._changed = trio.Event()
+
+    async def until(self, predicate: Any) -> None:
+        while not any(predicate(r) for r in self.records or []):
+            await self._changed.wait()
+
+
+async def test_on_2025_cancelling_the_call_cancels_the_wait_for_an_answer() -> None:
+    audit = WatchedAudit()
+    asked = trio.Event()
+
+    async def hold(context: Any, params: Any) -> t.ElicitResult:
+        asked.set()
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    spec = {
+        "steps": [{"id": "q", "tool": "ask_user", "args": {"message": "?"}}, {"tool": "charge", "args": {"amount": 1}}]
+    }
+    config = parse_config(
+        json.dumps({"audit": {"enabled": False}, "python_tools": ["test_interaction:side_tools"]}), "json", environ={}
+    )
+    CHARGES.clear()
+    with trio.fail_after(WAIT_S):
+        async with (
+            open_app(config, audit=audit) as app,
+            Client(app.server, mode="legacy", elicitation_callback=hold) as c,
+        ):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(c.call_tool, "mcp_pipe", spec)
+                await asked.wait()
+                nursery.cancel_scope.cancel()  # the client gives up: notifications/cancelled
+            await audit.until(lambda r: r["tool"] == "mcp_pipe")
+    records = {r["tool"]: r["error_code"] for r in audit.records or []}
+    assert records == {"ask_user": "CANCELLED", "mcp_pipe": "CANCELLED"}
+    assert CHARGES == []
