@@ -139,6 +139,27 @@ PIPELINES: list[dict[str, Any]] = [
         "output": {"$ref": "steps.roots.output"},
     },
     {
+        "name": "collect_or_skip",
+        "description": "A gather whose roots entry may be skipped.",
+        "input_schema": {"type": "object", "properties": {}},
+        "steps": [
+            {
+                "kind": "gather",
+                "id": "inputs",
+                "inputs": [
+                    {
+                        "kind": "elicitation",
+                        "correlation_token": "confirm",
+                        "message": "Sure?",
+                        "requested_schema": SCHEMA,
+                    },
+                    {"kind": "roots", "correlation_token": "where", "skip_if_unsupported": True},
+                ],
+            },
+        ],
+        "output": {"$ref": "steps.inputs.output"},
+    },
+    {
         "name": "side_by_side",
         "description": "A gather beside a side effect, in a parallel group.",
         "input_schema": {"type": "object", "properties": {}},

@@ -361,3 +361,26 @@ async def test_on_2025_cancelling_the_call_cancels_the_wait_for_an_answer() -> N
     records = {r["tool"]: r["error_code"] for r in audit.records or []}
     assert records == {"ask_user": "CANCELLED", "mcp_pipe": "CANCELLED"}
     assert CHARGES == []
+
+
+async def test_a_state_from_another_server_sharing_the_key_is_refused() -> None:
+    clock = Clock()
+    store = InMemoryPipelineStore(clock=clock)
+    token = await StateSealer(store, keys=[KEY], audience="billing", clock=clock).seal(STATE, **BINDING)
+    with pytest.raises(StateError) as caught:
+        await StateSealer(store, keys=[KEY], audience="search", clock=clock).unseal(token, **BINDING)
+    assert caught.value.reason == "other_server"
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_in_a_gather_only_the_entry_that_may_skip_is_skipped(era: str) -> None:
+    answers = Answers()
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, era, "memory", answers, list_roots_callback=None) as c:
+            r = await c.call_tool("collect_or_skip", {})
+    assert not r.is_error, r.content
+    assert r.structured_content == {
+        "confirm": {"action": "accept", "content": {"ok": True}},
+        "where": {"skipped": True},
+    }
+    assert answers.elicited == ["Sure?"]

@@ -53,6 +53,7 @@ class Interactions:
             this process).
         ttl_s: how long a suspended pipeline can be resumed.
         inline_max_bytes: larger states stay in the store behind a handle.
+        audience: the server's name, sealed into every state and checked on the way back.
     """
 
     def __init__(
@@ -62,16 +63,21 @@ class Interactions:
         keys: list[str | bytes] | None = None,
         ttl_s: float = DEFAULT_STATE_TTL_S,
         inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
+        audience: str | None = None,
         clock: Any = None,
     ) -> None:
         self.store: PipelineStore = store if store is not None else InMemoryPipelineStore()
         extra = {} if clock is None else {"clock": clock}
-        self.sealer = StateSealer(self.store, keys=keys, ttl_s=ttl_s, inline_max_bytes=inline_max_bytes, **extra)
+        self.sealer = StateSealer(
+            self.store, keys=keys, ttl_s=ttl_s, inline_max_bytes=inline_max_bytes, audience=audience, **extra
+        )
 
     @classmethod
-    def from_config(cls, section: Any, store: PipelineStore | None = None) -> Interactions:
+    def from_config(
+        cls, section: Any, store: PipelineStore | None = None, *, audience: str | None = None
+    ) -> Interactions:
         """From the config's ``interaction`` section (``state_key_env``, ``state_ttl_s``,
-        ``inline_max_bytes``)."""
+        ``inline_max_bytes``); ``audience`` is the server's name."""
         env = getattr(section, "state_key_env", STATE_KEY_ENV)
         raw = os.environ.get(env, "")
         keys: list[str | bytes] | None = [k.strip() for k in raw.split(",") if k.strip()] or None
@@ -80,6 +86,7 @@ class Interactions:
             keys=keys,
             ttl_s=getattr(section, "state_ttl_s", DEFAULT_STATE_TTL_S),
             inline_max_bytes=getattr(section, "inline_max_bytes", DEFAULT_INLINE_MAX_BYTES),
+            audience=audience,
         )
         if made.sealer.ephemeral:
             _log.info("no %s set: suspended pipelines can only be resumed by this process", env)

@@ -8,6 +8,7 @@ checked on the way back in:
 - ``exp``: past it the state is refused (``expired``);
 - ``t`` and ``a``: the tool and a digest of its arguments, so a state cannot resume another call;
 - ``p``: the principal, so a state cannot be resumed by somebody else;
+- ``aud``: the server's name, so a state minted by another service sharing the key is refused;
 - ``jti``: a one-time id claimed in the :class:`~mcpipe.interaction.PipelineStore` when the state is
   used, so the same state cannot be replayed.
 
@@ -48,7 +49,7 @@ class StateError(Exception):
 
     Attributes:
         reason: a stable word: ``malformed``, ``tampered``, ``expired``, ``replayed``, ``other_call``,
-            ``other_principal``.
+            ``other_principal``, ``other_server``.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -70,6 +71,7 @@ class StateSealer:
             without it a random key of this process is used (states then die with the process).
         ttl_s: how long a state can be resumed.
         inline_max_bytes: larger states are kept in the store behind a handle.
+        audience: the server's identity (its name); a state minted for another audience is refused.
         clock: the time source.
     """
 
@@ -80,6 +82,7 @@ class StateSealer:
         keys: Sequence[str | bytes] | None = None,
         ttl_s: float = DEFAULT_STATE_TTL_S,
         inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
+        audience: str | None = None,
         clock: Any = time.time,
     ) -> None:
         if keys is None:
@@ -92,6 +95,7 @@ class StateSealer:
         self.store = store
         self.ttl_s = ttl_s
         self.inline_max_bytes = inline_max_bytes
+        self.audience = audience
         self._clock = clock
 
     async def seal(self, state: dict[str, Any], *, tool: str, digest: str, principal: str | None) -> str:
@@ -105,6 +109,7 @@ class StateSealer:
             "t": tool,
             "a": digest,
             "p": principal,
+            "aud": self.audience,
         }
         body = orjson.dumps(state)
         if len(body) <= self.inline_max_bytes:
@@ -131,6 +136,8 @@ class StateSealer:
             raise StateError("malformed", "requestState has no valid issue time")
         if not isinstance(exp, int | float) or not now < exp:
             raise StateError("expired", "requestState has expired; call the tool again from the start")
+        if claims.get("aud") != self.audience:
+            raise StateError("other_server", "requestState was issued by another server")
         if claims.get("t") != tool or claims.get("a") != digest:
             raise StateError("other_call", "requestState belongs to another tool call (name or arguments differ)")
         if claims.get("p") != principal:

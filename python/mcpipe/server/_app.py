@@ -135,7 +135,7 @@ async def open_app(
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
     store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
-    handlers.interactions = Interactions.from_config(config.interaction, store)
+    handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # sweeps expired suspended pipelines
