@@ -33,6 +33,7 @@ __all__ = [
     "CapabilityMissing",
     "Interaction",
     "Suspended",
+    "fits",
     "interaction_of",
     "only",
 ]
@@ -233,7 +234,7 @@ class Interaction:
         for token, kind, params in asked:
             qkey = key if token is None else f"{key}#{token}"
             answer = r.answers.get(qkey)
-            if answer is not None and _fits(kind, answer):
+            if answer is not None and fits(kind, answer):
                 answers[token] = answer
             else:
                 missing.append((token, kind, params, qkey))
@@ -287,7 +288,7 @@ class Interaction:
             raise failed from None
 
 
-def _fits(kind: str, answer: Any) -> bool:
+def fits(kind: str, answer: Any) -> bool:
     """Whether an answer has the shape of its question's result (else it is asked again)."""
     if not isinstance(answer, dict):
         return False

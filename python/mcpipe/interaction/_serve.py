@@ -23,7 +23,7 @@ from mcpipe.interaction._core import (
     CapabilityMissing,
     Interaction,
     Suspended,
-    _fits,
+    fits,
     only,
 )
 from mcpipe.interaction._state import (
@@ -157,7 +157,7 @@ class Interactions:
         missing: dict[str, Any] = {}
         for wire, q in pending.items():
             answer = responses.get(wire)
-            if answer is not None and _fits(q["kind"], answer):
+            if answer is not None and fits(q["kind"], answer):
                 answers[q["key"]] = answer
             else:
                 missing[wire] = q
