@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from time import perf_counter
 from typing import Any
 
@@ -468,6 +468,17 @@ class _Run:
 
     async def tool(self, step: ToolStep, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         """A tool step under a parallel group: it runs holding a slot of both limiters."""
+        return await self.slotted(self._tool, step, env, results, prefix)
+
+    async def slotted(
+        self,
+        run: Callable[..., Awaitable[dict[str, Any]]],
+        step: Any,
+        env: dict[str, Any],
+        results: dict[str, Any],
+        prefix: str,
+    ) -> dict[str, Any]:
+        """Run a leaf of a parallel group holding a slot of the call's limiter, then of the process's."""
         if self.call_limiter is None:
             self.call_limiter = trio.CapacityLimiter(self.limits.max_concurrency)
             self.proc_limiter = process_limiter()
@@ -481,7 +492,7 @@ class _Run:
                 # A slot handed over by a sibling that has just failed comes with the group already
                 # cancelled: give up here, before the step counts as started.
                 await trio.lowlevel.checkpoint_if_cancelled()
-                return await self._tool(step, env, results, prefix)
+                return await run(step, env, results, prefix)
             finally:
                 proc_limiter.release()  # type: ignore[union-attr]
         finally:
@@ -668,25 +679,8 @@ class _Run:
         if kind == "parallel" or kind == "pipe":
             return await self.container(step, env, results, parallel, prefix, stop)
         if parallel:
-            return await self.limited(step, env, results, prefix)
+            return await self.slotted(self.leaf, step, env, results, prefix)
         return await self.leaf(step, env, results, prefix)
-
-    async def limited(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
-        """A declared leaf under a parallel group holds limiter slots, as a tool step does."""
-        if self.call_limiter is None:
-            self.call_limiter = trio.CapacityLimiter(self.limits.max_concurrency)
-            self.proc_limiter = process_limiter()
-        call_limiter, proc_limiter = self.call_limiter, self.proc_limiter
-        await _take(call_limiter)
-        try:
-            await _take(proc_limiter)  # type: ignore[arg-type]
-            try:
-                await trio.lowlevel.checkpoint_if_cancelled()
-                return await self.leaf(step, env, results, prefix)
-            finally:
-                proc_limiter.release()  # type: ignore[union-attr]
-        finally:
-            call_limiter.release()
 
     async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         t0 = perf_counter()
