@@ -530,3 +530,35 @@ async def test_a_large_state_stays_in_the_store_behind_a_handle() -> None:
                 )
     assert isinstance(done, t.CallToolResult) and not done.is_error
     assert done.structured_content == {"hold": 1, "pay": 2}
+
+
+@anywhere
+async def test_questions_of_parallel_children_are_asked_in_one_round(transport: str) -> None:
+    spec = {
+        "steps": [
+            {
+                "id": "both",
+                "parallel": [
+                    {"id": "a", "tool": "ask_user", "args": {"message": "A?"}},
+                    {"id": "b", "tool": "ask_user", "args": {"message": "B?"}},
+                    {"id": "pay", "tool": "charge", "args": {"amount": 1}},
+                ],
+            }
+        ]
+    }
+    with trio.fail_after(WAIT_S):
+        async with served() as app, client(app, "2026-07-28", transport, Answers()) as c:
+            ir = await first_round(c, "mcp_pipe", spec)
+            assert set(ir.input_requests or {}) == {"both.a", "both.b"}
+            assert CHARGES == [1]  # the sibling finished; it is not cancelled by the others' suspension
+            done = await c.session.call_tool(
+                "mcp_pipe",
+                spec,
+                input_responses={"both.a": accept(), "both.b": t.ElicitResult(action="decline")},
+                request_state=ir.request_state,
+            )
+    assert isinstance(done, t.CallToolResult) and not done.is_error
+    assert done.structured_content is not None
+    outputs = done.structured_content["result"]
+    assert outputs["a"]["action"] == "accept" and outputs["b"]["action"] == "decline"
+    assert CHARGES == [1]
