@@ -4,6 +4,7 @@ the scenarios file leaves out: another principal resuming, expiry, nesting, time
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
@@ -12,12 +13,12 @@ from typing import Any
 import mcp_types as t
 import pytest
 import trio
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
-from test_interaction import CHARGES, SCHEMA, Answers, client, first_round, served
+from test_interaction import CHARGES, PIPELINES, SCHEMA, Answers, client, first_round, served
 
 from mcpipe.config import parse_config
 from mcpipe.gateway import AuditLog
@@ -384,3 +385,19 @@ async def test_in_a_gather_only_the_entry_that_may_skip_is_skipped(era: str) -> 
         "where": {"skipped": True},
     }
     assert answers.elicited == ["Sure?"]
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_a_declared_pipeline_asks_over_stdio(era: str, tmp_path: Any) -> None:
+    config = tmp_path / "mcpipe.json"
+    twice = next(p for p in PIPELINES if p["name"] == "twice")
+    config.write_text(json.dumps({"audit": {"enabled": False}, "pipelines": [twice]}))
+    params = StdioServerParameters(
+        command=sys.executable, args=["-m", "mcpipe", "serve", "--stdio", "--config", str(config)], cwd=tmp_path
+    )
+    answers = Answers()
+    with trio.fail_after(30):
+        async with Client(params, mode=era, **answers.callbacks()) as c:
+            r = await c.call_tool("twice", {})
+    assert not r.is_error, r.content
+    assert r.structured_content == {"draft": "reply 1", "polish": "reply 2"}
