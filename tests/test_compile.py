@@ -333,6 +333,12 @@ def test_unknown_tools_are_reported_along_with_structural_problems():
     assert any(loc == "steps[1].id" for loc, _, _ in found)
 
 
+def test_an_unknown_tool_suggests_the_closest_name():
+    assert problems({"steps": [tool(name="serch")]}, tools=TOOLS) == [
+        ("steps[0].tool", "UNKNOWN_TOOL", "unknown tool 'serch' (did you mean `search`?)")
+    ]
+
+
 def test_the_limit_on_steps_counts_nested_and_parallel_children():
     spec = {"steps": [{"parallel": [tool(), tool()]}, {"pipe": {"steps": [tool()]}}]}
     assert compile_spec(spec, limits=Limits(max_steps=5)).step_count == 5

@@ -81,8 +81,8 @@ def test_an_empty_document_is_the_default_config():
 @pytest.mark.parametrize(
     ("doc", "location", "words"),
     [
-        ({"pipe": {"max_step": 3}}, "pipe", "unknown key `max_step`"),
-        ({"mcpServers": {"a": {"command": "x", "argz": []}}}, "mcpServers.a", "unknown key `argz`"),
+        ({"pipe": {"max_step": 3}}, "pipe.max_step", "unknown key `max_step` (did you mean `max_steps`?)"),
+        ({"mcpServers": {"a": {"command": "x", "argz": []}}}, "mcpServers.a.argz", "(did you mean `args`?)"),
         ({"pipe": {"max_steps": "many"}}, "pipe.max_steps", "expected `int`, got `str`"),
         ({"mcpServers": {"a": {"command": "x", "args": [1]}}}, "mcpServers.a.args[0]", "expected `str`"),
         ({"mcpServers": {"a": {}}}, "mcpServers.a", "exactly one of `command`"),
@@ -116,7 +116,7 @@ def test_every_problem_is_reported_not_only_the_first():
         "pipe.max_steps",
         "http.port",
         "mcpServers.a",
-        "mcpServers.b",
+        "mcpServers.b.nope",
         "zzz",
     }
 
@@ -135,7 +135,7 @@ def test_load_config_picks_the_format_by_suffix_and_prefixes_problems_with_the_f
     bad.write_text('{"pipe": {"oops": 1}}')
     with pytest.raises(ConfigError) as info:
         load_config(bad)
-    assert str(info.value.problems[0]) == f"{bad}:pipe: unknown key `oops`"
+    assert str(info.value.problems[0]) == f"{bad}:pipe.oops: unknown key `oops`"
     with pytest.raises(ConfigError, match="ends in"):
         load_config(tmp_path / "x.ini")
 
@@ -145,7 +145,7 @@ def test_check_config_prints_every_problem_and_exits_1(tmp_path, capsys):
     bad.write_text('[pipe]\nmax_steps = "x"\n[http]\nporrt = 1\n')
     assert check_config(str(bad)) == 1
     err = capsys.readouterr().err
-    assert "pipe.max_steps: expected `int`" in err and "http: unknown key `porrt`" in err
+    assert "pipe.max_steps: expected `int`" in err and "http.porrt: unknown key `porrt` (did you mean `port`?)" in err
 
 
 def test_check_config_loads_python_tools_and_reports_an_import_failure(tmp_path, capsys):

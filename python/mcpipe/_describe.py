@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import difflib
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["json_type", "split_msgspec_error"]
+__all__ = ["did_you_mean", "json_type", "split_msgspec_error"]
 
 
 def json_type(value: Any) -> str:
@@ -41,3 +42,9 @@ def split_msgspec_error(message: str, base: str) -> tuple[str, str]:
     if not path:
         return base, text
     return (f"{base}.{path}" if base else path), text
+
+
+def did_you_mean(name: object, known: Iterable[str]) -> str:
+    """`` (did you mean `x`?)`` for the closest known name, or ``""`` when none is close."""
+    close = difflib.get_close_matches(str(name), sorted(known), n=1)
+    return f" (did you mean `{close[0]}`?)" if close else ""

@@ -17,7 +17,7 @@ from typing import Any, TypeAlias
 import msgspec
 import orjson
 
-from mcpipe._describe import json_type, split_msgspec_error
+from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.errors import Problem, SpecError, TemplateSyntaxError
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase, field_names
@@ -155,13 +155,24 @@ def compile_spec(
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
         unknown = [
-            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'") for loc, name in sites if name not in tools
+            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'{_tool_hint(name, tools)}")
+            for loc, name in sites
+            if name not in tools
         ]
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=_problem_order))
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
+
+
+def _tool_hint(name: str, tools: Container[str]) -> str:
+    # Only on the failure path: a registry or gateway can list its names; a bare container may not.
+    try:
+        names = [t if isinstance(t, str) else t.name for t in tools]  # type: ignore[attr-defined]
+    except (TypeError, AttributeError):
+        return ""
+    return did_you_mean(name, names)
 
 
 def clear_cache() -> None:
@@ -260,7 +271,7 @@ class _Compiler:
         known = field_names(struct)
         unknown = [k for k in data if k not in known]
         for k in unknown:
-            hint = _did_you_mean(k, known)
+            hint = did_you_mean(k, known)
             self.problem(_join(loc, str(k)), f"unknown field `{k}`{hint}")
         clean = {k: v for k, v in data.items() if k in known} if unknown else data
         try:
@@ -435,13 +446,6 @@ class _Compiler:
 
 def _var_names(value: Any) -> frozenset[str] | None:
     return frozenset(value) if isinstance(value, Mapping) else frozenset() if value is None else None
-
-
-def _did_you_mean(name: Any, known: frozenset[str]) -> str:
-    import difflib
-
-    close = difflib.get_close_matches(str(name), sorted(known), n=1)
-    return f" (did you mean `{close[0]}`?)" if close else ""
 
 
 _ORDER = re.compile(r"\[(\d+)\]")

@@ -23,6 +23,7 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
+from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe.errors import ConfigError, Problem
 
 __all__ = [
@@ -170,23 +171,21 @@ _SECTIONS = {
     "outbound": _Section("outbound", dict[str, Any] | None),
 }
 
-_AT = re.compile(r" - at `\$(.*)`$")
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]{0,64}$")
 
 
-def _located(exc: msgspec.ValidationError, base: str) -> Problem:
-    """Turn msgspec's ``... - at `$.a.b``` into a Problem located at ``base.a.b``."""
-    text = str(exc)
-    suffix = ""
-    if m := _AT.search(text):
-        suffix = m.group(1)
-        text = text[: m.start()]
-    location = base + suffix
+def _located(exc: msgspec.ValidationError, base: str, struct: Any = None) -> Problem:
+    """Turn msgspec's ``... - at `$.a.b``` into a Problem located at ``base.a.b``; an unknown key is located
+    at the key itself, with the closest known key of ``struct`` when it sits at ``struct``'s level."""
+    location, text = split_msgspec_error(str(exc), base)
     if m := _UNKNOWN.match(text):
-        return Problem(location, CODE, f"unknown key `{m.group(1)}`")
+        key = m.group(1)
+        fields = getattr(struct, "__struct_encode_fields__", None)
+        hint = did_you_mean(key, fields) if fields is not None and location == base else ""
+        return Problem(f"{location}.{key}" if location else key, CODE, f"unknown key `{key}`{hint}")
     return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
 
 
@@ -345,13 +344,13 @@ def parse_config(
                 try:
                     decoded[name] = msgspec.convert(item, section.type, strict=True)
                 except msgspec.ValidationError as exc:
-                    problems.append(_located(exc, f"{key}.{name}"))
+                    problems.append(_located(exc, f"{key}.{name}", section.type))
             fields[key] = decoded
         else:
             try:
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
-                problems.append(_located(exc, key))
+                problems.append(_located(exc, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
     if cfg.pipelines or cfg.outbound is not None:
