@@ -24,6 +24,7 @@ serve: setup
 lint: setup
 	$(BIN)/ruff check python tests benches
 	$(BIN)/ruff format --check python tests benches
+	$(BIN)/mypy
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets -q --no-default-features -- -D warnings
