@@ -31,6 +31,7 @@ __all__ = [
     "Step",
     "ToolStep",
     "compile_spec",
+    "step_reference_problem",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -166,6 +167,22 @@ def compile_spec(
     return compiled
 
 
+def step_reference_problem(
+    step: str, visible: Container[str], siblings: Container[str], ids: Container[str]
+) -> str | None:
+    """What is wrong with a reference to step ``step`` from a place that sees ``visible`` (None if nothing).
+
+    ``siblings`` are the ids of the place's parallel siblings, ``ids`` the ids of its whole list.
+    """
+    if step in visible:
+        return None
+    if step in siblings:
+        return f"reference to step '{step}', a sibling in the same parallel group"
+    if step in ids:
+        return f"reference to step '{step}', which does not run before this step"
+    return f"reference to unknown step '{step}'"
+
+
 def _tool_hint(name: str, tools: Container[str]) -> str:
     # Only on the failure path: a registry or gateway can list its names; a bare container may not.
     try:
@@ -299,15 +316,9 @@ class _Compiler:
                 if not (ref == "steps" or ref.startswith("steps.*")):
                     self.problem(site, f"reference `{ref}` does not name a step")
                 return
-            step = m.group(1)
-            if step in scope.visible:
-                return
-            if step in scope.siblings:
-                self.problem(site, f"reference to step '{step}', a sibling in the same parallel group")
-            elif step in scope.ids:
-                self.problem(site, f"reference to step '{step}', which does not run before this step")
-            else:
-                self.problem(site, f"reference to unknown step '{step}'")
+            problem = step_reference_problem(m.group(1), scope.visible, scope.siblings, scope.ids)
+            if problem is not None:
+                self.problem(site, problem)
         elif name == "last":
             if not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")

@@ -26,7 +26,7 @@ import orjson
 
 from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.compile import PipelinePlan
+from mcpipe.compile import PipelinePlan, step_reference_problem
 from mcpipe.declared import _command, _http, _kinds
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
@@ -356,15 +356,9 @@ class _Compiler:
             m = _STEPS_REF.match(ref)
             if m is None:
                 return  # `steps` as a whole, or a dynamic access: nothing to check statically
-            step = m.group(1)
-            if step in scope.visible:
-                return
-            if step in scope.siblings:
-                self.problem(site, f"reference to step '{step}', a sibling in the same parallel group")
-            elif step in scope.step_ids:
-                self.problem(site, f"reference to step '{step}', which does not run before this step")
-            else:
-                self.problem(site, f"reference to unknown step '{step}'")
+            problem = step_reference_problem(m.group(1), scope.visible, scope.siblings, scope.step_ids)
+            if problem is not None:
+                self.problem(site, problem)
         elif name == "last":
             if scope.visible is not None and not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")

@@ -529,18 +529,7 @@ class _Run:
         finally:
             if r is None:  # cancelled from outside: record it, and let the cancellation go on
                 r = _leaf(step.id, False, "cancelled", _CANCELLED, None, "", [], t0)
-            results[step.id] = r
-            code = r["error_code"]
-            if code is None:
-                self.succeeded += 1
-            elif code == _CANCELLED:
-                self.cancelled += 1
-            else:
-                self.failed += 1
-            if self.memo is not None and code != _CANCELLED:
-                self.memo.put(path, r)
-            if self.on_event is not None:
-                self.finished(step, r, path)
+            self.settle(step, r, path, results)
         return r
 
     def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
@@ -697,21 +686,25 @@ class _Run:
         finally:
             if r is None:
                 r = _declared_leaf(step, False, "cancelled", _CANCELLED, t0)
-            results[step.id] = r
-            code = r["error_code"]
-            if r["skipped"]:
-                pass  # counted as skipped: total - (succeeded + failed + cancelled)
-            elif code is None:
-                self.succeeded += 1
-            elif code == _CANCELLED:
-                self.cancelled += 1
-            else:
-                self.failed += 1
-            if self.memo is not None and code != _CANCELLED:
-                self.memo.put(path, r)
-            if self.on_event is not None:
-                self.finished(step, r, path)
+            self.settle(step, r, path, results)
         return r
+
+    def settle(self, step: Any, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
+        """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
+        results[step.id] = r
+        code = r["error_code"]
+        if r.get("skipped"):
+            pass  # counted as skipped: total - (succeeded + failed + cancelled)
+        elif code is None:
+            self.succeeded += 1
+        elif code == _CANCELLED:
+            self.cancelled += 1
+        else:
+            self.failed += 1
+        if self.memo is not None and code != _CANCELLED:
+            self.memo.put(path, r)
+        if self.on_event is not None:
+            self.finished(step, r, path)
 
     async def container(
         self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
