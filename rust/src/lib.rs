@@ -12,6 +12,8 @@ pub mod text;
 #[cfg(feature = "python")]
 mod binding;
 #[cfg(feature = "python")]
+mod dict;
+#[cfg(feature = "python")]
 mod plan;
 #[cfg(feature = "python")]
 mod resolve;
@@ -24,5 +26,6 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<binding::Template>()?;
+    dict::enable(m.py())?;
     Ok(())
 }

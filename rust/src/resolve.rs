@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::dict;
 use crate::errors::{Found, ResolveError};
 use crate::path::ArrayIndex;
 use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
@@ -66,7 +67,7 @@ impl<'a, 'py> Resolver<'a, 'py> {
             let item = if parent.is_null() {
                 parent
             } else if ffi::PyDict_CheckExact(parent) != 0 {
-                let item = ffi::PyDict_GetItemWithError(parent, node.key.as_ptr());
+                let item = dict::get_item(parent, node.key.as_ptr());
                 if item.is_null() {
                     ffi::PyErr_Clear();
                 }
@@ -166,7 +167,7 @@ pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool)
     // SAFETY: `env` is alive for the call; a borrowed dict item is increfed before anything else runs.
     let root = unsafe {
         if ffi::PyDict_CheckExact(env.as_ptr()) != 0 {
-            let item = ffi::PyDict_GetItemWithError(env.as_ptr(), reference.root_key.as_ptr());
+            let item = dict::get_item(env.as_ptr(), reference.root_key.as_ptr());
             if item.is_null() {
                 return Err(fetch_or(py, || missing_root(reference, env)));
             }
@@ -205,7 +206,7 @@ fn walk<'py>(
         // `array_position`; every borrowed item is increfed (from_borrowed_ptr) before `value` is replaced.
         unsafe {
             let item = if ffi::PyDict_CheckExact(ptr) != 0 {
-                let item = ffi::PyDict_GetItemWithError(ptr, key.as_ptr());
+                let item = dict::get_item(ptr, key.as_ptr());
                 if item.is_null() {
                     return Err(fetch_or(py, || missing(reference, i, &value)));
                 }
