@@ -173,3 +173,58 @@ unsafe fn same_text(a: *mut ffi::PyObject, b: *mut ffi::PyObject, hash: ffi::Py_
     std::slice::from_raw_parts(ffi::PyUnicode_DATA(a).cast::<u8>(), bytes)
         == std::slice::from_raw_parts(ffi::PyUnicode_DATA(b).cast::<u8>(), bytes)
 }
+
+// --- building a dict from a skeleton ------------------------------------------------------------------
+
+/// The dict a template object's results copy: its keys in order, every value None. None when the
+/// probe is off or a key is not an exact str (then results are built key by key).
+pub fn skeleton(py: Python<'_>, keys: &[Py<PyAny>]) -> PyResult<Option<Py<PyDict>>> {
+    // SAFETY: type checks on live objects.
+    let all_str = keys.iter().all(|key| unsafe { ffi::PyUnicode_CheckExact(key.as_ptr()) } != 0);
+    if !PROBE.load(Ordering::Relaxed) || !all_str || keys.is_empty() {
+        return Ok(None);
+    }
+    let dict = PyDict::new(py);
+    for key in keys {
+        dict.set_item(key, py.None())?;
+    }
+    Ok(Some(dict.unbind()))
+}
+
+/// A copy of `skeleton` (`n` keys) and its entries, to be filled with `set_value`; None (nothing left
+/// to release) when the copy's table is not a str-keyed table of exactly `n` entries in order.
+#[inline]
+pub unsafe fn copy_skeleton(
+    py: Python<'_>,
+    skeleton: *mut ffi::PyObject,
+    n: usize,
+) -> PyResult<Option<(*mut ffi::PyObject, Entries)>> {
+    let copy = ffi::PyDict_Copy(skeleton);
+    if copy.is_null() {
+        return Err(PyErr::fetch(py));
+    }
+    let keys = (*copy.cast::<DictObject>()).ma_keys;
+    let plain = (*copy.cast::<DictObject>()).ma_values.is_null();
+    if !plain || (*keys).dk_kind != DICT_KEYS_UNICODE || (*keys).dk_nentries != n as ffi::Py_ssize_t {
+        ffi::Py_DECREF(copy);
+        return Ok(None);
+    }
+    let entries = std::ptr::addr_of!((*keys).dk_indices).cast::<u8>().add(1usize << (*keys).dk_log2_index_bytes);
+    Ok(Some((copy, Entries(entries.cast_mut().cast()))))
+}
+
+/// The entries of a dict copied by `copy_skeleton`, which nothing else has seen yet.
+pub struct Entries(*mut UnicodeEntry);
+
+/// Put `value` (a new reference, stolen) in entry `i` of `dict`, in place of its None, and let the
+/// garbage collector track the dict once it holds a container (what `PyDict_SetItem` would do).
+#[inline]
+pub unsafe fn set_value(dict: *mut ffi::PyObject, entries: &Entries, i: usize, value: *mut ffi::PyObject) {
+    let entry = entries.0.add(i);
+    let old = (*entry).value;
+    (*entry).value = value;
+    ffi::Py_DECREF(old);
+    if ffi::PyObject_IS_GC(value) != 0 && ffi::PyObject_GC_IsTracked(dict) == 0 {
+        ffi::PyObject_GC_Track(dict.cast());
+    }
+}

@@ -11,6 +11,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyType};
 
+use crate::dict;
 use crate::errors::ResolveError;
 use crate::path::{ArrayIndex, Path, SegmentKind, StepIds};
 use crate::resolve::deep_copy;
@@ -65,6 +66,8 @@ pub struct TextNode {
 pub struct ObjectNode {
     pub keys: Box<[Py<PyAny>]>,
     pub values: Box<[Node]>,
+    /// The keys in order with None values: a result copies it and fills the values in (`dict`).
+    pub skeleton: Option<Py<PyDict>>,
 }
 
 pub enum Node {
@@ -196,7 +199,12 @@ impl Compiler<'_> {
             }
             return Ok(Node::Container(folded.into_any().unbind()));
         }
-        Ok(Node::Object(Box::new(ObjectNode { keys: keys.into_boxed_slice(), values: values.into_boxed_slice() })))
+        let skeleton = dict::skeleton(py, &keys)?;
+        Ok(Node::Object(Box::new(ObjectNode {
+            keys: keys.into_boxed_slice(),
+            values: values.into_boxed_slice(),
+            skeleton,
+        })))
     }
 
     fn reference(&mut self, target: &Bound<'_, PyAny>, loc: &str) -> PyResult<Node> {

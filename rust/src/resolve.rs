@@ -123,6 +123,20 @@ pub fn resolve<'py>(r: &mut Resolver<'_, 'py>, node: &Node) -> PyResult<Bound<'p
 
 fn resolve_object<'py>(r: &mut Resolver<'_, 'py>, node: &ObjectNode) -> PyResult<Bound<'py, PyAny>> {
     let py = r.py;
+    if let Some(skeleton) = &node.skeleton {
+        // SAFETY: the copy is ours alone until returned; `set_value` fills each entry once, in order, with
+        // a new reference; a copy dropped half-filled holds None in the entries not yet filled.
+        unsafe {
+            if let Some((copy, entries)) = dict::copy_skeleton(py, skeleton.as_ptr(), node.values.len())? {
+                let copy = Bound::from_owned_ptr(py, copy);
+                for (i, value) in node.values.iter().enumerate() {
+                    let value = resolve(r, value)?;
+                    dict::set_value(copy.as_ptr(), &entries, i, value.into_ptr());
+                }
+                return Ok(copy);
+            }
+        }
+    }
     // SAFETY: the new dict is ours; PyDict_SetItem borrows key and value and reports failure by -1.
     unsafe {
         let dict = Bound::from_owned_ptr_or_err(py, ffi::_PyDict_NewPresized(node.keys.len() as ffi::Py_ssize_t))?;
