@@ -30,8 +30,8 @@ pub enum Step {
 pub struct Reference {
     pub root_key: Py<PyString>,
     pub steps: Box<[Step]>,
-    /// The node of the plan's prefix table reached by the steps before the first `*`, and how many
-    /// steps that is (the walk goes on from there).
+    /// The deepest node of the plan's prefix table on this path (`NO_PREFIX`: none, the walk starts
+    /// at the root), and how many steps it stands for (the walk goes on from there).
     pub prefix: u32,
     pub prefix_len: usize,
     pub path: Path,
@@ -40,7 +40,8 @@ pub struct Reference {
 
 /// A node of the prefix table: the references of a plan share their common prefixes
 /// (`steps.s1.structured.a` and `steps.s1.structured.b` share `steps.s1.structured`), so one resolve
-/// looks each prefix up once.
+/// looks each prefix up once. Only prefixes that two or more references go through are in the table;
+/// the rest of each path is walked by its reference alone.
 pub struct PrefixNode {
     /// The parent node, or `NO_PARENT` for a root (looked up in the environment).
     pub parent: u32,
@@ -49,6 +50,7 @@ pub struct PrefixNode {
 }
 
 pub const NO_PARENT: u32 = u32::MAX;
+pub const NO_PREFIX: u32 = u32::MAX;
 
 pub enum Part {
     Literal(Box<str>),
@@ -82,6 +84,23 @@ pub enum Node {
 }
 
 impl Node {
+    /// Call `f` on every reference of the plan, text parts included.
+    fn for_each_reference(&mut self, f: &mut impl FnMut(&mut Reference)) {
+        match self {
+            Node::Atom(_) | Node::Container(_) => {}
+            Node::Reference(reference) => f(reference),
+            Node::Text(text) => {
+                for part in text.parts.iter_mut() {
+                    if let Part::Reference(reference) = part {
+                        f(reference);
+                    }
+                }
+            }
+            Node::Object(object) => object.values.iter_mut().for_each(|value| value.for_each_reference(f)),
+            Node::Array(items) => items.iter_mut().for_each(|item| item.for_each_reference(f)),
+        }
+    }
+
     fn is_constant(&self) -> bool {
         matches!(self, Node::Atom(_) | Node::Container(_))
     }
@@ -100,8 +119,6 @@ pub struct Plan {
     pub root: Node,
     pub sites: Vec<(String, String)>,
     pub prefixes: Box<[PrefixNode]>,
-    /// Whether two references share a prefix (else a per-resolve prefix cache would not pay).
-    pub share_prefixes: bool,
 }
 
 /// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
@@ -112,11 +129,32 @@ pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyRes
         prefixes: Vec::new(),
         prefix_ids: HashMap::new(),
         uses: Vec::new(),
+        parents: Vec::new(),
         depth: 0,
     };
-    let root = compiler.node(value, location)?;
-    let share_prefixes = compiler.uses.iter().any(|&n| n > 1);
-    Ok(Plan { root, sites: compiler.sites, prefixes: compiler.prefixes.into_boxed_slice(), share_prefixes })
+    let mut root = compiler.node(value, location)?;
+    // Keep the shared nodes only (a parent is shared by at least the references of its children, and
+    // comes before them), renumbered, and start each reference from its deepest shared node.
+    let mut renumbered = vec![NO_PREFIX; compiler.prefixes.len()];
+    let mut shared = Vec::new();
+    for (id, node) in compiler.prefixes.into_iter().enumerate() {
+        if compiler.uses[id] > 1 {
+            renumbered[id] = shared.len() as u32;
+            let parent = if node.parent == NO_PARENT { NO_PARENT } else { renumbered[node.parent as usize] };
+            shared.push(PrefixNode { parent, ..node });
+        }
+    }
+    let parents = &compiler.parents;
+    root.for_each_reference(&mut |reference| {
+        let (mut id, mut len) = (reference.prefix, reference.prefix_len + 1);
+        while id != NO_PARENT && renumbered[id as usize] == NO_PREFIX {
+            id = parents[id as usize];
+            len -= 1;
+        }
+        (reference.prefix, reference.prefix_len) =
+            if id == NO_PARENT { (NO_PREFIX, 0) } else { (renumbered[id as usize], len - 1) };
+    });
+    Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice() })
 }
 
 struct Compiler<'a> {
@@ -124,8 +162,9 @@ struct Compiler<'a> {
     sites: Vec<(String, String)>,
     prefixes: Vec<PrefixNode>,
     prefix_ids: HashMap<(u32, String, ArrayIndex), u32>,
-    /// How many references go through each prefix node.
+    /// How many references go through each prefix node, and each node's parent.
     uses: Vec<u32>,
+    parents: Vec<u32>,
     /// How many containers deep the compiler is.
     depth: u32,
 }
@@ -278,6 +317,7 @@ impl Compiler<'_> {
         if id == next {
             self.prefixes.push(PrefixNode { parent, key: PyString::intern(py, text).unbind(), index });
             self.uses.push(0);
+            self.parents.push(parent);
         }
         self.uses[id as usize] += 1;
         id

@@ -28,30 +28,64 @@ const MAX_COPY_DEPTH: u32 = 1000;
 const MAX_JSON_DEPTH: u32 = 128;
 
 thread_local! {
-    /// Buffers reused from one resolve to the next (taken, so a nested resolve simply gets new ones).
-    static PREFIX_CACHE: Cell<Vec<*mut ffi::PyObject>> = const { Cell::new(Vec::new()) };
+    /// The text buffer reused from one resolve to the next (taken, so a nested resolve gets a new one).
     static TEXT_BUFFER: Cell<String> = const { Cell::new(String::new()) };
 }
 
-/// One resolve: the environment, and the values of the plan's shared path prefixes found so far.
+/// Prefix tables up to this size live on the stack.
+const INLINE_PREFIXES: usize = 8;
+
+/// One resolve: the environment, and the values of the plan's shared path prefixes.
 pub struct Resolver<'a, 'py> {
     py: Python<'py>,
     env: &'a Bound<'py, PyAny>,
-    /// Strong references, one slot per prefix node (null: no plain hit); empty when the plan shares no
-    /// prefix or the environment is not an exact dict.
-    cache: Vec<*mut ffi::PyObject>,
+    /// Strong references, one slot per prefix node (null: no plain hit), in `inline` for small tables;
+    /// `len` is 0 when the plan shares no prefix or the environment is not an exact dict.
+    inline: [*mut ffi::PyObject; INLINE_PREFIXES],
+    heap: Vec<*mut ffi::PyObject>,
+    len: usize,
 }
 
 impl<'a, 'py> Resolver<'a, 'py> {
+    #[inline]
     pub fn new(plan: &'a Plan, env: &'a Bound<'py, PyAny>) -> Self {
-        let mut resolver = Resolver { py: env.py(), env, cache: Vec::new() };
+        let mut resolver =
+            Resolver { py: env.py(), env, inline: [std::ptr::null_mut(); INLINE_PREFIXES], heap: Vec::new(), len: 0 };
         // SAFETY: a type check on a live object.
-        if plan.share_prefixes && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
-            resolver.cache = PREFIX_CACHE.take();
+        if !plan.prefixes.is_empty() && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
+            if plan.prefixes.len() > INLINE_PREFIXES {
+                resolver.heap = vec![std::ptr::null_mut(); plan.prefixes.len()];
+            }
             // SAFETY: `env` is a live exact dict.
             unsafe { resolver.find_prefixes(&plan.prefixes) };
         }
         resolver
+    }
+
+    #[inline(always)]
+    fn slots(&mut self) -> &mut [*mut ffi::PyObject] {
+        if self.heap.is_empty() {
+            &mut self.inline[..self.len]
+        } else {
+            &mut self.heap[..self.len]
+        }
+    }
+
+    /// The value of prefix node `i`, or null when it is not a plain hit (or there is no table).
+    #[inline(always)]
+    fn prefix(&self, i: u32) -> *mut ffi::PyObject {
+        let i = i as usize;
+        if i >= self.len {
+            return std::ptr::null_mut();
+        }
+        // SAFETY: `i` is in bounds of the filled slots.
+        unsafe {
+            if self.heap.is_empty() {
+                *self.inline.get_unchecked(i)
+            } else {
+                *self.heap.get_unchecked(i)
+            }
+        }
     }
 
     /// Look every prefix up once, parents first (the table lists a parent before its children). Every
@@ -60,10 +94,11 @@ impl<'a, 'py> Resolver<'a, 'py> {
     /// references under it walk their whole path, which handles (and reports) everything else.
     unsafe fn find_prefixes(&mut self, prefixes: &[PrefixNode]) {
         let env = self.env.as_ptr();
-        self.cache.reserve(prefixes.len());
-        for node in prefixes {
+        self.len = prefixes.len();
+        let slots = self.slots();
+        for (i, node) in prefixes.iter().enumerate() {
             // SAFETY (index): the table lists a parent before its children, so its slot is filled.
-            let parent = if node.parent == NO_PARENT { env } else { *self.cache.get_unchecked(node.parent as usize) };
+            let parent = if node.parent == NO_PARENT { env } else { *slots.get_unchecked(node.parent as usize) };
             let item = if parent.is_null() {
                 parent
             } else if ffi::PyDict_CheckExact(parent) != 0 {
@@ -88,24 +123,20 @@ impl<'a, 'py> Resolver<'a, 'py> {
             if !item.is_null() {
                 ffi::Py_INCREF(item);
             }
-            self.cache.push(item);
+            *slots.get_unchecked_mut(i) = item;
         }
     }
 }
 
 impl Drop for Resolver<'_, '_> {
+    #[inline]
     fn drop(&mut self) {
-        if self.cache.capacity() == 0 {
-            return;
-        }
-        for &item in &self.cache {
+        for &item in self.slots().iter() {
             if !item.is_null() {
                 // SAFETY: each non-null slot holds one strong reference, taken in `find_prefixes`.
                 unsafe { ffi::Py_DECREF(item) };
             }
         }
-        self.cache.clear();
-        PREFIX_CACHE.set(std::mem::take(&mut self.cache));
     }
 }
 
@@ -170,13 +201,11 @@ fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bou
 #[inline(always)]
 pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool) -> PyResult<Bound<'py, PyAny>> {
     let (py, env) = (r.py, r.env);
-    if !r.cache.is_empty() {
-        let value = r.cache[reference.prefix as usize];
-        if !value.is_null() {
-            // SAFETY: the cache holds a strong reference to the prefix value until the resolve ends.
-            let value = unsafe { Bound::from_borrowed_ptr(py, value) };
-            return walk(py, reference, reference.prefix_len, value, copy);
-        }
+    let value = r.prefix(reference.prefix);
+    if !value.is_null() {
+        // SAFETY: the table holds a strong reference to the prefix value until the resolve ends.
+        let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+        return walk(py, reference, reference.prefix_len, value, copy);
     }
     // SAFETY: `env` is alive for the call; a borrowed dict item is increfed before anything else runs.
     let root = unsafe {
