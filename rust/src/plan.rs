@@ -63,6 +63,8 @@ pub struct TextNode {
     pub literal_len: usize,
     /// Whether every literal piece is ASCII (then an ASCII result can be built without decoding).
     pub literal_ascii: bool,
+    /// How many parts are references.
+    pub references: usize,
 }
 
 pub struct ObjectNode {
@@ -286,7 +288,9 @@ impl Compiler<'_> {
                         Piece::Reference(path) => Part::Reference(self.compile_path(py, path, loc)),
                     })
                     .collect();
-                Ok(Node::Text(Box::new(TextNode { parts, literal_len, literal_ascii })))
+                let parts: Box<[Part]> = parts;
+                let references = parts.iter().filter(|part| matches!(part, Part::Reference(_))).count();
+                Ok(Node::Text(Box::new(TextNode { parts, literal_len, literal_ascii, references })))
             }
         }
     }

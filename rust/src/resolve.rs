@@ -528,22 +528,163 @@ fn too_deep() -> PyErr {
 
 // --- interpolation -----------------------------------------------------------------------------------
 
+/// Texts with up to this many references look them all up first, then build the result in one go.
+const TEXT_REFERENCES: usize = 8;
+
+/// The values of a text's references (strong references), released when the text is built.
+struct Values {
+    items: [*mut ffi::PyObject; TEXT_REFERENCES],
+    len: usize,
+}
+
+impl Drop for Values {
+    fn drop(&mut self) {
+        for &item in &self.items[..self.len] {
+            // SAFETY: each item is a strong reference taken by `interpolate`.
+            unsafe { ffi::Py_DECREF(item) };
+        }
+    }
+}
+
 fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
+    if node.references > TEXT_REFERENCES {
+        return interpolate_buffered(r, node, None);
+    }
+    let mut values = Values { items: [std::ptr::null_mut(); TEXT_REFERENCES], len: 0 };
+    // The length of the result while every piece is ASCII (the literals, exact ASCII strs, None).
+    let mut ascii_len = node.literal_ascii.then_some(node.literal_len);
+    for part in node.parts.iter() {
+        if let Part::Reference(reference) = part {
+            let value = lookup(r, reference, false)?.into_ptr();
+            values.items[values.len] = value;
+            values.len += 1;
+            // SAFETY: `value` is alive (held by `values`) and only read.
+            unsafe {
+                if let Some(len) = ascii_len.as_mut() {
+                    if ffi::PyUnicode_CheckExact(value) != 0 && ffi::PyUnicode_IS_COMPACT_ASCII(value) != 0 {
+                        *len += ffi::PyUnicode_GET_LENGTH(value) as usize;
+                    } else if let Some(n) = small_int(value) {
+                        *len += decimal_len(n);
+                    } else if value != ffi::Py_None() {
+                        ascii_len = None;
+                    }
+                }
+            }
+        }
+    }
+    match ascii_len {
+        // SAFETY: every piece is ASCII and `len` is their total length.
+        Some(len) => unsafe { join_ascii(r.py, node, &values.items[..values.len], len) },
+        None => interpolate_buffered(r, node, Some(&values.items[..values.len])),
+    }
+}
+
+/// The text of `node` when the literals and the values (exact compact ASCII strs or None) are all ASCII,
+/// `len` characters in all: copied straight into a new `str`.
+unsafe fn join_ascii<'py>(
+    py: Python<'py>,
+    node: &TextNode,
+    values: &[*mut ffi::PyObject],
+    len: usize,
+) -> PyResult<Bound<'py, PyAny>> {
+    let text = Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_New(len as ffi::Py_ssize_t, 127))?;
+    let mut out = ffi::PyUnicode_1BYTE_DATA(text.as_ptr());
+    let mut values = values.iter();
+    for part in node.parts.iter() {
+        let (data, n) = match part {
+            Part::Literal(literal) => (literal.as_ptr(), literal.len()),
+            Part::Reference(_) => {
+                let value = *values.next().unwrap_or(&std::ptr::null_mut());
+                if value.is_null() || value == ffi::Py_None() {
+                    continue;
+                }
+                if let Some(n) = small_int(value) {
+                    out = write_decimal(out, n);
+                    continue;
+                }
+                (ffi::PyUnicode_1BYTE_DATA(value).cast_const(), ffi::PyUnicode_GET_LENGTH(value) as usize)
+            }
+        };
+        std::ptr::copy_nonoverlapping(data, out, n);
+        out = out.add(n);
+    }
+    Ok(text)
+}
+
+/// The value of an exact `int` (not a `bool`) that fits in an `i64`.
+#[inline]
+unsafe fn small_int(value: *mut ffi::PyObject) -> Option<i64> {
+    if ffi::PyLong_CheckExact(value) == 0 {
+        return None;
+    }
+    let mut overflow = 0;
+    let n = ffi::PyLong_AsLongLongAndOverflow(value, &mut overflow);
+    if overflow != 0 || (n == -1 && !ffi::PyErr_Occurred().is_null()) {
+        ffi::PyErr_Clear();
+        return None;
+    }
+    Some(n)
+}
+
+/// How many characters `n` takes in decimal.
+fn decimal_len(n: i64) -> usize {
+    let digits = n.unsigned_abs().checked_ilog10().map_or(1, |log| log as usize + 1);
+    digits + usize::from(n < 0)
+}
+
+/// Write `n` in decimal at `out` (`decimal_len(n)` bytes); the position after it.
+unsafe fn write_decimal(out: *mut u8, n: i64) -> *mut u8 {
+    let len = decimal_len(n);
+    let mut m = n.unsigned_abs();
+    let mut at = out.add(len);
+    loop {
+        at = at.sub(1);
+        *at = b'0' + (m % 10) as u8;
+        m /= 10;
+        if m == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        *out = b'-';
+    }
+    out.add(len)
+}
+
+/// Interpolation through a reused UTF-8 buffer, for everything else: non-ASCII text, numbers, objects
+/// and arrays as JSON, foreign types through Python's `json`. `values` are the references' values when
+/// `interpolate` has looked them up already.
+#[inline(never)]
+fn interpolate_buffered<'py>(
+    r: &mut Resolver<'_, 'py>,
+    node: &TextNode,
+    values: Option<&[*mut ffi::PyObject]>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut buf = TEXT_BUFFER.take();
     buf.clear();
     buf.reserve(node.literal_len + 32);
-    let result = interpolate_into(r, node, &mut buf);
+    let result = interpolate_into(r, node, &mut buf, values);
     TEXT_BUFFER.set(buf);
     result
 }
 
-fn interpolate_into<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode, buf: &mut String) -> PyResult<Bound<'py, PyAny>> {
+fn interpolate_into<'py>(
+    r: &mut Resolver<'_, 'py>,
+    node: &TextNode,
+    buf: &mut String,
+    values: Option<&[*mut ffi::PyObject]>,
+) -> PyResult<Bound<'py, PyAny>> {
     let mut ascii = node.literal_ascii;
+    let mut values = values.map(|values| values.iter());
     for part in node.parts.iter() {
         match part {
             Part::Literal(text) => buf.push_str(text),
             Part::Reference(reference) => {
-                let value = lookup(r, reference, false)?;
+                let value = match values.as_mut().and_then(Iterator::next) {
+                    // SAFETY: the caller holds a strong reference to each value.
+                    Some(&value) => unsafe { Bound::from_borrowed_ptr(r.py, value) },
+                    None => lookup(r, reference, false)?,
+                };
                 let start = buf.len();
                 if !write_text(buf, &value)? {
                     return interpolate_slow(r, node);
