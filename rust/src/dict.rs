@@ -95,7 +95,7 @@ pub fn enable(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
-enum Probe {
+pub enum Probe {
     Hit(*mut ffi::PyObject),
     Miss,
     /// Not a str-keyed table (or something unexpected): ask the C API.
@@ -115,6 +115,17 @@ pub unsafe fn get_item(dict: *mut ffi::PyObject, key: *mut ffi::PyObject) -> *mu
         }
     }
     ffi::PyDict_GetItemWithError(dict, key)
+}
+
+/// The probe alone (`Unknown` when it is off or the table is not str-keyed): runs no Python code.
+/// `dict` must be an exact dict and `key` an exact str whose hash is cached.
+#[inline(always)]
+pub unsafe fn probe_str_table(dict: *mut ffi::PyObject, key: *mut ffi::PyObject) -> Probe {
+    if PROBE.load(Ordering::Relaxed) {
+        probe(dict, key)
+    } else {
+        Probe::Unknown
+    }
 }
 
 /// `unicodekeys_lookup_unicode` of CPython's `Objects/dictobject.c`, for a combined str-keyed table.

@@ -15,7 +15,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
-use crate::dict;
+use crate::dict::{self, Probe};
 use crate::errors::{Found, ResolveError};
 use crate::path::ArrayIndex;
 use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
@@ -203,23 +203,22 @@ pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool)
     let (py, env) = (r.py, r.env);
     let value = r.prefix(reference.prefix);
     if !value.is_null() {
-        // SAFETY: the table holds a strong reference to the prefix value until the resolve ends.
-        let value = unsafe { Bound::from_borrowed_ptr(py, value) };
+        // The table holds a strong reference to the prefix value until the resolve ends.
         return walk(py, reference, reference.prefix_len, value, copy);
     }
-    // SAFETY: `env` is alive for the call; a borrowed dict item is increfed before anything else runs.
-    let root = unsafe {
+    // SAFETY: `env` is alive for the call, and so is the borrowed root item for the walk (which runs no
+    // Python code before it holds what it reads).
+    unsafe {
         if ffi::PyDict_CheckExact(env.as_ptr()) != 0 {
-            let item = dict::get_item(env.as_ptr(), reference.root_key.as_ptr());
-            if item.is_null() {
+            let root = dict::get_item(env.as_ptr(), reference.root_key.as_ptr());
+            if root.is_null() {
                 return Err(fetch_or(py, || missing_root(reference, env)));
             }
-            Bound::from_borrowed_ptr(py, item)
-        } else {
-            root_slow(reference, env)?
+            return walk(py, reference, 0, root, copy);
         }
-    };
-    walk(py, reference, 0, root, copy)
+    }
+    let root = root_slow(reference, env)?;
+    walk(py, reference, 0, root.as_ptr(), copy)
 }
 
 #[inline(never)]
@@ -231,8 +230,58 @@ fn root_slow<'py>(reference: &Reference, env: &Bound<'py, PyAny>) -> PyResult<Bo
     env.get_item(key)
 }
 
-/// Follow `reference.steps[from..]` from `value`.
+/// Follow `reference.steps[from..]` from `start` (borrowed: the caller keeps it alive).
+#[inline]
 fn walk<'py>(
+    py: Python<'py>,
+    reference: &Reference,
+    from: usize,
+    start: *mut ffi::PyObject,
+    copy: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let mut cur = start;
+    // SAFETY: plain hits on exact str-keyed dicts, lists and tuples run no Python code, so each borrowed
+    // item stays alive as long as `start` does; list and tuple reads are bounds-checked by
+    // `array_position`; anything else goes on in `walk_slow` from a strong reference.
+    unsafe {
+        for (i, step) in reference.steps.iter().enumerate().skip(from) {
+            let Step::Key { key, index } = step else {
+                return walk_slow(py, reference, i, Bound::from_borrowed_ptr(py, cur), copy);
+            };
+            let item = if ffi::PyDict_CheckExact(cur) != 0 {
+                match dict::probe_str_table(cur, key.as_ptr()) {
+                    Probe::Hit(item) => item,
+                    Probe::Miss => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
+                    Probe::Unknown => return walk_slow(py, reference, i, Bound::from_borrowed_ptr(py, cur), copy),
+                }
+            } else if ffi::PyList_CheckExact(cur) != 0 {
+                match array_position(*index, ffi::PyList_GET_SIZE(cur)) {
+                    Some(k) => ffi::PyList_GET_ITEM(cur, k),
+                    None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
+                }
+            } else if ffi::PyTuple_CheckExact(cur) != 0 {
+                match array_position(*index, ffi::PyTuple_GET_SIZE(cur)) {
+                    Some(k) => ffi::PyTuple_GET_ITEM(cur, k),
+                    None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
+                }
+            } else {
+                return walk_slow(py, reference, i, Bound::from_borrowed_ptr(py, cur), copy);
+            };
+            cur = item;
+        }
+        let value = Bound::from_borrowed_ptr(py, cur);
+        if copy && is_container(cur) {
+            deep_copy(value, 0)
+        } else {
+            Ok(value)
+        }
+    }
+}
+
+/// Follow `reference.steps[from..]` from `value`, whatever the containers: stars, tables the probe
+/// does not read (through `PyDict_GetItemWithError`, holding each container), subclasses.
+#[inline(never)]
+fn walk_slow<'py>(
     py: Python<'py>,
     reference: &Reference,
     from: usize,
@@ -337,7 +386,7 @@ fn star<'py>(
     unsafe {
         let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?;
         for j in 0..n {
-            let element = Bound::from_borrowed_ptr(py, ffi::PyList_GET_ITEM(elements.as_ptr(), j as ffi::Py_ssize_t));
+            let element = ffi::PyList_GET_ITEM(elements.as_ptr(), j as ffi::Py_ssize_t);
             let result = walk(py, reference, i + 1, element, copy)?;
             ffi::PyList_SET_ITEM(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
         }
