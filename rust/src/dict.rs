@@ -235,7 +235,11 @@ pub unsafe fn set_value(dict: *mut ffi::PyObject, entries: &Entries, i: usize, v
     let old = (*entry).value;
     (*entry).value = value;
     ffi::Py_DECREF(old);
-    if ffi::PyObject_IS_GC(value) != 0 && ffi::PyObject_GC_IsTracked(dict) == 0 {
+    // A GC type (tracking a dict that would not need it, for a type object that is not collected, is
+    // harmless), checked on the flag rather than through `PyObject_IS_GC`, a call.
+    if ffi::PyType_HasFeature(ffi::Py_TYPE(value), ffi::Py_TPFLAGS_HAVE_GC) != 0
+        && ffi::PyObject_GC_IsTracked(dict) == 0
+    {
         ffi::PyObject_GC_Track(dict.cast());
     }
 }
