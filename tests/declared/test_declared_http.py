@@ -151,6 +151,23 @@ async def test_non_public_addresses_are_refused_without_connecting(url):
     assert out.error_code == "FORBIDDEN", out.error
 
 
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[64:ff9b::127.0.0.1]/",  # NAT64 of loopback
+        "http://[64:ff9b::169.254.169.254]/",  # NAT64 of the cloud metadata address
+        "http://[64:ff9b:1::a00:1]/",  # local-use NAT64 prefix
+        "http://[2002:a00:1::1]/",  # 6to4 of 10.0.0.1
+        "http://[::127.0.0.1]/",  # IPv4-compatible loopback
+        "http://[::ffff:0:7f00:1]/",  # IPv4-translated loopback
+        "http://[fec0::1]/",  # site-local
+    ],
+)
+async def test_ipv6_addresses_embedding_a_non_public_ipv4_address_are_refused(url):
+    out = await run({"kind": "http", "url": "${args.u}"}, StepPolicy(http=HttpPolicy(allowed_hosts=["*"])), {"u": url})
+    assert out.error_code == "FORBIDDEN", out.error
+
+
 async def test_a_non_http_scheme_is_refused():
     out = await run({"kind": "http", "url": "${args.u}"}, LOCAL, {"u": "file:///etc/passwd"})
     assert out.error_code == "FORBIDDEN" and "scheme" in out.error

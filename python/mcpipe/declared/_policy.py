@@ -140,7 +140,29 @@ def _unmapped(address: IPAddress) -> IPAddress:
     return address
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+_NAT64_LOCAL = ipaddress.IPv6Network("64:ff9b:1::/48")
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")
+_IPV4_TRANSLATED = ipaddress.IPv6Network("::ffff:0:0:0/96")
+
+
+def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address a NAT64, 6to4, IPv4-compatible or IPv4-translated IPv6 address leads to."""
+    if address.sixtofour is not None:
+        return address.sixtofour
+    if address in _NAT64 or address in _IPV4_COMPATIBLE or address in _IPV4_TRANSLATED:
+        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return None
+
+
 def _is_public(address: IPAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address):
+        # Judged by where they lead, whatever this Python's ipaddress tables say about the prefix.
+        if address.is_site_local or address in _NAT64_LOCAL:
+            return False
+        embedded = _embedded_ipv4(address)
+        if embedded is not None and not _is_public(embedded):
+            return False
     return address.is_global and not address.is_multicast
 
 
