@@ -150,6 +150,20 @@ async def test_a_rotated_key_still_opens_states_sealed_before() -> None:
     assert await rotated.unseal(token, **BINDING) == STATE
 
 
+async def test_a_configured_key_variable_that_is_unset_gives_a_process_key_not_the_default_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MCPIPE_STATE_KEY", KEY)
+    monkeypatch.delenv("MCPIPE_TEST_OTHER_KEY", raising=False)
+    config = parse_config('[interaction]\nstate_key_env = "MCPIPE_TEST_OTHER_KEY"\n')
+    made = Interactions.from_config(config.interaction)
+    assert made.sealer.ephemeral
+    token = await StateSealer(InMemoryPipelineStore(), keys=[KEY]).seal(STATE, **BINDING)
+    with pytest.raises(StateError) as caught:
+        await made.sealer.unseal(token, **BINDING)
+    assert caught.value.reason == "tampered"
+
+
 async def test_a_large_state_travels_as_a_handle_that_works_once() -> None:
     clock = Clock()
     s = sealer(clock, inline_max_bytes=16)

@@ -10,7 +10,6 @@ state of a retry, and resumes. Protocol misuse is a JSON-RPC error: a bad state 
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -49,11 +48,12 @@ class Interactions:
 
     Args:
         store: the pipeline store (default: in memory).
-        keys: the state key ring (default: :data:`~mcpipe.interaction.STATE_KEY_ENV`, else a random key of
-            this process).
+        keys: the state key ring (default: the variable ``key_env`` names, else a random key of this
+            process).
         ttl_s: how long a suspended pipeline can be resumed.
         inline_max_bytes: larger states stay in the store behind a handle.
         audience: the server's name, sealed into every state and checked on the way back.
+        key_env: the environment variable holding the key ring (default :data:`STATE_KEY_ENV`).
     """
 
     def __init__(
@@ -65,11 +65,18 @@ class Interactions:
         inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
         audience: str | None = None,
         clock: Any = None,
+        key_env: str = STATE_KEY_ENV,
     ) -> None:
         self.store: PipelineStore = store if store is not None else InMemoryPipelineStore()
         extra = {} if clock is None else {"clock": clock}
         self.sealer = StateSealer(
-            self.store, keys=keys, ttl_s=ttl_s, inline_max_bytes=inline_max_bytes, audience=audience, **extra
+            self.store,
+            keys=keys,
+            ttl_s=ttl_s,
+            inline_max_bytes=inline_max_bytes,
+            audience=audience,
+            key_env=key_env,
+            **extra,
         )
 
     @classmethod
@@ -79,11 +86,9 @@ class Interactions:
         """From the config's ``interaction`` section (``state_key_env``, ``state_ttl_s``,
         ``inline_max_bytes``); ``audience`` is the server's name."""
         env = getattr(section, "state_key_env", STATE_KEY_ENV)
-        raw = os.environ.get(env, "")
-        keys: list[str | bytes] | None = [k.strip() for k in raw.split(",") if k.strip()] or None
         made = cls(
             store,
-            keys=keys,
+            key_env=env,
             ttl_s=getattr(section, "state_ttl_s", DEFAULT_STATE_TTL_S),
             inline_max_bytes=getattr(section, "inline_max_bytes", DEFAULT_INLINE_MAX_BYTES),
             audience=audience,

@@ -67,8 +67,9 @@ class StateSealer:
 
     Args:
         store: where large states and the claims of used states live.
-        keys: the key ring (``keys[0]`` seals, every key unseals); None reads :data:`STATE_KEY_ENV`, and
-            without it a random key of this process is used (states then die with the process).
+        keys: the key ring (``keys[0]`` seals, every key unseals); None reads ``key_env``, and without it a
+            random key of this process is used (states then die with the process).
+        key_env: the environment variable holding the key ring (default :data:`STATE_KEY_ENV`).
         ttl_s: how long a state can be resumed.
         inline_max_bytes: larger states are kept in the store behind a handle.
         audience: the server's identity (its name); a state minted for another audience is refused.
@@ -84,9 +85,10 @@ class StateSealer:
         inline_max_bytes: int = DEFAULT_INLINE_MAX_BYTES,
         audience: str | None = None,
         clock: Any = time.time,
+        key_env: str = STATE_KEY_ENV,
     ) -> None:
         if keys is None:
-            env = os.environ.get(STATE_KEY_ENV, "")
+            env = os.environ.get(key_env, "")
             keys = [k.strip() for k in env.split(",") if k.strip()] or None
         self.ephemeral = keys is None
         if keys is None:
