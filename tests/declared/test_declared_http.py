@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import socket
+
+import httpcore2
+import httpx2
 import pytest
 import trio
 from declaredkit import compiled, env
 
 from mcpipe.declared import HttpPolicy, StepPolicy, StepScope, compile_step
+from mcpipe.declared._http import _GuardedTransport
 from mcpipe.tools._base import ToolContext
 
 CTX = ToolContext()
@@ -251,3 +256,43 @@ async def test_an_http_step_without_a_timeout_gets_the_policys_default(http_serv
         out = await step.execute(env(), CTX)
     assert out.error_code == "TIMEOUT"
     assert compiled({"kind": "http", "url": f"{http_server.url}/slow", "timeout_ms": 5}, policy).timeout_ms == 5
+
+
+class _FixedResolver(trio.abc.HostnameResolver):
+    """Answers one public address for every name, and notes the names asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[bytes] = []
+
+    async def getaddrinfo(self, host, port, family=0, type=0, proto=0, flags=0):
+        self.asked.append(host)
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("93.184.216.34", port))]
+
+    async def getnameinfo(self, sockaddr, flags):
+        raise NotImplementedError
+
+
+async def test_the_tls_server_name_of_an_international_host_is_its_ascii_form_the_name_that_was_checked():
+    # faß.example is xn--fa-hia.example; Python's own IDNA 2003 codec would turn it into fass.example, a
+    # different name, so the certificate would be checked against a host nobody allowed.
+    resolver = _FixedResolver()
+    trio.socket.set_custom_hostname_resolver(resolver)
+    sent = []
+
+    class Pool:
+        async def handle_async_request(self, request):
+            sent.append(request)
+            raise httpcore2.ConnectError("not connecting in this test")
+
+    transport = _GuardedTransport(HttpPolicy(allowed_hosts=["faß.example"]))
+    transport._pool = Pool()
+    try:
+        with pytest.raises(httpcore2.ConnectError):
+            await transport.handle_async_request(httpx2.Request("GET", "https://faß.example/x"))
+    finally:
+        trio.socket.set_custom_hostname_resolver(None)
+    assert resolver.asked == [b"xn--fa-hia.example"]
+    [request] = sent
+    assert request.url.host == b"93.184.216.34"
+    assert request.extensions["sni_hostname"] == "xn--fa-hia.example"
+    assert dict(request.headers)[b"Host"] == b"xn--fa-hia.example"

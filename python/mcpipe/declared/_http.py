@@ -48,7 +48,7 @@ class _GuardedTransport(httpx2.AsyncBaseTransport):
         address = await self._policy.resolve(host, port)
         extensions = dict(request.extensions)
         if url.scheme == "https":
-            extensions["sni_hostname"] = host
+            extensions["sni_hostname"] = url.raw_host.decode("ascii")
         # The request goes to the checked address; the Host header (set by the client from the URL) and
         # the TLS server name stay the URL's host.
         pinned = httpcore2.Request(
