@@ -99,6 +99,9 @@ def test_an_empty_document_is_the_default_config():
         ({"python_tools": ["nocolon"]}, "python_tools[0]", "module:registry"),
         ({"server": {}}, "server", "unknown key `server`"),
         ({"builtins": ["echo", "rm_rf"]}, "builtins[1]", "no built-in tool `rm_rf`"),
+        ({"interaction": {"state_ttl_s": float("inf")}}, "interaction.state_ttl_s", "expected `float` <= 604800"),
+        ({"interaction": {"state_ttl_s": 0}}, "interaction.state_ttl_s", "expected `float` > 0"),
+        ({"interaction": {"sweep_interval_s": 0}}, "interaction.sweep_interval_s", "expected `float` >= 0.1"),
     ],
 )
 def test_a_bad_config_names_where_the_problem_is(doc, location, words):

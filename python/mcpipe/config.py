@@ -18,7 +18,7 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 import yaml
@@ -115,11 +115,11 @@ class InteractionConfig(_Base):
     state_key_env: str = "MCPIPE_STATE_KEY"
     """The environment variable holding the requestState key ring (comma-separated, each at least 32 bytes;
     the first seals). Unset: a random key of this process."""
-    state_ttl_s: float = 600.0
-    """How long a suspended pipeline can be resumed."""
-    inline_max_bytes: int = 16384
+    state_ttl_s: Annotated[float, msgspec.Meta(gt=0, le=7 * 86400)] = 600.0
+    """How long a suspended pipeline can be resumed (at most a week: a state must expire)."""
+    inline_max_bytes: Annotated[int, msgspec.Meta(ge=0)] = 16384
     """States larger than this stay in the pipeline store; the client holds an opaque handle."""
-    sweep_interval_s: float = 30.0
+    sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 30.0
     """How often expired suspended pipelines are swept from the store."""
 
 
