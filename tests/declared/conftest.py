@@ -72,6 +72,9 @@ def make_app(log: ServerLog):
             await answer(200, {"method": scope["method"], "query": query, "headers": headers, "body": parsed})
         elif path == "/text":
             await answer(200, b"plain words", "text/plain; charset=utf-8")
+        elif path == "/charset":  # a body of `size` ASCII bytes under the `charset` the query names
+            size = int(query["size"])
+            await answer(200, b"a" * size + b"-" + b"99" * (size // 2), f"text/plain; charset={query['charset']}")
         elif path == "/json-as-text":
             await answer(200, b'{"a": 1}', "text/plain")
         elif path.startswith("/status/"):

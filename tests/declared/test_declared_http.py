@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 import httpcore2
 import httpx2
@@ -61,6 +62,19 @@ async def test_http_text_response_is_text_and_json_under_a_text_type_parses_only
     assert loose.output["body"] == '{"a": 1}'
     strict = await run({"kind": "http", "url": f"{http_server.url}/json-as-text", "require_json_response": True})
     assert strict.output["body"] == {"a": 1}
+
+
+async def test_a_response_charset_that_is_no_text_encoding_is_read_as_utf8_without_stalling_the_server(http_server):
+    # Python decodes `punycode` in quadratic time (a few hundred KiB would block the event loop for
+    # minutes), and `idna` refuses errors="replace"; neither is a charset a web server should name.
+    for charset in ("punycode", "idna"):
+        started = time.monotonic()
+        out = await run(
+            {"kind": "http", "url": f"{http_server.url}/charset", "query": {"size": 200_000, "charset": charset}}
+        )
+        assert out.ok, out.error
+        assert out.output["body"] == "a" * 200_000 + "-" + "99" * 100_000
+        assert time.monotonic() - started < 2
 
 
 async def test_http_require_json_response_fails_on_a_text_body(http_server):

@@ -11,6 +11,7 @@ Requests use ``httpx2`` (the client the MCP SDK ships), which runs on Trio nativ
 
 from __future__ import annotations
 
+import codecs
 import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -207,6 +208,11 @@ def _is_json_type(content_type: str) -> bool:
     return media == "application/json" or media.endswith("+json")
 
 
+# Python codecs a response may name that are no charsets: punycode decodes in quadratic time (a large body
+# would block the server), idna cannot replace errors.
+_NOT_CHARSETS = frozenset({"punycode", "idna"})
+
+
 def _decode_body(response: httpx2.Response, raw: bytes, require_json: bool) -> tuple[Any, bool]:
     """The body as JSON when it is JSON (or must be), else as text. Answers (body, parsed)."""
     if require_json or _is_json_type(response.headers.get("content-type", "")):
@@ -216,9 +222,11 @@ def _decode_body(response: httpx2.Response, raw: bytes, require_json: bool) -> t
             pass
     encoding = response.charset_encoding or "utf-8"
     try:
-        return raw.decode(encoding, errors="replace"), False
-    except LookupError:
-        return raw.decode("utf-8", errors="replace"), False
+        if codecs.lookup(encoding).name not in _NOT_CHARSETS:
+            return raw.decode(encoding, errors="replace"), False
+    except (LookupError, UnicodeError):
+        pass
+    return raw.decode("utf-8", errors="replace"), False
 
 
 def _response_headers(response: httpx2.Response) -> dict[str, str]:
