@@ -31,6 +31,9 @@ __all__ = [
     "Step",
     "ToolStep",
     "compile_spec",
+    "reference_root",
+    "referenced_step",
+    "referenced_var",
     "step_reference_problem",
 ]
 
@@ -165,6 +168,28 @@ def compile_spec(
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
+
+
+def reference_root(ref: str) -> str:
+    """The root of a normalized reference (``steps`` of ``steps.fetch.output``)."""
+    m = ROOT.match(ref)
+    return m.group() if m else ref
+
+
+def referenced_step(ref: str) -> str | None:
+    """The step id a ``steps.<id>...`` reference names, or None (``steps`` whole, ``steps.*``, ...)."""
+    m = STEPS_REF.match(ref)
+    return m.group(1) if m else None
+
+
+def referenced_var(ref: str) -> str | None:
+    """The var a ``vars.<name>...`` or ``vars["name"]...`` reference reads first, or None."""
+    m = VARS_REF.match(ref)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        return m.group(1)
+    return orjson.loads(m.group(2)) if m.group(2) else None
 
 
 def step_reference_problem(
@@ -308,25 +333,21 @@ class _Compiler:
         return t
 
     def check_reference(self, site: str, ref: str, scope: _Scope) -> None:
-        root = ROOT.match(ref)
-        name = root.group() if root else ref
+        name = reference_root(ref)
         if name == "steps":
-            m = STEPS_REF.match(ref)
-            if m is None:
+            step = referenced_step(ref)
+            if step is None:
                 if not (ref == "steps" or ref.startswith("steps.*")):
                     self.problem(site, f"reference `{ref}` does not name a step")
                 return
-            problem = step_reference_problem(m.group(1), scope.visible, scope.siblings, scope.ids)
+            problem = step_reference_problem(step, scope.visible, scope.siblings, scope.ids)
             if problem is not None:
                 self.problem(site, problem)
         elif name == "last":
             if not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
         elif name == "vars" and scope.var_names is not None:
-            m = VARS_REF.fullmatch(ref) or VARS_REF.match(ref)
-            key = None
-            if m is not None:
-                key = m.group(1) if m.group(1) is not None else (orjson.loads(m.group(2)) if m.group(2) else None)
+            key = referenced_var(ref)
             if key is not None and key not in scope.var_names:
                 self.problem(site, f"reference `{ref}`: no var named '{key}'")
 

@@ -26,7 +26,7 @@ import orjson
 
 from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.compile import PipelinePlan, step_reference_problem
+from mcpipe.compile import PipelinePlan, reference_root, referenced_step, referenced_var, step_reference_problem
 from mcpipe.declared import _command, _http, _kinds
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
@@ -54,9 +54,6 @@ _PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _RESERVED_ID = re.compile(r"step([0-9]+)")
-_STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
-_VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
-_ROOT = re.compile(r"[a-z]+")
 _TOOL_PIPE = "mcp_pipe"
 _INDEX = re.compile(r"\[(\d+)\]")
 
@@ -348,25 +345,21 @@ class _Compiler:
         return expr
 
     def check_reference(self, site: str, ref: str, scope: StepScope) -> None:
-        root = _ROOT.match(ref)
-        name = root.group() if root else ref
+        name = reference_root(ref)
         if name == "steps":
             if scope.visible is None:
                 return
-            m = _STEPS_REF.match(ref)
-            if m is None:
+            step = referenced_step(ref)
+            if step is None:
                 return  # `steps` as a whole, or a dynamic access: nothing to check statically
-            problem = step_reference_problem(m.group(1), scope.visible, scope.siblings, scope.step_ids)
+            problem = step_reference_problem(step, scope.visible, scope.siblings, scope.step_ids)
             if problem is not None:
                 self.problem(site, problem)
         elif name == "last":
             if scope.visible is not None and not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
         elif name == "vars" and scope.var_names is not None:
-            m = _VARS_REF.fullmatch(ref) or _VARS_REF.match(ref)
-            key = None
-            if m is not None:
-                key = m.group(1) if m.group(1) is not None else (orjson.loads(m.group(2)) if m.group(2) else None)
+            key = referenced_var(ref)
             if key is not None and key not in scope.var_names:
                 self.problem(site, f"reference `{ref}`: no var named '{key}'")
 
