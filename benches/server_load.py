@@ -185,13 +185,19 @@ async def run_load(
 @asynccontextmanager
 async def server_process(kind: str, *extra: str) -> AsyncIterator[tuple[str, int]]:
     """Start ``python server_load.py <kind>``; yields (MCP URL, pid); kills it on exit."""
+    async with url_server([str(HERE / "server_load.py"), kind, *extra], f"{kind} server") as served:
+        yield served
+
+
+@asynccontextmanager
+async def url_server(
+    argv: list[str], what: str, stderr: int | None = subprocess.DEVNULL
+) -> AsyncIterator[tuple[str, int]]:
+    """Run ``python *argv``, a server that prints its URL on the first line of stdout; yields (URL, pid) and
+    kills it on exit."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
     proc = await trio.lowlevel.open_process(
-        [sys.executable, str(HERE / "server_load.py"), kind, *extra],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        env=env,
+        [sys.executable, *argv], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr, env=env
     )
     try:
         buf = b""
@@ -200,7 +206,7 @@ async def server_process(kind: str, *extra: str) -> AsyncIterator[tuple[str, int
             while b"\n" not in buf:
                 chunk = await proc.stdout.receive_some()
                 if not chunk:
-                    raise RuntimeError(f"{kind} server exited before listening")
+                    raise RuntimeError(f"the {what} exited before listening")
                 buf += chunk
         yield buf.split(b"\n")[0].decode().strip(), proc.pid
     finally:

@@ -13,12 +13,9 @@ Under the default ``--benchmark-disable`` the test runs once, on a few hundred c
 from __future__ import annotations
 
 import json
-import os
 import statistics
-import subprocess
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -96,26 +93,10 @@ async def _serve() -> None:
         print(url, flush=True)
 
 
-@asynccontextmanager
-async def _server() -> AsyncIterator[tuple[str, int]]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, __file__], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=None, env=env
-    )
-    try:
-        buf = b""
-        assert proc.stdout is not None
-        with trio.fail_after(30):
-            while b"\n" not in buf:
-                chunk = await proc.stdout.receive_some()
-                if not chunk:
-                    raise RuntimeError("the benchmark server exited before listening")
-                buf += chunk
-        yield buf.split(b"\n")[0].decode().strip(), proc.pid
-    finally:
-        proc.kill()
-        with trio.move_on_after(5):
-            await proc.wait()
+def _server() -> AbstractAsyncContextManager[tuple[str, int]]:
+    from server_load import url_server
+
+    return url_server([__file__], "benchmark server", stderr=None)
 
 
 async def _compare(calls: int, rounds: int) -> dict[str, list[Any]]:
