@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from mcpipe.interaction._core import AskFailed
-from mcpipe.interaction._kinds import BadInput, ask_one, elicitation_params, sampling_params
+from mcpipe.interaction._kinds import BadInput, ask_one, question
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = ["INTERACTION_TOOL_NAMES", "InteractionTools", "interaction_tools"]
@@ -32,7 +32,8 @@ class _AskTool:
     output_schema: dict[str, Any] | None = None
 
     def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        return None
+        """The question's params, from the tool's arguments as a step's fields (None: no params)."""
+        return question(self.kind, args)
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         try:
@@ -62,9 +63,6 @@ class AskUser(_AskTool):
         "required": ["message"],
     }
 
-    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        return elicitation_params(args.get("message"), args.get("requested_schema"))
-
 
 class Sample(_AskTool):
     kind = "sampling"
@@ -85,15 +83,6 @@ class Sample(_AskTool):
         },
         "required": ["messages"],
     }
-
-    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
-        return sampling_params(
-            args.get("messages"),
-            args.get("max_tokens", 1024),
-            args.get("system_prompt"),
-            args.get("model_preferences"),
-            args.get("temperature"),
-        )
 
 
 class ListRoots(_AskTool):
