@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -30,6 +30,7 @@ __all__ = [
     "PipelinePlan",
     "Step",
     "ToolStep",
+    "assign_step_ids",
     "compile_spec",
     "reference_root",
     "referenced_step",
@@ -168,6 +169,33 @@ def compile_spec(
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
+
+
+def assign_step_ids(
+    raw: list[Any], loc: str, problem: Callable[[str, str], None], *, check_pattern: bool = True
+) -> tuple[str, ...]:
+    """The ids of a list of raw steps by position: an explicit id, else ``step<N>``.
+
+    Reports through ``problem(location, message)`` ids that do not match the id pattern (when
+    ``check_pattern``), ``step<N>`` ids used at another position, and duplicates.
+    """
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        given = item.get("id") if isinstance(item, Mapping) else None
+        sid = given if isinstance(given, str) and given else f"step{i + 1}"
+        if isinstance(given, str) and given:
+            if check_pattern and not STEP_ID.fullmatch(given):
+                problem(f"{loc}[{i}].id", f"invalid id '{given}': ids match [A-Za-z_][A-Za-z0-9_-]*")
+            reserved = RESERVED_ID.fullmatch(given)
+            if reserved and reserved.group(1) != str(i + 1):
+                problem(f"{loc}[{i}].id", f"id '{given}' is reserved for the step at position {reserved.group(1)}")
+        if sid in seen:
+            problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
+        else:
+            seen[sid] = i
+        ids.append(sid)
+    return tuple(ids)
 
 
 def reference_root(ref: str) -> str:
@@ -385,26 +413,7 @@ class _Compiler:
         return ids, (tuple(out) if ok else None)
 
     def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
-        ids: list[str] = []
-        seen: dict[str, int] = {}
-        for i, item in enumerate(raw):
-            given = item.get("id") if isinstance(item, Mapping) else None
-            sid = given if isinstance(given, str) and given else f"step{i + 1}"
-            if isinstance(given, str) and given:
-                if not STEP_ID.fullmatch(given):
-                    self.problem(f"{loc}[{i}].id", f"invalid id '{given}': ids match [A-Za-z_][A-Za-z0-9_-]*")
-                reserved = RESERVED_ID.fullmatch(given)
-                if reserved and reserved.group(1) != str(i + 1):
-                    self.problem(
-                        f"{loc}[{i}].id",
-                        f"id '{given}' is reserved for the step at position {reserved.group(1)}",
-                    )
-            if sid in seen:
-                self.problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
-            else:
-                seen[sid] = i
-            ids.append(sid)
-        return tuple(ids)
+        return assign_step_ids(raw, loc, self.problem)
 
     def step(self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]) -> Step | None:
         self.steps += 1

@@ -26,7 +26,14 @@ import orjson
 
 from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.compile import PipelinePlan, reference_root, referenced_step, referenced_var, step_reference_problem
+from mcpipe.compile import (
+    PipelinePlan,
+    assign_step_ids,
+    reference_root,
+    referenced_step,
+    referenced_var,
+    step_reference_problem,
+)
 from mcpipe.declared import _command, _http, _kinds
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
@@ -53,7 +60,6 @@ JSONATA_PLUGIN = "dev.mcpipe.transform.jsonata"
 _PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-_RESERVED_ID = re.compile(r"step([0-9]+)")
 _TOOL_PIPE = "mcp_pipe"
 _INDEX = re.compile(r"\[(\d+)\]")
 
@@ -219,21 +225,8 @@ class _Compiler:
         return tuple(out) if ok else None
 
     def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
-        ids: list[str] = []
-        seen: dict[str, int] = {}
-        for i, item in enumerate(raw):
-            given = item.get("id") if isinstance(item, Mapping) else None
-            sid = given if isinstance(given, str) and given else f"step{i + 1}"
-            if isinstance(given, str) and given:
-                reserved = _RESERVED_ID.fullmatch(given)
-                if reserved and reserved.group(1) != str(i + 1):
-                    self.problem(f"{loc}[{i}].id", f"id '{given}' is reserved for the step at position {reserved[1]}")
-            if sid in seen:
-                self.problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
-            else:
-                seen[sid] = i
-            ids.append(sid)
-        return tuple(ids)
+        # Ids are checked against the pattern by the step models, with their own message.
+        return assign_step_ids(raw, loc, self.problem, check_pattern=False)
 
     # --- one step ---
 
