@@ -7,7 +7,8 @@ import json
 import pytest
 
 from mcpipe import Limits, SpecError, compile_spec
-from mcpipe.compile import ParallelStep, PipeStep, ToolStep, clear_cache
+from mcpipe.compile import clear_cache
+from mcpipe.plan import Leaf, Parallel, Pipe
 
 TOOLS = {"search", "fetch", "extract", "echo"}
 
@@ -33,14 +34,14 @@ def test_spec_object_json_text_bytes_and_wrapper_compile_alike():
     text = json.dumps(spec)
     forms = [spec, text, text.encode(), {"spec": spec}, {"spec": text}]
     plans = [compile_spec(f, tools=TOOLS).plan for f in forms]
-    assert all(isinstance(p.steps[0], ToolStep) and p.steps[0].id == "a" for p in plans)
+    assert all(isinstance(p.steps[0], Leaf) and p.steps[0].id == "a" for p in plans)
 
 
 def test_default_ids_are_step_and_position():
     plan = compile_spec({"steps": [tool(), tool("named"), {"parallel": [tool(), tool()]}]}).plan
     assert [s.id for s in plan.steps] == ["step1", "named", "step3"]
     group = plan.steps[2]
-    assert isinstance(group, ParallelStep)
+    assert isinstance(group, Parallel)
     assert [c.id for c in group.children] == ["step1", "step2"]
     assert group.children[1].location == "steps[2].parallel[1]"
 
@@ -61,7 +62,7 @@ def test_nested_pipe_compiles_with_its_own_scope():
     }
     compiled = compile_spec(spec, tools=TOOLS)
     inner = compiled.plan.steps[1]
-    assert isinstance(inner, PipeStep)
+    assert isinstance(inner, Pipe)
     assert inner.pipe.location == "steps[1].pipe"
     assert compiled.leaf_count == 2 and compiled.step_count == 3
 

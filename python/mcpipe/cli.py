@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from mcpipe._util import LoadError, load_attr
 from mcpipe.errors import SpecError
 from mcpipe.tools._registry import ToolRegistry
 
@@ -285,22 +285,12 @@ def _registry(entries: list[str], *, builtin: bool) -> ToolRegistry:
 
 
 def _load_tools(entry: str) -> list[Any]:
-    module_name, sep, attr = entry.partition(":")
-    if not sep or not module_name or not attr:
-        raise _Usage(f"--tools takes MODULE:REGISTRY (e.g. mytools:registry), got {entry!r}")
-    # A console script does not put the current directory on sys.path; `python -m` does.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # importing runs the module's code: any failure is the user's module's
-        raise _Usage(f"cannot import {module_name!r} (from --tools {entry}): {type(e).__name__}: {e}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise _Usage(f"module {module_name!r} has no attribute {attr!r} (from --tools {entry})") from None
+        obj: Any = load_attr(entry, f" (from --tools {entry})")
+    except LoadError as e:
+        if e.malformed:
+            raise _Usage(f"--tools takes MODULE:REGISTRY (e.g. mytools:registry), got {entry!r}") from None
+        raise _Usage(str(e)) from None
     try:
         tools = list(obj)
     except TypeError:

@@ -8,126 +8,34 @@ spec text, so a client that sends the same spec again pays only for the per-call
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
-from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
-from typing import Any, TypeAlias
+from collections.abc import Container, Mapping
+from typing import Any
 
 import msgspec
 import orjson
 
 from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
-from mcpipe._template import Template
-from mcpipe.errors import Problem, SpecError, TemplateSyntaxError
+from mcpipe._util import PIPE_TOOL
+from mcpipe.errors import ErrorCode, Problem, SpecError
+from mcpipe.plan import (
+    DEFAULT_LIMITS,
+    Checker,
+    CompiledSpec,
+    Leaf,
+    Limits,
+    Node,
+    Parallel,
+    Pipe,
+    Pipeline,
+    Scope,
+    problem_order,
+)
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase, field_names
 
-__all__ = [
-    "CompiledSpec",
-    "Limits",
-    "ParallelStep",
-    "PipeStep",
-    "PipelinePlan",
-    "Step",
-    "ToolStep",
-    "assign_step_ids",
-    "compile_spec",
-    "reference_root",
-    "referenced_step",
-    "referenced_var",
-    "step_reference_problem",
-]
+__all__ = ["CACHE_SIZE", "CompiledSpec", "Limits", "clear_cache", "compile_spec"]
 
-PIPE_TOOL = "mcp_pipe"
-STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-RESERVED_ID = re.compile(r"step([0-9]+)")
-STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
-VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
-ROOT = re.compile(r"[a-z]+")
 CACHE_SIZE = 512
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Server-side limits a spec cannot raise.
-
-    Attributes:
-        max_steps: total steps, counting every nested and parallel child.
-        max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
-        max_concurrency: parallel children running at once within one call.
-        timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
-    """
-
-    max_steps: int = 50
-    max_depth: int = 5
-    max_concurrency: int = 8
-    timeout_ms: float | None = None
-
-
-DEFAULT_LIMITS = Limits()
-
-
-@dataclass(frozen=True, slots=True)
-class ToolStep:
-    """Call ``tool`` with ``args`` resolved in the step's environment."""
-
-    id: str
-    location: str
-    tool: str
-    args: Template
-    timeout_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class ParallelStep:
-    """Run ``children`` concurrently; they see the group's list, not each other."""
-
-    id: str
-    location: str
-    children: tuple[Step, ...]
-    timeout_ms: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class PipeStep:
-    """Run the nested ``pipe``; its ``vars`` template is resolved in this step's environment."""
-
-    id: str
-    location: str
-    pipe: PipelinePlan
-    timeout_ms: float | None
-
-
-Step: TypeAlias = ToolStep | ParallelStep | PipeStep
-
-
-@dataclass(frozen=True, slots=True)
-class PipelinePlan:
-    """One list of steps with its vars, return template and failure policy."""
-
-    vars: Template
-    steps: tuple[Step, ...]
-    ret: Template | None
-    continue_on_error: bool
-    timeout_ms: float | None
-    location: str
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledSpec:
-    """A validated, compiled spec.
-
-    Attributes:
-        plan: the top-level pipeline.
-        tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
-        leaf_count: how many tool steps there are, nested and parallel children included.
-        step_count: how many steps there are in all.
-    """
-
-    plan: PipelinePlan
-    tool_sites: tuple[tuple[str, str], ...]
-    leaf_count: int
-    step_count: int
 
 
 def compile_spec(
@@ -160,80 +68,15 @@ def compile_spec(
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
         unknown = [
-            Problem(f"{loc}.tool", "UNKNOWN_TOOL", f"unknown tool '{name}'{_tool_hint(name, tools)}")
+            Problem(f"{loc}.tool", ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'{_tool_hint(name, tools)}")
             for loc, name in sites
             if name not in tools
         ]
         if unknown:
-            raise SpecError(sorted([*problems, *unknown], key=_problem_order))
+            raise SpecError(sorted([*problems, *unknown], key=problem_order))
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
-
-
-def assign_step_ids(
-    raw: list[Any], loc: str, problem: Callable[[str, str], None], *, check_pattern: bool = True
-) -> tuple[str, ...]:
-    """The ids of a list of raw steps by position: an explicit id, else ``step<N>``.
-
-    Reports through ``problem(location, message)`` ids that do not match the id pattern (when
-    ``check_pattern``), ``step<N>`` ids used at another position, and duplicates.
-    """
-    ids: list[str] = []
-    seen: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        given = item.get("id") if isinstance(item, Mapping) else None
-        sid = given if isinstance(given, str) and given else f"step{i + 1}"
-        if isinstance(given, str) and given:
-            if check_pattern and not STEP_ID.fullmatch(given):
-                problem(f"{loc}[{i}].id", f"invalid id '{given}': ids match [A-Za-z_][A-Za-z0-9_-]*")
-            reserved = RESERVED_ID.fullmatch(given)
-            if reserved and reserved.group(1) != str(i + 1):
-                problem(f"{loc}[{i}].id", f"id '{given}' is reserved for the step at position {reserved.group(1)}")
-        if sid in seen:
-            problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
-        else:
-            seen[sid] = i
-        ids.append(sid)
-    return tuple(ids)
-
-
-def reference_root(ref: str) -> str:
-    """The root of a normalized reference (``steps`` of ``steps.fetch.output``)."""
-    m = ROOT.match(ref)
-    return m.group() if m else ref
-
-
-def referenced_step(ref: str) -> str | None:
-    """The step id a ``steps.<id>...`` reference names, or None (``steps`` whole, ``steps.*``, ...)."""
-    m = STEPS_REF.match(ref)
-    return m.group(1) if m else None
-
-
-def referenced_var(ref: str) -> str | None:
-    """The var a ``vars.<name>...`` or ``vars["name"]...`` reference reads first, or None."""
-    m = VARS_REF.match(ref)
-    if m is None:
-        return None
-    if m.group(1) is not None:
-        return m.group(1)
-    return orjson.loads(m.group(2)) if m.group(2) else None
-
-
-def step_reference_problem(
-    step: str, visible: Container[str], siblings: Container[str], ids: Container[str]
-) -> str | None:
-    """What is wrong with a reference to step ``step`` from a place that sees ``visible`` (None if nothing).
-
-    ``siblings`` are the ids of the place's parallel siblings, ``ids`` the ids of its whole list.
-    """
-    if step in visible:
-        return None
-    if step in siblings:
-        return f"reference to step '{step}', a sibling in the same parallel group"
-    if step in ids:
-        return f"reference to step '{step}', which does not run before this step"
-    return f"reference to unknown step '{step}'"
 
 
 def _tool_hint(name: str, tools: Container[str]) -> str:
@@ -258,7 +101,7 @@ def _load(spec: Any) -> tuple[Any, bytes | str | None]:
     if isinstance(spec, Mapping) and "spec" in spec and "steps" not in spec:
         extra = sorted(k for k in spec if k != "spec")
         if extra:
-            raise SpecError([Problem(extra[0], "INVALID_SPEC", f"unknown field `{extra[0]}` beside `spec`")])
+            raise SpecError([Problem(extra[0], ErrorCode.INVALID_SPEC, f"unknown field `{extra[0]}` beside `spec`")])
         return _load_inner(spec["spec"], "spec")
     return _load_inner(spec, "")
 
@@ -269,7 +112,7 @@ def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None]:
         try:
             return orjson.loads(raw), raw
         except orjson.JSONDecodeError as e:
-            raise SpecError([Problem(loc, "INVALID_SPEC", f"invalid JSON: {_json_error(e)}")]) from None
+            raise SpecError([Problem(loc, ErrorCode.INVALID_SPEC, f"invalid JSON: {_json_error(e)}")]) from None
     try:
         key = orjson.dumps(spec)
     except TypeError:
@@ -282,7 +125,7 @@ def _json_error(e: orjson.JSONDecodeError) -> str:
     return f"{reason} at line {e.lineno}, column {e.colno}"
 
 
-# --- the compiler -----------------------------------------------------------------------------------
+# --- the front-end ------------------------------------------------------------------------------------
 
 
 class _Problems(list[Problem]):
@@ -291,47 +134,31 @@ class _Problems(list[Problem]):
     tool_sites: tuple[tuple[str, str], ...] = ()
 
 
-@dataclass(slots=True)
-class _Scope:
-    """What a template at some place may reference."""
-
-    ids: tuple[str, ...]  # the ids of the list, by position (for `{{stepN}}`)
-    visible: frozenset[str]  # ids of steps that finish before this place
-    siblings: frozenset[str]  # ids of parallel siblings (never visible)
-    has_last: bool
-    var_names: frozenset[str] | None  # None: unknown (cannot check)
-
-
 def _join(base: str, name: str) -> str:
     return f"{base}.{name}" if base else name
 
 
 class _Compiler:
+    """``mcp_pipe``'s front-end: its syntax (``tool``/``parallel``/``pipe`` keys) into a plan, checked by
+    the shared :class:`~mcpipe.plan.Checker`."""
+
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.problems = _Problems()
+        self.check = Checker(max_depth=limits.max_depth)
+        self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
         self.steps = 0
         self.leaves = 0
 
-    def problem(self, location: str, message: str, code: str = "INVALID_SPEC") -> None:
-        self.problems.append(Problem(location, code, message))
-
     def run(self, data: Any) -> tuple[CompiledSpec | None, _Problems]:
-        outer = _Scope((), frozenset(), frozenset(), False, frozenset())
-        plan = self.pipeline(data, "", depth=0, outer=outer)
-        if self.steps > self.limits.max_steps:
-            self.problem(
-                "steps",
-                f"the pipeline has {self.steps} steps; the limit is {self.limits.max_steps}",
-                "LIMIT_EXCEEDED",
-            )
-        self.problems.tool_sites = tuple(self.tool_sites)
-        if self.problems or plan is None:
-            self.problems.sort(key=_problem_order)
-            return None, self.problems
-        compiled = CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps)
-        return compiled, self.problems
+        plan = self.pipeline(data, "", outer=Scope(visible=frozenset(), has_last=False, var_names=frozenset()))
+        self.check.count("steps", self.steps, self.limits.max_steps)
+        problems = _Problems(self.check.problems)
+        problems.tool_sites = tuple(self.tool_sites)
+        if problems or plan is None:
+            problems.sort(key=problem_order)
+            return None, problems
+        return CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -350,72 +177,38 @@ class _Compiler:
             self.problem(*split_msgspec_error(str(e), loc))
             return None
 
-    def template(self, value: Any, loc: str, scope: _Scope) -> Template | None:
-        try:
-            t = Template(value, step_ids=scope.ids, location=loc)
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
-            return None
-        for site, ref in t.reference_sites:
-            self.check_reference(site, ref, scope)
-        return t
-
-    def check_reference(self, site: str, ref: str, scope: _Scope) -> None:
-        name = reference_root(ref)
-        if name == "steps":
-            step = referenced_step(ref)
-            if step is None:
-                if not (ref == "steps" or ref.startswith("steps.*")):
-                    self.problem(site, f"reference `{ref}` does not name a step")
-                return
-            problem = step_reference_problem(step, scope.visible, scope.siblings, scope.ids)
-            if problem is not None:
-                self.problem(site, problem)
-        elif name == "last":
-            if not scope.has_last:
-                self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
-        elif name == "vars" and scope.var_names is not None:
-            key = referenced_var(ref)
-            if key is not None and key not in scope.var_names:
-                self.problem(site, f"reference `{ref}`: no var named '{key}'")
-
-    def pipeline(self, data: Any, loc: str, *, depth: int, outer: _Scope) -> PipelinePlan | None:
+    def pipeline(self, data: Any, loc: str, *, outer: Scope) -> Pipeline | None:
         spec = self.decode(data, PipelineSpec, loc, "a pipeline spec")
         if spec is None:
             # Still look inside the steps, so their problems are reported in the same round.
             if isinstance(data, Mapping) and isinstance(data.get("steps"), list):
                 names = data.get("vars")
-                self.steps_of(data["steps"], _join(loc, "steps"), depth, _var_names(names))
+                self.steps_of(data["steps"], _join(loc, "steps"), outer.depth, _var_names(names))
             return None
-        vars_t = self.template(spec.vars, _join(loc, "vars"), outer)
-        ret_scope_ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), depth, frozenset(spec.vars))
+        vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
+        ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None
         if spec.return_ is not msgspec.UNSET:
-            scope = _Scope(ret_scope_ids, frozenset(ret_scope_ids), frozenset(), True, frozenset(spec.vars))
-            ret = self.template(spec.return_, _join(loc, "return"), scope)
+            scope = Scope(ids, frozenset(ids), frozenset(), True, frozenset(spec.vars), outer.depth)
+            ret = self.check.template(spec.return_, _join(loc, "return"), scope)
         if vars_t is None or steps is None:
             return None
-        timeout = spec.timeout_ms
-        return PipelinePlan(vars_t, steps, ret, spec.continue_on_error, timeout, loc)
+        return Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
 
     def steps_of(
         self, raw: list[Any], loc: str, depth: int, var_names: frozenset[str] | None
-    ) -> tuple[tuple[str, ...], tuple[Step, ...] | None]:
-        ids = self.assign_ids(raw, loc)
-        out: list[Step] = []
+    ) -> tuple[tuple[str, ...], tuple[Node, ...] | None]:
+        ids = self.check.assign_ids(raw, loc)
+        out: list[Node] = []
         ok = True
         for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
-            scope = _Scope(ids, frozenset(ids[:i]), frozenset(), i > 0, var_names)
-            step = self.step(item, f"{loc}[{i}]", sid, depth, scope, ids)
+            step = self.step(item, f"{loc}[{i}]", sid, Checker.list_scope(ids, i, var_names, depth))
             ok = ok and step is not None
             if step is not None:
                 out.append(step)
         return ids, (tuple(out) if ok else None)
 
-    def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
-        return assign_step_ids(raw, loc, self.problem)
-
-    def step(self, data: Any, loc: str, sid: str, depth: int, scope: _Scope, ids: tuple[str, ...]) -> Step | None:
+    def step(self, data: Any, loc: str, sid: str, scope: Scope) -> Node | None:
         self.steps += 1
         if not isinstance(data, Mapping):
             self.problem(loc, f"a step must be an object, got {json_type(data)}")
@@ -429,25 +222,21 @@ class _Compiler:
         spec = self.decode(data, STEP_KINDS[kind], loc, "a step")
         if kind == "tool":
             return self.tool_step(spec, data, loc, sid, scope)
-        if depth + 1 > self.limits.max_depth:
-            self.problem(
-                loc,
-                f"nesting is {depth + 1} levels deep here; the limit is {self.limits.max_depth}",
-                "LIMIT_EXCEEDED",
-            )
+        if not self.check.deep_enough(loc, scope.depth):
             return None
         if kind == "parallel":
             children = spec.parallel if spec is not None else data.get("parallel")
             if not isinstance(children, list):
                 return None
-            return self.parallel_step(spec, children, loc, sid, depth, scope)
+            return self.parallel_step(spec, children, loc, sid, scope)
         inner = spec.pipe if spec is not None else data.get("pipe")
-        plan = self.pipeline(inner, f"{loc}.pipe", depth=depth + 1, outer=scope)
+        outer = Scope(scope.step_ids, scope.visible, scope.siblings, scope.has_last, scope.var_names, scope.depth + 1)
+        plan = self.pipeline(inner, f"{loc}.pipe", outer=outer)
         if spec is None or plan is None:
             return None
-        return PipeStep(sid, loc, plan, spec.timeout_ms)
+        return Pipe(sid, loc, plan, spec.timeout_ms)
 
-    def tool_step(self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: _Scope) -> Step | None:
+    def tool_step(self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope) -> Node | None:
         self.leaves += 1
         name = data.get("tool")
         if isinstance(name, str):
@@ -459,42 +248,29 @@ class _Compiler:
         if not isinstance(raw_args, (dict, str)):
             self.problem(f"{loc}.args", f"args must be an object, got {json_type(raw_args)}")
             return None
-        args = self.template(raw_args, f"{loc}.args", scope)
+        args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
-        return ToolStep(sid, loc, spec.tool, args, spec.timeout_ms)
+        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args)
 
-    def parallel_step(
-        self, spec: Any, children: list[Any], loc: str, sid: str, depth: int, scope: _Scope
-    ) -> Step | None:
+    def parallel_step(self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope) -> Node | None:
         child_loc = f"{loc}.parallel"
-        child_ids = self.assign_ids(children, child_loc)
-        siblings = frozenset(child_ids)
-        out: list[Step] = []
+        child_ids = self.check.assign_ids(children, child_loc)
+        child_scope = Checker.sibling_scope(scope, child_ids)
+        out: list[Node] = []
         ok = True
         for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
-            # A child sees what the group's list sees, never its siblings (unless they share an id
-            # with an earlier step of that list, which is the one it means).
-            child_scope = _Scope(scope.ids, scope.visible, siblings - scope.visible, scope.has_last, scope.var_names)
-            step = self.step(item, f"{child_loc}[{i}]", cid, depth + 1, child_scope, scope.ids)
+            step = self.step(item, f"{child_loc}[{i}]", cid, child_scope)
             ok = ok and step is not None
             if step is not None:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return ParallelStep(sid, loc, tuple(out), spec.timeout_ms)
+        return Parallel(sid, loc, tuple(out), spec.timeout_ms)
 
 
 def _var_names(value: Any) -> frozenset[str] | None:
     return frozenset(value) if isinstance(value, Mapping) else frozenset() if value is None else None
-
-
-_ORDER = re.compile(r"\[(\d+)\]")
-
-
-def _problem_order(p: Problem) -> tuple[Any, ...]:
-    # Natural order of locations: steps[2] before steps[10]; a stable sort keeps discovery order within.
-    return tuple(int(x) if x.isdigit() else x for x in _ORDER.split(p.location))
 
 
 class _LRU:

@@ -15,7 +15,6 @@ import json
 import os
 import re
 import tomllib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -24,6 +23,7 @@ import msgspec
 import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
+from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ConfigError, Problem
 
 __all__ = [
@@ -290,7 +290,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     for tool, cost in cfg.costs.items():
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))
-        if tool == "mcp_pipe" and cost != 0:
+        if tool == PIPE_TOOL and cost != 0:
             problems.append(Problem(f"costs.{tool}", CODE, "mcp_pipe is always accounted with cost 0"))
     h = cfg.http
     if not 0 <= h.port <= 65535:
@@ -395,14 +395,3 @@ def load_config(path: str | os.PathLike[str], *, environ: dict[str, str] | None 
 def resolve_path(cfg: Config, path: str) -> str:
     """A path from the config, made absolute against the config file's directory."""
     return str(Path(cfg.base_dir, os.path.expanduser(path)))
-
-
-def glob_matcher(patterns: list[str]) -> Callable[[str], bool]:
-    """A predicate matching tool names against ``*``-globs (``*`` alone matches everything)."""
-    if "*" in patterns:
-        return lambda _name: True
-    exact = frozenset(p for p in patterns if "*" not in p)
-    globs = [re.compile(re.escape(p).replace(r"\*", ".*") + r"\Z") for p in patterns if "*" in p]
-    if not globs:
-        return exact.__contains__
-    return lambda name: name in exact or any(g.match(name) for g in globs)

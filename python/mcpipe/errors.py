@@ -9,12 +9,15 @@ one hierarchy whether an error starts in Rust or in Python.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import msgspec
 
 __all__ = [
     "ConfigError",
+    "ErrorCode",
+    "ExpressionError",
     "InterpolationError",
     "MCPipeError",
     "Problem",
@@ -24,10 +27,32 @@ __all__ = [
 ]
 
 
+class ErrorCode(StrEnum):
+    """The stable error codes of the pipeline contract (section 6) and of mcpipe's own answers.
+
+    A ``StrEnum``: each member is its string, so answers, audit records and JSON carry the plain code.
+    """
+
+    INVALID_SPEC = "INVALID_SPEC"
+    INVALID_CONFIG = "INVALID_CONFIG"
+    INVALID_OUTPUT = "INVALID_OUTPUT"
+    LIMIT_EXCEEDED = "LIMIT_EXCEEDED"
+    UNKNOWN_TOOL = "UNKNOWN_TOOL"
+    FORBIDDEN = "FORBIDDEN"
+    INTERPOLATION_FAILED = "INTERPOLATION_FAILED"
+    TOOL_ERROR = "TOOL_ERROR"
+    TOOL_FAILED = "TOOL_FAILED"
+    GATE_REJECTED = "GATE_REJECTED"
+    TIMEOUT = "TIMEOUT"
+    CANCELLED = "CANCELLED"
+    SUSPENDED = "SUSPENDED"
+    INTERNAL = "INTERNAL"
+
+
 class MCPipeError(Exception):
     """Base class of every error mcpipe raises on purpose."""
 
-    code: str = "INTERNAL"
+    code: str = ErrorCode.INTERNAL
 
 
 class TemplateSyntaxError(MCPipeError, ValueError):
@@ -39,7 +64,7 @@ class TemplateSyntaxError(MCPipeError, ValueError):
         reason: what is wrong, e.g. ``\\`${\\` has no closing \\`}\\` (character 5)``.
     """
 
-    code = "INVALID_SPEC"
+    code = ErrorCode.INVALID_SPEC
 
     def __init__(self, reason: str, location: str = "") -> None:
         self.reason = reason
@@ -61,7 +86,7 @@ class InterpolationError(MCPipeError, LookupError):
         step: the id of the step whose arguments failed, filled in by the runtime (None in a bare resolve).
     """
 
-    code = "INTERPOLATION_FAILED"
+    code = ErrorCode.INTERPOLATION_FAILED
 
     def __init__(
         self,
@@ -126,7 +151,7 @@ def _quote(key: str) -> str:
 class UnknownToolError(MCPipeError, LookupError):
     """A call to a tool name that no registry holds."""
 
-    code = "UNKNOWN_TOOL"
+    code = ErrorCode.UNKNOWN_TOOL
 
     def __init__(self, name: str) -> None:
         self.name = name
@@ -166,3 +191,20 @@ class SpecError(MCPipeError, ValueError):
 
 class ConfigError(SpecError):
     """A config file that cannot be used; ``problems`` lists every problem found, each located."""
+
+
+class ExpressionError(MCPipeError):
+    """An expression (CEL, JSONata, a plugin) that failed while evaluating.
+
+    Attributes:
+        missing: True when it failed because a value was absent (an unknown key, an undefined variable):
+            the step fails with ``INTERPOLATION_FAILED`` then, else with ``TOOL_FAILED``.
+        code: the code of a step that fails with this error.
+    """
+
+    code = ErrorCode.TOOL_FAILED
+
+    def __init__(self, message: str, *, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
+        self.code = ErrorCode.INTERPOLATION_FAILED if missing else ErrorCode.TOOL_FAILED

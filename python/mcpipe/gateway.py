@@ -27,11 +27,12 @@ from typing import Any, Protocol
 import orjson
 import trio
 
-from mcpipe.config import glob_matcher
-from mcpipe.errors import MCPipeError
+from mcpipe._util import PIPE_TOOL, glob_matcher, is_suspension
+from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import Tool, ToolContext, ToolResult
 
 __all__ = [
+    "PIPE_TOOL",
     "AuditLog",
     "CallError",
     "Gateway",
@@ -41,7 +42,6 @@ __all__ = [
     "is_suspension",
 ]
 
-PIPE_TOOL = "mcp_pipe"
 
 _log = logging.getLogger("mcpipe.gateway")
 
@@ -271,21 +271,13 @@ def is_cancellation(exc: BaseException) -> bool:
     return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
-def is_suspension(exc: BaseException) -> bool:
-    """Whether ``exc`` is a pipeline suspending to ask its 2026-07-28 client (``mcpipe.interaction``), alone or
-    as the only content of a group: not a failure, the call resumes on the client's retry."""
-    if isinstance(exc, BaseExceptionGroup):
-        return all(is_suspension(e) for e in exc.exceptions)
-    return getattr(exc, "suspends_pipeline", False) is True
-
-
 def _failure_code(exc: BaseException) -> str:
     if is_cancellation(exc):
-        return "CANCELLED"
+        return ErrorCode.CANCELLED
     if is_suspension(exc):
-        return "SUSPENDED"
+        return ErrorCode.SUSPENDED
     code = getattr(exc, "code", None) if isinstance(exc, MCPipeError) else None
-    return code if code and code != "INTERNAL" else "TOOL_FAILED"
+    return code if code and code != ErrorCode.INTERNAL else ErrorCode.TOOL_FAILED
 
 
 class _Refused(CallError):

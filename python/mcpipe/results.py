@@ -1,44 +1,34 @@
-"""Compiled declared steps and how one runs: ``when``, ``input_transform``, templates, timeout, the kind.
+"""Step results: what a step produced, in the contract's terms (section 3), built in one place.
 
-:class:`DeclaredStep` is a leaf (every kind but ``parallel`` and ``pipe``); ``await step.execute(env,
-ctx)`` runs it start to finish and answers a :class:`StepOutput`, never raising for a step failure (only
-``trio.Cancelled`` goes through). :class:`DeclaredParallel` and :class:`DeclaredPipe` are containers for the
-scheduler, with the same fields as :class:`mcpipe.compile.ParallelStep` / :class:`~mcpipe.compile.PipeStep`
-plus ``when`` and ``input_transform``, which :func:`prelude` applies.
+- :class:`StepOutput` is what a step kind answers (``output``, ``structured``, ``text``, ``content``,
+  ``ok``, ``error``, ``error_code``, ``skipped``); :class:`StepFailure` is how a kind fails its step.
+- :func:`tool_output` reads a tool's answer the same way for every step that calls a tool.
+- The ``*_result`` builders make the result objects the scheduler records in ``steps`` (leaf, parallel
+  group, nested pipe) and :func:`invalid_answer` the answer of a spec that fails validation.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
 
 import orjson
-import trio
 
-from mcpipe._describe import json_type
-from mcpipe._template import Template
-from mcpipe.compile import PipelinePlan
-from mcpipe.declared._expr import CelExpr, ExpressionError
-from mcpipe.declared._model import StepFields
-from mcpipe.declared._policy import ForbiddenError
-from mcpipe.errors import InterpolationError, UnknownToolError
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.errors import ErrorCode, Problem, SpecError
+from mcpipe.tools._base import ToolResult
 
 __all__ = [
-    "SKIP",
-    "DeclaredParallel",
-    "DeclaredPipe",
-    "DeclaredStep",
-    "RunFn",
     "StepFailure",
     "StepOutput",
-    "prelude",
+    "group_result",
+    "invalid_answer",
+    "leaf_result",
+    "ms_since",
+    "pipe_result",
+    "tool_output",
+    "tool_result",
 ]
-
-_log = logging.getLogger("mcpipe.declared")
 
 
 class StepFailure(Exception):
@@ -50,15 +40,41 @@ class StepFailure(Exception):
             kept in the step result for debugging; None when there is nothing.
     """
 
-    def __init__(self, message: str, code: str = "TOOL_FAILED", output: Any = None) -> None:
+    def __init__(self, message: str, code: str = ErrorCode.TOOL_FAILED, output: Any = None) -> None:
         super().__init__(message)
         self.code = code
         self.output = output
 
 
+def ms_since(t0: float) -> float:
+    """Milliseconds since ``t0`` (``perf_counter``), to the microsecond."""
+    # int() rather than round(x, 3), which costs as much as a step.
+    return int((perf_counter() - t0) * 1_000_000) / 1000
+
+
+def tool_output(res: ToolResult) -> tuple[Any, str]:
+    """``(structured, text)`` of a tool's answer: its structured content, else one text block that holds a
+    JSON object or array, parsed; the text is the text of its text blocks."""
+    content = res.content
+    structured = res.structured
+    if len(content) == 1:
+        block = content[0]
+        text = block.get("text", "") if block.get("type") == "text" else ""
+        if structured is None and text:
+            first = text[0]
+            if first == "{" or first == "[" or (first.isspace() and text.lstrip()[:1] in ("{", "[")):
+                try:
+                    structured = orjson.loads(text)
+                except orjson.JSONDecodeError:
+                    pass
+    else:
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
+    return structured, text
+
+
 @dataclass(slots=True)
 class StepOutput:
-    """What a declared step produced, in the contract's step-result terms (section 3).
+    """What a step kind produced, in the contract's step-result terms (section 3).
 
     Attributes:
         output: the step's ``output`` (``structured`` if not None, else ``text``).
@@ -102,16 +118,10 @@ class StepOutput:
     @classmethod
     def from_tool(cls, res: ToolResult) -> StepOutput:
         """A ``tool`` step's output from what the tool answered (the same rules as ``mcp_pipe``)."""
-        text = res.joined_text()
-        structured = res.structured
-        if structured is None and len(res.content) == 1 and text.lstrip()[:1] in ("{", "["):
-            try:
-                structured = orjson.loads(text)
-            except orjson.JSONDecodeError:
-                pass
+        structured, text = tool_output(res)
         out = cls(structured if structured is not None else text, structured, text, res.content)
         if res.is_error:
-            out.ok, out.error, out.error_code = False, text or "the tool reported an error", "TOOL_ERROR"
+            out.ok, out.error, out.error_code = False, text or "the tool reported an error", ErrorCode.TOOL_ERROR
         return out
 
     def result(self, step_id: str, kind: str, duration_ms: float) -> dict[str, Any]:
@@ -131,161 +141,108 @@ class StepOutput:
         }
 
 
-RunFn = Callable[["DeclaredStep", dict[str, Any], Mapping[str, Any], ToolContext], Awaitable[StepOutput]]
-"""A kind's executor: ``run(step, inputs, env, ctx)``; ``inputs`` are the step's resolved templates."""
-
-SKIP: Any = object()
-"""What :func:`prelude` answers when the step's ``when`` is false."""
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class DeclaredStep:
-    """A compiled leaf step.
-
-    Attributes:
-        id: the step id.
-        kind: the kind's name (``http``, ``transform``, ...).
-        location: where it was declared (``pipelines.charge.steps[2]``).
-        spec: the decoded fields (the kind's Struct).
-        templates: the template fields by name; resolved, they are the runner's ``inputs``.
-        when: the compiled ``when`` condition, or None.
-        input_transform: the compiled ``input_transform``, or None.
-        timeout_ms: the step's deadline, or None.
-        plan: what the kind compiled (a CEL program, an argv, the policy it runs under).
-        references: ``(location, reference)`` of every reference it makes, for the static checks.
-        runner: the kind's executor.
-    """
-
-    id: str
-    kind: str
-    location: str
-    spec: StepFields
-    templates: tuple[tuple[str, Template], ...]
-    when: CelExpr | None
-    input_transform: CelExpr | None
-    timeout_ms: float | None
-    plan: Any
-    references: tuple[tuple[str, str], ...]
-    runner: RunFn
-
-    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
-        """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
-        ``timeout_ms``.
-
-        Args:
-            env: the pipeline environment (roots ``vars``, ``steps``, ``last``, ``args``, ``context``).
-            ctx: the request's context (``log`` and ``progress`` steps send through it).
-            tools: for ``tool`` steps, an object with ``await tools.call(name, args, ctx)`` (the registry or
-                gateway); None uses the one the step was compiled with.
-
-        Returns:
-            The output; failures are outputs with ``ok`` false and an ``error_code``, never exceptions.
-
-        Raises:
-            trio.Cancelled: when the caller is cancelled (the step's work is cancelled first).
-        """
-        try:
-            env2 = prelude(self, env)
-            if env2 is SKIP:
-                return StepOutput.skip()
-            inputs = {name: t.resolve(env2) for name, t in self.templates}
-            if tools is not None and self.kind == "tool":
-                return await _with_timeout(self.timeout_ms, call_tool(self, inputs, ctx, tools))
-            return await _with_timeout(self.timeout_ms, self.runner(self, inputs, env2, ctx))
-        except InterpolationError as e:
-            e.with_step(self.id)
-            return StepOutput.failure(str(e), "INTERPOLATION_FAILED")
-        except ExpressionError as e:
-            return StepOutput.failure(str(e), "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED")
-        except StepFailure as e:
-            return StepOutput.failure(str(e), e.code, e.output)
-        except ForbiddenError as e:
-            return StepOutput.failure(str(e), "FORBIDDEN")
-        except Exception as e:
-            _log.exception("step %s (%s, %s) failed", self.id, self.kind, self.location)
-            return StepOutput.failure(f"{type(e).__name__}: {e}", "TOOL_FAILED")
-
-    async def run_result(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> dict[str, Any]:
-        """:meth:`execute`, timed, as a step result object (contract section 3, plus ``skipped``)."""
-        t0 = perf_counter()
-        out = await self.execute(env, ctx, tools=tools)
-        return out.result(self.id, self.kind, round((perf_counter() - t0) * 1000, 3))
+def leaf_result(
+    sid: str, ok: bool, error: str, code: str | None, t0: float, *, kind: str = "tool", skippable: bool = False
+) -> dict[str, Any]:
+    """A leaf's result when it produced nothing (it failed before or instead of answering, was cancelled,
+    or was skipped): no output. ``skippable`` results (declared steps) carry ``skipped: false``."""
+    r: dict[str, Any] = {
+        "id": sid,
+        "kind": kind,
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": None,
+        "text": "",
+        "content": [],
+        "output": None,
+    }
+    if skippable:
+        r["skipped"] = False
+    r["duration_ms"] = ms_since(t0)
+    return r
 
 
-async def _with_timeout(timeout_ms: float | None, work: Awaitable[StepOutput]) -> StepOutput:
-    if timeout_ms is None:
-        return await work
-    with trio.move_on_after(timeout_ms / 1000):
-        return await work
-    return StepOutput.failure(f"timed out after {timeout_ms:g} ms", "TIMEOUT")
+def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
+    """A tool call's result from what the tool answered (contract section 3)."""
+    structured, text = tool_output(res)
+    if res.is_error:
+        return {
+            "id": sid,
+            "kind": "tool",
+            "ok": False,
+            "error": text or "the tool reported an error",
+            "error_code": ErrorCode.TOOL_ERROR,
+            "structured": structured,
+            "text": text,
+            "content": res.content,
+            "output": structured if structured is not None else text,
+            "duration_ms": ms_since(t0),
+        }
+    # The common case, written out: this runs once per step.
+    return {
+        "id": sid,
+        "kind": "tool",
+        "ok": True,
+        "error": "",
+        "error_code": None,
+        "structured": structured,
+        "text": text,
+        "content": res.content,
+        "output": structured if structured is not None else text,
+        "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
+    }
 
 
-async def run_tool(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
-    """The ``tool`` kind's executor: call through the registry the step was compiled with."""
-    return await call_tool(step, inputs, ctx, step.plan)
+def group_result(
+    sid: str, order: tuple[str, ...], children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float
+) -> dict[str, Any]:
+    """A parallel group's result; ``order`` is the children's ids as written (they finish in any order)."""
+    ordered = {cid: children[cid] for cid in order if cid in children}
+    return {
+        "id": sid,
+        "kind": "parallel",
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": None,
+        "text": "",
+        "content": [],
+        "output": {cid: r["output"] for cid, r in ordered.items()},
+        "children": ordered,
+        "duration_ms": ms_since(t0),
+    }
 
 
-async def call_tool(step: DeclaredStep, inputs: dict[str, Any], ctx: ToolContext, registry: Any) -> StepOutput:
-    """Call the step's tool through ``registry`` (anything with ``await registry.call(name, args, ctx)``)."""
-    if registry is None or not hasattr(registry, "call"):
-        raise StepFailure("no tool registry to call tools through", "TOOL_FAILED")
-    name = step.spec.tool  # type: ignore[attr-defined]
-    try:
-        res = await registry.call(name, inputs["args"], ctx)
-    except UnknownToolError as e:
-        raise StepFailure(str(e), "UNKNOWN_TOOL") from None
-    return StepOutput.from_tool(res)
+def pipe_result(
+    sid: str, ok: bool, error: str, code: str | None, result: Any, steps: dict[str, Any], t0: float
+) -> dict[str, Any]:
+    """A nested pipe's result: its ``result`` is its output, its ``steps`` the nested results."""
+    return {
+        "id": sid,
+        "kind": "pipe",
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": None,
+        "text": "",
+        "content": [],
+        "output": result,
+        "result": result,
+        "steps": steps,
+        "duration_ms": ms_since(t0),
+    }
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class DeclaredParallel:
-    """Run ``children`` concurrently (same fields as :class:`mcpipe.compile.ParallelStep`, plus the
-    common ``when``/``input_transform`` that :func:`prelude` applies before the children start)."""
-
-    id: str
-    location: str
-    children: tuple[DeclaredStep | DeclaredParallel | DeclaredPipe, ...]
-    timeout_ms: float | None
-    when: CelExpr | None = None
-    input_transform: CelExpr | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    kind: str = "parallel"
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class DeclaredPipe:
-    """Run the nested ``pipe`` (same fields as :class:`mcpipe.compile.PipeStep`; its plan's ``steps``
-    hold declared steps), after :func:`prelude`."""
-
-    id: str
-    location: str
-    pipe: PipelinePlan
-    timeout_ms: float | None
-    when: CelExpr | None = None
-    input_transform: CelExpr | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    kind: str = "pipe"
-
-
-def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[str, Any]) -> Any:
-    """Apply a step's ``when`` and ``input_transform``.
-
-    Returns:
-        :data:`SKIP` when ``when`` is false; else the environment the step runs in: ``env`` itself, or a
-        copy whose ``args`` is the ``input_transform``'s value.
-
-    Raises:
-        ExpressionError: ``when`` failed or is not a boolean, or ``input_transform`` failed.
-    """
-    if step.when is not None:
-        verdict = step.when.evaluate(env)
-        if not isinstance(verdict, bool):
-            raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
-        if not verdict:
-            return SKIP
-    if step.input_transform is not None:
-        transformed = step.input_transform.evaluate(env)
-        new = dict(env)
-        new["args"] = transformed
-        return new
-    return env
+def invalid_answer(problems: list[Problem], started: float) -> dict[str, Any]:
+    """The answer to a call whose spec (or caller) fails the checks: no step ran."""
+    return {
+        "ok": False,
+        "error": str(SpecError(problems)),
+        "error_code": problems[0].code,
+        "result": None,
+        "steps": {},
+        "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
+        "duration_ms": ms_since(started),
+        "problems": [{"location": p.location, "code": p.code, "message": p.message} for p in problems],
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from time import perf_counter
 from typing import Any
 
 from mcpipe.declared import StepPolicy, StepScope, compile_step
@@ -23,8 +24,7 @@ class Sink:
         async def progress(p: float, total: float | None, message: str | None) -> None:
             self.progress.append((p, total, message))
 
-        extras = {} if progress_token is None else {"progress_token": progress_token}
-        return ToolContext(request_id="r1", log=log, progress=progress, extras=extras)
+        return ToolContext(request_id="r1", log=log, progress=progress, progress_token=progress_token)
 
 
 def env(args: Any = None, steps: dict[str, Any] | None = None, vars: Any = None) -> dict[str, Any]:
@@ -45,6 +45,13 @@ def result_of(output: Any) -> dict[str, Any]:
     return output.result("s", "value", 0.0)
 
 
+async def run_result(step: Any, env: Any, ctx: ToolContext, *, tools: Any = None) -> dict[str, Any]:
+    """Run one leaf step alone, timed, as a step result object (contract section 3, plus ``skipped``)."""
+    t0 = perf_counter()
+    out = await step.execute(env, ctx, tools=tools)
+    return out.result(step.id, step.kind, round((perf_counter() - t0) * 1000, 3))
+
+
 async def run_steps(steps: Any, args: Any, ctx: ToolContext | None = None) -> dict[str, Any]:
     """Run compiled leaf steps in order, as the scheduler would (no parallel or pipe); answer the last
     result, or the first failure."""
@@ -52,7 +59,7 @@ async def run_steps(steps: Any, args: Any, ctx: ToolContext | None = None) -> di
     ctx = ctx or ToolContext()
     last: dict[str, Any] = {}
     for step in steps:
-        last = await step.run_result(e, ctx)
+        last = await run_result(step, e, ctx)
         e["steps"][step.id] = last
         e["last"] = last
         if not last["ok"]:

@@ -9,10 +9,10 @@ import pytest
 
 from mcpipe.declared import (
     CommandPolicy,
-    DeclaredParallel,
-    DeclaredPipe,
-    DeclaredStep,
     HttpPolicy,
+    Leaf,
+    Parallel,
+    Pipe,
     StepPolicy,
     StepScope,
     compile_step,
@@ -205,7 +205,7 @@ def test_a_compiled_step_lists_every_reference_it_makes_with_its_location():
         "pipelines.charge.steps[2]",
         StepScope(policy=POLICY),
     )
-    assert problems == [] and isinstance(step, DeclaredStep)
+    assert problems == [] and isinstance(step, Leaf)
     assert sorted(step.references) == sorted(
         [
             ("pipelines.charge.steps[2].when", "steps.fetch.ok"),
@@ -252,9 +252,9 @@ def test_containers_compile_to_parallel_and_pipe_shapes():
     )
     assert problems == [] and steps is not None
     _, both, sub = steps
-    assert isinstance(both, DeclaredParallel) and [c.id for c in both.children] == ["x", "y"]
+    assert isinstance(both, Parallel) and [c.id for c in both.children] == ["x", "y"]
     assert both.when is not None and both.location == f"{LOC}[1]"
-    assert isinstance(sub, DeclaredPipe) and sub.pipe.steps[0].id == "step1" and sub.pipe.ret is None
+    assert isinstance(sub, Pipe) and sub.pipe.steps[0].id == "step1" and sub.pipe.ret is None
 
 
 def test_nesting_deeper_than_the_limit_is_rejected():

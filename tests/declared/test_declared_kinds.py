@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 import trio
-from declaredkit import Sink, compiled, env, result_of
+from declaredkit import Sink, compiled, env, result_of, run_result
 
 from mcpipe.declared import StepOutput, StepPolicy, StepScope, compile_steps
 from mcpipe.tools._base import ToolContext, ToolResult
@@ -238,7 +238,7 @@ async def test_a_list_of_steps_runs_as_a_pipeline_would_run_it():
     assert problems == [] and steps is not None
     e = env({"n": 2})
     for step in steps:
-        r = await step.run_result(e, CTX)
+        r = await run_result(step, e, CTX)
         assert r["ok"], r
         e["steps"][step.id] = r
         e["last"] = r
@@ -252,7 +252,7 @@ async def test_a_progress_token_is_also_found_in_the_sdk_request_context():
 
     sink = Sink()
     ctx = sink.context()
-    ctx.extras["mcp_context"] = SdkContext()
+    ctx.sdk_context = SdkContext()
     out = await compiled({"kind": "progress", "progress": 1}).execute(env(), ctx)
     assert not out.skipped and sink.progress == [(1, None, None)]
 
@@ -264,7 +264,7 @@ async def test_a_tool_step_without_a_registry_fails_cleanly():
 
 async def test_a_skipped_step_result_is_ok_with_no_error_and_a_null_output():
     step = compiled({"kind": "value", "id": "v", "value": 1, "when": "false"})
-    r = await step.run_result(env(), CTX)
+    r = await run_result(step, env(), CTX)
     assert (r["ok"], r["skipped"], r["error"], r["error_code"], r["output"]) == (True, True, "", None, None)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from mcpipe.declared import ROOTS, CelExpr
-from mcpipe.declared._scan import scan_cel, scan_jsonata
+from mcpipe.expr import scan_cel, scan_jsonata
 
 
 @pytest.mark.parametrize(

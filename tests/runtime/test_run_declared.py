@@ -8,8 +8,9 @@ import pytest
 import trio
 
 from mcpipe import Template
-from mcpipe.compile import CompiledSpec, Limits, PipelinePlan, compile_spec
-from mcpipe.declared import DeclaredStep, StepScope, compile_steps, walk
+from mcpipe.compile import CompiledSpec, Limits, compile_spec
+from mcpipe.declared import StepScope, compile_steps
+from mcpipe.plan import Pipeline
 from mcpipe.runtime import run_compiled, run_pipeline
 
 
@@ -17,10 +18,7 @@ def plan_of(raw: list[dict[str, Any]], tools: Any = None, timeout_ms: float | No
     steps, problems = compile_steps(raw, "steps", StepScope(tools=tools))
     assert problems == [], problems
     assert steps is not None
-    plan = PipelinePlan(Template({}), steps, None, False, timeout_ms, "")  # type: ignore[arg-type]
-    sites = tuple((s.location, s.spec.tool) for s in walk(steps) if isinstance(s, DeclaredStep) and s.kind == "tool")  # type: ignore[attr-defined]
-    leaves = sum(1 for s in walk(steps) if isinstance(s, DeclaredStep))
-    return CompiledSpec(plan, sites, leaves, sum(1 for _ in walk(steps)))
+    return CompiledSpec.of(Pipeline(Template({}), steps, None, False, timeout_ms, ""))
 
 
 async def run(raw: list[dict[str, Any]], registry: Any, **kw: Any) -> dict[str, Any]:

@@ -1,33 +1,28 @@
-"""Declared pipeline steps: the step kinds operators write in the config, compiled once and run per call.
+"""Declared pipelines: the config's ``pipelines:`` as tools, and the front-end that compiles their steps.
 
 Compile a pipeline's steps (the config loader does this once, at load)::
 
     steps, problems = compile_steps(raw_steps, "pipelines.charge.steps", StepScope(policy=policy, tools=registry))
 
-Run a leaf step (the scheduler does this per call)::
-
-    out = await step.execute(env, ctx)          # a StepOutput; failures are outputs, not exceptions
-    result = out.result(step.id, step.kind, ms)  # the contract's step-result object
-
-``parallel`` and ``pipe`` steps compile to :class:`DeclaredParallel` / :class:`DeclaredPipe`, shaped like
-:class:`mcpipe.compile.ParallelStep` / :class:`~mcpipe.compile.PipeStep`; :func:`prelude` applies their
-``when`` and ``input_transform``. See ``docs/declared-pipelines.md`` for every kind.
+The steps are plan nodes (:mod:`mcpipe.plan`): a leaf of some kind (:mod:`mcpipe.kinds`) is a
+:class:`~mcpipe.plan.Leaf`, ``parallel`` and ``pipe`` are :class:`~mcpipe.plan.Parallel` and
+:class:`~mcpipe.plan.Pipe` with their ``when`` and ``input_transform``. Run a leaf alone with
+``await step.execute(env, ctx)`` (a :class:`~mcpipe.results.StepOutput`; failures are outputs); the
+scheduler runs whole plans. See ``docs/declared-pipelines.md`` for every kind.
 """
+
+from typing import Any
 
 from mcpipe.declared._compile import (
     JSONATA_PLUGIN,
-    KINDS,
     CompiledStep,
-    Kind,
     StepScope,
     compile_step,
     compile_steps,
     tool_sites,
     walk,
 )
-from mcpipe.declared._expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
-from mcpipe.declared._kinds import has_progress_token
-from mcpipe.declared._model import KIND_STRUCTS, LOG_LEVELS, StepFields, step_schema
+from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
 from mcpipe.declared._pipelines import (
     CONTENT_TYPES,
     DeclaredPipelines,
@@ -42,18 +37,12 @@ from mcpipe.declared._pipelines import (
     load_pipelines,
     validate_declared,
 )
-from mcpipe.declared._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
 from mcpipe.declared._serving import config_limits, config_problems, declared_source, known_tools
-from mcpipe.declared._step import (
-    SKIP,
-    DeclaredParallel,
-    DeclaredPipe,
-    DeclaredStep,
-    RunFn,
-    StepFailure,
-    StepOutput,
-    prelude,
-)
+from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
+from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
+from mcpipe.kinds.progress import has_progress_token
+from mcpipe.plan import SKIP, Leaf, Parallel, Pipe, prelude
+from mcpipe.results import StepFailure, StepOutput
 
 __all__ = [
     "CONTENT_TYPES",
@@ -66,11 +55,8 @@ __all__ = [
     "CelExpr",
     "CommandPolicy",
     "CompiledStep",
-    "DeclaredParallel",
-    "DeclaredPipe",
     "DeclaredPipelineTool",
     "DeclaredPipelines",
-    "DeclaredStep",
     "ExpressionError",
     "ExpressionSyntaxError",
     "ForbiddenError",
@@ -78,10 +64,12 @@ __all__ = [
     "JsonataExpr",
     "Kind",
     "KnownTools",
+    "Leaf",
     "OutboundConfig",
     "OutboundHttpConfig",
+    "Parallel",
+    "Pipe",
     "PipelineConfig",
-    "RunFn",
     "StepFailure",
     "StepFields",
     "StepOutput",
@@ -104,3 +92,10 @@ __all__ = [
     "validate_declared",
     "walk",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    # Read from the registry when asked, so a kind registered later is there too.
+    if name == "KIND_STRUCTS":
+        return kind_structs()
+    raise AttributeError(f"module 'mcpipe.declared' has no attribute {name!r}")

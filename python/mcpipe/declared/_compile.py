@@ -15,8 +15,6 @@ Both collect every problem (a :class:`mcpipe.Problem` with its full location, e.
 
 from __future__ import annotations
 
-import difflib
-import re
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -24,29 +22,20 @@ from typing import Any
 import msgspec
 import orjson
 
-from mcpipe._describe import json_type, split_msgspec_error
+from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.compile import (
-    PipelinePlan,
-    assign_step_ids,
-    reference_root,
-    referenced_step,
-    referenced_var,
-    step_reference_problem,
-)
-from mcpipe.declared import _command, _http, _kinds
-from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
-from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
-from mcpipe.declared._policy import StepPolicy
-from mcpipe.declared._step import DeclaredParallel, DeclaredPipe, DeclaredStep, RunFn, run_tool
-from mcpipe.errors import Problem, TemplateSyntaxError
-from mcpipe.interaction import _kinds as _ask
+from mcpipe.declared._model import CONTAINERS, PipeFields
+from mcpipe.errors import Problem
+from mcpipe.expr import CelExpr, ExpressionSyntaxError
+from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
+from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
+from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope
+from mcpipe.plan import tool_sites as plan_tool_sites
+from mcpipe.plan import walk as plan_walk
 
 __all__ = [
     "JSONATA_PLUGIN",
-    "KINDS",
     "CompiledStep",
-    "Kind",
     "StepScope",
     "compile_step",
     "compile_steps",
@@ -54,90 +43,23 @@ __all__ = [
     "walk",
 ]
 
-CompiledStep = DeclaredStep | DeclaredParallel | DeclaredPipe
-
-JSONATA_PLUGIN = "dev.mcpipe.transform.jsonata"
-_PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
-
-_STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-_TOOL_PIPE = "mcp_pipe"
-_INDEX = re.compile(r"\[(\d+)\]")
+CompiledStep = Node
 
 
 @dataclass(frozen=True)
-class StepScope:
-    """What a step at some place may see, and what the operator allows.
+class StepScope(Scope):
+    """What a step at some place may see (a :class:`mcpipe.plan.Scope`), and what the operator allows.
 
     Attributes:
-        step_ids: the ids of the step's list by position (so ``{{step2}}`` means the second step).
-        visible: ids of the steps that finish before this one; None: do not check step references here.
-        siblings: ids of parallel siblings (never visible).
-        has_last: whether some step has finished before this one (else ``last`` is rejected).
-        var_names: the names ``vars`` has here; None: unknown (not checked).
         policy: hosts, commands and plugins the operator allows.
         tools: the tool names that exist (a registry works; with ``.call`` it is also how ``tool`` steps
-            call tools unless the executor is given another); None: not checked.
-        depth: how deeply this step is nested in ``parallel``/``pipe`` steps.
+            call tools unless the run gives another); None: not checked.
         max_depth: the deepest nesting allowed.
     """
 
-    step_ids: tuple[str, ...] = ()
-    visible: frozenset[str] | None = None
-    siblings: frozenset[str] = frozenset()
-    has_last: bool = True
-    var_names: frozenset[str] | None = None
     policy: StepPolicy = field(default_factory=StepPolicy)
     tools: Container[str] | None = None
-    depth: int = 0
     max_depth: int = 5
-
-
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """A leaf step kind: its fields, which of them are templates, and its executor.
-
-    Attributes:
-        name: the ``kind`` value.
-        struct: the msgspec Struct of its fields.
-        templates: the fields compiled as templates (resolved into the executor's ``inputs``).
-        run: the executor.
-    """
-
-    name: str
-    struct: type[StepFields]
-    templates: tuple[str, ...]
-    run: RunFn
-
-
-KINDS: dict[str, Kind] = {
-    k.name: k
-    for k in (
-        Kind("tool", KIND_STRUCTS["tool"], ("args",), run_tool),
-        Kind("http", KIND_STRUCTS["http"], ("url", "headers", "query", "body"), _http.run_http),
-        Kind("graphql", KIND_STRUCTS["graphql"], ("url", "variables", "headers"), _http.run_graphql),
-        Kind("command", KIND_STRUCTS["command"], ("args", "env", "cwd", "stdin"), _command.run_command),
-        Kind("mock", KIND_STRUCTS["mock"], (), _kinds.run_mock),
-        Kind("value", KIND_STRUCTS["value"], ("value",), _kinds.run_value),
-        Kind("transform", KIND_STRUCTS["transform"], (), _kinds.run_transform),
-        Kind("cel_gate", KIND_STRUCTS["cel_gate"], (), _kinds.run_cel_gate),
-        Kind("plugin_transform", KIND_STRUCTS["plugin_transform"], (), _kinds.run_plugin_transform),
-        Kind("log", KIND_STRUCTS["log"], ("data",), _kinds.run_log),
-        Kind("progress", KIND_STRUCTS["progress"], ("progress", "total", "message"), _kinds.run_progress),
-        # The kinds that ask the client (mcpipe.interaction): they suspend and resume in 2026-07-28.
-        Kind("elicitation", KIND_STRUCTS["elicitation"], ("message", "requested_schema"), _ask.run_elicitation),
-        Kind(
-            "sampling",
-            KIND_STRUCTS["sampling"],
-            ("messages", "system_prompt", "max_tokens", "model_preferences", "temperature"),
-            _ask.run_sampling,
-        ),
-        Kind("roots_list", KIND_STRUCTS["roots_list"], (), _ask.run_roots_list),
-        Kind("gather", KIND_STRUCTS["gather"], ("inputs",), _ask.run_gather),
-    )
-}
-"""The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""
-
-ALL_KINDS = (*KINDS, "parallel", "pipe")
 
 
 def compile_step(
@@ -154,9 +76,10 @@ def compile_step(
     Returns:
         The compiled step (None when there are problems) and every problem found.
     """
-    c = _Compiler()
-    step = c.step(raw, location, default_id, scope or StepScope())
-    return (None if c.problems else step), c.sorted_problems()
+    scope = scope or StepScope()
+    c = _Compiler(scope)
+    step = c.step(raw, location, default_id, scope)
+    return (None if c.check.problems else step), c.check.sorted_problems()
 
 
 def compile_steps(
@@ -172,40 +95,36 @@ def compile_steps(
     Returns:
         The compiled steps (None when there are problems) and every problem found.
     """
-    c = _Compiler()
     base = scope or StepScope()
+    c = _Compiler(base)
     steps = c.steps_of(raw, location, replace(base, visible=frozenset(), siblings=frozenset(), has_last=False))
-    return (None if c.problems else steps), c.sorted_problems()
+    return (None if c.check.problems else steps), c.check.sorted_problems()
 
 
 def walk(steps: Iterable[CompiledStep]) -> Iterator[CompiledStep]:
     """Every compiled step, containers first, then their children (parallel children, nested pipe steps)."""
-    for step in steps:
-        yield step
-        if isinstance(step, DeclaredParallel):
-            yield from walk(step.children)
-        elif isinstance(step, DeclaredPipe):
-            yield from walk(step.pipe.steps)  # type: ignore[arg-type]
+    return plan_walk(steps)
 
 
 def tool_sites(steps: Iterable[CompiledStep]) -> list[tuple[str, str]]:
     """``(location, tool name)`` of every ``tool`` step, nested ones included: for the per-caller
     permission check and for finding cycles between declared pipelines that call each other."""
-    return [(s.location, s.spec.tool) for s in walk(steps) if isinstance(s, DeclaredStep) and s.kind == "tool"]  # type: ignore[attr-defined]
+    return list(plan_tool_sites(steps))
 
 
 class _Compiler:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
+    """The declared front-end: steps written ``{kind: ..., <fields>}`` into plan nodes, checked by the
+    shared :class:`~mcpipe.plan.Checker`; every leaf kind comes from the registry."""
 
-    def problem(self, location: str, message: str, code: str = "INVALID_SPEC") -> None:
-        self.problems.append(Problem(location, code, message))
+    def __init__(self, scope: StepScope) -> None:
+        # Ids are checked against the pattern by the step models, with their own message; expressions
+        # may index `steps` dynamically, so a `steps` reference that names no step is not an error.
+        self.check = Checker(max_depth=scope.max_depth, strict_steps=False, check_ids=False)
+        self.problem = self.check.problem
 
-    def sorted_problems(self) -> list[Problem]:
-        # Natural order of locations (steps[2] before steps[10]); the sort is stable within a location.
-        return sorted(
-            self.problems, key=lambda p: tuple(int(x) if x.isdigit() else x for x in _INDEX.split(p.location))
-        )
+    @property
+    def problems(self) -> list[Problem]:
+        return self.check.problems
 
     # --- lists ---
 
@@ -213,7 +132,7 @@ class _Compiler:
         if not isinstance(raw, list) or not raw:
             self.problem(loc, f"steps must be a non-empty array, got {json_type(raw)}")
             return None
-        ids = self.assign_ids(raw, loc)
+        ids = self.check.assign_ids(raw, loc)
         out: list[CompiledStep] = []
         ok = True
         for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
@@ -224,10 +143,6 @@ class _Compiler:
                 out.append(step)
         return tuple(out) if ok else None
 
-    def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
-        # Ids are checked against the pattern by the step models, with their own message.
-        return assign_step_ids(raw, loc, self.problem, check_pattern=False)
-
     # --- one step ---
 
     def step(self, raw: Any, loc: str, sid: str, scope: StepScope) -> CompiledStep | None:
@@ -235,35 +150,63 @@ class _Compiler:
             self.problem(loc, f"a step must be an object, got {json_type(raw)}")
             return None
         kind = raw.get("kind")
-        if not isinstance(kind, str) or kind not in ALL_KINDS:
+        names = (*KINDS, *RESERVED_KINDS)
+        if not isinstance(kind, str) or kind not in names:
             if kind is None:
                 self.problem(f"{loc}.kind", "missing field `kind`")
             else:
-                hint = _did_you_mean(kind, ALL_KINDS) if isinstance(kind, str) else ""
+                hint = did_you_mean(kind, names) if isinstance(kind, str) else ""
                 self.problem(
                     f"{loc}.kind",
-                    f"unknown kind {orjson.dumps(kind).decode()}{hint} (kinds: {', '.join(ALL_KINDS)})",
+                    f"unknown kind {orjson.dumps(kind).decode()}{hint} (kinds: {', '.join(names)})",
                 )
             return None
-        spec = self.decode(raw, kind, loc)
+        k = KINDS.get(kind)
+        spec = self.decode(raw, kind, k, loc)
         # The common fields are compiled even when the kind's fields have problems: all found at once.
         refs: list[tuple[str, str]] = []
         when = self.cel(raw.get("when"), f"{loc}.when", scope, refs)
         transform = self.cel(raw.get("input_transform"), f"{loc}.input_transform", scope, refs)
         sid = spec.id if spec is not None and spec.id is not None else sid
-        if kind == "parallel":
-            return self.parallel(raw, spec, loc, sid, scope, when, transform, refs)
-        if kind == "pipe":
+        if k is None:
+            if kind == "parallel":
+                return self.parallel(raw, spec, loc, sid, scope, when, transform, refs)
             return self.pipe(raw, spec, loc, sid, scope, when, transform, refs)
-        k = KINDS[kind]
+        return self.leaf(k, raw, spec, loc, sid, scope, when, transform, refs)
+
+    def leaf(
+        self,
+        k: Kind[Any, Any],
+        raw: Mapping[str, Any],
+        spec: Any,
+        loc: str,
+        sid: str,
+        scope: StepScope,
+        when: CelExpr | None,
+        transform: CelExpr | None,
+        refs: list[tuple[str, str]],
+    ) -> Leaf[Any, Any] | None:
         templates: list[tuple[str, Template]] = []
         for name in k.templates:
             if name in raw:
-                t = self.template(raw[name], f"{loc}.{name}", scope, refs)
+                t = self.check.template(raw[name], f"{loc}.{name}", scope, refs)
                 if t is not None:
                     templates.append((name, t))
-        plan = self.plan(kind, raw, spec, loc, scope, refs, dict(templates))
-        if spec is None or plan is _BAD:
+
+        def mentions(expr: Any, where: str) -> None:
+            for m in expr.mentions:
+                ref = m.normalized()
+                refs.append((where, ref))
+                self.check.check_reference(where, ref, scope)
+
+        b = Build(raw, spec, loc, scope.policy, scope.tools, dict(templates), self.problem, mentions)
+        built = None
+        try:
+            if k.build is not None:
+                built = k.build(b)
+        except BuildFailed:
+            pass
+        if spec is None or b.failed:
             return None
         # Fields absent from the step resolve to their defaults, so runners can index `inputs` directly.
         present = {name for name, _ in templates}
@@ -271,39 +214,37 @@ class _Compiler:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
         timeout = spec.timeout_ms
-        if timeout is None:
-            # Steps that wait on the outside world get the operator's default deadline.
-            if kind in ("http", "graphql"):
-                timeout = scope.policy.http.timeout_ms
-            elif kind == "command":
-                timeout = scope.policy.command.timeout_ms
-        return DeclaredStep(
+        if timeout is None and k.default_timeout is not None:
+            timeout = k.default_timeout(scope.policy)
+        return Leaf(
             sid,
-            kind,
             loc,
-            spec,
-            tuple(templates),
-            when,
-            transform,
+            k.name,
             timeout,
-            plan,
-            tuple(refs),
+            spec,
+            built,
+            tuple(templates),
             k.run,
+            tool=k.tool_name(spec) if k.tool_name is not None else None,
+            when=when,
+            input_transform=transform,
+            references=tuple(refs),
+            skippable=True,
         )
 
-    def decode(self, raw: Mapping[str, Any], kind: str, loc: str) -> Any:
-        struct = KIND_STRUCTS[kind]
+    def decode(self, raw: Mapping[str, Any], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
+        struct = k.fields if k is not None else CONTAINERS[kind]
         known = frozenset(struct.__struct_encode_fields__) | {"kind"}
-        unknown = [k for k in raw if k not in known]
+        unknown = [f for f in raw if f not in known]
         for name in unknown:
-            self.problem(f"{loc}.{name}", f"unknown field `{name}` for kind `{kind}`{_did_you_mean(name, known)}")
-        clean = {k: v for k, v in raw.items() if k in known}
+            self.problem(f"{loc}.{name}", f"unknown field `{name}` for kind `{kind}`{did_you_mean(name, known)}")
+        clean = {f: v for f, v in raw.items() if f in known}
         sid = clean.get("id")
-        if isinstance(sid, str) and not _STEP_ID.fullmatch(sid):
+        if isinstance(sid, str) and not STEP_ID.fullmatch(sid):
             self.problem(f"{loc}.id", f"invalid id '{sid}': ids match [A-Za-z_][A-Za-z0-9_-]*")
             del clean["id"]
-        if kind == "http" and isinstance(clean.get("method"), str):
-            clean["method"] = clean["method"].upper()
+        if k is not None and k.prepare is not None:
+            k.prepare(clean)
         try:
             return msgspec.convert(clean, struct)
         except msgspec.ValidationError as e:
@@ -311,15 +252,7 @@ class _Compiler:
             return None
 
     def template(self, value: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
-        try:
-            t = Template(value, step_ids=scope.step_ids, location=loc)
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
-            return None
-        for site, ref in t.reference_sites:
-            refs.append((site, ref))
-            self.check_reference(site, ref, scope)
-        return t
+        return self.check.template(value, loc, scope, refs)
 
     def cel(self, source: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> CelExpr | None:
         if source is None:
@@ -334,136 +267,8 @@ class _Compiler:
         for m in expr.mentions:
             ref = m.normalized()
             refs.append((loc, ref))
-            self.check_reference(loc, ref, scope)
+            self.check.check_reference(loc, ref, scope)
         return expr
-
-    def check_reference(self, site: str, ref: str, scope: StepScope) -> None:
-        name = reference_root(ref)
-        if name == "steps":
-            if scope.visible is None:
-                return
-            step = referenced_step(ref)
-            if step is None:
-                return  # `steps` as a whole, or a dynamic access: nothing to check statically
-            problem = step_reference_problem(step, scope.visible, scope.siblings, scope.step_ids)
-            if problem is not None:
-                self.problem(site, problem)
-        elif name == "last":
-            if scope.visible is not None and not scope.has_last:
-                self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
-        elif name == "vars" and scope.var_names is not None:
-            key = referenced_var(ref)
-            if key is not None and key not in scope.var_names:
-                self.problem(site, f"reference `{ref}`: no var named '{key}'")
-
-    # --- what each kind compiles beyond its templates ---
-
-    def plan(
-        self,
-        kind: str,
-        raw: Mapping[str, Any],
-        spec: Any,
-        loc: str,
-        scope: StepScope,
-        refs: list[tuple[str, str]],
-        templates: dict[str, Template],
-    ) -> Any:
-        policy = scope.policy
-        if kind in ("transform", "cel_gate"):
-            expr = self.cel(raw.get("expression"), f"{loc}.expression", scope, refs)
-            return expr if expr is not None else _BAD
-        if kind == "plugin_transform":
-            return self.plugin(raw, loc, scope, refs)
-        if kind in ("http", "graphql"):
-            self.static_url(templates.get("url"), f"{loc}.url", policy)
-            return policy.http
-        if kind == "command":
-            name = raw.get("command")
-            if not isinstance(name, str):
-                return _BAD
-            argv = policy.command.argv(name)
-            if argv is None:
-                allowed = ", ".join(sorted(policy.command.commands)) or "none are configured"
-                self.problem(f"{loc}.command", f"command '{name}' is not allowed (allowed: {allowed})", "FORBIDDEN")
-                return _BAD
-            if not argv or not argv[0]:
-                self.problem(f"{loc}.command", f"command '{name}' has an empty executable in the config")
-                return _BAD
-            return _command.CommandPlan(argv, policy.command)
-        if kind == "mock":
-            return Template({"$literal": raw.get("response")})
-        if kind == "tool":
-            name = raw.get("tool")
-            if isinstance(name, str):
-                if name == _TOOL_PIPE:
-                    self.problem(f"{loc}.tool", f"`{_TOOL_PIPE}` cannot be called as a tool; use a `pipe` step")
-                    return _BAD
-                if scope.tools is not None and name not in scope.tools:
-                    self.problem(f"{loc}.tool", f"unknown tool '{name}'", "UNKNOWN_TOOL")
-                    return _BAD
-            return scope.tools if hasattr(scope.tools, "call") else None
-        return None
-
-    def plugin(self, raw: Mapping[str, Any], loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Any:
-        name = raw.get("plugin")
-        if not isinstance(name, str):
-            return _BAD
-        config = raw.get("config")
-        custom = scope.policy.plugins.get(name)
-        if custom is not None:
-            return self.custom_plugin(custom, name, config, loc)
-        if _PLUGIN_ALIASES.get(name) != JSONATA_PLUGIN:
-            known = ", ".join(sorted({*_PLUGIN_ALIASES, *scope.policy.plugins}))
-            self.problem(f"{loc}.plugin", f"unknown plugin '{name}'{_did_you_mean(name, _PLUGIN_ALIASES)} ({known})")
-            return _BAD
-        if not isinstance(config, Mapping):
-            self.problem(f"{loc}.config", "the JSONata plugin needs `config: {expression: ...}`")
-            return _BAD
-        extra = [k for k in config if k != "expression"]
-        for k in extra:
-            self.problem(f"{loc}.config.{k}", f"unknown field `{k}` for the JSONata plugin (it takes `expression`)")
-        source = config.get("expression")
-        if not isinstance(source, str):
-            self.problem(f"{loc}.config.expression", f"expected a JSONata expression string, got {json_type(source)}")
-            return _BAD
-        try:
-            expr = JsonataExpr.compile(source, max_ms=scope.policy.expression_max_ms)
-        except ExpressionSyntaxError as e:
-            self.problem(f"{loc}.config.expression", f"invalid JSONata: {e.reason}")
-            return _BAD
-        for m in expr.mentions:
-            ref = m.normalized()
-            refs.append((f"{loc}.config.expression", ref))
-            self.check_reference(f"{loc}.config.expression", ref, scope)
-        return _BAD if extra else expr
-
-    def custom_plugin(self, plugin: Any, name: str, config: Any, loc: str) -> Any:
-        """An operator's plugin: ``plugin.compile(config)`` answers an object with ``evaluate(env)``."""
-        try:
-            return plugin.compile(config)
-        except (ValueError, TypeError) as e:
-            self.problem(f"{loc}.config", f"plugin '{name}': {e}")
-            return _BAD
-
-    def static_url(self, url: Template | None, loc: str, policy: StepPolicy) -> None:
-        """A URL without placeholders is checked against the allowlist at load, not at the first call."""
-        if url is None or url.reference_sites:
-            return
-        value = url.resolve({})
-        if not isinstance(value, str):
-            self.problem(loc, f"`url` must be a string, got {json_type(value)}")
-            return
-        import httpx2
-
-        try:
-            parsed = httpx2.URL(value)
-        except httpx2.InvalidURL as e:
-            self.problem(loc, f"invalid URL: {e}")
-            return
-        if parsed.scheme not in ("http", "https"):
-            self.problem(loc, f"scheme '{parsed.scheme}' is not allowed (only http and https)", "FORBIDDEN")
-        elif not policy.http.host_allowed(parsed.host):
-            self.problem(loc, f"host '{parsed.host}' is not in the allowed hosts", "FORBIDDEN")
 
     # --- containers ---
 
@@ -477,8 +282,8 @@ class _Compiler:
         when: CelExpr | None,
         transform: CelExpr | None,
         refs: list[tuple[str, str]],
-    ) -> DeclaredParallel | None:
-        if not self.deep_enough(loc, scope):
+    ) -> Parallel | None:
+        if not self.check.deep_enough(loc, scope.depth):
             return None
         children = raw.get("steps")
         if not isinstance(children, list) or not children:
@@ -486,7 +291,7 @@ class _Compiler:
                 self.problem(f"{loc}.steps", "steps must be a non-empty array")
             return None
         child_loc = f"{loc}.steps"
-        child_ids = self.assign_ids(children, child_loc)
+        child_ids = self.check.assign_ids(children, child_loc)
         visible = scope.visible
         # A child sees what the group's list sees, never its siblings (unless one shares an id with an
         # earlier step of that list, which is then the one it means).
@@ -501,7 +306,7 @@ class _Compiler:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return DeclaredParallel(sid, loc, tuple(out), spec.timeout_ms, when, transform, tuple(refs))
+        return Parallel(sid, loc, tuple(out), spec.timeout_ms, when, transform, tuple(refs), skippable=True)
 
     def pipe(
         self,
@@ -513,8 +318,8 @@ class _Compiler:
         when: CelExpr | None,
         transform: CelExpr | None,
         refs: list[tuple[str, str]],
-    ) -> DeclaredPipe | None:
-        if not self.deep_enough(loc, scope):
+    ) -> Pipe | None:
+        if not self.check.deep_enough(loc, scope.depth):
             return None
         # The nested `vars` are resolved in the parent's environment; the rest sees only the nested list.
         raw_vars = raw.get("vars", {})
@@ -539,30 +344,10 @@ class _Compiler:
                 return None
         if spec is None or steps is None or vars_t is None:
             return None
-        plan = PipelinePlan(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, f"{loc}")  # type: ignore[arg-type]
-        return DeclaredPipe(sid, loc, plan, spec.timeout_ms, when, transform, tuple(refs))
-
-    def deep_enough(self, loc: str, scope: StepScope) -> bool:
-        if scope.depth + 1 > scope.max_depth:
-            self.problem(
-                loc, f"nesting is {scope.depth + 1} levels deep here; the limit is {scope.max_depth}", "LIMIT_EXCEEDED"
-            )
-            return False
-        return True
-
-
-_BAD: Any = object()
-
-
-def _problem_order(p: Problem) -> tuple[Any, ...]:
-    return tuple(int(x) if x.isdigit() else x for x in _INDEX.split(p.location))
+        plan = Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
+        return Pipe(sid, loc, plan, spec.timeout_ms, when, transform, tuple(refs), skippable=True)
 
 
 def _default(spec: Any, name: str) -> Any:
     value = getattr(spec, name)
     return None if value is msgspec.UNSET else value
-
-
-def _did_you_mean(name: str, known: Any) -> str:
-    close = difflib.get_close_matches(str(name), sorted(known), n=1)
-    return f" (did you mean `{close[0]}`?)" if close else ""

@@ -20,7 +20,6 @@ The server wires it in a few lines (see ``docs/declared-pipelines.md``, "Serving
 from __future__ import annotations
 
 import binascii
-import difflib
 import re
 from collections.abc import Container, Iterable, Iterator, Mapping
 from typing import Annotated, Any
@@ -30,14 +29,15 @@ import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
-from mcpipe._describe import json_type, split_msgspec_error
+from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.compile import DEFAULT_LIMITS, CompiledSpec, Limits, PipelinePlan
-from mcpipe.declared._compile import StepScope, _Compiler, compile_steps, walk
+from mcpipe._util import PIPE_TOOL
+from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
 from mcpipe.declared._fastschema import compile_fast
-from mcpipe.declared._policy import CommandPolicy, HttpPolicy, StepPolicy
-from mcpipe.declared._step import DeclaredStep
-from mcpipe.errors import Problem
+from mcpipe.errors import ErrorCode, Problem
+from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, problem_order, walk
+from mcpipe.runtime import run_compiled
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
@@ -55,8 +55,6 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_PIPE_TOOL = "mcp_pipe"
-_INDEX = re.compile(r"\[(\d+)\]")
 _MiB = 1024 * 1024
 
 CONTENT_TYPES = ("text", "image", "audio", "resource", "resource_link")
@@ -272,8 +270,6 @@ class DeclaredPipelineTool:
         registry = self.registry
         if registry is None:
             return ToolResult.error(f"TOOL_FAILED: declared pipeline '{self.name}' is not bound to a tool registry")
-        from mcpipe.runtime import run_compiled
-
         # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
         # (if a step called it) stays known, so a run that asks the client keys its steps under it.
         run_ctx = ctx.for_step(None, ctx.step)
@@ -377,10 +373,14 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
         where = f"{location}.commands.{name}"
         argv = [target] if isinstance(target, str) else target
         if not argv or not argv[0]:
-            problems.append(Problem(where, "INVALID_SPEC", "a command needs an executable (a path, or an argv list)"))
+            problems.append(
+                Problem(where, ErrorCode.INVALID_SPEC, "a command needs an executable (a path, or an argv list)")
+            )
     for i, host in enumerate(section.http.allowed_hosts):
         if not host.strip():
-            problems.append(Problem(f"{location}.http.allowed_hosts[{i}]", "INVALID_SPEC", "an empty host pattern"))
+            problems.append(
+                Problem(f"{location}.http.allowed_hosts[{i}]", ErrorCode.INVALID_SPEC, "an empty host pattern")
+            )
     return (section.policy() if not problems else StepPolicy()), problems
 
 
@@ -414,7 +414,9 @@ def load_pipelines(
         return [], []
     if not isinstance(raw_entries, list):
         problems.append(
-            Problem(location_prefix, "INVALID_SPEC", f"expected a list of pipelines, got {json_type(raw_entries)}")
+            Problem(
+                location_prefix, ErrorCode.INVALID_SPEC, f"expected a list of pipelines, got {json_type(raw_entries)}"
+            )
         )
         return [], problems
     # Names first: every entry's location uses its name, and tool steps may call any pipeline.
@@ -428,7 +430,7 @@ def load_pipelines(
                 problems.append(
                     Problem(
                         f"{loc}.name",
-                        "INVALID_SPEC",
+                        ErrorCode.INVALID_SPEC,
                         f"duplicate pipeline name '{name}' (also {location_prefix}.{name})",
                     )
                 )
@@ -437,12 +439,12 @@ def load_pipelines(
                 loc = f"{location_prefix}.{name}"
         elif isinstance(entry, Mapping):
             if name is None:
-                problems.append(Problem(f"{loc}.name", "INVALID_SPEC", "missing field `name`"))
+                problems.append(Problem(f"{loc}.name", ErrorCode.INVALID_SPEC, "missing field `name`"))
             else:
                 problems.append(
                     Problem(
                         f"{loc}.name",
-                        "INVALID_SPEC",
+                        ErrorCode.INVALID_SPEC,
                         f"invalid tool name {_json(name)} (letters, digits, `_`, `-`, `.`; 1-128)",
                     )
                 )
@@ -511,21 +513,21 @@ def _load_entry(
     problems: list[Problem],
 ) -> DeclaredPipelineTool | None:
     if not isinstance(raw, Mapping):
-        problems.append(Problem(loc, "INVALID_SPEC", f"a pipeline must be an object, got {json_type(raw)}"))
+        problems.append(Problem(loc, ErrorCode.INVALID_SPEC, f"a pipeline must be an object, got {json_type(raw)}"))
         return None
     entry = _decode(raw, PipelineConfig, loc, "a pipeline", problems, skip=("steps", "name"))
     name = raw.get("name")
     if isinstance(name, str) and _NAME.fullmatch(name):
-        if name == _PIPE_TOOL:
-            problems.append(Problem(f"{loc}.name", "INVALID_SPEC", f"`{_PIPE_TOOL}` is the server's own tool"))
+        if name == PIPE_TOOL:
+            problems.append(Problem(f"{loc}.name", ErrorCode.INVALID_SPEC, f"`{PIPE_TOOL}` is the server's own tool"))
         elif others is not None and name in others:
-            problems.append(Problem(f"{loc}.name", "INVALID_SPEC", f"a tool named '{name}' already exists"))
+            problems.append(Problem(f"{loc}.name", ErrorCode.INVALID_SPEC, f"a tool named '{name}' already exists"))
     schema_ok = _check_schema(raw.get("input_schema"), f"{loc}.input_schema", problems, need_object=True)
     if raw.get("output_schema") is not None:
         schema_ok = _check_schema(raw.get("output_schema"), f"{loc}.output_schema", problems) and schema_ok
     scope = StepScope(policy=policy, tools=known, max_depth=limits.max_depth)
     if "steps" not in raw:
-        problems.append(Problem(f"{loc}.steps", "INVALID_SPEC", "missing field `steps`"))
+        problems.append(Problem(f"{loc}.steps", ErrorCode.INVALID_SPEC, "missing field `steps`"))
         return None
     steps, step_problems = compile_steps(raw["steps"], f"{loc}.steps", scope)
     problems.extend(step_problems)
@@ -536,15 +538,15 @@ def _load_entry(
     if count > limits.max_steps:
         problems.append(
             Problem(
-                f"{loc}.steps", "LIMIT_EXCEEDED", f"the pipeline has {count} steps; the limit is {limits.max_steps}"
+                f"{loc}.steps",
+                ErrorCode.LIMIT_EXCEEDED,
+                f"the pipeline has {count} steps; the limit is {limits.max_steps}",
             )
         )
     if entry is None or ret is None or not schema_ok:
         return None
-    plan = PipelinePlan(Template({}), steps, ret, False, entry.timeout_ms, loc)  # type: ignore[arg-type]
-    sites = tuple((s.location, s.spec.tool) for s in walk(steps) if isinstance(s, DeclaredStep) and s.kind == "tool")  # type: ignore[attr-defined]
-    leaves = sum(1 for s in walk(steps) if isinstance(s, DeclaredStep))
-    return DeclaredPipelineTool(entry, CompiledSpec(plan, sites, leaves, count), loc, limits)
+    plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
+    return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
 
 
 def _raw_ids(raw: Any) -> tuple[str, ...]:
@@ -564,7 +566,7 @@ def _answer_template(
     """One template for the answer: ``{"output": <output or last.output>, "content": <content>}``, compiled
     where every step has finished (so any step, ``last``, ``args`` and ``context`` may be read)."""
     scope = StepScope(step_ids=ids, visible=frozenset(ids), has_last=True, var_names=frozenset())
-    c = _Compiler()
+    c = _Compiler(scope)
     output = raw.get("output", {"$ref": "last.output"})
     out_t = c.template(output, f"{loc}.output", scope, [])
     content_t = None
@@ -607,7 +609,7 @@ def _check_static_content(value: Any, loc: str, c: _Compiler) -> None:
         if kind not in _BLOCK_FIELDS:
             c.problem(
                 f"{where}.type",
-                f"unknown content type '{kind}'{_did_you_mean(kind, CONTENT_TYPES)} ({', '.join(CONTENT_TYPES)})",
+                f"unknown content type '{kind}'{did_you_mean(kind, CONTENT_TYPES)} ({', '.join(CONTENT_TYPES)})",
             )
             continue
         required, optional = _BLOCK_FIELDS[kind]
@@ -703,11 +705,15 @@ def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object
     cls = validator_for(schema, default=Draft202012Validator)
     ok = True
     for e in sorted(cls(cls.META_SCHEMA).iter_errors(schema), key=lambda e: list(map(str, e.absolute_path))):
-        problems.append(Problem(_path(loc, e.absolute_path), "INVALID_SPEC", f"not a valid JSON Schema: {e.message}"))
+        problems.append(
+            Problem(_path(loc, e.absolute_path), ErrorCode.INVALID_SPEC, f"not a valid JSON Schema: {e.message}")
+        )
         ok = False
     if ok and need_object and schema.get("type") != "object":
         problems.append(
-            Problem(f"{loc}.type", "INVALID_SPEC", "an input schema describes the arguments object: `type: object`")
+            Problem(
+                f"{loc}.type", ErrorCode.INVALID_SPEC, "an input schema describes the arguments object: `type: object`"
+            )
         )
         ok = False
     return ok
@@ -744,7 +750,7 @@ def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int])
                 problems.append(
                     Problem(
                         f"{where}.tool",
-                        "INVALID_SPEC",
+                        ErrorCode.INVALID_SPEC,
                         f"calling '{callee}' makes a cycle ({cycle}): declared pipelines cannot call themselves",
                     )
                 )
@@ -789,7 +795,7 @@ def _decode(
         problems tell whether anything was dropped.
     """
     if not isinstance(raw, Mapping):
-        problems.append(Problem(loc, "INVALID_SPEC", f"{what} must be an object, got {json_type(raw)}"))
+        problems.append(Problem(loc, ErrorCode.INVALID_SPEC, f"{what} must be an object, got {json_type(raw)}"))
         return None
     known = frozenset(struct.__struct_encode_fields__)
     clean: dict[str, Any] = {}
@@ -797,7 +803,9 @@ def _decode(
         if k in known:
             clean[k] = v
         else:
-            problems.append(Problem(f"{loc}.{k}", "INVALID_SPEC", f"unknown field `{k}`{_did_you_mean(str(k), known)}"))
+            problems.append(
+                Problem(f"{loc}.{k}", ErrorCode.INVALID_SPEC, f"unknown field `{k}`{did_you_mean(str(k), known)}")
+            )
     # msgspec stops at the first error: drop the field it names and go on, so every field is reported.
     while True:
         try:
@@ -806,7 +814,7 @@ def _decode(
             where, message = split_msgspec_error(str(e), loc)
             field = where[len(loc) + 1 :].split(".", 1)[0].split("[", 1)[0] if where.startswith(f"{loc}.") else ""
             if field not in skip and not (where == loc and any(f"`{s}`" in message for s in skip)):
-                problems.append(Problem(where, "INVALID_SPEC", message))
+                problems.append(Problem(where, ErrorCode.INVALID_SPEC, message))
             if not field or field not in clean:
                 return None
             del clean[field]
@@ -828,7 +836,7 @@ def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any
                 tail = where[len(loc) :].lstrip(".")
                 name = re.split(r"[.\[]", tail, maxsplit=1)[0]
                 order = fields[entry].index(name) if name in fields[entry] else -1
-                return (entry, order, tuple(int(x) if x.isdigit() else x for x in _INDEX.split(tail)))
+                return (entry, order, problem_order(Problem(tail, "", "")))
         return (-1, -1, (where,))
 
     return sorted(problems, key=key)
@@ -846,8 +854,3 @@ def _json(v: Any) -> str:
         return orjson.dumps(v).decode()
     except TypeError:
         return repr(v)
-
-
-def _did_you_mean(name: str, known: Any) -> str:
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    return f" (did you mean `{close[0]}`?)" if close else ""

@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcpipe.compile import Limits
 from mcpipe.declared._pipelines import DeclaredPipelines, KnownTools, load_declared
-from mcpipe.errors import Problem
+from mcpipe.errors import ConfigError, Problem
+from mcpipe.plan import Limits
+from mcpipe.tools.builtin import BUILTIN_NAMES
 
 __all__ = ["config_limits", "config_problems", "declared_source", "known_tools"]
 
@@ -53,8 +54,6 @@ def known_tools(config: Any, sources: Sequence[Any] | None = None) -> KnownTools
         return KnownTools.of(sources, _prefixes(config))
     if getattr(config, "python_tools", None):
         return None
-    from mcpipe.tools.builtin import BUILTIN_NAMES
-
     builtins = getattr(config, "builtins", True)
     names = frozenset(BUILTIN_NAMES if builtins is True else builtins or ())
     return KnownTools(names, _prefixes(config))
@@ -79,7 +78,7 @@ def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
     Put it among the gateway's sources, then call ``bind(gateway)`` on it.
 
     Raises:
-        mcpipe.config.ConfigError: listing every problem (the server must not start).
+        mcpipe.errors.ConfigError: listing every problem (the server must not start).
     """
     declared, problems = load_declared(
         getattr(config, "pipelines", None) or [],
@@ -88,7 +87,5 @@ def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
         limits=config_limits(config),
     )
     if problems:
-        from mcpipe.config import ConfigError
-
         raise ConfigError(problems)
     return declared

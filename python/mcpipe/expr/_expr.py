@@ -20,7 +20,8 @@ import cel
 import cel.stdlib
 import jsonata
 
-from mcpipe.declared._scan import Mention, scan_cel, scan_jsonata
+from mcpipe.errors import ExpressionError
+from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
 
 __all__ = ["ROOTS", "CelExpr", "ExpressionError", "JsonataExpr", "to_json_value"]
 
@@ -35,19 +36,6 @@ _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets",
 _EXTENSIONS: dict[str, Any] = {name: fn for lib in cel.stdlib.EXTENSIONS.values() for name, fn in lib.items()}
 
 _CEL_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
-
-
-class ExpressionError(Exception):
-    """An expression that failed while evaluating.
-
-    Attributes:
-        missing: True when it failed because a value was absent (an unknown key, an undefined variable):
-            the step fails with ``INTERPOLATION_FAILED`` then, else with ``TOOL_FAILED``.
-    """
-
-    def __init__(self, message: str, *, missing: bool = False) -> None:
-        super().__init__(message)
-        self.missing = missing
 
 
 class ExpressionSyntaxError(ValueError):

@@ -5,13 +5,11 @@ See ``docs/interaction.md``. The pieces:
 - :class:`Interaction` (per call) asks: over the session in 2025-11-25, by suspending in 2026-07-28;
 - :class:`Interactions` (per server) turns a suspension into an input-required result and resumes a retry;
 - :class:`StateSealer` seals the suspended state (AES-256-GCM, bound to call, principal, expiry, one use);
-- :class:`PipelineStore` / :class:`InMemoryPipelineStore` keep large states and used-state claims;
-- the ``ask_user``/``sample``/``list_roots`` tools, and the declared kinds (registered by
-  :mod:`mcpipe.declared`).
+- the store (:mod:`mcpipe.store`) keeps large states and used-state claims;
+- the ``ask_user``/``sample``/``list_roots`` tools; the asking step kinds are in :mod:`mcpipe.kinds`.
 """
 
 from mcpipe.interaction._core import (
-    INTERACTION_KEY,
     SKIPPED,
     AskFailed,
     CapabilityMissing,
@@ -21,11 +19,10 @@ from mcpipe.interaction._core import (
 )
 from mcpipe.interaction._serve import Interactions, sdk_call
 from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
 from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, interaction_tools
+from mcpipe.store import InMemoryPipelineStore, PipelineStore
 
 __all__ = [
-    "INTERACTION_KEY",
     "INTERACTION_TOOL_NAMES",
     "SKIPPED",
     "STATE_KEY_ENV",

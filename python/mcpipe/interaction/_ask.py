@@ -1,8 +1,6 @@
-"""The asking step kinds of declared pipelines (``elicitation``, ``sampling``, ``roots_list``, ``gather``)
-and the shared request builders the ``ask_user``/``sample``/``list_roots`` tools use too.
-
-Executors have the declared signature ``run(step, inputs, env, ctx) -> StepOutput``. This module imports
-nothing of :mod:`mcpipe.declared` at load time: the declared compiler imports it to register the kinds.
+"""Building the questions a pipeline asks its client (elicitation, sampling, roots) and reading the
+answers: shared by the asking step kinds (:mod:`mcpipe.kinds`) and the ``ask_user``/``sample``/
+``list_roots`` tools.
 """
 
 from __future__ import annotations
@@ -14,12 +12,13 @@ from mcpipe.interaction._core import SKIPPED, AskFailed, interaction_of
 from mcpipe.tools._base import ToolContext
 
 __all__ = [
+    "GATHER_KINDS",
+    "OUTPUT_OF",
+    "BadInput",
+    "ask_one",
     "elicitation_output",
     "elicitation_params",
-    "run_elicitation",
-    "run_gather",
-    "run_roots_list",
-    "run_sampling",
+    "question",
     "sampling_output",
     "sampling_params",
 ]
@@ -140,79 +139,6 @@ async def ask_one(kind: str, params: dict[str, Any] | None, ctx: ToolContext, fa
         raise AskFailed("there is no MCP client to ask (this call was not made over MCP)")
     answer = await ix.ask(ix.key(ctx, fallback), kind, params, skip=skip)
     return None if answer is SKIPPED else OUTPUT_OF[kind](answer)
-
-
-# --- the declared step kinds ---
-
-
-def _fail(e: Exception) -> Exception:
-    from mcpipe.declared._step import StepFailure
-
-    return StepFailure(str(e), "TOOL_FAILED")
-
-
-async def _run_one(step: Any, kind: str, params: dict[str, Any] | None, ctx: ToolContext) -> Any:
-    from mcpipe.declared._step import StepOutput
-
-    try:
-        out = await ask_one(kind, params, ctx, step.id, step.spec.skip_if_unsupported)
-    except AskFailed as e:
-        raise _fail(e) from None
-    return StepOutput.skip() if out is None else StepOutput.of(out)
-
-
-async def run_elicitation(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
-    """Ask the user (``elicitation/create``); the output is ``{action, content}``, decline and cancel
-    included (a later ``cel_gate`` can test ``action``)."""
-    try:
-        params = elicitation_params(inputs["message"], inputs["requested_schema"])
-    except BadInput as e:
-        raise _fail(e) from None
-    return await _run_one(step, "elicitation", params, ctx)
-
-
-async def run_sampling(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
-    """Ask the client's model (``sampling/createMessage``); the output is its reply, plus ``text``."""
-    try:
-        params = question("sampling", inputs)
-    except BadInput as e:
-        raise _fail(e) from None
-    return await _run_one(step, "sampling", params, ctx)
-
-
-async def run_roots_list(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
-    """Ask the client for its roots (``roots/list``); the output is ``{roots: [...]}``."""
-    return await _run_one(step, "roots", None, ctx)
-
-
-async def run_gather(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
-    """Ask several questions in one round; the output maps each entry's ``correlation_token`` to its
-    answer (``{"skipped": true}`` for an entry skipped with ``skip_if_unsupported``)."""
-    from mcpipe.declared._step import StepOutput
-
-    entries = inputs["inputs"]
-    questions: list[tuple[str | None, str, dict[str, Any] | None, bool]] = []
-    kinds: dict[str, str] = {}
-    try:
-        for i, entry in enumerate(entries):
-            token = entry.get("correlation_token")
-            if not isinstance(token, str) or not token:
-                raise BadInput(f"`inputs[{i}].correlation_token` must be a non-empty string")
-            if token in kinds:
-                raise BadInput(f"`inputs[{i}].correlation_token` '{token}' is used twice")
-            kind = GATHER_KINDS[entry["kind"]]
-            kinds[token] = kind
-            questions.append((token, kind, question(kind, entry), bool(entry.get("skip_if_unsupported", False))))
-    except BadInput as e:
-        raise _fail(e) from None
-    ix = interaction_of(ctx)
-    try:
-        if ix is None:
-            raise AskFailed("there is no MCP client to ask (this call was not made over MCP)")
-        answers = await ix.ask_many(ix.key(ctx, step.id), questions)
-    except AskFailed as e:
-        raise _fail(e) from None
-    return StepOutput.of({token: OUTPUT_OF[kinds[token]](answers[token]) for token in kinds})
 
 
 def _describe(v: Any) -> str:

@@ -1,7 +1,7 @@
 """Asking the client from inside a pipeline, in both protocol eras.
 
 One :class:`Interaction` serves one inbound ``tools/call``; the server puts it in the call's
-``ToolContext.extras[INTERACTION_KEY]``, where steps that ask (``elicitation``, ``sampling``, ``roots_list``,
+``ToolContext.interaction``, where steps that ask (``elicitation``, ``sampling``, ``roots_list``,
 ``gather``, and the ``ask_user``/``sample``/``list_roots`` tools) and the scheduler find it.
 
 - **2025-11-25**: :meth:`Interaction.ask` sends the request over the live session and waits for the answer
@@ -26,7 +26,6 @@ from mcpipe.tools._base import ToolContext
 
 __all__ = [
     "CAPABILITY_OF",
-    "INTERACTION_KEY",
     "METHOD_OF",
     "SKIPPED",
     "AskFailed",
@@ -37,9 +36,6 @@ __all__ = [
     "interaction_of",
     "only",
 ]
-
-INTERACTION_KEY = "mcpipe.interaction"
-"""Where a call's :class:`Interaction` lives in ``ToolContext.extras``."""
 
 METHOD_OF = {"elicitation": "elicitation/create", "sampling": "sampling/createMessage", "roots": "roots/list"}
 """The MCP request of each kind of question."""
@@ -93,7 +89,7 @@ def only(exc: BaseException, cls: type[BaseException]) -> BaseException | None:
 
 def interaction_of(ctx: ToolContext) -> Interaction | None:
     """The call's Interaction, or None (not served over MCP: nobody to ask)."""
-    ix = ctx.extras.get(INTERACTION_KEY)
+    ix = ctx.interaction
     return ix if isinstance(ix, Interaction) else None
 
 
@@ -167,7 +163,7 @@ class Interaction:
             ns=f"{self.ns}{ctx.step}/",
             _round=self._round,
         )
-        return replace(ctx, extras={**ctx.extras, INTERACTION_KEY: inner})
+        return replace(ctx, interaction=inner)
 
     def get(self, path: str) -> dict[str, Any] | None:
         """The recorded result of the step at ``path``, if it finished in an earlier round."""

@@ -18,7 +18,6 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from mcpipe.interaction._core import (
-    INTERACTION_KEY,
     CapabilityMissing,
     Interaction,
     Suspended,
@@ -33,7 +32,7 @@ from mcpipe.interaction._state import (
     StateSealer,
     args_digest,
 )
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
+from mcpipe.store import InMemoryPipelineStore, PipelineStore
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
@@ -118,7 +117,8 @@ class Interactions:
                 a question needs (2026-07-28).
         """
         if not modern:
-            ctx.extras[INTERACTION_KEY] = Interaction(modern=False, capabilities=capabilities, send=send)
+            ctx.era = "2025-11-25"
+            ctx.interaction = Interaction(modern=False, capabilities=capabilities, send=send)
             return await call(name, args, ctx)
         memo: dict[str, Any] = {}
         answers: dict[str, Any] = {}
@@ -128,7 +128,8 @@ class Interactions:
                 return await self._suspend(name, args, ctx, memo, answers, missing)
         # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers.
         ix = Interaction(modern=True, capabilities=capabilities, memo=memo, answers=answers)
-        ctx.extras[INTERACTION_KEY] = ix
+        ctx.era = "2026-07-28"
+        ctx.interaction = ix
         try:
             return await call(name, args, ctx)
         except BaseException as e:

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
-from mcpipe.interaction._store import PipelineStore
+from mcpipe.store import PipelineStore
 
 __all__ = ["DEFAULT_INLINE_MAX_BYTES", "DEFAULT_STATE_TTL_S", "STATE_KEY_ENV", "StateError", "StateSealer"]
 

@@ -11,8 +11,8 @@ from typing import Any
 
 import orjson
 
+from mcpipe.interaction._ask import BadInput, ask_one, question
 from mcpipe.interaction._core import AskFailed
-from mcpipe.interaction._kinds import BadInput, ask_one, question
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = ["INTERACTION_TOOL_NAMES", "InteractionTools", "interaction_tools"]

@@ -17,15 +17,19 @@ from typing import Any
 
 import trio
 
+from mcpipe.errors import ErrorCode
+from mcpipe.results import StepFailure
+
 __all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "StepPolicy"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
-class ForbiddenError(Exception):
+class ForbiddenError(StepFailure):
     """A step tried to reach something the policy does not allow (error code ``FORBIDDEN``)."""
 
-    code = "FORBIDDEN"
+    def __init__(self, message: str) -> None:
+        super().__init__(message, ErrorCode.FORBIDDEN)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The ``command`` executor: run an allowed executable, no shell, in its own process group.
+"""The ``command`` step kind: run an allowed executable, no shell, in its own process group.
 
 The process starts in a new session, so it and everything it spawns form one process group. When the
 step is cancelled (its timeout, the pipeline's deadline, the caller going away) the whole group gets
@@ -15,16 +15,32 @@ import os
 import signal
 import subprocess
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
+import msgspec
 import orjson
 import trio
 
-from mcpipe.declared._policy import CommandPolicy
-from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
+from mcpipe.errors import ErrorCode
+from mcpipe.kinds._base import Build, Kind, StepFields
+from mcpipe.kinds._policy import CommandPolicy, StepPolicy
+from mcpipe.plan import Leaf
+from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["CommandPlan", "run_command"]
+__all__ = ["KIND", "CommandFields", "CommandPlan", "run_command"]
+
+
+class CommandFields(StepFields, tag="command"):
+    """Run an allowed command (no shell). ``args``, ``env``, ``cwd`` and ``stdin`` are templates."""
+
+    command: Annotated[str, msgspec.Meta(min_length=1)]
+    args: Any = msgspec.field(default_factory=list)
+    env: Any = None
+    cwd: Any = None
+    stdin: Any = None
+    require_json_stdout: bool = False
+    expected_exit_codes: list[int] = msgspec.field(default_factory=lambda: [0])
 
 
 class CommandPlan:
@@ -40,18 +56,40 @@ class CommandPlan:
 _ORPHAN_GRACE_S = 0.2
 
 
+def build_command(b: Build[Any]) -> CommandPlan:
+    """The command's argv prefix from the operator's allowlist."""
+    name = b.raw.get("command")
+    if not isinstance(name, str):
+        b.fail()
+    policy = b.policy
+    argv = policy.command.argv(name)
+    if argv is None:
+        allowed = ", ".join(sorted(policy.command.commands)) or "none are configured"
+        b.problem(f"{b.location}.command", f"command '{name}' is not allowed (allowed: {allowed})", ErrorCode.FORBIDDEN)
+        b.fail()
+    if not argv or not argv[0]:
+        b.problem(f"{b.location}.command", f"command '{name}' has an empty executable in the config")
+        b.fail()
+    return CommandPlan(argv, policy.command)
+
+
+def command_timeout(policy: StepPolicy) -> float | None:
+    """Commands get the operator's default deadline."""
+    return policy.command.timeout_ms
+
+
 async def run_command(
-    step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[CommandFields, CommandPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """Run the command; the output is ``{exit_code, stdout, stderr}`` plus ``json`` when stdout is JSON."""
-    spec = step.spec
-    plan: CommandPlan = step.plan
+    spec = step.fields
+    plan = step.built
     argv = [*plan.argv, *_args(inputs.get("args"))]
     proc_env = plan.policy.base_env()
     proc_env.update(_env(inputs.get("env")))
     cwd = inputs.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
-        raise StepFailure(f"`cwd` must be a string, got {type(cwd).__name__}", "TOOL_FAILED")
+        raise StepFailure(f"`cwd` must be a string, got {type(cwd).__name__}", ErrorCode.TOOL_FAILED)
     stdin = _stdin(inputs.get("stdin"))
     code, out, err = await _run(argv, proc_env, cwd, stdin, plan.policy)
     stdout = out.decode("utf-8", errors="replace")
@@ -64,12 +102,12 @@ async def run_command(
             parsed = True
         except orjson.JSONDecodeError:
             pass
-    if code not in spec.expected_exit_codes:  # type: ignore[attr-defined]
+    if code not in spec.expected_exit_codes:
         tail = stderr.strip()[-500:]
-        reason = f"command '{spec.command}' exited with code {code}"  # type: ignore[attr-defined]
-        raise StepFailure(f"{reason}: {tail}" if tail else reason, "TOOL_ERROR", output)
-    if spec.require_json_stdout and not parsed:  # type: ignore[attr-defined]
-        raise StepFailure(f"command '{spec.command}' did not print JSON", "TOOL_ERROR", output)  # type: ignore[attr-defined]
+        reason = f"command '{spec.command}' exited with code {code}"
+        raise StepFailure(f"{reason}: {tail}" if tail else reason, ErrorCode.TOOL_ERROR, output)
+    if spec.require_json_stdout and not parsed:
+        raise StepFailure(f"command '{spec.command}' did not print JSON", ErrorCode.TOOL_ERROR, output)
     return StepOutput.of(output)
 
 
@@ -77,7 +115,7 @@ def _args(value: Any) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list):
-        raise StepFailure(f"`args` must be an array, got {type(value).__name__}", "TOOL_FAILED")
+        raise StepFailure(f"`args` must be an array, got {type(value).__name__}", ErrorCode.TOOL_FAILED)
     out = []
     for item in value:
         if isinstance(item, str):
@@ -87,7 +125,7 @@ def _args(value: Any) -> list[str]:
         elif isinstance(item, (int, float)):
             out.append(orjson.dumps(item).decode())
         else:
-            raise StepFailure(f"every arg must be a string or a number, got {item!r}", "TOOL_FAILED")
+            raise StepFailure(f"every arg must be a string or a number, got {item!r}", ErrorCode.TOOL_FAILED)
     return out
 
 
@@ -95,7 +133,7 @@ def _env(value: Any) -> dict[str, str]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise StepFailure(f"`env` must be an object, got {type(value).__name__}", "TOOL_FAILED")
+        raise StepFailure(f"`env` must be an object, got {type(value).__name__}", ErrorCode.TOOL_FAILED)
     return {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in value.items() if v is not None}
 
 
@@ -126,7 +164,7 @@ async def _run(
             start_new_session=True,
         )
     except OSError as e:
-        raise StepFailure(f"cannot start '{argv[0]}': {e.strerror or e}", "TOOL_FAILED") from None
+        raise StepFailure(f"cannot start '{argv[0]}': {e.strerror or e}", ErrorCode.TOOL_FAILED) from None
     limit = policy.max_output_bytes
     out: list[bytes] = []
     err: list[bytes] = []
@@ -176,7 +214,7 @@ async def _run(
         raise
     if too_much:
         await _terminate(process, 0)
-        raise StepFailure(f"the command printed more than {limit} bytes", "TOOL_FAILED")
+        raise StepFailure(f"the command printed more than {limit} bytes", ErrorCode.TOOL_FAILED)
     assert process.returncode is not None  # reaped by process.wait()
     return process.returncode, b"".join(out), b"".join(err)
 
@@ -190,3 +228,13 @@ async def _terminate(process: trio.Process, grace_ms: float) -> None:
                 await process.wait()
         _kill_group(process.pid, signal.SIGKILL)
         await process.wait()
+
+
+KIND = Kind(
+    "command",
+    CommandFields,
+    run_command,
+    templates=("args", "env", "cwd", "stdin"),
+    build=build_command,
+    default_timeout=command_timeout,
+)

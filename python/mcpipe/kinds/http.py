@@ -1,4 +1,4 @@
-"""The ``http`` and ``graphql`` executors, behind the operator's :class:`HttpPolicy`.
+"""The ``http`` step kind: one HTTP request, behind the operator's :class:`HttpPolicy`.
 
 Every request goes through :class:`_GuardedTransport`: it checks the URL's host against the allowlist,
 resolves it, checks every address, and sends the request to the checked address (keeping the ``Host``
@@ -14,17 +14,23 @@ from __future__ import annotations
 import codecs
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import httpcore2
 import httpx2
+import msgspec
 import orjson
 
-from mcpipe.declared._policy import ForbiddenError, HttpPolicy
-from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
+from mcpipe._describe import json_type
+from mcpipe._template import Template
+from mcpipe.errors import ErrorCode
+from mcpipe.kinds._base import Build, Kind, StepFields
+from mcpipe.kinds._policy import ForbiddenError, HttpPolicy, StepPolicy
+from mcpipe.plan import Leaf
+from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["run_graphql", "run_http"]
+__all__ = ["KIND", "HttpFields", "check_static_url", "http_timeout", "run_http"]
 
 _SCHEMES = ("http", "https")
 
@@ -132,18 +138,20 @@ async def _send(
                     async for chunk in body:
                         size += len(chunk)
                         if size > limit:
-                            raise StepFailure(f"the response body is larger than {limit} bytes", "TOOL_FAILED")
+                            raise StepFailure(f"the response body is larger than {limit} bytes", ErrorCode.TOOL_FAILED)
                         chunks.append(chunk)
             finally:
                 await response.aclose()
     except httpx2.TooManyRedirects as e:
-        raise StepFailure(f"too many redirects: {e}", "TOOL_FAILED") from None
+        raise StepFailure(f"too many redirects: {e}", ErrorCode.TOOL_FAILED) from None
     except httpx2.InvalidURL as e:
-        raise StepFailure(f"invalid URL '{url}': {e}", "TOOL_FAILED") from None
+        raise StepFailure(f"invalid URL '{url}': {e}", ErrorCode.TOOL_FAILED) from None
     except (httpx2.HTTPError, *_TRANSPORT_ERRORS) as e:
-        raise StepFailure(f"request to {_safe_url(url)} failed: {type(e).__name__}: {e}", "TOOL_FAILED") from None
+        raise StepFailure(
+            f"request to {_safe_url(url)} failed: {type(e).__name__}: {e}", ErrorCode.TOOL_FAILED
+        ) from None
     except OSError as e:  # name resolution
-        raise StepFailure(f"request to {_safe_url(url)} failed: {e}", "TOOL_FAILED") from None
+        raise StepFailure(f"request to {_safe_url(url)} failed: {e}", ErrorCode.TOOL_FAILED) from None
     return response, b"".join(chunks)
 
 
@@ -158,11 +166,11 @@ def _safe_url(url: str) -> str:
 
 def _check_url(url: Any) -> str:
     if not isinstance(url, str) or not url:
-        raise StepFailure(f"`url` must be a non-empty string, got {url!r}", "TOOL_FAILED")
+        raise StepFailure(f"`url` must be a non-empty string, got {url!r}", ErrorCode.TOOL_FAILED)
     try:
         scheme = httpx2.URL(url).scheme
     except httpx2.InvalidURL as e:
-        raise StepFailure(f"invalid URL: {e}", "TOOL_FAILED") from None
+        raise StepFailure(f"invalid URL: {e}", ErrorCode.TOOL_FAILED) from None
     if scheme not in _SCHEMES:
         raise ForbiddenError(f"scheme '{scheme}' is not allowed (only http and https)")
     return url
@@ -172,7 +180,7 @@ def _headers(value: Any) -> dict[str, str] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise StepFailure(f"`headers` must be an object, got {type(value).__name__}", "TOOL_FAILED")
+        raise StepFailure(f"`headers` must be an object, got {type(value).__name__}", ErrorCode.TOOL_FAILED)
     out: dict[str, str] = {}
     for k, v in value.items():
         if v is None:
@@ -185,7 +193,7 @@ def _query(value: Any) -> list[tuple[str, str]] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
-        raise StepFailure(f"`query` must be an object, got {type(value).__name__}", "TOOL_FAILED")
+        raise StepFailure(f"`query` must be an object, got {type(value).__name__}", ErrorCode.TOOL_FAILED)
     out: list[tuple[str, str]] = []
     for k, v in value.items():
         for item in v if isinstance(v, list) else [v]:
@@ -237,10 +245,68 @@ def _response_headers(response: httpx2.Response) -> dict[str, str]:
     return out
 
 
-async def run_http(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+StatusCode = Annotated[int, msgspec.Meta(ge=100, le=599)]
+HttpMethod = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"]
+
+
+class HttpFields(StepFields, tag="http"):
+    """One HTTP request. ``url``, ``headers``, ``query`` and ``body`` are templates.
+
+    An object or array ``body`` is sent as JSON; a string as text; null sends no body.
+    ``expected_status_codes`` defaults to any 2xx.
+    """
+
+    url: Any
+    method: HttpMethod = "GET"
+    headers: Any = None
+    query: Any = None
+    body: Any = None
+    expected_status_codes: list[StatusCode] | None = None
+    require_json_response: bool = False
+    follow_redirects: bool = False
+
+
+def build_http(b: Build[Any]) -> HttpPolicy:
+    """The policy the step runs under; a URL without placeholders is checked against it at load."""
+    check_static_url(b, b.templates.get("url"), f"{b.location}.url", b.policy)
+    return b.policy.http
+
+
+def check_static_url(b: Build[Any], url: Template | None, loc: str, policy: StepPolicy) -> None:
+    """A URL without placeholders is checked against the allowlist at load, not at the first call."""
+    if url is None or url.reference_sites:
+        return
+    value = url.resolve({})
+    if not isinstance(value, str):
+        b.problem(loc, f"`url` must be a string, got {json_type(value)}")
+        return
+    try:
+        parsed = httpx2.URL(value)
+    except httpx2.InvalidURL as e:
+        b.problem(loc, f"invalid URL: {e}")
+        return
+    if parsed.scheme not in ("http", "https"):
+        b.problem(loc, f"scheme '{parsed.scheme}' is not allowed (only http and https)", ErrorCode.FORBIDDEN)
+    elif not policy.http.host_allowed(parsed.host):
+        b.problem(loc, f"host '{parsed.host}' is not in the allowed hosts", ErrorCode.FORBIDDEN)
+
+
+def http_timeout(policy: StepPolicy) -> float | None:
+    """Steps that wait on the outside world get the operator's default deadline."""
+    return policy.http.timeout_ms
+
+
+def _upper_method(raw: dict[str, Any]) -> None:
+    if isinstance(raw.get("method"), str):
+        raw["method"] = raw["method"].upper()
+
+
+async def run_http(
+    step: Leaf[HttpFields, HttpPolicy], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
     """One HTTP request; the output is ``{status, headers, body}`` (body parsed when it is JSON)."""
-    spec = step.spec
-    policy: HttpPolicy = step.plan
+    spec = step.fields
+    policy = step.built
     url = _check_url(inputs["url"])
     headers = _headers(inputs.get("headers")) or {}
     body = inputs.get("body")
@@ -254,63 +320,33 @@ async def run_http(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str,
             headers["content-type"] = "application/json"
     response, raw = await _send(
         policy,
-        spec.method,  # type: ignore[attr-defined]
+        spec.method,
         url,
         headers=headers,
         params=_query(inputs.get("query")),
         content=content,
-        follow_redirects=spec.follow_redirects,  # type: ignore[attr-defined]
+        follow_redirects=spec.follow_redirects,
     )
-    parsed_body, parsed = _decode_body(response, raw, spec.require_json_response)  # type: ignore[attr-defined]
+    parsed_body, parsed = _decode_body(response, raw, spec.require_json_response)
     output = {"status": response.status_code, "headers": _response_headers(response), "body": parsed_body}
-    expected = spec.expected_status_codes  # type: ignore[attr-defined]
+    expected = spec.expected_status_codes
     good = response.status_code in expected if expected is not None else 200 <= response.status_code < 300
     if not good:
         want = ", ".join(map(str, expected)) if expected is not None else "2xx"
-        raise StepFailure(f"HTTP {response.status_code} from {_safe_url(url)} (expected {want})", "TOOL_ERROR", output)
-    if spec.require_json_response and not parsed:  # type: ignore[attr-defined]
-        raise StepFailure(f"the response from {_safe_url(url)} is not JSON", "TOOL_ERROR", output)
+        raise StepFailure(
+            f"HTTP {response.status_code} from {_safe_url(url)} (expected {want})", ErrorCode.TOOL_ERROR, output
+        )
+    if spec.require_json_response and not parsed:
+        raise StepFailure(f"the response from {_safe_url(url)} is not JSON", ErrorCode.TOOL_ERROR, output)
     return StepOutput.of(output)
 
 
-async def run_graphql(
-    step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
-) -> StepOutput:
-    """One GraphQL request; the output is the response's ``data``. ``errors`` fail the step."""
-    spec = step.spec
-    policy: HttpPolicy = step.plan
-    url = _check_url(inputs["url"])
-    headers = _headers(inputs.get("headers")) or {}
-    headers.setdefault("content-type", "application/json")
-    headers.setdefault("accept", "application/graphql-response+json, application/json")
-    variables = inputs.get("variables")
-    if variables is not None and not isinstance(variables, Mapping):
-        raise StepFailure(f"`variables` must be an object, got {type(variables).__name__}", "TOOL_FAILED")
-    payload: dict[str, Any] = {"query": spec.operation}  # type: ignore[attr-defined]
-    if variables is not None:
-        payload["variables"] = variables
-    if spec.operation_name is not None:  # type: ignore[attr-defined]
-        payload["operationName"] = spec.operation_name  # type: ignore[attr-defined]
-    response, raw = await _send(
-        policy, "POST", url, headers=headers, params=None, content=orjson.dumps(payload), follow_redirects=False
-    )
-    try:
-        answer = orjson.loads(raw)
-    except orjson.JSONDecodeError:
-        answer = None
-    if not isinstance(answer, dict):
-        text = raw[:200].decode("utf-8", errors="replace")
-        raise StepFailure(
-            f"HTTP {response.status_code} from {_safe_url(url)}: not a GraphQL response: {text!r}",
-            "TOOL_ERROR" if response.status_code >= 400 else "TOOL_FAILED",
-        )
-    errors = answer.get("errors")
-    if errors:
-        messages = "; ".join(
-            e.get("message", str(e)) if isinstance(e, dict) else str(e)
-            for e in (errors if isinstance(errors, list) else [errors])
-        )
-        raise StepFailure(f"GraphQL errors: {messages}", "TOOL_ERROR", answer)
-    if response.status_code >= 400:
-        raise StepFailure(f"HTTP {response.status_code} from {_safe_url(url)}", "TOOL_ERROR", answer)
-    return StepOutput.of(answer.get("data"))
+KIND = Kind(
+    "http",
+    HttpFields,
+    run_http,
+    templates=("url", "headers", "query", "body"),
+    build=build_http,
+    default_timeout=http_timeout,
+    prepare=_upper_method,
+)

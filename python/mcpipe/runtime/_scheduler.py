@@ -21,24 +21,25 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
-import orjson
 import trio
 
-from mcpipe.compile import (
-    DEFAULT_LIMITS,
-    CompiledSpec,
-    Limits,
-    ParallelStep,
-    PipelinePlan,
-    PipeStep,
-    ToolStep,
-    compile_spec,
+from mcpipe._util import is_suspension
+from mcpipe.compile import compile_spec
+from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Problem, SpecError, TemplateSyntaxError
+from mcpipe.plan import DEFAULT_LIMITS, SKIP, CompiledSpec, Leaf, Limits, Node, Parallel, Pipeline, prelude
+from mcpipe.results import (
+    group_result,
+    invalid_answer,
+    leaf_result,
+    ms_since,
+    pipe_result,
+    tool_result,
 )
-from mcpipe.errors import InterpolationError, Problem, SpecError, TemplateSyntaxError
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools._base import ToolContext
 from mcpipe.tools._registry import UnknownToolError
 
 __all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
@@ -51,8 +52,7 @@ PROCESS_CONCURRENCY = 64
 _log = logging.getLogger("mcpipe.runtime")
 _process_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_process_limiter")
 
-_CANCELLED = "CANCELLED"
-_INTERACTION = "mcpipe.interaction"  # mcpipe.interaction.INTERACTION_KEY, named here to keep imports one-way
+_CANCELLED = ErrorCode.CANCELLED
 
 
 def process_limiter() -> trio.CapacityLimiter:
@@ -107,9 +107,9 @@ async def run_pipeline(
     try:
         compiled = compile_spec(spec, tools=registry, limits=limits)
     except SpecError as e:
-        return _invalid(e.problems, started)
+        return invalid_answer(e.problems, started)
     except TemplateSyntaxError as e:  # the compiler reports these as problems; kept as a safety net
-        return _invalid([Problem(e.location, e.code, e.reason)], started)
+        return invalid_answer([Problem(e.location, e.code, e.reason)], started)
     return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started)
 
 
@@ -124,10 +124,9 @@ async def run_compiled(
 ) -> dict[str, Any]:
     """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
 
-    This is how declared pipelines run: their plan is compiled once, at load, and its steps are
-    :mod:`mcpipe.declared` steps (leaf ``DeclaredStep``, containers ``DeclaredParallel``/``DeclaredPipe``),
-    which the scheduler runs beside ``mcp_pipe``'s own with the same semantics. A declared step whose
-    ``when`` is false is skipped: its result has ``skipped: true`` and it counts as skipped in the summary.
+    This is how declared pipelines run: their plan is compiled once, at load (:mod:`mcpipe.declared`), into
+    the same plan ``mcp_pipe`` specs compile to, and runs with the same semantics. A step whose ``when`` is
+    false is skipped: its result has ``skipped: true`` and it counts as skipped in the summary.
 
     Args:
         compiled: the plan, its tool sites (checked with ``registry.allows`` before any step runs) and its
@@ -164,32 +163,11 @@ async def _run_compiled(
         if not allowed[name]:
             denied.append(Problem(f"{location}.tool", "FORBIDDEN", f"tool '{name}' is not allowed for this caller"))
     if denied:
-        return _invalid(denied, started)
+        return invalid_answer(denied, started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
     return await run.main(compiled.plan, started)
-
-
-def _invalid(problems: list[Problem], started: float) -> dict[str, Any]:
-    return {
-        "ok": False,
-        "error": str(SpecError(problems)),
-        "error_code": problems[0].code,
-        "result": None,
-        "steps": {},
-        "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
-        "duration_ms": _ms_since(started),
-        "problems": [{"location": p.location, "code": p.code, "message": p.message} for p in problems],
-    }
-
-
-def _suspends(e: BaseException) -> bool:
-    """Whether ``e`` is a step suspending to ask the client (``mcpipe.interaction.Suspended``), alone or as
-    the only content of a group."""
-    if isinstance(e, BaseExceptionGroup):
-        return all(_suspends(x) for x in e.exceptions)
-    return getattr(e, "suspends_pipeline", False) is True
 
 
 async def _take(limiter: trio.CapacityLimiter) -> None:
@@ -197,11 +175,6 @@ async def _take(limiter: trio.CapacityLimiter) -> None:
         limiter.acquire_nowait()
     except trio.WouldBlock:
         await limiter.acquire()
-
-
-def _ms_since(t0: float) -> float:
-    # Milliseconds to the microsecond; int() rather than round(x, 3), which costs as much as a step.
-    return int((perf_counter() - t0) * 1_000_000) / 1000
 
 
 def _min_ms(a: float | None, b: float | None) -> float | None:
@@ -212,126 +185,6 @@ def _min_ms(a: float | None, b: float | None) -> float | None:
 
 def _timed_out(ms: float) -> str:
     return f"timed out after {ms:g} ms"
-
-
-def _leaf(
-    sid: str, ok: bool, error: str, code: str | None, structured: Any, text: str, content: list[Any], t0: float
-) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "kind": "tool",
-        "ok": ok,
-        "error": error,
-        "error_code": code,
-        "structured": structured,
-        "text": text,
-        "content": content,
-        "output": structured if structured is not None else text,
-        "duration_ms": _ms_since(t0),
-    }
-
-
-def _from_tool(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
-    """A tool step's result from what the tool answered (contract section 3)."""
-    content = res.content
-    structured = res.structured
-    if len(content) == 1:
-        block = content[0]
-        text = block.get("text", "") if block.get("type") == "text" else ""
-        if structured is None and text:
-            first = text[0]
-            if first == "{" or first == "[" or (first.isspace() and text.lstrip()[:1] in ("{", "[")):
-                try:
-                    structured = orjson.loads(text)
-                except orjson.JSONDecodeError:
-                    pass
-    else:
-        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
-    if res.is_error:
-        return _leaf(sid, False, text or "the tool reported an error", "TOOL_ERROR", structured, text, content, t0)
-    # The common case, written out: this runs once per step.
-    return {
-        "id": sid,
-        "kind": "tool",
-        "ok": True,
-        "error": "",
-        "error_code": None,
-        "structured": structured,
-        "text": text,
-        "content": content,
-        "output": structured if structured is not None else text,
-        "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
-    }
-
-
-def _declared_leaf(step: Any, ok: bool, error: str, code: str | None, t0: float) -> dict[str, Any]:
-    """A declared step's result when the step itself could not answer (cancelled, skipped, a failed
-    ``when``): no output."""
-    return {
-        "id": step.id,
-        "kind": step.kind,
-        "ok": ok,
-        "error": error,
-        "error_code": code,
-        "structured": None,
-        "text": "",
-        "content": [],
-        "output": None,
-        "skipped": False,
-        "duration_ms": _ms_since(t0),
-    }
-
-
-_DECLARED: tuple[Any, Any, Any] | None = None
-
-
-def _declared_api() -> tuple[Any, Any, Any]:
-    """``prelude``, ``SKIP`` and ``ExpressionError`` of :mod:`mcpipe.declared`, imported on first use, so
-    ``mcp_pipe`` alone never loads the CEL and JSONata libraries."""
-    global _DECLARED
-    if _DECLARED is None:
-        from mcpipe.declared._expr import ExpressionError
-        from mcpipe.declared._step import SKIP, prelude
-
-        _DECLARED = (prelude, SKIP, ExpressionError)
-    return _DECLARED
-
-
-def _group(step: Any, children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float) -> dict[str, Any]:
-    # Children finish in any order; show them in the order they were written.
-    ordered = {c.id: children[c.id] for c in step.children if c.id in children}
-    return {
-        "id": step.id,
-        "kind": "parallel",
-        "ok": ok,
-        "error": error,
-        "error_code": code,
-        "structured": None,
-        "text": "",
-        "content": [],
-        "output": {cid: r["output"] for cid, r in ordered.items()},
-        "children": ordered,
-        "duration_ms": _ms_since(t0),
-    }
-
-
-def _pipe(
-    sid: str, ok: bool, error: str, code: str | None, result: Any, steps: dict[str, Any], t0: float
-) -> dict[str, Any]:
-    return {
-        "id": sid,
-        "kind": "pipe",
-        "ok": ok,
-        "error": error,
-        "error_code": code,
-        "structured": None,
-        "text": "",
-        "content": [],
-        "output": result,
-        "result": result,
-        "steps": steps,
-        "duration_ms": _ms_since(t0),
-    }
 
 
 class _Run:
@@ -368,12 +221,14 @@ class _Run:
         self.registry = registry
         # A call that can suspend to ask its client (2026-07-28, see mcpipe.interaction) records every finished
         # leaf step, and a resumed call answers those from the record instead of running them again.
-        memo = ctx.extras.get(_INTERACTION)
+        memo = ctx.interaction
         if memo is not None and not memo.resumable:
             memo = None
         if memo is not None and ctx.step:
             ctx = memo.nested(ctx)  # a pipeline run by a step: its steps are recorded under that step
-            memo = ctx.extras[_INTERACTION]
+            memo = ctx.interaction
+        if ctx.tools is not registry:
+            ctx = replace(ctx, tools=registry)  # what the run's `tool` steps call through
         self.memo = memo
         self.ctx = ctx
         self.pid = ctx.pipeline or os.urandom(8).hex()
@@ -388,12 +243,12 @@ class _Run:
 
     # --- the whole run ---
 
-    async def main(self, plan: PipelinePlan, started: float) -> dict[str, Any]:
+    async def main(self, plan: Pipeline, started: float) -> dict[str, Any]:
         env: dict[str, Any] = {"vars": {}, "steps": {}, "last": None, "args": self.args, "context": self.facts}
         try:
             env["vars"] = plan.vars.resolve(env)
         except InterpolationError as e:
-            return self.answer(False, str(e), "INTERPOLATION_FAILED", None, env, started)
+            return self.answer(False, str(e), ErrorCode.INTERPOLATION_FAILED, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
         if deadline is None:
             ok, error, code, result = await self.pipeline(plan, env, False, "")
@@ -401,7 +256,7 @@ class _Run:
             with trio.move_on_after(deadline / 1000) as scope:
                 ok, error, code, result = await self.pipeline(plan, env, False, "")
             if scope.cancelled_caught:
-                return self.answer(False, f"the pipeline {_timed_out(deadline)}", "TIMEOUT", None, env, started)
+                return self.answer(False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started)
         return self.answer(ok, error, code, result, env, started)
 
     def answer(
@@ -421,29 +276,25 @@ class _Run:
                 "skipped": self.total - done,
                 "cancelled": self.cancelled,
             },
-            "duration_ms": _ms_since(started),
+            "duration_ms": ms_since(started),
         }
 
     # --- lists ---
 
     async def pipeline(
-        self, plan: PipelinePlan, env: dict[str, Any], parallel: bool, prefix: str
+        self, plan: Pipeline, env: dict[str, Any], parallel: bool, prefix: str
     ) -> tuple[bool, str, str | None, Any]:
         """Run a list, then resolve its return. Answers (ok, error, error_code, result)."""
         results = env["steps"]
         failure = None
         keep_going = plan.continue_on_error
         for step in plan.steps:
-            if isinstance(step, ToolStep):
+            if type(step) is Leaf and step.run is None:  # a bare tool call: the fast path
                 r = await (
                     self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
                 )
-            elif isinstance(step, ParallelStep):
-                r = await self.group(step, env, results, prefix, not keep_going)
-            elif isinstance(step, PipeStep):
-                r = await self.pipe(step, env, results, parallel, prefix)
             else:
-                r = await self.declared(step, env, results, parallel, prefix, not keep_going)
+                r = await self.node(step, env, results, parallel, prefix, not keep_going)
             env["last"] = r
             if not r["ok"] and failure is None:
                 failure = r
@@ -458,7 +309,7 @@ class _Run:
                 result = plan.ret.resolve(env)
         except InterpolationError as e:
             if failure is None:
-                return False, str(e), "INTERPOLATION_FAILED", None
+                return False, str(e), ErrorCode.INTERPOLATION_FAILED, None
             result = None
         if failure is not None:
             return False, f"step '{failure['id']}' failed: {failure['error']}", failure["error_code"], result
@@ -466,7 +317,27 @@ class _Run:
 
     # --- steps ---
 
-    async def tool(self, step: ToolStep, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
+    async def node(
+        self, step: Node, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """Any step: a bare tool call, a kind's leaf, a parallel group, a nested pipe."""
+        if type(step) is Leaf:
+            if step.run is None:
+                if parallel:
+                    return await self.tool(step, env, results, prefix)
+                return await self._tool(step, env, results, prefix)
+            if parallel:
+                return await self.slotted(self.leaf, step, env, results, prefix)
+            return await self.leaf(step, env, results, prefix)
+        if step.skippable:
+            return await self.container(step, env, results, parallel, prefix, stop)
+        if type(step) is Parallel:
+            return await self.group(step, env, results, prefix, stop)
+        return await self.pipe(step, env, results, parallel, prefix)
+
+    async def tool(
+        self, step: Leaf[Any, Any], env: dict[str, Any], results: dict[str, Any], prefix: str
+    ) -> dict[str, Any]:
         """A tool step under a parallel group: it runs holding a slot of both limiters."""
         return await self.slotted(self._tool, step, env, results, prefix)
 
@@ -498,7 +369,9 @@ class _Run:
         finally:
             call_limiter.release()
 
-    async def _tool(self, step: ToolStep, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
+    async def _tool(
+        self, step: Leaf[Any, Any], env: dict[str, Any], results: dict[str, Any], prefix: str
+    ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
         if self.memo is not None and (done := self.memo.get(path)) is not None:
@@ -508,27 +381,27 @@ class _Run:
         r = None
         try:
             try:
-                args = step.args.resolve(env)
+                args = step.args.resolve(env)  # type: ignore[union-attr]
             except InterpolationError as e:
-                r = _leaf(step.id, False, str(e), "INTERPOLATION_FAILED", None, "", [], t0)
+                r = leaf_result(step.id, False, str(e), ErrorCode.INTERPOLATION_FAILED, t0)
                 _log.info("step %s: %s", path, e.with_step(path), extra={"interpolation": e.to_dict()})
             else:
                 ctx = self.ctx.for_step(self.pid, path)
                 if step.timeout_ms is None:
-                    r = _from_tool(step.id, await self.call(step.tool, args, ctx), t0)
+                    r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
                 else:
                     with trio.move_on_after(step.timeout_ms / 1000) as scope:
-                        r = _from_tool(step.id, await self.call(step.tool, args, ctx), t0)
+                        r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
                     if scope.cancelled_caught:
-                        r = _leaf(step.id, False, _timed_out(step.timeout_ms), "TIMEOUT", None, "", [], t0)
+                        r = leaf_result(step.id, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0)
         except Exception as e:
-            code = "UNKNOWN_TOOL" if isinstance(e, UnknownToolError) else "TOOL_FAILED"
+            code = ErrorCode.UNKNOWN_TOOL if isinstance(e, UnknownToolError) else ErrorCode.TOOL_FAILED
             _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
-            r = _leaf(step.id, False, message, code, None, "", [], t0)
+            r = leaf_result(step.id, False, message, code, t0)
         finally:
             if r is None:  # cancelled from outside: record it, and let the cancellation go on
-                r = _leaf(step.id, False, "cancelled", _CANCELLED, None, "", [], t0)
+                r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0)
             self.settle(step, r, path, results)
         return r
 
@@ -560,16 +433,26 @@ class _Run:
                 with trio.move_on_after(step.timeout_ms / 1000) as scope:
                     await self.children(step, env, children, path + ".", stop, first)
                 if scope.cancelled_caught:
-                    r = _group(step, children, False, _timed_out(step.timeout_ms), "TIMEOUT", t0)
+                    r = group_result(
+                        step.id, _ids(step), children, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0
+                    )
             if r is None:
                 if first:
                     f = first[0]
-                    r = _group(step, children, False, f"step '{f['id']}' failed: {f['error']}", f["error_code"], t0)
+                    r = group_result(
+                        step.id,
+                        _ids(step),
+                        children,
+                        False,
+                        f"step '{f['id']}' failed: {f['error']}",
+                        f["error_code"],
+                        t0,
+                    )
                 else:
-                    r = _group(step, children, True, "", None, t0)
+                    r = group_result(step.id, _ids(step), children, True, "", None, t0)
         finally:
             if r is None:
-                r = _group(step, children, False, "cancelled", _CANCELLED, t0)
+                r = group_result(step.id, _ids(step), children, False, "cancelled", _CANCELLED, t0)
             results[step.id] = r
             if self.on_event is not None:
                 self.finished(step, r, path)
@@ -577,7 +460,7 @@ class _Run:
 
     async def children(
         self,
-        step: ParallelStep,
+        step: Parallel,
         env: dict[str, Any],
         children: dict[str, Any],
         prefix: str,
@@ -605,16 +488,9 @@ class _Run:
         held: list[BaseException],
     ) -> None:
         try:
-            if isinstance(step, ToolStep):
-                r = await self.tool(step, env, children, prefix)
-            elif isinstance(step, ParallelStep):
-                r = await self.group(step, env, children, prefix, stop)
-            elif isinstance(step, PipeStep):
-                r = await self.pipe(step, env, children, True, prefix)
-            else:
-                r = await self.declared(step, env, children, True, prefix, stop)
+            r = await self.node(step, env, children, True, prefix, stop)
         except BaseException as e:
-            if self.memo is None or not _suspends(e):
+            if self.memo is None or not is_suspension(e):
                 raise
             held.append(e)
             return
@@ -638,38 +514,29 @@ class _Run:
             try:
                 inner["vars"] = plan.vars.resolve(env)
             except InterpolationError as e:
-                r = _pipe(step.id, False, str(e), "INTERPOLATION_FAILED", None, inner["steps"], t0)
+                r = pipe_result(step.id, False, str(e), ErrorCode.INTERPOLATION_FAILED, None, inner["steps"], t0)
             else:
                 deadline = _min_ms(step.timeout_ms, plan.timeout_ms)
                 if deadline is None:
                     ok, error, code, result = await self.pipeline(plan, inner, parallel, path + ".")
-                    r = _pipe(step.id, ok, error, code, result, inner["steps"], t0)
+                    r = pipe_result(step.id, ok, error, code, result, inner["steps"], t0)
                 else:
                     with trio.move_on_after(deadline / 1000) as scope:
                         ok, error, code, result = await self.pipeline(plan, inner, parallel, path + ".")
-                        r = _pipe(step.id, ok, error, code, result, inner["steps"], t0)
+                        r = pipe_result(step.id, ok, error, code, result, inner["steps"], t0)
                     if scope.cancelled_caught:
-                        r = _pipe(step.id, False, _timed_out(deadline), "TIMEOUT", None, inner["steps"], t0)
+                        r = pipe_result(
+                            step.id, False, _timed_out(deadline), ErrorCode.TIMEOUT, None, inner["steps"], t0
+                        )
         finally:
             if r is None:
-                r = _pipe(step.id, False, "cancelled", _CANCELLED, None, inner["steps"], t0)
+                r = pipe_result(step.id, False, "cancelled", _CANCELLED, None, inner["steps"], t0)
             results[step.id] = r
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r
 
-    # --- declared steps (mcpipe.declared) ---
-
-    async def declared(
-        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
-    ) -> dict[str, Any]:
-        """A declared step: a leaf (``DeclaredStep``) or a container (``DeclaredParallel``/``DeclaredPipe``)."""
-        kind = step.kind
-        if kind == "parallel" or kind == "pipe":
-            return await self.container(step, env, results, parallel, prefix, stop)
-        if parallel:
-            return await self.slotted(self.leaf, step, env, results, prefix)
-        return await self.leaf(step, env, results, prefix)
+    # --- kinds' leaves, and steps whose results say whether they were skipped ---
 
     async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         t0 = perf_counter()
@@ -682,10 +549,12 @@ class _Run:
         try:
             # `execute` answers every failure of the step as an output; only a cancellation goes through.
             out = await step.execute(env, self.ctx.for_step(self.pid, path), tools=self.registry)
-            r = out.result(step.id, step.kind, _ms_since(t0))
+            r = out.result(step.id, step.kind, ms_since(t0))
+            if not step.skippable:
+                del r["skipped"]
         finally:
             if r is None:
-                r = _declared_leaf(step, False, "cancelled", _CANCELLED, t0)
+                r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0, kind=step.kind, skippable=step.skippable)
             self.settle(step, r, path, results)
         return r
 
@@ -711,20 +580,18 @@ class _Run:
     ) -> dict[str, Any]:
         """``when`` and ``input_transform`` first, then the group or nested pipe as for ``mcp_pipe``."""
         t0 = perf_counter()
-        prelude, skip, expression_error = _declared_api()
         try:
             inner = prelude(step, env)
-        except expression_error as e:
-            code = "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED"
-            r = _declared_leaf(step, False, str(e), code, t0)
+        except ExpressionError as e:
+            r = leaf_result(step.id, False, str(e), e.code, t0, kind=step.kind, skippable=True)
             results[step.id] = r
             return r
-        if inner is skip:
-            r = _declared_leaf(step, True, "", None, t0)
+        if inner is SKIP:
+            r = leaf_result(step.id, True, "", None, t0, kind=step.kind, skippable=True)
             r["skipped"] = True
             results[step.id] = r
             return r
-        if step.kind == "parallel":
+        if type(step) is Parallel:
             r = await self.group(step, inner, results, prefix, stop)
         else:
             r = await self.pipe(step, inner, results, parallel, prefix)
@@ -768,3 +635,7 @@ class _Run:
             self.on_event(event)  # type: ignore[misc]
         except Exception:
             _log.exception("on_event callback failed on %s", event["type"])
+
+
+def _ids(step: Parallel) -> tuple[str, ...]:
+    return tuple(c.id for c in step.children)

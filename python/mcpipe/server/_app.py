@@ -4,7 +4,6 @@ the gateway, and the SDK server on top.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,12 +13,14 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
-from mcpipe.compile import Limits
+from mcpipe._util import LoadError, load_attr
 from mcpipe.config import Config, ConfigError, resolve_path
-from mcpipe.errors import Problem
+from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
-from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
+from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
+from mcpipe.plan import Limits
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.store import open_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -35,18 +36,13 @@ def load_tool_source(entry: str, where: str = "python_tools") -> ToolSource:
     Raises:
         ConfigError: the module or attribute cannot be imported, or is not a tool source.
     """
-    mod_name, _, attr = entry.partition(":")
     try:
-        obj: Any = importlib.import_module(mod_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:  # an import runs arbitrary code: any failure is the config's problem
-        raise ConfigError(
-            [Problem(where, "INVALID_CONFIG", f"cannot load `{entry}`: {type(exc).__name__}: {exc}")]
-        ) from None
+        obj: Any = load_attr(entry)
+    except LoadError as exc:
+        raise ConfigError([Problem(where, ErrorCode.INVALID_CONFIG, f"cannot load `{entry}`: {exc}")]) from None
     if not (callable(getattr(obj, "get", None)) and hasattr(obj, "__iter__")):
         raise ConfigError(
-            [Problem(where, "INVALID_CONFIG", f"`{entry}` is a {type(obj).__name__}, not a ToolRegistry")]
+            [Problem(where, ErrorCode.INVALID_CONFIG, f"`{entry}` is a {type(obj).__name__}, not a ToolRegistry")]
         )
     return obj  # type: ignore[no-any-return]
 
@@ -134,7 +130,7 @@ async def open_app(
         declared.bind(gateway)  # their tool steps go through the same call path
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
-    store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
+    store = open_store("memory:", sweep_interval_s=config.interaction.sweep_interval_s)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         async with trio.open_nursery() as nursery:

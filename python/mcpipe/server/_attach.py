@@ -43,7 +43,7 @@ class _ServerTool:
         self._handler = handler
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        request_ctx = ctx.extras["mcp_context"]
+        request_ctx = ctx.sdk_context
         out = _dump(await self._handler(request_ctx, CallToolRequestParams(name=self.name, arguments=args)))
         return ToolResult(out.get("content", []), out.get("structuredContent"), bool(out.get("isError")))
 

@@ -95,7 +95,9 @@ def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str 
         principal=_principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
-        extras={"mcp_context": ctx, "progress": _wants_progress(ctx), "progress_token": _progress_token(ctx)},
+        progress_token=_progress_token(ctx),
+        wants_progress=_wants_progress(ctx),
+        sdk_context=ctx,
     )
 
 
@@ -177,7 +179,7 @@ class PipeRunner:
         answer = None
         code = "CANCELLED"  # no answer means the call was cancelled (the scheduler answers every failure)
         try:
-            if ctx.extras.get("progress"):
+            if ctx.wants_progress:
                 answer = await self._run_with_progress(args, ctx)
             else:
                 answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)

@@ -1,47 +1,17 @@
-"""Where suspended pipelines wait: the :class:`PipelineStore` interface and the in-memory default.
-
-A store keeps two things, both with an expiry: blobs (a suspended pipeline's state too large to travel
-inline in ``requestState``, kept behind an opaque handle) and claims (the one-time ids of the states that
-have been resumed, so a replayed state is refused). A shared store (Redis, a later issue) implements the
-same four methods; nothing else in the runtime knows which store it talks to.
-"""
+"""The in-memory :class:`~mcpipe.store.PipelineStore`: one instance's dicts and an expiry heap."""
 
 from __future__ import annotations
 
 import heapq
 import time
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import trio
 
-__all__ = ["SWEEP_INTERVAL_S", "InMemoryPipelineStore", "PipelineStore"]
+__all__ = ["SWEEP_INTERVAL_S", "InMemoryPipelineStore"]
 
 SWEEP_INTERVAL_S = 30.0
 """How often the in-memory store's sweeper drops expired entries."""
-
-
-@runtime_checkable
-class PipelineStore(Protocol):
-    """Storage of suspended pipelines, shared by every instance that may resume them.
-
-    Times are Unix seconds (``time.time()``), so instances on different hosts agree.
-    """
-
-    async def put(self, handle: str, blob: bytes, expires_at: float) -> None:
-        """Keep ``blob`` under ``handle`` until ``expires_at``."""
-        ...
-
-    async def take(self, handle: str) -> bytes | None:
-        """Remove and answer the blob under ``handle``; None when absent or expired (taken once)."""
-        ...
-
-    async def claim(self, state_id: str, expires_at: float) -> bool:
-        """Mark a state as resumed. True the first time, False if it was claimed before (a replay)."""
-        ...
-
-    async def sweep(self) -> int:
-        """Drop what has expired; answers how many entries went."""
-        ...
 
 
 class InMemoryPipelineStore:

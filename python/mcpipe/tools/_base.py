@@ -7,11 +7,15 @@ the hot path never builds SDK models; the server converts at its edge.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["LogFn", "ProgressFn", "Tool", "ToolContext", "ToolResult"]
+__all__ = ["Era", "LogFn", "ProgressFn", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
+
+Era = Literal["2025-11-25", "2026-07-28"]
+"""The protocol era of a request: 2025-11-25 (a live session the server can send requests on) or
+2026-07-28 (stateless; asking the client suspends the call)."""
 
 ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 LogFn = Callable[[str, Any], Awaitable[None]]
@@ -56,9 +60,18 @@ async def _no_log(level: str, data: Any) -> None:
     _log.log(logging.getLevelName(level.upper()) if isinstance(level, str) else logging.INFO, "%s", data)
 
 
+@runtime_checkable
+class ToolCaller(Protocol):
+    """What pipelines call tools through (a :class:`~mcpipe.tools.ToolRegistry`, the server's gateway)."""
+
+    def __contains__(self, name: object) -> bool: ...
+
+    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult: ...
+
+
 @dataclass(slots=True)
 class ToolContext:
-    """What a tool call knows about the request it serves.
+    """What a tool call knows about the request it serves: the typed request context.
 
     Attributes:
         request_id: the MCP request id (or a generated one), as a string.
@@ -68,8 +81,15 @@ class ToolContext:
         step: the id of the pipeline step making this call, or None.
         progress: async ``(progress, total, message)`` sink for progress notifications.
         log: async ``(level, data)`` sink for log notifications to the caller.
-        extras: transport-specific objects (the server session, for instance) for tools that need them.
+        extras: free for tools and their hosts (mcpipe itself keeps nothing there; its own facts are the
+            typed fields below).
         progress_token: the caller's progress token, or None when it asked for no progress.
+        wants_progress: the caller listens to progress (a token on the wire, or an in-memory caller's
+            progress callback), as the server found it.
+        era: the request's protocol era, when served over MCP.
+        interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
+        sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+        tools: what this call's pipeline steps call tools through (the server's gateway), if known.
     """
 
     request_id: str | None = None
@@ -81,6 +101,19 @@ class ToolContext:
     log: LogFn = _no_log
     extras: dict[str, Any] = field(default_factory=dict)
     progress_token: str | int | None = None
+    wants_progress: bool = False
+    era: Era | None = None
+    interaction: Any = None
+    sdk_context: Any = None
+    tools: ToolCaller | None = None
+
+    @property
+    def has_progress(self) -> bool:
+        """Did the call carry a progress token (or an in-memory progress callback)?"""
+        if self.progress_token is not None or self.wants_progress:
+            return True
+        meta = getattr(self.sdk_context, "meta", None)
+        return isinstance(meta, Mapping) and meta.get("progressToken", meta.get("progress_token")) is not None
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         """Send a progress notification to the caller (a no-op when the caller asked for none)."""
@@ -110,6 +143,11 @@ class ToolContext:
             self.log,
             self.extras,
             self.progress_token,
+            self.wants_progress,
+            self.era,
+            self.interaction,
+            self.sdk_context,
+            self.tools,
         )
 
 

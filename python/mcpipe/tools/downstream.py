@@ -32,7 +32,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
 
-from mcpipe.config import McpServerConfig, glob_matcher
+from mcpipe._util import glob_matcher
+from mcpipe.config import McpServerConfig
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 

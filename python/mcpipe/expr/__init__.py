@@ -1,0 +1,23 @@
+"""Compiled expressions: CEL (``when``, ``input_transform``, ``transform``, ``cel_gate``) and JSONata
+(``plugin_transform``), compiled once and evaluated per step run, with the references they make.
+
+Importing this package loads the CEL and JSONata libraries; the plan and the scheduler only need
+:class:`mcpipe.errors.ExpressionError` and the :class:`mcpipe.plan.Expression` protocol, so ``mcp_pipe``
+alone never loads them.
+"""
+
+from mcpipe.errors import ExpressionError
+from mcpipe.expr._expr import ROOTS, CelExpr, ExpressionSyntaxError, JsonataExpr, to_json_value
+from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
+
+__all__ = [
+    "ROOTS",
+    "CelExpr",
+    "ExpressionError",
+    "ExpressionSyntaxError",
+    "JsonataExpr",
+    "Mention",
+    "scan_cel",
+    "scan_jsonata",
+    "to_json_value",
+]

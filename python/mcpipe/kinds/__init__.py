@@ -1,0 +1,49 @@
+"""Step kinds: one module per kind, one line each in the registry below.
+
+A kind module defines its fields (a :class:`StepFields` Struct tagged with the kind's name), its
+executor, what it builds at load, and its :class:`Kind` as ``KIND``; its line in the registry makes it a
+step kind of
+declared pipelines, of the config's JSON Schema and of the docs. See docs/architecture.md, "How to add a
+step kind".
+"""
+
+from mcpipe.kinds._base import RESERVED_KINDS, Build, BuildFailed, Kind, Registry, StepFields
+from mcpipe.kinds._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
+
+__all__ = [
+    "KINDS",
+    "RESERVED_KINDS",
+    "Build",
+    "BuildFailed",
+    "CommandPolicy",
+    "ForbiddenError",
+    "HttpPolicy",
+    "Kind",
+    "Registry",
+    "StepFields",
+    "StepPolicy",
+]
+
+KINDS = Registry.of_modules(
+    __name__,
+    [
+        "tool",
+        "http",
+        "graphql",
+        "command",
+        "mock",
+        "value",
+        "transform",
+        "cel_gate",
+        "plugin_transform",
+        "log",
+        "progress",
+        # The kinds that ask the client (mcpipe.interaction): they suspend and resume in 2026-07-28.
+        "elicitation",
+        "sampling",
+        "roots_list",
+        "gather",
+    ],
+)
+"""The leaf kinds by name, in the order the docs list them (``parallel`` and ``pipe`` are containers).
+Each line names a module of this package whose ``KIND`` is the kind."""

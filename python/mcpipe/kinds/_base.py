@@ -1,0 +1,213 @@
+"""The step-kind protocol: what a kind is, what it gets at compile time, and the registry of kinds.
+
+A kind is one :class:`Kind` value in one module (``mcpipe/kinds/<name>.py``): its fields (a
+:class:`StepFields` Struct tagged with the kind's name), which fields are templates, what it builds at
+compile time, how it runs, and its default deadline. The registry (``mcpipe.kinds.KINDS``) lists them;
+the declared front-end, the config's JSON Schema and the docs read it, so adding a kind is one module
+plus one registry line (see docs/architecture.md, "How to add a step kind").
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import operator
+from collections.abc import Callable, Container, Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Generic, NoReturn, TypeVar
+
+import msgspec
+
+from mcpipe._template import Template
+from mcpipe.errors import ErrorCode
+from mcpipe.kinds._policy import StepPolicy
+from mcpipe.plan import RunFn
+
+if TYPE_CHECKING:
+    from mcpipe.expr import CelExpr
+
+__all__ = ["RESERVED_KINDS", "Build", "BuildFailed", "Kind", "Registry", "StepFields"]
+
+StepId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
+TimeoutMs = Annotated[float, msgspec.Meta(gt=0, description="Deadline in milliseconds.")]
+Expression = Annotated[str, msgspec.Meta(min_length=1)]
+
+RESERVED_KINDS = ("parallel", "pipe")
+"""The containers: steps of these kinds hold steps, the front-ends compile them into the plan itself."""
+
+
+class StepFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, tag_field="kind"):
+    """The fields every step kind has; a kind's fields subclass it with ``tag="<kind name>"``.
+
+    Attributes:
+        id: unique within its list; defaults to ``step<N>`` (N the 1-based position).
+        when: a CEL condition; when false the step is skipped (it shows as skipped, its output is null).
+        input_transform: a CEL expression whose value replaces ``args`` for this step's templates and
+            expressions.
+        timeout_ms: the step's deadline; past it the step fails with ``TIMEOUT``.
+    """
+
+    id: StepId | None = None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    timeout_ms: TimeoutMs | None = None
+
+
+class BuildFailed(Exception):
+    """Raised by :meth:`Build.fail`: the step does not compile (its problems are reported)."""
+
+
+F = TypeVar("F", bound=StepFields)
+B = TypeVar("B")
+
+
+class Build(Generic[F]):
+    """What a kind's ``build`` gets: the step as written, and the front-end's checks.
+
+    Attributes:
+        raw: the step as written (the fields may be wrong; read what you check from here).
+        fields: the decoded fields, or None when they have problems (still check what you can).
+        location: where the step is (``pipelines.charge.steps[2]``).
+        policy: what the operator allows (hosts, commands, plugins).
+        tools: the tool names that exist (None: not checked); with ``.call``, what tool steps call through.
+        templates: the step's compiled template fields, by name.
+    """
+
+    def __init__(
+        self,
+        raw: Mapping[str, Any],
+        fields: F | None,
+        location: str,
+        policy: StepPolicy,
+        tools: Container[str] | None,
+        templates: Mapping[str, Template],
+        problem: Callable[[str, str, str], None],
+        mentions: Callable[[Any, str], None],
+    ) -> None:
+        self.raw = raw
+        self.fields = fields
+        self.location = location
+        self.policy = policy
+        self.tools = tools
+        self.templates = templates
+        self._problem = problem
+        self._mentions = mentions
+        self.failed = False
+
+    def problem(self, location: str, message: str, code: str = ErrorCode.INVALID_SPEC) -> None:
+        """Report a problem; the step does not compile (the build may go on to find more)."""
+        self.failed = True
+        self._problem(location, message, code)
+
+    def fail(self) -> NoReturn:
+        """Stop: the step does not compile (its problems are reported, here or by the fields' decoding)."""
+        self.failed = True
+        raise BuildFailed
+
+    def cel(self, source: Any, location: str) -> CelExpr:
+        """Compile a CEL expression and check the references it makes; fails the build when it does not
+        compile (reported) or ``source`` is not a string (the fields report the type)."""
+        from mcpipe.expr import CelExpr, ExpressionSyntaxError
+
+        if not isinstance(source, str):
+            self.fail()
+        try:
+            expr = CelExpr.compile(source)
+        except ExpressionSyntaxError as e:
+            self.problem(location, f"invalid CEL: {e.reason}")
+            self.fail()
+        self.check_mentions(expr, location)
+        return expr
+
+    def check_mentions(self, expr: Any, location: str) -> None:
+        """Check the references of a compiled expression (anything with ``mentions``) against the scope."""
+        self._mentions(expr, location)
+
+
+@dataclass(frozen=True, slots=True)
+class Kind(Generic[F, B]):
+    """A leaf step kind.
+
+    Attributes:
+        name: the ``kind`` value (the fields' tag).
+        fields: the msgspec Struct of its fields (a :class:`StepFields` with ``tag=name``).
+        run: the executor, ``async run(step, inputs, env, ctx) -> StepOutput``; ``step.fields`` is an
+            ``F`` and ``step.built`` a ``B``.
+        templates: the fields compiled as templates (resolved into ``inputs``; absent ones resolve to their
+            defaults).
+        build: what to compile beyond the templates, once, at load: ``build(b) -> B`` (a CEL program, an
+            argv); problems go through ``b.problem``, ``b.fail()`` stops. None: nothing (``built`` is None).
+        default_timeout: the deadline of a step that sets none, from the operator's policy.
+        tool_name: the tool a step of this kind calls, for the per-caller checks (the ``tool`` kind).
+        prepare: adjusts the raw fields before decoding (``http`` upper-cases ``method``).
+    """
+
+    name: str
+    fields: type[F]
+    run: RunFn[F, B]
+    templates: tuple[str, ...] = ()
+    build: Callable[[Build[F]], B] | None = None
+    default_timeout: Callable[[StepPolicy], float | None] | None = None
+    tool_name: Callable[[F], str] | None = None
+    prepare: Callable[[dict[str, Any]], None] | None = None
+
+
+class Registry:
+    """The step kinds by name, in the order the docs list them.
+
+    Iterating answers the names; ``registry[name]`` the :class:`Kind`.
+    """
+
+    def __init__(self, kinds: list[Kind[Any, Any]]) -> None:
+        self._kinds: dict[str, Kind[Any, Any]] = {}
+        for k in kinds:
+            self.register(k)
+
+    @classmethod
+    def of_modules(cls, package: str, modules: list[str]) -> Registry:
+        """The kinds of ``modules`` of ``package``, in order: each module's ``KIND``."""
+        kinds = []
+        for name in modules:
+            module = importlib.import_module(f"{package}.{name}")
+            kind = getattr(module, "KIND", None)
+            if not isinstance(kind, Kind):
+                raise TypeError(f"{package}.{name} defines no KIND (a mcpipe.kinds.Kind)")
+            kinds.append(kind)
+        return cls(kinds)
+
+    def register(self, kind: Kind[Any, Any]) -> Kind[Any, Any]:
+        """Add a kind (its name must be new and its fields tagged with it)."""
+        if kind.name in self._kinds or kind.name in RESERVED_KINDS:
+            raise ValueError(f"a step kind named {kind.name!r} already exists")
+        tag = kind.fields.__struct_config__.tag
+        if tag != kind.name:
+            raise ValueError(f"the fields of kind {kind.name!r} are tagged {tag!r}; use tag={kind.name!r}")
+        self._kinds[kind.name] = kind
+        return kind
+
+    def unregister(self, name: str) -> None:
+        """Remove a kind (tests that register a throwaway kind)."""
+        del self._kinds[name]
+
+    def get(self, name: str) -> Kind[Any, Any] | None:
+        return self._kinds.get(name)
+
+    def __getitem__(self, name: str) -> Kind[Any, Any]:
+        return self._kinds[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kinds
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._kinds))
+
+    def __len__(self) -> int:
+        return len(self._kinds)
+
+    def kinds(self) -> list[Kind[Any, Any]]:
+        """The kinds, in order."""
+        return list(self._kinds.values())
+
+    def fields_union(self, *extra: type[msgspec.Struct]) -> Any:
+        """The tagged union of every kind's fields (and ``extra`` Structs), for decoding and JSON Schema."""
+        return functools.reduce(operator.or_, [k.fields for k in self._kinds.values()] + list(extra))

@@ -1,0 +1,58 @@
+"""The plan every front-end compiles to and the scheduler runs, and the one checker they share.
+
+See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
+"""
+
+from mcpipe.plan._check import (
+    STEP_ID,
+    Checker,
+    Scope,
+    assign_step_ids,
+    problem_order,
+    reference_root,
+    referenced_step,
+    referenced_var,
+    step_reference_problem,
+)
+from mcpipe.plan._ir import (
+    DEFAULT_LIMITS,
+    SKIP,
+    CompiledSpec,
+    Expression,
+    Leaf,
+    Limits,
+    Node,
+    Parallel,
+    Pipe,
+    Pipeline,
+    RunFn,
+    prelude,
+    tool_sites,
+    walk,
+)
+
+__all__ = [
+    "DEFAULT_LIMITS",
+    "SKIP",
+    "STEP_ID",
+    "Checker",
+    "CompiledSpec",
+    "Expression",
+    "Leaf",
+    "Limits",
+    "Node",
+    "Parallel",
+    "Pipe",
+    "Pipeline",
+    "RunFn",
+    "Scope",
+    "assign_step_ids",
+    "prelude",
+    "problem_order",
+    "reference_root",
+    "referenced_step",
+    "referenced_var",
+    "step_reference_problem",
+    "tool_sites",
+    "walk",
+]

@@ -1,0 +1,231 @@
+"""The one checker every front-end uses: ids, scopes, references, depth, step counts, problem order.
+
+A front-end walks its own syntax (``mcp_pipe``'s ``tool``/``parallel``/``pipe`` keys, a declared step's
+``kind``) and asks a :class:`Checker` to number ids, compile templates against a :class:`Scope`, check
+the references they make, and enforce the limits. Every problem is collected (with its full location),
+so a user fixes a spec in one round; :func:`problem_order` sorts them the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Container, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mcpipe._template import Template
+from mcpipe.errors import ErrorCode, Problem, TemplateSyntaxError
+
+__all__ = [
+    "STEP_ID",
+    "Checker",
+    "Scope",
+    "assign_step_ids",
+    "problem_order",
+    "reference_root",
+    "referenced_step",
+    "referenced_var",
+    "step_reference_problem",
+]
+
+STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
+RESERVED_ID = re.compile(r"step([0-9]+)")
+STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
+VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
+ROOT = re.compile(r"[a-z]+")
+_ORDER = re.compile(r"\[(\d+)\]")
+
+
+@dataclass(frozen=True)
+class Scope:
+    """What a template or expression at some place may reference.
+
+    Attributes:
+        step_ids: the ids of the place's list by position (so ``{{step2}}`` means the second step).
+        visible: ids of the steps that finish before this place; None: step references are not checked.
+        siblings: ids of parallel siblings (never visible).
+        has_last: whether some step has finished before this place (else ``last`` is rejected).
+        var_names: the names ``vars`` has here; None: unknown (not checked).
+        depth: how deeply this place is nested in ``parallel``/``pipe`` steps.
+    """
+
+    step_ids: tuple[str, ...] = ()
+    visible: frozenset[str] | None = None
+    siblings: frozenset[str] = frozenset()
+    has_last: bool = True
+    var_names: frozenset[str] | None = None
+    depth: int = 0
+
+
+def problem_order(p: Problem) -> tuple[Any, ...]:
+    """Natural order of locations (``steps[2]`` before ``steps[10]``); sort stably to keep discovery order
+    within a location."""
+    return tuple(int(x) if x.isdigit() else x for x in _ORDER.split(p.location))
+
+
+def assign_step_ids(
+    raw: list[Any], loc: str, problem: Callable[[str, str], None], *, check_pattern: bool = True
+) -> tuple[str, ...]:
+    """The ids of a list of raw steps by position: an explicit id, else ``step<N>``.
+
+    Reports through ``problem(location, message)`` ids that do not match the id pattern (when
+    ``check_pattern``), ``step<N>`` ids used at another position, and duplicates.
+    """
+    ids: list[str] = []
+    seen: dict[str, int] = {}
+    for i, item in enumerate(raw):
+        given = item.get("id") if isinstance(item, Mapping) else None
+        sid = given if isinstance(given, str) and given else f"step{i + 1}"
+        if isinstance(given, str) and given:
+            if check_pattern and not STEP_ID.fullmatch(given):
+                problem(f"{loc}[{i}].id", f"invalid id '{given}': ids match [A-Za-z_][A-Za-z0-9_-]*")
+            reserved = RESERVED_ID.fullmatch(given)
+            if reserved and reserved.group(1) != str(i + 1):
+                problem(f"{loc}[{i}].id", f"id '{given}' is reserved for the step at position {reserved.group(1)}")
+        if sid in seen:
+            problem(f"{loc}[{i}].id", f"duplicate id '{sid}' (also {loc}[{seen[sid]}])")
+        else:
+            seen[sid] = i
+        ids.append(sid)
+    return tuple(ids)
+
+
+def reference_root(ref: str) -> str:
+    """The root of a normalized reference (``steps`` of ``steps.fetch.output``)."""
+    m = ROOT.match(ref)
+    return m.group() if m else ref
+
+
+def referenced_step(ref: str) -> str | None:
+    """The step id a ``steps.<id>...`` reference names, or None (``steps`` whole, ``steps.*``, ...)."""
+    m = STEPS_REF.match(ref)
+    return m.group(1) if m else None
+
+
+def referenced_var(ref: str) -> str | None:
+    """The var a ``vars.<name>...`` or ``vars["name"]...`` reference reads first, or None."""
+    m = VARS_REF.match(ref)
+    if m is None:
+        return None
+    if m.group(1) is not None:
+        return m.group(1)
+    return orjson.loads(m.group(2)) if m.group(2) else None
+
+
+def step_reference_problem(
+    step: str, visible: Container[str], siblings: Container[str], ids: Container[str]
+) -> str | None:
+    """What is wrong with a reference to step ``step`` from a place that sees ``visible`` (None if nothing).
+
+    ``siblings`` are the ids of the place's parallel siblings, ``ids`` the ids of its whole list.
+    """
+    if step in visible:
+        return None
+    if step in siblings:
+        return f"reference to step '{step}', a sibling in the same parallel group"
+    if step in ids:
+        return f"reference to step '{step}', which does not run before this step"
+    return f"reference to unknown step '{step}'"
+
+
+class Checker:
+    """Collects the problems of one compile and performs the checks every front-end shares.
+
+    Args:
+        max_depth: the deepest nesting allowed.
+        strict_steps: report a ``steps`` reference that names no step (``steps[0]``); front-ends whose
+            expressions may index ``steps`` dynamically turn it off.
+        check_ids: check explicit ids against the id pattern (front-ends whose models check it turn it off).
+    """
+
+    def __init__(self, *, max_depth: int = 5, strict_steps: bool = True, check_ids: bool = True) -> None:
+        self.problems: list[Problem] = []
+        self.max_depth = max_depth
+        self.strict_steps = strict_steps
+        self.check_ids = check_ids
+
+    def problem(self, location: str, message: str, code: str = ErrorCode.INVALID_SPEC) -> None:
+        """Report one problem."""
+        self.problems.append(Problem(location, code, message))
+
+    def sorted_problems(self) -> list[Problem]:
+        """The problems in :func:`problem_order`."""
+        return sorted(self.problems, key=problem_order)
+
+    def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
+        """The ids of a list of raw steps (see :func:`assign_step_ids`)."""
+        return assign_step_ids(raw, loc, self.problem, check_pattern=self.check_ids)
+
+    def template(
+        self, value: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None
+    ) -> Template | None:
+        """Compile ``value`` as a template at ``loc`` and check its references (None on a syntax error)."""
+        try:
+            t = Template(value, step_ids=scope.step_ids, location=loc)
+        except TemplateSyntaxError as e:
+            self.problem(e.location, e.reason)
+            return None
+        for site, ref in t.reference_sites:
+            if refs is not None:
+                refs.append((site, ref))
+            self.check_reference(site, ref, scope)
+        return t
+
+    def check_reference(self, site: str, ref: str, scope: Scope) -> None:
+        """Check one normalized reference made at ``site`` against what ``scope`` sees."""
+        name = reference_root(ref)
+        if name == "steps":
+            if scope.visible is None:
+                return
+            step = referenced_step(ref)
+            if step is None:
+                if self.strict_steps and not (ref == "steps" or ref.startswith("steps.*")):
+                    self.problem(site, f"reference `{ref}` does not name a step")
+                return
+            problem = step_reference_problem(step, scope.visible, scope.siblings, scope.step_ids)
+            if problem is not None:
+                self.problem(site, problem)
+        elif name == "last":
+            if scope.visible is not None and not scope.has_last:
+                self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
+        elif name == "vars" and scope.var_names is not None:
+            key = referenced_var(ref)
+            if key is not None and key not in scope.var_names:
+                self.problem(site, f"reference `{ref}`: no var named '{key}'")
+
+    def deep_enough(self, loc: str, depth: int) -> bool:
+        """Whether a container at ``depth`` may nest one level more (reports it when not)."""
+        if depth + 1 > self.max_depth:
+            self.problem(
+                loc,
+                f"nesting is {depth + 1} levels deep here; the limit is {self.max_depth}",
+                ErrorCode.LIMIT_EXCEEDED,
+            )
+            return False
+        return True
+
+    def count(self, loc: str, steps: int, max_steps: int) -> None:
+        """Report a pipeline of more than ``max_steps`` steps."""
+        if steps > max_steps:
+            self.problem(loc, f"the pipeline has {steps} steps; the limit is {max_steps}", ErrorCode.LIMIT_EXCEEDED)
+
+    @staticmethod
+    def sibling_scope(scope: Scope, child_ids: tuple[str, ...]) -> Scope:
+        """The scope of a parallel group's children: what the group's list sees, never each other (unless
+        one shares an id with an earlier step of that list, which is then the one it means)."""
+        visible = scope.visible or frozenset()
+        return Scope(
+            scope.step_ids,
+            scope.visible,
+            frozenset(child_ids) - visible,
+            scope.has_last,
+            scope.var_names,
+            scope.depth + 1,
+        )
+
+    @staticmethod
+    def list_scope(ids: tuple[str, ...], i: int, var_names: frozenset[str] | None, depth: int) -> Scope:
+        """The scope of step ``i`` of a list with ``ids``: the steps before it have finished."""
+        return Scope(ids, frozenset(ids[:i]), frozenset(), i > 0, var_names, depth)

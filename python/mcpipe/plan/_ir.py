@@ -1,0 +1,279 @@
+"""The plan: one intermediate representation every front-end compiles to and the scheduler runs.
+
+A plan is a :class:`Pipeline` (vars, steps, return, failure policy, deadline) whose steps are
+
+- :class:`Leaf`: one unit of work. A bare tool call (``mcp_pipe``'s tool steps) has ``run`` None and
+  holds ``tool`` and ``args``: the scheduler calls the tool inline, the fast path. Every other leaf is a
+  step kind's (``mcpipe.kinds``): its ``fields``, compiled ``templates``, what the kind ``built`` at compile
+  time, and the kind's ``run``;
+- :class:`Parallel`: children that run concurrently and see what the group's list sees;
+- :class:`Pipe`: a nested pipeline whose ``vars`` resolve in the enclosing environment.
+
+Every node may carry ``when`` (skip the step when false) and ``input_transform`` (replace ``args`` for
+the step); ``skippable`` says the front-end's results carry ``skipped`` (declared pipelines).
+
+Front-ends: :func:`mcpipe.compile_spec` (``mcp_pipe`` specs) and :mod:`mcpipe.declared` (the config's
+``pipelines:``); both check with :class:`mcpipe.plan.Checker`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+
+import trio
+
+from mcpipe._describe import json_type
+from mcpipe._template import Template
+from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError
+from mcpipe.results import StepFailure, StepOutput
+from mcpipe.tools._base import ToolContext
+
+__all__ = [
+    "SKIP",
+    "CompiledSpec",
+    "Expression",
+    "Leaf",
+    "Limits",
+    "Node",
+    "Parallel",
+    "Pipe",
+    "Pipeline",
+    "RunFn",
+    "prelude",
+    "walk",
+]
+
+F = TypeVar("F")
+B = TypeVar("B")
+
+_log = logging.getLogger("mcpipe.declared")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Server-side limits a spec cannot raise.
+
+    Attributes:
+        max_steps: total steps, counting every nested and parallel child.
+        max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
+        max_concurrency: parallel children running at once within one call.
+        timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
+    """
+
+    max_steps: int = 50
+    max_depth: int = 5
+    max_concurrency: int = 8
+    timeout_ms: float | None = None
+
+
+DEFAULT_LIMITS = Limits()
+
+
+class Expression(Protocol):
+    """A compiled expression (CEL, JSONata, an operator's plugin) evaluated over the environment."""
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
+        ...
+
+
+RunFn: TypeAlias = Callable[["Leaf[F, B]", dict[str, Any], Mapping[str, Any], ToolContext], Awaitable[StepOutput]]
+"""A kind's executor: ``run(step, inputs, env, ctx)``; ``inputs`` are the step's resolved templates and
+``env`` the environment after ``input_transform``. Failures are :class:`mcpipe.results.StepFailure`."""
+
+SKIP: Any = object()
+"""What :func:`prelude` answers when the step's ``when`` is false."""
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Leaf(Generic[F, B]):
+    """One unit of work: a bare tool call, or a step of some kind.
+
+    Attributes:
+        id: the step id.
+        location: where it was written (``steps[2]``, ``pipelines.charge.steps[2]``).
+        kind: the kind's name (``tool``, ``http``, ...).
+        timeout_ms: the step's deadline, or None.
+        fields: the kind's decoded fields (its msgspec Struct; None for a bare tool call).
+        built: what the kind built at compile time (a CEL program, an argv, the policy it runs under).
+        templates: the template fields by name; resolved, they are the runner's ``inputs``.
+        run: the kind's executor; None for a bare tool call (the scheduler's inline path).
+        tool: the tool a ``tool`` leaf calls (for the per-caller checks), else None.
+        args: a bare tool call's arguments template.
+        when: the compiled ``when`` condition, or None.
+        input_transform: the compiled ``input_transform``, or None.
+        references: ``(location, reference)`` of every reference it makes.
+        skippable: its result carries ``skipped`` (declared steps).
+    """
+
+    id: str
+    location: str
+    kind: str
+    timeout_ms: float | None
+    fields: F
+    built: B
+    templates: tuple[tuple[str, Template], ...] = ()
+    run: RunFn[F, B] | None = None
+    tool: str | None = None
+    args: Template | None = None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+
+    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
+        """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
+        ``timeout_ms``.
+
+        Args:
+            env: the pipeline environment (roots ``vars``, ``steps``, ``last``, ``args``, ``context``).
+            ctx: the request's context (``log`` and ``progress`` steps send through it; ``ctx.tools`` is
+                what ``tool`` steps call through).
+            tools: the registry ``tool`` steps call through, instead of ``ctx.tools``.
+
+        Returns:
+            The output; failures are outputs with ``ok`` false and an ``error_code``, never exceptions.
+
+        Raises:
+            trio.Cancelled: when the caller is cancelled (the step's work is cancelled first).
+        """
+        run = self.run
+        if run is None:
+            raise TypeError(f"step '{self.id}' is a bare tool call: the scheduler runs it")
+        if tools is not None:
+            ctx = replace(ctx, tools=tools)
+        try:
+            env2 = prelude(self, env)
+            if env2 is SKIP:
+                return StepOutput.skip()
+            inputs = {name: t.resolve(env2) for name, t in self.templates}
+            if self.timeout_ms is None:
+                return await run(self, inputs, env2, ctx)
+            with trio.move_on_after(self.timeout_ms / 1000):
+                return await run(self, inputs, env2, ctx)
+            return StepOutput.failure(f"timed out after {self.timeout_ms:g} ms", ErrorCode.TIMEOUT)
+        except InterpolationError as e:
+            e.with_step(self.id)
+            return StepOutput.failure(str(e), ErrorCode.INTERPOLATION_FAILED)
+        except ExpressionError as e:
+            return StepOutput.failure(str(e), e.code)
+        except StepFailure as e:
+            return StepOutput.failure(str(e), e.code, e.output)
+        except Exception as e:
+            _log.exception("step %s (%s, %s) failed", self.id, self.kind, self.location)
+            return StepOutput.failure(f"{type(e).__name__}: {e}", ErrorCode.TOOL_FAILED)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Parallel:
+    """Run ``children`` concurrently; they see the group's list, not each other."""
+
+    id: str
+    location: str
+    children: tuple[Node, ...]
+    timeout_ms: float | None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+    kind: ClassVar[str] = "parallel"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pipe:
+    """Run the nested ``pipe``; its ``vars`` template is resolved in this step's environment."""
+
+    id: str
+    location: str
+    pipe: Pipeline
+    timeout_ms: float | None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+    kind: ClassVar[str] = "pipe"
+
+
+Node: TypeAlias = "Leaf[Any, Any] | Parallel | Pipe"
+"""A step of a plan."""
+
+
+@dataclass(frozen=True, slots=True)
+class Pipeline:
+    """One list of steps with its vars, return template and failure policy."""
+
+    vars: Template
+    steps: tuple[Node, ...]
+    ret: Template | None
+    continue_on_error: bool
+    timeout_ms: float | None
+    location: str
+
+
+@dataclass(frozen=True, slots=True)
+class CompiledSpec:
+    """A validated, compiled plan.
+
+    Attributes:
+        plan: the top-level pipeline.
+        tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
+        leaf_count: how many leaf steps there are, nested and parallel children included.
+        step_count: how many steps there are in all.
+    """
+
+    plan: Pipeline
+    tool_sites: tuple[tuple[str, str], ...]
+    leaf_count: int
+    step_count: int
+
+    @classmethod
+    def of(cls, plan: Pipeline) -> CompiledSpec:
+        """The compiled spec of ``plan``, its sites and counts read from the plan."""
+        nodes = list(walk(plan.steps))
+        sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
+        leaves = sum(1 for n in nodes if isinstance(n, Leaf))
+        return cls(plan, sites, leaves, len(nodes))
+
+
+def walk(steps: Iterable[Node]) -> Iterator[Node]:
+    """Every step, containers first, then their children (parallel children, nested pipe steps)."""
+    for step in steps:
+        yield step
+        if isinstance(step, Parallel):
+            yield from walk(step.children)
+        elif isinstance(step, Pipe):
+            yield from walk(step.pipe.steps)
+
+
+def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:
+    """``(location, tool)`` of every leaf that calls a tool, nested ones included."""
+    for s in walk(steps):
+        if isinstance(s, Leaf) and s.tool is not None:
+            yield s.location, s.tool
+
+
+def prelude(step: Node, env: Mapping[str, Any]) -> Any:
+    """Apply a step's ``when`` and ``input_transform``.
+
+    Returns:
+        :data:`SKIP` when ``when`` is false; else the environment the step runs in: ``env`` itself, or a
+        copy whose ``args`` is the ``input_transform``'s value.
+
+    Raises:
+        ExpressionError: ``when`` failed or is not a boolean, or ``input_transform`` failed.
+    """
+    if step.when is not None:
+        verdict = step.when.evaluate(env)
+        if not isinstance(verdict, bool):
+            raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
+        if not verdict:
+            return SKIP
+    if step.input_transform is not None:
+        transformed = step.input_transform.evaluate(env)
+        new = dict(env)
+        new["args"] = transformed
+        return new
+    return env
