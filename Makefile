@@ -22,9 +22,10 @@ serve: setup
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches scripts
+	$(BIN)/ruff format --check python tests benches scripts
 	$(BIN)/mypy
+	$(BIN)/python scripts/check_layers.py
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets -q --no-default-features -- -D warnings
@@ -41,8 +42,8 @@ bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
 
 fmt: setup
-	$(BIN)/ruff format python tests benches
-	$(BIN)/ruff check --fix python tests benches
+	$(BIN)/ruff format python tests benches scripts
+	$(BIN)/ruff check --fix python tests benches scripts
 	cargo fmt
 
 clean:
