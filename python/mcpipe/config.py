@@ -24,7 +24,7 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
-from mcpipe.errors import ConfigError, Problem
+from mcpipe.errors import ConfigError, ErrorCode, Problem
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -40,7 +40,7 @@ __all__ = [
     "parse_config",
 ]
 
-CODE = "INVALID_CONFIG"
+CODE = ErrorCode.INVALID_CONFIG
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):

@@ -21,7 +21,7 @@ import time
 import uuid
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
@@ -53,7 +53,7 @@ class CallError(MCPipeError):
     ``isError`` result.
     """
 
-    code = "TOOL_FAILED"
+    code: str = ErrorCode.TOOL_FAILED
 
 
 class ToolSource(Protocol):
@@ -212,20 +212,23 @@ class Gateway:
                 why = getattr(source, "why_unknown", None)
                 reason = why(name) if why is not None else None
                 if reason is not None:
-                    self._record(ctx, name, False, "TOOL_FAILED", t0, 0.0)
+                    self._record(ctx, name, False, ErrorCode.TOOL_FAILED, t0, 0.0)
                     raise CallError(reason)
-            self._record(ctx, name, False, "UNKNOWN_TOOL", t0, 0.0)
-            raise _Refused("UNKNOWN_TOOL", f"unknown tool '{name}'")
+            self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
+            raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
         if not self.policy.allows(ctx.principal, name):
-            self._record(ctx, name, False, "FORBIDDEN", t0, 0.0)
-            raise _Refused("FORBIDDEN", f"principal '{ctx.principal}' may not call '{name}'")
+            self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
+            raise _Refused(ErrorCode.FORBIDDEN, f"principal '{ctx.principal}' may not call '{name}'")
+        if ctx.tools is None:
+            # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
+            ctx = replace(ctx, tools=self)
         try:
             result = await tool.call(args, ctx)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise
         cost = self.cost_of(name)
-        self._record(ctx, name, not result.is_error, "TOOL_ERROR" if result.is_error else None, t0, cost)
+        self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         return result
 
     def record_pipe(self, ctx: ToolContext, pipeline: str, answer: dict[str, Any], t0: float) -> None:

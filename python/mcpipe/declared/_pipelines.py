@@ -267,9 +267,12 @@ class DeclaredPipelineTool:
         args, errors = self.check_args(args)
         if errors:
             return ToolResult.error(f"invalid arguments for tool '{self.name}': " + "; ".join(errors))
-        registry = self.registry
+        # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
+        registry = self.registry if self.registry is not None else ctx.tools
         if registry is None:
-            return ToolResult.error(f"TOOL_FAILED: declared pipeline '{self.name}' is not bound to a tool registry")
+            return ToolResult.error(
+                f"{ErrorCode.TOOL_FAILED}: declared pipeline '{self.name}' is not bound to a tool registry"
+            )
         # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
         # (if a step called it) stays known, so a run that asks the client keys its steps under it.
         run_ctx = ctx.for_step(None, ctx.step)
@@ -284,7 +287,7 @@ class DeclaredPipelineTool:
         if self._has_content:
             blocks, problem = content_blocks(result["content"])
             if problem is not None:
-                return ToolResult.error(f"INVALID_OUTPUT: {self.location}.content: {problem}")
+                return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: {self.location}.content: {problem}")
             structured = output if self._has_output and isinstance(output, dict) else None
             if structured is not None and (bad := self._check_output(structured)) is not None:
                 return bad
@@ -292,7 +295,8 @@ class DeclaredPipelineTool:
         if isinstance(output, str):
             if self.output_schema is not None:
                 return ToolResult.error(
-                    f"INVALID_OUTPUT: {self.location}.output: a string, but the tool declares an output_schema"
+                    f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: a string,"
+                    " but the tool declares an output_schema"
                 )
             return ToolResult.text(output)
         if isinstance(output, dict):
@@ -301,7 +305,8 @@ class DeclaredPipelineTool:
             return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
         if self.output_schema is not None:
             return ToolResult.error(
-                f"INVALID_OUTPUT: {self.location}.output: {json_type(output)}, but the output_schema needs an object"
+                f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: {json_type(output)},"
+                " but the output_schema needs an object"
             )
         return ToolResult.text(orjson.dumps(output).decode())
 
@@ -312,7 +317,7 @@ class DeclaredPipelineTool:
         if not errors:
             return None
         where = "; ".join(f"{_path('output', e.absolute_path)}: {e.message}" for e in errors)
-        return ToolResult.error(f"INVALID_OUTPUT: the output does not match the output_schema: {where}")
+        return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: the output does not match the output_schema: {where}")
 
 
 class DeclaredPipelines:

@@ -161,7 +161,9 @@ async def _run_compiled(
         if name not in allowed:
             allowed[name] = bool(registry.allows(name, ctx))
         if not allowed[name]:
-            denied.append(Problem(f"{location}.tool", "FORBIDDEN", f"tool '{name}' is not allowed for this caller"))
+            denied.append(
+                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
+            )
     if denied:
         return invalid_answer(denied, started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.

@@ -20,11 +20,11 @@ from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
-from mcpipe.store import open_store
+from mcpipe.store import ServedStore, open_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
-__all__ = ["App", "load_tool_source", "open_app"]
+__all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "tool_sources"]
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -57,6 +57,43 @@ def policy_of(config: Config) -> Policy:
 def limits_of(config: Config) -> Limits:
     p = config.pipe
     return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+
+
+def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
+    """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
+    then the declared pipelines (checked against the ones before them).
+
+    Raises:
+        ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
+            (every problem listed).
+    """
+    sources: list[ToolSource] = []
+    if config.builtins is not False:
+        chosen = config.builtins
+        if chosen is True:
+            sources.extend([builtin_tools(True), interaction_tools()])  # ask_user, sample, list_roots
+        else:
+            sources.append(builtin_tools([n for n in chosen if n not in INTERACTION_TOOL_NAMES]))
+            sources.append(interaction_tools(chosen))
+    problems: list[Problem] = []
+    for i, entry in enumerate(config.python_tools):
+        try:
+            sources.append(load_tool_source(entry, f"python_tools[{i}]"))
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise ConfigError(problems)
+    sources.extend(extra_sources or [])
+    if config.pipelines or config.outbound is not None:
+        from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
+
+        sources.append(declared_source(config, sources))
+    return sources
+
+
+def pipeline_store(config: Config) -> ServedStore:
+    """The store suspended pipelines wait in (in memory; a shared store plugs in by its URL)."""
+    return open_store("memory:", sweep_interval_s=config.interaction.sweep_interval_s)
 
 
 @dataclass
@@ -92,33 +129,12 @@ async def open_app(
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded.
     """
-    sources: list[ToolSource] = []
-    if config.builtins is not False:
-        chosen = config.builtins
-        if chosen is True:
-            sources.extend([builtin_tools(True), interaction_tools()])  # ask_user, sample, list_roots
-        else:
-            sources.append(builtin_tools([n for n in chosen if n not in INTERACTION_TOOL_NAMES]))
-            sources.append(interaction_tools(chosen))
-    problems: list[Problem] = []
-    for i, entry in enumerate(config.python_tools):
-        try:
-            sources.append(load_tool_source(entry, f"python_tools[{i}]"))
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise ConfigError(problems)
-    sources.extend(extra_sources or [])
-    declared = None
-    if config.pipelines or config.outbound is not None:
-        from mcpipe.declared import declared_source
-
-        declared = declared_source(config, sources)  # raises ConfigError listing every problem
-        sources.append(declared)
+    sources = tool_sources(config, extra_sources)
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
         audit = AuditLog(resolve_path(config, config.audit.path) if config.audit.enabled else None)
+    # Declared pipelines call tools through the gateway a call comes in by (ctx.tools): nothing to bind.
     gateway = Gateway(
         sources,
         policy=policy_of(config),
@@ -126,15 +142,16 @@ async def open_app(
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
     )
-    if declared is not None:
-        declared.bind(gateway)  # their tool steps go through the same call path
-    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    store = pipeline_store(config)
+    handlers = ToolHandlers(
+        gateway,
+        PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None,
+        interactions=Interactions.from_config(config.interaction, store, audience=config.name),
+    )
     server = build_server(handlers, name=config.name, version=_version())
-    store = open_store("memory:", sweep_interval_s=config.interaction.sweep_interval_s)
-    handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)  # sweeps expired suspended pipelines
+            await nursery.start(store.run)  # the store's background work (sweeping expired entries)
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()

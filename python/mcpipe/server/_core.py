@@ -21,11 +21,12 @@ from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.compile import Limits
+from mcpipe.errors import ErrorCode
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
-from mcpipe.tools import ProgressFn, Tool, ToolContext, ToolResult
+from mcpipe.tools import ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "tool_context", "wire_result"]
 
@@ -77,8 +78,11 @@ def _principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> s
         return default
 
 
-def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str | None = None) -> ToolContext:
-    """The ToolContext of one inbound request: who calls, and sinks for progress and logs back to them."""
+def tool_context(
+    ctx: ServerRequestContext[Any, Any], *, default_principal: str | None = None, tools: ToolCaller | None = None
+) -> ToolContext:
+    """The ToolContext of one inbound request: who calls, sinks for progress and logs back to them, and the
+    registry its pipelines call tools through (``tools``, the gateway)."""
     session = ctx.session
     cp = session.client_params
     info = cp.client_info if cp is not None else None
@@ -98,6 +102,7 @@ def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str 
         progress_token=_progress_token(ctx),
         wants_progress=_wants_progress(ctx),
         sdk_context=ctx,
+        tools=tools,
     )
 
 
@@ -177,7 +182,7 @@ class PipeRunner:
         ctx.pipeline = pid
         t0 = time.perf_counter()
         answer = None
-        code = "CANCELLED"  # no answer means the call was cancelled (the scheduler answers every failure)
+        code: str = ErrorCode.CANCELLED  # no answer means the call was cancelled (the scheduler answers every failure)
         try:
             if ctx.wants_progress:
                 answer = await self._run_with_progress(args, ctx)
@@ -185,7 +190,7 @@ class PipeRunner:
                 answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)
         except BaseException as exc:
             if is_suspension(exc):
-                code = "SUSPENDED"  # it waits for its client's answers (2026-07-28) and resumes on the retry
+                code = ErrorCode.SUSPENDED  # it waits for its client's answers (2026-07-28) and resumes on the retry
             raise
         finally:
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
@@ -241,14 +246,22 @@ class ToolHandlers:
         gateway: the one call path.
         pipe: the ``mcp_pipe`` runner, or None to serve without ``mcp_pipe``.
         default_principal: the principal of calls that carry none (stdio, in-memory).
+        interactions: asking the client (elicitation, sampling, roots): the pipeline store and the
+            requestState sealer (default: an in-memory store and a key of this process).
     """
 
-    def __init__(self, gateway: Gateway, pipe: PipeRunner | None, *, default_principal: str | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        pipe: PipeRunner | None,
+        *,
+        default_principal: str | None = None,
+        interactions: Interactions | None = None,
+    ) -> None:
         self.gateway = gateway
         self.pipe = pipe
         self.default_principal = default_principal
-        # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
-        self.interactions = Interactions()
+        self.interactions = interactions if interactions is not None else Interactions()
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -267,7 +280,9 @@ class ToolHandlers:
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
-        out = await sdk_call(self, ctx, params, tool_context(ctx, default_principal=self.default_principal))
+        out = await sdk_call(
+            self, ctx, params, tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        )
         if out.get("resultType") == "input_required":
             return out  # a pipeline waits for the client's answers (2026-07-28): never cached
         if ctx.protocol_version in _MODERN:

@@ -154,6 +154,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            tools=self.handlers.gateway,
         )
         capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:

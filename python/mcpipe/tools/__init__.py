@@ -1,13 +1,15 @@
 """Tools: what pipelines call. Python functions, declared backends and downstream MCP servers."""
 
-from mcpipe.tools._base import LogFn, ProgressFn, Tool, ToolContext, ToolResult
+from mcpipe.tools._base import Era, LogFn, ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._registry import FunctionTool, ToolRegistry, UnknownToolError
 
 __all__ = [
+    "Era",
     "FunctionTool",
     "LogFn",
     "ProgressFn",
     "Tool",
+    "ToolCaller",
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
