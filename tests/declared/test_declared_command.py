@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from declaredkit import compiled, env
 
+from kit.declared import compiled, env
 from mcpipe.declared import CommandPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.tools._base import ToolContext
 

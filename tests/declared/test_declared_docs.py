@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 import yaml
-from declaredkit import run_steps
 
+from kit.declared import run_steps
 from mcpipe.declared import CommandPolicy, HttpPolicy, StepPolicy, StepScope, compile_steps
 
 ROOT = Path(__file__).resolve().parents[2]

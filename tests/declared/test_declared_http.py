@@ -9,8 +9,8 @@ import httpcore2
 import httpx2
 import pytest
 import trio
-from declaredkit import compiled, env
 
+from kit.declared import compiled, env
 from mcpipe.declared import HttpPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.kinds.http import _GuardedTransport
 from mcpipe.tools._base import ToolContext

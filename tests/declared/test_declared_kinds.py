@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 import trio
-from declaredkit import Sink, compiled, env, result_of, run_result
 
+from kit.declared import Sink, compiled, env, result_of, run_result
 from mcpipe.declared import StepOutput, StepPolicy, StepScope, compile_steps
 from mcpipe.tools._base import ToolContext, ToolResult
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from pipelinekit import problems_of
 
+from kit.pipelines import problems_of
 from mcpipe.compile import Limits
 from mcpipe.declared import KnownTools, load_declared, load_outbound
 from mcpipe.tools import ToolRegistry

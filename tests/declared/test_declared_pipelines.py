@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from pipelinekit import load, text_of
 
+from kit.pipelines import load, text_of
 from mcpipe.compile import Limits
 from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from pipelinekit import PY_COMMANDS, load, text_of
+
+from kit.pipelines import PY_COMMANDS, load, text_of
 
 SLEEPER = """
 import os, subprocess, sys, time

@@ -25,9 +25,10 @@ import trio
 import yaml
 from mcp import Client
 
+from kit.servers import DOWNSTREAM, http_server
 from mcpipe.config import Config, parse_config
 from mcpipe.declared import config_problems, declared_source
-from mcpipe.server import App, open_app, serve_http
+from mcpipe.server import App, open_app
 from mcpipe.tools import ToolRegistry
 from mcpipe.tools.builtin import builtin_tools
 
@@ -39,7 +40,6 @@ pytestmark = [
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
-DOWNSTREAM = str(ROOT / "tests" / "server" / "downstream_server.py")
 HOOKED = "pipelines" in Config.__struct_fields__ and "outbound" in Config.__struct_fields__
 """Whether the config (and so the server) reads ``pipelines:`` and ``outbound:`` itself."""
 
@@ -176,22 +176,15 @@ async def test_progress_and_log_steps_reach_the_sdk_client_over_http():
         logs.append((params.level, params.data))
 
     with trio.fail_after(30):
-        async with served(doc) as app, _http(app) as url, Client(url, logging_callback=on_log, mode="legacy") as c:
+        async with (
+            served(doc) as app,
+            http_server(app) as url,
+            Client(url, logging_callback=on_log, mode="legacy") as c,
+        ):
             r = await c.call_tool("chatty", {"who": "ada"}, progress_callback=on_progress)
     assert r.content[0].text == "ok"
     assert progress == [(1, 2, "half"), (2, 2, "done")]
     assert logs == [("warning", "careful, ada")]
-
-
-@asynccontextmanager
-async def _http(app: App) -> AsyncIterator[str]:
-    stop = trio.Event()
-    async with trio.open_nursery() as nursery:
-        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
-        try:
-            yield url
-        finally:
-            stop.set()
 
 
 async def test_a_declared_pipeline_composes_a_downstream_servers_tools_over_http():
@@ -231,7 +224,7 @@ async def test_a_declared_pipeline_composes_a_downstream_servers_tools_over_http
         ],
     }
     with trio.fail_after(60):
-        async with served(doc) as app, _http(app) as url, Client(url) as client:
+        async with served(doc) as app, http_server(app) as url, Client(url) as client:
             r = await client.call_tool("greet_sum", {"name": "ada", "a": 2, "b": 3})
     assert r.is_error is False, r.content
     assert r.structured_content == {"greeting": "HI, ADA", "sum": 5}

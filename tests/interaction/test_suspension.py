@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from functools import partial
 from typing import Any
 
 import mcp_types as t
 import pytest
 import trio
 from mcp import Client, StdioServerParameters
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
-from test_interaction import CHARGES, PIPELINES, SCHEMA, Answers, client, first_round, served
 
+from kit.audit import WatchedAudit
+from kit.clients import bearer_client
+from kit.interaction import CHARGES, PIPELINES, SCHEMA, Answers, client, first_round, served
+from kit.servers import http_server
 from mcpipe.config import parse_config
 from mcpipe.gateway import AuditLog
 from mcpipe.interaction import InMemoryPipelineStore, Interactions, StateError, StateSealer, args_digest
-from mcpipe.server import open_app, serve_http
+from mcpipe.server import open_app
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -180,30 +178,14 @@ TOKENS = {"T_ALICE": "alice-secret", "T_BOB": "bob-secret"}
 AUTH = {"tokens": [{"env": "T_ALICE", "principal": "alice"}, {"env": "T_BOB", "principal": "bob"}]}
 
 
-@asynccontextmanager
-async def as_user(url: str, token: str, **kw: Any) -> AsyncIterator[Client]:
-    @asynccontextmanager
-    async def transport() -> AsyncIterator[Any]:
-        async with (
-            create_mcp_http_client(headers={"Authorization": f"Bearer {token}"}) as http,
-            streamable_http_client(url, http_client=http) as streams,
-        ):
-            yield streams
-
-    async with Client(transport(), mode="2026-07-28", **kw) as c:
-        yield c
-
-
 async def test_resuming_as_another_principal_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     for k, v in TOKENS.items():
         monkeypatch.setenv(k, v)  # the HTTP layer reads the tokens from the environment
-    stop = trio.Event()
     with trio.fail_after(WAIT_S):
-        async with served(TOKENS, auth=AUTH) as app, trio.open_nursery() as nursery:
-            url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
-            async with as_user(url, "alice-secret", **Answers().callbacks()) as alice:
+        async with served(TOKENS, auth=AUTH) as app, http_server(app) as url:
+            async with bearer_client(url, "alice-secret", "2026-07-28", **Answers().callbacks()) as alice:
                 ir = await first_round(alice, "confirm_pay", {"amount": 3})
-            async with as_user(url, "bob-secret", **Answers().callbacks()) as bob:
+            async with bearer_client(url, "bob-secret", "2026-07-28", **Answers().callbacks()) as bob:
                 with pytest.raises(MCPError) as caught:
                     await bob.session.call_tool(
                         "confirm_pay",
@@ -211,7 +193,6 @@ async def test_resuming_as_another_principal_is_refused(monkeypatch: pytest.Monk
                         input_responses={"confirm": t.ElicitResult(action="accept", content={"ok": True})},
                         request_state=ir.request_state,
                     )
-            stop.set()
     assert caught.value.code == INVALID_PARAMS
     assert caught.value.data == {"reason": "other_principal"}
     assert CHARGES == []
@@ -330,23 +311,6 @@ async def test_a_pipeline_that_asks_still_reports_progress(era: str, transport: 
     assert seen and seen[-1] == 3.0
 
 
-class WatchedAudit(AuditLog):
-    """Audit records in memory, with an event-driven wait for one that matches."""
-
-    def __init__(self) -> None:
-        super().__init__(None, keep=True)
-        self._changed = trio.Event()
-
-    def write(self, record: dict[str, Any]) -> None:
-        super().write(record)
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def until(self, predicate: Any) -> None:
-        while not any(predicate(r) for r in self.records or []):
-            await self._changed.wait()
-
-
 async def test_on_2025_cancelling_the_call_cancels_the_wait_for_an_answer() -> None:
     audit = WatchedAudit()
     asked = trio.Event()
@@ -360,7 +324,7 @@ async def test_on_2025_cancelling_the_call_cancels_the_wait_for_an_answer() -> N
         "steps": [{"id": "q", "tool": "ask_user", "args": {"message": "?"}}, {"tool": "charge", "args": {"amount": 1}}]
     }
     config = parse_config(
-        json.dumps({"audit": {"enabled": False}, "python_tools": ["test_interaction:side_tools"]}), "json", environ={}
+        json.dumps({"audit": {"enabled": False}, "python_tools": ["kit.interaction:side_tools"]}), "json", environ={}
     )
     CHARGES.clear()
     with trio.fail_after(WAIT_S):
@@ -372,7 +336,7 @@ async def test_on_2025_cancelling_the_call_cancels_the_wait_for_an_answer() -> N
                 nursery.start_soon(c.call_tool, "mcp_pipe", spec)
                 await asked.wait()
                 nursery.cancel_scope.cancel()  # the client gives up: notifications/cancelled
-            await audit.until(lambda r: r["tool"] == "mcp_pipe")
+            await audit.until_any(lambda r: r["tool"] == "mcp_pipe")
     records = {r["tool"]: r["error_code"] for r in audit.records or []}
     assert records == {"ask_user": "CANCELLED", "mcp_pipe": "CANCELLED"}
     assert CHARGES == []

@@ -1,4 +1,4 @@
-"""Helpers for the server tests (imported as `serverkit`): configs, apps in memory, real HTTP servers."""
+"""Servers for the tests: configs, apps in memory, real HTTP servers on 127.0.0.1, server processes."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from typing import Any
 
 import trio
 
+from kit.tools import test_tools
 from mcpipe.config import Config, parse_config
 from mcpipe.gateway import AuditLog
 from mcpipe.server import App, open_app, serve_http
-from mcpipe.tools import ToolContext, ToolRegistry, ToolResult
 
 DOWNSTREAM = str(Path(__file__).with_name("downstream_server.py"))
 ERAS = ["2026-07-28", "legacy"]
@@ -30,46 +30,6 @@ def make_config(environ: dict[str, str] | None = None, **doc: Any) -> Config:
 
 def stdio_downstream(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [DOWNSTREAM], **extra}
-
-
-class WatchedAudit(AuditLog):
-    """Audit records in memory, with a way to wait (event-driven) until they satisfy a condition."""
-
-    def __init__(self) -> None:
-        super().__init__(None, keep=True)
-        self._changed = trio.Event()
-
-    def write(self, record: dict[str, Any]) -> None:
-        super().write(record)
-        self._changed.set()
-        self._changed = trio.Event()
-
-    async def until(self, predicate: Any) -> list[dict[str, Any]]:
-        while not predicate(self.records):
-            await self._changed.wait()
-        return self.records  # type: ignore[return-value]
-
-
-test_tools = ToolRegistry()
-
-
-@test_tools.tool
-async def slow(seconds: float, ctx: ToolContext) -> str:
-    """Sleep, then answer (for calls in flight)."""
-    await trio.sleep(seconds)
-    return "done"
-
-
-@test_tools.tool
-def boom() -> str:
-    """Raise."""
-    raise RuntimeError("kaput")
-
-
-@test_tools.tool
-def fail() -> ToolResult:
-    """Answer a tool error."""
-    return ToolResult.error("it did not work")
 
 
 @asynccontextmanager
@@ -89,29 +49,6 @@ async def http_server(app: App, **kw: Any) -> AsyncIterator[str]:
             yield url
         finally:
             stop.set()
-
-
-@test_tools.tool
-async def hang(ctx: ToolContext) -> str:
-    """Report that it started, then run for a minute (a call in flight)."""
-    await ctx.report_progress(0.5, 1, "started")
-    await trio.sleep(60)
-    return "finished"
-
-
-def bearer_client(url: str, token: str | None, mode: str = "auto") -> Any:
-    """An SDK Client for ``url`` sending ``Authorization: Bearer <token>``."""
-    from mcp import Client
-    from mcp.client.streamable_http import streamable_http_client
-    from mcp.shared._httpx_utils import create_mcp_http_client
-
-    @asynccontextmanager
-    async def transport() -> AsyncIterator[Any]:
-        headers = {"Authorization": f"Bearer {token}"} if token else None
-        async with create_mcp_http_client(headers=headers) as http, streamable_http_client(url, http_client=http) as s:
-            yield s
-
-    return Client(transport(), mode=mode)
 
 
 async def start_process(
@@ -136,15 +73,3 @@ async def start_process(
         buf += chunk
     line = (buf.split(needle, 1)[1] if marker else buf).split(b"\n", 1)[0]
     return proc, line.decode().strip()
-
-
-BLOCKED: dict[str, trio.Event] = {}
-"""Events the ``block`` tool sets when a call with that tag has started (create them in the test)."""
-
-
-@test_tools.tool
-async def block(tag: str) -> str:
-    """Say (through ``BLOCKED[tag]``) that the call started, then run for a minute."""
-    BLOCKED.setdefault(tag, trio.Event()).set()
-    await trio.sleep(60)
-    return "unblocked"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from serverkit import WatchedAudit
+
+from kit.audit import WatchedAudit
 
 
 @pytest.fixture

@@ -10,8 +10,8 @@ import pytest
 from mcp import Client
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
-from serverkit import WatchedAudit
 
+from kit.audit import WatchedAudit
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import attach
 from mcpipe.server._schema import PIPE_INPUT_SCHEMA

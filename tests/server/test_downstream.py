@@ -10,8 +10,8 @@ from contextlib import asynccontextmanager
 import pytest
 import trio
 from mcp import Client
-from serverkit import DOWNSTREAM, http_server, make_config, running, start_process, stdio_downstream
 
+from kit.servers import DOWNSTREAM, http_server, make_config, running, start_process, stdio_downstream
 from mcpipe.gateway import PIPE_TOOL
 
 pytestmark = [

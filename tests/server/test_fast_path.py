@@ -9,8 +9,10 @@ import httpx2
 import orjson
 import pytest
 import trio
-from serverkit import BLOCKED, WatchedAudit, http_server, running
 
+from kit.audit import WatchedAudit
+from kit.servers import http_server, running
+from kit.tools import BLOCKED
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import _fast as fast_module
 from mcpipe.server._fast import FastToolCall

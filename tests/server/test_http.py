@@ -13,8 +13,9 @@ import orjson
 import pytest
 import trio
 from mcp import Client
-from serverkit import bearer_client, http_server, make_config, running, start_process
 
+from kit.clients import bearer_client
+from kit.servers import http_server, make_config, running, start_process
 from mcpipe.gateway import PIPE_TOOL
 
 # The SDK's HTTP client leaves httpx2's SSE async generators to the garbage collector under trio.
@@ -23,7 +24,7 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
-HERE = Path(__file__).parent
+TESTS = Path(__file__).parents[1]  # on PYTHONPATH for a server process that loads `kit.tools`
 PIPE = {"steps": [{"id": "a", "tool": "echo", "args": {"n": 1}}, {"id": "b", "tool": "echo", "args": {"m": "{{a.n}}"}}]}
 AUTH = {
     "auth": {
@@ -139,8 +140,8 @@ async def test_dns_rebinding_protection_refuses_foreign_hosts_and_origins():
 
 async def test_sigterm_shuts_down_within_seconds_with_a_call_in_flight_and_a_stream_open(tmp_path):
     config = tmp_path / "mcpipe.toml"
-    config.write_text(f'python_tools = ["serverkit:test_tools"]\n[audit]\npath = "{tmp_path / "a.jsonl"}"\n')
-    env = {"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    config.write_text(f'python_tools = ["kit.tools:test_tools"]\n[audit]\npath = "{tmp_path / "a.jsonl"}"\n')
+    env = {"PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
     args = [sys.executable, "-m", "mcpipe.server", "--config", str(config), "--http", "127.0.0.1:0"]
     proc, url = await start_process(args, env)
     started = trio.Event()

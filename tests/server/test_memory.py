@@ -6,8 +6,8 @@ import orjson
 import pytest
 import trio
 from mcp import Client
-from serverkit import ERAS, make_config, running
 
+from kit.servers import ERAS, make_config, running
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server._schema import PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.tools.builtin import BUILTIN_NAMES

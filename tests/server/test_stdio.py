@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import trio
 from mcp import Client, StdioServerParameters
-from serverkit import DOWNSTREAM
 
+from kit.servers import DOWNSTREAM
 from mcpipe.gateway import PIPE_TOOL
 
 
