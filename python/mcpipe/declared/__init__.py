@@ -22,22 +22,12 @@ from mcpipe.declared._compile import (
     tool_sites,
     walk,
 )
+from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
+from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
-from mcpipe.declared._pipelines import (
-    CONTENT_TYPES,
-    DeclaredPipelines,
-    DeclaredPipelineTool,
-    KnownTools,
-    OutboundConfig,
-    OutboundHttpConfig,
-    PipelineConfig,
-    content_blocks,
-    load_declared,
-    load_outbound,
-    load_pipelines,
-    validate_declared,
-)
+from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, validate_declared
 from mcpipe.declared._serving import config_limits, config_problems, declared_source, known_tools
+from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
 from mcpipe.kinds.progress import has_progress_token

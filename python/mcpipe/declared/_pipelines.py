@@ -1,4 +1,4 @@
-"""Declared pipelines as tools: the config's ``pipelines:`` entries and its ``outbound:`` policy.
+"""Loading declared pipelines: the config's ``pipelines:`` entries and its ``outbound:`` policy.
 
 Everything is checked and compiled once, at load: the entry's fields, its ``input_schema`` (a JSON Schema,
 compiled into a validator), its steps (:func:`mcpipe.declared.compile_steps`), its ``output`` and
@@ -13,19 +13,19 @@ steps call through the registry the tools are bound to (the server's gateway), t
 The server wires it in a few lines (see ``docs/declared-pipelines.md``, "Serving")::
 
     declared, problems = load_declared(raw["pipelines"], raw.get("outbound"), tools=known, limits=limits)
-    gateway = Gateway([*sources, declared], ...)
-    declared.bind(gateway)
+    gateway = Gateway([*sources, declared], ...)   # its tool steps call through the gateway (ctx.tools)
+
+The pieces: the entries' Structs (``_config``), the tool and the tool source (``_tool``), content blocks
+(``_content``); this module checks and compiles.
 """
 
 from __future__ import annotations
 
-import binascii
 import re
-from collections.abc import Container, Iterable, Iterator, Mapping
-from typing import Annotated, Any
+from collections.abc import Container, Iterator, Mapping
+from typing import Any
 
 import msgspec
-import orjson
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
@@ -33,12 +33,12 @@ from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
 from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
-from mcpipe.declared._fastschema import compile_fast
+from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
+from mcpipe.declared._content import CONTENT_TYPES, check_static_content
+from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+from mcpipe.kinds import StepPolicy
 from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, problem_order, walk
-from mcpipe.runtime import run_compiled
-from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
     "CONTENT_TYPES",
@@ -55,304 +55,6 @@ __all__ = [
 ]
 
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
-_MiB = 1024 * 1024
-
-CONTENT_TYPES = ("text", "image", "audio", "resource", "resource_link")
-"""The MCP content block types a ``content`` template may produce."""
-
-
-class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
-PositiveMs = Annotated[float, msgspec.Meta(gt=0)]
-PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
-
-
-class PipelineConfig(_Base, kw_only=True):
-    """One ``pipelines:`` entry: a tool built from steps.
-
-    Attributes:
-        name: the tool's name (letters, digits, ``_``, ``-``, ``.``; unique among every tool).
-        description: what the tool does, as ``tools/list`` shows it.
-        title: an optional display name.
-        input_schema: a JSON Schema of the arguments (``type: object``); calls are validated against it
-            before any step runs. Top-level ``default`` values fill absent arguments.
-        output_schema: an optional JSON Schema of the ``output`` object (listed as ``outputSchema``, and
-            each answer's structured output is checked against it).
-        timeout_ms: the whole pipeline's deadline (capped by the server's ``pipe.timeout_ms``).
-        steps: the steps (see the step reference).
-        output: a template over ``args``, ``steps``, ``last``, ``context``; default: the last step's output.
-            An object is answered as ``structuredContent`` plus its JSON as text; a string as text.
-        content: a template giving the MCP content blocks of the answer directly (text, image, audio,
-            resource, resource_link); with it, ``output`` (if given and an object) is the structured part.
-    """
-
-    name: str
-    description: str = ""
-    title: str | None = None
-    input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
-    output_schema: dict[str, Any] | None = None
-    timeout_ms: PositiveMs | None = None
-    steps: list[Any]
-    output: Any = msgspec.UNSET
-    content: Any = msgspec.UNSET
-
-
-class OutboundHttpConfig(_Base, kw_only=True):
-    """``outbound.http``: where ``http`` and ``graphql`` steps may connect (see :class:`HttpPolicy`)."""
-
-    allowed_hosts: list[str] = []
-    allow_private: bool = False
-    max_response_bytes: PositiveInt = 10 * _MiB
-    verify: bool | str = True
-    timeout_ms: PositiveMs | None = 30_000
-
-
-class OutboundConfig(_Base, kw_only=True):
-    """The ``outbound:`` section: what declared steps may reach.
-
-    Attributes:
-        http: outbound HTTP for ``http``/``graphql`` steps.
-        commands: name -> executable path, or name -> argv prefix; the only commands ``command`` steps run.
-        command_env: the environment commands start from (default: the server's PATH, LANG, LC_ALL, TZ,
-            HOME only).
-        command_timeout_ms: the deadline of a ``command`` step that sets none.
-        command_max_output_bytes: stdout or stderr past this fails the step.
-        command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
-        expression_max_ms: how long one JSONata evaluation may run.
-    """
-
-    http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
-    commands: dict[str, str | list[str]] = {}
-    command_env: dict[str, str] | None = None
-    command_timeout_ms: PositiveMs | None = 60_000
-    command_max_output_bytes: PositiveInt = 10 * _MiB
-    command_kill_grace_ms: Annotated[float, msgspec.Meta(ge=0)] = 1000
-    expression_max_ms: PositiveInt = 1000
-
-    def policy(self) -> StepPolicy:
-        """The :class:`StepPolicy` this section describes."""
-        h = self.http
-        return StepPolicy(
-            http=HttpPolicy(
-                allowed_hosts=tuple(h.allowed_hosts),
-                allow_private=h.allow_private,
-                max_response_bytes=h.max_response_bytes,
-                verify=h.verify,
-                timeout_ms=h.timeout_ms,
-            ),
-            command=CommandPolicy(
-                commands=dict(self.commands),
-                env=self.command_env,
-                max_output_bytes=self.command_max_output_bytes,
-                kill_grace_ms=self.command_kill_grace_ms,
-                timeout_ms=self.command_timeout_ms,
-            ),
-            expression_max_ms=self.expression_max_ms,
-        )
-
-
-class KnownTools:
-    """The tool names a config can call, for ``mcpipe check --config`` (where downstream servers are not
-    connected): ``names`` exactly, plus any ``<prefix>.<tool>`` of a downstream server's prefix, which
-    cannot be checked until that server is up.
-
-    Args:
-        names: the tools known now (built-ins, ``python_tools``; a registry or gateway works).
-        prefixes: the downstream servers' prefixes.
-    """
-
-    def __init__(self, names: Container[str], prefixes: Iterable[str] = ()) -> None:
-        self.names = names
-        self.prefixes = tuple(f"{p}." for p in prefixes if p)
-
-    @classmethod
-    def of(cls, sources: Iterable[Any], prefixes: Iterable[str] = ()) -> KnownTools:
-        """The names any of ``sources`` (tool sources: anything with ``get``) knows, plus ``prefixes``."""
-        return cls(_InSources(tuple(sources)), tuple(prefixes))
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and (name in self.names or name.startswith(self.prefixes))
-
-
-class _InSources:
-    __slots__ = ("sources",)
-
-    def __init__(self, sources: tuple[Any, ...]) -> None:
-        self.sources = sources
-
-    def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and any(s.get(name) is not None for s in self.sources)
-
-
-class DeclaredPipelineTool:
-    """One declared pipeline, served as a tool.
-
-    Attributes:
-        name, title, description, input_schema, output_schema: as ``tools/list`` shows them.
-        location: where it was declared (``pipelines.charge``).
-        compiled: the plan, compiled once, with its tool sites and leaf count.
-        limits: the server's limits it runs under.
-        registry: what its ``tool`` steps call through (set by :meth:`DeclaredPipelines.bind`).
-    """
-
-    __slots__ = (
-        "_defaults",
-        "_fast",
-        "_has_content",
-        "_has_output",
-        "_output_validator",
-        "_validator",
-        "compiled",
-        "description",
-        "input_schema",
-        "limits",
-        "location",
-        "name",
-        "output_schema",
-        "registry",
-        "title",
-    )
-
-    def __init__(
-        self,
-        entry: PipelineConfig,
-        compiled: CompiledSpec,
-        location: str,
-        limits: Limits,
-        *,
-        registry: Any = None,
-    ) -> None:
-        self.name = entry.name
-        self.title = entry.title
-        self.description = entry.description
-        self.input_schema = entry.input_schema
-        self.output_schema = entry.output_schema
-        self.location = location
-        self.compiled = compiled
-        self.limits = limits
-        self.registry = registry
-        self._has_output = entry.output is not msgspec.UNSET
-        self._has_content = entry.content is not msgspec.UNSET
-        self._validator = _validator(entry.input_schema)
-        self._fast = compile_fast(entry.input_schema)
-        self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
-        props = entry.input_schema.get("properties")
-        self._defaults = (
-            {k: v["default"] for k, v in props.items() if isinstance(v, Mapping) and "default" in v}
-            if isinstance(props, Mapping)
-            else {}
-        )
-
-    def __repr__(self) -> str:
-        return f"<DeclaredPipelineTool {self.name}>"
-
-    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
-        """The arguments with top-level defaults filled in, and every validation error, located
-        (``args.amount: -1 is less than the minimum of 0``)."""
-        if not isinstance(args, dict):
-            return {}, [f"args: {_json(args)} is not of type 'object'"]
-        missing = [k for k in self._defaults if k not in args]
-        if missing:
-            args = {**args, **{k: self._defaults[k] for k in missing}}
-        fast = self._fast
-        if fast is not None and fast(args):
-            return args, []
-        errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
-        return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
-
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
-        args, errors = self.check_args(args)
-        if errors:
-            return ToolResult.error(f"invalid arguments for tool '{self.name}': " + "; ".join(errors))
-        # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
-        registry = self.registry if self.registry is not None else ctx.tools
-        if registry is None:
-            return ToolResult.error(
-                f"{ErrorCode.TOOL_FAILED}: declared pipeline '{self.name}' is not bound to a tool registry"
-            )
-        # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
-        # (if a step called it) stays known, so a run that asks the client keys its steps under it.
-        run_ctx = ctx.for_step(None, ctx.step)
-        answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
-        if not answer["ok"]:
-            return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
-        return self.shape(answer["result"])
-
-    def shape(self, result: dict[str, Any]) -> ToolResult:
-        """The tool's answer from the resolved ``{"output": ..., "content": ...}``."""
-        output = result["output"]
-        if self._has_content:
-            blocks, problem = content_blocks(result["content"])
-            if problem is not None:
-                return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: {self.location}.content: {problem}")
-            structured = output if self._has_output and isinstance(output, dict) else None
-            if structured is not None and (bad := self._check_output(structured)) is not None:
-                return bad
-            return ToolResult(blocks, structured)
-        if isinstance(output, str):
-            if self.output_schema is not None:
-                return ToolResult.error(
-                    f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: a string,"
-                    " but the tool declares an output_schema"
-                )
-            return ToolResult.text(output)
-        if isinstance(output, dict):
-            if (bad := self._check_output(output)) is not None:
-                return bad
-            return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
-        if self.output_schema is not None:
-            return ToolResult.error(
-                f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: {json_type(output)},"
-                " but the output_schema needs an object"
-            )
-        return ToolResult.text(orjson.dumps(output).decode())
-
-    def _check_output(self, structured: dict[str, Any]) -> ToolResult | None:
-        if self._output_validator is None:
-            return None
-        errors = sorted(self._output_validator.iter_errors(structured), key=lambda e: list(map(str, e.absolute_path)))
-        if not errors:
-            return None
-        where = "; ".join(f"{_path('output', e.absolute_path)}: {e.message}" for e in errors)
-        return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: the output does not match the output_schema: {where}")
-
-
-class DeclaredPipelines:
-    """The declared pipelines of a config, as a tool source (``get``, iteration, ``in``, ``names``).
-
-    Put it among the gateway's sources, then :meth:`bind` the gateway, so the pipelines' ``tool`` steps
-    call through it (auth, audit, cost) and can reach every tool: Python, downstream, another pipeline.
-    """
-
-    def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
-        self._tools = {t.name: t for t in tools or ()}
-        self.policy = policy or StepPolicy()
-
-    def bind(self, registry: Any) -> None:
-        """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
-        for t in self._tools.values():
-            t.registry = registry
-
-    def get(self, name: str) -> DeclaredPipelineTool | None:
-        return self._tools.get(name)
-
-    def names(self) -> list[str]:
-        return list(self._tools)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __iter__(self) -> Iterator[DeclaredPipelineTool]:
-        return iter(self._tools.values())
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def __repr__(self) -> str:
-        return f"<DeclaredPipelines {self.names()}>"
 
 
 # --- loading ------------------------------------------------------------------------------------------
@@ -577,7 +279,7 @@ def _answer_template(
     content_t = None
     if "content" in raw:
         content_t = c.template(raw["content"], f"{loc}.content", scope, [])
-        _check_static_content(raw["content"], f"{loc}.content", c)
+        check_static_content(raw["content"], f"{loc}.content", c.problem)
     problems.extend(c.problems)
     if c.problems or out_t is None:
         return None
@@ -588,117 +290,7 @@ def _answer_template(
     return Template(body, step_ids=ids, location=loc)
 
 
-_BLOCK_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
-    # type: (required fields, optional fields); `type`, `annotations` and `_meta` are always allowed.
-    "text": (("text",), ()),
-    "image": (("data", "mimeType"), ()),
-    "audio": (("data", "mimeType"), ()),
-    "resource": (("resource",), ()),
-    "resource_link": (("uri", "name"), ("title", "description", "mimeType", "size", "icons")),
-}
-_ALWAYS = ("type", "annotations", "_meta")
-
-
-def _check_static_content(value: Any, loc: str, c: _Compiler) -> None:
-    """Check what can be checked before a run: literal block types and field names."""
-    items = [value] if isinstance(value, Mapping) and "type" in value else value if isinstance(value, list) else []
-    for i, block in enumerate(items):
-        where = f"{loc}[{i}]" if isinstance(value, list) else loc
-        if not isinstance(block, Mapping) or "$ref" in block or "$literal" in block:
-            continue
-        kind = block.get("type")
-        if not isinstance(kind, str) or "${" in kind or "{{" in kind:
-            if "type" not in block:
-                c.problem(f"{where}.type", f"a content block needs a `type` ({', '.join(CONTENT_TYPES)})")
-            continue
-        if kind not in _BLOCK_FIELDS:
-            c.problem(
-                f"{where}.type",
-                f"unknown content type '{kind}'{did_you_mean(kind, CONTENT_TYPES)} ({', '.join(CONTENT_TYPES)})",
-            )
-            continue
-        required, optional = _BLOCK_FIELDS[kind]
-        for f in required:
-            if f not in block:
-                c.problem(where, f"a `{kind}` block needs `{f}`")
-        for f in block:
-            if f not in required and f not in optional and f not in _ALWAYS:
-                c.problem(f"{where}.{f}", f"unknown field `{f}` for a `{kind}` block")
-
-
-def content_blocks(value: Any) -> tuple[list[dict[str, Any]], str | None]:
-    """Check a resolved ``content`` value: one block or a list of MCP content blocks.
-
-    Returns:
-        The blocks, and None; or ``[]`` and what is wrong (``[1].data: not base64``).
-    """
-    items = [value] if isinstance(value, dict) else value
-    if not isinstance(items, list):
-        return [], f"expected a list of content blocks, got {json_type(value)}"
-    for i, block in enumerate(items):
-        problem = _block_problem(block)
-        if problem is not None:
-            return [], f"[{i}]{problem}"
-    return items, None
-
-
-def _block_problem(block: Any) -> str | None:
-    if not isinstance(block, dict):
-        return f": a content block must be an object, got {json_type(block)}"
-    kind = block.get("type")
-    if kind not in _BLOCK_FIELDS:
-        return f".type: unknown content type {_json(kind)} ({', '.join(CONTENT_TYPES)})"
-    required, optional = _BLOCK_FIELDS[kind]
-    for f in required:
-        if f not in block:
-            return f": a `{kind}` block needs `{f}`"
-    for f in block:
-        if f not in required and f not in optional and f not in _ALWAYS:
-            return f".{f}: unknown field for a `{kind}` block"
-    if kind == "text":
-        return None if isinstance(block["text"], str) else f".text: expected a string, got {json_type(block['text'])}"
-    if kind in ("image", "audio"):
-        if not isinstance(block["mimeType"], str):
-            return f".mimeType: expected a string, got {json_type(block['mimeType'])}"
-        return _base64_problem(block["data"], ".data")
-    if kind == "resource_link":
-        for f in ("uri", "name"):
-            if not isinstance(block[f], str):
-                return f".{f}: expected a string, got {json_type(block[f])}"
-        return None
-    resource = block["resource"]
-    if not isinstance(resource, dict):
-        return f".resource: expected an object, got {json_type(resource)}"
-    if not isinstance(resource.get("uri"), str):
-        return ".resource.uri: an embedded resource needs a `uri` string"
-    has_text, has_blob = "text" in resource, "blob" in resource
-    if has_text == has_blob:
-        return ".resource: an embedded resource has exactly one of `text` or `blob`"
-    for f in resource:
-        if f not in ("uri", "mimeType", "text", "blob", "annotations", "_meta"):
-            return f".resource.{f}: unknown field for an embedded resource"
-    if has_text:
-        t = resource["text"]
-        return None if isinstance(t, str) else f".resource.text: expected a string, got {json_type(t)}"
-    return _base64_problem(resource["blob"], ".resource.blob")
-
-
-def _base64_problem(value: Any, where: str) -> str | None:
-    if not isinstance(value, str):
-        return f"{where}: expected base64 text, got {json_type(value)}"
-    try:
-        binascii.a2b_base64(value.encode("ascii"), strict_mode=True)
-    except (binascii.Error, UnicodeEncodeError):
-        return f"{where}: not valid base64"
-    return None
-
-
 # --- checks -------------------------------------------------------------------------------------------
-
-
-def _validator(schema: Mapping[str, Any]) -> Any:
-    cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
 
 
 def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object: bool = False) -> bool:
@@ -786,7 +378,7 @@ def _path_between(calls: dict[str, list[tuple[str, str]]], start: str, goal: str
 
 def _decode(
     raw: Any,
-    struct: type[_Base],
+    struct: type[msgspec.Struct],
     loc: str,
     what: str,
     problems: list[Problem],
@@ -845,17 +437,3 @@ def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any
         return (-1, -1, (where,))
 
     return sorted(problems, key=key)
-
-
-def _path(base: str, path: Any) -> str:
-    out = base
-    for part in path:
-        out += f"[{part}]" if isinstance(part, int) else f".{part}"
-    return out
-
-
-def _json(v: Any) -> str:
-    try:
-        return orjson.dumps(v).decode()
-    except TypeError:
-        return repr(v)

@@ -20,7 +20,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from mcpipe.declared._pipelines import DeclaredPipelines, KnownTools, load_declared
+from mcpipe.declared._pipelines import load_declared
+from mcpipe.declared._tool import DeclaredPipelines, KnownTools
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.plan import Limits
 from mcpipe.tools.builtin import BUILTIN_NAMES

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Era", "LogFn", "ProgressFn", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
+__all__ = ["Era", "LogFn", "ProgressFn", "StepRecord", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
 
 Era = Literal["2025-11-25", "2026-07-28"]
 """The protocol era of a request: 2025-11-25 (a live session the server can send requests on) or
@@ -60,6 +60,28 @@ async def _no_log(level: str, data: Any) -> None:
     _log.log(logging.getLevelName(level.upper()) if isinstance(level, str) else logging.INFO, "%s", data)
 
 
+class StepRecord(Protocol):
+    """What the scheduler needs of a call's interaction (:class:`mcpipe.interaction.Interaction`): the
+    record of finished steps, so a call resumed on 2026-07-28 does not run them again."""
+
+    @property
+    def resumable(self) -> bool:
+        """Whether finished steps are recorded."""
+        ...
+
+    def nested(self, ctx: ToolContext) -> ToolContext:
+        """The context of a pipeline run inside step ``ctx.step``, its steps recorded under it."""
+        ...
+
+    def get(self, path: str) -> dict[str, Any] | None:
+        """The recorded result of the step at ``path``."""
+        ...
+
+    def put(self, path: str, result: dict[str, Any]) -> None:
+        """Record a finished step."""
+        ...
+
+
 @runtime_checkable
 class ToolCaller(Protocol):
     """What pipelines call tools through (a :class:`~mcpipe.tools.ToolRegistry`, the server's gateway)."""
@@ -103,7 +125,7 @@ class ToolContext:
     progress_token: str | int | None = None
     wants_progress: bool = False
     era: Era | None = None
-    interaction: Any = None
+    interaction: StepRecord | None = None
     sdk_context: Any = None
     tools: ToolCaller | None = None
 

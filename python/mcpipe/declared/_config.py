@@ -1,0 +1,105 @@
+"""The Structs of the config's ``pipelines:`` entries and its ``outbound:`` section."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+
+from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+
+__all__ = ["OutboundConfig", "OutboundHttpConfig", "PipelineConfig"]
+
+_MiB = 1024 * 1024
+
+
+class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    pass
+
+
+PositiveMs = Annotated[float, msgspec.Meta(gt=0)]
+PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class PipelineConfig(_Base, kw_only=True):
+    """One ``pipelines:`` entry: a tool built from steps.
+
+    Attributes:
+        name: the tool's name (letters, digits, ``_``, ``-``, ``.``; unique among every tool).
+        description: what the tool does, as ``tools/list`` shows it.
+        title: an optional display name.
+        input_schema: a JSON Schema of the arguments (``type: object``); calls are validated against it
+            before any step runs. Top-level ``default`` values fill absent arguments.
+        output_schema: an optional JSON Schema of the ``output`` object (listed as ``outputSchema``, and
+            each answer's structured output is checked against it).
+        timeout_ms: the whole pipeline's deadline (capped by the server's ``pipe.timeout_ms``).
+        steps: the steps (see the step reference).
+        output: a template over ``args``, ``steps``, ``last``, ``context``; default: the last step's output.
+            An object is answered as ``structuredContent`` plus its JSON as text; a string as text.
+        content: a template giving the MCP content blocks of the answer directly (text, image, audio,
+            resource, resource_link); with it, ``output`` (if given and an object) is the structured part.
+    """
+
+    name: str
+    description: str = ""
+    title: str | None = None
+    input_schema: dict[str, Any] = msgspec.field(default_factory=lambda: {"type": "object"})
+    output_schema: dict[str, Any] | None = None
+    timeout_ms: PositiveMs | None = None
+    steps: list[Any]
+    output: Any = msgspec.UNSET
+    content: Any = msgspec.UNSET
+
+
+class OutboundHttpConfig(_Base, kw_only=True):
+    """``outbound.http``: where ``http`` and ``graphql`` steps may connect (see :class:`HttpPolicy`)."""
+
+    allowed_hosts: list[str] = []
+    allow_private: bool = False
+    max_response_bytes: PositiveInt = 10 * _MiB
+    verify: bool | str = True
+    timeout_ms: PositiveMs | None = 30_000
+
+
+class OutboundConfig(_Base, kw_only=True):
+    """The ``outbound:`` section: what declared steps may reach.
+
+    Attributes:
+        http: outbound HTTP for ``http``/``graphql`` steps.
+        commands: name -> executable path, or name -> argv prefix; the only commands ``command`` steps run.
+        command_env: the environment commands start from (default: the server's PATH, LANG, LC_ALL, TZ,
+            HOME only).
+        command_timeout_ms: the deadline of a ``command`` step that sets none.
+        command_max_output_bytes: stdout or stderr past this fails the step.
+        command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
+        expression_max_ms: how long one JSONata evaluation may run.
+    """
+
+    http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
+    commands: dict[str, str | list[str]] = {}
+    command_env: dict[str, str] | None = None
+    command_timeout_ms: PositiveMs | None = 60_000
+    command_max_output_bytes: PositiveInt = 10 * _MiB
+    command_kill_grace_ms: Annotated[float, msgspec.Meta(ge=0)] = 1000
+    expression_max_ms: PositiveInt = 1000
+
+    def policy(self) -> StepPolicy:
+        """The :class:`StepPolicy` this section describes."""
+        h = self.http
+        return StepPolicy(
+            http=HttpPolicy(
+                allowed_hosts=tuple(h.allowed_hosts),
+                allow_private=h.allow_private,
+                max_response_bytes=h.max_response_bytes,
+                verify=h.verify,
+                timeout_ms=h.timeout_ms,
+            ),
+            command=CommandPolicy(
+                commands=dict(self.commands),
+                env=self.command_env,
+                max_output_bytes=self.command_max_output_bytes,
+                kill_grace_ms=self.command_kill_grace_ms,
+                timeout_ms=self.command_timeout_ms,
+            ),
+            expression_max_ms=self.expression_max_ms,
+        )

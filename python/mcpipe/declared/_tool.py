@@ -1,0 +1,244 @@
+"""A declared pipeline served as a tool, and the declared pipelines of a config as a tool source."""
+
+from __future__ import annotations
+
+from collections.abc import Container, Iterable, Iterator, Mapping
+from typing import Any
+
+import msgspec
+import orjson
+from jsonschema import Draft202012Validator
+from jsonschema.validators import validator_for
+
+from mcpipe._describe import json_type
+from mcpipe.declared._config import PipelineConfig
+from mcpipe.declared._content import content_blocks
+from mcpipe.declared._fastschema import compile_fast
+from mcpipe.errors import ErrorCode
+from mcpipe.kinds import StepPolicy
+from mcpipe.plan import CompiledSpec, Limits
+from mcpipe.runtime import run_compiled
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["DeclaredPipelineTool", "DeclaredPipelines", "KnownTools"]
+
+
+class KnownTools:
+    """The tool names a config can call, for ``mcpipe check --config`` (where downstream servers are not
+    connected): ``names`` exactly, plus any ``<prefix>.<tool>`` of a downstream server's prefix, which
+    cannot be checked until that server is up.
+
+    Args:
+        names: the tools known now (built-ins, ``python_tools``; a registry or gateway works).
+        prefixes: the downstream servers' prefixes.
+    """
+
+    def __init__(self, names: Container[str], prefixes: Iterable[str] = ()) -> None:
+        self.names = names
+        self.prefixes = tuple(f"{p}." for p in prefixes if p)
+
+    @classmethod
+    def of(cls, sources: Iterable[Any], prefixes: Iterable[str] = ()) -> KnownTools:
+        """The names any of ``sources`` (tool sources: anything with ``get``) knows, plus ``prefixes``."""
+        return cls(_InSources(tuple(sources)), tuple(prefixes))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and (name in self.names or name.startswith(self.prefixes))
+
+
+class _InSources:
+    __slots__ = ("sources",)
+
+    def __init__(self, sources: tuple[Any, ...]) -> None:
+        self.sources = sources
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and any(s.get(name) is not None for s in self.sources)
+
+
+class DeclaredPipelineTool:
+    """One declared pipeline, served as a tool.
+
+    Attributes:
+        name, title, description, input_schema, output_schema: as ``tools/list`` shows them.
+        location: where it was declared (``pipelines.charge``).
+        compiled: the plan, compiled once, with its tool sites and leaf count.
+        limits: the server's limits it runs under.
+        registry: what its ``tool`` steps call through (set by :meth:`DeclaredPipelines.bind`).
+    """
+
+    __slots__ = (
+        "_defaults",
+        "_fast",
+        "_has_content",
+        "_has_output",
+        "_output_validator",
+        "_validator",
+        "compiled",
+        "description",
+        "input_schema",
+        "limits",
+        "location",
+        "name",
+        "output_schema",
+        "registry",
+        "title",
+    )
+
+    def __init__(
+        self,
+        entry: PipelineConfig,
+        compiled: CompiledSpec,
+        location: str,
+        limits: Limits,
+        *,
+        registry: Any = None,
+    ) -> None:
+        self.name = entry.name
+        self.title = entry.title
+        self.description = entry.description
+        self.input_schema = entry.input_schema
+        self.output_schema = entry.output_schema
+        self.location = location
+        self.compiled = compiled
+        self.limits = limits
+        self.registry = registry
+        self._has_output = entry.output is not msgspec.UNSET
+        self._has_content = entry.content is not msgspec.UNSET
+        self._validator = _validator(entry.input_schema)
+        self._fast = compile_fast(entry.input_schema)
+        self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
+        props = entry.input_schema.get("properties")
+        self._defaults = (
+            {k: v["default"] for k, v in props.items() if isinstance(v, Mapping) and "default" in v}
+            if isinstance(props, Mapping)
+            else {}
+        )
+
+    def __repr__(self) -> str:
+        return f"<DeclaredPipelineTool {self.name}>"
+
+    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+        """The arguments with top-level defaults filled in, and every validation error, located
+        (``args.amount: -1 is less than the minimum of 0``)."""
+        if not isinstance(args, dict):
+            return {}, [f"args: {_json(args)} is not of type 'object'"]
+        missing = [k for k in self._defaults if k not in args]
+        if missing:
+            args = {**args, **{k: self._defaults[k] for k in missing}}
+        fast = self._fast
+        if fast is not None and fast(args):
+            return args, []
+        errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+        return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
+        args, errors = self.check_args(args)
+        if errors:
+            return ToolResult.error(f"invalid arguments for tool '{self.name}': " + "; ".join(errors))
+        # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
+        registry = self.registry if self.registry is not None else ctx.tools
+        if registry is None:
+            return ToolResult.error(
+                f"{ErrorCode.TOOL_FAILED}: declared pipeline '{self.name}' is not bound to a tool registry"
+            )
+        # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
+        # (if a step called it) stays known, so a run that asks the client keys its steps under it.
+        run_ctx = ctx.for_step(None, ctx.step)
+        answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
+        if not answer["ok"]:
+            return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
+        return self.shape(answer["result"])
+
+    def shape(self, result: dict[str, Any]) -> ToolResult:
+        """The tool's answer from the resolved ``{"output": ..., "content": ...}``."""
+        output = result["output"]
+        if self._has_content:
+            blocks, problem = content_blocks(result["content"])
+            if problem is not None:
+                return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: {self.location}.content: {problem}")
+            structured = output if self._has_output and isinstance(output, dict) else None
+            if structured is not None and (bad := self._check_output(structured)) is not None:
+                return bad
+            return ToolResult(blocks, structured)
+        if isinstance(output, str):
+            if self.output_schema is not None:
+                return ToolResult.error(
+                    f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: a string,"
+                    " but the tool declares an output_schema"
+                )
+            return ToolResult.text(output)
+        if isinstance(output, dict):
+            if (bad := self._check_output(output)) is not None:
+                return bad
+            return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
+        if self.output_schema is not None:
+            return ToolResult.error(
+                f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: {json_type(output)},"
+                " but the output_schema needs an object"
+            )
+        return ToolResult.text(orjson.dumps(output).decode())
+
+    def _check_output(self, structured: dict[str, Any]) -> ToolResult | None:
+        if self._output_validator is None:
+            return None
+        errors = sorted(self._output_validator.iter_errors(structured), key=lambda e: list(map(str, e.absolute_path)))
+        if not errors:
+            return None
+        where = "; ".join(f"{_path('output', e.absolute_path)}: {e.message}" for e in errors)
+        return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: the output does not match the output_schema: {where}")
+
+
+class DeclaredPipelines:
+    """The declared pipelines of a config, as a tool source (``get``, iteration, ``in``, ``names``).
+
+    Put it among the gateway's sources, then :meth:`bind` the gateway, so the pipelines' ``tool`` steps
+    call through it (auth, audit, cost) and can reach every tool: Python, downstream, another pipeline.
+    """
+
+    def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
+        self._tools = {t.name: t for t in tools or ()}
+        self.policy = policy or StepPolicy()
+
+    def bind(self, registry: Any) -> None:
+        """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
+        for t in self._tools.values():
+            t.registry = registry
+
+    def get(self, name: str) -> DeclaredPipelineTool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __iter__(self) -> Iterator[DeclaredPipelineTool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __repr__(self) -> str:
+        return f"<DeclaredPipelines {self.names()}>"
+
+
+def _validator(schema: Mapping[str, Any]) -> Any:
+    cls = validator_for(schema, default=Draft202012Validator)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def _path(base: str, path: Any) -> str:
+    out = base
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else f".{part}"
+    return out
+
+
+def _json(v: Any) -> str:
+    try:
+        return orjson.dumps(v).decode()
+    except TypeError:
+        return repr(v)
