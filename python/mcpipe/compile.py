@@ -15,7 +15,7 @@ from typing import Any
 import msgspec
 import orjson
 
-from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
+from mcpipe._describe import did_you_mean, json_type
 from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
@@ -29,9 +29,10 @@ from mcpipe.plan import (
     Pipe,
     Pipeline,
     Scope,
+    decode_fields,
     problem_order,
 )
-from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase, field_names
+from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase
 
 __all__ = ["CACHE_SIZE", "CompiledSpec", "Limits", "clear_cache", "compile_spec"]
 
@@ -162,20 +163,7 @@ class _Compiler:
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
-        if not isinstance(data, Mapping):
-            self.problem(loc, f"{what} must be an object, got {json_type(data)}")
-            return None
-        known = field_names(struct)
-        unknown = [k for k in data if k not in known]
-        for k in unknown:
-            hint = did_you_mean(k, known)
-            self.problem(_join(loc, str(k)), f"unknown field `{k}`{hint}")
-        clean = {k: v for k, v in data.items() if k in known} if unknown else data
-        try:
-            return msgspec.convert(clean, struct)
-        except msgspec.ValidationError as e:
-            self.problem(*split_msgspec_error(str(e), loc))
-            return None
+        return decode_fields(data, struct, loc, what, self.problem)
 
     def pipeline(self, data: Any, loc: str, *, outer: Scope) -> Pipeline | None:
         spec = self.decode(data, PipelineSpec, loc, "a pipeline spec")

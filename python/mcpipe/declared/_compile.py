@@ -22,14 +22,14 @@ from typing import Any
 import msgspec
 import orjson
 
-from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
+from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.declared._model import CONTAINERS, PipeFields
 from mcpipe.errors import Problem
 from mcpipe.expr import CelExpr, ExpressionSyntaxError
 from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
 from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
-from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope
+from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope, decode_fields
 from mcpipe.plan import tool_sites as plan_tool_sites
 from mcpipe.plan import walk as plan_walk
 
@@ -110,6 +110,9 @@ def tool_sites(steps: Iterable[CompiledStep]) -> list[tuple[str, str]]:
     """``(location, tool name)`` of every ``tool`` step, nested ones included: for the per-caller
     permission check and for finding cycles between declared pipelines that call each other."""
     return list(plan_tool_sites(steps))
+
+
+_KIND = frozenset({"kind"})
 
 
 class _Compiler:
@@ -233,23 +236,25 @@ class _Compiler:
         )
 
     def decode(self, raw: Mapping[str, Any], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
+        def prepare(clean: dict[str, Any]) -> None:
+            sid = clean.get("id")
+            if isinstance(sid, str) and not STEP_ID.fullmatch(sid):
+                self.problem(f"{loc}.id", f"invalid id '{sid}': ids match [A-Za-z_][A-Za-z0-9_-]*")
+                del clean["id"]
+            if k is not None and k.prepare is not None:
+                k.prepare(clean)
+
         struct = k.fields if k is not None else CONTAINERS[kind]
-        known = frozenset(struct.__struct_encode_fields__) | {"kind"}
-        unknown = [f for f in raw if f not in known]
-        for name in unknown:
-            self.problem(f"{loc}.{name}", f"unknown field `{name}` for kind `{kind}`{did_you_mean(name, known)}")
-        clean = {f: v for f, v in raw.items() if f in known}
-        sid = clean.get("id")
-        if isinstance(sid, str) and not STEP_ID.fullmatch(sid):
-            self.problem(f"{loc}.id", f"invalid id '{sid}': ids match [A-Za-z_][A-Za-z0-9_-]*")
-            del clean["id"]
-        if k is not None and k.prepare is not None:
-            k.prepare(clean)
-        try:
-            return msgspec.convert(clean, struct)
-        except msgspec.ValidationError as e:
-            self.problem(*split_msgspec_error(str(e), loc))
-            return None
+        return decode_fields(
+            raw,
+            struct,
+            loc,
+            "a step",
+            self.problem,
+            also_known=_KIND,
+            unknown_note=f" for kind `{kind}`",
+            prepare=prepare,
+        )
 
     def template(self, value: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
         return self.check.template(value, loc, scope, refs)

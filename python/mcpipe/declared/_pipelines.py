@@ -29,7 +29,7 @@ import msgspec
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
-from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
+from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
 from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
@@ -38,7 +38,7 @@ from mcpipe.declared._content import CONTENT_TYPES, check_static_content
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, problem_order, walk
+from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, decode_fields, problem_order, walk
 
 __all__ = [
     "CONTENT_TYPES",
@@ -385,38 +385,12 @@ def _decode(
     *,
     skip: tuple[str, ...] = (),
 ) -> Any:
-    """Decode ``raw`` into ``struct``, reporting every unknown field and every field of the wrong type.
+    """Decode ``raw`` into ``struct``, reporting every unknown field and every field of the wrong type."""
 
-    Returns:
-        The Struct decoded from the fields that are right (None when a required one is wrong); the
-        problems tell whether anything was dropped.
-    """
-    if not isinstance(raw, Mapping):
-        problems.append(Problem(loc, ErrorCode.INVALID_SPEC, f"{what} must be an object, got {json_type(raw)}"))
-        return None
-    known = frozenset(struct.__struct_encode_fields__)
-    clean: dict[str, Any] = {}
-    for k, v in raw.items():
-        if k in known:
-            clean[k] = v
-        else:
-            problems.append(
-                Problem(f"{loc}.{k}", ErrorCode.INVALID_SPEC, f"unknown field `{k}`{did_you_mean(str(k), known)}")
-            )
-    # msgspec stops at the first error: drop the field it names and go on, so every field is reported.
-    while True:
-        try:
-            value = msgspec.convert(clean, struct)
-        except msgspec.ValidationError as e:
-            where, message = split_msgspec_error(str(e), loc)
-            field = where[len(loc) + 1 :].split(".", 1)[0].split("[", 1)[0] if where.startswith(f"{loc}.") else ""
-            if field not in skip and not (where == loc and any(f"`{s}`" in message for s in skip)):
-                problems.append(Problem(where, ErrorCode.INVALID_SPEC, message))
-            if not field or field not in clean:
-                return None
-            del clean[field]
-            continue
-        return value
+    def problem(where: str, message: str) -> None:
+        problems.append(Problem(where, ErrorCode.INVALID_SPEC, message))
+
+    return decode_fields(raw, struct, loc, what, problem, every_error=True, skip=skip)
 
 
 def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any]) -> list[Problem]:

@@ -13,8 +13,10 @@ from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
 import orjson
 
+from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem, TemplateSyntaxError
 
@@ -23,6 +25,7 @@ __all__ = [
     "Checker",
     "Scope",
     "assign_step_ids",
+    "decode_fields",
     "problem_order",
     "reference_root",
     "referenced_step",
@@ -90,6 +93,65 @@ def assign_step_ids(
             seen[sid] = i
         ids.append(sid)
     return tuple(ids)
+
+
+def decode_fields(
+    raw: Any,
+    struct: type[msgspec.Struct],
+    loc: str,
+    what: str,
+    problem: Callable[[str, str], None],
+    *,
+    also_known: frozenset[str] = frozenset(),
+    unknown_note: str = "",
+    prepare: Callable[[dict[str, Any]], None] | None = None,
+    every_error: bool = False,
+    skip: tuple[str, ...] = (),
+) -> Any:
+    """Decode ``raw`` into ``struct`` (the one decoder of the front-ends), reporting every unknown field.
+
+    Args:
+        raw: the value as written.
+        struct: the Struct to decode into.
+        loc: where ``raw`` is; problems are located under it.
+        what: what ``raw`` is, for the message when it is not an object (``a step``).
+        problem: reports ``(location, message)``.
+        also_known: more field names that are not unknown (``kind``, the tag).
+        unknown_note: added to an unknown field's message (`` for kind `http` ``).
+        prepare: adjusts the known fields before decoding (it may report and drop some).
+        every_error: report every field of the wrong type (drop each and decode again), not only the first.
+        skip: fields whose type problems someone else reports (``every_error`` only).
+
+    Returns:
+        The Struct, or None when the fields that are right do not make one.
+    """
+    if not isinstance(raw, Mapping):
+        problem(loc, f"{what} must be an object, got {json_type(raw)}")
+        return None
+    known = frozenset(struct.__struct_encode_fields__) | also_known
+    unknown = [k for k in raw if k not in known]
+    for k in unknown:
+        problem(f"{loc}.{k}" if loc else str(k), f"unknown field `{k}`{unknown_note}{did_you_mean(k, known)}")
+    clean: Any = raw
+    if unknown or prepare is not None or every_error:
+        clean = {k: v for k, v in raw.items() if k in known}
+        if prepare is not None:
+            prepare(clean)
+    while True:
+        try:
+            return msgspec.convert(clean, struct)
+        except msgspec.ValidationError as e:
+            where, message = split_msgspec_error(str(e), loc)
+            if not every_error:
+                problem(where, message)
+                return None
+            # msgspec stops at the first error: drop the field it names and go on, so every field is reported.
+            field = where[len(loc) + 1 :].split(".", 1)[0].split("[", 1)[0] if where.startswith(f"{loc}.") else ""
+            if field not in skip and not (where == loc and any(f"`{s}`" in message for s in skip)):
+                problem(where, message)
+            if not field or field not in clean:
+                return None
+            del clean[field]
 
 
 def reference_root(ref: str) -> str:
