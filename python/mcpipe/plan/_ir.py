@@ -197,7 +197,7 @@ class Pipe:
     kind: ClassVar[str] = "pipe"
 
 
-Node: TypeAlias = "Leaf[Any, Any] | Parallel | Pipe"
+Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe
 """A step of a plan."""
 
 

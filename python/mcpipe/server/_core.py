@@ -302,7 +302,7 @@ class ToolHandlers:
             raise
         except Exception as exc:
             _log.exception("tool %r raised", name)
-            return _error_result(f"TOOL_FAILED: {type(exc).__name__}: {exc}")
+            return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
 
 
 def build_server(
