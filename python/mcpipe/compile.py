@@ -1,7 +1,9 @@
-"""Turn a spec into an executable plan, checking everything of contract section 5 first.
+"""``mcp_pipe``'s front-end: turn a spec into a plan (:mod:`mcpipe.plan`), checking everything of contract
+section 5 first.
 
 ``compile_spec`` decodes the spec (msgspec, see :mod:`mcpipe.spec`), assigns default ids, compiles every
-template once through the Rust core, and checks ids, references, tools and limits. It collects every
+template once through the Rust core, and checks ids, references, tools and limits (with the shared
+:class:`mcpipe.plan.Checker`). It collects every
 problem it finds before raising, so a user fixes a spec in one round. Plans are immutable and cached by
 spec text, so a client that sends the same spec again pays only for the per-call tool check.
 """
