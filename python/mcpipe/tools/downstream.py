@@ -35,8 +35,9 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
+from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 
-__all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
+__all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 
 _log = logging.getLogger("mcpipe.downstream")
 
@@ -158,13 +159,16 @@ class DownstreamServer:
         self._include = glob_matcher(config.include) if config.include is not None else None
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
+        # Its resources, templates and prompts, and what it sends outside calls (logs, changes, updates).
+        self.catalog = Catalog(self)
+        self.feed: Feed = feed_of(self)
 
     # -- naming ------------------------------------------------------------------------------------
 
     def exposed(self, remote: str) -> str:
         return f"{self.prefix}.{remote}" if self.prefix else remote
 
-    def _keeps(self, remote: str) -> bool:
+    def keeps(self, remote: str) -> bool:
         if self._include is not None and not self._include(remote):
             return False
         return not (self._exclude is not None and self._exclude(remote))
@@ -208,15 +212,21 @@ class DownstreamServer:
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
-                async with Client(self._transport(closed), client_info=_CLIENT_INFO, mode=mode) as client:
+                async with Client(
+                    self._transport(closed), client_info=_CLIENT_INFO, mode=mode, cache=None, **self.feed.hooks()
+                ) as client:
                     await self._list_tools(client)
+                    await self.catalog.refresh(client)
                     scope.deadline = math.inf
                     self._up(client, closed)
                     if task_status is not None:
                         task_status.started()
                         task_status = None
                     try:
-                        await closed.wait()
+                        async with trio.open_nursery() as watching:
+                            watching.start_soon(list_changes, self, client)  # 2026-07-28 servers: listen
+                            await closed.wait()
+                            watching.cancel_scope.cancel()
                     finally:
                         self._client = None
             if scope.cancelled_caught:
@@ -239,6 +249,7 @@ class DownstreamServer:
         self._connected.set()
         self._attempted.set()
         _log.info("downstream %s connected: %d tools", self.name, len(self.tools))
+        self.feed.connected()
 
     def _down(self, exc: BaseException | None) -> None:
         if exc is not None:
@@ -258,7 +269,7 @@ class DownstreamServer:
         for _ in range(100):
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
             for t in page.tools:
-                if self._keeps(t.name):
+                if self.keeps(t.name):
                     name = self.exposed(t.name)
                     tools[name] = DownstreamTool(
                         name, t.name, t.description or "", t.input_schema, t.output_schema, self
@@ -267,6 +278,19 @@ class DownstreamServer:
             if not cursor:
                 break
         self.tools = tools
+
+    async def relist(self, what: str) -> None:
+        """Fetch one list again after the server said it changed (``tools``, ``prompts``, ``resources``)."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            if what == "tools":
+                await self._list_tools(client)
+            else:
+                await self.catalog.refresh(client, what)
+        except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            _log.warning("downstream %s: cannot list its %s again: %s", self.name, what, _describe(exc))
 
     async def wait_connected(self) -> None:
         """Wait until the server is up (asking a lazy server to connect)."""
@@ -313,23 +337,36 @@ class DownstreamServer:
             await ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
 
         try:
-            r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
-        except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                self._lost(exc)
-                raise CallError(f"MCP server '{self.name}' closed the connection during the call") from None
-            if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
-                self._lost(exc)
-                raise _SessionLost from None
-            raise CallError(f"MCP server '{self.name}' answered an error: {exc}") from None
-        except _TRANSPORT_ERRORS as exc:
-            self._lost(exc)
-            raise CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}") from None
+            with self.feed.in_call(ctx):
+                r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+        except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            raise self.failure(exc) from None
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
             bool(r.is_error),
         )
+
+    def client(self) -> Client:
+        """The live session's client, for a request other than a tool call; CallError when the server is down."""
+        if self._client is None:
+            why = f": {self.last_error}" if self.last_error else ""
+            raise CallError(f"MCP server '{self.name}' is unavailable{why}")
+        return self._client
+
+    def failure(self, exc: MCPError | OSError | Exception) -> Exception:
+        """What a request's failure becomes: the server's own JSON-RPC error (DownstreamError, its code, message
+        and data kept), or a CallError when the connection failed (the server is marked down)."""
+        if isinstance(exc, MCPError):
+            if exc.code == CONNECTION_CLOSED:
+                self._lost(exc)
+                return CallError(f"MCP server '{self.name}' closed the connection during the call")
+            if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
+                self._lost(exc)
+                return _SessionLost()
+            return DownstreamError(self.name, exc.error)
+        self._lost(exc)
+        return CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}")
 
     def _lost(self, exc: BaseException) -> None:
         """A call found the connection gone: down at once (the actor reconnects when it wakes)."""
