@@ -3,9 +3,11 @@
 
 Adapted from the SDK's own conformance fixture (modelcontextprotocol/python-sdk,
 examples/servers/everything-server, MIT), with two changes: it runs on a free port of 127.0.0.1 and
-prints its URL (``--http 0``) or serves stdio (no argument), and it has one more tool,
+prints its URL (``--http 0``) or serves stdio (no argument); it has one more tool,
 ``test_update_watched_resource``, which tells the subscribers of ``test://watched-resource`` that it
-changed (the suite only checks that subscribing works; mcpipe's tests check that the update arrives).
+changed (the suite only checks that subscribing works; mcpipe's tests check that the update arrives);
+``test_trigger_tool_change`` also tells 2025-11-25 sessions; ``test_error_handling`` raises a ToolError (a
+handled failure, so no traceback in the log); ``test_tool_with_logging`` names its logger.
 
     python everything_server.py            # stdio
     python everything_server.py --http 0   # streamable HTTP; prints the URL on stdout
@@ -167,13 +169,13 @@ def test_multiple_content_types() -> list[TextContent | ImageContent | EmbeddedR
 @mcp.tool()
 async def test_tool_with_logging(ctx: Context) -> str:
     """Tests tool that emits log messages during execution"""
-    await ctx.info("Tool execution started")  # pyright: ignore[reportDeprecated]
+    await ctx.info("Tool execution started", logger_name="everything")  # pyright: ignore[reportDeprecated]
     await asyncio.sleep(0.05)
 
-    await ctx.info("Tool processing data")  # pyright: ignore[reportDeprecated]
+    await ctx.info("Tool processing data", logger_name="everything")  # pyright: ignore[reportDeprecated]
     await asyncio.sleep(0.05)
 
-    await ctx.info("Tool execution completed")  # pyright: ignore[reportDeprecated]
+    await ctx.info("Tool execution completed", logger_name="everything")  # pyright: ignore[reportDeprecated]
     return "Tool with logging executed successfully"
 
 
@@ -599,6 +601,7 @@ async def test_trigger_tool_change(ctx: Context) -> str:
     mcp.add_tool(_dynamic_tool, name="test_dynamic_tool")
     mcp.remove_tool("test_dynamic_tool")
     await ctx.notify_tools_changed()
+    await ctx.session.send_tool_list_changed()  # a 2025-11-25 client hears it on its session (dropped at 2026)
     return "tool list changed"
 
 

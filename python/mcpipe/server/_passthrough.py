@@ -258,7 +258,7 @@ class Passthrough:
 
     async def _subscribe_downstream(self, server: DownstreamServer, uri: str, on: bool) -> None:
         client = server.client()
-        if client.protocol_version in _MODERN:
+        if server.modern:
             return  # its subscriptions/listen stream is opened again with the new set (tools._catalog)
         caps = client.server_capabilities
         if not (caps.resources and caps.resources.subscribe):
@@ -284,6 +284,8 @@ class Passthrough:
             if server.feed.subscribe(uri):
                 with trio.move_on_after(5):
                     await self._subscribe_downstream(server, uri, True)
+                    if server.modern:
+                        await server.feed.acked.wait()  # its own listen stream now carries the URI
         try:
             return await self._listen(ctx, params)
         finally:

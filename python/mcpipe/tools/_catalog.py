@@ -154,6 +154,8 @@ class Feed:
         self.subscribed: dict[str, int] = {}
         """URIs some client subscribed to -> how many subscriptions (the server is subscribed once)."""
         self.resubscribe = trio.Event()
+        self.acked = trio.Event()
+        """Set when the server's listen stream (2026-07-28) has acknowledged the current subscriptions."""
         self._seen: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
 
     def hooks(self) -> dict[str, Any]:
@@ -241,6 +243,7 @@ class Feed:
     def _relisten(self) -> None:
         self.resubscribe.set()
         self.resubscribe = trio.Event()
+        self.acked = trio.Event()
 
 
 async def _ignore(server: DownstreamServer, change: Change) -> None:
@@ -269,10 +272,11 @@ async def list_changes(server: DownstreamServer, client: Client) -> None:
         if not any(wants.values()) and not subscribe:
             return
         while True:
-            again = server.feed.resubscribe
+            again, acked = server.feed.resubscribe, server.feed.acked
             uris = sorted(server.feed.subscribed) if subscribe else []
             try:
                 async with client.listen(**wants, resource_subscriptions=uris) as sub, trio.open_nursery() as n:
+                    acked.set()
 
                     async def drain(sub: Any = sub) -> None:
                         async for _ in sub:
@@ -282,5 +286,6 @@ async def list_changes(server: DownstreamServer, client: Client) -> None:
                     await again.wait()
                     n.cancel_scope.cancel()
             except Exception as exc:  # the stream failed or was refused: changes are picked up on reconnect
+                acked.set()
                 _log.warning("downstream %s: no change notifications (%s: %s)", server.name, type(exc).__name__, exc)
                 await again.wait()

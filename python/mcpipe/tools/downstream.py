@@ -31,6 +31,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
@@ -46,6 +47,7 @@ BACKOFF_MAX = 10.0
 HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
@@ -346,6 +348,11 @@ class DownstreamServer:
             r.structured_content,
             bool(r.is_error),
         )
+
+    @property
+    def modern(self) -> bool:
+        """Whether the live session speaks the 2026-07-28 era (changes come on a listen stream)."""
+        return self._client is not None and self._client.protocol_version in _MODERN
 
     def client(self) -> Client:
         """The live session's client, for a request other than a tool call; CallError when the server is down."""
