@@ -4,6 +4,7 @@ logging, list changes and downstream JSON-RPC errors (the SDK's everything-serve
 from __future__ import annotations
 
 import logging
+import sys
 import warnings
 from typing import Any
 
@@ -61,7 +62,8 @@ async def test_completion_goes_to_the_server_of_the_prompt_or_template(mode):
     with trio.fail_after(30):
         async with running(_config()) as app, Client(app.server, mode=mode) as client:
             by_prompt = await client.complete(
-                types.PromptReference(type="ref/prompt", name="ev.test_prompt_with_arguments"), {"name": "arg1", "value": "x"}
+                types.PromptReference(type="ref/prompt", name="ev.test_prompt_with_arguments"),
+                {"name": "arg1", "value": "x"},
             )
             by_template = await client.complete(
                 types.ResourceTemplateReference(type="ref/resource", uri="test://template/{id}/data"),
@@ -122,11 +124,13 @@ async def test_a_2025_subscriber_hears_that_its_resource_was_updated_downstream(
 async def test_a_2026_client_listening_for_a_resource_hears_its_update(downstream):
     cfg = _config(ev=everything_downstream(protocol=downstream))
     with trio.fail_after(30):
-        async with running(cfg) as app, Client(app.server, mode="2026-07-28") as client:
-            async with client.listen(resource_subscriptions=["test://watched-resource"]) as sub:
-                await client.call_tool("ev.test_update_watched_resource", {})
-                async for event in sub:
-                    break
+        async with (
+            running(cfg) as app,
+            Client(app.server, mode="2026-07-28") as client,
+            client.listen(resource_subscriptions=["test://watched-resource"]) as sub,
+        ):
+            await client.call_tool("ev.test_update_watched_resource", {})
+            event = await anext(aiter(sub))
     assert getattr(event, "uri", None) == "test://watched-resource"
 
 
@@ -140,17 +144,16 @@ async def test_a_downstream_tool_list_change_is_announced_to_2025_and_2026_clien
             heard.set()
 
     with trio.fail_after(30):
-        async with running(cfg) as app:
-            async with (
-                Client(app.server, mode="legacy", message_handler=on_message) as legacy,
-                Client(app.server, mode="2026-07-28") as modern,
-            ):
-                await legacy.list_tools()  # a client the gateway knows of
-                async with modern.listen(tools_list_changed=True) as sub:
-                    await modern.call_tool("ev.test_trigger_tool_change", {})
-                    async for event in sub:
-                        break
-                await heard.wait()
+        async with (
+            running(cfg) as app,
+            Client(app.server, mode="legacy", message_handler=on_message) as legacy,
+            Client(app.server, mode="2026-07-28") as modern,
+        ):
+            await legacy.list_tools()  # a client the gateway knows of
+            async with modern.listen(tools_list_changed=True) as sub:
+                await modern.call_tool("ev.test_trigger_tool_change", {})
+                event = await anext(aiter(sub))
+            await heard.wait()
     assert type(event).__name__ == "ToolsListChanged"
 
 
@@ -195,3 +198,43 @@ async def test_a_downstream_json_rpc_error_reaches_a_direct_caller_unchanged_and
     assert err.value.data == {"requiredCapabilities": {"sampling": {}}}
     step = piped.structured_content["steps"]["step1"]
     assert step["error_code"] == "TOOL_FAILED" and "error -32021" in step["error"]
+
+
+async def _silent_listener(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+    """A TCP server on 127.0.0.1 that accepts and never answers (a downstream that hangs while connecting)."""
+    listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    held: list[trio.SocketStream] = []
+
+    async def hold(stream: trio.SocketStream) -> None:
+        held.append(stream)
+        await trio.sleep_forever()
+
+    task_status.started(listeners[0].socket.getsockname()[1])
+    await trio.serve_listeners(hold, listeners)
+
+
+async def test_a_hanging_lazy_server_does_not_block_the_first_list_and_its_tools_say_unavailable(caplog):
+    with trio.fail_after(30), caplog.at_level(logging.WARNING, "mcpipe.downstream"):
+        async with trio.open_nursery() as nursery:
+            port = await nursery.start(_silent_listener)
+            far = {"url": f"http://127.0.0.1:{port}/mcp", "connect": "lazy", "connect_timeout_ms": 4000}
+            async with running(make_config(mcpServers={"far": far})) as app, Client(app.server) as client:
+                t0 = trio.current_time()
+                listed = await client.list_tools()
+                listed_in = trio.current_time() - t0
+                piped = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "far.anything"}]})
+            nursery.cancel_scope.cancel()
+    assert listed_in < 2 and not any(t.name.startswith("far.") for t in listed.tools)
+    assert (listed.meta or {}).get("io.github.mcpipe/unavailable") == {"far": "connecting"}
+    assert piped.structured_content["error_code"] == "TOOL_FAILED"
+    assert "MCP server 'far' is unavailable" in piped.structured_content["error"]
+    assert any("far is still connecting" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_server_that_goes_down_is_logged_as_a_warning(caplog):
+    cfg = make_config(mcpServers={"broken": {"command": sys.executable, "args": ["-c", "import sys; sys.exit(1)"]}})
+    with trio.fail_after(30), caplog.at_level(logging.INFO, "mcpipe.downstream"):
+        async with running(cfg):
+            pass
+    down = [r for r in caplog.records if "downstream broken is down" in r.getMessage()]
+    assert down and down[0].levelno == logging.WARNING

@@ -44,6 +44,9 @@ PRINCIPAL_SCOPE_KEY = "mcpipe.principal"
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
+UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
+"""Where a ``tools/list`` result names the downstream servers that are not up, each with why."""
+
 
 def wire_result(result: ToolResult) -> dict[str, Any]:
     """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
@@ -137,8 +140,9 @@ class _PipeProgress:
     """Turns scheduler events into strictly increasing progress notifications.
 
     The value is the number of finished leaf steps; progress a running step forwards from its own tool
-    (a downstream server's notifications) moves the value by thousandths, never reaching the next integer,
-    so the sequence stays strictly increasing whatever the interleaving.
+    (a downstream server's notifications) moves the value within that step by the share of its total it
+    reached (by thousandths when it gives none), never reaching the next integer; values that would not
+    increase are not sent, so the sequence stays strictly increasing whatever the interleaving.
     """
 
     __slots__ = ("_done", "_last", "_sink", "_total")
@@ -166,8 +170,13 @@ class _PipeProgress:
         await self._emit(float(self._done), f"step {event.get('path')} finished ({status})")
 
     async def step_progress(self, progress: float, total: float | None, message: str | None) -> None:
-        """Progress a running step's tool reported (already prefixed with the step id by the tool)."""
-        value = min(max(self._last, self._done) + 0.001, self._done + 0.999)
+        """Progress a running step's tool reported (already prefixed with the step id by the tool): the share of
+        its own total it reached moves the value within the step (1/3 of a step after 1 step done: 1.333);
+        without a total, by thousandths."""
+        if total and total > 0:
+            value = self._done + min(max(progress / total, 0.0), 0.999)
+        else:
+            value = min(max(self._last, self._done) + 0.001, self._done + 0.999)
         text = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
         await self._emit(round(value, 3), text)
 
@@ -276,9 +285,12 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         await self.gateway.ready()
+        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal))}
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
-        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal))}
+            down = self.passthrough.downstreams.unavailable()
+            if down:  # their tools come when they are up (the client is told); say why they are missing
+                out["_meta"] = {UNAVAILABLE_META_KEY: down}
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")

@@ -44,6 +44,8 @@ _log = logging.getLogger("mcpipe.downstream")
 
 BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 10.0
+LIST_GRACE = 1.0
+"""The most a listing waits for lazy servers' first connection (a call of one of their tools waits longer)."""
 HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
@@ -158,6 +160,8 @@ class DownstreamServer:
         self._attempted = trio.Event()
         self._connected = trio.Event()
         self._errlog = errlog
+        self._warned = False  # "down" is a warning the first time and after each time it was up, not every retry
+        self._was_up = False
         self._include = glob_matcher(config.include) if config.include is not None else None
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
@@ -203,7 +207,14 @@ class DownstreamServer:
             started = False
             lived = trio.current_time() - t0
             backoff = BACKOFF_FIRST if lived >= HEALTHY_AFTER else min(backoff * 2, BACKOFF_MAX)
-            _log.info("downstream %s is down (%s); reconnecting in %.1fs", self.name, self.last_error, backoff)
+            _log.log(
+                logging.WARNING if self._was_up or not self._warned else logging.INFO,
+                "downstream %s is down (%s); reconnecting in %.1fs",
+                self.name,
+                self.last_error,
+                backoff,
+            )
+            self._warned, self._was_up = True, False
             await trio.sleep(backoff)
 
     async def _session_once(self, task_status: trio.TaskStatus[None] | None) -> None:
@@ -248,6 +259,7 @@ class DownstreamServer:
         self.state = "up"
         self.last_error = None
         self.connections += 1
+        self._was_up = True
         self._connected.set()
         self._attempted.set()
         _log.info("downstream %s connected: %d tools", self.name, len(self.tools))
@@ -418,14 +430,35 @@ class Downstreams:
     def lazy(self) -> bool:
         return any(s.config.connect == "lazy" for s in self.servers)
 
-    async def ready(self) -> None:
-        """Let every lazy server try once (concurrently, each bounded by its connect timeout)."""
+    async def ready(self, name: str | None = None) -> None:
+        """Let lazy servers try to connect once.
+
+        With ``name`` (a tool about to be called), wait for the server that would serve it, bounded by its
+        connect timeout. Without (a listing), ask every lazy server and wait at most :data:`LIST_GRACE`
+        seconds: a list answers promptly with what is up, and clients are told when the rest comes.
+        """
+        if name is not None:
+            server = self.server_for(name)
+            if server is not None and not server._attempted.is_set():
+                await _bounded_first_attempt(server)
+            return
         pending = [s for s in self.servers if not s._attempted.is_set()]
         if not pending:
             return
-        async with trio.open_nursery() as n:
-            for s in pending:
-                n.start_soon(_bounded_first_attempt, s)
+        with trio.move_on_after(LIST_GRACE):
+            async with trio.open_nursery() as n:
+                for s in pending:
+                    n.start_soon(_bounded_first_attempt, s)
+        for s in pending:
+            if not s._attempted.is_set():
+                _log.warning("downstream %s is still connecting: its tools are listed when it is up", s.name)
+
+    def server_for(self, name: str) -> DownstreamServer | None:
+        """The server whose prefix ``name`` carries (None for a bare name)."""
+        for s in self.servers:
+            if s.prefix and name.startswith(s.prefix + "."):
+                return s
+        return None
 
     def get(self, name: str) -> Tool | None:
         for s in self.servers:
@@ -440,10 +473,16 @@ class Downstreams:
 
     def why_unknown(self, name: str) -> str | None:
         """Why ``name`` is unknown when it names a server that never came up (its tools were never listed)."""
-        for s in self.servers:
-            if not s.tools and s.state != "up" and s.prefix and name.startswith(s.prefix + "."):
-                return f"MCP server '{s.name}' is unavailable" + (f": {s.last_error}" if s.last_error else "")
+        s = self.server_for(name)
+        if s is not None and not s.tools and s.state != "up":
+            return f"MCP server '{s.name}' is unavailable" + (f": {s.last_error}" if s.last_error else "")
         return None
+
+    def unavailable(self) -> dict[str, str]:
+        """The servers that are not up (not idle lazy ones), each with why."""
+        return {
+            s.name: s.last_error or s.state for s in self.servers if s.state not in ("up", "idle") and s.config.enabled
+        }
 
     def status(self) -> dict[str, str]:
         return {s.name: s.state for s in self.servers}
