@@ -13,7 +13,7 @@ import pytest
 import trio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from serverkit import everything_downstream, make_config, running
+from serverkit import everything_downstream, make_config, running, stdio_downstream
 
 from mcpipe.config import ConfigError
 from mcpipe.gateway import PIPE_TOOL
@@ -238,3 +238,52 @@ async def test_a_server_that_goes_down_is_logged_as_a_warning(caplog):
             pass
     down = [r for r in caplog.records if "downstream broken is down" in r.getMessage()]
     assert down and down[0].levelno == logging.WARNING
+
+
+async def test_a_server_that_comes_back_with_another_tool_list_is_announced(tmp_path):
+    flag = tmp_path / "extra"
+    cfg = make_config(mcpServers={"ds": stdio_downstream(env={"DOWNSTREAM_EXTRA": str(flag)})})
+    heard = trio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ToolListChangedNotification):
+            heard.set()
+
+    with trio.fail_after(30):
+        async with running(cfg) as app, Client(app.server, mode="legacy", message_handler=on_message) as client:
+            before = {t.name for t in (await client.list_tools()).tools}
+            flag.write_text("on")
+            await client.call_tool("ds.crash", {})  # it restarts, now serving `extra` too
+            await heard.wait()
+            after = {t.name for t in (await client.list_tools()).tools}
+    assert "ds.extra" not in before and "ds.extra" in after
+
+
+async def test_mcpipe_own_log_steps_follow_the_level_a_2025_client_set():
+    pipeline = {
+        "name": "chatty",
+        "description": "logs at two levels",
+        "steps": [
+            {"kind": "log", "id": "quiet", "level": "debug", "data": "details"},
+            {"kind": "log", "id": "loud", "level": "warning", "data": "careful"},
+        ],
+    }
+    got: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        got.append((params.level, params.data))
+
+    with trio.fail_after(30):
+        async with (
+            running(make_config(pipelines=[pipeline])) as app,
+            Client(app.server, mode="legacy", logging_callback=on_log) as client,
+        ):
+            await client.call_tool("chatty", {})
+            everything = list(got)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                await client.set_logging_level("info")
+            got.clear()
+            await client.call_tool("chatty", {})
+    assert everything == [("debug", "details"), ("warning", "careful")]
+    assert got == [("warning", "careful")]

@@ -345,14 +345,11 @@ class DownstreamServer:
             why = f": {self.last_error}" if self.last_error else ""
             raise CallError(f"MCP server '{self.name}' is unavailable{why}")
 
-        step = ctx.step
-
-        async def forward(progress: float, total: float | None, message: str | None) -> None:
-            await ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
-
+        forward = _Progress(ctx)
         try:
             with self.feed.in_call(ctx):
                 r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+                await forward.drain()
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
             raise self.failure(exc) from None
         return ToolResult(
@@ -393,6 +390,39 @@ class DownstreamServer:
         self._gone()
         if self._closed is not None:
             self._closed.set()
+
+
+class _Progress:
+    """Forwards a call's progress to its caller, and lets the call wait for the last one before it answers.
+
+    The SDK client runs each progress callback in a task of its own, spawned as the notification is read, so
+    the answer (read just after) can wake the caller first; answering then would close the caller's stream
+    before its last progress notification went out.
+    """
+
+    __slots__ = ("_ctx", "_idle", "_running")
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+        self._running = 0
+        self._idle = trio.Event()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        step = self._ctx.step
+        self._running += 1
+        try:
+            await self._ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+                self._idle = trio.Event()
+
+    async def drain(self) -> None:
+        """Let callbacks spawned before the answer start (one scheduling round), then wait for them to end."""
+        await trio.lowlevel.checkpoint()
+        while self._running:
+            await self._idle.wait()
 
 
 def _describe(exc: BaseException) -> str:
