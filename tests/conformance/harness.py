@@ -258,6 +258,13 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"error: unknown mode {unknown[0]!r} (modes: {', '.join(MODES)})", file=sys.stderr)
         return 2
+    runner = suite()[0]
+    if not Path(runner).exists():
+        print(
+            f"error: the conformance suite is not at {runner} (set MCP_CONFORMANCE to its `run` script)",
+            file=sys.stderr,
+        )
+        return 2
     t0 = time.monotonic()
     report = run(modes)
     for line in report.lost:

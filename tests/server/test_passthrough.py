@@ -102,7 +102,8 @@ def test_two_servers_under_one_prefix_is_a_located_config_error():
     assert problem.location == "mcpServers.b.prefix" and "mcpServers.a" in problem.message
 
 
-async def test_a_2025_subscriber_hears_that_its_resource_was_updated_downstream():
+@pytest.mark.parametrize("downstream", ["auto", "2025-11-25"])
+async def test_a_2025_subscriber_hears_that_its_resource_was_updated_downstream(downstream):
     updated = trio.Event()
 
     async def on_message(message: Any) -> None:
@@ -110,7 +111,10 @@ async def test_a_2025_subscriber_hears_that_its_resource_was_updated_downstream(
             updated.set()
 
     with trio.fail_after(30):
-        async with running(_config()) as app, Client(app.server, mode="legacy", message_handler=on_message) as client:
+        async with (
+            running(_config(ev=everything_downstream(protocol=downstream))) as app,
+            Client(app.server, mode="legacy", message_handler=on_message) as client,
+        ):
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 await client.subscribe_resource("test://watched-resource")
@@ -287,3 +291,28 @@ async def test_mcpipe_own_log_steps_follow_the_level_a_2025_client_set():
             await client.call_tool("chatty", {})
     assert everything == [("debug", "details"), ("warning", "careful")]
     assert got == [("warning", "careful")]
+
+
+async def test_a_principal_sees_the_resources_and_prompts_only_of_servers_whose_tools_it_may_call():
+    auth = {
+        "tokens": [
+            {"env": "T1", "principal": "ev-user", "tools": ["ev.test_simple_text"]},
+            {"env": "T2", "principal": "other", "tools": ["echo"]},
+        ]
+    }
+    cfg = make_config({"T1": "a", "T2": "b"}, mcpServers={"ev": everything_downstream()}, auth=auth)
+    seen = {}
+    with trio.fail_after(30):
+        async with running(cfg) as app:
+            for principal in ("ev-user", "other"):
+                app.handlers.default_principal = principal
+                async with Client(app.server, mode="legacy") as client:
+                    resources = (await client.list_resources()).resources
+                    prompts = (await client.list_prompts()).prompts
+                    try:
+                        await client.read_resource("test://static-text")
+                        readable = True
+                    except MCPError:
+                        readable = False
+                seen[principal] = (len(resources) > 0, len(prompts) > 0, readable)
+    assert seen == {"ev-user": (True, True, True), "other": (False, False, False)}

@@ -259,7 +259,11 @@ class Passthrough:
     async def _subscribe_downstream(self, server: DownstreamServer, uri: str, on: bool) -> None:
         client = server.client()
         if server.modern:
-            return  # its subscriptions/listen stream is opened again with the new set (tools._catalog)
+            # Its subscriptions/listen stream is opened again with the new set (tools._catalog): wait for that.
+            if on:
+                with trio.move_on_after(5):
+                    await server.feed.acked.wait()
+            return
         caps = client.server_capabilities
         if not (caps.resources and caps.resources.subscribe):
             return
@@ -284,8 +288,6 @@ class Passthrough:
             if server.feed.subscribe(uri):
                 with trio.move_on_after(5):
                     await self._subscribe_downstream(server, uri, True)
-                    if server.modern:
-                        await server.feed.acked.wait()  # its own listen stream now carries the URI
         try:
             return await self._listen(ctx, params)
         finally:
