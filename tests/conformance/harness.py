@@ -7,8 +7,8 @@ The suite (``../shared/conformance/run``, node 20) runs every non-extension serv
 eras, first against the fixture (``everything_server.py``) directly, then against ``mcpipe serve`` put in
 front of it (``mcpServers``, ``prefix = ""``), with mcpipe reaching the fixture over streamable HTTP (mode
 ``http``) or stdio (mode ``stdio``). Every check that passes directly must pass through mcpipe, except those
-listed in :data:`PENDING` (work delivered separately; the harness reports them, and says when one starts
-passing so the entry can go). Neither server may log a traceback. Mode ``alone`` runs mcpipe with no
+listed in :data:`PENDING` (work delivered separately; the harness reports them, and fails when one passes
+everywhere, so that its entry goes and its checks count from then on). Neither server may log a traceback. Mode ``alone`` runs mcpipe with no
 downstream server: a declared pipeline plays the suite's logging tool, and logging-set-level and
 tools-call-with-logging must pass.
 """
@@ -174,8 +174,14 @@ class Report:
     passed: int = 0
     total: int = 0
 
+    def stale(self) -> list[str]:
+        """Pending scenarios that passed everywhere they ran: their entries must go, so their checks count."""
+        failing = {line.split(" ", 2)[2].split("/")[0] for line in self.pending_lost}
+        passing = {line.split(" ", 2)[2] for line in self.pending_passing}
+        return sorted(passing - failing)
+
     def ok(self) -> bool:
-        return not self.lost and not self.tracebacks
+        return not self.lost and not self.tracebacks and not self.stale()
 
 
 def mcpipe_command() -> list[str]:
@@ -271,8 +277,8 @@ def main(argv: list[str]) -> int:
         print(f"LOST    {line}")
     for line in report.pending_lost:
         print(f"pending {line}")
-    for line in report.pending_passing:
-        print(f"PASSES  {line}: pending no more, remove it from PENDING")
+    for scenario in report.stale():
+        print(f"STALE   {scenario} passes in every mode and era: remove it from PENDING (tests/conformance/harness.py)")
     for tb in report.tracebacks:
         print(f"TRACEBACK in {tb}")
     print(
