@@ -8,9 +8,9 @@ eras, first against the fixture (``everything_server.py``) directly, then agains
 front of it (``mcpServers``, ``prefix = ""``), with mcpipe reaching the fixture over streamable HTTP (mode
 ``http``) or stdio (mode ``stdio``). Every check that passes directly must pass through mcpipe, except those
 listed in :data:`PENDING` (work delivered separately; the harness reports them, and fails when one passes
-everywhere, so that its entry goes and its checks count from then on). Neither server may log a traceback. Mode ``alone`` runs mcpipe with no
-downstream server: a declared pipeline plays the suite's logging tool, and logging-set-level and
-tools-call-with-logging must pass.
+everywhere, so that its entry goes and its checks count from then on). Neither server may log a traceback.
+Mode ``alone`` runs mcpipe with no downstream server: a declared pipeline plays the suite's logging tool,
+and logging-set-level and tools-call-with-logging must pass.
 """
 
 from __future__ import annotations
