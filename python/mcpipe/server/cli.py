@@ -116,7 +116,7 @@ def check_config(path: str) -> int:
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
         try:
-            sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]"))
+            sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:
             problems.extend(exc.problems)
     if not problems and config.python_tools and (config.pipelines or config.outbound is not None):
