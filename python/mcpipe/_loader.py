@@ -35,7 +35,7 @@ def load_object(entry: str, *, search: Sequence[str | os.PathLike[str]] = ()) ->
     module_name, sep, attr = entry.partition(":")
     if not sep or not module_name or not attr:
         raise LoadError(f"`{entry}` is not MODULE:ATTR (e.g. mytools:registry)")
-    for directory in [*map(os.fspath, search), os.getcwd()]:
+    for directory in [*(os.fspath(d) for d in search), os.getcwd()]:
         if directory not in sys.path:
             sys.path.insert(0, directory)
     try:

@@ -415,7 +415,7 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
     from mcpipe.config import AuditConfig, Config, ConfigError, load_config
     from mcpipe.server._app import open_app
 
-    extra = [_registry(ns.tools, builtin=False)] if ns.tools else []
+    extra: list[Any] = [_registry(ns.tools, builtin=False)] if ns.tools else []
     try:
         if ns.config is not None:
             config = load_config(ns.config)

@@ -399,7 +399,13 @@ mod tests {
         let ids = StepIds::from_sequence(["search", "fetch"]);
         let parse = |t: &str| parse_path(t, 0, true, &ids).map(|(p, _)| p.normalized());
         assert_eq!(parse("step2.a"), Ok("steps.fetch.output.a".to_owned()));
-        assert_eq!(parse("step3"), Ok("steps.step3.output".to_owned()));
+        let past = "`step3` is past the end of the step list (step 3 of 2 steps)";
+        assert_eq!(parse("step3").unwrap_err(), PathSyntax::new(past, 0));
+        let named = StepIds::from_sequence(["step3"]);
+        assert_eq!(
+            parse_path("step3", 0, true, &named).map(|(p, _)| p.normalized()),
+            Ok("steps.step3.output".to_owned())
+        );
         assert_eq!(parse("step02"), Ok("steps.step02.output".to_owned()));
         assert_eq!(parse("search[0]"), Ok("steps.search.output.0".to_owned()));
         assert_eq!(parse("9x").unwrap_err(), PathSyntax::new("`9x` is not a step id", 0));
