@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -292,8 +293,28 @@ def _with_vars(spec: Any, assignments: list[str]) -> Any:
                 inner = orjson.loads(inner)
             except orjson.JSONDecodeError:
                 return spec
+        _check_vars_used(inner, values)
         return {**spec, "spec": _set_vars(inner, values)}
+    _check_vars_used(spec, values)
     return _set_vars(spec, values)
+
+
+_VAR_REFERENCE = re.compile(r"""\bvars\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_-]*)|\[\s*["']([^"']+)["'])""")
+
+
+def _check_vars_used(spec: Any, values: dict[str, Any]) -> None:
+    """A ``--var`` the spec neither declares in ``vars`` nor references is a typo, not a no-op."""
+    if not isinstance(spec, dict):
+        return
+    declared = spec.get("vars")
+    used = set(declared) if isinstance(declared, dict) else set()
+    for m in _VAR_REFERENCE.finditer(orjson.dumps(spec).decode()):
+        used.add(m.group(1) or m.group(2))
+    for name in values:
+        if name not in used:
+            known = sorted(used)
+            hint = did_you_mean(name, known) or (f" (it uses: {', '.join(known)})" if known else " (it uses none)")
+            raise _Usage(f"--var {name}: the spec has no var `{name}`{hint}")
 
 
 def _set_vars(spec: Any, values: dict[str, Any]) -> Any:

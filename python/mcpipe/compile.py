@@ -12,6 +12,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeAlias
 
 import msgspec
@@ -302,6 +303,25 @@ class _Scope:
     var_names: frozenset[str] | None  # None: unknown (cannot check)
 
 
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _wrapped(wrap: Callable[[Any], Any], key: Any, value: Any) -> Any:
+    """``value`` at ``key`` of an otherwise empty copy of its parent, inside ``wrap``."""
+    return wrap([None] * key + [value] if isinstance(key, int) else {key: value})
+
+
+def _template_parts(value: Any) -> list[tuple[Any, Any]]:
+    """The parts of a template value compiled on their own: an object's entries, a list's items (a
+    ``$ref``/``$literal`` object is one part)."""
+    if isinstance(value, dict) and not (len(value) == 1 and ("$ref" in value or "$literal" in value)):
+        return list(value.items())
+    if isinstance(value, list):
+        return list(enumerate(value))
+    return []
+
+
 def _join(base: str, name: str) -> str:
     return f"{base}.{name}" if base else name
 
@@ -353,12 +373,28 @@ class _Compiler:
     def template(self, value: Any, loc: str, scope: _Scope) -> Template | None:
         try:
             t = Template(value, step_ids=scope.ids, location=loc)
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
+        except TemplateSyntaxError:
+            self.every_template_problem(value, loc, scope, _as_is)
             return None
         for site, ref in t.reference_sites:
             self.check_reference(site, ref, scope)
         return t
+
+    def every_template_problem(self, value: Any, loc: str, scope: _Scope, wrap: Callable[[Any], Any]) -> None:
+        """A template with a syntax error somewhere: compile its parts one by one, so one bad string does
+        not hide the other problems of the same value. Each part is compiled inside ``wrap``, copies of its
+        parents holding only it, so the core names its location exactly as in the whole."""
+        try:
+            t = Template(wrap(value), step_ids=scope.ids, location=loc)
+        except TemplateSyntaxError as e:
+            parts = _template_parts(value)
+            if not parts:
+                self.problem(e.location, e.reason)
+            for key, part in parts:
+                self.every_template_problem(part, loc, scope, partial(_wrapped, wrap, key))
+            return
+        for site, ref in t.reference_sites:
+            self.check_reference(site, ref, scope)
 
     def check_reference(self, site: str, ref: str, scope: _Scope) -> None:
         name = reference_root(ref)

@@ -189,6 +189,45 @@ def _located(exc: msgspec.ValidationError, base: str, struct: Any = None) -> Pro
     return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
 
 
+def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: Any) -> list[Problem]:
+    """Every problem of a table, not only the first msgspec stops at: each key is checked on its own
+    (unknown keys with the closest known one, each known key's value against its field's type)."""
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if _is_struct(struct) else None
+    if fields is None or not isinstance(value, dict):
+        return [_located(exc, base, struct)]
+    problems = []
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
+            continue
+        try:
+            msgspec.convert(item, field.type, strict=True)
+        except msgspec.ValidationError as inner:
+            problems.append(_located(inner, f"{base}.{key}", None))
+    return problems or [_located(exc, base, struct)]
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _syntax_problem(exc: Exception, fmt: str) -> Problem:
+    """A document that does not parse: one line, located ``line:col`` when the parser says where."""
+    what = f"not valid {fmt.upper()}"
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, json.JSONDecodeError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
+    text = " ".join(str(exc).split())
+    if m := re.search(r"\s*\(at line (\d+), column (\d+)\)", text):  # tomllib's way of saying where
+        return Problem(f"{m.group(1)}:{m.group(2)}", CODE, f"{what}: {text[: m.start()] + text[m.end() :]}")
+    return Problem("", CODE, f"{what}: {text}")
+
+
 def _decode_raw(data: bytes, fmt: str) -> Any:
     match fmt:
         case "toml":
@@ -325,7 +364,7 @@ def parse_config(
     try:
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+        raise ConfigError([_syntax_problem(exc, fmt)]) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
     problems: list[Problem] = []
@@ -333,7 +372,8 @@ def parse_config(
     for key, value in raw.items():
         section = _SECTIONS.get(key)
         if section is None:
-            problems.append(Problem(str(key), CODE, f"unknown key `{key}` (known: {', '.join(_SECTIONS)})"))
+            hint = did_you_mean(str(key), _SECTIONS) or f" (known: {', '.join(_SECTIONS)})"
+            problems.append(Problem(str(key), CODE, f"unknown key `{key}`{hint}"))
             continue
         if section.each:
             if not isinstance(value, dict):
@@ -344,13 +384,13 @@ def parse_config(
                 try:
                     decoded[name] = msgspec.convert(item, section.type, strict=True)
                 except msgspec.ValidationError as exc:
-                    problems.append(_located(exc, f"{key}.{name}", section.type))
+                    problems.extend(_every_problem(exc, item, f"{key}.{name}", section.type))
             fields[key] = decoded
         else:
             try:
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
-                problems.append(_located(exc, key, section.type))
+                problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
     if cfg.pipelines or cfg.outbound is not None:

@@ -179,9 +179,7 @@ class Interactions:
         if self.sealer.ephemeral and not self._told_ephemeral:
             # Said once, when it matters: most servers never suspend a pipeline.
             self._told_ephemeral = True
-            _log.warning(
-                "a pipeline is suspended, and no %s is set: only this process can resume it", self._key_env
-            )
+            _log.warning("a pipeline is suspended, and no %s is set: only this process can resume it", self._key_env)
         token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
         return {
             "resultType": "input_required",

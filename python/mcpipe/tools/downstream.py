@@ -191,13 +191,17 @@ class DownstreamServer:
             await self._wanted.wait()
         backoff = BACKOFF_FIRST
         started = not lazy
+        told: str | None = None  # the failure last logged as a warning: the same one again is debug only
         while True:
-            t0 = trio.current_time()
+            t0, connections = trio.current_time(), self.connections
             await self._session_once(task_status if started else None)
             started = False
-            lived = trio.current_time() - t0
-            backoff = BACKOFF_FIRST if lived >= HEALTHY_AFTER else min(backoff * 2, BACKOFF_MAX)
-            _log.info("downstream %s is down (%s); reconnecting in %.1fs", self.name, self.last_error, backoff)
+            # Only a connection that came up and lived resets the backoff (a slow failure to start is no better).
+            healthy = self.connections > connections and trio.current_time() - t0 >= HEALTHY_AFTER
+            backoff = BACKOFF_FIRST if healthy else min(backoff * 2, BACKOFF_MAX)
+            level = logging.DEBUG if self.last_error == told and not healthy else logging.WARNING
+            told = self.last_error
+            _log.log(level, "downstream %s is down (%s); reconnecting in %.1fs", self.name, self.last_error, backoff)
             await trio.sleep(backoff)
 
     async def _session_once(self, task_status: trio.TaskStatus[None] | None) -> None:
