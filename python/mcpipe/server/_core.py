@@ -247,6 +247,10 @@ class ToolHandlers:
         self.default_principal = default_principal
         # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
         self.interactions = Interactions()
+        self._in_flight: set[trio.CancelScope] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+        self.shutting_down = False
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -274,7 +278,31 @@ class ToolHandlers:
         return out
 
     async def call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
-        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
+        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result (``CANCELLED`` when
+        the server shuts down under it)."""
+        if not self.shutting_down:
+            with trio.CancelScope() as scope:
+                self._in_flight.add(scope)
+                self._idle = trio.Event() if self._idle.is_set() else self._idle
+                try:
+                    return await self._call(name, args, tctx)
+                finally:
+                    self._in_flight.discard(scope)
+                    if not self._in_flight:
+                        self._idle.set()
+        return _shutdown_answer(name == PIPE_TOOL and self.pipe is not None)
+
+    def shut_down(self) -> None:
+        """Cancel every call in flight, which then answers ``CANCELLED``; later calls answer so at once."""
+        self.shutting_down = True
+        for scope in list(self._in_flight):
+            scope.cancel()
+
+    async def idle(self) -> None:
+        """Wait until no call is in flight."""
+        await self._idle.wait()
+
+    async def _call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         if name == PIPE_TOOL and self.pipe is not None:
             return pipe_envelope(await self.pipe.run(args, tctx))
         try:
@@ -286,6 +314,17 @@ class ToolHandlers:
         except Exception as exc:
             _log.exception("tool %r raised", name)
             return _error_result(f"TOOL_FAILED: {type(exc).__name__}: {exc}")
+
+
+_SHUTDOWN = "the server is shutting down"
+
+
+def _shutdown_answer(pipe: bool) -> dict[str, Any]:
+    if not pipe:
+        return _error_result(f"CANCELLED: {_SHUTDOWN}")
+    summary = {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0}
+    answer = {"ok": False, "error": _SHUTDOWN, "error_code": "CANCELLED", "result": None, "steps": {}}
+    return pipe_envelope({**answer, "summary": summary, "duration_ms": 0.0})
 
 
 def build_server(
