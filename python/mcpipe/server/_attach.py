@@ -25,7 +25,7 @@ from pydantic import BaseModel
 
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway
-from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_envelope, tool_context
+from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_annotations, pipe_envelope, tool_context
 from mcpipe.server._guest import AsyncioHost, run_in_guest
 from mcpipe.tools import Tool, ToolContext, ToolResult
 
@@ -136,7 +136,8 @@ def attach(
     async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> Any:
         out = _dump(await list_tools(ctx, params))
         if params is None or params.cursor is None:
-            out["tools"] = [PIPE_TOOL_WIRE, *out.get("tools", [])]
+            pipe = {**PIPE_TOOL_WIRE, "annotations": pipe_annotations(await own_tools(ctx))}
+            out["tools"] = [pipe, *out.get("tools", [])]
         return out
 
     async def on_call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:

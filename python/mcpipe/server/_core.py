@@ -55,7 +55,31 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
     if tool.output_schema is not None:
         entry["outputSchema"] = tool.output_schema
+    annotations = getattr(tool, "annotations", None)
+    if annotations:
+        entry["annotations"] = annotations
     return entry
+
+
+def pipe_annotations(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """``mcp_pipe``'s annotations from those of the tools its steps may call: read-only (idempotent) when
+    they all are, destructive or open-world when any may be (a hint left out means what MCP says:
+    not read-only, destructive, not idempotent, open world)."""
+    read_only = idempotent = True
+    destructive = open_world = False
+    for entry in tools:
+        hints = entry.get("annotations") or {}
+        tool_read_only = bool(hints.get("readOnlyHint", False))
+        read_only &= tool_read_only
+        idempotent &= bool(hints.get("idempotentHint", False))
+        destructive |= not tool_read_only and bool(hints.get("destructiveHint", True))
+        open_world |= bool(hints.get("openWorldHint", True))
+    return {
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": open_world,
+    }
 
 
 PIPE_TOOL_WIRE: dict[str, Any] = {
@@ -254,9 +278,10 @@ class ToolHandlers:
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
-        tools = [PIPE_TOOL_WIRE] if self.pipe is not None else []
-        tools += [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
-        return tools
+        tools = [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
+        if self.pipe is None:
+            return tools
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
