@@ -7,6 +7,7 @@ loop and calls them back there, in parallel, with deadlines and cancellation rea
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -224,3 +225,19 @@ async def test_cancelling_a_pipeline_of_the_stdio_example_leaves_it_serving():
                 nursery.cancel_scope.cancel()
             r = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "shout", "args": {"text": "still here"}}]})
     assert r.structured_content["result"] == {"result": "STILL HERE"}
+
+
+def test_the_attach_snippet_of_server_md_runs_its_pipeline_on_asyncio():
+    doc = (Path(__file__).parents[2] / "docs" / "server.md").read_text()
+    section = doc.split("## Adding mcp_pipe to your own SDK server: `attach`", 1)[1]
+    code = section.split("```python\n", 1)[1].split("```", 1)[0]
+    spec = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    namespace: dict[str, Any] = {"__name__": "snippet"}
+    exec(compile(code, "server.md", "exec"), namespace)
+
+    async def main() -> Any:
+        async with Client(namespace["app"]) as client:
+            return await client.call_tool(PIPE_TOOL, spec)
+
+    r = on_asyncio(main)
+    assert r.structured_content["result"] == "LYON: 21C"
