@@ -331,3 +331,10 @@ steps:
     args: {items: ["hello", "${vars.name}", "${vars.extra}"], sep: " "}
 return: ${steps.hello.structured.text}
 """
+
+
+def test_call_of_a_raising_tool_is_one_line_without_debug(tmp_path):
+    write(tmp_path / "fh_boom2.py", BOOM)
+    r = mcpipe("call", "boom", "--tools", "fh_boom2:registry", cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == ["mcpipe call: boom: TOOL_FAILED: RuntimeError: kaput"]

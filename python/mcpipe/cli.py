@@ -391,6 +391,8 @@ def _call(ns: argparse.Namespace) -> int:
     import trio
 
     _log_to_stderr(ns)
+    if not ns.debug:  # a tool that raises is the answer's one line below, not a log line too
+        logging.getLogger("mcpipe.server").setLevel(logging.CRITICAL)
     text = sys.stdin.read() if ns.args == "-" else ns.args
     try:
         args = orjson.loads(text)
