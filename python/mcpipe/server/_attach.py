@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -73,8 +74,8 @@ def _on_asyncio(ctx: ToolContext) -> AsyncioHost:
     async def to_progress(value: float, total: float | None, message: str | None) -> None:
         await host.call(progress, value, total, message)
 
-    async def to_log(level: str, data: Any) -> None:
-        await host.call(log, level, data)
+    async def to_log(level: str, data: Any, logger: str | None = None) -> None:
+        await host.call(functools.partial(log, logger=logger), level, data)
 
     ctx.progress, ctx.log = to_progress, to_log
     ctx.extras[_HOST] = host
