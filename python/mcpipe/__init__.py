@@ -3,7 +3,7 @@
 The public surface is small: compile templates and specs, run pipelines against tools, serve them.
 """
 
-from importlib.metadata import PackageNotFoundError
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _dist_version
 
 from mcpipe._template import Template
@@ -43,7 +43,7 @@ __all__ = [
 try:
     __version__: str = _dist_version("mcpipe")
     """The installed distribution's version (``mcpipe --version`` prints it)."""
-except PackageNotFoundError:  # a source checkout on sys.path, not installed
+except _PackageNotFoundError:  # a source checkout on sys.path, not installed
     __version__ = "0+unknown"
 
 
