@@ -28,6 +28,7 @@ lint: setup
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets -q --no-default-features -- -D warnings
+	cargo clippy --all-targets -q --features abi3 -- -D warnings
 
 cargo-test:
 	cargo test -q --no-default-features
