@@ -338,3 +338,12 @@ def test_call_of_a_raising_tool_is_one_line_without_debug(tmp_path):
     r = mcpipe("call", "boom", "--tools", "fh_boom2:registry", cwd=tmp_path)
     assert r.returncode == 1
     assert r.stderr.splitlines() == ["mcpipe call: boom: TOOL_FAILED: RuntimeError: kaput"]
+
+
+def test_a_typo_in_a_nested_table_of_a_list_gets_a_suggestion(tmp_path):
+    config = write(tmp_path / "c.toml", '[[auth.tokens]]\nenv = "HOME"\nprincipl = "a"\n')
+    r = mcpipe("check", "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        f"error: {config}:auth.tokens[0].principl: unknown key `principl` (did you mean `principal`?)"
+    ]

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import tomllib
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -183,10 +185,34 @@ def _located(exc: msgspec.ValidationError, base: str, struct: Any = None) -> Pro
     location, text = split_msgspec_error(str(exc), base)
     if m := _UNKNOWN.match(text):
         key = m.group(1)
-        fields = getattr(struct, "__struct_encode_fields__", None)
-        hint = did_you_mean(key, fields) if fields is not None and location == base else ""
+        below = _struct_at(struct, location[len(base) :]) if location.startswith(base) else None
+        fields = getattr(below, "__struct_encode_fields__", None)
+        hint = did_you_mean(key, fields) if fields is not None else ""
         return Problem(f"{location}.{key}" if location else key, CODE, f"unknown key `{key}`{hint}")
     return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
+
+
+_PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[[^\]]*\]")
+
+
+def _struct_at(tp: Any, path: str) -> Any:
+    """The type found at ``path`` (``.tokens[0]``) below the type ``tp``: through struct fields, list
+    items and mapping values (the Struct of an optional field)."""
+    for m in _PATH_PART.finditer(path):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (types.UnionType, typing.Union) and len(args) == 1:
+            tp = args[0]
+        if m.group(1) is not None:
+            field = {f.encode_name: f for f in msgspec.structs.fields(tp)}.get(m.group(1)) if _is_struct(tp) else None
+            if field is None:
+                return None
+            tp = field.type
+        else:
+            items = typing.get_args(tp)
+            if not items:
+                return None
+            tp = items[-1]  # list[X] -> X, dict[str, X] -> X
+    return tp
 
 
 def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: Any) -> list[Problem]:
@@ -204,7 +230,7 @@ def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: 
         try:
             msgspec.convert(item, field.type, strict=True)
         except msgspec.ValidationError as inner:
-            problems.append(_located(inner, f"{base}.{key}", None))
+            problems.append(_located(inner, f"{base}.{key}", field.type))
     return problems or [_located(exc, base, struct)]
 
 
