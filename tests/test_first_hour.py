@@ -347,3 +347,23 @@ def test_a_typo_in_a_nested_table_of_a_list_gets_a_suggestion(tmp_path):
     assert r.stderr.splitlines() == [
         f"error: {config}:auth.tokens[0].principl: unknown key `principl` (did you mean `principal`?)"
     ]
+
+
+def test_in_a_declared_pipeline_a_syntax_error_does_not_hide_the_other_problems_of_the_args(tmp_path):
+    config = write(
+        tmp_path / "c.yaml",
+        """
+        audit: {enabled: false}
+        pipelines:
+          - name: p
+            description: Two problems in one args object.
+            input_schema: {type: object}
+            steps:
+              - {kind: tool, id: j, tool: text_join, args: {items: ["${args.a", "${steps.nope.x}"]}}
+        """,
+    )
+    r = mcpipe("check", "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 1
+    assert len(r.stderr.splitlines()) == 2, r.stderr
+    assert "steps[0].args.items[0]" in r.stderr and "`${` has no closing `}`" in r.stderr
+    assert "steps[0].args.items[1]" in r.stderr and "nope" in r.stderr

@@ -37,6 +37,7 @@ __all__ = [
     "referenced_step",
     "referenced_var",
     "step_reference_problem",
+    "template_parts",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -303,6 +304,27 @@ class _Scope:
     var_names: frozenset[str] | None  # None: unknown (cannot check)
 
 
+def template_parts(value: Any, loc: str, step_ids: Any) -> list[Template | TemplateSyntaxError]:
+    """A template value with a syntax error somewhere, compiled part by part, so that one bad string does
+    not hide the other problems of the same value: the syntax error of each bad string, and the template of
+    each good part (whose references can still be checked). Each part is compiled inside copies of its
+    parents holding only it, so the core names its location exactly as in the whole."""
+    out: list[Template | TemplateSyntaxError] = []
+
+    def visit(part: Any, wrap: Callable[[Any], Any]) -> None:
+        try:
+            out.append(Template(wrap(part), step_ids=step_ids, location=loc))
+        except TemplateSyntaxError as e:
+            children = _template_children(part)
+            if not children:
+                out.append(e)
+            for key, child in children:
+                visit(child, partial(_wrapped, wrap, key))
+
+    visit(value, _as_is)
+    return out
+
+
 def _as_is(value: Any) -> Any:
     return value
 
@@ -312,7 +334,7 @@ def _wrapped(wrap: Callable[[Any], Any], key: Any, value: Any) -> Any:
     return wrap([None] * key + [value] if isinstance(key, int) else {key: value})
 
 
-def _template_parts(value: Any) -> list[tuple[Any, Any]]:
+def _template_children(value: Any) -> list[tuple[Any, Any]]:
     """The parts of a template value compiled on their own: an object's entries, a list's items (a
     ``$ref``/``$literal`` object is one part)."""
     if isinstance(value, dict) and not (len(value) == 1 and ("$ref" in value or "$literal" in value)):
@@ -374,27 +396,16 @@ class _Compiler:
         try:
             t = Template(value, step_ids=scope.ids, location=loc)
         except TemplateSyntaxError:
-            self.every_template_problem(value, loc, scope, _as_is)
+            for part in template_parts(value, loc, scope.ids):
+                if isinstance(part, TemplateSyntaxError):
+                    self.problem(part.location, part.reason)
+                else:
+                    for site, ref in part.reference_sites:
+                        self.check_reference(site, ref, scope)
             return None
         for site, ref in t.reference_sites:
             self.check_reference(site, ref, scope)
         return t
-
-    def every_template_problem(self, value: Any, loc: str, scope: _Scope, wrap: Callable[[Any], Any]) -> None:
-        """A template with a syntax error somewhere: compile its parts one by one, so one bad string does
-        not hide the other problems of the same value. Each part is compiled inside ``wrap``, copies of its
-        parents holding only it, so the core names its location exactly as in the whole."""
-        try:
-            t = Template(wrap(value), step_ids=scope.ids, location=loc)
-        except TemplateSyntaxError as e:
-            parts = _template_parts(value)
-            if not parts:
-                self.problem(e.location, e.reason)
-            for key, part in parts:
-                self.every_template_problem(part, loc, scope, partial(_wrapped, wrap, key))
-            return
-        for site, ref in t.reference_sites:
-            self.check_reference(site, ref, scope)
 
     def check_reference(self, site: str, ref: str, scope: _Scope) -> None:
         name = reference_root(ref)
