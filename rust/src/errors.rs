@@ -20,6 +20,8 @@ pub enum ErrorKind {
     Syntax { reason: String },
     /// A reference whose value is missing at resolve time (`InterpolationError`).
     Missing { reference: String, segment: String, found: Found },
+    /// Interpolated text that would pass its size limit (`OutputTooLargeError`): nothing that big is built.
+    TooLarge { size: usize, limit: usize },
 }
 
 /// An error of the template core, named by where it is in the template.
@@ -39,6 +41,11 @@ impl ResolveError {
     #[cold]
     pub fn missing(reference: String, location: &str, segment: String, found: Found) -> ResolveError {
         ResolveError { kind: ErrorKind::Missing { reference, segment, found }, location: location.to_owned() }
+    }
+
+    #[cold]
+    pub fn too_large(size: usize, limit: usize, location: &str) -> ResolveError {
+        ResolveError { kind: ErrorKind::TooLarge { size, limit }, location: location.to_owned() }
     }
 }
 
@@ -78,6 +85,9 @@ impl fmt::Display for ResolveError {
             ErrorKind::Missing { reference, segment, found } => {
                 write!(f, "cannot resolve `{reference}`: `{segment}` not found in {}", found.describe())
             }
+            ErrorKind::TooLarge { size, limit } => {
+                write!(f, "the interpolated text would be at least {size} bytes; the limit is {limit}")
+            }
         }
     }
 }
@@ -94,6 +104,7 @@ mod python {
 
     static SYNTAX_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static INTERPOLATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static TOO_LARGE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
     impl From<ResolveError> for PyErr {
         #[cold]
@@ -109,6 +120,9 @@ mod python {
                             cls.call1((reference, err.location, segment, found.type_name, found.keys, found.length))
                         })
                     }
+                    ErrorKind::TooLarge { size, limit } => TOO_LARGE_ERROR
+                        .import(py, "mcpipe.errors", "OutputTooLargeError")
+                        .and_then(|cls| cls.call1((size, limit, err.location))),
                 };
                 match made {
                     Ok(exception) => PyErr::from_value(exception),
