@@ -24,7 +24,7 @@ from mcpipe.compile import PipelinePlan
 from mcpipe.declared._expr import CelExpr, ExpressionError
 from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import ForbiddenError
-from mcpipe.errors import InterpolationError, UnknownToolError
+from mcpipe.errors import InterpolationError, OutputTooLargeError, UnknownToolError
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
@@ -195,6 +195,8 @@ class DeclaredStep:
         except InterpolationError as e:
             e.with_step(self.id)
             return StepOutput.failure(str(e), "INTERPOLATION_FAILED")
+        except OutputTooLargeError as e:
+            return StepOutput.failure(str(e), e.code)
         except ExpressionError as e:
             return StepOutput.failure(str(e), "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED")
         except StepFailure as e:
