@@ -120,7 +120,9 @@ def step_ids_for(value: Any, ids: Sequence[str]) -> dict[int, str] | Sequence[st
     return wanted
 
 
-def measure_output(value: Any, *, max_bytes: int, max_depth: int, location: str, what: str) -> OutputTooLargeError | None:
+def measure_output(
+    value: Any, *, max_bytes: int, max_depth: int, location: str, what: str
+) -> OutputTooLargeError | None:
     """The error for an output past ``max_bytes`` or nested deeper than ``max_depth``, else None."""
     size, depth = json_measure(value, max_bytes=max_bytes, max_depth=max_depth)
     if size > max_bytes:

@@ -760,10 +760,9 @@ class _Run:
         t0 = perf_counter()
         prelude, skip, expression_error = _declared_api()
         try:
-            inner = prelude(step, env)
+            inner = await prelude(step, env)
         except expression_error as e:
-            code = "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED"
-            r = _declared_leaf(step, False, str(e), code, t0)
+            r = _declared_leaf(step, False, f"{step.location}: {e}" if e.timeout else str(e), e.code, t0)
             results[step.id] = r
             return r
         if inner is skip:

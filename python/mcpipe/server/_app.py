@@ -134,6 +134,10 @@ async def open_app(
         declared.bind(gateway)  # their tool steps go through the same call path
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
+    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
+        from mcpipe.declared._expr import set_expression_timeout
+
+        set_expression_timeout(config.pipe.expression_timeout_ms)
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits) if config.pipe.enabled else None, limits=limits)
     server = build_server(handlers, name=config.name, version=_version())
     section = config.interaction
