@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from typing import Any
 
 import orjson
@@ -49,6 +50,10 @@ _ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _ERROR = "mcpipe.error"
+# orjson reads integers of 2^64 and more as floats, where the SDK's parser keeps them: a body holding a run
+# of 20 digits goes to the SDK (2^64 has 20 digits; a run that long elsewhere only costs the fast path).
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+_BOM = b"\xef\xbb\xbf"
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -135,8 +140,8 @@ class FastToolCall:
             if len(body) > self.max_body:
                 break
         replay = _replaying(body, more, receive)
-        if more:
-            return False, replay
+        if more or body.startswith(_BOM) or _LONG_NUMBER.search(body) is not None:
+            return False, replay  # the SDK decides: too large, a byte order mark, integers past 64 bits
         try:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -255,6 +260,11 @@ def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     if "progressToken" in meta or LOG_LEVEL_META_KEY in meta:
         return None  # notifications for this request: the SDK's stream handles them
     return name, args, meta
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A ``receive`` that first answers ``body`` (one message, ``more_body`` as given), then ``receive``."""
+    return _replaying(body, more, receive)
 
 
 def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:

@@ -35,6 +35,9 @@ from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
+from mcpipe.tools._lines import install as _linear_stdio_lines
+
+_linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
 __all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
 
