@@ -18,6 +18,7 @@ from mcpipe.errors import OutputTooLargeError, Problem
 
 __all__ = [
     "check_spec_size",
+    "deepest_location",
     "depth_problem",
     "json_depth",
     "measure_output",
@@ -37,6 +38,22 @@ def depth_problem(value: Any, location: str, limit: int, what: str = "the value"
     if json_depth(value, limit) <= limit:
         return None
     return Problem(location, LIMIT, f"{what} nests more than {limit} levels deep; the limit is {limit}")
+
+
+def deepest_location(value: Any, limit: int, base: str = "") -> str:
+    """Where ``value`` first nests past ``limit`` (``a.b[0].c``), found by an iterative walk: for messages
+    about values already known to be too deep."""
+    stack: list[tuple[Any, str, int]] = [(value, base, 0)]
+    while stack:
+        item, loc, depth = stack.pop()
+        if isinstance(item, Mapping) or isinstance(item, (list, tuple)):
+            if depth + 1 > limit:
+                return loc
+            pairs = item.items() if isinstance(item, Mapping) else enumerate(item)
+            for key, child in pairs:
+                sub = f"{loc}[{key}]" if isinstance(key, int) else f"{loc}.{key}" if loc else str(key)
+                stack.append((child, sub, depth + 1))
+    return base
 
 
 def check_spec_size(data: Any, text_bytes: int | None, *, max_bytes: int, max_steps: int) -> list[Problem]:

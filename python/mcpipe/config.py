@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from mcpipe._bounds import deepest_location, json_depth
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe.errors import ConfigError, Problem
 
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 CODE = "INVALID_CONFIG"
+MAX_CONFIG_DEPTH = 128
+"""How deeply any value of a config may nest (declared pipelines' templates included)."""
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -373,8 +376,13 @@ def parse_config(
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError([Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
+    if json_depth(raw, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        where = deepest_location(raw, MAX_CONFIG_DEPTH)
+        raise ConfigError([Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")])
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():
