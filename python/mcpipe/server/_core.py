@@ -21,6 +21,7 @@ from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe._bounds import depth_problem, measure_output
+from mcpipe._json import dumps
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -227,7 +228,7 @@ class PipeRunner:
 def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
     """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
     return {
-        "content": [{"type": "text", "text": orjson.dumps(answer).decode()}],
+        "content": [{"type": "text", "text": dumps(answer).decode()}],
         "structuredContent": answer,
         "isError": not answer.get("ok", False),
     }

@@ -35,6 +35,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from mcpipe._core import json_measure
+from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
 from mcpipe.tools import FunctionTool, ToolContext
@@ -54,6 +56,8 @@ _ERROR = "mcpipe.error"
 # of 20 digits goes to the SDK (2^64 has 20 digits; a run that long elsewhere only costs the fast path).
 _LONG_NUMBER = re.compile(rb"[0-9]{20}")
 _BOM = b"\xef\xbb\xbf"
+# The SDK's parser (jiter) refuses JSON nested deeper than this; orjson reads up to 1024 levels.
+_SDK_MAX_DEPTH = 201
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -146,6 +150,8 @@ class FastToolCall:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
             return False, replay
+        if json_measure(msg, max_depth=_SDK_MAX_DEPTH)[1] > _SDK_MAX_DEPTH:
+            return False, replay  # the SDK answers its parse error
         call = _tool_call(msg)
         if call is None or not isinstance(classify_inbound_request(msg, headers=headers), InboundModernRoute):
             return False, replay
@@ -225,7 +231,7 @@ class FastToolCall:
         else:
             out.setdefault("resultType", "complete")  # or "input_required": a pipeline asks the client
             out["_meta"] = self.meta
-            payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": out})
+            payload = dumps({"jsonrpc": "2.0", "id": rid, "result": out})
         if streaming:
             event = b"event: message\r\ndata: " + payload + b"\r\n\r\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
