@@ -46,7 +46,7 @@ def deepest_location(value: Any, limit: int, base: str = "") -> str:
     stack: list[tuple[Any, str, int]] = [(value, base, 0)]
     while stack:
         item, loc, depth = stack.pop()
-        if isinstance(item, Mapping) or isinstance(item, (list, tuple)):
+        if isinstance(item, (Mapping, list, tuple)):
             if depth + 1 > limit:
                 return loc
             pairs = item.items() if isinstance(item, Mapping) else enumerate(item)

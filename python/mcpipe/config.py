@@ -377,12 +377,16 @@ def parse_config(
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
     except RecursionError:
-        raise ConfigError([Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]) from None
+        raise ConfigError(
+            [Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
     if json_depth(raw, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
         where = deepest_location(raw, MAX_CONFIG_DEPTH)
-        raise ConfigError([Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")])
+        raise ConfigError(
+            [Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")]
+        )
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():

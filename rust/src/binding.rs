@@ -3,8 +3,8 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
-use crate::plan::{self, Plan};
 use crate::measure;
+use crate::plan::{self, Plan};
 use crate::resolve;
 
 /// The default bound on one interpolated string (16 MiB), when the caller names none.

@@ -55,15 +55,14 @@ pub struct Resolver<'a, 'py> {
 impl<'a, 'py> Resolver<'a, 'py> {
     #[inline]
     pub fn new(plan: &'a Plan, env: &'a Bound<'py, PyAny>) -> Self {
-        let mut resolver =
-            Resolver {
-                py: env.py(),
-                env,
-                inline: [std::ptr::null_mut(); INLINE_PREFIXES],
-                heap: Vec::new(),
-                len: 0,
-                max_text: plan.max_text,
-            };
+        let mut resolver = Resolver {
+            py: env.py(),
+            env,
+            inline: [std::ptr::null_mut(); INLINE_PREFIXES],
+            heap: Vec::new(),
+            len: 0,
+            max_text: plan.max_text,
+        };
         // SAFETY: a type check on a live object.
         if !plan.prefixes.is_empty() && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
             if plan.prefixes.len() > INLINE_PREFIXES {

@@ -66,7 +66,7 @@ def test_a_flat_list_past_the_limit_says_how_many_steps_it_has():
 def test_a_spec_past_the_byte_limit_is_refused_before_any_template_is_compiled(monkeypatch):
     spy = TemplateSpy(monkeypatch)
     spec = {"vars": {"v": "x" * 2000}, "steps": [{"tool": "echo"}]}
-    with pytest.raises(SpecError, match="the spec is at least 20[0-9]{2} bytes; the limit is 1000") as e:
+    with pytest.raises(SpecError, match=r"the spec is at least 20[0-9]{2} bytes; the limit is 1000") as e:
         compile_spec(spec, limits=Limits(max_spec_bytes=1000))
     assert codes(e.value) == [("", "LIMIT_EXCEEDED")] and spy.templates == 0
 
@@ -83,7 +83,9 @@ def test_compiling_hands_each_template_only_the_step_ids_it_names(monkeypatch):
 
 
 def test_parallel_children_share_one_scope_and_still_cannot_see_each_other():
-    spec = {"steps": [{"parallel": [{"id": "a", "tool": "echo"}, {"tool": "echo", "args": {"x": "${steps.a.output}"}}]}]}
+    spec = {
+        "steps": [{"parallel": [{"id": "a", "tool": "echo"}, {"tool": "echo", "args": {"x": "${steps.a.output}"}}]}]
+    }
     with pytest.raises(SpecError, match="a sibling in the same parallel group"):
         compile_spec(spec)
 
@@ -166,7 +168,10 @@ async def test_the_doubling_attack_ends_in_a_clean_output_too_large_located_at_t
 
 
 async def test_fifty_interpolations_of_a_megabyte_fail_the_step_instead_of_building_a_400_mb_answer():
-    spec = {"vars": {"v": "x" * 1_000_000}, "steps": [{"tool": "echo", "args": {f"k{i}": "${vars.v}" for i in range(50)}}]}
+    spec = {
+        "vars": {"v": "x" * 1_000_000},
+        "steps": [{"tool": "echo", "args": {f"k{i}": "${vars.v}" for i in range(50)}}],
+    }
     answer = await run_pipeline(spec, builtin_tools())
     assert answer["error_code"] == "OUTPUT_TOO_LARGE"
     assert answer["steps"]["step1"]["error"].startswith("steps[0]: the output of step 'step1'")
@@ -242,6 +247,8 @@ async def test_the_store_evicts_the_oldest_states_past_its_bytes():
 
 async def test_a_state_larger_than_the_store_is_refused_with_a_clear_error():
     store = InMemoryPipelineStore(max_bytes=1000)
-    with pytest.raises(StateTooLarge, match="the suspended pipeline's state is 1001 bytes; the pipeline store keeps at most 1000"):
+    with pytest.raises(
+        StateTooLarge, match="the suspended pipeline's state is 1001 bytes; the pipeline store keeps at most 1000"
+    ):
         await store.put("h", b"x" * 1001, 2e9)
     assert len(store) == 0

@@ -45,10 +45,15 @@ FRAGMENTS = [
 ]  # fmt: skip
 template_text = st.lists(st.sampled_from(FRAGMENTS) | st.text(max_size=4), max_size=12).map("".join)
 json_scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | template_text
+KEYS = st.sampled_from(["a", "b", "v", "$ref", "$literal", "k"])
 json_values = st.recursive(
     json_scalars,
-    lambda inner: st.lists(inner, max_size=4)
-    | st.dictionaries(st.sampled_from(["a", "b", "v", "$ref", "$literal", "k"]) | st.text(max_size=3), inner, max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(["a", "b", "v", "$ref", "$literal", "k"]) | st.text(max_size=3), inner, max_size=4
+        )
+    ),
     max_leaves=20,
 )
 tool_names = st.sampled_from(["echo", "text_join", "json_parse", "json_dump", "text_split", "nope", "mcp_pipe"])
@@ -65,10 +70,12 @@ def step_strategy() -> st.SearchStrategy[Any]:
     )
     return st.recursive(
         leaf | json_scalars,
-        lambda inner: st.fixed_dictionaries({"parallel": steps_of(inner)}, optional={"id": step_ids})
-        | st.fixed_dictionaries(
-            {"pipe": st.fixed_dictionaries({"steps": steps_of(inner)}, optional={"vars": json_values})},
-            optional={"id": step_ids},
+        lambda inner: (
+            st.fixed_dictionaries({"parallel": steps_of(inner)}, optional={"id": step_ids})
+            | st.fixed_dictionaries(
+                {"pipe": st.fixed_dictionaries({"steps": steps_of(inner)}, optional={"vars": json_values})},
+                optional={"id": step_ids},
+            )
         ),
         max_leaves=10,
     )
@@ -125,9 +132,13 @@ config_sections = st.fixed_dictionaries(
     {},
     optional={
         "name": json_scalars,
-        "pipe": st.dictionaries(st.sampled_from(["max_steps", "max_json_depth", "max_output_bytes", "nope"]), json_scalars),
+        "pipe": st.dictionaries(
+            st.sampled_from(["max_steps", "max_json_depth", "max_output_bytes", "nope"]), json_scalars
+        ),
         "http": st.dictionaries(st.sampled_from(["port", "body_timeout_s", "max_body_bytes", "path"]), json_scalars),
-        "interaction": st.dictionaries(st.sampled_from(["max_suspended", "max_suspended_bytes", "state_ttl_s"]), json_scalars),
+        "interaction": st.dictionaries(
+            st.sampled_from(["max_suspended", "max_suspended_bytes", "state_ttl_s"]), json_scalars
+        ),
         "pipelines": st.lists(
             st.fixed_dictionaries(
                 {"name": st.sampled_from(["p", "q", "mcp_pipe", ""]), "steps": st.lists(json_values, max_size=3)},

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import trio
 
+from mcpipe._core import json_measure
 from mcpipe.compile import (
     DEFAULT_LIMITS,
     CompiledSpec,
@@ -37,7 +38,6 @@ from mcpipe.compile import (
     ToolStep,
     compile_spec,
 )
-from mcpipe._core import json_measure
 from mcpipe.errors import InterpolationError, OutputTooLargeError, Problem, SpecError, TemplateSyntaxError
 from mcpipe.tools._base import ToolContext, ToolResult
 from mcpipe.tools._registry import UnknownToolError

@@ -13,7 +13,6 @@ import time
 import warnings
 from typing import Any
 
-import orjson
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server

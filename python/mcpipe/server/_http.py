@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import trio
@@ -101,17 +101,19 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[byt
 
 _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a valid bearer token is required"})
 _NOT_FOUND = orjson.dumps({"error": "not found"})
-_GONE = object()  # the client left before its body arrived
 
 
-async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> tuple[bytes, bool] | object | None:
+class Body(NamedTuple):
+    """A request body as read: ``more`` when it went on past the limit, ``gone`` when the client left."""
+
+    data: bytes
+    more: bool
+    gone: bool = False
+
+
+async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> Body | None:
     """Read a request body within ``timeout_s`` in all (a client trickling its body cannot hold a request
-    open), stopping once past ``max_bytes``.
-
-    Returns:
-        ``(body, more)`` (``more``: the body went on past ``max_bytes``), None when the deadline passed, or
-        ``_GONE`` when the client disconnected first.
-    """
+    open), stopping once past ``max_bytes``; None when the deadline passed."""
     chunks: list[bytes] = []
     size = 0
     with trio.move_on_after(timeout_s):
@@ -119,14 +121,14 @@ async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> tu
         while more:
             message = await receive()
             if message["type"] != "http.request":
-                return _GONE
+                return Body(b"", False, gone=True)
             chunk = message.get("body", b"")
             chunks.append(chunk)
             size += len(chunk)
             more = message.get("more_body", False)
             if size > max_bytes:
                 break
-        return b"".join(chunks), more
+        return Body(b"".join(chunks), more)
     return None
 
 
@@ -184,13 +186,12 @@ class HttpFront:
                     scope["user"] = self._users[principal]
                 if scope["method"] == "POST":
                     read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
-                    if read is _GONE:
-                        return
                     if read is None:
                         await _respond(send, 408, self._slow_body)
                         return
-                    assert isinstance(read, tuple)
-                    receive = replaying(*read, receive)
+                    if read.gone:
+                        return
+                    receive = replaying(read.data, read.more, receive)
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
