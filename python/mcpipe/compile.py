@@ -47,7 +47,8 @@ VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
 ROOT = re.compile(r"[a-z]+")
 CACHE_SIZE = 512
 CACHE_BYTES = 64 * 1024 * 1024
-"""The most spec text the plan cache holds (a plan costs a few times its text; see docs/reliability.md)."""
+"""The most bytes the plan cache holds, counting each entry as twice its spec text (the text is the key, and
+the plan's constants are about as large again; see docs/reliability.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +178,8 @@ def compile_spec(
             raise SpecError(too_large)
         entry = _Compiler(limits).run(data)
         if key is not None and entry[0] is not None:  # invalid specs are not kept
-            _CACHE.put((key, limits), entry, len(key))
+            # An entry holds the spec text (its key) and the plan, whose constants are about as large again.
+            _CACHE.put((key, limits), entry, 2 * len(key))
     compiled, problems = entry
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites

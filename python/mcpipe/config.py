@@ -96,7 +96,7 @@ class PipeConfig(_Base):
     expression_timeout_ms: int = 1000
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024
-    """The most spec text the plan cache keeps (entries are also capped at 512)."""
+    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
 
     def limits(self) -> Any:
         """These limits as the runtime takes them (:class:`mcpipe.compile.Limits`)."""

@@ -212,7 +212,7 @@ def test_the_plan_cache_is_bounded_by_the_bytes_of_spec_text_it_holds():
         for i in range(40):
             compile_spec({"vars": {"pad": "x" * 100_000, "i": i}, "steps": [{"tool": "echo"}]})
         cache = compile_module._CACHE
-        assert cache.bytes <= 1_000_000 and 5 <= len(cache) <= 10
+        assert cache.bytes <= 1_000_000 and 2 <= len(cache) <= 5
     finally:
         configure_cache(max_bytes=compile_module.CACHE_BYTES)
         clear_cache()
