@@ -56,7 +56,8 @@ _ERROR = "mcpipe.error"
 # of 20 digits goes to the SDK (2^64 has 20 digits; a run that long elsewhere only costs the fast path).
 _LONG_NUMBER = re.compile(rb"[0-9]{20}")
 _BOM = b"\xef\xbb\xbf"
-# The SDK's parser (jiter) refuses JSON nested deeper than this; orjson reads up to 1024 levels.
+# Bodies nested deeper than this go to the SDK, whose parsers stop somewhere past it (jiter at 201 levels,
+# Python's json at its recursion limit), so both paths give the SDK's answer; orjson reads up to 1024.
 _SDK_MAX_DEPTH = 201
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
