@@ -138,14 +138,13 @@ def step_ids_for(value: Any, ids: Sequence[str]) -> dict[int, str] | Sequence[st
 
 
 def measure_output(
-    value: Any, *, max_bytes: int, max_depth: int, location: str, what: str
+    value: Any, *, max_bytes: int, max_depth: int, location: str, what: str, wrapping: int = 0
 ) -> OutputTooLargeError | None:
-    """The error for an output past ``max_bytes`` or nested deeper than ``max_depth``, else None."""
-    size, depth = json_measure(value, max_bytes=max_bytes, max_depth=max_depth)
+    """The error for an output past ``max_bytes`` or nested deeper than ``max_depth``, else None;
+    ``wrapping`` is how many levels the caller's own containers around the output add."""
+    size, depth = json_measure(value, max_bytes=max_bytes, max_depth=max_depth + wrapping)
     if size > max_bytes:
         return OutputTooLargeError(size, max_bytes, location, what)
-    if depth > max_depth:
-        err = OutputTooLargeError(size, max_bytes, location, what)
-        err.args = (f"{location + ': ' if location else ''}{what} nests more than {max_depth} levels deep",)
-        return err
+    if depth > max_depth + wrapping:
+        return OutputTooLargeError(size, max_bytes, location, what, f"nests more than {max_depth} levels deep")
     return None

@@ -137,12 +137,14 @@ class OutputTooLargeError(MCPipeError, ValueError):
 
     code = "OUTPUT_TOO_LARGE"
 
-    def __init__(self, size: int, limit: int, location: str = "", what: str = "the interpolated text") -> None:
+    def __init__(
+        self, size: int, limit: int, location: str = "", what: str = "the interpolated text", why: str = ""
+    ) -> None:
         self.size = size
         self.limit = limit
         self.location = location
         where = f"{location}: " if location else ""
-        super().__init__(f"{where}{what} would be at least {size} bytes; the limit is {limit}")
+        super().__init__(f"{where}{what} {why or f'would be at least {size} bytes; the limit is {limit}'}")
 
 
 class UnknownToolError(MCPipeError, LookupError):

@@ -179,3 +179,15 @@ async def test_a_body_that_arrives_too_slowly_is_answered_408():
                     reply += chunk
     assert reply.startswith(b"HTTP/1.1 408")
     assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"] == "request_timeout"
+
+
+async def test_a_direct_call_whose_result_passes_the_answer_limit_is_an_error_result_on_both_paths():
+    config = make_config(pipe={"max_answer_bytes": 1000})
+    body = orjson.dumps(call("echo", {"blob": "x" * 600}))  # echo answers it twice: structured and as text
+    answers = []
+    for fast in (True, False):
+        async with http_app(config, fast_path=fast) as url:
+            answers.append(await post(url, body, "echo"))
+    for status, answer in answers:
+        assert status == 200 and answer["result"]["isError"] is True
+        assert answer["result"]["content"][0]["text"].startswith("OUTPUT_TOO_LARGE: the result of 'echo' would be")

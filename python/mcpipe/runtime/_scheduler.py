@@ -739,19 +739,16 @@ class _Run:
             self.answer_bytes += size
             return None
         if depth > limits.max_json_depth + 2:
-            err = OutputTooLargeError(size, cap, location, what)
-            where = f"{location}: " if location else ""
-            err.args = (f"{where}{what} nests more than {limits.max_json_depth} levels deep",)
-            return err
+            return OutputTooLargeError(
+                size, cap, location, what, f"nests more than {limits.max_json_depth} levels deep"
+            )
         if cap == limits.max_output_bytes:
             return OutputTooLargeError(size, cap, location, what)
-        err = OutputTooLargeError(size, limits.max_answer_bytes, location, what)
-        where = f"{location}: " if location else ""
-        err.args = (
-            f"{where}{what} would take the answer past its limit of {limits.max_answer_bytes} bytes "
-            f"({self.answer_bytes} bytes kept before it)",
+        why = (
+            f"would take the answer past its limit of {limits.max_answer_bytes} bytes "
+            f"({self.answer_bytes} bytes kept before it)"
         )
-        return err
+        return OutputTooLargeError(size, limits.max_answer_bytes, location, what, why)
 
     async def container(
         self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool

@@ -296,7 +296,8 @@ class ToolHandlers:
             too_large = measure_output(
                 (result.structured, result.content),
                 max_bytes=limits.max_answer_bytes,
-                max_depth=limits.max_json_depth + 2,
+                max_depth=limits.max_json_depth,
+                wrapping=2,  # the pair, and a content block
                 location="",
                 what=f"the result of '{name}'",
             )
