@@ -70,9 +70,10 @@ class Report:
         return data[min(len(data) - 1, int(p / 100 * len(data)))] * 1000 if data else float("nan")
 
     def rss_after(self, fraction: float) -> float:
-        """The largest RSS seen in the first ``fraction`` of the run (the warm-up's high-water mark)."""
+        """The largest RSS seen in the first ``fraction`` of the run (the warm-up's high-water mark); the
+        first sample when a loaded machine took none that early."""
         cut = self.seconds * fraction
-        return max((mb for t, mb in self.rss_mb if t <= cut), default=float("nan"))
+        return max((mb for t, mb in self.rss_mb if t <= cut), default=self.rss_mb[0][1])
 
     def rss_tail(self, fraction: float) -> float:
         """The median RSS of the last ``fraction`` of the run."""
