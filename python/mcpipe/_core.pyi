@@ -32,8 +32,10 @@ class Template:
             either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position with no id
             stays ``stepN``.
         location: where the template is, prefixed to every error location (``"steps[2].args"``).
-        max_text_bytes: the most bytes one interpolated string may have (default 16 MiB); a resolve that
-            would build a longer one raises :class:`~mcpipe.errors.OutputTooLargeError` before building it.
+        max_text_bytes: the most one resolve may produce, in bytes of JSON (default 16 MiB): its interpolated
+            texts and the values its typed references copy, together. Each is measured before it is built
+            or copied; a resolve that would pass the bound raises
+            :class:`~mcpipe.errors.OutputTooLargeError` instead.
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -67,8 +69,8 @@ class Template:
             mcpipe.errors.InterpolationError: a reference whose value is missing; it carries the
                 ``reference``, the ``location``, the ``segment`` that failed and what was found there
                 (``found_type``, ``found_keys``, ``found_length``).
-            mcpipe.errors.OutputTooLargeError: interpolated text that would pass ``max_text_bytes``
-                (measured before anything is built), located at the text's first reference.
+            mcpipe.errors.OutputTooLargeError: a text or copied value that would take the resolve past
+                ``max_text_bytes`` (measured before it is built), located at its reference.
             MemoryError: the allocator refused the room for an interpolated text (never an abort).
             TypeError: a value that is not JSON-serializable interpolated into text (as ``json.dumps``).
             RecursionError: a value nested too deeply (or cyclic) to copy.

@@ -62,7 +62,8 @@ class Limits:
         timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
         max_spec_bytes: the largest spec (its JSON text), refused before anything is compiled.
         max_json_depth: how deeply any JSON value (``args``, ``vars``, ``return``, tool arguments) may nest.
-        max_output_bytes: the most one step's output (or one interpolated string) may hold.
+        max_output_bytes: the most one step's output, or one resolved template (its texts and copied values), may
+            hold.
         max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
         expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
     """

@@ -20,8 +20,9 @@ pub enum ErrorKind {
     Syntax { reason: String },
     /// A reference whose value is missing at resolve time (`InterpolationError`).
     Missing { reference: String, segment: String, found: Found },
-    /// Interpolated text that would pass its size limit (`OutputTooLargeError`): nothing that big is built.
-    TooLarge { size: usize, limit: usize },
+    /// A resolve that would pass its size limit (`OutputTooLargeError`): nothing that big is built.
+    /// `what` names the part that passed it (`the interpolated text`, `the resolved value`).
+    TooLarge { size: usize, limit: usize, what: &'static str },
 }
 
 /// An error of the template core, named by where it is in the template.
@@ -44,8 +45,8 @@ impl ResolveError {
     }
 
     #[cold]
-    pub fn too_large(size: usize, limit: usize, location: &str) -> ResolveError {
-        ResolveError { kind: ErrorKind::TooLarge { size, limit }, location: location.to_owned() }
+    pub fn too_large(size: usize, limit: usize, what: &'static str, location: &str) -> ResolveError {
+        ResolveError { kind: ErrorKind::TooLarge { size, limit, what }, location: location.to_owned() }
     }
 }
 
@@ -85,8 +86,8 @@ impl fmt::Display for ResolveError {
             ErrorKind::Missing { reference, segment, found } => {
                 write!(f, "cannot resolve `{reference}`: `{segment}` not found in {}", found.describe())
             }
-            ErrorKind::TooLarge { size, limit } => {
-                write!(f, "the interpolated text would be at least {size} bytes; the limit is {limit}")
+            ErrorKind::TooLarge { size, limit, what } => {
+                write!(f, "{what} would take the resolved template to at least {size} bytes; the limit is {limit}")
             }
         }
     }
@@ -120,9 +121,14 @@ mod python {
                             cls.call1((reference, err.location, segment, found.type_name, found.keys, found.length))
                         })
                     }
-                    ErrorKind::TooLarge { size, limit } => TOO_LARGE_ERROR
-                        .import(py, "mcpipe.errors", "OutputTooLargeError")
-                        .and_then(|cls| cls.call1((size, limit, err.location))),
+                    ErrorKind::TooLarge { size, limit, what } => {
+                        TOO_LARGE_ERROR.import(py, "mcpipe.errors", "OutputTooLargeError").and_then(|cls| {
+                            let why = format!(
+                                "would take the resolved template to at least {size} bytes; the limit is {limit}"
+                            );
+                            cls.call1((size, limit, err.location, what, why))
+                        })
+                    }
                 };
                 match made {
                     Ok(exception) => PyErr::from_value(exception),

@@ -48,8 +48,10 @@ pub struct Resolver<'a, 'py> {
     inline: [*mut ffi::PyObject; INLINE_PREFIXES],
     heap: Vec<*mut ffi::PyObject>,
     len: usize,
-    /// The plan's bound on one interpolated string, in bytes.
+    /// The plan's bound on what one resolve produces, in bytes of JSON: interpolated texts and the values
+    /// typed references copy, together; and what they have taken so far.
     max_text: usize,
+    spent: usize,
 }
 
 impl<'a, 'py> Resolver<'a, 'py> {
@@ -62,6 +64,7 @@ impl<'a, 'py> Resolver<'a, 'py> {
             heap: Vec::new(),
             len: 0,
             max_text: plan.max_text,
+            spent: 0,
         };
         // SAFETY: a type check on a live object.
         if !plan.prefixes.is_empty() && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
@@ -157,7 +160,7 @@ pub fn resolve<'py>(r: &mut Resolver<'_, 'py>, node: &Node) -> PyResult<Bound<'p
     match node {
         Node::Atom(value) => Ok(value.bind(r.py).clone()),
         Node::Container(value) => deep_copy(value.bind(r.py).clone(), 0),
-        Node::Reference(reference) => lookup(r, reference, true),
+        Node::Reference(reference) => copy_bounded(r, reference),
         Node::Text(text) => interpolate(r, text),
         Node::Object(object) => resolve_object(r, object),
         Node::Array(items) => resolve_array(r, items),
@@ -634,9 +637,15 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
         }
     }
     match ascii_len {
-        Some(len) if len > r.max_text => Err(text_too_large(node, len, r.max_text)),
-        // SAFETY: every piece is ASCII and `len` is their total length.
-        Some(len) => unsafe { join_ascii(r.py, node, &values.items[..values.len], len) },
+        Some(len) => {
+            let total = r.spent.saturating_add(len);
+            if total > r.max_text {
+                return Err(text_too_large(node, total, r.max_text));
+            }
+            r.spent = total;
+            // SAFETY: every piece is ASCII and `len` is their total length.
+            unsafe { join_ascii(r.py, node, &values.items[..values.len], len) }
+        }
         None => interpolate_buffered(r, node, Some(&values.items[..values.len])),
     }
 }
@@ -742,11 +751,12 @@ fn interpolate_into<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ascii = node.literal_ascii;
     let mut values = values.map(|values| values.iter());
-    let max = r.max_text;
+    // The room this text may take: what the resolve has not spent yet.
+    let (spent, max) = (r.spent, r.max_text.saturating_sub(r.spent));
     for part in node.parts.iter() {
         match part {
             Part::Literal(text) => {
-                grow(buf, text.len(), max, node)?;
+                grow(buf, text.len(), spent, max, node)?;
                 buf.push_str(text);
             }
             Part::Reference(reference) => {
@@ -761,18 +771,19 @@ fn interpolate_into<'py>(
                 let remaining = max.saturating_sub(buf.len());
                 // SAFETY: `value` is alive; the walk runs no Python code.
                 let size = unsafe { measure(value.as_ptr(), remaining, MAX_JSON_DEPTH) }.bytes;
-                grow(buf, size, max, node)?;
+                grow(buf, size, spent, max, node)?;
                 let start = buf.len();
                 if !write_text(buf, &value)? {
                     return interpolate_slow(r, node);
                 }
                 if buf.len() > max {
-                    return Err(text_too_large(node, buf.len(), max));
+                    return Err(text_too_large(node, spent + buf.len(), r.max_text));
                 }
                 ascii = ascii && buf.as_bytes()[start..].is_ascii();
             }
         }
     }
+    r.spent = spent + buf.len();
     let len = buf.len() as ffi::Py_ssize_t;
     // SAFETY: an ASCII str of `len` characters has `len` bytes of data, all written here; otherwise
     // `buf` is valid UTF-8. Both calls return a new reference or NULL with an error set.
@@ -786,13 +797,13 @@ fn interpolate_into<'py>(
     }
 }
 
-/// Make room for `more` bytes in `buf`, refusing to pass `max` and answering MemoryError when the
-/// allocator refuses.
+/// Make room for `more` bytes in `buf`, refusing to pass `max` (the room left after `spent` bytes of the
+/// resolve) and answering MemoryError when the allocator refuses.
 #[inline]
-fn grow(buf: &mut String, more: usize, max: usize, node: &TextNode) -> PyResult<()> {
+fn grow(buf: &mut String, more: usize, spent: usize, max: usize, node: &TextNode) -> PyResult<()> {
     let size = buf.len().saturating_add(more);
     if size > max {
-        return Err(text_too_large(node, size, max));
+        return Err(text_too_large(node, spent.saturating_add(size), spent.saturating_add(max)));
     }
     if buf.capacity() - buf.len() < more {
         buf.try_reserve(more).map_err(|_| out_of_memory(size))?;
@@ -818,7 +829,28 @@ fn text_too_large(node: &TextNode, size: usize, limit: usize) -> PyErr {
             Part::Literal(_) => None,
         })
         .unwrap_or("");
-    ResolveError::too_large(size, limit, location).into()
+    ResolveError::too_large(size, limit, "the interpolated text", location).into()
+}
+
+/// A typed reference's value, copied once the resolve has room for it (measured first, so a template
+/// naming one large value many times is refused before it copies it many times).
+#[inline]
+fn copy_bounded<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference) -> PyResult<Bound<'py, PyAny>> {
+    let value = lookup(r, reference, false)?;
+    let room = r.max_text.saturating_sub(r.spent);
+    // SAFETY: `value` is alive; the walk runs no Python code.
+    let size = unsafe { measure(value.as_ptr(), room, MAX_COPY_DEPTH) }.bytes;
+    if size > room {
+        return Err(value_too_large(reference, r.spent.saturating_add(size), r.max_text));
+    }
+    r.spent += size;
+    deep_copy(value, 0)
+}
+
+#[cold]
+#[inline(never)]
+fn value_too_large(reference: &Reference, size: usize, limit: usize) -> PyErr {
+    ResolveError::too_large(size, limit, "the resolved value", &reference.location).into()
 }
 
 /// Append `value` as interpolated text: a string as itself, null as nothing, anything else as compact
@@ -995,9 +1027,10 @@ fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult
         });
         // SAFETY: the piece is a live str; the walk runs no Python code.
         size = size.saturating_add(unsafe { measure(pieces[pieces.len() - 1].as_ptr(), usize::MAX, 0) }.bytes);
-        if size > r.max_text {
-            return Err(text_too_large(node, size, r.max_text));
+        if r.spent.saturating_add(size) > r.max_text {
+            return Err(text_too_large(node, r.spent.saturating_add(size), r.max_text));
         }
     }
+    r.spent = r.spent.saturating_add(size);
     PyString::new(py, "").call_method1(intern!(py, "join"), (pieces,))
 }

@@ -174,7 +174,18 @@ async def test_fifty_interpolations_of_a_megabyte_fail_the_step_instead_of_build
     }
     answer = await run_pipeline(spec, builtin_tools())
     assert answer["error_code"] == "OUTPUT_TOO_LARGE"
-    assert answer["steps"]["step1"]["error"].startswith("steps[0]: the output of step 'step1'")
+    # Refused while resolving the arguments, at the reference that passed the limit: the tool never ran.
+    assert answer["steps"]["step1"]["error"].startswith("steps[0].args.k8: the resolved value would take")
+
+
+def test_a_template_naming_one_large_value_many_times_is_refused_before_copying_it_many_times():
+    # Typed references copy containers: a thousand references to a 100 000-item list would copy 800 MB.
+    t = Template({f"k{i}": "${vars.big}" for i in range(1000)}, max_text_bytes=8 * 1024 * 1024)
+    env = {"vars": {"big": list(range(100_000))}}
+    with pytest.raises(OutputTooLargeError) as e:
+        t.resolve(env)
+    assert e.value.location.startswith("k") and "the resolved value would take" in str(e.value)
+    assert len(Template({"a": "${vars.big}", "b": "${vars.big}"}).resolve(env)["b"]) == 100_000
 
 
 async def test_the_outputs_of_all_steps_together_are_bounded_by_the_answer_limit():
