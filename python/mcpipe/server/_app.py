@@ -19,7 +19,8 @@ from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, principal_of
+from mcpipe.server._passthrough import Passthrough
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -139,6 +140,9 @@ async def open_app(
 
         set_expression_timeout(config.pipe.expression_timeout_ms)
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits) if config.pipe.enabled else None, limits=limits)
+    handlers.passthrough = Passthrough(
+        downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
+    )
     server = build_server(handlers, name=config.name, version=_version())
     section = config.interaction
     store = InMemoryPipelineStore(
