@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fmt clean wheel
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel
 
 setup: $(STAMP)
 
@@ -52,6 +52,14 @@ wheel: setup
 	rm -f dist/mcpipe-*.whl
 	MATURIN_PEP517_ARGS="--features abi3" $(BIN)/pip wheel -q --no-deps -w dist .
 	$(BIN)/python scripts/check_wheel.py dist
+
+# The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
+fuzz: setup
+	MCPIPE_FUZZ_PROFILE=fuzz $(BIN)/python -m pytest tests/hostile/test_fuzz.py -q $(PYTEST_ARGS)
+
+# 100 clients of mixed pipelines against a real `mcpipe serve` for a few minutes: p99, RSS, memory flat.
+soak: setup
+	$(BIN)/python tests/hostile/soak.py --seconds $${MCPIPE_SOAK_S:-180}
 
 fmt: setup
 	$(BIN)/ruff format python tests benches

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from mcpipe._json import dumps
 from mcpipe.tools._base import PURE, ToolContext, ToolResult
 from mcpipe.tools._registry import ToolRegistry
 
@@ -40,7 +41,7 @@ class _Echo:
     annotations: dict[str, Any] = PURE
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return ToolResult([{"type": "text", "text": orjson.dumps(args).decode()}], args)
+        return ToolResult([{"type": "text", "text": dumps(args).decode()}], args)
 
 
 class Text(msgspec.Struct):
