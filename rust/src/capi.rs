@@ -124,3 +124,32 @@ pub unsafe fn ascii_text(len: usize, fill: impl FnOnce(*mut u8)) -> *mut ffi::Py
         ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len as ffi::Py_ssize_t)
     }
 }
+
+/// At least the UTF-8 size in bytes of a str: its length times the widest UTF-8 encoding of its kind (the
+/// kind is read from the object by default; with `abi3`, the exact size of its cached UTF-8 form).
+#[inline(always)]
+pub unsafe fn text_utf8_bound(text: *mut ffi::PyObject) -> usize {
+    #[cfg(not(feature = "abi3"))]
+    {
+        let n = ffi::PyUnicode_GET_LENGTH(text) as usize;
+        let width = if ffi::PyUnicode_IS_ASCII(text) != 0 {
+            1
+        } else {
+            match ffi::PyUnicode_KIND(text) {
+                ffi::PyUnicode_1BYTE_KIND => 2,
+                ffi::PyUnicode_2BYTE_KIND => 3,
+                _ => 4,
+            }
+        };
+        n.saturating_mul(width)
+    }
+    #[cfg(feature = "abi3")]
+    {
+        let mut size = 0;
+        if ffi::PyUnicode_AsUTF8AndSize(text, &mut size).is_null() {
+            ffi::PyErr_Clear(); // a lone surrogate: no UTF-8 form, so the widest bound
+            return (ffi::PyUnicode_GetLength(text) as usize).saturating_mul(4);
+        }
+        size as usize
+    }
+}
