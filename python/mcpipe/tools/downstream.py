@@ -30,10 +30,12 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
+from mcp_types import CONNECTION_CLOSED, HEADER_MISMATCH, INVALID_REQUEST, Implementation
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
+from mcpipe.interaction._core import AskFailed
+from mcpipe.interaction._relay import Askers, call_relaying
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 
 __all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
@@ -158,6 +160,7 @@ class DownstreamServer:
         self._include = glob_matcher(config.include) if config.include is not None else None
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
+        self.askers = Askers(name)
 
     # -- naming ------------------------------------------------------------------------------------
 
@@ -208,7 +211,8 @@ class DownstreamServer:
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
-                async with Client(self._transport(closed), client_info=_CLIENT_INFO, mode=mode) as client:
+                client = Client(self._transport(closed), client_info=_CLIENT_INFO, mode=mode, **self.askers.callbacks())
+                async with client:
                     await self._list_tools(client)
                     scope.deadline = math.inf
                     self._up(client, closed)
@@ -312,8 +316,24 @@ class DownstreamServer:
         async def forward(progress: float, total: float | None, message: str | None) -> None:
             await ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
 
+        async def send(responses: Any, state: str | None) -> Any:
+            return await client.session.call_tool(
+                remote,
+                args,
+                read_timeout_seconds=self._timeout,
+                progress_callback=forward,
+                input_responses=responses,
+                request_state=state,
+                allow_input_required=True,
+            )
+
         try:
-            r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+            with self.askers.calling(ctx):
+                r = await call_relaying(self._relisting(client, remote, send), ctx)
+        except AskFailed as exc:
+            raise CallError(
+                f"MCP server '{self.name}' asked the client a question mcpipe could not relay: {exc}"
+            ) from None
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
@@ -330,6 +350,27 @@ class DownstreamServer:
             r.structured_content,
             bool(r.is_error),
         )
+
+    @staticmethod
+    def _relisting(client: Client, remote: str, send: Any) -> Any:
+        """``send``, sent once more after re-listing when a 2026-07-28 server says the client's listing of the
+        tool is stale (``HEADER_MISMATCH``), as the SDK's ``Client.call_tool`` does."""
+
+        async def once(responses: Any, state: str | None) -> Any:
+            try:
+                return await send(responses, state)
+            except MCPError as exc:
+                if exc.code != HEADER_MISMATCH:
+                    raise
+            cursor: str | None = None
+            for _ in range(100):
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                cursor = page.next_cursor
+                if cursor is None or any(t.name == remote for t in page.tools):
+                    break
+            return await send(responses, state)
+
+        return once
 
     def _lost(self, exc: BaseException) -> None:
         """A call found the connection gone: down at once (the actor reconnects when it wakes)."""

@@ -1,0 +1,226 @@
+"""Questions a downstream server asks during a call, relayed to the client whose call caused them.
+
+A downstream tool may ask the client (elicitation, sampling, roots) while mcpipe calls it. mcpipe asks its
+own caller through the call's :class:`~mcpipe.interaction.Interaction`, the machinery its own asking steps
+use, so the two eras of the caller work as they do for those steps:
+
+- **a 2026-07-28 downstream** answers an input-required result. :func:`call_relaying` asks the caller the
+  same questions and retries the downstream with the answers and its ``requestState``. A 2025-11-25 caller
+  is asked over its session at once. A 2026-07-28 caller is answered an input-required result of mcpipe's
+  own: the downstream's questions and ``requestState`` ride in :attr:`Interaction.relayed`, sealed inside
+  mcpipe's ``requestState``, and the caller's retry takes the answers back to the downstream.
+- **a 2025-11-25 downstream** sends its questions as requests in the middle of the call. Those reach the
+  callbacks of mcpipe's client session (:class:`Askers`), which route them to the call in flight that
+  caused them and ask its caller over its session.
+
+Questions are keyed as they are for mcpipe's own asking steps: a direct call's keep the downstream's keys;
+a pipeline step's are ``<step>.<downstream key>`` (nested steps by their path).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import mcp_types
+import trio
+from mcp_types import INVALID_REQUEST, CallToolResult, ErrorData, InputRequiredResult, InputResponses
+from pydantic import ValidationError
+
+from mcpipe.interaction._core import AskFailed, Interaction, Suspended, interaction_of
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["MAX_ROUNDS", "Askers", "call_relaying"]
+
+MAX_ROUNDS = 10
+"""The most input-required rounds one downstream call may take within one request (the SDK's default)."""
+
+KIND_OF = {"elicitation/create": "elicitation", "sampling/createMessage": "sampling", "roots/list": "roots"}
+"""The kind of question of each request a downstream may ask."""
+
+_RESULT_OF: dict[str, type[Any]] = {
+    "elicitation": mcp_types.ElicitResult,
+    "sampling": mcp_types.CreateMessageResult,
+    "roots": mcp_types.ListRootsResult,
+}
+
+SendFn = Callable[[InputResponses | None, str | None], Awaitable[CallToolResult | InputRequiredResult]]
+"""One ``tools/call`` to the downstream: ``(inputResponses, requestState)`` -> its result."""
+
+
+def _wire(model: Any) -> dict[str, Any]:
+    out: dict[str, Any] = model.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return out
+
+
+def _requests(result: InputRequiredResult) -> dict[str, dict[str, Any]]:
+    """The downstream's questions as wire JSON, without their ``_meta`` (the downstream's own)."""
+    out = {}
+    for token, request in (result.input_requests or {}).items():
+        wire = _wire(request)
+        params = wire.get("params")
+        if isinstance(params, dict):
+            params.pop("_meta", None)
+        out[token] = wire
+    return out
+
+
+def _result(kind: str, answer: dict[str, Any]) -> Any:
+    try:
+        return _RESULT_OF[kind].model_validate(answer)
+    except ValidationError as e:
+        raise AskFailed(f"the client's answer to {kind} is not a valid result: {e.errors()[0]['msg']}") from None
+
+
+async def call_relaying(send: SendFn, ctx: ToolContext, *, max_rounds: int = MAX_ROUNDS) -> CallToolResult:
+    """Call a 2026-07-28 downstream tool (``send``), relaying its questions to the caller of ``ctx``.
+
+    Raises:
+        Suspended: a 2026-07-28 caller must answer first (the questions are pending in its Interaction).
+        CapabilityMissing: a 2026-07-28 caller lacks a capability a question needs.
+        AskFailed: the questions could not be relayed (no client, a 2025-11-25 caller without the
+            capability or refusing, too many rounds).
+    """
+    ix = interaction_of(ctx)
+    key = ix.key(ctx, "") if ix is not None else ""
+    carried = ix.relayed.pop(key, None) if ix is not None else None
+    if carried is not None:  # the caller's retry: its answers go back with the downstream's state
+        requests, state = carried["requests"], carried.get("state")
+    else:
+        first = await send(None, None)
+        if not isinstance(first, InputRequiredResult):
+            return first
+        requests, state = _requests(first), first.request_state
+    delay = 0.05
+    for _ in range(max_rounds):
+        responses: InputResponses | None = None
+        if requests:
+            responses = await _answers(ix, key, requests, state)
+            delay = 0.05
+        else:  # only a state: the downstream is still working; back off as the SDK's client does
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.25)
+        result = await send(responses, state)
+        if not isinstance(result, InputRequiredResult):
+            return result
+        requests, state = _requests(result), result.request_state
+    raise AskFailed(f"it asked for input more than {max_rounds} times in one call")
+
+
+async def _answers(
+    ix: Interaction | None, key: str, requests: dict[str, dict[str, Any]], state: str | None
+) -> InputResponses:
+    questions: list[tuple[str | None, str, dict[str, Any] | None, bool]] = []
+    kinds = {}
+    for token, request in requests.items():
+        kind = KIND_OF.get(request.get("method", ""))
+        if kind is None:
+            raise AskFailed(f"it asked the client for {request.get('method')!r}, which mcpipe does not relay")
+        kinds[token] = kind
+        questions.append((token, kind, request.get("params"), False))
+    if ix is None:
+        raise AskFailed("it asks the client, and there is no MCP client to ask (this call was not made over MCP)")
+    try:
+        answers = await ix.ask_many(key, questions, keyed=True)
+    except Suspended:
+        ix.relayed[key] = {"requests": requests, "state": state}
+        raise
+    return {token: _result(kinds[token], answers[token]) for token in requests}
+
+
+class _Call:
+    """One call in flight on a downstream session, and the questions being relayed for it."""
+
+    __slots__ = ("asking", "ix", "key")
+
+    def __init__(self, ix: Interaction | None, key: str) -> None:
+        self.ix = ix
+        self.key = key
+        self.asking: set[trio.CancelScope] = set()
+
+    @property
+    def origin(self) -> object:
+        """The inbound call this call belongs to (the steps of one pipeline share it)."""
+        return self if self.ix is None else self.ix.memo  # one per inbound call, shared by its nested steps
+
+
+class Askers:
+    """The calls in flight on one downstream session, and the session's sampling, elicitation and roots
+    callbacks, which route a 2025-11-25 downstream's mid-call questions to the caller.
+
+    Those questions carry nothing naming the call that caused them (over stdio nothing at all), so a
+    question goes to the one inbound call with calls in flight on the session. When calls of several
+    inbound requests are in flight, it is refused (the downstream sees an error) rather than risk asking
+    somebody else's client.
+
+    Args:
+        server: the downstream server's name, for messages.
+    """
+
+    def __init__(self, server: str) -> None:
+        self.server = server
+        self._calls: dict[int, _Call] = {}
+
+    @contextmanager
+    def calling(self, ctx: ToolContext) -> Iterator[None]:
+        """Register a call for its duration; questions still being asked for it are cancelled at its end."""
+        ix = interaction_of(ctx)
+        call = _Call(ix, ix.key(ctx, "") if ix is not None else "")
+        self._calls[id(call)] = call
+        try:
+            yield
+        finally:
+            del self._calls[id(call)]
+            for scope in call.asking:
+                scope.cancel()
+
+    def callbacks(self) -> dict[str, Any]:
+        """The SDK ``Client``'s keyword arguments: the three callbacks (declaring the three capabilities)."""
+
+        async def sampling(context: Any, params: Any) -> Any:
+            return await self._ask("sampling", _wire(params))
+
+        async def elicitation(context: Any, params: Any) -> Any:
+            return await self._ask("elicitation", _wire(params))
+
+        async def list_roots(context: Any) -> Any:
+            return await self._ask("roots", None)
+
+        return {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": list_roots}
+
+    def _caller(self) -> _Call | str:
+        calls = list(self._calls.values())
+        if not calls:
+            return "no call is in flight on this connection"
+        if len({id(c.origin) for c in calls}) > 1:
+            return "calls of several requests are in flight on this connection, so the caller is ambiguous"
+        return calls[0]
+
+    async def _ask(self, kind: str, params: dict[str, Any] | None) -> Any:
+        if params is not None:
+            params.pop("_meta", None)
+        call = self._caller()
+        if isinstance(call, str):
+            return _refused(f"mcpipe cannot relay it: {call}")
+        ix = call.ix
+        if ix is None:
+            return _refused("mcpipe cannot relay it: there is no MCP client to ask")
+        if ix.modern:
+            return _refused(
+                "mcpipe cannot relay it: the caller speaks 2026-07-28, which cannot be asked in the middle of "
+                "a call (connect this server with protocol 2026-07-28 to relay its questions)",
+            )
+        with trio.CancelScope() as scope:
+            call.asking.add(scope)
+            try:
+                return _result(kind, await ix.ask(call.key, kind, params))
+            except AskFailed as e:
+                return _refused(str(e))
+            finally:
+                call.asking.discard(scope)
+        return _refused("the call that asked has ended")
+
+
+def _refused(message: str) -> ErrorData:
+    return ErrorData(code=INVALID_REQUEST, message=message)
