@@ -107,6 +107,15 @@ class HttpConfig(_Base):
     json_response: bool = False
     session_idle_timeout_s: float | None = 1800.0
     max_body_bytes: int = 4 * 1024 * 1024
+    resumable_streams: bool = True
+    """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
+    lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""
+    sse_retry_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] | None = 1000
+    """The ``retry`` the priming event suggests (how long a client waits before reconnecting)."""
+    event_store_max_events: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most SSE events kept for replay, across sessions (the oldest go first)."""
+    event_store_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 16 * 1024 * 1024
+    """The most bytes of messages kept for replay, across sessions."""
 
 
 class InteractionConfig(_Base):
