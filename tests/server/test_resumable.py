@@ -5,12 +5,15 @@ answer by reconnecting with ``Last-Event-ID``."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import httpx2
 import mcp_types as t
 import pytest
 import trio
+from mcp.server.mcpserver import Context, MCPServer
 from serverkit import http_server, make_config, running
 
 from mcpipe.server import open_app
@@ -101,15 +104,16 @@ def sse_events(text: str) -> list[dict[str, str]]:
     return events
 
 
-async def read_events(lines: AsyncIterator[str], count: int) -> list[dict[str, str]]:
-    """Read SSE lines until ``count`` events (blank-line terminated) have arrived."""
+async def read_events(lines: AsyncIterator[str], count: int, until: str | None = None) -> list[dict[str, str]]:
+    """Read SSE lines until ``count`` events (blank-line terminated) have arrived, or one whose data holds
+    ``until``, or the stream ends."""
     buf: list[str] = []
     events: list[dict[str, str]] = []
     async for line in lines:
         if line == "":
             events += sse_events("\n".join(buf))
             buf = []
-            if len(events) >= count:
+            if len(events) >= count or (until is not None and until in events[-1].get("data", "")):
                 return events
         else:
             buf.append(line)
@@ -175,3 +179,68 @@ async def test_resumability_can_be_turned_off() -> None:
             r = await http.post(url, json=call, headers=headers)
     events = sse_events(r.text)
     assert len(events) == 1 and "id" not in events[0] and '"x":1' in events[0]["data"]
+
+
+polling = MCPServer("polling")
+
+
+@polling.tool()
+async def poll(ctx: Context) -> str:
+    """Close this call's SSE stream (the client comes back with Last-Event-ID), then answer."""
+    await ctx.report_progress(1, 2, "ready")
+    await GO_ON.setdefault("poll", trio.Event()).wait()
+    await ctx.close_sse_stream()
+    # Answer once the client is back: the SDK's transport loses an answer sent while a reconnection is
+    # between replaying and tailing (its own known window), which is not what this test is about.
+    await GO_ON.setdefault("finish", trio.Event()).wait()
+    return "polled"
+
+
+@asynccontextmanager
+async def polling_server() -> AsyncIterator[str]:
+    """The ``polling`` server on its own hypercorn on 127.0.0.1, with an event store and a 50 ms retry."""
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    cfg = Config()
+    cfg.bind = ["127.0.0.1:0"]
+    cfg.accesslog = None
+    cfg.graceful_timeout = 0.5
+    app = polling.streamable_http_app(event_store=InMemoryEventStore().session(), retry_interval=50)
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        binds = await nursery.start(partial(serve, app, cfg, shutdown_trigger=stop.wait))
+        try:
+            yield binds[0] + "/mcp"
+        finally:
+            stop.set()
+
+
+async def test_a_downstream_closing_its_stream_mid_call_closes_the_callers_and_both_resume() -> None:
+    GO_ON["poll"], GO_ON["finish"] = trio.Event(), trio.Event()
+    params = {"name": "ds.poll", "arguments": {}, "_meta": {"progressToken": "t"}}
+    call = {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": params}
+    with trio.fail_after(WAIT_S):
+        async with polling_server() as ds_url:
+            config = make_config(mcpServers={"ds": {"url": ds_url, "protocol": "2025-11-25"}})
+            async with (
+                open_app(config) as app,
+                http_server(app) as url,
+                httpx2.AsyncClient(timeout=WAIT_S) as http,
+            ):
+                headers = await open_session(http, url)
+                async with http.stream("POST", url, json=call, headers=headers) as response:
+                    lines = response.aiter_lines()
+                    before = await read_events(lines, 2)  # the priming event, then the downstream's progress
+                    GO_ON["poll"].set()  # the downstream's stream is up: now it closes it
+                    before += await read_events(lines, 99)  # until mcpipe closes its own
+                async with http.stream("GET", url, headers={**headers, "last-event-id": before[-1]["id"]}) as again:
+                    lines = again.aiter_lines()
+                    after = await read_events(lines, 1)  # mcpipe's priming event: the caller is back
+                    GO_ON["finish"].set()
+                    after += await read_events(lines, 99, until='"id":3')
+                watching = len(app.downstreams.servers[0].streams)
+    assert before[0]["data"] == "" and '"ready"' in before[1]["data"]
+    assert not any('"id":3' in e.get("data", "") for e in before)
+    assert '"id":3' in after[-1]["data"] and "polled" in after[-1]["data"]
+    assert watching == 0

@@ -37,6 +37,7 @@ from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction._core import AskFailed
 from mcpipe.interaction._relay import Askers, call_relaying
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
+from mcpipe.tools._polling import StreamWatch
 
 __all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
 
@@ -120,12 +121,11 @@ class _WatchedRead:
 
 
 @asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    async with (
-        create_mcp_http_client(headers=headers or None) as http,
-        streamable_http_client(url, http_client=http) as s,
-    ):
-        yield s
+async def _http_transport(url: str, headers: dict[str, str], watch: StreamWatch) -> AsyncIterator[Any]:
+    async with create_mcp_http_client(headers=headers or None) as http:
+        watch.install(http)
+        async with streamable_http_client(url, http_client=http) as s:
+            yield s
 
 
 @asynccontextmanager
@@ -161,6 +161,7 @@ class DownstreamServer:
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
         self.askers = Askers(name)
+        self.streams = StreamWatch()
 
     # -- naming ------------------------------------------------------------------------------------
 
@@ -180,7 +181,7 @@ class DownstreamServer:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
-            inner = _http_transport(c.url or "", c.headers)
+            inner = _http_transport(c.url or "", c.headers, self.streams)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -324,11 +325,12 @@ class DownstreamServer:
                 progress_callback=forward,
                 input_responses=responses,
                 request_state=state,
+                meta=meta,
                 allow_input_required=True,
             )
 
         try:
-            with self.askers.calling(ctx):
+            with self.askers.calling(ctx), self.streams.watching(ctx) as meta:
                 r = await call_relaying(self._relisting(client, remote, send), ctx)
         except AskFailed as exc:
             raise CallError(
