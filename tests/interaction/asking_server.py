@@ -11,7 +11,9 @@ over the session on 2025-11-25, an input-required result on 2026-07-28. Its tool
 - ``where()``: asks for the client's roots;
 - ``both(item)``: asks for confirmation and for the roots in one round;
 - ``twice(item)``: asks for confirmation, then (a second round) for the roots;
-- ``tally()``: counts its calls (a side effect a resumed pipeline must not repeat).
+- ``tally()``: counts its calls (a side effect a resumed pipeline must not repeat);
+- ``old_style(item)``: asks to confirm the 2025-11-25 way only (a request in the middle of the call, which a
+  2026-07-28 connection cannot carry).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from typing import Annotated
 import anyio
 import trio
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
 from pydantic import BaseModel
@@ -101,6 +103,12 @@ async def twice(
 ) -> str:
     """Ask for confirmation, then (a second round, it depends on the first) for the roots."""
     return f"{_verdict(item, answer)} in {_uris(found)}"
+
+
+@server.tool()
+async def old_style(item: str, ctx: Context) -> str:
+    """Delete an item once the user confirms, asked in the middle of the call."""
+    return _verdict(item, await ctx.elicit(f"Delete {item}?", Confirm))
 
 
 @server.tool()

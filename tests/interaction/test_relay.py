@@ -244,6 +244,25 @@ async def test_a_2025_downstream_question_is_refused_when_calls_of_two_requests_
     assert results["b"].is_error and "the caller is ambiguous" in text(results["b"])
 
 
+async def test_with_protocol_auto_a_2025_caller_reaches_a_tool_that_asks_the_2025_way_over_a_2025_session() -> None:
+    answers = Answers()
+    with trio.fail_after(WAIT_S):
+        async with (
+            http_asking_server() as url,
+            gateway("auto", url) as app,
+            caller(app, LEGACY, answers) as old,
+            caller(app, MODERN, Answers()) as new,
+        ):
+            ds = app.downstreams.servers[0]
+            relayed = await old.call_tool("ds.old_style", {"item": "logs"})
+            modern_call = await new.call_tool("ds.delete", {"item": "tmp"})
+            assert ds.twin is not None
+            sessions = (ds.connections, ds.twin.connections)
+    assert text(relayed) == "deleted logs" and answers.asked == ["elicit: Delete logs?"]
+    assert text(modern_call) == "deleted tmp"
+    assert sessions == (1, 1)  # the 2026-07-28 session, and a 2025-11-25 one opened for the 2025-11-25 caller
+
+
 @asynccontextmanager
 async def http_asking_server() -> AsyncIterator[str]:
     proc = await trio.lowlevel.open_process(

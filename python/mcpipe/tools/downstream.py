@@ -24,6 +24,7 @@ from typing import Any
 
 import anyio
 import httpx2
+import msgspec
 import trio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -31,10 +32,11 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, HEADER_MISMATCH, INVALID_REQUEST, Implementation
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
-from mcpipe.interaction._core import AskFailed
+from mcpipe.interaction._core import AskFailed, interaction_of
 from mcpipe.interaction._relay import Askers, call_relaying
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._polling import StreamWatch
@@ -49,6 +51,7 @@ HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 """How a 2025-11-25 HTTP server (and the SDK client, for a bare 404) says it does not know the session."""
@@ -161,6 +164,9 @@ class DownstreamServer:
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
         self.askers = Askers(name)
+        self.twin: DownstreamServer | None = None
+        """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
+        (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
         self.streams = StreamWatch()
 
     # -- naming ------------------------------------------------------------------------------------
@@ -292,6 +298,9 @@ class DownstreamServer:
         A 2025-11-25 HTTP server that restarted while the gateway was idle no longer knows the session:
         it refuses the call before running it, so the actor reconnects and the call is made once more.
         """
+        twin = self.twin
+        if twin is not None and _handshake_caller(ctx) and not self._speaks_handshake():
+            return await twin.call(remote, args, ctx)
         try:
             return await self._call_once(remote, args, ctx)
         except _SessionLost:
@@ -353,6 +362,11 @@ class DownstreamServer:
             bool(r.is_error),
         )
 
+    def _speaks_handshake(self) -> bool:
+        """Whether the live session is a 2025-11-25 one."""
+        client = self._client
+        return client is not None and client.protocol_version not in _MODERN
+
     @staticmethod
     def _relisting(client: Client, remote: str, send: Any) -> Any:
         """``send``, sent once more after re-listing when a 2026-07-28 server says the client's listing of the
@@ -382,6 +396,12 @@ class DownstreamServer:
             self._closed.set()
 
 
+def _handshake_caller(ctx: ToolContext) -> bool:
+    """Whether the call comes from a 2025-11-25 client (one that can be asked in the middle of a call)."""
+    ix = interaction_of(ctx)
+    return ix is not None and not ix.modern
+
+
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, BaseExceptionGroup):
         leaves = exc.exceptions
@@ -402,6 +422,11 @@ class Downstreams:
 
     def __init__(self, configs: dict[str, McpServerConfig], *, errlog: Any = None) -> None:
         self.servers = [DownstreamServer(n, c, errlog=errlog) for n, c in configs.items() if c.enabled]
+        for s in self.servers:
+            # Over HTTP only: a second stdio session would be a second process, with state of its own.
+            if s.config.protocol == "auto" and s.config.transport == "http":
+                handshake = msgspec.structs.replace(s.config, protocol="2025-11-25", connect="lazy")
+                s.twin = DownstreamServer(s.name, handshake, errlog=errlog)
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Start every actor in ``nursery``: eager ones concurrently, returning when each has tried once."""
@@ -411,6 +436,8 @@ class Downstreams:
 
     @staticmethod
     async def _start_one(nursery: trio.Nursery, server: DownstreamServer) -> None:
+        if server.twin is not None:
+            await nursery.start(server.twin.run)  # lazy: started at once, connects on first use
         await nursery.start(server.run)
 
     @property
