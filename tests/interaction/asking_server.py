@@ -12,6 +12,9 @@ over the session on 2025-11-25, an input-required result on 2026-07-28. Its tool
 - ``both(item)``: asks for confirmation and for the roots in one round;
 - ``twice(item)``: asks for confirmation, then (a second round) for the roots;
 - ``tally()``: counts its calls (a side effect a resumed pipeline must not repeat);
+- ``caps()``: the client capabilities it was told (by name);
+- ``name()``: a hand-written 2026-07-28 tool: takes the ``user_name`` answer when the request carries one (with
+  or without a state), else answers an input-required result asking for it;
 - ``old_style(item)``: asks to confirm the 2025-11-25 way only (a request in the middle of the call, which a
   2026-07-28 connection cannot carry).
 """
@@ -27,7 +30,16 @@ import trio
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
-from mcp_types import CreateMessageResult, ListRootsResult, SamplingMessage, TextContent
+from mcp_types import (
+    CreateMessageResult,
+    ElicitRequest,
+    ElicitRequestFormParams,
+    ElicitResult,
+    InputRequiredResult,
+    ListRootsResult,
+    SamplingMessage,
+    TextContent,
+)
 from pydantic import BaseModel
 
 server = MCPServer("asking")
@@ -109,6 +121,25 @@ async def twice(
 async def old_style(item: str, ctx: Context) -> str:
     """Delete an item once the user confirms, asked in the middle of the call."""
     return _verdict(item, await ctx.elicit(f"Delete {item}?", Confirm))
+
+
+@server.tool()
+def caps(ctx: Context) -> str:
+    """The capabilities the client declared, by name."""
+    declared = ctx.client_capabilities
+    names = [n for n in ("elicitation", "roots", "sampling") if getattr(declared, n, None) is not None]
+    return ",".join(names) or "none"
+
+
+@server.tool()
+async def name(ctx: Context) -> str | InputRequiredResult:
+    """Greet the user by the name they give."""
+    answer = (ctx.input_responses or {}).get("user_name")
+    if isinstance(answer, ElicitResult) and answer.content:
+        return f"hello {answer.content['name']}"
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    ask = ElicitRequest(params=ElicitRequestFormParams(message="Your name?", requested_schema=schema))
+    return InputRequiredResult(input_requests={"user_name": ask}, request_state="asked")
 
 
 @server.tool()

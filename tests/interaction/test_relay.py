@@ -208,6 +208,32 @@ async def test_a_2026_caller_without_the_capability_gets_missing_capability_erro
     assert refused.value.error.data == {"requiredCapabilities": {"roots": {}}}
 
 
+async def test_a_2026_downstream_is_told_the_callers_capabilities_not_mcpipes() -> None:
+    with trio.fail_after(WAIT_S):
+        async with (
+            gateway(MODERN) as app,
+            caller(app, MODERN, Answers(), "sampling") as some,
+            caller(app, MODERN, Answers()) as every,
+        ):
+            seen_by_some = await some.call_tool("ds.caps", {})
+            seen_by_every = await every.call_tool("ds.caps", {})
+            piped = await some.call_tool(PIPE_TOOL, {"steps": [{"id": "c", "tool": "ds.caps"}]})
+    assert text(seen_by_some) == "sampling" and text(seen_by_every) == "elicitation,roots,sampling"
+    assert piped.structured_content is not None and piped.structured_content["result"] == {"result": "sampling"}
+
+
+async def test_answers_sent_without_a_state_reach_a_downstream_tool_called_directly_and_no_pipeline_step() -> None:
+    ada = {"user_name": t.ElicitResult(action="accept", content={"name": "Ada"})}
+    with trio.fail_after(WAIT_S):
+        async with gateway(MODERN) as app, caller(app, MODERN, Answers()) as c:
+            direct = await c.session.call_tool("ds.name", {}, input_responses=ada, allow_input_required=True)
+            spec = {"steps": [{"id": "n", "tool": "ds.name"}]}
+            piped = await c.session.call_tool(PIPE_TOOL, spec, input_responses=ada, allow_input_required=True)
+    assert isinstance(direct, t.CallToolResult) and text(direct) == "hello Ada"
+    assert isinstance(piped, t.InputRequiredResult) and piped.input_requests is not None
+    assert list(piped.input_requests) == ["n.user_name"]
+
+
 async def test_a_2025_downstream_cannot_ask_a_2026_caller_mid_call_and_the_call_says_why() -> None:
     with trio.fail_after(WAIT_S):
         async with gateway(LEGACY) as app, caller(app, MODERN, Answers()) as c:

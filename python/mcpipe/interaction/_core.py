@@ -121,7 +121,7 @@ class Interaction:
             the key of the step that called them (:mod:`mcpipe.interaction._relay`).
     """
 
-    __slots__ = ("_round", "capabilities", "modern", "ns", "send")
+    __slots__ = ("_round", "capabilities", "modern", "ns", "offered", "send")
 
     def __init__(
         self,
@@ -139,6 +139,9 @@ class Interaction:
         self.capabilities = capabilities or {}
         self.send = send
         self.ns = ns
+        # Answers a 2026-07-28 client sent with no requestState: nothing of mcpipe's asked them, so only a
+        # downstream tool called directly may take them (see mcpipe.interaction._relay).
+        self.offered: dict[str, Any] = {}
         self._round = _round if _round is not None else _Round(memo or {}, answers or {}, relayed or {})
 
     @property

@@ -25,13 +25,22 @@ from typing import Any
 
 import mcp_types
 import trio
-from mcp_types import INVALID_REQUEST, CallToolResult, ErrorData, InputRequiredResult, InputResponses
-from pydantic import ValidationError
+from mcp.shared.exceptions import MCPError
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    INVALID_REQUEST,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+    CallToolResult,
+    ErrorData,
+    InputRequiredResult,
+    InputResponses,
+)
+from pydantic import TypeAdapter, ValidationError
 
-from mcpipe.interaction._core import AskFailed, Interaction, Suspended, interaction_of
+from mcpipe.interaction._core import METHOD_OF, AskFailed, CapabilityMissing, Interaction, Suspended, interaction_of
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["MAX_ROUNDS", "Askers", "call_relaying"]
+__all__ = ["MAX_ROUNDS", "Askers", "call_relaying", "caller_capabilities", "keep_caller_capabilities"]
 
 MAX_ROUNDS = 10
 """The most input-required rounds one downstream call may take within one request (the SDK's default)."""
@@ -83,12 +92,13 @@ async def call_relaying(send: SendFn, ctx: ToolContext, *, max_rounds: int = MAX
             capability or refusing, too many rounds).
     """
     ix = interaction_of(ctx)
+    send = _capability_errors(send, ix)
     key = ix.key(ctx, "") if ix is not None else ""
     carried = ix.relayed.pop(key, None) if ix is not None else None
     if carried is not None:  # the caller's retry: its answers go back with the downstream's state
         requests, state = carried["requests"], carried.get("state")
     else:
-        first = await send(None, None)
+        first = await send(_offered(ix) if key == "" else None, None)
         if not isinstance(first, InputRequiredResult):
             return first
         requests, state = _requests(first), first.request_state
@@ -106,6 +116,48 @@ async def call_relaying(send: SendFn, ctx: ToolContext, *, max_rounds: int = MAX
             return result
         requests, state = _requests(result), result.request_state
     raise AskFailed(f"it asked for input more than {max_rounds} times in one call")
+
+
+_RESPONSE: TypeAdapter[Any] = TypeAdapter(mcp_types.InputResponse)
+
+
+def _offered(ix: Interaction | None) -> InputResponses | None:
+    """The answers a 2026-07-28 client sent with no requestState, for a downstream tool it called directly
+    (which may accept answers without a state of its own); those that are no answer at all are dropped."""
+    if ix is None or not ix.offered:
+        return None
+    out: InputResponses = {}
+    for key, answer in ix.offered.items():
+        try:
+            out[key] = _RESPONSE.validate_python(answer)
+        except ValidationError:
+            continue
+    return out or None
+
+
+def _capability_errors(send: SendFn, ix: Interaction | None) -> SendFn:
+    """``send``, with the downstream's missing-capability error (-32021: it was told the caller's
+    capabilities) made what mcpipe's own asking steps raise: -32021 for the whole request (2026-07-28), a
+    tool error naming the capability (2025-11-25)."""
+
+    async def checked(responses: InputResponses | None, state: str | None) -> CallToolResult | InputRequiredResult:
+        try:
+            return await send(responses, state)
+        except MCPError as e:
+            if e.code != MISSING_REQUIRED_CLIENT_CAPABILITY:
+                raise
+            data = e.error.data
+            needed = data.get("requiredCapabilities") if isinstance(data, dict) else None
+            cap = next(iter(needed), "") if isinstance(needed, dict) and needed else ""
+            if not cap:
+                raise
+            method = f" ({METHOD_OF[cap]})" if cap in METHOD_OF else ""
+            message = f"the client did not declare the `{cap}` capability, so it cannot be asked{method}"
+            if ix is not None and ix.modern:
+                raise CapabilityMissing(cap, message) from None
+            raise AskFailed(message) from None
+
+    return checked
 
 
 async def _answers(
@@ -127,6 +179,43 @@ async def _answers(
         ix.relayed[key] = {"requests": requests, "state": state}
         raise
     return {token: _result(kinds[token], answers[token]) for token in requests}
+
+
+def caller_capabilities(ctx: ToolContext) -> dict[str, Any]:
+    """What a 2026-07-28 downstream is told the client can answer: the caller's ``sampling``, ``elicitation``
+    and ``roots`` (the questions mcpipe relays), nothing when there is no client to ask."""
+    ix = interaction_of(ctx)
+    caps = ix.capabilities if ix is not None else {}
+    out = {}
+    for name in KIND_OF.values():
+        value = caps.get(name) if isinstance(caps, dict) else getattr(caps, name, None)
+        if value is not None:
+            out[name] = value if isinstance(value, dict) else _wire(value)
+    return out
+
+
+def keep_caller_capabilities(session: Any) -> None:
+    """Let a request's own ``_meta`` capabilities through the SDK session's 2026-07-28 stamp.
+
+    The session stamps its client's capabilities into every request's ``_meta``; mcpipe's are the union of
+    what it relays, so a downstream would ask questions the caller cannot answer instead of adapting to the
+    caller as it would directly. The stamp is wrapped once per session so a capabilities entry the request
+    carries (:func:`caller_capabilities`) wins.
+    """
+    stamp = session._stamp
+    if getattr(stamp, "keeps_caller_capabilities", False):
+        return
+
+    def stamped(data: dict[str, Any], opts: Any) -> None:
+        params = data.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        theirs = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
+        stamp(data, opts)
+        if theirs is not None:
+            data["params"]["_meta"][CLIENT_CAPABILITIES_META_KEY] = theirs
+
+    stamped.keeps_caller_capabilities = True  # type: ignore[attr-defined]
+    session._stamp = stamped
 
 
 class _Call:

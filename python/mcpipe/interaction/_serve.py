@@ -125,8 +125,11 @@ class Interactions:
             saved, missing = await self._resume(name, args, ctx, state, responses or {})
             if missing:
                 return await self._suspend(name, args, ctx, {**saved, "pending": missing})
-        # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers.
+        # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers
+        # (a downstream tool called directly is offered those sent without a state, as it would be directly).
         ix = Interaction(modern=True, capabilities=capabilities, **saved)
+        if state is None and responses:
+            ix.offered = responses
         ctx.extras[INTERACTION_KEY] = ix
         try:
             return await call(name, args, ctx)

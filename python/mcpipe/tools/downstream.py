@@ -20,7 +20,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
@@ -31,13 +31,20 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, HEADER_MISMATCH, INVALID_REQUEST, Implementation
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CONNECTION_CLOSED,
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    Implementation,
+    RequestParamsMeta,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction._core import AskFailed, interaction_of
-from mcpipe.interaction._relay import Askers, call_relaying
+from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._polling import StreamWatch
 
@@ -339,7 +346,8 @@ class DownstreamServer:
             )
 
         try:
-            with self.askers.calling(ctx), self.streams.watching(ctx) as meta:
+            with self.askers.calling(ctx), self.streams.watching(ctx) as watched:
+                meta = self._meta(client, ctx, watched)
                 r = await call_relaying(self._relisting(client, remote, send), ctx)
         except AskFailed as exc:
             raise CallError(
@@ -361,6 +369,14 @@ class DownstreamServer:
             r.structured_content,
             bool(r.is_error),
         )
+
+    def _meta(self, client: Client, ctx: ToolContext, meta: RequestParamsMeta | None) -> RequestParamsMeta | None:
+        """A call's ``_meta``: on a 2026-07-28 session, the caller's capabilities (the downstream asks only
+        what the caller can answer, as it would directly)."""
+        if client.protocol_version not in _MODERN:
+            return meta
+        keep_caller_capabilities(client.session)
+        return cast(RequestParamsMeta, {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: caller_capabilities(ctx)})
 
     def _speaks_handshake(self) -> bool:
         """Whether the live session is a 2025-11-25 one."""
