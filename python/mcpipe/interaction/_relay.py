@@ -37,7 +37,7 @@ from mcp_types import (
 )
 from pydantic import TypeAdapter, ValidationError
 
-from mcpipe.interaction._core import METHOD_OF, AskFailed, CapabilityMissing, Interaction, Suspended, interaction_of
+from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["MAX_ROUNDS", "Askers", "call_relaying", "caller_capabilities", "keep_caller_capabilities"]
@@ -137,8 +137,11 @@ def _offered(ix: Interaction | None) -> InputResponses | None:
 
 def _capability_errors(send: SendFn, ix: Interaction | None) -> SendFn:
     """``send``, with the downstream's missing-capability error (-32021: it was told the caller's
-    capabilities) made what mcpipe's own asking steps raise: -32021 for the whole request (2026-07-28), a
-    tool error naming the capability (2025-11-25)."""
+    capabilities) made a tool error naming the capability for a 2025-11-25 caller, whose era has no such
+    error. A 2026-07-28 caller gets the downstream's error as it is (a direct call's JSON-RPC error, a
+    step's failure with its code)."""
+    if ix is not None and ix.modern:
+        return send
 
     async def checked(responses: InputResponses | None, state: str | None) -> CallToolResult | InputRequiredResult:
         try:
@@ -152,10 +155,9 @@ def _capability_errors(send: SendFn, ix: Interaction | None) -> SendFn:
             if not cap:
                 raise
             method = f" ({METHOD_OF[cap]})" if cap in METHOD_OF else ""
-            message = f"the client did not declare the `{cap}` capability, so it cannot be asked{method}"
-            if ix is not None and ix.modern:
-                raise CapabilityMissing(cap, message) from None
-            raise AskFailed(message) from None
+            raise AskFailed(
+                f"the client did not declare the `{cap}` capability, so it cannot be asked{method}"
+            ) from None
 
     return checked
 
@@ -221,12 +223,18 @@ def keep_caller_capabilities(session: Any) -> None:
 class _Call:
     """One call in flight on a downstream session, and the questions being relayed for it."""
 
-    __slots__ = ("asking", "ix", "key")
+    __slots__ = ("asking", "ix", "key", "refused")
 
     def __init__(self, ix: Interaction | None, key: str) -> None:
         self.ix = ix
         self.key = key
         self.asking: set[trio.CancelScope] = set()
+        self.refused: str | None = None
+        """Why a question of this call was not relayed (the call's failure is then told that way)."""
+
+    def refuse(self, why: str) -> ErrorData:
+        self.refused = why
+        return _refused(why)
 
     @property
     def origin(self) -> object:
@@ -252,13 +260,13 @@ class Askers:
         self._calls: dict[int, _Call] = {}
 
     @contextmanager
-    def calling(self, ctx: ToolContext) -> Iterator[None]:
+    def calling(self, ctx: ToolContext) -> Iterator[_Call]:
         """Register a call for its duration; questions still being asked for it are cancelled at its end."""
         ix = interaction_of(ctx)
         call = _Call(ix, ix.key(ctx, "") if ix is not None else "")
         self._calls[id(call)] = call
         try:
-            yield
+            yield call
         finally:
             del self._calls[id(call)]
             for scope in call.asking:
@@ -294,9 +302,9 @@ class Askers:
             return _refused(f"mcpipe cannot relay it: {call}")
         ix = call.ix
         if ix is None:
-            return _refused("mcpipe cannot relay it: there is no MCP client to ask")
+            return call.refuse("mcpipe cannot relay it: there is no MCP client to ask")
         if ix.modern:
-            return _refused(
+            return call.refuse(
                 "mcpipe cannot relay it: the caller speaks 2026-07-28, which cannot be asked in the middle of "
                 "a call (connect this server with protocol 2026-07-28 to relay its questions)",
             )
@@ -305,7 +313,7 @@ class Askers:
             try:
                 return _result(kind, await ix.ask(call.key, kind, params))
             except AskFailed as e:
-                return _refused(str(e))
+                return call.refuse(str(e))
             finally:
                 call.asking.discard(scope)
         return _refused("the call that asked has ended")

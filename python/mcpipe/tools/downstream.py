@@ -385,21 +385,29 @@ class DownstreamServer:
             )
 
         try:
-            with self.feed.in_call(ctx), self.askers.calling(ctx), self.streams.watching(ctx) as watched:
+            with (
+                self.feed.in_call(ctx),
+                self.askers.calling(ctx) as asking,
+                self.streams.watching(ctx) as watched,
+            ):
                 meta = self._meta(client, ctx, watched)
                 r = await call_relaying(self._relisting(client, remote, send), ctx)
                 await forward.drain()
         except AskFailed as exc:
-            raise CallError(
-                f"MCP server '{self.name}' asked the client a question mcpipe could not relay: {exc}"
-            ) from None
+            raise self._unrelayed(str(exc)) from None
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            if isinstance(exc, MCPError) and asking.refused is not None:
+                # It failed on a question mcpipe could not relay (mid-call, 2025-11-25): say so, as a tool error.
+                raise self._unrelayed(asking.refused) from None
             raise self.failure(exc) from None
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
             bool(r.is_error),
         )
+
+    def _unrelayed(self, why: str) -> CallError:
+        return CallError(f"MCP server '{self.name}' asked the client a question mcpipe could not relay: {why}")
 
     def _meta(self, client: Client, ctx: ToolContext, meta: RequestParamsMeta | None) -> RequestParamsMeta | None:
         """A call's ``_meta``: on a 2026-07-28 session, the caller's capabilities (the downstream asks only
