@@ -11,6 +11,7 @@ over the session on 2025-11-25, an input-required result on 2026-07-28. Its tool
 - ``where()``: asks for the client's roots;
 - ``both(item)``: asks for confirmation and for the roots in one round;
 - ``twice(item)``: asks for confirmation, then (a second round) for the roots;
+- the prompt ``topic``: asks (2026-07-28: an input-required result) which topic to write about;
 - ``tally()``: counts its calls (a side effect a resumed pipeline must not repeat);
 - ``caps()``: the client capabilities it was told (by name);
 - ``name()``: a hand-written 2026-07-28 tool: takes the ``user_name`` answer when the request carries one (with
@@ -29,6 +30,7 @@ import anyio
 import trio
 from mcp.server.elicitation import AcceptedElicitation, ElicitationResult
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.mcpserver.resolve import Elicit, ListRoots, Resolve, Sample
 from mcp_types import (
     CreateMessageResult,
@@ -140,6 +142,22 @@ async def name(ctx: Context) -> str | InputRequiredResult:
     schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
     ask = ElicitRequest(params=ElicitRequestFormParams(message="Your name?", requested_schema=schema))
     return InputRequiredResult(input_requests={"user_name": ask}, request_state="asked")
+
+
+@server.prompt()
+async def topic(ctx: Context) -> list[UserMessage] | InputRequiredResult:
+    """A prompt about the topic the user names."""
+    answer = (ctx.input_responses or {}).get("topic")
+    if isinstance(answer, ElicitResult) and answer.content:
+        return [
+            UserMessage(
+                role="user",
+                content=TextContent(type="text", text=f"Write about {answer.content.get('name', 'anything')}"),
+            )
+        ]
+    schema = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}
+    ask = ElicitRequest(params=ElicitRequestFormParams(message="Which topic?", requested_schema=schema))
+    return InputRequiredResult(input_requests={"topic": ask})
 
 
 @server.tool()

@@ -234,6 +234,17 @@ async def test_answers_sent_without_a_state_reach_a_downstream_tool_called_direc
     assert list(piped.input_requests) == ["n.user_name"]
 
 
+@pytest.mark.parametrize("era", [MODERN, LEGACY])
+async def test_a_prompt_that_asks_gets_the_callers_answer(era: str) -> None:
+    answers = Answers()
+    with trio.fail_after(WAIT_S):
+        async with gateway("auto") as app, caller(app, era, answers) as c:  # a pinned era skips discovery
+            got = await c.get_prompt("ds.topic")
+    content = got.messages[0].content
+    assert isinstance(content, t.TextContent) and content.text == "Write about anything"
+    assert answers.asked == ["elicit: Which topic?"]
+
+
 async def test_a_2025_downstream_cannot_ask_a_2026_caller_mid_call_and_the_call_says_why() -> None:
     with trio.fail_after(WAIT_S):
         async with gateway(LEGACY) as app, caller(app, MODERN, Answers()) as c:

@@ -40,7 +40,14 @@ from pydantic import TypeAdapter, ValidationError
 from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["MAX_ROUNDS", "Askers", "call_relaying", "caller_capabilities", "keep_caller_capabilities"]
+__all__ = [
+    "MAX_ROUNDS",
+    "Askers",
+    "call_relaying",
+    "caller_capabilities",
+    "keep_caller_capabilities",
+    "request_asking",
+]
 
 MAX_ROUNDS = 10
 """The most input-required rounds one downstream call may take within one request (the SDK's default)."""
@@ -321,3 +328,47 @@ class Askers:
 
 def _refused(message: str) -> ErrorData:
     return ErrorData(code=INVALID_REQUEST, message=message)
+
+
+async def request_asking(
+    rctx: Any, server: Any, params: Any, request: Callable[..., Awaitable[Any]], *, modern: bool
+) -> Any:
+    """A ``prompts/get`` or ``resources/read`` forwarded to ``server``, whose answer may be input-required.
+
+    A 2026-07-28 caller gets the downstream's input-required result as it is and retries with the
+    downstream's own ``requestState`` (there is no pipeline of mcpipe's to resume: the request goes on to
+    one server): ``request(client, input_responses=..., request_state=..., allow_input_required=True)``
+    on the session. A 2025-11-25 caller is asked over its session: ``request(client)`` is the SDK client's
+    method, which answers the downstream's questions through the session callbacks, routed here to it.
+
+    Args:
+        rctx: the inbound request's SDK context.
+        server: the downstream server (its live client, its :class:`Askers`).
+        params: the inbound request's params (``input_responses``, ``request_state``).
+        request: sends the request on a client, as above.
+        modern: whether the caller speaks 2026-07-28.
+    """
+    from mcpipe.interaction._core import INTERACTION_KEY
+    from mcpipe.interaction._serve import session_sender
+
+    client = server.client()
+    if modern:
+        return await request(
+            client.session,
+            input_responses=getattr(params, "input_responses", None),
+            request_state=getattr(params, "request_state", None),
+            allow_input_required=True,
+        )
+    session = rctx.session
+    ix = Interaction(
+        modern=False, capabilities=session.client_capabilities, send=session_sender(session, rctx.request_id)
+    )
+    with server.askers.calling(ToolContext(extras={INTERACTION_KEY: ix})) as asking:
+        try:
+            return await request(client)
+        except MCPError:
+            if asking.refused is not None:
+                raise MCPError(
+                    INVALID_REQUEST, f"the server asked a question mcpipe could not relay: {asking.refused}"
+                ) from None
+            raise
