@@ -65,6 +65,9 @@ class McpServerConfig(_Base):
     exclude: list[str] = []
     connect: Literal["lazy", "start"] = "start"
     protocol: Literal["auto", "2025-11-25", "2026-07-28"] = "auto"
+    session_per_era: bool | None = None
+    """With ``protocol = "auto"``: 2025-11-25 callers get a 2025-11-25 session of their own (None: over HTTP
+    only; over stdio that is a second process, with state of its own)."""
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000

@@ -228,7 +228,14 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
                     if mode == "http":
                         server = {"url": fixture.url, "prefix": ""}
                     else:
-                        server = {"command": sys.executable, "args": [str(FIXTURE)], "prefix": ""}
+                        # The fixture keeps no state between calls: a second process for 2025-11-25 callers
+                        # lets its tools that ask them mid-call reach them (docs/interaction.md).
+                        server = {
+                            "command": sys.executable,
+                            "args": [str(FIXTURE)],
+                            "prefix": "",
+                            "session_per_era": True,
+                        }
                     config = base / f"mcpipe-{mode}.json"
                     config.write_text(json.dumps({"audit": {"enabled": False}, "mcpServers": {"everything": server}}))
                     log = base / f"mcpipe-{mode}.log"

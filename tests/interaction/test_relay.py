@@ -74,15 +74,16 @@ class Answers:
         return {f"{'list_roots' if k == 'roots' else k}_callback": every[k] for k in kinds or every}
 
 
-def downstream(protocol: str, url: str | None = None) -> dict[str, Any]:
+def downstream(protocol: str, url: str | None = None, **extra: Any) -> dict[str, Any]:
     where: dict[str, Any] = {"url": url} if url else {"command": sys.executable, "args": [ASKING]}
-    return {**where, "protocol": protocol}
+    return {**where, "protocol": protocol, **extra}
 
 
 @asynccontextmanager
-async def gateway(protocol: str, url: str | None = None) -> AsyncIterator[App]:
+async def gateway(protocol: str, url: str | None = None, **extra: Any) -> AsyncIterator[App]:
     """mcpipe with ``asking_server.py`` as its ``ds`` server (stdio, or ``url``), and the ``remove`` pipeline."""
-    doc = {"audit": {"enabled": False}, "mcpServers": {"ds": downstream(protocol, url)}, "pipelines": PIPELINES}
+    server = downstream(protocol, url, **extra)
+    doc = {"audit": {"enabled": False}, "mcpServers": {"ds": server}, "pipelines": PIPELINES}
     async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
         yield app
 
@@ -282,12 +283,16 @@ async def test_a_2025_downstream_question_is_refused_when_calls_of_two_requests_
     assert "the caller is ambiguous" in str(refused.value)
 
 
-async def test_with_protocol_auto_a_2025_caller_reaches_a_tool_that_asks_the_2025_way_over_a_2025_session() -> None:
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_with_protocol_auto_a_2025_caller_reaches_a_tool_that_asks_the_2025_way_over_a_2025_session(
+    transport: str,
+) -> None:
+    """Over HTTP by default; over stdio (a second process) when the config asks for it."""
     answers = Answers()
     with trio.fail_after(WAIT_S):
         async with (
-            http_asking_server() as url,
-            gateway("auto", url) as app,
+            http_asking_server() if transport == "http" else _nothing() as url,
+            gateway("auto", url, **({} if url else {"session_per_era": True})) as app,
             caller(app, LEGACY, answers) as old,
             caller(app, MODERN, Answers()) as new,
         ):
@@ -299,6 +304,18 @@ async def test_with_protocol_auto_a_2025_caller_reaches_a_tool_that_asks_the_202
     assert text(relayed) == "deleted logs" and answers.asked == ["elicit: Delete logs?"]
     assert text(modern_call) == "deleted tmp"
     assert sessions == (1, 1)  # the 2026-07-28 session, and a 2025-11-25 one opened for the 2025-11-25 caller
+
+
+@asynccontextmanager
+async def _nothing() -> AsyncIterator[None]:
+    yield None
+
+
+async def test_over_stdio_there_is_one_session_unless_asked() -> None:
+    with trio.fail_after(WAIT_S):
+        async with gateway("auto") as app:
+            twin = app.downstreams.servers[0].twin
+    assert twin is None
 
 
 @asynccontextmanager

@@ -537,8 +537,9 @@ class Downstreams:
     def __init__(self, configs: dict[str, McpServerConfig], *, errlog: Any = None) -> None:
         self.servers = [DownstreamServer(n, c, errlog=errlog) for n, c in configs.items() if c.enabled]
         for s in self.servers:
-            # Over HTTP only: a second stdio session would be a second process, with state of its own.
-            if s.config.protocol == "auto" and s.config.transport == "http":
+            # By default over HTTP only: a second stdio session is a second process, with state of its own.
+            per_era = s.config.session_per_era
+            if s.config.protocol == "auto" and (s.config.transport == "http" if per_era is None else per_era):
                 handshake = msgspec.structs.replace(s.config, protocol="2025-11-25", connect="lazy")
                 s.twin = DownstreamServer(s.name, handshake, errlog=errlog)
 
