@@ -37,7 +37,8 @@ from mcp_types import (
 )
 from pydantic import TypeAdapter, ValidationError
 
-from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
+from mcpipe.interaction._core import INTERACTION_KEY, METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
+from mcpipe.interaction._serve import session_sender
 from mcpipe.tools._base import ToolContext
 
 __all__ = [
@@ -348,9 +349,6 @@ async def request_asking(
         request: sends the request on a client, as above.
         modern: whether the caller speaks 2026-07-28.
     """
-    from mcpipe.interaction._core import INTERACTION_KEY
-    from mcpipe.interaction._serve import session_sender
-
     client = server.client()
     if modern:
         return await request(
