@@ -47,7 +47,10 @@ from mcpipe.interaction._core import AskFailed, interaction_of
 from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.tools._lines import install as _linear_stdio_lines
 from mcpipe.tools._polling import StreamWatch
+
+_linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
 __all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 
