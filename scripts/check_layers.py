@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._template",
             "mcpipe._describe",
             "mcpipe._util",
+            "mcpipe._json",
+            "mcpipe._loader",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",

@@ -7,14 +7,10 @@ the config, the scheduler and the gateway each had their own copy of the suspens
 
 from __future__ import annotations
 
-import importlib
-import os
 import re
-import sys
 from collections.abc import Callable
-from typing import Any
 
-__all__ = ["PIPE_TOOL", "LoadError", "glob_matcher", "is_suspension", "load_attr"]
+__all__ = ["PIPE_TOOL", "glob_matcher", "is_suspension"]
 
 PIPE_TOOL = "mcp_pipe"
 """The name of the server's own pipeline tool; no step may call it and no other tool may take it."""
@@ -37,47 +33,3 @@ def is_suspension(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_suspension(e) for e in exc.exceptions)
     return getattr(exc, "suspends_pipeline", False) is True
-
-
-class LoadError(Exception):
-    """A ``module:attr`` entry that cannot be loaded.
-
-    Attributes:
-        malformed: True when the entry is not of the form ``MODULE:ATTR`` (callers word that themselves).
-    """
-
-    def __init__(self, message: str, *, malformed: bool = False) -> None:
-        super().__init__(message)
-        self.malformed = malformed
-
-
-def load_attr(entry: str, note: str = "") -> Any:
-    """Import ``MODULE:ATTR`` (``ATTR`` may be dotted) and answer the object.
-
-    One rule for every entry point (``mcpipe run --tools``, the config's ``python_tools``): the form is
-    ``MODULE:ATTR``, and the current directory is importable (a console script does not put it on
-    ``sys.path``; ``python -m`` does).
-
-    Args:
-        entry: ``MODULE:ATTR``.
-        note: added to the messages after what failed (``" (from --tools x:y)"``).
-
-    Raises:
-        LoadError: the entry is malformed, the module cannot be imported, or it has no such attribute.
-    """
-    module_name, sep, attr = entry.partition(":")
-    if not sep or not module_name or not attr:
-        raise LoadError(f"expected MODULE:ATTR, got {entry!r}", malformed=True)
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # importing runs the module's code: any failure is the user's module's
-        raise LoadError(f"cannot import {module_name!r}{note}: {type(e).__name__}: {e}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise LoadError(f"module {module_name!r} has no attribute {attr!r}{note}") from None
-    return obj

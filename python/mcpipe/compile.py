@@ -33,12 +33,25 @@ from mcpipe.plan import (
     Scope,
     decode_fields,
     problem_order,
+    template_parts,
 )
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase
 
-__all__ = ["CACHE_SIZE", "CompiledSpec", "Limits", "clear_cache", "compile_spec"]
+__all__ = [
+    "CACHE_BYTES",
+    "CACHE_SIZE",
+    "CompiledSpec",
+    "Limits",
+    "clear_cache",
+    "compile_spec",
+    "configure_cache",
+    "template_parts",
+]
 
 CACHE_SIZE = 512
+CACHE_BYTES = 64 * 1024 * 1024
+"""The most bytes the plan cache holds, counting each entry as twice its spec text (the text is the key, and
+the plan's constants are about as large again; see docs/reliability.md)."""
 
 
 def compile_spec(
@@ -64,9 +77,17 @@ def compile_spec(
     data, key = _load(spec)
     entry = _CACHE.get((key, limits)) if key is not None else None
     if entry is None:
+        # Size and step count first (the shared checker): a spec too large to compile is refused having
+        # compiled nothing.
+        size = Checker()
+        if not size.size(
+            data, len(key) if key is not None else None, max_bytes=limits.max_spec_bytes, max_steps=limits.max_steps
+        ):
+            raise SpecError(size.problems)
         entry = _Compiler(limits).run(data)
-        if key is not None:
-            _CACHE.put((key, limits), entry)
+        if key is not None and entry[0] is not None:  # invalid specs are not kept
+            # An entry holds the spec text (its key) and the plan, whose constants are about as large again.
+            _CACHE.put((key, limits), entry, 2 * len(key))
     compiled, problems = entry
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
@@ -94,6 +115,14 @@ def _tool_hint(name: str, tools: Container[str]) -> str:
 def clear_cache() -> None:
     """Forget every cached plan (for tests and for benchmarks of the cold path)."""
     _CACHE.clear()
+
+
+def configure_cache(*, max_bytes: int) -> None:
+    """Bound the plan cache by the bytes of spec text it holds (``pipe.compile_cache_bytes``)."""
+    _CACHE.max_bytes = max_bytes
+    while _CACHE.data and _CACHE.bytes > max_bytes:
+        _, (_, gone) = _CACHE.data.popitem(last=False)
+        _CACHE.bytes -= gone
 
 
 # --- loading ----------------------------------------------------------------------------------------
@@ -147,7 +176,11 @@ class _Compiler:
 
     def __init__(self, limits: Limits) -> None:
         self.limits = limits
-        self.check = Checker(max_depth=limits.max_depth)
+        self.check = Checker(
+            max_depth=limits.max_depth,
+            max_json_depth=limits.max_json_depth,
+            max_text_bytes=limits.max_output_bytes,
+        )
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
         self.steps = 0
@@ -191,8 +224,8 @@ class _Compiler:
         ids = self.check.assign_ids(raw, loc)
         out: list[Node] = []
         ok = True
-        for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
-            step = self.step(item, f"{loc}[{i}]", sid, Checker.list_scope(ids, i, var_names, depth))
+        for i, (item, sid, scope) in enumerate(zip(raw, ids, Checker.list_scopes(ids, var_names, depth), strict=True)):
+            step = self.step(item, f"{loc}[{i}]", sid, scope)
             ok = ok and step is not None
             if step is not None:
                 out.append(step)
@@ -264,26 +297,37 @@ def _var_names(value: Any) -> frozenset[str] | None:
 
 
 class _LRU:
-    """A small least-recently-used map; plans are immutable, so sharing them is safe."""
+    """A small least-recently-used map bounded by entries and by bytes (the spec text each entry was
+    compiled from); plans are immutable, so sharing them is safe."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, max_bytes: int = CACHE_BYTES) -> None:
         self.size = size
-        self.data: OrderedDict[Any, Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
 
     def get(self, key: Any) -> Any:
-        value = self.data.get(key)
-        if value is not None:
-            self.data.move_to_end(key)
-        return value
-
-    def put(self, key: Any, value: Any) -> None:
-        self.data[key] = value
+        entry = self.data.get(key)
+        if entry is None:
+            return None
         self.data.move_to_end(key)
-        if len(self.data) > self.size:
-            self.data.popitem(last=False)
+        return entry[0]
+
+    def put(self, key: Any, value: Any, nbytes: int = 0) -> None:
+        if nbytes > self.max_bytes:
+            return  # larger than the whole cache: keeping it would evict everything else
+        old = self.data.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self.data[key] = (value, nbytes)
+        self.bytes += nbytes
+        while len(self.data) > self.size or self.bytes > self.max_bytes:
+            _, (_, gone) = self.data.popitem(last=False)
+            self.bytes -= gone
 
     def clear(self) -> None:
         self.data.clear()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.data)

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import tomllib
+import types
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +27,7 @@ import yaml
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ConfigError, ErrorCode, Problem
+from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -41,6 +44,8 @@ __all__ = [
 ]
 
 CODE = ErrorCode.INVALID_CONFIG
+MAX_CONFIG_DEPTH = 128
+"""How deeply any value of a config may nest (declared pipelines' templates included)."""
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -65,6 +70,9 @@ class McpServerConfig(_Base):
     exclude: list[str] = []
     connect: Literal["lazy", "start"] = "start"
     protocol: Literal["auto", "2025-11-25", "2026-07-28"] = "auto"
+    session_per_era: bool | None = None
+    """With ``protocol = "auto"``: 2025-11-25 callers get a 2025-11-25 session of their own (None: over HTTP
+    only; over stdio that is a second process, with state of its own)."""
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
@@ -75,11 +83,41 @@ class McpServerConfig(_Base):
 
 
 class PipeConfig(_Base):
+    """``mcp_pipe`` and the limits every pipeline runs under (``docs/reliability.md``)."""
+
     enabled: bool = True
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: int | None = None
+    max_spec_bytes: int = 4 * 1024 * 1024
+    """The largest spec, refused before anything is compiled."""
+    max_json_depth: int = 64
+    """How deeply any JSON value (templates, tool arguments, step outputs) may nest."""
+    max_output_bytes: int = 8 * 1024 * 1024
+    """The most one step's output, or one interpolated string, may hold."""
+    max_answer_bytes: int = 32 * 1024 * 1024
+    """The most the outputs of one pipeline (and its result) may hold together, and one direct call's result."""
+    expression_timeout_ms: int = 1000
+    """The deadline of one CEL or JSONata evaluation."""
+    compile_cache_bytes: int = 64 * 1024 * 1024
+    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+
+    def limits(self) -> Any:
+        """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
+        from mcpipe.plan import Limits
+
+        return Limits(
+            self.max_steps,
+            self.max_depth,
+            self.max_concurrency,
+            self.timeout_ms,
+            max_spec_bytes=self.max_spec_bytes,
+            max_json_depth=self.max_json_depth,
+            max_output_bytes=self.max_output_bytes,
+            max_answer_bytes=self.max_answer_bytes,
+            expression_timeout_ms=self.expression_timeout_ms,
+        )
 
 
 class TokenConfig(_Base):
@@ -107,6 +145,17 @@ class HttpConfig(_Base):
     json_response: bool = False
     session_idle_timeout_s: float | None = 1800.0
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """How long a request body may take to arrive, in all; a slower one is answered 408."""
+    resumable_streams: bool = True
+    """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
+    lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""
+    sse_retry_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] | None = 1000
+    """The ``retry`` the priming event suggests (how long a client waits before reconnecting)."""
+    event_store_max_events: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most SSE events kept for replay, across sessions (the oldest go first)."""
+    event_store_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 16 * 1024 * 1024
+    """The most bytes of messages kept for replay, across sessions."""
 
 
 class InteractionConfig(_Base):
@@ -121,6 +170,10 @@ class InteractionConfig(_Base):
     """States larger than this stay in the pipeline store; the client holds an opaque handle."""
     sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 30.0
     """How often expired suspended pipelines are swept from the store."""
+    max_suspended: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most suspended pipelines the in-memory store keeps; past it the oldest is evicted."""
+    max_suspended_bytes: Annotated[int, msgspec.Meta(ge=1)] = 64 * 1024 * 1024
+    """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
 
 
 class Config(_Base):
@@ -183,10 +236,73 @@ def _located(exc: msgspec.ValidationError, base: str, struct: Any = None) -> Pro
     location, text = split_msgspec_error(str(exc), base)
     if m := _UNKNOWN.match(text):
         key = m.group(1)
-        fields = getattr(struct, "__struct_encode_fields__", None)
-        hint = did_you_mean(key, fields) if fields is not None and location == base else ""
+        below = _struct_at(struct, location[len(base) :]) if location.startswith(base) else None
+        fields = getattr(below, "__struct_encode_fields__", None)
+        hint = did_you_mean(key, fields) if fields is not None else ""
         return Problem(f"{location}.{key}" if location else key, CODE, f"unknown key `{key}`{hint}")
     return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
+
+
+_PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[[^\]]*\]")
+
+
+def _struct_at(tp: Any, path: str) -> Any:
+    """The type found at ``path`` (``.tokens[0]``) below the type ``tp``: through struct fields, list
+    items and mapping values (the Struct of an optional field)."""
+    for m in _PATH_PART.finditer(path):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (types.UnionType, typing.Union) and len(args) == 1:
+            tp = args[0]
+        if m.group(1) is not None:
+            field = {f.encode_name: f for f in msgspec.structs.fields(tp)}.get(m.group(1)) if _is_struct(tp) else None
+            if field is None:
+                return None
+            tp = field.type
+        else:
+            items = typing.get_args(tp)
+            if not items:
+                return None
+            tp = items[-1]  # list[X] -> X, dict[str, X] -> X
+    return tp
+
+
+def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: Any) -> list[Problem]:
+    """Every problem of a table, not only the first msgspec stops at: each key is checked on its own
+    (unknown keys with the closest known one, each known key's value against its field's type)."""
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if _is_struct(struct) else None
+    if fields is None or not isinstance(value, dict):
+        return [_located(exc, base, struct)]
+    problems = []
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
+            continue
+        try:
+            msgspec.convert(item, field.type, strict=True)
+        except msgspec.ValidationError as inner:
+            problems.append(_located(inner, f"{base}.{key}", field.type))
+    return problems or [_located(exc, base, struct)]
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _syntax_problem(exc: Exception, fmt: str) -> Problem:
+    """A document that does not parse: one line, located ``line:col`` when the parser says where."""
+    what = f"not valid {fmt.upper()}"
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, json.JSONDecodeError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
+    text = " ".join(str(exc).split())
+    if m := re.search(r"\s*\(at line (\d+), column (\d+)\)", text):  # tomllib's way of saying where
+        return Problem(f"{m.group(1)}:{m.group(2)}", CODE, f"{what}: {text[: m.start()] + text[m.end() :]}")
+    return Problem("", CODE, f"{what}: {text}")
 
 
 def _decode_raw(data: bytes, fmt: str) -> Any:
@@ -294,7 +410,18 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             if name not in names:
                 problems.append(Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(names)})"))
     p = cfg.pipe
-    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
+    for key in (
+        "max_steps",
+        "max_depth",
+        "max_concurrency",
+        "timeout_ms",
+        "max_spec_bytes",
+        "max_json_depth",
+        "max_output_bytes",
+        "max_answer_bytes",
+        "expression_timeout_ms",
+        "compile_cache_bytes",
+    ):
         v = getattr(p, key)
         if v is not None and v <= 0:
             problems.append(Problem(f"pipe.{key}", CODE, "must be positive"))
@@ -346,15 +473,25 @@ def parse_config(
     try:
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+        raise ConfigError([_syntax_problem(exc, fmt)]) from None
+    except RecursionError:
+        raise ConfigError(
+            [Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
+    if json_depth(raw, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        where = deepest_location(raw, MAX_CONFIG_DEPTH)
+        raise ConfigError(
+            [Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")]
+        )
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():
         section = _SECTIONS.get(key)
         if section is None:
-            problems.append(Problem(str(key), CODE, f"unknown key `{key}` (known: {', '.join(_SECTIONS)})"))
+            hint = did_you_mean(str(key), _SECTIONS) or f" (known: {', '.join(_SECTIONS)})"
+            problems.append(Problem(str(key), CODE, f"unknown key `{key}`{hint}"))
             continue
         if section.each:
             if not isinstance(value, dict):
@@ -365,13 +502,13 @@ def parse_config(
                 try:
                     decoded[name] = msgspec.convert(item, section.type, strict=True)
                 except msgspec.ValidationError as exc:
-                    problems.append(_located(exc, f"{key}.{name}", section.type))
+                    problems.extend(_every_problem(exc, item, f"{key}.{name}", section.type))
             fields[key] = decoded
         else:
             try:
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
-                problems.append(_located(exc, key, section.type))
+                problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
     if cfg.pipelines or cfg.outbound is not None:

@@ -20,6 +20,7 @@ __all__ = [
     "ExpressionError",
     "InterpolationError",
     "MCPipeError",
+    "OutputTooLargeError",
     "Problem",
     "SpecError",
     "TemplateSyntaxError",
@@ -44,6 +45,7 @@ class ErrorCode(StrEnum):
     TOOL_FAILED = "TOOL_FAILED"
     GATE_REJECTED = "GATE_REJECTED"
     TIMEOUT = "TIMEOUT"
+    OUTPUT_TOO_LARGE = "OUTPUT_TOO_LARGE"
     CANCELLED = "CANCELLED"
     SUSPENDED = "SUSPENDED"
     INTERNAL = "INTERNAL"
@@ -148,6 +150,29 @@ def _quote(key: str) -> str:
     return msgspec.json.encode(key).decode()
 
 
+class OutputTooLargeError(MCPipeError, ValueError):
+    """A value past a size limit: interpolated text, a step's output or a whole answer (issue 9).
+
+    Nothing that large is built: the core measures before it allocates, the runtime before it keeps.
+
+    Attributes:
+        size: the size found, in bytes (a lower bound when the measure stopped at the limit).
+        limit: the limit, in bytes.
+        location: where (``steps[3].args.v``), or ``""``.
+    """
+
+    code = ErrorCode.OUTPUT_TOO_LARGE
+
+    def __init__(
+        self, size: int, limit: int, location: str = "", what: str = "the interpolated text", why: str = ""
+    ) -> None:
+        self.size = size
+        self.limit = limit
+        self.location = location
+        where = f"{location}: " if location else ""
+        super().__init__(f"{where}{what} {why or f'would be at least {size} bytes; the limit is {limit}'}")
+
+
 class UnknownToolError(MCPipeError, LookupError):
     """A call to a tool name that no registry holds."""
 
@@ -199,12 +224,17 @@ class ExpressionError(MCPipeError):
     Attributes:
         missing: True when it failed because a value was absent (an unknown key, an undefined variable):
             the step fails with ``INTERPOLATION_FAILED`` then, else with ``TOOL_FAILED``.
-        code: the code of a step that fails with this error.
+        timeout: True when it ran past the expression deadline (``pipe.expression_timeout_ms``).
+        code: the code of a step that fails with this error: ``TIMEOUT``, ``INTERPOLATION_FAILED`` (a
+            missing value) or ``TOOL_FAILED``.
     """
 
     code = ErrorCode.TOOL_FAILED
 
-    def __init__(self, message: str, *, missing: bool = False) -> None:
+    def __init__(self, message: str, *, missing: bool = False, timeout: bool = False) -> None:
         super().__init__(message)
         self.missing = missing
-        self.code = ErrorCode.INTERPOLATION_FAILED if missing else ErrorCode.TOOL_FAILED
+        self.timeout = timeout
+        self.code = (
+            ErrorCode.TIMEOUT if timeout else ErrorCode.INTERPOLATION_FAILED if missing else ErrorCode.TOOL_FAILED
+        )

@@ -121,10 +121,12 @@ pub struct Plan {
     pub root: Node,
     pub sites: Vec<(String, String)>,
     pub prefixes: Box<[PrefixNode]>,
+    /// The most bytes an interpolated string of this plan may have (checked before it is built).
+    pub max_text: usize,
 }
 
 /// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
-pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyResult<Plan> {
+pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text: usize) -> PyResult<Plan> {
     let mut compiler = Compiler {
         ids,
         sites: Vec::new(),
@@ -156,7 +158,7 @@ pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyRes
         (reference.prefix, reference.prefix_len) =
             if id == NO_PARENT { (NO_PREFIX, 0) } else { (renumbered[id as usize], len - 1) };
     });
-    Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice() })
+    Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice(), max_text })
 }
 
 struct Compiler<'a> {
@@ -368,9 +370,12 @@ pub fn step_ids(value: Option<&Bound<'_, PyAny>>) -> PyResult<StepIds> {
             add(n, id)?;
         }
     } else {
+        let mut count = 0;
         for (i, id) in value.try_iter()?.enumerate() {
             add((i + 1).into_pyobject(py)?.into_any(), id?)?;
+            count = i + 1;
         }
+        ids.set_count(count);
     }
     Ok(ids)
 }

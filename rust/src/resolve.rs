@@ -8,15 +8,17 @@ use std::cell::Cell;
 use std::fmt::Write;
 use std::ptr::addr_of_mut;
 
-use pyo3::exceptions::PyRecursionError;
+use pyo3::exceptions::{PyMemoryError, PyRecursionError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::capi;
 use crate::dict::{self, Probe};
 use crate::errors::{Found, ResolveError};
+use crate::measure::measure;
 use crate::path::ArrayIndex;
 use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
 use crate::text::write_json_string;
@@ -32,6 +34,9 @@ thread_local! {
     static TEXT_BUFFER: Cell<String> = const { Cell::new(String::new()) };
 }
 
+/// The largest text buffer kept for reuse between resolves.
+const KEEP_TEXT_BUFFER: usize = 1 << 20;
+
 /// Prefix tables up to this size live on the stack.
 const INLINE_PREFIXES: usize = 8;
 
@@ -44,13 +49,24 @@ pub struct Resolver<'a, 'py> {
     inline: [*mut ffi::PyObject; INLINE_PREFIXES],
     heap: Vec<*mut ffi::PyObject>,
     len: usize,
+    /// The plan's bound on what one resolve produces, in bytes of JSON: interpolated texts and the values
+    /// typed references copy, together; and what they have taken so far.
+    max_text: usize,
+    spent: usize,
 }
 
 impl<'a, 'py> Resolver<'a, 'py> {
     #[inline]
     pub fn new(plan: &'a Plan, env: &'a Bound<'py, PyAny>) -> Self {
-        let mut resolver =
-            Resolver { py: env.py(), env, inline: [std::ptr::null_mut(); INLINE_PREFIXES], heap: Vec::new(), len: 0 };
+        let mut resolver = Resolver {
+            py: env.py(),
+            env,
+            inline: [std::ptr::null_mut(); INLINE_PREFIXES],
+            heap: Vec::new(),
+            len: 0,
+            max_text: plan.max_text,
+            spent: 0,
+        };
         // SAFETY: a type check on a live object.
         if !plan.prefixes.is_empty() && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
             if plan.prefixes.len() > INLINE_PREFIXES {
@@ -108,13 +124,13 @@ impl<'a, 'py> Resolver<'a, 'py> {
                 }
                 item
             } else if ffi::PyList_CheckExact(parent) != 0 {
-                match array_position(node.index, ffi::PyList_GET_SIZE(parent)) {
-                    Some(k) => ffi::PyList_GET_ITEM(parent, k),
+                match array_position(node.index, capi::list_size(parent)) {
+                    Some(k) => capi::list_get(parent, k),
                     None => std::ptr::null_mut(),
                 }
             } else if ffi::PyTuple_CheckExact(parent) != 0 {
-                match array_position(node.index, ffi::PyTuple_GET_SIZE(parent)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(parent, k),
+                match array_position(node.index, capi::tuple_size(parent)) {
+                    Some(k) => capi::tuple_get(parent, k),
                     None => std::ptr::null_mut(),
                 }
             } else {
@@ -145,7 +161,7 @@ pub fn resolve<'py>(r: &mut Resolver<'_, 'py>, node: &Node) -> PyResult<Bound<'p
     match node {
         Node::Atom(value) => Ok(value.bind(r.py).clone()),
         Node::Container(value) => deep_copy(value.bind(r.py).clone(), 0),
-        Node::Reference(reference) => lookup(r, reference, true),
+        Node::Reference(reference) => copy_bounded(r, reference),
         Node::Text(text) => interpolate(r, text),
         Node::Object(object) => resolve_object(r, object),
         Node::Array(items) => resolve_array(r, items),
@@ -170,7 +186,7 @@ fn resolve_object<'py>(r: &mut Resolver<'_, 'py>, node: &ObjectNode) -> PyResult
     }
     // SAFETY: the new dict is ours; PyDict_SetItem borrows key and value and reports failure by -1.
     unsafe {
-        let dict = Bound::from_owned_ptr_or_err(py, ffi::_PyDict_NewPresized(node.keys.len() as ffi::Py_ssize_t))?;
+        let dict = Bound::from_owned_ptr_or_err(py, capi::dict_with_capacity(node.keys.len() as ffi::Py_ssize_t))?;
         for (key, value) in node.keys.iter().zip(node.values.iter()) {
             let value = resolve(r, value)?;
             if ffi::PyDict_SetItem(dict.as_ptr(), key.as_ptr(), value.as_ptr()) != 0 {
@@ -189,7 +205,7 @@ fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bou
         let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t))?;
         for (i, item) in items.iter().enumerate() {
             let value = resolve(r, item)?;
-            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
+            capi::list_set(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
         }
         Ok(list)
     }
@@ -255,13 +271,13 @@ fn walk<'py>(
                     Probe::Unknown => return walk_slow(py, reference, i, Bound::from_borrowed_ptr(py, cur), copy),
                 }
             } else if ffi::PyList_CheckExact(cur) != 0 {
-                match array_position(*index, ffi::PyList_GET_SIZE(cur)) {
-                    Some(k) => ffi::PyList_GET_ITEM(cur, k),
+                match array_position(*index, capi::list_size(cur)) {
+                    Some(k) => capi::list_get(cur, k),
                     None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
                 }
             } else if ffi::PyTuple_CheckExact(cur) != 0 {
-                match array_position(*index, ffi::PyTuple_GET_SIZE(cur)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(cur, k),
+                match array_position(*index, capi::tuple_size(cur)) {
+                    Some(k) => capi::tuple_get(cur, k),
                     None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
                 }
             } else {
@@ -304,13 +320,13 @@ fn walk_slow<'py>(
                 }
                 item
             } else if ffi::PyList_CheckExact(ptr) != 0 {
-                match array_position(index, ffi::PyList_GET_SIZE(ptr)) {
-                    Some(k) => ffi::PyList_GET_ITEM(ptr, k),
+                match array_position(index, capi::list_size(ptr)) {
+                    Some(k) => capi::list_get(ptr, k),
                     None => return Err(missing(reference, i, &value)),
                 }
             } else if ffi::PyTuple_CheckExact(ptr) != 0 {
-                match array_position(index, ffi::PyTuple_GET_SIZE(ptr)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(ptr, k),
+                match array_position(index, capi::tuple_size(ptr)) {
+                    Some(k) => capi::tuple_get(ptr, k),
                     None => return Err(missing(reference, i, &value)),
                 }
             } else {
@@ -386,9 +402,9 @@ fn star<'py>(
     unsafe {
         let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?;
         for j in 0..n {
-            let element = ffi::PyList_GET_ITEM(elements.as_ptr(), j as ffi::Py_ssize_t);
+            let element = capi::list_get(elements.as_ptr(), j as ffi::Py_ssize_t);
             let result = walk(py, reference, i + 1, element, copy)?;
-            ffi::PyList_SET_ITEM(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
+            capi::list_set(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
         }
         Ok(out)
     }
@@ -520,36 +536,36 @@ unsafe fn copy_dict(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyRe
 
 unsafe fn copy_list<'py>(py: Python<'py>, src: &Bound<'py, PyAny>, depth: u32) -> PyResult<Bound<'py, PyAny>> {
     let ptr = src.as_ptr();
-    let n = ffi::PyList_GET_SIZE(ptr);
+    let n = capi::list_size(ptr);
     let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
     for i in 0..n {
         // Copying a subclass runs Python code, which could change the list under us: then start over
         // the way Python would iterate it.
-        if i >= ffi::PyList_GET_SIZE(ptr) {
+        if i >= capi::list_size(ptr) {
             return copy_slow(src, depth);
         }
-        let item = ffi::PyList_GET_ITEM(ptr, i);
+        let item = capi::list_get(ptr, i);
         let copied = if is_container(item) {
             deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?.into_ptr()
         } else {
             ffi::Py_INCREF(item);
             item
         };
-        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied);
+        capi::list_set(out.as_ptr(), i, copied);
     }
-    if ffi::PyList_GET_SIZE(ptr) != n {
+    if capi::list_size(ptr) != n {
         return copy_slow(src, depth);
     }
     Ok(out)
 }
 
 unsafe fn copy_tuple(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyResult<Bound<'_, PyAny>> {
-    let n = ffi::PyTuple_GET_SIZE(src);
+    let n = capi::tuple_size(src);
     let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
     for i in 0..n {
-        let item = ffi::PyTuple_GET_ITEM(src, i);
+        let item = capi::tuple_get(src, i);
         let copied = deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?;
-        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied.into_ptr());
+        capi::list_set(out.as_ptr(), i, copied.into_ptr());
     }
     Ok(out)
 }
@@ -610,8 +626,8 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
             // SAFETY: `value` is alive (held by `values`) and only read.
             unsafe {
                 if let Some(len) = ascii_len.as_mut() {
-                    if ffi::PyUnicode_CheckExact(value) != 0 && ffi::PyUnicode_IS_COMPACT_ASCII(value) != 0 {
-                        *len += ffi::PyUnicode_GET_LENGTH(value) as usize;
+                    if ffi::PyUnicode_CheckExact(value) != 0 && capi::is_compact_ascii(value) {
+                        *len += capi::text_len(value) as usize;
                     } else if let Some(n) = small_int(value) {
                         *len += decimal_len(n);
                     } else if value != ffi::Py_None() {
@@ -622,8 +638,15 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
         }
     }
     match ascii_len {
-        // SAFETY: every piece is ASCII and `len` is their total length.
-        Some(len) => unsafe { join_ascii(r.py, node, &values.items[..values.len], len) },
+        Some(len) => {
+            let total = r.spent.saturating_add(len);
+            if total > r.max_text {
+                return Err(text_too_large(node, total, r.max_text));
+            }
+            r.spent = total;
+            // SAFETY: every piece is ASCII and `len` is their total length.
+            unsafe { join_ascii(r.py, node, &values.items[..values.len], len) }
+        }
         None => interpolate_buffered(r, node, Some(&values.items[..values.len])),
     }
 }
@@ -636,28 +659,28 @@ unsafe fn join_ascii<'py>(
     values: &[*mut ffi::PyObject],
     len: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let text = Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_New(len as ffi::Py_ssize_t, 127))?;
-    let mut out = ffi::PyUnicode_1BYTE_DATA(text.as_ptr());
-    let mut values = values.iter();
-    for part in node.parts.iter() {
-        let (data, n) = match part {
-            Part::Literal(literal) => (literal.as_ptr(), literal.len()),
-            Part::Reference(_) => {
-                let value = *values.next().unwrap_or(&std::ptr::null_mut());
-                if value.is_null() || value == ffi::Py_None() {
-                    continue;
+    let text = capi::ascii_text(len, |mut out| {
+        let mut values = values.iter();
+        for part in node.parts.iter() {
+            let (data, n) = match part {
+                Part::Literal(literal) => (literal.as_ptr(), literal.len()),
+                Part::Reference(_) => {
+                    let value = *values.next().unwrap_or(&std::ptr::null_mut());
+                    if value.is_null() || value == ffi::Py_None() {
+                        continue;
+                    }
+                    if let Some(n) = small_int(value) {
+                        out = write_decimal(out, n);
+                        continue;
+                    }
+                    (capi::ascii_bytes(value), capi::text_len(value) as usize)
                 }
-                if let Some(n) = small_int(value) {
-                    out = write_decimal(out, n);
-                    continue;
-                }
-                (ffi::PyUnicode_1BYTE_DATA(value).cast_const(), ffi::PyUnicode_GET_LENGTH(value) as usize)
-            }
-        };
-        std::ptr::copy_nonoverlapping(data, out, n);
-        out = out.add(n);
-    }
-    Ok(text)
+            };
+            std::ptr::copy_nonoverlapping(data, out, n);
+            out = out.add(n);
+        }
+    });
+    Bound::from_owned_ptr_or_err(py, text)
 }
 
 /// The value of an exact `int` (not a `bool`) that fits in an `i64`.
@@ -713,6 +736,10 @@ fn interpolate_buffered<'py>(
     buf.clear();
     buf.reserve(node.literal_len + 32);
     let result = interpolate_into(r, node, &mut buf, values);
+    // Keep a modest buffer for the next text; one outsized text must not stay resident.
+    if buf.capacity() > KEEP_TEXT_BUFFER {
+        buf = String::new();
+    }
     TEXT_BUFFER.set(buf);
     result
 }
@@ -725,34 +752,105 @@ fn interpolate_into<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ascii = node.literal_ascii;
     let mut values = values.map(|values| values.iter());
+    // The room this text may take: what the resolve has not spent yet.
+    let (spent, max) = (r.spent, r.max_text.saturating_sub(r.spent));
     for part in node.parts.iter() {
         match part {
-            Part::Literal(text) => buf.push_str(text),
+            Part::Literal(text) => {
+                grow(buf, text.len(), spent, max, node)?;
+                buf.push_str(text);
+            }
             Part::Reference(reference) => {
                 let value = match values.as_mut().and_then(Iterator::next) {
                     // SAFETY: the caller holds a strong reference to each value.
                     Some(&value) => unsafe { Bound::from_borrowed_ptr(r.py, value) },
                     None => lookup(r, reference, false)?,
                 };
+                // The value's size is known (from above) before a byte of it is written: a text past the
+                // limit is refused, and the room for the rest is reserved fallibly, so a failed
+                // allocation is a MemoryError rather than an abort.
+                let remaining = max.saturating_sub(buf.len());
+                // SAFETY: `value` is alive; the walk runs no Python code.
+                let size = unsafe { measure(value.as_ptr(), remaining, MAX_JSON_DEPTH) }.bytes;
+                grow(buf, size, spent, max, node)?;
                 let start = buf.len();
                 if !write_text(buf, &value)? {
                     return interpolate_slow(r, node);
+                }
+                if buf.len() > max {
+                    return Err(text_too_large(node, spent + buf.len(), r.max_text));
                 }
                 ascii = ascii && buf.as_bytes()[start..].is_ascii();
             }
         }
     }
+    r.spent = spent + buf.len();
     let len = buf.len() as ffi::Py_ssize_t;
     // SAFETY: an ASCII str of `len` characters has `len` bytes of data, all written here; otherwise
     // `buf` is valid UTF-8. Both calls return a new reference or NULL with an error set.
     unsafe {
         if ascii {
-            let text = Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_New(len, 127))?;
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), ffi::PyUnicode_1BYTE_DATA(text.as_ptr()), buf.len());
-            return Ok(text);
+            let text = capi::ascii_text(buf.len(), |out| std::ptr::copy_nonoverlapping(buf.as_ptr(), out, buf.len()));
+            return Bound::from_owned_ptr_or_err(r.py, text);
         }
         Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len))
     }
+}
+
+/// Make room for `more` bytes in `buf`, refusing to pass `max` (the room left after `spent` bytes of the
+/// resolve) and answering MemoryError when the allocator refuses.
+#[inline]
+fn grow(buf: &mut String, more: usize, spent: usize, max: usize, node: &TextNode) -> PyResult<()> {
+    let size = buf.len().saturating_add(more);
+    if size > max {
+        return Err(text_too_large(node, spent.saturating_add(size), spent.saturating_add(max)));
+    }
+    if buf.capacity() - buf.len() < more {
+        buf.try_reserve(more).map_err(|_| out_of_memory(size))?;
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_memory(size: usize) -> PyErr {
+    PyMemoryError::new_err(format!("cannot allocate {size} bytes of interpolated text"))
+}
+
+/// The error of a text that would pass its limit, located at its first reference.
+#[cold]
+#[inline(never)]
+fn text_too_large(node: &TextNode, size: usize, limit: usize) -> PyErr {
+    let location = node
+        .parts
+        .iter()
+        .find_map(|part| match part {
+            Part::Reference(reference) => Some(&*reference.location),
+            Part::Literal(_) => None,
+        })
+        .unwrap_or("");
+    ResolveError::too_large(size, limit, "the interpolated text", location).into()
+}
+
+/// A typed reference's value, copied once the resolve has room for it (measured first, so a template
+/// naming one large value many times is refused before it copies it many times).
+#[inline]
+fn copy_bounded<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference) -> PyResult<Bound<'py, PyAny>> {
+    let value = lookup(r, reference, false)?;
+    let room = r.max_text.saturating_sub(r.spent);
+    // SAFETY: `value` is alive; the walk runs no Python code.
+    let size = unsafe { measure(value.as_ptr(), room, MAX_COPY_DEPTH) }.bytes;
+    if size > room {
+        return Err(value_too_large(reference, r.spent.saturating_add(size), r.max_text));
+    }
+    r.spent += size;
+    deep_copy(value, 0)
+}
+
+#[cold]
+#[inline(never)]
+fn value_too_large(reference: &Reference, size: usize, limit: usize) -> PyErr {
+    ResolveError::too_large(size, limit, "the resolved value", &reference.location).into()
 }
 
 /// Append `value` as interpolated text: a string as itself, null as nothing, anything else as compact
@@ -842,7 +940,7 @@ unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> b
         }
         let _ = write!(buf, "{n}");
     } else if ty == addr_of_mut!(ffi::PyFloat_Type) {
-        let x = ffi::PyFloat_AS_DOUBLE(ptr);
+        let x = capi::float_value(ptr);
         if x.is_nan() {
             buf.push_str("NaN");
         } else if x.is_infinite() {
@@ -876,13 +974,13 @@ unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> b
         buf.push('}');
     } else if ty == addr_of_mut!(ffi::PyList_Type) || ty == addr_of_mut!(ffi::PyTuple_Type) {
         let list = ty == addr_of_mut!(ffi::PyList_Type);
-        let n = if list { ffi::PyList_GET_SIZE(ptr) } else { ffi::PyTuple_GET_SIZE(ptr) };
+        let n = if list { capi::list_size(ptr) } else { capi::tuple_size(ptr) };
         buf.push('[');
         for i in 0..n {
             if i > 0 {
                 buf.push(',');
             }
-            let item = if list { ffi::PyList_GET_ITEM(ptr, i) } else { ffi::PyTuple_GET_ITEM(ptr, i) };
+            let item = if list { capi::list_get(ptr, i) } else { capi::tuple_get(ptr, i) };
             if !write_json(buf, item, depth + 1) {
                 return false;
             }
@@ -912,6 +1010,7 @@ fn json_dumps<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> 
 fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
     let py = r.py;
     let mut pieces = Vec::with_capacity(node.parts.len());
+    let mut size = 0usize;
     for part in node.parts.iter() {
         pieces.push(match part {
             Part::Literal(text) => PyString::new(py, text).into_any(),
@@ -926,6 +1025,12 @@ fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult
                 }
             }
         });
+        // SAFETY: the piece is a live str; the walk runs no Python code.
+        size = size.saturating_add(unsafe { measure(pieces[pieces.len() - 1].as_ptr(), usize::MAX, 0) }.bytes);
+        if r.spent.saturating_add(size) > r.max_text {
+            return Err(text_too_large(node, r.spent.saturating_add(size), r.max_text));
+        }
     }
+    r.spent = r.spent.saturating_add(size);
     PyString::new(py, "").call_method1(intern!(py, "join"), (pieces,))
 }

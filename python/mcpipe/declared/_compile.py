@@ -60,6 +60,8 @@ class StepScope(Scope):
     policy: StepPolicy = field(default_factory=StepPolicy)
     tools: Container[str] | None = None
     max_depth: int = 5
+    max_json_depth: int = 64
+    max_text_bytes: int | None = None
 
 
 def compile_step(
@@ -122,7 +124,13 @@ class _Compiler:
     def __init__(self, scope: StepScope) -> None:
         # Ids are checked against the pattern by the step models, with their own message; expressions
         # may index `steps` dynamically, so a `steps` reference that names no step is not an error.
-        self.check = Checker(max_depth=scope.max_depth, strict_steps=False, check_ids=False)
+        self.check = Checker(
+            max_depth=scope.max_depth,
+            strict_steps=False,
+            check_ids=False,
+            max_json_depth=scope.max_json_depth,
+            max_text_bytes=scope.max_text_bytes,
+        )
         self.problem = self.check.problem
 
     @property
@@ -138,8 +146,10 @@ class _Compiler:
         ids = self.check.assign_ids(raw, loc)
         out: list[CompiledStep] = []
         ok = True
-        for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
-            scope = replace(outer, step_ids=ids, visible=frozenset(ids[:i]), siblings=frozenset(), has_last=i > 0)
+        # The shared checker's scopes: linear in the list (no set of earlier ids built per step).
+        scopes = Checker.list_scopes(ids, outer.var_names, outer.depth)
+        for i, (item, sid, base) in enumerate(zip(raw, ids, scopes, strict=True)):
+            scope = replace(outer, step_ids=ids, visible=base.visible, siblings=frozenset(), has_last=i > 0)
             step = self.step(item, f"{loc}[{i}]", sid, scope)
             ok = ok and step is not None
             if step is not None:
@@ -297,11 +307,10 @@ class _Compiler:
             return None
         child_loc = f"{loc}.steps"
         child_ids = self.check.assign_ids(children, child_loc)
-        visible = scope.visible
         # A child sees what the group's list sees, never its siblings (unless one shares an id with an
-        # earlier step of that list, which is then the one it means).
-        siblings = frozenset(child_ids) - (visible or frozenset())
-        child_scope = replace(scope, siblings=siblings, depth=scope.depth + 1)
+        # earlier step of that list, which is then the one it means): the shared checker's sibling scope.
+        shared = Checker.sibling_scope(scope, child_ids)
+        child_scope = replace(scope, siblings=shared.siblings, depth=shared.depth)
         out: list[CompiledStep] = []
         ok = True
         for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):

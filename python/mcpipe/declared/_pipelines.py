@@ -232,7 +232,13 @@ def _load_entry(
     schema_ok = _check_schema(raw.get("input_schema"), f"{loc}.input_schema", problems, need_object=True)
     if raw.get("output_schema") is not None:
         schema_ok = _check_schema(raw.get("output_schema"), f"{loc}.output_schema", problems) and schema_ok
-    scope = StepScope(policy=policy, tools=known, max_depth=limits.max_depth)
+    scope = StepScope(
+        policy=policy,
+        tools=known,
+        max_depth=limits.max_depth,
+        max_json_depth=limits.max_json_depth,
+        max_text_bytes=limits.max_output_bytes,
+    )
     if "steps" not in raw:
         problems.append(Problem(f"{loc}.steps", ErrorCode.INVALID_SPEC, "missing field `steps`"))
         return None

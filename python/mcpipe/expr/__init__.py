@@ -7,7 +7,15 @@ alone never loads them.
 """
 
 from mcpipe.errors import ExpressionError
-from mcpipe.expr._expr import ROOTS, CelExpr, ExpressionSyntaxError, JsonataExpr, to_json_value
+from mcpipe.expr._expr import (
+    ROOTS,
+    CelExpr,
+    ExpressionSyntaxError,
+    JsonataExpr,
+    expression_timeout_ms,
+    set_expression_timeout,
+    to_json_value,
+)
 from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
 
 __all__ = [
@@ -17,7 +25,9 @@ __all__ = [
     "ExpressionSyntaxError",
     "JsonataExpr",
     "Mention",
+    "expression_timeout_ms",
     "scan_cel",
     "scan_jsonata",
+    "set_expression_timeout",
     "to_json_value",
 ]

@@ -10,7 +10,7 @@ import msgspec
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.kinds.transform import build_expression
-from mcpipe.plan import Leaf
+from mcpipe.plan import Leaf, evaluate
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -33,7 +33,7 @@ async def run_cel_gate(
     step: Leaf[CelGateFields, CelExpr], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """Continue when the CEL expression is true (output ``true``); fail with ``GATE_REJECTED`` when false."""
-    verdict = step.built.evaluate(env)
+    verdict = await evaluate(step.built, env)
     if not isinstance(verdict, bool):
         raise StepFailure(
             f"the gate's expression must be a boolean, got {type(verdict).__name__}", ErrorCode.TOOL_FAILED

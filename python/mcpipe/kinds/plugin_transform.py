@@ -14,7 +14,7 @@ import msgspec
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.kinds._base import Build, Kind, StepFields
-from mcpipe.plan import Expression, Leaf
+from mcpipe.plan import Expression, Leaf, evaluate
 from mcpipe.results import StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -76,7 +76,7 @@ async def run_plugin_transform(
     step: Leaf[PluginTransformFields, Expression], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """The plugin's value over the context is the output (JSONata: the expression's value)."""
-    return StepOutput.of(step.built.evaluate(env))
+    return StepOutput.of(await evaluate(step.built, env))
 
 
 KIND = Kind("plugin_transform", PluginTransformFields, run_plugin_transform, build=build_plugin)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import msgspec
 
 from mcpipe.kinds._base import Build, Kind, StepFields
-from mcpipe.plan import Leaf
+from mcpipe.plan import Leaf, evaluate
 from mcpipe.results import StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -33,7 +33,7 @@ async def run_transform(
     step: Leaf[TransformFields, CelExpr], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """The CEL expression's value is the output."""
-    return StepOutput.of(step.built.evaluate(env))
+    return StepOutput.of(await evaluate(step.built, env))
 
 
 KIND = Kind("transform", TransformFields, run_transform, build=build_expression)

@@ -14,6 +14,7 @@ from mcpipe.plan._check import (
     referenced_step,
     referenced_var,
     step_reference_problem,
+    template_parts,
 )
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
@@ -27,6 +28,7 @@ from mcpipe.plan._ir import (
     Pipe,
     Pipeline,
     RunFn,
+    evaluate,
     prelude,
     tool_sites,
     walk,
@@ -49,12 +51,14 @@ __all__ = [
     "Scope",
     "assign_step_ids",
     "decode_fields",
+    "evaluate",
     "prelude",
     "problem_order",
     "reference_root",
     "referenced_step",
     "referenced_var",
     "step_reference_problem",
+    "template_parts",
     "tool_sites",
     "walk",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -19,6 +20,7 @@ import orjson
 from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem, TemplateSyntaxError
+from mcpipe.plan._bounds import check_spec_size, depth_problem, step_ids_for
 
 __all__ = [
     "STEP_ID",
@@ -31,6 +33,7 @@ __all__ = [
     "referenced_step",
     "referenced_var",
     "step_reference_problem",
+    "template_parts",
 ]
 
 STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
@@ -55,11 +58,66 @@ class Scope:
     """
 
     step_ids: tuple[str, ...] = ()
-    visible: frozenset[str] | None = None
+    visible: Container[str] | None = None
     siblings: frozenset[str] = frozenset()
     has_last: bool = True
     var_names: frozenset[str] | None = None
     depth: int = 0
+
+
+class _Before:
+    """The ids of a list's steps before position ``i``, without building that set for every step (which
+    would make compiling a list of n steps cost n²)."""
+
+    __slots__ = ("first", "i")
+
+    def __init__(self, first: dict[str, int], i: int) -> None:
+        self.first = first
+        self.i = i
+
+    def __contains__(self, sid: object) -> bool:
+        at = self.first.get(sid) if isinstance(sid, str) else None
+        return at is not None and at < self.i
+
+
+def template_parts(value: Any, loc: str, step_ids: Any, **options: Any) -> list[Template | TemplateSyntaxError]:
+    """A template value with a syntax error somewhere, compiled part by part, so that one bad string does
+    not hide the other problems of the same value: the syntax error of each bad string, and the template of
+    each good part (whose references can still be checked). Each part is compiled inside copies of its
+    parents holding only it, so the core names its location exactly as in the whole."""
+    out: list[Template | TemplateSyntaxError] = []
+
+    def visit(part: Any, wrap: Callable[[Any], Any]) -> None:
+        try:
+            out.append(Template(wrap(part), step_ids=step_ids, location=loc, **options))
+        except TemplateSyntaxError as e:
+            children = _template_children(part)
+            if not children:
+                out.append(e)
+            for key, child in children:
+                visit(child, partial(_wrapped, wrap, key))
+
+    visit(value, _as_is)
+    return out
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _wrapped(wrap: Callable[[Any], Any], key: Any, value: Any) -> Any:
+    """``value`` at ``key`` of an otherwise empty copy of its parent, inside ``wrap``."""
+    return wrap([None] * key + [value] if isinstance(key, int) else {key: value})
+
+
+def _template_children(value: Any) -> list[tuple[Any, Any]]:
+    """The parts of a template value compiled on their own: an object's entries, a list's items (a
+    ``$ref``/``$literal`` object is one part)."""
+    if isinstance(value, dict) and not (len(value) == 1 and ("$ref" in value or "$literal" in value)):
+        return list(value.items())
+    if isinstance(value, list):
+        return list(enumerate(value))
+    return []
 
 
 def problem_order(p: Problem) -> tuple[Any, ...]:
@@ -200,13 +258,32 @@ class Checker:
         strict_steps: report a ``steps`` reference that names no step (``steps[0]``); front-ends whose
             expressions may index ``steps`` dynamically turn it off.
         check_ids: check explicit ids against the id pattern (front-ends whose models check it turn it off).
+        max_json_depth: how deeply a template value may nest (deeper: a located ``LIMIT_EXCEEDED``).
+        max_text_bytes: the most bytes an interpolated text may take (the core refuses it before building it).
     """
 
-    def __init__(self, *, max_depth: int = 5, strict_steps: bool = True, check_ids: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        max_depth: int = 5,
+        strict_steps: bool = True,
+        check_ids: bool = True,
+        max_json_depth: int = 64,
+        max_text_bytes: int | None = None,
+    ) -> None:
         self.problems: list[Problem] = []
         self.max_depth = max_depth
         self.strict_steps = strict_steps
         self.check_ids = check_ids
+        self.max_json_depth = max_json_depth
+        self.template_options: dict[str, Any] = {} if max_text_bytes is None else {"max_text_bytes": max_text_bytes}
+
+    def size(self, data: Any, text_bytes: int | None, *, max_bytes: int, max_steps: int) -> bool:
+        """Check a whole spec's size and step count before anything is compiled (an iterative walk that
+        stops past ``max_steps``); reports and answers False when it is too large to compile."""
+        too_large = check_spec_size(data, text_bytes, max_bytes=max_bytes, max_steps=max_steps)
+        self.problems.extend(too_large)
+        return not too_large
 
     def problem(self, location: str, message: str, code: str = ErrorCode.INVALID_SPEC) -> None:
         """Report one problem."""
@@ -223,11 +300,25 @@ class Checker:
     def template(
         self, value: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None
     ) -> Template | None:
-        """Compile ``value`` as a template at ``loc`` and check its references (None on a syntax error)."""
+        """Compile ``value`` as a template at ``loc`` and check its references (None on a syntax error or a
+        value nesting past ``max_json_depth``). Every bad string of a value is reported, and the references
+        of its good parts are still checked."""
+        too_deep = depth_problem(value, loc, self.max_json_depth, "the template")
+        if too_deep is not None:
+            self.problems.append(too_deep)
+            return None
+        step_ids = step_ids_for(value, scope.step_ids)
         try:
-            t = Template(value, step_ids=scope.step_ids, location=loc)
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
+            t = Template(value, step_ids=step_ids, location=loc, **self.template_options)
+        except TemplateSyntaxError:
+            for part in template_parts(value, loc, step_ids, **self.template_options):
+                if isinstance(part, TemplateSyntaxError):
+                    self.problem(part.location, part.reason)
+                else:
+                    for site, ref in part.reference_sites:
+                        if refs is not None:
+                            refs.append((site, ref))
+                        self.check_reference(site, ref, scope)
             return None
         for site, ref in t.reference_sites:
             if refs is not None:
@@ -277,17 +368,21 @@ class Checker:
     def sibling_scope(scope: Scope, child_ids: tuple[str, ...]) -> Scope:
         """The scope of a parallel group's children: what the group's list sees, never each other (unless
         one shares an id with an earlier step of that list, which is then the one it means)."""
-        visible = scope.visible or frozenset()
+        visible: Container[str] = scope.visible if scope.visible is not None else frozenset()
         return Scope(
             scope.step_ids,
             scope.visible,
-            frozenset(child_ids) - visible,
+            frozenset(c for c in child_ids if c not in visible),
             scope.has_last,
             scope.var_names,
             scope.depth + 1,
         )
 
     @staticmethod
-    def list_scope(ids: tuple[str, ...], i: int, var_names: frozenset[str] | None, depth: int) -> Scope:
-        """The scope of step ``i`` of a list with ``ids``: the steps before it have finished."""
-        return Scope(ids, frozenset(ids[:i]), frozenset(), i > 0, var_names, depth)
+    def list_scopes(ids: tuple[str, ...], var_names: frozenset[str] | None, depth: int) -> list[Scope]:
+        """The scope of each step of a list with ``ids``: the steps before it have finished. Linear in the
+        list (no set of earlier ids is built per step)."""
+        first: dict[str, int] = {}
+        for i, sid in enumerate(ids):
+            first.setdefault(sid, i)
+        return [Scope(ids, _Before(first, i), frozenset(), i > 0, var_names, depth) for i in range(len(ids))]

@@ -27,7 +27,7 @@ import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
-from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError
+from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -42,6 +42,7 @@ __all__ = [
     "Pipe",
     "Pipeline",
     "RunFn",
+    "evaluate",
     "prelude",
     "walk",
 ]
@@ -61,12 +62,23 @@ class Limits:
         max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
         max_concurrency: parallel children running at once within one call.
         timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
+        max_spec_bytes: the largest spec (its JSON text), refused before anything is compiled.
+        max_json_depth: how deeply any JSON value (``args``, ``vars``, ``return``, tool arguments) may nest.
+        max_output_bytes: the most one step's output, or one resolved template (its texts and copied values), may
+            hold.
+        max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
+        expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
     """
 
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: float | None = None
+    max_spec_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64
+    max_output_bytes: int = 8 * 1024 * 1024
+    max_answer_bytes: int = 32 * 1024 * 1024
+    expression_timeout_ms: float = 1000.0
 
 
 DEFAULT_LIMITS = Limits()
@@ -78,6 +90,20 @@ class Expression(Protocol):
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
         ...
+
+
+async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:
+    """Evaluate a compiled expression under the deadline rules: an expression with an
+    ``evaluate_async`` (CEL that iterates runs in a killable worker process, :mod:`mcpipe.expr`) is
+    awaited, the others (an operator's plugin) are evaluated inline.
+
+    Raises:
+        ExpressionError: the expression failed (``timeout`` set when its deadline passed).
+    """
+    run = getattr(expr, "evaluate_async", None)
+    if run is not None:
+        return await run(env)
+    return expr.evaluate(env)
 
 
 RunFn: TypeAlias = Callable[["Leaf[F, B]", dict[str, Any], Mapping[str, Any], ToolContext], Awaitable[StepOutput]]
@@ -146,7 +172,7 @@ class Leaf(Generic[F, B]):
         if tools is not None:
             ctx = replace(ctx, tools=tools)
         try:
-            env2 = prelude(self, env)
+            env2 = await prelude(self, env)
             if env2 is SKIP:
                 return StepOutput.skip()
             inputs = {name: t.resolve(env2) for name, t in self.templates}
@@ -158,8 +184,10 @@ class Leaf(Generic[F, B]):
         except InterpolationError as e:
             e.with_step(self.id)
             return StepOutput.failure(str(e), ErrorCode.INTERPOLATION_FAILED)
-        except ExpressionError as e:
+        except OutputTooLargeError as e:
             return StepOutput.failure(str(e), e.code)
+        except ExpressionError as e:
+            return StepOutput.failure(f"{self.location}: {e}" if e.timeout else str(e), e.code)
         except StepFailure as e:
             return StepOutput.failure(str(e), e.code, e.output)
         except Exception as e:
@@ -255,7 +283,7 @@ def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:
             yield s.location, s.tool
 
 
-def prelude(step: Node, env: Mapping[str, Any]) -> Any:
+async def prelude(step: Node, env: Mapping[str, Any]) -> Any:
     """Apply a step's ``when`` and ``input_transform``.
 
     Returns:
@@ -266,13 +294,13 @@ def prelude(step: Node, env: Mapping[str, Any]) -> Any:
         ExpressionError: ``when`` failed or is not a boolean, or ``input_transform`` failed.
     """
     if step.when is not None:
-        verdict = step.when.evaluate(env)
+        verdict = await evaluate(step.when, env)
         if not isinstance(verdict, bool):
             raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         if not verdict:
             return SKIP
     if step.input_transform is not None:
-        transformed = step.input_transform.evaluate(env)
+        transformed = await evaluate(step.input_transform, env)
         new = dict(env)
         new["args"] = transformed
         return new

@@ -13,7 +13,8 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
-from mcpipe._util import LoadError, load_attr
+from mcpipe._loader import LoadError, load_object
+from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
@@ -29,15 +30,15 @@ __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "tool_source
 _log = logging.getLogger("mcpipe.server")
 
 
-def load_tool_source(entry: str, where: str = "python_tools") -> ToolSource:
-    """Import ``module:attr`` and check it is a tool source (a ToolRegistry, or anything with ``get``
-    and iteration).
+def load_tool_source(entry: str, where: str = "python_tools", *, base_dir: str = ".") -> ToolSource:
+    """Import ``module:attr`` (the config file's directory and the current one importable) and check it is
+    a tool source (a ToolRegistry, or anything with ``get`` and iteration).
 
     Raises:
         ConfigError: the module or attribute cannot be imported, or is not a tool source.
     """
     try:
-        obj: Any = load_attr(entry)
+        obj: Any = load_object(entry, search=[base_dir])
     except LoadError as exc:
         raise ConfigError([Problem(where, ErrorCode.INVALID_CONFIG, f"cannot load `{entry}`: {exc}")]) from None
     if not (callable(getattr(obj, "get", None)) and hasattr(obj, "__iter__")):
@@ -55,8 +56,8 @@ def policy_of(config: Config) -> Policy:
 
 
 def limits_of(config: Config) -> Limits:
-    p = config.pipe
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    limits: Limits = config.pipe.limits()
+    return limits
 
 
 def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
@@ -78,7 +79,7 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     problems: list[Problem] = []
     for i, entry in enumerate(config.python_tools):
         try:
-            sources.append(load_tool_source(entry, f"python_tools[{i}]"))
+            sources.append(load_tool_source(entry, f"python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -93,7 +94,13 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
 
 def pipeline_store(config: Config) -> ServedStore:
     """The store suspended pipelines wait in (in memory; a shared store plugs in by its URL)."""
-    return open_store("memory:", sweep_interval_s=config.interaction.sweep_interval_s)
+    section = config.interaction
+    return open_store(
+        "memory:",
+        sweep_interval_s=section.sweep_interval_s,
+        max_states=section.max_suspended,
+        max_bytes=section.max_suspended_bytes,
+    )
 
 
 @dataclass
@@ -142,12 +149,19 @@ async def open_app(
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
     )
+    limits = limits_of(config)
+    configure_cache(max_bytes=config.pipe.compile_cache_bytes)
+    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
+        from mcpipe.expr import set_expression_timeout
+
+        set_expression_timeout(config.pipe.expression_timeout_ms)
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
-        PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None,
+        PipeRunner(gateway, limits) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
+        limits=limits,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
@@ -161,9 +175,6 @@ async def open_app(
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    from mcpipe import __version__
 
-        return version("mcpipe")
-    except Exception:  # not installed as a distribution (a source checkout on sys.path)
-        return "0"
+    return __version__

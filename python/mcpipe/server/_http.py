@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import trio
@@ -31,7 +31,8 @@ from starlette.types import Receive, Scope, Send
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
-from mcpipe.server._fast import FastToolCall
+from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
+from mcpipe.server._fast import FastToolCall, replaying
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -103,6 +104,35 @@ _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a v
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
 
+class Body(NamedTuple):
+    """A request body as read: ``more`` when it went on past the limit, ``gone`` when the client left."""
+
+    data: bytes
+    more: bool
+    gone: bool = False
+
+
+async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> Body | None:
+    """Read a request body within ``timeout_s`` in all (a client trickling its body cannot hold a request
+    open), stopping once past ``max_bytes``; None when the deadline passed."""
+    chunks: list[bytes] = []
+    size = 0
+    with trio.move_on_after(timeout_s):
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return Body(b"", False, gone=True)
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            more = message.get("more_body", False)
+            if size > max_bytes:
+                break
+        return Body(b"".join(chunks), more)
+    return None
+
+
 class HttpFront:
     """The ASGI app: ``/healthz``, bearer auth, then the SDK's streamable HTTP transport at ``path``.
 
@@ -122,8 +152,12 @@ class HttpFront:
         path: str,
         tokens: dict[bytes, str],
         fast: FastToolCall | None = None,
+        max_body: int = 4 * 1024 * 1024,
+        body_timeout_s: float = 30.0,
     ):
         self.app = app
+        self.max_body = max_body
+        self.body_timeout_s = body_timeout_s
         self.manager = manager
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
@@ -131,6 +165,12 @@ class HttpFront:
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
         self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self._slow_body = orjson.dumps(
+            {
+                "error": "request_timeout",
+                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
+            }
+        )
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,6 +185,14 @@ class HttpFront:
                         return
                     scope[PRINCIPAL_SCOPE_KEY] = principal
                     scope["user"] = self._users[principal]
+                if scope["method"] == "POST":
+                    read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+                    if read is None:
+                        await _respond(send, 408, self._slow_body)
+                        return
+                    if read.gone:
+                        return
+                    receive = replaying(read.data, read.more, receive)
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
@@ -182,6 +230,13 @@ async def signalled() -> None:
             return
 
 
+async def _shutting_down(app: App, trigger: Callable[[], Awaitable[None]]) -> None:
+    """The trigger, then every call in flight cancelled: they answer ``CANCELLED`` within the graceful
+    period instead of losing their connections."""
+    await trigger()
+    app.handlers.shut_down()
+
+
 async def serve_http(
     app: App,
     *,
@@ -209,12 +264,16 @@ async def serve_http(
             "listening on every interface but accepting only loopback Host headers: list the names clients "
             "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
         )
-    manager = StreamableHTTPSessionManager(
+    resumable = h.resumable_streams and not h.json_response
+    events = InMemoryEventStore(max_events=h.event_store_max_events, max_bytes=h.event_store_max_bytes)
+    manager = ResumableSessionManager(
         app=app.server,
         json_response=h.json_response,
         security_settings=security_settings(cfg, host),
         session_idle_timeout=h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
+        events=events if resumable else None,
+        retry_interval=h.sse_retry_ms if resumable else None,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -224,7 +283,15 @@ async def serve_http(
         json_response=h.json_response,
         max_body=h.max_body_bytes,
     )
-    front = HttpFront(app, manager, path=h.path, tokens=tokens, fast=fast if fast_path else None)
+    front = HttpFront(
+        app,
+        manager,
+        path=h.path,
+        tokens=tokens,
+        fast=fast if fast_path else None,
+        max_body=h.max_body_bytes,
+        body_timeout_s=h.body_timeout_s,
+    )
     hc = HypercornConfig()
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout
@@ -233,7 +300,8 @@ async def serve_http(
     hc.keep_alive_timeout = 75
     async with manager.run(), trio.open_nursery() as nursery:
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
-        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=shutdown_trigger))
+        trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
+        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)

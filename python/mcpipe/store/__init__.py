@@ -5,13 +5,22 @@ stores register their scheme)."""
 from typing import Any
 
 from mcpipe.store._base import PipelineStore, ServedStore, StoreFactory, open_store, register_store, store_schemes
-from mcpipe.store._memory import SWEEP_INTERVAL_S, InMemoryPipelineStore
+from mcpipe.store._memory import (
+    MAX_STORED_BYTES,
+    MAX_STORED_STATES,
+    SWEEP_INTERVAL_S,
+    InMemoryPipelineStore,
+    StateTooLarge,
+)
 
 __all__ = [
+    "MAX_STORED_BYTES",
+    "MAX_STORED_STATES",
     "SWEEP_INTERVAL_S",
     "InMemoryPipelineStore",
     "PipelineStore",
     "ServedStore",
+    "StateTooLarge",
     "StoreFactory",
     "open_store",
     "register_store",
@@ -20,8 +29,11 @@ __all__ = [
 
 
 def _memory(url: str, options: dict[str, Any]) -> InMemoryPipelineStore:
-    interval = options.get("sweep_interval_s")
-    return InMemoryPipelineStore() if interval is None else InMemoryPipelineStore(interval_s=interval)
+    return InMemoryPipelineStore(
+        interval_s=options.get("sweep_interval_s", SWEEP_INTERVAL_S),
+        max_states=options.get("max_states", MAX_STORED_STATES),
+        max_bytes=options.get("max_bytes", MAX_STORED_BYTES),
+    )
 
 
 register_store("memory", _memory)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Era", "LogFn", "ProgressFn", "StepRecord", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
+__all__ = ["PURE", "Era", "LogFn", "ProgressFn", "StepRecord", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
 
 Era = Literal["2025-11-25", "2026-07-28"]
 """The protocol era of a request: 2025-11-25 (a live session the server can send requests on) or
@@ -28,6 +28,11 @@ class LogFn(Protocol):
 
 
 _log = logging.getLogger("mcpipe.tools")
+
+PURE: dict[str, Any] = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+"""MCP tool annotations of a tool that only computes from its arguments (a tool's optional ``annotations``
+attribute is listed as its ``annotations``; absent hints mean what the MCP spec says: may write, may
+destroy, not idempotent, open world)."""
 
 
 @dataclass(slots=True)
