@@ -265,3 +265,40 @@ async def test_a_state_larger_than_the_store_is_refused_with_a_clear_error():
     ):
         await store.put("h", b"x" * 1001, 2e9)
     assert len(store) == 0
+
+
+# --- the declared front-end gets the same checks through the shared checker -------------------------------
+
+
+def test_declared_steps_hand_each_template_only_the_step_ids_it_names(monkeypatch):
+    from mcpipe.declared import StepScope, compile_steps
+
+    spy = TemplateSpy(monkeypatch)
+    n = 3000
+    steps: list[dict[str, Any]] = [{"id": f"s{i}", "kind": "value", "value": {"i": i}} for i in range(n)]
+    steps.append({"kind": "value", "value": {"first": "{{step1.v}}", "prev": f"${{steps.s{n - 1}.output}}"}})
+    compiled, problems = compile_steps(steps, "pipelines.p.steps", StepScope())
+    assert problems == [] and compiled is not None and len(compiled) == n + 1
+    assert spy.ids == 1  # only `{{step1}}` needed an id
+
+
+def test_a_declared_template_nested_past_the_depth_limit_is_a_located_limit_problem():
+    from mcpipe.declared import StepScope, compile_steps
+
+    steps = [{"kind": "value", "value": nested(100)}]
+    compiled, problems = compile_steps(steps, "pipelines.p.steps", StepScope(max_json_depth=64))
+    assert compiled is None
+    assert [(p.location, p.code) for p in problems] == [("pipelines.p.steps[0].value", "LIMIT_EXCEEDED")]
+
+
+def test_declared_parallel_children_still_cannot_see_each_other():
+    from mcpipe.declared import StepScope, compile_steps
+
+    steps = [
+        {
+            "kind": "parallel",
+            "steps": [{"id": "a", "kind": "value", "value": 1}, {"kind": "value", "value": "${steps.a.output}"}],
+        }
+    ]
+    _, problems = compile_steps(steps, "pipelines.p.steps", StepScope())
+    assert [p.message for p in problems] == ["reference to step 'a', a sibling in the same parallel group"]
