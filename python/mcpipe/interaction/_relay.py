@@ -39,7 +39,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
 from mcpipe.interaction._serve import session_sender
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools._base import Request, ToolContext
 
 __all__ = [
     "MAX_ROUNDS",
@@ -361,7 +361,7 @@ async def request_asking(
     ix = Interaction(
         modern=False, capabilities=session.client_capabilities, send=session_sender(session, rctx.request_id)
     )
-    with server.askers.calling(ToolContext(interaction=ix)) as asking:
+    with server.askers.calling(ToolContext(request=Request(interaction=ix))) as asking:
         try:
             return await request(client)
         except MCPError:

@@ -1,6 +1,6 @@
 """Tools: what pipelines call. Python functions, declared backends and downstream MCP servers."""
 
-from mcpipe.tools._base import PURE, Era, LogFn, ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools._base import PURE, Era, LogFn, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._registry import FunctionTool, ToolRegistry, UnknownToolError
 
 __all__ = [
@@ -9,6 +9,7 @@ __all__ = [
     "FunctionTool",
     "LogFn",
     "ProgressFn",
+    "Request",
     "Tool",
     "ToolCaller",
     "ToolContext",
