@@ -20,10 +20,12 @@ from mcp.server.lowlevel.server import Server
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcpipe.compile import Limits
-from mcpipe.errors import ErrorCode
+from mcpipe.compile import Limits, compile_spec
+from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
+from mcpipe.results import invalid_answer, pipe_envelope
+from mcpipe.runs import Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.tools import ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
@@ -40,11 +42,7 @@ _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 def wire_result(result: ToolResult) -> dict[str, Any]:
     """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
-    s = result.structured
-    if s is not None:
-        out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
-    return out
+    return result.wire()
 
 
 def _error_result(message: str) -> dict[str, Any]:
@@ -171,13 +169,17 @@ class PipeRunner:
         limits: the server's maxima (a spec cannot raise them).
     """
 
-    def __init__(self, gateway: Gateway, limits: Limits | None = None) -> None:
+    def __init__(self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None) -> None:
         self.gateway = gateway
         self.limits = limits or Limits()
+        self.runs = runs
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """Run one ``mcp_pipe`` call and answer the contract's section-7 object."""
+        """Run one ``mcp_pipe`` call and answer the contract's section-7 object (a background one: its run
+        id, at once)."""
         await self.gateway.ready()
+        if isinstance(args, dict) and "background" in args:
+            return await self.submit(args, ctx)
         pid = new_pipeline_id()
         ctx.pipeline = pid
         t0 = time.perf_counter()
@@ -195,6 +197,38 @@ class PipeRunner:
         finally:
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
         return answer
+
+    async def submit(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """A ``"background": true`` spec: checked now (a bad one is answered at once, located), then queued;
+        answers ``result: {"run_id", "status"}``."""
+        t0 = time.perf_counter()
+        spec = {k: v for k, v in args.items() if k != "background"}
+        background = args["background"]
+        if not isinstance(background, bool):
+            return invalid_answer(
+                [Problem("background", ErrorCode.INVALID_SPEC, f"expected a boolean, got {type(background).__name__}")],
+                t0,
+            )
+        if not background:
+            return await self.run(spec, ctx)
+        if self.runs is None:
+            return invalid_answer(
+                [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
+            )
+        try:
+            compile_spec(spec, tools=self.gateway, limits=self.limits)
+        except SpecError as e:
+            return invalid_answer(e.problems, t0)
+        info = await self.runs.submit(PIPE_TOOL, spec, ctx)
+        return {
+            "ok": True,
+            "error": "",
+            "error_code": None,
+            "result": {"run_id": info.id, "status": info.status},
+            "steps": {},
+            "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
@@ -230,15 +264,6 @@ class PipeRunner:
             ctx.progress = outer
 
 
-def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
-    """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
-    return {
-        "content": [{"type": "text", "text": orjson.dumps(answer).decode()}],
-        "structuredContent": answer,
-        "isError": not answer.get("ok", False),
-    }
-
-
 class ToolHandlers:
     """``tools/list`` and ``tools/call`` handlers over a gateway (shared by ``mcpipe serve`` and ``attach``).
 
@@ -248,6 +273,7 @@ class ToolHandlers:
         default_principal: the principal of calls that carry none (stdio, in-memory).
         interactions: asking the client (elicitation, sampling, roots): the pipeline store and the
             requestState sealer (default: an in-memory store and a key of this process).
+        runs: the run queue's front (background runs), or None.
     """
 
     def __init__(
@@ -257,8 +283,10 @@ class ToolHandlers:
         *,
         default_principal: str | None = None,
         interactions: Interactions | None = None,
+        runs: Runs | None = None,
     ) -> None:
         self.gateway = gateway
+        self.runs = runs
         self.pipe = pipe
         self.default_principal = default_principal
         self.interactions = interactions if interactions is not None else Interactions()
@@ -294,6 +322,8 @@ class ToolHandlers:
         """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
         if name == PIPE_TOOL and self.pipe is not None:
             return pipe_envelope(await self.pipe.run(args, tctx))
+        if self.runs is not None and getattr(self.gateway.get(name), "background", False):
+            return await self.submit(name, args, tctx)
         try:
             return wire_result(await self.gateway.call(name, args, tctx))
         except CallError as exc:
@@ -303,6 +333,23 @@ class ToolHandlers:
         except Exception as exc:
             _log.exception("tool %r raised", name)
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
+
+    async def submit(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
+        """A call of a ``background: true`` declared pipeline: its arguments checked now, then queued;
+        answers the run id (structured ``{"run_id", "status"}``)."""
+        tool = self.gateway.get(name)
+        assert tool is not None and self.runs is not None
+        if not self.gateway.policy.allows(tctx.principal, name):
+            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        check = getattr(tool, "check_args", None)
+        if check is not None:
+            args, errors = check(args)
+            if errors:
+                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+        info = await self.runs.submit(name, args, tctx)
+        return ToolResult.text(orjson.dumps({"run_id": info.id, "status": info.status}).decode()).wire() | {
+            "structuredContent": {"run_id": info.id, "status": info.status}
+        }
 
 
 def build_server(
