@@ -14,6 +14,7 @@ from typing import Any
 
 import trio
 
+from kit.redis import redis_server
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.store import RunQueue, open_queue
 
@@ -58,6 +59,13 @@ class Workers:
                     ready.set()
         if not ready.is_set():
             raise RuntimeError(f"worker exited before it was ready: {seen.decode(errors='replace')}")
+
+    async def __aenter__(self) -> Workers:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        with trio.CancelScope(shield=True):
+            await self.stop_all()
 
     def kill(self, worker_id: str) -> None:
         self.procs[worker_id].send_signal(signal.SIGKILL)
@@ -124,19 +132,37 @@ async def test_sqlite_queue_completes_100_runs_exactly_once_through_a_sigkill_an
     with trio.fail_after(90):
         async with trio.open_nursery() as nursery:
             await nursery.start(queue.run)
-            workers = Workers(nursery, config, marks)
-            for w in ("w1", "w2", "w3"):
-                await workers.start(w)
-            for i in range(RUNS):
-                await queue.enqueue(PIPE_TOOL, _spec(i), run_id=f"r{i:03d}")
-            await _until_completed(queue, 15)
-            workers.kill("w1")
-            await _until_completed(queue, 45)
-            await workers.stop_all()  # the whole box goes down mid-run ...
-            assert await _count(queue, "completed") < RUNS
-            for w in ("w4", "w5"):  # ... and comes back
-                await workers.start(w)
-            await _until_completed(queue, RUNS)
-            await workers.stop_all()
+            async with Workers(nursery, config, marks) as workers:
+                for w in ("w1", "w2", "w3"):
+                    await workers.start(w)
+                for i in range(RUNS):
+                    await queue.enqueue(PIPE_TOOL, _spec(i), run_id=f"r{i:03d}")
+                await _until_completed(queue, 15)
+                workers.kill("w1")
+                await _until_completed(queue, 45)
+                await workers.stop_all()  # the whole box goes down mid-run ...
+                assert await _count(queue, "completed") < RUNS
+                for w in ("w4", "w5"):  # ... and comes back
+                    await workers.start(w)
+                await _until_completed(queue, RUNS)
             await _check(queue, marks, {"w1", "w2", "w3"})
+            nursery.cancel_scope.cancel()
+
+
+async def test_redis_streams_complete_100_runs_exactly_once_when_a_worker_is_killed(tmp_path):
+    marks = tmp_path / "marks"
+    with trio.fail_after(90):
+        async with redis_server(tmp_path) as url, trio.open_nursery() as nursery:
+            config = _config(tmp_path, f'[store]\nurl = "{url}"\nprefix = "t"\n')
+            queue = open_queue(url, prefix="t")
+            await nursery.start(queue.run)
+            async with Workers(nursery, config, marks) as workers:
+                for w in ("w1", "w2", "w3"):
+                    await workers.start(w)
+                for i in range(RUNS):
+                    await queue.enqueue(PIPE_TOOL, _spec(i), run_id=f"r{i:03d}")
+                await _until_completed(queue, 20)
+                workers.kill("w1")
+                await _until_completed(queue, RUNS)
+            await _check(queue, marks, {"w1"})
             nursery.cancel_scope.cancel()

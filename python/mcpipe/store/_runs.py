@@ -30,7 +30,9 @@ __all__ = [
     "RunInfo",
     "RunQueue",
     "RunStatus",
+    "cancelled_answer",
     "open_queue",
+    "outcome_of",
     "queue_schemes",
     "register_queue",
 ]
@@ -230,3 +232,18 @@ def open_queue(url: str, **options: Any) -> RunQueue:
     if factory is None:
         raise ValueError(f"no run queue for {url!r} (known: {', '.join(f'{s}:' for s in queue_schemes())})")
     return factory(url, options)
+
+
+def outcome_of(answer: Any) -> dict[str, Any]:
+    """What a terminal event says of a run's answer: ``ok`` (and the pipeline's ``error_code``)."""
+    if isinstance(answer, dict):
+        s = answer.get("structuredContent")
+        if isinstance(s, dict) and "error_code" in s:
+            return {"ok": s.get("ok"), "error_code": s.get("error_code")}
+        return {"ok": not answer.get("isError", False)}
+    return {}
+
+
+def cancelled_answer(message: str) -> dict[str, Any]:
+    """The answer of a cancelled run (a ``CallToolResult`` wire dict)."""
+    return {"content": [{"type": "text", "text": f"CANCELLED: {message}"}], "isError": True}

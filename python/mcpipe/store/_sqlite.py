@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import orjson
 import trio
 
-from mcpipe.store._runs import NewEvent, Renewal, RunEvent, RunInfo, RunStatus
+from mcpipe.store._runs import NewEvent, Renewal, RunEvent, RunInfo, RunStatus, cancelled_answer, outcome_of
 
 __all__ = ["SqliteRunQueue"]
 
@@ -268,7 +268,7 @@ class SqliteRunQueue:
             )
             if cur.rowcount != 1:
                 return False
-            _add_events(db, run_id, worker, [(status, _outcome(answer))], now)
+            _add_events(db, run_id, worker, [(status, outcome_of(answer))], now)
             return True
 
         ok = await self._do(lambda db: self._write(db, tx))
@@ -282,7 +282,7 @@ class SqliteRunQueue:
             if row is None:
                 return None
             if row[0] == "queued":
-                answer = _cancelled_answer("cancelled before it started")
+                answer = cancelled_answer("cancelled before it started")
                 db.execute(
                     "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ? WHERE id = ?",
                     (orjson.dumps(answer), now, run_id),
@@ -364,16 +364,3 @@ class SqliteRunQueue:
                 await self.sweep()
         finally:
             self.close()
-
-
-def _outcome(answer: Any) -> dict[str, Any]:
-    if isinstance(answer, dict):
-        s = answer.get("structuredContent")
-        if isinstance(s, dict) and "error_code" in s:
-            return {"ok": s.get("ok"), "error_code": s.get("error_code")}
-        return {"ok": not answer.get("isError", False)}
-    return {}
-
-
-def _cancelled_answer(message: str) -> dict[str, Any]:
-    return {"content": [{"type": "text", "text": f"CANCELLED: {message}"}], "isError": True}
