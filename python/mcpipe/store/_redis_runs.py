@@ -242,14 +242,14 @@ class RedisRunQueue:
         read = await self._client.xreadgroup(GROUP, worker, {self.stream: ">"}, count=1, block=block)
         for entries in (read or {}).values():
             for entry in entries:
-                got = await self._take(entry.identifier, entry.field_values["run"], worker)
+                got = await self._take(str(entry.identifier), str(entry.field_values["run"]), worker)
                 if got is not None:
                     return got
         return None
 
     async def renew(self, run_id: str, worker: str, lease_s: float) -> Renewal:
         run, _, _ = self._run(run_id)
-        got = await self._renew(keys=[run, self.stream], args=[GROUP, worker])
+        got: Any = await self._renew(keys=[run, self.stream], args=[GROUP, worker])
         return Renewal(False) if got == -1 else Renewal(True, got == 1)
 
     async def save(self, run_id: str, worker: str, steps: dict[str, dict[str, Any]], events: list[NewEvent]) -> bool:
@@ -269,13 +269,21 @@ class RedisRunQueue:
     async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
         run, steps, events = self._run(run_id)
         data = orjson.dumps(outcome_of(answer)).decode()
-        args = [worker, repr(time.time()), status, orjson.dumps(answer).decode(), data, GROUP, self._retention]
+        args: list[str | int] = [
+            worker,
+            repr(time.time()),
+            status,
+            orjson.dumps(answer).decode(),
+            data,
+            GROUP,
+            self._retention,
+        ]
         return bool(await self._finish(keys=[run, steps, events, self.stream], args=args))
 
     async def cancel(self, run_id: str, *, by: str | None = None) -> RunInfo | None:
         run, steps, events = self._run(run_id)
         answer = orjson.dumps(cancelled_answer("cancelled before it started")).decode()
-        got = await self._cancel(
+        got: Any = await self._cancel(
             keys=[run, steps, events, self.stream], args=[repr(time.time()), answer, by or "", GROUP, self._retention]
         )
         return None if got is None else await self.get(run_id)
