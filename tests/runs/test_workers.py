@@ -5,9 +5,6 @@ completes exactly once, and no step runs twice except one that was in flight on 
 
 from __future__ import annotations
 
-import os
-import signal
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -15,67 +12,18 @@ from typing import Any
 import trio
 
 from kit.redis import redis_server
+from kit.workers import Workers
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.store import RunQueue, open_queue
 
 RUNS = 100
 STEPS = 3
-TESTS = str(Path(__file__).resolve().parents[1])
 
 
 def _spec(i: int) -> dict[str, Any]:
     return {
         "steps": [{"id": f"s{j}", "tool": "mark", "args": {"tag": f"r{i:03d}/s{j}", "ms": 40}} for j in range(STEPS)]
     }
-
-
-class Workers:
-    """``mcpipe worker`` processes with the same config, each started and awaited ready."""
-
-    def __init__(self, nursery: trio.Nursery, config: Path, marks: Path) -> None:
-        self.nursery = nursery
-        self.config = config
-        self.env = {**os.environ, "PYTHONPATH": TESTS, "MCPIPE_TEST_MARKS": str(marks)}
-        self.procs: dict[str, trio.Process] = {}
-
-    async def start(self, worker_id: str) -> None:
-        args = [sys.executable, "-m", "mcpipe", "worker", "--config", str(self.config), "--id", worker_id]
-        proc = await trio.lowlevel.open_process(
-            [*args, "--log-level", "warning"], env=self.env, stdin=-3, stdout=-3, stderr=-1
-        )
-        self.procs[worker_id] = proc
-        ready = trio.Event()
-        self.nursery.start_soon(self._drain, proc, ready)
-        await ready.wait()
-
-    @staticmethod
-    async def _drain(proc: trio.Process, ready: trio.Event) -> None:
-        assert proc.stderr is not None
-        seen = b""
-        async for chunk in proc.stderr:
-            if not ready.is_set():
-                seen += chunk
-                if b" ready" in seen:
-                    ready.set()
-        if not ready.is_set():
-            raise RuntimeError(f"worker exited before it was ready: {seen.decode(errors='replace')}")
-
-    async def __aenter__(self) -> Workers:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        with trio.CancelScope(shield=True):
-            await self.stop_all()
-
-    def kill(self, worker_id: str) -> None:
-        self.procs[worker_id].send_signal(signal.SIGKILL)
-
-    async def stop_all(self) -> None:
-        for proc in self.procs.values():
-            if proc.returncode is None:
-                proc.send_signal(signal.SIGKILL)
-        for proc in self.procs.values():
-            await proc.wait()
 
 
 async def _count(queue: RunQueue, status: str) -> int:
