@@ -48,7 +48,7 @@ async def _completed(queue: RunQueue, n: int) -> float:
         done = await queue.runs(limit=n + 10, status="completed")
         if len(done) >= n:
             return max(r.updated for r in done)
-        await queue.events("-", wait_s=0.05)  # a bounded pause between looks
+        await queue.events("-", wait_s=0.2)  # a bounded pause between looks (a look reads every run)
 
 
 async def _measure(queue: RunQueue, workers: Workers, n_workers: int, singles: int, bulk: int) -> tuple[float, float]:

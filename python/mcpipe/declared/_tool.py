@@ -84,6 +84,7 @@ class DeclaredPipelineTool:
         "name",
         "output_schema",
         "registry",
+        "task_support",
         "title",
     )
 
@@ -106,6 +107,7 @@ class DeclaredPipelineTool:
         self.limits = limits
         self.registry = registry
         self.background = entry.background
+        self.task_support = entry.task_support
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)

@@ -28,6 +28,8 @@ from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue
 from mcpipe.tools import ToolContext, ToolResult
 
+INTERNAL_ERROR = -32603
+
 __all__ = ["LEASE_S", "Worker", "new_worker_id"]
 
 _log = logging.getLogger("mcpipe.runs")
@@ -187,5 +189,8 @@ class Worker:
         except trio.Cancelled:
             raise
         except Exception as exc:
+            # Not a failure the tool reported but one of the call itself (the tool raised): a protocol-level
+            # error, which a task reports as `failed` with a JSON-RPC error.
             _log.exception("run %s: tool %r raised", info.id, info.target)
-            return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}").wire()
+            message = f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}"
+            return {**ToolResult.error(message).wire(), "error": {"code": INTERNAL_ERROR, "message": message}}

@@ -21,6 +21,7 @@ from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction
 from mcpipe.plan import Limits
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_queue, open_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
@@ -188,6 +189,7 @@ async def open_app(
         PipeRunner(gateway, limits_of(config), runs=runs) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         runs=runs,
+        tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -28,6 +28,7 @@ from mcpipe.results import invalid_answer, pipe_envelope
 from mcpipe.runs import Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
+from mcpipe.server._tasks import Tasks, declares_tasks, required_error
 from mcpipe.tools import ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "tool_context", "wire_result"]
@@ -215,10 +216,9 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        try:
-            compile_spec(spec, tools=self.gateway, limits=self.limits)
-        except SpecError as e:
-            return invalid_answer(e.problems, t0)
+        problems = self.check(spec)
+        if problems is not None:
+            return problems
         info = await self.runs.submit(PIPE_TOOL, spec, ctx)
         return {
             "ok": True,
@@ -229,6 +229,15 @@ class PipeRunner:
             "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
+
+    def check(self, spec: Any) -> dict[str, Any] | None:
+        """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
+        t0 = time.perf_counter()
+        try:
+            compile_spec(spec, tools=self.gateway, limits=self.limits)
+        except SpecError as e:
+            return invalid_answer(e.problems, t0)
+        return None
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
@@ -274,6 +283,7 @@ class ToolHandlers:
         interactions: asking the client (elicitation, sampling, roots): the pipeline store and the
             requestState sealer (default: an in-memory store and a key of this process).
         runs: the run queue's front (background runs), or None.
+        tasks: the MCP tasks extension on that queue, or None (not offered).
     """
 
     def __init__(
@@ -284,9 +294,11 @@ class ToolHandlers:
         default_principal: str | None = None,
         interactions: Interactions | None = None,
         runs: Runs | None = None,
+        tasks: Tasks | None = None,
     ) -> None:
         self.gateway = gateway
         self.runs = runs
+        self.tasks = tasks
         self.pipe = pipe
         self.default_principal = default_principal
         self.interactions = interactions if interactions is not None else Interactions()
@@ -308,9 +320,13 @@ class ToolHandlers:
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
-        out = await sdk_call(
-            self, ctx, params, tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
-        )
+        tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
+            if declares_tasks(ctx.session.client_capabilities):
+                return await self.create_task(params.name, params.arguments or {}, tctx)
+            if support == "required":
+                raise required_error()
+        out = await sdk_call(self, ctx, params, tctx)
         if out.get("resultType") == "input_required":
             return out  # a pipeline waits for the client's answers (2026-07-28): never cached
         if ctx.protocol_version in _MODERN:
@@ -333,6 +349,25 @@ class ToolHandlers:
         except Exception as exc:
             _log.exception("tool %r raised", name)
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
+
+    async def create_task(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
+        """A call run as a task: checked now (a spec with problems, arguments that do not fit, a tool this
+        caller may not call are answered at once, synchronously), then queued: a ``CreateTaskResult``."""
+        assert self.tasks is not None
+        if name == PIPE_TOOL and self.pipe is not None:
+            spec = {k: v for k, v in args.items() if k != "background"}
+            problems = self.pipe.check(spec)
+            if problems is not None:
+                return {**pipe_envelope(problems), "resultType": "complete"}
+            return await self.tasks.create(name, spec, tctx)
+        if not self.gateway.policy.allows(tctx.principal, name):
+            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        check = getattr(self.gateway.get(name), "check_args", None)
+        if check is not None:
+            args, errors = check(args)
+            if errors:
+                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+        return await self.tasks.create(name, args, tctx)
 
     async def submit(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         """A call of a ``background: true`` declared pipeline: its arguments checked now, then queued;
@@ -375,6 +410,8 @@ def build_server(
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()
+    if handlers.tasks is not None:
+        handlers.tasks.install(server)
     return server
 
 
