@@ -17,7 +17,7 @@ import trio
 from kit.redis import redis_server
 from kit.workers import Workers
 from mcpipe.gateway import PIPE_TOOL
-from mcpipe.store import RunQueue, open_queue
+from mcpipe.store import TERMINAL, RunQueue, open_queue
 
 SPEC = {"steps": [{"id": "s", "tool": "echo", "args": {"x": 1}}]}
 
@@ -42,13 +42,14 @@ async def _first_step_at(queue: RunQueue, run_id: str) -> float:
                 return event.at
 
 
-async def _completed(queue: RunQueue, n: int) -> float:
-    """Wait until ``n`` runs have completed; answers the time the last one finished."""
+async def _finished_at(queue: RunQueue, run_id: str) -> float:
+    """Follow a run's events to its terminal one; answers when it was written."""
+    cursor = None
     while True:
-        done = await queue.runs(limit=n + 10, status="completed")
-        if len(done) >= n:
-            return max(r.updated for r in done)
-        await queue.events("-", wait_s=0.2)  # a bounded pause between looks (a look reads every run)
+        for event in await queue.events(run_id, after=cursor, wait_s=1.0):
+            cursor = event.cursor
+            if event.type in TERMINAL:
+                return event.at
 
 
 async def _measure(queue: RunQueue, workers: Workers, n_workers: int, singles: int, bulk: int) -> tuple[float, float]:
@@ -60,12 +61,11 @@ async def _measure(queue: RunQueue, workers: Workers, n_workers: int, singles: i
         t0 = time.time()
         info = await queue.enqueue(PIPE_TOOL, SPEC, run_id=f"single-{n_workers}-{i}")
         latencies.append((await _first_step_at(queue, info.id)) - t0)
-        await _completed(queue, i + 1)
+        await _finished_at(queue, info.id)
     # Throughput: many runs queued at once.
     t0 = time.time()
-    for i in range(bulk):
-        await queue.enqueue(PIPE_TOOL, SPEC, run_id=f"bulk-{n_workers}-{i}")
-    last = await _completed(queue, singles + bulk)
+    ids = [(await queue.enqueue(PIPE_TOOL, SPEC, run_id=f"bulk-{n_workers}-{i}")).id for i in range(bulk)]
+    last = max([await _finished_at(queue, run_id) for run_id in ids])
     await workers.stop_all()
     return statistics.median(latencies) * 1000, bulk / (last - t0)
 

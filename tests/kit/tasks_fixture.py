@@ -1,7 +1,7 @@
 """The tools the conformance suite's ``tasks-*`` scenarios call, served by ``mcpipe serve`` with
 :data:`CONFIG`: ``greet`` (sync only), ``slow_compute`` and ``failing_job`` (declared pipelines, so they
 run as tasks; ``failing_job`` requires it), ``protocol_error_job`` (a tool that raises: a protocol-level
-failure)."""
+failure), ``confirm_delete`` (asks the client once) and ``multi_input`` (asks twice in parallel)."""
 
 from __future__ import annotations
 
@@ -71,4 +71,37 @@ name = "failing_job"
 description = "A tool error after a second"
 task_support = "required"
 steps = [{ kind = "tool", id = "f", tool = "fail_later" }]
+
+[[pipelines]]
+name = "confirm_delete"
+description = "Asks the user to confirm, then deletes"
+input_schema = { type = "object", properties = { filename = { type = "string" } } }
+output = { deleted = "${args.filename}", action = "${steps.confirm.output.action}" }
+
+[[pipelines.steps]]
+kind = "elicitation"
+id = "confirm"
+message = "Delete ${args.filename}?"
+requested_schema = { type = "object", properties = { confirm = { type = "boolean" } } }
+
+[[pipelines]]
+name = "multi_input"
+description = "Asks two questions at once"
+output = { first = "${steps.both.output.a.content}", second = "${steps.both.output.b.content}" }
+
+[[pipelines.steps]]
+kind = "parallel"
+id = "both"
+
+[[pipelines.steps.steps]]
+kind = "elicitation"
+id = "a"
+message = "Your name?"
+requested_schema = { type = "object", properties = { name = { type = "string" }, confirm = { type = "boolean" } } }
+
+[[pipelines.steps.steps]]
+kind = "elicitation"
+id = "b"
+message = "Confirm?"
+requested_schema = { type = "object", properties = { name = { type = "string" }, confirm = { type = "boolean" } } }
 """

@@ -1,8 +1,8 @@
 """The MCP tasks extension under the official conformance suite: ``mcpipe serve`` with the suite's
 fixture tools (``kit.tasks_fixture``), every ``tasks-*`` scenario mcpipe serves, each with no failed check.
 
-The two MRTR scenarios (``tasks-mrtr-input``, ``tasks-mrtr-composition``: a task that asks its client for
-input) are not served yet: a queued run cannot ask a client (docs/runs.md)."""
+``tasks-mrtr-composition`` (a tool that asks its client synchronously first, then becomes a task on the
+final round) is not served: a call of mcpipe's is a task from its first round or never (docs/runs.md)."""
 
 from __future__ import annotations
 
@@ -30,6 +30,7 @@ SCENARIOS = [
     "tasks-dispatch-and-envelope",
     "tasks-status-notifications",
     "tasks-required-task-error",
+    "tasks-mrtr-input",
 ]
 
 

@@ -15,11 +15,13 @@ from typing import Any
 
 import trio
 
+from mcpipe.interaction import Interaction
+from mcpipe.interaction._core import _Round
 from mcpipe.store import RunQueue
 from mcpipe.store.events import EventLog
 from mcpipe.tools import ToolContext
 
-__all__ = ["RunRecord"]
+__all__ = ["RunInteraction", "RunRecord"]
 
 
 class _Shared:
@@ -121,3 +123,40 @@ class RunRecord:
         if not await s.queue.save(s.run_id, s.worker, steps, events):
             self.lose()
             await trio.lowlevel.checkpoint()  # the run's scope is cancelled: stop here
+
+
+class RunInteraction(Interaction):
+    """The record of a run that may ask its client (an MCP task of a client that can be asked): the
+    2026-07-28 :class:`~mcpipe.interaction.Interaction` (a question without an answer suspends the run), its
+    finished steps saved like :class:`RunRecord`'s.
+
+    Args:
+        record: the run's durable record (its queue, lease and events).
+        capabilities: the client's capabilities, as it declared them when the task was created.
+        answers: the answers the client gave so far, by question key.
+    """
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: RunRecord, capabilities: Any, answers: dict[str, Any]) -> None:
+        # One memo: the record's (the round reads it, the record saves what it puts).
+        super().__init__(modern=True, capabilities=capabilities, _round=_Round(record._s.memo, answers))
+        self.record = record
+
+    @property
+    def durable(self) -> bool:
+        return True
+
+    def nested(self, ctx: ToolContext) -> ToolContext:
+        inner = RunInteraction.__new__(RunInteraction)
+        inner.modern, inner.capabilities, inner.send = self.modern, self.capabilities, self.send
+        inner._round, inner.ns = self._round, f"{self.ns}{ctx.step}/"
+        inner.record = self.record
+        return replace(ctx, interaction=inner)
+
+    def put(self, path: str, result: dict[str, Any]) -> None:
+        # The round's memo is the record's: the record saves it (and the event) before the next step.
+        self.record.put(self.ns + path, result)
+
+    async def starting(self, path: str) -> None:
+        await self.record.starting(self.ns + path)

@@ -40,9 +40,10 @@ class Runs:
         self.queue = queue
         self.server_id = server_id
 
-    async def submit(self, target: str, args: Any, ctx: ToolContext) -> RunInfo:
-        """Queue a run of ``target`` with ``args`` on behalf of ``ctx.principal``."""
-        return await self.queue.enqueue(target, args, principal=ctx.principal, by=self.server_id)
+    async def submit(self, target: str, args: Any, ctx: ToolContext, *, meta: dict[str, Any] | None = None) -> RunInfo:
+        """Queue a run of ``target`` with ``args`` on behalf of ``ctx.principal`` (``meta``: see
+        :class:`~mcpipe.store.RunInfo`)."""
+        return await self.queue.enqueue(target, args, principal=ctx.principal, by=self.server_id, meta=meta)
 
     async def _mine(self, run_id: str, ctx: ToolContext) -> RunInfo | None:
         info = await self.queue.get(run_id)

@@ -18,17 +18,20 @@ from typing import Any
 
 import trio
 
-from mcpipe._util import PIPE_TOOL
+from mcpipe._util import PIPE_TOOL, is_suspension
 from mcpipe.errors import ErrorCode
 from mcpipe.gateway import CallError, Gateway
+from mcpipe.interaction import CapabilityMissing
+from mcpipe.interaction._core import only
 from mcpipe.plan import Limits
 from mcpipe.results import pipe_envelope
-from mcpipe.runs._record import RunRecord
+from mcpipe.runs._record import RunInteraction, RunRecord
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue
 from mcpipe.tools import ToolContext, ToolResult
 
 INTERNAL_ERROR = -32603
+MISSING_CAPABILITY = -32021
 
 __all__ = ["LEASE_S", "Worker", "new_worker_id"]
 
@@ -116,16 +119,19 @@ class Worker:
     async def execute(self, info: RunInfo) -> bool:
         """Execute one leased run and finish it; True when this worker finished it."""
         record = RunRecord(self.queue, info.id, self.id, await self.queue.recorded(info.id))
+        caps = info.meta.get("capabilities")
+        # A task's client can be asked (a question suspends the run until tasks/update answers it).
+        asking = None if caps is None else RunInteraction(record, caps, dict(info.meta.get("answers") or {}))
         ctx = ToolContext(
             request_id=info.id,
             client={"name": "mcpipe-worker", "version": self.id},
             principal=info.principal,
             pipeline=info.id,
-            interaction=record,
+            interaction=record if asking is None else asking,
             tools=self.gateway,
         )
         answer: dict[str, Any] | None = None
-        asked = False
+        asked = suspended = False
         with trio.CancelScope() as scope:
             record.on_lost(scope.cancel)
             async with trio.open_nursery() as nursery:
@@ -156,10 +162,21 @@ class Worker:
                     scope.cancel()
                 try:
                     answer = await self.call(info, ctx)
+                except BaseException as exc:
+                    if asking is not None and is_suspension(exc):
+                        suspended = True
+                    elif asking is not None and (missing := only(exc, CapabilityMissing)) is not None:
+                        answer = _protocol_error(MISSING_CAPABILITY, str(missing))
+                    else:
+                        raise
                 finally:
                     nursery.cancel_scope.cancel()
         if record.lost:
             return False
+        if suspended:
+            assert asking is not None
+            await record.save()
+            return await self.queue.suspend(info.id, self.id, dict(asking.pending))
         if answer is None:  # cancelled by request (a worker shutting down never gets here)
             status = "cancelled"
             answer = cancelled_answer("the run was cancelled")
@@ -192,5 +209,9 @@ class Worker:
             # Not a failure the tool reported but one of the call itself (the tool raised): a protocol-level
             # error, which a task reports as `failed` with a JSON-RPC error.
             _log.exception("run %s: tool %r raised", info.id, info.target)
-            message = f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}"
-            return {**ToolResult.error(message).wire(), "error": {"code": INTERNAL_ERROR, "message": message}}
+            return _protocol_error(INTERNAL_ERROR, f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
+
+
+def _protocol_error(code: int, message: str) -> dict[str, Any]:
+    """The answer of a run whose call failed as a whole (a JSON-RPC error), not with a tool error."""
+    return {**ToolResult.error(message).wire(), "error": {"code": code, "message": message}}

@@ -322,8 +322,9 @@ class ToolHandlers:
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
         tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
         if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
-            if declares_tasks(ctx.session.client_capabilities):
-                return await self.create_task(params.name, params.arguments or {}, tctx)
+            capabilities = ctx.session.client_capabilities
+            if declares_tasks(capabilities):
+                return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
             if support == "required":
                 raise required_error()
         out = await sdk_call(self, ctx, params, tctx)
@@ -350,7 +351,9 @@ class ToolHandlers:
             _log.exception("tool %r raised", name)
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
 
-    async def create_task(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
+    async def create_task(
+        self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any = None
+    ) -> dict[str, Any]:
         """A call run as a task: checked now (a spec with problems, arguments that do not fit, a tool this
         caller may not call are answered at once, synchronously), then queued: a ``CreateTaskResult``."""
         assert self.tasks is not None
@@ -359,7 +362,7 @@ class ToolHandlers:
             problems = self.pipe.check(spec)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
-            return await self.tasks.create(name, spec, tctx)
+            return await self.tasks.create(name, spec, tctx, capabilities)
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
         check = getattr(self.gateway.get(name), "check_args", None)
@@ -367,7 +370,7 @@ class ToolHandlers:
             args, errors = check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
-        return await self.tasks.create(name, args, tctx)
+        return await self.tasks.create(name, args, tctx, capabilities)
 
     async def submit(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         """A call of a ``background: true`` declared pipeline: its arguments checked now, then queued;

@@ -123,13 +123,18 @@ class Tasks:
     def status(info: RunInfo) -> str:
         if info.status in ("queued", "running"):
             return "working"
+        if info.status == "input_required":
+            return "input_required"
         if info.status == "failed" and isinstance(info.answer, dict) and "error" in info.answer:
             return "failed"
         return "cancelled" if info.status == "cancelled" else "completed"
 
-    async def create(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
-        """Queue the call as a run; answers the ``CreateTaskResult`` once it is durably queued."""
-        info = await self.runs.submit(name, args, tctx)
+    async def create(self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any) -> dict[str, Any]:
+        """Queue the call as a run (with the client's ``capabilities``, so that the run can ask it); answers
+        the ``CreateTaskResult`` once it is durably queued."""
+        if capabilities is not None and not isinstance(capabilities, dict):
+            capabilities = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
+        info = await self.runs.submit(name, args, tctx, meta={"capabilities": capabilities or {}})
         return {"resultType": "task", **self.envelope(info)}
 
     async def _task(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunInfo:
@@ -146,7 +151,9 @@ class Tasks:
         info = await self._task(ctx, params.task_id)
         out = self.envelope(info)
         answer = info.answer
-        if out["status"] == "failed":
+        if out["status"] == "input_required":
+            out["inputRequests"] = {k: q["request"] for k, q in (info.meta.get("pending") or {}).items()}
+        elif out["status"] == "failed":
             out["error"] = answer["error"]
         elif out["status"] == "completed" and isinstance(answer, dict):
             out["result"] = {k: v for k, v in answer.items() if k != "error"}
@@ -159,8 +166,16 @@ class Tasks:
         return {}
 
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> dict[str, Any]:
-        await self._task(ctx, params.task_id)
-        return {}  # no task of mcpipe's waits for input: the responses have nothing to resume
+        info = await self._task(ctx, params.task_id)
+        if params.input_responses:
+            responses = {k: _wire(v) for k, v in params.input_responses.items()}
+            await self.runs.queue.answer(info.id, responses, by=self.runs.server_id)
+        return {}
+
+
+def _wire(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump(by_alias=True, mode="json", exclude_none=True) if dump is not None else value
 
 
 def required_error() -> MCPError:

@@ -29,7 +29,16 @@ import orjson
 import trio
 from coredis.tokens import PureToken
 
-from mcpipe.store._runs import NewEvent, Renewal, RunEvent, RunInfo, RunStatus, cancelled_answer, outcome_of
+from mcpipe.store._runs import (
+    NewEvent,
+    Renewal,
+    RunEvent,
+    RunInfo,
+    RunStatus,
+    cancelled_answer,
+    merge_answers,
+    outcome_of,
+)
 
 __all__ = ["RedisRunQueue"]
 
@@ -38,10 +47,10 @@ _log = logging.getLogger("mcpipe.store")
 GROUP = "workers"
 RETENTION_S = 7 * 86400.0
 
-# KEYS: run, events, index, stream. ARGV: id, target, args, principal, now, by
+# KEYS: run, events, index, stream. ARGV: id, target, args, principal, now, by, data, meta
 _ENQUEUE = """
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'target', ARGV[2], 'args', ARGV[3], 'principal', ARGV[4],
-  'status', 'queued', 'created', ARGV[5], 'updated', ARGV[5], 'attempts', 0, 'cancel', 0)
+  'status', 'queued', 'created', ARGV[5], 'updated', ARGV[5], 'attempts', 0, 'cancel', 0, 'meta', ARGV[8])
 redis.call('ZADD', KEYS[3], ARGV[5], ARGV[1])
 redis.call('XADD', KEYS[2], '*', 'type', 'enqueued', 'worker', ARGV[6], 'at', ARGV[5], 'data', ARGV[7])
 local entry = redis.call('XADD', KEYS[4], '*', 'run', ARGV[1])
@@ -103,11 +112,36 @@ for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ARGV[7]) end
 return 1
 """
 
+# KEYS: run, events, stream. ARGV: worker, now, meta, group, data
+_SUSPEND = """
+if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] or redis.call('HGET', KEYS[1], 'status') ~= 'running' then
+  return 0
+end
+redis.call('HSET', KEYS[1], 'status', 'input_required', 'meta', ARGV[3], 'updated', ARGV[2])
+redis.call('XACK', KEYS[3], ARGV[4], redis.call('HGET', KEYS[1], 'entry'))
+redis.call('XADD', KEYS[2], '*', 'type', 'input_required', 'worker', ARGV[1], 'at', ARGV[2], 'data', ARGV[5])
+return 1
+"""
+
+# KEYS: run, events, stream. ARGV: old meta, new meta, resumed (1/0), now, by. Returns 1, or 0 (meta moved on).
+_ANSWER = """
+if redis.call('HGET', KEYS[1], 'status') ~= 'input_required' then return 1 end
+if redis.call('HGET', KEYS[1], 'meta') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'meta', ARGV[2], 'updated', ARGV[4])
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'status', 'queued')
+  local entry = redis.call('XADD', KEYS[3], '*', 'run', redis.call('HGET', KEYS[1], 'id'))
+  redis.call('HSET', KEYS[1], 'entry', entry)
+  redis.call('XADD', KEYS[2], '*', 'type', 'resumed', 'worker', ARGV[5], 'at', ARGV[4], 'data', '{}')
+end
+return 1
+"""
+
 # KEYS: run, steps, events, stream. ARGV: now, answer, by, group, retention_s. Returns the status after.
 _CANCEL = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return false end
-if st == 'queued' then
+if st == 'queued' or st == 'input_required' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancel', 1, 'answer', ARGV[2], 'updated', ARGV[1])
   redis.call('XADD', KEYS[3], '*', 'type', 'cancelled', 'worker', ARGV[3], 'at', ARGV[1], 'data',
     '{"before_start":true}')
@@ -133,6 +167,7 @@ def _info(h: dict[str, str]) -> RunInfo:
         attempts=int(h.get("attempts", 0)),
         cancel=h.get("cancel") == "1",
         answer=orjson.loads(h["answer"]) if h.get("answer") else None,
+        meta=orjson.loads(h["meta"]) if h.get("meta") else {},
     )
 
 
@@ -176,6 +211,8 @@ class RedisRunQueue:
         self._save = self._client.register_script(_SAVE)
         self._finish = self._client.register_script(_FINISH)
         self._cancel = self._client.register_script(_CANCEL)
+        self._suspend = self._client.register_script(_SUSPEND)
+        self._answer = self._client.register_script(_ANSWER)
 
     def _run(self, run_id: str) -> tuple[str, str, str]:
         base = f"{self.prefix}:run:{run_id}"
@@ -209,18 +246,59 @@ class RedisRunQueue:
         """Nothing to do: idle workers block on the stream."""
 
     async def enqueue(
-        self, target: str, args: Any, *, principal: str | None = None, run_id: str | None = None, by: str | None = None
+        self,
+        target: str,
+        args: Any,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        by: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> RunInfo:
         await self._ensure_group()
         now = time.time()
         run_id = run_id or os.urandom(12).hex()
         run, _, events = self._run(run_id)
         data = orjson.dumps({"target": target}).decode()
+        meta = meta or {}
         await self._enqueue(
             keys=[run, events, self.index, self.stream],
-            args=[run_id, target, orjson.dumps(args).decode(), principal or "", repr(now), by or "", data],
+            args=[
+                run_id,
+                target,
+                orjson.dumps(args).decode(),
+                principal or "",
+                repr(now),
+                by or "",
+                data,
+                orjson.dumps(meta).decode(),
+            ],
         )
-        return RunInfo(id=run_id, target=target, args=args, principal=principal, created=now, updated=now)
+        return RunInfo(id=run_id, target=target, args=args, principal=principal, created=now, updated=now, meta=meta)
+
+    async def suspend(self, run_id: str, worker: str, pending: dict[str, Any]) -> bool:
+        run, _, events = self._run(run_id)
+        info = await self.get(run_id)
+        if info is None:
+            return False
+        meta = orjson.dumps({**info.meta, "pending": pending}).decode()
+        data = orjson.dumps({"keys": sorted(pending)}).decode()
+        got: Any = await self._suspend(
+            keys=[run, events, self.stream], args=[worker, repr(time.time()), meta, GROUP, data]
+        )
+        return bool(got)
+
+    async def answer(self, run_id: str, responses: dict[str, Any], *, by: str | None = None) -> RunInfo | None:
+        run, _, events = self._run(run_id)
+        while True:
+            raw = await self._client.hget(run, "meta")
+            info = await self.get(run_id)
+            if info is None or raw is None:
+                return info
+            meta, resumed = merge_answers(orjson.loads(raw), responses)
+            args = [raw, orjson.dumps(meta).decode(), "1" if resumed else "0", repr(time.time()), by or ""]
+            if await self._answer(keys=[run, events, self.stream], args=args):
+                return await self.get(run_id)
 
     async def _take(self, entry_id: str, run_id: str, worker: str) -> RunInfo | None:
         run, _, events = self._run(run_id)

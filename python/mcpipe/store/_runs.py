@@ -31,24 +31,27 @@ __all__ = [
     "RunQueue",
     "RunStatus",
     "cancelled_answer",
+    "merge_answers",
     "open_queue",
     "outcome_of",
     "queue_schemes",
     "register_queue",
 ]
 
-RunStatus = Literal["queued", "running", "completed", "failed", "cancelled"]
+RunStatus = Literal["queued", "running", "input_required", "completed", "failed", "cancelled"]
 
 TERMINAL: frozenset[str] = frozenset({"completed", "failed", "cancelled"})
 """The statuses a run never leaves."""
 
-ACTIVE: frozenset[str] = frozenset({"queued", "running"})
+ACTIVE: frozenset[str] = frozenset({"queued", "running", "input_required"})
 
 EVENT_TYPES: tuple[str, ...] = (
     "enqueued",
     "leased",
     "step_started",
     "step_finished",
+    "input_required",
+    "resumed",
     "completed",
     "failed",
     "cancelled",
@@ -70,6 +73,9 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
         attempts: how many times a worker leased it (above 1: taken over after a worker died).
         cancel: cancelling was asked while it ran; the worker holding it stops it.
         answer: the final answer (a ``CallToolResult`` wire dict), once terminal.
+        meta: what a run of an MCP task keeps besides: the client's ``capabilities`` (so the run can ask
+            it), the ``pending`` questions of a run waiting for input (``input_required``), by wire key,
+            and the ``answers`` given so far, by question key.
     """
 
     id: str
@@ -83,6 +89,7 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     attempts: int = 0
     cancel: bool = False
     answer: Any = None
+    meta: dict[str, Any] = msgspec.field(default_factory=dict)
 
     @property
     def done(self) -> bool:
@@ -141,9 +148,26 @@ class RunQueue(Protocol):
     """Runs, their leases, their recorded steps and their events. Times are Unix seconds."""
 
     async def enqueue(
-        self, target: str, args: Any, *, principal: str | None = None, run_id: str | None = None, by: str | None = None
+        self,
+        target: str,
+        args: Any,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        by: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> RunInfo:
         """Add a run (status ``queued``) and its ``enqueued`` event; answers it."""
+        ...
+
+    async def suspend(self, run_id: str, worker: str, pending: dict[str, Any]) -> bool:
+        """The run waits for its client's input (status ``input_required``, ``pending`` in its meta) and
+        leaves ``worker``, if ``worker`` holds it; writes an ``input_required`` event."""
+        ...
+
+    async def answer(self, run_id: str, responses: dict[str, Any], *, by: str | None = None) -> RunInfo | None:
+        """Take the client's answers to pending questions (by wire key); once none is pending, the run is
+        queued again (a ``resumed`` event). None: no such run."""
         ...
 
     async def lease(self, worker: str, lease_s: float, wait_s: float) -> RunInfo | None:
@@ -247,3 +271,15 @@ def outcome_of(answer: Any) -> dict[str, Any]:
 def cancelled_answer(message: str) -> dict[str, Any]:
     """The answer of a cancelled run (a ``CallToolResult`` wire dict)."""
     return {"content": [{"type": "text", "text": f"CANCELLED: {message}"}], "isError": True}
+
+
+def merge_answers(meta: dict[str, Any], responses: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """``meta`` with ``responses`` (by wire key) moved from ``pending`` to ``answers`` (by question key);
+    and whether nothing is pending any more."""
+    pending = dict(meta.get("pending") or {})
+    answers = dict(meta.get("answers") or {})
+    for wire, response in responses.items():
+        question = pending.pop(wire, None)
+        if question is not None:
+            answers[question["key"]] = response
+    return {**meta, "pending": pending, "answers": answers}, not pending

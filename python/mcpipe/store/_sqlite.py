@@ -22,7 +22,16 @@ from typing import Any, TypeVar
 import orjson
 import trio
 
-from mcpipe.store._runs import NewEvent, Renewal, RunEvent, RunInfo, RunStatus, cancelled_answer, outcome_of
+from mcpipe.store._runs import (
+    NewEvent,
+    Renewal,
+    RunEvent,
+    RunInfo,
+    RunStatus,
+    cancelled_answer,
+    merge_answers,
+    outcome_of,
+)
 
 __all__ = ["SqliteRunQueue"]
 
@@ -42,7 +51,8 @@ CREATE TABLE IF NOT EXISTS runs (
     lease_until REAL,
     attempts INTEGER NOT NULL DEFAULT 0,
     cancel INTEGER NOT NULL DEFAULT 0,
-    answer BLOB
+    answer BLOB,
+    meta BLOB
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, seq);
 CREATE TABLE IF NOT EXISTS steps (
@@ -62,7 +72,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 """
 
-_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer"
+_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta"
 
 RETENTION_S = 7 * 86400.0
 POLL_S = 0.05
@@ -70,7 +80,7 @@ THREADS = 4
 
 
 def _info(row: tuple[Any, ...]) -> RunInfo:
-    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer = row
+    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta = row
     return RunInfo(
         id=id_,
         target=target,
@@ -83,6 +93,7 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         attempts=attempts,
         cancel=bool(cancel),
         answer=None if answer is None else orjson.loads(answer),
+        meta={} if meta is None else orjson.loads(meta),
     )
 
 
@@ -170,17 +181,31 @@ class SqliteRunQueue:
     # --- the queue ---
 
     async def enqueue(
-        self, target: str, args: Any, *, principal: str | None = None, run_id: str | None = None, by: str | None = None
+        self,
+        target: str,
+        args: Any,
+        *,
+        principal: str | None = None,
+        run_id: str | None = None,
+        by: str | None = None,
+        meta: dict[str, Any] | None = None,
     ) -> RunInfo:
         now = time.time()
         info = RunInfo(
-            id=run_id or os.urandom(12).hex(), target=target, args=args, principal=principal, created=now, updated=now
+            id=run_id or os.urandom(12).hex(),
+            target=target,
+            args=args,
+            principal=principal,
+            created=now,
+            updated=now,
+            meta=meta or {},
         )
 
         def tx(db: sqlite3.Connection) -> None:
             db.execute(
-                "INSERT INTO runs (id, target, args, principal, status, created, updated) VALUES (?,?,?,?,?,?,?)",
-                (info.id, target, orjson.dumps(args), principal, "queued", now, now),
+                "INSERT INTO runs (id, target, args, principal, status, created, updated, meta)"
+                " VALUES (?,?,?,?,?,?,?,?)",
+                (info.id, target, orjson.dumps(args), principal, "queued", now, now, orjson.dumps(info.meta)),
             )
             _add_events(db, info.id, by, [("enqueued", {"target": target})], now)
 
@@ -252,6 +277,48 @@ class SqliteRunQueue:
         self._told()
         return ok
 
+    async def suspend(self, run_id: str, worker: str, pending: dict[str, Any]) -> bool:
+        def tx(db: sqlite3.Connection) -> bool:
+            now = time.time()
+            row = db.execute(
+                "SELECT meta FROM runs WHERE id = ? AND worker = ? AND status = 'running'", (run_id, worker)
+            ).fetchone()
+            if row is None:
+                return False
+            meta = {**(orjson.loads(row[0]) if row[0] else {}), "pending": pending}
+            db.execute(
+                "UPDATE runs SET status = 'input_required', meta = ?, lease_until = NULL, updated = ? WHERE id = ?",
+                (orjson.dumps(meta), now, run_id),
+            )
+            _add_events(db, run_id, worker, [("input_required", {"keys": sorted(pending)})], now)
+            return True
+
+        ok = await self._do(lambda db: self._write(db, tx))
+        self._told()
+        return ok
+
+    async def answer(self, run_id: str, responses: dict[str, Any], *, by: str | None = None) -> RunInfo | None:
+        def tx(db: sqlite3.Connection) -> RunInfo | None:
+            now = time.time()
+            row = db.execute("SELECT status, meta FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                return None
+            if row[0] == "input_required":
+                meta, resumed = merge_answers(orjson.loads(row[1]) if row[1] else {}, responses)
+                status = "queued" if resumed else "input_required"
+                db.execute(
+                    "UPDATE runs SET status = ?, meta = ?, updated = ? WHERE id = ?",
+                    (status, orjson.dumps(meta), now, run_id),
+                )
+                if resumed:
+                    _add_events(db, run_id, by, [("resumed", {})], now)
+            return _info(db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone())
+
+        got = await self._do(lambda db: self._write(db, tx))
+        self.wake()
+        self._told()
+        return got
+
     async def recorded(self, run_id: str) -> dict[str, dict[str, Any]]:
         rows = await self._do(
             lambda db: db.execute("SELECT path, result FROM steps WHERE run = ?", (run_id,)).fetchall()
@@ -281,7 +348,7 @@ class SqliteRunQueue:
             row = db.execute("SELECT status FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 return None
-            if row[0] == "queued":
+            if row[0] in ("queued", "input_required"):
                 answer = cancelled_answer("cancelled before it started")
                 db.execute(
                     "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ? WHERE id = ?",
