@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -41,8 +40,9 @@ async def test_the_conformance_suites_tasks_scenarios_pass_against_mcpipe_serve(
     port = free_port()
     env = {**os.environ, "PYTHONPATH": TESTS}
     serve = [sys.executable, "-m", "mcpipe", "serve", "--config", "mcpipe.toml", "--http", f"127.0.0.1:{port}"]
+    log = (tmp_path / "serve.log").open("wb")
     proc = await trio.lowlevel.open_process(
-        [*serve, "--log-level", "error"], env=env, cwd=tmp_path, stdin=-3, stdout=-3, stderr=subprocess.PIPE
+        [*serve, "--log-level", "warning"], env=env, cwd=tmp_path, stdin=-3, stdout=-3, stderr=log
     )
     results: dict[str, str] = {}
     try:
@@ -67,5 +67,6 @@ async def test_the_conformance_suites_tasks_scenarios_pass_against_mcpipe_serve(
         proc.terminate()
         with trio.CancelScope(shield=True):
             await proc.wait()
+        log.close()
     failing = {s: r for s, r in results.items() if not (isinstance(r, tuple) and r[0] == r[1] and r[2] == "0")}
-    assert not failing, failing
+    assert not failing, (failing, (tmp_path / "serve.log").read_text()[-3000:])

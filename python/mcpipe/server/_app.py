@@ -190,6 +190,7 @@ async def open_app(
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         runs=runs,
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
+        downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -140,10 +140,10 @@ class Tasks:
     async def _task(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunInfo:
         if not declares_tasks(ctx.session.client_capabilities):
             raise _missing()
-        from mcpipe.server._core import _principal_of  # the principal as the call path reads it
+        from mcpipe.server._core import principal_of  # the principal as the call path reads it
 
         info = await self.runs.queue.get(task_id)
-        if info is None or info.principal != _principal_of(ctx, self.default_principal):
+        if info is None or info.principal != principal_of(ctx, self.default_principal):
             raise MCPError(code=INVALID_PARAMS, message=f"unknown task {task_id!r}")
         return info
 
