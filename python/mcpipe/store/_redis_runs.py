@@ -58,7 +58,8 @@ redis.call('HSET', KEYS[1], 'entry', entry)
 return entry
 """
 
-# KEYS: run, events. ARGV: worker, now. Returns 1 when leased, 0 when the run is terminal (ack it).
+# KEYS: run, events. ARGV: worker, now. Returns the run's hash (flat) when leased, 0 when the run is not
+# waiting for a worker (cancelled or waiting for input: ack its entry).
 _LEASE = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= 'queued' and st ~= 'running' then return 0 end
@@ -68,7 +69,7 @@ redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 local data = '{}'
 if prev then data = cjson.encode({taken_over_from = prev}) end
 redis.call('XADD', KEYS[2], '*', 'type', 'leased', 'worker', ARGV[1], 'at', ARGV[2], 'data', data)
-return 1
+return redis.call('HGETALL', KEYS[1])
 """
 
 # KEYS: run, stream. ARGV: group, worker. Returns -1 (lost), 0 (held), 1 (held, cancel asked).
@@ -205,6 +206,7 @@ class RedisRunQueue:
             url, decode_responses=True, connect_timeout=timeout_s, stream_timeout=timeout_s + 5.0
         )
         self._group_ready = False
+        self._next_reclaim = 0.0
         self._enqueue = self._client.register_script(_ENQUEUE)
         self._lease = self._client.register_script(_LEASE)
         self._renew = self._client.register_script(_RENEW)
@@ -302,20 +304,26 @@ class RedisRunQueue:
 
     async def _take(self, entry_id: str, run_id: str, worker: str) -> RunInfo | None:
         run, _, events = self._run(run_id)
-        if not await self._lease(keys=[run, events], args=[worker, repr(time.time())]):
+        got: Any = await self._lease(keys=[run, events], args=[worker, repr(time.time())])
+        if not got:
             await self._client.xack(self.stream, GROUP, [entry_id])  # cancelled (or gone) before it started
             return None
-        return await self.get(run_id)
+        flat = list(got)
+        return _info(dict(zip(flat[::2], flat[1::2], strict=True)))
 
     async def lease(self, worker: str, lease_s: float, wait_s: float) -> RunInfo | None:
         await self._ensure_group()
-        lease_ms = max(1, int(lease_s * 1000))
-        # A dead worker's runs first: entries idle for longer than the lease.
-        claimed = await self._client.xautoclaim(self.stream, GROUP, worker, lease_ms, "0-0", count=1)
-        for entry in claimed[1]:
-            got = await self._take(entry.identifier, entry.field_values["run"], worker)
-            if got is not None:
-                return got
+        now = time.monotonic()
+        if now >= self._next_reclaim:
+            # A dead worker's runs: entries idle for longer than the lease (looked for a few times a lease).
+            self._next_reclaim = now + lease_s / 4
+            lease_ms = max(1, int(lease_s * 1000))
+            claimed = await self._client.xautoclaim(self.stream, GROUP, worker, lease_ms, "0-0", count=1)
+            for entry in claimed[1]:
+                got = await self._take(entry.identifier, entry.field_values["run"], worker)
+                if got is not None:
+                    self._next_reclaim = now  # there may be more
+                    return got
         block = max(1, int(min(wait_s, self.timeout_s) * 1000))
         read = await self._client.xreadgroup(GROUP, worker, {self.stream: ">"}, count=1, block=block)
         for entries in (read or {}).values():

@@ -120,7 +120,9 @@ class SqliteRunQueue:
     ) -> None:
         self.path = path
         self.retention_s = retention_s
-        self.poll_s = poll_s
+        # An in-memory database has no other writer than this process, whose enqueues wake its workers:
+        # nothing to poll for (an idle worker looks once per lease wait).
+        self.poll_s = 3600.0 if path.startswith("file:") else poll_s
         self._limiter = trio.CapacityLimiter(threads)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
