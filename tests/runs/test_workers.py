@@ -69,7 +69,7 @@ def _config(tmp_path: Path, store: str) -> Path:
     config.write_text(
         'python_tools = ["kit.run_tools:registry"]\n'
         "[audit]\nenabled = false\n"
-        '[runs]\npath = "runs.sqlite3"\nlease_s = 1.0\nconcurrency = 3\n' + store
+        '[runs]\npath = "runs.sqlite3"\nlease_s = 2.0\nconcurrency = 3\n' + store
     )
     return config
 
