@@ -110,3 +110,45 @@ async def test_events_wait_for_the_next_event_and_follow_from_a_cursor(kind, tmp
                 waited = await q.events("r1", after=first[-1].cursor, wait_s=5)
     assert [e.type for e in waited] == ["playbook_step"] and waited[0].worker == "noetl-1"
     assert waited[0].data == {"name": "x"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_run_waiting_for_input_is_requeued_once_every_question_is_answered(kind, tmp_path):
+    pending = {
+        "a": {"key": "both.a", "kind": "elicitation", "request": {"method": "elicitation/create"}},
+        "b": {"key": "both.b", "kind": "elicitation", "request": {"method": "elicitation/create"}},
+    }
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("multi_input", {}, run_id="r1", meta={"capabilities": {"elicitation": {}}})
+            assert await q.lease("w1", 30, 1) is not None
+            assert not await q.suspend("r1", "w2", pending)  # not w2's run
+            assert await q.suspend("r1", "w1", pending)
+            assert await q.lease("w2", 30, 0.05) is None  # waiting for input: no worker takes it
+            partial = await q.answer("r1", {"a": {"action": "accept"}, "zz": {"action": "accept"}})
+            assert await q.lease("w2", 30, 0.05) is None
+            full = await q.answer("r1", {"b": {"action": "decline"}}, by="srv")
+            again = await q.lease("w2", 30, 1)
+            types = [e.type for e in await q.events("r1")]
+    assert partial is not None and partial.status == "input_required" and set(partial.meta["pending"]) == {"b"}
+    assert full is not None and full.status == "queued" and full.meta["pending"] == {}
+    assert full.meta["answers"] == {"both.a": {"action": "accept"}, "both.b": {"action": "decline"}}
+    assert again is not None and again.attempts == 2 and again.meta["capabilities"] == {"elicitation": {}}
+    assert types == ["enqueued", "leased", "input_required", "resumed", "leased"]
+
+
+async def test_finished_runs_their_steps_and_events_go_after_the_retention_and_running_ones_stay(tmp_path):
+    q = open_queue(str(tmp_path / "runs.sqlite3"), retention_s=1e-6)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(q.run)
+            for run_id in ("done", "busy"):
+                await q.enqueue("mcp_pipe", {}, run_id=run_id)
+                await q.lease("w1", 30, 1)
+            await q.save("done", "w1", {"s": {"ok": True}}, [("step_finished", {"path": "s"})])
+            await q.finish("done", "w1", "completed", {})
+            gone = await q.sweep()
+            left = [r.id for r in await q.runs()]
+            steps, events = await q.recorded("done"), await q.events("done")
+            nursery.cancel_scope.cancel()
+    assert gone == 1 and left == ["busy"] and steps == {} and events == []

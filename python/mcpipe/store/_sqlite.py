@@ -112,7 +112,8 @@ class SqliteRunQueue:
         path: the file.
         retention_s: how long a terminal run, its steps and its events are kept.
         poll_s: how often an idle worker (or a follower of events) looks again.
-        threads: how many SQLite calls run at once (each on its own connection).
+        threads: how many SQLite calls run at once (each on its own connection; one for an in-memory
+            database).
     """
 
     def __init__(
@@ -122,8 +123,11 @@ class SqliteRunQueue:
         self.retention_s = retention_s
         # An in-memory database has no other writer than this process, whose enqueues wake its workers:
         # nothing to poll for (an idle worker looks once per lease wait).
-        self.poll_s = 3600.0 if path.startswith("file:") else poll_s
-        self._limiter = trio.CapacityLimiter(threads)
+        memory = path.startswith("file:")
+        self.poll_s = 3600.0 if memory else poll_s
+        # Connections to a shared in-memory database lock whole tables, and a lock held by another
+        # connection fails at once (busy_timeout does not apply): one connection at a time.
+        self._limiter = trio.CapacityLimiter(1 if memory else threads)
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._wakeup = trio.Event()
