@@ -99,6 +99,29 @@ def _parser() -> argparse.ArgumentParser:
     _debug_option(call)
     call.set_defaults(func=_call)
 
+    worker = sub.add_parser("worker", help="execute queued runs (background pipelines) until stopped")
+    worker.add_argument("--config", "-c", metavar="FILE", help="the server's config file (its tools, [runs], [store])")
+    worker.add_argument("--id", metavar="ID", help="this worker's id in events (default: host:pid:random)")
+    worker.add_argument("--concurrency", type=int, metavar="N", help="runs executed at once (default: [runs])")
+    worker.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
+    )
+    worker.set_defaults(func=lambda ns: _server_cli().worker_main(ns))
+
+    runs = sub.add_parser("runs", help="list queued, running and finished runs, newest first")
+    runs.add_argument("--config", "-c", metavar="FILE", help="the server's config file ([runs], [store])")
+    runs.add_argument("--status", choices=["queued", "running", "completed", "failed", "cancelled"])
+    runs.add_argument("--limit", type=int, default=50, metavar="N", help="at most N runs (default 50)")
+    runs.add_argument("--json", action="store_true", help="one JSON object per line")
+    runs.set_defaults(func=lambda ns: _server_cli().runs_main(ns))
+
+    events = sub.add_parser("events", help="print a run's events, following them live until the run ends")
+    events.add_argument("run_id", metavar="RUN_ID")
+    events.add_argument("--config", "-c", metavar="FILE", help="the server's config file ([runs], [store])")
+    events.add_argument("--no-follow", action="store_true", help="print the events so far and stop")
+    events.add_argument("--json", action="store_true", help="one JSON object per line")
+    events.set_defaults(func=lambda ns: _server_cli().events_main(ns))
+
     # The server (and the MCP SDK under it) is imported only when `serve` runs: it takes a while.
     sub.add_parser(
         "serve", help="serve mcp_pipe and the configured tools over MCP (see: mcpipe serve --help)", add_help=False

@@ -176,6 +176,35 @@ class InteractionConfig(_Base):
     """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
 
 
+class RunsConfig(_Base):
+    """Runs that outlive a request: background pipelines, the queue, the workers (``docs/runs.md``)."""
+
+    path: str | None = None
+    """The SQLite file queued runs wait in (relative to the config file); unset: in this process's memory
+    (runs are lost with it, and only this process's worker executes them)."""
+    execute: bool = True
+    """Whether ``mcpipe serve`` executes queued runs too (``mcpipe worker`` always does)."""
+    concurrency: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 8
+    """How many runs one process executes at once."""
+    lease_s: Annotated[float, msgspec.Meta(ge=0.5, le=3600)] = 10.0
+    """How long a worker holds a run without renewing it; a dead worker's runs are taken over after it."""
+    retention_s: Annotated[float, msgspec.Meta(gt=0, le=365 * 86400)] = 7 * 86400.0
+    """How long a finished run, its recorded steps and its events are kept."""
+    poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0
+    """SQLite: how often an idle worker looks for work (Redis blocks instead)."""
+
+
+class StoreConfig(_Base):
+    """Shared storage: ``redis://`` puts queued runs on Redis Streams."""
+
+    url: str = "memory://"
+    """``memory://`` (this process; queued runs go to ``[runs] path``) or ``redis://[:PASSWORD@]HOST:PORT/DB``."""
+    prefix: str = "mcpipe"
+    """The prefix of every Redis key, so servers can share a database."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
+    """The bound on connecting to Redis."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -189,6 +218,8 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -220,6 +251,8 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "runs": _Section("runs", RunsConfig),
+    "store": _Section("store", StoreConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
 }

@@ -16,6 +16,7 @@ from typing import Any
 
 import orjson
 
+from mcpipe._json import dumps
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.tools._base import ToolResult
 
@@ -26,6 +27,7 @@ __all__ = [
     "invalid_answer",
     "leaf_result",
     "ms_since",
+    "pipe_envelope",
     "pipe_result",
     "tool_output",
     "tool_result",
@@ -261,4 +263,13 @@ def invalid_answer(problems: list[Problem], started: float) -> dict[str, Any]:
         "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
         "duration_ms": ms_since(started),
         "problems": [{"location": p.location, "code": p.code, "message": p.message} for p in problems],
+    }
+
+
+def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
+    """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
+    return {
+        "content": [{"type": "text", "text": dumps(answer).decode()}],
+        "structuredContent": answer,
+        "isError": not answer.get("ok", False),
     }

@@ -9,6 +9,7 @@ from mcp import Client
 
 from kit.servers import ERAS, make_config, running
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.runs import RUN_TOOL_NAMES
 from mcpipe.server._schema import PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.tools.builtin import BUILTIN_NAMES
 
@@ -27,7 +28,8 @@ async def test_tools_list_serves_mcp_pipe_with_its_schemas_beside_every_tool(mod
     async with running() as app, Client(app.server, mode=mode) as client:
         tools = {t.name: t for t in (await client.list_tools()).tools}
     asking = {"ask_user", "sample", "list_roots"}  # mcpipe.interaction's built-in tools
-    assert set(BUILTIN_NAMES) | asking | {"slow", "boom", "fail", "hang", "block", PIPE_TOOL} == set(tools)
+    kit = {"slow", "boom", "fail", "hang", "block", PIPE_TOOL}
+    assert set(BUILTIN_NAMES) | asking | set(RUN_TOOL_NAMES) | kit == set(tools)
     pipe = tools[PIPE_TOOL]
     assert pipe.input_schema == PIPE_INPUT_SCHEMA and pipe.output_schema == PIPE_OUTPUT_SCHEMA
     assert "steps" in pipe.input_schema["properties"] and "$defs" in pipe.input_schema

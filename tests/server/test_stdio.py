@@ -14,6 +14,7 @@ from mcp import Client, StdioServerParameters
 
 from kit.servers import DOWNSTREAM
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.runs import RUN_TOOL_NAMES
 
 
 def serve(*args: str, cwd: Path) -> StdioServerParameters:
@@ -64,7 +65,7 @@ async def test_a_config_with_a_downstream_server_chains_stdio_to_stdio(tmp_path)
         async with Client(serve("--config", str(config), cwd=tmp_path)) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             r = await client.call_tool(PIPE_TOOL, spec)
-    assert names == {PIPE_TOOL, "ds.add"}
+    assert names == {PIPE_TOOL, *RUN_TOOL_NAMES, "ds.add"}  # mcp_pipe's background runs come with pipe_*
     assert r.structured_content["result"] == {"result": 5}
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
     assert [x["tool"] for x in records] == ["ds.add", "ds.add", PIPE_TOOL]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -38,6 +38,10 @@ class PipelineConfig(_Base, kw_only=True):
             An object is answered as ``structuredContent`` plus its JSON as text; a string as text.
         content: a template giving the MCP content blocks of the answer directly (text, image, audio,
             resource, resource_link); with it, ``output`` (if given and an object) is the structured part.
+        background: a call answers at once with a run id and the pipeline runs on the run queue
+            (``docs/runs.md``); ``pipe_result`` answers what the call would have.
+        task_support: as an MCP task (``io.modelcontextprotocol/tasks``): ``optional`` (a task when the
+            client declares the extension), ``required`` (a client without it gets -32021), ``forbidden``.
     """
 
     name: str
@@ -49,6 +53,8 @@ class PipelineConfig(_Base, kw_only=True):
     steps: list[Any]
     output: Any = msgspec.UNSET
     content: Any = msgspec.UNSET
+    background: bool = False
+    task_support: Literal["optional", "required", "forbidden"] = "optional"
 
 
 class OutboundHttpConfig(_Base, kw_only=True):

@@ -65,6 +65,7 @@ class DeclaredPipelineTool:
         compiled: the plan, compiled once, with its tool sites and leaf count.
         limits: the server's limits it runs under.
         registry: what its ``tool`` steps call through (set by :meth:`DeclaredPipelines.bind`).
+        background: a direct call is queued as a background run (the server answers its run id).
     """
 
     __slots__ = (
@@ -74,6 +75,7 @@ class DeclaredPipelineTool:
         "_has_output",
         "_output_validator",
         "_validator",
+        "background",
         "compiled",
         "description",
         "input_schema",
@@ -82,6 +84,7 @@ class DeclaredPipelineTool:
         "name",
         "output_schema",
         "registry",
+        "task_support",
         "title",
     )
 
@@ -103,6 +106,8 @@ class DeclaredPipelineTool:
         self.compiled = compiled
         self.limits = limits
         self.registry = registry
+        self.background = entry.background
+        self.task_support = entry.task_support
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)

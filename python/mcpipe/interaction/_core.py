@@ -185,6 +185,15 @@ class Interaction:
         """Record a finished step."""
         self._round.memo[self.ns + path] = result
 
+    @property
+    def durable(self) -> bool:
+        """A round's record lives in this call (and then in its sealed state), never saved between steps."""
+        return False
+
+    async def starting(self, path: str) -> None:
+        """Nothing to save (never called: the record is not durable)."""
+        await trio.lowlevel.checkpoint()
+
     # --- the asking side ---
 
     def supports(self, kind: str) -> bool:

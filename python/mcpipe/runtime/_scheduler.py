@@ -209,6 +209,7 @@ class _Run:
         "call_limiter",
         "cancelled",
         "ctx",
+        "durable",
         "facts",
         "failed",
         "limits",
@@ -241,6 +242,9 @@ class _Run:
             ctx = memo.nested(ctx)  # a pipeline run by a step: its steps are recorded under that step
             memo = ctx.interaction
         self.memo = memo
+        # A queued run's record is saved before each leaf step starts: a worker that dies mid-run leaves
+        # every finished step recorded, and the worker that takes the run over does not run them again.
+        self.durable = memo is not None and memo.durable
         self.ctx = ctx
         self.pid = ctx.pipeline or os.urandom(8).hex()
         self.facts = ctx.facts()
@@ -393,8 +397,11 @@ class _Run:
     ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
-        if self.memo is not None and (done := self.memo.get(path)) is not None:
-            return self.recall(step, done, results)
+        if self.memo is not None:
+            if (done := self.memo.get(path)) is not None:
+                return self.recall(step, done, results)
+            if self.durable:
+                await self.memo.starting(path)
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -570,8 +577,11 @@ class _Run:
     async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
-        if self.memo is not None and (done := self.memo.get(path)) is not None:
-            return self.recall(step, done, results)
+        if self.memo is not None:
+            if (done := self.memo.get(path)) is not None:
+                return self.recall(step, done, results)
+            if self.durable:
+                await self.memo.starting(path)
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None

@@ -20,12 +20,14 @@ from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits
+from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
-from mcpipe.store import ServedStore, open_store
+from mcpipe.server._tasks import Tasks
+from mcpipe.store import RunQueue, ServedStore, open_queue, open_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
-__all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "tool_sources"]
+__all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -103,6 +105,35 @@ def pipeline_store(config: Config) -> ServedStore:
     )
 
 
+_REDIS = ("redis://", "rediss://", "unix://")
+
+
+def run_queue(config: Config) -> RunQueue:
+    """The queue background runs wait in: Redis Streams when ``[store] url`` is Redis, else the SQLite file
+    ``[runs] path`` (unset: an in-memory database of this process)."""
+    retention = config.runs.retention_s
+    if config.store.url.startswith(_REDIS):
+        timeout = config.store.timeout_ms / 1000
+        return open_queue(config.store.url, retention_s=retention, prefix=config.store.prefix, timeout_s=timeout)
+    if config.runs.path:
+        path = resolve_path(config, config.runs.path)
+    else:
+        path = f"file:mcpipe-runs-{new_worker_id().replace(':', '-')}?mode=memory&cache=shared"
+    return open_queue("sqlite://" + path, retention_s=retention, poll_s=config.runs.poll_ms / 1000)
+
+
+def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str | None = None) -> Worker:
+    """A worker executing ``queue``'s runs through ``gateway`` with the config's limits and lease."""
+    return Worker(
+        queue,
+        gateway,
+        limits=limits_of(config),
+        worker_id=worker_id,
+        concurrency=config.runs.concurrency,
+        lease_s=config.runs.lease_s,
+    )
+
+
 @dataclass
 class App:
     """A running mcpipe: its config, gateway, downstream actors, and the SDK server serving them."""
@@ -112,6 +143,8 @@ class App:
     downstreams: Downstreams
     handlers: ToolHandlers
     server: Server[Any]
+    runs: Runs
+    worker: Worker | None = None
 
 
 @asynccontextmanager
@@ -121,6 +154,8 @@ async def open_app(
     extra_sources: list[ToolSource] | None = None,
     audit: AuditLog | None = None,
     errlog: Any = None,
+    execute: bool | None = None,
+    queue: RunQueue | None = None,
 ) -> AsyncIterator[App]:
     """Start everything a config describes and yield the App; stop it all on exit.
 
@@ -132,11 +167,17 @@ async def open_app(
         extra_sources: more tool sources, looked up after the built-ins and ``python_tools`` (tests).
         audit: an audit log to use instead of the configured one.
         errlog: where stdio downstream servers' stderr goes (default: ours).
+        execute: whether this process executes queued runs (default: ``[runs] execute``).
+        queue: the run queue (default: the one the config names, :func:`run_queue`).
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded.
     """
-    sources = tool_sources(config, extra_sources)
+    if queue is None:
+        queue = run_queue(config)
+    server_id = new_worker_id()
+    runs = Runs(queue, server_id=server_id)
+    sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
@@ -158,8 +199,10 @@ async def open_app(
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
-        PipeRunner(gateway, limits) if config.pipe.enabled else None,
+        PipeRunner(gateway, limits, runs=runs) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
+        runs=runs,
+        tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
     )
@@ -167,8 +210,13 @@ async def open_app(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # the store's background work (sweeping expired entries)
+            await nursery.start(queue.run)  # the run queue's (connections, the retention sweeper)
             await downstreams.start(nursery)
-            yield App(config, gateway, downstreams, handlers, server)
+            worker = None
+            if config.runs.execute if execute is None else execute:
+                worker = run_worker(config, queue, gateway, server_id)
+                await nursery.start(worker.run)
+            yield App(config, gateway, downstreams, handlers, server, runs, worker)
             nursery.cancel_scope.cancel()
     finally:
         audit.close()

@@ -23,14 +23,18 @@ from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe._json import dumps
-from mcpipe.errors import ErrorCode
+from mcpipe.compile import compile_spec
+from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
+from mcpipe.results import invalid_answer, pipe_envelope
+from mcpipe.runs import Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
+from mcpipe.server._tasks import Tasks, declares_tasks, required_error
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
@@ -50,11 +54,7 @@ UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
 
 def wire_result(result: ToolResult) -> dict[str, Any]:
     """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-    out: dict[str, Any] = {"content": result.content, "isError": result.is_error}
-    s = result.structured
-    if s is not None:
-        out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
-    return out
+    return result.wire()
 
 
 def _error_result(message: str) -> dict[str, Any]:
@@ -217,13 +217,17 @@ class PipeRunner:
         limits: the server's maxima (a spec cannot raise them).
     """
 
-    def __init__(self, gateway: Gateway, limits: Limits | None = None) -> None:
+    def __init__(self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None) -> None:
         self.gateway = gateway
         self.limits = limits or Limits()
+        self.runs = runs
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """Run one ``mcp_pipe`` call and answer the contract's section-7 object."""
+        """Run one ``mcp_pipe`` call and answer the contract's section-7 object (a background one: its run
+        id, at once)."""
         await self.gateway.ready()
+        if isinstance(args, dict) and "background" in args:
+            return await self.submit(args, ctx)
         pid = new_pipeline_id()
         ctx.pipeline = pid
         t0 = time.perf_counter()
@@ -241,6 +245,46 @@ class PipeRunner:
         finally:
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
         return answer
+
+    async def submit(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """A ``"background": true`` spec: checked now (a bad one is answered at once, located), then queued;
+        answers ``result: {"run_id", "status"}``."""
+        t0 = time.perf_counter()
+        spec = {k: v for k, v in args.items() if k != "background"}
+        background = args["background"]
+        if not isinstance(background, bool):
+            return invalid_answer(
+                [Problem("background", ErrorCode.INVALID_SPEC, f"expected a boolean, got {type(background).__name__}")],
+                t0,
+            )
+        if not background:
+            return await self.run(spec, ctx)
+        if self.runs is None:
+            return invalid_answer(
+                [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
+            )
+        problems = self.check(spec)
+        if problems is not None:
+            return problems
+        info = await self.runs.submit(PIPE_TOOL, spec, ctx)
+        return {
+            "ok": True,
+            "error": "",
+            "error_code": None,
+            "result": {"run_id": info.id, "status": info.status},
+            "steps": {},
+            "summary": {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0},
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+        }
+
+    def check(self, spec: Any) -> dict[str, Any] | None:
+        """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
+        t0 = time.perf_counter()
+        try:
+            compile_spec(spec, tools=self.gateway, limits=self.limits)
+        except SpecError as e:
+            return invalid_answer(e.problems, t0)
+        return None
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
@@ -276,15 +320,6 @@ class PipeRunner:
             ctx.progress = outer
 
 
-def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
-    """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
-    return {
-        "content": [{"type": "text", "text": dumps(answer).decode()}],
-        "structuredContent": answer,
-        "isError": not answer.get("ok", False),
-    }
-
-
 class ToolHandlers:
     """``tools/list`` and ``tools/call`` handlers over a gateway (shared by ``mcpipe serve`` and ``attach``).
 
@@ -294,6 +329,8 @@ class ToolHandlers:
         default_principal: the principal of calls that carry none (stdio, in-memory).
         interactions: asking the client (elicitation, sampling, roots): the pipeline store and the
             requestState sealer (default: an in-memory store and a key of this process).
+        runs: the run queue's front (background runs), or None.
+        tasks: the MCP tasks extension on that queue, or None (not offered).
         downstreams: the downstream servers whose resources, prompts, completion, logging and list changes
             pass through (None: none do).
     """
@@ -305,10 +342,14 @@ class ToolHandlers:
         *,
         default_principal: str | None = None,
         interactions: Interactions | None = None,
+        runs: Runs | None = None,
+        tasks: Tasks | None = None,
         downstreams: Downstreams | None = None,
         limits: Limits | None = None,
     ) -> None:
         self.gateway = gateway
+        self.runs = runs
+        self.tasks = tasks
         self.pipe = pipe
         # Direct calls obey the pipelines' bounds on nesting and size (docs/reliability.md).
         self.limits = limits if limits is not None else pipe.limits if pipe is not None else Limits()
@@ -349,12 +390,14 @@ class ToolHandlers:
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
         levels = self.passthrough.levels if self.passthrough is not None else None
-        out = await sdk_call(
-            self,
-            ctx,
-            params,
-            tool_context(ctx, default_principal=self.default_principal, log_levels=levels, tools=self.gateway),
-        )
+        tctx = tool_context(ctx, default_principal=self.default_principal, log_levels=levels, tools=self.gateway)
+        if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
+            capabilities = ctx.session.client_capabilities
+            if declares_tasks(capabilities):
+                return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
+            if support == "required":
+                raise required_error()
+        out = await sdk_call(self, ctx, params, tctx)
         if out.get("resultType") == "input_required":
             return out  # a pipeline waits for the client's answers (2026-07-28): never cached
         if ctx.protocol_version in _MODERN:
@@ -394,6 +437,8 @@ class ToolHandlers:
         too_deep = depth_problem(args, "arguments", limits.max_json_depth, "the arguments")
         if too_deep is not None:
             return _error_result(f"{too_deep.code}: {too_deep}")
+        if self.runs is not None and getattr(self.gateway.get(name), "background", False):
+            return await self.submit(name, args, tctx)
         try:
             result = await self.gateway.call(name, args, tctx)
             too_large = measure_output(
@@ -417,6 +462,44 @@ class ToolHandlers:
         except Exception as exc:
             _log.exception("tool %r raised", name)
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
+
+    async def create_task(
+        self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any = None
+    ) -> dict[str, Any]:
+        """A call run as a task: checked now (a spec with problems, arguments that do not fit, a tool this
+        caller may not call are answered at once, synchronously), then queued: a ``CreateTaskResult``."""
+        assert self.tasks is not None
+        if name == PIPE_TOOL and self.pipe is not None:
+            spec = {k: v for k, v in args.items() if k != "background"}
+            problems = self.pipe.check(spec)
+            if problems is not None:
+                return {**pipe_envelope(problems), "resultType": "complete"}
+            return await self.tasks.create(name, spec, tctx, capabilities)
+        if not self.gateway.policy.allows(tctx.principal, name):
+            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        check = getattr(self.gateway.get(name), "check_args", None)
+        if check is not None:
+            args, errors = check(args)
+            if errors:
+                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+        return await self.tasks.create(name, args, tctx, capabilities)
+
+    async def submit(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
+        """A call of a ``background: true`` declared pipeline: its arguments checked now, then queued;
+        answers the run id (structured ``{"run_id", "status"}``)."""
+        tool = self.gateway.get(name)
+        assert tool is not None and self.runs is not None
+        if not self.gateway.policy.allows(tctx.principal, name):
+            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        check = getattr(tool, "check_args", None)
+        if check is not None:
+            args, errors = check(args)
+            if errors:
+                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+        info = await self.runs.submit(name, args, tctx)
+        return ToolResult.text(dumps({"run_id": info.id, "status": info.status}).decode()).wire() | {
+            "structuredContent": {"run_id": info.id, "status": info.status}
+        }
 
 
 _SHUTDOWN = "the server is shutting down"
@@ -453,6 +536,8 @@ def build_server(
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()
+    if handlers.tasks is not None:
+        handlers.tasks.install(server)
     if handlers.passthrough is not None:
         handlers.passthrough.register(server)
     return server

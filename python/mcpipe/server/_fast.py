@@ -29,8 +29,15 @@ import trio
 from mcp.server.streamable_http import check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
-from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundModernRoute, classify_inbound_request
+from mcp.shared.inbound import (
+    ERROR_CODE_HTTP_STATUS,
+    MCP_NAME_HEADER,
+    InboundModernRoute,
+    classify_inbound_request,
+    decode_header_value,
+)
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
+from mcp_types.jsonrpc import HEADER_MISMATCH
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
@@ -39,6 +46,7 @@ from mcpipe._core import json_measure
 from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
+from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
@@ -153,12 +161,22 @@ class FastToolCall:
             return False, replay
         if json_measure(msg, max_depth=_SDK_MAX_DEPTH)[1] > _SDK_MAX_DEPTH:
             return False, replay  # the SDK answers its parse error
+        if isinstance(msg, dict) and msg.get("method") in _TASK_METHODS and _name_mismatch(msg, headers):
+            # SEP-2663: the tasks methods mirror params.taskId in Mcp-Name, checked like tools/call's name.
+            mismatch = MCPError(code=HEADER_MISMATCH, message="Mcp-Name header does not match params.taskId")
+            await self._send_result(msg.get("id"), {_ERROR: mismatch}, False, send)
+            return True, receive
         call = _tool_call(msg)
         if call is None or not isinstance(classify_inbound_request(msg, headers=headers), InboundModernRoute):
             return False, replay
         name, args, meta = call
         plain, yields = self._traits(name)
         if not plain:
+            return False, replay
+        # A call that may become a task (the client declares the extension, or the tool requires it) goes
+        # the SDK's way, where the tasks extension answers it.
+        support = None if self.handlers.tasks is None else self.handlers.tasks.support(name)
+        if support is not None and (support == "required" or declares_tasks(meta.get(CLIENT_CAPABILITIES_META_KEY))):
             return False, replay
 
         info = meta.get("io.modelcontextprotocol/clientInfo")
@@ -246,6 +264,17 @@ class FastToolCall:
             }
         )
         await send({"type": "http.response.body", "body": payload})
+
+
+_TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
+
+def _name_mismatch(msg: dict[str, Any], headers: dict[str, str]) -> bool:
+    """A tasks request whose ``Mcp-Name`` header is there but names another task than ``params.taskId``."""
+    params = msg.get("params")
+    task_id = params.get("taskId") if isinstance(params, dict) else None
+    header = headers.get(MCP_NAME_HEADER)
+    return isinstance(task_id, str) and header is not None and decode_header_value(header) != task_id
 
 
 def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:

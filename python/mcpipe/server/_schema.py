@@ -101,6 +101,12 @@ PIPE_INPUT_SCHEMA: dict[str, Any] = {
     "description": 'The pipeline spec, either as these arguments or wrapped as {"spec": <object or JSON text>}.',
     "properties": {
         **_SPEC_PROPS,
+        "background": {
+            "type": "boolean",
+            "default": False,
+            "description": "Answer at once with a run id and run on the run queue; watch it with pipe_status, "
+            "pipe_events and pipe_result, stop it with pipe_cancel.",
+        },
         "spec": {
             "description": "The whole spec as an object or as JSON text (instead of top-level fields).",
             "anyOf": [{"$ref": "#/$defs/spec"}, {"type": "string"}],

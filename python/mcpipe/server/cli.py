@@ -11,11 +11,22 @@ import logging
 import sys
 from typing import Any
 
+import msgspec
+import orjson
 import trio
 
 from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
-__all__ = ["add_arguments", "check_config", "main", "parse_hostport", "quiet_chatter"]
+__all__ = [
+    "add_arguments",
+    "check_config",
+    "events_main",
+    "main",
+    "parse_hostport",
+    "quiet_chatter",
+    "runs_main",
+    "worker_main",
+]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -59,6 +70,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
     )
+    parser.add_argument(
+        "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
+    )
 
 
 CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "mcp.server.streamable_http", "mcp.server.streamable_http_manager")
@@ -78,11 +92,15 @@ def _print_problems(exc: ConfigError) -> None:
         print(f"error: {p}", file=sys.stderr)
 
 
-def main(ns: argparse.Namespace) -> int:
-    """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
+def _logging(ns: argparse.Namespace) -> None:
     level = getattr(logging, str(getattr(ns, "log_level", "info")).upper())
     logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_chatter(level)
+
+
+def main(ns: argparse.Namespace) -> int:
+    """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
+    _logging(ns)
     try:
         config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
     except ConfigError as exc:
@@ -90,8 +108,9 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     http = getattr(ns, "http", None)
     stdio = bool(getattr(ns, "stdio", False))
+    execute = False if getattr(ns, "no_worker", False) else None
     try:
-        trio.run(_serve, config, stdio, http)
+        trio.run(_serve, config, stdio, http, execute)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
@@ -114,12 +133,12 @@ def _os_error(exc: BaseException) -> str | None:
     return (exc.strerror or str(exc)).lower()
 
 
-async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> None:
+async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None, execute: bool | None = None) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
     from mcpipe.server._stdio import serve_stdio
 
-    async with open_app(config) as app:
+    async with open_app(config, execute=execute) as app:
         if stdio:
             await serve_stdio(app)
         else:
@@ -193,3 +212,136 @@ def _missing_commands(config: Config, path: str) -> list[Any]:
             where = "is not an executable file" if os.sep in command else "is not found on PATH"
             problems.append(Problem(f"{path}:mcpServers.{name}.command", "INVALID_CONFIG", f"`{command}` {where}"))
     return problems
+
+
+# --- runs: mcpipe worker, mcpipe runs, mcpipe events --------------------------------------------------
+
+
+def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
+    """The config, checked to name a queue that outlives a process; None (printed) when it does not."""
+    try:
+        config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
+    except ConfigError as exc:
+        _print_problems(exc)
+        return None
+    if config.runs.path is None and not config.store.url.startswith(("redis://", "rediss://", "unix://")):
+        where = f"{ns.config}: " if getattr(ns, "config", None) else ""
+        print(
+            f"mcpipe {command}: error: {where}no shared run queue: set [runs] path (a SQLite file) "
+            'or [store] url = "redis://..."',
+            file=sys.stderr,
+        )
+        return None
+    return config
+
+
+def worker_main(ns: argparse.Namespace) -> int:
+    """``mcpipe worker``: execute queued runs until SIGINT/SIGTERM (2 on a bad config)."""
+    _logging(ns)
+    config = _runs_config(ns, "worker")
+    if config is None:
+        return 2
+    if ns.concurrency is not None:
+        if ns.concurrency < 1:
+            print("mcpipe worker: error: --concurrency must be at least 1", file=sys.stderr)
+            return 2
+        config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, concurrency=ns.concurrency))
+    try:
+        trio.run(_work, config, ns.id)
+    except ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    return 0
+
+
+async def _work(config: Config, worker_id: str | None) -> None:
+    from mcpipe.server._app import open_app, run_worker
+    from mcpipe.server._http import signalled
+
+    log = logging.getLogger("mcpipe.runs")
+    async with open_app(config, execute=False) as app, trio.open_nursery() as nursery:
+        worker = run_worker(config, app.runs.queue, app.gateway, worker_id)
+        await nursery.start(worker.run)
+        log.info("worker %s: executing queued runs", worker.id)
+        print(f"worker {worker.id} ready", file=sys.stderr, flush=True)
+        await signalled()
+        nursery.cancel_scope.cancel()
+
+
+def runs_main(ns: argparse.Namespace) -> int:
+    """``mcpipe runs``: the newest runs, one line each."""
+    config = _runs_config(ns, "runs")
+    if config is None:
+        return 2
+    if not 1 <= ns.limit <= 10_000:
+        print("mcpipe runs: error: --limit must be between 1 and 10000", file=sys.stderr)
+        return 2
+    return int(trio.run(_list_runs, config, ns))
+
+
+async def _list_runs(config: Config, ns: argparse.Namespace) -> int:
+    from mcpipe.server._app import run_queue
+
+    queue = run_queue(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue.run)
+        runs = await queue.runs(limit=ns.limit, status=ns.status)
+        nursery.cancel_scope.cancel()
+    for info in runs:
+        if ns.json:
+            print(orjson.dumps(info.summary()).decode())
+        else:
+            worker = info.worker or "-"
+            print(
+                f"{info.id}  {info.status:<9}  {_when(info.created)}  {info.target}  attempts={info.attempts}  {worker}"
+            )
+    return 0
+
+
+def events_main(ns: argparse.Namespace) -> int:
+    """``mcpipe events RUN_ID``: the run's events, followed live until it ends (1: no such run)."""
+    config = _runs_config(ns, "events")
+    if config is None:
+        return 2
+    try:
+        return int(trio.run(_events, config, ns))
+    except KeyboardInterrupt:
+        return 130
+
+
+async def _events(config: Config, ns: argparse.Namespace) -> int:
+    from mcpipe.server._app import run_queue
+    from mcpipe.store.events import follow
+
+    queue = run_queue(config)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(queue.run)
+        if await queue.get(ns.run_id) is None:
+            print(f"mcpipe events: error: no run {ns.run_id!r}", file=sys.stderr)
+            nursery.cancel_scope.cancel()
+            return 1
+        if ns.no_follow:
+            batch = await queue.events(ns.run_id, limit=10_000)
+        else:
+            batch = None
+            async for event in follow(queue, ns.run_id):
+                _print_event(event.to_dict(), ns.json)
+        for event in batch or []:
+            _print_event(event.to_dict(), ns.json)
+        nursery.cancel_scope.cancel()
+    return 0
+
+
+def _when(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _print_event(event: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(orjson.dumps(event).decode(), flush=True)
+        return
+    rest = {k: v for k, v in event.items() if k not in ("cursor", "at", "type", "worker") and v is not None}
+    detail = " ".join(f"{k}={v}" for k, v in rest.items())
+    print(f"{_when(event['at'])}  {event['type']:<13}  {event['worker'] or '-'}  {detail}".rstrip(), flush=True)

@@ -70,6 +70,19 @@ class ToolResult:
         """A handled failure: one text block and ``is_error`` set."""
         return cls([{"type": "text", "text": message}], None, True)
 
+    def wire(self) -> dict[str, Any]:
+        """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
+        out: dict[str, Any] = {"content": self.content, "isError": self.is_error}
+        s = self.structured
+        if s is not None:
+            out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+        return out
+
+    @classmethod
+    def from_wire(cls, wire: dict[str, Any]) -> ToolResult:
+        """The result a ``CallToolResult`` wire dict holds."""
+        return cls(list(wire.get("content") or []), wire.get("structuredContent"), bool(wire.get("isError", False)))
+
     def joined_text(self) -> str:
         """The concatenated text of the text blocks (``""`` when there are none)."""
         return "".join(b.get("text", "") for b in self.content if b.get("type") == "text")
@@ -102,6 +115,16 @@ class StepRecord(Protocol):
 
     def put(self, path: str, result: dict[str, Any]) -> None:
         """Record a finished step."""
+        ...
+
+    @property
+    def durable(self) -> bool:
+        """Whether the record outlives the process (a queued run's): the scheduler then awaits
+        :meth:`starting` before every leaf step, so what finished is saved before anything else runs."""
+        ...
+
+    async def starting(self, path: str) -> None:
+        """The step at ``path`` is about to run (called only when :attr:`durable`)."""
         ...
 
 

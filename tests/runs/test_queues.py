@@ -1,0 +1,154 @@
+"""The run queue's contract, on SQLite and on a real Redis: leases, takeover after a dead worker's lease
+runs out, recorded steps, compare-and-set finishing, cancelling, events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from kit.redis import redis_server
+from mcpipe.store import RunQueue, open_queue
+
+
+@asynccontextmanager
+async def _queue(kind: str, tmp_path: Path) -> AsyncIterator[RunQueue]:
+    async with trio.open_nursery() as nursery:
+        if kind == "sqlite":
+            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02)
+            await nursery.start(queue.run)
+            yield queue
+        else:
+            async with redis_server(tmp_path) as url:
+                queue = open_queue(url, prefix="t")
+                await nursery.start(queue.run)
+                yield queue
+        nursery.cancel_scope.cancel()
+
+
+KINDS = ["sqlite", "redis"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_run_is_leased_once_recorded_and_finished_once_by_its_worker(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            info = await q.enqueue("mcp_pipe", {"steps": []}, principal="p", run_id="r1", by="srv")
+            got = await q.lease("w1", 30, 1)
+            assert got is not None and got.id == "r1" and got.status == "running" and got.attempts == 1
+            assert await q.lease("w2", 30, 0.05) is None  # held: nobody else gets it
+            assert await q.save("r1", "w1", {"a": {"ok": True}}, [("step_finished", {"path": "a"})])
+            assert not await q.save("r1", "w2", {"b": {"ok": True}}, [])  # not w2's run
+            assert (await q.renew("r1", "w1", 30)).held and not (await q.renew("r1", "w2", 30)).held
+            assert await q.recorded("r1") == {"a": {"ok": True}}
+            assert not await q.finish("r1", "w2", "completed", {"content": []})
+            assert await q.finish("r1", "w1", "completed", {"content": [], "isError": False})
+            assert not await q.finish("r1", "w1", "completed", {"content": []})  # once
+            done = await q.get("r1")
+            events = await q.events("r1")
+    assert info.status == "queued"
+    assert done is not None and done.status == "completed" and done.principal == "p"
+    assert [e.type for e in events] == ["enqueued", "leased", "step_finished", "completed"]
+    assert [e.worker for e in events] == ["srv", "w1", "w1", "w1"]
+    assert events[-1].data == {"ok": True}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_dead_workers_run_is_taken_over_after_its_lease_with_its_recorded_steps(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            assert await q.lease("dead", 0.3, 1) is not None
+            await q.save("r1", "dead", {"a": {"ok": True}}, [])
+            # "dead" never renews: once its lease has run out, another worker takes the run over.
+            with trio.fail_after(5):
+                while (got := await q.lease("w2", 0.3, 0.2)) is None:
+                    pass
+            assert got.attempts == 2 and got.worker == "w2"
+            assert await q.recorded("r1") == {"a": {"ok": True}}
+            assert not await q.finish("r1", "dead", "completed", {})  # the stalled worker cannot finish it
+            assert await q.finish("r1", "w2", "completed", {})
+            leased = [e for e in await q.events("r1") if e.type == "leased"]
+    assert leased[1].data == {"taken_over_from": "dead"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_cancel_ends_a_queued_run_at_once_and_flags_a_running_one_for_its_worker(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("mcp_pipe", {}, run_id="queued")
+            queued = await q.cancel("queued")
+            assert await q.lease("w1", 30, 0.05) is None  # a cancelled run is never leased
+            await q.enqueue("mcp_pipe", {}, run_id="running")
+            assert await q.lease("w1", 30, 1) is not None
+            assert not (await q.renew("running", "w1", 30)).cancel
+            running = await q.cancel("running")
+            renewal = await q.renew("running", "w1", 30)
+            missing = await q.cancel("nope")
+    assert queued is not None and queued.status == "cancelled"
+    assert running is not None and running.status == "running" and running.cancel
+    assert renewal.held and renewal.cancel
+    assert missing is None
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_events_wait_for_the_next_event_and_follow_from_a_cursor(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            first = await q.events("r1")
+            async with trio.open_nursery() as nursery:
+
+                async def later() -> None:
+                    await trio.sleep(0.1)
+                    await q.emit("r1", "noetl-1", [("playbook_step", {"name": "x"})])
+
+                nursery.start_soon(later)
+                waited = await q.events("r1", after=first[-1].cursor, wait_s=5)
+    assert [e.type for e in waited] == ["playbook_step"] and waited[0].worker == "noetl-1"
+    assert waited[0].data == {"name": "x"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_run_waiting_for_input_is_requeued_once_every_question_is_answered(kind, tmp_path):
+    pending = {
+        "a": {"key": "both.a", "kind": "elicitation", "request": {"method": "elicitation/create"}},
+        "b": {"key": "both.b", "kind": "elicitation", "request": {"method": "elicitation/create"}},
+    }
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("multi_input", {}, run_id="r1", meta={"capabilities": {"elicitation": {}}})
+            assert await q.lease("w1", 30, 1) is not None
+            assert not await q.suspend("r1", "w2", pending)  # not w2's run
+            assert await q.suspend("r1", "w1", pending)
+            assert await q.lease("w2", 30, 0.05) is None  # waiting for input: no worker takes it
+            partial = await q.answer("r1", {"a": {"action": "accept"}, "zz": {"action": "accept"}})
+            assert await q.lease("w2", 30, 0.05) is None
+            full = await q.answer("r1", {"b": {"action": "decline"}}, by="srv")
+            again = await q.lease("w2", 30, 1)
+            types = [e.type for e in await q.events("r1")]
+    assert partial is not None and partial.status == "input_required" and set(partial.meta["pending"]) == {"b"}
+    assert full is not None and full.status == "queued" and full.meta["pending"] == {}
+    assert full.meta["answers"] == {"both.a": {"action": "accept"}, "both.b": {"action": "decline"}}
+    assert again is not None and again.attempts == 2 and again.meta["capabilities"] == {"elicitation": {}}
+    assert types == ["enqueued", "leased", "input_required", "resumed", "leased"]
+
+
+async def test_finished_runs_their_steps_and_events_go_after_the_retention_and_running_ones_stay(tmp_path):
+    q = open_queue(str(tmp_path / "runs.sqlite3"), retention_s=1e-6)
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(q.run)
+            for run_id in ("done", "busy"):
+                await q.enqueue("mcp_pipe", {}, run_id=run_id)
+                await q.lease("w1", 30, 1)
+            await q.save("done", "w1", {"s": {"ok": True}}, [("step_finished", {"path": "s"})])
+            await q.finish("done", "w1", "completed", {})
+            gone = await q.sweep()
+            left = [r.id for r in await q.runs()]
+            steps, events = await q.recorded("done"), await q.events("done")
+            nursery.cancel_scope.cancel()
+    assert gone == 1 and left == ["busy"] and steps == {} and events == []
