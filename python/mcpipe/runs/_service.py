@@ -12,11 +12,13 @@ from typing import Any
 import trio
 
 from mcpipe.store import TERMINAL, RunInfo, RunQueue
-from mcpipe.tools import ToolContext, ToolRegistry, ToolResult
+from mcpipe.tools import PURE, ToolContext, ToolRegistry, ToolResult
 
 __all__ = ["MAX_WAIT_MS", "RUN_TOOL_NAMES", "Runs"]
 
 RUN_TOOL_NAMES = ("pipe_status", "pipe_result", "pipe_cancel", "pipe_events")
+# pipe_cancel changes only the caller's own run (cancelling twice is cancelling once); the others read.
+_CANCEL_HINTS = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
 
 MAX_WAIT_MS = 60_000
 """The longest ``wait_ms`` a ``pipe_result``/``pipe_events`` call may block."""
@@ -74,7 +76,7 @@ class Runs:
         reg = ToolRegistry()
         runs = self
 
-        @reg.tool
+        @reg.tool(annotations=PURE)
         async def pipe_status(run_id: str, ctx: ToolContext) -> ToolResult:
             """The status of a background run: queued, running, completed, failed or cancelled.
 
@@ -86,7 +88,7 @@ class Runs:
                 return ToolResult.error(f"NOT_FOUND: no run {run_id!r}")
             return _ok(info.summary())
 
-        @reg.tool
+        @reg.tool(annotations=PURE)
         async def pipe_result(run_id: str, ctx: ToolContext, wait_ms: float = 0) -> ToolResult:
             """The result of a background run: the answer the call would have given, once the run is done;
             until then its status (isError false, `done` false).
@@ -103,7 +105,7 @@ class Runs:
                 return _ok({**info.summary(), "done": False})
             return ToolResult.from_wire(info.answer)
 
-        @reg.tool
+        @reg.tool(annotations=_CANCEL_HINTS)
         async def pipe_cancel(run_id: str, ctx: ToolContext) -> ToolResult:
             """Cancel a background run, on whichever worker it runs (a queued run never starts).
 
@@ -117,7 +119,7 @@ class Runs:
                 return ToolResult.error(f"NOT_FOUND: no run {run_id!r}")
             return _ok(info.summary())
 
-        @reg.tool
+        @reg.tool(annotations=PURE)
         async def pipe_events(
             run_id: str, ctx: ToolContext, after: str | None = None, limit: int = 100, wait_ms: float = 0
         ) -> ToolResult:

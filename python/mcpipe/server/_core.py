@@ -30,7 +30,7 @@ from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import invalid_answer, pipe_envelope
-from mcpipe.runs import Runs
+from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
@@ -75,10 +75,14 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
 def pipe_annotations(tools: list[dict[str, Any]]) -> dict[str, Any]:
     """``mcp_pipe``'s annotations from those of the tools its steps may call: read-only (idempotent) when
     they all are, destructive or open-world when any may be (a hint left out means what MCP says:
-    not read-only, destructive, not idempotent, open world)."""
+    not read-only, destructive, not idempotent, open world). The run tools (``pipe_status``, ``pipe_cancel``,
+    ...) are left out: they act only on the caller's own background runs, mcpipe's bookkeeping, not on the
+    world the hints describe."""
     read_only = idempotent = True
     destructive = open_world = False
     for entry in tools:
+        if entry["name"] in RUN_TOOL_NAMES:
+            continue
         hints = entry.get("annotations") or {}
         tool_read_only = bool(hints.get("readOnlyHint", False))
         read_only &= tool_read_only
