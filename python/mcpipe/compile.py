@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Container, Mapping
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -24,12 +25,14 @@ from mcpipe.plan import (
     DEFAULT_LIMITS,
     Checker,
     CompiledSpec,
+    ForEach,
     Leaf,
     Limits,
     Node,
     Parallel,
     Pipe,
     Pipeline,
+    Retry,
     Scope,
     decode_fields,
     problem_order,
@@ -150,6 +153,8 @@ class _Compiler:
         self.check = Checker(max_depth=limits.max_depth)
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
+        self.retry_sites: list[tuple[str, str]] = []
+        self.dry_run = False
         self.steps = 0
         self.leaves = 0
 
@@ -161,7 +166,10 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps), problems
+        compiled = CompiledSpec(
+            plan, tuple(self.tool_sites), self.leaves, self.steps, tuple(self.retry_sites), self.dry_run
+        )
+        return compiled, problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -175,6 +183,11 @@ class _Compiler:
                 names = data.get("vars")
                 self.steps_of(data["steps"], _join(loc, "steps"), outer.depth, _var_names(names))
             return None
+        if spec.dry_run:
+            if loc:
+                self.problem(_join(loc, "dry_run"), "`dry_run` applies to the whole call: set it at the top level")
+            else:
+                self.dry_run = True
         vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
         ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None
@@ -210,23 +223,35 @@ class _Compiler:
             return None
         kind = kinds[0]
         spec = self.decode(data, STEP_KINDS[kind], loc, "a step")
+        # The fields every step shares, compiled even when the step's own fields have problems.
+        refs: list[tuple[str, str]] = []
+        when = self.check.condition(data.get("when"), f"{loc}.when", scope, refs) if "when" in data else None
+        if "when" in data and when is None:
+            spec = None
+        common: dict[str, Any] = {}
+        if spec is not None:
+            common = {"when": when, "continue_on_error": spec.continue_on_error, "references": tuple(refs)}
         if kind == "tool":
-            return self.tool_step(spec, data, loc, sid, scope)
+            return self.tool_step(spec, data, loc, sid, scope, common)
         if not self.check.deep_enough(loc, scope.depth):
             return None
         if kind == "parallel":
             children = spec.parallel if spec is not None else data.get("parallel")
             if not isinstance(children, list):
                 return None
-            return self.parallel_step(spec, children, loc, sid, scope)
+            return self.parallel_step(spec, children, loc, sid, scope, common)
+        if kind == "for_each":
+            return self.for_each_step(spec, data, loc, sid, scope, common)
         inner = spec.pipe if spec is not None else data.get("pipe")
-        outer = Scope(scope.step_ids, scope.visible, scope.siblings, scope.has_last, scope.var_names, scope.depth + 1)
+        outer = replace(scope, depth=scope.depth + 1)
         plan = self.pipeline(inner, f"{loc}.pipe", outer=outer)
         if spec is None or plan is None:
             return None
-        return Pipe(sid, loc, plan, spec.timeout_ms)
+        return Pipe(sid, loc, plan, spec.timeout_ms, **common)
 
-    def tool_step(self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope) -> Node | None:
+    def tool_step(
+        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
         self.leaves += 1
         name = data.get("tool")
         if isinstance(name, str):
@@ -234,6 +259,8 @@ class _Compiler:
                 self.problem(f"{loc}.tool", f"`{PIPE_TOOL}` cannot be called as a tool; use a `pipe` step")
             else:
                 self.tool_sites.append((loc, name))
+                if isinstance(data.get("retry"), Mapping):
+                    self.retry_sites.append((loc, name))
         raw_args = data.get("args", {})
         if not isinstance(raw_args, (dict, str)):
             self.problem(f"{loc}.args", f"args must be an object, got {json_type(raw_args)}")
@@ -241,9 +268,37 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args)
+        retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
+        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
 
-    def parallel_step(self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope) -> Node | None:
+    def for_each_step(
+        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
+        source = data.get("for_each")
+        items = None
+        if isinstance(source, str) or (isinstance(source, Mapping) and "$ref" in source):
+            items = self.check.template(source, f"{loc}.for_each", scope)
+            if items is not None and len(items.references) != 1:
+                self.problem(
+                    f"{loc}.for_each", "for_each takes one reference to an array (`${steps.a.structured.items}`)"
+                )
+                items = None
+        else:
+            self.problem(f"{loc}.for_each", f"for_each takes one reference to an array, got {json_type(source)}")
+        raw = data.get("step")
+        if not isinstance(raw, Mapping):
+            return None  # the decoder reports it
+        given = raw.get("id")
+        inner_id = given if isinstance(given, str) and given else "step1"
+        inner_scope = replace(scope, siblings=frozenset(), depth=scope.depth + 1, loop=True)
+        step = self.step(raw, f"{loc}.step", inner_id, inner_scope)
+        if spec is None or items is None or step is None:
+            return None
+        return ForEach(sid, loc, items, step, spec.timeout_ms, **common)
+
+    def parallel_step(
+        self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)
         child_scope = Checker.sibling_scope(scope, child_ids)
@@ -256,7 +311,7 @@ class _Compiler:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms)
+        return Parallel(sid, loc, tuple(out), spec.timeout_ms, **common)
 
 
 def _var_names(value: Any) -> frozenset[str] | None:

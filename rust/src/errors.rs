@@ -85,6 +85,9 @@ impl fmt::Display for ResolveError {
 impl std::error::Error for ResolveError {}
 
 #[cfg(feature = "python")]
+pub use python::is_missing;
+
+#[cfg(feature = "python")]
 mod python {
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
@@ -94,6 +97,12 @@ mod python {
 
     static SYNTAX_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static INTERPOLATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+    /// Whether `err` is an `InterpolationError` (a reference whose value is missing).
+    #[cold]
+    pub fn is_missing(py: Python<'_>, err: &PyErr) -> bool {
+        INTERPOLATION_ERROR.import(py, "mcpipe.errors", "InterpolationError").is_ok_and(|cls| err.is_instance(py, cls))
+    }
 
     impl From<ResolveError> for PyErr {
         #[cold]

@@ -11,6 +11,10 @@ use crate::text::write_json_string;
 /// The roots a reference can start from (contract section 3), in the order messages list them.
 pub const ROOTS: [&str; 5] = ["vars", "steps", "last", "args", "context"];
 
+/// Every root by `Root` number: those of `ROOTS`, then `item` and `index` (defined inside a `for_each`
+/// step only, which the plan's checker enforces).
+const ROOT_NAMES: [&str; 7] = ["vars", "steps", "last", "args", "context", "item", "index"];
+
 /// Whitespace allowed around a reference inside the brackets (Python's `" \t\n\r\f\v"`).
 pub const WS: &[u8] = b" \t\n\r\x0c\x0b";
 
@@ -21,6 +25,8 @@ pub enum Root {
     Last,
     Args,
     Context,
+    Item,
+    Index,
 }
 
 impl Root {
@@ -31,12 +37,14 @@ impl Root {
             "last" => Root::Last,
             "args" => Root::Args,
             "context" => Root::Context,
+            "item" => Root::Item,
+            "index" => Root::Index,
             _ => return None,
         })
     }
 
     pub fn name(self) -> &'static str {
-        ROOTS[self as usize]
+        ROOT_NAMES[self as usize]
     }
 }
 
@@ -122,6 +130,17 @@ impl Segment {
 pub struct Path {
     pub root: Root,
     pub segments: Vec<Segment>,
+    /// `?? value`: what the reference gives when its path cannot be followed or ends at null.
+    pub default: Option<Literal>,
+}
+
+/// A default written in a placeholder, as JSON writes it (a number keeps its text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Literal {
+    Null,
+    Bool(bool),
+    Number(String),
+    String(String),
 }
 
 impl Path {
@@ -308,7 +327,7 @@ pub fn parse_path(text: &str, pos: usize, step_form: bool, ids: &StepIds) -> Res
         segments.push(Segment { kind: SegmentKind::Plain, text: ids.resolve(head).to_owned() });
         segments.push(Segment { kind: SegmentKind::Plain, text: "output".to_owned() });
         segments.extend(rest);
-        return Ok((Path { root: Root::Steps, segments }, end));
+        return Ok((Path { root: Root::Steps, segments, default: None }, end));
     }
     let Some(root) = Root::from_name(head) else {
         let mut reason = format!("unknown root `{head}` (expected one of ");
@@ -316,7 +335,7 @@ pub fn parse_path(text: &str, pos: usize, step_form: bool, ids: &StepIds) -> Res
         return Err(PathSyntax::new(reason, pos));
     };
     let (segments, end) = parse_segments(text, end)?;
-    Ok((Path { root, segments }, end))
+    Ok((Path { root, segments, default: None }, end))
 }
 
 #[cfg(test)]

@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::path::{is_identifier, parse_path, Path, PathSyntax, StepIds, WS};
+use crate::path::{is_identifier, parse_path, Literal, Path, PathSyntax, StepIds, WS};
 use crate::text::{char_position, write_json_string};
 
 /// One piece of an interpolated string.
@@ -116,12 +116,127 @@ pub fn parse_string(s: &str, ids: &StepIds) -> Result<ParsedString, String> {
 fn parse_placeholder(s: &str, i: usize, opener: &Opener, ids: &StepIds) -> Result<(Path, usize), PathSyntax> {
     let bytes = s.as_bytes();
     let j = skip_ws(bytes, i + opener.open.len());
-    let (path, j) = parse_path(s, j, opener.step_form, ids)?;
-    let j = skip_ws(bytes, j);
+    let (mut path, j) = parse_path(s, j, opener.step_form, ids)?;
+    let mut j = skip_ws(bytes, j);
+    if bytes[j..].starts_with(b"??") {
+        let (default, k) = parse_literal(s, skip_ws(bytes, j + 2))?;
+        path.default = Some(default);
+        j = skip_ws(bytes, k);
+    }
     if !bytes[j..].starts_with(opener.close.as_bytes()) {
         return Err(PathSyntax { reason: format!("expected `{}`", opener.close), pos: j });
     }
     Ok((path, j + opener.close.len()))
+}
+
+/// Parse the default after `??`: a JSON string (or one in single quotes), number, `true`, `false` or
+/// `null`. Answers the literal and the offset after it.
+pub fn parse_literal(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> {
+    let bytes = s.as_bytes();
+    let expected = || PathSyntax {
+        reason: "expected a default after `??` (a string, a number, true, false or null)".to_owned(),
+        pos: i,
+    };
+    let Some(&first) = bytes.get(i) else { return Err(expected()) };
+    if first == b'"' || first == b'\'' {
+        return parse_quoted(s, i);
+    }
+    for (word, literal) in [("null", Literal::Null), ("true", Literal::Bool(true)), ("false", Literal::Bool(false))] {
+        let end = i + word.len();
+        if bytes[i..].starts_with(word.as_bytes()) && !bytes.get(end).is_some_and(|b| b.is_ascii_alphanumeric()) {
+            return Ok((literal, end));
+        }
+    }
+    // A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+    let mut j = i;
+    let digits = |j: &mut usize| {
+        let start = *j;
+        while bytes.get(*j).is_some_and(u8::is_ascii_digit) {
+            *j += 1;
+        }
+        *j > start
+    };
+    if bytes.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    let int_start = j;
+    if !digits(&mut j) || (bytes[int_start] == b'0' && j - int_start > 1) {
+        return Err(expected());
+    }
+    if bytes.get(j) == Some(&b'.') {
+        j += 1;
+        if !digits(&mut j) {
+            return Err(expected());
+        }
+    }
+    if matches!(bytes.get(j), Some(b'e' | b'E')) {
+        j += 1;
+        if matches!(bytes.get(j), Some(b'+' | b'-')) {
+            j += 1;
+        }
+        if !digits(&mut j) {
+            return Err(expected());
+        }
+    }
+    Ok((Literal::Number(s[i..j].to_owned()), j))
+}
+
+/// A quoted default: JSON's escapes in double quotes; in single quotes `\'` and `\\` only.
+fn parse_quoted(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> {
+    let quote = s.as_bytes()[i] as char;
+    let mut out = String::new();
+    let mut chars = s[i + 1..].char_indices();
+    let unterminated = || PathSyntax { reason: "unterminated default string".to_owned(), pos: i };
+    while let Some((k, c)) = chars.next() {
+        if c == quote {
+            return Ok((Literal::String(out), i + 1 + k + 1));
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let Some((k, e)) = chars.next() else { return Err(unterminated()) };
+        let bad = || PathSyntax { reason: format!("invalid escape `\\{e}` in the default"), pos: i + 1 + k };
+        if quote == '\'' {
+            match e {
+                '\'' | '\\' => out.push(e),
+                _ => return Err(bad()),
+            }
+            continue;
+        }
+        match e {
+            '"' | '\\' | '/' => out.push(e),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'n' => out.push('\n'),
+            'r' => out.push('\r'),
+            't' => out.push('\t'),
+            'u' => {
+                let Some(hi) = hex_unit(&mut chars) else { return Err(bad()) };
+                let code = if (0xD800..0xDC00).contains(&hi) {
+                    let (Some((_, '\\')), Some((_, 'u'))) = (chars.next(), chars.next()) else { return Err(bad()) };
+                    match hex_unit(&mut chars) {
+                        Some(lo) if (0xDC00..0xE000).contains(&lo) => 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00),
+                        _ => return Err(bad()),
+                    }
+                } else {
+                    hi
+                };
+                out.push(char::from_u32(code).ok_or_else(bad)?);
+            }
+            _ => return Err(bad()),
+        }
+    }
+    Err(unterminated())
+}
+
+fn hex_unit(chars: &mut std::str::CharIndices<'_>) -> Option<u32> {
+    let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, h)| h)).collect();
+    if hex.len() == 4 {
+        u32::from_str_radix(&hex, 16).ok()
+    } else {
+        None
+    }
 }
 
 #[cold]

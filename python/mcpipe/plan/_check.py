@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import msgspec
@@ -18,11 +18,12 @@ import orjson
 
 from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.errors import ErrorCode, Problem, TemplateSyntaxError
+from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Problem, TemplateSyntaxError
 
 __all__ = [
     "STEP_ID",
     "Checker",
+    "ReferenceCondition",
     "Scope",
     "assign_step_ids",
     "decode_fields",
@@ -38,6 +39,7 @@ RESERVED_ID = re.compile(r"step([0-9]+)")
 STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
 VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
 ROOT = re.compile(r"[a-z]+")
+WHOLE_REFERENCE = re.compile(r"\s*(?:\$\{[^{}]*\}|\{\{[^{}]*\}\})\s*")
 _ORDER = re.compile(r"\[(\d+)\]")
 
 
@@ -52,6 +54,7 @@ class Scope:
         has_last: whether some step has finished before this place (else ``last`` is rejected).
         var_names: the names ``vars`` has here; None: unknown (not checked).
         depth: how deeply this place is nested in ``parallel``/``pipe`` steps.
+        loop: whether this place is inside a ``for_each`` step (so ``item`` and ``index`` are defined).
     """
 
     step_ids: tuple[str, ...] = ()
@@ -60,6 +63,7 @@ class Scope:
     has_last: bool = True
     var_names: frozenset[str] | None = None
     depth: int = 0
+    loop: bool = False
 
 
 def problem_order(p: Problem) -> tuple[Any, ...]:
@@ -192,6 +196,20 @@ def step_reference_problem(
     return f"reference to unknown step '{step}'"
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceCondition:
+    """A ``when`` written as one reference: its value, which the scheduler requires to be a boolean."""
+
+    template: Template
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The referenced value; a reference that cannot resolve is an :class:`ExpressionError`."""
+        try:
+            return self.template.resolve(env)
+        except InterpolationError as e:
+            raise ExpressionError(f"`when`: {e}", missing=True) from None
+
+
 class Checker:
     """Collects the problems of one compile and performs the checks every front-end shares.
 
@@ -252,10 +270,40 @@ class Checker:
         elif name == "last":
             if scope.visible is not None and not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
+        elif name in ("item", "index"):
+            if not scope.loop:
+                self.problem(site, f"reference `{ref}`: `{name}` is defined only inside a `for_each` step")
         elif name == "vars" and scope.var_names is not None:
             key = referenced_var(ref)
             if key is not None and key not in scope.var_names:
                 self.problem(site, f"reference `{ref}`: no var named '{key}'")
+
+    def cel(self, source: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None) -> Any:
+        """Compile ``source`` as CEL at ``loc`` and check the references it makes (None on a problem, or
+        when ``source`` is not a string: the front-end's decoder reports its type)."""
+        if not isinstance(source, str):
+            return None
+        from mcpipe.expr import CelExpr, ExpressionSyntaxError  # loads CEL: only for specs that use it
+
+        try:
+            expr = CelExpr.compile(source)
+        except ExpressionSyntaxError as e:
+            self.problem(loc, f"invalid CEL: {e.reason}")
+            return None
+        for m in expr.mentions:
+            ref = m.normalized()
+            if refs is not None:
+                refs.append((loc, ref))
+            self.check_reference(loc, ref, scope)
+        return expr
+
+    def condition(self, source: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None) -> Any:
+        """A ``when``: a string that is exactly one placeholder (``${steps.check.structured.ok}``) is a
+        reference taken as a boolean; anything else is CEL. None on a problem."""
+        if isinstance(source, str) and WHOLE_REFERENCE.fullmatch(source):
+            t = self.template(source, loc, scope, refs)
+            return None if t is None else ReferenceCondition(t)
+        return self.cel(source, loc, scope, refs)
 
     def deep_enough(self, loc: str, depth: int) -> bool:
         """Whether a container at ``depth`` may nest one level more (reports it when not)."""
@@ -278,14 +326,7 @@ class Checker:
         """The scope of a parallel group's children: what the group's list sees, never each other (unless
         one shares an id with an earlier step of that list, which is then the one it means)."""
         visible = scope.visible or frozenset()
-        return Scope(
-            scope.step_ids,
-            scope.visible,
-            frozenset(child_ids) - visible,
-            scope.has_last,
-            scope.var_names,
-            scope.depth + 1,
-        )
+        return replace(scope, siblings=frozenset(child_ids) - visible, depth=scope.depth + 1)
 
     @staticmethod
     def list_scope(ids: tuple[str, ...], i: int, var_names: frozenset[str] | None, depth: int) -> Scope:

@@ -35,12 +35,14 @@ __all__ = [
     "SKIP",
     "CompiledSpec",
     "Expression",
+    "ForEach",
     "Leaf",
     "Limits",
     "Node",
     "Parallel",
     "Pipe",
     "Pipeline",
+    "Retry",
     "RunFn",
     "prelude",
     "walk",
@@ -61,12 +63,14 @@ class Limits:
         max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
         max_concurrency: parallel children running at once within one call.
         timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
+        max_items: the most elements a ``for_each`` step may run its step for.
     """
 
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: float | None = None
+    max_items: int = 100
 
 
 DEFAULT_LIMITS = Limits()
@@ -123,6 +127,8 @@ class Leaf(Generic[F, B]):
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
+    retry: Retry | None = None
 
     async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
@@ -179,6 +185,7 @@ class Parallel:
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
     kind: ClassVar[str] = "parallel"
 
 
@@ -194,10 +201,38 @@ class Pipe:
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
     kind: ClassVar[str] = "pipe"
 
 
-Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe
+@dataclass(frozen=True, slots=True, eq=False)
+class ForEach:
+    """Run ``step`` once per element of the array ``items`` resolves to, concurrently under the call's
+    limit; the element is the ``item`` root and its position the ``index`` root of the step's templates."""
+
+    id: str
+    location: str
+    items: Template
+    step: Node
+    timeout_ms: float | None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+    continue_on_error: bool | None = None
+    kind: ClassVar[str] = "for_each"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Retry a tool call that failed with a retryable error: up to ``attempts`` calls in all, waiting
+    ``backoff_ms`` before the second, doubling each time."""
+
+    attempts: int
+    backoff_ms: float
+
+
+Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach
 """A step of a plan."""
 
 
@@ -222,12 +257,16 @@ class CompiledSpec:
         tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
         leaf_count: how many leaf steps there are, nested and parallel children included.
         step_count: how many steps there are in all.
+        retry_sites: ``(location, tool)`` of every tool step that retries (the tool must be idempotent).
+        dry_run: the spec asked for its plan, not for a run.
     """
 
     plan: Pipeline
     tool_sites: tuple[tuple[str, str], ...]
     leaf_count: int
     step_count: int
+    retry_sites: tuple[tuple[str, str], ...] = ()
+    dry_run: bool = False
 
     @classmethod
     def of(cls, plan: Pipeline) -> CompiledSpec:
@@ -235,7 +274,8 @@ class CompiledSpec:
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
-        return cls(plan, sites, leaves, len(nodes))
+        retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
+        return cls(plan, sites, leaves, len(nodes), retries)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:
@@ -246,6 +286,8 @@ def walk(steps: Iterable[Node]) -> Iterator[Node]:
             yield from walk(step.children)
         elif isinstance(step, Pipe):
             yield from walk(step.pipe.steps)
+        elif isinstance(step, ForEach):
+            yield from walk((step.step,))
 
 
 def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:
