@@ -139,7 +139,7 @@ pub fn parse_literal(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> 
     };
     let Some(&first) = bytes.get(i) else { return Err(expected()) };
     if first == b'"' || first == b'\'' {
-        return parse_quoted(s, i);
+        return parse_quoted(s, i).ok_or_else(expected);
     }
     for (word, literal) in [("null", Literal::Null), ("true", Literal::Bool(true)), ("false", Literal::Bool(false))] {
         let end = i + word.len();
@@ -159,48 +159,49 @@ pub fn parse_literal(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> 
     if bytes.get(j) == Some(&b'-') {
         j += 1;
     }
-    let int_start = j;
-    if !digits(&mut j) || (bytes[int_start] == b'0' && j - int_start > 1) {
+    if bytes.get(j) == Some(&b'0') {
+        j += 1; // JSON: no leading zeros, so `01` is the number 0 and then a `1`
+    } else if !digits(&mut j) {
         return Err(expected());
     }
+    // The fraction and the exponent are optional: when one is incomplete, the number ends before it.
     if bytes.get(j) == Some(&b'.') {
-        j += 1;
-        if !digits(&mut j) {
-            return Err(expected());
+        let mut k = j + 1;
+        if digits(&mut k) {
+            j = k;
         }
     }
     if matches!(bytes.get(j), Some(b'e' | b'E')) {
-        j += 1;
-        if matches!(bytes.get(j), Some(b'+' | b'-')) {
-            j += 1;
+        let mut k = j + 1;
+        if matches!(bytes.get(k), Some(b'+' | b'-')) {
+            k += 1;
         }
-        if !digits(&mut j) {
-            return Err(expected());
+        if digits(&mut k) {
+            j = k;
         }
     }
     Ok((Literal::Number(s[i..j].to_owned()), j))
 }
 
-/// A quoted default: JSON's escapes in double quotes; in single quotes `\'` and `\\` only.
-fn parse_quoted(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> {
+/// A quoted default: JSON's escapes in double quotes (a lone surrogate is not text); in single quotes
+/// `\'` and `\\` only. None when it is not closed or holds another escape.
+fn parse_quoted(s: &str, i: usize) -> Option<(Literal, usize)> {
     let quote = s.as_bytes()[i] as char;
     let mut out = String::new();
     let mut chars = s[i + 1..].char_indices();
-    let unterminated = || PathSyntax { reason: "unterminated default string".to_owned(), pos: i };
     while let Some((k, c)) = chars.next() {
         if c == quote {
-            return Ok((Literal::String(out), i + 1 + k + 1));
+            return Some((Literal::String(out), i + 1 + k + 1));
         }
         if c != '\\' {
             out.push(c);
             continue;
         }
-        let Some((k, e)) = chars.next() else { return Err(unterminated()) };
-        let bad = || PathSyntax { reason: format!("invalid escape `\\{e}` in the default"), pos: i + 1 + k };
+        let (_, e) = chars.next()?;
         if quote == '\'' {
             match e {
                 '\'' | '\\' => out.push(e),
-                _ => return Err(bad()),
+                _ => return None,
             }
             continue;
         }
@@ -212,22 +213,22 @@ fn parse_quoted(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> {
             'r' => out.push('\r'),
             't' => out.push('\t'),
             'u' => {
-                let Some(hi) = hex_unit(&mut chars) else { return Err(bad()) };
+                let hi = hex_unit(&mut chars)?;
                 let code = if (0xD800..0xDC00).contains(&hi) {
-                    let (Some((_, '\\')), Some((_, 'u'))) = (chars.next(), chars.next()) else { return Err(bad()) };
+                    let (Some((_, '\\')), Some((_, 'u'))) = (chars.next(), chars.next()) else { return None };
                     match hex_unit(&mut chars) {
                         Some(lo) if (0xDC00..0xE000).contains(&lo) => 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00),
-                        _ => return Err(bad()),
+                        _ => return None,
                     }
                 } else {
                     hi
                 };
-                out.push(char::from_u32(code).ok_or_else(bad)?);
+                out.push(char::from_u32(code)?);
             }
-            _ => return Err(bad()),
+            _ => return None,
         }
     }
-    Err(unterminated())
+    None
 }
 
 fn hex_unit(chars: &mut std::str::CharIndices<'_>) -> Option<u32> {

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import replace
 from time import perf_counter
 from typing import Any
@@ -728,17 +728,33 @@ class _Run:
         stop: bool,
         first: list[dict[str, Any]],
     ) -> None:
+        # A pool of at most `max_concurrency` workers takes the elements in order: the call's limiter
+        # would let no more run at once, and a task per element parked on it costs a wake-up each.
         held: list[BaseException] = []
+        todo = iter(enumerate(items))
         async with trio.open_nursery() as nursery:
-            for i, item in enumerate(items):
-                inner = dict(env)
-                inner["item"] = item
-                inner["index"] = i
-                nursery.start_soon(
-                    self.child, step.step, inner, slots[i], f"{path}.{i}.", stop, first, nursery.cancel_scope, held
-                )
+            for _ in range(min(len(items), self.limits.max_concurrency)):
+                nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
         if held and not (stop and first):
             raise held[0]
+
+    async def worker(
+        self,
+        step: ForEach,
+        env: dict[str, Any],
+        todo: Iterator[tuple[int, Any]],
+        slots: list[dict[str, Any]],
+        path: str,
+        stop: bool,
+        first: list[dict[str, Any]],
+        siblings: trio.CancelScope,
+        held: list[BaseException],
+    ) -> None:
+        for i, item in todo:
+            inner = dict(env)
+            inner["item"] = item
+            inner["index"] = i
+            await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
 
     # --- events ---
 
