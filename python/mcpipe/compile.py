@@ -32,7 +32,6 @@ from mcpipe.plan import (
     Parallel,
     Pipe,
     Pipeline,
-    Retry,
     Scope,
     decode_fields,
     problem_order,
@@ -153,8 +152,6 @@ class _Compiler:
         self.check = Checker(max_depth=limits.max_depth)
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
-        self.retry_sites: list[tuple[str, str]] = []
-        self.dry_run = False
         self.steps = 0
         self.leaves = 0
 
@@ -166,10 +163,7 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        compiled = CompiledSpec(
-            plan, tuple(self.tool_sites), self.leaves, self.steps, tuple(self.retry_sites), self.dry_run
-        )
-        return compiled, problems
+        return CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -183,11 +177,6 @@ class _Compiler:
                 names = data.get("vars")
                 self.steps_of(data["steps"], _join(loc, "steps"), outer.depth, _var_names(names))
             return None
-        if spec.dry_run:
-            if loc:
-                self.problem(_join(loc, "dry_run"), "`dry_run` applies to the whole call: set it at the top level")
-            else:
-                self.dry_run = True
         vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
         ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None
@@ -259,8 +248,6 @@ class _Compiler:
                 self.problem(f"{loc}.tool", f"`{PIPE_TOOL}` cannot be called as a tool; use a `pipe` step")
             else:
                 self.tool_sites.append((loc, name))
-                if isinstance(data.get("retry"), Mapping):
-                    self.retry_sites.append((loc, name))
         raw_args = data.get("args", {})
         if not isinstance(raw_args, (dict, str)):
             self.problem(f"{loc}.args", f"args must be an object, got {json_type(raw_args)}")
@@ -268,8 +255,7 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
-        retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
+        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, **common)
 
     def for_each_step(
         self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
@@ -285,6 +271,9 @@ class _Compiler:
                 items = None
         else:
             self.problem(f"{loc}.for_each", f"for_each takes one reference to an array, got {json_type(source)}")
+        if data.get("as", "item") != "item":
+            self.problem(f"{loc}.as", 'the element is the `item` root: `as` may only be "item"')
+            items = None
         raw = data.get("step")
         if not isinstance(raw, Mapping):
             return None  # the decoder reports it

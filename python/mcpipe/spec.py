@@ -17,7 +17,6 @@ __all__ = [
     "ParallelStepSpec",
     "PipeStepSpec",
     "PipelineSpec",
-    "RetrySpec",
     "ToolStepSpec",
     "spec_schema",
 ]
@@ -45,19 +44,11 @@ class StepSpec(SpecBase, kw_only=True):
     continue_on_error: bool | None = None
 
 
-class RetrySpec(SpecBase, kw_only=True):
-    """``{"attempts": 3, "backoff_ms": 200}``: retry a tool call that failed with a retryable error."""
-
-    attempts: Annotated[int, msgspec.Meta(ge=1, le=10)]
-    backoff_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 100
-
-
 class ToolStepSpec(StepSpec, kw_only=True):
     """One tool call: ``{"id", "tool": "<name>", "args": <template>}``."""
 
     tool: Annotated[str, msgspec.Meta(min_length=1, description="Name of the tool to call.")]
     args: Any = msgspec.field(default_factory=dict)
-    retry: RetrySpec | None = None
 
 
 class ParallelStepSpec(StepSpec, kw_only=True):
@@ -77,7 +68,7 @@ class ForEachStepSpec(StepSpec, kw_only=True):
 
     for_each: Any
     step: dict[str, Any]
-    as_: Annotated[str, msgspec.Meta(pattern=r"^item$")] = msgspec.field(default="item", name="as")
+    as_: str = msgspec.field(default="item", name="as")
 
 
 class PipelineSpec(SpecBase):
@@ -88,7 +79,6 @@ class PipelineSpec(SpecBase):
     return_: Any = msgspec.field(default=msgspec.UNSET, name="return")
     continue_on_error: bool = False
     timeout_ms: TimeoutMs | None = None
-    dry_run: bool = False
 
 
 STEP_KINDS: dict[str, type[SpecBase]] = {

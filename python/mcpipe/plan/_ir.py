@@ -42,7 +42,6 @@ __all__ = [
     "Parallel",
     "Pipe",
     "Pipeline",
-    "Retry",
     "RunFn",
     "prelude",
     "walk",
@@ -128,7 +127,6 @@ class Leaf(Generic[F, B]):
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
     continue_on_error: bool | None = None
-    retry: Retry | None = None
 
     async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
@@ -223,15 +221,6 @@ class ForEach:
     kind: ClassVar[str] = "for_each"
 
 
-@dataclass(frozen=True, slots=True)
-class Retry:
-    """Retry a tool call that failed with a retryable error: up to ``attempts`` calls in all, waiting
-    ``backoff_ms`` before the second, doubling each time."""
-
-    attempts: int
-    backoff_ms: float
-
-
 Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach
 """A step of a plan."""
 
@@ -257,16 +246,12 @@ class CompiledSpec:
         tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
         leaf_count: how many leaf steps there are, nested and parallel children included.
         step_count: how many steps there are in all.
-        retry_sites: ``(location, tool)`` of every tool step that retries (the tool must be idempotent).
-        dry_run: the spec asked for its plan, not for a run.
     """
 
     plan: Pipeline
     tool_sites: tuple[tuple[str, str], ...]
     leaf_count: int
     step_count: int
-    retry_sites: tuple[tuple[str, str], ...] = ()
-    dry_run: bool = False
 
     @classmethod
     def of(cls, plan: Pipeline) -> CompiledSpec:
@@ -274,8 +259,7 @@ class CompiledSpec:
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
-        retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries)
+        return cls(plan, sites, leaves, len(nodes))
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:
