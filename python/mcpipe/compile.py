@@ -32,6 +32,7 @@ from mcpipe.plan import (
     Parallel,
     Pipe,
     Pipeline,
+    Retry,
     Scope,
     decode_fields,
     problem_order,
@@ -163,7 +164,7 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps), problems
+        return CompiledSpec.of(plan), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -255,7 +256,8 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, **common)
+        retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
+        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
 
     def for_each_step(
         self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]

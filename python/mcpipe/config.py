@@ -80,6 +80,8 @@ class PipeConfig(_Base):
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: int | None = None
+    max_items: int = 100
+    idempotent_tools: list[str] = msgspec.field(default_factory=list)
 
 
 class TokenConfig(_Base):
@@ -273,7 +275,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             if name not in names:
                 problems.append(Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(names)})"))
     p = cfg.pipe
-    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
+    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms", "max_items"):
         v = getattr(p, key)
         if v is not None and v <= 0:
             problems.append(Problem(f"pipe.{key}", CODE, "must be positive"))

@@ -17,6 +17,7 @@ __all__ = [
     "ParallelStepSpec",
     "PipeStepSpec",
     "PipelineSpec",
+    "RetrySpec",
     "ToolStepSpec",
     "spec_schema",
 ]
@@ -44,11 +45,19 @@ class StepSpec(SpecBase, kw_only=True):
     continue_on_error: bool | None = None
 
 
+class RetrySpec(SpecBase, kw_only=True):
+    """``{"attempts": 3, "backoff_ms": 200}``: make a call that failed with a retryable error again."""
+
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=10)]
+    backoff_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 100
+
+
 class ToolStepSpec(StepSpec, kw_only=True):
     """One tool call: ``{"id", "tool": "<name>", "args": <template>}``."""
 
     tool: Annotated[str, msgspec.Meta(min_length=1, description="Name of the tool to call.")]
     args: Any = msgspec.field(default_factory=dict)
+    retry: RetrySpec | None = None
 
 
 class ParallelStepSpec(StepSpec, kw_only=True):

@@ -34,7 +34,7 @@ def config_limits(config: Any) -> Limits:
     p = getattr(config, "pipe", None)
     if p is None:
         return Limits()
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms, p.max_items, tuple(p.idempotent_tools))
 
 
 def _prefixes(config: Any) -> list[str]:

@@ -42,6 +42,7 @@ __all__ = [
     "Parallel",
     "Pipe",
     "Pipeline",
+    "Retry",
     "RunFn",
     "prelude",
     "walk",
@@ -63,6 +64,8 @@ class Limits:
         max_concurrency: parallel children running at once within one call.
         timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
         max_items: the most elements a ``for_each`` step may run its step for.
+        idempotent_tools: names or ``*``-globs of the tools the operator marks idempotent (a step may
+            ``retry`` them; so may it a tool whose annotations say ``idempotentHint``).
     """
 
     max_steps: int = 50
@@ -70,6 +73,7 @@ class Limits:
     max_concurrency: int = 8
     timeout_ms: float | None = None
     max_items: int = 100
+    idempotent_tools: tuple[str, ...] = ()
 
 
 DEFAULT_LIMITS = Limits()
@@ -127,6 +131,7 @@ class Leaf(Generic[F, B]):
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
     continue_on_error: bool | None = None
+    retry: Retry | None = None
 
     async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
@@ -221,6 +226,15 @@ class ForEach:
     kind: ClassVar[str] = "for_each"
 
 
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A tool step's retry: up to ``attempts`` calls in all, after a retryable failure, waiting
+    ``backoff_ms`` before the second and twice as long before each next one."""
+
+    attempts: int
+    backoff_ms: float
+
+
 Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach
 """A step of a plan."""
 
@@ -246,12 +260,15 @@ class CompiledSpec:
         tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
         leaf_count: how many leaf steps there are, nested and parallel children included.
         step_count: how many steps there are in all.
+        retry_sites: ``(location, tool)`` of every tool step with ``retry`` (checked per call: the tool
+            must be idempotent).
     """
 
     plan: Pipeline
     tool_sites: tuple[tuple[str, str], ...]
     leaf_count: int
     step_count: int
+    retry_sites: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, plan: Pipeline) -> CompiledSpec:
@@ -259,7 +276,8 @@ class CompiledSpec:
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
-        return cls(plan, sites, leaves, len(nodes))
+        retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
+        return cls(plan, sites, leaves, len(nodes), retries)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

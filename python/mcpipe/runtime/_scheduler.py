@@ -28,7 +28,7 @@ from typing import Any
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._util import is_suspension
+from mcpipe._util import glob_matcher, is_suspension
 from mcpipe.compile import compile_spec
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Problem, SpecError, TemplateSyntaxError
 from mcpipe.plan import (
@@ -42,6 +42,7 @@ from mcpipe.plan import (
     Parallel,
     Pipeline,
     prelude,
+    problem_order,
     referenced_step,
     walk,
 )
@@ -179,8 +180,18 @@ async def _run_compiled(
             denied.append(
                 Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
             )
+    for location, name in compiled.retry_sites:
+        if not _idempotent(registry, name, limits):
+            denied.append(
+                Problem(
+                    f"{location}.retry",
+                    ErrorCode.INVALID_SPEC,
+                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
+                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
+                )
+            )
     if denied:
-        return invalid_answer(denied, started)
+        return invalid_answer(sorted(denied, key=problem_order), started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
@@ -416,7 +427,9 @@ class _Run:
                 _log.info("step %s: %s", path, e.with_step(path), extra={"interpolation": e.to_dict()})
             else:
                 ctx = self.ctx.for_step(self.pid, path)
-                if step.timeout_ms is None:
+                if step.retry is not None:
+                    r = await self.retried(step, args, ctx, t0)
+                elif step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
                 else:
                     with trio.move_on_after(step.timeout_ms / 1000) as scope:
@@ -433,6 +446,35 @@ class _Run:
                 r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0)
             self.settle(step, r, path, results)
         return r
+
+    async def retried(self, step: Leaf[Any, Any], args: Any, ctx: ToolContext, t0: float) -> dict[str, Any]:
+        """A tool call made again after a retryable failure (a transport failure, the server down, the
+        step's own deadline), up to ``retry.attempts`` calls, each one audited by the registry."""
+        retry = step.retry
+        assert retry is not None
+        delay = retry.backoff_ms
+        attempt = 1
+        while True:
+            last = attempt >= retry.attempts
+            try:
+                if step.timeout_ms is None:
+                    r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
+                else:
+                    r = None
+                    with trio.move_on_after(step.timeout_ms / 1000):
+                        r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
+                    if r is None and last:
+                        r = leaf_result(step.id, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0)
+                if r is not None:
+                    r["attempts"] = attempt
+                    return r
+            except Exception as e:
+                if last or not _retryable(e):
+                    raise
+                _log.info("step %s: attempt %d of %d failed (%s); retrying", step.location, attempt, retry.attempts, e)
+            await trio.sleep(delay / 1000)
+            delay *= 2
+            attempt += 1
 
     def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """A leaf step that finished in an earlier round of this call: its recorded result, not run again."""
@@ -803,6 +845,23 @@ def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str,
     """Each element's result in order (None for one cancelled before it started)."""
     sid = step.step.id
     return [slot.get(sid) for slot in slots]
+
+
+def _retryable(e: BaseException) -> bool:
+    """Whether a call that raised ``e`` may succeed if made again: a transport failure, a server down."""
+    if isinstance(e, (OSError, trio.BrokenResourceError, trio.ClosedResourceError)):
+        return True
+    return bool(getattr(e, "retryable", False))
+
+
+def _idempotent(registry: Any, name: str, limits: Limits) -> bool:
+    """Whether the operator marks tool ``name`` idempotent, or its annotations say ``idempotentHint``."""
+    if limits.idempotent_tools and glob_matcher(list(limits.idempotent_tools))(name):
+        return True
+    get = getattr(registry, "get", None)
+    tool = get(name) if get is not None else None
+    hints = getattr(tool, "annotations", None)
+    return isinstance(hints, Mapping) and hints.get("idempotentHint") is True
 
 
 def _unresolved(e: InterpolationError, env: Mapping[str, Any]) -> str:

@@ -56,7 +56,7 @@ def policy_of(config: Config) -> Policy:
 
 def limits_of(config: Config) -> Limits:
     p = config.pipe
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms, p.max_items, tuple(p.idempotent_tools))
 
 
 def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:

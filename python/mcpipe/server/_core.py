@@ -56,6 +56,9 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
     if tool.output_schema is not None:
         entry["outputSchema"] = tool.output_schema
+    hints = getattr(tool, "annotations", None)
+    if hints:
+        entry["annotations"] = hints
     return entry
 
 

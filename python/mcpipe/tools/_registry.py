@@ -46,6 +46,7 @@ class FunctionTool:
         output_schema: JSON Schema of ``structuredContent``, or None when the function returns text
             (``str``), a :class:`ToolResult`, or is not annotated.
         fn: the wrapped function.
+        annotations: MCP tool annotations (``{"idempotentHint": True}``, ``readOnlyHint``, ...), or None.
     """
 
     __slots__ = (
@@ -53,6 +54,7 @@ class FunctionTool:
         "_ctx_param",
         "_is_async",
         "_shape",
+        "annotations",
         "description",
         "fn",
         "input_schema",
@@ -60,8 +62,16 @@ class FunctionTool:
         "output_schema",
     )
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
+    ):
         self.fn = fn
+        self.annotations = annotations
         self.name = name or fn.__name__
         if not _NAME.fullmatch(self.name):
             raise ValueError(f"invalid tool name {self.name!r} (letters, digits, `_`, `-`, `.`; 1-128)")
@@ -119,11 +129,23 @@ class ToolRegistry:
     def tool(self, fn: Callable[..., Any], /) -> FunctionTool: ...
     @overload
     def tool(
-        self, fn: None = None, /, *, name: str | None = None, description: str | None = None
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
-        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
     ) -> Any:
         """Register a function as a tool: ``@registry.tool`` or ``@registry.tool(name=..., description=...)``.
 
@@ -136,7 +158,7 @@ class ToolRegistry:
         """
 
         def wrap(f: Callable[..., Any]) -> FunctionTool:
-            return self.register(FunctionTool(f, name=name, description=description))
+            return self.register(FunctionTool(f, name=name, description=description, annotations=annotations))
 
         return wrap if fn is None else wrap(fn)
 

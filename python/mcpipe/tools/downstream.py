@@ -67,6 +67,12 @@ _TRANSPORT_ERRORS = (
 )
 
 
+class TransportError(CallError):
+    """The server is down or the connection failed: the call may succeed if made again."""
+
+    retryable = True
+
+
 @dataclass(slots=True)
 class DownstreamTool:
     """One tool of a downstream server, served under ``name`` (its remote name with the server's prefix)."""
@@ -77,6 +83,7 @@ class DownstreamTool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     server: DownstreamServer
+    annotations: dict[str, Any] | None = None
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await self.server.call(self.remote_name, args, ctx)
@@ -261,8 +268,9 @@ class DownstreamServer:
             for t in page.tools:
                 if self._keeps(t.name):
                     name = self.exposed(t.name)
+                    hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else None
                     tools[name] = DownstreamTool(
-                        name, t.name, t.description or "", t.input_schema, t.output_schema, self
+                        name, t.name, t.description or "", t.input_schema, t.output_schema, self, hints
                     )
             cursor = page.next_cursor
             if not cursor:
@@ -296,7 +304,8 @@ class DownstreamServer:
             try:
                 return await self._call_once(remote, args, ctx)
             except _SessionLost:
-                raise CallError(f"MCP server '{self.name}' lost the session and could not open a new one") from None
+                lost = f"MCP server '{self.name}' lost the session and could not open a new one"
+                raise TransportError(lost) from None
 
     async def _call_once(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         client = self._client
@@ -306,7 +315,7 @@ class DownstreamServer:
             client = self._client
         if client is None:
             why = f": {self.last_error}" if self.last_error else ""
-            raise CallError(f"MCP server '{self.name}' is unavailable{why}")
+            raise TransportError(f"MCP server '{self.name}' is unavailable{why}")
 
         step = ctx.step
 
@@ -318,14 +327,14 @@ class DownstreamServer:
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
-                raise CallError(f"MCP server '{self.name}' closed the connection during the call") from None
+                raise TransportError(f"MCP server '{self.name}' closed the connection during the call") from None
             if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
                 self._lost(exc)
                 raise _SessionLost from None
             raise CallError(f"MCP server '{self.name}' answered an error: {exc}") from None
         except _TRANSPORT_ERRORS as exc:
             self._lost(exc)
-            raise CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}") from None
+            raise TransportError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}") from None
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
