@@ -153,6 +153,7 @@ class _Compiler:
         self.check = Checker(max_depth=limits.max_depth)
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
+        self.dry_run = False
         self.steps = 0
         self.leaves = 0
 
@@ -164,7 +165,7 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec.of(plan), problems
+        return CompiledSpec.of(plan, dry_run=self.dry_run), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -178,6 +179,11 @@ class _Compiler:
                 names = data.get("vars")
                 self.steps_of(data["steps"], _join(loc, "steps"), outer.depth, _var_names(names))
             return None
+        if spec.dry_run:
+            if loc:
+                self.problem(_join(loc, "dry_run"), "`dry_run` applies to the whole call: set it at the top level")
+            else:
+                self.dry_run = True
         vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
         ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None

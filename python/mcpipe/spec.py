@@ -88,6 +88,7 @@ class PipelineSpec(SpecBase):
     return_: Any = msgspec.field(default=msgspec.UNSET, name="return")
     continue_on_error: bool = False
     timeout_ms: TimeoutMs | None = None
+    dry_run: bool = False
 
 
 STEP_KINDS: dict[str, type[SpecBase]] = {

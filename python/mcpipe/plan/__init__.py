@@ -15,6 +15,7 @@ from mcpipe.plan._check import (
     referenced_var,
     step_reference_problem,
 )
+from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
     SKIP,
@@ -37,6 +38,7 @@ from mcpipe.plan._ir import (
 __all__ = [
     "DEFAULT_LIMITS",
     "SKIP",
+    "STATIC_ROOTS",
     "STEP_ID",
     "Checker",
     "CompiledSpec",
@@ -53,6 +55,7 @@ __all__ = [
     "Scope",
     "assign_step_ids",
     "decode_fields",
+    "explain",
     "prelude",
     "problem_order",
     "reference_root",

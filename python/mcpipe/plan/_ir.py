@@ -262,6 +262,7 @@ class CompiledSpec:
         step_count: how many steps there are in all.
         retry_sites: ``(location, tool)`` of every tool step with ``retry`` (checked per call: the tool
             must be idempotent).
+        dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
     """
 
     plan: Pipeline
@@ -269,15 +270,16 @@ class CompiledSpec:
     leaf_count: int
     step_count: int
     retry_sites: tuple[tuple[str, str], ...] = ()
+    dry_run: bool = False
 
     @classmethod
-    def of(cls, plan: Pipeline) -> CompiledSpec:
+    def of(cls, plan: Pipeline, *, dry_run: bool = False) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

@@ -41,6 +41,7 @@ from mcpipe.plan import (
     Node,
     Parallel,
     Pipeline,
+    explain,
     prelude,
     problem_order,
     referenced_step,
@@ -194,6 +195,8 @@ async def _run_compiled(
         return invalid_answer(sorted(denied, key=problem_order), started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
+    if compiled.dry_run:
+        return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
     return await run.main(compiled.plan, started)
 
@@ -845,6 +848,39 @@ def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str,
     """Each element's result in order (None for one cancelled before it started)."""
     sid = step.step.id
     return [slot.get(sid) for slot in slots]
+
+
+def _dry_run(
+    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, Any], started: float
+) -> dict[str, Any]:
+    """The answer of a dry run: every check passed (the spec, the tools, the permissions, retries), and
+    the plan; no step runs."""
+    env: dict[str, Any] = {"vars": {}, "steps": {}, "last": None, "args": args, "context": ctx.facts()}
+    try:
+        env["vars"] = compiled.plan.vars.resolve(env)
+    except InterpolationError as e:
+        env = {}
+        error = str(e)
+    else:
+        error = ""
+    plan = explain(compiled.plan, env, limits)
+    return {
+        "ok": not error,
+        "error": error,
+        "error_code": ErrorCode.INTERPOLATION_FAILED if error else None,
+        "result": None,
+        "steps": {},
+        "summary": {
+            "total": compiled.leaf_count,
+            "succeeded": 0,
+            "failed": 0,
+            "skipped": compiled.leaf_count,
+            "cancelled": 0,
+        },
+        "duration_ms": ms_since(started),
+        "dry_run": True,
+        "plan": plan,
+    }
 
 
 def _retryable(e: BaseException) -> bool:
