@@ -23,6 +23,7 @@ from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
     DEFAULT_LIMITS,
+    WHOLE_REFERENCE,
     Checker,
     CompiledSpec,
     ForEach,
@@ -34,8 +35,11 @@ from mcpipe.plan import (
     Pipeline,
     Retry,
     Scope,
+    TypedSite,
     decode_fields,
+    output_path,
     problem_order,
+    type_problems,
 )
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase
 
@@ -80,6 +84,10 @@ def compile_spec(
         ]
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=problem_order))
+        if compiled is not None and compiled.typed_sites:
+            mismatched = type_problems(compiled.typed_sites, tools)
+            if mismatched:
+                raise SpecError(sorted(mismatched, key=problem_order))
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
@@ -154,6 +162,9 @@ class _Compiler:
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
         self.dry_run = False
+        self.typed_sites: list[TypedSite] = []
+        # The tool of each tool step of the lists being compiled, innermost last (what `steps.<id>` reads).
+        self.producers: list[dict[str, str]] = []
         self.steps = 0
         self.leaves = 0
 
@@ -165,7 +176,7 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec.of(plan, dry_run=self.dry_run), problems
+        return CompiledSpec.of(plan, dry_run=self.dry_run, typed_sites=tuple(self.typed_sites)), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -200,11 +211,16 @@ class _Compiler:
         ids = self.check.assign_ids(raw, loc)
         out: list[Node] = []
         ok = True
+        producers: dict[str, str] = {}
+        self.producers.append(producers)
         for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
             step = self.step(item, f"{loc}[{i}]", sid, Checker.list_scope(ids, i, var_names, depth))
             ok = ok and step is not None
             if step is not None:
                 out.append(step)
+                if isinstance(step, Leaf) and step.tool is not None:
+                    producers[sid] = step.tool
+        self.producers.pop()
         return ids, (tuple(out) if ok else None)
 
     def step(self, data: Any, loc: str, sid: str, scope: Scope) -> Node | None:
@@ -262,8 +278,27 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
+        if isinstance(raw_args, dict) and self.producers:
+            self.typed_arguments(raw_args, args.reference_sites, loc, spec.tool)
         retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
         return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
+
+    def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
+        """Record the arguments that are exactly one reference to an earlier tool step's output (no
+        default), for the per-call type check."""
+        producers = self.producers[-1]
+        for key, value in raw_args.items():
+            if isinstance(value, str):
+                whole = WHOLE_REFERENCE.fullmatch(value) is not None and "??" not in value
+            else:
+                whole = isinstance(value, Mapping) and list(value) == ["$ref"]
+            where = f"{loc}.args.{key}"
+            refs = [ref for site, ref in sites if site == where]
+            if not whole or len(refs) != 1:
+                continue
+            path = output_path(refs[0])
+            if path is not None and path[0] in producers:
+                self.typed_sites.append(TypedSite(where, tool, key, refs[0], producers[path[0]]))
 
     def for_each_step(
         self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]

@@ -5,6 +5,7 @@ See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the c
 
 from mcpipe.plan._check import (
     STEP_ID,
+    WHOLE_REFERENCE,
     Checker,
     Scope,
     assign_step_ids,
@@ -34,12 +35,14 @@ from mcpipe.plan._ir import (
     tool_sites,
     walk,
 )
+from mcpipe.plan._types import TypedSite, output_path, type_problems
 
 __all__ = [
     "DEFAULT_LIMITS",
     "SKIP",
     "STATIC_ROOTS",
     "STEP_ID",
+    "WHOLE_REFERENCE",
     "Checker",
     "CompiledSpec",
     "Expression",
@@ -53,9 +56,11 @@ __all__ = [
     "Retry",
     "RunFn",
     "Scope",
+    "TypedSite",
     "assign_step_ids",
     "decode_fields",
     "explain",
+    "output_path",
     "prelude",
     "problem_order",
     "reference_root",
@@ -63,5 +68,6 @@ __all__ = [
     "referenced_var",
     "step_reference_problem",
     "tool_sites",
+    "type_problems",
     "walk",
 ]

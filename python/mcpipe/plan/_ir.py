@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import trio
 
@@ -30,6 +30,9 @@ from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
+
+if TYPE_CHECKING:
+    from mcpipe.plan._types import TypedSite
 
 __all__ = [
     "SKIP",
@@ -263,6 +266,8 @@ class CompiledSpec:
         retry_sites: ``(location, tool)`` of every tool step with ``retry`` (checked per call: the tool
             must be idempotent).
         dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
+        typed_sites: the arguments fed by one reference to a tool step's output (checked per call
+            against the tools' schemas: :func:`mcpipe.plan.type_problems`).
     """
 
     plan: Pipeline
@@ -271,15 +276,16 @@ class CompiledSpec:
     step_count: int
     retry_sites: tuple[tuple[str, str], ...] = ()
     dry_run: bool = False
+    typed_sites: tuple[TypedSite, ...] = ()
 
     @classmethod
-    def of(cls, plan: Pipeline, *, dry_run: bool = False) -> CompiledSpec:
+    def of(cls, plan: Pipeline, *, dry_run: bool = False, typed_sites: tuple[TypedSite, ...] = ()) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:
