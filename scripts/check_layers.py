@@ -45,7 +45,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.
-    ("gateway", ("mcpipe.gateway", "mcpipe.tools.downstream")),
+    ("gateway", ("mcpipe.gateway", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
     # The MCP server, the command line, and the package's public face.
     ("server", ("mcpipe.server", "mcpipe.cli", "mcpipe.__main__", "mcpipe")),
 ]

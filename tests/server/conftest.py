@@ -1,4 +1,4 @@
-"""Fixtures of the server tests; helpers live in ``serverkit``."""
+"""Fixtures of the server tests; helpers live in ``tests/kit``."""
 
 from __future__ import annotations
 

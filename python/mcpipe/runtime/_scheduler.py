@@ -30,7 +30,15 @@ import trio
 from mcpipe._describe import json_type
 from mcpipe._util import glob_matcher, is_suspension
 from mcpipe.compile import compile_spec
-from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Problem, SpecError, TemplateSyntaxError
+from mcpipe.errors import (
+    ErrorCode,
+    ExpressionError,
+    InterpolationError,
+    MCPipeError,
+    Problem,
+    SpecError,
+    TemplateSyntaxError,
+)
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
@@ -441,7 +449,10 @@ class _Run:
                         r = leaf_result(step.id, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0)
         except Exception as e:
             code = ErrorCode.UNKNOWN_TOOL if isinstance(e, UnknownToolError) else ErrorCode.TOOL_FAILED
-            _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
+            if isinstance(e, MCPipeError):  # a failure mcpipe describes (a server down, its error): no traceback
+                _log.info("step %s (%s): tool '%s' failed: %s", path, step.location, step.tool, e)
+            else:
+                _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             r = leaf_result(step.id, False, message, code, t0)
         finally:

@@ -147,6 +147,7 @@ async def open_app(
         gateway,
         PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
+        downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
