@@ -90,3 +90,15 @@ def test_item_and_index_are_in_scope_inside_for_each_and_its_groups_but_not_nest
     assert problems(nested) == [
         ("steps[0].step.pipe.steps[0].args.v", "reference `item`: `item` is defined only inside a `for_each` step")
     ]
+
+
+def test_the_servers_config_sets_max_items_and_the_idempotent_tools() -> None:
+    from mcpipe.config import ConfigError, parse_config
+    from mcpipe.server._app import limits_of
+
+    limits = limits_of(parse_config('[pipe]\nmax_items = 3\nidempotent_tools = ["search_*"]\n'))
+    assert (limits.max_items, limits.idempotent_tools) == (3, ("search_*",))
+    assert limits_of(parse_config("")).max_items == 100
+    with pytest.raises(ConfigError) as e:
+        parse_config("[pipe]\nmax_items = 0\n")
+    assert [(p.location, p.message) for p in e.value.problems] == [("pipe.max_items", "must be positive")]

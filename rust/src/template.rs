@@ -402,6 +402,30 @@ mod tests {
     }
 
     #[test]
+    fn a_default_after_question_marks_is_parsed_once_with_its_reference() {
+        let default = |s: &str| match parse(s).unwrap() {
+            ParsedString::Reference(path) => path.default,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(default("${vars.a ?? 'it\\'s'}"), Some(Literal::String("it's".to_owned())));
+        assert_eq!(default("${vars.a ?? \"x}\\u00e9\"}"), Some(Literal::String("x}é".to_owned())));
+        assert_eq!(default("${vars.a??1}"), None); // `?` is a key character: the key is `a??1`
+        assert_eq!(default("{{step1.x ?? -1.5e3}}"), Some(Literal::Number("-1.5e3".to_owned())));
+        assert_eq!(default("${vars.a ?? null }"), Some(Literal::Null));
+        assert_eq!(default("${vars.a ?? false}"), Some(Literal::Bool(false)));
+        assert_eq!(default("${vars.a}"), None);
+        let expected = "invalid placeholder at character 0: expected a default after `??` (a string, a number, \
+                        true, false or null) (character 12)";
+        assert_eq!(parse("${vars.a ?? nope}").unwrap_err(), expected);
+        assert_eq!(parse("${vars.a ?? \"\\ud800\"}").unwrap_err(), expected);
+        assert_eq!(
+            parse("${vars.a ?? 1.}").unwrap_err(),
+            "invalid placeholder at character 0: expected `}` (character 13)"
+        );
+        assert_eq!(parse("a $<vars.a ?? nope> b").unwrap(), ParsedString::Constant("a $<vars.a ?? nope> b".to_owned()));
+    }
+
+    #[test]
     fn opener_detection_covers_every_opener() {
         assert!(has_opener("a ${"));
         assert!(has_opener("<<"));
