@@ -220,7 +220,7 @@ def each_result(
 ) -> dict[str, Any]:
     """A ``for_each`` step's result: the outputs in element order (its ``output`` and ``structured``), each
     element's result in ``children`` (None for one cancelled before it started)."""
-    outputs = [c["output"] if c is not None else None for c in children]
+    outputs = [c.get("output") if c is not None else None for c in children]
     return {
         "id": sid,
         "kind": "for_each",

@@ -255,3 +255,29 @@ async def test_a_failing_element_stops_the_others_unless_errors_are_tolerated(ru
     tolerant = await run(spec)
     assert probe.log == ["fail a", "fail b", "fail c"]
     assert [c["error"] for c in tolerant["steps"]["e"]["children"]] == ["a", "b", "c"]
+
+
+async def test_an_element_whose_condition_is_false_is_skipped_and_its_output_is_null(run, probe):
+    answer = await run(
+        {
+            "vars": {"xs": [1, 2, 3]},
+            "steps": [
+                {
+                    "id": "e",
+                    "for_each": "${vars.xs}",
+                    "step": {"tool": "echo", "args": {"value": "${item}"}, "when": "item != 2"},
+                }
+            ],
+        }
+    )
+    assert probe.log == ["echo 1", "echo 3"]
+    assert answer["ok"] is True
+    assert answer["result"] == [{"value": 1}, None, {"value": 3}]
+    assert answer["steps"]["e"]["children"][1]["skipped"] is True
+    assert answer["summary"] == {"total": 3, "succeeded": 2, "failed": 0, "skipped": 1, "cancelled": 0}
+
+
+async def test_a_for_each_with_no_elements_answers_an_empty_list_and_counts_nothing(run, probe):
+    answer = await run({"vars": {"xs": []}, "steps": [{"id": "e", "for_each": "${vars.xs}", "step": {"tool": "echo"}}]})
+    assert answer["ok"] is True and answer["result"] == []
+    assert answer["summary"]["total"] == 0

@@ -25,8 +25,11 @@ from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
 
 __all__ = ["ROOTS", "CelExpr", "ExpressionError", "JsonataExpr", "to_json_value"]
 
-ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
-"""The variables every expression may read."""
+ROOTS = frozenset({"args", "steps", "vars", "context", "last", "item", "index"})
+"""The variables an expression may read; ``item`` and ``index`` only inside an ``mcp_pipe`` ``for_each``
+(the plan's checker refuses them elsewhere)."""
+
+_JSONATA_ROOTS = ROOTS - {"item", "index"}  # JSONata runs in declared steps only, never in a for_each
 
 # CEL namespaces that look like variables to the compiled program but are not data.
 _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets", "lists", "encoders"})
@@ -250,7 +253,7 @@ class JsonataExpr:
             expression = jsonata.Jsonata(source)
         except jsonata.JException as e:
             raise ExpressionSyntaxError(_jsonata_message(e, source)) from None
-        mentions = scan_jsonata(source, ROOTS)
+        mentions = scan_jsonata(source, _JSONATA_ROOTS)
         return cls(source, expression, tuple(mentions), max_ms, max_depth)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
@@ -259,7 +262,7 @@ class JsonataExpr:
         Raises:
             ExpressionError: the expression failed or ran past its bounds.
         """
-        data = {root: env.get(root) for root in ROOTS}
+        data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
         frame.set_runtime_bounds(self.max_ms, self.max_depth)
         try:
