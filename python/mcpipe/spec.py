@@ -116,6 +116,7 @@ def spec_schema() -> dict[str, Any]:
             "return": {"description": "Template for the result; default: the last step's output."},
             "continue_on_error": {"type": "boolean", "default": False},
             "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+            "dry_run": {"type": "boolean", "default": False, "description": "Answer the plan; run nothing."},
         },
         "required": ["steps"],
         "additionalProperties": False,
@@ -123,13 +124,25 @@ def spec_schema() -> dict[str, Any]:
     common = {
         "id": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_-]*$"},
         "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+        "when": {"type": "string", "description": "Run only when true: CEL, or one reference (${...})."},
+        "continue_on_error": {"type": "boolean", "description": "Whether this step's failure stops the rest."},
+    }
+    retry = {
+        "type": "object",
+        "description": "Retry a retryable failure (idempotent tools only).",
+        "properties": {
+            "attempts": {"type": "integer", "minimum": 1, "maximum": 10},
+            "backoff_ms": {"type": "number", "minimum": 0, "maximum": 60000},
+        },
+        "required": ["attempts"],
+        "additionalProperties": False,
     }
     step = {
         "oneOf": [
             {
                 "type": "object",
                 "description": 'Call a tool. args is a template: ${path}, {{stepN.path}}, {"$ref": path}.',
-                "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, **common},
+                "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, "retry": retry, **common},
                 "required": ["tool"],
                 "additionalProperties": False,
             },
@@ -145,6 +158,18 @@ def spec_schema() -> dict[str, Any]:
                 "description": "Run a nested pipeline; its vars are resolved in this pipeline.",
                 "properties": {"pipe": {"$ref": "#/$defs/Pipeline"}, **common},
                 "required": ["pipe"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "description": "Run `step` once per element of an array; ${item} and ${index} inside it.",
+                "properties": {
+                    "for_each": {"description": "One reference to an array: ${steps.search.structured.items}."},
+                    "as": {"const": "item"},
+                    "step": step_ref,
+                    **common,
+                },
+                "required": ["for_each", "step"],
                 "additionalProperties": False,
             },
         ]
