@@ -281,3 +281,19 @@ async def test_a_for_each_with_no_elements_answers_an_empty_list_and_counts_noth
     answer = await run({"vars": {"xs": []}, "steps": [{"id": "e", "for_each": "${vars.xs}", "step": {"tool": "echo"}}]})
     assert answer["ok"] is True and answer["result"] == []
     assert answer["summary"]["total"] == 0
+
+
+async def test_a_for_each_inside_a_for_each_binds_the_inner_element_and_counts_every_call(run):
+    spec = {
+        "vars": {"m": [[1, 2], [3, 4, 5]]},
+        "steps": [
+            {
+                "id": "o",
+                "for_each": "${vars.m}",
+                "step": {"id": "i", "for_each": "${item}", "step": {"tool": "echo", "args": {"v": "${item}"}}},
+            }
+        ],
+    }
+    answer = await run(spec)
+    assert answer["result"] == [[{"v": 1}, {"v": 2}], [{"v": 3}, {"v": 4}, {"v": 5}]]
+    assert answer["summary"] == {"total": 5, "succeeded": 5, "failed": 0, "skipped": 0, "cancelled": 0}
