@@ -290,10 +290,10 @@ async def test_a_for_each_inside_a_for_each_binds_the_inner_element_and_counts_e
             {
                 "id": "o",
                 "for_each": "${vars.m}",
-                "step": {"id": "i", "for_each": "${item}", "step": {"tool": "echo", "args": {"v": "${item}"}}},
+                "step": {"id": "i", "for_each": "${item}", "step": {"tool": "echo", "args": {"value": "${item}"}}},
             }
         ],
     }
     answer = await run(spec)
-    assert answer["result"] == [[{"v": 1}, {"v": 2}], [{"v": 3}, {"v": 4}, {"v": 5}]]
+    assert answer["result"] == [[{"value": 1}, {"value": 2}], [{"value": 3}, {"value": 4}, {"value": 5}]]
     assert answer["summary"] == {"total": 5, "succeeded": 5, "failed": 0, "skipped": 0, "cancelled": 0}
