@@ -297,3 +297,12 @@ async def test_a_for_each_inside_a_for_each_binds_the_inner_element_and_counts_e
     answer = await run(spec)
     assert answer["result"] == [[{"value": 1}, {"value": 2}], [{"value": 3}, {"value": 4}, {"value": 5}]]
     assert answer["summary"] == {"total": 5, "succeeded": 5, "failed": 0, "skipped": 0, "cancelled": 0}
+
+
+async def test_a_condition_that_cannot_resolve_fails_its_step_once_located(run, probe):
+    answer = await run({"vars": {"o": {}}, "steps": [{"tool": "echo", "when": "${vars.o.on}"}]})
+    assert probe.log == []
+    assert answer["error_code"] == "INTERPOLATION_FAILED"
+    assert (
+        answer["steps"]["step1"]["error"] == "steps[0].when: cannot resolve `vars.o.on`: `on` not found in empty object"
+    )

@@ -207,7 +207,10 @@ class ReferenceCondition:
         try:
             return self.template.resolve(env)
         except InterpolationError as e:
-            raise ExpressionError(f"`when`: {e}", missing=True) from None
+            message = str(e)
+            if e.location and message.startswith(f"{e.location}: "):
+                message = message[len(e.location) + 2 :]  # the scheduler says where the `when` is
+            raise ExpressionError(message, missing=True) from None
 
 
 class Checker:
