@@ -40,8 +40,15 @@ def problems(spec: dict[str, Any]) -> list[tuple[str, str]]:
             ("steps[0].for_each", "for_each takes one reference to an array, got array"),
         ),
         (
-            {"vars": {"a": 1}, "steps": [{"id": "e", "for_each": "${vars.a}", "as": "page", "step": {"tool": "echo"}}]},
-            ("steps[0].as", 'the element is the `item` root: `as` may only be "item"'),
+            {
+                "vars": {"a": 1},
+                "steps": [{"id": "e", "for_each": "${vars.a}", "as": "steps", "step": {"tool": "echo"}}],
+            },
+            (
+                "steps[0].as",
+                "`as` names the element: an identifier other than vars, steps, last, args, context or index, "
+                'got "steps"',
+            ),
         ),
         (
             {"steps": [{"tool": "echo", "continue_on_error": "yes"}]},

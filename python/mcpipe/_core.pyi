@@ -32,6 +32,8 @@ class Template:
             either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position with no id
             stays ``stepN``.
         location: where the template is, prefixed to every error location (``"steps[2].args"``).
+        item: another name of the ``item`` root (a ``for_each``'s ``as``): ``${page.url}`` reads
+            ``item.url`` (and references and messages write it ``item``).
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -45,6 +47,7 @@ class Template:
         *,
         step_ids: Sequence[str] | Mapping[int, str] | None = None,
         location: str = "",
+        item: str | None = None,
     ) -> Template: ...
     def resolve(self, env: Mapping[str, Any]) -> Any:
         """Resolve the template against ``env`` into a fresh value.

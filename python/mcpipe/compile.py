@@ -10,6 +10,7 @@ spec text, so a client that sends the same spec again pays only for the per-call
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Container, Mapping
 from dataclasses import replace
@@ -46,6 +47,9 @@ from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase
 __all__ = ["CACHE_SIZE", "CompiledSpec", "Limits", "clear_cache", "compile_spec"]
 
 CACHE_SIZE = 512
+
+_AS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TAKEN_ROOTS = frozenset({"vars", "steps", "last", "args", "context", "index"})
 
 
 def compile_spec(
@@ -314,19 +318,26 @@ class _Compiler:
                 items = None
         else:
             self.problem(f"{loc}.for_each", f"for_each takes one reference to an array, got {json_type(source)}")
-        if data.get("as", "item") != "item":
-            self.problem(f"{loc}.as", 'the element is the `item` root: `as` may only be "item"')
-            items = None
+        name = data.get("as", "item")
+        if not isinstance(name, str):
+            items, name = None, "item"  # the decoder reports the type
+        elif not _AS_NAME.fullmatch(name) or name in _TAKEN_ROOTS:
+            self.problem(
+                f"{loc}.as",
+                "`as` names the element: an identifier other than vars, steps, last, args, context or index, "
+                f"got {orjson.dumps(name).decode()}",
+            )
+            items, name = None, "item"
         raw = data.get("step")
         if not isinstance(raw, Mapping):
             return None  # the decoder reports it
         given = raw.get("id")
         inner_id = given if isinstance(given, str) and given else "step1"
-        inner_scope = replace(scope, siblings=frozenset(), depth=scope.depth + 1, loop=True)
+        inner_scope = replace(scope, siblings=frozenset(), depth=scope.depth + 1, loop=True, item_name=name)
         step = self.step(raw, f"{loc}.step", inner_id, inner_scope)
         if spec is None or items is None or step is None:
             return None
-        return ForEach(sid, loc, items, step, spec.timeout_ms, **common)
+        return ForEach(sid, loc, items, step, spec.timeout_ms, as_name=name, **common)
 
     def parallel_step(
         self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]

@@ -165,7 +165,7 @@ def spec_schema() -> dict[str, Any]:
                 "description": "Run `step` once per element of an array; ${item} and ${index} inside it.",
                 "properties": {
                     "for_each": {"description": "One reference to an array: ${steps.search.structured.items}."},
-                    "as": {"const": "item"},
+                    "as": {"type": "string", "description": "Another name for ${item} (default item)."},
                     "step": step_ref,
                     **common,
                 },

@@ -15,9 +15,15 @@ pub struct Template {
 #[pymethods]
 impl Template {
     #[new]
-    #[pyo3(signature = (value, *, step_ids = None, location = ""))]
-    fn new(value: &Bound<'_, PyAny>, step_ids: Option<&Bound<'_, PyAny>>, location: &str) -> PyResult<Self> {
-        let ids = plan::step_ids(step_ids)?;
+    #[pyo3(signature = (value, *, step_ids = None, location = "", item = None))]
+    fn new(
+        value: &Bound<'_, PyAny>,
+        step_ids: Option<&Bound<'_, PyAny>>,
+        location: &str,
+        item: Option<&str>,
+    ) -> PyResult<Self> {
+        let mut ids = plan::step_ids(step_ids)?;
+        ids.item_alias = item.map(str::to_owned);
         Ok(Template { plan: plan::compile(value, &ids, location)? })
     }
 

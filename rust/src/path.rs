@@ -171,13 +171,15 @@ impl PathSyntax {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepIds {
     by_position: HashMap<String, String>,
+    /// Another name of the `item` root (a `for_each`'s `as`), read as `item`.
+    pub item_alias: Option<String>,
 }
 
 impl StepIds {
     /// Ids by position, the first one being step 1.
     pub fn from_sequence<S: Into<String>>(ids: impl IntoIterator<Item = S>) -> StepIds {
         let by_position = ids.into_iter().enumerate().map(|(i, id)| ((i + 1).to_string(), id.into()));
-        StepIds { by_position: by_position.collect() }
+        StepIds { by_position: by_position.collect(), item_alias: None }
     }
 
     /// Record that step `n` (decimal text of an integer) has id `id`.
@@ -329,7 +331,11 @@ pub fn parse_path(text: &str, pos: usize, step_form: bool, ids: &StepIds) -> Res
         segments.extend(rest);
         return Ok((Path { root: Root::Steps, segments, default: None }, end));
     }
-    let Some(root) = Root::from_name(head) else {
+    let root = match &ids.item_alias {
+        Some(alias) if alias == head => Some(Root::Item),
+        _ => Root::from_name(head),
+    };
+    let Some(root) = root else {
         let mut reason = format!("unknown root `{head}` (expected one of ");
         let _ = write!(reason, "{})", ROOTS.join(", "));
         return Err(PathSyntax::new(reason, pos));

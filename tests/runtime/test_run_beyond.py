@@ -306,3 +306,22 @@ async def test_a_condition_that_cannot_resolve_fails_its_step_once_located(run, 
     assert (
         answer["steps"]["step1"]["error"] == "steps[0].when: cannot resolve `vars.o.on`: `on` not found in empty object"
     )
+
+
+async def test_as_names_the_element_in_templates_and_conditions_beside_item(run, probe):
+    spec = {
+        "vars": {"xs": [{"u": "a"}, {"u": "b"}, {"u": "c"}]},
+        "steps": [
+            {
+                "id": "pages",
+                "for_each": "${vars.xs}",
+                "as": "page",
+                "step": {"tool": "echo", "args": {"value": "${page.u}-${index}"}, "when": "page.u != 'b'"},
+            }
+        ],
+    }
+    answer = await run(spec)
+    assert answer["ok"] is True
+    assert answer["result"] == [{"value": "a-0"}, None, {"value": "c-2"}]
+    outside = await run({"steps": [{"tool": "echo", "args": {"value": "${page.u}"}}]})
+    assert [p["location"] for p in outside["problems"]] == ["steps[0].args.value"]

@@ -72,8 +72,8 @@ class CelExpr:
     functions: dict[str, Any]
 
     @classmethod
-    def compile(cls, source: str) -> CelExpr:
-        """Compile ``source``.
+    def compile(cls, source: str, names: frozenset[str] = frozenset()) -> CelExpr:
+        """Compile ``source``; ``names`` are more variables it may read (a ``for_each``'s ``as``).
 
         Raises:
             ExpressionSyntaxError: it does not parse, or it reads a variable that is not a root.
@@ -84,15 +84,16 @@ class CelExpr:
             program = cel.compile(source)
         except ValueError as e:
             raise ExpressionSyntaxError(_cel_syntax(str(e))) from None
-        mentions, bound = scan_cel(source, ROOTS)
-        unknown = sorted(set(program.variables()) - ROOTS - bound - _NAMESPACES)
+        roots_here = ROOTS | names
+        mentions, bound = scan_cel(source, roots_here)
+        unknown = sorted(set(program.variables()) - roots_here - bound - _NAMESPACES)
         if unknown:
-            names = ", ".join(f"`{n}`" for n in unknown)
+            listed = ", ".join(f"`{n}`" for n in unknown)
             raise ExpressionSyntaxError(
-                f"unknown variable{'s' if len(unknown) > 1 else ''} {names} "
+                f"unknown variable{'s' if len(unknown) > 1 else ''} {listed} "
                 "(expressions see args, steps, vars, context and last)"
             )
-        roots = frozenset(set(program.variables()) & ROOTS)
+        roots = frozenset(set(program.variables()) & roots_here)
         steps: set[str] | None = set()
         for m in mentions:
             if m.root == "steps":

@@ -55,6 +55,7 @@ class Scope:
         var_names: the names ``vars`` has here; None: unknown (not checked).
         depth: how deeply this place is nested in ``parallel``/``pipe`` steps.
         loop: whether this place is inside a ``for_each`` step (so ``item`` and ``index`` are defined).
+        item_name: the ``for_each``'s ``as``: another name of ``item`` here.
     """
 
     step_ids: tuple[str, ...] = ()
@@ -64,6 +65,7 @@ class Scope:
     var_names: frozenset[str] | None = None
     depth: int = 0
     loop: bool = False
+    item_name: str = "item"
 
 
 def problem_order(p: Problem) -> tuple[Any, ...]:
@@ -245,8 +247,9 @@ class Checker:
         self, value: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None
     ) -> Template | None:
         """Compile ``value`` as a template at ``loc`` and check its references (None on a syntax error)."""
+        alias = scope.item_name if scope.loop and scope.item_name != "item" else None
         try:
-            t = Template(value, step_ids=scope.step_ids, location=loc)
+            t = Template(value, step_ids=scope.step_ids, location=loc, item=alias)
         except TemplateSyntaxError as e:
             self.problem(e.location, e.reason)
             return None
@@ -288,13 +291,16 @@ class Checker:
             return None
         from mcpipe.expr import CelExpr, ExpressionSyntaxError  # loads CEL: only for specs that use it
 
+        alias = frozenset({scope.item_name}) if scope.loop and scope.item_name != "item" else frozenset()
         try:
-            expr = CelExpr.compile(source)
+            expr = CelExpr.compile(source, alias)
         except ExpressionSyntaxError as e:
             self.problem(loc, f"invalid CEL: {e.reason}")
             return None
         for m in expr.mentions:
             ref = m.normalized()
+            if m.root in alias:
+                ref = "item" + ref[len(m.root) :]
             if refs is not None:
                 refs.append((loc, ref))
             self.check_reference(loc, ref, scope)

@@ -214,7 +214,8 @@ class Pipe:
 @dataclass(frozen=True, slots=True, eq=False)
 class ForEach:
     """Run ``step`` once per element of the array ``items`` resolves to, concurrently under the call's
-    limit; the element is the ``item`` root and its position the ``index`` root of the step's templates."""
+    limit; the element is the ``item`` root (also named ``as_name``) and its position the ``index`` root of
+    the step's templates and expressions."""
 
     id: str
     location: str
@@ -226,6 +227,7 @@ class ForEach:
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
     continue_on_error: bool | None = None
+    as_name: str = "item"
     kind: ClassVar[str] = "for_each"
 
 

@@ -810,6 +810,8 @@ class _Run:
             inner = dict(env)
             inner["item"] = item
             inner["index"] = i
+            if step.as_name != "item":
+                inner[step.as_name] = item  # what expressions read it as (templates read `item`)
             await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
 
     # --- events ---

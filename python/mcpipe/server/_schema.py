@@ -105,7 +105,10 @@ _DEFS: dict[str, Any] = {
                 "`step` runs once per element, concurrently, with `${item}` and `${index}`; its output is "
                 "the outputs in order, `children` each element's result.",
             },
-            "as": {"const": "item", "description": "The element's root: always `item`."},
+            "as": {
+                "type": "string",
+                "description": "A for_each step's name for the element, beside `item` (e.g. `page`: `${page.url}`).",
+            },
             "step": {"$ref": "#/$defs/step", "description": "A for_each step's step, run per element."},
             "when": {
                 "type": "string",
