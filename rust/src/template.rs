@@ -426,6 +426,16 @@ mod tests {
     }
 
     #[test]
+    fn a_for_each_alias_reads_as_the_item_root_and_only_where_it_is_given() {
+        let mut ids = ids();
+        ids.item_alias = Some("page".to_owned());
+        let ParsedString::Reference(path) = parse_string("${page.url}", &ids).unwrap() else { panic!() };
+        assert_eq!(path.normalized(), "item.url");
+        assert!(parse("${page.url}").unwrap_err().contains("unknown root `page`"));
+        assert_eq!(normalized("${index}"), "index");
+    }
+
+    #[test]
     fn opener_detection_covers_every_opener() {
         assert!(has_opener("a ${"));
         assert!(has_opener("<<"));
