@@ -400,7 +400,7 @@ def parse_default(s: str, i: int) -> tuple[Any, int]:
     text = m.group()
     if text.startswith("'"):
         return re.sub(r"\\(['\\])", r"\1", text[1:-1]), m.end()
-    value = json.loads(text)
+    value = json.loads(text, strict=False)  # control characters are allowed inside, as in the Rust core
     if isinstance(value, str) and has_surrogate(value):  # a lone surrogate is not text
         raise PathSyntax("expected a default after `??` (a string, a number, true, false or null)", i)
     return value, m.end()
