@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -166,7 +167,21 @@ def leaf_result(
 
 def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
     """A tool call's result from what the tool answered (contract section 3)."""
-    structured, text = tool_output(res)
+    # tool_output(res), written out: this runs once per step, and a call costs as much as the rest.
+    content = res.content
+    structured = res.structured
+    if len(content) == 1:
+        block = content[0]
+        text = block.get("text", "") if block.get("type") == "text" else ""
+        if structured is None and text:
+            first = text[0]
+            if first == "{" or first == "[" or (first.isspace() and text.lstrip()[:1] in ("{", "[")):
+                try:
+                    structured = orjson.loads(text)
+                except orjson.JSONDecodeError:
+                    pass
+    else:
+        text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
     if res.is_error:
         return {
             "id": sid,
@@ -176,7 +191,7 @@ def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
             "error_code": ErrorCode.TOOL_ERROR,
             "structured": structured,
             "text": text,
-            "content": res.content,
+            "content": content,
             "output": structured if structured is not None else text,
             "duration_ms": ms_since(t0),
         }
@@ -189,17 +204,18 @@ def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
         "error_code": None,
         "structured": structured,
         "text": text,
-        "content": res.content,
+        "content": content,
         "output": structured if structured is not None else text,
         "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
     }
 
 
 def group_result(
-    sid: str, order: tuple[str, ...], children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float
+    sid: str, order: Iterable[Any], children: dict[str, Any], ok: bool, error: str, code: str | None, t0: float
 ) -> dict[str, Any]:
-    """A parallel group's result; ``order`` is the children's ids as written (they finish in any order)."""
-    ordered = {cid: children[cid] for cid in order if cid in children}
+    """A parallel group's result; ``order`` is the children (anything with an ``id``) as written: they finish
+    in any order, the result shows them as written."""
+    ordered = {c.id: children[c.id] for c in order if c.id in children}
     return {
         "id": sid,
         "kind": "parallel",

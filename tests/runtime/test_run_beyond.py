@@ -325,3 +325,22 @@ async def test_as_names_the_element_in_templates_and_conditions_beside_item(run,
     assert answer["result"] == [{"value": "a-0"}, None, {"value": "c-2"}]
     outside = await run({"steps": [{"tool": "echo", "args": {"value": "${page.u}"}}]})
     assert [p["location"] for p in outside["problems"]] == ["steps[0].args.value"]
+
+
+async def test_a_parallel_tool_child_whose_condition_is_false_is_skipped(run, probe):
+    answer = await run(
+        {
+            "steps": [
+                {
+                    "id": "g",
+                    "parallel": [
+                        {"id": "on", "tool": "echo", "args": {"value": 1}},
+                        {"id": "off", "tool": "echo", "args": {"value": 2}, "when": "false"},
+                    ],
+                }
+            ]
+        }
+    )
+    assert probe.log == ["echo 1"]
+    assert answer["steps"]["g"]["children"]["off"]["skipped"] is True
+    assert answer["summary"]["skipped"] == 1

@@ -163,7 +163,7 @@ class Interaction:
             ns=f"{self.ns}{ctx.step}/",
             _round=self._round,
         )
-        return replace(ctx, interaction=inner)
+        return replace(ctx, request=replace(ctx.request, interaction=inner))
 
     def get(self, path: str) -> dict[str, Any] | None:
         """The recorded result of the step at ``path``, if it finished in an earlier round."""

@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from dataclasses import replace
 from time import perf_counter
 from typing import Any
 
@@ -266,8 +265,6 @@ class _Run:
         if memo is not None and ctx.step:
             ctx = memo.nested(ctx)  # a pipeline run by a step: its steps are recorded under that step
             memo = ctx.interaction
-        if ctx.tools is not registry:
-            ctx = replace(ctx, tools=registry)  # what the run's `tool` steps call through
         self.memo = memo
         self.ctx = ctx
         self.pid = ctx.pipeline or os.urandom(8).hex()
@@ -437,7 +434,7 @@ class _Run:
                 r = leaf_result(step.id, False, _unresolved(e, env), ErrorCode.INTERPOLATION_FAILED, t0)
                 _log.info("step %s: %s", path, e.with_step(path), extra={"interpolation": e.to_dict()})
             else:
-                ctx = self.ctx.for_step(self.pid, path)
+                ctx = self.ctx.for_step(self.pid, path, self.registry)
                 if step.retry is not None:
                     r = await self.retried(step, args, ctx, t0)
                 elif step.timeout_ms is None:
@@ -519,14 +516,14 @@ class _Run:
                     await self.children(step, env, children, path + ".", stop, first)
                 if scope.cancelled_caught:
                     r = group_result(
-                        step.id, _ids(step), children, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0
+                        step.id, step.children, children, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0
                     )
             if r is None:
                 if first:
                     f = first[0]
                     r = group_result(
                         step.id,
-                        _ids(step),
+                        step.children,
                         children,
                         False,
                         f"step '{f['id']}' failed: {f['error']}",
@@ -534,10 +531,10 @@ class _Run:
                         t0,
                     )
                 else:
-                    r = group_result(step.id, _ids(step), children, True, "", None, t0)
+                    r = group_result(step.id, step.children, children, True, "", None, t0)
         finally:
             if r is None:
-                r = group_result(step.id, _ids(step), children, False, "cancelled", _CANCELLED, t0)
+                r = group_result(step.id, step.children, children, False, "cancelled", _CANCELLED, t0)
             results[step.id] = r
             if self.on_event is not None:
                 self.finished(step, r, path)
@@ -575,7 +572,10 @@ class _Run:
         if step.continue_on_error is not None:
             stop = not step.continue_on_error
         try:
-            r = await self.node(step, env, children, True, prefix, stop)
+            if type(step) is Leaf and step.run is None and step.when is None:  # a bare tool call: the fast path
+                r = await self.tool(step, env, children, prefix)
+            else:
+                r = await self.node(step, env, children, True, prefix, stop)
         except BaseException as e:
             if self.memo is None or not is_suspension(e):
                 raise
@@ -635,7 +635,7 @@ class _Run:
         r = None
         try:
             # `execute` answers every failure of the step as an output; only a cancellation goes through.
-            out = await step.execute(env, self.ctx.for_step(self.pid, path), tools=self.registry)
+            out = await step.execute(env, self.ctx.for_step(self.pid, path, self.registry))
             r = out.result(step.id, step.kind, ms_since(t0))
             if not step.skippable:
                 del r["skipped"]
@@ -851,10 +851,6 @@ class _Run:
             self.on_event(event)  # type: ignore[misc]
         except Exception:
             _log.exception("on_event callback failed on %s", event["type"])
-
-
-def _ids(step: Parallel) -> tuple[str, ...]:
-    return tuple(c.id for c in step.children)
 
 
 def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str, Any] | None]:

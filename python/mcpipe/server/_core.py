@@ -30,7 +30,7 @@ from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
-from mcpipe.tools import ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
 
@@ -119,8 +119,7 @@ def tool_context(
         progress=session.report_progress,
         log=log,
         progress_token=_progress_token(ctx),
-        wants_progress=_wants_progress(ctx),
-        sdk_context=ctx,
+        request=Request(wants_progress=_wants_progress(ctx), sdk_context=ctx),
         tools=tools,
     )
 

@@ -1,6 +1,6 @@
 """Tools: what pipelines call. Python functions, declared backends and downstream MCP servers."""
 
-from mcpipe.tools._base import Era, LogFn, ProgressFn, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools._base import Era, LogFn, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._registry import FunctionTool, ToolRegistry, UnknownToolError
 
 __all__ = [
@@ -8,6 +8,7 @@ __all__ = [
     "FunctionTool",
     "LogFn",
     "ProgressFn",
+    "Request",
     "Tool",
     "ToolCaller",
     "ToolContext",

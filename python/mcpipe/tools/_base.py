@@ -11,7 +11,17 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-__all__ = ["Era", "LogFn", "ProgressFn", "StepRecord", "Tool", "ToolCaller", "ToolContext", "ToolResult"]
+__all__ = [
+    "Era",
+    "LogFn",
+    "ProgressFn",
+    "Request",
+    "StepRecord",
+    "Tool",
+    "ToolCaller",
+    "ToolContext",
+    "ToolResult",
+]
 
 Era = Literal["2025-11-25", "2026-07-28"]
 """The protocol era of a request: 2025-11-25 (a live session the server can send requests on) or
@@ -99,6 +109,25 @@ class ToolCaller(Protocol):
 
 
 @dataclass(slots=True)
+class Request:
+    """What the transport knows about one inbound request, typed; shared by every call the request makes
+    (a pipeline's steps get their own :class:`ToolContext` around the same ``Request``).
+
+    Attributes:
+        wants_progress: the caller listens to progress (a token on the wire, or an in-memory caller's
+            progress callback), as the server found it.
+        era: the request's protocol era, when served over MCP.
+        interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
+        sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+    """
+
+    wants_progress: bool = False
+    era: Era | None = None
+    interaction: StepRecord | None = None
+    sdk_context: Any = None
+
+
+@dataclass(slots=True)
 class ToolContext:
     """What a tool call knows about the request it serves: the typed request context.
 
@@ -113,11 +142,8 @@ class ToolContext:
         extras: free for tools and their hosts (mcpipe itself keeps nothing there; its own facts are the
             typed fields below).
         progress_token: the caller's progress token, or None when it asked for no progress.
-        wants_progress: the caller listens to progress (a token on the wire, or an in-memory caller's
-            progress callback), as the server found it.
-        era: the request's protocol era, when served over MCP.
-        interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
-        sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+        request: the request's typed facts (``wants_progress``, ``era``, ``interaction``, ``sdk_context``,
+            also readable and settable on the context itself).
         tools: what this call's pipeline steps call tools through (the server's gateway), if known.
     """
 
@@ -130,11 +156,44 @@ class ToolContext:
     log: LogFn = _no_log
     extras: dict[str, Any] = field(default_factory=dict)
     progress_token: str | int | None = None
-    wants_progress: bool = False
-    era: Era | None = None
-    interaction: StepRecord | None = None
-    sdk_context: Any = None
+    request: Request = field(default_factory=Request)
     tools: ToolCaller | None = None
+
+    @property
+    def wants_progress(self) -> bool:
+        """The caller listens to progress (``request.wants_progress``)."""
+        return self.request.wants_progress
+
+    @wants_progress.setter
+    def wants_progress(self, value: bool) -> None:
+        self.request.wants_progress = value
+
+    @property
+    def era(self) -> Era | None:
+        """The request's protocol era (``request.era``)."""
+        return self.request.era
+
+    @era.setter
+    def era(self, value: Era | None) -> None:
+        self.request.era = value
+
+    @property
+    def interaction(self) -> StepRecord | None:
+        """The call's interaction with its client (``request.interaction``)."""
+        return self.request.interaction
+
+    @interaction.setter
+    def interaction(self, value: StepRecord | None) -> None:
+        self.request.interaction = value
+
+    @property
+    def sdk_context(self) -> Any:
+        """The MCP SDK's request context (``request.sdk_context``)."""
+        return self.request.sdk_context
+
+    @sdk_context.setter
+    def sdk_context(self, value: Any) -> None:
+        self.request.sdk_context = value
 
     @property
     def has_progress(self) -> bool:
@@ -163,8 +222,9 @@ class ToolContext:
             "principal": self.principal,
         }
 
-    def for_step(self, pipeline: str | None, step: str | None) -> ToolContext:
-        """A copy for a call made by pipeline step ``step`` (same request, same sinks)."""
+    def for_step(self, pipeline: str | None, step: str | None, tools: ToolCaller | None = None) -> ToolContext:
+        """A copy for a call made by pipeline step ``step`` (same request, same sinks), calling tools
+        through ``tools`` (default: the same registry)."""
         return ToolContext(
             self.request_id,
             self.client,
@@ -175,11 +235,8 @@ class ToolContext:
             self.log,
             self.extras,
             self.progress_token,
-            self.wants_progress,
-            self.era,
-            self.interaction,
-            self.sdk_context,
-            self.tools,
+            self.request,
+            self.tools if tools is None else tools,
         )
 
 
