@@ -225,7 +225,7 @@ def group_result(
         "structured": None,
         "text": "",
         "content": [],
-        "output": {cid: r["output"] for cid, r in ordered.items()},
+        "output": {cid: r.get("output") for cid, r in ordered.items()},  # a skipped child has none
         "children": ordered,
         "duration_ms": ms_since(t0),
     }
