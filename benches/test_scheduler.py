@@ -125,3 +125,34 @@ def test_bench_pipeline_of_8_parallel_waits_takes_about_50_ms(benchmark):
     # One round in the smoke run, ten when benchmarking: either way far from 8 x 50 ms per round.
     rounds = 1 if benchmark.disabled else 10
     assert (time.perf_counter() - t0) / rounds < 0.2
+
+
+# --- for_each (issue 17): one step over 100 items against the same 100 calls in a nursery ---
+
+ITEMS = 100
+FOR_EACH = {
+    "vars": {"xs": list(range(ITEMS))},
+    "steps": [{"id": "each", "for_each": "${vars.xs}", "step": {"tool": "noop", "args": {"i": "${item}"}}}],
+}
+
+
+def direct_nursery_of_items(repeat: int = REPEAT) -> None:
+    async def main() -> None:
+        ctx = ToolContext()
+        for _ in range(repeat):
+            async with trio.open_nursery() as nursery:
+                for i in range(ITEMS):
+                    nursery.start_soon(registry.call, "noop", {"i": i}, ctx)
+
+    trio.run(main)
+
+
+@pytest.mark.benchmark(group="scheduler: 100 no-op calls, for_each vs a nursery (x20 per round)")
+def test_bench_direct_nursery_of_100_calls(benchmark):
+    benchmark(direct_nursery_of_items)
+
+
+@pytest.mark.benchmark(group="scheduler: 100 no-op calls, for_each vs a nursery (x20 per round)")
+def test_bench_for_each_over_100_items(benchmark):
+    answer = benchmark(run_spec, FOR_EACH)
+    assert answer["result"] == [{"i": i} for i in range(ITEMS)]

@@ -17,6 +17,18 @@ from typing import Any
 from mcpipe.errors import InterpolationError, TemplateSyntaxError
 
 ROOTS = ("vars", "steps", "last", "args", "context")
+# `item` and `index` are roots too (defined inside a `for_each` step; the plan's checker enforces it), but
+# messages list the five of the contract.
+LOOP_ROOTS = ("item", "index")
+NO_DEFAULT: Any = object()
+# The default after `??`: a JSON string, a single-quoted string (\' and \\ escapes), a JSON number, or
+# true / false / null not followed by a letter or digit.
+DEFAULT = re.compile(
+    r'"(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*"'
+    r"|'(?:[^'\\]|\\['\\])*'"
+    r"|-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?"
+    r"|(?:true|false|null)(?![A-Za-z0-9])"
+)
 STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 STEP_N = re.compile(r"step([1-9][0-9]*)")
 # A plain (unquoted) path segment: anything but dots, brackets, braces, angles, `$`, `\\`, quotes, space.
@@ -140,7 +152,7 @@ def parse_path(
             raise PathSyntax(f"`{head}` is past the end of the step list (step {n} of {count} step{plural})", pos)
         segs, end = parse_segments(text, m.end())
         return Path("steps", (Seg("plain", step), Seg("plain", "output"), *segs)), end
-    if head not in ROOTS:
+    if head not in ROOTS and head not in LOOP_ROOTS:
         raise PathSyntax(f"unknown root `{head}` (expected one of {', '.join(ROOTS)})", pos)
     segs, end = parse_segments(text, m.end())
     return Path(head, tuple(segs)), end
@@ -158,6 +170,7 @@ class Const:
 class Ref:
     path: Path
     location: str
+    default: Any = NO_DEFAULT
 
 
 @dataclass
@@ -248,6 +261,9 @@ class Template:
                     raise TemplateSyntaxError(f"invalid `$ref` path {quote(target)}: {e.reason}", loc) from None
                 self._refs.append((loc, path.normalized()))
                 return Ref(path, loc)
+            if len(value) == 2 and "$ref" in value and "default" in value:
+                ref = self._compile({"$ref": value["$ref"]}, loc)
+                return Ref(ref.path, loc, deep_copy(value["default"]))
             if len(value) == 1 and "$literal" in value:
                 return Const(value["$literal"])
             return Obj([(k, self._compile(v, child_location(loc, k))) for k, v in value.items()])
@@ -284,6 +300,11 @@ class Template:
                 path, j = parse_path(s, j, step_form=step_form, step_ids=self._ids, count=self._count)
                 while j < n and s[j] in WS:
                     j += 1
+                default = NO_DEFAULT
+                if s.startswith("??", j):
+                    default, j = parse_default(s, j + 2)
+                    while j < n and s[j] in WS:
+                        j += 1
                 if not s.startswith(closer, j):
                     raise PathSyntax(f"expected `{closer}`", j)
                 end = j + len(closer)
@@ -300,7 +321,7 @@ class Template:
             if buf:
                 parts.append("".join(buf))
                 buf = []
-            parts.append(Ref(path, loc))
+            parts.append(Ref(path, loc, default))
             self._refs.append((loc, path.normalized()))
             i = end
         if buf:
@@ -320,11 +341,11 @@ class Template:
         if isinstance(node, Const):
             return deep_copy(node.value)
         if isinstance(node, Ref):
-            return deep_copy(lookup(node.path, env, node.location))
+            return deep_copy(lookup_ref(node, env))
         if isinstance(node, Text):
             out = []
             for p in node.parts:
-                out.append(p if isinstance(p, str) else stringify(lookup(p.path, env, p.location)))
+                out.append(p if isinstance(p, str) else stringify(lookup_ref(p, env)))
             return "".join(out)
         if isinstance(node, Obj):
             return {k: self._resolve(v, env) for k, v in node.items}
@@ -373,6 +394,33 @@ def fail(path: Path, location: str, seg: str, found: Any, found_type: str | None
     elif isinstance(found, (list, tuple)):
         length = len(found)
     return InterpolationError(path.normalized(), location, seg, found_type or type_name(found), keys, length)
+
+
+def parse_default(s: str, i: int) -> tuple[Any, int]:
+    """The default after `??` at s[i:] (whitespace first), and where it ends."""
+    while i < len(s) and s[i] in WS:
+        i += 1
+    m = DEFAULT.match(s, i)
+    if not m:
+        raise PathSyntax("expected a default after `??` (a string, a number, true, false or null)", i)
+    text = m.group()
+    if text.startswith("'"):
+        return re.sub(r"\\(['\\])", r"\1", text[1:-1]), m.end()
+    value = json.loads(text, strict=False)  # control characters are allowed inside, as in the Rust core
+    if isinstance(value, str) and has_surrogate(value):  # a lone surrogate is not text
+        raise PathSyntax("expected a default after `??` (a string, a number, true, false or null)", i)
+    return value, m.end()
+
+
+def lookup_ref(ref: Ref, env: Mapping[str, Any]) -> Any:
+    """The value of a reference: its default when the path cannot be followed or ends at null."""
+    if ref.default is NO_DEFAULT:
+        return lookup(ref.path, env, ref.location)
+    try:
+        value = lookup(ref.path, env, ref.location)
+    except InterpolationError:
+        return ref.default
+    return ref.default if value is None else value
 
 
 def lookup(path: Path, env: Mapping[str, Any], location: str) -> Any:

@@ -84,6 +84,11 @@ ws = st.sampled_from(["", " ", "\t", "  "])
 def placeholders(draw: st.DrawFn) -> str:
     opener, closer, form = draw(st.sampled_from([("${", "}", 0), ("{{", "}}", 1), ("$<", ">", 0), ("<<", ">>", 1)]))
     body = draw(step_paths if form else paths)
+    # Defaults (issue 17): valid ones of every type, and broken ones.
+    body += draw(
+        st.sampled_from(["", "", "", " ?? 0", '??"x}y"', " ?? 'it\\'s'", "?? -1.5e3", " ?? null", " ?? true"])
+        | st.sampled_from(["?? ", "?? nope", "?? 01", '?? "open', "?? 'a\\q'", '?? "\\ud800"', "?? falsey"])
+    )
     closer = draw(st.sampled_from([closer, closer, closer, "", closer[:1] + " x"]))
     return draw(st.sampled_from(["", "\\"])) + opener + draw(ws) + body + draw(ws) + closer
 
@@ -107,6 +112,7 @@ templates = st.recursive(
         st.lists(inner, max_size=4)
         | st.dictionaries(keys, inner, max_size=4)
         | st.builds(lambda p: {"$ref": p}, paths | paths | step_paths | template_strings)
+        | st.builds(lambda p, d: {"$ref": p, "default": d}, paths, values)
         | st.builds(lambda v: {"$literal": v}, values)
     ),
     max_leaves=10,

@@ -37,6 +37,8 @@ class Template:
             texts and the values its typed references copy, together. Each is measured before it is built
             or copied; a resolve that would pass the bound raises
             :class:`~mcpipe.errors.OutputTooLargeError` instead.
+        item: another name of the ``item`` root (a ``for_each``'s ``as``): ``${page.url}`` reads
+            ``item.url`` (and references and messages write it ``item``).
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -51,6 +53,7 @@ class Template:
         step_ids: Sequence[str] | Mapping[int, str] | None = None,
         location: str = "",
         max_text_bytes: int = ...,
+        item: str | None = None,
     ) -> Template: ...
     def resolve(self, env: Mapping[str, Any]) -> Any:
         """Resolve the template against ``env`` into a fresh value.

@@ -122,6 +122,13 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.set_defaults(func=lambda ns: _server_cli().events_main(ns))
 
+    explain = sub.add_parser(
+        "explain", help="print what a pipeline file would do, without running anything (its dry run)"
+    )
+    explain.add_argument("spec", metavar="SPEC", help="pipeline file (JSON or YAML); - reads stdin")
+    _tool_options(explain)
+    explain.set_defaults(func=_explain)
+
     # The server (and the MCP SDK under it) is imported only when `serve` runs: it takes a while.
     sub.add_parser(
         "serve", help="serve mcp_pipe and the configured tools over MCP (see: mcpipe serve --help)", add_help=False
@@ -201,6 +208,26 @@ def _run(ns: argparse.Namespace) -> int:
     show = ns.progress == "always" or (ns.progress == "auto" and sys.stderr.isatty())
     on_event = _Progress(sys.stderr).on_event if show else None
     answer = trio.run(lambda: run_pipeline(spec, registry, on_event=on_event))
+    sys.stdout.buffer.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2, default=str) + b"\n")
+    sys.stdout.flush()
+    for p in answer.get("problems", ()):
+        print(f"{_name(ns.spec)}: {_located(p['location'], p['message'])} [{p['code']}]", file=sys.stderr)
+    return 0 if answer["ok"] else 1
+
+
+def _explain(ns: argparse.Namespace) -> int:
+    """``mcpipe explain SPEC``: the spec's dry run (every check, then the plan), as JSON."""
+    import trio
+
+    from mcpipe.runtime import run_pipeline
+
+    spec = _with_vars(_load_spec(ns.spec), ns.var)
+    if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
+        spec = spec["spec"]
+    if not isinstance(spec, dict):
+        raise _Invalid(f"{_name(ns.spec)}: a pipeline spec must be an object")
+    registry = _registry(ns.tools, builtin=not ns.no_builtin)
+    answer = trio.run(lambda: run_pipeline({**spec, "dry_run": True}, registry))
     sys.stdout.buffer.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2, default=str) + b"\n")
     sys.stdout.flush()
     for p in answer.get("problems", ()):

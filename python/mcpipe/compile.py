@@ -10,8 +10,10 @@ spec text, so a client that sends the same spec again pays only for the per-call
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
 from collections.abc import Container, Mapping
+from dataclasses import replace
 from typing import Any
 
 import msgspec
@@ -22,18 +24,24 @@ from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
     DEFAULT_LIMITS,
+    WHOLE_REFERENCE,
     Checker,
     CompiledSpec,
+    ForEach,
     Leaf,
     Limits,
     Node,
     Parallel,
     Pipe,
     Pipeline,
+    Retry,
     Scope,
+    TypedSite,
     decode_fields,
+    output_path,
     problem_order,
     template_parts,
+    type_problems,
 )
 from mcpipe.spec import STEP_KINDS, PipelineSpec, SpecBase
 
@@ -52,6 +60,9 @@ CACHE_SIZE = 512
 CACHE_BYTES = 64 * 1024 * 1024
 """The most bytes the plan cache holds, counting each entry as twice its spec text (the text is the key, and
 the plan's constants are about as large again; see docs/reliability.md)."""
+
+_AS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_TAKEN_ROOTS = frozenset({"vars", "steps", "last", "args", "context", "index"})
 
 
 def compile_spec(
@@ -98,6 +109,10 @@ def compile_spec(
         ]
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=problem_order))
+        if compiled is not None and compiled.typed_sites:
+            mismatched = type_problems(compiled.typed_sites, tools)
+            if mismatched:
+                raise SpecError(sorted(mismatched, key=problem_order))
     if compiled is None:
         raise SpecError(list(problems))
     return compiled
@@ -183,6 +198,10 @@ class _Compiler:
         )
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
+        self.dry_run = False
+        self.typed_sites: list[TypedSite] = []
+        # The tool of each tool step of the lists being compiled, innermost last (what `steps.<id>` reads).
+        self.producers: list[dict[str, str]] = []
         self.steps = 0
         self.leaves = 0
 
@@ -194,7 +213,7 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec(plan, tuple(self.tool_sites), self.leaves, self.steps), problems
+        return CompiledSpec.of(plan, dry_run=self.dry_run, typed_sites=tuple(self.typed_sites)), problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -208,6 +227,11 @@ class _Compiler:
                 names = data.get("vars")
                 self.steps_of(data["steps"], _join(loc, "steps"), outer.depth, _var_names(names))
             return None
+        if spec.dry_run:
+            if loc:
+                self.problem(_join(loc, "dry_run"), "`dry_run` applies to the whole call: set it at the top level")
+            else:
+                self.dry_run = True
         vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
         ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None
@@ -224,11 +248,16 @@ class _Compiler:
         ids = self.check.assign_ids(raw, loc)
         out: list[Node] = []
         ok = True
+        producers: dict[str, str] = {}
+        self.producers.append(producers)
         for i, (item, sid, scope) in enumerate(zip(raw, ids, Checker.list_scopes(ids, var_names, depth), strict=True)):
             step = self.step(item, f"{loc}[{i}]", sid, scope)
             ok = ok and step is not None
             if step is not None:
                 out.append(step)
+                if isinstance(step, Leaf) and step.tool is not None:
+                    producers[sid] = step.tool
+        self.producers.pop()
         return ids, (tuple(out) if ok else None)
 
     def step(self, data: Any, loc: str, sid: str, scope: Scope) -> Node | None:
@@ -243,23 +272,35 @@ class _Compiler:
             return None
         kind = kinds[0]
         spec = self.decode(data, STEP_KINDS[kind], loc, "a step")
+        # The fields every step shares, compiled even when the step's own fields have problems.
+        refs: list[tuple[str, str]] = []
+        when = self.check.condition(data.get("when"), f"{loc}.when", scope, refs) if "when" in data else None
+        if "when" in data and when is None:
+            spec = None
+        common: dict[str, Any] = {}
+        if spec is not None:
+            common = {"when": when, "continue_on_error": spec.continue_on_error, "references": tuple(refs)}
         if kind == "tool":
-            return self.tool_step(spec, data, loc, sid, scope)
+            return self.tool_step(spec, data, loc, sid, scope, common)
         if not self.check.deep_enough(loc, scope.depth):
             return None
         if kind == "parallel":
             children = spec.parallel if spec is not None else data.get("parallel")
             if not isinstance(children, list):
                 return None
-            return self.parallel_step(spec, children, loc, sid, scope)
+            return self.parallel_step(spec, children, loc, sid, scope, common)
+        if kind == "for_each":
+            return self.for_each_step(spec, data, loc, sid, scope, common)
         inner = spec.pipe if spec is not None else data.get("pipe")
-        outer = Scope(scope.step_ids, scope.visible, scope.siblings, scope.has_last, scope.var_names, scope.depth + 1)
+        outer = replace(scope, depth=scope.depth + 1)
         plan = self.pipeline(inner, f"{loc}.pipe", outer=outer)
         if spec is None or plan is None:
             return None
-        return Pipe(sid, loc, plan, spec.timeout_ms)
+        return Pipe(sid, loc, plan, spec.timeout_ms, **common)
 
-    def tool_step(self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope) -> Node | None:
+    def tool_step(
+        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
         self.leaves += 1
         name = data.get("tool")
         if isinstance(name, str):
@@ -274,9 +315,66 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args)
+        if isinstance(raw_args, dict) and self.producers:
+            self.typed_arguments(raw_args, args.reference_sites, loc, spec.tool)
+        retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
+        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
 
-    def parallel_step(self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope) -> Node | None:
+    def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
+        """Record the arguments that are exactly one reference to an earlier tool step's output (no
+        default), for the per-call type check."""
+        producers = self.producers[-1]
+        for key, value in raw_args.items():
+            if isinstance(value, str):
+                whole = WHOLE_REFERENCE.fullmatch(value) is not None and "??" not in value
+            else:
+                whole = isinstance(value, Mapping) and list(value) == ["$ref"]
+            where = f"{loc}.args.{key}"
+            refs = [ref for site, ref in sites if site == where]
+            if not whole or len(refs) != 1:
+                continue
+            path = output_path(refs[0])
+            if path is not None and path[0] in producers:
+                self.typed_sites.append(TypedSite(where, tool, key, refs[0], producers[path[0]]))
+
+    def for_each_step(
+        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
+        source = data.get("for_each")
+        items = None
+        if isinstance(source, str) or (isinstance(source, Mapping) and "$ref" in source):
+            items = self.check.template(source, f"{loc}.for_each", scope)
+            if items is not None and len(items.references) != 1:
+                self.problem(
+                    f"{loc}.for_each", "for_each takes one reference to an array (`${steps.a.structured.items}`)"
+                )
+                items = None
+        else:
+            self.problem(f"{loc}.for_each", f"for_each takes one reference to an array, got {json_type(source)}")
+        name = data.get("as", "item")
+        if not isinstance(name, str):
+            items, name = None, "item"  # the decoder reports the type
+        elif not _AS_NAME.fullmatch(name) or name in _TAKEN_ROOTS:
+            self.problem(
+                f"{loc}.as",
+                "`as` names the element: an identifier other than vars, steps, last, args, context or index, "
+                f"got {orjson.dumps(name).decode()}",
+            )
+            items, name = None, "item"
+        raw = data.get("step")
+        if not isinstance(raw, Mapping):
+            return None  # the decoder reports it
+        given = raw.get("id")
+        inner_id = given if isinstance(given, str) and given else "step1"
+        inner_scope = replace(scope, siblings=frozenset(), depth=scope.depth + 1, loop=True, item_name=name)
+        step = self.step(raw, f"{loc}.step", inner_id, inner_scope)
+        if spec is None or items is None or step is None:
+            return None
+        return ForEach(sid, loc, items, step, spec.timeout_ms, as_name=name, **common)
+
+    def parallel_step(
+        self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+    ) -> Node | None:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)
         child_scope = Checker.sibling_scope(scope, child_ids)
@@ -289,7 +387,7 @@ class _Compiler:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms)
+        return Parallel(sid, loc, tuple(out), spec.timeout_ms, **common)
 
 
 def _var_names(value: Any) -> frozenset[str] | None:

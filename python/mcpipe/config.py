@@ -90,6 +90,8 @@ class PipeConfig(_Base):
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: int | None = None
+    max_items: int = 100
+    idempotent_tools: list[str] = msgspec.field(default_factory=list)
     max_spec_bytes: int = 4 * 1024 * 1024
     """The largest spec, refused before anything is compiled."""
     max_json_depth: int = 64
@@ -117,6 +119,8 @@ class PipeConfig(_Base):
             max_output_bytes=self.max_output_bytes,
             max_answer_bytes=self.max_answer_bytes,
             expression_timeout_ms=self.expression_timeout_ms,
+            max_items=self.max_items,
+            idempotent_tools=tuple(self.idempotent_tools),
         )
 
 
@@ -448,6 +452,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         "max_depth",
         "max_concurrency",
         "timeout_ms",
+        "max_items",
         "max_spec_bytes",
         "max_json_depth",
         "max_output_bytes",

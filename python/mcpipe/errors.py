@@ -52,9 +52,16 @@ class ErrorCode(StrEnum):
 
 
 class MCPipeError(Exception):
-    """Base class of every error mcpipe raises on purpose."""
+    """Base class of every error mcpipe raises on purpose.
+
+    Attributes:
+        code: the error code a step that fails with it answers.
+        retryable: the call may succeed if made again (the transport failed, the server is down): a tool
+            step with ``retry`` makes it again.
+    """
 
     code: str = ErrorCode.INTERNAL
+    retryable: bool = False
 
 
 class TemplateSyntaxError(MCPipeError, ValueError):

@@ -23,6 +23,7 @@ from mcpipe.tools._base import ToolResult
 __all__ = [
     "StepFailure",
     "StepOutput",
+    "each_result",
     "group_result",
     "invalid_answer",
     "leaf_result",
@@ -226,8 +227,29 @@ def group_result(
         "structured": None,
         "text": "",
         "content": [],
-        "output": {cid: r["output"] for cid, r in ordered.items()},
+        "output": {cid: r.get("output") for cid, r in ordered.items()},  # a skipped child has none
         "children": ordered,
+        "duration_ms": ms_since(t0),
+    }
+
+
+def each_result(
+    sid: str, children: list[dict[str, Any] | None], ok: bool, error: str, code: str | None, t0: float
+) -> dict[str, Any]:
+    """A ``for_each`` step's result: the outputs in element order (its ``output`` and ``structured``), each
+    element's result in ``children`` (None for one cancelled before it started)."""
+    outputs = [c.get("output") if c is not None else None for c in children]
+    return {
+        "id": sid,
+        "kind": "for_each",
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": outputs,
+        "text": "",
+        "content": [],
+        "output": outputs,
+        "children": children,
         "duration_ms": ms_since(t0),
     }
 

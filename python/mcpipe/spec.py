@@ -13,9 +13,11 @@ from typing import Annotated, Any
 import msgspec
 
 __all__ = [
+    "ForEachStepSpec",
     "ParallelStepSpec",
     "PipeStepSpec",
     "PipelineSpec",
+    "RetrySpec",
     "ToolStepSpec",
     "spec_schema",
 ]
@@ -34,29 +36,48 @@ class SpecBase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, k
     """The policy every spec type shares: unknown fields are errors, defaults are omitted."""
 
 
-class ToolStepSpec(SpecBase):
+class StepSpec(SpecBase, kw_only=True):
+    """What every step may carry: its id, deadline, condition and failure policy."""
+
+    id: StepId | None = None
+    timeout_ms: TimeoutMs | None = None
+    when: Annotated[str, msgspec.Meta(min_length=1)] | None = None
+    continue_on_error: bool | None = None
+
+
+class RetrySpec(SpecBase, kw_only=True):
+    """``{"attempts": 3, "backoff_ms": 200}``: make a call that failed with a retryable error again."""
+
+    attempts: Annotated[int, msgspec.Meta(ge=1, le=10)]
+    backoff_ms: Annotated[float, msgspec.Meta(ge=0, le=60_000)] = 100
+
+
+class ToolStepSpec(StepSpec, kw_only=True):
     """One tool call: ``{"id", "tool": "<name>", "args": <template>}``."""
 
     tool: Annotated[str, msgspec.Meta(min_length=1, description="Name of the tool to call.")]
-    id: StepId | None = None
     args: Any = msgspec.field(default_factory=dict)
-    timeout_ms: TimeoutMs | None = None
+    retry: RetrySpec | None = None
 
 
-class ParallelStepSpec(SpecBase):
+class ParallelStepSpec(StepSpec, kw_only=True):
     """Children run concurrently: ``{"id", "parallel": [<step>, ...]}``."""
 
     parallel: Annotated[list[Any], msgspec.Meta(min_length=1)]
-    id: StepId | None = None
-    timeout_ms: TimeoutMs | None = None
 
 
-class PipeStepSpec(SpecBase):
+class PipeStepSpec(StepSpec, kw_only=True):
     """A nested pipeline: ``{"id", "pipe": <spec>}``."""
 
     pipe: dict[str, Any]
-    id: StepId | None = None
-    timeout_ms: TimeoutMs | None = None
+
+
+class ForEachStepSpec(StepSpec, kw_only=True):
+    """Run ``step`` once per element of an array: ``{"id", "for_each": "${...}", "as": "item", "step": {}}``."""
+
+    for_each: Any
+    step: dict[str, Any]
+    as_: str = msgspec.field(default="item", name="as")
 
 
 class PipelineSpec(SpecBase):
@@ -67,12 +88,14 @@ class PipelineSpec(SpecBase):
     return_: Any = msgspec.field(default=msgspec.UNSET, name="return")
     continue_on_error: bool = False
     timeout_ms: TimeoutMs | None = None
+    dry_run: bool = False
 
 
 STEP_KINDS: dict[str, type[SpecBase]] = {
     "tool": ToolStepSpec,
     "parallel": ParallelStepSpec,
     "pipe": PipeStepSpec,
+    "for_each": ForEachStepSpec,
 }
 
 
@@ -93,6 +116,7 @@ def spec_schema() -> dict[str, Any]:
             "return": {"description": "Template for the result; default: the last step's output."},
             "continue_on_error": {"type": "boolean", "default": False},
             "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+            "dry_run": {"type": "boolean", "default": False, "description": "Answer the plan; run nothing."},
         },
         "required": ["steps"],
         "additionalProperties": False,
@@ -100,13 +124,25 @@ def spec_schema() -> dict[str, Any]:
     common = {
         "id": {"type": "string", "pattern": r"^[A-Za-z_][A-Za-z0-9_-]*$"},
         "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
+        "when": {"type": "string", "description": "Run only when true: CEL, or one reference (${...})."},
+        "continue_on_error": {"type": "boolean", "description": "Whether this step's failure stops the rest."},
+    }
+    retry = {
+        "type": "object",
+        "description": "Retry a retryable failure (idempotent tools only).",
+        "properties": {
+            "attempts": {"type": "integer", "minimum": 1, "maximum": 10},
+            "backoff_ms": {"type": "number", "minimum": 0, "maximum": 60000},
+        },
+        "required": ["attempts"],
+        "additionalProperties": False,
     }
     step = {
         "oneOf": [
             {
                 "type": "object",
                 "description": 'Call a tool. args is a template: ${path}, {{stepN.path}}, {"$ref": path}.',
-                "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, **common},
+                "properties": {"tool": {"type": "string"}, "args": {"type": "object"}, "retry": retry, **common},
                 "required": ["tool"],
                 "additionalProperties": False,
             },
@@ -122,6 +158,18 @@ def spec_schema() -> dict[str, Any]:
                 "description": "Run a nested pipeline; its vars are resolved in this pipeline.",
                 "properties": {"pipe": {"$ref": "#/$defs/Pipeline"}, **common},
                 "required": ["pipe"],
+                "additionalProperties": False,
+            },
+            {
+                "type": "object",
+                "description": "Run `step` once per element of an array; ${item} and ${index} inside it.",
+                "properties": {
+                    "for_each": {"description": "One reference to an array: ${steps.search.structured.items}."},
+                    "as": {"type": "string", "description": "Another name for ${item} (default item)."},
+                    "step": step_ref,
+                    **common,
+                },
+                "required": ["for_each", "step"],
                 "additionalProperties": False,
             },
         ]

@@ -19,14 +19,16 @@ pub struct Template {
 #[pymethods]
 impl Template {
     #[new]
-    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT))]
+    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT, item = None))]
     fn new(
         value: &Bound<'_, PyAny>,
         step_ids: Option<&Bound<'_, PyAny>>,
         location: &str,
         max_text_bytes: usize,
+        item: Option<&str>,
     ) -> PyResult<Self> {
-        let ids = plan::step_ids(step_ids)?;
+        let mut ids = plan::step_ids(step_ids)?;
+        ids.item_alias = item.map(str::to_owned);
         Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes)? })
     }
 

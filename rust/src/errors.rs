@@ -96,6 +96,9 @@ impl fmt::Display for ResolveError {
 impl std::error::Error for ResolveError {}
 
 #[cfg(feature = "python")]
+pub use python::is_missing;
+
+#[cfg(feature = "python")]
 mod python {
     use pyo3::prelude::*;
     use pyo3::sync::PyOnceLock;
@@ -106,6 +109,12 @@ mod python {
     static SYNTAX_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static INTERPOLATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static TOO_LARGE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+
+    /// Whether `err` is an `InterpolationError` (a reference whose value is missing).
+    #[cold]
+    pub fn is_missing(py: Python<'_>, err: &PyErr) -> bool {
+        INTERPOLATION_ERROR.import(py, "mcpipe.errors", "InterpolationError").is_ok_and(|cls| err.is_instance(py, cls))
+    }
 
     impl From<ResolveError> for PyErr {
         #[cold]

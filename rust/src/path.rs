@@ -11,6 +11,10 @@ use crate::text::write_json_string;
 /// The roots a reference can start from (contract section 3), in the order messages list them.
 pub const ROOTS: [&str; 5] = ["vars", "steps", "last", "args", "context"];
 
+/// Every root by `Root` number: those of `ROOTS`, then `item` and `index` (defined inside a `for_each`
+/// step only, which the plan's checker enforces).
+const ROOT_NAMES: [&str; 7] = ["vars", "steps", "last", "args", "context", "item", "index"];
+
 /// Whitespace allowed around a reference inside the brackets (Python's `" \t\n\r\f\v"`).
 pub const WS: &[u8] = b" \t\n\r\x0c\x0b";
 
@@ -21,6 +25,8 @@ pub enum Root {
     Last,
     Args,
     Context,
+    Item,
+    Index,
 }
 
 impl Root {
@@ -31,12 +37,14 @@ impl Root {
             "last" => Root::Last,
             "args" => Root::Args,
             "context" => Root::Context,
+            "item" => Root::Item,
+            "index" => Root::Index,
             _ => return None,
         })
     }
 
     pub fn name(self) -> &'static str {
-        ROOTS[self as usize]
+        ROOT_NAMES[self as usize]
     }
 }
 
@@ -122,6 +130,17 @@ impl Segment {
 pub struct Path {
     pub root: Root,
     pub segments: Vec<Segment>,
+    /// `?? value`: what the reference gives when its path cannot be followed or ends at null.
+    pub default: Option<Literal>,
+}
+
+/// A default written in a placeholder, as JSON writes it (a number keeps its text).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Literal {
+    Null,
+    Bool(bool),
+    Number(String),
+    String(String),
 }
 
 impl Path {
@@ -154,6 +173,8 @@ pub struct StepIds {
     by_position: HashMap<String, String>,
     /// The length of the list when the ids came as one (not a mapping): a position past it is an error.
     count: Option<usize>,
+    /// Another name of the `item` root (a `for_each`'s `as`), read as `item`.
+    pub item_alias: Option<String>,
 }
 
 impl StepIds {
@@ -162,7 +183,7 @@ impl StepIds {
         let by_position: HashMap<String, String> =
             ids.into_iter().enumerate().map(|(i, id)| ((i + 1).to_string(), id.into())).collect();
         let count = Some(by_position.len()).filter(|&n| n > 0);
-        StepIds { by_position, count }
+        StepIds { by_position, count, item_alias: None }
     }
 
     /// Ids were read from a list of `count` steps: `{{stepN}}` past its end is refused.
@@ -330,15 +351,19 @@ pub fn parse_path(text: &str, pos: usize, step_form: bool, ids: &StepIds) -> Res
         segments.push(Segment { kind: SegmentKind::Plain, text: id.to_owned() });
         segments.push(Segment { kind: SegmentKind::Plain, text: "output".to_owned() });
         segments.extend(rest);
-        return Ok((Path { root: Root::Steps, segments }, end));
+        return Ok((Path { root: Root::Steps, segments, default: None }, end));
     }
-    let Some(root) = Root::from_name(head) else {
+    let root = match &ids.item_alias {
+        Some(alias) if alias == head => Some(Root::Item),
+        _ => Root::from_name(head),
+    };
+    let Some(root) = root else {
         let mut reason = format!("unknown root `{head}` (expected one of ");
         let _ = write!(reason, "{})", ROOTS.join(", "));
         return Err(PathSyntax::new(reason, pos));
     };
     let (segments, end) = parse_segments(text, end)?;
-    Ok((Path { root, segments }, end))
+    Ok((Path { root, segments, default: None }, end))
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyType};
 
 use crate::dict;
 use crate::errors::ResolveError;
-use crate::path::{ArrayIndex, Path, SegmentKind, StepIds};
+use crate::path::{ArrayIndex, Literal, Path, SegmentKind, StepIds};
 use crate::resolve::deep_copy;
 use crate::template::{has_opener, index_location, key_location, parse_ref, parse_string, ParsedString, Piece};
 
@@ -36,6 +36,9 @@ pub struct Reference {
     pub prefix_len: usize,
     pub path: Path,
     pub location: Box<str>,
+    /// What the reference gives when its path cannot be followed or ends at null (`?? value`, or the
+    /// `default` of `{"$ref": ..., "default": ...}`); deep-copied when it is a container.
+    pub default: Option<Py<PyAny>>,
 }
 
 /// A node of the prefix table: the references of a plan share their common prefixes
@@ -198,6 +201,17 @@ impl Compiler<'_> {
                     return constant(deep_copy(literal, 0)?);
                 }
             }
+            if dict.len() == 2 {
+                if let (Some(target), Some(default)) =
+                    (dict.get_item(intern!(py, "$ref"))?, dict.get_item(intern!(py, "default"))?)
+                {
+                    let mut node = self.reference(&target, loc)?;
+                    if let Node::Reference(reference) = &mut node {
+                        reference.default = Some(deep_copy(default, 0)?.unbind());
+                    }
+                    return Ok(node);
+                }
+            }
             return self.object(dict, loc);
         }
         if value.is_instance_of::<PyList>() || value.is_instance_of::<pyo3::types::PyTuple>() {
@@ -308,13 +322,14 @@ impl Compiler<'_> {
             })
             .collect();
         let root_key = PyString::intern(py, path.root.name()).unbind();
+        let default = path.default.as_ref().map(|literal| literal_value(py, literal));
         let mut prefix = self.prefix_node(py, NO_PARENT, path.root.name(), ArrayIndex::NotIndex);
         let mut prefix_len = 0;
         for segment in path.segments.iter().take_while(|s| s.kind != SegmentKind::Star) {
             prefix = self.prefix_node(py, prefix, &segment.text, segment.array_index());
             prefix_len += 1;
         }
-        Reference { root_key, steps, prefix, prefix_len, path, location: loc.into() }
+        Reference { root_key, steps, prefix, prefix_len, path, location: loc.into(), default }
     }
 
     fn prefix_node(&mut self, py: Python<'_>, parent: u32, text: &str, index: ArrayIndex) -> u32 {
@@ -328,6 +343,30 @@ impl Compiler<'_> {
         self.uses[id as usize] += 1;
         id
     }
+}
+
+/// The Python value of a default written in a placeholder (a number as Python reads its JSON text).
+fn literal_value(py: Python<'_>, literal: &Literal) -> Py<PyAny> {
+    let value = match literal {
+        Literal::Null => py.None().into_bound(py),
+        Literal::Bool(b) => pyo3::types::PyBool::new(py, *b).to_owned().into_any(),
+        Literal::String(text) => PyString::new(py, text).into_any(),
+        Literal::Number(text) => {
+            let float = text.contains(['.', 'e', 'E']);
+            let parsed = if float {
+                text.parse::<f64>().map(|f| pyo3::types::PyFloat::new(py, f).into_any()).ok()
+            } else {
+                text.parse::<i64>().ok().and_then(|n| n.into_pyobject(py).map(|v| v.into_any()).ok())
+            };
+            // A number past i64: Python's own int() of its digits (the parser checked its grammar).
+            parsed.unwrap_or_else(|| {
+                py.get_type::<pyo3::types::PyInt>()
+                    .call1((text.as_str(),))
+                    .unwrap_or_else(|_| PyString::new(py, text).into_any())
+            })
+        }
+    };
+    value.unbind()
 }
 
 fn constant(value: Bound<'_, PyAny>) -> PyResult<Node> {

@@ -216,6 +216,31 @@ fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bou
 /// The value `reference` names in the environment; a deep copy when `copy`, else the value itself.
 #[inline(always)]
 pub fn lookup<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool) -> PyResult<Bound<'py, PyAny>> {
+    match &reference.default {
+        None => follow(r, reference, copy),
+        Some(default) => follow_or(r, reference, copy, default),
+    }
+}
+
+/// A reference with a default: the default when the path cannot be followed or ends at null.
+#[inline(never)]
+fn follow_or<'py>(
+    r: &mut Resolver<'_, 'py>,
+    reference: &Reference,
+    copy: bool,
+    default: &Py<PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let py = r.py;
+    match follow(r, reference, copy) {
+        Ok(value) if !value.is_none() => Ok(value),
+        Err(err) if !crate::errors::is_missing(py, &err) => Err(err),
+        _ if copy => deep_copy(default.bind(py).clone(), 0),
+        _ => Ok(default.bind(py).clone()),
+    }
+}
+
+#[inline(always)]
+fn follow<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference, copy: bool) -> PyResult<Bound<'py, PyAny>> {
     let (py, env) = (r.py, r.env);
     let value = r.prefix(reference.prefix);
     if !value.is_null() {

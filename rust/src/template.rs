@@ -5,7 +5,7 @@
 
 use std::fmt::Write;
 
-use crate::path::{is_identifier, parse_path, Path, PathSyntax, StepIds, WS};
+use crate::path::{is_identifier, parse_path, Literal, Path, PathSyntax, StepIds, WS};
 use crate::text::{char_position, write_json_string};
 
 /// One piece of an interpolated string.
@@ -116,12 +116,128 @@ pub fn parse_string(s: &str, ids: &StepIds) -> Result<ParsedString, String> {
 fn parse_placeholder(s: &str, i: usize, opener: &Opener, ids: &StepIds) -> Result<(Path, usize), PathSyntax> {
     let bytes = s.as_bytes();
     let j = skip_ws(bytes, i + opener.open.len());
-    let (path, j) = parse_path(s, j, opener.step_form, ids)?;
-    let j = skip_ws(bytes, j);
+    let (mut path, j) = parse_path(s, j, opener.step_form, ids)?;
+    let mut j = skip_ws(bytes, j);
+    if bytes[j..].starts_with(b"??") {
+        let (default, k) = parse_literal(s, skip_ws(bytes, j + 2))?;
+        path.default = Some(default);
+        j = skip_ws(bytes, k);
+    }
     if !bytes[j..].starts_with(opener.close.as_bytes()) {
         return Err(PathSyntax { reason: format!("expected `{}`", opener.close), pos: j });
     }
     Ok((path, j + opener.close.len()))
+}
+
+/// Parse the default after `??`: a JSON string (or one in single quotes), number, `true`, `false` or
+/// `null`. Answers the literal and the offset after it.
+pub fn parse_literal(s: &str, i: usize) -> Result<(Literal, usize), PathSyntax> {
+    let bytes = s.as_bytes();
+    let expected = || PathSyntax {
+        reason: "expected a default after `??` (a string, a number, true, false or null)".to_owned(),
+        pos: i,
+    };
+    let Some(&first) = bytes.get(i) else { return Err(expected()) };
+    if first == b'"' || first == b'\'' {
+        return parse_quoted(s, i).ok_or_else(expected);
+    }
+    for (word, literal) in [("null", Literal::Null), ("true", Literal::Bool(true)), ("false", Literal::Bool(false))] {
+        let end = i + word.len();
+        if bytes[i..].starts_with(word.as_bytes()) && !bytes.get(end).is_some_and(|b| b.is_ascii_alphanumeric()) {
+            return Ok((literal, end));
+        }
+    }
+    // A JSON number: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+    let mut j = i;
+    let digits = |j: &mut usize| {
+        let start = *j;
+        while bytes.get(*j).is_some_and(u8::is_ascii_digit) {
+            *j += 1;
+        }
+        *j > start
+    };
+    if bytes.get(j) == Some(&b'-') {
+        j += 1;
+    }
+    if bytes.get(j) == Some(&b'0') {
+        j += 1; // JSON: no leading zeros, so `01` is the number 0 and then a `1`
+    } else if !digits(&mut j) {
+        return Err(expected());
+    }
+    // The fraction and the exponent are optional: when one is incomplete, the number ends before it.
+    if bytes.get(j) == Some(&b'.') {
+        let mut k = j + 1;
+        if digits(&mut k) {
+            j = k;
+        }
+    }
+    if matches!(bytes.get(j), Some(b'e' | b'E')) {
+        let mut k = j + 1;
+        if matches!(bytes.get(k), Some(b'+' | b'-')) {
+            k += 1;
+        }
+        if digits(&mut k) {
+            j = k;
+        }
+    }
+    Ok((Literal::Number(s[i..j].to_owned()), j))
+}
+
+/// A quoted default: JSON's escapes in double quotes (a lone surrogate is not text); in single quotes
+/// `\'` and `\\` only. None when it is not closed or holds another escape.
+fn parse_quoted(s: &str, i: usize) -> Option<(Literal, usize)> {
+    let quote = s.as_bytes()[i] as char;
+    let mut out = String::new();
+    let mut chars = s[i + 1..].char_indices();
+    while let Some((k, c)) = chars.next() {
+        if c == quote {
+            return Some((Literal::String(out), i + 1 + k + 1));
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let (_, e) = chars.next()?;
+        if quote == '\'' {
+            match e {
+                '\'' | '\\' => out.push(e),
+                _ => return None,
+            }
+            continue;
+        }
+        match e {
+            '"' | '\\' | '/' => out.push(e),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'n' => out.push('\n'),
+            'r' => out.push('\r'),
+            't' => out.push('\t'),
+            'u' => {
+                let hi = hex_unit(&mut chars)?;
+                let code = if (0xD800..0xDC00).contains(&hi) {
+                    let (Some((_, '\\')), Some((_, 'u'))) = (chars.next(), chars.next()) else { return None };
+                    match hex_unit(&mut chars) {
+                        Some(lo) if (0xDC00..0xE000).contains(&lo) => 0x10000 + ((hi - 0xD800) << 10) + (lo - 0xDC00),
+                        _ => return None,
+                    }
+                } else {
+                    hi
+                };
+                out.push(char::from_u32(code)?);
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+fn hex_unit(chars: &mut std::str::CharIndices<'_>) -> Option<u32> {
+    let hex: String = (0..4).filter_map(|_| chars.next().map(|(_, h)| h)).collect();
+    if hex.len() == 4 {
+        u32::from_str_radix(&hex, 16).ok()
+    } else {
+        None
+    }
 }
 
 #[cold]
@@ -283,6 +399,40 @@ mod tests {
         assert_eq!(key_location("args", "a b"), "args[\"a b\"]");
         assert_eq!(key_location("", "0"), "[\"0\"]");
         assert_eq!(index_location("args.items", 2), "args.items[2]");
+    }
+
+    #[test]
+    fn a_default_after_question_marks_is_parsed_once_with_its_reference() {
+        let default = |s: &str| match parse(s).unwrap() {
+            ParsedString::Reference(path) => path.default,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(default("${vars.a ?? 'it\\'s'}"), Some(Literal::String("it's".to_owned())));
+        assert_eq!(default("${vars.a ?? \"x}\\u00e9\"}"), Some(Literal::String("x}é".to_owned())));
+        assert_eq!(default("${vars.a??1}"), None); // `?` is a key character: the key is `a??1`
+        assert_eq!(default("{{step1.x ?? -1.5e3}}"), Some(Literal::Number("-1.5e3".to_owned())));
+        assert_eq!(default("${vars.a ?? null }"), Some(Literal::Null));
+        assert_eq!(default("${vars.a ?? false}"), Some(Literal::Bool(false)));
+        assert_eq!(default("${vars.a}"), None);
+        let expected = "invalid placeholder at character 0: expected a default after `??` (a string, a number, \
+                        true, false or null) (character 12)";
+        assert_eq!(parse("${vars.a ?? nope}").unwrap_err(), expected);
+        assert_eq!(parse("${vars.a ?? \"\\ud800\"}").unwrap_err(), expected);
+        assert_eq!(
+            parse("${vars.a ?? 1.}").unwrap_err(),
+            "invalid placeholder at character 0: expected `}` (character 13)"
+        );
+        assert_eq!(parse("a $<vars.a ?? nope> b").unwrap(), ParsedString::Constant("a $<vars.a ?? nope> b".to_owned()));
+    }
+
+    #[test]
+    fn a_for_each_alias_reads_as_the_item_root_and_only_where_it_is_given() {
+        let mut ids = ids();
+        ids.item_alias = Some("page".to_owned());
+        let ParsedString::Reference(path) = parse_string("${page.url}", &ids).unwrap() else { panic!() };
+        assert_eq!(path.normalized(), "item.url");
+        assert!(parse("${page.url}").unwrap_err().contains("unknown root `page`"));
+        assert_eq!(normalized("${index}"), "index");
     }
 
     #[test]

@@ -293,3 +293,44 @@ async def test_at_the_default_log_level_a_gateway_writes_no_line_per_downstream_
         while chunk := await proc.stderr.receive_some():
             rest += chunk
     assert b"HTTP Request" not in rest and b"POST" not in rest
+
+
+async def test_a_retried_step_waits_out_a_downstream_restart_and_every_attempt_is_audited(audit):
+    """Issue 17: `ds.add` is marked idempotent by the operator; the step right after a crash finds the
+    server down (retryable), backs off, and succeeds once the actor has restarted it."""
+    crash = {"id": "c", "tool": "ds.crash", "continue_on_error": True}
+    add = {"id": "a", "tool": "ds.add", "args": {"a": 20, "b": 22}, "retry": {"attempts": 8, "backoff_ms": 200}}
+    cfg = make_config(mcpServers={"ds": stdio_downstream()}, pipe={"idempotent_tools": ["ds.*"]})
+    with trio.fail_after(60):
+        async with running(cfg, audit) as app, Client(app.server) as client:
+            r = await client.call_tool(PIPE_TOOL, {"steps": [crash, add]})
+            refused = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "echo", "retry": {"attempts": 2}}]})
+    answer = r.structured_content
+    assert answer["steps"]["a"]["ok"] is True and answer["steps"]["a"]["output"] == {"result": 42}
+    attempts = answer["steps"]["a"]["attempts"]
+    assert attempts >= 2
+    adds = [(rec["ok"], rec["error_code"]) for rec in audit.records if rec["tool"] == "ds.add"]
+    assert adds == [(False, "TOOL_FAILED")] * (attempts - 1) + [(True, None)]
+    assert app.downstreams.servers[0].connections == 2
+    assert refused.structured_content["problems"][0]["location"] == "steps[0].retry"
+
+
+async def test_a_tools_annotations_are_listed_and_kept_by_the_gateway():
+    """Issue 17: `idempotentHint` is how a tool says a pipeline step may retry it; tools/list shows a
+    tool's annotations and the gateway keeps them for the retry check."""
+    from mcpipe.server._app import open_app
+    from mcpipe.tools import ToolRegistry
+
+    reg = ToolRegistry()
+
+    @reg.tool(annotations={"idempotentHint": True})
+    def lookup(key: str) -> str:
+        """Read a key."""
+        return key
+
+    with trio.fail_after(30):
+        async with open_app(make_config(), extra_sources=[reg]) as app, Client(app.server) as client:
+            listed = {t.name: t for t in (await client.list_tools()).tools}
+    assert listed["lookup"].annotations is not None and listed["lookup"].annotations.idempotent_hint is True
+    assert listed["echo"].annotations is None
+    assert app.gateway.get("lookup").annotations == {"idempotentHint": True}

@@ -26,7 +26,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.declared._model import CONTAINERS, PipeFields
 from mcpipe.errors import Problem
-from mcpipe.expr import CelExpr, ExpressionSyntaxError
+from mcpipe.expr import CelExpr
 from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
 from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
 from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope, decode_fields
@@ -270,19 +270,7 @@ class _Compiler:
         return self.check.template(value, loc, scope, refs)
 
     def cel(self, source: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> CelExpr | None:
-        if source is None:
-            return None
-        if not isinstance(source, str):
-            return None  # the Struct reports the type
-        try:
-            expr = CelExpr.compile(source)
-        except ExpressionSyntaxError as e:
-            self.problem(loc, f"invalid CEL: {e.reason}")
-            return None
-        for m in expr.mentions:
-            ref = m.normalized()
-            refs.append((loc, ref))
-            self.check.check_reference(loc, ref, scope)
+        expr: CelExpr | None = self.check.cel(source, loc, scope, refs)
         return expr
 
     # --- containers ---

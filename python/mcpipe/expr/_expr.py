@@ -33,8 +33,11 @@ __all__ = [
     "to_json_value",
 ]
 
-ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
-"""The variables every expression may read."""
+ROOTS = frozenset({"args", "steps", "vars", "context", "last", "item", "index"})
+"""The variables an expression may read; ``item`` and ``index`` only inside an ``mcp_pipe`` ``for_each``
+(the plan's checker refuses them elsewhere)."""
+
+_JSONATA_ROOTS = ROOTS - {"item", "index"}  # JSONata runs in declared steps only, never in a for_each
 
 # CEL namespaces that look like variables to the compiled program but are not data.
 _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets", "lists", "encoders"})
@@ -118,8 +121,8 @@ class CelExpr:
     iterates: bool = False
 
     @classmethod
-    def compile(cls, source: str) -> CelExpr:
-        """Compile ``source``.
+    def compile(cls, source: str, names: frozenset[str] = frozenset()) -> CelExpr:
+        """Compile ``source``; ``names`` are more variables it may read (a ``for_each``'s ``as``).
 
         Raises:
             ExpressionSyntaxError: it does not parse, or it reads a variable that is not a root.
@@ -130,15 +133,16 @@ class CelExpr:
             program = cel.compile(source)
         except ValueError as e:
             raise ExpressionSyntaxError(_cel_syntax(str(e))) from None
-        mentions, bound = scan_cel(source, ROOTS)
-        unknown = sorted(set(program.variables()) - ROOTS - bound - _NAMESPACES)
+        roots_here = ROOTS | names
+        mentions, bound = scan_cel(source, roots_here)
+        unknown = sorted(set(program.variables()) - roots_here - bound - _NAMESPACES)
         if unknown:
-            names = ", ".join(f"`{n}`" for n in unknown)
+            listed = ", ".join(f"`{n}`" for n in unknown)
             raise ExpressionSyntaxError(
-                f"unknown variable{'s' if len(unknown) > 1 else ''} {names} "
+                f"unknown variable{'s' if len(unknown) > 1 else ''} {listed} "
                 "(expressions see args, steps, vars, context and last)"
             )
-        roots = frozenset(set(program.variables()) & ROOTS)
+        roots = frozenset(set(program.variables()) & roots_here)
         steps: set[str] | None = set()
         for m in mentions:
             if m.root == "steps":
@@ -305,7 +309,7 @@ class JsonataExpr:
             expression = jsonata.Jsonata(source)
         except jsonata.JException as e:
             raise ExpressionSyntaxError(_jsonata_message(e, source)) from None
-        mentions = scan_jsonata(source, ROOTS)
+        mentions = scan_jsonata(source, _JSONATA_ROOTS)
         return cls(source, expression, tuple(mentions), max_ms, max_depth)
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
@@ -314,7 +318,7 @@ class JsonataExpr:
         Raises:
             ExpressionError: the expression failed or ran past its bounds.
         """
-        data = {root: env.get(root) for root in ROOTS}
+        data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
         frame.set_runtime_bounds(min(self.max_ms, int(_timeout_ms)), self.max_depth)
         try:

@@ -5,6 +5,7 @@ See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the c
 
 from mcpipe.plan._check import (
     STEP_ID,
+    WHOLE_REFERENCE,
     Checker,
     Scope,
     assign_step_ids,
@@ -16,42 +17,53 @@ from mcpipe.plan._check import (
     step_reference_problem,
     template_parts,
 )
+from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
     SKIP,
     CompiledSpec,
     Expression,
+    ForEach,
     Leaf,
     Limits,
     Node,
     Parallel,
     Pipe,
     Pipeline,
+    Retry,
     RunFn,
     evaluate,
     prelude,
     tool_sites,
     walk,
 )
+from mcpipe.plan._types import TypedSite, output_path, type_problems
 
 __all__ = [
     "DEFAULT_LIMITS",
     "SKIP",
+    "STATIC_ROOTS",
     "STEP_ID",
+    "WHOLE_REFERENCE",
     "Checker",
     "CompiledSpec",
     "Expression",
+    "ForEach",
     "Leaf",
     "Limits",
     "Node",
     "Parallel",
     "Pipe",
     "Pipeline",
+    "Retry",
     "RunFn",
     "Scope",
+    "TypedSite",
     "assign_step_ids",
     "decode_fields",
     "evaluate",
+    "explain",
+    "output_path",
     "prelude",
     "problem_order",
     "reference_root",
@@ -60,5 +72,6 @@ __all__ = [
     "step_reference_problem",
     "template_parts",
     "tool_sites",
+    "type_problems",
     "walk",
 ]

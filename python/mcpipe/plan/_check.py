@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Container, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -19,12 +19,13 @@ import orjson
 
 from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
-from mcpipe.errors import ErrorCode, Problem, TemplateSyntaxError
+from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Problem, TemplateSyntaxError
 from mcpipe.plan._bounds import check_spec_size, depth_problem, step_ids_for
 
 __all__ = [
     "STEP_ID",
     "Checker",
+    "ReferenceCondition",
     "Scope",
     "assign_step_ids",
     "decode_fields",
@@ -41,6 +42,7 @@ RESERVED_ID = re.compile(r"step([0-9]+)")
 STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
 VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
 ROOT = re.compile(r"[a-z]+")
+WHOLE_REFERENCE = re.compile(r"\s*(?:\$\{[^{}]*\}|\{\{[^{}]*\}\})\s*")
 _ORDER = re.compile(r"\[(\d+)\]")
 
 
@@ -55,6 +57,8 @@ class Scope:
         has_last: whether some step has finished before this place (else ``last`` is rejected).
         var_names: the names ``vars`` has here; None: unknown (not checked).
         depth: how deeply this place is nested in ``parallel``/``pipe`` steps.
+        loop: whether this place is inside a ``for_each`` step (so ``item`` and ``index`` are defined).
+        item_name: the ``for_each``'s ``as``: another name of ``item`` here.
     """
 
     step_ids: tuple[str, ...] = ()
@@ -63,6 +67,8 @@ class Scope:
     has_last: bool = True
     var_names: frozenset[str] | None = None
     depth: int = 0
+    loop: bool = False
+    item_name: str = "item"
 
 
 class _Before:
@@ -250,6 +256,23 @@ def step_reference_problem(
     return f"reference to unknown step '{step}'"
 
 
+@dataclass(frozen=True, slots=True)
+class ReferenceCondition:
+    """A ``when`` written as one reference: its value, which the scheduler requires to be a boolean."""
+
+    template: Template
+
+    def evaluate(self, env: Mapping[str, Any]) -> Any:
+        """The referenced value; a reference that cannot resolve is an :class:`ExpressionError`."""
+        try:
+            return self.template.resolve(env)
+        except InterpolationError as e:
+            message = str(e)
+            if e.location and message.startswith(f"{e.location}: "):
+                message = message[len(e.location) + 2 :]  # the scheduler says where the `when` is
+            raise ExpressionError(message, missing=True) from None
+
+
 class Checker:
     """Collects the problems of one compile and performs the checks every front-end shares.
 
@@ -308,10 +331,12 @@ class Checker:
             self.problems.append(too_deep)
             return None
         step_ids = step_ids_for(value, scope.step_ids)
+        alias = scope.item_name if scope.loop and scope.item_name != "item" else None
+        options = self.template_options if alias is None else {**self.template_options, "item": alias}
         try:
-            t = Template(value, step_ids=step_ids, location=loc, **self.template_options)
+            t = Template(value, step_ids=step_ids, location=loc, **options)
         except TemplateSyntaxError:
-            for part in template_parts(value, loc, step_ids, **self.template_options):
+            for part in template_parts(value, loc, step_ids, **options):
                 if isinstance(part, TemplateSyntaxError):
                     self.problem(part.location, part.reason)
                 else:
@@ -343,10 +368,43 @@ class Checker:
         elif name == "last":
             if scope.visible is not None and not scope.has_last:
                 self.problem(site, f"reference `{ref}`: no step has finished here, so `last` is null")
+        elif name in ("item", "index"):
+            if not scope.loop:
+                self.problem(site, f"reference `{ref}`: `{name}` is defined only inside a `for_each` step")
         elif name == "vars" and scope.var_names is not None:
             key = referenced_var(ref)
             if key is not None and key not in scope.var_names:
                 self.problem(site, f"reference `{ref}`: no var named '{key}'")
+
+    def cel(self, source: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None) -> Any:
+        """Compile ``source`` as CEL at ``loc`` and check the references it makes (None on a problem, or
+        when ``source`` is not a string: the front-end's decoder reports its type)."""
+        if not isinstance(source, str):
+            return None
+        from mcpipe.expr import CelExpr, ExpressionSyntaxError  # loads CEL: only for specs that use it
+
+        alias = frozenset({scope.item_name}) if scope.loop and scope.item_name != "item" else frozenset()
+        try:
+            expr = CelExpr.compile(source, alias)
+        except ExpressionSyntaxError as e:
+            self.problem(loc, f"invalid CEL: {e.reason}")
+            return None
+        for m in expr.mentions:
+            ref = m.normalized()
+            if m.root in alias:
+                ref = "item" + ref[len(m.root) :]
+            if refs is not None:
+                refs.append((loc, ref))
+            self.check_reference(loc, ref, scope)
+        return expr
+
+    def condition(self, source: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None) -> Any:
+        """A ``when``: a string that is exactly one placeholder (``${steps.check.structured.ok}``) is a
+        reference taken as a boolean; anything else is CEL. None on a problem."""
+        if isinstance(source, str) and WHOLE_REFERENCE.fullmatch(source):
+            t = self.template(source, loc, scope, refs)
+            return None if t is None else ReferenceCondition(t)
+        return self.cel(source, loc, scope, refs)
 
     def deep_enough(self, loc: str, depth: int) -> bool:
         """Whether a container at ``depth`` may nest one level more (reports it when not)."""
@@ -369,14 +427,7 @@ class Checker:
         """The scope of a parallel group's children: what the group's list sees, never each other (unless
         one shares an id with an earlier step of that list, which is then the one it means)."""
         visible: Container[str] = scope.visible if scope.visible is not None else frozenset()
-        return Scope(
-            scope.step_ids,
-            scope.visible,
-            frozenset(c for c in child_ids if c not in visible),
-            scope.has_last,
-            scope.var_names,
-            scope.depth + 1,
-        )
+        return replace(scope, siblings=frozenset(c for c in child_ids if c not in visible), depth=scope.depth + 1)
 
     @staticmethod
     def list_scopes(ids: tuple[str, ...], var_names: frozenset[str] | None, depth: int) -> list[Scope]:

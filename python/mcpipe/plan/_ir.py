@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import trio
 
@@ -31,16 +31,21 @@ from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, Output
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
+if TYPE_CHECKING:
+    from mcpipe.plan._types import TypedSite
+
 __all__ = [
     "SKIP",
     "CompiledSpec",
     "Expression",
+    "ForEach",
     "Leaf",
     "Limits",
     "Node",
     "Parallel",
     "Pipe",
     "Pipeline",
+    "Retry",
     "RunFn",
     "evaluate",
     "prelude",
@@ -68,6 +73,9 @@ class Limits:
             hold.
         max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
         expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
+        max_items: the most elements a ``for_each`` step may run its step for.
+        idempotent_tools: names or ``*``-globs of the tools the operator marks idempotent (a step may
+            ``retry`` them; so may it a tool whose annotations say ``idempotentHint``).
     """
 
     max_steps: int = 50
@@ -79,6 +87,8 @@ class Limits:
     max_output_bytes: int = 8 * 1024 * 1024
     max_answer_bytes: int = 32 * 1024 * 1024
     expression_timeout_ms: float = 1000.0
+    max_items: int = 100
+    idempotent_tools: tuple[str, ...] = ()
 
 
 DEFAULT_LIMITS = Limits()
@@ -149,6 +159,8 @@ class Leaf(Generic[F, B]):
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
+    retry: Retry | None = None
 
     async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
@@ -207,6 +219,7 @@ class Parallel:
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
     kind: ClassVar[str] = "parallel"
 
 
@@ -222,10 +235,40 @@ class Pipe:
     input_transform: Expression | None = None
     references: tuple[tuple[str, str], ...] = ()
     skippable: bool = False
+    continue_on_error: bool | None = None
     kind: ClassVar[str] = "pipe"
 
 
-Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe
+@dataclass(frozen=True, slots=True, eq=False)
+class ForEach:
+    """Run ``step`` once per element of the array ``items`` resolves to, concurrently under the call's
+    limit; the element is the ``item`` root (also named ``as_name``) and its position the ``index`` root of
+    the step's templates and expressions."""
+
+    id: str
+    location: str
+    items: Template
+    step: Node
+    timeout_ms: float | None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+    continue_on_error: bool | None = None
+    as_name: str = "item"
+    kind: ClassVar[str] = "for_each"
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """A tool step's retry: up to ``attempts`` calls in all, after a retryable failure, waiting
+    ``backoff_ms`` before the second and twice as long before each next one."""
+
+    attempts: int
+    backoff_ms: float
+
+
+Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach
 """A step of a plan."""
 
 
@@ -250,20 +293,29 @@ class CompiledSpec:
         tool_sites: ``(location, tool)`` of every tool step, for the per-call tool and permission checks.
         leaf_count: how many leaf steps there are, nested and parallel children included.
         step_count: how many steps there are in all.
+        retry_sites: ``(location, tool)`` of every tool step with ``retry`` (checked per call: the tool
+            must be idempotent).
+        dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
+        typed_sites: the arguments fed by one reference to a tool step's output (checked per call
+            against the tools' schemas: :func:`mcpipe.plan.type_problems`).
     """
 
     plan: Pipeline
     tool_sites: tuple[tuple[str, str], ...]
     leaf_count: int
     step_count: int
+    retry_sites: tuple[tuple[str, str], ...] = ()
+    dry_run: bool = False
+    typed_sites: tuple[TypedSite, ...] = ()
 
     @classmethod
-    def of(cls, plan: Pipeline) -> CompiledSpec:
+    def of(cls, plan: Pipeline, *, dry_run: bool = False, typed_sites: tuple[TypedSite, ...] = ()) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
-        return cls(plan, sites, leaves, len(nodes))
+        retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:
@@ -274,6 +326,8 @@ def walk(steps: Iterable[Node]) -> Iterator[Node]:
             yield from walk(step.children)
         elif isinstance(step, Pipe):
             yield from walk(step.pipe.steps)
+        elif isinstance(step, ForEach):
+            yield from walk((step.step,))
 
 
 def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:

@@ -20,14 +20,15 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any
 
 import trio
 
 from mcpipe._core import json_measure
-from mcpipe._util import is_suspension
+from mcpipe._describe import json_type
+from mcpipe._util import glob_matcher, is_suspension
 from mcpipe.compile import compile_spec
 from mcpipe.errors import (
     ErrorCode,
@@ -39,8 +40,24 @@ from mcpipe.errors import (
     SpecError,
     TemplateSyntaxError,
 )
-from mcpipe.plan import DEFAULT_LIMITS, SKIP, CompiledSpec, Leaf, Limits, Node, Parallel, Pipeline, prelude
+from mcpipe.plan import (
+    DEFAULT_LIMITS,
+    SKIP,
+    CompiledSpec,
+    ForEach,
+    Leaf,
+    Limits,
+    Node,
+    Parallel,
+    Pipeline,
+    explain,
+    prelude,
+    problem_order,
+    referenced_step,
+    walk,
+)
 from mcpipe.results import (
+    each_result,
     group_result,
     invalid_answer,
     leaf_result,
@@ -174,10 +191,22 @@ async def _run_compiled(
             denied.append(
                 Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
             )
+    for location, name in compiled.retry_sites:
+        if not _idempotent(registry, name, limits):
+            denied.append(
+                Problem(
+                    f"{location}.retry",
+                    ErrorCode.INVALID_SPEC,
+                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
+                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
+                )
+            )
     if denied:
-        return invalid_answer(denied, started)
+        return invalid_answer(sorted(denied, key=problem_order), started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
+    if compiled.dry_run:
+        return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
     return await run.main(compiled.plan, started)
 
@@ -307,16 +336,19 @@ class _Run:
         failure = None
         keep_going = plan.continue_on_error
         for step in plan.steps:
-            if type(step) is Leaf and step.run is None:  # a bare tool call: the fast path
+            go_on = keep_going if step.continue_on_error is None else step.continue_on_error
+            if type(step) is Leaf and step.run is None and step.when is None:  # a bare tool call: the fast path
                 r = await (
                     self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
                 )
             else:
-                r = await self.node(step, env, results, parallel, prefix, not keep_going)
+                r = await self.node(step, env, results, parallel, prefix, not go_on)
+                if step.when is not None and not step.skippable and r.get("skipped"):
+                    continue  # a skipped step is not `last`: it did not run
             env["last"] = r
             if not r["ok"] and failure is None:
                 failure = r
-                if not keep_going:
+                if not go_on:
                     return False, f"step '{r['id']}' failed: {r['error']}", r["error_code"], None
         # Every step ran (possibly with failures, under continue_on_error): the return is resolved.
         try:
@@ -343,7 +375,14 @@ class _Run:
     async def node(
         self, step: Node, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
     ) -> dict[str, Any]:
-        """Any step: a bare tool call, a kind's leaf, a parallel group, a nested pipe."""
+        """Any step: a bare tool call, a kind's leaf, a parallel group, a nested pipe, a for_each."""
+        if step.when is not None and not step.skippable:
+            return await self.gated(step, env, results, parallel, prefix, stop)
+        return await self.dispatch(step, env, results, parallel, prefix, stop)
+
+    async def dispatch(
+        self, step: Node, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+    ) -> dict[str, Any]:
         if type(step) is Leaf:
             if step.run is None:
                 if parallel:
@@ -354,6 +393,8 @@ class _Run:
             return await self.leaf(step, env, results, prefix)
         if step.skippable:
             return await self.container(step, env, results, parallel, prefix, stop)
+        if type(step) is ForEach:
+            return await self.each(step, env, results, prefix, stop)
         if type(step) is Parallel:
             return await self.group(step, env, results, prefix, stop)
         return await self.pipe(step, env, results, parallel, prefix)
@@ -409,13 +450,15 @@ class _Run:
             try:
                 args = step.args.resolve(env)  # type: ignore[union-attr]
             except InterpolationError as e:
-                r = leaf_result(step.id, False, str(e), ErrorCode.INTERPOLATION_FAILED, t0)
+                r = leaf_result(step.id, False, _unresolved(e, env), ErrorCode.INTERPOLATION_FAILED, t0)
                 _log.info("step %s: %s", path, e.with_step(path), extra={"interpolation": e.to_dict()})
             except OutputTooLargeError as e:
                 r = leaf_result(step.id, False, str(e), _TOO_LARGE, t0)
             else:
                 ctx = self.ctx.for_step(self.pid, path, self.registry)
-                if step.timeout_ms is None:
+                if step.retry is not None:
+                    r = await self.retried(step, args, ctx, t0)
+                elif step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
                 else:
                     with trio.move_on_after(step.timeout_ms / 1000) as scope:
@@ -435,6 +478,35 @@ class _Run:
                 r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0)
             self.settle(step, r, path, results)
         return r
+
+    async def retried(self, step: Leaf[Any, Any], args: Any, ctx: ToolContext, t0: float) -> dict[str, Any]:
+        """A tool call made again after a retryable failure (a transport failure, the server down, the
+        step's own deadline), up to ``retry.attempts`` calls, each one audited by the registry."""
+        retry = step.retry
+        assert retry is not None
+        delay = retry.backoff_ms
+        attempt = 1
+        while True:
+            last = attempt >= retry.attempts
+            try:
+                if step.timeout_ms is None:
+                    r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
+                else:
+                    r = None
+                    with trio.move_on_after(step.timeout_ms / 1000):
+                        r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
+                    if r is None and last:
+                        r = leaf_result(step.id, False, _timed_out(step.timeout_ms), ErrorCode.TIMEOUT, t0)
+                if r is not None:
+                    r["attempts"] = attempt
+                    return r
+            except Exception as e:
+                if last or not _retryable(e):
+                    raise
+                _log.info("step %s: attempt %d of %d failed (%s); retrying", step.location, attempt, retry.attempts, e)
+            await trio.sleep(delay / 1000)
+            delay *= 2
+            attempt += 1
 
     def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """A leaf step that finished in an earlier round of this call: its recorded result, not run again."""
@@ -518,8 +590,10 @@ class _Run:
         siblings: trio.CancelScope,
         held: list[BaseException],
     ) -> None:
+        if step.continue_on_error is not None:
+            stop = not step.continue_on_error
         try:
-            if type(step) is Leaf and step.run is None:  # a bare tool call: the fast path
+            if type(step) is Leaf and step.run is None and step.when is None:  # a bare tool call: the fast path
                 r = await self.tool(step, env, children, prefix)
             else:
                 r = await self.node(step, env, children, True, prefix, stop)
@@ -530,7 +604,7 @@ class _Run:
             return
         if not r["ok"] and not first:
             first.append(r)
-            if stop:
+            if stop if step.continue_on_error is None else not step.continue_on_error:
                 siblings.cancel()
 
     async def pipe(
@@ -667,6 +741,135 @@ class _Run:
         r["skipped"] = False
         return r
 
+    # --- conditions and fan-out (mcp_pipe's `when` and `for_each`) ---
+
+    async def gated(
+        self, step: Node, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """A step with a ``when``: skipped (no output, not counted as run) when it is false."""
+        t0 = perf_counter()
+        try:
+            verdict = step.when.evaluate(env)  # type: ignore[union-attr]
+            if not isinstance(verdict, bool):
+                raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
+        except ExpressionError as e:
+            r = leaf_result(step.id, False, f"{step.location}.when: {e}", e.code, t0, kind=step.kind)
+            if type(step) is Leaf:
+                self.settle(step, r, prefix + step.id, results)
+            else:
+                results[step.id] = r
+            return r
+        if verdict:
+            return await self.dispatch(step, env, results, parallel, prefix, stop)
+        r = {
+            "id": step.id,
+            "kind": step.kind,
+            "ok": True,
+            "error": "",
+            "error_code": None,
+            "skipped": True,
+            "duration_ms": ms_since(t0),
+        }
+        results[step.id] = r
+        if self.on_event is not None:
+            self.started(step, step.kind, prefix + step.id)
+            self.finished(step, r, prefix + step.id)
+        return r
+
+    async def each(
+        self, step: ForEach, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """Run the step once per element, concurrently under the call's limit; outputs in order."""
+        t0 = perf_counter()
+        path = prefix + step.id
+        if self.on_event is not None:
+            self.started(step, "for_each", path)
+        leaves = sum(1 for n in walk((step.step,)) if type(n) is Leaf)
+        slots: list[dict[str, Any]] = []
+        first: list[dict[str, Any]] = []
+        r = None
+        try:
+            try:
+                items = step.items.resolve(env)
+            except InterpolationError as e:
+                r = each_result(step.id, [], False, _unresolved(e, env), ErrorCode.INTERPOLATION_FAILED, t0)
+                items = None
+            if items is None:
+                pass
+            elif not isinstance(items, list):
+                why = f"{step.location}.for_each: expected an array, got {json_type(items)}"
+                r = each_result(step.id, [], False, why, ErrorCode.INTERPOLATION_FAILED, t0)
+            elif len(items) > self.limits.max_items:
+                why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
+                r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+            else:
+                self.total += (len(items) - 1) * leaves
+                slots = [{} for _ in items]
+                if step.timeout_ms is None:
+                    await self.items(step, env, items, slots, path, stop, first)
+                else:
+                    with trio.move_on_after(step.timeout_ms / 1000) as scope:
+                        await self.items(step, env, items, slots, path, stop, first)
+                    if scope.cancelled_caught:
+                        why = _timed_out(step.timeout_ms)
+                        r = each_result(step.id, _each_children(step, slots), False, why, ErrorCode.TIMEOUT, t0)
+                if r is None:
+                    children = _each_children(step, slots)
+                    if first:
+                        f = first[0]
+                        at = next(i for i, slot in enumerate(slots) if slot.get(step.step.id) is f)
+                        why = f"item {at} failed: {f['error']}"
+                        r = each_result(step.id, children, False, why, f["error_code"], t0)
+                    else:
+                        r = each_result(step.id, children, True, "", None, t0)
+        finally:
+            if r is None:
+                r = each_result(step.id, _each_children(step, slots), False, "cancelled", _CANCELLED, t0)
+            results[step.id] = r
+            if self.on_event is not None:
+                self.finished(step, r, path)
+        return r
+
+    async def items(
+        self,
+        step: ForEach,
+        env: dict[str, Any],
+        items: list[Any],
+        slots: list[dict[str, Any]],
+        path: str,
+        stop: bool,
+        first: list[dict[str, Any]],
+    ) -> None:
+        # A pool of at most `max_concurrency` workers takes the elements in order: the call's limiter
+        # would let no more run at once, and a task per element parked on it costs a wake-up each.
+        held: list[BaseException] = []
+        todo = iter(enumerate(items))
+        async with trio.open_nursery() as nursery:
+            for _ in range(min(len(items), self.limits.max_concurrency)):
+                nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
+        if held and not (stop and first):
+            raise held[0]
+
+    async def worker(
+        self,
+        step: ForEach,
+        env: dict[str, Any],
+        todo: Iterator[tuple[int, Any]],
+        slots: list[dict[str, Any]],
+        path: str,
+        stop: bool,
+        first: list[dict[str, Any]],
+        siblings: trio.CancelScope,
+        held: list[BaseException],
+    ) -> None:
+        for i, item in todo:
+            inner = dict(env)
+            inner["item"] = item
+            inner["index"] = i
+            if step.as_name != "item":
+                inner[step.as_name] = item  # what expressions read it as (templates read `item`)
+            await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
+
     # --- events ---
 
     def started(self, step: Any, kind: str, path: str) -> None:
@@ -704,3 +907,73 @@ class _Run:
             self.on_event(event)  # type: ignore[misc]
         except Exception:
             _log.exception("on_event callback failed on %s", event["type"])
+
+
+def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
+    """Each element's result in order (None for one cancelled before it started)."""
+    sid = step.step.id
+    return [slot.get(sid) for slot in slots]
+
+
+def _dry_run(
+    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, Any], started: float
+) -> dict[str, Any]:
+    """The answer of a dry run: every check passed (the spec, the tools, the permissions, retries), and
+    the plan; no step runs."""
+    env: dict[str, Any] = {"vars": {}, "steps": {}, "last": None, "args": args, "context": ctx.facts()}
+    try:
+        env["vars"] = compiled.plan.vars.resolve(env)
+    except InterpolationError as e:
+        env = {}
+        error = str(e)
+    else:
+        error = ""
+    plan = explain(compiled.plan, env, limits)
+    return {
+        "ok": not error,
+        "error": error,
+        "error_code": ErrorCode.INTERPOLATION_FAILED if error else None,
+        "result": None,
+        "steps": {},
+        "summary": {
+            "total": compiled.leaf_count,
+            "succeeded": 0,
+            "failed": 0,
+            "skipped": compiled.leaf_count,
+            "cancelled": 0,
+        },
+        "duration_ms": ms_since(started),
+        "dry_run": True,
+        "plan": plan,
+    }
+
+
+def _retryable(e: BaseException) -> bool:
+    """Whether a call that raised ``e`` may succeed if made again: a transport failure, a server down."""
+    if isinstance(e, (OSError, trio.BrokenResourceError, trio.ClosedResourceError)):
+        return True
+    return bool(getattr(e, "retryable", False))
+
+
+def _idempotent(registry: Any, name: str, limits: Limits) -> bool:
+    """Whether the operator marks tool ``name`` idempotent, or its annotations say ``idempotentHint``."""
+    if limits.idempotent_tools and glob_matcher(list(limits.idempotent_tools))(name):
+        return True
+    get = getattr(registry, "get", None)
+    tool = get(name) if get is not None else None
+    hints = getattr(tool, "annotations", None)
+    return isinstance(hints, Mapping) and hints.get("idempotentHint") is True
+
+
+def _unresolved(e: InterpolationError, env: Mapping[str, Any]) -> str:
+    """The message of a reference that could not resolve, saying so when it reads a skipped step."""
+    ref = e.reference
+    sid = referenced_step(ref) if ref else None
+    done = env["steps"].get(sid) if sid is not None else None
+    if isinstance(done, dict) and done.get("skipped") is True and "output" not in done:
+        where = f"{e.location}: " if e.location else ""
+        return (
+            f"{where}cannot resolve `{ref}`: step '{sid}' was skipped (its `when` was false); "
+            f'give the reference a default: `${{{ref} ?? "..."}}`'
+        )
+    return str(e)

@@ -42,13 +42,14 @@ def _dump(result: Any) -> dict[str, Any]:
 class _ServerTool:
     """One of the host server's tools, called through the host's own ``tools/call`` handler."""
 
-    __slots__ = ("_handler", "description", "input_schema", "name", "output_schema")
+    __slots__ = ("_handler", "annotations", "description", "input_schema", "name", "output_schema")
 
     def __init__(self, entry: dict[str, Any], handler: Any) -> None:
         self.name = entry["name"]
         self.description = entry.get("description") or ""
         self.input_schema = entry.get("inputSchema") or {"type": "object"}
         self.output_schema = entry.get("outputSchema")
+        self.annotations = entry.get("annotations")
         self._handler = handler
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:

@@ -13,12 +13,17 @@ __all__ = ["PIPE_DESCRIPTION", "PIPE_INPUT_SCHEMA", "PIPE_OUTPUT_SCHEMA"]
 
 PIPE_DESCRIPTION = """\
 Run a whole pipeline of tool calls in one request: steps run in order, `parallel` groups run \
-concurrently, `pipe` steps run nested pipelines, and later steps use earlier outputs through references.
+concurrently, `pipe` steps run nested pipelines, and later steps use earlier outputs through references. \
+`for_each` runs one step per element of an array; any step may have `when` (skipped unless true) and \
+`continue_on_error`; a tool step may `retry` (idempotent tools only); `"dry_run": true` answers the plan \
+without running anything.
 
 References inside any string: `${vars.q}`, `${steps.search.structured.results.0.url}`, `{{step1}}` \
 (the output of step 1), `{{fetch.content}}` (output of the step with id `fetch`). A string that is exactly \
 one reference keeps the value's type. `{"$ref": "steps.x.output"}` is a typed reference; \
-`{"$literal": ...}` passes a value untouched. Roots: vars, steps, last, args, context. A step result has \
+`{"$literal": ...}` passes a value untouched; `${path ?? "default"}` or `{"$ref": path, "default": v}` \
+gives a default for a missing or null value. Roots: vars, steps, last, args, context (and item, index \
+inside a for_each step). A step result has \
 ok, error, error_code, structured, text, content, output (structured if present, else text), duration_ms.
 
 Everything is validated before any step runs (unknown tools, forward references, limits); problems come \
@@ -64,13 +69,18 @@ _SPEC_PROPS: dict[str, Any] = {
         "exclusiveMinimum": 0,
         "description": "Deadline for the whole pipeline (capped by the server).",
     },
+    "dry_run": {
+        "type": "boolean",
+        "default": False,
+        "description": "Check everything and answer the plan (`plan`) without running any step (top level only).",
+    },
 }
 
 _DEFS: dict[str, Any] = {
     "spec": {"type": "object", "required": ["steps"], "properties": _SPEC_PROPS, "additionalProperties": False},
     "step": {
         "type": "object",
-        "description": "Exactly one of `tool`, `parallel` or `pipe`.",
+        "description": "Exactly one of `tool`, `parallel`, `pipe` or `for_each`.",
         "properties": {
             "id": _ID,
             "tool": {
@@ -89,6 +99,37 @@ _DEFS: dict[str, Any] = {
                 "$ref": "#/$defs/spec",
                 "description": "A nested pipeline; it sees only its own vars (templates there see the parent) "
                 "and its own steps.",
+            },
+            "for_each": {
+                "description": "A for_each step: one reference to an array (`${steps.search.structured.items}`); "
+                "`step` runs once per element, concurrently, with `${item}` and `${index}`; its output is "
+                "the outputs in order, `children` each element's result.",
+            },
+            "as": {
+                "type": "string",
+                "description": "A for_each step's name for the element, beside `item` (e.g. `page`: `${page.url}`).",
+            },
+            "step": {"$ref": "#/$defs/step", "description": "A for_each step's step, run per element."},
+            "when": {
+                "type": "string",
+                "description": "Run the step only when true: a CEL expression (`steps.check.structured.n > 0`) or "
+                "one reference (`${vars.enabled}`); false: the step is skipped (no output; a reference to it "
+                "needs a default: `${steps.x.output ?? null}`).",
+            },
+            "continue_on_error": {
+                "type": "boolean",
+                "description": "Overrides the pipeline's for this step: whether its failure stops the rest.",
+            },
+            "retry": {
+                "type": "object",
+                "properties": {
+                    "attempts": {"type": "integer", "minimum": 1, "maximum": 10},
+                    "backoff_ms": {"type": "number", "minimum": 0, "maximum": 60000},
+                },
+                "required": ["attempts"],
+                "additionalProperties": False,
+                "description": "A tool step's retries after a retryable failure (transport, server down, "
+                "timeout); idempotent tools only.",
             },
             "timeout_ms": _TIMEOUT,
         },
@@ -119,7 +160,7 @@ _STEP_RESULT = {
     "type": "object",
     "properties": {
         "id": {"type": "string"},
-        "kind": {"enum": ["tool", "parallel", "pipe"]},
+        "kind": {"enum": ["tool", "parallel", "pipe", "for_each"]},
         "ok": {"type": "boolean"},
         "error": {"type": "string"},
         "error_code": {"type": ["string", "null"]},
@@ -127,10 +168,14 @@ _STEP_RESULT = {
         "text": {"type": "string"},
         "content": {"type": "array"},
         "output": {},
-        "children": {"type": "object"},
+        "children": {"type": ["object", "array"]},
+        "skipped": {"type": "boolean"},
+        "attempts": {"type": "integer"},
         "result": {},
         "steps": {"type": "object"},
         "duration_ms": {"type": "number"},
+        "dry_run": {"type": "boolean"},
+        "plan": {"type": "object", "description": "A dry run's plan: the steps in order, as they would run."},
     },
 }
 
@@ -152,5 +197,7 @@ PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
             "properties": {k: {"type": "integer"} for k in ("total", "succeeded", "failed", "skipped", "cancelled")},
         },
         "duration_ms": {"type": "number"},
+        "dry_run": {"type": "boolean"},
+        "plan": {"type": "object", "description": "A dry run's plan: the steps in order, as they would run."},
     },
 }

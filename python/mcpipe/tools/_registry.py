@@ -48,6 +48,7 @@ class FunctionTool:
         annotations: MCP tool annotations (``readOnlyHint``, ``destructiveHint``, ``idempotentHint``,
             ``openWorldHint``, ``title``), or None.
         fn: the wrapped function.
+        annotations: MCP tool annotations (``{"idempotentHint": True}``, ``readOnlyHint``, ...), or None.
     """
 
     __slots__ = (

@@ -87,6 +87,12 @@ _TRANSPORT_ERRORS = (
 )
 
 
+class TransportError(CallError):
+    """The server is down or the connection failed: the call may succeed if made again."""
+
+    retryable = True
+
+
 @dataclass(slots=True)
 class DownstreamTool:
     """One tool of a downstream server, served under ``name`` (its remote name with the server's prefix)."""
@@ -97,6 +103,7 @@ class DownstreamTool:
     input_schema: dict[str, Any]
     output_schema: dict[str, Any] | None
     server: DownstreamServer
+    annotations: dict[str, Any] | None = None
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await self.server.call(self.remote_name, args, ctx)
@@ -312,8 +319,9 @@ class DownstreamServer:
             for t in page.tools:
                 if self.keeps(t.name):
                     name = self.exposed(t.name)
+                    hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else None
                     tools[name] = DownstreamTool(
-                        name, t.name, t.description or "", t.input_schema, t.output_schema, self
+                        name, t.name, t.description or "", t.input_schema, t.output_schema, self, hints
                     )
             cursor = page.next_cursor
             if not cursor:
@@ -363,7 +371,8 @@ class DownstreamServer:
             try:
                 return await self._call_once(remote, args, ctx)
             except _SessionLost:
-                raise CallError(f"MCP server '{self.name}' lost the session and could not open a new one") from None
+                lost = f"MCP server '{self.name}' lost the session and could not open a new one"
+                raise TransportError(lost) from None
 
     async def _call_once(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         client = self._client
@@ -373,7 +382,7 @@ class DownstreamServer:
             client = self._client
         if client is None:
             why = f": {self.last_error}" if self.last_error else ""
-            raise CallError(f"MCP server '{self.name}' is unavailable{why}")
+            raise TransportError(f"MCP server '{self.name}' is unavailable{why}")
 
         forward = _Progress(ctx)
 
@@ -457,7 +466,7 @@ class DownstreamServer:
         """The live session's client, for a request other than a tool call; CallError when the server is down."""
         if self._client is None:
             why = f": {self.last_error}" if self.last_error else ""
-            raise CallError(f"MCP server '{self.name}' is unavailable{why}")
+            raise TransportError(f"MCP server '{self.name}' is unavailable{why}")
         return self._client
 
     def failure(self, exc: MCPError | OSError | Exception) -> Exception:
@@ -466,13 +475,13 @@ class DownstreamServer:
         if isinstance(exc, MCPError):
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
-                return CallError(f"MCP server '{self.name}' closed the connection during the call")
+                return TransportError(f"MCP server '{self.name}' closed the connection during the call")
             if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
                 self._lost(exc)
                 return _SessionLost()
             return DownstreamError(self.name, exc.error)
         self._lost(exc)
-        return CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}")
+        return TransportError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}")
 
     def _lost(self, exc: BaseException) -> None:
         """A call found the connection gone: down at once (the actor reconnects when it wakes)."""

@@ -1,0 +1,128 @@
+"""Typed chaining: a reference that feeds a tool's argument a value of the wrong type, found before
+anything runs.
+
+Where a step's argument is exactly one reference to an earlier tool step's output
+(``"limit": "${steps.search.structured.total}"``), the producing tool has an ``outputSchema`` and the
+consuming tool an ``inputSchema`` that types the argument, :func:`type_problems` compares the two types.
+Anything the schemas leave open (no type, a ``$ref``, a path the schema does not describe) is not
+checked: only a sure mismatch is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcpipe.errors import ErrorCode, Problem
+
+__all__ = ["TypedSite", "type_problems"]
+
+_OUTPUT = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)\.(?:structured|output)((?:\.[A-Za-z0-9_-]+)*)")
+
+
+@dataclass(frozen=True, slots=True)
+class TypedSite:
+    """One argument fed by one reference to a tool step's output.
+
+    Attributes:
+        location: the argument's location (``steps[2].args.limit``).
+        tool: the tool the argument goes to.
+        argument: the argument's name.
+        reference: the normalized reference (``steps.search.structured.total``).
+        producer: the tool of the step the reference reads.
+    """
+
+    location: str
+    tool: str
+    argument: str
+    reference: str
+    producer: str
+
+
+def output_path(reference: str) -> tuple[str, list[str]] | None:
+    """The step and the keys under its output a reference reads, when it is a plain path into
+    ``steps.<id>.structured`` / ``.output`` (else None: not checked)."""
+    m = _OUTPUT.fullmatch(reference)
+    if m is None:
+        return None
+    return m.group(1), [k for k in m.group(2).split(".") if k]
+
+
+def type_problems(sites: Iterable[TypedSite], tools: Any) -> list[Problem]:
+    """The arguments whose reference's type (from the producer's ``outputSchema``) does not fit the
+    argument's type (from the consumer's ``inputSchema``)."""
+    get = getattr(tools, "get", None)
+    if get is None:
+        return []
+    problems = []
+    for site in sites:
+        producer, consumer = get(site.producer), get(site.tool)
+        if producer is None or consumer is None:
+            continue
+        out_schema = getattr(producer, "output_schema", None)
+        in_schema = getattr(consumer, "input_schema", None)
+        if not isinstance(out_schema, Mapping) or not isinstance(in_schema, Mapping):
+            continue
+        props = in_schema.get("properties")
+        expected = _types(props.get(site.argument)) if isinstance(props, Mapping) else None
+        path = output_path(site.reference)
+        produced = _types(_follow(out_schema, path[1])) if path is not None else None
+        if expected is None or produced is None or _fits(produced, expected):
+            continue
+        problems.append(
+            Problem(
+                site.location,
+                ErrorCode.INVALID_SPEC,
+                f"expects {_names(expected)}, {site.reference} is {_names(produced)}",
+            )
+        )
+    return problems
+
+
+def _follow(schema: Any, keys: list[str]) -> Any:
+    for key in keys:
+        if not isinstance(schema, Mapping):
+            return None
+        props = schema.get("properties")
+        if isinstance(props, Mapping) and key in props:
+            schema = props[key]
+        elif key.lstrip("-").isdigit() and isinstance(schema.get("items"), Mapping):
+            schema = schema["items"]
+        else:
+            return None
+    return schema
+
+
+def _types(schema: Any) -> frozenset[str] | None:
+    """The JSON types a schema allows, or None when it does not say (or says it in a way not read here)."""
+    if not isinstance(schema, Mapping):
+        return None
+    t = schema.get("type")
+    if isinstance(t, str):
+        return frozenset({t})
+    if isinstance(t, list) and all(isinstance(x, str) for x in t) and t:
+        return frozenset(t)
+    for key in ("anyOf", "oneOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            found: set[str] = set()
+            for option in options:
+                sub = _types(option)
+                if sub is None:
+                    return None
+                found |= sub
+            return frozenset(found)
+    return None
+
+
+def _fits(produced: frozenset[str], expected: frozenset[str]) -> bool:
+    wider = set(expected)
+    if "number" in wider:
+        wider.add("integer")
+    return produced <= wider
+
+
+def _names(types: frozenset[str]) -> str:
+    return " or ".join(sorted(types))
