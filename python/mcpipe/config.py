@@ -141,6 +141,9 @@ class Config(_Base):
     :mod:`mcpipe.declared`, which owns their format."""
     outbound: dict[str, Any] | None = None
     """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
+    sql: dict[str, Any] = {}
+    """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
+    checked by :mod:`mcpipe.declared` (``load_sql``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -169,6 +172,7 @@ _SECTIONS = {
     "interaction": _Section("interaction", InteractionConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
+    "sql": _Section("sql", dict[str, Any]),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -353,7 +357,7 @@ def parse_config(
                 problems.append(_located(exc, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
-    if cfg.pipelines or cfg.outbound is not None:
+    if cfg.pipelines or cfg.outbound is not None or cfg.sql:
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))

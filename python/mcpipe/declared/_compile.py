@@ -34,7 +34,7 @@ from mcpipe.compile import (
     referenced_var,
     step_reference_problem,
 )
-from mcpipe.declared import _command, _http, _kinds
+from mcpipe.declared import _command, _http, _kinds, _sql
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
 from mcpipe.declared._policy import StepPolicy
@@ -133,6 +133,10 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("roots_list", KIND_STRUCTS["roots_list"], (), _ask.run_roots_list),
         Kind("gather", KIND_STRUCTS["gather"], ("inputs",), _ask.run_gather),
+        # The SQL kinds (mcpipe.backends.sql): their params templates are compiled into their plans.
+        Kind("sql", KIND_STRUCTS["sql"], (), _sql.run_sql),
+        Kind("sql_tx", KIND_STRUCTS["sql_tx"], (), _sql.run_sql_tx),
+        Kind("sql_await", KIND_STRUCTS["sql_await"], (), _sql.run_sql_await),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""
@@ -271,7 +275,9 @@ class _Compiler:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
         timeout = spec.timeout_ms
-        if timeout is None:
+        if kind == "sql_await":
+            timeout = None  # its own deadline, so that it can say what it last saw
+        elif timeout is None:
             # Steps that wait on the outside world get the operator's default deadline.
             if kind in ("http", "graphql"):
                 timeout = scope.policy.http.timeout_ms
@@ -369,6 +375,9 @@ class _Compiler:
         templates: dict[str, Template],
     ) -> Any:
         policy = scope.policy
+        if kind in _sql.SQL_KINDS:
+            plan = _sql.compile_sql(self, kind, raw, spec, loc, scope, refs)
+            return _BAD if plan is None else plan
         if kind in ("transform", "cel_gate"):
             expr = self.cel(raw.get("expression"), f"{loc}.expression", scope, refs)
             return expr if expr is not None else _BAD

@@ -28,6 +28,11 @@ __all__ = [
     "ProgressFields",
     "RootsListFields",
     "SamplingFields",
+    "SqlAwaitFields",
+    "SqlFields",
+    "SqlQueryFields",
+    "SqlStatementFields",
+    "SqlTxFields",
     "StepFields",
     "ToolFields",
     "TransformFields",
@@ -237,6 +242,58 @@ class PipeFields(StepFields, tag="pipe"):
     continue_on_error: bool = False
 
 
+RowMode = Literal["rows", "one", "affected_rows"]
+SqlText = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class SqlFields(StepFields, tag="sql"):
+    """One SQL statement on a named ``[sql.NAME]`` backend. ``sql`` names its parameters ``:name``;
+    ``params`` (a template: an object name -> value; or mcpg's list of argument names) binds them.
+    ``row_mode``: ``rows`` (a list of row objects), ``one`` (one row object or null), ``affected_rows``."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    sql: SqlText
+    params: Any = None
+    row_mode: RowMode = "rows"
+
+
+class SqlStatementFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """One statement of a ``sql_tx`` step (``id``, ``sql``, ``params``, ``row_mode`` as in ``sql``)."""
+
+    id: StepId | None = None
+    sql: SqlText
+    params: Any = None
+    row_mode: RowMode = "rows"
+
+
+class SqlTxFields(StepFields, tag="sql_tx"):
+    """Several statements in one transaction on a named backend: all or nothing. The output is
+    ``{steps: {<statement id>: <its output>}}``; a statement's ``params`` may read earlier statements'
+    outputs as ``steps.<statement id>.output``."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    steps: Annotated[list[SqlStatementFields], msgspec.Meta(min_length=1)]
+
+
+class SqlQueryFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """A statement and its ``params`` (``sql_await``'s ``trigger`` and ``check``)."""
+
+    sql: SqlText
+    params: Any = None
+
+
+class SqlAwaitFields(StepFields, tag="sql_await"):
+    """Run ``trigger`` (optional), then poll ``check`` every ``interval_ms`` until the CEL ``until`` (which
+    sees the check's ``rows``) holds, or ``timeout_ms`` (default 30 s) passes. Fields left out come from
+    the backend's ``await`` block (mcpg's backend-level await). A string is a statement without params."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    trigger: SqlText | SqlQueryFields | None = None
+    check: SqlText | SqlQueryFields | None = None
+    until: Expression | None = None
+    interval_ms: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
 KIND_STRUCTS: dict[str, type[StepFields]] = {
     "tool": ToolFields,
     "http": HttpFields,
@@ -255,6 +312,9 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "gather": GatherFields,
     "parallel": ParallelFields,
     "pipe": PipeFields,
+    "sql": SqlFields,
+    "sql_tx": SqlTxFields,
+    "sql_await": SqlAwaitFields,
 }
 """Every kind by name, in the order the docs list them."""
 
@@ -278,7 +338,10 @@ def step_schema() -> dict[str, Any]:
         | RootsListFields
         | GatherFields
         | ParallelFields
-        | PipeFields,
+        | PipeFields
+        | SqlFields
+        | SqlTxFields
+        | SqlAwaitFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
     ]
     return msgspec.json.schema(union)

@@ -23,6 +23,7 @@ import binascii
 import difflib
 import re
 from collections.abc import Container, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import msgspec
@@ -51,6 +52,7 @@ __all__ = [
     "load_declared",
     "load_outbound",
     "load_pipelines",
+    "load_sql",
     "validate_declared",
 ]
 
@@ -330,6 +332,10 @@ class DeclaredPipelines:
         self._tools = {t.name: t for t in tools or ()}
         self.policy = policy or StepPolicy()
 
+    async def aclose(self) -> None:
+        """Close the connections the steps opened (SQL pools, ...); the server calls this when it stops."""
+        await self.policy.aclose()
+
     def bind(self, registry: Any) -> None:
         """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
         for t in self._tools.values():
@@ -382,6 +388,46 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
         if not host.strip():
             problems.append(Problem(f"{location}.http.allowed_hosts[{i}]", "INVALID_SPEC", "an empty host pattern"))
     return (section.policy() if not problems else StepPolicy()), problems
+
+
+def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict[str, Any], list[Problem]]:
+    """Decode the ``sql:`` section (``[sql.NAME] url = ...``) into :class:`mcpipe.backends.sql.SqlBackend`s.
+
+    Nothing connects here: each backend opens its connections on first use.
+
+    Returns:
+        The backends by name (none when there are problems) and every problem found.
+    """
+    from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
+
+    if raw is None:
+        return {}, []
+    problems: list[Problem] = []
+    if not isinstance(raw, Mapping):
+        return {}, [Problem(location, "INVALID_SPEC", f"expected a table of named backends, got {json_type(raw)}")]
+    backends: dict[str, Any] = {}
+    for name, entry in raw.items():
+        where = f"{location}.{name}"
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            problems.append(Problem(where, "INVALID_SPEC", "a backend name is letters, digits, `_`, `-`, `.`"))
+            continue
+        config = _decode(entry, SqlBackendConfig, where, "a sql backend", problems)  # type: ignore[arg-type]
+        if config is None:
+            continue
+        try:
+            backends[name] = SqlBackend(name, config, base_dir)
+        except ValueError as e:
+            problems.append(Problem(f"{where}.url", "INVALID_SPEC", str(e)))
+            continue
+        if backends[name].kind == "postgresql":
+            try:
+                import psycopg  # noqa: F401
+            except ImportError:
+                problems.append(
+                    Problem(f"{where}.url", "INVALID_SPEC", "PostgreSQL needs psycopg: pip install 'mcpipe[postgres]'")
+                )
+    # The good ones are kept so the steps are checked against them too (the problems refuse the config).
+    return backends, problems
 
 
 def load_pipelines(
@@ -464,14 +510,25 @@ def load_declared(
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
+    sql: Any = None,
+    base_dir: str = ".",
 ) -> tuple[DeclaredPipelines, list[Problem]]:
-    """The ``pipelines:`` and ``outbound:`` sections of a config, as a tool source ready to serve.
+    """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
+
+    Args:
+        sql: the ``sql:`` section (named SQL backends), if any.
+        base_dir: what relative SQLite paths are relative to (the config file's directory).
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
-        when there are problems the source is empty and the server must refuse to start.
+        when there are problems the source is empty and the server must refuse to start. Close it
+        (:meth:`DeclaredPipelines.aclose`) when done: it closes the connections its steps opened.
     """
     policy, problems = load_outbound(outbound_raw)
+    backends, sql_problems = load_sql(sql, base_dir=base_dir)
+    problems.extend(sql_problems)
+    if backends:
+        policy = replace(policy, sql=backends)
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems
@@ -482,10 +539,11 @@ def validate_declared(
     outbound_raw: Any = None,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
+    sql: Any = None,
 ) -> list[Problem]:
-    """Every problem of the ``pipelines:`` and ``outbound:`` sections, located (for ``mcpipe check
-    --config`` and for the server's start-up, which refuses to start when there is any)."""
-    return load_declared(pipelines_raw, outbound_raw, tools=tools, limits=limits)[1]
+    """Every problem of the ``pipelines:``, ``outbound:`` and ``sql:`` sections, located (for ``mcpipe
+    check --config`` and for the server's start-up, which refuses to start when there is any)."""
+    return load_declared(pipelines_raw, outbound_raw, tools=tools, limits=limits, sql=sql)[1]
 
 
 class _Known:

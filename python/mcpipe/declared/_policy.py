@@ -227,9 +227,17 @@ class StepPolicy:
         command: runnable commands (``command`` steps).
         plugins: extra ``plugin_transform`` plugins by name (the JSONata plugin is always there).
         expression_max_ms: how long one JSONata evaluation may run.
+        sql: the named SQL backends (``[sql.NAME]``) ``sql``, ``sql_tx`` and ``sql_await`` steps may use,
+            :class:`mcpipe.backends.sql.SqlBackend` by name.
     """
 
     http: HttpPolicy = field(default_factory=HttpPolicy)
     command: CommandPolicy = field(default_factory=CommandPolicy)
     plugins: Mapping[str, Any] = field(default_factory=dict)
     expression_max_ms: int = 1000
+    sql: Mapping[str, Any] = field(default_factory=dict)
+
+    async def aclose(self) -> None:
+        """Close the connections the steps opened (the server calls this when it stops)."""
+        for backend in self.sql.values():
+            await backend.aclose()

@@ -114,7 +114,7 @@ async def open_app(
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
     declared = None
-    if config.pipelines or config.outbound is not None:
+    if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source
 
         declared = declared_source(config, sources)  # raises ConfigError listing every problem
@@ -143,6 +143,9 @@ async def open_app(
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
     finally:
+        if declared is not None:
+            with trio.CancelScope(shield=True):
+                await declared.aclose()  # the connections its steps opened (SQL pools, ...)
         audit.close()
 
 
