@@ -57,7 +57,11 @@ __all__ = [
 CompiledStep = DeclaredStep | DeclaredParallel | DeclaredPipe
 
 JSONATA_PLUGIN = "dev.mcpipe.transform.jsonata"
-_PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
+_PLUGIN_ALIASES = {
+    "jsonata": JSONATA_PLUGIN,
+    JSONATA_PLUGIN: JSONATA_PLUGIN,
+    "dev.mcpg.transform.jsonata": JSONATA_PLUGIN,
+}
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _TOOL_PIPE = "mcp_pipe"

@@ -115,12 +115,17 @@ class CommandFields(StepFields, tag="command"):
 
 
 class MockFields(StepFields, tag="mock"):
-    """A fixed ``response`` (not a template), after ``delay_ms``; or a failure with ``error: true``."""
+    """A fixed ``response`` (not a template), after ``delay_ms``; or a failure with ``error: true``.
+    ``passthrough: true`` answers the step's input (``args``, after ``input_transform``) instead; ``progress``
+    (numbers) are sent as progress notifications on the way, with ``message`` (mcpg's mock fields)."""
 
     response: Any = None
     delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 0
     error: bool = False
     error_message: str | None = None
+    passthrough: bool = False
+    progress: list[float] | None = None
+    message: str | None = None
 
 
 class ValueFields(StepFields, tag="value"):

@@ -34,8 +34,9 @@ from jsonschema.validators import validator_for
 from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.compile import DEFAULT_LIMITS, CompiledSpec, Limits, PipelinePlan
-from mcpipe.declared._compile import StepScope, _Compiler, compile_steps, walk
+from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps, walk
 from mcpipe.declared._fastschema import compile_fast
+from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._policy import CommandPolicy, HttpPolicy, StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
@@ -493,13 +494,28 @@ def load_pipelines(
                     )
                 )
         locations.append(loc)
+    # mcpg's names (seed 003) are rewritten into mcpipe's first; later problems are located in the file.
+    normalized: list[Any] = []
+    moves: list[dict[str, str]] = []
+    for i, entry in enumerate(raw_entries):
+        entry, more, moved = normalize_entry(entry, locations[i], frozenset(ALL_KINDS))
+        normalized.append(entry)
+        problems.extend(more)
+        moves.append(moved)
+    raw_entries = normalized
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[DeclaredPipelineTool] = []
     for i, entry in enumerate(raw_entries):
-        tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
+        if entry is None:
+            continue  # its mcpg `backend` was refused (reported)
+        found: list[Problem] = []
+        tool = _load_entry(entry, locations[i], known, tools, policy, limits, found)
+        problems.extend(Problem(relocate(p.location, moves[i]), p.code, p.message) for p in found)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    problems.extend(_cycles(raw_entries, locations, names))
+    for p in _cycles(raw_entries, locations, names):
+        i = next((k for k, loc in enumerate(locations) if p.location.startswith(f"{loc}.")), -1)
+        problems.append(Problem(relocate(p.location, moves[i]), p.code, p.message) if i >= 0 else p)
     problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
@@ -791,7 +807,7 @@ def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int])
     calls: dict[str, list[tuple[str, str]]] = {}
     for name, i in names.items():
         entry = raw_entries[i]
-        found = _raw_tool_sites(entry.get("steps"), f"{locations[i]}.steps")
+        found = _raw_tool_sites(entry.get("steps") if isinstance(entry, Mapping) else None, f"{locations[i]}.steps")
         calls[name] = [(where, tool) for where, tool in found if tool in names]
     problems = []
     for name, sites in calls.items():
