@@ -6,10 +6,10 @@ from collections.abc import AsyncIterator
 
 import pytest
 import trio
-from realservers import free_port, nats_server
 
 from mcpipe.backends._connections import Connections, NotRunning
 from mcpipe.backends.nats import NatsClient, NatsError, parse_nats_url
+from realservers import free_port, nats_server
 
 
 @pytest.fixture
@@ -62,7 +62,7 @@ async def test_concurrent_requests_each_get_their_own_reply(client: NatsClient) 
 
 
 async def test_a_request_nobody_listens_to_fails_at_once_with_no_responders(client: NatsClient) -> None:
-    with trio.fail_after(2), pytest.raises(NatsError, match="no responders on subject 'nobody.home'") as info:
+    with trio.fail_after(2), pytest.raises(NatsError, match=r"no responders on subject 'nobody\.home'") as info:
         await client.request("nobody.home", b"?", 30)
     assert info.value.code == "TOOL_ERROR"
 
@@ -70,7 +70,7 @@ async def test_a_request_nobody_listens_to_fails_at_once_with_no_responders(clie
 async def test_a_request_without_a_reply_times_out(client: NatsClient) -> None:
     with trio.fail_after(10):
         async with client.subscribe("svc.silent"):
-            with pytest.raises(NatsError, match="no reply on subject 'svc.silent' within 200 ms") as info:
+            with pytest.raises(NatsError, match=r"no reply on subject 'svc\.silent' within 200 ms") as info:
                 await client.request("svc.silent", b"?", 0.2)
     assert info.value.code == "TIMEOUT"
 
@@ -97,17 +97,16 @@ async def test_a_connection_lost_fails_pending_requests_and_the_next_use_reconne
             with trio.fail_after(10):
                 first = await conns.get(("nats", url), lambda: NatsClient(url))
                 assert await conns.get(("nats", url), lambda: NatsClient(url)) is first
-                async with first.subscribe("svc.hang"):
-                    async with trio.open_nursery() as nursery:
+                async with first.subscribe("svc.hang"), trio.open_nursery() as nursery:
 
-                        async def ask() -> None:
-                            with pytest.raises(NatsError, match="broke|closed"):
-                                await first.request("svc.hang", b"?", 30)
+                    async def ask() -> None:
+                        with pytest.raises(NatsError, match=r"broke|closed"):
+                            await first.request("svc.hang", b"?", 30)
 
-                        nursery.start_soon(ask)
-                        await trio.testing.wait_all_tasks_blocked()
-                        assert first._stream is not None
-                        await first._stream.aclose()  # the network goes away under the client
+                    nursery.start_soon(ask)
+                    await trio.testing.wait_all_tasks_blocked()
+                    assert first._stream is not None
+                    await first._stream.aclose()  # the network goes away under the client
                 assert first.closed
                 second = await conns.get(("nats", url), lambda: NatsClient(url))
                 assert second is not first and not second.closed
