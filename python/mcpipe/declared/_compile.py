@@ -34,7 +34,7 @@ from mcpipe.compile import (
     referenced_var,
     step_reference_problem,
 )
-from mcpipe.declared import _command, _http, _kinds, _sql
+from mcpipe.declared import _command, _http, _kinds, _services, _sql
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
 from mcpipe.declared._policy import StepPolicy
@@ -141,6 +141,8 @@ KINDS: dict[str, Kind] = {
         Kind("sql", KIND_STRUCTS["sql"], (), _sql.run_sql),
         Kind("sql_tx", KIND_STRUCTS["sql_tx"], (), _sql.run_sql_tx),
         Kind("sql_await", KIND_STRUCTS["sql_await"], (), _sql.run_sql_await),
+        # Messaging and RPC (mcpipe.backends): connections shared per URL, owned by the policy's Connections.
+        Kind("nats", KIND_STRUCTS["nats"], ("subject", "headers"), _services.run_nats),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""
@@ -279,8 +281,8 @@ class _Compiler:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
         timeout = spec.timeout_ms
-        if kind == "sql_await":
-            timeout = None  # its own deadline, so that it can say what it last saw
+        if kind == "sql_await" or kind in _services.OWN_DEADLINE:
+            timeout = None  # its own deadline, so that it can say what it waited for
         elif timeout is None:
             # Steps that wait on the outside world get the operator's default deadline.
             if kind in ("http", "graphql"):
@@ -379,6 +381,9 @@ class _Compiler:
         templates: dict[str, Template],
     ) -> Any:
         policy = scope.policy
+        if kind in _services.SERVICE_KINDS:
+            plan = _services.compile_service(self, kind, raw, spec, loc, scope, refs)
+            return _BAD if plan is None else plan
         if kind in _sql.SQL_KINDS:
             plan = _sql.compile_sql(self, kind, raw, spec, loc, scope, refs)
             return _BAD if plan is None else plan

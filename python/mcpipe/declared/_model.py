@@ -22,6 +22,7 @@ __all__ = [
     "HttpFields",
     "LogFields",
     "MockFields",
+    "NatsFields",
     "ParallelFields",
     "PipeFields",
     "PluginTransformFields",
@@ -299,6 +300,18 @@ class SqlAwaitFields(StepFields, tag="sql_await"):
     interval_ms: Annotated[float, msgspec.Meta(gt=0)] | None = None
 
 
+class NatsFields(StepFields, tag="nats"):
+    """A NATS request (wait for the reply, ``timeout_ms``, default 30 s) or publish (``mode: publish``) on
+    ``subject``. ``url`` is a constant (``nats://host:4222``); ``subject``, ``payload`` (default: the step's
+    input, ``args``) and ``headers`` are templates. A string payload is sent as is, anything else as JSON."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    subject: Any
+    payload: Any = msgspec.UNSET
+    headers: Any = None
+    mode: Literal["request", "publish"] = "request"
+
+
 KIND_STRUCTS: dict[str, type[StepFields]] = {
     "tool": ToolFields,
     "http": HttpFields,
@@ -320,6 +333,7 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "sql": SqlFields,
     "sql_tx": SqlTxFields,
     "sql_await": SqlAwaitFields,
+    "nats": NatsFields,
 }
 """Every kind by name, in the order the docs list them."""
 
@@ -346,7 +360,8 @@ def step_schema() -> dict[str, Any]:
         | PipeFields
         | SqlFields
         | SqlTxFields
-        | SqlAwaitFields,
+        | SqlAwaitFields
+        | NatsFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
     ]
     return msgspec.json.schema(union)

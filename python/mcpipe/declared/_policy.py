@@ -17,6 +17,8 @@ from typing import Any
 
 import trio
 
+from mcpipe.backends._connections import Connections
+
 __all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "StepPolicy"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -236,6 +238,8 @@ class StepPolicy:
     plugins: Mapping[str, Any] = field(default_factory=dict)
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
+    connections: Connections = field(default_factory=Connections)
+    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
 
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""

@@ -139,6 +139,8 @@ async def open_app(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # sweeps expired suspended pipelines
+            if declared is not None:
+                await nursery.start(declared.policy.connections.run)  # nats/grpc/kafka, shared per URL
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
