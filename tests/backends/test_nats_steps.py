@@ -36,7 +36,9 @@ def pipelines(url: str) -> dict[str, Any]:
                 "name": "price",
                 "input_schema": {"type": "object", "properties": {"sku": {"type": "string"}}},
                 # mcpg's shape: no payload, so the step's input (the arguments) is the request.
-                "steps": [{"kind": "nats", "id": "backend_query", "url": url, "subject": "prices.get", "timeout_ms": 5000}],
+                "steps": [
+                    {"kind": "nats", "id": "backend_query", "url": url, "subject": "prices.get", "timeout_ms": 5000}
+                ],
             },
             {
                 "name": "ask",
@@ -112,7 +114,11 @@ async def test_a_nats_step_publishes(nats_url: str) -> None:
         async with trio.open_nursery() as nursery:
             c = NatsClient(nats_url)
             await nursery.start(c.run)
-            async with c.subscribe("orders.>") as seen, served(pipelines(nats_url)) as app, Client(app.server) as client:
+            async with (
+                c.subscribe("orders.>") as seen,
+                served(pipelines(nats_url)) as app,
+                Client(app.server) as client,
+            ):
                 out = await call(client, "announce", {"order": "A-1"})
                 msg = await seen.receive()
             nursery.cancel_scope.cancel()
