@@ -143,6 +143,7 @@ KINDS: dict[str, Kind] = {
         Kind("sql_await", KIND_STRUCTS["sql_await"], (), _sql.run_sql_await),
         # Messaging and RPC (mcpipe.backends): connections shared per URL, owned by the policy's Connections.
         Kind("nats", KIND_STRUCTS["nats"], ("subject", "headers"), _services.run_nats),
+        Kind("grpc", KIND_STRUCTS["grpc"], ("metadata",), _services.run_grpc),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""

@@ -19,6 +19,7 @@ __all__ = [
     "ElicitationFields",
     "GatherFields",
     "GraphqlFields",
+    "GrpcFields",
     "HttpFields",
     "LogFields",
     "MockFields",
@@ -312,6 +313,20 @@ class NatsFields(StepFields, tag="nats"):
     mode: Literal["request", "publish"] = "request"
 
 
+class GrpcFields(StepFields, tag="grpc"):
+    """A unary gRPC call of ``service``/``method`` on ``url`` (a constant). ``message`` (a template; default:
+    the step's input, ``args``) is JSON turned into the request message; the response is the output, as
+    JSON. Message types come from server reflection, or from ``descriptor_set`` (a ``FileDescriptorSet``
+    file). ``metadata`` (a template, an object) is sent with the call."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    service: Annotated[str, msgspec.Meta(min_length=1)]
+    method: Annotated[str, msgspec.Meta(min_length=1)]
+    message: Any = msgspec.UNSET
+    metadata: Any = None
+    descriptor_set: str | None = None
+
+
 KIND_STRUCTS: dict[str, type[StepFields]] = {
     "tool": ToolFields,
     "http": HttpFields,
@@ -334,6 +349,7 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "sql_tx": SqlTxFields,
     "sql_await": SqlAwaitFields,
     "nats": NatsFields,
+    "grpc": GrpcFields,
 }
 """Every kind by name, in the order the docs list them."""
 
@@ -361,7 +377,8 @@ def step_schema() -> dict[str, Any]:
         | SqlFields
         | SqlTxFields
         | SqlAwaitFields
-        | NatsFields,
+        | NatsFields
+        | GrpcFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
     ]
     return msgspec.json.schema(union)

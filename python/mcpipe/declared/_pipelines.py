@@ -543,8 +543,7 @@ def load_declared(
     policy, problems = load_outbound(outbound_raw)
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
-    if backends:
-        policy = replace(policy, sql=backends)
+    policy = replace(policy, sql=backends, base_dir=base_dir)
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems

@@ -239,6 +239,8 @@ class StepPolicy:
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
     connections: Connections = field(default_factory=Connections)
+    base_dir: str = "."
+    """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
     """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
 
     async def aclose(self) -> None:

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
+import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.backends._connections import Connections, NotRunning
+from mcpipe.backends.grpc import GrpcConnection, GrpcError, _pool_from_file, parse_grpc_url
 from mcpipe.backends.nats import NatsClient, NatsError, parse_nats_url
 from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -24,13 +27,22 @@ from mcpipe.tools._base import ToolContext
 if TYPE_CHECKING:
     from mcpipe.declared._compile import StepScope, _Compiler
 
-__all__ = ["OWN_DEADLINE", "SERVICE_KINDS", "compile_service", "run_nats"]
+__all__ = ["OWN_DEADLINE", "SERVICE_KINDS", "compile_service", "run_grpc", "run_nats"]
 
-SERVICE_KINDS = ("nats",)
-OWN_DEADLINE = ("nats",)
+SERVICE_KINDS = ("nats", "grpc")
+OWN_DEADLINE = ("nats", "grpc")
 """Kinds that apply ``timeout_ms`` themselves, so that a timeout can say what was waited for."""
 
 DEFAULT_TIMEOUT_MS = 30_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class GrpcPlan:
+    url: str
+    message: Template
+    connections: Connections
+    timeout_s: float
+    descriptor_set: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,22 +56,54 @@ class NatsPlan:
 def compile_service(
     c: _Compiler, kind: str, raw: Mapping[str, Any], spec: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]
 ) -> Any:
-    """The plan of a ``nats`` step (None on a problem, which ``c`` records)."""
+    """The plan of a ``nats`` or ``grpc`` step (None on a problem, which ``c`` records)."""
     url = raw.get("url")
     if not isinstance(url, str):
         return None  # the Struct reports it
     try:
-        parse_nats_url(url)
+        (parse_nats_url if kind == "nats" else parse_grpc_url)(url)
     except ValueError as e:
         c.problem(f"{loc}.url", str(e))
         return None
-    payload = (
-        c.template(raw["payload"], f"{loc}.payload", scope, refs) if "payload" in raw else Template({"$ref": "args"})
-    )
+    field = "payload" if kind == "nats" else "message"
+    default = Template({"$ref": "args"})
+    payload = c.template(raw[field], f"{loc}.{field}", scope, refs) if field in raw else default
     if payload is None or spec is None:
         return None
-    timeout = spec.timeout_ms if spec.timeout_ms is not None else DEFAULT_TIMEOUT_MS
-    return NatsPlan(url, payload, scope.policy.connections, timeout / 1000)
+    timeout = (spec.timeout_ms if spec.timeout_ms is not None else DEFAULT_TIMEOUT_MS) / 1000
+    if kind == "nats":
+        return NatsPlan(url, payload, scope.policy.connections, timeout)
+    try:
+        import grpc  # noqa: F401
+        import grpc_reflection  # noqa: F401
+    except ImportError:
+        c.problem(f"{loc}.kind", "gRPC steps need grpcio: pip install 'mcpipe[grpc]'")
+        return None
+    descriptors = None
+    if spec.descriptor_set is not None:
+        descriptors = str(Path(scope.policy.base_dir, spec.descriptor_set))
+        problem = _descriptor_problem(descriptors, spec.service, spec.method)
+        if problem is not None:
+            c.problem(f"{loc}.descriptor_set", problem)
+            return None
+    return GrpcPlan(url, payload, scope.policy.connections, timeout, descriptors)
+
+
+def _descriptor_problem(path: str, service: str, method: str) -> str | None:
+    """What is wrong with a descriptor set for ``service``/``method``, checked at load."""
+    try:
+        pool = _pool_from_file(path)
+    except GrpcError as e:
+        return str(e)
+    except Exception as e:  # a file that is not a FileDescriptorSet: protobuf's DecodeError, TypeError
+        return f"{path} is not a protobuf FileDescriptorSet: {e}"
+    try:
+        svc = pool.FindServiceByName(service)
+    except KeyError:
+        return f"the descriptor set has no service '{service}'"
+    if method not in svc.methods_by_name:
+        return f"service '{service}' has no method '{method}' (methods: {', '.join(sorted(svc.methods_by_name))})"
+    return None
 
 
 def encode(value: Any) -> bytes:
@@ -97,3 +141,28 @@ async def run_nats(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str,
     except NotRunning as e:
         raise StepFailure(f"cannot reach NATS at {plan.url}: {e}", "TOOL_FAILED") from None
     return StepOutput.of(decode(reply.data))
+
+
+async def run_grpc(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """Call the method with the message; the output is the response, as JSON."""
+    plan: GrpcPlan = step.plan
+    service, method = step.spec.service, step.spec.method  # type: ignore[attr-defined]
+    message = plan.message.resolve(env)
+    if not isinstance(message, Mapping):
+        raise StepFailure(f"the gRPC message must be an object, got {json_type(message)}", "TOOL_FAILED")
+    metadata = inputs.get("metadata")
+    if metadata is not None and not isinstance(metadata, Mapping):
+        raise StepFailure(f"`metadata` must be an object, got {json_type(metadata)}", "TOOL_FAILED")
+    pairs = [
+        (str(k).lower(), v if isinstance(v, str) else orjson.dumps(v).decode()) for k, v in (metadata or {}).items()
+    ]
+    key = ("grpc", plan.url, plan.descriptor_set)
+    try:
+        conn = await plan.connections.get(key, lambda: GrpcConnection(plan.url, plan.descriptor_set))
+        with trio.move_on_after(plan.timeout_s):
+            return StepOutput.of(await conn.call(service, method, message, timeout_s=plan.timeout_s, metadata=pairs))
+    except GrpcError as e:
+        raise StepFailure(str(e), e.code) from None
+    except NotRunning as e:
+        raise StepFailure(f"cannot reach gRPC at {plan.url}: {e}", "TOOL_FAILED") from None
+    raise StepFailure(f"gRPC {service}/{method}: no answer within {plan.timeout_s * 1000:g} ms", "TIMEOUT")
