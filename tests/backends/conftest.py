@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from realservers import nats_server, postgres_server
+from realservers import kafka_broker, nats_server, postgres_server
 
 
 @pytest.fixture(scope="session")
@@ -18,3 +18,9 @@ def postgres_url() -> Iterator[str]:
 def nats_url() -> Iterator[str]:
     with nats_server() as url:
         yield url
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap() -> Iterator[str]:
+    with kafka_broker() as bootstrap:
+        yield bootstrap

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["free_port", "nats_server", "postgres_server", "wait_for_port"]
+__all__ = ["free_port", "kafka_broker", "nats_server", "postgres_server", "wait_for_port"]
 
 
 def free_port() -> int:
@@ -98,6 +98,26 @@ def nats_server() -> Iterator[str]:
     try:
         wait_for_port(port, proc)
         yield f"nats://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@contextmanager
+def kafka_broker() -> Iterator[str]:
+    """The tests' Kafka-protocol broker (``kafkabroker.py``) in a process of its own; yields ``127.0.0.1:PORT``."""
+    import sys
+
+    port = free_port()
+    script = Path(__file__).with_name("kafkabroker.py")
+    proc = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield f"127.0.0.1:{port}"
     finally:
         proc.terminate()
         try:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from grpcserver import descriptor_set_bytes, grpc_server
 
+from grpcserver import descriptor_set_bytes, grpc_server
 from mcpipe.backends.grpc import GrpcConnection, GrpcError, parse_grpc_url
 
 

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 import trio
-from grpcserver import descriptor_set_bytes, grpc_server
 from mcp import Client
 
+from grpcserver import descriptor_set_bytes, grpc_server
 from mcpipe.config import ConfigError, parse_config
 from mcpipe.server import App, open_app
 
