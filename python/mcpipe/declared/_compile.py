@@ -144,6 +144,12 @@ KINDS: dict[str, Kind] = {
         # Messaging and RPC (mcpipe.backends): connections shared per URL, owned by the policy's Connections.
         Kind("nats", KIND_STRUCTS["nats"], ("subject", "headers"), _services.run_nats),
         Kind("grpc", KIND_STRUCTS["grpc"], ("metadata",), _services.run_grpc),
+        Kind(
+            "kafka",
+            KIND_STRUCTS["kafka"],
+            ("topic", "request_topic", "response_topic", "key", "headers"),
+            _services.run_kafka,
+        ),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""

@@ -21,6 +21,7 @@ __all__ = [
     "GraphqlFields",
     "GrpcFields",
     "HttpFields",
+    "KafkaFields",
     "LogFields",
     "MockFields",
     "NatsFields",
@@ -327,6 +328,22 @@ class GrpcFields(StepFields, tag="grpc"):
     descriptor_set: str | None = None
 
 
+class KafkaFields(StepFields, tag="kafka"):
+    """A Kafka request (``request_topic`` and ``response_topic``: produce with a correlation id, wait for the
+    response carrying it, ``timeout_ms``) or produce (``topic``). ``bootstrap_servers`` is a constant; the
+    topics, ``value`` (default: the step's input, ``args``), ``key`` and ``headers`` are templates.
+    ``group_id`` is mcpg's, accepted and unused (responses are read without a consumer group)."""
+
+    bootstrap_servers: Annotated[str, msgspec.Meta(min_length=1)]
+    topic: Any = None
+    request_topic: Any = None
+    response_topic: Any = None
+    value: Any = msgspec.UNSET
+    key: Any = None
+    headers: Any = None
+    group_id: str | None = None
+
+
 KIND_STRUCTS: dict[str, type[StepFields]] = {
     "tool": ToolFields,
     "http": HttpFields,
@@ -350,6 +367,7 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "sql_await": SqlAwaitFields,
     "nats": NatsFields,
     "grpc": GrpcFields,
+    "kafka": KafkaFields,
 }
 """Every kind by name, in the order the docs list them."""
 
@@ -378,7 +396,8 @@ def step_schema() -> dict[str, Any]:
         | SqlTxFields
         | SqlAwaitFields
         | NatsFields
-        | GrpcFields,
+        | GrpcFields
+        | KafkaFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
     ]
     return msgspec.json.schema(union)

@@ -20,6 +20,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.backends._connections import Connections, NotRunning
 from mcpipe.backends.grpc import GrpcConnection, GrpcError, _pool_from_file, parse_grpc_url
+from mcpipe.backends.kafka import KafkaClient, KafkaError, parse_bootstrap
 from mcpipe.backends.nats import NatsClient, NatsError, parse_nats_url
 from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -27,10 +28,10 @@ from mcpipe.tools._base import ToolContext
 if TYPE_CHECKING:
     from mcpipe.declared._compile import StepScope, _Compiler
 
-__all__ = ["OWN_DEADLINE", "SERVICE_KINDS", "compile_service", "run_grpc", "run_nats"]
+__all__ = ["OWN_DEADLINE", "SERVICE_KINDS", "compile_service", "run_grpc", "run_kafka", "run_nats"]
 
-SERVICE_KINDS = ("nats", "grpc")
-OWN_DEADLINE = ("nats", "grpc")
+SERVICE_KINDS = ("nats", "grpc", "kafka")
+OWN_DEADLINE = ("nats", "grpc", "kafka")
 """Kinds that apply ``timeout_ms`` themselves, so that a timeout can say what was waited for."""
 
 DEFAULT_TIMEOUT_MS = 30_000.0
@@ -46,6 +47,15 @@ class GrpcPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class KafkaPlan:
+    servers: str
+    value: Template
+    connections: Connections
+    timeout_s: float
+    produce: bool
+
+
+@dataclass(frozen=True, slots=True)
 class NatsPlan:
     url: str
     payload: Template
@@ -56,7 +66,9 @@ class NatsPlan:
 def compile_service(
     c: _Compiler, kind: str, raw: Mapping[str, Any], spec: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]
 ) -> Any:
-    """The plan of a ``nats`` or ``grpc`` step (None on a problem, which ``c`` records)."""
+    """The plan of a ``nats``, ``grpc`` or ``kafka`` step (None on a problem, which ``c`` records)."""
+    if kind == "kafka":
+        return _kafka_plan(c, raw, spec, loc, scope, refs)
     url = raw.get("url")
     if not isinstance(url, str):
         return None  # the Struct reports it
@@ -87,6 +99,32 @@ def compile_service(
             c.problem(f"{loc}.descriptor_set", problem)
             return None
     return GrpcPlan(url, payload, scope.policy.connections, timeout, descriptors)
+
+
+def _kafka_plan(
+    c: _Compiler, raw: Mapping[str, Any], spec: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]
+) -> Any:
+    servers = raw.get("bootstrap_servers")
+    if not isinstance(servers, str):
+        return None  # the Struct reports it
+    try:
+        parse_bootstrap(servers)
+    except ValueError as e:
+        c.problem(f"{loc}.bootstrap_servers", str(e))
+        return None
+    has = {name: raw.get(name) is not None for name in ("topic", "request_topic", "response_topic")}
+    if has["topic"] == (has["request_topic"] or has["response_topic"]):
+        c.problem(loc, "a kafka step has `topic` (produce) or `request_topic` and `response_topic` (request)")
+        return None
+    if not has["topic"] and not (has["request_topic"] and has["response_topic"]):
+        missing = "response_topic" if has["request_topic"] else "request_topic"
+        c.problem(f"{loc}.{missing}", f"a kafka request needs `{missing}` too")
+        return None
+    value = c.template(raw["value"], f"{loc}.value", scope, refs) if "value" in raw else Template({"$ref": "args"})
+    if value is None or spec is None:
+        return None
+    timeout = (spec.timeout_ms if spec.timeout_ms is not None else DEFAULT_TIMEOUT_MS) / 1000
+    return KafkaPlan(servers, value, scope.policy.connections, timeout, has["topic"])
 
 
 def _descriptor_problem(path: str, service: str, method: str) -> str | None:
@@ -166,3 +204,40 @@ async def run_grpc(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str,
     except NotRunning as e:
         raise StepFailure(f"cannot reach gRPC at {plan.url}: {e}", "TOOL_FAILED") from None
     raise StepFailure(f"gRPC {service}/{method}: no answer within {plan.timeout_s * 1000:g} ms", "TIMEOUT")
+
+
+def _text(value: Any, name: str) -> str:
+    if not isinstance(value, str) or not value:
+        raise StepFailure(f"`{name}` must be a non-empty string, got {json_type(value)}", "TOOL_FAILED")
+    return value
+
+
+async def run_kafka(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """Produce (the output says where the record went) or request (the output is the response's value)."""
+    plan: KafkaPlan = step.plan
+    headers = inputs.get("headers")
+    if headers is not None and not isinstance(headers, Mapping):
+        raise StepFailure(f"`headers` must be an object, got {json_type(headers)}", "TOOL_FAILED")
+    hdrs = {str(k): v.encode() if isinstance(v, str) else orjson.dumps(v) for k, v in (headers or {}).items()}
+    key = inputs.get("key")
+    value = encode(plan.value.resolve(env))
+    try:
+        client = await plan.connections.get(("kafka", plan.servers), lambda: KafkaClient(plan.servers))
+        if plan.produce:
+            topic = _text(inputs.get("topic"), "topic")
+            with trio.move_on_after(plan.timeout_s):
+                partition, offset = await client.produce(
+                    topic, value, key=None if key is None else encode(key), headers=hdrs or None
+                )
+                return StepOutput.of({"topic": topic, "partition": partition, "offset": offset})
+            raise StepFailure(f"producing to '{topic}' took more than {plan.timeout_s * 1000:g} ms", "TIMEOUT")
+        request, response = (
+            _text(inputs.get("request_topic"), "request_topic"),
+            _text(inputs.get("response_topic"), "response_topic"),
+        )
+        record = await client.request(request, response, value, timeout_s=plan.timeout_s, headers=hdrs or None)
+    except KafkaError as e:
+        raise StepFailure(str(e), e.code) from None
+    except NotRunning as e:
+        raise StepFailure(f"cannot reach Kafka at {plan.servers}: {e}", "TOOL_FAILED") from None
+    return StepOutput.of(None if record.value is None else decode(record.value))
