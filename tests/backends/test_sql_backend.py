@@ -183,3 +183,13 @@ async def test_an_unreachable_database_is_a_clear_error() -> None:
 def test_a_url_of_another_database_is_refused() -> None:
     with pytest.raises(ValueError, match="unsupported database URL scheme 'mysql'"):
         SqlBackend("x", SqlBackendConfig(url="mysql://h/db"))
+
+
+def test_a_relative_sqlite_path_is_relative_to_the_config_directory(tmp_path: Path) -> None:
+    from mcpipe.backends.sql import driver_for
+
+    config = SqlBackendConfig(url="sqlite:///data/app.db")
+    assert driver_for(config.url, config, str(tmp_path)).path == str(tmp_path / "data" / "app.db")  # type: ignore[attr-defined]
+    absolute = SqlBackendConfig(url=f"sqlite:///{tmp_path}/x.db")
+    assert driver_for(absolute.url, absolute, "/elsewhere").path == f"{tmp_path}/x.db"  # type: ignore[attr-defined]
+    assert driver_for("sqlite://", config).path == ":memory:"  # type: ignore[attr-defined]

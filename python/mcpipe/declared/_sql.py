@@ -162,7 +162,7 @@ def _tx(
             ok = False
             continue
         given = item.get("id")
-        sid = given if isinstance(given, str) and given else f"step{i + 1}"
+        sid = given if isinstance(given, str) and given else f"statement{i + 1}"
         if sid in ids:
             c.problem(f"{where}.id", f"duplicate id '{sid}' (also {loc}.steps[{ids.index(sid)}])")
             ok = False
