@@ -8,9 +8,9 @@ from pathlib import Path
 
 import trio
 import yaml
-from grpcserver import grpc_server
 from mcp import Client
 
+from grpcserver import grpc_server
 from mcpipe.backends.kafka import KafkaClient
 from mcpipe.backends.nats import NatsClient
 from mcpipe.config import parse_config
