@@ -228,7 +228,7 @@ def test_sql_steps_are_checked_at_load_with_their_locations(tmp_path: Path) -> N
     found = [str(p) for p in info.value.problems]
     expected = [
         "sql.bad.url: unsupported database URL scheme 'mysql'",
-        "pipelines.p.steps[0].backend: unknown sql backend 'nowhere' (backends: shop)",
+        "pipelines.p.steps[0].backend: unknown sql backend 'nowhere' (backends: bad, shop)",
         "pipelines.p.steps[1].sql: parameter :y has no value in `params`",
         "pipelines.p.steps[2].row_mode: Invalid enum value 'many'",
         "pipelines.p.steps[3].until: invalid CEL: unknown variable `rowz`",

@@ -397,7 +397,7 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
     Nothing connects here: each backend opens its connections on first use.
 
     Returns:
-        The backends by name (none when there are problems) and every problem found.
+        The backends by name (None for one whose entry has problems) and every problem found.
     """
     from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
 
@@ -406,21 +406,27 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
     problems: list[Problem] = []
     if not isinstance(raw, Mapping):
         return {}, [Problem(location, "INVALID_SPEC", f"expected a table of named backends, got {json_type(raw)}")]
-    backends: dict[str, Any] = {}
+    backends: dict[str, Any] = {}  # name -> SqlBackend, or None when its entry has problems
     for name, entry in raw.items():
         where = f"{location}.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             problems.append(Problem(where, "INVALID_SPEC", "a backend name is letters, digits, `_`, `-`, `.`"))
             continue
+        # A backend with problems is kept as None, so steps naming it are not also told it does not exist.
+        backends[name] = None
+        before = len(problems)
         config = _decode(entry, SqlBackendConfig, where, "a sql backend", problems)  # type: ignore[arg-type]
         if config is None:
             continue
         try:
-            backends[name] = SqlBackend(name, config, base_dir)
+            backend = SqlBackend(name, config, base_dir)
         except ValueError as e:
             problems.append(Problem(f"{where}.url", "INVALID_SPEC", str(e)))
             continue
-        if backends[name].kind == "postgresql":
+        if len(problems) > before:
+            continue
+        backends[name] = backend
+        if backends[name].kind == "postgresql":  # type: ignore[union-attr]
             try:
                 import psycopg  # noqa: F401
             except ImportError:

@@ -246,4 +246,5 @@ class StepPolicy:
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""
         for backend in self.sql.values():
-            await backend.aclose()
+            if backend is not None:
+                await backend.aclose()

@@ -7,6 +7,7 @@ parameters must all have a value in ``params``, a template resolved per call and
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -87,12 +88,13 @@ def _backend(c: _Compiler, name: Any, loc: str, scope: StepScope) -> SqlBackend 
     if not isinstance(name, str):
         return None  # the Struct reports it
     backends = scope.policy.sql
-    found = backends.get(name)
-    if found is None:
-        known = ", ".join(sorted(backends)) if backends else "none are configured: add [sql.NAME] with a url"
-        c.problem(f"{loc}.backend", f"unknown sql backend '{name}' (backends: {known})")
-        return None
-    return found  # type: ignore[no-any-return]
+    if name in backends:
+        return backends[name]  # type: ignore[no-any-return]  # None: its entry has problems, reported there
+    known = ", ".join(sorted(backends)) if backends else "none are configured: add [sql.NAME] with a url"
+    hint = difflib.get_close_matches(name, sorted(backends), n=1)
+    maybe = f" (did you mean `{hint[0]}`?)" if hint else ""
+    c.problem(f"{loc}.backend", f"unknown sql backend '{name}'{maybe} (backends: {known})")
+    return None
 
 
 def _call(
