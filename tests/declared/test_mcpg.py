@@ -141,3 +141,29 @@ def test_the_mcpg_example_is_valid_yaml_with_mcpg_names() -> None:
     doc = yaml.safe_load(text)
     assert doc["pipelines"][0]["backend"]["kind"] == "pipeline"
     assert "completed_steps" in text and "original_args" in text and "dev.mcpg.transform.jsonata" in text
+
+
+def test_an_mcpg_backend_step_sends_its_input() -> None:
+    raw = {
+        "name": "p",
+        "backend": {
+            "kind": "pipeline",
+            "steps": [
+                {"kind": "http", "id": "post", "url": "https://api.example.com/u", "method": "post"},
+                {"kind": "http", "id": "get", "url": "https://api.example.com/u"},
+                {"kind": "http", "id": "given", "url": "https://api.example.com/u", "method": "PUT", "body": {"a": 1}},
+                {"kind": "command", "id": "run", "command": "jq"},
+            ],
+        },
+    }
+    entry, problems, _ = normalize_entry(raw, "pipelines.p", frozenset({"http", "command"}))
+    assert problems == []
+    assert [s.get("body", s.get("stdin")) for s in entry["steps"]] == [
+        {"$ref": "args"},
+        None,
+        {"a": 1},
+        {"$ref": "args"},
+    ]
+    # An mcpipe entry (no mcpg wrapper) keeps mcpipe's meaning: no body unless one is given.
+    same, _, _ = normalize_entry({"name": "q", "steps": raw["backend"]["steps"]}, "pipelines.q", frozenset())
+    assert "body" not in same["steps"][0]

@@ -9,6 +9,7 @@ has that mcpipe does not:
 | ``backend: {kind: pipeline, steps, pipeline_timeout_ms}`` | the entry's ``steps`` and ``timeout_ms`` |
 | ``backend: {kind: http, ...}`` (a standalone binding of a step kind) | a one-step pipeline |
 | ``pipeline_timeout_ms`` | ``timeout_ms`` |
+| in a ``backend:`` pipeline, an ``http`` POST/PUT/PATCH or ``command`` step | its input sent as ``body`` / ``stdin`` |
 | ``completed_steps``, ``original_args``, ``request_context`` | ``steps``, ``args``, ``context`` |
 | ``completed_steps.X.is_error`` (CEL) | ``(!steps.X.ok)`` |
 | ``request_context.identity`` | ``context.principal`` |
@@ -103,7 +104,8 @@ def normalize_entry(raw: Any, loc: str, step_kinds: frozenset[str]) -> tuple[Any
     steps = entry.get("steps")
     if isinstance(steps, list):
         base = moved.get(f"{loc}.steps", f"{loc}.steps")
-        entry["steps"] = [_step(s, f"{base}[{i}]", problems) for i, s in enumerate(steps)]
+        mcpg = "backend" in raw
+        entry["steps"] = [_step(s, f"{base}[{i}]", problems, mcpg) for i, s in enumerate(steps)]
     for key in ("output", "content"):
         if key in entry:
             entry[key] = _templates(entry[key], f"{loc}.{key}", problems)
@@ -126,11 +128,22 @@ def _move(entry: dict[str, Any], old: str, new: str, loc: str, problems: list[Pr
         entry[new] = value
 
 
-def _step(raw: Any, loc: str, problems: list[Problem]) -> Any:
+_SENDS_BODY = ("POST", "PUT", "PATCH")
+
+
+def _step(raw: Any, loc: str, problems: list[Problem], mcpg: bool = False) -> Any:
     if not isinstance(raw, Mapping):
         return raw
     step = dict(raw)
     kind = step.get("kind")
+    if mcpg:
+        # An mcpg backend step sends its input (the arguments, or its input_transform's value): an HTTP
+        # request as its JSON body, a command on its stdin. mcpipe's steps send only what they are given.
+        method = step.get("method")
+        if kind == "http" and "body" not in step and isinstance(method, str) and method.upper() in _SENDS_BODY:
+            step["body"] = {"$ref": "args"}
+        elif kind == "command" and "stdin" not in step:
+            step["stdin"] = {"$ref": "args"}
     for name in _CEL_FIELDS:
         if isinstance(step.get(name), str):
             step[name] = _cel(step[name], f"{loc}.{name}", problems)
@@ -143,7 +156,7 @@ def _step(raw: Any, loc: str, problems: list[Problem]) -> Any:
                 "expression": _jsonata(config["expression"], f"{loc}.config.expression", problems),
             }
     if kind in _CONTAINERS and isinstance(step.get("steps"), list):
-        step["steps"] = [_step(s, f"{loc}.steps[{i}]", problems) for i, s in enumerate(step["steps"])]
+        step["steps"] = [_step(s, f"{loc}.steps[{i}]", problems, mcpg) for i, s in enumerate(step["steps"])]
     if kind == "sql_tx" and isinstance(step.get("steps"), list):
         step["steps"] = [
             {k: (_templates(v, f"{loc}.steps[{i}].{k}", problems) if k == "params" else v) for k, v in s.items()}
