@@ -134,3 +134,9 @@ def test_nats_urls(url: str, expected: object) -> None:
         return
     u = parse_nats_url(url)
     assert (u.host, u.port, u.user, u.password, u.token) == expected
+
+
+@pytest.mark.parametrize("subject", ["", "a..b", "a.*", "a.>", "has space", ".a"])
+async def test_a_subject_that_cannot_be_sent_to_is_refused(client: NatsClient, subject: str) -> None:
+    with pytest.raises(NatsError, match="invalid NATS subject"):
+        await client.publish(subject, b"x")

@@ -625,7 +625,6 @@ class KafkaClient:
         *,
         timeout_s: float,
         headers: Mapping[str, bytes | None] | None = None,
-        correlation_header: str = "correlation_id",
     ) -> KafkaRecord:
         """Produce on ``request_topic`` with a fresh correlation id; answer the record on ``response_topic``
         that carries it (as a header or as its key).
@@ -638,7 +637,7 @@ class KafkaClient:
         send, receive = trio.open_memory_channel[KafkaRecord | KafkaError](1)
         listener.waiting[correlation] = send
         try:
-            hdrs = {**(headers or {}), correlation_header: correlation.encode()}
+            hdrs = {**(headers or {}), "correlation_id": correlation.encode()}
             await self.produce(request_topic, value, key=correlation.encode(), headers=hdrs)
             with trio.move_on_after(timeout_s):
                 answer = await receive.receive()

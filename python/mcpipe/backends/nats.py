@@ -376,11 +376,7 @@ def _headers(block: bytes) -> tuple[str | None, str, dict[str, str]]:
 
 
 def _check_subject(subject: str) -> None:
-    if (
-        not subject
-        or any(c.isspace() for c in subject)
-        or subject.startswith(".")
-        or subject.endswith(".")
-        or ".." in subject
-    ):
-        raise NatsError(f"invalid NATS subject {subject!r}", "TOOL_ERROR")
+    """A subject messages can be sent to: dot-separated tokens, no spaces, no wildcards."""
+    tokens = subject.split(".")
+    if not subject or any(not t or t in ("*", ">") or any(c.isspace() for c in t) for t in tokens):
+        raise NatsError(f"invalid NATS subject {subject!r} to send to", "TOOL_ERROR")

@@ -140,7 +140,7 @@ async def open_app(
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # sweeps expired suspended pipelines
             if declared is not None:
-                await nursery.start(declared.policy.connections.run)  # nats/grpc/kafka, shared per URL
+                await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
