@@ -193,3 +193,30 @@ def test_a_relative_sqlite_path_is_relative_to_the_config_directory(tmp_path: Pa
     absolute = SqlBackendConfig(url=f"sqlite:///{tmp_path}/x.db")
     assert driver_for(absolute.url, absolute, "/elsewhere").path == f"{tmp_path}/x.db"  # type: ignore[attr-defined]
     assert driver_for("sqlite://", config).path == ":memory:"  # type: ignore[attr-defined]
+
+
+async def test_a_long_statement_does_not_block_the_event_loop(db: SqlBackend) -> None:
+    slow = (
+        "SELECT pg_sleep(1)"
+        if db.kind == "postgresql"
+        else "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 50000000) SELECT count(*) FROM c"
+    )
+    ticks = 0
+    async with trio.open_nursery() as nursery:
+        done = trio.Event()
+
+        async def statement() -> None:
+            with trio.move_on_after(1.5):  # an interrupted statement is fine: it ran long enough
+                try:
+                    await db.execute(Statement.parse(slow), {}, "rows")
+                except SqlTimeout:
+                    pass
+            done.set()
+
+        nursery.start_soon(statement)
+        # While the statement runs in its worker thread, this task keeps running on the event loop.
+        while not done.is_set() and ticks < 20:
+            with trio.fail_after(0.5):
+                await trio.sleep(0.01)
+            ticks += 1
+    assert ticks == 20
