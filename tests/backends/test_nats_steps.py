@@ -133,3 +133,21 @@ def test_a_nats_url_is_checked_at_load() -> None:
     assert [str(p) for p in info.value.problems] == [
         "pipelines.p.steps[0].url: a NATS URL is nats://host:port, got scheme 'tls' (TLS is not supported)"
     ]
+
+
+async def test_the_shared_connection_is_opened_on_first_use_and_closed_when_the_server_stops(nats_url: str) -> None:
+    from mcpipe.declared import DeclaredPipelines
+
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(price_service, nats_url)
+            async with served(pipelines(nats_url)) as app, Client(app.server) as client:
+                declared = next(s for s in app.gateway.sources if isinstance(s, DeclaredPipelines))
+                connections = declared.policy.connections
+                assert connections._open == {}  # nothing is opened before a step needs it
+                await call(client, "price", {"sku": "pen"})
+                await call(client, "announce", {"order": "A-1"})
+                opened = list(connections._open.values())
+                assert len(opened) == 1 and not opened[0].closed  # one connection per URL, shared
+            nursery.cancel_scope.cancel()
+    assert opened[0].closed

@@ -238,3 +238,18 @@ def test_sql_steps_are_checked_at_load_with_their_locations(tmp_path: Path) -> N
     for want in expected:
         assert any(want in f for f in found), (want, found)
     assert len(found) == len(expected), found
+
+
+async def test_the_pool_opens_connections_on_first_use_and_closes_them_when_the_server_stops(db_url: str) -> None:
+    from mcpipe.declared import DeclaredPipelines
+
+    t = f"s{next(_n)}"
+    await prepare(db_url, f"CREATE TABLE {t}_orders (id INTEGER PRIMARY KEY, item TEXT NOT NULL)")
+    with trio.fail_after(30):
+        async with served(shop(db_url, t)) as app:
+            declared = next(s for s in app.gateway.sources if isinstance(s, DeclaredPipelines))
+            backend = declared.policy.sql["shop"]
+            assert backend._idle == []  # nothing is opened at load
+            assert await call(app, "orders", {}) == (False, {"orders": []})
+            assert len(backend._idle) == 1
+    assert backend._idle == [] and backend._closed
