@@ -164,10 +164,9 @@ def _step(raw: Any, loc: str, problems: list[Problem], mcpg: bool = False) -> An
             else s
             for i, s in enumerate(step["steps"])
         ]
+    # Nested steps and a plugin's config were handled above; the remaining fields may hold templates.
     for name, value in list(step.items()):
-        if name not in _NOT_TEMPLATES and not (kind in _CONTAINERS and name == "steps") and name != "config":
-            if kind == "sql_tx" and name == "steps":
-                continue
+        if name not in _NOT_TEMPLATES and name not in ("config", "steps"):
             step[name] = _templates(value, f"{loc}.{name}", problems)
     return step
 
