@@ -167,3 +167,16 @@ def test_an_mcpg_backend_step_sends_its_input() -> None:
     # An mcpipe entry (no mcpg wrapper) keeps mcpipe's meaning: no body unless one is given.
     same, _, _ = normalize_entry({"name": "q", "steps": raw["backend"]["steps"]}, "pipelines.q", frozenset())
     assert "body" not in same["steps"][0]
+
+
+def test_mcpgs_plugins_list_is_accepted_for_the_jsonata_plugin_and_refuses_others() -> None:
+    from mcpipe.config import ConfigError, parse_config
+
+    ok = {"plugins": ["dev.mcpg.transform.jsonata", {"name": "dev.mcpg.transform.jsonata"}]}
+    assert parse_config(json.dumps(ok), "json", environ={}).plugins == ok["plugins"]
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps({"plugins": ["dev.mcpg.transform.jsonata", "dev.mcpg.auth.oidc"]}), "json", environ={})
+    assert [str(p) for p in info.value.problems] == [
+        "plugins[1]: mcpg's plugin 'dev.mcpg.auth.oidc' is not in mcpipe (its only transform plugin is JSONata, "
+        "built in: dev.mcpg.transform.jsonata)"
+    ]

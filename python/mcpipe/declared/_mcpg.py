@@ -28,7 +28,7 @@ from typing import Any
 from mcpipe.declared._scan import scan_cel, scan_jsonata
 from mcpipe.errors import Problem
 
-__all__ = ["MCPG_JSONATA_PLUGIN", "ROOT_ALIASES", "normalize_entry", "relocate"]
+__all__ = ["MCPG_JSONATA_PLUGIN", "ROOT_ALIASES", "normalize_entry", "plugin_problems", "relocate"]
 
 MCPG_JSONATA_PLUGIN = "dev.mcpg.transform.jsonata"
 
@@ -264,3 +264,32 @@ def _template_path(path: str, loc: str, problems: list[Problem]) -> str:
                 )
             return new + rest
     return path
+
+
+_BUILT_IN_PLUGINS = frozenset({MCPG_JSONATA_PLUGIN, "dev.mcpipe.transform.jsonata", "jsonata"})
+
+
+def plugin_problems(entries: Any, loc: str) -> list[Problem]:
+    """mcpg's top-level ``plugins:`` (the plugins to load): mcpipe has the JSONata plugin built in, so an
+    entry naming it (a string, or an object with a ``name`` or ``id``) is accepted; any other is a problem."""
+    if not isinstance(entries, list):
+        return [Problem(loc, "INVALID_SPEC", "mcpg's `plugins` is a list of plugin names")]
+    problems = []
+    for i, entry in enumerate(entries):
+        name = (
+            entry
+            if isinstance(entry, str)
+            else entry.get("name", entry.get("id"))
+            if isinstance(entry, Mapping)
+            else None
+        )
+        if name not in _BUILT_IN_PLUGINS:
+            problems.append(
+                Problem(
+                    f"{loc}[{i}]",
+                    "INVALID_SPEC",
+                    f"mcpg's plugin {name!r} is not in mcpipe (its only transform plugin is JSONata, "
+                    "built in: dev.mcpg.transform.jsonata)",
+                )
+            )
+    return problems
