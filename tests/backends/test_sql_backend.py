@@ -220,3 +220,24 @@ async def test_a_long_statement_does_not_block_the_event_loop(db: SqlBackend) ->
                 await trio.sleep(0.01)
             ticks += 1
     assert ticks == 20
+
+
+async def test_concurrent_transactions_that_read_then_write_wait_for_each_other(db: SqlBackend) -> None:
+    t = await fresh_table(db)
+    await db.execute(Statement.parse(f"INSERT INTO {t} (id, item, qty) VALUES (1, 'pen', 0)"), {}, "affected_rows")
+    read = Statement.parse(f"SELECT qty FROM {t} WHERE id = 1")
+    write = Statement.parse(f"UPDATE {t} SET qty = :qty WHERE id = 1")
+
+    async def add_one() -> None:
+        async with db.transaction() as tx:
+            row = await tx.execute(read, {}, "one")
+            await trio.sleep(0.05)  # the other transaction runs meanwhile
+            await tx.execute(write, {"qty": row["qty"] + 1}, "affected_rows")
+
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(add_one)
+            nursery.start_soon(add_one)
+    final = await db.execute(read, {}, "one")
+    # SQLite serializes the two (BEGIN IMMEDIATE): 2. PostgreSQL's default isolation lets both read 0: 1.
+    assert final == {"qty": 2 if db.kind == "sqlite" else 1}

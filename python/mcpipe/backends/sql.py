@@ -218,6 +218,7 @@ class _Driver:
 
     name = ""
     max_pool: int | None = None
+    begin = "BEGIN"
 
     def connect(self) -> Any:
         raise NotImplementedError
@@ -238,6 +239,9 @@ class _Driver:
 
 class _Sqlite(_Driver):
     name = "sqlite"
+    # Take the write lock at BEGIN: two deferred transactions that both read, then both write, would
+    # deadlock (one fails at once with "database is locked"); immediate ones wait for each other.
+    begin = "BEGIN IMMEDIATE"
 
     def __init__(self, path: str, busy_timeout_s: float) -> None:
         self.path = path
@@ -496,7 +500,7 @@ class SqlBackend:
         """A transaction: committed when the block ends normally, rolled back when it raises (or is
         cancelled), so it is all or nothing."""
         async with self.connection() as conn:
-            await conn.run_text("BEGIN")
+            await conn.run_text(self.driver.begin)
             try:
                 yield conn
             except BaseException:
