@@ -241,3 +241,29 @@ async def test_concurrent_transactions_that_read_then_write_wait_for_each_other(
     final = await db.execute(read, {}, "one")
     # SQLite serializes the two (BEGIN IMMEDIATE): 2. PostgreSQL's default isolation lets both read 0: 1.
     assert final == {"qty": 2 if db.kind == "sqlite" else 1}
+
+
+async def test_postgresql_values_become_json(postgres_url: str) -> None:
+    db = SqlBackend("types", SqlBackendConfig(url=postgres_url))
+    stmt = Statement.parse(
+        "SELECT 1.50::numeric AS price, 7::numeric AS whole, '2026-01-02 03:04:05+00'::timestamptz AS at,"
+        " '2026-01-02'::date AS day, '\\x0102'::bytea AS raw, :doc::jsonb AS doc, ARRAY[1, 2] AS ids,"
+        " 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::uuid AS id, interval '90 seconds' AS wait, :tags::text[] AS tags"
+    )
+    try:
+        with trio.fail_after(10):
+            row = await db.execute(stmt, {"doc": {"a": [1, None]}, "tags": ["x", "y"]}, "one")
+    finally:
+        await db.aclose()
+    assert row == {
+        "price": 1.5,
+        "whole": 7,
+        "at": "2026-01-02T03:04:05+00:00",
+        "day": "2026-01-02",
+        "raw": "AQI=",
+        "doc": {"a": [1, None]},
+        "ids": [1, 2],
+        "id": "a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11",
+        "wait": 90.0,
+        "tags": ["x", "y"],
+    }
