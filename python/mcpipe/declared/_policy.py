@@ -209,9 +209,17 @@ class CommandPolicy:
     timeout_ms: float | None = 60_000
 
     def argv(self, name: str) -> tuple[str, ...] | None:
-        """The argv prefix of command ``name``, or None when it is not allowed."""
+        """The argv prefix of command ``name``, or None when it is not allowed.
+
+        ``name`` is a name of :attr:`commands`, or the path of one that is a bare executable (mcpg's steps
+        name commands by path: ``command: /usr/bin/jq`` runs when some name maps to ``/usr/bin/jq``).
+        """
         target = self.commands.get(name)
         if target is None:
+            if name.startswith("/"):
+                for t in self.commands.values():
+                    if t == name or (not isinstance(t, str) and list(t) == [name]):
+                        return (name,)
             return None
         return (target,) if isinstance(target, str) else tuple(target)
 
