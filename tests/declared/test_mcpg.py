@@ -120,6 +120,8 @@ pipelines:
   - name: r
     steps: [{kind: mock}]
     backend: {kind: pipeline, steps: []}
+  - name: orders_db
+    backend: {kind: sql, url: "postgresql://db/orders"}
 """
     found = problems_of(doc)
     assert found == [
@@ -133,6 +135,9 @@ pipelines:
         "pipelines.q.backend.kind: mcpg's 'redis' backend has no mcpipe step kind "
         + found[5].split("step kind ", 1)[1],
         "pipelines.r.backend: an entry has `steps` or mcpg's `backend`, not both",
+        "pipelines.orders_db.backend.kind: mcpg's SQL backend binding: in mcpipe a database is a "
+        "`[sql.orders_db]` entry (url, pool_size, statement_timeout_ms, await) that sql, sql_tx and sql_await "
+        "steps name",
     ], json.dumps(found, indent=1)
 
 

@@ -92,6 +92,17 @@ def normalize_entry(raw: Any, loc: str, step_kinds: frozenset[str]) -> tuple[Any
                             f"{where}.{key}", "INVALID_SPEC", f"mcpg's pipeline field `{key}` has no mcpipe equivalent"
                         )
                     )
+        elif backend.get("kind") == "sql" and "sql" not in backend:
+            # mcpg defines a SQL database as a binding of its own; mcpipe names databases under `sql:`.
+            problems.append(
+                Problem(
+                    f"{where}.kind",
+                    "INVALID_SPEC",
+                    f"mcpg's SQL backend binding: in mcpipe a database is a `[sql.{raw.get('name', 'NAME')}]` entry "
+                    "(url, pool_size, statement_timeout_ms, await) that sql, sql_tx and sql_await steps name",
+                )
+            )
+            return None, problems, moved
         elif isinstance(backend.get("kind"), str) and backend["kind"] in step_kinds:
             # A standalone binding of a backend mcpipe has as a step kind: a pipeline of that one step.
             entry["steps"] = [{"id": "call", **backend}]
