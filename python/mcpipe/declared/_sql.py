@@ -19,7 +19,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.backends.sql import RowMode, SqlBackend, SqlError, Statement
 from mcpipe.compile import referenced_step
-from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError
+from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, evaluate
 from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -322,7 +322,7 @@ async def run_sql_await(
             while True:
                 rows = await backend.execute(plan.check.stmt, params, "rows")
                 last, checks = rows, checks + 1
-                verdict = plan.until.evaluate({**env, "rows": rows})
+                verdict = await evaluate(plan.until, {**env, "rows": rows})
                 if not isinstance(verdict, bool):
                     raise StepFailure(f"`until` must be a boolean, got {json_type(verdict)}", "TOOL_FAILED")
                 if verdict:
