@@ -185,3 +185,44 @@ def test_mcpgs_plugins_list_is_accepted_for_the_jsonata_plugin_and_refuses_other
         "plugins[1]: mcpg's plugin 'dev.mcpg.auth.oidc' is not in mcpipe (its only transform plugin is JSONata, "
         "built in: dev.mcpg.transform.jsonata)"
     ]
+
+
+async def test_an_mcpg_http_step_posts_its_input_as_the_body(http_server: Any) -> None:
+    from mcpipe.config import parse_config
+
+    doc = {
+        "audit": {"enabled": False},
+        "builtins": False,
+        "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}},
+        "pipelines": [
+            {
+                "name": "create_user",
+                "input_schema": {"type": "object", "properties": {"name": {"type": "string"}}},
+                "backend": {
+                    "kind": "pipeline",
+                    "steps": [
+                        {"id": "step1", "kind": "http", "url": f"{http_server.url}/echo", "method": "post"},
+                        {
+                            "id": "step2",
+                            "kind": "http",
+                            "url": f"{http_server.url}/echo",
+                            "method": "put",
+                            "input_transform": '{"who": original_args.name,'
+                            ' "first": completed_steps.step1.output.status}',
+                        },
+                        {
+                            "id": "step3",
+                            "kind": "transform",
+                            "expression": '{"post": completed_steps.step1.output.body.body,'
+                            ' "put": completed_steps.step2.output.body.body}',
+                        },
+                    ],
+                },
+            }
+        ],
+    }
+    with trio.fail_after(30):
+        async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app, Client(app.server) as client:
+            r = await client.call_tool("create_user", {"name": "ada"})
+    assert r.structured_content == {"post": {"name": "ada"}, "put": {"who": "ada", "first": 200}}
+    assert http_server.log.requests[0]["method"] == "POST"
