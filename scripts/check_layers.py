@@ -34,6 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ),
     # The plan IR and its checker, expressions, and the mcp_pipe front-end (spec + compile).
     ("plan", ("mcpipe.plan", "mcpipe.expr", "mcpipe.spec", "mcpipe.compile")),
+    # Clients of outside services (SQL, NATS, gRPC, Kafka): the step kinds use them.
+    ("backends", ("mcpipe.backends",)),
     # Storage shared by the instances that resume suspended pipelines.
     ("store", ("mcpipe.store",)),
     # Asking the client (elicitation, sampling, roots) in both protocol eras.

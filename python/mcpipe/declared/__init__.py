@@ -25,7 +25,7 @@ from mcpipe.declared._compile import (
 from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
-from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, validate_declared
+from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, load_sql, validate_declared
 from mcpipe.declared._serving import config_limits, config_problems, declared_source, known_tools
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
@@ -76,6 +76,7 @@ __all__ = [
     "load_declared",
     "load_outbound",
     "load_pipelines",
+    "load_sql",
     "prelude",
     "step_schema",
     "tool_sites",

@@ -29,11 +29,12 @@ from mcpipe.errors import Problem
 from mcpipe.expr import CelExpr
 from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
 from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
-from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope, decode_fields
+from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope, decode_fields, referenced_step
 from mcpipe.plan import tool_sites as plan_tool_sites
 from mcpipe.plan import walk as plan_walk
 
 __all__ = [
+    "ALL_KINDS",
     "JSONATA_PLUGIN",
     "CompiledStep",
     "StepScope",
@@ -44,6 +45,19 @@ __all__ = [
 ]
 
 CompiledStep = Node
+
+
+class _AllKinds:
+    """Every kind name: the registry's (which may grow at run time) and the containers."""
+
+    def __contains__(self, name: object) -> bool:
+        return name in KINDS or name in RESERVED_KINDS
+
+    def __iter__(self) -> Iterator[str]:
+        return iter((*KINDS, *RESERVED_KINDS))
+
+
+ALL_KINDS = _AllKinds()
 
 
 @dataclass(frozen=True)
@@ -115,6 +129,17 @@ def tool_sites(steps: Iterable[CompiledStep]) -> list[tuple[str, str]]:
 
 
 _KIND = frozenset({"kind"})
+
+
+@dataclass(frozen=True, slots=True)
+class _Either:
+    """Two containers as one (a scope's visible steps and a kind's own names), without building a set."""
+
+    first: Container[str]
+    second: Container[str]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self.first or name in self.second
 
 
 class _Compiler:
@@ -212,7 +237,18 @@ class _Compiler:
                 refs.append((where, ref))
                 self.check.check_reference(where, ref, scope)
 
-        b = Build(raw, spec, loc, scope.policy, scope.tools, dict(templates), self.problem, mentions)
+        def template(value: Any, where: str, also_visible: frozenset[str]) -> Template | None:
+            if not also_visible:
+                return self.check.template(value, where, scope, refs)
+            inner = replace(scope, visible=None if scope.visible is None else _Either(scope.visible, also_visible))
+            own: list[tuple[str, str]] = []
+            t = self.check.template(value, where, inner, own)
+            refs.extend((site, ref) for site, ref in own if referenced_step(ref) not in also_visible)
+            return t
+
+        b = Build(
+            raw, spec, loc, scope.policy, scope.tools, dict(templates), self.problem, mentions, template, scope.visible
+        )
         built = None
         try:
             if k.build is not None:
@@ -227,7 +263,9 @@ class _Compiler:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
         timeout = spec.timeout_ms
-        if timeout is None and k.default_timeout is not None:
+        if k.own_deadline:
+            timeout = None  # the kind applies timeout_ms itself, so that TIMEOUT says what it waited for
+        elif timeout is None and k.default_timeout is not None:
             timeout = k.default_timeout(scope.policy)
         return Leaf(
             sid,

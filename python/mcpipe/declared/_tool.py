@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 import orjson
+import trio
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
@@ -205,6 +206,15 @@ class DeclaredPipelines:
     def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
         self._tools = {t.name: t for t in tools or ()}
         self.policy = policy or StepPolicy()
+
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the shared connections of ``nats``, ``grpc`` and ``kafka`` steps until cancelled (then close
+        them): ``await nursery.start(declared.run)``, as the server does beside its other services."""
+        await self.policy.connections.run(task_status=task_status)
+
+    async def aclose(self) -> None:
+        """Close the connections the steps opened (SQL pools, ...); the server calls this when it stops."""
+        await self.policy.aclose()
 
     def bind(self, registry: Any) -> None:
         """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""

@@ -121,8 +121,15 @@ class CelExpr:
     iterates: bool = False
 
     @classmethod
-    def compile(cls, source: str, names: frozenset[str] = frozenset()) -> CelExpr:
+    def compile(
+        cls, source: str, names: frozenset[str] = frozenset(), *, extra_roots: frozenset[str] = frozenset()
+    ) -> CelExpr:
         """Compile ``source``; ``names`` are more variables it may read (a ``for_each``'s ``as``).
+
+        Args:
+            source: the expression.
+            names: variables a pipeline adds (a ``for_each``'s ``as``), scanned like the roots.
+            extra_roots: variables a kind adds to the roots (``sql_await``'s ``rows``).
 
         Raises:
             ExpressionSyntaxError: it does not parse, or it reads a variable that is not a root.
@@ -134,15 +141,16 @@ class CelExpr:
         except ValueError as e:
             raise ExpressionSyntaxError(_cel_syntax(str(e))) from None
         roots_here = ROOTS | names
+        known = roots_here | extra_roots
         mentions, bound = scan_cel(source, roots_here)
-        unknown = sorted(set(program.variables()) - roots_here - bound - _NAMESPACES)
+        unknown = sorted(set(program.variables()) - known - bound - _NAMESPACES)
         if unknown:
             listed = ", ".join(f"`{n}`" for n in unknown)
+            seen = "args, steps, vars, context and last" + "".join(f", {r}" for r in sorted(extra_roots))
             raise ExpressionSyntaxError(
-                f"unknown variable{'s' if len(unknown) > 1 else ''} {listed} "
-                "(expressions see args, steps, vars, context and last)"
+                f"unknown variable{'s' if len(unknown) > 1 else ''} {listed} (expressions see {seen})"
             )
-        roots = frozenset(set(program.variables()) & roots_here)
+        roots = frozenset(set(program.variables()) & known)
         steps: set[str] | None = set()
         for m in mentions:
             if m.root == "steps":

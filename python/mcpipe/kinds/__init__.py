@@ -43,6 +43,14 @@ KINDS = Registry.of_modules(
         "sampling",
         "roots_list",
         "gather",
+        # The SQL kinds (mcpipe.backends.sql), on the policy's named backends.
+        "sql",
+        "sql_tx",
+        "sql_await",
+        # Messaging and RPC (mcpipe.backends): connections shared per URL, owned by the policy's Connections.
+        "nats",
+        "grpc",
+        "kafka",
     ],
 )
 """The leaf kinds by name, in the order the docs list them (``parallel`` and ``pipe`` are containers).

@@ -83,6 +83,8 @@ class Build(Generic[F]):
         templates: Mapping[str, Template],
         problem: Callable[[str, str, str], None],
         mentions: Callable[[Any, str], None],
+        template: Callable[[Any, str, frozenset[str]], Template | None] | None = None,
+        visible: Container[str] | None = None,
     ) -> None:
         self.raw = raw
         self.fields = fields
@@ -92,6 +94,8 @@ class Build(Generic[F]):
         self.templates = templates
         self._problem = problem
         self._mentions = mentions
+        self._template = template
+        self.visible = visible
         self.failed = False
 
     def problem(self, location: str, message: str, code: str = ErrorCode.INVALID_SPEC) -> None:
@@ -104,15 +108,27 @@ class Build(Generic[F]):
         self.failed = True
         raise BuildFailed
 
-    def cel(self, source: Any, location: str) -> CelExpr:
+    def template(self, value: Any, location: str, also_visible: frozenset[str] = frozenset()) -> Template | None:
+        """Compile a template the kind holds beyond its template fields (a statement's ``params``), checking
+        its references; ``also_visible`` names more steps it may read (``sql_tx``'s earlier statements,
+        whose references are the kind's own). None: it has problems (reported)."""
+        if self._template is None:
+            raise RuntimeError("this front-end compiles no templates for kinds")
+        t = self._template(value, location, also_visible)
+        if t is None:
+            self.failed = True
+        return t
+
+    def cel(self, source: Any, location: str, extra_roots: frozenset[str] = frozenset()) -> CelExpr:
         """Compile a CEL expression and check the references it makes; fails the build when it does not
-        compile (reported) or ``source`` is not a string (the fields report the type)."""
+        compile (reported) or ``source`` is not a string (the fields report the type). ``extra_roots``:
+        variables the kind adds (``sql_await``'s ``rows``)."""
         from mcpipe.expr import CelExpr, ExpressionSyntaxError
 
         if not isinstance(source, str):
             self.fail()
         try:
-            expr = CelExpr.compile(source)
+            expr = CelExpr.compile(source, extra_roots=extra_roots)
         except ExpressionSyntaxError as e:
             self.problem(location, f"invalid CEL: {e.reason}")
             self.fail()
@@ -140,6 +156,8 @@ class Kind(Generic[F, B]):
         default_timeout: the deadline of a step that sets none, from the operator's policy.
         tool_name: the tool a step of this kind calls, for the per-caller checks (the ``tool`` kind).
         prepare: adjusts the raw fields before decoding (``http`` upper-cases ``method``).
+        own_deadline: the kind applies ``timeout_ms`` itself (the plan gives the step no deadline), so that
+            its ``TIMEOUT`` can say what it waited for (``sql_await``, ``nats``, ``grpc``, ``kafka``).
     """
 
     name: str
@@ -150,6 +168,7 @@ class Kind(Generic[F, B]):
     default_timeout: Callable[[StepPolicy], float | None] | None = None
     tool_name: Callable[[F], str] | None = None
     prepare: Callable[[dict[str, Any]], None] | None = None
+    own_deadline: bool = False
 
 
 class Registry:

@@ -21,7 +21,11 @@ from mcpipe.tools._base import ToolContext
 __all__ = ["JSONATA_PLUGIN", "KIND", "PluginTransformFields", "run_plugin_transform"]
 
 JSONATA_PLUGIN = "dev.mcpipe.transform.jsonata"
-_PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
+_PLUGIN_ALIASES = {
+    "jsonata": JSONATA_PLUGIN,
+    JSONATA_PLUGIN: JSONATA_PLUGIN,
+    "dev.mcpg.transform.jsonata": JSONATA_PLUGIN,
+}
 
 
 class PluginTransformFields(StepFields, tag="plugin_transform"):

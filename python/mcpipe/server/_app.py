@@ -5,6 +5,7 @@ the gateway, and the SDK server on top.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -87,11 +88,20 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
-    if config.pipelines or config.outbound is not None:
+    if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
 
         sources.append(declared_source(config, sources))
     return sources
+
+
+def _declared_of(sources: list[ToolSource]) -> Any:
+    """The declared pipelines among ``sources`` (None: the config has none, and CEL/JSONata stay unloaded)."""
+    if "mcpipe.declared" not in sys.modules:
+        return None
+    from mcpipe.declared import DeclaredPipelines
+
+    return next((s for s in sources if isinstance(s, DeclaredPipelines)), None)
 
 
 def pipeline_store(config: Config) -> ServedStore:
@@ -178,6 +188,8 @@ async def open_app(
     server_id = new_worker_id()
     runs = Runs(queue, server_id=server_id)
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
+    # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
+    declared = _declared_of(sources)
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
@@ -211,6 +223,8 @@ async def open_app(
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # the store's background work (sweeping expired entries)
             await nursery.start(queue.run)  # the run queue's (connections, the retention sweeper)
+            if declared is not None:
+                await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
             worker = None
             if config.runs.execute if execute is None else execute:
@@ -219,6 +233,9 @@ async def open_app(
             yield App(config, gateway, downstreams, handlers, server, runs, worker)
             nursery.cancel_scope.cancel()
     finally:
+        if declared is not None:
+            with trio.CancelScope(shield=True):
+                await declared.aclose()  # the connections its steps opened (SQL pools, ...)
         audit.close()
 
 
