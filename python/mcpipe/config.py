@@ -35,6 +35,7 @@ __all__ = [
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "StoreConfig",
     "TokenConfig",
     "load_config",
     "parse_config",
@@ -123,6 +124,22 @@ class InteractionConfig(_Base):
     """How often expired suspended pipelines are swept from the store."""
 
 
+class StoreConfig(_Base):
+    """Where suspended pipelines and used-state claims live (``docs/deployment.md``)."""
+
+    url: str = "memory://"
+    """``memory://`` (this process only) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance;
+    also ``rediss://`` and ``unix://``)."""
+    max_entries: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    """The in-process store's cap on suspended states, and separately on used-state claims."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
+    """The in-process store's cap on the bytes of suspended states."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
+    """A shared store's bound on connecting and on each command."""
+    prefix: str = "mcpipe"
+    """A shared store's key prefix (servers with different prefixes can share a database)."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -136,6 +153,7 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -167,6 +185,7 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "store": _Section("store", StoreConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
 }
@@ -299,6 +318,11 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, "must start with `/`"))
     if h.path == "/healthz":
         problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    scheme, sep, rest = cfg.store.url.partition("://")
+    if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
+        problems.append(
+            Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
+        )
     return msgspec.structs.replace(cfg, mcpServers=servers)
 
 

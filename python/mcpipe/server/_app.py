@@ -18,8 +18,9 @@ from mcpipe.compile import Limits
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
-from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
+from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.store import open_pipeline_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -134,11 +135,11 @@ async def open_app(
         declared.bind(gateway)  # their tool steps go through the same call path
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
-    store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
+    store = open_pipeline_store(config.store, sweep_interval_s=config.interaction.sweep_interval_s)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)  # sweeps expired suspended pipelines
+            await nursery.start(store.run)  # sweeps expired suspended pipelines, or holds the Redis client
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
