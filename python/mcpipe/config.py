@@ -108,6 +108,8 @@ class HttpConfig(_Base):
     json_response: bool = False
     session_idle_timeout_s: float | None = 1800.0
     max_body_bytes: int = 4 * 1024 * 1024
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+    """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
 
 
 class InteractionConfig(_Base):

@@ -190,12 +190,15 @@ async def serve_http(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
+    listen_fd: int | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
 
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
+    ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``).
     """
     cfg = app.config
     h = cfg.http
@@ -213,8 +216,9 @@ async def serve_http(
         app=app.server,
         json_response=h.json_response,
         security_settings=security_settings(cfg, host),
-        session_idle_timeout=h.session_idle_timeout_s,
+        session_idle_timeout=None if listen_fd is not None else h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
+        stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -226,7 +230,10 @@ async def serve_http(
     )
     front = HttpFront(app, manager, path=h.path, tokens=tokens, fast=fast if fast_path else None)
     hc = HypercornConfig()
-    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    if listen_fd is not None:
+        hc.bind = [f"fd://{listen_fd}"]
+    else:
+        hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
