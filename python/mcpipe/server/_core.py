@@ -11,6 +11,7 @@ import logging
 import math
 import time
 import warnings
+import weakref
 from typing import Any
 
 import orjson
@@ -247,6 +248,25 @@ class ToolHandlers:
         self.default_principal = default_principal
         # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
         self.interactions = Interactions()
+        # 2025-11-25 sessions the SDK has served, by transport: the client's info and capabilities, which the
+        # lean path needs (the entry goes when the SDK drops the session's transport).
+        self.legacy_clients: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], Any]] = weakref.WeakKeyDictionary()
+        self.session_transport: Any = None  # session id -> its transport (the HTTP session manager's), or None
+
+    def _remember_client(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        if self.session_transport is None or ctx.protocol_version in _MODERN or ctx.request is None:
+            return
+        try:
+            sid = ctx.request.headers.get("mcp-session-id")
+        except AttributeError:
+            return
+        transport = self.session_transport(sid) if sid else None
+        if transport is not None and transport not in self.legacy_clients:
+            session = ctx.session
+            cp = session.client_params
+            info = cp.client_info if cp is not None else None
+            client = {"name": info.name, "version": info.version} if info is not None else {}
+            self.legacy_clients[transport] = (client, session.client_capabilities)
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -258,6 +278,7 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         await self.gateway.ready()
+        self._remember_client(ctx)
         out: dict[str, Any] = {"tools": self.visible_tools(_principal_of(ctx, self.default_principal))}
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
@@ -265,6 +286,7 @@ class ToolHandlers:
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
+        self._remember_client(ctx)
         out = await sdk_call(self, ctx, params, tool_context(ctx, default_principal=self.default_principal))
         if out.get("resultType") == "input_required":
             return out  # a pipeline waits for the client's answers (2026-07-28): never cached

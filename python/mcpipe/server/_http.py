@@ -227,7 +227,10 @@ async def serve_http(
         app.server.server_info_stamp,
         json_response=h.json_response,
         max_body=h.max_body_bytes,
+        manager=None if listen_fd is not None else manager,  # stateless workers have no 2025 sessions
     )
+    if fast_path and listen_fd is None:
+        app.handlers.session_transport = manager._server_instances.get
     front = HttpFront(app, manager, path=h.path, tokens=tokens, fast=fast if fast_path else None)
     hc = HypercornConfig()
     if listen_fd is not None:
