@@ -36,6 +36,7 @@ __all__ = [
     "McpServerConfig",
     "PipeConfig",
     "StoreConfig",
+    "TelemetryConfig",
     "TokenConfig",
     "load_config",
     "parse_config",
@@ -142,6 +143,15 @@ class StoreConfig(_Base):
     """A shared store's key prefix (servers with different prefixes can share a database)."""
 
 
+class TelemetryConfig(_Base):
+    """Metrics and traces (``docs/deployment.md``)."""
+
+    metrics: bool = True
+    """Serve ``GET /metrics`` (Prometheus text format)."""
+    traces: Literal["none", "console", "otlp"] | None = None
+    """Where OpenTelemetry spans go; unset: the standard OTEL_* variables decide, and without them, nowhere."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -156,6 +166,7 @@ class Config(_Base):
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -188,6 +199,7 @@ _SECTIONS = {
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
     "store": _Section("store", StoreConfig),
+    "telemetry": _Section("telemetry", TelemetryConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
 }

@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from mcpipe import telemetry
 from mcpipe.config import glob_matcher
 from mcpipe.errors import MCPipeError
 from mcpipe.tools import Tool, ToolContext, ToolResult
@@ -219,8 +220,13 @@ class Gateway:
         if not self.policy.allows(ctx.principal, name):
             self._record(ctx, name, False, "FORBIDDEN", t0, 0.0)
             raise _Refused("FORBIDDEN", f"principal '{ctx.principal}' may not call '{name}'")
+        tel = telemetry.current()
         try:
-            result = await tool.call(args, ctx)
+            if tel is None or tel.tracer is None or ctx.step is None:
+                result = await tool.call(args, ctx)
+            else:
+                with tel.span(f"step {ctx.step}", {"mcp.tool": name, "mcpipe.pipeline": ctx.pipeline or ""}):
+                    result = await tool.call(args, ctx)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise

@@ -10,11 +10,12 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
-from serverkit import http_server, make_config, running, test_tools
+from serverkit import http_server, make_config, test_tools
 
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.server import open_app
 from mcpipe.server._fast import FastToolCall
-from mcpipe.tools import ToolContext
+from mcpipe.tools import ToolContext, ToolRegistry
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -25,7 +26,10 @@ V = "2025-11-25"
 BASE = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
 
 
-@test_tools.tool
+logging_tools = ToolRegistry()
+
+
+@logging_tools.tool
 async def chatty(ctx: ToolContext) -> str:
     """Log twice, then answer."""
     await ctx.send_log("info", {"step": 1})
@@ -55,7 +59,7 @@ async def session(
     """A server (lean path on or off) and an initialized 2025-11-25 session on it; ``learned``: the SDK
     has served one request of the session (tools/list), as every client does before calling."""
     async with (
-        running(make_config(**config)) as app,
+        open_app(make_config(**config), extra_sources=[test_tools, logging_tools]) as app,
         http_server(app, fast_path=fast) as url,
         httpx2.AsyncClient() as http,
     ):

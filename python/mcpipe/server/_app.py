@@ -14,6 +14,7 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
+from mcpipe import telemetry
 from mcpipe.compile import Limits
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
@@ -138,13 +139,48 @@ async def open_app(
     store = open_pipeline_store(config.store, sweep_interval_s=config.interaction.sweep_interval_s)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
+        tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))
+    except ValueError as exc:
+        raise ConfigError([Problem("telemetry.traces", "INVALID_CONFIG", str(exc))]) from None
+    try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # sweeps expired suspended pipelines, or holds the Redis client
             await downstreams.start(nursery)
+            if tel.metrics is not None:
+                nursery.start_soon(_report_downstreams, tel, downstreams)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
     finally:
         audit.close()
+        if telemetry.current() is tel:
+            telemetry.install(None)
+        if tel.provider is not None:
+            tel.provider.shutdown()  # flushes the spans still batched
+
+
+DOWNSTREAM_REPORT_S = 5.0
+
+
+async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams) -> None:
+    """Keep the downstream-up gauge current (each worker reports its own connections)."""
+    while True:
+        tel.downstream_status(downstreams.status())
+        await trio.sleep(DOWNSTREAM_REPORT_S)
+
+
+def _known_names(gateway: Gateway) -> Any:
+    """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
+    seen: set[str] = {"mcp_pipe"}
+
+    def known(name: str) -> bool:
+        if name in seen:
+            return True
+        if gateway.get(name) is not None and len(seen) < 10_000:
+            seen.add(name)
+            return True
+        return False
+
+    return known
 
 
 def _version() -> str:

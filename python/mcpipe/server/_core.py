@@ -21,6 +21,7 @@ from mcp.server.lowlevel.server import Server
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe import telemetry
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -96,7 +97,12 @@ def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str 
         principal=_principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
-        extras={"mcp_context": ctx, "progress": _wants_progress(ctx), "progress_token": _progress_token(ctx)},
+        extras={
+            "mcp_context": ctx,
+            "progress": _wants_progress(ctx),
+            "progress_token": _progress_token(ctx),
+            "traceparent": ctx.meta.get("traceparent") if ctx.meta else None,
+        },
     )
 
 
@@ -185,6 +191,9 @@ class PipeRunner:
         except BaseException as exc:
             if is_suspension(exc):
                 code = "SUSPENDED"  # it waits for its client's answers (2026-07-28) and resumes on the retry
+                tel = telemetry.current()
+                if tel is not None:
+                    tel.suspended()
             raise
         finally:
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
@@ -296,7 +305,14 @@ class ToolHandlers:
         return out
 
     async def call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
-        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
+        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result (counted and traced
+        when the process has telemetry)."""
+        tel = telemetry.current()
+        if tel is None:
+            return await self._call(name, args, tctx)
+        return await tel.observe_call(name, tctx.extras.get("traceparent"), self._call(name, args, tctx))
+
+    async def _call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         if name == PIPE_TOOL and self.pipe is not None:
             return pipe_envelope(await self.pipe.run(args, tctx))
         try:

@@ -197,6 +197,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            extras={"traceparent": meta.get("traceparent")},
         )
         capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:
@@ -317,7 +318,7 @@ class FastToolCall:
             sdk_methods.validate_client_request("tools/call", _LEGACY, msg["params"])
         except (ValidationError, KeyError, ValueError):
             return False, replay  # the SDK answers invalid-params its own way
-        name, args, _ = call
+        name, args, meta = call
         plain, yields = self._traits(name)
         if not plain or self._may_ask(name, args):
             return False, replay
@@ -326,6 +327,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client=info,
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            extras={"traceparent": meta.get("traceparent")},
         )
         rid = msg["id"]
         if self.json_response:

@@ -1,6 +1,6 @@
 """Streamable HTTP: the SDK's session manager behind a small ASGI front, served by hypercorn's trio worker.
 
-The front does three things before a request reaches the SDK: ``/healthz``; bearer-token auth (the
+The front does three things before a request reaches the SDK: ``/healthz`` and ``/metrics``; bearer-token auth (the
 token's principal goes into the ASGI scope, where the tool handlers read it, and into ``scope["user"]``,
 so the SDK binds each 2025-11-25 session to the credential that opened it); and 404 for every other path.
 Both protocol eras are the session manager's: a 2026-07-28 request (``MCP-Protocol-Version`` header) is
@@ -32,6 +32,7 @@ from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
 from mcpipe.server._fast import FastToolCall
+from mcpipe.telemetry import metrics_text
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -131,6 +132,7 @@ class HttpFront:
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
         self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self.metrics = app.config.telemetry.metrics
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -150,6 +152,22 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
+            elif path == "/metrics" and self.metrics:
+                if self.require_auth and self._principal(scope) is None:
+                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    return
+                body, content_type = metrics_text()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
             elif path == "/healthz":
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
                 await _respond(send, 200, body)

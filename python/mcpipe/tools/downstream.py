@@ -32,6 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
 
+from mcpipe import telemetry
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
@@ -312,8 +313,19 @@ class DownstreamServer:
         async def forward(progress: float, total: float | None, message: str | None) -> None:
             await ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
 
+        tel = telemetry.current()
         try:
-            r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+            if tel is None or tel.tracer is None:
+                r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+            else:  # a client span, whose traceparent the downstream request carries in its _meta
+                with tel.span(f"downstream {self.name} {remote}", {"mcp.server": self.name}, client=True):
+                    r = await client.call_tool(
+                        remote,
+                        args,
+                        read_timeout_seconds=self._timeout,
+                        progress_callback=forward,
+                        meta=tel.trace_meta(),
+                    )
         except MCPError as exc:
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
