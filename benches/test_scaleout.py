@@ -1,0 +1,176 @@
+"""Scale-out benchmarks, ratios measured side by side in one run (figures in docs/performance.md):
+
+- ``mcpipe serve --workers 2`` against ``--workers 1``: 16 raw-HTTP clients calling a 5-step ``mcp_pipe``;
+- 2025-11-25 ``tools/call`` on an established session: server CPU per call on the lean path against the
+  SDK's path;
+- metrics and tracing on (spans into a provider with no exporter) against both off: server CPU per call.
+
+    pytest benches/test_scaleout.py --benchmark-enable --benchmark-only -s    # for real, with the tables
+
+Under the default ``--benchmark-disable`` each test runs once, on a few hundred calls, as a smoke test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx2
+import orjson
+import trio
+
+from server_load import HERE, Load, run_load, server_process, tools_call, tree_cpu_seconds
+from test_server import _calls, _chain, _table
+
+PIPE = tools_call("mcp_pipe", _chain(5))
+LEGACY = "2025-11-25"
+
+
+@asynccontextmanager
+async def mcpipe_serve(tmp: Path, workers: int) -> AsyncIterator[tuple[str, int]]:
+    """``mcpipe serve --workers N`` on a free port with the benchmark's tools; yields (URL, pid)."""
+    config = tmp / f"bench-{workers}.json"
+    doc = {"python_tools": ["server_load:bench_tools"], "builtins": False, "audit": {"enabled": False}}
+    config.write_text(json.dumps(doc))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}
+    args = [sys.executable, "-m", "mcpipe", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    args += ["--workers", str(workers), "--log-level", "info"]
+    proc = await trio.lowlevel.open_process(args, env=env, stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    log = b""
+    ready = 1 if workers == 1 else workers + 1  # the supervisor's line, then each worker's
+    try:
+        with trio.fail_after(60):
+            while log.count(b"serving MCP at ") < ready or not log.endswith(b"\n"):
+                chunk = await proc.stderr.receive_some()
+                if not chunk:
+                    raise RuntimeError(f"mcpipe serve exited: {log.decode(errors='replace')}")
+                log += chunk
+        url = log.split(b"serving MCP at ", 1)[1].split()[0].decode()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_drain, proc.stderr)
+            yield url, proc.pid
+            proc.terminate()
+            with trio.fail_after(60):
+                await proc.wait()
+            nursery.cancel_scope.cancel()
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+
+
+async def _drain(stream: trio.abc.ReceiveStream) -> None:
+    async for _ in stream:
+        pass
+
+
+async def _workers(calls: int, tmp: Path) -> dict[int, Load]:
+    out = {}
+    for workers in (1, 2):
+        async with mcpipe_serve(tmp, workers) as (url, pid):
+            out[workers] = await run_load(
+                url, pid, PIPE, clients=16, calls=calls, check=b'"ok":true', cpu=tree_cpu_seconds
+            )
+    return out
+
+
+def test_two_workers_serve_more_pipeline_calls_per_second_than_one(benchmark, tmp_path):
+    calls = _calls(benchmark)
+    result: dict[int, Load] = {}
+    benchmark.pedantic(lambda: result.update(trio.run(_workers, calls, tmp_path)), rounds=1, iterations=1)
+    ratio = result[2].calls_per_s / result[1].calls_per_s
+    rows = [("workers", "clients", "calls/s", "server CPU ms/call", "calls/s vs 1 worker")]
+    for w, load in result.items():
+        rows.append(
+            (
+                str(w),
+                "16",
+                f"{load.calls_per_s:.0f}",
+                f"{load.cpu_ms_per_call:.3f}",
+                f"{load.calls_per_s / result[1].calls_per_s:.2f}",
+            )
+        )
+        benchmark.extra_info[f"workers{w}_calls_per_s"] = round(load.calls_per_s, 1)
+    benchmark.extra_info["ratio"] = round(ratio, 2)
+    print("\n" + _table(rows))
+    assert all(load.calls > 0 for load in result.values())
+
+
+def legacy_request(url: str, sid: str, body: bytes) -> bytes:
+    hostport, _, path = url.removeprefix("http://").partition("/")
+    head = (
+        f"POST /{path} HTTP/1.1\r\nHost: {hostport}\r\nContent-Type: application/json\r\n"
+        f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {LEGACY}\r\n"
+        f"Mcp-Session-Id: {sid}\r\nContent-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def legacy_session(url: str) -> str:
+    """Open a 2025-11-25 session (initialize, initialized, tools/list); answers its id."""
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    init = {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    async with httpx2.AsyncClient() as http:
+        r = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, headers=base)
+        sid = r.headers["mcp-session-id"]
+        hdrs = {**base, "mcp-session-id": sid, "mcp-protocol-version": LEGACY}
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=hdrs)
+        await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=hdrs)
+    return sid
+
+
+async def _legacy(calls: int) -> dict[str, Load]:
+    body = orjson.dumps(
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ping", "arguments": {"text": "hi"}}}
+    )
+    out = {}
+    for label, variant in (("SDK path", "sdk-path"), ("lean path", "")):
+        async with server_process("mcpipe", os.devnull, variant) as (url, pid):
+            # One session per client: a session's requests in flight need ids of their own.
+            requests = [legacy_request(url, await legacy_session(url), body) for _ in range(8)]
+            out[label] = await run_load(url, pid, body, clients=8, calls=calls, check=b'"hi"', request=requests)
+    return out
+
+
+def test_the_lean_2025_path_costs_less_server_cpu_than_the_sdk_path(benchmark):
+    calls = _calls(benchmark)
+    result: dict[str, Load] = {}
+    benchmark.pedantic(lambda: result.update(trio.run(_legacy, calls)), rounds=1, iterations=1)
+    sdk = result["SDK path"].cpu_ms_per_call
+    rows = [("2025-11-25 tools/call", "calls/s", "server CPU ms/call", "CPU vs SDK path")]
+    for label, load in result.items():
+        rows.append(
+            (label, f"{load.calls_per_s:.0f}", f"{load.cpu_ms_per_call:.3f}", f"{load.cpu_ms_per_call / sdk:.2f}")
+        )
+    benchmark.extra_info["lean_vs_sdk_cpu"] = round(result["lean path"].cpu_ms_per_call / sdk, 2)
+    print("\n" + _table(rows))
+    if not benchmark.disabled:
+        assert result["lean path"].cpu_ms_per_call < sdk
+
+
+async def _telemetry(calls: int) -> dict[str, Load]:
+    out = {}
+    for label, variant in (("off", "bare"), ("metrics", ""), ("metrics + traces", "traced")):
+        async with server_process("mcpipe", os.devnull, variant) as (url, pid):
+            out[label] = await run_load(url, pid, PIPE, clients=8, calls=calls, check=b'"ok":true')
+    return out
+
+
+def test_metrics_and_traces_cost_little_cpu_per_call(benchmark):
+    calls = _calls(benchmark)
+    result: dict[str, Load] = {}
+    benchmark.pedantic(lambda: result.update(trio.run(_telemetry, calls)), rounds=1, iterations=1)
+    off = result["off"].cpu_ms_per_call
+    rows = [("5-step mcp_pipe, telemetry", "calls/s", "server CPU ms/call", "CPU vs off")]
+    for label, load in result.items():
+        rows.append(
+            (label, f"{load.calls_per_s:.0f}", f"{load.cpu_ms_per_call:.3f}", f"{load.cpu_ms_per_call / off:.3f}")
+        )
+        benchmark.extra_info[f"{label}_cpu_ms_per_call"] = round(load.cpu_ms_per_call, 3)
+    print("\n" + _table(rows))
+    assert all(load.calls > 0 for load in result.values())
