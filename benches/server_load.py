@@ -268,8 +268,10 @@ async def _serve_sdk() -> None:
 
 async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     """mcpipe serving the benchmark's tools. ``variant``: ``sdk-path`` (every request through the SDK, no
-    lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and spans into a provider with no
-    exporter); by default metrics are on and traces off, as ``mcpipe serve`` runs without telemetry config."""
+    lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and tracing live through the
+    OpenTelemetry API with no SDK installed: non-recording spans, the caller's traceparent carried on),
+    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter); by default metrics are
+    on and traces off, as ``mcpipe serve`` runs without telemetry config."""
     from mcpipe import telemetry
     from mcpipe.config import parse_config
     from mcpipe.server import open_app, serve_http
@@ -283,10 +285,14 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
         doc["telemetry"] = {"metrics": False}
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
+        known = telemetry.current().known  # type: ignore[union-attr]
         if variant == "traced":
+            from opentelemetry import trace
+
+            telemetry.install(telemetry.Telemetry(tracer=trace.get_tracer("mcpipe"), known=known))
+        elif variant == "recorded":
             from opentelemetry.sdk.trace import TracerProvider
 
-            known = telemetry.current().known  # type: ignore[union-attr]
             telemetry.install(telemetry.Telemetry(tracer_provider=TracerProvider(), known=known))
         serve = partial(serve_http, app, host="127.0.0.1", port=0, fast_path=variant != "sdk-path")
         url = await nursery.start(serve)

@@ -101,21 +101,27 @@ class Telemetry:
 
     Args:
         metrics: keep Prometheus metrics.
-        tracer_provider: an OpenTelemetry ``TracerProvider`` to trace with (None: no traces).
+        tracer_provider: an OpenTelemetry ``TracerProvider`` to trace with, shut down with the app.
+        tracer: a tracer to trace with instead (e.g. the OpenTelemetry API's, for an application that set
+            its own global provider); neither: no traces.
         known: which tool names may become label values (others count as ``other``, so a client sending
             random names cannot grow the metrics without bound).
     """
 
-    def __init__(self, *, metrics: bool = True, tracer_provider: Any = None, known: Any = None) -> None:
+    def __init__(
+        self, *, metrics: bool = True, tracer_provider: Any = None, tracer: Any = None, known: Any = None
+    ) -> None:
         self.metrics = _Metrics.get() if metrics else None
-        self.tracer = tracer_provider.get_tracer("mcpipe") if tracer_provider is not None else None
+        self.tracer = tracer_provider.get_tracer("mcpipe") if tracer_provider is not None else tracer
         self.provider = tracer_provider
         self.known = known
         if self.tracer is not None:
+            from opentelemetry import context
             from opentelemetry.propagate import extract, inject
-            from opentelemetry.trace import SpanKind, Status, StatusCode
+            from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
 
             self._extract, self._inject = extract, inject
+            self._attach, self._detach, self._in_context = context.attach, context.detach, set_span_in_context
             self._server_kind, self._client_kind = SpanKind.SERVER, SpanKind.CLIENT
             self._error = Status(StatusCode.ERROR)
 
@@ -134,12 +140,15 @@ class Telemetry:
                 out = await call
             else:
                 parent = self._extract({"traceparent": traceparent}) if isinstance(traceparent, str) else None
-                with self.tracer.start_as_current_span(
-                    f"tools/call {name}", context=parent, kind=self._server_kind, attributes={"mcp.tool": name}
-                ) as span:
+                span = self.tracer.start_span(f"tools/call {name}", context=parent, kind=self._server_kind)
+                token = self._attach(self._in_context(span))
+                try:
                     out = await call
                     if out.get("isError"):
                         span.set_status(self._error)
+                finally:
+                    self._detach(token)
+                    span.end()
             outcome = "error" if out.get("isError") else "ok"
             return out
         except BaseException as exc:
@@ -188,6 +197,29 @@ class Telemetry:
             self.metrics.suspended.inc()
 
     # --- spans ---
+
+    async def step_call(self, step: str, name: str, call: Awaitable[Any], *, current: bool) -> Any:
+        """Await a pipeline step's tool call inside a span ``step <id> <tool>``, a child of the call's.
+
+        Spans are started and ended by hand (no context manager), and made the current span only when
+        ``current`` (a tool that may make traced calls of its own, like a downstream one): a step span costs
+        the least it can, since a pipeline makes one per step.
+        """
+        assert self.tracer is not None
+        span = self.tracer.start_span(f"step {step} {name}")
+        token = self._attach(self._in_context(span)) if current else None
+        try:
+            result = await call
+            if getattr(result, "is_error", False):
+                span.set_status(self._error)
+            return result
+        except BaseException:
+            span.set_status(self._error)
+            raise
+        finally:
+            if token is not None:
+                self._detach(token)
+            span.end()
 
     @contextmanager
     def span(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Iterator[None]:
@@ -254,11 +286,25 @@ def tracer_provider(exporter: str, service: str) -> Any:
 
 
 def configure(section: Any, *, service: str, known: Any = None, environ: Mapping[str, str] | None = None) -> Telemetry:
-    """Install the telemetry the config's ``[telemetry]`` section (and the OTEL_* variables) ask for."""
+    """Install the telemetry the config's ``[telemetry]`` section (and the OTEL_* variables) ask for.
+
+    With an exporter named, mcpipe runs its own SDK provider. Without one, an application embedding mcpipe
+    that installed a global SDK provider gets mcpipe's spans there (the OpenTelemetry API's tracer);
+    otherwise there is no tracer at all, and the hooks cost one test each.
+    """
     env = os.environ if environ is None else environ
     exporter = traces_exporter(section, env)
     provider = tracer_provider(exporter, service) if exporter is not None else None
-    telemetry = Telemetry(metrics=getattr(section, "metrics", True), tracer_provider=provider, known=known)
+    tracer = None
+    if provider is None and getattr(section, "traces", None) != "none":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        if isinstance(trace.get_tracer_provider(), TracerProvider):
+            tracer = trace.get_tracer("mcpipe")
+    telemetry = Telemetry(
+        metrics=getattr(section, "metrics", True), tracer_provider=provider, tracer=tracer, known=known
+    )
     install(telemetry)
     return telemetry
 
