@@ -85,10 +85,13 @@ def call(name: str, arguments: Any, rid: Any = 7, **params: Any) -> bytes:
     )
 
 
-async def post_both(body: bytes, **config: Any) -> list[httpx2.Response]:
+async def post_both(body: bytes, *, log_level: str | None = None, **config: Any) -> list[httpx2.Response]:
     answers = []
     for fast in (True, False):
         async with session(fast, **config) as (http, url, hdrs):
+            if log_level is not None:
+                set_level = {"jsonrpc": "2.0", "id": 5, "method": "logging/setLevel", "params": {"level": log_level}}
+                await http.post(url, json=set_level, headers=hdrs)
             answers.append(await http.post(url, content=body, headers=hdrs))
     return answers
 
@@ -145,15 +148,18 @@ async def test_json_response_mode_answers_byte_for_byte_too(served: list[bool]) 
     assert wire(fast) == wire(sdk)
 
 
-async def test_logs_of_a_call_on_the_lean_2025_path_reach_the_client_as_on_the_sdk_path(served: list[bool]) -> None:
-    fast, sdk = await post_both(call("chatty", {}))
+@pytest.mark.parametrize(("level", "expected"), [(None, 2), ("warning", 1), ("error", 0)])
+async def test_logs_of_a_call_on_the_lean_2025_path_reach_the_client_as_on_the_sdk_path(
+    level: str | None, expected: int, served: list[bool]
+) -> None:
+    fast, sdk = await post_both(call("chatty", {}), log_level=level)
     assert served[-1] is True
 
     def events(r: httpx2.Response) -> list[Any]:
         return [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
 
     assert events(fast) == events(sdk)
-    assert [e.get("method") for e in events(fast)] == ["notifications/message", "notifications/message", None]
+    assert [e.get("method") for e in events(fast)] == ["notifications/message"] * expected + [None]
 
 
 @pytest.mark.parametrize(

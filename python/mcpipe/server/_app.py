@@ -20,7 +20,8 @@ from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, principal_of
+from mcpipe.server._passthrough import Passthrough
 from mcpipe.store import open_pipeline_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
@@ -135,6 +136,9 @@ async def open_app(
     if declared is not None:
         declared.bind(gateway)  # their tool steps go through the same call path
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    handlers.passthrough = Passthrough(
+        downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
+    )
     server = build_server(handlers, name=config.name, version=_version())
     store = open_pipeline_store(config.store, sweep_interval_s=config.interaction.sweep_interval_s)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)

@@ -50,6 +50,7 @@ from starlette.types import Message, Receive, Scope, Send
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
+from mcpipe.server._passthrough import level_allows
 from mcpipe.tools import FunctionTool, ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
@@ -322,7 +323,7 @@ class FastToolCall:
         plain, yields = self._traits(name)
         if not plain or self._may_ask(name, args):
             return False, replay
-        info, capabilities = client
+        info, capabilities, connection = client
         ctx = ToolContext(
             request_id=str(msg["id"]),
             client=info,
@@ -346,8 +347,15 @@ class FastToolCall:
         ]
         await send({"type": "http.response.start", "status": 200, "headers": start})
 
-        async def log(level: str, data: Any) -> None:
-            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": level, "data": data}}
+        passthrough = self.handlers.passthrough
+
+        async def log(level: str, data: Any, /, logger: str | None = None) -> None:
+            if passthrough is not None and not level_allows(passthrough.levels.get(connection), level):
+                return
+            params: dict[str, Any] = {"level": level, "data": data}
+            if logger is not None:
+                params["logger"] = logger
+            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
             event = b"event: message\r\ndata: " + orjson.dumps(note) + b"\r\n\r\n"
             await send({"type": "http.response.body", "body": event, "more_body": True})
 
