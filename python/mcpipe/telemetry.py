@@ -14,7 +14,8 @@ hook is one ``is None`` test. The hooks:
 Metrics are correct with ``--workers``: the supervisor gives every worker one ``PROMETHEUS_MULTIPROC_DIR``
 and ``/metrics`` on any worker aggregates them all (prometheus-client's multiprocess mode). Tracing is off
 unless ``[telemetry] traces`` names an exporter or the standard variables do (``OTEL_TRACES_EXPORTER``, or
-``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` for OTLP).
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` for OTLP), or an application
+embedding mcpipe installed a global SDK provider.
 """
 
 from __future__ import annotations
