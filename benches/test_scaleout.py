@@ -17,6 +17,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from pathlib import Path
@@ -196,9 +197,55 @@ async def _telemetry(calls: int) -> dict[str, list[Load]]:
     return await _interleaved(variants, PIPE, max(50, calls // ROUNDS), b'"ok":true')
 
 
+async def _telemetry_in_process(rounds: int, calls: int) -> dict[str, list[float]]:
+    """CPU microseconds per ``mcp_pipe`` call through the handlers (no HTTP), per telemetry variant,
+    interleaved: the telemetry's own cost, without the transport's noise around it."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from mcpipe import telemetry
+    from mcpipe.config import parse_config
+    from mcpipe.server import open_app
+    from mcpipe.tools import ToolContext
+
+    doc = {"python_tools": ["server_load:bench_tools"], "builtins": False, "audit": {"enabled": False}}
+    spec = _chain(5)
+    parent = {"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+    async with open_app(parse_config(json.dumps(doc), "json")) as app:
+        current = telemetry.current()
+        known = current.known if current is not None else None
+        variants = {
+            "off": None,
+            "metrics": telemetry.Telemetry(known=known),
+            "metrics + traces (API, no SDK)": telemetry.Telemetry(known=known, tracer=trace.get_tracer("bench")),
+            "metrics + SDK spans": telemetry.Telemetry(known=known, tracer_provider=TracerProvider()),
+        }
+        out: dict[str, list[float]] = {label: [] for label in variants}
+        try:
+            for _ in range(rounds):
+                for label, tel in variants.items():
+                    telemetry.install(tel)
+                    t0 = time.process_time()
+                    for _ in range(calls):
+                        await app.handlers.call("mcp_pipe", spec, ToolContext(request_id="1", extras=dict(parent)))
+                    out[label].append((time.process_time() - t0) / calls * 1e6)
+        finally:
+            telemetry.install(current)
+    return out
+
+
 def test_metrics_and_traces_cost_little_cpu_per_call(benchmark):
     calls = _calls(benchmark)
     result: dict[str, list[Load]] = {}
     benchmark.pedantic(lambda: result.update(trio.run(_telemetry, calls)), rounds=1, iterations=1)
     _compare(result, "off", "5-step mcp_pipe, telemetry", benchmark)
     assert all(load.calls > 0 for loads in result.values() for load in loads)
+    # The same variants in process: what telemetry adds per call, against the server's CPU per call.
+    micro = trio.run(_telemetry_in_process, 9 if not benchmark.disabled else 1, 300 if not benchmark.disabled else 20)
+    server_us = _best(result["off"]).cpu_ms_per_call * 1000
+    rows = [("in process", "CPU us/call (best)", "added us/call (median)", "added / server CPU per call")]
+    for label, samples in micro.items():
+        added = statistics.median(a - b for a, b in zip(samples, micro["off"], strict=True))
+        rows.append((label, f"{min(samples):.1f}", f"{added:.1f}", f"{added / server_us:.1%}"))
+        benchmark.extra_info[f"{label}_added_us"] = round(added, 1)
+    print("\n" + _table(rows))
