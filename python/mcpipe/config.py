@@ -148,8 +148,10 @@ class TelemetryConfig(_Base):
 
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format)."""
-    traces: Literal["none", "console", "otlp"] | None = None
-    """Where OpenTelemetry spans go; unset: the standard OTEL_* variables decide, and without them, nowhere."""
+    traces: Literal["none", "propagate", "console", "otlp"] | None = None
+    """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
+    caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
+    decide, and without them, off."""
 
 
 class Config(_Base):

@@ -289,15 +289,20 @@ def tracer_provider(exporter: str, service: str) -> Any:
 def configure(section: Any, *, service: str, known: Any = None, environ: Mapping[str, str] | None = None) -> Telemetry:
     """Install the telemetry the config's ``[telemetry]`` section (and the OTEL_* variables) ask for.
 
-    With an exporter named, mcpipe runs its own SDK provider. Without one, an application embedding mcpipe
-    that installed a global SDK provider gets mcpipe's spans there (the OpenTelemetry API's tracer);
-    otherwise there is no tracer at all, and the hooks cost one test each.
+    With an exporter named, mcpipe runs its own SDK provider. ``propagate`` uses the OpenTelemetry API's
+    tracer, which without an SDK records nothing but carries the caller's trace context on. Otherwise an
+    application embedding mcpipe that installed a global SDK provider gets mcpipe's spans there; and without
+    one there is no tracer at all, and the hooks cost one test each.
     """
     env = os.environ if environ is None else environ
     exporter = traces_exporter(section, env)
-    provider = tracer_provider(exporter, service) if exporter is not None else None
+    provider = tracer_provider(exporter, service) if exporter not in (None, "propagate") else None
     tracer = None
-    if provider is None and getattr(section, "traces", None) != "none":
+    if exporter == "propagate":  # the API's tracer: non-recording spans unless an application set a provider
+        from opentelemetry import trace
+
+        tracer = trace.get_tracer("mcpipe")
+    elif provider is None and getattr(section, "traces", None) != "none":
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
 

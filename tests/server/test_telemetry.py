@@ -170,6 +170,20 @@ async def test_a_call_is_a_span_with_children_per_step_and_per_downstream_call(
     assert seen_downstream == f"00-{PARENT_TRACE}-{format(down.context.span_id, '016x')}-01"
 
 
+async def test_propagate_records_nothing_but_carries_the_callers_traceparent_on_downstream() -> None:
+    config = make_config(
+        mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}}, telemetry={"traces": "propagate"}
+    )
+    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}]}
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, http_server(app) as url, Client(url, mode="2026-07-28") as c:
+            r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": PARENT})
+            plain = await c.session.call_tool("mcp_pipe", spec)
+    assert r.structured_content is not None and plain.structured_content is not None
+    assert r.structured_content["steps"]["b"]["text"] == PARENT  # the caller's own context, unchanged
+    assert plain.structured_content["steps"]["b"]["text"] == "none"  # nothing invented without a caller's trace
+
+
 def test_tracing_is_off_unless_configured_or_the_otel_variables_say_so() -> None:
     section = make_config().telemetry
     assert telemetry.traces_exporter(section, {}) is None
