@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from mcpipe._bounds import deepest_location, json_depth
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe.errors import ConfigError, Problem
 
@@ -43,6 +44,8 @@ __all__ = [
 ]
 
 CODE = "INVALID_CONFIG"
+MAX_CONFIG_DEPTH = 128
+"""How deeply any value of a config may nest (declared pipelines' templates included)."""
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -77,11 +80,41 @@ class McpServerConfig(_Base):
 
 
 class PipeConfig(_Base):
+    """``mcp_pipe`` and the limits every pipeline runs under (``docs/reliability.md``)."""
+
     enabled: bool = True
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: int | None = None
+    max_spec_bytes: int = 4 * 1024 * 1024
+    """The largest spec, refused before anything is compiled."""
+    max_json_depth: int = 64
+    """How deeply any JSON value (templates, tool arguments, step outputs) may nest."""
+    max_output_bytes: int = 8 * 1024 * 1024
+    """The most one step's output, or one interpolated string, may hold."""
+    max_answer_bytes: int = 32 * 1024 * 1024
+    """The most the outputs of one pipeline (and its result) may hold together, and one direct call's result."""
+    expression_timeout_ms: int = 1000
+    """The deadline of one CEL or JSONata evaluation."""
+    compile_cache_bytes: int = 64 * 1024 * 1024
+    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+
+    def limits(self) -> Any:
+        """These limits as the runtime takes them (:class:`mcpipe.compile.Limits`)."""
+        from mcpipe.compile import Limits
+
+        return Limits(
+            self.max_steps,
+            self.max_depth,
+            self.max_concurrency,
+            self.timeout_ms,
+            max_spec_bytes=self.max_spec_bytes,
+            max_json_depth=self.max_json_depth,
+            max_output_bytes=self.max_output_bytes,
+            max_answer_bytes=self.max_answer_bytes,
+            expression_timeout_ms=self.expression_timeout_ms,
+        )
 
 
 class TokenConfig(_Base):
@@ -109,6 +142,8 @@ class HttpConfig(_Base):
     json_response: bool = False
     session_idle_timeout_s: float | None = 1800.0
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """How long a request body may take to arrive, in all; a slower one is answered 408."""
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
 
@@ -125,18 +160,19 @@ class InteractionConfig(_Base):
     """States larger than this stay in the pipeline store; the client holds an opaque handle."""
     sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 30.0
     """How often expired suspended pipelines are swept from the store."""
+    max_suspended: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most suspended pipelines the in-memory store keeps; past it the oldest is evicted."""
+    max_suspended_bytes: Annotated[int, msgspec.Meta(ge=1)] = 64 * 1024 * 1024
+    """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
 
 
 class StoreConfig(_Base):
     """Where suspended pipelines and used-state claims live (``docs/deployment.md``)."""
 
     url: str = "memory://"
-    """``memory://`` (this process only) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance;
-    also ``rediss://`` and ``unix://``)."""
-    max_entries: Annotated[int, msgspec.Meta(ge=1)] = 100_000
-    """The in-process store's cap on suspended states, and separately on used-state claims."""
-    max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
-    """The in-process store's cap on the bytes of suspended states."""
+    """``memory://`` (this process only, bounded by ``interaction.max_suspended`` and
+    ``max_suspended_bytes``) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance; also
+    ``rediss://`` and ``unix://``)."""
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
     """A shared store's bound on connecting and on each command."""
     prefix: str = "mcpipe"
@@ -329,7 +365,18 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             if name not in names:
                 problems.append(Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(names)})"))
     p = cfg.pipe
-    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
+    for key in (
+        "max_steps",
+        "max_depth",
+        "max_concurrency",
+        "timeout_ms",
+        "max_spec_bytes",
+        "max_json_depth",
+        "max_output_bytes",
+        "max_answer_bytes",
+        "expression_timeout_ms",
+        "compile_cache_bytes",
+    ):
         v = getattr(p, key)
         if v is not None and v <= 0:
             problems.append(Problem(f"pipe.{key}", CODE, "must be positive"))
@@ -387,8 +434,17 @@ def parse_config(
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError(
+            [Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
+    if json_depth(raw, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        where = deepest_location(raw, MAX_CONFIG_DEPTH)
+        raise ConfigError(
+            [Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")]
+        )
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():

@@ -102,8 +102,9 @@ def test_the_password_never_shows_in_messages() -> None:
 
 
 def test_the_factory_picks_the_store_by_the_url_scheme() -> None:
-    memory = open_pipeline_store(parse_config("[store]\nmax_entries = 3\nmax_bytes = 100", "toml").store)
-    assert isinstance(memory, InMemoryPipelineStore) and (memory.max_entries, memory.max_bytes) == (3, 100)
+    config = parse_config("[interaction]\nmax_suspended = 3\nmax_suspended_bytes = 100", "toml")
+    memory = open_pipeline_store(config.store, config.interaction)
+    assert isinstance(memory, InMemoryPipelineStore) and (memory.max_states, memory.max_bytes) == (3, 100)
     shared = open_pipeline_store(parse_config('[store]\nurl = "redis://127.0.0.1:6379/1"\nprefix = "p"', "toml").store)
     assert isinstance(shared, RedisPipelineStore) and shared.prefix == "p"
 
@@ -115,28 +116,3 @@ def test_a_store_url_of_no_known_kind_is_a_located_config_error(url: str) -> Non
     with pytest.raises(ConfigError) as caught:
         parse_config(f'[store]\nurl = "{url}"', "toml")
     assert [p.location for p in caught.value.problems] == ["store.url"]
-
-
-async def test_the_in_memory_store_drops_the_oldest_states_past_its_caps() -> None:
-    store = InMemoryPipelineStore(max_entries=3, max_bytes=10)
-    later = time.time() + 60
-    for i in range(4):
-        await store.put(f"h{i}", b"ab", later)
-    assert await store.take("h0") is None  # the oldest went to make room for the fourth
-    assert [await store.take(f"h{i}") for i in (1, 2, 3)] == [b"ab"] * 3
-    await store.put("a", b"123456", later)
-    await store.put("b", b"123456", later)  # 12 bytes would exceed 10: the older goes
-    assert store.blob_bytes == 6 and await store.take("a") is None
-    with pytest.raises(StoreUnavailable, match="exceeds"):
-        await store.put("huge", b"x" * 11, later)
-
-
-async def test_a_claim_past_the_cap_is_refused_never_forgotten() -> None:
-    now = [1000.0]
-    store = InMemoryPipelineStore(max_entries=2, clock=lambda: now[0])
-    assert await store.claim("a", 1100) and await store.claim("b", 1100)
-    with pytest.raises(StoreUnavailable, match="2 claims"):
-        await store.claim("c", 1100)
-    assert await store.claim("a", 1100) is False  # still remembered: a replay stays refused
-    now[0] = 1200.0  # both expired: room again
-    assert await store.claim("c", 1300) is True

@@ -33,7 +33,7 @@ from mcpipe.interaction._state import (
     StateSealer,
     args_digest,
 )
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StoreUnavailable
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StateTooLarge, StoreUnavailable
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
@@ -184,6 +184,9 @@ class Interactions:
             token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
         except StoreUnavailable as e:
             raise _unavailable(e) from None
+        except StateTooLarge as e:
+            _log.warning("suspension of %s refused: %s", name, e)
+            return {"content": [{"type": "text", "text": f"{e.code}: {e}"}], "isError": True}
         return {
             "resultType": "input_required",
             "inputRequests": {wire: q["request"] for wire, q in pending.items()},

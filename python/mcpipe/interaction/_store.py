@@ -4,44 +4,50 @@ A store keeps two things, both with an expiry: blobs (a suspended pipeline's sta
 inline in ``requestState``, kept behind an opaque handle) and claims (the one-time ids of the states that
 have been resumed, so a replayed state is refused). A shared store (Redis, a later issue) implements the
 same four methods (``mcpipe.store.redis``); nothing else in the runtime knows which store it talks to.
-
-The in-memory store is capped (entries and bytes) so a client that suspends pipelines and never resumes
-them cannot pin the server's memory: past the cap the oldest blobs go first, and a claim that would not fit
-is refused (:class:`StoreUnavailable`) rather than forgotten, since a forgotten claim would let its state be
-replayed.
 """
 
 from __future__ import annotations
 
 import heapq
-import logging
 import time
 from typing import Any, Protocol, runtime_checkable
 
 import trio
 
 __all__ = [
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_ENTRIES",
+    "MAX_STORED_BYTES",
+    "MAX_STORED_STATES",
     "SWEEP_INTERVAL_S",
     "InMemoryPipelineStore",
     "PipelineStore",
+    "StateTooLarge",
     "StoreUnavailable",
 ]
 
 SWEEP_INTERVAL_S = 30.0
 """How often the in-memory store's sweeper drops expired entries."""
-DEFAULT_MAX_ENTRIES = 100_000
-"""The in-memory store's cap on blobs, and separately on claims."""
-DEFAULT_MAX_BYTES = 256 * 1024 * 1024
-"""The in-memory store's cap on the bytes of its blobs."""
 
-_log = logging.getLogger("mcpipe.interaction")
+MAX_STORED_STATES = 1000
+"""Default: the most suspended states the in-memory store keeps (the oldest is evicted past it)."""
+
+MAX_STORED_BYTES = 64 * 1024 * 1024
+"""Default: the most bytes of suspended states the in-memory store keeps (the oldest are evicted past it)."""
 
 
 class StoreUnavailable(Exception):
-    """The pipeline store cannot answer now (a shared store is unreachable, or the in-memory store is
-    full of claims); the call that needed it fails with this message, and a later one may succeed."""
+    """The pipeline store cannot answer now (a shared store is unreachable); the call that needed it fails
+    with this message, and a later one may succeed."""
+
+
+class StateTooLarge(Exception):
+    """A suspended pipeline's state larger than the whole store may hold: refused, never stored."""
+
+    code = "LIMIT_EXCEEDED"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the suspended pipeline's state is {size} bytes; the pipeline store keeps at most {limit}")
+        self.size = size
+        self.limit = limit
 
 
 @runtime_checkable
@@ -75,17 +81,21 @@ class PipelineStore(Protocol):
 
 
 class InMemoryPipelineStore:
-    """The single-instance default: dicts and an expiry heap, capped.
+    """The single-instance default: dicts and an expiry heap.
 
     Run :meth:`run` in a nursery (``await nursery.start(store.run)``) to sweep expired entries in the
     background; without it, entries are still refused once expired, they only linger in memory.
 
+    Blobs are bounded in count and in bytes: past either bound the oldest blobs are evicted (their
+    pipelines can no longer be resumed, and say so), and a blob larger than the byte bound is refused with
+    :class:`StateTooLarge`. Claims are small and must outlive their state (a replay stays refused), so they
+    are kept until they expire.
+
     Args:
         clock: the time source (``time.time``); tests pass their own.
         interval_s: the sweeper's period.
-        max_entries: at most this many blobs (the oldest are dropped to make room), and at most this many
-            claims (one more is refused with :class:`StoreUnavailable`).
-        max_bytes: at most this many bytes of blobs (the oldest are dropped to make room).
+        max_states: the most blobs kept.
+        max_bytes: the most bytes of blobs kept.
     """
 
     def __init__(
@@ -93,41 +103,46 @@ class InMemoryPipelineStore:
         *,
         clock: Any = time.time,
         interval_s: float = SWEEP_INTERVAL_S,
-        max_entries: int = DEFAULT_MAX_ENTRIES,
-        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_states: int = MAX_STORED_STATES,
+        max_bytes: int = MAX_STORED_BYTES,
     ) -> None:
         self._clock = clock
         self.interval_s = interval_s
-        self.max_entries = max_entries
+        self.max_states = max_states
         self.max_bytes = max_bytes
-        self._blobs: dict[str, tuple[bytes, float]] = {}
-        self._blob_bytes = 0
+        self.stored_bytes = 0
+        self._blobs: dict[str, tuple[bytes, float]] = {}  # in insertion order: the oldest first
         self._claims: dict[str, float] = {}
         self._expiries: list[tuple[float, int, str]] = []  # (expires_at, 0 blob | 1 claim, key)
 
     def __len__(self) -> int:
         return len(self._blobs) + len(self._claims)
 
-    @property
-    def blob_bytes(self) -> int:
-        """The bytes the blobs held now take."""
-        return self._blob_bytes
-
     async def put(self, handle: str, blob: bytes, expires_at: float) -> None:
+        """Keep ``blob``, evicting the oldest blobs past ``max_states`` or ``max_bytes``.
+
+        Raises:
+            StateTooLarge: the blob alone is larger than ``max_bytes``.
+        """
         await trio.lowlevel.checkpoint()
         if len(blob) > self.max_bytes:
-            raise StoreUnavailable(f"a suspended state of {len(blob)} bytes exceeds the store's {self.max_bytes}")
-        self._drop_blob(handle)
-        if len(self._blobs) >= self.max_entries or self._blob_bytes + len(blob) > self.max_bytes:
-            self.sweep_now()
-            self._make_room(len(blob))
+            raise StateTooLarge(len(blob), self.max_bytes)
+        self._drop(handle)
         self._blobs[handle] = (blob, expires_at)
-        self._blob_bytes += len(blob)
+        self.stored_bytes += len(blob)
         heapq.heappush(self._expiries, (expires_at, 0, handle))
+        while len(self._blobs) > self.max_states or self.stored_bytes > self.max_bytes:
+            self._drop(next(iter(self._blobs)))
+
+    def _drop(self, handle: str) -> tuple[bytes, float] | None:
+        entry = self._blobs.pop(handle, None)
+        if entry is not None:
+            self.stored_bytes -= len(entry[0])
+        return entry
 
     async def take(self, handle: str) -> bytes | None:
         await trio.lowlevel.checkpoint()
-        entry = self._drop_blob(handle)
+        entry = self._drop(handle)
         if entry is None or entry[1] <= self._clock():
             return None
         return entry[0]
@@ -137,29 +152,9 @@ class InMemoryPipelineStore:
         seen = self._claims.get(state_id)
         if seen is not None and seen > self._clock():
             return False
-        if seen is None and len(self._claims) >= self.max_entries:
-            self.sweep_now()
-            if len(self._claims) >= self.max_entries:
-                raise StoreUnavailable(f"the pipeline store holds {self.max_entries} claims already; try again later")
         self._claims[state_id] = expires_at
         heapq.heappush(self._expiries, (expires_at, 1, state_id))
         return True
-
-    def _drop_blob(self, handle: str) -> tuple[bytes, float] | None:
-        entry = self._blobs.pop(handle, None)
-        if entry is not None:
-            self._blob_bytes -= len(entry[0])
-        return entry
-
-    def _make_room(self, size: int) -> None:
-        # The oldest blobs go first (dicts keep insertion order; with the one TTL a server uses, the oldest
-        # are also the closest to expiring, the likeliest to be abandoned already).
-        dropped = 0
-        while self._blobs and (len(self._blobs) >= self.max_entries or self._blob_bytes + size > self.max_bytes):
-            self._drop_blob(next(iter(self._blobs)))
-            dropped += 1
-        if dropped:
-            _log.warning("pipeline store full: dropped the %d oldest suspended states", dropped)
 
     async def sweep(self) -> int:
         await trio.lowlevel.checkpoint()
@@ -177,7 +172,7 @@ class InMemoryPipelineStore:
             # A key may have been put again with a later expiry: only the entry that expired goes.
             if current is not None and (current[1] if which == 0 else current) == expires_at:
                 if which == 0:
-                    self._drop_blob(key)
+                    self._drop(key)
                 else:
                     del table[key]
                 dropped += 1

@@ -15,7 +15,7 @@ import trio
 from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
-from mcpipe.compile import Limits
+from mcpipe.compile import Limits, configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
@@ -62,8 +62,8 @@ def policy_of(config: Config) -> Policy:
 
 
 def limits_of(config: Config) -> Limits:
-    p = config.pipe
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    limits: Limits = config.pipe.limits()
+    return limits
 
 
 @dataclass
@@ -135,12 +135,18 @@ async def open_app(
     )
     if declared is not None:
         declared.bind(gateway)  # their tool steps go through the same call path
-    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    limits = limits_of(config)
+    configure_cache(max_bytes=config.pipe.compile_cache_bytes)
+    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
+        from mcpipe.declared._expr import set_expression_timeout
+
+        set_expression_timeout(config.pipe.expression_timeout_ms)
+    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits) if config.pipe.enabled else None, limits=limits)
     handlers.passthrough = Passthrough(
         downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
     )
     server = build_server(handlers, name=config.name, version=_version())
-    store = open_pipeline_store(config.store, sweep_interval_s=config.interaction.sweep_interval_s)
+    store = open_pipeline_store(config.store, config.interaction)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))

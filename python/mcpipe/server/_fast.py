@@ -31,6 +31,7 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import re
 from typing import Any
 
 import orjson
@@ -47,6 +48,8 @@ from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from mcpipe._core import json_measure
+from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
@@ -68,6 +71,13 @@ _ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _ERROR = "mcpipe.error"
+# orjson reads integers of 2^64 and more as floats, where the SDK's parser keeps them: a body holding a run
+# of 20 digits goes to the SDK (2^64 has 20 digits; a run that long elsewhere only costs the fast path).
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+_BOM = b"\xef\xbb\xbf"
+# Bodies nested deeper than this go to the SDK, whose parsers stop somewhere past it (jiter at 201 levels,
+# Python's json at its recursion limit), so both paths give the SDK's answer; orjson reads up to 1024.
+_SDK_MAX_DEPTH = 201
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -148,7 +158,9 @@ class FastToolCall:
             more = message.get("more_body", False)
             if len(body) > self.max_body:
                 break
-        return body, not more, _replaying(body, more, receive)
+        # The SDK decides what is too large, starts with a byte order mark, or holds integers past 64 bits.
+        complete = not more and not body.startswith(_BOM) and _LONG_NUMBER.search(body) is None
+        return body, complete, replaying(body, more, receive)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> tuple[bool, Receive]:
         """Serve the request if it is ours. Returns (served, receive): when not served, ``receive``
@@ -185,6 +197,8 @@ class FastToolCall:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
             return False, replay
+        if json_measure(msg, max_depth=_SDK_MAX_DEPTH)[1] > _SDK_MAX_DEPTH:
+            return False, replay  # the SDK answers its parse error
         call = _tool_call(msg)
         if call is None or not isinstance(classify_inbound_request(msg, headers=headers), InboundModernRoute):
             return False, replay
@@ -265,7 +279,7 @@ class FastToolCall:
         else:
             out.setdefault("resultType", "complete")  # or "input_required": a pipeline asks the client
             out["_meta"] = self.meta
-            payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": out})
+            payload = dumps({"jsonrpc": "2.0", "id": rid, "result": out})
         if streaming:
             event = b"event: message\r\ndata: " + payload + b"\r\n\r\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
@@ -448,6 +462,11 @@ def _tool_call(msg: Any, *, legacy: bool = False) -> tuple[str, dict[str, Any], 
     if "progressToken" in meta or LOG_LEVEL_META_KEY in meta:
         return None  # notifications for this request: the SDK's stream handles them
     return name, args, meta
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A ``receive`` that first answers ``body`` (one message, ``more_body`` as given), then ``receive``."""
+    return _replaying(body, more, receive)
 
 
 def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:
