@@ -10,6 +10,7 @@ from typing import Any
 import httpx2
 import orjson
 import pytest
+import trio
 from serverkit import http_server, make_config, test_tools
 
 from mcpipe.gateway import PIPE_TOOL
@@ -131,7 +132,7 @@ async def test_a_pipeline_on_the_lean_2025_path_answers_as_the_sdk_does(served: 
     assert wire(fast)[:2] == wire(sdk)[:2]
     answers = []
     for r in (fast, sdk):
-        answer = orjson.loads(r.content.split(b"data: ", 1)[1])
+        answer = orjson.loads([line for line in r.content.split(b"\r\n") if line.startswith(b"data: {")][-1][6:])
         structured = answer["result"]["structuredContent"]
         structured["duration_ms"] = 0
         for step in structured["steps"].values():
@@ -156,7 +157,7 @@ async def test_logs_of_a_call_on_the_lean_2025_path_reach_the_client_as_on_the_s
     assert served[-1] is True
 
     def events(r: httpx2.Response) -> list[Any]:
-        return [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ")]
+        return [orjson.loads(line[6:]) for line in r.text.splitlines() if line.startswith("data: ") and line[6:]]
 
     assert events(fast) == events(sdk)
     assert [e.get("method") for e in events(fast)] == ["notifications/message"] * expected + [None]
@@ -195,3 +196,21 @@ async def test_an_unknown_or_ended_session_gets_the_sdks_404(served: list[bool])
         other = await http.post(url, content=call("echo", {}), headers={**hdrs, "mcp-session-id": "nope"})
     assert gone.status_code == other.status_code == 404
     assert served[-2:] == [False, False]
+
+
+async def test_an_answer_on_the_lean_2025_path_is_replayed_to_a_client_resuming_its_stream(served: list[bool]) -> None:
+    with trio.fail_after(20):
+        async with session(True) as (http, url, hdrs):
+            first = await http.post(url, content=call("echo", {"kept": 1}), headers=hdrs)
+            primed = first.text.split("\r\n", 1)[0]
+            assert primed.startswith("id: ")
+            resume = {**hdrs, "accept": "text/event-stream", "last-event-id": primed[4:]}
+            async with http.stream("GET", url, headers=resume) as replay:
+                async for line in replay.aiter_lines():
+                    if line.startswith("data: {"):
+                        again = orjson.loads(line[6:])
+                        break
+    answered = [line for line in first.text.split("\r\n") if line.startswith("data: {")]
+    assert again == orjson.loads(answered[-1][6:])
+    assert again["result"]["structuredContent"] == {"kept": 1}
+    assert served.count(True) == 1  # the call went the lean way; the replay is the SDK's

@@ -43,6 +43,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundModernRoute, classify_inbound_request
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
 from mcp_types import methods as sdk_methods
+from mcp_types.jsonrpc import JSONRPCError, JSONRPCNotification, JSONRPCResponse
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
@@ -351,7 +352,9 @@ class FastToolCall:
             await send({"type": "http.response.start", "status": 200, "headers": start})
             await send({"type": "http.response.body", "body": payload})
             return True, receive
-        # The SDK's SSE answer: its headers at once, then one event; pings while the call runs.
+        # The SDK's SSE answer: its headers at once, the priming event of a resumable stream, then the
+        # messages, each kept in the session's event store (for a client resuming with Last-Event-ID) as the
+        # SDK keeps them; pings while the call runs.
         start = [
             (b"cache-control", b"no-cache, no-transform"),
             (b"connection", b"keep-alive"),
@@ -360,6 +363,21 @@ class FastToolCall:
             (b"x-accel-buffering", b"no"),
         ]
         await send({"type": "http.response.start", "status": 200, "headers": start})
+        store = getattr(transport, "_event_store", None)
+        stream = str(rid)
+        if store is not None:
+            primed = b"id: " + str(await store.store_event(stream, None)).encode() + b"\r\ndata: \r\n"
+            retry = getattr(transport, "_retry_interval", None)
+            if retry is not None:
+                primed += b"retry: " + str(retry).encode() + b"\r\n"
+            await send({"type": "http.response.body", "body": primed + b"\r\n", "more_body": True})
+
+        async def event(message: bytes, model: Any, more: bool) -> None:
+            head = b""
+            if store is not None:
+                head = b"id: " + str(await store.store_event(stream, model())).encode() + b"\r\n"
+            body = head + b"event: message\r\ndata: " + message + b"\r\n\r\n"
+            await send({"type": "http.response.body", "body": body, "more_body": more})
 
         passthrough = self.handlers.passthrough
 
@@ -370,8 +388,7 @@ class FastToolCall:
             if logger is not None:
                 params["logger"] = logger
             note = {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
-            event = b"event: message\r\ndata: " + orjson.dumps(note) + b"\r\n\r\n"
-            await send({"type": "http.response.body", "body": event, "more_body": True})
+            await event(orjson.dumps(note), lambda: JSONRPCNotification.model_validate(note), True)
 
         ctx.log = log
         answer: dict[str, Any] | None = None
@@ -384,8 +401,8 @@ class FastToolCall:
                 return True, receive  # the client disconnected: the call was cancelled
         else:
             answer = await self._legacy_call(name, args, ctx, capabilities)
-        event = b"event: message\r\ndata: " + _legacy_answer(rid, answer) + b"\r\n\r\n"
-        await send({"type": "http.response.body", "body": event, "more_body": False})
+        payload = _legacy_answer(rid, answer)
+        await event(payload, lambda: _message_model(payload), False)
         return True, receive
 
     async def _legacy_call(
@@ -425,6 +442,12 @@ def _legacy_answer(rid: Any, out: dict[str, Any]) -> bytes:
             return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})
     wire = error.error.model_dump(by_alias=True, mode="json", exclude_none=True)
     return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": wire})
+
+
+def _message_model(payload: bytes) -> Any:
+    """The SDK's model of an answer already encoded (what an event store keeps for a replay)."""
+    message = orjson.loads(payload)
+    return (JSONRPCError if "error" in message else JSONRPCResponse).model_validate(message)
 
 
 def _names_asking_tool(node: Any, may_ask: Any) -> bool:

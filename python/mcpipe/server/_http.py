@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.telemetry import metrics_text
 
@@ -247,6 +248,13 @@ async def signalled() -> None:
             return
 
 
+async def _shutting_down(app: App, trigger: Callable[[], Awaitable[None]]) -> None:
+    """The trigger, then every call in flight cancelled: they answer ``CANCELLED`` within the graceful
+    period instead of losing their connections."""
+    await trigger()
+    app.handlers.shut_down()
+
+
 async def serve_http(
     app: App,
     *,
@@ -277,13 +285,17 @@ async def serve_http(
             "listening on every interface but accepting only loopback Host headers: list the names clients "
             "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
         )
-    manager = StreamableHTTPSessionManager(
+    resumable = h.resumable_streams and not h.json_response
+    events = InMemoryEventStore(max_events=h.event_store_max_events, max_bytes=h.event_store_max_bytes)
+    manager = ResumableSessionManager(
         app=app.server,
         json_response=h.json_response,
         security_settings=security_settings(cfg, host),
         session_idle_timeout=None if listen_fd is not None else h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
         stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
+        events=events if resumable and listen_fd is None else None,
+        retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -316,7 +328,8 @@ async def serve_http(
     hc.keep_alive_timeout = 75
     async with manager.run(), trio.open_nursery() as nursery:
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
-        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=shutdown_trigger))
+        trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
+        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)
