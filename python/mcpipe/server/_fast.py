@@ -22,7 +22,8 @@ handlers learn the client's identity and capabilities, :attr:`ToolHandlers.legac
 manager and transport checks (the session exists and belongs to this credential, Host/Origin, Accept,
 Content-Type, the JSON-RPC shape), then the handler, then the answer as the SDK writes it (the same SSE
 event and headers, or JSON in ``json_response`` mode). Calls that could ask the client (``ask_user``,
-``sample``, ``list_roots``, declared pipelines, an ``mcp_pipe`` naming any of them) stay on the SDK path:
+``sample``, ``list_roots``, declared pipelines, downstream servers' tools, whose questions are relayed, an
+``mcp_pipe`` naming any of them) stay on the SDK path:
 a 2025-11-25 question travels on the request's own stream, which only the SDK's transport routes.
 """
 
@@ -84,6 +85,8 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
+_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool"})
+"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry."""
 _LEGACY_PING_S = 15.0
 """sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
 
@@ -145,7 +148,8 @@ class FastToolCall:
         if name == PIPE_TOOL:
             return _names_asking_tool(args, self._may_ask)
         tool = self.handlers.gateway.get(name)
-        return tool is not None and type(tool).__name__ == "DeclaredPipelineTool"
+        # A declared pipeline may ask; a downstream server's tool may ask too (its questions are relayed).
+        return tool is not None and type(tool).__name__ in _ASKING_TOOL_TYPES
 
     async def _read_body(self, receive: Receive) -> tuple[bytes | None, bool, Receive]:
         """(body, complete, receive-for-the-SDK); body None when the client left before sending it."""
