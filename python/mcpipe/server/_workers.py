@@ -15,12 +15,12 @@ connection to whichever worker accepts it first. So:
   alone (no ``Mcp-Session-Id``, no GET stream). Tools and ``mcp_pipe`` work; a step that asks a
   2025-11-25 client (elicitation, sampling, roots) fails, since the answer would have nowhere to land.
 
-SIGTERM or SIGINT to the supervisor is passed to every worker, which drains its requests and exits; the
-supervisor exits when they all have. A worker that dies (a non-zero status, or killed by a signal other
-than a stop) is reported and replaced; one that keeps dying (more than :data:`MAX_DEATHS` in
-:data:`DEATH_WINDOW_S`) stops the whole server with status 1, since a crash loop would only hide the
-problem. A worker that stops cleanly (status 0: it was sent SIGTERM or SIGINT itself) is not replaced; when
-none is left the supervisor exits too.
+SIGTERM or SIGINT to the supervisor is passed to every worker, which shuts down as a single server does
+(its calls in flight answered, then exit); the supervisor exits when they all have. A worker that dies (a
+non-zero status, or killed by a signal other than a stop) is reported and replaced; one that keeps dying
+(more than :data:`MAX_DEATHS` in :data:`DEATH_WINDOW_S`) stops the whole server with status 1, since a crash
+loop would only hide the problem. A worker that stops cleanly (status 0: it was sent SIGTERM or SIGINT
+itself) is not replaced; when none is left the supervisor exits too.
 """
 
 from __future__ import annotations
