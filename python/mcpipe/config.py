@@ -224,6 +224,12 @@ class Config(_Base):
     :mod:`mcpipe.declared`, which owns their format."""
     outbound: dict[str, Any] | None = None
     """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
+    sql: dict[str, Any] = {}
+    """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
+    checked by :mod:`mcpipe.declared` (``load_sql``)."""
+    plugins: list[Any] = []
+    """mcpg's list of plugins to load: mcpipe's JSONata plugin is always there, so only its names are
+    accepted (``dev.mcpg.transform.jsonata``); any other is a located problem."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -254,6 +260,8 @@ _SECTIONS = {
     "telemetry": _Section("telemetry", TelemetryConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
+    "sql": _Section("sql", dict[str, Any]),
+    "plugins": _Section("plugins", list[Any]),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -548,7 +556,11 @@ def parse_config(
                 problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
-    if cfg.pipelines or cfg.outbound is not None:
+    if cfg.plugins:
+        from mcpipe.declared._mcpg import plugin_problems
+
+        problems.extend(plugin_problems(cfg.plugins, "plugins"))
+    if cfg.pipelines or cfg.outbound is not None or cfg.sql:
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
