@@ -123,6 +123,7 @@ class ToolContext:
         era: the request's protocol era, when served over MCP.
         interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
         sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+        traceparent: the caller's W3C trace context (``_meta.traceparent``), for the call's span.
         tools: what this call's pipeline steps call tools through (the server's gateway), if known.
     """
 
@@ -140,6 +141,7 @@ class ToolContext:
     interaction: StepRecord | None = None
     sdk_context: Any = None
     tools: ToolCaller | None = None
+    traceparent: str | None = None
 
     @property
     def has_progress(self) -> bool:
