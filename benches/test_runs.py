@@ -14,8 +14,8 @@ from pathlib import Path
 
 import trio
 
-from kit.redis import redis_server
-from kit.workers import Workers
+from kit.redis import redis_url as redis_server
+from kit.run_workers import Workers
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.store import TERMINAL, RunQueue, open_queue
 

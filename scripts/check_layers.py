@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",
+            "mcpipe.telemetry",
         ),
     ),
     # The plan IR and its checker, expressions, and the mcp_pipe front-end (spec + compile).

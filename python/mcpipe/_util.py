@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-__all__ = ["PIPE_TOOL", "glob_matcher", "is_suspension"]
+import trio
+
+__all__ = ["PIPE_TOOL", "glob_matcher", "is_cancellation", "is_suspension"]
 
 PIPE_TOOL = "mcp_pipe"
 """The name of the server's own pipeline tool; no step may call it and no other tool may take it."""
@@ -33,3 +35,11 @@ def is_suspension(exc: BaseException) -> bool:
     if isinstance(exc, BaseExceptionGroup):
         return all(is_suspension(e) for e in exc.exceptions)
     return getattr(exc, "suspends_pipeline", False) is True
+
+
+def is_cancellation(exc: BaseException) -> bool:
+    """Whether ``exc`` is trio's cancellation, alone or as the only content of a group (a nursery inside
+    the cancelled code wraps it in one)."""
+    if isinstance(exc, trio.Cancelled):
+        return True
+    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None

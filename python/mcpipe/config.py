@@ -38,6 +38,8 @@ __all__ = [
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "StoreConfig",
+    "TelemetryConfig",
     "TokenConfig",
     "load_config",
     "parse_config",
@@ -160,6 +162,8 @@ class HttpConfig(_Base):
     """The most SSE events kept for replay, across sessions (the oldest go first)."""
     event_store_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 16 * 1024 * 1024
     """The most bytes of messages kept for replay, across sessions."""
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+    """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
 
 
 class InteractionConfig(_Base):
@@ -199,14 +203,28 @@ class RunsConfig(_Base):
 
 
 class StoreConfig(_Base):
-    """Shared storage: ``redis://`` puts queued runs on Redis Streams."""
+    """Where suspended pipelines, used-state claims and (``redis://``) queued runs live (``docs/deployment.md``,
+    ``docs/runs.md``)."""
 
     url: str = "memory://"
-    """``memory://`` (this process; queued runs go to ``[runs] path``) or ``redis://[:PASSWORD@]HOST:PORT/DB``."""
-    prefix: str = "mcpipe"
-    """The prefix of every Redis key, so servers can share a database."""
+    """``memory://`` (this process only, bounded by ``interaction.max_suspended`` and
+    ``max_suspended_bytes``) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance; also
+    ``rediss://`` and ``unix://``)."""
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
-    """The bound on connecting to Redis."""
+    """A shared store's bound on connecting and on each command."""
+    prefix: str = "mcpipe"
+    """A shared store's key prefix (servers with different prefixes can share a database)."""
+
+
+class TelemetryConfig(_Base):
+    """Metrics and traces (``docs/deployment.md``)."""
+
+    metrics: bool = True
+    """Serve ``GET /metrics`` (Prometheus text format)."""
+    traces: Literal["none", "propagate", "console", "otlp"] | None = None
+    """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
+    caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
+    decide, and without them, off."""
 
 
 class Config(_Base):
@@ -224,6 +242,7 @@ class Config(_Base):
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -263,6 +282,7 @@ _SECTIONS = {
     "interaction": _Section("interaction", InteractionConfig),
     "runs": _Section("runs", RunsConfig),
     "store": _Section("store", StoreConfig),
+    "telemetry": _Section("telemetry", TelemetryConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
     "sql": _Section("sql", dict[str, Any]),
@@ -493,6 +513,11 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, "must start with `/`"))
     if h.path == "/healthz":
         problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    scheme, sep, rest = cfg.store.url.partition("://")
+    if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
+        problems.append(
+            Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
+        )
     return msgspec.structs.replace(cfg, mcpServers=servers)
 
 

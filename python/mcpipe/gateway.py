@@ -25,11 +25,11 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import orjson
-import trio
 
-from mcpipe._util import PIPE_TOOL, glob_matcher, is_suspension
+from mcpipe import telemetry
+from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.errors import ErrorCode, MCPipeError
-from mcpipe.tools import Tool, ToolContext, ToolResult
+from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
 
 __all__ = [
     "PIPE_TOOL",
@@ -230,8 +230,13 @@ class Gateway:
         if ctx.tools is None:
             # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
             ctx = replace(ctx, tools=self)
+        tel = telemetry.current()
         try:
-            result = await tool.call(args, ctx)
+            if tel is None or tel.tracer is None or ctx.step is None:
+                result = await tool.call(args, ctx)
+            else:  # a function tool makes no traced calls of its own: its span need not become the current one
+                current = not isinstance(tool, FunctionTool)
+                result = await tel.step_call(ctx.step, name, tool.call(args, ctx), current=current)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise
@@ -272,14 +277,6 @@ class Gateway:
                 "request_id": ctx.request_id,
             }
         )
-
-
-def is_cancellation(exc: BaseException) -> bool:
-    """Whether ``exc`` is trio's cancellation, alone or as the only content of a group (a nursery inside
-    the cancelled code wraps it in one)."""
-    if isinstance(exc, trio.Cancelled):
-        return True
-    return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
 
 
 def _failure_code(exc: BaseException) -> str:

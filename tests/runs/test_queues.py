@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from kit.redis import redis_server
+from kit.redis import redis_url as redis_server
 from mcpipe.store import RunQueue, open_queue
 
 

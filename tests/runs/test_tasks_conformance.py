@@ -16,8 +16,8 @@ import pytest
 import trio
 
 from kit.redis import free_port
+from kit.run_workers import TESTS
 from kit.tasks_fixture import CONFIG
-from kit.workers import TESTS
 
 SUITE = Path(__file__).resolve().parents[3] / "shared" / "conformance" / "run"
 SCENARIOS = [

@@ -11,8 +11,8 @@ from typing import Any
 
 import trio
 
-from kit.redis import redis_server
-from kit.workers import Workers
+from kit.redis import redis_url as redis_server
+from kit.run_workers import Workers
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.store import RunQueue, open_queue
 

@@ -20,7 +20,7 @@ from mcpipe.interaction._core import (
 from mcpipe.interaction._serve import Interactions, sdk_call
 from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
 from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, interaction_tools
-from mcpipe.store import InMemoryPipelineStore, PipelineStore
+from mcpipe.store import InMemoryPipelineStore, PipelineStore, StoreUnavailable
 
 __all__ = [
     "INTERACTION_TOOL_NAMES",
@@ -35,6 +35,7 @@ __all__ = [
     "PipelineStore",
     "StateError",
     "StateSealer",
+    "StoreUnavailable",
     "Suspended",
     "args_digest",
     "interaction_of",

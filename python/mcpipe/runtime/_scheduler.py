@@ -26,6 +26,7 @@ from typing import Any
 
 import trio
 
+from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._util import glob_matcher, is_suspension
@@ -208,7 +209,11 @@ async def _run_compiled(
     if compiled.dry_run:
         return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
-    return await run.main(compiled.plan, started)
+    answer = await run.main(compiled.plan, started)
+    tel = telemetry.current()
+    if tel is not None:
+        tel.observe_steps(answer)
+    return answer
 
 
 async def _take(limiter: trio.CapacityLimiter) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
+from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
@@ -24,7 +25,7 @@ from mcpipe.plan import Limits
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.server._tasks import Tasks
-from mcpipe.store import RunQueue, ServedStore, open_queue, open_store
+from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -105,14 +106,8 @@ def _declared_of(sources: list[ToolSource]) -> Any:
 
 
 def pipeline_store(config: Config) -> ServedStore:
-    """The store suspended pipelines wait in (in memory; a shared store plugs in by its URL)."""
-    section = config.interaction
-    return open_store(
-        "memory:",
-        sweep_interval_s=section.sweep_interval_s,
-        max_states=section.max_suspended,
-        max_bytes=section.max_suspended_bytes,
-    )
+    """The store suspended pipelines wait in: the ``[store]`` URL's (in memory by default, Redis shared)."""
+    return open_pipeline_store(config.store, config.interaction)
 
 
 _REDIS = ("redis://", "rediss://", "unix://")
@@ -220,12 +215,18 @@ async def open_app(
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
+        tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))
+    except ValueError as exc:
+        raise ConfigError([Problem("telemetry.traces", "INVALID_CONFIG", str(exc))]) from None
+    try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # the store's background work (sweeping expired entries)
             await nursery.start(queue.run)  # the run queue's (connections, the retention sweeper)
             if declared is not None:
                 await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
+            if tel.metrics is not None:
+                nursery.start_soon(_report_downstreams, tel, downstreams)
             worker = None
             if config.runs.execute if execute is None else execute:
                 worker = run_worker(config, queue, gateway, server_id)
@@ -237,6 +238,35 @@ async def open_app(
             with trio.CancelScope(shield=True):
                 await declared.aclose()  # the connections its steps opened (SQL pools, ...)
         audit.close()
+        if telemetry.current() is tel:
+            telemetry.install(None)
+        if tel.provider is not None:
+            tel.provider.shutdown()  # flushes the spans still batched
+
+
+DOWNSTREAM_REPORT_S = 5.0
+
+
+async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams) -> None:
+    """Keep the downstream-up gauge current (each worker reports its own connections)."""
+    while True:
+        tel.downstream_status(downstreams.status())
+        await trio.sleep(DOWNSTREAM_REPORT_S)
+
+
+def _known_names(gateway: Gateway) -> Any:
+    """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
+    seen: set[str] = {"mcp_pipe"}
+
+    def known(name: str) -> bool:
+        if name in seen:
+            return True
+        if gateway.get(name) is not None and len(seen) < 10_000:
+            seen.add(name)
+            return True
+        return False
+
+    return known
 
 
 def _version() -> str:

@@ -5,7 +5,15 @@ queues register their URL scheme."""
 
 from typing import Any
 
-from mcpipe.store._base import PipelineStore, ServedStore, StoreFactory, open_store, register_store, store_schemes
+from mcpipe.store._base import (
+    PipelineStore,
+    ServedStore,
+    StoreFactory,
+    StoreUnavailable,
+    open_store,
+    register_store,
+    store_schemes,
+)
 from mcpipe.store._memory import (
     MAX_STORED_BYTES,
     MAX_STORED_STATES,
@@ -30,6 +38,7 @@ __all__ = [
     "EVENT_TYPES",
     "MAX_STORED_BYTES",
     "MAX_STORED_STATES",
+    "SCHEMES",
     "SWEEP_INTERVAL_S",
     "TERMINAL",
     "InMemoryPipelineStore",
@@ -42,6 +51,8 @@ __all__ = [
     "ServedStore",
     "StateTooLarge",
     "StoreFactory",
+    "StoreUnavailable",
+    "open_pipeline_store",
     "open_queue",
     "open_store",
     "queue_schemes",
@@ -49,6 +60,9 @@ __all__ = [
     "register_store",
     "store_schemes",
 ]
+
+SCHEMES = ("memory", "redis", "rediss", "unix")
+"""The URL schemes a ``[store] url`` may use."""
 
 
 def _memory(url: str, options: dict[str, Any]) -> InMemoryPipelineStore:
@@ -59,7 +73,32 @@ def _memory(url: str, options: dict[str, Any]) -> InMemoryPipelineStore:
     )
 
 
+def _redis(url: str, options: dict[str, Any]) -> ServedStore:
+    from mcpipe.store.redis import RedisPipelineStore  # coredis: only when a config names Redis
+
+    return RedisPipelineStore(url, prefix=options.get("prefix", "mcpipe"), timeout_s=options.get("timeout_s", 2.0))
+
+
 register_store("memory", _memory)
+for _scheme in ("redis", "rediss", "unix"):
+    register_store(_scheme, _redis)
+
+
+def open_pipeline_store(store: Any, interaction: Any = None) -> ServedStore:
+    """The store the config's ``[store]`` section names (``url``, ``timeout_ms``, ``prefix``); the in-memory
+    one takes its sweep period and bounds from the ``[interaction]`` section. Start its ``run`` with
+    ``nursery.start`` before use."""
+    options: dict[str, Any] = {
+        "prefix": getattr(store, "prefix", "mcpipe"),
+        "timeout_s": getattr(store, "timeout_ms", 2000) / 1000,
+    }
+    if interaction is not None:
+        options.update(
+            sweep_interval_s=interaction.sweep_interval_s,
+            max_states=interaction.max_suspended,
+            max_bytes=interaction.max_suspended_bytes,
+        )
+    return open_store(getattr(store, "url", "memory://"), **options)
 
 
 def _sqlite(url: str, options: dict[str, Any]) -> RunQueue:
@@ -70,7 +109,7 @@ def _sqlite(url: str, options: dict[str, Any]) -> RunQueue:
     return SqliteRunQueue(path, **keep)
 
 
-def _redis(url: str, options: dict[str, Any]) -> RunQueue:
+def _redis_queue(url: str, options: dict[str, Any]) -> RunQueue:
     from mcpipe.store._redis_runs import RedisRunQueue  # imports coredis: only when a config names Redis
 
     keep = {k: options[k] for k in ("retention_s", "prefix", "timeout_s") if options.get(k) is not None}
@@ -78,5 +117,5 @@ def _redis(url: str, options: dict[str, Any]) -> RunQueue:
 
 
 register_queue("sqlite", _sqlite)
-register_queue("redis", _redis)
-register_queue("rediss", _redis)
+register_queue("redis", _redis_queue)
+register_queue("rediss", _redis_queue)

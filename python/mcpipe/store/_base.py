@@ -16,7 +16,12 @@ from urllib.parse import urlsplit
 
 import trio
 
-__all__ = ["PipelineStore", "StoreFactory", "open_store", "register_store", "store_schemes"]
+__all__ = ["PipelineStore", "StoreFactory", "StoreUnavailable", "open_store", "register_store", "store_schemes"]
+
+
+class StoreUnavailable(Exception):
+    """The pipeline store cannot answer now (a shared store is unreachable); the call that needed it fails
+    with this message, and a later one may succeed."""
 
 
 @runtime_checkable

@@ -173,6 +173,7 @@ class ToolContext:
         progress_token: the caller's progress token, or None when it asked for no progress.
         request: the request's typed facts (``wants_progress``, ``era``, ``interaction``, ``sdk_context``,
             also readable and settable on the context itself).
+        traceparent: the caller's W3C trace context (``_meta.traceparent``), for the call's span.
         tools: what this call's pipeline steps call tools through (the server's gateway), if known.
     """
 
@@ -187,6 +188,7 @@ class ToolContext:
     progress_token: str | int | None = None
     request: Request = field(default_factory=Request)
     tools: ToolCaller | None = None
+    traceparent: str | None = None
 
     @property
     def wants_progress(self) -> bool:

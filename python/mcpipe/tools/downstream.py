@@ -41,6 +41,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe import telemetry
 from mcpipe._util import glob_matcher
 from mcpipe.config import McpServerConfig
 from mcpipe.gateway import CallError, is_cancellation
@@ -398,6 +399,7 @@ class DownstreamServer:
                 allow_input_required=True,
             )
 
+        tel = telemetry.current()
         try:
             with (
                 self.feed.in_call(ctx),
@@ -405,7 +407,14 @@ class DownstreamServer:
                 self.streams.watching(ctx) as watched,
             ):
                 meta = self._meta(client, ctx, watched)
-                r = await call_relaying(self._relisting(client, remote, send), ctx)
+                if tel is None or tel.tracer is None:
+                    r = await call_relaying(self._relisting(client, remote, send), ctx)
+                else:  # a client span, whose traceparent the downstream request carries in its _meta
+                    with tel.span(f"downstream {self.name} {remote}", {"mcp.server": self.name}, client=True):
+                        traced = tel.trace_meta()
+                        if traced:
+                            meta = cast(RequestParamsMeta, {**(meta or {}), **traced})
+                        r = await call_relaying(self._relisting(client, remote, send), ctx)
                 await forward.drain()
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
