@@ -304,7 +304,8 @@ async def test_a_retried_step_waits_out_a_downstream_restart_and_every_attempt_i
     with trio.fail_after(60):
         async with running(cfg, audit) as app, Client(app.server) as client:
             r = await client.call_tool(PIPE_TOOL, {"steps": [crash, add]})
-            refused = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "echo", "retry": {"attempts": 2}}]})
+            # `now` is not idempotent (echo is: its annotations say so), and no idempotent_tools glob names it
+            refused = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "now", "retry": {"attempts": 2}}]})
     answer = r.structured_content
     assert answer["steps"]["a"]["ok"] is True and answer["steps"]["a"]["output"] == {"result": 42}
     attempts = answer["steps"]["a"]["attempts"]
@@ -328,9 +329,15 @@ async def test_a_tools_annotations_are_listed_and_kept_by_the_gateway():
         """Read a key."""
         return key
 
+    @reg.tool
+    def store(key: str) -> str:
+        """Write a key."""
+        return key
+
     with trio.fail_after(30):
         async with open_app(make_config(), extra_sources=[reg]) as app, Client(app.server) as client:
             listed = {t.name: t for t in (await client.list_tools()).tools}
     assert listed["lookup"].annotations is not None and listed["lookup"].annotations.idempotent_hint is True
-    assert listed["echo"].annotations is None
+    assert listed["store"].annotations is None
+    assert listed["echo"].annotations is not None and listed["echo"].annotations.idempotent_hint is True
     assert app.gateway.get("lookup").annotations == {"idempotentHint": True}
