@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import sys
+from functools import partial
 from pathlib import Path
 
 import httpx2
@@ -204,3 +206,34 @@ async def test_a_2025_session_is_bound_to_the_token_that_opened_it(monkeypatch):
         as_alice = await http.post(url, json=listing, headers={**with_session, "authorization": "Bearer alice-secret"})
     assert opened.status_code == 200
     assert as_bob.status_code == 404 and as_alice.status_code == 200 and "mcp_pipe" in as_alice.text
+
+
+async def test_notifications_posted_while_a_session_is_deleted_are_dropped_without_an_error(caplog):
+    # The SDK answered 202, found the session's stream closed, logged a traceback and tried to answer twice
+    # (hypercorn: "Error in ASGI Framework"); seen in the conformance suite's disconnect scenarios.
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    }
+    accept = {"accept": "application/json, text/event-stream", "content-type": "application/json"}
+    cancelled = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 9}}
+    statuses: list[int] = []
+    async with running() as app, http_server(app) as url, httpx2.AsyncClient(timeout=10) as http:
+        for _ in range(20):
+            opened = await http.post(url, json=initialize, headers=accept)
+            sid = opened.headers["mcp-session-id"]
+            session = {**accept, "mcp-session-id": sid, "mcp-protocol-version": "2025-11-25"}
+            await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=session)
+
+            async def notify(session: dict[str, str] = session) -> None:
+                statuses.append((await http.post(url, json=cancelled, headers=session)).status_code)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(http.delete, url, headers=session))
+                for _ in range(5):
+                    nursery.start_soon(notify)
+    assert set(statuses) <= {202, 404}
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == []

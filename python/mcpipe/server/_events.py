@@ -15,14 +15,30 @@ as it would be without resumability).
 from __future__ import annotations
 
 import itertools
+import logging
 from collections import OrderedDict, deque
-from typing import Any
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
 
-from mcp.server.streamable_http import EventCallback, EventId, EventMessage, EventStore, StreamId
+import anyio
+from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
+from mcp.server.streamable_http import (
+    EventCallback,
+    EventId,
+    EventMessage,
+    EventStore,
+    StreamableHTTPServerTransport,
+    StreamId,
+)
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared._context_streams import ContextSendStream
 from mcp_types import JSONRPCMessage
 
 __all__ = ["InMemoryEventStore", "ResumableSessionManager", "SessionEvents"]
+
+_log = logging.getLogger("mcpipe.http")
+T = TypeVar("T")
 
 DEFAULT_MAX_EVENTS = 10_000
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
@@ -121,3 +137,36 @@ class ResumableSessionManager(StreamableHTTPSessionManager):
     def event_store(self, value: EventStore | None) -> None:
         if value is not None:
             raise TypeError("give ResumableSessionManager its store as `events`")
+
+    def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        transport = super()._admit_session(requestor)
+        if transport is not None:
+            transport.__class__ = SessionTransport
+        return transport
+
+
+class SessionTransport(StreamableHTTPServerTransport):
+    """The SDK's session transport, dropping a message posted to a session as it closes.
+
+    A client may post a notification (a cancellation, say) while its session ends: the SDK has answered
+    202 when it finds the session's stream closed, then logs an error and tries to answer a second time.
+    Nothing is lost that the session could still act on, so the message is dropped with a debug line.
+    """
+
+    @asynccontextmanager
+    async def connect(self) -> AsyncIterator[Any]:
+        async with super().connect() as streams:
+            writer = self._read_stream_writer
+            if writer is not None:
+                self._read_stream_writer = _Dropping(writer._inner)
+            yield streams
+
+
+class _Dropping(ContextSendStream[T]):
+    __slots__ = ()
+
+    async def send(self, item: T) -> None:
+        try:
+            await super().send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            _log.debug("dropped a message posted to a session that has closed")
