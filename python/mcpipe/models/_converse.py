@@ -1,0 +1,148 @@
+"""One exchange with a model: tool rounds, structured output parsed and retried on malformed answers."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+import jsonschema
+import orjson
+
+from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["Outcome", "RunTool", "converse", "parse_json"]
+
+RunTool = Callable[[ToolCall, int], Awaitable[tuple[str, bool]]]
+"""Runs one tool call of the model (the ``n``-th of the exchange): answers ``(text, is_error)``."""
+
+_FENCE = re.compile(r"^```[A-Za-z0-9_-]*\s*\n?(.*?)\n?```$", re.S)
+
+
+@dataclass
+class Outcome:
+    """What an exchange produced.
+
+    Attributes:
+        text: the final answer's text.
+        data: the parsed JSON value (structured output), else None.
+        reply: the final answer.
+        messages: the whole conversation, the final answer included.
+        tool_calls: every tool call made: ``{"name", "arguments", "ok", "result"}``.
+        attempts: how many answers the model gave (tool rounds and retries included).
+    """
+
+    text: str
+    data: Any
+    reply: Reply
+    messages: list[Message]
+    tool_calls: list[dict[str, Any]] = field(default_factory=list)
+    attempts: int = 1
+
+
+@lru_cache(maxsize=256)
+def _validator(schema_json: bytes) -> Any:
+    schema = orjson.loads(schema_json)
+    cls = jsonschema.validators.validator_for(schema)
+    return cls(schema)
+
+
+def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
+    """The JSON value of a model's answer (a surrounding code fence is allowed), checked against ``schema``.
+
+    Raises:
+        ValueError: not JSON, or not valid under the schema (the message says where).
+    """
+    body = text.strip()
+    if m := _FENCE.match(body):
+        body = m.group(1).strip()
+    try:
+        value = orjson.loads(body)
+    except orjson.JSONDecodeError as e:
+        raise ValueError(f"it is not valid JSON ({e})") from None
+    if schema is not None:
+        v = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+        errors = sorted(v.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+        if errors:
+            where = "; ".join(
+                f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5]
+            )
+            raise ValueError(f"it does not match the schema ({where})")
+    return value
+
+
+async def converse(
+    model: Model,
+    messages: Sequence[Message],
+    ctx: ToolContext,
+    *,
+    key: str,
+    tools: Sequence[ToolSpec] = (),
+    run_tool: RunTool | None = None,
+    json: bool = False,
+    json_schema: dict[str, Any] | None = None,
+    check: Callable[[Any], None] | None = None,
+    json_retries: int = 2,
+    max_tool_rounds: int = 8,
+) -> Outcome:
+    """Ask ``model`` until it gives a final answer.
+
+    When it calls tools, each call is run (one after the other, in the order asked) through ``run_tool``
+    and the results go back to it; at most ``max_tool_rounds`` rounds. When ``json`` (or a schema) is asked
+    for, an answer that is not JSON, does not match ``json_schema`` or fails ``check`` (a ``ValueError``) is
+    sent back with the reason, at most ``json_retries`` times.
+
+    Args:
+        key: names this exchange within the call; its questions are ``{key}.1``, ``{key}.2``...
+
+    Raises:
+        ModelOutputError: still malformed after the retries.
+        ModelError: the model could not be asked, or called tools too many times.
+    """
+    msgs = list(messages)
+    allowed = {t.name for t in tools}
+    want_json = json or json_schema is not None
+    asked = rounds = malformed = 0
+    calls: list[dict[str, Any]] = []
+    while True:
+        asked += 1
+        reply = await model.complete(
+            msgs, ctx, key=f"{key}.{asked}", tools=list(tools) or None, json_schema=json_schema, json=want_json
+        )
+        if reply.tool_calls:
+            rounds += 1
+            if rounds > max_tool_rounds:
+                raise ModelError(f"the model asked for tools more than {max_tool_rounds} rounds in a row")
+            msgs.append(Message.assistant(reply.text, reply.tool_calls))
+            for call in reply.tool_calls:
+                if call.error is not None:
+                    text, is_error = f"not called: {call.error}", True
+                elif call.name not in allowed or run_tool is None:
+                    offered = ", ".join(sorted(allowed)) or "none"
+                    text, is_error = f"not called: there is no tool '{call.name}' here (offered: {offered})", True
+                else:
+                    text, is_error = await run_tool(call, len(calls) + 1)
+                calls.append({"name": call.name, "arguments": call.arguments, "ok": not is_error, "result": text})
+                msgs.append(Message.tool(call.id, text, is_error=is_error))
+            continue
+        if not want_json:
+            msgs.append(Message.assistant(reply.text))
+            return Outcome(reply.text, None, reply, msgs, calls, asked)
+        try:
+            data = parse_json(reply.text, json_schema)
+            if check is not None:
+                check(data)
+        except ValueError as e:
+            malformed += 1
+            if malformed > json_retries:
+                raise ModelOutputError(
+                    f"the model's answer is not usable after {malformed} tries: {e}", reply.text, asked
+                ) from None
+            msgs.append(Message.assistant(reply.text))
+            msgs.append(Message.user(f"That answer is not usable: {e}. Answer again with only the corrected JSON."))
+            continue
+        msgs.append(Message.assistant(reply.text))
+        return Outcome(reply.text, data, reply, msgs, calls, asked)
