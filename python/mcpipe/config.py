@@ -141,6 +141,12 @@ class Config(_Base):
     :mod:`mcpipe.declared`, which owns their format."""
     outbound: dict[str, Any] | None = None
     """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
+    models: dict[str, Any] = {}
+    """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
+    workflow: dict[str, Any] | None = None
+    """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    playbooks: list[str] = []
+    """Playbook files (globs, relative to the config) served as tools (``docs/playbooks.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -169,6 +175,9 @@ _SECTIONS = {
     "interaction": _Section("interaction", InteractionConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
+    "models": _Section("models", dict[str, Any]),
+    "workflow": _Section("workflow", dict[str, Any] | None),
+    "playbooks": _Section("playbooks", list[str]),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -357,6 +366,10 @@ def parse_config(
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
+    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+        from mcpipe.playbooks import model_problems
+
+        problems.extend(model_problems(cfg))
     if problems:
         raise ConfigError(problems)
     return cfg

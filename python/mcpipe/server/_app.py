@@ -119,6 +119,12 @@ async def open_app(
 
         declared = declared_source(config, sources)  # raises ConfigError listing every problem
         sources.append(declared)
+    bind_models = None
+    if config.workflow is not None or config.playbooks:
+        from mcpipe.playbooks import model_sources
+
+        model_tools, bind_models = model_sources(config, sources)  # the workflow tool, playbooks
+        sources.extend(model_tools)
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
@@ -132,6 +138,8 @@ async def open_app(
     )
     if declared is not None:
         declared.bind(gateway)  # their tool steps go through the same call path
+    if bind_models is not None:
+        bind_models(gateway)
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
     server = build_server(handlers, name=config.name, version=_version())
     store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)

@@ -1,0 +1,232 @@
+"""NoETL playbooks with ``mcp:`` turns (seed 004), compiled into mcpipe pipelines and served as tools.
+
+See ``docs/playbooks.md``. :func:`load_playbook` reads and checks a file; :class:`PlaybookTool` runs one
+(and serves it as a tool); :func:`model_problems` / :func:`model_sources` are the server's side of the
+config's ``models``, ``workflow`` and ``playbooks``.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+from mcpipe.compile import Limits
+from mcpipe.declared._policy import StepPolicy
+from mcpipe.errors import Problem
+from mcpipe.models import Models, load_models
+from mcpipe.playbooks._compile import ACTION_TYPES, CODE, Playbook, compile_playbook
+from mcpipe.playbooks._run import EVENTS_KEY
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = [
+    "ACTION_TYPES",
+    "EVENTS_KEY",
+    "Playbook",
+    "PlaybookTool",
+    "PlaybookTools",
+    "compile_playbook",
+    "load_playbook",
+    "model_problems",
+    "model_sources",
+]
+
+EventFn = Callable[[dict[str, Any]], None]
+
+
+def load_playbook(
+    path: str | os.PathLike[str],
+    *,
+    models: Models | None = None,
+    policy: StepPolicy | None = None,
+    tools: Any = None,
+) -> tuple[Playbook | None, list[Problem]]:
+    """Read, check and compile a playbook file; problems are located in it (``pb.yaml: mcp.turns[2].model``)."""
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        return None, [Problem(name, CODE, f"cannot read: {getattr(e, 'strerror', None) or e}")]
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f"{name}:{mark.line + 1}" if mark is not None else name
+        return None, [Problem(where, CODE, f"not valid YAML: {getattr(e, 'problem', None) or e}")]
+    pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
+    return pb, [Problem(f"{name}: {p.location}" if p.location else name, p.code, p.message) for p in problems]
+
+
+class _NoTools:
+    def __contains__(self, name: object) -> bool:
+        return False
+
+    def allows(self, name: str, ctx: Any) -> bool:
+        return True
+
+    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.error(f"UNKNOWN_TOOL: no tools here ('{name}')")
+
+
+class PlaybookTool:
+    """One playbook, runnable and served as a tool named by ``metadata.name``.
+
+    The call's arguments are the playbook's ``input``; the answer is the last step's result (the final
+    turn's ``data`` when it has an ``output_schema``, else its text).
+    """
+
+    def __init__(self, playbook: Playbook, *, limits: Limits | None = None, registry: Any = None) -> None:
+        self.playbook = playbook
+        self.name = playbook.name
+        self.title = playbook.name
+        self.description = playbook.description or f"Playbook {playbook.path}"
+        self.input_schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {n: {} for n in playbook.inputs},
+            "additionalProperties": True,
+        }
+        self.output_schema: dict[str, Any] | None = None
+        self.limits = limits or Limits(max_steps=1000)
+        if registry is not None:
+            playbook.registry = registry
+
+    def bind(self, registry: Any) -> None:
+        """Make the playbook's ``tool`` actions call through ``registry`` (the gateway)."""
+        self.playbook.registry = registry
+
+    async def run(
+        self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
+    ) -> dict[str, Any]:
+        """Run the playbook; answers the pipeline answer (``ok``, ``result``, ``steps``, ``summary``...) with
+        ``answer``, the playbook's result. Events go to ``on_event``: ``started``, then ``step_started`` /
+        ``step_finished`` per step (``resource``, ``model_turn``, ``action``), ``tool_call_started`` /
+        ``tool_call_finished`` inside turns, ``turn_saved``, and ``completed`` or ``failed``."""
+        from mcpipe.runtime import run_compiled
+
+        base = ctx if ctx is not None else ToolContext()
+        run_ctx = base.for_step(None, base.step)
+        if on_event is not None:
+            run_ctx = replace(run_ctx, extras={**run_ctx.extras, EVENTS_KEY: on_event})
+            on_event({"type": "started", "playbook": self.name, "path": self.playbook.path})
+        plan = self.playbook.plan
+        assert plan is not None
+        registry = self.playbook.registry if self.playbook.registry is not None else _NoTools()
+        answer = await run_compiled(plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args))
+        result = answer["result"]
+        if isinstance(result, dict) and "text" in result and "data" in result:
+            result = result["data"] if result["data"] is not None else result["text"]
+        answer["answer"] = result if answer["ok"] else None
+        if on_event is not None:
+            if answer["ok"]:
+                on_event({"type": "completed", "playbook": self.name, "duration_ms": answer["duration_ms"]})
+            else:
+                on_event(
+                    {"type": "failed", "playbook": self.name, "error": answer["error"], "error_code": answer["error_code"]}
+                )
+        return answer
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if not isinstance(args, dict):
+            return ToolResult.error(f"invalid arguments for tool '{self.name}': args must be an object")
+        answer = await self.run(args, ctx)
+        if not answer["ok"]:
+            return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
+        result = answer["answer"]
+        if isinstance(result, str):
+            return ToolResult.text(result)
+        text = orjson.dumps(result).decode()
+        return ToolResult([{"type": "text", "text": text}], result if isinstance(result, dict) else None)
+
+
+class PlaybookTools:
+    """The config's playbooks as a tool source (``get``, iteration, ``in``)."""
+
+    def __init__(self, tools: list[PlaybookTool]) -> None:
+        self._tools = {t.name: t for t in tools}
+
+    def get(self, name: str) -> PlaybookTool | None:
+        return self._tools.get(name)
+
+    def __iter__(self) -> Iterator[PlaybookTool]:
+        return iter(self._tools.values())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def bind(self, registry: Any) -> None:
+        for t in self._tools.values():
+            t.bind(registry)
+
+
+def _playbook_files(config: Any) -> tuple[list[tuple[str, str]], list[Problem]]:
+    files: list[tuple[str, str]] = []
+    problems = []
+    for i, pattern in enumerate(getattr(config, "playbooks", None) or []):
+        full = os.path.join(getattr(config, "base_dir", "."), os.path.expanduser(pattern))
+        found = sorted(glob.glob(full))
+        if not found:
+            problems.append(Problem(f"playbooks[{i}]", "INVALID_CONFIG", f"no file matches `{pattern}`"))
+        files += [(f"playbooks[{i}]", f) for f in found]
+    return files, problems
+
+
+def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool], list[Problem]]:
+    from mcpipe.declared import load_outbound
+    from mcpipe.workflow import load_workflow
+
+    presets, problems = load_models(getattr(config, "models", None) or {})
+    models = Models(presets)
+    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
+    problems += wp
+    policy, _ = load_outbound(getattr(config, "outbound", None))
+    files, fp = _playbook_files(config)
+    problems += fp
+    loaded: list[PlaybookTool] = []
+    names: dict[str, str] = {}
+    p = getattr(config, "pipe", None)
+    limits = Limits(max_steps=1000, timeout_ms=getattr(p, "timeout_ms", None))
+    for _where, f in files:
+        pb, pp = load_playbook(f, models=models, policy=policy, tools=tools)
+        problems += pp
+        if pb is None:
+            continue
+        if pb.name in names:
+            problems.append(Problem(f"{f}: metadata.name", CODE, f"playbook `{pb.name}` is also defined in {names[pb.name]}"))
+            continue
+        names[pb.name] = f
+        loaded.append(PlaybookTool(pb, limits=limits))
+    return models, workflow, loaded, problems
+
+
+def model_problems(config: Any) -> list[Problem]:
+    """Every problem of the config's ``models``, ``workflow`` and ``playbooks`` (the files read and checked)."""
+    return _load_all(config, None)[3]
+
+
+def model_sources(config: Any, sources: Any) -> tuple[list[Any], Callable[[Any], None]]:
+    """The tool sources of the config's ``workflow`` and ``playbooks``, and the function binding them to the
+    gateway (playbooks' ``tool`` actions call through it).
+
+    Raises:
+        mcpipe.config.ConfigError: listing every problem.
+    """
+    _models, workflow, playbooks, problems = _load_all(config, None)
+    if problems:
+        from mcpipe.config import ConfigError
+
+        raise ConfigError(problems)
+    out: list[Any] = []
+    if workflow is not None and workflow.enabled:
+        from mcpipe.workflow import Workflow, WorkflowTool
+
+        out.append(WorkflowTool(Workflow(workflow, _models)))
+    holder = PlaybookTools(playbooks)
+    if playbooks:
+        out.append(holder)
+    return out, holder.bind

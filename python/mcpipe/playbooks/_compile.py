@@ -1,0 +1,614 @@
+"""Parse, check and compile a playbook (seed 004) into a mcpipe pipeline plan.
+
+The plan is a list of declared steps (:class:`mcpipe.declared.DeclaredStep`) run by the same scheduler as
+every pipeline: each resource a hidden ``resource`` step before its first use, each turn a ``model_turn``
+step, each workflow ``type: workbook`` step an ``action`` step. Every problem is collected and located
+(``mcp.turns[2].model: unknown model `gpt5` (did you mean `gpt-5`?)``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgspec
+
+from mcpipe._describe import did_you_mean, json_type
+from mcpipe._template import Template
+from mcpipe.compile import CompiledSpec, PipelinePlan
+from mcpipe.declared._model import StepFields
+from mcpipe.declared._policy import StepPolicy
+from mcpipe.declared._step import DeclaredStep
+from mcpipe.errors import Problem
+from mcpipe.models import Model, Models, ModelConfig, ToolSpec
+from mcpipe.playbooks._jinja import ROOTS, Compiled, compile_value, references
+
+__all__ = ["ACTION_TYPES", "CODE", "Action", "Part", "Playbook", "Turn", "compile_playbook"]
+
+CODE = "INVALID_PLAYBOOK"
+ACTION_TYPES = ("http", "tool", "value")
+"""The plugin types a tool, resource or workbook action may have (NoETL's ``python``, ``postgres`` and
+``duckdb`` have no mcpipe executor yet: use a ``tool`` that wraps one)."""
+
+_TOP = ("apiVersion", "kind", "metadata", "workload", "workbook", "workflow", "mcp")
+_META = ("path", "name", "description", "version", "labels")
+_MCP = ("models", "tools", "resources", "prompts", "turns")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+_SERVED_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+_STEP_ID = re.compile(r"[^A-Za-z0-9_-]")
+_STORAGES = ("event_log",)
+
+
+@dataclass
+class Action:
+    """A tool, resource or workbook action: a plugin ``type`` and its compiled ``spec``."""
+
+    name: str
+    type: str
+    spec: Compiled
+    location: str
+    description: str = ""
+    input_schema: dict[str, Any] | None = None
+    raw_spec: Any = None
+
+
+@dataclass
+class Part:
+    """One part of a turn's user message: ``text``, a resource, a prompt (with inputs) or an earlier turn."""
+
+    kind: str  # text | resource | prompt | turn
+    location: str
+    text: Compiled | None = None
+    name: str = ""
+    inputs: Compiled | None = None
+
+
+@dataclass
+class Turn:
+    name: str
+    location: str
+    model_name: str
+    model: Model | None
+    system: Compiled | None
+    parts: list[Part]
+    tools: list[str]
+    output_schema: dict[str, Any] | None
+    save: str | None
+    json_retries: int = 2
+    max_tool_rounds: int = 8
+    resources: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Playbook:
+    """A checked playbook, ready to run.
+
+    Attributes:
+        name, path, description: from ``metadata``.
+        workload: baseline variables (a call's arguments of the same names override them).
+        tools, resources, workbook: actions by name.
+        prompts: prompt templates by name (their source, and compiled).
+        turns: by name, in order.
+        plan: the compiled pipeline.
+        inputs: the ``input.NAME`` names its templates read (the served tool's input properties).
+        warnings: things worth saying that are not errors (a resource never used).
+        policy: what ``http`` actions may reach.
+    """
+
+    name: str
+    path: str
+    description: str
+    workload: dict[str, Any]
+    tools: dict[str, Action]
+    resources: dict[str, Action]
+    workbook: dict[str, Action]
+    prompts: dict[str, tuple[str, Compiled]]
+    turns: dict[str, Turn]
+    plan: CompiledSpec | None = None
+    inputs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    policy: StepPolicy = field(default_factory=StepPolicy)
+    registry: Any = None
+    secrets_prefix: str = "MCPIPE_SECRET_"
+    turn_steps: dict[str, str] = field(default_factory=dict)
+
+    def tool_specs(self, names: list[str]) -> list[ToolSpec]:
+        out = []
+        for n in names:
+            a = self.tools[n]
+            schema = a.input_schema or _derived_schema(a)
+            out.append(ToolSpec(n, a.description or f"{a.type} tool {n}", schema))
+        return out
+
+
+def _derived_schema(a: Action) -> dict[str, Any]:
+    names = sorted({name for root, name in references(a.spec.sources) if root in ("input", "args") and name})
+    return {"type": "object", "properties": {n: {"type": "string"} for n in names}}
+
+
+class _Checker:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+        self.warnings: list[str] = []
+
+    def add(self, location: str, message: str) -> None:
+        self.problems.append(Problem(location, CODE, message))
+
+    def mapping(self, value: Any, location: str, keys: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
+        if not isinstance(value, Mapping):
+            self.add(location, f"must be an object, got {json_type(value)}")
+            return False
+        for k in value:
+            if k not in keys:
+                self.add(f"{location}.{k}", f"unknown key `{k}`{did_you_mean(k, keys)}")
+        for k in required:
+            if k not in value:
+                self.add(f"{location}.{k}", "is required")
+        return True
+
+    def string(self, value: Any, location: str) -> str | None:
+        if not isinstance(value, str) or not value:
+            self.add(location, f"must be a non-empty string, got {json_type(value)}")
+            return None
+        return value
+
+    def compile(self, value: Any, location: str) -> Compiled:
+        found: list[tuple[str, str]] = []
+        c = compile_value(value, location, found)
+        for loc, msg in found:
+            self.add(loc, msg)
+        return c
+
+    def named_list(self, value: Any, location: str, what: str) -> list[tuple[int, str, Mapping[str, Any]]]:
+        """The entries of a named list (``mcp.tools``...), duplicates and nameless entries reported."""
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.add(location, f"must be a list, got {json_type(value)}")
+            return []
+        out = []
+        first: dict[str, int] = {}
+        for i, entry in enumerate(value):
+            where = f"{location}[{i}]"
+            if not isinstance(entry, Mapping):
+                self.add(where, f"must be an object, got {json_type(entry)}")
+                continue
+            name = entry.get("name")
+            if not isinstance(name, str) or not name:
+                self.add(f"{where}.name", f"every {what} needs a `name` (a non-empty string)")
+                continue
+            if name in first:
+                self.add(f"{where}.name", f"duplicate {what} `{name}` (first at {location}[{first[name]}])")
+                continue
+            first[name] = i
+            out.append((i, name, entry))
+        return out
+
+
+def compile_playbook(
+    raw: Any,
+    *,
+    models: Models | None = None,
+    policy: StepPolicy | None = None,
+    tools: Any = None,
+) -> tuple[Playbook | None, list[Problem]]:
+    """Check and compile a playbook document (already decoded from YAML).
+
+    Args:
+        raw: the document.
+        models: the config's model presets (a playbook model without a preset is an ``openai`` one read
+            from the standard environment variables, or ``provider: sampling``).
+        policy: what ``http`` actions may reach (the config's ``outbound``).
+        tools: the tool names ``tool`` actions may call (anything with ``in``), or None (not checked).
+
+    Returns:
+        The playbook (None when there are problems) and every problem, located.
+    """
+    c = _Checker()
+    models = models or Models()
+    if not c.mapping(raw, "", _TOP, ("metadata",)):
+        return None, c.problems
+    meta = raw.get("metadata")
+    name = path = description = ""
+    if c.mapping(meta, "metadata", _META, ("path", "name")):
+        name = c.string(meta.get("name"), "metadata.name") or "" if "name" in meta else ""
+        path = c.string(meta.get("path"), "metadata.path") or "" if "path" in meta else ""
+        description = meta.get("description") or ""
+        if name and not _SERVED_NAME.match(name):
+            c.add("metadata.name", "a playbook's name is its tool name: letters, digits, `_`, `-`, `.` (at most 64)")
+    workload = raw.get("workload") or {}
+    if not isinstance(workload, Mapping):
+        c.add("workload", f"must be an object, got {json_type(workload)}")
+        workload = {}
+    mcp = raw.get("mcp") or {}
+    if not c.mapping(mcp, "mcp", _MCP):
+        mcp = {}
+
+    # --- models ---
+    model_entries: dict[str, tuple[str, Mapping[str, Any]]] = {}
+    for i, mname, entry in c.named_list(mcp.get("models"), "mcp.models", "model"):
+        where = f"mcp.models[{i}]"
+        c.mapping(entry, where, ("name", "provider", "model", "params"))
+        provider = entry.get("provider")
+        if provider is not None and provider not in ("openai", "sampling"):
+            c.add(f"{where}.provider", f"unknown provider `{provider}` (openai, sampling)")
+        params = entry.get("params") or {}
+        if not isinstance(params, Mapping):
+            c.add(f"{where}.params", f"must be an object, got {json_type(params)}")
+        model_entries[mname] = (where, entry)
+
+    # --- tools, resources, workbook ---
+    def actions(value: Any, location: str, what: str, model_facing: bool) -> dict[str, Action]:
+        out = {}
+        for i, aname, entry in c.named_list(value, location, what):
+            where = f"{location}[{i}]"
+            keys = ("name", "type", "spec", "description", "input_schema")
+            flat = what == "workbook action" and "spec" not in entry
+            if not flat:
+                c.mapping(entry, where, keys, ("type", "spec"))
+            atype = entry.get("type")
+            if atype not in ACTION_TYPES:
+                if atype is not None:
+                    c.add(f"{where}.type", f"unsupported type `{atype}` (supported: {', '.join(ACTION_TYPES)})")
+                elif flat:
+                    c.add(f"{where}.type", "is required")
+                continue
+            spec = entry.get("spec") if not flat else {k: v for k, v in entry.items() if k not in keys}
+            if model_facing and not _TOOL_NAME.match(aname):
+                c.add(f"{where}.name", "a tool name the model sees uses letters, digits, `_` and `-` (at most 64)")
+            schema = entry.get("input_schema")
+            if schema is not None and not (isinstance(schema, Mapping) and schema.get("type") == "object"):
+                c.add(f"{where}.input_schema", "must be a JSON Schema with `type: object`")
+                schema = None
+            _check_spec(c, atype, spec, f"{where}.spec" if not flat else where, tools)
+            out[aname] = Action(
+                aname,
+                atype,
+                c.compile(spec, f"{where}.spec" if not flat else where),
+                where,
+                str(entry.get("description") or ""),
+                dict(schema) if schema is not None else None,
+                spec,
+            )
+        return out
+
+    tool_actions = actions(mcp.get("tools"), "mcp.tools", "tool", True)
+    resource_actions = actions(mcp.get("resources"), "mcp.resources", "resource", False)
+    workbook_actions = actions(raw.get("workbook"), "workbook", "workbook action", False)
+
+    # --- prompts ---
+    prompts: dict[str, tuple[str, Compiled]] = {}
+    for i, pname, entry in c.named_list(mcp.get("prompts"), "mcp.prompts", "prompt"):
+        where = f"mcp.prompts[{i}]"
+        c.mapping(entry, where, ("name", "template", "description"), ("template",))
+        template = entry.get("template")
+        if isinstance(template, Mapping | list):  # a structured template: its strings are templates
+            prompts[pname] = (_text_of(template), c.compile(template, f"{where}.template"))
+        elif isinstance(template, str):
+            prompts[pname] = (template, c.compile(template, f"{where}.template"))
+        elif "template" in entry:
+            c.add(f"{where}.template", f"must be a string or a structured template, got {json_type(template)}")
+
+    # --- turns ---
+    turns: dict[str, Turn] = {}
+    turn_entries = c.named_list(mcp.get("turns"), "mcp.turns", "turn")
+    if not turn_entries and "turns" not in mcp and raw.get("workflow") is None:
+        c.add("mcp.turns", "a playbook needs at least one turn (or a `workflow`)")
+    for i, tname, entry in turn_entries:
+        where = f"mcp.turns[{i}]"
+        c.mapping(entry, where, ("name", "model", "system", "user", "tools_allowed", "output_schema", "save", "params"), ("model", "user"))
+        mref = entry.get("model")
+        model: Model | None = None
+        json_retries, rounds = 2, 8
+        if isinstance(mref, str):
+            if mref in model_entries:
+                _, m_entry = model_entries[mref]
+                params = {**(m_entry.get("params") or {}), **(entry.get("params") or {})}
+                preset = models.presets.get(mref)
+                model = models.get(mref, provider=m_entry.get("provider"), model=m_entry.get("model"), params=params)
+                cfg: ModelConfig = getattr(model, "config", preset or ModelConfig())
+                json_retries, rounds = cfg.json_retries, cfg.max_tool_rounds
+            else:
+                c.add(f"{where}.model", f"unknown model `{mref}`{did_you_mean(mref, model_entries)}")
+        elif "model" in entry:
+            c.add(f"{where}.model", f"must be a model name, got {json_type(mref)}")
+        system = c.compile(entry["system"], f"{where}.system") if entry.get("system") is not None else None
+        parts = _parts(c, entry.get("user"), f"{where}.user", resource_actions, prompts, turns)
+        allowed: list[str] = []
+        ta = entry.get("tools_allowed")
+        if ta is not None:
+            if not isinstance(ta, list):
+                c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
+            else:
+                seen: set[str] = set()
+                for j, tool in enumerate(ta):
+                    if not isinstance(tool, str) or tool not in tool_actions:
+                        c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
+                    elif tool in seen:
+                        c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
+                    else:
+                        seen.add(tool)
+                        allowed.append(tool)
+        schema = entry.get("output_schema")
+        if schema is not None and not isinstance(schema, Mapping):
+            c.add(f"{where}.output_schema", "must be a JSON Schema object")
+            schema = None
+        save = entry.get("save")
+        storage = None
+        if save is not None:
+            storage = save.get("storage") if isinstance(save, Mapping) else None
+            if storage not in _STORAGES:
+                c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
+        turn = Turn(tname, where, mref if isinstance(mref, str) else "", model, system, parts, allowed,
+                    dict(schema) if schema is not None else None, storage, json_retries, rounds)
+        turn.resources = _used_resources(c, turn, prompts, resource_actions, turns, where)
+        turns[tname] = turn
+
+    pb = Playbook(name, path, description, dict(workload), tool_actions, resource_actions, workbook_actions, prompts, turns)
+    pb.policy = policy or StepPolicy()
+    _check_roots(c, pb)
+    order = _order(c, raw.get("workflow"), pb)
+    used = {r for t in turns.values() for r in t.resources}
+    for rname, a in resource_actions.items():
+        if rname not in used:
+            c.warnings.append(f"{a.location}: resource `{rname}` is never used")
+    if c.problems:
+        return None, sorted(c.problems, key=_problem_key)
+    pb.warnings = c.warnings
+    pb.plan = _plan(pb, order)
+    pb.inputs = sorted(
+        {n for src in _all_sources(pb) for root, n in references(src) if root == "input" and n}
+    )
+    return pb, []
+
+
+def _problem_key(p: Problem) -> list[Any]:
+    return [int(x) if x.isdigit() else x for x in re.split(r"[\[\].]+", p.location) if x]
+
+
+def _text_of(template: Any) -> str:
+    import orjson
+
+    return orjson.dumps(template).decode()
+
+
+def _check_spec(c: _Checker, atype: str, spec: Any, where: str, tools: Any) -> None:
+    if atype == "http":
+        if not c.mapping(spec, where, ("method", "url", "headers", "params", "query", "body"), ("url",)):
+            return
+        method = spec.get("method", "GET")
+        if method not in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
+            c.add(f"{where}.method", f"unknown HTTP method `{method}`")
+    elif atype == "tool":
+        if not c.mapping(spec, where, ("tool", "args"), ("tool",)):
+            return
+        tool = spec.get("tool")
+        if isinstance(tool, str) and tools is not None and tool not in tools:
+            c.add(f"{where}.tool", f"unknown tool `{tool}`")
+    elif atype == "value":
+        c.mapping(spec, where, ("value",), ("value",))
+
+
+def _parts(c: _Checker, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]) -> list[Part]:
+    if isinstance(value, str):
+        value = [{"text": value}]
+    if not isinstance(value, list) or not value:
+        c.add(where, "must be a non-empty list of parts (`text: ...`, `use: resource:NAME`, `use: prompt:NAME`)")
+        return []
+    parts = []
+    for j, p in enumerate(value):
+        loc = f"{where}[{j}]"
+        if isinstance(p, str):
+            p = {"text": p}
+        if not c.mapping(p, loc, ("text", "use", "prompt", "inputs", "with")):
+            continue
+        if "text" in p:
+            parts.append(Part("text", loc, c.compile(p["text"], f"{loc}.text")))
+            continue
+        ref = p.get("use")
+        if ref is None and isinstance(p.get("prompt"), str):
+            ref = f"prompt:{p['prompt']}"
+        if not isinstance(ref, str) or ":" not in ref:
+            c.add(loc, "a part is `text: ...`, `use: resource:NAME`, `use: prompt:NAME` or `use: turn:NAME`")
+            continue
+        kind, _, name = ref.partition(":")
+        name = name.strip()
+        inputs = p.get("inputs", p.get("with"))
+        at = f"{loc}.use" if "use" in p else f"{loc}.prompt"
+        if kind == "resource":
+            if name not in resources:
+                c.add(at, f"unknown resource `{name}`{did_you_mean(name, resources)}")
+            parts.append(Part("resource", loc, name=name))
+        elif kind == "prompt":
+            if name not in prompts:
+                c.add(at, f"unknown prompt `{name}`{did_you_mean(name, prompts)}")
+            compiled = c.compile(inputs, f"{loc}.inputs") if inputs is not None else None
+            if inputs is not None and not isinstance(inputs, Mapping):
+                c.add(f"{loc}.inputs", "must be an object")
+            parts.append(Part("prompt", loc, name=name, inputs=compiled))
+        elif kind == "turn":
+            if name not in turns:
+                c.add(at, f"unknown turn `{name}` (a part can use an earlier turn){did_you_mean(name, turns)}")
+            parts.append(Part("turn", loc, name=name))
+        else:
+            c.add(at, f"unknown reference `{ref}` (resource:NAME, prompt:NAME or turn:NAME)")
+    return parts
+
+
+def _sources_of(turn: Turn) -> tuple[str, ...]:
+    out: list[str] = []
+    if turn.system is not None:
+        out += turn.system.sources
+    for p in turn.parts:
+        if p.text is not None:
+            out += p.text.sources
+        if p.inputs is not None:
+            out += p.inputs.sources
+    return tuple(out)
+
+
+def _used_resources(
+    c: _Checker, turn: Turn, prompts: dict[str, tuple[str, Compiled]], resources: dict[str, Action], turns: dict[str, Turn], where: str
+) -> list[str]:
+    used: list[str] = []
+    sources = list(_sources_of(turn))
+    for p in turn.parts:
+        if p.kind == "resource" and p.name in resources:
+            used.append(p.name)
+        if p.kind == "prompt" and p.name in prompts:
+            sources += prompts[p.name][1].sources
+    for root, name in references(tuple(sources)):
+        if root == "prompts" and name is not None and name in prompts:
+            sources += prompts[name][1].sources
+    for root, name in references(tuple(sources)):
+        if root == "resources" and name is not None:
+            if name in resources:
+                used.append(name)
+            else:
+                c.add(where, f"a template reads `resources.{name}`, an unknown resource{did_you_mean(name, resources)}")
+        elif root == "prompts" and name is not None and name not in prompts:
+            c.add(where, f"a template reads `prompts.{name}`, an unknown prompt{did_you_mean(name, prompts)}")
+        elif root == "turns" and name is not None and name not in turns:
+            c.add(where, f"a template reads `turns.{name}`, not an earlier turn{did_you_mean(name, turns)}")
+    return list(dict.fromkeys(used))
+
+
+def _all_sources(pb: Playbook) -> list[tuple[str, ...]]:
+    out = [_sources_of(t) for t in pb.turns.values()]
+    out += [a.spec.sources for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())]
+    out += [p[1].sources for p in pb.prompts.values()]
+    return out
+
+
+def _check_roots(c: _Checker, pb: Playbook) -> None:
+    """Every name a template starts with must be a root (``input``, ``workload``, ``secrets``...)."""
+    places = [(t.location, _sources_of(t)) for t in pb.turns.values()]
+    places += [(a.location, a.spec.sources) for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())]
+    places += [(f"mcp.prompts.{n}", p[1].sources) for n, p in pb.prompts.items()]
+    for where, sources in places:
+        for root, _name in references(sources):
+            if root not in ROOTS:
+                c.add(where, f"a template reads `{root}`, which is not defined (roots: {', '.join(ROOTS)})")
+    for rname, a in pb.resources.items():
+        for root, name in references(a.spec.sources):
+            if root in ("resources", "turns"):
+                c.add(a.location, f"a resource's spec cannot read `{root}.{name}` (resources run before turns)")
+
+
+def _order(c: _Checker, workflow: Any, pb: Playbook) -> list[tuple[str, str, str]]:
+    """What runs, in order: ``(kind, name, location)`` with kind ``turn`` or ``action``.
+
+    Without ``workflow`` the turns run in order. With one, the chain from ``start`` following ``next``
+    decides (``type: workbook`` + ``task`` runs a workbook action, ``type: mcp`` + ``turn`` a turn).
+    """
+    if workflow is None:
+        return [("turn", n, t.location) for n, t in pb.turns.items()]
+    if not isinstance(workflow, list):
+        c.add("workflow", f"must be a list of steps, got {json_type(workflow)}")
+        return []
+    steps: dict[str, tuple[int, Mapping[str, Any]]] = {}
+    for i, s in enumerate(workflow):
+        where = f"workflow[{i}]"
+        if not c.mapping(s, where, ("step", "desc", "description", "next", "type", "task", "turn"), ("step",)):
+            continue
+        sname = s.get("step")
+        if not isinstance(sname, str) or not sname:
+            continue
+        if sname in steps:
+            c.add(f"{where}.step", f"duplicate step `{sname}` (first at workflow[{steps[sname][0]}])")
+            continue
+        steps[sname] = (i, s)
+    if "start" not in steps:
+        c.add("workflow", "needs a step named `start`")
+        return []
+    order: list[tuple[str, str, str]] = []
+    seen: set[str] = set()
+    current: str | None = "start"
+    while current is not None:
+        if current in seen:
+            c.add(f"workflow[{steps[current][0]}]", f"the chain of `next` comes back to `{current}` (a cycle)")
+            break
+        seen.add(current)
+        i, s = steps[current]
+        where = f"workflow[{i}]"
+        kind = s.get("type")
+        if kind == "workbook":
+            task = s.get("task")
+            if task not in pb.workbook:
+                c.add(f"{where}.task", f"unknown workbook action `{task}`{did_you_mean(task, pb.workbook)}")
+            else:
+                order.append(("action", str(task), where))
+        elif kind == "mcp" or "turn" in s:
+            turn = s.get("turn")
+            if turn not in pb.turns:
+                c.add(f"{where}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
+            else:
+                order.append(("turn", str(turn), where))
+        elif kind not in (None, "start", "end"):
+            c.add(f"{where}.type", f"unknown step type `{kind}` (workbook, mcp, start, end)")
+        nxt = s.get("next")
+        if isinstance(nxt, list):
+            if len(nxt) > 1:
+                c.add(f"{where}.next", "more than one `next` (a fan-out) is not supported yet: chain the steps")
+            nxt = nxt[0] if nxt else None
+        if isinstance(nxt, Mapping):
+            nxt = nxt.get("step")
+        if nxt is not None and nxt not in steps:
+            c.add(f"{where}.next", f"unknown step `{nxt}`{did_you_mean(nxt, steps)}")
+            break
+        current = nxt if isinstance(nxt, str) else None
+    ordered = {n for k, n, _ in order if k == "turn"}
+    for n, t in pb.turns.items():
+        if n not in ordered:
+            c.warnings.append(f"{t.location}: turn `{n}` is not reached by the workflow")
+    turn_positions = [n for k, n, _ in order if k == "turn"]
+    for pos, n in enumerate(turn_positions):
+        earlier = set(turn_positions[:pos])
+        for p in pb.turns[n].parts:
+            if p.kind == "turn" and p.name not in earlier:
+                c.add(p.location, f"turn `{p.name}` has not run before turn `{n}`")
+    return order
+
+
+def _sid(prefix: str, name: str, taken: set[str]) -> str:
+    base = f"{prefix}_{_STEP_ID.sub('_', name)}"
+    sid, n = base, 2
+    while sid in taken:
+        sid, n = f"{base}_{n}", n + 1
+    taken.add(sid)
+    return sid
+
+
+def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
+    from mcpipe.playbooks import _run
+
+    steps: list[Any] = []  # declared steps, which the scheduler runs beside mcp_pipe's own
+    taken: set[str] = set()
+    done: dict[str, str] = {}  # resource name -> step id
+    for kind, name, where in order:
+        if kind == "action":
+            a = pb.workbook[name]
+            steps.append(_step(_sid("task", name, taken), "action", where, _run.ActionPlan(pb, a, done.copy()), _run.run_action))
+            continue
+        turn = pb.turns[name]
+        for r in turn.resources:
+            if r not in done:
+                sid = _sid("resource", r, taken)
+                done[r] = sid
+                res = pb.resources[r]
+                steps.append(_step(sid, "resource", res.location, _run.ActionPlan(pb, res, {}), _run.run_action))
+        sid = _sid("turn", name, taken)
+        pb.turn_steps[name] = sid
+        steps.append(_step(sid, "model_turn", turn.location, _run.TurnPlan(pb, turn, done.copy()), _run.run_turn))
+    plan = PipelinePlan(Template({}), tuple(steps), None, False, None, pb.name or "playbook")
+    return CompiledSpec(plan, (), len(steps), len(steps))
+
+
+def _step(sid: str, kind: str, location: str, plan: Any, runner: Any) -> DeclaredStep:
+    return DeclaredStep(sid, kind, location, StepFields(id=sid), (), None, None, None, plan, (), runner)
+
+
+def decode_fields(entry: Any, struct: type[Any]) -> Any:
+    return msgspec.convert(entry, struct)

@@ -1,0 +1,229 @@
+"""The executors of a playbook's steps: ``resource``/``action`` (an http, tool or value action) and
+``model_turn`` (one turn: its message rendered, the model asked, its tool calls run one after the other).
+
+They have the declared executor signature ``run(step, inputs, env, ctx) -> StepOutput``; their plan holds
+the playbook. Templates see ``input`` (the call's arguments), ``workload`` (the playbook's, overridden by
+arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), ``resources`` and ``turns``
+(results so far), ``prompts`` (their sources) and ``context`` (the request's facts plus ``input``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from time import perf_counter
+from typing import Any
+
+import orjson
+
+from mcpipe.declared._http import _decode_body, _headers, _query, _send
+from mcpipe.declared._step import StepFailure, StepOutput
+from mcpipe.models import Message, ModelError, converse, once
+from mcpipe.playbooks._compile import Action, Playbook, Turn
+from mcpipe.playbooks._jinja import RenderError, render
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["EVENTS_KEY", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
+
+EVENTS_KEY = "mcpipe.playbook.events"
+"""Where a run's event sink lives in ``ToolContext.extras`` (turns report their tool calls through it)."""
+
+
+@dataclass(frozen=True)
+class ActionPlan:
+    playbook: Playbook
+    action: Action
+    resources: dict[str, str]
+
+
+@dataclass(frozen=True)
+class TurnPlan:
+    playbook: Playbook
+    turn: Turn
+    resources: dict[str, str]  # resource name -> step id, for those run before this turn
+
+
+class _Secrets(Mapping[str, str]):
+    """``secrets.NAME`` reads ``MCPIPE_SECRET_NAME`` when a template asks for it, and only then."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+
+    def __getitem__(self, name: str) -> str:
+        value = os.environ.get(self.prefix + name.upper())
+        if value is None:
+            raise KeyError(name)
+        return value
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) -> dict[str, Any]:
+    """The names a template sees, from the run's environment."""
+    args = env.get("args") or {}
+    steps = env.get("steps") or {}
+    workload = {**pb.workload, **{k: v for k, v in args.items() if k in pb.workload}}
+    facts = dict(env.get("context") or {})
+    facts["input"] = args
+    return {
+        "input": args,
+        "workload": workload,
+        "secrets": _Secrets(pb.secrets_prefix),
+        "resources": {n: steps[sid]["output"] for n, sid in resources.items() if sid in steps},
+        "turns": {n: steps[sid]["output"] for n, sid in pb.turn_steps.items() if sid in steps and steps[sid]["ok"]},
+        "prompts": {n: {"template": src} for n, (src, _c) in pb.prompts.items()},
+        "context": facts,
+    }
+
+
+def _emit(ctx: ToolContext) -> Callable[[dict[str, Any]], None] | None:
+    sink = ctx.extras.get(EVENTS_KEY)
+    return sink if callable(sink) else None
+
+
+async def perform(pb: Playbook, action: Action, values: Mapping[str, Any], ctx: ToolContext) -> Any:
+    """Run one action; answers its output (raises StepFailure)."""
+    try:
+        spec = render(action.spec, values, f"{action.location}.spec")
+    except RenderError as e:
+        raise StepFailure(str(e), "INTERPOLATION_FAILED") from None
+    if action.type == "value":
+        return spec["value"]
+    if action.type == "tool":
+        registry = pb.registry
+        if registry is None:
+            raise StepFailure(f"playbook '{pb.name}' is not bound to a tool registry", "TOOL_FAILED")
+        args = spec.get("args")
+        if args is None:
+            args = dict(values.get("args") or {})
+        if not isinstance(args, dict):
+            raise StepFailure(f"{action.location}.spec.args: must be an object", "TOOL_FAILED")
+        res = await registry.call(spec["tool"], args, ctx)
+        out = StepOutput.from_tool(res)
+        if not out.ok:
+            raise StepFailure(out.error, out.error_code or "TOOL_ERROR", out.output)
+        return out.output
+    url = spec.get("url")
+    if not isinstance(url, str) or not url:
+        raise StepFailure(f"{action.location}.spec.url: must be a non-empty string", "TOOL_FAILED")
+    body = spec.get("body")
+    headers = _headers(spec.get("headers")) or {}
+    content = None
+    if isinstance(body, str):
+        content = body.encode()
+    elif body is not None:
+        content = orjson.dumps(body)
+        headers.setdefault("content-type", "application/json")
+    response, raw = await _send(
+        pb.policy.http,
+        str(spec.get("method", "GET")),
+        url,
+        headers=headers,
+        params=_query(spec.get("params", spec.get("query"))),
+        content=content,
+        follow_redirects=False,
+    )
+    parsed, _ = _decode_body(response, raw, False)
+    if response.status_code >= 400:
+        raise StepFailure(f"{action.location}: HTTP {response.status_code}", "TOOL_ERROR", parsed)
+    return parsed
+
+
+async def run_action(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """A resource (a hidden step before its first use) or a workbook action: its output is the action's."""
+    plan: ActionPlan = step.plan
+    return StepOutput.of(await perform(plan.playbook, plan.action, roots(plan.playbook, env, plan.resources), ctx))
+
+
+def _as_text(value: Any) -> str:
+    return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
+
+
+def user_text(plan: TurnPlan, values: dict[str, Any]) -> str:
+    """The turn's user message: its parts rendered, one paragraph each."""
+    pb = plan.playbook
+    out = []
+    for p in plan.turn.parts:
+        if p.kind == "text" and p.text is not None:
+            out.append(_as_text(render(p.text, values, f"{p.location}.text")))
+        elif p.kind == "resource":
+            out.append(f"Resource {p.name}:\n{_as_text(values['resources'][p.name])}")
+        elif p.kind == "turn":
+            t = values["turns"].get(p.name)
+            if t is None:
+                raise RenderError(f"{p.location}: turn `{p.name}` has no result")
+            out.append(_as_text(t["data"] if t.get("data") is not None else t["text"]))
+        elif p.kind == "prompt":
+            inputs = render(p.inputs, values, f"{p.location}.inputs") if p.inputs is not None else {}
+            scoped = {**values, "input": {**values["input"], **inputs}}
+            out.append(_as_text(render(pb.prompts[p.name][1], scoped, f"mcp.prompts.{p.name}.template")))
+    return "\n\n".join(out)
+
+
+async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """One turn; its output is ``{text, data, model, tool_calls}`` (``data``: the parsed JSON when the turn
+    has an ``output_schema``)."""
+    plan: TurnPlan = step.plan
+    pb, turn = plan.playbook, plan.turn
+    values = roots(pb, env, plan.resources)
+    try:
+        messages = []
+        if turn.system is not None:
+            messages.append(Message.system(_as_text(render(turn.system, values, f"{turn.location}.system"))))
+        messages.append(Message.user(user_text(plan, values)))
+    except RenderError as e:
+        raise StepFailure(str(e), "INTERPOLATION_FAILED") from None
+    emit = _emit(ctx)
+
+    async def run_tool(call: Any, n: int) -> tuple[str, bool]:
+        action = pb.tools[call.name]
+        if emit is not None:
+            emit({"type": "tool_call_started", "id": step.id, "tool": call.name, "n": n, "arguments": call.arguments})
+        t0 = perf_counter()
+        tool_values = {**values, "input": {**values["input"], **call.arguments}, "args": call.arguments}
+
+        async def work() -> dict[str, Any]:
+            try:
+                return {"ok": True, "output": await perform(pb, action, tool_values, ctx)}
+            except StepFailure as e:
+                return {"ok": False, "output": str(e)}
+
+        done = await once(ctx, f"tool{n}", work)
+        if emit is not None:
+            emit(
+                {
+                    "type": "tool_call_finished",
+                    "id": step.id,
+                    "tool": call.name,
+                    "n": n,
+                    "ok": done["ok"],
+                    "duration_ms": round((perf_counter() - t0) * 1000, 3),
+                }
+            )
+        return _as_text(done["output"]), not done["ok"]
+
+    if turn.model is None:
+        raise StepFailure(f"{turn.location}.model: no model", "TOOL_FAILED")
+    try:
+        out = await converse(
+            turn.model,
+            messages,
+            ctx,
+            key=step.id,
+            tools=pb.tool_specs(turn.tools),
+            run_tool=run_tool,
+            json_schema=turn.output_schema,
+            json_retries=turn.json_retries,
+            max_tool_rounds=turn.max_tool_rounds,
+        )
+    except ModelError as e:
+        raise StepFailure(f"{turn.location}: {e}", "MODEL_FAILED") from None
+    result = {"text": out.text, "data": out.data, "model": out.reply.model, "tool_calls": out.tool_calls}
+    if turn.save is not None and emit is not None:
+        emit({"type": "turn_saved", "id": step.id, "turn": turn.name, "storage": turn.save, "result": result})
+    return StepOutput.of(result)
