@@ -1,0 +1,290 @@
+"""Playbooks (seed 004): parsed, checked with located errors, compiled to pipeline steps and run end to end
+against a scripted OpenAI-compatible server and a real HTTP API on 127.0.0.1, and served as tools."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+from llmkit import Sampler, fake_api, fake_openai, text, tool_call
+from mcp import Client
+
+from mcpipe.config import ConfigError, parse_config
+from mcpipe.declared import HttpPolicy, StepPolicy
+from mcpipe.models import ModelConfig, Models
+from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook
+from mcpipe.server import open_app
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+HERE = Path(__file__).parent
+RESEARCH = HERE / "playbooks" / "research.yaml"
+WAIT_S = 15
+LOCAL = StepPolicy(http=HttpPolicy(allowed_hosts=["127.0.0.1"]))
+
+
+def research(model_url: str, api_url: str) -> PlaybookTool:
+    raw = yaml.safe_load(RESEARCH.read_text())
+    raw["workload"]["api"] = api_url
+    pb, problems = compile_playbook(raw, models=Models({"gpt-4o": ModelConfig(base_url=model_url)}), policy=LOCAL)
+    assert problems == [] and pb is not None
+    return PlaybookTool(pb)
+
+
+async def test_a_resource_a_tool_and_a_turn_run_end_to_end_with_their_events_in_order() -> None:
+    events: list[dict[str, Any]] = []
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake:
+            fake.says(tool_call("search_docs", {"query": "refund window"}), text("Refunds take 14 days."))
+            answer = await research(fake.url, api.url).run({"query": "refunds"}, on_event=events.append)
+    assert answer["ok"], answer["error"]
+    assert answer["answer"] == "Refunds take 14 days."
+    assert [(e["type"], e.get("id"), e.get("kind") or e.get("tool")) for e in events] == [
+        ("started", None, None),
+        ("step_started", "resource_kb_articles", "resource"),
+        ("step_finished", "resource_kb_articles", "resource"),
+        ("step_started", "turn_t1", "model_turn"),
+        ("tool_call_started", "turn_t1", "search_docs"),
+        ("tool_call_finished", "turn_t1", "search_docs"),
+        ("turn_saved", "turn_t1", None),
+        ("step_finished", "turn_t1", "model_turn"),
+        ("completed", None, None),
+    ]
+    saved = events[6]
+    assert saved["storage"] == "event_log" and saved["result"]["text"] == "Refunds take 14 days."
+    # The tool ran with the model's arguments over the playbook's input.
+    assert api.requests[0]["path"] == "/search" and api.requests[0]["query"] == {"q": "refund window"}
+    first, second = fake.requests
+    assert first["model"] == "gpt-4o" and first["temperature"] == 0.2
+    assert first["tools"][0]["function"]["name"] == "search_docs"
+    assert first["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"query": {"type": "string"}}}
+    system, user = first["messages"]
+    assert system == {"role": "system", "content": "You are a helpful assistant."}
+    assert user["content"] == (
+        'Resource kb_articles:\n[{"id":1,"title":"Refunds","topic":"billing"}]\n\n'
+        "What are key points about billing for refunds?\n\n"
+        "Summarize the following text:\nrefunds\n"
+    )
+    assert json.loads(second["messages"][-1]["content"]) == {"hits": [{"title": "About refund window"}]}
+    steps = answer["steps"]
+    assert steps["turn_t1"]["output"]["tool_calls"][0]["name"] == "search_docs"
+
+
+async def test_a_turn_with_an_output_schema_answers_its_parsed_json_after_a_retry() -> None:
+    doc = {
+        "metadata": {"path": "x/y", "name": "structured"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "turns": [
+                {"name": "draft", "model": "m", "user": [{"text": "Name a city for {{ input.who }}"}]},
+                {
+                    "name": "pick",
+                    "model": "m",
+                    "user": [{"use": "turn:draft"}, {"text": "As JSON, please."}],
+                    "output_schema": {"type": "object", "required": ["city"]},
+                },
+            ],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("Oslo"), text("city: Oslo"), text('{"city": "Oslo"}')) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({"who": "Ann"})
+    assert answer["ok"] and answer["answer"] == {"city": "Oslo"}
+    assert fake.requests[1]["messages"][0]["content"] == "Oslo\n\nAs JSON, please."
+    assert "not valid JSON" in fake.requests[2]["messages"][-1]["content"]
+
+
+async def test_a_missing_input_fails_the_turn_naming_the_template() -> None:
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake:
+            answer = await research(fake.url, api.url).run({})
+    assert not answer["ok"] and answer["error_code"] == "INTERPOLATION_FAILED"
+    assert "mcp.turns[0].user[1].text: 'dict object' has no attribute 'query'" in answer["error"]
+    assert fake.requests == []
+
+
+async def test_a_template_cannot_reach_python_internals() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "escape"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "turns": [{"name": "t", "model": "m", "user": [{"text": "{{ input.__class__.__mro__ }}"}]}],
+        },
+    }
+    pb, _ = compile_playbook(doc)
+    assert pb is not None
+    answer = await PlaybookTool(pb).run({})
+    assert not answer["ok"] and "refused by the sandbox" in answer["error"]
+
+
+BROKEN = """\
+metadata:
+  name: broken
+mcp:
+  models:
+    - name: gpt-5
+    - name: gpt-5
+  tools:
+    - name: search
+      type: http
+      spec: {url: "https://search/api?q={{ input.query }}"}
+    - name: db
+      type: postgres
+      spec: {sql: "select 1"}
+  resources:
+    - name: kb
+      type: value
+      spec: {value: 1}
+  prompts:
+    - name: summarize
+      template: "{{ input.text"
+  turns:
+    - name: t1
+      model: gpt-5
+      user:
+        - use: resource:kbb
+        - use: prompt:summarise
+    - name: t2
+      model: gpt5
+      user:
+        - text: "{{ resources.nope }} {{ turns.t3.text }} {{ secret.x }}"
+      tools_allowed: [search, serch]
+      save: {storage: s3}
+"""
+
+
+def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) -> None:
+    f = tmp_path / "playbook.yaml"
+    f.write_text(BROKEN)
+    pb, problems = load_playbook(f)
+    assert pb is None
+    lines = [str(p).replace(str(tmp_path) + "/", "") for p in problems]
+    assert lines == [
+        "playbook.yaml: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
+        "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, expected 'end of print statement'. (line 1)",
+        "playbook.yaml: mcp.tools[1].type: unsupported type `postgres` (supported: http, tool, value)",
+        "playbook.yaml: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
+        "playbook.yaml: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
+        "playbook.yaml: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
+        "playbook.yaml: mcp.turns[1]: a template reads `turns.t3`, not an earlier turn",
+        "playbook.yaml: mcp.turns[1]: a template reads `secret`, which is not defined (roots: input, workload, secrets, resources, turns, prompts, context, args)",
+        "playbook.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
+        "playbook.yaml: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), got {'storage': 's3'}",
+        "playbook.yaml: mcp.turns[1].tools_allowed[1]: unknown tool `serch` (did you mean `search`?)",
+        "playbook.yaml: metadata.path: is required",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("doc", "expected"),
+    [
+        ("metadata: {name: x, path: y}\nmcp: {turns: []}\nwat: 1\n", "wat: unknown key `wat`"),
+        ("metadata: [1]\n", "metadata: must be an object, got array"),
+        ("metadata: {name: 'a b', path: y}\nmcp: {models: [{name: m}], turns: [{name: t, model: m, user: [hi]}]}\n",
+         "metadata.name: a playbook's name is its tool name"),
+        ("metadata: {name: x, path: y}\nmcp: {tools: [{type: http, spec: {url: u}}]}\n",
+         "mcp.tools[0].name: every tool needs a `name`"),
+        ("metadata: {name: x, path: y}\nworkflow: [{step: start, next: nowhere}]\n",
+         "workflow[0].next: unknown step `nowhere`"),
+        ("metadata: {name: x, path: y}\nworkflow: [{step: a}]\n", "workflow: needs a step named `start`"),
+        ("metadata: {name: x, path: y}\nworkbook: [{name: fetch, type: value, value: 1}]\n"
+         "workflow: [{step: start, next: w}, {step: w, type: workbook, task: fetc}]\n",
+         "workflow[1].task: unknown workbook action `fetc` (did you mean `fetch`?)"),
+        ("metadata: {name: x, path: y}\nworkflow: [{step: start, next: a}, {step: a, next: start}]\n",
+         "workflow[0]: the chain of `next` comes back to `start` (a cycle)"),
+        ("metadata: {name: x\n", "not valid YAML"),
+    ],
+)
+def test_structural_problems_are_located(tmp_path: Path, doc: str, expected: str) -> None:
+    f = tmp_path / "pb.yaml"
+    f.write_text(doc)
+    _, problems = load_playbook(f)
+    assert any(expected in str(p) for p in problems), [str(p) for p in problems]
+
+
+async def test_a_workflow_chains_a_workbook_action_and_a_turn() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "chained"},
+        "workbook": [{"name": "fetch", "type": "value", "value": {"n": "{{ input.n }}"}}],
+        "mcp": {
+            "models": [{"name": "m"}],
+            "resources": [{"name": "facts", "type": "value", "spec": {"value": "sky is blue"}}],
+            "turns": [{"name": "say", "model": "m", "user": [{"use": "resource:facts"}, {"text": "go"}]}],
+        },
+        "workflow": [
+            {"step": "start", "next": ["get"]},
+            {"step": "get", "type": "workbook", "task": "fetch", "next": "talk"},
+            {"step": "talk", "type": "mcp", "turn": "say", "next": "end"},
+            {"step": "end"},
+        ],
+    }
+    events: list[dict[str, Any]] = []
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("done")) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({"n": 3}, on_event=events.append)
+    assert answer["ok"] and answer["answer"] == "done"
+    started = [e["id"] for e in events if e["type"] == "step_started"]
+    assert started == ["task_fetch", "resource_facts", "turn_say"]
+    assert answer["steps"]["task_fetch"]["output"] == {"n": 3}
+
+
+ERAS = ["2026-07-28", "legacy"]
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_served_playbook_asks_the_clients_model_and_calls_a_server_tool(era: str, tmp_path: Path) -> None:
+    (tmp_path / "pb").mkdir()
+    (tmp_path / "pb" / "ask.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "metadata": {"path": "pb/ask", "name": "ask_client", "description": "Ask the client's model."},
+                "mcp": {
+                    "models": [{"name": "client", "provider": "sampling"}],
+                    "resources": [
+                        {"name": "now", "type": "tool", "spec": {"tool": "echo", "args": {"said": "{{ input.q }}"}}}
+                    ],
+                    "turns": [
+                        {"name": "first", "model": "client", "user": ["Q: {{ input.q }}", {"use": "resource:now"}]},
+                        {"name": "second", "model": "client", "user": ["Better: {{ turns.first.text }}"]},
+                    ],
+                },
+            }
+        )
+    )
+    config = tmp_path / "mcpipe.json"
+    config.write_text(json.dumps({"audit": {"enabled": False}, "builtins": ["echo"], "playbooks": ["pb/*.yaml"]}))
+    from mcpipe.config import load_config
+
+    sampler = Sampler("draft one", "final one")
+    with trio.fail_after(WAIT_S):
+        async with open_app(load_config(config)) as app, Client(app.server, mode=era, sampling_callback=sampler) as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            r = await c.call_tool("ask_client", {"q": "why?"})
+    assert tools["ask_client"].description == "Ask the client's model."
+    assert "q" in tools["ask_client"].input_schema["properties"]
+    assert not r.is_error, r.content
+    assert r.content[0].text == "final one"
+    first, second = sampler.requests
+    assert first.messages[0].content.text.startswith("Q: why?\n\nResource now:\n")
+    assert "why?" in first.messages[0].content.text
+    assert second.messages[0].content.text == "Better: draft one"
+
+
+def test_a_config_with_a_broken_playbook_lists_its_problems_located_in_the_file(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(BROKEN)
+    with pytest.raises(ConfigError) as caught:
+        parse_config(json.dumps({"playbooks": ["*.yaml", "none/*.yaml"]}), "json", base_dir=str(tmp_path))
+    lines = [str(p) for p in caught.value.problems]
+    assert any(line.endswith("bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines)
+    assert "playbooks[1]: no file matches `none/*.yaml`" in lines
