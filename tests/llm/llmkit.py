@@ -200,7 +200,9 @@ class Sampler:
         if isinstance(answer, dict):  # a tool use
             return t.CreateMessageResultWithTools(
                 role="assistant",
-                content=[t.ToolUseContent(type="tool_use", id=answer["id"], name=answer["name"], input=answer["input"])],
+                content=[
+                    t.ToolUseContent(type="tool_use", id=answer["id"], name=answer["name"], input=answer["input"])
+                ],
                 model="client-model",
                 stop_reason="toolUse",
             )

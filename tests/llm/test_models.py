@@ -90,9 +90,7 @@ async def test_still_malformed_after_the_configured_retries_fails_with_the_last_
     with trio.fail_after(WAIT_S):
         async with fake_openai(text("no"), text("still no")) as fake:
             with pytest.raises(ModelOutputError) as caught:
-                await converse(
-                    model(fake.url), [Message.user("x")], ToolContext(), key="t", json=True, json_retries=1
-                )
+                await converse(model(fake.url), [Message.user("x")], ToolContext(), key="t", json=True, json_retries=1)
     assert caught.value.attempts == 2 and caught.value.text == "still no"
     assert "not usable after 2 tries" in str(caught.value)
     assert len(fake.requests) == 2
@@ -148,7 +146,12 @@ async def test_endless_tool_rounds_stop_at_the_limit() -> None:
         async with fake_openai(*[tool_call("loop", {})] * 3) as fake:
             with pytest.raises(ModelError, match="more than 2 rounds"):
                 await converse(
-                    model(fake.url), [Message.user("x")], ToolContext(), key="t", tools=[spec], run_tool=run_tool,
+                    model(fake.url),
+                    [Message.user("x")],
+                    ToolContext(),
+                    key="t",
+                    tools=[spec],
+                    run_tool=run_tool,
                     max_tool_rounds=2,
                 )
 
@@ -164,7 +167,7 @@ async def test_an_unreachable_endpoint_and_a_slow_one_fail_clearly() -> None:
     with trio.fail_after(WAIT_S):
         async with fake_openai() as fake:
             url = fake.url
-        with pytest.raises(ModelError, match="request to .* failed"):
+        with pytest.raises(ModelError, match=r"request to .* failed"):
             await converse(model(url), [Message.user("x")], ToolContext(), key="t")
 
 
@@ -177,7 +180,7 @@ async def test_the_sampling_model_outside_mcp_says_there_is_no_client() -> None:
     ("answer", "expected"),
     [
         ('{"a": 1}', {"a": 1}),
-        ('  ```json\n[1, 2]\n```  ', [1, 2]),
+        ("  ```json\n[1, 2]\n```  ", [1, 2]),
         ("```\n3\n```", 3),
         ("{'a': 1}", ValueError),
         ("", ValueError),

@@ -64,7 +64,10 @@ async def test_a_resource_a_tool_and_a_turn_run_end_to_end_with_their_events_in_
     first, second = fake.requests
     assert first["model"] == "gpt-4o" and first["temperature"] == 0.2
     assert first["tools"][0]["function"]["name"] == "search_docs"
-    assert first["tools"][0]["function"]["parameters"] == {"type": "object", "properties": {"query": {"type": "string"}}}
+    assert first["tools"][0]["function"]["parameters"] == {
+        "type": "object",
+        "properties": {"query": {"type": "string"}},
+    }
     system, user = first["messages"]
     assert system == {"role": "system", "content": "You are a helpful assistant."}
     assert user["content"] == (
@@ -170,13 +173,15 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
     lines = [str(p).replace(str(tmp_path) + "/", "") for p in problems]
     assert lines == [
         "playbook.yaml: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
-        "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, expected 'end of print statement'. (line 1)",
+        "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, "
+        "expected 'end of print statement'. (line 1)",
         "playbook.yaml: mcp.tools[1].type: unsupported type `postgres` (supported: http, tool, value)",
         "playbook.yaml: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
         "playbook.yaml: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
         "playbook.yaml: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
         "playbook.yaml: mcp.turns[1]: a template reads `turns.t3`, not an earlier turn",
-        "playbook.yaml: mcp.turns[1]: a template reads `secret`, which is not defined (roots: input, workload, secrets, resources, turns, prompts, context, args)",
+        "playbook.yaml: mcp.turns[1]: a template reads `secret`, which is not defined "
+        "(roots: input, workload, secrets, resources, turns, prompts, context, args)",
         "playbook.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
         "playbook.yaml: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), got {'storage': 's3'}",
         "playbook.yaml: mcp.turns[1].tools_allowed[1]: unknown tool `serch` (did you mean `search`?)",
@@ -189,18 +194,28 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
     [
         ("metadata: {name: x, path: y}\nmcp: {turns: []}\nwat: 1\n", "wat: unknown key `wat`"),
         ("metadata: [1]\n", "metadata: must be an object, got array"),
-        ("metadata: {name: 'a b', path: y}\nmcp: {models: [{name: m}], turns: [{name: t, model: m, user: [hi]}]}\n",
-         "metadata.name: a playbook's name is its tool name"),
-        ("metadata: {name: x, path: y}\nmcp: {tools: [{type: http, spec: {url: u}}]}\n",
-         "mcp.tools[0].name: every tool needs a `name`"),
-        ("metadata: {name: x, path: y}\nworkflow: [{step: start, next: nowhere}]\n",
-         "workflow[0].next: unknown step `nowhere`"),
+        (
+            "metadata: {name: 'a b', path: y}\nmcp: {models: [{name: m}], turns: [{name: t, model: m, user: [hi]}]}\n",
+            "metadata.name: a playbook's name is its tool name",
+        ),
+        (
+            "metadata: {name: x, path: y}\nmcp: {tools: [{type: http, spec: {url: u}}]}\n",
+            "mcp.tools[0].name: every tool needs a `name`",
+        ),
+        (
+            "metadata: {name: x, path: y}\nworkflow: [{step: start, next: nowhere}]\n",
+            "workflow[0].next: unknown step `nowhere`",
+        ),
         ("metadata: {name: x, path: y}\nworkflow: [{step: a}]\n", "workflow: needs a step named `start`"),
-        ("metadata: {name: x, path: y}\nworkbook: [{name: fetch, type: value, value: 1}]\n"
-         "workflow: [{step: start, next: w}, {step: w, type: workbook, task: fetc}]\n",
-         "workflow[1].task: unknown workbook action `fetc` (did you mean `fetch`?)"),
-        ("metadata: {name: x, path: y}\nworkflow: [{step: start, next: a}, {step: a, next: start}]\n",
-         "workflow[0]: the chain of `next` comes back to `start` (a cycle)"),
+        (
+            "metadata: {name: x, path: y}\nworkbook: [{name: fetch, type: value, value: 1}]\n"
+            "workflow: [{step: start, next: w}, {step: w, type: workbook, task: fetc}]\n",
+            "workflow[1].task: unknown workbook action `fetc` (did you mean `fetch`?)",
+        ),
+        (
+            "metadata: {name: x, path: y}\nworkflow: [{step: start, next: a}, {step: a, next: start}]\n",
+            "workflow[0]: the chain of `next` comes back to `start` (a cycle)",
+        ),
         ("metadata: {name: x\n", "not valid YAML"),
     ],
 )
@@ -286,5 +301,7 @@ def test_a_config_with_a_broken_playbook_lists_its_problems_located_in_the_file(
     with pytest.raises(ConfigError) as caught:
         parse_config(json.dumps({"playbooks": ["*.yaml", "none/*.yaml"]}), "json", base_dir=str(tmp_path))
     lines = [str(p) for p in caught.value.problems]
-    assert any(line.endswith("bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines)
+    assert any(
+        line.endswith("bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines
+    )
     assert "playbooks[1]: no file matches `none/*.yaml`" in lines

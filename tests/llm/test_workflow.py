@@ -68,7 +68,11 @@ async def served(model_url: str | None, api: FakeApi | None, **workflow: Any) ->
     doc: dict[str, Any] = {
         "audit": {"enabled": False},
         "builtins": False,
-        "workflow": {"model": "gpt" if model_url else "sampling", "tools": [quote_tool(base), search_tool(base)], **workflow},
+        "workflow": {
+            "model": "gpt" if model_url else "sampling",
+            "tools": [quote_tool(base), search_tool(base)],
+            **workflow,
+        },
     }
     if model_url:
         doc["models"] = {"gpt": {"base_url": model_url, "json_retries": 1}}
@@ -134,9 +138,9 @@ async def test_tool_documentation_over_the_limit_fails_at_tool_context_generatio
 
 async def test_malformed_json_is_retried_then_fails_at_llm_selection() -> None:
     with trio.fail_after(WAIT_S):
-        async with fake_api() as api, fake_openai(text("I'd call the quote API"), text("{'tool':")) as fake:
-            async with served(fake.url, api) as app:
-                r = await call(app, ASK)
+        script = (text("I'd call the quote API"), text("{'tool':"))
+        async with fake_api() as api, fake_openai(*script) as fake, served(fake.url, api) as app:
+            r = await call(app, ASK)
     out = r.structured_content
     assert out["status"] == "error" and out["error_stage"] == "llm_selection"
     assert "not usable after 2 tries" in out["error"]
@@ -152,11 +156,13 @@ async def test_a_model_endpoint_failure_is_an_llm_selection_error() -> None:
 
 
 async def test_a_request_off_the_tools_endpoint_is_sent_back_and_never_made() -> None:
-    metadata = json.dumps({"tool": "get_stock_quote", "method": "GET", "url": "http://169.254.169.254/latest/meta-data"})
+    metadata = json.dumps(
+        {"tool": "get_stock_quote", "method": "GET", "url": "http://169.254.169.254/latest/meta-data"}
+    )
     with trio.fail_after(WAIT_S):
-        async with fake_api() as api:
-            async with fake_openai(text(metadata), text(spec(api.url))) as fake, served(fake.url, api) as app:
-                r = await call(app, ASK)
+        async with fake_api() as api, fake_openai(text(metadata)) as fake, served(fake.url, api) as app:
+            fake.says(text(spec(api.url)))
+            r = await call(app, ASK)
     out = r.structured_content
     assert out["status"] == "success" and out["selected_tool"] == "get_stock_quote"
     assert "must be the endpoint of tool 'get_stock_quote'" in fake.requests[1]["messages"][-1]["content"]
@@ -239,10 +245,9 @@ async def test_a_tool_named_by_a_private_hostname_is_refused_by_the_outbound_pol
 
 async def test_a_formatting_failure_is_not_fatal() -> None:
     with trio.fail_after(WAIT_S):
-        async with fake_api() as api:
-            async with fake_openai(text(spec(api.url)), http_error(500, "overloaded")) as fake:
-                async with served(fake.url, api) as app:
-                    r = await call(app, {**ASK, "format_response": True})
+        async with fake_api() as api, fake_openai() as fake, served(fake.url, api) as app:
+            fake.says(text(spec(api.url)), http_error(500, "overloaded"))
+            r = await call(app, {**ASK, "format_response": True})
     out = r.structured_content
     assert not r.is_error and out["status"] == "success"
     assert out["raw_response"]["status_code"] == 200 and out["formatted_response"] is None

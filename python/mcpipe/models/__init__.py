@@ -72,7 +72,12 @@ class Models:
         return did_you_mean(name, self.names())
 
     def get(
-        self, name: str, *, provider: str | None = None, model: str | None = None, params: Mapping[str, Any] | None = None
+        self,
+        name: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
     ) -> Model:
         """The model ``name``: its preset, else a default one of ``provider`` (``openai`` reads the standard
         environment variables); ``model`` and ``params`` are laid over the preset's."""
@@ -84,7 +89,9 @@ class Models:
             preset = msgspec.structs.replace(preset, model=model)
         if preset.provider == "sampling":
             return SamplingModel(name, preset, params=params)
-        return OpenAIModel(name, preset, environ=self.environ if self.environ is not None else os.environ, params=params)
+        return OpenAIModel(
+            name, preset, environ=self.environ if self.environ is not None else os.environ, params=params
+        )
 
 
 def located(e: msgspec.ValidationError, where: str, code: str = "INVALID_CONFIG") -> Problem:

@@ -67,9 +67,7 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
         v = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
         errors = sorted(v.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
         if errors:
-            where = "; ".join(
-                f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5]
-            )
+            where = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
             raise ValueError(f"it does not match the schema ({where})")
     return value
 

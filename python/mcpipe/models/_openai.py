@@ -69,7 +69,10 @@ class OpenAIModel:
         body["messages"] = [_wire_message(m) for m in messages]
         if tools:
             body["tools"] = [
-                {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
                 for t in tools
             ]
         fmt = self.config.response_format

@@ -69,9 +69,14 @@ class SamplingModel:
             content: Any = {"type": "text", "text": m.content}
             if m.tool_calls:
                 content = [content] if m.content else []
-                content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls]
+                content += [
+                    {"type": "tool_use", "id": c.id, "name": c.name, "input": c.arguments} for c in m.tool_calls
+                ]
             wire.append({"role": m.role, "content": content})
-        params: dict[str, Any] = {"messages": wire, "maxTokens": int(self.params.get("max_tokens", self.config.max_tokens))}
+        params: dict[str, Any] = {
+            "messages": wire,
+            "maxTokens": int(self.params.get("max_tokens", self.config.max_tokens)),
+        }
         if systems:
             params["systemPrompt"] = "\n\n".join(systems)
         if "temperature" in self.params:
@@ -79,7 +84,9 @@ class SamplingModel:
         if "model_preferences" in self.params:
             params["modelPreferences"] = self.params["model_preferences"]
         if tools:
-            params["tools"] = [{"name": t.name, "description": t.description, "inputSchema": t.parameters} for t in tools]
+            params["tools"] = [
+                {"name": t.name, "description": t.description, "inputSchema": t.parameters} for t in tools
+            ]
         return params
 
     async def complete(

@@ -138,5 +138,9 @@ class Model(Protocol):
         json_schema: dict[str, Any] | None = None,
         json: bool = False,
     ) -> Reply:
-        """Ask once (``json``: ask for a JSON answer, matching ``json_schema`` when given); raises :class:`ModelError` when the model cannot be asked or its answer is unusable."""
+        """Ask once (``json``: ask for a JSON answer, matching ``json_schema`` when given).
+
+        Raises:
+            ModelError: the model cannot be asked, or its answer is unusable.
+        """
         ...

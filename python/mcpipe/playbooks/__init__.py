@@ -117,7 +117,9 @@ class PlaybookTool:
         plan = self.playbook.plan
         assert plan is not None
         registry = self.playbook.registry if self.playbook.registry is not None else _NoTools()
-        answer = await run_compiled(plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args))
+        answer = await run_compiled(
+            plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
+        )
         result = answer["result"]
         if isinstance(result, dict) and "text" in result and "data" in result:
             result = result["data"] if result["data"] is not None else result["text"]
@@ -127,7 +129,12 @@ class PlaybookTool:
                 on_event({"type": "completed", "playbook": self.name, "duration_ms": answer["duration_ms"]})
             else:
                 on_event(
-                    {"type": "failed", "playbook": self.name, "error": answer["error"], "error_code": answer["error_code"]}
+                    {
+                        "type": "failed",
+                        "playbook": self.name,
+                        "error": answer["error"],
+                        "error_code": answer["error_code"],
+                    }
                 )
         return answer
 
@@ -197,7 +204,9 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
         if pb is None:
             continue
         if pb.name in names:
-            problems.append(Problem(f"{f}: metadata.name", CODE, f"playbook `{pb.name}` is also defined in {names[pb.name]}"))
+            problems.append(
+                Problem(f"{f}: metadata.name", CODE, f"playbook `{pb.name}` is also defined in {names[pb.name]}")
+            )
             continue
         names[pb.name] = f
         loaded.append(PlaybookTool(pb, limits=limits))

@@ -22,7 +22,7 @@ from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
-from mcpipe.models import Model, Models, ModelConfig, ToolSpec
+from mcpipe.models import Model, ModelConfig, Models, ToolSpec
 from mcpipe.playbooks._jinja import ROOTS, Compiled, compile_value, references
 
 __all__ = ["ACTION_TYPES", "CODE", "Action", "Part", "Playbook", "Turn", "compile_playbook"]
@@ -298,7 +298,12 @@ def compile_playbook(
         c.add("mcp.turns", "a playbook needs at least one turn (or a `workflow`)")
     for i, tname, entry in turn_entries:
         where = f"mcp.turns[{i}]"
-        c.mapping(entry, where, ("name", "model", "system", "user", "tools_allowed", "output_schema", "save", "params"), ("model", "user"))
+        c.mapping(
+            entry,
+            where,
+            ("name", "model", "system", "user", "tools_allowed", "output_schema", "save", "params"),
+            ("model", "user"),
+        )
         mref = entry.get("model")
         model: Model | None = None
         json_retries, rounds = 2, 8
@@ -341,12 +346,25 @@ def compile_playbook(
             storage = save.get("storage") if isinstance(save, Mapping) else None
             if storage not in _STORAGES:
                 c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
-        turn = Turn(tname, where, mref if isinstance(mref, str) else "", model, system, parts, allowed,
-                    dict(schema) if schema is not None else None, storage, json_retries, rounds)
+        turn = Turn(
+            tname,
+            where,
+            mref if isinstance(mref, str) else "",
+            model,
+            system,
+            parts,
+            allowed,
+            dict(schema) if schema is not None else None,
+            storage,
+            json_retries,
+            rounds,
+        )
         turn.resources = _used_resources(c, turn, prompts, resource_actions, turns, where)
         turns[tname] = turn
 
-    pb = Playbook(name, path, description, dict(workload), tool_actions, resource_actions, workbook_actions, prompts, turns)
+    pb = Playbook(
+        name, path, description, dict(workload), tool_actions, resource_actions, workbook_actions, prompts, turns
+    )
     pb.policy = policy or StepPolicy()
     _check_roots(c, pb)
     order = _order(c, raw.get("workflow"), pb)
@@ -358,9 +376,7 @@ def compile_playbook(
         return None, sorted(c.problems, key=_problem_key)
     pb.warnings = c.warnings
     pb.plan = _plan(pb, order)
-    pb.inputs = sorted(
-        {n for src in _all_sources(pb) for root, n in references(src) if root == "input" and n}
-    )
+    pb.inputs = sorted({n for src in _all_sources(pb) for root, n in references(src) if root == "input" and n})
     return pb, []
 
 
@@ -391,7 +407,9 @@ def _check_spec(c: _Checker, atype: str, spec: Any, where: str, tools: Any) -> N
         c.mapping(spec, where, ("value",), ("value",))
 
 
-def _parts(c: _Checker, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]) -> list[Part]:
+def _parts(
+    c: _Checker, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]
+) -> list[Part]:
     if isinstance(value, str):
         value = [{"text": value}]
     if not isinstance(value, list) or not value:
@@ -450,7 +468,12 @@ def _sources_of(turn: Turn) -> tuple[str, ...]:
 
 
 def _used_resources(
-    c: _Checker, turn: Turn, prompts: dict[str, tuple[str, Compiled]], resources: dict[str, Action], turns: dict[str, Turn], where: str
+    c: _Checker,
+    turn: Turn,
+    prompts: dict[str, tuple[str, Compiled]],
+    resources: dict[str, Action],
+    turns: dict[str, Turn],
+    where: str,
 ) -> list[str]:
     used: list[str] = []
     sources = list(_sources_of(turn))
@@ -485,13 +508,15 @@ def _all_sources(pb: Playbook) -> list[tuple[str, ...]]:
 def _check_roots(c: _Checker, pb: Playbook) -> None:
     """Every name a template starts with must be a root (``input``, ``workload``, ``secrets``...)."""
     places = [(t.location, _sources_of(t)) for t in pb.turns.values()]
-    places += [(a.location, a.spec.sources) for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())]
+    places += [
+        (a.location, a.spec.sources) for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())
+    ]
     places += [(f"mcp.prompts.{n}", p[1].sources) for n, p in pb.prompts.items()]
     for where, sources in places:
         for root, _name in references(sources):
             if root not in ROOTS:
                 c.add(where, f"a template reads `{root}`, which is not defined (roots: {', '.join(ROOTS)})")
-    for rname, a in pb.resources.items():
+    for _rname, a in pb.resources.items():
         for root, name in references(a.spec.sources):
             if root in ("resources", "turns"):
                 c.add(a.location, f"a resource's spec cannot read `{root}.{name}` (resources run before turns)")
@@ -590,7 +615,9 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
     for kind, name, where in order:
         if kind == "action":
             a = pb.workbook[name]
-            steps.append(_step(_sid("task", name, taken), "action", where, _run.ActionPlan(pb, a, done.copy()), _run.run_action))
+            steps.append(
+                _step(_sid("task", name, taken), "action", where, _run.ActionPlan(pb, a, done.copy()), _run.run_action)
+            )
             continue
         turn = pb.turns[name]
         for r in turn.resources:

@@ -63,7 +63,9 @@ def environment() -> ImmutableSandboxedEnvironment:
     """The one sandboxed environment every playbook template compiles in."""
     global _ENV
     if _ENV is None:
-        env = ImmutableSandboxedEnvironment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
+        env = ImmutableSandboxedEnvironment(
+            undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
+        )
         env.filters["tojson"] = _tojson
         env.filters["fromjson"] = _fromjson
         env.filters["render"] = _render
@@ -134,10 +136,8 @@ def references(sources: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:
     ``resources['kb']`` too; ``(root, None)`` when the name is not a constant. Sources are assumed valid."""
     env = environment()
     for source in sources:
-        m = _WHOLE.match(source)
-        text = source if m is None else source
         try:
-            ast = env.parse(text)
+            ast = env.parse(source)
         except jinja2.TemplateSyntaxError:
             continue
         local = {n.name for n in ast.find_all(nodes.Name) if n.ctx in ("store", "param")}

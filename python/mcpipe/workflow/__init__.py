@@ -86,9 +86,7 @@ class WorkflowTool:
         return ToolResult([{"type": "text", "text": text}], result, result["status"] == "error")
 
 
-def load_workflow(
-    raw: Any, models: Models, location: str = "workflow"
-) -> tuple[WorkflowConfig | None, list[Problem]]:
+def load_workflow(raw: Any, models: Models, location: str = "workflow") -> tuple[WorkflowConfig | None, list[Problem]]:
     """Decode and check the ``workflow`` section: every problem located (``workflow.tools[1].base_url``)."""
     if raw is None:
         return None, []
@@ -100,13 +98,19 @@ def load_workflow(
     for key in ("model", "format_model"):
         name = getattr(cfg, key)
         if name is not None and name not in models:
-            problems.append(Problem(f"{location}.{key}", "INVALID_CONFIG", f"unknown model `{name}`{models.hint(name)}"))
+            problems.append(
+                Problem(f"{location}.{key}", "INVALID_CONFIG", f"unknown model `{name}`{models.hint(name)}")
+            )
     seen: dict[str, int] = {}
     for i, tool in enumerate(cfg.tools):
         where = f"{location}.tools[{i}]"
         if tool.name in seen:
             problems.append(
-                Problem(f"{where}.name", "INVALID_CONFIG", f"duplicate tool `{tool.name}` (first at tools[{seen[tool.name]}])")
+                Problem(
+                    f"{where}.name",
+                    "INVALID_CONFIG",
+                    f"duplicate tool `{tool.name}` (first at tools[{seen[tool.name]}])",
+                )
             )
         seen.setdefault(tool.name, i)
         try:
@@ -116,7 +120,9 @@ def load_workflow(
             ok = False
         if not ok:
             problems.append(
-                Problem(f"{where}.base_url", "INVALID_CONFIG", "must be an http(s) URL with a host, no query or credentials")
+                Problem(
+                    f"{where}.base_url", "INVALID_CONFIG", "must be an http(s) URL with a host, no query or credentials"
+                )
             )
         clash = set(tool.static_params) & set(tool.authenticated_params)
         if clash:

@@ -33,7 +33,16 @@ from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.tools._base import ToolContext
 from mcpipe.workflow._config import HttpToolConfig, WorkflowConfig
 
-__all__ = ["HTTP_SPEC_SCHEMA", "INPUT_SCHEMA", "MASK", "OUTPUT_SCHEMA", "STAGES", "Workflow", "WorkflowRequest", "tools_context"]
+__all__ = [
+    "HTTP_SPEC_SCHEMA",
+    "INPUT_SCHEMA",
+    "MASK",
+    "OUTPUT_SCHEMA",
+    "STAGES",
+    "Workflow",
+    "WorkflowRequest",
+    "tools_context",
+]
 
 STAGES = ("tool_retrieval", "tool_context_generation", "llm_selection", "api_execution", "response_formatting")
 MASK = "***"
@@ -103,7 +112,12 @@ INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
         "user_instructions": {"type": "string", "minLength": 1, "description": "What to accomplish, in words."},
-        "tool_ids": {"type": "array", "items": {"type": "string"}, "minItems": 1, "description": "Tools to choose from."},
+        "tool_ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "minItems": 1,
+            "description": "Tools to choose from.",
+        },
         "format_response": {"type": "boolean", "default": False, "description": "Have the model format the answer."},
         "response_format_instructions": {"type": ["string", "null"], "description": "How to format it."},
     },
@@ -219,7 +233,9 @@ class Workflow:
         missing = [i for i in request.tool_ids if i not in self.tools]
         if missing:
             hints = "".join(did_you_mean(m, self.tools) for m in missing[:1])
-            return _answer("error", error=f"Tools not found in registry: {missing}{hints}", error_stage="tool_retrieval")
+            return _answer(
+                "error", error=f"Tools not found in registry: {missing}{hints}", error_stage="tool_retrieval"
+            )
         tools = [self.tools[i] for i in dict.fromkeys(request.tool_ids)]
         context = tools_context(tools)
         if len(context) > self.config.max_context_chars:
