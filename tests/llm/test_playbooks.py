@@ -305,3 +305,64 @@ def test_a_config_with_a_broken_playbook_lists_its_problems_located_in_the_file(
         line.endswith("bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines
     )
     assert "playbooks[1]: no file matches `none/*.yaml`" in lines
+
+
+async def run_cli(*args: str) -> trio.CompletedProcess[bytes]:
+    import sys
+
+    return await trio.run_process(
+        [sys.executable, "-m", "mcpipe", "playbook", *args], capture_stdout=True, capture_stderr=True, check=False
+    )
+
+
+async def test_the_cli_checks_a_playbook_and_lists_located_problems(tmp_path: Path) -> None:
+    (tmp_path / "bad.yaml").write_text(BROKEN)
+    with trio.fail_after(WAIT_S):
+        ok = await run_cli("check", str(RESEARCH))
+        bad = await run_cli("check", str(tmp_path / "bad.yaml"))
+    assert ok.returncode == 0 and ok.stdout.decode().endswith("ok (playbook `research`: 1 resource, 1 model_turn)\n")
+    assert bad.returncode == 1 and bad.stdout == b""
+    lines = bad.stderr.decode().splitlines()
+    assert f"{tmp_path}/bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)" in lines
+    assert "Traceback" not in bad.stderr.decode()
+
+
+async def test_the_cli_runs_a_playbook_with_inputs_and_prints_its_events(tmp_path: Path) -> None:
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(text("Refunds take 14 days.")) as fake:
+            raw = yaml.safe_load(RESEARCH.read_text())
+            raw["workload"]["api"] = api.url
+            (tmp_path / "pb.yaml").write_text(yaml.safe_dump(raw))
+            (tmp_path / "mcpipe.json").write_text(
+                json.dumps({"audit": {"enabled": False}, "models": {"gpt-4o": {"base_url": fake.url}}})
+            )
+            r = await run_cli(
+                "run",
+                str(tmp_path / "pb.yaml"),
+                "--config",
+                str(tmp_path / "mcpipe.json"),
+                "--input",
+                "query=refunds",
+                "--events",
+            )
+    assert r.returncode == 0, r.stderr
+    answer = json.loads(r.stdout)
+    assert answer["ok"] and answer["answer"] == "Refunds take 14 days."
+    events = [json.loads(line)["type"] for line in r.stderr.decode().splitlines()]
+    assert events == [
+        "started",
+        "step_started",
+        "step_finished",
+        "step_started",
+        "turn_saved",
+        "step_finished",
+        "completed",
+    ]
+    assert "refunds" in fake.requests[0]["messages"][1]["content"]
+
+
+async def test_the_cli_run_says_what_failed_in_one_line() -> None:
+    with trio.fail_after(WAIT_S):
+        r = await run_cli("run", str(RESEARCH), "--input", "bad")
+    assert r.returncode == 2
+    assert r.stderr.decode() == "mcpipe playbook run: error: --input takes NAME=VALUE, got 'bad'\n"
