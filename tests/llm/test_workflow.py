@@ -313,3 +313,74 @@ def test_workflow_config_problems_are_located() -> None:
     assert "workflow.tools[1].name: duplicate tool `get_stock_quote` (first at tools[0])" in lines
     assert any(line.startswith("workflow.tools[1].base_url: must be an http(s) URL") for line in lines)
     assert "workflow.tools[2].static_params: also authenticated: k" in lines
+
+
+@asynccontextmanager
+async def over_http(app: App) -> AsyncIterator[str]:
+    from functools import partial
+
+    from mcpipe.server import serve_http
+
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
+        try:
+            yield url.rsplit("/", 1)[0] + "/workflow"
+        finally:
+            stop.set()
+
+
+async def test_post_workflow_answers_the_seeds_response_over_http() -> None:
+    import httpx2
+
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(text(spec(api.url))) as fake, served(fake.url, api) as app:
+            async with over_http(app) as url, httpx2.AsyncClient(trust_env=False) as http:
+                ok = await http.post(url, json=ASK)
+                missing = await http.post(url, json={"user_instructions": "x", "tool_ids": ["nope"]})
+                invalid = await http.post(url, json={"tool_ids": "x"})
+                not_json = await http.post(url, content=b"{", headers={"content-type": "application/json"})
+                get = await http.get(url)
+    assert ok.status_code == 200 and ok.json()["status"] == "success"
+    assert ok.json()["http_spec"]["query_params"]["apikey"] == "***"
+    assert ok.json()["raw_response"]["body"]["Global Quote"]["05. price"] == "142.50"
+    assert missing.status_code == 200 and missing.json()["error_stage"] == "tool_retrieval"
+    assert invalid.status_code == 422
+    assert invalid.json()["detail"] == [
+        "user_instructions: a non-empty string is required",
+        "tool_ids: a non-empty array of tool names is required",
+    ]
+    assert not_json.status_code == 400 and "not JSON" in not_json.json()["error"]
+    assert get.status_code == 405 and get.headers["allow"] == "POST"
+
+
+async def test_post_workflow_needs_the_bearer_token_and_the_grant(monkeypatch: pytest.MonkeyPatch) -> None:
+    import httpx2
+
+    monkeypatch.setenv("TOKEN_A", "token-a")
+    monkeypatch.setenv("TOKEN_B", "token-b")
+    auth = {
+        "tokens": [
+            {"env": "TOKEN_A", "principal": "alice", "tools": ["workflow"]},
+            {"env": "TOKEN_B", "principal": "bob", "tools": ["echo"]},
+        ]
+    }
+    doc = {
+        "audit": {"enabled": False},
+        "auth": auth,
+        "models": {"gpt": {"base_url": "http://127.0.0.1:9/v1"}},
+        "workflow": {"model": "gpt", "tools": [search_tool("http://127.0.0.1:9")]},
+    }
+    with trio.fail_after(WAIT_S):
+        async with open_app(parse_config(json.dumps(doc), "json")) as app, over_http(app) as url:
+            async with httpx2.AsyncClient(trust_env=False) as http:
+                anonymous = await http.post(url, json=ASK)
+                bob = await http.post(url, json=ASK, headers={"authorization": "Bearer token-b"})
+                alice = await http.post(
+                    url,
+                    json={"user_instructions": "x", "tool_ids": ["zzz"]},
+                    headers={"authorization": "Bearer token-a"},
+                )
+    assert anonymous.status_code == 401
+    assert bob.status_code == 403 and "may not call 'workflow'" in bob.json()["error"]
+    assert alice.status_code == 200 and alice.json()["error_stage"] == "tool_retrieval"
