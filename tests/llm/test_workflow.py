@@ -334,8 +334,14 @@ async def test_post_workflow_answers_the_seeds_response_over_http() -> None:
     import httpx2
 
     with trio.fail_after(WAIT_S):
-        async with fake_api() as api, fake_openai(text(spec(api.url))) as fake, served(fake.url, api) as app:
-            async with over_http(app) as url, httpx2.AsyncClient(trust_env=False) as http:
+        async with (
+            fake_api() as api,
+            fake_openai() as fake,
+            served(fake.url, api) as app,
+            over_http(app) as url,
+            httpx2.AsyncClient(trust_env=False) as http,
+        ):
+            fake.says(text(spec(api.url)))
                 ok = await http.post(url, json=ASK)
                 missing = await http.post(url, json={"user_instructions": "x", "tool_ids": ["nope"]})
                 invalid = await http.post(url, json={"tool_ids": "x"})
@@ -372,15 +378,18 @@ async def test_post_workflow_needs_the_bearer_token_and_the_grant(monkeypatch: p
         "workflow": {"model": "gpt", "tools": [search_tool("http://127.0.0.1:9")]},
     }
     with trio.fail_after(WAIT_S):
-        async with open_app(parse_config(json.dumps(doc), "json")) as app, over_http(app) as url:
-            async with httpx2.AsyncClient(trust_env=False) as http:
-                anonymous = await http.post(url, json=ASK)
-                bob = await http.post(url, json=ASK, headers={"authorization": "Bearer token-b"})
-                alice = await http.post(
-                    url,
-                    json={"user_instructions": "x", "tool_ids": ["zzz"]},
-                    headers={"authorization": "Bearer token-a"},
-                )
+        async with (
+            open_app(parse_config(json.dumps(doc), "json")) as app,
+            over_http(app) as url,
+            httpx2.AsyncClient(trust_env=False) as http,
+        ):
+            anonymous = await http.post(url, json=ASK)
+            bob = await http.post(url, json=ASK, headers={"authorization": "Bearer token-b"})
+            alice = await http.post(
+                url,
+                json={"user_instructions": "x", "tool_ids": ["zzz"]},
+                headers={"authorization": "Bearer token-a"},
+            )
     assert anonymous.status_code == 401
     assert bob.status_code == 403 and "may not call 'workflow'" in bob.json()["error"]
     assert alice.status_code == 200 and alice.json()["error_stage"] == "tool_retrieval"
