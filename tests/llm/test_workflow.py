@@ -342,11 +342,11 @@ async def test_post_workflow_answers_the_seeds_response_over_http() -> None:
             httpx2.AsyncClient(trust_env=False) as http,
         ):
             fake.says(text(spec(api.url)))
-                ok = await http.post(url, json=ASK)
-                missing = await http.post(url, json={"user_instructions": "x", "tool_ids": ["nope"]})
-                invalid = await http.post(url, json={"tool_ids": "x"})
-                not_json = await http.post(url, content=b"{", headers={"content-type": "application/json"})
-                get = await http.get(url)
+            ok = await http.post(url, json=ASK)
+            missing = await http.post(url, json={"user_instructions": "x", "tool_ids": ["nope"]})
+            invalid = await http.post(url, json={"tool_ids": "x"})
+            not_json = await http.post(url, content=b"{", headers={"content-type": "application/json"})
+            get = await http.get(url)
     assert ok.status_code == 200 and ok.json()["status"] == "success"
     assert ok.json()["http_spec"]["query_params"]["apikey"] == "***"
     assert ok.json()["raw_response"]["body"]["Global Quote"]["05. price"] == "142.50"
