@@ -366,3 +366,66 @@ async def test_the_cli_run_says_what_failed_in_one_line() -> None:
         r = await run_cli("run", str(RESEARCH), "--input", "bad")
     assert r.returncode == 2
     assert r.stderr.decode() == "mcpipe playbook run: error: --input takes NAME=VALUE, got 'bad'\n"
+
+
+@pytest.mark.parametrize("era", ERAS)
+async def test_the_clients_model_calls_a_playbook_tool_through_sampling_with_tools(era: str, tmp_path: Path) -> None:
+    import mcp_types as t
+
+    doc = {
+        "metadata": {"path": "pb/tools", "name": "with_tools"},
+        "mcp": {
+            "models": [{"name": "client", "provider": "sampling"}],
+            "tools": [
+                {
+                    "name": "lookup",
+                    "type": "tool",
+                    "description": "Echo what it is given",
+                    "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
+                    "spec": {"tool": "echo"},
+                }
+            ],
+            "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
+        },
+    }
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
+    config = {"audit": {"enabled": False}, "builtins": ["echo"], "playbooks": ["pb.yaml"]}
+    sampler = Sampler({"id": "u1", "name": "lookup", "input": {"said": "hello"}}, "It said hello.")
+    caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
+    with trio.fail_after(WAIT_S):
+        async with (
+            open_app(parse_config(json.dumps(config), "json", base_dir=str(tmp_path))) as app,
+            Client(app.server, mode=era, sampling_callback=sampler, sampling_capabilities=caps) as c,
+        ):
+            r = await c.call_tool("with_tools", {"q": "x"})
+    assert not r.is_error, r.content
+    assert r.content[0].text == "It said hello."
+    first, second = sampler.requests
+    assert [tool.name for tool in first.tools] == ["lookup"]
+    assert first.tools[0].input_schema["properties"] == {"said": {"type": "string"}}
+    use, result = second.messages[-2], second.messages[-1]
+    assert use.role == "assistant" and use.content_as_list[0].type == "tool_use"
+    assert result.role == "user" and result.content_as_list[0].type == "tool_result"
+    assert result.content_as_list[0].tool_use_id == "u1"
+    assert '"said":"hello"' in result.content_as_list[0].content[0].text
+
+
+async def test_tools_over_sampling_need_the_clients_sampling_tools_capability(tmp_path: Path) -> None:
+    doc = {
+        "metadata": {"path": "pb/tools", "name": "with_tools"},
+        "mcp": {
+            "models": [{"name": "client", "provider": "sampling"}],
+            "tools": [{"name": "lookup", "type": "value", "spec": {"value": 1}}],
+            "turns": [{"name": "t", "model": "client", "user": ["hi"], "tools_allowed": ["lookup"]}],
+        },
+    }
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
+    config = {"audit": {"enabled": False}, "builtins": False, "playbooks": ["pb.yaml"]}
+    with trio.fail_after(WAIT_S):
+        async with (
+            open_app(parse_config(json.dumps(config), "json", base_dir=str(tmp_path))) as app,
+            Client(app.server, mode="legacy", sampling_callback=Sampler("x")) as c,
+        ):
+            r = await c.call_tool("with_tools", {})
+    assert r.is_error and "MODEL_FAILED" in r.content[0].text
+    assert "no `sampling.tools` capability" in r.content[0].text
