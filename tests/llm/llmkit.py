@@ -21,6 +21,42 @@ from hypercorn.trio import serve
 
 Asgi = Callable[..., Any]
 
+BROKEN = """\
+metadata:
+  name: broken
+mcp:
+  models:
+    - name: gpt-5
+    - name: gpt-5
+  tools:
+    - name: search
+      type: http
+      spec: {url: "https://search/api?q={{ input.query }}"}
+    - name: db
+      type: postgres
+      spec: {sql: "select 1"}
+  resources:
+    - name: kb
+      type: value
+      spec: {value: 1}
+  prompts:
+    - name: summarize
+      template: "{{ input.text"
+  turns:
+    - name: t1
+      model: gpt-5
+      user:
+        - use: resource:kbb
+        - use: prompt:summarise
+    - name: t2
+      model: gpt5
+      user:
+        - text: "{{ resources.nope }} {{ turns.t3.text }} {{ secret.x }}"
+      tools_allowed: [search, serch]
+      save: {storage: s3}
+"""
+"""A playbook with one of each validation problem (the tests and docs/playbooks.md list its errors)."""
+
 
 async def _body(receive: Any) -> bytes:
     body = b""

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import yaml
-from llmkit import Sampler, fake_api, fake_openai, text, tool_call
+from llmkit import BROKEN, Sampler, fake_api, fake_openai, text, tool_call
 from mcp import Client
 
 from mcpipe.config import ConfigError, parse_config
@@ -127,42 +127,6 @@ async def test_a_template_cannot_reach_python_internals() -> None:
     assert pb is not None
     answer = await PlaybookTool(pb).run({})
     assert not answer["ok"] and "refused by the sandbox" in answer["error"]
-
-
-BROKEN = """\
-metadata:
-  name: broken
-mcp:
-  models:
-    - name: gpt-5
-    - name: gpt-5
-  tools:
-    - name: search
-      type: http
-      spec: {url: "https://search/api?q={{ input.query }}"}
-    - name: db
-      type: postgres
-      spec: {sql: "select 1"}
-  resources:
-    - name: kb
-      type: value
-      spec: {value: 1}
-  prompts:
-    - name: summarize
-      template: "{{ input.text"
-  turns:
-    - name: t1
-      model: gpt-5
-      user:
-        - use: resource:kbb
-        - use: prompt:summarise
-    - name: t2
-      model: gpt5
-      user:
-        - text: "{{ resources.nope }} {{ turns.t3.text }} {{ secret.x }}"
-      tools_allowed: [search, serch]
-      save: {storage: s3}
-"""
 
 
 def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) -> None:
