@@ -393,3 +393,35 @@ async def test_tools_over_sampling_need_the_clients_sampling_tools_capability(tm
             r = await c.call_tool("with_tools", {})
     assert r.is_error and "MODEL_FAILED" in r.content[0].text
     assert "no `sampling.tools` capability" in r.content[0].text
+
+
+async def test_a_served_playbook_reports_its_steps_and_tool_calls_as_progress(tmp_path: Path) -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake:
+            fake.says(tool_call("search_docs", {"query": "x"}), text("done"))
+            raw = yaml.safe_load(RESEARCH.read_text())
+            raw["workload"]["api"] = api.url
+            (tmp_path / "pb.yaml").write_text(yaml.safe_dump(raw))
+            config = {
+                "audit": {"enabled": False},
+                "builtins": False,
+                "playbooks": ["pb.yaml"],
+                "models": {"gpt-4o": {"base_url": fake.url}},
+                "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}},
+            }
+            async with (
+                open_app(parse_config(json.dumps(config), "json", base_dir=str(tmp_path))) as app,
+                Client(app.server) as c,
+            ):
+                r = await c.call_tool("research", {"query": "refunds"}, progress_callback=on_progress)
+    assert not r.is_error, r.content
+    assert seen == [
+        (1.0, 2.0, "step resource_kb_articles finished (ok)"),
+        (1.001, 2.0, "tool search_docs called (ok)"),
+        (2.0, 2.0, "step turn_t1 finished (ok)"),
+    ]

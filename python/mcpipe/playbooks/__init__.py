@@ -8,6 +8,7 @@ config's ``models``, ``workflow`` and ``playbooks``.
 from __future__ import annotations
 
 import glob
+import math
 import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import trio
 import yaml
 
 from mcpipe.compile import Limits
@@ -141,7 +143,10 @@ class PlaybookTool:
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         if not isinstance(args, dict):
             return ToolResult.error(f"invalid arguments for tool '{self.name}': args must be an object")
-        answer = await self.run(args, ctx)
+        if ctx.extras.get("progress"):
+            answer = await self._run_with_progress(args, ctx)
+        else:
+            answer = await self.run(args, ctx)
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         result = answer["answer"]
@@ -149,6 +154,37 @@ class PlaybookTool:
             return ToolResult.text(result)
         text = orjson.dumps(result).decode()
         return ToolResult([{"type": "text", "text": text}], result if isinstance(result, dict) else None)
+
+    async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
+        """Run, turning finished steps and tool calls into progress notifications (strictly increasing: the
+        finished steps, plus thousandths for the tool calls of the running turn). Events arrive synchronously
+        and must not block, so one task sends them, in order."""
+        send, recv = trio.open_memory_channel[dict[str, Any]](math.inf)
+        done, last, total = 0.0, -1.0, None
+
+        async def pump() -> None:
+            nonlocal done, last, total
+            async for event in recv:
+                kind = event["type"]
+                if kind == "step_finished":
+                    done, total = float(event["completed"]), event["total"]
+                    status = "ok" if event["ok"] else event["error_code"]
+                    value, message = done, f"step {event['id']} finished ({status})"
+                elif kind == "tool_call_finished":
+                    value = min(last + 0.001, done + 0.999)
+                    message = f"tool {event['tool']} called ({'ok' if event['ok'] else 'failed'})"
+                else:
+                    continue
+                if value > last:
+                    last = value
+                    await ctx.report_progress(round(value, 3), total, message)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(pump)
+            try:
+                return await self.run(args, ctx, on_event=send.send_nowait)
+            finally:
+                send.close()
 
 
 class PlaybookTools:
