@@ -19,7 +19,22 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from mcpipe.tools import ToolRegistry
+
 Asgi = Callable[..., Any]
+
+LOOKUPS: list[str] = []
+"""Every call of the side-effecting `lookup` tool, in order (a resume that ran it again would show)."""
+
+counting = ToolRegistry()
+
+
+@counting.tool
+def lookup(said: str) -> dict[str, Any]:
+    """Look something up (a side effect: every call is recorded)."""
+    LOOKUPS.append(said)
+    return {"said": said, "n": len(LOOKUPS)}
+
 
 BROKEN = """\
 metadata:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import trio
 import yaml
-from llmkit import BROKEN, Sampler, fake_api, fake_openai, text, tool_call
+from llmkit import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, text, tool_call
 from mcp import Client
 
 from mcpipe.config import ConfigError, parse_config
@@ -346,15 +346,16 @@ async def test_the_clients_model_calls_a_playbook_tool_through_sampling_with_too
                     "type": "tool",
                     "description": "Echo what it is given",
                     "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
-                    "spec": {"tool": "echo"},
+                    "spec": {"tool": "lookup"},
                 }
             ],
             "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
         },
     }
     (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
-    config = {"audit": {"enabled": False}, "builtins": ["echo"], "playbooks": ["pb.yaml"]}
+    config = {"audit": {"enabled": False}, "python_tools": ["llmkit:counting"], "playbooks": ["pb.yaml"]}
     sampler = Sampler({"id": "u1", "name": "lookup", "input": {"said": "hello"}}, "It said hello.")
+    LOOKUPS.clear()
     caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
     with trio.fail_after(WAIT_S):
         async with (
@@ -372,6 +373,7 @@ async def test_the_clients_model_calls_a_playbook_tool_through_sampling_with_too
     assert result.role == "user" and result.content_as_list[0].type == "tool_result"
     assert result.content_as_list[0].tool_use_id == "u1"
     assert '"said":"hello"' in result.content_as_list[0].content[0].text
+    assert LOOKUPS == ["hello"]  # once, though a 2026-07-28 call runs again after each answer
 
 
 async def test_tools_over_sampling_need_the_clients_sampling_tools_capability(tmp_path: Path) -> None:

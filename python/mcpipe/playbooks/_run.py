@@ -26,6 +26,9 @@ from mcpipe.tools._base import ToolContext
 
 __all__ = ["EVENTS_KEY", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
 
+MAX_TOOL_RESULT_CHARS = 100_000
+"""A tool result longer than this goes back to the model truncated (with a note saying so)."""
+
 EVENTS_KEY = "mcpipe.playbook.events"
 """Where a run's event sink lives in ``ToolContext.extras`` (turns report their tool calls through it)."""
 
@@ -205,7 +208,10 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
                     "duration_ms": round((perf_counter() - t0) * 1000, 3),
                 }
             )
-        return _as_text(done["output"]), not done["ok"]
+        result = _as_text(done["output"])
+        if len(result) > MAX_TOOL_RESULT_CHARS:
+            result = result[:MAX_TOOL_RESULT_CHARS] + f" [truncated: {len(result)} characters in all]"
+        return result, not done["ok"]
 
     if turn.model is None:
         raise StepFailure(f"{turn.location}.model: no model", "TOOL_FAILED")
