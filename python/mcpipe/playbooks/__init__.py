@@ -21,7 +21,7 @@ import yaml
 
 from mcpipe.compile import Limits
 from mcpipe.declared._policy import StepPolicy
-from mcpipe.errors import Problem
+from mcpipe.errors import ConfigError, Problem
 from mcpipe.models import Models, load_models
 from mcpipe.playbooks._compile import ACTION_TYPES, CODE, Playbook, compile_playbook
 from mcpipe.playbooks._run import EVENTS_KEY
@@ -259,12 +259,10 @@ def model_sources(config: Any, sources: Any) -> tuple[list[Any], Callable[[Any],
     gateway (playbooks' ``tool`` actions call through it).
 
     Raises:
-        mcpipe.config.ConfigError: listing every problem.
+        mcpipe.errors.ConfigError: listing every problem.
     """
     _models, workflow, playbooks, problems = _load_all(config, None)
     if problems:
-        from mcpipe.config import ConfigError
-
         raise ConfigError(problems)
     out: list[Any] = []
     if workflow is not None and workflow.enabled:

@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from mcpipe.gateway import CallError
+from mcpipe.errors import MCPipeError
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["PATH", "workflow_endpoint"]
@@ -73,7 +73,7 @@ async def workflow_endpoint(
     ctx = ToolContext(request_id=uuid.uuid4().hex, client={"name": "http", "version": None}, principal=principal)
     try:
         result = await gateway.call("workflow", args, ctx)
-    except CallError as e:
+    except MCPipeError as e:  # the gateway's refusals (CallError): not allowed, or unknown
         status = 403 if getattr(e, "code", None) == "FORBIDDEN" else 404
         await _respond(send, status, {"error": str(e)})
         return
