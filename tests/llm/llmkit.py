@@ -198,6 +198,9 @@ class FakeApi:
                 await _answer(send, 200, {"Global Quote": {"01. symbol": symbol, "05. price": "142.50"}})
             elif scope["path"] == "/query":
                 await _answer(send, 400, {"Error Message": "symbol is required"})
+            elif scope["path"] == "/echo":
+                parsed = json.loads(body) if body else None
+                await _answer(send, 200, {"method": scope["method"], "query": query, "body": parsed})
             elif scope["path"] == "/search":
                 await _answer(send, 200, {"hits": [{"title": f"About {query.get('q', '')}"}]})
             else:

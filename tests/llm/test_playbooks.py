@@ -139,7 +139,7 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
         "playbook.yaml: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
         "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, "
         "expected 'end of print statement'. (line 1)",
-        "playbook.yaml: mcp.tools[1].type: unsupported type `postgres` (supported: http, tool, value)",
+        "playbook.yaml: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: wrap the work in a `tool`",
         "playbook.yaml: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
         "playbook.yaml: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
         "playbook.yaml: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
@@ -427,3 +427,77 @@ async def test_a_served_playbook_reports_its_steps_and_tool_calls_as_progress(tm
         (1.001, 2.0, "tool search_docs called (ok)"),
         (2.0, 2.0, "step turn_t1 finished (ok)"),
     ]
+
+
+def kinds_doc(api: str, **resource: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"path": "x", "name": "kinds"},
+        "workload": {"api": api},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "resources": [{"name": "r", **resource}],
+            "turns": [{"name": "t", "model": "m", "user": [{"use": "resource:r"}]}],
+        },
+    }
+
+
+async def test_actions_are_declared_step_kinds_with_their_fields_and_jinja_templates() -> None:
+    resource = {
+        "type": "http",
+        "spec": {
+            "method": "post",
+            "url": "{{ workload.api }}/echo",
+            "params": {"q": "{{ input.q | upper }}"},
+            "body": {"items": "{{ [input.q, input.q] }}"},
+            "expected_status_codes": [200],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(text("ok")) as fake:
+            doc = kinds_doc(api.url, **resource)
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}), policy=LOCAL)
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({"q": "ab"})
+    assert answer["ok"], answer["error"]
+    assert answer["steps"]["resource_r"]["output"] == {
+        "method": "POST",
+        "query": {"q": "AB"},
+        "body": {"items": ["ab", "ab"]},
+    }
+
+
+def test_a_kinds_own_checks_are_located_in_the_playbook() -> None:
+    unknown_field = kinds_doc("http://x", type="http", spec={"url": "{{ workload.api }}", "methd": "GET"})
+    not_allowed = kinds_doc("http://x", type="http", spec={"url": "https://evil.example/x"})
+    cel = kinds_doc("http://x", type="transform", spec={"expression": "args.("})
+    typo = kinds_doc("http://x", type="htp", spec={})
+    lines = [str(p) for d in (unknown_field, not_allowed, cel, typo) for p in compile_playbook(d, policy=LOCAL)[1]]
+    assert lines == [
+        "mcp.resources[0].spec.methd: unknown field `methd` for kind `http` (did you mean `method`?)",
+        "mcp.resources[0].spec.url: host 'evil.example' is not in the allowed hosts",
+        lines[2],
+        "mcp.resources[0].type: unknown type `htp` (did you mean `http`?) (the types are the declared step kinds, "
+        "see docs/playbooks.md)",
+    ]
+    assert lines[2].startswith("mcp.resources[0].spec.expression: invalid CEL")
+
+
+async def test_a_rendered_url_off_the_allowlist_is_refused_at_run_time() -> None:
+    doc = kinds_doc("http://localhost:9", type="http", spec={"url": "{{ workload.api }}/x"})
+    pb, problems = compile_playbook(doc, policy=StepPolicy(http=HttpPolicy(allowed_hosts=["localhost"])))
+    assert pb is not None, problems
+    with trio.fail_after(WAIT_S):
+        answer = await PlaybookTool(pb).run({})
+    assert not answer["ok"] and answer["error_code"] == "FORBIDDEN"
+    assert "mcp.resources[0]: host 'localhost' resolves to 127.0.0.1, a loopback address" in answer["error"]
+
+
+async def test_a_cel_transform_action_reads_the_pipeline_environment() -> None:
+    doc = kinds_doc("http://x", type="transform", spec={"expression": "args.n * 2"})
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("ok")) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({"n": 21})
+    assert answer["ok"] and answer["steps"]["resource_r"]["output"] == 42
+    assert fake.requests[0]["messages"][0]["content"] == "Resource r:\n42"

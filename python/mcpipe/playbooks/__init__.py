@@ -23,16 +23,16 @@ from mcpipe.compile import Limits
 from mcpipe.declared._policy import StepPolicy
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.models import Models, load_models
-from mcpipe.playbooks._compile import ACTION_TYPES, CODE, Playbook, compile_playbook
+from mcpipe.playbooks._compile import CODE, Playbook, action_types, compile_playbook
 from mcpipe.playbooks._run import EVENTS_KEY
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
-    "ACTION_TYPES",
     "EVENTS_KEY",
     "Playbook",
     "PlaybookTool",
     "PlaybookTools",
+    "action_types",
     "compile_playbook",
     "load_playbook",
     "model_problems",

@@ -25,12 +25,21 @@ from mcpipe.errors import Problem
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec
 from mcpipe.playbooks._jinja import ROOTS, Compiled, compile_value, references
 
-__all__ = ["ACTION_TYPES", "CODE", "Action", "Part", "Playbook", "Turn", "compile_playbook"]
+__all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
 CODE = "INVALID_PLAYBOOK"
-ACTION_TYPES = ("http", "tool", "value")
-"""The plugin types a tool, resource or workbook action may have (NoETL's ``python``, ``postgres`` and
-``duckdb`` have no mcpipe executor yet: use a ``tool`` that wraps one)."""
+_ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endpoint": "url"}}
+"""NoETL's names for some fields of a kind (``params`` for the query of an ``http`` action)."""
+
+
+def action_types() -> tuple[str, ...]:
+    """The types an action may have: every leaf step kind of declared pipelines (``http``, ``tool``,
+    ``graphql``, ``command``, ``value``, ``transform``...). NoETL's ``python``, ``postgres`` and ``duckdb``
+    have no mcpipe kind yet: a ``tool`` can wrap one."""
+    from mcpipe.declared import KINDS
+
+    return tuple(KINDS)
+
 
 _TOP = ("apiVersion", "kind", "metadata", "workload", "workbook", "workflow", "mcp")
 _META = ("path", "name", "description", "version", "labels")
@@ -52,6 +61,9 @@ class Action:
     description: str = ""
     input_schema: dict[str, Any] | None = None
     raw_spec: Any = None
+    step: DeclaredStep | None = None
+    given: frozenset[str] = frozenset()
+    """The kind's template fields the action sets (the others take their defaults)."""
 
 
 @dataclass
@@ -242,6 +254,7 @@ def compile_playbook(
     # --- tools, resources, workbook ---
     def actions(value: Any, location: str, what: str, model_facing: bool) -> dict[str, Action]:
         out = {}
+        taken: set[str] = set()
         for i, aname, entry in c.named_list(value, location, what):
             where = f"{location}[{i}]"
             keys = ("name", "type", "spec", "description", "input_schema")
@@ -249,29 +262,34 @@ def compile_playbook(
             if not flat:
                 c.mapping(entry, where, keys, ("type", "spec"))
             atype = entry.get("type")
-            if atype not in ACTION_TYPES:
+            # An action with problems keeps its name, so what uses it is not reported as well.
+            broken = Action(aname, str(atype), c.compile(None, where), where)
+            if atype not in action_types():
                 if atype is not None:
-                    c.add(f"{where}.type", f"unsupported type `{atype}` (supported: {', '.join(ACTION_TYPES)})")
+                    c.add(f"{where}.type", _unsupported(atype))
                 elif flat:
                     c.add(f"{where}.type", "is required")
+                out[aname] = broken
                 continue
             spec = entry.get("spec") if not flat else {k: v for k, v in entry.items() if k not in keys}
+            spec_at = f"{where}.spec" if not flat else where
             if model_facing and not _TOOL_NAME.match(aname):
                 c.add(f"{where}.name", "a tool name the model sees uses letters, digits, `_` and `-` (at most 64)")
             schema = entry.get("input_schema")
             if schema is not None and not (isinstance(schema, Mapping) and schema.get("type") == "object"):
                 c.add(f"{where}.input_schema", "must be a JSON Schema with `type: object`")
                 schema = None
-            _check_spec(c, atype, spec, f"{where}.spec" if not flat else where, tools)
-            out[aname] = Action(
-                aname,
-                atype,
-                c.compile(spec, f"{where}.spec" if not flat else where),
-                where,
-                str(entry.get("description") or ""),
-                dict(schema) if schema is not None else None,
-                spec,
-            )
+            if not isinstance(spec, Mapping):
+                c.add(spec_at, f"must be an object, got {json_type(spec)}")
+                out[aname] = broken
+                continue
+            action = _action(c, aname, str(atype), spec, where, spec_at, _sid("action", aname, taken), policy, tools)
+            if action is None:
+                out[aname] = broken
+                continue
+            action.description = str(entry.get("description") or "")
+            action.input_schema = dict(schema) if schema is not None else None
+            out[aname] = action
         return out
 
     tool_actions = actions(mcp.get("tools"), "mcp.tools", "tool", True)
@@ -390,21 +408,59 @@ def _text_of(template: Any) -> str:
     return orjson.dumps(template).decode()
 
 
-def _check_spec(c: _Checker, atype: str, spec: Any, where: str, tools: Any) -> None:
-    if atype == "http":
-        if not c.mapping(spec, where, ("method", "url", "headers", "params", "query", "body"), ("url",)):
-            return
-        method = spec.get("method", "GET")
-        if method not in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"):
-            c.add(f"{where}.method", f"unknown HTTP method `{method}`")
-    elif atype == "tool":
-        if not c.mapping(spec, where, ("tool", "args"), ("tool",)):
-            return
-        tool = spec.get("tool")
-        if isinstance(tool, str) and tools is not None and tool not in tools:
-            c.add(f"{where}.tool", f"unknown tool `{tool}`")
-    elif atype == "value":
-        c.mapping(spec, where, ("value",), ("value",))
+def _has_jinja(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_has_jinja(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_jinja(v) for v in value)
+    return False
+
+
+def _unsupported(atype: Any) -> str:
+    if atype in ("python", "postgres", "duckdb", "snowflake", "secrets", "playbook", "iterator"):
+        return f"NoETL's `{atype}` type has no mcpipe step kind yet: wrap the work in a `tool`"
+    hint = did_you_mean(atype, action_types()) if isinstance(atype, str) else ""
+    return f"unknown type `{atype}`{hint} (the types are the declared step kinds, see docs/playbooks.md)"
+
+
+def _action(
+    c: _Checker,
+    name: str,
+    kind: str,
+    spec: Mapping[str, Any],
+    where: str,
+    spec_at: str,
+    sid: str,
+    policy: StepPolicy | None,
+    tools: Any,
+) -> Action | None:
+    """Compile an action onto the declared step kind ``kind``: its fields are checked by the kind, its
+    template fields (``url``, ``args``, ``body``...) are Jinja templates here, rendered at run time and handed
+    to the kind's executor as its inputs; the other fields are taken as written."""
+    from mcpipe.declared import KINDS, StepScope, compile_step
+
+    aliases = _ALIASES.get(kind, {})
+    fields = {aliases.get(str(k), str(k)): v for k, v in spec.items()}
+    template_names = KINDS[kind].templates
+    jinja = {k: v for k, v in fields.items() if k in template_names}
+    compiled = c.compile(jinja, spec_at)
+    # The kind sees a constant field as it is (so a constant URL is checked against the allowlist at load)
+    # and a Jinja one as a reference it cannot check statically; the Jinja renders at run time.
+    placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
+    raw = {**{k: v for k, v in fields.items() if k not in template_names}, **placeholders}
+    raw.update(kind=kind, id=sid)
+    step, problems = compile_step(raw, spec_at, StepScope(policy=policy or StepPolicy(), tools=tools))
+    for p in problems:
+        loc = p.location
+        for alias, field_name in aliases.items():  # say it as it was written
+            if f"{spec_at}.{field_name}" == loc and alias in spec:
+                loc = f"{spec_at}.{alias}"
+        c.add(loc, p.message)
+    if step is None or not isinstance(step, DeclaredStep):
+        return None
+    return Action(name, kind, compiled, where, raw_spec=spec, step=step, given=frozenset(jinja))
 
 
 def _parts(

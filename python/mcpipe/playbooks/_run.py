@@ -10,15 +10,17 @@ arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
 import orjson
+import trio
 
-from mcpipe.declared._http import _decode_body, _headers, _query, _send
-from mcpipe.declared._step import StepFailure, StepOutput
+from mcpipe.declared._expr import ExpressionError
+from mcpipe.declared._policy import ForbiddenError
+from mcpipe.declared._step import StepFailure, StepOutput, call_tool
 from mcpipe.models import Message, ModelError, converse, once
 from mcpipe.playbooks._compile import Action, Playbook, Turn
 from mcpipe.playbooks._jinja import RenderError, render
@@ -89,58 +91,55 @@ def _emit(ctx: ToolContext) -> Callable[[dict[str, Any]], None] | None:
     return sink if callable(sink) else None
 
 
-async def perform(pb: Playbook, action: Action, values: Mapping[str, Any], ctx: ToolContext) -> Any:
-    """Run one action; answers its output (raises StepFailure)."""
+async def perform(
+    pb: Playbook, action: Action, values: Mapping[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> Any:
+    """Run one action through its step kind's executor; answers its output (an ``http`` action: the
+    response body). Raises StepFailure."""
+    step = action.step
+    assert step is not None
     try:
-        spec = render(action.spec, values, f"{action.location}.spec")
+        rendered = render(action.spec, values, f"{action.location}.spec")
     except RenderError as e:
         raise StepFailure(str(e), "INTERPOLATION_FAILED") from None
-    if action.type == "value":
-        return spec["value"]
-    if action.type == "tool":
-        registry = pb.registry
-        if registry is None:
-            raise StepFailure(f"playbook '{pb.name}' is not bound to a tool registry", "TOOL_FAILED")
-        args = spec.get("args")
-        if args is None:
-            args = dict(values.get("args") or {})
-        if not isinstance(args, dict):
-            raise StepFailure(f"{action.location}.spec.args: must be an object", "TOOL_FAILED")
-        res = await registry.call(spec["tool"], args, ctx)
-        out = StepOutput.from_tool(res)
-        if not out.ok:
-            raise StepFailure(out.error, out.error_code or "TOOL_ERROR", out.output)
-        return out.output
-    url = spec.get("url")
-    if not isinstance(url, str) or not url:
-        raise StepFailure(f"{action.location}.spec.url: must be a non-empty string", "TOOL_FAILED")
-    body = spec.get("body")
-    headers = _headers(spec.get("headers")) or {}
-    content = None
-    if isinstance(body, str):
-        content = body.encode()
-    elif body is not None:
-        content = orjson.dumps(body)
-        headers.setdefault("content-type", "application/json")
-    response, raw = await _send(
-        pb.policy.http,
-        str(spec.get("method", "GET")),
-        url,
-        headers=headers,
-        params=_query(spec.get("params", spec.get("query"))),
-        content=content,
-        follow_redirects=False,
-    )
-    parsed, _ = _decode_body(response, raw, False)
-    if response.status_code >= 400:
-        raise StepFailure(f"{action.location}: HTTP {response.status_code}", "TOOL_ERROR", parsed)
-    return parsed
+    inputs = {name: t.resolve({}) for name, t in step.templates if name not in action.given}
+    inputs.update(rendered)
+    if step.kind == "tool" and "args" not in action.given:
+        inputs["args"] = dict(values.get("args") or {})  # the model's arguments, passed through
+    work: Awaitable[StepOutput]
+    try:
+        if step.kind == "tool":
+            work = call_tool(step, inputs, ctx, pb.registry if pb.registry is not None else step.plan)
+        else:
+            work = step.runner(step, inputs, env, ctx)
+        if step.timeout_ms is None:
+            out = await work
+        else:
+            with trio.move_on_after(step.timeout_ms / 1000):
+                out = await work
+                return _output(step.kind, out)
+            raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")
+    except ForbiddenError as e:
+        raise StepFailure(f"{action.location}: {e}", "FORBIDDEN") from None
+    except ExpressionError as e:
+        raise StepFailure(f"{action.location}: {e}", "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED") from None
+    except StepFailure as e:
+        raise StepFailure(f"{action.location}: {e}", e.code, e.output) from None
+    return _output(step.kind, out)
+
+
+def _output(kind: str, out: StepOutput) -> Any:
+    if not out.ok:
+        raise StepFailure(out.error, out.error_code or "TOOL_FAILED", out.output)
+    if kind == "http" and isinstance(out.output, dict) and "body" in out.output:
+        return out.output["body"]
+    return out.output
 
 
 async def run_action(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
     """A resource (a hidden step before its first use) or a workbook action: its output is the action's."""
     plan: ActionPlan = step.plan
-    return StepOutput.of(await perform(plan.playbook, plan.action, roots(plan.playbook, env, plan.resources), ctx))
+    return StepOutput.of(await perform(plan.playbook, plan.action, roots(plan.playbook, env, plan.resources), env, ctx))
 
 
 def _as_text(value: Any) -> str:
@@ -192,7 +191,7 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
 
         async def work() -> dict[str, Any]:
             try:
-                return {"ok": True, "output": await perform(pb, action, tool_values, ctx)}
+                return {"ok": True, "output": await perform(pb, action, tool_values, env, ctx)}
             except StepFailure as e:
                 return {"ok": False, "output": str(e)}
 
