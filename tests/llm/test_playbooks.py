@@ -139,7 +139,8 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
         "playbook.yaml: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
         "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, "
         "expected 'end of print statement'. (line 1)",
-        "playbook.yaml: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: wrap the work in a `tool`",
+        "playbook.yaml: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: "
+        "wrap the work in a `tool`",
         "playbook.yaml: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
         "playbook.yaml: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
         "playbook.yaml: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
