@@ -502,3 +502,64 @@ async def test_a_cel_transform_action_reads_the_pipeline_environment() -> None:
             answer = await PlaybookTool(pb).run({"n": 21})
     assert answer["ok"] and answer["steps"]["resource_r"]["output"] == 42
     assert fake.requests[0]["messages"][0]["content"] == "Resource r:\n42"
+
+
+def two_calls(*calls: tuple[str, str]) -> dict[str, Any]:
+    """A scripted answer calling several tools in one round."""
+    return {
+        "message": {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": cid, "type": "function", "function": {"name": name, "arguments": "{}"}} for name, cid in calls
+            ],
+        },
+        "finish_reason": "tool_calls",
+    }
+
+
+async def test_parallel_tool_calls_run_a_rounds_calls_at_once_and_answer_in_the_order_asked() -> None:
+    from mcpipe.tools import ToolRegistry
+
+    released = trio.Event()
+    registry = ToolRegistry()
+
+    @registry.tool
+    async def wait_for_release() -> str:
+        """Waits until the other tool has run: serially, it would wait forever."""
+        await released.wait()
+        return "released"
+
+    @registry.tool
+    def release() -> str:
+        """Lets the other tool go on."""
+        released.set()
+        return "go"
+
+    doc = {
+        "metadata": {"path": "x", "name": "together"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "tools": [
+                {"name": "first", "type": "tool", "spec": {"tool": "wait_for_release"}},
+                {"name": "second", "type": "tool", "spec": {"tool": "release"}},
+            ],
+            "turns": [
+                {
+                    "name": "t",
+                    "model": "m",
+                    "user": ["go"],
+                    "tools_allowed": ["first", "second"],
+                    "parallel_tool_calls": True,
+                }
+            ],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(two_calls(("first", "a"), ("second", "b")), text("both done")) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb, registry=registry).run({})
+    assert answer["ok"] and answer["answer"] == "both done"
+    results = fake.requests[1]["messages"][-2:]
+    assert [(m["tool_call_id"], m["content"]) for m in results] == [("a", "released"), ("b", "go")]

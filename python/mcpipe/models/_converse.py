@@ -10,6 +10,7 @@ from typing import Any
 
 import jsonschema
 import orjson
+import trio
 
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
 from mcpipe.tools._base import ToolContext
@@ -85,11 +86,13 @@ async def converse(
     check: Callable[[Any], None] | None = None,
     json_retries: int = 2,
     max_tool_rounds: int = 8,
+    parallel_tools: bool = False,
 ) -> Outcome:
     """Ask ``model`` until it gives a final answer.
 
-    When it calls tools, each call is run (one after the other, in the order asked) through ``run_tool``
-    and the results go back to it; at most ``max_tool_rounds`` rounds. When ``json`` (or a schema) is asked
+    When it calls tools, each call is run through ``run_tool`` (one after the other, in the order asked; all
+    of a round at once with ``parallel_tools``) and the results go back to it in the order asked; at most
+    ``max_tool_rounds`` rounds. When ``json`` (or a schema) is asked
     for, an answer that is not JSON, does not match ``json_schema`` or fails ``check`` (a ``ValueError``) is
     sent back with the reason, at most ``json_retries`` times.
 
@@ -115,14 +118,26 @@ async def converse(
             if rounds > max_tool_rounds:
                 raise ModelError(f"the model asked for tools more than {max_tool_rounds} rounds in a row")
             msgs.append(Message.assistant(reply.text, reply.tool_calls))
-            for call in reply.tool_calls:
+            first = len(calls) + 1
+            answers: list[tuple[str, bool]] = [("", True)] * len(reply.tool_calls)
+
+            async def one(i: int, call: ToolCall) -> None:
                 if call.error is not None:
-                    text, is_error = f"not called: {call.error}", True
+                    answers[i] = f"not called: {call.error}", True
                 elif call.name not in allowed or run_tool is None:
                     offered = ", ".join(sorted(allowed)) or "none"
-                    text, is_error = f"not called: there is no tool '{call.name}' here (offered: {offered})", True
+                    answers[i] = f"not called: there is no tool '{call.name}' here (offered: {offered})", True
                 else:
-                    text, is_error = await run_tool(call, len(calls) + 1)
+                    answers[i] = await run_tool(call, first + i)
+
+            if parallel_tools and len(reply.tool_calls) > 1:
+                async with trio.open_nursery() as nursery:
+                    for i, call in enumerate(reply.tool_calls):
+                        nursery.start_soon(one, i, call)
+            else:
+                for i, call in enumerate(reply.tool_calls):
+                    await one(i, call)
+            for call, (text, is_error) in zip(reply.tool_calls, answers, strict=True):
                 calls.append({"name": call.name, "arguments": call.arguments, "ok": not is_error, "result": text})
                 msgs.append(Message.tool(call.id, text, is_error=is_error))
             continue

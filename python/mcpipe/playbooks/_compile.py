@@ -91,6 +91,7 @@ class Turn:
     json_retries: int = 2
     max_tool_rounds: int = 8
     resources: list[str] = field(default_factory=list)
+    parallel_tools: bool = False
 
 
 @dataclass
@@ -319,7 +320,17 @@ def compile_playbook(
         c.mapping(
             entry,
             where,
-            ("name", "model", "system", "user", "tools_allowed", "output_schema", "save", "params"),
+            (
+                "name",
+                "model",
+                "system",
+                "user",
+                "tools_allowed",
+                "parallel_tool_calls",
+                "output_schema",
+                "save",
+                "params",
+            ),
             ("model", "user"),
         )
         mref = entry.get("model")
@@ -377,6 +388,10 @@ def compile_playbook(
             json_retries,
             rounds,
         )
+        parallel = entry.get("parallel_tool_calls", False)
+        if not isinstance(parallel, bool):
+            c.add(f"{where}.parallel_tool_calls", f"must be a boolean, got {json_type(parallel)}")
+        turn.parallel_tools = parallel is True
         turn.resources = _used_resources(c, turn, prompts, resource_actions, turns, where)
         turns[tname] = turn
 

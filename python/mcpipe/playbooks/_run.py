@@ -225,6 +225,7 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
             json_schema=turn.output_schema,
             json_retries=turn.json_retries,
             max_tool_rounds=turn.max_tool_rounds,
+            parallel_tools=turn.parallel_tools,
         )
     except ModelError as e:
         raise StepFailure(f"{turn.location}: {e}", "MODEL_FAILED") from None
