@@ -73,6 +73,19 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     return value
 
 
+async def _store(
+    out: list[tuple[str, bool]], i: int, call: ToolCall, n: int, allowed: set[str], run_tool: RunTool | None
+) -> None:
+    """Run the ``n``-th tool call of an exchange (or answer why not) into ``out[i]``."""
+    if call.error is not None:
+        out[i] = f"not called: {call.error}", True
+    elif call.name not in allowed or run_tool is None:
+        offered = ", ".join(sorted(allowed)) or "none"
+        out[i] = f"not called: there is no tool '{call.name}' here (offered: {offered})", True
+    else:
+        out[i] = await run_tool(call, n)
+
+
 async def converse(
     model: Model,
     messages: Sequence[Message],
@@ -120,23 +133,13 @@ async def converse(
             msgs.append(Message.assistant(reply.text, reply.tool_calls))
             first = len(calls) + 1
             answers: list[tuple[str, bool]] = [("", True)] * len(reply.tool_calls)
-
-            async def one(i: int, call: ToolCall) -> None:
-                if call.error is not None:
-                    answers[i] = f"not called: {call.error}", True
-                elif call.name not in allowed or run_tool is None:
-                    offered = ", ".join(sorted(allowed)) or "none"
-                    answers[i] = f"not called: there is no tool '{call.name}' here (offered: {offered})", True
-                else:
-                    answers[i] = await run_tool(call, first + i)
-
             if parallel_tools and len(reply.tool_calls) > 1:
                 async with trio.open_nursery() as nursery:
                     for i, call in enumerate(reply.tool_calls):
-                        nursery.start_soon(one, i, call)
+                        nursery.start_soon(_store, answers, i, call, first + i, allowed, run_tool)
             else:
                 for i, call in enumerate(reply.tool_calls):
-                    await one(i, call)
+                    await _store(answers, i, call, first + i, allowed, run_tool)
             for call, (text, is_error) in zip(reply.tool_calls, answers, strict=True):
                 calls.append({"name": call.name, "arguments": call.arguments, "ok": not is_error, "result": text})
                 msgs.append(Message.tool(call.id, text, is_error=is_error))
