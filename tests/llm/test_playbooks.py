@@ -563,3 +563,35 @@ async def test_parallel_tool_calls_run_a_rounds_calls_at_once_and_answer_in_the_
     assert answer["ok"] and answer["answer"] == "both done"
     results = fake.requests[1]["messages"][-2:]
     assert [(m["tool_call_id"], m["content"]) for m in results] == [("a", "released"), ("b", "go")]
+
+
+@pytest.mark.parametrize(
+    ("template", "expected"),
+    [
+        ("{{ prompts.p.template | render({'input': {'text': input.q}}) }}", "Say: {{ 1 + 1 }}"),
+        ("{{ input.q | render }}", "only a prompt's template (prompts.NAME.template) can be rendered"),
+        ("{{ 'a' * 10**9 }}", "`*` would build 1000000000 items"),
+        ("{{ 2 ** 100000 }}", "the power 2 ** 100000 is too large"),
+        ("{{ range(10**9) | list }}", "MAX_RANGE"),
+        ("{{ input.__class__ }}", "refused by the sandbox"),
+    ],
+)
+async def test_templates_render_prompts_but_never_caller_text_and_cannot_blow_up(template: str, expected: str) -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "sandboxed"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "prompts": [{"name": "p", "template": "Say: {{ input.text }}"}],
+            "turns": [{"name": "t", "model": "m", "user": [template]}],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("ok")) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({"q": "{{ 1 + 1 }}"})
+    if answer["ok"]:
+        assert fake.requests[0]["messages"][0]["content"] == expected  # the caller's text stays text
+    else:
+        assert expected in answer["error"] and answer["error_code"] == "INTERPOLATION_FAILED"
+        assert fake.requests == []

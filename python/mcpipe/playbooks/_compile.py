@@ -23,7 +23,7 @@ from mcpipe.declared._policy import StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec
-from mcpipe.playbooks._jinja import ROOTS, Compiled, compile_value, references
+from mcpipe.playbooks._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
@@ -585,7 +585,7 @@ def _check_roots(c: _Checker, pb: Playbook) -> None:
     places += [(f"mcp.prompts.{n}", p[1].sources) for n, p in pb.prompts.items()]
     for where, sources in places:
         for root, _name in references(sources):
-            if root not in ROOTS:
+            if root not in ROOTS and root not in GLOBALS:
                 c.add(where, f"a template reads `{root}`, which is not defined (roots: {', '.join(ROOTS)})")
     for _rname, a in pb.resources.items():
         for root, name in references(a.spec.sources):

@@ -17,14 +17,55 @@ from typing import Any
 import jinja2
 import orjson
 from jinja2 import nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.exceptions import SecurityError
+from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
-__all__ = ["ROOTS", "Compiled", "RenderError", "compile_value", "environment", "references", "render"]
+__all__ = [
+    "MAX_BUILT",
+    "ROOTS",
+    "Compiled",
+    "PromptSource",
+    "RenderError",
+    "compile_value",
+    "environment",
+    "references",
+    "render",
+]
 
 ROOTS = ("input", "workload", "secrets", "resources", "turns", "prompts", "context", "args")
 """The names a playbook template may start with."""
 
 _WHOLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.S)
+
+
+GLOBALS: dict[str, Any] = {"range": safe_range, "dict": dict}
+"""The only globals templates see (``range`` is the sandbox's, at most 100,000 items)."""
+
+MAX_BUILT = 1_000_000
+"""The longest string or list ``*`` may build, and so the most a template's arithmetic can allocate."""
+
+
+class PromptSource(str):
+    """A prompt's template source (``prompts.NAME.template``): the only text ``render`` renders, so a value a
+    caller sent can never be rendered as a template."""
+
+    __slots__ = ()
+
+
+class _Environment(ImmutableSandboxedEnvironment):
+    """The sandbox, with ``*`` and ``**`` bounded: ``'a' * 10**10`` is refused, not allocated."""
+
+    intercepted_binops = frozenset(["*", "**"])
+
+    def call_binop(self, context: jinja2.runtime.Context, operator: str, left: Any, right: Any) -> Any:
+        if operator == "**":
+            if isinstance(right, int) and abs(right) > 1000 and isinstance(left, int) and abs(left) > 1:
+                raise SecurityError(f"the power {left} ** {right} is too large")
+            return left**right
+        for seq, n in ((left, right), (right, left)):
+            if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_BUILT:
+                raise SecurityError(f"`*` would build {len(seq) * n} items, more than {MAX_BUILT}")
+        return left * right
 
 
 class RenderError(Exception):
@@ -48,8 +89,8 @@ def _compiled_source(source: str) -> jinja2.Template:
 def _render(context: jinja2.runtime.Context, source: Any, values: Mapping[str, Any] | None = None) -> str:
     """``{{ prompts.summarize.template | render({'input': {...}}) }}``: render a template string with the
     current roots, ``values`` laid over them (sources are compiled once and cached)."""
-    if not isinstance(source, str):
-        raise RenderError(f"render: the template must be a string, got {type(source).__name__}")
+    if not isinstance(source, PromptSource):
+        raise RenderError("render: only a prompt's template (prompts.NAME.template) can be rendered")
     roots = {k: v for k, v in context.get_all().items() if k in ROOTS}
     if values:
         roots.update({str(k): v for k, v in values.items()})
@@ -63,14 +104,12 @@ def environment() -> ImmutableSandboxedEnvironment:
     """The one sandboxed environment every playbook template compiles in."""
     global _ENV
     if _ENV is None:
-        env = ImmutableSandboxedEnvironment(
-            undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True
-        )
+        env = _Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=True)
         env.filters["tojson"] = _tojson
         env.filters["fromjson"] = _fromjson
         env.filters["render"] = _render
         env.globals.clear()
-        env.globals.update({"range": range, "dict": dict})
+        env.globals.update(GLOBALS)
         _ENV = env
     return _ENV
 

@@ -23,7 +23,7 @@ from mcpipe.declared._policy import ForbiddenError
 from mcpipe.declared._step import StepFailure, StepOutput, call_tool
 from mcpipe.models import Message, ModelError, converse, once
 from mcpipe.playbooks._compile import Action, Playbook, Turn
-from mcpipe.playbooks._jinja import RenderError, render
+from mcpipe.playbooks._jinja import PromptSource, RenderError, render
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["EVENTS_KEY", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
@@ -81,7 +81,7 @@ def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) ->
         "secrets": _Secrets(pb.secrets_prefix),
         "resources": {n: steps[sid]["output"] for n, sid in resources.items() if sid in steps},
         "turns": {n: steps[sid]["output"] for n, sid in pb.turn_steps.items() if sid in steps and steps[sid]["ok"]},
-        "prompts": {n: {"template": src} for n, (src, _c) in pb.prompts.items()},
+        "prompts": {n: {"template": PromptSource(src)} for n, (src, _c) in pb.prompts.items()},
         "context": facts,
     }
 
