@@ -62,7 +62,12 @@ def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
 
 
 def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
+    from pathlib import Path
+
     from mcpipe.playbooks import load_playbook
+
+    if not Path(ns.file).is_file():
+        raise _UsageError(f"cannot read {ns.file}: no such file")
 
     config, models, policy = _context(ns)
     pb, problems = load_playbook(ns.file, models=models, policy=policy)

@@ -48,11 +48,13 @@ def load_playbook(
     models: Models | None = None,
     policy: StepPolicy | None = None,
     tools: Any = None,
+    base_dir: str = ".",
 ) -> tuple[Playbook | None, list[Problem]]:
-    """Read, check and compile a playbook file; problems are located in it (``pb.yaml: mcp.turns[2].model``)."""
+    """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
+    (``pb.yaml: mcp.turns[2].model``)."""
     name = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(base_dir, path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         return None, [Problem(name, CODE, f"cannot read: {getattr(e, 'strerror', None) or e}")]
     try:
@@ -234,8 +236,9 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
     names: dict[str, str] = {}
     p = getattr(config, "pipe", None)
     limits = Limits(max_steps=1000, timeout_ms=getattr(p, "timeout_ms", None))
+    base = getattr(config, "base_dir", ".")
     for _where, f in files:
-        pb, pp = load_playbook(f, models=models, policy=policy, tools=tools)
+        pb, pp = load_playbook(os.path.relpath(f, base), models=models, policy=policy, tools=tools, base_dir=base)
         problems += pp
         if pb is None:
             continue
