@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from mcpipe.errors import MCPipeError
 from mcpipe.tools._base import ToolContext
 
 __all__ = [
@@ -24,8 +25,10 @@ __all__ = [
 Role = Literal["system", "user", "assistant", "tool"]
 
 
-class ModelError(Exception):
+class ModelError(MCPipeError):
     """The model could not be asked, or answered something unusable (the message says which)."""
+
+    code = "MODEL_FAILED"
 
 
 class ModelOutputError(ModelError):

@@ -20,6 +20,8 @@ from jinja2 import nodes
 from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
+from mcpipe.errors import MCPipeError
+
 __all__ = [
     "MAX_BUILT",
     "ROOTS",
@@ -68,8 +70,10 @@ class _Environment(ImmutableSandboxedEnvironment):
         return left * right
 
 
-class RenderError(Exception):
+class RenderError(MCPipeError):
     """A template failed at run time (an undefined name, a bad filter argument, a sandbox refusal)."""
+
+    code = "INTERPOLATION_FAILED"
 
 
 def _tojson(value: Any) -> str:
