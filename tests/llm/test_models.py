@@ -200,3 +200,8 @@ def test_model_presets_are_checked_with_located_problems() -> None:
     assert [str(p) for p in problems] == ["models.bad.colour: unknown key `colour`"]
     _, problems = load_models({"bad": {"json_retries": 99}})
     assert problems[0].location == "models.bad.json_retries" and "<= 10" in problems[0].message
+
+
+def test_params_cannot_set_what_mcpipe_sets() -> None:
+    _, problems = load_models({"gpt": {"params": {"stream": True, "temperature": 0}}})
+    assert [str(p) for p in problems] == ["models.gpt.params.stream: `stream` is set by mcpipe, not in params"]

@@ -46,6 +46,7 @@ __all__ = [
     "load_models",
     "located",
     "once",
+    "params_problems",
     "parse_json",
 ]
 
@@ -104,6 +105,17 @@ def located(e: msgspec.ValidationError, where: str, code: str = "INVALID_CONFIG"
     return Problem(loc, code, text[0].lower() + text[1:] if text else text)
 
 
+RESERVED_PARAMS = ("model", "messages", "tools", "response_format", "stream")
+"""Request fields mcpipe sets itself (``stream``: answers are read whole), so ``params`` cannot."""
+
+
+def params_problems(params: Mapping[str, Any], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
+    """``params`` may not set the fields mcpipe sets itself."""
+    return [
+        Problem(f"{where}.{k}", code, f"`{k}` is set by mcpipe, not in params") for k in params if k in RESERVED_PARAMS
+    ]
+
+
 def load_models(raw: Any, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
     """Decode the config's ``models`` table, every problem located (``models.gpt.json_retries``)."""
     if raw is None:
@@ -115,7 +127,10 @@ def load_models(raw: Any, location: str = "models") -> tuple[dict[str, ModelConf
     for name, entry in raw.items():
         where = f"{location}.{name}"
         try:
-            out[str(name)] = msgspec.convert(entry, ModelConfig, strict=True)
+            preset = msgspec.convert(entry, ModelConfig, strict=True)
         except msgspec.ValidationError as e:
             problems.append(located(e, where))
+            continue
+        problems += params_problems(preset.params, f"{where}.params")
+        out[str(name)] = preset
     return out, problems

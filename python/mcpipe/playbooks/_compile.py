@@ -22,7 +22,7 @@ from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
-from mcpipe.models import Model, ModelConfig, Models, ToolSpec
+from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.playbooks._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
@@ -250,6 +250,8 @@ def compile_playbook(
         params = entry.get("params") or {}
         if not isinstance(params, Mapping):
             c.add(f"{where}.params", f"must be an object, got {json_type(params)}")
+        else:
+            c.problems += params_problems(params, f"{where}.params", CODE)
         model_entries[mname] = (where, entry)
 
     # --- tools, resources, workbook ---
