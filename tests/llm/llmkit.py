@@ -200,7 +200,10 @@ class FakeApi:
                 await _answer(send, 400, {"Error Message": "symbol is required"})
             elif scope["path"] == "/echo":
                 parsed = json.loads(body) if body else None
-                await _answer(send, 200, {"method": scope["method"], "query": query, "body": parsed})
+                seen = {"method": scope["method"], "query": query, "body": parsed}
+                if "authorization" in headers:
+                    seen["authorization"] = headers["authorization"]
+                await _answer(send, 200, seen)
             elif scope["path"] == "/search":
                 await _answer(send, 200, {"hits": [{"title": f"About {query.get('q', '')}"}]})
             else:

@@ -4,13 +4,15 @@ against a scripted OpenAI-compatible server and a real HTTP API on 127.0.0.1, an
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 import yaml
-from llmkit import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, text, tool_call
+from llmkit import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, http_error, text, tool_call
 from mcp import Client
 
 from mcpipe.config import ConfigError, parse_config
@@ -222,8 +224,32 @@ async def test_a_workflow_chains_a_workbook_action_and_a_turn() -> None:
 ERAS = ["2026-07-28", "legacy"]
 
 
+@asynccontextmanager
+async def connect(app: Any, transport: str, era: str, sampler: Sampler) -> AsyncIterator[Client]:
+    """An SDK client of the app, in memory or over streamable HTTP on 127.0.0.1."""
+    if transport == "memory":
+        async with Client(app.server, mode=era, sampling_callback=sampler) as c:
+            yield c
+        return
+    from functools import partial
+
+    from mcpipe.server import serve_http
+
+    stop = trio.Event()
+    async with trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0, shutdown_trigger=stop.wait))
+        try:
+            async with Client(url, mode=era, sampling_callback=sampler) as c:
+                yield c
+        finally:
+            stop.set()
+
+
 @pytest.mark.parametrize("era", ERAS)
-async def test_a_served_playbook_asks_the_clients_model_and_calls_a_server_tool(era: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", ["memory", "http"])
+async def test_a_served_playbook_asks_the_clients_model_and_calls_a_server_tool(
+    era: str, transport: str, tmp_path: Path
+) -> None:
     (tmp_path / "pb").mkdir()
     (tmp_path / "pb" / "ask.yaml").write_text(
         yaml.safe_dump(
@@ -248,7 +274,7 @@ async def test_a_served_playbook_asks_the_clients_model_and_calls_a_server_tool(
 
     sampler = Sampler("draft one", "final one")
     with trio.fail_after(WAIT_S):
-        async with open_app(load_config(config)) as app, Client(app.server, mode=era, sampling_callback=sampler) as c:
+        async with open_app(load_config(config)) as app, connect(app, transport, era, sampler) as c:
             tools = {t.name: t for t in (await c.list_tools()).tools}
             r = await c.call_tool("ask_client", {"q": "why?"})
     assert tools["ask_client"].description == "Ask the client's model."
@@ -599,3 +625,58 @@ async def test_templates_render_prompts_but_never_caller_text_and_cannot_blow_up
     else:
         assert expected in answer["error"] and answer["error_code"] == "INTERPOLATION_FAILED"
         assert fake.requests == []
+
+
+async def test_secrets_come_from_mcpipe_secret_variables_and_a_missing_one_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("MCPIPE_SECRET_API_TOKEN", "s3cret")
+    spec = {"url": "{{ workload.api }}/echo", "headers": {"authorization": "Bearer {{ secrets.api_token }}"}}
+    missing = {"url": "{{ workload.api }}/echo", "headers": {"authorization": "{{ secrets.other }}"}}
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(text("ok")) as fake:
+            models = Models({"m": ModelConfig(base_url=fake.url)})
+            pb, _ = compile_playbook(kinds_doc(api.url, type="http", spec=spec), models=models, policy=LOCAL)
+            bad, _ = compile_playbook(kinds_doc(api.url, type="http", spec=missing), models=models, policy=LOCAL)
+            assert pb is not None and bad is not None
+            ok = await PlaybookTool(pb).run({})
+            failed = await PlaybookTool(bad).run({})
+    assert ok["ok"] and ok["steps"]["resource_r"]["output"]["authorization"] == "Bearer s3cret"
+    assert not failed["ok"] and failed["error_code"] == "INTERPOLATION_FAILED"
+    assert "mcp.resources[0].spec" in failed["error"] and "'other'" in failed["error"]
+
+
+async def test_a_call_argument_overrides_the_workload_value_of_the_same_name() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "w"},
+        "workload": {"topic": "billing", "tone": "kind"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "turns": [{"name": "t", "model": "m", "user": ["{{ workload.topic }}/{{ workload.tone }}"]}],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("a"), text("b")) as fake:
+            pb, _ = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None
+            await PlaybookTool(pb).run({})
+            await PlaybookTool(pb).run({"topic": "refunds", "unrelated": 1})
+    assert [r["messages"][0]["content"] for r in fake.requests] == ["billing/kind", "refunds/kind"]
+
+
+async def test_a_failing_turn_ends_the_run_with_its_events_and_code() -> None:
+    events: list[dict[str, Any]] = []
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(http_error(503, "overloaded")) as fake:
+            answer = await research(fake.url, api.url).run({"query": "x"}, on_event=events.append)
+    assert not answer["ok"] and answer["error_code"] == "MODEL_FAILED"
+    assert "mcp.turns[0]: model 'gpt-4o': " in answer["error"] and "HTTP 503: overloaded" in answer["error"]
+    assert [(e["type"], e.get("ok")) for e in events] == [
+        ("started", None),
+        ("step_started", None),
+        ("step_finished", True),
+        ("step_started", None),
+        ("step_finished", False),
+        ("failed", None),
+    ]
+    assert events[-1]["error_code"] == "MODEL_FAILED"
