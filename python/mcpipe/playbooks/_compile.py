@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgspec
+import orjson
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
@@ -52,7 +52,8 @@ _STORAGES = ("event_log",)
 
 @dataclass
 class Action:
-    """A tool, resource or workbook action: a plugin ``type`` and its compiled ``spec``."""
+    """A tool, resource or workbook action: a step kind (``type``), the kind's compiled step, and the
+    Jinja templates of the kind's template fields it sets (``spec``)."""
 
     name: str
     type: str
@@ -60,7 +61,6 @@ class Action:
     location: str
     description: str = ""
     input_schema: dict[str, Any] | None = None
-    raw_spec: Any = None
     step: DeclaredStep | None = None
     given: frozenset[str] = frozenset()
     """The kind's template fields the action sets (the others take their defaults)."""
@@ -79,6 +79,8 @@ class Part:
 
 @dataclass
 class Turn:
+    """One model call: its model, messages (system and user parts), tools, output schema and save."""
+
     name: str
     location: str
     model_name: str
@@ -420,8 +422,6 @@ def _problem_key(p: Problem) -> list[Any]:
 
 
 def _text_of(template: Any) -> str:
-    import orjson
-
     return orjson.dumps(template).decode()
 
 
@@ -477,7 +477,7 @@ def _action(
         c.add(loc, p.message)
     if step is None or not isinstance(step, DeclaredStep):
         return None
-    return Action(name, kind, compiled, where, raw_spec=spec, step=step, given=frozenset(jinja))
+    return Action(name, kind, compiled, where, step=step, given=frozenset(jinja))
 
 
 def _parts(
@@ -708,7 +708,3 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
 
 def _step(sid: str, kind: str, location: str, plan: Any, runner: Any) -> DeclaredStep:
     return DeclaredStep(sid, kind, location, StepFields(id=sid), (), None, None, None, plan, (), runner)
-
-
-def decode_fields(entry: Any, struct: type[Any]) -> Any:
-    return msgspec.convert(entry, struct)
