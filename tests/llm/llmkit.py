@@ -204,6 +204,9 @@ class FakeApi:
                 if "authorization" in headers:
                     seen["authorization"] = headers["authorization"]
                 await _answer(send, 200, seen)
+            elif scope["path"].startswith("/users/"):
+                parsed = json.loads(body) if body else None
+                await _answer(send, 201, {"method": scope["method"], "path": scope["path"], "body": parsed})
             elif scope["path"] == "/search":
                 await _answer(send, 200, {"hits": [{"title": f"About {query.get('q', '')}"}]})
             else:

@@ -393,3 +393,50 @@ async def test_post_workflow_needs_the_bearer_token_and_the_grant(monkeypatch: p
     assert anonymous.status_code == 401
     assert bob.status_code == 403 and "may not call 'workflow'" in bob.json()["error"]
     assert alice.status_code == 200 and alice.json()["error_stage"] == "tool_retrieval"
+
+
+async def test_a_post_tool_with_a_path_parameter_takes_the_body_and_only_its_own_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NOTE_TOKEN", "tok-1")
+
+    def note_tool(base: str) -> dict[str, Any]:
+        return {
+            "name": "add_note",
+            "description": "Add a note to a user",
+            "base_url": base,
+            "path": "/users/{user_id}/notes",
+            "method": "POST",
+            "required_params": [{"name": "user_id"}, {"name": "text"}],
+            "headers": {"x-client": "mcpipe"},
+            "authenticated_params": {"authorization": {"env": "NOTE_TOKEN", "in": "header", "prefix": "Bearer "}},
+        }
+
+    def answer(url: str) -> str:
+        return json.dumps({"tool": "add_note", "method": "POST", "url": url, "body": {"text": "hi"}})
+
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake:
+            fake.says(text(answer(f"{api.url}/users/42/admin")), text(answer(f"{api.url}/users/42/notes")))
+            doc = {
+                "audit": {"enabled": False},
+                "builtins": False,
+                "models": {"gpt": {"base_url": fake.url}},
+                "workflow": {"model": "gpt", "tools": [note_tool(api.url)]},
+            }
+            async with open_app(parse_config(json.dumps(doc), "json")) as app:
+                r = await call(app, {"user_instructions": "Note hi for user 42", "tool_ids": ["add_note"]})
+    out = r.structured_content
+    assert out["status"] == "success", out
+    assert out["http_spec"] == {
+        "method": "POST",
+        "url": f"{api.url}/users/42/notes",
+        "query_params": {},
+        "headers": {"x-client": "mcpipe", "authorization": "***"},
+        "body": {"text": "hi"},
+    }
+    assert out["raw_response"]["status_code"] == 201
+    assert [q["path"] for q in api.requests] == ["/users/42/notes"]
+    assert api.requests[0]["headers"]["x-client"] == "mcpipe"
+    assert api.requests[0]["headers"]["authorization"] == "Bearer tok-1"
+    assert "must be the endpoint of tool 'add_note'" in fake.requests[1]["messages"][-1]["content"]
