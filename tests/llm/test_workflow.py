@@ -440,3 +440,15 @@ async def test_a_post_tool_with_a_path_parameter_takes_the_body_and_only_its_own
     assert api.requests[0]["headers"]["x-client"] == "mcpipe"
     assert api.requests[0]["headers"]["authorization"] == "Bearer tok-1"
     assert "must be the endpoint of tool 'add_note'" in fake.requests[1]["messages"][-1]["content"]
+
+
+async def test_an_unset_secret_fails_at_api_execution_and_sends_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("QUOTE_KEY")
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake, served(fake.url, api) as app:
+            fake.says(text(spec(api.url)))
+            r = await call(app, ASK)
+    out = r.structured_content
+    assert out["error_stage"] == "api_execution"
+    assert out["error"] == "the secret of `apikey` is not set (environment variable QUOTE_KEY)"
+    assert api.requests == []
