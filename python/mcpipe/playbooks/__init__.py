@@ -11,7 +11,6 @@ import glob
 import math
 import os
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,10 @@ from mcpipe.declared._policy import StepPolicy
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.models import Models, load_models
 from mcpipe.playbooks._compile import CODE, Playbook, action_types, compile_playbook
-from mcpipe.playbooks._run import EVENTS_KEY
+from mcpipe.playbooks._run import EVENTS
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
-    "EVENTS_KEY",
     "Playbook",
     "PlaybookTool",
     "PlaybookTools",
@@ -116,14 +114,17 @@ class PlaybookTool:
         base = ctx if ctx is not None else ToolContext()
         run_ctx = base.for_step(None, base.step)
         if on_event is not None:
-            run_ctx = replace(run_ctx, extras={**run_ctx.extras, EVENTS_KEY: on_event})
             on_event({"type": "started", "playbook": self.name, "path": self.playbook.path})
         plan = self.playbook.plan
         assert plan is not None
         registry = self.playbook.registry if self.playbook.registry is not None else _NoTools()
-        answer = await run_compiled(
-            plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
-        )
+        token = EVENTS.set(on_event)
+        try:
+            answer = await run_compiled(
+                plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
+            )
+        finally:
+            EVENTS.reset(token)
         result = answer["result"]
         if isinstance(result, dict) and "text" in result and "data" in result:
             result = result["data"] if result["data"] is not None else result["text"]

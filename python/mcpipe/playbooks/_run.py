@@ -9,6 +9,7 @@ arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), 
 
 from __future__ import annotations
 
+import contextvars
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -26,13 +27,16 @@ from mcpipe.playbooks._compile import Action, Playbook, Turn
 from mcpipe.playbooks._jinja import PromptSource, RenderError, render
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["EVENTS_KEY", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
+__all__ = ["EVENTS", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
 
 MAX_TOOL_RESULT_CHARS = 100_000
 """A tool result longer than this goes back to the model truncated (with a note saying so)."""
 
-EVENTS_KEY = "mcpipe.playbook.events"
-"""Where a run's event sink lives in ``ToolContext.extras`` (turns report their tool calls through it)."""
+EVENTS: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
+    "mcpipe_playbook_events", default=None
+)
+"""The running playbook's event sink (turns report their tool calls through it). A context variable: the
+run's tasks inherit it, and nothing else sees it."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,7 @@ def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) ->
 
 
 def _emit(ctx: ToolContext) -> Callable[[dict[str, Any]], None] | None:
-    sink = ctx.extras.get(EVENTS_KEY)
-    return sink if callable(sink) else None
+    return EVENTS.get()
 
 
 async def perform(
