@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test bench fmt clean
+.PHONY: setup serve test lint pytest cargo-test conformance bench fmt clean
 
 setup: $(STAMP)
 
@@ -35,7 +35,12 @@ cargo-test:
 pytest: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no tests collected
 
-test: lint cargo-test pytest
+# The official MCP conformance suite (../shared/conformance, node 20) against tests/conformance's
+# everything-server directly and through `mcpipe serve` (HTTP and stdio downstream, both eras), and mcpipe alone.
+conformance: setup
+	$(BIN)/python tests/conformance/harness.py $(MODES)
+
+test: lint cargo-test pytest conformance
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)

@@ -267,8 +267,29 @@ def _check_server(
     return msgspec.structs.replace(s, **fields)
 
 
+def _check_prefixes(servers: dict[str, McpServerConfig], problems: list[Problem]) -> None:
+    """Two enabled servers under one non-empty prefix would serve clashing names (tools, prompts): a config
+    error. Bare names (``prefix = ""``) may still clash at run time; the first server in config order wins."""
+    seen: dict[str, str] = {}
+    for name, s in servers.items():
+        prefix = name if s.prefix is None else s.prefix
+        if not s.enabled or not prefix:
+            continue
+        if prefix in seen:
+            problems.append(
+                Problem(
+                    f"mcpServers.{name}.prefix",
+                    CODE,
+                    f"`{prefix}` is already the prefix of `mcpServers.{seen[prefix]}`: their names would clash",
+                )
+            )
+        else:
+            seen[prefix] = name
+
+
 def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> Config:
     servers = {n: _check_server(n, s, problems, environ) for n, s in cfg.mcpServers.items()}
+    _check_prefixes(servers, problems)
     for i, entry in enumerate(cfg.python_tools):
         mod, _, attr = entry.partition(":")
         if not mod or not attr:

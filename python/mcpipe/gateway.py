@@ -133,8 +133,8 @@ class Gateway:
         policy: who may call what.
         costs: tool name or ``*``-pattern -> cost per completed call.
         audit: where records go.
-        ready: awaited before a call that names an unknown tool and before listing (lazy downstream
-            servers connect in it); None when nothing is lazy.
+        ready: awaited with the name before a call that names an unknown tool, and with None before listing
+            (lazy downstream servers connect in it); None when nothing is lazy.
     """
 
     def __init__(
@@ -144,7 +144,7 @@ class Gateway:
         policy: Policy | None = None,
         costs: dict[str, float] | None = None,
         audit: AuditLog | None = None,
-        ready: Callable[[], Awaitable[None]] | None = None,
+        ready: Callable[[str | None], Awaitable[None]] | None = None,
     ) -> None:
         self.sources = sources
         self.policy = policy or Policy()
@@ -167,7 +167,17 @@ class Gateway:
         return None
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and self.get(name) is not None
+        """Whether ``name`` is a tool: one a source serves, or one of a server that is not up yet (a call
+        of it says the server is unavailable, not that the tool is unknown)."""
+        return isinstance(name, str) and (self.get(name) is not None or self._unavailable(name) is not None)
+
+    def _unavailable(self, name: str) -> str | None:
+        for source in self.sources:
+            why = getattr(source, "why_unknown", None)
+            reason = why(name) if why is not None else None
+            if reason is not None:
+                return reason
+        return None
 
     def __iter__(self) -> Iterator[Tool]:
         seen: set[str] = set()
@@ -192,7 +202,7 @@ class Gateway:
     async def ready(self) -> None:
         """Wait until lazily connected downstream servers have had their first chance to connect."""
         if self._ready is not None:
-            await self._ready()
+            await self._ready(None)
 
     async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Call a tool through the one path: check, run, audit, charge.
@@ -205,15 +215,13 @@ class Gateway:
         t0 = time.perf_counter()
         tool = self.get(name)
         if tool is None and self._ready is not None:
-            await self._ready()
+            await self._ready(name)
             tool = self.get(name)
         if tool is None:
-            for source in self.sources:
-                why = getattr(source, "why_unknown", None)
-                reason = why(name) if why is not None else None
-                if reason is not None:
-                    self._record(ctx, name, False, "TOOL_FAILED", t0, 0.0)
-                    raise CallError(reason)
+            reason = self._unavailable(name)
+            if reason is not None:
+                self._record(ctx, name, False, "TOOL_FAILED", t0, 0.0)
+                raise CallError(reason)
             self._record(ctx, name, False, "UNKNOWN_TOOL", t0, 0.0)
             raise _Refused("UNKNOWN_TOOL", f"unknown tool '{name}'")
         if not self.policy.allows(ctx.principal, name):

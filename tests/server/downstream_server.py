@@ -5,7 +5,8 @@
 
 Its tools: ``add``, ``greet`` (reads an env var, to check ``env`` reaches it), ``progress`` (reports
 progress), ``wait`` (runs until cancelled and records when it was), ``events`` (what ``wait`` recorded),
-``crash`` (the process exits mid-call), ``secret`` (excluded by the tests' config).
+``crash`` (the process exits mid-call), ``secret`` (excluded by the tests' config), and ``extra`` when the
+file named by ``DOWNSTREAM_EXTRA`` exists (so a restart can bring another list).
 """
 
 from __future__ import annotations
@@ -73,6 +74,14 @@ def crash() -> str:
 def secret() -> str:
     """A tool the gateway is configured not to serve."""
     return "should not be reachable"
+
+
+if os.path.exists(os.environ.get("DOWNSTREAM_EXTRA", "/nonexistent")):
+
+    @server.tool()
+    def extra() -> str:
+        """A tool served only when the file named by DOWNSTREAM_EXTRA exists (a server whose list changed)."""
+        return "extra"
 
 
 async def _serve_http(port: int) -> None:

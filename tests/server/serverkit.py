@@ -18,6 +18,8 @@ from mcpipe.server import App, open_app, serve_http
 from mcpipe.tools import ToolContext, ToolRegistry, ToolResult
 
 DOWNSTREAM = str(Path(__file__).with_name("downstream_server.py"))
+EVERYTHING = str(Path(__file__).parent.parent / "conformance" / "everything_server.py")
+"""The conformance suite's everything-server, written with the SDK (resources, prompts, logging, ...)."""
 ERAS = ["2026-07-28", "legacy"]
 """The two protocol eras: a modern version pin (stateless), and the 2025-11-25 initialize handshake."""
 
@@ -30,6 +32,11 @@ def make_config(environ: dict[str, str] | None = None, **doc: Any) -> Config:
 
 def stdio_downstream(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [DOWNSTREAM], **extra}
+
+
+def everything_downstream(**extra: Any) -> dict[str, Any]:
+    """The everything-server as a stdio downstream."""
+    return {"command": sys.executable, "args": [EVERYTHING], **extra}
 
 
 class WatchedAudit(AuditLog):

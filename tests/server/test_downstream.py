@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -251,3 +252,44 @@ async def test_a_server_that_cannot_start_is_reported_unavailable_at_once():
             health = app.downstreams.status()
     assert r.is_error and "MCP server 'broken' is unavailable" in r.content[0].text and elapsed < 1
     assert health == {"broken": "down"}
+
+
+async def test_downstream_progress_inside_a_pipeline_moves_within_its_step_by_its_share_of_the_total():
+    seen = []
+
+    async def on_progress(progress, total, message):
+        seen.append((round(progress, 3), total))
+
+    with trio.fail_after(30):
+        async with gateway_to("stdio") as (_, client):
+            spec = {
+                "steps": [
+                    {"id": "p", "tool": "ds.progress", "args": {"steps": 3}},
+                    {"id": "q", "tool": "ds.add", "args": {"a": 1, "b": 2}},
+                ]
+            }
+            r = await client.call_tool(PIPE_TOOL, spec, progress_callback=on_progress)
+    assert r.structured_content["ok"]
+    assert seen == [(0.333, 2), (0.667, 2), (0.999, 2), (1, 2), (2, 2)]
+
+
+async def test_at_the_default_log_level_a_gateway_writes_no_line_per_downstream_request(tmp_path):
+    async with http_downstream() as url:
+        config = tmp_path / "gw.json"
+        config.write_text(json.dumps({"audit": {"enabled": False}, "mcpServers": {"ds": {"url": url}}}))
+        args = [sys.executable, "-m", "mcpipe", "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+        proc, gw = await start_process(args)
+        try:
+            with trio.fail_after(30):
+                async with Client(gw) as client:
+                    for i in range(5):
+                        await client.call_tool("ds.add", {"a": i, "b": 1})
+        finally:
+            proc.terminate()
+            with trio.fail_after(10):
+                await proc.wait()
+        assert proc.stderr is not None
+        rest = b""
+        while chunk := await proc.stderr.receive_some():
+            rest += chunk
+    assert b"HTTP Request" not in rest and b"POST" not in rest

@@ -37,7 +37,7 @@ from mcpipe.compile import (
     ToolStep,
     compile_spec,
 )
-from mcpipe.errors import InterpolationError, Problem, SpecError, TemplateSyntaxError
+from mcpipe.errors import InterpolationError, MCPipeError, Problem, SpecError, TemplateSyntaxError
 from mcpipe.tools._base import ToolContext, ToolResult
 from mcpipe.tools._registry import UnknownToolError
 
@@ -523,7 +523,10 @@ class _Run:
                         r = _leaf(step.id, False, _timed_out(step.timeout_ms), "TIMEOUT", None, "", [], t0)
         except Exception as e:
             code = "UNKNOWN_TOOL" if isinstance(e, UnknownToolError) else "TOOL_FAILED"
-            _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
+            if isinstance(e, MCPipeError):  # a failure mcpipe describes (a server down, its error): no traceback
+                _log.info("step %s (%s): tool '%s' failed: %s", path, step.location, step.tool, e)
+            else:
+                _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             r = _leaf(step.id, False, message, code, None, "", [], t0)
         finally:

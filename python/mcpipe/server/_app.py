@@ -19,7 +19,8 @@ from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, principal_of
+from mcpipe.server._passthrough import Passthrough
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -141,6 +142,9 @@ async def open_app(
     if bind_models is not None:
         bind_models(gateway)
     handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    handlers.passthrough = Passthrough(
+        downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
+    )
     server = build_server(handlers, name=config.name, version=_version())
     store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)

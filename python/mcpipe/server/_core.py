@@ -11,12 +11,15 @@ import logging
 import math
 import time
 import warnings
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import trio
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
+from mcp.server.models import InitializationOptions
+from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
@@ -24,10 +27,15 @@ from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.runtime import run_pipeline
+from mcpipe.server._passthrough import log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.tools import ProgressFn, Tool, ToolContext, ToolResult
+from mcpipe.tools._catalog import DownstreamError
 
-__all__ = ["PipeRunner", "ToolHandlers", "build_server", "tool_context", "wire_result"]
+if TYPE_CHECKING:
+    from mcpipe.server._passthrough import Passthrough
+
+__all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -35,6 +43,9 @@ PRINCIPAL_SCOPE_KEY = "mcpipe.principal"
 """Where the HTTP auth layer leaves the caller's principal in the ASGI scope."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+
+UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
+"""Where a ``tools/list`` result names the downstream servers that are not up, each with why."""
 
 
 def wire_result(result: ToolResult) -> dict[str, Any]:
@@ -67,7 +78,7 @@ PIPE_TOOL_WIRE: dict[str, Any] = {
 }
 
 
-def _principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
+def principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
     request = ctx.request
     if request is None:
         return default
@@ -77,22 +88,30 @@ def _principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> s
         return default
 
 
-def tool_context(ctx: ServerRequestContext[Any, Any], *, default_principal: str | None = None) -> ToolContext:
-    """The ToolContext of one inbound request: who calls, and sinks for progress and logs back to them."""
+def tool_context(
+    ctx: ServerRequestContext[Any, Any],
+    *,
+    default_principal: str | None = None,
+    log_levels: weakref.WeakKeyDictionary[Any, str] | None = None,
+) -> ToolContext:
+    """The ToolContext of one inbound request: who calls, and sinks for progress and logs back to them
+    (log messages below the level a 2025-11-25 client set in ``log_levels`` are not sent)."""
     session = ctx.session
     cp = session.client_params
     info = cp.client_info if cp is not None else None
     client = {"name": info.name, "version": info.version} if info is not None else {}
 
-    async def log(level: str, data: Any) -> None:
+    async def log(level: str, data: Any, /, logger: str | None = None) -> None:
+        if log_levels is not None and not log_allowed(log_levels, ctx, level):
+            return
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # logging is deprecated at 2026-07-28, still useful before
-            await session.send_log_message(level, data, related_request_id=ctx.request_id)  # type: ignore[arg-type]
+            await session.send_log_message(level, data, logger, related_request_id=ctx.request_id)  # type: ignore[arg-type]
 
     return ToolContext(
         request_id=None if ctx.request_id is None else str(ctx.request_id),
         client=client,
-        principal=_principal_of(ctx, default_principal),
+        principal=principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
         extras={"mcp_context": ctx, "progress": _wants_progress(ctx), "progress_token": _progress_token(ctx)},
@@ -121,8 +140,9 @@ class _PipeProgress:
     """Turns scheduler events into strictly increasing progress notifications.
 
     The value is the number of finished leaf steps; progress a running step forwards from its own tool
-    (a downstream server's notifications) moves the value by thousandths, never reaching the next integer,
-    so the sequence stays strictly increasing whatever the interleaving.
+    (a downstream server's notifications) moves the value within that step by the share of its total it
+    reached (by thousandths when it gives none), never reaching the next integer; values that would not
+    increase are not sent, so the sequence stays strictly increasing whatever the interleaving.
     """
 
     __slots__ = ("_done", "_last", "_sink", "_total")
@@ -150,8 +170,13 @@ class _PipeProgress:
         await self._emit(float(self._done), f"step {event.get('path')} finished ({status})")
 
     async def step_progress(self, progress: float, total: float | None, message: str | None) -> None:
-        """Progress a running step's tool reported (already prefixed with the step id by the tool)."""
-        value = min(max(self._last, self._done) + 0.001, self._done + 0.999)
+        """Progress a running step's tool reported (already prefixed with the step id by the tool): the share of
+        its own total it reached moves the value within the step (1/3 of a step after 1 step done: 1.333);
+        without a total, by thousandths."""
+        if total and total > 0:
+            value = self._done + min(max(progress / total, 0.0), 0.999)
+        else:
+            value = min(max(self._last, self._done) + 0.001, self._done + 0.999)
         text = message or (f"{progress:g}/{total:g}" if total else f"{progress:g}")
         await self._emit(round(value, 3), text)
 
@@ -247,6 +272,8 @@ class ToolHandlers:
         self.default_principal = default_principal
         # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
         self.interactions = Interactions()
+        # Resources, prompts, completion, logging and list changes of the downstream servers (open_app sets it).
+        self.passthrough: Passthrough | None = None
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -258,14 +285,22 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         await self.gateway.ready()
-        out: dict[str, Any] = {"tools": self.visible_tools(_principal_of(ctx, self.default_principal))}
+        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal))}
+        if self.passthrough is not None:
+            self.passthrough.seen(ctx)  # told when the list changes
+            down = self.passthrough.downstreams.unavailable()
+            if down:  # their tools come when they are up (the client is told); say why they are missing
+                out["_meta"] = {UNAVAILABLE_META_KEY: down}
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
-        out = await sdk_call(self, ctx, params, tool_context(ctx, default_principal=self.default_principal))
+        levels = self.passthrough.levels if self.passthrough is not None else None
+        out = await sdk_call(
+            self, ctx, params, tool_context(ctx, default_principal=self.default_principal, log_levels=levels)
+        )
         if out.get("resultType") == "input_required":
             return out  # a pipeline waits for the client's answers (2026-07-28): never cached
         if ctx.protocol_version in _MODERN:
@@ -279,6 +314,9 @@ class ToolHandlers:
             return pipe_envelope(await self.pipe.run(args, tctx))
         try:
             return wire_result(await self.gateway.call(name, args, tctx))
+        except DownstreamError as exc:
+            # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
+            raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
         except CallError as exc:
             return _error_result(f"{exc.code}: {exc}")
         except trio.Cancelled:
@@ -302,7 +340,7 @@ def build_server(
     """
     # The handlers answer wire dicts, which the SDK accepts as results (``HandlerResult``); its
     # constructor's annotations name only the models.
-    server: Server[Any] = Server(
+    server: Server[Any] = _Server(
         name,
         version=version,
         instructions=instructions,
@@ -311,7 +349,25 @@ def build_server(
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()
+    if handlers.passthrough is not None:
+        handlers.passthrough.register(server)
     return server
+
+
+class _Server(Server[Any]):
+    """The SDK server, declaring at 2025-11-25 that its lists change (downstream servers come, go and change
+    theirs, and mcpipe tells its clients)."""
+
+    def create_initialization_options(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+    ) -> InitializationOptions:
+        changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
+        return super().create_initialization_options(
+            notification_options or changes, experimental_capabilities, extensions
+        )
 
 
 def _input_schema(handlers: ToolHandlers, name: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ import trio
 
 from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config
 
-__all__ = ["add_arguments", "check_config", "main", "parse_hostport"]
+__all__ = ["add_arguments", "check_config", "main", "parse_hostport", "quiet_chatter"]
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -61,6 +61,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "mcp.server.streamable_http", "mcp.server.streamable_http_manager")
+"""Loggers that write a line per request or session at INFO: the HTTP client towards downstream servers (one
+line per downstream request) and the SDK's session bookkeeping. The audit file is the record of calls."""
+
+
+def quiet_chatter(level: int) -> None:
+    """Keep per-request lines out of the log unless it runs at DEBUG."""
+    if level > logging.DEBUG:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(max(level, logging.WARNING))
+
+
 def _print_problems(exc: ConfigError) -> None:
     for p in exc.problems:
         print(f"error: {p}", file=sys.stderr)
@@ -68,11 +80,9 @@ def _print_problems(exc: ConfigError) -> None:
 
 def main(ns: argparse.Namespace) -> int:
     """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
-    logging.basicConfig(
-        stream=sys.stderr,
-        level=getattr(logging, str(getattr(ns, "log_level", "info")).upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    level = getattr(logging, str(getattr(ns, "log_level", "info")).upper())
+    logging.basicConfig(stream=sys.stderr, level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_chatter(level)
     try:
         config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
     except ConfigError as exc:

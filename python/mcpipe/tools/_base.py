@@ -14,7 +14,14 @@ from typing import Any, Protocol, runtime_checkable
 __all__ = ["LogFn", "ProgressFn", "Tool", "ToolContext", "ToolResult"]
 
 ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
-LogFn = Callable[[str, Any], Awaitable[None]]
+
+
+class LogFn(Protocol):
+    """An async ``(level, data, logger=None)`` sink for log messages to the caller (``logger`` is the name of
+    the logger that wrote it, when it has one: a downstream server's, forwarded)."""
+
+    def __call__(self, level: str, data: Any, /, logger: str | None = None) -> Awaitable[None]: ...
+
 
 _log = logging.getLogger("mcpipe.tools")
 
@@ -52,7 +59,7 @@ async def _no_progress(progress: float, total: float | None, message: str | None
     return None
 
 
-async def _no_log(level: str, data: Any) -> None:
+async def _no_log(level: str, data: Any, /, logger: str | None = None) -> None:
     _log.log(logging.getLevelName(level.upper()) if isinstance(level, str) else logging.INFO, "%s", data)
 
 
@@ -86,9 +93,12 @@ class ToolContext:
         """Send a progress notification to the caller (a no-op when the caller asked for none)."""
         await self.progress(progress, total, message)
 
-    async def send_log(self, level: str, data: Any) -> None:
-        """Send a log message (``notifications/message``) to the caller."""
-        await self.log(level, data)
+    async def send_log(self, level: str, data: Any, logger: str | None = None) -> None:
+        """Send a log message (``notifications/message``) to the caller, naming its ``logger`` when given."""
+        if logger is None:
+            await self.log(level, data)
+        else:
+            await self.log(level, data, logger=logger)
 
     def facts(self) -> dict[str, Any]:
         """The request facts pipelines see as their ``context`` root."""

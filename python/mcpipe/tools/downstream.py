@@ -31,20 +31,25 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
+from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 
-__all__ = ["DownstreamServer", "DownstreamTool", "Downstreams"]
+__all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 
 _log = logging.getLogger("mcpipe.downstream")
 
 BACKOFF_FIRST = 0.2
 BACKOFF_MAX = 10.0
+LIST_GRACE = 1.0
+"""The most a listing waits for lazy servers' first connection (a call of one of their tools waits longer)."""
 HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
@@ -155,16 +160,21 @@ class DownstreamServer:
         self._attempted = trio.Event()
         self._connected = trio.Event()
         self._errlog = errlog
+        self._warned = False  # "down" is a warning the first time and after each time it was up, not every retry
+        self._was_up = False
         self._include = glob_matcher(config.include) if config.include is not None else None
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
+        # Its resources, templates and prompts, and what it sends outside calls (logs, changes, updates).
+        self.catalog = Catalog(self)
+        self.feed: Feed = feed_of(self)
 
     # -- naming ------------------------------------------------------------------------------------
 
     def exposed(self, remote: str) -> str:
         return f"{self.prefix}.{remote}" if self.prefix else remote
 
-    def _keeps(self, remote: str) -> bool:
+    def keeps(self, remote: str) -> bool:
         if self._include is not None and not self._include(remote):
             return False
         return not (self._exclude is not None and self._exclude(remote))
@@ -197,7 +207,14 @@ class DownstreamServer:
             started = False
             lived = trio.current_time() - t0
             backoff = BACKOFF_FIRST if lived >= HEALTHY_AFTER else min(backoff * 2, BACKOFF_MAX)
-            _log.info("downstream %s is down (%s); reconnecting in %.1fs", self.name, self.last_error, backoff)
+            _log.log(
+                logging.WARNING if self._was_up or not self._warned else logging.INFO,
+                "downstream %s is down (%s); reconnecting in %.1fs",
+                self.name,
+                self.last_error,
+                backoff,
+            )
+            self._warned, self._was_up = True, False
             await trio.sleep(backoff)
 
     async def _session_once(self, task_status: trio.TaskStatus[None] | None) -> None:
@@ -208,15 +225,21 @@ class DownstreamServer:
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
-                async with Client(self._transport(closed), client_info=_CLIENT_INFO, mode=mode) as client:
+                async with Client(
+                    self._transport(closed), client_info=_CLIENT_INFO, mode=mode, cache=None, **self.feed.hooks()
+                ) as client:
                     await self._list_tools(client)
+                    await self.catalog.refresh(client)
                     scope.deadline = math.inf
                     self._up(client, closed)
                     if task_status is not None:
                         task_status.started()
                         task_status = None
                     try:
-                        await closed.wait()
+                        async with trio.open_nursery() as watching:
+                            watching.start_soon(list_changes, self, client)  # 2026-07-28 servers: listen
+                            await closed.wait()
+                            watching.cancel_scope.cancel()
                     finally:
                         self._client = None
             if scope.cancelled_caught:
@@ -236,9 +259,11 @@ class DownstreamServer:
         self.state = "up"
         self.last_error = None
         self.connections += 1
+        self._was_up = True
         self._connected.set()
         self._attempted.set()
         _log.info("downstream %s connected: %d tools", self.name, len(self.tools))
+        self.feed.connected()
 
     def _down(self, exc: BaseException | None) -> None:
         if exc is not None:
@@ -258,7 +283,7 @@ class DownstreamServer:
         for _ in range(100):
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
             for t in page.tools:
-                if self._keeps(t.name):
+                if self.keeps(t.name):
                     name = self.exposed(t.name)
                     tools[name] = DownstreamTool(
                         name, t.name, t.description or "", t.input_schema, t.output_schema, self
@@ -267,6 +292,19 @@ class DownstreamServer:
             if not cursor:
                 break
         self.tools = tools
+
+    async def relist(self, what: str) -> None:
+        """Fetch one list again after the server said it changed (``tools``, ``prompts``, ``resources``)."""
+        client = self._client
+        if client is None:
+            return
+        try:
+            if what == "tools":
+                await self._list_tools(client)
+            else:
+                await self.catalog.refresh(client, what)
+        except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            _log.warning("downstream %s: cannot list its %s again: %s", self.name, what, _describe(exc))
 
     async def wait_connected(self) -> None:
         """Wait until the server is up (asking a lazy server to connect)."""
@@ -307,29 +345,44 @@ class DownstreamServer:
             why = f": {self.last_error}" if self.last_error else ""
             raise CallError(f"MCP server '{self.name}' is unavailable{why}")
 
-        step = ctx.step
-
-        async def forward(progress: float, total: float | None, message: str | None) -> None:
-            await ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
-
+        forward = _Progress(ctx)
         try:
-            r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
-        except MCPError as exc:
-            if exc.code == CONNECTION_CLOSED:
-                self._lost(exc)
-                raise CallError(f"MCP server '{self.name}' closed the connection during the call") from None
-            if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
-                self._lost(exc)
-                raise _SessionLost from None
-            raise CallError(f"MCP server '{self.name}' answered an error: {exc}") from None
-        except _TRANSPORT_ERRORS as exc:
-            self._lost(exc)
-            raise CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}") from None
+            with self.feed.in_call(ctx):
+                r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+                await forward.drain()
+        except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            raise self.failure(exc) from None
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
             bool(r.is_error),
         )
+
+    @property
+    def modern(self) -> bool:
+        """Whether the live session speaks the 2026-07-28 era (changes come on a listen stream)."""
+        return self._client is not None and self._client.protocol_version in _MODERN
+
+    def client(self) -> Client:
+        """The live session's client, for a request other than a tool call; CallError when the server is down."""
+        if self._client is None:
+            why = f": {self.last_error}" if self.last_error else ""
+            raise CallError(f"MCP server '{self.name}' is unavailable{why}")
+        return self._client
+
+    def failure(self, exc: MCPError | OSError | Exception) -> Exception:
+        """What a request's failure becomes: the server's own JSON-RPC error (DownstreamError, its code, message
+        and data kept), or a CallError when the connection failed (the server is marked down)."""
+        if isinstance(exc, MCPError):
+            if exc.code == CONNECTION_CLOSED:
+                self._lost(exc)
+                return CallError(f"MCP server '{self.name}' closed the connection during the call")
+            if exc.code == INVALID_REQUEST and str(exc) in _SESSION_GONE:
+                self._lost(exc)
+                return _SessionLost()
+            return DownstreamError(self.name, exc.error)
+        self._lost(exc)
+        return CallError(f"MCP server '{self.name}' is unreachable: {_describe(exc)}")
 
     def _lost(self, exc: BaseException) -> None:
         """A call found the connection gone: down at once (the actor reconnects when it wakes)."""
@@ -337,6 +390,39 @@ class DownstreamServer:
         self._gone()
         if self._closed is not None:
             self._closed.set()
+
+
+class _Progress:
+    """Forwards a call's progress to its caller, and lets the call wait for the last one before it answers.
+
+    The SDK client runs each progress callback in a task of its own, spawned as the notification is read, so
+    the answer (read just after) can wake the caller first; answering then would close the caller's stream
+    before its last progress notification went out.
+    """
+
+    __slots__ = ("_ctx", "_idle", "_running")
+
+    def __init__(self, ctx: ToolContext) -> None:
+        self._ctx = ctx
+        self._running = 0
+        self._idle = trio.Event()
+
+    async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
+        step = self._ctx.step
+        self._running += 1
+        try:
+            await self._ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                self._idle.set()
+                self._idle = trio.Event()
+
+    async def drain(self) -> None:
+        """Let callbacks spawned before the answer start (one scheduling round), then wait for them to end."""
+        await trio.lowlevel.checkpoint()
+        while self._running:
+            await self._idle.wait()
 
 
 def _describe(exc: BaseException) -> str:
@@ -374,14 +460,35 @@ class Downstreams:
     def lazy(self) -> bool:
         return any(s.config.connect == "lazy" for s in self.servers)
 
-    async def ready(self) -> None:
-        """Let every lazy server try once (concurrently, each bounded by its connect timeout)."""
+    async def ready(self, name: str | None = None) -> None:
+        """Let lazy servers try to connect once.
+
+        With ``name`` (a tool about to be called), wait for the server that would serve it, bounded by its
+        connect timeout. Without (a listing), ask every lazy server and wait at most :data:`LIST_GRACE`
+        seconds: a list answers promptly with what is up, and clients are told when the rest comes.
+        """
+        if name is not None:
+            server = self.server_for(name)
+            if server is not None and not server._attempted.is_set():
+                await _bounded_first_attempt(server)
+            return
         pending = [s for s in self.servers if not s._attempted.is_set()]
         if not pending:
             return
-        async with trio.open_nursery() as n:
-            for s in pending:
-                n.start_soon(_bounded_first_attempt, s)
+        with trio.move_on_after(LIST_GRACE):
+            async with trio.open_nursery() as n:
+                for s in pending:
+                    n.start_soon(_bounded_first_attempt, s)
+        for s in pending:
+            if not s._attempted.is_set():
+                _log.warning("downstream %s is still connecting: its tools are listed when it is up", s.name)
+
+    def server_for(self, name: str) -> DownstreamServer | None:
+        """The server whose prefix ``name`` carries (None for a bare name)."""
+        for s in self.servers:
+            if s.prefix and name.startswith(s.prefix + "."):
+                return s
+        return None
 
     def get(self, name: str) -> Tool | None:
         for s in self.servers:
@@ -396,10 +503,16 @@ class Downstreams:
 
     def why_unknown(self, name: str) -> str | None:
         """Why ``name`` is unknown when it names a server that never came up (its tools were never listed)."""
-        for s in self.servers:
-            if not s.tools and s.state != "up" and s.prefix and name.startswith(s.prefix + "."):
-                return f"MCP server '{s.name}' is unavailable" + (f": {s.last_error}" if s.last_error else "")
+        s = self.server_for(name)
+        if s is not None and not s.tools and s.state != "up":
+            return f"MCP server '{s.name}' is unavailable" + (f": {s.last_error}" if s.last_error else "")
         return None
+
+    def unavailable(self) -> dict[str, str]:
+        """The servers that are not up (not idle lazy ones), each with why."""
+        return {
+            s.name: s.last_error or s.state for s in self.servers if s.state not in ("up", "idle") and s.config.enabled
+        }
 
     def status(self) -> dict[str, str]:
         return {s.name: s.state for s in self.servers}

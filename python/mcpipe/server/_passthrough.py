@@ -1,0 +1,360 @@
+"""What mcpipe passes through from its downstream servers besides tools: resources, resource templates,
+prompts, completion, subscriptions, list changes, and logging (the level a client sets).
+
+One :class:`Passthrough` per app answers these requests by routing each to the server that listed the
+resource, template or prompt, and carries the servers' notifications back: a list change to every connected
+client (2025-11-25: ``notifications/*/list_changed`` on each session; 2026-07-28: ``subscriptions/listen``
+streams, through the SDK's :class:`ListenHandler`), a resource update to its subscribers.
+
+Names follow the tools' rules: prompts take their server's prefix; resource URIs stay as they are. When two
+servers list the same URI or prompt name, the first in config order wins and a warning says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+import weakref
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import mcp_types as types
+import trio
+from mcp.server.context import ServerRequestContext
+from mcp.server.subscriptions import (
+    InMemorySubscriptionBus,
+    ListenHandler,
+    PromptsListChanged,
+    ResourcesListChanged,
+    ResourceUpdated,
+    ServerEvent,
+    ToolsListChanged,
+)
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from mcpipe.gateway import CallError, Policy
+from mcpipe.tools._catalog import Change, DownstreamError
+from mcpipe.tools.downstream import Downstreams, DownstreamServer
+
+__all__ = ["LOG_LEVELS", "Passthrough", "log_allowed"]
+
+_log = logging.getLogger("mcpipe.server")
+
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+_RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
+_ERA_FIELDS = ("ttlMs", "cacheScope", "resultType")
+"""2026-07-28 result fields a 2025-11-25 client does not know."""
+
+Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
+
+
+def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
+    """Whether a 2025-11-25 client wants a message at ``level`` (the level it set with ``logging/setLevel``;
+    every level before it set one). 2026-07-28 requests carry their own level, applied by the SDK."""
+    wanted = levels.get(_connection(ctx))
+    return wanted is None or _RANK.get(level, 0) >= _RANK.get(wanted, 0)
+
+
+def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+    # The SDK's ServerSession is built per request; its connection is the client's (one per 2025-11-25 session).
+    return getattr(ctx.session, "_connection", ctx.session)
+
+
+def _for_era(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+    if ctx.protocol_version not in _MODERN:
+        for k in _ERA_FIELDS:
+            result.pop(k, None)
+    return result
+
+
+def _rpc_error(exc: CallError) -> MCPError:
+    """A downstream failure as the JSON-RPC error to answer: the server's own, or an internal error naming why."""
+    if isinstance(exc, DownstreamError):
+        return MCPError(exc.error.code, exc.error.message, exc.error.data)
+    return MCPError(types.INTERNAL_ERROR, str(exc))
+
+
+class Passthrough:
+    """Handlers for the non-tool requests, over the downstream servers.
+
+    Args:
+        downstreams: the servers.
+        policy: who may see what: a principal sees a server's resources and prompts when it may call at
+            least one of that server's tools (or every tool).
+        principal: the principal of a request.
+    """
+
+    def __init__(self, downstreams: Downstreams, policy: Policy, principal: Principal) -> None:
+        self.downstreams = downstreams
+        self.policy = policy
+        self.principal = principal
+        self.levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+        self.bus = InMemorySubscriptionBus()
+        self._listen = ListenHandler(self.bus)
+        self._sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
+        """connection -> the latest request's ServerSession (its standalone channel reaches the client)."""
+        self._subscribers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
+        self._warned: set[tuple[str, str]] = set()
+        for server in downstreams.servers:
+            server.feed.changed = self._changed
+
+    # -- who sees what ---------------------------------------------------------------------------------
+
+    def seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        """Remember the client of a request, to tell it when lists change."""
+        self._sessions[_connection(ctx)] = ctx.session
+
+    def _servers(self, ctx: ServerRequestContext[Any, Any]) -> list[DownstreamServer]:
+        self._sessions[_connection(ctx)] = ctx.session
+        principal = self.principal(ctx)
+        if principal is None:
+            return self.downstreams.servers
+        return [s for s in self.downstreams.servers if self._may_use(principal, s)]
+
+    def _may_use(self, principal: str, server: DownstreamServer) -> bool:
+        probe = server.exposed("*")
+        return self.policy.allows(principal, probe) or any(self.policy.allows(principal, t) for t in server.tools)
+
+    def _clash(self, kind: str, key: str, winner: DownstreamServer, loser: DownstreamServer) -> None:
+        if (kind, key) not in self._warned:
+            self._warned.add((kind, key))
+            _log.warning(
+                "%s %r is served by MCP servers '%s' and '%s': '%s' wins (the first in config order)",
+                kind,
+                key,
+                winner.name,
+                loser.name,
+                winner.name,
+            )
+
+    # -- lists -----------------------------------------------------------------------------------------
+
+    def _merged(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
+        out: dict[str, tuple[DownstreamServer, dict[str, Any]]] = {}
+        for s in self._servers(ctx):
+            c = s.catalog
+            items: list[tuple[str, dict[str, Any]]]
+            if kind == "resource":
+                items = list(c.resources.items())
+            elif kind == "template":
+                items = [(t["uriTemplate"], t) for _, t in c.templates]
+            else:
+                items = [(name, entry) for name, (_, entry) in c.prompts.items()]
+            for key, entry in items:
+                if key in out:
+                    self._clash(kind, key, out[key][0], s)
+                else:
+                    out[key] = (s, entry)
+        return [entry for _, entry in out.values()]
+
+    async def _list(self, ctx: ServerRequestContext[Any, Any], key: str, kind: str) -> dict[str, Any]:
+        await self.downstreams.ready()
+        out: dict[str, Any] = {key: self._merged(ctx, kind)}
+        if ctx.protocol_version in _MODERN:
+            # A merged list of servers that come and go: never cached by the client.
+            out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        return out
+
+    async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        return await self._list(ctx, "resources", "resource")
+
+    async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        return await self._list(ctx, "resourceTemplates", "template")
+
+    async def list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        return await self._list(ctx, "prompts", "prompt")
+
+    # -- routing ---------------------------------------------------------------------------------------
+
+    def _owner(self, ctx: ServerRequestContext[Any, Any], uri: str) -> DownstreamServer:
+        servers = self._servers(ctx)
+        for s in servers:
+            if s.catalog.owns(uri):
+                return s
+        for s in servers:
+            if s.catalog.matches(uri):
+                return s
+        raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
+
+    def _prompt(self, ctx: ServerRequestContext[Any, Any], name: str) -> tuple[DownstreamServer, str]:
+        for s in self._servers(ctx):
+            found = s.catalog.prompts.get(name)
+            if found is not None:
+                return s, found[0]
+        raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}", {"name": name})
+
+    async def _forward(self, server: DownstreamServer, request: Callable[[Any], Awaitable[Any]]) -> dict[str, Any]:
+        try:
+            result = await request(server.client())
+        except CallError as exc:
+            raise _rpc_error(exc) from None
+        except (MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            failure = server.failure(exc)
+            raise _rpc_error(failure if isinstance(failure, CallError) else CallError(str(failure))) from None
+        out: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        return out
+
+    async def read_resource(
+        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
+    ) -> dict[str, Any]:
+        await self.downstreams.ready()
+        uri = str(params.uri)
+        server = self._owner(ctx, uri)
+        return _for_era(ctx, await self._forward(server, lambda c: c.read_resource(uri)))
+
+    async def get_prompt(
+        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
+    ) -> dict[str, Any]:
+        await self.downstreams.ready()
+        server, remote = self._prompt(ctx, params.name)
+        return _for_era(ctx, await self._forward(server, lambda c: c.get_prompt(remote, params.arguments)))
+
+    async def complete(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> dict[str, Any]:
+        await self.downstreams.ready()
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            server, remote = self._prompt(ctx, ref.name)
+            ref = types.PromptReference(type="ref/prompt", name=remote)
+        else:
+            found = [s for s in self._servers(ctx) if s.catalog.has_template(ref.uri)]
+            if not found:
+                raise MCPError(INVALID_PARAMS, f"Unknown resource template: {ref.uri}", {"uri": ref.uri})
+            server = found[0]
+        argument = {"name": params.argument.name, "value": params.argument.value}
+        context = params.context.arguments if params.context is not None else None
+        target = ref
+        return _for_era(ctx, await self._forward(server, lambda c: c.complete(target, argument, context)))
+
+    # -- subscriptions -----------------------------------------------------------------------------------
+
+    async def subscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
+    ) -> dict[str, Any]:
+        uri = str(params.uri)
+        server = self._owner(ctx, uri)
+        subs = self._subscribers.setdefault(uri, weakref.WeakKeyDictionary())
+        conn = _connection(ctx)
+        if conn not in subs:
+            subs[conn] = ctx.session
+            if server.feed.subscribe(uri):
+                await self._subscribe_downstream(server, uri, True)
+        return {}
+
+    async def unsubscribe(
+        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
+    ) -> dict[str, Any]:
+        uri = str(params.uri)
+        subs = self._subscribers.get(uri)
+        if subs is not None and subs.pop(_connection(ctx), None) is not None:
+            server = self._owner(ctx, uri)
+            if server.feed.unsubscribe(uri):
+                await self._subscribe_downstream(server, uri, False)
+        return {}
+
+    async def _subscribe_downstream(self, server: DownstreamServer, uri: str, on: bool) -> None:
+        client = server.client()
+        if server.modern:
+            # Its subscriptions/listen stream is opened again with the new set (tools._catalog): wait for that.
+            if on:
+                with trio.move_on_after(5):
+                    await server.feed.acked.wait()
+            return
+        caps = client.server_capabilities
+        if not (caps.resources and caps.resources.subscribe):
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # resources/subscribe is the 2025-11-25 way, used towards such servers
+            fn = client.subscribe_resource if on else client.unsubscribe_resource
+            await self._forward(server, lambda _c: fn(uri))
+
+    async def listen(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+    ) -> types.SubscriptionsListenResult:
+        """A 2026-07-28 client's change stream: the SDK's handler, with its resource URIs subscribed
+        downstream for as long as it stays open."""
+        uris = [str(u) for u in params.notifications.resource_subscriptions or ()]
+        held: list[tuple[DownstreamServer, str]] = []
+        for uri in uris:
+            try:
+                server = self._owner(ctx, uri)
+            except MCPError:
+                continue  # a URI nobody lists: honored, and never fires (as the spec says)
+            held.append((server, uri))
+            if server.feed.subscribe(uri):
+                with trio.move_on_after(5):
+                    await self._subscribe_downstream(server, uri, True)
+        try:
+            return await self._listen(ctx, params)
+        finally:
+            for server, uri in held:
+                if server.feed.unsubscribe(uri):
+                    with trio.CancelScope(shield=True), trio.move_on_after(5):
+                        try:
+                            await self._subscribe_downstream(server, uri, False)
+                        except (MCPError, CallError):
+                            pass  # the server went away: nothing to undo there
+
+    # -- notifications from downstream ------------------------------------------------------------------
+
+    async def _changed(self, server: DownstreamServer, change: Change) -> None:
+        kind, uri = change
+        event: ServerEvent
+        if kind == "updated" and uri is not None:
+            event = ResourceUpdated(uri=uri)
+            targets = list((self._subscribers.get(uri) or {}).values())
+        else:
+            event = (
+                ToolsListChanged()
+                if kind == "tools"
+                else PromptsListChanged()
+                if kind == "prompts"
+                else ResourcesListChanged()
+            )
+            targets = list(self._sessions.values())
+        await self.bus.publish(event)
+        for session in targets:
+            if session.protocol_version in _MODERN:
+                continue  # 2026-07-28 clients hear it on their listen streams
+            try:
+                if kind == "updated":
+                    await session.send_resource_updated(uri)
+                elif kind == "tools":
+                    await session.send_tool_list_changed()
+                elif kind == "prompts":
+                    await session.send_prompt_list_changed()
+                else:
+                    await session.send_resource_list_changed()
+            except Exception as exc:  # a client that went away: it misses nothing it can still use
+                _log.debug("cannot tell a client that %s changed: %s", kind, exc)
+
+    # -- logging ------------------------------------------------------------------------------------------
+
+    async def set_level(
+        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
+    ) -> dict[str, Any]:
+        """``logging/setLevel`` (2025-11-25): this client's messages at that level and above from now on."""
+        self.levels[_connection(ctx)] = params.level
+        self._sessions[_connection(ctx)] = ctx.session
+        return {}
+
+    def register(self, server: Any) -> None:
+        """Register the handlers on the SDK server (its capabilities follow): logging always; resources (with
+        subscribe and listChanged), prompts, completions and change streams when there are downstream servers."""
+        add = server.add_request_handler
+        add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
+        if not self.downstreams.servers:
+            return
+        add("resources/list", types.PaginatedRequestParams, self.list_resources)
+        add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
+        add("resources/read", types.ReadResourceRequestParams, self.read_resource)
+        add("resources/subscribe", types.SubscribeRequestParams, self.subscribe)
+        add("resources/unsubscribe", types.UnsubscribeRequestParams, self.unsubscribe)
+        add("prompts/list", types.PaginatedRequestParams, self.list_prompts)
+        add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
+        add("completion/complete", types.CompleteRequestParams, self.complete)
+        add("subscriptions/listen", types.SubscriptionsListenRequestParams, self.listen)
