@@ -452,3 +452,22 @@ async def test_an_unset_secret_fails_at_api_execution_and_sends_nothing(monkeypa
     assert out["error_stage"] == "api_execution"
     assert out["error"] == "the secret of `apikey` is not set (environment variable QUOTE_KEY)"
     assert api.requests == []
+
+
+async def test_each_stage_done_is_a_progress_notification() -> None:
+    seen: list[tuple[float, float | None, str | None]] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake, served(fake.url, api) as app, Client(app.server) as c:
+            fake.says(text(spec(api.url)), text("IBM: $142.50"))
+            r = await c.call_tool("workflow", {**ASK, "format_response": True}, progress_callback=on_progress)
+    assert r.structured_content["status"] == "success"
+    assert seen == [
+        (1.0, 4.0, "2 tool(s) documented for the model"),
+        (2.0, 4.0, "the model chose get_stock_quote"),
+        (3.0, 4.0, "the API answered HTTP 200"),
+        (4.0, 4.0, "formatted"),
+    ]

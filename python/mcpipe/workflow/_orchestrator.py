@@ -245,17 +245,21 @@ class Workflow:
                 f"{self.config.max_context_chars} allowed (workflow.max_context_chars): ask with fewer tools",
                 error_stage="tool_context_generation",
             )
+        total = 4 if request.format_response else 3
+        await _progress(ctx, 1, total, f"{len(tools)} tool(s) documented for the model")
         try:
             prepared = await self._select(request, tools, context, ctx)
         except ModelError as e:
             return _answer("error", error=str(e), error_stage="llm_selection")
         spec = self._spec(prepared)
+        await _progress(ctx, 2, total, f"the model chose {prepared.tool.name}")
         try:
             raw = await once(ctx, "api", lambda: self._execute(prepared))
         except (StepFailure, ForbiddenError, OSError) as e:
             return _answer(
                 "error", selected_tool=prepared.tool.name, http_spec=spec, error=str(e), error_stage="api_execution"
             )
+        await _progress(ctx, 3, total, f"the API answered HTTP {raw['status_code']}")
         result = _answer("success", selected_tool=prepared.tool.name, http_spec=spec, raw_response=raw)
         if request.format_response:
             try:
@@ -263,6 +267,7 @@ class Workflow:
             except ModelError as e:
                 result["error"] = f"the answer could not be formatted: {e}"
                 result["error_stage"] = "response_formatting"
+            await _progress(ctx, 4, total, "formatted" if result["error"] is None else "not formatted")
         return result
 
     async def _select(
@@ -392,6 +397,12 @@ class Workflow:
         if not out.text.strip():
             raise ModelError("the model's answer is empty")
         return out.text
+
+
+async def _progress(ctx: ToolContext, n: int, total: int, message: str) -> None:
+    """A stage done, as a progress notification when the caller asked for progress."""
+    if ctx.extras.get("progress"):
+        await ctx.report_progress(n, total, message)
 
 
 def _default_port(scheme: str) -> int:
