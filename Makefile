@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fmt clean
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean
 
 setup: $(STAMP)
 
@@ -44,6 +44,14 @@ test: lint cargo-test pytest conformance
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
+
+# The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
+fuzz: setup
+	MCPIPE_FUZZ_PROFILE=fuzz $(BIN)/python -m pytest tests/hostile/test_fuzz.py -q $(PYTEST_ARGS)
+
+# 100 clients of mixed pipelines against a real `mcpipe serve` for a few minutes: p99, RSS, memory flat.
+soak: setup
+	$(BIN)/python tests/hostile/soak.py --seconds $${MCPIPE_SOAK_S:-180}
 
 fmt: setup
 	$(BIN)/ruff format python tests benches

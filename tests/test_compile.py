@@ -268,8 +268,8 @@ REJECTED = [
     # limits
     (
         "too many steps",
-        {"steps": [tool() for _ in range(4)]},
-        ("steps", "LIMIT_EXCEEDED", "the pipeline has 4 steps; the limit is 3"),
+        {"steps": [tool() for _ in range(5)]},
+        ("steps", "LIMIT_EXCEEDED", "the pipeline has 5 steps; the limit is 4"),
     ),
     (
         "too deep",
@@ -281,7 +281,7 @@ REJECTED = [
 
 @pytest.mark.parametrize(("spec", "expected"), [(s, e) for _, s, e in REJECTED], ids=[n for n, *_ in REJECTED])
 def test_invalid_specs_are_rejected_with_a_located_problem(spec, expected):
-    found = problems(spec, tools=TOOLS, limits=Limits(max_steps=3, max_depth=2))
+    found = problems(spec, tools=TOOLS, limits=Limits(max_steps=4, max_depth=2))
     assert expected in found, found
 
 

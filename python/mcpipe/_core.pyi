@@ -7,7 +7,7 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
-__all__ = ["Template", "__version__"]
+__all__ = ["Template", "__version__", "json_measure"]
 
 __version__: str
 
@@ -32,6 +32,10 @@ class Template:
             either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position with no id
             stays ``stepN``.
         location: where the template is, prefixed to every error location (``"steps[2].args"``).
+        max_text_bytes: the most one resolve may produce, in bytes of JSON (default 16 MiB): its interpolated
+            texts and the values its typed references copy, together. Each is measured before it is built
+            or copied; a resolve that would pass the bound raises
+            :class:`~mcpipe.errors.OutputTooLargeError` instead.
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -45,6 +49,7 @@ class Template:
         *,
         step_ids: Sequence[str] | Mapping[int, str] | None = None,
         location: str = "",
+        max_text_bytes: int = ...,
     ) -> Template: ...
     def resolve(self, env: Mapping[str, Any]) -> Any:
         """Resolve the template against ``env`` into a fresh value.
@@ -64,6 +69,9 @@ class Template:
             mcpipe.errors.InterpolationError: a reference whose value is missing; it carries the
                 ``reference``, the ``location``, the ``segment`` that failed and what was found there
                 (``found_type``, ``found_keys``, ``found_length``).
+            mcpipe.errors.OutputTooLargeError: a text or copied value that would take the resolve past
+                ``max_text_bytes`` (measured before it is built), located at its reference.
+            MemoryError: the allocator refused the room for an interpolated text (never an abort).
             TypeError: a value that is not JSON-serializable interpolated into text (as ``json.dumps``).
             RecursionError: a value nested too deeply (or cyclic) to copy.
         """
@@ -83,3 +91,12 @@ class Template:
     @property
     def is_constant(self) -> bool:
         """True when the template makes no reference: every resolve gives an equal value."""
+
+def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ...) -> tuple[int, int]:
+    """Measure ``value`` as JSON without building anything: ``(bytes, depth)``.
+
+    ``bytes`` estimates the compact JSON text from above (each string at the widest UTF-8 its storage allows;
+    escapes not counted); ``depth`` counts nested containers (``1`` is 0, ``[1]`` 1, ``{"a": []}`` 2). The
+    walk stops as soon as the size passes ``max_bytes`` or the depth passes ``max_depth`` (then the answer
+    is only known to be past the limit), so it costs at most what the limits allow. It runs no Python code.
+    """

@@ -17,6 +17,7 @@ from typing import Any, TypeAlias
 import msgspec
 import orjson
 
+from mcpipe._bounds import check_spec_size, depth_problem, step_ids_for
 from mcpipe._describe import did_you_mean, json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.errors import Problem, SpecError, TemplateSyntaxError
@@ -45,6 +46,9 @@ STEPS_REF = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)")
 VARS_REF = re.compile(r"vars(?:\.([^.\[]+)|\[(\"(?:[^\"\\]|\\.)*\")\])?")
 ROOT = re.compile(r"[a-z]+")
 CACHE_SIZE = 512
+CACHE_BYTES = 64 * 1024 * 1024
+"""The most bytes the plan cache holds, counting each entry as twice its spec text (the text is the key, and
+the plan's constants are about as large again; see docs/reliability.md)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,12 +60,23 @@ class Limits:
         max_depth: how deeply ``pipe`` and ``parallel`` steps may nest (top-level steps are depth 0).
         max_concurrency: parallel children running at once within one call.
         timeout_ms: the most a whole pipeline may run; a spec's own ``timeout_ms`` is capped by it.
+        max_spec_bytes: the largest spec (its JSON text), refused before anything is compiled.
+        max_json_depth: how deeply any JSON value (``args``, ``vars``, ``return``, tool arguments) may nest.
+        max_output_bytes: the most one step's output, or one resolved template (its texts and copied values), may
+            hold.
+        max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
+        expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
     """
 
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: float | None = None
+    max_spec_bytes: int = 4 * 1024 * 1024
+    max_json_depth: int = 64
+    max_output_bytes: int = 8 * 1024 * 1024
+    max_answer_bytes: int = 32 * 1024 * 1024
+    expression_timeout_ms: float = 1000.0
 
 
 DEFAULT_LIMITS = Limits()
@@ -153,9 +168,19 @@ def compile_spec(
     data, key = _load(spec)
     entry = _CACHE.get((key, limits)) if key is not None else None
     if entry is None:
+        # Size and step count first: a spec too large to compile is refused having compiled nothing.
+        too_large = check_spec_size(
+            data,
+            len(key) if key is not None else None,
+            max_bytes=limits.max_spec_bytes,
+            max_steps=limits.max_steps,
+        )
+        if too_large:
+            raise SpecError(too_large)
         entry = _Compiler(limits).run(data)
-        if key is not None:
-            _CACHE.put((key, limits), entry)
+        if key is not None and entry[0] is not None:  # invalid specs are not kept
+            # An entry holds the spec text (its key) and the plan, whose constants are about as large again.
+            _CACHE.put((key, limits), entry, 2 * len(key))
     compiled, problems = entry
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
@@ -250,6 +275,14 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def configure_cache(*, max_bytes: int) -> None:
+    """Bound the plan cache by the bytes of spec text it holds (``pipe.compile_cache_bytes``)."""
+    _CACHE.max_bytes = max_bytes
+    while _CACHE.data and _CACHE.bytes > max_bytes:
+        _, (_, gone) = _CACHE.data.popitem(last=False)
+        _CACHE.bytes -= gone
+
+
 # --- loading ----------------------------------------------------------------------------------------
 
 
@@ -296,7 +329,7 @@ class _Scope:
     """What a template at some place may reference."""
 
     ids: tuple[str, ...]  # the ids of the list, by position (for `{{stepN}}`)
-    visible: frozenset[str]  # ids of steps that finish before this place
+    visible: Container[str]  # ids of steps that finish before this place
     siblings: frozenset[str]  # ids of parallel siblings (never visible)
     has_last: bool
     var_names: frozenset[str] | None  # None: unknown (cannot check)
@@ -351,8 +384,17 @@ class _Compiler:
             return None
 
     def template(self, value: Any, loc: str, scope: _Scope) -> Template | None:
+        too_deep = depth_problem(value, loc, self.limits.max_json_depth, "the template")
+        if too_deep is not None:
+            self.problems.append(too_deep)
+            return None
         try:
-            t = Template(value, step_ids=scope.ids, location=loc)
+            t = Template(
+                value,
+                step_ids=step_ids_for(value, scope.ids),
+                location=loc,
+                max_text_bytes=self.limits.max_output_bytes,
+            )
         except TemplateSyntaxError as e:
             self.problem(e.location, e.reason)
             return None
@@ -402,10 +444,13 @@ class _Compiler:
         self, raw: list[Any], loc: str, depth: int, var_names: frozenset[str] | None
     ) -> tuple[tuple[str, ...], tuple[Step, ...] | None]:
         ids = self.assign_ids(raw, loc)
+        first: dict[str, int] = {}
+        for i, sid in enumerate(ids):
+            first.setdefault(sid, i)
         out: list[Step] = []
         ok = True
         for i, (item, sid) in enumerate(zip(raw, ids, strict=True)):
-            scope = _Scope(ids, frozenset(ids[:i]), frozenset(), i > 0, var_names)
+            scope = _Scope(ids, _Before(first, i), frozenset(), i > 0, var_names)
             step = self.step(item, f"{loc}[{i}]", sid, depth, scope, ids)
             ok = ok and step is not None
             if step is not None:
@@ -469,13 +514,13 @@ class _Compiler:
     ) -> Step | None:
         child_loc = f"{loc}.parallel"
         child_ids = self.assign_ids(children, child_loc)
-        siblings = frozenset(child_ids)
+        # A child sees what the group's list sees, never its siblings (unless they share an id with an
+        # earlier step of that list, which is the one it means). The same scope for every child.
+        siblings = frozenset(c for c in child_ids if c not in scope.visible)
+        child_scope = _Scope(scope.ids, scope.visible, siblings, scope.has_last, scope.var_names)
         out: list[Step] = []
         ok = True
         for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
-            # A child sees what the group's list sees, never its siblings (unless they share an id
-            # with an earlier step of that list, which is the one it means).
-            child_scope = _Scope(scope.ids, scope.visible, siblings - scope.visible, scope.has_last, scope.var_names)
             step = self.step(item, f"{child_loc}[{i}]", cid, depth + 1, child_scope, scope.ids)
             ok = ok and step is not None
             if step is not None:
@@ -483,6 +528,21 @@ class _Compiler:
         if spec is None or not ok:
             return None
         return ParallelStep(sid, loc, tuple(out), spec.timeout_ms)
+
+
+class _Before:
+    """The ids of a list's steps before position ``i``, without building that set for every step (which
+    would make compiling a list of n steps cost n²)."""
+
+    __slots__ = ("first", "i")
+
+    def __init__(self, first: dict[str, int], i: int) -> None:
+        self.first = first
+        self.i = i
+
+    def __contains__(self, sid: object) -> bool:
+        at = self.first.get(sid) if isinstance(sid, str) else None
+        return at is not None and at < self.i
 
 
 def _var_names(value: Any) -> frozenset[str] | None:
@@ -498,26 +558,37 @@ def _problem_order(p: Problem) -> tuple[Any, ...]:
 
 
 class _LRU:
-    """A small least-recently-used map; plans are immutable, so sharing them is safe."""
+    """A small least-recently-used map bounded by entries and by bytes (the spec text each entry was
+    compiled from); plans are immutable, so sharing them is safe."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, max_bytes: int = CACHE_BYTES) -> None:
         self.size = size
-        self.data: OrderedDict[Any, Any] = OrderedDict()
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
 
     def get(self, key: Any) -> Any:
-        value = self.data.get(key)
-        if value is not None:
-            self.data.move_to_end(key)
-        return value
-
-    def put(self, key: Any, value: Any) -> None:
-        self.data[key] = value
+        entry = self.data.get(key)
+        if entry is None:
+            return None
         self.data.move_to_end(key)
-        if len(self.data) > self.size:
-            self.data.popitem(last=False)
+        return entry[0]
+
+    def put(self, key: Any, value: Any, nbytes: int = 0) -> None:
+        if nbytes > self.max_bytes:
+            return  # larger than the whole cache: keeping it would evict everything else
+        old = self.data.pop(key, None)
+        if old is not None:
+            self.bytes -= old[1]
+        self.data[key] = (value, nbytes)
+        self.bytes += nbytes
+        while len(self.data) > self.size or self.bytes > self.max_bytes:
+            _, (_, gone) = self.data.popitem(last=False)
+            self.bytes -= gone
 
     def clear(self) -> None:
         self.data.clear()
+        self.bytes = 0
 
     def __len__(self) -> int:
         return len(self.data)

@@ -23,6 +23,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 import yaml
 
+from mcpipe._bounds import deepest_location, json_depth
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe.errors import ConfigError, Problem
 
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 CODE = "INVALID_CONFIG"
+MAX_CONFIG_DEPTH = 128
+"""How deeply any value of a config may nest (declared pipelines' templates included)."""
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -75,11 +78,41 @@ class McpServerConfig(_Base):
 
 
 class PipeConfig(_Base):
+    """``mcp_pipe`` and the limits every pipeline runs under (``docs/reliability.md``)."""
+
     enabled: bool = True
     max_steps: int = 50
     max_depth: int = 5
     max_concurrency: int = 8
     timeout_ms: int | None = None
+    max_spec_bytes: int = 4 * 1024 * 1024
+    """The largest spec, refused before anything is compiled."""
+    max_json_depth: int = 64
+    """How deeply any JSON value (templates, tool arguments, step outputs) may nest."""
+    max_output_bytes: int = 8 * 1024 * 1024
+    """The most one step's output, or one interpolated string, may hold."""
+    max_answer_bytes: int = 32 * 1024 * 1024
+    """The most the outputs of one pipeline (and its result) may hold together, and one direct call's result."""
+    expression_timeout_ms: int = 1000
+    """The deadline of one CEL or JSONata evaluation."""
+    compile_cache_bytes: int = 64 * 1024 * 1024
+    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+
+    def limits(self) -> Any:
+        """These limits as the runtime takes them (:class:`mcpipe.compile.Limits`)."""
+        from mcpipe.compile import Limits
+
+        return Limits(
+            self.max_steps,
+            self.max_depth,
+            self.max_concurrency,
+            self.timeout_ms,
+            max_spec_bytes=self.max_spec_bytes,
+            max_json_depth=self.max_json_depth,
+            max_output_bytes=self.max_output_bytes,
+            max_answer_bytes=self.max_answer_bytes,
+            expression_timeout_ms=self.expression_timeout_ms,
+        )
 
 
 class TokenConfig(_Base):
@@ -107,6 +140,8 @@ class HttpConfig(_Base):
     json_response: bool = False
     session_idle_timeout_s: float | None = 1800.0
     max_body_bytes: int = 4 * 1024 * 1024
+    body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    """How long a request body may take to arrive, in all; a slower one is answered 408."""
 
 
 class InteractionConfig(_Base):
@@ -121,6 +156,10 @@ class InteractionConfig(_Base):
     """States larger than this stay in the pipeline store; the client holds an opaque handle."""
     sweep_interval_s: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 30.0
     """How often expired suspended pipelines are swept from the store."""
+    max_suspended: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most suspended pipelines the in-memory store keeps; past it the oldest is evicted."""
+    max_suspended_bytes: Annotated[int, msgspec.Meta(ge=1)] = 64 * 1024 * 1024
+    """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
 
 
 class Config(_Base):
@@ -303,7 +342,18 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             if name not in names:
                 problems.append(Problem(f"builtins[{i}]", CODE, f"no built-in tool `{name}` ({', '.join(names)})"))
     p = cfg.pipe
-    for key in ("max_steps", "max_depth", "max_concurrency", "timeout_ms"):
+    for key in (
+        "max_steps",
+        "max_depth",
+        "max_concurrency",
+        "timeout_ms",
+        "max_spec_bytes",
+        "max_json_depth",
+        "max_output_bytes",
+        "max_answer_bytes",
+        "expression_timeout_ms",
+        "compile_cache_bytes",
+    ):
         v = getattr(p, key)
         if v is not None and v <= 0:
             problems.append(Problem(f"pipe.{key}", CODE, "must be positive"))
@@ -356,8 +406,17 @@ def parse_config(
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
         raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+    except RecursionError:
+        raise ConfigError(
+            [Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]
+        ) from None
     if not isinstance(raw, dict):
         raise ConfigError([Problem("", CODE, f"the top level must be a table/object, got {type(raw).__name__}")])
+    if json_depth(raw, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        where = deepest_location(raw, MAX_CONFIG_DEPTH)
+        raise ConfigError(
+            [Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")]
+        )
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():

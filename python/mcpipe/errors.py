@@ -17,6 +17,7 @@ __all__ = [
     "ConfigError",
     "InterpolationError",
     "MCPipeError",
+    "OutputTooLargeError",
     "Problem",
     "SpecError",
     "TemplateSyntaxError",
@@ -121,6 +122,29 @@ class InterpolationError(MCPipeError, LookupError):
 
 def _quote(key: str) -> str:
     return msgspec.json.encode(key).decode()
+
+
+class OutputTooLargeError(MCPipeError, ValueError):
+    """A value past a size limit: interpolated text, a step's output or a whole answer (issue 9).
+
+    Nothing that large is built: the core measures before it allocates, the runtime before it keeps.
+
+    Attributes:
+        size: the size found, in bytes (a lower bound when the measure stopped at the limit).
+        limit: the limit, in bytes.
+        location: where (``steps[3].args.v``), or ``""``.
+    """
+
+    code = "OUTPUT_TOO_LARGE"
+
+    def __init__(
+        self, size: int, limit: int, location: str = "", what: str = "the interpolated text", why: str = ""
+    ) -> None:
+        self.size = size
+        self.limit = limit
+        self.location = location
+        where = f"{location}: " if location else ""
+        super().__init__(f"{where}{what} {why or f'would be at least {size} bytes; the limit is {limit}'}")
 
 
 class UnknownToolError(MCPipeError, LookupError):

@@ -3,8 +3,12 @@
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
+use crate::measure;
 use crate::plan::{self, Plan};
 use crate::resolve;
+
+/// The default bound on one interpolated string (16 MiB), when the caller names none.
+pub const DEFAULT_MAX_TEXT: usize = 16 * 1024 * 1024;
 
 /// A template compiled once, resolved many times (see `_core.pyi` for the Python documentation).
 #[pyclass(frozen, module = "mcpipe._core", name = "Template")]
@@ -15,10 +19,15 @@ pub struct Template {
 #[pymethods]
 impl Template {
     #[new]
-    #[pyo3(signature = (value, *, step_ids = None, location = ""))]
-    fn new(value: &Bound<'_, PyAny>, step_ids: Option<&Bound<'_, PyAny>>, location: &str) -> PyResult<Self> {
+    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT))]
+    fn new(
+        value: &Bound<'_, PyAny>,
+        step_ids: Option<&Bound<'_, PyAny>>,
+        location: &str,
+        max_text_bytes: usize,
+    ) -> PyResult<Self> {
         let ids = plan::step_ids(step_ids)?;
-        Ok(Template { plan: plan::compile(value, &ids, location)? })
+        Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes)? })
     }
 
     fn resolve<'py>(&self, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -44,4 +53,13 @@ impl Template {
         let references: Vec<&str> = self.plan.sites.iter().map(|(_, r)| r.as_str()).collect();
         format!("<Template references={references:?}>")
     }
+}
+
+/// `(bytes, depth)` of `value` as JSON, stopping past either limit (see `_core.pyi`).
+#[pyfunction]
+#[pyo3(signature = (value, *, max_bytes = usize::MAX, max_depth = u32::MAX))]
+pub fn json_measure(value: &Bound<'_, PyAny>, max_bytes: usize, max_depth: u32) -> (usize, u32) {
+    // SAFETY: `value` is alive for the call and the walk runs no Python code.
+    let found = unsafe { measure::measure(value.as_ptr(), max_bytes, max_depth) };
+    (found.bytes, found.depth)
 }

@@ -20,6 +20,9 @@ pub enum ErrorKind {
     Syntax { reason: String },
     /// A reference whose value is missing at resolve time (`InterpolationError`).
     Missing { reference: String, segment: String, found: Found },
+    /// A resolve that would pass its size limit (`OutputTooLargeError`): nothing that big is built.
+    /// `what` names the part that passed it (`the interpolated text`, `the resolved value`).
+    TooLarge { size: usize, limit: usize, what: &'static str },
 }
 
 /// An error of the template core, named by where it is in the template.
@@ -39,6 +42,11 @@ impl ResolveError {
     #[cold]
     pub fn missing(reference: String, location: &str, segment: String, found: Found) -> ResolveError {
         ResolveError { kind: ErrorKind::Missing { reference, segment, found }, location: location.to_owned() }
+    }
+
+    #[cold]
+    pub fn too_large(size: usize, limit: usize, what: &'static str, location: &str) -> ResolveError {
+        ResolveError { kind: ErrorKind::TooLarge { size, limit, what }, location: location.to_owned() }
     }
 }
 
@@ -78,6 +86,9 @@ impl fmt::Display for ResolveError {
             ErrorKind::Missing { reference, segment, found } => {
                 write!(f, "cannot resolve `{reference}`: `{segment}` not found in {}", found.describe())
             }
+            ErrorKind::TooLarge { size, limit, what } => {
+                write!(f, "{what} would take the resolved template to at least {size} bytes; the limit is {limit}")
+            }
         }
     }
 }
@@ -94,6 +105,7 @@ mod python {
 
     static SYNTAX_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
     static INTERPOLATION_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    static TOO_LARGE_ERROR: PyOnceLock<Py<PyType>> = PyOnceLock::new();
 
     impl From<ResolveError> for PyErr {
         #[cold]
@@ -107,6 +119,14 @@ mod python {
                     ErrorKind::Missing { reference, segment, found } => {
                         INTERPOLATION_ERROR.import(py, "mcpipe.errors", "InterpolationError").and_then(|cls| {
                             cls.call1((reference, err.location, segment, found.type_name, found.keys, found.length))
+                        })
+                    }
+                    ErrorKind::TooLarge { size, limit, what } => {
+                        TOO_LARGE_ERROR.import(py, "mcpipe.errors", "OutputTooLargeError").and_then(|cls| {
+                            let why = format!(
+                                "would take the resolved template to at least {size} bytes; the limit is {limit}"
+                            );
+                            cls.call1((size, limit, err.location, what, why))
                         })
                     }
                 };

@@ -14,6 +14,8 @@ mod binding;
 #[cfg(feature = "python")]
 mod dict;
 #[cfg(feature = "python")]
+mod measure;
+#[cfg(feature = "python")]
 mod plan;
 #[cfg(feature = "python")]
 mod resolve;
@@ -26,6 +28,7 @@ use pyo3::prelude::*;
 fn _core(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<binding::Template>()?;
+    m.add_function(wrap_pyfunction!(binding::json_measure, m)?)?;
     dict::enable(m.py())?;
     Ok(())
 }

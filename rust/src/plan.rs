@@ -121,10 +121,12 @@ pub struct Plan {
     pub root: Node,
     pub sites: Vec<(String, String)>,
     pub prefixes: Box<[PrefixNode]>,
+    /// The most bytes an interpolated string of this plan may have (checked before it is built).
+    pub max_text: usize,
 }
 
 /// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
-pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyResult<Plan> {
+pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text: usize) -> PyResult<Plan> {
     let mut compiler = Compiler {
         ids,
         sites: Vec::new(),
@@ -156,7 +158,7 @@ pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str) -> PyRes
         (reference.prefix, reference.prefix_len) =
             if id == NO_PARENT { (NO_PREFIX, 0) } else { (renumbered[id as usize], len - 1) };
     });
-    Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice() })
+    Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice(), max_text })
 }
 
 struct Compiler<'a> {

@@ -8,7 +8,7 @@ use std::cell::Cell;
 use std::fmt::Write;
 use std::ptr::addr_of_mut;
 
-use pyo3::exceptions::PyRecursionError;
+use pyo3::exceptions::{PyMemoryError, PyRecursionError};
 use pyo3::ffi;
 use pyo3::intern;
 use pyo3::prelude::*;
@@ -17,6 +17,7 @@ use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
 use crate::dict::{self, Probe};
 use crate::errors::{Found, ResolveError};
+use crate::measure::measure;
 use crate::path::ArrayIndex;
 use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
 use crate::text::write_json_string;
@@ -32,6 +33,9 @@ thread_local! {
     static TEXT_BUFFER: Cell<String> = const { Cell::new(String::new()) };
 }
 
+/// The largest text buffer kept for reuse between resolves.
+const KEEP_TEXT_BUFFER: usize = 1 << 20;
+
 /// Prefix tables up to this size live on the stack.
 const INLINE_PREFIXES: usize = 8;
 
@@ -44,13 +48,24 @@ pub struct Resolver<'a, 'py> {
     inline: [*mut ffi::PyObject; INLINE_PREFIXES],
     heap: Vec<*mut ffi::PyObject>,
     len: usize,
+    /// The plan's bound on what one resolve produces, in bytes of JSON: interpolated texts and the values
+    /// typed references copy, together; and what they have taken so far.
+    max_text: usize,
+    spent: usize,
 }
 
 impl<'a, 'py> Resolver<'a, 'py> {
     #[inline]
     pub fn new(plan: &'a Plan, env: &'a Bound<'py, PyAny>) -> Self {
-        let mut resolver =
-            Resolver { py: env.py(), env, inline: [std::ptr::null_mut(); INLINE_PREFIXES], heap: Vec::new(), len: 0 };
+        let mut resolver = Resolver {
+            py: env.py(),
+            env,
+            inline: [std::ptr::null_mut(); INLINE_PREFIXES],
+            heap: Vec::new(),
+            len: 0,
+            max_text: plan.max_text,
+            spent: 0,
+        };
         // SAFETY: a type check on a live object.
         if !plan.prefixes.is_empty() && unsafe { ffi::PyDict_CheckExact(env.as_ptr()) } != 0 {
             if plan.prefixes.len() > INLINE_PREFIXES {
@@ -145,7 +160,7 @@ pub fn resolve<'py>(r: &mut Resolver<'_, 'py>, node: &Node) -> PyResult<Bound<'p
     match node {
         Node::Atom(value) => Ok(value.bind(r.py).clone()),
         Node::Container(value) => deep_copy(value.bind(r.py).clone(), 0),
-        Node::Reference(reference) => lookup(r, reference, true),
+        Node::Reference(reference) => copy_bounded(r, reference),
         Node::Text(text) => interpolate(r, text),
         Node::Object(object) => resolve_object(r, object),
         Node::Array(items) => resolve_array(r, items),
@@ -622,8 +637,15 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
         }
     }
     match ascii_len {
-        // SAFETY: every piece is ASCII and `len` is their total length.
-        Some(len) => unsafe { join_ascii(r.py, node, &values.items[..values.len], len) },
+        Some(len) => {
+            let total = r.spent.saturating_add(len);
+            if total > r.max_text {
+                return Err(text_too_large(node, total, r.max_text));
+            }
+            r.spent = total;
+            // SAFETY: every piece is ASCII and `len` is their total length.
+            unsafe { join_ascii(r.py, node, &values.items[..values.len], len) }
+        }
         None => interpolate_buffered(r, node, Some(&values.items[..values.len])),
     }
 }
@@ -713,6 +735,10 @@ fn interpolate_buffered<'py>(
     buf.clear();
     buf.reserve(node.literal_len + 32);
     let result = interpolate_into(r, node, &mut buf, values);
+    // Keep a modest buffer for the next text; one outsized text must not stay resident.
+    if buf.capacity() > KEEP_TEXT_BUFFER {
+        buf = String::new();
+    }
     TEXT_BUFFER.set(buf);
     result
 }
@@ -725,23 +751,39 @@ fn interpolate_into<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let mut ascii = node.literal_ascii;
     let mut values = values.map(|values| values.iter());
+    // The room this text may take: what the resolve has not spent yet.
+    let (spent, max) = (r.spent, r.max_text.saturating_sub(r.spent));
     for part in node.parts.iter() {
         match part {
-            Part::Literal(text) => buf.push_str(text),
+            Part::Literal(text) => {
+                grow(buf, text.len(), spent, max, node)?;
+                buf.push_str(text);
+            }
             Part::Reference(reference) => {
                 let value = match values.as_mut().and_then(Iterator::next) {
                     // SAFETY: the caller holds a strong reference to each value.
                     Some(&value) => unsafe { Bound::from_borrowed_ptr(r.py, value) },
                     None => lookup(r, reference, false)?,
                 };
+                // The value's size is known (from above) before a byte of it is written: a text past the
+                // limit is refused, and the room for the rest is reserved fallibly, so a failed
+                // allocation is a MemoryError rather than an abort.
+                let remaining = max.saturating_sub(buf.len());
+                // SAFETY: `value` is alive; the walk runs no Python code.
+                let size = unsafe { measure(value.as_ptr(), remaining, MAX_JSON_DEPTH) }.bytes;
+                grow(buf, size, spent, max, node)?;
                 let start = buf.len();
                 if !write_text(buf, &value)? {
                     return interpolate_slow(r, node);
+                }
+                if buf.len() > max {
+                    return Err(text_too_large(node, spent + buf.len(), r.max_text));
                 }
                 ascii = ascii && buf.as_bytes()[start..].is_ascii();
             }
         }
     }
+    r.spent = spent + buf.len();
     let len = buf.len() as ffi::Py_ssize_t;
     // SAFETY: an ASCII str of `len` characters has `len` bytes of data, all written here; otherwise
     // `buf` is valid UTF-8. Both calls return a new reference or NULL with an error set.
@@ -753,6 +795,62 @@ fn interpolate_into<'py>(
         }
         Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len))
     }
+}
+
+/// Make room for `more` bytes in `buf`, refusing to pass `max` (the room left after `spent` bytes of the
+/// resolve) and answering MemoryError when the allocator refuses.
+#[inline]
+fn grow(buf: &mut String, more: usize, spent: usize, max: usize, node: &TextNode) -> PyResult<()> {
+    let size = buf.len().saturating_add(more);
+    if size > max {
+        return Err(text_too_large(node, spent.saturating_add(size), spent.saturating_add(max)));
+    }
+    if buf.capacity() - buf.len() < more {
+        buf.try_reserve(more).map_err(|_| out_of_memory(size))?;
+    }
+    Ok(())
+}
+
+#[cold]
+#[inline(never)]
+fn out_of_memory(size: usize) -> PyErr {
+    PyMemoryError::new_err(format!("cannot allocate {size} bytes of interpolated text"))
+}
+
+/// The error of a text that would pass its limit, located at its first reference.
+#[cold]
+#[inline(never)]
+fn text_too_large(node: &TextNode, size: usize, limit: usize) -> PyErr {
+    let location = node
+        .parts
+        .iter()
+        .find_map(|part| match part {
+            Part::Reference(reference) => Some(&*reference.location),
+            Part::Literal(_) => None,
+        })
+        .unwrap_or("");
+    ResolveError::too_large(size, limit, "the interpolated text", location).into()
+}
+
+/// A typed reference's value, copied once the resolve has room for it (measured first, so a template
+/// naming one large value many times is refused before it copies it many times).
+#[inline]
+fn copy_bounded<'py>(r: &mut Resolver<'_, 'py>, reference: &Reference) -> PyResult<Bound<'py, PyAny>> {
+    let value = lookup(r, reference, false)?;
+    let room = r.max_text.saturating_sub(r.spent);
+    // SAFETY: `value` is alive; the walk runs no Python code.
+    let size = unsafe { measure(value.as_ptr(), room, MAX_COPY_DEPTH) }.bytes;
+    if size > room {
+        return Err(value_too_large(reference, r.spent.saturating_add(size), r.max_text));
+    }
+    r.spent += size;
+    deep_copy(value, 0)
+}
+
+#[cold]
+#[inline(never)]
+fn value_too_large(reference: &Reference, size: usize, limit: usize) -> PyErr {
+    ResolveError::too_large(size, limit, "the resolved value", &reference.location).into()
 }
 
 /// Append `value` as interpolated text: a string as itself, null as nothing, anything else as compact
@@ -912,6 +1010,7 @@ fn json_dumps<'py>(value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyString>> 
 fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
     let py = r.py;
     let mut pieces = Vec::with_capacity(node.parts.len());
+    let mut size = 0usize;
     for part in node.parts.iter() {
         pieces.push(match part {
             Part::Literal(text) => PyString::new(py, text).into_any(),
@@ -926,6 +1025,12 @@ fn interpolate_slow<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult
                 }
             }
         });
+        // SAFETY: the piece is a live str; the walk runs no Python code.
+        size = size.saturating_add(unsafe { measure(pieces[pieces.len() - 1].as_ptr(), usize::MAX, 0) }.bytes);
+        if r.spent.saturating_add(size) > r.max_text {
+            return Err(text_too_large(node, r.spent.saturating_add(size), r.max_text));
+        }
     }
+    r.spent = r.spent.saturating_add(size);
     PyString::new(py, "").call_method1(intern!(py, "join"), (pieces,))
 }

@@ -276,7 +276,7 @@ def test_the_step_schema_covers_every_kind():
     }  # fmt: skip
 
 
-def test_prelude_applies_a_containers_when_and_input_transform():
+async def test_prelude_applies_a_containers_when_and_input_transform():
     from mcpipe.declared import SKIP, prelude
 
     steps, problems = compile_steps(
@@ -295,8 +295,8 @@ def test_prelude_applies_a_containers_when_and_input_transform():
     assert problems == [] and steps is not None
     group = steps[0]
     base = {"args": {"go": False, "n": 1}, "steps": {}, "vars": {}, "context": {}, "last": None}
-    assert prelude(group, base) is SKIP
-    inner = prelude(group, {**base, "args": {"go": True, "n": 2}})
+    assert await prelude(group, base) is SKIP
+    inner = await prelude(group, {**base, "args": {"go": True, "n": 2}})
     assert inner["args"] == {"n": 4} and inner["steps"] is base["steps"]
 
 

@@ -9,8 +9,6 @@ number of seconds, bytes base64 text; integers wider than 64 bits arrive as doub
 
 from __future__ import annotations
 
-import base64
-import datetime as dt
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,9 +18,19 @@ import cel
 import cel.stdlib
 import jsonata
 
+from mcpipe.declared._celexec import _EXTENSIONS, ExpressionError, execute_cel, to_json_value
 from mcpipe.declared._scan import Mention, scan_cel, scan_jsonata
 
-__all__ = ["ROOTS", "CelExpr", "ExpressionError", "JsonataExpr", "to_json_value"]
+__all__ = [
+    "ROOTS",
+    "CelExpr",
+    "ExpressionError",
+    "JsonataExpr",
+    "evaluate",
+    "expression_timeout_ms",
+    "set_expression_timeout",
+    "to_json_value",
+]
 
 ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
 """The variables every expression may read."""
@@ -30,24 +38,25 @@ ROOTS = frozenset({"args", "steps", "vars", "context", "last"})
 # CEL namespaces that look like variables to the compiled program but are not data.
 _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets", "lists", "encoders"})
 
-# The cel-go style extension functions (strings, math, lists, sets, encoders): opt-in in the library, on
-# for us. An expression gets only the ones it calls, since registering functions costs per evaluation.
-_EXTENSIONS: dict[str, Any] = {name: fn for lib in cel.stdlib.EXTENSIONS.values() for name, fn in lib.items()}
 
 _CEL_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
 
+# Functions that build or walk whole lists: an expression calling one is evaluated like a comprehension,
+# in a worker process (see mcpipe.declared._celworker).
+_ITERATING = frozenset({"lists.range", "sort", "distinct", "flatten", "split"})
 
-class ExpressionError(Exception):
-    """An expression that failed while evaluating.
+_timeout_ms = 1000.0
 
-    Attributes:
-        missing: True when it failed because a value was absent (an unknown key, an undefined variable):
-            the step fails with ``INTERPOLATION_FAILED`` then, else with ``TOOL_FAILED``.
-    """
 
-    def __init__(self, message: str, *, missing: bool = False) -> None:
-        super().__init__(message)
-        self.missing = missing
+def set_expression_timeout(ms: float) -> None:
+    """The deadline of every CEL and JSONata evaluation (``pipe.expression_timeout_ms``)."""
+    global _timeout_ms
+    _timeout_ms = float(ms)
+
+
+def expression_timeout_ms() -> float:
+    """The deadline of every CEL and JSONata evaluation, in milliseconds."""
+    return _timeout_ms
 
 
 class ExpressionSyntaxError(ValueError):
@@ -70,6 +79,8 @@ class CelExpr:
         steps: the step ids it reads, or None when it reads ``steps`` dynamically (``steps[x]``).
         projection: per root, the part of its value the expression can reach (see :func:`_projection`).
         functions: the extension functions it calls (``upperAscii``, ``math.greatest``, ``sum``, ...).
+        iterates: whether it has a comprehension or calls a list-building function; such an expression
+            is evaluated in a worker process under the expression deadline (:meth:`evaluate_async`).
     """
 
     source: str
@@ -79,6 +90,7 @@ class CelExpr:
     steps: frozenset[str] | None
     projection: dict[str, Any]
     functions: dict[str, Any]
+    iterates: bool = False
 
     @classmethod
     def compile(cls, source: str) -> CelExpr:
@@ -111,7 +123,17 @@ class CelExpr:
                     steps.add(m.segments[0])
         frozen_steps = None if steps is None else frozenset(steps)
         functions = _extensions_used(program)
-        return cls(source, program, tuple(mentions), roots, frozen_steps, _projection(mentions, roots), functions)
+        iterates = bool(bound) or not _ITERATING.isdisjoint(functions)
+        return cls(
+            source,
+            program,
+            tuple(mentions),
+            roots,
+            frozen_steps,
+            _projection(mentions, roots),
+            functions,
+            iterates=iterates,
+        )
 
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """Evaluate against the pipeline environment; the result is a JSON-ready value.
@@ -119,6 +141,33 @@ class CelExpr:
         Raises:
             ExpressionError: the expression failed (a missing key, a type mismatch, a division by zero).
         """
+        return execute_cel(self.program, self.context(env), self.functions)
+
+    async def evaluate_async(self, env: Mapping[str, Any]) -> Any:
+        """:meth:`evaluate` without holding the event loop: an expression that iterates runs in a worker
+        process, killed past the expression deadline; the others run inline (they cost time linear in
+        their input, which the request limits bound).
+
+        Raises:
+            ExpressionError: as :meth:`evaluate`, and with ``timeout`` set when the deadline passed.
+        """
+        if not self.iterates:
+            return self.evaluate(env)
+        from mcpipe.declared._celworker import evaluate_in_worker
+
+        ms = _timeout_ms
+        try:
+            reply = await evaluate_in_worker(self.source, self.context(env), sorted(self.functions), ms / 1000)
+        except TypeError as e:
+            raise ExpressionError(f"the expression's input is not JSON data: {e}") from None
+        if reply is None:
+            raise ExpressionError(f"the CEL expression timed out after {ms:g} ms", timeout=True)
+        if "error" in reply:
+            raise ExpressionError(reply["error"], missing=bool(reply.get("missing")))
+        return reply["value"]
+
+    def context(self, env: Mapping[str, Any]) -> dict[str, Any]:
+        """What the expression reads of ``env``: its roots, each narrowed to the parts it can reach."""
         context: dict[str, Any] = {}
         projection = self.projection
         for root in self.roots:
@@ -127,26 +176,20 @@ class CelExpr:
             if shape is not None and isinstance(value, Mapping):
                 value = _project(value, shape)
             context[root] = value
-        try:
-            if self.functions:
-                result = self.program.execute(cel.Context(context, functions=self.functions))
-            else:
-                result = self.program.execute(context)
-        except KeyError as e:
-            raise ExpressionError(f"no such key: {e.args[0]!r}", missing=True) from None
-        except RuntimeError as e:
-            text = str(e)
-            unknown = _UNDEFINED.match(text)
-            if unknown is not None:
-                # Every variable is a root, checked at load and always passed: this is a function.
-                raise ExpressionError(f"unknown function '{unknown.group(1)}'") from None
-            raise ExpressionError(text) from None
-        except Exception as e:  # the CEL library raises TypeError, ValueError, ZeroDivisionError, ...
-            raise ExpressionError(f"{type(e).__name__}: {e}") from None
-        return to_json_value(result)
+        return context
 
 
-_UNDEFINED = re.compile(r"Undefined variable or function: '([^']*)'")
+async def evaluate(expr: Any, env: Mapping[str, Any]) -> Any:
+    """Evaluate a compiled expression (CEL, JSONata or an operator's plugin) under the deadline rules."""
+    run = getattr(expr, "evaluate_async", None)
+    if run is not None:
+        return await run(env)
+    return expr.evaluate(env)
+
+
+def compile_cel(source: str) -> Any:
+    """The CEL library's compiled program (what a worker process compiles)."""
+    return cel.compile(source)
 
 
 def _extensions_used(program: Any) -> dict[str, Any]:
@@ -218,23 +261,6 @@ def _cel_syntax(message: str) -> str:
     return f"syntax error at line {line}, column {col}: {what}"
 
 
-def to_json_value(value: Any) -> Any:
-    """Turn what CEL or JSONata returns into plain JSON-ready data (dict, list, str, int, float, ...)."""
-    if value is None or isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, Mapping):
-        return {str(k): to_json_value(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [to_json_value(v) for v in value]
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(bytes(value)).decode("ascii")
-    if isinstance(value, dt.datetime):
-        return value.isoformat().replace("+00:00", "Z")
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    raise ExpressionError(f"the result is not JSON data: {type(value).__name__}")
-
-
 @dataclass(frozen=True, slots=True)
 class JsonataExpr:
     """A compiled JSONata expression (the ``dev.mcpipe.transform.jsonata`` plugin).
@@ -273,7 +299,7 @@ class JsonataExpr:
         """
         data = {root: env.get(root) for root in ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
-        frame.set_runtime_bounds(self.max_ms, self.max_depth)
+        frame.set_runtime_bounds(min(self.max_ms, int(_timeout_ms)), self.max_depth)
         try:
             result = self.expression.evaluate(data, frame)
         except jsonata.JException as e:

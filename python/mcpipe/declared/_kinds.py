@@ -12,6 +12,7 @@ from typing import Any
 
 import trio
 
+from mcpipe.declared._expr import evaluate
 from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -49,14 +50,14 @@ async def run_transform(
     step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """The CEL expression's value is the output."""
-    return StepOutput.of(step.plan.evaluate(env))
+    return StepOutput.of(await evaluate(step.plan, env))
 
 
 async def run_cel_gate(
     step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """Continue when the CEL expression is true (output ``true``); fail with ``GATE_REJECTED`` when false."""
-    verdict = step.plan.evaluate(env)
+    verdict = await evaluate(step.plan, env)
     if not isinstance(verdict, bool):
         raise StepFailure(f"the gate's expression must be a boolean, got {type(verdict).__name__}", "TOOL_FAILED")
     if not verdict:
@@ -68,7 +69,7 @@ async def run_plugin_transform(
     step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """The plugin's value over the context is the output (JSONata: the expression's value)."""
-    return StepOutput.of(step.plan.evaluate(env))
+    return StepOutput.of(await evaluate(step.plan, env))
 
 
 async def run_log(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:

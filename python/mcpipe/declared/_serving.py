@@ -32,7 +32,8 @@ def config_limits(config: Any) -> Limits:
     p = getattr(config, "pipe", None)
     if p is None:
         return Limits()
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    limits: Limits = p.limits()
+    return limits
 
 
 def _prefixes(config: Any) -> list[str]:

@@ -21,10 +21,10 @@ import trio
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.compile import PipelinePlan
-from mcpipe.declared._expr import CelExpr, ExpressionError
+from mcpipe.declared._expr import CelExpr, ExpressionError, evaluate
 from mcpipe.declared._model import StepFields
 from mcpipe.declared._policy import ForbiddenError
-from mcpipe.errors import InterpolationError, UnknownToolError
+from mcpipe.errors import InterpolationError, OutputTooLargeError, UnknownToolError
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
@@ -185,7 +185,7 @@ class DeclaredStep:
             trio.Cancelled: when the caller is cancelled (the step's work is cancelled first).
         """
         try:
-            env2 = prelude(self, env)
+            env2 = await prelude(self, env)
             if env2 is SKIP:
                 return StepOutput.skip()
             inputs = {name: t.resolve(env2) for name, t in self.templates}
@@ -195,8 +195,10 @@ class DeclaredStep:
         except InterpolationError as e:
             e.with_step(self.id)
             return StepOutput.failure(str(e), "INTERPOLATION_FAILED")
+        except OutputTooLargeError as e:
+            return StepOutput.failure(str(e), e.code)
         except ExpressionError as e:
-            return StepOutput.failure(str(e), "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED")
+            return StepOutput.failure(f"{self.location}: {e}" if e.timeout else str(e), e.code)
         except StepFailure as e:
             return StepOutput.failure(str(e), e.code, e.output)
         except ForbiddenError as e:
@@ -267,7 +269,7 @@ class DeclaredPipe:
     kind: str = "pipe"
 
 
-def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[str, Any]) -> Any:
+async def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[str, Any]) -> Any:
     """Apply a step's ``when`` and ``input_transform``.
 
     Returns:
@@ -278,13 +280,13 @@ def prelude(step: DeclaredStep | DeclaredParallel | DeclaredPipe, env: Mapping[s
         ExpressionError: ``when`` failed or is not a boolean, or ``input_transform`` failed.
     """
     if step.when is not None:
-        verdict = step.when.evaluate(env)
+        verdict = await evaluate(step.when, env)
         if not isinstance(verdict, bool):
             raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         if not verdict:
             return SKIP
     if step.input_transform is not None:
-        transformed = step.input_transform.evaluate(env)
+        transformed = await evaluate(step.input_transform, env)
         new = dict(env)
         new["args"] = transformed
         return new

@@ -33,7 +33,7 @@ from mcpipe.interaction._state import (
     StateSealer,
     args_digest,
 )
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StateTooLarge
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
@@ -178,7 +178,11 @@ class Interactions:
         pending: dict[str, Any],
     ) -> dict[str, Any]:
         state = {"memo": memo, "answers": answers, "pending": pending}
-        token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        try:
+            token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        except StateTooLarge as e:
+            _log.warning("suspension of %s refused: %s", name, e)
+            return {"content": [{"type": "text", "text": f"{e.code}: {e}"}], "isError": True}
         return {
             "resultType": "input_required",
             "inputRequests": {wire: q["request"] for wire, q in pending.items()},

@@ -150,7 +150,11 @@ class StateSealer:
         if "h" in claims:
             blob = await self.store.take(str(claims["h"]))
             if blob is None:
-                raise StateError("expired", "the suspended pipeline is no longer in the store")
+                raise StateError(
+                    "expired",
+                    "the suspended pipeline is no longer in the store (expired, or evicted as the oldest to keep "
+                    "the store within its limits)",
+                )
             try:
                 state = orjson.loads(self._codec.unseal(blob.decode()))
             except (InvalidRequestState, UnicodeDecodeError, orjson.JSONDecodeError):

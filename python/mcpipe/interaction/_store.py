@@ -14,10 +14,34 @@ from typing import Any, Protocol, runtime_checkable
 
 import trio
 
-__all__ = ["SWEEP_INTERVAL_S", "InMemoryPipelineStore", "PipelineStore"]
+__all__ = [
+    "MAX_STORED_BYTES",
+    "MAX_STORED_STATES",
+    "SWEEP_INTERVAL_S",
+    "InMemoryPipelineStore",
+    "PipelineStore",
+    "StateTooLarge",
+]
 
 SWEEP_INTERVAL_S = 30.0
 """How often the in-memory store's sweeper drops expired entries."""
+
+MAX_STORED_STATES = 1000
+"""Default: the most suspended states the in-memory store keeps (the oldest is evicted past it)."""
+
+MAX_STORED_BYTES = 64 * 1024 * 1024
+"""Default: the most bytes of suspended states the in-memory store keeps (the oldest are evicted past it)."""
+
+
+class StateTooLarge(Exception):
+    """A suspended pipeline's state larger than the whole store may hold: refused, never stored."""
+
+    code = "LIMIT_EXCEEDED"
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"the suspended pipeline's state is {size} bytes; the pipeline store keeps at most {limit}")
+        self.size = size
+        self.limit = limit
 
 
 @runtime_checkable
@@ -50,15 +74,32 @@ class InMemoryPipelineStore:
     Run :meth:`run` in a nursery (``await nursery.start(store.run)``) to sweep expired entries in the
     background; without it, entries are still refused once expired, they only linger in memory.
 
+    Blobs are bounded in count and in bytes: past either bound the oldest blobs are evicted (their
+    pipelines can no longer be resumed, and say so), and a blob larger than the byte bound is refused with
+    :class:`StateTooLarge`. Claims are small and must outlive their state (a replay stays refused), so they
+    are kept until they expire.
+
     Args:
         clock: the time source (``time.time``); tests pass their own.
         interval_s: the sweeper's period.
+        max_states: the most blobs kept.
+        max_bytes: the most bytes of blobs kept.
     """
 
-    def __init__(self, *, clock: Any = time.time, interval_s: float = SWEEP_INTERVAL_S) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Any = time.time,
+        interval_s: float = SWEEP_INTERVAL_S,
+        max_states: int = MAX_STORED_STATES,
+        max_bytes: int = MAX_STORED_BYTES,
+    ) -> None:
         self._clock = clock
         self.interval_s = interval_s
-        self._blobs: dict[str, tuple[bytes, float]] = {}
+        self.max_states = max_states
+        self.max_bytes = max_bytes
+        self.stored_bytes = 0
+        self._blobs: dict[str, tuple[bytes, float]] = {}  # in insertion order: the oldest first
         self._claims: dict[str, float] = {}
         self._expiries: list[tuple[float, int, str]] = []  # (expires_at, 0 blob | 1 claim, key)
 
@@ -66,13 +107,30 @@ class InMemoryPipelineStore:
         return len(self._blobs) + len(self._claims)
 
     async def put(self, handle: str, blob: bytes, expires_at: float) -> None:
+        """Keep ``blob``, evicting the oldest blobs past ``max_states`` or ``max_bytes``.
+
+        Raises:
+            StateTooLarge: the blob alone is larger than ``max_bytes``.
+        """
         await trio.lowlevel.checkpoint()
+        if len(blob) > self.max_bytes:
+            raise StateTooLarge(len(blob), self.max_bytes)
+        self._drop(handle)
         self._blobs[handle] = (blob, expires_at)
+        self.stored_bytes += len(blob)
         heapq.heappush(self._expiries, (expires_at, 0, handle))
+        while len(self._blobs) > self.max_states or self.stored_bytes > self.max_bytes:
+            self._drop(next(iter(self._blobs)))
+
+    def _drop(self, handle: str) -> tuple[bytes, float] | None:
+        entry = self._blobs.pop(handle, None)
+        if entry is not None:
+            self.stored_bytes -= len(entry[0])
+        return entry
 
     async def take(self, handle: str) -> bytes | None:
         await trio.lowlevel.checkpoint()
-        entry = self._blobs.pop(handle, None)
+        entry = self._drop(handle)
         if entry is None or entry[1] <= self._clock():
             return None
         return entry[0]
@@ -101,7 +159,10 @@ class InMemoryPipelineStore:
             current = table.get(key)
             # A key may have been put again with a later expiry: only the entry that expired goes.
             if current is not None and (current[1] if which == 0 else current) == expires_at:
-                del table[key]
+                if which == 0:
+                    self._drop(key)
+                else:
+                    del table[key]
                 dropped += 1
         return dropped
 

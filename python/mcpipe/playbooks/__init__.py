@@ -94,7 +94,7 @@ class PlaybookTool:
             "additionalProperties": True,
         }
         self.output_schema: dict[str, Any] | None = None
-        self.limits = limits or Limits(max_steps=1000)
+        self.limits = limits or Limits()
         if registry is not None:
             playbook.registry = registry
 
@@ -235,8 +235,9 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
     problems += fp
     loaded: list[PlaybookTool] = []
     names: dict[str, str] = {}
+    # The server's pipeline limits (deadline, output and answer sizes); the step count is the playbook's own.
     p = getattr(config, "pipe", None)
-    limits = Limits(max_steps=1000, timeout_ms=getattr(p, "timeout_ms", None))
+    limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     base = getattr(config, "base_dir", ".")
     for _where, f in files:
         pb, pp = load_playbook(os.path.relpath(f, base), models=models, policy=policy, tools=tools, base_dir=base)

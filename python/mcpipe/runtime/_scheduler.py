@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import trio
 
+from mcpipe._core import json_measure
 from mcpipe.compile import (
     DEFAULT_LIMITS,
     CompiledSpec,
@@ -37,7 +38,14 @@ from mcpipe.compile import (
     ToolStep,
     compile_spec,
 )
-from mcpipe.errors import InterpolationError, MCPipeError, Problem, SpecError, TemplateSyntaxError
+from mcpipe.errors import (
+    InterpolationError,
+    MCPipeError,
+    OutputTooLargeError,
+    Problem,
+    SpecError,
+    TemplateSyntaxError,
+)
 from mcpipe.tools._base import ToolContext, ToolResult
 from mcpipe.tools._registry import UnknownToolError
 
@@ -52,6 +60,7 @@ _log = logging.getLogger("mcpipe.runtime")
 _process_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_process_limiter")
 
 _CANCELLED = "CANCELLED"
+_TOO_LARGE = "OUTPUT_TOO_LARGE"
 _INTERACTION = "mcpipe.interaction"  # mcpipe.interaction.INTERACTION_KEY, named here to keep imports one-way
 
 
@@ -338,6 +347,7 @@ class _Run:
     """The state of one run: the tools, the counts, the limiters."""
 
     __slots__ = (
+        "answer_bytes",
         "args",
         "call",
         "call_limiter",
@@ -383,6 +393,7 @@ class _Run:
         self.args = args
         self.total = total
         self.succeeded = self.failed = self.cancelled = 0
+        self.answer_bytes = 0  # what the outputs kept so far weigh (bounded by limits.max_answer_bytes)
         self.call_limiter: trio.CapacityLimiter | None = None
         self.proc_limiter: trio.CapacityLimiter | None = None
 
@@ -394,6 +405,8 @@ class _Run:
             env["vars"] = plan.vars.resolve(env)
         except InterpolationError as e:
             return self.answer(False, str(e), "INTERPOLATION_FAILED", None, env, started)
+        except OutputTooLargeError as e:
+            return self.answer(False, str(e), _TOO_LARGE, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
         if deadline is None:
             ok, error, code, result = await self.pipeline(plan, env, False, "")
@@ -456,10 +469,15 @@ class _Run:
                 result = last["output"] if last is not None else None
             else:
                 result = plan.ret.resolve(env)
+                too_large = self.weigh(result, f"{plan.location}.return" if plan.location else "return", "the result")
+                if too_large is not None:
+                    return False, str(too_large), _TOO_LARGE, None
         except InterpolationError as e:
             if failure is None:
                 return False, str(e), "INTERPOLATION_FAILED", None
             result = None
+        except OutputTooLargeError as e:
+            return False, str(e), _TOO_LARGE, None
         if failure is not None:
             return False, f"step '{failure['id']}' failed: {failure['error']}", failure["error_code"], result
         return True, "", None, result
@@ -512,6 +530,8 @@ class _Run:
             except InterpolationError as e:
                 r = _leaf(step.id, False, str(e), "INTERPOLATION_FAILED", None, "", [], t0)
                 _log.info("step %s: %s", path, e.with_step(path), extra={"interpolation": e.to_dict()})
+            except OutputTooLargeError as e:
+                r = _leaf(step.id, False, str(e), _TOO_LARGE, None, "", [], t0)
             else:
                 ctx = self.ctx.for_step(self.pid, path)
                 if step.timeout_ms is None:
@@ -642,6 +662,8 @@ class _Run:
                 inner["vars"] = plan.vars.resolve(env)
             except InterpolationError as e:
                 r = _pipe(step.id, False, str(e), "INTERPOLATION_FAILED", None, inner["steps"], t0)
+            except OutputTooLargeError as e:
+                r = _pipe(step.id, False, str(e), _TOO_LARGE, None, inner["steps"], t0)
             else:
                 deadline = _min_ms(step.timeout_ms, plan.timeout_ms)
                 if deadline is None:
@@ -694,6 +716,12 @@ class _Run:
 
     def settle(self, step: Any, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
+        if r["structured"] is not None or r["content"]:
+            too_large = self.weigh((r["structured"], r["content"]), step.location, f"the output of step '{step.id}'")
+            if too_large is not None:
+                # Dropped, not kept: the step fails, located, and the answer stays small.
+                r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
+                r["output"] = None
         results[step.id] = r
         code = r["error_code"]
         if r.get("skipped"):
@@ -709,6 +737,29 @@ class _Run:
         if self.on_event is not None:
             self.finished(step, r, path)
 
+    def weigh(self, value: Any, location: str, what: str) -> OutputTooLargeError | None:
+        """Count ``value`` towards the answer; the error when it passes ``max_output_bytes``, the room left
+        under ``max_answer_bytes`` or ``max_json_depth`` (measured no further than the limits)."""
+        limits = self.limits
+        room = limits.max_answer_bytes - self.answer_bytes
+        cap = limits.max_output_bytes if limits.max_output_bytes < room else room
+        # +2: the pair (structured, content) and a content block nest two levels themselves.
+        size, depth = json_measure(value, max_bytes=cap, max_depth=limits.max_json_depth + 2)
+        if size <= cap and depth <= limits.max_json_depth + 2:
+            self.answer_bytes += size
+            return None
+        if depth > limits.max_json_depth + 2:
+            return OutputTooLargeError(
+                size, cap, location, what, f"nests more than {limits.max_json_depth} levels deep"
+            )
+        if cap == limits.max_output_bytes:
+            return OutputTooLargeError(size, cap, location, what)
+        why = (
+            f"would take the answer past its limit of {limits.max_answer_bytes} bytes "
+            f"({self.answer_bytes} bytes kept before it)"
+        )
+        return OutputTooLargeError(size, limits.max_answer_bytes, location, what, why)
+
     async def container(
         self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
     ) -> dict[str, Any]:
@@ -716,10 +767,9 @@ class _Run:
         t0 = perf_counter()
         prelude, skip, expression_error = _declared_api()
         try:
-            inner = prelude(step, env)
+            inner = await prelude(step, env)
         except expression_error as e:
-            code = "INTERPOLATION_FAILED" if e.missing else "TOOL_FAILED"
-            r = _declared_leaf(step, False, str(e), code, t0)
+            r = _declared_leaf(step, False, f"{step.location}: {e}" if e.timeout else str(e), e.code, t0)
             results[step.id] = r
             return r
         if inner is skip:

@@ -14,7 +14,7 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
-from mcpipe.compile import Limits
+from mcpipe.compile import Limits, configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
@@ -60,8 +60,8 @@ def policy_of(config: Config) -> Policy:
 
 
 def limits_of(config: Config) -> Limits:
-    p = config.pipe
-    return Limits(p.max_steps, p.max_depth, p.max_concurrency, p.timeout_ms)
+    limits: Limits = config.pipe.limits()
+    return limits
 
 
 @dataclass
@@ -141,12 +141,23 @@ async def open_app(
         declared.bind(gateway)  # their tool steps go through the same call path
     if bind_models is not None:
         bind_models(gateway)
-    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits_of(config)) if config.pipe.enabled else None)
+    limits = limits_of(config)
+    configure_cache(max_bytes=config.pipe.compile_cache_bytes)
+    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
+        from mcpipe.declared._expr import set_expression_timeout
+
+        set_expression_timeout(config.pipe.expression_timeout_ms)
+    handlers = ToolHandlers(gateway, PipeRunner(gateway, limits) if config.pipe.enabled else None, limits=limits)
     handlers.passthrough = Passthrough(
         downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
     )
     server = build_server(handlers, name=config.name, version=_version())
-    store = InMemoryPipelineStore(interval_s=config.interaction.sweep_interval_s)
+    section = config.interaction
+    store = InMemoryPipelineStore(
+        interval_s=section.sweep_interval_s,
+        max_states=section.max_suspended,
+        max_bytes=section.max_suspended_bytes,
+    )
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
         async with trio.open_nursery() as nursery:

@@ -14,7 +14,6 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -23,6 +22,8 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe._bounds import depth_problem, measure_output
+from mcpipe._json import dumps
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -251,7 +252,7 @@ class PipeRunner:
 def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
     """The section-7 answer as a tool result: structured, one JSON text block, ``isError = not ok``."""
     return {
-        "content": [{"type": "text", "text": orjson.dumps(answer).decode()}],
+        "content": [{"type": "text", "text": dumps(answer).decode()}],
         "structuredContent": answer,
         "isError": not answer.get("ok", False),
     }
@@ -266,9 +267,18 @@ class ToolHandlers:
         default_principal: the principal of calls that carry none (stdio, in-memory).
     """
 
-    def __init__(self, gateway: Gateway, pipe: PipeRunner | None, *, default_principal: str | None = None) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        pipe: PipeRunner | None,
+        *,
+        default_principal: str | None = None,
+        limits: Limits | None = None,
+    ) -> None:
         self.gateway = gateway
         self.pipe = pipe
+        # Direct calls obey the pipelines' bounds on nesting and size (docs/reliability.md).
+        self.limits = limits if limits is not None else pipe.limits if pipe is not None else Limits()
         self.default_principal = default_principal
         # Asking the client (elicitation, sampling, roots): the pipeline store and the requestState sealer.
         self.interactions = Interactions()
@@ -312,8 +322,23 @@ class ToolHandlers:
         """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
         if name == PIPE_TOOL and self.pipe is not None:
             return pipe_envelope(await self.pipe.run(args, tctx))
+        limits = self.limits
+        too_deep = depth_problem(args, "arguments", limits.max_json_depth, "the arguments")
+        if too_deep is not None:
+            return _error_result(f"{too_deep.code}: {too_deep}")
         try:
-            return wire_result(await self.gateway.call(name, args, tctx))
+            result = await self.gateway.call(name, args, tctx)
+            too_large = measure_output(
+                (result.structured, result.content),
+                max_bytes=limits.max_answer_bytes,
+                max_depth=limits.max_json_depth,
+                wrapping=2,  # the pair, and a content block
+                location="",
+                what=f"the result of '{name}'",
+            )
+            if too_large is not None:
+                return _error_result(f"{too_large.code}: {too_large}")
+            return wire_result(result)
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import inspect
 import math
+import re
 from typing import Any
 
 import orjson
@@ -34,6 +35,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
+from mcpipe._core import json_measure
+from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
 from mcpipe.tools import FunctionTool, ToolContext
@@ -49,6 +52,13 @@ _ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _JSON_HEADERS = [(b"content-type", b"application/json")]
 _ERROR = "mcpipe.error"
+# orjson reads integers of 2^64 and more as floats, where the SDK's parser keeps them: a body holding a run
+# of 20 digits goes to the SDK (2^64 has 20 digits; a run that long elsewhere only costs the fast path).
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
+_BOM = b"\xef\xbb\xbf"
+# Bodies nested deeper than this go to the SDK, whose parsers stop somewhere past it (jiter at 201 levels,
+# Python's json at its recursion limit), so both paths give the SDK's answer; orjson reads up to 1024.
+_SDK_MAX_DEPTH = 201
 _SSE_HEADERS = [
     (b"content-type", b"text/event-stream"),
     (b"cache-control", b"no-cache, no-transform"),
@@ -135,12 +145,14 @@ class FastToolCall:
             if len(body) > self.max_body:
                 break
         replay = _replaying(body, more, receive)
-        if more:
-            return False, replay
+        if more or body.startswith(_BOM) or _LONG_NUMBER.search(body) is not None:
+            return False, replay  # the SDK decides: too large, a byte order mark, integers past 64 bits
         try:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
             return False, replay
+        if json_measure(msg, max_depth=_SDK_MAX_DEPTH)[1] > _SDK_MAX_DEPTH:
+            return False, replay  # the SDK answers its parse error
         call = _tool_call(msg)
         if call is None or not isinstance(classify_inbound_request(msg, headers=headers), InboundModernRoute):
             return False, replay
@@ -220,7 +232,7 @@ class FastToolCall:
         else:
             out.setdefault("resultType", "complete")  # or "input_required": a pipeline asks the client
             out["_meta"] = self.meta
-            payload = orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": out})
+            payload = dumps({"jsonrpc": "2.0", "id": rid, "result": out})
         if streaming:
             event = b"event: message\r\ndata: " + payload + b"\r\n\r\n"
             await send({"type": "http.response.body", "body": event, "more_body": False})
@@ -255,6 +267,11 @@ def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     if "progressToken" in meta or LOG_LEVEL_META_KEY in meta:
         return None  # notifications for this request: the SDK's stream handles them
     return name, args, meta
+
+
+def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
+    """A ``receive`` that first answers ``body`` (one message, ``more_body`` as given), then ``receive``."""
+    return _replaying(body, more, receive)
 
 
 def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:

@@ -16,7 +16,7 @@ import os
 import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import trio
@@ -31,7 +31,7 @@ from starlette.types import Receive, Scope, Send
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
-from mcpipe.server._fast import FastToolCall
+from mcpipe.server._fast import FastToolCall, replaying
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -103,6 +103,35 @@ _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a v
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
 
+class Body(NamedTuple):
+    """A request body as read: ``more`` when it went on past the limit, ``gone`` when the client left."""
+
+    data: bytes
+    more: bool
+    gone: bool = False
+
+
+async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> Body | None:
+    """Read a request body within ``timeout_s`` in all (a client trickling its body cannot hold a request
+    open), stopping once past ``max_bytes``; None when the deadline passed."""
+    chunks: list[bytes] = []
+    size = 0
+    with trio.move_on_after(timeout_s):
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return Body(b"", False, gone=True)
+            chunk = message.get("body", b"")
+            chunks.append(chunk)
+            size += len(chunk)
+            more = message.get("more_body", False)
+            if size > max_bytes:
+                break
+        return Body(b"".join(chunks), more)
+    return None
+
+
 class HttpFront:
     """The ASGI app: ``/healthz``, bearer auth, then the SDK's streamable HTTP transport at ``path``.
 
@@ -122,8 +151,12 @@ class HttpFront:
         path: str,
         tokens: dict[bytes, str],
         fast: FastToolCall | None = None,
+        max_body: int = 4 * 1024 * 1024,
+        body_timeout_s: float = 30.0,
     ):
         self.app = app
+        self.max_body = max_body
+        self.body_timeout_s = body_timeout_s
         self.manager = manager
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
@@ -131,6 +164,12 @@ class HttpFront:
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
         self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self._slow_body = orjson.dumps(
+            {
+                "error": "request_timeout",
+                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
+            }
+        )
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -145,6 +184,14 @@ class HttpFront:
                         return
                     scope[PRINCIPAL_SCOPE_KEY] = principal
                     scope["user"] = self._users[principal]
+                if scope["method"] == "POST":
+                    read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+                    if read is None:
+                        await _respond(send, 408, self._slow_body)
+                        return
+                    if read.gone:
+                        return
+                    receive = replaying(read.data, read.more, receive)
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
@@ -240,7 +287,15 @@ async def serve_http(
         json_response=h.json_response,
         max_body=h.max_body_bytes,
     )
-    front = HttpFront(app, manager, path=h.path, tokens=tokens, fast=fast if fast_path else None)
+    front = HttpFront(
+        app,
+        manager,
+        path=h.path,
+        tokens=tokens,
+        fast=fast if fast_path else None,
+        max_body=h.max_body_bytes,
+        body_timeout_s=h.body_timeout_s,
+    )
     hc = HypercornConfig()
     hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout

@@ -24,6 +24,7 @@ from typing import Any
 import msgspec
 import orjson
 
+from mcpipe._json import dumps
 from mcpipe.tools._base import ToolContext, ToolResult
 from mcpipe.tools._registry import ToolRegistry
 
@@ -39,7 +40,7 @@ class _Echo:
     output_schema: dict[str, Any] | None = None
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return ToolResult([{"type": "text", "text": orjson.dumps(args).decode()}], args)
+        return ToolResult([{"type": "text", "text": dumps(args).decode()}], args)
 
 
 class Text(msgspec.Struct):

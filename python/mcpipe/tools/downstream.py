@@ -37,6 +37,9 @@ from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.tools._lines import install as _linear_stdio_lines
+
+_linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
 __all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 

@@ -1,0 +1,265 @@
+"""Hostile specs meet their limits before they cost anything (issue 9, points 1-5), in memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hostilekit import doubling_spec, nested
+
+import mcpipe.compile as compile_module
+from mcpipe import Template
+from mcpipe._core import json_measure
+from mcpipe.compile import Limits, clear_cache, compile_spec, configure_cache
+from mcpipe.errors import OutputTooLargeError, SpecError
+from mcpipe.interaction import InMemoryPipelineStore
+from mcpipe.interaction._store import StateTooLarge
+from mcpipe.runtime import run_pipeline
+from mcpipe.tools.builtin import builtin_tools
+
+
+class TemplateSpy:
+    """Counts the templates compiled, and the step ids handed to them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.templates = 0
+        self.ids = 0
+        real = compile_module.Template
+
+        def spy(value: Any, **kw: Any) -> Any:
+            self.templates += 1
+            self.ids += len(kw.get("step_ids") or ())
+            return real(value, **kw)
+
+        monkeypatch.setattr(compile_module, "Template", spy)
+
+
+def codes(e: SpecError) -> list[tuple[str, str]]:
+    return [(p.location, p.code) for p in e.problems]
+
+
+# --- 1. size and step count before compiling, compiling linear ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"steps": [{"tool": "echo"}] * 5000},
+        {"steps": [{"parallel": [{"tool": "echo"}] * 20_000}]},
+        {"steps": [{"pipe": {"steps": [{"tool": "echo"}] * 3000}}] * 3},
+    ],
+    ids=["5000 steps", "20000 parallel children", "pipes of 3000"],
+)
+def test_a_spec_past_the_step_limit_is_refused_before_any_template_is_compiled(spec, monkeypatch):
+    spy = TemplateSpy(monkeypatch)
+    with pytest.raises(SpecError) as e:
+        compile_spec(spec)
+    assert codes(e.value) == [("steps", "LIMIT_EXCEEDED")]
+    assert spy.templates == 0
+
+
+def test_a_flat_list_past_the_limit_says_how_many_steps_it_has():
+    with pytest.raises(SpecError, match="the pipeline has 51 steps; the limit is 50"):
+        compile_spec({"steps": [{"tool": "echo"}] * 51})
+
+
+def test_a_spec_past_the_byte_limit_is_refused_before_any_template_is_compiled(monkeypatch):
+    spy = TemplateSpy(monkeypatch)
+    spec = {"vars": {"v": "x" * 2000}, "steps": [{"tool": "echo"}]}
+    with pytest.raises(SpecError, match=r"the spec is at least 20[0-9]{2} bytes; the limit is 1000") as e:
+        compile_spec(spec, limits=Limits(max_spec_bytes=1000))
+    assert codes(e.value) == [("", "LIMIT_EXCEEDED")] and spy.templates == 0
+
+
+def test_compiling_hands_each_template_only_the_step_ids_it_names(monkeypatch):
+    # Before: every template got the whole id list, so n steps cost n² (5000 steps took 8-25 s).
+    spy = TemplateSpy(monkeypatch)
+    n = 3000
+    steps = [{"id": f"s{i}", "tool": "echo", "args": {"i": i}} for i in range(n)]
+    steps.append({"tool": "echo", "args": {"first": "{{step1.v}}", "prev": f"${{steps.s{n - 1}.output}}"}})
+    compiled = compile_spec({"steps": steps}, limits=Limits(max_steps=n + 1))
+    assert compiled.step_count == n + 1
+    assert spy.ids == 1  # only `{{step1}}` needed an id
+
+
+def test_parallel_children_share_one_scope_and_still_cannot_see_each_other():
+    spec = {
+        "steps": [{"parallel": [{"id": "a", "tool": "echo"}, {"tool": "echo", "args": {"x": "${steps.a.output}"}}]}]
+    }
+    with pytest.raises(SpecError, match="a sibling in the same parallel group"):
+        compile_spec(spec)
+
+
+# --- 2. nesting depth of any JSON value -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("spec", "location"),
+    [
+        ({"steps": [{"tool": "echo", "args": nested(1000)}]}, "steps[0].args"),
+        ({"vars": {"x": nested(1000)}, "steps": [{"tool": "echo"}]}, "vars"),
+        ({"steps": [{"tool": "echo"}], "return": nested(1000)}, "return"),
+        ({"steps": [{"pipe": {"vars": {"x": nested(200)}, "steps": [{"tool": "echo"}]}}]}, "steps[0].pipe.vars"),
+    ],
+    ids=["args", "vars", "return", "nested pipe vars"],
+)
+def test_a_value_nested_1000_deep_is_a_located_limit_problem_not_a_recursion_error(spec, location):
+    with pytest.raises(SpecError) as e:
+        compile_spec(spec)
+    assert codes(e.value) == [(location, "LIMIT_EXCEEDED")]
+    assert "nests more than 64 levels deep" in str(e.value)
+
+
+def test_nesting_up_to_the_limit_compiles():
+    compile_spec({"steps": [{"tool": "echo", "args": nested(63)}]})
+
+
+async def test_run_pipeline_answers_a_deep_spec_with_its_problems():
+    answer = await run_pipeline({"steps": [{"tool": "echo", "args": nested(1000)}]}, builtin_tools())
+    assert answer["ok"] is False and answer["error_code"] == "LIMIT_EXCEEDED"
+    assert answer["problems"][0]["location"] == "steps[0].args"
+
+
+def test_json_measure_counts_depth_and_stops_past_its_limits():
+    assert json_measure(1) == (5 + 15, 0) or json_measure(1)[1] == 0
+    assert json_measure([1, [2, {"a": []}]])[1] == 4
+    assert json_measure(nested(100_000), max_depth=64)[1] == 65  # stops one past the limit
+    size, _ = json_measure(["x" * 100] * 1_000_000, max_bytes=1000)
+    assert 1000 < size < 2000  # stopped soon after passing the limit, not after a million items
+
+
+@pytest.mark.parametrize("value", [{"a": [1, 2.5, None, True]}, ["é" * 10, "日本" * 3, "😀"], {"k": {"n": -12}}])
+def test_json_measure_is_never_below_the_json_size(value):
+    import orjson
+
+    assert json_measure(value)[0] >= len(orjson.dumps(value))
+
+
+# --- 3. output bounds ------------------------------------------------------------------------------------
+
+
+def test_interpolated_text_past_its_limit_is_refused_before_it_is_built():
+    t = Template({"v": "${vars.a}${vars.a}"}, location="args", max_text_bytes=1000)
+    assert t.resolve({"vars": {"a": "x" * 500}}) == {"v": "x" * 1000}
+    with pytest.raises(OutputTooLargeError) as e:
+        t.resolve({"vars": {"a": "x" * 501}})
+    assert e.value.code == "OUTPUT_TOO_LARGE" and e.value.location == "args.v" and e.value.limit == 1000
+
+
+@pytest.mark.parametrize(
+    "value",
+    ["é" * 600, ["x" * 300, "y" * 300], {"k": "z" * 600}, 10**30],
+    ids=["non-ascii", "array", "object", "big int"],
+)
+def test_every_kind_of_interpolated_value_counts_towards_the_text_limit(value):
+    t = Template("${vars.a}-${vars.a}", max_text_bytes=1000)
+    with pytest.raises(OutputTooLargeError):
+        t.resolve({"vars": {"a": value if not isinstance(value, int) else [value] * 40}})
+
+
+async def test_the_doubling_attack_ends_in_a_clean_output_too_large_located_at_the_step():
+    # Before: the server segfaulted in orjson.dumps (a 34 GB allocation refused).
+    answer = await run_pipeline(doubling_spec(), builtin_tools())
+    assert answer["ok"] is False and answer["error_code"] == "OUTPUT_TOO_LARGE"
+    failed = [s for s in answer["steps"].values() if not s["ok"]]
+    assert failed[0]["error_code"] == "OUTPUT_TOO_LARGE" and failed[0]["output"] is None
+    assert failed[0]["error"].startswith(f"steps[{int(failed[0]['id'][1:]) - 1}]")
+    assert list(answer["steps"])[-1] == failed[0]["id"]  # nothing ran after it
+
+
+async def test_fifty_interpolations_of_a_megabyte_fail_the_step_instead_of_building_a_400_mb_answer():
+    spec = {
+        "vars": {"v": "x" * 1_000_000},
+        "steps": [{"tool": "echo", "args": {f"k{i}": "${vars.v}" for i in range(50)}}],
+    }
+    answer = await run_pipeline(spec, builtin_tools())
+    assert answer["error_code"] == "OUTPUT_TOO_LARGE"
+    # Refused while resolving the arguments, at the reference that passed the limit: the tool never ran.
+    assert answer["steps"]["step1"]["error"].startswith("steps[0].args.k8: the resolved value would take")
+
+
+def test_a_template_naming_one_large_value_many_times_is_refused_before_copying_it_many_times():
+    # Typed references copy containers: a thousand references to a 100 000-item list would copy 800 MB.
+    t = Template({f"k{i}": "${vars.big}" for i in range(1000)}, max_text_bytes=8 * 1024 * 1024)
+    env = {"vars": {"big": list(range(100_000))}}
+    with pytest.raises(OutputTooLargeError) as e:
+        t.resolve(env)
+    assert e.value.location.startswith("k") and "the resolved value would take" in str(e.value)
+    assert len(Template({"a": "${vars.big}", "b": "${vars.big}"}).resolve(env)["b"]) == 100_000
+
+
+async def test_the_outputs_of_all_steps_together_are_bounded_by_the_answer_limit():
+    limits = Limits(max_output_bytes=3000, max_answer_bytes=5000)
+    spec = {"vars": {"v": "x" * 1000}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 4}
+    answer = await run_pipeline(spec, builtin_tools(), limits=limits)
+    assert [s["ok"] for s in answer["steps"].values()] == [True, True, False]
+    assert "would take the answer past its limit of 5000 bytes" in answer["steps"]["step3"]["error"]
+
+
+async def test_a_return_template_that_multiplies_outputs_is_bounded():
+    limits = Limits(max_answer_bytes=50_000)
+    spec = {
+        "vars": {"v": ["x" * 100] * 50},
+        "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}],
+        "return": ["${steps.step1.structured.v}"] * 20,
+    }
+    answer = await run_pipeline(spec, builtin_tools(), limits=limits)
+    assert answer["error_code"] == "OUTPUT_TOO_LARGE" and answer["error"].startswith("return: the result")
+
+
+async def test_an_output_nested_too_deep_fails_its_step():
+    spec = {"vars": {"v": nested(62)}, "steps": [{"tool": "echo", "args": {"v": {"w": {"x": {"y": "${vars.v}"}}}}}]}
+    answer = await run_pipeline(spec, builtin_tools())
+    assert answer["error_code"] == "OUTPUT_TOO_LARGE" and "nests more than 64 levels deep" in answer["error"]
+
+
+# --- 4. the compile cache -------------------------------------------------------------------------------
+
+
+def test_the_plan_cache_is_bounded_by_the_bytes_of_spec_text_it_holds():
+    clear_cache()
+    configure_cache(max_bytes=1_000_000)
+    try:
+        for i in range(40):
+            compile_spec({"vars": {"pad": "x" * 100_000, "i": i}, "steps": [{"tool": "echo"}]})
+        cache = compile_module._CACHE
+        assert cache.bytes <= 1_000_000 and 2 <= len(cache) <= 5
+    finally:
+        configure_cache(max_bytes=compile_module.CACHE_BYTES)
+        clear_cache()
+
+
+def test_invalid_specs_are_not_cached():
+    clear_cache()
+    for i in range(10):
+        with pytest.raises(SpecError):
+            compile_spec({"steps": [{"tool": "echo", "args": {"x": f"${{nope{i}}}"}}]})
+    assert len(compile_module._CACHE) == 0
+
+
+# --- 5. suspended states ---------------------------------------------------------------------------------
+
+
+async def test_the_store_evicts_the_oldest_states_past_its_count():
+    store = InMemoryPipelineStore(max_states=3)
+    for i in range(5):
+        await store.put(f"h{i}", b"x", 2e9)
+    assert [await store.take(f"h{i}") for i in range(5)] == [None, None, b"x", b"x", b"x"]
+
+
+async def test_the_store_evicts_the_oldest_states_past_its_bytes():
+    store = InMemoryPipelineStore(max_bytes=10_000)
+    for i in range(6):
+        await store.put(f"h{i}", b"x" * 3000, 2e9)
+    assert store.stored_bytes <= 10_000
+    assert [await store.take(f"h{i}") is not None for i in range(6)] == [False, False, False, True, True, True]
+    assert store.stored_bytes == 0
+
+
+async def test_a_state_larger_than_the_store_is_refused_with_a_clear_error():
+    store = InMemoryPipelineStore(max_bytes=1000)
+    with pytest.raises(
+        StateTooLarge, match="the suspended pipeline's state is 1001 bytes; the pipeline store keeps at most 1000"
+    ):
+        await store.put("h", b"x" * 1001, 2e9)
+    assert len(store) == 0
