@@ -471,3 +471,15 @@ async def test_each_stage_done_is_a_progress_notification() -> None:
         (3.0, 4.0, "the API answered HTTP 200"),
         (4.0, 4.0, "formatted"),
     ]
+
+
+async def test_many_or_long_unknown_ids_give_a_bounded_message() -> None:
+    with trio.fail_after(WAIT_S):
+        async with fake_openai() as fake, served(fake.url, None) as app:
+            many = await call(app, {"user_instructions": "x", "tool_ids": [f"t{i}" for i in range(101)]})
+            unknown = await call(
+                app, {"user_instructions": "x", "tool_ids": ["x" * 5000, *[f"t{i}" for i in range(20)]]}
+            )
+    assert many.is_error and "tool_ids: at most 100 tools, got 101" in many.content[0].text
+    error = unknown.structured_content["error"]
+    assert error.endswith(" and 11 more") and len(error) < 400

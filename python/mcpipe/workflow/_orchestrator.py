@@ -44,6 +44,9 @@ __all__ = [
     "tools_context",
 ]
 
+MAX_TOOL_IDS = 100
+"""The most tools one request may offer the model."""
+
 STAGES = ("tool_retrieval", "tool_context_generation", "llm_selection", "api_execution", "response_formatting")
 MASK = "***"
 
@@ -95,6 +98,8 @@ class WorkflowRequest:
         ids = args.get("tool_ids")
         if not isinstance(ids, list) or not ids:
             errors.append("tool_ids: a non-empty array of tool names is required")
+        elif len(ids) > MAX_TOOL_IDS:
+            errors.append(f"tool_ids: at most {MAX_TOOL_IDS} tools, got {len(ids)}")
         else:
             errors += [f"tool_ids[{i}]: must be a string" for i, x in enumerate(ids) if not isinstance(x, str)]
         fmt = args.get("format_response", False)
@@ -230,11 +235,13 @@ class Workflow:
     async def run(self, request: WorkflowRequest, ctx: ToolContext) -> dict[str, Any]:
         """Run every stage; answers the seed's ``WorkflowResponse`` as a dict (never raises for a stage's
         failure: it is in ``error`` and ``error_stage``)."""
-        missing = [i for i in request.tool_ids if i not in self.tools]
+        missing = [i for i in dict.fromkeys(request.tool_ids) if i not in self.tools]
         if missing:
             hints = "".join(did_you_mean(m, self.tools) for m in missing[:1])
+            more = f" and {len(missing) - 10} more" if len(missing) > 10 else ""
+            listed = [m[:100] for m in missing[:10]]
             return _answer(
-                "error", error=f"Tools not found in registry: {missing}{hints}", error_stage="tool_retrieval"
+                "error", error=f"Tools not found in registry: {listed}{more}{hints}", error_stage="tool_retrieval"
             )
         tools = [self.tools[i] for i in dict.fromkeys(request.tool_ids)]
         context = tools_context(tools)
