@@ -680,3 +680,34 @@ async def test_a_failing_turn_ends_the_run_with_its_events_and_code() -> None:
         ("failed", None),
     ]
     assert events[-1]["error_code"] == "MODEL_FAILED"
+
+
+@pytest.mark.parametrize(
+    ("section", "entry", "expected"),
+    [
+        ("tools", {"name": "a", "type": "value", "spec": {"value": 1}}, "mcp.tools[1].name: duplicate tool `a`"),
+        (
+            "resources",
+            {"name": "a", "type": "value", "spec": {"value": 1}},
+            "mcp.resources[1].name: duplicate resource `a`",
+        ),
+        ("prompts", {"name": "a", "template": "x"}, "mcp.prompts[1].name: duplicate prompt `a`"),
+        ("turns", {"name": "a", "model": "m", "user": ["x"]}, "mcp.turns[1].name: duplicate turn `a`"),
+    ],
+)
+def test_every_duplicate_name_is_a_located_error(section: str, entry: dict[str, Any], expected: str) -> None:
+    mcp: dict[str, Any] = {"models": [{"name": "m"}], "turns": [{"name": "t", "model": "m", "user": ["x"]}]}
+    mcp[section] = [entry, entry]
+    _, problems = compile_playbook({"metadata": {"path": "x", "name": "dup"}, "mcp": mcp})
+    assert any(str(p).startswith(expected) for p in problems), [str(p) for p in problems]
+
+
+def test_a_duplicate_workbook_action_and_workflow_step_are_located_errors() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "dup"},
+        "workbook": [{"name": "w", "type": "value", "value": 1}, {"name": "w", "type": "value", "value": 2}],
+        "workflow": [{"step": "start", "next": "a"}, {"step": "a", "type": "workbook", "task": "w"}, {"step": "a"}],
+    }
+    lines = [str(p) for p in compile_playbook(doc)[1]]
+    assert "workbook[1].name: duplicate workbook action `w` (first at workbook[0])" in lines
+    assert "workflow[2].step: duplicate step `a` (first at workflow[1])" in lines
