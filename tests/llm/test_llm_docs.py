@@ -77,7 +77,7 @@ def test_the_docs_error_listing_is_what_the_checker_says(tmp_path: Path) -> None
     (tmp_path / "playbook.yaml").write_text(BROKEN)
     _, problems = load_playbook(tmp_path / "playbook.yaml")
     said = {str(p).replace(f"{tmp_path}/", "") for p in problems}
-    listing = next(b for b in blocks(PLAYBOOKS, "") if b.startswith("playbook.yaml: "))
+    listing = next(b for b in blocks(PLAYBOOKS, "") if b.startswith("playbook.yaml:"))
     for line in listing.splitlines():
         assert line in said
 

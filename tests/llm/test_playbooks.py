@@ -138,21 +138,21 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
     assert pb is None
     lines = [str(p).replace(str(tmp_path) + "/", "") for p in problems]
     assert lines == [
-        "playbook.yaml: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
-        "playbook.yaml: mcp.prompts[0].template: template syntax error: unexpected end of template, "
+        "playbook.yaml:6: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
+        "playbook.yaml:20: mcp.prompts[0].template: template syntax error: unexpected end of template, "
         "expected 'end of print statement'. (line 1)",
-        "playbook.yaml: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: "
+        "playbook.yaml:12: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: "
         "wrap the work in a `tool`",
-        "playbook.yaml: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
-        "playbook.yaml: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
-        "playbook.yaml: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
-        "playbook.yaml: mcp.turns[1]: a template reads `turns.t3`, not an earlier turn",
-        "playbook.yaml: mcp.turns[1]: a template reads `secret`, which is not defined "
+        "playbook.yaml:25: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
+        "playbook.yaml:26: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
+        "playbook.yaml:27: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
+        "playbook.yaml:27: mcp.turns[1]: a template reads `turns.t3`, not an earlier turn",
+        "playbook.yaml:27: mcp.turns[1]: a template reads `secret`, which is not defined "
         "(roots: input, workload, secrets, resources, turns, prompts, context, args)",
-        "playbook.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
-        "playbook.yaml: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), got {'storage': 's3'}",
-        "playbook.yaml: mcp.turns[1].tools_allowed[1]: unknown tool `serch` (did you mean `search`?)",
-        "playbook.yaml: metadata.path: is required",
+        "playbook.yaml:28: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
+        "playbook.yaml:32: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), got {'storage': 's3'}",
+        "playbook.yaml:31: mcp.turns[1].tools_allowed[1]: unknown tool `serch` (did you mean `search`?)",
+        "playbook.yaml:1: metadata.path: is required",
     ]
 
 
@@ -293,7 +293,7 @@ def test_a_config_with_a_broken_playbook_lists_its_problems_located_in_the_file(
         parse_config(json.dumps({"playbooks": ["*.yaml", "none/*.yaml"]}), "json", base_dir=str(tmp_path))
     lines = [str(p) for p in caught.value.problems]
     assert any(
-        line.endswith("bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines
+        line.endswith("bad.yaml:28: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)") for line in lines
     )
     assert "playbooks[1]: no file matches `none/*.yaml`" in lines
 
@@ -318,7 +318,7 @@ async def test_the_cli_checks_a_playbook_and_lists_located_problems(tmp_path: Pa
     assert ok.returncode == 0 and ok.stdout.decode().endswith("ok (playbook `research`: 1 resource, 1 model_turn)\n")
     assert bad.returncode == 1 and bad.stdout == b""
     lines = bad.stderr.decode().splitlines()
-    assert f"{tmp_path}/bad.yaml: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)" in lines
+    assert f"{tmp_path}/bad.yaml:28: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)" in lines
     assert "Traceback" not in bad.stderr.decode()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import math
 import os
+import re
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -62,7 +63,49 @@ def load_playbook(
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         return None, [Problem(where, CODE, f"not valid YAML: {getattr(e, 'problem', None) or e}")]
     pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
-    return pb, [Problem(f"{name}: {p.location}" if p.location else name, p.code, p.message) for p in problems]
+    if not problems:
+        return pb, []
+    lines = _line_finder(text)
+    return pb, [Problem(_where(name, lines(p.location), p.location), p.code, p.message) for p in problems]
+
+
+def _where(name: str, line: int | None, location: str) -> str:
+    head = f"{name}:{line}" if line is not None else name
+    return f"{head}: {location}" if location else head
+
+
+_TOKEN = re.compile(r"([^.\[\]]+)|\[(\d+)\]")
+
+
+def _line_finder(text: str) -> Callable[[str], int | None]:
+    """``location -> line`` (1-based) in the YAML ``text``: the line of the deepest node the location reaches
+    (a missing key is reported at its parent)."""
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError:
+        root = None
+
+    def line(location: str) -> int | None:
+        node = root
+        if node is None or not location:
+            return None
+        at = node.start_mark.line
+        for key, index in _TOKEN.findall(location):
+            child = None
+            if index and isinstance(node, yaml.SequenceNode) and int(index) < len(node.value):
+                child = node.value[int(index)]
+                at = child.start_mark.line
+            elif key and isinstance(node, yaml.MappingNode):
+                for k, v in node.value:
+                    if isinstance(k, yaml.ScalarNode) and k.value == key:
+                        child, at = v, k.start_mark.line
+                        break
+            if child is None:
+                break
+            node = child
+        return at + 1
+
+    return line
 
 
 class _NoTools:
