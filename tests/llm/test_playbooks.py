@@ -150,7 +150,8 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
         "playbook.yaml:27: mcp.turns[1]: a template reads `secret`, which is not defined "
         "(roots: input, workload, secrets, resources, turns, prompts, context, args)",
         "playbook.yaml:28: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
-        "playbook.yaml:32: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), got {'storage': 's3'}",
+        "playbook.yaml:32: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), "
+        "got {'storage': 's3'}",
         "playbook.yaml:31: mcp.turns[1].tools_allowed[1]: unknown tool `serch` (did you mean `search`?)",
         "playbook.yaml:1: metadata.path: is required",
     ]

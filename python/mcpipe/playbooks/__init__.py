@@ -50,7 +50,7 @@ def load_playbook(
     base_dir: str = ".",
 ) -> tuple[Playbook | None, list[Problem]]:
     """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
-    (``pb.yaml: mcp.turns[2].model``)."""
+    by line and path (``pb.yaml:14: mcp.turns[2].model``)."""
     name = str(path)
     try:
         text = Path(base_dir, path).read_text(encoding="utf-8")
