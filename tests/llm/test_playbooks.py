@@ -712,3 +712,33 @@ def test_a_duplicate_workbook_action_and_workflow_step_are_located_errors() -> N
     lines = [str(p) for p in compile_playbook(doc)[1]]
     assert "workbook[1].name: duplicate workbook action `w` (first at workbook[0])" in lines
     assert "workflow[2].step: duplicate step `a` (first at workflow[1])" in lines
+
+
+async def test_arguments_off_a_tools_input_schema_are_sent_back_without_running_it() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "strict"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "tools": [
+                {
+                    "name": "lookup",
+                    "type": "value",
+                    "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]},
+                    "spec": {"value": "{{ args.n * 2 }}"},
+                }
+            ],
+            "turns": [{"name": "t", "model": "m", "user": ["go"], "tools_allowed": ["lookup"]}],
+        },
+    }
+    events: list[dict[str, Any]] = []
+    script = (tool_call("lookup", {"n": "three"}), tool_call("lookup", {"n": 3}, "call_2"), text("6"))
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(*script) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            answer = await PlaybookTool(pb).run({}, on_event=events.append)
+    assert answer["ok"] and answer["answer"] == "6"
+    refused = fake.requests[1]["messages"][-1]["content"]
+    assert refused.startswith("not called: the arguments do not match the tool's input schema (n: 'three' is not")
+    assert fake.requests[2]["messages"][-1]["content"] == "6"
+    assert [e["n"] for e in events if e["type"] == "tool_call_finished"] == [2]

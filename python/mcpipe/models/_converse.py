@@ -15,7 +15,7 @@ import trio
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["Outcome", "RunTool", "converse", "parse_json"]
+__all__ = ["Outcome", "RunTool", "converse", "parse_json", "schema_errors"]
 
 RunTool = Callable[[ToolCall, int], Awaitable[tuple[str, bool]]]
 """Runs one tool call of the model (the ``n``-th of the exchange): answers ``(text, is_error)``."""
@@ -65,12 +65,20 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     except orjson.JSONDecodeError as e:
         raise ValueError(f"it is not valid JSON ({e})") from None
     if schema is not None:
-        v = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
-        errors = sorted(v.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
-        if errors:
-            where = "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
-            raise ValueError(f"it does not match the schema ({where})")
+        problems = schema_errors(value, schema)
+        if problems is not None:
+            raise ValueError(f"it does not match the schema ({problems})")
     return value
+
+
+def schema_errors(value: Any, schema: dict[str, Any]) -> str | None:
+    """Why ``value`` does not match the JSON Schema (up to five places, ``path: message``), or None.
+    Validators are compiled once per schema."""
+    v = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    errors = sorted(v.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
+    if not errors:
+        return None
+    return "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
 
 
 async def _store(

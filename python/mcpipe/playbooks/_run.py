@@ -22,7 +22,7 @@ import trio
 from mcpipe.declared._expr import ExpressionError
 from mcpipe.declared._policy import ForbiddenError
 from mcpipe.declared._step import StepFailure, StepOutput, call_tool
-from mcpipe.models import Message, ModelError, converse, once
+from mcpipe.models import Message, ModelError, converse, once, schema_errors
 from mcpipe.playbooks._compile import Action, Playbook, Turn
 from mcpipe.playbooks._jinja import PromptSource, RenderError, render
 from mcpipe.tools._base import ToolContext
@@ -187,6 +187,10 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
 
     async def run_tool(call: Any, n: int) -> tuple[str, bool]:
         action = pb.tools[call.name]
+        if action.input_schema is not None:
+            problems = schema_errors(call.arguments, action.input_schema)
+            if problems is not None:  # told to the model, which may call again; nothing runs
+                return f"not called: the arguments do not match the tool's input schema ({problems})", True
         if emit is not None:
             emit({"type": "tool_call_started", "id": step.id, "tool": call.name, "n": n, "arguments": call.arguments})
         t0 = perf_counter()
