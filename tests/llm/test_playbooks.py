@@ -148,7 +148,7 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
         "playbook.yaml:27: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",
         "playbook.yaml:27: mcp.turns[1]: a template reads `turns.t3`, not an earlier turn",
         "playbook.yaml:27: mcp.turns[1]: a template reads `secret`, which is not defined "
-        "(roots: input, workload, secrets, resources, turns, prompts, context, args)",
+        "(roots: input, workload, secrets, resources, turns, prompts, context, args, mcp)",
         "playbook.yaml:28: mcp.turns[1].model: unknown model `gpt5` (did you mean `gpt-5`?)",
         "playbook.yaml:32: mcp.turns[1].save: `save` takes `storage: event_log` (the run's events), "
         "got {'storage': 's3'}",
@@ -742,3 +742,27 @@ async def test_arguments_off_a_tools_input_schema_are_sent_back_without_running_
     assert refused.startswith("not called: the arguments do not match the tool's input schema (n: 'three' is not")
     assert fake.requests[2]["messages"][-1]["content"] == "6"
     assert [e["n"] for e in events if e["type"] == "tool_call_finished"] == [2]
+
+
+async def test_templates_read_the_mcp_section_as_seed_004_writes_it() -> None:
+    doc = {
+        "metadata": {"path": "x", "name": "seedish"},
+        "mcp": {
+            "models": [{"name": "gpt-4o", "provider": "openai", "params": {"temperature": 0.2}}],
+            "tools": [{"name": "search_docs", "type": "value", "spec": {"value": 1}}],
+            "turns": [
+                {
+                    "name": "t1",
+                    "model": "gpt-4o",
+                    "user": ["{{ mcp.models['gpt-4o'].name }} may use {{ mcp.turns.t1.tools_allowed | join(',') }}"],
+                    "tools_allowed": ["search_docs"],
+                }
+            ],
+        },
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("ok")) as fake:
+            pb, problems = compile_playbook(doc, models=Models({"gpt-4o": ModelConfig(base_url=fake.url)}))
+            assert pb is not None, problems
+            assert (await PlaybookTool(pb).run({}))["ok"]
+    assert fake.requests[0]["messages"][0]["content"] == "gpt-4o may use search_docs"

@@ -128,6 +128,9 @@ class Playbook:
     registry: Any = None
     secrets_prefix: str = "MCPIPE_SECRET_"
     turn_steps: dict[str, str] = field(default_factory=dict)
+    declared: dict[str, Any] = field(default_factory=dict)
+    """The ``mcp`` root: ``mcp.models.NAME`` (``name``, ``provider``, ``params``) and ``mcp.turns.NAME``
+    (``model``, ``tools_allowed``), as seed 004's generated steps read them."""
 
     def tool_specs(self, names: list[str]) -> list[ToolSpec]:
         out = []
@@ -412,6 +415,13 @@ def compile_playbook(
     if c.problems:
         return None, sorted(c.problems, key=_problem_key)
     pb.warnings = c.warnings
+    pb.declared = {
+        "models": {
+            n: {"name": n, "provider": e.get("provider"), "params": e.get("params") or {}}
+            for n, (_w, e) in model_entries.items()
+        },
+        "turns": {n: {"name": n, "model": t.model_name, "tools_allowed": list(t.tools)} for n, t in turns.items()},
+    }
     pb.plan = _plan(pb, order)
     pb.inputs = sorted({n for src in _all_sources(pb) for root, n in references(src) if root == "input" and n})
     return pb, []

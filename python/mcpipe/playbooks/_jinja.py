@@ -34,7 +34,7 @@ __all__ = [
     "render",
 ]
 
-ROOTS = ("input", "workload", "secrets", "resources", "turns", "prompts", "context", "args")
+ROOTS = ("input", "workload", "secrets", "resources", "turns", "prompts", "context", "args", "mcp")
 """The names a playbook template may start with."""
 
 _WHOLE = re.compile(r"^\s*\{\{(?P<expr>.*)\}\}\s*$", re.S)

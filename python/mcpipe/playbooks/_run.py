@@ -87,6 +87,7 @@ def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) ->
         "turns": {n: steps[sid]["output"] for n, sid in pb.turn_steps.items() if sid in steps and steps[sid]["ok"]},
         "prompts": {n: {"template": PromptSource(src)} for n, (src, _c) in pb.prompts.items()},
         "context": facts,
+        "mcp": pb.declared,
     }
 
 
