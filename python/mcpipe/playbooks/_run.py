@@ -1,10 +1,12 @@
-"""The executors of a playbook's steps: ``resource``/``action`` (an http, tool or value action) and
-``model_turn`` (one turn: its message rendered, the model asked, its tool calls run one after the other).
+"""The executors of a playbook's steps: ``resource``/``action`` (an action: a step kind's executor with its
+Jinja fields rendered) and ``model_turn`` (one turn: its message rendered, the model asked, its tool calls
+run, serially or a round at once).
 
 They have the declared executor signature ``run(step, inputs, env, ctx) -> StepOutput``; their plan holds
 the playbook. Templates see ``input`` (the call's arguments), ``workload`` (the playbook's, overridden by
 arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), ``resources`` and ``turns``
-(results so far), ``prompts`` (their sources) and ``context`` (the request's facts plus ``input``).
+(results so far), ``prompts`` (their sources), ``context`` (the request's facts plus ``input``) and ``mcp``
+(the playbook's declarations).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ run's tasks inherit it, and nothing else sees it."""
 
 @dataclass(frozen=True)
 class ActionPlan:
+    """What a ``resource``/``action`` step runs: the action, and the resource steps run before it."""
+
     playbook: Playbook
     action: Action
     resources: dict[str, str]
@@ -48,6 +52,8 @@ class ActionPlan:
 
 @dataclass(frozen=True)
 class TurnPlan:
+    """What a ``model_turn`` step runs: the turn, and the resource steps run before it."""
+
     playbook: Playbook
     turn: Turn
     resources: dict[str, str]  # resource name -> step id, for those run before this turn
