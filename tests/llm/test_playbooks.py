@@ -78,8 +78,9 @@ async def test_a_resource_a_tool_and_a_turn_run_end_to_end_with_their_events_in_
         "Summarize the following text:\nrefunds\n"
     )
     assert json.loads(second["messages"][-1]["content"]) == {"hits": [{"title": "About refund window"}]}
-    steps = answer["steps"]
-    assert steps["turn_t1"]["output"]["tool_calls"][0]["name"] == "search_docs"
+    turn = answer["steps"]["turn_t1"]["output"]
+    assert turn["tool_calls"][0]["name"] == "search_docs"
+    assert turn["usage"] == {"prompt_tokens": 20, "completion_tokens": 10, "total_tokens": 30}  # two answers
 
 
 async def test_a_turn_with_an_output_schema_answers_its_parsed_json_after_a_retry() -> None:

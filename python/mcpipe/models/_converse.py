@@ -34,6 +34,7 @@ class Outcome:
         messages: the whole conversation, the final answer included.
         tool_calls: every tool call made: ``{"name", "arguments", "ok", "result"}``.
         attempts: how many answers the model gave (tool rounds and retries included).
+        usage: token counts summed over the answers.
     """
 
     text: str
@@ -42,6 +43,9 @@ class Outcome:
     messages: list[Message]
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     attempts: int = 1
+    usage: dict[str, int] = field(default_factory=dict)
+    """Token counts summed over every answer (``prompt_tokens``, ``completion_tokens``, ``total_tokens``),
+    when the provider reports them."""
 
 
 @lru_cache(maxsize=256)
@@ -129,11 +133,15 @@ async def converse(
     want_json = json or json_schema is not None
     asked = rounds = malformed = 0
     calls: list[dict[str, Any]] = []
+    usage: dict[str, int] = {}
     while True:
         asked += 1
         reply = await model.complete(
             msgs, ctx, key=f"{key}.{asked}", tools=list(tools) or None, json_schema=json_schema, json=want_json
         )
+        for k, v in reply.usage.items():
+            if isinstance(v, int) and not isinstance(v, bool):
+                usage[k] = usage.get(k, 0) + v
         if reply.tool_calls:
             rounds += 1
             if rounds > max_tool_rounds:
@@ -154,7 +162,7 @@ async def converse(
             continue
         if not want_json:
             msgs.append(Message.assistant(reply.text))
-            return Outcome(reply.text, None, reply, msgs, calls, asked)
+            return Outcome(reply.text, None, reply, msgs, calls, asked, usage)
         try:
             data = parse_json(reply.text, json_schema)
             if check is not None:
@@ -169,4 +177,4 @@ async def converse(
             msgs.append(Message.user(f"That answer is not usable: {e}. Answer again with only the corrected JSON."))
             continue
         msgs.append(Message.assistant(reply.text))
-        return Outcome(reply.text, data, reply, msgs, calls, asked)
+        return Outcome(reply.text, data, reply, msgs, calls, asked, usage)

@@ -243,7 +243,13 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         )
     except ModelError as e:
         raise StepFailure(f"{turn.location}: {e}", "MODEL_FAILED") from None
-    result = {"text": out.text, "data": out.data, "model": out.reply.model, "tool_calls": out.tool_calls}
+    result = {
+        "text": out.text,
+        "data": out.data,
+        "model": out.reply.model,
+        "tool_calls": out.tool_calls,
+        "usage": out.usage,
+    }
     if turn.save is not None and emit is not None:
         emit({"type": "turn_saved", "id": step.id, "turn": turn.name, "storage": turn.save, "result": result})
     return StepOutput.of(result)
