@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel
 
 setup: $(STAMP)
 
@@ -22,12 +22,13 @@ serve: setup
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check python tests benches
-	$(BIN)/ruff format --check python tests benches
+	$(BIN)/ruff check python tests benches scripts
+	$(BIN)/ruff format --check python tests benches scripts
 	$(BIN)/mypy
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets -q --no-default-features -- -D warnings
+	cargo clippy --all-targets -q --features abi3 -- -D warnings
 
 cargo-test:
 	cargo test -q --no-default-features
@@ -44,6 +45,13 @@ test: lint cargo-test pytest conformance
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
+
+# One abi3 wheel in dist/ (CPython 3.11 and later, no Rust toolchain needed to install it), then checked:
+# it installs into a fresh virtualenv with no cargo on PATH, imports, and runs a pipeline.
+wheel: setup
+	rm -f dist/mcpipe-*.whl
+	MATURIN_PEP517_ARGS="--features abi3" $(BIN)/pip wheel -q --no-deps -w dist .
+	$(BIN)/python scripts/check_wheel.py dist
 
 # The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
 fuzz: setup

@@ -10,12 +10,16 @@ Then one call runs a pipeline of this server's own tools:
        {"id": "s", "tool": "shout", "args": {"text": "${steps.f.structured.city}: ${steps.f.structured.high}C"}}],
      "return": "{{s.result}}"}
     ->  "LYON: 21C"
+
+It runs on either event loop: ``app.run()`` serves stdio on asyncio (the SDK's default), ``--http`` serves on
+Trio; ``mcp_pipe``'s steps run in parallel and are cancelled the same way on both.
 """
 
 from __future__ import annotations
 
 import sys
 
+import anyio
 from mcp.server.mcpserver import MCPServer
 
 from mcpipe.server import attach
@@ -23,12 +27,21 @@ from mcpipe.server import attach
 app = MCPServer("weather")
 
 HIGHS = {"Lyon": 21, "Oslo": 9, "Lima": 24}
+ALERTS = {"Oslo": ["snow"]}
 
 
 @app.tool()
 def forecast(city: str) -> dict[str, str | int]:
     """Tomorrow's high temperature for a city, in degrees Celsius."""
     return {"city": city, "high": HIGHS.get(city, 15)}
+
+
+@app.tool()
+async def alerts(city: str, wait_s: float = 0) -> list[str]:
+    """Weather alerts for a city; with wait_s, waits up to that many seconds for a new one (long polling)."""
+    if wait_s > 0:
+        await anyio.sleep(wait_s)  # no new alert comes in this example: the wait runs out (or is cancelled)
+    return ALERTS.get(city, [])
 
 
 @app.tool()

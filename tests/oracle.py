@@ -120,10 +120,12 @@ def parse_segments(text: str, pos: int) -> tuple[list[Seg], int]:
     return segs, pos
 
 
-def parse_path(text: str, pos: int, *, step_form: bool, step_ids: Mapping[str, str]) -> tuple[Path, int]:
+def parse_path(
+    text: str, pos: int, *, step_form: bool, step_ids: Mapping[str, str], count: int | None = None
+) -> tuple[Path, int]:
     """Parse a reference starting at pos. With step_form (the `{{...}}` brackets) the first word is a step
     id and the path is rewritten to `steps.<id>.output...`; step_ids maps N (as decimal text) to the id of
-    step N."""
+    step N; with `count` (the ids came as a list of that many), a step N past the list is an error."""
     m = PLAIN_SEGMENT.match(text, pos)
     if not m:
         raise PathSyntax("expected a reference", pos)
@@ -133,6 +135,9 @@ def parse_path(text: str, pos: int, *, step_form: bool, step_ids: Mapping[str, s
             raise PathSyntax(f"`{head}` is not a step id", pos)
         sn = STEP_N.fullmatch(head)
         step = step_ids.get(sn.group(1), head) if sn else head
+        if sn and sn.group(1) not in step_ids and count and head not in step_ids.values():
+            n, plural = sn.group(1), "" if count == 1 else "s"
+            raise PathSyntax(f"`{head}` is past the end of the step list (step {n} of {count} step{plural})", pos)
         segs, end = parse_segments(text, m.end())
         return Path("steps", (Seg("plain", step), Seg("plain", "output"), *segs)), end
     if head not in ROOTS:
@@ -212,6 +217,7 @@ class Template:
         self, value: Any, *, step_ids: Sequence[str] | Mapping[int, str] | None = None, location: str = ""
     ) -> None:
         self._ids = step_id_table(step_ids)
+        self._count = len(step_ids) if step_ids is not None and not isinstance(step_ids, Mapping) else None
         self._refs: list[tuple[str, str]] = []
         self._node = self._compile(value, location)
 
@@ -275,7 +281,7 @@ class Template:
                 j = i + len(opener)
                 while j < n and s[j] in WS:
                     j += 1
-                path, j = parse_path(s, j, step_form=step_form, step_ids=self._ids)
+                path, j = parse_path(s, j, step_form=step_form, step_ids=self._ids, count=self._count)
                 while j < n and s[j] in WS:
                     j += 1
                 if not s.startswith(closer, j):

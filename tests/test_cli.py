@@ -159,21 +159,20 @@ def test_progress_lines_go_to_stderr_when_asked(workdir, capsys):
         (["run", "{spec}", "--var", "=1"], "mcpipe run: error: --var takes NAME=VALUE, got '=1'"),
         (
             ["run", "{spec}", "--tools", "cli_test_tools"],
-            "mcpipe run: error: --tools takes MODULE:REGISTRY (e.g. mytools:registry), got 'cli_test_tools'",
+            "mcpipe run: error: --tools cli_test_tools: `cli_test_tools` is not MODULE:ATTR (e.g. mytools:registry)",
         ),
         (
             ["run", "{spec}", "--tools", "no_such_module_here:registry"],
-            "mcpipe run: error: cannot import 'no_such_module_here' (from --tools no_such_module_here:registry): "
+            "mcpipe run: error: --tools no_such_module_here:registry: cannot import `no_such_module_here`: "
             "ModuleNotFoundError: No module named 'no_such_module_here'",
         ),
         (
             ["run", "{spec}", "--tools", "cli_test_tools:nothing"],
-            "mcpipe run: error: module 'cli_test_tools' has no attribute 'nothing'"
-            " (from --tools cli_test_tools:nothing)",
+            "mcpipe run: error: --tools cli_test_tools:nothing: module `cli_test_tools` has no attribute `nothing`",
         ),
         (
             ["run", "{spec}", "--tools", "cli_test_tools:not_a_registry"],
-            "mcpipe run: error: cli_test_tools:not_a_registry is a int, not a ToolRegistry",
+            "mcpipe run: error: --tools cli_test_tools:not_a_registry: a int, not a ToolRegistry",
         ),
         (
             ["run", "{spec}", "--tools", "cli_test_tools:registry", "--tools", "cli_test_tools:other"],

@@ -213,7 +213,12 @@ REJECTED = [
     (
         "step n out of range",
         {"steps": [tool(u="{{step2}}")]},
-        ("steps[0].args.u", "INVALID_SPEC", "reference to unknown step 'step2'"),
+        (
+            "steps[0].args.u",
+            "INVALID_SPEC",
+            "invalid placeholder at character 0: `step2` is past the end of the step list (step 2 of 1 step)"
+            " (character 2)",
+        ),
     ),
     (
         "step n forward",

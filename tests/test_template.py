@@ -130,7 +130,6 @@ CASES: list[tuple[str, Any, Any]] = [
     ("step placeholder with a path", "{{step1.results[0].url}}", "https://a"),
     ("step placeholder by id", "{{ fetch }}", "page text"),
     ("step placeholder by id with a path", "{{search.results.0.title}}", "A"),
-    ("step position without an id stays stepN", "{{step3.-1}}", 2),
     ("double-angle step placeholder", "<<step2>>", "page text"),
     # --- text interpolation ---
     ("string interpolates as itself", "q=${vars.q}!", "q=mcp protocol!"),
@@ -189,6 +188,14 @@ CASES: list[tuple[str, Any, Any]] = [
         syntax(
             "invalid placeholder at character 0: unknown root `nope` "
             "(expected one of vars, steps, last, args, context) (character 2)"
+        ),
+    ),
+    (
+        "step position past the end of the list",
+        "{{step3.-1}}",
+        syntax(
+            "invalid placeholder at character 0: `step3` is past the end of the step list (step 3 of 2 steps)"
+            " (character 2)"
         ),
     ),
     ("empty placeholder", "x ${ }", syntax("invalid placeholder at character 2: expected a reference (character 5)")),
@@ -481,7 +488,7 @@ def test_references_are_listed_normalized_in_template_order():
     [
         (None, "steps.step2.output"),
         (["a", "b"], "steps.b.output"),
-        (("a",), "steps.step2.output"),
+        (["step2"], "steps.step2.output"),
         ({2: "two"}, "steps.two.output"),
         ({True: "one", 2: "two"}, "steps.two.output"),
     ],
@@ -489,6 +496,17 @@ def test_references_are_listed_normalized_in_template_order():
 def test_step_ids_map_positions_to_ids(step_ids, expected):
     assert Template("{{step2}}", step_ids=step_ids).references == [expected]
     assert oracle.Template("{{step2}}", step_ids=step_ids).references == [expected]
+
+
+@pytest.mark.parametrize("cls", [Template, oracle.Template])
+def test_a_step_position_past_the_end_of_the_list_is_refused_at_compile_time_where_it_is(cls):
+    with pytest.raises(TemplateSyntaxError) as info:
+        cls({"a": "ok", "b": "see {{step3}}"}, step_ids=["step1", "fetch"], location="steps[2].args")
+    assert info.value.location == "steps[2].args.b"
+    assert "`step3` is past the end of the step list (step 3 of 2 steps)" in info.value.reason
+    # a mapping names some positions only, and no ids leave `stepN` as the id it spells
+    assert cls("{{step3}}", step_ids={1: "a"}).references == ["steps.step3.output"]
+    assert cls("{{step3}}").references == ["steps.step3.output"]
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,9 @@ class Template:
         value: any JSON-like value (dict, list, tuple, str, int, float, bool, None); anything else is
             a constant, passed through as it is.
         step_ids: the ids of the steps of the current list, to map ``{{stepN}}`` to ``steps.<id>``:
-            either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position with no id
-            stays ``stepN``.
+            either a sequence (the first id is step 1) or a mapping ``{N: id}``. A position past the end
+            of a (non-empty) sequence is a syntax error, unless ``stepN`` is itself one of its ids; with a
+            mapping, a position with no id stays ``stepN``.
         location: where the template is, prefixed to every error location (``"steps[2].args"``).
         max_text_bytes: the most one resolve may produce, in bytes of JSON (default 16 MiB): its interpolated
             texts and the values its typed references copy, together. Each is measured before it is built

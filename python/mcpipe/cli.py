@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
+import logging
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,6 +18,8 @@ from typing import Any
 
 import orjson
 
+from mcpipe._describe import did_you_mean
+from mcpipe._loader import LoadError, load_object
 from mcpipe.errors import SpecError
 from mcpipe.tools._registry import ToolRegistry
 
@@ -55,7 +58,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _parser() -> argparse.ArgumentParser:
+    from mcpipe import __version__
+
     parser = argparse.ArgumentParser(prog="mcpipe", description="Run pipelines of MCP tool calls.")
+    parser.add_argument("--version", action="version", version=f"mcpipe {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = sub.add_parser("run", help="run a pipeline file and print its answer as JSON")
@@ -67,6 +73,7 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="show steps starting and finishing on stderr (auto: when stderr is a terminal)",
     )
+    _debug_option(run)
     run.set_defaults(func=_run)
 
     check = sub.add_parser("check", help="validate a pipeline file (or a server config) and list every problem")
@@ -74,6 +81,23 @@ def _parser() -> argparse.ArgumentParser:
     _tool_options(check)
     check.add_argument("--config", metavar="FILE", help="check a server config file instead of a pipeline")
     check.set_defaults(func=_check)
+
+    tools = sub.add_parser("tools", help="list the tools a config (or --tools, or a running server) offers")
+    _source_options(tools)
+    tools.add_argument("--json", action="store_true", help="print the list as JSON (names, descriptions, schemas)")
+    tools.set_defaults(func=_tools)
+
+    call = sub.add_parser("call", help="call one tool and print its result")
+    call.add_argument("tool", metavar="TOOL", help="the tool's name (mcp_pipe too)")
+    call.add_argument(
+        "args", metavar="ARGS_JSON", nargs="?", default="{}", help="its arguments, a JSON object; - reads stdin"
+    )
+    _source_options(call)
+    call.add_argument(
+        "--json", action="store_true", help="print the whole result (content, structuredContent, isError)"
+    )
+    _debug_option(call)
+    call.set_defaults(func=_call)
 
     from mcpipe._playbook_cli import add_parser as add_playbook_parser
 
@@ -106,6 +130,28 @@ def _tool_options(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _source_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--tools",
+        metavar="MODULE:REGISTRY",
+        action="append",
+        default=[],
+        help="a ToolRegistry (repeatable), beside the built-in tools, as for run",
+    )
+    p.add_argument("--no-builtin", action="store_true", help="leave out the built-in tools")
+    where = p.add_mutually_exclusive_group()
+    where.add_argument(
+        "--config", metavar="FILE", help="the tools of a server config (python_tools, pipelines, mcpServers)"
+    )
+    where.add_argument(
+        "--url", metavar="URL", help="the tools of a running server (streamable HTTP, e.g. http://127.0.0.1:8765/mcp)"
+    )
+
+
+def _debug_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--debug", action="store_true", help="log with tracebacks (a tool that raises is one line without)")
+
+
 def _server_cli() -> Any:
     """The server's command-line module (``mcpipe.server.cli``)."""
     try:
@@ -130,6 +176,7 @@ def _run(ns: argparse.Namespace) -> int:
 
     from mcpipe.runtime import run_pipeline
 
+    _log_to_stderr(ns)
     spec = _with_vars(_load_spec(ns.spec), ns.var)
     registry = _registry(ns.tools, builtin=not ns.no_builtin)
     show = ns.progress == "always" or (ns.progress == "auto" and sys.stderr.isatty())
@@ -250,8 +297,28 @@ def _with_vars(spec: Any, assignments: list[str]) -> Any:
                 inner = orjson.loads(inner)
             except orjson.JSONDecodeError:
                 return spec
+        _check_vars_used(inner, values)
         return {**spec, "spec": _set_vars(inner, values)}
+    _check_vars_used(spec, values)
     return _set_vars(spec, values)
+
+
+_VAR_REFERENCE = re.compile(r"""\bvars\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_-]*)|\[\s*["']([^"']+)["'])""")
+
+
+def _check_vars_used(spec: Any, values: dict[str, Any]) -> None:
+    """A ``--var`` the spec neither declares in ``vars`` nor references is a typo, not a no-op."""
+    if not isinstance(spec, dict):
+        return
+    declared = spec.get("vars")
+    used = set(declared) if isinstance(declared, dict) else set()
+    for m in _VAR_REFERENCE.finditer(orjson.dumps(spec).decode()):
+        used.add(m.group(1) or m.group(2))
+    for name in values:
+        if name not in used:
+            known = sorted(used)
+            hint = did_you_mean(name, known) or (f" (it uses: {', '.join(known)})" if known else " (it uses none)")
+            raise _Usage(f"--var {name}: the spec has no var `{name}`{hint}")
 
 
 def _set_vars(spec: Any, values: dict[str, Any]) -> Any:
@@ -289,33 +356,189 @@ def _registry(entries: list[str], *, builtin: bool) -> ToolRegistry:
 
 
 def _load_tools(entry: str) -> list[Any]:
-    module_name, sep, attr = entry.partition(":")
-    if not sep or not module_name or not attr:
-        raise _Usage(f"--tools takes MODULE:REGISTRY (e.g. mytools:registry), got {entry!r}")
-    # A console script does not put the current directory on sys.path; `python -m` does.
-    cwd = os.getcwd()
-    if cwd not in sys.path and "" not in sys.path:
-        sys.path.insert(0, cwd)
     try:
-        obj: Any = importlib.import_module(module_name)
-    except Exception as e:  # importing runs the module's code: any failure is the user's module's
-        raise _Usage(f"cannot import {module_name!r} (from --tools {entry}): {type(e).__name__}: {e}") from None
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise _Usage(f"module {module_name!r} has no attribute {attr!r} (from --tools {entry})") from None
+        obj = load_object(entry)
+    except LoadError as e:
+        raise _Usage(f"--tools {entry}: {e}") from None
     try:
         tools = list(obj)
     except TypeError:
         tools = []
     if (not tools and not isinstance(obj, ToolRegistry)) or not all(_is_tool(t) for t in tools):
-        raise _Usage(f"{entry} is a {type(obj).__name__}, not a ToolRegistry")
+        raise _Usage(f"--tools {entry}: a {type(obj).__name__}, not a ToolRegistry")
     return tools
 
 
 def _is_tool(obj: Any) -> bool:
     return isinstance(getattr(obj, "name", None), str) and callable(getattr(obj, "call", None))
+
+
+# --- tools and call ---------------------------------------------------------------------------------
+
+
+def _tools(ns: argparse.Namespace) -> int:
+    import trio
+
+    listed = trio.run(_with_tools, ns, _list)
+    if ns.json:
+        sys.stdout.buffer.write(orjson.dumps(listed, option=orjson.OPT_INDENT_2) + b"\n")
+        return 0
+    for tool in listed:
+        print(_signature(tool))
+        description = (tool.get("description") or "").strip()
+        if description:
+            print(f"    {description.splitlines()[0]}")
+    return 0
+
+
+def _call(ns: argparse.Namespace) -> int:
+    import trio
+
+    _log_to_stderr(ns)
+    if not ns.debug:  # a tool that raises is the answer's one line below, not a log line too
+        logging.getLogger("mcpipe.server").setLevel(logging.CRITICAL)
+    text = sys.stdin.read() if ns.args == "-" else ns.args
+    try:
+        args = orjson.loads(text)
+    except orjson.JSONDecodeError as e:
+        raise _Usage(f"ARGS_JSON is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    if not isinstance(args, dict):
+        raise _Usage(f"ARGS_JSON must be a JSON object, got {type(args).__name__}")
+    out = trio.run(_with_tools, ns, lambda tools: tools.call(ns.tool, args))
+    structured = out.get("structuredContent")
+    if ns.json:
+        sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    elif structured is not None:
+        sys.stdout.buffer.write(orjson.dumps(structured, option=orjson.OPT_INDENT_2) + b"\n")
+    elif not out.get("isError"):
+        print("".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text"))
+    if out.get("isError"):
+        text = " ".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
+        first = text.strip().splitlines()[0] if text.strip() else "the tool reported an error"
+        print(f"mcpipe call: {ns.tool}: {first}", file=sys.stderr)
+        return 1
+    return 0
+
+
+async def _list(tools: Any) -> Any:
+    return await tools.list()
+
+
+async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
+    """Open the tools ``ns`` names (a running server, a config, or local registries) and ``use`` them."""
+    if ns.url is not None:
+        from mcp import Client
+
+        if ns.tools or ns.no_builtin:
+            raise _Usage("--tools and --no-builtin do not go with --url (the server has its own tools)")
+        try:
+            async with Client(ns.url) as client:
+                return await use(_Remote(client))
+        except _Usage:
+            raise
+        except Exception as e:  # the connection fails in many ways (OSError, HTTP errors, groups of them)
+            raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
+
+    from mcpipe.config import AuditConfig, Config, ConfigError, load_config
+    from mcpipe.server._app import open_app
+
+    extra: list[Any] = [_registry(ns.tools, builtin=False)] if ns.tools else []
+    try:
+        if ns.config is not None:
+            config = load_config(ns.config)
+        else:
+            config = Config(builtins=not ns.no_builtin, audit=AuditConfig(enabled=False))
+        async with open_app(config, extra_sources=extra) as app:
+            return await use(_Local(app))
+    except ConfigError as e:
+        raise _Invalid("; ".join(str(p) for p in e.problems)) from None
+    except BaseExceptionGroup as group:  # open_app's nursery wraps what `use` raised
+        mine, _ = group.split((_Usage, _Invalid))
+        if mine is None:
+            raise
+        raise _leaf(mine) from None
+
+
+def _leaf(e: BaseException) -> BaseException:
+    while isinstance(e, BaseExceptionGroup) and e.exceptions:
+        e = e.exceptions[0]
+    return e
+
+
+class _Local:
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def list(self) -> list[dict[str, Any]]:
+        await self.app.gateway.ready()
+        return list(self.app.handlers.visible_tools(None))
+
+    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        from mcpipe.tools import ToolContext
+
+        handlers = self.app.handlers
+        await self.app.gateway.ready()
+        if name != "mcp_pipe" and handlers.gateway.get(name) is None:
+            known = [t["name"] for t in handlers.visible_tools(None)]
+            raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")
+        return dict(await handlers.call(name, args, ToolContext(client={"name": "mcpipe-cli"})))
+
+
+class _Remote:
+    def __init__(self, client: Any) -> None:
+        self.client = client
+
+    async def list(self) -> list[dict[str, Any]]:
+        tools = (await self.client.list_tools()).tools
+        return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+
+    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        result = await self.client.call_tool(name, args)
+        return dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+
+
+def _first_error(e: BaseException) -> str:
+    e = _leaf(e)
+    return f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+
+
+def _signature(tool: dict[str, Any]) -> str:
+    """``name(a: string, b?: integer)`` from a tool's input schema."""
+    schema = tool.get("inputSchema") or {}
+    required = set(schema.get("required") or ())
+    params = []
+    for name, prop in (schema.get("properties") or {}).items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if isinstance(kind, list):
+            kind = "|".join(map(str, kind))
+        mark = "" if name in required else "?"
+        params.append(f"{name}{mark}: {kind}" if kind else f"{name}{mark}")
+    return f"{tool['name']}({', '.join(params)})"
+
+
+# --- logging ----------------------------------------------------------------------------------------
+
+
+class _OneLine(logging.Formatter):
+    """Log records as one line each; an exception is named, its traceback shown only with ``--debug``."""
+
+    def __init__(self, fmt: str, debug: bool) -> None:
+        super().__init__(fmt)
+        self.debug = debug
+
+    def format(self, record: logging.LogRecord) -> str:
+        if self.debug or not record.exc_info:
+            return super().format(record)
+        exc = record.exc_info[1]
+        record = logging.makeLogRecord({**record.__dict__, "exc_info": None, "exc_text": None})
+        line = super().format(record)
+        return f"{line}: {type(exc).__name__}: {exc}" if exc is not None else line
+
+
+def _log_to_stderr(ns: argparse.Namespace) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_OneLine(f"mcpipe {ns.command}: %(levelname)s: %(message)s", ns.debug))
+    logging.basicConfig(level=logging.INFO if ns.debug else logging.WARNING, handlers=[handler], force=True)
 
 
 # --- progress ---------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, TypeAlias
 
 import msgspec
@@ -37,6 +38,7 @@ __all__ = [
     "referenced_step",
     "referenced_var",
     "step_reference_problem",
+    "template_parts",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -335,6 +337,46 @@ class _Scope:
     var_names: frozenset[str] | None  # None: unknown (cannot check)
 
 
+def template_parts(value: Any, loc: str, step_ids: Any, **options: Any) -> list[Template | TemplateSyntaxError]:
+    """A template value with a syntax error somewhere, compiled part by part, so that one bad string does
+    not hide the other problems of the same value: the syntax error of each bad string, and the template of
+    each good part (whose references can still be checked). Each part is compiled inside copies of its
+    parents holding only it, so the core names its location exactly as in the whole."""
+    out: list[Template | TemplateSyntaxError] = []
+
+    def visit(part: Any, wrap: Callable[[Any], Any]) -> None:
+        try:
+            out.append(Template(wrap(part), step_ids=step_ids, location=loc, **options))
+        except TemplateSyntaxError as e:
+            children = _template_children(part)
+            if not children:
+                out.append(e)
+            for key, child in children:
+                visit(child, partial(_wrapped, wrap, key))
+
+    visit(value, _as_is)
+    return out
+
+
+def _as_is(value: Any) -> Any:
+    return value
+
+
+def _wrapped(wrap: Callable[[Any], Any], key: Any, value: Any) -> Any:
+    """``value`` at ``key`` of an otherwise empty copy of its parent, inside ``wrap``."""
+    return wrap([None] * key + [value] if isinstance(key, int) else {key: value})
+
+
+def _template_children(value: Any) -> list[tuple[Any, Any]]:
+    """The parts of a template value compiled on their own: an object's entries, a list's items (a
+    ``$ref``/``$literal`` object is one part)."""
+    if isinstance(value, dict) and not (len(value) == 1 and ("$ref" in value or "$literal" in value)):
+        return list(value.items())
+    if isinstance(value, list):
+        return list(enumerate(value))
+    return []
+
+
 def _join(base: str, name: str) -> str:
     return f"{base}.{name}" if base else name
 
@@ -395,8 +437,16 @@ class _Compiler:
                 location=loc,
                 max_text_bytes=self.limits.max_output_bytes,
             )
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
+        except TemplateSyntaxError:
+            parts = template_parts(
+                value, loc, step_ids_for(value, scope.ids), max_text_bytes=self.limits.max_output_bytes
+            )
+            for part in parts:
+                if isinstance(part, TemplateSyntaxError):
+                    self.problem(part.location, part.reason)
+                else:
+                    for site, ref in part.reference_sites:
+                        self.check_reference(site, ref, scope)
             return None
         for site, ref in t.reference_sites:
             self.check_reference(site, ref, scope)

@@ -15,6 +15,8 @@ import json
 import os
 import re
 import tomllib
+import types
+import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -231,10 +233,73 @@ def _located(exc: msgspec.ValidationError, base: str, struct: Any = None) -> Pro
     location, text = split_msgspec_error(str(exc), base)
     if m := _UNKNOWN.match(text):
         key = m.group(1)
-        fields = getattr(struct, "__struct_encode_fields__", None)
-        hint = did_you_mean(key, fields) if fields is not None and location == base else ""
+        below = _struct_at(struct, location[len(base) :]) if location.startswith(base) else None
+        fields = getattr(below, "__struct_encode_fields__", None)
+        hint = did_you_mean(key, fields) if fields is not None else ""
         return Problem(f"{location}.{key}" if location else key, CODE, f"unknown key `{key}`{hint}")
     return Problem(location, CODE, text[0].lower() + text[1:] if text else text)
+
+
+_PATH_PART = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\[[^\]]*\]")
+
+
+def _struct_at(tp: Any, path: str) -> Any:
+    """The type found at ``path`` (``.tokens[0]``) below the type ``tp``: through struct fields, list
+    items and mapping values (the Struct of an optional field)."""
+    for m in _PATH_PART.finditer(path):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if typing.get_origin(tp) in (types.UnionType, typing.Union) and len(args) == 1:
+            tp = args[0]
+        if m.group(1) is not None:
+            field = {f.encode_name: f for f in msgspec.structs.fields(tp)}.get(m.group(1)) if _is_struct(tp) else None
+            if field is None:
+                return None
+            tp = field.type
+        else:
+            items = typing.get_args(tp)
+            if not items:
+                return None
+            tp = items[-1]  # list[X] -> X, dict[str, X] -> X
+    return tp
+
+
+def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: Any) -> list[Problem]:
+    """Every problem of a table, not only the first msgspec stops at: each key is checked on its own
+    (unknown keys with the closest known one, each known key's value against its field's type)."""
+    fields = {f.encode_name: f for f in msgspec.structs.fields(struct)} if _is_struct(struct) else None
+    if fields is None or not isinstance(value, dict):
+        return [_located(exc, base, struct)]
+    problems = []
+    for key, item in value.items():
+        field = fields.get(key)
+        if field is None:
+            problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
+            continue
+        try:
+            msgspec.convert(item, field.type, strict=True)
+        except msgspec.ValidationError as inner:
+            problems.append(_located(inner, f"{base}.{key}", field.type))
+    return problems or [_located(exc, base, struct)]
+
+
+def _is_struct(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, msgspec.Struct)
+
+
+def _syntax_problem(exc: Exception, fmt: str) -> Problem:
+    """A document that does not parse: one line, located ``line:col`` when the parser says where."""
+    what = f"not valid {fmt.upper()}"
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
+        where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
+        return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, json.JSONDecodeError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
+    text = " ".join(str(exc).split())
+    if m := re.search(r"\s*\(at line (\d+), column (\d+)\)", text):  # tomllib's way of saying where
+        return Problem(f"{m.group(1)}:{m.group(2)}", CODE, f"{what}: {text[: m.start()] + text[m.end() :]}")
+    return Problem("", CODE, f"{what}: {text}")
 
 
 def _decode_raw(data: bytes, fmt: str) -> Any:
@@ -405,7 +470,7 @@ def parse_config(
     try:
         raw = _decode_raw(raw_bytes, fmt)
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError([Problem("", CODE, f"not valid {fmt.upper()}: {exc}")]) from None
+        raise ConfigError([_syntax_problem(exc, fmt)]) from None
     except RecursionError:
         raise ConfigError(
             [Problem("", CODE, f"the document nests too deeply to read (at most {MAX_CONFIG_DEPTH})")]
@@ -422,7 +487,8 @@ def parse_config(
     for key, value in raw.items():
         section = _SECTIONS.get(key)
         if section is None:
-            problems.append(Problem(str(key), CODE, f"unknown key `{key}` (known: {', '.join(_SECTIONS)})"))
+            hint = did_you_mean(str(key), _SECTIONS) or f" (known: {', '.join(_SECTIONS)})"
+            problems.append(Problem(str(key), CODE, f"unknown key `{key}`{hint}"))
             continue
         if section.each:
             if not isinstance(value, dict):
@@ -433,13 +499,13 @@ def parse_config(
                 try:
                     decoded[name] = msgspec.convert(item, section.type, strict=True)
                 except msgspec.ValidationError as exc:
-                    problems.append(_located(exc, f"{key}.{name}", section.type))
+                    problems.extend(_every_problem(exc, item, f"{key}.{name}", section.type))
             fields[key] = decoded
         else:
             try:
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
-                problems.append(_located(exc, key, section.type))
+                problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
     if cfg.pipelines or cfg.outbound is not None:

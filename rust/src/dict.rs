@@ -53,7 +53,9 @@ struct UnicodeEntry {
 }
 
 const DICT_KEYS_UNICODE: u8 = 1;
+#[cfg(not(feature = "abi3"))]
 const DKIX_EMPTY: isize = -1;
+#[cfg(not(feature = "abi3"))]
 const PERTURB_SHIFT: u32 = 5;
 
 static PROBE: AtomicBool = AtomicBool::new(false);
@@ -62,6 +64,9 @@ static PROBE: AtomicBool = AtomicBool::new(false);
 /// object header (no free threading), and the probe finds and misses keys in a real dict as the C API
 /// does. Called once, when the module is loaded.
 pub fn enable(py: Python<'_>) -> PyResult<()> {
+    if cfg!(feature = "abi3") {
+        return Ok(()); // a stable-ABI build loads on interpreters whose dict layout it cannot know
+    }
     let version = py.version_info();
     let cpython = py.import("sys")?.getattr("implementation")?.getattr("name")?.extract::<String>()? == "cpython";
     let plain_header = std::mem::size_of::<ffi::PyObject>() == 2 * std::mem::size_of::<usize>();
@@ -95,6 +100,7 @@ pub fn enable(py: Python<'_>) -> PyResult<()> {
     Ok(())
 }
 
+#[cfg_attr(feature = "abi3", allow(dead_code))]
 pub enum Probe {
     Hit(*mut ffi::PyObject),
     Miss,
@@ -128,7 +134,14 @@ pub unsafe fn probe_str_table(dict: *mut ffi::PyObject, key: *mut ffi::PyObject)
     }
 }
 
+/// The stable ABI has no dict layout: the probe is never on.
+#[cfg(feature = "abi3")]
+unsafe fn probe(_dict: *mut ffi::PyObject, _key: *mut ffi::PyObject) -> Probe {
+    Probe::Unknown
+}
+
 /// `unicodekeys_lookup_unicode` of CPython's `Objects/dictobject.c`, for a combined str-keyed table.
+#[cfg(not(feature = "abi3"))]
 #[inline(always)]
 unsafe fn probe(dict: *mut ffi::PyObject, key: *mut ffi::PyObject) -> Probe {
     let keys = (*dict.cast::<DictObject>()).ma_keys;
@@ -157,6 +170,7 @@ unsafe fn probe(dict: *mut ffi::PyObject, key: *mut ffi::PyObject) -> Probe {
     }
 }
 
+#[cfg(not(feature = "abi3"))]
 #[inline(never)]
 unsafe fn wide_index(indices: *const u8, log2_size: u8, i: usize) -> isize {
     match log2_size {
@@ -167,6 +181,7 @@ unsafe fn wide_index(indices: *const u8, log2_size: u8, i: usize) -> isize {
 }
 
 /// `unicode_get_hash(a) == hash && unicode_eq(a, b)`: two exact str with the same hash and contents.
+#[cfg(not(feature = "abi3"))]
 #[inline(never)]
 unsafe fn same_text(a: *mut ffi::PyObject, b: *mut ffi::PyObject, hash: ffi::Py_hash_t) -> bool {
     if (*a.cast::<ffi::PyASCIIObject>()).hash != hash {

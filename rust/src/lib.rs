@@ -12,6 +12,8 @@ pub mod text;
 #[cfg(feature = "python")]
 mod binding;
 #[cfg(feature = "python")]
+mod capi;
+#[cfg(feature = "python")]
 mod dict;
 #[cfg(feature = "python")]
 mod measure;

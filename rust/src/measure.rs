@@ -3,6 +3,8 @@
 
 use pyo3::ffi;
 
+use crate::capi;
+
 /// The deepest the walk goes whatever the caller asks (the Rust stack stays small below this).
 const MAX_WALK_DEPTH: u32 = 10_000;
 
@@ -40,17 +42,7 @@ impl Walk {
     unsafe fn value(&mut self, ptr: *mut ffi::PyObject, level: u32) {
         let found = &mut self.found;
         if ffi::PyUnicode_Check(ptr) != 0 {
-            let n = ffi::PyUnicode_GET_LENGTH(ptr) as usize;
-            let width = if ffi::PyUnicode_IS_ASCII(ptr) != 0 {
-                1
-            } else {
-                match ffi::PyUnicode_KIND(ptr) {
-                    ffi::PyUnicode_1BYTE_KIND => 2,
-                    ffi::PyUnicode_2BYTE_KIND => 3,
-                    _ => 4,
-                }
-            };
-            found.bytes = found.bytes.saturating_add(n.saturating_mul(width) + 2);
+            found.bytes = found.bytes.saturating_add(capi::text_utf8_bound(ptr).saturating_add(2));
         } else if ffi::PyDict_Check(ptr) != 0 {
             if !self.open(level) {
                 return;
@@ -71,8 +63,8 @@ impl Walk {
             let list = ffi::PyList_Check(ptr) != 0;
             let mut i = 0;
             // A list's length is read on every round: the walk runs no Python code, but stays in bounds.
-            while i < if list { ffi::PyList_GET_SIZE(ptr) } else { ffi::PyTuple_GET_SIZE(ptr) } {
-                let item = if list { ffi::PyList_GET_ITEM(ptr, i) } else { ffi::PyTuple_GET_ITEM(ptr, i) };
+            while i < if list { capi::list_size(ptr) } else { capi::tuple_size(ptr) } {
+                let item = if list { capi::list_get(ptr, i) } else { capi::tuple_get(ptr, i) };
                 self.value(item, level + 1);
                 self.found.bytes = self.found.bytes.saturating_add(1);
                 if self.over() {

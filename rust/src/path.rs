@@ -152,13 +152,22 @@ impl PathSyntax {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StepIds {
     by_position: HashMap<String, String>,
+    /// The length of the list when the ids came as one (not a mapping): a position past it is an error.
+    count: Option<usize>,
 }
 
 impl StepIds {
     /// Ids by position, the first one being step 1.
     pub fn from_sequence<S: Into<String>>(ids: impl IntoIterator<Item = S>) -> StepIds {
-        let by_position = ids.into_iter().enumerate().map(|(i, id)| ((i + 1).to_string(), id.into()));
-        StepIds { by_position: by_position.collect() }
+        let by_position: HashMap<String, String> =
+            ids.into_iter().enumerate().map(|(i, id)| ((i + 1).to_string(), id.into())).collect();
+        let count = Some(by_position.len()).filter(|&n| n > 0);
+        StepIds { by_position, count }
+    }
+
+    /// Ids were read from a list of `count` steps: `{{stepN}}` past its end is refused.
+    pub fn set_count(&mut self, count: usize) {
+        self.count = Some(count).filter(|&n| n > 0);
     }
 
     /// Record that step `n` (decimal text of an integer) has id `id`.
@@ -166,14 +175,26 @@ impl StepIds {
         self.by_position.insert(n, id);
     }
 
-    fn resolve<'a>(&'a self, head: &'a str) -> &'a str {
+    fn resolve<'a>(&'a self, head: &'a str) -> Result<&'a str, String> {
         match head.strip_prefix("step") {
             Some(n) if !n.is_empty() && !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()) => {
-                self.by_position.get(n).map_or(head, String::as_str)
+                match (self.by_position.get(n), self.count) {
+                    (Some(id), _) => Ok(id),
+                    (None, Some(count)) if !self.by_position.values().any(|id| id == head) => {
+                        Err(past_the_end(n, count))
+                    }
+                    (None, _) => Ok(head),
+                }
             }
-            _ => head,
+            _ => Ok(head),
         }
     }
+}
+
+#[cold]
+fn past_the_end(n: &str, count: usize) -> String {
+    let plural = if count == 1 { "" } else { "s" };
+    format!("`step{n}` is past the end of the step list (step {n} of {count} step{plural})")
 }
 
 /// Whether `b` can be part of a plain (unquoted) segment: anything but dots, brackets, braces, angles,
@@ -305,7 +326,8 @@ pub fn parse_path(text: &str, pos: usize, step_form: bool, ids: &StepIds) -> Res
         }
         let (rest, end) = parse_segments(text, end)?;
         let mut segments = Vec::with_capacity(rest.len() + 2);
-        segments.push(Segment { kind: SegmentKind::Plain, text: ids.resolve(head).to_owned() });
+        let id = ids.resolve(head).map_err(|reason| PathSyntax::new(reason, pos))?;
+        segments.push(Segment { kind: SegmentKind::Plain, text: id.to_owned() });
         segments.push(Segment { kind: SegmentKind::Plain, text: "output".to_owned() });
         segments.extend(rest);
         return Ok((Path { root: Root::Steps, segments }, end));
@@ -377,7 +399,13 @@ mod tests {
         let ids = StepIds::from_sequence(["search", "fetch"]);
         let parse = |t: &str| parse_path(t, 0, true, &ids).map(|(p, _)| p.normalized());
         assert_eq!(parse("step2.a"), Ok("steps.fetch.output.a".to_owned()));
-        assert_eq!(parse("step3"), Ok("steps.step3.output".to_owned()));
+        let past = "`step3` is past the end of the step list (step 3 of 2 steps)";
+        assert_eq!(parse("step3").unwrap_err(), PathSyntax::new(past, 0));
+        let named = StepIds::from_sequence(["step3"]);
+        assert_eq!(
+            parse_path("step3", 0, true, &named).map(|(p, _)| p.normalized()),
+            Ok("steps.step3.output".to_owned())
+        );
         assert_eq!(parse("step02"), Ok("steps.step02.output".to_owned()));
         assert_eq!(parse("search[0]"), Ok("steps.search.output.0".to_owned()));
         assert_eq!(parse("9x").unwrap_err(), PathSyntax::new("`9x` is not a step id", 0));

@@ -370,9 +370,12 @@ pub fn step_ids(value: Option<&Bound<'_, PyAny>>) -> PyResult<StepIds> {
             add(n, id)?;
         }
     } else {
+        let mut count = 0;
         for (i, id) in value.try_iter()?.enumerate() {
             add((i + 1).into_pyobject(py)?.into_any(), id?)?;
+            count = i + 1;
         }
+        ids.set_count(count);
     }
     Ok(ids)
 }

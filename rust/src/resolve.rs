@@ -15,6 +15,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyList, PyString, PyTuple};
 
+use crate::capi;
 use crate::dict::{self, Probe};
 use crate::errors::{Found, ResolveError};
 use crate::measure::measure;
@@ -123,13 +124,13 @@ impl<'a, 'py> Resolver<'a, 'py> {
                 }
                 item
             } else if ffi::PyList_CheckExact(parent) != 0 {
-                match array_position(node.index, ffi::PyList_GET_SIZE(parent)) {
-                    Some(k) => ffi::PyList_GET_ITEM(parent, k),
+                match array_position(node.index, capi::list_size(parent)) {
+                    Some(k) => capi::list_get(parent, k),
                     None => std::ptr::null_mut(),
                 }
             } else if ffi::PyTuple_CheckExact(parent) != 0 {
-                match array_position(node.index, ffi::PyTuple_GET_SIZE(parent)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(parent, k),
+                match array_position(node.index, capi::tuple_size(parent)) {
+                    Some(k) => capi::tuple_get(parent, k),
                     None => std::ptr::null_mut(),
                 }
             } else {
@@ -185,7 +186,7 @@ fn resolve_object<'py>(r: &mut Resolver<'_, 'py>, node: &ObjectNode) -> PyResult
     }
     // SAFETY: the new dict is ours; PyDict_SetItem borrows key and value and reports failure by -1.
     unsafe {
-        let dict = Bound::from_owned_ptr_or_err(py, ffi::_PyDict_NewPresized(node.keys.len() as ffi::Py_ssize_t))?;
+        let dict = Bound::from_owned_ptr_or_err(py, capi::dict_with_capacity(node.keys.len() as ffi::Py_ssize_t))?;
         for (key, value) in node.keys.iter().zip(node.values.iter()) {
             let value = resolve(r, value)?;
             if ffi::PyDict_SetItem(dict.as_ptr(), key.as_ptr(), value.as_ptr()) != 0 {
@@ -204,7 +205,7 @@ fn resolve_array<'py>(r: &mut Resolver<'_, 'py>, items: &[Node]) -> PyResult<Bou
         let list = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(items.len() as ffi::Py_ssize_t))?;
         for (i, item) in items.iter().enumerate() {
             let value = resolve(r, item)?;
-            ffi::PyList_SET_ITEM(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
+            capi::list_set(list.as_ptr(), i as ffi::Py_ssize_t, value.into_ptr());
         }
         Ok(list)
     }
@@ -270,13 +271,13 @@ fn walk<'py>(
                     Probe::Unknown => return walk_slow(py, reference, i, Bound::from_borrowed_ptr(py, cur), copy),
                 }
             } else if ffi::PyList_CheckExact(cur) != 0 {
-                match array_position(*index, ffi::PyList_GET_SIZE(cur)) {
-                    Some(k) => ffi::PyList_GET_ITEM(cur, k),
+                match array_position(*index, capi::list_size(cur)) {
+                    Some(k) => capi::list_get(cur, k),
                     None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
                 }
             } else if ffi::PyTuple_CheckExact(cur) != 0 {
-                match array_position(*index, ffi::PyTuple_GET_SIZE(cur)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(cur, k),
+                match array_position(*index, capi::tuple_size(cur)) {
+                    Some(k) => capi::tuple_get(cur, k),
                     None => return Err(missing(reference, i, &Bound::from_borrowed_ptr(py, cur))),
                 }
             } else {
@@ -319,13 +320,13 @@ fn walk_slow<'py>(
                 }
                 item
             } else if ffi::PyList_CheckExact(ptr) != 0 {
-                match array_position(index, ffi::PyList_GET_SIZE(ptr)) {
-                    Some(k) => ffi::PyList_GET_ITEM(ptr, k),
+                match array_position(index, capi::list_size(ptr)) {
+                    Some(k) => capi::list_get(ptr, k),
                     None => return Err(missing(reference, i, &value)),
                 }
             } else if ffi::PyTuple_CheckExact(ptr) != 0 {
-                match array_position(index, ffi::PyTuple_GET_SIZE(ptr)) {
-                    Some(k) => ffi::PyTuple_GET_ITEM(ptr, k),
+                match array_position(index, capi::tuple_size(ptr)) {
+                    Some(k) => capi::tuple_get(ptr, k),
                     None => return Err(missing(reference, i, &value)),
                 }
             } else {
@@ -401,9 +402,9 @@ fn star<'py>(
     unsafe {
         let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n as ffi::Py_ssize_t))?;
         for j in 0..n {
-            let element = ffi::PyList_GET_ITEM(elements.as_ptr(), j as ffi::Py_ssize_t);
+            let element = capi::list_get(elements.as_ptr(), j as ffi::Py_ssize_t);
             let result = walk(py, reference, i + 1, element, copy)?;
-            ffi::PyList_SET_ITEM(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
+            capi::list_set(out.as_ptr(), j as ffi::Py_ssize_t, result.into_ptr());
         }
         Ok(out)
     }
@@ -535,36 +536,36 @@ unsafe fn copy_dict(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyRe
 
 unsafe fn copy_list<'py>(py: Python<'py>, src: &Bound<'py, PyAny>, depth: u32) -> PyResult<Bound<'py, PyAny>> {
     let ptr = src.as_ptr();
-    let n = ffi::PyList_GET_SIZE(ptr);
+    let n = capi::list_size(ptr);
     let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
     for i in 0..n {
         // Copying a subclass runs Python code, which could change the list under us: then start over
         // the way Python would iterate it.
-        if i >= ffi::PyList_GET_SIZE(ptr) {
+        if i >= capi::list_size(ptr) {
             return copy_slow(src, depth);
         }
-        let item = ffi::PyList_GET_ITEM(ptr, i);
+        let item = capi::list_get(ptr, i);
         let copied = if is_container(item) {
             deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?.into_ptr()
         } else {
             ffi::Py_INCREF(item);
             item
         };
-        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied);
+        capi::list_set(out.as_ptr(), i, copied);
     }
-    if ffi::PyList_GET_SIZE(ptr) != n {
+    if capi::list_size(ptr) != n {
         return copy_slow(src, depth);
     }
     Ok(out)
 }
 
 unsafe fn copy_tuple(py: Python<'_>, src: *mut ffi::PyObject, depth: u32) -> PyResult<Bound<'_, PyAny>> {
-    let n = ffi::PyTuple_GET_SIZE(src);
+    let n = capi::tuple_size(src);
     let out = Bound::from_owned_ptr_or_err(py, ffi::PyList_New(n))?;
     for i in 0..n {
-        let item = ffi::PyTuple_GET_ITEM(src, i);
+        let item = capi::tuple_get(src, i);
         let copied = deep_copy(Bound::from_borrowed_ptr(py, item), depth + 1)?;
-        ffi::PyList_SET_ITEM(out.as_ptr(), i, copied.into_ptr());
+        capi::list_set(out.as_ptr(), i, copied.into_ptr());
     }
     Ok(out)
 }
@@ -625,8 +626,8 @@ fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Boun
             // SAFETY: `value` is alive (held by `values`) and only read.
             unsafe {
                 if let Some(len) = ascii_len.as_mut() {
-                    if ffi::PyUnicode_CheckExact(value) != 0 && ffi::PyUnicode_IS_COMPACT_ASCII(value) != 0 {
-                        *len += ffi::PyUnicode_GET_LENGTH(value) as usize;
+                    if ffi::PyUnicode_CheckExact(value) != 0 && capi::is_compact_ascii(value) {
+                        *len += capi::text_len(value) as usize;
                     } else if let Some(n) = small_int(value) {
                         *len += decimal_len(n);
                     } else if value != ffi::Py_None() {
@@ -658,28 +659,28 @@ unsafe fn join_ascii<'py>(
     values: &[*mut ffi::PyObject],
     len: usize,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let text = Bound::from_owned_ptr_or_err(py, ffi::PyUnicode_New(len as ffi::Py_ssize_t, 127))?;
-    let mut out = ffi::PyUnicode_1BYTE_DATA(text.as_ptr());
-    let mut values = values.iter();
-    for part in node.parts.iter() {
-        let (data, n) = match part {
-            Part::Literal(literal) => (literal.as_ptr(), literal.len()),
-            Part::Reference(_) => {
-                let value = *values.next().unwrap_or(&std::ptr::null_mut());
-                if value.is_null() || value == ffi::Py_None() {
-                    continue;
+    let text = capi::ascii_text(len, |mut out| {
+        let mut values = values.iter();
+        for part in node.parts.iter() {
+            let (data, n) = match part {
+                Part::Literal(literal) => (literal.as_ptr(), literal.len()),
+                Part::Reference(_) => {
+                    let value = *values.next().unwrap_or(&std::ptr::null_mut());
+                    if value.is_null() || value == ffi::Py_None() {
+                        continue;
+                    }
+                    if let Some(n) = small_int(value) {
+                        out = write_decimal(out, n);
+                        continue;
+                    }
+                    (capi::ascii_bytes(value), capi::text_len(value) as usize)
                 }
-                if let Some(n) = small_int(value) {
-                    out = write_decimal(out, n);
-                    continue;
-                }
-                (ffi::PyUnicode_1BYTE_DATA(value).cast_const(), ffi::PyUnicode_GET_LENGTH(value) as usize)
-            }
-        };
-        std::ptr::copy_nonoverlapping(data, out, n);
-        out = out.add(n);
-    }
-    Ok(text)
+            };
+            std::ptr::copy_nonoverlapping(data, out, n);
+            out = out.add(n);
+        }
+    });
+    Bound::from_owned_ptr_or_err(py, text)
 }
 
 /// The value of an exact `int` (not a `bool`) that fits in an `i64`.
@@ -789,9 +790,8 @@ fn interpolate_into<'py>(
     // `buf` is valid UTF-8. Both calls return a new reference or NULL with an error set.
     unsafe {
         if ascii {
-            let text = Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_New(len, 127))?;
-            std::ptr::copy_nonoverlapping(buf.as_ptr(), ffi::PyUnicode_1BYTE_DATA(text.as_ptr()), buf.len());
-            return Ok(text);
+            let text = capi::ascii_text(buf.len(), |out| std::ptr::copy_nonoverlapping(buf.as_ptr(), out, buf.len()));
+            return Bound::from_owned_ptr_or_err(r.py, text);
         }
         Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len))
     }
@@ -940,7 +940,7 @@ unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> b
         }
         let _ = write!(buf, "{n}");
     } else if ty == addr_of_mut!(ffi::PyFloat_Type) {
-        let x = ffi::PyFloat_AS_DOUBLE(ptr);
+        let x = capi::float_value(ptr);
         if x.is_nan() {
             buf.push_str("NaN");
         } else if x.is_infinite() {
@@ -974,13 +974,13 @@ unsafe fn write_json(buf: &mut String, ptr: *mut ffi::PyObject, depth: u32) -> b
         buf.push('}');
     } else if ty == addr_of_mut!(ffi::PyList_Type) || ty == addr_of_mut!(ffi::PyTuple_Type) {
         let list = ty == addr_of_mut!(ffi::PyList_Type);
-        let n = if list { ffi::PyList_GET_SIZE(ptr) } else { ffi::PyTuple_GET_SIZE(ptr) };
+        let n = if list { capi::list_size(ptr) } else { capi::tuple_size(ptr) };
         buf.push('[');
         for i in 0..n {
             if i > 0 {
                 buf.push(',');
             }
-            let item = if list { ffi::PyList_GET_ITEM(ptr, i) } else { ffi::PyTuple_GET_ITEM(ptr, i) };
+            let item = if list { capi::list_get(ptr, i) } else { capi::tuple_get(ptr, i) };
             if !write_json(buf, item, depth + 1) {
                 return false;
             }

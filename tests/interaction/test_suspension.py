@@ -415,3 +415,24 @@ async def test_a_declared_pipeline_asks_over_stdio(era: str, tmp_path: Any) -> N
             r = await c.call_tool("twice", {})
     assert not r.is_error, r.content
     assert r.structured_content == {"draft": "reply 1", "polish": "reply 2"}
+
+
+async def test_without_a_state_key_only_a_suspension_says_so_once(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("MCPIPE_STATE_KEY", raising=False)
+    spec = {"steps": [{"id": "q", "tool": "ask_user", "args": {"message": "?"}}]}
+    config = parse_config(json.dumps({"audit": {"enabled": False}}), "json", environ={})
+    caplog.set_level("INFO", logger="mcpipe")
+    with trio.fail_after(WAIT_S):
+        async with open_app(config) as app:
+            started = [r.getMessage() for r in caplog.records if "MCPIPE_STATE_KEY" in r.getMessage()]
+            async with Client(app.server, mode="2026-07-28", elicitation_callback=Answers().elicit) as c:
+                await c.call_tool("echo", {"x": 1})
+                for _ in range(2):
+                    await c.call_tool("mcp_pipe", spec)
+    told = [r for r in caplog.records if "MCPIPE_STATE_KEY" in r.getMessage()]
+    assert started == []
+    assert [(r.levelname, r.getMessage()) for r in told] == [
+        ("WARNING", "a pipeline is suspended, and no MCPIPE_STATE_KEY is set: only this process can resume it")
+    ]

@@ -33,6 +33,7 @@ from mcpipe.compile import (
     referenced_step,
     referenced_var,
     step_reference_problem,
+    template_parts,
 )
 from mcpipe.declared import _command, _http, _kinds
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
@@ -313,8 +314,13 @@ class _Compiler:
     def template(self, value: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
         try:
             t = Template(value, step_ids=scope.step_ids, location=loc)
-        except TemplateSyntaxError as e:
-            self.problem(e.location, e.reason)
+        except TemplateSyntaxError:
+            for part in template_parts(value, loc, scope.step_ids):  # every problem, not the first one
+                if isinstance(part, TemplateSyntaxError):
+                    self.problem(part.location, part.reason)
+                else:
+                    for site, ref in part.reference_sites:
+                        self.check_reference(site, ref, scope)
             return None
         for site, ref in t.reference_sites:
             refs.append((site, ref))

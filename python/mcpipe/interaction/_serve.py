@@ -68,6 +68,8 @@ class Interactions:
         key_env: str = STATE_KEY_ENV,
     ) -> None:
         self.store: PipelineStore = store if store is not None else InMemoryPipelineStore()
+        self._key_env = key_env
+        self._told_ephemeral = False
         extra = {} if clock is None else {"clock": clock}
         self.sealer = StateSealer(
             self.store,
@@ -85,17 +87,13 @@ class Interactions:
     ) -> Interactions:
         """From the config's ``interaction`` section (``state_key_env``, ``state_ttl_s``,
         ``inline_max_bytes``); ``audience`` is the server's name."""
-        env = getattr(section, "state_key_env", STATE_KEY_ENV)
-        made = cls(
+        return cls(
             store,
-            key_env=env,
+            key_env=getattr(section, "state_key_env", STATE_KEY_ENV),
             ttl_s=getattr(section, "state_ttl_s", DEFAULT_STATE_TTL_S),
             inline_max_bytes=getattr(section, "inline_max_bytes", DEFAULT_INLINE_MAX_BYTES),
             audience=audience,
         )
-        if made.sealer.ephemeral:
-            _log.info("no %s set: suspended pipelines can only be resumed by this process", env)
-        return made
 
     async def call(
         self,
@@ -178,6 +176,10 @@ class Interactions:
         pending: dict[str, Any],
     ) -> dict[str, Any]:
         state = {"memo": memo, "answers": answers, "pending": pending}
+        if self.sealer.ephemeral and not self._told_ephemeral:
+            # Said once, when it matters: most servers never suspend a pipeline.
+            self._told_ephemeral = True
+            _log.warning("a pipeline is suspended, and no %s is set: only this process can resume it", self._key_env)
         try:
             token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
         except StateTooLarge as e:

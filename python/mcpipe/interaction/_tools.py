@@ -30,6 +30,13 @@ class _AskTool:
     description = ""
     input_schema: dict[str, Any] = {}
     output_schema: dict[str, Any] | None = None
+    # Nothing is written; the answer comes from a person or a model outside, and differs each time.
+    annotations: dict[str, Any] = {
+        "readOnlyHint": True,
+        "destructiveHint": False,
+        "idempotentHint": False,
+        "openWorldHint": True,
+    }
 
     def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
         """The question's params, from the tool's arguments as a step's fields (None: no params)."""
@@ -89,6 +96,7 @@ class ListRoots(_AskTool):
     kind = "roots"
     name = "list_roots"
     description = "Ask the client for its roots (MCP roots/list). Answers {roots: [{uri, name}]}."
+    annotations = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
     input_schema = {"type": "object", "properties": {"skip_if_unsupported": _SKIP}}
 
 

@@ -4,7 +4,6 @@ the gateway, and the SDK server on top.
 
 from __future__ import annotations
 
-import importlib
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -14,6 +13,7 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
+from mcpipe._loader import LoadError, load_object
 from mcpipe.compile import Limits, configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
@@ -29,22 +29,17 @@ __all__ = ["App", "load_tool_source", "open_app"]
 _log = logging.getLogger("mcpipe.server")
 
 
-def load_tool_source(entry: str, where: str = "python_tools") -> ToolSource:
-    """Import ``module:attr`` and check it is a tool source (a ToolRegistry, or anything with ``get``
-    and iteration).
+def load_tool_source(entry: str, where: str = "python_tools", *, base_dir: str = ".") -> ToolSource:
+    """Import ``module:attr`` (the config file's directory and the current one importable) and check it is
+    a tool source (a ToolRegistry, or anything with ``get`` and iteration).
 
     Raises:
         ConfigError: the module or attribute cannot be imported, or is not a tool source.
     """
-    mod_name, _, attr = entry.partition(":")
     try:
-        obj: Any = importlib.import_module(mod_name)
-        for part in attr.split("."):
-            obj = getattr(obj, part)
-    except Exception as exc:  # an import runs arbitrary code: any failure is the config's problem
-        raise ConfigError(
-            [Problem(where, "INVALID_CONFIG", f"cannot load `{entry}`: {type(exc).__name__}: {exc}")]
-        ) from None
+        obj = load_object(entry, search=[base_dir])
+    except LoadError as exc:
+        raise ConfigError([Problem(where, "INVALID_CONFIG", f"cannot load `{entry}`: {exc}")]) from None
     if not (callable(getattr(obj, "get", None)) and hasattr(obj, "__iter__")):
         raise ConfigError(
             [Problem(where, "INVALID_CONFIG", f"`{entry}` is a {type(obj).__name__}, not a ToolRegistry")]
@@ -108,7 +103,7 @@ async def open_app(
     problems: list[Problem] = []
     for i, entry in enumerate(config.python_tools):
         try:
-            sources.append(load_tool_source(entry, f"python_tools[{i}]"))
+            sources.append(load_tool_source(entry, f"python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:
             problems.extend(exc.problems)
     if problems:
@@ -170,9 +165,6 @@ async def open_app(
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
+    from mcpipe import __version__
 
-        return version("mcpipe")
-    except Exception:  # not installed as a distribution (a source checkout on sys.path)
-        return "0"
+    return __version__

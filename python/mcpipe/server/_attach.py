@@ -3,13 +3,21 @@
 Works on an ``MCPServer`` and on a low-level ``Server``: the server's own ``tools/list`` and ``tools/call``
 handlers are wrapped, so ``mcp_pipe`` appears in the listing and its steps call the server's tools through
 the server's own handler (with the caller's request context), exactly as a direct call would.
+
+The host may run on Trio (native) or asyncio (the SDK's default: ``app.run()``): on asyncio the pipeline runs
+in a Trio guest run on the host's loop and calls the host's tools, progress and log back on asyncio
+(``server/_guest.py``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 from collections.abc import Iterator
 from typing import Any
 
+import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
@@ -18,7 +26,8 @@ from pydantic import BaseModel
 
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway
-from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_envelope, tool_context
+from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_annotations, pipe_envelope, tool_context
+from mcpipe.server._guest import AsyncioHost, run_in_guest
 from mcpipe.tools import Tool, ToolContext, ToolResult
 
 __all__ = ["attach"]
@@ -43,9 +52,34 @@ class _ServerTool:
         self._handler = handler
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        request_ctx = ctx.extras["mcp_context"]
-        out = _dump(await self._handler(request_ctx, CallToolRequestParams(name=self.name, arguments=args)))
+        params = CallToolRequestParams(name=self.name, arguments=args)
+        host: AsyncioHost | None = ctx.extras.get(_HOST)
+        if host is None:
+            result = await self._handler(ctx.extras["mcp_context"], params)
+        else:
+            result = await host.call(self._handler, ctx.extras["mcp_context"], params)
+        out = _dump(result)
         return ToolResult(out.get("content", []), out.get("structuredContent"), bool(out.get("isError")))
+
+
+_HOST = "asyncio_host"
+"""Where an asyncio host's bridge sits in the ToolContext's extras (absent on a Trio host)."""
+
+
+def _on_asyncio(ctx: ToolContext) -> AsyncioHost:
+    """Bridge the context's sinks (the host session's progress and log) to the asyncio host."""
+    host = AsyncioHost(asyncio.get_running_loop(), contextvars.copy_context())
+    progress, log = ctx.progress, ctx.log
+
+    async def to_progress(value: float, total: float | None, message: str | None) -> None:
+        await host.call(progress, value, total, message)
+
+    async def to_log(level: str, data: Any, logger: str | None = None) -> None:
+        await host.call(functools.partial(log, logger=logger), level, data)
+
+    ctx.progress, ctx.log = to_progress, to_log
+    ctx.extras[_HOST] = host
+    return host
 
 
 class _Snapshot:
@@ -103,14 +137,21 @@ def attach(
     async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> Any:
         out = _dump(await list_tools(ctx, params))
         if params is None or params.cursor is None:
-            out["tools"] = [PIPE_TOOL_WIRE, *out.get("tools", [])]
+            pipe = {**PIPE_TOOL_WIRE, "annotations": pipe_annotations(await own_tools(ctx))}
+            out["tools"] = [pipe, *out.get("tools", [])]
         return out
 
     async def on_call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
         if params.name != PIPE_TOOL:
             return await call_tool(ctx, params)
         gateway = Gateway([_Snapshot([_ServerTool(e, call_tool) for e in await own_tools(ctx)])], audit=audit)
-        out = pipe_envelope(await PipeRunner(gateway, limits).run(params.arguments or {}, tool_context(ctx)))
+        runner, tctx = PipeRunner(gateway, limits), tool_context(ctx)
+        if trio.lowlevel.in_trio_task():
+            answer = await runner.run(params.arguments or {}, tctx)
+        else:  # an asyncio host: the pipeline runs in a Trio guest run on its loop
+            _on_asyncio(tctx)
+            answer = await run_in_guest(runner.run, params.arguments or {}, tctx)
+        out = pipe_envelope(answer)
         if ctx.protocol_version in _MODERN:
             out["resultType"] = "complete"
         return out

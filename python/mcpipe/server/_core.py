@@ -67,7 +67,31 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
     if tool.output_schema is not None:
         entry["outputSchema"] = tool.output_schema
+    annotations = getattr(tool, "annotations", None)
+    if annotations:
+        entry["annotations"] = annotations
     return entry
+
+
+def pipe_annotations(tools: list[dict[str, Any]]) -> dict[str, Any]:
+    """``mcp_pipe``'s annotations from those of the tools its steps may call: read-only (idempotent) when
+    they all are, destructive or open-world when any may be (a hint left out means what MCP says:
+    not read-only, destructive, not idempotent, open world)."""
+    read_only = idempotent = True
+    destructive = open_world = False
+    for entry in tools:
+        hints = entry.get("annotations") or {}
+        tool_read_only = bool(hints.get("readOnlyHint", False))
+        read_only &= tool_read_only
+        idempotent &= bool(hints.get("idempotentHint", False))
+        destructive |= not tool_read_only and bool(hints.get("destructiveHint", True))
+        open_world |= bool(hints.get("openWorldHint", True))
+    return {
+        "readOnlyHint": read_only,
+        "destructiveHint": destructive,
+        "idempotentHint": idempotent,
+        "openWorldHint": open_world,
+    }
 
 
 PIPE_TOOL_WIRE: dict[str, Any] = {
@@ -284,12 +308,17 @@ class ToolHandlers:
         self.interactions = Interactions()
         # Resources, prompts, completion, logging and list changes of the downstream servers (open_app sets it).
         self.passthrough: Passthrough | None = None
+        self._in_flight: set[trio.CancelScope] = set()
+        self._idle = trio.Event()
+        self._idle.set()
+        self.shutting_down = False
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
-        tools = [PIPE_TOOL_WIRE] if self.pipe is not None else []
-        tools += [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
-        return tools
+        tools = [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
+        if self.pipe is None:
+            return tools
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
@@ -319,7 +348,31 @@ class ToolHandlers:
         return out
 
     async def call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
-        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result."""
+        """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result (``CANCELLED`` when
+        the server shuts down under it)."""
+        if not self.shutting_down:
+            with trio.CancelScope() as scope:
+                self._in_flight.add(scope)
+                self._idle = trio.Event() if self._idle.is_set() else self._idle
+                try:
+                    return await self._call(name, args, tctx)
+                finally:
+                    self._in_flight.discard(scope)
+                    if not self._in_flight:
+                        self._idle.set()
+        return _shutdown_answer(name == PIPE_TOOL and self.pipe is not None)
+
+    def shut_down(self) -> None:
+        """Cancel every call in flight, which then answers ``CANCELLED``; later calls answer so at once."""
+        self.shutting_down = True
+        for scope in list(self._in_flight):
+            scope.cancel()
+
+    async def idle(self) -> None:
+        """Wait until no call is in flight."""
+        await self._idle.wait()
+
+    async def _call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         if name == PIPE_TOOL and self.pipe is not None:
             return pipe_envelope(await self.pipe.run(args, tctx))
         limits = self.limits
@@ -349,6 +402,17 @@ class ToolHandlers:
         except Exception as exc:
             _log.exception("tool %r raised", name)
             return _error_result(f"TOOL_FAILED: {type(exc).__name__}: {exc}")
+
+
+_SHUTDOWN = "the server is shutting down"
+
+
+def _shutdown_answer(pipe: bool) -> dict[str, Any]:
+    if not pipe:
+        return _error_result(f"CANCELLED: {_SHUTDOWN}")
+    summary = {"total": 0, "succeeded": 0, "failed": 0, "skipped": 0, "cancelled": 0}
+    answer = {"ok": False, "error": _SHUTDOWN, "error_code": "CANCELLED", "result": None, "steps": {}}
+    return pipe_envelope({**answer, "summary": summary, "duration_ms": 0.0})
 
 
 def build_server(

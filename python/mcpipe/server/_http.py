@@ -245,6 +245,13 @@ async def signalled() -> None:
             return
 
 
+async def _shutting_down(app: App, trigger: Callable[[], Awaitable[None]]) -> None:
+    """The trigger, then every call in flight cancelled: they answer ``CANCELLED`` within the graceful
+    period instead of losing their connections."""
+    await trigger()
+    app.handlers.shut_down()
+
+
 async def serve_http(
     app: App,
     *,
@@ -304,7 +311,8 @@ async def serve_http(
     hc.keep_alive_timeout = 75
     async with manager.run(), trio.open_nursery() as nursery:
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
-        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=shutdown_trigger))
+        trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
+        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)

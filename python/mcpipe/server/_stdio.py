@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
+import trio.testing
 from mcp.server.stdio import stdio_server
 
 from mcpipe.server._app import App
@@ -78,6 +79,10 @@ async def _standard_streams() -> AsyncIterator[tuple[Any, Any]]:
         os.close(saved_out)
 
 
+GRACE_S = 2.0
+"""How long calls in flight get to answer ``CANCELLED`` after SIGINT/SIGTERM."""
+
+
 async def serve_stdio(app: App, *, handle_signals: bool = True) -> None:
     """Serve ``app`` on stdin/stdout (both protocol eras: the client's first request decides).
 
@@ -88,6 +93,12 @@ async def serve_stdio(app: App, *, handle_signals: bool = True) -> None:
 
             async def stop_on_signal() -> None:
                 await signalled()
+                # Calls in flight answer CANCELLED before the streams close (bounded: a stuck write does
+                # not hold the shutdown).
+                app.handlers.shut_down()
+                with trio.move_on_after(GRACE_S):
+                    await app.handlers.idle()
+                    await trio.testing.wait_all_tasks_blocked(0.01)  # their answers written out
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_signal)

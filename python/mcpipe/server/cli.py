@@ -95,7 +95,23 @@ def main(ns: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_problems(exc)
         return 2
+    except (OSError, BaseExceptionGroup) as exc:
+        error = _os_error(exc)
+        if error is None:
+            raise
+        host, port = http if http is not None else (config.http.host, config.http.port)
+        print(f"mcpipe serve: error: cannot listen on {host}:{port}: {error}", file=sys.stderr)
+        return 1
     return 0
+
+
+def _os_error(exc: BaseException) -> str | None:
+    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+    while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        exc = exc.exceptions[0]
+    if not isinstance(exc, OSError):
+        return None
+    return (exc.strerror or str(exc)).lower()
 
 
 async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> None:
@@ -111,8 +127,14 @@ async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> N
             await serve_http(app, host=host, port=port, shutdown_trigger=signalled)
 
 
+def _unreadable(exc: ConfigError, path: str) -> bool:
+    """The file itself could not be used (missing, unreadable, a name no format goes with)."""
+    return len(exc.problems) == 1 and exc.problems[0].location == str(path)
+
+
 def check_config(path: str) -> int:
-    """Check a config file: print every problem with its location; 1 if there are any, else 0."""
+    """Check a config file: print every problem with its location; 1 if there are any, 2 when the file
+    cannot be read, else 0."""
     from mcpipe.errors import Problem
     from mcpipe.server._app import load_tool_source
     from mcpipe.tools.builtin import builtin_tools
@@ -121,21 +143,53 @@ def check_config(path: str) -> int:
         config = load_config(path)
     except ConfigError as exc:
         _print_problems(exc)
-        return 1
+        return 2 if _unreadable(exc, path) else 1
     problems = []
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
         try:
-            sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]"))
+            sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:
             problems.extend(exc.problems)
     if not problems and config.python_tools and (config.pipelines or config.outbound is not None):
         from mcpipe.declared import config_problems  # now the python_tools' names are known too
 
         problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
+    problems.extend(_missing_commands(config, path))
     if problems:
         _print_problems(ConfigError(problems))
         return 1
-    n = len(config.mcpServers)
-    print(f"{path}: ok ({n} downstream server{'s' if n != 1 else ''}, {len(config.python_tools)} python_tools)")
+    print(
+        f"{path}: ok ({_count(len(config.mcpServers), 'downstream server')}, "
+        f"{_count(len(config.python_tools), 'python_tools entry', 'python_tools entries')}, "
+        f"{_count(len(config.pipelines), 'pipeline')})"
+    )
     return 0
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else many or one + 's'}"
+
+
+def _missing_commands(config: Config, path: str) -> list[Any]:
+    """Downstream servers whose ``command`` is neither an executable file nor on PATH (``serve`` would
+    start, and retry them in vain)."""
+    import os
+    import shutil
+
+    from mcpipe.errors import Problem
+
+    problems = []
+    for name, server in config.mcpServers.items():
+        command = server.command
+        if command is None or not server.enabled:
+            continue
+        search = (server.env or {}).get("PATH", os.environ.get("PATH"))
+        if os.sep in command:
+            found = os.access(os.path.join(server.cwd or ".", command), os.X_OK)
+        else:
+            found = shutil.which(command, path=search) is not None
+        if not found:
+            where = "is not an executable file" if os.sep in command else "is not found on PATH"
+            problems.append(Problem(f"{path}:mcpServers.{name}.command", "INVALID_CONFIG", f"`{command}` {where}"))
+    return problems

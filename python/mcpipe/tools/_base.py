@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["LogFn", "ProgressFn", "Tool", "ToolContext", "ToolResult"]
+__all__ = ["PURE", "LogFn", "ProgressFn", "Tool", "ToolContext", "ToolResult"]
 
 ProgressFn = Callable[[float, "float | None", "str | None"], Awaitable[None]]
 
@@ -24,6 +24,11 @@ class LogFn(Protocol):
 
 
 _log = logging.getLogger("mcpipe.tools")
+
+PURE: dict[str, Any] = {"readOnlyHint": True, "destructiveHint": False, "idempotentHint": True, "openWorldHint": False}
+"""MCP tool annotations of a tool that only computes from its arguments (a tool's optional ``annotations``
+attribute is listed as its ``annotations``; absent hints mean what the MCP spec says: may write, may
+destroy, not idempotent, open world)."""
 
 
 @dataclass(slots=True)

@@ -45,6 +45,8 @@ class FunctionTool:
             default are required; unknown arguments are rejected).
         output_schema: JSON Schema of ``structuredContent``, or None when the function returns text
             (``str``), a :class:`ToolResult`, or is not annotated.
+        annotations: MCP tool annotations (``readOnlyHint``, ``destructiveHint``, ``idempotentHint``,
+            ``openWorldHint``, ``title``), or None.
         fn: the wrapped function.
     """
 
@@ -53,6 +55,7 @@ class FunctionTool:
         "_ctx_param",
         "_is_async",
         "_shape",
+        "annotations",
         "description",
         "fn",
         "input_schema",
@@ -60,8 +63,16 @@ class FunctionTool:
         "output_schema",
     )
 
-    def __init__(self, fn: Callable[..., Any], *, name: str | None = None, description: str | None = None):
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
+    ):
         self.fn = fn
+        self.annotations = annotations
         self.name = name or fn.__name__
         if not _NAME.fullmatch(self.name):
             raise ValueError(f"invalid tool name {self.name!r} (letters, digits, `_`, `-`, `.`; 1-128)")
@@ -119,13 +130,27 @@ class ToolRegistry:
     def tool(self, fn: Callable[..., Any], /) -> FunctionTool: ...
     @overload
     def tool(
-        self, fn: None = None, /, *, name: str | None = None, description: str | None = None
+        self,
+        fn: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
-        self, fn: Callable[..., Any] | None = None, /, *, name: str | None = None, description: str | None = None
+        self,
+        fn: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        annotations: dict[str, Any] | None = None,
     ) -> Any:
-        """Register a function as a tool: ``@registry.tool`` or ``@registry.tool(name=..., description=...)``.
+        """Register a function as a tool: ``@registry.tool`` or ``@registry.tool(name=..., description=...,
+        annotations={"readOnlyHint": True})`` (annotations as MCP defines them; ``mcpipe.tools.PURE`` for a
+        tool that only computes).
 
         The description defaults to the docstring's text before its ``Args:`` section; the ``Args:``
         entries describe the parameters in the input schema. A parameter annotated ``ToolContext``
@@ -136,7 +161,7 @@ class ToolRegistry:
         """
 
         def wrap(f: Callable[..., Any]) -> FunctionTool:
-            return self.register(FunctionTool(f, name=name, description=description))
+            return self.register(FunctionTool(f, name=name, description=description, annotations=annotations))
 
         return wrap if fn is None else wrap(fn)
 

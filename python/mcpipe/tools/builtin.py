@@ -25,7 +25,7 @@ import msgspec
 import orjson
 
 from mcpipe._json import dumps
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools._base import PURE, ToolContext, ToolResult
 from mcpipe.tools._registry import ToolRegistry
 
 __all__ = ["BUILTIN_NAMES", "builtin_tools"]
@@ -38,6 +38,7 @@ class _Echo:
     description: str = "Answer the arguments as they came (structured, and as JSON text). Handy to shape data."
     input_schema: dict[str, Any] = {"type": "object", "additionalProperties": True}
     output_schema: dict[str, Any] | None = None
+    annotations: dict[str, Any] = PURE
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return ToolResult([{"type": "text", "text": dumps(args).decode()}], args)
@@ -105,6 +106,9 @@ def _registry() -> ToolRegistry:
     # These answer a tool error on bad input, so they return ToolResult and declare their schema here.
     for tool, shape in ((json_parse, Parsed), (text_split, Items), (text_replace, Text)):
         tool.output_schema = _schema(shape)
+    for tool in (json_parse, json_dump, text_join, text_split, text_replace):
+        tool.annotations = PURE
+    now.annotations = {**PURE, "idempotentHint": False}  # the clock moves
     return reg
 
 

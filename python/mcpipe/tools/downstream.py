@@ -209,9 +209,10 @@ class DownstreamServer:
             await self._session_once(task_status if started else None)
             started = False
             lived = trio.current_time() - t0
-            backoff = BACKOFF_FIRST if lived >= HEALTHY_AFTER else min(backoff * 2, BACKOFF_MAX)
-            _log.log(
-                logging.WARNING if self._was_up or not self._warned else logging.INFO,
+            # Only a connection that came up and lived resets the backoff (a slow failure to start is no better).
+            backoff = BACKOFF_FIRST if self._was_up and lived >= HEALTHY_AFTER else min(backoff * 2, BACKOFF_MAX)
+            _log.log(  # a retry that fails the same way again is not news: debug only
+                logging.WARNING if self._was_up or not self._warned else logging.DEBUG,
                 "downstream %s is down (%s); reconnecting in %.1fs",
                 self.name,
                 self.last_error,

@@ -1,0 +1,63 @@
+"""Check the wheel `make wheel` built: one abi3 wheel for CPython 3.11+, which installs into a fresh virtual
+environment with no Rust toolchain reachable, imports, resolves a template and runs a pipeline.
+
+    python scripts/check_wheel.py dist
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+SMOKE = """
+import mcpipe
+from mcpipe import Template
+assert Template("${vars.a}-{{step1.b}}", step_ids=["s"]).resolve(
+    {"vars": {"a": 1}, "steps": {"s": {"output": {"b": "x"}}}}
+) == "1-x"
+print(mcpipe.__version__)
+"""
+
+
+def main(dist: str) -> int:
+    wheels = sorted(Path(dist).glob("mcpipe-*.whl"))
+    if len(wheels) != 1:
+        print(f"check_wheel: expected one mcpipe wheel in {dist}, found {[w.name for w in wheels]}", file=sys.stderr)
+        return 1
+    wheel = wheels[0]
+    if "-cp311-abi3-" not in wheel.name:
+        print(f"check_wheel: {wheel.name} is not an abi3 wheel for CPython 3.11+", file=sys.stderr)
+        return 1
+    with tempfile.TemporaryDirectory(prefix="mcpipe-wheel-") as tmp:
+        venv = Path(tmp, "venv")
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        bin_dir = venv / "bin"
+        # No cargo or rustc on PATH, and any build step that still looked for them would fail.
+        env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "CARGO": "/bin/false", "RUSTC": "/bin/false"}
+        env.pop("VIRTUAL_ENV", None)
+        pip = [str(bin_dir / "python"), "-m", "pip", "install", "-q", "--only-binary", ":all:", str(wheel)]
+        subprocess.run(pip, check=True, env=env)
+        version = subprocess.run(
+            [str(bin_dir / "python"), "-c", SMOKE], check=True, env=env, capture_output=True, text=True, cwd=tmp
+        ).stdout.strip()
+        cli = subprocess.run(
+            [str(bin_dir / "mcpipe"), "--version"], check=True, env=env, capture_output=True, text=True, cwd=tmp
+        ).stdout.strip()
+        spec = '{"steps": [{"tool": "text_join", "args": {"items": ["a", "b"], "sep": "+"}}], "return": "${last.text}"}'
+        run = subprocess.run(
+            [str(bin_dir / "mcpipe"), "run", "-"], input=spec, env=env, capture_output=True, text=True, cwd=tmp
+        )
+        if cli != f"mcpipe {version}" or run.returncode != 0 or '"a+b"' not in run.stdout:
+            print(
+                f"check_wheel: the installed wheel misbehaves: {cli!r}, {run.stdout!r} {run.stderr!r}", file=sys.stderr
+            )
+            return 1
+    print(f"check_wheel: {wheel.name} installs without a Rust toolchain and works (mcpipe {version})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "dist"))
