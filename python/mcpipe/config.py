@@ -70,6 +70,9 @@ class McpServerConfig(_Base):
     exclude: list[str] = []
     connect: Literal["lazy", "start"] = "start"
     protocol: Literal["auto", "2025-11-25", "2026-07-28"] = "auto"
+    session_per_era: bool | None = None
+    """With ``protocol = "auto"``: 2025-11-25 callers get a 2025-11-25 session of their own (None: over HTTP
+    only; over stdio that is a second process, with state of its own)."""
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
@@ -144,6 +147,15 @@ class HttpConfig(_Base):
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """How long a request body may take to arrive, in all; a slower one is answered 408."""
+    resumable_streams: bool = True
+    """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
+    lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""
+    sse_retry_ms: Annotated[int, msgspec.Meta(ge=0, le=3_600_000)] | None = 1000
+    """The ``retry`` the priming event suggests (how long a client waits before reconnecting)."""
+    event_store_max_events: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most SSE events kept for replay, across sessions (the oldest go first)."""
+    event_store_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 16 * 1024 * 1024
+    """The most bytes of messages kept for replay, across sessions."""
 
 
 class InteractionConfig(_Base):

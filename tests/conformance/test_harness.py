@@ -6,22 +6,22 @@ import harness
 
 
 def test_a_check_passing_directly_and_failing_through_mcpipe_is_lost_unless_its_scenario_is_pending():
-    direct = {("tools-list", "a"): "SUCCESS", ("tools-call-sampling", "b"): "SUCCESS", ("ping", "c"): "FAILURE"}
-    through = {("tools-list", "a"): "FAILURE", ("tools-call-sampling", "b"): "FAILURE", ("ping", "c"): "FAILURE"}
+    direct = {("tools-list", "a"): "SUCCESS", ("server-sse-polling", "b"): "SUCCESS", ("ping", "c"): "FAILURE"}
+    through = {("tools-list", "a"): "FAILURE", ("server-sse-polling", "b"): "INFO", ("ping", "c"): "FAILURE"}
     report = harness.Report()
     harness.compare(report, "[http 2025-11-25]", direct, through)
     assert report.lost == ["[http 2025-11-25] tools-list/a: FAILURE"]
-    assert report.pending_lost == ["[http 2025-11-25] tools-call-sampling/b: FAILURE (issue 12.3)"]
+    assert report.pending_lost == ["[http 2025-11-25] server-sse-polling/b: INFO (issue 12.6)"]
     assert (report.passed, report.total) == (0, 2) and not report.ok()
 
 
 def test_a_pending_scenario_that_passes_everywhere_fails_the_run_until_its_entry_goes():
-    direct = {("tools-call-sampling", "b"): "SUCCESS", ("server-sse-polling", "p"): "SUCCESS"}
+    direct = {("server-sse-polling", "b"): "SUCCESS"}
     report = harness.Report()
-    harness.compare(report, "[http 2025-11-25]", direct, {("tools-call-sampling", "b"): "SUCCESS"})
-    harness.compare(report, "[stdio 2025-11-25]", direct, {("tools-call-sampling", "b"): "SUCCESS"})
-    assert report.stale() == ["tools-call-sampling"] and not report.ok()
+    harness.compare(report, "[http 2025-11-25]", direct, {("server-sse-polling", "b"): "SUCCESS"})
+    harness.compare(report, "[stdio 2025-11-25]", direct, {("server-sse-polling", "b"): "SUCCESS"})
+    assert report.stale() == ["server-sse-polling"] and not report.ok()
     still_failing = harness.Report()
-    harness.compare(still_failing, "[http 2025-11-25]", direct, {("tools-call-sampling", "b"): "SUCCESS"})
+    harness.compare(still_failing, "[http 2025-11-25]", direct, {("server-sse-polling", "b"): "SUCCESS"})
     harness.compare(still_failing, "[stdio 2025-11-25]", direct, {})
     assert still_failing.stale() == [] and still_failing.ok()

@@ -98,12 +98,13 @@ def interaction_of(ctx: ToolContext) -> Interaction | None:
 
 
 class _Round:
-    __slots__ = ("answers", "memo", "pending")
+    __slots__ = ("answers", "memo", "pending", "relayed")
 
-    def __init__(self, memo: dict[str, Any], answers: dict[str, Any]) -> None:
+    def __init__(self, memo: dict[str, Any], answers: dict[str, Any], relayed: dict[str, Any]) -> None:
         self.memo = memo
         self.answers = answers
         self.pending: dict[str, dict[str, Any]] = {}
+        self.relayed = relayed
 
 
 class Interaction:
@@ -116,9 +117,11 @@ class Interaction:
         send: 2025-11-25 only: sends ``(method, params)`` to the client and answers its result (wire JSON).
         memo: finished leaf step results by key, from the state of an earlier round.
         answers: the client's answers by question key, from this retry (and earlier partial retries).
+        relayed: the questions downstream servers asked in an earlier round, with their ``requestState``, by
+            the key of the step that called them (:mod:`mcpipe.interaction._relay`).
     """
 
-    __slots__ = ("_round", "capabilities", "modern", "ns", "send")
+    __slots__ = ("_round", "capabilities", "modern", "ns", "offered", "send")
 
     def __init__(
         self,
@@ -128,6 +131,7 @@ class Interaction:
         send: SendFn | None = None,
         memo: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
+        relayed: dict[str, Any] | None = None,
         ns: str = "",
         _round: _Round | None = None,
     ) -> None:
@@ -135,7 +139,10 @@ class Interaction:
         self.capabilities = capabilities or {}
         self.send = send
         self.ns = ns
-        self._round = _round if _round is not None else _Round(memo or {}, answers or {})
+        # Answers a 2026-07-28 client sent with no requestState: nothing of mcpipe's asked them, so only a
+        # downstream tool called directly may take them (see mcpipe.interaction._relay).
+        self.offered: dict[str, Any] = {}
+        self._round = _round if _round is not None else _Round(memo or {}, answers or {}, relayed or {})
 
     @property
     def memo(self) -> dict[str, Any]:
@@ -144,6 +151,11 @@ class Interaction:
     @property
     def answers(self) -> dict[str, Any]:
         return self._round.answers
+
+    @property
+    def relayed(self) -> dict[str, Any]:
+        """Downstream questions waiting for this client's answers: step key -> ``{"state", "requests"}``."""
+        return self._round.relayed
 
     @property
     def pending(self) -> dict[str, dict[str, Any]]:
@@ -210,11 +222,16 @@ class Interaction:
         return (await self.ask_many(key, [(None, kind, params, skip)]))[None]  # type: ignore[index]
 
     async def ask_many(
-        self, key: str, questions: list[tuple[str | None, str, dict[str, Any] | None, bool]]
+        self,
+        key: str,
+        questions: list[tuple[str | None, str, dict[str, Any] | None, bool]],
+        *,
+        keyed: bool = False,
     ) -> dict[str | None, dict[str, Any]]:
         """Ask several questions in one round: ``(token, kind, params, skip)`` each; answers by token.
 
-        Capabilities are checked for every question before any is asked.
+        Capabilities are checked for every question before any is asked. With ``keyed``, a token's wire key
+        is always ``key.token`` (the bare token when ``key`` is empty), never shortened.
         """
         answers: dict[str | None, dict[str, Any]] = {}
         asked = []
@@ -244,7 +261,9 @@ class Interaction:
                 r.answers.pop(key if token is None else f"{key}#{token}", None)
             return answers
         for token, kind, params, qkey in missing:
-            wire = self._wire_key(key, token)
+            wire = (
+                (f"{key}.{token}" if key else str(token)) if keyed and token is not None else self._wire_key(key, token)
+            )
             request: dict[str, Any] = {"method": METHOD_OF[kind]}
             if params is not None:
                 request["params"] = params

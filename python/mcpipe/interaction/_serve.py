@@ -118,20 +118,23 @@ class Interactions:
         if not modern:
             ctx.extras[INTERACTION_KEY] = Interaction(modern=False, capabilities=capabilities, send=send)
             return await call(name, args, ctx)
-        memo: dict[str, Any] = {}
-        answers: dict[str, Any] = {}
+        saved: dict[str, Any] = {"memo": {}, "answers": {}, "relayed": {}}
         if state is not None:
-            memo, answers, missing = await self._resume(name, args, ctx, state, responses or {})
+            saved, missing = await self._resume(name, args, ctx, state, responses or {})
             if missing:
-                return await self._suspend(name, args, ctx, memo, answers, missing)
-        # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers.
-        ix = Interaction(modern=True, capabilities=capabilities, memo=memo, answers=answers)
+                return await self._suspend(name, args, ctx, {**saved, "pending": missing})
+        # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers
+        # (a downstream tool called directly is offered those sent without a state, as it would be directly).
+        ix = Interaction(modern=True, capabilities=capabilities, **saved)
+        if state is None and responses:
+            ix.offered = responses
         ctx.extras[INTERACTION_KEY] = ix
         try:
             return await call(name, args, ctx)
         except BaseException as e:
             if only(e, Suspended) is not None and ix.pending:
-                return await self._suspend(name, args, ctx, ix.memo, ix.answers, ix.pending)
+                state = {"memo": ix.memo, "answers": ix.answers, "relayed": ix.relayed, "pending": ix.pending}
+                return await self._suspend(name, args, ctx, state)
             lacking = only(e, CapabilityMissing)
             if lacking is not None:
                 cap = lacking.capability  # type: ignore[attr-defined]
@@ -144,7 +147,9 @@ class Interactions:
 
     async def _resume(
         self, name: str, args: dict[str, Any], ctx: ToolContext, state: Any, responses: dict[str, Any]
-    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The saved ``memo``, ``answers`` (this retry's included) and ``relayed``, and the questions still
+        unanswered."""
         try:
             saved = await self.sealer.unseal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
         except StateError as e:
@@ -153,7 +158,13 @@ class Interactions:
                 code=INVALID_PARAMS, message=f"Invalid requestState: {e}", data={"reason": e.reason}
             ) from None
         memo, answers, pending = saved.get("memo"), saved.get("answers"), saved.get("pending")
-        if not isinstance(memo, dict) or not isinstance(answers, dict) or not isinstance(pending, dict):
+        relayed = saved.get("relayed", {})
+        if not (
+            isinstance(memo, dict)
+            and isinstance(answers, dict)
+            and isinstance(pending, dict)
+            and isinstance(relayed, dict)
+        ):
             raise MCPError(
                 code=INVALID_PARAMS, message="Invalid requestState: not a pipeline state", data={"reason": "malformed"}
             )
@@ -164,18 +175,15 @@ class Interactions:
                 answers[q["key"]] = answer
             else:
                 missing[wire] = q
-        return memo, answers, missing
+        return {"memo": memo, "answers": answers, "relayed": relayed}, missing
 
     async def _suspend(
         self,
         name: str,
         args: dict[str, Any],
         ctx: ToolContext,
-        memo: dict[str, Any],
-        answers: dict[str, Any],
-        pending: dict[str, Any],
+        state: dict[str, Any],
     ) -> dict[str, Any]:
-        state = {"memo": memo, "answers": answers, "pending": pending}
         if self.sealer.ephemeral and not self._told_ephemeral:
             # Said once, when it matters: most servers never suspend a pipeline.
             self._told_ephemeral = True
@@ -187,7 +195,7 @@ class Interactions:
             return {"content": [{"type": "text", "text": f"{e.code}: {e}"}], "isError": True}
         return {
             "resultType": "input_required",
-            "inputRequests": {wire: q["request"] for wire, q in pending.items()},
+            "inputRequests": {wire: q["request"] for wire, q in state["pending"].items()},
             "requestState": token,
         }
 

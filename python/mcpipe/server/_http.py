@@ -31,6 +31,7 @@ from starlette.types import Receive, Scope, Send
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
@@ -279,12 +280,16 @@ async def serve_http(
             "listening on every interface but accepting only loopback Host headers: list the names clients "
             "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
         )
-    manager = StreamableHTTPSessionManager(
+    resumable = h.resumable_streams and not h.json_response
+    events = InMemoryEventStore(max_events=h.event_store_max_events, max_bytes=h.event_store_max_bytes)
+    manager = ResumableSessionManager(
         app=app.server,
         json_response=h.json_response,
         security_settings=security_settings(cfg, host),
         session_idle_timeout=h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
+        events=events if resumable else None,
+        retry_interval=h.sse_retry_ms if resumable else None,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(

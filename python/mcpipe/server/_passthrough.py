@@ -35,6 +35,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.gateway import CallError, Policy
+from mcpipe.interaction._relay import request_asking
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
 
@@ -203,14 +204,28 @@ class Passthrough:
         await self.downstreams.ready()
         uri = str(params.uri)
         server = self._owner(ctx, uri)
-        return _for_era(ctx, await self._forward(server, lambda c: c.read_resource(uri)))
+
+        async def read(c: Any, **kw: Any) -> Any:
+            return await c.read_resource(uri, **kw)
+
+        return _for_era(ctx, await self._forward(server, lambda _: self._asking(ctx, server, params, read)))
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> dict[str, Any]:
         await self.downstreams.ready()
         server, remote = self._prompt(ctx, params.name)
-        return _for_era(ctx, await self._forward(server, lambda c: c.get_prompt(remote, params.arguments)))
+
+        async def get(c: Any, **kw: Any) -> Any:
+            return await c.get_prompt(remote, params.arguments, **kw)
+
+        return _for_era(ctx, await self._forward(server, lambda _: self._asking(ctx, server, params, get)))
+
+    async def _asking(
+        self, ctx: ServerRequestContext[Any, Any], server: DownstreamServer, params: Any, request: Any
+    ) -> Any:
+        """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
+        return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams

@@ -20,24 +20,35 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx2
+import msgspec
 import trio
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, INVALID_REQUEST, Implementation
+from mcp_types import (
+    CLIENT_CAPABILITIES_META_KEY,
+    CONNECTION_CLOSED,
+    HEADER_MISMATCH,
+    INVALID_REQUEST,
+    Implementation,
+    RequestParamsMeta,
+)
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
+from mcpipe.interaction._core import AskFailed, interaction_of
+from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 from mcpipe.tools._lines import install as _linear_stdio_lines
+from mcpipe.tools._polling import StreamWatch
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
@@ -54,6 +65,7 @@ HEALTHY_AFTER = 5.0
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
+_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 """How a 2025-11-25 HTTP server (and the SDK client, for a bare 404) says it does not know the session."""
@@ -126,12 +138,11 @@ class _WatchedRead:
 
 
 @asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str]) -> AsyncIterator[Any]:
-    async with (
-        create_mcp_http_client(headers=headers or None) as http,
-        streamable_http_client(url, http_client=http) as s,
-    ):
-        yield s
+async def _http_transport(url: str, headers: dict[str, str], watch: StreamWatch) -> AsyncIterator[Any]:
+    async with create_mcp_http_client(headers=headers or None) as http:
+        watch.install(http)
+        async with streamable_http_client(url, http_client=http) as s:
+            yield s
 
 
 @asynccontextmanager
@@ -171,6 +182,12 @@ class DownstreamServer:
         # Its resources, templates and prompts, and what it sends outside calls (logs, changes, updates).
         self.catalog = Catalog(self)
         self.feed: Feed = feed_of(self)
+        # Questions it asks during calls, relayed to their callers; its SSE polling, passed on to them.
+        self.askers = Askers(name)
+        self.streams = StreamWatch()
+        self.twin: DownstreamServer | None = None
+        """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
+        (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
 
     # -- naming ------------------------------------------------------------------------------------
 
@@ -190,7 +207,7 @@ class DownstreamServer:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
-            inner = _http_transport(c.url or "", c.headers)
+            inner = _http_transport(c.url or "", c.headers, self.streams)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -230,7 +247,12 @@ class DownstreamServer:
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
                 async with Client(
-                    self._transport(closed), client_info=_CLIENT_INFO, mode=mode, cache=None, **self.feed.hooks()
+                    self._transport(closed),
+                    client_info=_CLIENT_INFO,
+                    mode=mode,
+                    cache=None,
+                    **self.feed.hooks(),
+                    **self.askers.callbacks(),
                 ) as client:
                     await self._list_tools(client)
                     await self.catalog.refresh(client)
@@ -329,6 +351,9 @@ class DownstreamServer:
         A 2025-11-25 HTTP server that restarted while the gateway was idle no longer knows the session:
         it refuses the call before running it, so the actor reconnects and the call is made once more.
         """
+        twin = self.twin
+        if twin is not None and _handshake_caller(ctx) and not self._speaks_handshake():
+            return await twin.call(remote, args, ctx)
         try:
             return await self._call_once(remote, args, ctx)
         except _SessionLost:
@@ -350,17 +375,77 @@ class DownstreamServer:
             raise CallError(f"MCP server '{self.name}' is unavailable{why}")
 
         forward = _Progress(ctx)
+
+        async def send(responses: Any, state: str | None) -> Any:
+            return await client.session.call_tool(
+                remote,
+                args,
+                read_timeout_seconds=self._timeout,
+                progress_callback=forward,
+                input_responses=responses,
+                request_state=state,
+                meta=meta,
+                allow_input_required=True,
+            )
+
         try:
-            with self.feed.in_call(ctx):
-                r = await client.call_tool(remote, args, read_timeout_seconds=self._timeout, progress_callback=forward)
+            with (
+                self.feed.in_call(ctx),
+                self.askers.calling(ctx) as asking,
+                self.streams.watching(ctx) as watched,
+            ):
+                meta = self._meta(client, ctx, watched)
+                r = await call_relaying(self._relisting(client, remote, send), ctx)
                 await forward.drain()
+        except AskFailed as exc:
+            raise self._unrelayed(str(exc)) from None
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
+            if isinstance(exc, MCPError) and asking.refused is not None:
+                # It failed on a question mcpipe could not relay (mid-call, 2025-11-25): say so, as a tool error.
+                raise self._unrelayed(asking.refused) from None
             raise self.failure(exc) from None
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
             bool(r.is_error),
         )
+
+    def _unrelayed(self, why: str) -> CallError:
+        return CallError(f"MCP server '{self.name}' asked the client a question mcpipe could not relay: {why}")
+
+    def _meta(self, client: Client, ctx: ToolContext, meta: RequestParamsMeta | None) -> RequestParamsMeta | None:
+        """A call's ``_meta``: on a 2026-07-28 session, the caller's capabilities (the downstream asks only
+        what the caller can answer, as it would directly)."""
+        if client.protocol_version not in _MODERN:
+            return meta
+        keep_caller_capabilities(client.session)
+        return cast(RequestParamsMeta, {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: caller_capabilities(ctx)})
+
+    def _speaks_handshake(self) -> bool:
+        """Whether the live session is a 2025-11-25 one."""
+        client = self._client
+        return client is not None and client.protocol_version not in _MODERN
+
+    @staticmethod
+    def _relisting(client: Client, remote: str, send: Any) -> Any:
+        """``send``, sent once more after re-listing when a 2026-07-28 server says the client's listing of the
+        tool is stale (``HEADER_MISMATCH``), as the SDK's ``Client.call_tool`` does."""
+
+        async def once(responses: Any, state: str | None) -> Any:
+            try:
+                return await send(responses, state)
+            except MCPError as exc:
+                if exc.code != HEADER_MISMATCH:
+                    raise
+            cursor: str | None = None
+            for _ in range(100):
+                page = await client.list_tools(cursor=cursor, cache_mode="refresh")
+                cursor = page.next_cursor
+                if cursor is None or any(t.name == remote for t in page.tools):
+                    break
+            return await send(responses, state)
+
+        return once
 
     @property
     def modern(self) -> bool:
@@ -394,6 +479,12 @@ class DownstreamServer:
         self._gone()
         if self._closed is not None:
             self._closed.set()
+
+
+def _handshake_caller(ctx: ToolContext) -> bool:
+    """Whether the call comes from a 2025-11-25 client (one that can be asked in the middle of a call)."""
+    ix = interaction_of(ctx)
+    return ix is not None and not ix.modern
 
 
 class _Progress:
@@ -449,6 +540,12 @@ class Downstreams:
 
     def __init__(self, configs: dict[str, McpServerConfig], *, errlog: Any = None) -> None:
         self.servers = [DownstreamServer(n, c, errlog=errlog) for n, c in configs.items() if c.enabled]
+        for s in self.servers:
+            # By default over HTTP only: a second stdio session is a second process, with state of its own.
+            per_era = s.config.session_per_era
+            if s.config.protocol == "auto" and (s.config.transport == "http" if per_era is None else per_era):
+                handshake = msgspec.structs.replace(s.config, protocol="2025-11-25", connect="lazy")
+                s.twin = DownstreamServer(s.name, handshake, errlog=errlog)
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Start every actor in ``nursery``: eager ones concurrently, returning when each has tried once."""
@@ -458,6 +555,8 @@ class Downstreams:
 
     @staticmethod
     async def _start_one(nursery: trio.Nursery, server: DownstreamServer) -> None:
+        if server.twin is not None:
+            await nursery.start(server.twin.run)  # lazy: started at once, connects on first use
         await nursery.start(server.run)
 
     @property

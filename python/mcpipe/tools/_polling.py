@@ -1,0 +1,128 @@
+"""A downstream's SSE polling passed on to the caller (2025-11-25 streamable HTTP).
+
+A 2025-11-25 server may close the SSE stream of a call in flight and let the client come back for the
+rest with ``Last-Event-ID`` (SEP-1699 polling); the SDK's client reconnects by itself. When a downstream
+does this during a call made through mcpipe, mcpipe closes its own caller's stream of that request too
+(when the caller can resume it: a 2025-11-25 HTTP session with resumable streams), so the caller polls as
+it would talking to the downstream directly, and nobody holds a connection the downstream chose to
+release.
+
+How the closing is seen, on the downstream HTTP client's hooks (:class:`StreamWatch`): a watched call
+carries a token in its ``_meta`` (:data:`CALL_KEY`); the SSE response of its ``POST`` is scanned, as it
+streams, for event ids; the client's reconnection is a ``GET`` whose ``Last-Event-ID`` is the last of
+them. (The SDK's own per-request resumption callback would tell the ids too, but asking for it turns off
+the ``notifications/cancelled`` the SDK sends when the caller gives up, which mcpipe relies on.)
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, cast
+
+import httpx2
+import orjson
+from mcp_types import RequestParamsMeta
+
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["CALL_KEY", "StreamWatch"]
+
+CALL_KEY = "io.github.mcpipe/call"
+"""The ``_meta`` key of a watched call's token (servers ignore ``_meta`` keys they do not know)."""
+
+Closer = Callable[[], Awaitable[None]]
+
+
+def _caller_closer(ctx: ToolContext) -> Closer | None:
+    """Closes the caller's SSE stream of this request, when it has one it can resume."""
+    closer = getattr(ctx.extras.get("mcp_context"), "close_sse_stream", None)
+    return closer if callable(closer) else None
+
+
+class _Scanned(httpx2.AsyncByteStream):
+    """A response body passed on unchanged, reporting each SSE event id it carries."""
+
+    def __init__(self, inner: Any, seen: Callable[[str], None]) -> None:
+        self._inner = inner
+        self._seen = seen
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        rest = b""
+        async for chunk in self._inner:
+            lines = (rest + chunk).split(b"\n")
+            rest = lines.pop()
+            for line in lines:
+                if line.startswith(b"id:"):
+                    self._seen(line[3:].strip(b"\r").removeprefix(b" ").decode(errors="replace"))
+            yield chunk
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+class StreamWatch:
+    """The calls in flight whose caller can be closed, the last event id of each, and the downstream HTTP
+    client's hooks (:meth:`install`)."""
+
+    def __init__(self) -> None:
+        self._closers: dict[str, Closer] = {}
+        self._last: dict[str, str] = {}
+        self._by_event: dict[str, str] = {}
+
+    def __len__(self) -> int:
+        return len(self._closers) + len(self._last) + len(self._by_event)
+
+    def install(self, http: httpx2.AsyncClient) -> None:
+        """Watch ``http``'s requests and responses."""
+        http.event_hooks["request"].append(self._on_request)
+        http.event_hooks["response"].append(self._on_response)
+
+    @contextmanager
+    def watching(self, ctx: ToolContext) -> Iterator[RequestParamsMeta | None]:
+        """The ``_meta`` to send a call with (None when its caller has no stream to close)."""
+        closer = _caller_closer(ctx)
+        if closer is None:
+            yield None
+            return
+        token = secrets.token_hex(8)
+        self._closers[token] = closer
+        try:
+            yield cast(RequestParamsMeta, {CALL_KEY: token})
+        finally:
+            del self._closers[token]
+            last = self._last.pop(token, None)
+            if last is not None:
+                self._by_event.pop(last, None)
+
+    def _seen(self, token: str, event_id: str) -> None:
+        if token not in self._closers or not event_id:
+            return
+        old = self._last.get(token)
+        if old is not None:
+            self._by_event.pop(old, None)
+        self._last[token] = event_id
+        self._by_event[event_id] = token
+
+    async def _on_request(self, request: httpx2.Request) -> None:
+        if request.method != "GET" or not self._by_event:
+            return
+        last = request.headers.get("last-event-id")
+        closer = self._closers.get(self._by_event.get(last, "")) if last else None
+        if closer is not None:
+            await closer()
+
+    async def _on_response(self, response: httpx2.Response) -> None:
+        request = response.request
+        if request.method != "POST" or not self._closers:
+            return
+        if not response.headers.get("content-type", "").startswith("text/event-stream"):
+            return
+        try:
+            meta = orjson.loads(request.content).get("params", {}).get("_meta", {})
+            token = meta.get(CALL_KEY) if isinstance(meta, dict) else None
+        except (orjson.JSONDecodeError, AttributeError, TypeError):
+            return
+        if isinstance(token, str) and token in self._closers:
+            response.stream = _Scanned(response.stream, lambda event_id: self._seen(token, event_id))
