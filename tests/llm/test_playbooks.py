@@ -280,6 +280,7 @@ async def test_a_served_playbook_asks_the_clients_model_and_calls_a_server_tool(
             tools = {t.name: t for t in (await c.list_tools()).tools}
             r = await c.call_tool("ask_client", {"q": "why?"})
     assert tools["ask_client"].description == "Ask the client's model."
+    assert list(tools["ask_client"].input_schema["properties"]) == ["q"]
     assert "q" in tools["ask_client"].input_schema["properties"]
     assert not r.is_error, r.content
     assert r.content[0].text == "final one"
@@ -767,3 +768,12 @@ async def test_templates_read_the_mcp_section_as_seed_004_writes_it() -> None:
             assert pb is not None, problems
             assert (await PlaybookTool(pb).run({}))["ok"]
     assert fake.requests[0]["messages"][0]["content"] == "gpt-4o may use search_docs"
+
+
+def test_the_served_input_names_are_what_the_templates_read_less_what_prompt_parts_give() -> None:
+    raw = yaml.safe_load(RESEARCH.read_text())
+    pb, _ = compile_playbook(raw)
+    assert pb is not None and pb.inputs == ["query"]  # `text` of the prompt comes from the part's inputs
+    raw["mcp"]["turns"][0]["user"][2] = {"use": "prompt:summarize"}
+    pb, _ = compile_playbook(raw)
+    assert pb is not None and pb.inputs == ["query", "text"]

@@ -75,6 +75,8 @@ class Part:
     text: Compiled | None = None
     name: str = ""
     inputs: Compiled | None = None
+    given: frozenset[str] = frozenset()
+    """A prompt part's ``inputs`` keys (the ``input.NAME`` it gives the prompt)."""
 
 
 @dataclass
@@ -423,7 +425,7 @@ def compile_playbook(
         "turns": {n: {"name": n, "model": t.model_name, "tools_allowed": list(t.tools)} for n, t in turns.items()},
     }
     pb.plan = _plan(pb, order)
-    pb.inputs = sorted({n for src in _all_sources(pb) for root, n in references(src) if root == "input" and n})
+    pb.inputs = _inputs(pb)
     return pb, []
 
 
@@ -528,7 +530,8 @@ def _parts(
             compiled = c.compile(inputs, f"{loc}.inputs") if inputs is not None else None
             if inputs is not None and not isinstance(inputs, Mapping):
                 c.add(f"{loc}.inputs", "must be an object")
-            parts.append(Part("prompt", loc, name=name, inputs=compiled))
+            keys = frozenset(str(k) for k in inputs) if isinstance(inputs, Mapping) else frozenset()
+            parts.append(Part("prompt", loc, name=name, inputs=compiled, given=keys))
         elif kind == "turn":
             if name not in turns:
                 c.add(at, f"unknown turn `{name}` (a part can use an earlier turn){did_you_mean(name, turns)}")
@@ -579,6 +582,31 @@ def _used_resources(
         elif root == "turns" and name is not None and name not in turns:
             c.add(where, f"a template reads `turns.{name}`, not an earlier turn{did_you_mean(name, turns)}")
     return list(dict.fromkeys(used))
+
+
+def _inputs(pb: Playbook) -> list[str]:
+    """The ``input.NAME`` a call may give: every one the templates read, but those a prompt reads that each
+    part using the prompt gives in its ``inputs`` (a prompt ``render``ed in a template counts as reading
+    all of its own)."""
+
+    def read(sources: tuple[str, ...]) -> set[str]:
+        return {n for root, n in references(sources) if root == "input" and n}
+
+    names: set[str] = set()
+    for t in pb.turns.values():
+        names |= read(_sources_of(t))
+    for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values()):
+        names |= read(a.spec.sources)
+    rendered = {n for srcs in _all_sources(pb) for root, n in references(srcs) if root == "prompts" and n}
+    for pname, (_src, compiled) in pb.prompts.items():
+        uses = [p for t in pb.turns.values() for p in t.parts if p.kind == "prompt" and p.name == pname]
+        wanted = read(compiled.sources)
+        if pname in rendered or not uses:
+            names |= wanted
+            continue
+        for part in uses:
+            names |= wanted - part.given
+    return sorted(names)
 
 
 def _all_sources(pb: Playbook) -> list[tuple[str, ...]]:
