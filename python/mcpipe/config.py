@@ -194,6 +194,12 @@ class Config(_Base):
     :mod:`mcpipe.declared`, which owns their format."""
     outbound: dict[str, Any] | None = None
     """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
+    sql: dict[str, Any] = {}
+    """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
+    checked by :mod:`mcpipe.declared` (``load_sql``)."""
+    plugins: list[Any] = []
+    """mcpg's list of plugins to load: mcpipe's JSONata plugin is always there, so only its names are
+    accepted (``dev.mcpg.transform.jsonata``); any other is a located problem."""
     models: dict[str, Any] = {}
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
@@ -228,6 +234,8 @@ _SECTIONS = {
     "interaction": _Section("interaction", InteractionConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
+    "sql": _Section("sql", dict[str, Any]),
+    "plugins": _Section("plugins", list[Any]),
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str]),
@@ -520,7 +528,11 @@ def parse_config(
                 problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
-    if cfg.pipelines or cfg.outbound is not None:
+    if cfg.plugins:
+        from mcpipe.declared._mcpg import plugin_problems
+
+        problems.extend(plugin_problems(cfg.plugins, "plugins"))
+    if cfg.pipelines or cfg.outbound is not None or cfg.sql:
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))

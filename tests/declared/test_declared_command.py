@@ -108,6 +108,17 @@ def test_only_commands_named_in_the_policy_may_run():
     assert "py" in problems[0].message and "true" in problems[0].message
 
 
+def test_a_command_may_be_named_by_the_path_the_policy_allows_as_mcpg_names_it():
+    from mcpipe.declared import CommandPolicy, StepPolicy
+
+    policy = StepPolicy(command=CommandPolicy(commands={"true": "/bin/true", "jq": ["/usr/bin/jq", "-c"]}))
+    step, problems = compile_step({"kind": "command", "command": "/bin/true"}, "steps[0]", StepScope(policy=policy))
+    assert problems == [] and step is not None and step.plan.argv == ("/bin/true",)
+    # A path allowed only with fixed arguments is not the bare executable: refused.
+    _, refused = compile_step({"kind": "command", "command": "/usr/bin/jq"}, "steps[0]", StepScope(policy=policy))
+    assert [(p.location, p.code) for p in refused] == [("steps[0].command", "FORBIDDEN")]
+
+
 # --- timeouts and cancellation ------------------------------------------------------------------------
 
 

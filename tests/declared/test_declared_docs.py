@@ -13,6 +13,7 @@ import pytest
 import yaml
 from declaredkit import run_steps
 
+from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
 from mcpipe.declared import CommandPolicy, HttpPolicy, StepPolicy, StepScope, compile_steps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,6 +22,7 @@ BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)
 POLICY = StepPolicy(
     http=HttpPolicy(allowed_hosts=["api.example.com"]),
     command=CommandPolicy(commands={"jq": ["/usr/bin/jq", "-c"]}),
+    sql={"orders": SqlBackend("orders", SqlBackendConfig(url="sqlite://"))},  # in memory
 )
 TOOLS = frozenset({"search"})
 

@@ -777,3 +777,12 @@ def test_the_served_input_names_are_what_the_templates_read_less_what_prompt_par
     raw["mcp"]["turns"][0]["user"][2] = {"use": "prompt:summarize"}
     pb, _ = compile_playbook(raw)
     assert pb is not None and pb.inputs == ["query", "text"]
+
+
+def test_kinds_that_need_the_servers_connections_say_so() -> None:
+    doc = kinds_doc("http://x", type="sql", spec={"backend": "main", "sql": "select 1"})
+    [problem] = compile_playbook(doc)[1]
+    assert str(problem) == (
+        "mcp.resources[0].type: `sql` actions are not wired to the server's connections in playbooks yet: "
+        "call a declared pipeline that uses it as a `tool`"
+    )

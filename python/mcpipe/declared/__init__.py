@@ -40,6 +40,7 @@ from mcpipe.declared._pipelines import (
     load_declared,
     load_outbound,
     load_pipelines,
+    load_sql,
     validate_declared,
 )
 from mcpipe.declared._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
@@ -98,6 +99,7 @@ __all__ = [
     "load_declared",
     "load_outbound",
     "load_pipelines",
+    "load_sql",
     "prelude",
     "step_schema",
     "tool_sites",

@@ -35,7 +35,7 @@ from mcpipe.compile import (
     step_reference_problem,
     template_parts,
 )
-from mcpipe.declared import _command, _http, _kinds
+from mcpipe.declared import _command, _http, _kinds, _services, _sql
 from mcpipe.declared._expr import CelExpr, ExpressionSyntaxError, JsonataExpr
 from mcpipe.declared._model import KIND_STRUCTS, PipeFields, StepFields
 from mcpipe.declared._policy import StepPolicy
@@ -58,7 +58,11 @@ __all__ = [
 CompiledStep = DeclaredStep | DeclaredParallel | DeclaredPipe
 
 JSONATA_PLUGIN = "dev.mcpipe.transform.jsonata"
-_PLUGIN_ALIASES = {"jsonata": JSONATA_PLUGIN, JSONATA_PLUGIN: JSONATA_PLUGIN}
+_PLUGIN_ALIASES = {
+    "jsonata": JSONATA_PLUGIN,
+    JSONATA_PLUGIN: JSONATA_PLUGIN,
+    "dev.mcpg.transform.jsonata": JSONATA_PLUGIN,
+}
 
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _TOOL_PIPE = "mcp_pipe"
@@ -134,6 +138,19 @@ KINDS: dict[str, Kind] = {
         ),
         Kind("roots_list", KIND_STRUCTS["roots_list"], (), _ask.run_roots_list),
         Kind("gather", KIND_STRUCTS["gather"], ("inputs",), _ask.run_gather),
+        # The SQL kinds (mcpipe.backends.sql): their params templates are compiled into their plans.
+        Kind("sql", KIND_STRUCTS["sql"], (), _sql.run_sql),
+        Kind("sql_tx", KIND_STRUCTS["sql_tx"], (), _sql.run_sql_tx),
+        Kind("sql_await", KIND_STRUCTS["sql_await"], (), _sql.run_sql_await),
+        # Messaging and RPC (mcpipe.backends): connections shared per URL, owned by the policy's Connections.
+        Kind("nats", KIND_STRUCTS["nats"], ("subject", "headers"), _services.run_nats),
+        Kind("grpc", KIND_STRUCTS["grpc"], ("metadata",), _services.run_grpc),
+        Kind(
+            "kafka",
+            KIND_STRUCTS["kafka"],
+            ("topic", "request_topic", "response_topic", "key", "headers"),
+            _services.run_kafka,
+        ),
     )
 }
 """The leaf kinds by name (``parallel`` and ``pipe`` are containers, compiled separately)."""
@@ -272,7 +289,9 @@ class _Compiler:
             if name not in present and name not in raw:
                 templates.append((name, Template({"$literal": _default(spec, name)})))
         timeout = spec.timeout_ms
-        if timeout is None:
+        if kind == "sql_await" or kind in _services.OWN_DEADLINE:
+            timeout = None  # its own deadline, so that it can say what it waited for
+        elif timeout is None:
             # Steps that wait on the outside world get the operator's default deadline.
             if kind in ("http", "graphql"):
                 timeout = scope.policy.http.timeout_ms
@@ -375,6 +394,12 @@ class _Compiler:
         templates: dict[str, Template],
     ) -> Any:
         policy = scope.policy
+        if kind in _services.SERVICE_KINDS:
+            plan = _services.compile_service(self, kind, raw, spec, loc, scope, refs)
+            return _BAD if plan is None else plan
+        if kind in _sql.SQL_KINDS:
+            plan = _sql.compile_sql(self, kind, raw, spec, loc, scope, refs)
+            return _BAD if plan is None else plan
         if kind in ("transform", "cel_gate"):
             expr = self.cel(raw.get("expression"), f"{loc}.expression", scope, refs)
             return expr if expr is not None else _BAD

@@ -93,8 +93,12 @@ class CelExpr:
     iterates: bool = False
 
     @classmethod
-    def compile(cls, source: str) -> CelExpr:
+    def compile(cls, source: str, *, extra_roots: frozenset[str] = frozenset()) -> CelExpr:
         """Compile ``source``.
+
+        Args:
+            source: the expression.
+            extra_roots: variables a kind adds to the roots (``sql_await``'s ``rows``).
 
         Raises:
             ExpressionSyntaxError: it does not parse, or it reads a variable that is not a root.
@@ -106,14 +110,15 @@ class CelExpr:
         except ValueError as e:
             raise ExpressionSyntaxError(_cel_syntax(str(e))) from None
         mentions, bound = scan_cel(source, ROOTS)
-        unknown = sorted(set(program.variables()) - ROOTS - bound - _NAMESPACES)
+        known = ROOTS | extra_roots
+        unknown = sorted(set(program.variables()) - known - bound - _NAMESPACES)
         if unknown:
             names = ", ".join(f"`{n}`" for n in unknown)
+            seen = "args, steps, vars, context and last" + "".join(f", {r}" for r in sorted(extra_roots))
             raise ExpressionSyntaxError(
-                f"unknown variable{'s' if len(unknown) > 1 else ''} {names} "
-                "(expressions see args, steps, vars, context and last)"
+                f"unknown variable{'s' if len(unknown) > 1 else ''} {names} (expressions see {seen})"
             )
-        roots = frozenset(set(program.variables()) & ROOTS)
+        roots = frozenset(set(program.variables()) & known)
         steps: set[str] | None = set()
         for m in mentions:
             if m.root == "steps":

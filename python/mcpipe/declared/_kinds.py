@@ -13,6 +13,7 @@ from typing import Any
 import trio
 
 from mcpipe.declared._expr import evaluate
+from mcpipe.declared._model import MockFields
 from mcpipe.declared._step import DeclaredStep, StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -31,13 +32,23 @@ DEFAULT_GATE_MESSAGE = "the gate's condition is false"
 
 async def run_mock(step: DeclaredStep, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
     """Wait ``delay_ms``, then answer the fixed ``response`` (or fail, with ``error: true``)."""
-    spec = step.spec
-    if spec.delay_ms:  # type: ignore[attr-defined]
-        await trio.sleep(spec.delay_ms / 1000)  # type: ignore[attr-defined]
+    spec: MockFields = step.spec  # type: ignore[assignment]
+    if spec.progress:
+        # The delay is spread over the progress notifications, as a slow backend would send them.
+        pause = spec.delay_ms / 1000 / len(spec.progress)
+        send = has_progress_token(ctx)
+        for value in spec.progress:
+            await trio.sleep(pause)
+            if send:
+                await ctx.report_progress(value, None, spec.message)
+    elif spec.delay_ms:
+        await trio.sleep(spec.delay_ms / 1000)
     else:
         await trio.lowlevel.checkpoint()
-    if spec.error:  # type: ignore[attr-defined]
-        raise StepFailure(spec.error_message or "mock error", "TOOL_ERROR")  # type: ignore[attr-defined]
+    if spec.error:
+        raise StepFailure(spec.error_message or "mock error", "TOOL_ERROR")
+    if spec.passthrough:
+        return StepOutput.of(env.get("args"))
     return StepOutput.of(step.plan.resolve({}))
 
 

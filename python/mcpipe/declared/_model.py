@@ -19,15 +19,23 @@ __all__ = [
     "ElicitationFields",
     "GatherFields",
     "GraphqlFields",
+    "GrpcFields",
     "HttpFields",
+    "KafkaFields",
     "LogFields",
     "MockFields",
+    "NatsFields",
     "ParallelFields",
     "PipeFields",
     "PluginTransformFields",
     "ProgressFields",
     "RootsListFields",
     "SamplingFields",
+    "SqlAwaitFields",
+    "SqlFields",
+    "SqlQueryFields",
+    "SqlStatementFields",
+    "SqlTxFields",
     "StepFields",
     "ToolFields",
     "TransformFields",
@@ -110,12 +118,17 @@ class CommandFields(StepFields, tag="command"):
 
 
 class MockFields(StepFields, tag="mock"):
-    """A fixed ``response`` (not a template), after ``delay_ms``; or a failure with ``error: true``."""
+    """A fixed ``response`` (not a template), after ``delay_ms``; or a failure with ``error: true``.
+    ``passthrough: true`` answers the step's input (``args``, after ``input_transform``) instead; ``progress``
+    (numbers) are sent as progress notifications on the way, with ``message`` (mcpg's mock fields)."""
 
     response: Any = None
     delay_ms: Annotated[float, msgspec.Meta(ge=0)] = 0
     error: bool = False
     error_message: str | None = None
+    passthrough: bool = False
+    progress: list[float] | None = None
+    message: str | None = None
 
 
 class ValueFields(StepFields, tag="value"):
@@ -237,6 +250,100 @@ class PipeFields(StepFields, tag="pipe"):
     continue_on_error: bool = False
 
 
+RowMode = Literal["rows", "one", "affected_rows"]
+SqlText = Annotated[str, msgspec.Meta(min_length=1)]
+
+
+class SqlFields(StepFields, tag="sql"):
+    """One SQL statement on a named ``[sql.NAME]`` backend. ``sql`` names its parameters ``:name``;
+    ``params`` (a template: an object name -> value; or mcpg's list of argument names) binds them.
+    ``row_mode``: ``rows`` (a list of row objects), ``one`` (one row object or null), ``affected_rows``."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    sql: SqlText
+    params: Any = None
+    row_mode: RowMode = "rows"
+
+
+class SqlStatementFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """One statement of a ``sql_tx`` step (``id``, ``sql``, ``params``, ``row_mode`` as in ``sql``)."""
+
+    id: StepId | None = None
+    sql: SqlText
+    params: Any = None
+    row_mode: RowMode = "rows"
+
+
+class SqlTxFields(StepFields, tag="sql_tx"):
+    """Several statements in one transaction on a named backend: all or nothing. The output is
+    ``{steps: {<statement id>: <its output>}}``; a statement's ``params`` may read earlier statements'
+    outputs as ``steps.<statement id>.output``."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    steps: Annotated[list[SqlStatementFields], msgspec.Meta(min_length=1)]
+
+
+class SqlQueryFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+    """A statement and its ``params`` (``sql_await``'s ``trigger`` and ``check``)."""
+
+    sql: SqlText
+    params: Any = None
+
+
+class SqlAwaitFields(StepFields, tag="sql_await"):
+    """Run ``trigger`` (optional), then poll ``check`` every ``interval_ms`` until the CEL ``until`` (which
+    sees the check's ``rows``) holds, or ``timeout_ms`` (default 30 s) passes. Fields left out come from
+    the backend's ``await`` block (mcpg's backend-level await). A string is a statement without params."""
+
+    backend: Annotated[str, msgspec.Meta(min_length=1)]
+    trigger: SqlText | SqlQueryFields | None = None
+    check: SqlText | SqlQueryFields | None = None
+    until: Expression | None = None
+    interval_ms: Annotated[float, msgspec.Meta(gt=0)] | None = None
+
+
+class NatsFields(StepFields, tag="nats"):
+    """A NATS request (wait for the reply, ``timeout_ms``, default 30 s) or publish (``mode: publish``) on
+    ``subject``. ``url`` is a constant (``nats://host:4222``); ``subject``, ``payload`` (default: the step's
+    input, ``args``) and ``headers`` are templates. A string payload is sent as is, anything else as JSON."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    subject: Any
+    payload: Any = msgspec.UNSET
+    headers: Any = None
+    mode: Literal["request", "publish"] = "request"
+
+
+class GrpcFields(StepFields, tag="grpc"):
+    """A unary gRPC call of ``service``/``method`` on ``url`` (a constant). ``message`` (a template; default:
+    the step's input, ``args``) is JSON turned into the request message; the response is the output, as
+    JSON. Message types come from server reflection, or from ``descriptor_set`` (a ``FileDescriptorSet``
+    file). ``metadata`` (a template, an object) is sent with the call."""
+
+    url: Annotated[str, msgspec.Meta(min_length=1)]
+    service: Annotated[str, msgspec.Meta(min_length=1)]
+    method: Annotated[str, msgspec.Meta(min_length=1)]
+    message: Any = msgspec.UNSET
+    metadata: Any = None
+    descriptor_set: str | None = None
+
+
+class KafkaFields(StepFields, tag="kafka"):
+    """A Kafka request (``request_topic`` and ``response_topic``: produce with a correlation id, wait for the
+    response carrying it, ``timeout_ms``) or produce (``topic``). ``bootstrap_servers`` is a constant; the
+    topics, ``value`` (default: the step's input, ``args``), ``key`` and ``headers`` are templates.
+    ``group_id`` is mcpg's, accepted and unused (responses are read without a consumer group)."""
+
+    bootstrap_servers: Annotated[str, msgspec.Meta(min_length=1)]
+    topic: Any = None
+    request_topic: Any = None
+    response_topic: Any = None
+    value: Any = msgspec.UNSET
+    key: Any = None
+    headers: Any = None
+    group_id: str | None = None
+
+
 KIND_STRUCTS: dict[str, type[StepFields]] = {
     "tool": ToolFields,
     "http": HttpFields,
@@ -255,6 +362,12 @@ KIND_STRUCTS: dict[str, type[StepFields]] = {
     "gather": GatherFields,
     "parallel": ParallelFields,
     "pipe": PipeFields,
+    "sql": SqlFields,
+    "sql_tx": SqlTxFields,
+    "sql_await": SqlAwaitFields,
+    "nats": NatsFields,
+    "grpc": GrpcFields,
+    "kafka": KafkaFields,
 }
 """Every kind by name, in the order the docs list them."""
 
@@ -278,7 +391,13 @@ def step_schema() -> dict[str, Any]:
         | RootsListFields
         | GatherFields
         | ParallelFields
-        | PipeFields,
+        | PipeFields
+        | SqlFields
+        | SqlTxFields
+        | SqlAwaitFields
+        | NatsFields
+        | GrpcFields
+        | KafkaFields,
         msgspec.Meta(description="A declared pipeline step: kind, id, and the kind's fields."),
     ]
     return msgspec.json.schema(union)

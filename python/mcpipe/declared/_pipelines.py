@@ -23,18 +23,21 @@ import binascii
 import difflib
 import re
 from collections.abc import Container, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import msgspec
 import orjson
+import trio
 from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type, split_msgspec_error
 from mcpipe._template import Template
 from mcpipe.compile import DEFAULT_LIMITS, CompiledSpec, Limits, PipelinePlan
-from mcpipe.declared._compile import StepScope, _Compiler, compile_steps, walk
+from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps, walk
 from mcpipe.declared._fastschema import compile_fast
+from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._policy import CommandPolicy, HttpPolicy, StepPolicy
 from mcpipe.declared._step import DeclaredStep
 from mcpipe.errors import Problem
@@ -51,6 +54,7 @@ __all__ = [
     "load_declared",
     "load_outbound",
     "load_pipelines",
+    "load_sql",
     "validate_declared",
 ]
 
@@ -330,6 +334,15 @@ class DeclaredPipelines:
         self._tools = {t.name: t for t in tools or ()}
         self.policy = policy or StepPolicy()
 
+    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Own the shared connections of ``nats``, ``grpc`` and ``kafka`` steps until cancelled (then close
+        them): ``await nursery.start(declared.run)``, as the server does beside its other services."""
+        await self.policy.connections.run(task_status=task_status)
+
+    async def aclose(self) -> None:
+        """Close the connections the steps opened (SQL pools, ...); the server calls this when it stops."""
+        await self.policy.aclose()
+
     def bind(self, registry: Any) -> None:
         """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
         for t in self._tools.values():
@@ -382,6 +395,52 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
         if not host.strip():
             problems.append(Problem(f"{location}.http.allowed_hosts[{i}]", "INVALID_SPEC", "an empty host pattern"))
     return (section.policy() if not problems else StepPolicy()), problems
+
+
+def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict[str, Any], list[Problem]]:
+    """Decode the ``sql:`` section (``[sql.NAME] url = ...``) into :class:`mcpipe.backends.sql.SqlBackend`s.
+
+    Nothing connects here: each backend opens its connections on first use.
+
+    Returns:
+        The backends by name (None for one whose entry has problems) and every problem found.
+    """
+    from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
+
+    if raw is None:
+        return {}, []
+    problems: list[Problem] = []
+    if not isinstance(raw, Mapping):
+        return {}, [Problem(location, "INVALID_SPEC", f"expected a table of named backends, got {json_type(raw)}")]
+    backends: dict[str, Any] = {}  # name -> SqlBackend, or None when its entry has problems
+    for name, entry in raw.items():
+        where = f"{location}.{name}"
+        if not isinstance(name, str) or not _NAME.fullmatch(name):
+            problems.append(Problem(where, "INVALID_SPEC", "a backend name is letters, digits, `_`, `-`, `.`"))
+            continue
+        # A backend with problems is kept as None, so steps naming it are not also told it does not exist.
+        backends[name] = None
+        before = len(problems)
+        config = _decode(entry, SqlBackendConfig, where, "a sql backend", problems)  # type: ignore[arg-type]
+        if config is None:
+            continue
+        try:
+            backend = SqlBackend(name, config, base_dir)
+        except ValueError as e:
+            problems.append(Problem(f"{where}.url", "INVALID_SPEC", str(e)))
+            continue
+        if len(problems) > before:
+            continue
+        backends[name] = backend
+        if backends[name].kind == "postgresql":  # type: ignore[union-attr]
+            try:
+                import psycopg  # noqa: F401
+            except ImportError:
+                problems.append(
+                    Problem(f"{where}.url", "INVALID_SPEC", "PostgreSQL needs psycopg: pip install 'mcpipe[postgres]'")
+                )
+    # The good ones are kept so the steps are checked against them too (the problems refuse the config).
+    return backends, problems
 
 
 def load_pipelines(
@@ -447,13 +506,28 @@ def load_pipelines(
                     )
                 )
         locations.append(loc)
+    # mcpg's names (seed 003) are rewritten into mcpipe's first; later problems are located in the file.
+    normalized: list[Any] = []
+    moves: list[dict[str, str]] = []
+    for i, entry in enumerate(raw_entries):
+        entry, more, moved = normalize_entry(entry, locations[i], frozenset(ALL_KINDS))
+        normalized.append(entry)
+        problems.extend(more)
+        moves.append(moved)
+    raw_entries = normalized
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[DeclaredPipelineTool] = []
     for i, entry in enumerate(raw_entries):
-        tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
+        if entry is None:
+            continue  # its mcpg `backend` was refused (reported)
+        found: list[Problem] = []
+        tool = _load_entry(entry, locations[i], known, tools, policy, limits, found)
+        problems.extend(Problem(relocate(p.location, moves[i]), p.code, p.message) for p in found)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    problems.extend(_cycles(raw_entries, locations, names))
+    for p in _cycles(raw_entries, locations, names):
+        i = next((k for k, loc in enumerate(locations) if p.location.startswith(f"{loc}.")), -1)
+        problems.append(Problem(relocate(p.location, moves[i]), p.code, p.message) if i >= 0 else p)
     problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
@@ -464,14 +538,24 @@ def load_declared(
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
+    sql: Any = None,
+    base_dir: str = ".",
 ) -> tuple[DeclaredPipelines, list[Problem]]:
-    """The ``pipelines:`` and ``outbound:`` sections of a config, as a tool source ready to serve.
+    """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
+
+    Args:
+        sql: the ``sql:`` section (named SQL backends), if any.
+        base_dir: what relative SQLite paths are relative to (the config file's directory).
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
-        when there are problems the source is empty and the server must refuse to start.
+        when there are problems the source is empty and the server must refuse to start. Close it
+        (:meth:`DeclaredPipelines.aclose`) when done: it closes the connections its steps opened.
     """
     policy, problems = load_outbound(outbound_raw)
+    backends, sql_problems = load_sql(sql, base_dir=base_dir)
+    problems.extend(sql_problems)
+    policy = replace(policy, sql=backends, base_dir=base_dir)
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems
@@ -482,10 +566,11 @@ def validate_declared(
     outbound_raw: Any = None,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
+    sql: Any = None,
 ) -> list[Problem]:
-    """Every problem of the ``pipelines:`` and ``outbound:`` sections, located (for ``mcpipe check
-    --config`` and for the server's start-up, which refuses to start when there is any)."""
-    return load_declared(pipelines_raw, outbound_raw, tools=tools, limits=limits)[1]
+    """Every problem of the ``pipelines:``, ``outbound:`` and ``sql:`` sections, located (for ``mcpipe
+    check --config`` and for the server's start-up, which refuses to start when there is any)."""
+    return load_declared(pipelines_raw, outbound_raw, tools=tools, limits=limits, sql=sql)[1]
 
 
 class _Known:
@@ -733,7 +818,7 @@ def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int])
     calls: dict[str, list[tuple[str, str]]] = {}
     for name, i in names.items():
         entry = raw_entries[i]
-        found = _raw_tool_sites(entry.get("steps"), f"{locations[i]}.steps")
+        found = _raw_tool_sites(entry.get("steps") if isinstance(entry, Mapping) else None, f"{locations[i]}.steps")
         calls[name] = [(where, tool) for where, tool in found if tool in names]
     problems = []
     for name, sites in calls.items():

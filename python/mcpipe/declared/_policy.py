@@ -17,6 +17,8 @@ from typing import Any
 
 import trio
 
+from mcpipe.backends._connections import Connections
+
 __all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "StepPolicy"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -207,9 +209,17 @@ class CommandPolicy:
     timeout_ms: float | None = 60_000
 
     def argv(self, name: str) -> tuple[str, ...] | None:
-        """The argv prefix of command ``name``, or None when it is not allowed."""
+        """The argv prefix of command ``name``, or None when it is not allowed.
+
+        ``name`` is a name of :attr:`commands`, or the path of one that is a bare executable (mcpg's steps
+        name commands by path: ``command: /usr/bin/jq`` runs when some name maps to ``/usr/bin/jq``).
+        """
         target = self.commands.get(name)
         if target is None:
+            if name.startswith("/"):
+                for t in self.commands.values():
+                    if t == name or (not isinstance(t, str) and list(t) == [name]):
+                        return (name,)
             return None
         return (target,) if isinstance(target, str) else tuple(target)
 
@@ -227,9 +237,22 @@ class StepPolicy:
         command: runnable commands (``command`` steps).
         plugins: extra ``plugin_transform`` plugins by name (the JSONata plugin is always there).
         expression_max_ms: how long one JSONata evaluation may run.
+        sql: the named SQL backends (``[sql.NAME]``) ``sql``, ``sql_tx`` and ``sql_await`` steps may use,
+            :class:`mcpipe.backends.sql.SqlBackend` by name.
     """
 
     http: HttpPolicy = field(default_factory=HttpPolicy)
     command: CommandPolicy = field(default_factory=CommandPolicy)
     plugins: Mapping[str, Any] = field(default_factory=dict)
     expression_max_ms: int = 1000
+    sql: Mapping[str, Any] = field(default_factory=dict)
+    connections: Connections = field(default_factory=Connections)
+    base_dir: str = "."
+    """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
+    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
+
+    async def aclose(self) -> None:
+        """Close the connections the steps opened (the server calls this when it stops)."""
+        for backend in self.sql.values():
+            if backend is not None:
+                await backend.aclose()

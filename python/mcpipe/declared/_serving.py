@@ -66,10 +66,16 @@ def config_problems(config: Any, sources: Sequence[Any] | None = None) -> list[P
     (``pipelines.charge.steps[2].expression``); see :func:`known_tools` for ``sources``."""
     pipelines = getattr(config, "pipelines", None)
     outbound = getattr(config, "outbound", None)
-    if not pipelines and outbound is None:
+    sql = getattr(config, "sql", None)
+    if not pipelines and outbound is None and not sql:
         return []
     _, problems = load_declared(
-        pipelines or [], outbound, tools=known_tools(config, sources), limits=config_limits(config)
+        pipelines or [],
+        outbound,
+        tools=known_tools(config, sources),
+        limits=config_limits(config),
+        sql=sql,
+        base_dir=getattr(config, "base_dir", "."),
     )
     return problems
 
@@ -87,6 +93,8 @@ def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
         getattr(config, "outbound", None),
         tools=known_tools(config, sources),
         limits=config_limits(config),
+        sql=getattr(config, "sql", None),
+        base_dir=getattr(config, "base_dir", "."),
     )
     if problems:
         from mcpipe.config import ConfigError

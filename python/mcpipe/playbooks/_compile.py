@@ -38,7 +38,12 @@ def action_types() -> tuple[str, ...]:
     have no mcpipe kind yet: a ``tool`` can wrap one."""
     from mcpipe.declared import KINDS
 
-    return tuple(KINDS)
+    return tuple(k for k in KINDS if k not in _UNWIRED)
+
+
+_UNWIRED = frozenset({"sql", "sql_tx", "sql_await", "nats", "kafka", "grpc"})
+"""Kinds that use connections the server owns (``[sql.NAME]`` backends, NATS, Kafka, gRPC channels), which
+playbooks are not given yet: a declared pipeline using them can be called as a ``tool``."""
 
 
 _TOP = ("apiVersion", "kind", "metadata", "workload", "workbook", "workflow", "mcp")
@@ -448,6 +453,11 @@ def _has_jinja(value: Any) -> bool:
 
 
 def _unsupported(atype: Any) -> str:
+    if atype in _UNWIRED:
+        return (
+            f"`{atype}` actions are not wired to the server's connections in playbooks yet: "
+            "call a declared pipeline that uses it as a `tool`"
+        )
     if atype in ("python", "postgres", "duckdb", "snowflake", "secrets", "playbook", "iterator"):
         return f"NoETL's `{atype}` type has no mcpipe step kind yet: wrap the work in a `tool`"
     hint = did_you_mean(atype, action_types()) if isinstance(atype, str) else ""

@@ -110,7 +110,7 @@ async def open_app(
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
     declared = None
-    if config.pipelines or config.outbound is not None:
+    if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source
 
         declared = declared_source(config, sources)  # raises ConfigError listing every problem
@@ -157,10 +157,15 @@ async def open_app(
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # sweeps expired suspended pipelines
+            if declared is not None:
+                await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
     finally:
+        if declared is not None:
+            with trio.CancelScope(shield=True):
+                await declared.aclose()  # the connections its steps opened (SQL pools, ...)
         audit.close()
 
 

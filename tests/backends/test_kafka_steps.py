@@ -1,0 +1,153 @@
+"""The kafka step, served by the real server and called with the SDK's Client, against the tests' Kafka-protocol
+broker in a process of its own."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+from mcp import Client
+
+from mcpipe.backends.kafka import KafkaClient
+from mcpipe.config import ConfigError, parse_config
+from mcpipe.server import App, open_app
+
+
+@asynccontextmanager
+async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
+    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
+    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
+        yield app
+
+
+async def call(client: Client, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
+    r = await client.call_tool(name, args)
+    text = r.content[0].text  # type: ignore[union-attr]
+    return r.is_error, (r.structured_content if r.structured_content is not None else text)
+
+
+def pipelines(bootstrap: str) -> dict[str, Any]:
+    return {
+        "pipelines": [
+            {
+                "name": "quote",
+                "input_schema": {"type": "object", "properties": {"sku": {"type": "string"}}},
+                # mcpg's shape: no value, so the step's input (the arguments) is the request.
+                "steps": [
+                    {
+                        "kind": "kafka",
+                        "id": "kafka_request",
+                        "bootstrap_servers": bootstrap,
+                        "group_id": "mcpg",
+                        "request_topic": "quotes.requests",
+                        "response_topic": "quotes.responses",
+                        "timeout_ms": 10000,
+                    }
+                ],
+            },
+            {
+                "name": "lost",
+                "steps": [
+                    {
+                        "kind": "kafka",
+                        "id": "k",
+                        "bootstrap_servers": bootstrap,
+                        "request_topic": "void.requests",
+                        "response_topic": "void.responses",
+                        "timeout_ms": 300,
+                    }
+                ],
+            },
+            {
+                "name": "record",
+                "input_schema": {"type": "object", "properties": {"order": {"type": "string"}}},
+                "steps": [
+                    {
+                        "kind": "kafka",
+                        "id": "p",
+                        "bootstrap_servers": bootstrap,
+                        "topic": "orders.${args.order}",
+                        "key": "${args.order}",
+                        "value": {"order": "${args.order}", "state": "created"},
+                        "headers": {"source": "mcpipe"},
+                    }
+                ],
+            },
+        ]
+    }
+
+
+async def quote_service(bootstrap: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+    async with trio.open_nursery() as nursery:
+        c = KafkaClient(bootstrap)
+        await nursery.start(c.run)
+        meta = await c.metadata("quotes.requests")
+        starts = {p: await c.list_offsets("quotes.requests", p) for p in meta.partitions}
+        task_status.started()
+        for partition, offset in starts.items():
+            nursery.start_soon(_serve, c, partition, offset)
+
+
+async def _serve(c: KafkaClient, partition: int, offset: int) -> None:
+    while True:
+        records, offset = await c.fetch("quotes.requests", partition, offset, lane=f"svc {partition}")
+        for r in records:
+            sku = json.loads(r.value or b"{}")["sku"]
+            cid = r.header("correlation_id")
+            answer = json.dumps({"sku": sku, "cents": 99}).encode()
+            await c.produce("quotes.responses", answer, headers={"correlation_id": cid})
+
+
+async def test_a_kafka_step_requests_and_answers_the_response(kafka_bootstrap: str) -> None:
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(quote_service, kafka_bootstrap)
+            async with served(pipelines(kafka_bootstrap)) as app, Client(app.server) as client:
+                first = await call(client, "quote", {"sku": "pen"})
+                second = await call(client, "quote", {"sku": "ink"})
+                lost = await call(client, "lost", {})
+            nursery.cancel_scope.cancel()
+    assert first == (False, {"sku": "pen", "cents": 99})
+    assert second == (False, {"sku": "ink", "cents": 99})
+    assert lost[0] and lost[1].startswith("TIMEOUT: step 'k' failed: no response on 'void.responses' within 300 ms")
+
+
+async def test_a_kafka_step_produces(kafka_bootstrap: str) -> None:
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            c = KafkaClient(kafka_bootstrap)
+            await nursery.start(c.run)
+            async with served(pipelines(kafka_bootstrap)) as app, Client(app.server) as client:
+                is_error, out = await call(client, "record", {"order": "A-1"})
+            records, _ = await c.fetch("orders.A-1", out["partition"], out["offset"])
+            nursery.cancel_scope.cancel()
+    assert not is_error and out["topic"] == "orders.A-1"
+    got = records[0]
+    assert (json.loads(got.value or b""), got.key, got.header("source")) == (
+        {"order": "A-1", "state": "created"},
+        b"A-1",
+        b"mcpipe",
+    )
+
+
+@pytest.mark.parametrize(
+    ("step", "problem"),
+    [
+        ({"topic": "t", "request_topic": "r"}, "pipelines.p.steps[0]: a kafka step has `topic` (produce) or"),
+        ({"request_topic": "r"}, "pipelines.p.steps[0].response_topic: a kafka request needs `response_topic` too"),
+        (
+            {"topic": "t", "bootstrap_servers": "nohost"},
+            "pipelines.p.steps[0].bootstrap_servers: a Kafka bootstrap server is host:port",
+        ),
+    ],
+)
+def test_kafka_steps_are_checked_at_load(step: dict[str, Any], problem: str) -> None:
+    doc = {"pipelines": [{"name": "p", "steps": [{"kind": "kafka", "bootstrap_servers": "127.0.0.1:9092", **step}]}]}
+    with pytest.raises(ConfigError) as info:
+        parse_config(json.dumps(doc), "json", environ={})
+    found = [str(p) for p in info.value.problems]
+    assert len(found) == 1 and found[0].startswith(problem), found
