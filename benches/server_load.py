@@ -148,18 +148,43 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process and of its live children (the workers of ``mcpipe serve --workers``)."""
+    total = cpu_seconds(pid)
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                total += (int(stat[11]) + int(stat[12])) / TICK
+    return total
+
+
 async def run_load(
-    url: str, pid: int, body: bytes, *, clients: int, calls: int, max_seconds: float = 30.0, check: bytes = b""
+    url: str,
+    pid: int,
+    body: bytes,
+    *,
+    clients: int,
+    calls: int,
+    max_seconds: float = 30.0,
+    check: bytes = b"",
+    request: bytes | list[bytes] | None = None,
+    cpu: Any = cpu_seconds,
 ) -> Load:
     """``clients`` connections each sending ``calls // clients`` requests back to back (bounded by
-    ``max_seconds``); every answer must be 200 and contain ``check``."""
+    ``max_seconds``); every answer must be 200 and contain ``check``. ``request`` replaces the 2026-07-28
+    request built from ``body`` (a list: client ``i`` sends the ``i``-th, e.g. each on its own 2025-11-25
+    session); ``cpu`` reads the server's CPU seconds (of ``pid``)."""
     hostport, _, path = url.removeprefix("http://").partition("/")
     host, _, port = hostport.rpartition(":")
-    request = request_bytes(host, int(port), "/" + path, body)
+    requests = request if isinstance(request, list) else [request or request_bytes(host, int(port), "/" + path, body)]
     per_client = max(1, calls // clients)
     done = 0
 
-    async def client(n: int) -> None:
+    async def client(n: int, request: bytes = requests[0]) -> None:
         nonlocal done
         conn = _Conn(host, int(port))
         try:
@@ -173,13 +198,13 @@ async def run_load(
 
     await client(WARMUP)  # imports, caches, first-call paths
     done = 0
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    cpu0, t0 = cpu(pid), time.perf_counter()
     with trio.move_on_after(max_seconds):
         async with trio.open_nursery() as nursery:
-            for _ in range(clients):
-                nursery.start_soon(client, per_client)
+            for i in range(clients):
+                nursery.start_soon(client, per_client, requests[i % len(requests)])
     elapsed = time.perf_counter() - t0
-    return Load(done, elapsed, cpu_seconds(pid) - cpu0)
+    return Load(done, elapsed, cpu(pid) - cpu0)
 
 
 @asynccontextmanager
@@ -241,14 +266,36 @@ async def _serve_sdk() -> None:
         print(binds[0] + "/mcp", flush=True)
 
 
-async def _serve_mcpipe(audit_path: str) -> None:
+async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
+    """mcpipe serving the benchmark's tools. ``variant``: ``sdk-path`` (every request through the SDK, no
+    lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and tracing live through the
+    OpenTelemetry API with no SDK installed: non-recording spans, the caller's traceparent carried on),
+    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter); by default metrics are
+    on and traces off, as ``mcpipe serve`` runs without telemetry config."""
+    from mcpipe import telemetry
     from mcpipe.config import parse_config
     from mcpipe.server import open_app, serve_http
 
-    doc = {"python_tools": ["server_load:bench_tools"], "builtins": False, "audit": {"path": audit_path}}
+    doc: dict[str, Any] = {
+        "python_tools": ["server_load:bench_tools"],
+        "builtins": False,
+        "audit": {"path": audit_path},
+    }
+    if variant == "bare":
+        doc["telemetry"] = {"metrics": False}
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
-        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
+        known = telemetry.current().known  # type: ignore[union-attr]
+        if variant == "traced":
+            from opentelemetry import trace
+
+            telemetry.install(telemetry.Telemetry(tracer=trace.get_tracer("mcpipe"), known=known))
+        elif variant == "recorded":
+            from opentelemetry.sdk.trace import TracerProvider
+
+            telemetry.install(telemetry.Telemetry(tracer_provider=TracerProvider(), known=known))
+        serve = partial(serve_http, app, host="127.0.0.1", port=0, fast_path=variant != "sdk-path")
+        url = await nursery.start(serve)
         print(url, flush=True)
 
 
@@ -260,6 +307,6 @@ if __name__ == "__main__":
         case "sdk":
             trio.run(_serve_sdk)
         case "mcpipe":
-            trio.run(_serve_mcpipe, sys.argv[2] if len(sys.argv) > 2 else os.devnull)
+            trio.run(_serve_mcpipe, sys.argv[2] if len(sys.argv) > 2 else os.devnull, *sys.argv[3:4])
         case other:
             raise SystemExit(f"unknown server kind {other!r}")

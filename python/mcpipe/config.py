@@ -38,6 +38,8 @@ __all__ = [
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "StoreConfig",
+    "TelemetryConfig",
     "TokenConfig",
     "load_config",
     "parse_config",
@@ -156,6 +158,8 @@ class HttpConfig(_Base):
     """The most SSE events kept for replay, across sessions (the oldest go first)."""
     event_store_max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 16 * 1024 * 1024
     """The most bytes of messages kept for replay, across sessions."""
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
+    """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
 
 
 class InteractionConfig(_Base):
@@ -176,6 +180,30 @@ class InteractionConfig(_Base):
     """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
 
 
+class StoreConfig(_Base):
+    """Where suspended pipelines and used-state claims live (``docs/deployment.md``)."""
+
+    url: str = "memory://"
+    """``memory://`` (this process only, bounded by ``interaction.max_suspended`` and
+    ``max_suspended_bytes``) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance; also
+    ``rediss://`` and ``unix://``)."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
+    """A shared store's bound on connecting and on each command."""
+    prefix: str = "mcpipe"
+    """A shared store's key prefix (servers with different prefixes can share a database)."""
+
+
+class TelemetryConfig(_Base):
+    """Metrics and traces (``docs/deployment.md``)."""
+
+    metrics: bool = True
+    """Serve ``GET /metrics`` (Prometheus text format)."""
+    traces: Literal["none", "propagate", "console", "otlp"] | None = None
+    """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
+    caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
+    decide, and without them, off."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -189,6 +217,8 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    store: StoreConfig = msgspec.field(default_factory=StoreConfig)
+    telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
     pipelines: list[dict[str, Any]] = []
     """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
     :mod:`mcpipe.declared`, which owns their format."""
@@ -232,6 +262,8 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "store": _Section("store", StoreConfig),
+    "telemetry": _Section("telemetry", TelemetryConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
     "sql": _Section("sql", dict[str, Any]),
@@ -464,6 +496,11 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, "must start with `/`"))
     if h.path == "/healthz":
         problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    scheme, sep, rest = cfg.store.url.partition("://")
+    if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
+        problems.append(
+            Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
+        )
     return msgspec.structs.replace(cfg, mcpServers=servers)
 
 

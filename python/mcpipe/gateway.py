@@ -27,9 +27,10 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from mcpipe import telemetry
 from mcpipe.config import glob_matcher
 from mcpipe.errors import MCPipeError
-from mcpipe.tools import Tool, ToolContext, ToolResult
+from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
 
 __all__ = [
     "AuditLog",
@@ -227,8 +228,13 @@ class Gateway:
         if not self.policy.allows(ctx.principal, name):
             self._record(ctx, name, False, "FORBIDDEN", t0, 0.0)
             raise _Refused("FORBIDDEN", f"principal '{ctx.principal}' may not call '{name}'")
+        tel = telemetry.current()
         try:
-            result = await tool.call(args, ctx)
+            if tel is None or tel.tracer is None or ctx.step is None:
+                result = await tool.call(args, ctx)
+            else:  # a function tool makes no traced calls of its own: its span need not become the current one
+                current = not isinstance(tool, FunctionTool)
+                result = await tel.step_call(ctx.step, name, tool.call(args, ctx), current=current)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise

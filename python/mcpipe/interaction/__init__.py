@@ -21,7 +21,7 @@ from mcpipe.interaction._core import (
 )
 from mcpipe.interaction._serve import Interactions, sdk_call
 from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StoreUnavailable
 from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, interaction_tools
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "PipelineStore",
     "StateError",
     "StateSealer",
+    "StoreUnavailable",
     "Suspended",
     "args_digest",
     "interaction_of",

@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
+from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
 from mcpipe.interaction._core import (
@@ -33,7 +33,7 @@ from mcpipe.interaction._state import (
     StateSealer,
     args_digest,
 )
-from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StateTooLarge
+from mcpipe.interaction._store import InMemoryPipelineStore, PipelineStore, StateTooLarge, StoreUnavailable
 from mcpipe.tools._base import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
@@ -152,6 +152,8 @@ class Interactions:
         unanswered."""
         try:
             saved = await self.sealer.unseal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        except StoreUnavailable as e:
+            raise _unavailable(e) from None
         except StateError as e:
             _log.warning("requestState refused for %s (%s): %s", name, e.reason, e)
             raise MCPError(
@@ -190,6 +192,8 @@ class Interactions:
             _log.warning("a pipeline is suspended, and no %s is set: only this process can resume it", self._key_env)
         try:
             token = await self.sealer.seal(state, tool=name, digest=args_digest(name, args), principal=ctx.principal)
+        except StoreUnavailable as e:
+            raise _unavailable(e) from None
         except StateTooLarge as e:
             _log.warning("suspension of %s refused: %s", name, e)
             return {"content": [{"type": "text", "text": f"{e.code}: {e}"}], "isError": True}
@@ -198,6 +202,12 @@ class Interactions:
             "inputRequests": {wire: q["request"] for wire, q in state["pending"].items()},
             "requestState": token,
         }
+
+
+def _unavailable(exc: StoreUnavailable) -> MCPError:
+    """A store that cannot answer is the server's trouble, not the caller's: an internal error naming it;
+    the client can send the same request again once the store is back."""
+    return MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
 
 
 def _dump(model: Any) -> Any:

@@ -3,7 +3,7 @@
 A store keeps two things, both with an expiry: blobs (a suspended pipeline's state too large to travel
 inline in ``requestState``, kept behind an opaque handle) and claims (the one-time ids of the states that
 have been resumed, so a replayed state is refused). A shared store (Redis, a later issue) implements the
-same four methods; nothing else in the runtime knows which store it talks to.
+same four methods (``mcpipe.store.redis``); nothing else in the runtime knows which store it talks to.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ __all__ = [
     "InMemoryPipelineStore",
     "PipelineStore",
     "StateTooLarge",
+    "StoreUnavailable",
 ]
 
 SWEEP_INTERVAL_S = 30.0
@@ -31,6 +32,11 @@ MAX_STORED_STATES = 1000
 
 MAX_STORED_BYTES = 64 * 1024 * 1024
 """Default: the most bytes of suspended states the in-memory store keeps (the oldest are evicted past it)."""
+
+
+class StoreUnavailable(Exception):
+    """The pipeline store cannot answer now (a shared store is unreachable); the call that needed it fails
+    with this message, and a later one may succeed."""
 
 
 class StateTooLarge(Exception):
@@ -60,11 +66,17 @@ class PipelineStore(Protocol):
         ...
 
     async def claim(self, state_id: str, expires_at: float) -> bool:
-        """Mark a state as resumed. True the first time, False if it was claimed before (a replay)."""
+        """Mark a state as resumed. True the first time, False if it was claimed before (a replay);
+        atomic across every instance sharing the store."""
         ...
 
     async def sweep(self) -> int:
         """Drop what has expired; answers how many entries went."""
+        ...
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """The store's background life (a sweeper, a client's connections) until cancelled; start it with
+        ``nursery.start`` before use."""
         ...
 
 

@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 import trio
 
+from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe.compile import (
     DEFAULT_LIMITS,
@@ -177,7 +178,11 @@ async def _run_compiled(
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
-    return await run.main(compiled.plan, started)
+    answer = await run.main(compiled.plan, started)
+    tel = telemetry.current()
+    if tel is not None:
+        tel.observe_steps(answer)
+    return answer
 
 
 def _invalid(problems: list[Problem], started: float) -> dict[str, Any]:

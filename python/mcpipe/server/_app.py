@@ -13,14 +13,16 @@ from typing import Any
 import trio
 from mcp.server.lowlevel.server import Server
 
+from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
 from mcpipe.compile import Limits, configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import Problem
 from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
-from mcpipe.interaction import INTERACTION_TOOL_NAMES, InMemoryPipelineStore, Interactions, interaction_tools
+from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, principal_of
 from mcpipe.server._passthrough import Passthrough
+from mcpipe.store import open_pipeline_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 
@@ -147,19 +149,20 @@ async def open_app(
         downstreams, gateway.policy, lambda ctx: principal_of(ctx, handlers.default_principal)
     )
     server = build_server(handlers, name=config.name, version=_version())
-    section = config.interaction
-    store = InMemoryPipelineStore(
-        interval_s=section.sweep_interval_s,
-        max_states=section.max_suspended,
-        max_bytes=section.max_suspended_bytes,
-    )
+    store = open_pipeline_store(config.store, config.interaction)
     handlers.interactions = Interactions.from_config(config.interaction, store, audience=config.name)
     try:
+        tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))
+    except ValueError as exc:
+        raise ConfigError([Problem("telemetry.traces", "INVALID_CONFIG", str(exc))]) from None
+    try:
         async with trio.open_nursery() as nursery:
-            await nursery.start(store.run)  # sweeps expired suspended pipelines
+            await nursery.start(store.run)  # sweeps expired suspended pipelines, or holds the Redis client
             if declared is not None:
                 await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
+            if tel.metrics is not None:
+                nursery.start_soon(_report_downstreams, tel, downstreams)
             yield App(config, gateway, downstreams, handlers, server)
             nursery.cancel_scope.cancel()
     finally:
@@ -167,6 +170,35 @@ async def open_app(
             with trio.CancelScope(shield=True):
                 await declared.aclose()  # the connections its steps opened (SQL pools, ...)
         audit.close()
+        if telemetry.current() is tel:
+            telemetry.install(None)
+        if tel.provider is not None:
+            tel.provider.shutdown()  # flushes the spans still batched
+
+
+DOWNSTREAM_REPORT_S = 5.0
+
+
+async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams) -> None:
+    """Keep the downstream-up gauge current (each worker reports its own connections)."""
+    while True:
+        tel.downstream_status(downstreams.status())
+        await trio.sleep(DOWNSTREAM_REPORT_S)
+
+
+def _known_names(gateway: Gateway) -> Any:
+    """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
+    seen: set[str] = {"mcp_pipe"}
+
+    def known(name: str) -> bool:
+        if name in seen:
+            return True
+        if gateway.get(name) is not None and len(seen) < 10_000:
+            seen.add(name)
+            return True
+        return False
+
+    return known
 
 
 def _version() -> str:

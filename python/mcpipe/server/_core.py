@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe import telemetry
 from mcpipe._bounds import depth_problem, measure_output
 from mcpipe._json import dumps
 from mcpipe.compile import Limits
@@ -139,7 +140,12 @@ def tool_context(
         principal=principal_of(ctx, default_principal),
         progress=session.report_progress,
         log=log,
-        extras={"mcp_context": ctx, "progress": _wants_progress(ctx), "progress_token": _progress_token(ctx)},
+        extras={
+            "mcp_context": ctx,
+            "progress": _wants_progress(ctx),
+            "progress_token": _progress_token(ctx),
+            "traceparent": ctx.meta.get("traceparent") if ctx.meta else None,
+        },
     )
 
 
@@ -234,6 +240,9 @@ class PipeRunner:
         except BaseException as exc:
             if is_suspension(exc):
                 code = "SUSPENDED"  # it waits for its client's answers (2026-07-28) and resumes on the retry
+                tel = telemetry.current()
+                if tel is not None:
+                    tel.suspended()
             raise
         finally:
             self.gateway.record_pipe(ctx, pid, answer or {"ok": False, "error_code": code}, t0)
@@ -312,6 +321,29 @@ class ToolHandlers:
         self._idle = trio.Event()
         self._idle.set()
         self.shutting_down = False
+        # 2025-11-25 sessions the SDK has served, by transport: the client's info and capabilities, which the
+        # lean path needs (the entry goes when the SDK drops the session's transport).
+        self.legacy_clients: weakref.WeakKeyDictionary[Any, tuple[dict[str, Any], Any, Any]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.session_transport: Any = None  # session id -> its transport (the HTTP session manager's), or None
+
+    def _remember_client(self, ctx: ServerRequestContext[Any, Any]) -> None:
+        if self.session_transport is None or ctx.protocol_version in _MODERN or ctx.request is None:
+            return
+        try:
+            sid = ctx.request.headers.get("mcp-session-id")
+        except AttributeError:
+            return
+        transport = self.session_transport(sid) if sid else None
+        if transport is not None and transport not in self.legacy_clients:
+            session = ctx.session
+            cp = session.client_params
+            info = cp.client_info if cp is not None else None
+            client = {"name": info.name, "version": info.version} if info is not None else {}
+            # The connection keys the log level the client set (logging/setLevel), which its calls honour.
+            connection = getattr(session, "_connection", session)
+            self.legacy_clients[transport] = (client, session.client_capabilities, connection)
 
     def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
@@ -324,6 +356,7 @@ class ToolHandlers:
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         await self.gateway.ready()
+        self._remember_client(ctx)
         out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal))}
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
@@ -336,6 +369,7 @@ class ToolHandlers:
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
+        self._remember_client(ctx)
         levels = self.passthrough.levels if self.passthrough is not None else None
         out = await sdk_call(
             self, ctx, params, tool_context(ctx, default_principal=self.default_principal, log_levels=levels)
@@ -349,13 +383,16 @@ class ToolHandlers:
 
     async def call(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         """One direct call: ``mcp_pipe`` or any gateway tool, answered as a wire result (``CANCELLED`` when
-        the server shuts down under it)."""
+        the server shuts down under it; counted and traced when the process has telemetry)."""
         if not self.shutting_down:
             with trio.CancelScope() as scope:
                 self._in_flight.add(scope)
                 self._idle = trio.Event() if self._idle.is_set() else self._idle
                 try:
-                    return await self._call(name, args, tctx)
+                    tel = telemetry.current()
+                    if tel is None:
+                        return await self._call(name, args, tctx)
+                    return await tel.observe_call(name, tctx.extras.get("traceparent"), self._call(name, args, tctx))
                 finally:
                     self._in_flight.discard(scope)
                     if not self._in_flight:

@@ -15,39 +15,60 @@ a tool whose schema declares them, ``inputResponses``/``requestState``, a malfor
 Like the SDK's SSE mode, an answer that takes longer than :data:`PING_INTERVAL_S` switches to
 ``text/event-stream`` and pings so a proxy's idle timeout cannot cut it; a client that disconnects
 cancels the call.
+
+**2025-11-25 on an established session.** A ``tools/call`` POST carrying ``Mcp-Session-Id`` of a live
+session is served the same way once the SDK has served one request of that session (which is when the
+handlers learn the client's identity and capabilities, :attr:`ToolHandlers.legacy_clients`): the SDK's
+manager and transport checks (the session exists and belongs to this credential, Host/Origin, Accept,
+Content-Type, the JSON-RPC shape), then the handler, then the answer as the SDK writes it (the same SSE
+event and headers, or JSON in ``json_response`` mode). Calls that could ask the client (``ask_user``,
+``sample``, ``list_roots``, declared pipelines, downstream servers' tools, whose questions are relayed, an
+``mcp_pipe`` naming any of them) stay on the SDK path:
+a 2025-11-25 question travels on the request's own stream, which only the SDK's transport routes.
 """
 
 from __future__ import annotations
 
 import inspect
+import logging
 import math
 import re
 from typing import Any
 
 import orjson
 import trio
-from mcp.server.streamable_http import check_accept_headers
+from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
 from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS, InboundModernRoute, classify_inbound_request
-from mcp_types import CLIENT_CAPABILITIES_META_KEY, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, INTERNAL_ERROR, LOG_LEVEL_META_KEY, SERVER_INFO_META_KEY
+from mcp_types import methods as sdk_methods
+from mcp_types.jsonrpc import JSONRPCError, JSONRPCNotification, JSONRPCResponse
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import ValidationError
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
 from mcpipe._core import json_measure
 from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
+from mcpipe.server._passthrough import level_allows
 from mcpipe.tools import FunctionTool, ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
 
 
+_log = logging.getLogger("mcpipe.http")
+
 PING_INTERVAL_S = 15.0
 """After this long without an answer, the response becomes an SSE stream with keep-alive pings."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+_LEGACY = "2025-11-25"
+_SESSION = MCP_SESSION_ID_HEADER.lower()
 _ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _JSON_HEADERS = [(b"content-type", b"application/json")]
@@ -64,6 +85,11 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
+_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool", "PlaybookTool", "WorkflowTool"})
+"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (playbooks and
+the workflow ask the client's model when they use ``sampling``)."""
+_LEGACY_PING_S = 15.0
+"""sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
 
 
 class FastToolCall:
@@ -76,6 +102,8 @@ class FastToolCall:
         server_info: the ``serverInfo`` stamp of 2026-07-28 results.
         json_response: answer JSON only (never switch to SSE), as the SDK's ``json_response``.
         max_body: the body limit (larger bodies go to the SDK, which refuses them).
+        manager: the SDK's ``StreamableHTTPSessionManager``, whose established 2025-11-25 sessions this path
+            serves too (None: only 2026-07-28).
     """
 
     def __init__(
@@ -86,8 +114,11 @@ class FastToolCall:
         *,
         json_response: bool = False,
         max_body: int = 4 * 1024 * 1024,
+        manager: Any = None,
     ) -> None:
         self.handlers = handlers
+        # The SDK session manager whose 2025-11-25 sessions this path may serve (None: leave them all to it).
+        self.manager = manager
         self.security = TransportSecurityMiddleware(security)
         self.meta = {SERVER_INFO_META_KEY: server_info}
         self.json_response = json_response
@@ -111,6 +142,32 @@ class FastToolCall:
             self._traits_cache[name] = cached
         return cached[1], cached[2]
 
+    def _may_ask(self, name: str, args: Any) -> bool:
+        """Whether a call could ask a 2025-11-25 client something (then only the SDK path can carry it)."""
+        if name in INTERACTION_TOOL_NAMES:
+            return True
+        if name == PIPE_TOOL:
+            return _names_asking_tool(args, self._may_ask)
+        tool = self.handlers.gateway.get(name)
+        # A declared pipeline may ask; a downstream server's tool may ask too (its questions are relayed).
+        return tool is not None and type(tool).__name__ in _ASKING_TOOL_TYPES
+
+    async def _read_body(self, receive: Receive) -> tuple[bytes | None, bool, Receive]:
+        """(body, complete, receive-for-the-SDK); body None when the client left before sending it."""
+        body = b""
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] != "http.request":
+                return None, False, receive
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self.max_body:
+                break
+        # The SDK decides what is too large, starts with a byte order mark, or holds integers past 64 bits.
+        complete = not more and not body.startswith(_BOM) and _LONG_NUMBER.search(body) is None
+        return body, complete, replaying(body, more, receive)
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> tuple[bool, Receive]:
         """Serve the request if it is ours. Returns (served, receive): when not served, ``receive``
         replays whatever body was read, for the SDK."""
@@ -125,7 +182,10 @@ class FastToolCall:
             elif key.startswith("mcp-param-"):
                 return False, receive
             headers[key] = v.decode("latin-1")
-        if headers.get("mcp-protocol-version") not in _MODERN or routing != sum(k in headers for k in _ROUTING):
+        version = headers.get("mcp-protocol-version")
+        if version == _LEGACY and _SESSION in headers and self.manager is not None:
+            return await self._legacy(scope, receive, send, headers)
+        if version not in _MODERN or routing != sum(k in headers for k in _ROUTING):
             return False, receive
         request = Request(scope)
         if await self.security.validate_request(request, is_post=True) is not None:
@@ -134,19 +194,11 @@ class FastToolCall:
         if not has_json or not (self.json_response or has_sse):
             return False, receive
 
-        body = b""
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                return True, receive  # the client left before sending its body: nothing to answer
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_body:
-                break
-        replay = _replaying(body, more, receive)
-        if more or body.startswith(_BOM) or _LONG_NUMBER.search(body) is not None:
-            return False, replay  # the SDK decides: too large, a byte order mark, integers past 64 bits
+        body, complete, replay = await self._read_body(receive)
+        if body is None:
+            return True, receive  # the client left before sending its body: nothing to answer
+        if not complete:
+            return False, replay
         try:
             msg = orjson.loads(body)
         except orjson.JSONDecodeError:
@@ -166,6 +218,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            extras={"traceparent": meta.get("traceparent")},
         )
         capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:
@@ -246,9 +299,177 @@ class FastToolCall:
         )
         await send({"type": "http.response.body", "body": payload})
 
+    async def _legacy(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[str, str]
+    ) -> tuple[bool, Receive]:
+        """A 2025-11-25 ``tools/call`` on an established session (see the module's docstring)."""
+        sid = headers[_SESSION]
+        transport = self.manager._server_instances.get(sid)
+        if transport is None or transport.is_terminated:
+            return False, receive
+        client = self.handlers.legacy_clients.get(transport)
+        if client is None:
+            return False, receive  # the SDK has not served this session yet: it learns who the client is
+        user = scope.get("user")
+        requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
+        if requestor != self.manager._session_owners.get(sid):
+            return False, receive
+        request = Request(scope)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return False, receive
+        has_json, has_sse = check_accept_headers(request)
+        if not has_json or not (self.json_response or has_sse):
+            return False, receive
+        content_type = headers.get("content-type", "").split(";")[0]
+        if not any(part.strip() == "application/json" for part in content_type.split(",")):
+            return False, receive
+        body, complete, replay = await self._read_body(receive)
+        if body is None:
+            return True, receive
+        if not complete:
+            return False, replay
+        try:
+            msg = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            return False, replay
+        call = _tool_call(msg, legacy=True)
+        if call is None:
+            return False, replay
+        try:
+            sdk_methods.validate_client_request("tools/call", _LEGACY, msg["params"])
+        except (ValidationError, KeyError, ValueError):
+            return False, replay  # the SDK answers invalid-params its own way
+        name, args, meta = call
+        plain, yields = self._traits(name)
+        if not plain or self._may_ask(name, args):
+            return False, replay
+        info, capabilities, connection = client
+        ctx = ToolContext(
+            request_id=str(msg["id"]),
+            client=info,
+            principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            extras={"traceparent": meta.get("traceparent")},
+        )
+        rid = msg["id"]
+        if self.json_response:
+            payload = _legacy_answer(rid, await self._legacy_call(name, args, ctx, capabilities))
+            start = [*_JSON_HEADERS, (b"mcp-session-id", sid.encode()), (b"content-length", str(len(payload)).encode())]
+            await send({"type": "http.response.start", "status": 200, "headers": start})
+            await send({"type": "http.response.body", "body": payload})
+            return True, receive
+        # The SDK's SSE answer: its headers at once, the priming event of a resumable stream, then the
+        # messages, each kept in the session's event store (for a client resuming with Last-Event-ID) as the
+        # SDK keeps them; pings while the call runs.
+        start = [
+            (b"cache-control", b"no-cache, no-transform"),
+            (b"connection", b"keep-alive"),
+            (b"content-type", b"text/event-stream"),
+            (b"mcp-session-id", sid.encode()),
+            (b"x-accel-buffering", b"no"),
+        ]
+        await send({"type": "http.response.start", "status": 200, "headers": start})
+        store = getattr(transport, "_event_store", None)
+        stream = str(rid)
+        if store is not None:
+            primed = b"id: " + str(await store.store_event(stream, None)).encode() + b"\r\ndata: \r\n"
+            retry = getattr(transport, "_retry_interval", None)
+            if retry is not None:
+                primed += b"retry: " + str(retry).encode() + b"\r\n"
+            await send({"type": "http.response.body", "body": primed + b"\r\n", "more_body": True})
 
-def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
-    """(name, arguments, _meta) of a plain ``tools/call`` request, or None for anything else."""
+        async def event(message: bytes, model: Any, more: bool) -> None:
+            head = b""
+            if store is not None:
+                head = b"id: " + str(await store.store_event(stream, model())).encode() + b"\r\n"
+            body = head + b"event: message\r\ndata: " + message + b"\r\n\r\n"
+            await send({"type": "http.response.body", "body": body, "more_body": more})
+
+        passthrough = self.handlers.passthrough
+
+        async def log(level: str, data: Any, /, logger: str | None = None) -> None:
+            if passthrough is not None and not level_allows(passthrough.levels.get(connection), level):
+                return
+            params: dict[str, Any] = {"level": level, "data": data}
+            if logger is not None:
+                params["logger"] = logger
+            note = {"jsonrpc": "2.0", "method": "notifications/message", "params": params}
+            await event(orjson.dumps(note), lambda: JSONRPCNotification.model_validate(note), True)
+
+        ctx.log = log
+        answer: dict[str, Any] | None = None
+        if yields:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._legacy_guard, nursery.cancel_scope, receive, send)
+                answer = await self._legacy_call(name, args, ctx, capabilities)
+                nursery.cancel_scope.cancel()
+            if answer is None:
+                return True, receive  # the client disconnected: the call was cancelled
+        else:
+            answer = await self._legacy_call(name, args, ctx, capabilities)
+        payload = _legacy_answer(rid, answer)
+        await event(payload, lambda: _message_model(payload), False)
+        return True, receive
+
+    async def _legacy_call(
+        self, name: str, args: dict[str, Any], ctx: ToolContext, capabilities: Any
+    ) -> dict[str, Any]:
+        try:
+            return await self.handlers.interactions.call(
+                self.handlers.call, name, args, ctx, modern=False, capabilities=capabilities
+            )
+        except MCPError as exc:
+            return {_ERROR: exc}
+
+    @staticmethod
+    async def _legacy_guard(scope: trio.CancelScope, receive: Receive, send: Send) -> None:
+        """Cancel the call when the client leaves; keep the stream alive with comments meanwhile."""
+        while True:
+            with trio.move_on_after(_LEGACY_PING_S):
+                if (await receive())["type"] == "http.disconnect":
+                    scope.cancel()
+                    return
+                continue
+            with trio.CancelScope(shield=True):
+                await send({"type": "http.response.body", "body": b": ping\r\n\r\n", "more_body": True})
+
+
+def _legacy_answer(rid: Any, out: dict[str, Any]) -> bytes:
+    """The JSON-RPC answer to a 2025-11-25 call, shaped by the SDK's own result surface (validated, and
+    dumped in its field order) so it is byte for byte what the SDK path writes."""
+    error = out.get(_ERROR)
+    if error is None:
+        try:
+            result = sdk_methods.serialize_server_result("tools/call", _LEGACY, out)
+        except ValidationError:
+            _log.exception("tools/call returned an invalid result")
+            error = MCPError(code=INTERNAL_ERROR, message="Handler returned an invalid result")
+        else:
+            return orjson.dumps({"jsonrpc": "2.0", "id": rid, "result": result})
+    wire = error.error.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return orjson.dumps({"jsonrpc": "2.0", "id": rid, "error": wire})
+
+
+def _message_model(payload: bytes) -> Any:
+    """The SDK's model of an answer already encoded (what an event store keeps for a replay)."""
+    message = orjson.loads(payload)
+    return (JSONRPCError if "error" in message else JSONRPCResponse).model_validate(message)
+
+
+def _names_asking_tool(node: Any, may_ask: Any) -> bool:
+    """Whether an ``mcp_pipe`` spec names, anywhere, a tool for which ``may_ask`` holds."""
+    if isinstance(node, dict):
+        tool = node.get("tool")
+        if isinstance(tool, str) and may_ask(tool, None):
+            return True
+        return any(_names_asking_tool(v, may_ask) for v in node.values() if isinstance(v, dict | list))
+    if isinstance(node, list):
+        return any(_names_asking_tool(v, may_ask) for v in node if isinstance(v, dict | list))
+    return False
+
+
+def _tool_call(msg: Any, *, legacy: bool = False) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """(name, arguments, _meta) of a plain ``tools/call`` request, or None for anything else (a 2026-07-28
+    request must carry ``_meta``; a ``legacy`` 2025-11-25 one may leave it out)."""
     if not isinstance(msg, dict) or msg.get("jsonrpc") != "2.0" or msg.get("method") != "tools/call":
         return None
     rid = msg.get("id")
@@ -258,6 +479,8 @@ def _tool_call(msg: Any) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
     if not isinstance(params, dict) or not params.keys() <= _PARAMS:
         return None
     name, args, meta = params.get("name"), params.get("arguments"), params.get("_meta")
+    if legacy and meta is None:
+        meta = {}
     if not isinstance(name, str) or not isinstance(meta, dict):
         return None
     if args is None:

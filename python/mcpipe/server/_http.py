@@ -1,6 +1,6 @@
 """Streamable HTTP: the SDK's session manager behind a small ASGI front, served by hypercorn's trio worker.
 
-The front does three things before a request reaches the SDK: ``/healthz``; bearer-token auth (the
+The front does three things before a request reaches the SDK: ``/healthz`` and ``/metrics``; bearer-token auth (the
 token's principal goes into the ASGI scope, where the tool handlers read it, and into ``scope["user"]``,
 so the SDK binds each 2025-11-25 session to the credential that opened it); and 404 for every other path.
 Both protocol eras are the session manager's: a 2026-07-28 request (``MCP-Protocol-Version`` header) is
@@ -33,6 +33,7 @@ from mcpipe.server._app import App
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
+from mcpipe.telemetry import metrics_text
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -165,6 +166,7 @@ class HttpFront:
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
         self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self.metrics = app.config.telemetry.metrics
         self._slow_body = orjson.dumps(
             {
                 "error": "request_timeout",
@@ -198,6 +200,22 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
+            elif path == "/metrics" and self.metrics:
+                if self.require_auth and self._principal(scope) is None:
+                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    return
+                body, content_type = metrics_text()
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 200,
+                        "headers": [
+                            (b"content-type", content_type.encode()),
+                            (b"content-length", str(len(body)).encode()),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
             elif path == "/workflow" and self.app.config.workflow is not None:
                 await self.workflow(scope, receive, send)
             elif path == "/healthz":
@@ -261,12 +279,15 @@ async def serve_http(
     shutdown_trigger: Callable[[], Awaitable[None]] | None = None,
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
+    listen_fd: int | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
 
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
+    ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``).
     """
     cfg = app.config
     h = cfg.http
@@ -286,10 +307,11 @@ async def serve_http(
         app=app.server,
         json_response=h.json_response,
         security_settings=security_settings(cfg, host),
-        session_idle_timeout=h.session_idle_timeout_s,
+        session_idle_timeout=None if listen_fd is not None else h.session_idle_timeout_s,
         max_request_body_size=h.max_body_bytes,
-        events=events if resumable else None,
-        retry_interval=h.sse_retry_ms if resumable else None,
+        stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
+        events=events if resumable and listen_fd is None else None,
+        retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -298,7 +320,10 @@ async def serve_http(
         app.server.server_info_stamp,
         json_response=h.json_response,
         max_body=h.max_body_bytes,
+        manager=None if listen_fd is not None else manager,  # stateless workers have no 2025 sessions
     )
+    if fast_path and listen_fd is None:
+        app.handlers.session_transport = manager._server_instances.get
     front = HttpFront(
         app,
         manager,
@@ -309,7 +334,10 @@ async def serve_http(
         body_timeout_s=h.body_timeout_s,
     )
     hc = HypercornConfig()
-    hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
+    if listen_fd is not None:
+        hc.bind = [f"fd://{listen_fd}"]
+    else:
+        hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")

@@ -55,7 +55,11 @@ Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
 def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
     """Whether a 2025-11-25 client wants a message at ``level`` (the level it set with ``logging/setLevel``;
     every level before it set one). 2026-07-28 requests carry their own level, applied by the SDK."""
-    wanted = levels.get(_connection(ctx))
+    return level_allows(levels.get(_connection(ctx)), level)
+
+
+def level_allows(wanted: str | None, level: str) -> bool:
+    """Whether a message at ``level`` passes the level a client set (None: it set none, all pass)."""
     return wanted is None or _RANK.get(level, 0) >= _RANK.get(wanted, 0)
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from functools import partial
+from pathlib import Path
 from typing import Any
 
 import trio
@@ -57,8 +59,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (for MCP clients)")
     parser.add_argument(
+        "--workers",
+        type=_positive,
+        metavar="N",
+        help="HTTP worker processes sharing the port (default: the config's http.workers, 1); see docs/deployment.md",
+    )
+    parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
     )
+
+
+def _positive(value: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {value!r}") from None
+    if not 1 <= n <= 256:
+        raise argparse.ArgumentTypeError(f"must be between 1 and 256: {n}")
+    return n
 
 
 CHATTY_LOGGERS = ("httpx", "httpx2", "httpcore", "mcp.server.streamable_http", "mcp.server.streamable_http_manager")
@@ -90,8 +109,15 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     http = getattr(ns, "http", None)
     stdio = bool(getattr(ns, "stdio", False))
+    workers = getattr(ns, "workers", None) or config.http.workers
+    listen_fd = getattr(ns, "listen_fd", None)
+    if stdio and workers > 1:
+        print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
+        return 2
     try:
-        trio.run(_serve, config, stdio, http)
+        if workers > 1 and listen_fd is None:
+            return _supervise(ns, config, http, workers)
+        trio.run(_serve, config, stdio, http, listen_fd)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
@@ -105,6 +131,35 @@ def main(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:
+    from mcpipe.server._http import signalled
+    from mcpipe.server._workers import supervise
+
+    host, port = http if http is not None else (config.http.host, config.http.port)
+    args = ["--log-level", str(getattr(ns, "log_level", "info"))]
+    if getattr(ns, "config", None):
+        args += ["--config", str(Path(ns.config).resolve())]
+    run = partial(
+        supervise,
+        workers=workers,
+        host=host,
+        port=port,
+        path=config.http.path,
+        worker_args=args,
+        shutdown_trigger=signalled,
+        shared_store=not config.store.url.startswith("memory:"),
+        state_key_env=config.interaction.state_key_env,
+    )
+    try:
+        return trio.run(run)
+    except OSError as exc:
+        print(
+            f"mcpipe serve: error: cannot listen on {host}:{port}: {(exc.strerror or str(exc)).lower()}",
+            file=sys.stderr,
+        )
+        return 1
+
+
 def _os_error(exc: BaseException) -> str | None:
     """The message of the OSError that stopped the server (binding its address), alone or in groups."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
@@ -114,7 +169,7 @@ def _os_error(exc: BaseException) -> str | None:
     return (exc.strerror or str(exc)).lower()
 
 
-async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> None:
+async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None, listen_fd: int | None = None) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
     from mcpipe.server._stdio import serve_stdio
@@ -124,7 +179,7 @@ async def _serve(config: Config, stdio: bool, http: tuple[str, int] | None) -> N
             await serve_stdio(app)
         else:
             host, port = http if http is not None else (None, None)
-            await serve_http(app, host=host, port=port, shutdown_trigger=signalled)
+            await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
 
 
 def _unreadable(exc: ConfigError, path: str) -> bool:

@@ -41,6 +41,7 @@ from mcp_types import (
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe import telemetry
 from mcpipe.config import McpServerConfig, glob_matcher
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction._core import AskFailed, interaction_of
@@ -388,6 +389,7 @@ class DownstreamServer:
                 allow_input_required=True,
             )
 
+        tel = telemetry.current()
         try:
             with (
                 self.feed.in_call(ctx),
@@ -395,7 +397,14 @@ class DownstreamServer:
                 self.streams.watching(ctx) as watched,
             ):
                 meta = self._meta(client, ctx, watched)
-                r = await call_relaying(self._relisting(client, remote, send), ctx)
+                if tel is None or tel.tracer is None:
+                    r = await call_relaying(self._relisting(client, remote, send), ctx)
+                else:  # a client span, whose traceparent the downstream request carries in its _meta
+                    with tel.span(f"downstream {self.name} {remote}", {"mcp.server": self.name}, client=True):
+                        traced = tel.trace_meta()
+                        if traced:
+                            meta = cast(RequestParamsMeta, {**(meta or {}), **traced})
+                        r = await call_relaying(self._relisting(client, remote, send), ctx)
                 await forward.drain()
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None

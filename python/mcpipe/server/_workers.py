@@ -1,0 +1,178 @@
+"""``mcpipe serve --workers N``: N server processes sharing one listening socket, under a supervisor.
+
+One mcpipe process uses one core. The supervisor (the process the user started) binds and listens, then
+starts N workers (``python -m mcpipe.server --listen-fd FD``) that inherit the socket; each is a full
+server with its own app, downstream connections and pipeline store client, and the kernel hands each new
+connection to whichever worker accepts it first. So:
+
+- 2026-07-28 requests are stateless: any worker serves any request. With a shared store
+  (``[store] url = "redis://..."``) a pipeline suspended by one worker resumes on any other: the workers
+  share the state key (the configured one, else one the supervisor draws at start) and the one-use claims.
+  With the in-process store each worker keeps its own key and claims, so a state resumes only on the
+  worker that issued it (elsewhere it is refused, never run twice): use Redis with several workers.
+- 2025-11-25 sessions live in one process's memory, and a client's next connection may reach another
+  worker, so with several workers that era is served in the SDK's stateless mode: every request stands
+  alone (no ``Mcp-Session-Id``, no GET stream). Tools and ``mcp_pipe`` work; a step that asks a
+  2025-11-25 client (elicitation, sampling, roots) fails, since the answer would have nowhere to land.
+
+SIGTERM or SIGINT to the supervisor is passed to every worker, which shuts down as a single server does
+(its calls in flight answered, then exit); the supervisor exits when they all have. A worker that dies (a
+non-zero status, or killed by a signal other than a stop) is reported and replaced; one that keeps dying
+(more than :data:`MAX_DEATHS` in :data:`DEATH_WINDOW_S`) stops the whole server with status 1, since a crash
+loop would only hide the problem. A worker that stops cleanly (status 0: it was sent SIGTERM or SIGINT
+itself) is not replaced; when none is left the supervisor exits too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+from collections import deque
+from collections.abc import Awaitable, Callable
+from functools import partial
+
+import trio
+
+__all__ = ["DEATH_WINDOW_S", "MAX_DEATHS", "listen_socket", "supervise"]
+
+_log = logging.getLogger("mcpipe.workers")
+
+MAX_DEATHS = 5
+DEATH_WINDOW_S = 60.0
+STOP_TIMEOUT_S = 30.0
+"""How long a worker gets to drain after SIGTERM before it is killed."""
+
+
+def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
+    """A bound, listening TCP socket the workers can inherit."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock
+
+
+async def _stop_worker(proc: trio.Process) -> None:
+    proc.send_signal(signal.SIGTERM)
+    with trio.move_on_after(STOP_TIMEOUT_S):
+        await proc.wait()
+        return
+    _log.error("worker pid %d did not stop within %.0f s: killing it", proc.pid, STOP_TIMEOUT_S)
+    proc.kill()
+
+
+async def supervise(
+    *,
+    workers: int,
+    host: str,
+    port: int,
+    path: str,
+    worker_args: list[str],
+    shutdown_trigger: Callable[[], Awaitable[None]],
+    shared_store: bool = False,
+    state_key_env: str = "MCPIPE_STATE_KEY",
+    task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run ``workers`` worker processes on one socket until ``shutdown_trigger`` returns.
+
+    Args:
+        workers: how many.
+        host, port: where to listen (port 0 picks a free one).
+        path: the MCP path, for the URL reported through ``task_status``.
+        worker_args: the ``mcpipe.server`` arguments of each worker (its config and log level).
+        shutdown_trigger: returns when the server should stop (SIGINT/SIGTERM).
+        shared_store: whether the config's pipeline store is shared (Redis): the workers then share a state
+            key; otherwise each has its own, so no claim can be dodged by resuming on another worker.
+        state_key_env: the variable holding the state key (``interaction.state_key_env``).
+
+    Returns:
+        0 after a clean stop, 1 when a worker kept dying.
+    """
+    sock = listen_socket(host, port)
+    bound = sock.getsockname()
+    name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
+    url = f"http://{name}:{bound[1]}{path}"
+    metrics_dir = tempfile.mkdtemp(prefix="mcpipe-metrics-")
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": metrics_dir}
+    if shared_store:
+        env.setdefault(state_key_env, os.urandom(32).hex())
+    elif env.pop(state_key_env, None):
+        _log.warning(
+            "%s is ignored with several workers and the in-process store (each worker's claims are its own, so "
+            "a shared key would let a state resume once per worker): set [store] url to a Redis URL",
+            state_key_env,
+        )
+    argv = [sys.executable, "-m", "mcpipe.server", "--listen-fd", str(sock.fileno()), *worker_args]
+    status = 0
+    stop = trio.Event()
+    running = workers
+
+    async def worker(slot: int) -> None:
+        nonlocal status, running
+        deaths: deque[float] = deque()
+        while True:
+            async with trio.open_nursery() as nursery:
+                run = partial(
+                    trio.run_process,
+                    argv,
+                    stdin=None,
+                    check=False,
+                    env=env,
+                    pass_fds=(sock.fileno(),),
+                    deliver_cancel=_stop_worker,
+                )
+                proc: trio.Process = await nursery.start(run)
+                _log.debug("worker %d started (pid %d)", slot, proc.pid)
+            _mark_dead(proc.pid, metrics_dir)
+            if proc.returncode == 0:
+                _log.info("worker %d (pid %d) stopped", slot, proc.pid)
+                running -= 1
+                if running == 0:
+                    stop.set()
+                return
+            now = trio.current_time()
+            deaths.append(now)
+            while deaths and deaths[0] < now - DEATH_WINDOW_S:
+                deaths.popleft()
+            if len(deaths) > MAX_DEATHS:
+                _log.error("worker %d died %d times in %.0f s: stopping the server", slot, len(deaths), DEATH_WINDOW_S)
+                status = 1
+                stop.set()
+                return
+            _log.error("worker %d (pid %d) exited with status %s: starting another", slot, proc.pid, proc.returncode)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            for slot in range(workers):
+                nursery.start_soon(worker, slot)
+            _log.info("serving MCP at %s (%d workers, supervisor pid %d)", url, workers, os.getpid())
+            task_status.started(url)
+            async with trio.open_nursery() as waiting:
+                waiting.start_soon(_set_after, shutdown_trigger, stop)
+                await stop.wait()
+                waiting.cancel_scope.cancel()
+            nursery.cancel_scope.cancel()  # every worker gets SIGTERM and is waited for
+    finally:
+        sock.close()
+        shutil.rmtree(metrics_dir, ignore_errors=True)
+    return status
+
+
+async def _set_after(trigger: Callable[[], Awaitable[None]], event: trio.Event) -> None:
+    await trigger()
+    event.set()
+
+
+def _mark_dead(pid: int, metrics_dir: str) -> None:
+    """Tell prometheus-client's multiprocess mode a worker is gone (its live gauges stop counting)."""
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid, metrics_dir)

@@ -1,0 +1,328 @@
+"""Metrics (Prometheus) and traces (OpenTelemetry) of a running server; ``docs/deployment.md`` lists them.
+
+Both hang off one process-wide :class:`Telemetry`, installed by :func:`configure` (``open_app`` calls it
+with the config's ``[telemetry]`` section) and read through :func:`current`; with none installed every
+hook is one ``is None`` test. The hooks:
+
+- :meth:`Telemetry.observe_call` around every incoming ``tools/call`` (the SDK path and the lean paths
+  alike): calls by tool and outcome, their duration, calls in flight, and the call's server span, whose
+  parent is the W3C ``traceparent`` the request carried in ``_meta``;
+- :meth:`Telemetry.observe_steps` on every finished pipeline answer: steps by kind and outcome;
+- :meth:`Telemetry.span` around a pipeline step's tool call and a downstream call, and
+  :meth:`Telemetry.trace_meta`, the ``traceparent`` a downstream request carries on.
+
+Metrics are correct with ``--workers``: the supervisor gives every worker one ``PROMETHEUS_MULTIPROC_DIR``
+and ``/metrics`` on any worker aggregates them all (prometheus-client's multiprocess mode). Tracing is off
+unless ``[telemetry] traces`` names an exporter or the standard variables do (``OTEL_TRACES_EXPORTER``, or
+``OTEL_EXPORTER_OTLP_ENDPOINT`` / ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` for OTLP), or an application
+embedding mcpipe installed a global SDK provider.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any
+
+__all__ = ["Telemetry", "configure", "current", "install"]
+
+_current: Telemetry | None = None
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+def current() -> Telemetry | None:
+    """The process's telemetry, or None when it has none."""
+    return _current
+
+
+def install(telemetry: Telemetry | None) -> None:
+    """Make ``telemetry`` the process's (None removes it)."""
+    global _current
+    _current = telemetry
+
+
+class _Metrics:
+    """The Prometheus collectors; created once per process (the registry refuses a name twice)."""
+
+    _made: _Metrics | None = None
+
+    def __init__(self) -> None:
+        from prometheus_client import Counter, Gauge, Histogram
+
+        self.calls = Counter("mcpipe_calls", "Incoming tools/call requests, by tool and outcome.", ["tool", "outcome"])
+        self.duration = Histogram(
+            "mcpipe_call_duration_seconds", "Time to answer a tools/call, by tool.", ["tool"], buckets=_BUCKETS
+        )
+        self.in_flight = Gauge(
+            "mcpipe_calls_in_flight", "tools/call requests being served now.", multiprocess_mode="livesum"
+        )
+        self.steps = Counter(
+            "mcpipe_pipeline_steps", "Finished pipeline steps, by kind and outcome.", ["kind", "outcome"]
+        )
+        self.suspended = Counter(
+            "mcpipe_pipelines_suspended", "Pipelines suspended to ask their 2026-07-28 client (input-required)."
+        )
+        self.downstream_up = Gauge(
+            "mcpipe_downstream_up",
+            "Whether a downstream MCP server is connected (1) or not (0).",
+            ["server"],
+            multiprocess_mode="livemin",
+        )
+        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._step_children: dict[tuple[str, str], Any] = {}
+
+    @classmethod
+    def get(cls) -> _Metrics:
+        if cls._made is None:
+            cls._made = cls()
+        return cls._made
+
+    def call_children(self, tool: str, outcome: str) -> tuple[Any, Any]:
+        key = (tool, outcome)
+        pair = self._children.get(key)
+        if pair is None:
+            pair = (self.calls.labels(tool, outcome), self.duration.labels(tool))
+            self._children[key] = pair
+        return pair
+
+    def step(self, kind: str, outcome: str) -> Any:
+        key = (kind, outcome)
+        child = self._step_children.get(key)
+        if child is None:
+            child = self._step_children[key] = self.steps.labels(kind, outcome)
+        return child
+
+
+class Telemetry:
+    """Metrics and (optionally) a tracer.
+
+    Args:
+        metrics: keep Prometheus metrics.
+        tracer_provider: an OpenTelemetry ``TracerProvider`` to trace with, shut down with the app.
+        tracer: a tracer to trace with instead (e.g. the OpenTelemetry API's, for an application that set
+            its own global provider); neither: no traces.
+        known: which tool names may become label values (others count as ``other``, so a client sending
+            random names cannot grow the metrics without bound).
+    """
+
+    def __init__(
+        self, *, metrics: bool = True, tracer_provider: Any = None, tracer: Any = None, known: Any = None
+    ) -> None:
+        self.metrics = _Metrics.get() if metrics else None
+        self.tracer = tracer_provider.get_tracer("mcpipe") if tracer_provider is not None else tracer
+        self.provider = tracer_provider
+        self.known = known
+        if self.tracer is not None:
+            from opentelemetry import context
+            from opentelemetry.propagate import extract, inject
+            from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+
+            self._extract, self._inject = extract, inject
+            self._attach, self._detach, self._in_context = context.attach, context.detach, set_span_in_context
+            self._server_kind, self._client_kind = SpanKind.SERVER, SpanKind.CLIENT
+            self._error = Status(StatusCode.ERROR)
+
+    # --- incoming calls ---
+
+    async def observe_call(self, name: str, traceparent: Any, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
+        """Await ``call`` (one incoming ``tools/call`` of ``name``) counted, timed and traced."""
+        m = self.metrics
+        label = name if self.known is None or self.known(name) else "other"
+        t0 = time.perf_counter()
+        outcome = "failed"
+        if m is not None:
+            m.in_flight.inc()
+        try:
+            if self.tracer is None:
+                out = await call
+            else:
+                parent = self._extract({"traceparent": traceparent}) if isinstance(traceparent, str) else None
+                span = self.tracer.start_span(f"tools/call {name}", context=parent, kind=self._server_kind)
+                token = self._attach(self._in_context(span))
+                try:
+                    out = await call
+                    if out.get("isError"):
+                        span.set_status(self._error)
+                finally:
+                    self._detach(token)
+                    span.end()
+            outcome = "error" if out.get("isError") else "ok"
+            return out
+        except BaseException as exc:
+            from mcpipe.gateway import is_cancellation, is_suspension
+
+            outcome = "input_required" if is_suspension(exc) else "cancelled" if is_cancellation(exc) else "failed"
+            raise
+        finally:
+            if m is not None:
+                m.in_flight.dec()
+                calls, duration = m.call_children(label, outcome)
+                calls.inc()
+                duration.observe(time.perf_counter() - t0)
+
+    # --- pipelines ---
+
+    def observe_steps(self, answer: Mapping[str, Any]) -> None:
+        """Count the steps of a finished pipeline answer (nested ones too) by kind and outcome."""
+        if self.metrics is not None:
+            steps = answer.get("steps")
+            if isinstance(steps, dict):
+                self._count(steps)
+
+    def _count(self, steps: dict[str, Any]) -> None:
+        m = self.metrics
+        assert m is not None
+        for step in steps.values():
+            if not isinstance(step, dict):
+                continue
+            if step.get("ok"):
+                outcome = "ok"
+            elif step.get("skipped"):
+                outcome = "skipped"
+            elif step.get("error_code") == "CANCELLED":
+                outcome = "cancelled"
+            else:
+                outcome = "failed"
+            m.step(str(step.get("kind", "tool")), outcome).inc()
+            children = step.get("children") or step.get("steps")
+            if isinstance(children, dict):
+                self._count(children)
+
+    def suspended(self) -> None:
+        """A pipeline suspended to ask its client."""
+        if self.metrics is not None:
+            self.metrics.suspended.inc()
+
+    # --- spans ---
+
+    async def step_call(self, step: str, name: str, call: Awaitable[Any], *, current: bool) -> Any:
+        """Await a pipeline step's tool call inside a span ``step <id> <tool>``, a child of the call's.
+
+        Spans are started and ended by hand (no context manager), and made the current span only when
+        ``current`` (a tool that may make traced calls of its own, like a downstream one): a step span costs
+        the least it can, since a pipeline makes one per step.
+        """
+        assert self.tracer is not None
+        span = self.tracer.start_span(f"step {step} {name}")
+        token = self._attach(self._in_context(span)) if current else None
+        try:
+            result = await call
+            if getattr(result, "is_error", False):
+                span.set_status(self._error)
+            return result
+        except BaseException:
+            span.set_status(self._error)
+            raise
+        finally:
+            if token is not None:
+                self._detach(token)
+            span.end()
+
+    @contextmanager
+    def span(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Iterator[None]:
+        """A child span of the current one (nothing without a tracer)."""
+        if self.tracer is None:
+            yield
+            return
+        kind = self._client_kind if client else None
+        extra = {"kind": kind} if kind is not None else {}
+        with self.tracer.start_as_current_span(name, attributes=attributes, **extra):
+            yield
+
+    def trace_meta(self) -> Any:
+        """The ``_meta`` carrying the current span's ``traceparent`` on to a downstream request."""
+        if self.tracer is None:
+            return None
+        carrier: dict[str, str] = {}
+        self._inject(carrier)
+        return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")} or None
+
+    # --- downstream servers ---
+
+    def downstream_status(self, status: Mapping[str, str]) -> None:
+        if self.metrics is not None:
+            for server, state in status.items():
+                self.metrics.downstream_up.labels(server).set(1 if state == "up" else 0)
+
+
+def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:
+    """Which exporter traces go to: the config's ``traces``, else the OTEL_* variables; None: no tracing."""
+    chosen = getattr(section, "traces", None)
+    if chosen:
+        return None if chosen == "none" else str(chosen)
+    env = environ.get("OTEL_TRACES_EXPORTER", "").strip().lower()
+    if env:
+        return None if env == "none" else env.split(",")[0].strip()
+    if environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"):
+        return "otlp"
+    return None
+
+
+def tracer_provider(exporter: str, service: str) -> Any:
+    """An OpenTelemetry SDK ``TracerProvider`` exporting to ``exporter`` (``console`` or ``otlp``).
+
+    Raises:
+        ValueError: an exporter of no known kind, or ``otlp`` without ``opentelemetry-exporter-otlp``.
+    """
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+
+    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    if exporter == "console":
+        provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
+    elif exporter == "otlp":
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        except ImportError:
+            raise ValueError("the otlp exporter needs `pip install opentelemetry-exporter-otlp-proto-http`") from None
+        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    else:
+        raise ValueError(f"no trace exporter `{exporter}` (console, otlp or none)")
+    return provider
+
+
+def configure(section: Any, *, service: str, known: Any = None, environ: Mapping[str, str] | None = None) -> Telemetry:
+    """Install the telemetry the config's ``[telemetry]`` section (and the OTEL_* variables) ask for.
+
+    With an exporter named, mcpipe runs its own SDK provider. ``propagate`` uses the OpenTelemetry API's
+    tracer, which without an SDK records nothing but carries the caller's trace context on. Otherwise an
+    application embedding mcpipe that installed a global SDK provider gets mcpipe's spans there; and without
+    one there is no tracer at all, and the hooks cost one test each.
+    """
+    env = os.environ if environ is None else environ
+    exporter = traces_exporter(section, env)
+    provider = tracer_provider(exporter, service) if exporter not in (None, "propagate") else None
+    tracer = None
+    if exporter == "propagate":  # the API's tracer: non-recording spans unless an application set a provider
+        from opentelemetry import trace
+
+        tracer = trace.get_tracer("mcpipe")
+    elif provider is None and getattr(section, "traces", None) != "none":
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+
+        if isinstance(trace.get_tracer_provider(), TracerProvider):
+            tracer = trace.get_tracer("mcpipe")
+    telemetry = Telemetry(
+        metrics=getattr(section, "metrics", True), tracer_provider=provider, tracer=tracer, known=known
+    )
+    install(telemetry)
+    return telemetry
+
+
+def metrics_text() -> tuple[bytes, str]:
+    """The Prometheus exposition of this process's metrics, or of every worker's (multiprocess mode)."""
+    from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+    from prometheus_client.multiprocess import MultiProcessCollector
+
+    path = os.environ.get(MULTIPROC_ENV)
+    if path:
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=path)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST

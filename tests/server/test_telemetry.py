@@ -1,0 +1,205 @@
+"""Metrics at ``GET /metrics`` (one process, and aggregated over ``--workers 2``) and OpenTelemetry traces
+(the SDK's in-memory exporter): a span per incoming call, children per pipeline step and per downstream
+call, the caller's ``traceparent`` read from ``_meta`` and carried on to the downstream server."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+from mcp import Client
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+from serverkit import BLOCKED, http_server, make_config, running
+from test_workers import call, pid_of, supervised
+
+from mcpipe import telemetry
+from mcpipe.config import ConfigError
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+WAIT_S = 60
+TRACED = str(Path(__file__).with_name("traced_server.py"))
+PARENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+PARENT = f"00-{PARENT_TRACE}-00f067aa0ba902b7-01"
+
+
+async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """GET /metrics: sample name and labels -> value."""
+    async with httpx2.AsyncClient() as http:
+        r = await http.get(url.rsplit("/", 1)[0] + "/metrics")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    out = {}
+    for family in text_string_to_metric_families(r.text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+def delta(after: dict[Any, float], before: dict[Any, float], name: str, **labels: str) -> float:
+    key = (name, tuple(sorted(labels.items())))
+    return after.get(key, 0.0) - before.get(key, 0.0)
+
+
+async def test_metrics_count_calls_by_tool_and_outcome_steps_by_kind_and_calls_in_flight() -> None:
+    spec = {
+        "steps": [
+            {"id": "first", "tool": "echo", "args": {"a": 1}},
+            {
+                "id": "both",
+                "parallel": [{"id": "e", "tool": "echo", "args": {}}, {"id": "g", "tool": "echo", "args": {}}],
+            },
+            {"id": "last", "tool": "fail", "args": {}},
+        ]
+    }
+    BLOCKED["metrics"] = trio.Event()
+    with trio.fail_after(WAIT_S):
+        async with running() as app, http_server(app) as url, trio.open_nursery() as nursery:
+            before = await scrape(url)
+            async with Client(url, mode="2026-07-28") as c:
+                await c.call_tool("echo", {"x": 1})
+                await c.call_tool("fail", {})
+                await c.call_tool("mcp_pipe", spec)
+                await c.call_tool("no_such_tool", {})
+
+            async def blocked() -> None:
+                async with Client(url, mode="2026-07-28") as c:
+                    await c.call_tool("block", {"tag": "metrics"})
+
+            nursery.start_soon(blocked)
+            await BLOCKED["metrics"].wait()
+            during = await scrape(url)
+            nursery.cancel_scope.cancel()
+    assert delta(during, before, "mcpipe_calls_total", tool="echo", outcome="ok") == 1
+    assert delta(during, before, "mcpipe_calls_total", tool="fail", outcome="error") == 1
+    assert delta(during, before, "mcpipe_calls_total", tool="mcp_pipe", outcome="error") == 1  # a step failed
+    assert delta(during, before, "mcpipe_calls_total", tool="other", outcome="error") == 1  # unknown: no new label
+    assert delta(during, before, "mcpipe_call_duration_seconds_count", tool="echo") == 1
+    assert delta(during, before, "mcpipe_pipeline_steps_total", kind="tool", outcome="ok") == 3
+    assert delta(during, before, "mcpipe_pipeline_steps_total", kind="tool", outcome="failed") == 1
+    assert delta(during, before, "mcpipe_pipeline_steps_total", kind="parallel", outcome="ok") == 1
+    assert delta(during, before, "mcpipe_calls_in_flight") == 1
+
+
+async def test_the_downstream_up_gauge_follows_each_server() -> None:
+    config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, http_server(app) as url:
+            samples = await scrape(url)
+    assert samples[("mcpipe_downstream_up", (("server", "traced"),))] == 1
+
+
+async def test_metrics_off_answers_404() -> None:
+    config = make_config(telemetry={"metrics": False})
+    async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        r = await http.get(url.rsplit("/", 1)[0] + "/metrics")
+    assert r.status_code == 404
+
+
+async def test_with_two_workers_any_worker_reports_the_calls_of_both(tmp_path: Path) -> None:
+    with trio.fail_after(WAIT_S):
+        async with supervised(tmp_path, "--workers", "2") as sup:
+            workers = sorted(sup.workers())
+            served = []
+            for pid, n in zip(workers, (3, 2), strict=True):
+                with sup.only(pid):
+                    for _ in range(n):
+                        served.append(pid_of(await call(sup.url, "2026-07-28", "whoami", {})))
+            assert sorted(set(served)) == workers
+            for pid in workers:
+                with sup.only(pid):
+                    samples = await scrape(sup.url)
+                assert samples[("mcpipe_calls_total", (("outcome", "ok"), ("tool", "whoami")))] == 5
+
+
+@pytest.fixture
+def spans() -> Iterator[InMemorySpanExporter]:
+    """Where a test's spans go (a test installs its tracer once its app started, replacing the app's)."""
+    exporter = InMemorySpanExporter()
+    yield exporter
+    exporter.shutdown()
+    telemetry.install(None)
+
+
+def trace_into(exporter: InMemorySpanExporter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.install(telemetry.Telemetry(tracer_provider=provider))
+
+
+def by_name(finished: tuple[ReadableSpan, ...], prefix: str) -> list[ReadableSpan]:
+    return [s for s in finished if s.name.startswith(prefix)]
+
+
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_a_call_is_a_span_with_children_per_step_and_per_downstream_call(
+    spans: InMemorySpanExporter, mode: str
+) -> None:
+    config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
+    spec = {
+        "steps": [{"id": "a", "tool": "echo", "args": {"v": 1}}, {"id": "b", "tool": "traced.traceparent", "args": {}}]
+    }
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, http_server(app) as url:
+            trace_into(spans)
+            async with Client(url, mode=mode) as c:
+                r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": PARENT})
+    assert not r.is_error and r.structured_content is not None, r.content
+    seen_downstream = r.structured_content["steps"]["b"]["text"]
+    finished = spans.get_finished_spans()
+    [root] = by_name(finished, "tools/call mcp_pipe")
+    step_a, step_b = sorted(by_name(finished, "step "), key=lambda s: s.name)
+    [down] = by_name(finished, "downstream traced traceparent")
+    assert format(root.context.trace_id, "032x") == PARENT_TRACE  # the caller's trace continues
+    assert root.parent is not None and format(root.parent.span_id, "016x") == "00f067aa0ba902b7"
+    assert step_a.parent is not None and step_a.parent.span_id == root.context.span_id
+    assert step_b.parent is not None and step_b.parent.span_id == root.context.span_id
+    assert down.parent is not None and down.parent.span_id == step_b.context.span_id
+    assert step_a.name == "step a echo" and step_b.name == "step b traced.traceparent"
+    # The downstream server received the downstream span's context in its request's _meta.
+    assert seen_downstream == f"00-{PARENT_TRACE}-{format(down.context.span_id, '016x')}-01"
+
+
+async def test_propagate_records_nothing_but_carries_the_callers_traceparent_on_downstream() -> None:
+    config = make_config(
+        mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}}, telemetry={"traces": "propagate"}
+    )
+    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}]}
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, http_server(app) as url, Client(url, mode="2026-07-28") as c:
+            r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": PARENT})
+            plain = await c.session.call_tool("mcp_pipe", spec)
+    assert r.structured_content is not None and plain.structured_content is not None
+    assert r.structured_content["steps"]["b"]["text"] == PARENT  # the caller's own context, unchanged
+    assert plain.structured_content["steps"]["b"]["text"] == "none"  # nothing invented without a caller's trace
+
+
+def test_tracing_is_off_unless_configured_or_the_otel_variables_say_so() -> None:
+    section = make_config().telemetry
+    assert telemetry.traces_exporter(section, {}) is None
+    assert telemetry.traces_exporter(section, {"OTEL_TRACES_EXPORTER": "none"}) is None
+    assert telemetry.traces_exporter(section, {"OTEL_TRACES_EXPORTER": "console"}) == "console"
+    assert telemetry.traces_exporter(section, {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://c:4318"}) == "otlp"
+    assert telemetry.traces_exporter(make_config(telemetry={"traces": "console"}).telemetry, {}) == "console"
+    assert (
+        telemetry.traces_exporter(
+            make_config(telemetry={"traces": "none"}).telemetry, {"OTEL_TRACES_EXPORTER": "console"}
+        )
+        is None
+    )
+
+
+def test_a_trace_exporter_of_no_known_kind_is_a_located_config_error() -> None:
+    with pytest.raises(ConfigError) as caught:
+        make_config(telemetry={"traces": "zipkin"})
+    assert [p.location for p in caught.value.problems] == ["telemetry.traces"]
