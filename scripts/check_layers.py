@@ -41,12 +41,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("store", ("mcpipe.store",)),
     # Asking the client (elicitation, sampling, roots) in both protocol eras.
     ("interaction", ("mcpipe.interaction",)),
+    # Asking a language model: an OpenAI-compatible endpoint or the client's (sampling).
+    ("models", ("mcpipe.models",)),
     # Step kinds: one module each, and their registry.
     ("kinds", ("mcpipe.kinds",)),
     # The scheduler.
     ("runtime", ("mcpipe.runtime",)),
     # Declared pipelines: the config front-end of the plan, served as tools.
     ("declared", ("mcpipe.declared",)),
+    # Pipelines with a model inside: playbooks (a front-end of the plan) and the workflow tool.
+    ("llm", ("mcpipe.playbooks", "mcpipe.workflow")),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.

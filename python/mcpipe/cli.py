@@ -129,6 +129,10 @@ def _parser() -> argparse.ArgumentParser:
     _tool_options(explain)
     explain.set_defaults(func=_explain)
 
+    from mcpipe._playbook_cli import add_parser as add_playbook_parser
+
+    add_playbook_parser(sub)  # mcpipe playbook check|run
+
     # The server (and the MCP SDK under it) is imported only when `serve` runs: it takes a while.
     sub.add_parser(
         "serve", help="serve mcp_pipe and the configured tools over MCP (see: mcpipe serve --help)", add_help=False

@@ -254,6 +254,12 @@ class Config(_Base):
     plugins: list[Any] = []
     """mcpg's list of plugins to load: mcpipe's JSONata plugin is always there, so only its names are
     accepted (``dev.mcpg.transform.jsonata``); any other is a located problem."""
+    models: dict[str, Any] = {}
+    """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
+    workflow: dict[str, Any] | None = None
+    """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    playbooks: list[str] = []
+    """Playbook files (globs, relative to the config) served as tools (``docs/playbooks.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -287,6 +293,9 @@ _SECTIONS = {
     "outbound": _Section("outbound", dict[str, Any] | None),
     "sql": _Section("sql", dict[str, Any]),
     "plugins": _Section("plugins", list[Any]),
+    "models": _Section("models", dict[str, Any]),
+    "workflow": _Section("workflow", dict[str, Any] | None),
+    "playbooks": _Section("playbooks", list[str]),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -590,6 +599,10 @@ def parse_config(
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
+    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+        from mcpipe.playbooks import model_problems
+
+        problems.extend(model_problems(cfg))
     if problems:
         raise ConfigError(problems)
     return cfg

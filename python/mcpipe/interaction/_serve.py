@@ -230,6 +230,8 @@ def session_sender(session: Any, request_id: Any) -> Callable[[str, dict[str, An
 
     async def send(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
         req_name, res_name = _TYPES[method]
+        if method == "sampling/createMessage" and params is not None and params.get("tools"):
+            res_name = "CreateMessageResultWithTools"  # a sampling with tools may answer tool_use blocks
         body: dict[str, Any] = {"method": method}
         if params is not None:
             body["params"] = params

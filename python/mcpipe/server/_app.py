@@ -93,6 +93,10 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
 
         sources.append(declared_source(config, sources))
+    if config.workflow is not None or config.playbooks:
+        from mcpipe.playbooks import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+
+        sources.extend(model_sources(config))
     return sources
 
 

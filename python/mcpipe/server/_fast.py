@@ -92,8 +92,9 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
-_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool"})
-"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry."""
+_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool", "PlaybookTool", "WorkflowTool"})
+"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (playbooks and
+the workflow ask the client's model when they use ``sampling``)."""
 _LEGACY_PING_S = 15.0
 """sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
 

@@ -216,6 +216,8 @@ class HttpFront:
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
+            elif path == "/workflow" and self.app.config.workflow is not None:
+                await self.workflow(scope, receive, send)
             elif path == "/healthz":
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
                 await _respond(send, 200, body)
@@ -229,6 +231,20 @@ class HttpFront:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+    async def workflow(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /workflow`` (``docs/workflow.md``), behind the same bearer auth as MCP."""
+        from mcpipe.workflow._http import workflow_endpoint
+
+        principal = None
+        if self.require_auth:
+            principal = self._principal(scope)
+            if principal is None:
+                await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                return
+        await workflow_endpoint(
+            self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
+        )
 
     def _principal(self, scope: Scope) -> str | None:
         for name, value in scope["headers"]:

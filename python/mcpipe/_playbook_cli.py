@@ -1,0 +1,145 @@
+"""``mcpipe playbook check FILE`` and ``mcpipe playbook run FILE [--input k=v]``.
+
+Exit status: 0 ok, 1 for a playbook with problems or a failed run, 2 for a usage error. Problems are one
+located line each on stderr (``pb.yaml: mcp.turns[2].model: unknown model ...``); ``run`` prints the answer
+as JSON on stdout and, with ``--events``, every event as a JSON line on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+
+__all__ = ["add_parser"]
+
+
+def add_parser(sub: Any) -> None:
+    """Add ``playbook`` (with ``check`` and ``run``) to the ``mcpipe`` command's subparsers."""
+    pb = sub.add_parser("playbook", help="check or run a NoETL playbook with mcp: turns (see docs/playbooks.md)")
+    actions = pb.add_subparsers(dest="action", metavar="ACTION", required=True)
+    check = actions.add_parser("check", help="check a playbook and list every problem, located")
+    run = actions.add_parser("run", help="run a playbook and print its answer as JSON")
+    for p in (check, run):
+        p.add_argument("file", metavar="FILE", help="the playbook (YAML)")
+        p.add_argument("--config", metavar="FILE", help="a server config: its models, outbound policy and tools")
+    run.add_argument(
+        "--input",
+        metavar="NAME=VALUE",
+        action="append",
+        default=[],
+        help="set input.NAME (VALUE is JSON when it parses as JSON, else a string; repeatable)",
+    )
+    run.add_argument("--events", action="store_true", help="print every event as a JSON line on stderr")
+    check.set_defaults(func=_check)
+    run.set_defaults(func=_run)
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """(config or None, models, outbound policy)."""
+    from mcpipe.declared import load_outbound
+    from mcpipe.models import Models, load_models
+
+    if ns.config is None:
+        return None, Models(), None
+    from mcpipe.config import ConfigError, load_config
+
+    try:
+        config = load_config(ns.config)
+    except ConfigError as e:
+        for p in e.problems:
+            print(str(p), file=sys.stderr)
+        raise _UsageError(f"the config {ns.config} has problems") from None
+    presets, _ = load_models(config.models)
+    policy, _ = load_outbound(config.outbound)
+    return config, Models(presets), policy
+
+
+def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
+    from pathlib import Path
+
+    from mcpipe.playbooks import load_playbook
+
+    if not Path(ns.file).is_file():
+        raise _UsageError(f"cannot read {ns.file}: no such file")
+
+    config, models, policy = _context(ns)
+    pb, problems = load_playbook(ns.file, models=models, policy=policy)
+    for p in problems:
+        print(f"{p.location}: {p.message}", file=sys.stderr)
+    return config, pb
+
+
+def _check(ns: argparse.Namespace) -> int:
+    try:
+        _, pb = _load(ns)
+    except _UsageError as e:
+        print(f"mcpipe playbook check: error: {e}", file=sys.stderr)
+        return 2
+    if pb is None:
+        return 1
+    for w in pb.warnings:
+        print(f"{ns.file}: {w} (warning)", file=sys.stderr)
+    kinds = [s.kind for s in pb.plan.plan.steps]
+    summary = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
+    print(f"{ns.file}: ok (playbook `{pb.name}`: {summary})")
+    return 0
+
+
+def _inputs(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _UsageError(f"--input takes NAME=VALUE, got {item!r}")
+        try:
+            out[key] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+def _run(ns: argparse.Namespace) -> int:
+    import trio
+
+    from mcpipe.playbooks import PlaybookTool
+
+    try:
+        inputs = _inputs(ns.input)
+        config, pb = _load(ns)
+    except _UsageError as e:
+        print(f"mcpipe playbook run: error: {e}", file=sys.stderr)
+        return 2
+    if pb is None:
+        return 1
+
+    def on_event(event: dict[str, Any]) -> None:
+        sys.stderr.buffer.write(orjson.dumps(event, default=str) + b"\n")
+        sys.stderr.flush()
+
+    tool = PlaybookTool(pb)
+
+    async def main() -> dict[str, Any]:
+        if config is None:
+            from mcpipe.tools.builtin import builtin_tools
+
+            tool.bind(builtin_tools(True))
+            return await tool.run(inputs, on_event=on_event if ns.events else None)
+        from mcpipe.server import open_app
+
+        async with open_app(config) as app:
+            tool.bind(app.gateway)
+            return await tool.run(inputs, on_event=on_event if ns.events else None)
+
+    answer = trio.run(main)
+    sys.stdout.buffer.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2, default=str) + b"\n")
+    sys.stdout.flush()
+    if not answer["ok"]:
+        print(f"{ns.file}: {answer['error_code']}: {answer['error']}", file=sys.stderr)
+    return 0 if answer["ok"] else 1

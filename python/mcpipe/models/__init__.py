@@ -1,0 +1,137 @@
+"""Asking a language model, one way for every part of mcpipe that needs one (playbook turns, the workflow).
+
+Two providers behind one :class:`Model` protocol:
+
+- ``openai``: any OpenAI-compatible chat-completions endpoint (``OPENAI_BASE_URL``/``OPENAI_API_KEY``,
+  overridable per preset in ``[models.NAME]``);
+- ``sampling``: the calling client's model, over MCP ``sampling/createMessage``, in both protocol eras.
+
+:func:`converse` runs one exchange: tool rounds and structured output parsed and retried on malformed
+answers. See ``docs/playbooks.md`` and ``docs/workflow.md``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from mcpipe._describe import did_you_mean, split_msgspec_error
+from mcpipe.errors import Problem
+from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, SAMPLING, ModelConfig
+from mcpipe.models._converse import Outcome, RunTool, converse, parse_json, schema_errors
+from mcpipe.models._openai import OpenAIModel
+from mcpipe.models._sampling import SamplingModel, once
+from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
+
+__all__ = [
+    "DEFAULT_OPENAI_BASE_URL",
+    "SAMPLING",
+    "Message",
+    "Model",
+    "ModelConfig",
+    "ModelError",
+    "ModelOutputError",
+    "Models",
+    "OpenAIModel",
+    "Outcome",
+    "Reply",
+    "RunTool",
+    "SamplingModel",
+    "ToolCall",
+    "ToolSpec",
+    "converse",
+    "load_models",
+    "located",
+    "once",
+    "params_problems",
+    "parse_json",
+    "schema_errors",
+]
+
+
+class Models:
+    """The model presets of a config, by name; ``sampling`` is always there (the caller's model).
+
+    Args:
+        presets: ``[models.NAME]`` of the config.
+        environ: where API keys and ``OPENAI_BASE_URL`` are read (default ``os.environ``, at each call).
+    """
+
+    def __init__(self, presets: Mapping[str, ModelConfig] | None = None, environ: Mapping[str, str] | None = None):
+        self.presets = dict(presets or {})
+        self.environ = environ
+
+    def __contains__(self, name: object) -> bool:
+        return name == SAMPLING or name in self.presets
+
+    def names(self) -> list[str]:
+        return sorted({SAMPLING, *self.presets})
+
+    def hint(self, name: str) -> str:
+        return did_you_mean(name, self.names())
+
+    def get(
+        self,
+        name: str,
+        *,
+        provider: str | None = None,
+        model: str | None = None,
+        params: Mapping[str, Any] | None = None,
+    ) -> Model:
+        """The model ``name``: its preset, else a default one of ``provider`` (``openai`` reads the standard
+        environment variables); ``model`` and ``params`` are laid over the preset's."""
+        preset = self.presets.get(name)
+        if preset is None:
+            kind = provider or ("sampling" if name == SAMPLING else "openai")
+            preset = ModelConfig(provider=kind)  # type: ignore[arg-type]
+        if model is not None:
+            preset = msgspec.structs.replace(preset, model=model)
+        if preset.provider == "sampling":
+            return SamplingModel(name, preset, params=params)
+        return OpenAIModel(
+            name, preset, environ=self.environ if self.environ is not None else os.environ, params=params
+        )
+
+
+def located(e: msgspec.ValidationError, where: str, code: str = "INVALID_CONFIG") -> Problem:
+    """A msgspec error as a Problem located under ``where``; an unknown key is located at itself, with the
+    closest known key."""
+    loc, text = split_msgspec_error(str(e), where)
+    if text.startswith("Object contains unknown field `"):
+        key = text.split("`")[1]
+        return Problem(f"{loc}.{key}", code, f"unknown key `{key}`")
+    return Problem(loc, code, text[0].lower() + text[1:] if text else text)
+
+
+RESERVED_PARAMS = ("model", "messages", "tools", "response_format", "stream")
+"""Request fields mcpipe sets itself (``stream``: answers are read whole), so ``params`` cannot."""
+
+
+def params_problems(params: Mapping[str, Any], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
+    """``params`` may not set the fields mcpipe sets itself."""
+    return [
+        Problem(f"{where}.{k}", code, f"`{k}` is set by mcpipe, not in params") for k in params if k in RESERVED_PARAMS
+    ]
+
+
+def load_models(raw: Any, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
+    """Decode the config's ``models`` table, every problem located (``models.gpt.json_retries``)."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, Mapping):
+        return {}, [Problem(location, "INVALID_CONFIG", "expected a table/object of model presets")]
+    out: dict[str, ModelConfig] = {}
+    problems: list[Problem] = []
+    for name, entry in raw.items():
+        where = f"{location}.{name}"
+        try:
+            preset = msgspec.convert(entry, ModelConfig, strict=True)
+        except msgspec.ValidationError as e:
+            problems.append(located(e, where))
+            continue
+        problems += params_problems(preset.params, f"{where}.params")
+        out[str(name)] = preset
+    return out, problems

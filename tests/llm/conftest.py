@@ -1,0 +1,1 @@
+"""Fixtures of the model tests; helpers live in ``kit.llm``."""
