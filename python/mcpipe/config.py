@@ -258,8 +258,9 @@ class Config(_Base):
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
-    playbooks: list[str] = []
-    """Playbook files (globs, relative to the config) served as tools (``docs/playbooks.md``)."""
+    playbooks: list[str | dict[str, Any]] = []
+    """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
+    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.playbooks`."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -295,7 +296,7 @@ _SECTIONS = {
     "plugins": _Section("plugins", list[Any]),
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
-    "playbooks": _Section("playbooks", list[str]),
+    "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")

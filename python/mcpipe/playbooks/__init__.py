@@ -12,7 +12,7 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ import orjson
 import trio
 import yaml
 
+from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Models, load_models
@@ -125,10 +126,25 @@ class PlaybookTool:
 
     The call's arguments are the playbook's ``input``; the answer is the last step's result (the final
     turn's ``data`` when it has an ``output_schema``, else its text).
+
+    Attributes:
+        background: a direct call is queued on the run queue and answered with its run id; the run's events
+            (``pipe_events``) carry the playbook's own (tool calls of turns, saved turns) between its steps'.
+        task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
     """
 
-    def __init__(self, playbook: Playbook, *, limits: Limits | None = None, registry: Any = None) -> None:
+    def __init__(
+        self,
+        playbook: Playbook,
+        *,
+        limits: Limits | None = None,
+        registry: Any = None,
+        background: bool = False,
+        task_support: str = "optional",
+    ) -> None:
         self.playbook = playbook
+        self.background = background
+        self.task_support = task_support
         self.name = playbook.name
         self.title = playbook.name
         self.description = playbook.description or f"Playbook {playbook.path}"
@@ -145,6 +161,12 @@ class PlaybookTool:
     def bind(self, registry: Any) -> None:
         """Make the playbook's ``tool`` actions call through ``registry`` (the gateway)."""
         self.playbook.registry = registry
+
+    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+        """The arguments, and what is wrong with them (checked before a background run is queued)."""
+        if not isinstance(args, dict):
+            return {}, [f"args must be an object, got {json_type(args)}"]
+        return args, []
 
     async def run(
         self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
@@ -165,7 +187,7 @@ class PlaybookTool:
         if registry is None:
             registry = _NoTools()
         run_ctx = replace(run_ctx, tools=registry)
-        token = EVENTS.set(on_event)
+        token = EVENTS.set(_with_run_log(on_event, base))
         try:
             answer = await run_compiled(
                 plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
@@ -237,6 +259,30 @@ class PlaybookTool:
                 send.close()
 
 
+_OWN_EVENTS = frozenset({"tool_call_started", "tool_call_finished", "turn_saved"})
+"""The playbook's events beside the scheduler's step events: a queued run writes them to its event log."""
+
+
+def _with_run_log(on_event: EventFn | None, ctx: ToolContext) -> EventFn | None:
+    """``on_event``, and for a queued run (a durable record with an event log) the playbook's own events
+    written to the run's log too, where ``pipe_events`` shows them between the steps' ``step_started`` and
+    ``step_finished`` (which the record writes itself)."""
+    record = ctx.interaction
+    log = getattr(record, "events", None) if record is not None and record.durable else None
+    if log is None:
+        return on_event
+    ns = str(getattr(record, "ns", "")) + (f"{ctx.step}/" if ctx.step else "")
+
+    def emit(event: dict[str, Any]) -> None:
+        if event["type"] in _OWN_EVENTS:
+            fields = {k: v for k, v in event.items() if k not in ("type", "id")}
+            log.add(event["type"], path=ns + str(event.get("id")), **fields)
+        if on_event is not None:
+            on_event(event)
+
+    return emit
+
+
 class PlaybookTools:
     """The config's playbooks as a tool source (``get``, iteration, ``in``)."""
 
@@ -257,15 +303,70 @@ class PlaybookTools:
             t.bind(registry)
 
 
-def _playbook_files(config: Any) -> tuple[list[tuple[str, str]], list[Problem]]:
-    files: list[tuple[str, str]] = []
-    problems = []
-    for i, pattern in enumerate(getattr(config, "playbooks", None) or []):
+_TASK_SUPPORT = ("optional", "required", "forbidden")
+
+
+@dataclass(frozen=True)
+class Serving:
+    """How the playbooks of one ``playbooks`` entry are served.
+
+    Attributes:
+        background: a call is queued on the run queue and answered with its run id (``docs/runs.md``).
+        task_support: as an MCP task (``optional``, ``required``, ``forbidden``), as for declared pipelines.
+    """
+
+    background: bool = False
+    task_support: str = "optional"
+
+
+def _serving(entry: Any, where: str, problems: list[Problem]) -> tuple[str | None, Serving]:
+    """The glob of one ``playbooks`` entry (a string, or a table with ``files``) and how it is served."""
+    if isinstance(entry, str):
+        return entry, Serving()
+    if not isinstance(entry, Mapping):
+        problems.append(Problem(where, "INVALID_CONFIG", f"must be a glob or a table, got {json_type(entry)}"))
+        return None, Serving()
+    keys = ("files", "background", "task_support")
+    for k in entry:
+        if k not in keys:
+            problems.append(Problem(f"{where}.{k}", "INVALID_CONFIG", f"unknown key `{k}`{did_you_mean(k, keys)}"))
+    files = entry.get("files")
+    if not isinstance(files, str) or not files:
+        problems.append(Problem(f"{where}.files", "INVALID_CONFIG", "is required: a glob of playbook files"))
+        files = None
+    background = entry.get("background", False)
+    if not isinstance(background, bool):
+        problems.append(
+            Problem(f"{where}.background", "INVALID_CONFIG", f"expected a bool, got {json_type(background)}")
+        )
+        background = False
+    support = entry.get("task_support", "optional")
+    if support not in _TASK_SUPPORT:
+        problems.append(
+            Problem(
+                f"{where}.task_support",
+                "INVALID_CONFIG",
+                f"expected one of {', '.join(_TASK_SUPPORT)}, got {support!r}",
+            )
+        )
+        support = "optional"
+    return files, Serving(background, support)
+
+
+def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Problem]]:
+    files: list[tuple[str, Serving]] = []
+    problems: list[Problem] = []
+    for i, entry in enumerate(getattr(config, "playbooks", None) or []):
+        where = f"playbooks[{i}]"
+        pattern, serving = _serving(entry, where, problems)
+        if pattern is None:
+            continue
         full = os.path.join(getattr(config, "base_dir", "."), os.path.expanduser(pattern))
         found = sorted(glob.glob(full))
         if not found:
-            problems.append(Problem(f"playbooks[{i}]", "INVALID_CONFIG", f"no file matches `{pattern}`"))
-        files += [(f"playbooks[{i}]", f) for f in found]
+            at = where if isinstance(entry, str) else f"{where}.files"
+            problems.append(Problem(at, "INVALID_CONFIG", f"no file matches `{pattern}`"))
+        files += [(f, serving) for f in found]
     return files, problems
 
 
@@ -286,7 +387,7 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
     p = getattr(config, "pipe", None)
     limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     base = getattr(config, "base_dir", ".")
-    for _where, f in files:
+    for f, serving in files:
         pb, pp = load_playbook(os.path.relpath(f, base), models=models, policy=policy, tools=tools, base_dir=base)
         problems += pp
         if pb is None:
@@ -297,7 +398,7 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
             )
             continue
         names[pb.name] = f
-        loaded.append(PlaybookTool(pb, limits=limits))
+        loaded.append(PlaybookTool(pb, limits=limits, background=serving.background, task_support=serving.task_support))
     return models, workflow, loaded, problems
 
 

@@ -147,6 +147,11 @@ class RunInteraction(Interaction):
     def durable(self) -> bool:
         return True
 
+    @property
+    def events(self) -> EventLog:
+        """The run's event log (written with the record's next save)."""
+        return self.record.events
+
     def nested(self, ctx: ToolContext) -> ToolContext:
         inner = RunInteraction.__new__(RunInteraction)
         inner.modern, inner.capabilities, inner.send = self.modern, self.capabilities, self.send

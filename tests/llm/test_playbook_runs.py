@@ -1,0 +1,108 @@
+"""Playbooks on the run queue: a served playbook with ``background`` is queued, executed by the worker, and
+its run's events (``pipe_events``) carry the playbook's own events between its steps'."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+import yaml
+from mcp import Client
+
+from kit.llm import fake_api, fake_openai, text, tool_call
+from mcpipe.config import ConfigError, load_config, parse_config
+from mcpipe.server import open_app
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+RESEARCH = Path(__file__).parent / "playbooks" / "research.yaml"
+WAIT_S = 20
+
+
+def _served(tmp_path: Path, model_url: str, api_url: str, **entry: Any) -> Path:
+    raw = yaml.safe_load(RESEARCH.read_text())
+    raw["workload"]["api"] = api_url
+    (tmp_path / "pb").mkdir()
+    (tmp_path / "pb" / "research.yaml").write_text(yaml.safe_dump(raw))
+    config = tmp_path / "mcpipe.json"
+    doc = {
+        "audit": {"enabled": False},
+        "models": {"gpt-4o": {"base_url": model_url}},
+        "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}},
+        "playbooks": [{"files": "pb/*.yaml", **entry}],
+    }
+    config.write_text(json.dumps(doc))
+    return config
+
+
+async def test_a_background_playbook_is_queued_and_its_run_events_hold_its_steps_and_tool_calls_in_order(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai() as fake:
+            fake.says(tool_call("search_docs", {"query": "refund window"}), text("Refunds take 14 days."))
+            config = load_config(_served(tmp_path, fake.url, api.url, background=True))
+            async with open_app(config) as app, Client(app.server) as client:
+                queued = await client.call_tool("research", {"query": "refunds"})
+                run_id = queued.structured_content["run_id"]
+                done = await client.call_tool("pipe_result", {"run_id": run_id, "wait_ms": 15000})
+                page = await client.call_tool("pipe_events", {"run_id": run_id})
+    assert not queued.is_error and queued.structured_content["status"] == "queued"
+    assert not done.is_error, done.content
+    assert done.content[0].text == "Refunds take 14 days."
+    events = page.structured_content["events"]
+    assert [(e["type"], e.get("path")) for e in events] == [
+        ("enqueued", None),
+        ("leased", None),
+        ("step_started", "resource_kb_articles"),
+        ("step_finished", "resource_kb_articles"),
+        ("step_started", "turn_t1"),
+        ("tool_call_started", "turn_t1"),
+        ("tool_call_finished", "turn_t1"),
+        ("turn_saved", "turn_t1"),
+        ("step_finished", "turn_t1"),
+        ("completed", None),
+    ]
+    by_type = {e["type"]: e for e in events}
+    assert by_type["tool_call_started"]["tool"] == "search_docs"
+    assert by_type["tool_call_started"]["arguments"] == {"query": "refund window"}
+    assert by_type["tool_call_finished"]["ok"] is True
+    assert by_type["turn_saved"]["result"]["text"] == "Refunds take 14 days."
+    assert {e["worker"] for e in events[1:]} == {app.worker.id}
+    assert api.requests[0]["query"] == {"q": "refund window"}  # the tool ran once, on the worker
+
+
+async def test_a_playbook_served_without_background_answers_inline(tmp_path: Path) -> None:
+    with trio.fail_after(WAIT_S):
+        async with fake_api() as api, fake_openai(text("Refunds take 14 days.")) as fake:
+            config = load_config(_served(tmp_path, fake.url, api.url))
+            async with open_app(config) as app, Client(app.server) as client:
+                r = await client.call_tool("research", {"query": "refunds"})
+                listed = await app.runs.queue.runs(limit=10)
+    assert not r.is_error and r.content[0].text == "Refunds take 14 days."
+    assert listed == []  # nothing was queued
+
+
+@pytest.mark.parametrize(
+    ("entry", "expected"),
+    [
+        ({"files": "pb/*.yaml", "backgroud": True}, "playbooks[0].backgroud: unknown key `backgroud`"),
+        ({"background": True}, "playbooks[0].files: is required: a glob of playbook files"),
+        ({"files": "pb/*.yaml", "background": "yes"}, "playbooks[0].background: expected a bool, got string"),
+        ({"files": "pb/*.yaml", "task_support": "always"}, "playbooks[0].task_support: expected one of"),
+        ({"files": "none/*.yaml"}, "playbooks[0].files: no file matches `none/*.yaml`"),
+        (3, "playbooks[0]: expected `str | object`, got `int`"),
+    ],
+)
+def test_a_bad_playbooks_entry_is_a_located_config_problem(tmp_path: Path, entry: Any, expected: str) -> None:
+    (tmp_path / "pb").mkdir()
+    (tmp_path / "pb" / "research.yaml").write_text(RESEARCH.read_text())
+    with pytest.raises(ConfigError) as caught:
+        parse_config(json.dumps({"playbooks": [entry]}), "json", base_dir=str(tmp_path))
+    assert any(str(p).startswith(expected) for p in caught.value.problems), caught.value.problems
