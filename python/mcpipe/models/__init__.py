@@ -85,8 +85,8 @@ class Models:
         environment variables); ``model`` and ``params`` are laid over the preset's."""
         preset = self.presets.get(name)
         if preset is None:
-            kind = provider or ("sampling" if name == SAMPLING else "openai")
-            preset = ModelConfig(provider=kind)  # type: ignore[arg-type]
+            sampling = provider == "sampling" or (provider is None and name == SAMPLING)
+            preset = ModelConfig(provider="sampling" if sampling else "openai")
         if model is not None:
             preset = msgspec.structs.replace(preset, model=model)
         if preset.provider == "sampling":

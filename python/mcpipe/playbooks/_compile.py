@@ -1,9 +1,12 @@
 """Parse, check and compile a playbook (seed 004) into a mcpipe pipeline plan.
 
-The plan is a list of plan leaves (:class:`mcpipe.plan.Leaf`) run by the same scheduler as
-every pipeline: each resource a hidden ``resource`` step before its first use, each turn a ``model_turn``
-step, each workflow ``type: workbook`` step an ``action`` step. Every problem is collected and located
-(``mcp.turns[2].model: unknown model `gpt5` (did you mean `gpt-5`?)``).
+Playbooks are the third front-end of the one plan (:mod:`mcpipe.plan`), beside ``mcp_pipe`` specs and
+declared pipelines: the plan is a :class:`~mcpipe.plan.Pipeline` of :class:`~mcpipe.plan.Leaf` steps run by
+the same scheduler: each resource a hidden ``resource`` step before its first use, each turn a
+``model_turn`` step, each workflow ``type: workbook`` step an ``action`` step. An action is a step of a
+declared kind (:mod:`mcpipe.kinds`), compiled and checked by the declared front-end's ``compile_step``; at run
+time its Jinja fields are rendered and handed to the kind's own executor. Every problem is collected and
+located (``mcp.turns[2].model: unknown model `gpt5` (did you mean `gpt-5`?)``).
 """
 
 from __future__ import annotations
@@ -151,7 +154,10 @@ def _derived_schema(a: Action) -> dict[str, Any]:
     return {"type": "object", "properties": {n: {"type": "string"} for n in names}}
 
 
-class _Checker:
+class _Problems:
+    """The playbook's own structure checked (its YAML sections, names, references between them): every
+    problem collected, located. Actions are checked by their step kinds (:func:`mcpipe.declared.compile_step`)."""
+
     def __init__(self) -> None:
         self.problems: list[Problem] = []
         self.warnings: list[str] = []
@@ -229,7 +235,7 @@ def compile_playbook(
     Returns:
         The playbook (None when there are problems) and every problem, located.
     """
-    c = _Checker()
+    c = _Problems()
     models = models or Models()
     if not c.mapping(raw, "", _TOP, ("metadata",)):
         return None, c.problems
@@ -463,7 +469,7 @@ def _unsupported(atype: Any) -> str:
 
 
 def _action(
-    c: _Checker,
+    c: _Problems,
     name: str,
     kind: str,
     spec: Mapping[str, Any],
@@ -501,7 +507,7 @@ def _action(
 
 
 def _parts(
-    c: _Checker, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]
+    c: _Problems, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]
 ) -> list[Part]:
     if isinstance(value, str):
         value = [{"text": value}]
@@ -562,7 +568,7 @@ def _sources_of(turn: Turn) -> tuple[str, ...]:
 
 
 def _used_resources(
-    c: _Checker,
+    c: _Problems,
     turn: Turn,
     prompts: dict[str, tuple[str, Compiled]],
     resources: dict[str, Action],
@@ -624,7 +630,7 @@ def _all_sources(pb: Playbook) -> list[tuple[str, ...]]:
     return out
 
 
-def _check_roots(c: _Checker, pb: Playbook) -> None:
+def _check_roots(c: _Problems, pb: Playbook) -> None:
     """Every name a template starts with must be a root (``input``, ``workload``, ``secrets``...)."""
     places = [(t.location, _sources_of(t)) for t in pb.turns.values()]
     places += [
@@ -641,7 +647,7 @@ def _check_roots(c: _Checker, pb: Playbook) -> None:
                 c.add(a.location, f"a resource's spec cannot read `{root}.{name}` (resources run before turns)")
 
 
-def _order(c: _Checker, workflow: Any, pb: Playbook) -> list[tuple[str, str, str]]:
+def _order(c: _Problems, workflow: Any, pb: Playbook) -> list[tuple[str, str, str]]:
     """What runs, in order: ``(kind, name, location)`` with kind ``turn`` or ``action``.
 
     Without ``workflow`` the turns run in order. With one, the chain from ``start`` following ``next``

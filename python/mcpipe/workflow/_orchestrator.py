@@ -108,9 +108,9 @@ class WorkflowRequest:
         extra = args.get("response_format_instructions")
         if extra is not None and not isinstance(extra, str):
             errors.append("response_format_instructions: must be a string or null")
-        if errors:
+        if errors or not isinstance(text, str) or not isinstance(ids, list):
             return None, errors
-        return cls(text, list(ids), fmt, extra), []  # type: ignore[arg-type]
+        return cls(text, [str(i) for i in ids], fmt, extra), []
 
 
 INPUT_SCHEMA: dict[str, Any] = {
