@@ -18,7 +18,7 @@ from mcp import Client
 from kit.llm import BROKEN, fake_api, fake_openai, text
 from mcpipe.config import parse_config
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook
+from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook, model_sources
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -85,10 +85,17 @@ def test_the_docs_error_listing_is_what_the_checker_says(tmp_path: Path) -> None
 def test_the_docs_serving_config_loads_with_its_playbooks(tmp_path: Path) -> None:
     config = next(b for b in blocks(PLAYBOOKS, "toml") if b.startswith("playbooks ="))
     (tmp_path / "playbooks").mkdir()
-    for i, block in enumerate(PLAYBOOK_BLOCKS):
+    (tmp_path / "nightly").mkdir()
+    first, *rest = PLAYBOOK_BLOCKS
+    (tmp_path / "nightly" / "0.yaml").write_text(first)
+    for i, block in enumerate(rest):
         (tmp_path / "playbooks" / f"{i}.yaml").write_text(block)
     cfg = parse_config(config, "toml", base_dir=str(tmp_path))
-    assert cfg.playbooks == ["playbooks/*.yaml"] and "gpt-4o" in cfg.models
+    assert cfg.playbooks == ["playbooks/*.yaml", {"files": "nightly/*.yaml", "background": True}]
+    assert "gpt-4o" in cfg.models
+    (served,) = model_sources(cfg)
+    queued = {t.name for t in served if t.background}
+    assert queued == {"support_answer"} and len(list(served)) == len(PLAYBOOK_BLOCKS)
 
 
 def _workflow_doc() -> tuple[str, dict[str, Any], str, dict[str, Any]]:
