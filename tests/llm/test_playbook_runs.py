@@ -1,9 +1,11 @@
 """Playbooks on the run queue: a served playbook with ``background`` is queued, executed by the worker, and
-its run's events (``pipe_events``) carry the playbook's own events between its steps'."""
+its run's events (``pipe_events``) carry the playbook's own events between its steps'; a side effect inside
+a step (a turn's tool call) is saved with the run at once and not done again when the run is taken over."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,11 @@ from mcp import Client
 
 from kit.llm import fake_api, fake_openai, text, tool_call
 from mcpipe.config import ConfigError, load_config, parse_config
+from mcpipe.models import once
+from mcpipe.runs import RunRecord
 from mcpipe.server import open_app
+from mcpipe.store import open_queue
+from mcpipe.tools import Request, ToolContext
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -106,3 +112,31 @@ def test_a_bad_playbooks_entry_is_a_located_config_problem(tmp_path: Path, entry
     with pytest.raises(ConfigError) as caught:
         parse_config(json.dumps({"playbooks": [entry]}), "json", base_dir=str(tmp_path))
     assert any(str(p).startswith(expected) for p in caught.value.problems), caught.value.problems
+
+
+async def test_a_side_effect_inside_a_queued_step_is_saved_at_once_and_not_done_again_by_the_next_worker(
+    tmp_path: Path,
+) -> None:
+    done: list[str] = []
+
+    async def call_the_api() -> dict[str, Any]:
+        done.append("called")
+        return {"status": 200}
+
+    with trio.fail_after(WAIT_S):
+        async with trio.open_nursery() as nursery:
+            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02)
+            await nursery.start(queue.run)
+            info = await queue.enqueue("research", {}, principal=None)
+            leased = await queue.lease("w1", 30, 1)
+            assert leased is not None and leased.id == info.id
+            first = RunRecord(queue, info.id, "w1", await queue.recorded(info.id))
+            ctx = ToolContext(step="turn_t1", request=Request(interaction=first))
+            got = await once(ctx, "tool1", call_the_api)
+            # What a worker taking the run over loads: the value is there without any later save.
+            second = RunRecord(queue, info.id, "w1", await queue.recorded(info.id))
+            again = await once(replace(ctx, request=Request(interaction=second)), "tool1", call_the_api)
+            events = await queue.events(info.id)
+            nursery.cancel_scope.cancel()
+    assert got == again == {"status": 200} and done == ["called"]
+    assert [e.type for e in events] == ["enqueued", "leased"]  # a kept value is not a step

@@ -194,6 +194,11 @@ class Interaction:
         """Nothing to save (never called: the record is not durable)."""
         await trio.lowlevel.checkpoint()
 
+    async def keep(self, path: str, value: dict[str, Any]) -> None:
+        """Record a side effect's result with the finished steps (sealed with them in the state)."""
+        self._round.memo[self.ns + path] = value
+        await trio.lowlevel.checkpoint()
+
     # --- the asking side ---
 
     def supports(self, kind: str) -> bool:

@@ -149,21 +149,22 @@ def _reply(name: str, answer: Mapping[str, Any]) -> Reply:
 
 
 async def once(ctx: ToolContext, key: str, work: Callable[[], Awaitable[Any]]) -> Any:
-    """Run a side effect at most once per call, even when a 2026-07-28 call runs again after a suspension:
-    its result is recorded with the call's finished steps and answered from there on the next round.
+    """Run a side effect at most once per call, even when a 2026-07-28 call runs again after a suspension
+    or a queued run is taken over from a dead worker: its result is recorded with the call's finished steps
+    (saved at once for a queued run) and answered from there when the step runs again.
 
     Args:
         ctx: the call's context.
         key: unique within the step or tool call (``api``, ``tool~2``).
         work: the side effect; its result must be JSON-ready.
     """
-    ix = interaction_of(ctx)
-    if ix is None or not ix.resumable:
+    record = ctx.interaction
+    if record is None or not record.resumable:
         return await work()
     path = f"{ctx.step or 'call'}~{key}"
-    done = ix.get(path)
+    done = record.get(path)
     if done is not None:
         return done["value"]
     value = await work()
-    ix.put(path, {"value": value})
+    await record.keep(path, {"value": value})
     return value

@@ -112,6 +112,15 @@ class RunRecord:
         self._s.events.add("step_started", path=self.ns + path)
         await self.save()
 
+    async def keep(self, path: str, value: dict[str, Any]) -> None:
+        """Record a side effect's result and save it now (with the events gathered so far): a worker that
+        dies after it leaves it recorded, and the one taking the run over does not do it again."""
+        key = self.ns + path
+        s = self._s
+        s.memo[key] = value
+        s.pending[key] = value
+        await self.save()
+
     async def save(self) -> None:
         """Write the steps finished since the last save and the gathered events (one queue write)."""
         s = self._s
@@ -165,3 +174,6 @@ class RunInteraction(Interaction):
 
     async def starting(self, path: str) -> None:
         await self.record.starting(self.ns + path)
+
+    async def keep(self, path: str, value: dict[str, Any]) -> None:
+        await self.record.keep(self.ns + path, value)

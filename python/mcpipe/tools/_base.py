@@ -127,6 +127,12 @@ class StepRecord(Protocol):
         """The step at ``path`` is about to run (called only when :attr:`durable`)."""
         ...
 
+    async def keep(self, path: str, value: dict[str, Any]) -> None:
+        """Record what a side effect inside a step gave (a model's tool call, an API request), so a resumed
+        or taken-over run answers it from the record instead of doing it again; a durable record saves it
+        now. Not a step: no step event is written for it."""
+        ...
+
 
 @runtime_checkable
 class ToolCaller(Protocol):
