@@ -14,7 +14,7 @@ import trio
 import yaml
 from mcp import Client
 
-from kit.llm import fake_api, fake_openai, text, tool_call
+from kit.llm import LOOKUPS, fake_api, fake_openai, text, tool_call
 from mcpipe.config import ConfigError, load_config, parse_config
 from mcpipe.models import once
 from mcpipe.runs import RunRecord
@@ -140,3 +140,86 @@ async def test_a_side_effect_inside_a_queued_step_is_saved_at_once_and_not_done_
             nursery.cancel_scope.cancel()
     assert got == again == {"status": 200} and done == ["called"]
     assert [e.type for e in events] == ["enqueued", "leased"]  # a kept value is not a step
+
+
+async def _until_event(queue: Any, run_id: str, kinds: set[str], after: str | None) -> tuple[list[Any], str | None]:
+    """The run's events from ``after`` on, up to the first of ``kinds``; and the cursor after it."""
+    seen: list[Any] = []
+    while not any(e.type in kinds for e in seen):
+        batch = await queue.events(run_id, after=after, wait_s=1)
+        if batch:
+            after = batch[-1].cursor
+        seen += batch
+    return seen, after
+
+
+async def test_a_playbook_task_on_the_clients_model_waits_for_each_answer_and_its_tool_runs_once(
+    tmp_path: Path,
+) -> None:
+    doc = {
+        "metadata": {"path": "pb/tools", "name": "with_tools"},
+        "mcp": {
+            "models": [{"name": "client", "provider": "sampling"}],
+            "tools": [
+                {
+                    "name": "lookup",
+                    "type": "tool",
+                    "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
+                    "spec": {"tool": "lookup"},
+                }
+            ],
+            "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
+        },
+    }
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
+    config = {"audit": {"enabled": False}, "python_tools": ["kit.llm:counting"], "playbooks": ["pb.yaml"]}
+    use = {"type": "tool_use", "id": "u1", "name": "lookup", "input": {"said": "hello"}}
+    answers = [
+        {"role": "assistant", "content": [use], "model": "client-model", "stopReason": "toolUse"},
+        {"role": "assistant", "content": {"type": "text", "text": "It said hello."}, "model": "client-model"},
+    ]
+    LOOKUPS.clear()
+    questions = []
+    with trio.fail_after(WAIT_S):
+        async with open_app(parse_config(json.dumps(config), "json", base_dir=str(tmp_path))) as app:
+            queue = app.runs.queue
+            # What the tasks extension does with a call of a client that declares it (server/_tasks.py).
+            caps = {"sampling": {"tools": {}}}
+            info = await app.runs.submit("with_tools", {"q": "x"}, ToolContext(), meta={"capabilities": caps})
+            events, cursor = [], None
+            for answer in answers:
+                batch, cursor = await _until_event(queue, info.id, {"input_required"}, cursor)
+                events += batch
+                waiting = await queue.get(info.id)
+                assert waiting is not None and waiting.status == "input_required"
+                pending = waiting.meta["pending"]
+                (key,) = pending
+                questions.append(pending[key]["request"])
+                await queue.answer(info.id, {key: answer})
+            batch, cursor = await _until_event(queue, info.id, {"completed", "failed"}, cursor)
+            events += batch
+            done = await queue.get(info.id)
+    assert done is not None and done.status == "completed", done
+    assert done.answer["content"][0]["text"] == "It said hello."
+    assert LOOKUPS == ["hello"]  # the turn ran again on each resume; the tool call did not
+    assert [q["method"] for q in questions] == ["sampling/createMessage"] * 2
+    assert questions[0]["params"]["tools"][0]["name"] == "lookup"
+    tool_result = questions[1]["params"]["messages"][-1]["content"][0]
+    assert tool_result["type"] == "tool_result" and json.loads(tool_result["content"][0]["text"])["said"] == "hello"
+    assert [(e.type, e.data.get("path")) for e in events] == [
+        ("enqueued", None),
+        ("leased", None),
+        ("step_started", "turn_t"),
+        ("input_required", None),
+        ("resumed", None),
+        ("leased", None),
+        ("step_started", "turn_t"),
+        ("tool_call_started", "turn_t"),
+        ("tool_call_finished", "turn_t"),
+        ("input_required", None),
+        ("resumed", None),
+        ("leased", None),
+        ("step_started", "turn_t"),
+        ("step_finished", "turn_t"),
+        ("completed", None),
+    ]

@@ -198,29 +198,34 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
             problems = schema_errors(call.arguments, action.input_schema)
             if problems is not None:  # told to the model, which may call again; nothing runs
                 return f"not called: the arguments do not match the tool's input schema ({problems})", True
-        if emit is not None:
-            emit({"type": "tool_call_started", "id": step.id, "tool": call.name, "n": n, "arguments": call.arguments})
-        t0 = perf_counter()
         tool_values = {**values, "input": {**values["input"], **call.arguments}, "args": call.arguments}
 
         async def work() -> dict[str, Any]:
+            # The events are the call's: a call answered from the record (a resumed turn) did not run again.
+            if emit is not None:
+                emit(
+                    {"type": "tool_call_started", "id": step.id, "tool": call.name, "n": n, "arguments": call.arguments}
+                )
+            t0 = perf_counter()
             try:
-                return {"ok": True, "output": await perform(pb, action, tool_values, env, ctx)}
+                out = {"ok": True, "output": await perform(pb, action, tool_values, env, ctx)}
             except StepFailure as e:
-                return {"ok": False, "output": str(e)}
+                out = {"ok": False, "output": str(e)}
+            if emit is not None:
+                ms = round((perf_counter() - t0) * 1000, 3)
+                emit(
+                    {
+                        "type": "tool_call_finished",
+                        "id": step.id,
+                        "tool": call.name,
+                        "n": n,
+                        "ok": out["ok"],
+                        "duration_ms": ms,
+                    }
+                )
+            return out
 
         done = await once(ctx, f"tool{n}", work)
-        if emit is not None:
-            emit(
-                {
-                    "type": "tool_call_finished",
-                    "id": step.id,
-                    "tool": call.name,
-                    "n": n,
-                    "ok": done["ok"],
-                    "duration_ms": round((perf_counter() - t0) * 1000, 3),
-                }
-            )
         result = _as_text(done["output"])
         if len(result) > MAX_TOOL_RESULT_CHARS:
             result = result[:MAX_TOOL_RESULT_CHARS] + f" [truncated: {len(result)} characters in all]"
