@@ -298,10 +298,6 @@ class PlaybookTools:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def bind(self, registry: Any) -> None:
-        for t in self._tools.values():
-            t.bind(registry)
-
 
 _TASK_SUPPORT = ("optional", "required", "forbidden")
 
