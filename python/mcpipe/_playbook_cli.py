@@ -66,8 +66,9 @@ def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
 
     from mcpipe.playbooks import load_playbook
 
-    if not Path(ns.file).is_file():
-        raise _UsageError(f"cannot read {ns.file}: no such file")
+    path = Path(ns.file)
+    if not path.is_file():
+        raise _UsageError(f"cannot read {ns.file}: {'a directory' if path.is_dir() else 'no such file'}")
 
     config, models, policy = _context(ns)
     pb, problems = load_playbook(ns.file, models=models, policy=policy)

@@ -325,6 +325,26 @@ async def test_the_cli_checks_a_playbook_and_lists_located_problems(tmp_path: Pa
     assert "Traceback" not in bad.stderr.decode()
 
 
+async def test_the_cli_answers_a_file_it_cannot_use_in_one_located_line(tmp_path: Path) -> None:
+    (tmp_path / "list.yaml").write_text("- 1\n")
+    (tmp_path / "binary.yaml").write_bytes(b"\xfe\xff\x00")
+    cases = [
+        (
+            str(tmp_path / "none.yaml"),
+            2,
+            f"mcpipe playbook check: error: cannot read {tmp_path}/none.yaml: no such file",
+        ),
+        (str(tmp_path), 2, f"mcpipe playbook check: error: cannot read {tmp_path}: a directory"),
+        (str(tmp_path / "list.yaml"), 1, f"{tmp_path}/list.yaml: must be an object, got array"),
+        (str(tmp_path / "binary.yaml"), 1, f"{tmp_path}/binary.yaml: cannot read: 'utf-8' codec can't decode"),
+    ]
+    for path, code, line in cases:
+        with trio.fail_after(CLI_WAIT_S):
+            r = await run_cli("check", path)
+        said = r.stderr.decode()
+        assert r.returncode == code and said.startswith(line) and said.count("\n") == 1, said
+
+
 async def test_the_cli_runs_a_playbook_with_inputs_and_prints_its_events(tmp_path: Path) -> None:
     with trio.fail_after(CLI_WAIT_S):
         async with fake_api() as api, fake_openai(text("Refunds take 14 days.")) as fake:
