@@ -296,7 +296,7 @@ class _Compiler:
         plan = self.pipeline(inner, f"{loc}.pipe", outer=outer)
         if spec is None or plan is None:
             return None
-        return Pipe(sid, loc, plan, spec.timeout_ms, **common)
+        return Pipe(sid, loc, plan, timeout_ms=spec.timeout_ms, **common)
 
     def tool_step(
         self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
@@ -318,7 +318,9 @@ class _Compiler:
         if isinstance(raw_args, dict) and self.producers:
             self.typed_arguments(raw_args, args.reference_sites, loc, spec.tool)
         retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
+        return Leaf(
+            sid, loc, "tool", None, None, timeout_ms=spec.timeout_ms, tool=spec.tool, args=args, retry=retry, **common
+        )
 
     def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no
@@ -370,7 +372,7 @@ class _Compiler:
         step = self.step(raw, f"{loc}.step", inner_id, inner_scope)
         if spec is None or items is None or step is None:
             return None
-        return ForEach(sid, loc, items, step, spec.timeout_ms, as_name=name, **common)
+        return ForEach(sid, loc, items, step, as_name=name, timeout_ms=spec.timeout_ms, **common)
 
     def parallel_step(
         self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
@@ -387,7 +389,7 @@ class _Compiler:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms, **common)
+        return Parallel(sid, loc, tuple(out), timeout_ms=spec.timeout_ms, **common)
 
 
 def _var_names(value: Any) -> frozenset[str] | None:

@@ -271,11 +271,11 @@ class _Compiler:
             sid,
             loc,
             k.name,
-            timeout,
             spec,
             built,
             tuple(templates),
             k.run,
+            timeout_ms=timeout,
             tool=k.tool_name(spec) if k.tool_name is not None else None,
             when=when,
             input_transform=transform,
@@ -346,7 +346,16 @@ class _Compiler:
                 out.append(step)
         if spec is None or not ok:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms, when, transform, tuple(refs), skippable=True)
+        return Parallel(
+            sid,
+            loc,
+            tuple(out),
+            timeout_ms=spec.timeout_ms,
+            when=when,
+            input_transform=transform,
+            references=tuple(refs),
+            skippable=True,
+        )
 
     def pipe(
         self,
@@ -385,7 +394,16 @@ class _Compiler:
         if spec is None or steps is None or vars_t is None:
             return None
         plan = Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
-        return Pipe(sid, loc, plan, spec.timeout_ms, when, transform, tuple(refs), skippable=True)
+        return Pipe(
+            sid,
+            loc,
+            plan,
+            timeout_ms=spec.timeout_ms,
+            when=when,
+            input_transform=transform,
+            references=tuple(refs),
+            skippable=True,
+        )
 
 
 def _default(spec: Any, name: str) -> Any:
