@@ -4,30 +4,15 @@ broker in a process of its own."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 from mcp import Client
 
+from kit.served import call, served
 from mcpipe.backends.kafka import KafkaClient
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.server import App, open_app
-
-
-@asynccontextmanager
-async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
-    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
-        yield app
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
-    r = await client.call_tool(name, args)
-    text = r.content[0].text  # type: ignore[union-attr]
-    return r.is_error, (r.structured_content if r.structured_content is not None else text)
 
 
 def pipelines(bootstrap: str) -> dict[str, Any]:
