@@ -3,6 +3,7 @@
 See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
 """
 
+from mcpipe.plan._bounds import check_steps
 from mcpipe.plan._check import (
     STEP_ID,
     WHOLE_REFERENCE,
@@ -32,6 +33,7 @@ from mcpipe.plan._ir import (
     Pipeline,
     Retry,
     RunFn,
+    Step,
     evaluate,
     prelude,
     tool_sites,
@@ -58,8 +60,10 @@ __all__ = [
     "Retry",
     "RunFn",
     "Scope",
+    "Step",
     "TypedSite",
     "assign_step_ids",
+    "check_steps",
     "decode_fields",
     "evaluate",
     "explain",
