@@ -14,6 +14,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Container, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -37,6 +38,7 @@ from mcpipe.plan import (
     Retry,
     Scope,
     TypedSite,
+    compile_each,
     decode_fields,
     output_path,
     problem_order,
@@ -380,14 +382,8 @@ class _Compiler:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)
         child_scope = Checker.sibling_scope(scope, child_ids)
-        out: list[Node] = []
-        ok = True
-        for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
-            step = self.step(item, f"{child_loc}[{i}]", cid, child_scope)
-            ok = ok and step is not None
-            if step is not None:
-                out.append(step)
-        if spec is None or not ok:
+        out: list[Node] | None = compile_each(children, child_loc, child_ids, partial(self.step, scope=child_scope))
+        if spec is None or out is None:
             return None
         return Parallel(sid, loc, tuple(out), timeout_ms=spec.timeout_ms, **common)
 
