@@ -759,4 +759,4 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
 
 
 def _step(sid: str, kind: str, location: str, plan: Any, runner: Any) -> Leaf[Any, Any]:
-    return Leaf(sid, location, kind, None, None, plan, (), runner)
+    return Leaf(sid, location, kind=kind, fields=None, built=plan, run=runner)
