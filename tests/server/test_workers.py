@@ -161,7 +161,7 @@ async def test_background_runs_started_on_one_worker_are_watched_and_resolved_fr
             statuses = [
                 _structured(await call(sup.url, "2026-07-28", "pipe_status", {"run_id": i}))["status"] for i in more
             ]
-            assert Path(queue_file).exists()
+            assert await trio.Path(queue_file).exists()
     assert [s["status"] for s in seen] == ["completed"] * 3
     assert [ans["ok"] for ans in answers] == [True] * 3
     assert {ans["result"]["pid"] for ans in answers} == {a}  # A executed them (B was stopped)
