@@ -235,8 +235,9 @@ class Gateway:
             if tel is None or tel.tracer is None or ctx.step is None:
                 result = await tool.call(args, ctx)
             else:  # a function tool makes no traced calls of its own: its span need not become the current one
-                current = not isinstance(tool, FunctionTool)
-                result = await tel.step_call(ctx.step, name, tool.call(args, ctx), current=current)
+                with tel.step_span(ctx.step, name, current=not isinstance(tool, FunctionTool)) as span:
+                    result = await tool.call(args, ctx)
+                    span.answered(result.is_error)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise

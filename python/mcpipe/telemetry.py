@@ -8,8 +8,8 @@ hook is one ``is None`` test. The hooks:
   alike): calls by tool and outcome, their duration, calls in flight, and the call's server span, whose
   parent is the W3C ``traceparent`` the request carried in ``_meta``;
 - :meth:`Telemetry.observe_steps` on every finished pipeline answer: steps by kind and outcome;
-- :meth:`Telemetry.span` around a pipeline step's tool call and a downstream call, and
-  :meth:`Telemetry.trace_meta`, the ``traceparent`` a downstream request carries on.
+- :meth:`Telemetry.step_span` around a pipeline step's tool call, :meth:`Telemetry.span` around a
+  downstream call, and :meth:`Telemetry.trace_meta`, the ``traceparent`` a downstream request carries on.
 
 Metrics are correct with ``--workers``: the supervisor gives every worker one ``PROMETHEUS_MULTIPROC_DIR``
 and ``/metrics`` on any worker aggregates them all (prometheus-client's multiprocess mode). Tracing is off
@@ -21,10 +21,14 @@ embedding mcpipe installed a global SDK provider.
 from __future__ import annotations
 
 import os
+import re
+import sys
 import time
-from collections.abc import Awaitable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
+
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 __all__ = ["Telemetry", "configure", "current", "install"]
 
@@ -117,14 +121,32 @@ class Telemetry:
         self.provider = tracer_provider
         self.known = known
         if self.tracer is not None:
-            from opentelemetry import context
-            from opentelemetry.propagate import extract, inject
-            from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+            from opentelemetry import context, trace
 
-            self._extract, self._inject = extract, inject
-            self._attach, self._detach, self._in_context = context.attach, context.detach, set_span_in_context
-            self._server_kind, self._client_kind = SpanKind.SERVER, SpanKind.CLIENT
+            self._attach, self._detach = context.attach, context.detach
+            self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
+            self._server_kind, self._client_kind, self._internal_kind = (
+                trace.SpanKind.SERVER,
+                trace.SpanKind.CLIENT,
+                trace.SpanKind.INTERNAL,
+            )
             self._error = Status(StatusCode.ERROR)
+            self._recorder = _recorder_of(self.tracer)
+
+    def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
+        """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
+
+        Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
+        processors, the exporters' path) are recorded by :class:`_Recorder`, for a fraction of the SDK
+        span's cost; any other tracer makes its own span, the parent passed explicitly.
+        """
+        rec = self._recorder
+        if rec is not None and rec.usable():
+            if parent is None:
+                parent = self._current_span().get_span_context()
+            return rec.start(name, parent, kind, attributes)
+        ctx = None if parent is None else self._in_context(NonRecordingSpan(parent))
+        return self.tracer.start_span(name, context=ctx, kind=kind, attributes=attributes)
 
     # --- incoming calls ---
 
@@ -140,13 +162,17 @@ class Telemetry:
             if self.tracer is None:
                 out = await call
             else:
-                parent = self._extract({"traceparent": traceparent}) if isinstance(traceparent, str) else None
-                span = self.tracer.start_span(f"tools/call {name}", context=parent, kind=self._server_kind)
+                parent = parse_traceparent(traceparent) if isinstance(traceparent, str) else None
+                attributes = {_METHOD: "tools/call", _TOOL: name}
+                span = self._start(f"tools/call {name}", parent, self._server_kind, attributes)
                 token = self._attach(self._in_context(span))
                 try:
                     out = await call
                     if out.get("isError"):
                         span.set_status(self._error)
+                except BaseException as exc:
+                    _failed(span, exc, self._error)
+                    raise
                 finally:
                     self._detach(token)
                     span.end()
@@ -199,47 +225,35 @@ class Telemetry:
 
     # --- spans ---
 
-    async def step_call(self, step: str, name: str, call: Awaitable[Any], *, current: bool) -> Any:
-        """Await a pipeline step's tool call inside a span ``step <id> <tool>``, a child of the call's.
-
-        Spans are started and ended by hand (no context manager), and made the current span only when
-        ``current`` (a tool that may make traced calls of its own, like a downstream one): a step span costs
-        the least it can, since a pipeline makes one per step.
-        """
-        assert self.tracer is not None
-        span = self.tracer.start_span(f"step {step} {name}")
-        token = self._attach(self._in_context(span)) if current else None
-        try:
-            result = await call
-            if getattr(result, "is_error", False):
-                span.set_status(self._error)
-            return result
-        except BaseException:
-            span.set_status(self._error)
-            raise
-        finally:
-            if token is not None:
-                self._detach(token)
-            span.end()
-
-    @contextmanager
-    def span(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Iterator[None]:
-        """A child span of the current one (nothing without a tracer)."""
+    def span(
+        self, name: str, attributes: dict[str, Any], *, client: bool = False, current: bool = True
+    ) -> SpanScope | AbstractContextManager[None]:
+        """A child span of the current one for a ``with`` block, made the current one inside when
+        ``current``; it ends with the block, failed if the block raised (nothing without a tracer)."""
         if self.tracer is None:
-            yield
-            return
-        kind = self._client_kind if client else None
-        extra = {"kind": kind} if kind is not None else {}
-        with self.tracer.start_as_current_span(name, attributes=attributes, **extra):
-            yield
+            return nullcontext()
+        span = self._start(name, None, self._client_kind if client else self._internal_kind, attributes)
+        return SpanScope(self, span, self._attach(self._in_context(span)) if current else None)
 
-    def trace_meta(self) -> Any:
-        """The ``_meta`` carrying the current span's ``traceparent`` on to a downstream request."""
+    def step_span(self, step: str, name: str, *, current: bool) -> SpanScope:
+        """The span ``step <id> <tool>`` of a pipeline step's tool call, a child of the current one (there
+        must be a tracer). Made the current one only when ``current`` (a tool that may make traced calls of
+        its own, like a downstream one): a pipeline makes one per step, so it costs the least it can."""
+        span = self._start(f"step {step} {name}", None, self._internal_kind, {_STEP: step, _TOOL: name})
+        return SpanScope(self, span, self._attach(self._in_context(span)) if current else None)
+
+    def trace_meta(self) -> dict[str, str] | None:
+        """The ``_meta`` carrying the current span's W3C ``traceparent`` (and ``tracestate``) on to a
+        downstream request; None without a tracer or a valid current span."""
         if self.tracer is None:
             return None
-        carrier: dict[str, str] = {}
-        self._inject(carrier)
-        return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")} or None
+        sc = self._current_span().get_span_context()
+        if not sc.is_valid:
+            return None
+        meta = {"traceparent": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+        if sc.trace_state:
+            meta["tracestate"] = sc.trace_state.to_header()
+        return meta
 
     # --- downstream servers ---
 
@@ -247,6 +261,76 @@ class Telemetry:
         if self.metrics is not None:
             for server, state in status.items():
                 self.metrics.downstream_up.labels(server).set(1 if state == "up" else 0)
+
+
+class SpanScope:
+    """A started span (:meth:`Telemetry.span`, :meth:`Telemetry.step_span`) that ends when its ``with``
+    block exits: failed (status ``ERROR``, ``error.type``) when the block raised, unless with a 2026-07-28
+    suspension, or when :meth:`answered` an error. A plain class, not a generator: it runs once per step."""
+
+    __slots__ = ("_tel", "_token", "span")
+
+    def __init__(self, tel: Telemetry, span: Any, token: Any) -> None:
+        self._tel, self.span, self._token = tel, span, token
+
+    def __enter__(self) -> SpanScope:
+        return self
+
+    def answered(self, is_error: bool) -> None:
+        """The call answered; a tool error (``isError``) fails the span."""
+        if is_error:
+            self.span.set_status(self._tel._error)
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            _failed(self.span, exc, self._tel._error)
+        if self._token is not None:
+            self._tel._detach(self._token)
+        self.span.end()
+
+
+# Span attribute keys (OpenTelemetry's semantic conventions for MCP and GenAI tools, and mcpipe's own).
+_METHOD = "mcp.method.name"
+_TOOL = "gen_ai.tool.name"
+_STEP = "mcpipe.step.id"
+SERVER_ATTRIBUTE = "mcp.server"
+
+
+def _recorder_of(tracer: Any) -> Any:
+    """A :class:`mcpipe._tracing.Recorder` for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
+    if "opentelemetry.sdk.trace" not in sys.modules:  # an SDK tracer exists only once the SDK is imported
+        return None
+    from mcpipe._tracing import Recorder
+
+    return Recorder.of(tracer)
+
+
+def _failed(span: Any, exc: BaseException, error: Any) -> None:
+    """Mark ``span`` failed by ``exc``, unless ``exc`` is a 2026-07-28 suspension (the call asks its client
+    and resumes on the retry: not an error)."""
+    from mcpipe._util import is_suspension
+
+    if not is_suspension(exc):
+        span.set_status(error)
+        span.set_attribute("error.type", type(exc).__qualname__)
+
+
+_TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
+
+
+def parse_traceparent(value: str) -> Any:
+    """The remote ``SpanContext`` a W3C ``traceparent`` names, or None for a malformed or invalid one (what
+    the W3C propagator accepts: version ``ff`` never, version ``00`` with nothing after the flags)."""
+    m = _TRACEPARENT.fullmatch(value)
+    if m is None:
+        return None
+    version, trace_id, span_id, flags, rest = m.groups()
+    if version == "ff" or (version == "00" and rest):
+        return None
+    tid, sid = int(trace_id, 16), int(span_id, 16)
+    if not tid or not sid:
+        return None
+    return SpanContext(tid, sid, is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
 
 
 def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:

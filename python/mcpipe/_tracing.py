@@ -1,0 +1,225 @@
+"""Recording mcpipe's spans into an OpenTelemetry SDK tracer for a fraction of the SDK span's cost.
+
+The SDK's span costs about 10-20 us from start to end: a sampler call, parent lookups in the context,
+locks, bounded attribute containers, the processors' start and ending hooks, and a second object built at
+the end for the processors. A pipeline call makes a span per step, so :mod:`mcpipe.telemetry` records its
+spans here when it can: the same ids, sampling decision, trace flags, resource, scope and limits as the
+SDK's ``Tracer.start_span``, and at the end the span itself (an SDK ``ReadableSpan``, frozen once ended)
+handed to the same processors' ``on_end``. That holds while every processor of the provider ignores span
+starts (the SDK's batch and simple processors do: exporters only see ended spans); with any other
+processor, or the tracer disabled, :meth:`Recorder.usable` says no and the SDK makes the spans itself.
+
+Imported only once an SDK tracer exists (it imports the SDK).
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, Tracer, sampling
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TraceFlags,
+    set_span_in_context,
+)
+
+__all__ = ["Recorder"]
+
+_UNSET = Status(StatusCode.UNSET)
+_FLAGS = tuple(TraceFlags(f) for f in range(4))  # sampled | random trace id
+_PRIVATE = ("_span_limits", "_instrumentation_scope")  # the SDK tracer's fields a recorder reads
+_QUIET = (SpanProcessor, BatchSpanProcessor, SimpleSpanProcessor)
+
+
+def _ignores_starts(processor: SpanProcessor) -> bool:
+    """Whether ``processor``'s ``on_start`` and ``_on_ending`` hooks do nothing (the SDK's base, batch and
+    simple processors')."""
+    kind = type(processor)
+    return any(kind.on_start is q.on_start for q in _QUIET) and any(kind._on_ending is q._on_ending for q in _QUIET)
+
+
+class RecordedSpan(Span, ReadableSpan):
+    """A span of a :class:`Recorder`: the OpenTelemetry ``Span`` interface over the SDK's ``ReadableSpan``
+    fields, handed as is to the processors when it ends (nothing changes it after). Attributes other code
+    sets on it go through the SDK's ``BoundedAttributes`` (its checks and limits); mcpipe's own, known
+    good, are kept in the dict they came in. Each recorder makes a subclass holding its tracer's constant
+    fields (resource, scope, processor), so a span sets only its own."""
+
+    _rec: Recorder
+    _events: Any = ()
+    _links: Any = ()
+    _status: Status = _UNSET
+    _end_time: int | None = None
+    _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
+
+    def __init__(  # noqa: PLR0913 (the fields of a span)
+        self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any
+    ) -> None:
+        self._name, self._context, self._parent, self._kind = name, context, parent, kind
+        self._attributes = attributes
+        self._start_time = time.time_ns()
+
+    def get_span_context(self) -> SpanContext:
+        return self._context
+
+    def is_recording(self) -> bool:
+        return self._end_time is None
+
+    def _bounded(self) -> BoundedAttributes:
+        attrs = self._attributes
+        if not isinstance(attrs, BoundedAttributes):
+            limits = self._rec.limits
+            attrs = self._attributes = BoundedAttributes(
+                limits.max_span_attributes, attrs, immutable=False, max_value_len=limits.max_span_attribute_length
+            )
+        return attrs
+
+    def set_attribute(self, key: str, value: Any) -> None:
+        if self._end_time is None:
+            self._bounded()[key] = value
+
+    def set_attributes(self, attributes: Mapping[str, Any]) -> None:
+        if self._end_time is None:
+            attrs = self._bounded()
+            for key, value in attributes.items():
+                attrs[key] = value
+
+    def add_event(self, name: str, attributes: Any = None, timestamp: int | None = None) -> None:
+        if self._end_time is None:
+            if not isinstance(self._events, list):
+                self._events = []
+            limit = self._rec.limits.max_events
+            if limit is None or len(self._events) < limit:
+                self._events.append(Event(name, attributes, timestamp))
+
+    def add_link(self, context: SpanContext, attributes: Any = None) -> None:
+        if self._end_time is None and context.is_valid:
+            self._links = [*self._links, Link(context, attributes)]
+
+    def update_name(self, name: str) -> None:
+        if self._end_time is None:
+            self._name = name
+
+    def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
+        if self._end_time is not None:
+            return
+        if not isinstance(status, Status):
+            status = Status(status, description)
+        if status.status_code is StatusCode.UNSET or self._status.status_code is StatusCode.OK:
+            return  # the SDK's rules: UNSET changes nothing, OK is final
+        self._status = status
+
+    def record_exception(
+        self,
+        exception: BaseException,
+        attributes: Any = None,
+        timestamp: int | None = None,
+        escaped: bool = False,
+    ) -> None:
+        event = {
+            "exception.type": type(exception).__qualname__,
+            "exception.message": str(exception),
+            "exception.stacktrace": "".join(traceback.format_exception(exception)),
+            "exception.escaped": str(escaped),
+        }
+        self.add_event("exception", {**event, **(attributes or {})}, timestamp)
+
+    def end(self, end_time: int | None = None) -> None:
+        if self._end_time is not None:
+            return
+        self._end_time = end_time if end_time is not None else time.time_ns()
+        if isinstance(self._attributes, BoundedAttributes):
+            self._attributes._immutable = True
+        if self._ended is not None:
+            self._ended()
+        self._rec.processor.on_end(self)
+
+
+class Recorder:
+    """Starts :class:`RecordedSpan` spans for one SDK ``Tracer``."""
+
+    def __init__(self, tracer: Tracer) -> None:
+        self.tracer = tracer
+        self.processor = tracer.span_processor
+        self.limits = tracer._span_limits
+        self.new_trace_id = tracer.id_generator.generate_trace_id
+        self.new_span_id = tracer.id_generator.generate_span_id
+        self.random_ids = tracer.id_generator.is_trace_id_random()
+        metrics = getattr(tracer, "_tracer_metrics", None)  # the SDK's own span metrics (SDK 1.39 and later)
+        self.span_metrics = None if metrics is None or type(metrics).__name__ == "NoOpTracerMetrics" else metrics
+        enabled = getattr(tracer, "_is_enabled", None)  # tracer configurators (SDK 1.35 and later)
+        self.enabled: Callable[[], bool] = enabled if enabled is not None else lambda: True
+        sampler = tracer.sampler
+        # The default sampler (parent-based, always on) and always-on decide without being called.
+        self.sampler = None if sampler is sampling.DEFAULT_ON or sampler is sampling.ALWAYS_ON else sampler
+        self.always = sampler is sampling.ALWAYS_ON
+        fields = {
+            "_rec": self,
+            "_resource": tracer.resource,
+            "_instrumentation_scope": tracer._instrumentation_scope,
+            "_instrumentation_info": tracer.instrumentation_info,
+        }
+        self.span_type: type[RecordedSpan] = type("RecordedSpan", (RecordedSpan,), fields)
+        self._seen: Any = None
+        self._quiet = False
+
+    @classmethod
+    def of(cls, tracer: Any) -> Recorder | None:
+        """A recorder for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
+        if type(tracer) is not Tracer or not all(hasattr(tracer, f) for f in _PRIVATE):
+            return None
+        return cls(tracer)
+
+    def usable(self) -> bool:
+        """Whether the tracer is enabled and no processor of it looks at spans before they end."""
+        processors = getattr(self.processor, "_span_processors", None)
+        if processors is not self._seen:  # first look, or processors were added since the last one
+            self._seen = processors
+            self._quiet = processors is not None and all(_ignores_starts(p) for p in processors)
+        return self._quiet and self.enabled()
+
+    def start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span:
+        """A started span, child of ``parent`` (None or invalid: a root); a non-recording span when the
+        sampler drops it."""
+        if parent is None or not parent.is_valid:
+            parent = None
+            trace_id = self.new_trace_id()
+            random_id = self.random_ids
+        else:
+            trace_id = parent.trace_id
+            random_id = parent.trace_flags.random_trace_id
+        sampler = self.sampler
+        if sampler is None:
+            sampled = recording = self.always or parent is None or parent.trace_flags.sampled
+            trace_state = None if parent is None else parent.trace_state
+        else:
+            ctx = Context() if parent is None else set_span_in_context(NonRecordingSpan(parent))
+            result = sampler.should_sample(ctx, trace_id, name, kind, attributes, ())
+            sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
+            trace_state = result.trace_state
+            attributes = dict(result.attributes)
+        flags = _FLAGS[(1 if sampled else 0) | (2 if random_id else 0)]
+        context = SpanContext(trace_id, self.new_span_id(), False, flags, trace_state)
+        ended = None
+        if self.span_metrics is not None:
+            decision = sampling.Decision
+            chosen = decision.RECORD_AND_SAMPLE if sampled else decision.RECORD_ONLY if recording else decision.DROP
+            ended = self.span_metrics.start_span(parent, chosen)
+        if not recording:
+            return NonRecordingSpan(context)
+        span = self.span_type(name, context, parent, kind, attributes)
+        if ended is not None:
+            span._ended = ended
+        return span
