@@ -14,14 +14,18 @@ Imported only once an SDK tracer exists (it imports the SDK).
 
 from __future__ import annotations
 
+import functools
+import random
 import time
 import traceback
+from types import TracebackType
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, Tracer, sampling
+from opentelemetry.context import Context, detach, get_current
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, Tracer, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.trace import (
     Link,
@@ -34,12 +38,21 @@ from opentelemetry.trace import (
     TraceFlags,
     set_span_in_context,
 )
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
+from opentelemetry.trace.propagation import _SPAN_KEY
+
+from mcpipe._util import is_suspension
 
 __all__ = ["Recorder"]
 
 _UNSET = Status(StatusCode.UNSET)
+_ERROR = Status(StatusCode.ERROR)
+_NO_STATE = DEFAULT_TRACE_STATE
+_SPAN_ID_LIMIT = 2**64
+_new_tuple = tuple.__new__
+_random_bits64 = functools.partial(random.getrandbits, 64)
 _FLAGS = tuple(TraceFlags(f) for f in range(4))  # sampled | random trace id
-_PRIVATE = ("_span_limits", "_instrumentation_scope")  # the SDK tracer's fields a recorder reads
+_PRIVATE = ("_span_limits", "_instrumentation_scope", "_tracer_config")  # the SDK tracer's fields read here
 _QUIET = (SpanProcessor, BatchSpanProcessor, SimpleSpanProcessor)
 
 
@@ -63,6 +76,7 @@ class RecordedSpan(Span, ReadableSpan):
     _status: Status = _UNSET
     _end_time: int | None = None
     _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
+    _token: object = None  # the context token to detach when the span's ``with`` block exits
 
     def __init__(  # noqa: PLR0913 (the fields of a span)
         self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any
@@ -136,6 +150,16 @@ class RecordedSpan(Span, ReadableSpan):
         }
         self.add_event("exception", {**event, **(attributes or {})}, timestamp)
 
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        """The end of the span's ``with`` block: failed if it raised (like the SDK's span; a 2026-07-28
+        suspension is no failure), the context it was made current in detached, ended."""
+        if exc is not None and self._end_time is None and not is_suspension(exc):
+            self.set_status(_ERROR)
+            self.set_attribute("error.type", type(exc).__qualname__)
+        if self._token is not None:
+            detach(self._token)
+        self.end()
+
     def end(self, end_time: int | None = None) -> None:
         if self._end_time is not None:
             return
@@ -144,7 +168,8 @@ class RecordedSpan(Span, ReadableSpan):
             self._attributes._immutable = True
         if self._ended is not None:
             self._ended()
-        self._rec.processor.on_end(self)
+        for processor in self._rec.processor._span_processors:  # what the synchronous multi-processor does
+            processor.on_end(self)
 
 
 class Recorder:
@@ -155,12 +180,12 @@ class Recorder:
         self.processor = tracer.span_processor
         self.limits = tracer._span_limits
         self.new_trace_id = tracer.id_generator.generate_trace_id
-        self.new_span_id = tracer.id_generator.generate_span_id
+        ids = tracer.id_generator
+        # The SDK's random ids, without its generator's Python-level call (a zero span id comes out invalid).
+        self.new_span_id = _random_bits64 if type(ids) is RandomIdGenerator else ids.generate_span_id
         self.random_ids = tracer.id_generator.is_trace_id_random()
         metrics = getattr(tracer, "_tracer_metrics", None)  # the SDK's own span metrics (SDK 1.39 and later)
         self.span_metrics = None if metrics is None or type(metrics).__name__ == "NoOpTracerMetrics" else metrics
-        enabled = getattr(tracer, "_is_enabled", None)  # tracer configurators (SDK 1.35 and later)
-        self.enabled: Callable[[], bool] = enabled if enabled is not None else lambda: True
         sampler = tracer.sampler
         # The default sampler (parent-based, always on) and always-on decide without being called.
         self.sampler = None if sampler is sampling.DEFAULT_ON or sampler is sampling.ALWAYS_ON else sampler
@@ -180,38 +205,60 @@ class Recorder:
         """A recorder for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
         if type(tracer) is not Tracer or not all(hasattr(tracer, f) for f in _PRIVATE):
             return None
+        # The provider's default processor, whose on_end calls each processor's in turn (as a span here does).
+        if type(tracer.span_processor) is not SynchronousMultiSpanProcessor:
+            return None
         return cls(tracer)
 
-    def usable(self) -> bool:
-        """Whether the tracer is enabled and no processor of it looks at spans before they end."""
-        processors = getattr(self.processor, "_span_processors", None)
-        if processors is not self._seen:  # first look, or processors were added since the last one
-            self._seen = processors
-            self._quiet = processors is not None and all(_ignores_starts(p) for p in processors)
-        return self._quiet and self.enabled()
+    def _look(self) -> None:
+        """Whether no processor looks at spans before they end, for the provider's processors now."""
+        self._seen = processors = self.processor._span_processors
+        self._quiet = all(_ignores_starts(p) for p in processors)
 
-    def start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span:
-        """A started span, child of ``parent`` (None or invalid: a root); a non-recording span when the
-        sampler drops it."""
-        if parent is None or not parent.is_valid:
+    def child(self, name: str, kind: SpanKind, attributes: dict[str, Any]) -> Span | None:
+        """A started span, child of the current one (what the SDK's ``start_span`` does with no context);
+        None when the recorder cannot stand in for the SDK now (a processor that looks at starts was added,
+        or the tracer was disabled): then the SDK must make it."""
+        if self.processor._span_processors is not self._seen:
+            self._look()
+        if not (self._quiet and self.tracer._tracer_config.is_enabled):
+            return None
+        current = get_current().get(_SPAN_KEY)  # the API's get_current_span, minus two calls
+        return self._start(name, None if current is None else current.get_span_context(), kind, attributes)
+
+    def start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span | None:
+        """A started span, child of ``parent`` (None or invalid: a root); None as for :meth:`child`."""
+        if self.processor._span_processors is not self._seen:
+            self._look()
+        if not (self._quiet and self.tracer._tracer_config.is_enabled):
+            return None
+        return self._start(name, parent, kind, attributes)
+
+    def _start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span:
+        """A started span, or a non-recording one when the sampler drops it. A ``SpanContext`` is a tuple
+        (trace id, span id, remote, flags, trace state, valid): read and made here as such, since its
+        properties and its ``__new__`` are Python-level calls, several per span."""
+        if parent is None or not parent[5]:
             parent = None
             trace_id = self.new_trace_id()
             random_id = self.random_ids
         else:
-            trace_id = parent.trace_id
-            random_id = parent.trace_flags.random_trace_id
+            trace_id = parent[0]
+            random_id = parent[3] & 2
         sampler = self.sampler
         if sampler is None:
-            sampled = recording = self.always or parent is None or parent.trace_flags.sampled
-            trace_state = None if parent is None else parent.trace_state
+            sampled = recording = self.always or parent is None or bool(parent[3] & 1)
+            trace_state = _NO_STATE if parent is None else parent[4]
         else:
             ctx = Context() if parent is None else set_span_in_context(NonRecordingSpan(parent))
             result = sampler.should_sample(ctx, trace_id, name, kind, attributes, ())
             sampled, recording = result.decision.is_sampled(), result.decision.is_recording()
-            trace_state = result.trace_state
+            trace_state = _NO_STATE if result.trace_state is None else result.trace_state
             attributes = dict(result.attributes)
+        span_id = self.new_span_id()
         flags = _FLAGS[(1 if sampled else 0) | (2 if random_id else 0)]
-        context = SpanContext(trace_id, self.new_span_id(), False, flags, trace_state)
+        # The trace id is valid here; a custom id generator's span id is checked.
+        context = _new_tuple(SpanContext, (trace_id, span_id, False, flags, trace_state, 0 < span_id < _SPAN_ID_LIMIT))
         ended = None
         if self.span_metrics is not None:
             decision = sampling.Decision

@@ -237,7 +237,8 @@ class Gateway:
             else:  # a function tool makes no traced calls of its own: its span need not become the current one
                 with tel.step_span(ctx.step, name, current=not isinstance(tool, FunctionTool)) as span:
                     result = await tool.call(args, ctx)
-                    span.answered(result.is_error)
+                    if result.is_error:
+                        span.set_status(tel.error)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise

@@ -130,21 +130,21 @@ class Telemetry:
                 trace.SpanKind.CLIENT,
                 trace.SpanKind.INTERNAL,
             )
-            self._error = Status(StatusCode.ERROR)
+            self.error = Status(StatusCode.ERROR)
             self._recorder = _recorder_of(self.tracer)
 
     def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
         """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
 
         Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
-        processors, the exporters' path) are recorded by :class:`_Recorder`, for a fraction of the SDK
-        span's cost; any other tracer makes its own span, the parent passed explicitly.
+        processors, the exporters' path) are recorded by :class:`mcpipe._tracing.Recorder`, for a fraction
+        of the SDK span's cost; any other tracer makes its own span, the parent passed explicitly.
         """
         rec = self._recorder
-        if rec is not None and rec.usable():
-            if parent is None:
-                parent = self._current_span().get_span_context()
-            return rec.start(name, parent, kind, attributes)
+        if rec is not None:
+            span = rec.child(name, kind, attributes) if parent is None else rec.start(name, parent, kind, attributes)
+            if span is not None:
+                return span
         ctx = None if parent is None else self._in_context(NonRecordingSpan(parent))
         return self.tracer.start_span(name, context=ctx, kind=kind, attributes=attributes)
 
@@ -169,9 +169,9 @@ class Telemetry:
                 try:
                     out = await call
                     if out.get("isError"):
-                        span.set_status(self._error)
+                        span.set_status(self.error)
                 except BaseException as exc:
-                    _failed(span, exc, self._error)
+                    _failed(span, exc, self.error)
                     raise
                 finally:
                     self._detach(token)
@@ -200,8 +200,14 @@ class Telemetry:
                 self._count(steps)
 
     def _count(self, steps: dict[str, Any]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        self._tally(steps, counts)
         m = self.metrics
         assert m is not None
+        for (kind, outcome), n in counts.items():  # one increment per kind and outcome, not one per step
+            m.step(kind, outcome).inc(n)
+
+    def _tally(self, steps: dict[str, Any], counts: dict[tuple[str, str], int]) -> None:
         for step in steps.values():
             if not isinstance(step, dict):
                 continue
@@ -213,10 +219,11 @@ class Telemetry:
                 outcome = "cancelled"
             else:
                 outcome = "failed"
-            m.step(str(step.get("kind", "tool")), outcome).inc()
+            key = (str(step.get("kind", "tool")), outcome)
+            counts[key] = counts.get(key, 0) + 1
             children = step.get("children") or step.get("steps")
             if isinstance(children, dict):
-                self._count(children)
+                self._tally(children, counts)
 
     def suspended(self) -> None:
         """A pipeline suspended to ask its client."""
@@ -227,20 +234,36 @@ class Telemetry:
 
     def span(
         self, name: str, attributes: dict[str, Any], *, client: bool = False, current: bool = True
-    ) -> SpanScope | AbstractContextManager[None]:
+    ) -> AbstractContextManager[Any]:
         """A child span of the current one for a ``with`` block, made the current one inside when
         ``current``; it ends with the block, failed if the block raised (nothing without a tracer)."""
         if self.tracer is None:
             return nullcontext()
-        span = self._start(name, None, self._client_kind if client else self._internal_kind, attributes)
-        return SpanScope(self, span, self._attach(self._in_context(span)) if current else None)
+        return self._scoped(
+            self._start(name, None, self._client_kind if client else self._internal_kind, attributes), current
+        )
 
-    def step_span(self, step: str, name: str, *, current: bool) -> SpanScope:
-        """The span ``step <id> <tool>`` of a pipeline step's tool call, a child of the current one (there
-        must be a tracer). Made the current one only when ``current`` (a tool that may make traced calls of
+    def step_span(self, step: str, name: str, *, current: bool) -> Any:
+        """The span ``step <id> <tool>`` of a pipeline step's tool call for a ``with`` block, a child of the
+        current one (there must be a tracer); the block's value is the span (a tool error: set its status
+        to :attr:`error`). Made the current one only when ``current`` (a tool that may make traced calls of
         its own, like a downstream one): a pipeline makes one per step, so it costs the least it can."""
-        span = self._start(f"step {step} {name}", None, self._internal_kind, {_STEP: step, _TOOL: name})
-        return SpanScope(self, span, self._attach(self._in_context(span)) if current else None)
+        attributes = {_STEP: step, _TOOL: name}
+        rec = self._recorder
+        span = None if rec is None else rec.child(f"step {step} {name}", self._internal_kind, attributes)
+        if span is None:
+            span = self.tracer.start_span(f"step {step} {name}", kind=self._internal_kind, attributes=attributes)
+        return self._scoped(span, current)
+
+    def _scoped(self, span: Any, current: bool) -> Any:
+        """``span`` as the context manager of its ``with`` block (a recorded span is its own)."""
+        token = self._attach(self._in_context(span)) if current else None
+        rec = self._recorder
+        if rec is not None and type(span) is rec.span_type:
+            if token is not None:
+                span._token = token
+            return span
+        return SpanScope(self, span, token)
 
     def trace_meta(self) -> dict[str, str] | None:
         """The ``_meta`` carrying the current span's W3C ``traceparent`` (and ``tracestate``) on to a
@@ -264,26 +287,22 @@ class Telemetry:
 
 
 class SpanScope:
-    """A started span (:meth:`Telemetry.span`, :meth:`Telemetry.step_span`) that ends when its ``with``
-    block exits: failed (status ``ERROR``, ``error.type``) when the block raised, unless with a 2026-07-28
-    suspension, or when :meth:`answered` an error. A plain class, not a generator: it runs once per step."""
+    """A started span of a tracer other than the recorder's as the context manager of its ``with`` block
+    (:meth:`Telemetry.span`, :meth:`Telemetry.step_span`): the block's value is the span; it ends when the
+    block exits, failed (status ``ERROR``, ``error.type``) if the block raised, unless with a 2026-07-28
+    suspension. A plain class, not a generator: it runs once per step."""
 
     __slots__ = ("_tel", "_token", "span")
 
     def __init__(self, tel: Telemetry, span: Any, token: Any) -> None:
         self._tel, self.span, self._token = tel, span, token
 
-    def __enter__(self) -> SpanScope:
-        return self
-
-    def answered(self, is_error: bool) -> None:
-        """The call answered; a tool error (``isError``) fails the span."""
-        if is_error:
-            self.span.set_status(self._tel._error)
+    def __enter__(self) -> Any:
+        return self.span
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
         if exc is not None:
-            _failed(self.span, exc, self._tel._error)
+            _failed(self.span, exc, self._tel.error)
         if self._token is not None:
             self._tel._detach(self._token)
         self.span.end()
