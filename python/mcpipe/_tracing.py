@@ -18,15 +18,16 @@ import functools
 import random
 import time
 import traceback
-from types import TracebackType
 from collections.abc import Callable, Mapping
-from typing import Any
+from contextvars import Token
+from types import TracebackType
+from typing import Any, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context, detach, get_current
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, Tracer, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import (
     Link,
     NonRecordingSpan,
@@ -38,8 +39,8 @@ from opentelemetry.trace import (
     TraceFlags,
     set_span_in_context,
 )
-from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 from opentelemetry.trace.propagation import _SPAN_KEY
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from mcpipe._util import is_suspension
 
@@ -50,6 +51,8 @@ _ERROR = Status(StatusCode.ERROR)
 _NO_STATE = DEFAULT_TRACE_STATE
 _SPAN_ID_LIMIT = 2**64
 _new_tuple = tuple.__new__
+# The current context, whose span key holds a Span (the trace API puts nothing else there).
+_current_context = cast(Callable[[], Mapping[str, Span]], get_current)
 _random_bits64 = functools.partial(random.getrandbits, 64)
 _FLAGS = tuple(TraceFlags(f) for f in range(4))  # sampled | random trace id
 _PRIVATE = ("_span_limits", "_instrumentation_scope", "_tracer_config")  # the SDK tracer's fields read here
@@ -71,14 +74,15 @@ class RecordedSpan(Span, ReadableSpan):
     fields (resource, scope, processor), so a span sets only its own."""
 
     _rec: Recorder
+    _context: SpanContext  # (optional in a ReadableSpan; a span's is always set)
     _events: Any = ()
     _links: Any = ()
     _status: Status = _UNSET
     _end_time: int | None = None
     _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
-    _token: object = None  # the context token to detach when the span's ``with`` block exits
+    _token: Token[Context] | None = None  # the context token to detach when the span's ``with`` block exits
 
-    def __init__(  # noqa: PLR0913 (the fields of a span)
+    def __init__(
         self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any
     ) -> None:
         self._name, self._context, self._parent, self._kind = name, context, parent, kind
@@ -93,7 +97,7 @@ class RecordedSpan(Span, ReadableSpan):
 
     def _bounded(self) -> BoundedAttributes:
         attrs = self._attributes
-        if not isinstance(attrs, BoundedAttributes):
+        if type(attrs) is not BoundedAttributes:
             limits = self._rec.limits
             attrs = self._attributes = BoundedAttributes(
                 limits.max_span_attributes, attrs, immutable=False, max_value_len=limits.max_span_attribute_length
@@ -164,7 +168,7 @@ class RecordedSpan(Span, ReadableSpan):
         if self._end_time is not None:
             return
         self._end_time = end_time if end_time is not None else time.time_ns()
-        if isinstance(self._attributes, BoundedAttributes):
+        if type(self._attributes) is BoundedAttributes:  # (not isinstance: an ABC's check is a Python call)
             self._attributes._immutable = True
         if self._ended is not None:
             self._ended()
@@ -223,7 +227,7 @@ class Recorder:
             self._look()
         if not (self._quiet and self.tracer._tracer_config.is_enabled):
             return None
-        current = get_current().get(_SPAN_KEY)  # the API's get_current_span, minus two calls
+        current = _current_context().get(_SPAN_KEY)  # the API's get_current_span, minus two calls
         return self._start(name, None if current is None else current.get_span_context(), kind, attributes)
 
     def start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span | None:
@@ -244,7 +248,7 @@ class Recorder:
             random_id = self.random_ids
         else:
             trace_id = parent[0]
-            random_id = parent[3] & 2
+            random_id = bool(parent[3] & 2)
         sampler = self.sampler
         if sampler is None:
             sampled = recording = self.always or parent is None or bool(parent[3] & 1)

@@ -253,6 +253,10 @@ class Telemetry:
         span = None if rec is None else rec.child(f"step {step} {name}", self._internal_kind, attributes)
         if span is None:
             span = self.tracer.start_span(f"step {step} {name}", kind=self._internal_kind, attributes=attributes)
+        elif rec is not None and type(span) is rec.span_type:  # (``_scoped``, inline: once per step)
+            if current:
+                span._token = self._attach(self._in_context(span))
+            return span
         return self._scoped(span, current)
 
     def _scoped(self, span: Any, current: bool) -> Any:
