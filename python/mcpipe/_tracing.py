@@ -19,12 +19,14 @@ import random
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from contextvars import Token
+from contextvars import ContextVar, Token
 from types import TracebackType
 from typing import Any, cast
 
+from opentelemetry import context as otel_context
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context, detach, get_current
+from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, Tracer, sampling
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
@@ -51,8 +53,11 @@ _ERROR = Status(StatusCode.ERROR)
 _NO_STATE = DEFAULT_TRACE_STATE
 _SPAN_ID_LIMIT = 2**64
 _new_tuple = tuple.__new__
-# The current context, whose span key holds a Span (the trace API puts nothing else there).
-_current_context = cast(Callable[[], Mapping[str, Span]], get_current)
+# The current context, whose span key holds a Span (the trace API puts nothing else there): with the
+# default runtime context, its ContextVar's get, otherwise the API's get_current.
+_runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
+_var = getattr(_runtime, "_current_context", None) if type(_runtime) is ContextVarsRuntimeContext else None
+_current_context = cast(Callable[[], Mapping[str, Span]], _var.get if isinstance(_var, ContextVar) else get_current)
 _random_bits64 = functools.partial(random.getrandbits, 64)
 _FLAGS = tuple(TraceFlags(f) for f in range(4))  # sampled | random trace id
 _PRIVATE = ("_span_limits", "_instrumentation_scope", "_tracer_config")  # the SDK tracer's fields read here
@@ -83,11 +88,10 @@ class RecordedSpan(Span, ReadableSpan):
     _token: Token[Context] | None = None  # the context token to detach when the span's ``with`` block exits
 
     def __init__(
-        self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any
+        self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any, start: int
     ) -> None:
         self._name, self._context, self._parent, self._kind = name, context, parent, kind
-        self._attributes = attributes
-        self._start_time = time.time_ns()
+        self._attributes, self._start_time = attributes, start
 
     def get_span_context(self) -> SpanContext:
         return self._context
@@ -238,7 +242,33 @@ class Recorder:
             return None
         return self._start(name, parent, kind, attributes)
 
-    def _start(self, name: str, parent: SpanContext | None, kind: SpanKind, attributes: dict[str, Any]) -> Span:
+    def ended(self, name: str, attributes: dict[str, Any], start: int, failed: bool | BaseException) -> bool:
+        """Record a span that started at ``start`` and ends now, a child of the current one, failed as
+        ``failed`` says (a tool error, or what it raised); False when the recorder cannot (see :meth:`child`).
+        One call for a span nothing needed while it ran (a function tool's step)."""
+        if self.processor._span_processors is not self._seen:
+            self._look()
+        if not (self._quiet and self.tracer._tracer_config.is_enabled):
+            return False
+        current = _current_context().get(_SPAN_KEY)
+        parent = None if current is None else current.get_span_context()
+        span = self._start(name, parent, SpanKind.INTERNAL, attributes, start)
+        if failed is True:
+            span.set_status(_ERROR)
+        elif failed is not False and not is_suspension(failed):
+            span.set_status(_ERROR)
+            span.set_attribute("error.type", type(failed).__qualname__)
+        span.end()
+        return True
+
+    def _start(
+        self,
+        name: str,
+        parent: SpanContext | None,
+        kind: SpanKind,
+        attributes: dict[str, Any],
+        start: int | None = None,
+    ) -> Span:
         """A started span, or a non-recording one when the sampler drops it. A ``SpanContext`` is a tuple
         (trace id, span id, remote, flags, trace state, valid): read and made here as such, since its
         properties and its ``__new__`` are Python-level calls, several per span."""
@@ -270,7 +300,7 @@ class Recorder:
             ended = self.span_metrics.start_span(parent, chosen)
         if not recording:
             return NonRecordingSpan(context)
-        span = self.span_type(name, context, parent, kind, attributes)
+        span = self.span_type(name, context, parent, kind, attributes, time.time_ns() if start is None else start)
         if ended is not None:
             span._ended = ended
         return span

@@ -234,8 +234,16 @@ class Gateway:
         try:
             if tel is None or tel.tracer is None or ctx.step is None:
                 result = await tool.call(args, ctx)
-            else:  # a function tool makes no traced calls of its own: its span need not become the current one
-                with tel.step_span(ctx.step, name, current=not isinstance(tool, FunctionTool)) as span:
+            elif isinstance(tool, FunctionTool):  # no traced calls of its own: its span is recorded once it ends
+                started = time.time_ns()
+                try:
+                    result = await tool.call(args, ctx)
+                except BaseException as exc:
+                    tel.step_ended(ctx.step, name, started, exc)
+                    raise
+                tel.step_ended(ctx.step, name, started, result.is_error)
+            else:  # its span is the current one while it runs: the parent of its downstream calls' spans
+                with tel.step_span(ctx.step, name, current=True) as span:
                     result = await tool.call(args, ctx)
                     if result.is_error:
                         span.set_status(tel.error)

@@ -259,6 +259,24 @@ class Telemetry:
             return span
         return self._scoped(span, current)
 
+    def step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
+        """The span ``step <id> <tool>`` of a pipeline step's tool call that started at ``start``
+        (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
+        that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
+        ``failed``: the call answered a tool error (True) or raised this."""
+        attributes = {_STEP: step, _TOOL: name}
+        rec = self._recorder
+        if rec is not None and rec.ended(f"step {step} {name}", attributes, start, failed):
+            return
+        span = self.tracer.start_span(
+            f"step {step} {name}", kind=self._internal_kind, attributes=attributes, start_time=start
+        )
+        if failed is True:
+            span.set_status(self.error)
+        elif failed is not False:
+            _failed(span, failed, self.error)
+        span.end()
+
     def _scoped(self, span: Any, current: bool) -> Any:
         """``span`` as the context manager of its ``with`` block (a recorded span is its own)."""
         token = self._attach(self._in_context(span)) if current else None
