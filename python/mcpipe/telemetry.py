@@ -24,9 +24,10 @@ import os
 import re
 import sys
 import time
-from collections.abc import Awaitable, Mapping
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import Any, cast
 
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
@@ -76,8 +77,9 @@ class _Metrics:
             ["server"],
             multiprocess_mode="livemin",
         )
-        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._step_children: dict[tuple[str, str], Any] = {}
+        self.in_flight_add = _adder(self.in_flight)
+        self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
+        self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
     @classmethod
     def get(cls) -> _Metrics:
@@ -85,20 +87,48 @@ class _Metrics:
             cls._made = cls()
         return cls._made
 
-    def call_children(self, tool: str, outcome: str) -> tuple[Any, Any]:
+    def call_children(self, tool: str, outcome: str) -> tuple[Callable[[float], None], Callable[[float], None]]:
+        """How to count a call of ``tool`` with ``outcome`` and to observe its duration."""
         key = (tool, outcome)
         pair = self._children.get(key)
         if pair is None:
-            pair = (self.calls.labels(tool, outcome), self.duration.labels(tool))
+            pair = (_adder(self.calls.labels(tool, outcome)), _observer(self.duration.labels(tool)))
             self._children[key] = pair
         return pair
 
-    def step(self, kind: str, outcome: str) -> Any:
+    def step(self, kind: str, outcome: str) -> Callable[[float], None]:
+        """How to count finished steps of ``kind`` with ``outcome``."""
         key = (kind, outcome)
-        child = self._step_children.get(key)
-        if child is None:
-            child = self._step_children[key] = self.steps.labels(kind, outcome)
-        return child
+        add = self._step_children.get(key)
+        if add is None:
+            add = self._step_children[key] = _adder(self.steps.labels(kind, outcome))
+        return add
+
+
+def _adder(metric: Any) -> Callable[[float], None]:
+    """What adds to a labelled (or unlabelled) counter or gauge: its value's own ``inc``, when it has one
+    (prometheus-client's ``inc`` checks the labels and the amount's sign first, on every call: mcpipe's are
+    checked once, here), else the public ``inc``."""
+    value = getattr(metric, "_value", None)
+    inc = getattr(value, "inc", None)
+    return cast(Callable[[float], None], inc if callable(inc) else metric.inc)
+
+
+def _observer(histogram: Any) -> Callable[[float], None]:
+    """What observes a value in a labelled histogram: its sum and the one bucket the value falls in (what
+    prometheus-client's ``observe`` does, with a binary search for its loop over the buckets)."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        return cast(Callable[[float], None], histogram.observe)
+    add, incs, upper = total.inc, [b.inc for b in buckets], list(bounds)
+
+    def observe(amount: float) -> None:
+        add(amount)
+        incs[bisect_left(upper, amount)](1)
+
+    return observe
 
 
 class Telemetry:
@@ -157,7 +187,7 @@ class Telemetry:
         t0 = time.perf_counter()
         outcome = "failed"
         if m is not None:
-            m.in_flight.inc()
+            m.in_flight_add(1)
         try:
             if self.tracer is None:
                 out = await call
@@ -185,10 +215,10 @@ class Telemetry:
             raise
         finally:
             if m is not None:
-                m.in_flight.dec()
-                calls, duration = m.call_children(label, outcome)
-                calls.inc()
-                duration.observe(time.perf_counter() - t0)
+                m.in_flight_add(-1)
+                count, observe = m.call_children(label, outcome)
+                count(1)
+                observe(time.perf_counter() - t0)
 
     # --- pipelines ---
 
@@ -205,7 +235,7 @@ class Telemetry:
         m = self.metrics
         assert m is not None
         for (kind, outcome), n in counts.items():  # one increment per kind and outcome, not one per step
-            m.step(kind, outcome).inc(n)
+            m.step(kind, outcome)(n)
 
     def _tally(self, steps: dict[str, Any], counts: dict[tuple[str, str], int]) -> None:
         for step in steps.values():
