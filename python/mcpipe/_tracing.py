@@ -252,7 +252,15 @@ class Recorder:
             return False
         current = _current_context().get(_SPAN_KEY)
         parent = None if current is None else current.get_span_context()
-        span = self._start(name, parent, SpanKind.INTERNAL, attributes, start)
+        if parent is None or not parent[5] or self.sampler is not None or self.span_metrics is not None:
+            span = self._start(name, parent, SpanKind.INTERNAL, attributes, start)
+        else:  # the usual case, inline: a child of a valid span, the default sampler deciding by its flags
+            flags = parent[3]
+            if not (flags & 1 or self.always):
+                return True  # dropped with its parent: a non-recording span, which nobody would see
+            span_id = self.new_span_id()
+            context = (parent[0], span_id, False, _FLAGS[1 | (flags & 2)], parent[4], 0 < span_id < _SPAN_ID_LIMIT)
+            span = self.span_type(name, _new_tuple(SpanContext, context), parent, SpanKind.INTERNAL, attributes, start)
         if failed is True:
             span.set_status(_ERROR)
         elif failed is not False and not is_suspension(failed):

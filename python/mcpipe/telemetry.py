@@ -27,6 +27,7 @@ import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
 from typing import Any, cast
 
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
@@ -153,8 +154,8 @@ class Telemetry:
         if self.tracer is not None:
             from opentelemetry import context, trace
 
-            self._attach, self._detach = context.attach, context.detach
             self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
+            self._enter, self._exit = _span_entry(context)
             self._server_kind, self._client_kind, self._internal_kind = (
                 trace.SpanKind.SERVER,
                 trace.SpanKind.CLIENT,
@@ -195,7 +196,7 @@ class Telemetry:
                 parent = parse_traceparent(traceparent) if isinstance(traceparent, str) else None
                 attributes = {_METHOD: "tools/call", _TOOL: name}
                 span = self._start(f"tools/call {name}", parent, self._server_kind, attributes)
-                token = self._attach(self._in_context(span))
+                token = self._enter(span)
                 try:
                     out = await call
                     if out.get("isError"):
@@ -204,7 +205,7 @@ class Telemetry:
                     _failed(span, exc, self.error)
                     raise
                 finally:
-                    self._detach(token)
+                    self._exit(token)
                     span.end()
             outcome = "error" if out.get("isError") else "ok"
             return out
@@ -285,7 +286,7 @@ class Telemetry:
             span = self.tracer.start_span(f"step {step} {name}", kind=self._internal_kind, attributes=attributes)
         elif rec is not None and type(span) is rec.span_type:  # (``_scoped``, inline: once per step)
             if current:
-                span._token = self._attach(self._in_context(span))
+                span._token = self._enter(span)
             return span
         return self._scoped(span, current)
 
@@ -309,7 +310,7 @@ class Telemetry:
 
     def _scoped(self, span: Any, current: bool) -> Any:
         """``span`` as the context manager of its ``with`` block (a recorded span is its own)."""
-        token = self._attach(self._in_context(span)) if current else None
+        token = self._enter(span) if current else None
         rec = self._recorder
         if rec is not None and type(span) is rec.span_type:
             if token is not None:
@@ -356,7 +357,7 @@ class SpanScope:
         if exc is not None:
             _failed(self.span, exc, self._tel.error)
         if self._token is not None:
-            self._tel._detach(self._token)
+            self._tel._exit(self._token)
         self.span.end()
 
 
@@ -365,6 +366,27 @@ _METHOD = "mcp.method.name"
 _TOOL = "gen_ai.tool.name"
 _STEP = "mcpipe.step.id"
 SERVER_ATTRIBUTE = "mcp.server"
+
+
+def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+    """How to make a span the current one (answering a token) and how to undo that with the token: with
+    the default runtime context, its ContextVar set and reset directly (what the API's ``attach`` and
+    ``set_span_in_context`` come down to, minus six calls); otherwise through the API."""
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+    from opentelemetry.trace import set_span_in_context
+    from opentelemetry.trace.propagation import _SPAN_KEY
+
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None) if type(runtime) is ContextVarsRuntimeContext else None
+    if not isinstance(var, ContextVar):
+        attach: Callable[[Any], Any] = lambda span: context.attach(set_span_in_context(span))  # noqa: E731
+        return attach, context.detach
+    make = context.Context
+
+    def enter(span: Any) -> Any:
+        return var.set(make({**var.get(), _SPAN_KEY: span}))
+
+    return enter, var.reset
 
 
 def _recorder_of(tracer: Any) -> Any:
@@ -392,16 +414,30 @@ _TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9
 def parse_traceparent(value: str) -> Any:
     """The remote ``SpanContext`` a W3C ``traceparent`` names, or None for a malformed or invalid one (what
     the W3C propagator accepts: version ``ff`` never, version ``00`` with nothing after the flags)."""
-    m = _TRACEPARENT.fullmatch(value)
-    if m is None:
-        return None
-    version, trace_id, span_id, flags, rest = m.groups()
-    if version == "ff" or (version == "00" and rest):
-        return None
+    if (  # the usual form, checked without the regular expression: version 00, lowercase hex fields
+        len(value) == 55
+        and value[:3] == "00-"
+        and value[35] == "-"
+        and value[52] == "-"
+        and not value[3:35].strip(_HEX)
+        and not value[36:52].strip(_HEX)
+        and not value[53:].strip(_HEX)
+    ):
+        trace_id, span_id, flags = value[3:35], value[36:52], value[53:]
+    else:
+        m = _TRACEPARENT.fullmatch(value)
+        if m is None:
+            return None
+        version, trace_id, span_id, flags, rest = m.groups()
+        if version == "ff" or (version == "00" and rest):
+            return None
     tid, sid = int(trace_id, 16), int(span_id, 16)
     if not tid or not sid:
         return None
     return SpanContext(tid, sid, is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+
+
+_HEX = "0123456789abcdef"
 
 
 def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:

@@ -360,6 +360,7 @@ async def test_a_caller_trace_not_sampled_records_no_spans_and_goes_on_unsampled
         (f"00-{'0' * 32}-00f067aa0ba902b7-01", None),  # an all-zero trace id
         (f"00-{PARENT_TRACE}-{'0' * 16}-01", None),  # an all-zero span id
         (PARENT.upper(), None),  # hex digits are lowercase
+        (f"00-{'g' * 32}-00f067aa0ba902b7-01", None),
         ("00-abc-def-01", None),
         ("", None),
     ],
