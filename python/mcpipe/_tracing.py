@@ -6,8 +6,9 @@ the end for the processors. A pipeline call makes a span per step, so :mod:`mcpi
 spans here when it can: the same ids, sampling decision, trace flags, resource, scope and limits as the
 SDK's ``Tracer.start_span``, and at the end the span itself (an SDK ``ReadableSpan``, frozen once ended)
 handed to the same processors' ``on_end``. That holds while every processor of the provider ignores span
-starts (the SDK's batch and simple processors do: exporters only see ended spans); with any other
-processor, or the tracer disabled, :meth:`Recorder.usable` says no and the SDK makes the spans itself.
+starts (the SDK's batch and simple processors do: exporters only see ended spans) and the provider keeps
+its default synchronous multi-processor; with any other processor, or the tracer disabled, the recorder's
+methods answer None (or False) and the SDK makes the spans itself.
 
 Imported only once an SDK tracer exists (it imports the SDK).
 """
