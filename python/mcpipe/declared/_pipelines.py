@@ -331,6 +331,15 @@ def _load_entry(
     ret = _answer_template(raw, loc, _raw_ids(raw["steps"]), problems)
     if steps is None:
         return None
+    if entry is not None and entry.ask_before_task and entry.task_support == "forbidden":
+        problems.append(
+            Problem(
+                f"{loc}.ask_before_task",
+                ErrorCode.INVALID_SPEC,
+                'a pipeline with task_support = "forbidden" never becomes a task: drop ask_before_task',
+            )
+        )
+        return None
     if entry is None or ret is None or not schema_ok:
         return None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
