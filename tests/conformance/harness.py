@@ -36,7 +36,7 @@ PENDING: dict[str, str] = {}
 """Scenarios whose checks may still be lost through mcpipe, and why. When one passes everywhere, the harness
 says so: remove its entry then."""
 
-STDIO_SSE_POLL_MS = 120
+STDIO_SSE_POLL_MS = 150
 """mcpipe's SSE polling of the stdio fixture's calls: well inside test_reconnection's 200 ms sleep."""
 
 PENDING_TRACEBACKS: tuple[str, ...] = ()

@@ -15,7 +15,8 @@ the ``notifications/cancelled`` the SDK sends when the caller gives up, which mc
 
 A server that cannot close a stream at all (a stdio server: its SDK's ``close_sse_stream`` does nothing)
 can be given the polling by configuration (``sse_poll_ms``): :meth:`StreamWatch.polled` closes the caller's
-stream each time the call has run that long, as such a server would over HTTP.
+stream once the call has run that long, and again as it runs on (backing off), as such a server would over
+HTTP.
 """
 
 from __future__ import annotations
@@ -107,8 +108,9 @@ class StreamWatch:
                 self._by_event.pop(last, None)
 
     async def polled(self, ctx: ToolContext, every: float | None, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``, closing the caller's SSE stream of this request each time it has run ``every`` seconds
-        more (when ``every`` is set and the caller can resume: see :func:`_caller_closer`).
+        """``call()``, closing the caller's SSE stream of this request once it has run ``every`` seconds, then
+        each time it has run twice as long as at the last close (when ``every`` is set and the caller can
+        resume: see :func:`_caller_closer`).
 
         The call runs in this task (cancelling the caller cancels it, as without polling); only the timer
         is a task of its own, gone when the call ends, however it ends.
@@ -155,8 +157,13 @@ class StreamWatch:
             response.stream = _Scanned(response.stream, lambda event_id: self._seen(token, event_id))
 
 
-async def _close_every(closer: Closer, every: float, request_id: str | None) -> None:
+async def _close_every(closer: Closer, first: float, request_id: str | None) -> None:
+    """Close at ``first`` seconds into the call, then each time it has run twice as long as at the last close
+    (1x, 2x, 4x, ...): a long call costs its caller a few reconnections, never one per ``first``."""
+    ran = first
+    await trio.sleep(first)
     while True:
-        await trio.sleep(every)
         _log.debug("closing the caller's SSE stream of request %s: it polls for the rest", request_id)
         await closer()
+        await trio.sleep(ran)
+        ran *= 2
