@@ -67,6 +67,24 @@ async def test_a_reconnecting_stream_gets_what_came_after_its_last_event_and_onl
     assert await replayed(view, first) == ("1", [2, 3])
 
 
+async def test_a_message_stored_while_a_replay_is_sending_goes_out_with_the_replay() -> None:
+    # The SDK routes a message arriving during a replay to no live stream (it registers one afterwards):
+    # without this it would be stored only, behind the replay, and lost to the reconnected client.
+    store = InMemoryEventStore()
+    view = store.session()
+    prime = await view.store_event("1", None)
+    await view.store_event("1", message(1))
+    got: list[Any] = []
+
+    async def send(event: Any) -> None:
+        got.append(event.message.params["n"])
+        if len(got) == 1:
+            await view.store_event("1", message(2))  # the answer, arriving mid-replay
+
+    assert await view.replay_events_after(prime, send) == "1"
+    assert got == [1, 2]
+
+
 async def test_another_sessions_event_id_replays_nothing() -> None:
     store = InMemoryEventStore()
     alice, bob = store.session(), store.session()
@@ -255,8 +273,8 @@ async def test_a_stdio_downstreams_long_call_has_its_callers_stream_closed_after
     # A stdio server cannot close the caller's stream (its SDK's close_sse_stream does nothing there):
     # with sse_poll_ms mcpipe closes it for that server's calls. The tool waits for the caller's answer to
     # its question, which the test sends only once the call's stream was closed and the test is back on a
-    # resumed one (past its priming event: the SDK's transport loses a message that arrives while a
-    # reconnection is between replaying and tailing, its own known window).
+    # resumed one (past its priming event: a message arriving while the SDK's transport sends it reaches
+    # the client only at its next reconnection).
     ds = everything_downstream(prefix="", protocol="2025-11-25", sse_poll_ms=300)
     call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "test_elicitation"}}
     call["params"]["arguments"] = {"message": "go on?"}
