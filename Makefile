@@ -38,7 +38,8 @@ pytest: setup
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS) || [ $$? -eq 5 ]  # 5: no tests collected
 
 # The official MCP conformance suite (../shared/conformance, node 20) against tests/conformance's
-# everything-server directly and through `mcpipe serve` (HTTP and stdio downstream, both eras), and mcpipe alone.
+# everything-server directly and through `mcpipe serve` (HTTP and stdio downstream, both eras), mcpipe alone,
+# and every tasks-* scenario (the tasks extension) against mcpipe's run queue.
 conformance: setup
 	$(BIN)/python tests/conformance/harness.py $(MODES)
 

@@ -208,11 +208,7 @@ def _run(ns: argparse.Namespace) -> int:
     show = ns.progress == "always" or (ns.progress == "auto" and sys.stderr.isatty())
     on_event = _Progress(sys.stderr).on_event if show else None
     answer = trio.run(lambda: run_pipeline(spec, registry, on_event=on_event))
-    sys.stdout.buffer.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2, default=str) + b"\n")
-    sys.stdout.flush()
-    for p in answer.get("problems", ()):
-        print(f"{_name(ns.spec)}: {_located(p['location'], p['message'])} [{p['code']}]", file=sys.stderr)
-    return 0 if answer["ok"] else 1
+    return _answered(ns.spec, answer)
 
 
 def _explain(ns: argparse.Namespace) -> int:
@@ -228,10 +224,15 @@ def _explain(ns: argparse.Namespace) -> int:
         raise _Invalid(f"{_name(ns.spec)}: a pipeline spec must be an object")
     registry = _registry(ns.tools, builtin=not ns.no_builtin)
     answer = trio.run(lambda: run_pipeline({**spec, "dry_run": True}, registry))
+    return _answered(ns.spec, answer)
+
+
+def _answered(source: str, answer: dict[str, Any]) -> int:
+    """Print a pipeline's answer as JSON, and its problems on stderr located in ``source``; the exit code."""
     sys.stdout.buffer.write(orjson.dumps(answer, option=orjson.OPT_INDENT_2, default=str) + b"\n")
     sys.stdout.flush()
     for p in answer.get("problems", ()):
-        print(f"{_name(ns.spec)}: {_located(p['location'], p['message'])} [{p['code']}]", file=sys.stderr)
+        print(f"{_name(source)}: {_located(p['location'], p['message'])} [{p['code']}]", file=sys.stderr)
     return 0 if answer["ok"] else 1
 
 

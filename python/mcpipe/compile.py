@@ -14,6 +14,7 @@ import re
 from collections import OrderedDict
 from collections.abc import Container, Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -37,6 +38,7 @@ from mcpipe.plan import (
     Retry,
     Scope,
     TypedSite,
+    compile_each,
     decode_fields,
     output_path,
     problem_order,
@@ -296,7 +298,7 @@ class _Compiler:
         plan = self.pipeline(inner, f"{loc}.pipe", outer=outer)
         if spec is None or plan is None:
             return None
-        return Pipe(sid, loc, plan, spec.timeout_ms, **common)
+        return Pipe(sid, loc, plan, timeout_ms=spec.timeout_ms, **common)
 
     def tool_step(
         self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
@@ -318,7 +320,9 @@ class _Compiler:
         if isinstance(raw_args, dict) and self.producers:
             self.typed_arguments(raw_args, args.reference_sites, loc, spec.tool)
         retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
-        return Leaf(sid, loc, "tool", spec.timeout_ms, None, None, tool=spec.tool, args=args, retry=retry, **common)
+        return Leaf(
+            sid, loc, "tool", None, None, timeout_ms=spec.timeout_ms, tool=spec.tool, args=args, retry=retry, **common
+        )
 
     def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no
@@ -370,7 +374,7 @@ class _Compiler:
         step = self.step(raw, f"{loc}.step", inner_id, inner_scope)
         if spec is None or items is None or step is None:
             return None
-        return ForEach(sid, loc, items, step, spec.timeout_ms, as_name=name, **common)
+        return ForEach(sid, loc, items, step, as_name=name, timeout_ms=spec.timeout_ms, **common)
 
     def parallel_step(
         self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
@@ -378,16 +382,10 @@ class _Compiler:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)
         child_scope = Checker.sibling_scope(scope, child_ids)
-        out: list[Node] = []
-        ok = True
-        for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
-            step = self.step(item, f"{child_loc}[{i}]", cid, child_scope)
-            ok = ok and step is not None
-            if step is not None:
-                out.append(step)
-        if spec is None or not ok:
+        out: list[Node] | None = compile_each(children, child_loc, child_ids, partial(self.step, scope=child_scope))
+        if spec is None or out is None:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms, **common)
+        return Parallel(sid, loc, tuple(out), timeout_ms=spec.timeout_ms, **common)
 
 
 def _var_names(value: Any) -> frozenset[str] | None:

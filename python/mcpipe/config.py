@@ -188,6 +188,9 @@ class InteractionConfig(_Base):
     """The most suspended pipelines the in-memory store keeps; past it the oldest is evicted."""
     max_suspended_bytes: Annotated[int, msgspec.Meta(ge=1)] = 64 * 1024 * 1024
     """The most bytes of suspended states the in-memory store keeps; past it the oldest are evicted."""
+    max_claims: Annotated[int, msgspec.Meta(ge=1)] = 100_000
+    """The most one-use claims (ids of resumed states) the in-memory store keeps; past it the soonest-expiring
+    are evicted, and states expiring no later than those can no longer be resumed (a replay stays refused)."""
 
 
 class RunsConfig(_Base):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,21 +11,8 @@ import trio
 from mcp import Client
 
 from kit.grpcserver import descriptor_set_bytes, grpc_server
+from kit.served import call, served
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.server import App, open_app
-
-
-@asynccontextmanager
-async def served(doc: dict[str, Any], base_dir: str = ".") -> AsyncIterator[App]:
-    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", base_dir=base_dir, environ={})) as app:
-        yield app
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
-    r = await client.call_tool(name, args)
-    text = r.content[0].text  # type: ignore[union-attr]
-    return r.is_error, (r.structured_content if r.structured_content is not None else text)
 
 
 def users(url: str, **extra: Any) -> dict[str, Any]:

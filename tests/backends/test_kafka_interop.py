@@ -13,11 +13,9 @@ from typing import Any
 
 import pytest
 import trio
-from mcp import Client
 
+from kit.served import call_beside
 from mcpipe.backends.kafka import KafkaClient
-from mcpipe.config import parse_config
-from mcpipe.server import open_app
 
 with warnings.catch_warnings():
     # kafka-python reads its protocol schemas with importlib.resources' deprecated read_text.
@@ -112,8 +110,6 @@ def serve_quotes(bootstrap: str, ready: threading.Event, stop: threading.Event) 
 
 async def test_a_kafka_step_is_answered_by_a_kafka_python_service(kafka_bootstrap: str) -> None:
     doc = {
-        "audit": {"enabled": False},
-        "builtins": False,
         "pipelines": [
             {
                 "name": "quote",
@@ -131,18 +127,7 @@ async def test_a_kafka_step_is_answered_by_a_kafka_python_service(kafka_bootstra
             }
         ],
     }
-    ready, stop = threading.Event(), threading.Event()
     with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, serve_quotes, kafka_bootstrap, ready, stop)
-            try:
-                assert await trio.to_thread.run_sync(ready.wait, 30)
-                async with (
-                    open_app(parse_config(json.dumps(doc), "json", environ={})) as app,
-                    Client(app.server) as client,
-                ):
-                    r = await client.call_tool("quote", {"sku": "pen"})
-            finally:
-                stop.set()
+        r = await call_beside(serve_quotes, kafka_bootstrap, doc, "quote", {"sku": "pen"})
     assert not r.is_error, r.content
     assert r.structured_content == {"sku": "pen", "cents": 42}

@@ -4,30 +4,16 @@ broker in a process of its own."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 from mcp import Client
 
+from kit.responders import kafka_responder
+from kit.served import call, served
 from mcpipe.backends.kafka import KafkaClient
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.server import App, open_app
-
-
-@asynccontextmanager
-async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
-    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
-        yield app
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
-    r = await client.call_tool(name, args)
-    text = r.content[0].text  # type: ignore[union-attr]
-    return r.is_error, (r.structured_content if r.structured_content is not None else text)
 
 
 def pipelines(bootstrap: str) -> dict[str, Any]:
@@ -81,31 +67,14 @@ def pipelines(bootstrap: str) -> dict[str, Any]:
     }
 
 
-async def quote_service(bootstrap: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    async with trio.open_nursery() as nursery:
-        c = KafkaClient(bootstrap)
-        await nursery.start(c.run)
-        meta = await c.metadata("quotes.requests")
-        starts = {p: await c.list_offsets("quotes.requests", p) for p in meta.partitions}
-        task_status.started()
-        for partition, offset in starts.items():
-            nursery.start_soon(_serve, c, partition, offset)
-
-
-async def _serve(c: KafkaClient, partition: int, offset: int) -> None:
-    while True:
-        records, offset = await c.fetch("quotes.requests", partition, offset, lane=f"svc {partition}")
-        for r in records:
-            sku = json.loads(r.value or b"{}")["sku"]
-            cid = r.header("correlation_id")
-            answer = json.dumps({"sku": sku, "cents": 99}).encode()
-            await c.produce("quotes.responses", answer, headers={"correlation_id": cid})
+def _quote(request: dict[str, Any]) -> dict[str, Any]:
+    return {"sku": request["sku"], "cents": 99}
 
 
 async def test_a_kafka_step_requests_and_answers_the_response(kafka_bootstrap: str) -> None:
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(quote_service, kafka_bootstrap)
+            await nursery.start(kafka_responder, kafka_bootstrap, "quotes.requests", "quotes.responses", _quote)
             async with served(pipelines(kafka_bootstrap)) as app, Client(app.server) as client:
                 first = await call(client, "quote", {"sku": "pen"})
                 second = await call(client, "quote", {"sku": "ink"})

@@ -5,50 +5,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import trio
 import yaml
 from mcp import Client
 
 from kit.grpcserver import grpc_server
-from mcpipe.backends.kafka import KafkaClient
-from mcpipe.backends.nats import NatsClient
+from kit.responders import kafka_responder, nats_responder
 from mcpipe.config import parse_config
 from mcpipe.server import open_app
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "mcpg" / "services.yaml"
 
 
-async def nats_service(url: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    async with trio.open_nursery() as nursery:
-        c = NatsClient(url)
-        await nursery.start(c.run)
-        async with c.subscribe("service.query") as requests:
-            task_status.started()
-            async for msg in requests:
-                assert msg.reply is not None
-                sku = json.loads(msg.data)["sku"]
-                await c.publish(msg.reply, json.dumps({"sku": sku, "cents": 120}).encode())
+def _price(request: dict[str, Any]) -> dict[str, Any]:
+    return {"sku": request["sku"], "cents": 120}
 
 
-async def kafka_service(bootstrap: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    async with trio.open_nursery() as nursery:
-        c = KafkaClient(bootstrap)
-        await nursery.start(c.run)
-        meta = await c.metadata("requests")
-        starts = {p: await c.list_offsets("requests", p) for p in meta.partitions}
-        task_status.started()
-        for partition, offset in starts.items():
-            nursery.start_soon(_answer, c, partition, offset)
-
-
-async def _answer(c: KafkaClient, partition: int, offset: int) -> None:
-    while True:
-        records, offset = await c.fetch("requests", partition, offset, lane=f"svc {partition}")
-        for r in records:
-            sku = json.loads(r.value or b"{}")["sku"]
-            answer = json.dumps({"sku": sku, "in_stock": sku != "none"}).encode()
-            await c.produce("responses", answer, headers={"correlation_id": r.header("correlation_id")})
+def _stock(request: dict[str, Any]) -> dict[str, Any]:
+    return {"sku": request["sku"], "in_stock": request["sku"] != "none"}
 
 
 async def test_the_mcpg_services_example_loads_unchanged_and_runs(nats_url: str, kafka_bootstrap: str) -> None:
@@ -60,8 +36,8 @@ async def test_the_mcpg_services_example_loads_unchanged_and_runs(nats_url: str,
         config = parse_config(json.dumps(yaml.safe_load(text)), "json", environ={})
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
-                await nursery.start(nats_service, nats_url)
-                await nursery.start(kafka_service, kafka_bootstrap)
+                await nursery.start(nats_responder, nats_url, "service.query", _price)
+                await nursery.start(kafka_responder, kafka_bootstrap, "requests", "responses", _stock)
                 async with open_app(config) as app, Client(app.server) as client:
                     r = await client.call_tool("customer_overview", {"sku": "pen", "user_id": 7})
                 nursery.cancel_scope.cancel()

@@ -9,11 +9,9 @@ import threading
 
 import nats
 import trio
-from mcp import Client
 
+from kit.served import call_beside
 from mcpipe.backends.nats import NatsClient
-from mcpipe.config import parse_config
-from mcpipe.server import open_app
 
 
 def run_service(url: str, ready: threading.Event, stop: threading.Event) -> None:
@@ -39,8 +37,6 @@ def run_service(url: str, ready: threading.Event, stop: threading.Event) -> None
 
 async def test_a_nats_step_is_answered_by_a_nats_py_service(nats_url: str) -> None:
     doc = {
-        "audit": {"enabled": False},
-        "builtins": False,
         "pipelines": [
             {
                 "name": "stock",
@@ -58,19 +54,8 @@ async def test_a_nats_step_is_answered_by_a_nats_py_service(nats_url: str) -> No
             }
         ],
     }
-    ready, stop = threading.Event(), threading.Event()
     with trio.fail_after(60):
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, run_service, nats_url, ready, stop)
-            try:
-                assert await trio.to_thread.run_sync(ready.wait, 30)
-                async with (
-                    open_app(parse_config(json.dumps(doc), "json", environ={})) as app,
-                    Client(app.server) as client,
-                ):
-                    r = await client.call_tool("stock", {"sku": "pen"})
-            finally:
-                stop.set()
+        r = await call_beside(run_service, nats_url, doc, "stock", {"sku": "pen"})
     assert not r.is_error, r.content
     assert r.structured_content == {"sku": "pen", "in_stock": True, "trace": "t-9"}
 

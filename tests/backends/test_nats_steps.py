@@ -3,30 +3,16 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
 from mcp import Client
 
+from kit.responders import nats_responder
+from kit.served import call, served
 from mcpipe.backends.nats import NatsClient
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.server import App, open_app
-
-
-@asynccontextmanager
-async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
-    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
-        yield app
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> tuple[bool, Any]:
-    r = await client.call_tool(name, args)
-    text = r.content[0].text  # type: ignore[union-attr]
-    return r.is_error, (r.structured_content if r.structured_content is not None else text)
 
 
 def pipelines(url: str) -> dict[str, Any]:
@@ -73,22 +59,14 @@ def pipelines(url: str) -> dict[str, Any]:
     }
 
 
-async def price_service(url: str, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-    async with trio.open_nursery() as nursery:
-        c = NatsClient(url)
-        await nursery.start(c.run)
-        async with c.subscribe("prices.get") as requests, c.subscribe("svc.silent"):
-            task_status.started()
-            async for msg in requests:
-                sku = json.loads(msg.data)["sku"]
-                assert msg.reply is not None
-                await c.publish(msg.reply, json.dumps({"sku": sku, "cents": 250}).encode())
+def _price(request: dict[str, Any]) -> dict[str, Any]:
+    return {"sku": request["sku"], "cents": 250}
 
 
 async def test_a_nats_step_requests_and_answers_the_reply(nats_url: str) -> None:
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(price_service, nats_url)
+            await nursery.start(nats_responder, nats_url, "prices.get", _price, ["svc.silent"])
             async with served(pipelines(nats_url)) as app, Client(app.server) as client:
                 first = await call(client, "price", {"sku": "pen"})
                 second = await call(client, "price", {"sku": "ink"})
@@ -100,7 +78,7 @@ async def test_a_nats_step_requests_and_answers_the_reply(nats_url: str) -> None
 async def test_nats_step_failures_say_what_happened(nats_url: str) -> None:
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(price_service, nats_url)
+            await nursery.start(nats_responder, nats_url, "prices.get", _price, ["svc.silent"])
             async with served(pipelines(nats_url)) as app, Client(app.server) as client:
                 nobody = await call(client, "ask", {"to": "nobody"})
                 silent = await call(client, "ask", {"to": "silent"})
@@ -140,7 +118,7 @@ async def test_the_shared_connection_is_opened_on_first_use_and_closed_when_the_
 
     with trio.fail_after(30):
         async with trio.open_nursery() as nursery:
-            await nursery.start(price_service, nats_url)
+            await nursery.start(nats_responder, nats_url, "prices.get", _price, ["svc.silent"])
             async with served(pipelines(nats_url)) as app, Client(app.server) as client:
                 declared = next(s for s in app.gateway.sources if isinstance(s, DeclaredPipelines))
                 connections = declared.policy.connections

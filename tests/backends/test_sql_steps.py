@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import itertools
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +12,10 @@ import pytest
 import trio
 from mcp import Client
 
+from kit.served import served
 from mcpipe.backends.sql import SqlBackend, SqlBackendConfig, Statement
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.server import App, open_app
+from mcpipe.server import App
 
 _n = itertools.count()
 
@@ -35,13 +34,6 @@ async def prepare(url: str, *statements: str) -> None:
             await backend.execute(Statement.parse(sql), {}, "affected_rows")
     finally:
         await backend.aclose()
-
-
-@asynccontextmanager
-async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
-    doc = {"audit": {"enabled": False}, "builtins": False, **doc}
-    async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
-        yield app
 
 
 async def call(app: App, name: str, args: dict[str, Any]) -> tuple[bool, Any]:

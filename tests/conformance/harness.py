@@ -10,7 +10,9 @@ front of it (``mcpServers``, ``prefix = ""``), with mcpipe reaching the fixture 
 listed in :data:`PENDING` (work delivered separately; the harness reports them, and fails when one passes
 everywhere, so that its entry goes and its checks count from then on). Neither server may log a traceback.
 Mode ``alone`` runs mcpipe with no downstream server: a declared pipeline plays the suite's logging tool,
-and logging-set-level and tools-call-with-logging must pass.
+and logging-set-level and tools-call-with-logging must pass. Mode ``tasks`` runs every ``tasks-*`` scenario
+(the tasks extension, ``docs/runs.md``) against mcpipe serving the fixture tools of ``tests/kit/tasks_fixture.py``
+on its run queue: every check must pass.
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 FIXTURE = HERE / "everything_server.py"
 ERAS = ("2025-11-25", "2026-07-28")
-MODES = ("http", "stdio", "alone")
+MODES = ("http", "stdio", "alone", "tasks")
+TESTS = HERE.parent
 
 PENDING: dict[str, str] = {}
 """Scenarios whose checks may still be lost through mcpipe, and why. When one passes everywhere, the harness
@@ -79,25 +82,31 @@ class Server:
     url: str
     log: Path
 
-    def traceback(self) -> str | None:
-        """The first traceback in the server's log not caused by pending work, or None."""
+    def traceback(self, expected: tuple[str, ...] = ()) -> str | None:
+        """The first traceback in the server's log not caused by pending work (nor ``expected``), or None."""
         text = self.log.read_text(errors="replace")
         for chunk in text.split("Traceback (most recent call last)")[1:]:
-            if not any(marker in chunk for marker in PENDING_TRACEBACKS):
+            if not any(marker in chunk for marker in (*PENDING_TRACEBACKS, *expected)):
                 return chunk[:3000]
         return None
 
 
 @contextmanager
-def started(args: list[str], log: Path, marker: str | None, cwd: Path | None = None) -> Iterator[Server]:
+def started(
+    args: list[str], log: Path, marker: str | None, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> Iterator[Server]:
     """Start a server; its URL is the first stdout line (``marker`` None) or follows ``marker`` on stderr."""
     with open(log, "wb") as err:
         if marker is None:
-            proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd)
+            proc = subprocess.Popen(
+                args, stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+            )
             assert proc.stdout is not None
             url = proc.stdout.readline().decode().strip()
         else:
-            proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd)
+            proc = subprocess.Popen(
+                args, stdout=subprocess.DEVNULL, stderr=err, stdin=subprocess.DEVNULL, cwd=cwd, env=env
+            )
             url = ""
             deadline = time.monotonic() + 60
             while not url and time.monotonic() < deadline and proc.poll() is None:
@@ -120,13 +129,15 @@ def started(args: list[str], log: Path, marker: str | None, cwd: Path | None = N
                 proc.wait()
 
 
-def run_suite(url: str, era: str, out: Path, scenarios: set[str] | None = None) -> dict[tuple[str, str], str]:
-    """Run the suite; (scenario, check id) -> status. ``scenarios``: only these (default: the whole suite)."""
+def run_suite(url: str, era: str | None, out: Path, scenarios: set[str] | None = None) -> dict[tuple[str, str], str]:
+    """Run the suite; (scenario, check id) -> status. ``scenarios``: only these (default: the whole suite);
+    ``era`` None for extension scenarios (not on the spec's timeline: the suite runs them at no version)."""
     out.mkdir(parents=True, exist_ok=True)
     runs = [["--suite", "all"]] if scenarios is None else [["--scenario", s] for s in sorted(scenarios)]
+    version = [] if era is None else ["--spec-version", era]
     for extra in runs:
         subprocess.run(
-            [*suite(), "server", "--url", url, *extra, "--spec-version", era, "-o", str(out)],
+            [*suite(), "server", "--url", url, *extra, *version, "-o", str(out)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             timeout=300,
@@ -248,7 +259,45 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
             compare(report, "[alone 2025-11-25]", expected, got)
             if (tb := Server(gw.proc, gw.url, log).traceback()) is not None:
                 report.tracebacks.append(f"mcpipe (alone): {tb}")
+        if "tasks" in modes:
+            run_tasks(report, base)
     return report
+
+
+EXPECTED_TRACEBACKS = ("RuntimeError: internal failure",)
+"""The fixture's ``protocol_error_job`` raises on purpose (a failed task); mcpipe logs the tool's traceback."""
+
+
+def tasks_scenarios() -> list[str]:
+    """The suite's ``tasks-*`` scenarios (the tasks extension), as ``run list`` names them."""
+    out = subprocess.run([*suite(), "list"], capture_output=True, text=True, timeout=120, check=False).stdout
+    return sorted({w for line in out.splitlines() for w in line.split() if w.startswith("tasks-")})
+
+
+def run_tasks(report: Report, base: Path) -> None:
+    """Mode ``tasks``: every ``tasks-*`` scenario against mcpipe serving the fixture tools on its run queue;
+    every check must pass but those the suite skips itself (a scenario with no checks counts as lost)."""
+    sys.path.insert(0, str(TESTS))
+    from kit.tasks_fixture import CONFIG
+
+    scenarios = tasks_scenarios()
+    if not scenarios:
+        report.lost.append("[tasks] the suite lists no tasks-* scenario")
+        return
+    config = base / "mcpipe-tasks.toml"
+    config.write_text(CONFIG)
+    log = base / "mcpipe-tasks.log"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(TESTS), os.environ.get("PYTHONPATH")]))}
+    args = [*mcpipe_command(), "serve", "--config", str(config), "--http", "127.0.0.1:0"]
+    with started(args, log, "serving MCP at ", cwd=base, env=env) as gw:
+        got = run_suite(gw.url, None, base / "tasks", set(scenarios))
+    for scenario in scenarios:
+        if not any(k[0] == scenario for k in got):
+            report.lost.append(f"[tasks] {scenario}: no checks ran")
+    # A check the suite itself skips (tasks-status-notifications waits for its harness's rewrite) is no check.
+    compare(report, "[tasks]", {k: "SUCCESS" for k, v in got.items() if v != "SKIPPED"}, got)
+    if (tb := Server(gw.proc, gw.url, log).traceback(EXPECTED_TRACEBACKS)) is not None:
+        report.tracebacks.append(f"mcpipe (tasks): {tb}")
 
 
 def main(argv: list[str]) -> int:

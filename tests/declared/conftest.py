@@ -7,8 +7,10 @@ test can wait on what the server saw (``ServerLog`` events) without sleeping.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -111,3 +113,11 @@ async def http_server(nursery: trio.Nursery) -> AsyncIterator[TestServer]:
     binds = await nursery.start(serve, make_app(log), config)
     url = binds[0]
     yield TestServer(url, int(url.rsplit(":", 1)[1]), log)
+
+
+@pytest.fixture
+def fifo(tmp_path: Path) -> Path:
+    """A named pipe in the test's directory (for :data:`kit.processes.SLEEPER`)."""
+    path = tmp_path / "pids"
+    os.mkfifo(path)
+    return path

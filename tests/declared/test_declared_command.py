@@ -11,22 +11,15 @@ import pytest
 import trio
 
 from kit.declared import compiled, env
+from kit.processes import SLEEPER, all_gone, read_pids, watch
 from mcpipe.declared import CommandPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.tools._base import ToolContext
 
 CTX = ToolContext()
 PY = StepPolicy(command=CommandPolicy(commands={"py": [sys.executable, "-c"], "true": "/bin/true"}, kill_grace_ms=200))
 
+
 # Starts a grandchild, reports both pids through the FIFO named by argv[1], then waits forever.
-SLEEPER = """
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {child.pid}\\n")
-time.sleep(600)
-"""
-
-
 async def run(raw, args=None):
     with trio.fail_after(20):
         return await compiled(raw, PY).execute(env(args), CTX)
@@ -122,29 +115,6 @@ def test_a_command_may_be_named_by_the_path_the_policy_allows_as_mcpg_names_it()
 # --- timeouts and cancellation ------------------------------------------------------------------------
 
 
-async def _read_pids(fifo: Path) -> tuple[int, int]:
-    # Opened read-write so that reading waits for the script's line (instead of seeing end-of-file before it
-    # opens the FIFO), through trio, so the test's fail_after can interrupt it.
-    data = b""
-    async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
-        while not data.endswith(b"\n"):
-            data += await stream.receive_some()
-    pid, child = map(int, data.split())
-    return pid, child
-
-
-async def _wait_gone(pidfd: int) -> None:
-    """A pidfd becomes readable when its process has exited (child or not)."""
-    await trio.lowlevel.wait_readable(pidfd)
-
-
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "pids"
-    os.mkfifo(path)
-    return path
-
-
 async def test_a_command_past_its_timeout_is_killed_with_its_children(fifo: Path):
     step = compiled({"kind": "command", "command": "py", "args": [SLEEPER, str(fifo)], "timeout_ms": 1500}, PY)
     outs = []
@@ -155,14 +125,8 @@ async def test_a_command_past_its_timeout_is_killed_with_its_children(fifo: Path
                 outs.append(await step.execute(env(), CTX))
 
             nursery.start_soon(go)
-            pid, child = await _read_pids(fifo)
-            fds = [os.pidfd_open(pid), os.pidfd_open(child)]
-        try:
-            for fd in fds:
-                await _wait_gone(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
+            fds = watch(await read_pids(fifo))
+        await all_gone(fds)
     assert outs[0].error_code == "TIMEOUT" and outs[0].error == "timed out after 1500 ms"
 
 
@@ -176,15 +140,10 @@ async def test_cancelling_a_running_command_kills_its_process_group(fifo: Path):
                 outs.append(await step.execute(env(), CTX))
 
             nursery.start_soon(go)
-            pid, child = await _read_pids(fifo)
-            fds = [os.pidfd_open(pid), os.pidfd_open(child)]
+            pid, child = await read_pids(fifo)
+            fds = watch((pid, child))
             nursery.cancel_scope.cancel()
-        try:
-            for fd in fds:
-                await _wait_gone(fd)
-        finally:
-            for fd in fds:
-                os.close(fd)
+        await all_gone(fds)
         # The step's own process was reaped before the cancellation finished: nothing is left to wait on.
         with pytest.raises(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)  # noqa: ASYNC222 - WNOHANG never blocks

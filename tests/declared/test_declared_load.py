@@ -3,15 +3,18 @@ the outbound policy; the example configs."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from kit.pipelines import problems_of
 from mcpipe.compile import Limits
-from mcpipe.declared import KnownTools, load_declared, load_outbound
+from mcpipe.declared import KnownTools, load_declared, load_outbound, validate_declared
+from mcpipe.server.cli import check_config
 from mcpipe.tools import ToolRegistry
 
 HERE = Path(__file__).parent
@@ -212,3 +215,52 @@ def _config_blocks() -> list[str]:
 @pytest.mark.parametrize("block", _config_blocks(), ids=lambda b: b.split("name: ", 1)[-1].split("\n", 1)[0])
 def test_every_config_example_of_the_doc_loads_without_problems(block):
     assert problems_of(block) == []
+
+
+def test_too_many_steps_are_refused_before_any_step_is_compiled():
+    # Every step is broken: compiling even one would report it. The walk counts and stops.
+    steps = [{"kind": "no_such_kind"}] * 100_000
+    problems = validate_declared([{"name": "p", "steps": steps}])
+    assert [str(p) for p in problems] == ["pipelines.p.steps: the pipeline has 100000 steps; the limit is 50"]
+    assert problems[0].code == "LIMIT_EXCEEDED"
+
+
+def test_a_wide_nested_group_is_counted_only_until_the_limit_is_passed():
+    group = {"kind": "parallel", "steps": [{"kind": "no_such_kind"}] * 10}
+    steps = [{"kind": "pipe", "steps": [group] * 1000}, {"kind": "value", "value": 1}]
+    problems = validate_declared([{"name": "p", "steps": steps}], limits=Limits(max_steps=20))
+    assert [str(p) for p in problems] == ["pipelines.p.steps: the pipeline has at least 1002 steps; the limit is 20"]
+
+
+def test_nesting_a_thousand_levels_deep_is_reported_alone_at_the_first_level_past_the_limit_before_compiling():
+    step: dict[str, Any] = {"kind": "no_such_kind"}
+    for i in range(1000):
+        step = {"kind": "pipe" if i % 2 else "parallel", "steps": [step]}
+    problems = validate_declared([{"name": "p", "steps": [{"kind": "no_such_kind"}, step]}])
+    assert [str(p) for p in problems] == [
+        "pipelines.p.steps[1]" + ".steps[0]" * 5 + ": nesting is 6 levels deep here; the limit is 5"
+    ]
+
+
+def test_a_config_whose_pipelines_pass_the_limits_fails_its_check_with_located_lines(tmp_path, capsys):
+    deep: dict[str, Any] = {"kind": "value", "value": 1}
+    for _ in range(3):
+        deep = {"kind": "pipe", "steps": [deep]}
+    config = tmp_path / "c.json"
+    config.write_text(
+        json.dumps(
+            {
+                "pipe": {"max_steps": 4, "max_depth": 2},
+                "pipelines": [
+                    {"name": "many", "steps": [{"kind": "value", "value": i} for i in range(5)]},
+                    {"name": "deep", "steps": [deep]},
+                    {"name": "fine", "steps": [{"kind": "value", "value": 1}]},
+                ],
+            }
+        )
+    )
+    assert check_config(str(config)) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: {config}:pipelines.many.steps: the pipeline has 5 steps; the limit is 4",
+        f"error: {config}:pipelines.deep.steps[0].steps[0].steps[0]: nesting is 3 levels deep here; the limit is 2",
+    ]

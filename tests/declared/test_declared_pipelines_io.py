@@ -3,22 +3,12 @@ timeouts, and cancellation of a running request or process when the call is canc
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
-import pytest
 import trio
 
 from kit.pipelines import PY_COMMANDS, load, text_of
-
-SLEEPER = """
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {child.pid}\\n")
-time.sleep(600)
-"""
-
+from kit.processes import SLEEPER, all_gone, read_pids, watch
 
 LOCAL = {"http": {"allowed_hosts": ["127.0.0.1"]}}
 
@@ -104,36 +94,6 @@ async def test_an_http_step_past_its_timeout_fails_the_call_and_closes_the_reque
         await http_server.log.slow_disconnected.wait()
 
 
-@pytest.fixture
-def fifo(tmp_path: Path) -> Path:
-    path = tmp_path / "pids"
-    os.mkfifo(path)
-    return path
-
-
-async def _read_pids(fifo: Path) -> tuple[int, int]:
-    data = b""
-    async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
-        while not data.endswith(b"\n"):
-            data += await stream.receive_some()
-    pid, child = map(int, data.split())
-    return pid, child
-
-
-def _watch(pids: tuple[int, int]) -> list[int]:
-    """pidfds of the processes, opened while they surely run (a pidfd becomes readable when they exit)."""
-    return [os.pidfd_open(pid) for pid in pids]
-
-
-async def _all_gone(fds: list[int]) -> None:
-    try:
-        for fd in fds:
-            await trio.lowlevel.wait_readable(fd)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
 def sleeper_pipeline(timeout: str = "") -> str:
     return f"""
 pipelines:
@@ -152,9 +112,9 @@ async def test_cancelling_the_call_kills_a_running_command_and_its_children(fifo
     with trio.fail_after(20):
         async with trio.open_nursery() as nursery:
             nursery.start_soon(p.call, "job", {"script": SLEEPER, "fifo": str(fifo)})
-            fds = _watch(await _read_pids(fifo))
+            fds = watch(await read_pids(fifo))
             nursery.cancel_scope.cancel()
-        await _all_gone(fds)
+        await all_gone(fds)
     assert [(r["tool"], r["error_code"]) for r in p.audit.records] == [("job", "CANCELLED")]
 
 
@@ -168,8 +128,8 @@ async def test_a_command_past_its_timeout_fails_the_call_and_is_killed(fifo: Pat
                 results.append(await p.call("job", {"script": SLEEPER, "fifo": str(fifo)}))
 
             nursery.start_soon(go)
-            fds = _watch(await _read_pids(fifo))
-        await _all_gone(fds)
+            fds = watch(await read_pids(fifo))
+        await all_gone(fds)
     assert text_of(results[0]) == "TIMEOUT: step 'run' failed: timed out after 1000 ms"
 
 

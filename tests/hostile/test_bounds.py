@@ -15,7 +15,7 @@ from mcpipe.compile import Limits, clear_cache, compile_spec, configure_cache
 from mcpipe.errors import OutputTooLargeError, SpecError
 from mcpipe.interaction import InMemoryPipelineStore
 from mcpipe.runtime import run_pipeline
-from mcpipe.store import StateTooLarge
+from mcpipe.store import ClaimUnverifiable, StateTooLarge
 from mcpipe.tools.builtin import builtin_tools
 
 
@@ -302,3 +302,29 @@ def test_declared_parallel_children_still_cannot_see_each_other():
     ]
     _, problems = compile_steps(steps, "pipelines.p.steps", StepScope())
     assert [p.message for p in problems] == ["reference to step 'a', a sibling in the same parallel group"]
+
+
+async def test_the_store_keeps_at_most_max_claims_evicting_the_soonest_expiring():
+    now = 1_000_000.0
+    store = InMemoryPipelineStore(clock=lambda: now, max_claims=3)
+    for state, ttl in [("a", 10), ("b", 40), ("c", 20), ("d", 30)]:
+        assert await store.claim(state, now + ttl) is True
+    assert len(store) == 3  # `a`, the soonest to expire, went
+    assert await store.claim("b", now + 40) is False  # the claims kept still refuse a replay
+
+
+async def test_a_claim_evicted_early_never_lets_its_state_be_replayed():
+    now = 1_000_000.0
+    store = InMemoryPipelineStore(clock=lambda: now, max_claims=2)
+    for state, ttl in [("a", 10), ("b", 20), ("c", 30)]:
+        assert await store.claim(state, now + ttl) is True
+    # `a`'s claim was evicted; its state carries its expiry, so its replay falls under what was evicted.
+    with pytest.raises(ClaimUnverifiable, match="cannot tell whether this state was already used"):
+        await store.claim("a", now + 10)
+    with pytest.raises(ClaimUnverifiable):
+        await store.claim("never-seen", now + 5)  # as soon to expire: it cannot be told from a replay
+    assert await store.claim("b", now + 20) is False
+    assert await store.claim("e", now + 60) is True  # states expiring later are resumed as ever
+    with pytest.raises(ClaimUnverifiable):
+        await store.claim("b", now + 20)  # `b` went for `e`, and is refused all the same
+    assert len(store) == 2

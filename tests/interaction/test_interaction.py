@@ -266,6 +266,28 @@ async def test_a_replayed_state_is_refused(transport: str) -> None:
 
 
 @anywhere
+async def test_a_replay_stays_refused_when_the_full_store_evicted_its_claim(transport: str) -> None:
+    with trio.fail_after(WAIT_S):
+        async with served(interaction={"max_claims": 1}) as app, client(app, "2026-07-28", transport, Answers()) as c:
+            first = await first_round(c, "confirm_pay", {"amount": 3})
+            second = await first_round(c, "confirm_pay", {"amount": 4})
+            answer = {"confirm": accept()}
+            for amount, ir in ((3, first), (4, second)):  # the second claim evicts the first
+                done = await c.session.call_tool(
+                    "confirm_pay", {"amount": amount}, input_responses=answer, request_state=ir.request_state
+                )
+                assert isinstance(done, t.CallToolResult) and not done.is_error
+            with pytest.raises(MCPError) as caught:
+                await c.session.call_tool(
+                    "confirm_pay", {"amount": 3}, input_responses=answer, request_state=first.request_state
+                )
+    assert caught.value.code == INVALID_PARAMS
+    assert caught.value.data == {"reason": "unverifiable"}
+    assert "cannot tell whether this state was already used" in caught.value.message
+    assert CHARGES == [3, 4]
+
+
+@anywhere
 async def test_a_retry_lacking_an_answer_is_asked_again_for_what_is_missing(transport: str) -> None:
     with trio.fail_after(WAIT_S):
         async with served() as app, client(app, "2026-07-28", transport, Answers()) as c:

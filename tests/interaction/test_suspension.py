@@ -400,3 +400,22 @@ async def test_without_a_state_key_only_a_suspension_says_so_once(
     assert [(r.levelname, r.getMessage()) for r in told] == [
         ("WARNING", "a pipeline is suspended, and no MCPIPE_STATE_KEY is set: only this process can resume it")
     ]
+
+
+async def test_a_state_whose_claim_the_full_store_evicted_is_refused_as_unverifiable_not_resumed() -> None:
+    clock = Clock()
+    s = StateSealer(InMemoryPipelineStore(clock=clock, max_claims=2), keys=[KEY], clock=clock)
+    tokens = []
+    for _ in range(3):
+        tokens.append(await s.seal(STATE, **BINDING))
+        clock.now += 1  # each state expires a second after the one before
+    for token in tokens:
+        assert await s.unseal(token, **BINDING) == STATE
+    with pytest.raises(StateError) as first:
+        await s.unseal(tokens[0], **BINDING)  # its claim went to keep the store within 2
+    assert first.value.reason == "unverifiable"
+    assert "call the tool again" in str(first.value)
+    with pytest.raises(StateError) as second:
+        await s.unseal(tokens[1], **BINDING)
+    assert second.value.reason == "replayed"
+    assert await s.unseal(await s.seal(STATE, **BINDING), **BINDING) == STATE

@@ -41,15 +41,15 @@ class Buf:
         return v
 
     def string(self) -> str | None:
-        n = self.take(">h")
-        if n < 0:
-            return None
-        v = self.data[self.pos : self.pos + n].decode()
-        self.pos += n
-        return v
+        v = self._sized(">h")
+        return None if v is None else v.decode()
 
     def blob(self) -> bytes | None:
-        n = self.take(">i")
+        return self._sized(">i")
+
+    def _sized(self, length: str) -> bytes | None:
+        """Bytes after their length (``length``, a struct format); None for the length -1 (null)."""
+        n = self.take(length)
         if n < 0:
             return None
         v = self.data[self.pos : self.pos + n]

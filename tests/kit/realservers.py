@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -92,19 +93,8 @@ def nats_server() -> Iterator[str]:
     if binary is None:
         pytest.skip("nats-server (Debian's nats-server) is not installed")
     port = free_port()
-    proc = subprocess.Popen(
-        [binary, "-a", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    try:
-        wait_for_port(port, proc)
+    with _listening([binary, "-a", "127.0.0.1", "-p", str(port)], port, stderr=subprocess.DEVNULL):
         yield f"nats://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @contextmanager
@@ -114,10 +104,17 @@ def kafka_broker() -> Iterator[str]:
 
     port = free_port()
     script = Path(__file__).with_name("kafkabroker.py")
-    proc = subprocess.Popen([sys.executable, str(script), str(port)], stdout=subprocess.DEVNULL)
+    with _listening([sys.executable, str(script), str(port)], port):
+        yield f"127.0.0.1:{port}"
+
+
+@contextmanager
+def _listening(argv: list[str], port: int, **popen: Any) -> Iterator[None]:
+    """Run ``argv`` until the block ends, once it listens on ``port``; then terminate it (killed after 10 s)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, **popen)
     try:
         wait_for_port(port, proc)
-        yield f"127.0.0.1:{port}"
+        yield
     finally:
         proc.terminate()
         try:

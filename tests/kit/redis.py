@@ -7,7 +7,6 @@ port) keeps everything it acknowledged, as a production Redis configured for dur
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,13 +15,9 @@ from pathlib import Path
 import pytest
 import trio
 
+from kit.realservers import free_port
+
 STARTUP_S = 15
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def need_redis() -> str:

@@ -1,7 +1,8 @@
 """The tools the conformance suite's ``tasks-*`` scenarios call, served by ``mcpipe serve`` with
 :data:`CONFIG`: ``greet`` (sync only), ``slow_compute`` and ``failing_job`` (declared pipelines, so they
 run as tasks; ``failing_job`` requires it), ``protocol_error_job`` (a tool that raises: a protocol-level
-failure), ``confirm_delete`` (asks the client once) and ``multi_input`` (asks twice in parallel)."""
+failure), ``confirm_delete`` (asks the client once), ``multi_input`` (asks twice in parallel) and
+``test_tool_with_task`` (``ask_before_task``: asks its client's name synchronously, then becomes a task)."""
 
 from __future__ import annotations
 
@@ -104,4 +105,22 @@ kind = "elicitation"
 id = "b"
 message = "Confirm?"
 requested_schema = { type = "object", properties = { name = { type = "string" }, confirm = { type = "boolean" } } }
+
+[[pipelines]]
+name = "test_tool_with_task"
+description = "Asks the user's name (input-required rounds), then works on it as a task"
+task_support = "required"
+ask_before_task = true
+
+[[pipelines.steps]]
+kind = "elicitation"
+id = "user_name"
+message = "Your name?"
+requested_schema = { type = "object", properties = { name = { type = "string" } }, required = ["name"] }
+
+[[pipelines.steps]]
+kind = "tool"
+id = "work"
+tool = "sleep_then"
+args = { seconds = 0.2, label = "for ${steps.user_name.output.content.name}" }
 """

@@ -51,6 +51,9 @@ async def _check(queue: RunQueue, marks: Path, killed: set[str]) -> None:
             if e.type == "step_finished":
                 finished_by.setdefault(e.data["path"], e.worker or "")
         assert sorted(finished_by) == [f"s{j}" for j in range(STEPS)]
+        # A finished step is recorded once: one taken over is recalled, never finished (so run) again.
+        finishes = Counter(e.data["path"] for e in events if e.type == "step_finished")
+        assert finishes == {f"s{j}": 1 for j in range(STEPS)}, (run_id, finishes)
         again = [f"s{j}" for j in range(STEPS) if ran[f"{run_id}/s{j}"] != 1]
         assert all(ran[f"{run_id}/s{j}"] >= 1 for j in range(STEPS)), run_id
         if runs[run_id].attempts > 1:

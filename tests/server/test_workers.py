@@ -125,3 +125,46 @@ def test_workers_must_be_a_positive_number_and_http() -> None:
         done = subprocess.run([sys.executable, "-m", "mcpipe", "serve", *args], capture_output=True, text=True)
         assert done.returncode == 2
         assert message in done.stderr and "Traceback" not in done.stderr
+
+
+def _structured(result: Any) -> dict[str, Any]:
+    assert not result.is_error, result.content
+    assert result.structured_content is not None
+    return dict(result.structured_content)
+
+
+async def test_background_runs_started_on_one_worker_are_watched_and_resolved_from_any_other(tmp_path: Path) -> None:
+    """No `[runs] path` and no Redis: the supervisor gives both workers one run queue file, so a run started
+    through worker A is found, polled and answered through worker B, over connections of their own."""
+    spec = {"background": True, "steps": [{"id": "w", "tool": "whoami", "args": {}}]}
+    with trio.fail_after(WAIT_S):
+        async with supervised(tmp_path, "--workers", "2") as sup:
+            await sup.until_logged("the 2 workers share the run queue ")
+            queue_file = sup.text().split("the 2 workers share the run queue ", 1)[1].split()[0]
+            a, b = sorted(sup.workers())
+            with sup.only(a):  # started and executed on A
+                started = [_structured(await call(sup.url, "2026-07-28", "mcp_pipe", spec)) for _ in range(3)]
+                ids = [s["result"]["run_id"] for s in started]
+                for run_id in ids:
+                    await call(sup.url, "2026-07-28", "pipe_result", {"run_id": run_id, "wait_ms": 20000})
+            with sup.only(b):  # watched through B
+                seen = [_structured(await call(sup.url, "2026-07-28", "pipe_status", {"run_id": i})) for i in ids]
+                answers = [_structured(await call(sup.url, "2026-07-28", "pipe_result", {"run_id": i})) for i in ids]
+            # Unpinned: every run started and polled over fresh connections, wherever the kernel sends them.
+            more = [
+                _structured(await call(sup.url, "2026-07-28", "mcp_pipe", spec))["result"]["run_id"] for _ in range(8)
+            ]
+            polled = [
+                _structured(await call(sup.url, "2026-07-28", "pipe_result", {"run_id": i, "wait_ms": 20000}))
+                for i in more
+            ]
+            statuses = [
+                _structured(await call(sup.url, "2026-07-28", "pipe_status", {"run_id": i}))["status"] for i in more
+            ]
+            assert await trio.Path(queue_file).exists()
+    assert [s["status"] for s in seen] == ["completed"] * 3
+    assert [ans["ok"] for ans in answers] == [True] * 3
+    assert {ans["result"]["pid"] for ans in answers} == {a}  # A executed them (B was stopped)
+    assert all(p["ok"] for p in polled) and {p["result"]["pid"] for p in polled} <= {a, b}
+    assert statuses == ["completed"] * 8
+    assert not Path(queue_file).parent.exists()  # the supervisor removed its private directory

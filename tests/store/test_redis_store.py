@@ -102,9 +102,10 @@ def test_the_password_never_shows_in_messages() -> None:
 
 
 def test_the_factory_picks_the_store_by_the_url_scheme() -> None:
-    config = parse_config("[interaction]\nmax_suspended = 3\nmax_suspended_bytes = 100", "toml")
+    config = parse_config("[interaction]\nmax_suspended = 3\nmax_suspended_bytes = 100\nmax_claims = 7", "toml")
     memory = open_pipeline_store(config.store, config.interaction)
-    assert isinstance(memory, InMemoryPipelineStore) and (memory.max_states, memory.max_bytes) == (3, 100)
+    assert isinstance(memory, InMemoryPipelineStore)
+    assert (memory.max_states, memory.max_bytes, memory.max_claims) == (3, 100, 7)
     shared = open_pipeline_store(parse_config('[store]\nurl = "redis://127.0.0.1:6379/1"\nprefix = "p"', "toml").store)
     assert isinstance(shared, RedisPipelineStore) and shared.prefix == "p"
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Container, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -29,7 +30,19 @@ from mcpipe.errors import Problem
 from mcpipe.expr import CelExpr
 from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
 from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
-from mcpipe.plan import STEP_ID, Checker, Leaf, Node, Parallel, Pipe, Pipeline, Scope, decode_fields, referenced_step
+from mcpipe.plan import (
+    STEP_ID,
+    Checker,
+    Leaf,
+    Node,
+    Parallel,
+    Pipe,
+    Pipeline,
+    Scope,
+    compile_each,
+    decode_fields,
+    referenced_step,
+)
 from mcpipe.plan import tool_sites as plan_tool_sites
 from mcpipe.plan import walk as plan_walk
 
@@ -271,16 +284,13 @@ class _Compiler:
             sid,
             loc,
             k.name,
-            timeout,
             spec,
             built,
             tuple(templates),
             k.run,
+            timeout_ms=timeout,
             tool=k.tool_name(spec) if k.tool_name is not None else None,
-            when=when,
-            input_transform=transform,
-            references=tuple(refs),
-            skippable=True,
+            **_shared(when, transform, refs),
         )
 
     def decode(self, raw: Mapping[str, Any], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
@@ -337,16 +347,12 @@ class _Compiler:
         # earlier step of that list, which is then the one it means): the shared checker's sibling scope.
         shared = Checker.sibling_scope(scope, child_ids)
         child_scope = replace(scope, siblings=shared.siblings, depth=shared.depth)
-        out: list[CompiledStep] = []
-        ok = True
-        for i, (item, cid) in enumerate(zip(children, child_ids, strict=True)):
-            step = self.step(item, f"{child_loc}[{i}]", cid, child_scope)
-            ok = ok and step is not None
-            if step is not None:
-                out.append(step)
-        if spec is None or not ok:
+        out: list[CompiledStep] | None = compile_each(
+            children, child_loc, child_ids, partial(self.step, scope=child_scope)
+        )
+        if spec is None or out is None:
             return None
-        return Parallel(sid, loc, tuple(out), spec.timeout_ms, when, transform, tuple(refs), skippable=True)
+        return Parallel(sid, loc, tuple(out), timeout_ms=spec.timeout_ms, **_shared(when, transform, refs))
 
     def pipe(
         self,
@@ -385,7 +391,12 @@ class _Compiler:
         if spec is None or steps is None or vars_t is None:
             return None
         plan = Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
-        return Pipe(sid, loc, plan, spec.timeout_ms, when, transform, tuple(refs), skippable=True)
+        return Pipe(sid, loc, plan, timeout_ms=spec.timeout_ms, **_shared(when, transform, refs))
+
+
+def _shared(when: CelExpr | None, transform: CelExpr | None, refs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The :class:`mcpipe.plan.Step` fields every declared node sets alike (its results carry ``skipped``)."""
+    return {"when": when, "input_transform": transform, "references": tuple(refs), "skippable": True}
 
 
 def _default(spec: Any, name: str) -> Any:

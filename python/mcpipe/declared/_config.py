@@ -42,6 +42,9 @@ class PipelineConfig(_Base, kw_only=True):
             (``docs/runs.md``); ``pipe_result`` answers what the call would have.
         task_support: as an MCP task (``io.modelcontextprotocol/tasks``): ``optional`` (a task when the
             client declares the extension), ``required`` (a client without it gets -32021), ``forbidden``.
+        ask_before_task: called as a task (2026-07-28), the pipeline first asks its client synchronously
+            (input-required rounds) and becomes a task at its first step that reaches out (on the round
+            whose answers let it go on); without it, a task call is a task from its first round.
     """
 
     name: str
@@ -55,6 +58,7 @@ class PipelineConfig(_Base, kw_only=True):
     content: Any = msgspec.UNSET
     background: bool = False
     task_support: Literal["optional", "required", "forbidden"] = "optional"
+    ask_before_task: bool = False
 
 
 class OutboundHttpConfig(_Base, kw_only=True):

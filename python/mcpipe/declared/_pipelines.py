@@ -37,10 +37,11 @@ from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_st
 from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
 from mcpipe.declared._mcpg import normalize_entry, relocate
+from mcpipe.declared._model import CONTAINERS
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, decode_fields, problem_order, walk
+from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, check_steps, decode_fields, problem_order
 
 __all__ = [
     "CONTENT_TYPES",
@@ -317,24 +318,39 @@ def _load_entry(
     if "steps" not in raw:
         problems.append(Problem(f"{loc}.steps", ErrorCode.INVALID_SPEC, "missing field `steps`"))
         return None
+    # Too many steps or too deep a nesting is found by a walk that stops at the limits, before compiling
+    # (compiling costs per step, and the rest of such a pipeline is not worth reporting on).
+    too_large = check_steps(
+        raw["steps"], f"{loc}.steps", max_steps=limits.max_steps, max_depth=limits.max_depth, nested=_nested_steps
+    )
+    if too_large:
+        problems.extend(too_large)
+        return None
     steps, step_problems = compile_steps(raw["steps"], f"{loc}.steps", scope)
     problems.extend(step_problems)
     ret = _answer_template(raw, loc, _raw_ids(raw["steps"]), problems)
     if steps is None:
         return None
-    count = sum(1 for _ in walk(steps))
-    if count > limits.max_steps:
+    if entry is not None and entry.ask_before_task and entry.task_support == "forbidden":
         problems.append(
             Problem(
-                f"{loc}.steps",
-                ErrorCode.LIMIT_EXCEEDED,
-                f"the pipeline has {count} steps; the limit is {limits.max_steps}",
+                f"{loc}.ask_before_task",
+                ErrorCode.INVALID_SPEC,
+                'a pipeline with task_support = "forbidden" never becomes a task: drop ask_before_task',
             )
         )
+        return None
     if entry is None or ret is None or not schema_ok:
         return None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
     return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
+
+
+def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:
+    """A declared container's own steps (``kind: parallel`` or ``kind: pipe``, both under ``steps``)."""
+    if isinstance(raw, Mapping) and raw.get("kind") in CONTAINERS and isinstance(raw.get("steps"), list):
+        return ".steps", raw["steps"]
+    return None
 
 
 def _raw_ids(raw: Any) -> tuple[str, ...]:

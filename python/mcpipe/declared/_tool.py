@@ -67,6 +67,8 @@ class DeclaredPipelineTool:
         limits: the server's limits it runs under.
         registry: what its ``tool`` steps call through (set by :meth:`DeclaredPipelines.bind`).
         background: a direct call is queued as a background run (the server answers its run id).
+        task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
+        ask_before_task: a task call asks its client synchronously first (``PipelineConfig``).
     """
 
     __slots__ = (
@@ -76,6 +78,7 @@ class DeclaredPipelineTool:
         "_has_output",
         "_output_validator",
         "_validator",
+        "ask_before_task",
         "background",
         "compiled",
         "description",
@@ -109,6 +112,7 @@ class DeclaredPipelineTool:
         self.registry = registry
         self.background = entry.background
         self.task_support = entry.task_support
+        self.ask_before_task = entry.ask_before_task
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)

@@ -59,6 +59,25 @@ class Suspended(BaseException):
     suspends_pipeline = True
 
 
+class Escalated(BaseException):
+    """A call that asks its client before it becomes a task (a declared pipeline with ``ask_before_task``)
+    reached its first step that is neither a question nor a local step: the call becomes an MCP task there,
+    resuming after the steps it has finished (:mod:`mcpipe.server._tasks`).
+
+    It suspends the pipeline like :class:`Suspended` (parallel siblings still ask their questions; a round
+    with questions asks them first, and the call becomes a task on the round that brings the answers).
+    """
+
+    suspends_pipeline = True
+
+
+SYNC_KINDS = frozenset(
+    {"elicitation", "sampling", "roots_list", "gather", "transform", "value", "log", "cel_gate", "progress", "mock"}
+)
+"""The step kinds an ``ask_before_task`` call runs before it becomes a task: the questions, and the local
+steps that only compute or tell the client (any other kind reaches out, and runs in the task)."""
+
+
 class CapabilityMissing(BaseException):
     """A 2026-07-28 client did not declare the capability a question needs: the whole request fails with
     JSON-RPC -32021 (nothing is asked)."""
@@ -115,9 +134,11 @@ class Interaction:
         answers: the client's answers by question key, from this retry (and earlier partial retries).
         relayed: the questions downstream servers asked in an earlier round, with their ``requestState``, by
             the key of the step that called them (:mod:`mcpipe.interaction._relay`).
+        until_work: the call asks its client before it becomes a task: its first step of a kind outside
+            :data:`SYNC_KINDS` raises :class:`Escalated` instead of running.
     """
 
-    __slots__ = ("_round", "capabilities", "modern", "ns", "offered", "send")
+    __slots__ = ("_round", "capabilities", "modern", "ns", "offered", "send", "until_work")
 
     def __init__(
         self,
@@ -129,9 +150,11 @@ class Interaction:
         answers: dict[str, Any] | None = None,
         relayed: dict[str, Any] | None = None,
         ns: str = "",
+        until_work: bool = False,
         _round: _Round | None = None,
     ) -> None:
         self.modern = modern
+        self.until_work = until_work
         self.capabilities = capabilities or {}
         self.send = send
         self.ns = ns
@@ -173,6 +196,7 @@ class Interaction:
             capabilities=self.capabilities,
             send=self.send,
             ns=f"{self.ns}{ctx.step}/",
+            until_work=self.until_work,
             _round=self._round,
         )
         return replace(ctx, request=replace(ctx.request, interaction=inner))
@@ -187,12 +211,16 @@ class Interaction:
 
     @property
     def durable(self) -> bool:
-        """A round's record lives in this call (and then in its sealed state), never saved between steps."""
-        return False
+        """A round's record lives in this call (and then in its sealed state), never saved between steps;
+        true only to hear of each step before it starts (:attr:`until_work`)."""
+        return self.until_work
 
-    async def starting(self, path: str) -> None:
-        """Nothing to save (never called: the record is not durable)."""
+    async def starting(self, path: str, kind: str) -> None:
+        """Nothing to save; with :attr:`until_work`, a step of a kind outside :data:`SYNC_KINDS` stops the
+        call there (:class:`Escalated`: it becomes a task)."""
         await trio.lowlevel.checkpoint()
+        if self.until_work and kind not in SYNC_KINDS:
+            raise Escalated()
 
     # --- the asking side ---
 

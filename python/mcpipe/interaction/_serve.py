@@ -17,10 +17,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
+from mcpipe._util import is_suspension
 from mcpipe.interaction._core import (
     CapabilityMissing,
+    Escalated,
     Interaction,
-    Suspended,
     fits,
     only,
 )
@@ -40,6 +41,9 @@ __all__ = ["Interactions", "sdk_call"]
 _log = logging.getLogger("mcpipe.interaction")
 
 CallFn = Callable[[str, dict[str, Any], ToolContext], Awaitable[dict[str, Any]]]
+EscalateFn = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+"""Makes a call that asked its client first a task: takes ``{"memo", "answers"}`` (the steps it finished,
+the answers it has not used yet) and answers the ``CreateTaskResult``."""
 
 
 class Interactions:
@@ -106,9 +110,14 @@ class Interactions:
         send: Any = None,
         state: Any = None,
         responses: dict[str, Any] | None = None,
+        escalate: EscalateFn | None = None,
     ) -> dict[str, Any]:
         """Run ``call(name, args, ctx)`` able to ask the client; answers the wire result (an input-required
         one when a 2026-07-28 pipeline suspends).
+
+        With ``escalate`` (2026-07-28), the call asks its client synchronously until its first step that
+        does work (:data:`~mcpipe.interaction._core.SYNC_KINDS`); there it becomes a task: ``escalate``
+        answers.
 
         Raises:
             MCPError: invalid-params for a bad ``requestState``; -32021 when the client lacks a capability
@@ -125,7 +134,7 @@ class Interactions:
                 return await self._suspend(name, args, ctx, {**saved, "pending": missing})
         # Answers without a state, or to keys nobody asked, are ignored: only pending questions take answers
         # (a downstream tool called directly is offered those sent without a state, as it would be directly).
-        ix = Interaction(modern=True, capabilities=capabilities, **saved)
+        ix = Interaction(modern=True, capabilities=capabilities, until_work=escalate is not None, **saved)
         if state is None and responses:
             ix.offered = responses
         ctx.era = "2026-07-28"
@@ -133,9 +142,11 @@ class Interactions:
         try:
             return await call(name, args, ctx)
         except BaseException as e:
-            if only(e, Suspended) is not None and ix.pending:
+            if is_suspension(e) and ix.pending:  # questions first (with a step that would escalate, too)
                 state = {"memo": ix.memo, "answers": ix.answers, "relayed": ix.relayed, "pending": ix.pending}
                 return await self._suspend(name, args, ctx, state)
+            if escalate is not None and only(e, Escalated) is not None:
+                return await escalate({"memo": dict(ix.memo), "answers": dict(ix.answers)})
             lacking = only(e, CapabilityMissing)
             if lacking is not None:
                 cap = lacking.capability  # type: ignore[attr-defined]
@@ -242,9 +253,12 @@ def session_sender(session: Any, request_id: Any) -> Callable[[str, dict[str, An
     return send
 
 
-async def sdk_call(handlers: Any, ctx: Any, params: Any, tctx: ToolContext) -> dict[str, Any]:
+async def sdk_call(
+    handlers: Any, ctx: Any, params: Any, tctx: ToolContext, *, escalate: EscalateFn | None = None
+) -> dict[str, Any]:
     """A ``tools/call`` that came through the SDK (``ctx`` its request context, ``params`` the typed
-    params), answered through ``handlers.call`` with asking wired in."""
+    params), answered through ``handlers.call`` with asking wired in (``escalate``: see
+    :meth:`Interactions.call`)."""
     from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
     modern = ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
@@ -260,4 +274,5 @@ async def sdk_call(handlers: Any, ctx: Any, params: Any, tctx: ToolContext) -> d
         send=None if modern else session_sender(session, ctx.request_id),
         state=params.request_state,
         responses={k: _dump(v) for k, v in responses.items()} if responses else None,
+        escalate=escalate if modern else None,
     )

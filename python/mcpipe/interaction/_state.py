@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
-from mcpipe.store import PipelineStore
+from mcpipe.store import ClaimUnverifiable, PipelineStore
 
 __all__ = ["DEFAULT_INLINE_MAX_BYTES", "DEFAULT_STATE_TTL_S", "STATE_KEY_ENV", "StateError", "StateSealer"]
 
@@ -48,8 +48,8 @@ class StateError(Exception):
     """A ``requestState`` that cannot be resumed.
 
     Attributes:
-        reason: a stable word: ``malformed``, ``tampered``, ``expired``, ``replayed``, ``other_call``,
-            ``other_principal``, ``other_server``.
+        reason: a stable word: ``malformed``, ``tampered``, ``expired``, ``replayed``, ``unverifiable``,
+            ``other_call``, ``other_principal``, ``other_server``.
     """
 
     def __init__(self, reason: str, message: str) -> None:
@@ -145,7 +145,11 @@ class StateSealer:
         if claims.get("p") != principal:
             raise StateError("other_principal", "requestState was issued to another principal")
         jti = claims.get("jti")
-        if not isinstance(jti, str) or not await self.store.claim(jti, exp):
+        try:
+            fresh = isinstance(jti, str) and await self.store.claim(jti, exp)
+        except ClaimUnverifiable as e:
+            raise StateError("unverifiable", str(e)) from None
+        if not fresh:
             raise StateError("replayed", "requestState was already used (a state resumes once)")
         if "h" in claims:
             blob = await self.store.take(str(claims["h"]))

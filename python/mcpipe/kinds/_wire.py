@@ -7,7 +7,7 @@ step policy), opened on first use and closed when the server stops. A payload le
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import orjson
@@ -18,7 +18,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build
 from mcpipe.results import StepFailure
 
-__all__ = ["DEFAULT_TIMEOUT_MS", "decode", "encode", "object_of", "payload", "text_of", "timeout_s"]
+__all__ = ["DEFAULT_TIMEOUT_MS", "address", "decode", "encode", "object_of", "payload", "text_of", "timeout_s"]
 
 DEFAULT_TIMEOUT_MS = 30_000.0
 
@@ -34,6 +34,20 @@ def decode(data: bytes) -> Any:
         return orjson.loads(data)
     except orjson.JSONDecodeError:
         return data.decode(errors="replace")
+
+
+def address(b: Build[Any], name: str, parse: Callable[[str], object]) -> str:
+    """Field ``name``, a server address checked by ``parse`` (its ``ValueError`` is the located problem);
+    fails the build when it is not a string (the fields' decoding reports that) or does not parse."""
+    value = b.raw.get(name)
+    if not isinstance(value, str):
+        b.fail()
+    try:
+        parse(value)
+    except ValueError as e:
+        b.problem(f"{b.location}.{name}", str(e))
+        b.fail()
+    return value
 
 
 def payload(b: Build[Any], name: str) -> Template:

@@ -17,7 +17,7 @@ from mcpipe.backends._connections import Connections, NotRunning
 from mcpipe.backends.grpc import GrpcConnection, GrpcError, _pool_from_file, parse_grpc_url
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
-from mcpipe.kinds._wire import object_of, payload, timeout_s
+from mcpipe.kinds._wire import address, object_of, payload, timeout_s
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -52,14 +52,7 @@ class GrpcPlan:
 
 def build_grpc(b: Build[GrpcFields]) -> GrpcPlan:
     """The URL and the descriptor set, checked; the message template; the own deadline."""
-    url = b.raw.get("url")
-    if not isinstance(url, str):
-        b.fail()  # the fields report it
-    try:
-        parse_grpc_url(url)
-    except ValueError as e:
-        b.problem(f"{b.location}.url", str(e))
-        b.fail()
+    url = address(b, "url", parse_grpc_url)
     message = payload(b, "message")
     spec = b.fields
     if spec is None or b.failed:

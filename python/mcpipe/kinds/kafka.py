@@ -15,7 +15,7 @@ from mcpipe.backends._connections import Connections, NotRunning
 from mcpipe.backends.kafka import KafkaClient, KafkaError, parse_bootstrap
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
-from mcpipe.kinds._wire import decode, encode, object_of, payload, text_of, timeout_s
+from mcpipe.kinds._wire import address, decode, encode, object_of, payload, text_of, timeout_s
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -51,14 +51,7 @@ class KafkaPlan:
 def build_kafka(b: Build[KafkaFields]) -> KafkaPlan:
     """The bootstrap servers, checked; produce or request (which topics); the value template."""
     raw, loc = b.raw, b.location
-    servers = raw.get("bootstrap_servers")
-    if not isinstance(servers, str):
-        b.fail()  # the fields report it
-    try:
-        parse_bootstrap(servers)
-    except ValueError as e:
-        b.problem(f"{loc}.bootstrap_servers", str(e))
-        b.fail()
+    servers = address(b, "bootstrap_servers", parse_bootstrap)
     has = {name: raw.get(name) is not None for name in ("topic", "request_topic", "response_topic")}
     if has["topic"] == (has["request_topic"] or has["response_topic"]):
         b.problem(loc, "a kafka step has `topic` (produce) or `request_topic` and `response_topic` (request)")

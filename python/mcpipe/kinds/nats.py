@@ -15,7 +15,7 @@ from mcpipe.backends._connections import Connections, NotRunning
 from mcpipe.backends.nats import NatsClient, NatsError, parse_nats_url
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
-from mcpipe.kinds._wire import decode, encode, object_of, payload, timeout_s
+from mcpipe.kinds._wire import address, decode, encode, object_of, payload, timeout_s
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -45,14 +45,7 @@ class NatsPlan:
 
 def build_nats(b: Build[NatsFields]) -> NatsPlan:
     """The URL, checked; the payload template; the shared connections; the own deadline."""
-    url = b.raw.get("url")
-    if not isinstance(url, str):
-        b.fail()  # the fields report it
-    try:
-        parse_nats_url(url)
-    except ValueError as e:
-        b.problem(f"{b.location}.url", str(e))
-        b.fail()
+    url = address(b, "url", parse_nats_url)
     body = payload(b, "payload")
     if b.fields is None or b.failed:
         b.fail()

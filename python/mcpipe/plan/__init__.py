@@ -3,12 +3,14 @@
 See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
 """
 
+from mcpipe.plan._bounds import check_steps
 from mcpipe.plan._check import (
     STEP_ID,
     WHOLE_REFERENCE,
     Checker,
     Scope,
     assign_step_ids,
+    compile_each,
     decode_fields,
     problem_order,
     reference_root,
@@ -32,6 +34,7 @@ from mcpipe.plan._ir import (
     Pipeline,
     Retry,
     RunFn,
+    Step,
     evaluate,
     prelude,
     tool_sites,
@@ -58,8 +61,11 @@ __all__ = [
     "Retry",
     "RunFn",
     "Scope",
+    "Step",
     "TypedSite",
     "assign_step_ids",
+    "check_steps",
+    "compile_each",
     "decode_fields",
     "evaluate",
     "explain",

@@ -10,7 +10,7 @@ live in :class:`mcpipe.plan.Limits` (the config's ``pipe`` section) and are docu
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from mcpipe._core import json_measure
@@ -18,6 +18,7 @@ from mcpipe.errors import OutputTooLargeError, Problem
 
 __all__ = [
     "check_spec_size",
+    "check_steps",
     "deepest_location",
     "depth_problem",
     "json_depth",
@@ -74,38 +75,66 @@ def check_spec_size(data: Any, text_bytes: int | None, *, max_bytes: int, max_st
     size = text_bytes if text_bytes is not None else json_measure(data, max_bytes=max_bytes)[0]
     if size > max_bytes:
         problems.append(Problem("", LIMIT, f"the spec is at least {size} bytes; the limit is {max_bytes}"))
-    count, exact = _count_steps(data, max_steps)
-    if count > max_steps:
-        has = f"{count}" if exact else f"at least {count}"
-        problems.append(Problem("steps", LIMIT, f"the pipeline has {has} steps; the limit is {max_steps}"))
+    steps = data.get("steps") if isinstance(data, Mapping) else None
+    problems.extend(check_steps(steps, "steps", max_steps=max_steps, nested=_nested_steps))
     return problems
 
 
-def _count_steps(data: Any, limit: int) -> tuple[int, bool]:
-    """Step objects in ``data``, counted until the count passes ``limit``; and whether that is all of them."""
+def check_steps(
+    steps: Any,
+    location: str,
+    *,
+    max_steps: int,
+    nested: Callable[[Any], tuple[str, list[Any]] | None],
+    max_depth: int | None = None,
+) -> list[Problem]:
+    """Problems of a list of steps with too many steps or too deep a nesting, found without compiling it.
+
+    Args:
+        steps: the raw list of steps (anything else has no problems here: the compiler reports it).
+        location: where the list is; the count problem is located there.
+        max_steps: the most steps accepted, every nested one included.
+        nested: a step's own list of steps, if it is a container: ``(suffix, list)``, the list standing at
+            the step's location plus ``suffix`` (``.steps``, ``.parallel``, ``.pipe.steps``).
+        max_depth: how deeply containers may nest (top-level steps are depth 0; a container at depth
+            ``max_depth`` is one too many), located at the container; None: not checked here.
+
+    Returns:
+        The problems. The walk is iterative and visits the items of at most the lists it has counted until
+        the count passes ``max_steps``, never deeper than ``max_depth``: neither a long list, a wide group
+        nor a deep nesting costs more than the limits (and the input's own size).
+    """
+    problems: list[Problem] = []
     count = 0
-    lists: list[Sequence[Any]] = []
-    if isinstance(data, Mapping) and isinstance(data.get("steps"), list):
-        lists.append(data["steps"])
+    lists: list[tuple[Sequence[Any], str, int]] = [(steps, location, 0)] if isinstance(steps, list) else []
     while lists:
-        items = lists.pop()
+        items, loc, depth = lists.pop()
         count += len(items)
-        nested = [x for x in map(_nested_steps, items) if x is not None]
-        if count > limit:
-            return count, not lists and not nested
-        lists.extend(nested)
-    return count, True
+        inner = [(i, x) for i, x in enumerate(map(nested, items)) if x is not None]
+        if count > max_steps:
+            has = f"{count}" if not lists and not inner else f"at least {count}"
+            problems.append(Problem(location, LIMIT, f"the pipeline has {has} steps; the limit is {max_steps}"))
+            break
+        for i, (suffix, children) in inner:
+            where = f"{loc}[{i}]"
+            if max_depth is not None and depth + 1 > max_depth:
+                message = f"nesting is {depth + 1} levels deep here; the limit is {max_depth}"
+                problems.append(Problem(where, LIMIT, message))
+            else:
+                lists.append((children, f"{where}{suffix}", depth + 1))
+    return problems
 
 
-def _nested_steps(item: Any) -> list[Any] | None:
+def _nested_steps(item: Any) -> tuple[str, list[Any]] | None:
+    """An ``mcp_pipe`` step's own steps: a ``parallel`` group's, a ``pipe``'s."""
     if not isinstance(item, Mapping):
         return None
     children = item.get("parallel")
     if isinstance(children, list):
-        return children
+        return ".parallel", children
     pipe = item.get("pipe")
     if isinstance(pipe, Mapping) and isinstance(pipe.get("steps"), list):
-        return pipe["steps"]
+        return ".pipe.steps", pipe["steps"]
     return None
 
 

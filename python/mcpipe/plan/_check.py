@@ -9,10 +9,10 @@ so a user fixes a spec in one round; :func:`problem_order` sorts them the same w
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 import orjson
@@ -28,6 +28,7 @@ __all__ = [
     "ReferenceCondition",
     "Scope",
     "assign_step_ids",
+    "compile_each",
     "decode_fields",
     "problem_order",
     "reference_root",
@@ -36,6 +37,8 @@ __all__ = [
     "step_reference_problem",
     "template_parts",
 ]
+
+N = TypeVar("N")
 
 STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 RESERVED_ID = re.compile(r"step([0-9]+)")
@@ -124,6 +127,22 @@ def _template_children(value: Any) -> list[tuple[Any, Any]]:
     if isinstance(value, list):
         return list(enumerate(value))
     return []
+
+
+def compile_each(
+    items: Sequence[Any], location: str, ids: Sequence[str], compile_one: Callable[[Any, str, str], N | None]
+) -> list[N] | None:
+    """Compile every item of a list with ``compile_one(item, f"{location}[i]", id)``, going on past a failure
+    so that one round reports every problem; the compiled items, or None when any failed."""
+    out: list[N] = []
+    ok = True
+    for i, (item, sid) in enumerate(zip(items, ids, strict=True)):
+        step = compile_one(item, f"{location}[{i}]", sid)
+        if step is None:
+            ok = False
+        else:
+            out.append(step)
+    return out if ok else None
 
 
 def problem_order(p: Problem) -> tuple[Any, ...]:

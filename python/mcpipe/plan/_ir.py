@@ -7,10 +7,12 @@ A plan is a :class:`Pipeline` (vars, steps, return, failure policy, deadline) wh
   step kind's (``mcpipe.kinds``): its ``fields``, compiled ``templates``, what the kind ``built`` at compile
   time, and the kind's ``run``;
 - :class:`Parallel`: children that run concurrently and see what the group's list sees;
-- :class:`Pipe`: a nested pipeline whose ``vars`` resolve in the enclosing environment.
+- :class:`Pipe`: a nested pipeline whose ``vars`` resolve in the enclosing environment;
+- :class:`ForEach`: one step run once per element of an array.
 
-Every node may carry ``when`` (skip the step when false) and ``input_transform`` (replace ``args`` for
-the step); ``skippable`` says the front-end's results carry ``skipped`` (declared pipelines).
+Every node is a :class:`Step` (id, location, deadline, failure policy) and may carry ``when`` (skip the step
+when false) and ``input_transform`` (replace ``args`` for the step); ``skippable`` says the front-end's
+results carry ``skipped`` (declared pipelines).
 
 Front-ends: :func:`mcpipe.compile_spec` (``mcp_pipe`` specs) and :mod:`mcpipe.declared` (the config's
 ``pipelines:``); both check with :class:`mcpipe.plan.Checker`.
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import KW_ONLY, dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import trio
@@ -47,6 +49,7 @@ __all__ = [
     "Pipeline",
     "Retry",
     "RunFn",
+    "Step",
     "evaluate",
     "prelude",
     "walk",
@@ -125,41 +128,53 @@ SKIP: Any = object()
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Leaf(Generic[F, B]):
-    """One unit of work: a bare tool call, or a step of some kind.
+class Step:
+    """What every node of a plan carries; the node classes add their own fields.
 
     Attributes:
         id: the step id.
         location: where it was written (``steps[2]``, ``pipelines.charge.steps[2]``).
-        kind: the kind's name (``tool``, ``http``, ...).
         timeout_ms: the step's deadline, or None.
+        when: the compiled ``when`` condition, or None.
+        input_transform: the compiled ``input_transform``, or None.
+        references: ``(location, reference)`` of every reference it makes.
+        skippable: its result carries ``skipped`` (declared steps).
+        continue_on_error: the step's own failure policy, or None for its pipeline's.
+    """
+
+    id: str
+    location: str
+    _: KW_ONLY
+    timeout_ms: float | None = None
+    when: Expression | None = None
+    input_transform: Expression | None = None
+    references: tuple[tuple[str, str], ...] = ()
+    skippable: bool = False
+    continue_on_error: bool | None = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Leaf(Step, Generic[F, B]):
+    """One unit of work: a bare tool call, or a step of some kind (the shared fields: :class:`Step`).
+
+    Attributes:
+        kind: the kind's name (``tool``, ``http``, ...).
         fields: the kind's decoded fields (its msgspec Struct; None for a bare tool call).
         built: what the kind built at compile time (a CEL program, an argv, the policy it runs under).
         templates: the template fields by name; resolved, they are the runner's ``inputs``.
         run: the kind's executor; None for a bare tool call (the scheduler's inline path).
         tool: the tool a ``tool`` leaf calls (for the per-caller checks), else None.
         args: a bare tool call's arguments template.
-        when: the compiled ``when`` condition, or None.
-        input_transform: the compiled ``input_transform``, or None.
-        references: ``(location, reference)`` of every reference it makes.
-        skippable: its result carries ``skipped`` (declared steps).
+        retry: a tool step's retry policy, or None.
     """
 
-    id: str
-    location: str
     kind: str
-    timeout_ms: float | None
     fields: F
     built: B
     templates: tuple[tuple[str, Template], ...] = ()
     run: RunFn[F, B] | None = None
     tool: str | None = None
     args: Template | None = None
-    when: Expression | None = None
-    input_transform: Expression | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    skippable: bool = False
-    continue_on_error: bool | None = None
     retry: Retry | None = None
 
     async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
@@ -208,53 +223,29 @@ class Leaf(Generic[F, B]):
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Parallel:
+class Parallel(Step):
     """Run ``children`` concurrently; they see the group's list, not each other."""
 
-    id: str
-    location: str
     children: tuple[Node, ...]
-    timeout_ms: float | None
-    when: Expression | None = None
-    input_transform: Expression | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    skippable: bool = False
-    continue_on_error: bool | None = None
     kind: ClassVar[str] = "parallel"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class Pipe:
+class Pipe(Step):
     """Run the nested ``pipe``; its ``vars`` template is resolved in this step's environment."""
 
-    id: str
-    location: str
     pipe: Pipeline
-    timeout_ms: float | None
-    when: Expression | None = None
-    input_transform: Expression | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    skippable: bool = False
-    continue_on_error: bool | None = None
     kind: ClassVar[str] = "pipe"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
-class ForEach:
+class ForEach(Step):
     """Run ``step`` once per element of the array ``items`` resolves to, concurrently under the call's
     limit; the element is the ``item`` root (also named ``as_name``) and its position the ``index`` root of
     the step's templates and expressions."""
 
-    id: str
-    location: str
     items: Template
     step: Node
-    timeout_ms: float | None
-    when: Expression | None = None
-    input_transform: Expression | None = None
-    references: tuple[tuple[str, str], ...] = ()
-    skippable: bool = False
-    continue_on_error: bool | None = None
     as_name: str = "item"
     kind: ClassVar[str] = "for_each"
 
@@ -337,7 +328,7 @@ def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:
             yield s.location, s.tool
 
 
-async def prelude(step: Node, env: Mapping[str, Any]) -> Any:
+async def prelude(step: Step, env: Mapping[str, Any]) -> Any:
     """Apply a step's ``when`` and ``input_transform``.
 
     Returns:

@@ -108,7 +108,7 @@ class RunRecord:
             duration_ms=result.get("duration_ms"),
         )
 
-    async def starting(self, path: str) -> None:
+    async def starting(self, path: str, kind: str = "tool") -> None:
         self._s.events.add("step_started", path=self.ns + path)
         await self.save()
 
@@ -151,6 +151,7 @@ class RunInteraction(Interaction):
         inner = RunInteraction.__new__(RunInteraction)
         inner.modern, inner.capabilities, inner.send = self.modern, self.capabilities, self.send
         inner._round, inner.ns = self._round, f"{self.ns}{ctx.step}/"
+        inner.until_work = False
         inner.record = self.record
         return replace(ctx, request=replace(ctx.request, interaction=inner))
 
@@ -158,5 +159,5 @@ class RunInteraction(Interaction):
         # The round's memo is the record's: the record saves it (and the event) before the next step.
         self.record.put(self.ns + path, result)
 
-    async def starting(self, path: str) -> None:
-        await self.record.starting(self.ns + path)
+    async def starting(self, path: str, kind: str = "tool") -> None:
+        await self.record.starting(self.ns + path, kind)

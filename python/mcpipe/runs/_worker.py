@@ -118,7 +118,9 @@ class Worker:
 
     async def execute(self, info: RunInfo) -> bool:
         """Execute one leased run and finish it; True when this worker finished it."""
-        record = RunRecord(self.queue, info.id, self.id, await self.queue.recorded(info.id))
+        # A task that asked its client before it became one starts with the steps of those rounds recorded.
+        recorded = {**(info.meta.get("recorded") or {}), **await self.queue.recorded(info.id)}
+        record = RunRecord(self.queue, info.id, self.id, recorded)
         caps = info.meta.get("capabilities")
         # A task's client can be asked (a question suspends the run until tasks/update answers it).
         asking = None if caps is None else RunInteraction(record, caps, dict(info.meta.get("answers") or {}))

@@ -447,7 +447,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path)
+                await self.memo.starting(path, "tool")
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -660,7 +660,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path)
+                await self.memo.starting(path, step.kind)
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None

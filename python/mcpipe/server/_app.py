@@ -113,6 +113,12 @@ def pipeline_store(config: Config) -> ServedStore:
 _REDIS = ("redis://", "rediss://", "unix://")
 
 
+def shares_runs(config: Config) -> bool:
+    """Whether the config's run queue is shared between processes: Redis Streams, or a ``[runs] path`` file
+    (else :func:`run_queue` is an in-memory database of one process)."""
+    return config.store.url.startswith(_REDIS) or bool(config.runs.path)
+
+
 def run_queue(config: Config) -> RunQueue:
     """The queue background runs wait in: Redis Streams when ``[store] url`` is Redis, else the SQLite file
     ``[runs] path`` (unset: an in-memory database of this process)."""

@@ -434,6 +434,8 @@ class ToolHandlers:
         if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
             capabilities = ctx.session.client_capabilities
             if declares_tasks(capabilities):
+                if ctx.protocol_version in _MODERN and getattr(self.gateway.get(params.name), "ask_before_task", False):
+                    return await self.ask_then_task(ctx, params, tctx, capabilities)
                 return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
             if support == "required":
                 raise required_error()
@@ -526,6 +528,27 @@ class ToolHandlers:
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
         return await self.tasks.create(name, args, tctx, capabilities)
+
+    async def ask_then_task(
+        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams, tctx: ToolContext, capabilities: Any
+    ) -> dict[str, Any]:
+        """A call of an ``ask_before_task`` pipeline by a client that declares tasks (2026-07-28): it runs
+        synchronously while it only asks its client (input-required rounds, no task yet); the round whose
+        answers let it reach its first step that does work becomes a task there, handed the steps finished
+        so far (the task runs none of them again). A call that ends before any such step answers as usual."""
+        assert self.tasks is not None
+        tasks = self.tasks
+        args = params.arguments or {}
+
+        async def escalate(state: dict[str, Any]) -> dict[str, Any]:
+            return await tasks.create(
+                params.name, args, tctx, capabilities, recorded=state["memo"], answers=state["answers"]
+            )
+
+        out = await sdk_call(self, ctx, params, tctx, escalate=escalate)
+        if out.get("resultType") not in ("input_required", "task"):
+            out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        return out
 
     async def submit(self, name: str, args: dict[str, Any], tctx: ToolContext) -> dict[str, Any]:
         """A call of a ``background: true`` declared pipeline: its arguments checked now, then queued;

@@ -158,6 +158,15 @@ class FastToolCall:
         # A declared pipeline may ask; a downstream server's tool may ask too (its questions are relayed).
         return tool is not None and type(tool).__name__ in _ASKING_TOOL_TYPES
 
+    async def _acceptable(self, scope: Scope) -> bool:
+        """The SDK's own checks of a POST this path may serve: its security check (DNS rebinding: Host,
+        Origin, Content-Type) and an Accept header that takes the answer this server gives."""
+        request = Request(scope)
+        if await self.security.validate_request(request, is_post=True) is not None:
+            return False
+        has_json, has_sse = check_accept_headers(request)
+        return has_json and (self.json_response or has_sse)
+
     async def _read_body(self, receive: Receive) -> tuple[bytes | None, bool, Receive]:
         """(body, complete, receive-for-the-SDK); body None when the client left before sending it."""
         body = b""
@@ -193,11 +202,7 @@ class FastToolCall:
             return await self._legacy(scope, receive, send, headers)
         if version not in _MODERN or routing != sum(k in headers for k in _ROUTING):
             return False, receive
-        request = Request(scope)
-        if await self.security.validate_request(request, is_post=True) is not None:
-            return False, receive
-        has_json, has_sse = check_accept_headers(request)
-        if not has_json or not (self.json_response or has_sse):
+        if not await self._acceptable(scope):
             return False, receive
 
         body, complete, replay = await self._read_body(receive)
@@ -331,11 +336,7 @@ class FastToolCall:
         requestor = authorization_context(user) if isinstance(user, AuthenticatedUser) else None
         if requestor != self.manager._session_owners.get(sid):
             return False, receive
-        request = Request(scope)
-        if await self.security.validate_request(request, is_post=True) is not None:
-            return False, receive
-        has_json, has_sse = check_accept_headers(request)
-        if not has_json or not (self.json_response or has_sse):
+        if not await self._acceptable(scope):
             return False, receive
         content_type = headers.get("content-type", "").split(";")[0]
         if not any(part.strip() == "application/json" for part in content_type.split(",")):

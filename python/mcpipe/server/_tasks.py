@@ -129,12 +129,30 @@ class Tasks:
             return "failed"
         return "cancelled" if info.status == "cancelled" else "completed"
 
-    async def create(self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any) -> dict[str, Any]:
+    async def create(
+        self,
+        name: str,
+        args: dict[str, Any],
+        tctx: ToolContext,
+        capabilities: Any,
+        *,
+        recorded: dict[str, Any] | None = None,
+        answers: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
         """Queue the call as a run (with the client's ``capabilities``, so that the run can ask it); answers
-        the ``CreateTaskResult`` once it is durably queued."""
+        the ``CreateTaskResult`` once it is durably queued.
+
+        ``recorded`` and ``answers``: a call that asked its client before it became a task (its final
+        round) hands the task the steps it finished, which the run recalls instead of running, and the
+        answers it has not used yet."""
         if capabilities is not None and not isinstance(capabilities, dict):
             capabilities = capabilities.model_dump(by_alias=True, mode="json", exclude_none=True)
-        info = await self.runs.submit(name, args, tctx, meta={"capabilities": capabilities or {}})
+        meta: dict[str, Any] = {"capabilities": capabilities or {}}
+        if recorded:
+            meta["recorded"] = recorded
+        if answers:
+            meta["answers"] = answers
+        info = await self.runs.submit(name, args, tctx, meta=meta)
         return {"resultType": "task", **self.envelope(info)}
 
     async def _task(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunInfo:

@@ -10,6 +10,11 @@ connection to whichever worker accepts it first. So:
   share the state key (the configured one, else one the supervisor draws at start) and the one-use claims.
   With the in-process store each worker keeps its own key and claims, so a state resumes only on the
   worker that issued it (elsewhere it is refused, never run twice): use Redis with several workers.
+- Background runs and MCP tasks live in the run queue, which every worker must share (``pipe_status`` of a
+  run started through one worker may reach another). Redis (``[store] url``) and a ``[runs] path`` file are
+  shared already; with neither, the supervisor makes the workers one SQLite run queue file in a private
+  temporary directory (removed when it exits: the runs last as long as the server, as a single process's
+  in-memory queue does).
 - 2025-11-25 sessions live in one process's memory, and a client's next connection may reach another
   worker, so with several workers that era is served in the SDK's stateless mode: every request stands
   alone (no ``Mcp-Session-Id``, no GET stream). Tools and ``mcp_pipe`` work; a step that asks a
@@ -79,6 +84,7 @@ async def supervise(
     shutdown_trigger: Callable[[], Awaitable[None]],
     shared_store: bool = False,
     state_key_env: str = "MCPIPE_STATE_KEY",
+    share_runs: bool = False,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run ``workers`` worker processes on one socket until ``shutdown_trigger`` returns.
@@ -92,6 +98,8 @@ async def supervise(
         shared_store: whether the config's pipeline store is shared (Redis): the workers then share a state
             key; otherwise each has its own, so no claim can be dodged by resuming on another worker.
         state_key_env: the variable holding the state key (``interaction.state_key_env``).
+        share_runs: the config names no shared run queue: give the workers one SQLite file in a private
+            temporary directory (``--runs-path``), removed on exit.
 
     Returns:
         0 after a clean stop, 1 when a worker kept dying.
@@ -111,6 +119,16 @@ async def supervise(
             state_key_env,
         )
     argv = [sys.executable, "-m", "mcpipe.server", "--listen-fd", str(sock.fileno()), *worker_args]
+    runs_dir = None
+    if share_runs:
+        runs_dir = tempfile.mkdtemp(prefix="mcpipe-runs-")  # mode 0700: this user's only
+        runs_file = os.path.join(runs_dir, "runs.sqlite")
+        argv += ["--runs-path", runs_file]
+        _log.info(
+            "the %d workers share the run queue %s (removed on exit; set [runs] path to keep runs across restarts)",
+            workers,
+            runs_file,
+        )
     status = 0
     stop = trio.Event()
     running = workers
@@ -163,6 +181,8 @@ async def supervise(
     finally:
         sock.close()
         shutil.rmtree(metrics_dir, ignore_errors=True)
+        if runs_dir is not None:
+            shutil.rmtree(runs_dir, ignore_errors=True)
     return status
 
 

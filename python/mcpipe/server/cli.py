@@ -76,6 +76,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="HTTP worker processes sharing the port (default: the config's http.workers, 1); see docs/deployment.md",
     )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
+    parser.add_argument("--runs-path", help=argparse.SUPPRESS)  # a worker's run queue, shared by the supervisor
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
     )
@@ -125,6 +126,8 @@ def main(ns: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_problems(exc)
         return 2
+    if getattr(ns, "runs_path", None):  # a worker of `--workers N`: the queue its supervisor shares
+        config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, path=ns.runs_path))
     http = getattr(ns, "http", None)
     stdio = bool(getattr(ns, "stdio", False))
     execute = False if getattr(ns, "no_worker", False) else None
@@ -151,6 +154,7 @@ def main(ns: argparse.Namespace) -> int:
 
 
 def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:
+    from mcpipe.server._app import shares_runs
     from mcpipe.server._http import signalled
     from mcpipe.server._workers import supervise
 
@@ -170,6 +174,7 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         shutdown_trigger=signalled,
         shared_store=not config.store.url.startswith("memory:"),
         state_key_env=config.interaction.state_key_env,
+        share_runs=not shares_runs(config),
     )
     try:
         return trio.run(run)

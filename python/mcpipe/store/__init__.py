@@ -15,9 +15,11 @@ from mcpipe.store._base import (
     store_schemes,
 )
 from mcpipe.store._memory import (
+    MAX_CLAIMS,
     MAX_STORED_BYTES,
     MAX_STORED_STATES,
     SWEEP_INTERVAL_S,
+    ClaimUnverifiable,
     InMemoryPipelineStore,
     StateTooLarge,
 )
@@ -36,11 +38,13 @@ from mcpipe.store._runs import (
 
 __all__ = [
     "EVENT_TYPES",
+    "MAX_CLAIMS",
     "MAX_STORED_BYTES",
     "MAX_STORED_STATES",
     "SCHEMES",
     "SWEEP_INTERVAL_S",
     "TERMINAL",
+    "ClaimUnverifiable",
     "InMemoryPipelineStore",
     "PipelineStore",
     "Renewal",
@@ -70,6 +74,7 @@ def _memory(url: str, options: dict[str, Any]) -> InMemoryPipelineStore:
         interval_s=options.get("sweep_interval_s", SWEEP_INTERVAL_S),
         max_states=options.get("max_states", MAX_STORED_STATES),
         max_bytes=options.get("max_bytes", MAX_STORED_BYTES),
+        max_claims=options.get("max_claims", MAX_CLAIMS),
     )
 
 
@@ -97,6 +102,7 @@ def open_pipeline_store(store: Any, interaction: Any = None) -> ServedStore:
             sweep_interval_s=interaction.sweep_interval_s,
             max_states=interaction.max_suspended,
             max_bytes=interaction.max_suspended_bytes,
+            max_claims=interaction.max_claims,
         )
     return open_store(getattr(store, "url", "memory://"), **options)
 

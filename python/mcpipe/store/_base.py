@@ -40,7 +40,12 @@ class PipelineStore(Protocol):
         ...
 
     async def claim(self, state_id: str, expires_at: float) -> bool:
-        """Mark a state as resumed. True the first time, False if it was claimed before (a replay)."""
+        """Mark a state as resumed. True the first time, False if it was claimed before (a replay).
+
+        ``expires_at`` is the state's own expiry (sealed in it, so a replay carries the same). A store bounded
+        in claims raises :class:`mcpipe.store.ClaimUnverifiable` for a state it can no longer tell from a
+        replay; it never answers True for one.
+        """
         ...
 
     async def sweep(self) -> int:

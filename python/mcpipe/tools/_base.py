@@ -123,8 +123,9 @@ class StepRecord(Protocol):
         :meth:`starting` before every leaf step, so what finished is saved before anything else runs."""
         ...
 
-    async def starting(self, path: str) -> None:
-        """The step at ``path`` is about to run (called only when :attr:`durable`)."""
+    async def starting(self, path: str, kind: str) -> None:
+        """The step at ``path``, of kind ``kind`` (``tool`` for a tool call), is about to run (called only
+        when :attr:`durable`)."""
         ...
 
 
