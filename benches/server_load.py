@@ -11,6 +11,8 @@ read from ``/proc/<pid>/stat`` (utime + stime) before and after the load.
 from __future__ import annotations
 
 import os
+import select
+import socket
 import subprocess
 import sys
 import time
@@ -205,6 +207,138 @@ async def run_load(
                 nursery.start_soon(client, per_client, requests[i % len(requests)])
     elapsed = time.perf_counter() - t0
     return Load(done, elapsed, cpu(pid) - cpu0)
+
+
+@dataclass
+class Blast:
+    """What one :func:`blast` measured: the server's figures and the load generator's own CPU."""
+
+    calls: int
+    seconds: float
+    cpu_seconds: float
+    client_cpu_seconds: float
+
+    @property
+    def calls_per_s(self) -> float:
+        return self.calls / self.seconds
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return self.cpu_seconds * 1000 / self.calls
+
+    @property
+    def client_cpu_ms_per_call(self) -> float:
+        return self.client_cpu_seconds * 1000 / self.calls
+
+
+class _Raw:
+    """One keep-alive connection of :func:`blast`: a non-blocking socket and what it has read."""
+
+    __slots__ = ("buf", "left", "sock")
+
+    def __init__(self, addr: tuple[str, int], left: int) -> None:
+        self.sock = socket.create_connection(addr)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.setblocking(False)
+        self.buf = b""
+        self.left = left
+
+
+def _answer(buf: bytes) -> tuple[int, bytes, bool, int] | None:
+    """The first complete response in ``buf``: (status, body, server closes, bytes used), or None yet."""
+    end = buf.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buf[:end].lower()
+    status = int(head[9:12])
+    closes = b"\r\nconnection: close" in head
+    at = head.find(b"\r\ncontent-length:")
+    if at >= 0:
+        stop = head.find(b"\r\n", at + 2)
+        size = int(head[at + 17 : stop if stop >= 0 else len(head)])
+        if len(buf) < end + 4 + size:
+            return None
+        return status, buf[end + 4 : end + 4 + size], closes, end + 4 + size
+    # chunked (an SSE answer): complete once the terminal chunk is in
+    last = buf.find(b"\r\n0\r\n\r\n", end)
+    if last < 0:
+        return None
+    return status, buf[end + 4 : last], closes, last + 7
+
+
+def blast(
+    url: str, body: bytes, *, clients: int, calls: int, check: bytes, max_seconds: float = 30.0
+) -> tuple[int, float, float]:
+    """A cheap load: ``clients`` keep-alive connections, each one request in flight (``calls // clients``
+    each), driven from one thread by ``epoll`` on non-blocking sockets: a send and a receive per call, no
+    event loop, so the load generator takes a small share of the CPU the servers compete for. Every answer
+    must be 200 and contain ``check``. Answers (calls done, seconds, this thread's CPU seconds)."""
+    hostport, _, path = url.removeprefix("http://").partition("/")
+    host, _, port = hostport.rpartition(":")
+    addr = (host, int(port))
+    request = request_bytes(host, int(port), "/" + path, body)
+    per_client = max(1, calls // clients)
+    poll = select.epoll()
+    conns: dict[int, _Raw] = {}
+
+    def connect(left: int) -> None:
+        conn = _Raw(addr, left)
+        conns[conn.sock.fileno()] = conn
+        poll.register(conn.sock.fileno(), select.EPOLLIN)
+        conn.sock.send(request)
+
+    done = 0
+    cpu0, t0 = time.thread_time(), time.perf_counter()
+    deadline = t0 + max_seconds
+    try:
+        for _ in range(clients):
+            connect(per_client)
+        while conns and time.perf_counter() < deadline:
+            for fd, _ in poll.poll(1.0):
+                conn = conns[fd]
+                try:
+                    chunk = conn.sock.recv(65536)
+                except ConnectionResetError:
+                    chunk = b""
+                if not chunk:  # closed under a request: its answer never came, so send it again
+                    poll.unregister(fd)
+                    del conns[fd]
+                    conn.sock.close()
+                    connect(conn.left)
+                    continue
+                conn.buf += chunk
+                while (got := _answer(conn.buf)) is not None:
+                    status, answer, closes, used = got
+                    conn.buf = conn.buf[used:]
+                    if status != 200 or check not in answer:
+                        raise AssertionError(f"bad answer {status}: {answer[:300]!r}")
+                    done += 1
+                    conn.left -= 1
+                    if closes or not conn.left:
+                        poll.unregister(fd)
+                        del conns[fd]
+                        conn.sock.close()
+                        if conn.left:
+                            connect(conn.left)
+                        break
+                    conn.sock.send(request)
+        return done, time.perf_counter() - t0, time.thread_time() - cpu0
+    finally:
+        for conn in conns.values():
+            conn.sock.close()
+        poll.close()
+
+
+async def run_blast(
+    url: str, pid: int, body: bytes, *, clients: int, calls: int, check: bytes, cpu: Any = cpu_seconds
+) -> Blast:
+    """:func:`blast` in a thread (the trio loop stays free, e.g. to drain the servers' logs), with the
+    server's CPU seconds (``cpu`` of ``pid``) over it."""
+    cpu0 = cpu(pid)
+    done, seconds, client = await trio.to_thread.run_sync(
+        partial(blast, url, body, clients=clients, calls=calls, check=check)
+    )
+    return Blast(done, seconds, cpu(pid) - cpu0, client)
 
 
 @asynccontextmanager

@@ -31,6 +31,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe.results",
             "mcpipe.tools",
             "mcpipe.telemetry",
+            "mcpipe._tracing",
         ),
     ),
     # The plan IR and its checker, expressions, and the mcp_pipe front-end (spec + compile).

@@ -234,9 +234,19 @@ class Gateway:
         try:
             if tel is None or tel.tracer is None or ctx.step is None:
                 result = await tool.call(args, ctx)
-            else:  # a function tool makes no traced calls of its own: its span need not become the current one
-                current = not isinstance(tool, FunctionTool)
-                result = await tel.step_call(ctx.step, name, tool.call(args, ctx), current=current)
+            elif isinstance(tool, FunctionTool):  # no traced calls of its own: its span is recorded once it ends
+                started = time.time_ns()
+                try:
+                    result = await tool.call(args, ctx)
+                except BaseException as exc:
+                    tel.step_ended(ctx.step, name, started, exc)
+                    raise
+                tel.step_ended(ctx.step, name, started, result.is_error)
+            else:  # its span is the current one while it runs: the parent of its downstream calls' spans
+                with tel.step_span(ctx.step, name, current=True) as span:
+                    result = await tool.call(args, ctx)
+                    if result.is_error:
+                        span.set_status(tel.error)
         except BaseException as exc:
             self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
             raise

@@ -8,8 +8,8 @@ hook is one ``is None`` test. The hooks:
   alike): calls by tool and outcome, their duration, calls in flight, and the call's server span, whose
   parent is the W3C ``traceparent`` the request carried in ``_meta``;
 - :meth:`Telemetry.observe_steps` on every finished pipeline answer: steps by kind and outcome;
-- :meth:`Telemetry.span` around a pipeline step's tool call and a downstream call, and
-  :meth:`Telemetry.trace_meta`, the ``traceparent`` a downstream request carries on.
+- :meth:`Telemetry.step_span` around a pipeline step's tool call, :meth:`Telemetry.span` around a
+  downstream call, and :meth:`Telemetry.trace_meta`, the ``traceparent`` a downstream request carries on.
 
 Metrics are correct with ``--workers``: the supervisor gives every worker one ``PROMETHEUS_MULTIPROC_DIR``
 and ``/metrics`` on any worker aggregates them all (prometheus-client's multiprocess mode). Tracing is off
@@ -21,10 +21,16 @@ embedding mcpipe installed a global SDK provider.
 from __future__ import annotations
 
 import os
+import re
+import sys
 import time
-from collections.abc import Awaitable, Iterator, Mapping
-from contextlib import contextmanager
-from typing import Any
+from bisect import bisect_left
+from collections.abc import Awaitable, Callable, Mapping
+from contextlib import AbstractContextManager, nullcontext
+from contextvars import ContextVar
+from typing import Any, cast
+
+from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
 
 __all__ = ["Telemetry", "configure", "current", "install"]
 
@@ -72,8 +78,9 @@ class _Metrics:
             ["server"],
             multiprocess_mode="livemin",
         )
-        self._children: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._step_children: dict[tuple[str, str], Any] = {}
+        self.in_flight_add = _adder(self.in_flight)
+        self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
+        self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
     @classmethod
     def get(cls) -> _Metrics:
@@ -81,20 +88,48 @@ class _Metrics:
             cls._made = cls()
         return cls._made
 
-    def call_children(self, tool: str, outcome: str) -> tuple[Any, Any]:
+    def call_children(self, tool: str, outcome: str) -> tuple[Callable[[float], None], Callable[[float], None]]:
+        """How to count a call of ``tool`` with ``outcome`` and to observe its duration."""
         key = (tool, outcome)
         pair = self._children.get(key)
         if pair is None:
-            pair = (self.calls.labels(tool, outcome), self.duration.labels(tool))
+            pair = (_adder(self.calls.labels(tool, outcome)), _observer(self.duration.labels(tool)))
             self._children[key] = pair
         return pair
 
-    def step(self, kind: str, outcome: str) -> Any:
+    def step(self, kind: str, outcome: str) -> Callable[[float], None]:
+        """How to count finished steps of ``kind`` with ``outcome``."""
         key = (kind, outcome)
-        child = self._step_children.get(key)
-        if child is None:
-            child = self._step_children[key] = self.steps.labels(kind, outcome)
-        return child
+        add = self._step_children.get(key)
+        if add is None:
+            add = self._step_children[key] = _adder(self.steps.labels(kind, outcome))
+        return add
+
+
+def _adder(metric: Any) -> Callable[[float], None]:
+    """What adds to a labelled (or unlabelled) counter or gauge: its value's own ``inc``, when it has one
+    (prometheus-client's ``inc`` checks the labels and the amount's sign first, on every call: mcpipe's are
+    checked once, here), else the public ``inc``."""
+    value = getattr(metric, "_value", None)
+    inc = getattr(value, "inc", None)
+    return cast(Callable[[float], None], inc if callable(inc) else metric.inc)
+
+
+def _observer(histogram: Any) -> Callable[[float], None]:
+    """What observes a value in a labelled histogram: its sum and the one bucket the value falls in (what
+    prometheus-client's ``observe`` does, with a binary search for its loop over the buckets)."""
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        return cast(Callable[[float], None], histogram.observe)
+    add, incs, upper = total.inc, [b.inc for b in buckets], list(bounds)
+
+    def observe(amount: float) -> None:
+        add(amount)
+        incs[bisect_left(upper, amount)](1)
+
+    return observe
 
 
 class Telemetry:
@@ -117,14 +152,32 @@ class Telemetry:
         self.provider = tracer_provider
         self.known = known
         if self.tracer is not None:
-            from opentelemetry import context
-            from opentelemetry.propagate import extract, inject
-            from opentelemetry.trace import SpanKind, Status, StatusCode, set_span_in_context
+            from opentelemetry import context, trace
 
-            self._extract, self._inject = extract, inject
-            self._attach, self._detach, self._in_context = context.attach, context.detach, set_span_in_context
-            self._server_kind, self._client_kind = SpanKind.SERVER, SpanKind.CLIENT
-            self._error = Status(StatusCode.ERROR)
+            self._in_context, self._current_span = trace.set_span_in_context, trace.get_current_span
+            self._enter, self._exit = _span_entry(context)
+            self._server_kind, self._client_kind, self._internal_kind = (
+                trace.SpanKind.SERVER,
+                trace.SpanKind.CLIENT,
+                trace.SpanKind.INTERNAL,
+            )
+            self.error = Status(StatusCode.ERROR)
+            self._recorder = _recorder_of(self.tracer)
+
+    def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
+        """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
+
+        Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
+        processors, the exporters' path) are recorded by :class:`mcpipe._tracing.Recorder`, for a fraction
+        of the SDK span's cost; any other tracer makes its own span, the parent passed explicitly.
+        """
+        rec = self._recorder
+        if rec is not None:
+            span = rec.child(name, kind, attributes) if parent is None else rec.start(name, parent, kind, attributes)
+            if span is not None:
+                return span
+        ctx = None if parent is None else self._in_context(NonRecordingSpan(parent))
+        return self.tracer.start_span(name, context=ctx, kind=kind, attributes=attributes)
 
     # --- incoming calls ---
 
@@ -135,20 +188,24 @@ class Telemetry:
         t0 = time.perf_counter()
         outcome = "failed"
         if m is not None:
-            m.in_flight.inc()
+            m.in_flight_add(1)
         try:
             if self.tracer is None:
                 out = await call
             else:
-                parent = self._extract({"traceparent": traceparent}) if isinstance(traceparent, str) else None
-                span = self.tracer.start_span(f"tools/call {name}", context=parent, kind=self._server_kind)
-                token = self._attach(self._in_context(span))
+                parent = parse_traceparent(traceparent) if isinstance(traceparent, str) else None
+                attributes = {_METHOD: "tools/call", _TOOL: name}
+                span = self._start(f"tools/call {name}", parent, self._server_kind, attributes)
+                token = self._enter(span)
                 try:
                     out = await call
                     if out.get("isError"):
-                        span.set_status(self._error)
+                        span.set_status(self.error)
+                except BaseException as exc:
+                    _failed(span, exc, self.error)
+                    raise
                 finally:
-                    self._detach(token)
+                    self._exit(token)
                     span.end()
             outcome = "error" if out.get("isError") else "ok"
             return out
@@ -159,10 +216,10 @@ class Telemetry:
             raise
         finally:
             if m is not None:
-                m.in_flight.dec()
-                calls, duration = m.call_children(label, outcome)
-                calls.inc()
-                duration.observe(time.perf_counter() - t0)
+                m.in_flight_add(-1)
+                count, observe = m.call_children(label, outcome)
+                count(1)
+                observe(time.perf_counter() - t0)
 
     # --- pipelines ---
 
@@ -174,8 +231,14 @@ class Telemetry:
                 self._count(steps)
 
     def _count(self, steps: dict[str, Any]) -> None:
+        counts: dict[tuple[str, str], int] = {}
+        self._tally(steps, counts)
         m = self.metrics
         assert m is not None
+        for (kind, outcome), n in counts.items():  # one increment per kind and outcome, not one per step
+            m.step(kind, outcome)(n)
+
+    def _tally(self, steps: dict[str, Any], counts: dict[tuple[str, str], int]) -> None:
         for step in steps.values():
             if not isinstance(step, dict):
                 continue
@@ -187,10 +250,11 @@ class Telemetry:
                 outcome = "cancelled"
             else:
                 outcome = "failed"
-            m.step(str(step.get("kind", "tool")), outcome).inc()
+            key = (str(step.get("kind", "tool")), outcome)
+            counts[key] = counts.get(key, 0) + 1
             children = step.get("children") or step.get("steps")
             if isinstance(children, dict):
-                self._count(children)
+                self._tally(children, counts)
 
     def suspended(self) -> None:
         """A pipeline suspended to ask its client."""
@@ -199,47 +263,73 @@ class Telemetry:
 
     # --- spans ---
 
-    async def step_call(self, step: str, name: str, call: Awaitable[Any], *, current: bool) -> Any:
-        """Await a pipeline step's tool call inside a span ``step <id> <tool>``, a child of the call's.
-
-        Spans are started and ended by hand (no context manager), and made the current span only when
-        ``current`` (a tool that may make traced calls of its own, like a downstream one): a step span costs
-        the least it can, since a pipeline makes one per step.
-        """
-        assert self.tracer is not None
-        span = self.tracer.start_span(f"step {step} {name}")
-        token = self._attach(self._in_context(span)) if current else None
-        try:
-            result = await call
-            if getattr(result, "is_error", False):
-                span.set_status(self._error)
-            return result
-        except BaseException:
-            span.set_status(self._error)
-            raise
-        finally:
-            if token is not None:
-                self._detach(token)
-            span.end()
-
-    @contextmanager
-    def span(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Iterator[None]:
-        """A child span of the current one (nothing without a tracer)."""
+    def span(
+        self, name: str, attributes: dict[str, Any], *, client: bool = False, current: bool = True
+    ) -> AbstractContextManager[Any]:
+        """A child span of the current one for a ``with`` block, made the current one inside when
+        ``current``; it ends with the block, failed if the block raised (nothing without a tracer)."""
         if self.tracer is None:
-            yield
-            return
-        kind = self._client_kind if client else None
-        extra = {"kind": kind} if kind is not None else {}
-        with self.tracer.start_as_current_span(name, attributes=attributes, **extra):
-            yield
+            return nullcontext()
+        return self._scoped(
+            self._start(name, None, self._client_kind if client else self._internal_kind, attributes), current
+        )
 
-    def trace_meta(self) -> Any:
-        """The ``_meta`` carrying the current span's ``traceparent`` on to a downstream request."""
+    def step_span(self, step: str, name: str, *, current: bool) -> Any:
+        """The span ``step <id> <tool>`` of a pipeline step's tool call for a ``with`` block, a child of the
+        current one (there must be a tracer); the block's value is the span (a tool error: set its status
+        to :attr:`error`). Made the current one only when ``current`` (a tool that may make traced calls of
+        its own, like a downstream one): a pipeline makes one per step, so it costs the least it can."""
+        attributes = {_STEP: step, _TOOL: name}
+        rec = self._recorder
+        span = None if rec is None else rec.child(f"step {step} {name}", self._internal_kind, attributes)
+        if span is None:
+            span = self.tracer.start_span(f"step {step} {name}", kind=self._internal_kind, attributes=attributes)
+        elif rec is not None and type(span) is rec.span_type:  # (``_scoped``, inline: once per step)
+            if current:
+                span._token = self._enter(span)
+            return span
+        return self._scoped(span, current)
+
+    def step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
+        """The span ``step <id> <tool>`` of a pipeline step's tool call that started at ``start``
+        (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
+        that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
+        ``failed``: the call answered a tool error (True) or raised this."""
+        attributes = {_STEP: step, _TOOL: name}
+        rec = self._recorder
+        if rec is not None and rec.ended(f"step {step} {name}", attributes, start, failed):
+            return
+        span = self.tracer.start_span(
+            f"step {step} {name}", kind=self._internal_kind, attributes=attributes, start_time=start
+        )
+        if failed is True:
+            span.set_status(self.error)
+        elif failed is not False:
+            _failed(span, failed, self.error)
+        span.end()
+
+    def _scoped(self, span: Any, current: bool) -> Any:
+        """``span`` as the context manager of its ``with`` block (a recorded span is its own)."""
+        token = self._enter(span) if current else None
+        rec = self._recorder
+        if rec is not None and type(span) is rec.span_type:
+            if token is not None:
+                span._token = token
+            return span
+        return SpanScope(self, span, token)
+
+    def trace_meta(self) -> dict[str, str] | None:
+        """The ``_meta`` carrying the current span's W3C ``traceparent`` (and ``tracestate``) on to a
+        downstream request; None without a tracer or a valid current span."""
         if self.tracer is None:
             return None
-        carrier: dict[str, str] = {}
-        self._inject(carrier)
-        return {k: v for k, v in carrier.items() if k in ("traceparent", "tracestate")} or None
+        sc = self._current_span().get_span_context()
+        if not sc.is_valid:
+            return None
+        meta = {"traceparent": f"00-{sc.trace_id:032x}-{sc.span_id:016x}-{sc.trace_flags:02x}"}
+        if sc.trace_state:
+            meta["tracestate"] = sc.trace_state.to_header()
+        return meta
 
     # --- downstream servers ---
 
@@ -247,6 +337,107 @@ class Telemetry:
         if self.metrics is not None:
             for server, state in status.items():
                 self.metrics.downstream_up.labels(server).set(1 if state == "up" else 0)
+
+
+class SpanScope:
+    """A started span of a tracer other than the recorder's as the context manager of its ``with`` block
+    (:meth:`Telemetry.span`, :meth:`Telemetry.step_span`): the block's value is the span; it ends when the
+    block exits, failed (status ``ERROR``, ``error.type``) if the block raised, unless with a 2026-07-28
+    suspension. A plain class, not a generator: it runs once per step."""
+
+    __slots__ = ("_tel", "_token", "span")
+
+    def __init__(self, tel: Telemetry, span: Any, token: Any) -> None:
+        self._tel, self.span, self._token = tel, span, token
+
+    def __enter__(self) -> Any:
+        return self.span
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+        if exc is not None:
+            _failed(self.span, exc, self._tel.error)
+        if self._token is not None:
+            self._tel._exit(self._token)
+        self.span.end()
+
+
+# Span attribute keys (OpenTelemetry's semantic conventions for MCP and GenAI tools, and mcpipe's own).
+_METHOD = "mcp.method.name"
+_TOOL = "gen_ai.tool.name"
+_STEP = "mcpipe.step.id"
+SERVER_ATTRIBUTE = "mcp.server"
+
+
+def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], None]]:
+    """How to make a span the current one (answering a token) and how to undo that with the token: with
+    the default runtime context, its ContextVar set and reset directly (what the API's ``attach`` and
+    ``set_span_in_context`` come down to, minus six calls); otherwise through the API."""
+    from opentelemetry.context.contextvars_context import ContextVarsRuntimeContext
+    from opentelemetry.trace import set_span_in_context
+    from opentelemetry.trace.propagation import _SPAN_KEY
+
+    runtime = getattr(context, "_RUNTIME_CONTEXT", None)
+    var = getattr(runtime, "_current_context", None) if type(runtime) is ContextVarsRuntimeContext else None
+    if not isinstance(var, ContextVar):
+        attach: Callable[[Any], Any] = lambda span: context.attach(set_span_in_context(span))  # noqa: E731
+        return attach, context.detach
+    make = context.Context
+
+    def enter(span: Any) -> Any:
+        return var.set(make({**var.get(), _SPAN_KEY: span}))
+
+    return enter, var.reset
+
+
+def _recorder_of(tracer: Any) -> Any:
+    """A :class:`mcpipe._tracing.Recorder` for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
+    if "opentelemetry.sdk.trace" not in sys.modules:  # an SDK tracer exists only once the SDK is imported
+        return None
+    from mcpipe._tracing import Recorder
+
+    return Recorder.of(tracer)
+
+
+def _failed(span: Any, exc: BaseException, error: Any) -> None:
+    """Mark ``span`` failed by ``exc``, unless ``exc`` is a 2026-07-28 suspension (the call asks its client
+    and resumes on the retry: not an error)."""
+    from mcpipe._util import is_suspension
+
+    if not is_suspension(exc):
+        span.set_status(error)
+        span.set_attribute("error.type", type(exc).__qualname__)
+
+
+_TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
+
+
+def parse_traceparent(value: str) -> Any:
+    """The remote ``SpanContext`` a W3C ``traceparent`` names, or None for a malformed or invalid one (what
+    the W3C propagator accepts: version ``ff`` never, version ``00`` with nothing after the flags)."""
+    if (  # the usual form, checked without the regular expression: version 00, lowercase hex fields
+        len(value) == 55
+        and value[:3] == "00-"
+        and value[35] == "-"
+        and value[52] == "-"
+        and not value[3:35].strip(_HEX)
+        and not value[36:52].strip(_HEX)
+        and not value[53:].strip(_HEX)
+    ):
+        trace_id, span_id, flags = value[3:35], value[36:52], value[53:]
+    else:
+        m = _TRACEPARENT.fullmatch(value)
+        if m is None:
+            return None
+        version, trace_id, span_id, flags, rest = m.groups()
+        if version == "ff" or (version == "00" and rest):
+            return None
+    tid, sid = int(trace_id, 16), int(span_id, 16)
+    if not tid or not sid:
+        return None
+    return SpanContext(tid, sid, is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+
+
+_HEX = "0123456789abcdef"
 
 
 def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:

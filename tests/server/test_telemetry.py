@@ -13,7 +13,7 @@ import httpx2
 import pytest
 import trio
 from mcp import Client
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider, sampling
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from prometheus_client.parser import text_string_to_metric_families
@@ -204,3 +204,177 @@ def test_a_trace_exporter_of_no_known_kind_is_a_located_config_error() -> None:
     with pytest.raises(ConfigError) as caught:
         make_config(telemetry={"traces": "zipkin"})
     assert [p.location for p in caught.value.problems] == ["telemetry.traces"]
+
+
+class WatchesStarts(SimpleSpanProcessor):
+    """A processor that looks at spans when they start: the SDK then makes mcpipe's spans itself."""
+
+    def __init__(self, exporter: InMemorySpanExporter) -> None:
+        super().__init__(exporter)
+        self.started: list[str] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        self.started.append(span.name)
+
+
+def shape(finished: tuple[ReadableSpan, ...]) -> list[tuple[Any, ...]]:
+    """Each span as (name, kind, attributes, status, description, parent's name), in name order."""
+    by_id = {s.context.span_id: s.name for s in finished}
+    return sorted(
+        (
+            s.name,
+            s.kind.name,
+            dict(s.attributes or {}),
+            s.status.status_code.name,
+            by_id.get(s.parent.span_id) if s.parent is not None else None,
+        )
+        for s in finished
+    )
+
+
+PIPES = [
+    {"steps": [{"id": "a", "tool": "echo", "args": {"v": 1}}, {"id": "b", "tool": "fail", "args": {}}]},
+    {"steps": [{"id": "r", "tool": "boom", "args": {}}]},
+]
+
+
+async def pipe_calls(provider: TracerProvider) -> None:
+    """Both :data:`PIPES` as ``mcp_pipe`` calls (in memory), traced into ``provider``."""
+    with trio.fail_after(WAIT_S):
+        async with running() as app, Client(app.server, mode="2026-07-28") as c:
+            telemetry.install(telemetry.Telemetry(tracer_provider=provider))
+            for spec in PIPES:
+                r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": PARENT})
+                assert r.is_error
+
+
+async def test_spans_carry_their_kind_attributes_and_error_status(spans: InMemorySpanExporter) -> None:
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    await pipe_calls(provider)
+    finished = spans.get_finished_spans()
+    assert shape(finished) == [
+        (
+            "step a echo",
+            "INTERNAL",
+            {"mcpipe.step.id": "a", "gen_ai.tool.name": "echo"},
+            "UNSET",
+            "tools/call mcp_pipe",
+        ),
+        (
+            "step b fail",
+            "INTERNAL",
+            {"mcpipe.step.id": "b", "gen_ai.tool.name": "fail"},
+            "ERROR",
+            "tools/call mcp_pipe",
+        ),
+        (
+            "step r boom",
+            "INTERNAL",
+            {"mcpipe.step.id": "r", "gen_ai.tool.name": "boom", "error.type": "RuntimeError"},
+            "ERROR",
+            "tools/call mcp_pipe",
+        ),
+        (
+            "tools/call mcp_pipe",
+            "SERVER",
+            {"mcp.method.name": "tools/call", "gen_ai.tool.name": "mcp_pipe"},
+            "ERROR",
+            None,
+        ),
+        (
+            "tools/call mcp_pipe",
+            "SERVER",
+            {"mcp.method.name": "tools/call", "gen_ai.tool.name": "mcp_pipe"},
+            "ERROR",
+            None,
+        ),
+    ]
+    for s in finished:
+        assert format(s.context.trace_id, "032x") == PARENT_TRACE and s.context.trace_flags.sampled
+        assert s.instrumentation_scope is not None and s.instrumentation_scope.name == "mcpipe"
+        assert s.resource is provider.resource and s.start_time is not None and s.end_time is not None
+        assert s.start_time <= s.end_time
+    assert len({s.context.span_id for s in finished}) == len(finished)
+
+
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        sampling.DEFAULT_ON,
+        sampling.ALWAYS_OFF,
+        sampling.TraceIdRatioBased(1.0),
+        sampling.ParentBased(sampling.ALWAYS_OFF),
+    ],
+    ids=["default", "always-off", "ratio", "parent-based-off"],
+)
+async def test_the_spans_recorded_without_the_sdk_span_are_the_ones_the_sdk_makes(sampler: sampling.Sampler) -> None:
+    recorded, made = InMemorySpanExporter(), InMemorySpanExporter()
+    plain = TracerProvider(sampler=sampler)
+    plain.add_span_processor(SimpleSpanProcessor(recorded))
+    watched = TracerProvider(sampler=sampler)
+    watcher = WatchesStarts(made)
+    watched.add_span_processor(watcher)
+    try:
+        await pipe_calls(plain)
+        await pipe_calls(watched)
+    finally:
+        telemetry.install(None)
+    # The processor that looks at starts saw every span start: the SDK made those.
+    assert sorted(watcher.started) == sorted(s.name for s in made.get_finished_spans())
+    assert shape(recorded.get_finished_spans()) == shape(made.get_finished_spans())
+    if sampler is not sampling.ALWAYS_OFF:  # the caller's trace is sampled: every span is
+        assert len(made.get_finished_spans()) == 5
+        assert {type(s).__name__ for s in made.get_finished_spans()} == {"ReadableSpan"}
+        assert {type(s).__name__ for s in recorded.get_finished_spans()} == {"RecordedSpan"}
+    else:
+        assert made.get_finished_spans() == recorded.get_finished_spans() == ()
+
+
+async def test_a_caller_trace_not_sampled_records_no_spans_and_goes_on_unsampled(
+    spans: InMemorySpanExporter,
+) -> None:
+    config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
+    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}]}
+    unsampled = f"00-{PARENT_TRACE}-00f067aa0ba902b7-00"
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, Client(app.server, mode="2026-07-28") as c:
+            trace_into(spans)
+            r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": unsampled})
+    assert r.structured_content is not None, r.content
+    seen = r.structured_content["steps"]["b"]["text"]
+    assert spans.get_finished_spans() == ()
+    version, trace_id, span_id, flags = seen.split("-")
+    assert (version, trace_id, flags) == ("00", PARENT_TRACE, "00") and span_id != "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (PARENT, (int(PARENT_TRACE, 16), 0x00F067AA0BA902B7, 1)),
+        (f"00-{PARENT_TRACE}-00f067aa0ba902b7-00", (int(PARENT_TRACE, 16), 0x00F067AA0BA902B7, 0)),
+        (f" 00-{PARENT_TRACE}-00f067aa0ba902b7-01 ", (int(PARENT_TRACE, 16), 0x00F067AA0BA902B7, 1)),
+        (f"01-{PARENT_TRACE}-00f067aa0ba902b7-01-future", (int(PARENT_TRACE, 16), 0x00F067AA0BA902B7, 1)),
+        (f"00-{PARENT_TRACE}-00f067aa0ba902b7-01-extra", None),  # version 00 ends at the flags
+        (f"ff-{PARENT_TRACE}-00f067aa0ba902b7-01", None),  # version ff is forbidden
+        (f"00-{'0' * 32}-00f067aa0ba902b7-01", None),  # an all-zero trace id
+        (f"00-{PARENT_TRACE}-{'0' * 16}-01", None),  # an all-zero span id
+        (PARENT.upper(), None),  # hex digits are lowercase
+        (f"00-{'g' * 32}-00f067aa0ba902b7-01", None),
+        ("00-abc-def-01", None),
+        ("", None),
+    ],
+)
+def test_a_traceparent_is_read_as_the_w3c_propagator_reads_it(
+    value: str, expected: tuple[int, int, int] | None
+) -> None:
+    from opentelemetry.trace import get_current_span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    parsed = telemetry.parse_traceparent(value)
+    got = None if parsed is None else (parsed.trace_id, parsed.span_id, parsed.trace_flags)
+    assert got == expected
+    theirs = get_current_span(TraceContextTextMapPropagator().extract({"traceparent": value})).get_span_context()
+    assert (theirs.trace_id, theirs.span_id, theirs.trace_flags) == (got if got is not None else (0, 0, 0))
+    if parsed is not None:
+        assert parsed.is_remote and parsed.is_valid
