@@ -102,6 +102,7 @@ def test_an_empty_document_is_the_default_config():
         ({"interaction": {"state_ttl_s": float("inf")}}, "interaction.state_ttl_s", "expected `float` <= 604800"),
         ({"interaction": {"state_ttl_s": 0}}, "interaction.state_ttl_s", "expected `float` > 0"),
         ({"interaction": {"sweep_interval_s": 0}}, "interaction.sweep_interval_s", "expected `float` >= 0.1"),
+        ({"mcpServers": {"a": {"command": "x", "sse_poll_ms": 0}}}, "mcpServers.a.sse_poll_ms", "expected `int` >= 1"),
     ],
 )
 def test_a_bad_config_names_where_the_problem_is(doc, location, words):

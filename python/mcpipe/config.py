@@ -78,6 +78,12 @@ class McpServerConfig(_Base):
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
+    sse_poll_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
+    """SSE polling (SEP-1699) for a server that cannot close a call's stream itself (stdio): once a call to
+    one of its tools has run this long, mcpipe closes its caller's SSE stream of the request (2025-11-25 HTTP
+    callers that can resume), and again each time the call has run twice as long as at the last close; the
+    caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
+    server closes its own (HTTP)."""
 
     @property
     def transport(self) -> Literal["stdio", "http"]:

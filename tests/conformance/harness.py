@@ -35,14 +35,12 @@ ERAS = ("2025-11-25", "2026-07-28")
 MODES = ("http", "stdio", "alone", "tasks")
 TESTS = HERE.parent
 
-PENDING: dict[str, str] = {
-    # issue 12 point 6, stdio mode only: the fixture's test_reconnection closes its SSE stream to make the
-    # client poll, which mcpipe passes on over HTTP; a stdio downstream has no stream to close, so there
-    # is nothing for mcpipe to see (the call answers on the open stream: an INFO, not a failure).
-    "server-sse-polling": "12.6",
-}
+PENDING: dict[str, str] = {}
 """Scenarios whose checks may still be lost through mcpipe, and why. When one passes everywhere, the harness
 says so: remove its entry then."""
+
+STDIO_SSE_POLL_MS = 150
+"""mcpipe's SSE polling of the stdio fixture's calls: well inside test_reconnection's 200 ms sleep."""
 
 PENDING_TRACEBACKS: tuple[str, ...] = ()
 """Tracebacks of pending work (none)."""
@@ -225,12 +223,15 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
                         server = {"url": fixture.url, "prefix": ""}
                     else:
                         # The fixture keeps no state between calls: a second process for 2025-11-25 callers
-                        # lets its tools that ask them mid-call reach them (docs/interaction.md).
+                        # lets its tools that ask them mid-call reach them (docs/interaction.md). Over stdio
+                        # its test_reconnection cannot close its stream to make the client poll (SEP-1699):
+                        # mcpipe does, for calls running past sse_poll_ms (that tool runs 200 ms).
                         server = {
                             "command": sys.executable,
                             "args": [str(FIXTURE)],
                             "prefix": "",
                             "session_per_era": True,
+                            "sse_poll_ms": STDIO_SSE_POLL_MS,
                         }
                     config = base / f"mcpipe-{mode}.json"
                     config.write_text(json.dumps({"audit": {"enabled": False}, "mcpServers": {"everything": server}}))

@@ -11,14 +11,16 @@ from typing import Any
 
 import httpx2
 import mcp_types as t
+import orjson
 import pytest
 import trio
 from mcp.server.mcpserver import Context, MCPServer
 
-from kit.servers import http_server, make_config, running
+from kit.servers import everything_downstream, http_server, make_config, running
 from mcpipe.server import open_app
 from mcpipe.server._events import InMemoryEventStore
-from mcpipe.tools import ToolContext, ToolRegistry
+from mcpipe.tools import Request, ToolContext, ToolRegistry
+from mcpipe.tools._polling import StreamWatch
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -63,6 +65,24 @@ async def test_a_reconnecting_stream_gets_what_came_after_its_last_event_and_onl
     await view.store_event("1", message(3))
     assert await replayed(view, prime) == ("1", [1, 2, 3])
     assert await replayed(view, first) == ("1", [2, 3])
+
+
+async def test_a_message_stored_while_a_replay_is_sending_goes_out_with_the_replay() -> None:
+    # The SDK routes a message arriving during a replay to no live stream (it registers one afterwards):
+    # without this it would be stored only, behind the replay, and lost to the reconnected client.
+    store = InMemoryEventStore()
+    view = store.session()
+    prime = await view.store_event("1", None)
+    await view.store_event("1", message(1))
+    got: list[Any] = []
+
+    async def send(event: Any) -> None:
+        got.append(event.message.params["n"])
+        if len(got) == 1:
+            await view.store_event("1", message(2))  # the answer, arriving mid-replay
+
+    assert await view.replay_events_after(prime, send) == "1"
+    assert got == [1, 2]
 
 
 async def test_another_sessions_event_id_replays_nothing() -> None:
@@ -129,8 +149,11 @@ INIT = {
 }
 
 
-async def open_session(http: httpx2.AsyncClient, url: str) -> dict[str, str]:
-    opened = await http.post(url, json=INIT, headers=BASE)
+async def open_session(
+    http: httpx2.AsyncClient, url: str, capabilities: dict[str, Any] | None = None
+) -> dict[str, str]:
+    init = {**INIT, "params": {**INIT["params"], "capabilities": capabilities or {}}}
+    opened = await http.post(url, json=init, headers=BASE)
     assert opened.status_code == 200, opened.text
     headers = {**BASE, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
     await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=headers)
@@ -244,3 +267,110 @@ async def test_a_downstream_closing_its_stream_mid_call_closes_the_callers_and_b
     assert not any('"id":3' in e.get("data", "") for e in before)
     assert '"id":3' in after[-1]["data"] and "polled" in after[-1]["data"]
     assert watching == 0
+
+
+async def test_a_stdio_downstreams_long_call_has_its_callers_stream_closed_after_sse_poll_ms_and_polled() -> None:
+    # A stdio server cannot close the caller's stream (its SDK's close_sse_stream does nothing there):
+    # with sse_poll_ms mcpipe closes it for that server's calls. The tool waits for the caller's answer to
+    # its question, which the test sends only once the call's stream was closed and the test is back on a
+    # resumed one (past its priming event: a message arriving while the SDK's transport sends it reaches
+    # the client only at its next reconnection).
+    ds = everything_downstream(prefix="", protocol="2025-11-25", sse_poll_ms=300)
+    call = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "test_elicitation"}}
+    call["params"]["arguments"] = {"message": "go on?"}
+    answer_of = '"id":5,"result"'
+    streams: list[list[dict[str, str]]] = []
+    asked: list[Any] = []
+    with trio.fail_after(WAIT_S):
+        async with (
+            open_app(make_config(mcpServers={"ev": ds})) as app,
+            http_server(app) as url,
+            httpx2.AsyncClient(timeout=WAIT_S) as http,
+        ):
+            headers = await open_session(http, url, capabilities={"elicitation": {}})
+
+            async def answer() -> None:
+                for e in (e for s in streams for e in s):
+                    if "elicitation/create" in e.get("data", "") and not asked:
+                        asked.append(orjson.loads(e["data"]))
+                        reply = {"jsonrpc": "2.0", "id": asked[0]["id"]}
+                        reply["result"] = {"action": "accept", "content": {"response": "yes"}}
+                        accepted = await http.post(url, json=reply, headers=headers)
+                        assert accepted.status_code == 202, accepted.text
+
+            async with http.stream("POST", url, json=call, headers=headers) as response:
+                streams.append(await read_events(response.aiter_lines(), 99))  # until mcpipe closes it
+            # A polling client: back with the last event id until the answer has come (the call's stream may
+            # be closed again meanwhile, later each time).
+            while not any(answer_of in e.get("data", "") for e in streams[-1]):
+                last = [e for s in streams for e in s][-1]["id"]
+                async with http.stream("GET", url, headers={**headers, "last-event-id": last}) as again:
+                    assert again.status_code == 200
+                    lines = again.aiter_lines()
+                    streams.append([])
+                    tailing = False
+                    while not any(answer_of in e.get("data", "") for e in streams[-1]):
+                        more = await read_events(lines, 1)
+                        if not more:
+                            break  # closed again: poll again
+                        streams[-1] += more
+                        tailing = tailing or more[0].get("data") == ""  # the resumed stream's priming event
+                        if tailing:
+                            await answer()
+    events = [e for s in streams for e in s]
+    assert streams[0][0]["data"] == "" and streams[0][0]["retry"] == "1000"
+    assert not any(answer_of in e.get("data", "") for e in streams[0])  # the call's own stream was closed
+    assert len(streams) >= 2 and answer_of in events[-1]["data"] and "action=accept" in events[-1]["data"]
+    assert len(asked) == 1 and sum("elicitation/create" in e.get("data", "") for e in events) == 1
+    ids = [int(e["id"]) for e in events]
+    assert ids == sorted(set(ids))  # nothing replayed twice, nothing out of order
+
+
+class _Request:
+    """What the SDK's request context gives a 2025-11-25 HTTP call that can resume: its stream's closer."""
+
+    def __init__(self) -> None:
+        self.closed_at: list[float] = []
+
+    async def close_sse_stream(self) -> None:
+        self.closed_at.append(trio.current_time())
+
+
+async def test_polling_closes_the_callers_stream_at_1x_2x_4x_the_interval_and_stops_with_the_call(
+    autojump_clock: trio.abc.Clock,
+) -> None:
+    request = _Request()
+    ctx = ToolContext(request_id="1", request=Request(sdk_context=request))
+    start = trio.current_time()
+    assert await StreamWatch().polled(ctx, 1.0, partial(trio.sleep, 9.5)) is None
+    assert [round(t - start, 3) for t in request.closed_at] == [1.0, 2.0, 4.0, 8.0]
+    await trio.sleep(100)
+    assert len(request.closed_at) == 4  # nothing outlives the call
+
+
+async def boom() -> None:
+    await trio.sleep(2.5)
+    raise ValueError("downstream went away")
+
+
+async def test_a_polled_call_fails_and_is_cancelled_as_it_would_unpolled(autojump_clock: trio.abc.Clock) -> None:
+    request = _Request()
+    ctx = ToolContext(request_id="1", request=Request(sdk_context=request))
+    with pytest.raises(ValueError, match="went away"):  # the call's own error, not a group
+        await StreamWatch().polled(ctx, 1.0, boom)
+    assert len(request.closed_at) == 2
+    with trio.move_on_after(1.5) as scope:
+        await StreamWatch().polled(ctx, 1.0, trio.sleep_forever)
+    assert scope.cancelled_caught and len(request.closed_at) == 3
+
+
+async def test_a_call_is_not_polled_without_an_interval_or_a_stream_to_close(autojump_clock: trio.abc.Clock) -> None:
+    request = _Request()
+    assert (
+        await StreamWatch().polled(
+            ToolContext(request_id="1", request=Request(sdk_context=request)), None, partial(trio.sleep, 5)
+        )
+        is None
+    )
+    assert await StreamWatch().polled(ToolContext(request_id="1"), 1.0, partial(trio.sleep, 5)) is None
+    assert request.closed_at == []

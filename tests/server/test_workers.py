@@ -116,11 +116,13 @@ async def test_a_worker_that_dies_is_reported_and_replaced(tmp_path: Path) -> No
                     assert pid_of(await call(sup.url, "2026-07-28", "whoami", {})) == pid
 
 
-def test_workers_must_be_a_positive_number_and_http() -> None:
+def test_workers_must_be_a_positive_number_and_http_and_no_worker_needs_a_shared_queue() -> None:
     for args, message in (
         (["--workers", "0"], "must be between 1 and 256: 0"),
         (["--workers", "two"], "not a number: 'two'"),
         (["--workers", "2", "--stdio"], "--workers is for HTTP"),
+        (["--no-worker"], "need a queue they share"),
+        (["--no-worker", "--workers", "2"], "need a queue they share"),
     ):
         done = subprocess.run([sys.executable, "-m", "mcpipe", "serve", *args], capture_output=True, text=True)
         assert done.returncode == 2

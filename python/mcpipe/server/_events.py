@@ -7,6 +7,11 @@ shared by all sessions would mix their streams: :class:`ResumableSessionManager`
 its own :class:`SessionEvents` view of one :class:`InMemoryEventStore`. A view replays only its own
 session's events, so an event id of another session finds nothing.
 
+A replay goes on until its stream has nothing newer, so a message stored while it sends (which the SDK's
+transport routes to no live stream yet) goes out with it. The transport's last step before tailing, sending
+the resumed stream's new priming event, still has such a moment: a message stored then is sent at the
+client's next reconnection.
+
 The store is bounded by event count and by bytes (the messages' JSON size): the oldest events go first,
 and a client that reconnects after its events were dropped gets no replay (its request's answer is lost,
 as it would be without resumability).
@@ -96,11 +101,14 @@ class InMemoryEventStore:
         if found is None:
             return None
         stream = found[0]
-        later = [seq for seq in self._streams.get((session, stream), ()) if seq > last]
-        for seq in later:
-            event = self._events.get((session, seq))
-            if event is not None and event[1] is not None:
-                await send(EventMessage(event[1], str(seq)))
+        # Until nothing is newer: a message of the stream stored while this replay sends (the SDK routes it
+        # to no live stream yet) goes out with the replay instead of being lost between replay and tail.
+        while later := [seq for seq in self._streams.get((session, stream), ()) if seq > last]:
+            for seq in later:
+                event = self._events.get((session, seq))
+                if event is not None and event[1] is not None:
+                    await send(EventMessage(event[1], str(seq)))
+                last = seq
         return stream
 
 

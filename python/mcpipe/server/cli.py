@@ -136,6 +136,13 @@ def main(ns: argparse.Namespace) -> int:
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
+    if (execute is False or not config.runs.execute) and not _shares_runs(config) and not _runs_path_given(ns):
+        print(
+            "error: --no-worker ([runs] execute = false) leaves queued runs to `mcpipe worker` processes, "
+            'which need a queue they share: set [runs] path (SQLite) or [store] url = "redis://..."',
+            file=sys.stderr,
+        )
+        return 2
     try:
         if workers > 1 and listen_fd is None:
             return _supervise(ns, config, http, workers)
@@ -151,6 +158,16 @@ def main(ns: argparse.Namespace) -> int:
         print(f"mcpipe serve: error: cannot listen on {host}:{port}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _runs_path_given(ns: argparse.Namespace) -> bool:
+    return bool(getattr(ns, "runs_path", None))
+
+
+def _shares_runs(config: Config) -> bool:
+    from mcpipe.server._app import shares_runs
+
+    return shares_runs(config)
 
 
 def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:

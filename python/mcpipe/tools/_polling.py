@@ -12,17 +12,25 @@ carries a token in its ``_meta`` (:data:`CALL_KEY`); the SSE response of its ``P
 streams, for event ids; the client's reconnection is a ``GET`` whose ``Last-Event-ID`` is the last of
 them. (The SDK's own per-request resumption callback would tell the ids too, but asking for it turns off
 the ``notifications/cancelled`` the SDK sends when the caller gives up, which mcpipe relies on.)
+
+A server that cannot close a stream at all (a stdio server: its SDK's ``close_sse_stream`` does nothing)
+can be given the polling by configuration (``sse_poll_ms``): :meth:`StreamWatch.polled` closes the caller's
+stream once the call has run that long, and again as it runs on (backing off), as such a server would over
+HTTP.
 """
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import httpx2
 import orjson
+import outcome
+import trio
 from mcp_types import RequestParamsMeta
 
 from mcpipe.tools._base import ToolContext
@@ -33,6 +41,9 @@ CALL_KEY = "io.github.mcpipe/call"
 """The ``_meta`` key of a watched call's token (servers ignore ``_meta`` keys they do not know)."""
 
 Closer = Callable[[], Awaitable[None]]
+T = TypeVar("T")
+
+_log = logging.getLogger("mcpipe.downstream")
 
 
 def _caller_closer(ctx: ToolContext) -> Closer | None:
@@ -96,6 +107,24 @@ class StreamWatch:
             if last is not None:
                 self._by_event.pop(last, None)
 
+    async def polled(self, ctx: ToolContext, every: float | None, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, closing the caller's SSE stream of this request once it has run ``every`` seconds, then
+        each time it has run twice as long as at the last close (when ``every`` is set and the caller can
+        resume: see :func:`_caller_closer`).
+
+        The call runs in this task (cancelling the caller cancels it, as without polling); only the timer
+        is a task of its own, gone when the call ends, however it ends.
+        """
+        closer = _caller_closer(ctx) if every is not None else None
+        if closer is None or every is None:
+            return await call()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_close_every, closer, every, ctx.request_id)
+            # The call's own outcome, kept out of the nursery so that its errors come out unwrapped.
+            result = await outcome.acapture(call)
+            nursery.cancel_scope.cancel()
+        return result.unwrap()
+
     def _seen(self, token: str, event_id: str) -> None:
         if token not in self._closers or not event_id:
             return
@@ -126,3 +155,15 @@ class StreamWatch:
             return
         if isinstance(token, str) and token in self._closers:
             response.stream = _Scanned(response.stream, lambda event_id: self._seen(token, event_id))
+
+
+async def _close_every(closer: Closer, first: float, request_id: str | None) -> None:
+    """Close at ``first`` seconds into the call, then each time it has run twice as long as at the last close
+    (1x, 2x, 4x, ...): a long call costs its caller a few reconnections, never one per ``first``."""
+    ran = first
+    await trio.sleep(first)
+    while True:
+        _log.debug("closing the caller's SSE stream of request %s: it polls for the rest", request_id)
+        await closer()
+        await trio.sleep(ran)
+        ran *= 2

@@ -36,6 +36,7 @@ from mcp_types import (
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
     INVALID_REQUEST,
+    CallToolResult,
     Implementation,
     RequestParamsMeta,
 )
@@ -188,6 +189,7 @@ class DownstreamServer:
         self._include = glob_matcher(config.include) if config.include is not None else None
         self._exclude = glob_matcher(config.exclude) if config.exclude else None
         self._timeout = config.timeout_ms / 1000 if config.timeout_ms else None
+        self._poll = config.sse_poll_ms / 1000 if config.sse_poll_ms else None
         # Its resources, templates and prompts, and what it sends outside calls (logs, changes, updates).
         self.catalog = Catalog(self)
         self.feed: Feed = feed_of(self)
@@ -407,14 +409,18 @@ class DownstreamServer:
                 self.streams.watching(ctx) as watched,
             ):
                 meta = self._meta(client, ctx, watched)
+
+                async def relayed() -> CallToolResult:
+                    return await call_relaying(self._relisting(client, remote, send), ctx)
+
                 if tel is None or tel.tracer is None:
-                    r = await call_relaying(self._relisting(client, remote, send), ctx)
+                    r = await self.streams.polled(ctx, self._poll, relayed)
                 else:  # a client span, whose traceparent the downstream request carries in its _meta
                     with tel.span(f"downstream {self.name} {remote}", {"mcp.server": self.name}, client=True):
                         traced = tel.trace_meta()
                         if traced:
                             meta = cast(RequestParamsMeta, {**(meta or {}), **traced})
-                        r = await call_relaying(self._relisting(client, remote, send), ctx)
+                        r = await self.streams.polled(ctx, self._poll, relayed)
                 await forward.drain()
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
