@@ -46,11 +46,13 @@ from opentelemetry.trace.propagation import _SPAN_KEY
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 from mcpipe._util import is_suspension
+from mcpipe.telemetry import STEP_ATTRIBUTE, TOOL_ATTRIBUTE
 
 __all__ = ["Recorder"]
 
 _UNSET = Status(StatusCode.UNSET)
 _ERROR = Status(StatusCode.ERROR)
+_INTERNAL = SpanKind.INTERNAL
 _NO_STATE = DEFAULT_TRACE_STATE
 _SPAN_ID_LIMIT = 2**64
 _new_tuple = tuple.__new__
@@ -87,6 +89,9 @@ class RecordedSpan(Span, ReadableSpan):
     _end_time: int | None = None
     _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
     _token: Token[Context] | None = None  # the context token to detach when the span's ``with`` block exits
+    # Its children's step spans to record when it ends (:meth:`Recorder.later`): (step id, tool, start, end,
+    # failed) each.
+    _steps: list[tuple[str, str, int, int, bool | BaseException]] | None = None
 
     def __init__(
         self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any, start: int
@@ -173,6 +178,8 @@ class RecordedSpan(Span, ReadableSpan):
         if self._end_time is not None:
             return
         self._end_time = end_time if end_time is not None else time.time_ns()
+        if self._steps is not None:
+            self._rec.record_steps(self)
         if type(self._attributes) is BoundedAttributes:  # (not isinstance: an ABC's check is a Python call)
             self._attributes._immutable = True
         if self._ended is not None:
@@ -199,6 +206,8 @@ class Recorder:
         # The default sampler (parent-based, always on) and always-on decide without being called.
         self.sampler = None if sampler is sampling.DEFAULT_ON or sampler is sampling.ALWAYS_ON else sampler
         self.always = sampler is sampling.ALWAYS_ON
+        # Spans nothing needs to see as they start: the default samplers decide by the parent's flags.
+        self.plain = self.sampler is None and self.span_metrics is None
         fields = {
             "_rec": self,
             "_resource": tracer.resource,
@@ -269,6 +278,54 @@ class Recorder:
             span.set_attribute("error.type", type(failed).__qualname__)
         span.end()
         return True
+
+    def later(self, step: str, name: str, start: int, failed: bool | BaseException) -> bool:
+        """Note the span ``step <step> <name>`` of a step that started at ``start`` and ends now, a child of
+        the current span, to record when that span ends (:meth:`record_steps`); False when the current span
+        is none of this recorder's recording ones, or the recorder cannot stand in for the SDK now, or its
+        sampler or span metrics must see each span as it starts: then :meth:`ended` or the SDK records it.
+
+        Why later: a pipeline's function-tool steps each make a span nothing needs while it runs, one after
+        another under one parent. Noted here, a step costs a tuple; the checks :meth:`ended` makes per span
+        (processors, sampler, parent) and the span objects are made once per parent, in one loop. Exporters
+        see ended spans only, in batches: the steps' spans reach them with their parent's, a little later,
+        with the times they had."""
+        parent = _current_context().get(_SPAN_KEY)
+        if (
+            type(parent) is not self.span_type
+            or parent._end_time is not None
+            or self.processor._span_processors is not self._seen
+            or not (self._quiet and self.plain and self.tracer._tracer_config.is_enabled)
+        ):
+            return False
+        steps = parent._steps
+        if steps is None:
+            steps = parent._steps = []
+        steps.append((step, name, start, time.time_ns(), failed))
+        return True
+
+    def record_steps(self, parent: RecordedSpan) -> None:
+        """Record the step spans :meth:`later` noted under ``parent`` (ending now): what :meth:`ended`
+        records for each, the default sampler's decision being the parent's (sampled: it records)."""
+        steps, parent._steps = parent._steps or (), None
+        context = parent._context
+        trace_id, flags, state = context[0], _FLAGS[1 | (context[3] & 2)], context[4]
+        new_span_id, make, processors = self.new_span_id, self.span_type, self.processor._span_processors
+        for step, name, start, end, failed in steps:
+            span_id = new_span_id()
+            own = _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, 0 < span_id < _SPAN_ID_LIMIT))
+            span = make(f"step {step} {name}", own, context, _INTERNAL, {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}, start)
+            if failed is False:  # what ``end`` does, for a span with neither span metrics nor bounded attributes
+                span._end_time = end
+                for processor in processors:
+                    processor.on_end(span)
+                continue
+            if failed is True:
+                span.set_status(_ERROR)
+            elif not is_suspension(failed):
+                span.set_status(_ERROR)
+                span.set_attribute("error.type", type(failed).__qualname__)
+            span.end(end)
 
     def _start(
         self,

@@ -31,6 +31,7 @@ from contextvars import ContextVar
 from typing import Any, cast
 
 from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 __all__ = ["Telemetry", "configure", "current", "install"]
 
@@ -194,7 +195,7 @@ class Telemetry:
                 out = await call
             else:
                 parent = parse_traceparent(traceparent) if isinstance(traceparent, str) else None
-                attributes = {_METHOD: "tools/call", _TOOL: name}
+                attributes = {_METHOD: "tools/call", TOOL_ATTRIBUTE: name}
                 span = self._start(f"tools/call {name}", parent, self._server_kind, attributes)
                 token = self._enter(span)
                 try:
@@ -279,7 +280,7 @@ class Telemetry:
         current one (there must be a tracer); the block's value is the span (a tool error: set its status
         to :attr:`error`). Made the current one only when ``current`` (a tool that may make traced calls of
         its own, like a downstream one): a pipeline makes one per step, so it costs the least it can."""
-        attributes = {_STEP: step, _TOOL: name}
+        attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
         rec = self._recorder
         span = None if rec is None else rec.child(f"step {step} {name}", self._internal_kind, attributes)
         if span is None:
@@ -295,8 +296,10 @@ class Telemetry:
         (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
         that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
         ``failed``: the call answered a tool error (True) or raised this."""
-        attributes = {_STEP: step, _TOOL: name}
         rec = self._recorder
+        if rec is not None and rec.later(step, name, start, failed):
+            return
+        attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
         if rec is not None and rec.ended(f"step {step} {name}", attributes, start, failed):
             return
         span = self.tracer.start_span(
@@ -363,8 +366,8 @@ class SpanScope:
 
 # Span attribute keys (OpenTelemetry's semantic conventions for MCP and GenAI tools, and mcpipe's own).
 _METHOD = "mcp.method.name"
-_TOOL = "gen_ai.tool.name"
-_STEP = "mcpipe.step.id"
+TOOL_ATTRIBUTE = "gen_ai.tool.name"
+STEP_ATTRIBUTE = "mcpipe.step.id"
 SERVER_ATTRIBUTE = "mcp.server"
 
 
@@ -409,21 +412,15 @@ def _failed(span: Any, exc: BaseException, error: Any) -> None:
 
 
 _TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?\s*")
+_USUAL_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
 def parse_traceparent(value: str) -> Any:
     """The remote ``SpanContext`` a W3C ``traceparent`` names, or None for a malformed or invalid one (what
     the W3C propagator accepts: version ``ff`` never, version ``00`` with nothing after the flags)."""
-    if (  # the usual form, checked without the regular expression: version 00, lowercase hex fields
-        len(value) == 55
-        and value[:3] == "00-"
-        and value[35] == "-"
-        and value[52] == "-"
-        and not value[3:35].strip(_HEX)
-        and not value[36:52].strip(_HEX)
-        and not value[53:].strip(_HEX)
-    ):
-        trace_id, span_id, flags = value[3:35], value[36:52], value[53:]
+    m = _USUAL_TRACEPARENT.fullmatch(value)  # the usual form: version 00, nothing around it
+    if m is not None:
+        trace_id, span_id, flags = m.groups()
     else:
         m = _TRACEPARENT.fullmatch(value)
         if m is None:
@@ -434,10 +431,13 @@ def parse_traceparent(value: str) -> Any:
     tid, sid = int(trace_id, 16), int(span_id, 16)
     if not tid or not sid:
         return None
-    return SpanContext(tid, sid, is_remote=True, trace_flags=TraceFlags(int(flags, 16)))
+    # What ``SpanContext(tid, sid, is_remote=True, trace_flags=...)`` makes, minus its Python-level
+    # ``__new__`` and ``TraceFlags`` calls (a SpanContext is a tuple; ids of these lengths, not zero, are valid).
+    return _new_tuple(SpanContext, (tid, sid, True, _TRACE_FLAGS[int(flags, 16)], DEFAULT_TRACE_STATE, True))
 
 
-_HEX = "0123456789abcdef"
+_new_tuple = tuple.__new__
+_TRACE_FLAGS = tuple(TraceFlags(f) for f in range(256))
 
 
 def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:
