@@ -10,6 +10,9 @@ starts (the SDK's batch and simple processors do: exporters only see ended spans
 its default synchronous multi-processor; with any other processor, or the tracer disabled, the recorder's
 methods answer None (or False) and the SDK makes the spans itself.
 
+A pipeline's function-tool steps, whose spans nothing needs while they run, are only noted (a tuple each)
+under their parent span and recorded together when it ends (:meth:`Recorder.later`).
+
 Imported only once an SDK tracer exists (it imports the SDK).
 """
 
@@ -314,7 +317,8 @@ class Recorder:
         for step, name, start, end, failed in steps:
             span_id = new_span_id()
             own = _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, 0 < span_id < _SPAN_ID_LIMIT))
-            span = make(f"step {step} {name}", own, context, _INTERNAL, {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}, start)
+            attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
+            span = make(f"step {step} {name}", own, context, _INTERNAL, attributes, start)
             if failed is False:  # what ``end`` does, for a span with neither span metrics nor bounded attributes
                 span._end_time = end
                 for processor in processors:

@@ -243,19 +243,13 @@ class Telemetry:
         for step in steps.values():
             if not isinstance(step, dict):
                 continue
-            if step.get("ok"):
-                outcome = "ok"
-            elif step.get("skipped"):
-                outcome = "skipped"
-            elif step.get("error_code") == "CANCELLED":
-                outcome = "cancelled"
-            else:
-                outcome = "failed"
-            key = (str(step.get("kind", "tool")), outcome)
+            # (the kind is a label value: prometheus-client makes it a string)
+            key = (step.get("kind", "tool"), "ok" if step.get("ok") else _outcome(step))
             counts[key] = counts.get(key, 0) + 1
-            children = step.get("children") or step.get("steps")
-            if isinstance(children, dict):
-                self._tally(children, counts)
+            if "children" in step or "steps" in step:  # (a test, not two lookups, for the usual leaf step)
+                children = step.get("children") or step.get("steps")
+                if isinstance(children, dict):
+                    self._tally(children, counts)
 
     def suspended(self) -> None:
         """A pipeline suspended to ask its client."""
@@ -295,7 +289,8 @@ class Telemetry:
         """The span ``step <id> <tool>`` of a pipeline step's tool call that started at ``start``
         (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
         that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
-        ``failed``: the call answered a tool error (True) or raised this."""
+        ``failed``: the call answered a tool error (True) or raised this. A recorder's span is recorded when
+        its parent ends (:meth:`mcpipe._tracing.Recorder.later`), with the times it had."""
         rec = self._recorder
         if rec is not None and rec.later(step, name, start, failed):
             return
@@ -399,6 +394,13 @@ def _recorder_of(tracer: Any) -> Any:
     from mcpipe._tracing import Recorder
 
     return Recorder.of(tracer)
+
+
+def _outcome(step: dict[str, Any]) -> str:
+    """The outcome label of a pipeline step's answer that is not ok."""
+    if step.get("skipped"):
+        return "skipped"
+    return "cancelled" if step.get("error_code") == "CANCELLED" else "failed"
 
 
 def _failed(span: Any, exc: BaseException, error: Any) -> None:

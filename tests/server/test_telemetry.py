@@ -248,6 +248,27 @@ async def pipe_calls(provider: TracerProvider) -> None:
                 assert r.is_error
 
 
+async def test_step_spans_keep_the_times_their_steps_ran_within_the_call(spans: InMemorySpanExporter) -> None:
+    # Function-tool steps' spans are recorded when the call's span ends: each keeps its own start and end.
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    chain = [{"id": f"s{i}", "tool": "slow", "args": {"seconds": 0.001}} for i in range(1, 5)]  # one after another
+    with trio.fail_after(WAIT_S):
+        async with running() as app, Client(app.server, mode="2026-07-28") as c:
+            telemetry.install(telemetry.Telemetry(tracer_provider=provider))
+            r = await c.session.call_tool("mcp_pipe", {"steps": chain}, meta={"traceparent": PARENT})
+    assert not r.is_error, r.content
+    finished = spans.get_finished_spans()
+    [root] = by_name(finished, "tools/call mcp_pipe")
+    steps = sorted(by_name(finished, "step "), key=lambda s: s.name)
+    assert [s.name for s in steps] == [f"step s{i} slow" for i in range(1, 5)]
+    times = [t for s in steps for t in (s.start_time, s.end_time)]
+    assert root.start_time is not None and root.end_time is not None
+    assert root.start_time <= times[0] and times[-1] <= root.end_time
+    assert times == sorted(times) and steps[0].end_time != steps[-1].end_time  # one after another
+    assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in steps)
+
+
 async def test_spans_carry_their_kind_attributes_and_error_status(spans: InMemorySpanExporter) -> None:
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(spans))
