@@ -11,7 +11,7 @@ its default synchronous multi-processor; with any other processor, or the tracer
 methods answer None (or False) and the SDK makes the spans itself.
 
 A pipeline's function-tool steps, whose spans nothing needs while they run, are only noted (a tuple each)
-under their parent span and recorded together when it ends (:meth:`Recorder.later`).
+under their parent span and recorded together when it ends (:meth:`Recorder.step_ended`).
 
 Imported only once an SDK tracer exists (it imports the SDK).
 """
@@ -92,7 +92,7 @@ class RecordedSpan(Span, ReadableSpan):
     _end_time: int | None = None
     _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
     _token: Token[Context] | None = None  # the context token to detach when the span's ``with`` block exits
-    # Its children's step spans to record when it ends (:meth:`Recorder.later`): (step id, tool, start, end,
+    # Its children's step spans to record when it ends (:meth:`Recorder.step_ended`): (step id, tool, start, end,
     # failed) each.
     _steps: list[tuple[str, str, int, int, bool | BaseException]] | None = None
 
@@ -192,10 +192,16 @@ class RecordedSpan(Span, ReadableSpan):
 
 
 class Recorder:
-    """Starts :class:`RecordedSpan` spans for one SDK ``Tracer``."""
+    """Starts :class:`RecordedSpan` spans for one SDK ``Tracer``.
 
-    def __init__(self, tracer: Tracer) -> None:
+    Args:
+        tracer: the SDK tracer.
+        otherwise: how a step's span is recorded when :meth:`step_ended` cannot note it.
+    """
+
+    def __init__(self, tracer: Tracer, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> None:
         self.tracer = tracer
+        self.otherwise = otherwise
         self.processor = tracer.span_processor
         self.limits = tracer._span_limits
         self.new_trace_id = tracer.id_generator.generate_trace_id
@@ -222,14 +228,14 @@ class Recorder:
         self._quiet = False
 
     @classmethod
-    def of(cls, tracer: Any) -> Recorder | None:
+    def of(cls, tracer: Any, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> Recorder | None:
         """A recorder for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
         if type(tracer) is not Tracer or not all(hasattr(tracer, f) for f in _PRIVATE):
             return None
         # The provider's default processor, whose on_end calls each processor's in turn (as a span here does).
         if type(tracer.span_processor) is not SynchronousMultiSpanProcessor:
             return None
-        return cls(tracer)
+        return cls(tracer, otherwise)
 
     def _look(self) -> None:
         """Whether no processor looks at spans before they end, for the provider's processors now."""
@@ -282,11 +288,12 @@ class Recorder:
         span.end()
         return True
 
-    def later(self, step: str, name: str, start: int, failed: bool | BaseException) -> bool:
-        """Note the span ``step <step> <name>`` of a step that started at ``start`` and ends now, a child of
-        the current span, to record when that span ends (:meth:`record_steps`); False when the current span
-        is none of this recorder's recording ones, or the recorder cannot stand in for the SDK now, or its
-        sampler or span metrics must see each span as it starts: then :meth:`ended` or the SDK records it.
+    def step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
+        """The span ``step <step> <name>`` of a step that started at ``start`` and ends now, a child of the
+        current span (what :meth:`mcpipe.telemetry.Telemetry.step_ended` does): noted under that span, to
+        record when it ends (:meth:`record_steps`). When the current span is none of this recorder's
+        recording ones, or the recorder cannot stand in for the SDK now, or its sampler or span metrics must
+        see each span as it starts: recorded now by :attr:`otherwise` (:meth:`ended`, or the SDK).
 
         Why later: a pipeline's function-tool steps each make a span nothing needs while it runs, one after
         another under one parent. Noted here, a step costs a tuple; the checks :meth:`ended` makes per span
@@ -300,15 +307,15 @@ class Recorder:
             or self.processor._span_processors is not self._seen
             or not (self._quiet and self.plain and self.tracer._tracer_config.is_enabled)
         ):
-            return False
+            self.otherwise(step, name, start, failed)
+            return
         steps = parent._steps
         if steps is None:
             steps = parent._steps = []
         steps.append((step, name, start, time.time_ns(), failed))
-        return True
 
     def record_steps(self, parent: RecordedSpan) -> None:
-        """Record the step spans :meth:`later` noted under ``parent`` (ending now): what :meth:`ended`
+        """Record the step spans :meth:`step_ended` noted under ``parent`` (ending now): what :meth:`ended`
         records for each, the default sampler's decision being the parent's (sampled: it records)."""
         steps, parent._steps = parent._steps or (), None
         context = parent._context

@@ -152,6 +152,12 @@ class Telemetry:
         self.tracer = tracer_provider.get_tracer("mcpipe") if tracer_provider is not None else tracer
         self.provider = tracer_provider
         self.known = known
+        self.step_ended: Callable[[str, str, int, bool | BaseException], None] = self._step_ended
+        """Record the span ``step <id> <tool>`` of a pipeline step's tool call that started at ``start``
+        (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
+        that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
+        ``failed``: the call answered a tool error (True) or raised this. With a recorder, its
+        :meth:`mcpipe._tracing.Recorder.step_ended`, which records the span when its parent ends."""
         if self.tracer is not None:
             from opentelemetry import context, trace
 
@@ -163,7 +169,10 @@ class Telemetry:
                 trace.SpanKind.INTERNAL,
             )
             self.error = Status(StatusCode.ERROR)
-            self._recorder = _recorder_of(self.tracer)
+            self._recorder = _recorder_of(self.tracer, self._step_ended)
+            if self._recorder is not None:
+                # Called once per function-tool step: the recorder's own, bound once here (no call between).
+                self.step_ended = self._recorder.step_ended
 
     def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
         """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
@@ -285,15 +294,10 @@ class Telemetry:
             return span
         return self._scoped(span, current)
 
-    def step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
-        """The span ``step <id> <tool>`` of a pipeline step's tool call that started at ``start``
-        (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
-        that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
-        ``failed``: the call answered a tool error (True) or raised this. A recorder's span is recorded when
-        its parent ends (:meth:`mcpipe._tracing.Recorder.later`), with the times it had."""
+    def _step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
+        """:attr:`step_ended` recorded now: by the recorder's :meth:`~mcpipe._tracing.Recorder.ended`, or the
+        tracer's own span."""
         rec = self._recorder
-        if rec is not None and rec.later(step, name, start, failed):
-            return
         attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
         if rec is not None and rec.ended(f"step {step} {name}", attributes, start, failed):
             return
@@ -387,13 +391,13 @@ def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Non
     return enter, var.reset
 
 
-def _recorder_of(tracer: Any) -> Any:
+def _recorder_of(tracer: Any, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> Any:
     """A :class:`mcpipe._tracing.Recorder` for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
     if "opentelemetry.sdk.trace" not in sys.modules:  # an SDK tracer exists only once the SDK is imported
         return None
     from mcpipe._tracing import Recorder
 
-    return Recorder.of(tracer)
+    return Recorder.of(tracer, otherwise)
 
 
 def _outcome(step: dict[str, Any]) -> str:
