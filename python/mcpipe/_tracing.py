@@ -59,6 +59,7 @@ _INTERNAL = SpanKind.INTERNAL
 _NO_STATE = DEFAULT_TRACE_STATE
 _SPAN_ID_LIMIT = 2**64
 _new_tuple = tuple.__new__
+_new_object = object.__new__
 # The current context, whose span key holds a Span (the trace API puts nothing else there): with the
 # default runtime context, its ContextVar's get, otherwise the API's get_current.
 _runtime = getattr(otel_context, "_RUNTIME_CONTEXT", None)
@@ -324,8 +325,10 @@ class Recorder:
         for step, name, start, end, failed in steps:
             span_id = new_span_id()
             own = _new_tuple(SpanContext, (trace_id, span_id, False, flags, state, 0 < span_id < _SPAN_ID_LIMIT))
-            attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
-            span = make(f"step {step} {name}", own, context, _INTERNAL, attributes, start)
+            # What ``make(name, own, context, INTERNAL, attributes, start)`` does, minus its ``__init__`` call.
+            span = _new_object(make)
+            span._name, span._context, span._parent, span._kind = f"step {step} {name}", own, context, _INTERNAL
+            span._attributes, span._start_time = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}, start
             if failed is False:  # what ``end`` does, for a span with neither span metrics nor bounded attributes
                 span._end_time = end
                 for processor in processors:
