@@ -210,21 +210,10 @@ async def run_load(
 
 
 @dataclass
-class Blast:
+class Blast(Load):
     """What one :func:`blast` measured: the server's figures and the load generator's own CPU."""
 
-    calls: int
-    seconds: float
-    cpu_seconds: float
     client_cpu_seconds: float
-
-    @property
-    def calls_per_s(self) -> float:
-        return self.calls / self.seconds
-
-    @property
-    def cpu_ms_per_call(self) -> float:
-        return self.cpu_seconds * 1000 / self.calls
 
     @property
     def client_cpu_ms_per_call(self) -> float:

@@ -13,6 +13,8 @@ from typing import Any
 
 import orjson
 
+from mcpipe._util import assignments
+
 __all__ = ["add_parser"]
 
 
@@ -94,16 +96,10 @@ def _check(ns: argparse.Namespace) -> int:
 
 
 def _inputs(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise _UsageError(f"--input takes NAME=VALUE, got {item!r}")
-        try:
-            out[key] = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            out[key] = value
-    return out
+    try:
+        return assignments(items, "--input")
+    except ValueError as e:
+        raise _UsageError(str(e)) from None
 
 
 def _run(ns: argparse.Namespace) -> int:

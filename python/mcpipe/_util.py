@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import Any
 
+import orjson
 import trio
 
-__all__ = ["PIPE_TOOL", "glob_matcher", "is_cancellation", "is_suspension"]
+__all__ = ["PIPE_TOOL", "assignments", "glob_matcher", "is_cancellation", "is_suspension"]
 
 PIPE_TOOL = "mcp_pipe"
 """The name of the server's own pipeline tool; no step may call it and no other tool may take it."""
@@ -27,6 +29,21 @@ def glob_matcher(patterns: list[str]) -> Callable[[str], bool]:
     if not globs:
         return exact.__contains__
     return lambda name: name in exact or any(g.match(name) for g in globs)
+
+
+def assignments(items: list[str], flag: str) -> dict[str, Any]:
+    """``NAME=VALUE`` command-line items (``--var``, ``--input``) as a dict: a value is JSON when it parses
+    as JSON, else the text. Raises ValueError naming ``flag`` for an item without ``=`` or a name."""
+    values: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"{flag} takes NAME=VALUE, got {item!r}")
+        try:
+            values[key] = orjson.loads(value)
+        except orjson.JSONDecodeError:
+            values[key] = value
+    return values
 
 
 def is_suspension(exc: BaseException) -> bool:

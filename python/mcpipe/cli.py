@@ -20,6 +20,7 @@ import orjson
 
 from mcpipe._describe import did_you_mean
 from mcpipe._loader import LoadError, load_object
+from mcpipe._util import assignments as parse_assignments
 from mcpipe.errors import SpecError
 from mcpipe.tools._registry import ToolRegistry
 
@@ -332,15 +333,10 @@ def _with_vars(spec: Any, assignments: list[str]) -> Any:
     wrong is left as it is, for validation to report."""
     if not assignments:
         return spec
-    values = {}
-    for item in assignments:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise _Usage(f"--var takes NAME=VALUE, got {item!r}")
-        try:
-            values[key] = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            values[key] = value
+    try:
+        values = parse_assignments(assignments, "--var")
+    except ValueError as e:
+        raise _Usage(str(e)) from None
     if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
         inner = spec["spec"]
         if isinstance(inner, str):

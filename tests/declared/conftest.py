@@ -19,6 +19,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from kit.llm import lifespan
+
 
 @dataclass
 class ServerLog:
@@ -41,13 +43,8 @@ class TestServer:
 def make_app(log: ServerLog):
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan":
-            while True:
-                message = await receive()
-                if message["type"] == "lifespan.startup":
-                    await send({"type": "lifespan.startup.complete"})
-                elif message["type"] == "lifespan.shutdown":
-                    await send({"type": "lifespan.shutdown.complete"})
-                    return
+            await lifespan(receive, send)
+            return
         path = scope["path"]
         query = dict(parse_qsl(scope["query_string"].decode()))
         headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}

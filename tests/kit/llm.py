@@ -11,11 +11,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl
 
 import mcp_types as t
 import trio
+import yaml
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
@@ -82,7 +84,8 @@ async def _body(receive: Any) -> bytes:
             return body
 
 
-async def _lifespan(receive: Any, send: Any) -> None:
+async def lifespan(receive: Any, send: Any) -> None:
+    """Answer an ASGI lifespan scope (for the small servers the tests write)."""
     while True:
         message = await receive()
         if message["type"] == "lifespan.startup":
@@ -142,7 +145,7 @@ class FakeOpenAI:
     def app(self) -> Asgi:
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "lifespan":
-                await _lifespan(receive, send)
+                await lifespan(receive, send)
                 return
             body = await _body(receive)
             if scope["path"] != "/v1/chat/completions" or scope["method"] != "POST":
@@ -185,7 +188,7 @@ class FakeApi:
     def app(self) -> Asgi:
         async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
             if scope["type"] == "lifespan":
-                await _lifespan(receive, send)
+                await lifespan(receive, send)
                 return
             body = await _body(receive)
             query = dict(parse_qsl(scope["query_string"].decode()))
@@ -269,3 +272,26 @@ class Sampler:
         return t.CreateMessageResult(
             role="assistant", content=t.TextContent(type="text", text=answer), model="client-model"
         )
+
+
+def lookup_playbook(tmp_path: Path) -> dict[str, Any]:
+    """A config serving one playbook (``pb/tools``) whose turn, on the client's model, may call the
+    ``lookup`` tool (``kit.llm:counting``) with ``{"said": ...}``; the playbook file is written in ``tmp_path``."""
+    doc = {
+        "metadata": {"path": "pb/tools", "name": "with_tools"},
+        "mcp": {
+            "models": [{"name": "client", "provider": "sampling"}],
+            "tools": [
+                {
+                    "name": "lookup",
+                    "type": "tool",
+                    "description": "Echo what it is given",
+                    "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
+                    "spec": {"tool": "lookup"},
+                }
+            ],
+            "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
+        },
+    }
+    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
+    return {"audit": {"enabled": False}, "python_tools": ["kit.llm:counting"], "playbooks": ["pb.yaml"]}

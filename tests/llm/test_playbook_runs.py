@@ -14,7 +14,7 @@ import trio
 import yaml
 from mcp import Client
 
-from kit.llm import LOOKUPS, fake_api, fake_openai, text, tool_call
+from kit.llm import LOOKUPS, fake_api, fake_openai, lookup_playbook, text, tool_call
 from mcpipe.config import ConfigError, load_config, parse_config
 from mcpipe.models import once
 from mcpipe.runs import RunRecord
@@ -156,23 +156,7 @@ async def _until_event(queue: Any, run_id: str, kinds: set[str], after: str | No
 async def test_a_playbook_task_on_the_clients_model_waits_for_each_answer_and_its_tool_runs_once(
     tmp_path: Path,
 ) -> None:
-    doc = {
-        "metadata": {"path": "pb/tools", "name": "with_tools"},
-        "mcp": {
-            "models": [{"name": "client", "provider": "sampling"}],
-            "tools": [
-                {
-                    "name": "lookup",
-                    "type": "tool",
-                    "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
-                    "spec": {"tool": "lookup"},
-                }
-            ],
-            "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
-        },
-    }
-    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
-    config = {"audit": {"enabled": False}, "python_tools": ["kit.llm:counting"], "playbooks": ["pb.yaml"]}
+    config = lookup_playbook(tmp_path)
     use = {"type": "tool_use", "id": "u1", "name": "lookup", "input": {"said": "hello"}}
     answers = [
         {"role": "assistant", "content": [use], "model": "client-model", "stopReason": "toolUse"},

@@ -14,7 +14,7 @@ import trio
 import yaml
 from mcp import Client
 
-from kit.llm import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, http_error, text, tool_call
+from kit.llm import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, http_error, lookup_playbook, text, tool_call
 from mcpipe.config import ConfigError, parse_config
 from mcpipe.declared import HttpPolicy, StepPolicy
 from mcpipe.models import ModelConfig, Models
@@ -390,24 +390,7 @@ async def test_the_cli_run_says_what_failed_in_one_line() -> None:
 async def test_the_clients_model_calls_a_playbook_tool_through_sampling_with_tools(era: str, tmp_path: Path) -> None:
     import mcp_types as t
 
-    doc = {
-        "metadata": {"path": "pb/tools", "name": "with_tools"},
-        "mcp": {
-            "models": [{"name": "client", "provider": "sampling"}],
-            "tools": [
-                {
-                    "name": "lookup",
-                    "type": "tool",
-                    "description": "Echo what it is given",
-                    "input_schema": {"type": "object", "properties": {"said": {"type": "string"}}},
-                    "spec": {"tool": "lookup"},
-                }
-            ],
-            "turns": [{"name": "t", "model": "client", "user": ["Look up {{ input.q }}"], "tools_allowed": ["lookup"]}],
-        },
-    }
-    (tmp_path / "pb.yaml").write_text(yaml.safe_dump(doc))
-    config = {"audit": {"enabled": False}, "python_tools": ["kit.llm:counting"], "playbooks": ["pb.yaml"]}
+    config = lookup_playbook(tmp_path)
     sampler = Sampler({"id": "u1", "name": "lookup", "input": {"said": "hello"}}, "It said hello.")
     LOOKUPS.clear()
     caps = t.SamplingCapability(tools=t.SamplingToolsCapability())
