@@ -94,8 +94,8 @@ class RecordedSpan(Span, ReadableSpan):
     _ended: Callable[[], None] | None = None  # the SDK's own span metrics, when they are on
     _token: Token[Context] | None = None  # the context token to detach when the span's ``with`` block exits
     # Its children's step spans to record when it ends (:meth:`Recorder.step_ended`): (step id, tool, start, end,
-    # failed) each.
-    _steps: list[tuple[str, str, int, int, bool | BaseException]] | None = None
+    # failed) each, failed being False, True (a tool error) or the name of the type of what the step raised.
+    _steps: list[tuple[str, str, int, int, bool | str]] | None = None
 
     def __init__(
         self, name: str, context: SpanContext, parent: SpanContext | None, kind: SpanKind, attributes: Any, start: int
@@ -310,10 +310,12 @@ class Recorder:
         ):
             self.otherwise(step, name, start, failed)
             return
+        # What it raised is kept as its type's name, not with its traceback.
+        outcome = failed if isinstance(failed, bool) else False if is_suspension(failed) else type(failed).__qualname__
         steps = parent._steps
         if steps is None:
             steps = parent._steps = []
-        steps.append((step, name, start, time.time_ns(), failed))
+        steps.append((step, name, start, time.time_ns(), outcome))
 
     def record_steps(self, parent: RecordedSpan) -> None:
         """Record the step spans :meth:`step_ended` noted under ``parent`` (ending now): what :meth:`ended`
@@ -334,11 +336,9 @@ class Recorder:
                 for processor in processors:
                     processor.on_end(span)
                 continue
-            if failed is True:
-                span.set_status(_ERROR)
-            elif not is_suspension(failed):
-                span.set_status(_ERROR)
-                span.set_attribute("error.type", type(failed).__qualname__)
+            span.set_status(_ERROR)
+            if failed is not True:
+                span.set_attribute("error.type", failed)
             span.end(end)
 
     def _start(
