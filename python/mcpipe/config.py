@@ -524,7 +524,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))
         if tool == PIPE_TOOL and cost != 0:
-            problems.append(Problem(f"costs.{tool}", CODE, "mcp_pipe is always accounted with cost 0"))
+            problems.append(Problem(f"costs.{tool}", CODE, f"{PIPE_TOOL} is always accounted with cost 0"))
     h = cfg.http
     if not 0 <= h.port <= 65535:
         problems.append(Problem("http.port", CODE, "must be between 0 and 65535"))

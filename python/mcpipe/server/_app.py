@@ -19,7 +19,7 @@ from mcpipe._loader import LoadError, load_object
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits
 from mcpipe.runs import Runs, Worker, new_worker_id
@@ -266,7 +266,7 @@ async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams
 
 def _known_names(gateway: Gateway) -> Any:
     """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
-    seen: set[str] = {"mcp_pipe"}
+    seen: set[str] = {PIPE_TOOL}
 
     def known(name: str) -> bool:
         if name in seen:
