@@ -32,11 +32,11 @@ from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
-from mcpipe.store import RunRefused
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error
+from mcpipe.store import RunRefused
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams

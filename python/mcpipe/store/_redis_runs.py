@@ -34,14 +34,14 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
-    RunStatus,
     RunRefused,
+    RunStatus,
     cancelled_answer,
     merge_answers,
+    outcome_of,
     pack_answer,
     too_large_answer,
     unpack_answer,
-    outcome_of,
 )
 
 __all__ = ["RedisRunQueue"]

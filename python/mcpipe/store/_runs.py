@@ -39,10 +39,10 @@ __all__ = [
     "open_queue",
     "outcome_of",
     "pack_answer",
-    "too_large_answer",
-    "unpack_answer",
     "queue_schemes",
     "register_queue",
+    "too_large_answer",
+    "unpack_answer",
 ]
 
 RunStatus = Literal["queued", "running", "input_required", "completed", "failed", "cancelled"]

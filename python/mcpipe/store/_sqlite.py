@@ -277,9 +277,12 @@ class SqliteRunQueue:
             if row is None:
                 if keep is not None:
                     return  # a finishing run: the live runs stay, and so does it
-                live = count - db.execute(
-                    "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')"
-                ).fetchone()[0]
+                live = (
+                    count
+                    - db.execute(
+                        "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')"
+                    ).fetchone()[0]
+                )
                 if count + more > self.max_runs:
                     raise RunRefused(
                         f"the run queue is full: {live} runs are queued or running, the most it keeps is "
@@ -349,9 +352,7 @@ class SqliteRunQueue:
             rows = [(run_id, path, orjson.dumps(r)) for path, r in steps.items()]
             db.executemany("INSERT OR REPLACE INTO steps (run, path, result) VALUES (?, ?, ?)", rows)
             if rows:
-                db.execute(
-                    "UPDATE runs SET bytes = bytes + ? WHERE id = ?", (sum(len(r[2]) for r in rows), run_id)
-                )
+                db.execute("UPDATE runs SET bytes = bytes + ? WHERE id = ?", (sum(len(r[2]) for r in rows), run_id))
             _add_events(db, run_id, worker, events, time.time())
             return True
 
