@@ -3,8 +3,10 @@
 A :class:`RunQueue` holds runs (a target, its arguments, who asked), hands them to workers under a lease,
 keeps the results of the steps a run has finished (so a run taken over from a dead worker resumes after
 its last recorded step), takes the final answer exactly once, and keeps each run's events. Two queues
-implement it: SQLite (the embedded default, one file, several processes on one box) and Redis Streams
-(``redis://``, shared by many boxes). Both register their URL scheme with :func:`register_queue`.
+implement it: SQLite (the embedded default: in memory for one process, or one file shared by the processes
+of one box) and Redis Streams (``redis://``, shared by many boxes). Both register their URL scheme with
+:func:`register_queue`. Both bound what one run keeps (``max_run_bytes``); SQLite also bounds how many runs,
+and bytes of runs, it keeps (``max_runs``, ``max_bytes``), dropping the oldest finished runs first.
 
 Leases, not locks: a worker holds a run for ``lease_s`` and renews it while it runs. A worker that dies
 stops renewing, and once the lease has run out another worker takes the run over. Finishing is a
