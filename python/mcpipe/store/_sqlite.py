@@ -283,13 +283,14 @@ class SqliteRunQueue:
                         "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')"
                     ).fetchone()[0]
                 )
+                runs = "1 run is" if live == 1 else f"{live} runs are"
                 if count + more > self.max_runs:
                     raise RunRefused(
-                        f"the run queue is full: {live} runs are queued or running, the most it keeps is "
+                        f"the run queue is full: {runs} queued or running, the most it keeps is "
                         f"{self.max_runs} ([runs] max_runs); try again once some have finished"
                     )
                 raise RunRefused(
-                    f"the run queue is full: its {live} queued or running runs hold {total} bytes, and this "
+                    f"the run queue is full: its queued or running runs ({live}) hold {total} bytes, and this "
                     f"one {size} more; the most it keeps is {self.max_bytes} ([runs] max_bytes); try again once "
                     "some have finished"
                 )
