@@ -148,7 +148,9 @@ def compile_each(
 def problem_order(p: Problem) -> tuple[Any, ...]:
     """Natural order of locations (``steps[2]`` before ``steps[10]``); sort stably to keep discovery order
     within a location."""
-    return tuple(int(x) if x.isdigit() else x for x in _ORDER.split(p.location))
+    # Each part is (is a number, its value, its text), so that a name and a number compare (an unknown
+    # key "0" beside "steps" at the same level).
+    return tuple((1, int(x), "") if x.isdigit() else (0, 0, x) for x in _ORDER.split(p.location))
 
 
 def assign_step_ids(
