@@ -862,6 +862,12 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+                why = (
+                    f"{step.location}.for_each: {len(items)} items would bring the run to "
+                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                )
+                r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:
                 self.total += (len(items) - 1) * leaves
                 slots = [{} for _ in items]
