@@ -120,6 +120,33 @@ async def test_the_doubling_attack_over_http_is_a_clean_output_too_large_and_the
         assert answer["result"]["structuredContent"] == {"alive": True}
 
 
+@pytest.mark.parametrize("fast", [True, False], ids=["lean", "sdk"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"vars": {"v": "x" * 10_000}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 8},
+        {
+            "vars": {"items": list(range(100)), "v": "x" * 2000},
+            "steps": [{"id": "e", "for_each": "${vars.items}", "step": {"tool": "echo", "args": {"v": "${vars.v}"}}}],
+        },
+    ],
+    ids=["8 echo steps", "for_each"],
+)
+async def test_the_json_rpc_result_of_a_pipeline_stays_under_the_answer_limit(spec, fast):
+    # Before: the limit counted each output once; the answer sent was 2-8 times the limit.
+    limit = 200_000
+    config = make_config(pipe={"max_answer_bytes": limit, "max_output_bytes": 150_000})
+    async with http_app(config, fast_path=fast) as url, httpx2.AsyncClient(timeout=60) as http:
+        r = await http.post(url, content=orjson.dumps(call(PIPE_TOOL, spec)), headers=headers(PIPE_TOOL))
+    message = r.content
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        message = [line[5:].strip() for line in message.splitlines() if line.startswith(b"data:")][-1]
+    answer = orjson.loads(message)["result"]
+    assert answer["structuredContent"]["error_code"] == "OUTPUT_TOO_LARGE"
+    assert "as sent" in answer["structuredContent"]["error"]
+    assert len(message) <= limit
+
+
 # --- 6. expression deadline -----------------------------------------------------------------------------
 
 
