@@ -109,7 +109,7 @@ class PipeConfig(_Base):
     max_output_bytes: int = 8 * 1024 * 1024
     """The most one step's output, or one interpolated string, may hold."""
     max_answer_bytes: int = 32 * 1024 * 1024
-    """The most the outputs of one pipeline (and its result) may hold together, and one direct call's result."""
+    """The most one pipeline's answer may hold as sent (both representations), and one direct call's result."""
     expression_timeout_ms: int = 1000
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024

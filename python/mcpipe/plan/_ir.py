@@ -74,7 +74,8 @@ class Limits:
         max_json_depth: how deeply any JSON value (``args``, ``vars``, ``return``, tool arguments) may nest.
         max_output_bytes: the most one step's output, or one resolved template (its texts and copied values), may
             hold.
-        max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
+        max_answer_bytes: the most one answer may hold as it is sent (every step result with all its copies of
+            an output, its result and error, in the structured answer and again in its JSON text block).
         expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
         max_items: the most elements a ``for_each`` step may run its step for.
         max_calls: the most leaf step executions (tool calls, kinds' steps) one run may make in all, every
