@@ -89,3 +89,31 @@ def test_compiling_and_failing_to_compile_leave_memory_flat():
     gc.collect()
     assert sys.getallocatedblocks() - blocks < 1_000
     assert rss() - memory < 8 * 2**20
+
+
+_REFUSED_ALLOCATION = """
+import resource
+from mcpipe import Template
+
+with open("/proc/self/statm") as f:
+    vm = int(f.read().split()[0]) * resource.getpagesize()
+# The allocator now refuses anything much past what the process holds: a real refusal, not a simulated one.
+resource.setrlimit(resource.RLIMIT_AS, (vm + 256 * 1024 * 1024, resource.RLIM_INFINITY))
+template = Template("${vars.a}!", max_text_bytes=2**40)
+env = {"vars": {"a": ["x" * 10_000] * 200_000}}  # 2 GB as text; the list holds 1.6 MB of pointers
+try:
+    template.resolve(env)
+except MemoryError as e:
+    print(f"MemoryError: {e}")
+"""
+
+
+def test_an_allocation_the_system_refuses_while_interpolating_is_a_memory_error_not_an_abort():
+    # The core reserves interpolated text with `try_reserve`: under an address-space limit, the 2 GB the
+    # text would take is refused before a byte is written, and Python gets MemoryError (an infallible
+    # reserve would abort the process: SIGABRT).
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-c", _REFUSED_ALLOCATION], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "MemoryError: cannot allocate 2000600002 bytes of interpolated text"

@@ -96,8 +96,13 @@ class Template:
     def is_constant(self) -> bool:
         """True when the template makes no reference: every resolve gives an equal value."""
 
-def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ...) -> tuple[int, int]:
+def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire: bool = False) -> tuple[int, int]:
     """Measure ``value`` as JSON without building anything: ``(bytes, depth)``.
+
+    With ``wire``, ``bytes`` bounds from above what an MCP tool result carrying ``value`` as its structured
+    content and again as a JSON text block holds: the compact JSON text with every escape counted (strings
+    are scanned; UTF-8 written raw, integers of any size at their length) plus that text written as a JSON
+    string. A string that cannot fit in what is left under ``max_bytes`` is not scanned.
 
     ``bytes`` estimates the compact JSON text from above (each string at the widest UTF-8 its storage allows;
     escapes not counted); ``depth`` counts nested containers (``1`` is 0, ``[1]`` 1, ``{"a": []}`` 2). The

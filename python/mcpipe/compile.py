@@ -40,6 +40,7 @@ from mcpipe.plan import (
     TypedSite,
     compile_each,
     decode_fields,
+    least_calls,
     output_path,
     problem_order,
     template_parts,
@@ -212,6 +213,14 @@ class _Compiler:
         self.check.count("steps", self.steps, self.limits.max_steps)
         problems = _Problems(self.check.problems)
         problems.tool_sites = tuple(self.tool_sites)
+        if plan is not None and not problems:
+            calls, where = least_calls(plan)
+            if where and calls > self.limits.max_calls:
+                message = (
+                    f"the pipeline would make at least {calls} step executions (nested for_each multiplies); "
+                    f"the limit is {self.limits.max_calls}"
+                )
+                problems.append(Problem(f"{where}.for_each", ErrorCode.LIMIT_EXCEEDED, message))
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems

@@ -99,6 +99,8 @@ class PipeConfig(_Base):
     max_concurrency: int = 8
     timeout_ms: int | None = None
     max_items: int = 100
+    max_calls: int = 1000
+    """The most leaf step executions one run may make in all (nested ``for_each`` multiplies)."""
     idempotent_tools: list[str] = msgspec.field(default_factory=list)
     max_spec_bytes: int = 4 * 1024 * 1024
     """The largest spec, refused before anything is compiled."""
@@ -107,7 +109,7 @@ class PipeConfig(_Base):
     max_output_bytes: int = 8 * 1024 * 1024
     """The most one step's output, or one interpolated string, may hold."""
     max_answer_bytes: int = 32 * 1024 * 1024
-    """The most the outputs of one pipeline (and its result) may hold together, and one direct call's result."""
+    """The most one pipeline's answer may hold as sent (both representations), and one direct call's result."""
     expression_timeout_ms: int = 1000
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024
@@ -129,6 +131,7 @@ class PipeConfig(_Base):
             expression_timeout_ms=self.expression_timeout_ms,
             max_items=self.max_items,
             idempotent_tools=tuple(self.idempotent_tools),
+            max_calls=self.max_calls,
         )
 
 
@@ -509,6 +512,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         "max_concurrency",
         "timeout_ms",
         "max_items",
+        "max_calls",
         "max_spec_bytes",
         "max_json_depth",
         "max_output_bytes",

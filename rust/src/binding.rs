@@ -59,9 +59,15 @@ impl Template {
 
 /// `(bytes, depth)` of `value` as JSON, stopping past either limit (see `_core.pyi`).
 #[pyfunction]
-#[pyo3(signature = (value, *, max_bytes = usize::MAX, max_depth = u32::MAX))]
-pub fn json_measure(value: &Bound<'_, PyAny>, max_bytes: usize, max_depth: u32) -> (usize, u32) {
+#[pyo3(signature = (value, *, max_bytes = usize::MAX, max_depth = u32::MAX, wire = false))]
+pub fn json_measure(value: &Bound<'_, PyAny>, max_bytes: usize, max_depth: u32, wire: bool) -> (usize, u32) {
     // SAFETY: `value` is alive for the call and the walk runs no Python code.
-    let found = unsafe { measure::measure(value.as_ptr(), max_bytes, max_depth) };
+    let found = unsafe {
+        if wire {
+            measure::measure_wire(value.as_ptr(), max_bytes, max_depth)
+        } else {
+            measure::measure(value.as_ptr(), max_bytes, max_depth)
+        }
+    };
     (found.bytes, found.depth)
 }

@@ -153,3 +153,66 @@ pub unsafe fn text_utf8_bound(text: *mut ffi::PyObject) -> usize {
         size as usize
     }
 }
+
+/// Both representations (see `measure::measure_wire`) of a str's characters, quotes excluded: ASCII and
+/// UTF-8 text by `bytes`, anything else character by character through `char`.
+pub unsafe fn text_wire(text: *mut ffi::PyObject, bytes: fn(&[u8]) -> usize, char: fn(u32) -> usize) -> usize {
+    let n = text_len(text) as usize;
+    #[cfg(not(feature = "abi3"))]
+    {
+        if ffi::PyUnicode_IS_ASCII(text) != 0 {
+            return bytes(std::slice::from_raw_parts(ffi::PyUnicode_1BYTE_DATA(text), n));
+        }
+        match ffi::PyUnicode_KIND(text) {
+            ffi::PyUnicode_1BYTE_KIND => {
+                std::slice::from_raw_parts(ffi::PyUnicode_1BYTE_DATA(text), n).iter().map(|&c| char(c.into())).sum()
+            }
+            ffi::PyUnicode_2BYTE_KIND => {
+                std::slice::from_raw_parts(ffi::PyUnicode_2BYTE_DATA(text), n).iter().map(|&c| char(c.into())).sum()
+            }
+            _ => std::slice::from_raw_parts(ffi::PyUnicode_4BYTE_DATA(text), n).iter().map(|&c| char(c)).sum(),
+        }
+    }
+    #[cfg(feature = "abi3")]
+    {
+        let _ = char;
+        let mut size = 0;
+        let data = ffi::PyUnicode_AsUTF8AndSize(text, &mut size);
+        if data.is_null() {
+            ffi::PyErr_Clear(); // a lone surrogate: no UTF-8 form (nor any JSON), so the widest bound
+            return n.saturating_mul(26);
+        }
+        bytes(std::slice::from_raw_parts(data.cast(), size as usize))
+    }
+}
+
+/// At least the number of characters an int takes as JSON (its sign included).
+pub unsafe fn int_digits_bound(int: *mut ffi::PyObject) -> usize {
+    let mut overflow = 0;
+    ffi::PyLong_AsLongLongAndOverflow(int, &mut overflow);
+    if overflow == 0 {
+        return 20;
+    }
+    #[cfg(not(feature = "abi3"))]
+    {
+        // log10(2) < 0.30103: bits * 30103 / 100000 + 1 digits at most, plus a sign.
+        let bits = ffi::_PyLong_NumBits(int);
+        if bits == usize::MAX {
+            ffi::PyErr_Clear();
+            return usize::MAX / 4;
+        }
+        bits / 100_000 * 30_103 + (bits % 100_000) * 30_103 / 100_000 + 2
+    }
+    #[cfg(feature = "abi3")]
+    {
+        // The stable ABI has no bit count but `int.bit_length()`, which runs no Python code of anyone's.
+        let bits = ffi::PyObject_CallMethod(int, c"bit_length".as_ptr(), std::ptr::null());
+        if bits.is_null() {
+            ffi::PyErr_Clear();
+            return usize::MAX / 4;
+        }
+        let n = ffi::PyLong_AsSsize_t(bits) as usize;
+        ffi::Py_DecRef(bits);
+        n / 100_000 * 30_103 + (n % 100_000) * 30_103 / 100_000 + 2
+    }
+}

@@ -126,12 +126,22 @@ async def test_a_jsonata_runtime_error_or_runaway_fails_the_step():
     step = compiled({"kind": "plugin_transform", "plugin": "jsonata", "config": {"expression": '$sum("a")'}})
     out = await step.execute(env(), CTX)
     assert out.error_code == "TOOL_FAILED" and "T0412" in out.error
-    policy = StepPolicy(expression_max_ms=50)
-    runaway = "($f := function($x){$f($x)}; $f(1))"
+    policy = StepPolicy(expression_max_ms=1000)
+    runaway = "($f := function($x){1 + $f($x)}; $f(1))"  # not a tail call: the recursion bound stops it
     loop = {"kind": "plugin_transform", "plugin": "jsonata", "config": {"expression": runaway}}
     with trio.fail_after(10):
         out = await compiled(loop, policy).execute(env(), CTX)
-    assert out.error_code == "TOOL_FAILED"
+    assert out.error_code == "TOOL_FAILED" and "D1011" in out.error  # the recursion bound
+
+
+async def test_a_jsonata_expression_past_its_deadline_fails_the_step_with_timeout():
+    # Before: TOOL_FAILED ("Evaluation timeout after 50 milliseconds"), while CEL said TIMEOUT.
+    policy = StepPolicy(expression_max_ms=50)
+    spin = {"kind": "plugin_transform", "plugin": "jsonata", "config": {"expression": "[1..1000].([1..1000].($ * 2))"}}
+    with trio.fail_after(10):
+        out = await compiled(spin, policy).execute(env(), CTX)
+    assert (out.ok, out.error_code) == (False, "TIMEOUT")
+    assert out.error.endswith("the JSONata expression timed out after 50 ms")
 
 
 async def test_log_sends_the_resolved_data_at_its_level():

@@ -11,9 +11,11 @@ import mcpipe.plan._check as checker_module
 from kit.hostile import doubling_spec, nested
 from mcpipe import Template
 from mcpipe._core import json_measure
+from mcpipe._json import dumps
 from mcpipe.compile import Limits, clear_cache, compile_spec, configure_cache
 from mcpipe.errors import OutputTooLargeError, SpecError
 from mcpipe.interaction import InMemoryPipelineStore
+from mcpipe.results import pipe_envelope
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import ClaimUnverifiable, StateTooLarge
 from mcpipe.tools.builtin import builtin_tools
@@ -190,16 +192,68 @@ def test_a_template_naming_one_large_value_many_times_is_refused_before_copying_
     assert len(Template({"a": "${vars.big}", "b": "${vars.big}"}).resolve(env)["b"]) == 100_000
 
 
-async def test_the_outputs_of_all_steps_together_are_bounded_by_the_answer_limit():
-    limits = Limits(max_output_bytes=3000, max_answer_bytes=5000)
-    spec = {"vars": {"v": "x" * 1000}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 4}
+def sent_bytes(answer: dict[str, Any]) -> int:
+    """The bytes of the JSON-RPC response carrying ``answer`` as ``mcp_pipe``'s result (the lean path's
+    encoding: the structured answer, and its JSON again in the text block)."""
+    return len(dumps({"jsonrpc": "2.0", "id": 1, "result": pipe_envelope(answer)}))
+
+
+BIG = {"v": "x" * 10_000}
+
+
+@pytest.mark.parametrize(
+    ("spec", "location"),
+    [
+        # The issue's repro, scaled down: each echo step's output is sent 8 times (`structured`, `output`,
+        # `text` and the content block, in the answer and again in its text block), 80 KB a step.
+        ({"vars": BIG, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 8}, "steps[1]"),
+        # for_each of 100 x 2 KB: every output is in `children` (4 copies) and twice more in the step's own.
+        (
+            {
+                "vars": {"items": list(range(100)), "v": "x" * 2000},
+                "steps": [
+                    {"id": "e", "for_each": "${vars.items}", "step": {"tool": "echo", "args": {"v": "${vars.v}"}}}
+                ],
+            },
+            "steps[0].step",
+        ),
+        # Quotes and backslashes cost twice, then four times, as sent: escapes are counted.
+        ({"vars": {"v": '"\\' * 1500}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 4}, "steps[1]"),
+        # A pipe's result is its `output` and its `result`; the top-level result repeats the last output.
+        (
+            {
+                "vars": {"v": "x" * 15_000},
+                "steps": [
+                    {"pipe": {"vars": {"v": "${vars.v}"}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}]}}
+                ],
+            },
+            "steps[0]",
+        ),
+    ],
+    ids=["8 echo steps", "for_each", "escapes", "pipe"],
+)
+async def test_the_outputs_of_all_steps_together_are_bounded_by_the_answer_limit(spec, location):
+    # Before: the limit counted each output once, so the answer sent was 2-8 times the limit.
+    limit = 200_000
+    limits = Limits(max_output_bytes=150_000, max_answer_bytes=limit)
     answer = await run_pipeline(spec, builtin_tools(), limits=limits)
-    assert [s["ok"] for s in answer["steps"].values()] == [True, True, False]
-    assert "would take the answer past its limit of 5000 bytes" in answer["steps"]["step3"]["error"]
+    assert answer["ok"] is False and answer["error_code"] == "OUTPUT_TOO_LARGE"
+    assert f"would take the answer past its limit of {limit} bytes as sent" in answer["error"]
+    assert f"{location}: the output of step" in answer["error"]
+    assert sent_bytes(answer) <= limit
+    # The same pipeline with room for it: the answer as sent is measured from above, never much above.
+    roomy = await run_pipeline(spec, builtin_tools(), limits=Limits(max_output_bytes=10**8, max_answer_bytes=10**8))
+    assert roomy["ok"] is True and sent_bytes(roomy) > limit
+
+
+async def test_an_answer_just_under_the_limit_is_sent_whole():
+    spec = {"vars": {"v": "x" * 1000}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 3}
+    answer = await run_pipeline(spec, builtin_tools(), limits=Limits(max_answer_bytes=40_000))
+    assert answer["ok"] is True and sent_bytes(answer) <= 40_000
 
 
 async def test_a_return_template_that_multiplies_outputs_is_bounded():
-    limits = Limits(max_answer_bytes=50_000)
+    limits = Limits(max_answer_bytes=100_000)
     spec = {
         "vars": {"v": ["x" * 100] * 50},
         "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}],
@@ -328,3 +382,46 @@ async def test_a_claim_evicted_early_never_lets_its_state_be_replayed():
     with pytest.raises(ClaimUnverifiable):
         await store.claim("b", now + 20)  # `b` went for `e`, and is refused all the same
     assert len(store) == 2
+
+
+# --- fan-out: nested for_each multiplies -------------------------------------------------------------------
+
+
+def nested_each(levels: int, items: Any) -> dict[str, Any]:
+    step: dict[str, Any] = {"tool": "echo", "args": {"i": "${index}"}}
+    for level in range(levels):
+        step = {"id": f"e{level}", "for_each": items, "step": step}
+    return step
+
+
+def test_nested_for_each_over_known_items_past_max_calls_is_refused_at_compile_time():
+    # Before: three nested for_each over a 100-item var (a 400-byte spec) made 1 000 000 calls in principle;
+    # the issue measured 215 000 tool calls, 9 s and 904 MB before the run ended.
+    spec = {"vars": {"items": list(range(100))}, "steps": [nested_each(3, "${vars.items}")]}
+    with pytest.raises(SpecError) as e:
+        compile_spec(spec)
+    assert codes(e.value) == [("steps[0].for_each", "LIMIT_EXCEEDED")]
+    assert "at least 1000000 step executions (nested for_each multiplies); the limit is 1000" in str(e.value)
+    two = {"vars": {"items": list(range(40))}, "steps": [nested_each(2, "${vars.items}")]}
+    with pytest.raises(SpecError, match="at least 1600 step executions"):
+        compile_spec(two)
+    compile_spec(two, limits=Limits(max_calls=1600))
+
+
+async def test_nested_for_each_over_items_known_only_at_run_time_stops_at_max_calls():
+    calls = 0
+    tools = builtin_tools()
+
+    @tools.tool
+    def count() -> int:
+        nonlocal calls
+        calls += 1
+        return calls
+
+    each = nested_each(3, "${steps.list.structured.items}")
+    each["step"]["step"]["step"] = {"tool": "count"}
+    spec = {"steps": [{"id": "list", "tool": "echo", "args": {"items": list(range(100))}}, each]}
+    answer = await run_pipeline(spec, tools, limits=Limits(max_calls=500))
+    assert answer["ok"] is False and answer["error_code"] == "LIMIT_EXCEEDED"
+    assert "step executions; the limit is 500" in answer["error"]
+    assert calls < 500

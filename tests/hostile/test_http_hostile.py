@@ -25,12 +25,32 @@ async def post(url: str, body: bytes, name: str) -> tuple[int, Any]:
     return r.status_code, (result_of(r.text, r.headers.get("content-type", "")) if r.content else None)
 
 
-async def post_both(body: bytes, name: str) -> list[tuple[int, Any]]:
-    """The same request to a server with the lean path and to one without it."""
+ERAS = ["2026-07-28", "2025-11-25"]
+
+
+async def post_2025(url: str, body: bytes) -> tuple[int, Any]:
+    """``body`` posted on an established 2025-11-25 session (initialized, and one request served by the
+    SDK, as every client does before calling: the lean path serves such sessions' calls)."""
+    base = {"content-type": "application/json", "accept": "application/json, text/event-stream"}
+    init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    async with httpx2.AsyncClient(timeout=60) as http:
+        opened = await http.post(
+            url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}, headers=base
+        )
+        hdrs = {**base, "mcp-session-id": opened.headers["mcp-session-id"], "mcp-protocol-version": "2025-11-25"}
+        await http.post(url, json={"jsonrpc": "2.0", "method": "notifications/initialized"}, headers=hdrs)
+        await http.post(url, json={"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, headers=hdrs)
+        r = await http.post(url, content=body, headers=hdrs)
+    return r.status_code, (result_of(r.text, r.headers.get("content-type", "")) if r.content else None)
+
+
+async def post_both(body: bytes, name: str, era: str = "2026-07-28") -> list[tuple[int, Any]]:
+    """The same request to a server with the lean path and to one without it, in ``era``: a stateless
+    2026-07-28 call, or a call on an established 2025-11-25 session."""
     answers = []
     for fast in (True, False):
         async with http_app(fast_path=fast) as url:
-            answers.append(await post(url, body, name))
+            answers.append(await (post(url, body, name) if era == "2026-07-28" else post_2025(url, body)))
     return answers
 
 
@@ -53,10 +73,11 @@ def without_timings(answer: Any) -> Any:
 # --- 2. nesting ----------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("era", ERAS)
 @pytest.mark.parametrize("depth", [100, 190])
-async def test_arguments_nested_past_the_limit_get_a_located_error_on_both_paths_not_an_empty_500(depth):
+async def test_arguments_nested_past_the_limit_get_a_located_error_on_both_paths_not_an_empty_500(depth, era):
     # Before: an empty HTTP 500 on the lean path, JSON-RPC error code 0 or -32603 on the SDK's.
-    answers = await post_both(raw_call("echo", '{"v":' + nested_text(depth) + "}"), "echo")
+    answers = await post_both(raw_call("echo", '{"v":' + nested_text(depth) + "}"), "echo", era)
     for status, answer in answers:
         assert status == 200
         result = answer["result"]
@@ -97,6 +118,33 @@ async def test_the_doubling_attack_over_http_is_a_clean_output_too_large_and_the
         assert structured["error_code"] == "OUTPUT_TOO_LARGE" and structured["ok"] is False
         status, answer = await post(url, orjson.dumps(call("echo", {"alive": True})), "echo")
         assert answer["result"]["structuredContent"] == {"alive": True}
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["lean", "sdk"])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"vars": {"v": "x" * 10_000}, "steps": [{"tool": "echo", "args": {"v": "${vars.v}"}}] * 8},
+        {
+            "vars": {"items": list(range(100)), "v": "x" * 2000},
+            "steps": [{"id": "e", "for_each": "${vars.items}", "step": {"tool": "echo", "args": {"v": "${vars.v}"}}}],
+        },
+    ],
+    ids=["8 echo steps", "for_each"],
+)
+async def test_the_json_rpc_result_of_a_pipeline_stays_under_the_answer_limit(spec, fast):
+    # Before: the limit counted each output once; the answer sent was 2-8 times the limit.
+    limit = 200_000
+    config = make_config(pipe={"max_answer_bytes": limit, "max_output_bytes": 150_000})
+    async with http_app(config, fast_path=fast) as url, httpx2.AsyncClient(timeout=60) as http:
+        r = await http.post(url, content=orjson.dumps(call(PIPE_TOOL, spec)), headers=headers(PIPE_TOOL))
+    message = r.content
+    if r.headers.get("content-type", "").startswith("text/event-stream"):
+        message = [line[5:].strip() for line in message.splitlines() if line.startswith(b"data:")][-1]
+    answer = orjson.loads(message)["result"]
+    assert answer["structuredContent"]["error_code"] == "OUTPUT_TOO_LARGE"
+    assert "as sent" in answer["structuredContent"]["error"]
+    assert len(message) <= limit
 
 
 # --- 6. expression deadline -----------------------------------------------------------------------------
@@ -141,20 +189,25 @@ async def test_a_runaway_cel_expression_times_out_located_while_the_server_keeps
 # --- 7. both paths agree; slow bodies --------------------------------------------------------------------
 
 
-async def test_integers_of_2_64_and_more_stay_integers_on_both_paths():
+@pytest.mark.parametrize("era", ERAS)
+async def test_integers_of_2_64_and_more_stay_integers_on_both_paths(era):
     # Before: the lean path read 18446744073709551616 as a float.
     big = "18446744073709551616"
-    answers = await post_both(raw_call("echo", '{"n":' + big + ',"m":-' + big + "0}"), "echo")
+    answers = await post_both(raw_call("echo", '{"n":' + big + ',"m":-' + big + "0}"), "echo", era)
     for status, answer in answers:
         assert status == 200
         assert answer["result"]["structuredContent"] == {"n": 2**64, "m": -(2**64) * 10}
     assert answers[0] == answers[1]
 
 
-async def test_a_body_with_a_byte_order_mark_gets_the_same_answer_on_both_paths():
+@pytest.mark.parametrize("era", ERAS)
+async def test_a_body_with_a_byte_order_mark_is_accepted_with_the_same_answer_on_both_paths(era):
+    # Before: refused with 400 on a 2025-11-25 session, accepted on 2026-07-28.
     body = b"\xef\xbb\xbf" + orjson.dumps(call("echo", {"a": 1}))
-    fast, sdk = await post_both(body, "echo")
+    fast, sdk = await post_both(body, "echo", era)
     assert fast == sdk
+    status, answer = fast
+    assert status == 200 and answer["result"]["structuredContent"] == {"a": 1}
 
 
 async def test_a_body_that_arrives_too_slowly_is_answered_408():

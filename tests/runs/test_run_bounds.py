@@ -92,7 +92,10 @@ async def test_a_background_answer_past_max_run_bytes_is_kept_as_an_output_too_l
     config = make_config(runs={"max_run_bytes": 64 * 1024})
     with trio.fail_after(20):
         async with open_app(config) as app, Client(app.server) as client:
-            started = await client.call_tool(PIPE_TOOL, _big(20_000))
+            # The answer fits the run's answer limit (capped at max_run_bytes, counted as sent), but with the
+            # run's 45 KB of arguments it is past what the queue keeps of one run.
+            spec = {**_big(4_000), "vars": {"big": "x" * 4_000, "pad": "p" * 45_000}}
+            started = await client.call_tool(PIPE_TOOL, spec)
             run_id = started.structured_content["result"]["run_id"]
             done = await client.call_tool("pipe_result", {"run_id": run_id, "wait_ms": 10000})
             status = (await client.call_tool("pipe_status", {"run_id": run_id})).structured_content

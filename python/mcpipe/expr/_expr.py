@@ -328,16 +328,23 @@ class JsonataExpr:
         """
         data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
-        frame.set_runtime_bounds(min(self.max_ms, int(_timeout_ms)), self.max_depth)
+        max_ms = min(self.max_ms, int(_timeout_ms))
+        frame.set_runtime_bounds(max_ms, self.max_depth)
         try:
             result = self.expression.evaluate(data, frame)
         except jsonata.JException as e:
+            if getattr(e, "error", None) == _JSONATA_TIMEOUT:  # past the deadline: TIMEOUT, as for CEL
+                raise ExpressionError(f"the JSONata expression timed out after {max_ms:g} ms", timeout=True) from None
             raise ExpressionError(_jsonata_message(e, self.source)) from None
         except Exception as e:  # the library lets Python errors through (ZeroDivisionError, ...)
             raise ExpressionError(f"{type(e).__name__}: {e}") from None
         if callable(result):
             raise ExpressionError("the result is a function, not JSON data")
         return to_json_value(result)
+
+
+_JSONATA_TIMEOUT = "D1012"
+"""The library's code for an evaluation past its time bound."""
 
 
 def _jsonata_message(e: Any, source: str) -> str:

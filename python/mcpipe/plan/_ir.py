@@ -74,9 +74,13 @@ class Limits:
         max_json_depth: how deeply any JSON value (``args``, ``vars``, ``return``, tool arguments) may nest.
         max_output_bytes: the most one step's output, or one resolved template (its texts and copied values), may
             hold.
-        max_answer_bytes: the most all the step outputs of one answer, and its result, may hold together.
+        max_answer_bytes: the most one answer may hold as it is sent (every step result with all its copies of
+            an output, its result and error, in the structured answer and again in its JSON text block).
         expression_timeout_ms: the deadline of one CEL or JSONata evaluation (declared pipelines).
         max_items: the most elements a ``for_each`` step may run its step for.
+        max_calls: the most leaf step executions (tool calls, kinds' steps) one run may make in all, every
+            ``for_each`` element and nested fan-out counted: refused at compile time when the sizes are
+            known then, else as each ``for_each`` expands (``LIMIT_EXCEEDED``).
         idempotent_tools: names or ``*``-globs of the tools the operator marks idempotent (a step may
             ``retry`` them; so may it a tool whose annotations say ``idempotentHint``).
     """
@@ -92,6 +96,7 @@ class Limits:
     expression_timeout_ms: float = 1000.0
     max_items: int = 100
     idempotent_tools: tuple[str, ...] = ()
+    max_calls: int = 1000
 
 
 DEFAULT_LIMITS = Limits()
@@ -319,6 +324,47 @@ def walk(steps: Iterable[Node]) -> Iterator[Node]:
             yield from walk(step.pipe.steps)
         elif isinstance(step, ForEach):
             yield from walk((step.step,))
+
+
+def least_calls(plan: Pipeline) -> tuple[int, str]:
+    """How many leaf executions a run of ``plan`` makes at least, and the ``for_each`` that multiplies the
+    most of them (``""`` if none): a ``for_each`` whose items are known before the run (a constant array,
+    or a constant ``vars`` entry of its pipeline) counts its step that many times, any other once."""
+    best: list[tuple[int, str]] = [(0, "")]
+
+    def count(steps: Iterable[Node], known: Mapping[str, Any] | None) -> int:
+        n = 0
+        for step in steps:
+            if isinstance(step, Leaf):
+                n += 1
+            elif isinstance(step, Parallel):
+                n += count(step.children, known)
+            elif isinstance(step, Pipe):
+                inner = step.pipe.vars
+                n += count(step.pipe.steps, inner.resolve({}) if inner.is_constant else None)
+            else:
+                items = _known_items(step.items, known)
+                each = count((step.step,), known)
+                total = each * (len(items) if isinstance(items, list) and items else 1)
+                if total > best[0][0]:
+                    best[0] = (total, step.location)
+                n += total
+        return n
+
+    top = plan.vars.resolve({}) if plan.vars.is_constant else None
+    return count(plan.steps, top), best[0][1]
+
+
+def _known_items(items: Template, known: Mapping[str, Any] | None) -> Any:
+    """The value ``items`` resolves to when it is known before the run, else None."""
+    if items.is_constant:
+        return items.resolve({})
+    if known is None or any(not r.startswith("vars.") for r in items.references):
+        return None
+    try:
+        return items.resolve({"vars": known})
+    except (InterpolationError, OutputTooLargeError):
+        return None
 
 
 def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:

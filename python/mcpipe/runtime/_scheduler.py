@@ -57,6 +57,7 @@ from mcpipe.plan import (
     referenced_step,
     walk,
 )
+from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
     each_result,
     group_result,
@@ -81,6 +82,11 @@ _process_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.Run
 
 _CANCELLED = ErrorCode.CANCELLED
 _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
+# What an answer weighs as sent before any step's result: its own fields (summary, counts, duration) twice
+# over, and the tool result and JSON-RPC response around it; a generous bound.
+_ANSWER_FRAME = 1024
+# Kept under max_answer_bytes (at most a quarter of it) for the records a full answer still makes.
+_RECORDS_ROOM = 64 * 1024
 
 
 def process_limiter() -> trio.CapacityLimiter:
@@ -246,12 +252,14 @@ class _Run:
         "durable",
         "facts",
         "failed",
+        "full",
         "limits",
         "memo",
         "on_event",
         "pid",
         "proc_limiter",
         "registry",
+        "scope",
         "succeeded",
         "total",
     )
@@ -287,7 +295,11 @@ class _Run:
         self.args = args
         self.total = total
         self.succeeded = self.failed = self.cancelled = 0
-        self.answer_bytes = 0  # what the outputs kept so far weigh (bounded by limits.max_answer_bytes)
+        # What the answer holds so far as it will be sent (both representations, see `keep`), starting with
+        # its own fields and the tool result around it; bounded by limits.max_answer_bytes.
+        self.answer_bytes = _ANSWER_FRAME
+        self.full: OutputTooLargeError | None = None  # the step that found the answer full
+        self.scope: trio.CancelScope | None = None
         self.call_limiter: trio.CapacityLimiter | None = None
         self.proc_limiter: trio.CapacityLimiter | None = None
 
@@ -302,13 +314,23 @@ class _Run:
         except OutputTooLargeError as e:
             return self.answer(False, str(e), _TOO_LARGE, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
-        if deadline is None:
-            ok, error, code, result = await self.pipeline(plan, env, False, "")
-        else:
-            with trio.move_on_after(deadline / 1000) as scope:
+        ok, error, code, result = False, "", None, None
+        with trio.CancelScope() as self.scope:
+            if deadline is None:
                 ok, error, code, result = await self.pipeline(plan, env, False, "")
-            if scope.cancelled_caught:
-                return self.answer(False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started)
+            else:
+                with trio.move_on_after(deadline / 1000) as scope:
+                    ok, error, code, result = await self.pipeline(plan, env, False, "")
+                if scope.cancelled_caught and self.full is None:
+                    return self.answer(
+                        False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started
+                    )
+        if self.full is not None:
+            return self.answer(False, str(self.full), _TOO_LARGE, None, env, started)
+        where = "return" if plan.ret is not None else "result"
+        too_large = self.charge((error, result), where, "the result")
+        if too_large is not None:
+            return self.answer(False, str(too_large), _TOO_LARGE, None, env, started)
         return self.answer(ok, error, code, result, env, started)
 
     def answer(
@@ -362,7 +384,8 @@ class _Run:
                 result = last["output"] if last is not None else None
             else:
                 result = plan.ret.resolve(env)
-                too_large = self.weigh(result, f"{plan.location}.return" if plan.location else "return", "the result")
+                where = f"{plan.location}.return" if plan.location else "return"
+                too_large = self.check_output(result, where, "the result", 0)
                 if too_large is not None:
                     return False, str(too_large), _TOO_LARGE, None
         except InterpolationError as e:
@@ -515,6 +538,7 @@ class _Run:
 
     def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """A leaf step that finished in an earlier round of this call: its recorded result, not run again."""
+        self.answer_bytes += json_measure(done, wire=True)[0]  # kept once already: it fitted then
         results[step.id] = done
         if done.get("skipped"):
             pass
@@ -561,7 +585,7 @@ class _Run:
         finally:
             if r is None:
                 r = group_result(step.id, step.children, children, False, "cancelled", _CANCELLED, t0)
-            results[step.id] = r
+            self.keep(step, r, results)
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r
@@ -646,7 +670,7 @@ class _Run:
         finally:
             if r is None:
                 r = pipe_result(step.id, False, "cancelled", _CANCELLED, None, inner["steps"], t0)
-            results[step.id] = r
+            self.keep(step, r, results)
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r
@@ -678,12 +702,18 @@ class _Run:
 
     def settle(self, step: Any, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
+        what = f"the output of step '{step.id}'"
+        too_large = None
         if r["structured"] is not None or r["content"]:
-            too_large = self.weigh((r["structured"], r["content"]), step.location, f"the output of step '{step.id}'")
-            if too_large is not None:
-                # Dropped, not kept: the step fails, located, and the answer stays small.
-                r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
-                r["output"] = None
+            # +2: the pair (structured, content) and a content block nest two levels themselves.
+            too_large = self.check_output((r["structured"], r["content"]), step.location, what, 2)
+        if too_large is None:
+            too_large = self.charge(r, step.location, what)
+        if too_large is not None:
+            # Dropped, not kept: the step fails, located, and the answer stays small.
+            r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
+            r["output"] = None
+            self.answer_bytes += json_measure(r, wire=True)[0]
         results[step.id] = r
         code = r["error_code"]
         if r.get("skipped"):
@@ -699,28 +729,53 @@ class _Run:
         if self.on_event is not None:
             self.finished(step, r, path)
 
-    def weigh(self, value: Any, location: str, what: str) -> OutputTooLargeError | None:
-        """Count ``value`` towards the answer; the error when it passes ``max_output_bytes``, the room left
-        under ``max_answer_bytes`` or ``max_json_depth`` (measured no further than the limits)."""
+    def check_output(self, value: Any, location: str, what: str, wrapping: int) -> OutputTooLargeError | None:
+        """The error when ``value`` (one step's output, or a ``return``) passes ``max_output_bytes`` or nests
+        past ``max_json_depth`` (``wrapping``: the levels the caller's own containers add), else None."""
         limits = self.limits
-        room = limits.max_answer_bytes - self.answer_bytes
-        cap = limits.max_output_bytes if limits.max_output_bytes < room else room
-        # +2: the pair (structured, content) and a content block nest two levels themselves.
-        size, depth = json_measure(value, max_bytes=cap, max_depth=limits.max_json_depth + 2)
-        if size <= cap and depth <= limits.max_json_depth + 2:
+        return measure_output(
+            value,
+            max_bytes=limits.max_output_bytes,
+            max_depth=limits.max_json_depth,
+            location=location,
+            what=what,
+            wrapping=wrapping,
+        )
+
+    def charge(self, value: Any, location: str, what: str) -> OutputTooLargeError | None:
+        """Count ``value`` towards the answer as it will be sent: its JSON with escapes, and that JSON again
+        as the tool result's text block (``json_measure(wire=True)``, which stops past the room left). The
+        error, without counting it, when it does not fit under ``max_answer_bytes``."""
+        limit = self.limits.max_answer_bytes
+        # Room is kept for what a full answer still records: the failed step, the steps it cancels.
+        room = max(limit - min(limit // 4, _RECORDS_ROOM) - self.answer_bytes, 0)
+        size = json_measure(value, max_bytes=room, wire=True)[0]
+        if size <= room:
             self.answer_bytes += size
             return None
-        if depth > limits.max_json_depth + 2:
-            return OutputTooLargeError(
-                size, cap, location, what, f"nests more than {limits.max_json_depth} levels deep"
-            )
-        if cap == limits.max_output_bytes:
-            return OutputTooLargeError(size, cap, location, what)
         why = (
-            f"would take the answer past its limit of {limits.max_answer_bytes} bytes "
-            f"({self.answer_bytes} bytes kept before it)"
+            f"would take the answer past its limit of {limit} bytes as sent ({self.answer_bytes} bytes kept before it)"
         )
-        return OutputTooLargeError(size, limits.max_answer_bytes, location, what, why)
+        full = OutputTooLargeError(size, limit, location, what, why)
+        if self.full is None:
+            # Nothing more fits: the run stops here (whatever `continue_on_error` says), and answers this.
+            self.full = full
+            if self.scope is not None:
+                self.scope.cancel()
+        return full
+
+    def keep(self, step: Any, r: dict[str, Any], results: dict[str, Any]) -> None:
+        """Record a container's (or a skipped step's) result: what it adds to the answer beyond its children,
+        counted already, is charged; past the room, the result fails ``OUTPUT_TOO_LARGE`` without its
+        output (a group's, a ``for_each``'s, a pipe's copies of its children's outputs)."""
+        own = {k: v for k, v in r.items() if k != "children" and k != "steps"}
+        too_large = self.charge(own, step.location, f"the output of step '{step.id}'")
+        if too_large is not None:
+            r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, output=None)
+            if "result" in r:
+                r["result"] = None
+            self.answer_bytes += json_measure({k: v for k, v in r.items() if k in own}, wire=True)[0]
+        results[step.id] = r
 
     async def container(
         self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
@@ -732,12 +787,12 @@ class _Run:
         except ExpressionError as e:
             error = f"{step.location}: {e}" if e.timeout else str(e)
             r = leaf_result(step.id, False, error, e.code, t0, kind=step.kind, skippable=True)
-            results[step.id] = r
+            self.keep(step, r, results)
             return r
         if inner is SKIP:
             r = leaf_result(step.id, True, "", None, t0, kind=step.kind, skippable=True)
             r["skipped"] = True
-            results[step.id] = r
+            self.keep(step, r, results)
             return r
         if type(step) is Parallel:
             r = await self.group(step, inner, results, prefix, stop)
@@ -762,7 +817,7 @@ class _Run:
             if type(step) is Leaf:
                 self.settle(step, r, prefix + step.id, results)
             else:
-                results[step.id] = r
+                self.keep(step, r, results)
             return r
         if verdict:
             return await self.dispatch(step, env, results, parallel, prefix, stop)
@@ -775,7 +830,7 @@ class _Run:
             "skipped": True,
             "duration_ms": ms_since(t0),
         }
-        results[step.id] = r
+        self.keep(step, r, results)
         if self.on_event is not None:
             self.started(step, step.kind, prefix + step.id)
             self.finished(step, r, prefix + step.id)
@@ -807,6 +862,12 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+                why = (
+                    f"{step.location}.for_each: {len(items)} items would bring the run to "
+                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                )
+                r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:
                 self.total += (len(items) - 1) * leaves
                 slots = [{} for _ in items]
@@ -830,7 +891,7 @@ class _Run:
         finally:
             if r is None:
                 r = each_result(step.id, _each_children(step, slots), False, "cancelled", _CANCELLED, t0)
-            results[step.id] = r
+            self.keep(step, r, results)
             if self.on_event is not None:
                 self.finished(step, r, path)
         return r

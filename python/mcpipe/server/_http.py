@@ -134,6 +134,14 @@ async def read_body(receive: Receive, *, max_bytes: int, timeout_s: float) -> Bo
     return None
 
 
+_BOM = b"\xef\xbb\xbf"
+
+
+def _drop_length(scope: Scope) -> None:
+    """Forget the request's ``content-length`` once its body was changed (the body is replayed whole)."""
+    scope["headers"] = [(k, v) for k, v in scope["headers"] if k.lower() != b"content-length"]
+
+
 class HttpFront:
     """The ASGI app: ``/healthz``, bearer auth, then the SDK's streamable HTTP transport at ``path``.
 
@@ -194,7 +202,13 @@ class HttpFront:
                         return
                     if read.gone:
                         return
-                    receive = replaying(read.data, read.more, receive)
+                    data = read.data
+                    if data.startswith(_BOM):
+                        # RFC 8259 lets a parser ignore a byte order mark; the SDK's parsers differ by protocol
+                        # era (2025-11-25 refused it), so it goes here, before either path reads the body.
+                        data = data[len(_BOM) :]
+                        _drop_length(scope)
+                    receive = replaying(data, read.more, receive)
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
