@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu
 
 setup: $(STAMP)
 
@@ -67,6 +67,18 @@ fuzz: setup
 # 100 clients of mixed pipelines against a real `mcpipe serve` for a few minutes: p99, RSS, memory flat.
 soak: setup
 	$(BIN)/python tests/kit/soak.py --seconds $${MCPIPE_SOAK_S:-180}
+
+# The Kafka tests against tansu, an Apache-2.0 Kafka-compatible broker (crates.io), instead of the tests' own
+# broker (tests/kit/kafkabroker.py). tansu is built once into .tansu/ (its in-memory storage needs the
+# `dynostore` feature); the build takes long on 2 cores, which is why `make test` (CI) does not run this.
+TANSU_VERSION := 0.6.0
+TANSU := .tansu/bin/tansu
+KAFKA_TESTS := tests/backends/test_kafka_client.py tests/backends/test_kafka_steps.py \
+	tests/backends/test_kafka_interop.py tests/backends/test_mcpg_services.py
+$(TANSU):
+	cargo install tansu --version $(TANSU_VERSION) --locked --features dynostore --root .tansu
+kafka-tansu: setup $(TANSU)
+	MCPIPE_KAFKA=tansu MCPIPE_TANSU=$(abspath $(TANSU)) $(BIN)/python -m pytest -q $(KAFKA_TESTS) $(PYTEST_ARGS)
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

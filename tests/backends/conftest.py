@@ -20,7 +20,34 @@ def nats_url() -> Iterator[str]:
         yield url
 
 
+# The topics the Kafka tests use: the tests' broker creates a topic on first use, tansu (MCPIPE_KAFKA=tansu,
+# `make kafka-tansu`) does not, so the fixture creates these first. A new Kafka test's topic goes here.
+KAFKA_TOPICS = (
+    # test_kafka_client.py
+    "orders",
+    "rpc.requests",
+    "rpc.responses",
+    "nobody.listens",
+    "nobody.answers",
+    # test_kafka_steps.py
+    "quotes.requests",
+    "quotes.responses",
+    "void.requests",
+    "void.responses",
+    "orders.A-1",
+    # test_kafka_interop.py
+    "interop.a",
+    "interop.b",
+    "kp.requests",
+    "kp.responses",
+    # test_mcpg_services.py
+    "requests",
+    "responses",
+)
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap() -> Iterator[str]:
-    with kafka_broker() as bootstrap:
+    """A Kafka-protocol broker for the session: the tests' own, or tansu with MCPIPE_KAFKA=tansu."""
+    with kafka_broker(KAFKA_TOPICS) as bootstrap:
         yield bootstrap

@@ -3,6 +3,10 @@
 PostgreSQL (Debian's ``postgresql``: ``initdb`` and ``pg_ctl``, run as the ``postgres`` user when the tests
 run as root, since PostgreSQL refuses root) and NATS (Debian's ``nats-server``). A test that needs one
 skips only when the binaries are absent; CI installs them (``.ci/run``).
+
+Kafka: the tests' own Kafka-protocol broker (``kafkabroker.py``), or with ``MCPIPE_KAFKA=tansu`` tansu, an
+Apache-2.0 Kafka-compatible broker (crates.io's ``tansu``; ``make kafka-tansu`` builds it and runs the Kafka
+tests against it): the binary named by ``MCPIPE_TANSU``, else ``tansu`` on PATH.
 """
 
 from __future__ import annotations
@@ -14,14 +18,22 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["free_port", "kafka_broker", "nats_server", "postgres_server", "wait_for_port"]
+__all__ = [
+    "free_port",
+    "kafka_broker",
+    "kafka_kind",
+    "nats_server",
+    "postgres_server",
+    "tansu_broker",
+    "wait_for_port",
+]
 
 
 def free_port() -> int:
@@ -97,9 +109,28 @@ def nats_server() -> Iterator[str]:
         yield f"nats://127.0.0.1:{port}"
 
 
+KAFKA_KINDS = ("python", "tansu")
+
+
+def kafka_kind() -> str:
+    """Which Kafka broker the tests run: ``MCPIPE_KAFKA`` (``python``, the default, or ``tansu``)."""
+    kind = os.environ.get("MCPIPE_KAFKA", "").strip() or "python"
+    if kind not in KAFKA_KINDS:
+        pytest.fail(f"MCPIPE_KAFKA is python or tansu, got {kind!r}", pytrace=False)
+    return kind
+
+
 @contextmanager
-def kafka_broker() -> Iterator[str]:
-    """The tests' Kafka-protocol broker (``kafkabroker.py``) in a process of its own; yields ``127.0.0.1:PORT``."""
+def kafka_broker(topics: Sequence[str] = ()) -> Iterator[str]:
+    """A Kafka-protocol broker in a process of its own; yields ``127.0.0.1:PORT``.
+
+    The tests' broker (``kafkabroker.py``, which creates a topic on first use), or tansu when
+    ``MCPIPE_KAFKA=tansu``: it creates none, so ``topics`` are created first (two partitions each, as the
+    tests' broker has)."""
+    if kafka_kind() == "tansu":
+        with tansu_broker(topics) as bootstrap:
+            yield bootstrap
+        return
     import sys
 
     port = free_port()
@@ -108,17 +139,65 @@ def kafka_broker() -> Iterator[str]:
         yield f"127.0.0.1:{port}"
 
 
+def _tansu_binary() -> str:
+    named = os.environ.get("MCPIPE_TANSU", "").strip()
+    binary = named or shutil.which("tansu")
+    if not binary or not os.access(binary, os.X_OK):
+        where = f"MCPIPE_TANSU={named!r} is not an executable" if named else "no tansu on PATH and no MCPIPE_TANSU"
+        pytest.fail(f"MCPIPE_KAFKA=tansu: {where} (`make kafka-tansu` installs tansu into .tansu/)", pytrace=False)
+    return binary
+
+
+@contextmanager
+def tansu_broker(topics: Sequence[str] = (), partitions: int = 2) -> Iterator[str]:
+    """tansu (``tansu broker``) with in-memory storage, listening and advertised on a free 127.0.0.1 port, run
+    in a temporary directory; ``topics`` created with ``tansu topic create``. Yields ``127.0.0.1:PORT``; its
+    output is kept in the directory's ``log`` and shown if it fails to start or to create a topic."""
+    binary = _tansu_binary()
+    port = free_port()
+    url = f"tcp://127.0.0.1:{port}"
+    tmp = Path(tempfile.mkdtemp(prefix="mcpipe-tansu-"))
+    argv = [binary, "broker", "--listener-url", url, "--advertised-listener-url", url]
+    argv += ["--storage-engine", "memory://tansu/"]
+    try:
+        with (tmp / "log").open("wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=tmp)
+            try:
+                try:
+                    wait_for_port(port, proc)
+                except (RuntimeError, TimeoutError) as e:
+                    said = (tmp / "log").read_text(errors="replace").strip()[-2000:]
+                    pytest.fail(f"tansu did not start: {e}\n{said}", pytrace=False)
+                for topic in topics:
+                    create = [binary, "topic", "create", topic, "--broker", url, "--partitions", str(partitions)]
+                    done = subprocess.run(create, capture_output=True, timeout=60, cwd=tmp)
+                    if done.returncode != 0:
+                        said = (done.stderr or done.stdout).decode(errors="replace").strip()
+                        pytest.fail(f"tansu did not create topic {topic!r}: {said}", pytrace=False)
+                yield f"127.0.0.1:{port}"
+            finally:
+                _stop(proc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 @contextmanager
 def _listening(argv: list[str], port: int, **popen: Any) -> Iterator[None]:
-    """Run ``argv`` until the block ends, once it listens on ``port``; then terminate it (killed after 10 s)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, **popen)
+    """Run ``argv`` until the block ends, once it listens on ``port``; then stop it (``_stop``)."""
+    popen.setdefault("stdout", subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, **popen)
     try:
         wait_for_port(port, proc)
         yield
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """Terminate ``proc``, killed if it has not ended after 10 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
