@@ -68,9 +68,9 @@ fuzz: setup
 soak: setup
 	$(BIN)/python tests/kit/soak.py --seconds $${MCPIPE_SOAK_S:-180}
 
-# The Kafka tests against tansu, an Apache-2.0 Kafka-compatible broker (crates.io), instead of the tests' own
-# broker (tests/kit/kafkabroker.py). tansu is built once into .tansu/ (its in-memory storage needs the
-# `dynostore` feature); the build takes long on 2 cores, which is why `make test` (CI) does not run this.
+# The Kafka tests against tansu (the Rust crate), an Apache-2.0 Kafka-compatible broker, instead of the
+# tests' own broker (tests/kit/kafkabroker.py). tansu is built once into .tansu/ (its in-memory storage needs
+# the `dynostore` feature): about 14 min on 2 cores, which is why `make test` (CI) does not run this.
 TANSU_VERSION := 0.6.0
 TANSU := .tansu/bin/tansu
 KAFKA_TESTS := tests/backends/test_kafka_client.py tests/backends/test_kafka_steps.py \

@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 import pytest
 import trio
 
-from kit.realservers import free_port
+from kit.realservers import free_port, kafka_kind
 from mcpipe.backends.kafka import KafkaClient, KafkaError, KafkaRecord, crc32c, decode_batches, encode_batch, murmur2
 
 
@@ -107,6 +107,10 @@ async def test_a_request_without_a_response_times_out(client: KafkaClient) -> No
 
 
 async def test_a_corrupt_batch_is_refused_by_the_broker(client: KafkaClient, monkeypatch: pytest.MonkeyPatch) -> None:
+    if kafka_kind() == "tansu":
+        # tansu 0.6.0 checks the CRC-32C, logs a mismatch and stores the batch anyway (tansu-sans-io's
+        # record/deflated.rs), where Kafka answers CORRUPT_MESSAGE: nothing here for mcpipe to map.
+        pytest.skip("tansu 0.6.0 stores a batch with a bad CRC-32C (Kafka refuses it)")
     import mcpipe.backends.kafka as kafka
 
     monkeypatch.setattr(kafka, "crc32c", lambda data: 12345)

@@ -5,7 +5,7 @@ run as root, since PostgreSQL refuses root) and NATS (Debian's ``nats-server``).
 skips only when the binaries are absent; CI installs them (``.ci/run``).
 
 Kafka: the tests' own Kafka-protocol broker (``kafkabroker.py``), or with ``MCPIPE_KAFKA=tansu`` tansu, an
-Apache-2.0 Kafka-compatible broker (crates.io's ``tansu``; ``make kafka-tansu`` builds it and runs the Kafka
+Apache-2.0 Kafka-compatible broker (the Rust crate ``tansu``; ``make kafka-tansu`` builds it and runs the Kafka
 tests against it): the binary named by ``MCPIPE_TANSU``, else ``tansu`` on PATH.
 """
 
@@ -145,7 +145,7 @@ def _tansu_binary() -> str:
     if not binary or not os.access(binary, os.X_OK):
         where = f"MCPIPE_TANSU={named!r} is not an executable" if named else "no tansu on PATH and no MCPIPE_TANSU"
         pytest.fail(f"MCPIPE_KAFKA=tansu: {where} (`make kafka-tansu` installs tansu into .tansu/)", pytrace=False)
-    return binary
+    return os.path.abspath(binary)  # it runs in a temporary directory
 
 
 @contextmanager
