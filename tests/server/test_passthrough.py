@@ -16,7 +16,10 @@ from mcp.shared.exceptions import MCPError
 
 from kit.servers import everything_downstream, make_config, running, stdio_downstream
 from mcpipe.config import ConfigError
+from mcpipe.declared import DeclaredPipelineTool
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.runtime import run_compiled
+from mcpipe.tools import ToolContext
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -192,16 +195,52 @@ async def test_log_messages_of_a_downstream_call_reach_that_caller_at_its_level_
         assert got == []
 
 
-async def test_a_downstream_json_rpc_error_reaches_a_direct_caller_unchanged_and_fails_a_pipeline_step():
+MISSING_SAMPLING = {
+    "code": types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+    "message": "This tool requires the client 'sampling' capability",
+    "data": {"requiredCapabilities": {"sampling": {}}},
+}
+"""The JSON-RPC error the everything-server answers a 2026-07-28 call of its sampling tool without sampling."""
+
+
+async def test_a_downstream_json_rpc_error_reaches_a_direct_caller_unchanged_and_fails_a_pipeline_step_keeping_it():
+    spec = {
+        "continue_on_error": True,
+        "steps": [{"id": "ask", "tool": "ev.test_missing_capability"}, {"id": "after", "tool": "echo", "args": {}}],
+        "return": {"code": "${steps.ask.jsonrpc_error.code}", "data": "${steps.ask.jsonrpc_error.data}"},
+    }
     with trio.fail_after(30):
         async with running(_config()) as app, Client(app.server, mode="2026-07-28") as client:
             with pytest.raises(MCPError) as err:
                 await client.call_tool("ev.test_missing_capability", {})
-            piped = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "ev.test_missing_capability"}]})
-    assert err.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
-    assert err.value.data == {"requiredCapabilities": {"sampling": {}}}
-    step = piped.structured_content["steps"]["step1"]
+            piped = await client.call_tool(PIPE_TOOL, spec)
+    assert (err.value.code, err.value.message, err.value.data) == tuple(MISSING_SAMPLING.values())
+    answer = piped.structured_content
+    step = answer["steps"]["ask"]
     assert step["error_code"] == "TOOL_FAILED" and "error -32021" in step["error"]
+    assert step.get("jsonrpc_error") == MISSING_SAMPLING, step
+    assert answer["result"] == {"code": -32021, "data": {"requiredCapabilities": {"sampling": {}}}}
+    assert "jsonrpc_error" not in answer["steps"]["after"]
+
+
+REFUSAL = {"code": -32042, "message": "refused on purpose", "data": {"why": "a test"}}
+"""The JSON-RPC error the tests' downstream server answers a call of its ``refuse`` tool."""
+
+
+async def test_a_declared_tool_step_failing_with_a_downstream_json_rpc_error_keeps_the_error_in_its_result():
+    probe = {"name": "probe", "steps": [{"kind": "tool", "id": "ask", "tool": "ds.refuse"}]}
+    cfg = make_config(mcpServers={"ds": stdio_downstream()}, pipelines=[probe])
+    with trio.fail_after(30):
+        async with running(cfg) as app, Client(app.server) as client:
+            called = await client.call_tool("probe", {})
+            piped = await client.call_tool(PIPE_TOOL, {"steps": [{"id": "ask", "tool": "ds.refuse"}]})
+            tool = app.gateway.get("probe")
+            assert isinstance(tool, DeclaredPipelineTool)
+            answer = await run_compiled(tool.compiled, app.gateway, context=ToolContext())
+    assert called.is_error and "TOOL_FAILED: step 'ask' failed: DownstreamError: " in called.content[0].text
+    for step in (answer["steps"]["ask"], piped.structured_content["steps"]["ask"]):
+        assert step["error_code"] == "TOOL_FAILED"
+        assert step["jsonrpc_error"] == REFUSAL
 
 
 async def _silent_listener(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

@@ -43,11 +43,16 @@ Change = tuple[str, str | None]
 
 class DownstreamError(CallError):
     """A downstream server answered a request with a JSON-RPC error: its code, message and data are kept, so a
-    direct call answers the caller the same error; a pipeline step fails with it (``TOOL_FAILED``)."""
+    direct call answers the caller the same error; a pipeline step fails with it (``TOOL_FAILED``) and
+    carries the error object, unchanged, as ``jsonrpc_error`` (``{"code", "message", "data"?}``)."""
 
     def __init__(self, server: str, error: types.ErrorData) -> None:
         super().__init__(f"MCP server '{server}' answered error {error.code}: {error.message}")
+        self.server = server
         self.error = error
+
+    def step_fields(self) -> dict[str, Any]:
+        return {"jsonrpc_error": _wire(self.error)}
 
 
 def _wire(model: Any) -> dict[str, Any]:
