@@ -14,7 +14,7 @@ import trio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from kit.servers import everything_downstream, make_config, running, stdio_downstream
+from kit.servers import everything_downstream, http_server, make_config, running, stdio_downstream
 from mcpipe.config import ConfigError
 from mcpipe.declared import DeclaredPipelineTool
 from mcpipe.gateway import PIPE_TOOL
@@ -186,6 +186,7 @@ async def test_log_messages_of_a_downstream_call_reach_that_caller_at_its_level_
                         warnings.simplefilter("ignore")
                         await client.set_logging_level("error")
                     await client.call_tool("ev.test_tool_with_logging", {})
+                    assert got == heard  # its three info messages are below "error" now: none came
             async with Client(app.server, mode=mode, logging_callback=on_log) as quiet:  # no level: nothing (2026)
                 got.clear()
                 await quiet.call_tool("ev.test_tool_with_logging", {})
@@ -193,6 +194,68 @@ async def test_log_messages_of_a_downstream_call_reach_that_caller_at_its_level_
     assert {m.level for m in heard} == {"info"} and all(m.logger == "everything" for m in heard)
     if mode != "legacy":
         assert got == []
+
+
+async def _set_level(client: Client, level: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging/setLevel is deprecated in the 2026-07-28 era
+        await client.set_logging_level(level)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_downstream_log_message_below_the_callers_level_is_dropped_and_one_at_or_above_it_arrives(mode):
+    got: list[tuple[str, Any, str | None]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        got.append((params.level, params.data, params.logger))
+
+    heard: dict[str, list[Any]] = {}
+    with trio.fail_after(30):
+        async with running(_config(ds=stdio_downstream())) as app:
+            for level in ("debug", "warning", "error"):
+                got.clear()
+                level_2026: Any = level if mode != "legacy" else None
+                async with Client(app.server, mode=mode, logging_callback=on_log, log_level=level_2026) as client:
+                    if mode == "legacy":
+                        await _set_level(client, level)
+                    await client.call_tool("ds.chatter", {"tag": level})
+                heard[level] = [(lv, data) for lv, data, _ in got]
+                assert {logger for _, _, logger in got} == {"chatter"}
+    assert heard == {
+        "debug": [(lv, f"debug {lv}") for lv in ("debug", "info", "warning", "error")],
+        "warning": [("warning", "warning warning"), ("error", "warning error")],
+        "error": [("error", "error error")],
+    }
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_clients_calling_one_downstream_logging_tool_at_once_over_http_each_get_only_their_own_messages(
+    mode,
+):
+    heard: dict[str, list[Any]] = {"a": [], "b": [], "alone": []}
+    answers: dict[str, str] = {}
+
+    async def call(url: str, tag: str, together: int) -> None:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            heard[tag].append(params.data)
+
+        level: Any = "debug" if mode != "legacy" else None
+        async with Client(url, mode=mode, logging_callback=on_log, log_level=level) as client:
+            if mode == "legacy":
+                await _set_level(client, "debug")
+            r = await client.call_tool("ds.chatter", {"tag": tag, "together": together})
+            answers[tag] = r.content[0].text  # type: ignore[union-attr]
+
+    with trio.fail_after(30):
+        async with running(_config(ds=stdio_downstream())) as app, http_server(app) as url:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, url, "a", 2)  # the tool waits until both calls are in flight
+                nursery.start_soon(call, url, "b", 2)
+            await call(url, "alone", 1)
+    assert answers == {"a": "a", "b": "b", "alone": "alone"}
+    for tag in ("a", "b"):  # never another call's message (those sent while both ran name no request: dropped)
+        assert all(m.startswith(f"{tag} ") for m in heard[tag]), heard
+    assert heard["alone"] == [f"alone {lv}" for lv in ("debug", "info", "warning", "error")]
 
 
 MISSING_SAMPLING = {
