@@ -1,5 +1,6 @@
-"""Check the wheel `make wheel` built: one abi3 wheel for CPython 3.11+, which installs into a fresh virtual
-environment with no Rust toolchain reachable, imports, resolves a template and runs a pipeline.
+"""Check the wheel `make wheel` built: one abi3 wheel for CPython 3.11+ (manylinux-tagged on Linux), which
+installs into a fresh virtual environment with no Rust toolchain reachable, imports, resolves a template and
+runs a pipeline.
 
     python scripts/check_wheel.py dist
 """
@@ -30,6 +31,9 @@ def main(dist: str) -> int:
     wheel = wheels[0]
     if "-cp311-abi3-" not in wheel.name:
         print(f"check_wheel: {wheel.name} is not an abi3 wheel for CPython 3.11+", file=sys.stderr)
+        return 1
+    if sys.platform == "linux" and "-manylinux_" not in wheel.name:
+        print(f"check_wheel: {wheel.name} is not manylinux-tagged (maturin's --compatibility)", file=sys.stderr)
         return 1
     with tempfile.TemporaryDirectory(prefix="mcpipe-wheel-") as tmp:
         venv = Path(tmp, "venv")

@@ -20,6 +20,7 @@ import orjson
 
 from mcpipe._describe import did_you_mean
 from mcpipe._loader import LoadError, load_object
+from mcpipe._util import PIPE_TOOL
 from mcpipe._util import assignments as parse_assignments
 from mcpipe.errors import SpecError
 from mcpipe.tools._registry import ToolRegistry
@@ -525,7 +526,7 @@ class _Local:
 
         handlers = self.app.handlers
         await self.app.gateway.ready()
-        if name != "mcp_pipe" and handlers.gateway.get(name) is None:
+        if name != PIPE_TOOL and handlers.gateway.get(name) is None:
             known = [t["name"] for t in handlers.visible_tools(None)]
             raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")
         return dict(await handlers.call(name, args, ToolContext(client={"name": "mcpipe-cli"})))

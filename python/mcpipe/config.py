@@ -209,6 +209,15 @@ class RunsConfig(_Base):
     """How long a finished run, its recorded steps and its events are kept."""
     poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0
     """SQLite: how often an idle worker looks for work (Redis blocks instead)."""
+    max_run_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 16 * 1024 * 1024
+    """The most one run keeps (its arguments, its recorded steps, its answer, as stored JSON): arguments past it
+    are refused when the run is submitted, steps past it fail the run (``OUTPUT_TOO_LARGE``), and an answer
+    past it is kept as that error instead."""
+    max_runs: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most runs the queue keeps (SQLite): past it the oldest finished runs are dropped first; when the
+    queue holds only live (queued, running) runs, a new one is refused (``LIMIT_EXCEEDED``)."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024 * 1024
+    """The most bytes of runs the queue keeps (SQLite), bounded the same way as ``max_runs``."""
 
 
 class StoreConfig(_Base):
@@ -524,7 +533,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))
         if tool == PIPE_TOOL and cost != 0:
-            problems.append(Problem(f"costs.{tool}", CODE, "mcp_pipe is always accounted with cost 0"))
+            problems.append(Problem(f"costs.{tool}", CODE, f"{PIPE_TOOL} is always accounted with cost 0"))
     h = cfg.http
     if not 0 <= h.port <= 65535:
         problems.append(Problem("http.port", CODE, "must be between 0 and 65535"))

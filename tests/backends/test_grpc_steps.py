@@ -10,8 +10,9 @@ import pytest
 import trio
 from mcp import Client
 
-from kit.grpcserver import descriptor_set_bytes, grpc_server
+from kit.grpcserver import SERVICE, descriptor_set_bytes, grpc_server
 from kit.served import call, served
+from kit.tcpcount import CountingForwarder
 from mcpipe.config import ConfigError, parse_config
 
 
@@ -126,3 +127,33 @@ def test_grpc_steps_are_checked_at_load(tmp_path: Path) -> None:
         found[3].startswith("pipelines.d.steps[0].descriptor_set: ") and "not a protobuf FileDescriptorSet" in found[3]
     )
     assert len(found) == 4
+
+
+async def test_grpc_steps_on_one_url_share_one_connection_opened_at_first_use_and_closed_at_shutdown() -> None:
+    """Counted where the connections arrive (a forwarder in front of the gRPC server): none before a step runs,
+    one for two pipelines on the same URL (which also share the descriptors reflection found), and none left
+    once the server has stopped."""
+    with grpc_server() as (url, seen):
+        forwarder = CountingForwarder(int(url.rsplit(":", 1)[1]))
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                port = await nursery.start(forwarder.run)
+                async with served(users(f"grpc://127.0.0.1:{port}")) as app, Client(app.server) as client:
+                    await client.list_tools()
+                    assert forwarder.accepted == 0  # serving and listing tools connects to nothing
+                    assert await call(client, "get_user", {"id": 5}) == (
+                        False,
+                        {"id": "5", "display_name": "user 5", "roles": ["admin", "ops"]},
+                    )
+                    reflection_calls = [m for m in seen.methods if "ServerReflection" in m]
+                    assert await call(client, "greet", {"id": 6, "name": "Ada"}) == (False, "hello Ada")
+                    assert await call(client, "get_user", {"id": 7}) == (False, {"id": "7", **_USER7})
+                    assert (forwarder.accepted, forwarder.open) == (1, 1)
+                    assert [m for m in seen.methods if "ServerReflection" in m] == reflection_calls  # none new
+                await forwarder.until(lambda: forwarder.open == 0)  # the server's stop closed the channel
+                nursery.cancel_scope.cancel()
+    assert forwarder.accepted == 1 and len(reflection_calls) >= 1
+    assert [m for m in seen.methods if "ServerReflection" not in m] == [f"/{SERVICE}/GetUser"] * 3
+
+
+_USER7 = {"display_name": "user 7", "roles": ["admin", "ops"]}

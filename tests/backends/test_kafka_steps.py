@@ -10,6 +10,7 @@ import pytest
 import trio
 from mcp import Client
 
+from kit.kafkabroker import Broker
 from kit.responders import kafka_responder
 from kit.served import call, served
 from mcpipe.backends.kafka import KafkaClient
@@ -120,3 +121,35 @@ def test_kafka_steps_are_checked_at_load(step: dict[str, Any], problem: str) -> 
         parse_config(json.dumps(doc), "json", environ={})
     found = [str(p) for p in info.value.problems]
     assert len(found) == 1 and found[0].startswith(problem), found
+
+
+async def test_kafka_steps_on_one_url_share_one_connection_opened_at_first_use_and_closed_at_shutdown() -> None:
+    """Counted by the broker itself (run here, in this test's Trio run): no connection before a step runs, one
+    for every produce step of two pipelines on the same bootstrap server, and none left once the server
+    has stopped."""
+    broker = Broker(0)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            bootstrap = f"127.0.0.1:{await nursery.start(broker.serve)}"
+            doc = pipelines(bootstrap)
+            steps = [
+                {"kind": "kafka", "id": f"p{i}", "bootstrap_servers": bootstrap, "topic": f"audit.{i}"} for i in (1, 2)
+            ]
+            doc["pipelines"].append({"name": "twice", "steps": steps})  # two produce steps in one pipeline
+            async with served(doc) as app, Client(app.server) as client:
+                await client.list_tools()
+                assert broker.accepted == 0  # serving and listing tools connects to nothing
+                recorded = await call(client, "record", {"order": "A-1"})
+                both = await call(client, "twice", {})
+                again = await call(client, "record", {"order": "A-2"})
+                assert (broker.accepted, broker.open) == (1, 1)
+            await broker.until(lambda: broker.open == 0)  # the server's stop closed it
+            nursery.cancel_scope.cancel()
+    assert not recorded[0] and not both[0] and not again[0], (recorded, both, again)
+    assert broker.accepted == 1
+    assert {t: sum(len(p.batches) for p in parts) for t, parts in broker.topics.items()} == {
+        "orders.A-1": 1,
+        "audit.1": 1,
+        "audit.2": 1,
+        "orders.A-2": 1,
+    }

@@ -44,8 +44,20 @@ def descriptor_set_bytes() -> bytes:
 @dataclass
 class Seen:
     calls: list[dict[str, Any]] = field(default_factory=list)
+    methods: list[str] = field(default_factory=list)  # every call's method path, reflection's too
     hang_started: threading.Event = field(default_factory=threading.Event)
     hang_cancelled: threading.Event = field(default_factory=threading.Event)
+
+
+class _Record(grpc.ServerInterceptor):
+    """Notes the method of every call the server receives."""
+
+    def __init__(self, seen: Seen) -> None:
+        self.seen = seen
+
+    def intercept_service(self, continuation: Any, handler_call_details: Any) -> Any:
+        self.seen.methods.append(handler_call_details.method)
+        return continuation(handler_call_details)
 
 
 @contextmanager
@@ -83,7 +95,7 @@ def grpc_server(*, reflection_on: bool = True) -> Iterator[tuple[str, Seen]]:
             ),
         },
     )
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8), interceptors=[_Record(seen)])
     server.add_generic_rpc_handlers((handler,))
     if reflection_on:
         reflection.enable_server_reflection((SERVICE, reflection.SERVICE_NAME), server, pool=pool)

@@ -85,17 +85,45 @@ class Partition:
 
 
 class Broker:
+    """The broker. A test may run one in its own Trio run (``await nursery.start(Broker(0).serve)`` answers the
+    port) to watch the connections clients open: ``accepted`` so far, ``open`` now, ``await until(...)``."""
+
     def __init__(self, port: int) -> None:
         self.port = port
         self.topics: dict[str, list[Partition]] = {}
+        self.accepted = 0
+        self.open = 0
+        self._changed = trio.Event()
 
     def topic(self, name: str) -> list[Partition]:
         return self.topics.setdefault(name, [Partition() for _ in range(PARTITIONS)])
 
     async def serve(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
-        await trio.serve_tcp(self.connection, self.port, host="127.0.0.1", task_status=task_status)
+        """Serve on ``port`` (0: a free one, advertised in Metadata as it is); reports the port when listening."""
+        listeners = await trio.open_tcp_listeners(self.port, host="127.0.0.1")
+        self.port = listeners[0].socket.getsockname()[1]
+        task_status.started(self.port)
+        await trio.serve_listeners(self.connection, listeners)
+
+    async def until(self, check: Any) -> None:
+        """Wait until ``check()`` holds, checked again each time a connection opens or closes."""
+        while not check():
+            await self._changed.wait()
+
+    def _count(self, opened: int) -> None:
+        self.accepted += max(opened, 0)
+        self.open += opened
+        self._changed.set()
+        self._changed = trio.Event()
 
     async def connection(self, stream: trio.SocketStream) -> None:
+        self._count(1)
+        try:
+            await self._serve_connection(stream)
+        finally:
+            self._count(-1)
+
+    async def _serve_connection(self, stream: trio.SocketStream) -> None:
         buf = bytearray()
         try:
             while True:

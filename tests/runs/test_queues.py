@@ -6,24 +6,26 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 
 from kit.redis import redis_url as redis_server
-from mcpipe.store import RunQueue, open_queue
+from mcpipe.store import RunQueue, RunRefused, open_queue
+from mcpipe.store._sqlite import SqliteRunQueue
 
 
 @asynccontextmanager
-async def _queue(kind: str, tmp_path: Path) -> AsyncIterator[RunQueue]:
+async def _queue(kind: str, tmp_path: Path, **options: Any) -> AsyncIterator[RunQueue]:
     async with trio.open_nursery() as nursery:
         if kind == "sqlite":
-            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02)
+            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02, **options)
             await nursery.start(queue.run)
             yield queue
         else:
             async with redis_server(tmp_path) as url:
-                queue = open_queue(url, prefix="t")
+                queue = open_queue(url, prefix="t", **options)
                 await nursery.start(queue.run)
                 yield queue
         nursery.cancel_scope.cancel()
@@ -152,3 +154,83 @@ async def test_finished_runs_their_steps_and_events_go_after_the_retention_and_r
             steps, events = await q.recorded("done"), await q.events("done")
             nursery.cancel_scope.cancel()
     assert gone == 1 and left == ["busy"] and steps == {} and events == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_finished_run_keeps_its_answer_once_and_drops_its_recorded_steps(kind, tmp_path):
+    from mcpipe.results import pipe_envelope
+
+    answer = pipe_envelope({"ok": True, "result": "x" * 1000, "steps": {}})
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path) as q:
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            assert await q.lease("w1", 30, 1) is not None
+            await q.save("r1", "w1", {"a": {"ok": True, "output": "y" * 1000}}, [])
+            assert await q.finish("r1", "w1", "completed", answer)
+            done = await q.get("r1")
+            steps = await q.recorded("r1")
+    assert done is not None and done.answer == answer  # the text block is written back exactly
+    assert steps == {}  # a finished run is never resumed
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_arguments_or_an_answer_past_max_run_bytes_are_refused_or_kept_as_an_error(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path, max_run_bytes=4096) as q:
+            too_big = r"arguments are 50\d\d bytes; .* at most 4096 \(\[runs\] max_run_bytes\)"
+            with pytest.raises(RunRefused, match=too_big):
+                await q.enqueue("mcp_pipe", {"vars": {"v": "x" * 5000}})
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            assert await q.lease("w1", 30, 1) is not None
+            assert await q.finish("r1", "w1", "completed", {"content": [{"type": "text", "text": "x" * 5000}]})
+            done = await q.get("r1")
+            events = await q.events("r1")
+    assert done is not None and done.status == "failed" and done.answer["isError"] is True
+    assert done.answer["content"][0]["text"].startswith("OUTPUT_TOO_LARGE: the run's answer is 50")
+    assert events[-1].type == "failed"
+
+
+async def test_the_sqlite_queue_drops_the_oldest_finished_runs_past_max_runs_and_max_bytes(tmp_path):
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            q = open_queue(str(tmp_path / "runs.sqlite3"), max_runs=3, max_bytes=20_000)
+            await nursery.start(q.run)
+            for i in range(6):
+                await q.enqueue("mcp_pipe", {"i": i}, run_id=f"r{i}")
+                assert await q.lease("w", 30, 1) is not None
+                assert await q.finish(f"r{i}", "w", "completed", {"content": [], "isError": False})
+            by_count = sorted(r.id for r in await q.runs())
+            # Bytes: three runs of about 6 kB fit in 20 kB; a fourth drops the oldest.
+            for i in range(6, 10):
+                await q.enqueue("mcp_pipe", {"v": "x" * 6000}, run_id=f"r{i}")
+                assert await q.lease("w", 30, 1) is not None
+                assert await q.finish(f"r{i}", "w", "completed", {"content": [], "isError": False})
+            by_bytes = sorted(r.id for r in await q.runs())
+            assert isinstance(q, SqliteRunQueue)
+            count, total = await q.usage()
+            old_events = await q.events("r0")
+            nursery.cancel_scope.cancel()
+    assert by_count == ["r3", "r4", "r5"]
+    assert by_bytes == ["r7", "r8", "r9"] and count == 3 and total <= 20_000
+    assert old_events == []  # a dropped run's events go with it
+
+
+async def test_a_sqlite_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_once_one_has_finished(tmp_path):
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            q = open_queue(str(tmp_path / "runs.sqlite3"), max_runs=2)
+            await nursery.start(q.run)
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            await q.enqueue("mcp_pipe", {}, run_id="r2")
+            with pytest.raises(RunRefused) as refused:
+                await q.enqueue("mcp_pipe", {}, run_id="r3")
+            assert await q.lease("w", 30, 1) is not None
+            assert await q.finish("r1", "w", "completed", {"content": []})
+            await q.enqueue("mcp_pipe", {}, run_id="r3")  # r1 finished: it goes, r3 comes
+            kept = sorted(r.id for r in await q.runs())
+            nursery.cancel_scope.cancel()
+    assert str(refused.value) == (
+        "the run queue is full: 2 runs are queued or running, the most it keeps is 2 ([runs] max_runs); "
+        "try again once some have finished"
+    )
+    assert kept == ["r2", "r3"]

@@ -117,3 +117,68 @@ def test_mcpipe_events_of_an_unknown_run_exits_1_with_one_line(tmp_path, capsys)
     config = _config(tmp_path)
     assert main(["events", "nope", "--config", config]) == 1
     assert capsys.readouterr().err.strip() == "mcpipe events: error: no run 'nope'"
+
+
+class _Lines:
+    """The lines a process writes to a pipe, read as they come."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.buf = b""
+
+    async def next(self) -> str | None:
+        """The next line, or None at the end of the stream."""
+        while b"\n" not in self.buf:
+            chunk = await self.stream.receive_some()
+            if not chunk:
+                return None
+            self.buf += chunk
+        line, self.buf = self.buf.split(b"\n", 1)
+        return line.decode()
+
+
+async def test_mcpipe_events_follows_a_running_run_live_and_exits_when_it_ends(tmp_path):
+    import subprocess
+    import sys
+
+    config = _config(tmp_path)
+    queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02)
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            await nursery.start(queue.run)
+            # This test is the run's worker: the run is still going when `mcpipe events` starts.
+            await queue.enqueue(PIPE_TOOL, {"steps": []}, run_id="r1", by="srv")
+            assert await queue.lease("w1", 60, 1) is not None
+            await queue.save("r1", "w1", {}, [("step_started", {"path": "a"})])
+            proc = await trio.lowlevel.open_process(
+                [sys.executable, "-m", "mcpipe", "events", "r1", "--config", config, "--json"],
+                stdout=subprocess.PIPE,
+                stdin=subprocess.DEVNULL,
+            )
+            lines = _Lines(proc.stdout)
+            seen: list[tuple[str, str | None]] = []
+
+            async def read(n: int) -> None:
+                for _ in range(n):
+                    line = await lines.next()
+                    assert line is not None, f"mcpipe events ended early, after {seen}"
+                    event = json.loads(line)
+                    seen.append((event["type"], event.get("path")))
+
+            await read(3)  # the events so far
+            so_far = list(seen)
+            assert proc.returncode is None  # it follows: the run goes on
+            # Each event is printed as it is written, while the run is still going.
+            await queue.save("r1", "w1", {"a": {"ok": True}}, [("step_finished", {"path": "a", "ok": True})])
+            await read(1)
+            await queue.save("r1", "w1", {}, [("step_started", {"path": "b"})])
+            await read(1)
+            assert proc.returncode is None
+            await queue.finish("r1", "w1", "completed", {"content": [], "isError": False})
+            await read(1)
+            assert await lines.next() is None  # the run ended: so does the command
+            code = await proc.wait()
+            nursery.cancel_scope.cancel()
+    assert so_far == [("enqueued", None), ("leased", None), ("step_started", "a")]
+    assert seen[3:] == [("step_finished", "a"), ("step_started", "b"), ("completed", None)]
+    assert code == 0

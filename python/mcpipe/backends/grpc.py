@@ -126,7 +126,10 @@ class GrpcConnection:
             await trio.sleep_forever()
         finally:
             self._closed = True
-            await trio.to_thread.run_sync(self._channel.close)
+            # Shielded: this runs when the server stops (cancelled), and an unshielded to_thread call
+            # would raise Cancelled before it ran, leaving the channel and its connection open.
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(self._channel.close)
 
     async def method(self, service: str, method: str) -> GrpcMethod:
         """Find ``service``/``method`` (asking the server by reflection the first time; cached after).

@@ -8,7 +8,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import trio
@@ -19,7 +19,7 @@ from mcpipe._loader import LoadError, load_object
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.gateway import AuditLog, Gateway, Policy, ToolSource
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits
 from mcpipe.runs import Runs, Worker, new_worker_id
@@ -129,20 +129,39 @@ def run_queue(config: Config) -> RunQueue:
     retention = config.runs.retention_s
     if config.store.url.startswith(_REDIS):
         timeout = config.store.timeout_ms / 1000
-        return open_queue(config.store.url, retention_s=retention, prefix=config.store.prefix, timeout_s=timeout)
+        return open_queue(
+            config.store.url,
+            retention_s=retention,
+            prefix=config.store.prefix,
+            timeout_s=timeout,
+            max_run_bytes=config.runs.max_run_bytes,
+        )
     if config.runs.path:
         path = resolve_path(config, config.runs.path)
     else:
         path = f"file:mcpipe-runs-{new_worker_id().replace(':', '-')}?mode=memory&cache=shared"
-    return open_queue("sqlite://" + path, retention_s=retention, poll_s=config.runs.poll_ms / 1000)
+    return open_queue(
+        "sqlite://" + path,
+        retention_s=retention,
+        poll_s=config.runs.poll_ms / 1000,
+        max_run_bytes=config.runs.max_run_bytes,
+        max_runs=config.runs.max_runs,
+        max_bytes=config.runs.max_bytes,
+    )
 
 
 def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str | None = None) -> Worker:
     """A worker executing ``queue``'s runs through ``gateway`` with the config's limits and lease."""
+    # A run's step outputs are recorded in the queue: no more of them than one run may keep.
+    limits = limits_of(config)
+    cap = config.runs.max_run_bytes
+    limits = replace(
+        limits, max_output_bytes=min(limits.max_output_bytes, cap), max_answer_bytes=min(limits.max_answer_bytes, cap)
+    )
     return Worker(
         queue,
         gateway,
-        limits=limits_of(config),
+        limits=limits,
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
@@ -266,7 +285,7 @@ async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams
 
 def _known_names(gateway: Gateway) -> Any:
     """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
-    seen: set[str] = {"mcp_pipe"}
+    seen: set[str] = {PIPE_TOOL}
 
     def known(name: str) -> bool:
         if name in seen:

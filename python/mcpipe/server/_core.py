@@ -36,6 +36,7 @@ from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error
+from mcpipe.store import RunRefused
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
@@ -60,6 +61,14 @@ def wire_result(result: ToolResult) -> dict[str, Any]:
 
 def _error_result(message: str) -> dict[str, Any]:
     return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
+    """The answer of a call the run queue did not take (the run is too large, or the queue full)."""
+    if name == PIPE_TOOL:
+        problem = Problem(location, ErrorCode.LIMIT_EXCEEDED, str(exc))
+        return pipe_envelope(invalid_answer([problem], time.perf_counter()))
+    return _error_result(f"{ErrorCode.LIMIT_EXCEEDED}: {exc}")
 
 
 def tool_wire(tool: Tool) -> dict[str, Any]:
@@ -281,7 +290,10 @@ class PipeRunner:
         problems = self.check(spec)
         if problems is not None:
             return problems
-        info = await self.runs.submit(PIPE_TOOL, spec, ctx)
+        try:
+            info = await self.runs.submit(PIPE_TOOL, spec, ctx)
+        except RunRefused as exc:
+            return invalid_answer([Problem("background", ErrorCode.LIMIT_EXCEEDED, str(exc))], t0)
         return {
             "ok": True,
             "error": "",
@@ -519,7 +531,10 @@ class ToolHandlers:
             problems = self.pipe.check(spec)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
-            return await self.tasks.create(name, spec, tctx, capabilities)
+            try:
+                return await self.tasks.create(name, spec, tctx, capabilities)
+            except RunRefused as exc:
+                return {**_refused(name, exc, "task"), "resultType": "complete"}
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
         check = getattr(self.gateway.get(name), "check_args", None)
@@ -527,7 +542,10 @@ class ToolHandlers:
             args, errors = check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
-        return await self.tasks.create(name, args, tctx, capabilities)
+        try:
+            return await self.tasks.create(name, args, tctx, capabilities)
+        except RunRefused as exc:
+            return {**_refused(name, exc, "task"), "resultType": "complete"}
 
     async def ask_then_task(
         self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams, tctx: ToolContext, capabilities: Any
@@ -541,9 +559,12 @@ class ToolHandlers:
         args = params.arguments or {}
 
         async def escalate(state: dict[str, Any]) -> dict[str, Any]:
-            return await tasks.create(
-                params.name, args, tctx, capabilities, recorded=state["memo"], answers=state["answers"]
-            )
+            try:
+                return await tasks.create(
+                    params.name, args, tctx, capabilities, recorded=state["memo"], answers=state["answers"]
+                )
+            except RunRefused as exc:
+                return _refused(params.name, exc, "task")
 
         out = await sdk_call(self, ctx, params, tctx, escalate=escalate)
         if out.get("resultType") not in ("input_required", "task"):
@@ -562,7 +583,10 @@ class ToolHandlers:
             args, errors = check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
-        info = await self.runs.submit(name, args, tctx)
+        try:
+            info = await self.runs.submit(name, args, tctx)
+        except RunRefused as exc:
+            return _refused(name, exc, "background")
         return ToolResult.text(dumps({"run_id": info.id, "status": info.status}).decode()).wire() | {
             "structuredContent": {"run_id": info.id, "status": info.status}
         }

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mcpipe._util import PIPE_TOOL
+
 __all__ = ["PIPE_DESCRIPTION", "PIPE_INPUT_SCHEMA", "PIPE_OUTPUT_SCHEMA"]
 
 PIPE_DESCRIPTION = """\
@@ -85,7 +87,7 @@ _DEFS: dict[str, Any] = {
             "id": _ID,
             "tool": {
                 "type": "string",
-                "description": "A tool step: the tool to call (not mcp_pipe itself; use `pipe`).",
+                "description": f"A tool step: the tool to call (not {PIPE_TOOL} itself; use `pipe`).",
             },
             "args": {**_TEMPLATE, "type": "object", "description": "A tool step's arguments (a template)."},
             "parallel": {

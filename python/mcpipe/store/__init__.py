@@ -30,6 +30,7 @@ from mcpipe.store._runs import (
     RunEvent,
     RunInfo,
     RunQueue,
+    RunRefused,
     RunStatus,
     open_queue,
     queue_schemes,
@@ -51,6 +52,7 @@ __all__ = [
     "RunEvent",
     "RunInfo",
     "RunQueue",
+    "RunRefused",
     "RunStatus",
     "ServedStore",
     "StateTooLarge",
@@ -111,14 +113,20 @@ def _sqlite(url: str, options: dict[str, Any]) -> RunQueue:
     from mcpipe.store._sqlite import SqliteRunQueue
 
     path = url[len("sqlite://") :] if url.startswith("sqlite://") else url
-    keep = {k: options[k] for k in ("retention_s", "poll_s") if options.get(k) is not None}
+    keep = {
+        k: options[k]
+        for k in ("retention_s", "poll_s", "max_run_bytes", "max_runs", "max_bytes")
+        if options.get(k) is not None
+    }
     return SqliteRunQueue(path, **keep)
 
 
 def _redis_queue(url: str, options: dict[str, Any]) -> RunQueue:
     from mcpipe.store._redis_runs import RedisRunQueue  # imports coredis: only when a config names Redis
 
-    keep = {k: options[k] for k in ("retention_s", "prefix", "timeout_s") if options.get(k) is not None}
+    keep = {
+        k: options[k] for k in ("retention_s", "prefix", "timeout_s", "max_run_bytes") if options.get(k) is not None
+    }
     return RedisRunQueue(url, **keep)
 
 

@@ -34,10 +34,14 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
+    RunRefused,
     RunStatus,
     cancelled_answer,
     merge_answers,
     outcome_of,
+    pack_answer,
+    too_large_answer,
+    unpack_answer,
 )
 
 __all__ = ["RedisRunQueue"]
@@ -107,6 +111,7 @@ if redis.call('HGET', KEYS[1], 'worker') ~= ARGV[1] or redis.call('HGET', KEYS[1
   return 0
 end
 redis.call('HSET', KEYS[1], 'status', ARGV[3], 'answer', ARGV[4], 'updated', ARGV[2])
+redis.call('DEL', KEYS[2])
 redis.call('XADD', KEYS[3], '*', 'type', ARGV[3], 'worker', ARGV[1], 'at', ARGV[2], 'data', ARGV[5])
 redis.call('XACK', KEYS[4], ARGV[6], redis.call('HGET', KEYS[1], 'entry'))
 for k = 1, 3 do redis.call('EXPIRE', KEYS[k], ARGV[7]) end
@@ -167,7 +172,7 @@ def _info(h: dict[str, str]) -> RunInfo:
         worker=h.get("worker") or None,
         attempts=int(h.get("attempts", 0)),
         cancel=h.get("cancel") == "1",
-        answer=orjson.loads(h["answer"]) if h.get("answer") else None,
+        answer=unpack_answer(h["answer"]) if h.get("answer") else None,
         meta=orjson.loads(h["meta"]) if h.get("meta") else {},
     )
 
@@ -194,11 +199,18 @@ class RedisRunQueue:
     """
 
     def __init__(
-        self, url: str, *, prefix: str = "mcpipe", retention_s: float = RETENTION_S, timeout_s: float = 2.0
+        self,
+        url: str,
+        *,
+        prefix: str = "mcpipe",
+        retention_s: float = RETENTION_S,
+        timeout_s: float = 2.0,
+        max_run_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.url = url
         self.prefix = prefix
         self.retention_s = retention_s
+        self.max_run_bytes = max_run_bytes
         self.timeout_s = timeout_s
         self.stream = f"{prefix}:runs"
         self.index = f"{prefix}:runs:index"
@@ -263,17 +275,23 @@ class RedisRunQueue:
         run, _, events = self._run(run_id)
         data = orjson.dumps({"target": target}).decode()
         meta = meta or {}
+        args_s, meta_s = orjson.dumps(args).decode(), orjson.dumps(meta).decode()
+        if len(args_s) + len(meta_s) > self.max_run_bytes:
+            raise RunRefused(
+                f"the run's arguments are {len(args_s) + len(meta_s)} bytes; a background run keeps at most "
+                f"{self.max_run_bytes} ([runs] max_run_bytes)"
+            )
         await self._enqueue(
             keys=[run, events, self.index, self.stream],
             args=[
                 run_id,
                 target,
-                orjson.dumps(args).decode(),
+                args_s,
                 principal or "",
                 repr(now),
                 by or "",
                 data,
-                orjson.dumps(meta).decode(),
+                meta_s,
             ],
         )
         return RunInfo(id=run_id, target=target, args=args, principal=principal, created=now, updated=now, meta=meta)
@@ -354,12 +372,16 @@ class RedisRunQueue:
 
     async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
         run, steps, events = self._run(run_id)
+        packed = pack_answer(answer)
+        if len(packed) > self.max_run_bytes:
+            status, answer = "failed", too_large_answer(len(packed), self.max_run_bytes)
+            packed = pack_answer(answer)
         data = orjson.dumps(outcome_of(answer)).decode()
         args: list[str | int] = [
             worker,
             repr(time.time()),
             status,
-            orjson.dumps(answer).decode(),
+            packed.decode(),
             data,
             GROUP,
             self._retention,
@@ -368,7 +390,7 @@ class RedisRunQueue:
 
     async def cancel(self, run_id: str, *, by: str | None = None) -> RunInfo | None:
         run, steps, events = self._run(run_id)
-        answer = orjson.dumps(cancelled_answer("cancelled before it started")).decode()
+        answer = pack_answer(cancelled_answer("cancelled before it started")).decode()
         got: Any = await self._cancel(
             keys=[run, steps, events, self.stream], args=[repr(time.time()), answer, by or "", GROUP, self._retention]
         )

@@ -3,8 +3,10 @@
 A :class:`RunQueue` holds runs (a target, its arguments, who asked), hands them to workers under a lease,
 keeps the results of the steps a run has finished (so a run taken over from a dead worker resumes after
 its last recorded step), takes the final answer exactly once, and keeps each run's events. Two queues
-implement it: SQLite (the embedded default, one file, several processes on one box) and Redis Streams
-(``redis://``, shared by many boxes). Both register their URL scheme with :func:`register_queue`.
+implement it: SQLite (the embedded default: in memory for one process, or one file shared by the processes
+of one box) and Redis Streams (``redis://``, shared by many boxes). Both register their URL scheme with
+:func:`register_queue`. Both bound what one run keeps (``max_run_bytes``); SQLite also bounds how many runs,
+and bytes of runs, it keeps (``max_runs``, ``max_bytes``), dropping the oldest finished runs first.
 
 Leases, not locks: a worker holds a run for ``lease_s`` and renews it while it runs. A worker that dies
 stops renewing, and once the lease has run out another worker takes the run over. Finishing is a
@@ -18,7 +20,10 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 import msgspec
+import orjson
 import trio
+
+from mcpipe._json import dumps
 
 __all__ = [
     "ACTIVE",
@@ -29,13 +34,17 @@ __all__ = [
     "RunEvent",
     "RunInfo",
     "RunQueue",
+    "RunRefused",
     "RunStatus",
     "cancelled_answer",
     "merge_answers",
     "open_queue",
     "outcome_of",
+    "pack_answer",
     "queue_schemes",
     "register_queue",
+    "too_large_answer",
+    "unpack_answer",
 ]
 
 RunStatus = Literal["queued", "running", "input_required", "completed", "failed", "cancelled"]
@@ -137,6 +146,11 @@ class Renewal(msgspec.Struct, frozen=True):
 
     held: bool
     cancel: bool = False
+
+
+class RunRefused(Exception):
+    """The queue does not take the run: its arguments are past ``[runs] max_run_bytes``, or the queue is
+    full of live runs (``max_runs``, ``max_bytes``). The message says which, for the caller."""
 
 
 NewEvent = tuple[str, dict[str, Any]]
@@ -283,3 +297,46 @@ def merge_answers(meta: dict[str, Any], responses: dict[str, Any]) -> tuple[dict
         if question is not None:
             answers[question["key"]] = response
     return {**meta, "pending": pending, "answers": answers}, not pending
+
+
+_TEXT_OF_STRUCTURED = "mcpipe_text_is_structured"
+
+
+def pack_answer(answer: Any) -> bytes:
+    """``answer`` as the queue stores it: an answer whose one text block is the JSON of its structured content
+    (``mcp_pipe``'s section-7 answer) keeps the structured content only (the text is written back by
+    :func:`unpack_answer`), so a run's answer is not stored twice."""
+    if isinstance(answer, dict):
+        content = answer.get("content")
+        structured = answer.get("structuredContent")
+        if (
+            structured is not None
+            and isinstance(content, list)
+            and len(content) == 1
+            and isinstance(content[0], dict)
+            and set(content[0]) == {"type", "text"}
+            and content[0]["type"] == "text"
+            and content[0]["text"] == dumps(structured).decode()
+        ):
+            rest = {k: v for k, v in answer.items() if k != "content"}
+            return dumps({**rest, _TEXT_OF_STRUCTURED: True})
+    return dumps(answer)
+
+
+def unpack_answer(data: bytes | str | None) -> Any:
+    """What :func:`pack_answer` stored, as it was."""
+    if data is None:
+        return None
+    answer = orjson.loads(data)
+    if isinstance(answer, dict) and answer.pop(_TEXT_OF_STRUCTURED, False):
+        answer = {"content": [{"type": "text", "text": dumps(answer["structuredContent"]).decode()}], **answer}
+    return answer
+
+
+def too_large_answer(size: int, limit: int) -> dict[str, Any]:
+    """The answer kept instead of one past ``[runs] max_run_bytes`` (a ``CallToolResult`` wire dict)."""
+    message = (
+        f"OUTPUT_TOO_LARGE: the run's answer is {size} bytes; a background run keeps at most {limit} with its "
+        "arguments ([runs] max_run_bytes)"
+    )
+    return {"content": [{"type": "text", "text": message}], "isError": True}

@@ -27,10 +27,14 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
+    RunRefused,
     RunStatus,
     cancelled_answer,
     merge_answers,
     outcome_of,
+    pack_answer,
+    too_large_answer,
+    unpack_answer,
 )
 
 __all__ = ["SqliteRunQueue"]
@@ -52,7 +56,8 @@ CREATE TABLE IF NOT EXISTS runs (
     attempts INTEGER NOT NULL DEFAULT 0,
     cancel INTEGER NOT NULL DEFAULT 0,
     answer BLOB,
-    meta BLOB
+    meta BLOB,
+    bytes INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, seq);
 CREATE TABLE IF NOT EXISTS steps (
@@ -75,6 +80,9 @@ CREATE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 _COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta"
 
 RETENTION_S = 7 * 86400.0
+MAX_RUN_BYTES = 16 * 1024 * 1024
+MAX_RUNS = 1000
+MAX_BYTES = 256 * 1024 * 1024
 POLL_S = 0.05
 THREADS = 4
 
@@ -92,9 +100,15 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         worker=worker,
         attempts=attempts,
         cancel=bool(cancel),
-        answer=None if answer is None else orjson.loads(answer),
+        answer=unpack_answer(answer),
         meta={} if meta is None else orjson.loads(meta),
     )
+
+
+def _drop(db: sqlite3.Connection, run_id: str) -> None:
+    db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
+    db.execute("DELETE FROM events WHERE run = ?", (run_id,))
+    db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
 
 def _add_events(db: sqlite3.Connection, run_id: str, worker: str | None, events: list[NewEvent], now: float) -> None:
@@ -111,16 +125,31 @@ class SqliteRunQueue:
     Args:
         path: the file.
         retention_s: how long a terminal run, its steps and its events are kept.
+        max_run_bytes: the most one run keeps (arguments, recorded steps, answer): larger arguments are
+            refused (:class:`~mcpipe.store.RunRefused`), a larger answer is kept as an ``OUTPUT_TOO_LARGE`` error.
+        max_runs, max_bytes: the most runs, and bytes of runs, the queue keeps: the oldest finished runs are
+            dropped first; a new run is refused when only live runs are left to drop.
         poll_s: how often an idle worker (or a follower of events) looks again.
         threads: how many SQLite calls run at once (each on its own connection; one for an in-memory
             database).
     """
 
     def __init__(
-        self, path: str, *, retention_s: float = RETENTION_S, poll_s: float = POLL_S, threads: int = THREADS
+        self,
+        path: str,
+        *,
+        retention_s: float = RETENTION_S,
+        poll_s: float = POLL_S,
+        threads: int = THREADS,
+        max_run_bytes: int = MAX_RUN_BYTES,
+        max_runs: int = MAX_RUNS,
+        max_bytes: int = MAX_BYTES,
     ) -> None:
         self.path = path
         self.retention_s = retention_s
+        self.max_run_bytes = max_run_bytes
+        self.max_runs = max_runs
+        self.max_bytes = max_bytes
         # An in-memory database has no other writer than this process, whose enqueues wake its workers:
         # nothing to poll for (an idle worker looks once per lease wait).
         memory = path.startswith("file:")
@@ -150,6 +179,11 @@ class SqliteRunQueue:
         if db is None:
             db = self._connect()
             db.executescript(_SCHEMA)  # every new connection: a shared in-memory database may be new too
+            if not any(col[1] == "bytes" for col in db.execute("PRAGMA table_info(runs)")):
+                try:  # a file written before runs counted their bytes
+                    db.execute("ALTER TABLE runs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
+                except sqlite3.OperationalError:  # another connection added it first
+                    pass
         try:
             return fn(db)
         finally:
@@ -207,17 +241,61 @@ class SqliteRunQueue:
             meta=meta or {},
         )
 
+        args_b, meta_b = orjson.dumps(args), orjson.dumps(info.meta)
+        size = len(args_b) + len(meta_b)
+        if size > self.max_run_bytes:
+            raise RunRefused(
+                f"the run's arguments are {size} bytes; a background run keeps at most {self.max_run_bytes}"
+                " ([runs] max_run_bytes)"
+            )
+
         def tx(db: sqlite3.Connection) -> None:
+            self._make_room(db, size, keep=None)
             db.execute(
-                "INSERT INTO runs (id, target, args, principal, status, created, updated, meta)"
-                " VALUES (?,?,?,?,?,?,?,?)",
-                (info.id, target, orjson.dumps(args), principal, "queued", now, now, orjson.dumps(info.meta)),
+                "INSERT INTO runs (id, target, args, principal, status, created, updated, meta, bytes)"
+                " VALUES (?,?,?,?,?,?,?,?,?)",
+                (info.id, target, args_b, principal, "queued", now, now, meta_b, size),
             )
             _add_events(db, info.id, by, [("enqueued", {"target": target})], now)
 
         await self._do(lambda db: self._write(db, tx))
         self.wake()
         return info
+
+    def _make_room(self, db: sqlite3.Connection, size: int, keep: str | None) -> None:
+        """Drop the oldest finished runs until one more run of ``size`` bytes fits under ``max_runs`` and
+        ``max_bytes`` (``keep``: a run already in, never dropped). Raises RunRefused when only live runs are
+        left to drop (a new run only: ``keep`` is None)."""
+        count, total = db.execute("SELECT count(*), coalesce(sum(bytes), 0) FROM runs").fetchone()
+        more = 0 if keep is not None else 1
+        while count + more > self.max_runs or total + size > self.max_bytes:
+            row = db.execute(
+                "SELECT id, bytes FROM runs WHERE status IN ('completed', 'failed', 'cancelled') AND id IS NOT ?"
+                " ORDER BY updated, seq LIMIT 1",
+                (keep,),
+            ).fetchone()
+            if row is None:
+                if keep is not None:
+                    return  # a finishing run: the live runs stay, and so does it
+                live = (
+                    count
+                    - db.execute(
+                        "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')"
+                    ).fetchone()[0]
+                )
+                runs = "1 run is" if live == 1 else f"{live} runs are"
+                if count + more > self.max_runs:
+                    raise RunRefused(
+                        f"the run queue is full: {runs} queued or running, the most it keeps is "
+                        f"{self.max_runs} ([runs] max_runs); try again once some have finished"
+                    )
+                raise RunRefused(
+                    f"the run queue is full: its queued or running runs ({live}) hold {total} bytes, and this "
+                    f"one {size} more; the most it keeps is {self.max_bytes} ([runs] max_bytes); try again once "
+                    "some have finished"
+                )
+            _drop(db, row[0])
+            count, total = count - 1, total - row[1]
 
     async def lease(self, worker: str, lease_s: float, wait_s: float) -> RunInfo | None:
         deadline = trio.current_time() + wait_s
@@ -272,10 +350,10 @@ class SqliteRunQueue:
             ).fetchone()
             if held is None:
                 return False
-            db.executemany(
-                "INSERT OR REPLACE INTO steps (run, path, result) VALUES (?, ?, ?)",
-                [(run_id, path, orjson.dumps(r)) for path, r in steps.items()],
-            )
+            rows = [(run_id, path, orjson.dumps(r)) for path, r in steps.items()]
+            db.executemany("INSERT OR REPLACE INTO steps (run, path, result) VALUES (?, ?, ?)", rows)
+            if rows:
+                db.execute("UPDATE runs SET bytes = bytes + ? WHERE id = ?", (sum(len(r[2]) for r in rows), run_id))
             _add_events(db, run_id, worker, events, time.time())
             return True
 
@@ -332,16 +410,31 @@ class SqliteRunQueue:
         return {path: orjson.loads(result) for path, result in rows}
 
     async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
+        answer_b = pack_answer(answer)
+
         def tx(db: sqlite3.Connection) -> bool:
+            nonlocal answer, answer_b, status
             now = time.time()
-            cur = db.execute(
-                "UPDATE runs SET status = ?, answer = ?, updated = ?, lease_until = NULL"
+            row = db.execute(
+                "SELECT length(args) + coalesce(length(meta), 0) FROM runs"
                 " WHERE id = ? AND worker = ? AND status = 'running'",
-                (status, orjson.dumps(answer), now, run_id, worker),
-            )
-            if cur.rowcount != 1:
+                (run_id, worker),
+            ).fetchone()
+            if row is None:
                 return False
+            size = row[0] + len(answer_b)
+            if size > self.max_run_bytes:
+                status, answer = "failed", too_large_answer(len(answer_b), self.max_run_bytes)
+                answer_b = pack_answer(answer)
+                size = row[0] + len(answer_b)
+            # A finished run is never resumed: its recorded steps go (its answer holds what they said).
+            db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
+            db.execute(
+                "UPDATE runs SET status = ?, answer = ?, updated = ?, lease_until = NULL, bytes = ? WHERE id = ?",
+                (status, answer_b, now, size, run_id),
+            )
             _add_events(db, run_id, worker, [(status, outcome_of(answer))], now)
+            self._make_room(db, 0, keep=run_id)
             return True
 
         ok = await self._do(lambda db: self._write(db, tx))
@@ -355,10 +448,12 @@ class SqliteRunQueue:
             if row is None:
                 return None
             if row[0] in ("queued", "input_required"):
-                answer = cancelled_answer("cancelled before it started")
+                answer = pack_answer(cancelled_answer("cancelled before it started"))
+                db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
                 db.execute(
-                    "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ? WHERE id = ?",
-                    (orjson.dumps(answer), now, run_id),
+                    "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ?,"
+                    " bytes = length(args) + coalesce(length(meta), 0) + ? WHERE id = ?",
+                    (answer, now, len(answer), run_id),
                 )
                 _add_events(db, run_id, by, [("cancelled", {"before_start": True})], now)
             elif row[0] == "running":
@@ -420,12 +515,17 @@ class SqliteRunQueue:
                 ).fetchall()
             ]
             for run_id in gone:
-                db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
-                db.execute("DELETE FROM events WHERE run = ?", (run_id,))
-                db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+                _drop(db, run_id)
             return len(gone)
 
         return await self._do(lambda db: self._write(db, tx))
+
+    async def usage(self) -> tuple[int, int]:
+        """How many runs the queue keeps, and how many bytes they hold (arguments, recorded steps, answers)."""
+        count, total = await self._do(
+            lambda db: db.execute("SELECT count(*), coalesce(sum(bytes), 0) FROM runs").fetchone()
+        )
+        return int(count), int(total)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Create the tables, then sweep runs past their retention until cancelled."""
