@@ -63,6 +63,11 @@ class MCPipeError(Exception):
     code: str = ErrorCode.INTERNAL
     retryable: bool = False
 
+    def step_fields(self) -> dict[str, Any]:
+        """Structured facts a failed step's result carries beside ``error`` and ``error_code`` (none here;
+        a downstream server's JSON-RPC error adds ``jsonrpc_error``)."""
+        return {}
+
 
 class TemplateSyntaxError(MCPipeError, ValueError):
     """A template that cannot be compiled: a bad placeholder, path, ``$ref`` or root.

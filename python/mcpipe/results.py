@@ -42,12 +42,16 @@ class StepFailure(Exception):
         code: the error code (``TOOL_ERROR``, ``TOOL_FAILED``, ``FORBIDDEN``, ``GATE_REJECTED``, ...).
         output: what the step produced before failing (the HTTP status and body, the command's stderr),
             kept in the step result for debugging; None when there is nothing.
+        facts: more fields of the failed step's result (a downstream server's ``jsonrpc_error``).
     """
 
-    def __init__(self, message: str, code: str = ErrorCode.TOOL_FAILED, output: Any = None) -> None:
+    def __init__(
+        self, message: str, code: str = ErrorCode.TOOL_FAILED, output: Any = None, facts: dict[str, Any] | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.output = output
+        self.facts = facts or {}
 
 
 def ms_since(t0: float) -> float:
@@ -89,6 +93,7 @@ class StepOutput:
         error: why it failed (``""`` on success).
         error_code: a stable code (contract section 6) or None.
         skipped: True when ``when`` was false (or a ``progress`` step had no progress token).
+        facts: more fields of a failed step's result (a downstream server's ``jsonrpc_error``).
     """
 
     output: Any = None
@@ -99,6 +104,7 @@ class StepOutput:
     error: str = ""
     error_code: str | None = None
     skipped: bool = False
+    facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
     def of(cls, value: Any) -> StepOutput:
@@ -108,10 +114,13 @@ class StepOutput:
         return cls(value, value)
 
     @classmethod
-    def failure(cls, message: str, code: str, output: Any = None) -> StepOutput:
-        """A failed step; ``output`` (if any) is kept as the structured value for debugging."""
+    def failure(cls, message: str, code: str, output: Any = None, facts: dict[str, Any] | None = None) -> StepOutput:
+        """A failed step; ``output`` (if any) is kept as the structured value for debugging, ``facts`` are
+        more fields of its result."""
         out = cls.of(output) if output is not None else cls()
         out.ok, out.error, out.error_code = False, message, code
+        if facts:
+            out.facts = facts
         return out
 
     @classmethod
@@ -129,8 +138,8 @@ class StepOutput:
         return out
 
     def result(self, step_id: str, kind: str, duration_ms: float) -> dict[str, Any]:
-        """The step result object of contract section 3, plus ``skipped``."""
-        return {
+        """The step result object of contract section 3, plus ``skipped`` (and the failure's ``facts``)."""
+        r: dict[str, Any] = {
             "id": step_id,
             "kind": kind,
             "ok": self.ok,
@@ -143,6 +152,9 @@ class StepOutput:
             "skipped": self.skipped,
             "duration_ms": duration_ms,
         }
+        if self.facts:
+            r.update(self.facts)
+        return r
 
 
 def leaf_result(

@@ -9,6 +9,9 @@ front of it (``mcpServers``, ``prefix = ""``), with mcpipe reaching the fixture 
 ``http``) or stdio (mode ``stdio``). Every check that passes directly must pass through mcpipe, except those
 listed in :data:`PENDING` (work delivered separately; the harness reports them, and fails when one passes
 everywhere, so that its entry goes and its checks count from then on). Neither server may log a traceback.
+The run fails, too, when fewer checks ran than it knows should: the direct run of each era must pass at least
+:data:`DIRECT_FLOOR` checks and run every server scenario ``run list`` names for that era; modes ``alone`` and
+``tasks`` have floors of their own.
 Mode ``alone`` runs mcpipe with no downstream server: a declared pipeline plays the suite's logging tool,
 and logging-set-level and tools-call-with-logging must pass. Mode ``tasks`` runs every ``tasks-*`` scenario
 (the tasks extension, ``docs/runs.md``) against mcpipe serving the fixture tools of ``tests/kit/tasks_fixture.py``
@@ -44,6 +47,17 @@ STDIO_SSE_POLL_MS = 150
 
 PENDING_TRACEBACKS: tuple[str, ...] = ()
 """Tracebacks of pending work (none)."""
+
+DIRECT_FLOOR = {"2025-11-25": 84, "2026-07-28": 136}
+"""The fewest checks that must pass against the fixture directly, per era (as many as pass today): a suite
+that crashed half-way, or a fixture that regressed, would otherwise make fewer checks to compare and the run
+would still pass. Raise it when more pass; lower it only on purpose (a scenario the suite dropped)."""
+
+ALONE_FLOOR = 4
+"""The fewest checks of mode ``alone`` (two per scenario of :data:`ALONE`) that must run and pass."""
+
+TASKS_FLOOR = 44
+"""The fewest checks of the ``tasks-*`` scenarios that must run and pass."""
 
 ALONE = {"logging-set-level", "tools-call-with-logging"}
 
@@ -151,6 +165,29 @@ def run_suite(url: str, era: str | None, out: Path, scenarios: set[str] | None =
     return results
 
 
+def server_scenarios(era: str) -> set[str]:
+    """The suite's server scenarios of ``era`` (extensions excluded), as ``run list`` names them."""
+    out = subprocess.run([*suite(), "list"], capture_output=True, text=True, timeout=120, check=False).stdout
+    section = out.split("Client scenarios", 1)[0]
+    return {line.split()[1] for line in section.splitlines() if line.strip().startswith("- ") and era in line}
+
+
+def floor(
+    report: Report, label: str, got: dict[tuple[str, str], str], minimum: int, scenarios: set[str] | None = None
+) -> None:
+    """Fail the run unless at least ``minimum`` checks passed in ``got`` and every scenario of ``scenarios``
+    ran (gave at least one check): a crashed suite or a regressed server must not pass on fewer checks."""
+    ran = {scenario for scenario, _ in got}
+    for scenario in sorted((scenarios or set()) - ran):
+        report.lost.append(f"{label} {scenario}: no checks ran (the suite lists it)")
+    passed = sum(status == "SUCCESS" for status in got.values())
+    if passed < minimum:
+        report.lost.append(
+            f"{label}: only {passed} checks passed, at least {minimum} expected "
+            f"(the floor in tests/conformance/harness.py; {len(got)} ran)"
+        )
+
+
 def pending(scenario: str) -> str | None:
     for pattern, issue in PENDING.items():
         if scenario == pattern or (pattern.endswith("*") and scenario.startswith(pattern[:-1])):
@@ -216,6 +253,7 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
             with started([sys.executable, str(FIXTURE), "--http", "0"], base / "fixture.log", None) as fixture:
                 for era in ERAS:
                     direct[era] = run_suite(fixture.url, era, base / f"direct-{era}")
+                    floor(report, f"[direct {era}]", direct[era], DIRECT_FLOOR[era], server_scenarios(era))
                 for mode in ("http", "stdio"):
                     if mode not in modes:
                         continue
@@ -257,6 +295,7 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
                 if not any(k[0] == scenario for k in got):
                     report.lost.append(f"[alone] {scenario}: no checks ran")
             compare(report, "[alone 2025-11-25]", expected, got)
+            floor(report, "[alone 2025-11-25]", got, ALONE_FLOOR)
             if (tb := Server(gw.proc, gw.url, log).traceback()) is not None:
                 report.tracebacks.append(f"mcpipe (alone): {tb}")
         if "tasks" in modes:
@@ -296,6 +335,7 @@ def run_tasks(report: Report, base: Path) -> None:
             report.lost.append(f"[tasks] {scenario}: no checks ran")
     # A check the suite itself skips (tasks-status-notifications waits for its harness's rewrite) is no check.
     compare(report, "[tasks]", {k: "SUCCESS" for k, v in got.items() if v != "SKIPPED"}, got)
+    floor(report, "[tasks]", got, TASKS_FLOOR)
     if (tb := Server(gw.proc, gw.url, log).traceback(EXPECTED_TRACEBACKS)) is not None:
         report.tracebacks.append(f"mcpipe (tasks): {tb}")
 

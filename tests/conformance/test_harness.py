@@ -33,3 +33,25 @@ def test_a_pending_scenario_that_passes_everywhere_fails_the_run_until_its_entry
     harness.compare(still_failing, "[http 2025-11-25]", direct, {("server-sse-polling", "b"): "SUCCESS"})
     harness.compare(still_failing, "[stdio 2025-11-25]", direct, {})
     assert still_failing.stale() == [] and still_failing.ok()
+
+
+def test_a_run_with_fewer_passing_checks_than_its_floor_or_a_listed_scenario_missing_fails_naming_them():
+    direct = {("tools-list", "a"): "SUCCESS", ("ping", "b"): "SUCCESS", ("ping", "c"): "FAILURE"}
+    report = harness.Report()
+    harness.compare(report, "[http 2025-11-25]", direct, direct)
+    assert report.ok()  # everything that passed directly passed through: compare alone is satisfied
+    harness.floor(report, "[direct 2025-11-25]", direct, 3, {"tools-list", "ping", "prompts-list"})
+    assert report.lost == [
+        "[direct 2025-11-25] prompts-list: no checks ran (the suite lists it)",
+        "[direct 2025-11-25]: only 2 checks passed, at least 3 expected "
+        "(the floor in tests/conformance/harness.py; 3 ran)",
+    ]
+    assert not report.ok()
+    enough = harness.Report()
+    harness.floor(enough, "[direct 2025-11-25]", direct, 2, {"tools-list", "ping"})
+    assert enough.ok()
+
+
+def test_the_floors_cover_every_era_and_are_not_zero():
+    assert set(harness.DIRECT_FLOOR) == set(harness.ERAS) and min(harness.DIRECT_FLOOR.values()) > 0
+    assert 2 * len(harness.ALONE) <= harness.ALONE_FLOOR and harness.TASKS_FLOOR > 0

@@ -5,8 +5,9 @@
 
 Its tools: ``add``, ``greet`` (reads an env var, to check ``env`` reaches it), ``progress`` (reports
 progress), ``wait`` (runs until cancelled and records when it was), ``events`` (what ``wait`` recorded),
-``crash`` (the process exits mid-call), ``secret`` (excluded by the tests' config), and ``extra`` when the
-file named by ``DOWNSTREAM_EXTRA`` exists (so a restart can bring another list).
+``crash`` (the process exits mid-call), ``secret`` (excluded by the tests' config), ``refuse`` (answers a
+JSON-RPC error), ``chatter`` (logs at four levels, meeting the other calls in flight halfway), and ``extra``
+when the file named by ``DOWNSTREAM_EXTRA`` exists (so a restart can bring another list).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import partial
 import anyio
 import trio
 from mcp.server.mcpserver import Context, MCPServer
+from mcp.shared.exceptions import MCPError
 
 server = MCPServer("downstream")
 EVENTS: list[dict[str, float | str]] = []
@@ -68,6 +70,35 @@ def events() -> list[dict[str, float | str]]:
 def crash() -> str:
     """Exit the process in the middle of the call."""
     os._exit(3)
+
+
+@server.tool()
+def refuse() -> str:
+    """Answer a JSON-RPC error (not an isError result)."""
+    raise MCPError(-32042, "refused on purpose", {"why": "a test"})
+
+
+_MET: dict[str, anyio.Event] = {}
+_IN: list[str] = []
+
+
+@server.tool()
+async def chatter(tag: str, ctx: Context, together: int = 1) -> str:
+    """Log `<tag> <level>` at debug and info, wait until `together` chatter calls are in flight (a
+    rendezvous, so concurrent calls overlap for sure), then log at warning and error."""
+    for level in ("debug", "info"):
+        await ctx.log(level, f"{tag} {level}", logger_name="chatter")  # pyright: ignore[reportDeprecated]
+    _IN.append(tag)
+    met = _MET.setdefault(str(together), anyio.Event())
+    if len(_IN) >= together:
+        met.set()
+    await met.wait()
+    for level in ("warning", "error"):
+        await ctx.log(level, f"{tag} {level}", logger_name="chatter")  # pyright: ignore[reportDeprecated]
+    _IN.remove(tag)
+    if not _IN:
+        _MET.pop(str(together), None)
+    return tag
 
 
 @server.tool()

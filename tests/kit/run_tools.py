@@ -24,3 +24,25 @@ async def mark(tag: str, ms: float = 0) -> str:
     finally:
         os.close(fd)
     return tag
+
+
+gate = ToolRegistry()
+"""In-process tools a test holds back: ``wait_for(tag)`` returns once the test calls ``release(tag)``."""
+_release: dict[str, trio.Event] = {}
+
+
+@gate.tool
+async def wait_for(tag: str) -> str:
+    """Wait until the test releases ``tag``."""
+    await _release.setdefault(tag, trio.Event()).wait()
+    return f"released {tag}"
+
+
+def release(tag: str) -> None:
+    """Let every ``wait_for(tag)`` call, past and future, return."""
+    _release.setdefault(tag, trio.Event()).set()
+
+
+def reset_gate() -> None:
+    """Forget every release (at the start of a test)."""
+    _release.clear()

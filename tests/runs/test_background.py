@@ -8,20 +8,10 @@ from typing import Any
 import trio
 from mcp import Client
 
+from kit.run_tools import gate, release, reset_gate
 from kit.servers import make_config
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import open_app
-from mcpipe.tools import ToolRegistry
-
-gate = ToolRegistry()
-_release: dict[str, trio.Event] = {}
-
-
-@gate.tool
-async def wait_for(tag: str) -> str:
-    """Wait until the test releases ``tag``."""
-    await _release.setdefault(tag, trio.Event()).wait()
-    return f"released {tag}"
 
 
 def _structured(result: Any) -> Any:
@@ -40,7 +30,7 @@ async def _until(client: Client, run_id: str, type_: str, path: str | None = Non
 
 
 async def test_a_background_pipe_answers_a_run_id_at_once_and_pipe_result_answers_the_pipelines_answer():
-    _release.clear()
+    reset_gate()
     with trio.fail_after(20):
         async with open_app(make_config(), extra_sources=[gate]) as app, Client(app.server) as client:
             spec = {
@@ -59,7 +49,7 @@ async def test_a_background_pipe_answers_a_run_id_at_once_and_pipe_result_answer
             assert status["status"] == "running"
             pending = _structured(await client.call_tool("pipe_result", {"run_id": run_id}))
             assert pending["done"] is False and pending["status"] == "running"
-            _release["t1"].set()
+            release("t1")
             done = await client.call_tool("pipe_result", {"run_id": run_id, "wait_ms": 10000})
             answer = _structured(done)
             assert not done.is_error and answer["ok"] is True and answer["result"] == "released t1"
@@ -93,7 +83,7 @@ async def test_a_background_spec_with_problems_is_answered_at_once_and_never_que
 
 
 async def test_pipe_cancel_stops_a_running_background_run_and_it_ends_cancelled():
-    _release.clear()
+    reset_gate()
     with trio.fail_after(20):
         async with open_app(make_config(), extra_sources=[gate]) as app, Client(app.server) as client:
             spec = {"background": True, "steps": [{"id": "w", "tool": "wait_for", "args": {"tag": "never"}}]}

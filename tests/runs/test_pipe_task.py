@@ -15,21 +15,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, Request, RequestParams, Result
 from pydantic import ConfigDict, Field, TypeAdapter
 
+from kit.run_tools import gate, release, reset_gate
 from kit.servers import http_server, make_config
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import open_app
 from mcpipe.server._tasks import TASKS
-from mcpipe.tools import ToolRegistry
-
-gate = ToolRegistry()
-_release: dict[str, trio.Event] = {}
-
-
-@gate.tool
-async def wait_for(tag: str) -> str:
-    """Wait until the test releases ``tag``."""
-    await _release.setdefault(tag, trio.Event()).wait()
-    return f"released {tag}"
 
 
 class CreatedTask(Result):
@@ -90,7 +80,7 @@ async def until(session: Any, task_id: str, status: str) -> dict[str, Any]:
 
 
 async def test_mcp_pipe_as_a_task_is_created_then_worked_on_then_completed_with_its_answer_inlined():
-    _release.clear()
+    reset_gate()
     spec = {
         "steps": [
             {"id": "a", "tool": "echo", "args": {"x": 1}},
@@ -107,7 +97,7 @@ async def test_mcp_pipe_as_a_task_is_created_then_worked_on_then_completed_with_
             assert isinstance(created, CreatedTask)
             working = await get_task(client.session, created.task_id)
             info = await app.runs.queue.get(created.task_id)
-            _release.setdefault("go", trio.Event()).set()
+            release("go")
             done = await until(client.session, created.task_id, "completed")
     assert created.status == "working" and created.ttl_ms == 7 * 86400 * 1000
     assert working["status"] == "working" and "result" not in working
@@ -132,7 +122,7 @@ async def test_a_task_client_calling_mcp_pipe_gets_the_answer_through_its_extens
 
 
 async def test_tasks_cancel_stops_a_running_mcp_pipe_task_and_it_ends_cancelled():
-    _release.clear()
+    reset_gate()
     spec = {"steps": [{"id": "w", "tool": "wait_for", "args": {"tag": "never"}}]}
     with trio.fail_after(30):
         async with (

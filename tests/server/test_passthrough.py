@@ -14,9 +14,12 @@ import trio
 from mcp import Client
 from mcp.shared.exceptions import MCPError
 
-from kit.servers import everything_downstream, make_config, running, stdio_downstream
+from kit.servers import everything_downstream, http_server, make_config, running, stdio_downstream
 from mcpipe.config import ConfigError
+from mcpipe.declared import DeclaredPipelineTool
 from mcpipe.gateway import PIPE_TOOL
+from mcpipe.runtime import run_compiled
+from mcpipe.tools import ToolContext
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
@@ -183,6 +186,7 @@ async def test_log_messages_of_a_downstream_call_reach_that_caller_at_its_level_
                         warnings.simplefilter("ignore")
                         await client.set_logging_level("error")
                     await client.call_tool("ev.test_tool_with_logging", {})
+                    assert got == heard  # its three info messages are below "error" now: none came
             async with Client(app.server, mode=mode, logging_callback=on_log) as quiet:  # no level: nothing (2026)
                 got.clear()
                 await quiet.call_tool("ev.test_tool_with_logging", {})
@@ -192,16 +196,114 @@ async def test_log_messages_of_a_downstream_call_reach_that_caller_at_its_level_
         assert got == []
 
 
-async def test_a_downstream_json_rpc_error_reaches_a_direct_caller_unchanged_and_fails_a_pipeline_step():
+async def _set_level(client: Client, level: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # logging/setLevel is deprecated in the 2026-07-28 era
+        await client.set_logging_level(level)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_a_downstream_log_message_below_the_callers_level_is_dropped_and_one_at_or_above_it_arrives(mode):
+    got: list[tuple[str, Any, str | None]] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        got.append((params.level, params.data, params.logger))
+
+    heard: dict[str, list[Any]] = {}
+    with trio.fail_after(30):
+        async with running(_config(ds=stdio_downstream())) as app:
+            for level in ("debug", "warning", "error"):
+                got.clear()
+                level_2026: Any = level if mode != "legacy" else None
+                async with Client(app.server, mode=mode, logging_callback=on_log, log_level=level_2026) as client:
+                    if mode == "legacy":
+                        await _set_level(client, level)
+                    await client.call_tool("ds.chatter", {"tag": level})
+                heard[level] = [(lv, data) for lv, data, _ in got]
+                assert {logger for _, _, logger in got} == {"chatter"}
+    assert heard == {
+        "debug": [(lv, f"debug {lv}") for lv in ("debug", "info", "warning", "error")],
+        "warning": [("warning", "warning warning"), ("error", "warning error")],
+        "error": [("error", "error error")],
+    }
+
+
+@pytest.mark.parametrize("mode", ERAS)
+async def test_two_clients_calling_one_downstream_logging_tool_at_once_over_http_each_get_only_their_own_messages(
+    mode,
+):
+    heard: dict[str, list[Any]] = {"a": [], "b": [], "alone": []}
+    answers: dict[str, str] = {}
+
+    async def call(url: str, tag: str, together: int) -> None:
+        async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+            heard[tag].append(params.data)
+
+        level: Any = "debug" if mode != "legacy" else None
+        async with Client(url, mode=mode, logging_callback=on_log, log_level=level) as client:
+            if mode == "legacy":
+                await _set_level(client, "debug")
+            r = await client.call_tool("ds.chatter", {"tag": tag, "together": together})
+            answers[tag] = r.content[0].text  # type: ignore[union-attr]
+
+    with trio.fail_after(30):
+        async with running(_config(ds=stdio_downstream())) as app, http_server(app) as url:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(call, url, "a", 2)  # the tool waits until both calls are in flight
+                nursery.start_soon(call, url, "b", 2)
+            await call(url, "alone", 1)
+    assert answers == {"a": "a", "b": "b", "alone": "alone"}
+    for tag in ("a", "b"):  # never another call's message (those sent while both ran name no request: dropped)
+        assert all(m.startswith(f"{tag} ") for m in heard[tag]), heard
+    assert heard["alone"] == [f"alone {lv}" for lv in ("debug", "info", "warning", "error")]
+
+
+MISSING_SAMPLING = {
+    "code": types.MISSING_REQUIRED_CLIENT_CAPABILITY,
+    "message": "This tool requires the client 'sampling' capability",
+    "data": {"requiredCapabilities": {"sampling": {}}},
+}
+"""The JSON-RPC error the everything-server answers a 2026-07-28 call of its sampling tool without sampling."""
+
+
+async def test_a_downstream_json_rpc_error_reaches_a_direct_caller_unchanged_and_fails_a_pipeline_step_keeping_it():
+    spec = {
+        "continue_on_error": True,
+        "steps": [{"id": "ask", "tool": "ev.test_missing_capability"}, {"id": "after", "tool": "echo", "args": {}}],
+        "return": {"code": "${steps.ask.jsonrpc_error.code}", "data": "${steps.ask.jsonrpc_error.data}"},
+    }
     with trio.fail_after(30):
         async with running(_config()) as app, Client(app.server, mode="2026-07-28") as client:
             with pytest.raises(MCPError) as err:
                 await client.call_tool("ev.test_missing_capability", {})
-            piped = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "ev.test_missing_capability"}]})
-    assert err.value.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY
-    assert err.value.data == {"requiredCapabilities": {"sampling": {}}}
-    step = piped.structured_content["steps"]["step1"]
+            piped = await client.call_tool(PIPE_TOOL, spec)
+    assert (err.value.code, err.value.message, err.value.data) == tuple(MISSING_SAMPLING.values())
+    answer = piped.structured_content
+    step = answer["steps"]["ask"]
     assert step["error_code"] == "TOOL_FAILED" and "error -32021" in step["error"]
+    assert step.get("jsonrpc_error") == MISSING_SAMPLING, step
+    assert answer["result"] == {"code": -32021, "data": {"requiredCapabilities": {"sampling": {}}}}
+    assert "jsonrpc_error" not in answer["steps"]["after"]
+
+
+REFUSAL = {"code": -32042, "message": "refused on purpose", "data": {"why": "a test"}}
+"""The JSON-RPC error the tests' downstream server answers a call of its ``refuse`` tool."""
+
+
+async def test_a_declared_tool_step_failing_with_a_downstream_json_rpc_error_keeps_the_error_in_its_result():
+    probe = {"name": "probe", "steps": [{"kind": "tool", "id": "ask", "tool": "ds.refuse"}]}
+    cfg = make_config(mcpServers={"ds": stdio_downstream()}, pipelines=[probe])
+    with trio.fail_after(30):
+        async with running(cfg) as app, Client(app.server) as client:
+            called = await client.call_tool("probe", {})
+            piped = await client.call_tool(PIPE_TOOL, {"steps": [{"id": "ask", "tool": "ds.refuse"}]})
+            tool = app.gateway.get("probe")
+            assert isinstance(tool, DeclaredPipelineTool)
+            answer = await run_compiled(tool.compiled, app.gateway, context=ToolContext())
+    assert called.is_error and "TOOL_FAILED: step 'ask' failed: DownstreamError: " in called.content[0].text
+    for step in (answer["steps"]["ask"], piped.structured_content["steps"]["ask"]):
+        assert step["error_code"] == "TOOL_FAILED"
+        assert step["jsonrpc_error"] == REFUSAL
 
 
 async def _silent_listener(task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:

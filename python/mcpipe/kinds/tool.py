@@ -8,7 +8,7 @@ from typing import Annotated, Any
 import msgspec
 
 from mcpipe._util import PIPE_TOOL
-from mcpipe.errors import ErrorCode, UnknownToolError
+from mcpipe.errors import ErrorCode, MCPipeError, UnknownToolError
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -49,6 +49,8 @@ async def run_tool(
         res = await registry.call(step.fields.tool, inputs["args"], ctx)
     except UnknownToolError as e:
         raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
+    except MCPipeError as e:  # a failure mcpipe describes (a server down, its JSON-RPC error): no traceback
+        raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
     return StepOutput.from_tool(res)
 
 

@@ -221,7 +221,7 @@ class Leaf(Step, Generic[F, B]):
         except ExpressionError as e:
             return StepOutput.failure(f"{self.location}: {e}" if e.timeout else str(e), e.code)
         except StepFailure as e:
-            return StepOutput.failure(str(e), e.code, e.output)
+            return StepOutput.failure(str(e), e.code, e.output, e.facts)
         except Exception as e:
             _log.exception("step %s (%s, %s) failed", self.id, self.kind, self.location)
             return StepOutput.failure(f"{type(e).__name__}: {e}", ErrorCode.TOOL_FAILED)

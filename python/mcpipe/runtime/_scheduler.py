@@ -501,6 +501,8 @@ class _Run:
                 _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             r = leaf_result(step.id, False, message, code, t0)
+            if isinstance(e, MCPipeError):
+                r.update(e.step_fields())
         finally:
             if r is None:  # cancelled from outside: record it, and let the cancellation go on
                 r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0)

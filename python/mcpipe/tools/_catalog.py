@@ -43,11 +43,16 @@ Change = tuple[str, str | None]
 
 class DownstreamError(CallError):
     """A downstream server answered a request with a JSON-RPC error: its code, message and data are kept, so a
-    direct call answers the caller the same error; a pipeline step fails with it (``TOOL_FAILED``)."""
+    direct call answers the caller the same error; a pipeline step fails with it (``TOOL_FAILED``) and
+    carries the error object, unchanged, as ``jsonrpc_error`` (``{"code", "message", "data"?}``)."""
 
     def __init__(self, server: str, error: types.ErrorData) -> None:
         super().__init__(f"MCP server '{server}' answered error {error.code}: {error.message}")
+        self.server = server
         self.error = error
+
+    def step_fields(self) -> dict[str, Any]:
+        return {"jsonrpc_error": _wire(self.error)}
 
 
 def _wire(model: Any) -> dict[str, Any]:
@@ -150,6 +155,8 @@ class Feed:
         self.changed: Callable[[DownstreamServer, Change], Awaitable[None]] = _ignore
         self._calls: dict[int, ToolContext] = {}
         self._next = 0
+        self._forwarding = 0
+        self._idle = trio.Event()
         self._send, self._recv = trio.open_memory_channel[tuple[str, str | None, bool]](256)
         self.subscribed: dict[str, int] = {}
         """URIs some client subscribed to -> how many subscriptions (the server is subscribed once)."""
@@ -182,7 +189,22 @@ class Feed:
             )
             return
         (ctx,) = self._calls.values()
-        await ctx.send_log(params.level, params.data, logger=params.logger)
+        self._forwarding += 1
+        try:
+            await ctx.send_log(params.level, params.data, logger=params.logger)
+        finally:
+            self._forwarding -= 1
+            if self._forwarding == 0:
+                self._idle.set()
+                self._idle = trio.Event()
+
+    async def drain(self) -> None:
+        """Let log callbacks spawned before a call's answer start (one scheduling round), then wait until
+        they have forwarded their messages: the SDK client runs each in a task of its own, so the answer can
+        wake the call first, and answering then would close the caller's stream before its last messages."""
+        await trio.lowlevel.checkpoint()
+        while self._forwarding:
+            await self._idle.wait()
 
     async def _message(self, message: Any) -> None:
         # Runs in the session's reader: it must not wait for the session, so changes go to list_changes.

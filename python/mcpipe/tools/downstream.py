@@ -422,6 +422,7 @@ class DownstreamServer:
                             meta = cast(RequestParamsMeta, {**(meta or {}), **traced})
                         r = await self.streams.polled(ctx, self._poll, relayed)
                 await forward.drain()
+                await self.feed.drain()
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
