@@ -24,22 +24,19 @@ from urllib.parse import urlsplit
 
 import trio
 
+from mcpipe.backends._errors import BackendError
 from mcpipe.backends._threads import run_interruptible
 
 __all__ = ["GrpcConnection", "GrpcError", "GrpcMethod", "parse_grpc_url"]
 
 
-class GrpcError(Exception):
+class GrpcError(BackendError):
     """A gRPC call failed.
 
     Attributes:
         code: ``TOOL_ERROR`` (the server answered with an error status), ``TOOL_FAILED`` (unreachable, an
             unknown service or method, a message that does not fit its type), ``TIMEOUT``.
     """
-
-    def __init__(self, message: str, code: str = "TOOL_FAILED") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)

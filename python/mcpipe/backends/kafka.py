@@ -23,6 +23,8 @@ from typing import Any
 
 import trio
 
+from mcpipe.backends._errors import BackendError
+
 __all__ = ["KafkaClient", "KafkaError", "KafkaRecord", "crc32c", "decode_batches", "encode_batch", "parse_bootstrap"]
 
 _log = logging.getLogger("mcpipe.backends.kafka")
@@ -46,12 +48,8 @@ ERRORS = {
 }
 
 
-class KafkaError(Exception):
+class KafkaError(BackendError):
     """A Kafka operation failed; ``code`` as for the other backends (``TOOL_FAILED``, ``TOOL_ERROR``, ``TIMEOUT``)."""
-
-    def __init__(self, message: str, code: str = "TOOL_FAILED") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _error_name(code: int) -> str:

@@ -25,6 +25,8 @@ from urllib.parse import unquote, urlsplit
 import orjson
 import trio
 
+from mcpipe.backends._errors import BackendError
+
 __all__ = ["NatsClient", "NatsError", "NatsMessage", "parse_nats_url"]
 
 _log = logging.getLogger("mcpipe.backends.nats")
@@ -32,17 +34,13 @@ _CRLF = b"\r\n"
 MAX_CONTROL_LINE = 64 * 1024
 
 
-class NatsError(Exception):
+class NatsError(BackendError):
     """A NATS operation failed.
 
     Attributes:
         code: ``TOOL_FAILED`` (cannot connect, the connection broke, a protocol error), ``TOOL_ERROR`` (no
             responders, the server refused), ``TIMEOUT`` (no reply in time).
     """
-
-    def __init__(self, message: str, code: str = "TOOL_FAILED") -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe.backends._errors import BackendError
 from mcpipe.backends._threads import run_interruptible
 
 __all__ = [
@@ -79,7 +80,7 @@ class SqlBackendConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults
     await_: dict[str, Any] | None = msgspec.field(default=None, name="await")
 
 
-class SqlError(Exception):
+class SqlError(BackendError):
     """A statement failed (the database's message), or the backend could not be reached.
 
     Attributes:
@@ -88,11 +89,6 @@ class SqlError(Exception):
     """
 
     code = "TOOL_ERROR"
-
-    def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
 
 
 class SqlTimeout(SqlError):
