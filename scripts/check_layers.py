@@ -52,6 +52,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("declared", ("mcpipe.declared",)),
     # Pipelines with a model inside: playbooks (a front-end of the plan) and the workflow tool.
     ("llm", ("mcpipe.playbooks", "mcpipe.workflow")),
+    # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:
+    # front-ends of the same plan, one subpackage each.
+    ("formats", ("mcpipe.formats",)),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.

@@ -588,6 +588,24 @@ def parse_config(
         raise ConfigError(
             [Problem(where, CODE, f"nests more than {MAX_CONFIG_DEPTH} levels deep; the limit is {MAX_CONFIG_DEPTH}")]
         )
+    from mcpipe.formats import detect_config
+
+    foreign = detect_config(raw)
+    if foreign is None:
+        return _parse_raw(raw, base_dir, env)
+    translation = foreign.translate(raw, base_dir=base_dir, environ=env)
+    found: list[Problem] = []
+    try:
+        cfg = _parse_raw(translation.raw, base_dir, env)
+    except ConfigError as exc:
+        found = [Problem(translation.locate(p.location), p.code, p.message) for p in exc.problems]
+    if translation.problems or found:
+        raise ConfigError([*translation.problems, *found])
+    return cfg
+
+
+def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]) -> Config:
+    """Decode and check a document in mcpipe's own layout."""
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():

@@ -1,0 +1,86 @@
+"""Foreign formats: other systems' own files, read as they are and compiled into mcpipe's one plan.
+
+Each format is one subpackage that owns everything of it: detecting its files, translating them, the
+semantics only it has, its documentation (``docs/formats/<name>.md``) and its tests with the vendored
+upstream files (``tests/formats/<name>/``). Adding a format is a new folder and one line here, not edits
+across ``config``, ``declared`` and ``kinds``.
+
+| package | system (seed) | what it reads |
+|---|---|---|
+| ``mcpipe.formats.mcpg`` | mcpg (003) | mcpg config files (``gateway``, ``mcp.capabilities``, ``governance``, ...) |
+| ``mcpipe.formats.noetl`` | NoETL (004) | NoETL playbooks (``noetl.io/v2`` and the older layout) |
+| ``mcpipe.formats.discord`` | discord-mcp (001) | the ``mcp_pipeline`` tool: its calls and answers |
+| ``mcpipe.formats.piraeus`` | piraeus (002) | piraeus's exported tool configs, prompts and flows |
+
+A format never has a scheduler or a plan of its own: it produces what mcpipe's own front-ends take (a
+config document in mcpipe's layout, declared pipelines, playbook plans, ``mcp_pipe`` specs) or plan nodes
+directly, and the one scheduler runs them.
+
+**Config-file formats.** A format whose files are server configs registers a :class:`ConfigFormat` in
+``CONFIG_FORMATS`` (the module path; imported on first use). :func:`mcpipe.config.parse_config` asks
+:func:`detect_config` about every decoded document before reading it as mcpipe's own; a format that claims
+it translates it into mcpipe's layout (:class:`Translation`), and every problem found afterwards is located
+back in the file through ``Translation.locate``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from mcpipe.errors import Problem
+
+__all__ = ["CONFIG_FORMATS", "ConfigFormat", "Translation", "detect_config"]
+
+
+def _same(location: str) -> str:
+    return location
+
+
+@dataclass(slots=True)
+class Translation:
+    """A foreign document in mcpipe's own layout.
+
+    Attributes:
+        raw: the document as mcpipe's config reads it (``mcpipe.config.Config``'s keys).
+        problems: what the file has that mcpipe refuses, each located in the file.
+        locate: maps a location in ``raw`` (``pipelines.charge.steps[1].url``) to where it is in the file
+            (``mcp.capabilities.tools[3].backend.steps[1].url``).
+    """
+
+    raw: dict[str, Any]
+    problems: list[Problem] = field(default_factory=list)
+    locate: Callable[[str], str] = _same
+
+
+class ConfigFormat(Protocol):
+    """A config-file format of another system."""
+
+    @property
+    def name(self) -> str:
+        """Its short name (``mcpg``), used in messages and by ``mcpipe check --explain``."""
+        ...
+
+    def detect(self, raw: Mapping[str, Any]) -> bool:
+        """Whether the decoded document is one of this format's (by its own keys, never by its path)."""
+        ...
+
+    def translate(self, raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
+        """The document in mcpipe's layout, with what cannot be honoured refused, located."""
+        ...
+
+
+CONFIG_FORMATS: tuple[str, ...] = ()
+"""Modules that define ``FORMAT`` (a :class:`ConfigFormat`), asked in order; the first to claim a document
+reads it."""
+
+
+def detect_config(raw: Mapping[str, Any]) -> ConfigFormat | None:
+    """The foreign format a decoded config document is written in, or None for mcpipe's own layout."""
+    for module in CONFIG_FORMATS:
+        fmt: ConfigFormat = importlib.import_module(module).FORMAT
+        if fmt.detect(raw):
+            return fmt
+    return None
