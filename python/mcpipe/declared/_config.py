@@ -6,9 +6,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+from mcpipe.kinds import CommandPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
-__all__ = ["OutboundConfig", "OutboundHttpConfig", "PipelineConfig"]
+__all__ = ["OutboundConfig", "OutboundHttpConfig", "OutboundPythonConfig", "PipelineConfig"]
 
 _MiB = 1024 * 1024
 
@@ -71,6 +71,18 @@ class OutboundHttpConfig(_Base, kw_only=True):
     timeout_ms: PositiveMs | None = 30_000
 
 
+class OutboundPythonConfig(_Base, kw_only=True):
+    """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    spares: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
+    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
+    timeout_ms: PositiveMs = 60_000
+    max_output_bytes: PositiveInt = _MiB
+    max_result_bytes: PositiveInt = 10 * _MiB
+    env: dict[str, str] | None = None
+
+
 class OutboundConfig(_Base, kw_only=True):
     """The ``outbound:`` section: what declared steps may reach.
 
@@ -83,9 +95,11 @@ class OutboundConfig(_Base, kw_only=True):
         command_max_output_bytes: stdout or stderr past this fails the step.
         command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
         expression_max_ms: how long one JSONata evaluation may run.
+        python: the limits of ``python`` steps.
     """
 
     http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
+    python: OutboundPythonConfig = msgspec.field(default_factory=OutboundPythonConfig)
     commands: dict[str, str | list[str]] = {}
     command_env: dict[str, str] | None = None
     command_timeout_ms: PositiveMs | None = 60_000
@@ -110,6 +124,15 @@ class OutboundConfig(_Base, kw_only=True):
                 max_output_bytes=self.command_max_output_bytes,
                 kill_grace_ms=self.command_kill_grace_ms,
                 timeout_ms=self.command_timeout_ms,
+            ),
+            python=PythonPolicy(
+                workers=self.python.workers,
+                spares=self.python.spares,
+                memory_mb=self.python.memory_mb,
+                timeout_ms=self.python.timeout_ms,
+                max_output_bytes=self.python.max_output_bytes,
+                max_result_bytes=self.python.max_result_bytes,
+                env=self.python.env,
             ),
             expression_max_ms=self.expression_max_ms,
         )

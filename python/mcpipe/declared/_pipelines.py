@@ -34,7 +34,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
 from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps
-from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
+from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, OutboundPythonConfig, PipelineConfig
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
 from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._model import CONTAINERS
@@ -77,6 +77,9 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
         # Decoded on its own first, so each of its unknown fields is reported where it is.
         http = _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems)
         raw = {**raw, "http": msgspec.to_builtins(http) if http is not None else {}}
+    if isinstance(raw, Mapping) and isinstance(raw.get("python"), Mapping):
+        py = _decode(raw["python"], OutboundPythonConfig, f"{location}.python", "outbound.python", problems)
+        raw = {**raw, "python": msgspec.to_builtins(py) if py is not None else {}}
     section = _decode(raw, OutboundConfig, location, "the outbound section", problems)
     if section is None:
         return StepPolicy(), problems

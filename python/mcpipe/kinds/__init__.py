@@ -8,7 +8,7 @@ step kind".
 """
 
 from mcpipe.kinds._base import RESERVED_KINDS, Build, BuildFailed, Kind, Registry, StepFields
-from mcpipe.kinds._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
+from mcpipe.kinds._policy import CommandPolicy, ForbiddenError, HttpPolicy, PythonPolicy, StepPolicy
 
 __all__ = [
     "KINDS",
@@ -19,6 +19,7 @@ __all__ = [
     "ForbiddenError",
     "HttpPolicy",
     "Kind",
+    "PythonPolicy",
     "Registry",
     "StepFields",
     "StepPolicy",
@@ -51,6 +52,8 @@ KINDS = Registry.of_modules(
         "nats",
         "grpc",
         "kafka",
+        # Code and databases, NoETL's tool kinds (mcpipe.formats.noetl maps its playbooks onto these).
+        "python",
     ],
 )
 """The leaf kinds by name, in the order the docs list them (``parallel`` and ``pipe`` are containers).
