@@ -6,9 +6,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from mcpipe.kinds import CommandPolicy, HttpPolicy, PythonPolicy, StepPolicy
+from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
-__all__ = ["OutboundConfig", "OutboundHttpConfig", "OutboundPythonConfig", "PipelineConfig"]
+__all__ = ["OutboundConfig", "OutboundDuckdbConfig", "OutboundHttpConfig", "OutboundPythonConfig", "PipelineConfig"]
 
 _MiB = 1024 * 1024
 
@@ -83,6 +83,17 @@ class OutboundPythonConfig(_Base, kw_only=True):
     env: dict[str, str] | None = None
 
 
+class OutboundDuckdbConfig(_Base, kw_only=True):
+    """``outbound.duckdb``: the limits of ``duckdb`` steps (see :class:`DuckdbPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
+    timeout_ms: PositiveMs = 60_000
+    max_rows: PositiveInt = 10_000
+    autoinstall_extensions: bool = False
+
+
 class OutboundConfig(_Base, kw_only=True):
     """The ``outbound:`` section: what declared steps may reach.
 
@@ -96,10 +107,12 @@ class OutboundConfig(_Base, kw_only=True):
         command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
         expression_max_ms: how long one JSONata evaluation may run.
         python: the limits of ``python`` steps.
+        duckdb: the limits of ``duckdb`` steps.
     """
 
     http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
     python: OutboundPythonConfig = msgspec.field(default_factory=OutboundPythonConfig)
+    duckdb: OutboundDuckdbConfig = msgspec.field(default_factory=OutboundDuckdbConfig)
     commands: dict[str, str | list[str]] = {}
     command_env: dict[str, str] | None = None
     command_timeout_ms: PositiveMs | None = 60_000
@@ -133,6 +146,14 @@ class OutboundConfig(_Base, kw_only=True):
                 max_output_bytes=self.python.max_output_bytes,
                 max_result_bytes=self.python.max_result_bytes,
                 env=self.python.env,
+            ),
+            duckdb=DuckdbPolicy(
+                workers=self.duckdb.workers,
+                memory_mb=self.duckdb.memory_mb,
+                threads=self.duckdb.threads,
+                timeout_ms=self.duckdb.timeout_ms,
+                max_rows=self.duckdb.max_rows,
+                autoinstall_extensions=self.duckdb.autoinstall_extensions,
             ),
             expression_max_ms=self.expression_max_ms,
         )

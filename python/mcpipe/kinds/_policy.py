@@ -21,7 +21,7 @@ from mcpipe.backends._connections import Connections
 from mcpipe.errors import ErrorCode
 from mcpipe.results import StepFailure
 
-__all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "PythonPolicy", "StepPolicy"]
+__all__ = ["CommandPolicy", "DuckdbPolicy", "ForbiddenError", "HttpPolicy", "PythonPolicy", "StepPolicy"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -263,6 +263,28 @@ class PythonPolicy:
 
 
 @dataclass(frozen=True)
+class DuckdbPolicy:
+    """How ``duckdb`` steps run: in worker threads, within these limits (``mcpipe.kinds.duckdb``).
+
+    Attributes:
+        workers: at most this many duckdb steps run at once; more wait.
+        memory_mb: DuckDB's ``memory_limit`` for a step's database.
+        threads: DuckDB's ``threads`` for a step's database.
+        timeout_ms: the deadline of a step that sets none; past it the statement is interrupted.
+        max_rows: a statement that returns more rows fails the step.
+        autoinstall_extensions: let DuckDB download an extension it knows when a statement needs it; off,
+            statements load only extensions installed ahead (an explicit ``INSTALL`` is the SQL's own).
+    """
+
+    workers: int = 4
+    memory_mb: int = 1024
+    threads: int = 2
+    timeout_ms: float = 60_000
+    max_rows: int = 10_000
+    autoinstall_extensions: bool = False
+
+
+@dataclass(frozen=True)
 class StepPolicy:
     """Everything the operator's config decides about declared steps.
 
@@ -270,6 +292,7 @@ class StepPolicy:
         http: outbound HTTP (``http`` and ``graphql`` steps).
         command: runnable commands (``command`` steps).
         python: the limits of ``python`` steps.
+        duckdb: the limits of ``duckdb`` steps.
         plugins: extra ``plugin_transform`` plugins by name (the JSONata plugin is always there).
         expression_max_ms: how long one JSONata evaluation may run.
         sql: the named SQL backends (``[sql.NAME]``) ``sql``, ``sql_tx`` and ``sql_await`` steps may use,
@@ -279,6 +302,7 @@ class StepPolicy:
     http: HttpPolicy = field(default_factory=HttpPolicy)
     command: CommandPolicy = field(default_factory=CommandPolicy)
     python: PythonPolicy = field(default_factory=PythonPolicy)
+    duckdb: DuckdbPolicy = field(default_factory=DuckdbPolicy)
     plugins: Mapping[str, Any] = field(default_factory=dict)
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
