@@ -64,7 +64,10 @@ async def test_a_python_tool_runs_with_its_input_as_globals_and_libs_imported():
         "libs": {"m": "math", "dd": {"from": "collections", "import": "defaultdict"}},
         "args": {"base": 1},
         "input": {"message": "{{ workload.message }}", "items": "{{ workload.nums }}"},
-        "code": "def main(message, items, base):\n    return {'msg': message, 'n': base + m.floor(sum(items)), 'dd': type(dd()).__name__}",
+        "code": (
+            "def main(message, items, base):\n"
+            "    return {'msg': message, 'n': base + m.floor(sum(items)), 'dd': type(dd()).__name__}"
+        ),
     }
     out = await run_mapped("python", tool, {"workload": {"message": "hi", "nums": [1.5, 2]}})
     # `items` is rendered to text, "[1.5, 2]", and decoded back (NoETL's coercion of literals).

@@ -198,7 +198,8 @@ def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: 
         _problem(
             problems,
             f"{loc}.script",
-            f"{kind} tool: SQL fetched from a script source (GCS, S3, HTTP, a file) is not supported: put it in `command`",
+            f"{kind} tool: SQL fetched from a script source (GCS, S3, HTTP, a file) is not supported: "
+            "put it in `command`",
         )
         return None
     for field in _SQL_B64:
@@ -238,8 +239,29 @@ _DATA_STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|VALUES|MERGE
 # A literal is a value only after an operator, a comma or parenthesis, or one of these words; after another
 # word it may be a typed literal (`date '...'`, `interval '...'`), which a parameter cannot replace.
 _BEFORE_VALUE = frozenset(
-    "LIKE ILIKE THEN ELSE WHEN AND OR IN IS VALUES SELECT RETURNING DEFAULT SET NOT BETWEEN WHERE ON "
-    "OFFSET LIMIT HAVING".split()
+    (
+        "LIKE",
+        "ILIKE",
+        "THEN",
+        "ELSE",
+        "WHEN",
+        "AND",
+        "OR",
+        "IN",
+        "IS",
+        "VALUES",
+        "SELECT",
+        "RETURNING",
+        "DEFAULT",
+        "SET",
+        "NOT",
+        "BETWEEN",
+        "WHERE",
+        "ON",
+        "OFFSET",
+        "LIMIT",
+        "HAVING",
+    )
 )
 
 
