@@ -530,9 +530,9 @@ class _Run:
                         f"{step.location}.retry: attempt {attempt} would bring the run to {calls} tool executions; "
                         f"the limit is {self.limits.max_calls}"
                     )
-                    r = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
-                    r["attempts"] = attempt - 1
-                    return r
+                    refused = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+                    refused["attempts"] = attempt - 1
+                    return refused
                 self.retries += 1
             try:
                 if step.timeout_ms is None:
