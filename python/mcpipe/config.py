@@ -208,6 +208,10 @@ class RunsConfig(_Base):
     """How many runs one process executes at once."""
     lease_s: Annotated[float, msgspec.Meta(ge=0.5, le=3600)] = 10.0
     """How long a worker holds a run without renewing it; a dead worker's runs are taken over after it."""
+    max_lapses: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    """How many times a run's lease may run out while it runs (its worker died, or stalled past the lease)
+    before the next worker to lease it fails it instead of running it again: a run that kills or freezes
+    every worker that takes it (a poison pill) is not retried for ever."""
     retention_s: Annotated[float, msgspec.Meta(gt=0, le=365 * 86400)] = 7 * 86400.0
     """How long a finished run, its recorded steps and its events are kept."""
     poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0

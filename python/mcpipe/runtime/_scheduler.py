@@ -51,6 +51,7 @@ from mcpipe.plan import (
     Node,
     Parallel,
     Pipeline,
+    evaluate,
     explain,
     prelude,
     problem_order,
@@ -259,6 +260,7 @@ class _Run:
         "pid",
         "proc_limiter",
         "registry",
+        "retries",
         "scope",
         "succeeded",
         "total",
@@ -294,6 +296,9 @@ class _Run:
         self.on_event = on_event
         self.args = args
         self.total = total
+        # Tool calls made again after a retryable failure: they count towards limits.max_calls with the
+        # leaf executions (issue 20: 10 attempts in a for_each of 10 x 100 made 7096 calls under 1000).
+        self.retries = 0
         self.succeeded = self.failed = self.cancelled = 0
         # What the answer holds so far as it will be sent (both representations, see `keep`), starting with
         # its own fields and the tool result around it; bounded by limits.max_answer_bytes.
@@ -518,6 +523,17 @@ class _Run:
         attempt = 1
         while True:
             last = attempt >= retry.attempts
+            if attempt > 1:
+                calls = self.total + self.retries + 1
+                if calls > self.limits.max_calls:
+                    why = (
+                        f"{step.location}.retry: attempt {attempt} would bring the run to {calls} tool executions; "
+                        f"the limit is {self.limits.max_calls}"
+                    )
+                    refused = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+                    refused["attempts"] = attempt - 1
+                    return refused
+                self.retries += 1
             try:
                 if step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
@@ -811,7 +827,10 @@ class _Run:
         """A step with a ``when``: skipped (no output, not counted as run) when it is false."""
         t0 = perf_counter()
         try:
-            verdict = step.when.evaluate(env)  # type: ignore[union-attr]
+            assert step.when is not None
+            # Under the expression deadline, off the event loop when it iterates (issue 20: evaluated inline,
+            # an 8000-int comprehension froze the server 18 s).
+            verdict = await evaluate(step.when, env)
             if not isinstance(verdict, bool):
                 raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         except ExpressionError as e:
@@ -864,10 +883,11 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
-            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+            elif self.total + self.retries + (len(items) - 1) * leaves > self.limits.max_calls:
                 why = (
                     f"{step.location}.for_each: {len(items)} items would bring the run to "
-                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                    f"{self.total + self.retries + (len(items) - 1) * leaves} step executions; the limit is "
+                    f"{self.limits.max_calls}"
                 )
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:

@@ -21,7 +21,7 @@ from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.server._tasks import Tasks
@@ -165,6 +165,7 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        max_lapses=config.runs.max_lapses,
     )
 
 
@@ -228,10 +229,8 @@ async def open_app(
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
-    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
-        from mcpipe.expr import set_expression_timeout
-
-        set_expression_timeout(config.pipe.expression_timeout_ms)
+    # mcp_pipe's `when`, declared pipelines' expressions and playbooks' templates all run under it.
+    set_expression_timeout(config.pipe.expression_timeout_ms)
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
