@@ -732,7 +732,7 @@ def _sid(prefix: str, name: str, taken: set[str]) -> str:
 
 
 def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
-    from mcpipe.playbooks import _run
+    from mcpipe.formats.noetl import _run
 
     steps: list[Any] = []  # declared steps, which the scheduler runs beside mcp_pipe's own
     taken: set[str] = set()
