@@ -285,7 +285,7 @@ class Config(_Base):
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
-    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.playbooks`."""
+    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -645,7 +645,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
 
         problems.extend(config_problems(cfg))
     if cfg.models or cfg.workflow is not None or cfg.playbooks:
-        from mcpipe.playbooks import model_problems
+        from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))
     if problems:

@@ -94,7 +94,7 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
 
         sources.append(declared_source(config, sources))
     if config.workflow is not None or config.playbooks:
-        from mcpipe.playbooks import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
 
         sources.extend(model_sources(config))
     return sources
