@@ -382,10 +382,13 @@ class _Run:
                 if step.when is not None and not step.skippable and r.get("skipped"):
                     continue  # a skipped step is not `last`: it did not run
             env["last"] = r
-            if not r["ok"] and failure is None:
-                failure = r
+            if not r["ok"]:
+                if failure is None:
+                    failure = r
+                # Every failure is weighed by its own step's policy, not only the first one: a failure the
+                # pipeline may not go on after stops it, even after earlier tolerated failures.
                 if not go_on:
-                    return False, f"step '{r['id']}' failed: {r['error']}", r["error_code"], None
+                    return False, f"step '{failure['id']}' failed: {failure['error']}", failure["error_code"], None
         # Every step ran (possibly with failures, under continue_on_error): the return is resolved.
         try:
             if plan.ret is None:
@@ -628,8 +631,9 @@ class _Run:
             for child in step.children:
                 nursery.start_soon(self.child, child, env, children, prefix, stop, first, nursery.cancel_scope, held)
         # A child that suspended to ask the client let its siblings finish (or ask too): the call resumes
-        # later without running them again. A failure that stopped the group wins over the suspension.
-        if held and not (stop and first):
+        # later without running them again. A failure that stopped the group (it cancelled the siblings) wins over
+        # the suspension.
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def child(
@@ -655,9 +659,12 @@ class _Run:
                 raise
             held.append(e)
             return
-        if not r["ok"] and not first:
-            first.append(r)
-            if stop if step.continue_on_error is None else not step.continue_on_error:
+        if not r["ok"]:
+            if not first:
+                first.append(r)
+            # `stop` is this child's own policy (or its group's): any failure it may not go on after
+            # cancels the siblings, not only the group's first failure.
+            if stop:
                 siblings.cancel()
 
     async def pipe(
@@ -949,7 +956,7 @@ class _Run:
         async with trio.open_nursery() as nursery:
             for _ in range(min(len(items), width)):
                 nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
-        if held and not (stop and first):
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def worker(
