@@ -237,7 +237,8 @@ class PythonPolicy:
 
     Attributes:
         workers: at most this many python steps run at once; more wait for one to end.
-        spares: processes started ahead, so that a step does not wait for Python to start (0: none).
+        fork_server: fork each step's process from a fork server that has started Python already (about a
+            millisecond); off, each step starts a new interpreter (tens of milliseconds).
         memory_mb: the address-space limit of a step's process (``RLIMIT_AS``): past it, allocations fail
             and the step fails with ``LIMIT_EXCEEDED``.
         timeout_ms: the deadline of a step that sets no ``timeout_ms``; past it the process is killed and
@@ -250,7 +251,7 @@ class PythonPolicy:
     """
 
     workers: int = 4
-    spares: int = 2
+    fork_server: bool = True
     memory_mb: int = 1024
     timeout_ms: float = 60_000
     max_output_bytes: int = 1024 * 1024
