@@ -107,8 +107,14 @@ async def run_in_mcpipe(case: dict[str, Any], tmp: Path, port: int, database: st
      for c in CASES],
     ids=[c["name"] for c in CASES],
 )  # fmt: skip
-async def test_mcpipe_answers_what_noetl_answered(case, tmp_path, stand_in, noetl_postgres):
-    database = await _database(noetl_postgres)
+async def test_mcpipe_answers_what_noetl_answered(case, tmp_path, stand_in, request):
+    uses_postgres = any(
+        "kind: postgres" in (GOLDEN / f"{n}.yaml").read_text() for n in [case["name"], *case.get("calls", [])]
+    )
+    # A case without postgres steps gets a database URL nothing connects to (no server started for it).
+    database = (
+        await _database(request.getfixturevalue("noetl_postgres")) if uses_postgres else "postgresql://127.0.0.1:1/none"
+    )
     got = comparable(await run_in_mcpipe(case, tmp_path, stand_in, database))
     want = expected(case)
     diff = subset_diff({k: want[k] for k in ("status", "steps", "failed_steps", "final")}, got)
