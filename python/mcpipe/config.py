@@ -26,6 +26,7 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
+from mcpipe._yaml import load_yaml
 from mcpipe.errors import ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
@@ -410,7 +411,7 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "toml":
             return tomllib.loads(data.decode())
         case "yaml":
-            return yaml.safe_load(data) or {}
+            return load_yaml(data) or {}
         case _:
             return json.loads(data) if data.strip() else {}
 
