@@ -5,10 +5,12 @@ A YAML alias (``*a``) stands for its anchor's whole node, and PyYAML builds that
 a 1 KB "billion laughs" document (nine anchors, each a list of nine aliases to the one before) loads in
 microseconds into a value that is 9^9 nodes as a tree. Whatever walks it next (checking a config, compiling
 a playbook, writing JSON) walks the tree, and spins for ever or runs out of memory. So before constructing
-anything, :func:`load_yaml` counts the document's nodes as a tree (one pass over the composed node graph,
-each node's expanded size computed once) and refuses it, located at the node where the expansion passes the
-bound, when its aliases add more than ``max_alias_nodes`` nodes to what the text itself holds. A recursive
-alias (``&a [*a]``, a value containing itself) is refused too. Ordinary documents, aliases included, pass.
+anything, :func:`load_yaml` counts the document's nodes and the characters of its scalars as a tree (one pass
+over the composed node graph, each node's expanded size computed once) and refuses it, located at the node
+where the expansion passes the bound, when its aliases add more than ``max_alias_nodes`` nodes, or more than
+:data:`MAX_ALIAS_CHARS` characters (a long string aliased many times), to what the text itself holds. A
+recursive alias (``&a [*a]``, a value containing itself) is refused too. Ordinary documents, aliases
+included, pass.
 
 The errors are :class:`yaml.MarkedYAMLError`\\ s, so every reader reports them as it reports a syntax error:
 with the line and column.
@@ -22,11 +24,15 @@ from typing import Any
 import yaml
 from yaml import Node as _Node
 
-__all__ = ["MAX_ALIAS_NODES", "YamlBoundError", "compose_yaml", "load_yaml"]
+__all__ = ["MAX_ALIAS_CHARS", "MAX_ALIAS_NODES", "YamlBoundError", "check_expansion", "compose_yaml", "load_yaml"]
 
 MAX_ALIAS_NODES = 100_000
 """The most nodes a document's aliases may add to it, counted as a tree (a node reached through k aliases
 counts k more times). Walking 100 000 nodes costs a checker a fraction of a second."""
+
+MAX_ALIAS_CHARS = 16 * 1024 * 1024
+"""The most characters of scalars a document's aliases may add to it, counted as a tree: what writing the
+value as JSON (``tojson``, a request body) would cost beyond the text itself."""
 
 
 class YamlBoundError(yaml.MarkedYAMLError):
@@ -59,22 +65,26 @@ def _children(node: _Node) -> list[_Node]:
 
 
 def check_expansion(root: _Node, max_alias_nodes: int = MAX_ALIAS_NODES) -> None:
-    """Refuse a composed document whose aliases add more than ``max_alias_nodes`` nodes, or that contains
-    itself. Iterative, and linear in the composed graph (each node's expanded size is computed once).
+    """Refuse a composed document whose aliases add more than ``max_alias_nodes`` nodes or
+    :data:`MAX_ALIAS_CHARS` characters, or that contains itself. Iterative, and linear in the composed graph
+    (each node's expanded size is computed once).
 
     Raises:
-        YamlBoundError: located at the first node (in a depth-first walk) whose expanded size passes the
-            bound, or at the alias that closes a cycle.
+        YamlBoundError: located at the first node (in a depth-first walk) whose expansion passes a bound,
+            or at the node an alias to it closes a cycle in.
     """
-    distinct: set[int] = set()
+    nodes = chars = 0
+    seen: set[int] = set()
     stack = [root]
     while stack:
         node = stack.pop()
-        if id(node) not in distinct:
-            distinct.add(id(node))
+        if id(node) not in seen:
+            seen.add(id(node))
+            nodes += 1
+            chars += len(node.value) if isinstance(node, yaml.ScalarNode) else 0
             stack.extend(_children(node))
-    bound = len(distinct) + max_alias_nodes
-    size: dict[int, int] = {}
+    max_nodes, max_chars = nodes + max_alias_nodes, chars + MAX_ALIAS_CHARS
+    size: dict[int, tuple[int, int]] = {}
     on_path: set[int] = set()
     todo: list[tuple[_Node, bool]] = [(root, False)]
     while todo:
@@ -82,17 +92,20 @@ def check_expansion(root: _Node, max_alias_nodes: int = MAX_ALIAS_NODES) -> None
         key = id(node)
         if finished:
             on_path.discard(key)
-            total = 1 + sum(size[id(c)] for c in _children(node))
-            if total > bound:
-                raise YamlBoundError(
-                    problem=(
-                        f"its aliases expand the document past {bound} nodes ({max_alias_nodes} more than the "
-                        f"{len(distinct)} it holds): an alias bomb?"
-                    ),
-                    problem_mark=node.start_mark,
-                )
-            size[key] = total
-            continue
+            n, c = 1, len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            for child in _children(node):
+                cn, cc = size[id(child)]
+                n, c = n + cn, c + cc
+            if n > max_nodes:
+                why = f"{max_nodes} nodes ({max_alias_nodes} more than the {nodes} it holds)"
+            elif c > max_chars:
+                why = f"{max_chars} characters of values ({MAX_ALIAS_CHARS} more than the {chars} it holds)"
+            else:
+                size[key] = (n, c)
+                continue
+            raise YamlBoundError(
+                problem=f"its aliases expand the document past {why}: an alias bomb?", problem_mark=node.start_mark
+            )
         if key in size:
             continue
         if key in on_path:

@@ -37,6 +37,15 @@ def test_an_alias_bomb_is_refused_before_it_is_built_located_at_the_node_that_pa
     assert "its aliases expand the document past" in str(caught.value)
 
 
+def test_a_long_string_aliased_many_times_is_refused_by_the_characters_it_adds():
+    # 100 aliases add 100 nodes only, but 20 MB of text to any JSON written of the value.
+    text = f"s: &s {'x' * 200_000}\nl: [{', '.join(['*s'] * 100)}]\n"
+    with pytest.raises(YamlBoundError, match=r"characters of values \(16777216 more than the 200002 it holds\)"):
+        load_yaml(text)
+    fewer = text.replace(", ".join(["*s"] * 100), ", ".join(["*s"] * 50))  # 10 MB more: it loads
+    assert len(load_yaml(fewer)["l"]) == 50
+
+
 def test_a_document_that_contains_itself_is_refused():
     with pytest.raises(YamlBoundError, match="an alias refers to a node that contains it"):
         load_yaml("a: &a [1, *a]")
