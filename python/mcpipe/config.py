@@ -26,6 +26,7 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
+from mcpipe._yaml import load_yaml
 from mcpipe.access import (
     AccessConfig,
     CredentialConfig,
@@ -457,7 +458,7 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "toml":
             return tomllib.loads(data.decode())
         case "yaml":
-            return yaml.safe_load(data) or {}
+            return load_yaml(data) or {}
         case _:
             return json.loads(data) if data.strip() else {}
 
