@@ -30,6 +30,7 @@ from mcpipe import telemetry
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
+from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
     "PIPE_TOOL",
@@ -135,6 +136,7 @@ class Gateway:
         audit: where records go.
         ready: awaited with the name before a call that names an unknown tool, and with None before listing
             (lazy downstream servers connect in it); None when nothing is lazy.
+        trust: trust levels and per-tool rules (:mod:`mcpipe.trust`), or None.
     """
 
     def __init__(
@@ -145,8 +147,10 @@ class Gateway:
         costs: dict[str, float] | None = None,
         audit: AuditLog | None = None,
         ready: Callable[[str | None], Awaitable[None]] | None = None,
+        trust: Trust | None = None,
     ) -> None:
         self.sources = sources
+        self.trust = trust
         self.policy = policy or Policy()
         self.audit = audit or AuditLog(None)
         costs = dict(costs or {})
@@ -188,7 +192,9 @@ class Gateway:
                     yield tool
 
     def allows(self, name: str, ctx: ToolContext) -> bool:
-        return self.policy.allows(ctx.principal, name)
+        if not self.policy.allows(ctx.principal, name):
+            return False
+        return self.trust is None or self.trust.visible(name, ctx)
 
     def cost_of(self, name: str) -> float:
         cost = self._cost_cache.get(name)
@@ -224,9 +230,27 @@ class Gateway:
                 raise CallError(reason)
             self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
             raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
+        return await self.invoke(tool, args, ctx, t0)
+
+    async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext, t0: float | None = None) -> ToolResult:
+        """Call ``tool`` (found by :meth:`call`, or a pipeline served as a prompt or resource) through the same
+        checks, audit and charge.
+
+        Raises:
+            CallError: the principal may not call it.
+            mcpipe.trust.TrustDenied: the trust rules refuse the caller.
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        name = tool.name
         if not self.policy.allows(ctx.principal, name):
             self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
             raise _Refused(ErrorCode.FORBIDDEN, f"principal '{ctx.principal}' may not call '{name}'")
+        if self.trust is not None:
+            try:
+                self.trust.check(name, ctx)
+            except TrustDenied:
+                self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
+                raise
         if ctx.tools is None:
             # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
             ctx = replace(ctx, tools=self)

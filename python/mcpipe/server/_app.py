@@ -28,6 +28,7 @@ from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -225,6 +226,7 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        trust=Trust(config.trust) if config.trust is not None else None,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
@@ -241,6 +243,7 @@ async def open_app(
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
+        surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -60,10 +60,11 @@ from mcpipe._core import json_measure
 from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
+from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, ToolHandlers
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, ToolContext
+from mcpipe.tools import Request as CallRequest
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
 
@@ -242,6 +243,7 @@ class FastToolCall:
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
             tools=self.handlers.gateway,
             traceparent=meta.get("traceparent"),
+            request=CallRequest(identity=scope.get(IDENTITY_SCOPE_KEY)),
         )
         capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:
@@ -368,6 +370,7 @@ class FastToolCall:
             client=info,
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
             traceparent=meta.get("traceparent"),
+            request=CallRequest(identity=scope.get(IDENTITY_SCOPE_KEY)),
         )
         rid = msg["id"]
         if self.json_response:

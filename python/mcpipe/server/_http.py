@@ -30,10 +30,11 @@ from starlette.types import Receive, Scope, Send
 
 from mcpipe.config import Config
 from mcpipe.server._app import App
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.telemetry import metrics_text
+from mcpipe.trust import HeaderIdentity
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -182,12 +183,24 @@ class HttpFront:
             }
         )
         self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
+        http = app.config.http
+        self.health_path = http.health_path
+        self.access_log = http.access_log
+        self.trust = app.config.trust
+        self.subject_header = (
+            self.trust.subject_header.lower().encode() if self.trust is not None and self.trust.subject_header else None
+        )
+        per_min = http.anonymous_rate_limit_per_min
+        self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self.access_log:
+                send = _logged(scope, send)
             path = scope["path"]
             if path in self.paths:
+                principal = None
                 if self.require_auth:
                     principal = self._principal(scope)
                     if principal is None:
@@ -195,6 +208,14 @@ class HttpFront:
                         return
                     scope[PRINCIPAL_SCOPE_KEY] = principal
                     scope["user"] = self._users[principal]
+                if self.trust is not None and scope.get(IDENTITY_SCOPE_KEY) is None:
+                    identity = self._identity(scope, principal)
+                    if identity is not None:
+                        scope[IDENTITY_SCOPE_KEY] = identity
+                        scope.setdefault(PRINCIPAL_SCOPE_KEY, identity.subject)
+                if self.limiter is not None and principal is None and not self.limiter.take(_client_address(scope)):
+                    await _respond(send, 429, _TOO_MANY, [(b"retry-after", b"1")])
+                    return
                 if scope["method"] == "POST":
                     read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
                     if read is None:
@@ -232,7 +253,7 @@ class HttpFront:
                 await send({"type": "http.response.body", "body": body})
             elif path == "/workflow" and self.app.config.workflow is not None:
                 await self.workflow(scope, receive, send)
-            elif path == "/healthz":
+            elif path == self.health_path:
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
                 await _respond(send, 200, body)
             else:
@@ -259,6 +280,17 @@ class HttpFront:
         await workflow_endpoint(
             self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
         )
+
+    def _identity(self, scope: Scope, principal: str | None) -> HeaderIdentity | None:
+        """Who calls, for the trust rules: a checked bearer token is ``verified``; else the subject header the
+        operator trusts is ``header_asserted``; else there is none (``unauthenticated``)."""
+        if principal is not None:
+            return HeaderIdentity(principal, trust="verified", provider="token")
+        if self.subject_header is not None:
+            for name, value in scope["headers"]:
+                if name == self.subject_header and value.strip():
+                    return HeaderIdentity(value.decode("latin-1").strip())
+        return None
 
     def _principal(self, scope: Scope) -> str | None:
         for name, value in scope["headers"]:
@@ -363,3 +395,52 @@ async def serve_http(
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)
+
+
+_TOO_MANY = orjson.dumps({"error": "rate_limited", "error_description": "too many requests without a credential"})
+_access_log = logging.getLogger("mcpipe.access")
+
+
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+class _RateLimiter:
+    """A token bucket per client address: ``per_min`` requests a minute, at most ``burst`` at once."""
+
+    def __init__(self, per_min: int, burst: int, max_clients: int = 65_536) -> None:
+        self.rate = per_min / 60.0
+        self.burst = float(max(burst, 1))
+        self.max_clients = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> bool:
+        now = trio.current_time()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) >= self.max_clients and key not in self._buckets:
+            self._buckets.pop(next(iter(self._buckets)))  # the oldest client goes: memory stays bounded
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+def _logged(scope: Scope, send: Send) -> Send:
+    """``send``, logging one access line when the response starts."""
+    started = trio.current_time()
+
+    async def logging_send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            _access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method"),
+                scope.get("path"),
+                message.get("status"),
+                (trio.current_time() - started) * 1000,
+            )
+        await send(message)
+
+    return logging_send

@@ -155,12 +155,15 @@ class Request:
         era: the request's protocol era, when served over MCP.
         interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
         sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+        identity: who is calling, as the HTTP front resolved it (``subject``, ``trust``, ``provider``,
+            ``roles``, ...; ``facts()`` is what pipelines see as ``context.identity``), or None.
     """
 
     wants_progress: bool = False
     era: Era | None = None
     interaction: StepRecord | None = None
     sdk_context: Any = None
+    identity: Any = None
 
 
 @dataclass(slots=True)
@@ -252,13 +255,22 @@ class ToolContext:
         else:
             await self.log(level, data, logger=logger)
 
+    @property
+    def identity(self) -> Any:
+        """Who is calling (``request.identity``), when the HTTP front resolved it."""
+        return self.request.identity
+
     def facts(self) -> dict[str, Any]:
-        """The request facts pipelines see as their ``context`` root."""
-        return {
+        """The request facts pipelines see as their ``context`` root (``identity`` when one was resolved)."""
+        out: dict[str, Any] = {
             "request_id": self.request_id,
             "client": {"name": self.client.get("name"), "version": self.client.get("version")},
             "principal": self.principal,
         }
+        identity = self.request.identity
+        if identity is not None:
+            out["identity"] = identity.facts()
+        return out
 
     def for_step(self, pipeline: str | None, step: str | None, tools: ToolCaller | None = None) -> ToolContext:
         """A copy for a call made by pipeline step ``step`` (same request, same sinks), calling tools
