@@ -8,24 +8,19 @@ the caller's scopes must cover its rule's ``required_scopes``; the global ``allo
 (CEL over the caller) must hold. The first check that fails refuses the call with mcpg's JSON-RPC error
 (:class:`TrustDenied`: code and message), in mcpg's order (``runtime/policy.rs``).
 
-The caller's identity is ``ctx.identity``: any object with ``subject``, ``trust`` (``verified`` or
-``header_asserted``), ``provider``, ``issuer``, ``roles``, ``groups``, ``scopes`` and ``attributes``
-(:class:`HeaderIdentity` is the one the subject header, or a bearer token of ``auth.tokens``, gives); a call
+The caller's identity is ``ctx.identity`` (:class:`mcpipe.tools.Identity`: a bearer token, a verified JWT,
+a forwarded client certificate, or the subject header the operator trusts, ``trust.subject_header``); a call
 with none is ``unauthenticated``.
 """
 
 from __future__ import annotations
-
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
 
 from mcpipe.config import TRUST_ROOTS, TrustConfig
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.expr import CelExpr, ExpressionError
 from mcpipe.tools import ToolContext
 
-__all__ = ["TRUST_LEVELS", "HeaderIdentity", "Trust", "TrustDenied", "trust_of"]
+__all__ = ["TRUST_LEVELS", "Trust", "TrustDenied", "trust_of"]
 
 TRUST_LEVELS = ("unauthenticated", "header_asserted", "verified")
 _RANK = {name: i for i, name in enumerate(TRUST_LEVELS)}
@@ -45,33 +40,6 @@ class TrustDenied(MCPipeError):
     def __init__(self, rpc_code: int, message: str) -> None:
         super().__init__(message)
         self.rpc_code = rpc_code
-
-
-@dataclass(frozen=True, slots=True)
-class HeaderIdentity:
-    """The identity a trusted subject header asserts (mcpg's ``x-mcpg-subject-id``)."""
-
-    subject: str
-    trust: str = "header_asserted"
-    provider: str = "header"
-    issuer: str | None = None
-    roles: tuple[str, ...] = ()
-    groups: tuple[str, ...] = ()
-    scopes: tuple[str, ...] = ()
-    attributes: Mapping[str, str] = field(default_factory=dict)
-
-    def facts(self) -> dict[str, Any]:
-        """What pipelines see as ``context.identity``."""
-        return {
-            "subject_id": self.subject,
-            "trust_level": self.trust,
-            "auth_provider": self.provider,
-            "issuer": self.issuer,
-            "roles": list(self.roles),
-            "groups": list(self.groups),
-            "scopes": list(self.scopes),
-            "attributes": dict(self.attributes),
-        }
 
 
 def trust_of(ctx: ToolContext) -> str:

@@ -28,13 +28,14 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
+from mcpipe.access import Authenticator, Rejected, client_ip
 from mcpipe.config import Config
 from mcpipe.server._app import App
-from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
+from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.telemetry import metrics_text
-from mcpipe.trust import HeaderIdentity
+from mcpipe.tools import Identity
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -172,17 +173,22 @@ class HttpFront:
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
         self.tokens = tokens
+        auth = app.config.auth
+        self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
-        self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self.require_auth = bool(tokens) or bool(auth.tokens) or bool(auth.oidc) or auth.mtls is not None
         self.metrics = app.config.telemetry.metrics
+        self.metrics_path = app.config.telemetry.metrics_path
+        gates = app.gateway.gates
+        self.address_headers = gates.address_headers if gates is not None else ()
         self._slow_body = orjson.dumps(
             {
                 "error": "request_timeout",
                 "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
             }
         )
-        self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
+        self._users: dict[str, AuthenticatedUser] = {}
         http = app.config.http
         self.health_path = http.health_path
         self.access_log = http.access_log
@@ -200,20 +206,23 @@ class HttpFront:
                 send = _logged(scope, send)
             path = scope["path"]
             if path in self.paths:
-                principal = None
-                if self.require_auth:
-                    principal = self._principal(scope)
-                    if principal is None:
+                if self.trust is not None:
+                    # Trust levels (mcpg's): a caller without a credential is let in, anonymous or with the
+                    # subject header the operator trusts; a credential that does not verify is refused.
+                    if not await self._trusted(scope):
                         await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                         return
-                    scope[PRINCIPAL_SCOPE_KEY] = principal
-                    scope["user"] = self._users[principal]
-                if self.trust is not None and scope.get(IDENTITY_SCOPE_KEY) is None:
-                    identity = self._identity(scope, principal)
-                    if identity is not None:
-                        scope[IDENTITY_SCOPE_KEY] = identity
-                        scope.setdefault(PRINCIPAL_SCOPE_KEY, identity.subject)
-                if self.limiter is not None and principal is None and not self.limiter.take(_client_address(scope)):
+                elif self.require_auth and not await self._identify(scope):
+                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    return
+                if self.address_headers:
+                    headers, peer = scope["headers"], scope.get("client")
+                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                if (
+                    self.limiter is not None
+                    and scope.get(IDENTITY_SCOPE_KEY) is None
+                    and not self.limiter.take(_client_address(scope))
+                ):
                     await _respond(send, 429, _TOO_MANY, [(b"retry-after", b"1")])
                     return
                 if scope["method"] == "POST":
@@ -235,8 +244,8 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
-            elif path == "/metrics" and self.metrics:
-                if self.require_auth and self._principal(scope) is None:
+            elif path == self.metrics_path and self.metrics:
+                if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                     return
                 body, content_type = metrics_text()
@@ -273,33 +282,50 @@ class HttpFront:
 
         principal = None
         if self.require_auth:
-            principal = self._principal(scope)
-            if principal is None:
+            if not await self._identify(scope):
                 await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                 return
+            principal = scope[PRINCIPAL_SCOPE_KEY]
         await workflow_endpoint(
             self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
         )
 
-    def _identity(self, scope: Scope, principal: str | None) -> HeaderIdentity | None:
-        """Who calls, for the trust rules: a checked bearer token is ``verified``; else the subject header the
-        operator trusts is ``header_asserted``; else there is none (``unauthenticated``)."""
-        if principal is not None:
-            return HeaderIdentity(principal, trust="verified", provider="token")
+    async def _identify(self, scope: Scope) -> bool:
+        """Resolve the caller's identity into the scope (its principal, its identity, and the ``user`` the SDK
+        binds a 2025-11-25 session to); False when it has none, or presented one that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if found is None or isinstance(found, Rejected):
+            if found is not None:
+                _log.info("refused a credential: %s", found.reason)
+            return False
+        subject = found.subject
+        scope[PRINCIPAL_SCOPE_KEY] = subject
+        scope[IDENTITY_SCOPE_KEY] = found
+        user = self._users.get(subject)
+        if user is None:
+            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            if len(self._users) < 100_000:
+                self._users[subject] = user
+        scope["user"] = user
+        return True
+
+    async def _trusted(self, scope: Scope) -> bool:
+        """Resolve the caller's identity when the config has trust levels: a credential that verifies, else the
+        trusted subject header (``header_asserted``), else none; False for a credential that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if isinstance(found, Rejected):
+            _log.info("refused a credential: %s", found.reason)
+            return False
+        if found is not None:
+            return await self._identify(scope)
         if self.subject_header is not None:
             for name, value in scope["headers"]:
                 if name == self.subject_header and value.strip():
-                    return HeaderIdentity(value.decode("latin-1").strip())
-        return None
-
-    def _principal(self, scope: Scope) -> str | None:
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() != b"bearer" or not token:
-                    return None
-                return self.tokens.get(_digest(token.strip()))
-        return None
+                    subject = value.decode("latin-1").strip()
+                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
+                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    return True
+        return True
 
 
 async def signalled() -> None:

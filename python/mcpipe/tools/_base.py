@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mcpipe.tools._identity import Identity
+
 __all__ = [
     "PURE",
     "Era",
@@ -155,15 +157,19 @@ class Request:
         era: the request's protocol era, when served over MCP.
         interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
         sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
-        identity: who is calling, as the HTTP front resolved it (``subject``, ``trust``, ``provider``,
-            ``roles``, ...; ``facts()`` is what pipelines see as ``context.identity``), or None.
+        identity: who is calling, as the HTTP front resolved it (``docs/access.md``), or None.
+        client_addresses: the caller's address as each ``ip_allowlist`` gate reads it, by the header it reads
+            (None: the TCP peer); empty when the request came over no HTTP front.
+        admitted: the gateway's gates admitted this call already (a queued run, checked when it was submitted).
     """
 
     wants_progress: bool = False
     era: Era | None = None
     interaction: StepRecord | None = None
     sdk_context: Any = None
-    identity: Any = None
+    identity: Identity | None = None
+    client_addresses: dict[str | None, str | None] = field(default_factory=dict)
+    admitted: bool = False
 
 
 @dataclass(slots=True)
@@ -256,7 +262,7 @@ class ToolContext:
             await self.log(level, data, logger=logger)
 
     @property
-    def identity(self) -> Any:
+    def identity(self) -> Identity | None:
         """Who is calling (``request.identity``), when the HTTP front resolved it."""
         return self.request.identity
 
