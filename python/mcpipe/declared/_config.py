@@ -69,6 +69,8 @@ class PipelineConfig(_Base, kw_only=True):
             ``{uri, <variables>..., template_vars}``). Only tools are listed and called as tools.
         uri, uri_template, mime_type: the resource's URI (or URI template) and MIME type.
         arguments: a prompt's arguments (``[{name, description, required}]``).
+        completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
+            variable, by its name: the values that start with what the client typed (at most 100).
         meta: the descriptor's ``_meta``.
     """
 
@@ -91,6 +93,7 @@ class PipelineConfig(_Base, kw_only=True):
     uri_template: str | None = None
     mime_type: str | None = None
     arguments: list[PromptArgument] = []
+    completions: dict[str, list[str]] = {}
     meta: dict[str, Any] | None = None
 
 

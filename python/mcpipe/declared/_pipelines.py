@@ -361,6 +361,11 @@ def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> 
                 Problem(f"{loc}.{key}", ErrorCode.INVALID_SPEC, f"`{key}` is for `surface: {wanted}` pipelines")
             )
             ok = False
+    if entry.completions and entry.surface not in ("prompt", "resource_template"):
+        problems.append(
+            Problem(f"{loc}.completions", ErrorCode.INVALID_SPEC, "completions are a prompt's or a template's")
+        )
+        ok = False
     if entry.arguments and entry.surface != "prompt":
         problems.append(Problem(f"{loc}.arguments", ErrorCode.INVALID_SPEC, "`arguments` are a prompt's"))
         ok = False

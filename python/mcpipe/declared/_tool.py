@@ -72,7 +72,7 @@ class DeclaredPipelineTool:
         ask_before_task: a task call asks its client synchronously first (``PipelineConfig``).
         annotations: its MCP tool annotations, or None.
         answer: how its run becomes its answer (an answer shape, :mod:`mcpipe.declared._answers`).
-        surface, uri, uri_template, mime_type, arguments, meta: what it serves (``PipelineConfig``).
+        surface, uri, uri_template, mime_type, arguments, completions, meta: what it serves (``PipelineConfig``).
     """
 
     __slots__ = (
@@ -88,6 +88,7 @@ class DeclaredPipelineTool:
         "ask_before_task",
         "background",
         "compiled",
+        "completions",
         "description",
         "input_schema",
         "limits",
@@ -136,6 +137,7 @@ class DeclaredPipelineTool:
         self.mime_type = entry.mime_type
         self.arguments = [msgspec.to_builtins(a) for a in entry.arguments]
         self.meta = entry.meta
+        self.completions = dict(entry.completions)
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)

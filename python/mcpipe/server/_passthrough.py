@@ -305,9 +305,29 @@ class Passthrough:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
+    def _local_completion(self, params: types.CompleteRequestParams) -> dict[str, Any] | None:
+        """A local prompt's or template's static completions: the values starting with what the client typed,
+        less those it already gave for other arguments, at most 100."""
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == ref.name), None)
+        else:
+            tool = next(
+                (t for t in self.surfaces if t.surface == "resource_template" and t.uri_template == ref.uri), None
+            )
+        if tool is None:
+            return None
+        values = tool.completions.get(params.argument.name, [])
+        used = set((params.context.arguments or {}).values()) if params.context is not None else set()
+        found = [v for v in values if v.startswith(params.argument.value) and v not in used]
+        return {"completion": {"values": found[:100], "total": len(found), "hasMore": len(found) > 100}}
+
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> dict[str, Any]:
+        local = self._local_completion(params)
+        if local is not None:
+            return _local_result(ctx, local)
         await self.downstreams.ready()
         ref = params.ref
         if isinstance(ref, types.PromptReference):

@@ -1,7 +1,7 @@
 """mcpg's config files (seed 003), read as they are: see ``python/mcpipe/formats/__init__.py``.
 
 A document is mcpg's when its top-level keys are mcpg's (``gateway``, ``mcp``, ``governance``,
-``observability``, ...; a lone ``plugins:`` list when its entries are mcpg's plugin entries). It is translated
+``observability``, ``plugins``, ...), none of which mcpipe's own layout has. It is translated
 into mcpipe's own layout (:mod:`._translate`); its bindings run on the ``mcpg.*`` step kinds
 (:mod:`._kinds`) and answer in mcpg's shapes (:mod:`._answers`); ``docs/formats/mcpg.md`` maps every section.
 """
@@ -42,16 +42,7 @@ class McpgFormat:
 
     def detect(self, raw: Mapping[str, Any]) -> bool:
         keys = {str(k) for k in raw}
-        if not keys or not keys <= _ROOTS:
-            return False
-        if keys != {"plugins"}:
-            return True
-        entries = raw.get("plugins")
-        return (
-            isinstance(entries, list)
-            and bool(entries)
-            and all(isinstance(e, Mapping) and ("class" in e or "source" in e) for e in entries)
-        )
+        return bool(keys) and keys <= _ROOTS  # mcpipe's own layout has none of these keys
 
     def translate(self, raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
         from mcpipe.formats.mcpg import _kinds  # noqa: F401  (the mcpg.* kinds and answer shapes)

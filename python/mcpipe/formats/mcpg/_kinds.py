@@ -1045,10 +1045,37 @@ async def run_sql(
     return _finish(f.answer, envelope_result(payload, truncated))
 
 
+# --- a backend whose config names an unset variable -------------------------------------------------
+
+
+class UnsetFields(McpgFields, tag="mcpg.unset"):
+    """A backend whose config reads an environment variable that is not set: mcpg refuses to start; mcpipe
+    serves the binding, and each call fails saying which variable is missing."""
+
+    backend: str
+    message: str
+
+
+async def run_unset(
+    step: Leaf[UnsetFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f = step.fields
+    return _finish(f.answer, failed_result(f.backend, f.message))
+
+
 # --- registration ----------------------------------------------------------------------------------
 
 
-KIND_NAMES = ("mcpg.http", "mcpg.grpc", "mcpg.mock", "mcpg.command", "mcpg.nats", "mcpg.kafka", "mcpg.sql")
+KIND_NAMES = (
+    "mcpg.http",
+    "mcpg.grpc",
+    "mcpg.mock",
+    "mcpg.command",
+    "mcpg.nats",
+    "mcpg.kafka",
+    "mcpg.sql",
+    "mcpg.unset",
+)
 
 _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.http", HttpFields, run_http, build=_build_http, own_deadline=True),
@@ -1058,6 +1085,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.nats", NatsFields, run_nats, build=_build_nats, own_deadline=True),
     Kind("mcpg.kafka", KafkaFields, run_kafka, build=_build_kafka, own_deadline=True),
     Kind("mcpg.sql", SqlFields, run_sql, build=_build_sql, own_deadline=True),
+    Kind("mcpg.unset", UnsetFields, run_unset),
 ]
 
 for _kind in _KINDS:

@@ -443,16 +443,18 @@ class _Binding:
         self.schemas = schemas
         self.kafka = kafka
         self.sql_names: dict[str, str] = {}
+        self.sql_bindings: dict[str, Any] = {}
+        self.unset: list[str] = []
 
     def env(self, value: Any, where: str) -> Any:
-        """``${env.NAME}`` resolved in every string of ``value`` (mcpg does it at load, and refuses an unset
-        variable); ``${cred://…}`` references checked with :mod:`.plugins`."""
+        """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
+        not set is noted in ``unset``: mcpg's config check passes it, its start fails); ``${cred://…}``
+        references checked with :mod:`.plugins`."""
         if isinstance(value, str):
             text, missing = expand_env(value, self.out.environ)
             for name in missing:
-                self.out.refuse(
-                    where, f"environment variable `{name}` is not set (mcpg resolves ${{env.{name}}} at load)"
-                )
+                if name not in self.unset:
+                    self.unset.append(name)
             if "${cred://" in text:
                 try:
                     parts = split_template(text)
@@ -489,11 +491,19 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
     pipelines: list[dict[str, Any]] = out.doc.setdefault("pipelines", [])
     access = out.section("trust").setdefault("tools", {})
     sql_backends: dict[str, str] = {}
+    # sql_tx and sql_await steps name a sql binding: its database is known before any pipeline is read.
+    sql_bindings = {
+        b["name"]: b["backend"]
+        for bucket in BUCKETS
+        for b in caps.get(bucket) or []
+        if (b.get("backend") or {}).get("kind") == "sql"
+    }
     for bucket in BUCKETS:
         for j, binding in enumerate(caps.get(bucket) or []):
             loc = f"mcp.capabilities.{bucket}[{j}]"
             b = _Binding(out, loc, binding["name"], schemas, kafka)
             b.sql_names = sql_backends
+            b.sql_bindings = sql_bindings
             entry = _binding(b, binding, SURFACE[bucket])
             if entry is None:
                 continue
@@ -568,7 +578,6 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         ("quotas", "per-binding quotas are not in mcpipe"),
         ("content_storage", "content-store routing is not in mcpipe"),
         ("mcp_app_url", "MCP Apps are not in mcpipe"),
-        ("variable_completions", "completions of resource-template variables are not in mcpipe"),
         ("watch", "resource change watching (resources/subscribe notifications) is not in mcpipe"),
     ):
         if binding.get(key):
@@ -576,8 +585,19 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     cache = binding.get("cache")
     if cache and cache.get("kind") != "disabled":
         out.refuse(f"{loc}.cache", "per-binding response caches are not in mcpipe")
-    if any(arg.get("completions") for arg in binding.get("prompt_arguments") or []):
-        out.refuse(f"{loc}.prompt_arguments", "completions of prompt arguments are not in mcpipe")
+    completions: dict[str, list[str]] = {}
+    for arg in binding.get("prompt_arguments") or []:
+        if arg.get("completions"):
+            completions[arg["name"]] = [str(v) for v in arg["completions"]]
+    for var, spec in (binding.get("variable_completions") or {}).items():
+        if isinstance(spec, list):
+            completions[var] = [str(v) for v in spec]
+        elif isinstance(spec, Mapping) and spec.get("kind") == "static":
+            completions[var] = [str(v) for v in spec.get("values") or []]
+        else:
+            out.refuse(f"{loc}.variable_completions.{var}", "dynamic completions (a backend lookup) are not in mcpipe")
+    if completions:
+        entry["completions"] = completions
     if binding.get("retry") is not None:
         out.refuse(f"{loc}.retry", "retrying a binding is not in mcpipe")
     backend = dict(binding["backend"])
@@ -619,7 +639,17 @@ def _backend_step(
             if key in spec:
                 step[key] = spec.pop(key)
     else:
+        before = len(b.unset)
         spec = b.env(spec, where)
+        if len(b.unset) > before:
+            # mcpg refuses to start without the variable; mcpipe serves the binding, which fails saying so.
+            names = ", ".join(f"'{n}'" for n in b.unset[before:])
+            return {
+                **step,
+                "kind": "mcpg.unset",
+                "backend": kind,
+                "message": f"CEL env-var resolution failed: environment variable {names} is not set",
+            }
     if kind == "http":
         _http_spec(b, spec, step, where)
     elif kind == "grpc":
@@ -698,6 +728,16 @@ def _sql_url(url: str) -> str | None:
     return None
 
 
+def _sql_entry(b: _Binding, url: str, binding_name: str) -> str:
+    """The ``sql`` backend (one per database URL) named after the first binding that uses it."""
+    name = b.sql_names.get(url)
+    if name is None:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", binding_name)
+        b.sql_names[url] = name
+        b.out.section("sql")[name] = {"url": url}
+    return name
+
+
 def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> bool:
     out = b.out
     url = spec.pop("url", "")
@@ -706,13 +746,9 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     if mcpipe_url is None:
         out.refuse(f"{where}.url", f"mcpipe's SQL backends are SQLite and PostgreSQL, not `{driver or url}`")
         return False
-    name = b.sql_names.get(mcpipe_url)
+    name = _sql_entry(b, mcpipe_url, b.name)
+    out.moved(f"sql.{name}", f"{where}.url")
     sql = out.section("sql")
-    if name is None:
-        name = re.sub(r"[^A-Za-z0-9_.-]", "_", b.name)
-        b.sql_names[mcpipe_url] = name
-        sql[name] = {"url": mcpipe_url}
-        out.moved(f"sql.{name}", f"{where}.url")
     pool = spec.pop("pool", None) or {}
     if pool.get("max_connections"):
         sql[name]["pool_size"] = int(pool["max_connections"])
@@ -944,11 +980,15 @@ def _tx_mode(mode: Any) -> Any:
 
 
 def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
-    """The mcpipe ``sql`` backend of the sql binding named ``binding_name`` (translated already, or later in
-    the file: its name is the binding's)."""
-    if not isinstance(binding_name, str):
+    """The mcpipe ``sql`` backend of the database of the sql binding named ``binding_name`` (declared before
+    or after this pipeline)."""
+    spec = b.sql_bindings.get(binding_name) if isinstance(binding_name, str) else None
+    if spec is None:
         return None
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", binding_name)
+    url = _sql_url(str(b.env(spec.get("url", ""), f"{b.loc}.backend")))
+    if url is None:
+        return None
+    return _sql_entry(b, url, binding_name)
 
 
 # --- the rest ---------------------------------------------------------------------------------------
