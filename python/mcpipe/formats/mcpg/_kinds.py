@@ -31,7 +31,7 @@ import trio
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError
-from mcpipe.formats.mcpg._templates import MCPG_ROOTS, McpgTemplate, cel_env, mcpg_steps
+from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
@@ -972,7 +972,7 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     exprs = []
     for name, source in f.param_exprs.items():
         try:
-            exprs.append((name, CelExpr.compile(source, extra_roots=MCPG_ROOTS)))
+            exprs.append((name, compile_mcpg_cel(source)))
         except ValueError as e:
             b.problem(f"{b.location}.param_exprs.{name}", str(e))
     if b.failed:

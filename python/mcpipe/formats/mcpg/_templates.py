@@ -17,11 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError
+from mcpipe.expr._expr import compile_cel
 
 __all__ = [
     "MCPG_ROOTS",
     "McpgTemplate",
     "cel_env",
+    "compile_mcpg_cel",
     "expand_env",
     "mcpg_steps",
     "split_template",
@@ -132,7 +134,7 @@ class McpgTemplate:
         for kind, value in split_template(text):
             if kind == "cel":
                 try:
-                    parts.append(("cel", CelExpr.compile(value, extra_roots=MCPG_ROOTS)))
+                    parts.append(("cel", compile_mcpg_cel(value)))
                 except ExpressionSyntaxError as e:
                     raise ValueError(f"expression `{value}`: {e}") from None
             elif kind == "cred":
@@ -169,6 +171,20 @@ class McpgTemplate:
             else:
                 out.append(_cel_string(value.evaluate(env)))
         return "".join(out)
+
+
+def compile_mcpg_cel(source: str) -> CelExpr:
+    """A CEL expression as mcpg compiles it: a variable it does not bind is no error until the expression is
+    evaluated (cel's ``Program::compile`` checks the syntax only).
+
+    Raises:
+        ExpressionSyntaxError: the expression does not parse.
+    """
+    try:
+        names = frozenset(compile_cel(source).variables())
+    except ValueError:
+        names = frozenset()
+    return CelExpr.compile(source, extra_roots=MCPG_ROOTS | names)
 
 
 def _to_string(value: Any) -> str:

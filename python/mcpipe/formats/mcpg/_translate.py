@@ -30,6 +30,7 @@ from mcpipe.errors import Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
+from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._templates import expand_env, split_template
 
@@ -126,9 +127,9 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     _configurations(mcp.get("configurations") or {}, out)
     _federations(mcp.get("federations") or [], out)
     if mcp.get("registries"):
-        out.refuse("mcp.registries", "registry sync (importing servers from MCP registries) is not in mcpipe")
+        out.refuse("mcp.registries", reason("registries"))
     if (mcp.get("registry") or {}).get("enabled"):
-        out.refuse("mcp.registry", "serving an MCP registry is not in mcpipe")
+        out.refuse("mcp.registry", reason("registry"))
     _rest(doc, out)
     return Translation(out.doc, out.problems, out.locate)
 
@@ -252,37 +253,37 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
     outbound_http["allowed_hosts"] = ["*"]  # mcpg reaches any host; the address guard below still applies
     outbound_http["allow_private"] = bool(server.get("allow_private_backends", False))
     refusals = {
-        "tls": "mcpipe serves plain HTTP: terminate TLS in front of it",
-        "tunnel": "outbound tunnels to a relay are not in mcpipe",
-        "tunnel_federation": "relay federation ingress is not in mcpipe",
-        "aauth_resource_metadata": "AAuth resource metadata is not in mcpipe",
-        "transports": "extra listeners (plugin transports) are not in mcpipe",
-        "completion_rate_limit_per_sec": "completion rate limits are not in mcpipe",
+        "tls": "tls",
+        "tunnel": "tunnel",
+        "tunnel_federation": "tunnel_federation",
+        "aauth_resource_metadata": "aauth",
+        "transports": "transports",
+        "completion_rate_limit_per_sec": "completion_rate",
     }
-    for key, why in refusals.items():
+    for key, refusal in refusals.items():
         if server.get(key):
-            out.refuse(f"{where}.{key}", why)
+            out.refuse(f"{where}.{key}", reason(refusal))
     if server.get("trust_proxy_ip"):
-        out.refuse(f"{where}.trust_proxy_ip", "mcpipe keys its anonymous rate limit on the connection's address only")
+        out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
     if server.get("max_sessions_per_tenant"):
-        out.refuse(f"{where}.max_sessions_per_tenant", "per-tenant session caps are not in mcpipe")
+        out.refuse(f"{where}.max_sessions_per_tenant", reason("tenant_sessions"))
     if server.get("transport", "http") != "http":
-        out.refuse(f"{where}.transport", "mcpipe picks its transport on the command line (`mcpipe serve --stdio`)")
+        out.refuse(f"{where}.transport", reason("transport"))
     if server.get("enforce_modern_request_meta"):
-        out.refuse(f"{where}.enforce_modern_request_meta", "mcpipe does not require the 2026-07-28 request _meta")
+        out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
 
 
 def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
     if (gateway.get("admin") or {}).get("enabled"):
-        out.refuse("gateway.admin.enabled", "mcpg's admin API is not in mcpipe")
+        out.refuse("gateway.admin.enabled", reason("admin"))
     if (gateway.get("inspector") or {}).get("enabled"):
-        out.refuse("gateway.inspector.enabled", "mcpg's inspector sidecar is not in mcpipe")
+        out.refuse("gateway.inspector.enabled", reason("inspector"))
     if gateway.get("control_plane"):
-        out.refuse("gateway.control_plane", "attaching to an mcpg control plane is not in mcpipe")
+        out.refuse("gateway.control_plane", reason("control_plane"))
     if (gateway.get("config_watch") or {}).get("enabled"):
-        out.refuse("gateway.config_watch.enabled", "mcpipe reads its config once, at start: it does not reload")
+        out.refuse("gateway.config_watch.enabled", reason("config_watch"))
     if gateway.get("config_overlay"):
-        out.refuse("gateway.config_overlay", "bootstrap config overlays are not in mcpipe")
+        out.refuse("gateway.config_overlay", reason("config_overlay"))
 
 
 # --- governance ---------------------------------------------------------------------------------------
@@ -319,15 +320,15 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         call_plugins([entry], "governance.access.oidc_oauth", out, single=True)
     for key in ("resource_metadata", "authorization_server"):
         if acc.get(key):
-            out.refuse(f"governance.access.{key}", f"mcpg's OAuth {key.replace('_', ' ')} is not in mcpipe")
+            out.refuse(f"governance.access.{key}", reason("oauth_server", what=key.replace("_", " ")))
     _audit(gov.get("audit") or {}, out)
     quotas = gov.get("quotas") or {}
     for key in ("rate_limits", "budgets", "concurrency"):
         if quotas.get(key):
-            out.refuse(f"governance.quotas.{key}", f"mcpg's quota {key.replace('_', ' ')} are not in mcpipe")
+            out.refuse(f"governance.quotas.{key}", reason("quotas", what=key.replace("_", " ")))
     approvals = gov.get("approvals") or {}
     if approvals.get("callback_base_url") or approvals.get("signing_key_env"):
-        out.refuse("governance.approvals", "human approval gates are not in mcpipe")
+        out.refuse("governance.approvals", reason("approvals"))
 
 
 def _audit(audit: Mapping[str, Any], out: _Out) -> None:
@@ -424,9 +425,7 @@ def _schema_registry(registry: Mapping[str, Any], base_dir: str, out: _Out) -> d
             except (OSError, ValueError) as e:
                 out.refuse(f"{where}.file", f"cannot read the schema '{path}': {e}")
         elif entry.get("url"):
-            out.refuse(
-                f"{where}.url", "mcpipe does not fetch schemas over the network at load: inline it or name a file"
-            )
+            out.refuse(f"{where}.url", reason("schema_url"))
     return schemas
 
 
@@ -519,7 +518,7 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
-        out.refuse("mcp.capabilities.tasks.store", "task stores other than memory are not in mcpipe")
+        out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
 
 
 _ANNOTATIONS = {
@@ -575,16 +574,16 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     if isinstance(meta, Mapping) and meta:
         entry["meta"] = dict(meta)
     for key, why in (
-        ("quotas", "per-binding quotas are not in mcpipe"),
-        ("content_storage", "content-store routing is not in mcpipe"),
-        ("mcp_app_url", "MCP Apps are not in mcpipe"),
-        ("watch", "resource change watching (resources/subscribe notifications) is not in mcpipe"),
+        ("quotas", reason("quota_ref")),
+        ("content_storage", reason("content_storage")),
+        ("mcp_app_url", reason("app_url")),
+        ("watch", reason("watch")),
     ):
         if binding.get(key):
             out.refuse(f"{loc}.{key}", why)
     cache = binding.get("cache")
     if cache and cache.get("kind") != "disabled":
-        out.refuse(f"{loc}.cache", "per-binding response caches are not in mcpipe")
+        out.refuse(f"{loc}.cache", reason("cache"))
     completions: dict[str, list[str]] = {}
     for arg in binding.get("prompt_arguments") or []:
         if arg.get("completions"):
@@ -595,11 +594,11 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         elif isinstance(spec, Mapping) and spec.get("kind") == "static":
             completions[var] = [str(v) for v in spec.get("values") or []]
         else:
-            out.refuse(f"{loc}.variable_completions.{var}", "dynamic completions (a backend lookup) are not in mcpipe")
+            out.refuse(f"{loc}.variable_completions.{var}", reason("dynamic_completion"))
     if completions:
         entry["completions"] = completions
     if binding.get("retry") is not None:
-        out.refuse(f"{loc}.retry", "retrying a binding is not in mcpipe")
+        out.refuse(f"{loc}.retry", reason("retry"))
     backend = dict(binding["backend"])
     kind = backend.pop("kind")
     if kind == "pipeline":
@@ -623,8 +622,7 @@ def _backend_step(
         if KINDS.get(f"mcpg.{kind}") is None:
             out.refuse(
                 f"{where}.kind",
-                f"mcpg's `{kind}` backend (plugin dev.mcpg.backend.{kind}) has no mcpipe equivalent"
-                " (mcpipe has: http, grpc, mock, command, nats, kafka, sql, pipeline)",
+                reason("backend_kind", kind=kind),
             )
             return None
     step: dict[str, Any] = {
@@ -665,7 +663,7 @@ def _backend_step(
         _copy(spec, step, ("subject", "max_response_bytes"))
         for key in ("credentials_path", "auth_token"):
             if spec.pop(key, None):
-                out.refuse(f"{where}.{key}", "NATS credentials are not in mcpipe's NATS client")
+                out.refuse(f"{where}.{key}", reason("nats_credentials"))
     elif kind == "kafka":
         servers = spec.pop("bootstrap_servers", None) or b.kafka.get("bootstrap_servers")
         if not servers:
@@ -679,7 +677,7 @@ def _backend_step(
         _copy(spec, step, ("request_topic", "response_topic", "max_response_bytes"))
         for key in ("sasl_username", "sasl_password", "security_protocol", "sasl_mechanism"):
             if spec.pop(key, None):
-                out.refuse(f"{where}.{key}", "Kafka SASL and TLS are not in mcpipe's Kafka client")
+                out.refuse(f"{where}.{key}", reason("kafka_security"))
     elif kind == "sql" and not _sql_spec(b, spec, step, where):
         return None
     if "timeout_ms" in spec:
@@ -690,7 +688,7 @@ def _backend_step(
         if key in ("allow_private_backends",):
             spec.pop(key)
             continue
-        out.refuse(f"{where}.{key}", f"mcpg's `{kind}` backend field `{key}` is not in mcpipe")
+        out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
         spec.pop(key)
     return step
 
@@ -710,7 +708,7 @@ def _http_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: s
     method = spec.pop("method", "post")
     step["method"] = str(method).lower()
     if step["method"] not in ("get", "post"):
-        b.out.refuse(f"{where}.method", f"mcpg's http backend sends `get` or `post`, not `{method}`")
+        b.out.refuse(f"{where}.method", reason("http_method", method=str(method)))
     step["allow_private_backends"] = bool(spec.pop("allow_private_backends", False)) or _allow_private(b.out)
 
 
@@ -744,7 +742,7 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     driver = spec.pop("driver", "")
     mcpipe_url = _sql_url(str(url))
     if mcpipe_url is None:
-        out.refuse(f"{where}.url", f"mcpipe's SQL backends are SQLite and PostgreSQL, not `{driver or url}`")
+        out.refuse(f"{where}.url", reason("sql_driver", driver=str(driver or url)))
         return False
     name = _sql_entry(b, mcpipe_url, b.name)
     out.moved(f"sql.{name}", f"{where}.url")
@@ -758,7 +756,7 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     query = spec.pop("query", None) or {}
     for key in ("sql_file", "procedure"):
         if query.get(key):
-            out.refuse(f"{where}.query.{key}", f"mcpg's `query.{key}` is not in mcpipe (write the statement in `sql`)")
+            out.refuse(f"{where}.query.{key}", reason("sql_query_source", what=key))
             return False
     if not query.get("sql"):
         out.refuse(f"{where}.query.sql", "a sql binding needs `query.sql`")
@@ -770,7 +768,7 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
         step["param_exprs"] = {k: rename_cel(v) for k, v in query["param_exprs"].items()}
     mode = query.get("row_mode", "many")
     if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents"):
-        out.refuse(f"{where}.query.row_mode", f"row_mode `{mode}` is not in mcpipe")
+        out.refuse(f"{where}.query.row_mode", reason("row_mode", mode=str(mode)))
         return False
     step["row_mode"] = mode
     if query.get("max_rows"):
@@ -780,10 +778,10 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     for key in ("schema", "list_query", "cache"):
         value = spec.pop(key, None)
         if value and key != "schema":
-            out.refuse(f"{where}.{key}", f"mcpg's sql `{key}` is not in mcpipe")
+            out.refuse(f"{where}.{key}", reason("sql_extra", what=key))
     vars_ = spec.pop("session_vars", None)
     if vars_ and not mcpipe_url.startswith("sqlite:"):
-        out.refuse(f"{where}.session_vars", "session variables (SET LOCAL) are not in mcpipe's PostgreSQL backend")
+        out.refuse(f"{where}.session_vars", reason("session_vars"))
     return True
 
 
@@ -879,9 +877,7 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         plugin = raw.pop("plugin", None)
         config = dict(raw.pop("config", None) or {})
         if plugin != "dev.mcpg.transform.jsonata":
-            out.refuse(
-                f"{at}.plugin", f"transform plugin `{plugin}` is not in mcpipe (it has dev.mcpg.transform.jsonata)"
-            )
+            out.refuse(f"{at}.plugin", reason("transform_plugin", plugin=str(plugin)))
             return None
         if isinstance(config.get("expression"), str):
             config["expression"] = rename_jsonata(config["expression"], tool_name=b.name)
@@ -899,7 +895,7 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
     elif kind == "elicitation":
         mode = raw.pop("mode", "form")
         if mode != "form":
-            out.refuse(f"{at}.mode", "URL-mode elicitation is not in mcpipe")
+            out.refuse(f"{at}.mode", reason("url_elicitation"))
             return None
         step["message"] = _literal(raw.pop("message", ""))
         if raw.get("requested_schema") is not None:
@@ -917,7 +913,7 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
         for key in ("tools", "tool_choice", "include_context", "stop_sequences", "metadata"):
             if raw.pop(key, None):
-                out.refuse(f"{at}.{key}", f"sampling `{key}` is not in mcpipe's sampling step")
+                out.refuse(f"{at}.{key}", reason("sampling_field", what=key))
                 return None
         for key in ("timeout_ms", "correlation_token", "meta"):
             raw.pop(key, None)
@@ -970,7 +966,7 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         if key == "timeout_ms" and kind in ("transform", "cel_gate", "log", "progress", "plugin_transform"):
             raw.pop(key)
             continue
-        out.refuse(f"{at}.{key}", f"mcpg's `{kind}` step field `{key}` is not in mcpipe")
+        out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
         raw.pop(key)
     return step
 
@@ -998,13 +994,11 @@ def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
     for key in ("sessions", "pipelines", "subscriptions"):
         store = (conf.get(key) or {}).get("store")
         if store and store.get("kind") not in ("memory", "cluster"):
-            out.refuse(
-                f"mcp.configurations.{key}.store", f"a `{store.get('kind')}` store is not in mcpipe (memory only)"
-            )
+            out.refuse(f"mcp.configurations.{key}.store", reason("store", kind=str(store.get("kind"))))
     for key in ("delivery", "cancellation"):
         bus = (conf.get(key) or {}).get("bus")
         if bus and bus.get("kind") not in ("memory", "cluster"):
-            out.refuse(f"mcp.configurations.{key}.bus", f"a `{bus.get('kind')}` bus is not in mcpipe")
+            out.refuse(f"mcp.configurations.{key}.bus", reason("bus", kind=str(bus.get("kind"))))
     state_key = (conf.get("request_state") or {}).get("encryption_key")
     if state_key:
         m = re.fullmatch(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}", str(state_key))
@@ -1013,7 +1007,7 @@ def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
         # A key written in the file seals nothing in mcpipe: it seals requestState with the key ring of
         # MCPIPE_STATE_KEY, or a random key of the process (docs/formats/mcpg.md).
     if (conf.get("apps") or {}).get("enabled"):
-        out.refuse("mcp.configurations.apps.enabled", "MCP Apps (ui:// resources) are not in mcpipe")
+        out.refuse("mcp.configurations.apps.enabled", reason("apps"))
 
 
 def _federations(feds: list[Any], out: _Out) -> None:
@@ -1031,21 +1025,19 @@ def _federations(feds: list[Any], out: _Out) -> None:
         else:
             url = str(up.get("url", ""))
             if url.startswith("tunnel://"):
-                out.refuse(f"{where}.upstream.url", "tunnel:// upstreams are not in mcpipe")
+                out.refuse(f"{where}.upstream.url", reason("tunnel_upstream"))
                 continue
             entry["url"] = url
             if up.get("headers"):
                 entry["headers"] = dict(up["headers"])
         if up.get("auth") and (up["auth"] or {}).get("kind", "none") != "none":
-            out.refuse(
-                f"{where}.upstream.auth", "authenticating to an upstream server is not in mcpipe's downstream servers"
-            )
+            out.refuse(f"{where}.upstream.auth", reason("upstream_auth"))
             continue
         prefix = (fed.get("naming") or {}).get("tool_prefix") or ""
         if prefix and not prefix.endswith("."):
             out.refuse(
                 f"{where}.naming.tool_prefix",
-                "mcpipe names a server's tools `<prefix>.<tool>`: end the prefix with `.`",
+                reason("tool_prefix"),
             )
             continue
         entry["prefix"] = prefix[:-1] if prefix else ""
@@ -1062,21 +1054,17 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     cluster = doc.get("cluster") or {}
     kind = cluster.get("kind", "single_node")
     if kind not in ("single_node", "single-node", "memory", "dev.mcpg.builtin.cluster.single-node"):
-        out.refuse(
-            "cluster.kind", f"a `{kind}` cluster is not in mcpipe: it runs as one node (share state with `store.url`)"
-        )
+        out.refuse("cluster.kind", reason("cluster", kind=str(kind)))
     if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
-        out.refuse("credentials.cluster.enabled", "a clustered credential cache is not in mcpipe")
+        out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
     storage = doc.get("storage") or {}
     for i, provider in enumerate(storage.get("providers") or []):
         if provider.get("kind") not in ("memory", "in_process", "in-process"):
-            out.refuse(f"storage.providers[{i}]", f"a `{provider.get('kind')}` content store is not in mcpipe")
+            out.refuse(f"storage.providers[{i}]", reason("storage", kind=str(provider.get("kind"))))
     lic = doc.get("license") or {}
     for key in ("token", "token_file"):
         if lic.get(key):
-            out.refuse(f"license.{key}", "a licence key: mcpipe has no entitlement-gated plugins to unlock")
+            out.refuse(f"license.{key}", reason("license"))
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
-        out.refuse(
-            "feature_flags.debug_tools_enabled", "mcpg's debug tools (mcpg.command.*, mcpg.network.*) are not in mcpipe"
-        )
+        out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))
