@@ -17,12 +17,14 @@ with mcpg's variables: ``arguments`` is the step's input (the call's arguments, 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
+import httpcore2
 import httpx2
 import msgspec
 import orjson
@@ -237,20 +239,21 @@ async def _http_call(
                     chunks: list[bytes] = []
                     size = 0
                     truncated = False
-                    async for chunk in response.aiter_bytes():
-                        if size + len(chunk) > max_bytes:
-                            chunks.append(chunk[: max_bytes - size])
-                            truncated = True
-                            break
-                        chunks.append(chunk)
-                        size += len(chunk)
+                    async with contextlib.aclosing(response.aiter_bytes()) as body:
+                        async for chunk in body:
+                            if size + len(chunk) > max_bytes:
+                                chunks.append(chunk[: max_bytes - size])
+                                truncated = True
+                                break
+                            chunks.append(chunk)
+                            size += len(chunk)
                 finally:
                     await response.aclose()
     except trio.TooSlowError:
         raise _TransportError("operation timed out") from None
     except ForbiddenError as e:
         raise _TransportError(str(e)) from None
-    except (httpx2.HTTPError, OSError) as e:
+    except (httpx2.HTTPError, *_NETWORK_ERRORS, OSError) as e:
         raise _TransportError(f"error sending request for url ({url}): {e}") from None
     retry_after = response.headers.get("retry-after")
     return _Summary(
@@ -265,6 +268,15 @@ async def _http_call(
 
 class _TransportError(Exception):
     pass
+
+
+_NETWORK_ERRORS = (
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.TimeoutException,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
+)
 
 
 def _with_guidance(error: dict[str, Any], read_only: bool) -> dict[str, Any]:
@@ -1023,15 +1035,13 @@ async def run_sql(
         cel = _env(step, env, ctx)
         for name, expr in plan.exprs:
             params[name] = await expr.evaluate_async(cel)
-        for name in plan.stmt.params:
+        for name in plan.stmt.names:
             params.setdefault(name, arguments.get(name))
         mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
         with trio.fail_after(_timeout_ms(f, 30_000) / 1000):
             got = await plan.backend.execute(plan.stmt, params, mode)
         if mode == "affected_rows":
-            value = shape_rows(
-                [], "affected_rows", f.max_rows, int(got.get("affected_rows", 0)) if isinstance(got, Mapping) else 0
-            )
+            value = shape_rows([], "affected_rows", f.max_rows, got if isinstance(got, int) else 0)
             truncated = False
         else:
             rows = list(got) if isinstance(got, list) else []
