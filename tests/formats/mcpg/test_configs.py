@@ -101,7 +101,7 @@ def test_configs_refused_only_for_plugins_name_the_plugin_at_its_place() -> None
     for key in INDEX:
         if mcpg_refuses(key):
             continue
-        loaded, problems = _load(key)
+        _, problems = _load(key)
         for p in problems:
             assert p.location, (key, p)
             if "plugin" in p.message:
@@ -116,7 +116,7 @@ def test_the_configs_without_plugins_or_refused_sections_all_load() -> None:
     for key in INDEX:
         if mcpg_refuses(key):
             continue
-        loaded, problems = _load(key)
+        _, problems = _load(key)
         for p in problems:
             known = any(r.matches(p.message) for r in REFUSALS)
             assert "plugin" in p.message or "credential reference" in p.message or known, (key, p)

@@ -239,8 +239,8 @@ async def _http_call(
                     chunks: list[bytes] = []
                     size = 0
                     truncated = False
-                    async with contextlib.aclosing(response.aiter_bytes()) as body:
-                        async for chunk in body:
+                    async with contextlib.aclosing(response.aiter_bytes()) as parts:
+                        async for chunk in parts:
                             if size + len(chunk) > max_bytes:
                                 chunks.append(chunk[: max_bytes - size])
                                 truncated = True
