@@ -53,6 +53,10 @@ class AnswerShape(Protocol):
         """A ``prompts/get`` result (``{"messages": [...]}``) from the pipeline's answer."""
         ...
 
+    def invalid(self, tool: DeclaredPipelineTool, errors: list[str]) -> ToolResult:
+        """The answer to arguments that break the input schema (``errors``: ``args.amount: <why>`` each)."""
+        ...
+
 
 class McpipeShape:
     """mcpipe's own answers: ``output``/``content`` as the tool's result; a resource is its ``contents`` (when
@@ -63,6 +67,9 @@ class McpipeShape:
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         return tool.shape(answer["result"])
+
+    def invalid(self, tool: DeclaredPipelineTool, errors: list[str]) -> ToolResult:
+        return ToolResult.error(f"invalid arguments for tool '{tool.name}': " + "; ".join(errors))
 
     def resource(self, tool: DeclaredPipelineTool, result: ToolResult, uri: str) -> dict[str, Any]:
         if result.is_error:

@@ -69,6 +69,8 @@ class PipelineConfig(_Base, kw_only=True):
             ``{uri, <variables>..., template_vars}``). Only tools are listed and called as tools.
         uri, uri_template, mime_type: the resource's URI (or URI template) and MIME type.
         arguments: a prompt's arguments (``[{name, description, required}]``).
+        fill_defaults: fill absent arguments from the input schema's top-level ``default`` values before the
+            call is checked (mcpipe's way); off, the arguments are checked and passed as the caller sent them.
         completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
             variable, by its name: the values that start with what the client typed (at most 100).
         meta: the descriptor's ``_meta``.
@@ -93,6 +95,7 @@ class PipelineConfig(_Base, kw_only=True):
     uri_template: str | None = None
     mime_type: str | None = None
     arguments: list[PromptArgument] = []
+    fill_defaults: bool = True
     completions: dict[str, list[str]] = {}
     meta: dict[str, Any] | None = None
 

@@ -146,7 +146,7 @@ class DeclaredPipelineTool:
         props = entry.input_schema.get("properties")
         self._defaults = (
             {k: v["default"] for k, v in props.items() if isinstance(v, Mapping) and "default" in v}
-            if isinstance(props, Mapping)
+            if isinstance(props, Mapping) and entry.fill_defaults
             else {}
         )
 
@@ -171,7 +171,7 @@ class DeclaredPipelineTool:
         """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
         args, errors = self.check_args(args)
         if errors:
-            return ToolResult.error(f"invalid arguments for tool '{self.name}': " + "; ".join(errors))
+            return self.answer.invalid(self, errors)
         # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
         registry = self.registry if self.registry is not None else ctx.tools
         if registry is None:

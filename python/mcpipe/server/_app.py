@@ -58,7 +58,9 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None
+    # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
+    # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 

@@ -568,3 +568,25 @@ async def test_a_binding_on_mcpgs_default_trust_floor_refuses_an_anonymous_calle
         -32003,
         "tool t requires trust level HeaderAsserted, current trust is Unauthenticated",
     )
+
+
+async def test_arguments_that_break_the_input_schema_are_mcpgs_tool_error_and_defaults_are_not_filled_in() -> None:
+    tool = {
+        "name": "m",
+        "description": "d",
+        "input_schema": {
+            "type": "object",
+            "required": ["zone"],
+            "properties": {"zone": {"type": "string"}, "ttl": {"type": "integer", "default": 300}},
+        },
+        "backend": {"kind": "mock", "response": 1},
+    }
+    async with serving(_config([tool])) as c:
+        bad = await c.call_tool("m", {"ttl": "x"})
+        ok = await c.call_tool("m", {"zone": "z"})
+    # tools_call.rs: an input the schema refuses is a tool error the model can correct.
+    assert bad.is_error is True
+    text = bad.content[0].text  # type: ignore[union-attr]
+    assert text.startswith("Input validation failed for tool 'm': arguments validation failed: ")
+    assert "/ttl: " in text and text.endswith(". Inspect the tool's inputSchema via tools/list and retry.")
+    assert ok.structured_content["arguments"] == {"zone": "z"}  # type: ignore[index]

@@ -127,6 +127,14 @@ def _malformed(reason: str) -> str:
 
 
 class _Surfaces:
+    def invalid(self, tool: Any, errors: list[str]) -> ToolResult:
+        """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``)."""
+        why = "; ".join(_pointer(e) for e in errors)
+        return ToolResult.error(
+            f"Input validation failed for tool '{tool.name}': arguments validation failed: {why}."
+            " Inspect the tool's inputSchema via tools/list and retry."
+        )
+
     def resource(self, tool: Any, result: ToolResult, uri: str) -> dict[str, Any]:
         return decode_resource(result, uri)
 
@@ -214,6 +222,15 @@ class PipelineShape(_Surfaces):
             "duration_ms": int(answer.get("duration_ms") or 0),
         }
         return ToolResult([{"type": "text", "text": text}], structured, False)
+
+
+def _pointer(error: str) -> str:
+    """``args.a.b[0]: why`` as mcpg writes it (``/a/b/0: why``; ``why`` alone at the top)."""
+    where, _, why = error.partition(": ")
+    if where == "args":
+        return why
+    path = where.removeprefix("args").replace("[", ".").replace("]", "")
+    return "/" + "/".join(p for p in path.split(".") if p) + ": " + why
 
 
 def _output(answer: Mapping[str, Any]) -> Any:

@@ -532,7 +532,13 @@ _ANNOTATIONS = {
 def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:
     loc = b.loc
     out = b.out
-    entry: dict[str, Any] = {"name": b.name, "description": binding["description"], "surface": surface}
+    # mcpg checks the arguments against the input schema and passes them as sent (no defaults filled in).
+    entry: dict[str, Any] = {
+        "name": b.name,
+        "description": binding["description"],
+        "surface": surface,
+        "fill_defaults": False,
+    }
     if binding.get("title"):
         entry["title"] = binding["title"]
     schema = b.schema(binding.get("input_schema"), f"{loc}.input_schema")
