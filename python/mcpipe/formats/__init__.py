@@ -48,11 +48,14 @@ class Translation:
         problems: what the file has that mcpipe refuses, each located in the file.
         locate: maps a location in ``raw`` (``pipelines.charge.steps[1].url``) to where it is in the file
             (``mcp.capabilities.tools[3].backend.steps[1].url``).
+        mapping: ``(where in raw, where in the file)`` of each part that moved, for ``mcpipe convert`` and
+            ``mcpipe check --explain``.
     """
 
     raw: dict[str, Any]
     problems: list[Problem] = field(default_factory=list)
     locate: Callable[[str], str] = _same
+    mapping: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ConfigFormat(Protocol):

@@ -11,6 +11,7 @@ together are concatenated, each expression through CEL's ``string()``.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -244,7 +245,9 @@ def cel_env(
         "principal_id": context["principal_id"],
         "auth_provider": context["auth_provider"],
         "identity_kind": context["transport"],
-        "env": {},
+        # `${env.NAME}` is read when the config loads; one left here (a file `mcpipe convert` wrote keeps
+        # them) reads the server's environment.
+        "env": os.environ,
     }
     if steps is not None:
         env["steps"] = steps

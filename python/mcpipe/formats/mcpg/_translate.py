@@ -131,7 +131,7 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     if (mcp.get("registry") or {}).get("enabled"):
         out.refuse("mcp.registry", reason("registry"))
     _rest(doc, out)
-    return Translation(out.doc, out.problems, out.locate)
+    return Translation(out.doc, out.problems, out.locate, list(out.moves))
 
 
 # --- mcpg's own load-time checks ------------------------------------------------------------------
