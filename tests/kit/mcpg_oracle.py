@@ -209,7 +209,12 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
         pid = PLUGIN_IDS.get(kind)
         if pid and pid not in have:
             rows.append(
-                {"id": pid, "kind": "native", "class": "backend", "source": {"path": f"{{{{plugins}}}}/{kind}/plugin.so"}}
+                {
+                    "id": pid,
+                    "kind": "native",
+                    "class": "backend",
+                    "source": {"path": f"{{{{plugins}}}}/{kind}/plugin.so"},
+                }
             )
     if rows:
         over["plugins"] = rows

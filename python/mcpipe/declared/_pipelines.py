@@ -33,7 +33,8 @@ from jsonschema.validators import validator_for
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
-from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps
+from mcpipe.declared._answers import ANSWERS
+from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
 from mcpipe.declared._config import (
     OutboundConfig,
     OutboundDuckdbConfig,
@@ -42,7 +43,6 @@ from mcpipe.declared._config import (
     PipelineConfig,
 )
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
-from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._model import CONTAINERS
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
 from mcpipe.errors import ErrorCode, Problem
@@ -216,28 +216,13 @@ def load_pipelines(
                     )
                 )
         locations.append(loc)
-    # mcpg's names (seed 003) are rewritten into mcpipe's first; later problems are located in the file.
-    normalized: list[Any] = []
-    moves: list[dict[str, str]] = []
-    for i, entry in enumerate(raw_entries):
-        entry, more, moved = normalize_entry(entry, locations[i], frozenset(ALL_KINDS))
-        normalized.append(entry)
-        problems.extend(more)
-        moves.append(moved)
-    raw_entries = normalized
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[DeclaredPipelineTool] = []
     for i, entry in enumerate(raw_entries):
-        if entry is None:
-            continue  # its mcpg `backend` was refused (reported)
-        found: list[Problem] = []
-        tool = _load_entry(entry, locations[i], known, tools, policy, limits, found)
-        problems.extend(Problem(relocate(p.location, moves[i]), p.code, p.message) for p in found)
+        tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    for p in _cycles(raw_entries, locations, names):
-        i = next((k for k, loc in enumerate(locations) if p.location.startswith(f"{loc}.")), -1)
-        problems.append(Problem(relocate(p.location, moves[i]), p.code, p.message) if i >= 0 else p)
+    problems.extend(_cycles(raw_entries, locations, names))
     problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
@@ -350,10 +335,41 @@ def _load_entry(
             )
         )
         return None
+    if entry is not None and not _check_surface(entry, loc, problems):
+        return None
     if entry is None or ret is None or not schema_ok:
         return None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
     return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
+
+
+def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> bool:
+    """The entry's answer shape exists, and what it serves has what it needs (a resource its ``uri``, a
+    resource template its ``uri_template``)."""
+    ok = True
+    if entry.answer is not None and entry.answer not in ANSWERS:
+        known = ", ".join(sorted(ANSWERS))
+        problems.append(Problem(f"{loc}.answer", ErrorCode.INVALID_SPEC, f"no answer shape '{entry.answer}' ({known})"))
+        ok = False
+    need = {"resource": "uri", "resource_template": "uri_template"}.get(entry.surface)
+    if need is not None and not getattr(entry, need):
+        problems.append(Problem(f"{loc}.{need}", ErrorCode.INVALID_SPEC, f"a {entry.surface} needs `{need}`"))
+        ok = False
+    for key, wanted in (("uri", "resource"), ("uri_template", "resource_template")):
+        if getattr(entry, key) is not None and entry.surface != wanted:
+            problems.append(
+                Problem(f"{loc}.{key}", ErrorCode.INVALID_SPEC, f"`{key}` is for `surface: {wanted}` pipelines")
+            )
+            ok = False
+    if entry.completions and entry.surface not in ("prompt", "resource_template"):
+        problems.append(
+            Problem(f"{loc}.completions", ErrorCode.INVALID_SPEC, "completions are a prompt's or a template's")
+        )
+        ok = False
+    if entry.arguments and entry.surface != "prompt":
+        problems.append(Problem(f"{loc}.arguments", ErrorCode.INVALID_SPEC, "`arguments` are a prompt's"))
+        ok = False
+    return ok
 
 
 def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:

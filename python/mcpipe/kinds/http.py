@@ -30,7 +30,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["KIND", "HttpFields", "check_static_url", "http_timeout", "run_http"]
+__all__ = ["KIND", "HttpFields", "check_static_url", "guarded_client", "http_timeout", "run_http"]
 
 _SCHEMES = ("http", "https")
 
@@ -102,6 +102,12 @@ _TRANSPORT_ERRORS = (
     httpcore2.UnsupportedProtocol,
     httpcore2.ProxyError,
 )
+
+
+def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> httpx2.AsyncClient:
+    """An HTTP client whose every request goes through ``policy`` (hosts, addresses; see the module), for
+    kinds of other formats that make HTTP requests their own way (``mcpipe.formats.mcpg``)."""
+    return _client(policy, follow_redirects)
 
 
 def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:

@@ -29,6 +29,7 @@ from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -57,7 +58,9 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None
+    # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
+    # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 
@@ -237,6 +240,7 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
     )
     limits = limits_of(config)
@@ -252,6 +256,7 @@ async def open_app(
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
+        surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
