@@ -456,16 +456,8 @@ class Gateway:
         self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         return result
 
-    def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
-        """Run the gates for a call that will be made later (a queued run, checked when it is submitted).
-
-        Raises:
-            CallError: a gate refused it (audited).
-        """
-        self._admit(name, args, ctx, time.perf_counter())
-
     def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
-        if self.gates is None or ctx.request.admitted:
+        if self.gates is None:
             return []
         try:
             return self.gates.admit(name, args, ctx)
