@@ -456,6 +456,14 @@ class Gateway:
         self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         return result
 
+    def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Run the gates for a call the gateway does not make itself (``mcp_pipe``, whose steps are calls).
+
+        Raises:
+            CallError: a gate refused it (audited; ``code`` is ``FORBIDDEN`` or ``LIMIT_EXCEEDED``).
+        """
+        self._admit(name, args, ctx, time.perf_counter())
+
     def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
         if self.gates is None:
             return []
