@@ -86,7 +86,8 @@ async def test_a_cedar_forbid_names_the_policies_that_denied():
     gates = [
         {
             "kind": "cedar",
-            "policies": 'permit(principal, action, resource);\n@id("no-now")\nforbid(principal, action, resource == Tool::"now");',
+            "policies": 'permit(principal, action, resource);\n@id("no-now")\n'
+            'forbid(principal, action, resource == Tool::"now");',
         }
     ]
     async with (
