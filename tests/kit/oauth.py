@@ -6,10 +6,10 @@ endpoint checks each grant's parameters as the RFCs say:
 - ``client_credentials`` (RFC 6749 §4.4): a registered client id and secret (in the body, as mcpg sends them);
 - ``urn:ietf:params:oauth:grant-type:token-exchange`` (RFC 8693): ``subject_token`` (a JWT this server signed,
   unexpired) and ``subject_token_type`` required; ``requested_token_type`` either an access token (answered
-  ``xchg.<sub>.<audience>``) or an ID-JAG (``urn:ietf:params:oauth:token-type:id-jag``: ``audience`` required,
+  with a JWT for the caller's ``sub``, its ``aud`` the requested ``audience``) or an ID-JAG (``urn:ietf:params:oauth:token-type:id-jag``: ``audience`` required,
   answered with a JWT assertion and that ``issued_token_type``);
 - ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (RFC 7523): ``assertion`` a JWT this server signed whose
-  ``aud`` is this server, answered ``redeemed.<sub>``.
+  ``aud`` is this server, answered with a JWT for its ``sub`` (``aud``: the assertion's ``resource``).
 
 Refusals are RFC 6749 §5.2 errors (``invalid_client`` 401, ``invalid_request``/``invalid_grant``/
 ``unsupported_grant_type`` 400). Every token request is kept in ``requests``.
@@ -70,6 +70,10 @@ class OAuthServer:
             keys.append({**jwk, "kid": kid, "use": "sig", "alg": "RS256"})
         return {"keys": keys}
 
+    def claims(self, token: str) -> dict[str, Any] | None:
+        """The claims of a token this server signed (any audience), or None."""
+        return self._verify(token, None)
+
     def _verify(self, token: str, audience: str | None) -> dict[str, Any] | None:
         try:
             kid = jwt.get_unverified_header(token).get("kid")
@@ -118,7 +122,9 @@ class OAuthServer:
             if wanted != ACCESS_TOKEN:
                 return 400, {"error": "invalid_request"}
             self.issued += 1
-            token = f"xchg.{claims['sub']}.{form.get('audience', '')}"
+            token = self.mint(
+                claims["sub"], aud=form.get("audience") or "exchanged", exp_in=self.expires_in, grant="exchanged"
+            )
             return 200, {
                 "access_token": token,
                 "issued_token_type": ACCESS_TOKEN,
@@ -131,8 +137,11 @@ class OAuthServer:
             if claims is None:
                 return 400, {"error": "invalid_grant"}
             self.issued += 1
+            token = self.mint(
+                claims["sub"], aud=claims.get("resource") or "redeemed", exp_in=self.expires_in, grant="redeemed"
+            )
             return 200, {
-                "access_token": f"redeemed.{claims['sub']}",
+                "access_token": token,
                 "token_type": "Bearer",
                 "expires_in": self.expires_in,
             }
