@@ -279,10 +279,13 @@ async def test_a_downstream_server_gets_the_shared_token_and_each_callers_exchan
                     },
                 },
             )
-            async with running(up_config) as up, http_server(up) as up_url:
-                async with bearer_client(up_url, idp.mint("alice")) as client:
-                    shared = await client.call_tool("shared.echo", {"x": 1})
-                    mine = await client.call_tool("mine.echo", {"y": 2})
+            async with (
+                running(up_config) as up,
+                http_server(up) as up_url,
+                bearer_client(up_url, idp.mint("alice")) as client,
+            ):
+                shared = await client.call_tool("shared.echo", {"x": 1})
+                mine = await client.call_tool("mine.echo", {"y": 2})
     assert not shared.is_error and not mine.is_error
     calls = [json.loads(line) for line in (tmp_path / "down.jsonl").read_text().splitlines()]
     assert [(r["tool"], r["principal"]) for r in calls] == [("echo", "svc"), ("echo", "alice")]

@@ -6,8 +6,9 @@ endpoint checks each grant's parameters as the RFCs say:
 - ``client_credentials`` (RFC 6749 §4.4): a registered client id and secret (in the body, as mcpg sends them);
 - ``urn:ietf:params:oauth:grant-type:token-exchange`` (RFC 8693): ``subject_token`` (a JWT this server signed,
   unexpired) and ``subject_token_type`` required; ``requested_token_type`` either an access token (answered
-  with a JWT for the caller's ``sub``, its ``aud`` the requested ``audience``) or an ID-JAG (``urn:ietf:params:oauth:token-type:id-jag``: ``audience`` required,
-  answered with a JWT assertion and that ``issued_token_type``);
+  with a JWT for the caller's ``sub``, its ``aud`` the requested ``audience``) or an ID-JAG
+  (``urn:ietf:params:oauth:token-type:id-jag``: ``audience`` required, answered with a JWT assertion and that
+  ``issued_token_type``);
 - ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (RFC 7523): ``assertion`` a JWT this server signed whose
   ``aud`` is this server, answered with a JWT for its ``sub`` (``aud``: the assertion's ``resource``).
 
