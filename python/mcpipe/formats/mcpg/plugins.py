@@ -293,13 +293,15 @@ def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: 
         _problem(problems, f"{at}.class", f"`{cls}` is not a plugin class ({', '.join(sorted(PLUGIN_CLASSES))})")
         ok = False
     source = entry.get("source")
-    if source is not None:
-        if not isinstance(source, Mapping):
-            _problem(problems, f"{at}.source", "must be an object with `path` or `oci`")
-            ok = False
-        elif (source.get("path") is None) == (source.get("oci") is None):
-            _problem(problems, f"{at}.source", "must specify exactly one of `path` or `oci`")
-            ok = False
+    if not isinstance(source, Mapping):
+        what = "has none" if source is None else f"got {type(source).__name__}"
+        _problem(
+            problems, f"{at}.source", f"must specify exactly one of `path` or `oci` ({what}); mcpg refuses the entry"
+        )
+        ok = False
+    elif (source.get("path") is None) == (source.get("oci") is None):
+        _problem(problems, f"{at}.source", "must specify exactly one of `path` or `oci`; mcpg refuses the entry")
+        ok = False
     for key in ("enforce", "disabled", "inline_dispatch"):
         if key in entry and not isinstance(entry[key], bool):
             _problem(problems, f"{at}.{key}", "must be true or false")
@@ -353,7 +355,7 @@ def _translate_one(
     elif pid == _JSONATA:
         _section_list(out, "plugins").append(_JSONATA)
     else:
-        _problem(problems, at, _unsupported(pid, entry.get("class")))
+        _problem(problems, at, _unsupported(pid, entry.get("class", "tool_gate")))
 
 
 _WHY_CLASS = {
