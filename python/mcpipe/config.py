@@ -237,6 +237,10 @@ class RunsConfig(_Base):
     """How many runs one process executes at once."""
     lease_s: Annotated[float, msgspec.Meta(ge=0.5, le=3600)] = 10.0
     """How long a worker holds a run without renewing it; a dead worker's runs are taken over after it."""
+    max_lapses: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    """How many times a run's lease may run out while it runs (its worker died, or stalled past the lease)
+    before the next worker to lease it fails it instead of running it again: a run that kills or freezes
+    every worker that takes it (a poison pill) is not retried for ever."""
     retention_s: Annotated[float, msgspec.Meta(gt=0, le=365 * 86400)] = 7 * 86400.0
     """How long a finished run, its recorded steps and its events are kept."""
     poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0
@@ -326,7 +330,7 @@ class Config(_Base):
     downstream servers present (``docs/access.md``)."""
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
-    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.playbooks`."""
+    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -712,7 +716,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
 
         problems.extend(config_problems(cfg))
     if cfg.models or cfg.workflow is not None or cfg.playbooks:
-        from mcpipe.playbooks import model_problems
+        from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))
     if problems:

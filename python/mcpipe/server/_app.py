@@ -22,7 +22,7 @@ from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.server._tasks import Tasks
@@ -105,7 +105,7 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
 
         sources.append(declared_source(config, sources))
     if config.workflow is not None or config.playbooks:
-        from mcpipe.playbooks import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
 
         sources.extend(model_sources(config))
     return sources
@@ -176,6 +176,7 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        max_lapses=config.runs.max_lapses,
     )
 
 
@@ -240,10 +241,8 @@ async def open_app(
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
-    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
-        from mcpipe.expr import set_expression_timeout
-
-        set_expression_timeout(config.pipe.expression_timeout_ms)
+    # mcp_pipe's `when`, declared pipelines' expressions and playbooks' templates all run under it.
+    set_expression_timeout(config.pipe.expression_timeout_ms)
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
