@@ -209,7 +209,12 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
         pid = PLUGIN_IDS.get(kind)
         if pid and pid not in have:
             rows.append(
-                {"id": pid, "kind": "native", "class": "backend", "source": {"path": f"{{{{plugins}}}}/{kind}/plugin.so"}}
+                {
+                    "id": pid,
+                    "kind": "native",
+                    "class": "backend",
+                    "source": {"path": f"{{{{plugins}}}}/{kind}/plugin.so"},
+                }
             )
     if rows:
         over["plugins"] = rows
@@ -274,7 +279,7 @@ class StandIn:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])

@@ -369,6 +369,8 @@ _WHY_CLASS = {
 
 
 def _unsupported(pid: str, cls: Any) -> str:
+    if pid.startswith("dev.mcpg.backend."):
+        return f"mcpg's plugin `{pid}` is not supported by mcpipe: it has no step kind for that backend"
     why = _WHY_CLASS.get(cls if isinstance(cls, str) else "", "mcpipe has no implementation of it")
     return f"mcpg's plugin `{pid}` is not supported by mcpipe: {why}"
 
