@@ -164,7 +164,10 @@ class McpgAuditLog(AuditLog):
     def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
         tool = str(record.get("tool", ""))
         code = record.get("error_code")
-        if tool == PIPE_TOOL:
+        if "gate" in record:
+            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
+            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
+        elif tool == PIPE_TOOL:
             ok = bool(record.get("ok"))
             details = {"pipeline_id": record.get("pipeline"), "duration_ms": record.get("duration_ms")}
             if not ok:
@@ -183,9 +186,6 @@ class McpgAuditLog(AuditLog):
         elif code == ErrorCode.UNKNOWN_TOOL:
             details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
             self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:256]}", "failure", details, record)
-        elif "gate" in record:
-            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
-            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
         elif code == ErrorCode.FORBIDDEN:
             trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
             details = {
