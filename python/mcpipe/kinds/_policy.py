@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from mcpipe.access import Credentials
 from mcpipe.backends._connections import Connections
 from mcpipe.errors import ErrorCode
 from mcpipe.results import StepFailure
@@ -308,9 +309,11 @@ class StepPolicy:
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
     connections: Connections = field(default_factory=Connections)
+    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
     base_dir: str = "."
     """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
-    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
+    credentials: Credentials = field(default_factory=Credentials)
+    """The outbound credentials (``[credentials.NAME]``) ``http`` steps present (``credential = "NAME"``)."""
 
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""

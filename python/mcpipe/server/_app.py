@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import build_gates
+from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
@@ -229,7 +229,7 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)

@@ -282,6 +282,11 @@ class PipeRunner:
         """Run one ``mcp_pipe`` call and answer the contract's section-7 object (a background one: its run
         id, at once)."""
         await self.gateway.ready()
+        if self.gateway.gates is not None:  # mcp_pipe passes the gates too (its steps do, each as a call)
+            try:
+                self.gateway.admit(PIPE_TOOL, args if isinstance(args, dict) else {}, ctx)
+            except CallError as exc:
+                return invalid_answer([Problem("", exc.code, str(exc))], time.perf_counter())
         if isinstance(args, dict) and "background" in args:
             return await self.submit(args, ctx)
         pid = new_pipeline_id()
