@@ -24,7 +24,7 @@ from mcpipe.gateway import CallError, Gateway
 from mcpipe.interaction import CapabilityMissing
 from mcpipe.interaction._core import only
 from mcpipe.plan import Limits
-from mcpipe.results import pipe_envelope
+from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue
@@ -75,8 +75,10 @@ class Worker:
         concurrency: int = 8,
         lease_s: float = LEASE_S,
         wait_s: float = 1.0,
+        answer: AnswerMode = "steps",
     ) -> None:
         self.queue = queue
+        self.answer: AnswerMode = answer
         self.gateway = gateway
         self.limits = limits or Limits()
         self.id = worker_id or new_worker_id()
@@ -197,7 +199,9 @@ class Worker:
             t0 = time.perf_counter()
             answer = None
             try:
-                answer = await run_pipeline(info.args, self.gateway, context=ctx, limits=self.limits)
+                answer = await run_pipeline(
+                    info.args, self.gateway, context=ctx, limits=self.limits, answer=self.answer
+                )
             finally:
                 self.gateway.record_pipe(ctx, info.id, answer or {"ok": False, "error_code": ErrorCode.CANCELLED}, t0)
             return pipe_envelope(answer)

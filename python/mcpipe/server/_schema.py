@@ -31,7 +31,9 @@ ok, error, error_code, structured, text, content, output (structured if present,
 Everything is validated before any step runs (unknown tools, forward references, limits); problems come \
 back located, e.g. `steps[2].args.url: reference to unknown step 'fetch'`. The answer is \
 {ok, error, error_code, result, steps, summary, duration_ms}; `result` is the `return` template resolved, \
-else the output of the last step.
+else the output of the last step. By default `steps` summarizes each step without its output (a failed \
+step keeps its own); `"answer": "full"` returns every step's full record, `"answer": "result"` only the \
+result (and what ran, on failure).
 
 Example: {"vars": {"q": "mcp"}, "steps": [{"id": "s", "tool": "search", "args": {"query": "${vars.q}"}}, \
 {"id": "f", "tool": "fetch", "args": {"url": {"$ref": "steps.s.structured.results.0.url"}}}], \
@@ -75,6 +77,12 @@ _SPEC_PROPS: dict[str, Any] = {
         "type": "boolean",
         "default": False,
         "description": "Check everything and answer the plan (`plan`) without running any step (top level only).",
+    },
+    "answer": {
+        "enum": ["result", "steps", "full"],
+        "description": "What the answer holds (top level only): `result` (the result; what ran only on failure), "
+        "`steps` (the result and a summary per step, without outputs: the server's default) or `full` (every "
+        "step's full record, outputs included).",
     },
 }
 
@@ -183,7 +191,7 @@ _STEP_RESULT = {
 
 PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["ok", "error", "error_code", "result", "steps", "summary", "duration_ms"],
+    "required": ["ok", "error", "error_code", "result", "summary", "duration_ms"],
     "properties": {
         "ok": {"type": "boolean"},
         "error": {"type": "string", "description": "The first failure's message; empty on success."},
@@ -193,7 +201,12 @@ PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
             "TOOL_FAILED, TIMEOUT, CANCELLED or GATE_REJECTED; null on success.",
         },
         "result": {"description": "The resolved `return` template (or the last step's output)."},
-        "steps": {"type": "object", "additionalProperties": _STEP_RESULT, "description": "Step id -> step result."},
+        "steps": {
+            "type": "object",
+            "additionalProperties": _STEP_RESULT,
+            "description": "Step id -> step result: a summary without the output (`answer: steps`, the default), "
+            "or the full record (`answer: full`); absent from a successful `answer: result`.",
+        },
         "summary": {
             "type": "object",
             "properties": {k: {"type": "integer"} for k in ("total", "succeeded", "failed", "skipped", "cancelled")},
