@@ -119,9 +119,9 @@ class PipeConfig(_Base):
     """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
     mcp_pipeline: bool = False
     """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
-    answer: Literal["result", "steps", "full"] = "steps"
-    """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result only, a summary
-    per step (each output at most once, in the result), or every step's full record (``docs/pipelines.md``)."""
+    answer: Literal["result", "steps", "full"] = "result"
+    """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
+    the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
     def limits(self) -> Any:
         """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""

@@ -120,8 +120,8 @@ def spec_schema() -> dict[str, Any]:
             "dry_run": {"type": "boolean", "default": False, "description": "Answer the plan; run nothing."},
             "answer": {
                 "enum": ["result", "steps", "full"],
-                "description": "What the answer holds: the result only, a summary per step, or every step's "
-                "full record (default: the server's, `steps`).",
+                "description": "What the answer holds: the result (what ran too, on failure), a summary per "
+                "step, or every step's full record (default: the server's, `result`).",
             },
         },
         "required": ["steps"],

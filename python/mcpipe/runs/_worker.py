@@ -75,7 +75,7 @@ class Worker:
         concurrency: int = 8,
         lease_s: float = LEASE_S,
         wait_s: float = 1.0,
-        answer: AnswerMode = "steps",
+        answer: AnswerMode = "result",
     ) -> None:
         self.queue = queue
         self.answer: AnswerMode = answer

@@ -237,11 +237,11 @@ class PipeRunner:
         gateway: the call path every step goes through.
         limits: the server's maxima (a spec cannot raise them).
         runs: where background calls are queued (None: not served).
-        answer: what an answer holds when its spec does not say (``pipe.answer``; default ``steps``).
+        answer: what an answer holds when its spec does not say (``pipe.answer``; default ``result``).
     """
 
     def __init__(
-        self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None, answer: AnswerMode = "steps"
+        self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None, answer: AnswerMode = "result"
     ) -> None:
         self.gateway = gateway
         self.limits = limits or Limits()

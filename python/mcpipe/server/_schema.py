@@ -31,9 +31,9 @@ ok, error, error_code, structured, text, content, output (structured if present,
 Everything is validated before any step runs (unknown tools, forward references, limits); problems come \
 back located, e.g. `steps[2].args.url: reference to unknown step 'fetch'`. The answer is \
 {ok, error, error_code, result, steps, summary, duration_ms}; `result` is the `return` template resolved, \
-else the output of the last step. By default `steps` summarizes each step without its output (a failed \
-step keeps its own); `"answer": "full"` returns every step's full record, `"answer": "result"` only the \
-result (and what ran, on failure).
+else the output of the last step. By default a successful answer has no `steps`, and a failed one \
+summarizes what ran (without outputs; the failed step keeps its own); `"answer": "steps"` always \
+summarizes every step, `"answer": "full"` returns every step's full record.
 
 Example: {"vars": {"q": "mcp"}, "steps": [{"id": "s", "tool": "search", "args": {"query": "${vars.q}"}}, \
 {"id": "f", "tool": "fetch", "args": {"url": {"$ref": "steps.s.structured.results.0.url"}}}], \
@@ -80,9 +80,9 @@ _SPEC_PROPS: dict[str, Any] = {
     },
     "answer": {
         "enum": ["result", "steps", "full"],
-        "description": "What the answer holds (top level only): `result` (the result; what ran only on failure), "
-        "`steps` (the result and a summary per step, without outputs: the server's default) or `full` (every "
-        "step's full record, outputs included).",
+        "description": "What the answer holds (top level only): `result` (the result, and a summary of what ran "
+        "when the run failed: the server's default), `steps` (the result and a summary of every step, without "
+        "outputs) or `full` (every step's full record, outputs included).",
     },
 }
 
@@ -204,8 +204,9 @@ PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
         "steps": {
             "type": "object",
             "additionalProperties": _STEP_RESULT,
-            "description": "Step id -> step result: a summary without the output (`answer: steps`, the default), "
-            "or the full record (`answer: full`); absent from a successful `answer: result`.",
+            "description": "Step id -> step result: a summary without the output (`answer: steps`, and a failed "
+            "`answer: result`), or the full record (`answer: full`); absent from a successful `answer: result` "
+            "(the default).",
         },
         "summary": {
             "type": "object",
