@@ -28,6 +28,7 @@ __all__ = [
     "StepFailure",
     "StepOutput",
     "each_result",
+    "graph_result",
     "group_result",
     "invalid_answer",
     "leaf_result",
@@ -300,6 +301,27 @@ def pipe_result(
         "output": result,
         "result": result,
         "steps": steps,
+        "duration_ms": ms_since(t0),
+    }
+
+
+def graph_result(
+    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float
+) -> dict[str, Any]:
+    """A graph's result: its output (the output of the node that finished last among those that took no
+    arc), and ``ran``, the ids of the nodes that ran, in the order they finished (their results are beside
+    the graph's, in its list's results)."""
+    return {
+        "id": sid,
+        "kind": "graph",
+        "ok": ok,
+        "error": error,
+        "error_code": code,
+        "structured": output if not isinstance(output, str) else None,
+        "text": output if isinstance(output, str) else "",
+        "content": [],
+        "output": output,
+        "ran": ran,
         "duration_ms": ms_since(t0),
     }
 

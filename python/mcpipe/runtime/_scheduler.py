@@ -29,6 +29,7 @@ import trio
 from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
+from mcpipe._template import Template
 from mcpipe._util import glob_matcher, is_suspension
 from mcpipe.compile import compile_spec
 from mcpipe.errors import (
@@ -44,13 +45,16 @@ from mcpipe.errors import (
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
+    Arc,
     CompiledSpec,
     ForEach,
+    Graph,
     Leaf,
     Limits,
     Node,
     Parallel,
     Pipeline,
+    evaluate,
     explain,
     prelude,
     problem_order,
@@ -61,6 +65,7 @@ from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
     AnswerMode,
     each_result,
+    graph_result,
     group_result,
     invalid_answer,
     leaf_result,
@@ -270,6 +275,7 @@ class _Run:
         "pid",
         "proc_limiter",
         "registry",
+        "retries",
         "scope",
         "succeeded",
         "total",
@@ -305,6 +311,9 @@ class _Run:
         self.on_event = on_event
         self.args = args
         self.total = total
+        # Tool calls made again after a retryable failure: they count towards limits.max_calls with the
+        # leaf executions (issue 20: 10 attempts in a for_each of 10 x 100 made 7096 calls under 1000).
+        self.retries = 0
         self.succeeded = self.failed = self.cancelled = 0
         # What the answer holds so far as it will be sent (both representations, see `keep`), starting with
         # its own fields and the tool result around it; bounded by limits.max_answer_bytes.
@@ -437,6 +446,8 @@ class _Run:
             return await self.container(step, env, results, parallel, prefix, stop)
         if type(step) is ForEach:
             return await self.each(step, env, results, prefix, stop)
+        if type(step) is Graph:
+            return await self.graph(step, env, results, prefix, stop)
         if type(step) is Parallel:
             return await self.group(step, env, results, prefix, stop)
         return await self.pipe(step, env, results, parallel, prefix)
@@ -532,6 +543,17 @@ class _Run:
         attempt = 1
         while True:
             last = attempt >= retry.attempts
+            if attempt > 1:
+                calls = self.total + self.retries + 1
+                if calls > self.limits.max_calls:
+                    why = (
+                        f"{step.location}.retry: attempt {attempt} would bring the run to {calls} tool executions; "
+                        f"the limit is {self.limits.max_calls}"
+                    )
+                    refused = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+                    refused["attempts"] = attempt - 1
+                    return refused
+                self.retries += 1
             try:
                 if step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
@@ -829,7 +851,10 @@ class _Run:
         """A step with a ``when``: skipped (no output, not counted as run) when it is false."""
         t0 = perf_counter()
         try:
-            verdict = step.when.evaluate(env)  # type: ignore[union-attr]
+            assert step.when is not None
+            # Under the expression deadline, off the event loop when it iterates (issue 20: evaluated inline,
+            # an 8000-int comprehension froze the server 18 s).
+            verdict = await evaluate(step.when, env)
             if not isinstance(verdict, bool):
                 raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         except ExpressionError as e:
@@ -870,9 +895,14 @@ class _Run:
         r = None
         try:
             try:
-                items = step.items.resolve(env)
+                source = step.items
+                items = source.resolve(env) if isinstance(source, Template) else await evaluate(source, env)
             except InterpolationError as e:
                 r = each_result(step.id, [], False, _unresolved(e, env), ErrorCode.INTERPOLATION_FAILED, t0)
+                items = None
+            except ExpressionError as e:
+                why = f"{step.location}.for_each: {e}"
+                r = each_result(step.id, [], False, why, e.code, t0)
                 items = None
             if items is None:
                 pass
@@ -882,10 +912,11 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
-            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+            elif self.total + self.retries + (len(items) - 1) * leaves > self.limits.max_calls:
                 why = (
                     f"{step.location}.for_each: {len(items)} items would bring the run to "
-                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                    f"{self.total + self.retries + (len(items) - 1) * leaves} step executions; the limit is "
+                    f"{self.limits.max_calls}"
                 )
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:
@@ -930,8 +961,11 @@ class _Run:
         # would let no more run at once, and a task per element parked on it costs a wake-up each.
         held: list[BaseException] = []
         todo = iter(enumerate(items))
+        width = self.limits.max_concurrency
+        if step.max_concurrency is not None:
+            width = max(1, min(width, step.max_concurrency))
         async with trio.open_nursery() as nursery:
-            for _ in range(min(len(items), self.limits.max_concurrency)):
+            for _ in range(min(len(items), width)):
                 nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
         if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
@@ -955,6 +989,112 @@ class _Run:
             if step.as_name != "item":
                 inner[step.as_name] = item  # what expressions read it as (templates read `item`)
             await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
+
+    # --- graphs: steps joined by conditional arcs ---
+
+    async def graph(
+        self, step: Graph, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """Run the nodes reached from the entry, each once its incoming arcs are decided (see
+        :class:`mcpipe.plan.Graph`); nodes ready together run concurrently."""
+        t0 = perf_counter()
+        path = prefix + step.id
+        if self.on_event is not None:
+            self.started(step, "graph", path)
+        run = _GraphRun(step)
+        keep_going = (not stop) if step.continue_on_error is None else step.continue_on_error
+        r = None
+        try:
+            if step.timeout_ms is None:
+                await self.graph_nodes(step, run, env, results, prefix, keep_going)
+            else:
+                with trio.move_on_after(step.timeout_ms / 1000) as scope:
+                    await self.graph_nodes(step, run, env, results, prefix, keep_going)
+                if scope.cancelled_caught:
+                    why = _timed_out(step.timeout_ms)
+                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0)
+            if r is None:
+                if run.failure is not None:
+                    error, code = run.failure
+                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0)
+                else:
+                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0)
+        finally:
+            if r is None:
+                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0)
+            self.keep(step, r, results)
+            if self.on_event is not None:
+                self.finished(step, r, path)
+        return r
+
+    async def graph_nodes(
+        self, step: Graph, run: _GraphRun, env: dict[str, Any], results: dict[str, Any], prefix: str, go_on: bool
+    ) -> None:
+        held: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            def reach(i: int, via: tuple[Arc, ...]) -> None:
+                nursery.start_soon(self.graph_node, step, run, i, via, env, results, prefix, go_on, nursery, held)
+
+            run.reach = reach
+            reach(step.entry, ())
+        if held and run.failure is None:
+            raise held[0]
+
+    async def graph_node(
+        self,
+        step: Graph,
+        run: _GraphRun,
+        i: int,
+        via: tuple[Arc, ...],
+        env: dict[str, Any],
+        results: dict[str, Any],
+        prefix: str,
+        go_on: bool,
+        nursery: trio.Nursery,
+        held: list[BaseException],
+    ) -> None:
+        node = step.nodes[i]
+        keep_going = go_on if node.continue_on_error is None else node.continue_on_error
+        inner = dict(env)
+        inner["via"] = via
+        try:
+            r = await self.node(node, inner, results, True, prefix, not keep_going)
+        except BaseException as e:
+            if self.memo is None or not is_suspension(e):
+                raise
+            held.append(e)  # asked the client: the siblings finish, the call resumes later
+            return
+        run.ran.append(node.id)
+        if not r["ok"]:
+            if run.failure is None:
+                run.failure = (f"step '{r['id']}' failed: {r['error']}", r["error_code"])
+            if not keep_going:
+                nursery.cancel_scope.cancel()
+                return
+        inner["last"] = r
+        chosen: list[Arc] = []
+        for arc in step.arcs[i]:
+            if arc.when is None:
+                verdict: Any = True
+            else:
+                try:
+                    verdict = await evaluate(arc.when, inner)
+                    if not isinstance(verdict, bool):
+                        raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
+                except ExpressionError as e:
+                    where = arc.location or f"{step.location}.arcs"
+                    run.failure = run.failure or (f"{where}.when: {e}", e.code)
+                    nursery.cancel_scope.cancel()
+                    return
+            if verdict:
+                chosen.append(arc)
+                if not step.inclusive[i]:
+                    break
+        if not chosen:
+            run.output = r.get("output")
+        for arc in step.arcs[i]:
+            run.decide(arc, any(arc is c for c in chosen))
 
     # --- events ---
 
@@ -993,6 +1133,41 @@ class _Run:
             self.on_event(event)  # type: ignore[misc]
         except Exception:
             _log.exception("on_event callback failed on %s", event["type"])
+
+
+class _GraphRun:
+    """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure."""
+
+    __slots__ = ("decided", "failure", "graph", "incoming", "output", "ran", "reach", "taken")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        n = len(graph.nodes)
+        self.incoming = [0] * n
+        for arcs in graph.arcs:
+            for arc in arcs:
+                self.incoming[arc.to] += 1
+        self.decided = [0] * n
+        self.taken: list[list[Arc]] = [[] for _ in range(n)]
+        self.ran: list[str] = []
+        self.output: Any = None
+        self.failure: tuple[str, str | None] | None = None
+        self.reach: Callable[[int, tuple[Arc, ...]], None] = lambda i, via: None
+
+    def decide(self, arc: Arc, taken: bool) -> None:
+        """One arc into ``arc.to`` is decided; when all are, the node runs (some taken) or is passed over,
+        and then so are the arcs out of it."""
+        j = arc.to
+        self.decided[j] += 1
+        if taken:
+            self.taken[j].append(arc)
+        if self.decided[j] != self.incoming[j]:
+            return
+        if self.taken[j]:
+            self.reach(j, tuple(self.taken[j]))
+            return
+        for out in self.graph.arcs[j]:  # never reached: neither are the nodes only it leads to
+            self.decide(out, False)
 
 
 def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str, Any] | None]:
