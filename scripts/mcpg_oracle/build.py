@@ -82,16 +82,12 @@ def patch_mcpg_manifest(manifest: Path) -> None:
     text = drop_section(text, "dev-dependencies")
     text = re.sub(r"(?m)^(cp-attached|s3-content-store)\s*=.*\n", "", text)
     text = re.sub(r"(?m)^mcpg-(control-plane-client|plugin-storage-s3)\s*=.*\n", "", text)
-    text += (
-        "\n[[bin]]\nname = \"mcpg-config-check\"\npath = \"oracle/config_check.rs\"\n"
-    )
+    text += '\n[[bin]]\nname = "mcpg-config-check"\npath = "oracle/config_check.rs"\n'
     manifest.write_text(text)
 
 
 def git_head(path: Path) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
-    )
+    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return out.stdout.strip() or "unknown"
 
 
@@ -122,14 +118,12 @@ def prepare(src: Path, deps_src: Path, out: Path) -> Path:
         shutil.copytree(deps_src / name, deps / name, ignore=IGNORE)
         wanted |= rewrite_git_deps(deps / name / "Cargo.toml", deps)
     (build / "Cargo.toml").write_text(
-        "[workspace]\nresolver = \"3\"\nmembers = "
+        '[workspace]\nresolver = "3"\nmembers = '
         + json.dumps(members)
         + "\n\n[profile.dev]\ndebug = 0\nincremental = false\n"
-        "\n[profile.dev.package.\"*\"]\nopt-level = 1\n"
+        '\n[profile.dev.package."*"]\nopt-level = 1\n'
     )
-    (out / "DEPS.json").write_text(
-        json.dumps({n: git_head(deps_src / n) for n in sorted(done)}, indent=1) + "\n"
-    )
+    (out / "DEPS.json").write_text(json.dumps({n: git_head(deps_src / n) for n in sorted(done)}, indent=1) + "\n")
     return build
 
 
