@@ -26,9 +26,10 @@ from mcpipe.interaction._core import only
 from mcpipe.plan import Limits
 from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord
+from mcpipe.runs._service import caller_request
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue
-from mcpipe.tools import Request, ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 INTERNAL_ERROR = -32603
 MISSING_CAPABILITY = -32021
@@ -141,7 +142,7 @@ class Worker:
             client={"name": "mcpipe-worker", "version": self.id},
             principal=info.principal,
             pipeline=info.id,
-            request=Request(interaction=record if asking is None else asking),
+            request=caller_request(info.meta, interaction=record if asking is None else asking),
             tools=self.gateway,
         )
         answer: dict[str, Any] | None = None

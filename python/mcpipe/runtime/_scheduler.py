@@ -525,6 +525,9 @@ class _Run:
             else:
                 _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            refused = getattr(e, "code", None) if isinstance(e, MCPipeError) else None
+            if refused in (ErrorCode.FORBIDDEN, ErrorCode.LIMIT_EXCEEDED):  # a gate refused the call
+                code, message = refused, str(e)
             r = leaf_result(step.id, False, message, code, t0)
             if isinstance(e, MCPipeError):
                 r.update(e.step_fields())

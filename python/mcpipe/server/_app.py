@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import build_gates
+from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
@@ -29,6 +29,7 @@ from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -57,7 +58,9 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None
+    # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
+    # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 
@@ -239,7 +242,7 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -250,6 +253,7 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
     )
     limits = limits_of(config)
@@ -265,6 +269,7 @@ async def open_app(
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
+        surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
