@@ -15,6 +15,7 @@ import sys
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.auth import require_scopes
@@ -59,7 +60,7 @@ def make_app(*, auth: bool = False) -> FastMCP[Any]:
     @app.tool
     async def shout(text: str) -> str:
         """Upper-case the text."""
-        await anyio.sleep(0)
+        await anyio.lowlevel.checkpoint()
         return text.upper()
 
     @app.tool

@@ -22,11 +22,11 @@ from typing import Any
 import anyio
 import pytest
 import trio
+from mcp import Client, StdioServerParameters
+
 from kit.clients import bearer_client
 from kit.fastmcp_host import make_app
 from kit.realservers import free_port, wait_for_port
-from mcp import Client, StdioServerParameters
-
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import attach
 
@@ -112,17 +112,13 @@ def test_attach_takes_a_fastmcp_server_on_asyncio_with_fastmcps_own_client():
     check(anyio.run(main, backend="asyncio"), secret_visible=False)
 
 
-@pytest.mark.parametrize(
-    "what, message",
-    [
-        (object(), "attach() takes an MCP server (an SDK MCPServer or Server, or a fastmcp.FastMCP), not builtins.object"),
-        ("weather", "attach() takes an MCP server (an SDK MCPServer or Server, or a fastmcp.FastMCP), not builtins.str"),
-    ],
-)
-def test_attach_refuses_what_is_not_a_server_with_a_value_error(what, message):
+@pytest.mark.parametrize("what, kind", [(object(), "builtins.object"), ("weather", "builtins.str")])
+def test_attach_refuses_what_is_not_a_server_with_a_value_error(what, kind):
     with pytest.raises(ValueError) as e:
         attach(what)
-    assert str(e.value) == message
+    assert (
+        str(e.value) == f"attach() takes an MCP server (an SDK MCPServer or Server, or a fastmcp.FastMCP), not {kind}"
+    )
 
 
 def test_attach_refuses_a_second_attach_to_a_fastmcp_server():

@@ -112,21 +112,7 @@ def _low_level(server: Any) -> Server[Any]:
     if isinstance(low, Server):
         return low
     kind = f"{type(server).__module__}.{type(server).__qualname__}"
-    if kind.startswith("fastmcp.") or kind.startswith("mcp.server.fastmcp."):
-        raise ValueError(
-            f"attach() cannot take a {kind} built on another MCP SDK than this one (mcp {_sdk_version()}): "
-            "fastmcp 4 and later run on it, fastmcp 2 and 3 need mcp 1.x"
-        )
     raise ValueError(f"attach() takes an MCP server (an SDK MCPServer or Server, or a fastmcp.FastMCP), not {kind}")
-
-
-def _sdk_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("mcp")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 S = TypeVar("S")
