@@ -39,6 +39,7 @@ __all__ = [
     "load_playbook",
     "model_problems",
     "model_sources",
+    "playbook_count",
 ]
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -402,6 +403,11 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
 def model_problems(config: Any) -> list[Problem]:
     """Every problem of the config's ``models``, ``workflow`` and ``playbooks`` (the files read and checked)."""
     return _load_all(config, None)[3]
+
+
+def playbook_count(config: Any) -> int:
+    """How many playbook files the config's ``playbooks`` globs name (for ``mcpipe check --config``'s summary)."""
+    return len(_playbook_files(config)[0])
 
 
 def model_sources(config: Any) -> list[Any]:
