@@ -11,15 +11,38 @@ RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 setup: $(STAMP)
 
 $(VENV)/bin/python:
+	@echo "== make: creating $(VENV)"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
 # An editable install: Python sources are used in place, the Rust extension is rebuilt when rust/ changes.
+# Everything the tests need (the [test] extra); it covers what `make serve` needs too.
 $(STAMP): $(VENV)/bin/python $(RUST_SRC)
+	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	touch $@
+	touch $@ $(SERVE_STAMP)
 
-serve: setup
+# `make serve` installs only what the server needs (pyproject's dependencies, no extras), and does its two
+# slow parts at once: pip fetching and installing the dependencies, and maturin building the Rust core (the
+# editable install of mcpipe itself, --no-deps). Each line says which it comes from; docs/performance.md has
+# the time it takes from a fresh clone.
+SERVE_STAMP := $(VENV)/.mcpipe-serve
+SERVE_REQS := $(VENV)/serve-requirements.txt
+$(SERVE_STAMP): SHELL := /bin/bash
+$(SERVE_STAMP): $(VENV)/bin/python $(RUST_SRC)
+	@$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(SERVE_REQS)
+	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
+	@set -o pipefail; \
+	( $(BIN)/pip install --progress-bar off -r $(SERVE_REQS) 2>&1 \
+	  | awk '/^(Collecting|Downloading|Installing|Successfully|ERROR)/ {print "[deps] " $$0; fflush()}' ) & deps=$$!; \
+	$(BIN)/pip install -v --no-deps -e . 2>&1 \
+	  | awk '/Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror/ {sub(/^ +/, ""); print "[core] " $$0; fflush()}'; \
+	core=$$?; wait $$deps; deps=$$?; \
+	if [ $$core -ne 0 ] || [ $$deps -ne 0 ]; then \
+	  echo "make: the install failed (deps: $$deps, core: $$core); its whole output: $(BIN)/pip install -e ." >&2; exit 1; fi
+	@touch $@
+	@echo "== make: installed; starting mcpipe serve"
+
+serve: $(SERVE_STAMP)
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup
