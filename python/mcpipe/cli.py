@@ -302,7 +302,9 @@ def _check(ns: argparse.Namespace) -> int:
 
         if int(_server_cli().check_config(ns.config, quiet=True)) != 0:
             return 1
-        tools, unchecked = trio.run(_with_tools, ns, _config_tools)
+        logging.getLogger("mcpipe").setLevel(logging.ERROR)  # a server that is down is the note below, once
+        source = argparse.Namespace(**{**vars(ns), "url": None})  # `_with_tools` opens the config's app
+        tools, unchecked = trio.run(_with_tools, source, _config_tools)
         against = f"the tools of {ns.config}"
     else:
         # The tools `mcpipe run` would have: the built-ins (unless --no-builtin) and those of --tools.
