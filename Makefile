@@ -32,9 +32,10 @@ $(SERVE_STAMP): $(VENV)/bin/python $(RUST_SRC)
 	@$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(SERVE_REQS)
 	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
 	@set -o pipefail; \
-	( $(BIN)/pip install --progress-bar off -r $(SERVE_REQS) 2>&1 \
-	  | awk '/^(Collecting|Downloading|Installing|Successfully|ERROR)/ {print "[deps] " $$0; fflush()}' ) & deps=$$!; \
-	$(BIN)/pip install -v --no-deps -e . 2>&1 \
+	export PYTHONUNBUFFERED=1; \
+	( $(BIN)/pip install --disable-pip-version-check --no-compile --progress-bar off -r $(SERVE_REQS) 2>&1 \
+	  | awk '/^ *(Collecting|Downloading|Installing|Successfully|ERROR)/ {sub(/^ +/, ""); print "[deps] " $$0; fflush()}' ) & deps=$$!; \
+	$(BIN)/pip install --disable-pip-version-check -v --no-deps -e . 2>&1 \
 	  | awk '/Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror/ {sub(/^ +/, ""); print "[core] " $$0; fflush()}'; \
 	core=$$?; wait $$deps; deps=$$?; \
 	if [ $$core -ne 0 ] || [ $$deps -ne 0 ]; then \
