@@ -1,0 +1,116 @@
+"""A NoETL playbook run on the scheduler, and its answer in NoETL's shape.
+
+:func:`run_noetl` runs a compiled playbook's plan (the call's arguments are NoETL's execution payload, laid
+over the ``workload``) and adds ``noetl`` to the scheduler's answer: the run as NoETL reports it (the shape
+``noetl-oracle``'s ``normalize.py`` gives a real NoETL run, so the two compare)::
+
+    {"playbook": NAME, "status": "completed" | "failed",
+     "steps": {STEP: [RESULT, ...]},    # each step's result; a loop step's, one per item, in order
+     "failed_steps": [STEP, ...],        # sorted
+     "final": RESULT}                     # the result of the step that ended the workflow
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from mcpipe.formats.noetl._run import EVENTS
+from mcpipe.formats.noetl._workflow import NoetlPlaybook
+from mcpipe.plan import Limits
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["noetl_answer", "run_noetl"]
+
+EventFn = Callable[[dict[str, Any]], None]
+
+
+class _NoTools:
+    def __contains__(self, name: object) -> bool:
+        return False
+
+    def allows(self, name: str, ctx: Any) -> bool:
+        return True
+
+    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.error(f"UNKNOWN_TOOL: no tools here ('{name}')")
+
+
+async def run_noetl(
+    pb: NoetlPlaybook,
+    args: Mapping[str, Any],
+    ctx: ToolContext | None = None,
+    *,
+    limits: Limits | None = None,
+    on_event: EventFn | None = None,
+) -> dict[str, Any]:
+    """Run the playbook; answers the scheduler's answer (``ok``, ``result``, ``steps``, ``summary``...) with
+    ``noetl``, the run in NoETL's shape (see the module)."""
+    from mcpipe.runtime import run_compiled
+
+    base = ctx if ctx is not None else ToolContext()
+    run_ctx = base.for_step(None, base.step)
+    registry = pb.registry if pb.registry is not None else base.tools
+    if registry is None:
+        registry = _NoTools()
+    run_ctx = replace(run_ctx, tools=registry)
+    assert pb.plan is not None
+    outer = EVENTS.get()
+    sink = on_event if on_event is not None else outer
+    token = EVENTS.set(sink)
+    try:
+        answer = await run_compiled(
+            pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=dict(args)
+        )
+    finally:
+        EVENTS.reset(token)
+    answer["noetl"] = noetl_answer(pb, answer)
+    return answer
+
+
+def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The run in NoETL's shape (see the module) from the scheduler's answer."""
+    steps: dict[str, list[Any]] = {}
+    failed: set[str] = set()
+    for sid, r in (answer.get("steps") or {}).items():
+        if sid not in pb.steps or sid in pb.routers or not isinstance(r, Mapping):
+            continue
+        if r.get("kind") == "for_each":
+            runs = []
+            for ch in r.get("children") or []:
+                if ch is None:
+                    continue
+                runs.append(_result_of(ch))
+                if not ch.get("ok"):
+                    failed.add(sid)
+            steps[sid] = runs
+            continue
+        if r.get("skipped"):
+            continue
+        steps[sid] = [_result_of(r)]
+        if not r.get("ok"):
+            failed.add(sid)
+    ok = bool(answer.get("ok"))
+    graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
+    if ok:
+        final = graph.get("output", answer.get("result"))
+    else:
+        final = {"status": "failed", "error": answer.get("error"), "error_code": answer.get("error_code")}
+    return {
+        "playbook": pb.name,
+        "status": "completed" if ok else "failed",
+        "steps": steps,
+        "failed_steps": sorted(failed),
+        "final": final,
+    }
+
+
+def _result_of(r: Mapping[str, Any]) -> Any:
+    """A step's result as NoETL reports it: its result, or for a failed step its error result."""
+    if r.get("ok"):
+        return r.get("output")
+    out = r.get("output")
+    if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
+        return dict(out)
+    return {"status": "error", "error": r.get("error"), "error_code": r.get("error_code")}
