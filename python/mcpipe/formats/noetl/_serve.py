@@ -93,9 +93,8 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
             failed.add(sid)
     ok = bool(answer.get("ok"))
     graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
-    if ok:
-        final = graph.get("output", answer.get("result"))
-    else:
+    final = graph.get("output")
+    if final is None and not graph.get("ran"):  # the run failed before any step ran
         final = {"status": "failed", "error": answer.get("error"), "error_code": answer.get("error_code")}
     return {
         "playbook": pb.name,
@@ -108,9 +107,9 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
 
 def _result_of(r: Mapping[str, Any]) -> Any:
     """A step's result as NoETL reports it: its result, or for a failed step its error result."""
-    if r.get("ok"):
-        return r.get("output")
     out = r.get("output")
+    if r.get("ok"):
+        return out
     if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
         return dict(out)
     return {"status": "error", "error": r.get("error"), "error_code": r.get("error_code")}

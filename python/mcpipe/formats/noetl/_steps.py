@@ -16,6 +16,8 @@ data}``, a pipeline's last result with ``_prev``, ``results`` and ``ctx`` laid o
 from __future__ import annotations
 
 import os
+import re
+import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
@@ -167,10 +169,10 @@ def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, A
 @dataclass(frozen=True, slots=True)
 class ArcWhen:
     """Whether an arc of ``next`` is taken, once its step is done: its ``when`` holds (``else``: no
-    conditional arc before it in the list held). A failed step takes only the arcs whose ``when`` holds on
-    the failure (``{{ event.name == 'call.error' }}``, ``{{ output.status == 'error' }}``): an arc without
-    ``when`` is not taken after a failure, and the run ends failed. A loop step's arcs are decided once
-    every item is done (``event.name`` is ``loop.done``)."""
+    conditional arc before it in the list held; no ``when``: always). As in NoETL, a failed step's arcs are
+    decided too (``event.name`` is ``call.error``, ``output.status`` is ``error``), and the run ends failed
+    whatever runs after it. A loop step's arcs are decided once every item is done (``event.name`` is
+    ``loop.done``)."""
 
     step: StepPlan
     arc: ArcSpec
@@ -183,8 +185,6 @@ class ArcWhen:
         return self.arc.when if isinstance(self.arc.when, str) else None
 
     def evaluate(self, env: Mapping[str, Any]) -> bool:
-        last = env.get("last") or {}
-        failed = not last.get("ok") and not self.loop
         scope = self._scope(env)
         if self.arc.otherwise:
             for prior, when in self.earlier:
@@ -192,9 +192,9 @@ class ArcWhen:
                     continue
                 if self._holds(when, scope):
                     return False
-            return not failed
+            return True
         if self.when is None:
-            return not failed
+            return True
         return self._holds(self.when, scope)
 
     def _scope(self, env: Mapping[str, Any]) -> dict[str, Any]:
@@ -281,9 +281,10 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         try:
             result = await _run_tasks(plan, scope, env, ctx)
         except StepFailure as e:
+            failed = _error_result(e)
             if emit is not None:
-                emit(_exit(step, plan, "error", e.output, str(e), t0))
-            raise StepFailure(str(e), e.code, e.output, _facts(writes)) from None
+                emit(_exit(step, plan, "error", failed, str(e), t0))
+            raise StepFailure(str(e), e.code, failed, _facts(writes)) from None
     if plan.set is not None:
         after = dict(scope)
         if result is not None:
@@ -305,6 +306,25 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     if writes:
         out.facts = _facts(writes)
     return out
+
+
+_PYTHON_FAILED = re.compile(
+    r"^(?:.*?: )?the python step failed: (?:[A-Za-z_][A-Za-z0-9_.]*: )?(?P<text>.*?)(?: \(line \d+ of the code\))?$",
+    re.S,
+)
+
+
+def _error_result(e: StepFailure) -> dict[str, Any]:
+    """A failed step's result as NoETL's worker reports it: ``{id, status: error, error}`` (a tool's own
+    error result, such as an HTTP status, as it is); the error is the exception's text, as NoETL gives it."""
+    out = e.output
+    if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
+        return dict(out)
+    text = str(e)
+    m = _PYTHON_FAILED.match(text)
+    if m is not None:
+        text = m.group("text")
+    return {"id": str(uuid.uuid4()), "status": "error", "error": text}
 
 
 def _facts(writes: Mapping[str, Any]) -> dict[str, Any]:
@@ -377,6 +397,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
     retries: dict[str, int] = {}
     i = 0
     steps_run = 0
+    started = perf_counter()
     while i < len(tasks):
         steps_run += 1
         if steps_run > 10_000:
@@ -451,7 +472,8 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
                 _code(error),
                 _failed(prev, results, seq_ctx, error, task.name),
             )
-    summary = {"status": "ok", "_prev": prev, "results": results, "ctx": seq_ctx}
+    metrics = {"task_count": len(tasks), "tasks_run": steps_run, "duration_ms": int((perf_counter() - started) * 1000)}
+    summary = {"status": "ok", "_prev": prev, "results": results, "ctx": seq_ctx, "metrics": metrics}
     if results:
         last = list(results.values())[-1]
         if isinstance(last, Mapping):
