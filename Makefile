@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
+	mcpg-oracle mcpg-goldens mcpg-diff
 
 setup: $(STAMP)
 
@@ -79,6 +80,23 @@ $(TANSU):
 	cargo install tansu --version $(TANSU_VERSION) --locked --features dynostore --root .tansu
 kafka-tansu: setup $(TANSU)
 	MCPIPE_KAFKA=tansu MCPIPE_TANSU=$(abspath $(TANSU)) $(BIN)/python -m pytest -q $(KAFKA_TESTS) $(PYTEST_ARGS)
+
+# The mcpg oracle (docs/formats/mcpg.md, "Evidence"): the real mcpg gateway, built from source into .mcpg/
+# (git-ignored) with its backend plugins, the goldens of tests/formats/mcpg/golden/ recorded from it, and
+# mcpipe and mcpg run side by side on them. Not CI: the build takes 30-60 min on 2 cores. MCPG_SRC is a
+# checkout of mcpg-dev/mcpg (v0.1.0-beta.16), MCPG_DEPS a folder of checkouts of its sibling repositories
+# (they are not on crates.io); only crates are fetched.
+MCPG_SRC ?= ../.mcpg-src
+MCPG_DEPS ?= ../.mcpg-deps
+MCPG_UPSTREAM ?= tests/formats/mcpg/upstream
+mcpg-oracle:
+	$(PY) scripts/mcpg_oracle/build.py --src $(MCPG_SRC) --deps $(MCPG_DEPS)
+
+mcpg-goldens: setup
+	$(BIN)/python scripts/mcpg_oracle/record.py --upstream $(MCPG_UPSTREAM) $(CASES)
+
+mcpg-diff: setup
+	$(BIN)/python scripts/mcpg_oracle/diff.py $(CASES)
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

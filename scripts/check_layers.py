@@ -38,6 +38,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("mcpipe.plan", "mcpipe.expr", "mcpipe.spec", "mcpipe.compile")),
     # Clients of outside services (SQL, NATS, gRPC, Kafka): the step kinds use them.
     ("backends", ("mcpipe.backends",)),
+    # Who is calling, what a call may do, what mcpipe presents upstream: identities, gates, credentials.
+    ("access", ("mcpipe.access",)),
     # Storage shared by the instances that resume suspended pipelines.
     ("store", ("mcpipe.store",)),
     # Asking the client (elicitation, sampling, roots) in both protocol eras.

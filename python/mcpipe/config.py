@@ -26,6 +26,16 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
+from mcpipe.access import (
+    AccessConfig,
+    CredentialConfig,
+    MtlsConfig,
+    OidcProvider,
+    check_access,
+    check_credentials,
+    check_mtls,
+    check_oidc,
+)
 from mcpipe.errors import ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
@@ -78,6 +88,10 @@ class McpServerConfig(_Base):
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
+    credential: str | None = None
+    """A ``[credentials.NAME]`` whose token (``Authorization: Bearer ...``) every call to this HTTP server carries:
+    one token for all callers (``client_credentials``, ``env``), or each caller's own (``token_exchange``,
+    ``id_jag``: listing and connecting then go without one, as mcpg lists such an upstream anonymously)."""
     sse_poll_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
     """SSE polling (SEP-1699) for a server that cannot close a call's stream itself (stdio): once a call to
     one of its tools has run this long, mcpipe closes its caller's SSE stream of the request (2025-11-25 HTTP
@@ -142,12 +156,27 @@ class TokenConfig(_Base):
 
 
 class AuthConfig(_Base):
+    """Who may call over HTTP (``docs/access.md``): bearer tokens, JWTs of OIDC issuers, client certificates
+    forwarded by a proxy. With any of them set, a request without a valid identity is answered 401."""
+
     tokens: list[TokenConfig] = []
+    oidc: list[OidcProvider] = []
+    mtls: MtlsConfig | None = None
+    tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
+    principal)."""
 
 
 class AuditConfig(_Base):
     enabled: bool = True
     path: str = "mcpipe-audit.jsonl"
+    format: Literal["mcpipe", "mcpg"] = "mcpipe"
+    """``mcpipe``: one record per call; ``mcpg``: mcpg's audit events (``mcpg.tool.call.allowed`` before the
+    call, ``completed``/``denied``/``unknown`` after), hash-chained (``docs/access.md``)."""
+    emit_allowed: bool = True
+    """``mcpg`` format: write ``mcpg.tool.call.allowed`` before each call."""
+    emit_completed: bool = True
+    """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
 class HttpConfig(_Base):
@@ -208,6 +237,10 @@ class RunsConfig(_Base):
     """How many runs one process executes at once."""
     lease_s: Annotated[float, msgspec.Meta(ge=0.5, le=3600)] = 10.0
     """How long a worker holds a run without renewing it; a dead worker's runs are taken over after it."""
+    max_lapses: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    """How many times a run's lease may run out while it runs (its worker died, or stalled past the lease)
+    before the next worker to lease it fails it instead of running it again: a run that kills or freezes
+    every worker that takes it (a poison pill) is not retried for ever."""
     retention_s: Annotated[float, msgspec.Meta(gt=0, le=365 * 86400)] = 7 * 86400.0
     """How long a finished run, its recorded steps and its events are kept."""
     poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0
@@ -242,6 +275,16 @@ class TelemetryConfig(_Base):
 
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format)."""
+    metrics_path: str = "/metrics"
+    """Where the metrics are served."""
+    otlp_endpoint: str | None = None
+    """With ``traces = "otlp"``: the collector (else the standard ``OTEL_EXPORTER_OTLP_*`` variables)."""
+    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
+    """How spans reach ``otlp_endpoint``: OTLP over gRPC (port 4317) or over HTTP (4318)."""
+    service_name: str | None = None
+    """The ``service.name`` of the spans (default: the config's ``name``)."""
+    resource_attributes: dict[str, str] = {}
+    """More resource attributes on every span (``deployment.environment``...)."""
     traces: Literal["none", "propagate", "console", "otlp"] | None = None
     """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
     caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
@@ -279,6 +322,12 @@ class Config(_Base):
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    access: AccessConfig = msgspec.field(default_factory=AccessConfig)
+    """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
+    (``docs/access.md``)."""
+    credentials: dict[str, CredentialConfig] = {}
+    """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
+    downstream servers present (``docs/access.md``)."""
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
     ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
@@ -318,6 +367,8 @@ _SECTIONS = {
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "access": _Section("access", AccessConfig),
+    "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -545,6 +596,30 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, "must start with `/`"))
     if h.path == "/healthz":
         problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    if cfg.auth.mtls is not None:
+        problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
+    problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
+    problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    for name, server in cfg.mcpServers.items():
+        if server.credential is not None:
+            if server.credential not in cfg.credentials:
+                problems.append(
+                    Problem(
+                        f"mcpServers.{name}.credential", CODE, f"no credential `{server.credential}` in [credentials]"
+                    )
+                )
+            elif server.command is not None:
+                problems.append(Problem(f"mcpServers.{name}.credential", CODE, "a credential is for `url` servers"))
+    tel = cfg.telemetry
+    if not tel.metrics_path.startswith("/"):
+        problems.append(Problem("telemetry.metrics_path", CODE, "must start with `/`"))
+    elif tel.metrics_path in (h.path, "/healthz"):
+        problems.append(
+            Problem("telemetry.metrics_path", CODE, f"`{tel.metrics_path}` is already served (MCP or health)")
+        )
+    if tel.otlp_endpoint is not None and not tel.otlp_endpoint.startswith(("http://", "https://")):
+        problems.append(Problem("telemetry.otlp_endpoint", CODE, "must be an http:// or https:// URL"))
     scheme, sep, rest = cfg.store.url.partition("://")
     if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
         problems.append(

@@ -6,9 +6,9 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
-__all__ = ["OutboundConfig", "OutboundHttpConfig", "PipelineConfig"]
+__all__ = ["OutboundConfig", "OutboundDuckdbConfig", "OutboundHttpConfig", "OutboundPythonConfig", "PipelineConfig"]
 
 _MiB = 1024 * 1024
 
@@ -71,6 +71,29 @@ class OutboundHttpConfig(_Base, kw_only=True):
     timeout_ms: PositiveMs | None = 30_000
 
 
+class OutboundPythonConfig(_Base, kw_only=True):
+    """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    spares: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
+    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
+    timeout_ms: PositiveMs = 60_000
+    max_output_bytes: PositiveInt = _MiB
+    max_result_bytes: PositiveInt = 10 * _MiB
+    env: dict[str, str] | None = None
+
+
+class OutboundDuckdbConfig(_Base, kw_only=True):
+    """``outbound.duckdb``: the limits of ``duckdb`` steps (see :class:`DuckdbPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
+    timeout_ms: PositiveMs = 60_000
+    max_rows: PositiveInt = 10_000
+    autoinstall_extensions: bool = False
+
+
 class OutboundConfig(_Base, kw_only=True):
     """The ``outbound:`` section: what declared steps may reach.
 
@@ -83,9 +106,13 @@ class OutboundConfig(_Base, kw_only=True):
         command_max_output_bytes: stdout or stderr past this fails the step.
         command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
         expression_max_ms: how long one JSONata evaluation may run.
+        python: the limits of ``python`` steps.
+        duckdb: the limits of ``duckdb`` steps.
     """
 
     http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
+    python: OutboundPythonConfig = msgspec.field(default_factory=OutboundPythonConfig)
+    duckdb: OutboundDuckdbConfig = msgspec.field(default_factory=OutboundDuckdbConfig)
     commands: dict[str, str | list[str]] = {}
     command_env: dict[str, str] | None = None
     command_timeout_ms: PositiveMs | None = 60_000
@@ -110,6 +137,23 @@ class OutboundConfig(_Base, kw_only=True):
                 max_output_bytes=self.command_max_output_bytes,
                 kill_grace_ms=self.command_kill_grace_ms,
                 timeout_ms=self.command_timeout_ms,
+            ),
+            python=PythonPolicy(
+                workers=self.python.workers,
+                spares=self.python.spares,
+                memory_mb=self.python.memory_mb,
+                timeout_ms=self.python.timeout_ms,
+                max_output_bytes=self.python.max_output_bytes,
+                max_result_bytes=self.python.max_result_bytes,
+                env=self.python.env,
+            ),
+            duckdb=DuckdbPolicy(
+                workers=self.duckdb.workers,
+                memory_mb=self.duckdb.memory_mb,
+                threads=self.duckdb.threads,
+                timeout_ms=self.duckdb.timeout_ms,
+                max_rows=self.duckdb.max_rows,
+                autoinstall_extensions=self.duckdb.autoinstall_extensions,
             ),
             expression_max_ms=self.expression_max_ms,
         )

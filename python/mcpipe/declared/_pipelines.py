@@ -34,7 +34,13 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
 from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps
-from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
+from mcpipe.declared._config import (
+    OutboundConfig,
+    OutboundDuckdbConfig,
+    OutboundHttpConfig,
+    OutboundPythonConfig,
+    PipelineConfig,
+)
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
 from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._model import CONTAINERS
@@ -77,6 +83,10 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
         # Decoded on its own first, so each of its unknown fields is reported where it is.
         http = _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems)
         raw = {**raw, "http": msgspec.to_builtins(http) if http is not None else {}}
+    for name, struct in (("python", OutboundPythonConfig), ("duckdb", OutboundDuckdbConfig)):
+        if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
+            sub = _decode(raw[name], struct, f"{location}.{name}", f"outbound.{name}", problems)
+            raw = {**raw, name: msgspec.to_builtins(sub) if sub is not None else {}}
     section = _decode(raw, OutboundConfig, location, "the outbound section", problems)
     if section is None:
         return StepPolicy(), problems

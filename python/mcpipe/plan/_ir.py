@@ -55,7 +55,9 @@ __all__ = [
     "RunFn",
     "Step",
     "evaluate",
+    "expression_timeout_ms",
     "prelude",
+    "set_expression_timeout",
     "walk",
 ]
 
@@ -112,6 +114,21 @@ class Expression(Protocol):
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
         ...
+
+
+_expression_timeout_ms = 1000.0
+
+
+def set_expression_timeout(ms: float) -> None:
+    """The deadline of every CEL, JSONata and Jinja evaluation (``pipe.expression_timeout_ms``). It lives
+    here, not in :mod:`mcpipe.expr`, so a server sets it without loading the expression libraries."""
+    global _expression_timeout_ms
+    _expression_timeout_ms = float(ms)
+
+
+def expression_timeout_ms() -> float:
+    """The deadline of every CEL, JSONata and Jinja evaluation, in milliseconds."""
+    return _expression_timeout_ms
 
 
 async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:

@@ -264,6 +264,7 @@ class _Run:
         "pid",
         "proc_limiter",
         "registry",
+        "retries",
         "scope",
         "succeeded",
         "total",
@@ -299,6 +300,9 @@ class _Run:
         self.on_event = on_event
         self.args = args
         self.total = total
+        # Tool calls made again after a retryable failure: they count towards limits.max_calls with the
+        # leaf executions (issue 20: 10 attempts in a for_each of 10 x 100 made 7096 calls under 1000).
+        self.retries = 0
         self.succeeded = self.failed = self.cancelled = 0
         # What the answer holds so far as it will be sent (both representations, see `keep`), starting with
         # its own fields and the tool result around it; bounded by limits.max_answer_bytes.
@@ -378,10 +382,13 @@ class _Run:
                 if step.when is not None and not step.skippable and r.get("skipped"):
                     continue  # a skipped step is not `last`: it did not run
             env["last"] = r
-            if not r["ok"] and failure is None:
-                failure = r
+            if not r["ok"]:
+                if failure is None:
+                    failure = r
+                # Every failure is weighed by its own step's policy, not only the first one: a failure the
+                # pipeline may not go on after stops it, even after earlier tolerated failures.
                 if not go_on:
-                    return False, f"step '{r['id']}' failed: {r['error']}", r["error_code"], None
+                    return False, f"step '{failure['id']}' failed: {failure['error']}", failure["error_code"], None
         # Every step ran (possibly with failures, under continue_on_error): the return is resolved.
         try:
             if plan.ret is None:
@@ -525,6 +532,17 @@ class _Run:
         attempt = 1
         while True:
             last = attempt >= retry.attempts
+            if attempt > 1:
+                calls = self.total + self.retries + 1
+                if calls > self.limits.max_calls:
+                    why = (
+                        f"{step.location}.retry: attempt {attempt} would bring the run to {calls} tool executions; "
+                        f"the limit is {self.limits.max_calls}"
+                    )
+                    refused = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+                    refused["attempts"] = attempt - 1
+                    return refused
+                self.retries += 1
             try:
                 if step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
@@ -613,8 +631,9 @@ class _Run:
             for child in step.children:
                 nursery.start_soon(self.child, child, env, children, prefix, stop, first, nursery.cancel_scope, held)
         # A child that suspended to ask the client let its siblings finish (or ask too): the call resumes
-        # later without running them again. A failure that stopped the group wins over the suspension.
-        if held and not (stop and first):
+        # later without running them again. A failure that stopped the group (it cancelled the siblings) wins over
+        # the suspension.
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def child(
@@ -640,9 +659,12 @@ class _Run:
                 raise
             held.append(e)
             return
-        if not r["ok"] and not first:
-            first.append(r)
-            if stop if step.continue_on_error is None else not step.continue_on_error:
+        if not r["ok"]:
+            if not first:
+                first.append(r)
+            # `stop` is this child's own policy (or its group's): any failure it may not go on after
+            # cancels the siblings, not only the group's first failure.
+            if stop:
                 siblings.cancel()
 
     async def pipe(
@@ -818,7 +840,10 @@ class _Run:
         """A step with a ``when``: skipped (no output, not counted as run) when it is false."""
         t0 = perf_counter()
         try:
-            verdict = step.when.evaluate(env)  # type: ignore[union-attr]
+            assert step.when is not None
+            # Under the expression deadline, off the event loop when it iterates (issue 20: evaluated inline,
+            # an 8000-int comprehension froze the server 18 s).
+            verdict = await evaluate(step.when, env)
             if not isinstance(verdict, bool):
                 raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         except ExpressionError as e:
@@ -876,10 +901,11 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
-            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+            elif self.total + self.retries + (len(items) - 1) * leaves > self.limits.max_calls:
                 why = (
                     f"{step.location}.for_each: {len(items)} items would bring the run to "
-                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                    f"{self.total + self.retries + (len(items) - 1) * leaves} step executions; the limit is "
+                    f"{self.limits.max_calls}"
                 )
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:
@@ -930,7 +956,7 @@ class _Run:
         async with trio.open_nursery() as nursery:
             for _ in range(min(len(items), width)):
                 nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
-        if held and not (stop and first):
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def worker(

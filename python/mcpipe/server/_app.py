@@ -16,12 +16,13 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
+from mcpipe.access import build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.server._tasks import Tasks
@@ -56,7 +57,17 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    return Policy(grants)
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None
+    return Policy(grants, list(config.auth.tools) if identified else None)
+
+
+def audit_of(config: Config) -> AuditLog:
+    """The configured audit log: mcpipe's records, or mcpg's hash-chained events (``[audit] format``)."""
+    path = resolve_path(config, config.audit.path) if config.audit.enabled else None
+    a = config.audit
+    if a.format == "mcpg":
+        return McpgAuditLog(path, allowed=a.emit_allowed, completed=a.emit_completed)
+    return AuditLog(path)
 
 
 def limits_of(config: Config) -> Limits:
@@ -165,6 +176,7 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        max_lapses=config.runs.max_lapses,
     )
 
 
@@ -217,7 +229,7 @@ async def open_app(
     downstreams = Downstreams(config.mcpServers, errlog=errlog)
     sources.append(downstreams)
     if audit is None:
-        audit = AuditLog(resolve_path(config, config.audit.path) if config.audit.enabled else None)
+        audit = audit_of(config)
     # Declared pipelines call tools through the gateway a call comes in by (ctx.tools): nothing to bind.
     gateway = Gateway(
         sources,
@@ -225,13 +237,12 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
-    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
-        from mcpipe.expr import set_expression_timeout
-
-        set_expression_timeout(config.pipe.expression_timeout_ms)
+    # mcp_pipe's `when`, declared pipelines' expressions and playbooks' templates all run under it.
+    set_expression_timeout(config.pipe.expression_timeout_ms)
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,

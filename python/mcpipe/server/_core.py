@@ -47,6 +47,20 @@ _log = logging.getLogger("mcpipe.server")
 
 PRINCIPAL_SCOPE_KEY = "mcpipe.principal"
 """Where the HTTP auth layer leaves the caller's principal in the ASGI scope."""
+IDENTITY_SCOPE_KEY = "mcpipe.identity"
+"""Where it leaves the caller's :class:`~mcpipe.tools.Identity`."""
+ADDRESSES_SCOPE_KEY = "mcpipe.client_addresses"
+"""Where it leaves the caller's address as each ``ip_allowlist`` gate reads it."""
+
+
+def scope_request(scope: Any, **fields: Any) -> Request:
+    """The :class:`~mcpipe.tools.Request` of an HTTP request: what the front found (identity, addresses)."""
+    if not isinstance(scope, dict):
+        return Request(**fields)
+    return Request(
+        identity=scope.get(IDENTITY_SCOPE_KEY), client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {}, **fields
+    )
+
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
@@ -126,6 +140,11 @@ def principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> st
         return default
 
 
+def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    request = ctx.request
+    return getattr(request, "scope", None) if request is not None else None
+
+
 def _traceparent(ctx: Any) -> str | None:
     """The caller's W3C trace context, from the request's ``_meta``."""
     value = ctx.meta.get("traceparent") if ctx.meta else None
@@ -161,7 +180,7 @@ def tool_context(
         progress=session.report_progress,
         log=log,
         progress_token=_progress_token(ctx),
-        request=Request(wants_progress=_wants_progress(ctx), sdk_context=ctx),
+        request=scope_request(_scope_of(ctx), wants_progress=_wants_progress(ctx), sdk_context=ctx),
         tools=tools,
         traceparent=_traceparent(ctx),
     )

@@ -28,9 +28,10 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.types import Receive, Scope, Send
 
+from mcpipe.access import Authenticator, Rejected, client_ip
 from mcpipe.config import Config
 from mcpipe.server._app import App
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.telemetry import metrics_text
@@ -171,30 +172,34 @@ class HttpFront:
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
         self.tokens = tokens
+        auth = app.config.auth
+        self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
-        self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self.require_auth = bool(tokens) or bool(auth.tokens) or bool(auth.oidc) or auth.mtls is not None
         self.metrics = app.config.telemetry.metrics
+        self.metrics_path = app.config.telemetry.metrics_path
+        gates = app.gateway.gates
+        self.address_headers = gates.address_headers if gates is not None else ()
         self._slow_body = orjson.dumps(
             {
                 "error": "request_timeout",
                 "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
             }
         )
-        self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
+        self._users: dict[str, AuthenticatedUser] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
             path = scope["path"]
             if path in self.paths:
-                if self.require_auth:
-                    principal = self._principal(scope)
-                    if principal is None:
-                        await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
-                        return
-                    scope[PRINCIPAL_SCOPE_KEY] = principal
-                    scope["user"] = self._users[principal]
+                if self.require_auth and not await self._identify(scope):
+                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    return
+                if self.address_headers:
+                    headers, peer = scope["headers"], scope.get("client")
+                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
                 if scope["method"] == "POST":
                     read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
                     if read is None:
@@ -214,8 +219,8 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
-            elif path == "/metrics" and self.metrics:
-                if self.require_auth and self._principal(scope) is None:
+            elif path == self.metrics_path and self.metrics:
+                if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                     return
                 body, content_type = metrics_text()
@@ -252,22 +257,32 @@ class HttpFront:
 
         principal = None
         if self.require_auth:
-            principal = self._principal(scope)
-            if principal is None:
+            if not await self._identify(scope):
                 await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                 return
+            principal = scope[PRINCIPAL_SCOPE_KEY]
         await workflow_endpoint(
             self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
         )
 
-    def _principal(self, scope: Scope) -> str | None:
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() != b"bearer" or not token:
-                    return None
-                return self.tokens.get(_digest(token.strip()))
-        return None
+    async def _identify(self, scope: Scope) -> bool:
+        """Resolve the caller's identity into the scope (its principal, its identity, and the ``user`` the SDK
+        binds a 2025-11-25 session to); False when it has none, or presented one that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if found is None or isinstance(found, Rejected):
+            if found is not None:
+                _log.info("refused a credential: %s", found.reason)
+            return False
+        subject = found.subject
+        scope[PRINCIPAL_SCOPE_KEY] = subject
+        scope[IDENTITY_SCOPE_KEY] = found
+        user = self._users.get(subject)
+        if user is None:
+            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            if len(self._users) < 100_000:
+                self._users[subject] = user
+        scope["user"] = user
+        return True
 
 
 async def signalled() -> None:
