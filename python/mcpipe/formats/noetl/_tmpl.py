@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from mcpipe.playbooks._jinja import Compiled, RenderError, compile_value, references, render
+from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render
 
 __all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "truthy"]
 
