@@ -670,9 +670,9 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
             r.add(f"{where}.{k}", REFUSED_STEP[k])
     kind = s.get("type")
     tool = s.get("tool")
+    _input(r, s, "input", where, step)
     if isinstance(tool, list | Mapping):
         _tool_of(r, s, sname, where, step)
-        _input(r, s, "input", where, step)
     elif kind == "iterator" or tool == "iterator":
         _iterator(r, s, sname, where, step)
     elif kind is not None or isinstance(tool, str):

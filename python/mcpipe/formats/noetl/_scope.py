@@ -37,22 +37,29 @@ _ALIASES = frozenset({"data", "result", "context"})
 
 
 class Result(dict[str, Any]):
-    """A step's result as templates see it: ``{{ r.x }}`` reads key ``x``; a missing ``data``, ``result``
-    or ``context`` is the result itself (NoETL's ``TaskResultProxy``); nested objects are results too."""
+    """A step's result as templates see it: ``{{ r.x }}`` reads key ``x`` (before any dict method of that
+    name: ``{{ r.items }}`` is the key ``items``, as NoETL reads it); a missing ``data``, ``result`` or
+    ``context`` is the result itself (NoETL's ``TaskResultProxy``); nested objects are results too."""
 
     __slots__ = ()
 
-    def __getattr__(self, name: str) -> Any:
-        if name.startswith("_"):
-            raise AttributeError(name)
-        if name in self:
+    def __getattribute__(self, name: str) -> Any:
+        if name[:1] != "_" and dict.__contains__(self, name):
             return wrap(dict.__getitem__(self, name))
+        return super().__getattribute__(name)
+
+    def __getattr__(self, name: str) -> Any:
         if name in _ALIASES:
             return self
         raise AttributeError(name)
 
     def __getitem__(self, key: Any) -> Any:
         return wrap(dict.__getitem__(self, key))
+
+
+# Jinja names a value's type in its messages (`'result object' has no attribute 'x'`).
+Result.__module__ = "builtins"
+Result.__name__ = "result"
 
 
 def wrap(value: Any) -> Any:

@@ -12,11 +12,13 @@ over the ``workload``) and adds ``noetl`` to the scheduler's answer: the run as 
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from mcpipe.formats.noetl._run import EVENTS
+from mcpipe.formats.noetl._steps import EXECUTION_ID
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
 from mcpipe.plan import Limits
 from mcpipe.tools._base import ToolContext, ToolResult
@@ -56,12 +58,14 @@ async def run_noetl(
         registry = _NoTools()
     run_ctx = replace(run_ctx, tools=registry)
     assert pb.plan is not None
+    given = dict(args)
+    given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
     outer = EVENTS.get()
     sink = on_event if on_event is not None else outer
     token = EVENTS.set(sink)
     try:
         answer = await run_compiled(
-            pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=dict(args)
+            pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=given
         )
     finally:
         EVENTS.reset(token)

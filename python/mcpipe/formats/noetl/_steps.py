@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
 
+import orjson
 import trio
 
 from mcpipe._describe import json_type
@@ -62,6 +63,8 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
     args = env.get("args") or {}
     variables: dict[str, Any] = dict(pb.workload)
     for k, v in args.items():
+        if k == EXECUTION_ID:
+            continue
         if k == "ctx" and isinstance(v, Mapping):
             variables.update(v)
         else:
@@ -85,6 +88,8 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
             value = r.get("output")
             if value is None:
                 continue
+            if pb.layout == "v1" and isinstance(value, Mapping) and "data" in value:
+                value = value["data"]  # NoETL 1.x reads a result's `data` as the result
         results[sid] = value
         variables[sid] = value
     return variables, results
@@ -92,6 +97,16 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
 
 _RESERVED = ("event", "ctx", "iter", "workload", "vars")
 _PROTECTED = ("execution_id", "catalog_id", "job")
+
+
+EXECUTION_ID = "_noetl_execution_id"
+"""The argument a run's execution id travels in (set by :func:`mcpipe.formats.noetl._serve.run_noetl`,
+never a variable)."""
+
+
+def execution_id(env: Mapping[str, Any]) -> str:
+    """The run's id, as NoETL writes its execution ids (a number of 18 digits)."""
+    return str((env.get("args") or {}).get(EXECUTION_ID) or "")
 
 
 def scope_of(
@@ -117,7 +132,7 @@ def scope_of(
     for name, value in variables.items():
         if name not in scope and name not in _PROTECTED:
             scope[name] = wrap(value)
-    run_id = str((env.get("context") or {}).get("request_id") or "")
+    run_id = execution_id(env)
     scope["execution_id"] = run_id
     scope["catalog_id"] = None
     scope["job"] = {"uuid": run_id, "execution_id": run_id, "id": run_id}
@@ -280,6 +295,10 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     else:
         try:
             result = await _run_tasks(plan, scope, env, ctx)
+            if (plan.pipeline or any(t.rules for t in plan.tasks)) and isinstance(result, Mapping):
+                seq_ctx = result.get("ctx")
+                if isinstance(seq_ctx, Mapping) and seq_ctx:
+                    apply_set(writes, seq_ctx)  # NoETL syncs a pipeline's `ctx` into the execution's
         except StepFailure as e:
             failed = _error_result(e)
             if emit is not None:
@@ -348,10 +367,10 @@ def _exit(step: Any, plan: StepPlan, status: str, result: Any, error: str, t0: f
 def _error_status(result: Any) -> str | None:
     """NoETL's worker: a result whose ``status`` is ``error``/``failed`` is the tool's failure."""
     if isinstance(result, Mapping) and result.get("status") in ("error", "failed"):
-        err = result.get("error")
+        err = result.get("error") or result.get("message")
         if isinstance(err, Mapping):
-            return str(err.get("message") or err)
-        return str(err or "the tool returned an error status")
+            return f"the tool answered status `{result['status']}`: {err.get('message') or err}"
+        return f"the tool answered status `{result['status']}`" + (f": {err}" if err else "")
     return None
 
 
@@ -437,7 +456,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         scope["results"] = wrap(results)
         action = _decide(task, scope, ok, attempt, error, result)
         if action.set is not None:
-            for key, value in action.set.render(scope).items():
+            for key, value in (_rendered(action.set, scope) or {}).items():
                 scope_name, dot, bare = key.partition(".")
                 seq_ctx[bare if dot and scope_name in ("ctx", "iter", "step") else key] = value
         do = action.rule.do if action.rule is not None else ("continue" if ok else "fail")
@@ -449,7 +468,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
             retries[task.name] = retries.get(task.name, 0) + 1
             if retries[task.name] >= rule.attempts:
                 raise StepFailure(
-                    f"{task.location}: still failing after {rule.attempts} attempts: {_message(error)}",
+                    f"{task.location}: still failing after {rule.attempts} attempts: {_bare(_message(error), task)}",
                     _code(error),
                     _failed(prev, results, seq_ctx, error, task.name),
                 )
@@ -468,7 +487,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
             break
         else:  # fail
             raise StepFailure(
-                f"{task.location}: {_message(error) if error is not None else 'failed by its policy'}",
+                f"{task.location}: {_bare(_message(error), task) if error is not None else 'failed by its policy'}",
                 _code(error),
                 _failed(prev, results, seq_ctx, error, task.name),
             )
@@ -479,6 +498,14 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         if isinstance(last, Mapping):
             return {**last, **summary}
     return summary
+
+
+def _bare(message: str, task: TaskPlan) -> str:
+    """A task's error message without its location (the caller puts it in front once)."""
+    prefix = f"{task.location}: "
+    while message.startswith(prefix):
+        message = message[len(prefix) :]
+    return message
 
 
 def _message(error: Any) -> str:
@@ -644,7 +671,8 @@ async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], 
     except ExpressionError as e:
         raise StepFailure(f"{location}: {e}", e.code) from None
     except StepFailure as e:
-        raise StepFailure(f"{location}: {e}", e.code, e.output) from None
+        text = str(e)
+        raise StepFailure(text if text.startswith(f"{location}") else f"{location}: {text}", e.code, e.output) from None
     if not out.ok:
         raise StepFailure(f"{location}: {out.error}", out.error_code or ErrorCode.TOOL_FAILED, out.output)
     return out.output
@@ -656,7 +684,24 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
     for name, t in fields.items():
         inputs[name] = _rendered(t, scope)
+    if task.parts.get("context"):
+        inputs["context"] = context_data(scope)
     return await _call_kind(step, inputs, env, ctx, task.location)
+
+
+_NOT_DATA = ("env", "keychain")
+
+
+def context_data(scope: Mapping[str, Any]) -> dict[str, Any]:
+    """A step's scope as data (NoETL's ``context`` global of python code): its variables, the results so
+    far by name, its loop item, ``execution_id``, ``job``; never the keychain or the environment."""
+    out: dict[str, Any] = {}
+    for k, v in scope.items():
+        if k in _NOT_DATA or not isinstance(v, str | int | float | bool | list | dict | type(None)):
+            continue
+        out[k] = v
+    # Only data crosses into the code's process: anything else a result may hold becomes its text.
+    return dict(orjson.loads(orjson.dumps(out, default=str)))
 
 
 async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:

@@ -385,7 +385,11 @@ def _task(
             if not found:
                 c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` could not be mapped")
             return None
-        return _kind(c, plan, dict(step), task.location, pb.policy, tools)
+        templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
+        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
+        if out is not None and kind == "python" and "context" not in step:
+            out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
+        return out
     from mcpipe.formats.noetl._compile import action_types
 
     if kind in action_types():
@@ -406,7 +410,13 @@ def _has_jinja(value: Any) -> bool:
 
 
 def _kind(
-    c: _Problems, plan: TaskPlan, raw: dict[str, Any], location: str, policy: StepPolicy, tools: Any
+    c: _Problems,
+    plan: TaskPlan,
+    raw: dict[str, Any],
+    location: str,
+    policy: StepPolicy,
+    tools: Any,
+    templates: frozenset[str] | None = None,
 ) -> TaskPlan | None:
     """A task on one of mcpipe's step kinds: the kind's template fields are NoETL templates (rendered per
     run, handed to the kind's executor); its other fields are fixed at load, so they cannot hold templates."""
@@ -416,7 +426,7 @@ def _kind(
     if kind not in KINDS:
         c.add(f"{location}.kind", f"the step kind `{kind}` is not available in this mcpipe")
         return None
-    template_names = KINDS[kind].templates
+    template_names = tuple(templates) if templates is not None else KINDS[kind].templates
     fields = {k: v for k, v in raw.items() if k not in ("kind", "id")}
     jinja = {k: v for k, v in fields.items() if k in template_names}
     fixed = {k: v for k, v in fields.items() if k not in template_names}
