@@ -1054,6 +1054,10 @@ class _Run:
                 raise
             held.append(e)  # asked the client: the siblings finish, the call resumes later
             return
+        if r.get("skipped"):  # its `when` was false: passed over, as is every arc out of it
+            for arc in step.arcs[i]:
+                run.decide(arc, False)
+            return
         run.ran.append(node.id)
         if not r["ok"]:
             if run.failure is None:

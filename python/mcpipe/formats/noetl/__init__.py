@@ -68,14 +68,16 @@ def load_playbook(
     base_dir: str = ".",
     catalog: Catalog | None = None,
     scan: list[str] | None = None,
+    known: dict[str, str] | None = None,
 ) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
     by line and path (``pb.yaml:14: workflow[2].tool.kind``).
 
     A file whose steps are seed 004's (``mcp:`` turns, ``workbook`` actions on mcpipe's kinds) compiles as
     today (:class:`Playbook`); any other NoETL playbook compiles into a :class:`NoetlPlaybook`. ``catalog``
-    is where its ``playbook`` tasks look (default: around the file, plus ``scan``'s directories)."""
-    return _load(str(path), base_dir, models, policy, tools, catalog, scan, ())
+    is where its ``playbook`` tasks look (default: ``known`` catalog paths, the files around it, and the
+    ``metadata.path`` of the playbooks under ``scan``'s directories)."""
+    return _load(str(path), base_dir, models, policy, tools, catalog, scan, (), known)
 
 
 def _load(
@@ -87,6 +89,7 @@ def _load(
     catalog: Catalog | None,
     scan: list[str] | None,
     stack: tuple[str, ...],
+    known: dict[str, str] | None = None,
 ) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     full = os.path.join(base_dir, name)
     try:
@@ -108,7 +111,7 @@ def _load(
             def compile_child(file: str, chain: tuple[str, ...]) -> tuple[Any, list[Problem]]:
                 return _load(os.path.relpath(file, base_dir), base_dir, models, policy, tools, cat, scan, chain)
 
-            cat = Catalog.around(compile_child, full, scan)
+            cat = Catalog.around(compile_child, full, scan, known)
             catalog = cat
         pb, problems = compile_noetl(
             raw, models=models, policy=policy, tools=tools, catalog=catalog, file=full, stack=stack
@@ -323,11 +326,7 @@ class PlaybookTool:
             on_event({"type": "started", "playbook": self.name, "path": self.playbook.path})
         pb = self.playbook
         if isinstance(pb, NoetlPlaybook):
-            token = EVENTS.set(_with_run_log(on_event, base))
-            try:
-                answer = await run_noetl(pb, args, base, limits=self.limits, on_event=on_event)
-            finally:
-                EVENTS.reset(token)
+            answer = await run_noetl(pb, args, base, limits=self.limits, on_event=_with_run_log(on_event, base))
             answer["answer"] = answer["noetl"]
         else:
             run_ctx = base.for_step(None, base.step)
@@ -530,25 +529,33 @@ def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Proble
     return files, problems
 
 
-def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool], list[Problem]]:
-    from mcpipe.declared import load_outbound
+def _load_all(
+    config: Any, tools: Any, policy: StepPolicy | None = None
+) -> tuple[Models, Any, list[PlaybookTool], list[Problem]]:
+    from mcpipe.declared import load_outbound, load_sql
+    from mcpipe.formats.noetl._catalog import metadata_path
     from mcpipe.workflow import load_workflow
 
     presets, problems = load_models(getattr(config, "models", None) or {})
     models = Models(presets)
     workflow, wp = load_workflow(getattr(config, "workflow", None), models)
     problems += wp
-    policy, _ = load_outbound(getattr(config, "outbound", None))
+    base = getattr(config, "base_dir", ".")
+    if policy is None:  # checked alone: the outbound policy and the SQL backends (nothing connects here)
+        policy, _ = load_outbound(getattr(config, "outbound", None))
+        backends, _ = load_sql(getattr(config, "sql", None), base_dir=base)
+        policy = replace(policy, sql=backends, base_dir=base)
     files, fp = _playbook_files(config)
     problems += fp
+    known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
     loaded: list[PlaybookTool] = []
     names: dict[str, str] = {}
     # The server's pipeline limits (deadline, output and answer sizes); the step count is the playbook's own.
     p = getattr(config, "pipe", None)
     limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
-    base = getattr(config, "base_dir", ".")
     for f, serving in files:
-        pb, pp = load_playbook(os.path.relpath(f, base), models=models, policy=policy, tools=tools, base_dir=base)
+        rel = os.path.relpath(f, base)
+        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known)
         problems += pp
         if pb is None:
             continue
@@ -567,14 +574,16 @@ def model_problems(config: Any) -> list[Problem]:
     return _load_all(config, None)[3]
 
 
-def model_sources(config: Any) -> list[Any]:
+def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:
     """The tool sources of the config's ``workflow`` and ``playbooks`` (a playbook's ``tool`` actions call
-    through the gateway the call comes in by, ``ctx.tools``).
+    through the gateway the call comes in by, ``ctx.tools``). ``policy`` is the declared pipelines' (the
+    outbound policy and the SQL backends the server owns), shared so the playbooks' steps use the same
+    connections; without it the config's sections are read again.
 
     Raises:
         mcpipe.errors.ConfigError: listing every problem.
     """
-    models, workflow, playbooks, problems = _load_all(config, None)
+    models, workflow, playbooks, problems = _load_all(config, None, policy)
     if problems:
         raise ConfigError(problems)
     out: list[Any] = []

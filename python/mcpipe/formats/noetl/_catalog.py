@@ -17,7 +17,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["MAX_SCAN", "Catalog"]
+__all__ = ["MAX_SCAN", "Catalog", "metadata_path"]
 
 MAX_SCAN = 5000
 """The most files a catalog reads looking for a ``metadata.path``."""
@@ -48,11 +48,13 @@ class Catalog:
         self._done: dict[str, tuple[Any, list[Any]]] = {}
 
     @classmethod
-    def around(cls, compile: Compile, file: str, scan: list[str] | None = None) -> Catalog:
-        """The catalog of a playbook file: its directory and every parent as roots."""
+    def around(
+        cls, compile: Compile, file: str, scan: list[str] | None = None, known: dict[str, str] | None = None
+    ) -> Catalog:
+        """The catalog of a playbook file: ``known`` paths, then its directory and every parent as roots."""
         here = Path(file).resolve().parent
         roots = [str(here), *(str(p) for p in here.parents)]
-        return cls(compile, roots, scan)
+        return cls(compile, roots, scan, known)
 
     def register(self, path: str, file: str) -> None:
         self._known.setdefault(path, os.path.abspath(file))
@@ -84,7 +86,7 @@ class Catalog:
                         if seen > MAX_SCAN:
                             return self._index
                         full = os.path.join(dirpath, f)
-                        mpath = _metadata_path(full)
+                        mpath = metadata_path(full)
                         if mpath is not None:
                             self._index.setdefault(mpath, full)
         return self._index
@@ -108,7 +110,8 @@ class Catalog:
         return pb, ""
 
 
-def _metadata_path(file: str) -> str | None:
+def metadata_path(file: str) -> str | None:
+    """The catalog path (``metadata.path``, or the older top-level ``path``) of a playbook file, or None."""
     try:
         if os.path.getsize(file) > MAX_FILE_BYTES:
             return None

@@ -151,6 +151,9 @@ class StepSpec:
     input: Mapping[str, Any] | None = None
     input_location: str = ""
     desc: str = ""
+    admit: list[tuple[Any, bool, str]] = field(default_factory=list)
+    """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
+    timeout_s: float | None = None
 
 
 @dataclass
@@ -530,16 +533,7 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
     if "vars" in s:  # NoETL's older name for what `set` does after the step
         _set(r, s, where, step, key="vars")
     if s.get("spec") is not None:
-        spec = s["spec"]
-        if not isinstance(spec, Mapping):
-            r.add(f"{where}.spec", f"must be an object, got {json_type(spec)}")
-        else:
-            for k in spec:
-                if k == "policy" and isinstance(spec[k], Mapping) and set(spec[k]) <= {"lifecycle", "failure", "emit"}:
-                    continue
-                if k == "timeout":
-                    continue
-                r.add(f"{where}.spec.{k}", f"a step's `spec.{k}` (admission, scheduling) is not supported")
+        _step_spec(r, s["spec"], f"{where}.spec", step)
     if s.get("loop") is not None:
         step.loop = _loop(r, s["loop"], f"{where}.loop")
     nxt = s.get("next")
@@ -581,6 +575,57 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
             step.arcs = _old_next(r, nxt, f"{where}.next")
             step.inclusive = True
     return step
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def duration_s(value: Any) -> float | None:
+    """NoETL's durations (``30``, ``"30s"``, ``"5m"``, ``"250ms"``) in seconds, or None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
+    return float(m.group(1)) * scale
+
+
+def _step_spec(r: _Reader, spec: Any, where: str, step: StepSpec) -> None:
+    """A step's ``spec``: ``timeout`` and ``policy.admit.rules`` (whether the step runs when reached);
+    ``policy.lifecycle``/``failure``/``emit`` are hints mcpipe has no use for."""
+    if not isinstance(spec, Mapping):
+        r.add(where, f"must be an object, got {json_type(spec)}")
+        return
+    for k, v in spec.items():
+        if k == "timeout":
+            step.timeout_s = duration_s(v)
+            if step.timeout_s is None:
+                r.add(f"{where}.timeout", f"a duration (`30s`, `5m`), got {v!r}")
+        elif k == "policy" and isinstance(v, Mapping):
+            for pk, pv in v.items():
+                if pk == "admit":
+                    _admit(r, pv, f"{where}.policy.admit", step)
+                elif pk not in ("lifecycle", "failure", "emit"):
+                    r.add(f"{where}.policy.{pk}", f"unknown key `{pk}` of a step's policy (admit)")
+        else:
+            r.add(f"{where}.{k}", f"a step's `spec.{k}` is not supported (timeout, policy.admit)")
+
+
+def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
+    rules = admit.get("rules") if isinstance(admit, Mapping) else None
+    if not isinstance(rules, list):
+        r.add(where, "must be `{rules: [{when, then: {allow}}, ...]}`")
+        return
+    for j, rule in enumerate(rules):
+        at = f"{where}.rules[{j}]"
+        other = isinstance(rule, Mapping) and "else" in rule
+        body = rule.get("else") if other else rule
+        then = body.get("then") if isinstance(body, Mapping) else None
+        if not isinstance(then, Mapping) or not isinstance(then.get("allow"), bool):
+            r.add(at, "an admission rule is `{when: ..., then: {allow: true|false}}` (or `else`)")
+            continue
+        step.admit.append((None if other else rule.get("when"), then["allow"], at))
 
 
 def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None:

@@ -60,9 +60,8 @@ async def run_noetl(
     assert pb.plan is not None
     given = dict(args)
     given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
-    outer = EVENTS.get()
-    sink = on_event if on_event is not None else outer
-    token = EVENTS.set(sink)
+    # A sub-playbook is an execution of its own, as in NoETL: its steps' events are not its parent's.
+    token = EVENTS.set(on_event)
     try:
         answer = await run_compiled(
             pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=given

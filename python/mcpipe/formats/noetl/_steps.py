@@ -225,6 +225,34 @@ class ArcWhen:
 
 
 @dataclass(frozen=True, slots=True)
+class Admit:
+    """A step's admission (``spec.policy.admit.rules``), decided when the step is reached: the first rule
+    whose ``when`` holds (an ``else`` rule always) says ``allow``; none: admitted. A step not admitted is
+    passed over, and so are the arcs out of it."""
+
+    step: StepPlan
+    rules: tuple[tuple[Tmpl | None, Any, bool], ...]
+
+    @property
+    def source(self) -> str | None:
+        return "spec.policy.admit"
+
+    def evaluate(self, env: Mapping[str, Any]) -> bool:
+        scope = scope_of(self.step.playbook, env)
+        for t, when, allow in self.rules:
+            if when is None or when is True:
+                return allow
+            if t is None:
+                continue
+            try:
+                if truthy(t.render(scope)):
+                    return allow
+            except RenderError as e:
+                raise ExpressionError(str(e)) from None
+        return True
+
+
+@dataclass(frozen=True, slots=True)
 class LoopItems:
     """A loop's items: ``in`` rendered in the step's scope (NoETL's normalization: a list as it is, null
     as none, any other value as one item), the ``filter`` applied to each."""
@@ -450,7 +478,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         output = _outcome("ok" if ok else "error", result, error, task.kind, attempt, ms)
         if ok:
             prev = result
-            results[task.name] = result
+            results[task.name if plan.pipeline else f"{plan.name}_task"] = result
         scope["output"] = wrap(output)
         scope["_prev"] = wrap(prev)
         scope["results"] = wrap(results)

@@ -603,12 +603,22 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
     for name in reachable:
         s = by_name[name]
         sp = pb.steps[name]
+        admit = _admission(c, sp, s)
+        timeout_ms = s.timeout_s * 1000 if s.timeout_s is not None else None
         leaf: Leaf[Any, Any] = Leaf(
-            name, s.location, kind="noetl", fields=None, built=sp, run=_steps.run_step, continue_on_error=True
+            name,
+            s.location,
+            kind="noetl",
+            fields=None,
+            built=sp,
+            run=_steps.run_step,
+            continue_on_error=True,
+            when=admit if s.loop is None else None,
+            timeout_ms=timeout_ms,
         )
         node: Node = leaf
         if s.loop is not None:
-            node = _loop(c, sp, s.loop, leaf)
+            node = _loop(c, sp, s.loop, leaf, admit)
         nodes.append(node)
         out: list[Arc] = []
         earlier: list[tuple[ArcSpec, Tmpl | None]] = []
@@ -640,7 +650,20 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
     return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
 
 
-def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any]) -> ForEach:
+def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
+    """A step's ``spec.policy.admit.rules`` as the node's ``when`` (None: always admitted)."""
+    from mcpipe.formats.noetl import _steps
+
+    if not s.admit:
+        return None
+    rules = []
+    for when, allow, at in s.admit:
+        t = c.tmpl(when, f"{at}.when", "engine") if isinstance(when, str) else None
+        rules.append((t, when, allow))
+    return _steps.Admit(sp, tuple(rules))
+
+
+def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admit: Any = None) -> ForEach:
     from mcpipe.formats.noetl import _steps
 
     items = c.tmpl(loop.items, f"{loop.location}.in", "engine")
@@ -659,6 +682,7 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any]) -> F
         as_name=loop.iterator,
         max_concurrency=width,
         continue_on_error=True,
+        when=admit,
     )
 
 
