@@ -218,7 +218,7 @@ def _line_finder(text: str) -> Callable[[str], int | None]:
     """``location -> line`` (1-based) in the YAML ``text``: the line of the deepest node the location reaches
     (a missing key is reported at its parent)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError:
         root = None
 
