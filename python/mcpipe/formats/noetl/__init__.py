@@ -30,6 +30,7 @@ import trio
 import yaml
 
 from mcpipe._describe import did_you_mean, json_type
+from mcpipe._yaml import compose_yaml, load_yaml
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
@@ -97,7 +98,7 @@ def _load(
     except (OSError, UnicodeDecodeError) as e:
         return None, [Problem(name, CODE, f"cannot read: {getattr(e, 'strerror', None) or e}")]
     try:
-        raw = yaml.load(text, Loader=_LOADER)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
@@ -121,8 +122,6 @@ def _load(
     lines = _line_finder(text)
     return pb, [Problem(_where(name, lines(p.location), p.location), p.code, p.message) for p in problems]
 
-
-_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 _SEED_STEP = frozenset({"step", "desc", "description", "next", "type", "task", "turn"})
 
@@ -218,7 +217,7 @@ def _line_finder(text: str) -> Callable[[str], int | None]:
     """``location -> line`` (1-based) in the YAML ``text``: the line of the deepest node the location reaches
     (a missing key is reported at its parent)."""
     try:
-        root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        root = compose_yaml(text)
     except yaml.YAMLError:
         root = None
 

@@ -17,6 +17,8 @@ from typing import Any
 
 import yaml
 
+from mcpipe._yaml import load_yaml
+
 __all__ = ["MAX_SCAN", "Catalog", "metadata_path"]
 
 MAX_SCAN = 5000
@@ -116,7 +118,7 @@ def metadata_path(file: str) -> str | None:
         if os.path.getsize(file) > MAX_FILE_BYTES:
             return None
         with open(file, encoding="utf-8") as fh:
-            raw = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+            raw = load_yaml(fh.read())
     except (OSError, UnicodeDecodeError, yaml.YAMLError):
         return None
     if not isinstance(raw, dict):

@@ -35,8 +35,9 @@ _ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endp
 
 def action_types() -> tuple[str, ...]:
     """The types an action may have: every leaf step kind of declared pipelines (``http``, ``tool``,
-    ``graphql``, ``command``, ``value``, ``transform``...). NoETL's ``python``, ``postgres`` and ``duckdb``
-    have no mcpipe kind yet: a ``tool`` can wrap one."""
+    ``graphql``, ``command``, ``value``, ``transform``...); NoETL's tool kinds (``python``, ``postgres``,
+    ``duckdb``, ``shell``) take NoETL's fields, mapped by :mod:`.toolkinds` (seed 004: "map to existing plugin
+    types")."""
     from mcpipe.declared import KINDS
 
     return tuple(k for k in KINDS if k not in _UNWIRED)

@@ -212,6 +212,22 @@ class ArcWhen:
             return True
         return self._holds(self.when, scope)
 
+    async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
+        """:meth:`evaluate`, rendering off the event loop (the graph awaits this one)."""
+        if self.when is None and not self.arc.otherwise:
+            return True
+        scope = self._scope(env)
+        try:
+            if self.arc.otherwise:
+                for prior, when in self.earlier:
+                    if not prior.otherwise and when is not None and truthy(await when.render_async(scope)):
+                        return False
+                return True
+            assert self.when is not None
+            return truthy(await self.when.render_async(scope))
+        except RenderError as e:
+            raise ExpressionError(str(e)) from None
+
     def _scope(self, env: Mapping[str, Any]) -> dict[str, Any]:
         scope = scope_of(self.step.playbook, env)
         scope.update(_source_view(env, self.step.name, self.loop))
@@ -266,12 +282,24 @@ class LoopItems:
     def source(self) -> str | None:
         return self.items.sources[0] if self.items.sources else None
 
+    async def evaluate_async(self, env: Mapping[str, Any]) -> list[Any]:
+        """:meth:`evaluate`, rendering the collection off the event loop."""
+        scope = scope_of(self.step.playbook, env)
+        try:
+            value = await self.items.render_async(scope)
+        except RenderError as e:
+            raise ExpressionError(str(e)) from None
+        return self._items(value, scope)
+
     def evaluate(self, env: Mapping[str, Any]) -> list[Any]:
         scope = scope_of(self.step.playbook, env)
         try:
             value = self.items.render(scope)
         except RenderError as e:
             raise ExpressionError(str(e)) from None
+        return self._items(value, scope)
+
+    def _items(self, value: Any, scope: dict[str, Any]) -> list[Any]:
         if value is None:
             items: list[Any] = []
         elif isinstance(value, list | tuple):
@@ -309,10 +337,10 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         source_scope.update(_source_view(env, data.source, data.source in pb.loops))
         try:
             if data.set is not None:
-                muts = data.set.render(source_scope)
+                muts = await data.set.render_async(source_scope)
                 apply_set(writes, muts)
             if data.data is not None:
-                passed.update(data.data.render(source_scope))
+                passed.update(await data.data.render_async(source_scope))
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, facts=_facts(writes)) from None
     scope = scope_of(pb, env, plan.iterator, {**writes, **passed})
@@ -344,7 +372,7 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
             }
         )
         try:
-            apply_set(writes, plan.set.render(after))
+            apply_set(writes, await plan.set.render_async(after))
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, result, _facts(writes)) from None
     if emit is not None and not plan.router:
@@ -482,9 +510,9 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         scope["output"] = wrap(output)
         scope["_prev"] = wrap(prev)
         scope["results"] = wrap(results)
-        action = _decide(task, scope, ok, attempt, error, result)
+        action = await _decide(task, scope, ok, attempt, error, result)
         if action.set is not None:
-            for key, value in (_rendered(action.set, scope) or {}).items():
+            for key, value in ((await _rendered(action.set, scope)) or {}).items():
                 scope_name, dot, bare = key.partition(".")
                 seq_ctx[bare if dot and scope_name in ("ctx", "iter", "step") else key] = value
         do = action.rule.do if action.rule is not None else ("continue" if ok else "fail")
@@ -587,13 +615,13 @@ class _Action:
     set: Tmpl | None
 
 
-def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: int, error: Any, result: Any) -> _Action:
+async def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: int, error: Any, result: Any) -> _Action:
     """The first rule whose ``when`` holds (an ``else`` rule always); none: continue after a success, fail
     after an error (NoETL's defaults). NoETL 1.x's ``retry:`` block comes first, with its own rules."""
     for rp in task.rules:
         rule = rp.rule
         if rule.legacy:
-            if _legacy_retries(rp, ok, attempt, error, result):
+            if await _legacy_retries(rp, ok, attempt, error, result):
                 return _Action(rule, None)
             continue
         if rule.when is None or rule.when is True:
@@ -601,7 +629,7 @@ def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: int, er
         if rule.when is False or rp.when is None:
             continue
         try:
-            value = rp.when.render(scope)
+            value = await rp.when.render_async(scope)
         except RenderError:
             continue  # NoETL skips a rule whose condition cannot be evaluated
         if value is True or (not isinstance(value, bool) and str(value).lower() in ("true", "1", "yes")):
@@ -609,7 +637,7 @@ def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: int, er
     return _Action(None, None)
 
 
-def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: Any) -> bool:
+async def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: Any) -> bool:
     """NoETL 1.x's ``RetryPolicy.should_retry``: within ``max_attempts``, unless ``stop_when`` holds, when
     ``retry_when`` holds (or the error's kind is in ``retry_on``; by default, on an error)."""
     rule = rp.rule
@@ -630,13 +658,13 @@ def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: Any) ->
     for when in (rp.stop,):
         if when is not None:
             try:
-                if truthy(when.render(names)):
+                if truthy(await when.render_async(names)):
                     return False
             except RenderError:
                 return False
     if rp.when is not None:
         try:
-            return truthy(rp.when.render(names))
+            return truthy(await rp.when.render_async(names))
         except RenderError:
             return False
     if rule.retry_on:
@@ -673,13 +701,15 @@ async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: 
     raise StepFailure(f"{task.location}: no runner for kind `{task.kind}`", ErrorCode.TOOL_FAILED)
 
 
-def _rendered(t: Tmpl | None, scope: Mapping[str, Any]) -> Any:
+async def _rendered(t: Tmpl | None, scope: Mapping[str, Any]) -> Any:
+    """``t`` rendered off the event loop; a failure is the step's ``INTERPOLATION_FAILED`` (or the budget's
+    code, ``TIMEOUT``/``LIMIT_EXCEEDED``)."""
     if t is None:
         return None
     try:
-        return t.render(scope)
+        return await t.render_async(scope)
     except RenderError as e:
-        raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED) from None
+        raise StepFailure(str(e), e.code) from None
 
 
 async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: Any, location: str) -> Any:
@@ -711,7 +741,7 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     fields: dict[str, Tmpl] = task.parts["fields"]
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
     for name, t in fields.items():
-        inputs[name] = _rendered(t, scope)
+        inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
     return await _call_kind(step, inputs, env, ctx, task.location)
@@ -739,21 +769,21 @@ async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     parts = task.parts
     t: dict[str, Tmpl | None] = parts["tmpl"]
     method: str = parts["method"]
-    given = _rendered(t.get("with"), scope)
+    given = await _rendered(t.get("with"), scope)
     if isinstance(given, Mapping):  # NoETL 1.x's `with`: names the request's templates read
         scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
-    url = _rendered(t["url"], scope)
+    url = await _rendered(t["url"], scope)
     if not isinstance(url, str):
         raise StepFailure(f"{task.location}.url: must be a string, got {json_type(url)}", ErrorCode.TOOL_FAILED)
-    headers = _rendered(t["headers"], scope) or {}
+    headers = await _rendered(t["headers"], scope) or {}
     if not isinstance(headers, Mapping):
         raise StepFailure(f"{task.location}.headers: must be an object", ErrorCode.TOOL_FAILED)
     headers = {str(k): v if isinstance(v, str) else str(v) for k, v in headers.items() if v is not None}
-    data = _rendered(t["data"], scope) or {}
-    params = _rendered(t["params"], scope) or {}
-    payload = _rendered(t["payload"], scope)
+    data = await _rendered(t["data"], scope) or {}
+    params = await _rendered(t["params"], scope) or {}
+    payload = await _rendered(t["payload"], scope)
     if payload is None:
-        payload = _rendered(t["body"], scope)
+        payload = await _rendered(t["body"], scope)
     if not isinstance(data, Mapping):
         raise StepFailure(f"{task.location}.data: must be an object, got {json_type(data)}", ErrorCode.TOOL_FAILED)
     query: Any = None
@@ -775,7 +805,7 @@ async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
         if query is None and isinstance(params, Mapping) and params:
             query = params
     if t["auth"] is not None:
-        headers.update(_auth_headers(_rendered(t["auth"], scope), task.location))
+        headers.update(_auth_headers(await _rendered(t["auth"], scope), task.location))
     inputs = {"url": url, "headers": headers, "query": _query(query), "body": body}
     t0 = perf_counter()
     out = await _call_kind(parts["step"], inputs, env, ctx, task.location)
@@ -841,14 +871,14 @@ async def _run_playbook(
     parts = task.parts
     child: NoetlPlaybook | None = parts["child"]
     if child is None:
-        path = _rendered(parts["path"], scope)
+        path = await _rendered(parts["path"], scope)
         pb = plan.playbook
         if not isinstance(path, str) or pb.catalog is None:
             raise StepFailure(f"{task.location}.path: no playbook `{path}`", ErrorCode.TOOL_FAILED)
         child, why = pb.catalog.child(path, pb, parts["stack"][:-1])
         if child is None:
             raise StepFailure(f"{task.location}.path: {why}", ErrorCode.TOOL_FAILED)
-    given = _rendered(parts["input"], scope) or {}
+    given = await _rendered(parts["input"], scope) or {}
     if child.registry is None:
         child.registry = plan.playbook.registry
     sub_ctx = ctx

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render
+from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
 
 __all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "truthy"]
 
@@ -47,10 +47,17 @@ class Tmpl:
         return not self.compiled.sources
 
     def render(self, roots: Mapping[str, Any]) -> Any:
-        """The value rendered over ``roots``. Raises :class:`RenderError` located at the template."""
+        """The value rendered over ``roots``, in this thread, within the templates' budgets (time, size:
+        :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
         if not self.parts:
             return self.shape
-        return _fill(self.shape, self.parts, roots, self.location, self.mode)
+        return render(self.compiled, roots, self.location)
+
+    async def render_async(self, roots: Mapping[str, Any]) -> Any:
+        """:meth:`render` off the event loop (a worker thread, interrupted at the deadline)."""
+        if not self.parts:
+            return self.shape
+        return await render_async(self.compiled, roots, self.location)
 
     def names(self) -> set[str]:
         """The root names the templates read."""
@@ -83,7 +90,10 @@ def compile_tmpl(value: Any, location: str, problems: list[tuple[str, str]], mod
 
     shape = walk(value, location)
     sources = tuple(s for c, _ in parts for s in c.sources)
-    return Tmpl(Compiled(lambda roots: None, sources), location, mode, shape, tuple(parts))
+    frozen = tuple(parts)
+    # One render of the whole value: each template in it renders within the same budgets, located at itself.
+    whole = Compiled(lambda roots: _fill(shape, frozen, roots, location, mode), sources)
+    return Tmpl(whole, location, mode, shape, frozen)
 
 
 def _fill(shape: Any, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[str, Any], loc: str, mode: str) -> Any:
