@@ -57,7 +57,10 @@ def check_corpus() -> list[tuple[str, list[str]]]:
 
 
 def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
+    """A reason in a table cell: its quoted names as <code> (not backticks, which the docs' path check reads
+    as files of the repository), pipes escaped."""
+    parts = text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
 
 
 def table(results: list[tuple[str, list[str]]]) -> str:
@@ -77,7 +80,7 @@ def table(results: list[tuple[str, list[str]]]) -> str:
         if problems:
             first = problems[0]
             reason = first[len(rel) + 1 :] if first.startswith(rel + ":") else first
-            lines.append(f"| `{rel}` | {_cell(reason)} |")
+            lines.append(f"| `tests/formats/noetl/upstream/{rel}` | {_cell(reason)} |")
     lines += ["", END]
     return "\n".join(lines)
 

@@ -2,9 +2,9 @@
 
 NoETL registers playbooks in its catalog and a ``playbook`` task names one by its catalog path
 (``metadata.path``). mcpipe looks, in order: the playbooks the server serves (by ``metadata.path``); a file
-at that path (``PATH``, ``PATH.yaml``, ``PATH.yml``) under each of the catalog's roots (for ``mcpipe
-playbook check|run FILE``: the file's directory and its parents, so a repository's own paths resolve); the
-``metadata.path`` of every playbook file under the roots given explicitly (``--catalog DIR``). Each playbook
+at that path (``PATH``, ``PATH.yaml``, ``PATH.yml``) under each of the catalog's roots (the playbook's
+directory and its parents, so a repository's own paths resolve); the ``metadata.path`` of the playbooks in
+the playbook's own directory, then of every playbook file under the directories given (``--catalog DIR``). Each playbook
 is compiled once; a playbook that reaches itself again through its ``playbook`` tasks is refused.
 """
 
@@ -45,6 +45,7 @@ class Catalog:
         self._compile = compile
         self.roots = [os.path.abspath(r) for r in roots]
         self._scan = [os.path.abspath(d) for d in scan or []]
+        self._siblings: list[str] = []
         self._known = dict(known or {})
         self._index: dict[str, str] | None = None
         self._done: dict[str, tuple[Any, list[Any]]] = {}
@@ -56,7 +57,9 @@ class Catalog:
         """The catalog of a playbook file: ``known`` paths, then its directory and every parent as roots."""
         here = Path(file).resolve().parent
         roots = [str(here), *(str(p) for p in here.parents)]
-        return cls(compile, roots, scan, known)
+        catalog = cls(compile, roots, scan, known)
+        catalog._siblings = [str(here)]
+        return catalog
 
     def register(self, path: str, file: str) -> None:
         self._known.setdefault(path, os.path.abspath(file))
@@ -78,6 +81,13 @@ class Catalog:
     def _indexed(self) -> dict[str, str]:
         if self._index is None:
             self._index = {}
+            for here in self._siblings:  # the playbook's own directory (not below it)
+                for f in sorted(os.listdir(here)):
+                    full = os.path.join(here, f)
+                    if f.endswith((".yaml", ".yml")) and os.path.isfile(full):
+                        mpath = metadata_path(full)
+                        if mpath is not None:
+                            self._index.setdefault(mpath, full)
             seen = 0
             for top in self._scan:
                 for dirpath, _dirs, files in os.walk(top):
@@ -108,7 +118,8 @@ class Catalog:
         if pb is None:
             first = problems[0] if problems else None
             what = f": {first.location}: {first.message}" if first is not None else ""
-            return None, f"playbook `{path}` ({file}) has problems ({len(problems)}){what}"
+            where = os.path.relpath(file, os.path.dirname(parent.file)) if parent.file else file
+            return None, f"playbook `{path}` ({where}) has problems ({len(problems)}){what}"
         return pb, ""
 
 

@@ -443,6 +443,8 @@ def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
             continue
         when: Any = None
         then = rule.get("then")
+        if "else" in rule and rule["else"] is None and "then" in rule:
+            rule = {"else": {"then": rule["then"]}}  # `- else:` with its `then:` beside it, as YAML reads it
         if "else" in rule:
             other = rule["else"]
             then = (

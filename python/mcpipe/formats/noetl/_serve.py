@@ -96,7 +96,10 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
             failed.add(sid)
     ok = bool(answer.get("ok"))
     graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
-    final = graph.get("output")
+    final = _context(graph.get("output"))
+    last = pb.steps.get(str(graph.get("output_from")))
+    if last is not None and (last.pipeline or any(t.rules for t in last.tasks)):
+        final = None  # NoETL 4.26 reports no final result when the last step was a pipeline (a task sequence)
     if final is None and not graph.get("ran"):  # the run failed before any step ran
         final = {"status": "failed", "error": answer.get("error"), "error_code": answer.get("error_code")}
     return {
@@ -108,11 +111,19 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
+def _context(result: Any) -> Any:
+    """A result as NoETL's events report it: its ``context`` (NoETL keeps a result's own ``context`` key as
+    its context, and adds the result itself as ``context`` when it has none)."""
+    if isinstance(result, Mapping) and isinstance(result.get("context"), Mapping):
+        return result["context"]
+    return result
+
+
 def _result_of(r: Mapping[str, Any]) -> Any:
-    """A step's result as NoETL reports it: its result, or for a failed step its error result."""
+    """A step's result as NoETL reports it: its result (its context), or for a failed step its error result."""
     out = r.get("output")
     if r.get("ok"):
-        return out
+        return _context(out)
     if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
         return dict(out)
     return {"status": "error", "error": r.get("error"), "error_code": r.get("error_code")}

@@ -469,6 +469,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
     prev: Any = None
     results: dict[str, Any] = {}
     seq_ctx: dict[str, Any] = {}
+    seq_iter: dict[str, Any] = {}
     retries: dict[str, int] = {}
     i = 0
     steps_run = 0
@@ -482,8 +483,16 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         scope = dict(base)
         scope.update({k: wrap(v) for k, v in results.items()})
         merged_ctx = wrap({**(base.get("ctx") or {}), **seq_ctx})
+        merged_iter = {**(base.get("iter") or {}), **{k: wrap(v) for k, v in seq_iter.items()}}
         scope.update(
-            {"_task": task.name, "_prev": wrap(prev), "_attempt": attempt, "results": wrap(results), "ctx": merged_ctx}
+            {
+                "_task": task.name,
+                "_prev": wrap(prev),
+                "_attempt": attempt,
+                "results": wrap(results),
+                "ctx": merged_ctx,
+                "iter": merged_iter,
+            }
         )
         t0 = perf_counter()
         error: Any = None
@@ -514,7 +523,10 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         if action.set is not None:
             for key, value in ((await _rendered(action.set, scope)) or {}).items():
                 scope_name, dot, bare = key.partition(".")
-                seq_ctx[bare if dot and scope_name in ("ctx", "iter", "step") else key] = value
+                if dot and scope_name == "iter":
+                    seq_iter[bare] = value  # the iteration's own (TaskSequenceContext.iter)
+                else:
+                    seq_ctx[bare if dot and scope_name in ("ctx", "step") else key] = value
         do = action.rule.do if action.rule is not None else ("continue" if ok else "fail")
         if do == "continue":
             i += 1
@@ -813,13 +825,22 @@ async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     response = {
         "status_code": status,
         "headers": out.get("headers", {}),
-        "url": url,
+        "url": _full_url(url, inputs["query"]),
         "elapsed": round(perf_counter() - t0, 6),
         "data": out.get("body"),
     }
     if isinstance(status, int) and 200 <= status < 300:
         return response
     return {"id": os.urandom(8).hex(), "status": "error", "data": response, "error": f"HTTP {status}"}
+
+
+def _full_url(url: str, query: Any) -> str:
+    """The URL requested, its query included (NoETL reports the response's URL)."""
+    if not isinstance(query, Mapping) or not query:
+        return url
+    from urllib.parse import urlencode
+
+    return url + ("&" if "?" in url else "?") + urlencode(query, doseq=True)
 
 
 def _query(query: Any) -> Any:

@@ -6,6 +6,8 @@ rendered with NoETL's rules:
 - in a tool's fields (NoETL's ``render_template``), a rendered string that reads as a JSON or Python list or
   object is that value, unless the template uses ``tojson``;
 - in ``set`` and arc conditions (NoETL's engine, ``_render_template``), ``"true"``/``"false"`` are booleans;
+- in a pipeline's policy rules (NoETL's worker, ``render_template_str``), every template renders to text (a
+  number is its digits), read back as a list or object when it reads as one;
 - a condition holds unless it renders to false, ``"false"``, ``"0"``, ``"no"``, ``"none"`` or ``""``.
 
 Unlike NoETL, an undefined name is an error naming the template's place, never the template left as it was.
@@ -51,17 +53,32 @@ class Tmpl:
         :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
         if not self.parts:
             return self.shape
-        return render(self.compiled, roots, self.location)
+        try:
+            return render(self.compiled, roots, self.location)
+        except RenderError as e:
+            raise _once(e, self.location) from None
 
     async def render_async(self, roots: Mapping[str, Any]) -> Any:
         """:meth:`render` off the event loop (a worker thread, interrupted at the deadline)."""
         if not self.parts:
             return self.shape
-        return await render_async(self.compiled, roots, self.location)
+        try:
+            return await render_async(self.compiled, roots, self.location)
+        except RenderError as e:
+            raise _once(e, self.location) from None
 
     def names(self) -> set[str]:
         """The root names the templates read."""
         return {root for root, _ in references(self.compiled.sources)}
+
+
+def _once(e: RenderError, location: str) -> RenderError:
+    """The error located once: a template inside the value names its own place, within the value's."""
+    text = str(e)
+    outer = f"{location}: "
+    if text.startswith(outer) and text[len(outer) :].startswith(location):
+        return RenderError(text[len(outer) :], e.code)
+    return e
 
 
 class _Slot:
@@ -100,8 +117,10 @@ def _fill(shape: Any, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[s
     if isinstance(shape, _Slot):
         compiled, tojson = parts[shape.i]
         out = render(compiled, roots, shape.where)
+        if mode == "text" and not isinstance(out, str):
+            out = str(out)  # NoETL's worker renders the template to text, whatever the expression's value
         if isinstance(out, str) and not tojson:
-            out = _coerce(out, mode)
+            out = _coerce(out, "config" if mode == "text" else mode)
         return out
     if isinstance(shape, dict):
         return {k: _fill(v, parts, roots, loc, mode) for k, v in shape.items()}

@@ -188,7 +188,7 @@ def compile_workflow(
 ) -> tuple[NoetlPlaybook, list[Problem]]:
     """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
     problem found is returned, located (the playbook is usable only when there are none)."""
-    c = _Problems(list(doc.problems))
+    c = _Problems([])
     keychain = {str(e["name"]): e for _where, e in doc.keychain}
     pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
     pb.policy, pb.catalog, pb.mcp, pb.file = policy, catalog, mcp, file
@@ -319,7 +319,7 @@ def _task(
     plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
     for rule in task.rules:
         when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
-        rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "engine") if rule.set else None
+        rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
         stop = (
             c.tmpl(rule.stop_when, f"{rule.location}.stop_when", "engine") if isinstance(rule.stop_when, str) else None
         )
@@ -548,7 +548,7 @@ def _playbook(
     ``return_step`` (whose result is the task's, else the sub-playbook's final result)."""
     cfg = task.config
     for k in cfg:
-        if k not in ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry"):
+        if k not in ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task"):
             c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `playbook` tool")
     if "retry" in cfg:
         c.add(f"{task.location}.retry", "a `playbook` tool's `retry` (NoETL 1.x) is not supported: use spec.policy")
