@@ -192,3 +192,39 @@ async def test_the_older_layout_passes_an_arcs_data_to_the_next_step_and_reads_r
         "message_received": "Hello from workload",
         "extra_received": "Additional data from transition",
     }
+
+
+async def test_an_mcp_turn_runs_as_a_step_of_a_noetl_workflow_and_later_steps_read_its_result():
+    from kit.llm import fake_openai, text
+    from mcpipe.formats.noetl import compile_noetl
+    from mcpipe.models import ModelConfig, Models
+
+    doc = {
+        "apiVersion": "noetl.io/v2",
+        "kind": "Playbook",
+        "metadata": {"name": "ask_then_shout", "path": "tests/ask_then_shout"},
+        "workload": {"topic": "refunds"},
+        "mcp": {
+            "models": [{"name": "m"}],
+            "resources": [{"name": "kb", "type": "value", "spec": {"value": "Refunds take 14 days."}}],
+            "turns": [{"name": "ask", "model": "m", "user": [{"use": "resource:kb"}, "About {{ workload.topic }}?"]}],
+        },
+        "workflow": [
+            {"step": "start", "tool": {"kind": "noop"}, "next": {"arcs": [{"step": "ask"}]}},
+            {"step": "ask", "tool": {"kind": "mcp", "turn": "ask"}, "next": {"arcs": [{"step": "shout"}]}},
+            {
+                "step": "shout",
+                "tool": {"kind": "python", "input": {"said": "{{ ask.text }}"}, "code": "result = said.upper()"},
+            },
+        ],
+    }
+    with trio.fail_after(WAIT_S):
+        async with fake_openai(text("Fourteen days.")) as fake:
+            pb, problems = compile_noetl(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
+            assert problems == [] and pb is not None, problems
+            answer = await PlaybookTool(pb).run({})
+            asked = fake.requests[0]["messages"][-1]["content"]
+    assert answer["ok"], answer["error"]
+    assert "Resource kb:\nRefunds take 14 days." in asked and "About refunds?" in asked
+    assert answer["noetl"]["steps"]["ask"][0]["text"] == "Fourteen days."
+    assert answer["noetl"]["final"] == "FOURTEEN DAYS."
