@@ -81,6 +81,7 @@ class StandIn:
     """The APIs piraeus's example tools call, answering on 127.0.0.1 and recording every request
     (``method``, ``path``, ``query``, ``headers``, ``body``).
 
+    - ``GET /``: ``{"service": "stand-in"}``;
     - ``GET /query?function=GLOBAL_QUOTE&symbol=S``: the quote (:data:`QUOTE`, with ``S``); without a symbol,
       Alpha Vantage's 200 with an ``Error Message``;
     - ``GET /data/2.5/weather?q=CITY``: ``{name, main: {temp, humidity}, weather: [{description}]}``;
@@ -103,7 +104,9 @@ class StandIn:
             body = json.loads(raw) if raw and headers.get("content-type", "").startswith("application/json") else raw
             path, method = scope["path"], scope["method"]
             self.requests.append({"method": method, "path": path, "query": query, "headers": headers, "body": body})
-            if path == "/query":
+            if path == "/":
+                await _send(send, 200, {"service": "stand-in"})
+            elif path == "/query":
                 if query.get("function") == "GLOBAL_QUOTE" and query.get("symbol"):
                     await _send(send, 200, {"Global Quote": {**QUOTE, "01. symbol": query["symbol"]}})
                 else:
@@ -143,3 +146,25 @@ async def stand_in() -> AsyncIterator[StandIn]:
     async with serving(api.app()) as base:
         api.url = base
         yield api
+
+
+@asynccontextmanager
+async def piraeus_app(
+    directory: Path, files: dict[str, Any], *, model_url: str | None = None, doc: dict[str, Any] | None = None, **section: Any
+) -> AsyncIterator[Any]:
+    """mcpipe serving ``files`` (written under ``directory``: ``tools/…``, ``prompts/…``, ``flows/…``) through
+    a ``[piraeus]`` section (``section`` laid over the globs of the three folders), its model ``gpt`` at
+    ``model_url`` (a scripted OpenAI-compatible server) when given; ``doc``: more config sections."""
+    from mcpipe.config import parse_config
+    from mcpipe.server import open_app
+
+    for name, data in files.items():
+        write(directory, name, data)
+    kinds = {k: f"{k}/*.json" for k in ("tools", "prompts", "flows") if any(n.startswith(k + "/") for n in files)}
+    config: dict[str, Any] = {"audit": {"enabled": False}, "builtins": False, **(doc or {})}
+    if model_url is not None:
+        config.setdefault("models", {})["gpt"] = {"base_url": model_url, "json_retries": 1}
+        section.setdefault("model", "gpt")
+    config["piraeus"] = {**kinds, **section}
+    async with open_app(parse_config(json.dumps(config), "json", base_dir=str(directory))) as app:
+        yield app

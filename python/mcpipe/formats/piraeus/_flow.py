@@ -33,7 +33,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, MCPipeError, Problem, UnknownToolError
 from mcpipe.formats.piraeus._model import Flow, FlowStep, Ref, as_ref
-from mcpipe.formats.piraeus._prompt import PromptSurface
+from mcpipe.formats.piraeus._prompt import PromptSurface, article
 from mcpipe.formats.piraeus._read import CODE, coerce
 from mcpipe.formats.piraeus._services import NORMAL_SYSTEM, Services, canonical, user_prompt
 from mcpipe.formats.piraeus._tool import ApiTool
@@ -231,7 +231,7 @@ def _check_prompt_inputs(prompt: PromptSurface, inputs: dict[str, Any], where: s
                 problem(f"{where}.{k}", why)
     for name, var in variables.items():
         if var.required and var.default is None and name not in inputs:
-            problem(where, f"prompt `{prompt.name}` needs `{name}` (a {var.type})")
+            problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
 
 
 def _check_tool_inputs(tool: ApiTool, inputs: dict[str, Any], where: str, problem: Any) -> None:

@@ -22,7 +22,12 @@ from mcpipe.formats.piraeus._model import Prompt, Variable
 from mcpipe.formats.piraeus._read import coerce
 from mcpipe.tools._base import ToolContext, ToolResult
 
-__all__ = ["PromptSurface", "render_value"]
+__all__ = ["PromptSurface", "article", "render_value"]
+
+
+def article(kind: str) -> str:
+    """``an integer``, ``a string``."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
 def render_value(value: Any) -> str:
@@ -78,7 +83,7 @@ class PromptSurface:
                 if var.default is not None:
                     out[name] = var.default
                 elif var.required:
-                    problems.append(f"{name}: a {var.type} is required")
+                    problems.append(f"{name}: {article(var.type)} is required")
                 continue
             value = given[name]
             if from_text and isinstance(value, str) and var.type in ("array", "object"):
