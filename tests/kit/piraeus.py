@@ -150,7 +150,12 @@ async def stand_in() -> AsyncIterator[StandIn]:
 
 @asynccontextmanager
 async def piraeus_app(
-    directory: Path, files: dict[str, Any], *, model_url: str | None = None, doc: dict[str, Any] | None = None, **section: Any
+    directory: Path,
+    files: dict[str, Any],
+    *,
+    model_url: str | None = None,
+    doc: dict[str, Any] | None = None,
+    **section: Any,
 ) -> AsyncIterator[Any]:
     """mcpipe serving ``files`` (written under ``directory``: ``tools/…``, ``prompts/…``, ``flows/…``) through
     a ``[piraeus]`` section (``section`` laid over the globs of the three folders), its model ``gpt`` at

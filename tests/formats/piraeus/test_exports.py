@@ -117,7 +117,13 @@ async def test_a_project_export_serves_its_tools_prompts_and_flows_over_http(
             },
         ],
     }
-    project = {"id": "00000000-0000-0000-0000-000000000001", "name": "Default Project", "tools": [{"id": "t1", "name": "get_stock_quote", "tool_config": tool}], "prompts": [prompt], "flows": [flow]}
+    project = {
+        "id": "00000000-0000-0000-0000-000000000001",
+        "name": "Default Project",
+        "tools": [{"id": "t1", "name": "get_stock_quote", "tool_config": tool}],
+        "prompts": [prompt],
+        "flows": [flow],
+    }
     model.says(text("IBM rose 1.23."))
     globs = {"tools": "project.json", "prompts": "project.json", "flows": "project.json"}
     monkeypatch.setenv("AGENT_TOKEN", "t0k3n")

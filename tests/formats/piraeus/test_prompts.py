@@ -26,7 +26,11 @@ REPORT = {
         {"name": "limit", "type": "number", "required": False, "default": 2.5},
     ],
 }
-CITY = {"name": "city_brief", "content": "Tell me about {city}, in {{ language }}. Braces {like this} stay.", "variables": []}
+CITY = {
+    "name": "city_brief",
+    "content": "Tell me about {city}, in {{ language }}. Braces {like this} stay.",
+    "variables": [],
+}
 
 
 async def test_prompts_are_listed_with_their_typed_variables(tmp_path: Path) -> None:
@@ -54,9 +58,11 @@ async def test_prompts_get_renders_typed_values_and_defaults(tmp_path: Path) -> 
     files = {"prompts/report.json": REPORT, "prompts/city.json": CITY}
     async with piraeus_app(tmp_path, files) as app, Client(app.server) as c:
         report = await c.get_prompt("stock_report", {"symbol": "IBM", "days": "7"})
-        full = await c.get_prompt("stock_report", {"symbol": "IBM", "days": "7", "detail": " (daily)", "flags": '["x", "y"]', "limit": "3"})
+        full = await c.get_prompt(
+            "stock_report", {"symbol": "IBM", "days": "7", "detail": " (daily)", "flags": '["x", "y"]', "limit": "3"}
+        )
         city = await c.get_prompt("city_brief", {"city": "Oslo", "language": "French"})
-    assert report.messages[0].content.text == "Report on IBM over 7 days. Flags: [\"a\"]. Limit 2.5."  # type: ignore[union-attr]
+    assert report.messages[0].content.text == 'Report on IBM over 7 days. Flags: ["a"]. Limit 2.5.'  # type: ignore[union-attr]
     assert full.messages[0].content.text == 'Report on IBM over 7 days (daily). Flags: ["x","y"]. Limit 3.0.'  # type: ignore[union-attr]
     assert city.messages[0].content.text == "Tell me about Oslo, in French. Braces {like this} stay."  # type: ignore[union-attr]
 
@@ -70,7 +76,9 @@ async def test_prompts_get_renders_typed_values_and_defaults(tmp_path: Path) -> 
         ({"symbol": "IBM", "days": "1", "dayz": "2"}, "dayz: unknown argument (did you mean `days`?)"),
     ],
 )
-async def test_prompts_get_with_bad_arguments_is_invalid_params(tmp_path: Path, args: dict[str, str], message: str) -> None:
+async def test_prompts_get_with_bad_arguments_is_invalid_params(
+    tmp_path: Path, args: dict[str, str], message: str
+) -> None:
     async with piraeus_app(tmp_path, {"prompts/report.json": REPORT}) as app, Client(app.server) as c:
         with pytest.raises(MCPError) as caught:
             await c.get_prompt("stock_report", args)
@@ -103,8 +111,14 @@ def problems(tmp_path: Path, prompt: Any) -> list[str]:
             ["p.json: variables[0].default: expected an integer, got 'many'"],
         ),
         ({"name": "x", "variables": []}, ["p.json: prompt_template: is required (or `content`)"]),
-        ({"name": "x", "prompt_template": "{a}", "variables": ["a", "a"]}, ["p.json: variables[1]: variable `a` is declared twice"]),
-        ({"name": "x", "prompt_template": "t", "vars": []}, ["p.json: vars: unknown key `vars` (did you mean `variables`?)"]),
+        (
+            {"name": "x", "prompt_template": "{a}", "variables": ["a", "a"]},
+            ["p.json: variables[1]: variable `a` is declared twice"],
+        ),
+        (
+            {"name": "x", "prompt_template": "t", "vars": []},
+            ["p.json: vars: unknown key `vars` (did you mean `variables`?)"],
+        ),
     ],
 )
 def test_a_bad_prompt_row_is_refused_located(tmp_path: Path, prompt: Any, lines: list[str]) -> None:

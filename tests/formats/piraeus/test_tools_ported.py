@@ -118,7 +118,10 @@ def test_inputs_are_converted_as_pydantics_lax_mode_converts_them() -> None:
         },
         "required": ["n", "x", "b", "s"],
     }
-    assert check_inputs(schema, {"n": "5", "x": 2, "b": "yes", "s": "t"}) == ({"n": 5, "x": 2.0, "b": True, "s": "t"}, [])
+    assert check_inputs(schema, {"n": "5", "x": 2, "b": "yes", "s": "t"}) == (
+        {"n": 5, "x": 2.0, "b": True, "s": "t"},
+        [],
+    )
     _, problems = check_inputs(schema, {"n": "five", "x": [], "b": 3, "s": 1})
     assert problems == [
         "n: expected an integer, got 'five'",
@@ -132,7 +135,7 @@ def test_the_request_is_generic_api_tools() -> None:
     """``GenericApiTool._build_url/_build_headers/_build_params/_build_body``: base URL and path joined by one
     slash; static params, then the credential, then the mapped inputs (``str()`` of their values); the body
     of the mapped body fields, never for GET."""
-    raw = {
+    raw: dict[str, Any] = {
         "name": "post_item",
         "description": "Create an item",
         "api": {
@@ -155,7 +158,9 @@ def test_the_request_is_generic_api_tools() -> None:
     assert req.headers == {"Accept": "application/json", "Authorization": "Bearer tok"}
     assert req.params == {"v": "2", "count": "3.0"}
     assert req.body == {"name": "hi"}
-    header = read_tool(Reader("y.json"), {**raw, "api": {**raw["api"], "auth": {"method": "api_key_header", "secret_ref": "k"}}}, "")
+    header = read_tool(
+        Reader("y.json"), {**raw, "api": {**raw["api"], "auth": {"method": "api_key_header", "secret_ref": "k"}}}, ""
+    )
     assert header is not None and build_request(header, {}, "k").headers["X-API-Key"] == "k"
 
 
@@ -204,7 +209,9 @@ async def test_an_output_that_breaks_the_output_schema_is_an_error_not_a_warning
     assert "'symbol' is a required property" in r.content[0].text  # type: ignore[union-attr]
 
 
-async def test_an_unset_secret_fails_the_call_naming_it(tmp_path: Path, api: StandIn, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_an_unset_secret_fails_the_call_naming_it(
+    tmp_path: Path, api: StandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``GenericApiTool._resolve_secret`` sends an empty key when ``${NAME}`` is unset; mcpipe refuses to call
     without it and says which secret; ``[piraeus] secrets`` is read before the environment."""
     monkeypatch.delenv("ALPHA_VANTAGE_API_KEY")

@@ -28,7 +28,11 @@ WEATHER = {
         "base_url": "https://api.openweathermap.org/data/2.5/weather",
         "auth": {"method": "api_key_query", "key_name": "appid", "secret_ref": "${OPENWEATHER_KEY}"},
     },
-    "input_schema": {"type": "object", "properties": {"city": {"type": "string", "description": "City name"}}, "required": ["city"]},
+    "input_schema": {
+        "type": "object",
+        "properties": {"city": {"type": "string", "description": "City name"}},
+        "required": ["city"],
+    },
     "output_schema": {"type": "object", "properties": {"temperature": {"type": "number"}}},
     "mapping": {"input_to_params": {"city": "q"}, "response_to_output": {"temperature": "main.temp"}},
 }
@@ -68,7 +72,9 @@ async def test_post_workflow_answers_piraeus_shapes_over_http(tmp_path: Path, ap
         over_http(app) as url,
         httpx2.AsyncClient(trust_env=False) as http,
     ):
-        ok = await http.post(url, json={"user_instructions": "IBM?", "tool_ids": ["get_stock_quote"], "format_response": False})
+        ok = await http.post(
+            url, json={"user_instructions": "IBM?", "tool_ids": ["get_stock_quote"], "format_response": False}
+        )
         missing = await http.post(url, json={"user_instructions": "Get data", "tool_ids": ["missing_tool"]})
         no_ids = await http.post(url, json={"user_instructions": "Get data"})
         empty = await http.post(url, json={"user_instructions": "Get data", "tool_ids": []})
@@ -103,7 +109,12 @@ async def test_the_model_sees_each_tools_api_and_picks_among_several(
     API's names), the static ones and the credential as ``[authenticated]``; it picks the weather tool, whose
     answer it then formats."""
     monkeypatch.setenv("OPENWEATHER_KEY", "ow-secret")
-    spec = {"tool": "get_weather", "method": "GET", "url": f"{api.url}/data/2.5/weather", "query_params": {"q": "Paris"}}
+    spec = {
+        "tool": "get_weather",
+        "method": "GET",
+        "url": f"{api.url}/data/2.5/weather",
+        "query_params": {"q": "Paris"},
+    }
     model.says(text(json.dumps(spec)), text("It is 18.5 degrees in Paris."))
     args = {
         "user_instructions": "How warm is Paris?",
@@ -134,7 +145,12 @@ async def test_each_stage_that_fails_is_named_as_piraeus_names_it(
     (``api_execution``: here the weather tool's secret is unset) and ``test_workflow_formatting_error_non_fatal``
     (the answer stays a success, without ``formatted_response``); ``TestRetrieveTools.test_retrieve_all_missing``."""
     monkeypatch.delenv("OPENWEATHER_KEY", raising=False)
-    weather = {"tool": "get_weather", "method": "GET", "url": f"{api.url}/data/2.5/weather", "query_params": {"q": "Oslo"}}
+    weather = {
+        "tool": "get_weather",
+        "method": "GET",
+        "url": f"{api.url}/data/2.5/weather",
+        "query_params": {"q": "Oslo"},
+    }
     model.says(
         http_error(500, "model down"),
         text(json.dumps(weather)),
@@ -174,7 +190,11 @@ async def test_piraeus_tools_join_a_configured_workflow_whose_own_tools_keep_mcp
     async with piraeus_app(tmp_path, files(api), model_url=model.url, doc=doc) as app, Client(app.server) as c:
         mine = (await c.call_tool("workflow", ask)).structured_content
         theirs = (await c.call_tool("workflow", ask)).structured_content
-    assert mine is not None and mine["http_spec"] == {"method": "GET", "url": f"{api.url}/data/2.5/weather", "query_params": {"q": "x"}}
+    assert mine is not None and mine["http_spec"] == {
+        "method": "GET",
+        "url": f"{api.url}/data/2.5/weather",
+        "query_params": {"q": "x"},
+    }
     assert set(mine["raw_response"]) == {"status_code", "body", "execution_time_ms"}
     assert theirs is not None and set(theirs["http_spec"]) == {"method", "url", "headers", "query_params", "body"}
     assert "headers" in theirs["raw_response"]
