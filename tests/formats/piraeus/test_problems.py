@@ -125,3 +125,7 @@ def test_a_disabled_tool_is_checked_but_not_served(tmp_path: Path) -> None:
     loaded, found = load_piraeus(cfg, Models())
     assert not found and loaded is not None
     assert loaded.tools == {} and loaded.workflow is None
+    flow = {"name": "f", "steps": [{"step": 1, "type": "tool", "name": "get_stock_quote", "inputs": {"symbol": "X"}}]}
+    assert problems(tmp_path, {"f.json": flow}, {"tools": "t.json", "flows": "f.json"}) == [
+        "f.json: steps[0].name: tool `get_stock_quote` is disabled (`enabled: false`)"
+    ]

@@ -286,6 +286,7 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
         problems += fp
         loaded[kind] = _entries(files, kind, read, problems)
     configs: list[ToolConfig] = [t for t in loaded["tools"] if t.enabled]
+    disabled = frozenset(t.name for t in loaded["tools"] if not t.enabled)
     secrets = Secrets(cfg.secrets)
     hosts = sorted({httpx2.URL(t.api.base_url).host for t in loaded["tools"]})
     policy = HttpPolicy(
@@ -342,7 +343,9 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
             also = out.tools[f.name].config.at
             problems.append(Problem(_at(f.at, "name"), CODE, f"`{f.name}` is also a piraeus tool ({also})"))
             continue
-        compiled, inputs, fp = compile_flow(f, tools=out.tools, prompts=out.prompts, flows=names, services=services)
+        compiled, inputs, fp = compile_flow(
+            f, tools=out.tools, prompts=out.prompts, flows=names, services=services, disabled=disabled
+        )
         problems += fp
         if compiled is not None:
             out.flows[f.name] = FlowTool(f, compiled, inputs, limits)

@@ -146,6 +146,7 @@ def compile_flow(
     prompts: Mapping[str, PromptSurface],
     flows: set[str],
     services: Services,
+    disabled: frozenset[str] = frozenset(),
 ) -> tuple[CompiledSpec | None, list[str], list[Problem]]:
     """The plan of ``flow`` and the names of its inputs, or its problems (located in its file).
 
@@ -154,6 +155,7 @@ def compile_flow(
         prompts: the piraeus prompts (a prompt step must name one).
         flows: every flow's name (a flow's steps may call other flows, not themselves).
         services: what service and prompt steps run on.
+        disabled: the piraeus tools loaded with ``enabled: false`` (a step naming one is refused).
     """
     problems: list[Problem] = []
     inputs: list[str] = []
@@ -196,6 +198,8 @@ def compile_flow(
         else:
             if st.name == flow.name:
                 problem(f"{at}.name", f"flow `{flow.name}` calls itself")
+            elif st.name in disabled:
+                problem(f"{at}.name", f"tool `{st.name}` is disabled (`enabled: false`)")
             tool = tools.get(st.name)
             if tool is not None:
                 _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
