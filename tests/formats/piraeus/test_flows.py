@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from mcp import Client
 
-from kit.llm import FakeOpenAI, text
+from kit.llm import FakeOpenAI, Sampler, text
 from kit.piraeus import QUOTE, StandIn, piraeus_app, rehosted, upstream
 from mcpipe.config import ConfigError, parse_config
 
@@ -316,3 +316,32 @@ async def test_a_service_step_whose_inputs_are_not_its_request_fails_saying_why(
         r = await c.call_tool("broken", {})
     assert r.is_error and r.structured_content is not None
     assert r.structured_content["error"] == f"step 1 (service `prompt`) failed: service `prompt`: {why}"
+
+
+@pytest.mark.parametrize("era", ["2026-07-28", "legacy"])
+async def test_a_prompt_step_may_ask_the_callers_model_and_no_step_runs_twice(
+    tmp_path: Path, api: StandIn, era: str
+) -> None:
+    """With ``model = "sampling"`` a prompt step asks the calling client's model (MCP sampling, both eras). On
+    2026-07-28 the call suspends for the question and is retried: the tool step before it is not called again."""
+    chain = flow(
+        "sampled",
+        {"type": "tool", "name": "get_stock_quote", "inputs": {"symbol": "${symbol}"}},
+        {
+            "type": "prompt",
+            "name": "explain",
+            "inputs": {"symbol": "${step_1_output.symbol}", "price": "${step_1_output.price}"},
+        },
+    )
+    sampler = Sampler("From the client's model.")
+    async with (
+        piraeus_app(tmp_path, exports(api, chain)) as app,
+        Client(app.server, mode=era, sampling_callback=sampler) as c,
+    ):
+        r = await c.call_tool("sampled", {"symbol": "IBM"})
+    out = r.structured_content
+    assert out is not None and out["status"] == "success", r.content
+    assert out["outputs"]["step_2_output"] == "From the client's model."
+    [asked] = sampler.requests
+    assert asked.messages[0].content.text == "Instructions: Explain IBM at 142.5."  # type: ignore[union-attr]
+    assert len(api.requests) == 1
