@@ -7,7 +7,7 @@ Keys (under ``PREFIX``):
   every third of the lease (``XCLAIM`` resets the entry's idle time), and acknowledges it when the run is
   finished (``XACK``). A dead worker stops claiming: once its entry has been idle for the lease, another
   worker takes it over (``XAUTOCLAIM``).
-- ``PREFIX:run:ID`` a hash: the run (target, args, principal, status, worker, attempts, cancel, answer).
+- ``PREFIX:run:ID`` a hash: the run (target, args, principal, status, worker, attempts, lapses, cancel, answer).
   Its ``worker`` field is the truth of who holds the run: saving steps and finishing are Lua scripts that
   check it, so a worker that stalled past its lease cannot finish a run another worker took over.
 - ``PREFIX:run:ID:steps`` the run's recorded step results, by path; ``PREFIX:run:ID:events`` its events
@@ -70,6 +70,7 @@ if st ~= 'queued' and st ~= 'running' then return 0 end
 local prev = redis.call('HGET', KEYS[1], 'worker')
 redis.call('HSET', KEYS[1], 'status', 'running', 'worker', ARGV[1], 'updated', ARGV[2])
 redis.call('HINCRBY', KEYS[1], 'attempts', 1)
+if st == 'running' then redis.call('HINCRBY', KEYS[1], 'lapses', 1) end
 local data = '{}'
 if prev then data = cjson.encode({taken_over_from = prev}) end
 redis.call('XADD', KEYS[2], '*', 'type', 'leased', 'worker', ARGV[1], 'at', ARGV[2], 'data', data)
@@ -171,6 +172,7 @@ def _info(h: dict[str, str]) -> RunInfo:
         updated=float(h["updated"]),
         worker=h.get("worker") or None,
         attempts=int(h.get("attempts", 0)),
+        lapses=int(h.get("lapses", 0)),
         cancel=h.get("cancel") == "1",
         answer=unpack_answer(h["answer"]) if h.get("answer") else None,
         meta=orjson.loads(h["meta"]) if h.get("meta") else {},

@@ -57,7 +57,8 @@ CREATE TABLE IF NOT EXISTS runs (
     cancel INTEGER NOT NULL DEFAULT 0,
     answer BLOB,
     meta BLOB,
-    bytes INTEGER NOT NULL DEFAULT 0
+    bytes INTEGER NOT NULL DEFAULT 0,
+    lapses INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, seq);
 CREATE TABLE IF NOT EXISTS steps (
@@ -77,7 +78,7 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 """
 
-_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta"
+_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta, lapses"
 
 RETENTION_S = 7 * 86400.0
 MAX_RUN_BYTES = 16 * 1024 * 1024
@@ -88,7 +89,7 @@ THREADS = 4
 
 
 def _info(row: tuple[Any, ...]) -> RunInfo:
-    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta = row
+    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta, lapses = row
     return RunInfo(
         id=id_,
         target=target,
@@ -102,6 +103,7 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         cancel=bool(cancel),
         answer=unpack_answer(answer),
         meta={} if meta is None else orjson.loads(meta),
+        lapses=lapses,
     )
 
 
@@ -179,11 +181,14 @@ class SqliteRunQueue:
         if db is None:
             db = self._connect()
             db.executescript(_SCHEMA)  # every new connection: a shared in-memory database may be new too
-            if not any(col[1] == "bytes" for col in db.execute("PRAGMA table_info(runs)")):
-                try:  # a file written before runs counted their bytes
-                    db.execute("ALTER TABLE runs ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0")
-                except sqlite3.OperationalError:  # another connection added it first
-                    pass
+            columns = {col[1] for col in db.execute("PRAGMA table_info(runs)")}
+            # A file written before runs counted their bytes, or their lapsed leases.
+            for column in ("bytes", "lapses"):
+                if column not in columns:
+                    try:
+                        db.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+                    except sqlite3.OperationalError:  # another connection added it first
+                        pass
         try:
             return fn(db)
         finally:
@@ -315,17 +320,18 @@ class SqliteRunQueue:
     def _lease(db: sqlite3.Connection, worker: str, lease_s: float) -> RunInfo | None:
         now = time.time()
         row = db.execute(
-            "SELECT id, worker FROM runs WHERE status = 'queued'"
+            "SELECT id, worker, status FROM runs WHERE status = 'queued'"
             " OR (status = 'running' AND lease_until < ?) ORDER BY seq LIMIT 1",
             (now,),
         ).fetchone()
         if row is None:
             return None
-        run_id, previous = row
+        run_id, previous, status = row
+        lapsed = int(status == "running")  # its worker stopped renewing: died, or stalled past the lease
         db.execute(
-            "UPDATE runs SET status = 'running', worker = ?, lease_until = ?, attempts = attempts + 1, updated = ?"
-            " WHERE id = ?",
-            (worker, now + lease_s, now, run_id),
+            "UPDATE runs SET status = 'running', worker = ?, lease_until = ?, attempts = attempts + 1,"
+            " lapses = lapses + ?, updated = ? WHERE id = ?",
+            (worker, now + lease_s, lapsed, now, run_id),
         )
         data = {} if previous is None else {"taken_over_from": previous}
         _add_events(db, run_id, worker, [("leased", data)], now)
