@@ -656,9 +656,22 @@ def _strip_headers(received: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _meaningful(notifications: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The notifications a call's config asked for: mcpg's own transport chatter (``logger:
+    mcpg.transport``: "SSE stream opened", "Streaming protocol response") is not compared."""
+    return [
+        n
+        for n in notifications or []
+        if not (
+            n.get("method") == "notifications/message" and (n.get("params") or {}).get("logger") == "mcpg.transport"
+        )
+    ]
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
-    """Every difference between two lists of recorded calls, one line each (empty when they agree).
-    The client-side headers in ``VOLATILE_HEADERS`` are not compared."""
+    """Every difference between two lists of recorded calls, one line each (empty when they agree):
+    the responses, what the services received (but the client-side headers of ``VOLATILE_HEADERS``),
+    and the notifications sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -683,6 +696,7 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
         label = f"call {i} {e['method']} {json.dumps(params.get('name') or params.get('uri') or '')}"
         walk(label + " response", e["response"], a["response"])
         walk(label + " received", _strip_headers(e["received"]), _strip_headers(a["received"]))
+        walk(label + " notifications", _meaningful(e.get("notifications")), _meaningful(a.get("notifications")))
     if len(expected) != len(actual):
         diffs.append(f"{len(actual)} calls made, {len(expected)} recorded")
     return diffs
