@@ -1055,6 +1055,73 @@ async def run_sql(
     return _finish(f.answer, envelope_result(payload, truncated))
 
 
+class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One statement of an ``mcpg.sql_tx`` step."""
+
+    id: str
+    sql: str
+    params: list[str] = []
+    row_mode: SqlRowMode = "many"
+
+
+class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
+    """mcpg's ``sql_tx`` step (``execute_transaction`` of the SQL plugin): its statements in one transaction
+    on the named binding's database, each bound from the step's input; the output is
+    ``{steps: {<id>: <its rows, shaped by its row_mode>}}``; any failure rolls all back."""
+
+    backend: str
+    steps: list[SqlTxStatement]
+
+
+def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
+    from mcpipe.backends.sql import Statement
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
+    if backend is None:
+        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
+        b.fail()
+    stmts = []
+    for i, st in enumerate(f.steps):
+        try:
+            stmts.append(Statement.parse(st.sql))
+        except ValueError as e:
+            b.problem(f"{b.location}.steps[{i}].sql", str(e))
+    if b.failed:
+        b.fail()
+    return backend, tuple(stmts)
+
+
+async def run_sql_tx(
+    step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
+    inputs: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: ToolContext,
+) -> StepOutput:
+    from mcpipe.backends.sql import SqlError
+
+    f = step.fields
+    backend, stmts = step.built
+    given = env.get("args")
+    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    results: dict[str, Any] = {}
+    try:
+        async with backend.transaction() as tx:
+            for st, stmt in zip(f.steps, stmts, strict=True):
+                params = {name: arguments.get(name) for name in (*st.params, *stmt.names)}
+                if st.row_mode == "affected_rows":
+                    got = await tx.execute(stmt, params, "affected_rows")
+                    results[st.id] = shape_rows([], "affected_rows", 1, got if isinstance(got, int) else 0)
+                else:
+                    rows = await tx.execute(stmt, params, "rows")
+                    results[st.id] = shape_rows(list(rows or []), st.row_mode, 1_000_000, None)
+    except (SqlError, _TransportError) as e:
+        raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
+    return StepOutput.of({"steps": results})
+
+
 # --- a backend whose config names an unset variable -------------------------------------------------
 
 
@@ -1085,6 +1152,7 @@ KIND_NAMES = (
     "mcpg.kafka",
     "mcpg.sql",
     "mcpg.unset",
+    "mcpg.sql_tx",
 )
 
 _KINDS: list[Kind[Any, Any]] = [
@@ -1096,6 +1164,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.kafka", KafkaFields, run_kafka, build=_build_kafka, own_deadline=True),
     Kind("mcpg.sql", SqlFields, run_sql, build=_build_sql, own_deadline=True),
     Kind("mcpg.unset", UnsetFields, run_unset),
+    Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
 ]
 
 for _kind in _KINDS:

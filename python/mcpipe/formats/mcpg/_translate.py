@@ -955,17 +955,10 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             return None
         step["backend"] = name
         if kind == "sql_tx":
+            # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
+            step["kind"] = "mcpg.sql_tx"
             step["steps"] = [
-                {
-                    k: v
-                    for k, v in {
-                        "id": s.get("id"),
-                        "sql": s.get("sql"),
-                        "params": s.get("params"),
-                        "row_mode": _tx_mode(s.get("row_mode")),
-                    }.items()
-                    if v is not None
-                }
+                {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
                 for s in raw.pop("steps", [])
             ]
     for key in list(raw):
@@ -975,10 +968,6 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
         raw.pop(key)
     return step
-
-
-def _tx_mode(mode: Any) -> Any:
-    return {"many": "rows", "single": "one", "affected_rows": "affected_rows"}.get(mode, mode)
 
 
 def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
