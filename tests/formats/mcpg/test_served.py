@@ -25,6 +25,7 @@ from mcpipe.config import parse_config
 from mcpipe.server import open_app
 
 OPEN = {"governance": {"minimum_trust": "unauthenticated"}}
+ORDERS = Path(__file__).resolve().parents[3] / "examples" / "mcpg" / "orders.yaml"
 
 
 def _config(tools: list[dict[str, Any]] | None = None, **caps: Any) -> str:
@@ -595,8 +596,7 @@ async def test_arguments_that_break_the_input_schema_are_mcpgs_tool_error_and_de
 async def test_the_orders_example_in_mcpgs_layout_charges_orders_and_serves_its_prompt_and_resource(
     tmp_path: Path,
 ) -> None:
-    example = Path(__file__).resolve().parents[3] / "examples" / "mcpg" / "orders.yaml"
-    async with serving(example.read_text(), {"ORDERS_DB": str(tmp_path / "orders.db")}) as c:
+    async with serving(ORDERS.read_text(), {"ORDERS_DB": str(tmp_path / "orders.db")}) as c:
         await c.call_tool("orders.init", {})
         charged = await c.call_tool("charge_order", {"order_id": "A-17", "role": "admin", "id": 5, "u": 1})
         refused = await c.call_tool("charge_order", {"order_id": "A-18", "role": "guest", "id": 5, "u": 1})
