@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._util",
             "mcpipe._json",
             "mcpipe._loader",
+            "mcpipe._yaml",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",

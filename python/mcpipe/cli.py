@@ -326,17 +326,10 @@ def _load_spec(path: str) -> Any:
 def _load_yaml(text: str, name: str) -> Any:
     import yaml
 
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    from mcpipe._yaml import load_yaml
 
-    class JSONLoader(base):  # type: ignore[misc,valid-type]
-        """YAML's safe loader without dates: `2024-01-01` stays a string, as a spec's values are JSON."""
-
-    JSONLoader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag != "tag:yaml.org,2002:timestamp"]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
-    }
     try:
-        return yaml.load(text, Loader=JSONLoader)
+        return load_yaml(text, timestamps=False)  # a spec's values are JSON: dates stay strings
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         where = f":{mark.line + 1}:{mark.column + 1}" if mark is not None else ""

@@ -26,6 +26,7 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
+from mcpipe._yaml import load_yaml
 from mcpipe.access import (
     AccessConfig,
     CredentialConfig,
@@ -101,6 +102,9 @@ class McpServerConfig(_Base):
     callers that can resume), and again each time the call has run twice as long as at the last close; the
     caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
     server closes its own (HTTP)."""
+    mcp_pipeline: bool = False
+    """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
+    the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -131,6 +135,11 @@ class PipeConfig(_Base):
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024
     """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    mcp_pipeline: bool = False
+    """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
+    answer: Literal["result", "steps", "full"] = "result"
+    """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
+    the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
     def limits(self) -> Any:
         """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
@@ -500,7 +509,7 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "toml":
             return tomllib.loads(data.decode())
         case "yaml":
-            return yaml.safe_load(data) or {}
+            return load_yaml(data) or {}
         case _:
             return json.loads(data) if data.strip() else {}
 
@@ -584,9 +593,26 @@ def _check_prefixes(servers: dict[str, McpServerConfig], problems: list[Problem]
             seen[prefix] = name
 
 
+def _check_pipelines(cfg: Config, servers: dict[str, McpServerConfig], problems: list[Problem]) -> None:
+    """Two ``mcp_pipeline`` tools under one name (``[pipe] mcp_pipeline`` and a fronted discord-mcp server with an
+    empty prefix, or two such servers): a config error."""
+    owner = "pipe.mcp_pipeline" if cfg.pipe.mcp_pipeline else None
+    for name, s in servers.items():
+        if not (s.enabled and s.mcp_pipeline) or (name if s.prefix is None else s.prefix):
+            continue
+        where = f"mcpServers.{name}.mcp_pipeline"
+        if owner is not None:
+            problems.append(
+                Problem(where, CODE, f"`mcp_pipeline` is already served by `{owner}`: give the server a prefix")
+            )
+        else:
+            owner = where
+
+
 def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> Config:
     servers = {n: _check_server(n, s, problems, environ) for n, s in cfg.mcpServers.items()}
     _check_prefixes(servers, problems)
+    _check_pipelines(cfg, servers, problems)
     for i, entry in enumerate(cfg.python_tools):
         mod, _, attr = entry.partition(":")
         if not mod or not attr:

@@ -165,7 +165,10 @@ class McpgAuditLog(AuditLog):
     def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
         tool = str(record.get("tool", ""))
         code = record.get("error_code")
-        if tool == PIPE_TOOL:
+        if "gate" in record:
+            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
+            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
+        elif tool == PIPE_TOOL:
             ok = bool(record.get("ok"))
             details = {"pipeline_id": record.get("pipeline"), "duration_ms": record.get("duration_ms")}
             if not ok:
@@ -184,9 +187,6 @@ class McpgAuditLog(AuditLog):
         elif code == ErrorCode.UNKNOWN_TOOL:
             details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
             self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:256]}", "failure", details, record)
-        elif "gate" in record:
-            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
-            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
         elif code == ErrorCode.FORBIDDEN:
             trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
             details = {
@@ -481,15 +481,15 @@ class Gateway:
         return result
 
     def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
-        """Run the gates for a call that will be made later (a queued run, checked when it is submitted).
+        """Run the gates for a call the gateway does not make itself (``mcp_pipe``, whose steps are calls).
 
         Raises:
-            CallError: a gate refused it (audited).
+            CallError: a gate refused it (audited; ``code`` is ``FORBIDDEN`` or ``LIMIT_EXCEEDED``).
         """
         self._admit(name, args, ctx, time.perf_counter())
 
     def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
-        if self.gates is None or ctx.request.admitted:
+        if self.gates is None:
             return []
         try:
             return self.gates.admit(name, args, ctx)

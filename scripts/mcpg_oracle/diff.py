@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servers import PLUGINS, ROOT, BootFailed, serving  # noqa: E402
+from servers import PLUGINS, ROOT, BootFailed, serving
 
-from kit.mcpg_oracle import compare, mask, render, run_calls, services  # noqa: E402
+from kit.mcpg_oracle import compare, mask, render, render_env, run_calls, services
 
 SERVED = ROOT / "tests" / "formats" / "mcpg" / "golden" / "served"
 
@@ -34,8 +34,9 @@ def run_one(which: str, golden: dict[str, Any]) -> tuple[bool, list[dict[str, An
         with services(golden["services"], scratch) as run:
             config = scratch / "config.yaml"
             config.write_text(render(golden["config"], run.ports, str(scratch), str(PLUGINS)))
+            env = render_env(golden["env"], run.ports, str(scratch))
             try:
-                with serving(which, config, run.ports["mcp"], golden["env"], scratch / "server.log") as url:
+                with serving(which, config, run.ports["mcp"], env, scratch / "server.log") as url:
                     return True, run_calls(url, golden["calls"], run, golden["answers"]), ""
             except BootFailed as e:
                 log = mask(e.log, run.ports, str(scratch)).strip().splitlines()[-5:]

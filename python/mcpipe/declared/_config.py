@@ -114,7 +114,7 @@ class OutboundPythonConfig(_Base, kw_only=True):
     """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
 
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
-    spares: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
+    fork_server: bool = True
     memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
     timeout_ms: PositiveMs = 60_000
     max_output_bytes: PositiveInt = _MiB
@@ -179,7 +179,7 @@ class OutboundConfig(_Base, kw_only=True):
             ),
             python=PythonPolicy(
                 workers=self.python.workers,
-                spares=self.python.spares,
+                fork_server=self.python.fork_server,
                 memory_mb=self.python.memory_mb,
                 timeout_ms=self.python.timeout_ms,
                 max_output_bytes=self.python.max_output_bytes,

@@ -33,6 +33,7 @@ from jsonschema.validators import validator_for
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
+from mcpipe.access import Credentials
 from mcpipe.declared._answers import ANSWERS
 from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
 from mcpipe.declared._config import (
@@ -235,12 +236,14 @@ def load_declared(
     limits: Limits | None = None,
     sql: Any = None,
     base_dir: str = ".",
+    credentials: Any = None,
 ) -> tuple[DeclaredPipelines, list[Problem]]:
     """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
 
     Args:
         sql: the ``sql:`` section (named SQL backends), if any.
         base_dir: what relative SQLite paths are relative to (the config file's directory).
+        credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
@@ -250,7 +253,7 @@ def load_declared(
     policy, problems = load_outbound(outbound_raw)
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
-    policy = replace(policy, sql=backends, base_dir=base_dir)
+    policy = replace(policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}))
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems

@@ -359,6 +359,8 @@ class CompiledSpec:
         dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
         typed_sites: the arguments fed by one reference to a tool step's output (checked per call
             against the tools' schemas: :func:`mcpipe.plan.type_problems`).
+        answer: what the answer holds (``result``, ``steps``, ``full``: :func:`mcpipe.results.shape_answer`), or
+            None for the caller's default.
     """
 
     plan: Pipeline
@@ -368,15 +370,23 @@ class CompiledSpec:
     retry_sites: tuple[tuple[str, str], ...] = ()
     dry_run: bool = False
     typed_sites: tuple[TypedSite, ...] = ()
+    answer: str | None = None
 
     @classmethod
-    def of(cls, plan: Pipeline, *, dry_run: bool = False, typed_sites: tuple[TypedSite, ...] = ()) -> CompiledSpec:
+    def of(
+        cls,
+        plan: Pipeline,
+        *,
+        dry_run: bool = False,
+        typed_sites: tuple[TypedSite, ...] = (),
+        answer: str | None = None,
+    ) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

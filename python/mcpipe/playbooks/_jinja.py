@@ -4,6 +4,8 @@ reaches, bounded like CEL and JSONata); this module re-exports them under their 
 from mcpipe.expr._jinja import (
     GLOBALS,
     MAX_BUILT,
+    MAX_RENDER_BYTES,
+    MAX_RENDER_DEPTH,
     ROOTS,
     Compiled,
     PromptSource,
@@ -12,11 +14,14 @@ from mcpipe.expr._jinja import (
     environment,
     references,
     render,
+    render_async,
 )
 
 __all__ = [
     "GLOBALS",
     "MAX_BUILT",
+    "MAX_RENDER_BYTES",
+    "MAX_RENDER_DEPTH",
     "ROOTS",
     "Compiled",
     "PromptSource",
@@ -25,4 +30,5 @@ __all__ = [
     "environment",
     "references",
     "render",
+    "render_async",
 ]

@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import build_gates
+from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
@@ -80,7 +80,8 @@ def limits_of(config: Config) -> Limits:
 
 def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
-    then the declared pipelines (checked against the ones before them).
+    then the declared pipelines (checked against the ones before them), the model tools, and discord-mcp's
+    ``mcp_pipeline`` when the config asks for it.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -111,6 +112,17 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
         from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
 
         sources.extend(model_sources(config))
+    fronted = [
+        name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
+    ]
+    if config.pipe.mcp_pipeline or fronted:
+        # Before the downstream servers (appended by open_app): a fronted discord-mcp's own `mcp_pipeline` is
+        # shadowed by this one, which runs its steps over that server's tools.
+        from mcpipe.formats.discord import discord_source
+
+        discord = discord_source(config.pipe.mcp_pipeline, fronted, limits_of(config))
+        if discord is not None:
+            sources.append(discord)
     return sources
 
 
@@ -179,6 +191,7 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        answer=config.pipe.answer,
         max_lapses=config.runs.max_lapses,
     )
 
@@ -229,7 +242,7 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -250,7 +263,7 @@ async def open_app(
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
-        PipeRunner(gateway, limits, runs=runs) if config.pipe.enabled else None,
+        PipeRunner(gateway, limits, runs=runs, answer=config.pipe.answer) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         runs=runs,
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),

@@ -31,7 +31,7 @@ from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pip
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
-from mcpipe.results import invalid_answer, pipe_envelope
+from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
@@ -271,17 +271,27 @@ class PipeRunner:
     Args:
         gateway: the call path every step goes through.
         limits: the server's maxima (a spec cannot raise them).
+        runs: where background calls are queued (None: not served).
+        answer: what an answer holds when its spec does not say (``pipe.answer``; default ``result``).
     """
 
-    def __init__(self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None) -> None:
+    def __init__(
+        self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None, answer: AnswerMode = "result"
+    ) -> None:
         self.gateway = gateway
         self.limits = limits or Limits()
         self.runs = runs
+        self.answer: AnswerMode = answer
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run one ``mcp_pipe`` call and answer the contract's section-7 object (a background one: its run
         id, at once)."""
         await self.gateway.ready()
+        if self.gateway.gates is not None:  # mcp_pipe passes the gates too (its steps do, each as a call)
+            try:
+                self.gateway.admit(PIPE_TOOL, args if isinstance(args, dict) else {}, ctx)
+            except CallError as exc:
+                return invalid_answer([Problem("", exc.code, str(exc))], time.perf_counter())
         if isinstance(args, dict) and "background" in args:
             return await self.submit(args, ctx)
         pid = new_pipeline_id()
@@ -293,7 +303,7 @@ class PipeRunner:
             if ctx.wants_progress:
                 answer = await self._run_with_progress(args, ctx)
             else:
-                answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)
+                answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits, answer=self.answer)
         except BaseException as exc:
             if is_suspension(exc):
                 code = ErrorCode.SUSPENDED  # it waits for its client's answers (2026-07-28) and resumes on the retry
@@ -374,7 +384,12 @@ class PipeRunner:
                 nursery.start_soon(pump)
                 try:
                     return await run_pipeline(
-                        args, self.gateway, context=ctx, limits=self.limits, on_event=send.send_nowait
+                        args,
+                        self.gateway,
+                        context=ctx,
+                        limits=self.limits,
+                        on_event=send.send_nowait,
+                        answer=self.answer,
                     )
                 finally:
                     send.close()

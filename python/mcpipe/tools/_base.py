@@ -160,7 +160,6 @@ class Request:
         identity: who is calling, as the HTTP front resolved it (``docs/access.md``), or None.
         client_addresses: the caller's address as each ``ip_allowlist`` gate reads it, by the header it reads
             (None: the TCP peer); empty when the request came over no HTTP front.
-        admitted: the gateway's gates admitted this call already (a queued run, checked when it was submitted).
     """
 
     wants_progress: bool = False
@@ -169,7 +168,6 @@ class Request:
     sdk_context: Any = None
     identity: Identity | None = None
     client_addresses: dict[str | None, str | None] = field(default_factory=dict)
-    admitted: bool = False
 
 
 @dataclass(slots=True)

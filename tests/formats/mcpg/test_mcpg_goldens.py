@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 
-from kit.mcpg_oracle import compare, render, run_calls, services
+from kit.mcpg_oracle import compare, render, render_env, run_calls, services
 from kit.servers import http_server
 from mcpipe.config import parse_config
 from mcpipe.errors import ConfigError
@@ -52,16 +52,17 @@ def _mark(request: pytest.FixtureRequest, name: str) -> None:
 async def test_mcpipe_serves_the_recorded_case_as_mcpg_did(
     path: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    golden = json.loads(path.read_text())
+    golden = json.loads(await trio.Path(path).read_text())
     _mark(request, golden["case"])
     with services(golden["services"], tmp_path) as run:
         text = render(golden["config"], run.ports, str(tmp_path), PLUGINS)
+        env = render_env(golden["env"], run.ports, str(tmp_path))
         if not golden["boot"]["ok"]:
             # mcpg refused to serve this config: mcpipe refuses it too.
             with pytest.raises(ConfigError):
-                parse_config(text, "yaml", base_dir=str(tmp_path), environ=golden["env"])
+                parse_config(text, "yaml", base_dir=str(tmp_path), environ=env)
             return
-        config = parse_config(text, "yaml", base_dir=str(tmp_path), environ=golden["env"])
+        config = parse_config(text, "yaml", base_dir=str(tmp_path), environ=env)
         async with open_app(config) as app, http_server(app) as url:
             calls = await trio.to_thread.run_sync(run_calls, url, golden["calls"], run, golden["answers"])
     diffs = compare(golden["calls"], calls)

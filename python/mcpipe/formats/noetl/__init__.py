@@ -21,6 +21,7 @@ import trio
 import yaml
 
 from mcpipe._describe import did_you_mean, json_type
+from mcpipe._yaml import compose_yaml, load_yaml
 from mcpipe.errors import ConfigError, Problem
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
 from mcpipe.formats.noetl._run import EVENTS
@@ -59,7 +60,7 @@ def load_playbook(
     except (OSError, UnicodeDecodeError) as e:
         return None, [Problem(name, CODE, f"cannot read: {getattr(e, 'strerror', None) or e}")]
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
@@ -83,7 +84,7 @@ def _line_finder(text: str) -> Callable[[str], int | None]:
     """``location -> line`` (1-based) in the YAML ``text``: the line of the deepest node the location reaches
     (a missing key is reported at its parent)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        root = compose_yaml(text)
     except yaml.YAMLError:
         root = None
 

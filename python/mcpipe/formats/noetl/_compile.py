@@ -35,17 +35,20 @@ _ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endp
 
 def action_types() -> tuple[str, ...]:
     """The types an action may have: every leaf step kind of declared pipelines (``http``, ``tool``,
-    ``graphql``, ``command``, ``value``, ``transform``...). NoETL's ``python``, ``postgres`` and ``duckdb``
-    have no mcpipe kind yet: a ``tool`` can wrap one."""
+    ``graphql``, ``command``, ``value``, ``transform``...), but NoETL's tool kinds (``python``, ``postgres``,
+    ``duckdb``, ``shell``: their fields are NoETL's, read by :mod:`.toolkinds`): a ``tool`` can wrap one."""
     from mcpipe.declared import KINDS
 
-    return tuple(k for k in KINDS if k not in _UNWIRED)
+    return tuple(k for k in KINDS if k not in _UNWIRED and k not in _NOETL_TOOLS)
 
 
 _UNWIRED = frozenset({"sql", "sql_tx", "sql_await", "nats", "kafka", "grpc"})
 """Kinds that use connections the server owns (``[sql.NAME]`` backends, NATS, Kafka, gRPC channels), which
 playbooks are not given yet: a declared pipeline using them can be called as a ``tool``."""
 
+
+_NOETL_TOOLS = frozenset({"python", "postgres", "duckdb", "shell"})
+"""NoETL's tool kinds with step kinds of the same names: their fields are NoETL's, so not an action's."""
 
 _TOP = ("apiVersion", "kind", "metadata", "workload", "workbook", "workflow", "mcp")
 _META = ("path", "name", "description", "version", "labels")
@@ -462,7 +465,9 @@ def _unsupported(atype: Any) -> str:
             f"`{atype}` actions are not wired to the server's connections in playbooks yet: "
             "call a declared pipeline that uses it as a `tool`"
         )
-    if atype in ("python", "postgres", "duckdb", "snowflake", "secrets", "playbook", "iterator"):
+    if atype in _NOETL_TOOLS:
+        return f"NoETL's `{atype}` type is not an action type of `mcp:` sections: wrap the work in a `tool`"
+    if atype in ("snowflake", "secrets", "playbook", "iterator"):
         return f"NoETL's `{atype}` type has no mcpipe step kind yet: wrap the work in a `tool`"
     hint = did_you_mean(atype, action_types()) if isinstance(atype, str) else ""
     return f"unknown type `{atype}`{hint} (the types are the declared step kinds, see docs/playbooks.md)"

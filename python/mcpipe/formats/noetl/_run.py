@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextvars
 import os
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
@@ -25,7 +25,7 @@ from mcpipe.errors import ExpressionError
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors
-from mcpipe.playbooks._jinja import PromptSource, RenderError, render
+from mcpipe.playbooks._jinja import PromptSource, RenderError, render_async
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -108,33 +108,35 @@ async def perform(
     response body). Raises StepFailure."""
     step = action.step
     assert step is not None
-    try:
-        rendered = render(action.spec, values, f"{action.location}.spec")
-    except RenderError as e:
-        raise StepFailure(str(e), "INTERPOLATION_FAILED") from None
-    inputs = {name: t.resolve({}) for name, t in step.templates if name not in action.given}
-    inputs.update(rendered)
-    if step.kind == "tool" and "args" not in action.given:
-        inputs["args"] = dict(values.get("args") or {})  # the model's arguments, passed through
-    work: Awaitable[StepOutput]
-    try:
-        if step.kind == "tool" and pb.registry is not None:
-            ctx = replace(ctx, tools=pb.registry)
+
+    async def work() -> StepOutput:
+        # Rendering is part of the step: its timeout_ms interrupts a template that runs long.
+        rendered = await render_async(action.spec, values, f"{action.location}.spec")
+        inputs = {name: t.resolve({}) for name, t in step.templates if name not in action.given}
+        inputs.update(rendered)
+        if step.kind == "tool" and "args" not in action.given:
+            inputs["args"] = dict(values.get("args") or {})  # the model's arguments, passed through
         assert step.run is not None
-        work = step.run(step, inputs, env, ctx)
+        return await step.run(step, inputs, env, step_ctx)
+
+    step_ctx = replace(ctx, tools=pb.registry) if step.kind == "tool" and pb.registry is not None else ctx
+    out: StepOutput | None = None
+    try:
         if step.timeout_ms is None:
-            out = await work
+            out = await work()
         else:
             with trio.move_on_after(step.timeout_ms / 1000):
-                out = await work
-                return _output(step.kind, out)
-            raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")
+                out = await work()
+    except RenderError as e:  # names the field already
+        raise StepFailure(str(e), e.code) from None
     except ForbiddenError as e:
         raise StepFailure(f"{action.location}: {e}", "FORBIDDEN") from None
     except ExpressionError as e:
         raise StepFailure(f"{action.location}: {e}", e.code) from None
     except StepFailure as e:
         raise StepFailure(f"{action.location}: {e}", e.code, e.output) from None
+    if out is None:
+        raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")
     return _output(step.kind, out)
 
 
@@ -156,13 +158,13 @@ def _as_text(value: Any) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
-def user_text(plan: TurnPlan, values: dict[str, Any]) -> str:
+async def user_text(plan: TurnPlan, values: dict[str, Any]) -> str:
     """The turn's user message: its parts rendered, one paragraph each."""
     pb = plan.playbook
     out = []
     for p in plan.turn.parts:
         if p.kind == "text" and p.text is not None:
-            out.append(_as_text(render(p.text, values, f"{p.location}.text")))
+            out.append(_as_text(await render_async(p.text, values, f"{p.location}.text")))
         elif p.kind == "resource":
             out.append(f"Resource {p.name}:\n{_as_text(values['resources'][p.name])}")
         elif p.kind == "turn":
@@ -171,9 +173,10 @@ def user_text(plan: TurnPlan, values: dict[str, Any]) -> str:
                 raise RenderError(f"{p.location}: turn `{p.name}` has no result")
             out.append(_as_text(t["data"] if t.get("data") is not None else t["text"]))
         elif p.kind == "prompt":
-            inputs = render(p.inputs, values, f"{p.location}.inputs") if p.inputs is not None else {}
+            inputs = await render_async(p.inputs, values, f"{p.location}.inputs") if p.inputs is not None else {}
             scoped = {**values, "input": {**values["input"], **inputs}}
-            out.append(_as_text(render(pb.prompts[p.name][1], scoped, f"mcp.prompts.{p.name}.template")))
+            prompt = await render_async(pb.prompts[p.name][1], scoped, f"mcp.prompts.{p.name}.template")
+            out.append(_as_text(prompt))
     return "\n\n".join(out)
 
 
@@ -186,10 +189,11 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     try:
         messages = []
         if turn.system is not None:
-            messages.append(Message.system(_as_text(render(turn.system, values, f"{turn.location}.system"))))
-        messages.append(Message.user(user_text(plan, values)))
+            system = await render_async(turn.system, values, f"{turn.location}.system")
+            messages.append(Message.system(_as_text(system)))
+        messages.append(Message.user(await user_text(plan, values)))
     except RenderError as e:
-        raise StepFailure(str(e), "INTERPOLATION_FAILED") from None
+        raise StepFailure(str(e), e.code) from None
     emit = _emit(ctx)
 
     async def run_tool(call: Any, n: int) -> tuple[str, bool]:
