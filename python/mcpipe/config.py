@@ -191,6 +191,21 @@ class AuditConfig(_Base):
     """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
+class HttpTlsConfig(_Base):
+    """HTTPS: the server's certificate, and (optionally) the client certificates it asks for."""
+
+    cert_file: str
+    """The server's certificate chain (PEM)."""
+    key_file: str
+    """Its private key (PEM)."""
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    client_ca_file: str | None = None
+    """The CA certificates (PEM) a client certificate must chain to."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether a client must present a certificate (``required``: the TLS handshake fails without a valid
+    one), may (``optional``: one that does not verify fails it), or is not asked (``none``)."""
+
+
 class HttpConfig(_Base):
     host: str = "127.0.0.1"
     port: int = 8765
@@ -223,6 +238,8 @@ class HttpConfig(_Base):
     request is answered 429."""
     anonymous_rate_limit_burst: Annotated[int, msgspec.Meta(ge=0)] = 0
     """How many of those requests may come at once (0: the per-minute figure)."""
+    tls: HttpTlsConfig | None = None
+    """Serve HTTPS (unset: plain HTTP, for a TLS-terminating proxy in front)."""
 
 
 TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
@@ -670,6 +687,16 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    tls = cfg.http.tls
+    if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
+        problems.append(
+            Problem(
+                "http.tls.client_ca_file",
+                CODE,
+                "set with `client_cert` optional or required (the CAs a client certificate must chain to), "
+                "and only then",
+            )
+        )
     if cfg.auth.mtls is not None:
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))

@@ -3,6 +3,9 @@
 Registered as answer shapes (:mod:`mcpipe.declared._answers`) that the translated pipelines name:
 
 - ``mcpg.binding``: the backend's own result (an ``mcpg.*`` kind's output) is the answer, as it is;
+- ``mcpg.payload``: a plugin backend mcpipe runs as its own kind (``twilio``): the step's output is the
+  plugin's reply, projected as mcpg projects a backend plugin's payload (its JSON as text and structured
+  content); a failed call is ``<kind> request failed: <error>``;
 - ``mcpg.pipeline``: a pipeline binding without suspending steps (``execute_pipeline_binding``): the last
   step's output as text, and ``{pipeline, result, completed_steps, total_steps, duration_ms}``; a failed step
   is ``pipeline '<name>' failed at step '<id>': <error>``, a gate's refusal its message;
@@ -24,7 +27,7 @@ from mcpipe.declared._answers import SurfaceError, register_answer
 from mcpipe.errors import ErrorCode
 from mcpipe.tools._base import ToolResult
 
-__all__ = ["BindingShape", "PipelineShape", "decode_prompt", "decode_resource"]
+__all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
 
 INTERNAL_ERROR = -32603
 
@@ -159,6 +162,24 @@ class BindingShape(_Surfaces):
         return ToolResult(list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")))
 
 
+class PayloadShape(_Surfaces):
+    """``mcpg.payload``: a plugin's reply (the step's output) as ``execute_binding_plugin`` projects it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+        if not answer["ok"]:
+            _, failed = _failed_step(answer)
+            if failed is None:
+                return _failure(answer)
+            return ToolResult.error(f"{self.kind} request failed: {_step_error(failed)}")
+        from mcpipe.formats.mcpg._kinds import envelope_result
+
+        r = envelope_result(_compact(_output(answer)).encode())
+        return ToolResult(list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")))
+
+
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
     """(steps completed before it, the failed step's result)."""
     done = 0
@@ -244,5 +265,6 @@ def _compact(value: Any) -> str:
 
 
 register_answer("mcpg.binding", BindingShape())
+register_answer("mcpg.payload", PayloadShape("twilio"))
 register_answer("mcpg.pipeline", PipelineShape(suspending=False))
 register_answer("mcpg.pipeline_suspending", PipelineShape(suspending=True))
