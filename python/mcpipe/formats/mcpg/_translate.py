@@ -455,7 +455,11 @@ def _jwks(jwks: Mapping[str, Any], loc: str, out: _Out) -> None:
     elif jwks.get("url"):
         provider["jwks_url"] = jwks["url"]
     out.doc.setdefault("auth", {}).setdefault("oidc", []).append(provider)
-    out.moved(f"auth.oidc[{len(out.doc['auth']['oidc']) - 1}]", loc)
+    at = f"auth.oidc[{len(out.doc['auth']['oidc']) - 1}]"
+    out.moved(at, loc)
+    out.moved(f"{at}.jwks", f"{loc}.keys_json")
+    out.moved(f"{at}.jwks_url", f"{loc}.url")
+    out.moved(f"{at}.audiences", f"{loc}.audience")
 
 
 # --- plugins --------------------------------------------------------------------------------------
@@ -1214,6 +1218,76 @@ def _cluster(cluster: Mapping[str, Any], out: _Out) -> None:
         store["prefix"] = ":".join(p for p in (prefix or "mcpipe", segment) if p)
 
 
+# mcpg's licence gate (``license_gate.rs``, ``mcpg-control-plane-license`` v0.1.0-beta.14 ``license.rs``): a
+# standalone gateway without a licence token runs under the community plan, which does not license these.
+_PLAN_FEATURES = {
+    "identity.saml": "sso.saml",
+    "identity.kerberos": "sso.kerberos",
+    "tool-gate.dlp": "dlp",
+    "tool-gate.field-crypto": "field_crypto",
+    "audit.s3-worm": "audit.worm",
+    "tool-gate-slack-approval": "approvals.hitl",
+    "guardrails": "guardrails",
+    **dict.fromkeys(
+        (
+            "credential.vault-dynamic-db",
+            "credential.aws-sts",
+            "credential.gcp-impersonation",
+            "credential.azure-identity",
+            "credential.oauth-token-exchange",
+            "credential.oauth-id-jag",
+        ),
+        "secrets.dynamic",
+    ),
+    **dict.fromkeys(
+        ("backend.grpc", "backend.soap", "backend.kafka", "backend.mssql", "backend.oracle", "backend.ldap"),
+        "backend.enterprise",
+    ),
+    **dict.fromkeys(("identity.ldap", "identity.paseto", "identity.workload"), "identity.advanced"),
+}
+_PAID_NAMESPACES = ("payment.", "policy.", "cluster.", "secret.")
+_COMMUNITY = (
+    "core.", "identity.", "transform.", "transport.", "cache.", "reliability.", "observability.", "metrics.",
+    "log.", "watch.", "integration.", "storage.", "catalog.", "audit.", "tool-gate.", "credential.",
+)  # fmt: skip
+_COMMUNITY_EXACT = frozenset(
+    {
+        "audit",
+        "call-logger",
+        "webhook",
+        "circuit-breaker",
+        "rate-limit",
+        "response-cache",
+        "ip-allowlist",
+        "tool-gate-slack-approval",
+        "guardrails",
+    }
+)
+
+
+def _licence_gate(entries: list[Any], out: _Out) -> None:
+    """``enforce_plugin_license_gate`` under the community plan: each enabled plugin (by its ``ref``, else its
+    id) that is entitlement-gated and not admitted is refused, as mcpg refuses to boot."""
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or entry.get("disabled") is True:
+            continue
+        pid = str(entry.get("ref") or entry.get("id") or "")
+        short = pid.removeprefix("dev.mcpg.")
+        feature = _PLAN_FEATURES.get(short)
+        if feature is None and not short.startswith(_PAID_NAMESPACES):
+            continue
+        if not (short.startswith(_COMMUNITY) or short in _COMMUNITY_EXACT):
+            why = f"plugin `{pid}` is not entitled by this license"
+        else:
+            why = f"plugin `{pid}` requires the `{feature}` plan feature, which this license does not grant"
+        out.refuse(
+            f"plugins[{i}]",
+            f"license gate: plan `community` does not license this plugin ({why}): install an entitling "
+            "license (`license.token` / `license.token_file` + `license.pubkey_pem`), declare a non-production "
+            "deployment (`license.non_production_use: true`), or remove the plugin",
+        )
+
+
 def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     _cluster(doc.get("cluster") or {}, out)
     if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
@@ -1226,6 +1300,8 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     for key in ("token", "token_file"):
         if lic.get(key):
             out.refuse(f"license.{key}", reason("license"))
+    if not any(lic.get(k) for k in ("token", "token_file")) and not lic.get("non_production_use"):
+        _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
         out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))
