@@ -274,6 +274,18 @@ class TrustConfig(_Base):
     """Rules by tool, prompt or resource name."""
 
 
+class CachingConfig(_Base):
+    """Cache hints list and read results carry (as mcpg answers them), where the protocol version has them
+    (2026-07-28; the SDK leaves them out of older versions' results)."""
+
+    list_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 60_000
+    """``ttlMs`` of ``tools/list``, ``prompts/list``, ``resources/list``, ``resources/templates/list``."""
+    read_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 30_000
+    """``ttlMs`` of a ``resources/read`` of the config's own resources."""
+    scope: Literal["private", "public"] = "private"
+    """``cacheScope``: whether a shared cache may keep the result."""
+
+
 class InteractionConfig(_Base):
     """Pipelines that ask the client (``docs/interaction.md``): how suspended 2026-07-28 pipelines are kept."""
 
@@ -376,6 +388,8 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    caching: CachingConfig | None = None
+    """Cache hints on list and read results (None: ``ttlMs: 0``, as lists change when servers come and go)."""
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
@@ -427,6 +441,7 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "caching": _Section("caching", CachingConfig | None),
     "runs": _Section("runs", RunsConfig),
     "store": _Section("store", StoreConfig),
     "telemetry": _Section("telemetry", TelemetryConfig),

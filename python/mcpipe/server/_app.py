@@ -270,6 +270,7 @@ async def open_app(
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
         surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
+        caching=config.caching,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -159,7 +159,10 @@ class BindingShape(_Surfaces):
         r = _output(answer)
         if not isinstance(r, Mapping):
             return ToolResult.error("the binding gave no result")
-        return ToolResult(list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")))
+        meta = r.get("_meta") if isinstance(r.get("_meta"), dict) else None
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")), meta, terse=True
+        )
 
 
 class PayloadShape(_Surfaces):
@@ -177,7 +180,11 @@ class PayloadShape(_Surfaces):
         from mcpipe.formats.mcpg._kinds import envelope_result
 
         r = envelope_result(_compact(_output(answer)).encode())
-        return ToolResult(list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")))
+        is_error = bool(r.get("isError"))
+        audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), is_error, {"audit": audit}, terse=True
+        )
 
 
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -193,7 +200,10 @@ def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]
 
 
 def _step_error(r: Mapping[str, Any]) -> str:
-    return str(r.get("error") or "step execution failed")
+    error = str(r.get("error") or "step execution failed")
+    if r.get("kind") == "transform":  # execute_transform_step's wording (the CEL engine's own message after it)
+        return f"transform evaluation failed: CEL execution failed: {error}"
+    return error
 
 
 class PipelineShape(_Surfaces):
@@ -233,7 +243,7 @@ class PipelineShape(_Surfaces):
         last = _output(answer)
         if self.suspending:
             text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
-            return ToolResult([{"type": "text", "text": text}], last, False)
+            return ToolResult([{"type": "text", "text": text}], last, False, terse=True)
         text = last if isinstance(last, str) else _compact(last)
         structured = {
             "pipeline": tool.name,
@@ -242,7 +252,7 @@ class PipelineShape(_Surfaces):
             "total_steps": total,
             "duration_ms": int(answer.get("duration_ms") or 0),
         }
-        return ToolResult([{"type": "text", "text": text}], structured, False)
+        return ToolResult([{"type": "text", "text": text}], structured, False, terse=True)
 
 
 def _pointer(error: str) -> str:

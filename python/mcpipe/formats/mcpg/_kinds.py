@@ -1276,36 +1276,46 @@ def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
     return False
 
 
-def _retrying(run: Any) -> Any:
-    """A backend kind's ``run``, tried again as mcpg's ``dispatch_with_retries`` does when the binding has a
-    ``retry`` (a binding's own call only: never a pipeline's step)."""
+def _binding_call(kind: str, run: Any) -> Any:
+    """A backend kind's ``run`` as a binding's own call (not a pipeline's step): tried again as mcpg's
+    ``dispatch_with_retries`` does when the binding has a ``retry``, and its result given the ``_meta.audit``
+    every binding-plugin dispatch of mcpg attaches (``binding_audit_meta``)."""
 
-    async def attempt(step: Leaf[Any, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
-        rc = step.fields.retry
-        if rc is None or step.fields.answer != "result":
+    async def call(step: Leaf[Any, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+        if step.fields.answer != "result":
             return await run(step, inputs, env, ctx)
+        rc = step.fields.retry
         n = 0
         while True:
             out = await run(step, inputs, env, ctx)
             result = out.output if isinstance(out, StepOutput) else None
-            if n == rc.max_attempts or not isinstance(result, Mapping) or not result.get("isError"):
-                return out
-            if not retryable(result, rc):
-                return out
+            if (
+                rc is None
+                or n == rc.max_attempts
+                or not isinstance(result, Mapping)
+                or not result.get("isError")
+                or not retryable(result, rc)
+            ):
+                break
             await trio.sleep(rc.initial_backoff_ms * 2**n / 1000)
             n += 1
+        if isinstance(result, dict):
+            outcome = "error" if result.get("isError") else "success"
+            audit = {"backend_kind": kind, "binding_profile": step.fields.profile, "outcome": outcome}
+            result["_meta"] = {"audit": audit}
+        return out
 
-    return attempt
+    return call
 
 
 _KINDS: list[Kind[Any, Any]] = [
-    Kind("mcpg.http", HttpFields, _retrying(run_http), build=_build_http, own_deadline=True),
-    Kind("mcpg.grpc", GrpcFields, _retrying(run_grpc), build=_build_http, own_deadline=True),
-    Kind("mcpg.mock", MockFields, _retrying(run_mock), build=_build_mock),
-    Kind("mcpg.command", CommandFields, _retrying(run_command), build=_build_command, own_deadline=True),
-    Kind("mcpg.nats", NatsFields, _retrying(run_nats), build=_build_nats, own_deadline=True),
-    Kind("mcpg.kafka", KafkaFields, _retrying(run_kafka), build=_build_kafka, own_deadline=True),
-    Kind("mcpg.sql", SqlFields, _retrying(run_sql), build=_build_sql, own_deadline=True),
+    Kind("mcpg.http", HttpFields, _binding_call("http", run_http), build=_build_http, own_deadline=True),
+    Kind("mcpg.grpc", GrpcFields, _binding_call("grpc", run_grpc), build=_build_http, own_deadline=True),
+    Kind("mcpg.mock", MockFields, _binding_call("mock", run_mock), build=_build_mock),
+    Kind("mcpg.command", CommandFields, _binding_call("command", run_command), build=_build_command, own_deadline=True),
+    Kind("mcpg.nats", NatsFields, _binding_call("nats", run_nats), build=_build_nats, own_deadline=True),
+    Kind("mcpg.kafka", KafkaFields, _binding_call("kafka", run_kafka), build=_build_kafka, own_deadline=True),
+    Kind("mcpg.sql", SqlFields, _binding_call("sql", run_sql), build=_build_sql, own_deadline=True),
     Kind("mcpg.unset", UnsetFields, run_unset),
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
 ]

@@ -115,7 +115,8 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     if out.problems:
         return Translation({}, out.problems, out.locate)
     # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
-    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False})
+    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs).
+    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False}, caching={})
     out.raw_plugins = list(doc.get("plugins") or [])
     # plugins first: the credential issuers they configure are what `cred://` references resolve to.
     kafka = _plugins(out.raw_plugins, out)
@@ -577,6 +578,9 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
                 rule["required_scopes"] = list(gov["required_scopes"])
             access[b.name] = rule
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
+    # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
+    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3}
+    pipelines.sort(key=lambda e: (order[e["surface"]], e.get("uri") or e.get("uri_template") or e["name"]))
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
         out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
