@@ -31,7 +31,7 @@ from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import glob_matcher, is_suspension
-from mcpipe.compile import compile_spec
+from mcpipe.compile import compile_spec_async
 from mcpipe.errors import (
     ErrorCode,
     ExpressionError,
@@ -150,7 +150,7 @@ async def run_pipeline(
     limits = limits or DEFAULT_LIMITS
     ctx = context if context is not None else ToolContext()
     try:
-        compiled = compile_spec(spec, tools=registry, limits=limits)
+        compiled = await compile_spec_async(spec, tools=registry, limits=limits)
     except SpecError as e:
         return invalid_answer(e.problems, started)
     except TemplateSyntaxError as e:  # the compiler reports these as problems; kept as a safety net

@@ -25,7 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe import telemetry
 from mcpipe._json import dumps
-from mcpipe.compile import compile_spec
+from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -332,7 +332,7 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        problems = self.check(spec)
+        problems = await self.check(spec)
         if problems is not None:
             return problems
         try:
@@ -349,11 +349,11 @@ class PipeRunner:
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 
-    def check(self, spec: Any) -> dict[str, Any] | None:
+    async def check(self, spec: Any) -> dict[str, Any] | None:
         """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
         t0 = time.perf_counter()
         try:
-            compile_spec(spec, tools=self.gateway, limits=self.limits)
+            await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
         except SpecError as e:
             return invalid_answer(e.problems, t0)
         return None
@@ -611,7 +611,7 @@ class ToolHandlers:
         assert self.tasks is not None
         if name == PIPE_TOOL and self.pipe is not None:
             spec = {k: v for k, v in args.items() if k != "background"}
-            problems = self.pipe.check(spec)
+            problems = await self.pipe.check(spec)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
             try:

@@ -1,7 +1,7 @@
 """mcpg's config files (seed 003), read as they are: see ``python/mcpipe/formats/__init__.py``.
 
 A document is mcpg's when its top-level keys are mcpg's (``gateway``, ``mcp``, ``governance``,
-``observability``, ``plugins``, ...), none of which mcpipe's own layout has. It is translated
+``observability``, ...), at least one of which mcpipe's own layout does not have. It is translated
 into mcpipe's own layout (:mod:`._translate`); its bindings run on the ``mcpg.*`` step kinds
 (:mod:`._kinds`) and answer in mcpg's shapes (:mod:`._answers`); ``docs/formats/mcpg.md`` maps every section.
 """
@@ -35,6 +35,10 @@ _ROOTS = frozenset(
 )
 
 
+_SHARED = frozenset({"credentials"})
+"""mcpg's top-level keys that mcpipe's own layout has as well."""
+
+
 class McpgFormat:
     """mcpg's config layout (``mcpg-dev/mcpg``, v0.1.0-beta.16)."""
 
@@ -42,7 +46,8 @@ class McpgFormat:
 
     def detect(self, raw: Mapping[str, Any]) -> bool:
         keys = {str(k) for k in raw}
-        return bool(keys) and keys <= _ROOTS  # mcpipe's own layout has none of these keys
+        # `credentials` is a key of mcpipe's own layout too: a document of only that is mcpipe's.
+        return keys <= _ROOTS and bool(keys - _SHARED)
 
     def translate(self, raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
         from mcpipe.formats.mcpg import _kinds  # noqa: F401  (the mcpg.* kinds and answer shapes)
