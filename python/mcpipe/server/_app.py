@@ -280,6 +280,7 @@ async def open_app(
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
         surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
+        caching=config.caching,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

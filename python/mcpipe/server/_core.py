@@ -424,8 +424,11 @@ class ToolHandlers:
         downstreams: Downstreams | None = None,
         limits: Limits | None = None,
         surfaces: list[Any] | None = None,
+        caching: Any = None,
     ) -> None:
         self.gateway = gateway
+        self.caching = caching
+        """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
         self.tasks = tasks
         self.pipe = pipe
@@ -442,6 +445,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
+                caching=caching,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -500,6 +504,8 @@ class ToolHandlers:
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
