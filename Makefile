@@ -22,9 +22,9 @@ $(STAMP): $(VENV)/bin/python $(RUST_SRC)
 	touch $@ $(SERVE_STAMP)
 
 # `make serve` installs only what the server needs (pyproject's dependencies, no extras), and does its two
-# slow parts at once: pip fetching and installing the dependencies, and maturin building the Rust core (the
-# editable install of mcpipe itself, --no-deps). Each line says which it comes from; docs/performance.md has
-# the time it takes from a fresh clone.
+# slow parts at once: uv (from PyPI, into the venv) fetching and installing the dependencies, and pip with
+# maturin building the Rust core (the editable install of mcpipe itself, --no-deps). Each line says which it
+# comes from; README.md and docs/performance.md have the time it takes from a fresh clone.
 SERVE_STAMP := $(VENV)/.mcpipe-serve
 SERVE_REQS := $(VENV)/serve-requirements.txt
 $(SERVE_STAMP): SHELL := /bin/bash
@@ -33,10 +33,11 @@ $(SERVE_STAMP): $(VENV)/bin/python $(RUST_SRC)
 	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
 	@set -o pipefail; \
 	export PYTHONUNBUFFERED=1; \
-	( $(BIN)/pip install --disable-pip-version-check --no-compile --progress-bar off -r $(SERVE_REQS) 2>&1 \
-	  | awk '/^ *(Collecting|Downloading|Installing|Successfully|ERROR)/ {sub(/^ +/, ""); print "[deps] " $$0; fflush()}' ) & deps=$$!; \
+	( $(BIN)/pip install --disable-pip-version-check -q uv \
+	  && $(BIN)/uv pip install --python $(BIN)/python --no-progress -r $(SERVE_REQS) 2>&1 \
+	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Uninstalled|error)' ) & deps=$$!; \
 	$(BIN)/pip install --disable-pip-version-check -v --no-deps -e . 2>&1 \
-	  | awk '/Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror/ {sub(/^ +/, ""); print "[core] " $$0; fflush()}'; \
+	  | $(BIN)/python scripts/progress_lines.py '[core]' 'Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror'; \
 	core=$$?; wait $$deps; deps=$$?; \
 	if [ $$core -ne 0 ] || [ $$deps -ne 0 ]; then \
 	  echo "make: the install failed (deps: $$deps, core: $$core); its whole output: $(BIN)/pip install -e ." >&2; exit 1; fi
