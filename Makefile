@@ -28,7 +28,11 @@ $(STAMP): $(VENV)/bin/python $(RUST_SRC)
 SERVE_STAMP := $(VENV)/.mcpipe-serve
 SERVE_REQS := $(VENV)/serve-requirements.txt
 $(SERVE_STAMP): SHELL := /bin/bash
-$(SERVE_STAMP): $(VENV)/bin/python $(RUST_SRC)
+$(SERVE_STAMP): $(RUST_SRC)
+	@cargo fetch --quiet & fetch=$$!; \
+	if [ ! -x $(BIN)/python ]; then echo "== make: creating $(VENV) (and fetching the Rust core's crates meanwhile)"; \
+	  $(PY) -m venv $(VENV) || exit 1; fi; \
+	wait $$fetch || echo "make: cargo fetch failed: the build below says why" >&2
 	@$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(SERVE_REQS)
 	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
 	@set -o pipefail; \
