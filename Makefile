@@ -21,10 +21,11 @@ $(STAMP): $(VENV)/bin/python $(RUST_SRC)
 	$(BIN)/pip install -q -e '.[test]'
 	touch $@ $(SERVE_STAMP)
 
-# `make serve` installs only what the server needs (pyproject's dependencies, no extras), and does its two
-# slow parts at once: uv (from PyPI, into the venv) fetching and installing the dependencies, and pip with
-# maturin building the Rust core (the editable install of mcpipe itself, --no-deps). Each line says which it
-# comes from; README.md and docs/performance.md have the time it takes from a fresh clone.
+# `make serve` installs only what the server needs (pyproject's dependencies, no extras), and does its slow
+# parts at once: cargo fetching the core's crates while the venv is created; then uv (from PyPI, into the
+# venv) installing the dependencies while pip and maturin build the Rust core (the editable install of mcpipe
+# itself). Each line says which part it comes from; README.md and docs/performance.md have the time it takes
+# from a fresh clone.
 SERVE_STAMP := $(VENV)/.mcpipe-serve
 SERVE_REQS := $(VENV)/serve-requirements.txt
 $(SERVE_STAMP): SHELL := /bin/bash
@@ -35,12 +36,12 @@ $(SERVE_STAMP): $(RUST_SRC)
 	wait $$fetch || echo "make: cargo fetch failed: the build below says why" >&2
 	@$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(SERVE_REQS)
 	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
+	@$(BIN)/pip install --disable-pip-version-check -q uv && $(BIN)/uv pip install -q --python $(BIN)/python 'maturin>=1.7,<2'
 	@set -o pipefail; \
 	export PYTHONUNBUFFERED=1; \
-	( $(BIN)/pip install --disable-pip-version-check -q uv \
-	  && $(BIN)/uv pip install --python $(BIN)/python --no-progress -r $(SERVE_REQS) 2>&1 \
-	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Uninstalled|error)' ) & deps=$$!; \
-	$(BIN)/pip install --disable-pip-version-check -v --no-deps -e . 2>&1 \
+	( $(BIN)/uv pip install --python $(BIN)/python --no-progress --compile-bytecode -r $(SERVE_REQS) 2>&1 \
+	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Bytecode|Uninstalled|error)' ) & deps=$$!; \
+	$(BIN)/pip install --disable-pip-version-check -v --no-build-isolation --no-deps -e . 2>&1 \
 	  | $(BIN)/python scripts/progress_lines.py '[core]' 'Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror'; \
 	core=$$?; wait $$deps; deps=$$?; \
 	if [ $$core -ne 0 ] || [ $$deps -ne 0 ]; then \

@@ -41,7 +41,8 @@ def test_make_serve_installs_only_the_servers_dependencies_beside_the_core_build
     serve = dry_run("serve", tmp_path)
     assert "[test]" not in serve and ".mcpipe-installed" not in serve
     assert "uv pip install" in serve and "-r .venv/serve-requirements.txt" in serve
-    assert "pip install --disable-pip-version-check -v --no-deps -e ." in serve
+    assert "pip install --disable-pip-version-check -v --no-build-isolation --no-deps -e ." in serve
+    assert "cargo fetch --quiet & fetch=$!" in serve, "the crates download while the venv is created"
     assert re.search(r"\) & deps=\$!", serve), "the dependencies install in the background, beside the build"
     assert "progress_lines.py '[deps]'" in serve and "progress_lines.py '[core]'" in serve
     assert serve.rstrip().endswith(".venv/bin/mcpipe serve")
