@@ -39,8 +39,8 @@ $(SERVE_STAMP): $(RUST_SRC)
 	@$(BIN)/pip install --disable-pip-version-check -q uv && $(BIN)/uv pip install -q --python $(BIN)/python 'maturin>=1.7,<2'
 	@set -o pipefail; \
 	export PYTHONUNBUFFERED=1; \
-	( $(BIN)/uv pip install --python $(BIN)/python --no-progress --compile-bytecode -r $(SERVE_REQS) 2>&1 \
-	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Bytecode|Uninstalled|error)' ) & deps=$$!; \
+	( $(BIN)/uv pip install --python $(BIN)/python --no-progress -r $(SERVE_REQS) 2>&1 \
+	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Uninstalled|error)' ) & deps=$$!; \
 	$(BIN)/pip install --disable-pip-version-check -v --no-build-isolation --no-deps -e . 2>&1 \
 	  | $(BIN)/python scripts/progress_lines.py '[core]' 'Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror'; \
 	core=$$?; wait $$deps; deps=$$?; \
