@@ -151,6 +151,9 @@ def patch_http_profiles(source: Path) -> None:
 
 
 def git_head(path: Path) -> str:
+    """The commit of a checkout (or of an export carrying a ``.commit`` file)."""
+    if (path / ".commit").exists():
+        return (path / ".commit").read_text().strip()
     out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return out.stdout.strip() or "unknown"
 
@@ -210,6 +213,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".mcpg"))
     parser.add_argument("--skip-prepare", action="store_true", help="reuse .mcpg/build as it is")
     parser.add_argument("--only", choices=["mcpg", "plugins"], help="build one half")
+    parser.add_argument("--plugin", action="append", choices=list(PLUGINS), help="build only these plugins")
     parser.add_argument("--no-fix", action="store_true", help="leave out patch 5 (mcpg as released)")
     ns = parser.parse_args()
     if not ns.src or not ns.deps:
@@ -230,7 +234,7 @@ def main() -> None:
     if ns.only in (None, "plugins"):
         seconds = 0.0
         failed = []
-        for kind in PLUGINS:
+        for kind in ns.plugin or list(PLUGINS):
             pkg = PLUGINS[kind]
             try:
                 seconds += cargo(build, ["-p", pkg, "--lib", "--features", "cdylib-export"], target)
@@ -242,7 +246,7 @@ def main() -> None:
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(so, dest / "plugin.so")
             shutil.copy(build / "plugins" / kind / "plugin.yaml", dest / "plugin.yaml")
-        report["plugins_seconds"] = round(seconds)
+        report["plugins_seconds"] = round(seconds) + (report.get("plugins_seconds", 0) if ns.plugin else 0)
         report["plugins_failed"] = failed
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     print("mcpg-oracle: built into", out, json.dumps(report))
