@@ -205,7 +205,9 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
     the bindings use (mcpg has none linked in, its conformance run.sh injects the mock one so), and
     (``trust_floor``) the caller's ``x-mcpg-subject-id`` header trusted, which makes ``RawMcp`` a
     header-asserted caller: mcpg's default trust floor for a binding (``HeaderAsserted``) hides every
-    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``)."""
+    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``);
+    and ``license.non_production_use: true``, which the licence gate asks of an unlicensed deployment
+    that loads gated plugins (grpc, kafka)."""
     server: dict[str, Any] = {
         "bind_address": "127.0.0.1:{{port:mcp}}",
         "allow_private_backends": True,
@@ -215,6 +217,9 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
         server["trust_subject_header"] = True
     over: dict[str, Any] = {
         "gateway": {"server": server, "plugin_registry": {"default_signature_policy": "disabled"}},
+        # Not a production deployment: mcpg's licence gate then admits its entitlement-gated plugins
+        # (grpc, kafka, ...), as its refusal message says.
+        "license": {"non_production_use": True},
     }
     kinds = {kind: pid for kind, pid in PLUGIN_IDS.items() if kind in _backend_kinds(doc)}
     rows = []
