@@ -697,10 +697,22 @@ def _unordered(method: str, response: dict[str, Any]) -> dict[str, Any]:
     return {**response, "result": {**response["result"], key: sorted(items, key=by)}}
 
 
+def _both_json(a: str, b: str) -> tuple[Any, Any] | None:
+    """Both texts parsed, when both are JSON documents (an object or an array): mcpg writes some
+    results as JSON text with its keys in hash order, which changes from run to run, so such texts are
+    compared as the values they hold."""
+    try:
+        pa, pb = json.loads(a), json.loads(b)
+    except ValueError:
+        return None
+    return (pa, pb) if isinstance(pa, (dict, list)) and isinstance(pb, (dict, list)) else None
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
     """Every difference between two lists of recorded calls, one line each (empty when they agree):
-    the responses (the items of a list in name order), what the services received (but the client-side
-    headers of ``VOLATILE_HEADERS``), and the notifications sent meanwhile (but mcpg's transport chatter)."""
+    the responses (the items of a list in name order, a text holding JSON as the value it holds), what
+    the services received (but the client-side headers of ``VOLATILE_HEADERS``), and the notifications
+    sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -717,6 +729,8 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
                 diffs.append(f"{path}: {len(b)} items, expected {len(a)}")
             for i, (x, y) in enumerate(zip(a, b, strict=False)):
                 walk(f"{path}[{i}]", x, y)
+        elif isinstance(a, str) and isinstance(b, str) and a != b and (parsed := _both_json(a, b)):
+            walk(path + "(json)", *parsed)
         elif a != b:
             diffs.append(f"{path}: {json.dumps(b)[:300]} != expected {json.dumps(a)[:300]}")
 
