@@ -394,6 +394,10 @@ class Config(_Base):
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
     ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
+    piraeus: dict[str, Any] | None = None
+    """piraeus's exported tool configs, prompts and flows (``tools``, ``prompts``, ``flows``: globs relative to
+    the config), served as tools and prompts; checked by :mod:`mcpipe.formats.piraeus`
+    (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -430,6 +434,7 @@ _SECTIONS = {
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
     "logs": _Section("logs", LogsConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
@@ -820,7 +825,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
         from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))

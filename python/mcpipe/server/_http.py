@@ -260,7 +260,7 @@ class HttpFront:
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
-            elif path == "/workflow" and self.app.config.workflow is not None:
+            elif path == "/workflow" and (self.app.config.workflow is not None or self.app.config.piraeus is not None):
                 await self.workflow(scope, receive, send)
             elif path == self.health_path:
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})

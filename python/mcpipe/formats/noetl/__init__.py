@@ -367,7 +367,7 @@ def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Proble
     return files, problems
 
 
-def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool], list[Problem]]:
+def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool], list[Problem], Any]:
     from mcpipe.declared import load_outbound
     from mcpipe.workflow import load_workflow
 
@@ -375,6 +375,13 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
     models = Models(presets)
     workflow, wp = load_workflow(getattr(config, "workflow", None), models)
     problems += wp
+    piraeus = None
+    if getattr(config, "piraeus", None) is not None:
+        # piraeus's exported tools, prompts and flows; its tools join the workflow (docs/formats/piraeus.md).
+        from mcpipe.formats.piraeus import load_piraeus
+
+        piraeus, pp = load_piraeus(config, models, workflow if not wp else None)
+        problems += pp
     policy, _ = load_outbound(getattr(config, "outbound", None))
     files, fp = _playbook_files(config)
     problems += fp
@@ -396,26 +403,33 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
             continue
         names[pb.name] = f
         loaded.append(PlaybookTool(pb, limits=limits, background=serving.background, task_support=serving.task_support))
-    return models, workflow, loaded, problems
+    return models, workflow, loaded, problems, piraeus
 
 
 def model_problems(config: Any) -> list[Problem]:
-    """Every problem of the config's ``models``, ``workflow`` and ``playbooks`` (the files read and checked)."""
+    """Every problem of the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` (the files read
+    and checked)."""
     return _load_all(config, None)[3]
 
 
 def model_sources(config: Any) -> list[Any]:
-    """The tool sources of the config's ``workflow`` and ``playbooks`` (a playbook's ``tool`` actions call
-    through the gateway the call comes in by, ``ctx.tools``).
+    """The tool sources of the config's ``workflow``, ``playbooks`` and ``piraeus`` (a playbook's ``tool``
+    actions and a piraeus flow's ``tool`` steps call through the gateway the call comes in by, ``ctx.tools``).
 
     Raises:
         mcpipe.errors.ConfigError: listing every problem.
     """
-    models, workflow, playbooks, problems = _load_all(config, None)
+    models, workflow, playbooks, problems, piraeus = _load_all(config, None)
     if problems:
         raise ConfigError(problems)
     out: list[Any] = []
-    if workflow is not None and workflow.enabled:
+    if piraeus is not None:
+        from mcpipe.workflow import WorkflowTool
+
+        if piraeus.workflow is not None:
+            out.append(WorkflowTool(piraeus.workflow))  # the workflow over its tools and the configured ones
+        out.append(piraeus.source())
+    elif workflow is not None and workflow.enabled:
         from mcpipe.workflow import Workflow, WorkflowTool
 
         out.append(WorkflowTool(Workflow(workflow, models)))
