@@ -265,6 +265,7 @@ async def open_app(
         ready=downstreams.ready if downstreams.lazy else None,
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
+        refusals=config.access.refusals,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
