@@ -216,11 +216,23 @@ class RunsConfig(_Base):
     """The most one run keeps (its arguments, its recorded steps, its answer, as stored JSON): arguments past it
     are refused when the run is submitted, steps past it fail the run (``OUTPUT_TOO_LARGE``), and an answer
     past it is kept as that error instead."""
+    max_run_events: Annotated[int, msgspec.Meta(ge=16)] = 10_000
+    """The most events one run keeps (each charged to its ``max_run_bytes``); past it, or past those bytes, its
+    step events are dropped (one ``events_dropped`` event says so) and the run goes on."""
     max_runs: Annotated[int, msgspec.Meta(ge=1)] = 1000
-    """The most runs the queue keeps (SQLite): past it the oldest finished runs are dropped first; when the
-    queue holds only live (queued, running) runs, a new one is refused (``LIMIT_EXCEEDED``)."""
+    """The most runs the queue keeps (SQLite and Redis): past it the oldest finished runs are dropped first;
+    when the queue holds only live (queued, running, waiting for input) runs, a new one is refused
+    (``LIMIT_EXCEEDED``)."""
     max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024 * 1024
-    """The most bytes of runs the queue keeps (SQLite), bounded the same way as ``max_runs``."""
+    """The most bytes of runs the queue keeps, bounded the same way as ``max_runs``."""
+    max_runs_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 250
+    """The most live runs (queued, running, waiting for input) one principal may have; past it that
+    principal's new runs and tasks are refused (``LIMIT_EXCEEDED``), everyone else's are not."""
+    max_bytes_per_principal: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
+    """The most bytes of live runs one principal may have, bounded the same way."""
+    parked_ttl_s: Annotated[float, msgspec.Meta(gt=0, le=30 * 86400)] = 3600.0
+    """How long a run (a task) may wait for its client's input (``input_required``); then it fails
+    (``TIMEOUT``) and no longer counts against the bounds above. Checked also when a server starts."""
 
 
 class StoreConfig(_Base):
