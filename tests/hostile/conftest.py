@@ -7,7 +7,6 @@ import os
 from collections.abc import Iterator
 
 import pytest
-
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
