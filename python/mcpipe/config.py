@@ -173,6 +173,15 @@ class HttpConfig(_Base):
     """The most bytes of messages kept for replay, across sessions."""
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most connections served at once; past it a few more are answered at once (``/healthz``, or 503
+    ``busy``) and the rest wait in the kernel's backlog. Unset: what the descriptor limit allows (the limit less
+    a reserve of a quarter, at most 256, for everything else the server opens; at most 4096)."""
+    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most 2025-11-25 sessions open at once, for all principals; past it a new one is refused (503)."""
+    max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
+    may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
 
 
 class InteractionConfig(_Base):
