@@ -78,6 +78,9 @@ class McpServerConfig(_Base):
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
+    max_tools: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most tools kept of this server's list (the first ones listed, after ``include``/``exclude``); past it
+    the rest are left out, in one log line naming the server and the bound."""
     sse_poll_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
     """SSE polling (SEP-1699) for a server that cannot close a call's stream itself (stdio): once a call to
     one of its tools has run this long, mcpipe closes its caller's SSE stream of the request (2025-11-25 HTTP
@@ -267,6 +270,9 @@ class TelemetryConfig(_Base):
     """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
     caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
     decide, and without them, off."""
+    max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
+    count under ``tool="other"``."""
 
 
 class Config(_Base):

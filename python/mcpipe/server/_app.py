@@ -241,7 +241,9 @@ async def open_app(
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
-        tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))
+        tel = telemetry.configure(
+            config.telemetry, service=config.name, known=_known_names(gateway, config.telemetry.max_tool_labels)
+        )
     except ValueError as exc:
         raise ConfigError([Problem("telemetry.traces", "INVALID_CONFIG", str(exc))]) from None
     try:
@@ -280,14 +282,16 @@ async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams
         await trio.sleep(DOWNSTREAM_REPORT_S)
 
 
-def _known_names(gateway: Gateway) -> Any:
-    """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
+def _known_names(gateway: Gateway, limit: int) -> Any:
+    """Which tool names may label metrics: ``mcp_pipe``, and the first ``limit`` others the gateway knows that
+    are called (remembered): a server with 100 000 tools, or a downstream changing its list, cannot make the
+    metrics grow past ``limit`` labels (``[telemetry] max_tool_labels``; the rest count as ``other``)."""
     seen: set[str] = {PIPE_TOOL}
 
     def known(name: str) -> bool:
         if name in seen:
             return True
-        if gateway.get(name) is not None and len(seen) < 10_000:
+        if len(seen) <= limit and gateway.get(name) is not None:
             seen.add(name)
             return True
         return False
