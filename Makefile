@@ -5,7 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
+	mcpg-oracle mcpg-goldens mcpg-diff noetl-oracle
 
 setup: $(STAMP)
 
@@ -46,6 +47,12 @@ conformance: setup
 # `make wheel` too: about 1-2 minutes after the others (a rebuild of pyo3 and the core with abi3).
 test: lint cargo-test pytest conformance wheel
 
+# The real NoETL 4.26.0 (the ../shared/noetl-oracle kit: its server and worker from PyPI, PostgreSQL and NATS on
+# 127.0.0.1) runs the golden playbooks of tests/formats/noetl/golden/4.26.0 and records its answers there
+# (outside CI: a first run installs about 1.3 GB and takes a few minutes). NOETL_ORACLE_KIT, NOETL_ORACLE_DIR.
+noetl-oracle: setup
+	$(BIN)/python scripts/noetl_oracle.py $(CASES)
+
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
 
@@ -79,6 +86,23 @@ $(TANSU):
 	cargo install tansu --version $(TANSU_VERSION) --locked --features dynostore --root .tansu
 kafka-tansu: setup $(TANSU)
 	MCPIPE_KAFKA=tansu MCPIPE_TANSU=$(abspath $(TANSU)) $(BIN)/python -m pytest -q $(KAFKA_TESTS) $(PYTEST_ARGS)
+
+# The mcpg oracle (docs/formats/mcpg.md, "Evidence"): the real mcpg gateway, built from source into .mcpg/
+# (git-ignored) with its backend plugins, the goldens of tests/formats/mcpg/golden/ recorded from it, and
+# mcpipe and mcpg run side by side on them. Not CI: the build takes 30-60 min on 2 cores. MCPG_SRC is a
+# checkout of mcpg-dev/mcpg (v0.1.0-beta.16), MCPG_DEPS a folder of checkouts of its sibling repositories
+# (they are not on crates.io); only crates are fetched.
+MCPG_SRC ?= ../.mcpg-src
+MCPG_DEPS ?= ../.mcpg-deps
+MCPG_UPSTREAM ?= tests/formats/mcpg/upstream
+mcpg-oracle:
+	$(PY) scripts/mcpg_oracle/build.py --src $(MCPG_SRC) --deps $(MCPG_DEPS)
+
+mcpg-goldens: setup
+	$(BIN)/python scripts/mcpg_oracle/record.py --upstream $(MCPG_UPSTREAM) $(CASES)
+
+mcpg-diff: setup
+	$(BIN)/python scripts/mcpg_oracle/diff.py $(CASES)
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._util",
             "mcpipe._json",
             "mcpipe._loader",
+            "mcpipe._yaml",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",
@@ -38,6 +39,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("plan", ("mcpipe.plan", "mcpipe.expr", "mcpipe.spec", "mcpipe.compile")),
     # Clients of outside services (SQL, NATS, gRPC, Kafka): the step kinds use them.
     ("backends", ("mcpipe.backends",)),
+    # Who is calling, what a call may do, what mcpipe presents upstream: identities, gates, credentials.
+    ("access", ("mcpipe.access",)),
     # Storage shared by the instances that resume suspended pipelines.
     ("store", ("mcpipe.store",)),
     # Asking the client (elicitation, sampling, roots) in both protocol eras.
@@ -50,15 +53,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("mcpipe.runtime",)),
     # Declared pipelines: the config front-end of the plan, served as tools.
     ("declared", ("mcpipe.declared",)),
-    # Pipelines with a model inside: playbooks (a front-end of the plan) and the workflow tool.
-    ("llm", ("mcpipe.playbooks", "mcpipe.workflow")),
+    # Pipelines with a model inside: the piraeus workflow tool.
+    ("llm", ("mcpipe.workflow",)),
     # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:
-    # front-ends of the same plan, one subpackage each.
-    ("formats", ("mcpipe.formats",)),
+    # front-ends of the same plan, one subpackage each; ``mcpipe.playbooks`` is the NoETL format's old name
+    # (and holds its Jinja environment).
+    ("formats", ("mcpipe.formats", "mcpipe.playbooks")),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.
-    ("gateway", ("mcpipe.gateway", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
+    ("gateway", ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
     # Runs that outlive a request: the workers executing queued runs, and the tools watching them.
     ("runs", ("mcpipe.runs",)),
     # The MCP server, the command line, and the package's public face.

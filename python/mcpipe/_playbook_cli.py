@@ -66,7 +66,7 @@ def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
 def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
     from pathlib import Path
 
-    from mcpipe.playbooks import load_playbook
+    from mcpipe.formats.noetl import load_playbook
 
     path = Path(ns.file)
     if not path.is_file():
@@ -105,7 +105,7 @@ def _inputs(items: list[str]) -> dict[str, Any]:
 def _run(ns: argparse.Namespace) -> int:
     import trio
 
-    from mcpipe.playbooks import PlaybookTool
+    from mcpipe.formats.noetl import PlaybookTool
 
     try:
         inputs = _inputs(ns.input)

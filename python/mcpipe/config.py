@@ -26,11 +26,23 @@ import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._util import PIPE_TOOL
+from mcpipe._yaml import load_yaml
+from mcpipe.access import (
+    AccessConfig,
+    CredentialConfig,
+    MtlsConfig,
+    OidcProvider,
+    check_access,
+    check_credentials,
+    check_mtls,
+    check_oidc,
+)
 from mcpipe.errors import ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "TRUST_ROOTS",
     "AuditConfig",
     "AuthConfig",
     "Config",
@@ -41,6 +53,8 @@ __all__ = [
     "StoreConfig",
     "TelemetryConfig",
     "TokenConfig",
+    "TrustConfig",
+    "TrustRule",
     "load_config",
     "parse_config",
 ]
@@ -81,12 +95,19 @@ class McpServerConfig(_Base):
     max_tools: Annotated[int, msgspec.Meta(ge=1)] = 1000
     """The most tools kept of this server's list (the first ones listed, after ``include``/``exclude``); past it
     the rest are left out, in one log line naming the server and the bound."""
+    credential: str | None = None
+    """A ``[credentials.NAME]`` whose token (``Authorization: Bearer ...``) every call to this HTTP server carries:
+    one token for all callers (``client_credentials``, ``env``), or each caller's own (``token_exchange``,
+    ``id_jag``: listing and connecting then go without one, as mcpg lists such an upstream anonymously)."""
     sse_poll_ms: Annotated[int, msgspec.Meta(ge=1, le=3_600_000)] | None = None
     """SSE polling (SEP-1699) for a server that cannot close a call's stream itself (stdio): once a call to
     one of its tools has run this long, mcpipe closes its caller's SSE stream of the request (2025-11-25 HTTP
     callers that can resume), and again each time the call has run twice as long as at the last close; the
     caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
     server closes its own (HTTP)."""
+    mcp_pipeline: bool = False
+    """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
+    the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -117,6 +138,11 @@ class PipeConfig(_Base):
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024
     """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    mcp_pipeline: bool = False
+    """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
+    answer: Literal["result", "steps", "full"] = "result"
+    """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
+    the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
     def limits(self) -> Any:
         """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
@@ -145,12 +171,27 @@ class TokenConfig(_Base):
 
 
 class AuthConfig(_Base):
+    """Who may call over HTTP (``docs/access.md``): bearer tokens, JWTs of OIDC issuers, client certificates
+    forwarded by a proxy. With any of them set, a request without a valid identity is answered 401."""
+
     tokens: list[TokenConfig] = []
+    oidc: list[OidcProvider] = []
+    mtls: MtlsConfig | None = None
+    tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
+    principal)."""
 
 
 class AuditConfig(_Base):
     enabled: bool = True
     path: str = "mcpipe-audit.jsonl"
+    format: Literal["mcpipe", "mcpg"] = "mcpipe"
+    """``mcpipe``: one record per call; ``mcpg``: mcpg's audit events (``mcpg.tool.call.allowed`` before the
+    call, ``completed``/``denied``/``unknown`` after), hash-chained (``docs/access.md``)."""
+    emit_allowed: bool = True
+    """``mcpg`` format: write ``mcpg.tool.call.allowed`` before each call."""
+    emit_completed: bool = True
+    """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
 class HttpConfig(_Base):
@@ -185,6 +226,47 @@ class HttpConfig(_Base):
     max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
     """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
     may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
+    health_path: str = "/healthz"
+    """Where the health endpoint answers."""
+    access_log: bool = False
+    """Log one line per HTTP request (method, path, status, duration) at INFO on ``mcpipe.access``."""
+    anonymous_rate_limit_per_min: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Requests per minute one client address may make without a credential (0: unlimited); past it the
+    request is answered 429."""
+    anonymous_rate_limit_burst: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """How many of those requests may come at once (0: the per-minute figure)."""
+
+
+TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
+
+
+class TrustRule(_Base):
+    """What one tool (or prompt, or resource) asks of its caller (``docs/formats/mcpg.md``, trust levels)."""
+
+    minimum_trust: TrustLevel | None = None
+    """The least trust a caller needs (None: ``trust.default_minimum_trust``)."""
+    allow_if: str | None = None
+    """A CEL expression over the caller (``principal_id``, ``trust_level``, ``auth_provider``,
+    ``identity_kind``, ``identity``, ``tool_name``) that must hold."""
+    required_scopes: list[str] = []
+    """OAuth scopes the caller's credential must carry."""
+
+
+class TrustConfig(_Base):
+    """Who may call what, by how far the caller's identity is established (mcpg's trust levels; see
+    :mod:`mcpipe.trust`).
+
+    A caller is ``verified`` (an ``auth.tokens`` bearer token, or a verified identity), ``header_asserted``
+    (no credential, but the ``subject_header`` a trusted proxy sets), or ``unauthenticated``. Each tool needs
+    a trust level (its rule's, else ``default_minimum_trust``) and passes ``allow_if`` and its own rule's."""
+
+    subject_header: str | None = None
+    """A request header whose value names the caller, trusted as header-asserted (unset: never trusted)."""
+    default_minimum_trust: TrustLevel = "unauthenticated"
+    allow_if: str | None = None
+    """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
+    tools: dict[str, TrustRule] = {}
+    """Rules by tool, prompt or resource name."""
 
 
 class InteractionConfig(_Base):
@@ -220,6 +302,10 @@ class RunsConfig(_Base):
     """How many runs one process executes at once."""
     lease_s: Annotated[float, msgspec.Meta(ge=0.5, le=3600)] = 10.0
     """How long a worker holds a run without renewing it; a dead worker's runs are taken over after it."""
+    max_lapses: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 3
+    """How many times a run's lease may run out while it runs (its worker died, or stalled past the lease)
+    before the next worker to lease it fails it instead of running it again: a run that kills or freezes
+    every worker that takes it (a poison pill) is not retried for ever."""
     retention_s: Annotated[float, msgspec.Meta(gt=0, le=365 * 86400)] = 7 * 86400.0
     """How long a finished run, its recorded steps and its events are kept."""
     poll_ms: Annotated[float, msgspec.Meta(ge=1, le=60_000)] = 50.0
@@ -266,6 +352,16 @@ class TelemetryConfig(_Base):
 
     metrics: bool = True
     """Serve ``GET /metrics`` (Prometheus text format)."""
+    metrics_path: str = "/metrics"
+    """Where the metrics are served."""
+    otlp_endpoint: str | None = None
+    """With ``traces = "otlp"``: the collector (else the standard ``OTEL_EXPORTER_OTLP_*`` variables)."""
+    otlp_protocol: Literal["grpc", "http/protobuf"] = "http/protobuf"
+    """How spans reach ``otlp_endpoint``: OTLP over gRPC (port 4317) or over HTTP (4318)."""
+    service_name: str | None = None
+    """The ``service.name`` of the spans (default: the config's ``name``)."""
+    resource_attributes: dict[str, str] = {}
+    """More resource attributes on every span (``deployment.environment``...)."""
     traces: Literal["none", "propagate", "console", "otlp"] | None = None
     """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
     caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
@@ -284,6 +380,8 @@ class Config(_Base):
     builtins: bool | list[str] = True
     pipe: PipeConfig = msgspec.field(default_factory=PipeConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    trust: TrustConfig | None = None
+    """Trust levels and per-tool rules (None: any caller auth lets in may call any tool it is granted)."""
     costs: dict[str, float] = {}
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
@@ -299,16 +397,19 @@ class Config(_Base):
     sql: dict[str, Any] = {}
     """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
     checked by :mod:`mcpipe.declared` (``load_sql``)."""
-    plugins: list[Any] = []
-    """mcpg's list of plugins to load: mcpipe's JSONata plugin is always there, so only its names are
-    accepted (``dev.mcpg.transform.jsonata``); any other is a located problem."""
     models: dict[str, Any] = {}
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    access: AccessConfig = msgspec.field(default_factory=AccessConfig)
+    """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
+    (``docs/access.md``)."""
+    credentials: dict[str, CredentialConfig] = {}
+    """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
+    downstream servers present (``docs/access.md``)."""
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
-    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.playbooks`."""
+    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -331,6 +432,7 @@ _SECTIONS = {
     "builtins": _Section("builtins", bool | list[str]),
     "pipe": _Section("pipe", PipeConfig),
     "auth": _Section("auth", AuthConfig),
+    "trust": _Section("trust", TrustConfig | None),
     "costs": _Section("costs", dict[str, float]),
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
@@ -341,10 +443,11 @@ _SECTIONS = {
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
     "sql": _Section("sql", dict[str, Any]),
-    "plugins": _Section("plugins", list[Any]),
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "access": _Section("access", AccessConfig),
+    "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -433,7 +536,7 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "toml":
             return tomllib.loads(data.decode())
         case "yaml":
-            return yaml.safe_load(data) or {}
+            return load_yaml(data) or {}
         case _:
             return json.loads(data) if data.strip() else {}
 
@@ -517,9 +620,26 @@ def _check_prefixes(servers: dict[str, McpServerConfig], problems: list[Problem]
             seen[prefix] = name
 
 
+def _check_pipelines(cfg: Config, servers: dict[str, McpServerConfig], problems: list[Problem]) -> None:
+    """Two ``mcp_pipeline`` tools under one name (``[pipe] mcp_pipeline`` and a fronted discord-mcp server with an
+    empty prefix, or two such servers): a config error."""
+    owner = "pipe.mcp_pipeline" if cfg.pipe.mcp_pipeline else None
+    for name, s in servers.items():
+        if not (s.enabled and s.mcp_pipeline) or (name if s.prefix is None else s.prefix):
+            continue
+        where = f"mcpServers.{name}.mcp_pipeline"
+        if owner is not None:
+            problems.append(
+                Problem(where, CODE, f"`mcp_pipeline` is already served by `{owner}`: give the server a prefix")
+            )
+        else:
+            owner = where
+
+
 def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> Config:
     servers = {n: _check_server(n, s, problems, environ) for n, s in cfg.mcpServers.items()}
     _check_prefixes(servers, problems)
+    _check_pipelines(cfg, servers, problems)
     for i, entry in enumerate(cfg.python_tools):
         mod, _, attr = entry.partition(":")
         if not mod or not attr:
@@ -570,14 +690,63 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.port", CODE, "must be between 0 and 65535"))
     if not h.path.startswith("/"):
         problems.append(Problem("http.path", CODE, "must start with `/`"))
-    if h.path == "/healthz":
-        problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    if not h.health_path.startswith("/"):
+        problems.append(Problem("http.health_path", CODE, "must start with `/`"))
+    if h.path == h.health_path:
+        problems.append(Problem("http.path", CODE, f"`{h.health_path}` is the health endpoint"))
+    if cfg.trust is not None:
+        problems.extend(_trust_problems(cfg.trust))
+    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    if cfg.auth.mtls is not None:
+        problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
+    problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
+    problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    for name, server in cfg.mcpServers.items():
+        if server.credential is not None:
+            if server.credential not in cfg.credentials:
+                problems.append(
+                    Problem(
+                        f"mcpServers.{name}.credential", CODE, f"no credential `{server.credential}` in [credentials]"
+                    )
+                )
+            elif server.command is not None:
+                problems.append(Problem(f"mcpServers.{name}.credential", CODE, "a credential is for `url` servers"))
+    tel = cfg.telemetry
+    if not tel.metrics_path.startswith("/"):
+        problems.append(Problem("telemetry.metrics_path", CODE, "must start with `/`"))
+    elif tel.metrics_path in (h.path, h.health_path):
+        problems.append(
+            Problem("telemetry.metrics_path", CODE, f"`{tel.metrics_path}` is already served (MCP or health)")
+        )
+    if tel.otlp_endpoint is not None and not tel.otlp_endpoint.startswith(("http://", "https://")):
+        problems.append(Problem("telemetry.otlp_endpoint", CODE, "must be an http:// or https:// URL"))
     scheme, sep, rest = cfg.store.url.partition("://")
     if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
         problems.append(
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _trust_problems(trust: TrustConfig) -> list[Problem]:
+    """Every ``allow_if`` compiles, over the caller's variables only."""
+    from mcpipe.expr import CelExpr, ExpressionSyntaxError
+
+    problems = []
+    sources = [("trust.allow_if", trust.allow_if)]
+    sources += [(f"trust.tools.{name}.allow_if", rule.allow_if) for name, rule in trust.tools.items()]
+    for where, source in sources:
+        if source is None:
+            continue
+        try:
+            CelExpr.compile(source, extra_roots=TRUST_ROOTS)
+        except ExpressionSyntaxError as e:
+            problems.append(Problem(where, CODE, str(e)))
+    return problems
+
+
+TRUST_ROOTS = frozenset({"principal_id", "trust_level", "auth_provider", "identity_kind", "identity", "tool_name"})
+"""What an ``allow_if`` expression reads."""
 
 
 def parse_config(
@@ -633,6 +802,9 @@ def parse_config(
 
 def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]) -> Config:
     """Decode and check a document in mcpipe's own layout."""
+    from mcpipe.formats import load_extensions
+
+    load_extensions(raw)  # a format's step kinds and answer shapes, when the pipelines name them
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():
@@ -659,16 +831,12 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
                 problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
-    if cfg.plugins:
-        from mcpipe.declared._mcpg import plugin_problems
-
-        problems.extend(plugin_problems(cfg.plugins, "plugins"))
     if cfg.pipelines or cfg.outbound is not None or cfg.sql:
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
     if cfg.models or cfg.workflow is not None or cfg.playbooks:
-        from mcpipe.playbooks import model_problems
+        from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))
     if problems:

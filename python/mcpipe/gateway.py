@@ -15,6 +15,7 @@ pipeline step is authorized, audited and costed exactly like a direct ``tools/ca
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import time
@@ -28,14 +29,17 @@ import orjson
 
 from mcpipe import telemetry
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
+from mcpipe.access import GateRefusal, Gates
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
+from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
     "PIPE_TOOL",
     "AuditLog",
     "CallError",
     "Gateway",
+    "McpgAuditLog",
     "Policy",
     "ToolSource",
     "is_cancellation",
@@ -69,15 +73,18 @@ class Policy:
 
     Args:
         grants: principal -> tool-name patterns (``*`` globs).
+        others: the patterns of principals ``grants`` does not name (callers identified by an OIDC issuer or
+            a client certificate, ``[auth] tools``); None: such a principal may call nothing.
     """
 
-    def __init__(self, grants: dict[str, list[str]] | None = None) -> None:
+    def __init__(self, grants: dict[str, list[str]] | None = None, others: list[str] | None = None) -> None:
         self._matchers = {p: glob_matcher(pats) for p, pats in (grants or {}).items()}
+        self._others = glob_matcher(others) if others is not None else None
 
     def allows(self, principal: str | None, tool: str) -> bool:
         if principal is None:
             return True
-        m = self._matchers.get(principal)
+        m = self._matchers.get(principal, self._others)
         return m is not None and m(tool)
 
 
@@ -97,7 +104,11 @@ class AuditLog:
         self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if path else None
         self.records: list[dict[str, Any]] | None = [] if keep else None
 
-    def write(self, record: dict[str, Any]) -> None:
+    def allowed(self, ctx: ToolContext, tool: str, chain: list[Any]) -> None:
+        """A call passed its checks and is about to run (mcpg's format records it; this one does not)."""
+
+    def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
+        """Append one record (``ctx``: the call it is about, for formats that record the caller's identity)."""
         if self.records is not None:
             self.records.append(record)
         if self._fd is not None:
@@ -110,6 +121,192 @@ class AuditLog:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+class McpgAuditLog(AuditLog):
+    """Audit records in mcpg's format (its ``dev.mcpg.builtin.audit.local-file`` sink): one ``AuditEvent`` per
+    line, hash-chained.
+
+    A call writes ``mcpg.tool.call.allowed`` when it passed its checks and ``mcpg.tool.call.completed`` when it
+    answered (an ``isError`` answer included), or one of ``mcpg.tool.call.unknown`` (no such tool),
+    ``mcpg.tool.call.access_denied`` (the caller may not call it), ``mcpg.tool.call.denied`` (a gate refused
+    it), ``mcpg.backend.failed`` (it failed without answering); an ``mcp_pipe`` run writes
+    ``mcpg.pipeline.completed`` or ``mcpg.pipeline.failed``. Each line's ``prev_event_hash`` is the SHA-256 of
+    the previous line's bytes; a restart continues the chain from the file's last line, and a file rotated away
+    (renamed or deleted) is reopened at its path before the next write.
+
+    Args:
+        path: the file; None keeps no file.
+        allowed: write ``mcpg.tool.call.allowed`` events (mcpg's ``emit_tool_call_allowed``).
+        completed: write ``mcpg.tool.call.completed`` events (``emit_tool_call_completed``).
+    """
+
+    def __init__(
+        self, path: str | None = None, *, keep: bool = False, allowed: bool = True, completed: bool = True
+    ) -> None:
+        super().__init__(path, keep=keep)
+        self.emit_allowed = allowed
+        self.emit_completed = completed
+        self.last_hash: str | None = _last_line_hash(path) if path else None
+        self._id = os.fstat(self._fd) if self._fd is not None else None
+
+    def allowed(self, ctx: ToolContext, tool: str, chain: list[Any]) -> None:
+        if self.emit_allowed:
+            details = {
+                "tool_gate_plugins_evaluated": len(chain),
+                "surface": "tool",
+                "chain": [
+                    {"plugin_id": d.gate, "phase": "pre", "decision": d.decision, "latency_ms": d.latency_ms}
+                    for d in chain
+                ],
+            }
+            self._emit(ctx, "mcpg.tool.call.allowed", f"tool://{tool}", "success", details)
+
+    def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
+        tool = str(record.get("tool", ""))
+        code = record.get("error_code")
+        if "gate" in record:
+            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
+            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
+        elif tool == PIPE_TOOL:
+            ok = bool(record.get("ok"))
+            details = {"pipeline_id": record.get("pipeline"), "duration_ms": record.get("duration_ms")}
+            if not ok:
+                details["error_code"] = code
+            action = "mcpg.pipeline.completed" if ok else "mcpg.pipeline.failed"
+            self._emit(ctx, action, f"pipeline://{PIPE_TOOL}", "success" if ok else "failure", details, record)
+        elif record.get("ok") or code == ErrorCode.TOOL_ERROR:
+            if self.emit_completed:
+                details = {
+                    "tool_gate_plugins_evaluated": 0,
+                    "execution_duration_ms": int(record.get("duration_ms") or 0),
+                    "surface": "tool",
+                    "chain": [],
+                }
+                self._emit(ctx, "mcpg.tool.call.completed", f"tool://{tool}", "success", details, record)
+        elif code == ErrorCode.UNKNOWN_TOOL:
+            details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
+            self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:256]}", "failure", details, record)
+        elif code == ErrorCode.FORBIDDEN:
+            trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
+            details = {
+                "surface": "tool",
+                "transport": "mcp",
+                "audit_reason": f"tool_not_granted:{tool}",
+                "trust_level": trust,
+            }
+            self._emit(ctx, "mcpg.tool.call.access_denied", f"tool://{tool}", "denied", details, record)
+        else:
+            details = {"duration_ms": record.get("duration_ms"), "error_code": code}
+            self._emit(ctx, "mcpg.backend.failed", f"tool://{tool}", "failure", details, record)
+
+    def _emit(
+        self,
+        ctx: ToolContext | None,
+        action: str,
+        resource: str,
+        outcome: str,
+        details: dict[str, Any],
+        record: dict[str, Any] | None = None,
+    ) -> None:
+        event: dict[str, Any] = {
+            "event_id": _uuid7(),
+            "occurred_at": record["ts"] if record is not None else _now(),
+            "actor": _actor(ctx),
+            "action": action,
+            "resource": resource,
+            "outcome": outcome,
+        }
+        request_id = ctx.request_id if ctx is not None else None
+        if request_id is not None:
+            event["request_id"] = request_id
+        event["details"] = details
+        if self.last_hash is not None:
+            event["prev_event_hash"] = self.last_hash
+        line = orjson.dumps(event)
+        if self.records is not None:
+            self.records.append(event)
+        if self._fd is None:
+            self.last_hash = hashlib.sha256(line).hexdigest()
+            return
+        try:
+            self._follow_rotation()
+            os.write(self._fd, line + b"\n")
+        except OSError:
+            _log.exception("cannot write an audit record to %s", self.path)
+            return
+        self.last_hash = hashlib.sha256(line).hexdigest()
+
+    def _follow_rotation(self) -> None:
+        """Reopen the path when the file was renamed or deleted under the open descriptor (logrotate)."""
+        assert self.path is not None and self._fd is not None
+        try:
+            on_disk = os.stat(self.path)
+        except FileNotFoundError:
+            on_disk = None
+        held = self._id
+        if on_disk is not None and held is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
+            return
+        os.close(self._fd)
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self._id = os.fstat(self._fd)
+
+
+def _last_line_hash(path: str) -> str | None:
+    """The SHA-256 of the last line of an existing audit file (the chain goes on from it)."""
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 1024 * 1024))
+            tail = f.read()
+    except OSError:
+        return None
+    lines = [line for line in tail.split(b"\n") if line]
+    return hashlib.sha256(lines[-1]).hexdigest() if lines else None
+
+
+def _actor(ctx: ToolContext | None) -> dict[str, Any]:
+    """mcpg's ``PluginIdentity`` of the caller."""
+    identity = ctx.identity if ctx is not None else None
+    if identity is not None:
+        actor: dict[str, Any] = {
+            "kind": identity.trust,
+            "trust_level": identity.trust,
+            "subject_id": identity.subject,
+            "auth_provider": identity.issuer if identity.provider == "oidc" else identity.provider,
+            "issuer": identity.issuer,
+        }
+        for key, values in (("roles", identity.roles), ("groups", identity.groups), ("scopes", identity.scopes)):
+            if values:
+                actor[key] = list(values)
+        if identity.attributes:
+            actor["attributes"] = dict(sorted(identity.attributes.items()))
+        return actor
+    principal = ctx.principal if ctx is not None else None
+    if principal is None:
+        return {
+            "kind": "anonymous",
+            "trust_level": "unauthenticated",
+            "subject_id": None,
+            "auth_provider": None,
+            "issuer": None,
+        }
+    return {
+        "kind": "verified",
+        "trust_level": "verified",
+        "subject_id": principal,
+        "auth_provider": None,
+        "issuer": None,
+    }
+
+
+def _uuid7() -> str:
+    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then random bits; sorts by time."""
+    ms = time.time_ns() // 1_000_000
+    value = (ms & ((1 << 48) - 1)) << 80 | (0x7 << 76) | (int.from_bytes(os.urandom(10), "big") & ((1 << 76) - 1))
+    value = (value & ~(0xC << 60)) | (0x8 << 60)  # the RFC 4122 variant
+    return str(uuid.UUID(int=value))
 
 
 def _now() -> str:
@@ -135,6 +332,9 @@ class Gateway:
         audit: where records go.
         ready: awaited with the name before a call that names an unknown tool, and with None before listing
             (lazy downstream servers connect in it); None when nothing is lazy.
+        trust: trust levels and per-tool rules (:mod:`mcpipe.trust`), or None.
+        gates: what every call passes after the permission check (``[access]``: Cedar policies, rate limits,
+            client-address allowlists); a refusal is audited and answered like a forbidden call.
     """
 
     def __init__(
@@ -145,9 +345,13 @@ class Gateway:
         costs: dict[str, float] | None = None,
         audit: AuditLog | None = None,
         ready: Callable[[str | None], Awaitable[None]] | None = None,
+        trust: Trust | None = None,
+        gates: Gates | None = None,
     ) -> None:
         self.sources = sources
+        self.trust = trust
         self.policy = policy or Policy()
+        self.gates = gates if gates else None
         self.audit = audit or AuditLog(None)
         costs = dict(costs or {})
         costs.pop(PIPE_TOOL, None)
@@ -188,7 +392,9 @@ class Gateway:
                     yield tool
 
     def allows(self, name: str, ctx: ToolContext) -> bool:
-        return self.policy.allows(ctx.principal, name)
+        if not self.policy.allows(ctx.principal, name):
+            return False
+        return self.trust is None or self.trust.visible(name, ctx)
 
     def cost_of(self, name: str) -> float:
         cost = self._cost_cache.get(name)
@@ -224,9 +430,29 @@ class Gateway:
                 raise CallError(reason)
             self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
             raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
+        return await self.invoke(tool, args, ctx, t0)
+
+    async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext, t0: float | None = None) -> ToolResult:
+        """Call ``tool`` (found by :meth:`call`, or a pipeline served as a prompt or resource) through the same
+        checks, audit and charge.
+
+        Raises:
+            CallError: the principal may not call it.
+            mcpipe.trust.TrustDenied: the trust rules refuse the caller.
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        name = tool.name
         if not self.policy.allows(ctx.principal, name):
             self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
             raise _Refused(ErrorCode.FORBIDDEN, f"principal '{ctx.principal}' may not call '{name}'")
+        if self.trust is not None:
+            try:
+                self.trust.check(name, ctx)
+            except TrustDenied:
+                self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
+                raise
+        chain = self._admit(name, args, ctx, t0)
+        self.audit.allowed(ctx, name, chain)
         if ctx.tools is None:
             # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
             ctx = replace(ctx, tools=self)
@@ -254,6 +480,23 @@ class Gateway:
         self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         return result
 
+    def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
+        """Run the gates for a call the gateway does not make itself (``mcp_pipe``, whose steps are calls).
+
+        Raises:
+            CallError: a gate refused it (audited; ``code`` is ``FORBIDDEN`` or ``LIMIT_EXCEEDED``).
+        """
+        self._admit(name, args, ctx, time.perf_counter())
+
+    def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
+        if self.gates is None:
+            return []
+        try:
+            return self.gates.admit(name, args, ctx)
+        except GateRefusal as refusal:
+            self._record(ctx, name, False, refusal.code, t0, 0.0, gate=refusal.gate)
+            raise _Refused(refusal.code, str(refusal)) from None
+
     def record_pipe(self, ctx: ToolContext, pipeline: str, answer: dict[str, Any], t0: float) -> None:
         """Audit one ``mcp_pipe`` call (cost 0) with the answer's outcome."""
         self._record(ctx, PIPE_TOOL, bool(answer.get("ok")), answer.get("error_code"), t0, 0.0, pipeline=pipeline)
@@ -268,6 +511,7 @@ class Gateway:
         cost: float,
         *,
         pipeline: str | None = None,
+        gate: str | None = None,
     ) -> None:
         if cost:
             tally = self.totals[ctx.principal]
@@ -285,7 +529,9 @@ class Gateway:
                 "pipeline": pipeline if pipeline is not None else ctx.pipeline,
                 "step": ctx.step,
                 "request_id": ctx.request_id,
-            }
+                **({"gate": gate} if gate is not None else {}),
+            },
+            ctx,
         )
 
 

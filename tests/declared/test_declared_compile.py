@@ -272,7 +272,8 @@ def test_the_step_schema_covers_every_kind():
         "tool", "http", "graphql", "command", "mock", "value", "transform", "cel_gate",
         "plugin_transform", "log", "progress", "parallel", "pipe",
         "elicitation", "sampling", "roots_list", "gather",
-        "sql", "sql_tx", "sql_await", "nats", "grpc", "kafka",
+        "sql", "sql_tx", "sql_await", "nats", "grpc", "kafka", "python", "duckdb", "postgres", "shell",
+        "twilio",
         "roots",  # a `gather` entry's kind (the others share their step kind's name)
     }  # fmt: skip
 

@@ -21,8 +21,11 @@ DOC = ROOT / "docs" / "declared-pipelines.md"
 BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)
 POLICY = StepPolicy(
     http=HttpPolicy(allowed_hosts=["api.example.com"]),
-    command=CommandPolicy(commands={"jq": ["/usr/bin/jq", "-c"]}),
-    sql={"orders": SqlBackend("orders", SqlBackendConfig(url="sqlite://"))},  # in memory
+    command=CommandPolicy(commands={"jq": ["/usr/bin/jq", "-c"], "sh": "/bin/sh"}),
+    sql={
+        "orders": SqlBackend("orders", SqlBackendConfig(url="sqlite://")),  # in memory
+        "warehouse": SqlBackend("warehouse", SqlBackendConfig(url="postgresql://postgres@127.0.0.1:1/none")),
+    },
 )
 TOOLS = frozenset({"search"})
 

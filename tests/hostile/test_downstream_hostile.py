@@ -13,7 +13,7 @@ import httpx2
 import pytest
 import trio
 
-from kit.attack import base_of, call, probing, rpc, rss_mb, serve_process
+from kit.siege import base_of, call, probing, rpc, rss_mb, serve_process
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),

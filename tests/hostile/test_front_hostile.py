@@ -14,10 +14,10 @@ import orjson
 import pytest
 import trio
 
-from kit.attack import base_of, call, probing, rpc, serve_process
 from kit.hostile import http_app, make_config
 from kit.llm import fake_api, fake_openai, text
 from kit.servers import make_config as make_config_in
+from kit.siege import base_of, call, probing, rpc, serve_process
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),

@@ -13,9 +13,9 @@ import httpx2
 import pytest
 import trio
 
-from kit.attack import call, capabilities, probing, rpc, rss_mb, serve_process, task_request
 from kit.hostile import http_app
 from kit.redis import redis_server
+from kit.siege import call, capabilities, probing, rpc, rss_mb, serve_process, task_request
 from kit.tasks_fixture import CONFIG as TASKS_CONFIG
 from mcpipe.config import parse_config
 from mcpipe.gateway import PIPE_TOOL

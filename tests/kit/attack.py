@@ -1,176 +1,158 @@
-"""Helpers of the attacks on a real server (``tests/hostile``, issue 20): a ``/healthz`` probe that runs beside
-an attack, a ``mcpipe serve`` process (its RSS read from ``/proc``), raw JSON-RPC posts."""
+"""A real ``mcpipe serve`` process under attack (issue 20): started on a free port of 127.0.0.1 with a config
+file, its ``/healthz`` probed while an attack runs, its RSS read from ``/proc``.
+
+The server is a process of its own, so a frozen event loop shows as a slow ``/healthz`` (an app served in the
+test's own process would freeze the test with it).
+"""
 
 from __future__ import annotations
 
+import json
 import os
-import resource
+import signal
 import sys
-from collections.abc import AsyncIterator
+import tempfile
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from time import perf_counter
 from typing import Any
 
 import httpx2
-import orjson
 import trio
 
-V = "2026-07-28"
-TASKS = "io.modelcontextprotocol/tasks"
+from kit.hostile import call, headers, result_of
 
-
-def base_of(url: str) -> str:
-    """``http://127.0.0.1:PORT`` of an MCP URL."""
-    return url.rsplit("/", 1)[0]
-
-
-@dataclass
-class Probe:
-    """``GET /healthz`` every ``every_s`` while an attack runs: each answer's status and latency."""
-
-    url: str
-    every_s: float = 0.25
-    seen: list[tuple[int, float]] = field(default_factory=list)
-
-    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        async with httpx2.AsyncClient(timeout=10) as http:
-            task_status.started()
-            while True:
-                t0 = trio.current_time()
-                try:
-                    r = await http.get(base_of(self.url) + "/healthz")
-                    status = r.status_code
-                except httpx2.HTTPError:
-                    status = 0
-                self.seen.append((status, trio.current_time() - t0))
-                await trio.sleep(self.every_s)
-
-    def check(self, within_s: float = 1.0) -> None:
-        """Every probe answered 200 within ``within_s``."""
-        assert self.seen, "the probe never ran"
-        slow = [(s, round(t, 2)) for s, t in self.seen if s != 200 or t > within_s]
-        assert not slow, f"/healthz answered late or not at all: {slow} of {len(self.seen)}"
-
-
-@asynccontextmanager
-async def probing(url: str, every_s: float = 0.25) -> AsyncIterator[Probe]:
-    """A :class:`Probe` running for the block; checked (every answer 200 within 1 s) at its end."""
-    probe = Probe(url, every_s)
-    async with trio.open_nursery() as nursery:
-        await nursery.start(probe.run)
-        yield probe
-        nursery.cancel_scope.cancel()
-    probe.check()
-
-
-def rss_mb(pid: int) -> float:
-    """The resident memory of process ``pid``, in MB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no VmRSS for {pid}")
+TESTS = Path(__file__).parent.parent
 
 
 @dataclass
 class Served:
-    """A ``mcpipe serve`` process: its MCP URL and its log file."""
+    """A running server: its MCP URL, its process, and its log so far."""
 
-    proc: trio.Process
     url: str
-    log: Path
+    proc: trio.Process
+    log: Any
+    health: list[float] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return self.url.rsplit("/", 1)[0]
+
+    def rss_mb(self) -> float:
+        """The server's resident memory now, in MB."""
+        with open(f"/proc/{self.proc.pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+        return float("nan")
 
     def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        """What the server has logged."""
+        self.log.seek(0)
+        return str(self.log.read().decode(errors="replace"))
+
+    @property
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    async def post(self, body: Any, name: str) -> Any:
+        """A ``tools/call`` (``body`` a JSON-RPC message, or bytes); the JSON-RPC answer."""
+        content = body if isinstance(body, bytes) else json.dumps(body).encode()
+        async with httpx2.AsyncClient(timeout=120) as http:
+            r = await http.post(self.url, content=content, headers=headers(name))
+        assert r.status_code == 200, (r.status_code, r.text[:500])
+        return result_of(r.text, r.headers.get("content-type", ""))
+
+    async def call(self, name: str, arguments: Any) -> Any:
+        """Call a tool; the JSON-RPC result."""
+        return (await self.post(call(name, arguments), name))["result"]
+
+    async def healthz(self) -> float:
+        """Seconds ``/healthz`` took to answer (10 when it did not within 10 s)."""
+        t0 = perf_counter()
+        async with httpx2.AsyncClient(timeout=10) as http:
+            try:
+                r = await http.get(self.base + "/healthz")
+            except httpx2.TimeoutException:
+                return 10.0
+        assert r.status_code == 200
+        return perf_counter() - t0
+
+    async def probed(self, attack: Callable[[], Awaitable[Any]], every: float = 0.1) -> tuple[Any, float]:
+        """Run ``attack`` while ``/healthz`` is asked every ``every`` seconds; answers its value and the
+        slowest ``/healthz`` seen (at least one probe is made while the attack runs)."""
+        done = trio.Event()
+        slowest = 0.0
+        probes = 0
+
+        async def probe() -> None:
+            nonlocal slowest, probes
+            while not done.is_set() or probes == 0:
+                took = await self.healthz()
+                self.health.append(took)
+                slowest = max(slowest, took)
+                probes += 1
+                with trio.move_on_after(every):
+                    await done.wait()
+
+        value: Any = None
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(probe)
+            try:
+                value = await attack()
+            finally:
+                done.set()
+        return value, slowest
+
+
+def write_config(directory: Path, text: str, suffix: str = ".yaml") -> Path:
+    path = directory / f"mcpipe{suffix}"
+    path.write_text(text)
+    return path
 
 
 @asynccontextmanager
-async def serve_process(
-    config: str, workdir: Path, *, env: dict[str, str] | None = None, nofile: int | None = None
+async def served(
+    config: Path | None = None,
+    *,
+    env: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    limit_as_mb: int | None = None,
 ) -> AsyncIterator[Served]:
-    """``mcpipe serve --config`` with ``config`` (TOML) on a free port of 127.0.0.1, its log in ``workdir``;
-    ``nofile``: its descriptor limit. Stopped (SIGTERM, then SIGKILL) on exit."""
-    path = workdir / "mcpipe.toml"
-    path.write_text(config)
-    log = workdir / "server.log"
+    """``mcpipe serve`` with ``config`` on a free port of 127.0.0.1 (the test tools importable); killed on exit.
 
-    def limit() -> None:  # in the child, before exec
-        if nofile is not None:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    with log.open("wb") as out:
-        proc = await trio.lowlevel.open_process(
-            [sys.executable, "-m", "mcpipe", "serve", "--config", str(path), "--http", "127.0.0.1:0"],
-            stdin=None,
-            stdout=out,
-            stderr=out,
-            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), **(env or {})},
-            preexec_fn=limit,
-        )
-    try:
-        marker = "serving MCP at "
-        with trio.fail_after(60):
-            while marker not in (text := log.read_text(errors="replace")):
-                if proc.poll() is not None:
-                    raise RuntimeError(f"the server exited: {text}")
-                await trio.sleep(0.05)
-        yield Served(proc, text.split(marker, 1)[1].split()[0], log)
-    finally:
-        if proc.returncode is None:
-            proc.terminate()
-            with trio.move_on_after(10):
-                await proc.wait()
+    Args:
+        limit_as_mb: an address-space limit of the server process (``RLIMIT_AS``), as the issue's
+            attacks were run under.
+    """
+    command = [sys.executable, "-m", "mcpipe", "serve", "--http", "127.0.0.1:0", "--log-level", "info"]
+    if config is not None:
+        command += ["--config", str(config)]
+    command += args or []
+    environ = {**os.environ, **(env or {})}
+    environ["PYTHONPATH"] = os.pathsep.join([str(TESTS), environ.get("PYTHONPATH", "")])
+    if limit_as_mb is not None:
+        # prlimit applies the limit to the server only (a preexec_fn would run in the test's process).
+        command = ["prlimit", f"--as={limit_as_mb * 1024 * 1024}", "--", *command]
+    with tempfile.TemporaryFile() as log:
+        proc = await trio.lowlevel.open_process(command, stdin=None, stdout=log, stderr=log, env=environ)
+        try:
+            marker = "serving MCP at "
+            with trio.fail_after(60):
+                while True:
+                    log.seek(0)
+                    text = log.read().decode(errors="replace")
+                    if marker in text:
+                        url = text.split(marker, 1)[1].split()[0]
+                        break
+                    if proc.poll() is not None:
+                        raise RuntimeError(f"the server exited: {text}")
+                    await trio.sleep(0.05)
+            yield Served(url, proc, log)
+        finally:
             if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
-
-
-def headers(name: str, *, token: str | None = None, method: str = "tools/call") -> dict[str, str]:
-    out = {
-        "content-type": "application/json",
-        "accept": "application/json, text/event-stream",
-        "mcp-protocol-version": V,
-        "mcp-method": method,
-        "mcp-name": name,
-    }
-    if token is not None:
-        out["authorization"] = f"Bearer {token}"
-    return out
-
-
-def capabilities(*, tasks: bool = False, elicitation: bool = False) -> dict[str, Any]:
-    caps: dict[str, Any] = {}
-    if tasks:
-        caps["extensions"] = {TASKS: {}}
-    if elicitation:
-        caps["elicitation"] = {"form": {}}
-    return caps
-
-
-def call(name: str, arguments: Any, caps: dict[str, Any] | None = None, rid: int = 1) -> dict[str, Any]:
-    meta = {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": caps or {}}
-    params = {"name": name, "arguments": arguments, "_meta": meta}
-    return {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
-
-
-def task_request(method: str, task_id: str, caps: dict[str, Any], rid: int = 1, **extra: Any) -> dict[str, Any]:
-    meta = {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": caps}
-    return {"jsonrpc": "2.0", "id": rid, "method": method, "params": {"taskId": task_id, "_meta": meta, **extra}}
-
-
-def message_of(r: httpx2.Response) -> Any:
-    """The JSON-RPC message of a response (the last ``data:`` line of an SSE stream)."""
-    text = r.text
-    if r.headers.get("content-type", "").startswith("text/event-stream"):
-        text = [line[5:].strip() for line in text.splitlines() if line.startswith("data:")][-1]
-    return orjson.loads(text) if text else None
-
-
-async def rpc(
-    http: httpx2.AsyncClient, url: str, message: dict[str, Any], name: str, *, token: str | None = None
-) -> tuple[int, Any]:
-    """POST one JSON-RPC message; the HTTP status and the message answered."""
-    method = message["method"]
-    r = await http.post(url, content=orjson.dumps(message), headers=headers(name, token=token, method=method))
-    return r.status_code, message_of(r) if r.content else None
+                proc.send_signal(signal.SIGKILL)
+                with trio.move_on_after(10):
+                    await proc.wait()

@@ -16,8 +16,8 @@ class WatchedAudit(AuditLog):
         super().__init__(None, keep=True)
         self._changed = trio.Event()
 
-    def write(self, record: dict[str, Any]) -> None:
-        super().write(record)
+    def write(self, record: dict[str, Any], ctx: Any = None) -> None:
+        super().write(record, ctx)
         self._changed.set()
         self._changed = trio.Event()
 

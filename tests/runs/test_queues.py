@@ -70,7 +70,7 @@ async def test_a_dead_workers_run_is_taken_over_after_its_lease_with_its_recorde
             with trio.fail_after(5):
                 while (got := await q.lease("w2", 0.3, 0.2)) is None:
                     pass
-            assert got.attempts == 2 and got.worker == "w2"
+            assert got.attempts == 2 and got.worker == "w2" and got.lapses == 1  # a lapse: "dead" held it
             assert await q.recorded("r1") == {"a": {"ok": True}}
             assert not await q.finish("r1", "dead", "completed", {})  # the stalled worker cannot finish it
             assert await q.finish("r1", "w2", "completed", {})
@@ -137,6 +137,7 @@ async def test_a_run_waiting_for_input_is_requeued_once_every_question_is_answer
     assert full is not None and full.status == "queued" and full.meta["pending"] == {}
     assert full.meta["answers"] == {"both.a": {"action": "accept"}, "both.b": {"action": "decline"}}
     assert again is not None and again.attempts == 2 and again.meta["capabilities"] == {"elicitation": {}}
+    assert again.lapses == 0  # requeued by its answers, not by a lease that ran out
     assert types == ["enqueued", "leased", "input_required", "resumed", "leased"]
 
 

@@ -60,6 +60,65 @@ async def test_a_parallel_child_that_may_fail_does_not_cancel_its_siblings(run, 
     assert answer["ok"] is False  # the group failed: one child did
 
 
+async def test_every_failure_is_weighed_by_its_own_step_not_only_the_first_of_the_run(run, probe):
+    # Three failures: `a` and `b` may fail, `c` may not. Each is weighed by its own policy, so the run
+    # goes on after `a` and `b` and stops at `c` (before, only the run's first failure was weighed, and
+    # `d` ran although the docs and the dry run say `c` stops the run).
+    spec: dict[str, Any] = {
+        "steps": [
+            {"id": "a", "tool": "fail", "args": {"message": "a"}, "continue_on_error": True},
+            {"id": "b", "tool": "fail", "args": {"message": "b"}, "continue_on_error": True},
+            {"id": "c", "tool": "fail", "args": {"message": "c"}},
+            {"id": "d", "tool": "echo", "args": {"value": "never"}},
+        ]
+    }
+    answer = await run(spec)
+    assert probe.log == ["fail a", "fail b", "fail c"]
+    assert answer["ok"] is False
+    assert answer["error"] == "step 'a' failed: a"  # the first failure, as the contract names it
+    assert answer["result"] is None  # the run stopped
+    assert [s for s in answer["steps"]] == ["a", "b", "c"]
+    assert answer["summary"] == {"total": 4, "succeeded": 0, "failed": 3, "skipped": 1, "cancelled": 0}
+    plan = (await run({**spec, "dry_run": True}))["plan"]
+    assert [s["continue_on_error"] for s in plan["steps"]] == [True, True, False, False]
+
+
+async def test_an_explicit_false_stops_a_continuing_pipeline_after_an_earlier_failure(run, probe):
+    answer = await run(
+        {
+            "continue_on_error": True,
+            "steps": [
+                {"id": "a", "tool": "fail", "args": {"message": "a"}},
+                {"id": "b", "tool": "fail", "args": {"message": "b"}, "continue_on_error": False},
+                {"id": "c", "tool": "fail", "args": {"message": "c"}},
+            ],
+        }
+    )
+    assert probe.log == ["fail a", "fail b"]
+    assert answer["ok"] is False and answer["result"] is None
+    assert "c" not in answer["steps"]
+
+
+async def test_a_child_that_must_not_fail_cancels_its_siblings_after_a_tolerated_failure(run, probe, autojump_clock):
+    answer = await run(
+        {
+            "steps": [
+                {
+                    "id": "g",
+                    "parallel": [
+                        {"id": "f1", "tool": "fail", "args": {"message": "f1"}, "continue_on_error": True},
+                        {"id": "f2", "tool": "fail", "args": {"message": "f2", "after_ms": 10}},
+                        {"id": "w", "tool": "wait", "args": {"ms": 50, "label": "w"}},
+                    ],
+                }
+            ]
+        }
+    )
+    assert probe.cancelled == ["w"]
+    assert answer["steps"]["g"]["children"]["w"]["error_code"] == "CANCELLED"
+    assert answer["steps"]["g"]["error"] == "step 'f1' failed: f1"
+
+
 # --- when ----------------------------------------------------------------------------------------------
 
 

@@ -535,6 +535,27 @@ class SqlTransaction:
         result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
         return shape(result, row_mode, cfg.max_rows)
 
+    async def execute_result(
+        self, stmt: Statement, params: Mapping[str, Any]
+    ) -> tuple[tuple[str, ...] | None, list[dict[str, Any]], int]:
+        """Run one statement on this connection; its columns (None: it returns no rows), its rows as objects
+        (JSON-ready values) and its row count (rows changed, for a statement that returns none).
+
+        Raises:
+            SqlError: the database refused it, it returned more than ``max_rows`` rows, or it ran past the
+                backend's ``statement_timeout_ms``.
+        """
+        missing = [n for n in stmt.names if n not in params]
+        if missing:
+            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        cfg = self.backend.config
+        driver = self.backend.driver
+        result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
+        if not result.returns_rows:
+            return None, [], result.rowcount
+        rows = shape(result, "rows", cfg.max_rows)
+        return result.columns, rows, len(rows)
+
     async def run_text(self, text: str) -> None:
         """Run a statement without parameters or results (``BEGIN``, ``COMMIT``)."""
         stmt = Statement(text, (), text, text)

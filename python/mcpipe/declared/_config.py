@@ -6,9 +6,16 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
-__all__ = ["OutboundConfig", "OutboundHttpConfig", "PipelineConfig"]
+__all__ = [
+    "OutboundConfig",
+    "OutboundDuckdbConfig",
+    "OutboundHttpConfig",
+    "OutboundPythonConfig",
+    "PipelineConfig",
+    "PromptArgument",
+]
 
 _MiB = 1024 * 1024
 
@@ -19,6 +26,14 @@ class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_o
 
 PositiveMs = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class PromptArgument(_Base, kw_only=True):
+    """One argument of a pipeline served as a prompt."""
+
+    name: str
+    description: str | None = None
+    required: bool = False
 
 
 class PipelineConfig(_Base, kw_only=True):
@@ -45,6 +60,20 @@ class PipelineConfig(_Base, kw_only=True):
         ask_before_task: called as a task (2026-07-28), the pipeline first asks its client synchronously
             (input-required rounds) and becomes a task at its first step that reaches out (on the round
             whose answers let it go on); without it, a task call is a task from its first round.
+        annotations: MCP tool annotations (``readOnlyHint``, ...), listed as the tool's ``annotations``.
+        answer: the answer shape (:mod:`mcpipe.declared._answers`): mcpipe's own by default; a foreign
+            format's configs name the shape of their system (``mcpg.binding``).
+        surface: what the pipeline serves: a ``tool`` (the default), a ``prompt`` (``prompts/get`` runs it
+            with the prompt's arguments), a ``resource`` (``resources/read`` of ``uri`` runs it with
+            ``{uri}``) or a ``resource_template`` (a read of a URI matching ``uri_template`` runs it with
+            ``{uri, <variables>..., template_vars}``). Only tools are listed and called as tools.
+        uri, uri_template, mime_type: the resource's URI (or URI template) and MIME type.
+        arguments: a prompt's arguments (``[{name, description, required}]``).
+        fill_defaults: fill absent arguments from the input schema's top-level ``default`` values before the
+            call is checked (mcpipe's way); off, the arguments are checked and passed as the caller sent them.
+        completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
+            variable, by its name: the values that start with what the client typed (at most 100).
+        meta: the descriptor's ``_meta``.
     """
 
     name: str
@@ -59,6 +88,16 @@ class PipelineConfig(_Base, kw_only=True):
     background: bool = False
     task_support: Literal["optional", "required", "forbidden"] = "optional"
     ask_before_task: bool = False
+    annotations: dict[str, Any] | None = None
+    answer: str | None = None
+    surface: Literal["tool", "prompt", "resource", "resource_template"] = "tool"
+    uri: str | None = None
+    uri_template: str | None = None
+    mime_type: str | None = None
+    arguments: list[PromptArgument] = []
+    fill_defaults: bool = True
+    completions: dict[str, list[str]] = {}
+    meta: dict[str, Any] | None = None
 
 
 class OutboundHttpConfig(_Base, kw_only=True):
@@ -69,6 +108,29 @@ class OutboundHttpConfig(_Base, kw_only=True):
     max_response_bytes: PositiveInt = 10 * _MiB
     verify: bool | str = True
     timeout_ms: PositiveMs | None = 30_000
+
+
+class OutboundPythonConfig(_Base, kw_only=True):
+    """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    fork_server: bool = True
+    memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
+    timeout_ms: PositiveMs = 60_000
+    max_output_bytes: PositiveInt = _MiB
+    max_result_bytes: PositiveInt = 10 * _MiB
+    env: dict[str, str] | None = None
+
+
+class OutboundDuckdbConfig(_Base, kw_only=True):
+    """``outbound.duckdb``: the limits of ``duckdb`` steps (see :class:`DuckdbPolicy`)."""
+
+    workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    memory_mb: Annotated[int, msgspec.Meta(ge=16)] = 1024
+    threads: Annotated[int, msgspec.Meta(ge=1, le=256)] = 2
+    timeout_ms: PositiveMs = 60_000
+    max_rows: PositiveInt = 10_000
+    autoinstall_extensions: bool = False
 
 
 class OutboundConfig(_Base, kw_only=True):
@@ -83,9 +145,13 @@ class OutboundConfig(_Base, kw_only=True):
         command_max_output_bytes: stdout or stderr past this fails the step.
         command_kill_grace_ms: SIGTERM, then SIGKILL after this, on timeout or cancellation.
         expression_max_ms: how long one JSONata evaluation may run.
+        python: the limits of ``python`` steps.
+        duckdb: the limits of ``duckdb`` steps.
     """
 
     http: OutboundHttpConfig = msgspec.field(default_factory=OutboundHttpConfig)
+    python: OutboundPythonConfig = msgspec.field(default_factory=OutboundPythonConfig)
+    duckdb: OutboundDuckdbConfig = msgspec.field(default_factory=OutboundDuckdbConfig)
     commands: dict[str, str | list[str]] = {}
     command_env: dict[str, str] | None = None
     command_timeout_ms: PositiveMs | None = 60_000
@@ -110,6 +176,23 @@ class OutboundConfig(_Base, kw_only=True):
                 max_output_bytes=self.command_max_output_bytes,
                 kill_grace_ms=self.command_kill_grace_ms,
                 timeout_ms=self.command_timeout_ms,
+            ),
+            python=PythonPolicy(
+                workers=self.python.workers,
+                fork_server=self.python.fork_server,
+                memory_mb=self.python.memory_mb,
+                timeout_ms=self.python.timeout_ms,
+                max_output_bytes=self.python.max_output_bytes,
+                max_result_bytes=self.python.max_result_bytes,
+                env=self.python.env,
+            ),
+            duckdb=DuckdbPolicy(
+                workers=self.duckdb.workers,
+                memory_mb=self.duckdb.memory_mb,
+                threads=self.duckdb.threads,
+                timeout_ms=self.duckdb.timeout_ms,
+                max_rows=self.duckdb.max_rows,
+                autoinstall_extensions=self.duckdb.autoinstall_extensions,
             ),
             expression_max_ms=self.expression_max_ms,
         )

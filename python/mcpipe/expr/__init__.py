@@ -1,5 +1,6 @@
-"""Compiled expressions: CEL (``when``, ``input_transform``, ``transform``, ``cel_gate``) and JSONata
-(``plugin_transform``), compiled once and evaluated per step run, with the references they make.
+"""Compiled expressions: CEL (``when``, ``input_transform``, ``transform``, ``cel_gate``), JSONata
+(``plugin_transform``) and the playbooks' Jinja templates (:mod:`mcpipe.expr._jinja`), compiled once and
+evaluated per step run, with the references they make.
 
 Importing this package loads the CEL and JSONata libraries; the plan and the scheduler only need
 :class:`mcpipe.errors.ExpressionError` and the :class:`mcpipe.plan.Expression` protocol, so ``mcp_pipe``

@@ -8,6 +8,10 @@ waits on the worker's pipe without the GIL, the event loop goes on, and past the
 killed (the next evaluation starts a new one) and the step fails with a timeout. Expressions that do not
 iterate cost time linear in their input and run inline.
 
+A worker's address space is bounded (:data:`MEMORY_BYTES`), and so is its reply (:data:`MAX_REPLY_BYTES`):
+an expression that builds a huge value (``lists.range(1000000000)``, a ``replace`` that multiplies a text)
+fails its step instead of taking the machine's memory.
+
 The protocol is one JSON line each way: ``{"source", "context", "functions"}`` in; ``{"value"}`` or
 ``{"error", "missing"}`` out. The worker is :mod:`mcpipe.expr._celexec` run as a script, which imports
 nothing of mcpipe (it starts in the time the CEL library takes to import).
@@ -24,10 +28,16 @@ from typing import IO, Any
 import orjson
 import trio
 
-__all__ = ["WORKERS", "evaluate_in_worker"]
+__all__ = ["WORKERS", "WorkerDied", "evaluate_in_worker"]
 
 WORKERS = 2
 """At most this many worker processes (and evaluations in flight); more evaluations wait for one."""
+
+MEMORY_BYTES = 1024 * 1024 * 1024
+"""A worker's address-space limit (``RLIMIT_AS``): the CEL library and Python take about 60 MB of it."""
+
+MAX_REPLY_BYTES = 64 * 1024 * 1024
+"""The longest reply (an expression's value as JSON) read from a worker; past it the worker is killed."""
 
 READY_TIMEOUT_S = 60.0
 """How long a new worker may take to start (import the CEL library) before it counts as broken."""
@@ -36,12 +46,17 @@ _limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcp
 _idle: list[_Worker] = []
 
 
+class WorkerDied(OSError):
+    """The worker ended without a whole reply: the expression's fault (memory, a reply too large), not the
+    machine's; the step fails with this message."""
+
+
 class _Worker:
     """One worker process; its pipe is read by one thread at a time."""
 
     def __init__(self) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(Path(__file__).with_name("_celexec.py"))],
+            [sys.executable, str(Path(__file__).with_name("_celexec.py")), str(MEMORY_BYTES)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -65,9 +80,11 @@ class _Worker:
         stdin, stdout = self._pipes()
         stdin.write(request + b"\n")
         stdin.flush()
-        line = stdout.readline()
+        line = stdout.readline(MAX_REPLY_BYTES + 1)
         if not line:
-            raise OSError("the CEL worker exited")
+            raise WorkerDied("the CEL worker exited while evaluating (it ran out of memory, or was killed)")
+        if not line.endswith(b"\n"):
+            raise WorkerDied(f"the expression's value is larger than {MAX_REPLY_BYTES} bytes of JSON")
         return line
 
     def kill(self) -> None:
@@ -102,6 +119,7 @@ async def evaluate_in_worker(source: str, context: dict[str, Any], functions: li
 
     Raises:
         TypeError: the context is not JSON data.
+        WorkerDied: the worker died while evaluating, or its reply was too large (it is killed).
         OSError: no worker could be started.
     """
     request = orjson.dumps({"source": source, "context": context, "functions": functions})

@@ -17,11 +17,13 @@ from typing import Any
 import cel
 import cel.stdlib
 import jsonata
+import trio
 
 from mcpipe.errors import ExpressionError
 from mcpipe.expr import _celexec
 from mcpipe.expr._celexec import _EXTENSIONS, CelError
 from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
+from mcpipe.plan._ir import expression_timeout_ms, set_expression_timeout
 
 __all__ = [
     "ROOTS",
@@ -45,22 +47,29 @@ _NAMESPACES = frozenset({"cel", "optional", "math", "strings", "base64", "sets",
 
 _CEL_ERROR = re.compile(r"ERROR: <input>:(\d+):(\d+): (.*)")
 
-# Functions that build or walk whole lists: an expression calling one is evaluated like a comprehension,
-# in a worker process (see mcpipe.expr._celworker).
-_ITERATING = frozenset({"lists.range", "sort", "distinct", "flatten", "split"})
-
-_timeout_ms = 1000.0
-
-
-def set_expression_timeout(ms: float) -> None:
-    """The deadline of every CEL and JSONata evaluation (``pipe.expression_timeout_ms``)."""
-    global _timeout_ms
-    _timeout_ms = float(ms)
-
-
-def expression_timeout_ms() -> float:
-    """The deadline of every CEL and JSONata evaluation, in milliseconds."""
-    return _timeout_ms
+# Functions that build or walk whole lists, or whose cost is more than linear in their input (``replace``
+# multiplies a text, ``sets.*`` compare every pair), or that walk a text character by character in Python:
+# an expression calling one is evaluated like a comprehension, in a worker process (see
+# mcpipe.expr._celworker). The others are Rust builtins or cost one C call linear in their input.
+_ITERATING = frozenset(
+    {
+        "lists.range",
+        "sort",
+        "distinct",
+        "flatten",
+        "split",
+        "replace",
+        "sets.contains",
+        "sets.equivalent",
+        "sets.intersects",
+        "lowerAscii",
+        "upperAscii",
+        "strings.quote",
+        "min",
+        "max",
+        "sum",
+    }
+)
 
 
 def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, Any] | list[str]) -> Any:
@@ -190,13 +199,15 @@ class CelExpr:
         """
         if not self.iterates:
             return self.evaluate(env)
-        from mcpipe.expr._celworker import evaluate_in_worker
+        from mcpipe.expr._celworker import WorkerDied, evaluate_in_worker
 
-        ms = _timeout_ms
+        ms = expression_timeout_ms()
         try:
             reply = await evaluate_in_worker(self.source, self.context(env), sorted(self.functions), ms / 1000)
         except TypeError as e:
             raise ExpressionError(f"the expression's input is not JSON data: {e}") from None
+        except WorkerDied as e:
+            raise ExpressionError(str(e)) from None
         if reply is None:
             raise ExpressionError(f"the CEL expression timed out after {ms:g} ms", timeout=True)
         if "error" in reply:
@@ -328,7 +339,7 @@ class JsonataExpr:
         """
         data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
-        max_ms = min(self.max_ms, int(_timeout_ms))
+        max_ms = min(self.max_ms, int(expression_timeout_ms()))
         frame.set_runtime_bounds(max_ms, self.max_depth)
         try:
             result = self.expression.evaluate(data, frame)
@@ -341,6 +352,29 @@ class JsonataExpr:
         if callable(result):
             raise ExpressionError("the result is a function, not JSON data")
         return to_json_value(result)
+
+    async def evaluate_async(self, env: Mapping[str, Any]) -> Any:
+        """:meth:`evaluate` off the event loop: in a thread (the library is Python, so the loop keeps its turns
+        of the interpreter while it runs), which the library's own deadline ends; a cancelled caller does
+        not wait for it.
+
+        Raises:
+            ExpressionError: as :meth:`evaluate`.
+        """
+        return await trio.to_thread.run_sync(self.evaluate, env, abandon_on_cancel=True, limiter=_threads())
+
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_expression_threads")
+
+
+def _threads() -> trio.CapacityLimiter:
+    """At most 4 JSONata evaluations at once in threads (each ends by its deadline)."""
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(4)
+        _THREADS.set(limiter)
+        return limiter
 
 
 _JSONATA_TIMEOUT = "D1012"

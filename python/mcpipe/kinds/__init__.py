@@ -8,7 +8,14 @@ step kind".
 """
 
 from mcpipe.kinds._base import RESERVED_KINDS, Build, BuildFailed, Kind, Registry, StepFields
-from mcpipe.kinds._policy import CommandPolicy, ForbiddenError, HttpPolicy, StepPolicy
+from mcpipe.kinds._policy import (
+    CommandPolicy,
+    DuckdbPolicy,
+    ForbiddenError,
+    HttpPolicy,
+    PythonPolicy,
+    StepPolicy,
+)
 
 __all__ = [
     "KINDS",
@@ -16,9 +23,11 @@ __all__ = [
     "Build",
     "BuildFailed",
     "CommandPolicy",
+    "DuckdbPolicy",
     "ForbiddenError",
     "HttpPolicy",
     "Kind",
+    "PythonPolicy",
     "Registry",
     "StepFields",
     "StepPolicy",
@@ -51,6 +60,13 @@ KINDS = Registry.of_modules(
         "nats",
         "grpc",
         "kafka",
+        # Code and databases, NoETL's tool kinds (mcpipe.formats.noetl maps its playbooks onto these).
+        "python",
+        "duckdb",
+        "postgres",
+        "shell",
+        # Plugin backends of mcpg (seed 003) over their services' HTTP APIs.
+        "twilio",
     ],
 )
 """The leaf kinds by name, in the order the docs list them (``parallel`` and ``pipe`` are containers).

@@ -17,11 +17,12 @@ from typing import Any
 
 import trio
 
+from mcpipe.access import Credentials
 from mcpipe.backends._connections import Connections
 from mcpipe.errors import ErrorCode
 from mcpipe.results import StepFailure
 
-__all__ = ["CommandPolicy", "ForbiddenError", "HttpPolicy", "StepPolicy"]
+__all__ = ["CommandPolicy", "DuckdbPolicy", "ForbiddenError", "HttpPolicy", "PythonPolicy", "StepPolicy"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
@@ -232,12 +233,68 @@ class CommandPolicy:
 
 
 @dataclass(frozen=True)
+class PythonPolicy:
+    """How ``python`` steps run: each in a process of its own, within these limits (``mcpipe.kinds.python``).
+
+    Attributes:
+        workers: at most this many python steps run at once; more wait for one to end.
+        fork_server: fork each step's process from a fork server that has started Python already (about a
+            millisecond); off, each step starts a new interpreter (tens of milliseconds).
+        memory_mb: the address-space limit of a step's process (``RLIMIT_AS``): past it, allocations fail
+            and the step fails with ``LIMIT_EXCEEDED``.
+        timeout_ms: the deadline of a step that sets no ``timeout_ms``; past it the process is killed and
+            the step fails with ``TIMEOUT``.
+        max_output_bytes: of what the code prints, the first this many bytes of stdout and of stderr are
+            kept (the rest is counted, not kept).
+        max_result_bytes: a larger result (as JSON) fails the step with ``OUTPUT_TOO_LARGE``.
+        env: the environment the code starts from (a step's ``env`` is laid over it). Default: the server's
+            ``PATH``, ``LANG``, ``LC_ALL``, ``TZ`` and ``HOME`` only.
+    """
+
+    workers: int = 4
+    fork_server: bool = True
+    memory_mb: int = 1024
+    timeout_ms: float = 60_000
+    max_output_bytes: int = 1024 * 1024
+    max_result_bytes: int = 10 * 1024 * 1024
+    env: Mapping[str, str] | None = None
+
+    def base_env(self) -> dict[str, str]:
+        """The environment a step's code starts from."""
+        return dict(self.env) if self.env is not None else _default_env()
+
+
+@dataclass(frozen=True)
+class DuckdbPolicy:
+    """How ``duckdb`` steps run: in worker threads, within these limits (``mcpipe.kinds.duckdb``).
+
+    Attributes:
+        workers: at most this many duckdb steps run at once; more wait.
+        memory_mb: DuckDB's ``memory_limit`` for a step's database.
+        threads: DuckDB's ``threads`` for a step's database.
+        timeout_ms: the deadline of a step that sets none; past it the statement is interrupted.
+        max_rows: a statement that returns more rows fails the step.
+        autoinstall_extensions: let DuckDB download an extension it knows when a statement needs it; off,
+            statements load only extensions installed ahead (an explicit ``INSTALL`` is the SQL's own).
+    """
+
+    workers: int = 4
+    memory_mb: int = 1024
+    threads: int = 2
+    timeout_ms: float = 60_000
+    max_rows: int = 10_000
+    autoinstall_extensions: bool = False
+
+
+@dataclass(frozen=True)
 class StepPolicy:
     """Everything the operator's config decides about declared steps.
 
     Attributes:
         http: outbound HTTP (``http`` and ``graphql`` steps).
         command: runnable commands (``command`` steps).
+        python: the limits of ``python`` steps.
+        duckdb: the limits of ``duckdb`` steps.
         plugins: extra ``plugin_transform`` plugins by name (the JSONata plugin is always there).
         expression_max_ms: how long one JSONata evaluation may run.
         sql: the named SQL backends (``[sql.NAME]``) ``sql``, ``sql_tx`` and ``sql_await`` steps may use,
@@ -246,13 +303,17 @@ class StepPolicy:
 
     http: HttpPolicy = field(default_factory=HttpPolicy)
     command: CommandPolicy = field(default_factory=CommandPolicy)
+    python: PythonPolicy = field(default_factory=PythonPolicy)
+    duckdb: DuckdbPolicy = field(default_factory=DuckdbPolicy)
     plugins: Mapping[str, Any] = field(default_factory=dict)
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
     connections: Connections = field(default_factory=Connections)
+    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
     base_dir: str = "."
     """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
-    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
+    credentials: Credentials = field(default_factory=Credentials)
+    """The outbound credentials (``[credentials.NAME]``) ``http`` steps present (``credential = "NAME"``)."""
 
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""

@@ -28,7 +28,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["KIND", "CommandFields", "CommandPlan", "run_command"]
+__all__ = ["KIND", "CommandFields", "CommandPlan", "env_object", "run_command", "run_process"]
 
 
 class CommandFields(StepFields, tag="command"):
@@ -86,12 +86,12 @@ async def run_command(
     plan = step.built
     argv = [*plan.argv, *_args(inputs.get("args"))]
     proc_env = plan.policy.base_env()
-    proc_env.update(_env(inputs.get("env")))
+    proc_env.update(env_object(inputs.get("env")))
     cwd = inputs.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise StepFailure(f"`cwd` must be a string, got {type(cwd).__name__}", ErrorCode.TOOL_FAILED)
     stdin = _stdin(inputs.get("stdin"))
-    code, out, err = await _run(argv, proc_env, cwd, stdin, plan.policy)
+    code, out, err = await run_process(argv, proc_env, cwd, stdin, plan.policy)
     stdout = out.decode("utf-8", errors="replace")
     stderr = err.decode("utf-8", errors="replace")
     output: dict[str, Any] = {"exit_code": code, "stdout": stdout, "stderr": stderr}
@@ -129,7 +129,8 @@ def _args(value: Any) -> list[str]:
     return out
 
 
-def _env(value: Any) -> dict[str, str]:
+def env_object(value: Any) -> dict[str, str]:
+    """A step's ``env`` (an object, or null) as environment variables (non-strings as JSON)."""
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -150,9 +151,14 @@ def _kill_group(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
 
 
-async def _run(
+async def run_process(
     argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None, policy: CommandPolicy
 ) -> tuple[int, bytes, bytes]:
+    """Run ``argv`` in a process group of its own; its exit code, stdout and stderr (see the module's doc).
+
+    Raises:
+        StepFailure: it could not start, or printed more than the policy's ``max_output_bytes``.
+    """
     try:
         process = await trio.lowlevel.open_process(
             argv,

@@ -14,7 +14,7 @@ from typing import Any
 from mcpipe._template import Template
 from mcpipe.errors import InterpolationError
 from mcpipe.plan._check import ReferenceCondition, reference_root
-from mcpipe.plan._ir import ForEach, Leaf, Limits, Node, Parallel, Pipe, Pipeline
+from mcpipe.plan._ir import ForEach, Graph, Leaf, Limits, Node, Parallel, Pipe, Pipeline
 
 __all__ = ["STATIC_ROOTS", "explain"]
 
@@ -36,7 +36,8 @@ def explain(plan: Pipeline, env: Mapping[str, Any], limits: Limits) -> dict[str,
         other), and by kind: a tool call's ``tool``, ``args`` (resolved when every reference is known
         now, else null), ``known`` (the values of the references known now, by location) and ``pending``
         (the references to resolve at run time); a group's ``parallel`` children (they run at the same
-        time); a nested pipe's ``pipe``; a ``for_each``'s ``for_each`` (its reference) and ``step``.
+        time); a nested pipe's ``pipe``; a ``for_each``'s ``for_each`` (its reference) and ``step``; a
+        graph's ``graph`` (its ``entry``, ``nodes`` and ``arcs``).
     """
     return {
         "continue_on_error": plan.continue_on_error,
@@ -74,8 +75,30 @@ def _node(step: Node, order: int, env: Mapping[str, Any], keep_going: bool) -> d
             "steps": [_node(s, i, {}, inner.continue_on_error) for i, s in enumerate(inner.steps)],
         }
     elif isinstance(step, ForEach):
-        out["for_each"] = step.items.references[0]
+        items = step.items
+        out["for_each"] = items.references[0] if isinstance(items, Template) else getattr(items, "source", None)
+        if step.max_concurrency is not None:
+            out["max_concurrency"] = step.max_concurrency
         out["step"] = _node(step.step, 0, env, cont)
+    elif isinstance(step, Graph):
+        out["graph"] = {
+            "entry": step.nodes[step.entry].id,
+            "nodes": [_node(n, i, env, cont) for i, n in enumerate(step.nodes)],
+            "arcs": [
+                {
+                    "from": step.nodes[i].id,
+                    "mode": "inclusive" if step.inclusive[i] else "exclusive",
+                    "to": [
+                        {"step": step.nodes[a.to].id, "when": getattr(a.when, "source", None)}
+                        if a.when is not None
+                        else {"step": step.nodes[a.to].id}
+                        for a in arcs
+                    ],
+                }
+                for i, arcs in enumerate(step.arcs)
+                if arcs
+            ],
+        }
     return out
 
 

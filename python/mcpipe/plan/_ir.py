@@ -8,7 +8,9 @@ A plan is a :class:`Pipeline` (vars, steps, return, failure policy, deadline) wh
   time, and the kind's ``run``;
 - :class:`Parallel`: children that run concurrently and see what the group's list sees;
 - :class:`Pipe`: a nested pipeline whose ``vars`` resolve in the enclosing environment;
-- :class:`ForEach`: one step run once per element of an array.
+- :class:`ForEach`: one step run once per element of an array;
+- :class:`Graph`: steps joined by conditional arcs (a DAG): each step runs once, when the arcs into it are
+  decided and at least one was taken.
 
 Every node is a :class:`Step` (id, location, deadline, failure policy) and may carry ``when`` (skip the step
 when false) and ``input_transform`` (replace ``args`` for the step); ``skippable`` says the front-end's
@@ -38,9 +40,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "SKIP",
+    "Arc",
     "CompiledSpec",
     "Expression",
     "ForEach",
+    "Graph",
     "Leaf",
     "Limits",
     "Node",
@@ -51,7 +55,9 @@ __all__ = [
     "RunFn",
     "Step",
     "evaluate",
+    "expression_timeout_ms",
     "prelude",
+    "set_expression_timeout",
     "walk",
 ]
 
@@ -108,6 +114,21 @@ class Expression(Protocol):
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
         ...
+
+
+_expression_timeout_ms = 1000.0
+
+
+def set_expression_timeout(ms: float) -> None:
+    """The deadline of every CEL, JSONata and Jinja evaluation (``pipe.expression_timeout_ms``). It lives
+    here, not in :mod:`mcpipe.expr`, so a server sets it without loading the expression libraries."""
+    global _expression_timeout_ms
+    _expression_timeout_ms = float(ms)
+
+
+def expression_timeout_ms() -> float:
+    """The deadline of every CEL, JSONata and Jinja evaluation, in milliseconds."""
+    return _expression_timeout_ms
 
 
 async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:
@@ -247,12 +268,56 @@ class Pipe(Step):
 class ForEach(Step):
     """Run ``step`` once per element of the array ``items`` resolves to, concurrently under the call's
     limit; the element is the ``item`` root (also named ``as_name``) and its position the ``index`` root of
-    the step's templates and expressions."""
+    the step's templates and expressions.
 
-    items: Template
+    ``items`` is a template, or an expression evaluated over the environment (a front-end's own language);
+    ``max_concurrency`` bounds the elements running at once below the call's limit (1: one after the
+    other)."""
+
+    items: Template | Expression
     step: Node
     as_name: str = "item"
+    max_concurrency: int | None = None
     kind: ClassVar[str] = "for_each"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Arc:
+    """An arc of a :class:`Graph`: to the node at index ``to``, taken when ``when`` holds (None: always).
+
+    ``when`` is evaluated over the environment once its source node has finished (``last`` is the source's
+    result) and must be a boolean. ``data`` is the front-end's own (what the target reads of the arcs it
+    was reached by, through the ``via`` root); the scheduler does not look at it.
+    """
+
+    to: int
+    when: Expression | None = None
+    location: str = ""
+    data: Any = None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Graph(Step):
+    """Steps joined by conditional arcs, a directed acyclic graph run from its ``entry`` node.
+
+    When a node finishes, its arcs (``arcs[i]``, in order) are decided: with ``inclusive[i]`` every arc
+    whose ``when`` holds is taken, else the first one. A node runs once, when every arc into it is decided
+    (taken, or known never to be: its source was not reached, or the arc was not chosen) and at least one
+    was taken; a node no arc reaches is not run, and the arcs out of it are not taken. Nodes ready at the
+    same time run concurrently, as a parallel group's children do (their tool calls hold slots of the
+    limiters). A node runs in its list's environment with ``via`` the arcs it was reached by; it records
+    its result beside the graph's in the list's results, so later nodes read earlier ones by id.
+
+    A failed node fails the graph (running nodes are cancelled) unless its ``continue_on_error`` says to go
+    on: then its arcs are decided as for a success, and the graph fails at its end with the first failure.
+    The graph's output is the output of the node that finished last among those that took no arc.
+    """
+
+    nodes: tuple[Node, ...]
+    arcs: tuple[tuple[Arc, ...], ...]
+    inclusive: tuple[bool, ...]
+    entry: int = 0
+    kind: ClassVar[str] = "graph"
 
 
 @dataclass(frozen=True, slots=True)
@@ -264,7 +329,7 @@ class Retry:
     backoff_ms: float
 
 
-Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach
+Node: TypeAlias = Leaf[Any, Any] | Parallel | Pipe | ForEach | Graph
 """A step of a plan."""
 
 
@@ -294,6 +359,8 @@ class CompiledSpec:
         dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
         typed_sites: the arguments fed by one reference to a tool step's output (checked per call
             against the tools' schemas: :func:`mcpipe.plan.type_problems`).
+        answer: what the answer holds (``result``, ``steps``, ``full``: :func:`mcpipe.results.shape_answer`), or
+            None for the caller's default.
     """
 
     plan: Pipeline
@@ -303,15 +370,23 @@ class CompiledSpec:
     retry_sites: tuple[tuple[str, str], ...] = ()
     dry_run: bool = False
     typed_sites: tuple[TypedSite, ...] = ()
+    answer: str | None = None
 
     @classmethod
-    def of(cls, plan: Pipeline, *, dry_run: bool = False, typed_sites: tuple[TypedSite, ...] = ()) -> CompiledSpec:
+    def of(
+        cls,
+        plan: Pipeline,
+        *,
+        dry_run: bool = False,
+        typed_sites: tuple[TypedSite, ...] = (),
+        answer: str | None = None,
+    ) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:
@@ -324,6 +399,8 @@ def walk(steps: Iterable[Node]) -> Iterator[Node]:
             yield from walk(step.pipe.steps)
         elif isinstance(step, ForEach):
             yield from walk((step.step,))
+        elif isinstance(step, Graph):
+            yield from walk(step.nodes)
 
 
 def least_calls(plan: Pipeline) -> tuple[int, str]:
@@ -342,8 +419,10 @@ def least_calls(plan: Pipeline) -> tuple[int, str]:
             elif isinstance(step, Pipe):
                 inner = step.pipe.vars
                 n += count(step.pipe.steps, inner.resolve({}) if inner.is_constant else None)
+            elif isinstance(step, Graph):
+                n += count(step.nodes[step.entry : step.entry + 1], known)  # only the entry surely runs
             else:
-                items = _known_items(step.items, known)
+                items = _known_items(step.items, known) if isinstance(step.items, Template) else None
                 each = count((step.step,), known)
                 total = each * (len(items) if isinstance(items, list) and items else 1)
                 if total > best[0][0]:

@@ -24,11 +24,12 @@ from mcpipe.gateway import CallError, Gateway
 from mcpipe.interaction import CapabilityMissing
 from mcpipe.interaction._core import only
 from mcpipe.plan import Limits
-from mcpipe.results import pipe_envelope
+from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord
+from mcpipe.runs._service import caller_request
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue, StoreUnavailable
-from mcpipe.tools import Request, ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 INTERNAL_ERROR = -32603
 MISSING_CAPABILITY = -32021
@@ -39,6 +40,9 @@ _log = logging.getLogger("mcpipe.runs")
 
 LEASE_S = 10.0
 """How long a worker holds a run without renewing; a dead worker's runs are taken over after it."""
+
+MAX_LAPSES = 3
+"""How many times a run's lease may run out while it runs before a worker fails it (``[runs] max_lapses``)."""
 
 
 def new_worker_id() -> str:
@@ -63,6 +67,9 @@ class Worker:
         concurrency: how many runs execute at once.
         lease_s: the lease; renewed every third of it.
         wait_s: how long one look for work blocks.
+        max_lapses: a run leased after its lease ran out this many times while it ran (its workers died or
+            froze on it) is failed, with the step it was running when it last lapsed, instead of run again.
+        answer: what an ``mcp_pipe`` run's answer holds when its spec does not say (``[pipe] answer``).
     """
 
     def __init__(
@@ -75,14 +82,18 @@ class Worker:
         concurrency: int = 8,
         lease_s: float = LEASE_S,
         wait_s: float = 1.0,
+        answer: AnswerMode = "result",
+        max_lapses: int = MAX_LAPSES,
     ) -> None:
         self.queue = queue
+        self.answer: AnswerMode = answer
         self.gateway = gateway
         self.limits = limits or Limits()
         self.id = worker_id or new_worker_id()
         self.concurrency = concurrency
         self.lease_s = lease_s
         self.wait_s = wait_s
+        self.max_lapses = max_lapses
         self.executed = 0
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -134,6 +145,8 @@ class Worker:
 
     async def execute(self, info: RunInfo) -> bool:
         """Execute one leased run and finish it; True when this worker finished it."""
+        if info.lapses >= self.max_lapses:
+            return await self.poisoned(info)
         # A task that asked its client before it became one starts with the steps of those rounds recorded.
         recorded = {**(info.meta.get("recorded") or {}), **await self.queue.recorded(info.id)}
         record = RunRecord(self.queue, info.id, self.id, recorded)
@@ -145,7 +158,7 @@ class Worker:
             client={"name": "mcpipe-worker", "version": self.id},
             principal=info.principal,
             pipeline=info.id,
-            request=Request(interaction=record if asking is None else asking),
+            request=caller_request(info.meta, interaction=record if asking is None else asking),
             tools=self.gateway,
         )
         answer: dict[str, Any] | None = None
@@ -209,6 +222,32 @@ class Worker:
             self.executed += 1
         return done
 
+    async def poisoned(self, info: RunInfo) -> bool:
+        """Fail a run whose lease ran out ``max_lapses`` times while it ran, instead of running it again: it
+        killed or froze every worker that took it. The error names the step that was running (the last one
+        started and not finished, from the run's events)."""
+        where = "before its first step"
+        events = await self.queue.events(info.id, limit=100_000)
+        open_steps: dict[str, None] = {}
+        for e in events:
+            path = e.data.get("path")
+            if e.type == "step_started" and isinstance(path, str):
+                open_steps[path] = None
+            elif e.type == "step_finished" and isinstance(path, str):
+                open_steps.pop(path, None)
+        if open_steps:
+            where = f"at step `{next(reversed(open_steps))}`"
+        message = (
+            f"{ErrorCode.LIMIT_EXCEEDED}: run {info.id} was not run again: its lease ran out "
+            f"{_times(info.lapses)} while it ran, {where} (its workers died or stalled on it; [runs] max_lapses is "
+            f"{self.max_lapses})"
+        )
+        _log.error("worker %s: %s", self.id, message.split(": ", 1)[1])
+        done = await self.queue.finish(info.id, self.id, "failed", ToolResult.error(message).wire())
+        if done:
+            self.executed += 1
+        return done
+
     async def call(self, info: RunInfo, ctx: ToolContext) -> dict[str, Any]:
         """Run the run's target: an ``mcp_pipe`` spec, or a tool (a declared pipeline)."""
         await self.gateway.ready()
@@ -216,7 +255,9 @@ class Worker:
             t0 = time.perf_counter()
             answer = None
             try:
-                answer = await run_pipeline(info.args, self.gateway, context=ctx, limits=self.limits)
+                answer = await run_pipeline(
+                    info.args, self.gateway, context=ctx, limits=self.limits, answer=self.answer
+                )
             finally:
                 self.gateway.record_pipe(ctx, info.id, answer or {"ok": False, "error_code": ErrorCode.CANCELLED}, t0)
             return pipe_envelope(answer)
@@ -231,6 +272,10 @@ class Worker:
             # error, which a task reports as `failed` with a JSON-RPC error.
             _log.exception("run %s: tool %r raised", info.id, info.target)
             return _protocol_error(INTERNAL_ERROR, f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
+
+
+def _times(n: int) -> str:
+    return "1 time" if n == 1 else f"{n} times"
 
 
 def _protocol_error(code: int, message: str) -> dict[str, Any]:

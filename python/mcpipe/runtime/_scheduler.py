@@ -29,6 +29,7 @@ import trio
 from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
+from mcpipe._template import Template
 from mcpipe._util import glob_matcher, is_suspension
 from mcpipe.compile import compile_spec
 from mcpipe.errors import (
@@ -44,13 +45,16 @@ from mcpipe.errors import (
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
+    Arc,
     CompiledSpec,
     ForEach,
+    Graph,
     Leaf,
     Limits,
     Node,
     Parallel,
     Pipeline,
+    evaluate,
     explain,
     prelude,
     problem_order,
@@ -59,12 +63,15 @@ from mcpipe.plan import (
 )
 from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
+    AnswerMode,
     each_result,
+    graph_result,
     group_result,
     invalid_answer,
     leaf_result,
     ms_since,
     pipe_result,
+    shape_answer,
     tool_result,
 )
 from mcpipe.tools._base import ToolContext
@@ -111,6 +118,7 @@ async def run_pipeline(
     limits: Limits | None = None,
     on_event: EventFn | None = None,
     args: Mapping[str, Any] | None = None,
+    answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Validate and run a pipeline spec; answer as contract section 7 says.
 
@@ -126,6 +134,9 @@ async def run_pipeline(
             It runs inline and must not block; exceptions it raises are logged and ignored.
         args: the ``args`` root: the arguments of the call that started a declared pipeline (default
             ``{}``, as for ``mcp_pipe``).
+        answer: what the answer holds when the spec does not say (its ``answer``): ``full`` records (the
+            default here), a summary per step (``steps``, what the server answers a model by default), or the
+            ``result`` alone (:func:`mcpipe.results.shape_answer`).
 
     Returns:
         The answer: ``ok``, ``error``, ``error_code``, ``result``, ``steps``, ``summary``,
@@ -144,7 +155,7 @@ async def run_pipeline(
         return invalid_answer(e.problems, started)
     except TemplateSyntaxError as e:  # the compiler reports these as problems; kept as a safety net
         return invalid_answer([Problem(e.location, e.code, e.reason)], started)
-    return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started)
+    return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started, answer)
 
 
 async def run_compiled(
@@ -155,6 +166,7 @@ async def run_compiled(
     limits: Limits | None = None,
     on_event: EventFn | None = None,
     args: Mapping[str, Any] | None = None,
+    answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
 
@@ -165,7 +177,7 @@ async def run_compiled(
     Args:
         compiled: the plan, its tool sites (checked with ``registry.allows`` before any step runs) and its
             leaf count (the summary's ``total``).
-        registry, context, limits, on_event, args: as for :func:`run_pipeline`; ``limits.timeout_ms``
+        registry, context, limits, on_event, args, answer: as for :func:`run_pipeline`; ``limits.timeout_ms``
             caps the plan's own deadline and ``limits.max_concurrency`` bounds parallel groups.
     """
     started = perf_counter()
@@ -177,6 +189,7 @@ async def run_compiled(
         on_event,
         args,
         started,
+        answer,
     )
 
 
@@ -188,6 +201,7 @@ async def _run_compiled(
     on_event: EventFn | None,
     args: Mapping[str, Any] | None,
     started: float,
+    answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
     allowed: dict[str, bool] = {}
     denied = []
@@ -219,7 +233,9 @@ async def _run_compiled(
     tel = telemetry.current()
     if tel is not None:
         tel.observe_steps(answer)
-    return answer
+    # The run keeps (and `max_answer_bytes` bounds) every full record whatever the caller asked for: the answer
+    # is sized for the model that reads it only now.
+    return shape_answer(answer, compiled.answer or answer_mode)
 
 
 async def _take(limiter: trio.CapacityLimiter) -> None:
@@ -259,6 +275,7 @@ class _Run:
         "pid",
         "proc_limiter",
         "registry",
+        "retries",
         "scope",
         "succeeded",
         "total",
@@ -294,6 +311,9 @@ class _Run:
         self.on_event = on_event
         self.args = args
         self.total = total
+        # Tool calls made again after a retryable failure: they count towards limits.max_calls with the
+        # leaf executions (issue 20: 10 attempts in a for_each of 10 x 100 made 7096 calls under 1000).
+        self.retries = 0
         self.succeeded = self.failed = self.cancelled = 0
         # What the answer holds so far as it will be sent (both representations, see `keep`), starting with
         # its own fields and the tool result around it; bounded by limits.max_answer_bytes.
@@ -373,10 +393,13 @@ class _Run:
                 if step.when is not None and not step.skippable and r.get("skipped"):
                     continue  # a skipped step is not `last`: it did not run
             env["last"] = r
-            if not r["ok"] and failure is None:
-                failure = r
+            if not r["ok"]:
+                if failure is None:
+                    failure = r
+                # Every failure is weighed by its own step's policy, not only the first one: a failure the
+                # pipeline may not go on after stops it, even after earlier tolerated failures.
                 if not go_on:
-                    return False, f"step '{r['id']}' failed: {r['error']}", r["error_code"], None
+                    return False, f"step '{failure['id']}' failed: {failure['error']}", failure["error_code"], None
         # Every step ran (possibly with failures, under continue_on_error): the return is resolved.
         try:
             if plan.ret is None:
@@ -423,6 +446,8 @@ class _Run:
             return await self.container(step, env, results, parallel, prefix, stop)
         if type(step) is ForEach:
             return await self.each(step, env, results, prefix, stop)
+        if type(step) is Graph:
+            return await self.graph(step, env, results, prefix, stop)
         if type(step) is Parallel:
             return await self.group(step, env, results, prefix, stop)
         return await self.pipe(step, env, results, parallel, prefix)
@@ -500,6 +525,9 @@ class _Run:
             else:
                 _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            refused = getattr(e, "code", None) if isinstance(e, MCPipeError) else None
+            if refused in (ErrorCode.FORBIDDEN, ErrorCode.LIMIT_EXCEEDED):  # a gate refused the call
+                code, message = refused, str(e)
             r = leaf_result(step.id, False, message, code, t0)
             if isinstance(e, MCPipeError):
                 r.update(e.step_fields())
@@ -518,6 +546,17 @@ class _Run:
         attempt = 1
         while True:
             last = attempt >= retry.attempts
+            if attempt > 1:
+                calls = self.total + self.retries + 1
+                if calls > self.limits.max_calls:
+                    why = (
+                        f"{step.location}.retry: attempt {attempt} would bring the run to {calls} tool executions; "
+                        f"the limit is {self.limits.max_calls}"
+                    )
+                    refused = leaf_result(step.id, False, why, ErrorCode.LIMIT_EXCEEDED, t0)
+                    refused["attempts"] = attempt - 1
+                    return refused
+                self.retries += 1
             try:
                 if step.timeout_ms is None:
                     r = tool_result(step.id, await self.call(step.tool, args, ctx), t0)
@@ -606,8 +645,9 @@ class _Run:
             for child in step.children:
                 nursery.start_soon(self.child, child, env, children, prefix, stop, first, nursery.cancel_scope, held)
         # A child that suspended to ask the client let its siblings finish (or ask too): the call resumes
-        # later without running them again. A failure that stopped the group wins over the suspension.
-        if held and not (stop and first):
+        # later without running them again. A failure that stopped the group (it cancelled the siblings) wins over
+        # the suspension.
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def child(
@@ -633,9 +673,12 @@ class _Run:
                 raise
             held.append(e)
             return
-        if not r["ok"] and not first:
-            first.append(r)
-            if stop if step.continue_on_error is None else not step.continue_on_error:
+        if not r["ok"]:
+            if not first:
+                first.append(r)
+            # `stop` is this child's own policy (or its group's): any failure it may not go on after
+            # cancels the siblings, not only the group's first failure.
+            if stop:
                 siblings.cancel()
 
     async def pipe(
@@ -811,7 +854,10 @@ class _Run:
         """A step with a ``when``: skipped (no output, not counted as run) when it is false."""
         t0 = perf_counter()
         try:
-            verdict = step.when.evaluate(env)  # type: ignore[union-attr]
+            assert step.when is not None
+            # Under the expression deadline, off the event loop when it iterates (issue 20: evaluated inline,
+            # an 8000-int comprehension froze the server 18 s).
+            verdict = await evaluate(step.when, env)
             if not isinstance(verdict, bool):
                 raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
         except ExpressionError as e:
@@ -852,9 +898,14 @@ class _Run:
         r = None
         try:
             try:
-                items = step.items.resolve(env)
+                source = step.items
+                items = source.resolve(env) if isinstance(source, Template) else await evaluate(source, env)
             except InterpolationError as e:
                 r = each_result(step.id, [], False, _unresolved(e, env), ErrorCode.INTERPOLATION_FAILED, t0)
+                items = None
+            except ExpressionError as e:
+                why = f"{step.location}.for_each: {e}"
+                r = each_result(step.id, [], False, why, e.code, t0)
                 items = None
             if items is None:
                 pass
@@ -864,10 +915,11 @@ class _Run:
             elif len(items) > self.limits.max_items:
                 why = f"{step.location}.for_each: {len(items)} items; the limit is {self.limits.max_items}"
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
-            elif self.total + (len(items) - 1) * leaves > self.limits.max_calls:
+            elif self.total + self.retries + (len(items) - 1) * leaves > self.limits.max_calls:
                 why = (
                     f"{step.location}.for_each: {len(items)} items would bring the run to "
-                    f"{self.total + (len(items) - 1) * leaves} step executions; the limit is {self.limits.max_calls}"
+                    f"{self.total + self.retries + (len(items) - 1) * leaves} step executions; the limit is "
+                    f"{self.limits.max_calls}"
                 )
                 r = each_result(step.id, [], False, why, ErrorCode.LIMIT_EXCEEDED, t0)
             else:
@@ -912,10 +964,13 @@ class _Run:
         # would let no more run at once, and a task per element parked on it costs a wake-up each.
         held: list[BaseException] = []
         todo = iter(enumerate(items))
+        width = self.limits.max_concurrency
+        if step.max_concurrency is not None:
+            width = max(1, min(width, step.max_concurrency))
         async with trio.open_nursery() as nursery:
-            for _ in range(min(len(items), self.limits.max_concurrency)):
+            for _ in range(min(len(items), width)):
                 nursery.start_soon(self.worker, step, env, todo, slots, path, stop, first, nursery.cancel_scope, held)
-        if held and not (stop and first):
+        if held and not nursery.cancel_scope.cancel_called:
             raise held[0]
 
     async def worker(
@@ -937,6 +992,112 @@ class _Run:
             if step.as_name != "item":
                 inner[step.as_name] = item  # what expressions read it as (templates read `item`)
             await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
+
+    # --- graphs: steps joined by conditional arcs ---
+
+    async def graph(
+        self, step: Graph, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
+    ) -> dict[str, Any]:
+        """Run the nodes reached from the entry, each once its incoming arcs are decided (see
+        :class:`mcpipe.plan.Graph`); nodes ready together run concurrently."""
+        t0 = perf_counter()
+        path = prefix + step.id
+        if self.on_event is not None:
+            self.started(step, "graph", path)
+        run = _GraphRun(step)
+        keep_going = (not stop) if step.continue_on_error is None else step.continue_on_error
+        r = None
+        try:
+            if step.timeout_ms is None:
+                await self.graph_nodes(step, run, env, results, prefix, keep_going)
+            else:
+                with trio.move_on_after(step.timeout_ms / 1000) as scope:
+                    await self.graph_nodes(step, run, env, results, prefix, keep_going)
+                if scope.cancelled_caught:
+                    why = _timed_out(step.timeout_ms)
+                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0)
+            if r is None:
+                if run.failure is not None:
+                    error, code = run.failure
+                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0)
+                else:
+                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0)
+        finally:
+            if r is None:
+                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0)
+            self.keep(step, r, results)
+            if self.on_event is not None:
+                self.finished(step, r, path)
+        return r
+
+    async def graph_nodes(
+        self, step: Graph, run: _GraphRun, env: dict[str, Any], results: dict[str, Any], prefix: str, go_on: bool
+    ) -> None:
+        held: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            def reach(i: int, via: tuple[Arc, ...]) -> None:
+                nursery.start_soon(self.graph_node, step, run, i, via, env, results, prefix, go_on, nursery, held)
+
+            run.reach = reach
+            reach(step.entry, ())
+        if held and run.failure is None:
+            raise held[0]
+
+    async def graph_node(
+        self,
+        step: Graph,
+        run: _GraphRun,
+        i: int,
+        via: tuple[Arc, ...],
+        env: dict[str, Any],
+        results: dict[str, Any],
+        prefix: str,
+        go_on: bool,
+        nursery: trio.Nursery,
+        held: list[BaseException],
+    ) -> None:
+        node = step.nodes[i]
+        keep_going = go_on if node.continue_on_error is None else node.continue_on_error
+        inner = dict(env)
+        inner["via"] = via
+        try:
+            r = await self.node(node, inner, results, True, prefix, not keep_going)
+        except BaseException as e:
+            if self.memo is None or not is_suspension(e):
+                raise
+            held.append(e)  # asked the client: the siblings finish, the call resumes later
+            return
+        run.ran.append(node.id)
+        if not r["ok"]:
+            if run.failure is None:
+                run.failure = (f"step '{r['id']}' failed: {r['error']}", r["error_code"])
+            if not keep_going:
+                nursery.cancel_scope.cancel()
+                return
+        inner["last"] = r
+        chosen: list[Arc] = []
+        for arc in step.arcs[i]:
+            if arc.when is None:
+                verdict: Any = True
+            else:
+                try:
+                    verdict = await evaluate(arc.when, inner)
+                    if not isinstance(verdict, bool):
+                        raise ExpressionError(f"`when` must be a boolean, got {json_type(verdict)}")
+                except ExpressionError as e:
+                    where = arc.location or f"{step.location}.arcs"
+                    run.failure = run.failure or (f"{where}.when: {e}", e.code)
+                    nursery.cancel_scope.cancel()
+                    return
+            if verdict:
+                chosen.append(arc)
+                if not step.inclusive[i]:
+                    break
+        if not chosen:
+            run.output = r.get("output")
+        for arc in step.arcs[i]:
+            run.decide(arc, any(arc is c for c in chosen))
 
     # --- events ---
 
@@ -975,6 +1136,41 @@ class _Run:
             self.on_event(event)  # type: ignore[misc]
         except Exception:
             _log.exception("on_event callback failed on %s", event["type"])
+
+
+class _GraphRun:
+    """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure."""
+
+    __slots__ = ("decided", "failure", "graph", "incoming", "output", "ran", "reach", "taken")
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        n = len(graph.nodes)
+        self.incoming = [0] * n
+        for arcs in graph.arcs:
+            for arc in arcs:
+                self.incoming[arc.to] += 1
+        self.decided = [0] * n
+        self.taken: list[list[Arc]] = [[] for _ in range(n)]
+        self.ran: list[str] = []
+        self.output: Any = None
+        self.failure: tuple[str, str | None] | None = None
+        self.reach: Callable[[int, tuple[Arc, ...]], None] = lambda i, via: None
+
+    def decide(self, arc: Arc, taken: bool) -> None:
+        """One arc into ``arc.to`` is decided; when all are, the node runs (some taken) or is passed over,
+        and then so are the arcs out of it."""
+        j = arc.to
+        self.decided[j] += 1
+        if taken:
+            self.taken[j].append(arc)
+        if self.decided[j] != self.incoming[j]:
+            return
+        if self.taken[j]:
+            self.reach(j, tuple(self.taken[j]))
+            return
+        for out in self.graph.arcs[j]:  # never reached: neither are the nodes only it leads to
+            self.decide(out, False)
 
 
 def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str, Any] | None]:

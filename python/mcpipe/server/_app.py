@@ -16,18 +16,20 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
+from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -56,7 +58,19 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    return Policy(grants)
+    # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
+    # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
+    return Policy(grants, list(config.auth.tools) if identified else None)
+
+
+def audit_of(config: Config) -> AuditLog:
+    """The configured audit log: mcpipe's records, or mcpg's hash-chained events (``[audit] format``)."""
+    path = resolve_path(config, config.audit.path) if config.audit.enabled else None
+    a = config.audit
+    if a.format == "mcpg":
+        return McpgAuditLog(path, allowed=a.emit_allowed, completed=a.emit_completed)
+    return AuditLog(path)
 
 
 def limits_of(config: Config) -> Limits:
@@ -66,7 +80,8 @@ def limits_of(config: Config) -> Limits:
 
 def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
-    then the declared pipelines (checked against the ones before them).
+    then the declared pipelines (checked against the ones before them), the model tools, and discord-mcp's
+    ``mcp_pipeline`` when the config asks for it.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -94,9 +109,20 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
 
         sources.append(declared_source(config, sources))
     if config.workflow is not None or config.playbooks:
-        from mcpipe.playbooks import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
 
         sources.extend(model_sources(config))
+    fronted = [
+        name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
+    ]
+    if config.pipe.mcp_pipeline or fronted:
+        # Before the downstream servers (appended by open_app): a fronted discord-mcp's own `mcp_pipeline` is
+        # shadowed by this one, which runs its steps over that server's tools.
+        from mcpipe.formats.discord import discord_source
+
+        discord = discord_source(config.pipe.mcp_pipeline, fronted, limits_of(config))
+        if discord is not None:
+            sources.append(discord)
     return sources
 
 
@@ -162,6 +188,8 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        answer=config.pipe.answer,
+        max_lapses=config.runs.max_lapses,
     )
 
 
@@ -211,10 +239,10 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
     sources.append(downstreams)
     if audit is None:
-        audit = AuditLog(resolve_path(config, config.audit.path) if config.audit.enabled else None)
+        audit = audit_of(config)
     # Declared pipelines call tools through the gateway a call comes in by (ctx.tools): nothing to bind.
     gateway = Gateway(
         sources,
@@ -222,22 +250,23 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        trust=Trust(config.trust) if config.trust is not None else None,
+        gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
-    if config.pipelines:  # only declared pipelines evaluate expressions (and load CEL and JSONata)
-        from mcpipe.expr import set_expression_timeout
-
-        set_expression_timeout(config.pipe.expression_timeout_ms)
+    # mcp_pipe's `when`, declared pipelines' expressions and playbooks' templates all run under it.
+    set_expression_timeout(config.pipe.expression_timeout_ms)
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
-        PipeRunner(gateway, limits, runs=runs) if config.pipe.enabled else None,
+        PipeRunner(gateway, limits, runs=runs, answer=config.pipe.answer) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         runs=runs,
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
+        surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -60,7 +60,7 @@ from mcpipe._core import json_measure
 from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers
+from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, ToolContext
@@ -240,6 +240,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            request=scope_request(scope),
             tools=self.handlers.gateway,
             traceparent=meta.get("traceparent"),
         )
@@ -367,6 +368,7 @@ class FastToolCall:
             request_id=str(msg["id"]),
             client=info,
             principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
+            request=scope_request(scope),
             traceparent=meta.get("traceparent"),
         )
         rid = msg["id"]

@@ -34,13 +34,15 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcpipe.access import Authenticator, Rejected, client_ip
 from mcpipe.config import Config
 from mcpipe.server._app import App
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.server._listen import default_max_connections, serve_bounded
 from mcpipe.telemetry import metrics_text
+from mcpipe.tools import Identity
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -180,30 +182,58 @@ class HttpFront:
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
         self.tokens = tokens
+        auth = app.config.auth
+        self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
-        self.require_auth = bool(tokens) or bool(app.config.auth.tokens)
+        self.require_auth = bool(tokens) or bool(auth.tokens) or bool(auth.oidc) or auth.mtls is not None
         self.metrics = app.config.telemetry.metrics
+        self.metrics_path = app.config.telemetry.metrics_path
+        gates = app.gateway.gates
+        self.address_headers = gates.address_headers if gates is not None else ()
         self._slow_body = orjson.dumps(
             {
                 "error": "request_timeout",
                 "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
             }
         )
-        self._users = {p: AuthenticatedUser(AccessToken(token="", client_id=p, scopes=[])) for p in tokens.values()}
+        self._users: dict[str, AuthenticatedUser] = {}
+        http = app.config.http
+        self.health_path = http.health_path
+        self.access_log = http.access_log
+        self.trust = app.config.trust
+        self.subject_header = (
+            self.trust.subject_header.lower().encode() if self.trust is not None and self.trust.subject_header else None
+        )
+        per_min = http.anonymous_rate_limit_per_min
+        self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self.access_log:
+                send = _logged(scope, send)
             path = scope["path"]
             if path in self.paths:
-                if self.require_auth:
-                    principal = self._principal(scope)
-                    if principal is None:
+                if self.trust is not None:
+                    # Trust levels (mcpg's): a caller without a credential is let in, anonymous or with the
+                    # subject header the operator trusts; a credential that does not verify is refused.
+                    if not await self._trusted(scope):
                         await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                         return
-                    scope[PRINCIPAL_SCOPE_KEY] = principal
-                    scope["user"] = self._users[principal]
+                elif self.require_auth and not await self._identify(scope):
+                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    return
+                if self.address_headers:
+                    headers, peer = scope["headers"], scope.get("client")
+                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                if (
+                    self.limiter is not None
+                    and scope.get(IDENTITY_SCOPE_KEY) is None
+                    and not self.limiter.take(_client_address(scope))
+                ):
+                    await _respond(send, 429, _TOO_MANY, [(b"retry-after", b"1")])
+                    return
                 if scope["method"] == "POST":
                     read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
                     if read is None:
@@ -223,7 +253,7 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
-            elif path == "/healthz":
+            elif path == self.health_path:
                 if self._known(scope):
                     body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
                 else:
@@ -231,8 +261,8 @@ class HttpFront:
                 await _respond(send, 200, body)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
-            elif path == "/metrics" and self.metrics:
-                if self.require_auth and self._principal(scope) is None:
+            elif path == self.metrics_path and self.metrics:
+                if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                     return
                 body, content_type = metrics_text()
@@ -285,10 +315,10 @@ class HttpFront:
 
         principal = None
         if self.require_auth:
-            principal = self._principal(scope)
-            if principal is None:
+            if not await self._identify(scope):
                 await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                 return
+            principal = scope[PRINCIPAL_SCOPE_KEY]
         if scope["method"] == "POST":
             read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
             if read is None:
@@ -301,14 +331,42 @@ class HttpFront:
             self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
         )
 
-    def _principal(self, scope: Scope) -> str | None:
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() != b"bearer" or not token:
-                    return None
-                return self.tokens.get(_digest(token.strip()))
-        return None
+    async def _identify(self, scope: Scope) -> bool:
+        """Resolve the caller's identity into the scope (its principal, its identity, and the ``user`` the SDK
+        binds a 2025-11-25 session to); False when it has none, or presented one that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if found is None or isinstance(found, Rejected):
+            if found is not None:
+                _log.info("refused a credential: %s", found.reason)
+            return False
+        subject = found.subject
+        scope[PRINCIPAL_SCOPE_KEY] = subject
+        scope[IDENTITY_SCOPE_KEY] = found
+        user = self._users.get(subject)
+        if user is None:
+            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            if len(self._users) < 100_000:
+                self._users[subject] = user
+        scope["user"] = user
+        return True
+
+    async def _trusted(self, scope: Scope) -> bool:
+        """Resolve the caller's identity when the config has trust levels: a credential that verifies, else the
+        trusted subject header (``header_asserted``), else none; False for a credential that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if isinstance(found, Rejected):
+            _log.info("refused a credential: %s", found.reason)
+            return False
+        if found is not None:
+            return await self._identify(scope)
+        if self.subject_header is not None:
+            for name, value in scope["headers"]:
+                if name == self.subject_header and value.strip():
+                    subject = value.decode("latin-1").strip()
+                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
+                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    return True
+        return True
 
 
 def _matches(value: str, allowed: list[str]) -> bool:
@@ -413,3 +471,52 @@ async def serve_http(
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)
+
+
+_TOO_MANY = orjson.dumps({"error": "rate_limited", "error_description": "too many requests without a credential"})
+_access_log = logging.getLogger("mcpipe.access")
+
+
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+class _RateLimiter:
+    """A token bucket per client address: ``per_min`` requests a minute, at most ``burst`` at once."""
+
+    def __init__(self, per_min: int, burst: int, max_clients: int = 65_536) -> None:
+        self.rate = per_min / 60.0
+        self.burst = float(max(burst, 1))
+        self.max_clients = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> bool:
+        now = trio.current_time()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) >= self.max_clients and key not in self._buckets:
+            self._buckets.pop(next(iter(self._buckets)))  # the oldest client goes: memory stays bounded
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+def _logged(scope: Scope, send: Send) -> Send:
+    """``send``, logging one access line when the response starts."""
+    started = trio.current_time()
+
+    async def logging_send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            _access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method"),
+                scope.get("path"),
+                message.get("status"),
+                (trio.current_time() - started) * 1000,
+            )
+        await send(message)
+
+    return logging_send

@@ -7,8 +7,8 @@ Keys (under ``PREFIX``):
   every third of the lease (``XCLAIM`` resets the entry's idle time), and acknowledges and deletes it when the
   run is finished or waits for input (``XACK``, ``XDEL``: the stream holds live runs only). A dead worker
   stops claiming: once its entry has been idle for the lease, another worker takes it over (``XAUTOCLAIM``).
-- ``PREFIX:run:ID`` a hash: the run (target, args, principal, status, worker, attempts, cancel, answer, and
-  its event count and bytes). Its ``worker`` field is the truth of who holds the run: saving steps and
+- ``PREFIX:run:ID`` a hash: the run (target, args, principal, status, worker, attempts, lapses, cancel, answer,
+  and its event count and bytes). Its ``worker`` field is the truth of who holds the run: saving steps and
   finishing are Lua scripts that check it, so a worker that stalled past its lease cannot finish a run
   another worker took over.
 - ``PREFIX:run:ID:steps`` the run's recorded step results, by path; ``PREFIX:run:ID:events`` its events
@@ -183,6 +183,7 @@ if st ~= 'queued' and st ~= 'running' then return 0 end
 local prev = redis.call('HGET', run, 'worker')
 redis.call('HSET', run, 'status', 'running', 'worker', ARGV[2], 'updated', ARGV[3])
 redis.call('HINCRBY', run, 'attempts', 1)
+if st == 'running' then redis.call('HINCRBY', run, 'lapses', 1) end
 local data = '{}'
 if prev then data = cjson.encode({taken_over_from = prev}) end
 add_event(B, run, events, ARGV[1], 'leased', ARGV[2], ARGV[3], data, true, 0, 0)
@@ -395,6 +396,7 @@ def _info(h: dict[str, str]) -> RunInfo:
         updated=float(h["updated"]),
         worker=h.get("worker") or None,
         attempts=int(h.get("attempts", 0)),
+        lapses=int(h.get("lapses", 0)),
         cancel=h.get("cancel") == "1",
         answer=unpack_answer(h["answer"]) if h.get("answer") else None,
         meta=orjson.loads(h["meta"]) if h.get("meta") else {},

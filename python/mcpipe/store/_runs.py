@@ -165,6 +165,8 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
         created, updated: Unix seconds.
         worker: the worker holding (or that last held) the run.
         attempts: how many times a worker leased it (above 1: taken over after a worker died).
+        lapses: how many of those leases ran out while the run was running: its worker died or stalled past
+            the lease. A worker fails a run leased with ``[runs] max_lapses`` lapses instead of running it again.
         cancel: cancelling was asked while it ran; the worker holding it stops it.
         answer: the final answer (a ``CallToolResult`` wire dict), once terminal.
         meta: what a run of an MCP task keeps besides: the client's ``capabilities`` (so the run can ask
@@ -184,6 +186,7 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
     cancel: bool = False
     answer: Any = None
     meta: dict[str, Any] = msgspec.field(default_factory=dict)
+    lapses: int = 0
 
     @property
     def done(self) -> bool:
@@ -200,6 +203,7 @@ class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
             "updated": self.updated,
             "worker": self.worker,
             "attempts": self.attempts,
+            "lapses": self.lapses,
             "cancel_requested": self.cancel,
         }
 

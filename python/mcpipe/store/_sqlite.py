@@ -70,6 +70,7 @@ CREATE TABLE IF NOT EXISTS runs (
     answer BLOB,
     meta BLOB,
     bytes INTEGER NOT NULL DEFAULT 0,
+    lapses INTEGER NOT NULL DEFAULT 0,
     parked REAL,
     events INTEGER NOT NULL DEFAULT 0,
     event_bytes INTEGER NOT NULL DEFAULT 0,
@@ -96,6 +97,7 @@ CREATE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 # Columns added since the first files were written: added to an older file when it is opened.
 _ADDED = {
     "bytes": "INTEGER NOT NULL DEFAULT 0",
+    "lapses": "INTEGER NOT NULL DEFAULT 0",
     "parked": "REAL",
     "events": "INTEGER NOT NULL DEFAULT 0",
     "event_bytes": "INTEGER NOT NULL DEFAULT 0",
@@ -105,14 +107,14 @@ _INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, sta
 _LIVE = "('queued', 'running', 'input_required')"
 _DONE = "('completed', 'failed', 'cancelled')"
 
-_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta"
+_COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta, lapses"
 
 POLL_S = 0.05
 THREADS = 4
 
 
 def _info(row: tuple[Any, ...]) -> RunInfo:
-    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta = row
+    id_, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta, lapses = row
     return RunInfo(
         id=id_,
         target=target,
@@ -126,6 +128,7 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         cancel=bool(cancel),
         answer=unpack_answer(answer),
         meta={} if meta is None else orjson.loads(meta),
+        lapses=lapses,
     )
 
 
@@ -418,17 +421,18 @@ class SqliteRunQueue:
     def _lease(self, db: sqlite3.Connection, worker: str, lease_s: float) -> RunInfo | None:
         now = time.time()
         row = db.execute(
-            "SELECT id, worker FROM runs WHERE status = 'queued'"
+            "SELECT id, worker, status FROM runs WHERE status = 'queued'"
             " OR (status = 'running' AND lease_until < ?) ORDER BY seq LIMIT 1",
             (now,),
         ).fetchone()
         if row is None:
             return None
-        run_id, previous = row
+        run_id, previous, status = row
+        lapsed = int(status == "running")  # its worker stopped renewing: died, or stalled past the lease
         db.execute(
-            "UPDATE runs SET status = 'running', worker = ?, lease_until = ?, attempts = attempts + 1, updated = ?"
-            " WHERE id = ?",
-            (worker, now + lease_s, now, run_id),
+            "UPDATE runs SET status = 'running', worker = ?, lease_until = ?, attempts = attempts + 1,"
+            " lapses = lapses + ?, updated = ? WHERE id = ?",
+            (worker, now + lease_s, lapsed, now, run_id),
         )
         data = {} if previous is None else {"taken_over_from": previous}
         self._events(db, run_id, worker, [("leased", data)])

@@ -1,12 +1,14 @@
 """Tools: what pipelines call. Python functions, declared backends and downstream MCP servers."""
 
 from mcpipe.tools._base import PURE, Era, LogFn, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools._identity import Identity, TrustLevel
 from mcpipe.tools._registry import FunctionTool, ToolRegistry, UnknownToolError
 
 __all__ = [
     "PURE",
     "Era",
     "FunctionTool",
+    "Identity",
     "LogFn",
     "ProgressFn",
     "Request",
@@ -15,5 +17,6 @@ __all__ = [
     "ToolContext",
     "ToolRegistry",
     "ToolResult",
+    "TrustLevel",
     "UnknownToolError",
 ]

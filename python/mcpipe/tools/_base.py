@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from mcpipe._util import RateLimit, log_safe
+from mcpipe.tools._identity import Identity
 
 __all__ = [
     "PURE",
@@ -173,12 +174,17 @@ class Request:
         era: the request's protocol era, when served over MCP.
         interaction: the call's :class:`mcpipe.interaction.Interaction` (asking the client), if any.
         sdk_context: the MCP SDK's request context, when served by the SDK (for tools that need it).
+        identity: who is calling, as the HTTP front resolved it (``docs/access.md``), or None.
+        client_addresses: the caller's address as each ``ip_allowlist`` gate reads it, by the header it reads
+            (None: the TCP peer); empty when the request came over no HTTP front.
     """
 
     wants_progress: bool = False
     era: Era | None = None
     interaction: StepRecord | None = None
     sdk_context: Any = None
+    identity: Identity | None = None
+    client_addresses: dict[str | None, str | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -270,13 +276,22 @@ class ToolContext:
         else:
             await self.log(level, data, logger=logger)
 
+    @property
+    def identity(self) -> Identity | None:
+        """Who is calling (``request.identity``), when the HTTP front resolved it."""
+        return self.request.identity
+
     def facts(self) -> dict[str, Any]:
-        """The request facts pipelines see as their ``context`` root."""
-        return {
+        """The request facts pipelines see as their ``context`` root (``identity`` when one was resolved)."""
+        out: dict[str, Any] = {
             "request_id": self.request_id,
             "client": {"name": self.client.get("name"), "version": self.client.get("version")},
             "principal": self.principal,
         }
+        identity = self.request.identity
+        if identity is not None:
+            out["identity"] = identity.facts()
+        return out
 
     def for_step(self, pipeline: str | None, step: str | None, tools: ToolCaller | None = None) -> ToolContext:
         """A copy for a call made by pipeline step ``step`` (same request, same sinks), calling tools

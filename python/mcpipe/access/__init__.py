@@ -1,0 +1,57 @@
+"""Access control and outbound credentials (``docs/access.md``).
+
+- who is calling: :class:`Authenticator` (bearer tokens, JWTs of OIDC issuers, client certificates
+  forwarded by a proxy) resolves an :class:`~mcpipe.tools.Identity` at the HTTP front;
+- what a call may do: :class:`Gates` (Cedar policies, rate limits, client-address allowlists), run by the
+  gateway before every tool call;
+- what mcpipe presents upstream: :class:`Credentials` (OAuth client credentials, token exchange, ID-JAG,
+  secrets from the environment), used by ``http`` steps and downstream servers.
+"""
+
+from mcpipe.access._config import (
+    AccessConfig,
+    CedarGate,
+    ClientCredentials,
+    CredentialConfig,
+    EnvCredential,
+    IdJag,
+    IpAllowlistGate,
+    MtlsConfig,
+    OidcProvider,
+    RateLimitGate,
+    TokenExchange,
+    check_access,
+    check_credentials,
+    check_mtls,
+    check_oidc,
+)
+from mcpipe.access._credentials import CredentialError, Credentials, Issued
+from mcpipe.access._gates import GateRefusal, Gates, build_gates, client_ip
+from mcpipe.access._identity import Authenticator, Rejected
+
+__all__ = [
+    "AccessConfig",
+    "Authenticator",
+    "CedarGate",
+    "ClientCredentials",
+    "CredentialConfig",
+    "CredentialError",
+    "Credentials",
+    "EnvCredential",
+    "GateRefusal",
+    "Gates",
+    "IdJag",
+    "IpAllowlistGate",
+    "Issued",
+    "MtlsConfig",
+    "OidcProvider",
+    "RateLimitGate",
+    "Rejected",
+    "TokenExchange",
+    "build_gates",
+    "check_access",
+    "check_credentials",
+    "check_mtls",
+    "check_oidc",
+    "client_ip",
+]

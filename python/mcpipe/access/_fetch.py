@@ -1,0 +1,129 @@
+"""The HTTP requests of access control: discovery documents, JWK Sets, OAuth token endpoints.
+
+Their URLs come from the operator's config, never from a caller; still, unless ``allow_private`` is set,
+a host that resolves to a private, loopback or link-local address is refused (an issuer URL pointed at the
+metadata service must not become a way in), and redirects are not followed. Bodies are capped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+import orjson
+import trio
+
+from mcpipe.errors import MCPipeError
+
+__all__ = ["FetchError", "get_json", "post_form"]
+
+MAX_BODY_BYTES = 1024 * 1024
+"""The largest discovery document, JWK Set or token response read."""
+
+
+class FetchError(MCPipeError):
+    """An access-control request failed; ``status`` is the HTTP status when there was one, ``oauth_error``
+    the RFC 6749 ``error`` code the endpoint answered (never its description: it may echo secrets)."""
+
+    def __init__(self, message: str, status: int | None = None, oauth_error: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.oauth_error = oauth_error
+
+
+async def _check_host(url: httpx2.URL, allow_private: bool) -> None:
+    if url.scheme not in ("http", "https"):
+        raise FetchError(f"scheme '{url.scheme}' is not allowed (only http and https)")
+    if allow_private:
+        return
+    host = url.host
+    try:
+        addresses = [ipaddress.ip_address(host.strip("[]"))]
+    except ValueError:
+        infos = await trio.socket.getaddrinfo(
+            host, url.port or (443 if url.scheme == "https" else 80), type=socket.SOCK_STREAM
+        )
+        addresses = [ipaddress.ip_address(str(i[4][0]).split("%", 1)[0]) for i in infos]
+    for address in addresses:
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        if not address.is_global:
+            raise FetchError(f"'{host}' resolves to {address}, a non-public address (set `allow_private` to allow it)")
+
+
+async def _request(
+    method: str, url: str, *, timeout_ms: float, allow_private: bool, data: Mapping[str, str] | None = None
+) -> tuple[int, bytes]:
+    try:
+        parsed = httpx2.URL(url)
+    except httpx2.InvalidURL as exc:
+        raise FetchError(f"invalid URL: {exc}") from None
+    with trio.move_on_after(timeout_ms / 1000) as scope:
+        try:
+            await _check_host(parsed, allow_private)
+            async with httpx2.AsyncClient(timeout=None, follow_redirects=False, trust_env=False) as client:
+                headers = {"accept": "application/json"}
+                async with client.stream(
+                    method, parsed, data=dict(data) if data is not None else None, headers=headers
+                ) as r:
+                    chunks: list[bytes] = []
+                    size = 0
+                    async for chunk in r.aiter_bytes():
+                        size += len(chunk)
+                        if size > MAX_BODY_BYTES:
+                            raise FetchError(f"the answer of {parsed.host} is larger than {MAX_BODY_BYTES} bytes")
+                        chunks.append(chunk)
+                    return r.status_code, b"".join(chunks)
+        except httpx2.HTTPError as exc:
+            raise FetchError(f"request to {parsed.host} failed: {type(exc).__name__}: {exc}") from None
+        except OSError as exc:
+            raise FetchError(f"request to {parsed.host} failed: {exc}") from None
+    assert scope.cancelled_caught
+    raise FetchError(f"{parsed.host} did not answer within {timeout_ms:g} ms")
+
+
+def _json(status: int, body: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise FetchError(f"{what} is not JSON (HTTP {status})", status) from None
+
+
+async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: str) -> Any:
+    """GET a JSON document (a 2xx answer).
+
+    Raises:
+        FetchError: it could not be fetched, was not 2xx, or is not JSON.
+    """
+    status, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
+    if not 200 <= status < 300:
+        raise FetchError(f"{what} answered HTTP {status}", status)
+    return _json(status, body, what)
+
+
+async def post_form(
+    url: str, form: Mapping[str, str], *, timeout_ms: float, allow_private: bool, what: str
+) -> dict[str, Any]:
+    """POST ``application/x-www-form-urlencoded`` to an OAuth token endpoint; answers its JSON object.
+
+    Raises:
+        FetchError: the endpoint could not be reached, refused (its ``error`` code kept), or did not answer
+            a JSON object.
+    """
+    status, body = await _request("POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form)
+    if not 200 <= status < 300:
+        code = None
+        try:
+            parsed = orjson.loads(body)
+            code = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
+        except orjson.JSONDecodeError:
+            pass
+        suffix = f" (error: {code})" if code else ""
+        raise FetchError(f"{what} answered HTTP {status}{suffix}", status, code)
+    doc = _json(status, body, what)
+    if not isinstance(doc, dict):
+        raise FetchError(f"{what} did not answer a JSON object", status)
+    return doc

@@ -1,0 +1,426 @@
+"""Who is calling: bearer tokens, JWTs of OIDC issuers, client certificates forwarded by a proxy.
+
+:class:`Authenticator` resolves one request's headers to an :class:`~mcpipe.tools.Identity`, trying in
+order: the static tokens of ``[auth] tokens``, the ``[[auth.oidc]]`` issuers, ``[auth.mtls]``. A credential
+that is presented but does not verify is refused (:class:`Rejected`: the HTTP front answers 401), never
+downgraded to a lesser identity; a request presenting none resolves to None.
+
+JWT verification follows mcpg's ``dev.mcpg.identity.oidc``: the token's algorithm must be one the provider
+allows (``none`` never), its signature must verify with a key of the issuer's JWK Set (chosen by ``kid``),
+``exp`` and ``iss`` are required, ``aud`` must name one of ``audiences``, ``exp``/``nbf`` are checked with
+``clock_skew_s`` of leeway, and the subject comes from ``subject_claim`` (dotted paths reach nested claims).
+With several issuers the token's (unverified) ``iss`` picks the provider that verifies it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jwt
+import orjson
+import trio
+
+from mcpipe.access._config import MtlsConfig, OidcProvider
+from mcpipe.access._fetch import FetchError, get_json
+from mcpipe.tools._identity import Identity
+
+__all__ = ["Authenticator", "JwksCache", "Rejected", "mtls_identity"]
+
+_log = logging.getLogger("mcpipe.access")
+
+UNKNOWN_KID_REFRESH_S = 60.0
+"""A token naming a key the cache lacks refetches the JWK Set at most this often (a caller cycling random
+``kid`` values must not drive one fetch per request)."""
+
+Headers = Sequence[tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A credential was presented and did not verify (answered 401; ``reason`` is for the log)."""
+
+    reason: str
+
+
+def _digest(token: str | bytes) -> bytes:
+    return hashlib.sha256(token.encode() if isinstance(token, str) else token).digest()
+
+
+def _header(headers: Headers, name: bytes) -> bytes | None:
+    for k, v in headers:
+        if k.lower() == name:
+            return v
+    return None
+
+
+def _claim(claims: Any, path: str) -> Any:
+    """A claim by dotted path (``realm_access.roles``); None when absent."""
+    value = claims
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return None
+        value = value[part]
+    return value
+
+
+def _strings(claims: Any, paths: Sequence[str]) -> tuple[str, ...]:
+    """Every string the claims at ``paths`` hold: arrays of strings, or space-separated strings (scopes)."""
+    out: list[str] = []
+    for path in paths:
+        value = _claim(claims, path)
+        if isinstance(value, list):
+            out.extend(v for v in value if isinstance(v, str))
+        elif isinstance(value, str):
+            out.extend(value.split())
+    return tuple(out)
+
+
+class JwksCache:
+    """One issuer's keys: inline, or fetched (through discovery unless ``jwks_url`` is set) and cached."""
+
+    def __init__(self, cfg: OidcProvider, clock: Callable[[], float] = time.monotonic) -> None:
+        self.cfg = cfg
+        self.clock = clock
+        self.keys: list[tuple[str | None, jwt.PyJWK]] | None = None
+        self.fetched_at = -1e18
+        self._last_kid_refresh = -1e18
+        self._lock = trio.Lock()
+        self._jwks_url: str | None = cfg.jwks_url
+        if cfg.jwks is not None:
+            self.keys = self._parse(orjson.loads(cfg.jwks))
+            self.fetched_at = float("inf")
+
+    @staticmethod
+    def _parse(doc: Any) -> list[tuple[str | None, jwt.PyJWK]]:
+        keys: list[tuple[str | None, jwt.PyJWK]] = []
+        for raw in doc.get("keys", []) if isinstance(doc, dict) else []:
+            if not isinstance(raw, dict):
+                continue
+            try:
+                key = jwt.PyJWK(raw)
+            except (jwt.PyJWKError, jwt.InvalidKeyError, ValueError, TypeError) as exc:
+                _log.warning("skipping an unusable JWK (kid %s): %s", raw.get("kid"), exc)
+                continue
+            kid = raw.get("kid")
+            keys.append((kid if isinstance(kid, str) else None, key))
+        return keys
+
+    async def _fetch(self) -> list[tuple[str | None, jwt.PyJWK]]:
+        cfg = self.cfg
+        url = self._jwks_url
+        if url is None:
+            discovery = cfg.discovery_url or cfg.issuer.rstrip("/") + "/.well-known/openid-configuration"
+            doc = await get_json(
+                discovery, timeout_ms=cfg.timeout_ms, allow_private=cfg.allow_private, what="the discovery document"
+            )
+            if not isinstance(doc, dict) or doc.get("issuer") != cfg.issuer:
+                got = doc.get("issuer") if isinstance(doc, dict) else None
+                raise FetchError(f"the discovery document names issuer {got!r}, not {cfg.issuer!r}")
+            if not isinstance(doc.get("jwks_uri"), str):
+                raise FetchError("the discovery document has no `jwks_uri`")
+            url = doc["jwks_uri"]
+        jwks = await get_json(url, timeout_ms=cfg.timeout_ms, allow_private=cfg.allow_private, what="the JWK Set")
+        keys = self._parse(jwks)
+        if not keys:
+            raise FetchError("the JWK Set holds no usable key")
+        self._jwks_url = url if cfg.jwks_url is not None else None  # discovery is asked again on each refresh
+        return keys
+
+    async def _refresh(self) -> None:
+        """Fetch the keys; on failure keep serving cached ones younger than ``max_staleness_s``."""
+        async with self._lock:
+            try:
+                keys = await self._fetch()
+            except FetchError as exc:
+                stale_ok = self.keys is not None and self.clock() - self.fetched_at < self.cfg.max_staleness_s
+                if stale_ok:
+                    _log.warning(
+                        "JWK Set of %s could not be refreshed (%s); serving the cached keys", self.cfg.issuer, exc
+                    )
+                    return
+                raise
+            self.keys, self.fetched_at = keys, self.clock()
+
+    async def candidates(self, kid: str | None) -> list[jwt.PyJWK]:
+        """The keys that may have signed a token naming ``kid``.
+
+        Raises:
+            FetchError: there are no keys and they could not be fetched.
+        """
+        if self.cfg.jwks is None and self.clock() - self.fetched_at >= self.cfg.refresh_s:
+            await self._refresh()
+        keys = self.keys or []
+        if kid is None:
+            return [k for _, k in keys]
+        found = [k for key_id, k in keys if key_id == kid]
+        if found or self.cfg.jwks is not None:
+            return found
+        now = self.clock()
+        if now - self._last_kid_refresh < UNKNOWN_KID_REFRESH_S:
+            return []
+        self._last_kid_refresh = now
+        await self._refresh()
+        return [k for key_id, k in (self.keys or []) if key_id == kid]
+
+
+class _Oidc:
+    def __init__(self, cfg: OidcProvider, clock: Callable[[], float]) -> None:
+        self.cfg = cfg
+        self.keys = JwksCache(cfg, clock)
+
+    async def verify(self, token: str) -> Identity | Rejected:
+        cfg = self.cfg
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            return Rejected(f"not a JWT: {exc}")
+        alg = header.get("alg")
+        if not isinstance(alg, str) or alg not in cfg.algorithms:
+            return Rejected(f"algorithm {alg!r} is not allowed for issuer {cfg.issuer}")
+        kid = header.get("kid")
+        try:
+            keys = await self.keys.candidates(kid if isinstance(kid, str) else None)
+        except FetchError as exc:
+            return Rejected(f"no keys for issuer {cfg.issuer}: {exc}")
+        if not keys:
+            return Rejected(f"no key of issuer {cfg.issuer} matches kid {kid!r}")
+        required = ["exp", "iss"] + ([] if cfg.any_audience else ["aud"])
+        last = "no key verified it"
+        for key in keys:
+            try:
+                claims = jwt.decode(
+                    token,
+                    key,
+                    algorithms=[alg],
+                    audience=None if cfg.any_audience else cfg.audiences,
+                    issuer=cfg.issuer,
+                    leeway=cfg.clock_skew_s,
+                    options={"require": required, "verify_aud": not cfg.any_audience},
+                )
+            except jwt.InvalidSignatureError:
+                continue
+            except jwt.PyJWTError as exc:
+                return Rejected(f"{type(exc).__name__}: {exc}")
+            return self._identity(claims, token)
+        return Rejected(last)
+
+    def _identity(self, claims: dict[str, Any], token: str) -> Identity | Rejected:
+        cfg = self.cfg
+        subject = _claim(claims, cfg.subject_claim)
+        if not isinstance(subject, str) or not subject.strip():
+            return Rejected(f"missing or empty `{cfg.subject_claim}` claim")
+        attributes = {}
+        for path, name in cfg.attributes.items():
+            value = _claim(claims, path)
+            if isinstance(value, str):
+                attributes[name] = value
+        return Identity(
+            subject=subject,
+            trust="verified",
+            provider="oidc",
+            issuer=cfg.issuer,
+            roles=_strings(claims, cfg.role_claims),
+            groups=_strings(claims, cfg.group_claims),
+            scopes=_strings(claims, cfg.scope_claims),
+            attributes=attributes,
+            claims=claims,
+            token=token,
+        )
+
+
+def _unverified_issuer(token: str) -> str | None:
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        payload = orjson.loads(base64.urlsafe_b64decode(parts[1] + "=" * (-len(parts[1]) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        return None
+    iss = payload.get("iss") if isinstance(payload, dict) else None
+    return iss if isinstance(iss, str) else None
+
+
+# -- client certificates forwarded by a proxy ----------------------------------------------------------------
+
+_XFCC_FIELD = re.compile(r'\s*([A-Za-z]+)=("(?:[^"\\]|\\.)*"|[^;,]*)')
+
+
+def _xfcc_elements(value: str) -> list[dict[str, str]]:
+    """Envoy's ``x-forwarded-client-cert``: comma-separated elements of ``Key=value`` pairs split by ``;``,
+    values optionally double-quoted (with ``\\"`` escapes)."""
+    elements: list[dict[str, str]] = []
+    current: dict[str, str] = {}
+    pos = 0
+    while pos < len(value):
+        m = _XFCC_FIELD.match(value, pos)
+        if m is None:
+            break
+        key, raw = m.group(1), m.group(2).strip()
+        if raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
+            raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+        current[key.lower()] = raw
+        pos = m.end()
+        sep = value[pos : pos + 1]
+        pos += 1
+        if sep == "," or pos >= len(value):
+            elements.append(current)
+            current = {}
+    if current:
+        elements.append(current)
+    return elements
+
+
+def _cn(dn: str) -> str | None:
+    for part in re.split(r"(?<!\\)[,/]", dn):
+        key, sep, val = part.strip().partition("=")
+        if sep and key.strip().upper() == "CN":
+            return val.strip()
+    return None
+
+
+def _normal_dn(dn: str) -> str:
+    return ",".join(p.strip() for p in re.split(r"(?<!\\),", dn.strip()) if p.strip())
+
+
+def mtls_identity(cfg: MtlsConfig, headers: Headers) -> Identity | Rejected | None:
+    """The identity of the client certificate the first configured source carries (None: no source has one)."""
+    for source in cfg.sources:
+        value = _header(headers, source.header.lower().encode())
+        if value is None:
+            continue
+        text = value.decode("latin-1").strip()
+        if not text:
+            continue
+        dn: str | None = None
+        fingerprint: str | None = None
+        if source.kind == "xfcc":
+            elements = _xfcc_elements(text)
+            if not elements:
+                return Rejected(f"`{source.header}` is not an XFCC value")
+            element = elements[0] if source.chain_position == "first" else elements[-1]
+            dn = element.get("subject")
+            fingerprint = element.get("hash")
+        elif source.kind == "dn_string" or source.extraction_hint == "dn":
+            dn = text
+        else:
+            fingerprint = text
+        subject = _subject(cfg, dn, fingerprint)
+        if subject is None:
+            return Rejected(f"`{source.header}` carries no {cfg.mode.replace('_', ' ')}")
+        meta = cfg.identities.get(subject)
+        return Identity(
+            subject=subject,
+            trust=cfg.trust,
+            provider="mtls",
+            roles=tuple(meta.roles) if meta else (),
+            groups=tuple(meta.groups) if meta else (),
+            scopes=tuple(meta.scopes) if meta else (),
+            attributes=dict(meta.attributes) if meta else {},
+        )
+    return None
+
+
+def _subject(cfg: MtlsConfig, dn: str | None, fingerprint: str | None) -> str | None:
+    if cfg.mode == "fingerprint":
+        if not fingerprint:
+            return None
+        hexed = fingerprint.replace(":", "").lower()
+        return hexed if re.fullmatch(r"[0-9a-f]{64}", hexed) else None
+    if not dn:
+        return None
+    if cfg.mode == "subject_dn":
+        return _normal_dn(dn)
+    cn = _cn(dn)
+    if not cn:
+        return None
+    return cn if cfg.case_sensitive else cn.lower()
+
+
+class Authenticator:
+    """Resolves a request's identity (see the module docstring).
+
+    Args:
+        tokens: token digest -> principal (``[auth] tokens``).
+        oidc: the issuers whose JWTs identify callers.
+        mtls: where a proxy forwards client certificates, or None.
+    """
+
+    def __init__(
+        self,
+        tokens: Mapping[bytes, str],
+        oidc: Sequence[OidcProvider] = (),
+        mtls: MtlsConfig | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.tokens = dict(tokens)
+        self.oidc = [_Oidc(p, clock) for p in oidc]
+        self.mtls = mtls
+        self._by_issuer = {p.cfg.issuer: p for p in self.oidc}
+
+    @property
+    def configured(self) -> bool:
+        """Whether any identity source is configured (then a request needs an identity)."""
+        return bool(self.tokens) or bool(self.oidc) or self.mtls is not None
+
+    def _bearer(self, headers: Headers, name: bytes, prefix: str) -> str | None:
+        value = _header(headers, name)
+        if value is None:
+            return None
+        text = value.decode("latin-1").strip()
+        if prefix:
+            if text[: len(prefix)].lower() != prefix.lower():
+                return None
+            text = text[len(prefix) :].strip()
+        return text or None
+
+    async def resolve(self, headers: Headers) -> Identity | Rejected | None:
+        """The caller's identity, a refusal of the credential it presented, or None (it presented none)."""
+        bearer = self._bearer(headers, b"authorization", "Bearer ")
+        if bearer is not None and self.tokens:
+            digest = _digest(bearer)
+            for known, principal in self.tokens.items():
+                if hmac.compare_digest(known, digest):
+                    return Identity(subject=principal, provider="token", token=bearer)
+        if self.oidc:
+            outcome = await self._oidc(headers)
+            if outcome is not None:
+                return outcome
+        if self.mtls is not None:
+            found = mtls_identity(self.mtls, headers)
+            if found is not None:
+                return found
+        if bearer is not None and self.tokens:
+            return Rejected("unknown bearer token")
+        return None
+
+    async def _oidc(self, headers: Headers) -> Identity | Rejected | None:
+        by_source: dict[tuple[str, str], list[_Oidc]] = {}
+        for p in self.oidc:
+            by_source.setdefault((p.cfg.header.lower(), p.cfg.prefix), []).append(p)
+        for (name, prefix), providers in by_source.items():
+            token = self._bearer(headers, name.encode(), prefix)
+            if token is None:
+                continue
+            if len(providers) == 1:
+                return await providers[0].verify(token)
+            iss = _unverified_issuer(token)
+            chosen = self._by_issuer.get(iss) if iss is not None else None
+            if chosen is not None and chosen in providers:
+                return await chosen.verify(token)
+            last: Rejected | None = None
+            for p in providers:
+                outcome = await p.verify(token)
+                if isinstance(outcome, Identity):
+                    return outcome
+                last = outcome
+            return Rejected(f"no issuer verified the token ({last.reason if last else 'none tried'})")
+        return None

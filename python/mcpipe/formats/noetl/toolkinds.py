@@ -1,0 +1,479 @@
+"""NoETL's ``tool:`` kinds that run code or reach a database (``python``, ``postgres``, ``duckdb``,
+``shell``), mapped onto mcpipe's step kinds of the same names (``mcpipe.kinds``).
+
+The NoETL front-end (``mcpipe.formats.noetl``) asks :func:`map_tool` for a step's ``tool:`` of one of
+:data:`KINDS`; the answer is a declared step in mcpipe's layout (``{"kind": "python", ...}``) whose fields
+named in :data:`TEMPLATE_FIELDS` are still NoETL's Jinja, rendered by the front-end at run time (each value,
+recursively, in the step's NoETL scope), or None with a located problem. Every other field is final:
+``code`` of a python step above all, which is never rendered (NoETL renders Jinja into the source; mcpipe
+refuses such code, located, and passes values only as data through ``input``).
+
+What each NoETL tool's fields become (NoETL 4.26.0's tools, ``noetl/tools/*``):
+
+- ``python``: ``code`` (or ``code_b64``/``code_base64``, decoded here), ``libs`` (imports put before the
+  code), ``input`` and ``args`` (merged, ``input`` winning: the code's globals and ``main``'s arguments);
+  ``coerce`` on, as NoETL decodes JSON or Python literals in string arguments. ``context`` is left to the
+  front-end: it may set it (a template) to its scope, NoETL's ``context`` global.
+- ``postgres``: the SQL of ``command``/``commands``/``query``/``queries``/``cmd``/``cmds`` (a list joined
+  with newlines) or their ``*_b64`` forms; the connection of ``auth`` (or ``credential``): a credential name
+  is the config's ``[sql.NAME]`` backend of that name (:func:`credential_backend`), chosen at run time when
+  it is a template; ``{source: inline, fields: {...}}`` (or ``db_host``... fields) is a ``dsn``. A quoted
+  ``'{{ expr }}'`` in a query or data statement becomes a bound parameter (:func:`bind_quoted`).
+- ``duckdb``: the same SQL fields, ``database`` (default: NoETL's file per execution, under the temporary
+  directory, named by the front-end's ``execution_id``), NoETL's result shape (``output: noetl``).
+- ``shell``: ``cmds`` (or ``cmd``/``command``), ``env``, ``cwd``; ``timeout_seconds`` (NoETL's default
+  600 s per command) becomes the step's ``timeout_ms``.
+
+What mcpipe cannot honour is refused here, located: ``script`` (code fetched from GCS, S3, HTTP or files),
+python ``deps`` (packages installed per tenant) and ``auth`` (cloud credentials as environment variables),
+DuckDB ``auth``/``credentials`` (secrets and attachments need DuckDB extensions that are not installed),
+and auth sources mcpipe has no store for.
+
+Credentials: NoETL reads a credential by name from its server's credential store; mcpipe's store of
+database credentials is the config's ``[sql.NAME]`` sections, so a NoETL credential ``pg_local`` is the
+backend ``[sql.pg_local]`` (:func:`credential_backend`). Scalar secrets are read as NoETL reads them from the
+environment (:func:`secret_value`: ``source: env`` reads the variable named, ``source: secret`` reads
+``NOETL_SECRET_<NAME>``).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mcpipe.errors import ErrorCode, Problem
+from mcpipe.kinds._sqltext import split_postgres
+
+__all__ = [
+    "KINDS",
+    "TEMPLATE_FIELDS",
+    "bind_quoted",
+    "credential_backend",
+    "map_tool",
+    "secret_value",
+]
+
+KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
+"""The NoETL tool kinds this module maps."""
+
+TEMPLATE_FIELDS: Mapping[str, frozenset[str]] = {
+    "python": frozenset({"input", "env", "context"}),
+    "postgres": frozenset({"command", "backend", "dsn", "params"}),
+    "duckdb": frozenset({"commands", "database"}),
+    "shell": frozenset({"cmds", "env", "cwd"}),
+}
+"""The fields of each mapped step that hold NoETL Jinja for the front-end to render at run time; the
+others are final (a python step's ``code`` is never rendered)."""
+
+_SQL_FIELDS = ("query", "queries", "command", "commands", "cmd", "cmds")
+_SQL_B64 = ("command_b64", "commands_b64", "query_b64")
+_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+_MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
+_JINJA = re.compile(r"\{\{|\{%")
+NOETL_SHELL_TIMEOUT_S = 600
+"""NoETL's shell tool's deadline per command when ``timeout_seconds`` is not given."""
+
+
+def _problem(problems: list[Problem], where: str, message: str, code: str = ErrorCode.INVALID_SPEC) -> None:
+    problems.append(Problem(where, code, message))
+
+
+def map_tool(kind: str, tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    """The mcpipe step for NoETL's ``tool:`` mapping ``tool`` (at ``loc``) of kind ``kind`` (one of
+    :data:`KINDS`), or None with a located problem appended to ``problems``."""
+    mapper = _MAPPERS.get(kind)
+    if mapper is None:
+        _problem(problems, f"{loc}.kind", f"NoETL tool kind `{kind}` is not one of {', '.join(sorted(KINDS))}")
+        return None
+    if not isinstance(tool, Mapping):
+        _problem(problems, loc, f"a NoETL tool is a mapping, got {type(tool).__name__}")
+        return None
+    before = len(problems)
+    step = mapper(tool, loc, problems)
+    return step if step is not None and len(problems) == before else None
+
+
+# --- python ---------------------------------------------------------------------------------------------
+
+
+def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    for field, why in (
+        ("script", "code fetched from a script source (GCS, S3, HTTP, a file) is not supported: put it in `code`"),
+        ("deps", "dependencies installed per tenant are not supported: install them in the server's environment"),
+        ("auth", "cloud credentials injected as environment variables are not supported: pass them in `env`"),
+    ):
+        if tool.get(field) not in (None, {}, ""):
+            _problem(problems, f"{loc}.{field}", f"python tool: {why}")
+    code = _python_code(tool, loc, problems)
+    if code is None:
+        return None
+    if _JINJA.search(code):
+        _problem(
+            problems,
+            f"{loc}.code",
+            "the code holds Jinja (`{{ ... }}` or `{% ... %}`), which NoETL renders into the source; mcpipe never "
+            "puts values into code: pass them in `input` and read them as variables",
+        )
+        return None
+    imports = _libs(tool.get("libs"), f"{loc}.libs", problems)
+    if imports is None:
+        return None
+    if imports:
+        code = "\n".join(imports) + "\n\n" + code
+    merged: dict[str, Any] = {}
+    for field in ("args", "input"):
+        value = tool.get(field)
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            if isinstance(value, str) and _JINJA.search(value):
+                _problem(problems, f"{loc}.{field}", f"python tool: `{field}` must be a mapping of names to values")
+                return None
+            _problem(
+                problems, f"{loc}.{field}", f"python tool: `{field}` must be a mapping, got {type(value).__name__}"
+            )
+            return None
+        merged.update(value)
+    step: dict[str, Any] = {"kind": "python", "code": code, "coerce": True}
+    if merged:
+        step["input"] = merged
+    return step
+
+
+def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> str | None:
+    for field in ("code_b64", "code_base64"):
+        if field in tool:
+            try:
+                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+            except (binascii.Error, ValueError, UnicodeDecodeError) as e:
+                _problem(problems, f"{loc}.{field}", f"python tool: `{field}` is not base64 of UTF-8 text: {e}")
+                return None
+    code = tool.get("code")
+    if not isinstance(code, str) or not code.strip():
+        _problem(problems, f"{loc}.code", "python tool: `code` (Python source) is required")
+        return None
+    return code
+
+
+def _libs(libs: Any, loc: str, problems: list[Problem]) -> list[str] | None:
+    """NoETL's ``libs``: alias -> module (``import m as a``) or alias -> {from, import}."""
+    if libs in (None, {}) or isinstance(libs, list):
+        return []  # NoETL ignores a list (pip names, not imports) with a warning
+    if not isinstance(libs, Mapping):
+        _problem(problems, loc, f"python tool: `libs` must map aliases to modules, got {type(libs).__name__}")
+        return None
+    lines = []
+    for alias, module in libs.items():
+        where = f"{loc}.{alias}"
+        if not isinstance(alias, str) or not _IDENT.match(alias):
+            _problem(problems, where, f"python tool: `{alias}` is not a Python name")
+            continue
+        if isinstance(module, str) and _MODULE.match(module):
+            lines.append(f"import {module}" if alias == module else f"import {module} as {alias}")
+        elif (
+            isinstance(module, Mapping)
+            and isinstance(module.get("from"), str)
+            and _MODULE.match(module["from"])
+            and isinstance(module.get("import"), str)
+            and _IDENT.match(module["import"])
+        ):
+            name = module["import"]
+            tail = "" if alias == name else f" as {alias}"
+            lines.append(f"from {module['from']} import {name}{tail}")
+        else:
+            _problem(problems, where, "python tool: a lib is a module name or {from: module, import: name}")
+    return lines if len(lines) == len(libs) else None
+
+
+# --- SQL text ---------------------------------------------------------------------------------------------
+
+
+def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: str) -> str | None:
+    if tool.get("script") is not None:
+        _problem(
+            problems,
+            f"{loc}.script",
+            f"{kind} tool: SQL fetched from a script source (GCS, S3, HTTP, a file) is not supported: "
+            "put it in `command`",
+        )
+        return None
+    for field in _SQL_B64:
+        if field in tool:
+            try:
+                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+            except (binascii.Error, ValueError, UnicodeDecodeError) as e:
+                _problem(problems, f"{loc}.{field}", f"{kind} tool: `{field}` is not base64 of UTF-8 text: {e}")
+                return None
+    for field in _SQL_FIELDS:
+        if field in tool:
+            value = tool[field]
+            if isinstance(value, list):
+                return "\n".join(str(v) for v in value)
+            if value is None or isinstance(value, (Mapping, bool)):
+                break
+            return str(value)
+    _problem(
+        problems,
+        f"{loc}.command",
+        f"{kind} tool: no SQL; give `command` (or query, queries, commands, cmd, cmds, or their _b64 forms)",
+    )
+    return None
+
+
+_EXPR = re.compile(r"\{\{.*?\}\}", re.S)
+_LITERALS = re.compile(
+    r"(?P<string>'(?:[^']|'')*')"
+    r"|\"(?:[^\"]|\"\")*\""
+    r"|(?P<dollar>\$[A-Za-z0-9_]*\$).*?(?P=dollar)"
+    r"|--[^\n]*"
+    r"|/\*.*?\*/",
+    re.S,
+)
+_MASKED = re.compile(r"\x00(\d+)\x00")
+_DATA_STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|VALUES|MERGE)\b", re.I)
+# A literal is a value only after an operator, a comma or parenthesis, or one of these words; after another
+# word it may be a typed literal (`date '...'`, `interval '...'`), which a parameter cannot replace.
+_BEFORE_VALUE = frozenset(
+    (
+        "LIKE",
+        "ILIKE",
+        "THEN",
+        "ELSE",
+        "WHEN",
+        "AND",
+        "OR",
+        "IN",
+        "IS",
+        "VALUES",
+        "SELECT",
+        "RETURNING",
+        "DEFAULT",
+        "SET",
+        "NOT",
+        "BETWEEN",
+        "WHERE",
+        "ON",
+        "OFFSET",
+        "LIMIT",
+        "HAVING",
+    )
+)
+
+
+def bind_quoted(text: str) -> tuple[str, dict[str, str]]:
+    """NoETL SQL text with each quoted Jinja expression standing alone as a value (``'{{ expr }}'`` in a
+    ``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``, ``WITH``, ``VALUES`` or ``MERGE`` statement, after an
+    operator or a value keyword) replaced by a bound parameter: the text with ``:noetl_pN`` there, and the
+    parameters, each the Jinja ``{{ (expr) | string }}`` (the text NoETL would have put between the quotes).
+
+    Text with ``{% ... %}`` blocks is left as it is (an expression inside a loop has no single value)."""
+    if "{%" in text or "{#" in text:
+        return text, {}
+    exprs: list[str] = []
+
+    def mask(m: re.Match[str]) -> str:
+        exprs.append(m.group(0))
+        return f"\x00{len(exprs) - 1}\x00"
+
+    masked = _EXPR.sub(mask, text)
+    if not exprs:
+        return text, {}
+    params: dict[str, str] = {}
+    out: list[str] = []
+    for stmt in split_postgres(masked):
+        if _DATA_STATEMENT.match(stmt):
+            stmt = _bind_in(stmt, exprs, params)
+        out.append(stmt)
+    joined = ";\n".join(out)
+    if not params:
+        return text, {}
+    return _MASKED.sub(lambda m: exprs[int(m.group(1))], joined), params
+
+
+def _bind_in(stmt: str, exprs: list[str], params: dict[str, str]) -> str:
+    pieces: list[str] = []
+    last = 0
+    for m in _LITERALS.finditer(stmt):
+        literal = m.group("string")
+        if literal is None:
+            continue
+        inner = _MASKED.fullmatch(literal[1:-1])
+        if inner is None or not _value_position(stmt[: m.start()]):
+            continue
+        expr = exprs[int(inner.group(1))][2:-2].strip()
+        name = f"noetl_p{len(params)}"
+        params[name] = "{{ (" + expr + ") | string }}"
+        pieces.append(stmt[last : m.start()])
+        pieces.append(f":{name}")
+        last = m.end()
+    pieces.append(stmt[last:])
+    return "".join(pieces)
+
+
+def _value_position(before: str) -> bool:
+    stripped = before.rstrip()
+    if not stripped:
+        return False
+    if stripped[-1] in "(,=<>!+-*/|%[":
+        return True
+    word = re.search(r"([A-Za-z_]+)\Z", stripped)
+    return word is not None and word.group(1).upper() in _BEFORE_VALUE
+
+
+# --- postgres ---------------------------------------------------------------------------------------------
+
+_INLINE_KEYS = {
+    "host": "host",
+    "db_host": "host",
+    "port": "port",
+    "db_port": "port",
+    "user": "user",
+    "username": "user",
+    "db_user": "user",
+    "password": "password",
+    "db_password": "password",
+    "database": "dbname",
+    "dbname": "dbname",
+    "db_name": "dbname",
+}
+
+
+_SINGLE_AUTH_KEYS = frozenset({"source", "key", "name", "service", "secret_name", "scope", "fields", "inject", "type"})
+"""NoETL's ``RESERVED_SINGLE_AUTH_KEYS``: an ``auth`` mapping with one of these is one credential, else a map
+of aliases to credentials."""
+
+
+def credential_backend(name: str) -> str:
+    """The ``[sql.NAME]`` backend of the config that holds NoETL's database credential ``name``: the
+    backend of the same name (``auth: pg_local`` is ``[sql.pg_local] url = "postgresql://..."``)."""
+    return name
+
+
+def secret_value(spec: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+    """A scalar secret as NoETL reads it from the environment: ``{source: env, name: VAR}`` is ``$VAR``,
+    ``{source: secret, name: NAME}`` is ``$NOETL_SECRET_<NAME upper-cased>``; None when unset (or another
+    source)."""
+    name = spec.get("name")
+    if not isinstance(name, str) or not name:
+        return None
+    if spec.get("source") == "env":
+        return environ.get(name)
+    if spec.get("source") == "secret":
+        return environ.get(f"NOETL_SECRET_{name.upper()}")
+    return None
+
+
+def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    auth = tool.get("auth")
+    where = f"{loc}.auth"
+    if auth in (None, "", {}):
+        auth = tool.get("credential")
+        where = f"{loc}.credential"
+    if isinstance(auth, str) and auth.strip():
+        return {"backend": credential_backend(auth.strip())}
+    if isinstance(auth, Mapping) and auth and not _SINGLE_AUTH_KEYS.intersection(auth):
+        # An alias map ({pg: ..., gcs: ...}): NoETL takes its postgres entry (else the first).
+        entries = list(auth.values())
+        chosen = next((e for e in entries if isinstance(e, Mapping) and e.get("type") == "postgres"), entries[0])
+        return _connection({"auth": chosen}, loc, problems)
+    if isinstance(auth, Mapping) and auth:
+        source = auth.get("source", "credential")
+        if source == "credential":
+            key = auth.get("key") or auth.get("credential")
+            if isinstance(key, str) and key.strip():
+                return {"backend": credential_backend(key.strip())}
+            _problem(problems, where, "postgres tool: an `auth` credential needs `key` or `credential`")
+            return None
+        if source == "inline":
+            fields = auth.get("fields")
+            if isinstance(fields, Mapping) and fields:
+                return {"dsn": {_INLINE_KEYS[k]: v for k, v in fields.items() if k in _INLINE_KEYS}}
+            _problem(
+                problems, where, "postgres tool: inline `auth` needs `fields` (host, port, user, password, database)"
+            )
+            return None
+        _problem(problems, where, f"postgres tool: auth source `{source}` is not supported (credential or inline)")
+        return None
+    direct = {_INLINE_KEYS[k]: v for k, v in tool.items() if k in _INLINE_KEYS and k.startswith("db_")}
+    if direct:
+        return {"dsn": direct}
+    if isinstance(tool.get("db_conn_string"), str):
+        return {"dsn": tool["db_conn_string"]}
+    _problem(problems, f"{loc}.auth", "postgres tool: `auth` (a credential: the config's [sql.NAME]) is required")
+    return None
+
+
+def _postgres(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    text = _sql_text(tool, loc, problems, "postgres")
+    conn = _connection(tool, loc, problems)
+    if text is None or conn is None:
+        return None
+    command, params = bind_quoted(text)
+    step: dict[str, Any] = {"kind": "postgres", "command": command, **conn}
+    if params:
+        step["params"] = params
+    return step
+
+
+# --- duckdb -----------------------------------------------------------------------------------------------
+
+NOETL_DUCKDB_DIR = Path(tempfile.gettempdir()) / "mcpipe-noetl"
+"""Where a duckdb step without ``database`` keeps NoETL's database file of its execution."""
+
+
+def _duckdb(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    for field in ("auth", "credentials", "credential"):
+        if tool.get(field) not in (None, {}, ""):
+            _problem(
+                problems,
+                f"{loc}.{field}",
+                "duckdb tool: DuckDB secrets and attachments from credentials need DuckDB extensions "
+                "(postgres_scanner, httpfs) this server does not install; attach databases in the SQL instead",
+            )
+    text = _sql_text(tool, loc, problems, "duckdb")
+    if text is None:
+        return None
+    database = tool.get("database")
+    if database is None:
+        database = str(NOETL_DUCKDB_DIR / "duckdb_{{ execution_id }}.duckdb")
+    return {"kind": "duckdb", "commands": text, "database": database, "output": "noetl"}
+
+
+# --- shell ------------------------------------------------------------------------------------------------
+
+
+def _shell(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    cmds = tool.get("cmds")
+    if cmds is None:
+        for alt in ("cmd", "command"):
+            if isinstance(tool.get(alt), str) and tool[alt].strip():
+                cmds = [tool[alt]]
+                break
+    if isinstance(cmds, str):
+        cmds = [cmds]
+    if not isinstance(cmds, list) or not cmds:
+        _problem(problems, f"{loc}.cmds", "shell tool: `cmds` (a list of shell programs) is required")
+        return None
+    step: dict[str, Any] = {"kind": "shell", "cmds": [c if isinstance(c, str) else str(c) for c in cmds]}
+    env = tool.get("env")
+    if env not in (None, {}):
+        if not isinstance(env, Mapping):
+            _problem(problems, f"{loc}.env", "shell tool: `env` must map names to values")
+            return None
+        step["env"] = dict(env)
+    if tool.get("cwd"):
+        step["cwd"] = tool["cwd"]
+    seconds = tool.get("timeout_seconds", NOETL_SHELL_TIMEOUT_S)
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or seconds <= 0:
+        _problem(problems, f"{loc}.timeout_seconds", "shell tool: `timeout_seconds` must be a positive number")
+        return None
+    step["timeout_ms"] = float(seconds) * 1000 * len(step["cmds"])
+    return step
+
+
+_MAPPERS = {"python": _python, "postgres": _postgres, "duckdb": _duckdb, "shell": _shell}

@@ -1,0 +1,227 @@
+"""The ``duckdb`` step kind: SQL statements on a DuckDB database (the ``duckdb`` package), off the event loop.
+
+``commands`` is SQL text (several statements, split as NoETL's duckdb tool splits them) or a list of
+statements, resolved per call; ``database`` a file (or ``:memory:``, the default: a database of the step's
+own). The statements run in a worker thread, at most the policy's ``workers`` at once, under DuckDB's
+``memory_limit`` and ``threads``; past the deadline the statement is interrupted (``interrupt()``). DuckDB
+downloads no extension unless the operator allows it (``outbound.duckdb.autoinstall_extensions``).
+
+The output is the last statement's rows (objects), or, with ``output: noetl``, NoETL's summary of the run
+(``executed_commands``, ``command_N_rows`` and ``command_N_sample`` per statement that returned rows,
+``task_id``, ``secrets_created``, ``database_path``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import trio
+
+from mcpipe._describe import json_type
+from mcpipe.backends._threads import run_interruptible
+from mcpipe.backends.sql import json_value
+from mcpipe.errors import ErrorCode
+from mcpipe.kinds._base import Build, Kind, StepFields
+from mcpipe.kinds._policy import DuckdbPolicy
+from mcpipe.kinds._sqltext import split_duckdb
+from mcpipe.plan import Leaf
+from mcpipe.results import StepFailure, StepOutput
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["KIND", "DuckdbFields", "DuckdbPlan", "run_duckdb"]
+
+MEMORY = ":memory:"
+
+
+class DuckdbFields(StepFields, tag="duckdb"):
+    """Run SQL statements on a DuckDB database.
+
+    ``commands`` (a template): SQL text, split into statements at ``;`` (outside quotes; lines starting
+    with ``--`` or ``#`` dropped), or a list of statements. ``database`` (a template): a file path (relative
+    to the config's directory) or ``:memory:`` (default). ``output``: ``rows`` (the last statement's rows as
+    objects) or ``noetl`` (NoETL's summary).
+    """
+
+    commands: Any
+    database: Any = None
+    output: Literal["rows", "noetl"] = "rows"
+
+
+@dataclass(frozen=True, slots=True)
+class DuckdbPlan:
+    timeout_s: float
+    policy: DuckdbPolicy
+    base_dir: str
+
+
+def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
+    """The deadline and limits; the ``duckdb`` package must be installed."""
+    if importlib.util.find_spec("duckdb") is None:
+        b.problem(f"{b.location}.kind", "duckdb steps need the duckdb package: pip install 'mcpipe[duckdb]'")
+    if b.fields is None:
+        b.fail()
+    policy = b.policy.duckdb
+    ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
+    return DuckdbPlan(ms / 1000, policy, b.policy.base_dir)
+
+
+def _statements(value: Any) -> list[str]:
+    if isinstance(value, str):
+        return split_duckdb(value)
+    if isinstance(value, Sequence) and all(isinstance(s, str) for s in value):
+        return [s for s in value if s.strip()]
+    raise StepFailure(
+        f"`commands` must resolve to SQL text or a list of statements, got {json_type(value)}", ErrorCode.TOOL_FAILED
+    )
+
+
+def _database(value: Any, base_dir: str) -> str:
+    if value is None or value == MEMORY:
+        return MEMORY
+    if not isinstance(value, str) or not value.strip():
+        raise StepFailure(
+            f"`database` must resolve to a file path or {MEMORY}, got {json_type(value)}", ErrorCode.TOOL_FAILED
+        )
+    path = Path(value)
+    return str(path if path.is_absolute() else Path(base_dir, path))
+
+
+_limiters: trio.lowlevel.RunVar[dict[int, trio.CapacityLimiter]] = trio.lowlevel.RunVar("mcpipe_duckdb_workers")
+
+
+def _limiter(workers: int) -> trio.CapacityLimiter:
+    try:
+        by_size = _limiters.get()
+    except LookupError:
+        by_size = {}
+        _limiters.set(by_size)
+    limiter = by_size.get(workers)
+    if limiter is None:
+        limiter = by_size[workers] = trio.CapacityLimiter(workers)
+    return limiter
+
+
+class _Failed(Exception):
+    def __init__(self, message: str, code: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class _Run:
+    """One step's statements on one connection, in a worker thread (``interrupt`` from another)."""
+
+    def __init__(self, database: str, statements: list[str], policy: DuckdbPolicy) -> None:
+        self.database = database
+        self.statements = statements
+        self.policy = policy
+        self.conn: Any = None
+        self.interrupted = False
+
+    def interrupt(self) -> None:
+        self.interrupted = True
+        conn = self.conn
+        if conn is not None:
+            conn.interrupt()
+
+    def __call__(self) -> tuple[list[tuple[str, ...] | None], list[list[Sequence[Any]] | None]]:
+        import duckdb
+
+        config: dict[str, str | bool | int | float | list[str]] = {
+            "memory_limit": f"{self.policy.memory_mb}MB",
+            "threads": self.policy.threads,
+            "autoinstall_known_extensions": self.policy.autoinstall_extensions,
+        }
+        if self.database != MEMORY:
+            Path(self.database).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            self.conn = duckdb.connect(self.database, config=config)
+        except duckdb.Error as e:
+            raise _Failed(f"cannot open DuckDB database {self.database}: {e}", ErrorCode.TOOL_FAILED) from None
+        columns: list[tuple[str, ...] | None] = []
+        rows: list[list[Sequence[Any]] | None] = []
+        try:
+            for i, stmt in enumerate(self.statements):
+                if self.interrupted:
+                    raise _Failed("interrupted", ErrorCode.TIMEOUT)
+                try:
+                    result = self.conn.execute(stmt)
+                    if result.description is None:
+                        columns.append(None)
+                        rows.append(None)
+                        continue
+                    got = result.fetchmany(self.policy.max_rows + 1)
+                except duckdb.InterruptException:
+                    raise _Failed("interrupted", ErrorCode.TIMEOUT) from None
+                except duckdb.Error as e:
+                    raise _Failed(f"statement {i + 1} failed: {_first_line(e)}", ErrorCode.TOOL_ERROR) from None
+                if len(got) > self.policy.max_rows:
+                    raise _Failed(
+                        f"statement {i + 1} returned more than {self.policy.max_rows} rows (the policy's max_rows)",
+                        ErrorCode.TOOL_ERROR,
+                    )
+                columns.append(tuple(str(d[0]) for d in result.description))
+                rows.append(got)
+            if self.database != MEMORY:
+                self.conn.execute("CHECKPOINT")
+        finally:
+            self.conn.close()
+        return columns, rows
+
+
+def _first_line(e: BaseException) -> str:
+    return str(e).strip().split("\n", 1)[0] or type(e).__name__
+
+
+async def run_duckdb(
+    step: Leaf[DuckdbFields, DuckdbPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    """Run the statements; the output is the last statement's rows (``output: noetl``: NoETL's summary)."""
+    plan = step.built
+    statements = _statements(inputs["commands"])
+    database = _database(inputs.get("database"), plan.base_dir)
+    work = _Run(database, statements, plan.policy)
+    with trio.move_on_after(plan.timeout_s) as deadline:
+        try:
+            columns, rows = await run_interruptible(work, work.interrupt, limiter=_limiter(plan.policy.workers))
+        except _Failed as e:
+            if e.code != ErrorCode.TIMEOUT:
+                raise StepFailure(f"duckdb {_name(database)}: {e}", e.code) from None
+            deadline.cancel()
+    if deadline.cancelled_caught or work.interrupted:
+        raise StepFailure(
+            f"duckdb {_name(database)}: the statements ran past the deadline of {plan.timeout_s * 1000:g} ms "
+            "(interrupted)",
+            ErrorCode.TIMEOUT,
+        )
+    if step.fields.output == "noetl":
+        return StepOutput.of(_noetl(statements, rows, database))
+    for cols, got in zip(reversed(columns), reversed(rows), strict=True):
+        if cols is not None and got is not None:
+            return StepOutput.of([{c: json_value(v) for c, v in zip(cols, row, strict=False)} for row in got])
+    return StepOutput.of([])
+
+
+def _name(database: str) -> str:
+    return "(in memory)" if database == MEMORY else f"'{database}'"
+
+
+def _noetl(statements: list[str], rows: list[list[Sequence[Any]] | None], database: str) -> dict[str, Any]:
+    """NoETL's duckdb result (``noetl/tools/duckdb/sql/execution.py``, 4.26.0)."""
+    out: dict[str, Any] = {"executed_commands": len(statements), "task_id": str(uuid.uuid4())}
+    for i, got in enumerate(rows):
+        if got:
+            out[f"command_{i + 1}_rows"] = len(got)
+            out[f"command_{i + 1}_sample"] = [[json_value(v) for v in row] for row in got[:5]]
+    out["secrets_created"] = 0
+    out["database_path"] = database
+    return out
+
+
+KIND = Kind(
+    "duckdb", DuckdbFields, run_duckdb, templates=("commands", "database"), build=build_duckdb, own_deadline=True
+)

@@ -1,0 +1,81 @@
+"""mcpg and ``mcpipe serve --config`` side by side on the recorded cases (`make mcpg-diff`).
+
+For each golden of tests/formats/mcpg/golden/served/ (or the cases named): the services are started as
+recorded, the same config file is served by the real mcpg (``.mcpg/bin/mcpg``) and by
+``mcpipe serve --config <file>`` in turn, the same calls are made to both over MCP, and every difference
+is printed: mcpipe against mcpg now, and mcpg now against its golden (a moving oracle would show there).
+
+    python scripts/mcpg_oracle/diff.py [--no-mcpg] [CASE ...]
+
+Exit status 0 when mcpipe agrees with mcpg on every case, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from servers import PLUGINS, ROOT, BootFailed, serving
+
+from kit.mcpg_oracle import compare, mask, render, render_env, run_calls, services
+
+SERVED = ROOT / "tests" / "formats" / "mcpg" / "golden" / "served"
+
+
+def run_one(which: str, golden: dict[str, Any]) -> tuple[bool, list[dict[str, Any]], str]:
+    """Serve the golden's config with ``which``; (booted, the calls, the boot error)."""
+    with tempfile.TemporaryDirectory(prefix=f"mcpg-diff-{which}-") as tmp:
+        scratch = Path(tmp)
+        with services(golden["services"], scratch) as run:
+            config = scratch / "config.yaml"
+            config.write_text(render(golden["config"], run.ports, str(scratch), str(PLUGINS)))
+            env = render_env(golden["env"], run.ports, str(scratch))
+            try:
+                with serving(which, config, run.ports["mcp"], env, scratch / "server.log") as url:
+                    return True, run_calls(url, golden["calls"], run, golden["answers"]), ""
+            except BootFailed as e:
+                log = mask(e.log, run.ports, str(scratch)).strip().splitlines()[-5:]
+                return False, [], f"{e}: " + " | ".join(log)
+            except Exception as e:  # a server that breaks the client mid-session is a difference too
+                return True, [], f"the session failed: {type(e).__name__}: {e}"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--no-mcpg", action="store_true", help="compare mcpipe with the goldens only")
+    parser.add_argument("cases", nargs="*")
+    ns = parser.parse_args()
+    paths = [SERVED / f"{c}.json" for c in ns.cases] if ns.cases else sorted(SERVED.glob("*.json"))
+    agree = 0
+    for path in paths:
+        golden = json.loads(path.read_text())
+        name = golden["case"]
+        if ns.no_mcpg:
+            reference_ok, reference, reference_err = golden["boot"]["ok"], golden["calls"], ""
+        else:
+            reference_ok, reference, reference_err = run_one("mcpg", golden)
+            drift = compare(golden["calls"], reference) if reference_ok == golden["boot"]["ok"] else ["boot"]
+            for d in drift:
+                print(f"{name}: mcpg vs its golden: {d}")
+        ok, calls, err = run_one("mcpipe", golden)
+        if not reference_ok:
+            diffs = [] if not ok else [f"mcpg refuses to serve ({reference_err}); mcpipe serves it"]
+        elif not ok:
+            diffs = [f"mcpipe did not serve the config: {err}"]
+        else:
+            diffs = compare(reference, calls) if calls or not err else [err]
+        for d in diffs:
+            print(f"{name}: mcpipe vs mcpg: {d}")
+        agree += not diffs
+        print(f"== {name}: {'same' if not diffs else f'{len(diffs)} differences'}")
+    print(f"mcpg-diff: {agree} of {len(paths)} cases answered the same by mcpipe and mcpg")
+    sys.exit(0 if agree == len(paths) else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,667 @@
+"""The mcpg oracle's harness: serve an mcpg config, call it over MCP, and record what came back.
+
+Shared by ``scripts/mcpg_oracle/record.py`` (records goldens from the real mcpg binary),
+``scripts/mcpg_oracle/diff.py`` (mcpg and ``mcpipe serve`` side by side) and
+``tests/formats/mcpg/test_mcpg_goldens.py`` (replays the goldens against mcpipe in CI).
+
+A case (``tests/formats/mcpg/cases.yaml``) names an mcpg config (an upstream file, by its INDEX key,
+or one of ``tests/formats/mcpg/cases/``), the outside services it talks to, the hosts to point at them,
+and the calls to make. Its golden (``tests/formats/mcpg/golden/served/<case>.json``) holds the exact
+config served (a template: ``{{port:NAME}}`` for each service's port, ``{{dir}}`` for the run's
+scratch folder, ``{{plugins}}`` for the folder of mcpg's backend plugins), the services as they were
+set up, and per call its inputs, mcpg's JSON-RPC response and what the services received.
+
+The client is a plain JSON-RPC client of the streamable HTTP transport (``RawMcp``), written here so
+the responses are recorded byte for byte as the server sent them (the SDK's typed results would
+normalise them). Volatile values (UUIDs, timestamps, durations, ports, the scratch folder) are
+masked (``mask``) before anything is recorded or compared.
+"""
+
+from __future__ import annotations
+
+import copy
+import http.client
+import json
+import re
+import socket
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import yaml
+
+__all__ = [
+    "PROTOCOL",
+    "CaseRun",
+    "RawMcp",
+    "StandIn",
+    "compare",
+    "mask",
+    "oracle_overlay",
+    "render",
+    "render_env",
+    "rewrite_hosts",
+    "run_calls",
+    "services",
+]
+
+PROTOCOL = "2025-06-18"
+PORT = re.compile(r"\{\{port:([\w-]+)\}\}")
+UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
+ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b")
+# Keys whose values change from run to run, wherever they appear (a JSON key, or a key inside a text).
+VOLATILE_KEYS = (
+    "duration_ms",
+    "durationMs",
+    "elapsed_ms",
+    "elapsedMs",
+    "latency_ms",
+    "request_id",
+    "requestId",
+    "timestamp",
+    "started_at",
+    "finished_at",
+    "trace_id",
+    "traceId",
+    "span_id",
+    "requestState",
+    "request_state",
+    "correlation_token",
+)
+VOLATILE_IN_TEXT = re.compile(r'("(?:' + "|".join(VOLATILE_KEYS) + r')"\s*:\s*)(-?\d+(?:\.\d+)?|"(?:[^"\\]|\\.)*")')
+# Request headers whose value is the client's own business (its name, version, compression, the
+# trace context it made up): recorded masked, never compared.
+VOLATILE_HEADERS = frozenset(
+    {"user-agent", "accept-encoding", "connection", "traceparent", "tracestate", "idempotency-key", "host"}
+)
+
+
+def mask(value: Any, ports: dict[str, int] | None = None, scratch: str | None = None) -> Any:
+    """``value`` with its run-to-run values replaced by markers (``<uuid>``, ``<time>``, ``<masked>``,
+    ``{{port:NAME}}``, ``{{dir}}``); dicts, lists and strings are walked, other values kept."""
+    ports = ports or {}
+
+    def text(s: str) -> str:
+        if scratch:
+            s = s.replace(scratch, "{{dir}}")
+        for name, port in sorted(ports.items(), key=lambda kv: -kv[1]):
+            s = re.sub(rf"(?<=[:/]){port}\b", "{{port:" + name + "}}", s)
+        s = UUID.sub("<uuid>", s)
+        s = ISO_TIME.sub("<time>", s)
+        return VOLATILE_IN_TEXT.sub(lambda m: m.group(1) + '"<masked>"', s)
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: ("<masked>" if k in VOLATILE_KEYS else walk(x)) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str):
+            return text(v)
+        return v
+
+    return walk(value)
+
+
+def render(template: str, ports: dict[str, int], scratch: str, plugins: str = "") -> str:
+    """The config ``template`` with its placeholders filled."""
+
+    def port(m: re.Match[str]) -> str:
+        if m.group(1) not in ports:
+            raise KeyError(f"the config names service {m.group(1)!r}, which the case does not start")
+        return str(ports[m.group(1)])
+
+    return PORT.sub(port, template).replace("{{dir}}", scratch).replace("{{plugins}}", plugins)
+
+
+def render_env(env: dict[str, str], ports: dict[str, int], scratch: str) -> dict[str, str]:
+    """The case's environment (what ``${env.NAME}`` reads) with its placeholders filled."""
+    return {k: render(str(v), ports, scratch) for k, v in env.items()}
+
+
+# --- configs ---------------------------------------------------------------------------------------
+
+
+def rewrite_hosts(doc: Any, hosts: dict[str, str]) -> Any:
+    """``doc`` with every occurrence, in its strings, of a key of ``hosts`` (a scheme and host, maybe a
+    port: ``https://api.name.com``, ``db.internal:5432``) replaced by its value: a service name stands
+    for ``http://127.0.0.1:{{port:NAME}}``, anything else is used as written (``127.0.0.1:{{port:db}}``).
+    Only where the service is changes; paths, queries and everything else stay."""
+    targets = {k: (v if "{{" in v else "http://127.0.0.1:{{port:" + v + "}}") for k, v in hosts.items()}
+
+    def walk(v: Any) -> Any:
+        if isinstance(v, dict):
+            return {k: walk(x) for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x) for x in v]
+        if isinstance(v, str):
+            for origin, target in targets.items():
+                v = v.replace(origin, target)
+        return v
+
+    return walk(doc)
+
+
+def _merge(base: Any, over: Any) -> Any:
+    if isinstance(base, dict) and isinstance(over, dict):
+        out = dict(base)
+        for k, v in over.items():
+            out[k] = _merge(base[k], v) if k in base else v
+        return out
+    if isinstance(base, list) and isinstance(over, list):
+        return base + over
+    return over
+
+
+def _backend_kinds(doc: dict[str, Any]) -> set[str]:
+    kinds: set[str] = set()
+
+    def steps(items: list[Any]) -> None:
+        for s in items or []:
+            if isinstance(s, dict):
+                kind = s.get("kind")
+                if kind in ("sql_tx", "sql_await"):
+                    kinds.add("sql")
+                elif isinstance(kind, str):
+                    kinds.add(kind)
+                steps(s.get("steps") or [])
+
+    caps = (doc.get("mcp") or {}).get("capabilities") or {}
+    for section in ("tools", "prompts", "resources", "resource_templates"):
+        for binding in caps.get(section) or []:
+            backend = (binding or {}).get("backend") or {}
+            kind = backend.get("kind")
+            if isinstance(kind, str):
+                kinds.add(kind)
+            steps(backend.get("steps") or [])
+    return kinds
+
+
+# mcpg loads these as cdylibs from plugins[] rows (its own conformance run.sh injects the mock one).
+PLUGIN_IDS = {
+    "http": "dev.mcpg.backend.http",
+    "mock": "dev.mcpg.backend.mock",
+    "command": "dev.mcpg.backend.command",
+    "sql": "dev.mcpg.backend.sql",
+    "nats": "dev.mcpg.backend.nats",
+    "kafka": "dev.mcpg.backend.kafka",
+    "grpc": "dev.mcpg.backend.grpc",
+}
+
+
+def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, Any]:
+    """``doc`` with what serving it here needs, and nothing else: the listener on a free loopback
+    port, private (loopback) backends allowed since the stand-ins are on 127.0.0.1, the per-IP
+    anonymous rate limit off, unsigned plugins accepted, a ``plugins[]`` row for each backend plugin
+    the bindings use (mcpg has none linked in), and (``trust_floor``) anonymous callers admitted, as
+    mcpg's own conformance config does."""
+    server: dict[str, Any] = {
+        "bind_address": "127.0.0.1:{{port:mcp}}",
+        "allow_private_backends": True,
+        "anonymous_rate_limit_per_min": 0,
+    }
+    over: dict[str, Any] = {
+        "gateway": {"server": server, "plugin_registry": {"default_signature_policy": "disabled"}},
+    }
+    if trust_floor:
+        over["governance"] = {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}}
+    kinds = {kind: pid for kind, pid in PLUGIN_IDS.items() if kind in _backend_kinds(doc)}
+    rows = []
+    for row in doc.get("plugins") or []:
+        # A row of the config for one of these plugins: only where its artifact is changes.
+        pid = str((row or {}).get("ref") or (row or {}).get("id"))
+        kind = next((k for k, p in PLUGIN_IDS.items() if p == pid), None)
+        if kind is not None:
+            kinds.pop(kind, None)
+            row = {**row, "source": {"path": "{{plugins}}/" + kind + "/plugin.so"}}
+        rows.append(row)
+    for kind, pid in sorted(kinds.items()):
+        row = {
+            "id": pid,
+            "kind": "native",
+            "class": "backend",
+            "source": {"path": "{{plugins}}/" + kind + "/plugin.so"},
+        }
+        if kind not in ("mock", "command"):
+            row["granted_capabilities"] = ["network_outbound"]
+        rows.append(row)
+    doc = {**doc, "plugins": rows} if rows else doc
+    return _merge(doc, over)
+
+
+def mcp_url(config_text: str) -> tuple[str, str]:
+    """The MCP path and health path the config serves at (mcpg's defaults: /mcp and /health)."""
+    doc = yaml.safe_load(config_text) or {}
+    server = ((doc.get("gateway") or {}).get("server")) or {}
+    return str(server.get("mcp_path") or "/mcp"), str(server.get("health_path") or "/health")
+
+
+# --- services --------------------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Route:
+    """One answer of a stand-in: a request whose method and path (a regular expression, matched
+    whole) fit gets ``status``, ``headers`` and ``body`` (JSON unless ``text`` is set)."""
+
+    method: str
+    path: str
+    status: int = 200
+    body: Any = None
+    text: str | None = None
+    content_type: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class StandIn:
+    """An HTTP server on 127.0.0.1 standing in for a real API: answers from its routes (the first that
+    fits; 404 with a JSON error otherwise) and records every request it received."""
+
+    def __init__(self, routes: list[dict[str, Any]]) -> None:
+        self.routes = [Route(**r) for r in routes]
+        self.received: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _serve(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length) if length else b""
+                owner._record(self.command, self.path, dict(self.headers.items()), raw)
+                status, headers, payload = owner._answer(self.command, urlsplit(self.path).path)
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = int(self.server.server_address[1])
+        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def _record(self, method: str, target: str, headers: dict[str, str], raw: bytes) -> None:
+        parts = urlsplit(target)
+        body: Any
+        try:
+            body = json.loads(raw) if raw else None
+        except ValueError:
+            body = raw.decode(errors="replace")
+        entry = {
+            "method": method,
+            "path": parts.path,
+            "query": parts.query,
+            "headers": {k.lower(): ("<masked>" if k.lower() in VOLATILE_HEADERS else v) for k, v in headers.items()},
+            "body": body,
+        }
+        with self._lock:
+            self.received.append(entry)
+
+    def _answer(self, method: str, path: str) -> tuple[int, dict[str, str], bytes]:
+        for r in self.routes:
+            if r.method.upper() == method and re.fullmatch(r.path, path):
+                if r.text is not None:
+                    payload = r.text.encode()
+                    ctype = r.content_type or "text/plain"
+                else:
+                    payload = json.dumps(r.body).encode()
+                    ctype = r.content_type or "application/json"
+                return r.status, {"Content-Type": ctype, **r.headers}, payload
+        return 404, {"Content-Type": "application/json"}, b'{"error":"no route in the stand-in"}'
+
+    def take(self) -> list[dict[str, Any]]:
+        """What was received since the last ``take``."""
+        with self._lock:
+            out, self.received = self.received, []
+        return out
+
+    def __enter__(self) -> StandIn:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class NatsResponders:
+    """NATS responders on a real nats-server: each subject answers its JSON reply to every request,
+    and every message received is recorded (subject, data, headers)."""
+
+    def __init__(self, url: str, replies: dict[str, Any]) -> None:
+        self.url, self.replies = url, replies
+        self.received: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import asyncio
+
+        import nats
+
+        async def main() -> None:
+            nc = await nats.connect(self.url)
+
+            async def handle(msg: Any) -> None:
+                try:
+                    data: Any = json.loads(msg.data) if msg.data else None
+                except ValueError:
+                    data = msg.data.decode(errors="replace")
+                headers = {
+                    k.lower(): ("<masked>" if k.lower() in VOLATILE_HEADERS else v)
+                    for k, v in (msg.headers or {}).items()
+                }
+                with self._lock:
+                    self.received.append({"subject": msg.subject, "data": data, "headers": headers})
+                if msg.reply:
+                    await msg.respond(json.dumps(self.replies[msg.subject]).encode())
+
+            for subject in self.replies:
+                await nc.subscribe(subject, cb=handle)
+            await nc.flush()
+            self._ready.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._stop.wait)
+            await nc.drain()
+
+        asyncio.run(main())
+
+    def take(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out, self.received = self.received, []
+        return out
+
+    def __enter__(self) -> NatsResponders:
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise TimeoutError("the NATS responders did not subscribe within 20 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
+@dataclass
+class CaseRun:
+    """The services of one run: their ports by name, the scratch folder, and per service that records
+    what it receives a function taking what it received so far."""
+
+    ports: dict[str, int]
+    scratch: str
+    recorders: dict[str, Callable[[], list[dict[str, Any]]]]
+
+    def received(self) -> dict[str, list[dict[str, Any]]]:
+        out = {}
+        for name, take in sorted(self.recorders.items()):
+            got = take()
+            if got:
+                out[name] = got
+        return out
+
+
+@contextmanager
+def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
+    """Start the services of a case (``spec``: ``http``/``sqlite``/``postgres``/``nats``/``kafka``/
+    ``grpc``, each a mapping of service name to its setup) and a free port named ``mcp`` for the
+    server under test."""
+    from kit import realservers
+
+    ports: dict[str, int] = {"mcp": free_port()}
+    recorders: dict[str, Callable[[], list[dict[str, Any]]]] = {}
+    with ExitStack() as stack:
+        for name, s in (spec.get("http") or {}).items():
+            standin = stack.enter_context(StandIn(s.get("routes") or []))
+            recorders[name] = standin.take
+            ports[name] = standin.port
+        for name, s in (spec.get("sqlite") or {}).items():
+            db = sqlite3.connect(scratch / f"{name}.db")
+            db.executescript(s.get("setup") or "")
+            db.commit()
+            db.close()
+        for name, s in (spec.get("postgres") or {}).items():
+            url = stack.enter_context(realservers.postgres_server())
+            ports[name] = int(urlsplit(url).port or 0)
+            if s.get("setup"):
+                import psycopg
+
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(s["setup"])
+        for name, s in (spec.get("nats") or {}).items():
+            url = stack.enter_context(realservers.nats_server())
+            ports[name] = int(urlsplit(url).port or 0)
+            if (s or {}).get("responders"):
+                responders = stack.enter_context(NatsResponders(url, s["responders"]))
+                recorders[name] = responders.take
+        for name in spec.get("kafka") or {}:
+            bootstrap = stack.enter_context(realservers.kafka_broker())
+            ports[name] = int(bootstrap.rsplit(":", 1)[1])
+        for name in spec.get("grpc") or {}:
+            from kit import grpcserver
+
+            url, seen = stack.enter_context(grpcserver.grpc_server())
+            ports[name] = int(urlsplit(url).port or 0)
+
+            def took(seen: Any = seen) -> list[dict[str, Any]]:
+                calls = [{"method": m} for m in seen.methods if "reflection" not in m]
+                for call, data in zip(calls, seen.calls, strict=False):
+                    meta = data.get("metadata") or {}
+                    call["id"] = data.get("id")
+                    call["metadata"] = {k: ("<masked>" if k in VOLATILE_HEADERS else v) for k, v in meta.items()}
+                seen.methods.clear()
+                seen.calls.clear()
+                return calls
+
+            recorders[name] = took
+        yield CaseRun(ports=ports, scratch=str(scratch), recorders=recorders)
+
+
+# --- the client ------------------------------------------------------------------------------------
+
+
+class RawMcp:
+    """A JSON-RPC client of MCP's streamable HTTP transport (protocol ``PROTOCOL``), blocking.
+
+    ``answers`` answers the server's own requests (``elicitation/create``, ``sampling/createMessage``,
+    ``roots/list``) by method; notifications the server sends while a request runs are kept in
+    ``notifications``."""
+
+    def __init__(self, url: str, answers: dict[str, Any] | None = None, timeout: float = 30.0) -> None:
+        parts = urlsplit(url)
+        self.host, self.port, self.path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
+        self.answers = answers or {}
+        self.timeout = timeout
+        self.session: str | None = None
+        self.next_id = 0
+        self.notifications: list[dict[str, Any]] = []
+
+    def _post(self, message: dict[str, Any]) -> http.client.HTTPResponse:
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL,
+        }
+        if self.session:
+            headers["Mcp-Session-Id"] = self.session
+        conn.request("POST", self.path, body=json.dumps(message).encode(), headers=headers)
+        return conn.getresponse()
+
+    def _events(self, resp: http.client.HTTPResponse) -> Iterator[dict[str, Any]]:
+        data: list[str] = []
+        while True:
+            line = resp.readline()
+            if not line:
+                break
+            text = line.decode().rstrip("\r\n")
+            if text.startswith("data:"):
+                data.append(text[5:].lstrip())
+            elif text == "" and data:
+                payload = "\n".join(data)
+                data = []
+                if payload.strip():
+                    yield json.loads(payload)
+        if data and "".join(data).strip():
+            yield json.loads("\n".join(data))
+
+    def _answer(self, request: dict[str, Any]) -> None:
+        method = request.get("method", "")
+        if method in self.answers:
+            reply = {"jsonrpc": "2.0", "id": request["id"], "result": self.answers[method]}
+        else:
+            reply = {"jsonrpc": "2.0", "id": request["id"], "error": {"code": -32601, "message": "not answered"}}
+        self._post(reply).read()
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send one request; return the server's response message (``result`` or ``error``)."""
+        self.next_id += 1
+        rid = self.next_id
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
+        if params is not None:
+            message["params"] = params
+        resp = self._post(message)
+        if resp.getheader("Mcp-Session-Id"):
+            self.session = resp.getheader("Mcp-Session-Id")
+        ctype = (resp.getheader("Content-Type") or "").split(";")[0].strip()
+        if ctype == "text/event-stream":
+            for event in self._events(resp):
+                if event.get("id") == rid and ("result" in event or "error" in event):
+                    resp.close()
+                    return event
+                if "method" in event and "id" in event:
+                    self._answer(event)
+                elif "method" in event:
+                    self.notifications.append(event)
+            raise RuntimeError(f"{method}: the event stream ended without a response")
+        body = resp.read()
+        if resp.status >= 400 and not body.strip().startswith(b"{"):
+            return {"jsonrpc": "2.0", "id": rid, "http_error": {"status": resp.status, "body": body.decode()}}
+        answer = json.loads(body) if body.strip() else {}
+        if resp.status >= 400 and "error" not in answer:
+            return {"jsonrpc": "2.0", "id": rid, "http_error": {"status": resp.status, "body": answer}}
+        return answer
+
+    def notify(self, method: str, params: dict[str, Any] | None = None) -> None:
+        message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            message["params"] = params
+        self._post(message).read()
+
+    def initialize(self) -> dict[str, Any]:
+        caps: dict[str, Any] = {}
+        if "elicitation/create" in self.answers:
+            caps["elicitation"] = {}
+        if "sampling/createMessage" in self.answers:
+            caps["sampling"] = {}
+        if "roots/list" in self.answers:
+            caps["roots"] = {"listChanged": False}
+        result = self.request(
+            "initialize",
+            {"protocolVersion": PROTOCOL, "capabilities": caps, "clientInfo": {"name": "mcpg-oracle", "version": "1"}},
+        )
+        self.notify("notifications/initialized")
+        return result
+
+
+def wait_http(url: str, timeout: float, alive: Callable[[], bool] = lambda: True) -> None:
+    """Block until ``url`` answers an HTTP GET (any status), bounded."""
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive():
+            raise RuntimeError("the server exited before it listened")
+        try:
+            conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=2)
+            conn.request("GET", parts.path or "/")
+            conn.getresponse().read()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise TimeoutError(f"{url} did not answer within {timeout} s")
+
+
+def run_calls(url: str, calls: list[dict[str, Any]], run: CaseRun, answers: dict[str, Any]) -> list[dict[str, Any]]:
+    """Make each call of a case in one session; per call: its method and params, the server's
+    response (masked) and what each stand-in received meanwhile (masked)."""
+    client = RawMcp(url, answers=answers)
+    client.initialize()
+    run.received()  # anything the server did at start-up is not the call's
+    out = []
+    for call in calls:
+        client.notifications = []
+        response = client.request(call["method"], call.get("params"))
+        response.pop("id", None)
+        response.pop("jsonrpc", None)
+        entry = {
+            "method": call["method"],
+            "params": call.get("params"),
+            "response": mask(response, run.ports, run.scratch),
+            "received": mask(run.received(), run.ports, run.scratch),
+        }
+        if client.notifications:
+            entry["notifications"] = mask(client.notifications, run.ports, run.scratch)
+        out.append(entry)
+    return out
+
+
+# --- comparing -------------------------------------------------------------------------------------
+
+
+def _strip_headers(received: dict[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(received)
+    for requests in out.values():
+        for r in requests:
+            r["headers"] = {k: v for k, v in r["headers"].items() if k not in VOLATILE_HEADERS}
+    return out
+
+
+def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
+    """Every difference between two lists of recorded calls, one line each (empty when they agree).
+    The client-side headers in ``VOLATILE_HEADERS`` are not compared."""
+    diffs: list[str] = []
+
+    def walk(path: str, a: Any, b: Any) -> None:
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                if k not in b:
+                    diffs.append(f"{path}.{k}: missing (expected {json.dumps(a[k])[:200]})")
+                elif k not in a:
+                    diffs.append(f"{path}.{k}: unexpected {json.dumps(b[k])[:200]}")
+                else:
+                    walk(f"{path}.{k}", a[k], b[k])
+        elif isinstance(a, list) and isinstance(b, list):
+            if len(a) != len(b):
+                diffs.append(f"{path}: {len(b)} items, expected {len(a)}")
+            for i, (x, y) in enumerate(zip(a, b, strict=False)):
+                walk(f"{path}[{i}]", x, y)
+        elif a != b:
+            diffs.append(f"{path}: {json.dumps(b)[:300]} != expected {json.dumps(a)[:300]}")
+
+    for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
+        params = e.get("params") or {}
+        label = f"call {i} {e['method']} {json.dumps(params.get('name') or params.get('uri') or '')}"
+        walk(label + " response", e["response"], a["response"])
+        walk(label + " received", _strip_headers(e["received"]), _strip_headers(a["received"]))
+    if len(expected) != len(actual):
+        diffs.append(f"{len(actual)} calls made, {len(expected)} recorded")
+    return diffs
