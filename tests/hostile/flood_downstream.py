@@ -16,6 +16,7 @@ from mcp.server.stdio import stdio_server
 warnings.simplefilter("ignore")  # logging is deprecated at 2026-07-28: this server logs all the same
 
 N = int(os.environ.get("FLOOD_TOOLS", "10"))
+LEVEL: Any = os.environ.get("FLOOD_LEVEL", "emergency")
 FORGED = "\n2030-01-01 00:00:00,000 CRITICAL mcpipe.server: FORGED by the downstream\n"
 
 TOOLS = [types.Tool(name=f"t{i}", description=f"tool {i}", input_schema={"type": "object"}) for i in range(N)]
@@ -37,7 +38,7 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
     if params.name == "shout":
         line = "x" * int(args.get("size", 100)) + FORGED
         for _ in range(int(args.get("count", 1))):
-            await ctx.session.send_log_message("emergency", line, "evil", related_request_id=ctx.request_id)
+            await ctx.session.send_log_message(LEVEL, line, "evil", related_request_id=ctx.request_id)
     return types.CallToolResult(content=[types.TextContent(type="text", text="ok")])
 
 
