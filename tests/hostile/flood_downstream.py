@@ -1,6 +1,7 @@
-"""A hostile stdio MCP server (issue 20, items 10 and 11): it lists ``FLOOD_TOOLS`` tools (``t0``, ``t1``, ...,
-each answering ``ok``), and ``shout(count, size)`` sends ``count`` log messages of ``size`` characters at level
-``emergency`` before it answers, each holding newlines and a forged log line of mcpipe's."""
+"""A hostile stdio MCP server (issue 20, items 10 and 11): it lists ``shout`` and ``FLOOD_TOOLS`` more tools
+(``t0``, ``t1``, ..., each answering ``ok``); ``shout(count, size)`` sends ``count`` log messages of ``size``
+characters at level ``FLOOD_LEVEL`` (``emergency``) before it answers, each holding newlines and a forged log
+line of mcpipe's."""
 
 from __future__ import annotations
 
@@ -19,14 +20,14 @@ N = int(os.environ.get("FLOOD_TOOLS", "10"))
 LEVEL: Any = os.environ.get("FLOOD_LEVEL", "emergency")
 FORGED = "\n2030-01-01 00:00:00,000 CRITICAL mcpipe.server: FORGED by the downstream\n"
 
-TOOLS = [types.Tool(name=f"t{i}", description=f"tool {i}", input_schema={"type": "object"}) for i in range(N)]
-TOOLS.append(
+TOOLS = [
     types.Tool(
         name="shout",
         description="log a lot",
         input_schema={"type": "object", "properties": {"count": {"type": "integer"}, "size": {"type": "integer"}}},
-    )
-)
+    ),
+    *(types.Tool(name=f"t{i}", description=f"tool {i}", input_schema={"type": "object"}) for i in range(N)),
+]
 
 
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:

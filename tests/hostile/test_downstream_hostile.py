@@ -1,5 +1,5 @@
 """A hostile downstream server behind a real ``mcpipe serve`` over HTTP (issue 20, items 10 and 11): a list of
-20 000 tools is cut to ``max_tools`` in one log line, the metrics keep a bounded set of tool labels, and a flood
+3000 tools is cut to ``max_tools`` in one log line, the metrics keep a bounded set of tool labels, and a flood
 of log messages with newlines and forged lines reaches mcpipe's log escaped, cut and rate-limited."""
 
 from __future__ import annotations
@@ -51,47 +51,41 @@ async def list_tools(http: httpx2.AsyncClient, url: str) -> list[str]:
     return [t["name"] for t in answer["result"]["tools"]]
 
 
-async def test_a_downstream_listing_20000_tools_is_cut_to_max_tools_and_the_metrics_stay_bounded(
-    tmp_path: Path,
-) -> None:
-    # Before: 100 000 tools cost 1.1 GB and 3.7 s per tools/list; /metrics grew 21 series per distinct tool.
+async def test_a_hostile_downstream_cannot_bloat_the_server_its_metrics_or_its_log(tmp_path: Path) -> None:
+    # Before: 100 000 tools cost 1.1 GB and 3.7 s per tools/list; /metrics grew 21 series per distinct tool;
+    # log messages went into mcpipe's log verbatim at the level the downstream chose, newlines included:
+    # 57 MB in 10 s, and lines that looked like mcpipe's own.
     rss: list[float] = []
     with trio.fail_after(120):
-        async with serve_process(config(20_000), tmp_path) as served, httpx2.AsyncClient(timeout=60) as http:
+        async with serve_process(config(3000), tmp_path) as served, httpx2.AsyncClient(timeout=60) as http:
             async with probing(served.url):
-                for _ in range(8):
+                for _ in range(6):
                     names = await list_tools(http, served.url)
                     rss.append(rss_mb(served.proc.pid))
-                for i in range(60):  # 60 distinct tools called: at most 20 of them become labels
+                for i in range(40):  # 40 distinct tools called: at most 20 of them become labels
                     status, answer = await rpc(http, served.url, call(f"flood.t{i}", {}, rid=i), f"flood.t{i}")
                     assert status == 200 and answer["result"]["content"][0]["text"] == "ok"
                 metrics = (await http.get(base_of(served.url) + "/metrics")).text
-            log = served.text()
+                before = len(served.text())
+                args = {"count": 1000, "size": 10_000}  # 10 MB of log messages
+                status, answer = await rpc(http, served.url, call("flood.shout", args), "flood.shout")
+                args = {"count": 1000, "size": 100}  # short ones, their forged lines within what is kept
+                await rpc(http, served.url, call("flood.shout", args), "flood.shout")
+                await trio.sleep(0.5)
+            status_after, alive = await rpc(http, served.url, call("echo", {"alive": True}), "echo")
+            text = served.text()
+    # 10. the tools, cut in one log line; the metrics' labels, bounded; the memory, flat.
     flood = [n for n in names if n.startswith("flood.")]
-    assert len(flood) == 1000 and "flood.t999" in flood and "flood.shout" not in flood
-    said = [line for line in log.splitlines() if "lists more than" in line]
+    assert len(flood) == 1000 and "flood.shout" in flood and "flood.t998" in flood and "flood.t999" not in flood
+    said = [line for line in text.splitlines() if "lists more than" in line]
     assert len(said) == 1 and "downstream flood lists more than 1000 tools: keeping the first 1000" in said[0]
     assert "(mcpServers.flood.max_tools)" in said[0]
     labels = set(re.findall(r'mcpipe_calls_total\{[^}]*tool="([^"]+)"', metrics))
     assert len(labels) <= 21 and "other" in labels, sorted(labels)
     print("RSS (MB) after each tools/list:", [round(r) for r in rss])
     assert rss[-1] - rss[1] < 10, rss
-
-
-async def test_a_flood_of_downstream_log_messages_reaches_the_log_escaped_cut_and_rate_limited(tmp_path: Path) -> None:
-    # Before: the messages went into mcpipe's log verbatim at the level the downstream chose, newlines
-    # included: 57 MB in 10 s, and lines that looked like mcpipe's own.
-    with trio.fail_after(120):
-        async with serve_process(config(5), tmp_path) as served, httpx2.AsyncClient(timeout=60) as http:
-            before = len(served.text())
-            async with probing(served.url):
-                args = {"count": 3000, "size": 10_000}  # 30 MB of log messages
-                status, answer = await rpc(http, served.url, call("flood.shout", args), "flood.shout")
-                args = {"count": 3000, "size": 100}  # short ones, their forged lines within what is kept
-                await rpc(http, served.url, call("flood.shout", args), "flood.shout")
-                await trio.sleep(0.5)
-            status_after, alive = await rpc(http, served.url, call("echo", {"alive": True}), "echo")
-            log = served.text()[before:]
+    # 11. the log: escaped, cut, at WARNING at most, rate-limited; the server alive.
+    log = text[before:]
     assert status == 200 and answer["result"]["content"][0]["text"] == "ok"
     assert status_after == 200 and alive["result"]["structuredContent"] == {"alive": True}
     lines = log.splitlines()

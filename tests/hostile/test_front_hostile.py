@@ -126,7 +126,7 @@ enabled = false
 
 async def test_a_connection_flood_past_the_descriptor_limit_leaves_healthz_and_mcp_answering(tmp_path: Path) -> None:
     # Before: with 1024 descriptors, 800 held connections left /healthz and /mcp dead and the log full of
-    # EMFILE tracebacks (ten a second). Here the server has 128 descriptors and 300 connections hold bodies.
+    # EMFILE tracebacks (ten a second). Here the server has 128 descriptors and 160 connections hold bodies.
     held: list[trio.SocketStream] = []
     turned: list[bytes] = []
     with trio.fail_after(60):
@@ -137,7 +137,7 @@ async def test_a_connection_flood_past_the_descriptor_limit_leaves_healthz_and_m
                 "accept: application/json, text/event-stream\r\ncontent-length: 1000\r\n\r\n{"
             ).encode()
             async with probing(served.url, every_s=0.2):
-                for _ in range(300):
+                for _ in range(160):
                     with trio.move_on_after(2) as waited:
                         stream = await trio.open_tcp_stream("127.0.0.1", port)
                         await stream.send_all(head)
