@@ -194,6 +194,21 @@ class AuditConfig(_Base):
     """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
+class HttpTlsConfig(_Base):
+    """HTTPS: the server's certificate, and (optionally) the client certificates it asks for."""
+
+    cert_file: str
+    """The server's certificate chain (PEM)."""
+    key_file: str
+    """Its private key (PEM)."""
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    client_ca_file: str | None = None
+    """The CA certificates (PEM) a client certificate must chain to."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether a client must present a certificate (``required``: the TLS handshake fails without a valid
+    one), may (``optional``: one that does not verify fails it), or is not asked (``none``)."""
+
+
 class HttpConfig(_Base):
     host: str = "127.0.0.1"
     port: int = 8765
@@ -235,6 +250,8 @@ class HttpConfig(_Base):
     request is answered 429."""
     anonymous_rate_limit_burst: Annotated[int, msgspec.Meta(ge=0)] = 0
     """How many of those requests may come at once (0: the per-minute figure)."""
+    tls: HttpTlsConfig | None = None
+    """Serve HTTPS (unset: plain HTTP, for a TLS-terminating proxy in front)."""
 
 
 TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
@@ -267,6 +284,18 @@ class TrustConfig(_Base):
     """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
     tools: dict[str, TrustRule] = {}
     """Rules by tool, prompt or resource name."""
+
+
+class CachingConfig(_Base):
+    """Cache hints list and read results carry (as mcpg answers them), where the protocol version has them
+    (2026-07-28; the SDK leaves them out of older versions' results)."""
+
+    list_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 60_000
+    """``ttlMs`` of ``tools/list``, ``prompts/list``, ``resources/list``, ``resources/templates/list``."""
+    read_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 30_000
+    """``ttlMs`` of a ``resources/read`` of the config's own resources."""
+    scope: Literal["private", "public"] = "private"
+    """``cacheScope``: whether a shared cache may keep the result."""
 
 
 class InteractionConfig(_Base):
@@ -386,6 +415,8 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    caching: CachingConfig | None = None
+    """Cache hints on list and read results (None: ``ttlMs: 0``, as lists change when servers come and go)."""
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
@@ -410,6 +441,10 @@ class Config(_Base):
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
     ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
+    piraeus: dict[str, Any] | None = None
+    """piraeus's exported tool configs, prompts and flows (``tools``, ``prompts``, ``flows``: globs relative to
+    the config), served as tools and prompts; checked by :mod:`mcpipe.formats.piraeus`
+    (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -437,6 +472,7 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "caching": _Section("caching", CachingConfig | None),
     "runs": _Section("runs", RunsConfig),
     "store": _Section("store", StoreConfig),
     "telemetry": _Section("telemetry", TelemetryConfig),
@@ -446,6 +482,7 @@ _SECTIONS = {
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
@@ -697,6 +734,16 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    tls = cfg.http.tls
+    if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
+        problems.append(
+            Problem(
+                "http.tls.client_ca_file",
+                CODE,
+                "set with `client_cert` optional or required (the CAs a client certificate must chain to), "
+                "and only then",
+            )
+        )
     if cfg.auth.mtls is not None:
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
@@ -835,7 +882,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
         from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))

@@ -96,9 +96,17 @@ def record_case(name: str, case: dict[str, Any], upstream: Path) -> dict[str, An
                     golden["calls"] = run_calls(url, case.get("calls") or [], run, golden["answers"])
             except BootFailed as e:
                 log = mask(e.log, run.ports, str(scratch)).replace(str(PLUGINS), "{{plugins}}")
-                golden["boot"] = {"ok": False, "error": str(e), "log": log.strip().splitlines()[-15:]}
+                lines = log.strip().splitlines()
+                said = [line for line in lines if line.startswith("Error:")] or lines[-15:]
+                golden["boot"] = {"ok": False, "error": str(e), "log": said}
                 golden["calls"] = []
             seconds = time.monotonic() - started
+            # The server's log and the exact config, for reading afterwards (.mcpg/logs/, git-ignored).
+            logs = ROOT / ".mcpg" / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            if (scratch / "server.log").exists():
+                (logs / f"{name}.log").write_bytes((scratch / "server.log").read_bytes())
+            (logs / f"{name}.yaml").write_text(config.read_text())
     calls = golden["calls"]
     errors = sum(1 for c in calls if "error" in c["response"] or (c["response"].get("result") or {}).get("isError"))
     boot = "ok" if golden["boot"]["ok"] else "FAILED"

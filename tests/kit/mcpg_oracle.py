@@ -53,6 +53,9 @@ __all__ = [
 ]
 
 PROTOCOL = "2025-06-18"
+# Who the oracle's client says it is (``x-mcpg-subject-id``, trusted by the overlay's
+# ``trust_subject_header``): a header-asserted caller.
+SUBJECT = "mcpg-oracle"
 PORT = re.compile(r"\{\{port:([\w-]+)\}\}")
 UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b")
@@ -199,18 +202,20 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
     """``doc`` with what serving it here needs, and nothing else: the listener on a free loopback
     port, private (loopback) backends allowed since the stand-ins are on 127.0.0.1, the per-IP
     anonymous rate limit off, unsigned plugins accepted, a ``plugins[]`` row for each backend plugin
-    the bindings use (mcpg has none linked in), and (``trust_floor``) anonymous callers admitted, as
-    mcpg's own conformance config does."""
+    the bindings use (mcpg has none linked in, its conformance run.sh injects the mock one so), and
+    (``trust_floor``) the caller's ``x-mcpg-subject-id`` header trusted, which makes ``RawMcp`` a
+    header-asserted caller: mcpg's default trust floor for a binding (``HeaderAsserted``) hides every
+    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``)."""
     server: dict[str, Any] = {
         "bind_address": "127.0.0.1:{{port:mcp}}",
         "allow_private_backends": True,
         "anonymous_rate_limit_per_min": 0,
     }
+    if trust_floor:
+        server["trust_subject_header"] = True
     over: dict[str, Any] = {
         "gateway": {"server": server, "plugin_registry": {"default_signature_policy": "disabled"}},
     }
-    if trust_floor:
-        over["governance"] = {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}}
     kinds = {kind: pid for kind, pid in PLUGIN_IDS.items() if kind in _backend_kinds(doc)}
     rows = []
     for row in doc.get("plugins") or []:
@@ -267,11 +272,14 @@ class Route:
 
 class StandIn:
     """An HTTP server on 127.0.0.1 standing in for a real API: answers from its routes (the first that
-    fits; 404 with a JSON error otherwise) and records every request it received."""
+    fits; 404 with a JSON error otherwise) and records every request it received (but HEADs: mcpg
+    probes its http bindings' health with them on its own; they are answered 200 and counted in
+    ``probes``)."""
 
     def __init__(self, routes: list[dict[str, Any]]) -> None:
         self.routes = [Route(**r) for r in routes]
         self.received: list[dict[str, Any]] = []
+        self.probes = 0
         self._lock = threading.Lock()
         owner = self
 
@@ -294,6 +302,14 @@ class StandIn:
                 self.wfile.write(payload)
 
             do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+            def do_HEAD(self) -> None:
+                # mcpg's binding health probe (a HEAD of the binding's URL, in the background):
+                # answered, never recorded, since no call made it.
+                owner.probes += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
@@ -484,10 +500,13 @@ class RawMcp:
 
     ``answers`` answers the server's own requests (``elicitation/create``, ``sampling/createMessage``,
     ``roots/list``) by method; notifications the server sends while a request runs are kept in
-    ``notifications``."""
+    ``notifications``. Every request carries ``x-mcpg-subject-id: <subject>`` (``None``: none)."""
 
-    def __init__(self, url: str, answers: dict[str, Any] | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, answers: dict[str, Any] | None = None, timeout: float = 30.0, subject: str | None = SUBJECT
+    ) -> None:
         parts = urlsplit(url)
+        self.subject = subject
         self.host, self.port, self.path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
         self.answers = answers or {}
         self.timeout = timeout
@@ -504,6 +523,8 @@ class RawMcp:
         }
         if self.session:
             headers["Mcp-Session-Id"] = self.session
+        if self.subject:
+            headers["x-mcpg-subject-id"] = self.subject
         conn.request("POST", self.path, body=json.dumps(message).encode(), headers=headers)
         return conn.getresponse()
 
@@ -635,9 +656,42 @@ def _strip_headers(received: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _meaningful(notifications: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The notifications a call's config asked for: mcpg's own transport chatter (``logger:
+    mcpg.transport``: "SSE stream opened", "Streaming protocol response") is not compared."""
+    return [
+        n
+        for n in notifications or []
+        if not (
+            n.get("method") == "notifications/message" and (n.get("params") or {}).get("logger") == "mcpg.transport"
+        )
+    ]
+
+
+LISTED = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources"}
+LISTED["resources/templates/list"] = "resourceTemplates"
+
+
+def _unordered(method: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A list response with its items in name order: MCP gives lists no order (mcpg sorts them by name,
+    others keep the config's order), so the order is not compared."""
+    key = LISTED.get(method)
+    items = (response.get("result") or {}).get(key) if key else None
+    if not isinstance(items, list):
+        return response
+
+    def by(item: Any) -> str:
+        return (
+            str(item.get("name") or item.get("uri") or item.get("uriTemplate") or "") if isinstance(item, dict) else ""
+        )
+
+    return {**response, "result": {**response["result"], key: sorted(items, key=by)}}
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
-    """Every difference between two lists of recorded calls, one line each (empty when they agree).
-    The client-side headers in ``VOLATILE_HEADERS`` are not compared."""
+    """Every difference between two lists of recorded calls, one line each (empty when they agree):
+    the responses (the items of a list in name order), what the services received (but the client-side
+    headers of ``VOLATILE_HEADERS``), and the notifications sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -660,8 +714,9 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
     for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
         params = e.get("params") or {}
         label = f"call {i} {e['method']} {json.dumps(params.get('name') or params.get('uri') or '')}"
-        walk(label + " response", e["response"], a["response"])
+        walk(label + " response", _unordered(e["method"], e["response"]), _unordered(e["method"], a["response"]))
         walk(label + " received", _strip_headers(e["received"]), _strip_headers(a["received"]))
+        walk(label + " notifications", _meaningful(e.get("notifications")), _meaningful(a.get("notifications")))
     if len(expected) != len(actual):
         diffs.append(f"{len(actual)} calls made, {len(expected)} recorded")
     return diffs

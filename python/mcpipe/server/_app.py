@@ -104,14 +104,17 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    policy = None
     if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
 
-        sources.append(declared_source(config, sources))
-    if config.workflow is not None or config.playbooks:
-        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+        declared = declared_source(config, sources)
+        policy = declared.policy  # the playbooks' steps share its SQL backends and connections
+        sources.append(declared)
+    if config.workflow is not None or config.playbooks or config.piraeus is not None:
+        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML), piraeus
 
-        sources.extend(model_sources(config))
+        sources.extend(model_sources(config, policy))
     fronted = [
         name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
     ]
@@ -133,6 +136,13 @@ def _declared_of(sources: list[ToolSource]) -> Any:
     from mcpipe.declared import DeclaredPipelines
 
     return next((s for s in sources if isinstance(s, DeclaredPipelines)), None)
+
+
+def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
+    """The prompts, resources and resource templates the sources serve themselves (declared pipelines served as
+    prompts or resources, piraeus's prompts), in source order."""
+    found = [s for source in sources for s in (getattr(source, "surfaces", None) or ())]
+    return found or None
 
 
 def pipeline_store(config: Config) -> ServedStore:
@@ -266,7 +276,8 @@ async def open_app(
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
-        surfaces=declared.surfaces if declared is not None else None,  # the config's prompts and resources
+        surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
+        caching=config.caching,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

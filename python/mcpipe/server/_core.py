@@ -25,7 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe import telemetry
 from mcpipe._json import dumps
-from mcpipe.compile import compile_spec
+from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -332,7 +332,7 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        problems = self.check(spec)
+        problems = await self.check(spec)
         if problems is not None:
             return problems
         try:
@@ -349,11 +349,11 @@ class PipeRunner:
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 
-    def check(self, spec: Any) -> dict[str, Any] | None:
+    async def check(self, spec: Any) -> dict[str, Any] | None:
         """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
         t0 = time.perf_counter()
         try:
-            compile_spec(spec, tools=self.gateway, limits=self.limits)
+            await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
         except SpecError as e:
             return invalid_answer(e.problems, t0)
         return None
@@ -424,8 +424,11 @@ class ToolHandlers:
         downstreams: Downstreams | None = None,
         limits: Limits | None = None,
         surfaces: list[Any] | None = None,
+        caching: Any = None,
     ) -> None:
         self.gateway = gateway
+        self.caching = caching
+        """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
         self.tasks = tasks
         self.pipe = pipe
@@ -442,6 +445,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
+                caching=caching,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -500,6 +504,8 @@ class ToolHandlers:
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
@@ -612,7 +618,7 @@ class ToolHandlers:
         assert self.tasks is not None
         if name == PIPE_TOOL and self.pipe is not None:
             spec = {k: v for k, v in args.items() if k != "background"}
-            problems = self.pipe.check(spec)
+            problems = await self.pipe.check(spec)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
             try:

@@ -277,7 +277,7 @@ class HttpFront:
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
-            elif path == "/workflow" and self.app.config.workflow is not None:
+            elif path == "/workflow" and (self.app.config.workflow is not None or self.app.config.piraeus is not None):
                 await self.workflow(scope, receive, send)
             else:
                 await _respond(send, 404, _NOT_FOUND)
@@ -382,6 +382,36 @@ async def signalled() -> None:
             return
 
 
+class _TlsConfig(HypercornConfig):
+    """hypercorn's settings, its TLS context at the configured least version."""
+
+    def __init__(self, min_version: str) -> None:
+        super().__init__()
+        self.min_version = min_version
+
+    def create_ssl_context(self) -> Any:
+        import ssl
+
+        context = super().create_ssl_context()
+        if context is not None and self.min_version == "1.3":
+            context.minimum_version = ssl.TLSVersion.TLSv1_3
+        return context
+
+
+def _tls(hc: HypercornConfig, tls: Any, base_dir: str) -> None:
+    """HTTPS: the certificate, the key and (``client_cert``) the client certificates asked for."""
+    import os.path
+    import ssl
+
+    def path(p: str) -> str:
+        return p if os.path.isabs(p) else os.path.join(base_dir, p)
+
+    hc.certfile, hc.keyfile = path(tls.cert_file), path(tls.key_file)
+    if tls.client_ca_file:
+        hc.ca_certs = path(tls.client_ca_file)
+        hc.verify_mode = ssl.CERT_REQUIRED if tls.client_cert == "required" else ssl.CERT_OPTIONAL
+
+
 async def _shutting_down(app: App, trigger: Callable[[], Awaitable[None]]) -> None:
     """The trigger, then every call in flight cancelled: they answer ``CANCELLED`` within the graceful
     period instead of losing their connections."""
@@ -454,7 +484,9 @@ async def serve_http(
         body_timeout_s=h.body_timeout_s,
         security=security,
     )
-    hc = HypercornConfig()
+    hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
+    if h.tls is not None:
+        _tls(hc, h.tls, cfg.base_dir)
     if listen_fd is not None:
         hc.bind = [f"fd://{listen_fd}"]
     else:

@@ -57,11 +57,15 @@ class ToolResult:
         content: MCP content blocks as dicts (``{"type": "text", "text": "..."}``, image, audio, resource).
         structured: the tool's ``structuredContent`` (any JSON value), or None.
         is_error: True when the tool reports a failure it handled (``isError`` in MCP).
+        meta: the result's ``_meta``, or None.
+        terse: leave ``isError`` out when it is false (as some systems answer; MCP's default is false).
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
     structured: Any = None
     is_error: bool = False
+    meta: dict[str, Any] | None = None
+    terse: bool = False
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
@@ -75,10 +79,14 @@ class ToolResult:
 
     def wire(self) -> dict[str, Any]:
         """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-        out: dict[str, Any] = {"content": self.content, "isError": self.is_error}
+        out: dict[str, Any] = {"content": self.content}
+        if self.is_error or not self.terse:
+            out["isError"] = self.is_error
         s = self.structured
         if s is not None:
             out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+        if self.meta:
+            out["_meta"] = self.meta
         return out
 
     @classmethod
