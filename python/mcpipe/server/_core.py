@@ -37,8 +37,8 @@ from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
-from mcpipe.server._tasks import Tasks, declares_tasks, required_error
-from mcpipe.store import RunRefused
+from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
+from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
@@ -516,9 +516,14 @@ class ToolHandlers:
         if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
             capabilities = ctx.session.client_capabilities
             if declares_tasks(capabilities):
-                if ctx.protocol_version in _MODERN and getattr(self.gateway.get(params.name), "ask_before_task", False):
-                    return await self.ask_then_task(ctx, params, tctx, capabilities)
-                return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
+                try:
+                    if ctx.protocol_version in _MODERN and getattr(
+                        self.gateway.get(params.name), "ask_before_task", False
+                    ):
+                        return await self.ask_then_task(ctx, params, tctx, capabilities)
+                    return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
+                except StoreUnavailable as exc:
+                    raise store_unavailable(exc) from None
             if support == "required":
                 raise required_error()
         out = await sdk_call(self, ctx, params, tctx)
@@ -541,6 +546,8 @@ class ToolHandlers:
                     if tel is None:
                         return await self._call(name, args, tctx)
                     return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx))
+                except StoreUnavailable as exc:  # the run queue (a background run, the pipe_* tools)
+                    raise store_unavailable(exc) from None
                 finally:
                     self._in_flight.discard(scope)
                     if not self._in_flight:
@@ -602,7 +609,7 @@ class ToolHandlers:
             raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             return _error_result(f"{exc.code}: {exc}")
-        except trio.Cancelled:
+        except (trio.Cancelled, StoreUnavailable):
             raise
         except Exception as exc:
             _log.exception("tool %r raised", name)
