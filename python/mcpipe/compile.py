@@ -19,6 +19,7 @@ from typing import Any
 
 import msgspec
 import orjson
+import trio
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._util import PIPE_TOOL
@@ -55,14 +56,32 @@ __all__ = [
     "Limits",
     "clear_cache",
     "compile_spec",
+    "compile_spec_async",
     "configure_cache",
     "template_parts",
 ]
 
 CACHE_SIZE = 512
 CACHE_BYTES = 64 * 1024 * 1024
-"""The most bytes the plan cache holds, counting each entry as twice its spec text (the text is the key, and
-the plan's constants are about as large again; see docs/reliability.md)."""
+"""The most bytes the plan cache holds, each entry charged what its plan holds (see :func:`plan_bytes`)."""
+
+PLAN_BYTES_PER_TEXT_BYTE = 64
+PLAN_BYTES_PER_REFERENCE = 256
+"""What a compiled plan holds, bounded from above by its spec text and its references (issue 20): every
+constant is a copy the plan owns and every reference a compiled path with its location, so the plan is tens
+of times its text (measured from 7x for long strings to 60x for dense interpolations, on the resident size;
+``tests/hostile/test_hostile_cache.py`` checks the bound on each shape)."""
+
+COMPILE_IN_THREAD_BYTES = 256 * 1024
+"""A spec text longer than this is compiled in a thread by :func:`compile_spec_async` (the event loop keeps
+its turns of the interpreter; a 4 MiB spec of references takes about a second to compile)."""
+
+
+def plan_bytes(text_bytes: int, references: int) -> int:
+    """What the plan cache charges for a plan compiled from ``text_bytes`` of spec making ``references``
+    references: an upper bound of the memory the plan holds, the key included."""
+    return PLAN_BYTES_PER_TEXT_BYTE * text_bytes + PLAN_BYTES_PER_REFERENCE * references
+
 
 _AS_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _TAKEN_ROOTS = frozenset({"vars", "steps", "last", "args", "context", "index"})
@@ -89,19 +108,71 @@ def compile_spec(
     """
     limits = limits or DEFAULT_LIMITS
     data, key = _load(spec)
-    entry = _CACHE.get((key, limits)) if key is not None else None
+    entry: _Entry | None = _CACHE.get((key, limits)) if key is not None else None
     if entry is None:
-        # Size and step count first (the shared checker): a spec too large to compile is refused having
-        # compiled nothing.
-        size = Checker()
-        if not size.size(
-            data, len(key) if key is not None else None, max_bytes=limits.max_spec_bytes, max_steps=limits.max_steps
-        ):
-            raise SpecError(size.problems)
-        entry = _Compiler(limits).run(data)
-        if key is not None and entry[0] is not None:  # invalid specs are not kept
-            # An entry holds the spec text (its key) and the plan, whose constants are about as large again.
-            _CACHE.put((key, limits), entry, 2 * len(key))
+        entry, charge = _compile(data, key, limits)
+        _keep(key, limits, entry, charge)
+    return _checked(entry, tools)
+
+
+async def compile_spec_async(
+    spec: Any,
+    *,
+    tools: Container[str] | None = None,
+    limits: Limits | None = None,
+) -> CompiledSpec:
+    """:func:`compile_spec` without holding the event loop: a spec text longer than
+    :data:`COMPILE_IN_THREAD_BYTES` is compiled in a thread (the cache is read and written on the loop).
+
+    Raises:
+        SpecError: as :func:`compile_spec`.
+    """
+    limits = limits or DEFAULT_LIMITS
+    data, key = _load(spec)
+    entry: _Entry | None = _CACHE.get((key, limits)) if key is not None else None
+    if entry is not None:
+        return _checked(entry, tools)
+    if key is not None and len(key) > COMPILE_IN_THREAD_BYTES:
+        compiled, charge = await trio.to_thread.run_sync(_compile, data, key, limits, limiter=_compile_threads())
+    else:
+        compiled, charge = _compile(data, key, limits)
+    _keep(key, limits, compiled, charge)
+    return _checked(compiled, tools)
+
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_compile_threads")
+
+
+def _compile_threads() -> trio.CapacityLimiter:
+    """At most 2 large specs compile at once (each is CPU work: more would only share the same cores)."""
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(2)
+        _THREADS.set(limiter)
+        return limiter
+
+
+def _compile(data: Any, key: bytes | str | None, limits: Limits) -> tuple[_Entry, int]:
+    """Compile (size and step count first: a spec too large is refused having compiled nothing); the entry
+    and what keeping it costs (:func:`plan_bytes`)."""
+    size = Checker()
+    if not size.size(
+        data, len(key) if key is not None else None, max_bytes=limits.max_spec_bytes, max_steps=limits.max_steps
+    ):
+        raise SpecError(size.problems)
+    compiler = _Compiler(limits)
+    entry = compiler.run(data)
+    return entry, plan_bytes(len(key) if key is not None else 0, compiler.check.references)
+
+
+def _keep(key: bytes | str | None, limits: Limits, entry: _Entry, charge: int) -> None:
+    if key is not None and entry[0] is not None:  # invalid specs are not kept
+        _CACHE.put((key, limits), entry, charge)
+
+
+def _checked(entry: _Entry, tools: Container[str] | None) -> CompiledSpec:
+    """The cached plan, after the checks that depend on the caller's tools."""
     compiled, problems = entry
     if tools is not None:
         sites = compiled.tool_sites if compiled is not None else problems.tool_sites
@@ -121,6 +192,9 @@ def compile_spec(
     return compiled
 
 
+_Entry = tuple["CompiledSpec | None", "_Problems"]
+
+
 def _tool_hint(name: str, tools: Container[str]) -> str:
     # Only on the failure path: a registry or gateway can list its names; a bare container may not.
     try:
@@ -136,7 +210,7 @@ def clear_cache() -> None:
 
 
 def configure_cache(*, max_bytes: int) -> None:
-    """Bound the plan cache by the bytes of spec text it holds (``pipe.compile_cache_bytes``)."""
+    """Bound the plan cache by what its plans hold (``pipe.compile_cache_bytes``; see :func:`plan_bytes`)."""
     _CACHE.max_bytes = max_bytes
     while _CACHE.data and _CACHE.bytes > max_bytes:
         _, (_, gone) = _CACHE.data.popitem(last=False)
@@ -344,13 +418,18 @@ class _Compiler:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no
         default), for the per-call type check."""
         producers = self.producers[-1]
+        # The references made at each argument, found once (scanning every site per key cost keys x sites:
+        # an args object of 50 000 references took minutes to compile).
+        at: dict[str, list[str]] = {}
+        for site, ref in sites:
+            at.setdefault(site, []).append(ref)
         for key, value in raw_args.items():
             if isinstance(value, str):
                 whole = WHOLE_REFERENCE.fullmatch(value) is not None and "??" not in value
             else:
                 whole = isinstance(value, Mapping) and list(value) == ["$ref"]
             where = f"{loc}.args.{key}"
-            refs = [ref for site, ref in sites if site == where]
+            refs = at.get(where, [])
             if not whole or len(refs) != 1:
                 continue
             path = output_path(refs[0])
@@ -409,8 +488,8 @@ def _var_names(value: Any) -> frozenset[str] | None:
 
 
 class _LRU:
-    """A small least-recently-used map bounded by entries and by bytes (the spec text each entry was
-    compiled from); plans are immutable, so sharing them is safe."""
+    """A small least-recently-used map bounded by entries and by bytes (what each entry is charged, see
+    :func:`plan_bytes`); plans are immutable, so sharing them is safe."""
 
     def __init__(self, size: int, max_bytes: int = CACHE_BYTES) -> None:
         self.size = size

@@ -92,6 +92,9 @@ class McpServerConfig(_Base):
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
+    max_tools: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most tools kept of this server's list (the first ones listed, after ``include``/``exclude``); past it
+    the rest are left out, in one log line naming the server and the bound."""
     credential: str | None = None
     """A ``[credentials.NAME]`` whose token (``Authorization: Bearer ...``) every call to this HTTP server carries:
     one token for all callers (``client_credentials``, ``env``), or each caller's own (``token_exchange``,
@@ -191,6 +194,21 @@ class AuditConfig(_Base):
     """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
+class HttpTlsConfig(_Base):
+    """HTTPS: the server's certificate, and (optionally) the client certificates it asks for."""
+
+    cert_file: str
+    """The server's certificate chain (PEM)."""
+    key_file: str
+    """Its private key (PEM)."""
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    client_ca_file: str | None = None
+    """The CA certificates (PEM) a client certificate must chain to."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether a client must present a certificate (``required``: the TLS handshake fails without a valid
+    one), may (``optional``: one that does not verify fails it), or is not asked (``none``)."""
+
+
 class HttpConfig(_Base):
     host: str = "127.0.0.1"
     port: int = 8765
@@ -214,6 +232,15 @@ class HttpConfig(_Base):
     """The most bytes of messages kept for replay, across sessions."""
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most connections served at once; past it a few more are answered at once (``/healthz``, or 503
+    ``busy``) and the rest wait in the kernel's backlog. Unset: what the descriptor limit allows (the limit less
+    a reserve of a quarter, at most 256, for everything else the server opens; at most 4096)."""
+    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most 2025-11-25 sessions open at once, for all principals; past it a new one is refused (503)."""
+    max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
+    may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
     health_path: str = "/healthz"
     """Where the health endpoint answers."""
     access_log: bool = False
@@ -223,6 +250,8 @@ class HttpConfig(_Base):
     request is answered 429."""
     anonymous_rate_limit_burst: Annotated[int, msgspec.Meta(ge=0)] = 0
     """How many of those requests may come at once (0: the per-minute figure)."""
+    tls: HttpTlsConfig | None = None
+    """Serve HTTPS (unset: plain HTTP, for a TLS-terminating proxy in front)."""
 
 
 TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
@@ -255,6 +284,18 @@ class TrustConfig(_Base):
     """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
     tools: dict[str, TrustRule] = {}
     """Rules by tool, prompt or resource name."""
+
+
+class CachingConfig(_Base):
+    """Cache hints list and read results carry (as mcpg answers them), where the protocol version has them
+    (2026-07-28; the SDK leaves them out of older versions' results)."""
+
+    list_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 60_000
+    """``ttlMs`` of ``tools/list``, ``prompts/list``, ``resources/list``, ``resources/templates/list``."""
+    read_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 30_000
+    """``ttlMs`` of a ``resources/read`` of the config's own resources."""
+    scope: Literal["private", "public"] = "private"
+    """``cacheScope``: whether a shared cache may keep the result."""
 
 
 class InteractionConfig(_Base):
@@ -302,11 +343,23 @@ class RunsConfig(_Base):
     """The most one run keeps (its arguments, its recorded steps, its answer, as stored JSON): arguments past it
     are refused when the run is submitted, steps past it fail the run (``OUTPUT_TOO_LARGE``), and an answer
     past it is kept as that error instead."""
+    max_run_events: Annotated[int, msgspec.Meta(ge=16)] = 10_000
+    """The most events one run keeps (each charged to its ``max_run_bytes``); past it, or past those bytes, its
+    step events are dropped (one ``events_dropped`` event says so) and the run goes on."""
     max_runs: Annotated[int, msgspec.Meta(ge=1)] = 1000
-    """The most runs the queue keeps (SQLite): past it the oldest finished runs are dropped first; when the
-    queue holds only live (queued, running) runs, a new one is refused (``LIMIT_EXCEEDED``)."""
+    """The most runs the queue keeps (SQLite and Redis): past it the oldest finished runs are dropped first;
+    when the queue holds only live (queued, running, waiting for input) runs, a new one is refused
+    (``LIMIT_EXCEEDED``)."""
     max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024 * 1024
-    """The most bytes of runs the queue keeps (SQLite), bounded the same way as ``max_runs``."""
+    """The most bytes of runs the queue keeps, bounded the same way as ``max_runs``."""
+    max_runs_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 250
+    """The most live runs (queued, running, waiting for input) one principal may have; past it that
+    principal's new runs and tasks are refused (``LIMIT_EXCEEDED``), everyone else's are not."""
+    max_bytes_per_principal: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
+    """The most bytes of live runs one principal may have, bounded the same way."""
+    parked_ttl_s: Annotated[float, msgspec.Meta(gt=0, le=30 * 86400)] = 3600.0
+    """How long a run (a task) may wait for its client's input (``input_required``); then it fails
+    (``TIMEOUT``) and no longer counts against the bounds above. Checked also when a server starts."""
 
 
 class StoreConfig(_Base):
@@ -342,6 +395,18 @@ class TelemetryConfig(_Base):
     """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
     caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
     decide, and without them, off."""
+    max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
+    count under ``tool="other"``."""
+
+
+class LogsConfig(_Base):
+    """Where ``mcpipe serve`` writes its log besides stderr (``docs/server.md``)."""
+
+    file: str | None = None
+    """Also append the log to this file (relative to the config's directory)."""
+    format: Literal["json", "text"] = "json"
+    """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
 class Config(_Base):
@@ -359,6 +424,8 @@ class Config(_Base):
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    caching: CachingConfig | None = None
+    """Cache hints on list and read results (None: ``ttlMs: 0``, as lists change when servers come and go)."""
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
@@ -374,6 +441,8 @@ class Config(_Base):
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
+    """A log file besides stderr."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -383,6 +452,10 @@ class Config(_Base):
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
     ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
+    piraeus: dict[str, Any] | None = None
+    """piraeus's exported tool configs, prompts and flows (``tools``, ``prompts``, ``flows``: globs relative to
+    the config), served as tools and prompts; checked by :mod:`mcpipe.formats.piraeus`
+    (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -410,6 +483,7 @@ _SECTIONS = {
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "caching": _Section("caching", CachingConfig | None),
     "runs": _Section("runs", RunsConfig),
     "store": _Section("store", StoreConfig),
     "telemetry": _Section("telemetry", TelemetryConfig),
@@ -419,7 +493,9 @@ _SECTIONS = {
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
+    "logs": _Section("logs", LogsConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
@@ -670,6 +746,16 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    tls = cfg.http.tls
+    if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
+        problems.append(
+            Problem(
+                "http.tls.client_ca_file",
+                CODE,
+                "set with `client_cert` optional or required (the CAs a client certificate must chain to), "
+                "and only then",
+            )
+        )
     if cfg.auth.mtls is not None:
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
@@ -808,7 +894,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
         from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))

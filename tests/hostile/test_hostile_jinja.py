@@ -40,8 +40,8 @@ ATTACKS = {
     "loops": "{% for i in input.x %}{% for j in input.x %}{% for k in input.x %}{% endfor %}{% endfor %}{% endfor %}",
     # A prompt rendering itself input.n deep (2500 froze the server 226 s and logged 20 000 lines).
     "recursion": "{{ prompts.again.template | render({'input': {'n': input.n}}) }}",
-    # Constant text written 10^10 times.
-    "output": "{% for i in input.x %}{% for j in input.x %}0123456789{% endfor %}{% endfor %}",
+    # 1000 characters of constant text written 10^10 times.
+    "output": "{% for i in input.x %}{% for j in input.x %}" + "0123456789" * 100 + "{% endfor %}{% endfor %}",
 }
 
 

@@ -316,6 +316,8 @@ class Checker:
         max_text_bytes: int | None = None,
     ) -> None:
         self.problems: list[Problem] = []
+        self.references = 0
+        """How many references the templates compiled so far make (what a cached plan holds grows with it)."""
         self.max_depth = max_depth
         self.strict_steps = strict_steps
         self.check_ids = check_ids
@@ -366,7 +368,9 @@ class Checker:
                             refs.append((site, ref))
                         self.check_reference(site, ref, scope)
             return None
-        for site, ref in t.reference_sites:
+        sites = t.reference_sites
+        self.references += len(sites)
+        for site, ref in sites:
             if refs is not None:
                 refs.append((site, ref))
             self.check_reference(site, ref, scope)

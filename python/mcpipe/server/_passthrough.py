@@ -110,8 +110,11 @@ class Passthrough:
         *,
         surfaces: list[Any] | None = None,
         run_surface: RunSurface | None = None,
+        caching: Any = None,
     ) -> None:
         self.downstreams = downstreams
+        self.caching = caching
+        """The config's ``caching`` hints, or None."""
         self.surfaces = list(surfaces or ())
         """The config's own prompts, resources and resource templates (declared pipelines), in config order."""
         self.run_surface = run_surface
@@ -205,6 +208,8 @@ class Passthrough:
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
@@ -270,9 +275,12 @@ class Passthrough:
             tool, args = local
             result = await self._run_local(ctx, tool, args)
             try:
-                return _local_result(ctx, tool.answer.resource(tool, result, uri))
+                out = _local_result(ctx, tool.answer.resource(tool, result, uri))
             except MCPipeError as exc:
                 raise _surface_error(exc) from None
+            if self.caching is not None:
+                out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+            return out
         await self.downstreams.ready()
         server = self._owner(ctx, uri)
 
@@ -498,7 +506,8 @@ def _descriptor(tool: Any) -> dict[str, Any]:
     if tool.description:
         entry["description"] = tool.description
     if tool.surface == "prompt":
-        entry["arguments"] = tool.arguments
+        if tool.arguments:  # optional in MCP: a prompt without arguments lists none
+            entry["arguments"] = tool.arguments
     elif tool.mime_type:
         entry["mimeType"] = tool.mime_type
     if tool.meta:

@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mcpipe._util import RateLimit, log_safe
 from mcpipe.tools._identity import Identity
 
 __all__ = [
@@ -56,11 +57,15 @@ class ToolResult:
         content: MCP content blocks as dicts (``{"type": "text", "text": "..."}``, image, audio, resource).
         structured: the tool's ``structuredContent`` (any JSON value), or None.
         is_error: True when the tool reports a failure it handled (``isError`` in MCP).
+        meta: the result's ``_meta``, or None.
+        terse: leave ``isError`` out when it is false (as some systems answer; MCP's default is false).
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
     structured: Any = None
     is_error: bool = False
+    meta: dict[str, Any] | None = None
+    terse: bool = False
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
@@ -74,10 +79,14 @@ class ToolResult:
 
     def wire(self) -> dict[str, Any]:
         """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-        out: dict[str, Any] = {"content": self.content, "isError": self.is_error}
+        out: dict[str, Any] = {"content": self.content}
+        if self.is_error or not self.terse:
+            out["isError"] = self.is_error
         s = self.structured
         if s is not None:
             out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+        if self.meta:
+            out["_meta"] = self.meta
         return out
 
     @classmethod
@@ -94,8 +103,24 @@ async def _no_progress(progress: float, total: float | None, message: str | None
     return None
 
 
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO}
+_NO_CALLER_LOG = RateLimit(rate=20.0, burst=100.0)
+
+
 async def _no_log(level: str, data: Any, /, logger: str | None = None) -> None:
-    _log.log(logging.getLevelName(level.upper()) if isinstance(level, str) else logging.INFO, "%s", data)
+    """A call with nobody to send its log messages to (a background run, a call from ``/workflow``): they go to
+    mcpipe's log, one line each, escaped and cut (``log_safe``), at most at WARNING whatever level they name,
+    and at most 20 a second (a burst of 100); the dropped ones are counted on the next line."""
+    if not _NO_CALLER_LOG.take():
+        return
+    dropped = _NO_CALLER_LOG.dropped()
+    _log.log(
+        _LEVELS.get(level, logging.WARNING) if isinstance(level, str) else logging.WARNING,
+        "log message%s%s: %s",
+        f" of {log_safe(logger, 128)}" if logger else "",
+        f" ({dropped} more dropped: more than 20 a second)" if dropped else "",
+        log_safe(data),
+    )
 
 
 class StepRecord(Protocol):

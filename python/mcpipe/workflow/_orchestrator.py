@@ -16,7 +16,8 @@ connection pinned to the checked address).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -27,7 +28,7 @@ import trio
 
 from mcpipe._describe import did_you_mean
 from mcpipe.kinds import ForbiddenError, HttpPolicy
-from mcpipe.kinds.http import _decode_body, _send
+from mcpipe.kinds.http import _decode_body, _response_headers, _send
 from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.results import StepFailure
 from mcpipe.tools._base import ToolContext
@@ -215,12 +216,22 @@ class Workflow:
         config: the ``workflow`` section.
         models: the model presets (``sampling`` always there).
         environ: where authenticated parameters are read (default ``os.environ``, at each call).
+        full_answers: tools whose answers are dumped whole, as piraeus's ``HTTPRequestSpec`` and
+            ``HTTPResponseSpec`` are (every field, null when absent; the response's headers): piraeus's own
+            tools (``mcpipe.formats.piraeus``).
     """
 
-    def __init__(self, config: WorkflowConfig, models: Models, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkflowConfig,
+        models: Models,
+        environ: Mapping[str, str] | None = None,
+        full_answers: Iterable[str] = (),
+    ) -> None:
         self.config = config
         self.models = models
         self.environ = environ
+        self.full_answers = frozenset(full_answers)
         self.tools = {t.name: t for t in config.tools}
         self._patterns = {t.name: t.path_pattern() for t in config.tools}
         hosts = sorted({httpx2.URL(t.base_url).host for t in config.tools})
@@ -318,8 +329,15 @@ class Workflow:
             base.host,
             base.port or _default_port(base.scheme),
         )
-        if not same_origin or not self._patterns[tool.name].match(url.path):
+        matched = self._patterns[tool.name].match(url.path)
+        if not same_origin or matched is None:
             raise ValueError(f"`url` must be the endpoint of tool '{tool.name}': {tool.endpoint}")
+        for name, value in zip(tool.path_names(), matched.groups(), strict=True):
+            if value in (".", "..") or "\\" in value or _ENCODED_SEPARATOR.search(value):
+                raise ValueError(
+                    f"path parameter `{name}` of tool '{tool.name}' must be one segment, not {value!r} (a dot "
+                    "segment, or an encoded slash, backslash or dot, would reach another path of the API)"
+                )
         method = str(spec.get("method", "")).upper()
         if method != tool.method:
             raise ValueError(f"tool '{tool.name}' is called with {tool.method}, not {method or 'no method'}")
@@ -351,6 +369,14 @@ class Workflow:
         headers = dict(p.headers)
         for k, a in p.tool.authenticated_params.items():
             (query if a.in_ == "query" else headers)[k] = MASK
+        if p.tool.name in self.full_answers:
+            return {
+                "method": p.method,
+                "url": p.url,
+                "headers": headers or None,
+                "query_params": query or None,
+                "body": p.body,
+            }
         spec: dict[str, Any] = {"method": p.method, "url": p.url, "query_params": query}
         if headers:
             spec["headers"] = headers
@@ -382,12 +408,19 @@ class Workflow:
             )
         if scope.cancelled_caught:
             raise StepFailure(f"the API did not answer within {self.config.timeout_ms:g} ms")
+        elapsed = round((perf_counter() - t0) * 1000, 3)
+        if p.tool.name in self.full_answers:
+            # piraeus's HTTPClientService: no body for a 204 or an empty answer; the headers kept.
+            body = None if response.status_code == 204 or not raw else _decode_body(response, raw, False)[0]
+            headers_out = _response_headers(response)
+            return {
+                "status_code": response.status_code,
+                "headers": headers_out,
+                "body": body,
+                "execution_time_ms": elapsed,
+            }
         body, _ = _decode_body(response, raw, False)
-        return {
-            "status_code": response.status_code,
-            "body": body,
-            "execution_time_ms": round((perf_counter() - t0) * 1000, 3),
-        }
+        return {"status_code": response.status_code, "body": body, "execution_time_ms": elapsed}
 
     async def _format(self, request: WorkflowRequest, raw: dict[str, Any], ctx: ToolContext) -> str:
         model = self.models.get(self.config.format_model or self.config.model)
@@ -410,6 +443,10 @@ async def _progress(ctx: ToolContext, n: int, total: int, message: str) -> None:
     """A stage done, as a progress notification when the caller asked for progress."""
     if ctx.has_progress:
         await ctx.report_progress(n, total, message)
+
+
+_ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+"""A percent-encoded dot, slash or backslash left in a path parameter once decoded (encoded twice)."""
 
 
 def _default_port(scheme: str) -> int:

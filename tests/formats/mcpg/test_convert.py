@@ -80,8 +80,8 @@ def test_check_explain_shows_where_each_part_of_an_mcpg_config_went(
 
 def test_converting_a_file_with_problems_lists_them_located(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     source = tmp_path / "mcpg.yaml"
-    source.write_text("cluster: {kind: redis}\ngateway: {server: {tls: {cert_path: a, key_path: b}}}\n")
+    source.write_text("cluster: {kind: nats}\ngateway: {server: {tunnel: {enabled: true}}}\n")
     assert main(["convert", "--config", str(source)]) == 1
     err = capsys.readouterr().err
-    assert f"{source}:gateway.server.tls: mcpipe serves plain HTTP" in err
-    assert f"{source}:cluster.kind: a `redis` cluster is not in mcpipe" in err
+    assert f"{source}:gateway.server.tunnel: " in err
+    assert f"{source}:cluster.kind: a `nats` cluster is not in mcpipe" in err

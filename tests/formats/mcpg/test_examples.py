@@ -145,5 +145,9 @@ async def test_an_example_config_answers_as_mcpgs_http_backend(name: str, tmp_pa
         if is_json and "text" not in route:
             assert structured["response"]["json"] == route.get("body")
         bad = status not in expected or (binding.get("require_json_response", False) and not is_json)
-        assert result["isError"] is bad, (params, structured["downstreamErrors"])
+        assert result.get("isError", False) is bad, (params, structured["downstreamErrors"])  # mcpg omits it when false
         assert (structured["downstreamError"] is not None) is bad
+        # every binding-plugin dispatch of mcpg says what ran (binding_audit_meta)
+        outcome = "error" if bad else "success"
+        audit = {"backend_kind": "http", "binding_profile": params["name"], "outcome": outcome}
+        assert result["_meta"]["audit"] == audit

@@ -25,6 +25,7 @@ from mcpipe.config import parse_config
 from mcpipe.server import open_app
 
 OPEN = {"governance": {"minimum_trust": "unauthenticated"}}
+ORDERS = Path(__file__).resolve().parents[3] / "examples" / "mcpg" / "orders.yaml"
 
 
 def _config(tools: list[dict[str, Any]] | None = None, **caps: Any) -> str:
@@ -590,3 +591,21 @@ async def test_arguments_that_break_the_input_schema_are_mcpgs_tool_error_and_de
     assert text.startswith("Input validation failed for tool 'm': arguments validation failed: ")
     assert "/ttl: " in text and text.endswith(". Inspect the tool's inputSchema via tools/list and retry.")
     assert ok.structured_content["arguments"] == {"zone": "z"}  # type: ignore[index]
+
+
+async def test_the_orders_example_in_mcpgs_layout_charges_orders_and_serves_its_prompt_and_resource(
+    tmp_path: Path,
+) -> None:
+    async with serving(ORDERS.read_text(), {"ORDERS_DB": str(tmp_path / "orders.db")}) as c:
+        await c.call_tool("orders.init", {})
+        charged = await c.call_tool("charge_order", {"order_id": "A-17", "role": "admin", "id": 5, "u": 1})
+        refused = await c.call_tool("charge_order", {"order_id": "A-18", "role": "guest", "id": 5, "u": 1})
+        left = await c.call_tool("orders.db", {"id": 5})
+        stock = await c.read_resource("orders://stock")
+        prompt = await c.get_prompt("order_summary", {"order_id": "A-17"})
+    assert charged.is_error is False
+    assert charged.structured_content["result"] == {"order": "A-17", "recorded": 1}  # type: ignore[index]
+    assert refused.is_error is True and refused.content[0].text == "User does not have admin role"  # type: ignore[union-attr]
+    assert left.content[0].text == "2"  # type: ignore[union-attr]
+    assert [x.text for x in stock.contents] == ["item 5: 2"]  # type: ignore[union-attr]
+    assert prompt.messages[0].content.text == "Summarize the order for the customer."  # type: ignore[union-attr]

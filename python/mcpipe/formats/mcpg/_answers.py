@@ -3,6 +3,9 @@
 Registered as answer shapes (:mod:`mcpipe.declared._answers`) that the translated pipelines name:
 
 - ``mcpg.binding``: the backend's own result (an ``mcpg.*`` kind's output) is the answer, as it is;
+- ``mcpg.payload``: a plugin backend mcpipe runs as its own kind (``twilio``): the step's output is the
+  plugin's reply, projected as mcpg projects a backend plugin's payload (its JSON as text and structured
+  content); a failed call is ``<kind> request failed: <error>``;
 - ``mcpg.pipeline``: a pipeline binding without suspending steps (``execute_pipeline_binding``): the last
   step's output as text, and ``{pipeline, result, completed_steps, total_steps, duration_ms}``; a failed step
   is ``pipeline '<name>' failed at step '<id>': <error>``, a gate's refusal its message;
@@ -24,7 +27,7 @@ from mcpipe.declared._answers import SurfaceError, register_answer
 from mcpipe.errors import ErrorCode
 from mcpipe.tools._base import ToolResult
 
-__all__ = ["BindingShape", "PipelineShape", "decode_prompt", "decode_resource"]
+__all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
 
 INTERNAL_ERROR = -32603
 
@@ -156,7 +159,32 @@ class BindingShape(_Surfaces):
         r = _output(answer)
         if not isinstance(r, Mapping):
             return ToolResult.error("the binding gave no result")
-        return ToolResult(list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")))
+        meta = r.get("_meta") if isinstance(r.get("_meta"), dict) else None
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")), meta, terse=True
+        )
+
+
+class PayloadShape(_Surfaces):
+    """``mcpg.payload``: a plugin's reply (the step's output) as ``execute_binding_plugin`` projects it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+        if not answer["ok"]:
+            _, failed = _failed_step(answer)
+            if failed is None:
+                return _failure(answer)
+            return ToolResult.error(f"{self.kind} request failed: {_step_error(failed)}")
+        from mcpipe.formats.mcpg._kinds import envelope_result
+
+        r = envelope_result(_compact(_output(answer)).encode())
+        is_error = bool(r.get("isError"))
+        audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), is_error, {"audit": audit}, terse=True
+        )
 
 
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -172,7 +200,10 @@ def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]
 
 
 def _step_error(r: Mapping[str, Any]) -> str:
-    return str(r.get("error") or "step execution failed")
+    error = str(r.get("error") or "step execution failed")
+    if r.get("kind") == "transform":  # execute_transform_step's wording (the CEL engine's own message after it)
+        return f"transform evaluation failed: CEL execution failed: {error}"
+    return error
 
 
 class PipelineShape(_Surfaces):
@@ -212,7 +243,7 @@ class PipelineShape(_Surfaces):
         last = _output(answer)
         if self.suspending:
             text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
-            return ToolResult([{"type": "text", "text": text}], last, False)
+            return ToolResult([{"type": "text", "text": text}], last, False, terse=True)
         text = last if isinstance(last, str) else _compact(last)
         structured = {
             "pipeline": tool.name,
@@ -221,7 +252,7 @@ class PipelineShape(_Surfaces):
             "total_steps": total,
             "duration_ms": int(answer.get("duration_ms") or 0),
         }
-        return ToolResult([{"type": "text", "text": text}], structured, False)
+        return ToolResult([{"type": "text", "text": text}], structured, False, terse=True)
 
 
 def _pointer(error: str) -> str:
@@ -244,5 +275,6 @@ def _compact(value: Any) -> str:
 
 
 register_answer("mcpg.binding", BindingShape())
+register_answer("mcpg.payload", PayloadShape("twilio"))
 register_answer("mcpg.pipeline", PipelineShape(suspending=False))
 register_answer("mcpg.pipeline_suspending", PipelineShape(suspending=True))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -30,6 +31,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError
@@ -115,12 +117,23 @@ def _finish(answer: Answer, result: dict[str, Any]) -> StepOutput:
     return StepOutput.of(structured)
 
 
+class McpgRetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A binding's ``retry`` (mcpg's ``RetryConfig``): an errored result that classifies as retryable is
+    tried again, at most ``max_attempts`` more times, after ``initial_backoff_ms * 2**attempt``."""
+
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    initial_backoff_ms: Annotated[int, msgspec.Meta(ge=1)] = 200
+    retry_on_status_codes: list[int] = msgspec.field(default_factory=lambda: [429, 502, 503, 504])
+    retry_on_transport_error: bool = True
+
+
 class McpgFields(StepFields, kw_only=True):
     """What every mcpg backend step knows besides its spec."""
 
     answer: Answer = "result"
     tool_name: str = ""
     profile: str = ""
+    retry: McpgRetry | None = None
 
 
 def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
@@ -164,6 +177,10 @@ class HttpFields(McpgFields, tag="mcpg.http"):
     require_json_response: bool = False
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4096
     allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
 
 
 class GrpcFields(McpgFields, tag="mcpg.grpc"):
@@ -176,6 +193,10 @@ class GrpcFields(McpgFields, tag="mcpg.grpc"):
     headers: dict[str, str] = {}
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
     allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +204,27 @@ class HttpPlan:
     url: McpgTemplate
     headers: tuple[tuple[str, McpgTemplate], ...]
     policy: HttpPolicy
+    credentials: Credentials
+    """The outbound credentials: the binding's `credential` and those the ``${cred://…}`` of ``url`` and
+    ``headers`` name (issued per call)."""
+
+    def needs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c for t in (self.url, *(h for _, h in self.headers)) for c in t.credentials))
+
+
+async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
+    """The tokens of the credentials the plan's templates name, issued for this caller (``formats/mcpg/plugins``
+    maps each ``cred://<plugin>/<target>`` to the mcpipe credential of that name)."""
+    needed = plan.needs()
+    if not needed:
+        return {}
+    tokens: dict[str, str] = {}
+    for uri in needed:
+        try:
+            tokens[uri] = (await plan.credentials.issue(uri.removeprefix("cred://"), ctx.identity)).token
+        except CredentialError as exc:
+            raise StepFailure(f"backend credential issuance failed: {exc}", ErrorCode.TOOL_FAILED) from None
+    return tokens
 
 
 def _build_http(b: Build[Any]) -> HttpPlan:
@@ -206,7 +248,16 @@ def _build_http(b: Build[Any]) -> HttpPlan:
     policy = b.policy.http
     if f.allow_private_backends and not policy.allow_private:
         policy = replace(policy, allow_private=True)
-    return HttpPlan(url, tuple(headers), policy)
+    credentials = b.policy.credentials
+    if f.credential is not None and f.credential not in credentials:
+        b.problem(
+            f"{b.location}.credential", f"no credential `{f.credential}` in [credentials]", ErrorCode.INVALID_CONFIG
+        )
+    plan = HttpPlan(url, tuple(headers), policy, credentials)
+    for uri in plan.needs():
+        if uri.removeprefix("cred://") not in credentials:
+            b.problem(b.location, f"no credential issuer resolves `{uri}`")
+    return plan
 
 
 @dataclass(slots=True)
@@ -425,7 +476,24 @@ def _pct(text: str) -> str:
     )
 
 
-def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], json_call: bool) -> dict[str, str]:
+async def _credential_header(
+    f: Any, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+) -> None:
+    """The header that presents the binding's credential: its token in what is sent, the credential's name in
+    what the envelope shows (mcpipe does not echo a secret to the caller)."""
+    if f.credential is None:
+        return
+    try:
+        issued = await plan.credentials.issue(f.credential, ctx.identity)
+    except CredentialError as exc:  # the issuer refused, or cannot be reached
+        raise _TransportError(f"credential `{f.credential}`: {exc}") from None
+    sent[f.credential_header] = f"{f.credential_prefix}{issued.token}{f.credential_suffix}"
+    shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
+
+
+def _resolve_headers(
+    plan: HttpPlan, cel: Mapping[str, Any], json_call: bool, tokens: Mapping[str, str] | None = None
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, template in plan.headers:
         lower = name.strip().lower()
@@ -435,7 +503,7 @@ def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], json_call: bool) ->
             or (json_call and lower in ("accept", "content-type"))
         ):
             continue
-        out[name] = template.resolve(cel)
+        out[name] = template.resolve(cel, tokens)
     return out
 
 
@@ -452,12 +520,14 @@ async def run_http(
     display_url: str | None = None
     error: str | None = None
     summary: _Summary | None = None
+    tokens = await _tokens(plan, ctx)
     try:
-        display_url = plan.url.resolve(cel)
-        display_headers = _resolve_headers(plan, cel, not get)
+        display_url = plan.url.resolve(cel, tokens)
+        display_headers = _resolve_headers(plan, cel, not get, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
+        await _credential_header(f, plan, ctx, sent, display_headers)
         if get:
             target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
             summary = await _http_call(
@@ -532,14 +602,13 @@ async def run_grpc(
     arguments = env.get("args")
     cel = _env(step, env, ctx)
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
+    tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(plan.url.resolve(cel))
+        origin = httpx2.URL(plan.url.resolve(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        headers = [
-            ("accept", "application/json"),
-            ("content-type", "application/json"),
-            *_resolve_headers(plan, cel, True).items(),
-        ]
+        sent = _resolve_headers(plan, cel, True, tokens)
+        await _credential_header(f, plan, ctx, sent, {})
+        headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
         s = await _http_call(
             plan.policy,
             "POST",
@@ -957,6 +1026,10 @@ class SqlFields(McpgFields, tag="mcpg.sql"):
     param_exprs: dict[str, str] = {}
     row_mode: SqlRowMode = "many"
     max_rows: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    session_vars: dict[str, str] = {}
+    """PostgreSQL settings made for the statement's transaction (``set_config(key, value, true)``, as mcpg's
+    SQL plugin runs them), each value a ``${…}`` template of the call (``${identity.tenant}``): what a
+    row-level-security policy reads with ``current_setting(key)``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -964,6 +1037,7 @@ class SqlPlan:
     backend: Any
     stmt: Any
     exprs: tuple[tuple[str, CelExpr], ...]
+    session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
 
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
@@ -987,9 +1061,57 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
             exprs.append((name, compile_mcpg_cel(source)))
         except ValueError as e:
             b.problem(f"{b.location}.param_exprs.{name}", str(e))
+    session_vars = []
+    for key, value in sorted(f.session_vars.items()):
+        if not _SQL_IDENTIFIER.fullmatch(key):
+            b.problem(
+                f"{b.location}.session_vars.{key}",
+                f"session_vars: '{key}' is not a safe SQL identifier (allowed: ASCII letters, digits, `_`, `.`)",
+            )
+            continue
+        template = _compile(b, value, f"{b.location}.session_vars.{key}")
+        if template is not None:
+            session_vars.append((key, template))
+    if f.session_vars and getattr(backend, "kind", "") != "postgresql":
+        b.problem(
+            f"{b.location}.session_vars",
+            "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
+            "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
+        )
     if b.failed:
         b.fail()
-    return SqlPlan(backend, stmt, tuple(exprs))
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars))
+
+
+_SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_SET_CONFIG = "SELECT set_config(:name, :value, true)"
+
+
+async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[str, Any], mode: str) -> Any:
+    """The statement, after its session variables (in one transaction with them, as mcpg's SQL plugin)."""
+    if not plan.session_vars:
+        return await plan.backend.execute(plan.stmt, params, mode)
+    from mcpipe.backends.sql import Statement
+
+    setting = Statement.parse(_SET_CONFIG)
+    context = cel.get("context") or {}
+    attributes = dict(context.get("attributes") or {})
+    identity = {
+        **attributes,
+        "principal_id": context.get("principal_id"),
+        "trust_level": context.get("trust_level"),
+        "auth_provider": context.get("auth_provider"),
+        "roles": context.get("roles", []),
+        "groups": context.get("groups", []),
+        "scopes": context.get("scopes", []),
+        "attributes": attributes,
+    }
+    scope = {**cel, "identity": identity}
+    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
+    async with plan.backend.transaction() as tx:
+        for key, value in values:
+            await tx.execute(setting, {"name": key, "value": value}, "rows")
+        return await tx.execute(plan.stmt, params, mode)
 
 
 def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: int | None) -> Any:
@@ -1039,7 +1161,7 @@ async def run_sql(
             params.setdefault(name, arguments.get(name))
         mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
         with trio.fail_after(_timeout_ms(f, 30_000) / 1000):
-            got = await plan.backend.execute(plan.stmt, params, mode)
+            got = await _sql_execute(plan, cel, params, mode)
         if mode == "affected_rows":
             value = shape_rows([], "affected_rows", f.max_rows, got if isinstance(got, int) else 0)
             truncated = False
@@ -1053,6 +1175,73 @@ async def run_sql(
         return _finish(f.answer, failed_result("sql", transport(str(e))))
     payload = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # rows keep their column order
     return _finish(f.answer, envelope_result(payload, truncated))
+
+
+class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One statement of an ``mcpg.sql_tx`` step."""
+
+    id: str
+    sql: str
+    params: list[str] = []
+    row_mode: SqlRowMode = "many"
+
+
+class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
+    """mcpg's ``sql_tx`` step (``execute_transaction`` of the SQL plugin): its statements in one transaction
+    on the named binding's database, each bound from the step's input; the output is
+    ``{steps: {<id>: <its rows, shaped by its row_mode>}}``; any failure rolls all back."""
+
+    backend: str
+    steps: list[SqlTxStatement]
+
+
+def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
+    from mcpipe.backends.sql import Statement
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
+    if backend is None:
+        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
+        b.fail()
+    stmts = []
+    for i, st in enumerate(f.steps):
+        try:
+            stmts.append(Statement.parse(st.sql))
+        except ValueError as e:
+            b.problem(f"{b.location}.steps[{i}].sql", str(e))
+    if b.failed:
+        b.fail()
+    return backend, tuple(stmts)
+
+
+async def run_sql_tx(
+    step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
+    inputs: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: ToolContext,
+) -> StepOutput:
+    from mcpipe.backends.sql import SqlError
+
+    f = step.fields
+    backend, stmts = step.built
+    given = env.get("args")
+    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    results: dict[str, Any] = {}
+    try:
+        async with backend.transaction() as tx:
+            for st, stmt in zip(f.steps, stmts, strict=True):
+                params = {name: arguments.get(name) for name in (*st.params, *stmt.names)}
+                if st.row_mode == "affected_rows":
+                    got = await tx.execute(stmt, params, "affected_rows")
+                    results[st.id] = shape_rows([], "affected_rows", 1, got if isinstance(got, int) else 0)
+                else:
+                    rows = await tx.execute(stmt, params, "rows")
+                    results[st.id] = shape_rows(list(rows or []), st.row_mode, 1_000_000, None)
+    except (SqlError, _TransportError) as e:
+        raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
+    return StepOutput.of({"steps": results})
 
 
 # --- a backend whose config names an unset variable -------------------------------------------------
@@ -1085,17 +1274,78 @@ KIND_NAMES = (
     "mcpg.kafka",
     "mcpg.sql",
     "mcpg.unset",
+    "mcpg.sql_tx",
 )
 
+
+def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
+    """``error_result_is_retryable``: a text block's own classification (``retryable``, ``statusCode``,
+    ``kind: transport_error``) decides; unclassified text retries on a transport word."""
+    for block in result.get("content") or []:
+        text = block.get("text") if isinstance(block, Mapping) and block.get("type") == "text" else None
+        if not isinstance(text, str):
+            continue
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, Mapping):
+            if data.get("retryable") is True:
+                return True
+            status = data.get("statusCode")
+            if isinstance(status, int) and not isinstance(status, bool) and status in rc.retry_on_status_codes:
+                return True
+            if rc.retry_on_transport_error and data.get("kind") == "transport_error":
+                return True
+            if "retryable" in data or "kind" in data or "statusCode" in data:
+                continue
+        if rc.retry_on_transport_error and any(w in text for w in ("connection", "timeout", "transport")):
+            return True
+    return False
+
+
+def _binding_call(kind: str, run: Any) -> Any:
+    """A backend kind's ``run`` as a binding's own call (not a pipeline's step): tried again as mcpg's
+    ``dispatch_with_retries`` does when the binding has a ``retry``, and its result given the ``_meta.audit``
+    every binding-plugin dispatch of mcpg attaches (``binding_audit_meta``)."""
+
+    async def call(step: Leaf[Any, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+        if step.fields.answer != "result":
+            return await run(step, inputs, env, ctx)
+        rc = step.fields.retry
+        n = 0
+        while True:
+            out = await run(step, inputs, env, ctx)
+            result = out.output if isinstance(out, StepOutput) else None
+            if (
+                rc is None
+                or n == rc.max_attempts
+                or not isinstance(result, Mapping)
+                or not result.get("isError")
+                or not retryable(result, rc)
+            ):
+                break
+            await trio.sleep(rc.initial_backoff_ms * 2**n / 1000)
+            n += 1
+        if isinstance(result, dict):
+            outcome = "error" if result.get("isError") else "success"
+            audit = {"backend_kind": kind, "binding_profile": step.fields.profile, "outcome": outcome}
+            result["_meta"] = {"audit": audit}
+        return out
+
+    return call
+
+
 _KINDS: list[Kind[Any, Any]] = [
-    Kind("mcpg.http", HttpFields, run_http, build=_build_http, own_deadline=True),
-    Kind("mcpg.grpc", GrpcFields, run_grpc, build=_build_http, own_deadline=True),
-    Kind("mcpg.mock", MockFields, run_mock, build=_build_mock),
-    Kind("mcpg.command", CommandFields, run_command, build=_build_command, own_deadline=True),
-    Kind("mcpg.nats", NatsFields, run_nats, build=_build_nats, own_deadline=True),
-    Kind("mcpg.kafka", KafkaFields, run_kafka, build=_build_kafka, own_deadline=True),
-    Kind("mcpg.sql", SqlFields, run_sql, build=_build_sql, own_deadline=True),
+    Kind("mcpg.http", HttpFields, _binding_call("http", run_http), build=_build_http, own_deadline=True),
+    Kind("mcpg.grpc", GrpcFields, _binding_call("grpc", run_grpc), build=_build_http, own_deadline=True),
+    Kind("mcpg.mock", MockFields, _binding_call("mock", run_mock), build=_build_mock),
+    Kind("mcpg.command", CommandFields, _binding_call("command", run_command), build=_build_command, own_deadline=True),
+    Kind("mcpg.nats", NatsFields, _binding_call("nats", run_nats), build=_build_nats, own_deadline=True),
+    Kind("mcpg.kafka", KafkaFields, _binding_call("kafka", run_kafka), build=_build_kafka, own_deadline=True),
+    Kind("mcpg.sql", SqlFields, _binding_call("sql", run_sql), build=_build_sql, own_deadline=True),
     Kind("mcpg.unset", UnsetFields, run_unset),
+    Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
 ]
 
 for _kind in _KINDS:

@@ -26,7 +26,6 @@ class Refusal:
 
 
 REFUSALS: tuple[Refusal, ...] = (
-    Refusal("tls", "gateway.server.tls", "mcpipe serves plain HTTP: terminate TLS in front of it"),
     Refusal("tunnel", "gateway.server.tunnel", "outbound tunnels to a relay are not in mcpipe"),
     Refusal("tunnel_federation", "gateway.server.tunnel_federation", "relay federation ingress is not in mcpipe"),
     Refusal("aauth", "gateway.server.aauth_resource_metadata", "AAuth resource metadata is not in mcpipe"),
@@ -87,7 +86,13 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal(
         "cluster",
         "cluster.kind",
-        "a `{kind}` cluster is not in mcpipe: it runs as one node (share state with `store.url`)",
+        "a `{kind}` cluster is not in mcpipe: it shares state through a redis coordinator only (`store.url`)",
+    ),
+    Refusal("cluster_url", "cluster.url", "a redis coordinator needs its `url` (mcpipe's `store.url`)"),
+    Refusal(
+        "state_encryption",
+        "cluster.state_encryption_key_env",
+        "encrypting the shared state is not in mcpipe's store: it would be kept in clear",
     ),
     Refusal("credential_cluster", "credentials.cluster.enabled", "a clustered credential cache is not in mcpipe"),
     Refusal("storage", "storage.providers[]", "a `{kind}` content store is not in mcpipe"),
@@ -113,7 +118,7 @@ REFUSALS: tuple[Refusal, ...] = (
         "resource change watching (resources/subscribe notifications) is not in mcpipe",
     ),
     Refusal("cache", "<binding>.cache", "per-binding response caches are not in mcpipe"),
-    Refusal("retry", "<binding>.retry", "retrying a binding is not in mcpipe"),
+    Refusal("retry", "<binding>.retry", "retrying a `{kind}` binding is not in mcpipe"),
     Refusal(
         "dynamic_completion",
         "<binding>.variable_completions.*",
@@ -149,11 +154,6 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal("row_mode", "<sql backend>.query.row_mode", "row_mode `{mode}` is not in mcpipe"),
     Refusal("sql_extra", "<sql backend>.{list_query,cache}", "mcpg's sql `{what}` is not in mcpipe"),
-    Refusal(
-        "session_vars",
-        "<sql backend>.session_vars",
-        "session variables (SET LOCAL) are not in mcpipe's PostgreSQL backend",
-    ),
     Refusal("step_field", "<step>.<field>", "mcpg's `{kind}` step field `{field}` is not in mcpipe"),
     Refusal("url_elicitation", "<elicitation step>.mode", "URL-mode elicitation is not in mcpipe"),
     Refusal(

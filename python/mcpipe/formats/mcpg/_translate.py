@@ -32,7 +32,7 @@ from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
-from mcpipe.formats.mcpg._templates import expand_env, split_template
+from mcpipe.formats.mcpg._templates import expand_env
 
 __all__ = ["BUILT_IN_PLUGINS", "translate"]
 
@@ -80,6 +80,7 @@ class _Out:
         self.problems: list[Problem] = []
         self.moves: list[tuple[str, str]] = []
         self.environ = environ
+        self.raw_plugins: list[Any] = []
 
     def refuse(self, where: str, why: str) -> None:
         self.problems.append(Problem(where, CODE, why))
@@ -114,13 +115,16 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     if out.problems:
         return Translation({}, out.problems, out.locate)
     # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
-    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False})
+    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs).
+    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False}, caching={})
+    out.raw_plugins = list(doc.get("plugins") or [])
+    # plugins first: the credential issuers they configure are what `cred://` references resolve to.
+    kafka = _plugins(out.raw_plugins, out)
     gateway = doc.get("gateway") or {}
     _server(gateway.get("server") or {}, out)
     _gateway_rest(gateway, out)
     _governance(doc.get("governance") or {}, out)
     _observability(doc.get("observability") or {}, out)
-    kafka = _plugins(doc.get("plugins") or [], out)
     schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
     mcp = doc.get("mcp") or {}
     _capabilities(mcp.get("capabilities") or {}, out, schemas, kafka)
@@ -180,8 +184,18 @@ def _validate(doc: Mapping[str, Any], out: _Out) -> None:
             kind = (b.get("backend") or {}).get("kind", "")
             if not str(kind).strip():
                 out.refuse(f"{loc}.backend.kind", f"{path}.kind must not be empty")
-            if b.get("retry") is not None and kind in ("mock", "pipeline", "command", "sql"):
+            retry = b.get("retry")
+            if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
                 out.refuse(f"{loc}.retry", f"{path}.retry is not supported for {kind} bindings")
+            elif isinstance(retry, Mapping):
+                if retry.get("max_attempts", 3) == 0:
+                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must be greater than 0")
+                elif retry.get("max_attempts", 3) > 10:
+                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must not exceed 10")
+                if retry.get("initial_backoff_ms", 200) == 0:
+                    out.refuse(
+                        f"{loc}.retry.initial_backoff_ms", f"{path}.retry.initial_backoff_ms must be greater than 0"
+                    )
             for k, icon in enumerate(b.get("icons") or []):
                 src = str((icon or {}).get("src", "")).strip().lower()
                 if not src.startswith(("https://", "data:")):
@@ -252,8 +266,9 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
     outbound_http = out.section("outbound").setdefault("http", {})
     outbound_http["allowed_hosts"] = ["*"]  # mcpg reaches any host; the address guard below still applies
     outbound_http["allow_private"] = bool(server.get("allow_private_backends", False))
+    if server.get("tls"):
+        _tls(server["tls"], f"{where}.tls", out)
     refusals = {
-        "tls": "tls",
         "tunnel": "tunnel",
         "tunnel_federation": "tunnel_federation",
         "aauth_resource_metadata": "aauth",
@@ -271,6 +286,38 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
         out.refuse(f"{where}.transport", reason("transport"))
     if server.get("enforce_modern_request_meta"):
         out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
+
+
+def _tls(tls: Mapping[str, Any], where: str, out: _Out) -> None:
+    """``gateway.server.tls`` (``TlsConfig``, checked as mcpg checks it) as mcpipe's ``http.tls``."""
+    cert, key = str(tls.get("cert_path", "")), str(tls.get("key_path", ""))
+    version = str(tls.get("min_tls_version", "1.2")).strip()
+    mode = str(tls.get("client_cert_required", "none"))
+    ca = tls.get("client_ca_certs_path")
+    if not cert.strip():
+        out.refuse(f"{where}.cert_path", "server.tls.cert_path must not be empty")
+    elif not key.strip():
+        out.refuse(f"{where}.key_path", "server.tls.key_path must not be empty")
+    elif version not in ("1.2", "1.3"):
+        out.refuse(f"{where}.min_tls_version", f'server.tls.min_tls_version must be "1.2" or "1.3", got "{version}"')
+    elif mode == "none" and ca is not None:
+        out.refuse(
+            f"{where}.client_ca_certs_path",
+            "server.tls.client_ca_certs_path must be unset when client_cert_required is `none`",
+        )
+    elif mode != "none" and not str(ca or "").strip():
+        out.refuse(
+            f"{where}.client_ca_certs_path",
+            "server.tls.client_ca_certs_path must be set (PEM bundle of CA certs) when client_cert_required is "
+            "`optional` or `mandatory`",
+        )
+    else:
+        entry: dict[str, Any] = {"cert_file": cert, "key_file": key, "min_version": version}
+        if mode != "none":
+            entry["client_ca_file"] = str(ca)
+            entry["client_cert"] = "required" if mode == "mandatory" else "optional"
+        out.section("http")["tls"] = entry
+        out.moved("http.tls", where)
 
 
 def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
@@ -307,17 +354,23 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
             entry["required_scopes"] = list(rule["required_scopes"])
         rules[rule["tool_name"]] = entry
         out.moved(f"trust.tools.{rule['tool_name']}", f"governance.policy.tool_access.rules[{i}]")
-    engines = policy.get("engine") or []
-    if engines:
-        entries = [{"id": e.get("kind"), "class": "policy", "config": e.get("config") or {}} for e in engines]
-        call_plugins(entries, "governance.policy.engine", out)
+    loaded = {
+        str(p.get(k))
+        for p in (out.raw_plugins or [])
+        if isinstance(p, Mapping) and not p.get("disabled")
+        for k in ("id", "ref")
+        if p.get(k)
+    }
+    for i, engine in enumerate(policy.get("engine") or []):
+        kind = engine.get("kind")
+        if kind not in loaded:
+            # mcpg's config check resolves the engine among the plugins[] entries (resolve_kind).
+            out.refuse(f"governance.policy.engine[{i}].kind", f"no plugin `{kind}` in plugins[] is a policy engine")
     acc = gov.get("access") or {}
     if acc.get("jwks"):
-        entry = {"id": "dev.mcpg.identity.jwt", "class": "identity_provider", "config": acc["jwks"]}
-        call_plugins([entry], "governance.access.jwks", out, single=True)
+        _jwks(acc["jwks"], "governance.access.jwks", out)
     if acc.get("oidc_oauth"):
-        entry = {"id": "dev.mcpg.identity.oidc", "class": "identity_provider", "config": acc["oidc_oauth"]}
-        call_plugins([entry], "governance.access.oidc_oauth", out, single=True)
+        plugins.translate_oidc(acc["oidc_oauth"], "governance.access.oidc_oauth", out.doc, out.problems)
     for key in ("resource_metadata", "authorization_server"):
         if acc.get(key):
             out.refuse(f"governance.access.{key}", reason("oauth_server", what=key.replace("_", " ")))
@@ -331,15 +384,29 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         out.refuse("governance.approvals", reason("approvals"))
 
 
+_SINK_NAMESPACE = {"audit": "audit", "metrics": "observability", "traces": "observability", "logs": "observability"}
+_SINK_KEYWORDS = frozenset({"builtin", "in-process", "memory", "file", "stderr", "stdout"})
+
+
+def _sink(signal: str, sink: Any) -> Any:
+    """A sink whose ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
+    (``dev.mcpg.observability.prometheus``: ``resolve_kind``'s rule 3, ``config/wiring.rs``)."""
+    if not isinstance(sink, Mapping):
+        return sink
+    kind = sink.get("kind")
+    if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
+        return {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
+    return sink
+
+
 def _audit(audit: Mapping[str, Any], out: _Out) -> None:
     enabled = bool(audit.get("enabled", True))
     section = out.section("audit")
     section["enabled"] = enabled
     out.moved("audit.enabled", "governance.audit.enabled")
-    sinks = audit.get("sinks")
-    if enabled and sinks:
-        entries = [{"id": s.get("kind"), "class": "audit_sink", "config": s.get("config") or {}} for s in sinks]
-        call_plugins(entries, "governance.audit.sinks", out)
+    if enabled:
+        for i, sink in enumerate(audit.get("sinks") or []):
+            plugins.translate_sink("audit", _sink("audit", sink), f"governance.audit.sinks[{i}]", out.doc, out.problems)
 
 
 # --- observability --------------------------------------------------------------------------------
@@ -350,60 +417,70 @@ def _observability(obs: Mapping[str, Any], out: _Out) -> None:
     on = bool(obs.get("enabled", True))
     metrics = obs.get("metrics") or {}
     telemetry["metrics"] = on and bool(metrics.get("enabled", True))
-    if on and metrics.get("enabled", True) and metrics.get("sinks"):
-        entries = [
-            {"id": s.get("kind"), "class": "metrics_sink", "config": s.get("config") or {}} for s in metrics["sinks"]
-        ]
-        call_plugins(entries, "observability.metrics.sinks", out)
+    if telemetry["metrics"]:
+        for i, sink in enumerate(metrics.get("sinks") or []):
+            plugins.translate_sink(
+                "metrics", _sink("metrics", sink), f"observability.metrics.sinks[{i}]", out.doc, out.problems
+            )
     traces = obs.get("traces") or {}
     if on and traces.get("enabled"):
-        if traces.get("sinks"):
-            entries = [
-                {"id": s.get("kind"), "class": "telemetry_sink", "config": s.get("config") or {}}
-                for s in traces["sinks"]
-            ]
-            call_plugins(entries, "observability.traces.sinks", out)
+        for i, sink in enumerate(traces.get("sinks") or []):
+            plugins.translate_sink(
+                "traces", _sink("traces", sink), f"observability.traces.sinks[{i}]", out.doc, out.problems
+            )
+        if traces.get("service_name") and "service_name" not in telemetry:
+            telemetry["service_name"] = traces["service_name"]
     elif traces.get("propagate_context", True):
         telemetry.setdefault("traces", "propagate")
-    logs = obs.get("logs") or {}
-    for i, sink in enumerate(logs.get("sinks") or []):
-        if sink.get("kind") not in ("stderr", "dev.mcpg.builtin.log.stderr-json"):
-            entry = {"id": sink.get("kind"), "class": "log_sink", "config": sink.get("config") or {}}
-            call_plugins([entry], f"observability.logs.sinks[{i}]", out, single=True)
+    for i, sink in enumerate((obs.get("logs") or {}).get("sinks") or []):
+        if sink.get("kind") not in ("stderr", "dev.mcpg.builtin.log.stderr-json"):  # mcpg's own stderr sink
+            plugins.translate_sink("logs", _sink("logs", sink), f"observability.logs.sinks[{i}]", out.doc, out.problems)
+
+
+def _jwks(jwks: Mapping[str, Any], loc: str, out: _Out) -> None:
+    """mcpg's built-in JWKS verification: an ``[[auth.oidc]]`` issuer with its keys (inline or at ``url``)."""
+    if not jwks.get("issuer"):
+        out.refuse(f"{loc}.issuer", "mcpipe checks the issuer of every JWT: give governance.access.jwks.issuer")
+        return
+    provider: dict[str, Any] = {
+        "issuer": jwks["issuer"],
+        "header": str(jwks.get("header_name", "authorization")).lower(),
+        "prefix": jwks.get("header_prefix", "Bearer "),
+    }
+    if jwks.get("audience"):
+        provider["audiences"] = [jwks["audience"]]
+    elif jwks.get("allow_missing_audience"):
+        provider["any_audience"] = True
+    if jwks.get("keys_json"):
+        provider["jwks"] = jwks["keys_json"]
+    elif jwks.get("url"):
+        provider["jwks_url"] = jwks["url"]
+    out.doc.setdefault("auth", {}).setdefault("oidc", []).append(provider)
+    at = f"auth.oidc[{len(out.doc['auth']['oidc']) - 1}]"
+    out.moved(at, loc)
+    out.moved(f"{at}.jwks", f"{loc}.keys_json")
+    out.moved(f"{at}.jwks_url", f"{loc}.url")
+    out.moved(f"{at}.audiences", f"{loc}.audience")
 
 
 # --- plugins --------------------------------------------------------------------------------------
 
 
-def call_plugins(entries: list[Any], loc: str, out: _Out, *, single: bool = False) -> None:
-    """Hand plugin entries to :mod:`.plugins` at ``loc`` (a list there; ``single``: one object, whose problems
-    are located at ``loc`` itself rather than ``loc[0]``)."""
-    before = len(out.problems)
-    plugins.translate_plugins(entries, loc, out.doc, out.problems, out.environ)
-    if single:
-        head = f"{loc}[0]"
-        for i in range(before, len(out.problems)):
-            p = out.problems[i]
-            if p.location == head or p.location.startswith((f"{head}.", f"{head}[")):
-                out.problems[i] = Problem(loc + p.location[len(head) :], p.code, p.message)
-
-
 def _plugins(entries: list[Any], out: _Out) -> dict[str, Any]:
-    """The ``plugins[]`` entries: those mcpipe has built in are noted; the rest go to :mod:`.plugins`.
-    Answers the Kafka plugin's connection config (its ``bootstrap_servers`` and ``group_id``)."""
+    """The ``plugins[]`` entries, read by :mod:`.plugins` (each id's meaning, or a located refusal). Answers
+    the Kafka plugin's connection config (``bootstrap_servers``, ``group_id``): mcpg hands it to the plugin
+    when it builds it, and mcpipe's kafka steps take it from there."""
     kafka: dict[str, Any] = {}
-    rest: list[tuple[int, Any]] = []
-    for i, entry in enumerate(entries):
-        pid = entry.get("ref") or entry.get("id")
-        if entry.get("disabled"):
-            continue
-        if pid in BUILT_IN_PLUGINS:
-            if pid == "dev.mcpg.backend.kafka":
-                kafka = dict(entry.get("config") or {})
-            continue
-        rest.append((i, entry))
-    for i, entry in rest:
-        call_plugins([entry], f"plugins[{i}]", out, single=True)
+    given = []
+    for entry in entries:
+        if isinstance(entry, Mapping) and (entry.get("ref") or entry.get("id")) == "dev.mcpg.backend.kafka":
+            config = entry.get("config")
+            if isinstance(config, Mapping) and not entry.get("disabled"):
+                kafka = dict(config)
+            entry = {k: v for k, v in entry.items() if k != "config"}
+        given.append(entry)
+    plugins.translate_plugins(given, "plugins", out.doc, out.problems, out.environ)
+    out.doc.pop("plugins", None)  # JSONata (the one transform plugin) is built into mcpipe's plugin_transform
     return kafka
 
 
@@ -447,28 +524,13 @@ class _Binding:
 
     def env(self, value: Any, where: str) -> Any:
         """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
-        not set is noted in ``unset``: mcpg's config check passes it, its start fails); ``${cred://…}``
-        references checked with :mod:`.plugins`."""
+        not set is noted in ``unset``: mcpg's config check passes it, its start fails). ``${cred://…}``
+        tokens stay: an http header's become the step's credential (:func:`.plugins.http_credential`)."""
         if isinstance(value, str):
             text, missing = expand_env(value, self.out.environ)
             for name in missing:
                 if name not in self.unset:
                     self.unset.append(name)
-            if "${cred://" in text:
-                try:
-                    parts = split_template(text)
-                except ValueError:
-                    return text
-                rebuilt = ""
-                for kind, part in parts:
-                    if kind == "cred":
-                        got = plugins.credential_ref(part, where, self.out.doc, self.out.problems)
-                        rebuilt += "${cred://" + (got or part[len("cred://") :]) + "}"
-                    elif kind == "cel":
-                        rebuilt += "${" + part + "}"
-                    else:
-                        rebuilt += part
-                return rebuilt
             return text
         if isinstance(value, Mapping):
             return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
@@ -516,6 +578,9 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
                 rule["required_scopes"] = list(gov["required_scopes"])
             access[b.name] = rule
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
+    # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
+    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3}
+    pipelines.sort(key=lambda e: (order[e["surface"]], e.get("uri") or e.get("uri_template") or e["name"]))
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
         out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
@@ -603,8 +668,6 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
             out.refuse(f"{loc}.variable_completions.{var}", reason("dynamic_completion"))
     if completions:
         entry["completions"] = completions
-    if binding.get("retry") is not None:
-        out.refuse(f"{loc}.retry", reason("retry"))
     backend = dict(binding["backend"])
     kind = backend.pop("kind")
     if kind == "pipeline":
@@ -612,8 +675,14 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     step = _backend_step(b, kind, backend, f"{loc}.backend", answer="result", step_id="call", profile=b.name)
     if step is None:
         return None
+    if binding.get("retry") is not None:
+        if not str(step.get("kind", "")).startswith("mcpg."):
+            out.refuse(f"{loc}.retry", reason("retry", kind=kind))
+        else:
+            step["retry"] = dict(binding["retry"])
+            out.moved(f"pipelines.{b.name}.steps[0].retry", f"{loc}.retry")
+    entry["answer"] = "mcpg.payload" if step.pop("mcpg_answer", None) is not None else "mcpg.binding"
     entry["steps"] = [step]
-    entry["answer"] = "mcpg.binding"
     out.moved(f"pipelines.{b.name}.steps[0]", f"{loc}.backend")
     return entry
 
@@ -622,15 +691,18 @@ def _backend_step(
     b: _Binding, kind: str, spec: dict[str, Any], where: str, *, answer: str, step_id: str, profile: str
 ) -> dict[str, Any] | None:
     out = b.out
-    if kind not in BACKEND_KINDS:
-        from mcpipe.kinds import KINDS
-
-        if KINDS.get(f"mcpg.{kind}") is None:
-            out.refuse(
-                f"{where}.kind",
-                reason("backend_kind", kind=kind),
-            )
+    if kind == "twilio":
+        # A plugin backend mcpipe has: its step, whose output is the plugin's reply.
+        fields = plugins.translate_backend(
+            {"kind": kind, **b.env(spec, where)}, where, out.doc, out.problems, out.environ
+        )
+        if fields is None:
             return None
+        fields.pop("kind", None)
+        return {"kind": "twilio", "id": step_id, **fields, "mcpg_answer": answer}
+    if kind not in BACKEND_KINDS:
+        out.refuse(f"{where}.kind", reason("backend_kind", kind=kind))
+        return None
     step: dict[str, Any] = {
         "kind": f"mcpg.{kind}",
         "id": step_id,
@@ -654,6 +726,13 @@ def _backend_step(
                 "backend": kind,
                 "message": f"CEL env-var resolution failed: environment variable {names} is not set",
             }
+    if kind in ("http", "grpc") and "headers" in spec:
+        spec["headers"], fields = plugins.http_credential(
+            spec["headers"], f"{where}.headers", out.doc, out.problems, out.environ
+        )
+        step.update(fields)
+    if not _no_credentials(spec, where, out):
+        return None
     if kind == "http":
         _http_spec(b, spec, step, where)
     elif kind == "grpc":
@@ -697,6 +776,20 @@ def _backend_step(
         out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
         spec.pop(key)
     return step
+
+
+def _no_credentials(value: Any, where: str, out: _Out) -> bool:
+    """A ``${cred://…}`` left outside the one header that may present a credential: refused, located."""
+    if isinstance(value, str):
+        if "${cred://" in value:
+            out.refuse(where, "mcpipe presents one credential per request: one `${cred://...}` in one header")
+            return False
+        return True
+    if isinstance(value, Mapping):
+        return all([_no_credentials(v, f"{where}.{k}", out) for k, v in value.items()])
+    if isinstance(value, list):
+        return all([_no_credentials(v, f"{where}[{i}]", out) for i, v in enumerate(value)])
+    return True
 
 
 def _allow_private(out: _Out) -> bool:
@@ -786,8 +879,8 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
         if value and key != "schema":
             out.refuse(f"{where}.{key}", reason("sql_extra", what=key))
     vars_ = spec.pop("session_vars", None)
-    if vars_ and not mcpipe_url.startswith("sqlite:"):
-        out.refuse(f"{where}.session_vars", reason("session_vars"))
+    if vars_:
+        step["session_vars"] = {str(k): str(v) for k, v in vars_.items()}
     return True
 
 
@@ -855,6 +948,7 @@ def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dic
         step = _backend_step(b, kind, raw, at, answer="step", step_id=sid, profile=f"{b.name}._step_.{sid}")
         if step is None:
             return None
+        step.pop("mcpg_answer", None)
     elif kind in _STEP_KINDS:
         step = _mcpipe_step(b, kind, sid, raw, at)
         if step is None:
@@ -955,17 +1049,10 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             return None
         step["backend"] = name
         if kind == "sql_tx":
+            # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
+            step["kind"] = "mcpg.sql_tx"
             step["steps"] = [
-                {
-                    k: v
-                    for k, v in {
-                        "id": s.get("id"),
-                        "sql": s.get("sql"),
-                        "params": s.get("params"),
-                        "row_mode": _tx_mode(s.get("row_mode")),
-                    }.items()
-                    if v is not None
-                }
+                {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
                 for s in raw.pop("steps", [])
             ]
     for key in list(raw):
@@ -975,10 +1062,6 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
         raw.pop(key)
     return step
-
-
-def _tx_mode(mode: Any) -> Any:
-    return {"many": "rows", "single": "one", "affected_rows": "affected_rows"}.get(mode, mode)
 
 
 def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
@@ -1036,8 +1119,17 @@ def _federations(feds: list[Any], out: _Out) -> None:
             entry["url"] = url
             if up.get("headers"):
                 entry["headers"] = dict(up["headers"])
-        if up.get("auth") and (up["auth"] or {}).get("kind", "none") != "none":
-            out.refuse(f"{where}.upstream.auth", reason("upstream_auth"))
+        auth = up.get("auth") or {}
+        mode = auth.get("mode", "none")
+        if mode in ("oauth_client_credentials", "oauth_impersonation"):
+            cred = plugins.credential_ref(
+                str(auth.get("credential", "")), f"{where}.upstream.auth.credential", out.doc, out.problems, out.environ
+            )
+            if cred is None:
+                continue
+            entry["credential"] = cred
+        elif mode != "none":
+            out.refuse(f"{where}.upstream.auth.mode", reason("upstream_auth"))
             continue
         prefix = (fed.get("naming") or {}).get("tool_prefix") or ""
         if prefix and not prefix.endswith("."):
@@ -1056,11 +1148,152 @@ def _federations(feds: list[Any], out: _Out) -> None:
         out.moved(f"mcpServers.{name}", where)
 
 
+_PLAINTEXT = {
+    "redis": "the redis `url` uses the plaintext `redis://` scheme (use `rediss://`)",
+    "consul": "the consul `address` uses the plaintext `http://` scheme (use `https://`)",
+    "etcd": "an etcd `endpoint` is not an `https://` URL (a plaintext `http://` or scheme-less `host:port` "
+    "endpoint connects in clear; use `https://`)",
+    "nats": "nats `tls.require_tls` is set to `false` (plaintext)",
+}
+
+
+def _plaintext(kind: str, cluster: Mapping[str, Any]) -> bool:
+    """``ClusterConfig::validate_transport_security``: the coordinator's link would be plaintext."""
+    if kind == "redis":
+        url = cluster.get("url")
+        return isinstance(url, str) and url.lstrip().startswith("redis://")
+    if kind == "consul":
+        address = cluster.get("address")
+        return isinstance(address, str) and address.lstrip().startswith("http://")
+    if kind == "etcd":
+        eps = cluster.get("endpoints")
+        return isinstance(eps, list) and any(isinstance(e, str) and not e.lstrip().startswith("https://") for e in eps)
+    if kind == "nats":
+        tls = cluster.get("tls")
+        return isinstance(tls, Mapping) and tls.get("require_tls") is False
+    return False
+
+
+def _cluster(cluster: Mapping[str, Any], out: _Out) -> None:
+    """mcpg's cluster coordinator. ``single_node`` is mcpipe's one process; a ``redis`` coordinator becomes
+    mcpipe's shared store (``store.url``: suspended pipelines, used-state claims and queued runs shared by
+    every instance); any other coordinator is refused."""
+    kind = str(cluster.get("kind", "single_node"))
+    if kind == "single_node":
+        return
+    if _plaintext(kind, cluster) and not cluster.get("allow_insecure_transport"):
+        out.refuse(
+            "cluster.kind",
+            f"cluster.kind='{kind}': {_PLAINTEXT[kind]}. The cluster coordinator carries all shared state "
+            "(sessions, credential-cache events, delivery payloads) — a plaintext transport exposes them across "
+            "the deployment. Use a TLS scheme, or set `cluster.allow_insecure_transport: true` to accept "
+            "plaintext (local/dev only).",
+        )
+        return
+    if kind != "redis":
+        out.refuse("cluster.kind", reason("cluster", kind=kind))
+        return
+    url = cluster.get("url")
+    if not isinstance(url, str) or not url.strip():
+        out.refuse("cluster.url", reason("cluster_url"))
+        return
+    if cluster.get("state_encryption_key_env"):
+        out.refuse("cluster.state_encryption_key_env", reason("state_encryption"))
+        return
+    text, missing = expand_env(url.strip(), out.environ)
+    password = cluster.get("password")
+    if isinstance(password, str) and password:
+        secret, more = expand_env(password, out.environ)
+        missing += more
+        scheme, sep, rest = text.partition("://")
+        if sep and "@" not in rest.split("/", 1)[0]:
+            from urllib.parse import quote
+
+            text = f"{scheme}://:{quote(secret, safe='')}@{rest}"
+    if missing:
+        out.refuse("cluster.url", f"environment variable `{missing[0]}` is not set")
+        return
+    store = out.section("store")
+    store["url"] = text
+    out.moved("store.url", "cluster.url")
+    prefix = str(cluster.get("key_prefix") or "").rstrip(":")
+    segment = cluster.get("tenant_segment")
+    if prefix or segment:
+        store["prefix"] = ":".join(p for p in (prefix or "mcpipe", segment) if p)
+
+
+# mcpg's licence gate (``license_gate.rs``, ``mcpg-control-plane-license`` v0.1.0-beta.14 ``license.rs``): a
+# standalone gateway without a licence token runs under the community plan, which does not license these.
+_PLAN_FEATURES = {
+    "identity.saml": "sso.saml",
+    "identity.kerberos": "sso.kerberos",
+    "tool-gate.dlp": "dlp",
+    "tool-gate.field-crypto": "field_crypto",
+    "audit.s3-worm": "audit.worm",
+    "tool-gate-slack-approval": "approvals.hitl",
+    "guardrails": "guardrails",
+    **dict.fromkeys(
+        (
+            "credential.vault-dynamic-db",
+            "credential.aws-sts",
+            "credential.gcp-impersonation",
+            "credential.azure-identity",
+            "credential.oauth-token-exchange",
+            "credential.oauth-id-jag",
+        ),
+        "secrets.dynamic",
+    ),
+    **dict.fromkeys(
+        ("backend.grpc", "backend.soap", "backend.kafka", "backend.mssql", "backend.oracle", "backend.ldap"),
+        "backend.enterprise",
+    ),
+    **dict.fromkeys(("identity.ldap", "identity.paseto", "identity.workload"), "identity.advanced"),
+}
+_PAID_NAMESPACES = ("payment.", "policy.", "cluster.", "secret.")
+_COMMUNITY = (
+    "core.", "identity.", "transform.", "transport.", "cache.", "reliability.", "observability.", "metrics.",
+    "log.", "watch.", "integration.", "storage.", "catalog.", "audit.", "tool-gate.", "credential.",
+)  # fmt: skip
+_COMMUNITY_EXACT = frozenset(
+    {
+        "audit",
+        "call-logger",
+        "webhook",
+        "circuit-breaker",
+        "rate-limit",
+        "response-cache",
+        "ip-allowlist",
+        "tool-gate-slack-approval",
+        "guardrails",
+    }
+)
+
+
+def _licence_gate(entries: list[Any], out: _Out) -> None:
+    """``enforce_plugin_license_gate`` under the community plan: each enabled plugin (by its ``ref``, else its
+    id) that is entitlement-gated and not admitted is refused, as mcpg refuses to boot."""
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or entry.get("disabled") is True:
+            continue
+        pid = str(entry.get("ref") or entry.get("id") or "")
+        short = pid.removeprefix("dev.mcpg.")
+        feature = _PLAN_FEATURES.get(short)
+        if feature is None and not short.startswith(_PAID_NAMESPACES):
+            continue
+        if not (short.startswith(_COMMUNITY) or short in _COMMUNITY_EXACT):
+            why = f"plugin `{pid}` is not entitled by this license"
+        else:
+            why = f"plugin `{pid}` requires the `{feature}` plan feature, which this license does not grant"
+        out.refuse(
+            f"plugins[{i}]",
+            f"license gate: plan `community` does not license this plugin ({why}): install an entitling "
+            "license (`license.token` / `license.token_file` + `license.pubkey_pem`), declare a non-production "
+            "deployment (`license.non_production_use: true`), or remove the plugin",
+        )
+
+
 def _rest(doc: Mapping[str, Any], out: _Out) -> None:
-    cluster = doc.get("cluster") or {}
-    kind = cluster.get("kind", "single_node")
-    if kind not in ("single_node", "single-node", "memory", "dev.mcpg.builtin.cluster.single-node"):
-        out.refuse("cluster.kind", reason("cluster", kind=str(kind)))
+    _cluster(doc.get("cluster") or {}, out)
     if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
         out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
     storage = doc.get("storage") or {}
@@ -1071,6 +1304,8 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     for key in ("token", "token_file"):
         if lic.get(key):
             out.refuse(f"license.{key}", reason("license"))
+    if not any(lic.get(k) for k in ("token", "token_file")) and not lic.get("non_production_use"):
+        _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
         out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))
