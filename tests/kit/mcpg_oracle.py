@@ -522,9 +522,15 @@ class RawMcp:
         self.session: str | None = None
         self.next_id = 0
         self.notifications: list[dict[str, Any]] = []
+        self._conns: list[http.client.HTTPConnection] = []
+
+    def _close(self) -> None:
+        while self._conns:
+            self._conns.pop().close()
 
     def _post(self, message: dict[str, Any]) -> http.client.HTTPResponse:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        self._conns.append(conn)
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -564,6 +570,12 @@ class RawMcp:
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request; return the server's response message (``result`` or ``error``)."""
+        try:
+            return self._request(method, params)
+        finally:
+            self._close()
+
+    def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self.next_id += 1
         rid = self.next_id
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
@@ -595,7 +607,10 @@ class RawMcp:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        self._post(message).read()
+        try:
+            self._post(message).read()
+        finally:
+            self._close()
 
     def initialize(self) -> dict[str, Any]:
         caps: dict[str, Any] = {}
