@@ -427,6 +427,55 @@ class NatsResponders:
         self._thread.join(10)
 
 
+class KafkaTopics:
+    """What a Kafka broker holds on some topics, read with mcpipe's own Kafka client: ``take`` returns the
+    records produced since the last ``take`` (topic, value, headers)."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self.bootstrap, self.topics = bootstrap, topics
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def take(self) -> list[dict[str, Any]]:
+        import trio
+
+        from mcpipe.backends.kafka import KafkaClient
+
+        async def read() -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            client = KafkaClient(self.bootstrap, client_id="mcpg-oracle")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(client.run)
+                for topic in self.topics:
+                    for partition in range(2):
+                        offset = self.offsets.get((topic, partition), 0)
+                        try:
+                            records, self.offsets[(topic, partition)] = await client.fetch(
+                                topic, partition, offset, max_wait_ms=100
+                            )
+                        except Exception:
+                            continue  # the topic does not exist (yet)
+                        for r in records:
+                            try:
+                                value: Any = json.loads(r.value) if r.value else None
+                            except ValueError:
+                                value = (r.value or b"").decode(errors="replace")
+                            headers = {
+                                k: (
+                                    "<masked>"
+                                    if k in VOLATILE_HEADERS or k == "correlation_id"
+                                    else (v or b"").decode()
+                                )
+                                for k, v in r.headers
+                            }
+                            out.append(
+                                {"topic": topic, "value": value, "headers": headers}
+                            )  # a keyless record lands on any partition
+                nursery.cancel_scope.cancel()
+            return out
+
+        return trio.run(read)
+
+
 @dataclass
 class CaseRun:
     """The services of one run: their ports by name, the scratch folder, and per service that records
@@ -478,9 +527,11 @@ def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
             if (s or {}).get("responders"):
                 responders = stack.enter_context(NatsResponders(url, s["responders"]))
                 recorders[name] = responders.take
-        for name in spec.get("kafka") or {}:
+        for name, s in (spec.get("kafka") or {}).items():
             bootstrap = stack.enter_context(realservers.kafka_broker())
             ports[name] = int(bootstrap.rsplit(":", 1)[1])
+            if (s or {}).get("topics"):
+                recorders[name] = KafkaTopics(bootstrap, s["topics"]).take
         for name in spec.get("grpc") or {}:
             from kit import grpcserver
 
