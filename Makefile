@@ -102,7 +102,7 @@ mcpg-goldens: setup
 	$(BIN)/python scripts/mcpg_oracle/record.py --upstream $(MCPG_UPSTREAM) $(CASES)
 
 mcpg-diff: setup
-	$(BIN)/python scripts/mcpg_oracle/diff.py $(CASES)
+	$(BIN)/python scripts/mcpg_oracle/diff.py --write-not-yet $(CASES)
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

@@ -373,6 +373,15 @@ class TelemetryConfig(_Base):
     decide, and without them, off."""
 
 
+class LogsConfig(_Base):
+    """Where ``mcpipe serve`` writes its log besides stderr (``docs/server.md``)."""
+
+    file: str | None = None
+    """Also append the log to this file (relative to the config's directory)."""
+    format: Literal["json", "text"] = "json"
+    """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -405,6 +414,8 @@ class Config(_Base):
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
+    """A log file besides stderr."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -457,6 +468,7 @@ _SECTIONS = {
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
     "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
+    "logs": _Section("logs", LogsConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 

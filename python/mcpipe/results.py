@@ -306,11 +306,11 @@ def pipe_result(
 
 
 def graph_result(
-    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float
+    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float, output_from: str | None
 ) -> dict[str, Any]:
     """A graph's result: its output (the output of the node that finished last among those that took no
-    arc), and ``ran``, the ids of the nodes that ran, in the order they finished (their results are beside
-    the graph's, in its list's results)."""
+    arc, ``output_from``), and ``ran``, the ids of the nodes that ran, in the order they finished (their
+    results are beside the graph's, in its list's results)."""
     return {
         "id": sid,
         "kind": "graph",
@@ -321,6 +321,7 @@ def graph_result(
         "text": output if isinstance(output, str) else "",
         "content": [],
         "output": output,
+        "output_from": output_from,
         "ran": ran,
         "duration_ms": ms_since(t0),
     }

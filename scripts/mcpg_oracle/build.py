@@ -29,7 +29,12 @@ The patches, all applied to copies under ``.mcpg/build/`` (the checkouts are lef
 6. the same for pipeline steps (``HTTP_STEPS``): the step pass reads a step's kind through
    ``binding_kind_and_spec``, which is ``None`` for http, and so refuses to boot any config with a
    ``kind: http`` pipeline step ("pipeline step '<id>' in binding '<b>' has no register-profile spec
-   mapping"); it reads the step's own kind instead.
+   mapping"); it reads the step's own kind instead;
+7. one more (``WATCH_DUPLICATE``): the sql plugin's cdylib carries two watch strategies
+   (``sql_polling``, ``postgres_listen_notify``), but mcpg-plugin-host's ``NativeWatchStrategyAdapter``
+   always takes the library's *first* watch vtable, so the second entity registers ``sql_polling`` again
+   and the boot fails ("watch-strategy kind 'sql_polling' already registered (new plugin id:
+   'dev.mcpg.watch.sql_polling')"): no config with a sql binding boots. The duplicate is skipped.
 
 Results: ``.mcpg/bin/mcpg``, ``.mcpg/bin/mcpg-config-check``, ``.mcpg/plugins/<kind>/plugin.so`` (and
 its ``plugin.yaml``), ``.mcpg/BUILD.json`` (commits, durations).
@@ -113,6 +118,27 @@ HTTP_STEPS_NEW = (
 )
 
 
+WATCH_DUPLICATE_OLD = re.compile(
+    r"(NativeWatchStrategyAdapter::new\((?:[^;]*?)\)\?;\s*)"
+    r"(registry\.register_watch_strategy_with_alias\((?:[^;]*?)\)\?;)"
+)
+
+
+def patch_watch_duplicate(source: Path) -> None:
+    text, n = WATCH_DUPLICATE_OLD.subn(
+        lambda m: (
+            m.group(1)
+            + "if registry.watch_strategy(mcpg_plugin_protocol::WatchStrategyPlugin::kind(&adapter)).is_none() { "
+            + m.group(2)
+            + " }"
+        ),
+        source.read_text(),
+    )
+    if n != 1:
+        raise SystemExit(f"mcpg-oracle: patch 7 expected one watch-strategy registration site, found {n}")
+    source.write_text(text)
+
+
 def patch_http_profiles(source: Path) -> None:
     text = source.read_text()
     start = text.index(HTTP_PROFILES_MARKER)
@@ -141,6 +167,7 @@ def prepare(src: Path, deps_src: Path, out: Path, fix: bool = True) -> Path:
     patch_mcpg_manifest(build / "mcpg" / "Cargo.toml")
     if fix:
         patch_http_profiles(build / "mcpg" / "src" / "app" / "plugin_registry" / "mod.rs")
+        patch_watch_duplicate(build / "mcpg" / "src" / "app" / "plugin_registry" / "entities.rs")
     wanted = rewrite_git_deps(build / "mcpg" / "Cargo.toml", deps)
     members = ["mcpg"]
     for kind, repo in PLUGINS.items():

@@ -96,7 +96,9 @@ def record_case(name: str, case: dict[str, Any], upstream: Path) -> dict[str, An
                     golden["calls"] = run_calls(url, case.get("calls") or [], run, golden["answers"])
             except BootFailed as e:
                 log = mask(e.log, run.ports, str(scratch)).replace(str(PLUGINS), "{{plugins}}")
-                golden["boot"] = {"ok": False, "error": str(e), "log": log.strip().splitlines()[-15:]}
+                lines = log.strip().splitlines()
+                said = [line for line in lines if line.startswith("Error:")] or lines[-15:]
+                golden["boot"] = {"ok": False, "error": str(e), "log": said}
                 golden["calls"] = []
             seconds = time.monotonic() - started
             # The server's log and the exact config, for reading afterwards (.mcpg/logs/, git-ignored).

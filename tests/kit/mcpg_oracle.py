@@ -668,10 +668,30 @@ def _meaningful(notifications: list[dict[str, Any]] | None) -> list[dict[str, An
     ]
 
 
+LISTED = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources"}
+LISTED["resources/templates/list"] = "resourceTemplates"
+
+
+def _unordered(method: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A list response with its items in name order: MCP gives lists no order (mcpg sorts them by name,
+    others keep the config's order), so the order is not compared."""
+    key = LISTED.get(method)
+    items = (response.get("result") or {}).get(key) if key else None
+    if not isinstance(items, list):
+        return response
+
+    def by(item: Any) -> str:
+        return (
+            str(item.get("name") or item.get("uri") or item.get("uriTemplate") or "") if isinstance(item, dict) else ""
+        )
+
+    return {**response, "result": {**response["result"], key: sorted(items, key=by)}}
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
     """Every difference between two lists of recorded calls, one line each (empty when they agree):
-    the responses, what the services received (but the client-side headers of ``VOLATILE_HEADERS``),
-    and the notifications sent meanwhile (but mcpg's transport chatter)."""
+    the responses (the items of a list in name order), what the services received (but the client-side
+    headers of ``VOLATILE_HEADERS``), and the notifications sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -694,7 +714,7 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
     for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
         params = e.get("params") or {}
         label = f"call {i} {e['method']} {json.dumps(params.get('name') or params.get('uri') or '')}"
-        walk(label + " response", e["response"], a["response"])
+        walk(label + " response", _unordered(e["method"], e["response"]), _unordered(e["method"], a["response"]))
         walk(label + " received", _strip_headers(e["received"]), _strip_headers(a["received"]))
         walk(label + " notifications", _meaningful(e.get("notifications")), _meaningful(a.get("notifications")))
     if len(expected) != len(actual):

@@ -303,7 +303,8 @@ class Graph(Step):
     When a node finishes, its arcs (``arcs[i]``, in order) are decided: with ``inclusive[i]`` every arc
     whose ``when`` holds is taken, else the first one. A node runs once, when every arc into it is decided
     (taken, or known never to be: its source was not reached, or the arc was not chosen) and at least one
-    was taken; a node no arc reaches is not run, and the arcs out of it are not taken. Nodes ready at the
+    was taken; a node no arc reaches is not run, and the arcs out of it are not taken (nor are they out of
+    a node whose ``when`` is false: it is passed over). Nodes ready at the
     same time run concurrently, as a parallel group's children do (their tool calls hold slots of the
     limiters). A node runs in its list's environment with ``via`` the arcs it was reached by; it records
     its result beside the graph's in the list's results, so later nodes read earlier ones by id.

@@ -1015,16 +1015,16 @@ class _Run:
                     await self.graph_nodes(step, run, env, results, prefix, keep_going)
                 if scope.cancelled_caught:
                     why = _timed_out(step.timeout_ms)
-                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0)
+                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0, None)
             if r is None:
                 if run.failure is not None:
                     error, code = run.failure
-                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0)
+                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0, run.output_from)
                 else:
-                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0)
+                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0, run.output_from)
         finally:
             if r is None:
-                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0)
+                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0, None)
             self.keep(step, r, results)
             if self.on_event is not None:
                 self.finished(step, r, path)
@@ -1068,6 +1068,10 @@ class _Run:
                 raise
             held.append(e)  # asked the client: the siblings finish, the call resumes later
             return
+        if r.get("skipped"):  # its `when` was false: passed over, as is every arc out of it
+            for arc in step.arcs[i]:
+                run.decide(arc, False)
+            return
         run.ran.append(node.id)
         if not r["ok"]:
             if run.failure is None:
@@ -1095,7 +1099,7 @@ class _Run:
                 if not step.inclusive[i]:
                     break
         if not chosen:
-            run.output = r.get("output")
+            run.output, run.output_from = r.get("output"), node.id
         for arc in step.arcs[i]:
             run.decide(arc, any(arc is c for c in chosen))
 
@@ -1141,7 +1145,7 @@ class _Run:
 class _GraphRun:
     """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure."""
 
-    __slots__ = ("decided", "failure", "graph", "incoming", "output", "ran", "reach", "taken")
+    __slots__ = ("decided", "failure", "graph", "incoming", "output", "output_from", "ran", "reach", "taken")
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -1154,6 +1158,7 @@ class _GraphRun:
         self.taken: list[list[Arc]] = [[] for _ in range(n)]
         self.ran: list[str] = []
         self.output: Any = None
+        self.output_from: str | None = None
         self.failure: tuple[str, str | None] | None = None
         self.reach: Callable[[int, tuple[Arc, ...]], None] = lambda i, via: None
 

@@ -104,14 +104,17 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    policy = None
     if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
 
-        sources.append(declared_source(config, sources))
+        declared = declared_source(config, sources)
+        policy = declared.policy  # the playbooks' steps share its SQL backends and connections
+        sources.append(declared)
     if config.workflow is not None or config.playbooks or config.piraeus is not None:
         from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML), piraeus
 
-        sources.extend(model_sources(config))
+        sources.extend(model_sources(config, policy))
     fronted = [
         name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
     ]
@@ -262,6 +265,7 @@ async def open_app(
         ready=downstreams.ready if downstreams.lazy else None,
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
+        refusals=config.access.refusals,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)

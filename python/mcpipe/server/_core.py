@@ -25,6 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe import telemetry
 from mcpipe._json import dumps
+from mcpipe.access import GateDenied
 from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
@@ -290,7 +291,7 @@ class PipeRunner:
         if self.gateway.gates is not None:  # mcp_pipe passes the gates too (its steps do, each as a call)
             try:
                 self.gateway.admit(PIPE_TOOL, args if isinstance(args, dict) else {}, ctx)
-            except CallError as exc:
+            except (CallError, GateDenied) as exc:
                 return invalid_answer([Problem("", exc.code, str(exc))], time.perf_counter())
         if isinstance(args, dict) and "background" in args:
             return await self.submit(args, ctx)
@@ -555,6 +556,8 @@ class ToolHandlers:
             return await self.gateway.invoke(tool, args, tctx)
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
+        except GateDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
 
@@ -595,6 +598,8 @@ class ToolHandlers:
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
+        except GateDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             return _error_result(f"{exc.code}: {exc}")
         except trio.Cancelled:

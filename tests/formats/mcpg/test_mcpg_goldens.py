@@ -9,8 +9,8 @@ The goldens (``golden/``) were recorded from the real mcpg binary built from sou
 
 Here the same config is served by mcpipe (in process, over real HTTP, the same raw JSON-RPC client), the
 services started as recorded, and every response and every request the services received compared.
-Cases mcpipe cannot serve yet are marked xfail (not strict) with the reason, until the mcpg front-end
-(``mcpipe.formats.mcpg``) and its plugins are merged; ``READY`` lists those expected to pass.
+Cases where mcpipe does not yet answer as mcpg did are marked xfail (not strict) with the first
+difference (``SERVED_NOT_YET``, ``CHECK_NOT_YET``); every other case is expected to agree.
 """
 
 from __future__ import annotations
@@ -35,47 +35,19 @@ CHECKS: dict[str, Any] = (
     json.loads((GOLDEN / "config-check.json").read_text()) if (GOLDEN / "config-check.json").exists() else {}
 )
 UPSTREAM = HERE / "upstream"
-# Cases mcpipe serves as mcpg did today (the rest are xfail until the mcpg front-end lands).
-READY: frozenset[str] = frozenset()
-NOT_YET = "mcpipe does not serve mcpg's layout yet (mcpipe.formats.mcpg, issue 21)"
+# Where mcpipe does not yet answer as mcpg did, per served case and per config, with the first difference
+# (``make mcpg-diff`` rewrites it: ``scripts/mcpg_oracle/diff.py --write-not-yet``): xfail, not strict.
+NOT_YET: dict[str, dict[str, str]] = json.loads((HERE / "not_yet.json").read_text())
+SERVED_NOT_YET = NOT_YET["served"]
+CHECK_NOT_YET = NOT_YET["config-check"]
 # Where mcpg's backend plugins were (the configs name them in plugins[].source.path); mcpipe does not
 # load mcpg's cdylibs, it maps the plugin ids onto its own backends.
 PLUGINS = "/opt/mcpg/plugins"
 
 
-def _mark(request: pytest.FixtureRequest, name: str) -> None:
-    if name not in READY:
-        request.node.add_marker(pytest.mark.xfail(reason=NOT_YET, strict=False))
-
-
-# Configs mcpg's config check accepts and mcpipe refuses, each for a reason docs/formats/mcpg.md gives (its
-# table of refusals, the plugins page, or its differences): every other verdict must be mcpg's.
-MCPIPE_REFUSES: dict[str, str] = {
-    "config.example.yaml": "sql row_mode stream, sql list_query, debug tools",
-    "docs/agent-authoring-guide.md#L230": "dynamic completions",
-    "docs/audit.md#L601": "an audit sink with no plugin to write it",
-    "docs/audit.md#L931": "third-party audit sinks",
-    "docs/backends.md#L703": "the openapi backend plugin",
-    "docs/federation/guide.md#L152": "registry sync",
-    "docs/federation/guide.md#L240": "registry sync",
-    "docs/federation/guide.md#L271": "a cred:// secret read from an unset environment variable",
-    "docs/federation/guide.md#L315": "serving an MCP registry",
-    "docs/hot-reload.md#L104": "config reload",
-    "docs/identity-and-authorization.md#L56": "a malformed inline JWKS (mcpg refuses it at boot)",
-    "examples/20-google-workspace/config.yaml": "resource watching",
-    "examples/30-warehouse-backends-surfaces/config.yaml": "the duckdb backend plugin",
-    "examples/31-twilio-sms-voice/config.yaml": "twiml verbs the twilio plugin does not parse (mcpg refuses at boot)",
-    "examples/deployments/air-gapped.yaml": "a log file sink, a file-system content store",
-    "examples/deployments/mcp-apps.yaml": "MCP Apps",
-    "examples/deployments/multi-tenant.yaml": "per-tenant session caps",
-    "examples/deployments/production-nats-cluster.yaml": "a nats cluster",
-    "examples/deployments/production-redis-cluster.yaml": "the redis cluster's URL from an unset variable",
-    "examples/deployments/production-single-redis.yaml": "the redis cluster's URL from an unset variable",
-    "src/config/diagnostics.rs::identity_provider_plugin_lifts_ceiling_to_verified": "an OIDC plugin without providers",
-    "src/config/tests.rs::cluster_readiness_gate_parses_and_defaults_off": "a redis cluster without a URL",
-    "src/config/tests.rs::load_merges_yaml_file": "debug tools",
-    "src/protocol/v_2026_07_28/handler.rs::dispatch_discover_advertises_apps_when_enabled": "MCP Apps",
-}
+def _mark(request: pytest.FixtureRequest, reason: str | None) -> None:
+    if reason:
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=False))
 
 
 @pytest.mark.parametrize("path", SERVED, ids=lambda p: p.stem)
@@ -83,7 +55,7 @@ async def test_mcpipe_serves_the_recorded_case_as_mcpg_did(
     path: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     golden = json.loads(await trio.Path(path).read_text())
-    _mark(request, golden["case"])
+    _mark(request, SERVED_NOT_YET.get(golden["case"]))
     with services(golden["services"], tmp_path) as run:
         text = render(golden["config"], run.ports, str(tmp_path), PLUGINS)
         env = render_env(golden["env"], run.ports, str(tmp_path))
@@ -111,8 +83,7 @@ def test_mcpipe_accepts_the_configs_mcpg_accepts_and_refuses_the_others(
     index = _index()
     if key not in index:
         pytest.skip("the vendored configs (tests/formats/mcpg/upstream, INDEX.json) are not here")
-    if key in MCPIPE_REFUSES:
-        request.node.add_marker(pytest.mark.xfail(reason=f"mcpipe refuses: {MCPIPE_REFUSES[key]}", strict=True))
+    _mark(request, CHECK_NOT_YET.get(key))
     path = UPSTREAM / index[key]
     verdict = CHECKS[key]
     try:
