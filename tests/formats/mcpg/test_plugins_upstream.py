@@ -147,6 +147,9 @@ def test_a_vendored_files_plugins_load_or_are_refused_where_they_are_written(key
         assert problem.location == where and says in problem.message, problem
     if not expected:
         doc = out if "audit" in out else {"audit": {"enabled": False}, **out}
+        # mcpipe's layout has no `plugins` list: JSONata (the one transform plugin) is built in, and the mcpg
+        # front-end drops the entry translate_plugins notes for it (formats/mcpg/_translate.py, _plugins).
+        doc = {k: v for k, v in doc.items() if k != "plugins"}
         try:
             parse_config(json.dumps(doc), "json", environ=ENV)
         except ConfigError as exc:
