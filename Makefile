@@ -6,7 +6,7 @@ STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
 .PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
-	mcpg-oracle mcpg-goldens mcpg-diff
+	mcpg-oracle mcpg-goldens mcpg-diff noetl-oracle
 
 setup: $(STAMP)
 
@@ -46,6 +46,12 @@ conformance: setup
 
 # `make wheel` too: about 1-2 minutes after the others (a rebuild of pyo3 and the core with abi3).
 test: lint cargo-test pytest conformance wheel
+
+# The real NoETL 4.26.0 (the ../shared/noetl-oracle kit: its server and worker from PyPI, PostgreSQL and NATS on
+# 127.0.0.1) runs the golden playbooks of tests/formats/noetl/golden/4.26.0 and records its answers there
+# (outside CI: a first run installs about 1.3 GB and takes a few minutes). NOETL_ORACLE_KIT, NOETL_ORACLE_DIR.
+noetl-oracle: setup
+	$(BIN)/python scripts/noetl_oracle.py $(CASES)
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)
@@ -96,7 +102,7 @@ mcpg-goldens: setup
 	$(BIN)/python scripts/mcpg_oracle/record.py --upstream $(MCPG_UPSTREAM) $(CASES)
 
 mcpg-diff: setup
-	$(BIN)/python scripts/mcpg_oracle/diff.py $(CASES)
+	$(BIN)/python scripts/mcpg_oracle/diff.py --write-not-yet $(CASES)
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

@@ -134,9 +134,7 @@ def rust_tests(src: str) -> Iterator[tuple[str, int, int]]:
     for a, b, _ in rust_literals(src):
         masked[a:b] = " " * (b - a)
     text = re.sub(r"//[^\n]*", lambda m: " " * len(m.group(0)), "".join(masked))
-    for m in re.finditer(
-        r"#\[(?:tokio::)?test[^\]]*\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)", text
-    ):
+    for m in re.finditer(r"#\[(?:tokio::)?test[^\]]*\]\s*(?:#\[[^\]]*\]\s*)*(?:pub\s+)?(?:async\s+)?fn\s+(\w+)", text):
         b = text.index("{", m.end())
         depth, k = 0, b
         while True:
@@ -176,12 +174,15 @@ def license_helper_configs(body: str) -> Iterator[tuple[str, str]]:
 
 
 REASONS = {
-    "src/config/tests.rs::unknown_field_under_cloud_rejected": "unknown field `bogus` under `cloud` (AppConfig is deny_unknown_fields)",
+    "src/config/tests.rs::unknown_field_under_cloud_rejected": (
+        "unknown field `bogus` under `cloud` (AppConfig is deny_unknown_fields)"
+    ),
     "src/config/tests.rs::cloud_tier_speaks_the_licensing_vocabulary_and_still_accepts_free": (
         "`cloud.tier: plus` is not a plan of the licensing vocabulary (community, free, pro, team, enterprise)"
     ),
     "src/license_gate.rs::alias_plus_ref_is_gated_on_the_manifest_id": (
-        "the license gate: plugin `dev.mcpg.identity.saml` (named by `ref`) is entitlement-gated and no license admits it"
+        "the license gate: plugin `dev.mcpg.identity.saml` (named by `ref`) is entitlement-gated"
+        " and no license admits it"
     ),
     "src/license_gate.rs::gated_plugin_refuses_without_a_license": (
         "the license gate: plugin `dev.mcpg.payment.ucp` is entitlement-gated and no license admits it"

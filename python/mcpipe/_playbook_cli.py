@@ -20,13 +20,21 @@ __all__ = ["add_parser"]
 
 def add_parser(sub: Any) -> None:
     """Add ``playbook`` (with ``check`` and ``run``) to the ``mcpipe`` command's subparsers."""
-    pb = sub.add_parser("playbook", help="check or run a NoETL playbook with mcp: turns (see docs/playbooks.md)")
+    pb = sub.add_parser("playbook", help="check or run a NoETL playbook, with mcp: turns or not (docs/playbooks.md)")
     actions = pb.add_subparsers(dest="action", metavar="ACTION", required=True)
     check = actions.add_parser("check", help="check a playbook and list every problem, located")
     run = actions.add_parser("run", help="run a playbook and print its answer as JSON")
     for p in (check, run):
         p.add_argument("file", metavar="FILE", help="the playbook (YAML)")
         p.add_argument("--config", metavar="FILE", help="a server config: its models, outbound policy and tools")
+        p.add_argument(
+            "--catalog",
+            metavar="DIR",
+            action="append",
+            default=[],
+            help="a directory whose playbooks `playbook` tasks may run, by metadata.path (repeatable; the "
+            "file's own directory and its parents are always looked in, by path)",
+        )
     run.add_argument(
         "--input",
         metavar="NAME=VALUE",
@@ -44,8 +52,10 @@ class _UsageError(Exception):
 
 
 def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(config or None, models, outbound policy)."""
-    from mcpipe.declared import load_outbound
+    """(config or None, models, outbound policy with the config's SQL backends)."""
+    from dataclasses import replace
+
+    from mcpipe.declared import load_outbound, load_sql
     from mcpipe.models import Models, load_models
 
     if ns.config is None:
@@ -60,7 +70,8 @@ def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
         raise _UsageError(f"the config {ns.config} has problems") from None
     presets, _ = load_models(config.models)
     policy, _ = load_outbound(config.outbound)
-    return config, Models(presets), policy
+    backends, _ = load_sql(config.sql, base_dir=config.base_dir)
+    return config, Models(presets), replace(policy, sql=backends, base_dir=config.base_dir)
 
 
 def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
@@ -73,7 +84,7 @@ def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
         raise _UsageError(f"cannot read {ns.file}: {'a directory' if path.is_dir() else 'no such file'}")
 
     config, models, policy = _context(ns)
-    pb, problems = load_playbook(ns.file, models=models, policy=policy)
+    pb, problems = load_playbook(ns.file, models=models, policy=policy, scan=list(ns.catalog))
     for p in problems:
         print(f"{p.location}: {p.message}", file=sys.stderr)
     return config, pb
@@ -89,6 +100,14 @@ def _check(ns: argparse.Namespace) -> int:
         return 1
     for w in pb.warnings:
         print(f"{ns.file}: {w} (warning)", file=sys.stderr)
+    from mcpipe.formats.noetl import NoetlPlaybook
+
+    if isinstance(pb, NoetlPlaybook):
+        tools = [t.kind for s in pb.steps.values() for t in s.tasks]
+        used = ", ".join(f"{tools.count(k)} {k}" for k in dict.fromkeys(tools))
+        layout = "noetl.io/v2" if pb.layout == "v2" else "the older layout"
+        print(f"{ns.file}: ok (playbook `{pb.name}`, {layout}: {len(pb.steps)} steps; {used or 'no tools'})")
+        return 0
     kinds = [s.kind for s in pb.plan.plan.steps]
     summary = ", ".join(f"{kinds.count(k)} {k}" for k in dict.fromkeys(kinds))
     print(f"{ns.file}: ok (playbook `{pb.name}`: {summary})")

@@ -82,7 +82,15 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("spec", metavar="SPEC", nargs="?", help="pipeline file (JSON or YAML); - reads stdin")
     _tool_options(check)
     check.add_argument("--config", metavar="FILE", help="check a server config file instead of a pipeline")
+    check.add_argument(
+        "--explain", action="store_true", help="with --config: show how another system's config maps onto mcpipe's"
+    )
     check.set_defaults(func=_check)
+
+    convert = sub.add_parser("convert", help="print another system's server config (mcpg's) in mcpipe's own layout")
+    convert.add_argument("--config", metavar="FILE", required=True, help="the config file")
+    convert.add_argument("--to", choices=["yaml", "json"], default="yaml", help="the output format (default: yaml)")
+    convert.set_defaults(func=_convert)
 
     tools = sub.add_parser("tools", help="list the tools a config (or --tools, or a running server) offers")
     _source_options(tools)
@@ -248,7 +256,12 @@ def _check(ns: argparse.Namespace) -> int:
     if ns.config is not None:
         if ns.spec is not None:
             raise _Usage("give either SPEC or --config FILE, not both")
-        return int(_server_cli().check_config(ns.config))
+        status = int(_server_cli().check_config(ns.config))
+        if status == 0 and ns.explain:
+            return int(_server_cli().convert_config(ns.config, explain_only=True))
+        return status
+    if ns.explain:
+        raise _Usage("--explain goes with --config FILE")
     if ns.spec is None:
         raise _Usage("the following arguments are required: SPEC (or --config FILE)")
     name = _name(ns.spec)
@@ -264,6 +277,10 @@ def _check(ns: argparse.Namespace) -> int:
     steps, leaves = compiled.step_count, compiled.leaf_count
     print(f"{name}: ok ({steps} step{'s' if steps != 1 else ''}, {leaves} tool call{'s' if leaves != 1 else ''})")
     return 0
+
+
+def _convert(ns: argparse.Namespace) -> int:
+    return int(_server_cli().convert_config(ns.config, ns.to))
 
 
 def _name(path: str) -> str:

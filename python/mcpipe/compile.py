@@ -276,6 +276,7 @@ class _Compiler:
         self.problem = self.check.problem
         self.tool_sites: list[tuple[str, str]] = []
         self.dry_run = False
+        self.answer: str | None = None
         self.typed_sites: list[TypedSite] = []
         # The tool of each tool step of the lists being compiled, innermost last (what `steps.<id>` reads).
         self.producers: list[dict[str, str]] = []
@@ -298,7 +299,8 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        return CompiledSpec.of(plan, dry_run=self.dry_run, typed_sites=tuple(self.typed_sites)), problems
+        compiled = CompiledSpec.of(plan, dry_run=self.dry_run, typed_sites=tuple(self.typed_sites), answer=self.answer)
+        return compiled, problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
@@ -317,6 +319,11 @@ class _Compiler:
                 self.problem(_join(loc, "dry_run"), "`dry_run` applies to the whole call: set it at the top level")
             else:
                 self.dry_run = True
+        if spec.answer is not None:
+            if loc:
+                self.problem(_join(loc, "answer"), "`answer` applies to the whole call: set it at the top level")
+            else:
+                self.answer = spec.answer
         vars_t = self.check.template(spec.vars, _join(loc, "vars"), outer)
         ids, steps = self.steps_of(spec.steps, _join(loc, "steps"), outer.depth, frozenset(spec.vars))
         ret = None

@@ -42,6 +42,7 @@ from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
     "DEFAULT_CONFIG",
+    "TRUST_ROOTS",
     "AuditConfig",
     "AuthConfig",
     "Config",
@@ -52,6 +53,8 @@ __all__ = [
     "StoreConfig",
     "TelemetryConfig",
     "TokenConfig",
+    "TrustConfig",
+    "TrustRule",
     "load_config",
     "parse_config",
 ]
@@ -99,6 +102,9 @@ class McpServerConfig(_Base):
     callers that can resume), and again each time the call has run twice as long as at the last close; the
     caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
     server closes its own (HTTP)."""
+    mcp_pipeline: bool = False
+    """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
+    the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -129,6 +135,11 @@ class PipeConfig(_Base):
     """The deadline of one CEL or JSONata evaluation."""
     compile_cache_bytes: int = 64 * 1024 * 1024
     """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    mcp_pipeline: bool = False
+    """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
+    answer: Literal["result", "steps", "full"] = "result"
+    """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
+    the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
     def limits(self) -> Any:
         """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
@@ -180,6 +191,21 @@ class AuditConfig(_Base):
     """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
+class HttpTlsConfig(_Base):
+    """HTTPS: the server's certificate, and (optionally) the client certificates it asks for."""
+
+    cert_file: str
+    """The server's certificate chain (PEM)."""
+    key_file: str
+    """Its private key (PEM)."""
+    min_version: Literal["1.2", "1.3"] = "1.2"
+    client_ca_file: str | None = None
+    """The CA certificates (PEM) a client certificate must chain to."""
+    client_cert: Literal["none", "optional", "required"] = "none"
+    """Whether a client must present a certificate (``required``: the TLS handshake fails without a valid
+    one), may (``optional``: one that does not verify fails it), or is not asked (``none``)."""
+
+
 class HttpConfig(_Base):
     host: str = "127.0.0.1"
     port: int = 8765
@@ -203,6 +229,61 @@ class HttpConfig(_Base):
     """The most bytes of messages kept for replay, across sessions."""
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
+    health_path: str = "/healthz"
+    """Where the health endpoint answers."""
+    access_log: bool = False
+    """Log one line per HTTP request (method, path, status, duration) at INFO on ``mcpipe.access``."""
+    anonymous_rate_limit_per_min: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """Requests per minute one client address may make without a credential (0: unlimited); past it the
+    request is answered 429."""
+    anonymous_rate_limit_burst: Annotated[int, msgspec.Meta(ge=0)] = 0
+    """How many of those requests may come at once (0: the per-minute figure)."""
+    tls: HttpTlsConfig | None = None
+    """Serve HTTPS (unset: plain HTTP, for a TLS-terminating proxy in front)."""
+
+
+TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
+
+
+class TrustRule(_Base):
+    """What one tool (or prompt, or resource) asks of its caller (``docs/formats/mcpg.md``, trust levels)."""
+
+    minimum_trust: TrustLevel | None = None
+    """The least trust a caller needs (None: ``trust.default_minimum_trust``)."""
+    allow_if: str | None = None
+    """A CEL expression over the caller (``principal_id``, ``trust_level``, ``auth_provider``,
+    ``identity_kind``, ``identity``, ``tool_name``) that must hold."""
+    required_scopes: list[str] = []
+    """OAuth scopes the caller's credential must carry."""
+
+
+class TrustConfig(_Base):
+    """Who may call what, by how far the caller's identity is established (mcpg's trust levels; see
+    :mod:`mcpipe.trust`).
+
+    A caller is ``verified`` (an ``auth.tokens`` bearer token, or a verified identity), ``header_asserted``
+    (no credential, but the ``subject_header`` a trusted proxy sets), or ``unauthenticated``. Each tool needs
+    a trust level (its rule's, else ``default_minimum_trust``) and passes ``allow_if`` and its own rule's."""
+
+    subject_header: str | None = None
+    """A request header whose value names the caller, trusted as header-asserted (unset: never trusted)."""
+    default_minimum_trust: TrustLevel = "unauthenticated"
+    allow_if: str | None = None
+    """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
+    tools: dict[str, TrustRule] = {}
+    """Rules by tool, prompt or resource name."""
+
+
+class CachingConfig(_Base):
+    """Cache hints list and read results carry (as mcpg answers them), where the protocol version has them
+    (2026-07-28; the SDK leaves them out of older versions' results)."""
+
+    list_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 60_000
+    """``ttlMs`` of ``tools/list``, ``prompts/list``, ``resources/list``, ``resources/templates/list``."""
+    read_ttl_ms: Annotated[int, msgspec.Meta(ge=0)] = 30_000
+    """``ttlMs`` of a ``resources/read`` of the config's own resources."""
+    scope: Literal["private", "public"] = "private"
+    """``cacheScope``: whether a shared cache may keep the result."""
 
 
 class InteractionConfig(_Base):
@@ -301,10 +382,14 @@ class Config(_Base):
     builtins: bool | list[str] = True
     pipe: PipeConfig = msgspec.field(default_factory=PipeConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
+    trust: TrustConfig | None = None
+    """Trust levels and per-tool rules (None: any caller auth lets in may call any tool it is granted)."""
     costs: dict[str, float] = {}
     audit: AuditConfig = msgspec.field(default_factory=AuditConfig)
     http: HttpConfig = msgspec.field(default_factory=HttpConfig)
     interaction: InteractionConfig = msgspec.field(default_factory=InteractionConfig)
+    caching: CachingConfig | None = None
+    """Cache hints on list and read results (None: ``ttlMs: 0``, as lists change when servers come and go)."""
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
@@ -316,9 +401,6 @@ class Config(_Base):
     sql: dict[str, Any] = {}
     """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
     checked by :mod:`mcpipe.declared` (``load_sql``)."""
-    plugins: list[Any] = []
-    """mcpg's list of plugins to load: mcpipe's JSONata plugin is always there, so only its names are
-    accepted (``dev.mcpg.transform.jsonata``); any other is a located problem."""
     models: dict[str, Any] = {}
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
@@ -332,6 +414,10 @@ class Config(_Base):
     playbooks: list[str | dict[str, Any]] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
     ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
+    piraeus: dict[str, Any] | None = None
+    """piraeus's exported tool configs, prompts and flows (``tools``, ``prompts``, ``flows``: globs relative to
+    the config), served as tools and prompts; checked by :mod:`mcpipe.formats.piraeus`
+    (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
 
@@ -354,20 +440,22 @@ _SECTIONS = {
     "builtins": _Section("builtins", bool | list[str]),
     "pipe": _Section("pipe", PipeConfig),
     "auth": _Section("auth", AuthConfig),
+    "trust": _Section("trust", TrustConfig | None),
     "costs": _Section("costs", dict[str, float]),
     "audit": _Section("audit", AuditConfig),
     "http": _Section("http", HttpConfig),
     "interaction": _Section("interaction", InteractionConfig),
+    "caching": _Section("caching", CachingConfig | None),
     "runs": _Section("runs", RunsConfig),
     "store": _Section("store", StoreConfig),
     "telemetry": _Section("telemetry", TelemetryConfig),
     "pipelines": _Section("pipelines", list[dict[str, Any]]),
     "outbound": _Section("outbound", dict[str, Any] | None),
     "sql": _Section("sql", dict[str, Any]),
-    "plugins": _Section("plugins", list[Any]),
     "models": _Section("models", dict[str, Any]),
     "workflow": _Section("workflow", dict[str, Any] | None),
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
+    "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
@@ -542,9 +630,26 @@ def _check_prefixes(servers: dict[str, McpServerConfig], problems: list[Problem]
             seen[prefix] = name
 
 
+def _check_pipelines(cfg: Config, servers: dict[str, McpServerConfig], problems: list[Problem]) -> None:
+    """Two ``mcp_pipeline`` tools under one name (``[pipe] mcp_pipeline`` and a fronted discord-mcp server with an
+    empty prefix, or two such servers): a config error."""
+    owner = "pipe.mcp_pipeline" if cfg.pipe.mcp_pipeline else None
+    for name, s in servers.items():
+        if not (s.enabled and s.mcp_pipeline) or (name if s.prefix is None else s.prefix):
+            continue
+        where = f"mcpServers.{name}.mcp_pipeline"
+        if owner is not None:
+            problems.append(
+                Problem(where, CODE, f"`mcp_pipeline` is already served by `{owner}`: give the server a prefix")
+            )
+        else:
+            owner = where
+
+
 def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> Config:
     servers = {n: _check_server(n, s, problems, environ) for n, s in cfg.mcpServers.items()}
     _check_prefixes(servers, problems)
+    _check_pipelines(cfg, servers, problems)
     for i, entry in enumerate(cfg.python_tools):
         mod, _, attr = entry.partition(":")
         if not mod or not attr:
@@ -595,9 +700,23 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.port", CODE, "must be between 0 and 65535"))
     if not h.path.startswith("/"):
         problems.append(Problem("http.path", CODE, "must start with `/`"))
-    if h.path == "/healthz":
-        problems.append(Problem("http.path", CODE, "`/healthz` is the health endpoint"))
+    if not h.health_path.startswith("/"):
+        problems.append(Problem("http.health_path", CODE, "must start with `/`"))
+    if h.path == h.health_path:
+        problems.append(Problem("http.path", CODE, f"`{h.health_path}` is the health endpoint"))
+    if cfg.trust is not None:
+        problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    tls = cfg.http.tls
+    if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
+        problems.append(
+            Problem(
+                "http.tls.client_ca_file",
+                CODE,
+                "set with `client_cert` optional or required (the CAs a client certificate must chain to), "
+                "and only then",
+            )
+        )
     if cfg.auth.mtls is not None:
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
@@ -615,7 +734,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     tel = cfg.telemetry
     if not tel.metrics_path.startswith("/"):
         problems.append(Problem("telemetry.metrics_path", CODE, "must start with `/`"))
-    elif tel.metrics_path in (h.path, "/healthz"):
+    elif tel.metrics_path in (h.path, h.health_path):
         problems.append(
             Problem("telemetry.metrics_path", CODE, f"`{tel.metrics_path}` is already served (MCP or health)")
         )
@@ -627,6 +746,27 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _trust_problems(trust: TrustConfig) -> list[Problem]:
+    """Every ``allow_if`` compiles, over the caller's variables only."""
+    from mcpipe.expr import CelExpr, ExpressionSyntaxError
+
+    problems = []
+    sources = [("trust.allow_if", trust.allow_if)]
+    sources += [(f"trust.tools.{name}.allow_if", rule.allow_if) for name, rule in trust.tools.items()]
+    for where, source in sources:
+        if source is None:
+            continue
+        try:
+            CelExpr.compile(source, extra_roots=TRUST_ROOTS)
+        except ExpressionSyntaxError as e:
+            problems.append(Problem(where, CODE, str(e)))
+    return problems
+
+
+TRUST_ROOTS = frozenset({"principal_id", "trust_level", "auth_provider", "identity_kind", "identity", "tool_name"})
+"""What an ``allow_if`` expression reads."""
 
 
 def parse_config(
@@ -682,6 +822,9 @@ def parse_config(
 
 def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]) -> Config:
     """Decode and check a document in mcpipe's own layout."""
+    from mcpipe.formats import load_extensions
+
+    load_extensions(raw)  # a format's step kinds and answer shapes, when the pipelines name them
     problems: list[Problem] = []
     fields: dict[str, Any] = {}
     for key, value in raw.items():
@@ -708,15 +851,11 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
                 problems.extend(_every_problem(exc, value, key, section.type))
     cfg = Config(**fields, base_dir=base_dir)
     cfg = _check(cfg, problems, env)
-    if cfg.plugins:
-        from mcpipe.declared._mcpg import plugin_problems
-
-        problems.extend(plugin_problems(cfg.plugins, "plugins"))
     if cfg.pipelines or cfg.outbound is not None or cfg.sql:
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks:
+    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
         from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))

@@ -32,6 +32,7 @@ from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.access import GateRefusal, Gates
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
+from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
     "PIPE_TOOL",
@@ -164,7 +165,10 @@ class McpgAuditLog(AuditLog):
     def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
         tool = str(record.get("tool", ""))
         code = record.get("error_code")
-        if tool == PIPE_TOOL:
+        if "gate" in record:
+            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
+            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
+        elif tool == PIPE_TOOL:
             ok = bool(record.get("ok"))
             details = {"pipeline_id": record.get("pipeline"), "duration_ms": record.get("duration_ms")}
             if not ok:
@@ -183,9 +187,6 @@ class McpgAuditLog(AuditLog):
         elif code == ErrorCode.UNKNOWN_TOOL:
             details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
             self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:256]}", "failure", details, record)
-        elif "gate" in record:
-            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
-            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
         elif code == ErrorCode.FORBIDDEN:
             trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
             details = {
@@ -331,6 +332,7 @@ class Gateway:
         audit: where records go.
         ready: awaited with the name before a call that names an unknown tool, and with None before listing
             (lazy downstream servers connect in it); None when nothing is lazy.
+        trust: trust levels and per-tool rules (:mod:`mcpipe.trust`), or None.
         gates: what every call passes after the permission check (``[access]``: Cedar policies, rate limits,
             client-address allowlists); a refusal is audited and answered like a forbidden call.
     """
@@ -343,9 +345,11 @@ class Gateway:
         costs: dict[str, float] | None = None,
         audit: AuditLog | None = None,
         ready: Callable[[str | None], Awaitable[None]] | None = None,
+        trust: Trust | None = None,
         gates: Gates | None = None,
     ) -> None:
         self.sources = sources
+        self.trust = trust
         self.policy = policy or Policy()
         self.gates = gates if gates else None
         self.audit = audit or AuditLog(None)
@@ -388,7 +392,9 @@ class Gateway:
                     yield tool
 
     def allows(self, name: str, ctx: ToolContext) -> bool:
-        return self.policy.allows(ctx.principal, name)
+        if not self.policy.allows(ctx.principal, name):
+            return False
+        return self.trust is None or self.trust.visible(name, ctx)
 
     def cost_of(self, name: str) -> float:
         cost = self._cost_cache.get(name)
@@ -424,9 +430,27 @@ class Gateway:
                 raise CallError(reason)
             self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
             raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
+        return await self.invoke(tool, args, ctx, t0)
+
+    async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext, t0: float | None = None) -> ToolResult:
+        """Call ``tool`` (found by :meth:`call`, or a pipeline served as a prompt or resource) through the same
+        checks, audit and charge.
+
+        Raises:
+            CallError: the principal may not call it.
+            mcpipe.trust.TrustDenied: the trust rules refuse the caller.
+        """
+        t0 = time.perf_counter() if t0 is None else t0
+        name = tool.name
         if not self.policy.allows(ctx.principal, name):
             self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
             raise _Refused(ErrorCode.FORBIDDEN, f"principal '{ctx.principal}' may not call '{name}'")
+        if self.trust is not None:
+            try:
+                self.trust.check(name, ctx)
+            except TrustDenied:
+                self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
+                raise
         chain = self._admit(name, args, ctx, t0)
         self.audit.allowed(ctx, name, chain)
         if ctx.tools is None:
@@ -457,15 +481,15 @@ class Gateway:
         return result
 
     def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
-        """Run the gates for a call that will be made later (a queued run, checked when it is submitted).
+        """Run the gates for a call the gateway does not make itself (``mcp_pipe``, whose steps are calls).
 
         Raises:
-            CallError: a gate refused it (audited).
+            CallError: a gate refused it (audited; ``code`` is ``FORBIDDEN`` or ``LIMIT_EXCEEDED``).
         """
         self._admit(name, args, ctx, time.perf_counter())
 
     def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
-        if self.gates is None or ctx.request.admitted:
+        if self.gates is None:
             return []
         try:
             return self.gates.admit(name, args, ctx)

@@ -5,6 +5,8 @@
 - :func:`tool_output` reads a tool's answer the same way for every step that calls a tool.
 - The ``*_result`` builders make the result objects the scheduler records in ``steps`` (leaf, parallel
   group, nested pipe) and :func:`invalid_answer` the answer of a spec that fails validation.
+- :func:`shape_answer` sizes an answer for the model that reads it (the spec's ``answer``: the result only,
+  a summary per step, or the full records) and :func:`pipe_envelope` makes it a tool result.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from time import perf_counter
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -21,6 +23,8 @@ from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.tools._base import ToolResult
 
 __all__ = [
+    "ANSWER_MODES",
+    "AnswerMode",
     "StepFailure",
     "StepOutput",
     "each_result",
@@ -31,9 +35,23 @@ __all__ = [
     "ms_since",
     "pipe_envelope",
     "pipe_result",
+    "shape_answer",
+    "step_summary",
     "tool_output",
     "tool_result",
 ]
+
+
+AnswerMode = Literal["result", "steps", "full"]
+"""What a pipeline's answer holds (the spec's ``answer``): ``result``: the result, and what ran only when the run
+failed; ``steps``: the result and a summary of every step; ``full``: every step's full record (contract
+section 7)."""
+
+ANSWER_MODES: tuple[AnswerMode, ...] = ("result", "steps", "full")
+
+# The fields of a step result that hold (a copy of) its output: a summary leaves them out.
+_OUTPUT_FIELDS = frozenset({"structured", "text", "content", "output", "result"})
+_CONTAINERS = frozenset({"parallel", "pipe", "for_each"})
 
 
 class StepFailure(Exception):
@@ -288,11 +306,11 @@ def pipe_result(
 
 
 def graph_result(
-    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float
+    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float, output_from: str | None
 ) -> dict[str, Any]:
     """A graph's result: its output (the output of the node that finished last among those that took no
-    arc), and ``ran``, the ids of the nodes that ran, in the order they finished (their results are beside
-    the graph's, in its list's results)."""
+    arc, ``output_from``), and ``ran``, the ids of the nodes that ran, in the order they finished (their
+    results are beside the graph's, in its list's results)."""
     return {
         "id": sid,
         "kind": "graph",
@@ -303,6 +321,7 @@ def graph_result(
         "text": output if isinstance(output, str) else "",
         "content": [],
         "output": output,
+        "output_from": output_from,
         "ran": ran,
         "duration_ms": ms_since(t0),
     }
@@ -329,3 +348,52 @@ def pipe_envelope(answer: dict[str, Any]) -> dict[str, Any]:
         "structuredContent": answer,
         "isError": not answer.get("ok", False),
     }
+
+
+def step_summary(r: dict[str, Any]) -> dict[str, Any]:
+    """A step result without its output: ``id``, ``kind``, ``ok``, ``error``, ``error_code``, ``duration_ms``
+    and the facts a result may carry (``skipped``, ``attempts``, ``jsonrpc_error``), a group's and a
+    ``for_each``'s ``children`` and a pipe's ``steps`` summarized likewise. A failed leaf keeps its ``output``
+    (what it produced before failing: an error payload, an HTTP body) unless that is its ``error`` again."""
+    out: dict[str, Any] = {}
+    for key, value in r.items():
+        if key in _OUTPUT_FIELDS:
+            continue
+        if key == "children":
+            if isinstance(value, dict):
+                value = {cid: step_summary(c) for cid, c in value.items()}
+            elif isinstance(value, list):
+                value = [step_summary(c) if c is not None else None for c in value]
+        elif key == "steps" and isinstance(value, dict):
+            value = {sid: step_summary(c) for sid, c in value.items()}
+        out[key] = value
+    if not r.get("ok", True) and r.get("kind") not in _CONTAINERS:
+        output = r.get("output")
+        if output is not None and output != "" and output != r.get("error"):
+            out["output"] = output
+    return out
+
+
+def shape_answer(answer: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The answer sized for the model that reads it: each step output at most once.
+
+    Args:
+        answer: the full answer (contract section 7), as the scheduler made it.
+        mode: ``full`` (the answer as it is), ``steps`` (every step result summarized: :func:`step_summary`) or
+            ``result`` (no ``steps`` when the run succeeded; summarized when it failed, so an error answer
+            says what ran and carries the failing step).
+
+    Returns:
+        A new answer (``answer`` itself for ``full``), its fields in the same order.
+    """
+    if mode == "full":
+        return answer
+    keep_steps = mode == "steps" or not answer.get("ok", False)
+    out: dict[str, Any] = {}
+    for key, value in answer.items():
+        if key == "steps":
+            if keep_steps:
+                out[key] = {sid: step_summary(r) for sid, r in value.items()}
+        else:
+            out[key] = value
+    return out

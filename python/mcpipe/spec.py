@@ -8,7 +8,7 @@ JSON values here; the compiler turns them into :class:`mcpipe.Template` objects.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import msgspec
 
@@ -89,6 +89,7 @@ class PipelineSpec(SpecBase):
     continue_on_error: bool = False
     timeout_ms: TimeoutMs | None = None
     dry_run: bool = False
+    answer: Literal["result", "steps", "full"] | None = None
 
 
 STEP_KINDS: dict[str, type[SpecBase]] = {
@@ -117,6 +118,11 @@ def spec_schema() -> dict[str, Any]:
             "continue_on_error": {"type": "boolean", "default": False},
             "timeout_ms": {"type": "number", "exclusiveMinimum": 0},
             "dry_run": {"type": "boolean", "default": False, "description": "Answer the plan; run nothing."},
+            "answer": {
+                "enum": ["result", "steps", "full"],
+                "description": "What the answer holds: the result (what ran too, on failure), a summary per "
+                "step, or every step's full record (default: the server's, `result`).",
+            },
         },
         "required": ["steps"],
         "additionalProperties": False,

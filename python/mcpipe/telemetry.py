@@ -459,28 +459,57 @@ def traces_exporter(section: Any, environ: Mapping[str, str]) -> str | None:
     return None
 
 
-def tracer_provider(exporter: str, service: str) -> Any:
+def tracer_provider(
+    exporter: str,
+    service: str,
+    *,
+    endpoint: str | None = None,
+    protocol: str = "http/protobuf",
+    attributes: Mapping[str, str] | None = None,
+) -> Any:
     """An OpenTelemetry SDK ``TracerProvider`` exporting to ``exporter`` (``console`` or ``otlp``).
 
+    Args:
+        endpoint: the OTLP collector (``http://collector:4317`` for gRPC; for HTTP, its base URL, to which
+            ``/v1/traces`` is added unless the URL has a path); None: the ``OTEL_EXPORTER_OTLP_*`` variables.
+        protocol: ``grpc`` or ``http/protobuf``.
+        attributes: more resource attributes (``service.name`` is ``service``).
+
     Raises:
-        ValueError: an exporter of no known kind, or ``otlp`` without ``opentelemetry-exporter-otlp``.
+        ValueError: an exporter of no known kind, or ``otlp`` without its exporter package.
     """
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
 
-    provider = TracerProvider(resource=Resource.create({"service.name": service}))
+    provider = TracerProvider(resource=Resource.create({**(attributes or {}), "service.name": service}))
     if exporter == "console":
         provider.add_span_processor(BatchSpanProcessor(ConsoleSpanExporter()))
     elif exporter == "otlp":
-        try:
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        except ImportError:
-            raise ValueError("the otlp exporter needs `pip install opentelemetry-exporter-otlp-proto-http`") from None
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        provider.add_span_processor(BatchSpanProcessor(_otlp_exporter(endpoint, protocol)))
     else:
         raise ValueError(f"no trace exporter `{exporter}` (console, otlp or none)")
     return provider
+
+
+def _otlp_exporter(endpoint: str | None, protocol: str) -> Any:
+    if protocol == "grpc":
+        try:
+            from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        except ImportError:
+            raise ValueError("OTLP over gRPC needs `pip install opentelemetry-exporter-otlp-proto-grpc`") from None
+        if endpoint is None:
+            return GrpcExporter()
+        return GrpcExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+    try:
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    except ImportError:
+        raise ValueError("the otlp exporter needs `pip install opentelemetry-exporter-otlp-proto-http`") from None
+    if endpoint is None:
+        return HttpExporter()
+    rest = endpoint.partition("://")[2]
+    has_path = "/" in rest.strip("/")
+    return HttpExporter(endpoint=endpoint if has_path else endpoint.rstrip("/") + "/v1/traces")
 
 
 def configure(section: Any, *, service: str, known: Any = None, environ: Mapping[str, str] | None = None) -> Telemetry:
@@ -493,7 +522,15 @@ def configure(section: Any, *, service: str, known: Any = None, environ: Mapping
     """
     env = os.environ if environ is None else environ
     exporter = traces_exporter(section, env)
-    provider = tracer_provider(exporter, service) if exporter not in (None, "propagate") else None
+    provider = None
+    if exporter not in (None, "propagate"):
+        provider = tracer_provider(
+            exporter,
+            getattr(section, "service_name", None) or service,
+            endpoint=getattr(section, "otlp_endpoint", None),
+            protocol=getattr(section, "otlp_protocol", "http/protobuf"),
+            attributes=getattr(section, "resource_attributes", None),
+        )
     tracer = None
     if exporter == "propagate":  # the API's tracer: non-recording spans unless an application set a provider
         from opentelemetry import trace

@@ -19,7 +19,22 @@ The patches, all applied to copies under ``.mcpg/build/`` (the checkouts are lef
 3. one binary is added to mcpg's package: ``mcpg-config-check`` (``scripts/mcpg_oracle/config_check.rs``,
    ours), which prints mcpg's verdict on config files;
 4. the backend plugins mcpg loads at run time (http, mock, command, sql, nats, kafka, grpc) are built
-   as cdylibs with their ``cdylib-export`` feature, in the same cargo workspace.
+   as cdylibs with their ``cdylib-export`` feature, in the same cargo workspace;
+5. one fix (``HTTP_PROFILES``): as released, the gateway never registers the per-binding profile of a
+   top-level ``kind: http`` binding with the http plugin (its generic registration pass skips the kinds
+   ``binding_plugin_kind`` calls gateway-native, ``http`` among them, and the static block that did it is
+   ``#[cfg(test)]``), so every http tool answers ``isError: true`` "http request failed: no execution
+   profile registered for '<binding>'". The pass is made to skip ``pipeline`` only (pipeline *steps* of
+   kind http were already registered by the step pass). ``--no-fix`` builds without it;
+6. the same for pipeline steps (``HTTP_STEPS``): the step pass reads a step's kind through
+   ``binding_kind_and_spec``, which is ``None`` for http, and so refuses to boot any config with a
+   ``kind: http`` pipeline step ("pipeline step '<id>' in binding '<b>' has no register-profile spec
+   mapping"); it reads the step's own kind instead;
+7. one more (``WATCH_DUPLICATE``): the sql plugin's cdylib carries two watch strategies
+   (``sql_polling``, ``postgres_listen_notify``), but mcpg-plugin-host's ``NativeWatchStrategyAdapter``
+   always takes the library's *first* watch vtable, so the second entity registers ``sql_polling`` again
+   and the boot fails ("watch-strategy kind 'sql_polling' already registered (new plugin id:
+   'dev.mcpg.watch.sql_polling')"): no config with a sql binding boots. The duplicate is skipped.
 
 Results: ``.mcpg/bin/mcpg``, ``.mcpg/bin/mcpg-config-check``, ``.mcpg/plugins/<kind>/plugin.so`` (and
 its ``plugin.yaml``), ``.mcpg/BUILD.json`` (commits, durations).
@@ -50,8 +65,8 @@ PLUGINS = {
     "command": "mcpg-plugin-backend-command",
     "sql": "mcpg-plugin-backend-sql",
     "nats": "mcpg-plugin-backend-nats",
-    "kafka": "mcpg-plugin-backend-kafka",
     "grpc": "mcpg-plugin-backend-grpc",
+    "kafka": "mcpg-plugin-backend-kafka",  # last: librdkafka builds with cmake (Debian's cmake)
 }
 IGNORE = shutil.ignore_patterns("target", ".git", "Cargo.lock")
 
@@ -82,20 +97,65 @@ def patch_mcpg_manifest(manifest: Path) -> None:
     text = drop_section(text, "dev-dependencies")
     text = re.sub(r"(?m)^(cp-attached|s3-content-store)\s*=.*\n", "", text)
     text = re.sub(r"(?m)^mcpg-(control-plane-client|plugin-storage-s3)\s*=.*\n", "", text)
-    text += (
-        "\n[[bin]]\nname = \"mcpg-config-check\"\npath = \"oracle/config_check.rs\"\n"
-    )
+    text += '\n[[bin]]\nname = "mcpg-config-check"\npath = "oracle/config_check.rs"\n'
     manifest.write_text(text)
 
 
-def git_head(path: Path) -> str:
-    out = subprocess.run(
-        ["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False
+# Patch 5: the generic per-binding registration pass, and the one line of it that is changed.
+HTTP_PROFILES_MARKER = "generic per-binding profile"
+HTTP_PROFILES_OLD = "let Some(kind) = crate::backends::binding_plugin_kind(&binding.backend) else {"
+HTTP_PROFILES_NEW = (
+    'let Some(kind) = (binding.backend.kind != "pipeline").then_some(binding.backend.kind.as_str()) else {'
+)
+
+
+HTTP_STEPS_OLD = re.compile(
+    r"crate::backends::binding_kind_and_spec\(\s*&step_backend,\s*config\.gateway\.server\.allow_private_backends,\s*\)"
+)
+HTTP_STEPS_NEW = (
+    "crate::backends::dynamic_register_spec(&step_backend, config.gateway.server.allow_private_backends)"
+    ".map(|spec| (step_backend.kind.clone(), spec))"
+)
+
+
+WATCH_DUPLICATE_OLD = re.compile(
+    r"(NativeWatchStrategyAdapter::new\((?:[^;]*?)\)\?;\s*)"
+    r"(registry\.register_watch_strategy_with_alias\((?:[^;]*?)\)\?;)"
+)
+
+
+def patch_watch_duplicate(source: Path) -> None:
+    text, n = WATCH_DUPLICATE_OLD.subn(
+        lambda m: (
+            m.group(1)
+            + "if registry.watch_strategy(mcpg_plugin_protocol::WatchStrategyPlugin::kind(&adapter)).is_none() { "
+            + m.group(2)
+            + " }"
+        ),
+        source.read_text(),
     )
+    if n != 1:
+        raise SystemExit(f"mcpg-oracle: patch 7 expected one watch-strategy registration site, found {n}")
+    source.write_text(text)
+
+
+def patch_http_profiles(source: Path) -> None:
+    text = source.read_text()
+    start = text.index(HTTP_PROFILES_MARKER)
+    at = text.index(HTTP_PROFILES_OLD, start)
+    text = text[:at] + HTTP_PROFILES_NEW + text[at + len(HTTP_PROFILES_OLD) :]
+    text, n = HTTP_STEPS_OLD.subn(HTTP_STEPS_NEW, text)
+    if n != 1:
+        raise SystemExit(f"mcpg-oracle: patch 6 expected one pipeline-step registration site, found {n}")
+    source.write_text(text)
+
+
+def git_head(path: Path) -> str:
+    out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return out.stdout.strip() or "unknown"
 
 
-def prepare(src: Path, deps_src: Path, out: Path) -> Path:
+def prepare(src: Path, deps_src: Path, out: Path, fix: bool = True) -> Path:
     build = out / "build"
     deps = build / "deps"
     if build.exists():
@@ -105,6 +165,9 @@ def prepare(src: Path, deps_src: Path, out: Path) -> Path:
     (build / "mcpg" / "oracle").mkdir()
     shutil.copy(Path(__file__).with_name("config_check.rs"), build / "mcpg/oracle/config_check.rs")
     patch_mcpg_manifest(build / "mcpg" / "Cargo.toml")
+    if fix:
+        patch_http_profiles(build / "mcpg" / "src" / "app" / "plugin_registry" / "mod.rs")
+        patch_watch_duplicate(build / "mcpg" / "src" / "app" / "plugin_registry" / "entities.rs")
     wanted = rewrite_git_deps(build / "mcpg" / "Cargo.toml", deps)
     members = ["mcpg"]
     for kind, repo in PLUGINS.items():
@@ -122,14 +185,12 @@ def prepare(src: Path, deps_src: Path, out: Path) -> Path:
         shutil.copytree(deps_src / name, deps / name, ignore=IGNORE)
         wanted |= rewrite_git_deps(deps / name / "Cargo.toml", deps)
     (build / "Cargo.toml").write_text(
-        "[workspace]\nresolver = \"3\"\nmembers = "
+        '[workspace]\nresolver = "3"\nmembers = '
         + json.dumps(members)
         + "\n\n[profile.dev]\ndebug = 0\nincremental = false\n"
-        "\n[profile.dev.package.\"*\"]\nopt-level = 1\n"
+        '\n[profile.dev.package."*"]\nopt-level = 1\n'
     )
-    (out / "DEPS.json").write_text(
-        json.dumps({n: git_head(deps_src / n) for n in sorted(done)}, indent=1) + "\n"
-    )
+    (out / "DEPS.json").write_text(json.dumps({n: git_head(deps_src / n) for n in sorted(done)}, indent=1) + "\n")
     return build
 
 
@@ -149,16 +210,18 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".mcpg"))
     parser.add_argument("--skip-prepare", action="store_true", help="reuse .mcpg/build as it is")
     parser.add_argument("--only", choices=["mcpg", "plugins"], help="build one half")
+    parser.add_argument("--no-fix", action="store_true", help="leave out patch 5 (mcpg as released)")
     ns = parser.parse_args()
     if not ns.src or not ns.deps:
         sys.exit("mcpg-oracle: give --src/MCPG_SRC (mcpg checkout) and --deps/MCPG_DEPS (siblings)")
     src, deps_src, out = Path(ns.src).resolve(), Path(ns.deps).resolve(), Path(ns.out).resolve()
     out.mkdir(parents=True, exist_ok=True)
-    build = out / "build" if ns.skip_prepare else prepare(src, deps_src, out)
+    build = out / "build" if ns.skip_prepare else prepare(src, deps_src, out, fix=not ns.no_fix)
     target = out / "target"
     report_path = out / "BUILD.json"
     report = json.loads(report_path.read_text()) if report_path.exists() else {}
     report["mcpg_commit"] = git_head(src)
+    report["http_profiles_fix"] = HTTP_PROFILES_NEW in (build / "mcpg/src/app/plugin_registry/mod.rs").read_text()
     (out / "bin").mkdir(exist_ok=True)
     if ns.only in (None, "mcpg"):
         report["mcpg_seconds"] = round(cargo(build, ["-p", "mcpg", "--bins"], target))
@@ -166,15 +229,21 @@ def main() -> None:
             shutil.copy(target / "debug" / name, out / "bin" / name)
     if ns.only in (None, "plugins"):
         seconds = 0.0
+        failed = []
         for kind in PLUGINS:
             pkg = PLUGINS[kind]
-            seconds += cargo(build, ["-p", pkg, "--lib", "--features", "cdylib-export"], target)
+            try:
+                seconds += cargo(build, ["-p", pkg, "--lib", "--features", "cdylib-export"], target)
+            except subprocess.CalledProcessError:
+                failed.append(kind)  # the cases that need it record mcpg's refusal to boot
+                continue
             so = target / "debug" / f"lib{pkg.replace('-', '_')}.so"
             dest = out / "plugins" / kind
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(so, dest / "plugin.so")
             shutil.copy(build / "plugins" / kind / "plugin.yaml", dest / "plugin.yaml")
         report["plugins_seconds"] = round(seconds)
+        report["plugins_failed"] = failed
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     print("mcpg-oracle: built into", out, json.dumps(report))
 

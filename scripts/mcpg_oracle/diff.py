@@ -5,9 +5,11 @@ recorded, the same config file is served by the real mcpg (``.mcpg/bin/mcpg``) a
 ``mcpipe serve --config <file>`` in turn, the same calls are made to both over MCP, and every difference
 is printed: mcpipe against mcpg now, and mcpg now against its golden (a moving oracle would show there).
 
-    python scripts/mcpg_oracle/diff.py [--no-mcpg] [CASE ...]
+    python scripts/mcpg_oracle/diff.py [--no-mcpg] [--write-not-yet] [CASE ...]
 
-Exit status 0 when mcpipe agrees with mcpg on every case, 1 otherwise.
+``--write-not-yet`` also rewrites ``tests/formats/mcpg/not_yet.json``: per served case and per config of
+``config-check.json`` where mcpipe does not yet answer as mcpg did, the first difference (the CI test
+marks those xfail). Exit status 0 when mcpipe agrees with mcpg on every case, 1 otherwise.
 """
 
 from __future__ import annotations
@@ -20,11 +22,38 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servers import PLUGINS, ROOT, BootFailed, serving  # noqa: E402
+from servers import PLUGINS, ROOT, BootFailed, serving
 
-from kit.mcpg_oracle import compare, mask, render, run_calls, services  # noqa: E402
+from kit.mcpg_oracle import compare, mask, render, render_env, run_calls, services
 
-SERVED = ROOT / "tests" / "formats" / "mcpg" / "golden" / "served"
+HERE = ROOT / "tests" / "formats" / "mcpg"
+SERVED = HERE / "golden" / "served"
+
+
+def check_differences() -> dict[str, str]:
+    """Per config of config-check.json that mcpipe judges otherwise than mcpg: why."""
+    sys.path.insert(0, str(ROOT / "python"))
+    from mcpipe.config import parse_config
+    from mcpipe.errors import ConfigError
+
+    upstream = HERE / "upstream"
+    index = json.loads((upstream / "INDEX.json").read_text())
+    checks = json.loads((HERE / "golden" / "config-check.json").read_text())
+    out = {}
+    for key, verdict in sorted(checks.items()):
+        path = upstream / index[key]
+        try:
+            parse_config(path.read_text(), "yaml", base_dir=str(path.parent), environ={})
+            accepted, said = True, ""
+        except ConfigError as e:
+            accepted, said = False, str(e).splitlines()[0]
+        if accepted != verdict["accepted"]:
+            if verdict["accepted"]:
+                out[key] = f"mcpg accepts it; mcpipe refuses: {said}"[:300]
+            else:
+                first = verdict["message"].splitlines()[0]
+                out[key] = f"mcpg refuses it ({verdict['stage']}: {first}); mcpipe accepts it"[:300]
+    return out
 
 
 def run_one(which: str, golden: dict[str, Any]) -> tuple[bool, list[dict[str, Any]], str]:
@@ -34,8 +63,9 @@ def run_one(which: str, golden: dict[str, Any]) -> tuple[bool, list[dict[str, An
         with services(golden["services"], scratch) as run:
             config = scratch / "config.yaml"
             config.write_text(render(golden["config"], run.ports, str(scratch), str(PLUGINS)))
+            env = render_env(golden["env"], run.ports, str(scratch))
             try:
-                with serving(which, config, run.ports["mcp"], golden["env"], scratch / "server.log") as url:
+                with serving(which, config, run.ports["mcp"], env, scratch / "server.log") as url:
                     return True, run_calls(url, golden["calls"], run, golden["answers"]), ""
             except BootFailed as e:
                 log = mask(e.log, run.ports, str(scratch)).strip().splitlines()[-5:]
@@ -47,10 +77,12 @@ def run_one(which: str, golden: dict[str, Any]) -> tuple[bool, list[dict[str, An
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--no-mcpg", action="store_true", help="compare mcpipe with the goldens only")
+    parser.add_argument("--write-not-yet", action="store_true", help="rewrite tests/formats/mcpg/not_yet.json")
     parser.add_argument("cases", nargs="*")
     ns = parser.parse_args()
     paths = [SERVED / f"{c}.json" for c in ns.cases] if ns.cases else sorted(SERVED.glob("*.json"))
     agree = 0
+    not_yet: dict[str, str] = {}
     for path in paths:
         golden = json.loads(path.read_text())
         name = golden["case"]
@@ -70,9 +102,16 @@ def main() -> None:
             diffs = compare(reference, calls) if calls or not err else [err]
         for d in diffs:
             print(f"{name}: mcpipe vs mcpg: {d}")
+        if diffs:
+            not_yet[name] = f"{len(diffs)} differences from mcpg, first: {diffs[0]}"[:300]
         agree += not diffs
         print(f"== {name}: {'same' if not diffs else f'{len(diffs)} differences'}")
     print(f"mcpg-diff: {agree} of {len(paths)} cases answered the same by mcpipe and mcpg")
+    if ns.write_not_yet:
+        checks = check_differences()
+        print(f"mcpg-diff: mcpipe judges {len(checks)} configs of config-check.json otherwise than mcpg")
+        target = HERE / "not_yet.json"
+        target.write_text(json.dumps({"served": not_yet, "config-check": checks}, indent=1, sort_keys=True) + "\n")
     sys.exit(0 if agree == len(paths) else 1)
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from servers import MCPG, PLUGINS, ROOT, BootFailed, serving  # noqa: E402
+from servers import MCPG, PLUGINS, ROOT, BootFailed, serving
 
-from kit.mcpg_oracle import mask, oracle_overlay, render, rewrite_hosts, run_calls, services  # noqa: E402
+from kit.mcpg_oracle import mask, oracle_overlay, render, render_env, rewrite_hosts, run_calls, services
 
 HERE = ROOT / "tests" / "formats" / "mcpg"
 GOLDEN = HERE / "golden"
@@ -88,19 +88,29 @@ def record_case(name: str, case: dict[str, Any], upstream: Path) -> dict[str, An
         with services(golden["services"], scratch) as run:
             config = scratch / "config.yaml"
             config.write_text(render(template, run.ports, str(scratch), str(PLUGINS)))
+            env = render_env(golden["env"], run.ports, str(scratch))
             started = time.monotonic()
             try:
-                with serving("mcpg", config, run.ports["mcp"], golden["env"], scratch / "server.log") as url:
+                with serving("mcpg", config, run.ports["mcp"], env, scratch / "server.log") as url:
                     golden["boot"] = {"ok": True}
                     golden["calls"] = run_calls(url, case.get("calls") or [], run, golden["answers"])
             except BootFailed as e:
                 log = mask(e.log, run.ports, str(scratch)).replace(str(PLUGINS), "{{plugins}}")
-                golden["boot"] = {"ok": False, "error": str(e), "log": log.strip().splitlines()[-15:]}
+                lines = log.strip().splitlines()
+                said = [line for line in lines if line.startswith("Error:")] or lines[-15:]
+                golden["boot"] = {"ok": False, "error": str(e), "log": said}
                 golden["calls"] = []
             seconds = time.monotonic() - started
+            # The server's log and the exact config, for reading afterwards (.mcpg/logs/, git-ignored).
+            logs = ROOT / ".mcpg" / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            if (scratch / "server.log").exists():
+                (logs / f"{name}.log").write_bytes((scratch / "server.log").read_bytes())
+            (logs / f"{name}.yaml").write_text(config.read_text())
     calls = golden["calls"]
     errors = sum(1 for c in calls if "error" in c["response"] or (c["response"].get("result") or {}).get("isError"))
-    print(f"{name}: boot={'ok' if golden['boot']['ok'] else 'FAILED'} {len(calls)} calls ({errors} errors) {seconds:.1f}s")
+    boot = "ok" if golden["boot"]["ok"] else "FAILED"
+    print(f"{name}: boot={boot} {len(calls)} calls ({errors} errors) {seconds:.1f}s")
     return golden
 
 

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -33,6 +35,18 @@ def _clean_env(extra: dict[str, str]) -> dict[str, str]:
     return env
 
 
+def _announced(log: Path, proc: subprocess.Popen[bytes], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r"serving MCP at (\S+)", log.read_text(errors="replace"))
+        if found:
+            return found.group(1)
+        if proc.poll() is not None:
+            raise RuntimeError(f"mcpipe serve exited with {proc.returncode}")
+        time.sleep(0.1)
+    raise TimeoutError(f"mcpipe serve did not say where it serves within {timeout} s")
+
+
 @contextmanager
 def serving(which: str, config: Path, port: int, env: dict[str, str], log: Path) -> Iterator[str]:
     """Run ``which`` (``mcpg`` or ``mcpipe``) on ``config`` (it listens on 127.0.0.1:``port``, which the
@@ -51,10 +65,16 @@ def serving(which: str, config: Path, port: int, env: dict[str, str], log: Path)
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=config.parent)
     try:
         try:
-            wait_http(f"http://127.0.0.1:{port}{health_path}", 90, alive=lambda: proc.poll() is None)
+            if which == "mcpg":
+                wait_http(f"http://127.0.0.1:{port}{health_path}", 90, alive=lambda: proc.poll() is None)
+                url = f"http://127.0.0.1:{port}{mcp_path}"
+            else:
+                # mcpipe says where it serves (the config's bind_address and mcp_path, if its mcpg
+                # front-end honours them; elsewhere otherwise, which the diff then shows).
+                url = _announced(log, proc, 90)
         except (RuntimeError, TimeoutError) as e:
             raise BootFailed(str(e), log.read_text(errors="replace")) from None
-        yield f"http://127.0.0.1:{port}{mcp_path}"
+        yield url
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -1,5 +1,6 @@
-"""mcpg's example of NATS, gRPC and Kafka steps (examples/mcpg/services.yaml) loads unchanged and runs
-against real servers: nats-server, a grpcio server, and the tests' Kafka-protocol broker."""
+"""mcpg's pipeline of NATS, gRPC (JSON transcoding) and Kafka steps (examples/mcpg/services.yaml, in mcpg's own
+layout) loads unchanged and answers as mcpg does, against real services: nats-server, an HTTP endpoint of
+shop.UserService/GetUser, and the tests' Kafka-protocol broker."""
 
 from __future__ import annotations
 
@@ -8,10 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import trio
-import yaml
 from mcp import Client
 
-from kit.grpcserver import grpc_server
+from kit.mcpg_oracle import StandIn
 from kit.responders import kafka_responder, nats_responder
 from mcpipe.config import parse_config
 from mcpipe.server import open_app
@@ -28,12 +28,13 @@ def _stock(request: dict[str, Any]) -> dict[str, Any]:
 
 
 async def test_the_mcpg_services_example_loads_unchanged_and_runs(nats_url: str, kafka_bootstrap: str) -> None:
-    text = EXAMPLE.read_text()
-    with grpc_server() as (grpc_url, _):
+    users = StandIn([{"method": "POST", "path": "/shop.UserService/GetUser", "body": {"display_name": "user 7"}}])
+    with users:
+        text = EXAMPLE.read_text()
         # Only the addresses change: the example's servers are the ones the tests started.
-        text = text.replace("nats://127.0.0.1:4222", nats_url).replace("grpc://127.0.0.1:50051", grpc_url)
-        text = text.replace("127.0.0.1:9092", kafka_bootstrap)
-        config = parse_config(json.dumps(yaml.safe_load(text)), "json", environ={})
+        text = text.replace("nats://127.0.0.1:4222", nats_url).replace("127.0.0.1:9092", kafka_bootstrap)
+        text = text.replace("http://127.0.0.1:50051", f"http://127.0.0.1:{users.port}")
+        config = parse_config(text, "yaml", environ={})
         with trio.fail_after(60):
             async with trio.open_nursery() as nursery:
                 await nursery.start(nats_responder, nats_url, "service.query", _price)
@@ -42,4 +43,10 @@ async def test_the_mcpg_services_example_loads_unchanged_and_runs(nats_url: str,
                     r = await client.call_tool("customer_overview", {"sku": "pen", "user_id": 7})
                 nursery.cancel_scope.cancel()
     assert not r.is_error, r.content
-    assert r.structured_content == {"price": 120, "customer": "user 7", "in_stock": True}
+    overview = {"customer": "user 7", "in_stock": True, "price": 120}
+    # mcpg's pipeline answer: the last step's output as text, and the run's envelope.
+    assert json.loads(r.content[0].text) == overview  # type: ignore[union-attr]
+    structured = dict(r.structured_content or {})
+    assert structured.pop("duration_ms") >= 0
+    assert structured == {"pipeline": "customer_overview", "result": overview, "completed_steps": 4, "total_steps": 4}
+    assert users.received[0]["body"] == {"id": 7}

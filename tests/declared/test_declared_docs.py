@@ -55,7 +55,7 @@ def test_the_doc_documents_every_kind():
     text = DOC.read_text()
     from mcpipe.declared import KIND_STRUCTS
 
-    for kind in KIND_STRUCTS:
+    for kind in (k for k in KIND_STRUCTS if "." not in k):  # a config format documents its own kinds
         assert f"### {kind}\n" in text
 
 

@@ -152,10 +152,10 @@ async def test_log_sends_the_resolved_data_at_its_level():
     assert out.output == {"order": 7}
 
 
-async def test_log_with_a_logger_name_sends_it_with_the_data():
+async def test_log_with_a_logger_name_sends_it_as_the_notifications_logger():
     sink = Sink()
     await compiled({"kind": "log", "logger": "billing", "data": "hi"}).execute(env(), sink.context())
-    assert sink.logs == [("info", {"logger": "billing", "data": "hi"})]
+    assert sink.logs == [("info", "hi", "billing")]
 
 
 async def test_progress_reports_when_the_call_has_a_progress_token():

@@ -70,7 +70,8 @@ def test_the_recipe_is_one_module_and_one_registry_line():
     module, line = recipe()
     assert "KIND = Kind(" in module and re.fullmatch(r'"[a-z_]+"', line)
     registry = (ROOT / "python" / "mcpipe" / "kinds" / "__init__.py").read_text()
-    assert all(f'        "{k}",\n' in registry for k in KINDS)  # every kind of the package is such a line
+    # every kind of the package is such a line (a config format's kinds, `mcpg.http`, register themselves)
+    assert all(f'        "{k}",\n' in registry for k in KINDS if "." not in k)
 
 
 async def test_a_declared_pipeline_runs_the_new_kind_through_the_server(repeat: Kind):

@@ -233,7 +233,9 @@ async def test_a_declared_pipeline_composes_a_downstream_servers_tools_over_http
 async def test_a_declared_pipeline_is_also_a_tool_for_mcp_pipe():
     with trio.fail_after(30):
         async with served(MEDIA) as app, Client(app.server) as client:
-            r = await client.call_tool("mcp_pipe", {"steps": [{"tool": "media", "args": {"who": "bo"}}]})
+            r = await client.call_tool(
+                "mcp_pipe", {"steps": [{"tool": "media", "args": {"who": "bo"}}], "answer": "full"}
+            )
     answer = r.structured_content
     assert answer["ok"], answer["error"]
     assert answer["steps"]["step1"]["text"] == "HELLO BO"

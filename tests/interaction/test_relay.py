@@ -132,7 +132,8 @@ async def test_pipeline_steps_relay_their_downstream_questions_and_finished_step
             {"id": "count", "tool": "ds.tally"},
             {"id": "gone", "tool": "ds.delete", "args": {"item": "logs"}},
             {"id": "said", "tool": "ds.summarize", "args": {"text": "{{gone.result}}"}},
-        ]
+        ],
+        "answer": "full",
     }
     with trio.fail_after(WAIT_S):
         async with gateway(protocol) as app, caller(app, era, answers) as c:

@@ -254,3 +254,25 @@ async def test_a_runaway_step_leaves_the_server_and_its_other_runs_unaffected():
     assert answers["bye0"][0] and "exited with status 1" in str(answers["bye0"][1])
     assert [answers[f"square{n}"] for n in range(1, 4)] == [(False, {"square": n * n}) for n in range(1, 4)]
     assert after == (False, {"square": 81})
+
+
+@pytest.mark.parametrize(
+    ("code", "error"),
+    [
+        ("result = os.getpid() != os.getppid()", None),
+        ("import ctypes\nctypes.string_at(0)", "the python step's process died of SIGSEGV before answering"),
+    ],
+)
+async def test_without_the_fork_server_each_step_starts_a_new_interpreter(code, error):
+    policy = StepPolicy(python=PythonPolicy(fork_server=False, memory_mb=256))
+    out = await run({"code": code}, policy=policy)
+    assert (out.ok, out.error or None) == (error is None, error)
+
+
+async def test_a_fork_server_that_died_is_started_again():
+    from mcpipe.kinds._pyworker import FORK_SERVER
+
+    await run({"code": "result = 1"})
+    FORK_SERVER.stop()
+    out = await run({"code": "result = 2"})
+    assert out.output == 2

@@ -14,12 +14,12 @@ from mcpipe.tools._base import ToolContext
 class Sink:
     """A ToolContext whose log and progress notifications are recorded."""
 
-    logs: list[tuple[str, Any]] = field(default_factory=list)
+    logs: list[tuple[Any, ...]] = field(default_factory=list)
     progress: list[tuple[float, float | None, str | None]] = field(default_factory=list)
 
     def context(self, *, progress_token: Any = None) -> ToolContext:
-        async def log(level: str, data: Any) -> None:
-            self.logs.append((level, data))
+        async def log(level: str, data: Any, /, logger: str | None = None) -> None:
+            self.logs.append((level, data) if logger is None else (level, data, logger))
 
         async def progress(p: float, total: float | None, message: str | None) -> None:
             self.progress.append((p, total, message))

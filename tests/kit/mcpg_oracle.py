@@ -46,12 +46,16 @@ __all__ = [
     "mask",
     "oracle_overlay",
     "render",
+    "render_env",
     "rewrite_hosts",
     "run_calls",
     "services",
 ]
 
 PROTOCOL = "2025-06-18"
+# Who the oracle's client says it is (``x-mcpg-subject-id``, trusted by the overlay's
+# ``trust_subject_header``): a header-asserted caller.
+SUBJECT = "mcpg-oracle"
 PORT = re.compile(r"\{\{port:([\w-]+)\}\}")
 UUID = re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b")
 ISO_TIME = re.compile(r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:Z|[+-]\d{2}:?\d{2})?\b")
@@ -119,13 +123,20 @@ def render(template: str, ports: dict[str, int], scratch: str, plugins: str = ""
     return PORT.sub(port, template).replace("{{dir}}", scratch).replace("{{plugins}}", plugins)
 
 
+def render_env(env: dict[str, str], ports: dict[str, int], scratch: str) -> dict[str, str]:
+    """The case's environment (what ``${env.NAME}`` reads) with its placeholders filled."""
+    return {k: render(str(v), ports, scratch) for k, v in env.items()}
+
+
 # --- configs ---------------------------------------------------------------------------------------
 
 
 def rewrite_hosts(doc: Any, hosts: dict[str, str]) -> Any:
-    """``doc`` with every string starting with a key of ``hosts`` (a scheme and host, optionally a
-    port: ``https://api.name.com``) pointed at ``http://127.0.0.1:{{port:SERVICE}}`` instead: only the
-    scheme, host and port change, the path and everything after stay."""
+    """``doc`` with every occurrence, in its strings, of a key of ``hosts`` (a scheme and host, maybe a
+    port: ``https://api.name.com``, ``db.internal:5432``) replaced by its value: a service name stands
+    for ``http://127.0.0.1:{{port:NAME}}``, anything else is used as written (``127.0.0.1:{{port:db}}``).
+    Only where the service is changes; paths, queries and everything else stay."""
+    targets = {k: (v if "{{" in v else "http://127.0.0.1:{{port:" + v + "}}") for k, v in hosts.items()}
 
     def walk(v: Any) -> Any:
         if isinstance(v, dict):
@@ -133,8 +144,8 @@ def rewrite_hosts(doc: Any, hosts: dict[str, str]) -> Any:
         if isinstance(v, list):
             return [walk(x) for x in v]
         if isinstance(v, str):
-            for origin, service in hosts.items():
-                v = v.replace(origin, "http://127.0.0.1:{{port:" + service + "}}")
+            for origin, target in targets.items():
+                v = v.replace(origin, target)
         return v
 
     return walk(doc)
@@ -191,28 +202,41 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
     """``doc`` with what serving it here needs, and nothing else: the listener on a free loopback
     port, private (loopback) backends allowed since the stand-ins are on 127.0.0.1, the per-IP
     anonymous rate limit off, unsigned plugins accepted, a ``plugins[]`` row for each backend plugin
-    the bindings use (mcpg has none linked in), and (``trust_floor``) anonymous callers admitted, as
-    mcpg's own conformance config does."""
+    the bindings use (mcpg has none linked in, its conformance run.sh injects the mock one so), and
+    (``trust_floor``) the caller's ``x-mcpg-subject-id`` header trusted, which makes ``RawMcp`` a
+    header-asserted caller: mcpg's default trust floor for a binding (``HeaderAsserted``) hides every
+    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``)."""
     server: dict[str, Any] = {
         "bind_address": "127.0.0.1:{{port:mcp}}",
         "allow_private_backends": True,
         "anonymous_rate_limit_per_min": 0,
     }
+    if trust_floor:
+        server["trust_subject_header"] = True
     over: dict[str, Any] = {
         "gateway": {"server": server, "plugin_registry": {"default_signature_policy": "disabled"}},
     }
-    if trust_floor:
-        over["governance"] = {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}}
-    have = {str((p or {}).get("ref") or (p or {}).get("id")) for p in doc.get("plugins") or []}
+    kinds = {kind: pid for kind, pid in PLUGIN_IDS.items() if kind in _backend_kinds(doc)}
     rows = []
-    for kind in sorted(_backend_kinds(doc)):
-        pid = PLUGIN_IDS.get(kind)
-        if pid and pid not in have:
-            rows.append(
-                {"id": pid, "kind": "native", "class": "backend", "source": {"path": f"{{{{plugins}}}}/{kind}/plugin.so"}}
-            )
-    if rows:
-        over["plugins"] = rows
+    for row in doc.get("plugins") or []:
+        # A row of the config for one of these plugins: only where its artifact is changes.
+        pid = str((row or {}).get("ref") or (row or {}).get("id"))
+        kind = next((k for k, p in PLUGIN_IDS.items() if p == pid), None)
+        if kind is not None:
+            kinds.pop(kind, None)
+            row = {**row, "source": {"path": "{{plugins}}/" + kind + "/plugin.so"}}
+        rows.append(row)
+    for kind, pid in sorted(kinds.items()):
+        row = {
+            "id": pid,
+            "kind": "native",
+            "class": "backend",
+            "source": {"path": "{{plugins}}/" + kind + "/plugin.so"},
+        }
+        if kind not in ("mock", "command"):
+            row["granted_capabilities"] = ["network_outbound"]
+        rows.append(row)
+    doc = {**doc, "plugins": rows} if rows else doc
     return _merge(doc, over)
 
 
@@ -248,11 +272,14 @@ class Route:
 
 class StandIn:
     """An HTTP server on 127.0.0.1 standing in for a real API: answers from its routes (the first that
-    fits; 404 with a JSON error otherwise) and records every request it received."""
+    fits; 404 with a JSON error otherwise) and records every request it received (but HEADs: mcpg
+    probes its http bindings' health with them on its own; they are answered 200 and counted in
+    ``probes``)."""
 
     def __init__(self, routes: list[dict[str, Any]]) -> None:
         self.routes = [Route(**r) for r in routes]
         self.received: list[dict[str, Any]] = []
+        self.probes = 0
         self._lock = threading.Lock()
         owner = self
 
@@ -274,7 +301,15 @@ class StandIn:
                 self.end_headers()
                 self.wfile.write(payload)
 
-            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve  # noqa: N815
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _serve
+
+            def do_HEAD(self) -> None:
+                # mcpg's binding health probe (a HEAD of the binding's URL, in the background):
+                # answered, never recorded, since no call made it.
+                owner.probes += 1
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
@@ -324,16 +359,81 @@ class StandIn:
         self.server.server_close()
 
 
+class NatsResponders:
+    """NATS responders on a real nats-server: each subject answers its JSON reply to every request,
+    and every message received is recorded (subject, data, headers)."""
+
+    def __init__(self, url: str, replies: dict[str, Any]) -> None:
+        self.url, self.replies = url, replies
+        self.received: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import asyncio
+
+        import nats
+
+        async def main() -> None:
+            nc = await nats.connect(self.url)
+
+            async def handle(msg: Any) -> None:
+                try:
+                    data: Any = json.loads(msg.data) if msg.data else None
+                except ValueError:
+                    data = msg.data.decode(errors="replace")
+                headers = {
+                    k.lower(): ("<masked>" if k.lower() in VOLATILE_HEADERS else v)
+                    for k, v in (msg.headers or {}).items()
+                }
+                with self._lock:
+                    self.received.append({"subject": msg.subject, "data": data, "headers": headers})
+                if msg.reply:
+                    await msg.respond(json.dumps(self.replies[msg.subject]).encode())
+
+            for subject in self.replies:
+                await nc.subscribe(subject, cb=handle)
+            await nc.flush()
+            self._ready.set()
+            await asyncio.get_running_loop().run_in_executor(None, self._stop.wait)
+            await nc.drain()
+
+        asyncio.run(main())
+
+    def take(self) -> list[dict[str, Any]]:
+        with self._lock:
+            out, self.received = self.received, []
+        return out
+
+    def __enter__(self) -> NatsResponders:
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise TimeoutError("the NATS responders did not subscribe within 20 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 @dataclass
 class CaseRun:
-    """The services of one run: their ports by name, the scratch folder, the stand-ins."""
+    """The services of one run: their ports by name, the scratch folder, and per service that records
+    what it receives a function taking what it received so far."""
 
     ports: dict[str, int]
     scratch: str
-    standins: dict[str, StandIn]
+    recorders: dict[str, Callable[[], list[dict[str, Any]]]]
 
     def received(self) -> dict[str, list[dict[str, Any]]]:
-        return {name: s.take() for name, s in sorted(self.standins.items()) if s.received}
+        out = {}
+        for name, take in sorted(self.recorders.items()):
+            got = take()
+            if got:
+                out[name] = got
+        return out
 
 
 @contextmanager
@@ -344,11 +444,11 @@ def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
     from kit import realservers
 
     ports: dict[str, int] = {"mcp": free_port()}
-    standins: dict[str, StandIn] = {}
+    recorders: dict[str, Callable[[], list[dict[str, Any]]]] = {}
     with ExitStack() as stack:
         for name, s in (spec.get("http") or {}).items():
             standin = stack.enter_context(StandIn(s.get("routes") or []))
-            standins[name] = standin
+            recorders[name] = standin.take
             ports[name] = standin.port
         for name, s in (spec.get("sqlite") or {}).items():
             db = sqlite3.connect(scratch / f"{name}.db")
@@ -363,18 +463,33 @@ def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
 
                 with psycopg.connect(url, autocommit=True) as conn:
                     conn.execute(s["setup"])
-        for name in spec.get("nats") or {}:
+        for name, s in (spec.get("nats") or {}).items():
             url = stack.enter_context(realservers.nats_server())
             ports[name] = int(urlsplit(url).port or 0)
+            if (s or {}).get("responders"):
+                responders = stack.enter_context(NatsResponders(url, s["responders"]))
+                recorders[name] = responders.take
         for name in spec.get("kafka") or {}:
             bootstrap = stack.enter_context(realservers.kafka_broker())
             ports[name] = int(bootstrap.rsplit(":", 1)[1])
         for name in spec.get("grpc") or {}:
             from kit import grpcserver
 
-            server = stack.enter_context(grpcserver.grpc_server())
-            ports[name] = int(server.port)
-        yield CaseRun(ports=ports, scratch=str(scratch), standins=standins)
+            url, seen = stack.enter_context(grpcserver.grpc_server())
+            ports[name] = int(urlsplit(url).port or 0)
+
+            def took(seen: Any = seen) -> list[dict[str, Any]]:
+                calls = [{"method": m} for m in seen.methods if "reflection" not in m]
+                for call, data in zip(calls, seen.calls, strict=False):
+                    meta = data.get("metadata") or {}
+                    call["id"] = data.get("id")
+                    call["metadata"] = {k: ("<masked>" if k in VOLATILE_HEADERS else v) for k, v in meta.items()}
+                seen.methods.clear()
+                seen.calls.clear()
+                return calls
+
+            recorders[name] = took
+        yield CaseRun(ports=ports, scratch=str(scratch), recorders=recorders)
 
 
 # --- the client ------------------------------------------------------------------------------------
@@ -385,10 +500,13 @@ class RawMcp:
 
     ``answers`` answers the server's own requests (``elicitation/create``, ``sampling/createMessage``,
     ``roots/list``) by method; notifications the server sends while a request runs are kept in
-    ``notifications``."""
+    ``notifications``. Every request carries ``x-mcpg-subject-id: <subject>`` (``None``: none)."""
 
-    def __init__(self, url: str, answers: dict[str, Any] | None = None, timeout: float = 30.0) -> None:
+    def __init__(
+        self, url: str, answers: dict[str, Any] | None = None, timeout: float = 30.0, subject: str | None = SUBJECT
+    ) -> None:
         parts = urlsplit(url)
+        self.subject = subject
         self.host, self.port, self.path = parts.hostname or "127.0.0.1", parts.port or 80, parts.path
         self.answers = answers or {}
         self.timeout = timeout
@@ -405,6 +523,8 @@ class RawMcp:
         }
         if self.session:
             headers["Mcp-Session-Id"] = self.session
+        if self.subject:
+            headers["x-mcpg-subject-id"] = self.subject
         conn.request("POST", self.path, body=json.dumps(message).encode(), headers=headers)
         return conn.getresponse()
 
@@ -536,9 +656,42 @@ def _strip_headers(received: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _meaningful(notifications: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The notifications a call's config asked for: mcpg's own transport chatter (``logger:
+    mcpg.transport``: "SSE stream opened", "Streaming protocol response") is not compared."""
+    return [
+        n
+        for n in notifications or []
+        if not (
+            n.get("method") == "notifications/message" and (n.get("params") or {}).get("logger") == "mcpg.transport"
+        )
+    ]
+
+
+LISTED = {"tools/list": "tools", "prompts/list": "prompts", "resources/list": "resources"}
+LISTED["resources/templates/list"] = "resourceTemplates"
+
+
+def _unordered(method: str, response: dict[str, Any]) -> dict[str, Any]:
+    """A list response with its items in name order: MCP gives lists no order (mcpg sorts them by name,
+    others keep the config's order), so the order is not compared."""
+    key = LISTED.get(method)
+    items = (response.get("result") or {}).get(key) if key else None
+    if not isinstance(items, list):
+        return response
+
+    def by(item: Any) -> str:
+        return (
+            str(item.get("name") or item.get("uri") or item.get("uriTemplate") or "") if isinstance(item, dict) else ""
+        )
+
+    return {**response, "result": {**response["result"], key: sorted(items, key=by)}}
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
-    """Every difference between two lists of recorded calls, one line each (empty when they agree).
-    The client-side headers in ``VOLATILE_HEADERS`` are not compared."""
+    """Every difference between two lists of recorded calls, one line each (empty when they agree):
+    the responses (the items of a list in name order), what the services received (but the client-side
+    headers of ``VOLATILE_HEADERS``), and the notifications sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -559,9 +712,11 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
             diffs.append(f"{path}: {json.dumps(b)[:300]} != expected {json.dumps(a)[:300]}")
 
     for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
-        label = f"call {i} {e['method']} {json.dumps((e.get('params') or {}).get('name') or (e.get('params') or {}).get('uri') or '')}"
-        walk(label + " response", e["response"], a["response"])
+        params = e.get("params") or {}
+        label = f"call {i} {e['method']} {json.dumps(params.get('name') or params.get('uri') or '')}"
+        walk(label + " response", _unordered(e["method"], e["response"]), _unordered(e["method"], a["response"]))
         walk(label + " received", _strip_headers(e["received"]), _strip_headers(a["received"]))
+        walk(label + " notifications", _meaningful(e.get("notifications")), _meaningful(a.get("notifications")))
     if len(expected) != len(actual):
         diffs.append(f"{len(actual)} calls made, {len(expected)} recorded")
     return diffs

@@ -142,8 +142,11 @@ def test_every_unresolved_name_and_duplicate_is_a_located_error(tmp_path: Path) 
         "playbook.yaml:6: mcp.models[1].name: duplicate model `gpt-5` (first at mcp.models[0])",
         "playbook.yaml:20: mcp.prompts[0].template: template syntax error: unexpected end of template, "
         "expected 'end of print statement'. (line 1)",
-        "playbook.yaml:12: mcp.tools[1].type: NoETL's `postgres` type has no mcpipe step kind yet: "
-        "wrap the work in a `tool`",
+        # NoETL's postgres tool fields, mapped by mcpipe.formats.noetl.toolkinds
+        "playbook.yaml:13: mcp.tools[1].spec.auth: postgres tool: `auth` (a credential: the config's [sql.NAME]) "
+        "is required",
+        "playbook.yaml:13: mcp.tools[1].spec.command: postgres tool: no SQL; give `command` (or query, queries, "
+        "commands, cmd, cmds, or their _b64 forms)",
         "playbook.yaml:25: mcp.turns[0].user[0].use: unknown resource `kbb` (did you mean `kb`?)",
         "playbook.yaml:26: mcp.turns[0].user[1].use: unknown prompt `summarise` (did you mean `summarize`?)",
         "playbook.yaml:27: mcp.turns[1]: a template reads `resources.nope`, an unknown resource",

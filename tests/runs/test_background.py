@@ -39,6 +39,7 @@ async def test_a_background_pipe_answers_a_run_id_at_once_and_pipe_result_answer
                     {"id": "a", "tool": "echo", "args": {"x": 1}},
                     {"id": "b", "tool": "wait_for", "args": {"tag": "t1"}},
                 ],
+                "answer": "full",
             }
             first = _structured(await client.call_tool(PIPE_TOOL, spec))
             run_id = first["result"]["run_id"]

@@ -85,7 +85,8 @@ async def test_mcp_pipe_as_a_task_is_created_then_worked_on_then_completed_with_
         "steps": [
             {"id": "a", "tool": "echo", "args": {"x": 1}},
             {"id": "b", "tool": "wait_for", "args": {"tag": "go"}},
-        ]
+        ],
+        "answer": "full",
     }
     with trio.fail_after(30):
         async with (

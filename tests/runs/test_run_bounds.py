@@ -16,9 +16,11 @@ from mcpipe.store._sqlite import SqliteRunQueue
 
 
 def _big(n: int) -> dict[str, Any]:
-    """A background run carrying ``n`` bytes in a var, which its step echoes (so its answer holds it too)."""
+    """A background run carrying ``n`` bytes in a var, which its step echoes (so its answer, with the step's full
+    record, holds it too)."""
     return {
         "background": True,
+        "answer": "full",
         "vars": {"big": "x" * n},
         "steps": [{"id": "a", "tool": "echo", "args": {"t": "${vars.big}"}}],
     }

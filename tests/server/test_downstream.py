@@ -303,7 +303,7 @@ async def test_a_retried_step_waits_out_a_downstream_restart_and_every_attempt_i
     cfg = make_config(mcpServers={"ds": stdio_downstream()}, pipe={"idempotent_tools": ["ds.*"]})
     with trio.fail_after(60):
         async with running(cfg, audit) as app, Client(app.server) as client:
-            r = await client.call_tool(PIPE_TOOL, {"steps": [crash, add]})
+            r = await client.call_tool(PIPE_TOOL, {"steps": [crash, add], "answer": "full"})
             # `now` is not idempotent (echo is: its annotations say so), and no idempotent_tools glob names it
             refused = await client.call_tool(PIPE_TOOL, {"steps": [{"tool": "now", "retry": {"attempts": 2}}]})
     answer = r.structured_content

@@ -98,7 +98,7 @@ async def test_the_lean_path_answers_byte_for_byte_what_the_sdk_path_answers(nam
         structured = answer["result"].get("structuredContent")
         if isinstance(structured, dict) and "duration_ms" in structured:  # timings differ between runs
             structured["duration_ms"] = 0
-            for step in structured["steps"].values():
+            for step in structured.get("steps", {}).values():  # a failed run's summaries (answer: result)
                 step["duration_ms"] = 0
             answer["result"]["content"] = []
     assert a == b

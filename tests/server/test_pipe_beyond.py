@@ -25,7 +25,7 @@ async def test_a_spec_with_the_additions_runs_over_mcp_and_its_answer_fits_the_o
     with trio.fail_after(30):
         async with running() as app, Client(app.server) as client:
             await client.list_tools()  # the client knows the output schema, and checks answers against it
-            r = await client.call_tool(PIPE_TOOL, SPEC)
+            r = await client.call_tool(PIPE_TOOL, {**SPEC, "answer": "full"})
             dry = await client.call_tool(PIPE_TOOL, {**SPEC, "dry_run": True})
     answer = r.structured_content
     assert answer["ok"] is True, answer

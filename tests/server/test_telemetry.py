@@ -148,7 +148,8 @@ async def test_a_call_is_a_span_with_children_per_step_and_per_downstream_call(
 ) -> None:
     config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
     spec = {
-        "steps": [{"id": "a", "tool": "echo", "args": {"v": 1}}, {"id": "b", "tool": "traced.traceparent", "args": {}}]
+        "steps": [{"id": "a", "tool": "echo", "args": {"v": 1}}, {"id": "b", "tool": "traced.traceparent", "args": {}}],
+        "answer": "full",
     }
     with trio.fail_after(WAIT_S):
         async with running(config) as app, http_server(app) as url:
@@ -175,7 +176,7 @@ async def test_propagate_records_nothing_but_carries_the_callers_traceparent_on_
     config = make_config(
         mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}}, telemetry={"traces": "propagate"}
     )
-    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}]}
+    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}], "answer": "full"}
     with trio.fail_after(WAIT_S):
         async with running(config) as app, http_server(app) as url, Client(url, mode="2026-07-28") as c:
             r = await c.session.call_tool("mcp_pipe", spec, meta={"traceparent": PARENT})
@@ -356,7 +357,7 @@ async def test_a_caller_trace_not_sampled_records_no_spans_and_goes_on_unsampled
     spans: InMemorySpanExporter,
 ) -> None:
     config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
-    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}]}
+    spec = {"steps": [{"id": "b", "tool": "traced.traceparent", "args": {}}], "answer": "full"}
     unsampled = f"00-{PARENT_TRACE}-00f067aa0ba902b7-00"
     with trio.fail_after(WAIT_S):
         async with running(config) as app, Client(app.server, mode="2026-07-28") as c:

@@ -207,10 +207,9 @@ class _Compiler:
                 self.problem(f"{loc}.kind", "missing field `kind`")
             else:
                 hint = did_you_mean(kind, names) if isinstance(kind, str) else ""
-                self.problem(
-                    f"{loc}.kind",
-                    f"unknown kind {orjson.dumps(kind).decode()}{hint} (kinds: {', '.join(names)})",
-                )
+                # a config format's own kinds (`mcpg.http`) are namespaced, and not listed here
+                listed = ", ".join(n for n in names if "." not in n)
+                self.problem(f"{loc}.kind", f"unknown kind {orjson.dumps(kind).decode()}{hint} (kinds: {listed})")
             return None
         k = KINDS.get(kind)
         spec = self.decode(raw, kind, k, loc)

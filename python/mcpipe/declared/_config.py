@@ -8,7 +8,14 @@ import msgspec
 
 from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
-__all__ = ["OutboundConfig", "OutboundDuckdbConfig", "OutboundHttpConfig", "OutboundPythonConfig", "PipelineConfig"]
+__all__ = [
+    "OutboundConfig",
+    "OutboundDuckdbConfig",
+    "OutboundHttpConfig",
+    "OutboundPythonConfig",
+    "PipelineConfig",
+    "PromptArgument",
+]
 
 _MiB = 1024 * 1024
 
@@ -19,6 +26,14 @@ class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_o
 
 PositiveMs = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
+
+
+class PromptArgument(_Base, kw_only=True):
+    """One argument of a pipeline served as a prompt."""
+
+    name: str
+    description: str | None = None
+    required: bool = False
 
 
 class PipelineConfig(_Base, kw_only=True):
@@ -45,6 +60,20 @@ class PipelineConfig(_Base, kw_only=True):
         ask_before_task: called as a task (2026-07-28), the pipeline first asks its client synchronously
             (input-required rounds) and becomes a task at its first step that reaches out (on the round
             whose answers let it go on); without it, a task call is a task from its first round.
+        annotations: MCP tool annotations (``readOnlyHint``, ...), listed as the tool's ``annotations``.
+        answer: the answer shape (:mod:`mcpipe.declared._answers`): mcpipe's own by default; a foreign
+            format's configs name the shape of their system (``mcpg.binding``).
+        surface: what the pipeline serves: a ``tool`` (the default), a ``prompt`` (``prompts/get`` runs it
+            with the prompt's arguments), a ``resource`` (``resources/read`` of ``uri`` runs it with
+            ``{uri}``) or a ``resource_template`` (a read of a URI matching ``uri_template`` runs it with
+            ``{uri, <variables>..., template_vars}``). Only tools are listed and called as tools.
+        uri, uri_template, mime_type: the resource's URI (or URI template) and MIME type.
+        arguments: a prompt's arguments (``[{name, description, required}]``).
+        fill_defaults: fill absent arguments from the input schema's top-level ``default`` values before the
+            call is checked (mcpipe's way); off, the arguments are checked and passed as the caller sent them.
+        completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
+            variable, by its name: the values that start with what the client typed (at most 100).
+        meta: the descriptor's ``_meta``.
     """
 
     name: str
@@ -59,6 +88,16 @@ class PipelineConfig(_Base, kw_only=True):
     background: bool = False
     task_support: Literal["optional", "required", "forbidden"] = "optional"
     ask_before_task: bool = False
+    annotations: dict[str, Any] | None = None
+    answer: str | None = None
+    surface: Literal["tool", "prompt", "resource", "resource_template"] = "tool"
+    uri: str | None = None
+    uri_template: str | None = None
+    mime_type: str | None = None
+    arguments: list[PromptArgument] = []
+    fill_defaults: bool = True
+    completions: dict[str, list[str]] = {}
+    meta: dict[str, Any] | None = None
 
 
 class OutboundHttpConfig(_Base, kw_only=True):
@@ -75,7 +114,7 @@ class OutboundPythonConfig(_Base, kw_only=True):
     """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
 
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
-    spares: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
+    fork_server: bool = True
     memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
     timeout_ms: PositiveMs = 60_000
     max_output_bytes: PositiveInt = _MiB
@@ -140,7 +179,7 @@ class OutboundConfig(_Base, kw_only=True):
             ),
             python=PythonPolicy(
                 workers=self.python.workers,
-                spares=self.python.spares,
+                fork_server=self.python.fork_server,
                 memory_mb=self.python.memory_mb,
                 timeout_ms=self.python.timeout_ms,
                 max_output_bytes=self.python.max_output_bytes,

@@ -33,7 +33,9 @@ from jsonschema.validators import validator_for
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import PIPE_TOOL
-from mcpipe.declared._compile import ALL_KINDS, StepScope, _Compiler, compile_steps
+from mcpipe.access import Credentials
+from mcpipe.declared._answers import ANSWERS
+from mcpipe.declared._compile import StepScope, _Compiler, compile_steps
 from mcpipe.declared._config import (
     OutboundConfig,
     OutboundDuckdbConfig,
@@ -42,7 +44,6 @@ from mcpipe.declared._config import (
     PipelineConfig,
 )
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
-from mcpipe.declared._mcpg import normalize_entry, relocate
 from mcpipe.declared._model import CONTAINERS
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
 from mcpipe.errors import ErrorCode, Problem
@@ -216,28 +217,13 @@ def load_pipelines(
                     )
                 )
         locations.append(loc)
-    # mcpg's names (seed 003) are rewritten into mcpipe's first; later problems are located in the file.
-    normalized: list[Any] = []
-    moves: list[dict[str, str]] = []
-    for i, entry in enumerate(raw_entries):
-        entry, more, moved = normalize_entry(entry, locations[i], frozenset(ALL_KINDS))
-        normalized.append(entry)
-        problems.extend(more)
-        moves.append(moved)
-    raw_entries = normalized
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[DeclaredPipelineTool] = []
     for i, entry in enumerate(raw_entries):
-        if entry is None:
-            continue  # its mcpg `backend` was refused (reported)
-        found: list[Problem] = []
-        tool = _load_entry(entry, locations[i], known, tools, policy, limits, found)
-        problems.extend(Problem(relocate(p.location, moves[i]), p.code, p.message) for p in found)
+        tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    for p in _cycles(raw_entries, locations, names):
-        i = next((k for k, loc in enumerate(locations) if p.location.startswith(f"{loc}.")), -1)
-        problems.append(Problem(relocate(p.location, moves[i]), p.code, p.message) if i >= 0 else p)
+    problems.extend(_cycles(raw_entries, locations, names))
     problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
@@ -250,12 +236,14 @@ def load_declared(
     limits: Limits | None = None,
     sql: Any = None,
     base_dir: str = ".",
+    credentials: Any = None,
 ) -> tuple[DeclaredPipelines, list[Problem]]:
     """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
 
     Args:
         sql: the ``sql:`` section (named SQL backends), if any.
         base_dir: what relative SQLite paths are relative to (the config file's directory).
+        credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
@@ -265,7 +253,7 @@ def load_declared(
     policy, problems = load_outbound(outbound_raw)
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
-    policy = replace(policy, sql=backends, base_dir=base_dir)
+    policy = replace(policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}))
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems
@@ -350,10 +338,41 @@ def _load_entry(
             )
         )
         return None
+    if entry is not None and not _check_surface(entry, loc, problems):
+        return None
     if entry is None or ret is None or not schema_ok:
         return None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
     return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
+
+
+def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> bool:
+    """The entry's answer shape exists, and what it serves has what it needs (a resource its ``uri``, a
+    resource template its ``uri_template``)."""
+    ok = True
+    if entry.answer is not None and entry.answer not in ANSWERS:
+        known = ", ".join(sorted(ANSWERS))
+        problems.append(Problem(f"{loc}.answer", ErrorCode.INVALID_SPEC, f"no answer shape '{entry.answer}' ({known})"))
+        ok = False
+    need = {"resource": "uri", "resource_template": "uri_template"}.get(entry.surface)
+    if need is not None and not getattr(entry, need):
+        problems.append(Problem(f"{loc}.{need}", ErrorCode.INVALID_SPEC, f"a {entry.surface} needs `{need}`"))
+        ok = False
+    for key, wanted in (("uri", "resource"), ("uri_template", "resource_template")):
+        if getattr(entry, key) is not None and entry.surface != wanted:
+            problems.append(
+                Problem(f"{loc}.{key}", ErrorCode.INVALID_SPEC, f"`{key}` is for `surface: {wanted}` pipelines")
+            )
+            ok = False
+    if entry.completions and entry.surface not in ("prompt", "resource_template"):
+        problems.append(
+            Problem(f"{loc}.completions", ErrorCode.INVALID_SPEC, "completions are a prompt's or a template's")
+        )
+        ok = False
+    if entry.arguments and entry.surface != "prompt":
+        problems.append(Problem(f"{loc}.arguments", ErrorCode.INVALID_SPEC, "`arguments` are a prompt's"))
+        ok = False
+    return ok
 
 
 def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:

@@ -76,6 +76,7 @@ def config_problems(config: Any, sources: Sequence[Any] | None = None) -> list[P
         limits=config_limits(config),
         sql=sql,
         base_dir=getattr(config, "base_dir", "."),
+        credentials=getattr(config, "credentials", None),
     )
     return problems
 
@@ -95,6 +96,7 @@ def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
         limits=config_limits(config),
         sql=getattr(config, "sql", None),
         base_dir=getattr(config, "base_dir", "."),
+        credentials=getattr(config, "credentials", None),
     )
     if problems:
         raise ConfigError(problems)

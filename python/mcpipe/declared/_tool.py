@@ -13,6 +13,7 @@ from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
 from mcpipe._jsonschema import needs_thread, validator
+from mcpipe.declared._answers import AnswerShape, answer_shape
 from mcpipe.declared._config import PipelineConfig
 from mcpipe.declared._content import content_blocks
 from mcpipe.declared._fastschema import compile_fast
@@ -70,6 +71,9 @@ class DeclaredPipelineTool:
         background: a direct call is queued as a background run (the server answers its run id).
         task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
         ask_before_task: a task call asks its client synchronously first (``PipelineConfig``).
+        annotations: its MCP tool annotations, or None.
+        answer: how its run becomes its answer (an answer shape, :mod:`mcpipe.declared._answers`).
+        surface, uri, uri_template, mime_type, arguments, completions, meta: what it serves (``PipelineConfig``).
     """
 
     __slots__ = (
@@ -81,18 +85,27 @@ class DeclaredPipelineTool:
         "_output_in_thread",
         "_output_validator",
         "_validator",
+        "annotations",
+        "answer",
+        "arguments",
         "ask_before_task",
         "background",
         "compiled",
+        "completions",
         "description",
         "input_schema",
         "limits",
         "location",
+        "meta",
+        "mime_type",
         "name",
         "output_schema",
         "registry",
+        "surface",
         "task_support",
         "title",
+        "uri",
+        "uri_template",
     )
 
     def __init__(
@@ -116,6 +129,18 @@ class DeclaredPipelineTool:
         self.background = entry.background
         self.task_support = entry.task_support
         self.ask_before_task = entry.ask_before_task
+        self.annotations = entry.annotations
+        shape = answer_shape(entry.answer)
+        if shape is None:
+            raise ValueError(f"no answer shape named {entry.answer!r}")
+        self.answer: AnswerShape = shape
+        self.surface = entry.surface
+        self.uri = entry.uri
+        self.uri_template = entry.uri_template
+        self.mime_type = entry.mime_type
+        self.arguments = [msgspec.to_builtins(a) for a in entry.arguments]
+        self.meta = entry.meta
+        self.completions = dict(entry.completions)
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema)
@@ -127,7 +152,7 @@ class DeclaredPipelineTool:
         props = entry.input_schema.get("properties")
         self._defaults = (
             {k: v["default"] for k, v in props.items() if isinstance(v, Mapping) and "default" in v}
-            if isinstance(props, Mapping)
+            if isinstance(props, Mapping) and entry.fill_defaults
             else {}
         )
 
@@ -159,7 +184,7 @@ class DeclaredPipelineTool:
         """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
         args, errors = await self.check_args_async(args)
         if errors:
-            return ToolResult.error(f"invalid arguments for tool '{self.name}': " + "; ".join(errors))
+            return self.answer.invalid(self, errors)
         # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
         registry = self.registry if self.registry is not None else ctx.tools
         if registry is None:
@@ -170,11 +195,9 @@ class DeclaredPipelineTool:
         # (if a step called it) stays known, so a run that asks the client keys its steps under it.
         run_ctx = ctx.for_step(None, ctx.step)
         answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
-        if not answer["ok"]:
-            return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
-        if self._output_in_thread:
-            return await trio.to_thread.run_sync(self.shape, answer["result"])
-        return self.shape(answer["result"])
+        if self._output_in_thread:  # its output_schema has a pattern only the fallback engine takes
+            return await trio.to_thread.run_sync(self.answer.tool, self, answer)
+        return self.answer.tool(self, answer)
 
     def shape(self, result: dict[str, Any]) -> ToolResult:
         """The tool's answer from the resolved ``{"output": ..., "content": ...}``."""
@@ -223,7 +246,9 @@ class DeclaredPipelines:
     """
 
     def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
-        self._tools = {t.name: t for t in tools or ()}
+        self._tools = {t.name: t for t in tools or () if t.surface == "tool"}
+        self.surfaces = [t for t in tools or () if t.surface != "tool"]
+        """The pipelines served as prompts, resources and resource templates (not tools), in config order."""
         self.policy = policy or StepPolicy()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
@@ -237,7 +262,7 @@ class DeclaredPipelines:
 
     def bind(self, registry: Any) -> None:
         """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
-        for t in self._tools.values():
+        for t in (*self._tools.values(), *self.surfaces):
             t.registry = registry
 
     def get(self, name: str) -> DeclaredPipelineTool | None:

@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from mcpipe.errors import Problem
 
-__all__ = ["CONFIG_FORMATS", "ConfigFormat", "Translation", "detect_config"]
+__all__ = ["CONFIG_FORMATS", "EXTENSIONS", "ConfigFormat", "Translation", "detect_config", "load_extensions"]
 
 
 def _same(location: str) -> str:
@@ -48,11 +48,14 @@ class Translation:
         problems: what the file has that mcpipe refuses, each located in the file.
         locate: maps a location in ``raw`` (``pipelines.charge.steps[1].url``) to where it is in the file
             (``mcp.capabilities.tools[3].backend.steps[1].url``).
+        mapping: ``(where in raw, where in the file)`` of each part that moved, for ``mcpipe convert`` and
+            ``mcpipe check --explain``.
     """
 
     raw: dict[str, Any]
     problems: list[Problem] = field(default_factory=list)
     locate: Callable[[str], str] = _same
+    mapping: list[tuple[str, str]] = field(default_factory=list)
 
 
 class ConfigFormat(Protocol):
@@ -72,9 +75,35 @@ class ConfigFormat(Protocol):
         ...
 
 
-CONFIG_FORMATS: tuple[str, ...] = ()
+CONFIG_FORMATS: tuple[str, ...] = ("mcpipe.formats.mcpg",)
 """Modules that define ``FORMAT`` (a :class:`ConfigFormat`), asked in order; the first to claim a document
 reads it."""
+
+EXTENSIONS: dict[str, str] = {"mcpg": "mcpipe.formats.mcpg._kinds"}
+"""Formats whose translations use step kinds and answer shapes of their own (``kind: mcpg.http``,
+``answer: mcpg.binding``): the name before the dot -> the module that registers them. A config in mcpipe's
+layout that names one (a translation, or a file ``mcpipe convert`` wrote) loads it first."""
+
+
+def load_extensions(raw: Mapping[str, Any]) -> None:
+    """Import the format modules whose step kinds or answer shapes the ``pipelines`` of ``raw`` name."""
+    wanted: set[str] = set()
+
+    def scan(value: Any) -> None:
+        if isinstance(value, Mapping):
+            for key in ("kind", "answer"):
+                name = value.get(key)
+                if isinstance(name, str) and "." in name:
+                    wanted.add(name.split(".", 1)[0])
+            for item in value.values():
+                scan(item)
+        elif isinstance(value, list):
+            for item in value:
+                scan(item)
+
+    scan(raw.get("pipelines"))
+    for prefix in sorted(wanted & EXTENSIONS.keys()):
+        importlib.import_module(EXTENSIONS[prefix])
 
 
 def detect_config(raw: Mapping[str, Any]) -> ConfigFormat | None:

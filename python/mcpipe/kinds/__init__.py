@@ -65,6 +65,8 @@ KINDS = Registry.of_modules(
         "duckdb",
         "postgres",
         "shell",
+        # Plugin backends of mcpg (seed 003) over their services' HTTP APIs.
+        "twilio",
     ],
 )
 """The leaf kinds by name, in the order the docs list them (``parallel`` and ``pipe`` are containers).

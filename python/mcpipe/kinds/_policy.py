@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from mcpipe.access import Credentials
 from mcpipe.backends._connections import Connections
 from mcpipe.errors import ErrorCode
 from mcpipe.results import StepFailure
@@ -237,7 +238,8 @@ class PythonPolicy:
 
     Attributes:
         workers: at most this many python steps run at once; more wait for one to end.
-        spares: processes started ahead, so that a step does not wait for Python to start (0: none).
+        fork_server: fork each step's process from a fork server that has started Python already (about a
+            millisecond); off, each step starts a new interpreter (tens of milliseconds).
         memory_mb: the address-space limit of a step's process (``RLIMIT_AS``): past it, allocations fail
             and the step fails with ``LIMIT_EXCEEDED``.
         timeout_ms: the deadline of a step that sets no ``timeout_ms``; past it the process is killed and
@@ -250,7 +252,7 @@ class PythonPolicy:
     """
 
     workers: int = 4
-    spares: int = 2
+    fork_server: bool = True
     memory_mb: int = 1024
     timeout_ms: float = 60_000
     max_output_bytes: int = 1024 * 1024
@@ -307,9 +309,11 @@ class StepPolicy:
     expression_max_ms: int = 1000
     sql: Mapping[str, Any] = field(default_factory=dict)
     connections: Connections = field(default_factory=Connections)
+    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
     base_dir: str = "."
     """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
-    """The shared connections of ``nats``, ``grpc`` and ``kafka`` steps (the server runs them)."""
+    credentials: Credentials = field(default_factory=Credentials)
+    """The outbound credentials (``[credentials.NAME]``) ``http`` steps present (``credential = "NAME"``)."""
 
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""

@@ -1,6 +1,7 @@
 """The worker process of ``python`` steps: runs one step's code, then exits (see :mod:`mcpipe.kinds._pyworker`).
 
-Run as a script (``python -I _pyexec.py RESULT_FD``), it imports nothing of mcpipe. It waits for one
+Run as a script (``python -I _pyexec.py RESULT_FD``, or forked by the fork server, ``python -I _pyexec.py
+--fork-server SOCKET_FD``: :func:`fork_server`), it imports nothing of mcpipe. It waits for one
 request on stdin (a JSON object: the code, its input and context as data, the limits), lowers its own
 limits (address space, CPU time, core dumps), runs the code with NoETL's semantics, and writes one JSON
 reply on the result pipe (``RESULT_FD``): ``{"ok": true, "result": ...}`` or ``{"ok": false, "error",
@@ -268,8 +269,8 @@ def _encode(reply: dict[str, Any], max_bytes: int) -> bytes:
     return data
 
 
-def main() -> None:
-    result_fd = int(sys.argv[1])
+def serve_one(result_fd: int) -> None:
+    """Run one request: read it from stdin, answer on ``result_fd``, exit."""
     os.set_inheritable(result_fd, False)  # what the code starts does not hold the reply pipe
     out = os.fdopen(result_fd, "wb", buffering=0)
     raw = sys.stdin.buffer.read()
@@ -278,7 +279,7 @@ def main() -> None:
     os.dup2(null, 0)
     os.close(null)
     if not raw:
-        os._exit(0)  # the parent stopped (or this spare was never used)
+        os._exit(0)  # the parent stopped
     request = json.loads(raw)
     env = request.get("env")
     if isinstance(env, dict):
@@ -297,6 +298,63 @@ def main() -> None:
         view = view[out.write(view) or 0 :]
     out.close()
     os._exit(0)
+
+
+def fork_server(sock_fd: int) -> None:
+    """The fork server: one process that has imported what a step needs and never runs a step's code
+    itself, forking a fresh child per step (milliseconds, where starting Python takes tens).
+
+    Its parent speaks over a Unix socket, one JSON message each way: ``{"op": "fork", "cwd"}`` with four
+    file descriptors attached (the child's stdin, stdout, stderr and reply pipe) answers ``{"pid"}``: a child
+    in a session of its own, which runs :func:`serve_one`; ``{"op": "reap", "pid"}`` kills the child's
+    process group and reaps the child, answering ``{"code"}`` (its exit status; negative: the signal). A
+    child is reaped only when asked, so its process group id cannot be reused before the group is killed.
+    The server exits when its parent closes the socket."""
+    import asyncio  # noqa: F401  # imported once here, for every child's `async def main`
+    import signal
+    import socket
+
+    sock = socket.socket(fileno=sock_fd)
+    while True:
+        try:
+            msg, fds, _, _ = socket.recv_fds(sock, 65536, 4)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        cmd = json.loads(msg)
+        if cmd["op"] == "fork":
+            pid = os.fork()
+            if pid == 0:
+                sock.close()
+                os.setsid()
+                for target, fd in zip((0, 1, 2), fds[:3], strict=True):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                os.chdir(cmd["cwd"])
+                serve_one(fds[3])
+            for fd in fds:
+                os.close(fd)
+            sock.sendall(json.dumps({"pid": pid}).encode())
+        elif cmd["op"] == "reap":
+            pid = int(cmd["pid"])
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                _, status = os.waitpid(pid, 0)
+                code: int | None = os.waitstatus_to_exitcode(status)
+            except ChildProcessError:
+                code = None
+            sock.sendall(json.dumps({"code": code}).encode())
+
+
+def main() -> None:
+    if sys.argv[1] == "--fork-server":
+        fork_server(int(sys.argv[2]))
+    else:
+        serve_one(int(sys.argv[1]))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,23 @@
 """The worker processes of ``python`` steps: one process per step, killed with everything it started.
 
-A step's code runs in a process of its own (:mod:`mcpipe.kinds._pyexec`, run with ``python -I``), never in
-the server: it cannot read or change the server's memory, its environment is the operator's base
-environment plus the step's ``env`` (none of the server's secrets), its working directory is a fresh
-temporary directory, and the process lowers its own limits before the code runs (address space, so an
-allocation past the memory limit raises ``MemoryError``; CPU time; no core dumps). The process runs in a
-session of its own, so when the step ends (answered, failed, past its deadline, cancelled) the whole
-process group is killed and reaped: nothing the code started outlives the step, and a process is never
-reused, so no step sees what an earlier one left behind.
+A step's code runs in a process of its own (:mod:`mcpipe.kinds._pyexec`), never in the server: it cannot
+read or change the server's memory, its environment is the operator's base environment plus the step's
+``env`` (none of the server's secrets), its working directory is a fresh temporary directory, and the
+process lowers its own limits before the code runs (address space, so an allocation past the memory limit
+raises ``MemoryError``; CPU time; no core dumps). The process runs in a session of its own, so when the step
+ends (answered, failed, past its deadline, cancelled) the whole process group is killed and reaped: nothing
+the code started outlives the step, and a process is never reused, so no step sees what an earlier one left.
 
-Starting Python costs tens of milliseconds (the venv's ``site``), so a few processes are started ahead
-(*spares*, idle, blocked reading their request) and a step takes one; its replacement starts in a thread
-while the step runs. At most ``workers`` steps run at once (a :class:`trio.CapacityLimiter`); more wait.
-The parent never blocks the event loop: it talks to the process over non-blocking pipes (the request on
-stdin, the reply on a pipe of its own, stdout and stderr drained into bounded buffers), and forks,
-reaping and clean-up run in threads.
+Starting Python costs tens of milliseconds, so by default the processes come from a **fork server**
+(``_pyexec.fork_server``, ``python -I``, started on first use and shared by every Trio run of the server
+process): it has imported what a step needs, never runs a step's code itself, and forks a fresh child per
+step in about a millisecond; it reaps a child only when told to, after killing its group, so the group id is
+never reused under a kill. Without it (``PythonPolicy.fork_server`` off, or when it cannot start) each step
+starts a new interpreter.
+
+At most ``workers`` steps run at once (a :class:`trio.CapacityLimiter`); more wait. The event loop never
+blocks: the request goes to the child's stdin, its reply comes on a pipe of its own and its stdout and stderr
+are drained into bounded buffers, all over non-blocking pipes; forking, killing and reaping run in threads.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -35,157 +39,199 @@ from typing import Any
 
 import trio
 
-__all__ = ["Outcome", "Spares", "run_code"]
+__all__ = ["FORK_SERVER", "ForkServer", "Outcome", "run_code"]
 
 _SCRIPT = str(Path(__file__).with_name("_pyexec.py"))
 
 
-class _Process:
-    """One started worker: its pipes (raw fds, owned here until handed to Trio), its session, its directory."""
+def _pipes() -> tuple[tuple[int, int, int, int], tuple[int, int, int, int]]:
+    """Four pipes: the child's ends (stdin, stdout, stderr, reply) and the parent's (the other ends)."""
+    in_r, in_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    res_r, res_w = os.pipe()
+    return (in_r, out_w, err_w, res_w), (in_w, out_r, err_r, res_r)
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.dir = tempfile.mkdtemp(prefix="mcpipe-py-")
-        in_r, in_w = os.pipe()
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        res_r, res_w = os.pipe()
+
+def _close(fds: tuple[int, ...]) -> None:
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+class ForkServer:
+    """The fork server's handle: thread-safe, started on first use, started again when it has died."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._sock: socket.socket | None = None
+
+    def _start(self) -> socket.socket:
+        if self._sock is not None and self._proc is not None and self._proc.poll() is None:
+            return self._sock
+        self._stop_locked()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-I", _SCRIPT, str(res_w)],
-                stdin=in_r,
-                stdout=out_w,
-                stderr=err_w,
-                pass_fds=(res_w,),
-                env=env,
-                cwd=self.dir,
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", _SCRIPT, "--fork-server", str(theirs.fileno())],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                env={k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ},
                 start_new_session=True,
-                close_fds=True,
             )
         except BaseException:
-            for fd in (in_w, out_r, err_r, res_r):
-                os.close(fd)
-            shutil.rmtree(self.dir, ignore_errors=True)
+            ours.close()
             raise
         finally:
-            for fd in (in_r, out_w, err_w, res_w):
-                os.close(fd)
-        self.stdin: int | None = in_w
-        self.stdout: int | None = out_r
-        self.stderr: int | None = err_r
-        self.result: int | None = res_r
+            theirs.close()
+        self._sock = ours
+        return ours
 
-    def take(self) -> tuple[int, int, int, int]:
-        """The four pipe ends, now the caller's to close."""
-        fds = (self.stdin, self.stdout, self.stderr, self.result)
-        assert None not in fds
-        self.stdin = self.stdout = self.stderr = self.result = None
-        return fds  # type: ignore[return-value]
+    def _ask(self, message: dict[str, Any], fds: tuple[int, ...] = ()) -> dict[str, Any]:
+        with self._lock:
+            sock = self._start()
+            try:
+                socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+                reply = sock.recv(65536)
+            except OSError:
+                self._stop_locked()
+                raise
+            if not reply:
+                self._stop_locked()
+                raise OSError("the python fork server exited")
+            answer: dict[str, Any] = json.loads(reply)
+            return answer
+
+    def fork(self, child_fds: tuple[int, int, int, int], cwd: str) -> int:
+        """A child running one request on ``child_fds`` (blocking: run in a thread); its pid."""
+        return int(self._ask({"op": "fork", "cwd": cwd}, child_fds)["pid"])
+
+    def reap(self, pid: int) -> int | None:
+        """Kill the child's process group and reap it (blocking); its exit status (None: unknown)."""
+        code = self._ask({"op": "reap", "pid": pid}).get("code")
+        return int(code) if code is not None else None
+
+    def _stop_locked(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self._proc.pid, signal.SIGKILL)
+            self._proc.wait()
+            self._proc = None
+
+    def stop(self) -> None:
+        """Stop the fork server (at exit; a later step starts it again)."""
+        with self._lock:
+            self._stop_locked()
+
+
+FORK_SERVER = ForkServer()
+atexit.register(FORK_SERVER.stop)
+
+
+class _Child:
+    """One step's process: forked by the fork server, or a new interpreter; killed and reaped once."""
+
+    def __init__(self, child_fds: tuple[int, int, int, int], cwd: str, env: dict[str, str], forked: bool) -> None:
+        self.code: int | None = None
+        self._done = False
+        self._pid: int | None = None
+        self._proc: subprocess.Popen[bytes] | None = None
+        if forked:
+            self._pid = FORK_SERVER.fork(child_fds, cwd)
+        else:
+            stdin, stdout, stderr, result = child_fds
+            self._proc = subprocess.Popen(
+                [sys.executable, "-I", _SCRIPT, str(result)],
+                stdin=stdin,
+                stdout=stdout,
+                stderr=stderr,
+                pass_fds=(result,),
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+            )
+
+    @property
+    def done(self) -> bool:
+        """Killed and reaped already."""
+        return self._done
 
     def kill(self) -> None:
-        """SIGKILL the process group, reap the process, remove its directory, close what is still ours
-        (blocking: run in a thread, or at exit)."""
-        if self.proc.returncode is None:  # once reaped, its group id may belong to someone else
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                self.proc.wait()
-        for fd in (self.stdin, self.stdout, self.stderr, self.result):
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self.stdin = self.stdout = self.stderr = self.result = None
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """SIGKILL the process group and reap the process (blocking: run in a thread); idempotent."""
+        if self._done:
+            return
+        self._done = True
+        if self._pid is not None:
+            with contextlib.suppress(OSError):
+                self.code = FORK_SERVER.reap(self._pid)
+        elif self._proc is not None:
+            if self._proc.returncode is None:  # once reaped, its group id may belong to someone else
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+            self.code = self._proc.wait()
 
 
-class Spares:
-    """Processes started ahead, shared by every Trio run of the process (killed at exit).
-
-    A daemon thread of its own starts them when asked (:meth:`want`), so no step waits for a fork.
-    """
+class _Cleaner:
+    """Removes the steps' working directories in a daemon thread of its own, off the steps' path."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._idle: list[tuple[tuple[tuple[str, str], ...], _Process]] = []
-        self._wanted: dict[tuple[tuple[str, str], ...], int] = {}
+        self._paths: list[str] = []
         self._thread: threading.Thread | None = None
-        self._stopped = False
 
-    def take(self, env: dict[str, str]) -> _Process | None:
-        """An idle process started with ``env``, or None."""
-        key = tuple(sorted(env.items()))
+    def remove(self, path: str) -> None:
         with self._cond:
-            for i, (k, p) in enumerate(self._idle):
-                if k == key:
-                    del self._idle[i]
-                    self._cond.notify()
-                    return p
-        return None
-
-    def want(self, env: dict[str, str], count: int) -> None:
-        """Keep ``count`` processes with ``env`` waiting (started in the background)."""
-        key = tuple(sorted(env.items()))
-        with self._cond:
-            if self._stopped or self._wanted.get(key) == count:
-                return
-            self._wanted[key] = count
+            self._paths.append(path)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._fill, name="mcpipe-python-spares", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="mcpipe-python-cleaner", daemon=True)
                 self._thread.start()
             self._cond.notify()
 
-    def _missing(self) -> tuple[tuple[str, str], ...] | None:
-        for key, count in self._wanted.items():
-            if sum(1 for k, _ in self._idle if k == key) < count:
-                return key
-        return None
-
-    def _fill(self) -> None:
+    def _run(self) -> None:
         while True:
             with self._cond:
-                key = None
-                while not self._stopped and (key := self._missing()) is None:
+                while not self._paths:
                     self._cond.wait()
-                if self._stopped or key is None:
-                    return
-            try:
-                p = _Process(dict(key))
-            except OSError:
-                with self._cond:  # cannot fork now: stop asking until a step asks again
-                    self._wanted.pop(key, None)
-                continue
-            with self._cond:
-                if self._stopped:
-                    stale = True
-                else:
-                    stale = False
-                    self._idle.append((key, p))
-            if stale:
-                p.kill()
+                paths, self._paths = self._paths, []
+            for path in paths:
+                shutil.rmtree(path, ignore_errors=True)
 
-    def stop(self) -> None:
-        """Kill every idle process and stop starting new ones (at exit; ``restart`` undoes it in tests)."""
+    def flush(self) -> None:
+        """Remove what is left now (at exit)."""
         with self._cond:
-            self._stopped = True
-            idle, self._idle = self._idle, []
-            self._wanted.clear()
-            self._cond.notify_all()
-        for _, p in idle:
-            p.kill()
-
-    def restart(self) -> None:
-        """Start processes again after :meth:`stop` (tests)."""
-        with self._cond:
-            self._stopped = False
-            self._thread = None
-
-    def idle(self) -> int:
-        """How many processes wait now."""
-        with self._cond:
-            return len(self._idle)
+            paths, self._paths = self._paths, []
+        for path in paths:
+            shutil.rmtree(path, ignore_errors=True)
 
 
-SPARES = Spares()
-atexit.register(SPARES.stop)
+_CLEANER = _Cleaner()
+atexit.register(_CLEANER.flush)
+
+
+def _start(env: dict[str, str], forked: bool) -> tuple[_Child, tuple[int, int, int, int], str]:
+    """A started child, the parent's pipe ends and its working directory (blocking: run in a thread)."""
+    cwd = tempfile.mkdtemp(prefix="mcpipe-py-")
+    child_fds, ours = _pipes()
+    try:
+        try:
+            child = _Child(child_fds, cwd, env, forked)
+        except OSError:
+            if not forked:
+                raise
+            child = _Child(child_fds, cwd, env, False)  # no fork server: a new interpreter
+    except BaseException:
+        _close(ours)
+        shutil.rmtree(cwd, ignore_errors=True)
+        raise
+    finally:
+        _close(child_fds)
+    return child, ours, cwd
 
 
 @dataclass
@@ -233,7 +279,7 @@ async def run_code(
     env: dict[str, str],
     timeout_s: float,
     workers: int,
-    spares: int,
+    fork_server: bool,
     max_output_bytes: int,
     max_reply_bytes: int,
 ) -> Outcome:
@@ -243,24 +289,29 @@ async def run_code(
         OSError: no process could be started.
     """
     async with _limiter(workers):
-        proc = SPARES.take(env)
-        if spares > 0:
-            SPARES.want(env, spares)
-        if proc is None:
-            proc = await trio.to_thread.run_sync(_Process, env)
+        child, fds, cwd = await trio.to_thread.run_sync(_start, env, fork_server)
         try:
-            return await _converse(proc, request, timeout_s, max_output_bytes, max_reply_bytes)
+            outcome = await _converse(child, fds, request, timeout_s, max_output_bytes, max_reply_bytes)
         finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(proc.kill)
+            if not child.done:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(child.kill)
+            _CLEANER.remove(cwd)
+        if outcome.reply is None and not outcome.timed_out and not outcome.too_large:
+            outcome.returncode = child.code
+        return outcome
 
 
 async def _converse(
-    proc: _Process, request: bytes, timeout_s: float, max_output_bytes: int, max_reply_bytes: int
+    child: _Child,
+    fds: tuple[int, int, int, int],
+    request: bytes,
+    timeout_s: float,
+    max_output_bytes: int,
+    max_reply_bytes: int,
 ) -> Outcome:
-    stdin_fd, stdout_fd, stderr_fd, result_fd = proc.take()
-    stdin = trio.lowlevel.FdStream(stdin_fd)
-    streams = [trio.lowlevel.FdStream(fd) for fd in (stdout_fd, stderr_fd, result_fd)]
+    stdin = trio.lowlevel.FdStream(fds[0])
+    streams = [trio.lowlevel.FdStream(fd) for fd in fds[1:]]
     outcome = Outcome()
     reply = bytearray()
     try:
@@ -289,19 +340,15 @@ async def _converse(
                         break
                 # The reply is complete (or the process ended without one): whatever is left of the group
                 # goes, and the drains read what the pipes still hold, to their end.
-                await trio.to_thread.run_sync(proc.kill)
+                await trio.to_thread.run_sync(child.kill)
         outcome.timed_out = deadline.cancelled_caught
     finally:
         for s in streams:
             await s.aclose()
+        await stdin.aclose()
     outcome.stdout = outcome._out.decode("utf-8", errors="replace")
     outcome.stderr = outcome._err.decode("utf-8", errors="replace")
-    if not outcome.timed_out and not outcome.too_large:
-        if reply:
-            try:
-                outcome.reply = json.loads(reply)
-            except ValueError:
-                outcome.reply = None
-        if outcome.reply is None:
-            outcome.returncode = proc.proc.returncode
+    if reply and not outcome.timed_out and not outcome.too_large:
+        with contextlib.suppress(ValueError):
+            outcome.reply = json.loads(reply)
     return outcome

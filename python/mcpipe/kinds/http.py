@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 import contextlib
 from collections.abc import AsyncIterator, Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import httpcore2
 import httpx2
@@ -23,6 +23,7 @@ import orjson
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
+from mcpipe.access import CredentialError, Credentials
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy, StepPolicy
@@ -30,7 +31,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["KIND", "HttpFields", "check_static_url", "http_timeout", "run_http"]
+__all__ = ["KIND", "HttpBuilt", "HttpFields", "check_static_url", "guarded_client", "http_timeout", "run_http"]
 
 _SCHEMES = ("http", "https")
 
@@ -102,6 +103,12 @@ _TRANSPORT_ERRORS = (
     httpcore2.UnsupportedProtocol,
     httpcore2.ProxyError,
 )
+
+
+def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> httpx2.AsyncClient:
+    """An HTTP client whose every request goes through ``policy`` (hosts, addresses; see the module), for
+    kinds of other formats that make HTTP requests their own way (``mcpipe.formats.mcpg``)."""
+    return _client(policy, follow_redirects)
 
 
 def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:
@@ -264,12 +271,31 @@ class HttpFields(StepFields, tag="http"):
     expected_status_codes: list[StatusCode] | None = None
     require_json_response: bool = False
     follow_redirects: bool = False
+    credential: str | None = None
+    """A ``[credentials.NAME]`` whose token the request carries (minted per caller for ``token_exchange`` and
+    ``id_jag``), in ``credential_header`` as ``credential_prefix`` + token + ``credential_suffix``; without a
+    prefix, ``<token type> <token>`` (``Bearer ...``)."""
+    credential_header: str = "Authorization"
+    credential_prefix: str | None = None
+    credential_suffix: str = ""
 
 
-def build_http(b: Build[Any]) -> HttpPolicy:
-    """The policy the step runs under; a URL without placeholders is checked against it at load."""
+class HttpBuilt(NamedTuple):
+    """What an ``http`` step runs with: the outbound policy and the credentials it may present."""
+
+    http: HttpPolicy
+    credentials: Credentials
+
+
+def build_http(b: Build[Any]) -> HttpBuilt:
+    """The policy the step runs under; a URL without placeholders is checked against it at load, and a named
+    credential must exist."""
     check_static_url(b, b.templates.get("url"), f"{b.location}.url", b.policy)
-    return b.policy.http
+    fields = b.fields
+    name = getattr(fields, "credential", None)
+    if name is not None and name not in b.policy.credentials:
+        b.problem(f"{b.location}.credential", f"no credential `{name}` in [credentials]", ErrorCode.INVALID_CONFIG)
+    return HttpBuilt(b.policy.http, b.policy.credentials)
 
 
 def check_static_url(b: Build[Any], url: Template | None, loc: str, policy: StepPolicy) -> None:
@@ -302,13 +328,25 @@ def _upper_method(raw: dict[str, Any]) -> None:
 
 
 async def run_http(
-    step: Leaf[HttpFields, HttpPolicy], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[HttpFields, HttpBuilt], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """One HTTP request; the output is ``{status, headers, body}`` (body parsed when it is JSON)."""
     spec = step.fields
-    policy = step.built
+    policy = step.built.http
     url = _check_url(inputs["url"])
     headers = _headers(inputs.get("headers")) or {}
+    if spec.credential is not None:
+        try:
+            issued = await step.built.credentials.issue(spec.credential, ctx.identity)
+        except CredentialError as exc:
+            raise StepFailure(str(exc), ErrorCode.TOOL_FAILED) from None
+        value = (
+            issued.authorization()
+            if spec.credential_prefix is None
+            else f"{spec.credential_prefix}{issued.token}{spec.credential_suffix}"
+        )
+        headers = {k: v for k, v in headers.items() if k.lower() != spec.credential_header.lower()}
+        headers[spec.credential_header] = value
     body = inputs.get("body")
     content: bytes | None = None
     if isinstance(body, str):

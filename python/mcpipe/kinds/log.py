@@ -30,11 +30,7 @@ async def run_log(
     """Send ``data`` to the caller (``notifications/message``); the output is the data sent."""
     fields = step.fields
     data = inputs["data"]
-    payload = data
-    if fields.logger is not None:
-        # ToolContext.send_log takes (level, data); a named logger travels inside the data.
-        payload = {"logger": fields.logger, "data": data}
-    await ctx.send_log(fields.level, payload)
+    await ctx.send_log(fields.level, data, fields.logger)  # the notification's own `logger` names it
     return StepOutput.of(data)
 
 

@@ -132,7 +132,7 @@ async def run_python(
             env=policy.base_env(),
             timeout_s=plan.timeout_s,
             workers=policy.workers,
-            spares=policy.spares,
+            fork_server=policy.fork_server,
             max_output_bytes=policy.max_output_bytes,
             max_reply_bytes=policy.max_result_bytes + 65536,
         )

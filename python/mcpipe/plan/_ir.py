@@ -306,7 +306,8 @@ class Graph(Step):
     When a node finishes, its arcs (``arcs[i]``, in order) are decided: with ``inclusive[i]`` every arc
     whose ``when`` holds is taken, else the first one. A node runs once, when every arc into it is decided
     (taken, or known never to be: its source was not reached, or the arc was not chosen) and at least one
-    was taken; a node no arc reaches is not run, and the arcs out of it are not taken. Nodes ready at the
+    was taken; a node no arc reaches is not run, and the arcs out of it are not taken (nor are they out of
+    a node whose ``when`` is false: it is passed over). Nodes ready at the
     same time run concurrently, as a parallel group's children do (their tool calls hold slots of the
     limiters). A node runs in its list's environment with ``via`` the arcs it was reached by; it records
     its result beside the graph's in the list's results, so later nodes read earlier ones by id.
@@ -362,6 +363,8 @@ class CompiledSpec:
         dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
         typed_sites: the arguments fed by one reference to a tool step's output (checked per call
             against the tools' schemas: :func:`mcpipe.plan.type_problems`).
+        answer: what the answer holds (``result``, ``steps``, ``full``: :func:`mcpipe.results.shape_answer`), or
+            None for the caller's default.
     """
 
     plan: Pipeline
@@ -371,15 +374,23 @@ class CompiledSpec:
     retry_sites: tuple[tuple[str, str], ...] = ()
     dry_run: bool = False
     typed_sites: tuple[TypedSite, ...] = ()
+    answer: str | None = None
 
     @classmethod
-    def of(cls, plan: Pipeline, *, dry_run: bool = False, typed_sites: tuple[TypedSite, ...] = ()) -> CompiledSpec:
+    def of(
+        cls,
+        plan: Pipeline,
+        *,
+        dry_run: bool = False,
+        typed_sites: tuple[TypedSite, ...] = (),
+        answer: str | None = None,
+    ) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

@@ -12,7 +12,7 @@ from typing import Any
 import trio
 
 from mcpipe.store import TERMINAL, RunInfo, RunQueue
-from mcpipe.tools import PURE, ToolContext, ToolRegistry, ToolResult
+from mcpipe.tools import PURE, Identity, Request, ToolContext, ToolRegistry, ToolResult
 
 __all__ = ["MAX_WAIT_MS", "RUN_TOOL_NAMES", "Runs"]
 
@@ -45,6 +45,9 @@ class Runs:
     async def submit(self, target: str, args: Any, ctx: ToolContext, *, meta: dict[str, Any] | None = None) -> RunInfo:
         """Queue a run of ``target`` with ``args`` on behalf of ``ctx.principal`` (``meta``: see
         :class:`~mcpipe.store.RunInfo`)."""
+        caller = caller_facts(ctx)
+        if caller:
+            meta = {**(meta or {}), "caller": caller}
         return await self.queue.enqueue(target, args, principal=ctx.principal, by=self.server_id, meta=meta)
 
     async def _mine(self, run_id: str, ctx: ToolContext) -> RunInfo | None:
@@ -143,3 +146,47 @@ class Runs:
             return _ok({"run_id": run_id, "events": events, "next": batch[-1].cursor if batch else after})
 
         return reg
+
+
+def caller_facts(ctx: ToolContext) -> dict[str, Any]:
+    """What a queued run keeps of its caller for the gates its steps pass when a worker runs them: the
+    identity (never its bearer token) and the addresses the ``ip_allowlist`` gates read."""
+    out: dict[str, Any] = {}
+    identity = ctx.request.identity
+    if identity is not None:
+        out["identity"] = {
+            "subject": identity.subject,
+            "trust": identity.trust,
+            "provider": identity.provider,
+            "issuer": identity.issuer,
+            "roles": list(identity.roles),
+            "groups": list(identity.groups),
+            "scopes": list(identity.scopes),
+            "attributes": dict(identity.attributes),
+        }
+    if ctx.request.client_addresses:
+        out["addresses"] = [[k, v] for k, v in ctx.request.client_addresses.items()]
+    return out
+
+
+def caller_request(meta: dict[str, Any], **fields: Any) -> Request:
+    """The :class:`~mcpipe.tools.Request` a worker runs a queued run under: its caller's identity and
+    addresses as :func:`caller_facts` kept them."""
+    caller = meta.get("caller") if isinstance(meta, dict) else None
+    if not isinstance(caller, dict):
+        return Request(**fields)
+    identity = None
+    raw = caller.get("identity")
+    if isinstance(raw, dict) and isinstance(raw.get("subject"), str):
+        identity = Identity(
+            subject=raw["subject"],
+            trust="header_asserted" if raw.get("trust") == "header_asserted" else "verified",
+            provider=str(raw.get("provider") or "token"),
+            issuer=raw.get("issuer") if isinstance(raw.get("issuer"), str) else None,
+            roles=tuple(str(r) for r in raw.get("roles") or ()),
+            groups=tuple(str(g) for g in raw.get("groups") or ()),
+            scopes=tuple(str(x) for x in raw.get("scopes") or ()),
+            attributes={str(k): str(v) for k, v in (raw.get("attributes") or {}).items()},
+        )
+    addresses = {k: v for k, v in caller.get("addresses") or () if isinstance(k, (str, type(None)))}
+    return Request(identity=identity, client_addresses=addresses, **fields)

@@ -24,11 +24,12 @@ from mcpipe.gateway import CallError, Gateway
 from mcpipe.interaction import CapabilityMissing
 from mcpipe.interaction._core import only
 from mcpipe.plan import Limits
-from mcpipe.results import pipe_envelope
+from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord
+from mcpipe.runs._service import caller_request
 from mcpipe.runtime import run_pipeline
 from mcpipe.store import RunInfo, RunQueue
-from mcpipe.tools import Request, ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 INTERNAL_ERROR = -32603
 MISSING_CAPABILITY = -32021
@@ -68,6 +69,7 @@ class Worker:
         wait_s: how long one look for work blocks.
         max_lapses: a run leased after its lease ran out this many times while it ran (its workers died or
             froze on it) is failed, with the step it was running when it last lapsed, instead of run again.
+        answer: what an ``mcp_pipe`` run's answer holds when its spec does not say (``[pipe] answer``).
     """
 
     def __init__(
@@ -80,9 +82,11 @@ class Worker:
         concurrency: int = 8,
         lease_s: float = LEASE_S,
         wait_s: float = 1.0,
+        answer: AnswerMode = "result",
         max_lapses: int = MAX_LAPSES,
     ) -> None:
         self.queue = queue
+        self.answer: AnswerMode = answer
         self.gateway = gateway
         self.limits = limits or Limits()
         self.id = worker_id or new_worker_id()
@@ -138,7 +142,7 @@ class Worker:
             client={"name": "mcpipe-worker", "version": self.id},
             principal=info.principal,
             pipeline=info.id,
-            request=Request(interaction=record if asking is None else asking),
+            request=caller_request(info.meta, interaction=record if asking is None else asking),
             tools=self.gateway,
         )
         answer: dict[str, Any] | None = None
@@ -232,7 +236,9 @@ class Worker:
             t0 = time.perf_counter()
             answer = None
             try:
-                answer = await run_pipeline(info.args, self.gateway, context=ctx, limits=self.limits)
+                answer = await run_pipeline(
+                    info.args, self.gateway, context=ctx, limits=self.limits, answer=self.answer
+                )
             finally:
                 self.gateway.record_pipe(ctx, info.id, answer or {"ok": False, "error_code": ErrorCode.CANCELLED}, t0)
             return pipe_envelope(answer)

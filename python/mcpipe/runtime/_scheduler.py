@@ -63,6 +63,7 @@ from mcpipe.plan import (
 )
 from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
+    AnswerMode,
     each_result,
     graph_result,
     group_result,
@@ -70,6 +71,7 @@ from mcpipe.results import (
     leaf_result,
     ms_since,
     pipe_result,
+    shape_answer,
     tool_result,
 )
 from mcpipe.tools._base import ToolContext
@@ -116,6 +118,7 @@ async def run_pipeline(
     limits: Limits | None = None,
     on_event: EventFn | None = None,
     args: Mapping[str, Any] | None = None,
+    answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Validate and run a pipeline spec; answer as contract section 7 says.
 
@@ -131,6 +134,9 @@ async def run_pipeline(
             It runs inline and must not block; exceptions it raises are logged and ignored.
         args: the ``args`` root: the arguments of the call that started a declared pipeline (default
             ``{}``, as for ``mcp_pipe``).
+        answer: what the answer holds when the spec does not say (its ``answer``): ``full`` records (the
+            default here), a summary per step (``steps``, what the server answers a model by default), or the
+            ``result`` alone (:func:`mcpipe.results.shape_answer`).
 
     Returns:
         The answer: ``ok``, ``error``, ``error_code``, ``result``, ``steps``, ``summary``,
@@ -149,7 +155,7 @@ async def run_pipeline(
         return invalid_answer(e.problems, started)
     except TemplateSyntaxError as e:  # the compiler reports these as problems; kept as a safety net
         return invalid_answer([Problem(e.location, e.code, e.reason)], started)
-    return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started)
+    return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started, answer)
 
 
 async def run_compiled(
@@ -160,6 +166,7 @@ async def run_compiled(
     limits: Limits | None = None,
     on_event: EventFn | None = None,
     args: Mapping[str, Any] | None = None,
+    answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
 
@@ -170,7 +177,7 @@ async def run_compiled(
     Args:
         compiled: the plan, its tool sites (checked with ``registry.allows`` before any step runs) and its
             leaf count (the summary's ``total``).
-        registry, context, limits, on_event, args: as for :func:`run_pipeline`; ``limits.timeout_ms``
+        registry, context, limits, on_event, args, answer: as for :func:`run_pipeline`; ``limits.timeout_ms``
             caps the plan's own deadline and ``limits.max_concurrency`` bounds parallel groups.
     """
     started = perf_counter()
@@ -182,6 +189,7 @@ async def run_compiled(
         on_event,
         args,
         started,
+        answer,
     )
 
 
@@ -193,6 +201,7 @@ async def _run_compiled(
     on_event: EventFn | None,
     args: Mapping[str, Any] | None,
     started: float,
+    answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
     allowed: dict[str, bool] = {}
     denied = []
@@ -224,7 +233,9 @@ async def _run_compiled(
     tel = telemetry.current()
     if tel is not None:
         tel.observe_steps(answer)
-    return answer
+    # The run keeps (and `max_answer_bytes` bounds) every full record whatever the caller asked for: the answer
+    # is sized for the model that reads it only now.
+    return shape_answer(answer, compiled.answer or answer_mode)
 
 
 async def _take(limiter: trio.CapacityLimiter) -> None:
@@ -514,6 +525,9 @@ class _Run:
             else:
                 _log.exception("step %s (%s): tool '%s' raised", path, step.location, step.tool)
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            refused = getattr(e, "code", None) if isinstance(e, MCPipeError) else None
+            if refused in (ErrorCode.FORBIDDEN, ErrorCode.LIMIT_EXCEEDED):  # a gate refused the call
+                code, message = refused, str(e)
             r = leaf_result(step.id, False, message, code, t0)
             if isinstance(e, MCPipeError):
                 r.update(e.step_fields())
@@ -1001,16 +1015,16 @@ class _Run:
                     await self.graph_nodes(step, run, env, results, prefix, keep_going)
                 if scope.cancelled_caught:
                     why = _timed_out(step.timeout_ms)
-                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0)
+                    r = graph_result(step.id, False, why, ErrorCode.TIMEOUT, None, run.ran, t0, None)
             if r is None:
                 if run.failure is not None:
                     error, code = run.failure
-                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0)
+                    r = graph_result(step.id, False, error, code, run.output, run.ran, t0, run.output_from)
                 else:
-                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0)
+                    r = graph_result(step.id, True, "", None, run.output, run.ran, t0, run.output_from)
         finally:
             if r is None:
-                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0)
+                r = graph_result(step.id, False, "cancelled", _CANCELLED, None, run.ran, t0, None)
             self.keep(step, r, results)
             if self.on_event is not None:
                 self.finished(step, r, path)
@@ -1054,6 +1068,10 @@ class _Run:
                 raise
             held.append(e)  # asked the client: the siblings finish, the call resumes later
             return
+        if r.get("skipped"):  # its `when` was false: passed over, as is every arc out of it
+            for arc in step.arcs[i]:
+                run.decide(arc, False)
+            return
         run.ran.append(node.id)
         if not r["ok"]:
             if run.failure is None:
@@ -1081,7 +1099,7 @@ class _Run:
                 if not step.inclusive[i]:
                     break
         if not chosen:
-            run.output = r.get("output")
+            run.output, run.output_from = r.get("output"), node.id
         for arc in step.arcs[i]:
             run.decide(arc, any(arc is c for c in chosen))
 
@@ -1127,7 +1145,7 @@ class _Run:
 class _GraphRun:
     """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure."""
 
-    __slots__ = ("decided", "failure", "graph", "incoming", "output", "ran", "reach", "taken")
+    __slots__ = ("decided", "failure", "graph", "incoming", "output", "output_from", "ran", "reach", "taken")
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
@@ -1140,6 +1158,7 @@ class _GraphRun:
         self.taken: list[list[Arc]] = [[] for _ in range(n)]
         self.ran: list[str] = []
         self.output: Any = None
+        self.output_from: str | None = None
         self.failure: tuple[str, str | None] | None = None
         self.reach: Callable[[int, tuple[Arc, ...]], None] = lambda i, via: None
 

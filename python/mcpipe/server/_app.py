@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import build_gates
+from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
@@ -29,6 +29,7 @@ from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -57,7 +58,9 @@ def policy_of(config: Config) -> Policy:
     grants: dict[str, list[str]] = {}
     for t in config.auth.tokens:
         grants.setdefault(t.principal, []).extend(t.tools)
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None
+    # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
+    # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
+    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 
@@ -77,7 +80,8 @@ def limits_of(config: Config) -> Limits:
 
 def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
-    then the declared pipelines (checked against the ones before them).
+    then the declared pipelines (checked against the ones before them), the model tools, and discord-mcp's
+    ``mcp_pipeline`` when the config asks for it.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -100,14 +104,28 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    policy = None
     if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
 
-        sources.append(declared_source(config, sources))
-    if config.workflow is not None or config.playbooks:
-        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML)
+        declared = declared_source(config, sources)
+        policy = declared.policy  # the playbooks' steps share its SQL backends and connections
+        sources.append(declared)
+    if config.workflow is not None or config.playbooks or config.piraeus is not None:
+        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML), piraeus
 
-        sources.extend(model_sources(config))
+        sources.extend(model_sources(config, policy))
+    fronted = [
+        name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
+    ]
+    if config.pipe.mcp_pipeline or fronted:
+        # Before the downstream servers (appended by open_app): a fronted discord-mcp's own `mcp_pipeline` is
+        # shadowed by this one, which runs its steps over that server's tools.
+        from mcpipe.formats.discord import discord_source
+
+        discord = discord_source(config.pipe.mcp_pipeline, fronted, limits_of(config))
+        if discord is not None:
+            sources.append(discord)
     return sources
 
 
@@ -118,6 +136,13 @@ def _declared_of(sources: list[ToolSource]) -> Any:
     from mcpipe.declared import DeclaredPipelines
 
     return next((s for s in sources if isinstance(s, DeclaredPipelines)), None)
+
+
+def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
+    """The prompts, resources and resource templates the sources serve themselves (declared pipelines served as
+    prompts or resources, piraeus's prompts), in source order."""
+    found = [s for source in sources for s in (getattr(source, "surfaces", None) or ())]
+    return found or None
 
 
 def pipeline_store(config: Config) -> ServedStore:
@@ -176,6 +201,7 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
         worker_id=worker_id,
         concurrency=config.runs.concurrency,
         lease_s=config.runs.lease_s,
+        answer=config.pipe.answer,
         max_lapses=config.runs.max_lapses,
     )
 
@@ -226,7 +252,7 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -237,6 +263,7 @@ async def open_app(
         costs=config.costs,
         audit=audit,
         ready=downstreams.ready if downstreams.lazy else None,
+        trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
     )
     limits = limits_of(config)
@@ -246,12 +273,14 @@ async def open_app(
     store = pipeline_store(config)
     handlers = ToolHandlers(
         gateway,
-        PipeRunner(gateway, limits, runs=runs) if config.pipe.enabled else None,
+        PipeRunner(gateway, limits, runs=runs, answer=config.pipe.answer) if config.pipe.enabled else None,
         interactions=Interactions.from_config(config.interaction, store, audience=config.name),
         runs=runs,
         tasks=Tasks(runs, gateway, pipe=config.pipe.enabled, ttl_s=config.runs.retention_s),
         downstreams=downstreams,  # resources, prompts, completion, logging of the downstream servers
         limits=limits,
+        surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
+        caching=config.caching,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

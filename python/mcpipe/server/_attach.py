@@ -1,8 +1,10 @@
 """``attach(server)``: add ``mcp_pipe`` to an existing SDK server, composing the tools it already has.
 
-Works on an ``MCPServer`` and on a low-level ``Server``: the server's own ``tools/list`` and ``tools/call``
-handlers are wrapped, so ``mcp_pipe`` appears in the listing and its steps call the server's tools through
-the server's own handler (with the caller's request context), exactly as a direct call would.
+Works on an ``MCPServer``, on a low-level ``Server`` and on a server of the ``fastmcp`` package (``FastMCP``,
+whose low-level server is an SDK ``Server``): the server's own ``tools/list`` and ``tools/call`` handlers are
+wrapped, so ``mcp_pipe`` appears in the listing and its steps call the server's tools through the server's own
+handler (with the caller's request context), exactly as a direct call would. On a FastMCP server that handler
+is FastMCP's: its middleware, its per-tool auth checks and its visibility rules apply to every step's call.
 
 The host may run on Trio (native) or asyncio (the SDK's default: ``app.run()``): on asyncio the pipeline runs
 in a Trio guest run on the host's loop and calls the host's tools, progress and log back on asyncio
@@ -15,7 +17,7 @@ import asyncio
 import contextvars
 import functools
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 from mcp.server.context import ServerRequestContext
@@ -94,16 +96,40 @@ class _Snapshot:
         return iter(list(self.tools.values()))
 
 
+def _low_level(server: Any) -> Server[Any]:
+    """The SDK low-level ``Server`` that answers ``server``'s requests.
+
+    Raises:
+        ValueError: ``server`` is none of the servers attach knows.
+    """
+    if isinstance(server, Server):
+        return server
+    if isinstance(server, MCPServer):
+        return server._lowlevel_server
+    # A fastmcp.FastMCP (fastmcp 4, on this SDK): its requests are answered by `_mcp_server`, a low-level Server
+    # whose handlers run FastMCP's own middleware and auth. Looked up by attribute: fastmcp is not a dependency.
+    low = getattr(server, "_mcp_server", None)
+    if isinstance(low, Server):
+        return low
+    kind = f"{type(server).__module__}.{type(server).__qualname__}"
+    raise ValueError(f"attach() takes an MCP server (an SDK MCPServer or Server, or a fastmcp.FastMCP), not {kind}")
+
+
+S = TypeVar("S")
+
+
 def attach(
-    server: MCPServer[Any] | Server[Any],
+    server: S,
     *,
     limits: Limits | None = None,
     audit: AuditLog | None = None,
-) -> MCPServer[Any] | Server[Any]:
+) -> S:
     """Add ``mcp_pipe`` to ``server``, whose steps may call every tool the server lists.
 
     Args:
-        server: an ``mcp`` SDK ``MCPServer`` or low-level ``Server`` with tools.
+        server: an ``mcp`` SDK ``MCPServer`` or low-level ``Server`` with tools, or a ``fastmcp.FastMCP``
+            server (fastmcp 4 and later): its steps' calls then go through FastMCP's own ``tools/call``
+            (its middleware and auth apply to each).
         limits: the pipeline limits (default: 50 steps, depth 5, 8 parallel calls).
         audit: where to write one record per call made by a pipeline (and per ``mcp_pipe`` call);
             default: none.
@@ -112,9 +138,10 @@ def attach(
         The same server, for chaining.
 
     Raises:
-        ValueError: the server has no ``tools/list`` and ``tools/call`` handlers, or already has ``mcp_pipe``.
+        ValueError: ``server`` is not a server attach knows, has no ``tools/list`` and ``tools/call`` handlers,
+            or already has ``mcp_pipe``.
     """
-    low: Server[Any] = server._lowlevel_server if isinstance(server, MCPServer) else server
+    low = _low_level(server)
     list_entry = low.get_request_handler("tools/list")
     call_entry = low.get_request_handler("tools/call")
     if list_entry is None or call_entry is None:

@@ -14,6 +14,7 @@ import warnings
 import weakref
 from typing import Any
 
+import mcp_types as types
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -30,7 +31,7 @@ from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pip
 from mcpipe.interaction import Interactions, sdk_call
 from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
-from mcpipe.results import invalid_answer, pipe_envelope
+from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
@@ -40,6 +41,7 @@ from mcpipe.store import RunRefused
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
+from mcpipe.trust import TrustDenied
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
 
@@ -61,6 +63,9 @@ def scope_request(scope: Any, **fields: Any) -> Request:
         identity=scope.get(IDENTITY_SCOPE_KEY), client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {}, **fields
     )
 
+
+IDENTITY_SCOPE_KEY = "mcpipe.identity"
+"""Where the HTTP front leaves the caller's identity (``ToolContext.identity``)."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
@@ -138,6 +143,17 @@ def principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> st
         return request.scope.get(PRINCIPAL_SCOPE_KEY, default)
     except AttributeError:
         return default
+
+
+def identity_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+    """The caller's identity the HTTP front resolved (None: none, e.g. in memory or over stdio)."""
+    request = ctx.request
+    if request is None:
+        return None
+    try:
+        return request.scope.get(IDENTITY_SCOPE_KEY)
+    except AttributeError:
+        return None
 
 
 def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Any:
@@ -255,17 +271,27 @@ class PipeRunner:
     Args:
         gateway: the call path every step goes through.
         limits: the server's maxima (a spec cannot raise them).
+        runs: where background calls are queued (None: not served).
+        answer: what an answer holds when its spec does not say (``pipe.answer``; default ``result``).
     """
 
-    def __init__(self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None) -> None:
+    def __init__(
+        self, gateway: Gateway, limits: Limits | None = None, *, runs: Runs | None = None, answer: AnswerMode = "result"
+    ) -> None:
         self.gateway = gateway
         self.limits = limits or Limits()
         self.runs = runs
+        self.answer: AnswerMode = answer
 
     async def run(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         """Run one ``mcp_pipe`` call and answer the contract's section-7 object (a background one: its run
         id, at once)."""
         await self.gateway.ready()
+        if self.gateway.gates is not None:  # mcp_pipe passes the gates too (its steps do, each as a call)
+            try:
+                self.gateway.admit(PIPE_TOOL, args if isinstance(args, dict) else {}, ctx)
+            except CallError as exc:
+                return invalid_answer([Problem("", exc.code, str(exc))], time.perf_counter())
         if isinstance(args, dict) and "background" in args:
             return await self.submit(args, ctx)
         pid = new_pipeline_id()
@@ -277,7 +303,7 @@ class PipeRunner:
             if ctx.wants_progress:
                 answer = await self._run_with_progress(args, ctx)
             else:
-                answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits)
+                answer = await run_pipeline(args, self.gateway, context=ctx, limits=self.limits, answer=self.answer)
         except BaseException as exc:
             if is_suspension(exc):
                 code = ErrorCode.SUSPENDED  # it waits for its client's answers (2026-07-28) and resumes on the retry
@@ -358,7 +384,12 @@ class PipeRunner:
                 nursery.start_soon(pump)
                 try:
                     return await run_pipeline(
-                        args, self.gateway, context=ctx, limits=self.limits, on_event=send.send_nowait
+                        args,
+                        self.gateway,
+                        context=ctx,
+                        limits=self.limits,
+                        on_event=send.send_nowait,
+                        answer=self.answer,
                     )
                 finally:
                     send.close()
@@ -392,8 +423,12 @@ class ToolHandlers:
         tasks: Tasks | None = None,
         downstreams: Downstreams | None = None,
         limits: Limits | None = None,
+        surfaces: list[Any] | None = None,
+        caching: Any = None,
     ) -> None:
         self.gateway = gateway
+        self.caching = caching
+        """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
         self.tasks = tasks
         self.pipe = pipe
@@ -405,7 +440,12 @@ class ToolHandlers:
         if downstreams is not None:
             # The principal is read per request: `default_principal` may be set after construction.
             self.passthrough = Passthrough(
-                downstreams, gateway.policy, lambda ctx: principal_of(ctx, self.default_principal)
+                downstreams,
+                gateway.policy,
+                lambda ctx: principal_of(ctx, self.default_principal),
+                surfaces=surfaces,
+                run_surface=self.run_surface,
+                caching=caching,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -435,9 +475,17 @@ class ToolHandlers:
             connection = getattr(session, "_connection", session)
             self.legacy_clients[transport] = (client, session.client_capabilities, connection)
 
-    def visible_tools(self, principal: str | None) -> list[dict[str, Any]]:
+    def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
         policy = self.gateway.policy
-        tools = [tool_wire(t) for t in self.gateway if t.name != PIPE_TOOL and policy.allows(principal, t.name)]
+        trust = self.gateway.trust
+        probe = ToolContext(principal=principal, request=Request(identity=identity))
+        tools = [
+            tool_wire(t)
+            for t in self.gateway
+            if t.name != PIPE_TOOL
+            and policy.allows(principal, t.name)
+            and (trust is None or trust.visible(t.name, probe))
+        ]
         if self.pipe is None:
             return tools
         return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
@@ -447,7 +495,7 @@ class ToolHandlers:
     ) -> dict[str, Any]:
         await self.gateway.ready()
         self._remember_client(ctx)
-        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal))}
+        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))}
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
             down = self.passthrough.downstreams.unavailable()
@@ -456,6 +504,8 @@ class ToolHandlers:
         if ctx.protocol_version in _MODERN:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
     async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
@@ -496,6 +546,18 @@ class ToolHandlers:
                         self._idle.set()
         return _shutdown_answer(name == PIPE_TOOL and self.pipe is not None)
 
+    async def run_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any, args: dict[str, Any]) -> ToolResult:
+        """Run a pipeline served as a prompt or resource for one request, through the gateway (the caller's
+        rights, the audit); a refusal is the JSON-RPC error it carries."""
+        levels = self.passthrough.levels if self.passthrough is not None else None
+        tctx = tool_context(ctx, default_principal=self.default_principal, log_levels=levels, tools=self.gateway)
+        try:
+            return await self.gateway.invoke(tool, args, tctx)
+        except TrustDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc)) from None
+        except CallError as exc:
+            raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
+
     def shut_down(self) -> None:
         """Cancel every call in flight, which then answers ``CANCELLED``; later calls answer so at once."""
         self.shutting_down = True
@@ -531,6 +593,8 @@ class ToolHandlers:
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
+        except TrustDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc)) from None
         except CallError as exc:
             return _error_result(f"{exc.code}: {exc}")
         except trio.Cancelled:

@@ -35,6 +35,7 @@ from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIP
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.telemetry import metrics_text
+from mcpipe.tools import Identity
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -188,18 +189,42 @@ class HttpFront:
             }
         )
         self._users: dict[str, AuthenticatedUser] = {}
+        http = app.config.http
+        self.health_path = http.health_path
+        self.access_log = http.access_log
+        self.trust = app.config.trust
+        self.subject_header = (
+            self.trust.subject_header.lower().encode() if self.trust is not None and self.trust.subject_header else None
+        )
+        per_min = http.anonymous_rate_limit_per_min
+        self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            if self.access_log:
+                send = _logged(scope, send)
             path = scope["path"]
             if path in self.paths:
-                if self.require_auth and not await self._identify(scope):
+                if self.trust is not None:
+                    # Trust levels (mcpg's): a caller without a credential is let in, anonymous or with the
+                    # subject header the operator trusts; a credential that does not verify is refused.
+                    if not await self._trusted(scope):
+                        await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                        return
+                elif self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                     return
                 if self.address_headers:
                     headers, peer = scope["headers"], scope.get("client")
                     scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                if (
+                    self.limiter is not None
+                    and scope.get(IDENTITY_SCOPE_KEY) is None
+                    and not self.limiter.take(_client_address(scope))
+                ):
+                    await _respond(send, 429, _TOO_MANY, [(b"retry-after", b"1")])
+                    return
                 if scope["method"] == "POST":
                     read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
                     if read is None:
@@ -235,9 +260,9 @@ class HttpFront:
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
-            elif path == "/workflow" and self.app.config.workflow is not None:
+            elif path == "/workflow" and (self.app.config.workflow is not None or self.app.config.piraeus is not None):
                 await self.workflow(scope, receive, send)
-            elif path == "/healthz":
+            elif path == self.health_path:
                 body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
                 await _respond(send, 200, body)
             else:
@@ -284,6 +309,24 @@ class HttpFront:
         scope["user"] = user
         return True
 
+    async def _trusted(self, scope: Scope) -> bool:
+        """Resolve the caller's identity when the config has trust levels: a credential that verifies, else the
+        trusted subject header (``header_asserted``), else none; False for a credential that does not verify."""
+        found = await self.auth.resolve(scope["headers"])
+        if isinstance(found, Rejected):
+            _log.info("refused a credential: %s", found.reason)
+            return False
+        if found is not None:
+            return await self._identify(scope)
+        if self.subject_header is not None:
+            for name, value in scope["headers"]:
+                if name == self.subject_header and value.strip():
+                    subject = value.decode("latin-1").strip()
+                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
+                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    return True
+        return True
+
 
 async def signalled() -> None:
     """Return on the first SIGINT or SIGTERM (a hypercorn ``shutdown_trigger``)."""
@@ -291,6 +334,36 @@ async def signalled() -> None:
         async for signum in signals:
             _log.info("received %s: shutting down", signal.Signals(signum).name)
             return
+
+
+class _TlsConfig(HypercornConfig):
+    """hypercorn's settings, its TLS context at the configured least version."""
+
+    def __init__(self, min_version: str) -> None:
+        super().__init__()
+        self.min_version = min_version
+
+    def create_ssl_context(self) -> Any:
+        import ssl
+
+        context = super().create_ssl_context()
+        if context is not None and self.min_version == "1.3":
+            context.minimum_version = ssl.TLSVersion.TLSv1_3
+        return context
+
+
+def _tls(hc: HypercornConfig, tls: Any, base_dir: str) -> None:
+    """HTTPS: the certificate, the key and (``client_cert``) the client certificates asked for."""
+    import os.path
+    import ssl
+
+    def path(p: str) -> str:
+        return p if os.path.isabs(p) else os.path.join(base_dir, p)
+
+    hc.certfile, hc.keyfile = path(tls.cert_file), path(tls.key_file)
+    if tls.client_ca_file:
+        hc.ca_certs = path(tls.client_ca_file)
+        hc.verify_mode = ssl.CERT_REQUIRED if tls.client_cert == "required" else ssl.CERT_OPTIONAL
 
 
 async def _shutting_down(app: App, trigger: Callable[[], Awaitable[None]]) -> None:
@@ -362,7 +435,9 @@ async def serve_http(
         max_body=h.max_body_bytes,
         body_timeout_s=h.body_timeout_s,
     )
-    hc = HypercornConfig()
+    hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
+    if h.tls is not None:
+        _tls(hc, h.tls, cfg.base_dir)
     if listen_fd is not None:
         hc.bind = [f"fd://{listen_fd}"]
     else:
@@ -378,3 +453,52 @@ async def serve_http(
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)
+
+
+_TOO_MANY = orjson.dumps({"error": "rate_limited", "error_description": "too many requests without a credential"})
+_access_log = logging.getLogger("mcpipe.access")
+
+
+def _client_address(scope: Scope) -> str:
+    client = scope.get("client")
+    return str(client[0]) if client else ""
+
+
+class _RateLimiter:
+    """A token bucket per client address: ``per_min`` requests a minute, at most ``burst`` at once."""
+
+    def __init__(self, per_min: int, burst: int, max_clients: int = 65_536) -> None:
+        self.rate = per_min / 60.0
+        self.burst = float(max(burst, 1))
+        self.max_clients = max_clients
+        self._buckets: dict[str, tuple[float, float]] = {}
+
+    def take(self, key: str) -> bool:
+        now = trio.current_time()
+        tokens, last = self._buckets.get(key, (self.burst, now))
+        tokens = min(self.burst, tokens + (now - last) * self.rate)
+        if len(self._buckets) >= self.max_clients and key not in self._buckets:
+            self._buckets.pop(next(iter(self._buckets)))  # the oldest client goes: memory stays bounded
+        if tokens < 1.0:
+            self._buckets[key] = (tokens, now)
+            return False
+        self._buckets[key] = (tokens - 1.0, now)
+        return True
+
+
+def _logged(scope: Scope, send: Send) -> Send:
+    """``send``, logging one access line when the response starts."""
+    started = trio.current_time()
+
+    async def logging_send(message: Any) -> None:
+        if message["type"] == "http.response.start":
+            _access_log.info(
+                "%s %s %s %.1fms",
+                scope.get("method"),
+                scope.get("path"),
+                message.get("status"),
+                (trio.current_time() - started) * 1000,
+            )
+        await send(message)
+
+    return logging_send

@@ -8,15 +8,22 @@ streams, through the SDK's :class:`ListenHandler`), a resource update to its sub
 
 Names follow the tools' rules: prompts take their server's prefix; resource URIs stay as they are. When two
 servers list the same URI or prompt name, the first in config order wins and a warning says so.
+
+The config's own prompts, resources and resource templates (declared pipelines with a ``surface``) come
+first: listed before the downstream servers', and a read or get they answer never reaches a server. Each runs
+its pipeline through the gateway (the caller's rights, the audit) and its answer shape turns the answer into
+the result (:mod:`mcpipe.declared._answers`).
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
+from urllib.parse import unquote
 
 import mcp_types as types
 import trio
@@ -34,6 +41,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
 from mcpipe.tools._catalog import Change, DownstreamError
@@ -50,6 +58,8 @@ _ERA_FIELDS = ("ttlMs", "cacheScope", "resultType")
 """2026-07-28 result fields a 2025-11-25 client does not know."""
 
 Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
+RunSurface = Callable[[ServerRequestContext[Any, Any], Any, dict[str, Any]], Awaitable[Any]]
+"""Runs a local surface's pipeline for a request: ``(ctx, pipeline, arguments) -> ToolResult``."""
 
 
 def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
@@ -92,8 +102,25 @@ class Passthrough:
         principal: the principal of a request.
     """
 
-    def __init__(self, downstreams: Downstreams, policy: Policy, principal: Principal) -> None:
+    def __init__(
+        self,
+        downstreams: Downstreams,
+        policy: Policy,
+        principal: Principal,
+        *,
+        surfaces: list[Any] | None = None,
+        run_surface: RunSurface | None = None,
+        caching: Any = None,
+    ) -> None:
         self.downstreams = downstreams
+        self.caching = caching
+        """The config's ``caching`` hints, or None."""
+        self.surfaces = list(surfaces or ())
+        """The config's own prompts, resources and resource templates (declared pipelines), in config order."""
+        self.run_surface = run_surface
+        self._templates = [
+            (t, _template_matcher(t.uri_template)) for t in self.surfaces if t.surface == "resource_template"
+        ]
         self.policy = policy
         self.principal = principal
         self.levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
@@ -155,12 +182,34 @@ class Passthrough:
                     out[key] = (s, entry)
         return [entry for _, entry in out.values()]
 
+    def _local(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
+        surface = {"resource": "resource", "template": "resource_template", "prompt": "prompt"}[kind]
+        principal = self.principal(ctx)
+        return [
+            _descriptor(t)
+            for t in self.surfaces
+            if t.surface == surface and (principal is None or self.policy.allows(principal, t.name))
+        ]
+
     async def _list(self, ctx: ServerRequestContext[Any, Any], key: str, kind: str) -> dict[str, Any]:
         await self.downstreams.ready()
-        out: dict[str, Any] = {key: self._merged(ctx, kind)}
+        local = self._local(ctx, kind)
+        seen = {e.get("uri") or e.get("uriTemplate") or e.get("name") for e in local}
+        out: dict[str, Any] = {
+            key: [
+                *local,
+                *(
+                    e
+                    for e in self._merged(ctx, kind)
+                    if (e.get("uri") or e.get("uriTemplate") or e.get("name")) not in seen
+                ),
+            ]
+        }
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
@@ -202,11 +251,37 @@ class Passthrough:
         out: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return out
 
+    async def _run_local(self, ctx: ServerRequestContext[Any, Any], tool: Any, args: dict[str, Any]) -> Any:
+        if self.run_surface is None:
+            raise MCPError(types.INTERNAL_ERROR, f"'{tool.name}' cannot run here")
+        return await self.run_surface(ctx, tool, args)
+
+    def _local_resource(self, uri: str) -> tuple[Any, dict[str, Any]] | None:
+        for t in self.surfaces:
+            if t.surface == "resource" and t.uri == uri:
+                return t, {"uri": uri}
+        for t, match in self._templates:
+            found = match(uri)
+            if found is not None:
+                return t, {"uri": uri, **found, "template_vars": dict(found)}
+        return None
+
     async def read_resource(
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> dict[str, Any]:
-        await self.downstreams.ready()
         uri = str(params.uri)
+        local = self._local_resource(uri)
+        if local is not None:
+            tool, args = local
+            result = await self._run_local(ctx, tool, args)
+            try:
+                out = _local_result(ctx, tool.answer.resource(tool, result, uri))
+            except MCPipeError as exc:
+                raise _surface_error(exc) from None
+            if self.caching is not None:
+                out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+            return out
+        await self.downstreams.ready()
         server = self._owner(ctx, uri)
 
         async def read(c: Any, **kw: Any) -> Any:
@@ -217,6 +292,13 @@ class Passthrough:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> dict[str, Any]:
+        tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == params.name), None)
+        if tool is not None:
+            result = await self._run_local(ctx, tool, dict(params.arguments or {}))
+            try:
+                return _local_result(ctx, tool.answer.prompt(tool, result))
+            except MCPipeError as exc:
+                raise _surface_error(exc) from None
         await self.downstreams.ready()
         server, remote = self._prompt(ctx, params.name)
 
@@ -231,9 +313,29 @@ class Passthrough:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
+    def _local_completion(self, params: types.CompleteRequestParams) -> dict[str, Any] | None:
+        """A local prompt's or template's static completions: the values starting with what the client typed,
+        less those it already gave for other arguments, at most 100."""
+        ref = params.ref
+        if isinstance(ref, types.PromptReference):
+            tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == ref.name), None)
+        else:
+            tool = next(
+                (t for t in self.surfaces if t.surface == "resource_template" and t.uri_template == ref.uri), None
+            )
+        if tool is None:
+            return None
+        values = tool.completions.get(params.argument.name, [])
+        used = set((params.context.arguments or {}).values()) if params.context is not None else set()
+        found = [v for v in values if v.startswith(params.argument.value) and v not in used]
+        return {"completion": {"values": found[:100], "total": len(found), "hasMore": len(found) > 100}}
+
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> dict[str, Any]:
+        local = self._local_completion(params)
+        if local is not None:
+            return _local_result(ctx, local)
         await self.downstreams.ready()
         ref = params.ref
         if isinstance(ref, types.PromptReference):
@@ -366,7 +468,7 @@ class Passthrough:
         subscribe and listChanged), prompts, completions and change streams when there are downstream servers."""
         add = server.add_request_handler
         add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
-        if not self.downstreams.servers:
+        if not self.downstreams.servers and not self.surfaces:
             return
         add("resources/list", types.PaginatedRequestParams, self.list_resources)
         add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
@@ -377,3 +479,73 @@ class Passthrough:
         add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
         add("completion/complete", types.CompleteRequestParams, self.complete)
         add("subscriptions/listen", types.SubscriptionsListenRequestParams, self.listen)
+
+
+def _local_result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+    """A local surface's result, for the request's era (2026-07-28: complete, never cached)."""
+    if ctx.protocol_version in _MODERN:
+        return {**result, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
+    return result
+
+
+def _surface_error(exc: MCPipeError) -> MCPError:
+    """A surface's refusal (``SurfaceError``, ``AccessDenied``: they carry their JSON-RPC code) as the error sent."""
+    code = getattr(exc, "rpc_code", None)
+    return MCPError(code if isinstance(code, int) else types.INTERNAL_ERROR, str(exc))
+
+
+def _descriptor(tool: Any) -> dict[str, Any]:
+    """The ``resources/list``, ``resources/templates/list`` or ``prompts/list`` entry of a local surface."""
+    entry: dict[str, Any] = {"name": tool.name}
+    if tool.surface == "resource":
+        entry["uri"] = tool.uri
+    elif tool.surface == "resource_template":
+        entry["uriTemplate"] = tool.uri_template
+    if tool.title:
+        entry["title"] = tool.title
+    if tool.description:
+        entry["description"] = tool.description
+    if tool.surface == "prompt":
+        if tool.arguments:  # optional in MCP: a prompt without arguments lists none
+            entry["arguments"] = tool.arguments
+    elif tool.mime_type:
+        entry["mimeType"] = tool.mime_type
+    if tool.meta:
+        entry["_meta"] = tool.meta
+    return entry
+
+
+def _template_matcher(template: str) -> Callable[[str], dict[str, str] | None]:
+    """A matcher of URIs against an RFC 6570 template's simple form: each ``{name}`` (or ``{+name}``, which
+    may span ``/``) matches one segment; the rest must be equal."""
+    pattern = ""
+    names: list[str] = []
+    for literal, expression in _split_template(template):
+        pattern += re.escape(literal)
+        if expression:
+            reserved = expression.startswith("+")
+            name = expression.lstrip("+")
+            names.append(name)
+            pattern += "(.+)" if reserved else "([^/?#]+)"
+    regex = re.compile(pattern)
+
+    def match(uri: str) -> dict[str, str] | None:
+        m = regex.fullmatch(uri)
+        if m is None:
+            return None
+        return {name: unquote(value) for name, value in zip(names, m.groups(), strict=True)}
+
+    return match
+
+
+def _split_template(template: str) -> list[tuple[str, str]]:
+    parts = []
+    rest = template
+    while True:
+        start = rest.find("{")
+        end = rest.find("}", start + 1) if start >= 0 else -1
+        if start < 0 or end < 0:
+            parts.append((rest, ""))
+            return parts
+        parts.append((rest[:start], rest[start + 1 : end]))
+        rest = rest[end + 1 :]

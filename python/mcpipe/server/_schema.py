@@ -31,7 +31,9 @@ ok, error, error_code, structured, text, content, output (structured if present,
 Everything is validated before any step runs (unknown tools, forward references, limits); problems come \
 back located, e.g. `steps[2].args.url: reference to unknown step 'fetch'`. The answer is \
 {ok, error, error_code, result, steps, summary, duration_ms}; `result` is the `return` template resolved, \
-else the output of the last step.
+else the output of the last step. By default a successful answer has no `steps`, and a failed one \
+summarizes what ran (without outputs; the failed step keeps its own); `"answer": "steps"` always \
+summarizes every step, `"answer": "full"` returns every step's full record.
 
 Example: {"vars": {"q": "mcp"}, "steps": [{"id": "s", "tool": "search", "args": {"query": "${vars.q}"}}, \
 {"id": "f", "tool": "fetch", "args": {"url": {"$ref": "steps.s.structured.results.0.url"}}}], \
@@ -75,6 +77,12 @@ _SPEC_PROPS: dict[str, Any] = {
         "type": "boolean",
         "default": False,
         "description": "Check everything and answer the plan (`plan`) without running any step (top level only).",
+    },
+    "answer": {
+        "enum": ["result", "steps", "full"],
+        "description": "What the answer holds (top level only): `result` (the result, and a summary of what ran "
+        "when the run failed: the server's default), `steps` (the result and a summary of every step, without "
+        "outputs) or `full` (every step's full record, outputs included).",
     },
 }
 
@@ -183,7 +191,7 @@ _STEP_RESULT = {
 
 PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
-    "required": ["ok", "error", "error_code", "result", "steps", "summary", "duration_ms"],
+    "required": ["ok", "error", "error_code", "result", "summary", "duration_ms"],
     "properties": {
         "ok": {"type": "boolean"},
         "error": {"type": "string", "description": "The first failure's message; empty on success."},
@@ -193,7 +201,13 @@ PIPE_OUTPUT_SCHEMA: dict[str, Any] = {
             "TOOL_FAILED, TIMEOUT, CANCELLED or GATE_REJECTED; null on success.",
         },
         "result": {"description": "The resolved `return` template (or the last step's output)."},
-        "steps": {"type": "object", "additionalProperties": _STEP_RESULT, "description": "Step id -> step result."},
+        "steps": {
+            "type": "object",
+            "additionalProperties": _STEP_RESULT,
+            "description": "Step id -> step result: a summary without the output (`answer: steps`, and a failed "
+            "`answer: result`), or the full record (`answer: full`); absent from a successful `answer: result` "
+            "(the default).",
+        },
         "summary": {
             "type": "object",
             "properties": {k: {"type": "integer"} for k in ("total", "succeeded", "failed", "skipped", "cancelled")},

@@ -236,6 +236,73 @@ def _unreadable(exc: ConfigError, path: str) -> bool:
     return len(exc.problems) == 1 and exc.problems[0].location == str(path)
 
 
+class _KeepEnv(dict[str, str]):
+    """An environment where every variable reads as its own ``${env.NAME}`` reference."""
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return "${env." + key + "}"
+
+    def __contains__(self, key: object) -> bool:
+        return True
+
+
+def convert_config(path: str, to: str = "yaml", *, explain_only: bool = False) -> int:
+    """``mcpipe convert --config FILE``: another system's config (mcpg's) in mcpipe's own layout, on stdout,
+    with where each part came from; ``explain_only`` prints only that mapping. 1 when the file has
+    problems (printed, located), 2 when it cannot be read, else 0."""
+    import json
+
+    import yaml
+
+    from mcpipe.config import _decode_raw
+    from mcpipe.errors import Problem
+    from mcpipe.formats import detect_config
+
+    p = Path(path)
+    fmt = {".toml": "toml", ".yaml": "yaml", ".yml": "yaml", ".json": "json"}.get(p.suffix.lower())
+    if fmt is None:
+        _print_problems(
+            ConfigError([Problem(str(p), "INVALID_CONFIG", "a config file ends in .toml, .yaml, .yml or .json")])
+        )
+        return 2
+    try:
+        raw = _decode_raw(p.read_bytes(), fmt)
+    except OSError as exc:
+        _print_problems(ConfigError([Problem(str(p), "INVALID_CONFIG", f"cannot read: {exc.strerror}")]))
+        return 2
+    except Exception as exc:  # a syntax error: the loader says where
+        try:
+            load_config(path)
+        except ConfigError as located:
+            _print_problems(located)
+            return 1
+        raise exc
+    foreign = detect_config(raw) if isinstance(raw, dict) else None
+    if foreign is None:
+        print(f"{path}: already in mcpipe's own layout", file=sys.stderr)
+        return 0
+    # `${env.NAME}` stays as written (no secret of this shell goes into the output): mcpipe reads it when the
+    # converted file is served.
+    translation = foreign.translate(raw, base_dir=str(p.resolve().parent), environ=_KeepEnv())
+    if translation.problems:
+        _print_problems(ConfigError([Problem(f"{p}:{q.location}", q.code, q.message) for q in translation.problems]))
+        return 1
+    lines = [f"{new}  <-  {old}" for new, old in translation.mapping]
+    if explain_only:
+        print(f"{path}: {foreign.name}'s layout, read as mcpipe's:")
+        for line in lines:
+            print(f"  {line}")
+        return 0
+    head = [f"mcpipe's own layout of {path} ({foreign.name}'s), written by `mcpipe convert`:", ""]
+    head += [f"  {line}" for line in lines]
+    if to == "json":
+        print(json.dumps(translation.raw, indent=2))
+    else:
+        print("\n".join(f"# {line}".rstrip() for line in head))
+        print(yaml.safe_dump(translation.raw, sort_keys=False, allow_unicode=True), end="")
+    return 0
+
+
 def check_config(path: str) -> int:
     """Check a config file: print every problem with its location; 1 if there are any, 2 when the file
     cannot be read, else 0."""

@@ -56,11 +56,15 @@ class ToolResult:
         content: MCP content blocks as dicts (``{"type": "text", "text": "..."}``, image, audio, resource).
         structured: the tool's ``structuredContent`` (any JSON value), or None.
         is_error: True when the tool reports a failure it handled (``isError`` in MCP).
+        meta: the result's ``_meta``, or None.
+        terse: leave ``isError`` out when it is false (as some systems answer; MCP's default is false).
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
     structured: Any = None
     is_error: bool = False
+    meta: dict[str, Any] | None = None
+    terse: bool = False
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
@@ -74,10 +78,14 @@ class ToolResult:
 
     def wire(self) -> dict[str, Any]:
         """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-        out: dict[str, Any] = {"content": self.content, "isError": self.is_error}
+        out: dict[str, Any] = {"content": self.content}
+        if self.is_error or not self.terse:
+            out["isError"] = self.is_error
         s = self.structured
         if s is not None:
             out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+        if self.meta:
+            out["_meta"] = self.meta
         return out
 
     @classmethod
@@ -160,7 +168,6 @@ class Request:
         identity: who is calling, as the HTTP front resolved it (``docs/access.md``), or None.
         client_addresses: the caller's address as each ``ip_allowlist`` gate reads it, by the header it reads
             (None: the TCP peer); empty when the request came over no HTTP front.
-        admitted: the gateway's gates admitted this call already (a queued run, checked when it was submitted).
     """
 
     wants_progress: bool = False
@@ -169,7 +176,6 @@ class Request:
     sdk_context: Any = None
     identity: Identity | None = None
     client_addresses: dict[str | None, str | None] = field(default_factory=dict)
-    admitted: bool = False
 
 
 @dataclass(slots=True)

@@ -18,8 +18,9 @@ import logging
 import math
 import re
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, cast
@@ -50,6 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe import telemetry
 from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
+from mcpipe.access import CredentialError, Credentials
 from mcpipe.config import McpServerConfig
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction._core import AskFailed, interaction_of
@@ -153,9 +155,47 @@ class _WatchedRead:
         return getattr(self._inner, name)
 
 
+_CALL_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("mcpipe_downstream_call_headers", default=None)
+"""Headers the downstream request being sent by this task carries (a per-caller credential's token)."""
+
+
+class _SharedCredential(httpx2.Auth):
+    """Every request to a downstream server carries the token of a credential shared by all callers."""
+
+    def __init__(self, credentials: Credentials, name: str) -> None:
+        self.credentials, self.name = credentials, name
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        try:
+            issued = await self.credentials.issue(self.name, None)
+        except CredentialError as exc:
+            raise httpx2.RequestError(str(exc), request=request) from None
+        request.headers["Authorization"] = issued.authorization()
+        yield request
+
+
+def carry_call_headers(session: Any) -> None:
+    """Let the headers of :data:`_CALL_HEADERS` through the SDK session's stamp onto the request being sent
+    (the stamp runs in the caller's task; the transport sends per-message headers with the POST)."""
+    stamp = session._stamp
+    if getattr(stamp, "carries_call_headers", False):
+        return
+
+    def stamped(data: dict[str, Any], opts: Any) -> None:
+        stamp(data, opts)
+        extra = _CALL_HEADERS.get()
+        if extra:
+            opts.setdefault("headers", {}).update(extra)
+
+    stamped.carries_call_headers = True  # type: ignore[attr-defined]
+    session._stamp = stamped
+
+
 @asynccontextmanager
-async def _http_transport(url: str, headers: dict[str, str], watch: StreamWatch) -> AsyncIterator[Any]:
-    async with create_mcp_http_client(headers=headers or None) as http:
+async def _http_transport(
+    url: str, headers: dict[str, str], watch: StreamWatch, auth: httpx2.Auth | None = None
+) -> AsyncIterator[Any]:
+    async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
         watch.install(http)
         async with streamable_http_client(url, http_client=http) as s:
             yield s
@@ -176,9 +216,12 @@ class DownstreamServer:
         errlog: where a stdio server's stderr goes.
     """
 
-    def __init__(self, name: str, config: McpServerConfig, *, errlog: Any = None) -> None:
+    def __init__(
+        self, name: str, config: McpServerConfig, *, errlog: Any = None, credentials: Credentials | None = None
+    ) -> None:
         self.name = name
         self.config = config
+        self.credentials = credentials
         self.prefix = name if config.prefix is None else config.prefix
         self.tools: dict[str, DownstreamTool] = {}
         self._by_remote: tuple[Any, dict[str, Any]] = (None, {})
@@ -225,7 +268,14 @@ class DownstreamServer:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
-            inner = _http_transport(c.url or "", c.headers, self.streams)
+            auth = None
+            if (
+                c.credential is not None
+                and self.credentials is not None
+                and not self.credentials.per_caller(c.credential)
+            ):
+                auth = _SharedCredential(self.credentials, c.credential)
+            inner = _http_transport(c.url or "", c.headers, self.streams, auth)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -398,6 +448,8 @@ class DownstreamServer:
             raise TransportError(f"MCP server '{self.name}' is unavailable{why}")
 
         forward = _Progress(ctx)
+        headers = await self._caller_headers(client, ctx)
+        token = _CALL_HEADERS.set(headers) if headers else None
 
         async def send(responses: Any, state: str | None) -> Any:
             return await client.session.call_tool(
@@ -440,6 +492,9 @@ class DownstreamServer:
                 # It failed on a question mcpipe could not relay (mid-call, 2025-11-25): say so, as a tool error.
                 raise self._unrelayed(asking.refused) from None
             raise self.failure(exc) from None
+        finally:
+            if token is not None:
+                _CALL_HEADERS.reset(token)
         if not r.is_error:
             await self._checked_output(remote, r.structured_content, "structured_content" in r.model_fields_set)
         return ToolResult(
@@ -476,6 +531,18 @@ class DownstreamServer:
         if self._by_remote[0] is not tools:
             self._by_remote = (tools, {t.remote_name: t.output_schema for t in tools.values()})
         return self._by_remote[1].get(remote)
+
+    async def _caller_headers(self, client: Client, ctx: ToolContext) -> dict[str, str] | None:
+        """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
+        name = self.config.credential
+        if name is None or self.credentials is None or not self.credentials.per_caller(name):
+            return None
+        try:
+            issued = await self.credentials.issue(name, ctx.identity)
+        except CredentialError as exc:
+            raise CallError(f"MCP server '{self.name}': {exc}") from None
+        carry_call_headers(client.session)
+        return {"Authorization": issued.authorization()}
 
     def _unrelayed(self, why: str) -> CallError:
         return CallError(f"MCP server '{self.name}' asked the client a question mcpipe could not relay: {why}")
@@ -617,14 +684,18 @@ class Downstreams:
         configs: name -> config (disabled ones are skipped).
     """
 
-    def __init__(self, configs: dict[str, McpServerConfig], *, errlog: Any = None) -> None:
-        self.servers = [DownstreamServer(n, c, errlog=errlog) for n, c in configs.items() if c.enabled]
+    def __init__(
+        self, configs: dict[str, McpServerConfig], *, errlog: Any = None, credentials: Credentials | None = None
+    ) -> None:
+        self.servers = [
+            DownstreamServer(n, c, errlog=errlog, credentials=credentials) for n, c in configs.items() if c.enabled
+        ]
         for s in self.servers:
             # By default over HTTP only: a second stdio session is a second process, with state of its own.
             per_era = s.config.session_per_era
             if s.config.protocol == "auto" and (s.config.transport == "http" if per_era is None else per_era):
                 handshake = msgspec.structs.replace(s.config, protocol="2025-11-25", connect="lazy")
-                s.twin = DownstreamServer(s.name, handshake, errlog=errlog)
+                s.twin = DownstreamServer(s.name, handshake, errlog=errlog, credentials=credentials)
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Start every actor in ``nursery``: eager ones concurrently, returning when each has tried once."""

@@ -16,7 +16,7 @@ connection pinned to the checked address).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
 from typing import Any
@@ -27,7 +27,7 @@ import trio
 
 from mcpipe._describe import did_you_mean
 from mcpipe.kinds import ForbiddenError, HttpPolicy
-from mcpipe.kinds.http import _decode_body, _send
+from mcpipe.kinds.http import _decode_body, _response_headers, _send
 from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.results import StepFailure
 from mcpipe.tools._base import ToolContext
@@ -215,12 +215,22 @@ class Workflow:
         config: the ``workflow`` section.
         models: the model presets (``sampling`` always there).
         environ: where authenticated parameters are read (default ``os.environ``, at each call).
+        full_answers: tools whose answers are dumped whole, as piraeus's ``HTTPRequestSpec`` and
+            ``HTTPResponseSpec`` are (every field, null when absent; the response's headers): piraeus's own
+            tools (``mcpipe.formats.piraeus``).
     """
 
-    def __init__(self, config: WorkflowConfig, models: Models, environ: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        config: WorkflowConfig,
+        models: Models,
+        environ: Mapping[str, str] | None = None,
+        full_answers: Iterable[str] = (),
+    ) -> None:
         self.config = config
         self.models = models
         self.environ = environ
+        self.full_answers = frozenset(full_answers)
         self.tools = {t.name: t for t in config.tools}
         self._patterns = {t.name: t.path_pattern() for t in config.tools}
         hosts = sorted({httpx2.URL(t.base_url).host for t in config.tools})
@@ -351,6 +361,14 @@ class Workflow:
         headers = dict(p.headers)
         for k, a in p.tool.authenticated_params.items():
             (query if a.in_ == "query" else headers)[k] = MASK
+        if p.tool.name in self.full_answers:
+            return {
+                "method": p.method,
+                "url": p.url,
+                "headers": headers or None,
+                "query_params": query or None,
+                "body": p.body,
+            }
         spec: dict[str, Any] = {"method": p.method, "url": p.url, "query_params": query}
         if headers:
             spec["headers"] = headers
@@ -382,12 +400,19 @@ class Workflow:
             )
         if scope.cancelled_caught:
             raise StepFailure(f"the API did not answer within {self.config.timeout_ms:g} ms")
+        elapsed = round((perf_counter() - t0) * 1000, 3)
+        if p.tool.name in self.full_answers:
+            # piraeus's HTTPClientService: no body for a 204 or an empty answer; the headers kept.
+            body = None if response.status_code == 204 or not raw else _decode_body(response, raw, False)[0]
+            headers_out = _response_headers(response)
+            return {
+                "status_code": response.status_code,
+                "headers": headers_out,
+                "body": body,
+                "execution_time_ms": elapsed,
+            }
         body, _ = _decode_body(response, raw, False)
-        return {
-            "status_code": response.status_code,
-            "body": body,
-            "execution_time_ms": round((perf_counter() - t0) * 1000, 3),
-        }
+        return {"status_code": response.status_code, "body": body, "execution_time_ms": elapsed}
 
     async def _format(self, request: WorkflowRequest, raw: dict[str, Any], ctx: ToolContext) -> str:
         model = self.models.get(self.config.format_model or self.config.model)

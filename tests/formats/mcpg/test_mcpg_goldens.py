@@ -9,8 +9,8 @@ The goldens (``golden/``) were recorded from the real mcpg binary built from sou
 
 Here the same config is served by mcpipe (in process, over real HTTP, the same raw JSON-RPC client), the
 services started as recorded, and every response and every request the services received compared.
-Cases mcpipe cannot serve yet are marked xfail (not strict) with the reason, until the mcpg front-end
-(``mcpipe.formats.mcpg``) and its plugins are merged; ``READY`` lists those expected to pass.
+Cases where mcpipe does not yet answer as mcpg did are marked xfail (not strict) with the first
+difference (``SERVED_NOT_YET``, ``CHECK_NOT_YET``); every other case is expected to agree.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import trio
 
-from kit.mcpg_oracle import compare, render, run_calls, services
+from kit.mcpg_oracle import compare, render, render_env, run_calls, services
 from kit.servers import http_server
 from mcpipe.config import parse_config
 from mcpipe.errors import ConfigError
@@ -35,33 +35,36 @@ CHECKS: dict[str, Any] = (
     json.loads((GOLDEN / "config-check.json").read_text()) if (GOLDEN / "config-check.json").exists() else {}
 )
 UPSTREAM = HERE / "upstream"
-# Cases mcpipe serves as mcpg did today (the rest are xfail until the mcpg front-end lands).
-READY: frozenset[str] = frozenset()
-NOT_YET = "mcpipe does not serve mcpg's layout yet (mcpipe.formats.mcpg, issue 21)"
+# Where mcpipe does not yet answer as mcpg did, per served case and per config, with the first difference
+# (``make mcpg-diff`` rewrites it: ``scripts/mcpg_oracle/diff.py --write-not-yet``): xfail, not strict.
+NOT_YET: dict[str, dict[str, str]] = json.loads((HERE / "not_yet.json").read_text())
+SERVED_NOT_YET = NOT_YET["served"]
+CHECK_NOT_YET = NOT_YET["config-check"]
 # Where mcpg's backend plugins were (the configs name them in plugins[].source.path); mcpipe does not
 # load mcpg's cdylibs, it maps the plugin ids onto its own backends.
 PLUGINS = "/opt/mcpg/plugins"
 
 
-def _mark(request: pytest.FixtureRequest, name: str) -> None:
-    if name not in READY:
-        request.node.add_marker(pytest.mark.xfail(reason=NOT_YET, strict=False))
+def _mark(request: pytest.FixtureRequest, reason: str | None) -> None:
+    if reason:
+        request.node.add_marker(pytest.mark.xfail(reason=reason, strict=False))
 
 
 @pytest.mark.parametrize("path", SERVED, ids=lambda p: p.stem)
 async def test_mcpipe_serves_the_recorded_case_as_mcpg_did(
     path: Path, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    golden = json.loads(path.read_text())
-    _mark(request, golden["case"])
+    golden = json.loads(await trio.Path(path).read_text())
+    _mark(request, SERVED_NOT_YET.get(golden["case"]))
     with services(golden["services"], tmp_path) as run:
         text = render(golden["config"], run.ports, str(tmp_path), PLUGINS)
+        env = render_env(golden["env"], run.ports, str(tmp_path))
         if not golden["boot"]["ok"]:
             # mcpg refused to serve this config: mcpipe refuses it too.
             with pytest.raises(ConfigError):
-                parse_config(text, "yaml", base_dir=str(tmp_path), environ=golden["env"])
+                parse_config(text, "yaml", base_dir=str(tmp_path), environ=env)
             return
-        config = parse_config(text, "yaml", base_dir=str(tmp_path), environ=golden["env"])
+        config = parse_config(text, "yaml", base_dir=str(tmp_path), environ=env)
         async with open_app(config) as app, http_server(app) as url:
             calls = await trio.to_thread.run_sync(run_calls, url, golden["calls"], run, golden["answers"])
     diffs = compare(golden["calls"], calls)
@@ -80,7 +83,7 @@ def test_mcpipe_accepts_the_configs_mcpg_accepts_and_refuses_the_others(
     index = _index()
     if key not in index:
         pytest.skip("the vendored configs (tests/formats/mcpg/upstream, INDEX.json) are not here")
-    _mark(request, "config-check")
+    _mark(request, CHECK_NOT_YET.get(key))
     path = UPSTREAM / index[key]
     verdict = CHECKS[key]
     try:

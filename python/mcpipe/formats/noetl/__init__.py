@@ -1,8 +1,17 @@
-"""NoETL playbooks with ``mcp:`` turns (seed 004), compiled into mcpipe pipelines and served as tools.
+"""NoETL's playbooks, read as they are (both layouts), and seed 004's ``mcp:`` turns on top: compiled into
+mcpipe's one plan, run by the scheduler, served as tools.
 
-See ``docs/playbooks.md``. :func:`load_playbook` reads and checks a file; :class:`PlaybookTool` runs one
-(and serves it as a tool); :func:`model_problems` / :func:`model_sources` are the server's side of the
-config's ``models``, ``workflow`` and ``playbooks``.
+See ``docs/playbooks.md`` and ``docs/formats/noetl.md``. :func:`load_playbook` reads and checks a file (a
+NoETL playbook, or a playbook made of seed 004 turns); :class:`PlaybookTool` runs one (and serves it as a
+tool); :func:`model_problems` / :func:`model_sources` are the server's side of the config's ``models``,
+``workflow`` and ``playbooks``.
+
+- :mod:`._layout`: NoETL's two layouts read into one model; :mod:`._workflow`: that model compiled into a
+  plan (a :class:`~mcpipe.plan.Graph`), each tool kind onto what runs it (:mod:`.toolkinds` for
+  ``python``, ``postgres``, ``duckdb`` and ``shell``); :mod:`._steps`: how a step runs (its template scope,
+  tasks, policy rules, ``set``, arcs); :mod:`._serve`: a run and its answer in NoETL's shape;
+  :mod:`._catalog`: where ``playbook`` tasks find playbooks; :mod:`._tmpl`: NoETL's template rules.
+- :mod:`._compile` and :mod:`._run`: seed 004's ``mcp:`` section (models, tools, resources, prompts, turns).
 """
 
 from __future__ import annotations
@@ -23,18 +32,25 @@ import yaml
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._yaml import compose_yaml, load_yaml
 from mcpipe.errors import ConfigError, Problem
+from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
+from mcpipe.formats.noetl._layout import read_doc
 from mcpipe.formats.noetl._run import EVENTS
+from mcpipe.formats.noetl._serve import run_noetl
+from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Models, load_models
 from mcpipe.plan import Limits
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = [
+    "Catalog",
+    "NoetlPlaybook",
     "Playbook",
     "PlaybookTool",
     "PlaybookTools",
     "action_types",
+    "compile_noetl",
     "compile_playbook",
     "load_playbook",
     "model_problems",
@@ -51,12 +67,34 @@ def load_playbook(
     policy: StepPolicy | None = None,
     tools: Any = None,
     base_dir: str = ".",
-) -> tuple[Playbook | None, list[Problem]]:
+    catalog: Catalog | None = None,
+    scan: list[str] | None = None,
+    known: dict[str, str] | None = None,
+) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
-    by line and path (``pb.yaml:14: mcp.turns[2].model``)."""
-    name = str(path)
+    by line and path (``pb.yaml:14: workflow[2].tool.kind``).
+
+    A file whose steps are seed 004's (``mcp:`` turns, ``workbook`` actions on mcpipe's kinds) compiles as
+    today (:class:`Playbook`); any other NoETL playbook compiles into a :class:`NoetlPlaybook`. ``catalog``
+    is where its ``playbook`` tasks look (default: ``known`` catalog paths, the files around it, and the
+    ``metadata.path`` of the playbooks under ``scan``'s directories)."""
+    return _load(str(path), base_dir, models, policy, tools, catalog, scan, (), known)
+
+
+def _load(
+    name: str,
+    base_dir: str,
+    models: Models | None,
+    policy: StepPolicy | None,
+    tools: Any,
+    catalog: Catalog | None,
+    scan: list[str] | None,
+    stack: tuple[str, ...],
+    known: dict[str, str] | None = None,
+) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
+    full = os.path.join(base_dir, name)
     try:
-        text = Path(base_dir, path).read_text(encoding="utf-8")
+        text = Path(full).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         return None, [Problem(name, CODE, f"cannot read: {getattr(e, 'strerror', None) or e}")]
     try:
@@ -65,11 +103,106 @@ def load_playbook(
         mark = getattr(e, "problem_mark", None)
         where = f"{name}:{mark.line + 1}" if mark is not None else name
         return None, [Problem(where, CODE, f"not valid YAML: {getattr(e, 'problem', None) or e}")]
-    pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
+    pb: Playbook | NoetlPlaybook | None
+    if is_seed(raw):
+        pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
+    else:
+        if catalog is None:
+
+            def compile_child(file: str, chain: tuple[str, ...]) -> tuple[Any, list[Problem]]:
+                return _load(os.path.relpath(file, base_dir), base_dir, models, policy, tools, cat, scan, chain)
+
+            cat = Catalog.around(compile_child, full, scan, known)
+            catalog = cat
+        pb, problems = compile_noetl(
+            raw, models=models, policy=policy, tools=tools, catalog=catalog, file=full, stack=stack
+        )
     if not problems:
         return pb, []
     lines = _line_finder(text)
     return pb, [Problem(_where(name, lines(p.location), p.location), p.code, p.message) for p in problems]
+
+
+_SEED_STEP = frozenset({"step", "desc", "description", "next", "type", "task", "turn"})
+
+
+def is_seed(raw: Any) -> bool:
+    """Whether a decoded playbook is one of seed 004's own: an ``mcp:`` section (or no NoETL
+    ``apiVersion``/``kind``) and, if any, a workflow of ``workbook``/``mcp`` steps naming its actions and
+    turns. Those compile as they always have; every other playbook is NoETL's."""
+    if not isinstance(raw, Mapping) or "metadata" not in raw:
+        return False
+    if "mcp" not in raw and ("apiVersion" in raw or "kind" in raw):
+        return False
+    workflow = raw.get("workflow")
+    if isinstance(workflow, list):
+        for s in workflow:
+            if not isinstance(s, Mapping) or not set(s) <= _SEED_STEP:
+                return False
+            if s.get("type") not in (None, "workbook", "mcp", "start", "end") or isinstance(s.get("task"), Mapping):
+                return False
+            if isinstance(s.get("next"), Mapping) and "arcs" in s["next"]:
+                return False
+    book = raw.get("workbook")
+    if isinstance(book, list):
+        kinds = action_types()
+        for a in book:
+            if isinstance(a, Mapping) and a.get("type") not in kinds:
+                return False
+    return True
+
+
+def compile_noetl(
+    raw: Any,
+    *,
+    models: Models | None = None,
+    policy: StepPolicy | None = None,
+    tools: Any = None,
+    catalog: Catalog | None = None,
+    file: str = "",
+    stack: tuple[str, ...] = (),
+) -> tuple[NoetlPlaybook | None, list[Problem]]:
+    """Check and compile a NoETL playbook (already decoded from YAML), in either layout; an ``mcp:``
+    section's turns become steps it can run (``type: mcp`` + ``turn``, or ``tool: {kind: mcp, turn}``).
+
+    Returns:
+        The playbook (None when there are problems) and every problem, located.
+    """
+    if not isinstance(raw, Mapping):
+        return None, [Problem("", CODE, f"must be an object, got {json_type(raw)}")]
+    if not isinstance(raw.get("workflow"), list):
+        why = "not a NoETL playbook: it has no `workflow` (a list of steps)"
+        if "mcp" in raw:
+            why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
+        return None, [Problem("workflow", CODE, why)]
+    doc = read_doc(raw)
+    problems = list(doc.problems)
+    mcp = None
+    if "mcp" in raw:
+        seed = {
+            "metadata": {"name": _served(doc.name) or "playbook", "path": doc.path or "playbook"},
+            "workload": doc.workload,
+            "mcp": raw["mcp"],
+        }
+        mcp, found = compile_playbook(seed, models=models, policy=policy, tools=tools)
+        problems += found
+    pb, found = compile_workflow(
+        doc, policy=policy or StepPolicy(), tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack
+    )
+    problems += found
+    if problems:
+        return None, sorted(problems, key=_problem_key)
+    pb.name = _served(pb.name) or "playbook"
+    return pb, []
+
+
+def _served(name: str) -> str:
+    """A NoETL playbook's name as a tool name (letters, digits, ``_``, ``-``, ``.``; at most 64)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
+
+
+def _problem_key(p: Problem) -> list[tuple[int, Any]]:
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"[\[\].]+", p.location) if x]
 
 
 def _where(name: str, line: int | None, location: str) -> str:
@@ -123,20 +256,23 @@ class _NoTools:
 
 
 class PlaybookTool:
-    """One playbook, runnable and served as a tool named by ``metadata.name``.
+    """One playbook, runnable and served as a tool named by its name (``metadata.name``).
 
-    The call's arguments are the playbook's ``input``; the answer is the last step's result (the final
-    turn's ``data`` when it has an ``output_schema``, else its text).
+    The call's arguments are the playbook's ``input`` (seed 004) and NoETL's execution payload, laid over
+    the ``workload``. The answer of a playbook with turns is its last step's result (the final turn's
+    ``data`` when it has an ``output_schema``, else its text); a NoETL playbook's is the run in NoETL's
+    shape (``playbook``, ``status``, ``steps``, ``failed_steps``, ``final``).
 
     Attributes:
         background: a direct call is queued on the run queue and answered with its run id; the run's events
-            (``pipe_events``) carry the playbook's own (tool calls of turns, saved turns) between its steps'.
+            (``pipe_events``) carry the playbook's own (tool calls of turns, saved turns, step results)
+            between its steps'.
         task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
     """
 
     def __init__(
         self,
-        playbook: Playbook,
+        playbook: Playbook | NoetlPlaybook,
         *,
         limits: Limits | None = None,
         registry: Any = None,
@@ -149,13 +285,18 @@ class PlaybookTool:
         self.name = playbook.name
         self.title = playbook.name
         self.description = playbook.description or f"Playbook {playbook.path}"
+        properties: dict[str, Any] = {n: {} for n in playbook.inputs}
+        if isinstance(playbook, NoetlPlaybook):
+            properties = {n: _schema_of(v) for n, v in playbook.workload.items()}
         self.input_schema: dict[str, Any] = {
             "type": "object",
-            "properties": {n: {} for n in playbook.inputs},
+            "properties": properties,
             "additionalProperties": True,
         }
         self.output_schema: dict[str, Any] | None = None
         self.limits = limits or Limits()
+        if isinstance(playbook, NoetlPlaybook):
+            playbook.limits = self.limits
         if registry is not None:
             playbook.registry = registry
 
@@ -173,32 +314,38 @@ class PlaybookTool:
         self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
     ) -> dict[str, Any]:
         """Run the playbook; answers the pipeline answer (``ok``, ``result``, ``steps``, ``summary``...) with
-        ``answer``, the playbook's result. Events go to ``on_event``: ``started``, then ``step_started`` /
-        ``step_finished`` per step (``resource``, ``model_turn``, ``action``), ``tool_call_started`` /
-        ``tool_call_finished`` inside turns, ``turn_saved``, and ``completed`` or ``failed``."""
+        ``answer``, the playbook's result (a NoETL playbook's: also ``noetl``, the run in NoETL's shape).
+        Events go to ``on_event``: ``started``, then ``step_started`` / ``step_finished`` per step (a NoETL
+        step's ``step_exit`` with its result between them; a turn's ``tool_call_started`` /
+        ``tool_call_finished`` and ``turn_saved``), and ``completed`` or ``failed``."""
         from mcpipe.runtime import run_compiled
 
         base = ctx if ctx is not None else ToolContext()
-        run_ctx = base.for_step(None, base.step)
         if on_event is not None:
             on_event({"type": "started", "playbook": self.name, "path": self.playbook.path})
-        plan = self.playbook.plan
-        assert plan is not None
-        registry = self.playbook.registry if self.playbook.registry is not None else base.tools
-        if registry is None:
-            registry = _NoTools()
-        run_ctx = replace(run_ctx, tools=registry)
-        token = EVENTS.set(_with_run_log(on_event, base))
-        try:
-            answer = await run_compiled(
-                plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
-            )
-        finally:
-            EVENTS.reset(token)
-        result = answer["result"]
-        if isinstance(result, dict) and "text" in result and "data" in result:
-            result = result["data"] if result["data"] is not None else result["text"]
-        answer["answer"] = result if answer["ok"] else None
+        pb = self.playbook
+        if isinstance(pb, NoetlPlaybook):
+            answer = await run_noetl(pb, args, base, limits=self.limits, on_event=_with_run_log(on_event, base))
+            answer["answer"] = answer["noetl"]
+        else:
+            run_ctx = base.for_step(None, base.step)
+            plan = pb.plan
+            assert plan is not None
+            registry = pb.registry if pb.registry is not None else base.tools
+            if registry is None:
+                registry = _NoTools()
+            run_ctx = replace(run_ctx, tools=registry)
+            token = EVENTS.set(_with_run_log(on_event, base))
+            try:
+                answer = await run_compiled(
+                    plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
+                )
+            finally:
+                EVENTS.reset(token)
+            result = answer["result"]
+            if isinstance(result, dict) and "text" in result and "data" in result:
+                result = result["data"] if result["data"] is not None else result["text"]
+            answer["answer"] = result if answer["ok"] else None
         if on_event is not None:
             if answer["ok"]:
                 on_event({"type": "completed", "playbook": self.name, "duration_ms": answer["duration_ms"]})
@@ -220,6 +367,14 @@ class PlaybookTool:
             answer = await self._run_with_progress(args, ctx)
         else:
             answer = await self.run(args, ctx)
+        if isinstance(self.playbook, NoetlPlaybook):
+            shaped = answer["noetl"]
+            text = orjson.dumps(shaped, default=str).decode()
+            if not answer["ok"]:
+                return ToolResult(
+                    [{"type": "text", "text": f"{answer['error_code']}: {answer['error']}"}], shaped, True
+                )
+            return ToolResult([{"type": "text", "text": text}], shaped)
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         result = answer["answer"]
@@ -260,7 +415,13 @@ class PlaybookTool:
                 send.close()
 
 
-_OWN_EVENTS = frozenset({"tool_call_started", "tool_call_finished", "turn_saved"})
+def _schema_of(value: Any) -> dict[str, Any]:
+    """A workload value's JSON type, as the schema of the argument that overrides it."""
+    kind = json_type(value)
+    return {"type": kind} if kind in ("string", "boolean", "object", "array") else {}
+
+
+_OWN_EVENTS = frozenset({"tool_call_started", "tool_call_finished", "turn_saved", "step_exit"})
 """The playbook's events beside the scheduler's step events: a queued run writes them to its event log."""
 
 
@@ -367,25 +528,40 @@ def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Proble
     return files, problems
 
 
-def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool], list[Problem]]:
-    from mcpipe.declared import load_outbound
+def _load_all(
+    config: Any, tools: Any, policy: StepPolicy | None = None
+) -> tuple[Models, Any, list[PlaybookTool], list[Problem], Any]:
+    from mcpipe.declared import load_outbound, load_sql
+    from mcpipe.formats.noetl._catalog import metadata_path
     from mcpipe.workflow import load_workflow
 
     presets, problems = load_models(getattr(config, "models", None) or {})
     models = Models(presets)
     workflow, wp = load_workflow(getattr(config, "workflow", None), models)
     problems += wp
-    policy, _ = load_outbound(getattr(config, "outbound", None))
+    piraeus = None
+    if getattr(config, "piraeus", None) is not None:
+        # piraeus's exported tools, prompts and flows; its tools join the workflow (docs/formats/piraeus.md).
+        from mcpipe.formats.piraeus import load_piraeus
+
+        piraeus, pp = load_piraeus(config, models, workflow if not wp else None)
+        problems += pp
+    base = getattr(config, "base_dir", ".")
+    if policy is None:  # checked alone: the outbound policy and the SQL backends (nothing connects here)
+        policy, _ = load_outbound(getattr(config, "outbound", None))
+        backends, _ = load_sql(getattr(config, "sql", None), base_dir=base)
+        policy = replace(policy, sql=backends, base_dir=base)
     files, fp = _playbook_files(config)
     problems += fp
+    known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
     loaded: list[PlaybookTool] = []
     names: dict[str, str] = {}
     # The server's pipeline limits (deadline, output and answer sizes); the step count is the playbook's own.
     p = getattr(config, "pipe", None)
     limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
-    base = getattr(config, "base_dir", ".")
     for f, serving in files:
-        pb, pp = load_playbook(os.path.relpath(f, base), models=models, policy=policy, tools=tools, base_dir=base)
+        rel = os.path.relpath(f, base)
+        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known)
         problems += pp
         if pb is None:
             continue
@@ -396,26 +572,35 @@ def _load_all(config: Any, tools: Any) -> tuple[Models, Any, list[PlaybookTool],
             continue
         names[pb.name] = f
         loaded.append(PlaybookTool(pb, limits=limits, background=serving.background, task_support=serving.task_support))
-    return models, workflow, loaded, problems
+    return models, workflow, loaded, problems, piraeus
 
 
 def model_problems(config: Any) -> list[Problem]:
-    """Every problem of the config's ``models``, ``workflow`` and ``playbooks`` (the files read and checked)."""
+    """Every problem of the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` (the files read
+    and checked)."""
     return _load_all(config, None)[3]
 
 
-def model_sources(config: Any) -> list[Any]:
-    """The tool sources of the config's ``workflow`` and ``playbooks`` (a playbook's ``tool`` actions call
-    through the gateway the call comes in by, ``ctx.tools``).
+def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:
+    """The tool sources of the config's ``workflow``, ``playbooks`` and ``piraeus`` (a playbook's ``tool``
+    actions and a piraeus flow's ``tool`` steps call through the gateway the call comes in by, ``ctx.tools``).
+    ``policy`` is the declared pipelines' (the outbound policy and the SQL backends the server owns), shared
+    so the playbooks' steps use the same connections; without it the config's sections are read again.
 
     Raises:
         mcpipe.errors.ConfigError: listing every problem.
     """
-    models, workflow, playbooks, problems = _load_all(config, None)
+    models, workflow, playbooks, problems, piraeus = _load_all(config, None, policy)
     if problems:
         raise ConfigError(problems)
     out: list[Any] = []
-    if workflow is not None and workflow.enabled:
+    if piraeus is not None:
+        from mcpipe.workflow import WorkflowTool
+
+        if piraeus.workflow is not None:
+            out.append(WorkflowTool(piraeus.workflow))  # the workflow over its tools and the configured ones
+        out.append(piraeus.source())
+    elif workflow is not None and workflow.enabled:
         from mcpipe.workflow import Workflow, WorkflowTool
 
         out.append(WorkflowTool(Workflow(workflow, models)))

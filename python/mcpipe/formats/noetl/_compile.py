@@ -21,10 +21,10 @@ import orjson
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
+from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline
-from mcpipe.playbooks._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
@@ -35,8 +35,9 @@ _ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endp
 
 def action_types() -> tuple[str, ...]:
     """The types an action may have: every leaf step kind of declared pipelines (``http``, ``tool``,
-    ``graphql``, ``command``, ``value``, ``transform``...). NoETL's ``python``, ``postgres`` and ``duckdb``
-    have no mcpipe kind yet: a ``tool`` can wrap one."""
+    ``graphql``, ``command``, ``value``, ``transform``...); NoETL's tool kinds (``python``, ``postgres``,
+    ``duckdb``, ``shell``) take NoETL's fields, mapped by :mod:`.toolkinds` (seed 004: "map to existing plugin
+    types")."""
     from mcpipe.declared import KINDS
 
     return tuple(k for k in KINDS if k not in _UNWIRED)
@@ -462,8 +463,8 @@ def _unsupported(atype: Any) -> str:
             f"`{atype}` actions are not wired to the server's connections in playbooks yet: "
             "call a declared pipeline that uses it as a `tool`"
         )
-    if atype in ("python", "postgres", "duckdb", "snowflake", "secrets", "playbook", "iterator"):
-        return f"NoETL's `{atype}` type has no mcpipe step kind yet: wrap the work in a `tool`"
+    if atype in ("snowflake", "secrets", "playbook", "iterator"):
+        return f"NoETL's `{atype}` type has no mcpipe step kind here: wrap the work in a `tool`"
     hint = did_you_mean(atype, action_types()) if isinstance(atype, str) else ""
     return f"unknown type `{atype}`{hint} (the types are the declared step kinds, see docs/playbooks.md)"
 
@@ -483,7 +484,17 @@ def _action(
     template fields (``url``, ``args``, ``body``...) are Jinja templates here, rendered at run time and handed
     to the kind's executor as its inputs; the other fields are taken as written."""
     from mcpipe.declared import KINDS, StepScope, compile_step
+    from mcpipe.formats.noetl import toolkinds
 
+    if kind in toolkinds.KINDS:  # NoETL's own tool fields (seed 004: "mapped to existing plugin types")
+        found: list[Problem] = []
+        mapped = toolkinds.map_tool(kind, spec, spec_at, found)
+        for p in found:
+            c.add(p.location, p.message)
+        if mapped is None:
+            return None
+        kind = str(mapped.get("kind", kind))
+        spec = {k: v for k, v in mapped.items() if k not in ("kind", "id")}
     aliases = _ALIASES.get(kind, {})
     fields = {aliases.get(str(k), str(k)): v for k, v in spec.items()}
     template_names = KINDS[kind].templates

@@ -22,10 +22,10 @@ import orjson
 import trio
 
 from mcpipe.errors import ExpressionError
+from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
-from mcpipe.playbooks._jinja import PromptSource, RenderError, render_async
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 

@@ -162,8 +162,8 @@ def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> 
 
 def _libs(libs: Any, loc: str, problems: list[Problem]) -> list[str] | None:
     """NoETL's ``libs``: alias -> module (``import m as a``) or alias -> {from, import}."""
-    if libs in (None, {}):
-        return []
+    if libs in (None, {}) or isinstance(libs, list):
+        return []  # NoETL ignores a list (pip names, not imports) with a warning
     if not isinstance(libs, Mapping):
         _problem(problems, loc, f"python tool: `libs` must map aliases to modules, got {type(libs).__name__}")
         return None

@@ -1,0 +1,87 @@
+"""python steps' overhead: a declared pipeline of 10 python steps (each its own worker process) against the
+same 10 functions called in process (issue 22).
+
+Each step runs ``def main(x): return {"x": x + 1, ...}`` on the previous step's output; in process, the same
+code (compiled once) is called 10 times in a row. The difference, over 10, is what a python step costs beyond
+its code: a fresh process (forked by the fork server),
+the request and the reply as JSON over pipes, the limits, the process group killed and reaped, and the
+step's own scheduling. ``fork_server=False`` shows the same with a new interpreter per step (Python's
+start-up on every step).
+
+    pytest benches/test_python_steps.py --benchmark-enable --benchmark-only
+
+Under the default ``--benchmark-disable`` each runs once, as a smoke test.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import trio
+
+from mcpipe.declared import load_pipelines
+from mcpipe.kinds import PythonPolicy, StepPolicy
+from mcpipe.tools import ToolContext, ToolRegistry
+
+STEPS = 10
+REPEAT = 3
+CODE = """\
+def main(x, label):
+    return {"x": x + 1, "label": label, "squares": [i * i for i in range(x, x + 5)]}
+"""
+
+
+def pipeline(fork_server: bool) -> Any:
+    steps = [{"kind": "python", "id": "s0", "code": CODE, "input": {"x": "${args.x}", "label": "${args.label}"}}]
+    for i in range(1, STEPS):
+        inputs = {"x": f"${{steps.s{i - 1}.output.x}}", "label": f"${{steps.s{i - 1}.output.label}}"}
+        steps.append({"kind": "python", "id": f"s{i}", "code": CODE, "input": inputs})
+    entry = {
+        "name": "ten_python_steps",
+        "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}, "label": {"type": "string"}}},
+        "steps": steps,
+    }
+    tools, problems = load_pipelines([entry], policy=StepPolicy(python=PythonPolicy(fork_server=fork_server)))
+    assert problems == [], problems
+    return tools[0]
+
+
+def run_pipeline(tool: Any, repeat: int = REPEAT) -> None:
+    async def main() -> None:
+        ctx = ToolContext(tools=ToolRegistry())
+        for _ in range(repeat):
+            result = await tool.call({"x": 1, "label": "bench"}, ctx)
+            assert not result.is_error, result.content
+            assert result.structured["x"] == 1 + STEPS
+
+    trio.run(main)
+
+
+def run_in_process() -> None:
+    namespace: dict[str, Any] = {}
+    exec(compile(CODE, "<python step>", "exec"), namespace)
+    main = namespace["main"]
+    for _ in range(REPEAT):
+        out = {"x": 1, "label": "bench"}
+        for _ in range(STEPS):
+            out = main(out["x"], out["label"])
+        assert out["x"] == 1 + STEPS
+
+
+@pytest.mark.benchmark(group="python-steps")
+def test_ten_python_steps_in_worker_processes(benchmark):
+    tool = pipeline(fork_server=True)
+    run_pipeline(tool, 1)  # the fork server starts
+    benchmark.pedantic(run_pipeline, args=(tool,), rounds=5, iterations=1)
+
+
+@pytest.mark.benchmark(group="python-steps")
+def test_ten_python_steps_each_in_a_new_interpreter(benchmark):
+    tool = pipeline(fork_server=False)
+    benchmark.pedantic(run_pipeline, args=(tool,), rounds=3, iterations=1)
+
+
+@pytest.mark.benchmark(group="python-steps")
+def test_the_same_ten_functions_called_in_process(benchmark):
+    benchmark(run_in_process)

@@ -1,0 +1,69 @@
+"""discord-mcp's ``mcp_pipeline`` (seed 001; jhm1909/discord-mcp, cappyeo/discord-mcp), run by mcpipe.
+
+A call is checked as discord's input schema checks it, translated into mcpipe's one plan (one tool leaf per
+step: :mod:`mcpipe.formats.discord._steps`), run by the one scheduler through the gateway, and answered in
+discord's shape (:mod:`mcpipe.formats.discord._answer`). :class:`PipelineTool` serves it; the server adds
+one when the config asks (``[pipe] mcp_pipeline = true``: over every tool; ``mcp_pipeline = true`` on a
+downstream server in ``mcpServers``: over that discord-mcp server's tools, in place of its own).
+``docs/formats/discord.md`` says what is discord's, what seed 001 adds, and what differs, with reasons.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from mcpipe.formats.discord._answer import discord_answer, rejected_answer, summary_text, validation_answer
+from mcpipe.formats.discord._steps import (
+    MAX_STEPS,
+    PIPELINE_TOOL,
+    DiscordStep,
+    Issue,
+    Rejection,
+    Translation,
+    js_truthy,
+    parse_steps,
+    translate,
+)
+from mcpipe.formats.discord._tool import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, DiscordPipelines, PipelineTool
+from mcpipe.plan import Limits
+
+__all__ = [
+    "DESCRIPTION",
+    "INPUT_SCHEMA",
+    "MAX_STEPS",
+    "OUTPUT_SCHEMA",
+    "PIPELINE_TOOL",
+    "DiscordPipelines",
+    "DiscordStep",
+    "Issue",
+    "PipelineTool",
+    "Rejection",
+    "Translation",
+    "discord_answer",
+    "discord_source",
+    "js_truthy",
+    "parse_steps",
+    "rejected_answer",
+    "summary_text",
+    "translate",
+    "validation_answer",
+]
+
+
+def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> DiscordPipelines | None:
+    """The ``mcp_pipeline`` tools a config asks for, as a tool source (None: none).
+
+    Args:
+        everywhere: serve ``mcp_pipeline`` over every tool (``[pipe] mcp_pipeline``).
+        fronted: the prefixes of the downstream servers marked ``mcp_pipeline = true``: each gets
+            ``<prefix>.mcp_pipeline`` (``mcp_pipeline`` for an empty prefix) over its own tools.
+        limits: the server's limits.
+    """
+    tools: list[Any] = []
+    if everywhere:
+        tools.append(PipelineTool(PIPELINE_TOOL, limits=limits))
+    for prefix in fronted:
+        name = f"{prefix}.{PIPELINE_TOOL}" if prefix else PIPELINE_TOOL
+        tools.append(PipelineTool(name, prefix=prefix, limits=limits))
+    return DiscordPipelines(tools) if tools else None

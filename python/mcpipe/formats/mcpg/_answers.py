@@ -1,0 +1,280 @@
+"""mcpg's answers: how a binding's run becomes its ``tools/call``, ``resources/read`` or ``prompts/get``.
+
+Registered as answer shapes (:mod:`mcpipe.declared._answers`) that the translated pipelines name:
+
+- ``mcpg.binding``: the backend's own result (an ``mcpg.*`` kind's output) is the answer, as it is;
+- ``mcpg.payload``: a plugin backend mcpipe runs as its own kind (``twilio``): the step's output is the
+  plugin's reply, projected as mcpg projects a backend plugin's payload (its JSON as text and structured
+  content); a failed call is ``<kind> request failed: <error>``;
+- ``mcpg.pipeline``: a pipeline binding without suspending steps (``execute_pipeline_binding``): the last
+  step's output as text, and ``{pipeline, result, completed_steps, total_steps, duration_ms}``; a failed step
+  is ``pipeline '<name>' failed at step '<id>': <error>``, a gate's refusal its message;
+- ``mcpg.pipeline_suspending``: one with elicitation, sampling, roots or gather steps
+  (``execute_pipeline_steps``): the last output pretty-printed and as the structured content; a failure is
+  its message alone.
+
+A prompt or a resource is the tool's answer decoded by mcpg's strict codecs (``runtime/invocation.rs``): the
+first text block must be JSON holding ``messages`` or ``contents``; anything else is a JSON-RPC error -32603.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from mcpipe.declared._answers import SurfaceError, register_answer
+from mcpipe.errors import ErrorCode
+from mcpipe.tools._base import ToolResult
+
+__all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
+
+INTERNAL_ERROR = -32603
+
+
+def _primary_text(result: ToolResult) -> str | None:
+    return next((b.get("text") for b in result.content if b.get("type") == "text"), None)
+
+
+class _Decode(Exception):
+    pass
+
+
+def _backend_error(result: ToolResult) -> str:
+    return _primary_text(result) or "tool returned isError without a text body"
+
+
+def decode_resource(result: ToolResult, uri: str) -> dict[str, Any]:
+    """``decode_resource_result``."""
+    try:
+        if result.is_error:
+            raise _Decode(f"backend returned an error response: {_backend_error(result)}")
+        body = _primary_text(result)
+        if body is None:
+            raise _Decode("backend response was empty")
+        try:
+            parsed = json.loads(body)
+        except ValueError as e:
+            raise _Decode(_malformed(f"resource body for {uri} is not JSON: {e}")) from None
+        contents = parsed.get("contents") if isinstance(parsed, Mapping) else None
+        if contents is None:
+            raise _Decode(_malformed(f"resource body for {uri} is missing `contents`"))
+        if not isinstance(contents, list):
+            raise _Decode(_malformed("`contents` must be an array"))
+        if not contents:
+            raise _Decode(_malformed(f"`contents` for {uri} must contain at least one entry"))
+        out = []
+        for i, entry in enumerate(contents):
+            c: Mapping[str, Any] = entry if isinstance(entry, Mapping) else {}
+            if not isinstance(c.get("uri"), str):
+                raise _Decode(_malformed(f"contents[{i}].uri must be a string"))
+            item: dict[str, Any] = {"uri": c["uri"]}
+            if isinstance(c.get("mimeType"), str):
+                item["mimeType"] = c["mimeType"]
+            if "text" in c and "blob" in c:
+                raise _Decode(_malformed(f"contents[{i}] cannot carry both `text` and `blob`"))
+            if "blob" in c:
+                if not isinstance(c["blob"], str):
+                    raise _Decode(_malformed(f"contents[{i}].blob must be a string"))
+                item["blob"] = c["blob"]
+            else:
+                if not isinstance(c.get("text"), str):
+                    raise _Decode(_malformed(f"contents[{i}] must carry either `text` or `blob`"))
+                item["text"] = c["text"]
+            if "_meta" in c:
+                item["_meta"] = c["_meta"]
+            out.append(item)
+    except _Decode as d:
+        raise SurfaceError(INTERNAL_ERROR, f"resource backend produced a non-conforming response: {d}") from None
+    return {"contents": out}
+
+
+def decode_prompt(result: ToolResult) -> dict[str, Any]:
+    """``decode_prompt_result``."""
+    try:
+        if result.is_error:
+            raise _Decode(f"backend returned an error response: {_backend_error(result)}")
+        body = _primary_text(result)
+        if body is None:
+            raise _Decode("backend response was empty")
+        try:
+            parsed = json.loads(body)
+        except ValueError as e:
+            raise _Decode(_malformed(f"prompt body is not JSON: {e}")) from None
+        if not isinstance(parsed, Mapping) or "messages" not in parsed:
+            raise _Decode(_malformed("prompt body is missing `messages`"))
+        messages = parsed["messages"]
+        if not isinstance(messages, list) or not all(_is_message(m) for m in messages):
+            raise _Decode(_malformed("prompt `messages` does not match the spec content-block shape"))
+        if not messages:
+            raise _Decode(_malformed("`messages` must contain at least one entry"))
+    except _Decode as d:
+        raise SurfaceError(INTERNAL_ERROR, f"prompt backend produced a non-conforming response: {d}") from None
+    return {"messages": messages}
+
+
+_CONTENT_TYPES = {"text", "image", "audio", "resource_link", "resource"}
+
+
+def _is_message(m: Any) -> bool:
+    return (
+        isinstance(m, Mapping)
+        and isinstance(m.get("role"), str)
+        and isinstance(m.get("content"), Mapping)
+        and m["content"].get("type") in _CONTENT_TYPES
+    )
+
+
+def _malformed(reason: str) -> str:
+    return f"backend response is not a valid surface envelope: {reason}"
+
+
+class _Surfaces:
+    def invalid(self, tool: Any, errors: list[str]) -> ToolResult:
+        """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``)."""
+        why = "; ".join(_pointer(e) for e in errors)
+        return ToolResult.error(
+            f"Input validation failed for tool '{tool.name}': arguments validation failed: {why}."
+            " Inspect the tool's inputSchema via tools/list and retry."
+        )
+
+    def resource(self, tool: Any, result: ToolResult, uri: str) -> dict[str, Any]:
+        return decode_resource(result, uri)
+
+    def prompt(self, tool: Any, result: ToolResult) -> dict[str, Any]:
+        return decode_prompt(result)
+
+
+def _failure(answer: Mapping[str, Any]) -> ToolResult:
+    """A run mcpg would not have had (the deadline, a limit): its error as one text block."""
+    return ToolResult.error(str(answer.get("error") or ErrorCode.TOOL_FAILED))
+
+
+class BindingShape(_Surfaces):
+    """``mcpg.binding``: the backend's result as it is."""
+
+    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+        if not answer["ok"]:
+            return _failure(answer)
+        r = _output(answer)
+        if not isinstance(r, Mapping):
+            return ToolResult.error("the binding gave no result")
+        meta = r.get("_meta") if isinstance(r.get("_meta"), dict) else None
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")), meta, terse=True
+        )
+
+
+class PayloadShape(_Surfaces):
+    """``mcpg.payload``: a plugin's reply (the step's output) as ``execute_binding_plugin`` projects it."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+        if not answer["ok"]:
+            _, failed = _failed_step(answer)
+            if failed is None:
+                return _failure(answer)
+            return ToolResult.error(f"{self.kind} request failed: {_step_error(failed)}")
+        from mcpipe.formats.mcpg._kinds import envelope_result
+
+        r = envelope_result(_compact(_output(answer)).encode())
+        is_error = bool(r.get("isError"))
+        audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
+        return ToolResult(
+            list(r.get("content") or []), r.get("structuredContent"), is_error, {"audit": audit}, terse=True
+        )
+
+
+def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
+    """(steps completed before it, the failed step's result)."""
+    done = 0
+    for r in (answer.get("steps") or {}).values():
+        if not isinstance(r, Mapping):
+            continue
+        if not r.get("ok", True):
+            return done, dict(r)
+        done += 1
+    return done, None
+
+
+def _step_error(r: Mapping[str, Any]) -> str:
+    error = str(r.get("error") or "step execution failed")
+    if r.get("kind") == "transform":  # execute_transform_step's wording (the CEL engine's own message after it)
+        return f"transform evaluation failed: CEL execution failed: {error}"
+    return error
+
+
+class PipelineShape(_Surfaces):
+    """``mcpg.pipeline`` (``suspending=False``) and ``mcpg.pipeline_suspending``."""
+
+    def __init__(self, suspending: bool) -> None:
+        self.suspending = suspending
+
+    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+        total = tool.compiled.leaf_count
+        if not answer["ok"]:
+            done, failed = _failed_step(answer)
+            if failed is None:
+                return _failure(answer)
+            gate = failed.get("error_code") == ErrorCode.GATE_REJECTED
+            error = _step_error(failed)
+            if self.suspending:
+                return ToolResult.error(error)
+            if gate:
+                structured = {
+                    "pipeline": tool.name,
+                    "gate_step": failed.get("id"),
+                    "reason": error,
+                    "completed_steps": done,
+                    "total_steps": total,
+                }
+                return ToolResult([{"type": "text", "text": error}], structured, True)
+            structured = {
+                "pipeline": tool.name,
+                "failed_step": failed.get("id"),
+                "error": error,
+                "completed_steps": done,
+                "total_steps": total,
+            }
+            text = f"pipeline '{tool.name}' failed at step '{failed.get('id')}': {error}"
+            return ToolResult([{"type": "text", "text": text}], structured, True)
+        last = _output(answer)
+        if self.suspending:
+            text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
+            return ToolResult([{"type": "text", "text": text}], last, False, terse=True)
+        text = last if isinstance(last, str) else _compact(last)
+        structured = {
+            "pipeline": tool.name,
+            "result": last,
+            "completed_steps": total,
+            "total_steps": total,
+            "duration_ms": int(answer.get("duration_ms") or 0),
+        }
+        return ToolResult([{"type": "text", "text": text}], structured, False, terse=True)
+
+
+def _pointer(error: str) -> str:
+    """``args.a.b[0]: why`` as mcpg writes it (``/a/b/0: why``; ``why`` alone at the top)."""
+    where, _, why = error.partition(": ")
+    if where == "args":
+        return why
+    path = where.removeprefix("args").replace("[", ".").replace("]", "")
+    return "/" + "/".join(p for p in path.split(".") if p) + ": " + why
+
+
+def _output(answer: Mapping[str, Any]) -> Any:
+    """The last step's output (a declared pipeline answers ``{"output": ...}``)."""
+    result = answer.get("result")
+    return result.get("output") if isinstance(result, Mapping) else result
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+register_answer("mcpg.binding", BindingShape())
+register_answer("mcpg.payload", PayloadShape("twilio"))
+register_answer("mcpg.pipeline", PipelineShape(suspending=False))
+register_answer("mcpg.pipeline_suspending", PipelineShape(suspending=True))

@@ -1,0 +1,1327 @@
+"""mcpg's backends as step kinds: each answers what mcpg's binding answers (its ``CallToolResult``).
+
+mcpg runs a binding's backend and projects the backend plugin's reply onto ``tools/call``
+(``src/runtime/execution/mod.rs``): the reply's bytes are the one text block, its JSON (when it parses) the
+``structuredContent``, and ``isError`` is whether its ``downstreamError`` is set; a backend failure is
+``"<kind> request failed: <error>"``; the mock backend answers a whole result verbatim. The kinds here
+produce those same results from mcpipe's own clients (its guarded HTTP client, NATS, Kafka, SQL, a
+subprocess), reading the envelopes from the plugins' sources (``mcpg-plugin-backend-*``).
+
+Each kind has ``answer``: ``result`` (a binding: the output is the whole ``CallToolResult``, answered as it
+is by the ``mcpg.binding`` shape) or ``step`` (a pipeline step: an error result fails the step with its
+first text, else the output is its ``structuredContent``, as mcpg's ``StepOutcome::from_tool_result``).
+
+Templated fields (``url``, ``headers``, ``args``) are mcpg ``${…}`` strings (:mod:`._templates`), evaluated
+with mcpg's variables: ``arguments`` is the step's input (the call's arguments, or its ``input_transform``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Annotated, Any, Literal
+
+import httpcore2
+import httpx2
+import msgspec
+import orjson
+import trio
+
+from mcpipe.access import CredentialError, Credentials
+from mcpipe.backends._connections import NotRunning
+from mcpipe.errors import ErrorCode
+from mcpipe.expr import CelExpr, ExpressionError
+from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
+from mcpipe.kinds import KINDS, Build, Kind, StepFields
+from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
+from mcpipe.kinds.http import guarded_client
+from mcpipe.plan import Leaf
+from mcpipe.results import StepFailure, StepOutput
+from mcpipe.tools._base import ToolContext
+
+__all__ = ["KIND_NAMES", "query_string", "sorted_json"]
+
+Answer = Literal["result", "step"]
+
+_PROTECTED = frozenset({"host", "connection", "content-length", "forwarded", "via", "x-real-ip", "x-request-id"})
+_DEFAULT_BACKOFF_BASE_MS = 1000
+
+
+# --- JSON as mcpg writes it ------------------------------------------------------------------------
+
+
+def sorted_json(value: Any) -> str:
+    """Compact JSON with object keys in order, as serde_json writes a ``Value`` (its maps are B-trees)."""
+    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
+
+
+def pretty_json(value: Any) -> str:
+    """``serde_json::to_string_pretty`` of a ``Value``: two-space indents, sorted keys."""
+    return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _result(text: str, structured: Any, is_error: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if structured is not None:
+        out["structuredContent"] = structured
+    return out
+
+
+def envelope_result(payload: bytes, truncated: bool = False) -> dict[str, Any]:
+    """A backend plugin's reply as mcpg projects it (``execute_binding_plugin``)."""
+    text = payload.decode("utf-8", errors="replace")
+    try:
+        structured = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        structured = None
+    is_error = isinstance(structured, Mapping) and structured.get("downstreamError") is not None
+    if truncated:
+        text += "\n[response truncated]"
+    return _result(text, structured, is_error)
+
+
+def failed_result(kind: str, error: str) -> dict[str, Any]:
+    """A backend plugin's error as mcpg projects it."""
+    return _result(f"{kind} request failed: {error}", None, True)
+
+
+def timed_out(ms: float) -> str:
+    return f"binding timed out after {int(ms)}ms"
+
+
+def transport(message: str) -> str:
+    return f"binding transport error: {message}"
+
+
+def _finish(answer: Answer, result: dict[str, Any]) -> StepOutput:
+    """The step's output: the whole result (a binding), or what a pipeline step makes of it."""
+    if answer == "result":
+        return StepOutput.of(result)
+    if result.get("isError"):
+        blocks = result.get("content") or []
+        text = next((b.get("text") for b in blocks if b.get("type") == "text"), None)
+        raise StepFailure(text if text is not None else "step execution failed", ErrorCode.TOOL_ERROR)
+    structured = result.get("structuredContent")
+    if structured is None:
+        blocks = result.get("content") or []
+        text = blocks[0].get("text") if blocks and blocks[0].get("type") == "text" else None
+        if isinstance(text, str):
+            try:
+                structured = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                structured = None
+    return StepOutput.of(structured)
+
+
+class McpgRetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A binding's ``retry`` (mcpg's ``RetryConfig``): an errored result that classifies as retryable is
+    tried again, at most ``max_attempts`` more times, after ``initial_backoff_ms * 2**attempt``."""
+
+    max_attempts: Annotated[int, msgspec.Meta(ge=1, le=10)] = 3
+    initial_backoff_ms: Annotated[int, msgspec.Meta(ge=1)] = 200
+    retry_on_status_codes: list[int] = msgspec.field(default_factory=lambda: [429, 502, 503, 504])
+    retry_on_transport_error: bool = True
+
+
+class McpgFields(StepFields, kw_only=True):
+    """What every mcpg backend step knows besides its spec."""
+
+    answer: Answer = "result"
+    tool_name: str = ""
+    profile: str = ""
+    retry: McpgRetry | None = None
+
+
+def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+    """mcpg's expression variables for this step: ``arguments`` is the step's input."""
+    steps = env.get("steps")
+    return cel_env(
+        env.get("args"),
+        step.fields.tool_name,
+        ctx.identity,
+        mcpg_steps(steps) if step.fields.answer == "step" and isinstance(steps, Mapping) else None,
+    )
+
+
+def _compile(b: Build[Any], value: Any, where: str) -> McpgTemplate | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        return McpgTemplate.compile(value)
+    except ValueError as e:
+        b.problem(where, str(e))
+        return None
+
+
+def _timeout_ms(fields: Any, default: float) -> float:
+    return float(fields.timeout_ms) if fields.timeout_ms is not None else default
+
+
+# --- http (and grpc, which is a JSON POST) --------------------------------------------------------
+
+
+class HttpFields(McpgFields, tag="mcpg.http"):
+    """mcpg's ``http`` backend (``mcpg-plugin-backend-http``): a POST of the arguments as JSON, or a GET
+    with them as the query string; the reply is mcpg's HTTP envelope."""
+
+    url: str
+    method: Literal["get", "post"] = "post"
+    headers: dict[str, str] = {}
+    expected_status_codes: list[Annotated[int, msgspec.Meta(ge=100, le=599)]] = msgspec.field(
+        default_factory=lambda: [200]
+    )
+    require_json_response: bool = False
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4096
+    allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
+
+
+class GrpcFields(McpgFields, tag="mcpg.grpc"):
+    """mcpg's ``grpc`` backend (``mcpg-plugin-backend-grpc``): a JSON POST of the arguments to
+    ``{origin}/{service}/{method}`` (a gRPC-JSON transcoder), 200 expected."""
+
+    url: str
+    service: str
+    method: str
+    headers: dict[str, str] = {}
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
+    allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpPlan:
+    url: McpgTemplate
+    headers: tuple[tuple[str, McpgTemplate], ...]
+    policy: HttpPolicy
+    credentials: Credentials
+
+
+def _build_http(b: Build[Any]) -> HttpPlan:
+    f = b.fields
+    if f is None:
+        b.fail()
+    url = _compile(b, f.url, f"{b.location}.url")
+    headers = []
+    for name, value in f.headers.items():
+        if not name.strip() or any(c in name + value for c in "\r\n"):
+            b.problem(f"{b.location}.headers.{name}", "header names and values must not be empty or hold CR or LF")
+            continue
+        t = _compile(b, value, f"{b.location}.headers.{name}")
+        if t is not None:
+            headers.append((name, t))
+    if url is None or b.failed:
+        b.fail()
+    if url.is_literal and not url.source.startswith(("http://", "https://")):
+        b.problem(f"{b.location}.url", f"url must start with http:// or https://, got '{url.source}'")
+        b.fail()
+    policy = b.policy.http
+    if f.allow_private_backends and not policy.allow_private:
+        policy = replace(policy, allow_private=True)
+    credentials = b.policy.credentials
+    if f.credential is not None and f.credential not in credentials:
+        b.problem(
+            f"{b.location}.credential", f"no credential `{f.credential}` in [credentials]", ErrorCode.INVALID_CONFIG
+        )
+    return HttpPlan(url, tuple(headers), policy, credentials)
+
+
+@dataclass(slots=True)
+class _Summary:
+    status_code: int
+    content_type: str | None
+    retry_after_ms: int | None
+    body: str
+    body_truncated: bool
+    duration_ms: int
+
+
+async def _http_call(
+    policy: HttpPolicy,
+    method: str,
+    url: str,
+    headers: list[tuple[str, str]],
+    body: bytes | None,
+    max_bytes: int,
+    timeout_ms: float,
+) -> _Summary:
+    """One request, as mcpg's net-core sends it; a transport failure raises ``_TransportError``."""
+    started = time.perf_counter()
+    try:
+        with trio.fail_after(timeout_ms / 1000):
+            async with guarded_client(policy) as client:
+                request = client.build_request(method, url, headers=headers, content=body)
+                response = await client.send(request, stream=True)
+                try:
+                    chunks: list[bytes] = []
+                    size = 0
+                    truncated = False
+                    async with contextlib.aclosing(response.aiter_bytes()) as parts:
+                        async for chunk in parts:
+                            if size + len(chunk) > max_bytes:
+                                chunks.append(chunk[: max_bytes - size])
+                                truncated = True
+                                break
+                            chunks.append(chunk)
+                            size += len(chunk)
+                finally:
+                    await response.aclose()
+    except trio.TooSlowError:
+        raise _TransportError("operation timed out") from None
+    except ForbiddenError as e:
+        raise _TransportError(str(e)) from None
+    except (httpx2.HTTPError, *_NETWORK_ERRORS, OSError) as e:
+        raise _TransportError(f"error sending request for url ({url}): {e}") from None
+    retry_after = response.headers.get("retry-after")
+    return _Summary(
+        response.status_code,
+        response.headers.get("content-type"),
+        int(retry_after) * 1000 if retry_after is not None and retry_after.strip().isdigit() else None,
+        b"".join(chunks).decode("utf-8", errors="replace"),
+        truncated,
+        int((time.perf_counter() - started) * 1000),
+    )
+
+
+class _TransportError(Exception):
+    pass
+
+
+_NETWORK_ERRORS = (
+    httpcore2.NetworkError,
+    httpcore2.ProtocolError,
+    httpcore2.TimeoutException,
+    httpcore2.UnsupportedProtocol,
+    httpcore2.ProxyError,
+)
+
+
+def _with_guidance(error: dict[str, Any], read_only: bool) -> dict[str, Any]:
+    """``retry::with_retry_guidance``."""
+    error["idempotencyHint"] = "idempotent_read_only" if read_only else "potentially_non_idempotent"
+    if not error["retryable"]:
+        error["callerRetryDecision"] = "do_not_retry"
+        error["retrySafety"] = "do_not_retry"
+        error["backoffStrategy"] = "no_retry"
+        error.pop("minimumBackoffMs", None)
+        return error
+    after = error.get("retryAfterMs")
+    if read_only:
+        error["retrySafety"] = "safe_for_automatic_retry"
+        error["callerRetryDecision"] = (
+            "automatic_retry_after_delay" if after is not None else "automatic_retry_with_backoff"
+        )
+    else:
+        error["retrySafety"] = "review_idempotency_before_retry"
+        if after is not None:
+            error["suggestedAction"] = "review_idempotency_then_retry_after_delay"
+            error["callerRetryDecision"] = "confirm_idempotency_then_retry_after_delay"
+        else:
+            error["suggestedAction"] = "review_idempotency_then_retry_with_backoff"
+            error["callerRetryDecision"] = "confirm_idempotency_then_retry_with_backoff"
+    error["backoffStrategy"] = "respect_retry_after" if after is not None else "exponential_backoff"
+    error["minimumBackoffMs"] = after if after is not None else _DEFAULT_BACKOFF_BASE_MS
+    return error
+
+
+def status_error(expected: list[int], s: _Summary, read_only: bool) -> dict[str, Any] | None:
+    """``validate_expected_status_codes``."""
+    if s.status_code in expected:
+        return None
+    retryable = s.status_code == 429 or s.status_code >= 500
+    after = s.retry_after_ms
+    error: dict[str, Any] = {
+        "kind": "unexpected_status_code",
+        "code": "mcpg.downstream_http.unexpected_status_code",
+        "message": f"Downstream response status {s.status_code} did not match the configured expected status codes.",
+        "retryable": retryable,
+        "retryClass": ("after_delay" if after is not None else "with_backoff") if retryable else "do_not_retry",
+        "suggestedAction": (
+            ("retry_after_indicated_delay" if after is not None else "retry_with_backoff_or_check_downstream_capacity")
+            if retryable
+            else "inspect_downstream_http_contract"
+        ),
+        "statusCode": s.status_code,
+        "details": {"actualStatusCode": s.status_code, "expectedStatusCodes": expected, "retryAfterMs": after},
+    }
+    if after is not None:
+        error["retryAfterMs"] = after
+    return _with_guidance(error, read_only)
+
+
+def transport_error(message: str, read_only: bool) -> dict[str, Any]:
+    """``transport_downstream_error``."""
+    error = {
+        "kind": "transport_error",
+        "code": "mcpg.downstream_http.transport_error",
+        "message": "Downstream HTTP execution failed before a valid response was received.",
+        "retryable": True,
+        "retryClass": "with_backoff",
+        "suggestedAction": "check_downstream_connectivity_and_retry",
+        "details": {"error": message},
+    }
+    return _with_guidance(error, read_only)
+
+
+def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict[str, Any] | None]:
+    """``parse_and_validate_json_response``: (json, parse error, validation error)."""
+    media = (s.content_type or "").split(";", 1)[0].strip().lower()
+    if not (media == "application/json" or media.endswith("+json")):
+        if require_json:
+            return (
+                None,
+                None,
+                _no_retry(
+                    "invalid_content_type",
+                    "Downstream HTTP JSON call required a JSON response content type, but the response was not JSON.",
+                    "inspect_downstream_response_content_type",
+                    {"responseContentType": s.content_type},
+                ),
+            )
+        return None, None, None
+    try:
+        return json.loads(s.body), None, None
+    except ValueError as e:
+        message = str(e)
+        if require_json:
+            return (
+                None,
+                message,
+                _no_retry(
+                    "invalid_json_body",
+                    "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
+                    "inspect_downstream_json_payload",
+                    {"parseError": message},
+                ),
+            )
+        return None, message, None
+
+
+def _no_retry(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "code": f"mcpg.downstream_http.{kind}",
+        "message": message,
+        "retryable": False,
+        "retryClass": "do_not_retry",
+        "idempotencyHint": "potentially_non_idempotent",
+        "callerRetryDecision": "do_not_retry",
+        "retrySafety": "do_not_retry",
+        "backoffStrategy": "no_retry",
+        "suggestedAction": action,
+        "details": details,
+    }
+
+
+def query_string(arguments: Any) -> str:
+    """``build_http_query_string``: sorted keys, arrays repeating their key, RFC 3986 unreserved kept."""
+    if not isinstance(arguments, Mapping):
+        raise _TransportError("network query call arguments must be a JSON object")
+    pairs = []
+    for key in sorted(arguments):
+        value = arguments[key]
+        for item in value if isinstance(value, list) else [value]:
+            pairs.append(f"{_pct(key)}={_pct(_query_value(item))}")
+    return "&".join(pairs)
+
+
+def _query_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float, str)):
+        return value if isinstance(value, str) else orjson.dumps(value).decode()
+    return sorted_json(value)
+
+
+def _pct(text: str) -> str:
+    safe = b"-_.~"
+    return "".join(
+        chr(b) if (chr(b).isascii() and chr(b).isalnum()) or b in safe else f"%{b:02X}" for b in text.encode()
+    )
+
+
+async def _credential_header(
+    f: Any, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+) -> None:
+    """The header that presents the binding's credential: its token in what is sent, the credential's name in
+    what the envelope shows (mcpipe does not echo a secret to the caller)."""
+    if f.credential is None:
+        return
+    try:
+        issued = await plan.credentials.issue(f.credential, ctx.identity)
+    except CredentialError as exc:  # the issuer refused, or cannot be reached
+        raise _TransportError(f"credential `{f.credential}`: {exc}") from None
+    sent[f.credential_header] = f"{f.credential_prefix}{issued.token}{f.credential_suffix}"
+    shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
+
+
+async def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], json_call: bool) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for name, template in plan.headers:
+        lower = name.strip().lower()
+        if (
+            lower in _PROTECTED
+            or lower.startswith("x-forwarded-")
+            or (json_call and lower in ("accept", "content-type"))
+        ):
+            continue
+        out[name] = await template.resolve_async(cel)
+    return out
+
+
+async def run_http(
+    step: Leaf[HttpFields, HttpPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f, plan = step.fields, step.built
+    arguments = env.get("args")
+    cel = _env(step, env, ctx)
+    get = f.method == "get"
+    request_body = None if get else arguments
+    query: str | None = None
+    display_headers: dict[str, str] | None = None
+    display_url: str | None = None
+    error: str | None = None
+    summary: _Summary | None = None
+    try:
+        display_url = await plan.url.resolve_async(cel)
+        display_headers = await _resolve_headers(plan, cel, not get)
+        if get:
+            query = query_string(arguments)
+        sent = dict(display_headers)
+        await _credential_header(f, plan, ctx, sent, display_headers)
+        if get:
+            target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
+            summary = await _http_call(
+                plan.policy, "GET", target, list(sent.items()), None, f.max_response_bytes, _timeout_ms(f, 2000)
+            )
+        else:
+            headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
+            body = sorted_json(arguments).encode()
+            summary = await _http_call(
+                plan.policy, "POST", display_url, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
+            )
+    except ExpressionError as e:
+        error = str(e)
+    except _TransportError as e:
+        error = str(e)
+    errors: list[dict[str, Any]] = []
+    response_json: Any = None
+    parse_error: str | None = None
+    if summary is not None:
+        bad = status_error(f.expected_status_codes, summary, get)
+        if bad is not None:
+            errors.append(bad)
+        response_json, parse_error, json_error = _json_checks(summary, f.require_json_response)
+        if json_error is not None:
+            errors.append(json_error)
+    else:
+        errors.append(transport_error(error or "", get))
+    kind = "query_string" if get else "json_body"
+    env_out: dict[str, Any] = {
+        "toolName": f.tool_name,
+        "profile": f.profile,
+        "requestKind": kind,
+        "request": {"kind": kind, "arguments": arguments, "body": request_body, "query": query},
+        "response": None
+        if summary is None
+        else {
+            "durationMs": summary.duration_ms,
+            "statusCode": summary.status_code,
+            "contentType": summary.content_type,
+            "body": summary.body,
+            "bodyTruncated": summary.body_truncated,
+            "json": response_json,
+            "jsonParseError": parse_error,
+        },
+        "error": error if summary is None else None,
+        "downstreamError": errors[0] if errors else None,
+        "downstreamErrors": errors,
+        "url": display_url if display_url is not None else plan.url.source,
+        "timeoutMs": int(_timeout_ms(f, 2000)),
+        "maxResponseBytes": f.max_response_bytes,
+        "expectedStatusCodes": f.expected_status_codes,
+        "requireJsonResponse": f.require_json_response,
+        "requestHeaders": display_headers if display_headers is not None else dict(f.headers),
+        "requestArguments": arguments,
+        "requestBody": request_body,
+        "requestQuery": query,
+        "durationMs": None if summary is None else summary.duration_ms,
+        "statusCode": None if summary is None else summary.status_code,
+        "responseContentType": None if summary is None else summary.content_type,
+        "body": None if summary is None else summary.body,
+        "bodyTruncated": None if summary is None else summary.body_truncated,
+        "responseJson": response_json,
+        "responseJsonParseError": parse_error,
+    }
+    return _finish(f.answer, envelope_result(sorted_json(env_out).encode()))
+
+
+async def run_grpc(
+    step: Leaf[GrpcFields, HttpPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f, plan = step.fields, step.built
+    arguments = env.get("args")
+    cel = _env(step, env, ctx)
+    base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
+    try:
+        origin = httpx2.URL(await plan.url.resolve_async(cel))
+        target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
+        sent = await _resolve_headers(plan, cel, True)
+        await _credential_header(f, plan, ctx, sent, {})
+        headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
+        s = await _http_call(
+            plan.policy,
+            "POST",
+            target,
+            headers,
+            sorted_json(arguments).encode(),
+            f.max_response_bytes,
+            _timeout_ms(f, 2000),
+        )
+    except (ExpressionError, _TransportError, httpx2.InvalidURL) as e:
+        out = {**base, "error": str(e), "downstreamError": transport_error(str(e), False)}
+        return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+    try:
+        parsed = json.loads(s.body)
+    except ValueError:
+        parsed = None
+    out = {
+        **base,
+        "statusCode": s.status_code,
+        "durationMs": s.duration_ms,
+        "bodyTruncated": s.body_truncated,
+        "body": s.body,
+        "response": parsed,
+        "downstreamError": status_error([200], s, False),
+    }
+    return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+
+
+# --- mock ------------------------------------------------------------------------------------------
+
+
+class MockFields(McpgFields, tag="mcpg.mock"):
+    """mcpg's ``mock`` backend (``mcpg-plugin-backend-mock``): ``response`` as a simulated result, or as the
+    whole result (``passthrough``), or a simulated error; in a pipeline its output is ``response``."""
+
+    response: Any = None
+    delay_ms: Annotated[int, msgspec.Meta(ge=0)] = 0
+    error: bool = False
+    error_message: str | None = None
+    passthrough: bool = False
+
+
+def _build_mock(b: Build[MockFields]) -> None:
+    f = b.fields
+    if f is None:
+        b.fail()
+    if f.answer == "result" and f.passthrough:
+        content = f.response.get("content") if isinstance(f.response, Mapping) else None
+        if not isinstance(content, list):
+            b.problem(
+                f"{b.location}.response",
+                "passthrough: true requires `response` to be a CallToolResult object with a `content` array",
+            )
+
+
+async def run_mock(
+    step: Leaf[MockFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f = step.fields
+    if f.delay_ms:
+        await trio.sleep(f.delay_ms / 1000)
+    if f.answer == "step":
+        if f.error:
+            raise StepFailure(f.error_message or "mock step error", ErrorCode.TOOL_ERROR)
+        return StepOutput.of(f.response)
+    arguments = env.get("args")
+    arguments = arguments if arguments is not None else {}
+    if f.error:
+        message = f.error_message or "mock error"
+        structured = {
+            "toolName": f.tool_name,
+            "profile": f.profile,
+            "bindingKind": "mock",
+            "arguments": arguments,
+            "error": message,
+            "simulated": True,
+        }
+        return StepOutput.of(_result(message, structured, True))
+    if f.passthrough:
+        response = dict(f.response)
+        response.setdefault("isError", False)
+        return StepOutput.of(response)
+    structured = {
+        "toolName": f.tool_name,
+        "profile": f.profile,
+        "bindingKind": "mock",
+        "arguments": arguments,
+        "response": f.response,
+        "delayMs": f.delay_ms,
+        "simulated": True,
+    }
+    return StepOutput.of(_result(pretty_json(f.response), structured, False))
+
+
+# --- command ---------------------------------------------------------------------------------------
+
+
+class CommandFields(McpgFields, tag="mcpg.command"):
+    """mcpg's ``command`` backend (``mcpg-plugin-backend-command``): the program, its ``args`` (``${…}``
+    strings), the call's arguments as JSON on its stdin; the reply is mcpg's command envelope."""
+
+    command: Annotated[str, msgspec.Meta(min_length=1)]
+    args: list[str] = []
+    max_output_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
+    require_json_stdout: bool = False
+
+
+def _build_command(b: Build[CommandFields]) -> tuple[McpgTemplate, ...]:
+    f = b.fields
+    if f is None:
+        b.fail()
+    if f.command.strip() == "":
+        b.problem(f"{b.location}.command", "command must not be empty")
+    args = []
+    for i, arg in enumerate(f.args):
+        t = _compile(b, arg, f"{b.location}.args[{i}]")
+        if t is not None:
+            args.append(t)
+    if b.failed:
+        b.fail()
+    return tuple(args)
+
+
+async def _read_limited(stream: Any, limit: int) -> tuple[bytes, bool]:
+    data = bytearray()
+    truncated = False
+    while True:
+        chunk = await stream.receive_some(65_536)
+        if not chunk:
+            return bytes(data), truncated
+        room = limit - len(data)
+        if room > 0:
+            data += chunk[:room]
+        if len(chunk) > max(room, 0):
+            truncated = True
+
+
+async def run_command(
+    step: Leaf[CommandFields, tuple[McpgTemplate, ...]],
+    inputs: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: ToolContext,
+) -> StepOutput:
+    f = step.fields
+    arguments = env.get("args")
+    arguments = arguments if arguments is not None else {}
+    timeout_ms = _timeout_ms(f, 5000)
+    base: dict[str, Any] = {
+        "toolName": f.tool_name,
+        "profile": f.profile,
+        "requestKind": "json_stdin",
+        "request": {"kind": "json_stdin", "arguments": arguments, "body": arguments},
+        "command": f.command,
+        "requireJsonStdout": f.require_json_stdout,
+        "timeoutMs": int(timeout_ms),
+        "maxOutputBytes": f.max_output_bytes,
+    }
+    cel = _env(step, env, ctx)
+    argv = [f.command]
+    for i, template in enumerate(step.built):
+        try:
+            argv.append(await template.resolve_async(cel))
+        except ExpressionError as e:
+            out = {**base, "response": None, "error": f"evaluating command arg[{i}] expression: {e}"}
+            out.update(downstreamError=None, downstreamErrors=[])
+            return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+    started = time.perf_counter()
+    timed_out = False
+    try:
+        process = await trio.lowlevel.open_process(
+            argv,
+            stdin=-1,
+            stdout=-1,
+            stderr=-1,  # subprocess.PIPE
+        )
+    except OSError as e:
+        message = str(e)
+        error = _command_error(
+            "execution_error",
+            "Downstream command execution failed before a valid result was produced.",
+            "inspect_command_invocation_and_runtime_environment",
+            {"error": message},
+        )
+        out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
+        return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+    outputs: dict[str, tuple[bytes, bool]] = {}
+    try:
+        with trio.move_on_after(timeout_ms / 1000) as scope:
+            async with trio.open_nursery() as nursery:
+
+                async def feed() -> None:
+                    assert process.stdin is not None
+                    try:
+                        await process.stdin.send_all(sorted_json(arguments).encode())
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass
+                    finally:
+                        await process.stdin.aclose()
+
+                async def collect(name: str, stream: Any) -> None:
+                    outputs[name] = await _read_limited(stream, f.max_output_bytes)
+
+                nursery.start_soon(feed)
+                nursery.start_soon(collect, "stdout", process.stdout)
+                nursery.start_soon(collect, "stderr", process.stderr)
+            await process.wait()
+        if scope.cancelled_caught:
+            timed_out = True
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+    finally:
+        if process.returncode is None:
+            process.kill()
+            with trio.CancelScope(shield=True):
+                await process.wait()
+    stdout, stdout_cut = outputs.get("stdout", (b"", False))
+    stderr, stderr_cut = outputs.get("stderr", (b"", False))
+    code = process.returncode
+    exit_code = code if code is not None and code >= 0 else None
+    success = code == 0 and not timed_out
+    stdout_text = stdout.decode("utf-8", errors="replace")
+    stdout_json: Any = None
+    parse_error: str | None = None
+    errors: list[dict[str, Any]] = []
+    if timed_out:
+        errors.append(
+            _command_error(
+                "timeout",
+                "Downstream command execution timed out before completion.",
+                "inspect_command_runtime_and_review_idempotency_before_retry",
+                {},
+            )
+        )
+    elif not success:
+        errors.append(
+            _command_error(
+                "non_zero_exit",
+                "Downstream command execution completed with a non-zero exit status.",
+                "inspect_command_stderr_and_exit_status",
+                {"exitCode": exit_code},
+            )
+        )
+    if stdout_text.strip():
+        try:
+            stdout_json = json.loads(stdout_text)
+        except ValueError as e:
+            parse_error = str(e)
+            if f.require_json_stdout:
+                errors.append(_invalid_stdout(parse_error))
+    elif f.require_json_stdout:
+        errors.append(_invalid_stdout("stdout was empty"))
+    response = {
+        "durationMs": int((time.perf_counter() - started) * 1000),
+        "exitCode": exit_code,
+        "success": success,
+        "timedOut": timed_out,
+        "stdout": stdout_text,
+        "stderr": stderr.decode("utf-8", errors="replace"),
+        "stdoutTruncated": stdout_cut,
+        "stderrTruncated": stderr_cut,
+        "readError": None,
+        "json": stdout_json,
+        "jsonParseError": parse_error,
+    }
+    out = {
+        **base,
+        "response": response,
+        "error": None,
+        "downstreamError": errors[0] if errors else None,
+        "downstreamErrors": errors,
+    }
+    return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+
+
+def _command_error(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "kind": kind,
+        "code": f"mcpg.downstream_command.{kind}",
+        "message": message,
+        "retryable": False,
+        "suggestedAction": action,
+        "details": details,
+    }
+
+
+def _invalid_stdout(parse_error: str) -> dict[str, Any]:
+    return _command_error(
+        "invalid_json_stdout",
+        "Downstream command JSON call required valid JSON on stdout, but stdout was not valid JSON.",
+        "inspect_command_stdout_contract",
+        {"parseError": parse_error},
+    )
+
+
+# --- nats and kafka (the reply is the payload) ------------------------------------------------------
+
+
+class NatsFields(McpgFields, tag="mcpg.nats"):
+    """mcpg's ``nats`` backend (``mcpg-plugin-backend-nats``): a request on ``subject`` with the arguments as
+    JSON; the reply's bytes are the result."""
+
+    url: str
+    subject: Annotated[str, msgspec.Meta(min_length=1)]
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
+
+
+class KafkaFields(McpgFields, tag="mcpg.kafka"):
+    """mcpg's ``kafka`` backend (``mcpg-plugin-backend-kafka``): the arguments as JSON on ``request_topic``
+    with a ``correlation_id`` header; the record on ``response_topic`` carrying it is the result."""
+
+    bootstrap_servers: str
+    request_topic: Annotated[str, msgspec.Meta(min_length=1)]
+    response_topic: Annotated[str, msgspec.Meta(min_length=1)]
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
+
+
+def _build_nats(b: Build[NatsFields]) -> Any:
+    from mcpipe.backends.nats import parse_nats_url
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    try:
+        parse_nats_url(f.url)
+    except ValueError as e:
+        b.problem(f"{b.location}.url", str(e))
+        b.fail()
+    if "*" in f.subject or ">" in f.subject or " " in f.subject:
+        b.problem(f"{b.location}.subject", f"NATS subject '{f.subject}' contains wildcard characters")
+    return b.policy.connections
+
+
+def _build_kafka(b: Build[KafkaFields]) -> Any:
+    from mcpipe.backends.kafka import parse_bootstrap
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    try:
+        parse_bootstrap(f.bootstrap_servers)
+    except ValueError as e:
+        b.problem(f"{b.location}.bootstrap_servers", str(e))
+        b.fail()
+    return b.policy.connections
+
+
+def _payload_result(data: bytes, limit: int) -> dict[str, Any]:
+    truncated = len(data) > limit
+    return envelope_result(data[:limit] if truncated else data, truncated)
+
+
+async def run_nats(
+    step: Leaf[NatsFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    from mcpipe.backends.nats import NatsClient, NatsError
+
+    f = step.fields
+    timeout_ms = _timeout_ms(f, 2000)
+    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+    try:
+        client = await step.built.get(("nats", f.url), lambda: NatsClient(f.url))
+        reply = await client.request(f.subject, data, timeout_ms / 1000, headers=_trace(ctx))
+    except NatsError as e:
+        if e.code == ErrorCode.TIMEOUT:
+            return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
+        why = "no responders" if "no responders" in str(e) else str(e)
+        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {why}")))
+    except NotRunning as e:
+        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {e}")))
+    return _finish(f.answer, _payload_result(reply.data, f.max_response_bytes))
+
+
+async def run_kafka(
+    step: Leaf[KafkaFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    from mcpipe.backends.kafka import KafkaClient, KafkaError
+
+    f = step.fields
+    timeout_ms = _timeout_ms(f, 10_000)
+    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+    headers = {k: v.encode() for k, v in (_trace(ctx) or {}).items()}
+    try:
+        client = await step.built.get(("kafka", f.bootstrap_servers), lambda: KafkaClient(f.bootstrap_servers))
+        record = await client.request(
+            f.request_topic, f.response_topic, data, timeout_s=timeout_ms / 1000, headers=headers or None
+        )
+    except KafkaError as e:
+        if e.code == ErrorCode.TIMEOUT:
+            return _finish(f.answer, failed_result("kafka", timed_out(timeout_ms)))
+        return _finish(f.answer, failed_result("kafka", transport(str(e))))
+    except NotRunning as e:
+        return _finish(f.answer, failed_result("kafka", transport(str(e))))
+    return _finish(f.answer, _payload_result(record.value or b"", f.max_response_bytes))
+
+
+def _trace(ctx: ToolContext) -> dict[str, str] | None:
+    return {"traceparent": ctx.traceparent} if ctx.traceparent else None
+
+
+# --- sql -------------------------------------------------------------------------------------------
+
+
+SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents"]
+
+
+class SqlFields(McpgFields, tag="mcpg.sql"):
+    """mcpg's ``sql`` backend (``mcpg-plugin-backend-sql``): one statement on the binding's database (an
+    mcpipe ``sql`` backend, by name), its ``:name`` parameters bound from the arguments (``params``) or
+    computed (``param_exprs``, CEL); the reply is the rows shaped by ``row_mode``."""
+
+    backend: str
+    sql: Annotated[str, msgspec.Meta(min_length=1)]
+    params: list[str] = []
+    param_exprs: dict[str, str] = {}
+    row_mode: SqlRowMode = "many"
+    max_rows: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    session_vars: dict[str, str] = {}
+    """PostgreSQL settings made for the statement's transaction (``set_config(key, value, true)``, as mcpg's
+    SQL plugin runs them), each value a ``${…}`` template of the call (``${identity.tenant}``): what a
+    row-level-security policy reads with ``current_setting(key)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class SqlPlan:
+    backend: Any
+    stmt: Any
+    exprs: tuple[tuple[str, CelExpr], ...]
+    session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
+
+
+def _build_sql(b: Build[SqlFields]) -> SqlPlan:
+    from mcpipe.backends.sql import Statement
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
+    if backend is None:
+        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
+        b.fail()
+    try:
+        stmt = Statement.parse(f.sql)
+    except ValueError as e:
+        b.problem(f"{b.location}.sql", str(e))
+        b.fail()
+    exprs = []
+    for name, source in f.param_exprs.items():
+        try:
+            exprs.append((name, compile_mcpg_cel(source)))
+        except ValueError as e:
+            b.problem(f"{b.location}.param_exprs.{name}", str(e))
+    session_vars = []
+    for key, value in sorted(f.session_vars.items()):
+        if not _SQL_IDENTIFIER.fullmatch(key):
+            b.problem(
+                f"{b.location}.session_vars.{key}",
+                f"session_vars: '{key}' is not a safe SQL identifier (allowed: ASCII letters, digits, `_`, `.`)",
+            )
+            continue
+        template = _compile(b, value, f"{b.location}.session_vars.{key}")
+        if template is not None:
+            session_vars.append((key, template))
+    if f.session_vars and getattr(backend, "kind", "") != "postgresql":
+        b.problem(
+            f"{b.location}.session_vars",
+            "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
+            "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
+        )
+    if b.failed:
+        b.fail()
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars))
+
+
+_SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
+_SET_CONFIG = "SELECT set_config(:name, :value, true)"
+
+
+async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[str, Any], mode: str) -> Any:
+    """The statement, after its session variables (in one transaction with them, as mcpg's SQL plugin)."""
+    if not plan.session_vars:
+        return await plan.backend.execute(plan.stmt, params, mode)
+    from mcpipe.backends.sql import Statement
+
+    setting = Statement.parse(_SET_CONFIG)
+    context = cel.get("context") or {}
+    attributes = dict(context.get("attributes") or {})
+    identity = {
+        **attributes,
+        "principal_id": context.get("principal_id"),
+        "trust_level": context.get("trust_level"),
+        "auth_provider": context.get("auth_provider"),
+        "roles": context.get("roles", []),
+        "groups": context.get("groups", []),
+        "scopes": context.get("scopes", []),
+        "attributes": attributes,
+    }
+    scope = {**cel, "identity": identity}
+    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
+    async with plan.backend.transaction() as tx:
+        for key, value in values:
+            await tx.execute(setting, {"name": key, "value": value}, "rows")
+        return await tx.execute(plan.stmt, params, mode)
+
+
+def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: int | None) -> Any:
+    """``shape_response`` of the SQL plugin."""
+    rows = rows[:max_rows]
+    if mode == "single":
+        return rows[0] if rows else None
+    if mode == "many":
+        return rows
+    if mode == "scalar":
+        return next(iter(rows[0].values()), None) if rows else None
+    if mode == "affected_rows":
+        return {"rows_affected": affected or 0}
+    contents = []
+    for i, row in enumerate(rows):
+        if not isinstance(row.get("uri"), str):
+            raise _TransportError(f"resource_contents[{i}] missing required 'uri' column")
+        has_text, has_blob = row.get("text") is not None, row.get("blob") is not None
+        if has_text == has_blob:
+            raise _TransportError(
+                f"resource_contents[{i}] cannot SELECT both 'text' and 'blob' — pick one per row"
+                if has_text
+                else f"resource_contents[{i}] must SELECT either 'text' or 'blob'"
+            )
+        entry: dict[str, Any] = {"uri": row["uri"]}
+        if isinstance(row.get("mime_type"), str):
+            entry["mimeType"] = row["mime_type"]
+        entry["text" if has_text else "blob"] = row["text" if has_text else "blob"]
+        contents.append(entry)
+    return {"contents": contents}
+
+
+async def run_sql(
+    step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    from mcpipe.backends.sql import SqlError
+
+    f, plan = step.fields, step.built
+    given = env.get("args")
+    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    params: dict[str, Any] = {name: arguments.get(name) for name in f.params}
+    try:
+        cel = _env(step, env, ctx)
+        for name, expr in plan.exprs:
+            params[name] = await expr.evaluate_async(cel)
+        for name in plan.stmt.names:
+            params.setdefault(name, arguments.get(name))
+        mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
+        with trio.fail_after(_timeout_ms(f, 30_000) / 1000):
+            got = await _sql_execute(plan, cel, params, mode)
+        if mode == "affected_rows":
+            value = shape_rows([], "affected_rows", f.max_rows, got if isinstance(got, int) else 0)
+            truncated = False
+        else:
+            rows = list(got) if isinstance(got, list) else []
+            truncated = len(rows) > f.max_rows and f.row_mode != "affected_rows"
+            value = shape_rows(rows, f.row_mode, f.max_rows, None)
+    except trio.TooSlowError:
+        return _finish(f.answer, failed_result("sql", timed_out(_timeout_ms(f, 30_000))))
+    except (SqlError, _TransportError, ExpressionError) as e:
+        return _finish(f.answer, failed_result("sql", transport(str(e))))
+    payload = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # rows keep their column order
+    return _finish(f.answer, envelope_result(payload, truncated))
+
+
+class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """One statement of an ``mcpg.sql_tx`` step."""
+
+    id: str
+    sql: str
+    params: list[str] = []
+    row_mode: SqlRowMode = "many"
+
+
+class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
+    """mcpg's ``sql_tx`` step (``execute_transaction`` of the SQL plugin): its statements in one transaction
+    on the named binding's database, each bound from the step's input; the output is
+    ``{steps: {<id>: <its rows, shaped by its row_mode>}}``; any failure rolls all back."""
+
+    backend: str
+    steps: list[SqlTxStatement]
+
+
+def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
+    from mcpipe.backends.sql import Statement
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
+    if backend is None:
+        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
+        b.fail()
+    stmts = []
+    for i, st in enumerate(f.steps):
+        try:
+            stmts.append(Statement.parse(st.sql))
+        except ValueError as e:
+            b.problem(f"{b.location}.steps[{i}].sql", str(e))
+    if b.failed:
+        b.fail()
+    return backend, tuple(stmts)
+
+
+async def run_sql_tx(
+    step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
+    inputs: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: ToolContext,
+) -> StepOutput:
+    from mcpipe.backends.sql import SqlError
+
+    f = step.fields
+    backend, stmts = step.built
+    given = env.get("args")
+    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    results: dict[str, Any] = {}
+    try:
+        async with backend.transaction() as tx:
+            for st, stmt in zip(f.steps, stmts, strict=True):
+                params = {name: arguments.get(name) for name in (*st.params, *stmt.names)}
+                if st.row_mode == "affected_rows":
+                    got = await tx.execute(stmt, params, "affected_rows")
+                    results[st.id] = shape_rows([], "affected_rows", 1, got if isinstance(got, int) else 0)
+                else:
+                    rows = await tx.execute(stmt, params, "rows")
+                    results[st.id] = shape_rows(list(rows or []), st.row_mode, 1_000_000, None)
+    except (SqlError, _TransportError) as e:
+        raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
+    return StepOutput.of({"steps": results})
+
+
+# --- a backend whose config names an unset variable -------------------------------------------------
+
+
+class UnsetFields(McpgFields, tag="mcpg.unset"):
+    """A backend whose config reads an environment variable that is not set: mcpg refuses to start; mcpipe
+    serves the binding, and each call fails saying which variable is missing."""
+
+    backend: str
+    message: str
+
+
+async def run_unset(
+    step: Leaf[UnsetFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f = step.fields
+    return _finish(f.answer, failed_result(f.backend, f.message))
+
+
+# --- registration ----------------------------------------------------------------------------------
+
+
+KIND_NAMES = (
+    "mcpg.http",
+    "mcpg.grpc",
+    "mcpg.mock",
+    "mcpg.command",
+    "mcpg.nats",
+    "mcpg.kafka",
+    "mcpg.sql",
+    "mcpg.unset",
+    "mcpg.sql_tx",
+)
+
+
+def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
+    """``error_result_is_retryable``: a text block's own classification (``retryable``, ``statusCode``,
+    ``kind: transport_error``) decides; unclassified text retries on a transport word."""
+    for block in result.get("content") or []:
+        text = block.get("text") if isinstance(block, Mapping) and block.get("type") == "text" else None
+        if not isinstance(text, str):
+            continue
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            data = None
+        if isinstance(data, Mapping):
+            if data.get("retryable") is True:
+                return True
+            status = data.get("statusCode")
+            if isinstance(status, int) and not isinstance(status, bool) and status in rc.retry_on_status_codes:
+                return True
+            if rc.retry_on_transport_error and data.get("kind") == "transport_error":
+                return True
+            if "retryable" in data or "kind" in data or "statusCode" in data:
+                continue
+        if rc.retry_on_transport_error and any(w in text for w in ("connection", "timeout", "transport")):
+            return True
+    return False
+
+
+def _binding_call(kind: str, run: Any) -> Any:
+    """A backend kind's ``run`` as a binding's own call (not a pipeline's step): tried again as mcpg's
+    ``dispatch_with_retries`` does when the binding has a ``retry``, and its result given the ``_meta.audit``
+    every binding-plugin dispatch of mcpg attaches (``binding_audit_meta``)."""
+
+    async def call(step: Leaf[Any, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+        if step.fields.answer != "result":
+            return await run(step, inputs, env, ctx)
+        rc = step.fields.retry
+        n = 0
+        while True:
+            out = await run(step, inputs, env, ctx)
+            result = out.output if isinstance(out, StepOutput) else None
+            if (
+                rc is None
+                or n == rc.max_attempts
+                or not isinstance(result, Mapping)
+                or not result.get("isError")
+                or not retryable(result, rc)
+            ):
+                break
+            await trio.sleep(rc.initial_backoff_ms * 2**n / 1000)
+            n += 1
+        if isinstance(result, dict):
+            outcome = "error" if result.get("isError") else "success"
+            audit = {"backend_kind": kind, "binding_profile": step.fields.profile, "outcome": outcome}
+            result["_meta"] = {"audit": audit}
+        return out
+
+    return call
+
+
+_KINDS: list[Kind[Any, Any]] = [
+    Kind("mcpg.http", HttpFields, _binding_call("http", run_http), build=_build_http, own_deadline=True),
+    Kind("mcpg.grpc", GrpcFields, _binding_call("grpc", run_grpc), build=_build_http, own_deadline=True),
+    Kind("mcpg.mock", MockFields, _binding_call("mock", run_mock), build=_build_mock),
+    Kind("mcpg.command", CommandFields, _binding_call("command", run_command), build=_build_command, own_deadline=True),
+    Kind("mcpg.nats", NatsFields, _binding_call("nats", run_nats), build=_build_nats, own_deadline=True),
+    Kind("mcpg.kafka", KafkaFields, _binding_call("kafka", run_kafka), build=_build_kafka, own_deadline=True),
+    Kind("mcpg.sql", SqlFields, _binding_call("sql", run_sql), build=_build_sql, own_deadline=True),
+    Kind("mcpg.unset", UnsetFields, run_unset),
+    Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
+]
+
+for _kind in _KINDS:
+    if KINDS.get(_kind.name) is None:
+        KINDS.register(_kind)
+
+from mcpipe.formats.mcpg import _answers  # noqa: E402,F401  (registers the answer shapes)

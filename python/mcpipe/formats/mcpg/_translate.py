@@ -1,0 +1,1311 @@
+"""An mcpg config, translated into mcpipe's own layout.
+
+The file is first merged with mcpg's ``MCPG_*`` environment overlay and checked against mcpg's own schema
+(:mod:`._schema`), then mcpg's load-time checks that the schema cannot express (unique binding names, their
+characters, non-empty descriptions, paths that start with ``/``, ...). Then each section is read with mcpg's
+meaning (``docs/formats/mcpg.md`` has the table):
+
+- ``gateway.server`` -> ``http`` (bind address, paths, body limit, origins, access log, the anonymous rate
+  limit), ``trust.subject_header`` (``trust_subject_header``), ``outbound.http.allow_private``;
+- ``mcp.capabilities.{tools,prompts,resources,resource_templates}`` -> ``pipelines`` (one per binding, its
+  ``surface``), their backends as the ``mcpg.*`` step kinds (:mod:`._kinds`) and mcpg's answer shapes
+  (:mod:`._answers`); SQL databases -> ``sql``; commands -> ``outbound.commands``;
+- ``governance.policy.tool_access`` and each binding's ``governance`` -> ``trust`` (trust levels, CEL);
+- ``governance.audit`` -> ``audit``; ``observability`` -> ``telemetry``; ``mcp.federations`` ->
+  ``mcpServers``;
+- plugins, and the sections that name plugins (audit sinks, metrics and trace sinks, identity providers,
+  policy engines, ``cred://`` references): :mod:`.plugins`, by plugin id.
+
+What mcpipe cannot honour is refused, one located line each; nothing that guards access is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from mcpipe.errors import Problem
+from mcpipe.formats import Translation
+from mcpipe.formats.mcpg import plugins
+from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
+from mcpipe.formats.mcpg._refusals import reason
+from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
+from mcpipe.formats.mcpg._templates import expand_env
+
+__all__ = ["BUILT_IN_PLUGINS", "translate"]
+
+CODE = "INVALID_CONFIG"
+BUCKETS = ("tools", "prompts", "resources", "resource_templates")
+SURFACE = {"tools": "tool", "prompts": "prompt", "resources": "resource", "resource_templates": "resource_template"}
+_NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
+_STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+
+BACKEND_KINDS = {
+    "http": "mcpg.http",
+    "grpc": "mcpg.grpc",
+    "mock": "mcpg.mock",
+    "command": "mcpg.command",
+    "nats": "mcpg.nats",
+    "kafka": "mcpg.kafka",
+    "sql": "mcpg.sql",
+}
+"""mcpg's backends mcpipe has, and the step kind that answers as each does."""
+
+BUILT_IN_PLUGINS = {
+    "dev.mcpg.backend.http": "the http backend is built in (kind mcpg.http)",
+    "dev.mcpg.backend.grpc": "the grpc backend is built in (kind mcpg.grpc)",
+    "dev.mcpg.backend.mock": "the mock backend is built in (kind mcpg.mock)",
+    "dev.mcpg.backend.command": "the command backend is built in (kind mcpg.command)",
+    "dev.mcpg.backend.nats": "the nats backend is built in (kind mcpg.nats)",
+    "dev.mcpg.backend.kafka": "the kafka backend is built in (kind mcpg.kafka)",
+    "dev.mcpg.backend.sql": "the sql backend is built in (kind mcpg.sql)",
+    "dev.mcpg.transform.jsonata": "JSONata is built in (plugin_transform steps)",
+}
+"""Plugin ids whose meaning mcpipe has built in: their ``plugins[]`` entries load nothing more."""
+
+SUSPENDING = frozenset({"elicitation", "sampling", "roots_list", "gather"})
+_STEP_KINDS = frozenset(
+    {"transform", "cel_gate", "plugin_transform", "log", "progress", "sql_tx", "sql_await", *SUSPENDING}
+)
+_DEFAULT_STEP_TIMEOUT = {"http": 2000, "grpc": 2000, "command": 5000, "nats": 2000, "kafka": 10_000}
+
+
+class _Out:
+    """The mcpipe-layout document being built, the problems, and where each part came from."""
+
+    def __init__(self, environ: Mapping[str, str]) -> None:
+        self.doc: dict[str, Any] = {}
+        self.problems: list[Problem] = []
+        self.moves: list[tuple[str, str]] = []
+        self.environ = environ
+        self.raw_plugins: list[Any] = []
+
+    def refuse(self, where: str, why: str) -> None:
+        self.problems.append(Problem(where, CODE, why))
+
+    def moved(self, new: str, old: str) -> None:
+        self.moves.append((new, old))
+
+    def section(self, key: str) -> dict[str, Any]:
+        value = self.doc.setdefault(key, {})
+        assert isinstance(value, dict)
+        return value
+
+    def locate(self, location: str) -> str:
+        best: tuple[str, str] | None = None
+        for new, old in self.moves:
+            inside = location == new or location.startswith((f"{new}.", f"{new}["))
+            if inside and (best is None or len(new) > len(best[0])):
+                best = (new, old)
+        if best is None:
+            return location
+        return best[1] + location[len(best[0]) :]
+
+
+def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
+    """The mcpg document ``raw`` in mcpipe's layout, with every refusal located in the file."""
+    doc = env_overlay(raw, environ)
+    out = _Out(environ)
+    problems = schema_problems(doc)
+    if problems:
+        return Translation({}, problems)
+    _validate(doc, out)
+    if out.problems:
+        return Translation({}, out.problems, out.locate)
+    # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
+    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs).
+    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False}, caching={})
+    out.raw_plugins = list(doc.get("plugins") or [])
+    # plugins first: the credential issuers they configure are what `cred://` references resolve to.
+    kafka = _plugins(out.raw_plugins, out)
+    gateway = doc.get("gateway") or {}
+    _server(gateway.get("server") or {}, out)
+    _gateway_rest(gateway, out)
+    _governance(doc.get("governance") or {}, out)
+    _observability(doc.get("observability") or {}, out)
+    schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
+    mcp = doc.get("mcp") or {}
+    _capabilities(mcp.get("capabilities") or {}, out, schemas, kafka)
+    _configurations(mcp.get("configurations") or {}, out)
+    _federations(mcp.get("federations") or [], out)
+    if mcp.get("registries"):
+        out.refuse("mcp.registries", reason("registries"))
+    if (mcp.get("registry") or {}).get("enabled"):
+        out.refuse("mcp.registry", reason("registry"))
+    _rest(doc, out)
+    return Translation(out.doc, out.problems, out.locate, list(out.moves))
+
+
+# --- mcpg's own load-time checks ------------------------------------------------------------------
+
+
+def _validate(doc: Mapping[str, Any], out: _Out) -> None:
+    server = ((doc.get("gateway") or {}).get("server")) or {}
+    where = "gateway.server"
+    if not str(server.get("bind_address", "127.0.0.1:8787")).strip():
+        out.refuse(f"{where}.bind_address", "gateway.server.bind_address must not be empty")
+    for key, default in (("health_path", "/health"), ("mcp_path", "/mcp")):
+        if not str(server.get(key, default)).startswith("/"):
+            out.refuse(f"{where}.{key}", f"gateway.server.{key} must start with '/'")
+    for key in ("replay_window_limit", "session_idle_timeout_ms", "shutdown_timeout_ms", "request_timeout_ms"):
+        if key in server and server[key] == 0:
+            out.refuse(f"{where}.{key}", f"gateway.server.{key} must be greater than zero")
+    for i, origin in enumerate(server.get("allowed_origins") or []):
+        if not str(origin).strip():
+            out.refuse(f"{where}.allowed_origins[{i}]", "gateway.server.allowed_origins entries must not be empty")
+    caps = ((doc.get("mcp") or {}).get("capabilities")) or {}
+    seen: dict[str, str] = {}
+    index = 0
+    for bucket in BUCKETS:
+        for j, b in enumerate(caps.get(bucket) or []):
+            loc = f"mcp.capabilities.{bucket}[{j}]"
+            name = b.get("name", "")
+            path = f"bindings[{index}]"
+            index += 1
+            if not name.strip():
+                out.refuse(f"{loc}.name", f"{path}.name must not be empty")
+            elif len(name) > 128:
+                out.refuse(f"{loc}.name", f"{path}.name '{name}' exceeds the MCP 128-character guidance")
+            elif not _NAME.fullmatch(name):
+                out.refuse(
+                    f"{loc}.name",
+                    f"{path}.name '{name}' contains characters outside the MCP tool-name guidance ([A-Za-z0-9_.-])",
+                )
+            elif name in seen:
+                out.refuse(f"{loc}.name", f"{path}.name '{name}' is duplicated; binding names must be unique")
+            else:
+                seen[name] = loc
+            if not str(b.get("description", "")).strip():
+                out.refuse(f"{loc}.description", f"{path}.description must not be empty")
+            if b.get("title") is not None and not str(b["title"]).strip():
+                out.refuse(f"{loc}.title", f"{path}.title must not be whitespace-only when provided")
+            kind = (b.get("backend") or {}).get("kind", "")
+            if not str(kind).strip():
+                out.refuse(f"{loc}.backend.kind", f"{path}.kind must not be empty")
+            retry = b.get("retry")
+            if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
+                out.refuse(f"{loc}.retry", f"{path}.retry is not supported for {kind} bindings")
+            elif isinstance(retry, Mapping):
+                if retry.get("max_attempts", 3) == 0:
+                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must be greater than 0")
+                elif retry.get("max_attempts", 3) > 10:
+                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must not exceed 10")
+                if retry.get("initial_backoff_ms", 200) == 0:
+                    out.refuse(
+                        f"{loc}.retry.initial_backoff_ms", f"{path}.retry.initial_backoff_ms must be greater than 0"
+                    )
+            for k, icon in enumerate(b.get("icons") or []):
+                src = str((icon or {}).get("src", "")).strip().lower()
+                if not src.startswith(("https://", "data:")):
+                    out.refuse(f"{loc}.icons[{k}].src", f"{path}.icons[{k}].src must be an https:// URL or a data: URI")
+            for field in ("input_schema", "output_schema"):
+                schema = b.get(field)
+                if schema is not None and not isinstance(schema, Mapping):
+                    out.refuse(f"{loc}.{field}", f"{path}.{field} must be a JSON object when provided")
+    rules = (((doc.get("governance") or {}).get("policy") or {}).get("tool_access") or {}).get("rules") or []
+    rule_names: set[str] = set()
+    for i, rule in enumerate(rules):
+        loc = f"governance.policy.tool_access.rules[{i}]"
+        name = rule.get("tool_name", "")
+        if not str(name).strip():
+            out.refuse(f"{loc}.tool_name", "policy.tool_access.rules[].tool_name must not be empty")
+        elif name in rule_names:
+            out.refuse(f"{loc}.tool_name", f"policy.tool_access.rules has a duplicate rule for '{name}'")
+        elif name in seen:
+            out.refuse(
+                f"{loc}.tool_name",
+                f"policy.tool_access.rules must not configure '{name}' directly; use the binding's "
+                "governance.minimum_trust and governance.allow_if instead",
+            )
+        rule_names.add(name)
+        if rule.get("cel_allow_if") is not None and not str(rule["cel_allow_if"]).strip():
+            out.refuse(f"{loc}.cel_allow_if", "policy.tool_access.rules[].cel_allow_if must not be empty")
+
+
+# --- gateway -----------------------------------------------------------------------------------------
+
+
+def _bind(address: str) -> tuple[str, int] | None:
+    m = re.fullmatch(r"\[?([^\]]*?)\]?:(\d{1,5})", address.strip())
+    if m is None:
+        return None
+    return m.group(1), int(m.group(2))
+
+
+def _server(server: Mapping[str, Any], out: _Out) -> None:
+    http = out.section("http")
+    where = "gateway.server"
+    bind = _bind(str(server.get("bind_address", "127.0.0.1:8787")))
+    if bind is None:
+        out.refuse(f"{where}.bind_address", "not a host:port address")
+    else:
+        http["host"], http["port"] = bind
+        out.moved("http.host", f"{where}.bind_address")
+        out.moved("http.port", f"{where}.bind_address")
+    http["path"] = server.get("mcp_path", "/mcp")
+    out.moved("http.path", f"{where}.mcp_path")
+    http["health_path"] = server.get("health_path", "/health")
+    out.moved("http.health_path", f"{where}.health_path")
+    http["max_body_bytes"] = int(server.get("max_request_body_mb", 4)) * 1024 * 1024
+    out.moved("http.max_body_bytes", f"{where}.max_request_body_mb")
+    if server.get("allowed_origins"):
+        http["allowed_origins"] = list(server["allowed_origins"])
+        out.moved("http.allowed_origins", f"{where}.allowed_origins")
+    http["session_idle_timeout_s"] = int(server.get("session_idle_timeout_ms", 900_000)) / 1000
+    http["access_log"] = bool(server.get("access_log", True))
+    http["anonymous_rate_limit_per_min"] = int(server.get("anonymous_rate_limit_per_min", 600))
+    http["anonymous_rate_limit_burst"] = int(server.get("anonymous_rate_limit_burst", 100))
+    out.moved("http.anonymous_rate_limit_per_min", f"{where}.anonymous_rate_limit_per_min")
+    if server.get("request_timeout_ms") is not None:
+        out.section("pipe")["timeout_ms"] = int(server["request_timeout_ms"])
+        out.moved("pipe.timeout_ms", f"{where}.request_timeout_ms")
+    if server.get("trust_subject_header"):
+        out.section("trust")["subject_header"] = "x-mcpg-subject-id"
+    outbound_http = out.section("outbound").setdefault("http", {})
+    outbound_http["allowed_hosts"] = ["*"]  # mcpg reaches any host; the address guard below still applies
+    outbound_http["allow_private"] = bool(server.get("allow_private_backends", False))
+    if server.get("tls"):
+        _tls(server["tls"], f"{where}.tls", out)
+    refusals = {
+        "tunnel": "tunnel",
+        "tunnel_federation": "tunnel_federation",
+        "aauth_resource_metadata": "aauth",
+        "transports": "transports",
+        "completion_rate_limit_per_sec": "completion_rate",
+    }
+    for key, refusal in refusals.items():
+        if server.get(key):
+            out.refuse(f"{where}.{key}", reason(refusal))
+    if server.get("trust_proxy_ip"):
+        out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
+    if server.get("max_sessions_per_tenant"):
+        out.refuse(f"{where}.max_sessions_per_tenant", reason("tenant_sessions"))
+    if server.get("transport", "http") != "http":
+        out.refuse(f"{where}.transport", reason("transport"))
+    if server.get("enforce_modern_request_meta"):
+        out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
+
+
+def _tls(tls: Mapping[str, Any], where: str, out: _Out) -> None:
+    """``gateway.server.tls`` (``TlsConfig``, checked as mcpg checks it) as mcpipe's ``http.tls``."""
+    cert, key = str(tls.get("cert_path", "")), str(tls.get("key_path", ""))
+    version = str(tls.get("min_tls_version", "1.2")).strip()
+    mode = str(tls.get("client_cert_required", "none"))
+    ca = tls.get("client_ca_certs_path")
+    if not cert.strip():
+        out.refuse(f"{where}.cert_path", "server.tls.cert_path must not be empty")
+    elif not key.strip():
+        out.refuse(f"{where}.key_path", "server.tls.key_path must not be empty")
+    elif version not in ("1.2", "1.3"):
+        out.refuse(f"{where}.min_tls_version", f'server.tls.min_tls_version must be "1.2" or "1.3", got "{version}"')
+    elif mode == "none" and ca is not None:
+        out.refuse(
+            f"{where}.client_ca_certs_path",
+            "server.tls.client_ca_certs_path must be unset when client_cert_required is `none`",
+        )
+    elif mode != "none" and not str(ca or "").strip():
+        out.refuse(
+            f"{where}.client_ca_certs_path",
+            "server.tls.client_ca_certs_path must be set (PEM bundle of CA certs) when client_cert_required is "
+            "`optional` or `mandatory`",
+        )
+    else:
+        entry: dict[str, Any] = {"cert_file": cert, "key_file": key, "min_version": version}
+        if mode != "none":
+            entry["client_ca_file"] = str(ca)
+            entry["client_cert"] = "required" if mode == "mandatory" else "optional"
+        out.section("http")["tls"] = entry
+        out.moved("http.tls", where)
+
+
+def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
+    if (gateway.get("admin") or {}).get("enabled"):
+        out.refuse("gateway.admin.enabled", reason("admin"))
+    if (gateway.get("inspector") or {}).get("enabled"):
+        out.refuse("gateway.inspector.enabled", reason("inspector"))
+    if gateway.get("control_plane"):
+        out.refuse("gateway.control_plane", reason("control_plane"))
+    if (gateway.get("config_watch") or {}).get("enabled"):
+        out.refuse("gateway.config_watch.enabled", reason("config_watch"))
+    if gateway.get("config_overlay"):
+        out.refuse("gateway.config_overlay", reason("config_overlay"))
+
+
+# --- governance ---------------------------------------------------------------------------------------
+
+
+def _governance(gov: Mapping[str, Any], out: _Out) -> None:
+    access = out.section("trust")
+    policy = gov.get("policy") or {}
+    tool_access = policy.get("tool_access") or {}
+    access["default_minimum_trust"] = tool_access.get("default_minimum_trust", "header_asserted")
+    out.moved("trust.default_minimum_trust", "governance.policy.tool_access.default_minimum_trust")
+    if tool_access.get("cel_allow_if"):
+        access["allow_if"] = tool_access["cel_allow_if"]
+        out.moved("trust.allow_if", "governance.policy.tool_access.cel_allow_if")
+    rules = access.setdefault("tools", {})
+    for i, rule in enumerate(tool_access.get("rules") or []):
+        entry: dict[str, Any] = {"minimum_trust": rule["minimum_trust"]}
+        if rule.get("cel_allow_if"):
+            entry["allow_if"] = rule["cel_allow_if"]
+        if rule.get("required_scopes"):
+            entry["required_scopes"] = list(rule["required_scopes"])
+        rules[rule["tool_name"]] = entry
+        out.moved(f"trust.tools.{rule['tool_name']}", f"governance.policy.tool_access.rules[{i}]")
+    loaded = {
+        str(p.get(k))
+        for p in (out.raw_plugins or [])
+        if isinstance(p, Mapping) and not p.get("disabled")
+        for k in ("id", "ref")
+        if p.get(k)
+    }
+    for i, engine in enumerate(policy.get("engine") or []):
+        kind = engine.get("kind")
+        if kind not in loaded:
+            # mcpg's config check resolves the engine among the plugins[] entries (resolve_kind).
+            out.refuse(f"governance.policy.engine[{i}].kind", f"no plugin `{kind}` in plugins[] is a policy engine")
+    acc = gov.get("access") or {}
+    if acc.get("jwks"):
+        _jwks(acc["jwks"], "governance.access.jwks", out)
+    if acc.get("oidc_oauth"):
+        plugins.translate_oidc(acc["oidc_oauth"], "governance.access.oidc_oauth", out.doc, out.problems)
+    for key in ("resource_metadata", "authorization_server"):
+        if acc.get(key):
+            out.refuse(f"governance.access.{key}", reason("oauth_server", what=key.replace("_", " ")))
+    _audit(gov.get("audit") or {}, out)
+    quotas = gov.get("quotas") or {}
+    for key in ("rate_limits", "budgets", "concurrency"):
+        if quotas.get(key):
+            out.refuse(f"governance.quotas.{key}", reason("quotas", what=key.replace("_", " ")))
+    approvals = gov.get("approvals") or {}
+    if approvals.get("callback_base_url") or approvals.get("signing_key_env"):
+        out.refuse("governance.approvals", reason("approvals"))
+
+
+_SINK_NAMESPACE = {"audit": "audit", "metrics": "observability", "traces": "observability", "logs": "observability"}
+_SINK_KEYWORDS = frozenset({"builtin", "in-process", "memory", "file", "stderr", "stdout"})
+
+
+def _sink(signal: str, sink: Any) -> Any:
+    """A sink whose ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
+    (``dev.mcpg.observability.prometheus``: ``resolve_kind``'s rule 3, ``config/wiring.rs``)."""
+    if not isinstance(sink, Mapping):
+        return sink
+    kind = sink.get("kind")
+    if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
+        return {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
+    return sink
+
+
+def _audit(audit: Mapping[str, Any], out: _Out) -> None:
+    enabled = bool(audit.get("enabled", True))
+    section = out.section("audit")
+    section["enabled"] = enabled
+    out.moved("audit.enabled", "governance.audit.enabled")
+    if enabled:
+        for i, sink in enumerate(audit.get("sinks") or []):
+            plugins.translate_sink("audit", _sink("audit", sink), f"governance.audit.sinks[{i}]", out.doc, out.problems)
+
+
+# --- observability --------------------------------------------------------------------------------
+
+
+def _observability(obs: Mapping[str, Any], out: _Out) -> None:
+    telemetry = out.section("telemetry")
+    on = bool(obs.get("enabled", True))
+    metrics = obs.get("metrics") or {}
+    telemetry["metrics"] = on and bool(metrics.get("enabled", True))
+    if telemetry["metrics"]:
+        for i, sink in enumerate(metrics.get("sinks") or []):
+            plugins.translate_sink(
+                "metrics", _sink("metrics", sink), f"observability.metrics.sinks[{i}]", out.doc, out.problems
+            )
+    traces = obs.get("traces") or {}
+    if on and traces.get("enabled"):
+        for i, sink in enumerate(traces.get("sinks") or []):
+            plugins.translate_sink(
+                "traces", _sink("traces", sink), f"observability.traces.sinks[{i}]", out.doc, out.problems
+            )
+        if traces.get("service_name") and "service_name" not in telemetry:
+            telemetry["service_name"] = traces["service_name"]
+    elif traces.get("propagate_context", True):
+        telemetry.setdefault("traces", "propagate")
+    for i, sink in enumerate((obs.get("logs") or {}).get("sinks") or []):
+        if sink.get("kind") not in ("stderr", "dev.mcpg.builtin.log.stderr-json"):  # mcpg's own stderr sink
+            plugins.translate_sink("logs", _sink("logs", sink), f"observability.logs.sinks[{i}]", out.doc, out.problems)
+
+
+def _jwks(jwks: Mapping[str, Any], loc: str, out: _Out) -> None:
+    """mcpg's built-in JWKS verification: an ``[[auth.oidc]]`` issuer with its keys (inline or at ``url``)."""
+    if not jwks.get("issuer"):
+        out.refuse(f"{loc}.issuer", "mcpipe checks the issuer of every JWT: give governance.access.jwks.issuer")
+        return
+    provider: dict[str, Any] = {
+        "issuer": jwks["issuer"],
+        "header": str(jwks.get("header_name", "authorization")).lower(),
+        "prefix": jwks.get("header_prefix", "Bearer "),
+    }
+    if jwks.get("audience"):
+        provider["audiences"] = [jwks["audience"]]
+    elif jwks.get("allow_missing_audience"):
+        provider["any_audience"] = True
+    if jwks.get("keys_json"):
+        provider["jwks"] = jwks["keys_json"]
+    elif jwks.get("url"):
+        provider["jwks_url"] = jwks["url"]
+    out.doc.setdefault("auth", {}).setdefault("oidc", []).append(provider)
+    at = f"auth.oidc[{len(out.doc['auth']['oidc']) - 1}]"
+    out.moved(at, loc)
+    out.moved(f"{at}.jwks", f"{loc}.keys_json")
+    out.moved(f"{at}.jwks_url", f"{loc}.url")
+    out.moved(f"{at}.audiences", f"{loc}.audience")
+
+
+# --- plugins --------------------------------------------------------------------------------------
+
+
+def _plugins(entries: list[Any], out: _Out) -> dict[str, Any]:
+    """The ``plugins[]`` entries, read by :mod:`.plugins` (each id's meaning, or a located refusal). Answers
+    the Kafka plugin's connection config (``bootstrap_servers``, ``group_id``): mcpg hands it to the plugin
+    when it builds it, and mcpipe's kafka steps take it from there."""
+    kafka: dict[str, Any] = {}
+    given = []
+    for entry in entries:
+        if isinstance(entry, Mapping) and (entry.get("ref") or entry.get("id")) == "dev.mcpg.backend.kafka":
+            config = entry.get("config")
+            if isinstance(config, Mapping) and not entry.get("disabled"):
+                kafka = dict(config)
+            entry = {k: v for k, v in entry.items() if k != "config"}
+        given.append(entry)
+    plugins.translate_plugins(given, "plugins", out.doc, out.problems, out.environ)
+    out.doc.pop("plugins", None)  # JSONata (the one transform plugin) is built into mcpipe's plugin_transform
+    return kafka
+
+
+# --- schema registry ------------------------------------------------------------------------------
+
+
+def _schema_registry(registry: Mapping[str, Any], base_dir: str, out: _Out) -> dict[str, Any]:
+    import json
+
+    schemas: dict[str, Any] = {}
+    for name, entry in registry.items():
+        where = f"schema_registry.{name}"
+        if entry.get("inline") is not None:
+            schemas[name] = entry["inline"]
+        elif entry.get("file"):
+            path = Path(base_dir, entry["file"])
+            try:
+                schemas[name] = json.loads(path.read_text())
+            except (OSError, ValueError) as e:
+                out.refuse(f"{where}.file", f"cannot read the schema '{path}': {e}")
+        elif entry.get("url"):
+            out.refuse(f"{where}.url", reason("schema_url"))
+    return schemas
+
+
+# --- bindings -------------------------------------------------------------------------------------
+
+
+class _Binding:
+    """What translating one binding needs: where it is, its name, and the document being built."""
+
+    def __init__(self, out: _Out, loc: str, name: str, schemas: Mapping[str, Any], kafka: Mapping[str, Any]) -> None:
+        self.out = out
+        self.loc = loc
+        self.name = name
+        self.schemas = schemas
+        self.kafka = kafka
+        self.sql_names: dict[str, str] = {}
+        self.sql_bindings: dict[str, Any] = {}
+        self.unset: list[str] = []
+
+    def env(self, value: Any, where: str) -> Any:
+        """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
+        not set is noted in ``unset``: mcpg's config check passes it, its start fails). ``${cred://…}``
+        tokens stay: an http header's become the step's credential (:func:`.plugins.http_credential`)."""
+        if isinstance(value, str):
+            text, missing = expand_env(value, self.out.environ)
+            for name in missing:
+                if name not in self.unset:
+                    self.unset.append(name)
+            return text
+        if isinstance(value, Mapping):
+            return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.env(v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    def schema(self, value: Any, where: str) -> Any:
+        if isinstance(value, Mapping) and "$schema_ref" in value:
+            ref = value["$schema_ref"]
+            if ref not in self.schemas:
+                self.out.refuse(where, f"no schema `{ref}` in schema_registry")
+                return None
+            return self.schemas[ref]
+        return value
+
+
+def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any], kafka: Mapping[str, Any]) -> None:
+    pipelines: list[dict[str, Any]] = out.doc.setdefault("pipelines", [])
+    access = out.section("trust").setdefault("tools", {})
+    sql_backends: dict[str, str] = {}
+    # sql_tx and sql_await steps name a sql binding: its database is known before any pipeline is read.
+    sql_bindings = {
+        b["name"]: b["backend"]
+        for bucket in BUCKETS
+        for b in caps.get(bucket) or []
+        if (b.get("backend") or {}).get("kind") == "sql"
+    }
+    for bucket in BUCKETS:
+        for j, binding in enumerate(caps.get(bucket) or []):
+            loc = f"mcp.capabilities.{bucket}[{j}]"
+            b = _Binding(out, loc, binding["name"], schemas, kafka)
+            b.sql_names = sql_backends
+            b.sql_bindings = sql_bindings
+            entry = _binding(b, binding, SURFACE[bucket])
+            if entry is None:
+                continue
+            pipelines.append(entry)
+            out.moved(f"pipelines.{b.name}", loc)
+            gov = binding.get("governance") or {}
+            rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+            if gov.get("allow_if"):
+                rule["allow_if"] = gov["allow_if"]
+            if gov.get("required_scopes"):
+                rule["required_scopes"] = list(gov["required_scopes"])
+            access[b.name] = rule
+            out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
+    # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
+    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3}
+    pipelines.sort(key=lambda e: (order[e["surface"]], e.get("uri") or e.get("uri_template") or e["name"]))
+    tasks = caps.get("tasks") or {}
+    if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
+        out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
+
+
+_ANNOTATIONS = {
+    "read_only": "readOnlyHint",
+    "destructive": "destructiveHint",
+    "idempotent": "idempotentHint",
+    "open_world": "openWorldHint",
+}
+
+
+def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:
+    loc = b.loc
+    out = b.out
+    # mcpg checks the arguments against the input schema and passes them as sent (no defaults filled in).
+    entry: dict[str, Any] = {
+        "name": b.name,
+        "description": binding["description"],
+        "surface": surface,
+        "fill_defaults": False,
+    }
+    if binding.get("title"):
+        entry["title"] = binding["title"]
+    schema = b.schema(binding.get("input_schema"), f"{loc}.input_schema")
+    if surface == "tool":
+        entry["input_schema"] = schema if schema is not None else {"type": "object", "additionalProperties": True}
+        out.moved(f"pipelines.{b.name}.input_schema", f"{loc}.input_schema")
+        output = b.schema(binding.get("output_schema"), f"{loc}.output_schema")
+        if output is not None:
+            entry["output_schema"] = output
+        ann = binding.get("annotations") or {}
+        hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
+        if hints:
+            entry["annotations"] = hints
+        if binding.get("task_support") in ("optional", "required", "forbidden"):
+            entry["task_support"] = binding["task_support"]
+        else:
+            entry["task_support"] = "forbidden"  # mcpg runs a binding as a task only when it says so
+    elif surface == "prompt":
+        args = []
+        for arg in binding.get("prompt_arguments") or []:
+            a = {"name": arg["name"], "required": bool(arg.get("required", False))}
+            if arg.get("description"):
+                a["description"] = arg["description"]
+            args.append(a)
+        entry["arguments"] = args
+    elif surface == "resource":
+        entry["uri"] = binding.get("uri") or f"mcpg://resources/{b.name}"
+    else:
+        if not binding.get("uri_template"):
+            out.refuse(f"{loc}.uri_template", "a resource template needs `uri_template`")
+            return None
+        if not re.search(r"\{[^}]+\}", binding["uri_template"]):
+            out.refuse(f"{loc}.uri_template", "a resource template needs at least one `{variable}`")
+            return None
+        entry["uri_template"] = binding["uri_template"]
+    if surface in ("resource", "resource_template") and binding.get("mime_type"):
+        entry["mime_type"] = binding["mime_type"]
+    meta = binding.get("descriptor_meta")
+    if isinstance(meta, Mapping) and meta:
+        entry["meta"] = dict(meta)
+    for key, why in (
+        ("quotas", reason("quota_ref")),
+        ("content_storage", reason("content_storage")),
+        ("mcp_app_url", reason("app_url")),
+        ("watch", reason("watch")),
+    ):
+        if binding.get(key):
+            out.refuse(f"{loc}.{key}", why)
+    cache = binding.get("cache")
+    if cache and cache.get("kind") != "disabled":
+        out.refuse(f"{loc}.cache", reason("cache"))
+    completions: dict[str, list[str]] = {}
+    for arg in binding.get("prompt_arguments") or []:
+        if arg.get("completions"):
+            completions[arg["name"]] = [str(v) for v in arg["completions"]]
+    for var, spec in (binding.get("variable_completions") or {}).items():
+        if isinstance(spec, list):
+            completions[var] = [str(v) for v in spec]
+        elif isinstance(spec, Mapping) and spec.get("kind") == "static":
+            completions[var] = [str(v) for v in spec.get("values") or []]
+        else:
+            out.refuse(f"{loc}.variable_completions.{var}", reason("dynamic_completion"))
+    if completions:
+        entry["completions"] = completions
+    backend = dict(binding["backend"])
+    kind = backend.pop("kind")
+    if kind == "pipeline":
+        return _pipeline(b, entry, backend, f"{loc}.backend")
+    step = _backend_step(b, kind, backend, f"{loc}.backend", answer="result", step_id="call", profile=b.name)
+    if step is None:
+        return None
+    if binding.get("retry") is not None:
+        if not str(step.get("kind", "")).startswith("mcpg."):
+            out.refuse(f"{loc}.retry", reason("retry", kind=kind))
+        else:
+            step["retry"] = dict(binding["retry"])
+            out.moved(f"pipelines.{b.name}.steps[0].retry", f"{loc}.retry")
+    entry["answer"] = "mcpg.payload" if step.pop("mcpg_answer", None) is not None else "mcpg.binding"
+    entry["steps"] = [step]
+    out.moved(f"pipelines.{b.name}.steps[0]", f"{loc}.backend")
+    return entry
+
+
+def _backend_step(
+    b: _Binding, kind: str, spec: dict[str, Any], where: str, *, answer: str, step_id: str, profile: str
+) -> dict[str, Any] | None:
+    out = b.out
+    if kind == "twilio":
+        # A plugin backend mcpipe has: its step, whose output is the plugin's reply.
+        fields = plugins.translate_backend(
+            {"kind": kind, **b.env(spec, where)}, where, out.doc, out.problems, out.environ
+        )
+        if fields is None:
+            return None
+        fields.pop("kind", None)
+        return {"kind": "twilio", "id": step_id, **fields, "mcpg_answer": answer}
+    if kind not in BACKEND_KINDS:
+        out.refuse(f"{where}.kind", reason("backend_kind", kind=kind))
+        return None
+    step: dict[str, Any] = {
+        "kind": f"mcpg.{kind}",
+        "id": step_id,
+        "answer": answer,
+        "tool_name": b.name,
+        "profile": profile,
+    }
+    if kind == "mock":
+        for key in ("response", "delay_ms", "error", "error_message", "passthrough"):
+            if key in spec:
+                step[key] = spec.pop(key)
+    else:
+        before = len(b.unset)
+        spec = b.env(spec, where)
+        if len(b.unset) > before:
+            # mcpg refuses to start without the variable; mcpipe serves the binding, which fails saying so.
+            names = ", ".join(f"'{n}'" for n in b.unset[before:])
+            return {
+                **step,
+                "kind": "mcpg.unset",
+                "backend": kind,
+                "message": f"CEL env-var resolution failed: environment variable {names} is not set",
+            }
+    if kind in ("http", "grpc") and "headers" in spec:
+        spec["headers"], fields = plugins.http_credential(
+            spec["headers"], f"{where}.headers", out.doc, out.problems, out.environ
+        )
+        step.update(fields)
+    if not _no_credentials(spec, where, out):
+        return None
+    if kind == "http":
+        _http_spec(b, spec, step, where)
+    elif kind == "grpc":
+        _copy(spec, step, ("url", "service", "method", "headers", "max_response_bytes", "allow_private_backends"))
+        step["allow_private_backends"] = bool(step.get("allow_private_backends")) or _allow_private(out)
+    elif kind == "command":
+        _copy(spec, step, ("command", "args", "max_output_bytes", "require_json_stdout"))
+        commands = out.section("outbound").setdefault("commands", {})
+        if isinstance(step.get("command"), str):
+            commands.setdefault(Path(step["command"]).name or step["command"], step["command"])
+    elif kind == "nats":
+        step["url"] = spec.pop("url", None) or "nats://127.0.0.1:4222"
+        _copy(spec, step, ("subject", "max_response_bytes"))
+        for key in ("credentials_path", "auth_token"):
+            if spec.pop(key, None):
+                out.refuse(f"{where}.{key}", reason("nats_credentials"))
+    elif kind == "kafka":
+        servers = spec.pop("bootstrap_servers", None) or b.kafka.get("bootstrap_servers")
+        if not servers:
+            out.refuse(
+                where,
+                "a kafka binding needs `bootstrap_servers` (here, or in the dev.mcpg.backend.kafka plugin's config)",
+            )
+            return None
+        step["bootstrap_servers"] = servers
+        spec.pop("group_id", None)
+        _copy(spec, step, ("request_topic", "response_topic", "max_response_bytes"))
+        for key in ("sasl_username", "sasl_password", "security_protocol", "sasl_mechanism"):
+            if spec.pop(key, None):
+                out.refuse(f"{where}.{key}", reason("kafka_security"))
+    elif kind == "sql" and not _sql_spec(b, spec, step, where):
+        return None
+    if "timeout_ms" in spec:
+        step["timeout_ms"] = spec.pop("timeout_ms")
+    elif kind in _DEFAULT_STEP_TIMEOUT:
+        step["timeout_ms"] = _DEFAULT_STEP_TIMEOUT[kind]
+    for key in list(spec):
+        if key in ("allow_private_backends",):
+            spec.pop(key)
+            continue
+        out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
+        spec.pop(key)
+    return step
+
+
+def _no_credentials(value: Any, where: str, out: _Out) -> bool:
+    """A ``${cred://…}`` left outside the one header that may present a credential: refused, located."""
+    if isinstance(value, str):
+        if "${cred://" in value:
+            out.refuse(where, "mcpipe presents one credential per request: one `${cred://...}` in one header")
+            return False
+        return True
+    if isinstance(value, Mapping):
+        return all([_no_credentials(v, f"{where}.{k}", out) for k, v in value.items()])
+    if isinstance(value, list):
+        return all([_no_credentials(v, f"{where}[{i}]", out) for i, v in enumerate(value)])
+    return True
+
+
+def _allow_private(out: _Out) -> bool:
+    return bool(((out.doc.get("outbound") or {}).get("http") or {}).get("allow_private"))
+
+
+def _copy(spec: dict[str, Any], step: dict[str, Any], keys: tuple[str, ...]) -> None:
+    for key in keys:
+        if key in spec:
+            step[key] = spec.pop(key)
+
+
+def _http_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> None:
+    _copy(spec, step, ("url", "headers", "expected_status_codes", "require_json_response", "max_response_bytes"))
+    method = spec.pop("method", "post")
+    step["method"] = str(method).lower()
+    if step["method"] not in ("get", "post"):
+        b.out.refuse(f"{where}.method", reason("http_method", method=str(method)))
+    step["allow_private_backends"] = bool(spec.pop("allow_private_backends", False)) or _allow_private(b.out)
+
+
+def _sql_url(url: str) -> str | None:
+    """An sqlx database URL as mcpipe's ``[sql.NAME] url``; None when mcpipe has no such driver."""
+    base = url.split("?", 1)[0]
+    if base.startswith(("postgres://", "postgresql://")):
+        return url
+    if base.startswith("sqlite:"):
+        rest = base[len("sqlite:") :]
+        if rest in (":memory:", "//:memory:", ""):
+            return "sqlite://"
+        rest = rest[2:] if rest.startswith("//") else rest
+        return "sqlite:////" + rest.lstrip("/") if rest.startswith("/") else "sqlite:///" + rest
+    return None
+
+
+def _sql_entry(b: _Binding, url: str, binding_name: str) -> str:
+    """The ``sql`` backend (one per database URL) named after the first binding that uses it."""
+    name = b.sql_names.get(url)
+    if name is None:
+        name = re.sub(r"[^A-Za-z0-9_.-]", "_", binding_name)
+        b.sql_names[url] = name
+        b.out.section("sql")[name] = {"url": url}
+    return name
+
+
+def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> bool:
+    out = b.out
+    url = spec.pop("url", "")
+    driver = spec.pop("driver", "")
+    mcpipe_url = _sql_url(str(url))
+    if mcpipe_url is None:
+        out.refuse(f"{where}.url", reason("sql_driver", driver=str(driver or url)))
+        return False
+    name = _sql_entry(b, mcpipe_url, b.name)
+    out.moved(f"sql.{name}", f"{where}.url")
+    sql = out.section("sql")
+    pool = spec.pop("pool", None) or {}
+    if pool.get("max_connections"):
+        sql[name]["pool_size"] = int(pool["max_connections"])
+    if "await" in spec:
+        sql[name]["await"] = _await_block(spec.pop("await"))
+    step["backend"] = name
+    query = spec.pop("query", None) or {}
+    for key in ("sql_file", "procedure"):
+        if query.get(key):
+            out.refuse(f"{where}.query.{key}", reason("sql_query_source", what=key))
+            return False
+    if not query.get("sql"):
+        out.refuse(f"{where}.query.sql", "a sql binding needs `query.sql`")
+        return False
+    step["sql"] = query["sql"]
+    if query.get("params"):
+        step["params"] = list(query["params"])
+    if query.get("param_exprs"):
+        step["param_exprs"] = {k: rename_cel(v) for k, v in query["param_exprs"].items()}
+    mode = query.get("row_mode", "many")
+    if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents"):
+        out.refuse(f"{where}.query.row_mode", reason("row_mode", mode=str(mode)))
+        return False
+    step["row_mode"] = mode
+    if query.get("max_rows"):
+        step["max_rows"] = query["max_rows"]
+    if query.get("timeout_ms"):
+        step["timeout_ms"] = query["timeout_ms"]
+    for key in ("schema", "list_query", "cache"):
+        value = spec.pop(key, None)
+        if value and key != "schema":
+            out.refuse(f"{where}.{key}", reason("sql_extra", what=key))
+    vars_ = spec.pop("session_vars", None)
+    if vars_:
+        step["session_vars"] = {str(k): str(v) for k, v in vars_.items()}
+    return True
+
+
+def _await_block(block: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key in ("trigger", "check"):
+        if key in block:
+            value = block[key]
+            out[key] = (
+                {"sql": value.get("sql"), "params": value.get("params", [])} if isinstance(value, Mapping) else value
+            )
+    for key in ("until", "interval_ms", "timeout_ms"):
+        if key in block:
+            out[key] = rename_cel(block[key]) if key == "until" else block[key]
+    return out
+
+
+# --- pipelines ------------------------------------------------------------------------------------
+
+
+def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any] | None:
+    out = b.out
+    steps_raw = spec.get("steps") or []
+    entry["timeout_ms"] = int(spec.get("pipeline_timeout_ms", 30_000))
+    out.moved(f"pipelines.{b.name}.timeout_ms", f"{where}.pipeline_timeout_ms")
+    ids: set[str] = set()
+    steps: list[dict[str, Any]] = []
+    ok = True
+    suspending = False
+    for i, raw in enumerate(steps_raw):
+        at = f"{where}.steps[{i}]"
+        sid = raw.get("id")
+        if not isinstance(sid, str) or not sid:
+            out.refuse(f"{at}.id", "a pipeline step needs an `id`")
+            ok = False
+            continue
+        if sid in ids:
+            out.refuse(f"{at}.id", f"duplicate step id '{sid}' in pipeline '{b.name}'")
+            ok = False
+            continue
+        ids.add(sid)
+        step = _pipeline_step(b, dict(raw), at, i)
+        if step is None:
+            ok = False
+            continue
+        suspending |= raw.get("kind") in SUSPENDING
+        out.moved(f"pipelines.{b.name}.steps[{len(steps)}]", at)
+        steps.append(step)
+    if not ok:
+        return None
+    entry["steps"] = steps
+    entry["answer"] = "mcpg.pipeline_suspending" if suspending else "mcpg.pipeline"
+    return entry
+
+
+def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dict[str, Any] | None:
+    out = b.out
+    kind = raw.pop("kind", None)
+    sid = raw.pop("id")
+    if not _STEP_ID.fullmatch(sid):
+        out.refuse(f"{at}.id", f"step id '{sid}' must be letters, digits, `_` and `-`, starting with a letter or `_`")
+        return None
+    transform = raw.pop("input_transform", None)
+    if kind in BACKEND_KINDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
+        step = _backend_step(b, kind, raw, at, answer="step", step_id=sid, profile=f"{b.name}._step_.{sid}")
+        if step is None:
+            return None
+        step.pop("mcpg_answer", None)
+    elif kind in _STEP_KINDS:
+        step = _mcpipe_step(b, kind, sid, raw, at)
+        if step is None:
+            return None
+    else:
+        out.refuse(f"{at}.kind", f"a pipeline step of kind `{kind}` is not in mcpg's step reference")
+        return None
+    if transform is not None:
+        step["input_transform"] = rename_cel(transform)
+    return step
+
+
+def _literal(value: Any) -> Any:
+    return {"$literal": value} if isinstance(value, (str, dict, list)) else value
+
+
+def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str) -> dict[str, Any] | None:
+    out = b.out
+    step: dict[str, Any] = {"kind": kind, "id": sid}
+    if kind == "transform":
+        step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
+    elif kind == "cel_gate":
+        step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
+        step["error_message"] = raw.pop("error_message", None) or f"pipeline gate failed at step {sid}"
+    elif kind == "plugin_transform":
+        plugin = raw.pop("plugin", None)
+        config = dict(raw.pop("config", None) or {})
+        if plugin != "dev.mcpg.transform.jsonata":
+            out.refuse(f"{at}.plugin", reason("transform_plugin", plugin=str(plugin)))
+            return None
+        if isinstance(config.get("expression"), str):
+            config["expression"] = rename_jsonata(config["expression"], tool_name=b.name)
+        step.update(plugin=plugin, config=config)
+    elif kind == "log":
+        step["data"] = _literal(raw.pop("data", None))
+        step["level"] = raw.pop("level", "info")
+        step["logger"] = raw.pop("logger", None) or b.name
+    elif kind == "progress":
+        for key in ("progress", "total", "message"):
+            if key in raw and raw[key] is not None:
+                step[key] = _literal(raw.pop(key))
+            else:
+                raw.pop(key, None)
+    elif kind == "elicitation":
+        mode = raw.pop("mode", "form")
+        if mode != "form":
+            out.refuse(f"{at}.mode", reason("url_elicitation"))
+            return None
+        step["message"] = _literal(raw.pop("message", ""))
+        if raw.get("requested_schema") is not None:
+            step["requested_schema"] = _literal(raw.pop("requested_schema"))
+        step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
+        for key in ("timeout_ms", "correlation_token", "elicitation_id", "presentation_hint", "meta", "url"):
+            raw.pop(key, None)
+    elif kind == "sampling":
+        messages = [{"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in raw.pop("messages", [])]
+        step["messages"] = messages
+        step["max_tokens"] = raw.pop("max_tokens", 1000)
+        for key in ("system_prompt", "temperature", "model_preferences"):
+            if raw.get(key) is not None:
+                step[key] = _literal(raw.pop(key))
+        step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
+        for key in ("tools", "tool_choice", "include_context", "stop_sequences", "metadata"):
+            if raw.pop(key, None):
+                out.refuse(f"{at}.{key}", reason("sampling_field", what=key))
+                return None
+        for key in ("timeout_ms", "correlation_token", "meta"):
+            raw.pop(key, None)
+    elif kind == "roots_list":
+        step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
+        raw.pop("timeout_ms", None)
+        raw.pop("correlation_token", None)
+    elif kind == "gather":
+        inputs = []
+        for k, item in enumerate(raw.pop("inputs", [])):
+            ikind = item.get("kind")
+            entry: dict[str, Any] = {"kind": ikind, "correlation_token": item.get("correlation_token")}
+            if ikind == "elicitation":
+                entry["message"] = _literal(item.get("message", ""))
+                if item.get("requested_schema") is not None:
+                    entry["requested_schema"] = _literal(item["requested_schema"])
+            elif ikind == "sampling":
+                entry["messages"] = [
+                    {"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in item.get("messages", [])
+                ]
+                entry["max_tokens"] = item.get("max_tokens", 1000)
+            elif ikind != "roots":
+                out.refuse(f"{at}.inputs[{k}].kind", f"a gather input is elicitation, sampling or roots, not `{ikind}`")
+                return None
+            inputs.append(entry)
+        step["inputs"] = inputs
+        raw.pop("timeout_ms", None)
+    elif kind in ("sql_tx", "sql_await"):
+        target = raw.pop("backend", None)
+        name = _sql_backend_of(b, target)
+        if name is None:
+            out.refuse(f"{at}.backend", f"no sql binding named `{target}` to run this step's statements on")
+            return None
+        step["backend"] = name
+        if kind == "sql_tx":
+            # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
+            step["kind"] = "mcpg.sql_tx"
+            step["steps"] = [
+                {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
+                for s in raw.pop("steps", [])
+            ]
+    for key in list(raw):
+        if key == "timeout_ms" and kind in ("transform", "cel_gate", "log", "progress", "plugin_transform"):
+            raw.pop(key)
+            continue
+        out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
+        raw.pop(key)
+    return step
+
+
+def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
+    """The mcpipe ``sql`` backend of the database of the sql binding named ``binding_name`` (declared before
+    or after this pipeline)."""
+    spec = b.sql_bindings.get(binding_name) if isinstance(binding_name, str) else None
+    if spec is None:
+        return None
+    url = _sql_url(str(b.env(spec.get("url", ""), f"{b.loc}.backend")))
+    if url is None:
+        return None
+    return _sql_entry(b, url, binding_name)
+
+
+# --- the rest ---------------------------------------------------------------------------------------
+
+
+def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
+    for key in ("sessions", "pipelines", "subscriptions"):
+        store = (conf.get(key) or {}).get("store")
+        if store and store.get("kind") not in ("memory", "cluster"):
+            out.refuse(f"mcp.configurations.{key}.store", reason("store", kind=str(store.get("kind"))))
+    for key in ("delivery", "cancellation"):
+        bus = (conf.get(key) or {}).get("bus")
+        if bus and bus.get("kind") not in ("memory", "cluster"):
+            out.refuse(f"mcp.configurations.{key}.bus", reason("bus", kind=str(bus.get("kind"))))
+    state_key = (conf.get("request_state") or {}).get("encryption_key")
+    if state_key:
+        m = re.fullmatch(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}", str(state_key))
+        if m is not None:  # one key shared by every instance, from the environment
+            out.section("interaction")["state_key_env"] = m.group(1)
+        # A key written in the file seals nothing in mcpipe: it seals requestState with the key ring of
+        # MCPIPE_STATE_KEY, or a random key of the process (docs/formats/mcpg.md).
+    if (conf.get("apps") or {}).get("enabled"):
+        out.refuse("mcp.configurations.apps.enabled", reason("apps"))
+
+
+def _federations(feds: list[Any], out: _Out) -> None:
+    servers = out.section("mcpServers") if feds else {}
+    for i, fed in enumerate(feds):
+        where = f"mcp.federations[{i}]"
+        up = fed.get("upstream") or {}
+        name = re.sub(r"[^A-Za-z0-9_-]", "_", fed["name"])[:64]
+        entry: dict[str, Any] = {}
+        if up.get("transport", "streamable_http") == "stdio":
+            entry["command"] = up.get("command")
+            entry["args"] = list(up.get("args") or [])
+            if up.get("env"):
+                entry["env"] = dict(up["env"])
+        else:
+            url = str(up.get("url", ""))
+            if url.startswith("tunnel://"):
+                out.refuse(f"{where}.upstream.url", reason("tunnel_upstream"))
+                continue
+            entry["url"] = url
+            if up.get("headers"):
+                entry["headers"] = dict(up["headers"])
+        auth = up.get("auth") or {}
+        mode = auth.get("mode", "none")
+        if mode in ("oauth_client_credentials", "oauth_impersonation"):
+            cred = plugins.credential_ref(
+                str(auth.get("credential", "")), f"{where}.upstream.auth.credential", out.doc, out.problems, out.environ
+            )
+            if cred is None:
+                continue
+            entry["credential"] = cred
+        elif mode != "none":
+            out.refuse(f"{where}.upstream.auth.mode", reason("upstream_auth"))
+            continue
+        prefix = (fed.get("naming") or {}).get("tool_prefix") or ""
+        if prefix and not prefix.endswith("."):
+            out.refuse(
+                f"{where}.naming.tool_prefix",
+                reason("tool_prefix"),
+            )
+            continue
+        entry["prefix"] = prefix[:-1] if prefix else ""
+        flt = fed.get("filter") or {}
+        if flt.get("include_tools") and flt["include_tools"] != ["*"]:
+            entry["include"] = list(flt["include_tools"])
+        if flt.get("exclude_tools"):
+            entry["exclude"] = list(flt["exclude_tools"])
+        servers[name] = entry
+        out.moved(f"mcpServers.{name}", where)
+
+
+_PLAINTEXT = {
+    "redis": "the redis `url` uses the plaintext `redis://` scheme (use `rediss://`)",
+    "consul": "the consul `address` uses the plaintext `http://` scheme (use `https://`)",
+    "etcd": "an etcd `endpoint` is not an `https://` URL (a plaintext `http://` or scheme-less `host:port` "
+    "endpoint connects in clear; use `https://`)",
+    "nats": "nats `tls.require_tls` is set to `false` (plaintext)",
+}
+
+
+def _plaintext(kind: str, cluster: Mapping[str, Any]) -> bool:
+    """``ClusterConfig::validate_transport_security``: the coordinator's link would be plaintext."""
+    if kind == "redis":
+        url = cluster.get("url")
+        return isinstance(url, str) and url.lstrip().startswith("redis://")
+    if kind == "consul":
+        address = cluster.get("address")
+        return isinstance(address, str) and address.lstrip().startswith("http://")
+    if kind == "etcd":
+        eps = cluster.get("endpoints")
+        return isinstance(eps, list) and any(isinstance(e, str) and not e.lstrip().startswith("https://") for e in eps)
+    if kind == "nats":
+        tls = cluster.get("tls")
+        return isinstance(tls, Mapping) and tls.get("require_tls") is False
+    return False
+
+
+def _cluster(cluster: Mapping[str, Any], out: _Out) -> None:
+    """mcpg's cluster coordinator. ``single_node`` is mcpipe's one process; a ``redis`` coordinator becomes
+    mcpipe's shared store (``store.url``: suspended pipelines, used-state claims and queued runs shared by
+    every instance); any other coordinator is refused."""
+    kind = str(cluster.get("kind", "single_node"))
+    if kind == "single_node":
+        return
+    if _plaintext(kind, cluster) and not cluster.get("allow_insecure_transport"):
+        out.refuse(
+            "cluster.kind",
+            f"cluster.kind='{kind}': {_PLAINTEXT[kind]}. The cluster coordinator carries all shared state "
+            "(sessions, credential-cache events, delivery payloads) — a plaintext transport exposes them across "
+            "the deployment. Use a TLS scheme, or set `cluster.allow_insecure_transport: true` to accept "
+            "plaintext (local/dev only).",
+        )
+        return
+    if kind != "redis":
+        out.refuse("cluster.kind", reason("cluster", kind=kind))
+        return
+    url = cluster.get("url")
+    if not isinstance(url, str) or not url.strip():
+        out.refuse("cluster.url", reason("cluster_url"))
+        return
+    if cluster.get("state_encryption_key_env"):
+        out.refuse("cluster.state_encryption_key_env", reason("state_encryption"))
+        return
+    text, missing = expand_env(url.strip(), out.environ)
+    password = cluster.get("password")
+    if isinstance(password, str) and password:
+        secret, more = expand_env(password, out.environ)
+        missing += more
+        scheme, sep, rest = text.partition("://")
+        if sep and "@" not in rest.split("/", 1)[0]:
+            from urllib.parse import quote
+
+            text = f"{scheme}://:{quote(secret, safe='')}@{rest}"
+    if missing:
+        out.refuse("cluster.url", f"environment variable `{missing[0]}` is not set")
+        return
+    store = out.section("store")
+    store["url"] = text
+    out.moved("store.url", "cluster.url")
+    prefix = str(cluster.get("key_prefix") or "").rstrip(":")
+    segment = cluster.get("tenant_segment")
+    if prefix or segment:
+        store["prefix"] = ":".join(p for p in (prefix or "mcpipe", segment) if p)
+
+
+# mcpg's licence gate (``license_gate.rs``, ``mcpg-control-plane-license`` v0.1.0-beta.14 ``license.rs``): a
+# standalone gateway without a licence token runs under the community plan, which does not license these.
+_PLAN_FEATURES = {
+    "identity.saml": "sso.saml",
+    "identity.kerberos": "sso.kerberos",
+    "tool-gate.dlp": "dlp",
+    "tool-gate.field-crypto": "field_crypto",
+    "audit.s3-worm": "audit.worm",
+    "tool-gate-slack-approval": "approvals.hitl",
+    "guardrails": "guardrails",
+    **dict.fromkeys(
+        (
+            "credential.vault-dynamic-db",
+            "credential.aws-sts",
+            "credential.gcp-impersonation",
+            "credential.azure-identity",
+            "credential.oauth-token-exchange",
+            "credential.oauth-id-jag",
+        ),
+        "secrets.dynamic",
+    ),
+    **dict.fromkeys(
+        ("backend.grpc", "backend.soap", "backend.kafka", "backend.mssql", "backend.oracle", "backend.ldap"),
+        "backend.enterprise",
+    ),
+    **dict.fromkeys(("identity.ldap", "identity.paseto", "identity.workload"), "identity.advanced"),
+}
+_PAID_NAMESPACES = ("payment.", "policy.", "cluster.", "secret.")
+_COMMUNITY = (
+    "core.", "identity.", "transform.", "transport.", "cache.", "reliability.", "observability.", "metrics.",
+    "log.", "watch.", "integration.", "storage.", "catalog.", "audit.", "tool-gate.", "credential.",
+)  # fmt: skip
+_COMMUNITY_EXACT = frozenset(
+    {
+        "audit",
+        "call-logger",
+        "webhook",
+        "circuit-breaker",
+        "rate-limit",
+        "response-cache",
+        "ip-allowlist",
+        "tool-gate-slack-approval",
+        "guardrails",
+    }
+)
+
+
+def _licence_gate(entries: list[Any], out: _Out) -> None:
+    """``enforce_plugin_license_gate`` under the community plan: each enabled plugin (by its ``ref``, else its
+    id) that is entitlement-gated and not admitted is refused, as mcpg refuses to boot."""
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, Mapping) or entry.get("disabled") is True:
+            continue
+        pid = str(entry.get("ref") or entry.get("id") or "")
+        short = pid.removeprefix("dev.mcpg.")
+        feature = _PLAN_FEATURES.get(short)
+        if feature is None and not short.startswith(_PAID_NAMESPACES):
+            continue
+        if not (short.startswith(_COMMUNITY) or short in _COMMUNITY_EXACT):
+            why = f"plugin `{pid}` is not entitled by this license"
+        else:
+            why = f"plugin `{pid}` requires the `{feature}` plan feature, which this license does not grant"
+        out.refuse(
+            f"plugins[{i}]",
+            f"license gate: plan `community` does not license this plugin ({why}): install an entitling "
+            "license (`license.token` / `license.token_file` + `license.pubkey_pem`), declare a non-production "
+            "deployment (`license.non_production_use: true`), or remove the plugin",
+        )
+
+
+def _rest(doc: Mapping[str, Any], out: _Out) -> None:
+    _cluster(doc.get("cluster") or {}, out)
+    if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
+        out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
+    storage = doc.get("storage") or {}
+    for i, provider in enumerate(storage.get("providers") or []):
+        if provider.get("kind") not in ("memory", "in_process", "in-process"):
+            out.refuse(f"storage.providers[{i}]", reason("storage", kind=str(provider.get("kind"))))
+    lic = doc.get("license") or {}
+    for key in ("token", "token_file"):
+        if lic.get(key):
+            out.refuse(f"license.{key}", reason("license"))
+    if not any(lic.get(k) for k in ("token", "token_file")) and not lic.get("non_production_use"):
+        _licence_gate(doc.get("plugins") or [], out)
+    flags = doc.get("feature_flags") or {}
+    if flags.get("debug_tools_enabled"):
+        out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))

@@ -1,0 +1,873 @@
+"""NoETL's two playbook layouts read into one model: steps, their tasks, loops, arcs and ``set``.
+
+**The current layout** (``apiVersion: noetl.io/v2``, ``kind: Playbook``, NoETL 4.x): ``metadata``,
+``workload``, ``keychain``, ``executor``, ``workbook``, and ``workflow``, a list of steps, each ``step``,
+``desc``, ``tool`` (one ``{kind, ...}`` or a pipeline: a list of tasks), ``input``, ``loop``
+(``in``/``iterator``/``spec.mode``), ``set``, ``spec`` and ``next`` (``{spec: {mode}, arcs: [{step, when,
+set}]}``).
+
+**The older layout** (``noetl.io/v1`` and before, and seed 004's example): ``name``/``path`` at the top
+(or ``metadata``), steps typed by ``type:`` (or ``tool: KIND``) with the tool's fields written on the step,
+``type: workbook`` + ``name``/``task`` naming a ``workbook`` action, ``type: iterator`` loops, and ``next`` a
+step name, a list of names, or a list of ``{step, data|with|args}``, ``{when, then: [...]}`` and ``{else:
+[...]}`` entries.
+
+Nothing here is compiled: :mod:`mcpipe.formats.noetl._workflow` compiles the model into the plan. Every
+problem is located in the file (``workflow[3].next.arcs[1].step``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpipe._describe import did_you_mean, json_type
+from mcpipe.errors import Problem
+
+__all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
+
+CODE = "INVALID_PLAYBOOK"
+
+V2_VERSIONS = ("noetl.io/v2", "noetl.io/v10")
+
+V2_TOP = ("apiVersion", "kind", "metadata", "workload", "keychain", "executor", "workbook", "workflow", "mcp")
+OLD_TOP = (*V2_TOP, "name", "path", "description", "version", "context", "environment")
+"""Top-level keys mcpipe reads (``mcp`` is seed 004's extension)."""
+
+REFUSED_TOP = {
+    "tracing": "NoETL's tracing settings have no mcpipe meaning: mcpipe traces through OpenTelemetry (docs)",
+    "spec": "a playbook-level `spec` (NoETL's executor spec) is not supported",
+    "vars": "root `vars` are refused by NoETL itself (use `workload`)",
+}
+
+V2_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "spec", "next", "result", "save")
+OLD_STEP_CONTROL = (
+    "step",
+    "desc",
+    "description",
+    "type",
+    "tool",
+    "next",
+    "loop",
+    "vars",
+    "set",
+    "input",
+    "result",
+    "save",
+)
+REFUSED_STEP = {
+    "case": "`case` blocks were removed from NoETL (use `next.arcs[].when`)",
+    "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
+    "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
+    "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
+    "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
+    "sink": "`sink` (persisting a result into a database) is not supported: add a step that writes it",
+    "output": "a step-level `output` block (NoETL's result storage) is not supported",
+    "case_mode": "`case_mode` was removed from NoETL",
+    "pass": "`pass` (a skipped step of NoETL 1.x) is not supported",
+    "assert": "`assert` (NoETL 1.x) is not supported: check in a python task",
+}
+
+TASK_META = ("kind", "name", "spec", "output", "desc", "description")
+"""Keys of a task that are not the tool's own fields."""
+
+
+@dataclass
+class Rule:
+    """One rule of a task's ``spec.policy.rules``: ``when`` (None: ``else``) and what it does."""
+
+    when: Any
+    do: str
+    location: str
+    attempts: int = 3
+    backoff: str = "none"
+    delay: float = 1.0
+    to: str | None = None
+    set: Mapping[str, Any] | None = None
+    legacy: bool = False
+    """NoETL 1.x's ``retry:`` block: ``when`` is its ``retry_when`` (None: retry on an error), read in its
+    own names (``result``, ``status_code``, ``success``, ``data``, ``error``, ``attempt``)."""
+    stop_when: Any = None
+    retry_on: tuple[str, ...] = ()
+    multiplier: float = 2.0
+    max_delay: float = 60.0
+
+
+@dataclass
+class TaskSpec:
+    """One task of a step: a tool of ``kind`` with its own fields (``config``)."""
+
+    name: str
+    kind: str
+    location: str
+    config: dict[str, Any]
+    rules: list[Rule] = field(default_factory=list)
+    on_unmatched: str = "continue"
+
+
+@dataclass
+class LoopSpec:
+    """A step's loop: over ``items`` (a template or a list), each bound to ``iterator``."""
+
+    items: Any
+    iterator: str
+    mode: str
+    location: str
+    max_in_flight: Any = None
+    filter: Any = None
+
+
+@dataclass
+class ArcSpec:
+    """An arc of ``next``: to ``target`` when ``when`` holds (None: always; ``otherwise``: when no arc
+    before it in the list was taken); ``set`` mutates the variables when it is taken, ``data`` (the older
+    layout's ``data``/``with``/``args``) gives the target step variables of its own."""
+
+    target: str
+    location: str
+    when: Any = None
+    otherwise: bool = False
+    set: Mapping[str, Any] | None = None
+    data: Mapping[str, Any] | None = None
+
+
+@dataclass
+class StepSpec:
+    """One workflow step, in either layout."""
+
+    name: str
+    location: str
+    index: int
+    tasks: list[TaskSpec] = field(default_factory=list)
+    pipeline: bool = False
+    loop: LoopSpec | None = None
+    arcs: list[ArcSpec] = field(default_factory=list)
+    inclusive: bool = False
+    quiet: bool = False
+    set: Mapping[str, Any] | None = None
+    set_location: str = ""
+    input: Mapping[str, Any] | None = None
+    input_location: str = ""
+    desc: str = ""
+    admit: list[tuple[Any, bool, str]] = field(default_factory=list)
+    """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
+    timeout_s: float | None = None
+
+
+@dataclass
+class Doc:
+    """A playbook read from either layout."""
+
+    layout: str  # "v2" | "v1"
+    name: str
+    path: str
+    description: str
+    workload: dict[str, Any]
+    steps: list[StepSpec]
+    workbook: dict[str, TaskSpec]
+    keychain: list[tuple[str, Mapping[str, Any]]]
+    entry: str
+    problems: list[Problem] = field(default_factory=list)
+
+
+def is_v2(raw: Mapping[str, Any]) -> bool:
+    """Whether a decoded playbook is written in NoETL's current layout."""
+    return raw.get("apiVersion") in V2_VERSIONS and raw.get("kind") == "Playbook"
+
+
+class _Reader:
+    def __init__(self) -> None:
+        self.problems: list[Problem] = []
+
+    def add(self, location: str, message: str) -> None:
+        self.problems.append(Problem(location, CODE, message))
+
+    def name(self, value: Any, location: str) -> str | None:
+        if not isinstance(value, str) or not value:
+            self.add(location, f"must be a non-empty string, got {json_type(value)}")
+            return None
+        return value
+
+
+_ITERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def read_doc(raw: Mapping[str, Any]) -> Doc:
+    """The model of a decoded playbook (a mapping with a ``workflow`` list), its problems located."""
+    r = _Reader()
+    v2 = is_v2(raw)
+    layout = "v2" if v2 else "v1"
+    keys = V2_TOP if v2 else OLD_TOP
+    for k in raw:
+        if k in REFUSED_TOP:
+            r.add(str(k), REFUSED_TOP[k])
+        elif k not in keys:
+            r.add(str(k), f"unknown key `{k}`{did_you_mean(str(k), keys)}")
+    meta = raw.get("metadata")
+    name = path = description = ""
+    if meta is not None:
+        if not isinstance(meta, Mapping):
+            r.add("metadata", f"must be an object, got {json_type(meta)}")
+        else:
+            name = r.name(meta.get("name"), "metadata.name") or ""
+            if meta.get("path") is not None:
+                path = r.name(meta.get("path"), "metadata.path") or ""
+            description = str(meta.get("description") or "")
+    elif v2:
+        r.add("metadata", "is required")
+    else:
+        name = r.name(raw.get("name"), "name") or "" if "name" in raw else ""
+        path = r.name(raw.get("path"), "path") or "" if "path" in raw else ""
+        description = str(raw.get("description") or "")
+        if not name:
+            r.add("name", "is required (a playbook's `name`, or `metadata.name`)")
+    path = path or name
+    workload = raw.get("workload") or {}
+    if not isinstance(workload, Mapping):
+        r.add("workload", f"must be an object, got {json_type(workload)}")
+        workload = {}
+    keychain = _keychain(r, raw.get("keychain"))
+    workbook = _workbook(r, raw.get("workbook"))
+    steps: list[StepSpec] = []
+    seen: dict[str, int] = {}
+    workflow = raw.get("workflow")
+    if not isinstance(workflow, list) or not workflow:
+        r.add("workflow", f"must be a non-empty list of steps, got {json_type(workflow)}")
+        workflow = []
+    for i, s in enumerate(workflow):
+        where = f"workflow[{i}]"
+        if not isinstance(s, Mapping):
+            r.add(where, f"must be an object, got {json_type(s)}")
+            continue
+        sname = s.get("step")
+        if sname is None and not v2 and "name" in s and (s.get("type") != "workbook" or "task" in s):
+            sname = s.get("name")
+        sname = r.name(sname, f"{where}.step")
+        if sname is None:
+            continue
+        if sname in seen:
+            r.add(f"{where}.step", f"duplicate step `{sname}` (first at workflow[{seen[sname]}])")
+            continue
+        seen[sname] = i
+        step = _v2_step(r, s, sname, where, i) if v2 else _old_step(r, s, sname, where, i)
+        steps.append(step)
+    entry = _entry(r, raw.get("executor"), steps, v2)
+    names = {s.name for s in steps}
+    for s in steps:
+        # An arc to an `end` the workflow does not define ends the branch (NoETL 1.x skips it).
+        s.arcs = [a for a in s.arcs if a.target in names or a.target != "end"]
+        for a in s.arcs:
+            if a.target not in names:
+                r.add(f"{a.location}.step", f"unknown step `{a.target}`{did_you_mean(a.target, names)}")
+    return Doc(layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems)
+
+
+def _entry(r: _Reader, executor: Any, steps: list[StepSpec], v2: bool) -> str:
+    """The first step: ``executor.spec.entry_step``, else ``start`` (the older layout), else the first."""
+    if executor is not None:
+        spec = executor.get("spec") if isinstance(executor, Mapping) else None
+        entry = spec.get("entry_step") if isinstance(spec, Mapping) else None
+        if entry is not None:
+            if not any(s.name == entry for s in steps):
+                r.add("executor.spec.entry_step", f"unknown step `{entry}`")
+            return str(entry)
+    if not v2 and any(s.name == "start" for s in steps):
+        return "start"
+    return steps[0].name if steps else ""
+
+
+def _keychain(r: _Reader, value: Any) -> list[tuple[str, Mapping[str, Any]]]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        r.add("keychain", f"must be a list of entries, got {json_type(value)}")
+        return []
+    out = []
+    for i, entry in enumerate(value):
+        where = f"keychain[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("name"), str):
+            r.add(where, "an entry needs a `name`")
+            continue
+        out.append((where, entry))
+    return out
+
+
+def _workbook(r: _Reader, value: Any) -> dict[str, TaskSpec]:
+    """The workbook's actions by name: each a task (``type``/``tool``/``kind`` and its fields)."""
+    if value is None:
+        return {}
+    if not isinstance(value, list):
+        r.add("workbook", f"must be a list of actions, got {json_type(value)}")
+        return {}
+    out: dict[str, TaskSpec] = {}
+    for i, entry in enumerate(value):
+        where = f"workbook[{i}]"
+        if not isinstance(entry, Mapping):
+            r.add(where, f"must be an object, got {json_type(entry)}")
+            continue
+        key = "name" if "name" in entry or not isinstance(entry.get("task"), str) else "task"
+        aname = r.name(entry.get(key), f"{where}.{key}")
+        if aname is None:
+            continue
+        if aname in out:
+            r.add(f"{where}.{key}", f"duplicate workbook action `{aname}`")
+            continue
+        task = _flat_task(r, entry, aname, where, ("name", "desc", "description", key))
+        if task is not None:
+            out[aname] = task
+    return out
+
+
+def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control: tuple[str, ...]) -> TaskSpec | None:
+    """A task written flat (the older layout, a workbook action): its kind from ``type``, a ``tool`` string
+    or ``tool: {kind: ...}``, its fields the other keys."""
+    tool = s.get("tool")
+    if isinstance(tool, Mapping):
+        return _task(r, tool, name, f"{where}.tool")
+    kind = tool if isinstance(tool, str) else s.get("type", s.get("kind"))
+    if not isinstance(kind, str) or not kind:
+        r.add(f"{where}.type", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
+        return None
+    config = {str(k): v for k, v in s.items() if k not in control and k not in ("type", "tool", "kind")}
+    spec = s.get("spec")
+    config.pop("spec", None)
+    t = TaskSpec(name, kind, where, config)
+    if spec is not None:
+        _policy(r, t, spec, f"{where}.spec")
+    _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
+    return t
+
+
+def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpec | None:
+    kind = tool.get("kind")
+    if not isinstance(kind, str) or not kind:
+        r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
+        return None
+    config = {str(k): v for k, v in tool.items() if k not in TASK_META}
+    if kind == "workbook" and "name" in tool:
+        config["name"] = tool["name"]  # the workbook action it runs
+    if "output" in tool:
+        r.add(f"{where}.output", "a tool's `output` (NoETL's result storage tiers) is not supported")
+    t = TaskSpec(name, kind, where, config)
+    if tool.get("spec") is not None:
+        _policy(r, t, tool["spec"], f"{where}.spec")
+    _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
+    return t
+
+
+_RETRY_KEYS = (
+    "max_attempts",
+    "initial_delay",
+    "backoff_multiplier",
+    "max_delay",
+    "jitter",
+    "retry_when",
+    "stop_when",
+    "retry_on",
+)
+
+
+def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
+    """NoETL 1.x's ``retry:`` (``max_attempts``, ``initial_delay``, ``backoff_multiplier``, ``max_delay``,
+    ``retry_when``, ``stop_when``, ``retry_on``; or a number of attempts) as a retry rule."""
+    t.config.pop("retry", None)
+    if value is None or value is False:
+        return
+    if value is True:
+        value = {}
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = {"max_attempts": value}
+    if not isinstance(value, Mapping):
+        r.add(
+            where,
+            "NoETL 1.x's retry is `{max_attempts, initial_delay, retry_when, ...}` (pagination retries "
+            "with `on_success`/`next_call` are not supported)",
+        )
+        return
+    for k in value:
+        if k not in _RETRY_KEYS:
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry (pagination with `{k}` is not supported)")
+    attempts = value.get("max_attempts", 3)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
+        r.add(f"{where}.max_attempts", "must be an integer from 1 to 100")
+        attempts = 3
+    numbers = {}
+    for k, default in (("initial_delay", 1.0), ("backoff_multiplier", 2.0), ("max_delay", 60.0)):
+        v = value.get(k, default)
+        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= 3600:
+            r.add(f"{where}.{k}", "must be a number from 0 to 3600")
+            v = default
+        numbers[k] = float(v)
+    retry_on = value.get("retry_on") or ()
+    if not isinstance(retry_on, list | tuple) or not all(isinstance(x, str) for x in retry_on):
+        r.add(f"{where}.retry_on", "must be a list of error kinds (`timeout`, `connection_error`, ...)")
+        retry_on = ()
+    rule = Rule(
+        value.get("retry_when"),
+        "retry",
+        where,
+        attempts,
+        "multiplier",
+        numbers["initial_delay"],
+        legacy=True,
+        stop_when=value.get("stop_when"),
+        retry_on=tuple(retry_on),
+        multiplier=numbers["backoff_multiplier"],
+        max_delay=numbers["max_delay"],
+    )
+    t.rules.insert(0, rule)
+
+
+def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
+    """A task's ``spec``: ``policy.rules`` (retry, jump, break, fail, continue), ``timeout`` kept."""
+    if not isinstance(spec, Mapping):
+        r.add(where, f"must be an object, got {json_type(spec)}")
+        return
+    for k, v in spec.items():
+        if k == "policy":
+            continue
+        t.config.setdefault(str(k), v)  # NoETL's transitional layout wrote the tool's fields under `spec`
+    policy = spec.get("policy")
+    if policy is None:
+        return
+    if not isinstance(policy, Mapping) or not isinstance(policy.get("rules"), list):
+        r.add(f"{where}.policy", "must be an object with `rules: [...]`")
+        return
+    t.on_unmatched = str(policy.get("on_unmatched", "continue"))
+    for j, rule in enumerate(policy["rules"]):
+        at = f"{where}.policy.rules[{j}]"
+        if not isinstance(rule, Mapping):
+            r.add(at, f"must be an object, got {json_type(rule)}")
+            continue
+        when: Any = None
+        then = rule.get("then")
+        if "else" in rule and rule["else"] is None and "then" in rule:
+            rule = {"else": {"then": rule["then"]}}  # `- else:` with its `then:` beside it, as YAML reads it
+        if "else" in rule:
+            other = rule["else"]
+            then = (
+                (other.get("then", other) if "then" in other or "do" in other else None)
+                if isinstance(other, Mapping)
+                else None
+            )
+            at = f"{at}.else"
+        elif "when" in rule:
+            when = rule["when"]
+            if not isinstance(when, str | bool):
+                r.add(f"{at}.when", f"must be a template string, got {json_type(when)}")
+        if not isinstance(then, Mapping) or then.get("do") not in ("continue", "retry", "break", "jump", "fail"):
+            r.add(f"{at}.then", "needs `do`: continue, retry, break, jump or fail")
+            continue
+        rule_set = then.get("set")
+        if rule_set is not None and not isinstance(rule_set, Mapping):
+            r.add(f"{at}.then.set", "must be an object")
+            rule_set = None
+        attempts = then.get("attempts", 3)
+        if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
+            r.add(f"{at}.then.attempts", "must be an integer from 1 to 100")
+            attempts = 3
+        backoff = str(then.get("backoff", "none"))
+        if backoff not in ("none", "linear", "exponential", "fixed"):
+            r.add(f"{at}.then.backoff", "must be none, linear, exponential or fixed")
+        delay = then.get("delay", 1.0)
+        if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= 3600:
+            r.add(f"{at}.then.delay", "must be a number of seconds from 0 to 3600")
+            delay = 1.0
+        to = then.get("to")
+        t.rules.append(Rule(when, str(then["do"]), at, attempts, backoff, float(delay), to, rule_set))
+
+
+def _tool_of(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: StepSpec) -> None:
+    """The step's ``tool``: one task, or a pipeline of tasks (a list)."""
+    tool = s.get("tool")
+    if isinstance(tool, list):
+        step.pipeline = True
+        if not tool:
+            r.add(f"{where}.tool", "a tool pipeline cannot be empty")
+        labels: set[str] = set()
+        for j, t in enumerate(tool):
+            at = f"{where}.tool[{j}]"
+            if not isinstance(t, Mapping) or "kind" not in t:
+                r.add(at, "a task is `{name: LABEL, kind: KIND, ...}`")
+                continue
+            label = str(t.get("name") or f"task_{j}")
+            if label in labels:
+                r.add(f"{at}.name", f"duplicate task label `{label}`")
+                continue
+            labels.add(label)
+            task = _task(r, t, label, at)
+            if task is not None:
+                step.tasks.append(task)
+        for task in step.tasks:
+            for rule in task.rules:
+                if rule.do == "jump" and rule.to not in labels and str(rule.to).lower() not in _PREVIOUS:
+                    r.add(f"{rule.location}.then.to", f"unknown task label `{rule.to}`{did_you_mean(rule.to, labels)}")
+    elif isinstance(tool, Mapping):
+        task = _task(r, tool, sname, f"{where}.tool")
+        if task is not None:
+            step.tasks.append(task)
+    elif tool is not None and not isinstance(tool, str):
+        r.add(f"{where}.tool", f"must be a tool (`{{kind: ...}}`) or a list of tasks, got {json_type(tool)}")
+
+
+_PREVIOUS = {"previous", "prev", "_previous", "@previous"}
+
+
+def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -> StepSpec:
+    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+    for k in s:
+        if k in REFUSED_STEP:
+            r.add(f"{where}.{k}", REFUSED_STEP[k])
+        elif k not in V2_STEP and k not in ("vars", "args", "type"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
+    if "type" in s:
+        r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
+    if "args" in s:
+        r.add(f"{where}.args", "step-level `args` were removed from NoETL (use `input`)")
+    _tool_of(r, s, sname, where, step)
+    _after(r, s, where, step)
+    if "tool" not in s:
+        r.add(f"{where}.tool", "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes)")
+    _input(r, s, "input", where, step)
+    _set(r, s, where, step)
+    if "vars" in s:  # NoETL's older name for what `set` does after the step
+        _set(r, s, where, step, key="vars")
+    if s.get("spec") is not None:
+        _step_spec(r, s["spec"], f"{where}.spec", step)
+    if s.get("loop") is not None:
+        step.loop = _loop(r, s["loop"], f"{where}.loop")
+    nxt = s.get("next")
+    if nxt is not None:
+        if isinstance(nxt, Mapping) and "arcs" in nxt:
+            spec = nxt.get("spec") or {}
+            if not isinstance(spec, Mapping):
+                r.add(f"{where}.next.spec", "must be an object")
+                spec = {}
+            mode = spec.get("mode", "exclusive")
+            if mode not in ("exclusive", "inclusive"):
+                r.add(f"{where}.next.spec.mode", f"must be exclusive or inclusive, got {mode!r}")
+            step.inclusive = mode == "inclusive"
+            on_no_match = spec.get("on_no_match", "complete")
+            if on_no_match not in ("complete", "quiet"):
+                r.add(f"{where}.next.spec.on_no_match", "must be complete or quiet")
+            step.quiet = on_no_match == "quiet"
+            arcs = nxt.get("arcs")
+            if not isinstance(arcs, list):
+                r.add(f"{where}.next.arcs", f"must be a list of arcs, got {json_type(arcs)}")
+                arcs = []
+            for j, a in enumerate(arcs):
+                at = f"{where}.next.arcs[{j}]"
+                if not isinstance(a, Mapping) or not isinstance(a.get("step"), str):
+                    r.add(at, "an arc is `{step: NAME, when: ...}`")
+                    continue
+                for k in a:
+                    if k not in ("step", "when", "set", "spec", "desc", "description"):
+                        r.add(f"{at}.{k}", f"unknown key `{k}` of an arc (step, when, set)")
+                arc_set = a.get("set")
+                if arc_set is not None and not isinstance(arc_set, Mapping):
+                    r.add(f"{at}.set", "must be an object")
+                    arc_set = None
+                when = a.get("when")
+                if when is not None and not isinstance(when, str | bool):
+                    r.add(f"{at}.when", f"must be a template string, got {json_type(when)}")
+                step.arcs.append(ArcSpec(a["step"], at, when, set=arc_set))
+        else:  # the older list form, which NoETL 4 refuses; read as the older layout reads it
+            step.arcs = _old_next(r, nxt, f"{where}.next")
+            step.inclusive = True
+    return step
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
+
+
+def duration_s(value: Any) -> float | None:
+    """NoETL's durations (``30``, ``"30s"``, ``"5m"``, ``"250ms"``) in seconds, or None."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if m is None:
+        return None
+    scale = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}[m.group(2) or "s"]
+    return float(m.group(1)) * scale
+
+
+def _step_spec(r: _Reader, spec: Any, where: str, step: StepSpec) -> None:
+    """A step's ``spec``: ``timeout`` and ``policy.admit.rules`` (whether the step runs when reached);
+    ``policy.lifecycle``/``failure``/``emit`` are hints mcpipe has no use for."""
+    if not isinstance(spec, Mapping):
+        r.add(where, f"must be an object, got {json_type(spec)}")
+        return
+    for k, v in spec.items():
+        if k == "timeout":
+            step.timeout_s = duration_s(v)
+            if step.timeout_s is None:
+                r.add(f"{where}.timeout", f"a duration (`30s`, `5m`), got {v!r}")
+        elif k == "policy" and isinstance(v, Mapping):
+            for pk, pv in v.items():
+                if pk == "admit":
+                    _admit(r, pv, f"{where}.policy.admit", step)
+                elif pk not in ("lifecycle", "failure", "emit"):
+                    r.add(f"{where}.policy.{pk}", f"unknown key `{pk}` of a step's policy (admit)")
+        else:
+            r.add(f"{where}.{k}", f"a step's `spec.{k}` is not supported (timeout, policy.admit)")
+
+
+def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
+    rules = admit.get("rules") if isinstance(admit, Mapping) else None
+    if not isinstance(rules, list):
+        r.add(where, "must be `{rules: [{when, then: {allow}}, ...]}`")
+        return
+    for j, rule in enumerate(rules):
+        at = f"{where}.rules[{j}]"
+        other = isinstance(rule, Mapping) and "else" in rule
+        body = rule.get("else") if other else rule
+        then = body.get("then") if isinstance(body, Mapping) else None
+        if not isinstance(then, Mapping) or not isinstance(then.get("allow"), bool):
+            r.add(at, "an admission rule is `{when: ..., then: {allow: true|false}}` (or `else`)")
+            continue
+        step.admit.append((None if other else rule.get("when"), then["allow"], at))
+
+
+def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None:
+    """The older step keys that act after the step: ``result`` (NoETL 1.x: values taken from the step's
+    ``result``/``output`` into variables, as ``set`` does) and ``save`` (only ``storage: event_log``: the
+    result is in the run's events already)."""
+    if "result" in s:
+        if isinstance(s["result"], Mapping):
+            _set(r, s, where, step, key="result")
+        else:
+            r.add(f"{where}.result", "a step's `result` (NoETL 1.x) maps names to templates: an object")
+    save = s.get("save")
+    if save is not None:
+        storage = save.get("storage") if isinstance(save, Mapping) else None
+        if isinstance(storage, Mapping):
+            storage = storage.get("type") or storage.get("kind")
+        if storage != "event_log":
+            r.add(
+                f"{where}.save",
+                f"`save` into `{storage}` (persisting a result into a database) is not supported: add a step "
+                "that writes it",
+            )
+
+
+def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpec) -> None:
+    value = s.get(key)
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
+        return
+    step.input = {**(step.input or {}), **value}
+    step.input_location = f"{where}.{key}"
+
+
+def _set(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec, key: str = "set") -> None:
+    value = s.get(key)
+    if value is None:
+        return
+    if not isinstance(value, Mapping):
+        r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
+        return
+    step.set = {**(step.set or {}), **{str(k): v for k, v in value.items()}}
+    step.set_location = f"{where}.{key}"
+
+
+def _loop(r: _Reader, loop: Any, where: str) -> LoopSpec | None:
+    if not isinstance(loop, Mapping):
+        r.add(where, f"must be an object, got {json_type(loop)}")
+        return None
+    if "cursor" in loop:
+        r.add(f"{where}.cursor", "cursor loops (workers claiming rows from a database) are not supported")
+        return None
+    for k in loop:
+        if k not in ("in", "iterator", "spec", "collection", "element", "mode", "filter"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a loop (in, iterator, spec)")
+    items = loop.get("in", loop.get("collection"))
+    iterator = loop.get("iterator", loop.get("element", "item"))
+    if items is None:
+        r.add(f"{where}.in", "is required: the list to loop over")
+    if not isinstance(iterator, str) or not _ITERATOR.match(iterator):
+        r.add(f"{where}.iterator", "must be a name (letters, digits, `_`)")
+        iterator = "item"
+    spec = loop.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        r.add(f"{where}.spec", "must be an object")
+        spec = {}
+    for k in spec:
+        if k not in ("mode", "max_in_flight", "policy"):
+            r.add(f"{where}.spec.{k}", f"unknown key `{k}` of a loop's spec (mode, max_in_flight)")
+    mode = spec.get("mode", loop.get("mode", "sequential"))
+    if mode == "async":
+        mode = "parallel"
+    if mode not in ("sequential", "parallel"):
+        r.add(f"{where}.spec.mode", f"must be sequential or parallel, got {mode!r}")
+        mode = "sequential"
+    return LoopSpec(items, iterator, str(mode), where, spec.get("max_in_flight"), loop.get("filter"))
+
+
+_OLD_NEXT_DATA = ("data", "with", "args", "input")
+
+
+def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -> StepSpec:
+    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+    for k in s:
+        if k in REFUSED_STEP:
+            r.add(f"{where}.{k}", REFUSED_STEP[k])
+    kind = s.get("type")
+    tool = s.get("tool")
+    _input(r, s, "input", where, step)
+    if isinstance(tool, list | Mapping):
+        _tool_of(r, s, sname, where, step)
+    elif kind == "iterator" or tool == "iterator":
+        _iterator(r, s, sname, where, step)
+    elif kind is not None or isinstance(tool, str):
+        if kind in ("start", "end", "noop", "router"):
+            extra = [k for k in s if k not in OLD_STEP_CONTROL and k not in REFUSED_STEP and k != "name"]
+            for k in extra:
+                r.add(f"{where}.{k}", f"unknown key `{k}` of a `{kind}` step")
+        else:
+            control = (*OLD_STEP_CONTROL, *REFUSED_STEP)
+            task = _flat_task(r, s, sname, where, control)
+            if task is not None:
+                if task.kind == "workbook":
+                    task = _workbook_ref(r, s, task, where)
+                if task is not None:
+                    step.tasks.append(task)
+    else:
+        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data") and k not in REFUSED_STEP]
+        for k in extra:
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a step without a `type`")
+    _set(r, s, where, step)
+    _set(r, s, where, step, key="vars")
+    _after(r, s, where, step)
+    if not step.tasks and step.loop is None:
+        for key in ("with", "data"):  # a router's values, for the steps after it
+            if isinstance(s.get(key), Mapping):
+                _set(r, s, where, step, key=key)
+    if s.get("loop") is not None and step.loop is None:
+        step.loop = _loop(r, s["loop"], f"{where}.loop")
+        if step.loop is not None and not step.tasks:
+            r.add(f"{where}.loop", "a loop whose body is its `next` steps (NoETL's 2025 drafts) is not supported")
+    step.arcs = _old_next(r, s.get("next"), f"{where}.next")
+    step.inclusive = True  # every entry whose condition holds is taken (`else` when none before it was)
+    return step
+
+
+def _workbook_ref(r: _Reader, s: Mapping[str, Any], task: TaskSpec, where: str) -> TaskSpec | None:
+    """``type: workbook`` + ``name``/``task``: a workbook action by name (seed 004 also writes the action
+    inline as ``task: {name, type, ...}``)."""
+    ref = task.config.pop("task", None) or task.config.pop("name", None)
+    if isinstance(ref, Mapping):
+        inline = _flat_task(r, ref, str(ref.get("name") or task.name), f"{where}.task", ("name",))
+        if inline is None:
+            return None
+        inline.name = task.name
+        _merge_args(inline, task.config)
+        return inline
+    if not isinstance(ref, str) or not ref:
+        r.add(f"{where}.name", "a `workbook` step names its action (`name:` or `task:`)")
+        return None
+    call = TaskSpec(task.name, "workbook", where, {"name": ref, **task.config}, task.rules, task.on_unmatched)
+    return call
+
+
+def _merge_args(task: TaskSpec, given: Mapping[str, Any]) -> None:
+    for k, v in given.items():
+        task.config.setdefault(k, v)
+
+
+def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: StepSpec) -> None:
+    """``type: iterator`` (NoETL 1.x): ``collection``, ``element``, ``mode``, and the body ``task``."""
+    items = s.get("collection")
+    element = s.get("element", "item")
+    if items is None:
+        r.add(f"{where}.collection", "is required: the list to loop over")
+    if not isinstance(element, str) or not _ITERATOR.match(element):
+        r.add(f"{where}.element", "must be a name (letters, digits, `_`)")
+        element = "item"
+    mode = s.get("mode", "sequential")
+    if mode == "async":
+        mode = "parallel"
+    if mode not in ("sequential", "parallel"):
+        r.add(f"{where}.mode", f"must be sequential or async, got {mode!r}")
+        mode = "sequential"
+    step.loop = LoopSpec(items, element, str(mode), where)
+    body = s.get("task")
+    if isinstance(body, Mapping):
+        task = _flat_task(r, body, sname, f"{where}.task", ("name", "desc", "description"))
+        if task is not None and task.kind == "workbook":
+            task = _workbook_ref(r, body, task, f"{where}.task")
+        if task is not None:
+            step.tasks.append(task)
+    elif isinstance(body, str):
+        step.tasks.append(TaskSpec(sname, "workbook", f"{where}.task", {"name": body}))
+    else:
+        r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
+    for k in s:
+        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
+
+
+def _old_next(r: _Reader, nxt: Any, where: str) -> list[ArcSpec]:
+    """The older ``next``: a name, a list of names, ``{step, data|with|args}``, ``{when, then}``, ``{else}``."""
+    if nxt is None:
+        return []
+    if isinstance(nxt, str):
+        return [ArcSpec(nxt, where)]
+    if isinstance(nxt, Mapping):
+        nxt = [nxt]
+    if not isinstance(nxt, list):
+        r.add(where, f"must be a step name or a list, got {json_type(nxt)}")
+        return []
+    arcs: list[ArcSpec] = []
+    for j, entry in enumerate(nxt):
+        at = f"{where}[{j}]"
+        if isinstance(entry, str):
+            arcs.append(ArcSpec(entry, at))
+        elif isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
+            otherwise = "else" in entry
+            when = entry.get("when")
+            if not otherwise and when is None:
+                when = None  # `{then: [...]}` alone: always
+            branch = entry.get("else" if otherwise else "then")
+            if isinstance(branch, Mapping | str):
+                branch = [branch]
+            if not isinstance(branch, list):
+                r.add(at, "`then`/`else` hold a list of steps")
+                continue
+            for k, b in enumerate(branch):
+                bat = f"{at}.{'else' if otherwise else 'then'}[{k}]"
+                arc = _old_arc(r, b, bat)
+                if arc is not None:
+                    arc.when, arc.otherwise = when, otherwise
+                    arcs.append(arc)
+        else:
+            arc = _old_arc(r, entry, at)
+            if arc is not None:
+                arcs.append(arc)
+    return arcs
+
+
+def _old_arc(r: _Reader, entry: Any, at: str) -> ArcSpec | None:
+    if isinstance(entry, str):
+        return ArcSpec(entry, at)
+    if not isinstance(entry, Mapping) or not isinstance(entry.get("step"), str):
+        r.add(at, "an entry of `next` is a step name or `{step: NAME, ...}`")
+        return None
+    data: dict[str, Any] = {}
+    for k, v in entry.items():
+        if k in ("step", "desc", "description"):
+            continue
+        if k in _OLD_NEXT_DATA:
+            if not isinstance(v, Mapping):
+                r.add(f"{at}.{k}", f"must be an object, got {json_type(v)}")
+                continue
+            data.update({str(kk): vv for kk, vv in v.items()})
+        elif k in ("when", "condition"):
+            continue
+        else:
+            data[str(k)] = v  # `{step: x, city: "{{ city }}"}`: a value passed to the step
+    arc = ArcSpec(entry["step"], at, entry.get("when", entry.get("condition")), data=data or None)
+    return arc

@@ -1,0 +1,129 @@
+"""A NoETL playbook run on the scheduler, and its answer in NoETL's shape.
+
+:func:`run_noetl` runs a compiled playbook's plan (the call's arguments are NoETL's execution payload, laid
+over the ``workload``) and adds ``noetl`` to the scheduler's answer: the run as NoETL reports it (the shape
+``noetl-oracle``'s ``normalize.py`` gives a real NoETL run, so the two compare)::
+
+    {"playbook": NAME, "status": "completed" | "failed",
+     "steps": {STEP: [RESULT, ...]},    # each step's result; a loop step's, one per item, in order
+     "failed_steps": [STEP, ...],        # sorted
+     "final": RESULT}                     # the result of the step that ended the workflow
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from mcpipe.formats.noetl._run import EVENTS
+from mcpipe.formats.noetl._steps import EXECUTION_ID
+from mcpipe.formats.noetl._workflow import NoetlPlaybook
+from mcpipe.plan import Limits
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["noetl_answer", "run_noetl"]
+
+EventFn = Callable[[dict[str, Any]], None]
+
+
+class _NoTools:
+    def __contains__(self, name: object) -> bool:
+        return False
+
+    def allows(self, name: str, ctx: Any) -> bool:
+        return True
+
+    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        return ToolResult.error(f"UNKNOWN_TOOL: no tools here ('{name}')")
+
+
+async def run_noetl(
+    pb: NoetlPlaybook,
+    args: Mapping[str, Any],
+    ctx: ToolContext | None = None,
+    *,
+    limits: Limits | None = None,
+    on_event: EventFn | None = None,
+) -> dict[str, Any]:
+    """Run the playbook; answers the scheduler's answer (``ok``, ``result``, ``steps``, ``summary``...) with
+    ``noetl``, the run in NoETL's shape (see the module)."""
+    from mcpipe.runtime import run_compiled
+
+    base = ctx if ctx is not None else ToolContext()
+    run_ctx = base.for_step(None, base.step)
+    registry = pb.registry if pb.registry is not None else base.tools
+    if registry is None:
+        registry = _NoTools()
+    run_ctx = replace(run_ctx, tools=registry)
+    assert pb.plan is not None
+    given = dict(args)
+    given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
+    # A sub-playbook is an execution of its own, as in NoETL: its steps' events are not its parent's.
+    token = EVENTS.set(on_event)
+    try:
+        answer = await run_compiled(
+            pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=given
+        )
+    finally:
+        EVENTS.reset(token)
+    answer["noetl"] = noetl_answer(pb, answer)
+    return answer
+
+
+def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """The run in NoETL's shape (see the module) from the scheduler's answer."""
+    steps: dict[str, list[Any]] = {}
+    failed: set[str] = set()
+    for sid, r in (answer.get("steps") or {}).items():
+        if sid not in pb.steps or sid in pb.routers or not isinstance(r, Mapping):
+            continue
+        if r.get("kind") == "for_each":
+            runs = []
+            for ch in r.get("children") or []:
+                if ch is None:
+                    continue
+                runs.append(_result_of(ch))
+                if not ch.get("ok"):
+                    failed.add(sid)
+            steps[sid] = runs
+            continue
+        if r.get("skipped"):
+            continue
+        steps[sid] = [_result_of(r)]
+        if not r.get("ok"):
+            failed.add(sid)
+    ok = bool(answer.get("ok"))
+    graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
+    final = _context(graph.get("output"))
+    last = pb.steps.get(str(graph.get("output_from")))
+    if last is not None and (last.pipeline or any(t.rules for t in last.tasks)):
+        final = None  # NoETL 4.26 reports no final result when the last step was a pipeline (a task sequence)
+    if final is None and not graph.get("ran"):  # the run failed before any step ran
+        final = {"status": "failed", "error": answer.get("error"), "error_code": answer.get("error_code")}
+    return {
+        "playbook": pb.name,
+        "status": "completed" if ok else "failed",
+        "steps": steps,
+        "failed_steps": sorted(failed),
+        "final": final,
+    }
+
+
+def _context(result: Any) -> Any:
+    """A result as NoETL's events report it: its ``context`` (NoETL keeps a result's own ``context`` key as
+    its context, and adds the result itself as ``context`` when it has none)."""
+    if isinstance(result, Mapping) and isinstance(result.get("context"), Mapping):
+        return result["context"]
+    return result
+
+
+def _result_of(r: Mapping[str, Any]) -> Any:
+    """A step's result as NoETL reports it: its result (its context), or for a failed step its error result."""
+    out = r.get("output")
+    if r.get("ok"):
+        return _context(out)
+    if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
+        return dict(out)
+    return {"status": "error", "error": r.get("error"), "error_code": r.get("error_code")}

@@ -1,0 +1,163 @@
+"""NoETL's templates: Jinja in any string of a tool's fields, ``set``, ``input`` and arc conditions, compiled
+once at load (through :mod:`mcpipe.playbooks._jinja`, the sandboxed environment every playbook uses) and
+rendered with NoETL's rules:
+
+- a string that is one ``{{ expression }}`` renders to the value (an object stays an object);
+- in a tool's fields (NoETL's ``render_template``), a rendered string that reads as a JSON or Python list or
+  object is that value, unless the template uses ``tojson``;
+- in ``set`` and arc conditions (NoETL's engine, ``_render_template``), ``"true"``/``"false"`` are booleans;
+- in a pipeline's policy rules (NoETL's worker, ``render_template_str``), every template renders to text (a
+  number is its digits), read back as a list or object when it reads as one;
+- a condition holds unless it renders to false, ``"false"``, ``"0"``, ``"no"``, ``"none"`` or ``""``.
+
+Unlike NoETL, an undefined name is an error naming the template's place, never the template left as it was.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
+
+__all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "truthy"]
+
+MAX_LITERAL = 1_000_000
+"""The longest rendered text read back as a list or object (NoETL's JSON/literal coercion)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Tmpl:
+    """A compiled value whose strings are NoETL templates."""
+
+    compiled: Compiled
+    location: str
+    mode: str  # "config" | "engine"
+    shape: Any  # the value with each template string replaced by its index in `parts`
+    parts: tuple[tuple[Compiled, bool], ...]  # (compiled string, uses tojson)
+
+    @property
+    def sources(self) -> tuple[str, ...]:
+        return self.compiled.sources
+
+    @property
+    def constant(self) -> bool:
+        return not self.compiled.sources
+
+    def render(self, roots: Mapping[str, Any]) -> Any:
+        """The value rendered over ``roots``, in this thread, within the templates' budgets (time, size:
+        :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
+        if not self.parts:
+            return self.shape
+        try:
+            return render(self.compiled, roots, self.location)
+        except RenderError as e:
+            raise _once(e, self.location) from None
+
+    async def render_async(self, roots: Mapping[str, Any]) -> Any:
+        """:meth:`render` off the event loop (a worker thread, interrupted at the deadline)."""
+        if not self.parts:
+            return self.shape
+        try:
+            return await render_async(self.compiled, roots, self.location)
+        except RenderError as e:
+            raise _once(e, self.location) from None
+
+    def names(self) -> set[str]:
+        """The root names the templates read."""
+        return {root for root, _ in references(self.compiled.sources)}
+
+
+def _once(e: RenderError, location: str) -> RenderError:
+    """The error located once: a template inside the value names its own place, within the value's."""
+    text = str(e)
+    outer = f"{location}: "
+    if text.startswith(outer) and text[len(outer) :].startswith(location):
+        return RenderError(text[len(outer) :], e.code)
+    return e
+
+
+class _Slot:
+    __slots__ = ("i", "where")
+
+    def __init__(self, i: int, where: str) -> None:
+        self.i = i
+        self.where = where
+
+
+def compile_tmpl(value: Any, location: str, problems: list[tuple[str, str]], mode: str = "config") -> Tmpl:
+    """Compile ``value`` (any YAML value); syntax errors go to ``problems`` as ``(location, message)``."""
+    parts: list[tuple[Compiled, bool]] = []
+
+    def walk(v: Any, where: str) -> Any:
+        if isinstance(v, str):
+            if "{{" not in v and "{%" not in v:
+                return v
+            parts.append((compile_value(v, where, problems), "tojson" in v))
+            return _Slot(len(parts) - 1, where)
+        if isinstance(v, Mapping):
+            return {str(k): walk(x, f"{where}.{k}") for k, x in v.items()}
+        if isinstance(v, list):
+            return [walk(x, f"{where}[{i}]") for i, x in enumerate(v)]
+        return v
+
+    shape = walk(value, location)
+    sources = tuple(s for c, _ in parts for s in c.sources)
+    frozen = tuple(parts)
+    # One render of the whole value: each template in it renders within the same budgets, located at itself.
+    whole = Compiled(lambda roots: _fill(shape, frozen, roots, location, mode), sources)
+    return Tmpl(whole, location, mode, shape, frozen)
+
+
+def _fill(shape: Any, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[str, Any], loc: str, mode: str) -> Any:
+    if isinstance(shape, _Slot):
+        compiled, tojson = parts[shape.i]
+        out = render(compiled, roots, shape.where)
+        if mode == "text" and not isinstance(out, str):
+            out = str(out)  # NoETL's worker renders the template to text, whatever the expression's value
+        if isinstance(out, str) and not tojson:
+            out = _coerce(out, "config" if mode == "text" else mode)
+        return out
+    if isinstance(shape, dict):
+        return {k: _fill(v, parts, roots, loc, mode) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [_fill(v, parts, roots, loc, mode) for v in shape]
+    return shape
+
+
+def _coerce(text: str, mode: str) -> Any:
+    if mode == "engine":
+        low = text.lower()
+        if low in ("true", "false"):
+            return low == "true"
+        return text
+    stripped = text.strip()
+    if len(stripped) > MAX_LITERAL or len(stripped) < 2:
+        return text
+    if (stripped[0], stripped[-1]) not in (("[", "]"), ("{", "}")):
+        return text
+    try:
+        return orjson.loads(stripped)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        value = ast.literal_eval(stripped)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return text
+    return value if isinstance(value, list | dict) else text
+
+
+def truthy(value: Any) -> bool:
+    """Whether a rendered condition holds, as NoETL's engine decides it."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        return value.strip().lower() not in ("false", "0", "no", "none", "")
+    return bool(value)
+
+
+__all__ += ["RenderError"]

@@ -1,0 +1,692 @@
+"""A NoETL playbook compiled into the plan: its ``workflow`` a :class:`~mcpipe.plan.Graph`.
+
+Each step is one node: a leaf that runs the step's tool (or its pipeline of tasks), or, for a step with a
+``loop``, a :class:`~mcpipe.plan.ForEach` over that leaf (``sequential``: one item at a time; ``parallel``:
+up to ``max_in_flight``, under the call's concurrency limit). The ``next`` arcs are the graph's arcs, with
+their ``mode`` (``exclusive``: the first arc whose ``when`` holds; ``inclusive``: every one); a step that
+several arcs lead to runs once, when every arc into it is decided. The scheduler runs the graph; this
+module only compiles it (and the executors are in :mod:`mcpipe.formats.noetl._steps`).
+
+A task's tool kind decides what runs it:
+
+- ``http``: NoETL's fields (``method``, ``url``/``endpoint``, ``headers``, ``params``, ``payload``/``body``,
+  ``data``, ``timeout``, ``verify_ssl``, ``follow_redirects``, ``auth``) on mcpipe's ``http`` kind (the
+  operator's outbound policy applies); NoETL's result shape;
+- ``playbook``: another playbook of the catalog, run to its end;
+- ``python``, ``postgres``, ``duckdb``, ``shell``: :func:`mcpipe.formats.noetl.toolkinds.map_tool`;
+- ``noop`` (and a step without a tool), ``workbook`` (an action of the ``workbook``), ``mcp`` with ``turn``
+  (a seed 004 turn), and every kind of mcpipe's declared steps (``value``, ``tool``, ``transform``, ...);
+- anything else (a cloud warehouse, ``transfer``, ``container``, ...) is refused, located, naming the kind.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mcpipe._describe import did_you_mean, json_type
+from mcpipe._template import Template
+from mcpipe.errors import Problem
+from mcpipe.formats.noetl import toolkinds
+from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, Rule, StepSpec, TaskSpec
+from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
+from mcpipe.kinds import StepPolicy
+from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
+
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._catalog import Catalog
+    from mcpipe.formats.noetl._compile import Playbook
+
+__all__ = ["ArcPlan", "NoetlPlaybook", "RulePlan", "StepPlan", "TaskPlan", "compile_workflow"]
+
+REFUSED_KINDS = {
+    "snowflake": "a cloud warehouse",
+    "snowflake_transfer": "a cloud warehouse transfer",
+    "transfer": "NoETL's data transfer between databases",
+    "ducklake": "DuckLake catalogs",
+    "gcs": "Google Cloud Storage",
+    "container": "containers (Kubernetes jobs)",
+    "script": "scripts fetched from cloud storage",
+    "artifact": "NoETL's artifact store",
+    "agent": "NoETL's agent runtimes",
+    "gateway": "NoETL's gateway",
+    "nats": "NoETL's NATS K/V and object store (mcpipe's own `nats` kind is request/reply)",
+    "rhai": "the Rhai scripting engine",
+    "task_sequence": "an internal NoETL kind",
+    "result_fetch": "NoETL's result store",
+    "iterator": "an iterator as a tool (use the step's `loop`)",
+    "playbooks": "the `playbooks` kind of NoETL 1.x (use `playbook`)",
+    "save": "persisting a result into a database",
+    "ibkr": "a broker's API",
+}
+"""NoETL tool kinds mcpipe does not have: a step using one is refused at check time."""
+
+_NOOP = ("noop", "start", "end", "router")
+_STEP_ID = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass
+class RulePlan:
+    """A task's policy rule, compiled."""
+
+    rule: Rule
+    when: Tmpl | None
+    set: Tmpl | None
+    stop: Tmpl | None = None
+
+
+@dataclass
+class TaskPlan:
+    """One task of a step, compiled: what runs it (``runner``), its rules.
+
+    ``runner`` is one of the executors of :mod:`mcpipe.formats.noetl._steps` (``http``, ``kind``,
+    ``playbook``, ``noop``, ``turn``) with what it needs in ``parts``.
+    """
+
+    name: str
+    kind: str
+    location: str
+    runner: str
+    parts: dict[str, Any]
+    rules: list[RulePlan] = field(default_factory=list)
+    on_unmatched: str = "continue"
+
+
+@dataclass
+class ArcPlan:
+    """What an arc carries to its target: ``set`` (variables it writes when taken) and ``data`` (the older
+    layout's values for the target step), both rendered when the target starts; and its source."""
+
+    source: str
+    set: Tmpl | None = None
+    data: Tmpl | None = None
+
+
+@dataclass
+class StepPlan:
+    """One step, compiled: its tasks (a pipeline when ``pipeline``), its ``set``, its loop's iterator."""
+
+    playbook: NoetlPlaybook
+    name: str
+    location: str
+    tasks: list[TaskPlan]
+    pipeline: bool
+    set: Tmpl | None = None
+    iterator: str | None = None
+    router: bool = False
+
+
+@dataclass
+class NoetlPlaybook:
+    """A NoETL playbook, checked and compiled: its graph, steps and what templates read.
+
+    Attributes:
+        name, path, description: from ``metadata`` (or the older layout's top-level ``name``/``path``).
+        layout: ``v2`` (``noetl.io/v2``) or ``v1`` (the older layout).
+        workload: the baseline variables; a call's arguments are laid over them.
+        steps: the compiled steps by name; ``routers`` are the ones with no tool.
+        plan: the compiled plan (a pipeline of one graph).
+        inputs: the call arguments its templates read (the workload's names, and names no step or
+            variable defines).
+        mcp: the ``mcp:`` section's turns, tools and models (seed 004), when it has one.
+        catalog: where its ``playbook`` tasks find other playbooks.
+    """
+
+    name: str
+    path: str
+    description: str
+    layout: str
+    workload: dict[str, Any]
+    keychain: dict[str, Mapping[str, Any]]
+    steps: dict[str, StepPlan] = field(default_factory=dict)
+    routers: set[str] = field(default_factory=set)
+    loops: set[str] = field(default_factory=set)
+    plan: CompiledSpec | None = None
+    graph_id: str = "workflow"
+    inputs: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    policy: StepPolicy = field(default_factory=StepPolicy)
+    registry: Any = None
+    mcp: Playbook | None = None
+    catalog: Catalog | None = None
+    file: str = ""
+    limits: Any = None
+
+    @property
+    def turns(self) -> dict[str, Any]:
+        return self.mcp.turns if self.mcp is not None else {}
+
+
+class _Problems:
+    def __init__(self, problems: list[Problem]) -> None:
+        self.problems = problems
+        self.syntax: list[tuple[str, str]] = []
+        self.warnings: list[str] = []
+
+    def add(self, location: str, message: str) -> None:
+        self.problems.append(Problem(location, CODE, message))
+
+    def tmpl(self, value: Any, location: str, mode: str = "config") -> Tmpl:
+        found: list[tuple[str, str]] = []
+        t = compile_tmpl(value, location, found, mode)
+        for loc, msg in found:
+            self.add(loc, msg)
+        return t
+
+
+def compile_workflow(
+    doc: Doc,
+    *,
+    policy: StepPolicy,
+    tools: Any,
+    catalog: Catalog | None,
+    mcp: Playbook | None,
+    file: str,
+    stack: tuple[str, ...] = (),
+) -> tuple[NoetlPlaybook, list[Problem]]:
+    """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
+    problem found is returned, located (the playbook is usable only when there are none)."""
+    c = _Problems([])
+    keychain = {str(e["name"]): e for _where, e in doc.keychain}
+    pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
+    pb.policy, pb.catalog, pb.mcp, pb.file = policy, catalog, mcp, file
+    names = {s.name for s in doc.steps}
+    pb.graph_id = "workflow" if "workflow" not in names else "workflow_"
+    incoming: dict[str, list[ArcSpec]] = {s.name: [] for s in doc.steps}
+    for s in doc.steps:
+        for a in s.arcs:
+            if a.target in incoming:
+                incoming[a.target].append(a)
+    for s in doc.steps:
+        sp = _step(c, pb, doc, s, incoming[s.name], tools, stack)
+        pb.steps[s.name] = sp
+        if sp.router:
+            pb.routers.add(s.name)
+        if s.loop is not None:
+            pb.loops.add(s.name)
+    reachable = _reachable(c, doc)
+    for s in doc.steps:
+        if s.name not in reachable and doc.entry:
+            c.warnings.append(f"{s.location}: step `{s.name}` is not reached from `{doc.entry}`")
+    if not c.problems:
+        pb.plan = _plan(c, pb, doc, reachable)
+    pb.inputs = _inputs(pb, doc)
+    pb.warnings = c.warnings
+    return pb, c.problems
+
+
+def _reachable(c: _Problems, doc: Doc) -> list[str]:
+    """The steps reached from the entry, in workflow order; an arc back to a step on the way is a cycle,
+    refused (NoETL's re-entered steps, pagination by arcs: use a `loop`)."""
+    by_name = {s.name: s for s in doc.steps}
+    if doc.entry not in by_name:
+        return []
+    seen: set[str] = set()
+    state: dict[str, int] = {}
+    stack: list[tuple[str, int]] = [(doc.entry, 0)]
+    state[doc.entry] = 1
+    while stack:
+        name, i = stack[-1]
+        arcs = by_name[name].arcs
+        if i >= len(arcs):
+            stack.pop()
+            state[name] = 2
+            seen.add(name)
+            continue
+        stack[-1] = (name, i + 1)
+        target = arcs[i].target
+        if target not in by_name:
+            continue
+        if state.get(target) == 1:
+            c.add(
+                f"{arcs[i].location}.step",
+                f"this arc goes back to `{target}`, making a cycle: mcpipe runs a workflow as a graph without "
+                "cycles (a step runs once); loop over a list with `loop` instead",
+            )
+            continue
+        if state.get(target) is None:
+            state[target] = 1
+            stack.append((target, 0))
+    return [s.name for s in doc.steps if s.name in seen]
+
+
+def _step(
+    c: _Problems,
+    pb: NoetlPlaybook,
+    doc: Doc,
+    s: StepSpec,
+    incoming: list[ArcSpec],
+    tools: Any,
+    stack: tuple[str, ...],
+) -> StepPlan:
+    data_keys: set[str] = set()
+    for a in incoming:
+        if a.data:
+            data_keys |= set(a.data)
+    tasks: list[TaskPlan] = []
+    for task in s.tasks:
+        t = _task(c, pb, doc, s, task, data_keys, tools, stack)
+        if t is not None:
+            tasks.append(t)
+    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks)
+    if s.set is not None:
+        sp.set = c.tmpl(dict(s.set), s.set_location, "engine")
+    if s.loop is not None:
+        sp.iterator = s.loop.iterator
+    return sp
+
+
+def _merged_input(task: TaskSpec, s: StepSpec, data_keys: set[str]) -> dict[str, Any]:
+    """NoETL's task input: the tool's ``args``, its ``input`` (and the older ``data``/``with``), then the
+    step's ``input``, then what arcs into the step pass (read by name)."""
+    merged: dict[str, Any] = {}
+    for key in ("args", "data", "with", "input"):
+        value = task.config.get(key)
+        if isinstance(value, Mapping):
+            merged.update({str(k): v for k, v in value.items()})
+    if s.input:
+        merged.update(s.input)
+    for k in sorted(data_keys):
+        merged.setdefault(k, "{{ " + k + " }}")
+    return merged
+
+
+def _task(
+    c: _Problems,
+    pb: NoetlPlaybook,
+    doc: Doc,
+    s: StepSpec,
+    task: TaskSpec,
+    data_keys: set[str],
+    tools: Any,
+    stack: tuple[str, ...],
+) -> TaskPlan | None:
+    kind = task.kind
+    if kind == "workbook":
+        ref = task.config.get("name")
+        action = doc.workbook.get(str(ref)) if isinstance(ref, str) else None
+        if action is None:
+            c.add(f"{task.location}.name", f"unknown workbook action `{ref}`{did_you_mean(str(ref), doc.workbook)}")
+            return None
+        merged = {**action.config, **{k: v for k, v in task.config.items() if k != "name"}}
+        task = TaskSpec(task.name, action.kind, task.location, merged, task.rules or action.rules, task.on_unmatched)
+        kind = task.kind
+        if kind == "workbook":
+            c.add(f"{action.location}.type", "a workbook action cannot be another `workbook` reference")
+            return None
+    plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
+    for rule in task.rules:
+        when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
+        rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
+        stop = (
+            c.tmpl(rule.stop_when, f"{rule.location}.stop_when", "engine") if isinstance(rule.stop_when, str) else None
+        )
+        plan.rules.append(RulePlan(rule, when, rset, stop))
+    if kind in _NOOP:
+        extra = [k for k in task.config if k not in ("input", "args", "desc")]
+        for k in extra:
+            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        return plan
+    if kind in REFUSED_KINDS:
+        c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
+        return None
+    if kind == "secrets":
+        provider = task.config.get("provider", "env")
+        name = task.config.get("name", task.config.get("secret_name"))
+        if provider != "env":
+            c.add(
+                f"{task.location}.provider",
+                f"secrets from `{provider}` (a cloud secret manager) are not supported; NoETL 4 refuses them too: "
+                "use `provider: env`",
+            )
+            return None
+        if not isinstance(name, str) or not name:
+            c.add(f"{task.location}.name", "is required: the environment variable to read")
+            return None
+        plan.runner = "secrets"
+        plan.parts = {"name": name}
+        return plan
+    if kind == "http":
+        plan.runner = "http"
+        plan.parts = _http(c, task, pb.policy)
+        return plan if plan.parts else None
+    if kind == "playbook":
+        plan.runner = "playbook"
+        plan.parts = _playbook(c, pb, task, s, data_keys, stack)
+        return plan if plan.parts else None
+    if kind == "mcp":
+        turn = task.config.get("turn")
+        if not isinstance(turn, str):
+            c.add(
+                f"{task.location}.kind",
+                "NoETL tool kind `mcp` (a bridge to MCP servers) has no mcpipe step kind: call the server's tool "
+                "through the gateway with `kind: tool`, or name a seed 004 turn with `turn: NAME`",
+            )
+            return None
+        if turn not in pb.turns:
+            c.add(f"{task.location}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
+            return None
+        plan.runner = "turn"
+        plan.parts = {"turn": turn}
+        return plan
+    if kind in toolkinds.KINDS:
+        config = dict(task.config)
+        if kind == "python":
+            config["input"] = _merged_input(task, s, data_keys)
+            for key in ("args", "data", "with"):
+                config.pop(key, None)
+        found: list[Problem] = []
+        step = toolkinds.map_tool(kind, config, task.location, found)
+        for p in found:
+            c.problems.append(p)
+        if step is None:
+            if not found:
+                c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` could not be mapped")
+            return None
+        templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
+        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
+        if out is not None and kind == "python" and "context" not in step:
+            out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
+        return out
+    from mcpipe.formats.noetl._compile import action_types
+
+    if kind in action_types():
+        return _kind(c, plan, {**task.config, "kind": kind}, task.location, pb.policy, tools)
+    known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
+    c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
+    return None
+
+
+def _has_jinja(value: Any) -> bool:
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(_has_jinja(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_jinja(v) for v in value)
+    return False
+
+
+def _kind(
+    c: _Problems,
+    plan: TaskPlan,
+    raw: dict[str, Any],
+    location: str,
+    policy: StepPolicy,
+    tools: Any,
+    templates: frozenset[str] | None = None,
+) -> TaskPlan | None:
+    """A task on one of mcpipe's step kinds: the kind's template fields are NoETL templates (rendered per
+    run, handed to the kind's executor); its other fields are fixed at load, so they cannot hold templates."""
+    from mcpipe.declared import KINDS, StepScope, compile_step
+
+    kind = str(raw.get("kind"))
+    if kind not in KINDS:
+        c.add(f"{location}.kind", f"the step kind `{kind}` is not available in this mcpipe")
+        return None
+    template_names = tuple(templates) if templates is not None else KINDS[kind].templates
+    fields = {k: v for k, v in raw.items() if k not in ("kind", "id")}
+    jinja = {k: v for k, v in fields.items() if k in template_names}
+    fixed = {k: v for k, v in fields.items() if k not in template_names}
+    for k, v in fixed.items():
+        if _has_jinja(v):
+            c.add(
+                f"{location}.{k}",
+                f"`{k}` of a `{kind}` step is fixed when the playbook loads, not a template: pass the values it "
+                "needs as data (`input`)",
+            )
+    compiled = {k: c.tmpl(v, f"{location}.{k}") for k, v in jinja.items()}
+    placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
+    step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
+    step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
+    for p in problems:
+        c.add(p.location, p.message)
+    if step is None or not isinstance(step, Leaf):
+        return None
+    plan.runner = "kind"
+    plan.parts = {"step": step, "fields": compiled}
+    return plan
+
+
+_HTTP_FIELDS = (
+    "method",
+    "url",
+    "endpoint",
+    "headers",
+    "params",
+    "payload",
+    "body",
+    "data",
+    "timeout",
+    "verify_ssl",
+    "verify",
+    "follow_redirects",
+    "auth",
+    "input",
+    "args",
+    "with",
+)
+
+
+def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
+    """NoETL's ``http`` tool on mcpipe's ``http`` kind: the request is rendered per run (NoETL's rules for
+    ``data``, ``params`` and ``payload``), the kind sends it under the outbound policy."""
+    from mcpipe.declared import StepScope, compile_step
+
+    cfg = task.config
+    ok = True
+    for k in cfg:
+        if k not in _HTTP_FIELDS:
+            c.add(f"{task.location}.{k}", f"unknown field `{k}` of an `http` tool{did_you_mean(k, _HTTP_FIELDS)}")
+            ok = False
+    url = cfg.get("endpoint", cfg.get("url"))
+    if url is None:
+        c.add(f"{task.location}.url", "is required: the request's URL (`url` or `endpoint`)")
+        return {}
+    method = cfg.get("method", "GET")
+    if not isinstance(method, str) or method.upper() not in ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD"):
+        c.add(f"{task.location}.method", f"unknown HTTP method {method!r}")
+        return {}
+    auth = cfg.get("auth")
+    if auth is not None and not _http_auth_supported(auth):
+        c.add(
+            f"{task.location}.auth",
+            "this `auth` (cloud credentials, a secret manager) is not supported: give `{type: bearer, token: ...}`, "
+            "`{source: env, name: VAR}`, or write the header",
+        )
+        ok = False
+    follow = cfg.get("follow_redirects", False)
+    verify = cfg.get("verify_ssl", cfg.get("verify", True))
+    if verify is False:
+        c.add(f"{task.location}.verify_ssl", "turning TLS verification off is the operator's choice (outbound.http)")
+        ok = False
+    raw: dict[str, Any] = {
+        "kind": "http",
+        "id": "task",
+        "method": method.upper(),
+        "url": {"$literal": url} if isinstance(url, str) and not _has_jinja(url) else "${args}",
+        "headers": "${args}",
+        "query": "${args}",
+        "body": "${args}",
+        "expected_status_codes": list(range(100, 600)),
+        "follow_redirects": bool(follow),
+    }
+    timeout = cfg.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        raw["timeout_ms"] = float(timeout) * 1000
+    step, problems = compile_step(raw, task.location, StepScope(policy=policy))
+    for p in problems:
+        loc = p.location.replace(
+            f"{task.location}.url", f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}"
+        )
+        c.add(loc, p.message)
+    if step is None or not ok:
+        return {}
+    parts: dict[str, Tmpl | None] = {
+        k: c.tmpl(cfg.get(k), f"{task.location}.{k}") for k in ("headers", "params", "payload", "body", "data")
+    }
+    parts["url"] = c.tmpl(url, f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}")
+    parts["with"] = c.tmpl(cfg["with"], f"{task.location}.with") if "with" in cfg else None
+    parts["auth"] = c.tmpl(auth, f"{task.location}.auth") if auth is not None else None
+    return {"step": step, "method": method.upper(), "tmpl": parts}
+
+
+def _http_auth_supported(auth: Any) -> bool:
+    if isinstance(auth, Mapping):
+        if auth.get("source") == "env" or auth.get("type") in ("bearer", "basic", "header", "api_key"):
+            return auth.get("provider") is None
+        return False
+    return False
+
+
+def _playbook(
+    c: _Problems, pb: NoetlPlaybook, task: TaskSpec, s: StepSpec, data_keys: set[str], stack: tuple[str, ...]
+) -> dict[str, Any]:
+    """A sub-playbook: ``path`` (a catalog path), its input (``input``/``args``/``payload``/``data``), and
+    ``return_step`` (whose result is the task's, else the sub-playbook's final result)."""
+    cfg = task.config
+    for k in cfg:
+        if k not in ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task"):
+            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `playbook` tool")
+    if "retry" in cfg:
+        c.add(f"{task.location}.retry", "a `playbook` tool's `retry` (NoETL 1.x) is not supported: use spec.policy")
+    path = cfg.get("path")
+    if not isinstance(path, str) or not path:
+        c.add(f"{task.location}.path", "is required: the catalog path of the playbook to run")
+        return {}
+    given: dict[str, Any] = {}
+    for key in ("args", "data", "with", "payload", "input"):
+        value = cfg.get(key)
+        if isinstance(value, Mapping):
+            given.update({str(k): v for k, v in value.items()})
+        elif value is not None:
+            c.add(f"{task.location}.{key}", f"must be an object, got {json_type(value)}")
+    if s.input:
+        given.update(s.input)
+    for k in sorted(data_keys):
+        given.setdefault(k, "{{ " + k + " }}")
+    ret = cfg.get("return_step")
+    if ret is not None and not isinstance(ret, str):
+        c.add(f"{task.location}.return_step", "must be a step name")
+        ret = None
+    child = None
+    if not _has_jinja(path):
+        if pb.catalog is None:
+            c.add(f"{task.location}.path", f"no catalog to find playbook `{path}` in")
+            return {}
+        child, why = pb.catalog.child(path, pb, stack)
+        if child is None:
+            c.add(f"{task.location}.path", why)
+            return {}
+        if ret is not None and ret not in child.steps:
+            c.add(f"{task.location}.return_step", f"playbook `{path}` has no step `{ret}`")
+            return {}
+    return {
+        "path": c.tmpl(path, f"{task.location}.path"),
+        "child": child,
+        "input": c.tmpl(given, f"{task.location}.input"),
+        "return_step": ret,
+        "stack": (*stack, pb.path),
+    }
+
+
+def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> CompiledSpec:
+    from mcpipe.formats.noetl import _steps
+
+    index = {name: i for i, name in enumerate(reachable)}
+    by_name = {s.name: s for s in doc.steps}
+    nodes: list[Node] = []
+    arcs: list[tuple[Arc, ...]] = []
+    inclusive: list[bool] = []
+    for name in reachable:
+        s = by_name[name]
+        sp = pb.steps[name]
+        admit = _admission(c, sp, s)
+        timeout_ms = s.timeout_s * 1000 if s.timeout_s is not None else None
+        leaf: Leaf[Any, Any] = Leaf(
+            name,
+            s.location,
+            kind="noetl",
+            fields=None,
+            built=sp,
+            run=_steps.run_step,
+            continue_on_error=True,
+            when=admit if s.loop is None else None,
+            timeout_ms=timeout_ms,
+        )
+        node: Node = leaf
+        if s.loop is not None:
+            node = _loop(c, sp, s.loop, leaf, admit)
+        nodes.append(node)
+        out: list[Arc] = []
+        earlier: list[tuple[ArcSpec, Tmpl | None]] = []
+        for a in s.arcs:
+            if a.target not in index:
+                continue
+            when = c.tmpl(a.when, f"{a.location}.when", "engine") if isinstance(a.when, str) else None
+            if isinstance(a.when, bool):
+                when = c.tmpl("{{ true }}" if a.when else "{{ false }}", f"{a.location}.when", "engine")
+            data = ArcPlan(
+                name,
+                c.tmpl(dict(a.set), f"{a.location}.set", "engine") if a.set else None,
+                c.tmpl(dict(a.data), a.location) if a.data else None,
+            )
+            cond = _steps.ArcWhen(sp, a, when, s.loop is not None, tuple(earlier))
+            earlier.append((a, when))
+            out.append(Arc(index[a.target], cond, a.location, data))
+        arcs.append(tuple(out))
+        inclusive.append(s.inclusive)
+    graph = Graph(
+        pb.graph_id,
+        "workflow",
+        nodes=tuple(nodes),
+        arcs=tuple(arcs),
+        inclusive=tuple(inclusive),
+        entry=index.get(doc.entry, 0),
+        continue_on_error=True,
+    )
+    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+
+
+def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
+    """A step's ``spec.policy.admit.rules`` as the node's ``when`` (None: always admitted)."""
+    from mcpipe.formats.noetl import _steps
+
+    if not s.admit:
+        return None
+    rules = []
+    for when, allow, at in s.admit:
+        t = c.tmpl(when, f"{at}.when", "engine") if isinstance(when, str) else None
+        rules.append((t, when, allow))
+    return _steps.Admit(sp, tuple(rules))
+
+
+def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admit: Any = None) -> ForEach:
+    from mcpipe.formats.noetl import _steps
+
+    items = c.tmpl(loop.items, f"{loop.location}.in", "engine")
+    filt = c.tmpl(loop.filter, f"{loop.location}.filter", "engine") if isinstance(loop.filter, str) else None
+    width: int | None = 1 if loop.mode == "sequential" else None
+    mif = loop.max_in_flight
+    if loop.mode == "parallel" and isinstance(mif, int) and not isinstance(mif, bool):
+        if mif < 1:
+            c.add(f"{loop.location}.spec.max_in_flight", "must be at least 1")
+        width = max(1, mif)
+    return ForEach(
+        sp.name,
+        loop.location,
+        items=_steps.LoopItems(sp, items, filt, loop.iterator),
+        step=leaf,
+        as_name=loop.iterator,
+        max_concurrency=width,
+        continue_on_error=True,
+        when=admit,
+    )
+
+
+def _inputs(pb: NoetlPlaybook, doc: Doc) -> list[str]:
+    """The call's arguments: the workload's names (a call may override each), and the bare names templates
+    read that nothing in the playbook defines (NoETL takes them from the execution request)."""
+    return sorted(pb.workload)

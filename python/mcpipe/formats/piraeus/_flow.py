@@ -1,0 +1,338 @@
+"""piraeus's flows compiled into mcpipe's one plan and served as tools.
+
+A flow (``FlowDB``: numbered ``steps`` ``{step, type, name, inputs}``) becomes a :class:`~mcpipe.plan.Pipeline`
+of one :class:`~mcpipe.plan.Leaf` per step, in the order of their numbers, run by the one scheduler
+(``run_compiled``): a failed step stops the flow, as piraeus's flow constructor stops at the first exception.
+
+A step's ``inputs`` are resolved as ``FlowConstructorService._resolve_input`` resolves them: a string that is
+exactly ``${step_N_output}`` is step N's output (``step_0_output``: the flow's input), ``${step_N_output.key}``
+its ``key`` (one key, dots included; a value that is not an object is answered whole), ``${name}`` the flow
+input ``name``; objects and arrays are resolved inside; every other value is itself. Then:
+
+- a ``tool`` step calls the named tool (a piraeus tool, or any tool the server has) through the gateway with
+  the inputs as arguments; its output is the tool's structured answer (else its text);
+- a ``prompt`` step renders the named prompt with the inputs as its variables and asks the model, as
+  piraeus's ``PromptService.prompt_normal`` does (its system prompt, ``Instructions: <the prompt>``); its
+  output is the answer's text;
+- a ``service`` step runs one of piraeus's services (:mod:`mcpipe.formats.piraeus._services`).
+
+The call's arguments are the flow's inputs (``FlowExecuteRequest.inputs``); the answer is piraeus's
+``FlowExecuteResponse``: ``{status, flow_name, steps_executed, outputs, error, execution_log}``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import trio
+
+from mcpipe._describe import did_you_mean, json_type
+from mcpipe._template import Template
+from mcpipe.errors import ErrorCode, MCPipeError, Problem, UnknownToolError
+from mcpipe.formats.piraeus._model import Flow, FlowStep, Ref, as_ref
+from mcpipe.formats.piraeus._prompt import PromptSurface, article
+from mcpipe.formats.piraeus._read import CODE, coerce
+from mcpipe.formats.piraeus._services import NORMAL_SYSTEM, Services, canonical, user_prompt
+from mcpipe.formats.piraeus._tool import ApiTool
+from mcpipe.plan import CompiledSpec, Leaf, Limits, Pipeline
+from mcpipe.results import StepFailure, StepOutput
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["FLOW_OUTPUT_SCHEMA", "FlowTool", "compile_flow"]
+
+FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "status": {"enum": ["success", "error"]},
+        "flow_name": {"type": "string"},
+        "steps_executed": {"type": "integer"},
+        "outputs": {"type": ["object", "null"]},
+        "error": {"type": ["string", "null"]},
+        "execution_log": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["status", "flow_name", "steps_executed", "outputs", "error", "execution_log"],
+}
+"""piraeus's ``FlowExecuteResponse``."""
+
+
+def _refs(value: Any, path: str) -> Iterator[tuple[str, Ref]]:
+    """``(where, reference)`` of every reference in a step's inputs."""
+    if isinstance(value, str):
+        ref = as_ref(value)
+        if ref is not None:
+            yield path, ref
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            yield from _refs(v, f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _refs(v, f"{path}[{i}]")
+
+
+def _resolve(value: Any, env: Mapping[str, Any]) -> Any:
+    if isinstance(value, str):
+        ref = as_ref(value)
+        return value if ref is None else _lookup(ref, env)
+    if isinstance(value, dict):
+        return {k: _resolve(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_resolve(v, env) for v in value]
+    return value
+
+
+def _lookup(ref: Ref, env: Mapping[str, Any]) -> Any:
+    n = ref.step
+    args = env.get("args") or {}
+    if n == 0:
+        value: Any = args
+    elif n is not None:
+        r = env["steps"].get(f"step_{n}")
+        value = r.get("output") if isinstance(r, dict) and r.get("ok") else None
+    elif ref.head in args:
+        value = args[ref.head]
+    else:
+        return None if ref.key is not None else ref.text  # as piraeus: an unknown name stays as written
+    if ref.key is None:
+        return value
+    return value.get(ref.key) if isinstance(value, dict) else value
+
+
+@dataclass(frozen=True, slots=True)
+class _Built:
+    """What one step's leaf runs."""
+
+    flow: str
+    step: FlowStep
+    target: str  # the tool, the prompt, or the canonical service name
+    prompt: PromptSurface | None
+    services: Services
+
+
+async def _run_step(
+    step: Leaf[None, _Built], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    await trio.lowlevel.checkpoint_if_cancelled()
+    b = step.built
+    values = _resolve(b.step.inputs, env)
+    if b.step.type == "tool":
+        registry = ctx.tools
+        if registry is None:
+            raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
+        try:
+            res = await registry.call(b.target, values, ctx)
+        except UnknownToolError as e:
+            raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
+        except MCPipeError as e:
+            raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
+        return StepOutput.from_tool(res)
+    if b.step.type == "prompt":
+        assert b.prompt is not None
+        given, problems = b.prompt.values(values, from_text=False)
+        if problems:
+            raise StepFailure(f"prompt `{b.target}`: " + "; ".join(problems), ErrorCode.INVALID_SPEC)
+        text = b.prompt.render(given)
+        answer = await b.services.ask(NORMAL_SYSTEM, user_prompt(text), ctx, f"piraeus.{step.id}")
+        return StepOutput.of(answer)
+    return StepOutput.of(await b.services.run(b.target, values, ctx, f"piraeus.{step.id}"))
+
+
+def compile_flow(
+    flow: Flow,
+    *,
+    tools: Mapping[str, ApiTool],
+    prompts: Mapping[str, PromptSurface],
+    flows: set[str],
+    services: Services,
+    disabled: frozenset[str] = frozenset(),
+) -> tuple[CompiledSpec | None, list[str], list[Problem]]:
+    """The plan of ``flow`` and the names of its inputs, or its problems (located in its file).
+
+    Args:
+        tools: the piraeus tools (a tool step may name any tool; those are checked here).
+        prompts: the piraeus prompts (a prompt step must name one).
+        flows: every flow's name (a flow's steps may call other flows, not themselves).
+        services: what service and prompt steps run on.
+        disabled: the piraeus tools loaded with ``enabled: false`` (a step naming one is refused).
+    """
+    problems: list[Problem] = []
+    inputs: list[str] = []
+    leaves: list[Leaf[None, _Built]] = []
+    index = {s.step: i for i, s in enumerate(flow.steps)}
+
+    def problem(where: str, message: str) -> None:
+        problems.append(Problem(f"{flow.at.split(': ', 1)[0]}: {where}", CODE, message))
+
+    for st in flow.steps:
+        at = st.at  # the step's JSON path in its file
+        for where, ref in _refs(st.inputs, f"{at}.inputs"):
+            n = ref.step
+            if n is None:
+                if ref.head not in inputs:
+                    inputs.append(ref.head)
+            elif n >= st.step or (n not in index and n != 0):
+                problem(where, f"`{ref.text}` reads step {n}, which does not run before step {st.step}")
+        target = st.name
+        prompt = None
+        if st.type == "prompt":
+            prompt = prompts.get(st.name)
+            if prompt is None:
+                problem(f"{at}.name", f"no prompt `{st.name}`{did_you_mean(st.name, prompts)}")
+            else:
+                _check_prompt_inputs(prompt, st.inputs, f"{at}.inputs", problem)
+        elif st.type == "service":
+            name = canonical(st.name)
+            if name is None or name not in services.known():
+                known = ", ".join(services.known())
+                hint = did_you_mean(st.name, services.known())
+                why = (
+                    " (the workflow is not served: [piraeus] workflow = false and no [workflow])"
+                    if name == "workflow"
+                    else ""
+                )
+                problem(f"{at}.name", f"no service `{st.name}`{hint}{why} (known: {known})")
+            else:
+                target = name
+        else:
+            if st.name == flow.name:
+                problem(f"{at}.name", f"flow `{flow.name}` calls itself")
+            elif st.name in disabled:
+                problem(f"{at}.name", f"tool `{st.name}` is disabled (`enabled: false`)")
+            tool = tools.get(st.name)
+            if tool is not None:
+                _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
+        built = _Built(flow.name, st, target, prompt, services)
+        leaves.append(
+            Leaf(
+                f"step_{st.step}",
+                at,
+                f"piraeus.{st.type}",
+                None,
+                built,
+                run=_run_step,
+                tool=st.name if st.type == "tool" else None,
+            )
+        )
+    if problems:
+        return None, inputs, problems
+    plan = Pipeline(Template({}), tuple(leaves), None, False, None, flow.at)
+    return CompiledSpec.of(plan, answer="full"), inputs, []
+
+
+def _check_prompt_inputs(prompt: PromptSurface, inputs: dict[str, Any], where: str, problem: Any) -> None:
+    """The step's inputs against the prompt's variables: no unknown one, every required one given, every
+    value that is not a reference of the variable's type."""
+    variables = {v.name: v for v in prompt.prompt.variables}
+    for k, v in inputs.items():
+        var = variables.get(k)
+        if var is None:
+            problem(f"{where}.{k}", f"prompt `{prompt.name}` has no variable `{k}`{did_you_mean(k, variables)}")
+        elif not (isinstance(v, str) and as_ref(v) is not None):
+            _, why = coerce(v, var.type)
+            if why is not None:
+                problem(f"{where}.{k}", why)
+    for name, var in variables.items():
+        if var.required and var.default is None and name not in inputs:
+            problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
+
+
+def _check_tool_inputs(tool: ApiTool, inputs: dict[str, Any], where: str, problem: Any) -> None:
+    """The step's inputs against the piraeus tool's input schema: every required field given."""
+    schema = tool.config.input_schema
+    if not isinstance(schema.get("properties"), dict):
+        return
+    for name in schema.get("required") or []:
+        if name not in inputs:
+            problem(where, f"tool `{tool.name}` needs `{name}`")
+
+
+class FlowTool:
+    """One flow served as a tool: the arguments are its inputs, the answer piraeus's ``FlowExecuteResponse``
+    (``isError`` when its status is ``error``)."""
+
+    def __init__(self, flow: Flow, compiled: CompiledSpec, inputs: list[str], limits: Limits) -> None:
+        self.flow = flow
+        self.compiled = compiled
+        self.inputs = inputs
+        self.limits = limits
+        self.name = flow.name
+        self.title: str | None = None
+        self.description = flow.description or f"piraeus flow `{flow.name}` ({len(flow.steps)} steps)"
+        self.input_schema: dict[str, Any] = {
+            "type": "object",
+            "properties": {n: {"description": f"flow input `{n}` (read as ${{{n}}})"} for n in inputs},
+            "required": list(inputs),
+        }
+        self.output_schema: dict[str, Any] | None = FLOW_OUTPUT_SCHEMA
+        self.annotations: dict[str, Any] | None = None
+
+    def __repr__(self) -> str:
+        return f"<piraeus flow {self.name}>"
+
+    def _answer(
+        self, status: str, *, executed: int = 0, outputs: Any = None, error: str | None = None, log: Any = ()
+    ) -> ToolResult:
+        data = {
+            "status": status,
+            "flow_name": self.name,
+            "steps_executed": executed,
+            "outputs": outputs,
+            "error": error,
+            "execution_log": list(log),
+        }
+        return ToolResult([{"type": "text", "text": orjson.dumps(data).decode()}], data, status == "error")
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        if not isinstance(args, dict):
+            return self._answer("error", error=f"inputs: expected an object, got {json_type(args)}")
+        missing = [n for n in self.inputs if n not in args]
+        if missing:
+            return self._answer(
+                "error", error="inputs: " + "; ".join(f"{n}: is required (read as ${{{n}}})" for n in missing)
+            )
+        registry = ctx.tools
+        if registry is None:
+            return self._answer("error", error=f"flow `{self.name}` is not bound to a tool registry")
+        unknown = [
+            f"step {st.step}: no tool `{st.name}`"
+            for st in self.flow.steps
+            if st.type == "tool" and st.name not in registry
+        ]
+        if unknown:
+            return self._answer("error", error="; ".join(unknown))
+        from mcpipe.runtime import run_compiled
+
+        answer = await run_compiled(
+            self.compiled, registry, context=ctx.for_step(None, ctx.step), limits=self.limits, answer="full", args=args
+        )
+        if answer.get("problems"):
+            return self._answer("error", error="; ".join(p["message"] for p in answer["problems"]))
+        results = answer.get("steps") or {}
+        log: list[dict[str, Any]] = []
+        outputs: dict[str, Any] = {}
+        failed: str | None = None
+        for st in self.flow.steps:
+            r = results.get(f"step_{st.step}")
+            if r is None:
+                break
+            entry: dict[str, Any] = {
+                "step": st.step,
+                "type": st.type,
+                "name": st.name,
+                "status": "success" if r["ok"] else "error",
+                "duration_ms": r["duration_ms"],
+            }
+            if r["ok"]:
+                outputs[f"step_{st.step}_output"] = r.get("output")
+            else:
+                entry["error"] = r["error"]
+                entry["error_code"] = r["error_code"]
+                failed = failed or f"step {st.step} ({st.type} `{st.name}`) failed: {r['error']}"
+            log.append(entry)
+        executed = len(outputs)
+        if answer.get("ok") and failed is None:
+            return self._answer("success", executed=executed, outputs=outputs, log=log)
+        error = failed or f"{answer.get('error_code')}: {answer.get('error')}"
+        return self._answer("error", executed=executed, error=error, log=log)

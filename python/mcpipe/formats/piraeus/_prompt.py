@@ -1,0 +1,123 @@
+"""A piraeus prompt served as an MCP prompt (``prompts/list``, ``prompts/get``), and rendered for flow steps.
+
+piraeus stores templates with ``{variable}`` placeholders and typed variables but never renders them (its
+flow constructor sends ``prompt_template`` as it is); mcpipe renders them so: each placeholder of a declared
+variable (``{name}``, or ``{{name}}`` as the newer rows write it) is replaced by the variable's value (a
+string as it is, anything else as JSON); every other brace is text. A value is converted to the variable's
+type as pydantic converts it (``"5"`` is the number 5); a required variable must be given unless it has a
+default; an optional one left out renders as its default, or as nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import orjson
+from mcp_types import INVALID_PARAMS
+
+from mcpipe._describe import did_you_mean
+from mcpipe.declared._answers import SurfaceError
+from mcpipe.formats.piraeus._model import Prompt, Variable
+from mcpipe.formats.piraeus._read import coerce
+from mcpipe.tools._base import ToolContext, ToolResult
+
+__all__ = ["PromptSurface", "article", "render_value"]
+
+
+def article(kind: str) -> str:
+    """``an integer``, ``a string``."""
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def render_value(value: Any) -> str:
+    """A variable's value as it appears in the text: a string as it is, anything else as compact JSON."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+class _PromptAnswer:
+    """``prompts/get``'s answer: one user message holding the rendered template; bad arguments are the
+    JSON-RPC ``INVALID_PARAMS`` error."""
+
+    def prompt(self, tool: Any, result: ToolResult) -> dict[str, Any]:
+        if result.is_error:
+            raise SurfaceError(INVALID_PARAMS, result.joined_text())
+        return {"messages": [{"role": "user", "content": {"type": "text", "text": result.joined_text()}}]}
+
+
+_ANSWER = _PromptAnswer()
+
+
+class PromptSurface:
+    """One prompt: listed by ``prompts/list`` with its variables as arguments (``required`` when it has no
+    default), rendered by ``prompts/get`` (through the gateway: the caller's grants and the audit apply, by
+    the prompt's name)."""
+
+    surface = "prompt"
+
+    def __init__(self, prompt: Prompt) -> None:
+        self.prompt = prompt
+        self.name = prompt.name
+        self.title: str | None = None
+        self.description = prompt.description or ""
+        self.arguments = [_argument(v) for v in prompt.variables]
+        self.meta: dict[str, Any] | None = None
+        self.mime_type: str | None = None
+        self.completions: dict[str, list[str]] = {}
+        self.answer = _ANSWER
+        self.input_schema: dict[str, Any] = {"type": "object"}
+        self.output_schema: dict[str, Any] | None = None
+        self._parts = prompt.parts()
+        self._vars = {v.name: v for v in prompt.variables}
+
+    def __repr__(self) -> str:
+        return f"<piraeus prompt {self.name}>"
+
+    def values(self, given: Mapping[str, Any], *, from_text: bool) -> tuple[dict[str, Any], list[str]]:
+        """The variables' values from ``given`` (MCP's string arguments when ``from_text``, else JSON values),
+        converted to their types, defaults filled; answers ``(values, problems)``."""
+        problems = [f"{k}: unknown argument{did_you_mean(str(k), self._vars)}" for k in given if k not in self._vars]
+        out: dict[str, Any] = {}
+        for name, var in self._vars.items():
+            if name not in given or given[name] is None:
+                if var.default is not None:
+                    out[name] = var.default
+                elif var.required:
+                    problems.append(f"{name}: {article(var.type)} is required")
+                continue
+            value = given[name]
+            if from_text and isinstance(value, str) and var.type in ("array", "object"):
+                try:
+                    value = orjson.loads(value)
+                except orjson.JSONDecodeError:
+                    problems.append(f"{name}: expected JSON of an {var.type}")
+                    continue
+            converted, why = coerce(value, var.type)
+            if why is not None:
+                problems.append(f"{name}: {why}")
+            else:
+                out[name] = converted
+        return out, problems
+
+    def render(self, values: Mapping[str, Any]) -> str:
+        """The template with each placeholder replaced (an absent optional variable renders as nothing)."""
+        return "".join(
+            p if isinstance(p, str) else (render_value(values[p.name]) if p.name in values else "") for p in self._parts
+        )
+
+    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+        values, problems = self.values(args, from_text=True)
+        if problems:
+            return ToolResult.error(f"invalid arguments for prompt '{self.name}': " + "; ".join(problems))
+        return ToolResult.text(self.render(values))
+
+
+def _argument(v: Variable) -> dict[str, Any]:
+    """An MCP prompt argument; arguments are strings, so a variable's type is said in its description."""
+    said = v.description or ""
+    if v.type != "string":
+        said = f"{said} ({v.type})" if said else f"({v.type})"
+    entry: dict[str, Any] = {"name": v.name, "required": v.required and v.default is None}
+    if said:
+        entry["description"] = said
+    return entry

@@ -1,0 +1,159 @@
+"""Reading piraeus's JSON as its pydantic models read it (lax mode), every problem located by JSON path.
+
+piraeus declares its data with pydantic v2 models (``backend/src/dynamic_tools/models/``). This module reads
+the same shapes from decoded JSON with pydantic's lax conversions (``"30"`` is a float, ``"true"`` a bool, a
+number is never a string) and collects every problem, located (``api.auth.method``), instead of stopping at
+the first. One difference: a key the model does not declare is refused here (pydantic ignores it), so a
+misspelt key is not silently dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from mcpipe._describe import did_you_mean, json_type
+from mcpipe.errors import Problem
+
+__all__ = ["CODE", "MISSING", "Reader", "coerce", "join"]
+
+CODE = "INVALID_CONFIG"
+
+MISSING: Any = object()
+"""A key that is absent (distinct from ``null``)."""
+
+_TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
+_FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+
+
+def join(base: str, key: str | int) -> str:
+    """``api`` + ``auth`` -> ``api.auth``; ``steps`` + 2 -> ``steps[2]``."""
+    if isinstance(key, int):
+        return f"{base}[{key}]"
+    return f"{base}.{key}" if base else key
+
+
+def coerce(value: Any, kind: str) -> tuple[Any, str | None]:
+    """``value`` as pydantic's lax mode converts it to ``kind`` (``string``, ``integer``, ``number``,
+    ``boolean``, ``array``, ``object``); answers ``(converted, None)`` or ``(value, why not)``."""
+    if kind == "string":
+        if isinstance(value, str):
+            return value, None
+        return value, f"expected a string, got {json_type(value)}"
+    if kind == "integer":
+        if isinstance(value, bool):
+            return int(value), None
+        if isinstance(value, int):
+            return value, None
+        if isinstance(value, float) and value.is_integer():
+            return int(value), None
+        if isinstance(value, str):
+            try:
+                return int(value.strip()), None
+            except ValueError:
+                pass
+        return value, f"expected an integer, got {_shown(value)}"
+    if kind == "number":
+        if isinstance(value, bool):
+            return float(value), None
+        if isinstance(value, (int, float)):
+            return float(value), None
+        if isinstance(value, str):
+            try:
+                return float(value.strip()), None
+            except ValueError:
+                pass
+        return value, f"expected a number, got {_shown(value)}"
+    if kind == "boolean":
+        if isinstance(value, bool):
+            return value, None
+        if isinstance(value, int) and value in (0, 1):
+            return bool(value), None
+        if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
+            return value.strip().lower() in _TRUE, None
+        return value, f"expected a boolean, got {_shown(value)}"
+    if kind == "array":
+        if isinstance(value, list):
+            return value, None
+        return value, f"expected an array, got {json_type(value)}"
+    if kind == "object":
+        if isinstance(value, dict):
+            return value, None
+        return value, f"expected an object, got {json_type(value)}"
+    return value, None
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, str):
+        return repr(value[:40] + ("..." if len(value) > 40 else ""))
+    return json_type(value)
+
+
+@dataclass
+class Reader:
+    """Collects the problems of one file, each located as ``<file>: <JSON path>``.
+
+    Attributes:
+        file: the file as the config names it (relative to the config's directory).
+        problems: what was found so far.
+    """
+
+    file: str
+    problems: list[Problem] = field(default_factory=list)
+
+    def where(self, path: str) -> str:
+        return f"{self.file}: {path}" if path else self.file
+
+    def problem(self, path: str, message: str) -> None:
+        self.problems.append(Problem(self.where(path), CODE, message))
+
+    def obj(self, value: Any, path: str, keys: Iterable[str], *, what: str = "an object") -> dict[str, Any] | None:
+        """``value`` as an object whose keys are among ``keys`` (an unknown key is a problem, with the closest
+        known one); None (a problem noted) when it is not an object."""
+        if not isinstance(value, dict):
+            self.problem(path, f"expected {what}, got {json_type(value)}")
+            return None
+        known = tuple(keys)
+        for k in value:
+            if k not in known:
+                self.problem(join(path, str(k)), f"unknown key `{k}`{did_you_mean(str(k), known)}")
+        return value
+
+    def get(self, o: Mapping[str, Any], key: str, path: str, kind: str, default: Any = MISSING) -> Any:
+        """The value of ``key`` converted to ``kind`` (see :func:`coerce`); a missing required key or a value
+        that does not convert is a problem (then ``default``, or None)."""
+        value = o.get(key, MISSING)
+        if value is MISSING or (value is None and default is not MISSING and default is None):
+            if default is MISSING:
+                self.problem(join(path, key), "is required")
+                return None
+            return default
+        converted, why = coerce(value, kind)
+        if why is not None:
+            self.problem(join(path, key), why)
+            return None if default is MISSING else default
+        return converted
+
+    def text(
+        self, o: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str | None = None
+    ) -> Any:
+        """A string field (``null`` is refused when required)."""
+        return self.get(o, key, path, "string", MISSING if required else default)
+
+    def str_map(self, o: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+        """A ``dict[str, str]`` field (absent: empty)."""
+        value = o.get(key, MISSING)
+        if value is MISSING:
+            return {}
+        at = join(path, key)
+        if not isinstance(value, dict):
+            self.problem(at, f"expected an object of strings, got {json_type(value)}")
+            return {}
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if isinstance(v, str):
+                out[str(k)] = v
+            else:
+                self.problem(join(at, str(k)), f"expected a string, got {json_type(v)}")
+        return out

@@ -1,0 +1,111 @@
+"""Check every vendored NoETL playbook (``tests/formats/noetl/upstream``) and write the table of the ones mcpipe
+refuses into docs/playbooks.md.
+
+Usage: python scripts/noetl_corpus.py [--check]
+
+Each file is checked as ``mcpipe playbook check`` checks it, under an operator's config that fits NoETL's
+corpus: outbound HTTP to any public host (the hosts are each deployment's), ``sh`` for ``shell`` steps (NoETL
+runs them with ``sh -c``), and a ``[sql.NAME]`` PostgreSQL backend for each database credential the corpus
+names (NoETL's credentials, registered on its server; mcpipe's are the config's backends). Nothing connects.
+``--check`` exits 1 when the docs' table is not what the check finds (``tests/formats/noetl`` runs it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+UPSTREAM = ROOT / "tests" / "formats" / "noetl" / "upstream"
+DOC = ROOT / "docs" / "playbooks.md"
+BEGIN = "<!-- noetl-corpus:begin (scripts/noetl_corpus.py writes this table) -->"
+END = "<!-- noetl-corpus:end -->"
+
+CREDENTIALS = ("pg_local", "pg_k8s", "test_postgres", "pg_test", "noetl_connection", "my_db")
+"""The database credentials NoETL's playbooks name (its demo and cluster ones), as ``[sql.NAME]`` backends."""
+
+
+def policy() -> Any:
+    from dataclasses import replace
+
+    from mcpipe.declared import load_sql
+    from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
+
+    backends, problems = load_sql({name: {"url": f"postgresql://localhost/{name}"} for name in CREDENTIALS})
+    assert problems == [], problems
+    return replace(
+        StepPolicy(http=HttpPolicy(allowed_hosts=("*",)), command=CommandPolicy(commands={"sh": "/bin/sh"})),
+        sql=backends,
+    )
+
+
+def check_corpus() -> list[tuple[str, list[str]]]:
+    """``(upstream path, problems)`` of every vendored playbook, in path order (no problems: it passes)."""
+    from mcpipe.formats.noetl import load_playbook
+
+    index = json.loads((UPSTREAM / "INDEX.json").read_text())["files"]
+    pol = policy()
+    out = []
+    for rel in sorted(index):
+        _pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol)
+        out.append((rel, [str(p) for p in problems]))
+    return out
+
+
+def _cell(text: str) -> str:
+    """A reason in a table cell: its quoted names as <code> (not backticks, which the docs' path check reads
+    as files of the repository), pipes escaped."""
+    parts = text.replace("|", "\\|").replace("\n", " ").replace("<", "&lt;").split("`")
+    return "".join(f"<code>{p}</code>" if i % 2 else p for i, p in enumerate(parts))
+
+
+def table(results: list[tuple[str, list[str]]]) -> str:
+    """The docs' section: the counts, then one row per refused file with its first (located) reason."""
+    passed = sum(1 for _, p in results if not p)
+    lines = [
+        BEGIN,
+        "",
+        f"Of the {len(results)} vendored playbooks, **{passed} pass `mcpipe playbook check`** "
+        f"({100 * passed / len(results):.0f}%); the {len(results) - passed} below are refused, each with its "
+        "first reason, located in the file (`mcpipe playbook check FILE` lists them all).",
+        "",
+        "| file | first reason |",
+        "|---|---|",
+    ]
+    for rel, problems in results:
+        if problems:
+            first = problems[0]
+            reason = first[len(rel) + 1 :] if first.startswith(rel + ":") else first
+            lines.append(f"| `tests/formats/noetl/upstream/{rel}` | {_cell(reason)} |")
+    lines += ["", END]
+    return "\n".join(lines)
+
+
+def current() -> str:
+    text = DOC.read_text()
+    m = re.search(re.escape(BEGIN) + r".*?" + re.escape(END), text, re.S)
+    return m.group(0) if m else ""
+
+
+def main(argv: list[str]) -> int:
+    sys.path.insert(0, str(ROOT / "python"))
+    os.chdir(ROOT)
+    fresh = table(check_corpus())
+    if "--check" in argv:
+        if current() != fresh:
+            print("docs/playbooks.md: the table of refused NoETL playbooks is stale: python scripts/noetl_corpus.py")
+            return 1
+        return 0
+    text = DOC.read_text()
+    old = current()
+    DOC.write_text(text.replace(old, fresh) if old else text.rstrip("\n") + "\n\n" + fresh + "\n")
+    print(fresh.splitlines()[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
