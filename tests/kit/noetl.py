@@ -14,7 +14,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -144,6 +144,3 @@ def origin() -> Iterator[Origin]:
 def step_order(events: list[dict[str, Any]], kind: str = "step_exit") -> list[str]:
     """The step names of ``kind`` events, in order."""
     return [e["step"] if "step" in e else e["id"] for e in events if e["type"] == kind]
-
-
-Pick = Callable[[dict[str, Any]], Any]

@@ -225,6 +225,7 @@ class DownstreamServer:
         self.prefix = name if config.prefix is None else config.prefix
         self.tools: dict[str, DownstreamTool] = {}
         self._by_remote: tuple[Any, dict[str, Any]] = (None, {})
+        self._capped: int | None = None  # the tools were cut to this many (said once, not at every relist)
         self.state = "idle"
         self.last_error: str | None = None
         self.connections = 0
@@ -377,18 +378,35 @@ class DownstreamServer:
     async def _list_tools(self, client: Client) -> None:
         tools: dict[str, DownstreamTool] = {}
         cursor: str | None = None
+        limit = self.config.max_tools
+        left_out = 0
         for _ in range(100):
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
             for t in page.tools:
                 if self.keeps(t.name):
                     name = self.exposed(t.name)
+                    if len(tools) >= limit and name not in tools:
+                        left_out += 1
+                        continue
                     hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else None
                     tools[name] = DownstreamTool(
                         name, t.name, t.description or "", t.input_schema, t.output_schema, self, hints
                     )
             cursor = page.next_cursor
-            if not cursor:
-                break
+            del page
+            if not cursor or left_out:
+                break  # no more pages, or no room for them
+        if left_out and (self._capped != limit or len(self.tools) != len(tools)):
+            _log.warning(
+                "downstream %s lists more than %d tools: keeping the first %d, leaving out %s more "
+                "(mcpServers.%s.max_tools)",
+                self.name,
+                limit,
+                limit,
+                f"{left_out}" + (" or" if cursor else ""),
+                self.name,
+            )
+        self._capped = limit if left_out else None
         self.tools = tools
 
     async def relist(self, what: str) -> None:

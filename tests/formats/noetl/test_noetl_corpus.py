@@ -55,7 +55,7 @@ def test_the_docs_table_of_refused_playbooks_is_what_the_check_finds(corpus):
 def test_a_playbook_that_passes_compiles_into_one_graph_of_its_steps(corpus):
     script, results = corpus
     passed = [rel for rel, problems in results if not problems]
-    for rel in passed[:40]:
+    for rel in passed[::16]:  # a sample across the corpus
         pb, problems = load_playbook(rel, base_dir=str(script.UPSTREAM), policy=script.policy())
         assert problems == [] and pb is not None
         if isinstance(pb, NoetlPlaybook):

@@ -4,9 +4,6 @@ run on the run queue (its events hold each step's result), and the command line 
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -91,29 +88,32 @@ async def test_a_background_noetl_playbook_is_queued_and_its_events_carry_each_s
     assert paths == [("step_started", "test_step"), ("step_exit", "test_step"), ("step_finished", "test_step")]
 
 
-def _cli(*args: str) -> subprocess.CompletedProcess[bytes]:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3] / "python")}
-    return subprocess.run(
-        [sys.executable, "-m", "mcpipe", "playbook", *args], cwd=UPSTREAM, capture_output=True, env=env, timeout=60
-    )
+def _cli(capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str, str]:
+    """``mcpipe playbook ARGS`` in NoETL's repository root (the vendored files' own paths), in this process."""
+    from mcpipe.cli import main
+
+    monkeypatch.chdir(UPSTREAM)
+    code = main(["playbook", *args])
+    out, err = capfd.readouterr()
+    return code, out, err
 
 
-def test_the_cli_checks_a_noetl_playbook_and_refuses_one_it_cannot_run_in_one_located_line():
-    ok = _cli("check", HELLO)
-    assert ok.returncode == 0, ok.stderr
-    assert ok.stdout.decode() == f"{HELLO}: ok (playbook `hello_world`, noetl.io/v2: 3 steps; 3 python)\n"
-    refused = _cli("check", "examples/snowflake/snowflake_simple.yaml")
-    assert refused.returncode == 1
-    assert refused.stderr.decode() == (
+def test_the_cli_checks_a_noetl_playbook_and_refuses_one_it_cannot_run_in_one_located_line(capfd, monkeypatch):
+    code, out, err = _cli(capfd, monkeypatch, "check", HELLO)
+    assert code == 0, err
+    assert out == f"{HELLO}: ok (playbook `hello_world`, noetl.io/v2: 3 steps; 3 python)\n"
+    code, out, err = _cli(capfd, monkeypatch, "check", "examples/snowflake/snowflake_simple.yaml")
+    assert code == 1
+    assert err == (
         "examples/snowflake/snowflake_simple.yaml:12: workflow[0].kind: "
         "NoETL tool kind `snowflake` (a cloud warehouse) has no mcpipe step kind\n"
     )
 
 
-def test_the_cli_runs_a_noetl_playbook_with_an_input_and_prints_its_answer():
-    r = _cli("run", HELLO, "--input", "message=hi", "--events")
-    assert r.returncode == 0, r.stderr
-    answer = json.loads(r.stdout)
+def test_the_cli_runs_a_noetl_playbook_with_an_input_and_prints_its_answer(capfd, monkeypatch):
+    code, out, err = _cli(capfd, monkeypatch, "run", HELLO, "--input", "message=hi", "--events")
+    assert code == 0, err
+    answer = json.loads(out)
     assert answer["noetl"]["steps"]["test_step"] == [{"status": "ok", "data": {"message": "hi"}}]
-    events = [json.loads(line) for line in r.stderr.decode().splitlines()]
+    events = [json.loads(line) for line in err.splitlines()]
     assert [e["step"] for e in events if e["type"] == "step_exit"] == ["start", "test_step", "end"]

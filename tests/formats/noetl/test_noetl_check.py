@@ -1,0 +1,82 @@
+"""A NoETL playbook mcpipe cannot take is refused when it is checked, every problem one line, located in the
+file by line and path; and what the workflow's templates fail on at run time fails its step, located."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from kit.noetl import policy
+from mcpipe.formats.noetl import PlaybookTool, load_playbook
+
+HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p, path: t/p}\nworkflow:\n"
+
+
+def check(tmp_path: Path, steps: str) -> list[str]:
+    (tmp_path / "pb.yaml").write_text(HEAD + steps)
+    _, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
+    return [str(p) for p in problems]
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        (
+            "  - step: start\n    tool: {kind: noop}\n    next: {arcs: [{step: ned}]}\n"
+            "  - step: end\n    tool: {kind: noop}\n",
+            "pb.yaml:7: workflow[0].next.arcs[0].step: unknown step `ned` (did you mean `end`?)",
+        ),
+        (
+            "  - step: a\n    tool: {kind: noop}\n    next: {arcs: [{step: b}]}\n"
+            "  - step: b\n    tool: {kind: noop}\n    next: {arcs: [{step: a}]}\n",
+            "pb.yaml:10: workflow[1].next.arcs[0].step: this arc goes back to `a`, making a cycle",
+        ),
+        (
+            "  - step: a\n    tool: {kind: snowflake, command: select 1}\n",
+            "pb.yaml:6: workflow[0].tool.kind: NoETL tool kind `snowflake` (a cloud warehouse) has no mcpipe step kind",
+        ),
+        (
+            "  - step: a\n    tool: {kind: pyton}\n",
+            "pb.yaml:6: workflow[0].tool.kind: unknown tool kind `pyton` (did you mean `python`?)",
+        ),
+        (
+            "  - step: a\n    tool: {kind: http, url: 'http://x/{{ a.b'}\n",
+            "pb.yaml:6: workflow[0].tool.url: template syntax error",
+        ),
+        (
+            "  - step: a\n    loop: {in: '{{ xs }}', iterator: 'not a name'}\n    tool: {kind: noop}\n",
+            "pb.yaml:6: workflow[0].loop.iterator: must be a name (letters, digits, `_`)",
+        ),
+        (
+            "  - step: a\n    tool: {kind: noop}\n    nxet: b\n",
+            "pb.yaml:7: workflow[0].nxet: unknown key `nxet` of a step (did you mean `next`?)",
+        ),
+        (
+            "  - step: a\n    tool: {kind: noop}\n    next: {spec: {mode: sometimes}, arcs: []}\n",
+            "pb.yaml:7: workflow[0].next.spec.mode: must be exclusive or inclusive, got 'sometimes'",
+        ),
+        (
+            "  - step: a\n    tool: {kind: noop}\n  - step: a\n    tool: {kind: noop}\n",
+            "pb.yaml:7: workflow[1].step: duplicate step `a`",
+        ),
+    ],
+)
+def test_a_playbook_mcpipe_cannot_take_is_refused_at_check_time_located(tmp_path, steps, expected):
+    problems = check(tmp_path, steps)
+    assert any(p.startswith(expected) for p in problems), problems
+
+
+async def test_an_undefined_name_at_run_time_fails_its_step_located_and_the_run_ends_failed(tmp_path):
+    (tmp_path / "pb.yaml").write_text(
+        HEAD + "  - step: a\n    tool: {kind: python, input: {x: '{{ nope.deeper }}'}, code: 'result = x'}\n"
+    )
+    pb, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
+    assert problems == [] and pb is not None
+    with trio.fail_after(30):
+        answer = await PlaybookTool(pb).run({})
+    assert not answer["ok"]
+    assert answer["error_code"] == "INTERPOLATION_FAILED"
+    assert "workflow[0].tool.input.x: 'nope' is undefined" in answer["error"]
+    assert answer["noetl"]["failed_steps"] == ["a"]
