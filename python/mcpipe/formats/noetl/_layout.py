@@ -131,6 +131,8 @@ class ArcSpec:
     otherwise: bool = False
     set: Mapping[str, Any] | None = None
     data: Mapping[str, Any] | None = None
+    back: bool = False
+    """It leads back to a step on the way from the entry (a cycle): taking it runs that step again."""
 
 
 @dataclass
@@ -346,8 +348,8 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
         r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
         return None
     config = {str(k): v for k, v in tool.items() if k not in TASK_META}
-    if kind == "workbook" and "name" in tool:
-        config["name"] = tool["name"]  # the workbook action it runs
+    if kind in ("workbook", "secrets") and "name" in tool:
+        config["name"] = tool["name"]  # the workbook action it runs; the secret it reads
     if "output" in tool:
         r.add(f"{where}.output", "a tool's `output` (NoETL's result storage tiers) is not supported")
     t = TaskSpec(name, kind, where, config)

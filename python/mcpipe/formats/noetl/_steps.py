@@ -46,7 +46,7 @@ from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["EVENTS", "ArcWhen", "LoopItems", "run_step", "scope_of", "step_results"]
+__all__ = ["EVENTS", "ArcWhen", "LoopItems", "latest", "run_step", "scope_of", "step_of", "step_results"]
 
 EVENTS = _run_events
 """The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
@@ -70,7 +70,8 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
         else:
             variables[k] = v
     results: dict[str, Any] = {}
-    for sid, r in (env.get("steps") or {}).items():
+    for key, r in (env.get("steps") or {}).items():
+        sid = step_of(key)
         if sid not in pb.steps or not isinstance(r, Mapping):
             continue
         if r.get("kind") == "for_each":
@@ -93,6 +94,23 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
         results[sid] = value
         variables[sid] = value
     return variables, results
+
+
+def step_of(key: str) -> str:
+    """The step a result of the run is of: ``fetch#3`` (the third run of ``fetch``, reached again by an arc
+    back to it) is ``fetch``'s."""
+    base, mark, n = key.rpartition("#")
+    return base if mark and n.isdigit() else key
+
+
+def latest(steps: Mapping[str, Any], name: str) -> Any:
+    """The result of ``name``'s latest run (``name``, ``name#2``, ``name#3``... in ``steps``), or None."""
+    r = steps.get(name)
+    n = 2
+    while f"{name}#{n}" in steps:
+        r = steps[f"{name}#{n}"]
+        n += 1
+    return r
 
 
 _RESERVED = ("event", "ctx", "iter", "workload", "vars")
@@ -158,7 +176,7 @@ def _render_plain(value: Any, scope: Mapping[str, Any]) -> Any:
 
 def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, Any]:
     """``output``, ``event``, ``result`` and ``error`` of a finished step (for its ``set`` and arcs)."""
-    r = (env.get("steps") or {}).get(source) or {}
+    r = latest(env.get("steps") or {}, source) or {}
     ok = bool(r.get("ok"))
     if loop:
         children = [ch for ch in r.get("children") or [] if ch is not None]
@@ -703,6 +721,8 @@ async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: 
         return await _run_playbook(task, plan, scope, env, ctx)
     if runner == "turn":
         return await _run_turn(task, plan, env, ctx)
+    if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
+        return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
     if runner == "secrets":
         value = os.environ.get(task.parts["name"])
         if value is None:

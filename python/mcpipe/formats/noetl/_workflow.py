@@ -218,8 +218,9 @@ def compile_workflow(
 
 
 def _reachable(c: _Problems, doc: Doc) -> list[str]:
-    """The steps reached from the entry, in workflow order; an arc back to a step on the way is a cycle,
-    refused (NoETL's re-entered steps, pagination by arcs: use a `loop`)."""
+    """The steps reached from the entry, in workflow order. An arc back to a step on the way from the entry
+    closes a cycle (NoETL's pagination and polling by arcs): it is marked ``back``, and taking it runs that
+    step again (bounded by the server's ``pipe.max_step_runs``)."""
     by_name = {s.name: s for s in doc.steps}
     if doc.entry not in by_name:
         return []
@@ -240,11 +241,7 @@ def _reachable(c: _Problems, doc: Doc) -> list[str]:
         if target not in by_name:
             continue
         if state.get(target) == 1:
-            c.add(
-                f"{arcs[i].location}.step",
-                f"this arc goes back to `{target}`, making a cycle: mcpipe runs a workflow as a graph without "
-                "cycles (a step runs once); loop over a list with `loop` instead",
-            )
+            arcs[i].back = True
             continue
         if state.get(target) is None:
             state[target] = 1
@@ -385,6 +382,19 @@ def _task(
             if not found:
                 c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` could not be mapped")
             return None
+        if kind == "python":
+            broken = _syntax_error(str(step["code"]))
+            if broken is not None:
+                # NoETL execs the code as it is (noetl/tools/python/executor.py: `exec(code, ...)`): it takes
+                # the playbook and the step fails when it runs. mcpipe does the same, and says so at check time.
+                message, line = broken
+                c.warnings.append(
+                    f"{task.location}.code: the code does not compile ({message}, line {line} of the code): "
+                    "NoETL takes the playbook and fails this step when it runs, and so does mcpipe"
+                )
+                plan.runner = "fails"
+                plan.parts = {"error": f"{message} (<string>, line {line})"}
+                return plan
         templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
         if out is not None and kind == "python" and "context" not in step:
@@ -396,6 +406,17 @@ def _task(
         return _kind(c, plan, {**task.config, "kind": kind}, task.location, pb.policy, tools)
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
+    return None
+
+
+def _syntax_error(code: str) -> tuple[str, int] | None:
+    """``(message, line)`` when python ``code`` does not compile (a ``SyntaxError``), else None."""
+    try:
+        compile(code, "<string>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return str(e.msg), int(e.lineno or 0)
+    except (ValueError, RecursionError, MemoryError):
+        return None  # the kind reports these, located
     return None
 
 
@@ -635,7 +656,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             )
             cond = _steps.ArcWhen(sp, a, when, s.loop is not None, tuple(earlier))
             earlier.append((a, when))
-            out.append(Arc(index[a.target], cond, a.location, data))
+            out.append(Arc(index[a.target], cond, a.location, data, back=a.back))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
     graph = Graph(
