@@ -73,8 +73,8 @@ def test_a_playbook_that_passes_compiles_into_one_graph_of_its_steps(corpus):
             "workflow[0].kind: NoETL tool kind `snowflake` (a cloud warehouse) has no mcpipe step kind",
         ),
         (
-            "tests/fixtures/playbooks/pagination/cursor/test_pagination_cursor.yaml",
-            "making a cycle",
+            "tests/fixtures/playbooks/test_nats_kv.yaml",
+            "workflow[1].tool[0].kind: NoETL tool kind `nats` (NoETL's NATS K/V and object store",
         ),
         ("conf/sample-demo.yaml", "workflow: not a NoETL playbook: it has no `workflow` (a list of steps)"),
     ],

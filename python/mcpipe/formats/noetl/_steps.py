@@ -771,6 +771,9 @@ async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], 
 async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
     step = task.parts["step"]
     fields: dict[str, Tmpl] = task.parts["fields"]
+    given = await _rendered(task.parts.get("with"), scope)
+    if isinstance(given, Mapping) and given:  # NoETL 1.x's `with` parameters: names the SQL's templates read
+        scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
     for name, t in fields.items():
         inputs[name] = await _rendered(t, scope)

@@ -370,12 +370,25 @@ def _task(
         return plan
     if kind in toolkinds.KINDS:
         config = dict(task.config)
+        given: dict[str, Any] = {}
         if kind == "python":
             config["input"] = _merged_input(task, s, data_keys)
             for key in ("args", "data", "with"):
                 config.pop(key, None)
+        elif kind in ("postgres", "duckdb"):
+            # NoETL 1.x's `with` parameters (`with`, `data`, `args`, `input` and what arcs pass): names the
+            # SQL's templates read, and a postgres connection's `db_*` fields.
+            given = _merged_input(task, s, data_keys)
+            config["with"] = given
         found: list[Problem] = []
         step = toolkinds.map_tool(kind, config, task.location, found)
+        if found and all(p.code == toolkinds.NO_CONNECTION_CODE for p in found):
+            # No connection at all: NoETL takes the playbook and the step fails when it runs (NoETL 4 requires
+            # `auth`; 1.x misses its `db_*` fields). mcpipe does the same, and says so at check time.
+            c.warnings.append(f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe")
+            plan.runner = "fails"
+            plan.parts = {"error": _NOETL_NO_CONNECTION[doc.layout]}
+            return plan
         for p in found:
             c.problems.append(p)
         if step is None:
@@ -397,6 +410,8 @@ def _task(
                 return plan
         templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
+        if out is not None and given:
+            out.parts["with"] = c.tmpl(given, f"{task.location}.with")
         if out is not None and kind == "python" and "context" not in step:
             out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
         return out
@@ -407,6 +422,17 @@ def _task(
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
     return None
+
+
+_NOETL_NO_CONNECTION = {
+    "v2": "Postgres connection requires `auth` (reference to credential/keychain). Direct db_* connection fields "
+    "are not supported for postgres tool execution.",
+    "v1": "Postgres connection is not configured. Missing: db_host, db_port, db_user, db_password, db_name. Use "
+    "`auth: <credential_key>` or `auth: {type: postgres, host: ..., user: ..., password: ..., database: ...}` on the "
+    "step, or provide explicit db_* fields in `with:`.",
+}
+"""NoETL's error for a postgres tool without a connection (4.x: noetl/tools/postgres/auth.py; 1.x:
+noetl/plugin/postgres.py)."""
 
 
 def _syntax_error(code: str) -> tuple[str, int] | None:

@@ -50,6 +50,8 @@ from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds._sqltext import split_postgres
 
 __all__ = [
+    "NO_CONNECTION",
+    "NO_CONNECTION_CODE",
     "KINDS",
     "TEMPLATE_FIELDS",
     "bind_quoted",
@@ -399,13 +401,23 @@ def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> d
             return None
         _problem(problems, where, f"postgres tool: auth source `{source}` is not supported (credential or inline)")
         return None
-    direct = {_INLINE_KEYS[k]: v for k, v in tool.items() if k in _INLINE_KEYS and k.startswith("db_")}
-    if direct:
-        return {"dsn": direct}
-    if isinstance(tool.get("db_conn_string"), str):
-        return {"dsn": tool["db_conn_string"]}
-    _problem(problems, f"{loc}.auth", "postgres tool: `auth` (a credential: the config's [sql.NAME]) is required")
+    # NoETL 1.x: the connection's `db_*` fields on the tool, or among its `with` parameters (`with`, `data`,
+    # `args`, `input`: the front-end merges them into `with`), each a template.
+    given = tool.get("with") if isinstance(tool.get("with"), Mapping) else {}
+    for source in (tool, given):
+        direct = {_INLINE_KEYS[k]: v for k, v in source.items() if k in _INLINE_KEYS and k.startswith("db_")}
+        if direct:
+            return {"dsn": direct}
+        if isinstance(source.get("db_conn_string"), str):
+            return {"dsn": source["db_conn_string"]}
+    _problem(problems, f"{loc}.auth", NO_CONNECTION, code=NO_CONNECTION_CODE)
     return None
+
+
+NO_CONNECTION = "postgres tool: `auth` (a credential: the config's [sql.NAME]) is required"
+NO_CONNECTION_CODE = "NOETL_NO_CONNECTION"
+"""The problem of a postgres tool that names no connection at all: NoETL takes such a playbook and fails the
+step when it runs, so the front-end makes it a warning and a step that fails as NoETL's does."""
 
 
 def _postgres(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
