@@ -7,7 +7,8 @@ answers like httpbin (``/get``, ``/post``, ``/status/N``), serves ``/users/N`` a
 ``delay_seconds``; the stats count probes started, completed, active and the most active at once);
 ``/api/v1/users`` (offset), ``/api/v1/assessments`` (page), ``/api/v1/events`` (cursor) and ``/api/v1/flaky``
 (a page in ``fail_on`` answers 500 the first time) are its paginated API (NoETL's
-``tests/fixtures/servers/paginated_api.py``: 35 items, 10 a page); it records every request. :func:`run_file` loads a vendored playbook as it is and runs it as the served tool runs it.
+``tests/fixtures/servers/paginated_api.py``: 35 items, 10 a page); it records every request.
+:func:`run_file` loads a vendored playbook as it is and runs it as the served tool runs it.
 """
 
 from __future__ import annotations
@@ -120,7 +121,13 @@ class Origin:
             offset, limit = int(args.get("offset") or 0), int(args.get("limit") or 10)
             users = [{"id": i, "username": f"user{i}", "email": f"user{i}@example.com"} for i in range(1, total + 1)]
             page = users[offset : offset + limit]
-            return 200, {"users": page, "has_more": offset + limit < total, "offset": offset, "limit": limit, "total": total}
+            return 200, {
+                "users": page,
+                "has_more": offset + limit < total,
+                "offset": offset,
+                "limit": limit,
+                "total": total,
+            }
         if path == "/api/v1/events":
             cursor, limit = args.get("cursor"), int(args.get("limit") or 10)
             number = int(base64.b64decode(cursor).decode()) if cursor else 1
@@ -143,7 +150,10 @@ class Origin:
                 return 500, {"detail": "Simulated failure"}
         start, end = (number - 1) * size, number * size
         if path == "/api/v1/assessments":
-            items = [{"id": i, "name": f"Assessment {i}", "score": 50 + (i % 50)} for i in range(start + 1, min(end, total) + 1)]
+            items = [
+                {"id": i, "name": f"Assessment {i}", "score": 50 + (i % 50)}
+                for i in range(start + 1, min(end, total) + 1)
+            ]
             paging = {"hasMore": end < total, "page": number, "pageSize": size, "total": total}
         else:
             items = [{"id": i, "value": f"item_{i}"} for i in range(start + 1, min(end, total) + 1)]

@@ -33,9 +33,7 @@ async def test_offset_pagination_by_an_arc_back_fetches_every_page_then_validate
     assert shaped["steps"]["validate_results"] == [
         {"status": "success", "total_users": 35, "first_id": 1, "last_id": 35}
     ]
-    assert step_order(events) == [
-        "start", *["fetch_page", "check_pagination"] * 4, "validate_results", "end"
-    ]
+    assert step_order(events) == ["start", *["fetch_page", "check_pagination"] * 4, "validate_results", "end"]
     assert o.hits["/api/v1/users"] == 4
 
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import Problem
+from mcpipe.formats.noetl._save import SaveSpec, read_save
 
 __all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
 
@@ -42,7 +43,7 @@ REFUSED_TOP = {
     "vars": "root `vars` are refused by NoETL itself (use `workload`)",
 }
 
-V2_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "spec", "next", "result", "save")
+V2_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "spec", "next", "result", "save", "sink")
 OLD_STEP_CONTROL = (
     "step",
     "desc",
@@ -56,6 +57,7 @@ OLD_STEP_CONTROL = (
     "input",
     "result",
     "save",
+    "sink",
 )
 REFUSED_STEP = {
     "case": "`case` blocks were removed from NoETL (use `next.arcs[].when`)",
@@ -63,7 +65,6 @@ REFUSED_STEP = {
     "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
     "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
     "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
-    "sink": "`sink` (persisting a result into a database) is not supported: add a step that writes it",
     "output": "a step-level `output` block (NoETL's result storage) is not supported",
     "case_mode": "`case_mode` was removed from NoETL",
     "pass": "`pass` (a skipped step of NoETL 1.x) is not supported",
@@ -105,6 +106,8 @@ class TaskSpec:
     config: dict[str, Any]
     rules: list[Rule] = field(default_factory=list)
     on_unmatched: str = "continue"
+    save: SaveSpec | None = None
+    """The task's own ``save`` (NoETL 1.x's iterator body): after the task, for each item."""
 
 
 @dataclass
@@ -156,6 +159,8 @@ class StepSpec:
     admit: list[tuple[Any, bool, str]] = field(default_factory=list)
     """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
     timeout_s: float | None = None
+    save: SaveSpec | None = None
+    """The step's ``save``/``sink``: after its tool (a loop step's: after its last item)."""
 
 
 @dataclass
@@ -336,6 +341,8 @@ def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control:
     spec = s.get("spec")
     config.pop("spec", None)
     t = TaskSpec(name, kind, where, config)
+    if kind != "save" and "save" in config:
+        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
     if spec is not None:
         _policy(r, t, spec, f"{where}.spec")
     _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
@@ -353,6 +360,8 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
     if "output" in tool:
         r.add(f"{where}.output", "a tool's `output` (NoETL's result storage tiers) is not supported")
     t = TaskSpec(name, kind, where, config)
+    if kind != "save" and "save" in config:
+        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
     if tool.get("spec") is not None:
         _policy(r, t, tool["spec"], f"{where}.spec")
     _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
@@ -634,24 +643,16 @@ def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
 
 def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None:
     """The older step keys that act after the step: ``result`` (NoETL 1.x: values taken from the step's
-    ``result``/``output`` into variables, as ``set`` does) and ``save`` (only ``storage: event_log``: the
-    result is in the run's events already)."""
+    ``result``/``output`` into variables, as ``set`` does) and ``save``/``sink`` (the result persisted:
+    :mod:`mcpipe.formats.noetl._save`)."""
     if "result" in s:
         if isinstance(s["result"], Mapping):
             _set(r, s, where, step, key="result")
         else:
             r.add(f"{where}.result", "a step's `result` (NoETL 1.x) maps names to templates: an object")
-    save = s.get("save")
-    if save is not None:
-        storage = save.get("storage") if isinstance(save, Mapping) else None
-        if isinstance(storage, Mapping):
-            storage = storage.get("type") or storage.get("kind")
-        if storage != "event_log":
-            r.add(
-                f"{where}.save",
-                f"`save` into `{storage}` (persisting a result into a database) is not supported: add a step "
-                "that writes it",
-            )
+    for key in ("save", "sink"):
+        if s.get(key) is not None:
+            step.save = read_save(s[key], f"{where}.{key}", r.problems, CODE)
 
 
 def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpec) -> None:

@@ -28,8 +28,10 @@ import trio
 
 from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
+from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._layout import ArcSpec
 from mcpipe.formats.noetl._run import EVENTS as _run_events
+from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
 from mcpipe.formats.noetl._scope import (
     SET_FACT,
     Environ,
@@ -41,12 +43,24 @@ from mcpipe.formats.noetl._scope import (
     wrap,
 )
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
-from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, StepPlan, TaskPlan
+from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["EVENTS", "ArcWhen", "LoopItems", "latest", "run_step", "scope_of", "step_of", "step_results"]
+__all__ = [
+    "EVENTS",
+    "ArcWhen",
+    "LoopItems",
+    "latest",
+    "run_loop_save",
+    "run_save",
+    "run_step",
+    "scope_of",
+    "step_of",
+    "step_results",
+    "with_save",
+]
 
 EVENTS = _run_events
 """The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
@@ -362,6 +376,8 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, facts=_facts(writes)) from None
     scope = scope_of(pb, env, plan.iterator, {**writes, **passed})
+    if plan.iterator is not None and pb.layout == "v1" and "item" in env:
+        scope[plan.name] = wrap({"result_index": env.get("index", 0)})  # NoETL 1.x's `<step>.result_index`
     emit = EVENTS.get()
     t0 = perf_counter()
     if plan.router:
@@ -373,6 +389,9 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
                 seq_ctx = result.get("ctx")
                 if isinstance(seq_ctx, Mapping) and seq_ctx:
                     apply_set(writes, seq_ctx)  # NoETL syncs a pipeline's `ctx` into the execution's
+            if plan.save is not None and plan.name not in pb.loops:
+                saved = await run_save(plan.save, scope, result, env, ctx)
+                result = with_save(result, saved) if plan.tasks else saved
         except StepFailure as e:
             failed = _error_result(e)
             if emit is not None:
@@ -706,10 +725,131 @@ async def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: A
     return not ok
 
 
+# --- saves ---
+
+
+def with_save(result: Any, saved: Mapping[str, Any]) -> Any:
+    """A result with its save's outcome under ``meta.save``, as NoETL 1.x's worker records it."""
+    if not isinstance(result, Mapping):
+        return result
+    meta = result.get("meta")
+    return {**result, "meta": {**(meta if isinstance(meta, Mapping) else {}), "save": dict(saved)}}
+
+
+async def run_save(
+    save: SavePlan,
+    scope: Mapping[str, Any],
+    result: Any,
+    env: Mapping[str, Any],
+    ctx: Any,
+    roots: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write a save (:mod:`mcpipe.formats.noetl._save`); answers NoETL's save result. Its templates see the
+    scope with ``result`` (the result's ``data``, else the result), ``this`` and ``data`` (``roots``, for a
+    loop's save, in their place); a failure is the step's, located at the save."""
+    spec = save.spec
+    where = spec.location
+    names = dict(scope)
+    if roots is not None:
+        names.update(roots)
+    else:
+        current = result.get("data") if isinstance(result, Mapping) and result.get("data") is not None else result
+        names["result"] = wrap(current)
+        names["this"] = wrap(result)
+        names.setdefault("data", wrap(current))
+    data = await _rendered(save.data, names)
+    meta: dict[str, Any] = {"storage_kind": spec.kind}
+    if spec.kind in ("event", "event_log", ""):
+        return {"status": "success", "data": {"saved": "event", "data": data}, "meta": meta}
+    if save.step is None:
+        raise StepFailure(f"{where}: the save did not compile", ErrorCode.TOOL_FAILED)
+    with_data = {**names, "data": wrap(data), "params": wrap(data)}
+    inputs: dict[str, Any] = {}
+    try:
+        if spec.kind == "postgres":
+            for k, t in save.conn.items():
+                inputs[k] = await _rendered(t, names)
+            if isinstance(inputs.get("backend"), str):
+                inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+            if save.statement is not None:
+                inputs["command"] = await _rendered(save.statement, with_data)
+                params = await _rendered(save.params, with_data) if save.params is not None else None
+                if save.binds:
+                    given = data if isinstance(data, Mapping) else {}
+                    missing = [b for b in save.binds if b not in given]
+                    if missing:
+                        raise ValueError(f"{where}.statement: `:{missing[0]}` has no value in the save's `data`")
+                    params = {b: given[b] for b in save.binds}
+                inputs["params"] = params or None
+            else:
+                if not isinstance(data, Mapping) or not data or spec.table is None:
+                    raise ValueError(
+                        f"{where}.data: a save into a table needs `data`: a mapping, got {json_type(data)}"
+                    )
+                columns = [column_name(k, f"{where}.data") for k in data]
+                inputs["command"] = insert_sql(spec.table, columns, spec.mode, spec.keys)
+                inputs["params"] = {f"noetl_c{i}": as_text(v) for i, v in enumerate(data.values())}
+            out = await _call_kind(save.step, inputs, env, ctx, where)
+            meta["save_spec"] = {
+                "mode": spec.mode,
+                "key": list(spec.keys),
+                "statement_present": spec.statement is not None,
+            }
+            return {
+                "status": "success",
+                "data": {"saved": "postgres", "table": spec.table, "task_result": out},
+                "meta": meta,
+            }
+        if save.statement is not None:
+            inputs["commands"] = await _rendered(save.statement, with_data)
+        else:
+            if not isinstance(data, Mapping) or not data:
+                raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
+            inputs["commands"] = duckdb_table_sql(spec.table or "save_data", data)
+        inputs["database"] = await _rendered(save.database, names)
+        out = await _call_kind(save.step, inputs, env, ctx, where)
+        return {"status": "success", "data": {"saved": "duckdb", "task_result": out}, "meta": meta}
+    except ValueError as e:
+        raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
+
+
+async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """A loop step's ``save``, once its last item is done (a node of its own after the loop): its templates
+    see ``results``/``items``/``result`` (each item's result), ``errors`` and ``count``, as NoETL 1.x's
+    iterator gives them. Its output is the loop's, so the workflow's final result is the loop's."""
+    plan: StepPlan = step.built
+    pb = plan.playbook
+    assert plan.save is not None
+    r = latest(env.get("steps") or {}, plan.name) or {}
+    children = [ch for ch in r.get("children") or [] if ch is not None]
+    outputs = [ch.get("output") for ch in children if ch.get("ok")]
+    errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(children) if not ch.get("ok")]
+    roots = {"results": outputs, "items": outputs, "result": outputs, "errors": errors, "count": len(outputs)}
+    scope = scope_of(pb, env)
+    emit = EVENTS.get()
+    t0 = perf_counter()
+    try:
+        saved = await run_save(plan.save, scope, None, env, ctx, {k: wrap(v) for k, v in roots.items()})
+    except StepFailure as e:
+        if emit is not None:
+            emit(_exit(step, plan, "error", _error_result(e), str(e), t0))
+        raise
+    if emit is not None:
+        emit({"type": "step_save", "id": step.id, "step": plan.name, "result": saved})
+    return StepOutput.of(r.get("output"))
+
+
 # --- tasks ---
 
 
 async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+    result = await _run_one(task, plan, scope, env, ctx)
+    if task.save is not None and _error_status(result) is None:
+        result = with_save(result, await run_save(task.save, scope, result, env, ctx))
+    return result
+
+
+async def _run_one(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
     runner = task.runner
     if runner == "noop":
         return {"status": "noop", "step": plan.name}
@@ -721,6 +861,8 @@ async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: 
         return await _run_playbook(task, plan, scope, env, ctx)
     if runner == "turn":
         return await _run_turn(task, plan, env, ctx)
+    if runner == "save":
+        return await run_save(task.parts["save"], scope, None, env, ctx)
     if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
         return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
     if runner == "secrets":

@@ -31,6 +31,8 @@ from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, Rule, StepSpec, TaskSpec
+from mcpipe.formats.noetl._save import SaveSpec, read_save
+from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
@@ -58,7 +60,6 @@ REFUSED_KINDS = {
     "result_fetch": "NoETL's result store",
     "iterator": "an iterator as a tool (use the step's `loop`)",
     "playbooks": "the `playbooks` kind of NoETL 1.x (use `playbook`)",
-    "save": "persisting a result into a database",
     "ibkr": "a broker's API",
 }
 """NoETL tool kinds mcpipe does not have: a step using one is refused at check time."""
@@ -78,6 +79,21 @@ class RulePlan:
 
 
 @dataclass
+class SavePlan:
+    """A ``save``/``sink`` compiled (:mod:`mcpipe.formats.noetl._save`): its data, its SQL (a postgres
+    statement, or DuckDB's commands), the connection, and the mcpipe step that writes it."""
+
+    spec: SaveSpec
+    data: Tmpl | None = None
+    statement: Tmpl | None = None
+    params: Tmpl | None = None
+    conn: dict[str, Tmpl] = field(default_factory=dict)
+    database: Tmpl | None = None
+    step: Any = None
+    binds: tuple[str, ...] = ()
+
+
+@dataclass
 class TaskPlan:
     """One task of a step, compiled: what runs it (``runner``), its rules.
 
@@ -92,6 +108,7 @@ class TaskPlan:
     parts: dict[str, Any]
     rules: list[RulePlan] = field(default_factory=list)
     on_unmatched: str = "continue"
+    save: SavePlan | None = None
 
 
 @dataclass
@@ -116,6 +133,8 @@ class StepPlan:
     set: Tmpl | None = None
     iterator: str | None = None
     router: bool = False
+    save: SavePlan | None = None
+    """The step's ``save``: after its tasks; a loop step's runs once after its last item (its own node)."""
 
 
 @dataclass
@@ -267,7 +286,9 @@ def _step(
         t = _task(c, pb, doc, s, task, data_keys, tools, stack)
         if t is not None:
             tasks.append(t)
-    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks)
+    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None)
+    if s.save is not None:
+        sp.save = _save_plan(c, pb, s.save)
     if s.set is not None:
         sp.set = c.tmpl(dict(s.set), s.set_location, "engine")
     if s.loop is not None:
@@ -314,6 +335,8 @@ def _task(
             c.add(f"{action.location}.type", "a workbook action cannot be another `workbook` reference")
             return None
     plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
+    if task.save is not None:
+        plan.save = _save_plan(c, pb, task.save)
     for rule in task.rules:
         when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
@@ -325,6 +348,15 @@ def _task(
         extra = [k for k in task.config if k not in ("input", "args", "desc")]
         for k in extra:
             c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        return plan
+    if kind == "save":
+        found_save: list[Problem] = []
+        spec = read_save(task.config, task.location, found_save, CODE)
+        c.problems.extend(found_save)
+        if spec is None or found_save:
+            return None
+        plan.runner = "save"
+        plan.parts = {"save": _save_plan(c, pb, spec)}
         return plan
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
@@ -385,7 +417,9 @@ def _task(
         if found and all(p.code == toolkinds.NO_CONNECTION_CODE for p in found):
             # No connection at all: NoETL takes the playbook and the step fails when it runs (NoETL 4 requires
             # `auth`; 1.x misses its `db_*` fields). mcpipe does the same, and says so at check time.
-            c.warnings.append(f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe")
+            c.warnings.append(
+                f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe"
+            )
             plan.runner = "fails"
             plan.parts = {"error": _NOETL_NO_CONNECTION[doc.layout]}
             return plan
@@ -422,6 +456,56 @@ def _task(
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
     return None
+
+
+def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
+    """A save compiled: its data and SQL templates, its connection, and the mcpipe step that writes it."""
+    from mcpipe.declared import StepScope, compile_step
+
+    loc = spec.location
+    plan = SavePlan(spec)
+    if spec.data is not None:
+        plan.data = c.tmpl(spec.data, f"{loc}.data")
+    if spec.kind == "postgres":
+        found: list[Problem] = []
+        conn = toolkinds.connection_of({"auth": spec.auth, "with": dict(spec.given)}, loc, found)
+        for p in found:
+            c.add(p.location, p.message)
+        if conn is None:
+            return plan
+        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
+        for k, v in conn.items():
+            plan.conn[k] = c.tmpl(v, f"{loc}.auth")
+            raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+        if spec.statement is not None:
+            text = spec.statement
+            if "{{" in text or "{%" in text:
+                text = text.replace("params.", "data.")  # NoETL's migration of `params.*` to `data.*`
+                command, params = toolkinds.bind_quoted(text)
+                plan.statement = c.tmpl(command, f"{loc}.statement", "text")
+                plan.params = c.tmpl(params, f"{loc}.statement") if params else None
+            else:
+                plan.statement = c.tmpl(text, f"{loc}.statement", "text")
+                plan.binds = tuple(dict.fromkeys(save_binds(text)))
+    elif spec.kind == "duckdb":
+        raw = {"kind": "duckdb", "id": "save", "commands": "${args}", "database": "${args}", "output": "noetl"}
+        commands = spec.commands if spec.commands is not None else spec.statement
+        if commands is not None:
+            plan.statement = c.tmpl(commands, f"{loc}.commands", "text")
+        elif not isinstance(spec.data, Mapping):
+            c.add(loc, "a duckdb save needs `commands` (or `sql`, `statement`), or `data`: a mapping")
+            return plan
+        database = spec.database
+        if database is None:
+            database = str(toolkinds.NOETL_DUCKDB_DIR / "duckdb_{{ execution_id }}.duckdb")
+        plan.database = c.tmpl(database, f"{loc}.database")
+    else:
+        return plan
+    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
+    for p in problems:
+        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    plan.step = step
+    return plan
 
 
 _NOETL_NO_CONNECTION = {
@@ -642,8 +726,16 @@ def _playbook(
 def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> CompiledSpec:
     from mcpipe.formats.noetl import _steps
 
-    index = {name: i for i, name in enumerate(reachable)}
     by_name = {s.name: s for s in doc.steps}
+    # Each step is a node; a loop step with a `save` is two: the loop, then its save (after the last item),
+    # which the step's arcs leave from.
+    entry: dict[str, int] = {}
+    exit_: dict[str, int] = {}
+    n = 0
+    for name in reachable:
+        entry[name] = n
+        n += 2 if by_name[name].loop is not None and pb.steps[name].save is not None else 1
+        exit_[name] = n - 1
     nodes: list[Node] = []
     arcs: list[tuple[Arc, ...]] = []
     inclusive: list[bool] = []
@@ -667,10 +759,25 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         if s.loop is not None:
             node = _loop(c, sp, s.loop, leaf, admit)
         nodes.append(node)
+        if entry[name] != exit_[name]:
+            assert sp.save is not None
+            arcs.append((Arc(exit_[name], None, sp.save.spec.location),))
+            inclusive.append(False)
+            nodes.append(
+                Leaf(
+                    f"{name}.save",
+                    sp.save.spec.location,
+                    kind="noetl",
+                    fields=None,
+                    built=sp,
+                    run=_steps.run_loop_save,
+                    continue_on_error=True,
+                )
+            )
         out: list[Arc] = []
         earlier: list[tuple[ArcSpec, Tmpl | None]] = []
         for a in s.arcs:
-            if a.target not in index:
+            if a.target not in entry:
                 continue
             when = c.tmpl(a.when, f"{a.location}.when", "engine") if isinstance(a.when, str) else None
             if isinstance(a.when, bool):
@@ -682,7 +789,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             )
             cond = _steps.ArcWhen(sp, a, when, s.loop is not None, tuple(earlier))
             earlier.append((a, when))
-            out.append(Arc(index[a.target], cond, a.location, data, back=a.back))
+            out.append(Arc(entry[a.target], cond, a.location, data, back=a.back))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
     graph = Graph(
@@ -691,7 +798,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         nodes=tuple(nodes),
         arcs=tuple(arcs),
         inclusive=tuple(inclusive),
-        entry=index.get(doc.entry, 0),
+        entry=entry.get(doc.entry, 0),
         continue_on_error=True,
     )
     return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))

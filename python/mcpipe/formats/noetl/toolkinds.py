@@ -50,11 +50,13 @@ from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds._sqltext import split_postgres
 
 __all__ = [
+    "KINDS",
+    "NOETL_DUCKDB_DIR",
     "NO_CONNECTION",
     "NO_CONNECTION_CODE",
-    "KINDS",
     "TEMPLATE_FIELDS",
     "bind_quoted",
+    "connection_of",
     "credential_backend",
     "map_tool",
     "secret_value",
@@ -370,6 +372,13 @@ def secret_value(spec: Mapping[str, Any], environ: Mapping[str, str]) -> str | N
     return None
 
 
+def connection_of(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    """The connection of a NoETL tool (or save) as the postgres step takes it: ``{"backend": NAME}`` (a
+    credential name, the config's ``[sql.NAME]``) or ``{"dsn": ...}`` (inline fields, NoETL 1.x's ``db_*``),
+    or None with a located problem."""
+    return _connection(tool, loc, problems)
+
+
 def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     auth = tool.get("auth")
     where = f"{loc}.auth"
@@ -403,8 +412,8 @@ def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> d
         return None
     # NoETL 1.x: the connection's `db_*` fields on the tool, or among its `with` parameters (`with`, `data`,
     # `args`, `input`: the front-end merges them into `with`), each a template.
-    given = tool.get("with") if isinstance(tool.get("with"), Mapping) else {}
-    for source in (tool, given):
+    given = tool.get("with")
+    for source in (tool, given if isinstance(given, Mapping) else {}):
         direct = {_INLINE_KEYS[k]: v for k, v in source.items() if k in _INLINE_KEYS and k.startswith("db_")}
         if direct:
             return {"dsn": direct}
