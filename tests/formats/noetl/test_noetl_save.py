@@ -38,8 +38,13 @@ def load(rel: str, url: str) -> NoetlPlaybook:
 
 
 async def run(pb: NoetlPlaybook, args: dict[str, Any] | None = None) -> dict[str, Any]:
-    with trio.fail_after(60):
-        return await PlaybookTool(pb).run(args or {})
+    try:
+        with trio.fail_after(60):
+            return await PlaybookTool(pb).run(args or {})
+    finally:
+        for backend in pb.policy.sql.values():  # the credentials' pools, as the server closes them
+            if backend is not None:
+                await backend.aclose()
 
 
 def rows(url: str, sql: str) -> list[tuple[Any, ...]]:
