@@ -97,6 +97,27 @@ class Rule:
 
 
 @dataclass
+class PaginateSpec:
+    """NoETL's success-side retry (``retry.on_success``: pagination and polling): the task runs again while
+    ``while`` holds (at most ``max_attempts`` times), each time with ``next_call``'s fields laid over the
+    request, the pages collected (``collect``); ``on_error`` retries a page that fails; ``per_iteration.sink``
+    saves each page."""
+
+    location: str
+    while_: Any
+    max_attempts: int = 100
+    next_call: Mapping[str, Any] = field(default_factory=dict)
+    strategy: str = "append"
+    path: str | None = None
+    into: str = "pages"
+    sink: SaveSpec | None = None
+    error_attempts: int = 1
+    initial_delay: float = 1.0
+    multiplier: float = 2.0
+    max_delay: float = 60.0
+
+
+@dataclass
 class TaskSpec:
     """One task of a step: a tool of ``kind`` with its own fields (``config``)."""
 
@@ -108,6 +129,7 @@ class TaskSpec:
     on_unmatched: str = "continue"
     save: SaveSpec | None = None
     """The task's own ``save`` (NoETL 1.x's iterator body): after the task, for each item."""
+    paginate: PaginateSpec | None = None
 
 
 @dataclass
@@ -177,6 +199,7 @@ class Doc:
     keychain: list[tuple[str, Mapping[str, Any]]]
     entry: str
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def is_v2(raw: Mapping[str, Any]) -> bool:
@@ -187,6 +210,7 @@ def is_v2(raw: Mapping[str, Any]) -> bool:
 class _Reader:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.warnings: list[str] = []
 
     def add(self, location: str, message: str) -> None:
         self.problems.append(Problem(location, CODE, message))
@@ -268,7 +292,9 @@ def read_doc(raw: Mapping[str, Any]) -> Doc:
         for a in s.arcs:
             if a.target not in names:
                 r.add(f"{a.location}.step", f"unknown step `{a.target}`{did_you_mean(a.target, names)}")
-    return Doc(layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems)
+    return Doc(
+        layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems, r.warnings
+    )
 
 
 def _entry(r: _Reader, executor: Any, steps: list[StepSpec], v2: bool) -> str:
@@ -370,6 +396,7 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
 
 _RETRY_KEYS = (
     "max_attempts",
+    "backoff",
     "initial_delay",
     "backoff_multiplier",
     "max_delay",
@@ -392,10 +419,11 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
         value = {"max_attempts": value}
     if not isinstance(value, Mapping):
         r.add(
-            where,
-            "NoETL 1.x's retry is `{max_attempts, initial_delay, retry_when, ...}` (pagination retries "
-            "with `on_success`/`next_call` are not supported)",
+            where, "NoETL 1.x's retry is `{max_attempts, initial_delay, retry_when, ...}`, or `on_error`/`on_success`"
         )
+        return
+    if "on_success" in value or "on_error" in value:
+        _unified_retry(r, t, value, where)
         return
     for k in value:
         if k not in _RETRY_KEYS:
@@ -411,6 +439,11 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
             r.add(f"{where}.{k}", "must be a number from 0 to 3600")
             v = default
         numbers[k] = float(v)
+    backoff = value.get("backoff")
+    if isinstance(backoff, int | float) and not isinstance(backoff, bool):
+        numbers["initial_delay"], numbers["backoff_multiplier"] = float(backoff), 1.0  # NoETL 1.x: a fixed delay
+    elif backoff not in (None, "exponential"):
+        r.add(f"{where}.backoff", "must be a number of seconds or `exponential`")
     retry_on = value.get("retry_on") or ()
     if not isinstance(retry_on, list | tuple) or not all(isinstance(x, str) for x in retry_on):
         r.add(f"{where}.retry_on", "must be a list of error kinds (`timeout`, `connection_error`, ...)")
@@ -429,6 +462,70 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
         max_delay=numbers["max_delay"],
     )
     t.rules.insert(0, rule)
+
+
+def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, Any], where: str) -> None:
+    """NoETL's unified retry (``noetl/plugin/runtime/retry.py``, 2025-12): ``on_error`` (a page's error retries,
+    as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
+    for k in value:
+        if k not in ("on_error", "on_success"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry with `on_error`/`on_success`")
+    on_error = value.get("on_error")
+    if on_error is not None and not isinstance(on_error, Mapping):
+        r.add(f"{where}.on_error", "must be an object (`max_attempts`, `initial_delay`, ...)")
+        on_error = None
+    if isinstance(on_error, Mapping) and "when" in on_error and "retry_when" not in on_error:
+        # NoETL's RetryPolicy reads `retry_when`, never `when`: such a block retries on every error.
+        r.warnings.append(
+            f"{where}.on_error.when: NoETL's retry reads `retry_when`, not `when`: this block retries on every error"
+        )
+        on_error = {k: v for k, v in on_error.items() if k != "when"}
+    success = value.get("on_success")
+    if success is None:
+        _legacy_retry(r, t, on_error, f"{where}.on_error")
+        return
+    at = f"{where}.on_success"
+    if not isinstance(success, Mapping) or not isinstance(success.get("while"), str | bool):
+        r.add(at, "`on_success` needs `while`: the condition to run the task again")
+        return
+    for k in success:
+        if k not in ("while", "max_attempts", "next_call", "collect", "per_iteration"):
+            r.add(
+                f"{at}.{k}",
+                f"unknown key `{k}` of `on_success` (while, max_attempts, next_call, collect, per_iteration)",
+            )
+    p = PaginateSpec(at, success["while"])
+    attempts = success.get("max_attempts", 100)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10_000:
+        r.add(f"{at}.max_attempts", "must be an integer from 1 to 10000")
+    else:
+        p.max_attempts = attempts
+    next_call = success.get("next_call") or {}
+    if not isinstance(next_call, Mapping):
+        r.add(f"{at}.next_call", "must be an object (`params`, `headers`, `url`, ...)")
+    else:
+        p.next_call = next_call
+    collect = success.get("collect") or {}
+    if not isinstance(collect, Mapping):
+        r.add(f"{at}.collect", "must be an object (`strategy`, `path`, `into`)")
+        collect = {}
+    p.strategy = str(collect.get("strategy", "append"))
+    if p.strategy not in ("append", "replace", "merge"):
+        r.add(f"{at}.collect.strategy", "must be append, replace or merge")
+    path = collect.get("path")
+    p.path = str(path) if path is not None else None
+    p.into = str(collect.get("into", "pages"))
+    per = success.get("per_iteration") or {}
+    if isinstance(per, Mapping) and per.get("sink") is not None:
+        p.sink = read_save(per["sink"], f"{at}.per_iteration.sink", r.problems, CODE)
+    if isinstance(on_error, Mapping):
+        probe = TaskSpec(t.name, t.kind, t.location, {})
+        _legacy_retry(r, probe, on_error, f"{where}.on_error")
+        if probe.rules:
+            rule = probe.rules[0]
+            p.error_attempts, p.initial_delay = rule.attempts, rule.delay
+            p.multiplier, p.max_delay = rule.multiplier, rule.max_delay
+    t.paginate = p
 
 
 def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:

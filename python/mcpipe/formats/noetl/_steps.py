@@ -43,7 +43,7 @@ from mcpipe.formats.noetl._scope import (
     wrap,
 )
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
-from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, SavePlan, StepPlan, TaskPlan
+from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -843,20 +843,90 @@ async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any
 
 
 async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
-    result = await _run_one(task, plan, scope, env, ctx)
+    if task.paginate is not None:
+        result = await _paginate(task, task.paginate, plan, scope, env, ctx)
+    else:
+        result = await _run_one(task, plan, scope, env, ctx)
     if task.save is not None and _error_status(result) is None:
         result = with_save(result, await run_save(task.save, scope, result, env, ctx))
     return result
 
 
-async def _run_one(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _paginate(
+    task: TaskPlan, pg: PaginatePlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any
+) -> Any:
+    """NoETL's success-side retry (``_execute_with_success_retry``): the request runs, its page is collected
+    (``collect.path`` of the response's body), its ``per_iteration.sink`` saves it, and while ``while`` holds
+    (at most ``max_attempts`` times) it runs again with ``next_call`` laid over it; a page that fails is tried
+    again up to ``on_error.max_attempts`` times. The result is ``{id, status, data: the pages collected, meta}``.
+    The templates see ``response``/``page`` (the body), ``iteration``, ``_retry`` and the pages so far."""
+    spec = pg.spec
+    accumulated: Any = None
+    overrides: dict[str, Any] = {}
+    response: Any = None
+    iteration = 0
+    while iteration < spec.max_attempts:
+        iteration += 1
+        names = dict(scope)
+        names["_retry"] = {"index": iteration, "count": iteration}
+        if accumulated is not None:
+            names[spec.into] = wrap(accumulated)
+        attempt = 0
+        while True:
+            attempt += 1
+            response = await _run_one(task, plan, names, env, ctx, overrides)
+            if _error_status(response) is None or attempt >= spec.error_attempts:
+                break
+            await trio.sleep(min(spec.initial_delay * spec.multiplier ** (attempt - 1), spec.max_delay))
+        if _error_status(response) is not None:
+            return response  # the page failed after its retries: the task's error result
+        body = response.get("data") if isinstance(response, Mapping) else response
+        page: Any = body
+        for part in (spec.path or "").split(".") if spec.path else ():
+            page = page.get(part) if isinstance(page, Mapping) else None
+        if spec.strategy == "append":
+            accumulated = [*(accumulated or []), *(page if isinstance(page, list) else [page])]
+        elif spec.strategy == "merge" and isinstance(accumulated, Mapping) and isinstance(page, Mapping):
+            accumulated = {**accumulated, **page}
+        else:
+            accumulated = page
+        names.update({"response": wrap(body), "page": wrap(body), "iteration": iteration})
+        if pg.sink is not None:
+            roots = {"page": wrap({"data": page}), "response": wrap(response), "_retry": names["_retry"]}
+            await run_save(pg.sink, names, response, env, ctx, roots)
+        if iteration >= spec.max_attempts:
+            break
+        try:
+            more = truthy(await pg.while_.render_async(names))
+        except RenderError:
+            more = False  # NoETL stops paging when its `while` cannot be evaluated
+        if not more:
+            break
+        for key, value in ((await _rendered(pg.next_call, names)) or {}).items():
+            if isinstance(value, Mapping):
+                overrides[key] = {**(overrides.get(key) or {}), **value}
+            else:
+                overrides[key] = value
+    meta = {"iterations": iteration, "collect_strategy": spec.strategy}
+    rid = response.get("id") if isinstance(response, Mapping) else None
+    return {"id": rid or str(uuid.uuid4()), "status": "success", "data": accumulated, "meta": meta}
+
+
+async def _run_one(
+    task: TaskPlan,
+    plan: StepPlan,
+    scope: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: Any,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
     runner = task.runner
     if runner == "noop":
         return {"status": "noop", "step": plan.name}
     if runner == "kind":
         return await _run_kind(task, scope, env, ctx)
     if runner == "http":
-        return await _run_http(task, scope, env, ctx)
+        return await _run_http(task, scope, env, ctx, overrides)
     if runner == "playbook":
         return await _run_playbook(task, plan, scope, env, ctx)
     if runner == "turn":
@@ -939,7 +1009,13 @@ def context_data(scope: Mapping[str, Any]) -> dict[str, Any]:
     return dict(orjson.loads(orjson.dumps(out, default=str)))
 
 
-async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_http(
+    task: TaskPlan,
+    scope: Mapping[str, Any],
+    env: Mapping[str, Any],
+    ctx: Any,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
     """NoETL's ``http`` tool: ``data`` routed to the query (GET/DELETE) or the body (others) unless it
     names ``query``/``body``, then ``params``/``payload``; the result NoETL's (``{status_code, headers,
     url, elapsed, data}``), an error status answered as NoETL's error result."""
@@ -949,18 +1025,25 @@ async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     given = await _rendered(t.get("with"), scope)
     if isinstance(given, Mapping):  # NoETL 1.x's `with`: names the request's templates read
         scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
-    url = await _rendered(t["url"], scope)
+    over = overrides or {}
+    url = over["url"] if "url" in over else await _rendered(t["url"], scope)
     if not isinstance(url, str):
         raise StepFailure(f"{task.location}.url: must be a string, got {json_type(url)}", ErrorCode.TOOL_FAILED)
     headers = await _rendered(t["headers"], scope) or {}
     if not isinstance(headers, Mapping):
         raise StepFailure(f"{task.location}.headers: must be an object", ErrorCode.TOOL_FAILED)
     headers = {str(k): v if isinstance(v, str) else str(v) for k, v in headers.items() if v is not None}
+    headers.update({str(k): str(v) for k, v in (over.get("headers") or {}).items()})
     data = await _rendered(t["data"], scope) or {}
     params = await _rendered(t["params"], scope) or {}
+    if isinstance(params, Mapping) and isinstance(over.get("params"), Mapping):
+        params = {**params, **over["params"]}  # a page's `next_call` (success-side retry)
     payload = await _rendered(t["payload"], scope)
     if payload is None:
         payload = await _rendered(t["body"], scope)
+    for key in ("payload", "body", "json"):
+        if key in over:
+            payload = over[key]
     if not isinstance(data, Mapping):
         raise StepFailure(f"{task.location}.data: must be an object, got {json_type(data)}", ErrorCode.TOOL_FAILED)
     query: Any = None

@@ -30,7 +30,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl import toolkinds
-from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, Rule, StepSpec, TaskSpec
+from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, PaginateSpec, Rule, StepSpec, TaskSpec
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
@@ -94,6 +94,16 @@ class SavePlan:
 
 
 @dataclass
+class PaginatePlan:
+    """``retry.on_success`` compiled: its ``while``, its ``next_call`` fields, its page ``sink``."""
+
+    spec: PaginateSpec
+    while_: Tmpl
+    next_call: Tmpl
+    sink: SavePlan | None = None
+
+
+@dataclass
 class TaskPlan:
     """One task of a step, compiled: what runs it (``runner``), its rules.
 
@@ -109,6 +119,7 @@ class TaskPlan:
     rules: list[RulePlan] = field(default_factory=list)
     on_unmatched: str = "continue"
     save: SavePlan | None = None
+    paginate: PaginatePlan | None = None
 
 
 @dataclass
@@ -208,6 +219,7 @@ def compile_workflow(
     """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
     problem found is returned, located (the playbook is usable only when there are none)."""
     c = _Problems([])
+    c.warnings.extend(doc.warnings)
     keychain = {str(e["name"]): e for _where, e in doc.keychain}
     pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
     pb.policy, pb.catalog, pb.mcp, pb.file = policy, catalog, mcp, file
@@ -337,6 +349,21 @@ def _task(
     plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
     if task.save is not None:
         plan.save = _save_plan(c, pb, task.save)
+    if task.paginate is not None:
+        pg = task.paginate
+        if kind != "http":
+            c.add(
+                f"{pg.location}",
+                f"success-side retry (pagination) of a `{kind}` tool is not supported: mcpipe pages `http` tools",
+            )
+        else:
+            when = pg.while_ if isinstance(pg.while_, str) else ("{{ true }}" if pg.while_ else "{{ false }}")
+            plan.paginate = PaginatePlan(
+                pg,
+                c.tmpl(when, f"{pg.location}.while", "engine"),
+                c.tmpl(dict(pg.next_call), f"{pg.location}.next_call"),
+                _save_plan(c, pb, pg.sink) if pg.sink is not None else None,
+            )
     for rule in task.rules:
         when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
