@@ -357,10 +357,10 @@ def _task(
                 f"success-side retry (pagination) of a `{kind}` tool is not supported: mcpipe pages `http` tools",
             )
         else:
-            when = pg.while_ if isinstance(pg.while_, str) else ("{{ true }}" if pg.while_ else "{{ false }}")
+            cond = pg.while_ if isinstance(pg.while_, str) else ("{{ true }}" if pg.while_ else "{{ false }}")
             plan.paginate = PaginatePlan(
                 pg,
-                c.tmpl(when, f"{pg.location}.while", "engine"),
+                c.tmpl(cond, f"{pg.location}.while", "engine"),
                 c.tmpl(dict(pg.next_call), f"{pg.location}.next_call"),
                 _save_plan(c, pb, pg.sink) if pg.sink is not None else None,
             )
