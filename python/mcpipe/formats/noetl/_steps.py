@@ -20,6 +20,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -987,11 +988,86 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     if isinstance(given, Mapping) and given:  # NoETL 1.x's `with` parameters: names the SQL's templates read
         scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
+    script = task.parts.get("script")
+    if script:
+        step = await _script_step(task, script, step, scope, inputs)
+        fields = {k: t for k, t in fields.items() if k not in inputs}
     for name, t in fields.items():
         inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
     return await _call_kind(step, inputs, env, ctx, task.location)
+
+
+def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
+    """A script's file: ``uri`` under the playbook's directory, else under each parent up to the catalog's
+    root (NoETL resolves it from its working directory, the repository's root); never outside them."""
+    here = Path(pb.file).resolve().parent if pb.file else Path.cwd()
+    root = Path(pb.root).resolve() if pb.root else here
+    dirs = [here]
+    if here.is_relative_to(root):
+        dirs += [p for p in here.parents if p.is_relative_to(root)]
+    for d in dirs:
+        candidate = (d / uri).resolve()
+        if candidate.is_relative_to(d) and candidate.is_file():
+            return candidate
+    return None
+
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+"""The largest script file a step reads (NoETL's ``script`` with ``source.type: file``)."""
+
+
+async def _script_step(
+    task: TaskPlan, script: Mapping[str, Any], step: Any, scope: Mapping[str, Any], inputs: dict[str, Any]
+) -> Any:
+    """The code (or SQL) of a ``script`` file, read now: its ``uri`` under the playbook's directory (no absolute
+    path, nothing outside it). Python code compiles into the step run in place of ``step``; SQL is rendered as
+    the tool's command, its quoted values bound."""
+    where = f"{task.location}.script.uri"
+    uri = await _rendered(script["uri"], scope)
+    if not isinstance(uri, str) or not uri or Path(uri).is_absolute() or ".." in Path(uri).parts:
+        raise StepFailure(
+            f"{where}: must be a relative path under the playbook's directory, got {uri!r}", ErrorCode.FORBIDDEN
+        )
+    path = _script_file(script["playbook"], uri)
+    if path is None:
+        raise StepFailure(
+            f"{where}: no file `{uri}` under the playbook's directory or its parents up to the catalog's root",
+            ErrorCode.TOOL_FAILED,
+        )
+    try:
+        data = await trio.Path(path).read_bytes()
+    except OSError as e:
+        raise StepFailure(f"{where}: cannot read `{uri}`: {e.strerror or e}", ErrorCode.TOOL_FAILED) from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise StepFailure(f"{where}: `{uri}` is larger than {MAX_SCRIPT_BYTES} bytes", ErrorCode.LIMIT_EXCEEDED)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StepFailure(f"{where}: `{uri}` is not UTF-8 text", ErrorCode.TOOL_FAILED) from None
+    if script["kind"] == "python":
+        from mcpipe.declared import StepScope, compile_step
+
+        raw = {**task.parts["raw"], "code": text}
+        compiled, problems = compile_step(raw, f"{task.location}.script", StepScope(policy=script["policy"]))
+        if compiled is None:
+            raise StepFailure(
+                f"{where}: `{uri}`: {problems[0].message if problems else 'does not compile'}", ErrorCode.TOOL_FAILED
+            )
+        return compiled
+    from mcpipe.formats.noetl._tmpl import compile_tmpl
+
+    command, params = toolkinds.bind_quoted(text) if script["kind"] == "postgres" else (text, {})
+    found: list[tuple[str, str]] = []
+    sql = compile_tmpl(command, where, found, "text")
+    bound = compile_tmpl(params, where, found) if params else None
+    if found:
+        raise StepFailure(f"{found[0][0]}: `{uri}`: {found[0][1]}", ErrorCode.TOOL_FAILED)
+    inputs[script["field"]] = await _rendered(sql, scope)
+    if bound is not None:
+        inputs["params"] = await _rendered(bound, scope)
+    return step
 
 
 _NOT_DATA = ("env", "keychain")

@@ -183,6 +183,9 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
+    root: str = ""
+    """The catalog's root (the directory playbook paths are relative to): a ``script`` file is looked for
+    under the playbook's directory and its parents up to it."""
 
     @property
     def turns(self) -> dict[str, Any]:
@@ -429,6 +432,11 @@ def _task(
         return plan
     if kind in toolkinds.KINDS:
         config = dict(task.config)
+        script: dict[str, Any] | None = None
+        if "script" in config and kind in ("python", "postgres", "duckdb"):
+            script = _script(c, config, kind, task.location)
+            if script is None:
+                return None
         given: dict[str, Any] = {}
         if kind == "python":
             config["input"] = _merged_input(task, s, data_keys)
@@ -473,6 +481,13 @@ def _task(
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
         if out is not None and given:
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
+        if out is not None and script:
+            # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
+            script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
+            script["raw"] = dict(step)
+            script["playbook"] = pb
+            script["policy"] = pb.policy
+            out.parts["script"] = script
         if out is not None and kind == "python" and "context" not in step:
             out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
         return out
@@ -483,6 +498,48 @@ def _task(
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
     return None
+
+
+_SCRIPT_PLACEHOLDER = {
+    "python": ("code", "pass"),
+    "postgres": ("command", "SELECT 1"),
+    "duckdb": ("commands", "SELECT 1"),
+}
+
+
+def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> dict[str, Any] | None:
+    """NoETL's ``script`` (code or SQL fetched from a source): a file (``source.type: file``) is read when the
+    step runs, at its ``uri`` under the playbook's own directory; inline code written in the playbook is its
+    code; a template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
+    for the code so the rest of the tool compiles now."""
+    script = config.pop("script")
+    where = f"{location}.script"
+    source = script.get("source") if isinstance(script, Mapping) else None
+    kind_of = source.get("type") if isinstance(source, Mapping) else None
+    field_name, placeholder = _SCRIPT_PLACEHOLDER[kind]
+    if kind_of == "inline" and isinstance(source, Mapping):
+        code = source.get("code")
+        if not isinstance(code, str) or _has_jinja(code):
+            c.add(
+                f"{where}.source.code",
+                "code from a template is refused: a caller's values would become code (write the code inline)",
+            )
+            return None
+        config[field_name] = code
+        return {}
+    if kind_of != "file":
+        c.add(
+            f"{where}.source.type",
+            f"{kind} tool: code or SQL fetched from `{kind_of}` (a remote store) is not supported: a local file "
+            "(`source.type: file`, under the playbook's directory) is",
+        )
+        return None
+    uri = script.get("uri") if isinstance(script, Mapping) else None
+    if not isinstance(uri, str) or not uri:
+        c.add(f"{where}.uri", "is required: the script's path (under the playbook's directory)")
+        return None
+    config[field_name] = placeholder
+    return {"uri": uri, "field": field_name, "kind": kind}
 
 
 def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
@@ -604,7 +661,7 @@ def _kind(
     if step is None or not isinstance(step, Leaf):
         return None
     plan.runner = "kind"
-    plan.parts = {"step": step, "fields": compiled}
+    plan.parts = {"step": step, "fields": compiled, "raw": step_raw}
     return plan
 
 
