@@ -4,7 +4,8 @@ refuses into docs/playbooks.md.
 Usage: python scripts/noetl_corpus.py [--check]
 
 Each file is checked as ``mcpipe playbook check`` checks it, under an operator's config that fits NoETL's
-corpus: outbound HTTP to any public host (the hosts are each deployment's), ``sh`` for ``shell`` steps (NoETL
+corpus: outbound HTTP to any public host (the hosts are each deployment's; TLS verification may be off for
+``localhost``, the Interactive Brokers gateway's self-signed certificate), ``sh`` for ``shell`` steps (NoETL
 runs them with ``sh -c``), and a ``[sql.NAME]`` PostgreSQL backend for each database credential the corpus
 names (NoETL's credentials, registered on its server; mcpipe's are the config's backends). Nothing connects.
 ``--check`` exits 1 when the docs' table is not what the check finds (``tests/formats/noetl`` runs it).
@@ -38,7 +39,10 @@ def policy() -> Any:
     backends, problems = load_sql({name: {"url": f"postgresql://localhost/{name}"} for name in CREDENTIALS})
     assert problems == [], problems
     return replace(
-        StepPolicy(http=HttpPolicy(allowed_hosts=("*",)), command=CommandPolicy(commands={"sh": "/bin/sh"})),
+        StepPolicy(
+            http=HttpPolicy(allowed_hosts=("*",), insecure_hosts=("localhost",)),
+            command=CommandPolicy(commands={"sh": "/bin/sh"}),
+        ),
         sql=backends,
     )
 

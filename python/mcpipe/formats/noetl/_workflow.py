@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mcpipe._describe import did_you_mean, json_type
@@ -715,8 +715,17 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     follow = cfg.get("follow_redirects", False)
     verify = cfg.get("verify_ssl", cfg.get("verify", True))
     if verify is False:
-        c.add(f"{task.location}.verify_ssl", "turning TLS verification off is the operator's choice (outbound.http)")
-        ok = False
+        # NoETL's `verify_ssl: false`: allowed to the hosts the operator lists (outbound.http.insecure_hosts),
+        # and then the step reaches only those.
+        if not policy.http.insecure_hosts:
+            c.add(
+                f"{task.location}.verify_ssl",
+                "turning TLS verification off needs the operator's `outbound.http.insecure_hosts` (the hosts it may "
+                "be off for)",
+            )
+            ok = False
+        else:
+            policy = replace(policy, http=policy.http.insecure())
     raw: dict[str, Any] = {
         "kind": "http",
         "id": "task",
