@@ -67,9 +67,12 @@ REFUSED_STEP = {
     "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
     "output": "a step-level `output` block (NoETL's result storage) is not supported",
     "case_mode": "`case_mode` was removed from NoETL",
-    "pass": "`pass` (a skipped step of NoETL 1.x) is not supported",
-    "assert": "`assert` (NoETL 1.x) is not supported: check in a python task",
 }
+IGNORED_STEP = {
+    "pass": "`pass` is not read by NoETL's engine of this layout (it runs the step): ignored, as NoETL ignores it",
+    "assert": "`assert` is not read by any NoETL engine (nothing checks it): ignored, as NoETL ignores it",
+}
+"""Step keys NoETL takes and never reads: a check warning each, and nothing else."""
 
 TASK_META = ("kind", "name", "spec", "output", "desc", "description")
 """Keys of a task that are not the tool's own fields."""
@@ -369,6 +372,9 @@ def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control:
     t = TaskSpec(name, kind, where, config)
     if kind != "save" and "save" in config:
         t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
+    if "assert" in config:
+        config.pop("assert")
+        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
     if spec is not None:
         _policy(r, t, spec, f"{where}.spec")
     _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
@@ -388,6 +394,9 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
     t = TaskSpec(name, kind, where, config)
     if kind != "save" and "save" in config:
         t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
+    if "assert" in config:
+        config.pop("assert")
+        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
     if tool.get("spec") is not None:
         _policy(r, t, tool["spec"], f"{where}.spec")
     _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
@@ -628,6 +637,8 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
+        elif k in IGNORED_STEP:
+            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
         elif k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
     if "type" in s:
@@ -815,6 +826,8 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
+        elif k in IGNORED_STEP:
+            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)
@@ -824,11 +837,13 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
         _iterator(r, s, sname, where, step)
     elif kind is not None or isinstance(tool, str):
         if kind in ("start", "end", "noop", "router"):
-            extra = [k for k in s if k not in OLD_STEP_CONTROL and k not in REFUSED_STEP and k != "name"]
+            extra = [
+                k for k in s if k not in (*OLD_STEP_CONTROL, *IGNORED_STEP) and k not in REFUSED_STEP and k != "name"
+            ]
             for k in extra:
                 r.add(f"{where}.{k}", f"unknown key `{k}` of a `{kind}` step")
         else:
-            control = (*OLD_STEP_CONTROL, *REFUSED_STEP)
+            control = (*OLD_STEP_CONTROL, *REFUSED_STEP, *IGNORED_STEP)
             task = _flat_task(r, s, sname, where, control)
             if task is not None:
                 if task.kind == "workbook":
@@ -836,7 +851,7 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
                 if task is not None:
                     step.tasks.append(task)
     else:
-        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data") and k not in REFUSED_STEP]
+        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP) and k not in REFUSED_STEP]
         for k in extra:
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step without a `type`")
     _set(r, s, where, step)
@@ -906,7 +921,7 @@ def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: St
     else:
         r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
     for k in s:
-        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP):
+        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP, *IGNORED_STEP):
             r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
 
 

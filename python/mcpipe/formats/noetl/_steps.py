@@ -996,6 +996,8 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
         inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
+    if inputs.get("secrets") and task.kind == "duckdb":
+        inputs["secrets"] = [_duckdb_secret(s, task) for s in inputs["secrets"]]
     return await _call_kind(step, inputs, env, ctx, task.location)
 
 
@@ -1012,6 +1014,46 @@ def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
         if candidate.is_relative_to(d) and candidate.is_file():
             return candidate
     return None
+
+
+def _duckdb_secret(secret: Mapping[str, Any], task: TaskPlan) -> dict[str, Any]:
+    """A NoETL DuckDB secret with its credential resolved (``generate_duckdb_secrets``): a postgres one from
+    the config's ``[sql.NAME]`` backend of that name (its URL's host, port, database, user, password), a
+    ``hmac``/``gcs``/``s3`` one from ``NOETL_SECRET_<NAME>`` (a JSON object: ``key_id``, ``secret_key``,
+    ``region``, ``endpoint``), with its ``scope``."""
+    from urllib.parse import unquote, urlsplit
+
+    name, kind, key = secret.get("name"), str(secret.get("type")), secret.get("credential")
+    where = f"{task.location}.auth.{name}"
+    if kind == "postgres":
+        backends = task.parts.get("sql") or {}
+        backend = backends.get(toolkinds.credential_backend(str(key)))
+        url = getattr(getattr(backend, "config", None), "url", None)
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise StepFailure(
+                f"{where}: no PostgreSQL backend [sql.{key}] for the credential `{key}`", ErrorCode.TOOL_FAILED
+            )
+        u = urlsplit(url)
+        params: dict[str, Any] = {
+            "host": u.hostname or "localhost",
+            "port": u.port or 5432,
+            "database": unquote(u.path.lstrip("/")) or "postgres",
+            "user": unquote(u.username or ""),
+            "password": unquote(u.password or ""),
+        }
+        return {"name": name, "type": "postgres", "params": params}
+    value = secret_value(str(key))
+    fields: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
+    key_id = fields.get("key_id") or fields.get("access_key_id")
+    secret_key = fields.get("secret_key") or fields.get("secret") or fields.get("secret_access_key")
+    if not key_id or not secret_key:
+        raise StepFailure(
+            f"{where}: the credential `{key}` needs `key_id` and `secret_key` (HMAC)", ErrorCode.TOOL_FAILED
+        )
+    params = {"key_id": key_id, "secret": secret_key, "scope": secret.get("scope")}
+    if kind == "s3":
+        params.update(region=fields.get("region"), endpoint=fields.get("endpoint"))
+    return {"name": name, "type": "s3" if kind == "s3" else "gcs", "params": params}
 
 
 MAX_SCRIPT_BYTES = 1024 * 1024

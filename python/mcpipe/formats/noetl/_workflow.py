@@ -481,6 +481,8 @@ def _task(
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
         if out is not None and given:
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
+        if out is not None and "secrets" in step:
+            out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
         if out is not None and script:
             # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
             script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")

@@ -68,7 +68,7 @@ KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
 TEMPLATE_FIELDS: Mapping[str, frozenset[str]] = {
     "python": frozenset({"input", "env", "context"}),
     "postgres": frozenset({"command", "backend", "dsn", "params"}),
-    "duckdb": frozenset({"commands", "database"}),
+    "duckdb": frozenset({"commands", "database", "secrets"}),
     "shell": frozenset({"cmds", "env", "cwd"}),
 }
 """The fields of each mapped step that hold NoETL Jinja for the front-end to render at run time; the
@@ -447,22 +447,66 @@ NOETL_DUCKDB_DIR = Path(tempfile.gettempdir()) / "mcpipe-noetl"
 """Where a duckdb step without ``database`` keeps NoETL's database file of its execution."""
 
 
+_DUCKDB_SECRET_TYPES = {"postgres": "postgres", "hmac": "gcs", "gcs": "gcs", "s3": "s3"}
+"""NoETL's DuckDB secret types (``generate_duckdb_secrets``) and DuckDB's type for each."""
+
+
 def _duckdb(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    secrets: list[dict[str, Any]] = []
     for field in ("auth", "credentials", "credential"):
         if tool.get(field) not in (None, {}, ""):
-            _problem(
-                problems,
-                f"{loc}.{field}",
-                "duckdb tool: DuckDB secrets and attachments from credentials need DuckDB extensions "
-                "(postgres_scanner, httpfs) this server does not install; attach databases in the SQL instead",
-            )
+            secrets += _duckdb_secrets(tool[field], f"{loc}.{field}", problems)
     text = _sql_text(tool, loc, problems, "duckdb")
     if text is None:
         return None
     database = tool.get("database")
     if database is None:
         database = str(NOETL_DUCKDB_DIR / "duckdb_{{ execution_id }}.duckdb")
-    return {"kind": "duckdb", "commands": text, "database": database, "output": "noetl"}
+    step = {"kind": "duckdb", "commands": text, "database": database, "output": "noetl"}
+    if secrets:
+        step["secrets"] = secrets
+    return step
+
+
+def _duckdb_secrets(auth: Any, where: str, problems: list[Problem]) -> list[dict[str, Any]]:
+    """NoETL's DuckDB ``auth`` (an alias map, or one credential): the secrets to create, each
+    ``{name, type, credential, scope}`` with the credential still a name (resolved when the step runs: a
+    postgres one is the config's ``[sql.NAME]`` backend, the others ``NOETL_SECRET_<NAME>``)."""
+    if isinstance(auth, str):
+        auth = {"pg_db": {"type": "postgres", "key": auth}}
+    if not isinstance(auth, Mapping):
+        _problem(problems, where, "duckdb tool: `auth` maps aliases to credentials (`{alias: {type, key}}`)")
+        return []
+    if _SINGLE_AUTH_KEYS.intersection(auth):
+        auth = {str(auth.get("secret_name") or auth.get("name") or "auth"): auth}
+    out = []
+    for alias, entry in auth.items():
+        at = f"{where}.{alias}"
+        if not isinstance(entry, Mapping):
+            _problem(problems, at, "duckdb tool: an auth entry is `{type, key}` (or `credential`)")
+            continue
+        kind = str(entry.get("type") or entry.get("tool") or entry.get("service") or "")
+        if kind == "snowflake":
+            _problem(
+                problems, f"{at}.type", "duckdb tool: a `snowflake` secret (a cloud warehouse) has no DuckDB type here"
+            )
+            continue
+        if kind not in _DUCKDB_SECRET_TYPES:
+            _problem(problems, f"{at}.type", f"duckdb tool: secret type `{kind}` is not one of postgres, hmac, gcs, s3")
+            continue
+        key = entry.get("key") or entry.get("credential")
+        if not isinstance(key, str) or not key.strip():
+            _problem(problems, at, "duckdb tool: an auth entry names its credential (`key` or `credential`)")
+            continue
+        name = str(entry.get("secret_name") or alias)
+        if not _IDENT.match(name):
+            _problem(problems, at, f"duckdb tool: `{name}` is not a secret name (letters, digits, `_`)")
+            continue
+        secret = {"name": name, "type": kind, "credential": key.strip()}
+        if entry.get("scope") is not None:
+            secret["scope"] = entry["scope"]
+        out.append(secret)
+    return out
 
 
 # --- shell ------------------------------------------------------------------------------------------------
