@@ -36,7 +36,7 @@ def test_a_secret_is_created_with_every_value_quoted_after_its_extension_is_load
         "CREATE OR REPLACE SECRET pg_db (TYPE postgres, HOST 'db', PORT 5432, PASSWORD 'it''s')",
         "CREATE OR REPLACE SECRET gcs_secret (TYPE gcs, KEY_ID 'K', SECRET 'S', SCOPE 'gs://b')",
     ]
-    with pytest.raises(StepFailure, match="secrets\\[0\\].name"):
+    with pytest.raises(StepFailure, match=r"secrets\[0\]\.name"):
         secret_statements([{"name": "x; DROP", "type": "gcs"}], install=False)
 
 

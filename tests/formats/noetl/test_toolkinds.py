@@ -173,11 +173,19 @@ async def test_a_duckdb_tool_answers_noetls_summary():
     assert out.output["executed_commands"] == 3 and out.output["command_3_sample"] == [[3]]
 
 
-def test_a_duckdb_tool_without_database_keeps_noetls_file_per_execution_and_auth_is_refused():
+def test_a_duckdb_tool_without_database_keeps_noetls_file_per_execution_and_its_auth_names_secrets():
     step = mapped("duckdb", {"commands": ["SELECT 1", "SELECT 2"]})
     assert step["commands"] == "SELECT 1\nSELECT 2" and step["database"].endswith("duckdb_{{ execution_id }}.duckdb")
+    auth = {"pg_db": {"type": "postgres", "key": "pg_local"}, "gcs": {"tool": "hmac", "key": "h", "scope": "gs://b"}}
+    assert mapped("duckdb", {"command": "SELECT 1", "auth": auth})["secrets"] == [
+        {"name": "pg_db", "type": "postgres", "credential": "pg_local"},
+        {"name": "gcs", "type": "hmac", "credential": "h", "scope": "gs://b"},
+    ]
     assert [loc for loc, _ in refused("duckdb", {"command": "SELECT 1", "auth": {"pg": "pg_local"}})] == [
-        "workflow[1].tool.auth"
+        "workflow[1].tool.auth.pg"  # an alias names `{type, key}`
+    ]
+    assert [loc for loc, _ in refused("duckdb", {"command": "SELECT 1", "auth": {"sf": {"type": "snowflake"}}})] == [
+        "workflow[1].tool.auth.sf.type"  # a cloud warehouse
     ]
 
 
