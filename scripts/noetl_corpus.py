@@ -7,7 +7,9 @@ Each file is checked as ``mcpipe playbook check`` checks it, under an operator's
 corpus: outbound HTTP to any public host (the hosts are each deployment's; TLS verification may be off for
 ``localhost``, the Interactive Brokers gateway's self-signed certificate), ``sh`` for ``shell`` steps (NoETL
 runs them with ``sh -c``), and a ``[sql.NAME]`` PostgreSQL backend for each database credential the corpus
-names (NoETL's credentials, registered on its server; mcpipe's are the config's backends). Nothing connects.
+names (NoETL's credentials, registered on its server; mcpipe's are the config's backends), and a catalog of
+every vendored playbook by its ``metadata.path`` (NoETL's server registers them all; a ``playbook`` step names
+one by that path). Nothing connects.
 ``--check`` exits 1 when the docs' table is not what the check finds (``tests/formats/noetl`` runs it).
 """
 
@@ -53,11 +55,27 @@ def check_corpus() -> list[tuple[str, list[str]]]:
 
     index = json.loads((UPSTREAM / "INDEX.json").read_text())["files"]
     pol = policy()
+    known = catalog()
     out = []
     for rel in sorted(index):
-        _pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol)
+        _pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol, known=known)
         out.append((rel, [str(p) for p in problems]))
     return out
+
+
+def catalog() -> dict[str, str]:
+    """NoETL's catalog of the vendored playbooks: each ``metadata.path`` (the older top-level ``path``) to its
+    file, as NoETL's server registers them (the first file of a path in path order, when several share one)."""
+    from mcpipe.formats.noetl._catalog import metadata_path
+
+    index = json.loads((UPSTREAM / "INDEX.json").read_text())["files"]
+    known: dict[str, str] = {}
+    for rel in sorted(index):
+        path = metadata_path(str(UPSTREAM / rel))
+        if path is not None:
+            known.setdefault(path, str(UPSTREAM / rel))
+            known.setdefault(path.strip("/"), str(UPSTREAM / rel))
+    return known
 
 
 def _cell(text: str) -> str:

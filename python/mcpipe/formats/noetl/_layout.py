@@ -186,6 +186,9 @@ class StepSpec:
     timeout_s: float | None = None
     save: SaveSpec | None = None
     """The step's ``save``/``sink``: after its tool (a loop step's: after its last item)."""
+    result: str | None = None
+    """NoETL 1.x: a step without a tool whose ``result`` is a template: that is its result."""
+    result_location: str = ""
 
 
 @dataclass
@@ -756,8 +759,14 @@ def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None
     if "result" in s:
         if isinstance(s["result"], Mapping):
             _set(r, s, where, step, key="result")
+        elif isinstance(s["result"], str) and not step.tasks:
+            step.result = s["result"]  # NoETL 1.x's `end` step: the workflow's result, a template
+            step.result_location = f"{where}.result"
         else:
-            r.add(f"{where}.result", "a step's `result` (NoETL 1.x) maps names to templates: an object")
+            r.add(
+                f"{where}.result",
+                "a step's `result` (NoETL 1.x) maps names to templates (or, on a step without a tool, is its result)",
+            )
     for key in ("save", "sink"):
         if s.get(key) is not None:
             step.save = read_save(s[key], f"{where}.{key}", r.problems, CODE)

@@ -386,6 +386,8 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     else:
         try:
             result = await _run_tasks(plan, scope, env, ctx)
+            if plan.result is not None and not plan.tasks:
+                result = await _rendered(plan.result, scope)
             if (plan.pipeline or any(t.rules for t in plan.tasks)) and isinstance(result, Mapping):
                 seq_ctx = result.get("ctx")
                 if isinstance(seq_ctx, Mapping) and seq_ctx:
@@ -1222,8 +1224,17 @@ def _scalar(v: Any) -> str:
 
 
 def _auth_headers(auth: Any, location: str) -> dict[str, str]:
+    """The request headers of NoETL's http ``auth``: a credential by name is a bearer token (its ``token``,
+    ``access_token`` or ``value``, read from ``NOETL_SECRET_<NAME>``); a map of aliases, each one's headers."""
+    if isinstance(auth, str) and auth.strip():
+        auth = {"type": "bearer", "credential": auth.strip()}
     if not isinstance(auth, Mapping):
         raise StepFailure(f"{location}.auth: must be an object, got {json_type(auth)}", ErrorCode.TOOL_FAILED)
+    if auth and not toolkinds.single_auth(auth) and "token" not in auth and "credential" not in auth:
+        headers: dict[str, str] = {}
+        for alias, entry in auth.items():
+            headers.update(_auth_headers(entry, location))
+        return headers
     kind = auth.get("type", "bearer")
     token: Any
     if auth.get("source") == "env":
@@ -1234,7 +1245,12 @@ def _auth_headers(auth: Any, location: str) -> dict[str, str]:
         token = value
     elif auth.get("credential") is not None or auth.get("key") is not None:
         secret = secret_value(str(auth.get("credential") or auth.get("key")))
-        token = secret.get("token") or secret.get("value") if isinstance(secret, Mapping) else secret
+        if isinstance(secret, Mapping):
+            token = secret.get("token") or secret.get("access_token") or secret.get("value") or secret.get("api_key")
+            if kind == "basic":
+                auth = {**auth, "username": secret.get("username", ""), "password": secret.get("password", "")}
+        else:
+            token = secret
     else:
         token = auth.get("token") or auth.get("value")
     if kind == "basic":

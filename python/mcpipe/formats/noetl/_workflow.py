@@ -146,6 +146,8 @@ class StepPlan:
     router: bool = False
     save: SavePlan | None = None
     """The step's ``save``: after its tasks; a loop step's runs once after its last item (its own node)."""
+    result: Tmpl | None = None
+    """A tool-less step's ``result`` template (NoETL 1.x): its result."""
 
 
 @dataclass
@@ -301,7 +303,9 @@ def _step(
         t = _task(c, pb, doc, s, task, data_keys, tools, stack)
         if t is not None:
             tasks.append(t)
-    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None)
+    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None and s.result is None)
+    if s.result is not None:
+        sp.result = c.tmpl(s.result, s.result_location)
     if s.save is not None:
         sp.save = _save_plan(c, pb, s.save)
     if s.set is not None:
@@ -759,11 +763,27 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     return {"step": step, "method": method.upper(), "tmpl": parts}
 
 
+_HTTP_AUTH_TYPES = ("bearer", "basic", "header", "api_key")
+
+
 def _http_auth_supported(auth: Any) -> bool:
-    if isinstance(auth, Mapping):
-        if auth.get("source") == "env" or auth.get("type") in ("bearer", "basic", "header", "api_key"):
-            return auth.get("provider") is None
+    """NoETL's http ``auth`` mcpipe can honour: a credential by name (``auth: api_token``, or a template),
+    ``{source: env, name}``, ``{type: bearer|basic|header|api_key, ...}`` with its token or credential, or a
+    map of aliases to those (each one's headers laid over the others'). Cloud providers, secret managers and
+    OAuth flows are not."""
+    if isinstance(auth, str):
+        return True
+    if not isinstance(auth, Mapping):
         return False
+    if auth.get("provider") not in (None, "env"):
+        return False
+    if auth.get("source") == "env" or auth.get("type") in _HTTP_AUTH_TYPES:
+        return True
+    if not toolkinds.single_auth(auth):
+        return bool(auth) and all(
+            isinstance(e, Mapping) and e.get("type") in _HTTP_AUTH_TYPES and e.get("provider") in (None, "env")
+            for e in auth.values()
+        )
     return False
 
 
@@ -802,7 +822,7 @@ def _playbook(
         if pb.catalog is None:
             c.add(f"{task.location}.path", f"no catalog to find playbook `{path}` in")
             return {}
-        child, why = pb.catalog.child(path, pb, stack)
+        child, why = pb.catalog.child(path, pb, stack, relative=True)
         if child is None:
             c.add(f"{task.location}.path", why)
             return {}

@@ -60,6 +60,7 @@ __all__ = [
     "credential_backend",
     "map_tool",
     "secret_value",
+    "single_auth",
 ]
 
 KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
@@ -153,7 +154,7 @@ def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> 
     for field in ("code_b64", "code_base64"):
         if field in tool:
             try:
-                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
             except (binascii.Error, ValueError, UnicodeDecodeError) as e:
                 _problem(problems, f"{loc}.{field}", f"python tool: `{field}` is not base64 of UTF-8 text: {e}")
                 return None
@@ -209,7 +210,7 @@ def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: 
     for field in _SQL_B64:
         if field in tool:
             try:
-                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
             except (binascii.Error, ValueError, UnicodeDecodeError) as e:
                 _problem(problems, f"{loc}.{field}", f"{kind} tool: `{field}` is not base64 of UTF-8 text: {e}")
                 return None
@@ -350,6 +351,12 @@ _INLINE_KEYS = {
 _SINGLE_AUTH_KEYS = frozenset({"source", "key", "name", "service", "secret_name", "scope", "fields", "inject", "type"})
 """NoETL's ``RESERVED_SINGLE_AUTH_KEYS``: an ``auth`` mapping with one of these is one credential, else a map
 of aliases to credentials."""
+
+
+def single_auth(auth: Mapping[str, Any]) -> bool:
+    """Whether an ``auth`` mapping is one credential (it has one of NoETL's reserved keys), not a map of
+    aliases to credentials (NoETL's ``RESERVED_SINGLE_AUTH_KEYS``)."""
+    return bool(_SINGLE_AUTH_KEYS.intersection(auth))
 
 
 def credential_backend(name: str) -> str:
