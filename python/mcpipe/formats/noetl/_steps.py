@@ -1232,7 +1232,7 @@ def _auth_headers(auth: Any, location: str) -> dict[str, str]:
         raise StepFailure(f"{location}.auth: must be an object, got {json_type(auth)}", ErrorCode.TOOL_FAILED)
     if auth and not toolkinds.single_auth(auth) and "token" not in auth and "credential" not in auth:
         headers: dict[str, str] = {}
-        for alias, entry in auth.items():
+        for entry in auth.values():
             headers.update(_auth_headers(entry, location))
         return headers
     kind = auth.get("type", "bearer")
