@@ -296,8 +296,18 @@ def read_doc(raw: Mapping[str, Any]) -> Doc:
         # An arc to an `end` the workflow does not define ends the branch (NoETL 1.x skips it).
         s.arcs = [a for a in s.arcs if a.target in names or a.target != "end"]
         for a in s.arcs:
-            if a.target not in names:
+            if a.target in names:
+                continue
+            if not v2:
+                # NoETL 1.x's broker enqueues a next step only when the workflow has it: the branch ends there.
+                r.warnings.append(
+                    f"{a.location}.step: unknown step `{a.target}`{did_you_mean(a.target, names)}: NoETL 1.x runs "
+                    "nothing there (the branch ends), and so does mcpipe"
+                )
+            else:
                 r.add(f"{a.location}.step", f"unknown step `{a.target}`{did_you_mean(a.target, names)}")
+        if not v2:
+            s.arcs = [a for a in s.arcs if a.target in names]
     return Doc(
         layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems, r.warnings
     )
