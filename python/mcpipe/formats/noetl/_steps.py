@@ -539,7 +539,9 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         result: Any = None
         try:
             result = await _run_task(task, plan, scope, env, ctx)
-            why = _error_status(result)
+            # A python task's own `status` is its data: NoETL's python tool answers `{status: success, data}`
+            # whatever the code's result holds (NoETL 4.26's golden `test_vars_template_access`).
+            why = _error_status(result) if task.kind != "python" else None
             if why is not None:
                 error = _error_info(result, why)
         except StepFailure as e:

@@ -468,6 +468,11 @@ def _task(
             if not found:
                 c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` could not be mapped")
             return None
+        if step.pop(toolkinds.JINJA_IN_CODE, False):
+            c.warnings.append(
+                f"{task.location}.code: the code holds Jinja (`{{{{ ... }}}}`), which mcpipe never renders into code "
+                "(a value would become code): it runs as written, as NoETL 4.26 runs it; pass values in `input`"
+            )
         if kind == "python":
             broken = _syntax_error(str(step["code"]))
             if broken is not None:
@@ -652,7 +657,7 @@ def _kind(
     jinja = {k: v for k, v in fields.items() if k in template_names}
     fixed = {k: v for k, v in fields.items() if k not in template_names}
     for k, v in fixed.items():
-        if _has_jinja(v):
+        if _has_jinja(v) and not (kind == "python" and k == "code"):  # code is text, never a template
             c.add(
                 f"{location}.{k}",
                 f"`{k}` of a `{kind}` step is fixed when the playbook loads, not a template: pass the values it "

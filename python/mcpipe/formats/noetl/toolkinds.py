@@ -117,14 +117,7 @@ def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[
     code = _python_code(tool, loc, problems)
     if code is None:
         return None
-    if _JINJA.search(code):
-        _problem(
-            problems,
-            f"{loc}.code",
-            "the code holds Jinja (`{{ ... }}` or `{% ... %}`), which NoETL renders into the source; mcpipe never "
-            "puts values into code: pass them in `input` and read them as variables",
-        )
-        return None
+    jinja = bool(_JINJA.search(code))  # run as written: the front-end warns (see JINJA_IN_CODE)
     imports = _libs(tool.get("libs"), f"{loc}.libs", problems)
     if imports is None:
         return None
@@ -147,7 +140,15 @@ def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[
     step: dict[str, Any] = {"kind": "python", "code": code, "coerce": True}
     if merged:
         step["input"] = merged
+    if jinja:
+        step[JINJA_IN_CODE] = True
     return step
+
+
+JINJA_IN_CODE = "noetl_jinja_in_code"
+"""Marks a mapped python step whose code holds Jinja (``{{ ... }}``, ``{% ... %}``): mcpipe never renders
+values into code, so the code runs as written, as NoETL 4.26 runs it (its golden ``test_vars_template_access``);
+the front-end takes the marker off and warns."""
 
 
 def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> str | None:
