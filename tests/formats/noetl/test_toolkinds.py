@@ -14,7 +14,7 @@ import trio
 from kit.declared import env
 from mcpipe.declared import CommandPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.errors import Problem
-from mcpipe.formats.noetl.toolkinds import TEMPLATE_FIELDS, bind_quoted, map_tool, secret_value
+from mcpipe.formats.noetl.toolkinds import JINJA_IN_CODE, TEMPLATE_FIELDS, bind_quoted, map_tool, secret_value
 from mcpipe.tools._base import ToolContext
 
 POLICY = StepPolicy(command=CommandPolicy(commands={"sh": "/bin/sh"}))
@@ -75,17 +75,13 @@ async def test_a_python_tool_runs_with_its_input_as_globals_and_libs_imported():
     assert out.output == {"msg": "hi", "n": 4, "dd": "defaultdict"}
 
 
-def test_python_code_in_base64_is_decoded_and_code_holding_jinja_is_refused():
+def test_python_code_in_base64_is_decoded_and_code_holding_jinja_is_marked_to_run_as_written():
     code = "result = 1"
     step = mapped("python", {"code_b64": base64.b64encode(code.encode()).decode()})
     assert step == {"kind": "python", "code": code, "coerce": True}
-    assert refused("python", {"code": "result = '{{ workload.x }}'"}) == [
-        (
-            "workflow[1].tool.code",
-            "the code holds Jinja (`{{ ... }}` or `{% ... %}`), which NoETL renders into the source; mcpipe never puts "
-            "values into code: pass them in `input` and read them as variables",
-        )
-    ]
+    # Never rendered (a value would become code): the front-end warns and the code runs as written.
+    jinja = mapped("python", {"code": "result = '{{ workload.x }}'"})
+    assert jinja["code"] == "result = '{{ workload.x }}'" and jinja[JINJA_IN_CODE] is True
 
 
 @pytest.mark.parametrize(
