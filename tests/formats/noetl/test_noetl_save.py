@@ -1,6 +1,7 @@
-"""NoETL's ``save`` on its own vendored playbooks: a step's result persisted into a real PostgreSQL (started by
-the tests), as NoETL's save executor writes it: a ``type: save`` step's upsert, an iterator's save per item and
-its aggregated save after the last item."""
+"""NoETL's ``save`` and ``transfer`` on its own vendored playbooks: a step's result persisted into a real
+PostgreSQL (started by the tests), as NoETL's save executor writes it (a ``type: save`` step's upsert, an
+iterator's save per item and its aggregated save after the last item), and an HTTP API's records moved into a
+table (its ``transfer`` tool, against a real HTTP server on 127.0.0.1)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import psycopg
 import pytest
 import trio
 
-from kit.noetl import UPSTREAM, policy
+from kit.noetl import UPSTREAM, origin, policy
 from mcpipe.declared import load_sql
 from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
 
@@ -82,3 +83,16 @@ async def test_a_save_that_fails_fails_its_step_located_at_the_save(database):
     assert not answer["ok"]
     assert answer["noetl"]["failed_steps"] == ["save_row"]
     assert "workflow[2]" in answer["error"] and "postgres" in answer["error"]
+
+
+async def test_a_transfer_moves_an_http_apis_records_into_a_table_by_its_mapping(database):
+    pb = load(
+        "tests/fixtures/playbooks/data_transfer/http_to_postgres_transfer/http_to_postgres_transfer.yaml", database
+    )
+    with origin() as o:
+        answer = await run(pb, {"api_url": f"{o.url}/posts"})
+    assert answer["ok"], answer["error"]
+    (moved,) = answer["noetl"]["steps"]["transfer_http_to_pg"]
+    assert moved["data"]["direction"] == "http_to_postgres" and moved["data"]["rows_transferred"] == 1
+    got = rows(database, "SELECT post_id, user_id, title FROM public.http_to_postgres_transfer")
+    assert got == [(1, 1, "first")]  # the API's `id`, `userId`, `title` by the mapping

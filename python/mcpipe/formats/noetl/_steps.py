@@ -844,6 +844,78 @@ async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any
     return StepOutput.of(r.get("output"))
 
 
+# --- transfers ---
+
+
+async def _pg(
+    part: Any, scope: Mapping[str, Any], command: str, params: Any, env: Mapping[str, Any], ctx: Any, where: str
+) -> Any:
+    step, conn = part
+    inputs: dict[str, Any] = {"command": command, "params": params or None}
+    for k, t in conn.items():
+        inputs[k] = await _rendered(t, scope)
+    if isinstance(inputs.get("backend"), str):
+        inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+    return await _call_kind(step, inputs, env, ctx, where)
+
+
+async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+    """NoETL's ``transfer`` (:mod:`mcpipe.formats.noetl._transfer`): the source's records, then the target's
+    inserts, ``chunk_size`` rows a statement, every value bound."""
+    from mcpipe.formats.noetl import _transfer as tr
+
+    spec: tr.TransferSpec = task.parts["spec"]
+    where = task.location
+    if spec.source_type == "http":
+        response = await _run_http(task.parts["http"], scope, env, ctx)
+        why = _error_status(response)
+        if why is not None:
+            raise StepFailure(f"{where}.source: {why}", ErrorCode.TOOL_ERROR, response)
+        found = tr.records(response.get("data"), spec.data_path)
+        columns = list(spec.mapping)
+        rows = [[tr.field_of(rec, f) for f in spec.mapping.values()] for rec in found]
+    else:
+        query = await _rendered(task.parts["query"], scope)
+        out = await _pg(task.parts["source"], scope, str(query), None, env, ctx, f"{where}.source")
+        found = list(out.get("rows") or [])
+        columns = list(spec.mapping) or list(out.get("columns") or (found[0].keys() if found else []))
+        fields = list(spec.mapping.values()) or columns
+        rows = [[r.get(f) if isinstance(r, Mapping) else None for f in fields] for r in found]
+    try:
+        tr.check_columns(columns, f"{where}.target.mapping")
+    except ValueError as e:
+        raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
+    target = task.parts["target"]
+    if spec.mode == "replace" and spec.table:
+        await _pg(target, scope, f"TRUNCATE TABLE {spec.table}", None, env, ctx, f"{where}.target")
+    chunks = 0
+    custom = task.parts.get("target_query")
+    for i in range(0, len(rows), spec.chunk_size):
+        chunk = rows[i : i + spec.chunk_size]
+        if custom is not None:
+            text = await _rendered(custom, scope)
+            for row in chunk:
+                await _pg(target, scope, str(text), dict(zip(columns, row, strict=False)), env, ctx, f"{where}.target")
+        else:
+            assert spec.table is not None
+            sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
+            await _pg(target, scope, sql, params, env, ctx, f"{where}.target")
+        chunks += 1
+    data = {
+        "direction": f"{spec.source_type}_to_{spec.target_type}",
+        "source_type": spec.source_type,
+        "target_type": spec.target_type,
+        "mode": spec.mode if custom is None else "custom",
+        "rows_transferred": len(rows),
+        "chunks_processed": chunks,
+    }
+    if spec.source_type == "http":
+        data["records_fetched"] = len(found)
+    else:
+        data.update(status="success", target_table=spec.table or "custom_query", columns=columns)
+    return {"status": "success", "data": data}
+
+
 # --- tasks ---
 
 
@@ -938,6 +1010,8 @@ async def _run_one(
         return await _run_turn(task, plan, env, ctx)
     if runner == "save":
         return await run_save(task.parts["save"], scope, None, env, ctx)
+    if runner == "transfer":
+        return await _run_transfer(task, scope, env, ctx)
     if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
         return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
     if runner == "secrets":

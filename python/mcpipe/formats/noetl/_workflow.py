@@ -34,6 +34,7 @@ from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, PaginateS
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
+from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 
@@ -46,7 +47,6 @@ __all__ = ["ArcPlan", "NoetlPlaybook", "RulePlan", "StepPlan", "TaskPlan", "comp
 REFUSED_KINDS = {
     "snowflake": "a cloud warehouse",
     "snowflake_transfer": "a cloud warehouse transfer",
-    "transfer": "NoETL's data transfer between databases",
     "ducklake": "DuckLake catalogs",
     "gcs": "Google Cloud Storage",
     "container": "containers (Kubernetes jobs)",
@@ -383,6 +383,18 @@ def _task(
         for k in extra:
             c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
         return plan
+    if kind == "transfer":
+        found_t: list[Problem] = []
+        spec_t = read_transfer(task.config, task.location, found_t, CODE)
+        c.problems.extend(found_t)
+        if spec_t is None or found_t:
+            return None
+        parts_t = _transfer_plan(c, pb, spec_t)
+        if parts_t is None:
+            return None
+        plan.runner = "transfer"
+        plan.parts = parts_t
+        return plan
     if kind == "save":
         found_save: list[Problem] = []
         spec = read_save(task.config, task.location, found_save, CODE)
@@ -551,6 +563,52 @@ def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> d
         return None
     config[field_name] = placeholder
     return {"uri": uri, "field": field_name, "kind": kind}
+
+
+def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[str, Any] | None:
+    """A ``transfer`` compiled (:mod:`mcpipe.formats.noetl._transfer`): its source (an ``http`` request, or a
+    postgres query) and its target, each on mcpipe's kind, their credentials the config's."""
+    loc = spec.location
+    parts: dict[str, Any] = {"spec": spec}
+    if spec.source_type == "http":
+        source = TaskSpec(
+            "source", "http", f"{loc}.source", {"url": spec.url, "method": spec.method, "headers": spec.headers}
+        )
+        http = _http(c, source, pb.policy)
+        if not http:
+            return None
+        parts["http"] = TaskPlan("source", "http", f"{loc}.source", "http", http)
+    else:
+        parts["source"] = _pg_step(c, pb, spec.source_auth, f"{loc}.source")
+        parts["query"] = c.tmpl(spec.query, f"{loc}.source.query", "text")
+        if parts["source"] is None:
+            return None
+    parts["target"] = _pg_step(c, pb, spec.target_auth, f"{loc}.target")
+    if spec.target_query is not None:
+        parts["target_query"] = c.tmpl(spec.target_query, f"{loc}.target.query", "text")
+    return parts if parts["target"] is not None else None
+
+
+def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
+    """A postgres step on the connection ``auth`` names (its command and params given when it runs), and the
+    connection's templates."""
+    from mcpipe.declared import StepScope, compile_step
+
+    found: list[Problem] = []
+    conn = toolkinds.connection_of({"auth": auth}, loc, found)
+    for p in found:
+        c.add(p.location, p.message)
+    if conn is None:
+        return None
+    raw: dict[str, Any] = {"kind": "postgres", "id": "transfer", "command": "${args}", "params": "${args}"}
+    templates = {}
+    for k, v in conn.items():
+        templates[k] = c.tmpl(v, f"{loc}.auth")
+        raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
+    for p in problems:
+        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    return (step, templates) if step is not None else None
 
 
 def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
