@@ -43,7 +43,21 @@ REFUSED_TOP = {
     "vars": "root `vars` are refused by NoETL itself (use `workload`)",
 }
 
-V2_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "spec", "next", "result", "save", "sink")
+V2_STEP = (
+    "step",
+    "desc",
+    "description",
+    "tool",
+    "input",
+    "loop",
+    "set",
+    "spec",
+    "next",
+    "result",
+    "save",
+    "sink",
+    "output",
+)
 OLD_STEP_CONTROL = (
     "step",
     "desc",
@@ -58,6 +72,7 @@ OLD_STEP_CONTROL = (
     "result",
     "save",
     "sink",
+    "output",
 )
 REFUSED_STEP = {
     "case": "`case` blocks were removed from NoETL (use `next.arcs[].when`)",
@@ -65,7 +80,6 @@ REFUSED_STEP = {
     "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
     "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
     "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
-    "output": "a step-level `output` block (NoETL's result storage) is not supported",
     "case_mode": "`case_mode` was removed from NoETL",
 }
 IGNORED_STEP = {
@@ -97,6 +111,61 @@ class Rule:
     retry_on: tuple[str, ...] = ()
     multiplier: float = 2.0
     max_delay: float = 60.0
+
+
+@dataclass
+class OutputSpec:
+    """NoETL's ``output`` block (``noetl/worker/result_handler.py``): a result larger than ``inline_max_bytes``
+    (NoETL's default 10 MiB) is kept behind a ``_ref`` (read back with an ``artifact`` ``get``) and only its
+    ``output_select`` fields are the step's result; a smaller one is those fields with ``_inline`` (the result).
+    mcpipe keeps the stored results in the run (the ``kv``, ``disk``, ``memory`` and ``auto`` tiers)."""
+
+    location: str
+    select: tuple[str, ...] = ()
+    inline_max_bytes: int = 10 * 1024 * 1024
+    store: str = "kv"
+
+
+_STORES = ("kv", "disk", "memory", "auto", "eventlog")
+
+
+def read_output(r: _Reader, value: Any, where: str) -> OutputSpec | None:
+    if not isinstance(value, Mapping):
+        r.add(where, f"must be an object (`output_select`, `store`, `inline_max_bytes`), got {json_type(value)}")
+        return None
+    out = OutputSpec(where)
+    for k in value:
+        if k not in ("output_select", "select", "store", "inline_max_bytes"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of an output block (output_select, store, inline_max_bytes)")
+    select = value.get("output_select", value.get("select")) or []
+    if isinstance(select, Mapping) and select.get("strategy") == "size_threshold":
+        # NoETL's earlier form: only a threshold (`threshold_kb`), nothing selected.
+        kb = select.get("threshold_kb", 64)
+        if isinstance(kb, int | float) and not isinstance(kb, bool) and kb >= 0:
+            out.inline_max_bytes = int(kb * 1024)
+        select = []
+    elif not isinstance(select, list) or not all(isinstance(p, str) for p in select):
+        r.add(f"{where}.output_select", "must be a list of paths (`status`, `data.items`)")
+        select = []
+    out.select = tuple(select)
+    store = value.get("store") or {}
+    kind = store.get("kind", "kv") if isinstance(store, Mapping) else store
+    if kind in ("gcs", "s3"):
+        r.add(
+            f"{where}.store.kind",
+            f"a result stored in `{kind}` (cloud storage) is not supported: mcpipe keeps them in the run",
+        )
+    elif kind not in _STORES:
+        r.add(f"{where}.store.kind", f"must be one of {', '.join(_STORES)}")
+    out.store = str(kind)
+    size = value.get("inline_max_bytes", out.inline_max_bytes)
+    if "inline_max_bytes" not in value and out.inline_max_bytes != OutputSpec.inline_max_bytes:
+        size = out.inline_max_bytes
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        r.add(f"{where}.inline_max_bytes", "must be a number of bytes")
+    else:
+        out.inline_max_bytes = size
+    return out
 
 
 @dataclass
@@ -133,6 +202,7 @@ class TaskSpec:
     save: SaveSpec | None = None
     """The task's own ``save`` (NoETL 1.x's iterator body): after the task, for each item."""
     paginate: PaginateSpec | None = None
+    output: OutputSpec | None = None
 
 
 @dataclass
@@ -189,6 +259,9 @@ class StepSpec:
     result: str | None = None
     """NoETL 1.x: a step without a tool whose ``result`` is a template: that is its result."""
     result_location: str = ""
+    output: OutputSpec | None = None
+    """NoETL's result storage (``output``): what of the result later steps see (``output_select``), the
+    rest behind a ``_ref``."""
 
 
 @dataclass
@@ -402,9 +475,11 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
     config = {str(k): v for k, v in tool.items() if k not in TASK_META}
     if kind in ("workbook", "secrets") and "name" in tool:
         config["name"] = tool["name"]  # the workbook action it runs; the secret it reads
-    if "output" in tool:
-        r.add(f"{where}.output", "a tool's `output` (NoETL's result storage tiers) is not supported")
     t = TaskSpec(name, kind, where, config)
+    if "output" in tool:
+        t.output = read_output(r, tool["output"], f"{where}.output")
+    if "output_select" in config:
+        t.output = read_output(r, {"output_select": config.pop("output_select")}, f"{where}.output_select")
     if kind != "save" and "save" in config:
         t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
     if "assert" in config:
@@ -780,6 +855,8 @@ def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None
     for key in ("save", "sink"):
         if s.get(key) is not None:
             step.save = read_save(s[key], f"{where}.{key}", r.problems, CODE)
+    if s.get("output") is not None:
+        step.output = read_output(r, s["output"], f"{where}.output")
 
 
 def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpec) -> None:

@@ -377,6 +377,7 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, facts=_facts(writes)) from None
     scope = scope_of(pb, env, plan.iterator, {**writes, **passed})
+    writes_full: dict[str, Any] = {}
     if plan.iterator is not None and pb.layout == "v1" and "item" in env:
         scope[plan.name] = wrap({"result_index": env.get("index", 0)})  # NoETL 1.x's `<step>.result_index`
     emit = EVENTS.get()
@@ -395,6 +396,10 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
             if plan.save is not None and plan.name not in pb.loops:
                 saved = await run_save(plan.save, scope, result, env, ctx)
                 result = with_save(result, saved) if plan.tasks else saved
+            if plan.output is not None:
+                result, full = stored_view(plan.output, result, plan.name, execution_id(env), step.id)
+                if full is not None:
+                    writes_full[step.id] = full
         except StepFailure as e:
             failed = _error_result(e)
             if emit is not None:
@@ -420,6 +425,8 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     out = StepOutput.of(result)
     if writes:
         out.facts = _facts(writes)
+    if writes_full:
+        out.facts = {**(out.facts or {}), FULL_FACT: writes_full}
     return out
 
 
@@ -844,6 +851,77 @@ async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any
     return StepOutput.of(r.get("output"))
 
 
+# --- result storage (`output`) ---
+
+FULL_FACT = "noetl_stored"
+"""The field of a step's result (in mcpipe's answer) holding a result kept behind a ``_ref``: the run is its
+store (NoETL's ``kv``/``disk`` tiers)."""
+
+MAX_SELECTED_TEXT = 500
+"""NoETL's ``_truncate_value``: a selected text longer than this is cut (``...`` appended)."""
+
+
+def _select(result: Any, paths: tuple[str, ...]) -> dict[str, Any]:
+    """NoETL's ``extract_output_select`` with explicit paths: each path's value (``a.b``, ``items[0]``) under
+    its last segment's name, texts cut at 500 characters."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        current: Any = result
+        for part in path.replace("]", "").split("."):
+            key, _, index = part.partition("[")
+            if key:
+                current = current.get(key) if isinstance(current, Mapping) else None
+            if index and isinstance(current, list) and index.isdigit() and int(index) < len(current):
+                current = current[int(index)]
+            elif index:
+                current = None
+            if current is None:
+                break
+        if current is not None:
+            if isinstance(current, str) and len(current) > MAX_SELECTED_TEXT:
+                current = current[:MAX_SELECTED_TEXT] + "..."
+            out[path.split(".")[-1].split("[")[0]] = current
+    return out
+
+
+def stored_view(output: Any, result: Any, step_name: str, run_id: str, sid: str) -> tuple[Any, Any]:
+    """``(what later steps see, the result kept behind a _ref or None)``: NoETL's ``ResultHandler``. A result
+    of at most ``inline_max_bytes`` stays (with ``output_select``: the fields, and ``_inline``, the result); a
+    larger one is kept in the run, and the step's result is the fields, ``_ref`` (``noetl://execution/ID/
+    result/STEP``) and ``_size_bytes``."""
+    size = len(orjson.dumps(result, default=str))
+    if size <= output.inline_max_bytes:
+        if not output.select:
+            return result, None
+        return {**_select(result, output.select), "_inline": result}, None
+    ref = {
+        "kind": "result_ref",
+        "ref": f"noetl://execution/{run_id}/result/{step_name}/{sid}",
+        "store": output.store,
+        "size_bytes": size,
+    }
+    return {**_select(result, output.select), "_ref": ref, "_size_bytes": size}, result
+
+
+async def _artifact_get(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any]) -> Any:
+    """NoETL's ``artifact`` ``get``: a result a step kept behind a ``_ref`` (``noetl://`` in this run)."""
+    given = await _rendered(task.parts["input"], scope) or {}
+    ref = given.get("result_ref")
+    uri = ref.get("ref") if isinstance(ref, Mapping) else given.get("uri") or ref
+    where = f"{task.location}.input.result_ref"
+    if not isinstance(uri, str) or not uri.startswith("noetl://execution/"):
+        raise StepFailure(
+            f"{where}: not a result stored in this run (`noetl://execution/...`): {uri!r}", ErrorCode.TOOL_FAILED
+        )
+    parts = uri.split("/")
+    step_id = parts[-1] if len(parts) >= 7 else ""
+    for r in (env.get("steps") or {}).values():
+        stored = r.get(FULL_FACT) if isinstance(r, Mapping) else None
+        if isinstance(stored, Mapping) and step_id in stored:
+            return {"status": "success", "data": stored[step_id], "uri": uri, "source": "result_store"}
+    raise StepFailure(f"{where}: no result stored at {uri}", ErrorCode.TOOL_FAILED)
+
+
 # --- transfers ---
 
 
@@ -1012,6 +1090,8 @@ async def _run_one(
         return await run_save(task.parts["save"], scope, None, env, ctx)
     if runner == "transfer":
         return await _run_transfer(task, scope, env, ctx)
+    if runner == "artifact":
+        return await _artifact_get(task, scope, env)
     if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
         return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
     if runner == "secrets":

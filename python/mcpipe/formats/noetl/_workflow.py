@@ -30,7 +30,17 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl import toolkinds
-from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, PaginateSpec, Rule, StepSpec, TaskSpec
+from mcpipe.formats.noetl._layout import (
+    CODE,
+    ArcSpec,
+    Doc,
+    LoopSpec,
+    OutputSpec,
+    PaginateSpec,
+    Rule,
+    StepSpec,
+    TaskSpec,
+)
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
@@ -51,7 +61,6 @@ REFUSED_KINDS = {
     "gcs": "Google Cloud Storage",
     "container": "containers (Kubernetes jobs)",
     "script": "scripts fetched from cloud storage",
-    "artifact": "NoETL's artifact store",
     "agent": "NoETL's agent runtimes",
     "gateway": "NoETL's gateway",
     "nats": "NoETL's NATS K/V and object store (mcpipe's own `nats` kind is request/reply)",
@@ -120,6 +129,7 @@ class TaskPlan:
     on_unmatched: str = "continue"
     save: SavePlan | None = None
     paginate: PaginatePlan | None = None
+    output: OutputSpec | None = None
 
 
 @dataclass
@@ -148,6 +158,9 @@ class StepPlan:
     """The step's ``save``: after its tasks; a loop step's runs once after its last item (its own node)."""
     result: Tmpl | None = None
     """A tool-less step's ``result`` template (NoETL 1.x): its result."""
+    output: OutputSpec | None = None
+    """NoETL's result storage: what of the result later steps see (``output_select``), the rest kept in the run
+    behind a ``_ref``."""
 
 
 @dataclass
@@ -306,6 +319,9 @@ def _step(
     sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None and s.result is None)
     if s.result is not None:
         sp.result = c.tmpl(s.result, s.result_location)
+    sp.output = s.output
+    if sp.output is None and len(tasks) == 1 and not s.pipeline:
+        sp.output = tasks[0].output  # a single tool's `output` is its step's
     if s.save is not None:
         sp.save = _save_plan(c, pb, s.save)
     if s.set is not None:
@@ -356,6 +372,7 @@ def _task(
     plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
     if task.save is not None:
         plan.save = _save_plan(c, pb, task.save)
+    plan.output = task.output
     if task.paginate is not None:
         pg = task.paginate
         if kind != "http":
@@ -382,6 +399,22 @@ def _task(
         extra = [k for k in task.config if k not in ("input", "args", "desc")]
         for k in extra:
             c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        return plan
+    if kind == "artifact":
+        what = str(task.config.get("action", "get"))
+        if what != "get":
+            c.add(
+                f"{task.location}.action",
+                f"an artifact `{what}` (storing outside the run) is not supported: `get` reads a result stored by "
+                "an `output` block",
+            )
+            return None
+        given_a = {k: v for k, v in task.config.items() if k in ("result_ref", "uri")}
+        for key in ("input", "args", "with", "data"):
+            if isinstance(task.config.get(key), Mapping):
+                given_a.update(task.config[key])
+        plan.runner = "artifact"
+        plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
         return plan
     if kind == "transfer":
         found_t: list[Problem] = []
