@@ -57,6 +57,7 @@ V2_STEP = (
     "save",
     "sink",
     "output",
+    "case",
 )
 OLD_STEP_CONTROL = (
     "step",
@@ -75,7 +76,6 @@ OLD_STEP_CONTROL = (
     "output",
 )
 REFUSED_STEP = {
-    "case": "`case` blocks were removed from NoETL (use `next.arcs[].when`)",
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
     "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
     "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
@@ -231,6 +231,9 @@ class ArcSpec:
     data: Mapping[str, Any] | None = None
     back: bool = False
     """It leads back to a step on the way from the entry (a cycle): taking it runs that step again."""
+    case: bool = False
+    """From a ``case`` entry (NoETL's v2 engine of 2025-12): its ``when`` is asked at each of the step's
+    events (``call.done`` or ``call.error``, then ``step.exit``)."""
 
 
 @dataclass
@@ -731,9 +734,9 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
-    if "args" in s:
-        r.add(f"{where}.args", "step-level `args` were removed from NoETL (use `input`)")
     _tool_of(r, s, sname, where, step)
+    if "args" in s:  # NoETL's v2 engine of 2025-12 (`Step.args`): the step's input arguments
+        _input(r, s, "args", where, step)
     _after(r, s, where, step)
     if "tool" not in s:
         r.add(f"{where}.tool", "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes)")
@@ -745,6 +748,8 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
         _step_spec(r, s["spec"], f"{where}.spec", step)
     if s.get("loop") is not None:
         step.loop = _loop(r, s["loop"], f"{where}.loop")
+    if s.get("case") is not None:
+        _case(r, s["case"], f"{where}.case", step)
     nxt = s.get("next")
     if nxt is not None:
         if isinstance(nxt, Mapping) and "arcs" in nxt:
@@ -770,7 +775,13 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
                     r.add(at, "an arc is `{step: NAME, when: ...}`")
                     continue
                 for k in a:
-                    if k not in ("step", "when", "set", "spec", "desc", "description"):
+                    if k == "cond":
+                        # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
+                        r.warnings.append(
+                            f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
+                            "always holds)"
+                        )
+                    elif k not in ("step", "when", "set", "spec", "desc", "description"):
                         r.add(f"{at}.{k}", f"unknown key `{k}` of an arc (step, when, set)")
                 arc_set = a.get("set")
                 if arc_set is not None and not isinstance(arc_set, Mapping):
@@ -781,9 +792,45 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
                     r.add(f"{at}.when", f"must be a template string, got {json_type(when)}")
                 step.arcs.append(ArcSpec(a["step"], at, when, set=arc_set))
         else:  # the older list form, which NoETL 4 refuses; read as the older layout reads it
-            step.arcs = _old_next(r, nxt, f"{where}.next")
+            step.arcs = [*step.arcs, *_old_next(r, nxt, f"{where}.next")]
             step.inclusive = True
+    if any(a.case for a in step.arcs):
+        # NoETL's engine: the first case whose `when` holds routes the step; its structural `next` only when
+        # none did.
+        for a in step.arcs:
+            if not a.case:
+                a.otherwise = True
+        step.inclusive = False
     return step
+
+
+def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
+    """NoETL's ``case`` (the v2 engine of 2025-12, ``CaseEntry``): ``[{when, then: {next: [...]}}]``, the
+    first entry whose ``when`` holds at one of the step's events routes it to its ``next`` steps."""
+    if not isinstance(value, list):
+        r.add(where, "must be a list of `{when, then}` entries")
+        return
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("when"), str):
+            r.add(at, "a case entry is `{when: TEMPLATE, then: {next: [...]}}`")
+            continue
+        then = entry.get("then")
+        actions = then if isinstance(then, list) else [then]
+        for j, action in enumerate(actions):
+            aat = f"{at}.then" if not isinstance(then, list) else f"{at}.then[{j}]"
+            if not isinstance(action, Mapping):
+                r.add(aat, "an action is `{next: [...]}`")
+                continue
+            for k in action:
+                if k != "next":
+                    r.add(f"{aat}.{k}", f"a case's `{k}` is not supported: mcpipe routes by a case's `next`")
+            targets = action.get("next") or []
+            for k, target in enumerate(targets if isinstance(targets, list) else [targets]):
+                arc = _old_arc(r, target, f"{aat}.next[{k}]")
+                if arc is not None:
+                    arc.when, arc.case = entry["when"], True
+                    step.arcs.append(arc)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -257,6 +257,13 @@ class ArcWhen:
                         return False
                 return True
             assert self.when is not None
+            if self.arc.case:  # asked at each of the step's events: its call's, then its exit
+                first = scope["event"]["name"]
+                for name in (first, "step.exit"):
+                    scope["event"] = {**scope["event"], "name": name}
+                    if truthy(await self.when.render_async(scope)):
+                        return True
+                return False
             return truthy(await self.when.render_async(scope))
         except RenderError as e:
             raise ExpressionError(str(e)) from None

@@ -754,7 +754,16 @@ def _kind(
                 f"`{k}` of a `{kind}` step is fixed when the playbook loads, not a template: pass the values it "
                 "needs as data (`input`)",
             )
-    compiled = {k: c.tmpl(v, f"{location}.{k}") for k, v in jinja.items()}
+    found: list[tuple[str, str]] = []
+    compiled = {k: compile_tmpl(v, f"{location}.{k}", found) for k, v in jinja.items()}
+    if found:
+        # Text NoETL's Jinja cannot parse either (a shell program's `{{.ID}}` of Go templates, say): NoETL takes
+        # the playbook and the step fails when it renders it; mcpipe does the same, and says so at check time.
+        where, why = found[0]
+        c.warnings.append(f"{where}: {why}: NoETL fails this step when it renders it, and so does mcpipe")
+        plan.runner = "fails"
+        plan.parts = {"error": f"{where}: {why}"}
+        return plan
     placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
     step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
@@ -793,6 +802,22 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     from mcpipe.declared import StepScope, compile_step
 
     cfg = task.config
+    if cfg.get("authentication") == "genericCredentialType":
+        # NoETL 1.x (noetl/action.py): `genericAuthType: httpBearerAuth` with `credentials.httpBearerAuth.name`,
+        # a bearer token from the credential of that name.
+        cfg = dict(cfg)
+        cfg.pop("authentication")
+        kind_a = str(cfg.pop("genericAuthType", "")).lower()
+        creds = cfg.pop("credentials", None)
+        entry = creds.get("httpBearerAuth", creds) if isinstance(creds, Mapping) else None
+        name = entry.get("name") or entry.get("id") if isinstance(entry, Mapping) else None
+        if kind_a not in ("httpbearerauth", "httpbearer", "bearer") or not isinstance(name, str):
+            c.add(
+                f"{task.location}.genericAuthType",
+                "NoETL's generic credentials: `httpBearerAuth` with `credentials.httpBearerAuth.name`",
+            )
+            return {}
+        cfg["auth"] = {"type": "bearer", "credential": name}
     ok = True
     for k in cfg:
         if k not in _HTTP_FIELDS:
