@@ -34,7 +34,6 @@ PORT = "127.0.0.1:18080"
 _db = itertools.count()
 
 KNOWN: dict[str, str] = {
-    "duckdb_retry_query": "mcpipe's duckdb kind answers NoETL's result without its `execution_id`",
     "http_to_postgres_iterator": "the insert reads `item.body`, which the stand-in's posts lack: NoETL renders the "
     "undefined name as empty text and inserts; mcpipe refuses it, located (docs/playbooks.md, where mcpipe differs)",
     "iterator_save_test": "NoETL 4.26 records five loop entries for three items (a step.exit counted twice)",

@@ -450,8 +450,9 @@ def _error_result(e: StepFailure) -> dict[str, Any]:
     if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
         return dict(out)
     text = str(e)
-    m = _PYTHON_FAILED.match(text)
-    if m is not None:
+    if isinstance(out, Mapping) and isinstance(out.get("error_text"), str):
+        text = out["error_text"]  # a python step's exception, its own text
+    elif (m := _PYTHON_FAILED.match(text)) is not None:
         text = m.group("text")
     return {"id": str(uuid.uuid4()), "status": "error", "error": text}
 
@@ -1163,7 +1164,16 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
         inputs["context"] = context_data(scope)
     if inputs.get("secrets") and task.kind == "duckdb":
         inputs["secrets"] = [_duckdb_secret(s, task) for s in inputs["secrets"]]
-    return await _call_kind(step, inputs, env, ctx, task.location)
+    out = await _call_kind(step, inputs, env, ctx, task.location)
+    if task.kind == "duckdb" and isinstance(out, Mapping) and "task_id" in out:
+        # NoETL's duckdb result names its execution after the task (noetl/tools/duckdb/__init__.py, 4.26.0).
+        keyed = {}
+        for k, v in out.items():
+            keyed[k] = v
+            if k == "task_id":
+                keyed["execution_id"] = scope.get("execution_id")
+        return keyed
+    return out
 
 
 def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
