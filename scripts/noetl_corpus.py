@@ -57,10 +57,42 @@ def check_corpus() -> list[tuple[str, list[str]]]:
     pol = policy()
     known = catalog()
     out = []
+    WARNED.clear()
     for rel in sorted(index):
-        _pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol, known=known)
+        pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol, known=known)
         out.append((rel, [str(p) for p in problems]))
+        if pb is not None and not problems and getattr(pb, "warnings", None):
+            WARNED[rel] = list(pb.warnings)
     return out
+
+
+WARNED: dict[str, list[str]] = {}
+"""The passing playbooks checked with warnings (what NoETL takes and ignores, or fails only when it runs)."""
+
+REASONS = (
+    ("not a NoETL playbook: it has no", "a prototype of NoETL's earlier formats (no `workflow` list)"),
+    ("not valid YAML", "not valid YAML"),
+    ("snowflake", "a cloud warehouse (Snowflake)"),
+    ("secret manager", "cloud credentials or a cloud secret manager"),
+    ("NATS", "NoETL's NATS K/V store"),
+    ("2025 drafts", "NoETL's 2025 draft engine (`call:`/`run:` steps, loops over `next` steps)"),
+    ("2025 loop drafts", "NoETL's 2025 draft engine (`call:`/`run:` steps, loops over `next` steps)"),
+    ("remote store", "code fetched from cloud storage or a URL"),
+    ("cloud storage", "cloud storage (GCS, S3)"),
+    ("cloud credentials injected", "cloud credentials"),
+    ("has problems", "a sub-playbook it runs is refused"),
+    ("no playbook with the catalog path", "a sub-playbook that is not in the repository"),
+    ("code from a template", "code from a template (a caller's value would become code)"),
+)
+
+
+def reason_of(message: str) -> str:
+    """A refusal's reason, grouped (the docs' table of reasons)."""
+    for needle, label in REASONS:
+        if needle in message:
+            return label
+    text = message.split(": ", 1)[1] if ": " in message else message
+    return re.sub(r"`[^`]*`", lambda m: m.group(0), text)
 
 
 def catalog() -> dict[str, str]:
@@ -88,12 +120,24 @@ def _cell(text: str) -> str:
 def table(results: list[tuple[str, list[str]]]) -> str:
     """The docs' section: the counts, then one row per refused file with its first (located) reason."""
     passed = sum(1 for _, p in results if not p)
+    warned = sum(1 for rel, p in results if not p and rel in WARNED)
+    reasons: dict[str, int] = {}
+    for rel, problems in results:
+        if problems:
+            first = problems[0][len(rel) + 1 :] if problems[0].startswith(rel + ":") else problems[0]
+            label = reason_of(first.split(": ", 1)[1] if ": " in first else first)
+            reasons[label] = reasons.get(label, 0) + 1
     lines = [
         BEGIN,
         "",
         f"Of the {len(results)} vendored playbooks, **{passed} pass `mcpipe playbook check`** "
-        f"({100 * passed / len(results):.0f}%); the {len(results) - passed} below are refused, each with its "
-        "first reason, located in the file (`mcpipe playbook check FILE` lists them all).",
+        f"({100 * passed / len(results):.0f}%; {warned} of them with warnings: what NoETL takes and ignores, or "
+        f"fails only when it runs); the {len(results) - passed} below are refused, each with its first reason, "
+        "located in the file (`mcpipe playbook check FILE` lists them all).",
+        "",
+        "| refused because | files |",
+        "|---|---|",
+        *(f"| {_cell(label)} | {n} |" for label, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         "",
         "| file | first reason |",
         "|---|---|",

@@ -77,9 +77,12 @@ OLD_STEP_CONTROL = (
 )
 REFUSED_STEP = {
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
-    "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
-    "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
-    "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
+    "call": "the `call:` steps of NoETL's 2025 draft engine (noetl/agent.py of 2025-06, a sequential interpreter) are "
+    "not supported (use `tool:` or `type: workbook`)",
+    "run": "the `run:` steps of NoETL's 2025 draft engine (noetl/runtime/agent.py of 2025-06) are not supported (use "
+    "`tool:`)",
+    "end_loop": "`end_loop` (NoETL's 2025 draft engine, whose loops run their `next` steps per item) is not supported: "
+    "a `loop` on the step runs its tool per item",
     "case_mode": "`case_mode` was removed from NoETL",
 }
 IGNORED_STEP = {
@@ -739,7 +742,11 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
         _input(r, s, "args", where, step)
     _after(r, s, where, step)
     if "tool" not in s:
-        r.add(f"{where}.tool", "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes)")
+        r.add(
+            f"{where}.tool",
+            "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes); NoETL's own Step model "
+            "requires it too",
+        )
     _input(r, s, "input", where, step)
     _set(r, s, where, step)
     if "vars" in s:  # NoETL's older name for what `set` does after the step
@@ -1007,7 +1014,11 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
     if s.get("loop") is not None and step.loop is None:
         step.loop = _loop(r, s["loop"], f"{where}.loop")
         if step.loop is not None and not step.tasks:
-            r.add(f"{where}.loop", "a loop whose body is its `next` steps (NoETL's 2025 drafts) is not supported")
+            r.add(
+                f"{where}.loop",
+                "a loop whose body is its `next` steps (NoETL's 2025 draft engine, noetl/agent.py of 2025-06) is not "
+                "supported",
+            )
     step.arcs = _old_next(r, s.get("next"), f"{where}.next")
     step.inclusive = True  # every entry whose condition holds is taken (`else` when none before it was)
     return step
