@@ -8,13 +8,22 @@ the config, the scheduler and the gateway each had their own copy of the suspens
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 import trio
 
-__all__ = ["PIPE_TOOL", "assignments", "glob_matcher", "is_cancellation", "is_suspension"]
+__all__ = [
+    "PIPE_TOOL",
+    "RateLimit",
+    "assignments",
+    "glob_matcher",
+    "is_cancellation",
+    "is_suspension",
+    "log_safe",
+]
 
 PIPE_TOOL = "mcp_pipe"
 """The name of the server's own pipeline tool; no step may call it and no other tool may take it."""
@@ -60,3 +69,49 @@ def is_cancellation(exc: BaseException) -> bool:
     if isinstance(exc, trio.Cancelled):
         return True
     return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
+
+
+_CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, 0x85, 0x2028, 0x2029]} | {
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x09: "\\t",
+}
+
+
+def log_safe(data: Any, limit: int = 2048) -> str:
+    """``data`` as one line of a log: JSON unless a string, control characters (newlines included) escaped,
+    at most ``limit`` characters (the rest said in a count). What another system sends cannot forge or
+    flood mcpipe's log lines through it."""
+    whole = data if isinstance(data, str) else orjson.dumps(data, default=str).decode()
+    size = len(whole)
+    text = whole[: limit * 2].translate(_CONTROL)
+    if len(text) > limit or size > limit * 2:
+        text = f"{text[:limit]}... ({size} characters)"
+    return text
+
+
+class RateLimit:
+    """A token bucket: :meth:`take` is True at most ``rate`` times a second on average (``burst`` at once);
+    :meth:`dropped` says how many were refused since it was last asked."""
+
+    def __init__(self, rate: float, burst: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = rate
+        self.burst = burst
+        self._clock = clock
+        self._tokens = burst
+        self._at = clock()
+        self._dropped = 0
+
+    def take(self, cost: float = 1.0) -> bool:
+        now = self._clock()
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if self._tokens >= cost:
+            self._tokens -= cost
+            return True
+        self._dropped += 1
+        return False
+
+    def dropped(self) -> int:
+        out, self._dropped = self._dropped, 0
+        return out

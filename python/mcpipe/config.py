@@ -92,6 +92,9 @@ class McpServerConfig(_Base):
     enabled: bool = True
     timeout_ms: int | None = None
     connect_timeout_ms: int = 10_000
+    max_tools: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    """The most tools kept of this server's list (the first ones listed, after ``include``/``exclude``); past it
+    the rest are left out, in one log line naming the server and the bound."""
     credential: str | None = None
     """A ``[credentials.NAME]`` whose token (``Authorization: Bearer ...``) every call to this HTTP server carries:
     one token for all callers (``client_credentials``, ``env``), or each caller's own (``token_exchange``,
@@ -135,9 +138,11 @@ class PipeConfig(_Base):
     max_answer_bytes: int = 32 * 1024 * 1024
     """The most one pipeline's answer may hold as sent (both representations), and one direct call's result."""
     expression_timeout_ms: int = 1000
-    """The deadline of one CEL or JSONata evaluation."""
+    """The deadline of one CEL, JSONata or Jinja evaluation a caller reaches, and of one schema pattern matched
+    by the fallback engine."""
     compile_cache_bytes: int = 64 * 1024 * 1024
-    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    """The most memory the plan cache holds, each plan charged what it holds: 64 x its spec text + 256 per
+    reference (at most 512 entries)."""
     mcp_pipeline: bool = False
     """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
     answer: Literal["result", "steps", "full"] = "result"
@@ -233,6 +238,15 @@ class HttpConfig(_Base):
     """The most bytes of messages kept for replay, across sessions."""
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
     """Worker processes sharing the port (``mcpipe serve --workers``; ``docs/deployment.md``)."""
+    max_connections: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most connections served at once; past it a few more are answered at once (``/healthz``, or 503
+    ``busy``) and the rest wait in the kernel's backlog. Unset: what the descriptor limit allows (the limit less
+    a reserve of a quarter, at most 256, for everything else the server opens; at most 4096)."""
+    max_sessions: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most 2025-11-25 sessions open at once, for all principals; past it a new one is refused (503)."""
+    max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
+    may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
     health_path: str = "/healthz"
     """Where the health endpoint answers."""
     access_log: bool = False
@@ -335,11 +349,23 @@ class RunsConfig(_Base):
     """The most one run keeps (its arguments, its recorded steps, its answer, as stored JSON): arguments past it
     are refused when the run is submitted, steps past it fail the run (``OUTPUT_TOO_LARGE``), and an answer
     past it is kept as that error instead."""
+    max_run_events: Annotated[int, msgspec.Meta(ge=16)] = 10_000
+    """The most events one run keeps (each charged to its ``max_run_bytes``); past it, or past those bytes, its
+    step events are dropped (one ``events_dropped`` event says so) and the run goes on."""
     max_runs: Annotated[int, msgspec.Meta(ge=1)] = 1000
-    """The most runs the queue keeps (SQLite): past it the oldest finished runs are dropped first; when the
-    queue holds only live (queued, running) runs, a new one is refused (``LIMIT_EXCEEDED``)."""
+    """The most runs the queue keeps (SQLite and Redis): past it the oldest finished runs are dropped first;
+    when the queue holds only live (queued, running, waiting for input) runs, a new one is refused
+    (``LIMIT_EXCEEDED``)."""
     max_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 256 * 1024 * 1024
-    """The most bytes of runs the queue keeps (SQLite), bounded the same way as ``max_runs``."""
+    """The most bytes of runs the queue keeps, bounded the same way as ``max_runs``."""
+    max_runs_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 250
+    """The most live runs (queued, running, waiting for input) one principal may have; past it that
+    principal's new runs and tasks are refused (``LIMIT_EXCEEDED``), everyone else's are not."""
+    max_bytes_per_principal: Annotated[int, msgspec.Meta(ge=1024)] = 64 * 1024 * 1024
+    """The most bytes of live runs one principal may have, bounded the same way."""
+    parked_ttl_s: Annotated[float, msgspec.Meta(gt=0, le=30 * 86400)] = 3600.0
+    """How long a run (a task) may wait for its client's input (``input_required``); then it fails
+    (``TIMEOUT``) and no longer counts against the bounds above. Checked also when a server starts."""
 
 
 class StoreConfig(_Base):
@@ -375,6 +401,18 @@ class TelemetryConfig(_Base):
     """Where OpenTelemetry spans go: ``console``, ``otlp``; ``propagate`` records none but carries the
     caller's ``traceparent`` on to downstream servers; ``none`` is off. Unset: the standard OTEL_* variables
     decide, and without them, off."""
+    max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
+    """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
+    count under ``tool="other"``."""
+
+
+class LogsConfig(_Base):
+    """Where ``mcpipe serve`` writes its log besides stderr (``docs/server.md``)."""
+
+    file: str | None = None
+    """Also append the log to this file (relative to the config's directory)."""
+    format: Literal["json", "text"] = "json"
+    """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
 class Config(_Base):
@@ -409,6 +447,8 @@ class Config(_Base):
     """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: dict[str, Any] | None = None
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
+    """A log file besides stderr."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -461,6 +501,7 @@ _SECTIONS = {
     "playbooks": _Section("playbooks", list[str | dict[str, Any]]),
     "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
+    "logs": _Section("logs", LogsConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 

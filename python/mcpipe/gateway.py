@@ -29,7 +29,7 @@ import orjson
 
 from mcpipe import telemetry
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
-from mcpipe.access import GateRefusal, Gates
+from mcpipe.access import GateDenied, GateRefusal, Gates
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
 from mcpipe.trust import Trust, TrustDenied
@@ -347,11 +347,13 @@ class Gateway:
         ready: Callable[[str | None], Awaitable[None]] | None = None,
         trust: Trust | None = None,
         gates: Gates | None = None,
+        refusals: str = "result",
     ) -> None:
         self.sources = sources
         self.trust = trust
         self.policy = policy or Policy()
         self.gates = gates if gates else None
+        self.refusals_as_errors = refusals == "error"
         self.audit = audit or AuditLog(None)
         costs = dict(costs or {})
         costs.pop(PIPE_TOOL, None)
@@ -495,6 +497,8 @@ class Gateway:
             return self.gates.admit(name, args, ctx)
         except GateRefusal as refusal:
             self._record(ctx, name, False, refusal.code, t0, 0.0, gate=refusal.gate)
+            if self.refusals_as_errors:
+                raise GateDenied(refusal) from None
             raise _Refused(refusal.code, str(refusal)) from None
 
     def record_pipe(self, ctx: ToolContext, pipeline: str, answer: dict[str, Any], t0: float) -> None:

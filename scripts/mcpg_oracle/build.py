@@ -34,7 +34,17 @@ The patches, all applied to copies under ``.mcpg/build/`` (the checkouts are lef
    (``sql_polling``, ``postgres_listen_notify``), but mcpg-plugin-host's ``NativeWatchStrategyAdapter``
    always takes the library's *first* watch vtable, so the second entity registers ``sql_polling`` again
    and the boot fails ("watch-strategy kind 'sql_polling' already registered (new plugin id:
-   'dev.mcpg.watch.sql_polling')"): no config with a sql binding boots. The duplicate is skipped.
+   'dev.mcpg.watch.sql_polling')"): no config with a sql binding boots. The duplicate is skipped;
+8. and (``SQL_SPEC``): the gateway adds ``allow_private_backends`` to every dynamic binding's spec ("the
+   rest ignore the extra field"), but the sql plugin's spec denies unknown fields, so every sql binding
+   fails to register ("SQL binding spec: unknown field `allow_private_backends`") and the boot fails.
+   The field is not added for sql;
+9. and, in the copy of mcpg-plugin-host (``BACKEND_PROFILE``): a cdylib backend's manifest profile
+   (``pipeline_capable``, ``dynamic_list``, its health probe: declared with ``declare_plugin!`` and
+   decoded onto the library's manifest at load) is lost, since ``NativeBackendAdapter`` registers the
+   plugin's own ``manifest()``, which carries none; so mcpg refuses every backend step of a pipeline
+   ("uses backend kind 'mock', which does not declare `pipeline_capable` in its manifest backend
+   profile") and lists no sql resources. The adapter falls back to the library's profile.
 
 Results: ``.mcpg/bin/mcpg``, ``.mcpg/bin/mcpg-config-check``, ``.mcpg/plugins/<kind>/plugin.so`` (and
 its ``plugin.yaml``), ``.mcpg/BUILD.json`` (commits, durations).
@@ -139,6 +149,34 @@ def patch_watch_duplicate(source: Path) -> None:
     source.write_text(text)
 
 
+SQL_SPEC_OLD = re.compile(r"(\n(\s*)spec\.insert\(\s*\"allow_private_backends\"\.to_owned\(\),[^;]*;)")
+
+
+def patch_sql_spec(source: Path) -> None:
+    text, n = SQL_SPEC_OLD.subn(
+        lambda m: "\n" + m.group(2) + 'if bt.kind != "sql" {' + m.group(1) + " }", source.read_text()
+    )
+    if n != 1:
+        raise SystemExit(f"mcpg-oracle: patch 8 expected one allow_private_backends injection, found {n}")
+    source.write_text(text)
+
+
+BACKEND_PROFILE_OLD = re.compile(
+    r"(anyhow::Error::from\(e\)\.context\(\"invalid manifest from native backend plugin\"\)\s*\}\)\?;)"
+)
+
+
+def patch_backend_profile(source: Path) -> None:
+    fallback = (
+        " let mut manifest = manifest; if manifest.backend_profile.is_none()"
+        " { manifest.backend_profile = library.meta.manifest.backend_profile.clone(); }"
+    )
+    text, n = BACKEND_PROFILE_OLD.subn(lambda m: m.group(1) + fallback, source.read_text())
+    if n != 1:
+        raise SystemExit(f"mcpg-oracle: patch 9 expected one backend adapter manifest, found {n}")
+    source.write_text(text)
+
+
 def patch_http_profiles(source: Path) -> None:
     text = source.read_text()
     start = text.index(HTTP_PROFILES_MARKER)
@@ -151,6 +189,9 @@ def patch_http_profiles(source: Path) -> None:
 
 
 def git_head(path: Path) -> str:
+    """The commit of a checkout (or of an export carrying a ``.commit`` file)."""
+    if (path / ".commit").exists():
+        return (path / ".commit").read_text().strip()
     out = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True, text=True, check=False)
     return out.stdout.strip() or "unknown"
 
@@ -168,6 +209,7 @@ def prepare(src: Path, deps_src: Path, out: Path, fix: bool = True) -> Path:
     if fix:
         patch_http_profiles(build / "mcpg" / "src" / "app" / "plugin_registry" / "mod.rs")
         patch_watch_duplicate(build / "mcpg" / "src" / "app" / "plugin_registry" / "entities.rs")
+        patch_sql_spec(build / "mcpg" / "src" / "backends" / "routes.rs")
     wanted = rewrite_git_deps(build / "mcpg" / "Cargo.toml", deps)
     members = ["mcpg"]
     for kind, repo in PLUGINS.items():
@@ -184,6 +226,8 @@ def prepare(src: Path, deps_src: Path, out: Path, fix: bool = True) -> Path:
             sys.exit(f"mcpg-oracle: {deps_src / name} is missing (a git dependency of mcpg)")
         shutil.copytree(deps_src / name, deps / name, ignore=IGNORE)
         wanted |= rewrite_git_deps(deps / name / "Cargo.toml", deps)
+    if fix:
+        patch_backend_profile(deps / "mcpg-plugin-host" / "src" / "native_loader.rs")
     (build / "Cargo.toml").write_text(
         '[workspace]\nresolver = "3"\nmembers = '
         + json.dumps(members)
@@ -210,6 +254,7 @@ def main() -> None:
     parser.add_argument("--out", default=str(ROOT / ".mcpg"))
     parser.add_argument("--skip-prepare", action="store_true", help="reuse .mcpg/build as it is")
     parser.add_argument("--only", choices=["mcpg", "plugins"], help="build one half")
+    parser.add_argument("--plugin", action="append", choices=list(PLUGINS), help="build only these plugins")
     parser.add_argument("--no-fix", action="store_true", help="leave out patch 5 (mcpg as released)")
     ns = parser.parse_args()
     if not ns.src or not ns.deps:
@@ -230,7 +275,7 @@ def main() -> None:
     if ns.only in (None, "plugins"):
         seconds = 0.0
         failed = []
-        for kind in PLUGINS:
+        for kind in ns.plugin or list(PLUGINS):
             pkg = PLUGINS[kind]
             try:
                 seconds += cargo(build, ["-p", pkg, "--lib", "--features", "cdylib-export"], target)
@@ -242,7 +287,7 @@ def main() -> None:
             dest.mkdir(parents=True, exist_ok=True)
             shutil.copy(so, dest / "plugin.so")
             shutil.copy(build / "plugins" / kind / "plugin.yaml", dest / "plugin.yaml")
-        report["plugins_seconds"] = round(seconds)
+        report["plugins_seconds"] = round(seconds) + (report.get("plugins_seconds", 0) if ns.plugin else 0)
         report["plugins_failed"] = failed
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     print("mcpg-oracle: built into", out, json.dumps(report))

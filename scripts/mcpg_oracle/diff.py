@@ -111,7 +111,11 @@ def main() -> None:
         checks = check_differences()
         print(f"mcpg-diff: mcpipe judges {len(checks)} configs of config-check.json otherwise than mcpg")
         target = HERE / "not_yet.json"
-        target.write_text(json.dumps({"served": not_yet, "config-check": checks}, indent=1, sort_keys=True) + "\n")
+        served = json.loads(target.read_text())["served"] if target.exists() else {}
+        for path in paths:  # the cases run now replace what was known of them
+            served.pop(path.stem, None)
+        served.update(not_yet)
+        target.write_text(json.dumps({"served": served, "config-check": checks}, indent=1, sort_keys=True) + "\n")
     sys.exit(0 if agree == len(paths) else 1)
 
 

@@ -291,3 +291,45 @@ def test_bad_gate_config_is_refused_located(gate, where, says):
     with pytest.raises(ConfigError) as err:
         parse_config(json.dumps({"access": {"gates": [gate]}}), "json", environ={}, base_dir=str(Path(__file__).parent))
     assert any(p.location == where and says in p.message for p in err.value.problems), err.value.problems
+
+
+async def test_refusals_can_answer_mcpgs_json_rpc_errors():
+    gates = [
+        {"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "tools": ["now"]},
+        {
+            "kind": "cedar",
+            "name": "authz",
+            "policies": 'permit(principal, action, resource);\n@id("no-fail")\n'
+            'forbid(principal, action, resource == Tool::"fail");',
+        },
+        {"kind": "rate_limit", "default_limit": 1},
+    ]
+    config = make_config(access={"gates": gates, "refusals": "error"})
+    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "", "arguments": {}, "_meta": META}}
+    async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+        answers = {}
+        for name, headers in (("now", {"x-forwarded-for": "8.8.8.8"}), ("fail", {}), ("echo", {}), ("echo", {})):
+            body["params"]["name"] = name
+            h = {
+                "accept": "application/json, text/event-stream",
+                "mcp-protocol-version": "2026-07-28",
+                "mcp-method": "tools/call",
+                "mcp-name": name,
+                **headers,
+            }
+            answers.setdefault(name, []).append((await http.post(url, json=body, headers=h)).json())
+    assert answers["now"][0]["error"] == {
+        "code": -32030,
+        "message": "Access denied: 8.8.8.8 not in IP allowlist",
+        "data": {"client_ip": "8.8.8.8"},
+    }
+    assert answers["fail"][0]["error"]["code"] == -33000
+    assert answers["fail"][0]["error"]["message"] == "Policy `authz` denied tool 'fail': cedar forbid: no-fail"
+    assert "result" in answers["echo"][0]
+    limited = answers["echo"][1]["error"]
+    assert limited["code"] == -32029 and limited["message"] == "Rate limit exceeded"
+    assert (
+        limited["data"]["limit"] == 1
+        and limited["data"]["window_ms"] == 60_000
+        and limited["data"]["retry_after_secs"] >= 1
+    )

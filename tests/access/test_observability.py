@@ -110,3 +110,21 @@ async def test_spans_reach_an_otlp_http_collector_at_v1_traces():
         thread.join()
     spans = _spans(received)
     assert spans and {a["service.name"] for a, _ in spans} == {"gw"}
+
+
+def test_the_log_is_also_appended_to_the_configured_file_as_json_lines(tmp_path):
+    import json
+    import logging
+
+    from mcpipe.server.cli import log_to_file
+
+    config = make_config(logs={"file": str(tmp_path / "gateway.log"), "format": "json"})
+    handler = log_to_file(config)
+    try:
+        logging.getLogger("mcpipe.test").warning("served %d calls", 3)
+    finally:
+        logging.getLogger().removeHandler(handler)
+        handler.close()
+    (line,) = (tmp_path / "gateway.log").read_text().splitlines()
+    record = json.loads(line)
+    assert (record["level"], record["logger"], record["message"]) == ("warning", "mcpipe.test", "served 3 calls")

@@ -50,3 +50,46 @@ async def test_the_mcpg_services_example_loads_unchanged_and_runs(nats_url: str,
     assert structured.pop("duration_ms") >= 0
     assert structured == {"pipeline": "customer_overview", "result": overview, "completed_steps": 4, "total_steps": 4}
     assert users.received[0]["body"] == {"id": 7}
+
+
+async def test_a_sql_bindings_session_vars_are_set_for_its_statement_from_the_caller(postgres_url: str) -> None:
+    """mcpg's ``session_vars`` (``set_config(key, value, true)`` before the statement, in its transaction: what
+    a row-level-security policy reads), each value a template of the call; a caller without the attribute
+    fails the call rather than running the statement unscoped."""
+    from mcpipe.tools import Identity
+    from mcpipe.tools._base import Request, ToolContext
+
+    text = json.dumps(
+        {
+            "mcp": {
+                "capabilities": {
+                    "tools": [
+                        {
+                            "name": "whoami",
+                            "description": "the tenant the statement sees",
+                            "governance": {"minimum_trust": "unauthenticated"},
+                            "backend": {
+                                "kind": "sql",
+                                "driver": "postgres",
+                                "url": postgres_url,
+                                "query": {
+                                    "sql": "SELECT current_setting('app.current_tenant') AS t",
+                                    "row_mode": "scalar",
+                                },
+                                "session_vars": {"app.current_tenant": "${identity.tenant}"},
+                            },
+                        }
+                    ]
+                }
+            }
+        }
+    )
+    config = parse_config(text, "json", environ={})
+    caller = Identity("alice", trust="verified", provider="oidc", attributes={"tenant": "acme"})
+    with trio.fail_after(30):
+        async with open_app(config) as app:
+            r = await app.gateway.call("whoami", {}, ToolContext(principal="alice", request=Request(identity=caller)))
+            anonymous = await app.gateway.call("whoami", {}, ToolContext())
+    assert not r.is_error and r.structured == "acme", r.content
+    assert r.meta == {"audit": {"backend_kind": "sql", "binding_profile": "whoami", "outcome": "success"}}
+    assert anonymous.is_error and "tenant" in anonymous.joined_text(), anonymous.content

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import os
+from collections.abc import Iterator
 
+import pytest
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -18,3 +21,11 @@ settings.register_profile(
     deadline=1000,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _collect_garbage_of_the_module() -> Iterator[None]:
+    """Collect what a module's in-process servers left unclosed (the SDK's anyio streams) before the next
+    module starts: its own warning filters apply to it, not those of whichever test the collector runs in."""
+    yield
+    gc.collect()

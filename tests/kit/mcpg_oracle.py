@@ -205,7 +205,9 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
     the bindings use (mcpg has none linked in, its conformance run.sh injects the mock one so), and
     (``trust_floor``) the caller's ``x-mcpg-subject-id`` header trusted, which makes ``RawMcp`` a
     header-asserted caller: mcpg's default trust floor for a binding (``HeaderAsserted``) hides every
-    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``)."""
+    binding from anonymous callers, and its remedy is this setting (mcpg's ``trust_ceiling_remedy``);
+    and ``license.non_production_use: true``, which the licence gate asks of an unlicensed deployment
+    that loads gated plugins (grpc, kafka)."""
     server: dict[str, Any] = {
         "bind_address": "127.0.0.1:{{port:mcp}}",
         "allow_private_backends": True,
@@ -215,6 +217,9 @@ def oracle_overlay(doc: dict[str, Any], trust_floor: bool = True) -> dict[str, A
         server["trust_subject_header"] = True
     over: dict[str, Any] = {
         "gateway": {"server": server, "plugin_registry": {"default_signature_policy": "disabled"}},
+        # Not a production deployment: mcpg's licence gate then admits its entitlement-gated plugins
+        # (grpc, kafka, ...), as its refusal message says.
+        "license": {"non_production_use": True},
     }
     kinds = {kind: pid for kind, pid in PLUGIN_IDS.items() if kind in _backend_kinds(doc)}
     rows = []
@@ -311,7 +316,11 @@ class StandIn:
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        class Server(ThreadingHTTPServer):
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                pass  # a client that hangs up early (a server capping what it reads) is not the stand-in's error
+
+        self.server = Server(("127.0.0.1", 0), Handler)
         self.port = int(self.server.server_address[1])
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
@@ -418,6 +427,55 @@ class NatsResponders:
         self._thread.join(10)
 
 
+class KafkaTopics:
+    """What a Kafka broker holds on some topics, read with mcpipe's own Kafka client: ``take`` returns the
+    records produced since the last ``take`` (topic, value, headers)."""
+
+    def __init__(self, bootstrap: str, topics: list[str]) -> None:
+        self.bootstrap, self.topics = bootstrap, topics
+        self.offsets: dict[tuple[str, int], int] = {}
+
+    def take(self) -> list[dict[str, Any]]:
+        import trio
+
+        from mcpipe.backends.kafka import KafkaClient
+
+        async def read() -> list[dict[str, Any]]:
+            out: list[dict[str, Any]] = []
+            client = KafkaClient(self.bootstrap, client_id="mcpg-oracle")
+            async with trio.open_nursery() as nursery:
+                await nursery.start(client.run)
+                for topic in self.topics:
+                    for partition in range(2):
+                        offset = self.offsets.get((topic, partition), 0)
+                        try:
+                            records, self.offsets[(topic, partition)] = await client.fetch(
+                                topic, partition, offset, max_wait_ms=100
+                            )
+                        except Exception:
+                            continue  # the topic does not exist (yet)
+                        for r in records:
+                            try:
+                                value: Any = json.loads(r.value) if r.value else None
+                            except ValueError:
+                                value = (r.value or b"").decode(errors="replace")
+                            headers = {
+                                k: (
+                                    "<masked>"
+                                    if k in VOLATILE_HEADERS or k == "correlation_id"
+                                    else (v or b"").decode()
+                                )
+                                for k, v in r.headers
+                            }
+                            out.append(
+                                {"topic": topic, "value": value, "headers": headers}
+                            )  # a keyless record lands on any partition
+                nursery.cancel_scope.cancel()
+            return out
+
+        return trio.run(read)
+
+
 @dataclass
 class CaseRun:
     """The services of one run: their ports by name, the scratch folder, and per service that records
@@ -469,9 +527,11 @@ def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
             if (s or {}).get("responders"):
                 responders = stack.enter_context(NatsResponders(url, s["responders"]))
                 recorders[name] = responders.take
-        for name in spec.get("kafka") or {}:
+        for name, s in (spec.get("kafka") or {}).items():
             bootstrap = stack.enter_context(realservers.kafka_broker())
             ports[name] = int(bootstrap.rsplit(":", 1)[1])
+            if (s or {}).get("topics"):
+                recorders[name] = KafkaTopics(bootstrap, s["topics"]).take
         for name in spec.get("grpc") or {}:
             from kit import grpcserver
 
@@ -513,9 +573,15 @@ class RawMcp:
         self.session: str | None = None
         self.next_id = 0
         self.notifications: list[dict[str, Any]] = []
+        self._conns: list[http.client.HTTPConnection] = []
+
+    def _close(self) -> None:
+        while self._conns:
+            self._conns.pop().close()
 
     def _post(self, message: dict[str, Any]) -> http.client.HTTPResponse:
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+        self._conns.append(conn)
         headers = {
             "Content-Type": "application/json",
             "Accept": "application/json, text/event-stream",
@@ -555,6 +621,12 @@ class RawMcp:
 
     def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         """Send one request; return the server's response message (``result`` or ``error``)."""
+        try:
+            return self._request(method, params)
+        finally:
+            self._close()
+
+    def _request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
         self.next_id += 1
         rid = self.next_id
         message: dict[str, Any] = {"jsonrpc": "2.0", "id": rid, "method": method}
@@ -586,7 +658,10 @@ class RawMcp:
         message: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
             message["params"] = params
-        self._post(message).read()
+        try:
+            self._post(message).read()
+        finally:
+            self._close()
 
     def initialize(self) -> dict[str, Any]:
         caps: dict[str, Any] = {}
@@ -688,10 +763,22 @@ def _unordered(method: str, response: dict[str, Any]) -> dict[str, Any]:
     return {**response, "result": {**response["result"], key: sorted(items, key=by)}}
 
 
+def _both_json(a: str, b: str) -> tuple[Any, Any] | None:
+    """Both texts parsed, when both are JSON documents (an object or an array): mcpg writes some
+    results as JSON text with its keys in hash order, which changes from run to run, so such texts are
+    compared as the values they hold."""
+    try:
+        pa, pb = json.loads(a), json.loads(b)
+    except ValueError:
+        return None
+    return (pa, pb) if isinstance(pa, (dict, list)) and isinstance(pb, (dict, list)) else None
+
+
 def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> list[str]:
     """Every difference between two lists of recorded calls, one line each (empty when they agree):
-    the responses (the items of a list in name order), what the services received (but the client-side
-    headers of ``VOLATILE_HEADERS``), and the notifications sent meanwhile (but mcpg's transport chatter)."""
+    the responses (the items of a list in name order, a text holding JSON as the value it holds), what
+    the services received (but the client-side headers of ``VOLATILE_HEADERS``), and the notifications
+    sent meanwhile (but mcpg's transport chatter)."""
     diffs: list[str] = []
 
     def walk(path: str, a: Any, b: Any) -> None:
@@ -708,6 +795,8 @@ def compare(expected: list[dict[str, Any]], actual: list[dict[str, Any]]) -> lis
                 diffs.append(f"{path}: {len(b)} items, expected {len(a)}")
             for i, (x, y) in enumerate(zip(a, b, strict=False)):
                 walk(f"{path}[{i}]", x, y)
+        elif isinstance(a, str) and isinstance(b, str) and a != b and (parsed := _both_json(a, b)):
+            walk(path + "(json)", *parsed)
         elif a != b:
             diffs.append(f"{path}: {json.dumps(b)[:300]} != expected {json.dumps(a)[:300]}")
 

@@ -13,6 +13,7 @@ import trio
 
 from kit.redis import redis_url as redis_server
 from mcpipe.store import RunQueue, RunRefused, open_queue
+from mcpipe.store._redis_runs import RedisRunQueue
 from mcpipe.store._sqlite import SqliteRunQueue
 
 
@@ -191,11 +192,10 @@ async def test_arguments_or_an_answer_past_max_run_bytes_are_refused_or_kept_as_
     assert events[-1].type == "failed"
 
 
-async def test_the_sqlite_queue_drops_the_oldest_finished_runs_past_max_runs_and_max_bytes(tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+async def test_the_queue_drops_the_oldest_finished_runs_past_max_runs_and_max_bytes(kind, tmp_path):
     with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            q = open_queue(str(tmp_path / "runs.sqlite3"), max_runs=3, max_bytes=20_000)
-            await nursery.start(q.run)
+        async with _queue(kind, tmp_path, max_runs=3, max_bytes=20_000) as q:
             for i in range(6):
                 await q.enqueue("mcp_pipe", {"i": i}, run_id=f"r{i}")
                 assert await q.lease("w", 30, 1) is not None
@@ -207,20 +207,18 @@ async def test_the_sqlite_queue_drops_the_oldest_finished_runs_past_max_runs_and
                 assert await q.lease("w", 30, 1) is not None
                 assert await q.finish(f"r{i}", "w", "completed", {"content": [], "isError": False})
             by_bytes = sorted(r.id for r in await q.runs())
-            assert isinstance(q, SqliteRunQueue)
+            assert isinstance(q, SqliteRunQueue | RedisRunQueue)
             count, total = await q.usage()
             old_events = await q.events("r0")
-            nursery.cancel_scope.cancel()
     assert by_count == ["r3", "r4", "r5"]
     assert by_bytes == ["r7", "r8", "r9"] and count == 3 and total <= 20_000
     assert old_events == []  # a dropped run's events go with it
 
 
-async def test_a_sqlite_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_once_one_has_finished(tmp_path):
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_once_one_has_finished(kind, tmp_path):
     with trio.fail_after(20):
-        async with trio.open_nursery() as nursery:
-            q = open_queue(str(tmp_path / "runs.sqlite3"), max_runs=2)
-            await nursery.start(q.run)
+        async with _queue(kind, tmp_path, max_runs=2) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             await q.enqueue("mcp_pipe", {}, run_id="r2")
             with pytest.raises(RunRefused) as refused:
@@ -229,9 +227,130 @@ async def test_a_sqlite_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_o
             assert await q.finish("r1", "w", "completed", {"content": []})
             await q.enqueue("mcp_pipe", {}, run_id="r3")  # r1 finished: it goes, r3 comes
             kept = sorted(r.id for r in await q.runs())
-            nursery.cancel_scope.cancel()
     assert str(refused.value) == (
         "the run queue is full: 2 runs are queued or running, the most it keeps is 2 ([runs] max_runs); "
         "try again once some have finished"
     )
     assert kept == ["r2", "r3"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_one_principal_cannot_have_more_live_runs_than_its_quota_and_others_still_can(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path, max_runs=10, max_runs_per_principal=3) as q:
+            for i in range(3):
+                await q.enqueue("mcp_pipe", {}, principal="mallory", run_id=f"m{i}")
+            with pytest.raises(RunRefused) as refused:
+                await q.enqueue("mcp_pipe", {}, principal="mallory", run_id="m3")
+            for i in range(3):  # everyone else still gets runs
+                await q.enqueue("mcp_pipe", {}, principal=f"p{i}", run_id=f"p{i}")
+            await q.enqueue("mcp_pipe", {}, run_id="anonymous")
+            assert (await q.cancel("m0")) is not None  # a finished run no longer counts
+            await q.enqueue("mcp_pipe", {}, principal="mallory", run_id="m3")
+    assert str(refused.value) == (
+        "principal 'mallory' has 3 runs queued, running or waiting for input; one principal may have at most 3 "
+        "([runs] max_runs_per_principal); try again once some have finished"
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_one_principals_live_runs_are_bounded_in_bytes(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path, max_bytes_per_principal=10_000) as q:
+            await q.enqueue("mcp_pipe", {"v": "x" * 6000}, principal="mallory")
+            with pytest.raises(RunRefused, match=r"\(\[runs\] max_bytes_per_principal\)"):
+                await q.enqueue("mcp_pipe", {"v": "x" * 6000}, principal="mallory")
+            await q.enqueue("mcp_pipe", {"v": "x" * 6000}, principal="alice")
+
+
+async def _park(q: RunQueue, run_id: str, principal: str) -> None:
+    """Queue a run and leave it waiting for its client's input (as a task that asked)."""
+    await q.enqueue("confirm", {}, principal=principal, run_id=run_id, meta={"capabilities": {}})
+    got = await q.lease("w", 30, 1)
+    assert got is not None and got.id == run_id
+    assert await q.suspend(run_id, "w", {"q1": {"key": "confirm", "request": {"method": "elicitation/create"}}})
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_run_waiting_for_input_past_parked_ttl_fails_and_frees_its_principals_room(kind, tmp_path):
+    with trio.fail_after(20):
+        async with _queue(kind, tmp_path, max_runs_per_principal=2, parked_ttl_s=0.5) as q:
+            await _park(q, "a", "mallory")
+            await _park(q, "b", "mallory")
+            with pytest.raises(RunRefused):
+                await q.enqueue("mcp_pipe", {}, principal="mallory", run_id="c")
+            await trio.sleep(0.6)
+            await q.enqueue("mcp_pipe", {}, principal="mallory", run_id="c")  # the parked runs expired first
+            late = await q.answer("a", {"q1": {"action": "accept"}})
+            expired = await q.get("b")
+            events = await q.events("b")
+    for info in (late, expired):
+        assert info is not None and info.status == "failed"
+        assert info.answer["error"]["code"] == -32001
+        assert info.answer["error"]["message"].startswith(
+            "TIMEOUT: the run waited for its client's input for more than 0.5 s ([runs] parked_ttl_s)"
+        )
+    assert events[-1].type == "failed" and events[-1].data == {"ok": False, "expired": True}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_parked_runs_past_their_time_expire_when_a_server_starts_again(kind, tmp_path):
+    with trio.fail_after(30):
+        async with trio.open_nursery() as nursery:
+            if kind == "sqlite":
+                url = str(tmp_path / "runs.sqlite3")
+                queue = open_queue(url, parked_ttl_s=0.3)
+                await nursery.start(queue.run)
+                await _park(queue, "a", "mallory")
+                nursery.cancel_scope.cancel()
+            else:
+                async with redis_server(tmp_path) as url:
+                    async with trio.open_nursery() as inner:
+                        queue = open_queue(url, prefix="t", parked_ttl_s=0.3)
+                        await inner.start(queue.run)
+                        await _park(queue, "a", "mallory")
+                        inner.cancel_scope.cancel()
+                    await trio.sleep(0.4)  # no server runs meanwhile
+                    async with trio.open_nursery() as inner:
+                        again = open_queue(url, prefix="t", parked_ttl_s=0.3)
+                        await inner.start(again.run)  # sweeps once when it starts
+                        after = await again.get("a")
+                        inner.cancel_scope.cancel()
+        if kind == "sqlite":
+            await trio.sleep(0.4)
+            async with trio.open_nursery() as nursery:
+                again = open_queue(url, parked_ttl_s=0.3)
+                await nursery.start(again.run)
+                after = await again.get("a")
+                nursery.cancel_scope.cancel()
+    assert after is not None and after.status == "failed" and after.answer["error"]["code"] == -32001
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_runs_events_are_bounded_in_count_and_bytes_and_charged_to_it(kind, tmp_path):
+    with trio.fail_after(30):
+        async with _queue(kind, tmp_path, max_run_events=50, max_run_bytes=64 * 1024) as q:
+            await q.enqueue("mcp_pipe", {}, run_id="r1")
+            assert await q.lease("w", 30, 1) is not None
+            before = (await q.usage())[1]
+            path = "p" * 40_000  # a 40 KB step id, as the attack had
+            for i in range(20):
+                batch = [("step_started", {"path": f"{path}/{i}/{j}"}) for j in range(10)]
+                assert await q.save("r1", "w", {}, batch)
+            after = (await q.usage())[1]
+            assert await q.finish("r1", "w", "completed", {"content": [], "isError": False})
+            events = await q.events("r1", limit=1000)
+            small = await q.enqueue("mcp_pipe", {}, run_id="r2")
+            assert await q.lease("w", 30, 1) is not None
+            for i in range(100):
+                await q.emit("r2", "producer", [("custom", {"i": i})])
+            many = await q.events("r2", limit=1000)
+    types = [e.type for e in events]
+    assert types.count("events_dropped") == 1 and types[-1] == "completed"
+    assert len(events) <= 50 + 2
+    cut = events[2].data["path"]
+    assert len(cut) < 400 and cut.endswith("(40004 characters)")
+    assert 0 < after - before <= 64 * 1024  # charged, within the run's bytes
+    assert small.id == "r2"
+    assert [e.type for e in many].count("custom") == 50 - 2  # enqueued, leased, then custom up to 50
+    assert many[-1].type == "events_dropped" and many[-1].data == {"limit": "[runs] max_run_events"}

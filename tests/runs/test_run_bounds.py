@@ -102,5 +102,5 @@ async def test_a_background_answer_past_max_run_bytes_is_kept_as_an_output_too_l
             done = await client.call_tool("pipe_result", {"run_id": run_id, "wait_ms": 10000})
             status = (await client.call_tool("pipe_status", {"run_id": run_id})).structured_content
     assert done.is_error and done.content[0].text.startswith("OUTPUT_TOO_LARGE: the run's answer is ")
-    assert "at most 65536 with its arguments ([runs] max_run_bytes)" in done.content[0].text
+    assert "at most 65536 with its arguments and events ([runs] max_run_bytes)" in done.content[0].text
     assert status["status"] == "failed"

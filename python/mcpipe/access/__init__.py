@@ -26,7 +26,7 @@ from mcpipe.access._config import (
     check_oidc,
 )
 from mcpipe.access._credentials import CredentialError, Credentials, Issued
-from mcpipe.access._gates import GateRefusal, Gates, build_gates, client_ip
+from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "CredentialError",
     "Credentials",
     "EnvCredential",
+    "GateDenied",
     "GateRefusal",
     "Gates",
     "IdJag",

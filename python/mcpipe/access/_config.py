@@ -204,6 +204,10 @@ class AccessConfig(_Base):
     """``[access]``: the gates every tool call passes, in order (the first refusal wins)."""
 
     gates: list[Gate] = []
+    refusals: Literal["result", "error"] = "result"
+    """How a refused call answers: ``result``, an ``isError`` result (``FORBIDDEN: ...``, ``LIMIT_EXCEEDED: ...``);
+    ``error``, the JSON-RPC error mcpg's plugin of that kind answers (``-32029`` rate limited, ``-32030`` not
+    in the allowlist, ``-33000`` a policy denied)."""
 
 
 # -- credentials ------------------------------------------------------------------------------------------

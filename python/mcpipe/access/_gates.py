@@ -28,18 +28,33 @@ from mcpipe.access._config import AccessConfig, CedarGate, IpAllowlistGate, Rate
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["Gate", "GateRefusal", "Gates", "build_gates", "client_ip", "tool_globs"]
+__all__ = ["Gate", "GateDenied", "GateRefusal", "Gates", "build_gates", "client_ip", "tool_globs"]
 
 _log = logging.getLogger("mcpipe.access")
 
 
 class GateRefusal(MCPipeError):
-    """A gate refused a call (``code``: ``FORBIDDEN``, ``LIMIT_EXCEEDED``)."""
+    """A gate refused a call (``code``: ``FORBIDDEN``, ``LIMIT_EXCEEDED``). ``rpc_code``, ``rpc_message`` and
+    ``data`` are the JSON-RPC error mcpg's plugin of the same kind answers (``[access] refusals = "error"``)."""
 
-    def __init__(self, gate: str, code: str, message: str) -> None:
+    def __init__(
+        self, gate: str, code: str, message: str, rpc: tuple[int, str] = (-32603, ""), data: Any = None
+    ) -> None:
         super().__init__(message)
         self.gate = gate
         self.code = code
+        self.rpc_code, self.rpc_message = rpc[0], rpc[1] or message
+        self.data = data
+
+
+class GateDenied(MCPipeError):
+    """A gate's refusal answered as a JSON-RPC error (``[access] refusals = "error"``, mcpg's way)."""
+
+    def __init__(self, refusal: GateRefusal) -> None:
+        super().__init__(refusal.rpc_message)
+        self.code = refusal.code
+        self.rpc_code = refusal.rpc_code
+        self.data = refusal.data
 
 
 def tool_globs(patterns: Sequence[str]) -> Callable[[str], bool]:
@@ -77,7 +92,10 @@ class CedarPolicyGate(Gate):
     def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
         verdict = self.engine.decide(tool, args, ctx.principal)
         if verdict.effect == "deny":
-            raise GateRefusal(self.name, ErrorCode.FORBIDDEN, f"policy `{self.name}` denied '{tool}': {verdict.reason}")
+            rpc = (-33000, f"Policy `{self.name}` denied tool '{tool}': {verdict.reason}")
+            raise GateRefusal(
+                self.name, ErrorCode.FORBIDDEN, f"policy `{self.name}` denied '{tool}': {verdict.reason}", rpc
+            )
         return verdict.effect
 
 
@@ -141,10 +159,13 @@ class RateLimiter(Gate):
             bucket.tokens -= 1
             return "allow"
         retry_after = max(1, int(-(-(1 - bucket.tokens) // (rate * 1000))))
+        data = {"retry_after_secs": retry_after, "limit": rule.limit, "window_ms": rule.window_ms, "remaining": 0}
         raise GateRefusal(
             self.name,
             ErrorCode.LIMIT_EXCEEDED,
             f"rate limit of '{tool}' reached ({rule.limit} calls per {rule.window_ms} ms); retry after {retry_after} s",
+            (-32029, "Rate limit exceeded"),
+            data,
         )
 
     def _sweep(self, now: float) -> None:
@@ -177,11 +198,14 @@ class IpAllowlist(Gate):
             return "defer"
         address = _address(ctx.request.client_addresses.get(self.header))
         if address is None:
-            raise GateRefusal(self.name, ErrorCode.FORBIDDEN, f"'{tool}' refused: the caller's address is not known")
-        if not any(address in n for n in self.networks):
+            rpc = (-32030, "Access denied: client IP not available")
             raise GateRefusal(
-                self.name, ErrorCode.FORBIDDEN, f"'{tool}' refused: {address} is not in the allowed networks"
+                self.name, ErrorCode.FORBIDDEN, f"'{tool}' refused: the caller's address is not known", rpc
             )
+        if not any(address in n for n in self.networks):
+            rpc = (-32030, f"Access denied: {address} not in IP allowlist")
+            message = f"'{tool}' refused: {address} is not in the allowed networks"
+            raise GateRefusal(self.name, ErrorCode.FORBIDDEN, message, rpc, {"client_ip": str(address)})
         return "allow"
 
 

@@ -28,7 +28,7 @@ from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord
 from mcpipe.runs._service import caller_request
 from mcpipe.runtime import run_pipeline
-from mcpipe.store import RunInfo, RunQueue
+from mcpipe.store import RunInfo, RunQueue, StoreUnavailable
 from mcpipe.tools import ToolContext, ToolResult
 
 INTERNAL_ERROR = -32603
@@ -99,6 +99,7 @@ class Worker:
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Lease and execute runs until cancelled (start it with ``nursery.start``)."""
         slots = trio.Semaphore(self.concurrency)
+        down = False
         async with trio.open_nursery() as nursery:
             task_status.started()
             while True:
@@ -107,11 +108,22 @@ class Worker:
                     info = await self.queue.lease(self.id, self.lease_s, self.wait_s)
                 except trio.Cancelled:
                     raise
+                except StoreUnavailable as exc:
+                    slots.release()
+                    # One line when the queue goes away, one when it is back: not a traceback a second.
+                    if not down:
+                        _log.warning("worker %s: %s; retrying every second", self.id, exc)
+                    down = True
+                    await trio.sleep(1.0)
+                    continue
                 except Exception:
                     slots.release()
                     _log.exception("worker %s: leasing failed; retrying in 1 s", self.id)
                     await trio.sleep(1.0)
                     continue
+                if down:
+                    _log.warning("worker %s: the run queue answers again", self.id)
+                    down = False
                 if info is None:
                     slots.release()
                     continue
@@ -122,8 +134,12 @@ class Worker:
             await self.execute(info)
         except trio.Cancelled:
             raise
-        except Exception:
-            _log.exception("worker %s: run %s failed outside its pipeline", self.id, info.id)
+        except Exception as exc:
+            if (down := only(exc, StoreUnavailable)) is not None:
+                # Its lease runs out; a worker takes it over once the queue is back.
+                _log.warning("worker %s: run %s stopped: %s", self.id, info.id, down)
+            else:
+                _log.exception("worker %s: run %s failed outside its pipeline", self.id, info.id)
         finally:
             slots.release()
 
@@ -159,6 +175,9 @@ class Worker:
                             renewal = await self.queue.renew(info.id, self.id, self.lease_s)
                         except trio.Cancelled:
                             raise
+                        except StoreUnavailable as exc:
+                            _log.warning("worker %s: renewing run %s failed: %s", self.id, info.id, exc)
+                            continue
                         except Exception:
                             _log.exception("worker %s: renewing run %s failed", self.id, info.id)
                             continue

@@ -162,28 +162,25 @@ def shares_runs(config: Config) -> bool:
 def run_queue(config: Config) -> RunQueue:
     """The queue background runs wait in: Redis Streams when ``[store] url`` is Redis, else the SQLite file
     ``[runs] path`` (unset: an in-memory database of this process)."""
-    retention = config.runs.retention_s
+    r = config.runs
+    bounds = {
+        "retention_s": r.retention_s,
+        "max_run_bytes": r.max_run_bytes,
+        "max_run_events": r.max_run_events,
+        "max_runs": r.max_runs,
+        "max_bytes": r.max_bytes,
+        "max_runs_per_principal": r.max_runs_per_principal,
+        "max_bytes_per_principal": r.max_bytes_per_principal,
+        "parked_ttl_s": r.parked_ttl_s,
+    }
     if config.store.url.startswith(_REDIS):
         timeout = config.store.timeout_ms / 1000
-        return open_queue(
-            config.store.url,
-            retention_s=retention,
-            prefix=config.store.prefix,
-            timeout_s=timeout,
-            max_run_bytes=config.runs.max_run_bytes,
-        )
-    if config.runs.path:
-        path = resolve_path(config, config.runs.path)
+        return open_queue(config.store.url, prefix=config.store.prefix, timeout_s=timeout, **bounds)
+    if r.path:
+        path = resolve_path(config, r.path)
     else:
         path = f"file:mcpipe-runs-{new_worker_id().replace(':', '-')}?mode=memory&cache=shared"
-    return open_queue(
-        "sqlite://" + path,
-        retention_s=retention,
-        poll_s=config.runs.poll_ms / 1000,
-        max_run_bytes=config.runs.max_run_bytes,
-        max_runs=config.runs.max_runs,
-        max_bytes=config.runs.max_bytes,
-    )
+    return open_queue("sqlite://" + path, poll_s=r.poll_ms / 1000, **bounds)
 
 
 def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str | None = None) -> Worker:
@@ -265,6 +262,7 @@ async def open_app(
         ready=downstreams.ready if downstreams.lazy else None,
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
+        refusals=config.access.refusals,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
@@ -284,7 +282,9 @@ async def open_app(
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
-        tel = telemetry.configure(config.telemetry, service=config.name, known=_known_names(gateway))
+        tel = telemetry.configure(
+            config.telemetry, service=config.name, known=_known_names(gateway, config.telemetry.max_tool_labels)
+        )
     except ValueError as exc:
         raise ConfigError([Problem("telemetry.traces", "INVALID_CONFIG", str(exc))]) from None
     try:
@@ -323,14 +323,16 @@ async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams
         await trio.sleep(DOWNSTREAM_REPORT_S)
 
 
-def _known_names(gateway: Gateway) -> Any:
-    """Which tool names may label metrics: those the gateway knows (remembered), and ``mcp_pipe``."""
+def _known_names(gateway: Gateway, limit: int) -> Any:
+    """Which tool names may label metrics: ``mcp_pipe``, and the first ``limit`` others the gateway knows that
+    are called (remembered): a server with 100 000 tools, or a downstream changing its list, cannot make the
+    metrics grow past ``limit`` labels (``[telemetry] max_tool_labels``; the rest count as ``other``)."""
     seen: set[str] = {PIPE_TOOL}
 
     def known(name: str) -> bool:
         if name in seen:
             return True
-        if gateway.get(name) is not None and len(seen) < 10_000:
+        if len(seen) <= limit and gateway.get(name) is not None:
             seen.add(name)
             return True
         return False

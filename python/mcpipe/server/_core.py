@@ -25,6 +25,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe import telemetry
 from mcpipe._json import dumps
+from mcpipe.access import GateDenied
 from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
@@ -36,8 +37,8 @@ from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
-from mcpipe.server._tasks import Tasks, declares_tasks, required_error
-from mcpipe.store import RunRefused
+from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
+from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
 from mcpipe.tools.downstream import Downstreams
@@ -290,7 +291,7 @@ class PipeRunner:
         if self.gateway.gates is not None:  # mcp_pipe passes the gates too (its steps do, each as a call)
             try:
                 self.gateway.admit(PIPE_TOOL, args if isinstance(args, dict) else {}, ctx)
-            except CallError as exc:
+            except (CallError, GateDenied) as exc:
                 return invalid_answer([Problem("", exc.code, str(exc))], time.perf_counter())
         if isinstance(args, dict) and "background" in args:
             return await self.submit(args, ctx)
@@ -515,9 +516,14 @@ class ToolHandlers:
         if self.tasks is not None and (support := self.tasks.support(params.name)) is not None:
             capabilities = ctx.session.client_capabilities
             if declares_tasks(capabilities):
-                if ctx.protocol_version in _MODERN and getattr(self.gateway.get(params.name), "ask_before_task", False):
-                    return await self.ask_then_task(ctx, params, tctx, capabilities)
-                return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
+                try:
+                    if ctx.protocol_version in _MODERN and getattr(
+                        self.gateway.get(params.name), "ask_before_task", False
+                    ):
+                        return await self.ask_then_task(ctx, params, tctx, capabilities)
+                    return await self.create_task(params.name, params.arguments or {}, tctx, capabilities)
+                except StoreUnavailable as exc:
+                    raise store_unavailable(exc) from None
             if support == "required":
                 raise required_error()
         out = await sdk_call(self, ctx, params, tctx)
@@ -540,6 +546,8 @@ class ToolHandlers:
                     if tel is None:
                         return await self._call(name, args, tctx)
                     return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx))
+                except StoreUnavailable as exc:  # the run queue (a background run, the pipe_* tools)
+                    raise store_unavailable(exc) from None
                 finally:
                     self._in_flight.discard(scope)
                     if not self._in_flight:
@@ -555,6 +563,8 @@ class ToolHandlers:
             return await self.gateway.invoke(tool, args, tctx)
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
+        except GateDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
 
@@ -595,9 +605,11 @@ class ToolHandlers:
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
+        except GateDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             return _error_result(f"{exc.code}: {exc}")
-        except trio.Cancelled:
+        except (trio.Cancelled, StoreUnavailable):
             raise
         except Exception as exc:
             _log.exception("tool %r raised", name)
@@ -620,9 +632,9 @@ class ToolHandlers:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
-        check = getattr(self.gateway.get(name), "check_args", None)
+        check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
-            args, errors = check(args)
+            args, errors = await check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
         try:
@@ -661,9 +673,9 @@ class ToolHandlers:
         assert tool is not None and self.runs is not None
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
-        check = getattr(tool, "check_args", None)
+        check = getattr(tool, "check_args_async", None)
         if check is not None:
-            args, errors = check(args)
+            args, errors = await check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
         try:

@@ -19,6 +19,7 @@ as it would be without resumability).
 
 from __future__ import annotations
 
+import contextvars
 import itertools
 import logging
 from collections import OrderedDict, deque
@@ -27,6 +28,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 import anyio
+import orjson
 from mcp.server.auth.middleware.bearer_auth import AuthorizationContext
 from mcp.server.streamable_http import (
     EventCallback,
@@ -39,8 +41,12 @@ from mcp.server.streamable_http import (
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared._context_streams import ContextSendStream
 from mcp_types import JSONRPCMessage
+from mcp_types.jsonrpc import INTERNAL_ERROR
+from starlette.types import Receive, Scope, Send
 
-__all__ = ["InMemoryEventStore", "ResumableSessionManager", "SessionEvents"]
+from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+
+__all__ = ["InMemoryEventStore", "ResumableSessionManager", "SessionEvents", "TooManySessions", "session_owner"]
 
 _log = logging.getLogger("mcpipe.http")
 T = TypeVar("T")
@@ -126,16 +132,81 @@ class SessionEvents(EventStore):
         return await self.store._replay(self.id, last_event_id, send_callback)
 
 
+class TooManySessions(Exception):
+    """A principal opening a session past ``max_sessions_per_principal``."""
+
+    def __init__(self, owner: str, limit: int) -> None:
+        super().__init__(
+            f"too many open sessions for {owner}: {limit}, the most one principal may have "
+            "([http] max_sessions_per_principal); end one (DELETE) or let one idle out, then try again"
+        )
+
+
+_OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcpipe_session_owner", default=None)
+
+
+def session_owner(scope: Scope) -> str:
+    """Whose sessions a request's count against: its principal (bearer auth), else its client's address."""
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    if principal is not None:
+        return f"principal {principal!r}"
+    client = scope.get("client")
+    return f"client {client[0]}" if client else "client unknown"
+
+
 class ResumableSessionManager(StreamableHTTPSessionManager):
-    """The SDK's session manager, giving every new 2025-11-25 session its own view of ``events``.
+    """The SDK's session manager, giving every new 2025-11-25 session its own view of ``events``, and each
+    principal at most ``max_sessions_per_principal`` sessions (:func:`session_owner`: a principal, or without
+    auth a client address), so one cannot take every session (the SDK's ``max_sessions``) from the others.
 
     The manager hands ``self.event_store`` to each session's transport as it creates it; reading it here
     makes a new view each time.
     """
 
-    def __init__(self, *args: Any, events: InMemoryEventStore | None, **kw: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        events: InMemoryEventStore | None,
+        max_sessions_per_principal: int | None = None,
+        **kw: Any,
+    ) -> None:
         self._events = events
+        self.max_sessions_per_principal = max_sessions_per_principal
+        self._owner_of: dict[str, str] = {}  # session id -> its owner
+        self._owned: dict[str, int] = {}  # owner -> how many sessions it has open
         super().__init__(*args, **kw)
+
+    async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
+        token = _OWNER.set(session_owner(scope))
+        try:
+            await super()._handle_stateful_request(scope, receive, send)
+        except TooManySessions as exc:  # raised before anything was sent
+            _log.warning("refused a session: %s", exc)
+            body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": str(exc)}})
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 429,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"retry-after", b"60"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+        finally:
+            _OWNER.reset(token)
+
+    async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
+        owner = self._owner_of.pop(session_id, None)
+        if owner is not None:
+            left = self._owned[owner] - 1
+            if left:
+                self._owned[owner] = left
+            else:
+                del self._owned[owner]
+        await super()._discard_session(session_id, transport)
 
     @property
     def event_store(self) -> EventStore | None:
@@ -147,9 +218,16 @@ class ResumableSessionManager(StreamableHTTPSessionManager):
             raise TypeError("give ResumableSessionManager its store as `events`")
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
+        owner = _OWNER.get()
+        limit = self.max_sessions_per_principal
+        if owner is not None and limit is not None and self._owned.get(owner, 0) >= limit:
+            raise TooManySessions(owner, limit)
         transport = super()._admit_session(requestor)
         if transport is not None:
             transport.__class__ = SessionTransport
+            if owner is not None and transport.mcp_session_id is not None:
+                self._owner_of[transport.mcp_session_id] = owner
+                self._owned[owner] = self._owned.get(owner, 0) + 1
         return transport
 
 

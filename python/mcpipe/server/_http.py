@@ -1,11 +1,17 @@
 """Streamable HTTP: the SDK's session manager behind a small ASGI front, served by hypercorn's trio worker.
 
-The front does three things before a request reaches the SDK: ``/healthz`` and ``/metrics``; bearer-token auth (the
-token's principal goes into the ASGI scope, where the tool handlers read it, and into ``scope["user"]``,
-so the SDK binds each 2025-11-25 session to the credential that opened it); and 404 for every other path.
-Both protocol eras are the session manager's: a 2026-07-28 request (``MCP-Protocol-Version`` header) is
-served statelessly, anything else through ``initialize`` and a session. DNS-rebinding protection (Host
-and Origin checks) is on by default.
+The front does three things before a request reaches the SDK: ``/healthz``, ``/metrics`` and ``/workflow``;
+bearer-token auth (the token's principal goes into the ASGI scope, where the tool handlers read it, and into
+``scope["user"]``, so the SDK binds each 2025-11-25 session to the credential that opened it); and 404 for
+every other path. Both protocol eras are the session manager's: a 2026-07-28 request
+(``MCP-Protocol-Version`` header) is served statelessly, anything else through ``initialize`` and a session.
+
+Every route gets the same front checks as MCP: DNS-rebinding protection (the Host header must name this
+server, a browser's Origin too: on by default; a POST must be ``application/json``, so a cross-site form or
+``text/plain`` post cannot reach a route), and a request body must arrive within ``body_timeout_s``.
+``/healthz`` answers any Host (a load balancer's probe names the address it dialled), but says only
+``{"ok": true}`` to a Host it does not know. Connections are bounded below the descriptor limit
+(:mod:`mcpipe.server._listen`).
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from typing import Any, NamedTuple
 import orjson
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio import serve as hypercorn_serve
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecuritySettings
+from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcpipe.access import Authenticator, Rejected, client_ip
@@ -34,6 +40,7 @@ from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
+from mcpipe.server._listen import default_max_connections, serve_bounded
 from mcpipe.telemetry import metrics_text
 from mcpipe.tools import Identity
 
@@ -165,8 +172,10 @@ class HttpFront:
         fast: FastToolCall | None = None,
         max_body: int = 4 * 1024 * 1024,
         body_timeout_s: float = 30.0,
+        security: TransportSecuritySettings | None = None,
     ):
         self.app = app
+        self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.manager = manager
@@ -244,6 +253,14 @@ class HttpFront:
                     if served:
                         return
                 await self.manager.handle_request(scope, receive, send)
+            elif path == self.health_path:
+                if self._known(scope):
+                    body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
+                else:
+                    body = orjson.dumps({"ok": True})  # a Host it does not know learns nothing more
+                await _respond(send, 200, body)
+            elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
+                await refusal(scope, receive, send)
             elif path == self.metrics_path and self.metrics:
                 if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
@@ -262,9 +279,6 @@ class HttpFront:
                 await send({"type": "http.response.body", "body": body})
             elif path == "/workflow" and (self.app.config.workflow is not None or self.app.config.piraeus is not None):
                 await self.workflow(scope, receive, send)
-            elif path == self.health_path:
-                body = orjson.dumps({"ok": True, "servers": self.app.downstreams.status()})
-                await _respond(send, 200, body)
             else:
                 await _respond(send, 404, _NOT_FOUND)
         elif kind == "lifespan":
@@ -276,8 +290,27 @@ class HttpFront:
                     await send({"type": "lifespan.shutdown.complete"})
                     return
 
+    def _known(self, scope: Scope) -> bool:
+        """Whether the request names this server (its Host, and its Origin if any), checked quietly."""
+        settings = self.security.settings
+        if not settings.enable_dns_rebinding_protection:
+            return True
+        host = origin = ""
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value.decode("latin-1")
+            elif name == b"origin":
+                origin = value.decode("latin-1")
+        return _matches(host, settings.allowed_hosts) and (not origin or _matches(origin, settings.allowed_origins))
+
+    async def _refused(self, scope: Scope, *, post: bool) -> Any:
+        """The answer to a request the front checks refuse (a Host or Origin this server does not know, a POST
+        that is not JSON: the SDK's own checks of ``/mcp``, applied to every route), or None."""
+        return await self.security.validate_request(Request(scope), is_post=post)
+
     async def workflow(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """``POST /workflow`` (``docs/workflow.md``), behind the same bearer auth as MCP."""
+        """``POST /workflow`` (``docs/workflow.md``), behind the same bearer auth, front checks and body deadline
+        as MCP."""
         from mcpipe.workflow._http import workflow_endpoint
 
         principal = None
@@ -286,6 +319,14 @@ class HttpFront:
                 await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                 return
             principal = scope[PRINCIPAL_SCOPE_KEY]
+        if scope["method"] == "POST":
+            read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+            if read is None:
+                await _respond(send, 408, self._slow_body)
+                return
+            if read.gone:
+                return
+            receive = replaying(read.data, read.more, receive)
         await workflow_endpoint(
             self.app.gateway, scope, receive, send, principal=principal, max_body=self.app.config.http.max_body_bytes
         )
@@ -326,6 +367,11 @@ class HttpFront:
                     scope[PRINCIPAL_SCOPE_KEY] = subject
                     return True
         return True
+
+
+def _matches(value: str, allowed: list[str]) -> bool:
+    """``value`` is one of ``allowed``, or ``NAME:PORT`` of an allowed ``NAME:*`` (the SDK's matching)."""
+    return bool(value) and any(value == a or (a.endswith(":*") and value.startswith(a[:-1])) for a in allowed)
 
 
 async def signalled() -> None:
@@ -414,6 +460,8 @@ async def serve_http(
         stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
         events=events if resumable and listen_fd is None else None,
         retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
+        max_sessions=h.max_sessions,
+        max_sessions_per_principal=h.max_sessions_per_principal,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -434,6 +482,7 @@ async def serve_http(
         fast=fast if fast_path else None,
         max_body=h.max_body_bytes,
         body_timeout_s=h.body_timeout_s,
+        security=security,
     )
     hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
     if h.tls is not None:
@@ -449,7 +498,8 @@ async def serve_http(
     async with manager.run(), trio.open_nursery() as nursery:
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
         trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
-        binds = await nursery.start(partial(hypercorn_serve, app_, hc, shutdown_trigger=trigger))
+        limit = h.max_connections or default_max_connections()
+        binds = await nursery.start(partial(serve_bounded, app_, hc, max_connections=limit, shutdown_trigger=trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)

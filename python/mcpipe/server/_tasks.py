@@ -15,22 +15,27 @@ with a JSON-RPC ``error``; a cancelled one is ``cancelled``.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
+from functools import wraps
 from typing import Any, Literal
 
 from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams
-from mcp_types.jsonrpc import INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
+from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from pydantic import ConfigDict, Field
 
 from mcpipe._util import PIPE_TOOL
 from mcpipe.runs import Runs
-from mcpipe.store import RunInfo
+from mcpipe.store import RunInfo, StoreUnavailable
 from mcpipe.tools import ToolContext
 
-__all__ = ["TASKS", "TaskSupport", "Tasks", "declares_tasks"]
+__all__ = ["TASKS", "TaskSupport", "Tasks", "declares_tasks", "store_unavailable"]
+
+_log = logging.getLogger("mcpipe.server")
 
 TASKS = "io.modelcontextprotocol/tasks"
 POLL_INTERVAL_MS = 500
@@ -61,6 +66,29 @@ def _missing() -> MCPError:
         message=f"the client did not declare the required extension {TASKS!r}",
         data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
     )
+
+
+def store_unavailable(exc: StoreUnavailable) -> MCPError:
+    """The answer of a call the run queue (or the pipeline store) cannot serve now: a JSON-RPC internal error
+    naming the store (``data.reason = "store_unavailable"``), logged in one line; the client may send the same
+    request again once the store is back (``docs/deployment.md``)."""
+    _log.warning("%s", exc)
+    return MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
+
+
+def _serving(
+    method: Callable[[Tasks, ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]],
+) -> Callable[[Tasks, ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]]:
+    """A ``tasks/*`` handler whose queue may be unreachable: that is :func:`store_unavailable`."""
+
+    @wraps(method)
+    async def serve(self: Tasks, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+        try:
+            return await method(self, ctx, params)
+        except StoreUnavailable as exc:
+            raise store_unavailable(exc) from None
+
+    return serve
 
 
 def _iso(t: float) -> str:
@@ -165,6 +193,7 @@ class Tasks:
             raise MCPError(code=INVALID_PARAMS, message=f"unknown task {task_id!r}")
         return info
 
+    @_serving
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         out = self.envelope(info)
@@ -177,12 +206,14 @@ class Tasks:
             out["result"] = {k: v for k, v in answer.items() if k != "error"}
         return out
 
+    @_serving
     async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         if not info.done:
             await self.runs.queue.cancel(info.id, by=self.runs.server_id)
         return {}
 
+    @_serving
     async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         if params.input_responses:

@@ -7,6 +7,7 @@ subparser, :func:`main` runs it, :func:`check_config` checks a config file.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from functools import partial
@@ -17,7 +18,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config
+from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, resolve_path
 
 __all__ = [
     "add_arguments",
@@ -118,6 +119,24 @@ def _logging(ns: argparse.Namespace) -> None:
     quiet_chatter(level)
 
 
+class _JsonLines(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": self.formatTime(record), "level": record.levelname.lower(), "logger": record.name}
+        out["message"] = record.getMessage()
+        if record.exc_info:
+            out["exception"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def log_to_file(config: Config) -> logging.Handler:
+    """Append the log to ``[logs] file`` too (JSON lines or text), at the level stderr has."""
+    handler = logging.FileHandler(resolve_path(config, config.logs.file or ""), encoding="utf-8")
+    fmt = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+    handler.setFormatter(_JsonLines() if config.logs.format == "json" else logging.Formatter(fmt))
+    logging.getLogger().addHandler(handler)
+    return handler
+
+
 def main(ns: argparse.Namespace) -> int:
     """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
     _logging(ns)
@@ -126,6 +145,8 @@ def main(ns: argparse.Namespace) -> int:
     except ConfigError as exc:
         _print_problems(exc)
         return 2
+    if config.logs.file:
+        log_to_file(config)
     if getattr(ns, "runs_path", None):  # a worker of `--workers N`: the queue its supervisor shares
         config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, path=ns.runs_path))
     http = getattr(ns, "http", None)

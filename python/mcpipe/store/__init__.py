@@ -26,6 +26,7 @@ from mcpipe.store._memory import (
 from mcpipe.store._runs import (
     EVENT_TYPES,
     TERMINAL,
+    Bounds,
     Renewal,
     RunEvent,
     RunInfo,
@@ -45,6 +46,7 @@ __all__ = [
     "SCHEMES",
     "SWEEP_INTERVAL_S",
     "TERMINAL",
+    "Bounds",
     "ClaimUnverifiable",
     "InMemoryPipelineStore",
     "PipelineStore",
@@ -109,24 +111,31 @@ def open_pipeline_store(store: Any, interaction: Any = None) -> ServedStore:
     return open_store(getattr(store, "url", "memory://"), **options)
 
 
+_BOUNDS = (
+    "retention_s",
+    "max_run_bytes",
+    "max_run_events",
+    "max_runs",
+    "max_bytes",
+    "max_runs_per_principal",
+    "max_bytes_per_principal",
+    "parked_ttl_s",
+)
+"""The options both queues take as their :class:`Bounds`."""
+
+
 def _sqlite(url: str, options: dict[str, Any]) -> RunQueue:
     from mcpipe.store._sqlite import SqliteRunQueue
 
     path = url[len("sqlite://") :] if url.startswith("sqlite://") else url
-    keep = {
-        k: options[k]
-        for k in ("retention_s", "poll_s", "max_run_bytes", "max_runs", "max_bytes")
-        if options.get(k) is not None
-    }
+    keep = {k: options[k] for k in ("poll_s", *_BOUNDS) if options.get(k) is not None}
     return SqliteRunQueue(path, **keep)
 
 
 def _redis_queue(url: str, options: dict[str, Any]) -> RunQueue:
     from mcpipe.store._redis_runs import RedisRunQueue  # imports coredis: only when a config names Redis
 
-    keep = {
-        k: options[k] for k in ("retention_s", "prefix", "timeout_s", "max_run_bytes") if options.get(k) is not None
-    }
+    keep = {k: options[k] for k in ("prefix", "timeout_s", *_BOUNDS) if options.get(k) is not None}
     return RedisRunQueue(url, **keep)
 
 

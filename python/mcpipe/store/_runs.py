@@ -5,8 +5,11 @@ keeps the results of the steps a run has finished (so a run taken over from a de
 its last recorded step), takes the final answer exactly once, and keeps each run's events. Two queues
 implement it: SQLite (the embedded default: in memory for one process, or one file shared by the processes
 of one box) and Redis Streams (``redis://``, shared by many boxes). Both register their URL scheme with
-:func:`register_queue`. Both bound what one run keeps (``max_run_bytes``); SQLite also bounds how many runs,
-and bytes of runs, it keeps (``max_runs``, ``max_bytes``), dropping the oldest finished runs first.
+:func:`register_queue`. Both apply the same bounds (:class:`Bounds`): what one run keeps (``max_run_bytes``,
+its events included, and ``max_run_events``), how many runs and bytes of runs the queue keeps (``max_runs``,
+``max_bytes``: the oldest finished runs are dropped first), how many live runs one principal may have
+(``max_runs_per_principal``, ``max_bytes_per_principal``), and how long a run may wait for its client's
+input (``parked_ttl_s``: then it fails, and its room is freed).
 
 Leases, not locks: a worker holds a run for ``lease_s`` and renews it while it runs. A worker that dies
 stops renewing, and once the lease has run out another worker takes the run over. Finishing is a
@@ -28,7 +31,9 @@ from mcpipe._json import dumps
 __all__ = [
     "ACTIVE",
     "EVENT_TYPES",
+    "LIFECYCLE",
     "TERMINAL",
+    "Bounds",
     "QueueFactory",
     "Renewal",
     "RunEvent",
@@ -37,6 +42,8 @@ __all__ = [
     "RunRefused",
     "RunStatus",
     "cancelled_answer",
+    "event_blob",
+    "expired_answer",
     "merge_answers",
     "open_queue",
     "outcome_of",
@@ -66,6 +73,84 @@ EVENT_TYPES: tuple[str, ...] = (
     "cancelled",
 )
 """The events mcpipe itself writes; other producers (playbooks) may add their own types."""
+
+LIFECYCLE: frozenset[str] = frozenset(
+    {"enqueued", "leased", "input_required", "resumed", "completed", "failed", "cancelled", "events_dropped"}
+)
+"""Events a run's log keeps past its event bounds (there are few of them: they say where the run is)."""
+
+RETENTION_S = 7 * 86400.0
+MAX_RUN_BYTES = 16 * 1024 * 1024
+MAX_RUNS = 1000
+MAX_BYTES = 256 * 1024 * 1024
+MAX_RUNS_PER_PRINCIPAL = 250
+MAX_BYTES_PER_PRINCIPAL = 64 * 1024 * 1024
+MAX_RUN_EVENTS = 10_000
+PARKED_TTL_S = 3600.0
+
+MAX_EVENT_BYTES = 4096
+"""The most one event's data keeps (its JSON): longer strings in it are cut (a step path of a 40 KB id)."""
+EVENT_OVERHEAD = 64
+"""What one event is charged beyond its type and data (its time, writer, cursor, and the store's own)."""
+
+
+class Bounds(msgspec.Struct, frozen=True, kw_only=True):
+    """What a run queue keeps, at most (``[runs]`` in the config; ``docs/runs.md``).
+
+    Attributes:
+        max_run_bytes: one run: its arguments, recorded steps, events and answer (stored JSON).
+        max_run_events: events of one run (its lifecycle events are kept past it).
+        max_runs, max_bytes: runs, and bytes of runs, the queue keeps (the oldest finished are dropped first).
+        max_runs_per_principal, max_bytes_per_principal: live runs (queued, running, waiting for input), and
+            their bytes, of one principal.
+        parked_ttl_s: how long a run may wait for its client's input (``input_required``); then it fails.
+        retention_s: how long a finished run is kept.
+    """
+
+    max_run_bytes: int = MAX_RUN_BYTES
+    max_run_events: int = MAX_RUN_EVENTS
+    max_runs: int = MAX_RUNS
+    max_bytes: int = MAX_BYTES
+    max_runs_per_principal: int = MAX_RUNS_PER_PRINCIPAL
+    max_bytes_per_principal: int = MAX_BYTES_PER_PRINCIPAL
+    parked_ttl_s: float = PARKED_TTL_S
+    retention_s: float = RETENTION_S
+
+    def too_large(self, size: int) -> RunRefused:
+        return RunRefused(
+            f"the run's arguments are {size} bytes; a background run keeps at most {self.max_run_bytes}"
+            " ([runs] max_run_bytes)"
+        )
+
+    def full_count(self, live: int) -> RunRefused:
+        runs = "1 run is" if live == 1 else f"{live} runs are"
+        return RunRefused(
+            f"the run queue is full: {runs} queued or running, the most it keeps is {self.max_runs} "
+            "([runs] max_runs); try again once some have finished"
+        )
+
+    def full_bytes(self, live: int, total: int, size: int) -> RunRefused:
+        return RunRefused(
+            f"the run queue is full: its queued or running runs ({live}) hold {total} bytes, and this one {size} "
+            f"more; the most it keeps is {self.max_bytes} ([runs] max_bytes); try again once some have finished"
+        )
+
+    def principal_count(self, principal: str | None, live: int) -> RunRefused:
+        return RunRefused(
+            f"{_whose(principal)} {live} runs queued, running or waiting for input; one principal may have at most "
+            f"{self.max_runs_per_principal} ([runs] max_runs_per_principal); try again once some have finished"
+        )
+
+    def principal_bytes(self, principal: str | None, total: int, size: int) -> RunRefused:
+        return RunRefused(
+            f"{_whose(principal)} runs queued, running or waiting for input holding {total} bytes, and this one "
+            f"{size} more; one principal may have at most {self.max_bytes_per_principal} "
+            "([runs] max_bytes_per_principal); try again once some have finished"
+        )
+
+
+def _whose(principal: str | None) -> str:
+    return "this caller has" if principal is None else f"principal {principal!r} has"
 
 
 class RunInfo(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -341,6 +426,47 @@ def too_large_answer(size: int, limit: int) -> dict[str, Any]:
     """The answer kept instead of one past ``[runs] max_run_bytes`` (a ``CallToolResult`` wire dict)."""
     message = (
         f"OUTPUT_TOO_LARGE: the run's answer is {size} bytes; a background run keeps at most {limit} with its "
-        "arguments ([runs] max_run_bytes)"
+        "arguments and events ([runs] max_run_bytes)"
     )
     return {"content": [{"type": "text", "text": message}], "isError": True}
+
+
+REQUEST_TIMEOUT = -32001
+
+
+def expired_answer(ttl_s: float) -> dict[str, Any]:
+    """The answer of a run that waited for its client's input longer than ``[runs] parked_ttl_s``: a failed
+    call (a task reports it ``failed`` with this JSON-RPC error)."""
+    message = (
+        f"TIMEOUT: the run waited for its client's input for more than {ttl_s:g} s ([runs] parked_ttl_s); it was ended"
+    )
+    return {
+        "content": [{"type": "text", "text": message}],
+        "isError": True,
+        "error": {"code": REQUEST_TIMEOUT, "message": message},
+    }
+
+
+_CUT = 256
+
+
+def _cut(value: Any) -> Any:
+    if isinstance(value, str):
+        return value if len(value) <= _CUT else f"{value[:_CUT]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        return {str(k)[:_CUT]: _cut(v) for k, v in list(value.items())[:32]}
+    if isinstance(value, list):
+        return [_cut(v) for v in value[:32]]
+    return value
+
+
+def event_blob(data: dict[str, Any]) -> bytes:
+    """An event's data as a queue stores it: its JSON, at most about :data:`MAX_EVENT_BYTES` (long strings,
+    many keys or items are cut, saying how long they were)."""
+    blob = orjson.dumps(data)
+    if len(blob) <= MAX_EVENT_BYTES:
+        return blob
+    blob = orjson.dumps(_cut(data))
+    if len(blob) <= MAX_EVENT_BYTES:
+        return blob
+    return orjson.dumps({"truncated": len(blob)})

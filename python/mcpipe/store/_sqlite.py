@@ -23,13 +23,25 @@ import orjson
 import trio
 
 from mcpipe.store._runs import (
+    EVENT_OVERHEAD,
+    LIFECYCLE,
+    MAX_BYTES,
+    MAX_BYTES_PER_PRINCIPAL,
+    MAX_RUN_BYTES,
+    MAX_RUN_EVENTS,
+    MAX_RUNS,
+    MAX_RUNS_PER_PRINCIPAL,
+    PARKED_TTL_S,
+    RETENTION_S,
+    Bounds,
     NewEvent,
     Renewal,
     RunEvent,
     RunInfo,
-    RunRefused,
     RunStatus,
     cancelled_answer,
+    event_blob,
+    expired_answer,
     merge_answers,
     outcome_of,
     pack_answer,
@@ -58,7 +70,11 @@ CREATE TABLE IF NOT EXISTS runs (
     answer BLOB,
     meta BLOB,
     bytes INTEGER NOT NULL DEFAULT 0,
-    lapses INTEGER NOT NULL DEFAULT 0
+    lapses INTEGER NOT NULL DEFAULT 0,
+    parked REAL,
+    events INTEGER NOT NULL DEFAULT 0,
+    event_bytes INTEGER NOT NULL DEFAULT 0,
+    events_dropped INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS runs_by_status ON runs (status, seq);
 CREATE TABLE IF NOT EXISTS steps (
@@ -78,12 +94,21 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE INDEX IF NOT EXISTS events_by_run ON events (run, seq);
 """
 
+# Columns added since the first files were written: added to an older file when it is opened.
+_ADDED = {
+    "bytes": "INTEGER NOT NULL DEFAULT 0",
+    "lapses": "INTEGER NOT NULL DEFAULT 0",
+    "parked": "REAL",
+    "events": "INTEGER NOT NULL DEFAULT 0",
+    "event_bytes": "INTEGER NOT NULL DEFAULT 0",
+    "events_dropped": "INTEGER NOT NULL DEFAULT 0",
+}
+_INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, status);"
+_LIVE = "('queued', 'running', 'input_required')"
+_DONE = "('completed', 'failed', 'cancelled')"
+
 _COLUMNS = "id, target, args, principal, status, created, updated, worker, attempts, cancel, answer, meta, lapses"
 
-RETENTION_S = 7 * 86400.0
-MAX_RUN_BYTES = 16 * 1024 * 1024
-MAX_RUNS = 1000
-MAX_BYTES = 256 * 1024 * 1024
 POLL_S = 0.05
 THREADS = 4
 
@@ -113,12 +138,41 @@ def _drop(db: sqlite3.Connection, run_id: str) -> None:
     db.execute("DELETE FROM runs WHERE id = ?", (run_id,))
 
 
-def _add_events(db: sqlite3.Connection, run_id: str, worker: str | None, events: list[NewEvent], now: float) -> None:
-    if events:
-        db.executemany(
-            "INSERT INTO events (run, at, type, worker, data) VALUES (?, ?, ?, ?, ?)",
-            [(run_id, now, type_, worker, orjson.dumps(data)) for type_, data in events],
-        )
+def _add_events(
+    db: sqlite3.Connection, bounds: Bounds, run_id: str, worker: str | None, events: list[NewEvent], now: float
+) -> int:
+    """Append ``events`` to the run's log within its bounds, charging them to the run's bytes: past
+    ``max_run_events``, or past ``max_run_bytes`` with the run's other bytes, an event is dropped (its
+    lifecycle events are kept), and the first one dropped leaves an ``events_dropped`` event. Answers the
+    bytes charged. Events of a run the queue does not hold are dropped."""
+    if not events:
+        return 0
+    row = db.execute("SELECT events, bytes, events_dropped FROM runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None:
+        return 0
+    count, size, dropped = row
+    charged = 0
+    rows = []
+    for type_, data in events:
+        blob = event_blob(data)
+        cost = len(blob) + len(type_) + EVENT_OVERHEAD
+        if type_ not in LIFECYCLE and (count >= bounds.max_run_events or size + cost > bounds.max_run_bytes):
+            if not dropped:
+                limit = "max_run_events" if count >= bounds.max_run_events else "max_run_bytes"
+                blob, type_ = orjson.dumps({"limit": f"[runs] {limit}"}), "events_dropped"
+                cost = len(blob) + len(type_) + EVENT_OVERHEAD
+                rows.append((run_id, now, type_, worker, blob))
+                count, size, charged = count + 1, size + cost, charged + cost
+            dropped += 1
+            continue
+        rows.append((run_id, now, type_, worker, blob))
+        count, size, charged = count + 1, size + cost, charged + cost
+    db.executemany("INSERT INTO events (run, at, type, worker, data) VALUES (?, ?, ?, ?, ?)", rows)
+    db.execute(
+        "UPDATE runs SET events = ?, event_bytes = event_bytes + ?, bytes = bytes + ?, events_dropped = ? WHERE id = ?",
+        (count, charged, charged, dropped, run_id),
+    )
+    return charged
 
 
 class SqliteRunQueue:
@@ -127,10 +181,15 @@ class SqliteRunQueue:
     Args:
         path: the file.
         retention_s: how long a terminal run, its steps and its events are kept.
-        max_run_bytes: the most one run keeps (arguments, recorded steps, answer): larger arguments are
-            refused (:class:`~mcpipe.store.RunRefused`), a larger answer is kept as an ``OUTPUT_TOO_LARGE`` error.
+        max_run_bytes: the most one run keeps (arguments, recorded steps, events, answer): larger arguments are
+            refused (:class:`~mcpipe.store.RunRefused`), events past it are dropped, a larger answer is kept as an
+            ``OUTPUT_TOO_LARGE`` error.
+        max_run_events: the most events one run keeps (its lifecycle events are kept past it).
         max_runs, max_bytes: the most runs, and bytes of runs, the queue keeps: the oldest finished runs are
             dropped first; a new run is refused when only live runs are left to drop.
+        max_runs_per_principal, max_bytes_per_principal: the most live runs (queued, running, waiting for
+            input), and bytes of them, one principal may have; past either a new run is refused.
+        parked_ttl_s: how long a run may wait for its client's input; then it fails (``TIMEOUT``).
         poll_s: how often an idle worker (or a follower of events) looks again.
         threads: how many SQLite calls run at once (each on its own connection; one for an in-memory
             database).
@@ -146,12 +205,22 @@ class SqliteRunQueue:
         max_run_bytes: int = MAX_RUN_BYTES,
         max_runs: int = MAX_RUNS,
         max_bytes: int = MAX_BYTES,
+        max_run_events: int = MAX_RUN_EVENTS,
+        max_runs_per_principal: int = MAX_RUNS_PER_PRINCIPAL,
+        max_bytes_per_principal: int = MAX_BYTES_PER_PRINCIPAL,
+        parked_ttl_s: float = PARKED_TTL_S,
     ) -> None:
         self.path = path
-        self.retention_s = retention_s
-        self.max_run_bytes = max_run_bytes
-        self.max_runs = max_runs
-        self.max_bytes = max_bytes
+        self.bounds = Bounds(
+            max_run_bytes=max_run_bytes,
+            max_run_events=max_run_events,
+            max_runs=max_runs,
+            max_bytes=max_bytes,
+            max_runs_per_principal=max_runs_per_principal,
+            max_bytes_per_principal=max_bytes_per_principal,
+            parked_ttl_s=parked_ttl_s,
+            retention_s=retention_s,
+        )
         # An in-memory database has no other writer than this process, whose enqueues wake its workers:
         # nothing to poll for (an idle worker looks once per lease wait).
         memory = path.startswith("file:")
@@ -163,6 +232,22 @@ class SqliteRunQueue:
         self._pool_lock = threading.Lock()
         self._wakeup = trio.Event()
         self._news = trio.Event()
+
+    @property
+    def retention_s(self) -> float:
+        return self.bounds.retention_s
+
+    @property
+    def max_run_bytes(self) -> int:
+        return self.bounds.max_run_bytes
+
+    @property
+    def max_runs(self) -> int:
+        return self.bounds.max_runs
+
+    @property
+    def max_bytes(self) -> int:
+        return self.bounds.max_bytes
 
     # --- plumbing ---
 
@@ -181,14 +266,14 @@ class SqliteRunQueue:
         if db is None:
             db = self._connect()
             db.executescript(_SCHEMA)  # every new connection: a shared in-memory database may be new too
-            columns = {col[1] for col in db.execute("PRAGMA table_info(runs)")}
-            # A file written before runs counted their bytes, or their lapsed leases.
-            for column in ("bytes", "lapses"):
-                if column not in columns:
-                    try:
-                        db.execute(f"ALTER TABLE runs ADD COLUMN {column} INTEGER NOT NULL DEFAULT 0")
+            have = {col[1] for col in db.execute("PRAGMA table_info(runs)")}
+            for column, kind in _ADDED.items():
+                if column not in have:
+                    try:  # a file written before runs kept this column
+                        db.execute(f"ALTER TABLE runs ADD COLUMN {column} {kind}")
                     except sqlite3.OperationalError:  # another connection added it first
                         pass
+            db.executescript(_INDEXES)
         try:
             return fn(db)
         finally:
@@ -223,6 +308,9 @@ class SqliteRunQueue:
         self._news.set()
         self._news = trio.Event()
 
+    def _events(self, db: sqlite3.Connection, run_id: str, worker: str | None, events: list[NewEvent]) -> int:
+        return _add_events(db, self.bounds, run_id, worker, events, time.time())
+
     # --- the queue ---
 
     async def enqueue(
@@ -248,20 +336,27 @@ class SqliteRunQueue:
 
         args_b, meta_b = orjson.dumps(args), orjson.dumps(info.meta)
         size = len(args_b) + len(meta_b)
-        if size > self.max_run_bytes:
-            raise RunRefused(
-                f"the run's arguments are {size} bytes; a background run keeps at most {self.max_run_bytes}"
-                " ([runs] max_run_bytes)"
-            )
+        bounds = self.bounds
+        if size > bounds.max_run_bytes:
+            raise bounds.too_large(size)
 
         def tx(db: sqlite3.Connection) -> None:
+            self._expire_parked(db, now)
+            live, held = db.execute(
+                f"SELECT count(*), coalesce(sum(bytes), 0) FROM runs WHERE principal IS ? AND status IN {_LIVE}",
+                (principal,),
+            ).fetchone()
+            if live + 1 > bounds.max_runs_per_principal:
+                raise bounds.principal_count(principal, live)
+            if held + size > bounds.max_bytes_per_principal:
+                raise bounds.principal_bytes(principal, held, size)
             self._make_room(db, size, keep=None)
             db.execute(
                 "INSERT INTO runs (id, target, args, principal, status, created, updated, meta, bytes)"
                 " VALUES (?,?,?,?,?,?,?,?,?)",
                 (info.id, target, args_b, principal, "queued", now, now, meta_b, size),
             )
-            _add_events(db, info.id, by, [("enqueued", {"target": target})], now)
+            self._events(db, info.id, by, [("enqueued", {"target": target})])
 
         await self._do(lambda db: self._write(db, tx))
         self.wake()
@@ -271,36 +366,43 @@ class SqliteRunQueue:
         """Drop the oldest finished runs until one more run of ``size`` bytes fits under ``max_runs`` and
         ``max_bytes`` (``keep``: a run already in, never dropped). Raises RunRefused when only live runs are
         left to drop (a new run only: ``keep`` is None)."""
+        bounds = self.bounds
         count, total = db.execute("SELECT count(*), coalesce(sum(bytes), 0) FROM runs").fetchone()
         more = 0 if keep is not None else 1
-        while count + more > self.max_runs or total + size > self.max_bytes:
+        while count + more > bounds.max_runs or total + size > bounds.max_bytes:
             row = db.execute(
-                "SELECT id, bytes FROM runs WHERE status IN ('completed', 'failed', 'cancelled') AND id IS NOT ?"
-                " ORDER BY updated, seq LIMIT 1",
+                f"SELECT id, bytes FROM runs WHERE status IN {_DONE} AND id IS NOT ? ORDER BY updated, seq LIMIT 1",
                 (keep,),
             ).fetchone()
             if row is None:
                 if keep is not None:
                     return  # a finishing run: the live runs stay, and so does it
-                live = (
-                    count
-                    - db.execute(
-                        "SELECT count(*) FROM runs WHERE status IN ('completed', 'failed', 'cancelled')"
-                    ).fetchone()[0]
-                )
-                runs = "1 run is" if live == 1 else f"{live} runs are"
-                if count + more > self.max_runs:
-                    raise RunRefused(
-                        f"the run queue is full: {runs} queued or running, the most it keeps is "
-                        f"{self.max_runs} ([runs] max_runs); try again once some have finished"
-                    )
-                raise RunRefused(
-                    f"the run queue is full: its queued or running runs ({live}) hold {total} bytes, and this "
-                    f"one {size} more; the most it keeps is {self.max_bytes} ([runs] max_bytes); try again once "
-                    "some have finished"
-                )
+                live = count - db.execute(f"SELECT count(*) FROM runs WHERE status IN {_DONE}").fetchone()[0]
+                if count + more > bounds.max_runs:
+                    raise bounds.full_count(live)
+                raise bounds.full_bytes(live, total, size)
             _drop(db, row[0])
             count, total = count - 1, total - row[1]
+
+    def _expire_parked(self, db: sqlite3.Connection, now: float) -> int:
+        """Fail the runs that have waited for their client's input past ``parked_ttl_s``; answers how many."""
+        ttl = self.bounds.parked_ttl_s
+        expired = db.execute(
+            "SELECT id FROM runs WHERE status = 'input_required' AND parked < ?", (now - ttl,)
+        ).fetchall()
+        if not expired:
+            return 0
+        answer = expired_answer(ttl)
+        packed = pack_answer(answer)
+        for (run_id,) in expired:
+            db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
+            db.execute(
+                "UPDATE runs SET status = 'failed', answer = ?, updated = ?, parked = NULL, lease_until = NULL,"
+                " bytes = length(args) + coalesce(length(meta), 0) + ? + event_bytes WHERE id = ?",
+                (packed, now, len(packed), run_id),
+            )
+            self._events(db, run_id, None, [("failed", {**outcome_of(answer), "expired": True})])
+        return len(expired)
 
     async def lease(self, worker: str, lease_s: float, wait_s: float) -> RunInfo | None:
         deadline = trio.current_time() + wait_s
@@ -316,8 +418,7 @@ class SqliteRunQueue:
             with trio.move_on_after(min(self.poll_s, left)):
                 await wakeup.wait()
 
-    @staticmethod
-    def _lease(db: sqlite3.Connection, worker: str, lease_s: float) -> RunInfo | None:
+    def _lease(self, db: sqlite3.Connection, worker: str, lease_s: float) -> RunInfo | None:
         now = time.time()
         row = db.execute(
             "SELECT id, worker, status FROM runs WHERE status = 'queued'"
@@ -334,7 +435,7 @@ class SqliteRunQueue:
             (worker, now + lease_s, lapsed, now, run_id),
         )
         data = {} if previous is None else {"taken_over_from": previous}
-        _add_events(db, run_id, worker, [("leased", data)], now)
+        self._events(db, run_id, worker, [("leased", data)])
         return _info(db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone())
 
     async def renew(self, run_id: str, worker: str, lease_s: float) -> Renewal:
@@ -358,9 +459,12 @@ class SqliteRunQueue:
                 return False
             rows = [(run_id, path, orjson.dumps(r)) for path, r in steps.items()]
             db.executemany("INSERT OR REPLACE INTO steps (run, path, result) VALUES (?, ?, ?)", rows)
-            if rows:
-                db.execute("UPDATE runs SET bytes = bytes + ? WHERE id = ?", (sum(len(r[2]) for r in rows), run_id))
-            _add_events(db, run_id, worker, events, time.time())
+            added = sum(len(r[2]) for r in rows)
+            if added:
+                db.execute("UPDATE runs SET bytes = bytes + ? WHERE id = ?", (added, run_id))
+            added += self._events(db, run_id, worker, events)
+            if added:
+                self._make_room(db, 0, keep=run_id)
             return True
 
         ok = await self._do(lambda db: self._write(db, tx))
@@ -375,12 +479,13 @@ class SqliteRunQueue:
             ).fetchone()
             if row is None:
                 return False
-            meta = {**(orjson.loads(row[0]) if row[0] else {}), "pending": pending}
+            meta_b = orjson.dumps({**(orjson.loads(row[0]) if row[0] else {}), "pending": pending})
             db.execute(
-                "UPDATE runs SET status = 'input_required', meta = ?, lease_until = NULL, updated = ? WHERE id = ?",
-                (orjson.dumps(meta), now, run_id),
+                "UPDATE runs SET status = 'input_required', meta = ?, lease_until = NULL, updated = ?, parked = ?,"
+                " bytes = bytes - coalesce(length(meta), 0) + ? WHERE id = ?",
+                (meta_b, now, now, len(meta_b), run_id),
             )
-            _add_events(db, run_id, worker, [("input_required", {"keys": sorted(pending)})], now)
+            self._events(db, run_id, worker, [("input_required", {"keys": sorted(pending)})])
             return True
 
         ok = await self._do(lambda db: self._write(db, tx))
@@ -390,18 +495,21 @@ class SqliteRunQueue:
     async def answer(self, run_id: str, responses: dict[str, Any], *, by: str | None = None) -> RunInfo | None:
         def tx(db: sqlite3.Connection) -> RunInfo | None:
             now = time.time()
+            self._expire_parked(db, now)
             row = db.execute("SELECT status, meta FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
                 return None
             if row[0] == "input_required":
                 meta, resumed = merge_answers(orjson.loads(row[1]) if row[1] else {}, responses)
+                meta_b = orjson.dumps(meta)
                 status = "queued" if resumed else "input_required"
                 db.execute(
-                    "UPDATE runs SET status = ?, meta = ?, updated = ? WHERE id = ?",
-                    (status, orjson.dumps(meta), now, run_id),
+                    "UPDATE runs SET status = ?, meta = ?, updated = ?, parked = CASE WHEN ? THEN NULL ELSE parked END,"
+                    " bytes = bytes - coalesce(length(meta), 0) + ? WHERE id = ?",
+                    (status, meta_b, now, resumed, len(meta_b), run_id),
                 )
                 if resumed:
-                    _add_events(db, run_id, by, [("resumed", {})], now)
+                    self._events(db, run_id, by, [("resumed", {})])
             return _info(db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone())
 
         got = await self._do(lambda db: self._write(db, tx))
@@ -422,15 +530,15 @@ class SqliteRunQueue:
             nonlocal answer, answer_b, status
             now = time.time()
             row = db.execute(
-                "SELECT length(args) + coalesce(length(meta), 0) FROM runs"
+                "SELECT length(args) + coalesce(length(meta), 0) + event_bytes FROM runs"
                 " WHERE id = ? AND worker = ? AND status = 'running'",
                 (run_id, worker),
             ).fetchone()
             if row is None:
                 return False
             size = row[0] + len(answer_b)
-            if size > self.max_run_bytes:
-                status, answer = "failed", too_large_answer(len(answer_b), self.max_run_bytes)
+            if size > self.bounds.max_run_bytes:
+                status, answer = "failed", too_large_answer(len(answer_b), self.bounds.max_run_bytes)
                 answer_b = pack_answer(answer)
                 size = row[0] + len(answer_b)
             # A finished run is never resumed: its recorded steps go (its answer holds what they said).
@@ -439,7 +547,7 @@ class SqliteRunQueue:
                 "UPDATE runs SET status = ?, answer = ?, updated = ?, lease_until = NULL, bytes = ? WHERE id = ?",
                 (status, answer_b, now, size, run_id),
             )
-            _add_events(db, run_id, worker, [(status, outcome_of(answer))], now)
+            self._events(db, run_id, worker, [(status, outcome_of(answer))])
             self._make_room(db, 0, keep=run_id)
             return True
 
@@ -457,11 +565,11 @@ class SqliteRunQueue:
                 answer = pack_answer(cancelled_answer("cancelled before it started"))
                 db.execute("DELETE FROM steps WHERE run = ?", (run_id,))
                 db.execute(
-                    "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ?,"
-                    " bytes = length(args) + coalesce(length(meta), 0) + ? WHERE id = ?",
+                    "UPDATE runs SET status = 'cancelled', cancel = 1, answer = ?, updated = ?, parked = NULL,"
+                    " bytes = length(args) + coalesce(length(meta), 0) + ? + event_bytes WHERE id = ?",
                     (answer, now, len(answer), run_id),
                 )
-                _add_events(db, run_id, by, [("cancelled", {"before_start": True})], now)
+                self._events(db, run_id, by, [("cancelled", {"before_start": True})])
             elif row[0] == "running":
                 db.execute("UPDATE runs SET cancel = 1, updated = ? WHERE id = ?", (now, run_id))
             return _info(db.execute(f"SELECT {_COLUMNS} FROM runs WHERE id = ?", (run_id,)).fetchone())
@@ -485,7 +593,11 @@ class SqliteRunQueue:
         return [_info(r) for r in await self._do(q)]
 
     async def emit(self, run_id: str, worker: str | None, events: list[NewEvent]) -> None:
-        await self._do(lambda db: self._write(db, lambda d: _add_events(d, run_id, worker, events, time.time())))
+        def tx(db: sqlite3.Connection) -> None:
+            if self._events(db, run_id, worker, events):
+                self._make_room(db, 0, keep=run_id)
+
+        await self._do(lambda db: self._write(db, tx))
         self._told()
 
     async def events(
@@ -511,35 +623,45 @@ class SqliteRunQueue:
                 await news.wait()
 
     async def sweep(self) -> int:
+        """Fail the runs that waited for input past ``parked_ttl_s``, and drop terminal runs past the
+        retention; answers how many went."""
+
         def tx(db: sqlite3.Connection) -> int:
-            cutoff = time.time() - self.retention_s
-            gone = [
-                r[0]
-                for r in db.execute(
-                    "SELECT id FROM runs WHERE status IN ('completed', 'failed', 'cancelled') AND updated < ?",
-                    (cutoff,),
-                ).fetchall()
-            ]
+            now = time.time()
+            self._expire_parked(db, now)
+            cutoff = now - self.bounds.retention_s
+            old = db.execute(f"SELECT id FROM runs WHERE status IN {_DONE} AND updated < ?", (cutoff,)).fetchall()
+            gone = [r[0] for r in old]
             for run_id in gone:
                 _drop(db, run_id)
             return len(gone)
 
-        return await self._do(lambda db: self._write(db, tx))
+        got = await self._do(lambda db: self._write(db, tx))
+        self._told()
+        return got
 
     async def usage(self) -> tuple[int, int]:
-        """How many runs the queue keeps, and how many bytes they hold (arguments, recorded steps, answers)."""
+        """How many runs the queue keeps, and how many bytes they hold (arguments, recorded steps, events,
+        answers)."""
         count, total = await self._do(
             lambda db: db.execute("SELECT count(*), coalesce(sum(bytes), 0) FROM runs").fetchone()
         )
         return int(count), int(total)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Create the tables, then sweep runs past their retention until cancelled."""
-        await self._do(lambda db: None)
+        """Create the tables and sweep once (runs that waited for input past their time while no server ran
+        expire now), then sweep until cancelled."""
+        await self.sweep()
         task_status.started()
         try:
             while True:
-                await trio.sleep(max(1.0, min(self.retention_s / 10, 300.0)))
+                await trio.sleep(sweep_period(self.bounds))
                 await self.sweep()
         finally:
             self.close()
+
+
+def sweep_period(bounds: Bounds) -> float:
+    """How often a queue sweeps: often enough for the retention and for parked runs to expire near their
+    time (between 1 s and 5 min)."""
+    return max(1.0, min(bounds.retention_s / 10, bounds.parked_ttl_s / 10, 300.0))

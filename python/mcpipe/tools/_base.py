@@ -11,6 +11,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from mcpipe._util import RateLimit, log_safe
 from mcpipe.tools._identity import Identity
 
 __all__ = [
@@ -102,8 +103,24 @@ async def _no_progress(progress: float, total: float | None, message: str | None
     return None
 
 
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO}
+_NO_CALLER_LOG = RateLimit(rate=20.0, burst=100.0)
+
+
 async def _no_log(level: str, data: Any, /, logger: str | None = None) -> None:
-    _log.log(logging.getLevelName(level.upper()) if isinstance(level, str) else logging.INFO, "%s", data)
+    """A call with nobody to send its log messages to (a background run, a call from ``/workflow``): they go to
+    mcpipe's log, one line each, escaped and cut (``log_safe``), at most at WARNING whatever level they name,
+    and at most 20 a second (a burst of 100); the dropped ones are counted on the next line."""
+    if not _NO_CALLER_LOG.take():
+        return
+    dropped = _NO_CALLER_LOG.dropped()
+    _log.log(
+        _LEVELS.get(level, logging.WARNING) if isinstance(level, str) else logging.WARNING,
+        "log message%s%s: %s",
+        f" of {log_safe(logger, 128)}" if logger else "",
+        f" ({dropped} more dropped: more than 20 a second)" if dropped else "",
+        log_safe(data),
+    )
 
 
 class StepRecord(Protocol):

@@ -23,6 +23,7 @@ import trio
 from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe._util import RateLimit, log_safe
 from mcpipe.gateway import CallError
 
 if TYPE_CHECKING:
@@ -32,6 +33,15 @@ if TYPE_CHECKING:
 __all__ = ["Catalog", "Change", "DownstreamError", "Feed", "feed_of", "list_changes", "template_regex"]
 
 _log = logging.getLogger("mcpipe.downstream")
+
+LOG_RATE = 50
+"""The most log messages one downstream server may send a second, on average (past it they are dropped)."""
+LOG_BURST = 200
+"""... and at once."""
+LOG_MAX_CHARS = 16_384
+"""The most characters of one downstream log message passed on (a longer one is cut, as text)."""
+LOG_SAY_S = 10.0
+"""How often dropped log messages are counted in mcpipe's log."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _PAGES = 100
@@ -164,6 +174,8 @@ class Feed:
         self.acked = trio.Event()
         """Set when the server's listen stream (2026-07-28) has acknowledged the current subscriptions."""
         self._seen: tuple[frozenset[str], frozenset[str], frozenset[str]] | None = None
+        self._log_rate = RateLimit(LOG_RATE, LOG_BURST)
+        self._log_said = -LOG_SAY_S
 
     def hooks(self) -> dict[str, Any]:
         """The ``Client`` arguments that route the session's notifications here (and opt in to log messages
@@ -181,17 +193,39 @@ class Feed:
             del self._calls[key]
 
     async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
+        # A server's log messages are bounded before they go anywhere: at most LOG_RATE a second (a burst of
+        # LOG_BURST), each at most LOG_MAX_CHARS (a longer one is cut, as text); the dropped ones are counted in
+        # one line of mcpipe's log every LOG_SAY_S.
+        if not self._log_rate.take():
+            now = trio.current_time()
+            if now >= self._log_said + LOG_SAY_S:
+                self._log_said = now
+                _log.warning(
+                    "downstream %s: dropped %d log messages (more than %d a second)",
+                    self.server.name,
+                    self._log_rate.dropped(),
+                    LOG_RATE,
+                )
+            return
+        data: Any = params.data
+        if not isinstance(data, (int, float, bool)) and data is not None:
+            text = log_safe(data, LOG_MAX_CHARS) if len(str(data)) > LOG_MAX_CHARS else None
+            if text is not None:
+                data = text
         # A 2025-11-25 server's log message names no request: it belongs to a call only when exactly one is
         # in flight. With several, any choice could show one client another's messages, so it is dropped.
         if len(self._calls) != 1:
             _log.debug(
-                "downstream %s log message with %d calls in flight: %s", self.server.name, len(self._calls), params
+                "downstream %s log message with %d calls in flight: %s",
+                self.server.name,
+                len(self._calls),
+                log_safe(data, 256),
             )
             return
         (ctx,) = self._calls.values()
         self._forwarding += 1
         try:
-            await ctx.send_log(params.level, params.data, logger=params.logger)
+            await ctx.send_log(params.level, data, logger=params.logger)
         finally:
             self._forwarding -= 1
             if self._forwarding == 0:

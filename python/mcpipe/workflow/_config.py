@@ -74,11 +74,16 @@ class HttpToolConfig(_Base):
         return self.base_url.rstrip("/") + "/" + self.path.lstrip("/") if self.path else self.base_url.rstrip("/")
 
     def path_pattern(self) -> re.Pattern[str]:
-        """The full URL path this tool accepts, ``{name}`` standing for one non-empty segment."""
+        """The full URL path this tool accepts, ``{name}`` standing for one non-empty segment (a group, in the
+        order of :meth:`path_names`)."""
         path = httpx2.URL(self.endpoint).path
         parts = re.split(r"(\{[A-Za-z_][A-Za-z0-9_]*\})", path)
-        regex = "".join("[^/?#]+" if p.startswith("{") and p.endswith("}") else re.escape(p) for p in parts)
+        regex = "".join("([^/?#]+)" if p.startswith("{") and p.endswith("}") else re.escape(p) for p in parts)
         return re.compile(regex + r"/?\Z")
+
+    def path_names(self) -> list[str]:
+        """The names of the path parameters, in order."""
+        return re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", httpx2.URL(self.endpoint).path)
 
 
 class WorkflowConfig(_Base):

@@ -16,6 +16,7 @@ connection pinned to the checked address).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from time import perf_counter
@@ -328,8 +329,15 @@ class Workflow:
             base.host,
             base.port or _default_port(base.scheme),
         )
-        if not same_origin or not self._patterns[tool.name].match(url.path):
+        matched = self._patterns[tool.name].match(url.path)
+        if not same_origin or matched is None:
             raise ValueError(f"`url` must be the endpoint of tool '{tool.name}': {tool.endpoint}")
+        for name, value in zip(tool.path_names(), matched.groups(), strict=True):
+            if value in (".", "..") or "\\" in value or _ENCODED_SEPARATOR.search(value):
+                raise ValueError(
+                    f"path parameter `{name}` of tool '{tool.name}' must be one segment, not {value!r} (a dot "
+                    "segment, or an encoded slash, backslash or dot, would reach another path of the API)"
+                )
         method = str(spec.get("method", "")).upper()
         if method != tool.method:
             raise ValueError(f"tool '{tool.name}' is called with {tool.method}, not {method or 'no method'}")
@@ -435,6 +443,10 @@ async def _progress(ctx: ToolContext, n: int, total: int, message: str) -> None:
     """A stage done, as a progress notification when the caller asked for progress."""
     if ctx.has_progress:
         await ctx.report_progress(n, total, message)
+
+
+_ENCODED_SEPARATOR = re.compile(r"%(2e|2f|5c)", re.IGNORECASE)
+"""A percent-encoded dot, slash or backslash left in a path parameter once decoded (encoded twice)."""
 
 
 def _default_port(scheme: str) -> int:

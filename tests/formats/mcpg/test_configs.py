@@ -182,14 +182,32 @@ def test_mcpgs_own_refusals_give_mcpgs_reason_at_its_place(key: str, where: str,
     assert any(p.location == where and says in p.message for p in problems), problems
 
 
-@pytest.mark.xfail(reason="work in progress: the figure is below 90% (see the message)", strict=False)
-def test_at_least_nine_in_ten_of_the_configs_mcpg_accepts_load() -> None:
+def _share() -> tuple[int, int, dict[str, Any]]:
     accepted = [k for k in INDEX if not mcpg_refuses(k)]
-    failed = {k: _load(k)[1][:1] for k in accepted}
-    failed = {k: v for k, v in failed.items() if v}
-    loaded = len(accepted) - len(failed)
-    assert loaded >= 0.9 * len(accepted), f"{loaded} of {len(accepted)} load; refused:\n" + "\n".join(
-        f"{k}: {v[0]}" for k, v in sorted(failed.items())
+    failed = {k: _load(k)[1][0] for k in accepted if _load(k)[1]}
+    return len(accepted) - len(failed), len(accepted), failed
+
+
+LOADED_FLOOR = 0.77
+"""The share of the configs mcpg accepts that mcpipe loads today (77 of 99): it may only rise."""
+
+
+def test_the_share_of_the_configs_mcpg_accepts_that_load_does_not_fall() -> None:
+    loaded, accepted, failed = _share()
+    assert loaded >= LOADED_FLOOR * accepted, f"{loaded} of {accepted} load; refused:\n" + "\n".join(
+        f"{k}: {p}" for k, p in sorted(failed.items())
+    )
+
+
+@pytest.mark.xfail(
+    reason="77 of 99 load: the rest need what docs/formats/mcpg.md lists as refused (registries, MCP Apps, "
+    "resource watching, debug tools, reload, ...)",
+    strict=True,
+)
+def test_at_least_nine_in_ten_of_the_configs_mcpg_accepts_load() -> None:
+    loaded, accepted, failed = _share()
+    assert loaded >= 0.9 * accepted, f"{loaded} of {accepted} load; refused:\n" + "\n".join(
+        f"{k}: {p}" for k, p in sorted(failed.items())
     )
 
 

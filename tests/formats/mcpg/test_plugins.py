@@ -112,7 +112,10 @@ def test_guarding_plugins_without_their_config_are_refused_as_mcpg_refuses_them_
             "plugins[0].config.allow",
             "ip-allowlist: `allow` (a list of CIDR ranges) is required; mcpg refuses the plugin without it",
         ),
-        ("plugins[1].config.providers", "must list at least one provider"),
+        (
+            "plugins[1].config.providers",
+            "the OIDC identity plugin `dev.mcpg.identity.oidc` needs at least one provider",
+        ),
     ]
     assert "access" not in out and "oidc" not in out.get("auth", {})
 
@@ -182,7 +185,10 @@ plugins:
 """
     out, problems = _plugins(text, {"IDP_SECRET": "x"})
     assert _where(problems) == [
-        ("plugins[0].source", "must specify exactly one of `path` or `oci` (has none); mcpg refuses the entry")
+        (
+            "plugins[0].source",
+            "a plugin entry's `source` must specify exactly one of `path` or `oci` (has none); mcpg refuses the entry",
+        )
     ]
     assert out == {}
 
@@ -195,7 +201,10 @@ def test_a_fleet_template_is_refused_located_and_an_unset_variable_named():
     assert [p.location for p in problems] == ["plugins[0].config.target_template"]
     _, unset = _plugins(GUIDE_CC, {})
     assert _where(unset) == [
-        ("plugins[0].config.providers.notion.client_secret", "environment variable `NOTION_SECRET` is not set")
+        (
+            "plugins[0].config.providers.notion.client_secret",
+            "environment variable `NOTION_SECRET` is not set (the plugin's config reads it)",
+        )
     ]
 
 
@@ -586,14 +595,14 @@ def test_the_deployments_sinks_become_metrics_traces_and_the_mcpg_audit_file():
             "logs",
             {"kind": "dev.mcpg.observability.otlp"},
             "s.kind",
-            "the log sink `dev.mcpg.observability.otlp` is not supported",
+            "the log sink plugin `dev.mcpg.observability.otlp` is not supported",
         ),
         ("audit", {"kind": "dev.acme.cloudtrail", "config": {"arn": "x"}}, "s.kind", "its audit records would be lost"),
         (
             "audit",
             {"kind": "dev.mcpg.builtin.audit.local-file", "routing": {"allow_actions": ["mcpg.payment.*"]}},
             "s.routing",
-            "writes every event",
+            "unknown key `routing` of a sink",
         ),
         (
             "metrics",

@@ -22,6 +22,7 @@ from mcp.shared.exceptions import MCPError
 
 from kit.mcpg_oracle import StandIn
 from mcpipe.config import parse_config
+from mcpipe.errors import ConfigError
 from mcpipe.server import open_app
 
 OPEN = {"governance": {"minimum_trust": "unauthenticated"}}
@@ -162,6 +163,26 @@ async def test_a_get_binding_sends_the_arguments_as_a_sorted_query_string_and_an
     assert s["requestHeaders"] == {"Authorization": "Bearer t0k", "X-Caller": "get"}
     assert s["downstreamError"] is None and s["downstreamErrors"] == []
     assert (s["expectedStatusCodes"], s["maxResponseBytes"], s["timeoutMs"]) == ([200], 4096, 2000)
+
+
+async def test_a_binding_with_retry_is_tried_again_as_mcpg_retries_it() -> None:
+    """``dispatch_with_retries``: an errored result that classifies as retryable (an http envelope's text holds
+    ``timeoutMs``, a transport word to ``error_result_is_retryable``) is tried ``max_attempts`` more times."""
+    with StandIn(ROUTES) as api:
+        base = f"http://127.0.0.1:{api.port}"
+        retry = {"max_attempts": 2, "initial_backoff_ms": 1}
+        busy = {**_http("busy", base + "/busy", method="get"), "retry": retry}
+        items = {**_http("items", base + "/items/1", method="get"), "retry": retry}
+        env = {"MCPG_GATEWAY__SERVER__ALLOW_PRIVATE_BACKENDS": "true"}
+        async with serving(_config([busy, items]), env) as c:
+            r = await c.call_tool("busy", {})
+            assert r.is_error is True and len(api.take()) == 3  # the call and two more
+            r = await c.call_tool("items", {})
+            assert r.is_error is False and len(api.take()) == 1  # a success is not tried again
+    with pytest.raises(ConfigError, match=r"retry\.max_attempts must not exceed 10"):
+        parse_config(_config([{**busy, "retry": {"max_attempts": 11}}]), "yaml", environ={})
+    with pytest.raises(ConfigError, match="retry is not supported for mock bindings"):
+        parse_config(_config([{"name": "m", "description": "m", "backend": {"kind": "mock"}, "retry": {}}]), "yaml")
 
 
 async def test_a_post_binding_sends_the_arguments_as_its_json_body_and_an_unexpected_status_is_an_error() -> None:
@@ -609,3 +630,39 @@ async def test_the_orders_example_in_mcpgs_layout_charges_orders_and_serves_its_
     assert left.content[0].text == "2"  # type: ignore[union-attr]
     assert [x.text for x in stock.contents] == ["item 5: 2"]  # type: ignore[union-attr]
     assert prompt.messages[0].content.text == "Summarize the order for the customer."  # type: ignore[union-attr]
+
+
+# --- the server ------------------------------------------------------------------------------------
+
+
+async def test_gateway_server_tls_serves_https_with_the_certificate_it_names(tmp_path: Path) -> None:
+    """``gateway.server.tls`` (cert_path, key_path, min_tls_version): mcpipe serves HTTPS itself, as mcpg."""
+    import ssl
+
+    import httpx2
+
+    from kit.servers import http_server
+
+    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
+    await trio.run_process(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        capture_stdout=True, capture_stderr=True,
+    )  # fmt: skip
+    doc = yaml.safe_load(_config([{"name": "ping", "description": "ping", "backend": {"kind": "mock"}}]))
+    doc["gateway"] = {"server": {"tls": {"cert_path": str(cert), "key_path": str(key), "min_tls_version": "1.3"}}}
+    config = parse_config(yaml.safe_dump(doc), "yaml", environ={})
+    assert config.http.tls is not None and config.http.tls.min_version == "1.3"
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
+    body = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}
+    headers = {"accept": "application/json, text/event-stream"}
+    with trio.fail_after(30):
+        async with open_app(config) as app, http_server(app) as url:
+            assert url.startswith("https://")
+            context = ssl.create_default_context(cafile=str(cert))
+            async with httpx2.AsyncClient(verify=context) as client:
+                response = await client.post(url, json=body, headers=headers)
+                assert response.status_code == 200
+                with pytest.raises(httpx2.HTTPError):  # plain HTTP is not served
+                    plain = url.replace("https://", "http://")
+                    await client.post(plain, json=body, headers=headers, timeout=1.0)

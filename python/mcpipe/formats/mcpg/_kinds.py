@@ -205,6 +205,26 @@ class HttpPlan:
     headers: tuple[tuple[str, McpgTemplate], ...]
     policy: HttpPolicy
     credentials: Credentials
+    """The outbound credentials: the binding's `credential` and those the ``${cred://…}`` of ``url`` and
+    ``headers`` name (issued per call)."""
+
+    def needs(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(c for t in (self.url, *(h for _, h in self.headers)) for c in t.credentials))
+
+
+async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
+    """The tokens of the credentials the plan's templates name, issued for this caller (``formats/mcpg/plugins``
+    maps each ``cred://<plugin>/<target>`` to the mcpipe credential of that name)."""
+    needed = plan.needs()
+    if not needed:
+        return {}
+    tokens: dict[str, str] = {}
+    for uri in needed:
+        try:
+            tokens[uri] = (await plan.credentials.issue(uri.removeprefix("cred://"), ctx.identity)).token
+        except CredentialError as exc:
+            raise StepFailure(f"backend credential issuance failed: {exc}", ErrorCode.TOOL_FAILED) from None
+    return tokens
 
 
 def _build_http(b: Build[Any]) -> HttpPlan:
@@ -233,7 +253,11 @@ def _build_http(b: Build[Any]) -> HttpPlan:
         b.problem(
             f"{b.location}.credential", f"no credential `{f.credential}` in [credentials]", ErrorCode.INVALID_CONFIG
         )
-    return HttpPlan(url, tuple(headers), policy, credentials)
+    plan = HttpPlan(url, tuple(headers), policy, credentials)
+    for uri in plan.needs():
+        if uri.removeprefix("cred://") not in credentials:
+            b.problem(b.location, f"no credential issuer resolves `{uri}`")
+    return plan
 
 
 @dataclass(slots=True)
@@ -467,7 +491,9 @@ async def _credential_header(
     shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
 
 
-def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], json_call: bool) -> dict[str, str]:
+async def _resolve_headers(
+    plan: HttpPlan, cel: Mapping[str, Any], json_call: bool, tokens: Mapping[str, str] | None = None
+) -> dict[str, str]:
     out: dict[str, str] = {}
     for name, template in plan.headers:
         lower = name.strip().lower()
@@ -477,7 +503,7 @@ def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], json_call: bool) ->
             or (json_call and lower in ("accept", "content-type"))
         ):
             continue
-        out[name] = template.resolve(cel)
+        out[name] = await template.resolve_async(cel, tokens)
     return out
 
 
@@ -494,9 +520,10 @@ async def run_http(
     display_url: str | None = None
     error: str | None = None
     summary: _Summary | None = None
+    tokens = await _tokens(plan, ctx)
     try:
-        display_url = plan.url.resolve(cel)
-        display_headers = _resolve_headers(plan, cel, not get)
+        display_url = await plan.url.resolve_async(cel, tokens)
+        display_headers = await _resolve_headers(plan, cel, not get, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
@@ -575,10 +602,11 @@ async def run_grpc(
     arguments = env.get("args")
     cel = _env(step, env, ctx)
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
+    tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(plan.url.resolve(cel))
+        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        sent = _resolve_headers(plan, cel, True)
+        sent = await _resolve_headers(plan, cel, True, tokens)
         await _credential_header(f, plan, ctx, sent, {})
         headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
         s = await _http_call(
@@ -742,7 +770,7 @@ async def run_command(
     argv = [f.command]
     for i, template in enumerate(step.built):
         try:
-            argv.append(template.resolve(cel))
+            argv.append(await template.resolve_async(cel))
         except ExpressionError as e:
             out = {**base, "response": None, "error": f"evaluating command arg[{i}] expression: {e}"}
             out.update(downstreamError=None, downstreamErrors=[])
@@ -1079,7 +1107,7 @@ async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[st
         "attributes": attributes,
     }
     scope = {**cel, "identity": identity}
-    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
+    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
     async with plan.backend.transaction() as tx:
         for key, value in values:
             await tx.execute(setting, {"name": key, "value": value}, "rows")

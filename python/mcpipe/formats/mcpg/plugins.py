@@ -19,6 +19,7 @@ not parse) is refused for the same reason.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,8 @@ __all__ = [
     "env_credential_variable",
     "http_credential",
     "translate_backend",
+    "translate_jwks",
+    "translate_oidc",
     "translate_plugins",
     "translate_sink",
 ]
@@ -204,13 +207,14 @@ def translate_plugins(
     if not isinstance(entries, list):
         _problem(problems, loc, "mcpg's `plugins` is a list of plugin entries")
         return
+    if not loc.startswith("plugins"):
+        _section_uses(entries, loc, out, problems, environ)
+        return
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         at = f"{loc}[{i}]"
         if isinstance(entry, str):  # mcpipe's own short form: a JSONata plugin by name
-            if entry == _JSONATA:
-                _section_list(out, "plugins").append(entry)
-            else:
+            if entry != _JSONATA:  # JSONata is built in: nothing to load
                 _problem(problems, at, f"a plugin entry is an object with an `id`, got the string {entry!r}")
             continue
         if not isinstance(entry, Mapping):
@@ -245,7 +249,9 @@ def _env(value: Any, loc: str, problems: list[Problem], environ: Mapping[str, st
         def repl(m: re.Match[str]) -> str:
             got = environ.get(m.group(1))
             if got is None:
-                _problem(problems, loc, f"environment variable `{m.group(1)}` is not set")
+                _problem(
+                    problems, loc, f"environment variable `{m.group(1)}` is not set (the plugin's config reads it)"
+                )
                 return ""
             return got
 
@@ -255,6 +261,110 @@ def _env(value: Any, loc: str, problems: list[Problem], environ: Mapping[str, st
     if isinstance(value, list):
         return [_env(v, f"{loc}[{i}]", problems, environ) for i, v in enumerate(value)]
     return value
+
+
+_SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sink": "logs", "audit_sink": "audit"}
+
+
+def _section_uses(
+    entries: list[Any], loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+) -> None:
+    """Plugins a section names rather than loads (the front-end hands them as entries whose ``class`` is the
+    slot): sinks (``observability.*.sinks``, ``governance.audit.sinks``), the identity bridges of
+    ``governance.access`` (``oidc_oauth``: ``dev.mcpg.identity.oidc``; ``jwks``: ``dev.mcpg.identity.jwt``), the
+    policy engines ``governance.policy.engine`` names. They need no ``source``: mcpg builds them in."""
+    for i, entry in enumerate(entries):
+        at = f"{loc}[{i}]"
+        if not isinstance(entry, Mapping):
+            _problem(problems, at, f"expected an object, got {type(entry).__name__}")
+            continue
+        cls, pid = entry.get("class"), entry.get("id")
+        before = len(problems)
+        cfg = _env(entry.get("config") or {}, f"{at}.config", problems, environ)
+        if len(problems) > before:
+            continue
+        if cls in _SINK_CLASSES:
+            translate_sink(_SINK_CLASSES[cls], {"kind": pid, "config": cfg}, at, out, problems)
+        elif cls == "identity_provider" and pid == "dev.mcpg.identity.oidc":
+            translate_oidc(cfg, at, out, problems)
+        elif cls == "identity_provider" and pid == "dev.mcpg.identity.jwt":
+            translate_jwks(cfg, at, out, problems)
+        elif cls in ("policy", "policy_engine"):
+            _engine(pid, cfg, at, problems)
+        else:
+            _problem(problems, at, _unsupported(str(pid), cls))
+
+
+def _engine(pid: Any, cfg: Mapping[str, Any], at: str, problems: list[Problem]) -> None:
+    """A ``governance.policy.engine`` reference: mcpg runs the engines it names, in order, before each call.
+    mcpipe enforces every loaded ``dev.mcpg.policy.cedar`` entry (as a gate, in the ``plugins:`` order), so a
+    reference to Cedar asks for nothing more; any other engine is refused."""
+    if isinstance(pid, str) and (pid == "cedar" or pid.endswith("policy.cedar")) and not cfg:
+        return
+    if isinstance(pid, str) and "cedar" in pid and cfg:
+        _problem(problems, f"{at}.config", "a Cedar engine's settings are its `plugins:` entry's config")
+        return
+    _problem(
+        problems,
+        f"{at}.kind",
+        f"the policy engine `{pid}` is not supported by mcpipe (it runs Cedar policies): it decides what callers may "
+        "do, so the file is refused rather than served without it",
+    )
+
+
+_LEGACY_JWKS_KEYS = frozenset(
+    {"url", "keys_json", "issuer", "audience", "header_name", "header_prefix", "allow_missing_audience"}
+)
+_ASYMMETRIC = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
+
+
+def translate_jwks(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+    """mcpg's ``governance.access.jwks`` (its built-in JWT verifier, ``dev.mcpg.identity.jwt``) as an
+    ``[[auth.oidc]]`` issuer: the keys inline (``keys_json``) or fetched from ``url`` (no discovery), ``iss``
+    and ``aud`` checked when set, every algorithm of the keys accepted (HMAC when the set holds ``oct`` keys)."""
+    if not _fields(cfg, _LEGACY_JWKS_KEYS, loc, problems, "governance.access.jwks"):
+        return
+    url = cfg.get("url") or ""
+    keys = cfg.get("keys_json")
+    if not (isinstance(url, str) and url.strip()) and not (isinstance(keys, str) and keys.strip()):
+        _problem(problems, loc, "governance.access.jwks must have either a 'url' or 'keys_json' field")
+        return
+    issuer = _str(cfg.get("issuer"), f"{loc}.issuer", problems)
+    if not issuer:
+        _problem(problems, f"{loc}.issuer", "mcpipe checks a token's `iss` against the issuer: set `issuer`")
+        return
+    provider: dict[str, Any] = {"issuer": issuer, "allow_private": True, "algorithms": list(_ASYMMETRIC)}
+    audience = _str(cfg.get("audience"), f"{loc}.audience", problems)
+    if audience:
+        provider["audiences"] = [audience]
+    else:
+        provider["any_audience"] = True  # mcpg's verifier checks `aud` only when an audience is set
+    if isinstance(keys, str) and keys.strip():
+        try:
+            doc = json.loads(keys)
+        except ValueError as exc:
+            _problem(
+                problems,
+                f"{loc}.keys_json",
+                f"is not a JSON JWK Set ({exc}); mcpg's built-in JWT plugin refuses it when it starts",
+            )
+            return
+        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
+            _problem(problems, f"{loc}.keys_json", 'must be a JWK Set: {"keys": [...]}')
+            return
+        if any(isinstance(k, dict) and k.get("kty") == "oct" for k in doc["keys"]):
+            provider["allow_hmac"] = True
+            provider["algorithms"] += ["HS256", "HS384", "HS512"]
+        provider["jwks"] = keys
+    else:
+        if not url.startswith(("http://", "https://")):
+            _problem(problems, f"{loc}.url", "governance.access.jwks.url must start with http:// or https://")
+            return
+        provider["jwks_url"] = url
+    provider["header"] = _str(cfg.get("header_name"), f"{loc}.header_name", problems) or "authorization"
+    prefix = cfg.get("header_prefix")
+    provider["prefix"] = prefix if isinstance(prefix, str) else "Bearer "
+    _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
 def _section_list(out: dict[str, Any], key: str) -> list[Any]:
@@ -296,11 +406,17 @@ def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: 
     if not isinstance(source, Mapping):
         what = "has none" if source is None else f"got {type(source).__name__}"
         _problem(
-            problems, f"{at}.source", f"must specify exactly one of `path` or `oci` ({what}); mcpg refuses the entry"
+            problems,
+            f"{at}.source",
+            f"a plugin entry's `source` must specify exactly one of `path` or `oci` ({what}); mcpg refuses the entry",
         )
         ok = False
     elif (source.get("path") is None) == (source.get("oci") is None):
-        _problem(problems, f"{at}.source", "must specify exactly one of `path` or `oci`; mcpg refuses the entry")
+        _problem(
+            problems,
+            f"{at}.source",
+            "a plugin entry's `source` must specify exactly one of `path` or `oci`; mcpg refuses it",
+        )
         ok = False
     for key in ("enforce", "disabled", "inline_dispatch"):
         if key in entry and not isinstance(entry[key], bool):
@@ -353,7 +469,7 @@ def _translate_one(
                 f"a plugin-level config of `{pid}` is not supported",
             )
     elif pid == _JSONATA:
-        _section_list(out, "plugins").append(_JSONATA)
+        pass  # JSONata is built in (plugin_transform steps)
     else:
         _problem(problems, at, _unsupported(pid, entry.get("class", "tool_gate")))
 
@@ -438,7 +554,11 @@ def translate_oidc(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], proble
             prefix = _str(source.get("header_prefix"), f"{loc}.token_source.header_prefix", problems) or ""
     providers = cfg.get("providers")
     if not isinstance(providers, list) or not providers:
-        _problem(problems, f"{loc}.providers", "must list at least one provider")
+        _problem(
+            problems,
+            f"{loc}.providers",
+            "the OIDC identity plugin `dev.mcpg.identity.oidc` needs at least one provider",
+        )
         return
     for j, p in enumerate(providers):
         at = f"{loc}.providers[{j}]"
@@ -637,7 +757,9 @@ _CEDAR_KEYS = frozenset(
 
 
 def _gate(out: dict[str, Any], gate: dict[str, Any]) -> None:
-    _section_list(_section(out, "access"), "gates").append(gate)
+    access = _section(out, "access")
+    access["refusals"] = "error"  # answered as mcpg's plugins answer: their JSON-RPC errors
+    _section_list(access, "gates").append(gate)
 
 
 def _cedar(
@@ -1071,24 +1193,27 @@ def translate_sink(signal: str, sink: Any, loc: str, out: dict[str, Any], proble
     if not isinstance(cfg, Mapping):
         _problem(problems, f"{loc}.config", "must be an object")
         return
-    extra = [k for k in sink if k not in ("kind", "config", "level", "routing")]
+    extra = [k for k in sink if k not in ("kind", "config", "level")]
     if extra:
-        _problem(problems, f"{loc}.{extra[0]}", f"unknown key `{extra[0]}` of a sink")
+        _problem(
+            problems, f"{loc}.{extra[0]}", f"unknown key `{extra[0]}` of a sink (kind, config, level); mcpg refuses it"
+        )
         return
     if signal == "metrics" and kind == PROMETHEUS:
         _prometheus(cfg, f"{loc}.config", out, problems)
     elif signal == "traces" and kind == OTLP:
         _otlp(cfg, f"{loc}.config", out, problems, enable=True)
     elif signal == "audit" and kind == AUDIT_FILE:
-        routing = sink.get("routing")
-        if routing:
-            _problem(
-                problems,
-                f"{loc}.routing",
-                "routing audit events to some sinks only is not supported by mcpipe (it writes every event)",
-            )
-            return
         _audit_file(cfg, f"{loc}.config", out, problems)
+    elif signal == "logs" and kind in ("file", "stdout"):
+        _log_sink(kind, cfg, f"{loc}.config", out, problems)
+    elif kind in ("prometheus", "otlp"):
+        _problem(
+            problems,
+            f"{loc}.kind",
+            f"`{kind}` is mcpg's former shorthand, gone: no plugin has that id, so mcpg exports nothing through it; "
+            f"write `dev.mcpg.observability.{kind}`",
+        )
     else:
         what = {"metrics": "metrics sink", "traces": "trace sink", "logs": "log sink", "audit": "audit sink"}.get(
             signal, "sink"
@@ -1096,9 +1221,32 @@ def translate_sink(signal: str, sink: Any, loc: str, out: dict[str, Any], proble
         _problem(
             problems,
             f"{loc}.kind",
-            f"the {what} `{kind}` is not supported by mcpipe"
+            f"the {what} plugin `{kind}` is not supported by mcpipe"
             + (": its audit records would be lost" if signal == "audit" else ""),
         )
+
+
+def _log_sink(kind: str, cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+    """mcpg's built-in ``file`` log sink (``path``, ``format``): mcpipe's ``[logs] file``; ``stdout``: refused
+    (mcpipe's log goes to stderr, and stdout may be the MCP channel)."""
+    if kind == "stdout":
+        _problem(
+            problems,
+            loc[: -len(".config")] + ".kind",
+            "logging to stdout is not supported by mcpipe (its log goes to stderr)",
+        )
+        return
+    if not _fields(cfg, frozenset({"path", "format"}), loc, problems, "the file log sink"):
+        return
+    path = _str(cfg.get("path"), f"{loc}.path", problems, required=True, what="the log file's `path`")
+    if path is None:
+        return
+    logs = _section(out, "logs")
+    if logs.get("file") not in (None, path):
+        _problem(problems, loc, f"a second log file: mcpipe writes one (`{logs['file']}`)")
+        return
+    fmt = cfg.get("format", "json")
+    logs.update(file=path, format="text" if fmt == "pretty" else "json")
 
 
 def _prometheus(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:

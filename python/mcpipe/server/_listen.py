@@ -1,0 +1,266 @@
+"""Serving connections within the process's file descriptors: hypercorn's trio worker, with an accept loop
+of mcpipe's own.
+
+hypercorn's worker accepts with ``trio.serve_listeners``, which accepts for as long as the kernel hands it
+connections: once the process is out of descriptors (``EMFILE``), every accept fails, is logged with a
+traceback ten times a second, and nothing else can open a file or a socket either (a downstream, the run
+queue's database). Here the worker is the same (hypercorn's lifespan, ``TCPServer`` and shutdown), and the
+accept loop keeps to ``max_connections``, a bound below the descriptor limit:
+
+- up to ``max_connections`` connections are served as usual;
+- past it, up to ``SPARE`` more are accepted and answered at once by a small handler that reads the request
+  head (within ``OVERFLOW_READ_S``): ``GET /healthz`` gets ``{"ok": true, "busy": true}``, anything else
+  ``503`` with ``Retry-After``; then it closes them. So a health check is answered in the middle of a flood,
+  and a client is told why it is turned away;
+- past both, nothing is accepted until a connection ends (new ones wait in the kernel's backlog);
+- an accept that fails for want of descriptors or memory backs off (``BACKOFF_S``) and says so in one line
+  per minute, without a traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import resource
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import orjson
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.lifespan import Lifespan
+from hypercorn.trio.statsd import StatsdLogger
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+from hypercorn.typing import ConnectionState
+from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
+
+__all__ = ["BACKOFF_S", "OVERFLOW_READ_S", "SPARE", "default_max_connections", "serve_bounded"]
+
+_log = logging.getLogger("mcpipe.http")
+
+SPARE = 32
+"""Connections accepted past ``max_connections`` only to be answered at once (``/healthz``, or 503)."""
+OVERFLOW_READ_S = 0.5
+"""How long such a connection may take to send its request head."""
+BACKOFF_S = 0.1
+"""How long accepting pauses after the system refused one (no descriptors, no memory)."""
+_SAY_EVERY_S = 60.0
+_CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
+
+
+def default_max_connections() -> int:
+    """The bound the process's descriptor limit allows: the limit less a reserve for everything else the
+    server opens (a quarter of it, at most 256), at most 4096, at least 16."""
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return 4096
+    return max(16, min(4096, soft - min(256, soft // 4) - SPARE))
+
+
+class _Slots:
+    """Counts of connections being served and being turned away, and a wake-up when either goes down."""
+
+    def __init__(self, limit: int, spare: int) -> None:
+        self.limit = limit
+        self.spare = spare
+        self.serving = 0
+        self.turning = 0
+        self._freed = trio.Event()
+
+    def free(self) -> bool:
+        return self.serving < self.limit or self.turning < self.spare
+
+    async def wait(self) -> None:
+        while not self.free():
+            await self._freed.wait()
+
+    def done(self, served: bool) -> None:
+        if served:
+            self.serving -= 1
+        else:
+            self.turning -= 1
+        self._freed.set()
+        self._freed = trio.Event()
+
+
+class _Say:
+    """One log line per kind of trouble per minute, saying how often it happened since the last."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}
+        self._count: dict[str, int] = {}
+
+    def __call__(self, kind: str, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        self._count[kind] = self._count.get(kind, 0) + 1
+        if now - self._last.get(kind, -_SAY_EVERY_S) >= _SAY_EVERY_S:
+            times = self._count[kind]
+            self._last[kind], self._count[kind] = now, 0
+            suffix = f" ({times} times in the last minute)" if times > 1 else ""
+            _log.warning(message + suffix, *args)
+
+
+_BUSY_HEALTH = orjson.dumps({"ok": True, "busy": True})
+
+
+def _busy_body(limit: int) -> bytes:
+    return orjson.dumps(
+        {
+            "error": "busy",
+            "error_description": f"the server is serving {limit} connections, the most it serves at once "
+            "([http] max_connections); try again",
+        }
+    )
+
+
+async def _turn_away(stream: trio.SocketStream, limit: int) -> None:
+    """Answer a connection past the bound: ``/healthz`` briefly, anything else 503; then close it."""
+    head = b""
+    with trio.move_on_after(OVERFLOW_READ_S):
+        while b"\r\n" not in head and len(head) < 4096:
+            try:
+                chunk = await stream.receive_some(4096)
+            except (trio.BrokenResourceError, OSError):
+                break
+            if not chunk:
+                break
+            head += chunk
+    if head.startswith((b"GET /healthz ", b"GET /healthz?", b"HEAD /healthz ")):
+        status, body, extra = b"200 OK", _BUSY_HEALTH, b""
+    else:
+        status, body, extra = b"503 Service Unavailable", _busy_body(limit), b"retry-after: 1\r\n"
+    reply = (
+        b"HTTP/1.1 "
+        + status
+        + b"\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n"
+        + extra
+        + b"\r\n"
+        + body
+    )
+    with trio.move_on_after(OVERFLOW_READ_S):
+        try:
+            await stream.send_all(reply)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass
+    with trio.CancelScope(shield=True):
+        await stream.aclose()
+
+
+async def _accept_loop(
+    listener: trio.SocketListener,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    nursery: trio.Nursery,
+    slots: _Slots,
+    say: _Say,
+) -> None:
+    async with listener:  # closed when the server stops
+        await _accept_until_cancelled(listener, handler, nursery, slots, say)
+
+
+async def _accept_until_cancelled(
+    listener: trio.SocketListener,
+    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    nursery: trio.Nursery,
+    slots: _Slots,
+    say: _Say,
+) -> None:
+    while True:
+        await slots.wait()
+        try:
+            stream = await listener.accept()
+        except OSError as exc:
+            if exc.errno not in _CAPACITY_ERRNOS:
+                raise
+            say(
+                "accept",
+                "accepting a connection failed: %s (%d connections open); backing off %g s",
+                exc.strerror or errno.errorcode.get(exc.errno or 0, "?"),
+                slots.serving + slots.turning,
+                BACKOFF_S,
+            )
+            await trio.sleep(BACKOFF_S)
+            continue
+        if slots.serving < slots.limit:
+            slots.serving += 1
+            nursery.start_soon(_serve_one, handler, stream, slots)
+        else:
+            slots.turning += 1
+            say("busy", "turning connections away: %d are open ([http] max_connections)", slots.limit)
+            nursery.start_soon(_turn_away_one, stream, slots)
+
+
+async def _serve_one(
+    handler: Callable[[trio.SocketStream], Awaitable[None]], stream: trio.SocketStream, slots: _Slots
+) -> None:
+    try:
+        await handler(stream)
+    finally:
+        slots.done(True)
+
+
+async def _turn_away_one(stream: trio.SocketStream, slots: _Slots) -> None:
+    try:
+        await _turn_away(stream, slots.limit)
+    finally:
+        slots.done(False)
+
+
+async def serve_bounded(
+    app: Any,
+    config: HypercornConfig,
+    *,
+    max_connections: int,
+    shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """hypercorn's ``serve`` (the trio worker, plain HTTP) with the bounded accept loop above; reports the
+    bound URLs through ``task_status`` once listening."""
+    config.set_statsd_logger_class(StatsdLogger)
+    wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
+    lifespan_state: dict[str, Any] = {}
+    lifespan = Lifespan(wrapped, config, lifespan_state)
+    context = WorkerContext(None)
+    slots = _Slots(max_connections, SPARE)
+    say = _Say()
+
+    async with trio.open_nursery() as lifespan_nursery:
+        await lifespan_nursery.start(lifespan.handle_lifespan)
+        await lifespan.wait_for_startup()
+
+        async with trio.open_nursery() as server_nursery:
+            sockets = config.create_sockets()
+            listeners = []
+            binds = []
+            for sock in sockets.insecure_sockets:
+                sock.listen(config.backlog)
+                listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
+                bind = repr_socket_addr(sock.family, sock.getsockname())
+                binds.append(f"http://{bind}")
+            state = ConnectionState(lifespan_state.copy())
+
+            async def handler(stream: trio.SocketStream) -> None:
+                await TCPServer(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+
+            task_status.started(binds)
+            try:
+                async with trio.open_nursery(strict_exception_groups=True) as nursery:
+                    if shutdown_trigger is not None:
+                        nursery.start_soon(raise_shutdown, shutdown_trigger)
+                    nursery.start_soon(raise_shutdown, context.terminate.wait)
+                    for listener in listeners:
+                        nursery.start_soon(_accept_loop, listener, handler, server_nursery, slots, say)
+                    await trio.sleep_forever()
+            except BaseExceptionGroup as error:
+                _, other_errors = error.split((ShutdownError, KeyboardInterrupt))
+                if other_errors is not None:
+                    raise other_errors from None
+            finally:
+                await context.terminated.set()
+                server_nursery.cancel_scope.deadline = trio.current_time() + config.graceful_timeout
+
+        await lifespan.wait_for_shutdown()
+        lifespan_nursery.cancel_scope.cancel()
