@@ -212,3 +212,33 @@ async def test_a_jwk_set_of_garbage_is_refused_without_a_traceback(tmp_path):
             assert status == 401
             assert "the JWK Set holds no usable key" in server.text()
             assert "Traceback" not in server.text() and server.alive
+
+
+# --- a Cedar gate deciding on the caller's arguments ---------------------------------------------------------
+
+CEDAR = """
+audit: {enabled: false}
+access:
+  gates:
+    - kind: cedar
+      name: authz
+      arguments_as_context: true
+      policies: 'permit(principal, action, resource) when { context has ok && context.ok == true };'
+pipelines:
+  - name: hello
+    steps: [{kind: value, id: v, value: hi}]
+"""
+
+
+async def test_a_cedar_context_from_the_callers_arguments_is_bounded(tmp_path):
+    # Before: Cedar built and evaluated a 4 MB context (90 000 extension values) holding the interpreter, on
+    # the event loop: /healthz held about 4 s per call.
+    bomb = {"ok": True, "ext": [{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}] * 90_000}
+    async with served(write_config(tmp_path, CEDAR)) as server:
+        refused, slowest = await server.probed(lambda: server.call("hello", bomb))
+        assert slowest < 1.0, server.health
+        assert refused["isError"] is True
+        text = refused["content"][0]["text"]
+        assert "policy `authz` denied 'hello'" in text and "larger than 65536 bytes" in text
+        allowed = await server.call("hello", {"ok": True, "ext": [{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}] * 10})
+        assert allowed["isError"] is False
