@@ -479,8 +479,10 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
         r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
         return None
     config = {str(k): v for k, v in tool.items() if k not in TASK_META}
-    if kind in ("workbook", "secrets") and "name" in tool:
-        config["name"] = tool["name"]  # the workbook action it runs; the secret it reads
+    if kind in ("workbook", "secrets", "nats") and "name" in tool:
+        # The workbook action it runs; the secret it reads; the object a `nats` tool stores (NoETL's executor
+        # reads `name` from the tool's config, a pipeline task's label included).
+        config["name"] = tool["name"]
     t = TaskSpec(name, kind, where, config)
     if "output" in tool:
         t.output = read_output(r, tool["output"], f"{where}.output")

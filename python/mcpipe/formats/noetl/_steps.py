@@ -1132,6 +1132,8 @@ async def _run_one(
         return await _artifact_get(task, scope, env)
     if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
         return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
+    if runner == "nats":
+        return await _run_nats(task, scope)
     if runner == "secrets":
         value = os.environ.get(task.parts["name"])
         if value is None:
@@ -1140,6 +1142,31 @@ async def _run_one(
             )
         return {"value": value}
     raise StepFailure(f"{task.location}: no runner for kind `{task.kind}`", ErrorCode.TOOL_FAILED)
+
+
+async def _run_nats(task: TaskPlan, scope: Mapping[str, Any]) -> Any:
+    """NoETL's ``nats`` tool (:mod:`mcpipe.formats.noetl._nats`): its fields rendered, the server from its
+    credential, one connection of its own for the operation (as NoETL's executor connects per task)."""
+    from mcpipe.backends.jetstream import JetStream
+    from mcpipe.backends.nats import NatsError, open_nats
+    from mcpipe.formats.noetl import _nats
+
+    parts = task.parts
+    operation = await _rendered(parts["operation"], scope)
+    if operation not in _nats.OPERATIONS:
+        raise StepFailure(
+            f"{task.location}.operation: unknown NATS operation {operation!r} (NoETL's: {', '.join(_nats.OPERATIONS)})",
+            ErrorCode.TOOL_FAILED,
+        )
+    fields = await _rendered(parts["fields"], scope)
+    auth = await _rendered(parts["auth"], scope)
+    url = _nats.server_url(auth, parts["constant"], secret_value, task.location)
+    shown = re.sub(r"//[^@/]*@", "//***@", url)  # an error never shows the credential's user, password or token
+    try:
+        async with open_nats(url, connect_timeout_s=_nats.TIMEOUT_S) as client:
+            return await _nats.run_nats(operation, fields, JetStream(client, timeout_s=_nats.TIMEOUT_S), task.location)
+    except NatsError as e:
+        raise StepFailure(f"{task.location}: {str(e).replace(url, shown)}", e.code) from None
 
 
 async def _rendered(t: Tmpl | None, scope: Mapping[str, Any]) -> Any:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
-from mcpipe.formats.noetl import toolkinds
+from mcpipe.formats.noetl import _nats, toolkinds
 from mcpipe.formats.noetl._layout import (
     CODE,
     ArcSpec,
@@ -63,7 +63,6 @@ REFUSED_KINDS = {
     "script": "scripts fetched from cloud storage",
     "agent": "NoETL's agent runtimes",
     "gateway": "NoETL's gateway",
-    "nats": "NoETL's NATS K/V and object store (mcpipe's own `nats` kind is request/reply)",
     "rhai": "the Rhai scripting engine",
     "task_sequence": "an internal NoETL kind",
     "result_fetch": "NoETL's result store",
@@ -436,6 +435,20 @@ def _task(
             return None
         plan.runner = "save"
         plan.parts = {"save": _save_plan(c, pb, spec)}
+        return plan
+    if kind == "nats":
+        found_n: list[Problem] = []
+        spec_n = _nats.read_nats(task.config, task.location, found_n, CODE, c.warnings)
+        c.problems.extend(found_n)
+        if spec_n is None:
+            return None
+        plan.runner = "nats"
+        plan.parts = {
+            "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
+            "fields": c.tmpl(spec_n["fields"], task.location),
+            "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
+            "constant": spec_n["constant"],
+        }
         return plan
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
