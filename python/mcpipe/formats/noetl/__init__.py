@@ -178,6 +178,14 @@ def compile_noetl(
         if "mcp" in raw:
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
+    from mcpipe.formats.noetl._draft import compile_draft, is_draft
+
+    if is_draft(raw):
+        draft, found = compile_draft(raw, policy=policy or StepPolicy(), tools=tools, file=file)
+        if found:
+            return None, sorted(found, key=_problem_key)
+        draft.name = _served(draft.name) or "playbook"
+        return draft, []
     doc = read_doc(raw)
     problems = list(doc.problems)
     mcp = None

@@ -197,6 +197,8 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
+    draft: Any = None
+    """A playbook of NoETL's 2025 draft engine (:mod:`mcpipe.formats.noetl._draft`): its steps and tasks."""
     root: str = ""
     """The catalog's root (the directory playbook paths are relative to): a ``script`` file is looked for
     under the playbook's directory and its parents up to it."""

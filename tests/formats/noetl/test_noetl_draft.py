@@ -1,0 +1,108 @@
+"""NoETL's 2025 draft engine (``noetl/agent.py`` of 2025-06-27 as ``noetl agent`` runs it, kept by the broker of
+2025-07) on its own vendored playbooks: ``call:`` steps, loops whose body is their ``next`` steps, ``end_loop``
+steps, routing by the first ``next`` candidate, and its template rules; the weather API and the alert service
+are a real HTTP server on 127.0.0.1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from kit.noetl import UPSTREAM, origin
+from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.kinds import HttpPolicy, StepPolicy
+
+CITIES = [("51.51", "-0.13"), ("48.85", "2.35"), ("52.52", "13.41")]
+
+
+def load(rel: str) -> NoetlPlaybook:
+    # The playbooks' constant services (`alert-service.local`, ...) are allowed hosts; the tests' origin stands
+    # in for the weather API (`base_url`).
+    pol = StepPolicy(http=HttpPolicy(allowed_hosts=("127.0.0.1", "*.local")))
+    pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol)
+    assert problems == [], [str(p) for p in problems]
+    assert isinstance(pb, NoetlPlaybook) and pb.layout == "draft"
+    return pb
+
+
+async def run(rel: str, args: dict[str, Any]) -> dict[str, Any]:
+    with trio.fail_after(60):
+        return await PlaybookTool(load(rel)).run(args)
+
+
+async def test_a_loop_runs_its_next_step_per_city_then_its_end_loop_step_then_the_steps_after() -> None:
+    with origin() as weather:
+        answer = await run("data/catalog/playbooks/weather_example.yaml", {"base_url": weather.url})
+        asked = [(r["path"], r["query"]) for r in weather.requests]
+    assert answer["ok"], answer["error"]
+    run_ = answer["noetl"]
+    # start -> city_loop (its body, `fetch_and_evaluate`, once per city) -> end_city_loop -> aggregate_alerts.
+    assert list(run_["steps"]) == ["start", "city_loop", "end_city_loop", "aggregate_alerts"]
+    assert asked == [
+        ("/forecast", f"latitude={lat}&longitude={lon}&hourly=temperature_2m&forecast_days=1") for lat, lon in CITIES
+    ]
+    per_city = run_["steps"]["city_loop"]
+    assert [r["fetch_and_evaluate"]["status_code"] for r in per_city] == [200, 200, 200]
+    assert [r["fetch_and_evaluate"]["data"]["args"]["latitude"] for r in per_city] == [lat for lat, _ in CITIES]
+    # `end_city_loop`'s `result: {alerts: "{{ alert }}"}` reads a name nothing wrote: the engine renders it None.
+    assert run_["steps"]["end_city_loop"] == [{"alerts": None}]
+    assert run_["steps"]["aggregate_alerts"] == [{}] and run_["failed_steps"] == []
+
+
+async def test_the_engines_own_quirks_are_kept_a_failed_step_ends_the_run() -> None:
+    # noetl/agent.py of 2025-06-27: its loop body's python task fails (or answers no alert); the loop goes on,
+    # `end_city_loop` aggregates, `aggregate_alerts` finds no alert, `log_aggregate_result` is the first `next`
+    # candidate (it always holds, so the conditional ones after it are never asked), and the run ends failed
+    # at `store_aggregate_result` (its DuckDB file's directory is not there).
+    with origin() as weather:
+        answer = await run("catalog/playbooks/weather_example.yaml", {"base_url": weather.url})
+    run_ = answer["noetl"]
+    assert list(run_["steps"]) == [
+        "start",
+        "city_loop",
+        "end_city_loop",
+        "aggregate_alerts",
+        "log_aggregate_result",
+        "store_aggregate_result",
+    ]
+    assert len(run_["steps"]["city_loop"]) == 3
+    assert run_["steps"]["aggregate_alerts"] == [{"global_alert": False, "summary": {"alert_cities": [], "count": 0}}]
+    assert run_["steps"]["log_aggregate_result"][0]["logged"] is True
+    assert not answer["ok"] and run_["failed_steps"] == ["store_aggregate_result"]
+
+
+async def test_a_condition_renders_to_text_and_an_undefined_name_makes_it_not_hold() -> None:
+    rel = "data/catalog/playbooks/weather_loop_chain_example.yaml"
+    with origin() as weather:
+        # No `state` in the workload: `{{ workload.state == 'ready' }}` cannot render (None), the `then` is not
+        # taken, and the `- else:` entry names no step (the engine's `get_next_steps`): the run ends.
+        stopped = await run(rel, {"base_url": weather.url})
+        # Any `state`: the condition renders to the text "True" or "False", and both hold.
+        going = await run(rel, {"base_url": weather.url, "state": "not ready at all"})
+    assert stopped["ok"] and list(stopped["noetl"]["steps"]) == ["start"]
+    assert "city_loop" in going["noetl"]["steps"]
+    # Its body calls a `type: task` workbook task, which the engine cannot run: each item's result is None, and
+    # after the loop (no `end_loop` step) the run goes on at its first `next` step, which fails the run.
+    assert going["noetl"]["steps"]["city_loop"] == [{"fetch_and_evaluate": None}] * 3
+    assert going["noetl"]["failed_steps"] == ["fetch_and_evaluate"]
+    assert "Unsupported task type: task" in going["error"]
+
+
+async def test_the_brokers_steps_name_their_task_with_type_and_name() -> None:
+    # playbook/weather_loop_example.yaml (2025-07-24): `type: workbook` + `name` on the step, read by the broker.
+    with origin() as weather:
+        answer = await run("playbook/weather_loop_example.yaml", {"base_url": weather.url})
+    steps = answer["noetl"]["steps"]
+    assert list(steps)[:4] == ["start", "city_loop", "end_city_loop", "aggregate_alerts"]
+    assert steps["aggregate_alerts"] == [{"global_alert": False, "summary": {"alert_cities": [], "count": 0}}]
+
+
+def test_what_the_engine_never_reads_or_cannot_run_is_a_check_warning() -> None:
+    pb = load("data/catalog/playbooks/weather_return_example.yaml")
+    text = "\n".join(pb.warnings)
+    assert "workbook[0].type: Nested loop task execution not supported" in text
+    assert "workflow[2].call: `call` beside `loop`" in text
+    assert "workflow[3].call: a list, which NoETL's 2025 draft engine cannot read" in text
+    questionable = load("data/catalog/playbooks/weather_loop_chain_commented_questionable.yaml")
+    assert any("workflow[1].loop: `loop` beside `end_loop`" in w for w in questionable.warnings)
