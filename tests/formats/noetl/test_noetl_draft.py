@@ -1,7 +1,8 @@
-"""NoETL's 2025 draft engine (``noetl/agent.py`` of 2025-06-27 as ``noetl agent`` runs it, kept by the broker of
-2025-07) on its own vendored playbooks: ``call:`` steps, loops whose body is their ``next`` steps, ``end_loop``
-steps, routing by the first ``next`` candidate, and its template rules; the weather API and the alert service
-are a real HTTP server on 127.0.0.1."""
+"""NoETL's interpreters of 2025 on their own vendored playbooks: the draft engine (``noetl/agent.py`` of 2025-06-27
+as ``noetl agent`` runs it, kept by the broker of 2025-07: ``call:`` steps, loops whose body is their ``next``
+steps, ``end_loop`` steps, routing by the first ``next`` candidate, its template rules) and the runtime before it
+(``noetl/runtime/playbook.py`` of 2025-05: ``context:`` and ``run:`` steps); the services they call are a real
+HTTP server on 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def load(rel: str) -> NoetlPlaybook:
     pol = StepPolicy(http=HttpPolicy(allowed_hosts=("127.0.0.1", "*.local")))
     pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol)
     assert problems == [], [str(p) for p in problems]
-    assert isinstance(pb, NoetlPlaybook) and pb.layout == "draft"
+    assert isinstance(pb, NoetlPlaybook) and pb.layout in ("draft", "runtime")
     return pb
 
 
@@ -106,3 +107,32 @@ def test_what_the_engine_never_reads_or_cannot_run_is_a_check_warning() -> None:
     assert "workflow[3].call: a list, which NoETL's 2025 draft engine cannot read" in text
     questionable = load("data/catalog/playbooks/weather_loop_chain_commented_questionable.yaml")
     assert any("workflow[1].loop: `loop` beside `end_loop`" in w for w in questionable.warnings)
+
+
+# --- NoETL's runtime of May 2025 (noetl/runtime/playbook.py): `context:` and `run:` steps ---
+
+
+async def test_a_run_step_runs_its_tasks_and_routes_on_their_results_by_name() -> None:
+    rel = "data/catalog/playbooks/csv_import_export.yaml"
+    with origin() as pg_router:
+        answer = await run(rel, {"baseUrl": pg_router.url})
+        asked = [(r["method"], r["path"]) for r in pg_router.requests]
+    assert answer["ok"], answer["error"]
+    steps = answer["noetl"]["steps"]
+    # `{{ results.import_csv.status == 'success' }}` renders "True", which the runtime's `eval` reads as True.
+    assert list(steps) == ["start", "import_data", "export_data", "complete"]
+    assert asked == [("POST", "/pg/csv/import"), ("POST", "/pg/csv/export")]
+    assert steps["import_data"][0]["import_csv"]["status"] == "success"
+    # Its python task's `return` is rewritten to `result =`, as the runtime rewrites it, and its status set.
+    done = steps["complete"][0]["update_status"]
+    assert done["status"] == "success" and done["job_id"] == "{{ job.uuid }}" and "completed_at" in done
+
+
+async def test_a_task_that_fails_answers_an_error_and_its_step_routes_to_the_error_handler() -> None:
+    # The pg router is not there: the import answers an error result, `results.import_csv.status` is not
+    # `success`, and the `- else:` entry goes to `error_handler`, whose task runs; the run completes.
+    answer = await run("data/catalog/playbooks/csv_import_export.yaml", {"baseUrl": "http://127.0.0.1:9"})
+    steps = answer["noetl"]["steps"]
+    assert answer["ok"] and list(steps) == ["start", "import_data", "error_handler"]
+    assert steps["import_data"][0]["import_csv"]["status"] == "error"
+    assert steps["error_handler"][0]["log_error"]["status"] == "success"

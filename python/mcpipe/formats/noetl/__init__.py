@@ -179,9 +179,12 @@ def compile_noetl(
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
     from mcpipe.formats.noetl._draft import compile_draft, is_draft
+    from mcpipe.formats.noetl._runtime2025 import compile_runtime, is_runtime
 
-    if is_draft(raw):
-        draft, found = compile_draft(raw, policy=policy or StepPolicy(), tools=tools, file=file)
+    if is_runtime(raw) or is_draft(raw):
+        # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
+        compile_early = compile_runtime if is_runtime(raw) else compile_draft
+        draft, found = compile_early(raw, policy=policy or StepPolicy(), tools=tools, file=file)
         if found:
             return None, sorted(found, key=_problem_key)
         draft.name = _served(draft.name) or "playbook"
