@@ -118,6 +118,8 @@ def _load(
         pb, problems = compile_noetl(
             raw, models=models, policy=policy, tools=tools, catalog=catalog, file=full, stack=stack
         )
+        if pb is not None:
+            pb.root = os.path.abspath(base_dir)
     if not problems:
         return pb, []
     lines = _line_finder(text)
