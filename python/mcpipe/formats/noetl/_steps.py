@@ -1205,6 +1205,17 @@ async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], 
 
 
 async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+    guarded = task.parts.get("code_from")
+    if guarded is not None:
+        name, where = guarded
+        given = env.get("args") or {}
+        nested = given.get("ctx")
+        if name in given or (isinstance(nested, Mapping) and name in nested):
+            # NoETL lays the call's arguments over the workload, so its code would be the caller's text.
+            raise StepFailure(
+                f"{where}: the argument `{name}` is this step's code (the workload's `{name}`): a call may not set it",
+                ErrorCode.FORBIDDEN,
+            )
     step = task.parts["step"]
     fields: dict[str, Tmpl] = task.parts["fields"]
     given = await _rendered(task.parts.get("with"), scope)

@@ -498,7 +498,7 @@ def _task(
         config = dict(task.config)
         script: dict[str, Any] | None = None
         if "script" in config and kind in ("python", "postgres", "duckdb"):
-            script = _script(c, config, kind, task.location)
+            script = _script(c, config, kind, task.location, pb.workload)
             if script is None:
                 return None
         given: dict[str, Any] = {}
@@ -552,6 +552,9 @@ def _task(
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
         if out is not None and "secrets" in step:
             out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
+        if out is not None and script and "guard" in script:
+            out.parts["code_from"] = (script["guard"], f"{task.location}.script.source.code")
+            script = None
         if out is not None and script:
             # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
             script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
@@ -578,10 +581,17 @@ _SCRIPT_PLACEHOLDER = {
 }
 
 
-def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> dict[str, Any] | None:
+_WORKLOAD_REF = re.compile(r"^\s*\{\{\s*(?:workload\.)?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
+
+
+def _script(
+    c: _Problems, config: dict[str, Any], kind: str, location: str, workload: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """NoETL's ``script`` (code or SQL fetched from a source): a file (``source.type: file``) is read when the
     step runs, at its ``uri`` under the playbook's own directory; inline code written in the playbook is its
-    code; a template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
+    code, and so is a template that names a workload value the playbook writes (``{{ workload.code }}``), read
+    from the file when it loads (a call that passes that name is refused: NoETL would run the caller's text);
+    any other template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
     for the code so the rest of the tool compiles now."""
     script = config.pop("script")
     where = f"{location}.script"
@@ -590,6 +600,11 @@ def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> d
     field_name, placeholder = _SCRIPT_PLACEHOLDER[kind]
     if kind_of == "inline" and isinstance(source, Mapping):
         code = source.get("code")
+        ref = _WORKLOAD_REF.match(code) if isinstance(code, str) else None
+        if ref is not None and isinstance(workload.get(ref.group(1)), str) and not _has_jinja(workload[ref.group(1)]):
+            # The code is the playbook's own text (its workload's value): read now, never a caller's value.
+            config[field_name] = workload[ref.group(1)]
+            return {"guard": ref.group(1)}
         if not isinstance(code, str) or _has_jinja(code):
             c.add(
                 f"{where}.source.code",
