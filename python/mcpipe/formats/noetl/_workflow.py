@@ -458,11 +458,15 @@ def _task(
     if kind == "secrets":
         provider = task.config.get("provider", "env")
         name = task.config.get("name", task.config.get("secret_name"))
+        if provider == "google":
+            plan.runner = "gcp_secret"
+            plan.parts = _gcp_secret(c, pb, task)
+            return plan if plan.parts else None
         if provider != "env":
             c.add(
                 f"{task.location}.provider",
-                f"secrets from `{provider}` (a cloud secret manager) are not supported; NoETL 4 refuses them too: "
-                "use `provider: env`",
+                f"secrets from `{provider}` (a cloud secret manager) are not supported (mcpipe reads `env` and "
+                "`google`); NoETL 4 refuses them too",
             )
             return None
         if not isinstance(name, str) or not name:
@@ -572,6 +576,50 @@ def _task(
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
     return None
+
+
+_GCP_FIELDS = ("provider", "project_id", "secret_name", "version", "api_endpoint", "timeout", "name")
+
+
+def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, Any]:
+    """A ``secrets`` task of ``provider: google`` (:mod:`mcpipe.formats.noetl._gcp`): its fields, and the two
+    requests it makes (the token, the secret) on mcpipe's ``http`` kind under the operator's outbound policy."""
+    from mcpipe.declared import StepScope, compile_step
+
+    cfg = task.config
+    for k in cfg:
+        if k not in _GCP_FIELDS:
+            c.warnings.append(
+                f"{task.location}.{k}: `{k}` is not read by NoETL's Google Secret Manager provider: ignored, as NoETL "
+                "ignores it"
+            )
+    if not cfg.get("secret_name"):
+        c.add(f"{task.location}.secret_name", "is required: the secret to read")
+        return {}
+    steps: dict[str, Any] = {}
+    for label, method in (("token", "POST"), ("access", "GET")):
+        raw: dict[str, Any] = {
+            "kind": "http",
+            "id": label,
+            "method": method,
+            "url": "${args}",
+            "headers": "${args}",
+            "query": "${args}",
+            "expected_status_codes": list(range(100, 600)),
+        }
+        if method == "POST":
+            raw["body"] = "${args}"
+        timeout = cfg.get("timeout")
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+            raw["timeout_ms"] = float(timeout) * 1000
+        step, problems = compile_step(raw, task.location, StepScope(policy=pb.policy))
+        for p in problems:
+            c.add(p.location, p.message)
+        if step is None:
+            return {}
+        steps[label] = step
+    fields = {k: cfg[k] for k in ("project_id", "secret_name", "version", "api_endpoint") if k in cfg}
+    return {"fields": c.tmpl(fields, task.location), **steps}
 
 
 _SCRIPT_PLACEHOLDER = {
