@@ -136,3 +136,54 @@ async def test_a_task_that_fails_answers_an_error_and_its_step_routes_to_the_err
     assert answer["ok"] and list(steps) == ["start", "import_data", "error_handler"]
     assert steps["import_data"][0]["import_csv"]["status"] == "error"
     assert steps["error_handler"][0]["log_error"]["status"] == "success"
+
+
+# --- NoETL's workflow engine of April 2023 (workflow_engine/): jobs of shell and rest_api tasks ---
+
+WORKFLOW_2023 = "workflow_engine/example_workflow.yaml"
+
+
+def test_the_2023_workflow_is_read_as_its_engine_read_it() -> None:
+    pb, problems = load_playbook(WORKFLOW_2023, base_dir=str(UPSTREAM), policy=_shell_policy("api.github.com"))
+    assert problems == [] and isinstance(pb, NoetlPlaybook) and pb.layout == "2023"
+    assert list(pb.steps) == ["job1.task1", "job1.task2", "job2.task1"]
+    text = "\n".join(pb.warnings)
+    assert "workflow.jobs[0].conditions: a job's `conditions` is not read" in text  # its Job.execute never asks
+    assert "workflow.jobs[0].tasks[1].loop: a task's `loop` is not read" in text
+
+
+async def test_the_2023_workflows_tasks_run_in_order_and_a_condition_reads_an_earlier_tasks_status(tmp_path) -> None:
+    # The vendored file calls GitHub's API; the same file with its URL on the tests' origin runs here.
+    source = (UPSTREAM / WORKFLOW_2023).read_text()
+    with origin() as api:
+        (tmp_path / "wf.yaml").write_text(source.replace("https://api.github.com/octocat", f"{api.url}/octocat"))
+        pb, problems = load_playbook("wf.yaml", base_dir=str(tmp_path), policy=_shell_policy("127.0.0.1"))
+        assert problems == [], problems
+        with trio.fail_after(60):
+            answer = await PlaybookTool(pb).run({})
+        asked = [r["path"] for r in api.requests]
+    assert answer["ok"], answer["error"]
+    steps = answer["noetl"]["steps"]
+    assert steps["job1.task1"] == [{"status": "success", "output": "Hello, World"}]
+    # `'{{example_workflow.jobs.job1.tasks.task1.status}}' == 'success'` held: task2 made its request.
+    assert steps["job1.task2"][0]["status"] == "success" and asked == ["/octocat"]
+    assert steps["job2.task1"] == [{"status": "success", "output": "Job2 Task1"}]
+
+
+async def test_a_false_condition_skips_its_task_and_the_next_job_still_runs(tmp_path) -> None:
+    source = (UPSTREAM / WORKFLOW_2023).read_text().replace("echo 'Hello, World'", "exit 3")
+    (tmp_path / "wf.yaml").write_text(source)
+    pb, problems = load_playbook("wf.yaml", base_dir=str(tmp_path), policy=_shell_policy("api.github.com"))
+    assert problems == [], problems
+    with trio.fail_after(60):
+        answer = await PlaybookTool(pb).run({})
+    steps = answer["noetl"]["steps"]
+    assert steps["job1.task1"] == [{"status": "failure", "output": ""}]
+    assert steps["job1.task2"] == [{"status": "skipped"}]  # `'failure' == 'success'` is false: no request
+    assert steps["job2.task1"] == [{"status": "success", "output": "Job2 Task1"}]
+
+
+def _shell_policy(host: str) -> StepPolicy:
+    from mcpipe.kinds import CommandPolicy
+
+    return StepPolicy(http=HttpPolicy(allowed_hosts=(host,)), command=CommandPolicy(commands={"sh": "/bin/sh"}))
