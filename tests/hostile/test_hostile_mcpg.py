@@ -5,6 +5,8 @@ server is slow or answers garbage. Over HTTP against a real ``mcpipe serve``, ``
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -242,3 +244,65 @@ async def test_a_cedar_context_from_the_callers_arguments_is_bounded(tmp_path):
         assert "policy `authz` denied 'hello'" in text and "larger than 65536 bytes" in text
         allowed = await server.call("hello", {"ok": True, "ext": [{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}] * 10})
         assert allowed["isError"] is False
+
+
+# --- a command binding whose command leaves children behind ---------------------------------------------------
+
+COMMANDS = """
+gateway:
+  server: {{bind_address: "127.0.0.1:0", mcp_path: /mcp, health_path: /healthz, anonymous_rate_limit_per_min: 0}}
+governance:
+  audit: {{enabled: false}}
+mcp:
+  capabilities:
+    tools:
+      - name: background
+        description: a command that leaves a child running, its output elsewhere
+        governance: {{minimum_trust: unauthenticated}}
+        backend:
+          kind: command
+          command: sh
+          args: ["-c", "sleep 302 >/dev/null 2>&1 & echo $! > {pidfile}; echo '{{}}'"]
+      - name: holding
+        description: a command that leaves a child holding its output
+        governance: {{minimum_trust: unauthenticated}}
+        backend:
+          kind: command
+          command: sh
+          args: ["-c", "sleep 303 & echo $! > {pidfile}.2; echo '{{}}'"]
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return "State:\tZ" not in f.read()
+    except OSError:
+        return False
+
+
+async def test_a_command_bindings_children_end_with_its_call(tmp_path):
+    # Before: the command ran in the server's process group and only it was killed: a child with its output
+    # elsewhere outlived the call and the server; one holding the output kept the call to its deadline (5 s,
+    # `timedOut: true`) and outlived it too.
+    pidfile = tmp_path / "child.pid"
+    config = COMMANDS.format(pidfile=pidfile)
+    async with served(write_config(tmp_path, config)) as server:
+        children: list[int] = []
+        try:
+            answer = await server.call("background", {})
+            children.append(int(pidfile.read_text()))
+            t0 = time.perf_counter()
+            held = await server.call("holding", {})
+            took = time.perf_counter() - t0
+            children.append(int(pidfile.with_suffix(".pid.2").read_text()))
+            assert answer["structuredContent"]["response"]["success"] is True
+            assert held["structuredContent"]["response"]["timedOut"] is False and took < 2.0, (took, held)
+            with trio.move_on_after(5):
+                while any(_alive(pid) for pid in children):  # noqa: ASYNC110 (other processes' exits)
+                    await trio.sleep(0.05)
+            assert [pid for pid in children if _alive(pid)] == []
+        finally:
+            for pid in children:
+                if _alive(pid):
+                    os.kill(pid, signal.SIGKILL)
