@@ -44,6 +44,7 @@ from mcpipe._core import Regex
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
+from mcpipe.server._guide import Guide
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
 
@@ -110,9 +111,12 @@ class Passthrough:
         *,
         surfaces: list[Any] | None = None,
         run_surface: RunSurface | None = None,
+        guide: Guide | None = None,
         caching: Any = None,
     ) -> None:
         self.downstreams = downstreams
+        self.guide = guide
+        """mcpipe's own guide to its pipeline language (resources and a prompt), listed after the config's own."""
         self.caching = caching
         """The config's ``caching`` hints, or None."""
         self.surfaces = list(surfaces or ())
@@ -185,11 +189,16 @@ class Passthrough:
     def _local(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
         surface = {"resource": "resource", "template": "resource_template", "prompt": "prompt"}[kind]
         principal = self.principal(ctx)
-        return [
+        own = [
             _descriptor(t)
             for t in self.surfaces
             if t.surface == surface and (principal is None or self.policy.allows(principal, t.name))
         ]
+        if self.guide is not None and kind in ("resource", "prompt"):
+            taken = {e.get("uri") or e.get("name") for e in own}
+            guide = self.guide.resources() if kind == "resource" else self.guide.prompts()
+            own += [e for e in guide if (e.get("uri") or e.get("name")) not in taken]
+        return own
 
     async def _list(self, ctx: ServerRequestContext[Any, Any], key: str, kind: str) -> dict[str, Any]:
         await self.downstreams.ready()
@@ -281,6 +290,12 @@ class Passthrough:
             if self.caching is not None:
                 out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
             return out
+        guide = self.guide.read(uri) if self.guide is not None else None
+        if guide is not None:
+            out = _local_result(ctx, guide)
+            if self.caching is not None:
+                out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+            return out
         await self.downstreams.ready()
         server = self._owner(ctx, uri)
 
@@ -299,6 +314,9 @@ class Passthrough:
                 return _local_result(ctx, tool.answer.prompt(tool, result))
             except MCPipeError as exc:
                 raise _surface_error(exc) from None
+        guide = self.guide.get(ctx, params.name, params.arguments) if self.guide is not None else None
+        if guide is not None:
+            return _local_result(ctx, guide)
         await self.downstreams.ready()
         server, remote = self._prompt(ctx, params.name)
 
@@ -465,10 +483,11 @@ class Passthrough:
 
     def register(self, server: Any) -> None:
         """Register the handlers on the SDK server (its capabilities follow): logging always; resources (with
-        subscribe and listChanged), prompts, completions and change streams when there are downstream servers."""
+        subscribe and listChanged), prompts, completions and change streams when there are downstream servers,
+        the config's own surfaces, or the guide (whenever ``mcp_pipe`` is served)."""
         add = server.add_request_handler
         add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
-        if not self.downstreams.servers and not self.surfaces:
+        if not self.downstreams.servers and not self.surfaces and self.guide is None:
             return
         add("resources/list", types.PaginatedRequestParams, self.list_resources)
         add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
