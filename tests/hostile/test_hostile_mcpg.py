@@ -19,7 +19,7 @@ import trio
 from kit.attack import served, write_config
 from kit.hostile import call, headers
 from kit.llm import _answer, lifespan, serving
-from kit.oauth import OAuthServer
+from kit.oauth import OAuthServer, echo_api
 from kit.session import open_session
 from mcpipe.access._identity import FAILED_FETCH_RETRY_S
 from mcpipe.server._passthrough import MAX_TEMPLATE_URI_CHARS, _template_matcher
@@ -306,3 +306,86 @@ async def test_a_command_bindings_children_end_with_its_call(tmp_path):
             for pid in children:
                 if _alive(pid):
                     os.kill(pid, signal.SIGKILL)
+
+
+# --- an OAuth token endpoint answering garbage, or nothing ---------------------------------------------------
+
+
+@dataclass
+class HostileTokens:
+    """A token endpoint whose answer ``mode`` picks: ``good``, ``hang``, or a token that cannot be sent in
+    a header (``euro``: ``tok€n``; ``crlf``: a header of its own)."""
+
+    mode: str = "good"
+    requests: int = 0
+
+    def app(self) -> Any:
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "lifespan":
+                await lifespan(receive, send)
+                return
+            self.requests += 1
+            if self.mode == "hang":
+                await trio.sleep_forever()
+            token = {"euro": "tok€n", "crlf": "t\r\nX-Evil: 1"}.get(self.mode, "good-token")
+            await _answer(send, 200, {"access_token": token, "token_type": "Bearer", "expires_in": 3600})
+
+        return app
+
+
+def _credential_config(idp: str, api: str) -> str:
+    doc = {
+        "audit": {"enabled": False},
+        "outbound": {"http": {"allow_private": True, "allowed_hosts": ["127.0.0.1"]}},
+        "credentials": {
+            "crm": {
+                "kind": "client_credentials",
+                "token_url": idp + "/token",
+                "client_id": "mcpipe",
+                "client_secret": "s3cret",
+                "allow_private": True,
+                "timeout_ms": 1000,
+            }
+        },
+        "pipelines": [
+            {"name": "items", "steps": [{"kind": "http", "id": "h", "url": api + "/v1/items", "credential": "crm"}]}
+        ],
+    }
+    return json.dumps(doc)
+
+
+async def test_a_token_endpoints_garbage_or_silence_is_one_clear_failure(tmp_path):
+    # Before: a token of `tok€n` was cached for its hour and every call failed with UnicodeEncodeError and a
+    # traceback in the log; with an endpoint that never answers, 6 callers waited 1, 2, ... 6 s (each its
+    # own request, timeout_ms 1000, one at a time).
+    tokens = HostileTokens(mode="euro")
+    async with serving(tokens.app()) as idp, echo_api() as api:
+        config = write_config(tmp_path, _credential_config(idp, api.url), ".json")
+        async with served(config) as server, httpx2.AsyncClient(timeout=30):
+            for mode in ("euro", "crlf"):
+                tokens.mode = mode
+                bad = await server.call("items", {})
+                assert bad["isError"] is True
+                assert "`access_token` that is not visible ASCII" in bad["content"][0]["text"]
+            assert api.seen == []
+            tokens.mode = "good"  # nothing bad was kept
+            good = await server.call("items", {})
+            assert good["isError"] is False and api.seen[-1]["authorization"] == "Bearer good-token"
+            assert "Traceback" not in server.text()
+    tokens = HostileTokens(mode="hang")
+    async with serving(tokens.app()) as idp, echo_api() as api:
+        config = write_config(tmp_path, _credential_config(idp, api.url), ".json")
+        async with served(config) as server:
+            took: list[float] = []
+
+            async def one() -> None:
+                t0 = time.perf_counter()
+                answer = await server.call("items", {})
+                took.append(time.perf_counter() - t0)
+                assert "did not answer within 1000 ms" in answer["content"][0]["text"]
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(6):
+                    nursery.start_soon(one)
+            assert max(took) < 2.5, took
+            assert tokens.requests == 1
