@@ -422,3 +422,24 @@ async def test_a_get_bindings_query_string_is_bounded_before_it_is_encoded(tmp_p
         assert api.seen == []
         fine = await server.call("search", {"q": "é ok", "n": [1, 2]})
         assert not fine.get("isError") and api.seen[-1]["query"] == "n=1&n=2&q=%C3%A9%20ok"
+
+
+# --- audit records of a caller's unknown tool name --------------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", ["mcpipe", "mcpg"])
+async def test_an_unknown_tools_name_is_audited_cut(tmp_path, fmt):
+    # Before: mcpipe's audit format wrote the whole name the caller sent: a 3 MB name, a 3 MB line per call.
+    audit = tmp_path / "audit.jsonl"
+    config = {"audit": {"enabled": True, "path": str(audit), "format": fmt}}
+    async with (
+        served(write_config(tmp_path, json.dumps(config), ".json")) as server,
+        httpx2.AsyncClient(timeout=60) as http,
+    ):
+        session = await open_session(http, server.url)
+        for _ in range(3):
+            status, answer = await session.request("tools/call", {"name": "x" * 3_000_000, "arguments": {}})
+            assert status == 200 and answer is not None
+    lines = audit.read_text().splitlines()
+    assert len(lines) == 3
+    assert max(len(line) for line in lines) < 2048
