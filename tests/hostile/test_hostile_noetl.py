@@ -1,6 +1,6 @@
 """NoETL playbooks served (``formats/noetl``) under hostile callers: a loop's ``filter`` over a caller's items,
 templates queued behind others' slow ones, processes that ``shell`` and ``python`` steps leave behind. Over
-HTTP against a real ``mcpipe serve``, ``/healthz`` probed."""
+HTTP against one real ``mcpipe serve`` (each attack a section of the test), ``/healthz`` probed."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 import trio
 
-from kit.attack import served, write_config
+from kit.attack import Served, served, write_config
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -37,11 +37,11 @@ apiVersion: noetl.io/v2
 kind: Playbook
 metadata: {name: slow, path: hostile/slow}
 workload:
-  items: []
+  n: 0
 workflow:
   - step: start
     tool: {kind: noop}
-    set: {ctx.n: "{% for i in workload.items %}{% for j in workload.items %}{% endfor %}{% endfor %}x"}
+    set: {ctx.n: "{% for i in range(workload.n) %}{% for j in range(workload.n) %}{% endfor %}{% endfor %}x"}
 """
 
 HELLO = """
@@ -81,7 +81,7 @@ workflow:
     tool: {kind: noop}
     next: {arcs: [{step: each}]}
   - step: each
-    loop: {in: "{{ workload.items }}", iterator: it, spec: {mode: parallel, max_in_flight: 40}}
+    loop: {in: "{{ workload.items }}", iterator: it, spec: {mode: parallel, max_in_flight: 24}}
     tool:
       kind: python
       input: {x: "{{ iter.it }}"}
@@ -127,88 +127,95 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-async def test_a_loops_filter_over_a_callers_items_runs_under_one_deadline(tmp_path):
+async def _filter(server: Served) -> None:
     # Before: the filter was rendered item by item, each a thread hop under its own deadline: 400 000 items
     # (1.2 MB) took 76 s of the server's work before the loop's size was checked (here 200 000: 36 s).
-    async with served(_config(tmp_path, ("filtered", FILTERED))) as server:
-        t0 = time.perf_counter()
-        refused, slowest = await server.probed(lambda: server.call("filtered", {"items": [0] * 200_000 + [1]}))
-        took = time.perf_counter() - t0
-        assert refused["isError"] is True
-        text = refused["content"][0]["text"]
-        assert "workflow[1].loop.filter: the template took longer than 1000 ms to render" in text
-        assert took < 5, took
-        assert slowest < 1.0, server.health
-        kept = await server.call("filtered", {"items": [0] * 2000 + [1, 2]})
-        assert kept["structuredContent"]["steps"]["each"] == [{"x": 1}, {"x": 2}]
+    t0 = time.perf_counter()
+    refused, slowest = await server.probed(lambda: server.call("filtered", {"items": [0] * 200_000 + [1]}))
+    took = time.perf_counter() - t0
+    assert refused["isError"] is True
+    text = refused["content"][0]["text"]
+    assert "workflow[1].loop.filter: the template took longer than 300 ms to render" in text
+    assert took < 5, took
+    assert slowest < 1.0, server.health
+    kept = await server.call("filtered", {"items": [0] * 2000 + [1, 2]})
+    assert kept["structuredContent"]["steps"]["each"] == [{"x": 1}, {"x": 2}]
 
 
-async def test_a_template_waiting_for_a_thread_is_not_timed_out_by_others_slow_ones(tmp_path):
+async def _render_threads(server: Served) -> None:
     # Before: the deadline of a rendering counted its wait for one of the 4 render threads: while others'
     # templates ran to their deadline, a trivial one failed "took longer than 300 ms to render".
-    config = _config(tmp_path, ("slow", SLOW), ("hello", HELLO), extra="pipe: {expression_timeout_ms: 300}\n")
-    async with served(config) as server:
-        items = list(range(6000))  # 36 M loop turns: each rendering runs to the deadline
-        stop = trio.Event()
-        answers: list[dict[str, Any]] = []
+    stop = trio.Event()
+    answers: list[dict[str, Any]] = []
 
-        async def attacker() -> None:
-            while not stop.is_set():
-                await server.call("slow", {"items": items})
+    async def attacker() -> None:
+        while not stop.is_set():
+            await server.call("slow", {"n": 100_000})  # 10^10 loop turns: each runs to the deadline
 
-        async def innocent() -> None:
-            await trio.sleep(0.5)
-            for _ in range(5):
-                answers.append(await server.call("hello", {"who": "x"}))
-            stop.set()
+    async def innocent() -> None:
+        await trio.sleep(0.5)  # the render threads busy, attackers queued for them
+        for _ in range(2):
+            answers.append(await server.call("hello", {"who": "x"}))
+        stop.set()
 
-        async with trio.open_nursery() as nursery:
-            for _ in range(10):
-                nursery.start_soon(attacker)
-            nursery.start_soon(innocent)
-        failed = [a["content"][0]["text"] for a in answers if a["isError"]]
-        assert not failed, failed
-        assert all(a["structuredContent"]["status"] == "completed" for a in answers)
+    async with trio.open_nursery() as nursery:
+        for _ in range(16):
+            nursery.start_soon(attacker)
+        nursery.start_soon(innocent)
+    failed = [a["content"][0]["text"] for a in answers if a["isError"]]
+    assert not failed, failed
+    assert all(a["structuredContent"]["status"] == "completed" for a in answers)
 
 
-async def test_a_shell_steps_background_child_ends_with_the_step(tmp_path):
+async def _shell_child(server: Served, pidfile: Path) -> None:
     # Before: `sleep 300 >/dev/null &` (no longer holding the output pipes) outlived the step and the server,
     # one more process per call.
-    pidfile = tmp_path / "child.pid"
-    config = _config(tmp_path, ("background", BACKGROUND), extra="outbound: {commands: {sh: /bin/sh}}\n")
-    async with served(config) as server:
-        answer = await server.call("background", {"pidfile": str(pidfile)})
-        assert answer["isError"] is False, answer
-        child = int(pidfile.read_text())
-        try:
-            exited = os.pidfd_open(child)  # readable once the process has exited
-        except ProcessLookupError:
-            return  # gone already
-        try:
-            with trio.move_on_after(5):
-                await trio.lowlevel.wait_readable(exited)
-            assert not _alive(child)
-        finally:
-            if _alive(child):
-                os.kill(child, signal.SIGKILL)
-            os.close(exited)
+    answer = await server.call("background", {"pidfile": str(pidfile)})
+    assert answer["isError"] is False, answer
+    child = _pid(pidfile)
+    try:
+        exited = os.pidfd_open(child)  # readable once the process has exited
+    except ProcessLookupError:
+        return  # gone already
+    try:
+        with trio.move_on_after(5):
+            await trio.lowlevel.wait_readable(exited)
+        assert not _alive(child)
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+        os.close(exited)
 
 
-async def test_many_python_steps_at_once_leave_no_process_behind(tmp_path):
-    # Holds: 40 python steps at once, each spawning a child that would sleep 301 s, queue for the python
+async def _python_steps(server: Served) -> None:
+    # Holds: 24 python steps at once, each spawning a child that would sleep 301 s, queue for the python
     # workers; each step's process group ends with it, and only the fork server stays.
-    async with served(_config(tmp_path, ("pythons", PYTHONS))) as server:
-        answer, slowest = await server.probed(lambda: server.call("pythons", {"items": [0.05] * 40}))
-        assert answer["isError"] is False, answer["content"][0]["text"][:500]
-        assert len(answer["structuredContent"]["steps"]["each"]) == 40
-        assert slowest < 1.0, server.health
-        await trio.sleep(0.5)
-        left = [c for c in _children(server.proc.pid) if c[1][:1] != "Z" or "sleep" in c[2]]
-        assert [c[2] for c in left if "_pyexec.py" not in c[2]] == []
-        zombies = [c for c in _children(server.proc.pid) if c[1][:1] == "Z"]
-        assert zombies == []
-        sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 301"]
-        assert [p for p in sleepers if _alive(int(p))] == []
+    answer, slowest = await server.probed(lambda: server.call("pythons", {"items": [0.05] * 24}))
+    assert answer["isError"] is False, answer["content"][0]["text"][:500]
+    assert len(answer["structuredContent"]["steps"]["each"]) == 24
+    assert slowest < 1.0, server.health
+    await trio.sleep(0.5)
+    left = [c for c in _children(server.proc.pid) if c[1][:1] != "Z" or "sleep" in c[2]]
+    assert [c[2] for c in left if "_pyexec.py" not in c[2] and "sh -c" not in c[2]] == []
+    assert [c for c in _children(server.proc.pid) if c[1][:1] == "Z"] == []
+    sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 301"]
+    assert [p for p in sleepers if _alive(int(p))] == []
+
+
+async def test_playbooks_hold_a_hostile_callers_items_templates_and_processes(tmp_path):
+    playbooks = [("filtered", FILTERED), ("slow", SLOW), ("hello", HELLO), ("background", BACKGROUND)]
+    playbooks.append(("pythons", PYTHONS))
+    extra = "pipe: {expression_timeout_ms: 300}\noutbound: {commands: {sh: /bin/sh}}\n"
+    async with served(_config(tmp_path, *playbooks, extra=extra)) as server:
+        await _filter(server)
+        await _render_threads(server)
+        await _shell_child(server, tmp_path / "child.pid")
+        await _python_steps(server)
+        assert server.alive and "Traceback" not in server.text()
+
+
+def _pid(path: Path) -> int:
+    return int(path.read_text())
 
 
 def _cmdline(pid: int) -> str:
