@@ -14,6 +14,7 @@ import pytest
 import trio
 
 from kit.attack import Served, served, write_config
+from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -90,6 +91,22 @@ workflow:
         subprocess.Popen(["sleep", "301"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(x)
         result = {"pid": os.getpid()}
+"""
+
+
+DUCK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: duck, path: hostile/duck}
+workload:
+  n: 1
+workflow:
+  - step: start
+    tool:
+      kind: duckdb
+      commands: >-
+        CREATE TABLE t AS SELECT range AS i, repeat('x', 1000) AS s FROM range({{ workload.n }});
+        SELECT count(*) AS n FROM t
 """
 
 
@@ -202,16 +219,31 @@ async def _python_steps(server: Served) -> None:
     assert [p for p in sleepers if _alive(int(p))] == []
 
 
+async def _duckdb_files(server: Served) -> None:
+    # Before: every run of a duckdb task without a `database` left its file (NoETL's file per execution) in
+    # /tmp/mcpipe-noetl, its tables included: a caller's loop of calls filled the disk (here 3 MB a call).
+    for _ in range(3):
+        answer = await server.call("duck", {"n": 3000})
+        assert answer["isError"] is False, answer["content"][0]["text"][:300]
+        run_id = answer["structuredContent"]["steps"]["start"][0]["execution_id"]
+        assert not _exists(NOETL_DUCKDB_DIR / f"duckdb_{run_id}.duckdb")
+
+
 async def test_playbooks_hold_a_hostile_callers_items_templates_and_processes(tmp_path):
     playbooks = [("filtered", FILTERED), ("slow", SLOW), ("hello", HELLO), ("background", BACKGROUND)]
-    playbooks.append(("pythons", PYTHONS))
+    playbooks += [("pythons", PYTHONS), ("duck", DUCK)]
     extra = "pipe: {expression_timeout_ms: 300}\noutbound: {commands: {sh: /bin/sh}}\n"
     async with served(_config(tmp_path, *playbooks, extra=extra)) as server:
         await _filter(server)
         await _render_threads(server)
         await _shell_child(server, tmp_path / "child.pid")
         await _python_steps(server)
+        await _duckdb_files(server)
         assert server.alive and "Traceback" not in server.text()
+
+
+def _exists(path: Path) -> bool:
+    return path.exists()
 
 
 def _pid(path: Path) -> int:
