@@ -29,6 +29,7 @@ import trio
 
 from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
+from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._layout import ArcSpec
 from mcpipe.formats.noetl._run import EVENTS as _run_events
@@ -355,15 +356,15 @@ class LoopItems:
             raise ExpressionError(str(e)) from None
         if self.filter is None:
             return self._items(value, scope)
-        kept = []
-        for item in _normalized(value):  # the filter too, off the event loop, item by item
-            scope[self.iterator] = wrap(item)
-            scope["iter"] = {self.iterator: wrap(item)}
-            try:
-                if truthy(await self.filter.render_async(scope)):
-                    kept.append(item)
-            except RenderError as e:
-                raise ExpressionError(str(e)) from None
+        # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
+        # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
+        # took 76 s of the server's work before the loop's size was checked.
+        items = _normalized(value)
+        whole = Compiled(lambda roots: self._items(items, dict(roots)), self.filter.sources)
+        try:
+            kept: list[Any] = await render_async(whole, scope, self.filter.location)
+        except RenderError as e:
+            raise ExpressionError(str(e)) from None
         return kept
 
     def evaluate(self, env: Mapping[str, Any]) -> list[Any]:
@@ -375,7 +376,7 @@ class LoopItems:
         return self._items(value, scope)
 
     def _items(self, value: Any, scope: dict[str, Any]) -> list[Any]:
-        items = _normalized(value)
+        items = value if isinstance(value, list) else _normalized(value)
         if self.filter is None:
             return items
         kept = []
