@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
+import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -975,7 +976,7 @@ async def _items(run: _Run, st: DraftStep) -> list[Any]:
     items = await st.loop_in.render(run.ctx)
     if isinstance(items, str):
         try:
-            items = json.loads(items)
+            items = await trio.to_thread.run_sync(json.loads, items)  # a long text: off the event loop
         except ValueError:
             items = [items]
     if not isinstance(items, list):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import jinja2
+import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -468,7 +469,7 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
                     break
                 try:
                     rendered = await e.when.render({"context": context, "results": results, "now": _now})
-                    holds = condition(rendered)
+                    holds = await trio.to_thread.run_sync(condition, rendered)
                 except (StepFailure, ValueError) as err:
                     raise _Raised(str(err)) from None
                 if holds:

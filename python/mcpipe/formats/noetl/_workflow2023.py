@@ -29,6 +29,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import trio
+
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
@@ -280,7 +282,8 @@ async def run_task(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     name, variables, jobs, task = step.built
     tree = automata(name, variables, jobs, env)
     for cond in task.conditions:
-        if not holds(cond, tree, f"{task.location}.conditions"):
+        # Off the event loop: a reference may bring a long output (a command's stdout, a response's text).
+        if not await trio.to_thread.run_sync(holds, cond, tree, f"{task.location}.conditions"):
             return StepOutput.of({"status": "skipped"})
     if task.step is None:
         return StepOutput.of({"status": "skipped"})
