@@ -79,8 +79,8 @@ REFUSED_STEP = {
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
     "call": "a `call:` step is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
     "its steps); here, beside this layout's steps, no NoETL engine reads it (use `tool:` or `type: workbook`)",
-    "run": "a `run:` step is NoETL's runtime of May 2025 (read as it read it in a playbook with a top-level `context`); "
-    "here no NoETL engine reads it (use `tool:`)",
+    "run": "a `run:` step is NoETL's runtime of May 2025 (read as it read it in a playbook with a top-level "
+    "`context`); here no NoETL engine reads it (use `tool:`)",
     "end_loop": "`end_loop` is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
     "its steps); here no NoETL engine reads it: a `loop` on the step runs its tool per item",
     "case_mode": "`case_mode` was removed from NoETL",
