@@ -279,13 +279,18 @@ async def _http_call(
     max_bytes: int,
     timeout_ms: float,
 ) -> _Summary:
-    """One request, as mcpg's net-core sends it; a transport failure raises ``_TransportError``."""
+    """One request, as mcpg's net-core sends it (``execute_http_call``); a transport failure raises
+    ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of the error
+    (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read failed: ...``
+    when the body breaks off."""
     started = time.perf_counter()
+    reading = False
     try:
         with trio.fail_after(timeout_ms / 1000):
             async with guarded_client(policy) as client:
                 request = client.build_request(method, url, headers=headers, content=body)
                 response = await client.send(request, stream=True)
+                reading = True
                 try:
                     chunks: list[bytes] = []
                     size = 0
@@ -300,12 +305,12 @@ async def _http_call(
                             size += len(chunk)
                 finally:
                     await response.aclose()
-    except trio.TooSlowError:
-        raise _TransportError("operation timed out") from None
     except ForbiddenError as e:
         raise _TransportError(str(e)) from None
-    except (httpx2.HTTPError, *_NETWORK_ERRORS, OSError) as e:
-        raise _TransportError(f"error sending request for url ({url}): {e}") from None
+    except (trio.TooSlowError, httpx2.HTTPError, *_NETWORK_ERRORS, OSError):
+        if reading:
+            raise _TransportError("HTTP body read failed: request or response body error") from None
+        raise _TransportError(f"HTTP request failed: error sending request for url ({url})") from None
     retry_after = response.headers.get("retry-after")
     return _Summary(
         response.status_code,
@@ -491,19 +496,29 @@ async def _credential_header(
     shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
 
 
-def _resolve_headers(
-    plan: HttpPlan, cel: Mapping[str, Any], json_call: bool, tokens: Mapping[str, str] | None = None
-) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, template in plan.headers:
+def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], tokens: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every configured header, resolved (net-core's ``resolved_headers``: what the envelope echoes)."""
+    return {name: template.resolve(cel, tokens) for name, template in plan.headers}
+
+
+def _outbound(resolved: Mapping[str, str], json_call: bool, require_json: bool) -> list[tuple[str, str]]:
+    """The headers sent, as net-core sends them: the configured ones but the protected (``build_default_headers``,
+    ``is_protected_request_header``), then ``Accept`` set per request (``application/json`` when the binding
+    requires a JSON response, else ``*/*``: it overrides a configured one, as reqwest's request headers win
+    over the client's defaults), and a JSON call's ``Content-Type: application/json`` (``RequestBuilder::json``)."""
+    out = [("accept", "application/json" if require_json else "*/*")]
+    if json_call:
+        out.append(("content-type", "application/json"))
+    for name, value in resolved.items():
         lower = name.strip().lower()
         if (
             lower in _PROTECTED
             or lower.startswith("x-forwarded-")
-            or (json_call and lower in ("accept", "content-type"))
+            or lower == "accept"
+            or (json_call and lower == "content-type")
         ):
             continue
-        out[name] = template.resolve(cel, tokens)
+        out.append((name, value))
     return out
 
 
@@ -523,18 +538,18 @@ async def run_http(
     tokens = await _tokens(plan, ctx)
     try:
         display_url = plan.url.resolve(cel, tokens)
-        display_headers = _resolve_headers(plan, cel, not get, tokens)
+        display_headers = _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
         await _credential_header(f, plan, ctx, sent, display_headers)
+        headers = _outbound(sent, not get, f.require_json_response)
         if get:
             target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
             summary = await _http_call(
-                plan.policy, "GET", target, list(sent.items()), None, f.max_response_bytes, _timeout_ms(f, 2000)
+                plan.policy, "GET", target, headers, None, f.max_response_bytes, _timeout_ms(f, 2000)
             )
         else:
-            headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
             body = sorted_json(arguments).encode()
             summary = await _http_call(
                 plan.policy, "POST", display_url, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
@@ -606,9 +621,9 @@ async def run_grpc(
     try:
         origin = httpx2.URL(plan.url.resolve(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        sent = _resolve_headers(plan, cel, True, tokens)
+        sent = _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
-        headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
+        headers = _outbound(sent, True, True)  # a JSON POST that requires a JSON reply
         s = await _http_call(
             plan.policy,
             "POST",

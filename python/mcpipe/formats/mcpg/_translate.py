@@ -115,8 +115,15 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     if out.problems:
         return Translation({}, out.problems, out.locate)
     # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
-    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs).
-    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False}, caching={})
+    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs), on
+    # every protocol version; a call naming no tool is the JSON-RPC error -32602 (tools_call.rs).
+    out.doc.update(
+        name="mcpg",
+        builtins=False,
+        pipe={"enabled": False},
+        caching={"every_era": True},
+        unknown_tool="error",
+    )
     out.raw_plugins = list(doc.get("plugins") or [])
     # plugins first: the credential issuers they configure are what `cred://` references resolve to.
     kafka = _plugins(out.raw_plugins, out)
