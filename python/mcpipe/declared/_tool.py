@@ -167,11 +167,17 @@ class DeclaredPipelineTool:
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
 
+    def schema_errors(self, args: Any) -> list[Any]:
+        """Every way ``args`` breaks the input schema, as the validator reports them (``jsonschema``'s
+        ``ValidationError``s, in its order)."""
+        return list(self._validator.iter_errors(args))
+
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
+        given = args
         args, errors = self.check_args(args)
         if errors:
-            return self.answer.invalid(self, errors)
+            return self.answer.invalid(self, errors, given)
         # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
         registry = self.registry if self.registry is not None else ctx.tools
         if registry is None:

@@ -359,10 +359,11 @@ async def test_sql_bindings_shape_their_rows_as_mcpgs_row_modes(tmp_path: Path) 
         count = await c.call_tool("count", {})
         add = await c.call_tool("add", {"title": "d"})
         clamp = await c.call_tool("clamp", {"id": -5})
-    # shape_response: rows keep their column order in the text; single/scalar unwrap; affected rows.
+    # shape_response: a row's columns in key order (serde_json's maps, as mcpg writes them, recorded in
+    # golden/served/sql-postgres.json); single/scalar unwrap; affected rows.
     assert many.content[0].text == '[{"id":1,"title":"a"},{"id":3,"title":"c"}]'  # type: ignore[union-attr]
     assert many.structured_content == {"result": [{"id": 1, "title": "a"}, {"id": 3, "title": "c"}]}
-    assert one.content[0].text == '{"title":"b","id":2}'  # type: ignore[union-attr]
+    assert one.content[0].text == '{"id":2,"title":"b"}'  # type: ignore[union-attr]
     assert none.content[0].text == "null" and none.structured_content is None  # type: ignore[union-attr]
     assert count.content[0].text == "3" and count.structured_content == {"result": 3}  # type: ignore[union-attr]
     assert add.content[0].text == '{"rows_affected":1}' and add.is_error is False  # type: ignore[union-attr]

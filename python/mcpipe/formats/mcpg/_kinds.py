@@ -17,8 +17,12 @@ with mcpg's variables: ``arguments`` is the step's input (the call's arguments, 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import datetime as dt
+import decimal
 import json
+import math
 import re
 import time
 from collections.abc import Mapping
@@ -35,6 +39,7 @@ from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError
+from mcpipe.formats.mcpg import _serde_json as serde_json
 from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
@@ -418,22 +423,21 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
                 ),
             )
         return None, None, None
-    try:
-        return json.loads(s.body), None, None
-    except ValueError as e:
-        message = str(e)
-        if require_json:
-            return (
-                None,
-                message,
-                _no_retry(
-                    "invalid_json_body",
-                    "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
-                    "inspect_downstream_json_payload",
-                    {"parseError": message},
-                ),
-            )
-        return None, message, None
+    parsed, message = serde_json.loads(s.body)
+    if message is None:
+        return parsed, None, None
+    if require_json:
+        return (
+            None,
+            message,
+            _no_retry(
+                "invalid_json_body",
+                "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
+                "inspect_downstream_json_payload",
+                {"parseError": message},
+            ),
+        )
+    return None, message, None
 
 
 def _no_retry(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
@@ -636,10 +640,7 @@ async def run_grpc(
     except (ExpressionError, _TransportError, httpx2.InvalidURL) as e:
         out = {**base, "error": str(e), "downstreamError": transport_error(str(e), False)}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    try:
-        parsed = json.loads(s.body)
-    except ValueError:
-        parsed = None
+    parsed, _ = serde_json.loads(s.body)
     out = {
         **base,
         "statusCode": s.status_code,
@@ -868,12 +869,9 @@ async def run_command(
             )
         )
     if stdout_text.strip():
-        try:
-            stdout_json = json.loads(stdout_text)
-        except ValueError as e:
-            parse_error = str(e)
-            if f.require_json_stdout:
-                errors.append(_invalid_stdout(parse_error))
+        stdout_json, parse_error = serde_json.loads(stdout_text)
+        if parse_error is not None and f.require_json_stdout:
+            errors.append(_invalid_stdout(parse_error))
     elif f.require_json_stdout:
         errors.append(_invalid_stdout("stdout was empty"))
     response = {
@@ -990,7 +988,8 @@ async def run_nats(
     except NatsError as e:
         if e.code == ErrorCode.TIMEOUT:
             return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
-        why = "no responders" if "no responders" in str(e) else str(e)
+        # async-nats's RequestError: its kind, then its source, which for no responders says it again.
+        why = "no responders: no responders" if "no responders" in str(e) else str(e)
         return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {why}")))
     except NotRunning as e:
         return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {e}")))
@@ -1030,10 +1029,30 @@ def _trace(ctx: ToolContext) -> dict[str, str] | None:
 SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents"]
 
 
+class McpgAwaitStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A statement of an ``await`` block (``AwaitStep``)."""
+
+    sql: Annotated[str, msgspec.Meta(min_length=1)]
+    params: list[str] = []
+
+
+class McpgAwait(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A sql binding's ``await`` block (``AwaitConfig``): ``trigger`` once, then ``check`` every
+    ``poll_interval_ms`` until ``predicate`` (CEL over ``row``, its first row, and ``arguments``) holds; the
+    answer is that row. Past ``timeout_ms`` the call times out."""
+
+    trigger: McpgAwaitStatement | None = None
+    check: McpgAwaitStatement
+    predicate: Annotated[str, msgspec.Meta(min_length=1)]
+    poll_interval_ms: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 60_000
+
+
 class SqlFields(McpgFields, tag="mcpg.sql"):
     """mcpg's ``sql`` backend (``mcpg-plugin-backend-sql``): one statement on the binding's database (an
     mcpipe ``sql`` backend, by name), its ``:name`` parameters bound from the arguments (``params``) or
-    computed (``param_exprs``, CEL); the reply is the rows shaped by ``row_mode``."""
+    computed (``param_exprs``, CEL); the reply is the rows shaped by ``row_mode``, each value encoded as mcpg's
+    drivers encode it (``mcpg_row``)."""
 
     backend: str
     sql: Annotated[str, msgspec.Meta(min_length=1)]
@@ -1045,6 +1064,18 @@ class SqlFields(McpgFields, tag="mcpg.sql"):
     """PostgreSQL settings made for the statement's transaction (``set_config(key, value, true)``, as mcpg's
     SQL plugin runs them), each value a ``${…}`` template of the call (``${identity.tenant}``): what a
     row-level-security policy reads with ``current_setting(key)``."""
+    await_: McpgAwait | None = msgspec.field(default=None, name="await")
+    """Fire-and-wait: the binding answers the row its ``await`` block waits for, not its ``sql``."""
+    await_step: str | None = None
+    """This runs a pipeline's ``sql_await`` step of that id, on the binding ``profile`` names (its failure is
+    ``sql_await '<id>' on binding '<binding>': <error>``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitPlan:
+    trigger: Any
+    check: Any
+    predicate: CelExpr
 
 
 @dataclass(frozen=True, slots=True)
@@ -1053,6 +1084,7 @@ class SqlPlan:
     stmt: Any
     exprs: tuple[tuple[str, CelExpr], ...]
     session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
+    waits: AwaitPlan | None = None
 
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
@@ -1093,40 +1125,130 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
             "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
             "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
         )
+    waits = None
+    if f.await_ is not None:
+        waits = _build_await(b, f.await_)
     if b.failed:
         b.fail()
-    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars))
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits)
+
+
+def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
+    from mcpipe.backends.sql import Statement
+
+    where = f"{b.location}.await"
+    try:
+        trigger = Statement.parse(block.trigger.sql) if block.trigger is not None else None
+        check = Statement.parse(block.check.sql)
+    except ValueError as e:
+        b.problem(where, str(e))
+        return None
+    try:
+        predicate = CelExpr.compile(block.predicate, extra_roots=frozenset({"row", "arguments"}))
+    except ValueError as e:
+        b.problem(f"{where}.predicate", f"await.predicate CEL compile failed: {e}")
+        return None
+    return AwaitPlan(trigger, check, predicate)
 
 
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _SET_CONFIG = "SELECT set_config(:name, :value, true)"
 
 
-async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[str, Any], mode: str) -> Any:
-    """The statement, after its session variables (in one transaction with them, as mcpg's SQL plugin)."""
-    if not plan.session_vars:
-        return await plan.backend.execute(plan.stmt, params, mode)
-    from mcpipe.backends.sql import Statement
+# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
+# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
+# value a driver cannot decode is null.
+_PG_INTS = frozenset({"int2", "int4", "int8"})
+_PG_FLOATS = frozenset({"float4", "float8"})
+_PG_TEXTS = frozenset({"text", "name", "bpchar", "varchar", "unknown", "citext", ""})
 
-    setting = Statement.parse(_SET_CONFIG)
-    context = cel.get("context") or {}
-    attributes = dict(context.get("attributes") or {})
-    identity = {
-        **attributes,
-        "principal_id": context.get("principal_id"),
-        "trust_level": context.get("trust_level"),
-        "auth_provider": context.get("auth_provider"),
-        "roles": context.get("roles", []),
-        "groups": context.get("groups", []),
-        "scopes": context.get("scopes", []),
-        "attributes": attributes,
-    }
-    scope = {**cel, "identity": identity}
-    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
-    async with plan.backend.transaction() as tx:
-        for key, value in values:
-            await tx.execute(setting, {"name": key, "value": value}, "rows")
-        return await tx.execute(plan.stmt, params, mode)
+
+def _rfc3339(value: dt.datetime) -> str:
+    """chrono's ``DateTime<Utc>::to_rfc3339``: ``+00:00``, the fraction only when not zero (3 or 6 digits)."""
+    utc = value.astimezone(dt.UTC)
+    us = utc.microsecond
+    fraction = "" if not us else f".{us // 1000:03d}" if us % 1000 == 0 else f".{us:06d}"
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "+00:00"
+
+
+def _iso_interval(value: dt.timedelta) -> str:
+    """``pg_interval_to_iso8601`` of an interval of days and microseconds (psycopg reads months as 30 days)."""
+    total = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if total == 0:
+        return "PT0S"
+    days, micros = value.days, value.seconds * 1_000_000 + value.microseconds
+    if days < 0 and micros > 0:  # timedelta normalises to a negative day and a positive time
+        days, micros = days + 1, micros - 86_400 * 1_000_000
+    negative = (days < 0 or micros < 0) and not (days > 0 or micros > 0)
+    days, micros = abs(days), abs(micros)
+    out = ("-" if negative else "") + "P" + (f"{days}D" if days else "")
+    if micros:
+        secs, frac = divmod(micros, 1_000_000)
+        hours, rest = divmod(secs, 3600)
+        minutes, seconds = divmod(rest, 60)
+        out += "T" + (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+        if seconds or frac:
+            out += f"{seconds}.{f'{frac:06d}'.rstrip('0')}S" if frac else f"{seconds}S"
+    return out
+
+
+def _pg_value(value: Any, type_name: str) -> Any:
+    if value is None:
+        return None
+    t = type_name.lower()
+    if t == "bool":
+        return value if isinstance(value, bool) else None
+    if t in _PG_INTS:
+        return value if isinstance(value, int) else None
+    if t in _PG_FLOATS:
+        return value if isinstance(value, float) and math.isfinite(value) else None
+    if t == "numeric":  # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
+        return format(value, "f") if isinstance(value, decimal.Decimal) and value.is_finite() else None
+    if t in ("json", "jsonb"):
+        return value
+    if t == "uuid":
+        return str(value)
+    if t == "timestamptz":
+        return _rfc3339(value) if isinstance(value, dt.datetime) else None
+    if t == "timestamp":
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f") if isinstance(value, dt.datetime) else None
+    if t == "date":
+        return value.isoformat() if isinstance(value, dt.date) else None
+    if t == "time":
+        return value.strftime("%H:%M:%S.%f") if isinstance(value, dt.time) else None
+    if t == "interval":
+        return _iso_interval(value) if isinstance(value, dt.timedelta) else None
+    if t == "bytea":
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if t in _PG_TEXTS and isinstance(value, str):
+        return value
+    return None  # sqlx decodes no other type as a string: mcpg's row holds null
+
+
+def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return value
+
+
+def mcpg_rows(result: Any) -> list[dict[str, Any]]:
+    """A statement's rows as mcpg's SQL plugin makes them (``row_to_json_pg``, ``row_to_json_sqlite``): objects
+    keyed by column, each value encoded as its driver encodes it."""
+    if result.types:
+        types = result.types
+        return [
+            {c: _pg_value(v, t) for c, v, t in zip(result.columns, row, types, strict=False)} for row in result.rows
+        ]
+    return [{c: _sqlite_value(v) for c, v in zip(result.columns, row, strict=False)} for row in result.rows]
+
+
+def _first_column(row: Any) -> Any:
+    """``scalar``: the row's first value in mcpg's map order (serde_json's, by key)."""
+    if isinstance(row, dict):
+        return row[min(row)] if row else None
+    return row
 
 
 def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: int | None) -> Any:
@@ -1137,7 +1259,7 @@ def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: i
     if mode == "many":
         return rows
     if mode == "scalar":
-        return next(iter(rows[0].values()), None) if rows else None
+        return _first_column(rows[0]) if rows else None
     if mode == "affected_rows":
         return {"rows_affected": affected or 0}
     contents = []
@@ -1159,6 +1281,95 @@ def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: i
     return {"contents": contents}
 
 
+def sql_error(e: Any, what: str = "execute") -> str:
+    """A statement's failure as mcpg's SQL plugin words it: ``<what>: error returned from database: <the
+    database's error>`` (sqlx's words; ``execute``, or ``execute_affected`` in a transaction), else mcpipe's."""
+    database = getattr(e, "database", None)
+    return f"{what}: error returned from database: {database}" if database is not None else str(e)
+
+
+async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """One statement, after the binding's session variables (in one transaction with them, as mcpg's SQL
+    plugin runs them): its result as the driver gave it."""
+    if not plan.session_vars:
+        async with plan.backend.connection() as conn:
+            return await conn.execute_raw(stmt, params)
+    from mcpipe.backends.sql import Statement
+
+    setting = Statement.parse(_SET_CONFIG)
+    context = cel.get("context") or {}
+    attributes = dict(context.get("attributes") or {})
+    identity = {
+        **attributes,
+        "principal_id": context.get("principal_id"),
+        "trust_level": context.get("trust_level"),
+        "auth_provider": context.get("auth_provider"),
+        "roles": context.get("roles", []),
+        "groups": context.get("groups", []),
+        "scopes": context.get("scopes", []),
+        "attributes": attributes,
+    }
+    scope = {**cel, "identity": identity}
+    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
+    async with plan.backend.transaction() as tx:
+        for key, value in values:
+            await tx.execute(setting, {"name": key, "value": value}, "rows")
+        return await tx.execute_raw(stmt, params)
+
+
+class _MissingParam(Exception):
+    """``collect_bound_params``'s refusal (mcpg's ``SqlError::InvalidSpec``)."""
+
+
+def _bound(stmt: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``collect_bound_params``: each ``:name`` of the statement from the arguments; one absent is an error."""
+    out = {}
+    for name in stmt.names:
+        if name not in arguments:
+            raise _MissingParam(f"missing required parameter '{name}'")
+        out[name] = arguments[name]
+    return out
+
+
+async def _await_row(plan: SqlPlan, waits: AwaitPlan, f: SqlFields, cel: Mapping[str, Any], args: Any) -> Any:
+    """``execute_await_loop``: the trigger once, then the check until the predicate holds on its first row."""
+    block = f.await_
+    assert block is not None
+    arguments: Mapping[str, Any] = args if isinstance(args, Mapping) else {}
+    step_ms = _timeout_ms(f, 30_000)
+    if waits.trigger is not None:
+        with trio.fail_after(step_ms / 1000):
+            await _sql_raw(plan, waits.trigger, cel, _bound(waits.trigger, arguments))
+    deadline = trio.current_time() + block.timeout_ms / 1000
+    while True:
+        with trio.fail_after(step_ms / 1000):
+            result = await _sql_raw(plan, waits.check, cel, _bound(waits.check, arguments))
+        rows = mcpg_rows(result)
+        row = rows[0] if rows else None
+        try:
+            matched = await waits.predicate.evaluate_async({"row": row, "arguments": args}) is True
+        except ExpressionError:
+            matched = False
+        if matched:
+            return row
+        now = trio.current_time()
+        if now >= deadline:
+            raise _AwaitTimeout(block.timeout_ms)
+        await trio.sleep(min(block.poll_interval_ms / 1000, deadline - now))
+
+
+class _AwaitTimeout(Exception):
+    def __init__(self, ms: int) -> None:
+        super().__init__(ms)
+        self.ms = ms
+
+
+def _sql_failed(f: SqlFields, error: str) -> dict[str, Any]:
+    if f.await_step is not None:
+        return _result(f"sql_await '{f.await_step}' on binding '{f.profile}': {error}", None, True)
+    return failed_result("sql", error)
+
+
 async def run_sql(
     step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
@@ -1166,39 +1377,49 @@ async def run_sql(
 
     f, plan = step.fields, step.built
     given = env.get("args")
-    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    params: dict[str, Any] = {name: arguments.get(name) for name in f.params}
+    arguments: dict[str, Any] = dict(given) if isinstance(given, Mapping) else {}
+    timeout_ms = _timeout_ms(f, 30_000)
+    truncated = False
     try:
         cel = _env(step, env, ctx)
+        # `param_exprs` go into the arguments, over what the caller sent (``param_exprs::evaluate_into``).
         for name, expr in plan.exprs:
-            params[name] = await expr.evaluate_async(cel)
-        for name in plan.stmt.names:
-            params.setdefault(name, arguments.get(name))
-        mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
-        with trio.fail_after(_timeout_ms(f, 30_000) / 1000):
-            got = await _sql_execute(plan, cel, params, mode)
-        if mode == "affected_rows":
-            value = shape_rows([], "affected_rows", f.max_rows, got if isinstance(got, int) else 0)
-            truncated = False
+            arguments[name] = await expr.evaluate_async(cel)
+        if plan.waits is not None:
+            value = await _await_row(plan, plan.waits, f, cel, arguments if plan.exprs else given)
         else:
-            rows = list(got) if isinstance(got, list) else []
-            truncated = len(rows) > f.max_rows and f.row_mode != "affected_rows"
-            value = shape_rows(rows, f.row_mode, f.max_rows, None)
+            with trio.fail_after(timeout_ms / 1000):
+                result = await _sql_raw(plan, plan.stmt, cel, _bound(plan.stmt, arguments))
+            if f.row_mode == "affected_rows":
+                value = shape_rows([], "affected_rows", f.max_rows, max(result.rowcount, 0))
+            else:
+                rows = mcpg_rows(result)
+                truncated = len(rows) > f.max_rows
+                value = shape_rows(rows, f.row_mode, f.max_rows, None)
     except trio.TooSlowError:
-        return _finish(f.answer, failed_result("sql", timed_out(_timeout_ms(f, 30_000))))
-    except (SqlError, _TransportError, ExpressionError) as e:
-        return _finish(f.answer, failed_result("sql", transport(str(e))))
-    payload = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # rows keep their column order
-    return _finish(f.answer, envelope_result(payload, truncated))
+        return _finish(f.answer, _sql_failed(f, timed_out(timeout_ms)))
+    except _AwaitTimeout as e:
+        return _finish(f.answer, _sql_failed(f, timed_out(e.ms)))
+    except _MissingParam as e:
+        return _finish(f.answer, _sql_failed(f, f"invalid binding spec: {e}"))
+    except SqlError as e:
+        return _finish(f.answer, _sql_failed(f, transport(sql_error(e))))
+    except (_TransportError, ExpressionError) as e:
+        return _finish(f.answer, _sql_failed(f, transport(str(e))))
+    # serde_json writes a row's columns in key order (its maps are B-trees).
+    return _finish(f.answer, envelope_result(sorted_json(value).encode(), truncated))
+
+
+SqlTxRowMode = Literal["single", "many", "scalar", "affected_rows"]
 
 
 class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One statement of an ``mcpg.sql_tx`` step."""
+    """One statement of an ``mcpg.sql_tx`` step (``TxNestedStepWire``: ``affected_rows`` by default)."""
 
     id: str
     sql: str
     params: list[str] = []
-    row_mode: SqlRowMode = "many"
+    row_mode: str = "affected_rows"
 
 
 class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
@@ -1231,6 +1452,34 @@ def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     return backend, tuple(stmts)
 
 
+async def _tx_statement(tx: Any, st: SqlTxStatement, stmt: Any, arguments: Mapping[str, Any]) -> Any:
+    """``run_tx_nested_step``: one statement, shaped by its row mode (mcpg's SqlError words a failure:
+    ``execute failed: ...``)."""
+    from mcpipe.backends.sql import SqlError
+
+    if st.row_mode not in ("affected_rows", "many", "single", "scalar"):
+        raise _TransportError(f"unsupported row_mode '{st.row_mode}' (supported: affected_rows, many, single, scalar)")
+    what = "execute_affected" if st.row_mode == "affected_rows" else "execute"
+    try:
+        params = _bound(stmt, arguments)
+    except _MissingParam as e:
+        raise _TransportError(f"parameter bind for '{st.id}': invalid spec: {e}") from None
+    try:
+        result = await tx.execute_raw(stmt, params)
+    except SqlError as e:
+        if e.database is None:
+            raise _TransportError(f"{what}: {e}") from None
+        raise _TransportError(f"{what}: execute failed: error returned from database: {e.database}") from None
+    if st.row_mode == "affected_rows":
+        return {"rows_affected": max(result.rowcount, 0)}
+    rows = mcpg_rows(result)
+    if st.row_mode == "many":
+        return rows
+    if st.row_mode == "single":
+        return rows[0] if rows else None
+    return _first_column(rows[0]) if rows else None
+
+
 async def run_sql_tx(
     step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
     inputs: dict[str, Any],
@@ -1247,13 +1496,10 @@ async def run_sql_tx(
     try:
         async with backend.transaction() as tx:
             for st, stmt in zip(f.steps, stmts, strict=True):
-                params = {name: arguments.get(name) for name in (*st.params, *stmt.names)}
-                if st.row_mode == "affected_rows":
-                    got = await tx.execute(stmt, params, "affected_rows")
-                    results[st.id] = shape_rows([], "affected_rows", 1, got if isinstance(got, int) else 0)
-                else:
-                    rows = await tx.execute(stmt, params, "rows")
-                    results[st.id] = shape_rows(list(rows or []), st.row_mode, 1_000_000, None)
+                try:
+                    results[st.id] = await _tx_statement(tx, st, stmt, arguments)
+                except _TransportError as e:
+                    raise _TransportError(f"sql_tx nested step '{st.id}': {e}") from None
     except (SqlError, _TransportError) as e:
         raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
     return StepOutput.of({"steps": results})
@@ -1277,6 +1523,19 @@ async def run_unset(
     return _finish(f.answer, failed_result(f.backend, f.message))
 
 
+class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
+    """A binding mcpg serves but cannot run (a pipeline whose steps it does not decode): each call's result is
+    its error ``message``, as mcpg answers it."""
+
+    message: str
+
+
+async def run_fail(
+    step: Leaf[FailFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    return StepOutput.of(_result(step.fields.message, None, True))
+
+
 # --- registration ----------------------------------------------------------------------------------
 
 
@@ -1290,6 +1549,7 @@ KIND_NAMES = (
     "mcpg.sql",
     "mcpg.unset",
     "mcpg.sql_tx",
+    "mcpg.fail",
 )
 
 
@@ -1361,6 +1621,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.sql", SqlFields, _binding_call("sql", run_sql), build=_build_sql, own_deadline=True),
     Kind("mcpg.unset", UnsetFields, run_unset),
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
+    Kind("mcpg.fail", FailFields, run_fail),
 ]
 
 for _kind in _KINDS:
