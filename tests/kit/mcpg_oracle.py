@@ -195,6 +195,7 @@ PLUGIN_IDS = {
     "sql": "dev.mcpg.backend.sql",
     "nats": "dev.mcpg.backend.nats",
     "kafka": "dev.mcpg.backend.kafka",
+    "jsonata": "dev.mcpg.transform.jsonata",  # a transform: its row's artifact, never a row of its own
     "grpc": "dev.mcpg.backend.grpc",
 }
 

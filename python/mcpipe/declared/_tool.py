@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import orjson
 import trio
-from jsonschema import Draft202012Validator
+from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
 from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
@@ -140,7 +140,7 @@ class DeclaredPipelineTool:
         self.completions = dict(entry.completions)
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
-        self._validator = _validator(entry.input_schema)
+        self._validator = _validator(entry.input_schema, entry.check_formats)
         self._fast = compile_fast(entry.input_schema)
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
         props = entry.input_schema.get("properties")
@@ -275,9 +275,11 @@ class DeclaredPipelines:
         return f"<DeclaredPipelines {self.names()}>"
 
 
-def _validator(schema: Mapping[str, Any]) -> Any:
+def _validator(schema: Mapping[str, Any], formats: bool = True) -> Any:
     cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    if formats or cls in (Draft4Validator, Draft6Validator, Draft7Validator):
+        return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return cls(schema)
 
 
 def _path(base: str, path: Any) -> str:

@@ -613,6 +613,7 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         "description": binding["description"],
         "surface": surface,
         "fill_defaults": False,
+        "check_formats": False,  # the jsonschema crate's default
     }
     if binding.get("title"):
         entry["title"] = binding["title"]
