@@ -74,9 +74,10 @@ UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
 """Where a ``tools/list`` result names the downstream servers that are not up, each with why."""
 
 
-def wire_result(result: ToolResult) -> dict[str, Any]:
-    """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-    return result.wire()
+def wire_result(result: ToolResult, era: str | None = None) -> dict[str, Any]:
+    """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``,
+    but on 2026-07-28, whose ``structuredContent`` may be any JSON value, for a result that says so)."""
+    return result.wire(any_json=era == "2026-07-28")
 
 
 def _error_result(message: str) -> dict[str, Any]:
@@ -605,7 +606,7 @@ class ToolHandlers:
             )
             if too_large is not None:
                 return _error_result(f"{too_large.code}: {too_large}")
-            return wire_result(result)
+            return wire_result(result, tctx.era)
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None

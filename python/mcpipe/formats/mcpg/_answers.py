@@ -270,8 +270,14 @@ class BindingShape(_Surfaces):
         if not isinstance(r, Mapping):
             return ToolResult.error("the binding gave no result")
         meta = r.get("_meta") if isinstance(r.get("_meta"), dict) else None
+        # mcpg's structured content is whatever JSON the backend answered: sent as it is where MCP allows it.
         return ToolResult(
-            list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")), meta, terse=True
+            list(r.get("content") or []),
+            r.get("structuredContent"),
+            bool(r.get("isError")),
+            meta,
+            terse=True,
+            any_json=True,
         )
 
 
@@ -292,9 +298,8 @@ class PayloadShape(_Surfaces):
         r = envelope_result(_compact(_output(answer)).encode())
         is_error = bool(r.get("isError"))
         audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
-        return ToolResult(
-            list(r.get("content") or []), r.get("structuredContent"), is_error, {"audit": audit}, terse=True
-        )
+        blocks = list(r.get("content") or [])
+        return ToolResult(blocks, r.get("structuredContent"), is_error, {"audit": audit}, terse=True, any_json=True)
 
 
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -353,7 +358,7 @@ class PipelineShape(_Surfaces):
         last = _output(answer)
         if self.suspending:
             text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
-            return ToolResult([{"type": "text", "text": text}], last, False, terse=True)
+            return ToolResult([{"type": "text", "text": text}], last, False, terse=True, any_json=True)
         text = last if isinstance(last, str) else _compact(last)
         structured = {
             "pipeline": tool.name,
