@@ -125,6 +125,9 @@ class PipeConfig(_Base):
     max_items: int = 100
     max_calls: int = 1000
     """The most leaf step executions one run may make in all (nested ``for_each`` multiplies)."""
+    max_step_runs: int = 100
+    """The most times one step of a graph (a NoETL workflow) may run in one run, reached again by an arc back
+    to it (pagination and polling by arcs); each run past the first counts towards ``max_calls`` too."""
     idempotent_tools: list[str] = msgspec.field(default_factory=list)
     max_spec_bytes: int = 4 * 1024 * 1024
     """The largest spec, refused before anything is compiled."""
@@ -135,9 +138,11 @@ class PipeConfig(_Base):
     max_answer_bytes: int = 32 * 1024 * 1024
     """The most one pipeline's answer may hold as sent (both representations), and one direct call's result."""
     expression_timeout_ms: int = 1000
-    """The deadline of one CEL or JSONata evaluation."""
+    """The deadline of one CEL, JSONata or Jinja evaluation a caller reaches, and of one schema pattern matched
+    by the fallback engine."""
     compile_cache_bytes: int = 64 * 1024 * 1024
-    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    """The most memory the plan cache holds, each plan charged what it holds: 64 x its spec text + 256 per
+    reference (at most 512 entries)."""
     mcp_pipeline: bool = False
     """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
     answer: Literal["result", "steps", "full"] = "result"
@@ -161,6 +166,7 @@ class PipeConfig(_Base):
             max_items=self.max_items,
             idempotent_tools=tuple(self.idempotent_tools),
             max_calls=self.max_calls,
+            max_step_runs=self.max_step_runs,
         )
 
 
@@ -716,6 +722,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         "timeout_ms",
         "max_items",
         "max_calls",
+        "max_step_runs",
         "max_spec_bytes",
         "max_json_depth",
         "max_output_bytes",

@@ -500,9 +500,11 @@ async def _credential_header(
     shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
 
 
-def _resolve_headers(plan: HttpPlan, cel: Mapping[str, Any], tokens: Mapping[str, str] | None = None) -> dict[str, str]:
+async def _resolve_headers(
+    plan: HttpPlan, cel: Mapping[str, Any], tokens: Mapping[str, str] | None = None
+) -> dict[str, str]:
     """Every configured header, resolved (net-core's ``resolved_headers``: what the envelope echoes)."""
-    return {name: template.resolve(cel, tokens) for name, template in plan.headers}
+    return {name: await template.resolve_async(cel, tokens) for name, template in plan.headers}
 
 
 def _outbound(resolved: Mapping[str, str], json_call: bool, require_json: bool) -> list[tuple[str, str]]:
@@ -541,8 +543,8 @@ async def run_http(
     summary: _Summary | None = None
     tokens = await _tokens(plan, ctx)
     try:
-        display_url = plan.url.resolve(cel, tokens)
-        display_headers = _resolve_headers(plan, cel, tokens)
+        display_url = await plan.url.resolve_async(cel, tokens)
+        display_headers = await _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
@@ -623,9 +625,9 @@ async def run_grpc(
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
     tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(plan.url.resolve(cel, tokens))
+        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        sent = _resolve_headers(plan, cel, tokens)
+        sent = await _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
         headers = _outbound(sent, True, True)  # a JSON POST that requires a JSON reply
         s = await _http_call(
@@ -786,7 +788,7 @@ async def run_command(
     argv = [f.command]
     for i, template in enumerate(step.built):
         try:
-            argv.append(template.resolve(cel))
+            argv.append(await template.resolve_async(cel))
         except ExpressionError as e:
             out = {**base, "response": None, "error": f"evaluating command arg[{i}] expression: {e}"}
             out.update(downstreamError=None, downstreamErrors=[])
@@ -1310,7 +1312,7 @@ async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Map
         "attributes": attributes,
     }
     scope = {**cel, "identity": identity}
-    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
+    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
     async with plan.backend.transaction() as tx:
         for key, value in values:
             await tx.execute(setting, {"name": key, "value": value}, "rows")
