@@ -429,6 +429,63 @@ class NatsResponders:
         self._thread.join(10)
 
 
+class KafkaResponders:
+    """A worker on a Kafka broker: for each record on a request topic of ``responders`` (``{topic: {topic:
+    <response topic>, reply: <JSON>, delay_ms: <wait before the first reply>}}``), its JSON reply on the
+    response topic, with the request's ``correlation_id`` header (as a request/reply caller such as mcpg's
+    kafka plugin matches it). It reads with mcpipe's own Kafka client, from the start of each partition."""
+
+    def __init__(self, bootstrap: str, responders: dict[str, Any]) -> None:
+        self.bootstrap, self.responders = bootstrap, responders
+        self._ready = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        import trio
+
+        from mcpipe.backends.kafka import KafkaClient
+
+        async def main() -> None:
+            client = KafkaClient(self.bootstrap, client_id="mcpg-oracle-worker")
+            offsets: dict[tuple[str, int], int] = {}
+            answered: set[str] = set()
+            async with trio.open_nursery() as nursery:
+                await nursery.start(client.run)
+                self._ready.set()
+                while not self._stop.is_set():
+                    for topic, how in self.responders.items():
+                        for partition in range(2):
+                            try:
+                                records, offsets[(topic, partition)] = await client.fetch(
+                                    topic, partition, offsets.get((topic, partition), 0), max_wait_ms=50
+                                )
+                            except Exception:
+                                await trio.sleep(0.05)  # the topic does not exist (yet)
+                                continue
+                            for r in records:
+                                if topic not in answered:
+                                    answered.add(topic)
+                                    await trio.sleep(int(how.get("delay_ms") or 0) / 1000)
+                                cid = next((v for k, v in r.headers if k == "correlation_id"), None)
+                                headers = {"correlation_id": cid} if cid is not None else {}
+                                reply = json.dumps(how.get("reply")).encode()
+                                await client.produce(how["topic"], reply, headers=headers)
+                nursery.cancel_scope.cancel()
+
+        trio.run(main)
+
+    def __enter__(self) -> KafkaResponders:
+        self._thread.start()
+        if not self._ready.wait(20):
+            raise TimeoutError("the Kafka worker did not connect within 20 s")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 class KafkaTopics:
     """What a Kafka broker holds on some topics, read with mcpipe's own Kafka client: ``take`` returns the
     records produced since the last ``take`` (topic, value, headers)."""
@@ -530,10 +587,12 @@ def services(spec: dict[str, Any], scratch: Path) -> Iterator[CaseRun]:
                 responders = stack.enter_context(NatsResponders(url, s["responders"]))
                 recorders[name] = responders.take
         for name, s in (spec.get("kafka") or {}).items():
-            bootstrap = stack.enter_context(realservers.kafka_broker())
+            bootstrap = stack.enter_context(realservers.kafka_broker((s or {}).get("topics") or []))
             ports[name] = int(bootstrap.rsplit(":", 1)[1])
             if (s or {}).get("topics"):
                 recorders[name] = KafkaTopics(bootstrap, s["topics"]).take
+            if (s or {}).get("responders"):
+                stack.enter_context(KafkaResponders(bootstrap, s["responders"]))
         for name in spec.get("grpc") or {}:
             from kit import grpcserver
 
