@@ -1525,6 +1525,68 @@ async def run_unset(
     return _finish(f.answer, failed_result(f.backend, f.message))
 
 
+# --- plugin_transform (the JSONata transform plugin) -------------------------------------------------
+
+
+class JsonataFields(StepFields, tag="mcpg.jsonata", kw_only=True):
+    """mcpg's ``plugin_transform`` step on ``dev.mcpg.transform.jsonata`` (``execute_plugin_transform_step``):
+    ``expression`` evaluated over mcpg's step context, ``{arguments, tool_name, steps, context}``; its value is
+    the output. ``config_error`` is why the plugin refuses the step's ``config`` (it then fails each call)."""
+
+    plugin: str = "dev.mcpg.transform.jsonata"
+    expression: str = ""
+    tool_name: str = ""
+    max_output_bytes: Annotated[int, msgspec.Meta(ge=0)] = 1_048_576
+    config_error: str | None = None
+
+
+def _build_jsonata(b: Build[JsonataFields]) -> Any:
+    """The compiled expression, or the words of its failure: the plugin parses it on each call, so an
+    expression that does not parse fails the calls (``parse error: ...``), not the file."""
+    from mcpipe.expr import ExpressionSyntaxError, JsonataExpr
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    if f.config_error is not None:
+        return f"jsonata transform config: {f.config_error}"
+    try:
+        return JsonataExpr.compile(f.expression, max_ms=b.policy.expression_max_ms)
+    except ExpressionSyntaxError as e:
+        return f"parse error: {e.reason}"
+
+
+async def run_jsonata(
+    step: Leaf[JsonataFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f, built = step.fields, step.built
+
+    def failed(why: str) -> StepFailure:
+        return StepFailure(f"plugin_transform '{f.plugin}' failed: {why}", ErrorCode.TOOL_ERROR)
+
+    if isinstance(built, str):
+        raise failed(built)
+    steps = env.get("steps")
+    context = cel_env(None, f.tool_name, ctx.identity)["context"]
+    document = {
+        "arguments": env.get("args"),
+        "tool_name": f.tool_name,
+        "steps": mcpg_steps(steps) if isinstance(steps, Mapping) else None,
+        "context": {k: context.get(k) for k in _JSONATA_CONTEXT},
+    }
+    try:
+        value = await built.evaluate_document_async(document)
+    except ExpressionError as e:
+        raise failed(f"evaluation error: {e}") from None
+    size = len(sorted_json(value))
+    if size > f.max_output_bytes:
+        raise failed(f"jsonata output {size} bytes exceeds max_output_bytes ({f.max_output_bytes})")
+    return StepOutput.of(value)
+
+
+_JSONATA_CONTEXT = ("principal_id", "trust_level", "session_id", "transport", "roles", "groups", "scopes", "attributes")
+
+
 class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
     """A binding mcpg serves but cannot run (a pipeline whose steps it does not decode): each call's result is
     its error ``message``, as mcpg answers it."""
@@ -1552,6 +1614,7 @@ KIND_NAMES = (
     "mcpg.unset",
     "mcpg.sql_tx",
     "mcpg.fail",
+    "mcpg.jsonata",
 )
 
 
@@ -1624,6 +1687,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.unset", UnsetFields, run_unset),
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
     Kind("mcpg.fail", FailFields, run_fail),
+    Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
 ]
 
 for _kind in _KINDS:

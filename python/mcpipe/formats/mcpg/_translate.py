@@ -30,7 +30,7 @@ from typing import Any
 from mcpipe.errors import Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
-from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
+from mcpipe.formats.mcpg._names import rename_cel
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._templates import expand_env
@@ -1017,9 +1017,20 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         if plugin != "dev.mcpg.transform.jsonata":
             out.refuse(f"{at}.plugin", reason("transform_plugin", plugin=str(plugin)))
             return None
-        if isinstance(config.get("expression"), str):
-            config["expression"] = rename_jsonata(config["expression"], tool_name=b.name)
-        step.update(plugin=plugin, config=config)
+        # mcpg's plugin reads its config on each call (`JsonataConfig`, serde, unknown fields denied) and
+        # evaluates the expression over the step context as its own document: mcpg's kind, not mcpipe's.
+        step.update(kind="mcpg.jsonata", plugin=plugin, tool_name=b.name)
+        unknown = [k for k in config if k not in ("expression", "phase", "max_output_bytes")]
+        if unknown:
+            step["config_error"] = (
+                f"unknown field `{unknown[0]}`, expected one of `expression`, `phase`, `max_output_bytes`"
+            )
+        elif not isinstance(config.get("expression"), str):
+            step["config_error"] = "missing field `expression`"
+        else:
+            step["expression"] = config["expression"]
+            if isinstance(config.get("max_output_bytes"), int):
+                step["max_output_bytes"] = config["max_output_bytes"]
     elif kind == "log":
         step["data"] = _literal(raw.pop("data", None))
         step["level"] = raw.pop("level", "info")
