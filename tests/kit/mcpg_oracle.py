@@ -880,10 +880,19 @@ def _pipeline_context(path: str, a: Any, b: Any, call: dict[str, Any]) -> bool:
     )
 
 
+def _gather_legacy(path: str, a: Any, b: Any, call: dict[str, Any]) -> bool:
+    """A pipeline with a ``gather`` step called on a protocol version before 2026-07-28: mcpg refuses it
+    (-32603, it sends several questions only as one multi-entry input request, 2026-07-28's), mcpipe asks
+    them over the session one after another and answers."""
+    error = (call.get("response") or {}).get("error") or {}
+    return error.get("message") == "multi-entry MRTR (gather step) is only supported on the modern wire"
+
+
 KEPT: dict[str, Any] = {
     "structured-object": _structured_object,
     "cel-wording": _cel_wording,
     "pipeline-context": _pipeline_context,
+    "gather-legacy": _gather_legacy,
 }
 """The differences kept on purpose, by reason: each recognises its own difference and nothing else."""
 

@@ -337,15 +337,7 @@ class JsonataExpr:
         Raises:
             ExpressionError: the expression failed or ran past its bounds.
         """
-        return self.evaluate_document({root: env.get(root) for root in _JSONATA_ROOTS})
-
-    def evaluate_document(self, data: Any) -> Any:
-        """Evaluate with ``data`` as the input document (a foreign format's own, as its transform plugin
-        builds it).
-
-        Raises:
-            ExpressionError: the expression failed or ran past its bounds.
-        """
+        data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
         max_ms = min(self.max_ms, int(expression_timeout_ms()))
         frame.set_runtime_bounds(max_ms, self.max_depth)
@@ -370,10 +362,6 @@ class JsonataExpr:
             ExpressionError: as :meth:`evaluate`.
         """
         return await trio.to_thread.run_sync(self.evaluate, env, abandon_on_cancel=True, limiter=_threads())
-
-    async def evaluate_document_async(self, data: Any) -> Any:
-        """:meth:`evaluate_document` off the event loop, as :meth:`evaluate_async`."""
-        return await trio.to_thread.run_sync(self.evaluate_document, data, abandon_on_cancel=True, limiter=_threads())
 
 
 _THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_expression_threads")

@@ -38,7 +38,7 @@ import trio
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
-from mcpipe.expr import CelExpr, ExpressionError
+from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
 from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
@@ -1542,8 +1542,9 @@ class JsonataFields(StepFields, tag="mcpg.jsonata", kw_only=True):
 
 def _build_jsonata(b: Build[JsonataFields]) -> Any:
     """The compiled expression, or the words of its failure: the plugin parses it on each call, so an
-    expression that does not parse fails the calls (``parse error: ...``), not the file."""
-    from mcpipe.expr import ExpressionSyntaxError, JsonataExpr
+    expression that does not parse fails the calls (``parse error: ...``), not the file. The engine is the
+    plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
+    import jsonatapy
 
     f = b.fields
     if f is None:
@@ -1551,9 +1552,11 @@ def _build_jsonata(b: Build[JsonataFields]) -> Any:
     if f.config_error is not None:
         return f"jsonata transform config: {f.config_error}"
     try:
-        return JsonataExpr.compile(f.expression, max_ms=b.policy.expression_max_ms)
-    except ExpressionSyntaxError as e:
-        return f"parse error: {e.reason}"
+        jsonatapy.compile(f.expression)
+    except ValueError as e:
+        # The binding words a parse error as `Parse error: <it>` (unless coded); the plugin as `<it>`.
+        return f"parse error: {str(e).removeprefix('Parse error: ')}"
+    return f.expression
 
 
 async def run_jsonata(
@@ -1564,7 +1567,7 @@ async def run_jsonata(
     def failed(why: str) -> StepFailure:
         return StepFailure(f"plugin_transform '{f.plugin}' failed: {why}", ErrorCode.TOOL_ERROR)
 
-    if isinstance(built, str):
+    if built != f.expression:
         raise failed(built)
     steps = env.get("steps")
     context = cel_env(None, f.tool_name, ctx.identity)["context"]
@@ -1574,10 +1577,25 @@ async def run_jsonata(
         "steps": mcpg_steps(steps) if isinstance(steps, Mapping) else None,
         "context": {k: context.get(k) for k in _JSONATA_CONTEXT},
     }
-    try:
-        value = await built.evaluate_document_async(document)
-    except ExpressionError as e:
-        raise failed(f"evaluation error: {e}") from None
+    # jsonata-core in a worker thread, bounded by the expression deadline (mcpipe's, D1012 past it); its
+    # compiled expression stays on the thread that made it, so it is compiled there.
+    import jsonatapy
+
+    timeout = int(expression_timeout_ms())
+
+    def evaluate() -> tuple[bool, Any]:
+        # Nothing of the engine leaves the thread (not even in a traceback): it must be dropped here too.
+        expression = jsonatapy.compile(f.expression)
+        try:
+            return True, expression.evaluate(document, timeout=timeout)
+        except (ValueError, TypeError) as e:
+            return False, str(e)
+        finally:
+            del expression
+
+    ok, value = await trio.to_thread.run_sync(evaluate, abandon_on_cancel=True, limiter=_jsonata_threads())
+    if not ok:
+        raise failed(f"evaluation error: {_jsonata_category(value)} error: {value}")
     size = len(sorted_json(value))
     if size > f.max_output_bytes:
         raise failed(f"jsonata output {size} bytes exceeds max_output_bytes ({f.max_output_bytes})")
@@ -1585,6 +1603,37 @@ async def run_jsonata(
 
 
 _JSONATA_CONTEXT = ("principal_id", "trust_level", "session_id", "transport", "roles", "groups", "scopes", "attributes")
+# jsonata-core's ``EvaluatorError`` is a Type, Reference or Evaluation error (its ``Display`` names which: the
+# plugin's words); its Python binding gives the message alone. Which variant a message comes from, as the
+# engine's sources raise them: a call of something that is no function named by `$name` (T1005, T1006) is a
+# reference error; type codes (T) are type errors but those the evaluator raises as evaluation errors; the
+# rest (D, U, uncoded) are evaluation errors.
+_JSONATA_EVALUATION_T = frozenset({"T1007", "T1008", "T2003", "T2004", "T2009", "T2011", "T2012"})
+_JSONATA_TYPE_OTHER = frozenset({"D1002", "D3012", "S0212"})
+
+
+def _jsonata_category(message: str) -> str:
+    code = message[:5] if len(message) > 5 and message[5] == ":" else ""
+    if code == "T1005" or message == "Parent context not available":
+        return "Reference"
+    if code == "T1006" and message.startswith("T1006: Attempted to invoke a non-function"):
+        rest = message.removeprefix("T1006: Attempted to invoke a non-function")
+        return "Reference" if rest == "" or rest.startswith(": $") else "Type"
+    if (code.startswith("T") and code not in _JSONATA_EVALUATION_T) or code in _JSONATA_TYPE_OTHER:
+        return "Type"
+    return "Evaluation"
+
+
+_JSONATA_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_mcpg_jsonata")
+
+
+def _jsonata_threads() -> trio.CapacityLimiter:
+    try:
+        return _JSONATA_THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(4)
+        _JSONATA_THREADS.set(limiter)
+        return limiter
 
 
 class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
