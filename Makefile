@@ -6,7 +6,7 @@ STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
 .PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
-	mcpg-oracle mcpg-goldens mcpg-diff noetl-oracle
+	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle
 
 setup: $(STAMP)
 
@@ -133,6 +133,10 @@ mcpg-goldens: setup
 
 mcpg-diff: setup
 	$(BIN)/python scripts/mcpg_oracle/diff.py --write-not-yet $(CASES)
+
+# How mcpg's JSON crates word their errors (serde_json, jsonschema, at mcpg's versions, built offline).
+mcpg-json-errors: setup
+	$(BIN)/python scripts/mcpg_oracle/json_errors.py
 
 fmt: setup
 	$(BIN)/ruff format python tests benches scripts

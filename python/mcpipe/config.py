@@ -302,6 +302,9 @@ class CachingConfig(_Base):
     """``ttlMs`` of a ``resources/read`` of the config's own resources."""
     scope: Literal["private", "public"] = "private"
     """``cacheScope``: whether a shared cache may keep the result."""
+    every_era: bool = False
+    """Also on the protocol versions before 2026-07-28, whose results have no such fields: clients of those
+    versions ignore them (as mcpg sends them to every client)."""
 
 
 class InteractionConfig(_Base):
@@ -422,6 +425,9 @@ class Config(_Base):
     mcpServers: dict[str, McpServerConfig] = {}
     python_tools: list[str] = []
     builtins: bool | list[str] = True
+    unknown_tool: Literal["result", "error"] = "result"
+    """How a call naming no tool is answered: an error result (``UNKNOWN_TOOL: unknown tool 'x'``), or the
+    JSON-RPC error -32602 (``unknown tool: x``), as MCP's spec suggests and mcpg answers."""
     pipe: PipeConfig = msgspec.field(default_factory=PipeConfig)
     auth: AuthConfig = msgspec.field(default_factory=AuthConfig)
     trust: TrustConfig | None = None
@@ -482,6 +488,7 @@ _SECTIONS = {
     "mcpServers": _Section("mcpServers", McpServerConfig, each=True),
     "python_tools": _Section("python_tools", list[str]),
     "builtins": _Section("builtins", bool | list[str]),
+    "unknown_tool": _Section("unknown_tool", Literal["result", "error"]),
     "pipe": _Section("pipe", PipeConfig),
     "auth": _Section("auth", AuthConfig),
     "trust": _Section("trust", TrustConfig | None),

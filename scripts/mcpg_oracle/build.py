@@ -18,8 +18,9 @@ The patches, all applied to copies under ``.mcpg/build/`` (the checkouts are lef
    ``s3-content-store``) with their optional dependencies;
 3. one binary is added to mcpg's package: ``mcpg-config-check`` (``scripts/mcpg_oracle/config_check.rs``,
    ours), which prints mcpg's verdict on config files;
-4. the backend plugins mcpg loads at run time (http, mock, command, sql, nats, kafka, grpc) are built
-   as cdylibs with their ``cdylib-export`` feature, in the same cargo workspace;
+4. the plugins mcpg loads at run time (the backends http, mock, command, sql, nats, kafka, grpc, and the
+   JSONata transform of ``plugin_transform`` steps) are built as cdylibs with their ``cdylib-export``
+   feature, in the same cargo workspace;
 5. one fix (``HTTP_PROFILES``): as released, the gateway never registers the per-binding profile of a
    top-level ``kind: http`` binding with the http plugin (its generic registration pass skips the kinds
    ``binding_plugin_kind`` calls gateway-native, ``http`` among them, and the static block that did it is
@@ -76,6 +77,7 @@ PLUGINS = {
     "sql": "mcpg-plugin-backend-sql",
     "nats": "mcpg-plugin-backend-nats",
     "grpc": "mcpg-plugin-backend-grpc",
+    "jsonata": "mcpg-plugin-transform-jsonata",  # the transform plugin of `plugin_transform` steps
     "kafka": "mcpg-plugin-backend-kafka",  # last: librdkafka builds with cmake (Debian's cmake)
 }
 IGNORE = shutil.ignore_patterns("target", ".git", "Cargo.lock")

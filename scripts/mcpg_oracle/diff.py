@@ -7,7 +7,11 @@ is printed: mcpipe against mcpg now, and mcpg now against its golden (a moving o
 
     python scripts/mcpg_oracle/diff.py [--no-mcpg] [--write-not-yet] [CASE ...]
 
-``--write-not-yet`` also rewrites ``tests/formats/mcpg/not_yet.json``: per served case and per config of
+Differences kept on purpose (``KEPT`` of ``tests/kit/mcpg_oracle.py``, each with its reason in
+docs/formats/mcpg.md) are not printed as differences: each case says which of them it needed.
+
+``--write-not-yet`` also rewrites ``tests/formats/mcpg/not_yet.json``: per served case the reasons kept on
+purpose it needs (``kept``: the CI test excuses those and nothing else), and per served case and per config of
 ``config-check.json`` where mcpipe does not yet answer as mcpg did, the first difference (the CI test
 marks those xfail). Exit status 0 when mcpipe agrees with mcpg on every case, 1 otherwise.
 """
@@ -24,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from servers import PLUGINS, ROOT, BootFailed, serving
 
-from kit.mcpg_oracle import compare, mask, render, render_env, run_calls, services
+from kit.mcpg_oracle import KEPT, compare, mask, render, render_env, run_calls, services
 
 HERE = ROOT / "tests" / "formats" / "mcpg"
 SERVED = HERE / "golden" / "served"
@@ -83,6 +87,7 @@ def main() -> None:
     paths = [SERVED / f"{c}.json" for c in ns.cases] if ns.cases else sorted(SERVED.glob("*.json"))
     agree = 0
     not_yet: dict[str, str] = {}
+    kept: dict[str, list[str]] = {}
     for path in paths:
         golden = json.loads(path.read_text())
         name = golden["case"]
@@ -99,7 +104,11 @@ def main() -> None:
         elif not ok:
             diffs = [f"mcpipe did not serve the config: {err}"]
         else:
-            diffs = compare(reference, calls) if calls or not err else [err]
+            used: set[str] = set()
+            diffs = compare(reference, calls, KEPT, used) if calls or not err else [err]
+            if used:
+                kept[name] = sorted(used)
+                print(f"{name}: kept on purpose: {', '.join(sorted(used))}")
         for d in diffs:
             print(f"{name}: mcpipe vs mcpg: {d}")
         if diffs:
@@ -111,11 +120,15 @@ def main() -> None:
         checks = check_differences()
         print(f"mcpg-diff: mcpipe judges {len(checks)} configs of config-check.json otherwise than mcpg")
         target = HERE / "not_yet.json"
-        served = json.loads(target.read_text())["served"] if target.exists() else {}
+        known = json.loads(target.read_text()) if target.exists() else {}
+        served, kept_before = known.get("served", {}), known.get("kept", {})
         for path in paths:  # the cases run now replace what was known of them
             served.pop(path.stem, None)
+            kept_before.pop(path.stem, None)
         served.update(not_yet)
-        target.write_text(json.dumps({"served": served, "config-check": checks}, indent=1, sort_keys=True) + "\n")
+        kept_before.update(kept)
+        out = {"served": served, "kept": kept_before, "config-check": checks}
+        target.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
     sys.exit(0 if agree == len(paths) else 1)
 
 

@@ -43,6 +43,7 @@ from mcpipe.backends._threads import run_interruptible
 
 __all__ = [
     "ROW_MODES",
+    "RawResult",
     "RowMode",
     "SqlBackend",
     "SqlBackendConfig",
@@ -86,9 +87,17 @@ class SqlError(BackendError):
     Attributes:
         code: ``TOOL_ERROR`` when the database answered with an error, ``TOOL_FAILED`` when it could not
             be reached, ``TIMEOUT`` for a statement past its deadline.
+        database: the database's own error, as its client library reports it (PostgreSQL: the primary
+            message; SQLite: ``(code: <extended result code>) <message>``), or None when the database did
+            not answer with an error.
     """
 
     code = "TOOL_ERROR"
+    database: str | None = None
+
+    def __init__(self, message: str, code: str | None = None, *, database: str | None = None) -> None:
+        super().__init__(message, code)
+        self.database = database
 
 
 class SqlTimeout(SqlError):
@@ -185,11 +194,26 @@ def json_value(value: Any) -> Any:
 
 
 @dataclass(frozen=True, slots=True)
-class _Result:
+class RawResult:
+    """A statement's result as the driver gave it (``SqlTransaction.execute_raw``).
+
+    Attributes:
+        columns: the column names (empty when the statement returns no rows).
+        rows: the rows, each a sequence of the driver's values (``decimal.Decimal``, ``datetime``, ...).
+        rowcount: rows changed (for a statement that returns none), as the driver counts them.
+        returns_rows: whether the statement returns rows at all.
+        types: per column, the database's name of its type (PostgreSQL: ``numeric``, ``int4``, ...; empty for
+            SQLite, whose values carry their own type).
+    """
+
     columns: tuple[str, ...]
     rows: list[Sequence[Any]]
     rowcount: int
     returns_rows: bool
+    types: tuple[str, ...] = ()
+
+
+_Result = RawResult
 
 
 def shape(result: _Result, row_mode: RowMode, max_rows: int) -> Any:
@@ -267,7 +291,9 @@ class _Sqlite(_Driver):
         if isinstance(e, sqlite3.OperationalError) and "interrupted" in str(e):
             return SqlTimeout("the statement was interrupted")
         if isinstance(e, sqlite3.Error):
-            return SqlError(f"{type(e).__name__}: {e}")
+            code = getattr(e, "sqlite_errorcode", None)
+            database = f"(code: {code}) {e}" if isinstance(code, int) else None
+            return SqlError(f"{type(e).__name__}: {e}", database=database)
         return None
 
 
@@ -305,7 +331,8 @@ class _Postgres(_Driver):
             if cur.description is None:
                 return _Result((), [], cur.rowcount, False)
             columns = tuple(c.name for c in cur.description)
-            return _Result(columns, cur.fetchmany(max_rows + 1), cur.rowcount, True)
+            types = tuple(_pg_type_name(raw, c.type_code) for c in cur.description)
+            return _Result(columns, cur.fetchmany(max_rows + 1), cur.rowcount, True, types)
 
     def interrupt(self, raw: Any) -> None:
         cancel = getattr(raw, "cancel_safe", None)
@@ -319,11 +346,18 @@ class _Postgres(_Driver):
 
         if isinstance(e, psycopg.errors.QueryCanceled):
             return SqlTimeout(_pg_message(e))
-        if isinstance(e, psycopg.OperationalError):
-            return SqlError(_pg_message(e), "TOOL_FAILED")
         if isinstance(e, psycopg.Error):
-            return SqlError(_pg_message(e))
+            diag = getattr(e, "diag", None)
+            primary = getattr(diag, "message_primary", None) if diag is not None else None
+            code = "TOOL_FAILED" if isinstance(e, psycopg.OperationalError) else None
+            return SqlError(_pg_message(e), code, database=primary)
         return None
+
+
+def _pg_type_name(raw: Any, oid: int) -> str:
+    """The name PostgreSQL gives the type ``oid`` (``numeric``, ``int4``, ``timestamptz``; ``""`` if unknown)."""
+    info = raw.adapters.types.get(oid)
+    return info.name if info is not None else ""
 
 
 def _pg_message(e: Any) -> str:
@@ -555,6 +589,24 @@ class SqlTransaction:
             return None, [], result.rowcount
         rows = shape(result, "rows", cfg.max_rows)
         return result.columns, rows, len(rows)
+
+    async def execute_raw(self, stmt: Statement, params: Mapping[str, Any]) -> RawResult:
+        """Run one statement on this connection; its result as the driver gave it (the values not made
+        JSON-ready, the column types named): for a caller that encodes the values its own way.
+
+        Raises:
+            SqlError: the database refused it, it returned more than ``max_rows`` rows, or it ran past the
+                backend's ``statement_timeout_ms``.
+        """
+        missing = [n for n in stmt.names if n not in params]
+        if missing:
+            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        cfg = self.backend.config
+        driver = self.backend.driver
+        result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
+        if len(result.rows) > cfg.max_rows:
+            raise SqlError(f"the statement returned more than {cfg.max_rows} rows (the backend's max_rows)")
+        return result
 
     async def run_text(self, text: str) -> None:
         """Run a statement without parameters or results (``BEGIN``, ``COMMIT``)."""

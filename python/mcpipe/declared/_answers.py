@@ -53,8 +53,9 @@ class AnswerShape(Protocol):
         """A ``prompts/get`` result (``{"messages": [...]}``) from the pipeline's answer."""
         ...
 
-    def invalid(self, tool: DeclaredPipelineTool, errors: list[str]) -> ToolResult:
-        """The answer to arguments that break the input schema (``errors``: ``args.amount: <why>`` each)."""
+    def invalid(self, tool: DeclaredPipelineTool, errors: list[str], args: Any) -> ToolResult:
+        """The answer to arguments that break the input schema (``errors``: ``args.amount: <why>`` each;
+        ``args``: the arguments, for a shape that words the errors its own way: ``tool.schema_errors``)."""
         ...
 
 
@@ -68,7 +69,7 @@ class McpipeShape:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         return tool.shape(answer["result"])
 
-    def invalid(self, tool: DeclaredPipelineTool, errors: list[str]) -> ToolResult:
+    def invalid(self, tool: DeclaredPipelineTool, errors: list[str], args: Any) -> ToolResult:
         return ToolResult.error(f"invalid arguments for tool '{tool.name}': " + "; ".join(errors))
 
     def resource(self, tool: DeclaredPipelineTool, result: ToolResult, uri: str) -> dict[str, Any]:

@@ -71,6 +71,8 @@ class PipelineConfig(_Base, kw_only=True):
         arguments: a prompt's arguments (``[{name, description, required}]``).
         fill_defaults: fill absent arguments from the input schema's top-level ``default`` values before the
             call is checked (mcpipe's way); off, the arguments are checked and passed as the caller sent them.
+        check_formats: check the input schema's ``format`` keywords (mcpipe's way); off, a ``format`` is an
+            annotation but under drafts 4, 6 and 7, which check it (the ``jsonschema`` crate's default, mcpg's).
         completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
             variable, by its name: the values that start with what the client typed (at most 100).
         meta: the descriptor's ``_meta``.
@@ -96,6 +98,7 @@ class PipelineConfig(_Base, kw_only=True):
     mime_type: str | None = None
     arguments: list[PromptArgument] = []
     fill_defaults: bool = True
+    check_formats: bool = True
     completions: dict[str, list[str]] = {}
     meta: dict[str, Any] | None = None
 

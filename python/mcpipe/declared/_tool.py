@@ -8,7 +8,7 @@ from typing import Any
 import msgspec
 import orjson
 import trio
-from jsonschema import Draft202012Validator
+from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
 from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
@@ -143,7 +143,7 @@ class DeclaredPipelineTool:
         self.completions = dict(entry.completions)
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
-        self._validator = _validator(entry.input_schema)
+        self._validator = _validator(entry.input_schema, entry.check_formats)
         self._fast = compile_fast(entry.input_schema)
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
         # A schema with a pattern only the fallback engine takes is validated off the event loop.
@@ -173,6 +173,11 @@ class DeclaredPipelineTool:
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
 
+    def schema_errors(self, args: Any) -> list[Any]:
+        """Every way ``args`` breaks the input schema, as the validator reports them (``jsonschema``'s
+        ``ValidationError``s, in its order)."""
+        return list(self._validator.iter_errors(args))
+
     async def check_args_async(self, args: Any) -> tuple[dict[str, Any], list[str]]:
         """:meth:`check_args`, in a thread when the input schema has a pattern only the fallback engine
         takes (its deadline must not hold the event loop)."""
@@ -182,9 +187,10 @@ class DeclaredPipelineTool:
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
+        given = args
         args, errors = await self.check_args_async(args)
         if errors:
-            return self.answer.invalid(self, errors)
+            return self.answer.invalid(self, errors, given)
         # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
         registry = self.registry if self.registry is not None else ctx.tools
         if registry is None:
@@ -284,9 +290,11 @@ class DeclaredPipelines:
         return f"<DeclaredPipelines {self.names()}>"
 
 
-def _validator(schema: Mapping[str, Any]) -> Any:
+def _validator(schema: Mapping[str, Any], formats: bool = True) -> Any:
     cls = validator_for(schema, default=Draft202012Validator)
-    return validator(schema, default=Draft202012Validator, format_checker=cls.FORMAT_CHECKER)
+    if formats or cls in (Draft4Validator, Draft6Validator, Draft7Validator):
+        return validator(schema, default=Draft202012Validator, format_checker=cls.FORMAT_CHECKER)
+    return validator(schema, default=Draft202012Validator)
 
 
 def _path(base: str, path: Any) -> str:

@@ -47,6 +47,8 @@ class GatherFields(StepFields, tag="gather"):
     entry's kind is ``roots``). The output maps each token to its answer."""
 
     inputs: Annotated[list[GatherElicitation | GatherSampling | GatherRoots], msgspec.Meta(min_length=1)]
+    with_text: bool = True
+    """A sampling answer holds ``text``, the text of the reply's content (false: the client's result as it is)."""
 
 
 async def run_gather(
@@ -76,7 +78,12 @@ async def run_gather(
         answers = await ix.ask_many(ix.key(ctx, step.id), questions)
     except AskFailed as e:
         raise failed(e) from None
-    return StepOutput.of({token: OUTPUT_OF[kinds[token]](answers[token]) for token in kinds})
+    out = {token: OUTPUT_OF[kinds[token]](answers[token]) for token in kinds}
+    if not step.fields.with_text:
+        for token, kind in kinds.items():
+            if kind == "sampling" and isinstance(out[token], dict) and not out[token].get("skipped"):
+                out[token].pop("text", None)
+    return StepOutput.of(out)
 
 
 KIND = Kind("gather", GatherFields, run_gather, templates=("inputs",))

@@ -26,6 +26,8 @@ class SamplingFields(StepFields, tag="sampling"):
     model_preferences: Any = None
     temperature: Any = None
     skip_if_unsupported: bool = False
+    with_text: bool = True
+    """The output holds ``text``, the text of the reply's content (false: the client's result as it is)."""
 
 
 async def run_sampling(
@@ -36,7 +38,10 @@ async def run_sampling(
         params = question("sampling", inputs)
     except BadInput as e:
         raise failed(e) from None
-    return await ask_step(step, "sampling", params, ctx, step.fields.skip_if_unsupported)
+    out = await ask_step(step, "sampling", params, ctx, step.fields.skip_if_unsupported)
+    if not step.fields.with_text and isinstance(out.output, dict) and not out.skipped:
+        out.output.pop("text", None)
+    return out
 
 
 KIND = Kind(

@@ -279,6 +279,7 @@ async def open_app(
         limits=limits,
         surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
         caching=config.caching,
+        unknown_tool=config.unknown_tool,
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

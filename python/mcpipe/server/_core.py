@@ -75,9 +75,10 @@ UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
 """Where a ``tools/list`` result names the downstream servers that are not up, each with why."""
 
 
-def wire_result(result: ToolResult) -> dict[str, Any]:
-    """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
-    return result.wire()
+def wire_result(result: ToolResult, era: str | None = None) -> dict[str, Any]:
+    """A ToolResult as a ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``,
+    but on 2026-07-28, whose ``structuredContent`` may be any JSON value, for a result that says so)."""
+    return result.wire(any_json=era == "2026-07-28")
 
 
 def _error_result(message: str) -> dict[str, Any]:
@@ -95,6 +96,9 @@ def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
 def tool_wire(tool: Tool) -> dict[str, Any]:
     """A tool's ``tools/list`` entry."""
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+    title = getattr(tool, "title", None)
+    if title:
+        entry["title"] = title
     if tool.output_schema is not None:
         entry["outputSchema"] = tool.output_schema
     annotations = getattr(tool, "annotations", None)
@@ -427,8 +431,11 @@ class ToolHandlers:
         limits: Limits | None = None,
         surfaces: list[Any] | None = None,
         caching: Any = None,
+        unknown_tool: str = "result",
     ) -> None:
         self.gateway = gateway
+        self.unknown_tool_error = unknown_tool == "error"
+        """A call naming no tool is the JSON-RPC error -32602 (``unknown tool: x``), not an error result."""
         self.caching = caching
         """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
@@ -605,7 +612,7 @@ class ToolHandlers:
             )
             if too_large is not None:
                 return _error_result(f"{too_large.code}: {too_large}")
-            return wire_result(result)
+            return wire_result(result, tctx.era)
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
@@ -614,6 +621,8 @@ class ToolHandlers:
         except GateDenied as exc:
             raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
+            if exc.code == ErrorCode.UNKNOWN_TOOL and self.unknown_tool_error:
+                raise MCPError(types.INVALID_PARAMS, f"unknown tool: {name}") from None
             return _error_result(f"{exc.code}: {exc}")
         except (trio.Cancelled, StoreUnavailable):
             raise
@@ -727,11 +736,40 @@ def build_server(
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()
+    caching = handlers.caching
+    if caching is not None and getattr(caching, "every_era", False):
+        server.middleware.append(_CacheHintsEveryEra(caching))
     if handlers.tasks is not None:
         handlers.tasks.install(server)
     if handlers.passthrough is not None:
         handlers.passthrough.register(server)
     return server
+
+
+_LIST_METHODS = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
+
+
+class _CacheHintsEveryEra:
+    """The config's cache hints on list and read results of the protocol versions before 2026-07-28 too
+    (``caching.every_era``): the SDK's result surface of those versions has no such fields and leaves them
+    out, so they are put back once the result is shaped for the wire."""
+
+    def __init__(self, caching: Any) -> None:
+        self.caching = caching
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+        result = await call_next(ctx)
+        if ctx.protocol_version in _MODERN or not isinstance(result, dict):
+            return result
+        if ctx.method in _LIST_METHODS:
+            ttl = self.caching.list_ttl_ms
+        elif ctx.method == "resources/read":
+            ttl = self.caching.read_ttl_ms
+        else:
+            return result
+        result.setdefault("ttlMs", ttl)
+        result.setdefault("cacheScope", self.caching.scope)
+        return result
 
 
 class _Server(Server[Any]):

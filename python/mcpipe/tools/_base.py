@@ -59,6 +59,8 @@ class ToolResult:
         is_error: True when the tool reports a failure it handled (``isError`` in MCP).
         meta: the result's ``_meta``, or None.
         terse: leave ``isError`` out when it is false (as some systems answer; MCP's default is false).
+        any_json: the structured value is sent as it is where the protocol lets it be any JSON value
+            (2026-07-28); elsewhere a value that is not an object is wrapped as ``{"result": value}``.
     """
 
     content: list[dict[str, Any]] = field(default_factory=list)
@@ -66,6 +68,7 @@ class ToolResult:
     is_error: bool = False
     meta: dict[str, Any] | None = None
     terse: bool = False
+    any_json: bool = False
 
     @classmethod
     def text(cls, text: str, *, is_error: bool = False) -> ToolResult:
@@ -77,14 +80,15 @@ class ToolResult:
         """A handled failure: one text block and ``is_error`` set."""
         return cls([{"type": "text", "text": message}], None, True)
 
-    def wire(self) -> dict[str, Any]:
-        """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``)."""
+    def wire(self, *, any_json: bool = False) -> dict[str, Any]:
+        """A ``CallToolResult`` wire dict (non-object structured values wrapped as ``result``, but where
+        ``any_json``, the request's protocol allowing any JSON value there, for a result that says so)."""
         out: dict[str, Any] = {"content": self.content}
         if self.is_error or not self.terse:
             out["isError"] = self.is_error
         s = self.structured
         if s is not None:
-            out["structuredContent"] = s if isinstance(s, dict) else {"result": s}
+            out["structuredContent"] = s if isinstance(s, dict) or (any_json and self.any_json) else {"result": s}
         if self.meta:
             out["_meta"] = self.meta
         return out

@@ -9,8 +9,10 @@ The goldens (``golden/``) were recorded from the real mcpg binary built from sou
 
 Here the same config is served by mcpipe (in process, over real HTTP, the same raw JSON-RPC client), the
 services started as recorded, and every response and every request the services received compared.
-Cases where mcpipe does not yet answer as mcpg did are marked xfail (not strict) with the first
-difference (``SERVED_NOT_YET``, ``CHECK_NOT_YET``); every other case is expected to agree.
+The differences kept on purpose (``KEPT``: each case names the reasons it needs, ``SERVED_KEPT``; each
+reason is given in docs/formats/mcpg.md) are excused, and nothing else is. Cases where mcpipe does not yet
+answer as mcpg did are marked xfail (not strict) with the first difference (``SERVED_NOT_YET``,
+``CHECK_NOT_YET``); every other case is expected to agree.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 import pytest
 import trio
 
-from kit.mcpg_oracle import compare, render, render_env, run_calls, services
+from kit.mcpg_oracle import KEPT, compare, render, render_env, run_calls, services
 from kit.servers import http_server
 from mcpipe.config import parse_config
 from mcpipe.errors import ConfigError
@@ -39,6 +41,7 @@ UPSTREAM = HERE / "upstream"
 # (``make mcpg-diff`` rewrites it: ``scripts/mcpg_oracle/diff.py --write-not-yet``): xfail, not strict.
 NOT_YET: dict[str, dict[str, str]] = json.loads((HERE / "not_yet.json").read_text())
 SERVED_NOT_YET = NOT_YET["served"]
+SERVED_KEPT: dict[str, list[str]] = NOT_YET.get("kept", {})
 CHECK_NOT_YET = NOT_YET["config-check"]
 # Where mcpg's backend plugins were (the configs name them in plugins[].source.path); mcpipe does not
 # load mcpg's cdylibs, it maps the plugin ids onto its own backends.
@@ -67,8 +70,10 @@ async def test_mcpipe_serves_the_recorded_case_as_mcpg_did(
         config = parse_config(text, "yaml", base_dir=str(tmp_path), environ=env)
         async with open_app(config) as app, http_server(app) as url:
             calls = await trio.to_thread.run_sync(run_calls, url, golden["calls"], run, golden["answers"])
-    diffs = compare(golden["calls"], calls)
+    used: set[str] = set()
+    diffs = compare(golden["calls"], calls, SERVED_KEPT.get(golden["case"], ()), used)
     assert not diffs, f"{len(diffs)} differences from mcpg:\n" + "\n".join(diffs)
+    assert used == set(SERVED_KEPT.get(golden["case"], ())), "not_yet.json names a reason this case no longer needs"
 
 
 def _index() -> dict[str, str]:
@@ -107,3 +112,18 @@ def test_the_goldens_were_recorded_from_mcpg() -> None:
                 assert {"result", "error", "http_error"} & set(call["response"]), f"{path.stem}: {call}"
         else:
             assert golden["boot"]["error"], path.stem
+
+
+def test_each_difference_kept_on_purpose_is_a_reason_of_the_docs_and_is_needed() -> None:
+    """The reasons ``not_yet.json`` excuses are the rules of the kit and the rows of docs/formats/mcpg.md's
+    table "Where mcpipe answers otherwise, and why", one for one."""
+    docs = (HERE.parents[2] / "docs" / "formats" / "mcpg.md").read_text()
+    table = docs.split("<!-- kept:begin -->", 1)[1].split("<!-- kept:end -->", 1)[0]
+    documented = {row.split("|")[1].strip().strip("`") for row in table.strip().splitlines()[2:]}
+    used = {reason for reasons in SERVED_KEPT.values() for reason in reasons}
+    assert documented == set(KEPT), "the docs' table and the kit's rules (KEPT) name different reasons"
+    assert used <= set(KEPT), "not_yet.json names a reason the kit does not have"
+    assert used == set(KEPT), "a reason kept on purpose that no recorded case needs"
+    for case, reasons in SERVED_KEPT.items():
+        assert (GOLDEN / "served" / f"{case}.json").exists(), case
+        assert reasons == sorted(set(reasons)), case

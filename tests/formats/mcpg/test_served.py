@@ -359,14 +359,31 @@ async def test_sql_bindings_shape_their_rows_as_mcpgs_row_modes(tmp_path: Path) 
         count = await c.call_tool("count", {})
         add = await c.call_tool("add", {"title": "d"})
         clamp = await c.call_tool("clamp", {"id": -5})
-    # shape_response: rows keep their column order in the text; single/scalar unwrap; affected rows.
+    # shape_response: a row's columns in key order (serde_json's maps, as mcpg writes them, recorded in
+    # golden/served/sql-postgres.json); single/scalar unwrap; affected rows.
     assert many.content[0].text == '[{"id":1,"title":"a"},{"id":3,"title":"c"}]'  # type: ignore[union-attr]
-    assert many.structured_content == {"result": [{"id": 1, "title": "a"}, {"id": 3, "title": "c"}]}
-    assert one.content[0].text == '{"title":"b","id":2}'  # type: ignore[union-attr]
+    assert many.structured_content == [{"id": 1, "title": "a"}, {"id": 3, "title": "c"}]  # 2026-07-28: any JSON
+    assert one.content[0].text == '{"id":2,"title":"b"}'  # type: ignore[union-attr]
     assert none.content[0].text == "null" and none.structured_content is None  # type: ignore[union-attr]
-    assert count.content[0].text == "3" and count.structured_content == {"result": 3}  # type: ignore[union-attr]
+    assert count.content[0].text == "3" and count.structured_content == 3  # type: ignore[union-attr]
     assert add.content[0].text == '{"rows_affected":1}' and add.is_error is False  # type: ignore[union-attr]
     assert clamp.content[0].text == "null"  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(("mode", "structured"), [("legacy", {"result": [{"n": 3}]}), ("2026-07-28", [{"n": 3}])])
+async def test_rows_are_the_structured_content_itself_where_the_protocol_allows_any_json_value(
+    tmp_path: Path, mode: str, structured: Any
+) -> None:
+    # mcpg answers the rows as structuredContent; MCP before 2026-07-28 wants an object there.
+    db = tmp_path / "n.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+        conn.execute("INSERT INTO t VALUES (3)")
+    text = _config([_sql("rows", f"sqlite:{db}", "SELECT n FROM t", "many")])
+    async with serving(text, mode=mode) as c:
+        r = await c.call_tool("rows", {})
+    assert r.structured_content == structured
+    assert r.content[0].text == '[{"n":3}]'  # type: ignore[union-attr]
 
 
 async def test_a_sql_resource_reads_its_contents_and_a_resource_that_gives_none_is_mcpgs_error(tmp_path: Path) -> None:

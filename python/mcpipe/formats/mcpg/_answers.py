@@ -20,6 +20,7 @@ first text block must be JSON holding ``messages`` or ``contents``; anything els
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -129,10 +130,119 @@ def _malformed(reason: str) -> str:
     return f"backend response is not a valid surface envelope: {reason}"
 
 
+def _value(v: Any) -> str:
+    """A JSON value as serde_json's ``Display`` writes it: compact, object keys in order."""
+    return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+
+
+def _plural(n: Any, one: str, many: str) -> str:
+    return one if n == 1 else many
+
+
+def _quoted(items: list[Any]) -> str:
+    return ", ".join(f"'{i}'" for i in items)
+
+
+def _unexpected(items: list[Any]) -> str:
+    return f"{_quoted(items)} {'was' if len(items) == 1 else 'were'} unexpected)"
+
+
+def rust_schema_message(e: Any, missing: str | None = None) -> str:
+    """One ``jsonschema`` (Python) validation error worded as the ``jsonschema`` crate (0.28) words it
+    (``ValidationError``'s ``Display``), which mcpg's argument check reports; ``missing`` is the property a
+    ``required`` error is about."""
+    kind, limit, inst = e.validator, e.validator_value, e.instance
+    v = _value(inst)
+    match kind:
+        case "type":
+            if isinstance(limit, list):
+                return f"{v} is not of types " + ", ".join(f'"{t}"' for t in limit)
+            return f'{v} is not of type "{limit}"'
+        case "required":
+            return f"{_value(missing)} is a required property"
+        case "minLength":
+            return f"{v} is shorter than {limit} character{_plural(limit, '', 's')}"
+        case "maxLength":
+            return f"{v} is longer than {limit} character{_plural(limit, '', 's')}"
+        case "minimum":
+            return f"{v} is less than the minimum of {_value(limit)}"
+        case "maximum":
+            return f"{v} is greater than the maximum of {_value(limit)}"
+        case "exclusiveMinimum":
+            return f"{v} is less than or equal to the minimum of {_value(limit)}"
+        case "exclusiveMaximum":
+            return f"{v} is greater than or equal to the maximum of {_value(limit)}"
+        case "enum":
+            return f"{v} is not one of {_value(limit)}"
+        case "const":
+            return f"{_value(limit)} was expected"
+        case "pattern":
+            return f'{v} does not match "{limit}"'
+        case "format":
+            return f'{v} is not a "{limit}"'
+        case "multipleOf":
+            return f"{v} is not a multiple of {_value(limit)}"
+        case "minItems":
+            return f"{v} has less than {limit} item{_plural(limit, '', 's')}"
+        case "maxItems":
+            return f"{v} has more than {limit} item{_plural(limit, '', 's')}"
+        case "minProperties":
+            return f"{v} has less than {limit} propert{_plural(limit, 'y', 'ies')}"
+        case "maxProperties":
+            return f"{v} has more than {limit} propert{_plural(limit, 'y', 'ies')}"
+        case "uniqueItems":
+            return f"{v} has non-unique elements"
+        case "additionalProperties" if isinstance(inst, Mapping):
+            props = e.schema.get("properties") or {}
+            patterns = list(e.schema.get("patternProperties") or {})
+            extra = sorted(k for k in inst if k not in props and not any(re.search(p, k) for p in patterns))
+            return f"Additional properties are not allowed ({_unexpected(extra)}"
+        case "anyOf":
+            return f"{v} is not valid under any of the schemas listed in the 'anyOf' keyword"
+        case "oneOf":
+            if "is valid under each of" in e.message:
+                return f"{v} is valid under more than one of the schemas listed in the 'oneOf' keyword"
+            return f"{v} is not valid under any of the schemas listed in the 'oneOf' keyword"
+        case "contains":
+            return f"None of {v} are valid under the given schema"
+        case "not":
+            return f"{_value(limit)} is not allowed for {v}"
+        case "false":
+            return f"False schema does not allow {v}"
+    return str(e.message)
+
+
+def _json_pointer(path: Any) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def rust_schema_errors(errors: list[Any]) -> list[str]:
+    """``validate_tool_arguments``'s list: ``<instance path>: <message>`` (the message alone at the top), in the
+    order the crate finds them (its schemas' keys in order, depth first)."""
+    ordered = sorted(errors, key=lambda e: [str(p) for p in e.absolute_schema_path])
+    reported: dict[tuple[str, ...], set[str]] = {}
+    out = []
+    for e in ordered:
+        missing = None
+        if e.validator == "required":
+            seen = reported.setdefault(tuple(map(str, e.absolute_path)), set())
+            have = e.instance if isinstance(e.instance, Mapping) else {}
+            missing = next((p for p in e.validator_value if p not in have and p not in seen), None)
+            if missing is None:
+                continue
+            seen.add(missing)
+        where = _json_pointer(e.absolute_path)
+        message = rust_schema_message(e, missing)
+        out.append(f"{where}: {message}" if where else message)
+    return out
+
+
 class _Surfaces:
-    def invalid(self, tool: Any, errors: list[str]) -> ToolResult:
-        """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``)."""
-        why = "; ".join(_pointer(e) for e in errors)
+    def invalid(self, tool: Any, errors: list[str], args: Any = None) -> ToolResult:
+        """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``), each error worded as the
+        ``jsonschema`` crate words it."""
+        found = tool.schema_errors(args) if args is not None and hasattr(tool, "schema_errors") else []
+        why = "; ".join(rust_schema_errors(found)) if found else "; ".join(_pointer(e) for e in errors)
         return ToolResult.error(
             f"Input validation failed for tool '{tool.name}': arguments validation failed: {why}."
             " Inspect the tool's inputSchema via tools/list and retry."
@@ -160,8 +270,14 @@ class BindingShape(_Surfaces):
         if not isinstance(r, Mapping):
             return ToolResult.error("the binding gave no result")
         meta = r.get("_meta") if isinstance(r.get("_meta"), dict) else None
+        # mcpg's structured content is whatever JSON the backend answered: sent as it is where MCP allows it.
         return ToolResult(
-            list(r.get("content") or []), r.get("structuredContent"), bool(r.get("isError")), meta, terse=True
+            list(r.get("content") or []),
+            r.get("structuredContent"),
+            bool(r.get("isError")),
+            meta,
+            terse=True,
+            any_json=True,
         )
 
 
@@ -182,9 +298,8 @@ class PayloadShape(_Surfaces):
         r = envelope_result(_compact(_output(answer)).encode())
         is_error = bool(r.get("isError"))
         audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
-        return ToolResult(
-            list(r.get("content") or []), r.get("structuredContent"), is_error, {"audit": audit}, terse=True
-        )
+        blocks = list(r.get("content") or [])
+        return ToolResult(blocks, r.get("structuredContent"), is_error, {"audit": audit}, terse=True, any_json=True)
 
 
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
@@ -243,7 +358,7 @@ class PipelineShape(_Surfaces):
         last = _output(answer)
         if self.suspending:
             text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
-            return ToolResult([{"type": "text", "text": text}], last, False, terse=True)
+            return ToolResult([{"type": "text", "text": text}], last, False, terse=True, any_json=True)
         text = last if isinstance(last, str) else _compact(last)
         structured = {
             "pipeline": tool.name,

@@ -17,8 +17,12 @@ with mcpg's variables: ``arguments`` is the step's input (the call's arguments, 
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import datetime as dt
+import decimal
 import json
+import math
 import os
 import re
 import signal
@@ -37,7 +41,8 @@ import trio
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
-from mcpipe.expr import CelExpr, ExpressionError
+from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
+from mcpipe.formats.mcpg import _serde_json as serde_json
 from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
@@ -282,13 +287,18 @@ async def _http_call(
     max_bytes: int,
     timeout_ms: float,
 ) -> _Summary:
-    """One request, as mcpg's net-core sends it; a transport failure raises ``_TransportError``."""
+    """One request, as mcpg's net-core sends it (``execute_http_call``); a transport failure raises
+    ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of the error
+    (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read failed: ...``
+    when the body breaks off."""
     started = time.perf_counter()
+    reading = False
     try:
         with trio.fail_after(timeout_ms / 1000):
             async with guarded_client(policy) as client:
                 request = client.build_request(method, url, headers=headers, content=body)
                 response = await client.send(request, stream=True)
+                reading = True
                 try:
                     chunks: list[bytes] = []
                     size = 0
@@ -303,12 +313,12 @@ async def _http_call(
                             size += len(chunk)
                 finally:
                     await response.aclose()
-    except trio.TooSlowError:
-        raise _TransportError("operation timed out") from None
     except ForbiddenError as e:
         raise _TransportError(str(e)) from None
-    except (httpx2.HTTPError, *_NETWORK_ERRORS, OSError) as e:
-        raise _TransportError(f"error sending request for url ({url}): {e}") from None
+    except (trio.TooSlowError, httpx2.HTTPError, *_NETWORK_ERRORS, OSError):
+        if reading:
+            raise _TransportError("HTTP body read failed: request or response body error") from None
+        raise _TransportError(f"HTTP request failed: error sending request for url ({url})") from None
     retry_after = response.headers.get("retry-after")
     return _Summary(
         response.status_code,
@@ -416,22 +426,21 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
                 ),
             )
         return None, None, None
-    try:
-        return json.loads(s.body), None, None
-    except ValueError as e:
-        message = str(e)
-        if require_json:
-            return (
-                None,
-                message,
-                _no_retry(
-                    "invalid_json_body",
-                    "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
-                    "inspect_downstream_json_payload",
-                    {"parseError": message},
-                ),
-            )
-        return None, message, None
+    parsed, message = serde_json.loads(s.body)
+    if message is None:
+        return parsed, None, None
+    if require_json:
+        return (
+            None,
+            message,
+            _no_retry(
+                "invalid_json_body",
+                "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
+                "inspect_downstream_json_payload",
+                {"parseError": message},
+            ),
+        )
+    return None, message, None
 
 
 def _no_retry(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
@@ -510,18 +519,30 @@ async def _credential_header(
 
 
 async def _resolve_headers(
-    plan: HttpPlan, cel: Mapping[str, Any], json_call: bool, tokens: Mapping[str, str] | None = None
+    plan: HttpPlan, cel: Mapping[str, Any], tokens: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for name, template in plan.headers:
+    """Every configured header, resolved (net-core's ``resolved_headers``: what the envelope echoes)."""
+    return {name: await template.resolve_async(cel, tokens) for name, template in plan.headers}
+
+
+def _outbound(resolved: Mapping[str, str], json_call: bool, require_json: bool) -> list[tuple[str, str]]:
+    """The headers sent, as net-core sends them: the configured ones but the protected (``build_default_headers``,
+    ``is_protected_request_header``), then ``Accept`` set per request (``application/json`` when the binding
+    requires a JSON response, else ``*/*``: it overrides a configured one, as reqwest's request headers win
+    over the client's defaults), and a JSON call's ``Content-Type: application/json`` (``RequestBuilder::json``)."""
+    out = [("accept", "application/json" if require_json else "*/*")]
+    if json_call:
+        out.append(("content-type", "application/json"))
+    for name, value in resolved.items():
         lower = name.strip().lower()
         if (
             lower in _PROTECTED
             or lower.startswith("x-forwarded-")
-            or (json_call and lower in ("accept", "content-type"))
+            or lower == "accept"
+            or (json_call and lower == "content-type")
         ):
             continue
-        out[name] = await template.resolve_async(cel, tokens)
+        out.append((name, value))
     return out
 
 
@@ -541,18 +562,18 @@ async def run_http(
     tokens = await _tokens(plan, ctx)
     try:
         display_url = await plan.url.resolve_async(cel, tokens)
-        display_headers = await _resolve_headers(plan, cel, not get, tokens)
+        display_headers = await _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
         await _credential_header(f, plan, ctx, sent, display_headers)
+        headers = _outbound(sent, not get, f.require_json_response)
         if get:
             target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
             summary = await _http_call(
-                plan.policy, "GET", target, list(sent.items()), None, f.max_response_bytes, _timeout_ms(f, 2000)
+                plan.policy, "GET", target, headers, None, f.max_response_bytes, _timeout_ms(f, 2000)
             )
         else:
-            headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
             body = sorted_json(arguments).encode()
             summary = await _http_call(
                 plan.policy, "POST", display_url, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
@@ -624,9 +645,9 @@ async def run_grpc(
     try:
         origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        sent = await _resolve_headers(plan, cel, True, tokens)
+        sent = await _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
-        headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
+        headers = _outbound(sent, True, True)  # a JSON POST that requires a JSON reply
         s = await _http_call(
             plan.policy,
             "POST",
@@ -639,10 +660,7 @@ async def run_grpc(
     except (ExpressionError, _TransportError, httpx2.InvalidURL) as e:
         out = {**base, "error": str(e), "downstreamError": transport_error(str(e), False)}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    try:
-        parsed = json.loads(s.body)
-    except ValueError:
-        parsed = None
+    parsed, _ = serde_json.loads(s.body)
     out = {
         **base,
         "statusCode": s.status_code,
@@ -892,12 +910,9 @@ async def run_command(
             )
         )
     if stdout_text.strip():
-        try:
-            stdout_json = json.loads(stdout_text)
-        except ValueError as e:
-            parse_error = str(e)
-            if f.require_json_stdout:
-                errors.append(_invalid_stdout(parse_error))
+        stdout_json, parse_error = serde_json.loads(stdout_text)
+        if parse_error is not None and f.require_json_stdout:
+            errors.append(_invalid_stdout(parse_error))
     elif f.require_json_stdout:
         errors.append(_invalid_stdout("stdout was empty"))
     response = {
@@ -1014,7 +1029,8 @@ async def run_nats(
     except NatsError as e:
         if e.code == ErrorCode.TIMEOUT:
             return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
-        why = "no responders" if "no responders" in str(e) else str(e)
+        # async-nats's RequestError: its kind, then its source, which for no responders says it again.
+        why = "no responders: no responders" if "no responders" in str(e) else str(e)
         return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {why}")))
     except NotRunning as e:
         return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {e}")))
@@ -1054,10 +1070,30 @@ def _trace(ctx: ToolContext) -> dict[str, str] | None:
 SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents"]
 
 
+class McpgAwaitStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A statement of an ``await`` block (``AwaitStep``)."""
+
+    sql: Annotated[str, msgspec.Meta(min_length=1)]
+    params: list[str] = []
+
+
+class McpgAwait(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A sql binding's ``await`` block (``AwaitConfig``): ``trigger`` once, then ``check`` every
+    ``poll_interval_ms`` until ``predicate`` (CEL over ``row``, its first row, and ``arguments``) holds; the
+    answer is that row. Past ``timeout_ms`` the call times out."""
+
+    trigger: McpgAwaitStatement | None = None
+    check: McpgAwaitStatement
+    predicate: Annotated[str, msgspec.Meta(min_length=1)]
+    poll_interval_ms: Annotated[int, msgspec.Meta(ge=1)] = 1000
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1)] = 60_000
+
+
 class SqlFields(McpgFields, tag="mcpg.sql"):
     """mcpg's ``sql`` backend (``mcpg-plugin-backend-sql``): one statement on the binding's database (an
     mcpipe ``sql`` backend, by name), its ``:name`` parameters bound from the arguments (``params``) or
-    computed (``param_exprs``, CEL); the reply is the rows shaped by ``row_mode``."""
+    computed (``param_exprs``, CEL); the reply is the rows shaped by ``row_mode``, each value encoded as mcpg's
+    drivers encode it (``mcpg_row``)."""
 
     backend: str
     sql: Annotated[str, msgspec.Meta(min_length=1)]
@@ -1069,6 +1105,18 @@ class SqlFields(McpgFields, tag="mcpg.sql"):
     """PostgreSQL settings made for the statement's transaction (``set_config(key, value, true)``, as mcpg's
     SQL plugin runs them), each value a ``${…}`` template of the call (``${identity.tenant}``): what a
     row-level-security policy reads with ``current_setting(key)``."""
+    await_: McpgAwait | None = msgspec.field(default=None, name="await")
+    """Fire-and-wait: the binding answers the row its ``await`` block waits for, not its ``sql``."""
+    await_step: str | None = None
+    """This runs a pipeline's ``sql_await`` step of that id, on the binding ``profile`` names (its failure is
+    ``sql_await '<id>' on binding '<binding>': <error>``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AwaitPlan:
+    trigger: Any
+    check: Any
+    predicate: CelExpr
 
 
 @dataclass(frozen=True, slots=True)
@@ -1077,6 +1125,7 @@ class SqlPlan:
     stmt: Any
     exprs: tuple[tuple[str, CelExpr], ...]
     session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
+    waits: AwaitPlan | None = None
 
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
@@ -1117,40 +1166,130 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
             "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
             "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
         )
+    waits = None
+    if f.await_ is not None:
+        waits = _build_await(b, f.await_)
     if b.failed:
         b.fail()
-    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars))
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits)
+
+
+def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
+    from mcpipe.backends.sql import Statement
+
+    where = f"{b.location}.await"
+    try:
+        trigger = Statement.parse(block.trigger.sql) if block.trigger is not None else None
+        check = Statement.parse(block.check.sql)
+    except ValueError as e:
+        b.problem(where, str(e))
+        return None
+    try:
+        predicate = CelExpr.compile(block.predicate, extra_roots=frozenset({"row", "arguments"}))
+    except ValueError as e:
+        b.problem(f"{where}.predicate", f"await.predicate CEL compile failed: {e}")
+        return None
+    return AwaitPlan(trigger, check, predicate)
 
 
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 _SET_CONFIG = "SELECT set_config(:name, :value, true)"
 
 
-async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[str, Any], mode: str) -> Any:
-    """The statement, after its session variables (in one transaction with them, as mcpg's SQL plugin)."""
-    if not plan.session_vars:
-        return await plan.backend.execute(plan.stmt, params, mode)
-    from mcpipe.backends.sql import Statement
+# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
+# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
+# value a driver cannot decode is null.
+_PG_INTS = frozenset({"int2", "int4", "int8"})
+_PG_FLOATS = frozenset({"float4", "float8"})
+_PG_TEXTS = frozenset({"text", "name", "bpchar", "varchar", "unknown", "citext", ""})
 
-    setting = Statement.parse(_SET_CONFIG)
-    context = cel.get("context") or {}
-    attributes = dict(context.get("attributes") or {})
-    identity = {
-        **attributes,
-        "principal_id": context.get("principal_id"),
-        "trust_level": context.get("trust_level"),
-        "auth_provider": context.get("auth_provider"),
-        "roles": context.get("roles", []),
-        "groups": context.get("groups", []),
-        "scopes": context.get("scopes", []),
-        "attributes": attributes,
-    }
-    scope = {**cel, "identity": identity}
-    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
-    async with plan.backend.transaction() as tx:
-        for key, value in values:
-            await tx.execute(setting, {"name": key, "value": value}, "rows")
-        return await tx.execute(plan.stmt, params, mode)
+
+def _rfc3339(value: dt.datetime) -> str:
+    """chrono's ``DateTime<Utc>::to_rfc3339``: ``+00:00``, the fraction only when not zero (3 or 6 digits)."""
+    utc = value.astimezone(dt.UTC)
+    us = utc.microsecond
+    fraction = "" if not us else f".{us // 1000:03d}" if us % 1000 == 0 else f".{us:06d}"
+    return utc.strftime("%Y-%m-%dT%H:%M:%S") + fraction + "+00:00"
+
+
+def _iso_interval(value: dt.timedelta) -> str:
+    """``pg_interval_to_iso8601`` of an interval of days and microseconds (psycopg reads months as 30 days)."""
+    total = (value.days * 86_400 + value.seconds) * 1_000_000 + value.microseconds
+    if total == 0:
+        return "PT0S"
+    days, micros = value.days, value.seconds * 1_000_000 + value.microseconds
+    if days < 0 and micros > 0:  # timedelta normalises to a negative day and a positive time
+        days, micros = days + 1, micros - 86_400 * 1_000_000
+    negative = (days < 0 or micros < 0) and not (days > 0 or micros > 0)
+    days, micros = abs(days), abs(micros)
+    out = ("-" if negative else "") + "P" + (f"{days}D" if days else "")
+    if micros:
+        secs, frac = divmod(micros, 1_000_000)
+        hours, rest = divmod(secs, 3600)
+        minutes, seconds = divmod(rest, 60)
+        out += "T" + (f"{hours}H" if hours else "") + (f"{minutes}M" if minutes else "")
+        if seconds or frac:
+            out += f"{seconds}.{f'{frac:06d}'.rstrip('0')}S" if frac else f"{seconds}S"
+    return out
+
+
+def _pg_value(value: Any, type_name: str) -> Any:
+    if value is None:
+        return None
+    t = type_name.lower()
+    if t == "bool":
+        return value if isinstance(value, bool) else None
+    if t in _PG_INTS:
+        return value if isinstance(value, int) else None
+    if t in _PG_FLOATS:
+        return value if isinstance(value, float) and math.isfinite(value) else None
+    if t == "numeric":  # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
+        return format(value, "f") if isinstance(value, decimal.Decimal) and value.is_finite() else None
+    if t in ("json", "jsonb"):
+        return value
+    if t == "uuid":
+        return str(value)
+    if t == "timestamptz":
+        return _rfc3339(value) if isinstance(value, dt.datetime) else None
+    if t == "timestamp":
+        return value.strftime("%Y-%m-%dT%H:%M:%S.%f") if isinstance(value, dt.datetime) else None
+    if t == "date":
+        return value.isoformat() if isinstance(value, dt.date) else None
+    if t == "time":
+        return value.strftime("%H:%M:%S.%f") if isinstance(value, dt.time) else None
+    if t == "interval":
+        return _iso_interval(value) if isinstance(value, dt.timedelta) else None
+    if t == "bytea":
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    if t in _PG_TEXTS and isinstance(value, str):
+        return value
+    return None  # sqlx decodes no other type as a string: mcpg's row holds null
+
+
+def _sqlite_value(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+    return value
+
+
+def mcpg_rows(result: Any) -> list[dict[str, Any]]:
+    """A statement's rows as mcpg's SQL plugin makes them (``row_to_json_pg``, ``row_to_json_sqlite``): objects
+    keyed by column, each value encoded as its driver encodes it."""
+    if result.types:
+        types = result.types
+        return [
+            {c: _pg_value(v, t) for c, v, t in zip(result.columns, row, types, strict=False)} for row in result.rows
+        ]
+    return [{c: _sqlite_value(v) for c, v in zip(result.columns, row, strict=False)} for row in result.rows]
+
+
+def _first_column(row: Any) -> Any:
+    """``scalar``: the row's first value in mcpg's map order (serde_json's, by key)."""
+    if isinstance(row, dict):
+        return row[min(row)] if row else None
+    return row
 
 
 def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: int | None) -> Any:
@@ -1161,7 +1300,7 @@ def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: i
     if mode == "many":
         return rows
     if mode == "scalar":
-        return next(iter(rows[0].values()), None) if rows else None
+        return _first_column(rows[0]) if rows else None
     if mode == "affected_rows":
         return {"rows_affected": affected or 0}
     contents = []
@@ -1183,6 +1322,95 @@ def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: i
     return {"contents": contents}
 
 
+def sql_error(e: Any, what: str = "execute") -> str:
+    """A statement's failure as mcpg's SQL plugin words it: ``<what>: error returned from database: <the
+    database's error>`` (sqlx's words; ``execute``, or ``execute_affected`` in a transaction), else mcpipe's."""
+    database = getattr(e, "database", None)
+    return f"{what}: error returned from database: {database}" if database is not None else str(e)
+
+
+async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+    """One statement, after the binding's session variables (in one transaction with them, as mcpg's SQL
+    plugin runs them): its result as the driver gave it."""
+    if not plan.session_vars:
+        async with plan.backend.connection() as conn:
+            return await conn.execute_raw(stmt, params)
+    from mcpipe.backends.sql import Statement
+
+    setting = Statement.parse(_SET_CONFIG)
+    context = cel.get("context") or {}
+    attributes = dict(context.get("attributes") or {})
+    identity = {
+        **attributes,
+        "principal_id": context.get("principal_id"),
+        "trust_level": context.get("trust_level"),
+        "auth_provider": context.get("auth_provider"),
+        "roles": context.get("roles", []),
+        "groups": context.get("groups", []),
+        "scopes": context.get("scopes", []),
+        "attributes": attributes,
+    }
+    scope = {**cel, "identity": identity}
+    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
+    async with plan.backend.transaction() as tx:
+        for key, value in values:
+            await tx.execute(setting, {"name": key, "value": value}, "rows")
+        return await tx.execute_raw(stmt, params)
+
+
+class _MissingParam(Exception):
+    """``collect_bound_params``'s refusal (mcpg's ``SqlError::InvalidSpec``)."""
+
+
+def _bound(stmt: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``collect_bound_params``: each ``:name`` of the statement from the arguments; one absent is an error."""
+    out = {}
+    for name in stmt.names:
+        if name not in arguments:
+            raise _MissingParam(f"missing required parameter '{name}'")
+        out[name] = arguments[name]
+    return out
+
+
+async def _await_row(plan: SqlPlan, waits: AwaitPlan, f: SqlFields, cel: Mapping[str, Any], args: Any) -> Any:
+    """``execute_await_loop``: the trigger once, then the check until the predicate holds on its first row."""
+    block = f.await_
+    assert block is not None
+    arguments: Mapping[str, Any] = args if isinstance(args, Mapping) else {}
+    step_ms = _timeout_ms(f, 30_000)
+    if waits.trigger is not None:
+        with trio.fail_after(step_ms / 1000):
+            await _sql_raw(plan, waits.trigger, cel, _bound(waits.trigger, arguments))
+    deadline = trio.current_time() + block.timeout_ms / 1000
+    while True:
+        with trio.fail_after(step_ms / 1000):
+            result = await _sql_raw(plan, waits.check, cel, _bound(waits.check, arguments))
+        rows = mcpg_rows(result)
+        row = rows[0] if rows else None
+        try:
+            matched = await waits.predicate.evaluate_async({"row": row, "arguments": args}) is True
+        except ExpressionError:
+            matched = False
+        if matched:
+            return row
+        now = trio.current_time()
+        if now >= deadline:
+            raise _AwaitTimeout(block.timeout_ms)
+        await trio.sleep(min(block.poll_interval_ms / 1000, deadline - now))
+
+
+class _AwaitTimeout(Exception):
+    def __init__(self, ms: int) -> None:
+        super().__init__(ms)
+        self.ms = ms
+
+
+def _sql_failed(f: SqlFields, error: str) -> dict[str, Any]:
+    if f.await_step is not None:
+        return _result(f"sql_await '{f.await_step}' on binding '{f.profile}': {error}", None, True)
+    return failed_result("sql", error)
+
+
 async def run_sql(
     step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
@@ -1190,39 +1418,49 @@ async def run_sql(
 
     f, plan = step.fields, step.built
     given = env.get("args")
-    arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    params: dict[str, Any] = {name: arguments.get(name) for name in f.params}
+    arguments: dict[str, Any] = dict(given) if isinstance(given, Mapping) else {}
+    timeout_ms = _timeout_ms(f, 30_000)
+    truncated = False
     try:
         cel = _env(step, env, ctx)
+        # `param_exprs` go into the arguments, over what the caller sent (``param_exprs::evaluate_into``).
         for name, expr in plan.exprs:
-            params[name] = await expr.evaluate_async(cel)
-        for name in plan.stmt.names:
-            params.setdefault(name, arguments.get(name))
-        mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
-        with trio.fail_after(_timeout_ms(f, 30_000) / 1000):
-            got = await _sql_execute(plan, cel, params, mode)
-        if mode == "affected_rows":
-            value = shape_rows([], "affected_rows", f.max_rows, got if isinstance(got, int) else 0)
-            truncated = False
+            arguments[name] = await expr.evaluate_async(cel)
+        if plan.waits is not None:
+            value = await _await_row(plan, plan.waits, f, cel, arguments if plan.exprs else given)
         else:
-            rows = list(got) if isinstance(got, list) else []
-            truncated = len(rows) > f.max_rows and f.row_mode != "affected_rows"
-            value = shape_rows(rows, f.row_mode, f.max_rows, None)
+            with trio.fail_after(timeout_ms / 1000):
+                result = await _sql_raw(plan, plan.stmt, cel, _bound(plan.stmt, arguments))
+            if f.row_mode == "affected_rows":
+                value = shape_rows([], "affected_rows", f.max_rows, max(result.rowcount, 0))
+            else:
+                rows = mcpg_rows(result)
+                truncated = len(rows) > f.max_rows
+                value = shape_rows(rows, f.row_mode, f.max_rows, None)
     except trio.TooSlowError:
-        return _finish(f.answer, failed_result("sql", timed_out(_timeout_ms(f, 30_000))))
-    except (SqlError, _TransportError, ExpressionError) as e:
-        return _finish(f.answer, failed_result("sql", transport(str(e))))
-    payload = orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS)  # rows keep their column order
-    return _finish(f.answer, envelope_result(payload, truncated))
+        return _finish(f.answer, _sql_failed(f, timed_out(timeout_ms)))
+    except _AwaitTimeout as e:
+        return _finish(f.answer, _sql_failed(f, timed_out(e.ms)))
+    except _MissingParam as e:
+        return _finish(f.answer, _sql_failed(f, f"invalid binding spec: {e}"))
+    except SqlError as e:
+        return _finish(f.answer, _sql_failed(f, transport(sql_error(e))))
+    except (_TransportError, ExpressionError) as e:
+        return _finish(f.answer, _sql_failed(f, transport(str(e))))
+    # serde_json writes a row's columns in key order (its maps are B-trees).
+    return _finish(f.answer, envelope_result(sorted_json(value).encode(), truncated))
+
+
+SqlTxRowMode = Literal["single", "many", "scalar", "affected_rows"]
 
 
 class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
-    """One statement of an ``mcpg.sql_tx`` step."""
+    """One statement of an ``mcpg.sql_tx`` step (``TxNestedStepWire``: ``affected_rows`` by default)."""
 
     id: str
     sql: str
     params: list[str] = []
-    row_mode: SqlRowMode = "many"
+    row_mode: str = "affected_rows"
 
 
 class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
@@ -1255,6 +1493,34 @@ def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     return backend, tuple(stmts)
 
 
+async def _tx_statement(tx: Any, st: SqlTxStatement, stmt: Any, arguments: Mapping[str, Any]) -> Any:
+    """``run_tx_nested_step``: one statement, shaped by its row mode (mcpg's SqlError words a failure:
+    ``execute failed: ...``)."""
+    from mcpipe.backends.sql import SqlError
+
+    if st.row_mode not in ("affected_rows", "many", "single", "scalar"):
+        raise _TransportError(f"unsupported row_mode '{st.row_mode}' (supported: affected_rows, many, single, scalar)")
+    what = "execute_affected" if st.row_mode == "affected_rows" else "execute"
+    try:
+        params = _bound(stmt, arguments)
+    except _MissingParam as e:
+        raise _TransportError(f"parameter bind for '{st.id}': invalid spec: {e}") from None
+    try:
+        result = await tx.execute_raw(stmt, params)
+    except SqlError as e:
+        if e.database is None:
+            raise _TransportError(f"{what}: {e}") from None
+        raise _TransportError(f"{what}: execute failed: error returned from database: {e.database}") from None
+    if st.row_mode == "affected_rows":
+        return {"rows_affected": max(result.rowcount, 0)}
+    rows = mcpg_rows(result)
+    if st.row_mode == "many":
+        return rows
+    if st.row_mode == "single":
+        return rows[0] if rows else None
+    return _first_column(rows[0]) if rows else None
+
+
 async def run_sql_tx(
     step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
     inputs: dict[str, Any],
@@ -1271,13 +1537,10 @@ async def run_sql_tx(
     try:
         async with backend.transaction() as tx:
             for st, stmt in zip(f.steps, stmts, strict=True):
-                params = {name: arguments.get(name) for name in (*st.params, *stmt.names)}
-                if st.row_mode == "affected_rows":
-                    got = await tx.execute(stmt, params, "affected_rows")
-                    results[st.id] = shape_rows([], "affected_rows", 1, got if isinstance(got, int) else 0)
-                else:
-                    rows = await tx.execute(stmt, params, "rows")
-                    results[st.id] = shape_rows(list(rows or []), st.row_mode, 1_000_000, None)
+                try:
+                    results[st.id] = await _tx_statement(tx, st, stmt, arguments)
+                except _TransportError as e:
+                    raise _TransportError(f"sql_tx nested step '{st.id}': {e}") from None
     except (SqlError, _TransportError) as e:
         raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
     return StepOutput.of({"steps": results})
@@ -1301,6 +1564,130 @@ async def run_unset(
     return _finish(f.answer, failed_result(f.backend, f.message))
 
 
+# --- plugin_transform (the JSONata transform plugin) -------------------------------------------------
+
+
+class JsonataFields(StepFields, tag="mcpg.jsonata", kw_only=True):
+    """mcpg's ``plugin_transform`` step on ``dev.mcpg.transform.jsonata`` (``execute_plugin_transform_step``):
+    ``expression`` evaluated over mcpg's step context, ``{arguments, tool_name, steps, context}``; its value is
+    the output. ``config_error`` is why the plugin refuses the step's ``config`` (it then fails each call)."""
+
+    plugin: str = "dev.mcpg.transform.jsonata"
+    expression: str = ""
+    tool_name: str = ""
+    max_output_bytes: Annotated[int, msgspec.Meta(ge=0)] = 1_048_576
+    config_error: str | None = None
+
+
+def _build_jsonata(b: Build[JsonataFields]) -> Any:
+    """The compiled expression, or the words of its failure: the plugin parses it on each call, so an
+    expression that does not parse fails the calls (``parse error: ...``), not the file. The engine is the
+    plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
+    import jsonatapy
+
+    f = b.fields
+    if f is None:
+        b.fail()
+    if f.config_error is not None:
+        return f"jsonata transform config: {f.config_error}"
+    try:
+        jsonatapy.compile(f.expression)
+    except ValueError as e:
+        # The binding words a parse error as `Parse error: <it>` (unless coded); the plugin as `<it>`.
+        return f"parse error: {str(e).removeprefix('Parse error: ')}"
+    return f.expression
+
+
+async def run_jsonata(
+    step: Leaf[JsonataFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f, built = step.fields, step.built
+
+    def failed(why: str) -> StepFailure:
+        return StepFailure(f"plugin_transform '{f.plugin}' failed: {why}", ErrorCode.TOOL_ERROR)
+
+    if built != f.expression:
+        raise failed(built)
+    steps = env.get("steps")
+    context = cel_env(None, f.tool_name, ctx.identity)["context"]
+    document = {
+        "arguments": env.get("args"),
+        "tool_name": f.tool_name,
+        "steps": mcpg_steps(steps) if isinstance(steps, Mapping) else None,
+        "context": {k: context.get(k) for k in _JSONATA_CONTEXT},
+    }
+    # jsonata-core in a worker thread, bounded by the expression deadline (mcpipe's, D1012 past it); its
+    # compiled expression stays on the thread that made it, so it is compiled there.
+    import jsonatapy
+
+    timeout = int(expression_timeout_ms())
+
+    def evaluate() -> tuple[bool, Any]:
+        # Nothing of the engine leaves the thread (not even in a traceback): it must be dropped here too.
+        expression = jsonatapy.compile(f.expression)
+        try:
+            return True, expression.evaluate(document, timeout=timeout)
+        except (ValueError, TypeError) as e:
+            return False, str(e)
+        finally:
+            del expression
+
+    ok, value = await trio.to_thread.run_sync(evaluate, abandon_on_cancel=True, limiter=_jsonata_threads())
+    if not ok:
+        raise failed(f"evaluation error: {_jsonata_category(value)} error: {value}")
+    size = len(sorted_json(value))
+    if size > f.max_output_bytes:
+        raise failed(f"jsonata output {size} bytes exceeds max_output_bytes ({f.max_output_bytes})")
+    return StepOutput.of(value)
+
+
+_JSONATA_CONTEXT = ("principal_id", "trust_level", "session_id", "transport", "roles", "groups", "scopes", "attributes")
+# jsonata-core's ``EvaluatorError`` is a Type, Reference or Evaluation error (its ``Display`` names which: the
+# plugin's words); its Python binding gives the message alone. Which variant a message comes from, as the
+# engine's sources raise them: a call of something that is no function named by `$name` (T1005, T1006) is a
+# reference error; type codes (T) are type errors but those the evaluator raises as evaluation errors; the
+# rest (D, U, uncoded) are evaluation errors.
+_JSONATA_EVALUATION_T = frozenset({"T1007", "T1008", "T2003", "T2004", "T2009", "T2011", "T2012"})
+_JSONATA_TYPE_OTHER = frozenset({"D1002", "D3012", "S0212"})
+
+
+def _jsonata_category(message: str) -> str:
+    code = message[:5] if len(message) > 5 and message[5] == ":" else ""
+    if code == "T1005" or message == "Parent context not available":
+        return "Reference"
+    if code == "T1006" and message.startswith("T1006: Attempted to invoke a non-function"):
+        rest = message.removeprefix("T1006: Attempted to invoke a non-function")
+        return "Reference" if rest == "" or rest.startswith(": $") else "Type"
+    if (code.startswith("T") and code not in _JSONATA_EVALUATION_T) or code in _JSONATA_TYPE_OTHER:
+        return "Type"
+    return "Evaluation"
+
+
+_JSONATA_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_mcpg_jsonata")
+
+
+def _jsonata_threads() -> trio.CapacityLimiter:
+    try:
+        return _JSONATA_THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(4)
+        _JSONATA_THREADS.set(limiter)
+        return limiter
+
+
+class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
+    """A binding mcpg serves but cannot run (a pipeline whose steps it does not decode): each call's result is
+    its error ``message``, as mcpg answers it."""
+
+    message: str
+
+
+async def run_fail(
+    step: Leaf[FailFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    return StepOutput.of(_result(step.fields.message, None, True))
+
+
 # --- registration ----------------------------------------------------------------------------------
 
 
@@ -1314,6 +1701,8 @@ KIND_NAMES = (
     "mcpg.sql",
     "mcpg.unset",
     "mcpg.sql_tx",
+    "mcpg.fail",
+    "mcpg.jsonata",
 )
 
 
@@ -1385,6 +1774,8 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.sql", SqlFields, _binding_call("sql", run_sql), build=_build_sql, own_deadline=True),
     Kind("mcpg.unset", UnsetFields, run_unset),
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
+    Kind("mcpg.fail", FailFields, run_fail),
+    Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
 ]
 
 for _kind in _KINDS:

@@ -21,6 +21,7 @@ What mcpipe cannot honour is refused, one located line each; nothing that guards
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
@@ -29,10 +30,12 @@ from typing import Any
 from mcpipe.errors import Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
-from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
+from mcpipe.formats.mcpg._names import rename_cel
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._templates import expand_env
+
+_log = logging.getLogger("mcpipe.formats.mcpg")
 
 __all__ = ["BUILT_IN_PLUGINS", "translate"]
 
@@ -115,8 +118,15 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     if out.problems:
         return Translation({}, out.problems, out.locate)
     # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
-    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs).
-    out.doc.update(name="mcpg", builtins=False, pipe={"enabled": False}, caching={})
+    # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs), on
+    # every protocol version; a call naming no tool is the JSON-RPC error -32602 (tools_call.rs).
+    out.doc.update(
+        name="mcpg",
+        builtins=False,
+        pipe={"enabled": False},
+        caching={"every_era": True},
+        unknown_tool="error",
+    )
     out.raw_plugins = list(doc.get("plugins") or [])
     # plugins first: the credential issuers they configure are what `cred://` references resolve to.
     kafka = _plugins(out.raw_plugins, out)
@@ -603,6 +613,7 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         "description": binding["description"],
         "surface": surface,
         "fill_defaults": False,
+        "check_formats": False,  # the jsonschema crate's default
     }
     if binding.get("title"):
         entry["title"] = binding["title"]
@@ -849,8 +860,14 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     pool = spec.pop("pool", None) or {}
     if pool.get("max_connections"):
         sql[name]["pool_size"] = int(pool["max_connections"])
-    if "await" in spec:
-        sql[name]["await"] = _await_block(spec.pop("await"))
+    if spec.get("await") is not None:
+        # Fire-and-wait: the binding answers the row its block waits for (the mcpg.sql kind runs it).
+        block = spec.pop("await")
+        step["await"] = {k: block[k] for k in _AWAIT_KEYS if k in block}
+        for key in block:
+            if key not in _AWAIT_KEYS:
+                out.refuse(f"{where}.await.{key}", reason("backend_field", kind="sql", field=f"await.{key}"))
+    spec.pop("await", None)
     step["backend"] = name
     query = spec.pop("query", None) or {}
     for key in ("sql_file", "procedure"):
@@ -884,26 +901,47 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     return True
 
 
-def _await_block(block: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("trigger", "check"):
-        if key in block:
-            value = block[key]
-            out[key] = (
-                {"sql": value.get("sql"), "params": value.get("params", [])} if isinstance(value, Mapping) else value
-            )
-    for key in ("until", "interval_ms", "timeout_ms"):
-        if key in block:
-            out[key] = rename_cel(block[key]) if key == "until" else block[key]
-    return out
+_AWAIT_KEYS = ("trigger", "check", "predicate", "poll_interval_ms", "timeout_ms")
+"""mcpg's ``AwaitConfig`` (its predicate is CEL over ``row`` and ``arguments`` alone, kept as written)."""
 
 
 # --- pipelines ------------------------------------------------------------------------------------
 
 
+def _undecodable(steps: Any, where: str) -> str | None:
+    """Where mcpg's ``PipelineBackendConfig`` does not decode the steps, and why (None: it does). mcpg's config
+    check passes a pipeline binding whatever its steps hold; at boot a pipeline that does not decode is left
+    unregistered, without a word, and each call answers ``pipeline '<name>' not found``
+    (``runtime/execution/mod.rs``, ``pipeline.rs``). Checked here: what a gather input requires
+    (``GatherInputConfig``)."""
+    if not isinstance(steps, list):
+        return None
+    for i, step in enumerate(steps):
+        if not isinstance(step, Mapping) or step.get("kind") != "gather":
+            continue
+        for k, item in enumerate(step.get("inputs") or []):
+            at = f"{where}.steps[{i}].inputs[{k}]"
+            if not isinstance(item, Mapping) or item.get("kind") not in ("elicitation", "sampling", "roots"):
+                return f"{at}.kind: a gather input is elicitation, sampling or roots"
+            if not isinstance(item.get("correlation_token"), str):
+                return f"{at}.correlation_token: missing field `correlation_token`"
+            if item["kind"] == "elicitation" and not isinstance(item.get("message"), str):
+                return f"{at}.message: missing field `message`"
+            if item["kind"] == "sampling" and not isinstance(item.get("messages"), list):
+                return f"{at}.messages: missing field `messages`"
+    return None
+
+
 def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: str) -> dict[str, Any] | None:
     out = b.out
     steps_raw = spec.get("steps") or []
+    undecodable = _undecodable(steps_raw, where)
+    if undecodable is not None:
+        # Served as mcpg serves it: every call fails (mcpg boots and says nothing; mcpipe says why, once).
+        _log.warning("%s: mcpg does not register this pipeline (every call fails): %s", b.name, undecodable)
+        entry["steps"] = [{"kind": "mcpg.fail", "id": "call", "message": f"pipeline '{b.name}' not found"}]
+        entry["answer"] = "mcpg.binding"
+        return entry
     entry["timeout_ms"] = int(spec.get("pipeline_timeout_ms", 30_000))
     out.moved(f"pipelines.{b.name}.timeout_ms", f"{where}.pipeline_timeout_ms")
     ids: set[str] = set()
@@ -979,9 +1017,20 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         if plugin != "dev.mcpg.transform.jsonata":
             out.refuse(f"{at}.plugin", reason("transform_plugin", plugin=str(plugin)))
             return None
-        if isinstance(config.get("expression"), str):
-            config["expression"] = rename_jsonata(config["expression"], tool_name=b.name)
-        step.update(plugin=plugin, config=config)
+        # mcpg's plugin reads its config on each call (`JsonataConfig`, serde, unknown fields denied) and
+        # evaluates the expression over the step context as its own document: mcpg's kind, not mcpipe's.
+        step.update(kind="mcpg.jsonata", plugin=plugin, tool_name=b.name)
+        unknown = [k for k in config if k not in ("expression", "phase", "max_output_bytes")]
+        if unknown:
+            step["config_error"] = (
+                f"unknown field `{unknown[0]}`, expected one of `expression`, `phase`, `max_output_bytes`"
+            )
+        elif not isinstance(config.get("expression"), str):
+            step["config_error"] = "missing field `expression`"
+        else:
+            step["expression"] = config["expression"]
+            if isinstance(config.get("max_output_bytes"), int):
+                step["max_output_bytes"] = config["max_output_bytes"]
     elif kind == "log":
         step["data"] = _literal(raw.pop("data", None))
         step["level"] = raw.pop("level", "info")
@@ -1011,6 +1060,7 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             if raw.get(key) is not None:
                 step[key] = _literal(raw.pop(key))
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
+        step["with_text"] = False  # mcpg's output is the client's result as it is
         for key in ("tools", "tool_choice", "include_context", "stop_sequences", "metadata"):
             if raw.pop(key, None):
                 out.refuse(f"{at}.{key}", reason("sampling_field", what=key))
@@ -1040,21 +1090,35 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
                 return None
             inputs.append(entry)
         step["inputs"] = inputs
+        step["with_text"] = False
         raw.pop("timeout_ms", None)
-    elif kind in ("sql_tx", "sql_await"):
+    elif kind == "sql_await":
+        # `execute_sql_await_step`: the named sql binding called with the step's input, as a direct call would
+        # run it (its `await` block, if it has one); its answer is the step's output.
+        target = raw.pop("backend", None)
+        spec = b.sql_bindings.get(target) if isinstance(target, str) else None
+        if spec is None:
+            out.refuse(f"{at}.backend", f"no sql binding named `{target}` to run this step's statements on")
+            return None
+        binding = {k: v for k, v in spec.items() if k != "kind"}
+        awaited = _backend_step(b, "sql", binding, f"{at}.backend", answer="step", step_id=sid, profile=target)
+        if awaited is None:
+            return None
+        awaited["await_step"] = sid
+        step = awaited
+    elif kind == "sql_tx":
         target = raw.pop("backend", None)
         name = _sql_backend_of(b, target)
         if name is None:
             out.refuse(f"{at}.backend", f"no sql binding named `{target}` to run this step's statements on")
             return None
         step["backend"] = name
-        if kind == "sql_tx":
-            # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
-            step["kind"] = "mcpg.sql_tx"
-            step["steps"] = [
-                {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
-                for s in raw.pop("steps", [])
-            ]
+        # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
+        step["kind"] = "mcpg.sql_tx"
+        step["steps"] = [
+            {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
+            for s in raw.pop("steps", [])
+        ]
     for key in list(raw):
         if key == "timeout_ms" and kind in ("transform", "cel_gate", "log", "progress", "plugin_transform"):
             raw.pop(key)
