@@ -241,6 +241,11 @@ class HttpConfig(_Base):
     max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
     """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
     may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
+    max_sessions_per_tenant: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most 2025-11-25 sessions one tenant may have open at once (unset: no such cap): a tenant is the
+    caller's subject qualified by how it was established (a verified token's issuer and provider, or the
+    trusted subject header), and every anonymous caller shares one; past it that tenant's new session is
+    refused (429, JSON-RPC -32099 ``per-tenant session quota exceeded``, as mcpg answers). Counted per process."""
     health_path: str = "/healthz"
     """Where the health endpoint answers."""
     access_log: bool = False

@@ -294,6 +294,8 @@ async def open_app(
             if declared is not None:
                 await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
+            if handlers.passthrough is not None:
+                handlers.passthrough.start(nursery)  # the config's watched resources
             if tel.metrics is not None:
                 nursery.start_soon(_report_downstreams, tel, downstreams)
             worker = None

@@ -447,6 +447,9 @@ class ToolHandlers:
                 surfaces=surfaces,
                 run_surface=self.run_surface,
                 caching=caching,
+                check_surface=self.check_surface,
+                run_hidden=self.run_hidden,
+                identity=identity_of,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -567,6 +570,30 @@ class ToolHandlers:
             raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
+
+    def check_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+        """Refuse a caller who may not read a resource (subscribing to it is reading it as it changes): the
+        trust rules' JSON-RPC error."""
+        trust = self.gateway.trust
+        if trust is None:
+            return
+        tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        try:
+            trust.check(tool.name, tctx)
+        except TrustDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc)) from None
+
+    async def run_hidden(
+        self, ctx: ServerRequestContext[Any, Any] | None, tool: Any, args: dict[str, Any]
+    ) -> ToolResult:
+        """Run a pipeline as the server itself (a completion source, a listing, a watch's read): no caller's
+        rights are checked, its steps' tool calls go through the gateway; ``ctx`` gives the caller's identity to
+        its steps when there is a request (None: the server's own, anonymous)."""
+        if ctx is None:
+            tctx = ToolContext(tools=self.gateway)
+        else:
+            tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        return await tool.call(args, tctx)
 
     def shut_down(self) -> None:
         """Cancel every call in flight, which then answers ``CANCELLED``; later calls answer so at once."""

@@ -110,6 +110,10 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
+WEBHOOK_PATH = "/webhooks/resource-updated/"
+"""Where third parties tell mcpipe a watched resource changed (``<path><token>``, mcpg's route)."""
+_UNKNOWN_TOKEN = orjson.dumps({"error": "unknown webhook token"})
+_FORBIDDEN_ORIGIN = orjson.dumps({"error": "forbidden", "error_description": "this origin may not call the server"})
 _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a valid bearer token is required"})
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
@@ -207,6 +211,8 @@ class HttpFront:
         )
         per_min = http.anonymous_rate_limit_per_min
         self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
+        passthrough = app.handlers.passthrough
+        self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -259,6 +265,8 @@ class HttpFront:
                 else:
                     body = orjson.dumps({"ok": True})  # a Host it does not know learns nothing more
                 await _respond(send, 200, body)
+            elif self.watches is not None and path.startswith(WEBHOOK_PATH) and scope["method"] == "POST":
+                await self.webhook(scope, receive, send)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
             elif path == self.metrics_path and self.metrics:
@@ -289,6 +297,28 @@ class HttpFront:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+    async def webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /webhooks/resource-updated/<token>``: a third party says a watched resource changed (mcpg's
+        webhook watch strategy). Only the token matters (the body, any, is read and ignored); a browser's request
+        from an origin this server does not know is refused before the token is looked at."""
+        assert self.watches is not None
+        if not self._known(scope):
+            await _respond(send, 403, _FORBIDDEN_ORIGIN)
+            return
+        read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+        if read is None:
+            await _respond(send, 408, self._slow_body)
+            return
+        if read.gone:
+            return
+        token = scope["path"][len(WEBHOOK_PATH) :]
+        uri = await self.watches.webhook(token) if token and "/" not in token else None
+        if uri is None:
+            _log.debug("webhook: unknown token %s...", token[:8])
+            await _respond(send, 404, _UNKNOWN_TOKEN)
+            return
+        await _respond(send, 200, orjson.dumps({"ok": True, "uri": uri}))
 
     def _known(self, scope: Scope) -> bool:
         """Whether the request names this server (its Host, and its Origin if any), checked quietly."""
@@ -462,6 +492,7 @@ async def serve_http(
         retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
         max_sessions=h.max_sessions,
         max_sessions_per_principal=h.max_sessions_per_principal,
+        max_sessions_per_tenant=h.max_sessions_per_tenant,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(

@@ -21,7 +21,7 @@ import logging
 import re
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -44,6 +44,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
+from mcpipe.server._watch import Watches, subscriber_facts
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
 
@@ -60,6 +61,15 @@ _ERA_FIELDS = ("ttlMs", "cacheScope", "resultType")
 Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
 RunSurface = Callable[[ServerRequestContext[Any, Any], Any, dict[str, Any]], Awaitable[Any]]
 """Runs a local surface's pipeline for a request: ``(ctx, pipeline, arguments) -> ToolResult``."""
+CheckSurface = Callable[[ServerRequestContext[Any, Any], Any], None]
+"""Refuses a request for a local surface the caller may not use (raises the ``MCPError`` to answer)."""
+RunHidden = Callable[[ServerRequestContext[Any, Any] | None, Any, dict[str, Any]], Awaitable[Any]]
+"""Runs a hidden pipeline (a completion source, a listing, a watch's read): ``(ctx or None, pipeline, args)``
+-> ``ToolResult``, as the server itself (no caller's rights are checked; None: no request at all)."""
+MAX_LISTEN_STREAMS = 1024
+"""The most ``subscriptions/listen`` streams open at once (the SDK's default)."""
+HIDDEN_TIMEOUT_S = 3.0
+"""How long a completion source or a listing may take (mcpg's 3 s): past it, it offers or lists nothing."""
 
 
 def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
@@ -111,6 +121,9 @@ class Passthrough:
         surfaces: list[Any] | None = None,
         run_surface: RunSurface | None = None,
         caching: Any = None,
+        check_surface: CheckSurface | None = None,
+        run_hidden: RunHidden | None = None,
+        identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
     ) -> None:
         self.downstreams = downstreams
         self.caching = caching
@@ -118,6 +131,16 @@ class Passthrough:
         self.surfaces = list(surfaces or ())
         """The config's own prompts, resources and resource templates (declared pipelines), in config order."""
         self.run_surface = run_surface
+        self.check_surface = check_surface
+        self.run_hidden = run_hidden
+        self.identity = identity
+        self.hidden = {t.name: t for t in self.surfaces if t.surface == "hidden"}
+        self.watches = Watches(self.surfaces, self._read_watched)
+        self._facts: dict[str, weakref.WeakKeyDictionary[Any, dict[str, Any]]] = {}
+        """uri -> connection -> the subscriber's identity facts (a watch's ``notify_if`` reads them)."""
+        self._local_streams: dict[str, int] = {}
+        """uri -> how many 2026-07-28 listen streams hold a local resource's subscription."""
+        self._listening = 0
         self._templates = [
             (t, _template_matcher(t.uri_template)) for t in self.surfaces if t.surface == "resource_template"
         ]
@@ -125,13 +148,16 @@ class Passthrough:
         self.principal = principal
         self.levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self.bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self.bus)
         self._sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         """connection -> the latest request's ServerSession (its standalone channel reaches the client)."""
         self._subscribers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
         self._warned: set[tuple[str, str]] = set()
         for server in downstreams.servers:
             server.feed.changed = self._changed
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Start the background work of the config's own resources (their watches) in ``nursery``."""
+        self.watches.start(nursery, self._notify_local, self._holders)
 
     # -- who sees what ---------------------------------------------------------------------------------
 
@@ -357,6 +383,18 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        local = self._local_resource(uri)
+        if local is not None:
+            # A subscription is a read that keeps arriving: the caller must be allowed to read it.
+            self._check_local(ctx, local[0])
+            conn = _connection(ctx)
+            subs = self._subscribers.setdefault(uri, weakref.WeakKeyDictionary())
+            subs[conn] = ctx.session
+            facts = self._facts.setdefault(uri, weakref.WeakKeyDictionary())
+            facts[conn] = self._subscriber(ctx)
+            self._sessions[conn] = ctx.session
+            self.watches.subscribed(uri)
+            return {}
         server = self._owner(ctx, uri)
         subs = self._subscribers.setdefault(uri, weakref.WeakKeyDictionary())
         conn = _connection(ctx)
@@ -371,6 +409,12 @@ class Passthrough:
     ) -> dict[str, Any]:
         uri = str(params.uri)
         subs = self._subscribers.get(uri)
+        if self._local_resource(uri) is not None:
+            if subs is not None:
+                subs.pop(_connection(ctx), None)
+                (self._facts.get(uri) or {}).pop(_connection(ctx), None)
+            self.watches.unsubscribed(uri)
+            return {}
         if subs is not None and subs.pop(_connection(ctx), None) is not None:
             server = self._owner(ctx, uri)
             if server.feed.unsubscribe(uri):
@@ -400,7 +444,13 @@ class Passthrough:
         downstream for as long as it stays open."""
         uris = [str(u) for u in params.notifications.resource_subscriptions or ()]
         held: list[tuple[DownstreamServer, str]] = []
+        local: list[str] = []
         for uri in uris:
+            found = self._local_resource(uri)
+            if found is not None:
+                self._check_local(ctx, found[0])
+                local.append(uri)
+                continue
             try:
                 server = self._owner(ctx, uri)
             except MCPError:
@@ -409,9 +459,29 @@ class Passthrough:
             if server.feed.subscribe(uri):
                 with trio.move_on_after(5):
                     await self._subscribe_downstream(server, uri, True)
+        if self._listening >= MAX_LISTEN_STREAMS:
+            raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
+        facts = self._subscriber(ctx)
+
+        def hears(event: ServerEvent) -> bool:
+            # A watched resource's notify_if decides per subscriber; every other event reaches every stream.
+            return not isinstance(event, ResourceUpdated) or self.watches.allows(event.uri, facts)
+
+        self._listening += 1
+        for uri in local:
+            self._local_streams[uri] = self._local_streams.get(uri, 0) + 1
+            self.watches.subscribed(uri)
         try:
-            return await self._listen(ctx, params)
+            return await ListenHandler(_HearingBus(self.bus, hears))(ctx, params)
         finally:
+            self._listening -= 1
+            for uri in local:
+                left = self._local_streams.get(uri, 1) - 1
+                if left:
+                    self._local_streams[uri] = left
+                else:
+                    self._local_streams.pop(uri, None)
+                self.watches.unsubscribed(uri)
             for server, uri in held:
                 if server.feed.unsubscribe(uri):
                     with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -419,6 +489,49 @@ class Passthrough:
                             await self._subscribe_downstream(server, uri, False)
                         except (MCPError, CallError):
                             pass  # the server went away: nothing to undo there
+
+    # -- the config's own resources: who may subscribe, who is told ------------------------------------
+
+    def _check_local(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+        principal = self.principal(ctx)
+        if principal is not None and not self.policy.allows(principal, tool.name):
+            raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
+        if self.check_surface is not None:
+            self.check_surface(ctx, tool)
+
+    def _subscriber(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        identity = self.identity(ctx) if self.identity is not None else None
+        return subscriber_facts(identity, self.principal(ctx))
+
+    def _holders(self, uri: str) -> int:
+        return len(self._subscribers.get(uri) or ()) + self._local_streams.get(uri, 0)
+
+    async def _notify_local(self, uri: str) -> int:
+        """Tell the subscribers of one of the config's resources that it changed (those its watch lets hear)."""
+        told = 0
+        facts: Mapping[Any, dict[str, Any]] = self._facts.get(uri) or {}
+        for conn, session in list((self._subscribers.get(uri) or {}).items()):
+            if not self.watches.allows(uri, facts.get(conn) or subscriber_facts(None, None)):
+                continue
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception as exc:  # a client that went away: it misses nothing it can still use
+                _log.debug("cannot tell a client that %s changed: %s", uri, exc)
+        told += self._local_streams.get(uri, 0)
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        return told
+
+    async def _read_watched(self, tool: Any, uri: str) -> str | None:
+        """A watched resource read as the server itself: its first text content, or None (a failed read)."""
+        if self.run_hidden is None:
+            return None
+        result = await self.run_hidden(None, tool, {"uri": uri})
+        try:
+            contents = tool.answer.resource(tool, result, uri).get("contents") or []
+        except MCPipeError:
+            return None
+        return next((c["text"] for c in contents if isinstance(c, dict) and isinstance(c.get("text"), str)), None)
 
     # -- notifications from downstream ------------------------------------------------------------------
 
@@ -479,6 +592,21 @@ class Passthrough:
         add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
         add("completion/complete", types.CompleteRequestParams, self.complete)
         add("subscriptions/listen", types.SubscriptionsListenRequestParams, self.listen)
+
+
+class _HearingBus:
+    """One listen stream's view of the shared bus: the events ``hears`` lets through."""
+
+    def __init__(self, bus: InMemorySubscriptionBus, hears: Callable[[ServerEvent], bool]) -> None:
+        self._bus = bus
+        self._hears = hears
+
+    async def publish(self, event: ServerEvent) -> None:
+        await self._bus.publish(event)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        hears = self._hears
+        return self._bus.subscribe(lambda event: listener(event) if hears(event) else None)
 
 
 def _local_result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:

@@ -38,7 +38,6 @@ REFUSALS: tuple[Refusal, ...] = (
         "gateway.server.trust_proxy_ip",
         "mcpipe keys its anonymous rate limit on the connection's address only",
     ),
-    Refusal("tenant_sessions", "gateway.server.max_sessions_per_tenant", "per-tenant session caps are not in mcpipe"),
     Refusal(
         "transport",
         "gateway.server.transport",
@@ -113,9 +112,9 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("content_storage", "<binding>.content_storage", "content-store routing is not in mcpipe"),
     Refusal("app_url", "<binding>.mcp_app_url", "MCP Apps are not in mcpipe"),
     Refusal(
-        "watch",
-        "<binding>.watch",
-        "resource change watching (resources/subscribe notifications) is not in mcpipe",
+        "watch_strategy",
+        "<binding>.watch.strategy.type",
+        "the `{kind}` watch strategy is not in mcpipe (it watches by `poll` and `webhook`)",
     ),
     Refusal("cache", "<binding>.cache", "per-binding response caches are not in mcpipe"),
     Refusal("retry", "<binding>.retry", "retrying a `{kind}` binding is not in mcpipe"),

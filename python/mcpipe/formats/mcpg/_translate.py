@@ -280,8 +280,9 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
             out.refuse(f"{where}.{key}", reason(refusal))
     if server.get("trust_proxy_ip"):
         out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
-    if server.get("max_sessions_per_tenant"):
-        out.refuse(f"{where}.max_sessions_per_tenant", reason("tenant_sessions"))
+    if server.get("max_sessions_per_tenant"):  # 0: unlimited
+        http["max_sessions_per_tenant"] = int(server["max_sessions_per_tenant"])
+        out.moved("http.max_sessions_per_tenant", f"{where}.max_sessions_per_tenant")
     if server.get("transport", "http") != "http":
         out.refuse(f"{where}.transport", reason("transport"))
     if server.get("enforce_modern_request_meta"):
@@ -648,10 +649,15 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         ("quotas", reason("quota_ref")),
         ("content_storage", reason("content_storage")),
         ("mcp_app_url", reason("app_url")),
-        ("watch", reason("watch")),
     ):
         if binding.get(key):
             out.refuse(f"{loc}.{key}", why)
+    if binding.get("watch") and surface == "resource" and binding.get("uri"):
+        # mcpg watches a binding's concrete `uri` only (build_watch_configs skips templates and URI-less ones).
+        watch = _watch(binding["watch"], f"{loc}.watch", out)
+        if watch is not None:
+            entry["watch"] = watch
+            out.moved(f"pipelines.{b.name}.watch", f"{loc}.watch")
     cache = binding.get("cache")
     if cache and cache.get("kind") != "disabled":
         out.refuse(f"{loc}.cache", reason("cache"))
@@ -684,6 +690,39 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     entry["answer"] = "mcpg.payload" if step.pop("mcpg_answer", None) is not None else "mcpg.binding"
     entry["steps"] = [step]
     out.moved(f"pipelines.{b.name}.steps[0]", f"{loc}.backend")
+    return entry
+
+
+_POLL_FLOOR_MS = 10_000
+"""mcpg polls a watched resource at most every 10 s (``watch_engine.rs`` ``poll_interval``)."""
+
+
+def _watch(watch: Mapping[str, Any], where: str, out: _Out) -> dict[str, Any] | None:
+    """A binding's ``watch`` (``ResourceWatchConfig``) as mcpipe's: mcpg's poll strategy (SHA-256 of the read's
+    first text, floored at 10 s) and webhook strategy (``POST /webhooks/resource-updated/{token}``); the
+    notification filter's ``expression`` scope as ``notify_if``. The ``subject_id`` and ``session_id`` scopes
+    fall back to every subscriber for these strategies' events (they carry no user or session), as in mcpg."""
+    strategy = dict(watch.get("strategy") or {"type": "poll"})
+    kind = strategy.get("type", "poll")
+    entry: dict[str, Any] = {}
+    if kind == "poll":
+        entry["poll_ms"] = max(int(strategy.get("interval_ms", 60_000)), _POLL_FLOOR_MS)
+    elif kind == "webhook":
+        token, missing = expand_env(str(strategy.get("token") or ""), out.environ)
+        if missing:
+            out.refuse(f"{where}.strategy.token", f"environment variable `{missing[0]}` is not set")
+            return None
+        if not token:
+            import uuid
+
+            token = str(uuid.uuid4())  # mcpg draws a random token at start when the file gives none
+        entry["webhook_tokens"] = [token, *(str(t) for t in strategy.get("previous_tokens") or [] if t)]
+    else:
+        out.refuse(f"{where}.strategy.type", reason("watch_strategy", kind=str(kind)))
+        return None
+    flt = watch.get("notification_filter") or {}
+    if flt.get("scope") == "expression":
+        entry["notify_if"] = str(flt.get("expression", ""))
     return entry
 
 
