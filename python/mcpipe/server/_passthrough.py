@@ -17,6 +17,7 @@ the result (:mod:`mcpipe.declared._answers`).
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
 import warnings
@@ -26,6 +27,7 @@ from typing import Any
 from urllib.parse import unquote
 
 import mcp_types as types
+import orjson
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
@@ -217,20 +219,32 @@ class Passthrough:
             if t.surface == surface and (principal is None or self.policy.allows(principal, t.name))
         ]
 
-    async def _list(self, ctx: ServerRequestContext[Any, Any], key: str, kind: str) -> dict[str, Any]:
+    async def _list(
+        self, ctx: ServerRequestContext[Any, Any], key: str, kind: str, cursor: str | None = None
+    ) -> dict[str, Any]:
         await self.downstreams.ready()
-        local = self._local(ctx, kind)
-        seen = {e.get("uri") or e.get("uriTemplate") or e.get("name") for e in local}
-        out: dict[str, Any] = {
-            key: [
-                *local,
-                *(
-                    e
-                    for e in self._merged(ctx, kind)
-                    if (e.get("uri") or e.get("uriTemplate") or e.get("name")) not in seen
-                ),
+        out: dict[str, Any] = {}
+        more: dict[str, str]
+        if cursor is not None:  # a page of the listings that had more (only `resources/list` gives cursors)
+            pages = _decode_cursor(cursor)
+            entries, more = await self._listings(ctx, pages)
+            out[key] = entries
+        else:
+            local = self._local(ctx, kind)
+            seen = {e.get("uri") or e.get("uriTemplate") or e.get("name") for e in local}
+            merged = [
+                e
+                for e in self._merged(ctx, kind)
+                if (e.get("uri") or e.get("uriTemplate") or e.get("name")) not in seen
             ]
-        }
+            more = {}
+            if kind == "resource":
+                first: dict[str, str | None] = {t.listing: None for t in self._listed(ctx)}
+                listed, more = await self._listings(ctx, first)
+                merged += listed
+            out[key] = [*local, *merged]
+        if more:
+            out["nextCursor"] = _encode_cursor(more)
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
@@ -239,7 +253,50 @@ class Passthrough:
         return out
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return await self._list(ctx, "resources", "resource")
+        return await self._list(ctx, "resources", "resource", getattr(params, "cursor", None))
+
+    def _listed(self, ctx: ServerRequestContext[Any, Any]) -> list[Any]:
+        """The config's resources and templates with a listing that this caller may read."""
+        principal = self.principal(ctx)
+        out = []
+        for t in self.surfaces:
+            if t.surface not in ("resource", "resource_template") or getattr(t, "listing", None) is None:
+                continue
+            if principal is not None and not self.policy.allows(principal, t.name):
+                continue
+            try:
+                if self.check_surface is not None:
+                    self.check_surface(ctx, t)
+            except MCPError:
+                continue
+            out.append(t)
+        return out
+
+    async def _listings(
+        self, ctx: ServerRequestContext[Any, Any], pages: dict[str, str | None]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """One page of each listing named in ``pages`` (listing -> its cursor, None for the first page), in
+        config order: their resources, and the listings with more to come (-> their next cursor). A listing that
+        fails or takes more than 3 s lists nothing and is not paged further (logged)."""
+        allowed = {t.listing for t in self._listed(ctx)}
+        entries: list[dict[str, Any]] = []
+        more: dict[str, str] = {}
+        for name, cursor in pages.items():
+            lister = self.hidden.get(name)
+            if lister is None or name not in allowed or self.run_hidden is None:
+                continue
+            with trio.move_on_after(HIDDEN_TIMEOUT_S) as timer:
+                result = await self.run_hidden(ctx, lister, {"cursor": cursor})
+            output = None if timer.cancelled_caught or result.is_error else _output_of(result)
+            if not isinstance(output, dict) or not isinstance(output.get("resources"), list):
+                why = "timed out" if timer.cancelled_caught else result.joined_text()
+                _log.warning("resources/list: the listing '%s' failed; it lists nothing: %s", name, why)
+                continue
+            entries += [r for r in output["resources"] if isinstance(r, dict) and isinstance(r.get("uri"), str)]
+            following = output.get("next_cursor")
+            if isinstance(following, str) and following:
+                more[name] = following
+        return entries, more
 
     async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         return await self._list(ctx, "resourceTemplates", "template")
@@ -339,9 +396,12 @@ class Passthrough:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
-    def _local_completion(self, params: types.CompleteRequestParams) -> dict[str, Any] | None:
-        """A local prompt's or template's static completions: the values starting with what the client typed,
-        less those it already gave for other arguments, at most 100."""
+    async def _local_completion(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> dict[str, Any] | None:
+        """A local prompt's or template's completions: its static values starting with what the client typed,
+        less those it already gave for other arguments, or the values its completion source (a hidden pipeline)
+        answers; at most 100."""
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == ref.name), None)
@@ -351,15 +411,45 @@ class Passthrough:
             )
         if tool is None:
             return None
-        values = tool.completions.get(params.argument.name, [])
-        used = set((params.context.arguments or {}).values()) if params.context is not None else set()
-        found = [v for v in values if v.startswith(params.argument.value) and v not in used]
+        given = dict(params.context.arguments or {}) if params.context is not None else {}
+        source = tool.completions.get(params.argument.name, [])
+        if isinstance(source, list):
+            used = set(given.values())
+            found = [v for v in source if v.startswith(params.argument.value) and v not in used]
+        else:
+            found = await self._completion_source(ctx, tool, source.pipeline, params.argument.name, params, given)
         return {"completion": {"values": found[:100], "total": len(found), "hasMore": len(found) > 100}}
+
+    async def _completion_source(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        tool: Any,
+        pipeline: str,
+        argument: str,
+        params: types.CompleteRequestParams,
+        given: dict[str, str],
+    ) -> list[str]:
+        """The values a completion source answers; none when it fails or takes more than 3 s (a completion is a
+        hint: the failure is logged, not answered)."""
+        source = self.hidden.get(pipeline)
+        if source is None or self.run_hidden is None:
+            return []
+        args = {"argument": argument, "value": params.argument.value, "context": given}
+        with trio.move_on_after(HIDDEN_TIMEOUT_S) as timer:
+            result = await self.run_hidden(ctx, source, args)
+        if timer.cancelled_caught:
+            _log.warning("completion of %s.%s: '%s' took more than %g s", tool.name, argument, pipeline, 3.0)
+            return []
+        output = _output_of(result)
+        if result.is_error or not isinstance(output, list):
+            _log.warning("completion of %s.%s: '%s' failed: %s", tool.name, argument, pipeline, result.joined_text())
+            return []
+        return [v for v in output if isinstance(v, str)]
 
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> dict[str, Any]:
-        local = self._local_completion(params)
+        local = await self._local_completion(ctx, params)
         if local is not None:
             return _local_result(ctx, local)
         await self.downstreams.ready()
@@ -592,6 +682,39 @@ class Passthrough:
         add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
         add("completion/complete", types.CompleteRequestParams, self.complete)
         add("subscriptions/listen", types.SubscriptionsListenRequestParams, self.listen)
+
+
+_CURSOR = "l."
+
+
+def _encode_cursor(pages: dict[str, str]) -> str:
+    """A ``resources/list`` cursor: the listings with more to come, each with its own cursor."""
+    return _CURSOR + base64.urlsafe_b64encode(orjson.dumps(pages)).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> dict[str, str | None]:
+    try:
+        if not cursor.startswith(_CURSOR):
+            raise ValueError(cursor)
+        body = cursor[len(_CURSOR) :]
+        pages = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor") from None
+    if not isinstance(pages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pages.items()):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+    return dict(pages)
+
+
+def _output_of(result: Any) -> Any:
+    """A hidden pipeline's output: its structured answer, else its text as JSON (a list is answered as its JSON
+    text), else the text."""
+    if result.structured is not None:
+        return result.structured
+    text = result.joined_text()
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
 
 
 class _HearingBus:

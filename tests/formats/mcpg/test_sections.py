@@ -199,3 +199,189 @@ async def test_max_sessions_per_tenant_refuses_a_tenants_next_session_and_counts
     assert bob.status_code == 200
     assert [r.status_code for r in anonymous] == [200, 200, 429]
     assert again.status_code == 200  # a session that ends gives its room back
+
+
+# --- the SQL plugin: list_query, dynamic completions, stream ------------------------------------------
+
+
+def _sql(path: Path, **backend: Any) -> dict[str, Any]:
+    return {"kind": "sql", "driver": "sqlite", "url": f"sqlite:{path}?mode=rwc", **backend}
+
+
+def _docs_db(path: Path, n: int = 5) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE docs (id INTEGER PRIMARY KEY, slug TEXT, title TEXT, owner TEXT)")
+    db.executemany(
+        "INSERT INTO docs (slug, title, owner) VALUES (?, ?, ?)",
+        [(f"page{i}", f"Page {i}", "acme" if i % 2 else "globex") for i in range(1, n + 1)],
+    )
+    db.commit()
+    db.close()
+
+
+def _templates(path: Path, **template: Any) -> dict[str, Any]:
+    base = {
+        "name": "docs.read",
+        "description": "One doc.",
+        "uri_template": "docs://{slug}",
+        "mime_type": "text/markdown",
+        "governance": {"minimum_trust": "unauthenticated"},
+        "backend": _sql(
+            path,
+            query={
+                "sql": "SELECT 'docs://' || slug AS uri, title AS text FROM docs WHERE slug = :slug",
+                "params": ["slug"],
+                "row_mode": "resource_contents",
+            },
+        ),
+    }
+    return {"mcp": {"capabilities": {"resource_templates": [{**base, **template}]}}}
+
+
+async def test_a_list_query_lists_its_rows_page_by_page_after_the_fixed_resources(tmp_path: Path) -> None:
+    # lib.rs run_list_query / batch_to_resource_page, runtime/enumeration.rs: keyset pages of page_size, the
+    # cursor the last row's cursor_column, none once a page comes back short; the binding's name by default.
+    _docs_db(tmp_path / "docs.db")
+    doc = _templates(tmp_path / "docs.db")
+    backend = doc["mcp"]["capabilities"]["resource_templates"][0]["backend"]
+    backend["list_query"] = {
+        "sql": "SELECT id, 'docs://' || slug AS uri, CASE WHEN id = 2 THEN NULL ELSE title END AS name, "
+        "'text/markdown' AS mime_type FROM docs WHERE (:cursor IS NULL OR id > CAST(:cursor AS INTEGER)) "
+        "ORDER BY id LIMIT :page_size",
+        "mode": "keyset",
+        "cursor_column": "id",
+        "page_size": 2,
+    }
+    pages = []
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, _client(url, None) as client:
+            cursor = None
+            while True:
+                page = await client.list_resources(cursor=cursor) if cursor else await client.list_resources()
+                pages.append([(r.uri, r.name) for r in page.resources])
+                cursor = page.next_cursor
+                if not cursor:
+                    break
+            read = await client.read_resource("docs://page3")
+    assert pages == [
+        [("docs://page1", "Page 1"), ("docs://page2", "docs.read")],
+        [("docs://page3", "Page 3"), ("docs://page4", "Page 4")],
+        [("docs://page5", "Page 5")],
+    ]
+    assert read.contents[0].text == "Page 3"  # type: ignore[union-attr]
+
+
+def test_a_list_query_mcpgs_plugin_would_refuse_is_refused_with_its_message(tmp_path: Path) -> None:
+    doc = _templates(tmp_path / "docs.db")
+    backend = doc["mcp"]["capabilities"]["resource_templates"][0]["backend"]
+    backend["list_query"] = {"sql": "SELECT 'docs://x' AS uri WHERE :owner = 1", "mode": "offset"}
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    assert [(p.location, p.message) for p in e.value.problems] == [
+        (
+            "mcp.capabilities.resource_templates[0].backend.list_query",
+            "list_query references ':owner' but only ':cursor' and ':page_size' are bound by the plugin",
+        )
+    ]
+
+
+async def test_a_dynamic_variable_completion_runs_its_query_on_the_named_sql_bindings_database(tmp_path: Path) -> None:
+    # handlers/completion.rs, lib.rs complete_template_variable: `:prefix` and `:ctx_<key>` bound, the first
+    # column of each row offered; a query that fails offers nothing. Static values answer as before.
+    _docs_db(tmp_path / "docs.db")
+    completions = {
+        "owner": ["acme", "globex"],
+        "slug": {
+            "kind": "dynamic",
+            "backend": "docs.count",
+            "config": {
+                "query": "SELECT slug FROM docs WHERE owner = :ctx_owner AND slug LIKE :prefix || '%' ORDER BY id",
+                "max_results": 2,
+            },
+        },
+        "broken": {"kind": "dynamic", "backend": "docs.count", "config": {"query": "SELECT nope FROM nothing"}},
+        "elsewhere": {"kind": "dynamic", "backend": "no.such.binding", "config": {"query": ":prefix"}},
+    }
+    doc = _templates(tmp_path / "docs.db", uri_template="docs://{owner}/{slug}/{broken}/{elsewhere}")
+    doc["mcp"]["capabilities"]["resource_templates"][0]["variable_completions"] = completions
+    doc["mcp"]["capabilities"]["tools"] = [
+        {
+            "name": "docs.count",
+            "description": "How many docs.",
+            "backend": _sql(
+                tmp_path / "docs.db", query={"sql": "SELECT count(*) AS n FROM docs", "row_mode": "scalar"}
+            ),
+        }
+    ]
+    template = types.ResourceTemplateReference(type="ref/resource", uri="docs://{owner}/{slug}/{broken}/{elsewhere}")
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, _client(url, None) as client:
+            slug = await client.complete(template, {"name": "slug", "value": "page"}, {"owner": "acme"})
+            other = await client.complete(template, {"name": "slug", "value": "page"}, {"owner": "globex"})
+            owner = await client.complete(template, {"name": "owner", "value": "a"})
+            broken = await client.complete(template, {"name": "broken", "value": ""})
+            elsewhere = await client.complete(template, {"name": "elsewhere", "value": ""})
+    assert (slug.completion.values, slug.completion.total, slug.completion.has_more) == (["page1", "page3"], 2, False)
+    assert other.completion.values == ["page2", "page4"]
+    assert owner.completion.values == ["acme"]
+    assert broken.completion.values == [] and elsewhere.completion.values == []
+
+
+async def test_a_stream_binding_pages_its_rows_with_a_signed_cursor_and_refuses_a_forged_one(tmp_path: Path) -> None:
+    # stream.rs and lib.rs apply_stream_cursor / mint_next_cursor: {rows, truncated, next_cursor}; `_cursor`
+    # binds `:_after_<col>` (the caller cannot set it), a tampered cursor fails verification.
+    _docs_db(tmp_path / "docs.db")
+    query = {
+        "sql": "SELECT id, slug FROM docs WHERE id > :_after_id ORDER BY id LIMIT 3",
+        "row_mode": "stream",
+        "max_rows": 2,
+        "stream": {"cursor_columns": ["id"], "initial": {"id": 0}},
+    }
+    tool = {
+        "name": "docs.stream",
+        "description": "Docs, a page at a time.",
+        "governance": {"minimum_trust": "unauthenticated"},
+        "input_schema": {"type": "object", "properties": {"_cursor": {"type": "string"}}},
+        "backend": _sql(tmp_path / "docs.db", query=query),
+    }
+    doc = {"mcp": {"capabilities": {"tools": [tool]}}}
+    pages: list[Any] = []
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, _client(url, None) as client:
+            args: dict[str, Any] = {}
+            while True:
+                r = await client.call_tool("docs.stream", args)
+                pages.append(r.structured_content)
+                if not r.structured_content or not r.structured_content["rows"]:
+                    break
+                args = {"_cursor": r.structured_content["next_cursor"]}
+            token = pages[0]["next_cursor"]
+            forged = await client.call_tool(
+                "docs.stream", {"_cursor": token[:-2] + ("AA" if token[-2:] != "AA" else "BB")}
+            )
+    assert [[row["id"] for row in p["rows"]] for p in pages] == [[1, 2], [3, 4], [5], []]
+    assert [p["truncated"] for p in pages] == [True, True, False, False]
+    assert [p["next_cursor"] is None for p in pages] == [False, False, False, True]
+    assert forged.is_error
+    assert forged.content[0].text == (  # type: ignore[union-attr]
+        "sql request failed: invalid binding spec: stream cursor: token failed verification (malformed, tampered, "
+        "signed by a different gateway instance without shared signing_key, or for a different binding)"
+    )
+
+
+def test_a_stream_binding_mcpgs_plugin_would_refuse_is_refused_with_its_message(tmp_path: Path) -> None:
+    query = {"sql": "SELECT id FROM docs", "row_mode": "stream", "stream": {"cursor_columns": ["id"]}}
+    doc = {
+        "mcp": {
+            "capabilities": {
+                "tools": [{"name": "s", "description": "d", "backend": _sql(tmp_path / "d.db", query=query)}]
+            }
+        }
+    }
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    [problem] = e.value.problems
+    assert problem.location == "mcp.capabilities.tools[0].backend.query.stream"
+    assert problem.message.startswith("row_mode: stream — query.sql must reference placeholder `:_after_id`")

@@ -1012,7 +1012,7 @@ def _trace(ctx: ToolContext) -> dict[str, str] | None:
 # --- sql -------------------------------------------------------------------------------------------
 
 
-SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents"]
+SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents", "stream"]
 
 
 class SqlFields(McpgFields, tag="mcpg.sql"):
@@ -1030,6 +1030,8 @@ class SqlFields(McpgFields, tag="mcpg.sql"):
     """PostgreSQL settings made for the statement's transaction (``set_config(key, value, true)``, as mcpg's
     SQL plugin runs them), each value a ``${…}`` template of the call (``${identity.tenant}``): what a
     row-level-security policy reads with ``current_setting(key)``."""
+    stream: dict[str, Any] | None = None
+    """``row_mode: stream``'s keyset (``cursor_columns``, ``initial``, ``signing_key``: :mod:`._sqlmore`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1038,6 +1040,7 @@ class SqlPlan:
     stmt: Any
     exprs: tuple[tuple[str, CelExpr], ...]
     session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
+    stream: Any = None
 
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
@@ -1080,7 +1083,12 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
         )
     if b.failed:
         b.fail()
-    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars))
+    stream = None
+    if f.row_mode == "stream":
+        from mcpipe.formats.mcpg._sqlmore import StreamCursors
+
+        stream = StreamCursors.of(f.profile, f.stream or {})
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), stream)
 
 
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
@@ -1157,6 +1165,13 @@ async def run_sql(
         cel = _env(step, env, ctx)
         for name, expr in plan.exprs:
             params[name] = await expr.evaluate_async(cel)
+        if plan.stream is not None:  # the keyset of the page: from the caller's `_cursor`, never its own values
+            try:
+                keyset = plan.stream.bind(arguments)
+            except ValueError as e:
+                return _finish(f.answer, failed_result("sql", f"invalid binding spec: {e}"))
+            params.pop("_cursor", None)
+            params.update((k, v) for k, v in keyset.items() if k.startswith("_after_"))
         for name in plan.stmt.names:
             params.setdefault(name, arguments.get(name))
         mode = "affected_rows" if f.row_mode == "affected_rows" else "rows"
@@ -1168,7 +1183,12 @@ async def run_sql(
         else:
             rows = list(got) if isinstance(got, list) else []
             truncated = len(rows) > f.max_rows and f.row_mode != "affected_rows"
-            value = shape_rows(rows, f.row_mode, f.max_rows, None)
+            if plan.stream is not None:
+                from mcpipe.formats.mcpg._sqlmore import stream_page
+
+                value = stream_page(rows, f.max_rows, plan.stream)
+            else:
+                value = shape_rows(rows, f.row_mode, f.max_rows, None)
     except trio.TooSlowError:
         return _finish(f.answer, failed_result("sql", timed_out(_timeout_ms(f, 30_000))))
     except (SqlError, _TransportError, ExpressionError) as e:
@@ -1352,4 +1372,4 @@ for _kind in _KINDS:
     if KINDS.get(_kind.name) is None:
         KINDS.register(_kind)
 
-from mcpipe.formats.mcpg import _answers  # noqa: E402,F401  (registers the answer shapes)
+from mcpipe.formats.mcpg import _answers, _sqlmore  # noqa: E402,F401  (the answer shapes, the SQL plugin's extras)

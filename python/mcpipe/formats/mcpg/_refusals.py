@@ -119,11 +119,6 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("cache", "<binding>.cache", "per-binding response caches are not in mcpipe"),
     Refusal("retry", "<binding>.retry", "retrying a `{kind}` binding is not in mcpipe"),
     Refusal(
-        "dynamic_completion",
-        "<binding>.variable_completions.*",
-        "dynamic completions (a backend lookup) are not in mcpipe",
-    ),
-    Refusal(
         "backend_kind",
         "<binding>.backend.kind",
         "mcpg's `{kind}` backend (plugin dev.mcpg.backend.{kind}) has no mcpipe equivalent"
@@ -152,7 +147,7 @@ REFUSALS: tuple[Refusal, ...] = (
         "mcpg's `query.{what}` is not in mcpipe (write the statement in `sql`)",
     ),
     Refusal("row_mode", "<sql backend>.query.row_mode", "row_mode `{mode}` is not in mcpipe"),
-    Refusal("sql_extra", "<sql backend>.{list_query,cache}", "mcpg's sql `{what}` is not in mcpipe"),
+    Refusal("sql_extra", "<sql backend>.cache", "mcpg's sql `{what}` is not in mcpipe"),
     Refusal("step_field", "<step>.<field>", "mcpg's `{kind}` step field `{field}` is not in mcpipe"),
     Refusal("url_elicitation", "<elicitation step>.mode", "URL-mode elicitation is not in mcpipe"),
     Refusal(

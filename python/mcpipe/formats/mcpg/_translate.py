@@ -32,6 +32,7 @@ from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel, rename_jsonata
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
+from mcpipe.formats.mcpg._sqlmore import check_list_query
 from mcpipe.formats.mcpg._templates import expand_env
 
 __all__ = ["BUILT_IN_PLUGINS", "translate"]
@@ -580,7 +581,7 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
             access[b.name] = rule
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
     # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
-    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3}
+    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3, "hidden": 4}
     pipelines.sort(key=lambda e: (order[e["surface"]], e.get("uri") or e.get("uri_template") or e["name"]))
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
@@ -661,7 +662,7 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     cache = binding.get("cache")
     if cache and cache.get("kind") != "disabled":
         out.refuse(f"{loc}.cache", reason("cache"))
-    completions: dict[str, list[str]] = {}
+    completions: dict[str, Any] = {}
     for arg in binding.get("prompt_arguments") or []:
         if arg.get("completions"):
             completions[arg["name"]] = [str(v) for v in arg["completions"]]
@@ -671,16 +672,28 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         elif isinstance(spec, Mapping) and spec.get("kind") == "static":
             completions[var] = [str(v) for v in spec.get("values") or []]
         else:
-            out.refuse(f"{loc}.variable_completions.{var}", reason("dynamic_completion"))
+            completions[var] = _dynamic_completion(b, var, spec, f"{loc}.variable_completions.{var}")
     if completions:
         entry["completions"] = completions
     backend = dict(binding["backend"])
     kind = backend.pop("kind")
     if kind == "pipeline":
         return _pipeline(b, entry, backend, f"{loc}.backend")
+    list_query = backend.pop("list_query", None) if kind == "sql" else None
     step = _backend_step(b, kind, backend, f"{loc}.backend", answer="result", step_id="call", profile=b.name)
     if step is None:
         return None
+    if list_query and surface in ("resource", "resource_template"):
+        # mcpg lists the rows of a sql resource's (or template's) list_query after the fixed resources.
+        problem = check_list_query(list_query)
+        if problem is not None:
+            out.refuse(f"{loc}.backend.list_query", problem)
+            return None
+        hidden = f"mcpg.list.{b.name}"
+        fields = {k: list_query[k] for k in ("mode", "cursor_column", "page_size") if list_query.get(k) is not None}
+        lister = {"kind": "mcpg.sql_list", "id": "list", "backend": step["backend"], "sql": list_query["sql"]}
+        _hidden(out, hidden, [{**lister, **fields, "name": b.name}], f"{loc}.backend.list_query")
+        entry["listing"] = hidden
     if binding.get("retry") is not None:
         if not str(step.get("kind", "")).startswith("mcpg."):
             out.refuse(f"{loc}.retry", reason("retry", kind=kind))
@@ -691,6 +704,31 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     entry["steps"] = [step]
     out.moved(f"pipelines.{b.name}.steps[0]", f"{loc}.backend")
     return entry
+
+
+def _hidden(out: _Out, name: str, steps: list[dict[str, Any]], where: str) -> None:
+    """A pipeline the server runs itself (a completion source, a listing), declared after the bindings."""
+    out.doc.setdefault("pipelines", []).append(
+        {"name": name, "description": f"{where} (run by the server)", "surface": "hidden", "steps": steps}
+    )
+    out.moved(f"pipelines.{name}.steps[0]", where)
+
+
+def _dynamic_completion(b: _Binding, var: str, spec: Any, where: str) -> Any:
+    """A ``kind: dynamic`` variable completion: a lookup on the backend of the binding it names (mcpg's
+    ``complete_template_variable``). The SQL plugin is the one backend that answers it; a binding of any other
+    kind, or none of that name, offers nothing (mcpg logs it and answers an empty completion)."""
+    target = spec.get("backend") if isinstance(spec, Mapping) else None
+    config = (spec.get("config") if isinstance(spec, Mapping) else None) or {}
+    backend = _sql_backend_of(b, target)
+    if backend is None or not isinstance(config, Mapping) or not isinstance(config.get("query"), str):
+        return []
+    name = f"mcpg.complete.{b.name}.{var}"
+    step = {"kind": "mcpg.sql_complete", "id": "complete", "backend": backend, "query": config["query"]}
+    if isinstance(config.get("max_results"), int):
+        step["max_results"] = config["max_results"]
+    _hidden(b.out, name, [step], f"{where}.config")
+    return {"pipeline": name}
 
 
 _POLL_FLOOR_MS = 10_000
@@ -905,22 +943,64 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     if query.get("param_exprs"):
         step["param_exprs"] = {k: rename_cel(v) for k, v in query["param_exprs"].items()}
     mode = query.get("row_mode", "many")
-    if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents"):
+    if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents", "stream"):
         out.refuse(f"{where}.query.row_mode", reason("row_mode", mode=str(mode)))
         return False
     step["row_mode"] = mode
+    why = _stream_problem(query, mode)
+    if why is not None:
+        out.refuse(f"{where}.query.stream", why)
+        return False
+    if mode == "stream":
+        stream = dict(query["stream"])
+        if isinstance(stream.get("signing_key"), str):
+            stream["signing_key"], missing = expand_env(stream["signing_key"], out.environ)
+            if missing:
+                out.refuse(f"{where}.query.stream.signing_key", f"environment variable `{missing[0]}` is not set")
+                return False
+        step["stream"] = stream
     if query.get("max_rows"):
         step["max_rows"] = query["max_rows"]
     if query.get("timeout_ms"):
         step["timeout_ms"] = query["timeout_ms"]
     for key in ("schema", "list_query", "cache"):
         value = spec.pop(key, None)
-        if value and key != "schema":
+        if value and key == "cache":
             out.refuse(f"{where}.{key}", reason("sql_extra", what=key))
     vars_ = spec.pop("session_vars", None)
     if vars_:
         step["session_vars"] = {str(k): str(v) for k, v in vars_.items()}
     return True
+
+
+def _stream_problem(query: Mapping[str, Any], mode: str) -> str | None:
+    """Why mcpg's SQL plugin refuses a binding's ``stream`` block (``SqlBackendConfig::validate``), or None."""
+    stream = query.get("stream")
+    if mode != "stream":
+        return (
+            "query.stream is only valid when row_mode is `stream` — remove the block or set row_mode: stream."
+            if stream is not None
+            else None
+        )
+    if not isinstance(stream, Mapping):
+        return "row_mode: stream requires a `stream:` block declaring cursor_columns"
+    columns = list(stream.get("cursor_columns") or [])
+    if not columns:
+        return "stream.cursor_columns must not be empty when row_mode is stream"
+    for col in columns:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", str(col)):
+            return f"stream.cursor_columns: '{col}' is not a safe column name (allowed: ASCII letters, digits, `_`)"
+    for key in stream.get("initial") or {}:
+        if key not in columns:
+            return f"stream.initial['{key}'] is not a declared cursor column (cursor_columns: {columns})"
+    for col in columns:
+        if f":_after_{col}" not in str(query.get("sql", "")):
+            return (
+                f"row_mode: stream — query.sql must reference placeholder `:_after_{col}` (one per declared "
+                "stream.cursor_columns column). The plugin binds last-row keyset values to these placeholders for "
+                "continuation calls."
+            )
+    return None
 
 
 def _await_block(block: Mapping[str, Any]) -> dict[str, Any]:
