@@ -385,3 +385,106 @@ def test_a_stream_binding_mcpgs_plugin_would_refuse_is_refused_with_its_message(
     [problem] = e.value.problems
     assert problem.location == "mcp.capabilities.tools[0].backend.query.stream"
     assert problem.message.startswith("row_mode: stream — query.sql must reference placeholder `:_after_id`")
+
+
+# --- debug tools --------------------------------------------------------------------------------------
+
+
+def _debug_doc(standin: int) -> dict[str, Any]:
+    return {
+        "gateway": {"server": {"allow_private_backends": True, "mcp_path": "/mcp"}},
+        "feature_flags": {"debug_tools_enabled": True},
+        "debug": {
+            "tools": {
+                "command_profiles": {
+                    "default_command_probe": {"command": "printf", "args": ["probe-%s\\n", "ok"], "max_output_bytes": 6}
+                },
+                "network_profiles": {
+                    "default_network_probe": {
+                        "url": f"http://127.0.0.1:{standin}/health",
+                        "expected_status_codes": [204],
+                        "headers": {"X-Probe": "1"},
+                    }
+                },
+            }
+        },
+        "governance": {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}},
+        "mcp": {"capabilities": {"tools": [{"name": "t", "description": "d", "backend": {"kind": "mock"}, **OPEN}]}},
+    }
+
+
+OPEN = {"governance": {"minimum_trust": "unauthenticated"}}
+
+
+async def test_mcpgs_debug_tools_prompt_and_resource_answer_as_mcpgs_debug_executor(tmp_path: Path) -> None:
+    # capability_registry.rs (the descriptors), execution/mod.rs execute_command_probe / execute_network_probe /
+    # RequestEcho, handlers/capabilities_list.rs (the overview prompt and resource).
+    with StandIn([{"method": "GET", "path": "/health", "body": {"ok": True}}]) as api:
+        with trio.fail_after(30):
+            async with (
+                open_app(_load(_debug_doc(api.port))) as app,
+                http_server(app) as url,
+                _client(url, None) as client,
+            ):
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+                command = await client.call_tool("mcpg.debug.command_probe", {})
+                network = await client.call_tool("mcpg.debug.network_probe", {})
+                echo = await client.call_tool("mcpg.request.echo", {"x": 1})
+                prompt = await client.get_prompt("mcpg_operational_overview")
+                overview = await client.read_resource("mcpg://runtime/overview")
+    assert sorted(tools) == [
+        "mcpg.debug.command_probe", "mcpg.debug.network_probe", "mcpg.request.echo", "mcpg.runtime.snapshot", "t",
+    ]  # fmt: skip
+    assert command.content[0].text == "Executed configured debug command for tool mcpg.debug.command_probe."  # type: ignore[union-attr]
+    c = command.structured_content or {}
+    assert (c["stdout"], c["stdoutTruncated"], c["exitCode"], c["success"], c["timedOut"]) == (
+        "probe-",
+        True,
+        0,
+        True,
+        False,
+    )
+    n = network.structured_content or {}
+    assert network.is_error  # 200 is not the expected 204: mcpg's downstream error, retry guidance and all
+    assert (n["statusCode"], n["body"], n["requestHeaders"]) == (200, '{"ok": true}', {"X-Probe": "1"})
+    assert n["downstreamError"]["code"] == "mcpg.downstream_http.unexpected_status_code"
+    assert api.received[0]["headers"]["x-probe"] == "1" and api.received[0]["headers"]["accept"] == "*/*"
+    e = echo.structured_content or {}
+    assert (e["arguments"], e["request"]["identityKind"], e["request"]["trustLevel"]) == (
+        {"x": 1},
+        "anonymous",
+        "unauthenticated",
+    )
+    text = prompt.messages[0].content.text  # type: ignore[union-attr]
+    assert text.endswith("Available tools: 5. Available prompts: 1. Available resources: 1.")
+    snapshot = json.loads(overview.contents[0].text)  # type: ignore[union-attr]
+    assert snapshot["mcp_path"] == "/mcp" and snapshot["readiness"]["status"] == "ready"
+
+
+async def test_the_vendored_debug_config_serves_its_runtime_snapshot_to_the_caller_its_rules_admit() -> None:
+    # src/config/tests.rs load_merges_yaml_file: the global cel_allow_if admits only mcpg.runtime.snapshot.
+    doc = yaml.safe_load((UPSTREAM / INDEX_DEBUG).read_text())
+    doc["gateway"]["server"].update(bind_address="127.0.0.1:0", trust_subject_header=True)
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, _client(url, "user-1") as client:
+            tools = [t.name for t in (await client.list_tools()).tools]
+            snap = await client.call_tool("mcpg.runtime.snapshot", {})
+    assert tools == ["mcpg.runtime.snapshot"]
+    s = snap.structured_content or {}
+    assert (s["bind_address"], s["health_path"], s["mcp_path"]) == ("127.0.0.1:0", "/status", "/gateway/mcp")
+    assert s["logging"] == {"level": "debug", "sinks": ["stderr"], "initialized": True}
+
+
+INDEX_DEBUG = "src/config/tests.rs@load_merges_yaml_file.yaml"
+
+
+def test_a_debug_config_mcpg_refuses_is_refused_with_its_message() -> None:
+    doc = {"feature_flags": {"debug_tools_enabled": True}, "debug": {"tools": {"exposure": {"command_probe": False}}}}
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    assert [(p.location, p.message) for p in e.value.problems] == [
+        (
+            "debug.tools.command_profiles",
+            "debug.tools.command_profiles must contain 'default_command_probe' when debug is enabled",
+        )
+    ]

@@ -1372,4 +1372,4 @@ for _kind in _KINDS:
     if KINDS.get(_kind.name) is None:
         KINDS.register(_kind)
 
-from mcpipe.formats.mcpg import _answers, _sqlmore  # noqa: E402,F401  (the answer shapes, the SQL plugin's extras)
+from mcpipe.formats.mcpg import _answers, _debug, _sqlmore  # noqa: E402,F401  (answer shapes, debug tools, SQL extras)

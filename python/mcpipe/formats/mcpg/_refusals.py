@@ -99,9 +99,9 @@ REFUSALS: tuple[Refusal, ...] = (
         "license", "license.{token,token_file}", "a licence key: mcpipe has no entitlement-gated plugins to unlock"
     ),
     Refusal(
-        "debug_tools",
-        "feature_flags.debug_tools_enabled",
-        "mcpg's debug tools (mcpg.command.*, mcpg.network.*) are not in mcpipe",
+        "debug_json_call",
+        "debug.tools.exposure.network_json_call",
+        "mcpg's debug network JSON call (`mcpg.debug.network_json_call`) is not in mcpipe",
     ),
     Refusal(
         "schema_url",

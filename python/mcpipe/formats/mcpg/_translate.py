@@ -1427,4 +1427,122 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
         _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
-        out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))
+        _debug_tools(doc, out)
+
+
+def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
+    where = "debug.tools"
+    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
+    exposure = {
+        "command_probe": True,
+        "network_probe": True,
+        "network_json_call": False,
+        "operational_overview_prompt": True,
+        "runtime_overview_resource": True,
+        **(tools.get("exposure") or {}),
+    }
+    for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
+        default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
+        if default not in profiles:
+            return f"{where}.{key}", f"debug.tools.{key} must contain '{default}' when debug is enabled"
+    if not any(exposure.values()):
+        return (
+            f"{where}.exposure",
+            "debug.tools.exposure must enable at least one built-in debug capability when debug is enabled",
+        )
+    bindings = {
+        "command_probe_profile": "default_command_probe",
+        "network_probe_profile": "default_network_probe",
+        "network_json_call_profile": "default_network_probe",
+        **(tools.get("bindings") or {}),
+    }
+    for key, value in bindings.items():
+        if not str(value).strip():
+            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must not be empty when debug is enabled"
+        known, what = (commands, "command") if key == "command_probe_profile" else (networks, "network")
+        if value not in known:
+            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must reference an existing {what} profile"
+    for name, c in commands.items():
+        at = f"debug.tools.command_profiles.{name}"
+        if not str(c.get("command", "printf")).strip():
+            return f"{at}.command", f"{at}.command must not be empty when debug is enabled"
+        for key in ("timeout_ms", "max_output_bytes"):
+            if c.get(key, 1) == 0:
+                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+    for name, n in networks.items():
+        at = f"debug.tools.network_profiles.{name}"
+        if not str(n.get("url", "http://127.0.0.1:8787/health")).startswith("http://"):
+            return f"{at}.url", f"{at}.url must start with 'http://' when debug is enabled"
+        for key in ("timeout_ms", "max_response_bytes"):
+            if n.get(key, 1) == 0:
+                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+        codes = n.get("expected_status_codes", [200])
+        if not codes:
+            return f"{at}.expected_status_codes", f"{at}.expected_status_codes must not be empty when debug is enabled"
+        if any(not 100 <= int(c) <= 599 for c in codes):
+            return (
+                f"{at}.expected_status_codes",
+                f"{at}.expected_status_codes entries must be valid HTTP status codes when debug is enabled",
+            )
+        for header, value in (n.get("headers") or {}).items():
+            if not str(header).strip():
+                return f"{at}.headers", f"{at}.headers keys must not be empty when debug is enabled"
+            if any(c in str(header) for c in "\r\n"):
+                return f"{at}.headers", f"{at}.headers keys must not contain CR or LF characters when debug is enabled"
+            if any(c in str(value) for c in "\r\n"):
+                return (
+                    f"{at}.headers",
+                    f"{at}.headers values must not contain CR or LF characters when debug is enabled",
+                )
+    return None
+
+
+_DEBUG_DEFAULTS: dict[str, Any] = {
+    "command_profiles": {"default_command_probe": {}},
+    "network_profiles": {"default_network_probe": {}},
+}
+
+
+def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
+    """``feature_flags.debug_tools_enabled``: mcpg's debug tools, prompt and resource (:mod:`._debug`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mcpipe.formats.mcpg._debug import debug_pipelines
+
+    try:
+        __version__ = version("mcpipe")
+    except PackageNotFoundError:  # a source tree that was never installed
+        __version__ = "0+unknown"
+
+    debug = doc.get("debug") or {}
+    tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
+    problem = _debug_problem(tools)
+    if problem is not None:
+        out.refuse(*problem)
+        return
+    server = (doc.get("gateway") or {}).get("server") or {}
+    logs = (doc.get("observability") or {}).get("logs") or {}
+    runtime = {
+        "service": "mcpipe",
+        "version": __version__,
+        "bind_address": str(server.get("bind_address", "127.0.0.1:8787")),
+        "health_path": str(server.get("health_path", "/health")),
+        "mcp_path": str(server.get("mcp_path", "/mcp")),
+        "log_level": str(logs.get("level", "info")),
+        "log_sinks": [str(s.get("kind")) for s in logs.get("sinks") or [] if isinstance(s, Mapping)] or ["stderr"],
+        "plugins": [
+            {"id": str(p.get("id")), "plugin_class": str(p.get("class", "tool_gate")), "state": "active"}
+            for p in out.raw_plugins
+            if isinstance(p, Mapping) and not p.get("disabled")
+        ],
+    }
+    caps = (doc.get("mcp") or {}).get("capabilities") or {}
+    counts = (len(caps.get("tools") or []), len(caps.get("prompts") or []), len(caps.get("resources") or []))
+    pipelines, refused = debug_pipelines(tools, runtime, _allow_private(out), counts)
+    if refused is not None:
+        out.refuse(refused, reason("debug_json_call"))
+        return
+    out.doc.setdefault("pipelines", []).extend(pipelines)
+    for p in pipelines:
+        out.moved(f"pipelines.{p['name']}", "feature_flags.debug_tools_enabled")
