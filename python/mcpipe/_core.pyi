@@ -7,7 +7,7 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
-__all__ = ["Template", "__version__", "json_measure"]
+__all__ = ["Regex", "Template", "__version__", "json_measure"]
 
 __version__: str
 
@@ -95,6 +95,32 @@ class Template:
     @property
     def is_constant(self) -> bool:
         """True when the template makes no reference: every resolve gives an equal value."""
+
+@final
+class Regex:
+    """A regular expression matched in time linear in the text, whatever the pattern (the ``regex`` crate: an
+    automaton, never backtracking), for JSON Schema's ``pattern`` and ``patternProperties``.
+
+    Args:
+        pattern: the pattern.
+
+    Raises:
+        ValueError: a pattern the engine does not take: lookaround or backreferences (no linear-time
+            algorithm exists for them), a syntax error, or a program past 2 MiB once compiled
+            (``a{1000}{1000}``); the message says which.
+    """
+
+    def __new__(cls, pattern: str) -> Regex: ...
+    def search(self, text: str) -> bool:
+        """Whether the pattern matches somewhere in ``text`` (as ``re.search``; anchor it to match the whole).
+
+        Raises:
+            UnicodeEncodeError: ``text`` holds a lone surrogate.
+        """
+
+    @property
+    def pattern(self) -> str:
+        """The pattern as given."""
 
 def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire: bool = False) -> tuple[int, int]:
     """Measure ``value`` as JSON without building anything: ``(bytes, depth)``.

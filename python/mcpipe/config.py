@@ -135,9 +135,11 @@ class PipeConfig(_Base):
     max_answer_bytes: int = 32 * 1024 * 1024
     """The most one pipeline's answer may hold as sent (both representations), and one direct call's result."""
     expression_timeout_ms: int = 1000
-    """The deadline of one CEL or JSONata evaluation."""
+    """The deadline of one CEL, JSONata or Jinja evaluation a caller reaches, and of one schema pattern matched
+    by the fallback engine."""
     compile_cache_bytes: int = 64 * 1024 * 1024
-    """The most memory the plan cache holds, each entry counted as twice its spec text (at most 512 entries)."""
+    """The most memory the plan cache holds, each plan charged what it holds: 64 x its spec text + 256 per
+    reference (at most 512 entries)."""
     mcp_pipeline: bool = False
     """Serve discord-mcp's ``mcp_pipeline`` beside ``mcp_pipe``, over every tool (``docs/formats/discord.md``)."""
     answer: Literal["result", "steps", "full"] = "result"

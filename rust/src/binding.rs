@@ -1,9 +1,12 @@
-//! The Python class `mcpipe._core.Template`: a thin shell over `plan` (compile) and `resolve`.
+//! The Python classes `mcpipe._core.Template` (a thin shell over `plan` (compile) and `resolve`) and
+//! `mcpipe._core.Regex` (over `pattern`).
 
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 
 use crate::measure;
+use crate::pattern;
 use crate::plan::{self, Plan};
 use crate::resolve;
 
@@ -70,4 +73,31 @@ pub fn json_measure(value: &Bound<'_, PyAny>, max_bytes: usize, max_depth: u32, 
         }
     };
     (found.bytes, found.depth)
+}
+
+/// A pattern matched in time linear in the text (see `_core.pyi`).
+#[pyclass(frozen, module = "mcpipe._core", name = "Regex")]
+pub struct Regex {
+    re: regex::Regex,
+}
+
+#[pymethods]
+impl Regex {
+    #[new]
+    fn new(pattern: &str) -> PyResult<Self> {
+        pattern::compile(pattern).map(|re| Regex { re }).map_err(PyValueError::new_err)
+    }
+
+    fn search(&self, text: &str) -> bool {
+        self.re.is_match(text)
+    }
+
+    #[getter]
+    fn pattern(&self) -> &str {
+        self.re.as_str()
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<Regex {:?}>", self.re.as_str())
+    }
 }

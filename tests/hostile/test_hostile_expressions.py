@@ -56,21 +56,19 @@ pipelines:
 """
 
 
-@pytest.mark.parametrize(
-    ("tool", "n", "message"),
-    [
+async def test_declared_expressions_over_caller_input_run_off_the_event_loop(tmp_path):
+    cases = [
         # sets.contains compares every pair in Python: it ran inline, on the loop, as "not iterating".
         ("pairs", 40_000, "the CEL expression timed out after 2000 ms"),
         # JSONata checked its own deadline, but on the event loop: the loop stood still until then.
         ("shape", 4000, "the JSONata expression timed out after 2000 ms"),
-    ],
-)
-async def test_declared_expressions_over_caller_input_run_off_the_event_loop(tmp_path, tool, n, message):
+    ]
     async with served(write_config(tmp_path, DECLARED)) as server:
-        result, slowest = await server.probed(lambda: server.call(tool, {"x": list(range(n))}))
-        assert result["isError"] is True
-        assert message in result["content"][0]["text"]
-        assert slowest < 1.0, server.health
+        for tool, n, message in cases:
+            result, slowest = await server.probed(lambda tool=tool, n=n: server.call(tool, {"x": list(range(n))}))
+            assert result["isError"] is True
+            assert message in result["content"][0]["text"]
+            assert slowest < 1.0, (tool, server.health)
         assert (await server.call("echo", {"alive": 1}))["structuredContent"] == {"alive": 1}
 
 
@@ -151,37 +149,32 @@ runs:
 """
 
 
-async def _worker_exit(config: Path) -> int:
-    """A ``mcpipe worker`` on the queue; its exit code once it ends (the poison pill kills it)."""
+def _worker_command(config: Path) -> tuple[list[str], dict[str, str]]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "mcpipe", "worker", "--config", str(config)]
-    proc = await trio.lowlevel.open_process(command, env=env, stdout=None, stderr=None)
-    try:
-        with trio.fail_after(60):
-            return await proc.wait()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
+    return [sys.executable, "-m", "mcpipe", "worker", "--config", str(config)], env
 
 
 async def test_a_run_that_kills_every_worker_that_takes_it_is_failed_after_max_lapses(tmp_path):
     # Before: each worker that leased it died, the lease ran out, the next worker took it again: for ever.
     config = write_config(tmp_path, POISON.format(path=tmp_path / "runs.db"))
-    async with served(config, args=["--no-worker"]) as server:
-        submitted = await server.call(PIPE_TOOL, {"background": True, "steps": [{"id": "pill", "tool": "die"}]})
-        run_id = submitted["structuredContent"]["result"]["run_id"]
-        assert await _worker_exit(config) == -signal.SIGKILL  # leased it, and died
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
-        command = [sys.executable, "-m", "mcpipe", "worker", "--config", str(config)]
-        third = await trio.lowlevel.open_process(command, env=env)
-        try:
+    command, env = _worker_command(config)
+    # Two workers on the queue (started with the server, which only submits): the first to lease the run
+    # dies with it; the other takes it over once the lease has run out, and fails it.
+    workers = [await trio.lowlevel.open_process(command, env=env) for _ in range(2)]
+    try:
+        async with served(config, args=["--no-worker"]) as server:
+            submitted = await server.call(PIPE_TOOL, {"background": True, "steps": [{"id": "pill", "tool": "die"}]})
+            run_id = submitted["structuredContent"]["result"]["run_id"]
             result = await server.call("pipe_result", {"run_id": run_id, "wait_ms": 30000})
-        finally:
-            third.send_signal(signal.SIGTERM)
-            with trio.fail_after(10):
-                await third.wait()
-        assert third.returncode == 0  # it failed the run rather than running it
-        status = (await server.call("pipe_status", {"run_id": run_id}))["structuredContent"]
+            status = (await server.call("pipe_status", {"run_id": run_id}))["structuredContent"]
+    finally:
+        for w in workers:
+            if w.returncode is None:
+                w.send_signal(signal.SIGTERM)
+        with trio.fail_after(20):
+            for w in workers:
+                await w.wait()
+    assert sorted(w.returncode for w in workers) == [-signal.SIGKILL, 0]  # one died; the other failed the run
     assert result["isError"] is True
     text = result["content"][0]["text"]
     assert text.startswith(f"LIMIT_EXCEEDED: run {run_id} was not run again: its lease ran out 1 time while it ran")

@@ -43,11 +43,14 @@ ATTACKS = {
     # 1000 characters of constant text written 10^10 times.
     "output": "{% for i in input.x %}{% for j in input.x %}" + "0123456789" * 100 + "{% endfor %}{% endfor %}",
 }
+SLOW = ATTACKS["loops"]
+"""The loops again, in an action whose ``timeout_ms`` (300) is shorter than the deadline (1000)."""
 
 
-def _config(tmp_path: Path, extra: str = "", timeout_ms: int = 1000) -> Path:
+def _config(tmp_path: Path, timeout_ms: int = 1000) -> Path:
     files = []
-    for name, template in ATTACKS.items():
+    for name, template in [*ATTACKS.items(), ("slow", SLOW)]:
+        extra = "timeout_ms: 300\n    " if name == "slow" else ""
         (tmp_path / f"{name}.yaml").write_text(PLAYBOOK.format(name=name, template=template, extra=extra, again=AGAIN))
         files.append(f'"{name}.yaml"')
     return write_config(
@@ -79,20 +82,15 @@ async def test_hostile_templates_fail_their_step_located_and_the_server_stays_up
             assert slowest < 1.0, (tool, server.health)
             assert server.alive, server.text()[-2000:]
         grown = server.rss_mb() - before
+        # An action's timeout_ms (300) interrupts its template before the deadline (1000) would.
+        slow, slowest = await server.probed(lambda: server.call("slow", {"x": list(range(3000))}))
+        assert slow["content"][0]["text"] == "TIMEOUT: step 'task_build' failed: workbook[0]: timed out after 300 ms"
+        assert slowest < 1.0, server.health
         fine = await server.call("tojson", {"s": "ab", "n": 3})
         log = server.text()
     assert fine["content"][0]["text"] == "16"
     assert grown < 150, grown
     assert "Traceback" not in log and len(log.splitlines()) < 200
-
-
-async def test_a_steps_timeout_ms_interrupts_its_template(tmp_path):
-    # The expression deadline is 20 s here: the step's own timeout_ms (300 ms) is what stops the loop.
-    config = _config(tmp_path, extra="timeout_ms: 300\n    ", timeout_ms=20_000)
-    async with served(config) as server:
-        result, slowest = await server.probed(lambda: server.call("loops", {"x": list(range(3000))}))
-    assert result["content"][0]["text"] == "TIMEOUT: step 'task_build' failed: workbook[0]: timed out after 300 ms"
-    assert slowest < 1.0
 
 
 @pytest.mark.parametrize(

@@ -15,6 +15,8 @@ import re
 from collections.abc import Callable, Mapping, Sized
 from typing import Any, cast
 
+from mcpipe._pattern import compile_pattern
+
 __all__ = ["compile_fast"]
 
 Check = Callable[[Any], bool]
@@ -194,12 +196,15 @@ def _strings(schema: Mapping[str, Any]) -> list[Check]:
         if not isinstance(pattern, str):
             raise _Unsupported
         try:
-            search = re.compile(pattern).search
+            compiled = compile_pattern(pattern)
         except re.error:
             raise _Unsupported from None
+        if not compiled.linear:  # matched under a deadline, off the event loop: jsonschema's path does that
+            raise _Unsupported
+        search = compiled.search
 
         def matches(v: Any) -> bool:
-            return type(v) is not str or search(v) is not None
+            return type(v) is not str or search(v)
 
         out.append(matches)
     return out

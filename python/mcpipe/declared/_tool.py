@@ -12,6 +12,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
+from mcpipe._jsonschema import needs_thread, validator
 from mcpipe.declared._answers import AnswerShape, answer_shape
 from mcpipe.declared._config import PipelineConfig
 from mcpipe.declared._content import content_blocks
@@ -81,6 +82,8 @@ class DeclaredPipelineTool:
         "_fast",
         "_has_content",
         "_has_output",
+        "_in_thread",
+        "_output_in_thread",
         "_output_validator",
         "_validator",
         "annotations",
@@ -148,6 +151,9 @@ class DeclaredPipelineTool:
         self._validator = _validator(entry.input_schema)
         self._fast = compile_fast(entry.input_schema)
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
+        # A schema with a pattern only the fallback engine takes is validated off the event loop.
+        self._in_thread = needs_thread(entry.input_schema)
+        self._output_in_thread = entry.output_schema is not None and needs_thread(entry.output_schema)
         props = entry.input_schema.get("properties")
         self._defaults = (
             {k: v["default"] for k, v in props.items() if isinstance(v, Mapping) and "default" in v}
@@ -172,9 +178,16 @@ class DeclaredPipelineTool:
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
 
+    async def check_args_async(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+        """:meth:`check_args`, in a thread when the input schema has a pattern only the fallback engine
+        takes (its deadline must not hold the event loop)."""
+        if not self._in_thread:
+            return self.check_args(args)
+        return await trio.to_thread.run_sync(self.check_args, args)
+
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
-        args, errors = self.check_args(args)
+        args, errors = await self.check_args_async(args)
         if errors:
             return self.answer.invalid(self, errors)
         # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
@@ -187,6 +200,8 @@ class DeclaredPipelineTool:
         # (if a step called it) stays known, so a run that asks the client keys its steps under it.
         run_ctx = ctx.for_step(None, ctx.step)
         answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
+        if self._output_in_thread:  # its output_schema has a pattern only the fallback engine takes
+            return await trio.to_thread.run_sync(self.answer.tool, self, answer)
         return self.answer.tool(self, answer)
 
     def shape(self, result: dict[str, Any]) -> ToolResult:
@@ -277,7 +292,7 @@ class DeclaredPipelines:
 
 def _validator(schema: Mapping[str, Any]) -> Any:
     cls = validator_for(schema, default=Draft202012Validator)
-    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+    return validator(schema, default=Draft202012Validator, format_checker=cls.FORMAT_CHECKER)
 
 
 def _path(base: str, path: Any) -> str:

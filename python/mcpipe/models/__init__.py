@@ -21,7 +21,7 @@ import msgspec
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe.errors import Problem
 from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, SAMPLING, ModelConfig
-from mcpipe.models._converse import Outcome, RunTool, converse, parse_json, schema_errors
+from mcpipe.models._converse import Outcome, RunTool, converse, parse_json, schema_errors, schema_errors_async
 from mcpipe.models._openai import OpenAIModel
 from mcpipe.models._sampling import SamplingModel, once
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
@@ -49,6 +49,7 @@ __all__ = [
     "params_problems",
     "parse_json",
     "schema_errors",
+    "schema_errors_async",
 ]
 
 

@@ -12,10 +12,11 @@ import jsonschema
 import orjson
 import trio
 
+from mcpipe._jsonschema import needs_thread, validator
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["Outcome", "RunTool", "converse", "parse_json", "schema_errors"]
+__all__ = ["Outcome", "RunTool", "converse", "parse_json", "schema_errors", "schema_errors_async"]
 
 RunTool = Callable[[ToolCall, int], Awaitable[tuple[str, bool]]]
 """Runs one tool call of the model (the ``n``-th of the exchange): answers ``(text, is_error)``."""
@@ -49,10 +50,15 @@ class Outcome:
 
 
 @lru_cache(maxsize=256)
-def _validator(schema_json: bytes) -> Any:
+def _validator(schema_json: bytes) -> tuple[Any, bool]:
+    """The schema's validator (patterns matched safely, :mod:`mcpipe._jsonschema`), and whether validating
+    with it belongs off the event loop."""
     schema = orjson.loads(schema_json)
-    cls = jsonschema.validators.validator_for(schema)
-    return cls(schema)
+    return validator(schema, default=jsonschema.validators.validator_for(schema)), needs_thread(schema)
+
+
+def _key(schema: dict[str, Any]) -> bytes:
+    return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
 
 
 def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
@@ -78,11 +84,24 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
 def schema_errors(value: Any, schema: dict[str, Any]) -> str | None:
     """Why ``value`` does not match the JSON Schema (up to five places, ``path: message``), or None.
     Validators are compiled once per schema."""
-    v = _validator(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+    v, _ = _validator(_key(schema))
     errors = sorted(v.iter_errors(value), key=lambda e: list(map(str, e.absolute_path)))
     if not errors:
         return None
     return "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
+
+
+async def schema_errors_async(value: Any, schema: dict[str, Any]) -> str | None:
+    """:func:`schema_errors`, in a thread when the schema has a pattern only the fallback engine takes."""
+    if not _validator(_key(schema))[1]:
+        return schema_errors(value, schema)
+    return await trio.to_thread.run_sync(schema_errors, value, schema)
+
+
+async def _parse_json_async(text: str, schema: dict[str, Any] | None) -> Any:
+    if schema is None or not _validator(_key(schema))[1]:
+        return parse_json(text, schema)
+    return await trio.to_thread.run_sync(parse_json, text, schema)
 
 
 async def _store(
@@ -164,7 +183,7 @@ async def converse(
             msgs.append(Message.assistant(reply.text))
             return Outcome(reply.text, None, reply, msgs, calls, asked, usage)
         try:
-            data = parse_json(reply.text, json_schema)
+            data = await _parse_json_async(reply.text, json_schema)
             if check is not None:
                 check(data)
         except ValueError as e:

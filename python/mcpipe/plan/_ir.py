@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 import trio
 
 from mcpipe._describe import json_type
+from mcpipe._pattern import set_pattern_timeout
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
@@ -120,10 +121,12 @@ _expression_timeout_ms = 1000.0
 
 
 def set_expression_timeout(ms: float) -> None:
-    """The deadline of every CEL, JSONata and Jinja evaluation (``pipe.expression_timeout_ms``). It lives
-    here, not in :mod:`mcpipe.expr`, so a server sets it without loading the expression libraries."""
+    """The deadline of every CEL, JSONata and Jinja evaluation, and of a schema pattern matched by the
+    fallback engine (``pipe.expression_timeout_ms``). It lives here, not in :mod:`mcpipe.expr`, so a server
+    sets it without loading the expression libraries."""
     global _expression_timeout_ms
     _expression_timeout_ms = float(ms)
+    set_pattern_timeout(ms)
 
 
 def expression_timeout_ms() -> float:

@@ -659,9 +659,9 @@ class ToolHandlers:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
-        check = getattr(self.gateway.get(name), "check_args", None)
+        check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
-            args, errors = check(args)
+            args, errors = await check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
         try:
@@ -700,9 +700,9 @@ class ToolHandlers:
         assert tool is not None and self.runs is not None
         if not self.gateway.policy.allows(tctx.principal, name):
             return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
-        check = getattr(tool, "check_args", None)
+        check = getattr(tool, "check_args_async", None)
         if check is not None:
-            args, errors = check(args)
+            args, errors = await check(args)
             if errors:
                 return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
         try:

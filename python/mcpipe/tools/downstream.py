@@ -16,17 +16,22 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import sys
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, cast
 
 import anyio
 import httpx2
 import msgspec
 import trio
+from jsonschema import SchemaError
+from jsonschema.exceptions import best_match
+from jsonschema.validators import validator_for
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -44,6 +49,7 @@ from mcp_types import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe import telemetry
+from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.config import McpServerConfig
@@ -218,6 +224,7 @@ class DownstreamServer:
         self.credentials = credentials
         self.prefix = name if config.prefix is None else config.prefix
         self.tools: dict[str, DownstreamTool] = {}
+        self._by_remote: tuple[Any, dict[str, Any]] = (None, {})
         self._capped: int | None = None  # the tools were cut to this many (said once, not at every relist)
         self.state = "idle"
         self.last_error: str | None = None
@@ -316,6 +323,9 @@ class DownstreamServer:
                     **self.feed.hooks(),
                     **self.askers.callbacks(),
                 ) as client:
+                    # mcpipe checks results against outputSchema itself, patterns matched safely (the SDK's
+                    # check ran them with `re` on the event loop: issue 20). `_checked_output` below.
+                    client.session.validate_tool_result = _skip_sdk_check  # type: ignore[method-assign]
                     await self._list_tools(client)
                     await self.catalog.refresh(client)
                     scope.deadline = math.inf
@@ -503,11 +513,42 @@ class DownstreamServer:
         finally:
             if token is not None:
                 _CALL_HEADERS.reset(token)
+        if not r.is_error:
+            await self._checked_output(remote, r.structured_content, "structured_content" in r.model_fields_set)
         return ToolResult(
             [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in r.content],
             r.structured_content,
             bool(r.is_error),
         )
+
+    async def _checked_output(self, remote: str, structured: Any, sent: bool) -> None:
+        """Check a result against the tool's ``outputSchema`` as the SDK's client does, the schema's patterns
+        matched in linear time (or under the deadline, off the event loop): a ``CallError`` when it does not
+        match."""
+        schema = self._output_schema(remote)
+        if schema is None:
+            return
+        if structured is None and not sent:
+            raise CallError(
+                f"MCP server '{self.name}': tool {remote} has an output schema but did not return structured content"
+            )
+        try:
+            checker, in_thread = _output_checker(msgspec.json.encode(schema))
+            errors = await errors_async(checker, structured, in_thread=in_thread)
+        except (re.error, SchemaError) as exc:
+            raise CallError(f"MCP server '{self.name}': invalid output schema for tool {remote}: {exc}") from None
+        if errors:
+            best = best_match(errors)
+            raise CallError(
+                f"MCP server '{self.name}': invalid structured content returned by tool {remote}: "
+                f"{best.message if best is not None else errors[0].message}"
+            )
+
+    def _output_schema(self, remote: str) -> dict[str, Any] | None:
+        tools = self.tools
+        if self._by_remote[0] is not tools:
+            self._by_remote = (tools, {t.remote_name: t.output_schema for t in tools.values()})
+        return self._by_remote[1].get(remote)
 
     async def _caller_headers(self, client: Client, ctx: ToolContext) -> dict[str, str] | None:
         """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
@@ -590,6 +631,18 @@ class DownstreamServer:
         self._gone()
         if self._closed is not None:
             self._closed.set()
+
+
+async def _skip_sdk_check(name: str, result: Any) -> None:
+    """In place of the SDK session's ``validate_tool_result`` (see ``DownstreamServer._checked_output``)."""
+
+
+@lru_cache(maxsize=256)
+def _output_checker(schema_json: bytes) -> tuple[Any, bool]:
+    schema = msgspec.json.decode(schema_json)
+    cls = validator_for(schema)
+    cls.check_schema(schema)
+    return validator(schema, default=cls), needs_thread(schema)
 
 
 def _handshake_caller(ctx: ToolContext) -> bool:

@@ -491,7 +491,7 @@ async def _credential_header(
     shown[f.credential_header] = f"{f.credential_prefix}<credential {f.credential}>{f.credential_suffix}"
 
 
-def _resolve_headers(
+async def _resolve_headers(
     plan: HttpPlan, cel: Mapping[str, Any], json_call: bool, tokens: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     out: dict[str, str] = {}
@@ -503,7 +503,7 @@ def _resolve_headers(
             or (json_call and lower in ("accept", "content-type"))
         ):
             continue
-        out[name] = template.resolve(cel, tokens)
+        out[name] = await template.resolve_async(cel, tokens)
     return out
 
 
@@ -522,8 +522,8 @@ async def run_http(
     summary: _Summary | None = None
     tokens = await _tokens(plan, ctx)
     try:
-        display_url = plan.url.resolve(cel, tokens)
-        display_headers = _resolve_headers(plan, cel, not get, tokens)
+        display_url = await plan.url.resolve_async(cel, tokens)
+        display_headers = await _resolve_headers(plan, cel, not get, tokens)
         if get:
             query = query_string(arguments)
         sent = dict(display_headers)
@@ -604,9 +604,9 @@ async def run_grpc(
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
     tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(plan.url.resolve(cel, tokens))
+        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
-        sent = _resolve_headers(plan, cel, True, tokens)
+        sent = await _resolve_headers(plan, cel, True, tokens)
         await _credential_header(f, plan, ctx, sent, {})
         headers = [("accept", "application/json"), ("content-type", "application/json"), *sent.items()]
         s = await _http_call(
@@ -770,7 +770,7 @@ async def run_command(
     argv = [f.command]
     for i, template in enumerate(step.built):
         try:
-            argv.append(template.resolve(cel))
+            argv.append(await template.resolve_async(cel))
         except ExpressionError as e:
             out = {**base, "response": None, "error": f"evaluating command arg[{i}] expression: {e}"}
             out.update(downstreamError=None, downstreamErrors=[])
@@ -1115,7 +1115,7 @@ async def _sql_execute(plan: SqlPlan, cel: Mapping[str, Any], params: Mapping[st
         "attributes": attributes,
     }
     scope = {**cel, "identity": identity}
-    values = [(key, template.resolve(scope)) for key, template in plan.session_vars]
+    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
     async with plan.backend.transaction() as tx:
         for key, value in values:
             await tx.execute(setting, {"name": key, "value": value}, "rows")

@@ -173,6 +173,28 @@ class McpgTemplate:
                 out.append(_cel_string(value.evaluate(env)))
         return "".join(out)
 
+    async def resolve_async(self, env: Mapping[str, Any], credentials: Mapping[str, str] | None = None) -> str:
+        """:meth:`resolve`, each expression under the expression deadline (one that iterates runs in a CEL
+        worker, off the event loop: issue 20).
+
+        Raises:
+            ExpressionError: as :meth:`resolve`; a timeout too.
+        """
+        if len(self.parts) == 1 and self.parts[0][0] == "cel":
+            return _to_string(await self.parts[0][1].evaluate_async(env))
+        out: list[str] = []
+        for kind, value in self.parts:
+            if kind == "lit":
+                out.append(value)
+            elif kind == "cred":
+                got = (credentials or {}).get(value)
+                if got is None:
+                    raise ExpressionError(f"credential {value!r} is not available")
+                out.append(got)
+            else:
+                out.append(_cel_string(await value.evaluate_async(env)))
+        return "".join(out)
+
 
 def compile_mcpg_cel(source: str) -> CelExpr:
     """A CEL expression as mcpg compiles it: a variable it does not bind is no error until the expression is

@@ -25,7 +25,7 @@ from mcpipe.errors import ExpressionError
 from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.kinds import ForbiddenError
-from mcpipe.models import Message, ModelError, converse, once, schema_errors
+from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
@@ -199,7 +199,7 @@ async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     async def run_tool(call: Any, n: int) -> tuple[str, bool]:
         action = pb.tools[call.name]
         if action.input_schema is not None:
-            problems = schema_errors(call.arguments, action.input_schema)
+            problems = await schema_errors_async(call.arguments, action.input_schema)
             if problems is not None:  # told to the model, which may call again; nothing runs
                 return f"not called: the arguments do not match the tool's input schema ({problems})", True
         tool_values = {**values, "input": {**values["input"], **call.arguments}, "args": call.arguments}

@@ -267,6 +267,30 @@ class Admit:
                 raise ExpressionError(str(e)) from None
         return True
 
+    async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
+        """:meth:`evaluate`, rendering off the event loop (issue 20: a condition is caller-reachable Jinja)."""
+        scope = scope_of(self.step.playbook, env)
+        for t, when, allow in self.rules:
+            if when is None or when is True:
+                return allow
+            if t is None:
+                continue
+            try:
+                if truthy(await t.render_async(scope)):
+                    return allow
+            except RenderError as e:
+                raise ExpressionError(str(e)) from None
+        return True
+
+
+def _normalized(value: Any) -> list[Any]:
+    """A loop's collection as NoETL normalizes it: a list as it is, null as none, any other value as one item."""
+    if value is None:
+        return []
+    if isinstance(value, list | tuple):
+        return list(value)
+    return [value]
+
 
 @dataclass(frozen=True, slots=True)
 class LoopItems:
@@ -289,7 +313,18 @@ class LoopItems:
             value = await self.items.render_async(scope)
         except RenderError as e:
             raise ExpressionError(str(e)) from None
-        return self._items(value, scope)
+        if self.filter is None:
+            return self._items(value, scope)
+        kept = []
+        for item in _normalized(value):  # the filter too, off the event loop, item by item
+            scope[self.iterator] = wrap(item)
+            scope["iter"] = {self.iterator: wrap(item)}
+            try:
+                if truthy(await self.filter.render_async(scope)):
+                    kept.append(item)
+            except RenderError as e:
+                raise ExpressionError(str(e)) from None
+        return kept
 
     def evaluate(self, env: Mapping[str, Any]) -> list[Any]:
         scope = scope_of(self.step.playbook, env)
@@ -300,12 +335,7 @@ class LoopItems:
         return self._items(value, scope)
 
     def _items(self, value: Any, scope: dict[str, Any]) -> list[Any]:
-        if value is None:
-            items: list[Any] = []
-        elif isinstance(value, list | tuple):
-            items = list(value)
-        else:
-            items = [value]
+        items = _normalized(value)
         if self.filter is None:
             return items
         kept = []

@@ -1,0 +1,222 @@
+"""JSON Schema validators whose patterns cannot hold the server: ``jsonschema``'s validators with the keywords
+that match patterns (``pattern``, ``patternProperties``, ``additionalProperties``, ``unevaluatedProperties``)
+matching through :mod:`mcpipe._pattern` instead of ``re`` (issue 20, point 8).
+
+Every schema mcpipe validates against goes through :func:`validator`: declared pipelines' ``input_schema`` and
+``output_schema``, a downstream tool's ``outputSchema``, a model's structured output. A schema whose every
+pattern is matched in linear time (:func:`needs_thread` is False, nearly always) is validated where it is;
+one with a pattern only the fallback engine takes is validated in a thread (:func:`errors_async`), so its
+deadline never holds the event loop. A pattern past its deadline is a validation error of the instance.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from functools import lru_cache
+from typing import Any
+
+import trio
+from jsonschema import Draft202012Validator, ValidationError
+from jsonschema.validators import extend, validator_for
+
+from mcpipe._pattern import PatternTimeout, compile_pattern
+
+__all__ = ["errors_async", "needs_thread", "patterns_of", "validator"]
+
+
+def validator(schema: Any, *, default: type[Any] = Draft202012Validator, **kwargs: Any) -> Any:
+    """A validator of ``schema`` (its ``$schema``'s draft, else ``default``) matching patterns safely.
+
+    Raises:
+        re.error: a pattern no engine takes (as ``jsonschema`` raised).
+    """
+    cls = validator_for(schema, default=default)
+    return _safe(cls)(schema, **kwargs)
+
+
+def patterns_of(schema: Any) -> Iterator[str]:
+    """Every pattern written in ``schema`` (``pattern`` values, ``patternProperties`` keys), found by an
+    iterative walk (a property named ``pattern`` whose value is a schema is not one)."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, Mapping):
+            for key, value in node.items():
+                if key == "pattern" and isinstance(value, str):
+                    yield value
+                elif key == "patternProperties" and isinstance(value, Mapping):
+                    yield from (k for k in value if isinstance(k, str))
+                    stack.extend(value.values())
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def needs_thread(schema: Any) -> bool:
+    """Whether validating against ``schema`` may match a pattern with the fallback engine (then validate
+    with :func:`errors_async`, off the event loop). A pattern neither engine takes counts: it fails there."""
+    for source in patterns_of(schema):
+        try:
+            if not compile_pattern(source).linear:
+                return True
+        except Exception:  # re.error: let validation report it, in a thread like the fallback
+            return True
+    return False
+
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_schema_threads")
+
+
+def _threads() -> trio.CapacityLimiter:
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(4)
+        _THREADS.set(limiter)
+        return limiter
+
+
+async def errors_async(checker: Any, instance: Any, *, in_thread: bool) -> list[ValidationError]:
+    """Every error of ``instance`` under ``checker`` (a :func:`validator`); in a thread when ``in_thread``
+    (:func:`needs_thread` of its schema)."""
+    if not in_thread:
+        return list(checker.iter_errors(instance))
+    return await trio.to_thread.run_sync(lambda: list(checker.iter_errors(instance)), limiter=_threads())
+
+
+# --- the keywords ------------------------------------------------------------------------------------------
+
+
+def _found(pattern: str, text: str) -> bool | str:
+    """Whether ``pattern`` matches in ``text``; the reason as a string when it could not be told in time."""
+    try:
+        return compile_pattern(pattern).search(text)
+    except PatternTimeout as e:
+        return str(e)
+
+
+def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    if validator.is_type(instance, "string"):
+        found = _found(patrn, instance)
+        if isinstance(found, str):
+            yield ValidationError(found)
+        elif not found:
+            yield ValidationError(f"{instance!r} does not match {patrn!r}")
+
+
+def _pattern_properties(validator: Any, pattern_properties: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    for pattern, subschema in pattern_properties.items():
+        for k, v in instance.items():
+            found = _found(pattern, k)
+            if isinstance(found, str):
+                yield ValidationError(found)
+            elif found:
+                yield from validator.descend(v, subschema, path=k, schema_path=pattern)
+
+
+def _additional(instance: Any, schema: Any) -> Iterator[Any]:
+    properties = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    for name in instance:
+        if name not in properties and not any(_found(p, name) is True for p in patterns):
+            yield name
+
+
+def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    # jsonschema's own, with find_additional_properties matching through mcpipe._pattern.
+    if not validator.is_type(instance, "object"):
+        return
+    extras = set(_additional(instance, schema))
+    if validator.is_type(ap, "object"):
+        for extra in extras:
+            yield from validator.descend(instance[extra], ap, path=extra)
+    elif not ap and extras:
+        if "patternProperties" in schema:
+            verb = "does" if len(extras) == 1 else "do"
+            joined = ", ".join(repr(each) for each in sorted(extras))
+            patterns = ", ".join(repr(each) for each in sorted(schema["patternProperties"]))
+            yield ValidationError(f"{joined} {verb} not match any of the regexes: {patterns}")
+        else:
+            listed = sorted(extras, key=str)
+            verb = "was" if len(listed) == 1 else "were"
+            shown = ", ".join(repr(extra) for extra in listed)
+            yield ValidationError(f"Additional properties are not allowed ({shown} {verb} unexpected)")
+
+
+def _valid(errors: Iterator[Any]) -> bool:
+    return next(errors, None) is None
+
+
+def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
+    """``jsonschema._utils.find_evaluated_property_keys_by_schema`` (MIT, Julian Berman), with
+    ``patternProperties`` matched through :mod:`mcpipe._pattern`."""
+    if validator.is_type(schema, "boolean"):
+        return []
+    keys: list[Any] = []
+    for ref_keyword in ("$ref", "$dynamicRef"):
+        ref = schema.get(ref_keyword)
+        if ref is not None:
+            resolved = validator._resolver.lookup(ref)
+            keys += _evaluated_keys(
+                validator.evolve(schema=resolved.contents, _resolver=resolved.resolver), instance, resolved.contents
+            )
+    properties = schema.get("properties")
+    if validator.is_type(properties, "object"):
+        keys += properties.keys() & instance.keys()
+    for keyword in ("additionalProperties", "unevaluatedProperties"):
+        if (subschema := schema.get(keyword)) is not None:
+            keys += (key for key, value in instance.items() if _valid(validator.descend(value, subschema)))
+    if "patternProperties" in schema:
+        for name in instance:
+            if any(_found(p, name) is True for p in schema["patternProperties"]):
+                keys.append(name)
+    if "dependentSchemas" in schema:
+        for name, subschema in schema["dependentSchemas"].items():
+            if name in instance:
+                keys += _evaluated_keys(validator, instance, subschema)
+    for keyword in ("allOf", "oneOf", "anyOf"):
+        for subschema in schema.get(keyword, []):
+            if _valid(validator.descend(instance, subschema)):
+                keys += _evaluated_keys(validator, instance, subschema)
+    if "if" in schema:
+        if validator.evolve(schema=schema["if"]).is_valid(instance):
+            keys += _evaluated_keys(validator, instance, schema["if"])
+            if "then" in schema:
+                keys += _evaluated_keys(validator, instance, schema["then"])
+        elif "else" in schema:
+            keys += _evaluated_keys(validator, instance, schema["else"])
+    return keys
+
+
+def _unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    if not validator.is_type(instance, "object"):
+        return
+    evaluated = _evaluated_keys(validator, instance, schema)
+    left = []
+    for name in instance:
+        if name not in evaluated:
+            for _ in validator.descend(instance[name], unevaluated, path=name, schema_path=name):
+                left.append(name)
+    if left and unevaluated is False:
+        listed = sorted(left, key=str)
+        verb = "was" if len(listed) == 1 else "were"
+        shown = ", ".join(repr(extra) for extra in listed)
+        yield ValidationError(f"Unevaluated properties are not allowed ({shown} {verb} unexpected)")
+
+
+@lru_cache(maxsize=16)
+def _safe(cls: type[Any]) -> type[Any]:
+    keywords: dict[str, Any] = {}
+    known = cls.VALIDATORS
+    if "pattern" in known:
+        keywords["pattern"] = _pattern
+    if "patternProperties" in known:
+        keywords["patternProperties"] = _pattern_properties
+    if "additionalProperties" in known:
+        keywords["additionalProperties"] = _additional_properties
+    if "unevaluatedProperties" in known:
+        keywords["unevaluatedProperties"] = _unevaluated_properties
+    return extend(cls, keywords)
