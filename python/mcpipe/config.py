@@ -50,6 +50,7 @@ __all__ = [
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "ReloadConfig",
     "StoreConfig",
     "TelemetryConfig",
     "TokenConfig",
@@ -416,6 +417,16 @@ class LogsConfig(_Base):
     """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
+class ReloadConfig(_Base):
+    """Serving a new version of the config file without a restart (``docs/server.md``): SIGHUP reloads it, and
+    with ``watch`` the server polls the file."""
+
+    watch: bool = False
+    """Read the file every ``poll_ms`` and reload it when its bytes change (SHA-256)."""
+    poll_ms: Annotated[int, msgspec.Meta(ge=1000, le=3_600_000)] = 5000
+    """How often the file is read."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -450,6 +461,8 @@ class Config(_Base):
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
     logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
     """A log file besides stderr."""
+    reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
+    """Reloading the config while serving (SIGHUP, or watching the file)."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -503,6 +516,7 @@ _SECTIONS = {
     "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
     "logs": _Section("logs", LogsConfig),
+    "reload": _Section("reload", ReloadConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 

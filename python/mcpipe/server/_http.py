@@ -178,13 +178,29 @@ class HttpFront:
         body_timeout_s: float = 30.0,
         security: TransportSecuritySettings | None = None,
     ):
-        self.app = app
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.manager = manager
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
+        self._slow_body = orjson.dumps(
+            {
+                "error": "request_timeout",
+                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
+            }
+        )
+        self._users: dict[str, AuthenticatedUser] = {}
+        self.health_path = app.config.http.health_path
+        self.adopt(app, tokens)
+
+    def adopt(self, app: App, tokens: dict[bytes, str] | None = None) -> None:
+        """Serve ``app`` from now on (a reloaded config's): its auth, trust, gates, limits, tools and webhooks;
+        the listener, the paths and the sessions stay. ``tokens``: its bearer tokens (default: from the
+        environment, as the config names them)."""
+        if tokens is None:
+            tokens = tokens_from_env(app.config)
+        self.app = app
         self.tokens = tokens
         auth = app.config.auth
         self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
@@ -195,15 +211,7 @@ class HttpFront:
         self.metrics_path = app.config.telemetry.metrics_path
         gates = app.gateway.gates
         self.address_headers = gates.address_headers if gates is not None else ()
-        self._slow_body = orjson.dumps(
-            {
-                "error": "request_timeout",
-                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
-            }
-        )
-        self._users: dict[str, AuthenticatedUser] = {}
         http = app.config.http
-        self.health_path = http.health_path
         self.access_log = http.access_log
         self.trust = app.config.trust
         self.subject_header = (
@@ -213,6 +221,8 @@ class HttpFront:
         self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
         passthrough = app.handlers.passthrough
         self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
+        if self.fast is not None:
+            self.fast.handlers = app.handlers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -458,6 +468,7 @@ async def serve_http(
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
     listen_fd: int | None = None,
+    on_front: Callable[[HttpFront], None] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
@@ -465,7 +476,8 @@ async def serve_http(
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
     ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
-    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``).
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``on_front`` is given the
+    HTTP front once it is built (:class:`mcpipe.server._reload.Reloader` swaps the app it serves).
     """
     cfg = app.config
     h = cfg.http
@@ -515,6 +527,8 @@ async def serve_http(
         body_timeout_s=h.body_timeout_s,
         security=security,
     )
+    if on_front is not None:
+        on_front(front)  # a reloader, which makes it serve the next config's app
     hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
     if h.tls is not None:
         _tls(hc, h.tls, cfg.base_dir)

@@ -51,9 +51,6 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("admin", "gateway.admin.enabled", "mcpg's admin API is not in mcpipe"),
     Refusal("inspector", "gateway.inspector.enabled", "mcpg's inspector sidecar is not in mcpipe"),
     Refusal("control_plane", "gateway.control_plane", "attaching to an mcpg control plane is not in mcpipe"),
-    Refusal(
-        "config_watch", "gateway.config_watch.enabled", "mcpipe reads its config once, at start: it does not reload"
-    ),
     Refusal("config_overlay", "gateway.config_overlay", "bootstrap config overlays are not in mcpipe"),
     Refusal(
         "oauth_server",

@@ -329,8 +329,11 @@ def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
         out.refuse("gateway.inspector.enabled", reason("inspector"))
     if gateway.get("control_plane"):
         out.refuse("gateway.control_plane", reason("control_plane"))
-    if (gateway.get("config_watch") or {}).get("enabled"):
-        out.refuse("gateway.config_watch.enabled", reason("config_watch"))
+    watch = gateway.get("config_watch") or {}
+    if watch.get("enabled"):
+        # SHA-256 of the file every poll_interval_ms, floored at 1 s (config_watch.rs); SIGHUP reloads too.
+        out.doc["reload"] = {"watch": True, "poll_ms": max(int(watch.get("poll_interval_ms", 5000)), 1000)}
+        out.moved("reload", "gateway.config_watch")
     if gateway.get("config_overlay"):
         out.refuse("gateway.config_overlay", reason("config_overlay"))
 
