@@ -43,6 +43,7 @@ from mcpipe.plan._bounds import deepest_location, json_depth
 __all__ = [
     "DEFAULT_CONFIG",
     "TRUST_ROOTS",
+    "AppsConfig",
     "AuditConfig",
     "AuthConfig",
     "Config",
@@ -417,6 +418,35 @@ class LogsConfig(_Base):
     """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
+class AppsCspPolicy(_Base):
+    """The widest Content-Security-Policy an app's ``_meta.ui.csp`` may ask for, per axis: an app's list is
+    intersected with it (``["*"]``: no bound; an axis the app leaves out stays out)."""
+
+    connect_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    resource_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    frame_domains: list[str] = msgspec.field(default_factory=lambda: ["self"])
+    base_uri_domains: list[str] = msgspec.field(default_factory=lambda: ["self"])
+    redirect_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+
+
+class AppsConfig(_Base):
+    """MCP Apps (the ``io.modelcontextprotocol/ui`` extension, SEP-1865: ``ui://`` resources of type
+    ``text/html;profile=mcp-app`` a host renders, tools pointing at them with ``_meta.ui.resourceUri``;
+    ``docs/server.md``)."""
+
+    enabled: bool = False
+    """Advertise the extension (``capabilities.extensions``) and clamp every ``_meta.ui`` served."""
+    strict: bool = False
+    """Refuse (-32603) a list or read whose ``_meta.ui`` goes beyond the policy, instead of narrowing it."""
+    csp_policy: AppsCspPolicy = msgspec.field(default_factory=AppsCspPolicy)
+    allowed_permissions: list[Literal["camera", "microphone", "geolocation", "clipboardWrite"]] = msgspec.field(
+        default_factory=lambda: ["camera", "microphone", "geolocation", "clipboardWrite"]
+    )
+    """The iframe permissions an app may request (``_meta.ui.permissions``); the others are stripped."""
+    allowed_domains: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
+
+
 class ReloadConfig(_Base):
     """Serving a new version of the config file without a restart (``docs/server.md``): SIGHUP reloads it, and
     with ``watch`` the server polls the file."""
@@ -463,6 +493,8 @@ class Config(_Base):
     """A log file besides stderr."""
     reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
     """Reloading the config while serving (SIGHUP, or watching the file)."""
+    apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
+    """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -517,6 +549,7 @@ _SECTIONS = {
     "access": _Section("access", AccessConfig),
     "logs": _Section("logs", LogsConfig),
     "reload": _Section("reload", ReloadConfig),
+    "apps": _Section("apps", AppsConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 

@@ -145,6 +145,15 @@ def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
     return found or None
 
 
+def _apps_of(config: Config) -> Any:
+    """MCP Apps' policy when the config turns apps on (``apps.enabled``), else None."""
+    if not config.apps.enabled:
+        return None
+    from mcpipe.server._apps import AppsPolicy
+
+    return AppsPolicy(config.apps)
+
+
 def pipeline_store(config: Config) -> ServedStore:
     """The store suspended pipelines wait in: the ``[store]`` URL's (in memory by default, Redis shared)."""
     return open_pipeline_store(config.store, config.interaction)
@@ -279,6 +288,7 @@ async def open_app(
         limits=limits,
         surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
         caching=config.caching,
+        apps=_apps_of(config),
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

@@ -94,11 +94,17 @@ def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
 def tool_wire(tool: Tool) -> dict[str, Any]:
     """A tool's ``tools/list`` entry."""
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
+    title = getattr(tool, "title", None)
+    if title:
+        entry["title"] = title
     if tool.output_schema is not None:
         entry["outputSchema"] = tool.output_schema
     annotations = getattr(tool, "annotations", None)
     if annotations:
         entry["annotations"] = annotations
+    meta = getattr(tool, "meta", None)
+    if meta:  # a declared pipeline's `meta` (MCP Apps' `_meta.ui.resourceUri`, ...)
+        entry["_meta"] = meta
     return entry
 
 
@@ -426,8 +432,11 @@ class ToolHandlers:
         limits: Limits | None = None,
         surfaces: list[Any] | None = None,
         caching: Any = None,
+        apps: Any = None,
     ) -> None:
         self.gateway = gateway
+        self.apps = apps
+        """MCP Apps' policy (:class:`mcpipe.server._apps.AppsPolicy`), or None when apps are off."""
         self.caching = caching
         """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
@@ -450,6 +459,7 @@ class ToolHandlers:
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
                 identity=identity_of,
+                apps=apps,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -748,6 +758,10 @@ def build_server(
         get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
     )
     server.middleware.clear()
+    if handlers.apps is not None:  # MCP Apps: the extension advertised in both eras' capabilities
+        from mcpipe.server._apps import EXTENSION_ID
+
+        server.extensions[EXTENSION_ID] = handlers.apps.capability()
     if handlers.tasks is not None:
         handlers.tasks.install(server)
     if handlers.passthrough is not None:

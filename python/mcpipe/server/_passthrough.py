@@ -46,6 +46,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
+from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._watch import Watches, subscriber_facts
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
@@ -126,6 +127,7 @@ class Passthrough:
         check_surface: CheckSurface | None = None,
         run_hidden: RunHidden | None = None,
         identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
+        apps: AppsPolicy | None = None,
     ) -> None:
         self.downstreams = downstreams
         self.caching = caching
@@ -136,6 +138,8 @@ class Passthrough:
         self.check_surface = check_surface
         self.run_hidden = run_hidden
         self.identity = identity
+        self.apps = apps
+        """MCP Apps' policy, which every ``_meta.ui`` listed or read is held to (None: apps are off)."""
         self.hidden = {t.name: t for t in self.surfaces if t.surface == "hidden"}
         self.watches = Watches(self.surfaces, self._read_watched)
         self._facts: dict[str, weakref.WeakKeyDictionary[Any, dict[str, Any]]] = {}
@@ -245,6 +249,10 @@ class Passthrough:
             out[key] = [*local, *merged]
         if more:
             out["nextCursor"] = _encode_cursor(more)
+        if self.apps is not None and kind != "prompt":
+            refused = self.apps.apply(out[key], f"{'resources' if kind == 'resource' else 'resources/templates'}/list")
+            if refused is not None:
+                raise MCPError(types.INTERNAL_ERROR, refused)
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
@@ -363,14 +371,23 @@ class Passthrough:
                 raise _surface_error(exc) from None
             if self.caching is not None:
                 out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
-            return out
+            return self._clamped(out, uri)
         await self.downstreams.ready()
         server = self._owner(ctx, uri)
 
         async def read(c: Any, **kw: Any) -> Any:
             return await c.read_resource(uri, **kw)
 
-        return _for_era(ctx, await self._forward(server, lambda _: self._asking(ctx, server, params, read)))
+        forwarded = await self._forward(server, lambda _: self._asking(ctx, server, params, read))
+        return self._clamped(_for_era(ctx, forwarded), uri)
+
+    def _clamped(self, result: dict[str, Any], uri: str) -> dict[str, Any]:
+        """A read's contents held to MCP Apps' policy (when apps are on)."""
+        if self.apps is not None and isinstance(result.get("contents"), list):
+            refused = self.apps.apply(result["contents"], uri)
+            if refused is not None:
+                raise MCPError(types.INTERNAL_ERROR, refused)
+        return result
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams

@@ -488,3 +488,151 @@ def test_a_debug_config_mcpg_refuses_is_refused_with_its_message() -> None:
             "debug.tools.command_profiles must contain 'default_command_probe' when debug is enabled",
         )
     ]
+
+
+# --- MCP Apps -----------------------------------------------------------------------------------------
+
+
+def _mcp_apps() -> dict[str, Any]:
+    """mcpg's mcp-apps deployment example, its partner upstream pointed at a closed local port, and the subject
+    header trusted (its templated apps have mcpg's default floor, header_asserted)."""
+    doc = yaml.safe_load((UPSTREAM / "examples/deployments/mcp-apps.yaml").read_text())
+    doc["mcp"]["federations"][0]["upstream"]["url"] = "http://127.0.0.1:1/mcp"
+    doc["gateway"]["server"].update(bind_address="127.0.0.1:0", trust_subject_header=True)
+    return doc
+
+
+async def test_the_mcp_apps_example_advertises_the_extension_and_serves_its_templated_and_ui_resources() -> None:
+    # gateway_apps.rs compile_app / render_html / data_island; apps.rs apply_apps_policy_to_items;
+    # v_2026_07_28/dispatch/lifecycle.rs: extensions["io.modelcontextprotocol/ui"] = {mimeTypes: [...]}.
+    with trio.fail_after(30):
+        async with open_app(_load(_mcp_apps())) as app, http_server(app) as url, httpx.AsyncClient() as http:
+            discovered = await http.post(url, json=DISCOVER, headers=DISCOVER_HEADERS)
+            extensions = discovered.json()["result"]["capabilities"]["extensions"]
+            async with _client(url, "alice") as client:
+                listed = {str(res.uri): res for res in (await client.list_resources()).resources}
+                table = await client.read_resource("ui://mcpg/customers")
+                chart = await client.read_resource("ui://analytics/chart")
+                tools = {t.name: t for t in (await client.list_tools()).tools}
+    # 2026-07-28 (server/discover): the SDK keeps a 2025-11-25 initialize result to that version's fields.
+    assert extensions["io.modelcontextprotocol/ui"] == {"mimeTypes": ["text/html;profile=mcp-app"]}
+    apps = {"ui://mcpg/customers", "ui://mcpg/account", "ui://mcpg/new-account", "ui://mcpg/revenue"}
+    assert {"ui://analytics/chart", *apps} <= set(listed)
+    customers = listed["ui://mcpg/customers"]
+    assert (customers.name, customers.title, customers.mime_type) == ("customers", "Customers", APP_MIME)
+    assert customers.meta == {"ui": {"resourceUri": "ui://mcpg/customers"}}
+    content = table.contents[0]
+    assert content.mime_type == APP_MIME
+    html = content.text  # type: ignore[union-attr]
+    island = html.split('<script type="application/json" id="mcpg-app-config">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in island and json.loads(island) == {
+        "columns": [
+            {"field": "$.name", "format": "text", "header": "Name"},
+            {"field": "$.tier", "format": "badge", "header": "Tier"},
+            {"align": "end", "field": "$.balance", "format": "currency", "header": "Balance"},
+        ],
+        "data_tool": "crm.list",
+        "description": "CRM accounts and balances.",
+        "id": "customers",
+        "kind": "table",
+        "primary_action": "open",
+        "row_actions": [{"arg_map": {"id": "$.id"}, "id": "open", "label": "Open", "tool": "crm.get"}],
+        "rows_path": "$.items",
+        "schema_version": 1,
+        "title": "Customers",
+    }
+    assert html.startswith("<!doctype html>") and "<!--MCPG_APP_CONFIG-->" not in html
+    ui = chart.contents[0].meta["ui"]  # type: ignore[index]
+    assert ui["permissions"] == {"clipboardWrite": {}}  # within allowed_permissions
+    assert ui["csp"]["connectDomains"] == ["https://api.analytics.example.com"]
+    meta = tools["analytics.chart"].meta
+    assert meta == {"ui": {"resourceUri": "ui://analytics/chart", "visibility": ["model", "app"]}}
+
+
+APP_MIME = "text/html;profile=mcp-app"
+DISCOVER = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "server/discover",
+    "params": {
+        "_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientInfo": {"name": "t", "version": "1"},
+            "io.modelcontextprotocol/clientCapabilities": {},
+        }
+    },
+}
+DISCOVER_HEADERS = {
+    "accept": "application/json, text/event-stream",
+    "mcp-protocol-version": "2026-07-28",
+    "mcp-method": "server/discover",
+}
+
+
+def _ui_resource(meta: dict[str, Any], **apps: Any) -> dict[str, Any]:
+    contents = [{"uri": "ui://w/x", "mimeType": "text/html;profile=mcp-app", "text": "<p>", "_meta": meta}]
+    resource = {
+        "name": "w",
+        "description": "d",
+        "uri": "ui://w/x",
+        "governance": {"minimum_trust": "unauthenticated"},
+        "descriptor_meta": meta,
+        "backend": {"kind": "mock", "response": {"contents": contents}},
+    }
+    return {
+        "mcp": {
+            "capabilities": {"resources": [resource]},
+            "configurations": {"apps": {"enabled": True, **apps}},
+        }
+    }
+
+
+async def test_a_ui_resource_beyond_the_apps_policy_is_narrowed_or_in_strict_mode_refused() -> None:
+    # mcpg-mcp-wire shared/apps.rs apply_to_resource_meta: CSP intersected, permissions stripped, domain dropped.
+    meta = {
+        "ui": {
+            "csp": {"connectDomains": ["https://a.example", "https://evil.example"], "frameDomains": ["*"]},
+            "permissions": {"camera": {}, "clipboardWrite": {}},
+            "domain": "evil.example",
+        }
+    }
+    policy = {
+        "csp_policy": {"connect_domains": ["https://a.example"], "frame_domains": ["self"]},
+        "allowed_permissions": ["clipboard_write"],
+        "allowed_domains": ["trusted.example"],
+    }
+    with trio.fail_after(30):
+        async with (
+            open_app(_load(_ui_resource(meta, **policy))) as app,
+            http_server(app) as url,
+            _client(url, None) as c,
+        ):
+            listed = (await c.list_resources()).resources[0].meta
+            read = (await c.read_resource("ui://w/x")).contents[0].meta
+        async with (
+            open_app(_load(_ui_resource(meta, strict=True, **policy))) as app,
+            http_server(app) as url,
+            _client(url, None) as c,
+        ):
+            with pytest.raises(Exception, match=r"MCP Apps strict mode: 'ui://w/x' _meta\.ui escaped operator policy"):
+                await c.read_resource("ui://w/x")
+    narrowed = {
+        "ui": {
+            "csp": {"connectDomains": ["https://a.example"], "frameDomains": ["self"]},
+            "permissions": {"clipboardWrite": {}},
+        }
+    }
+    assert listed == narrowed and read == narrowed
+
+
+def test_an_apps_section_mcpg_refuses_is_refused_with_its_message() -> None:
+    doc = {"mcp": {"configurations": {"apps": {"registry": [{"id": "t", "kind": "table", "title": "T"}]}}}}
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    assert [(p.location, p.message) for p in e.value.problems] == [
+        (
+            "mcp.configurations.apps.registry",
+            "apps.registry is non-empty but apps.enabled is false — set enabled: true to advertise and serve the "
+            "authored apps.",
+        )
+    ]

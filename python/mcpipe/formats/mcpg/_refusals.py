@@ -67,7 +67,6 @@ REFUSALS: tuple[Refusal, ...] = (
         "a `{kind}` store is not in mcpipe (memory only)",
     ),
     Refusal("bus", "mcp.configurations.{delivery,cancellation}.bus", "a `{kind}` bus is not in mcpipe"),
-    Refusal("apps", "mcp.configurations.apps.enabled", "MCP Apps (ui:// resources) are not in mcpipe"),
     Refusal("tunnel_upstream", "mcp.federations[].upstream.url", "tunnel:// upstreams are not in mcpipe"),
     Refusal(
         "upstream_auth",
@@ -107,7 +106,7 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal("quota_ref", "<binding>.quotas", "per-binding quotas are not in mcpipe"),
     Refusal("content_storage", "<binding>.content_storage", "content-store routing is not in mcpipe"),
-    Refusal("app_url", "<binding>.mcp_app_url", "MCP Apps are not in mcpipe"),
+    Refusal("app_url", "<binding>.mcp_app_url", "a binding's MCP App link (`mcp_app_url`) is not in mcpipe"),
     Refusal(
         "watch_strategy",
         "<binding>.watch.strategy.type",

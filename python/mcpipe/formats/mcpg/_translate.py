@@ -129,7 +129,7 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
     mcp = doc.get("mcp") or {}
     _capabilities(mcp.get("capabilities") or {}, out, schemas, kafka)
-    _configurations(mcp.get("configurations") or {}, out)
+    _configurations(mcp.get("configurations") or {}, out, mcp.get("capabilities") or {})
     _federations(mcp.get("federations") or [], out)
     if mcp.get("registries"):
         out.refuse("mcp.registries", reason("registries"))
@@ -686,7 +686,8 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     step = _backend_step(b, kind, backend, f"{loc}.backend", answer="result", step_id="call", profile=b.name)
     if step is None:
         return None
-    if list_query and surface in ("resource", "resource_template"):
+    if list_query and surface in ("resource", "resource_template") and step.get("kind") == "mcpg.sql":
+        # (a database URL naming an unset variable leaves no database to list from: the binding fails per call)
         # mcpg lists the rows of a sql resource's (or template's) list_query after the fixed resources.
         problem = check_list_query(list_query)
         if problem is not None:
@@ -1201,7 +1202,7 @@ def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
 # --- the rest ---------------------------------------------------------------------------------------
 
 
-def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
+def _configurations(conf: Mapping[str, Any], out: _Out, caps: Mapping[str, Any]) -> None:
     for key in ("sessions", "pipelines", "subscriptions"):
         store = (conf.get(key) or {}).get("store")
         if store and store.get("kind") not in ("memory", "cluster"):
@@ -1217,8 +1218,36 @@ def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
             out.section("interaction")["state_key_env"] = m.group(1)
         # A key written in the file seals nothing in mcpipe: it seals requestState with the key ring of
         # MCPIPE_STATE_KEY, or a random key of the process (docs/formats/mcpg.md).
-    if (conf.get("apps") or {}).get("enabled"):
-        out.refuse("mcp.configurations.apps.enabled", reason("apps"))
+    _apps(conf.get("apps") or {}, caps, out)
+
+
+def _apps(apps: Mapping[str, Any], caps: Mapping[str, Any], out: _Out) -> None:
+    """MCP Apps (SEP-1865): the extension advertised and every ``_meta.ui`` held to the policy when enabled
+    (mcpipe's ``apps`` section), and the templated apps of ``registry`` served as ``ui://mcpg/<id>`` resources.
+    Disabled, ``_meta.ui`` passes through unchanged, as in mcpg."""
+    from mcpipe.formats.mcpg._apps import apps_section, compile_app, registry_problem
+
+    problem = registry_problem(apps)
+    if problem is not None:
+        out.refuse(*problem)
+        return
+    if not apps.get("enabled"):
+        return
+    out.doc["apps"] = apps_section(apps)
+    out.moved("apps", "mcp.configurations.apps")
+    tools = {
+        str(b.get("name")): {"input": b.get("input_schema"), "output": b.get("output_schema")}
+        for b in caps.get("tools") or []
+        if isinstance(b, Mapping)
+    }
+    names = {str(b.get("name")) for bucket in BUCKETS for b in caps.get(bucket) or [] if isinstance(b, Mapping)}
+    pipelines = out.doc.setdefault("pipelines", [])
+    for i, app in enumerate(apps.get("registry") or []):
+        if app["id"] in names:
+            out.refuse(f"mcp.configurations.apps.registry[{i}].id", f"a binding is named `{app['id']}` too")
+            continue
+        pipelines.append(compile_app(app, tools))
+        out.moved(f"pipelines.{app['id']}", f"mcp.configurations.apps.registry[{i}]")
 
 
 def _federations(feds: list[Any], out: _Out) -> None:
