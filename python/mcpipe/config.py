@@ -107,6 +107,10 @@ class McpServerConfig(_Base):
     callers that can resume), and again each time the call has run twice as long as at the last close; the
     caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
     server closes its own (HTTP)."""
+    expose: list[Literal["tools", "resources", "resource_templates", "prompts"]] = msgspec.field(
+        default_factory=lambda: ["tools", "resources", "resource_templates", "prompts"]
+    )
+    """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -292,7 +296,9 @@ class TrustConfig(_Base):
     allow_if: str | None = None
     """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
     tools: dict[str, TrustRule] = {}
-    """Rules by tool, prompt or resource name."""
+    """Rules by tool, prompt or resource name; a name ending with ``*`` covers every name it begins
+    (``notion.*``: a downstream server's tools, prompts and resources): an exact name wins over a pattern, the
+    longest pattern over a shorter one."""
 
 
 class CachingConfig(_Base):

@@ -171,12 +171,26 @@ class Passthrough:
         """Remember the client of a request, to tell it when lists change."""
         self._sessions[_connection(ctx)] = ctx.session
 
-    def _servers(self, ctx: ServerRequestContext[Any, Any]) -> list[DownstreamServer]:
+    def _servers(self, ctx: ServerRequestContext[Any, Any], expose: str | None = None) -> list[DownstreamServer]:
+        """The servers whose resources or prompts this caller may use (those it may call a tool of, and that its
+        trust rules admit: a server's rule is the one its ``<prefix>.*`` names fall under); ``expose``: only the
+        servers serving that kind (``resources``, ``resource_templates``, ``prompts``)."""
         self._sessions[_connection(ctx)] = ctx.session
         principal = self.principal(ctx)
-        if principal is None:
-            return self.downstreams.servers
-        return [s for s in self.downstreams.servers if self._may_use(principal, s)]
+        servers = [s for s in self.downstreams.servers if expose is None or expose in s.config.expose]
+        if principal is not None:
+            servers = [s for s in servers if self._may_use(principal, s)]
+        if self.check_surface is not None:
+            servers = [s for s in servers if self._trusted(ctx, s)]
+        return servers
+
+    def _trusted(self, ctx: ServerRequestContext[Any, Any], server: DownstreamServer) -> bool:
+        assert self.check_surface is not None
+        try:
+            self.check_surface(ctx, _Named(server.exposed("*")))
+        except MCPError:
+            return False
+        return True
 
     def _may_use(self, principal: str, server: DownstreamServer) -> bool:
         probe = server.exposed("*")
@@ -198,7 +212,8 @@ class Passthrough:
 
     def _merged(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
         out: dict[str, tuple[DownstreamServer, dict[str, Any]]] = {}
-        for s in self._servers(ctx):
+        expose = {"resource": "resources", "template": "resource_templates"}.get(kind, "prompts")
+        for s in self._servers(ctx, expose):
             c = s.catalog
             items: list[tuple[str, dict[str, Any]]]
             if kind == "resource":
@@ -315,17 +330,16 @@ class Passthrough:
     # -- routing ---------------------------------------------------------------------------------------
 
     def _owner(self, ctx: ServerRequestContext[Any, Any], uri: str) -> DownstreamServer:
-        servers = self._servers(ctx)
-        for s in servers:
+        for s in self._servers(ctx, "resources"):
             if s.catalog.owns(uri):
                 return s
-        for s in servers:
+        for s in self._servers(ctx, "resource_templates"):
             if s.catalog.matches(uri):
                 return s
         raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
 
     def _prompt(self, ctx: ServerRequestContext[Any, Any], name: str) -> tuple[DownstreamServer, str]:
-        for s in self._servers(ctx):
+        for s in self._servers(ctx, "prompts"):
             found = s.catalog.prompts.get(name)
             if found is not None:
                 return s, found[0]
@@ -475,7 +489,7 @@ class Passthrough:
             server, remote = self._prompt(ctx, ref.name)
             ref = types.PromptReference(type="ref/prompt", name=remote)
         else:
-            found = [s for s in self._servers(ctx) if s.catalog.has_template(ref.uri)]
+            found = [s for s in self._servers(ctx, "resource_templates") if s.catalog.has_template(ref.uri)]
             if not found:
                 raise MCPError(INVALID_PARAMS, f"Unknown resource template: {ref.uri}", {"uri": ref.uri})
             server = found[0]
@@ -732,6 +746,15 @@ def _output_of(result: Any) -> Any:
         return orjson.loads(text)
     except orjson.JSONDecodeError:
         return text
+
+
+class _Named:
+    """A name to check trust rules with (a downstream server's ``<prefix>.*``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 class _HearingBus:

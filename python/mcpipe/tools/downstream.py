@@ -383,7 +383,7 @@ class DownstreamServer:
         for _ in range(100):
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
             for t in page.tools:
-                if self.keeps(t.name):
+                if "tools" in self.config.expose and self.keeps(t.name):
                     name = self.exposed(t.name)
                     if len(tools) >= limit and name not in tools:
                         left_out += 1

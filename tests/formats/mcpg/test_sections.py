@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -636,3 +637,66 @@ def test_an_apps_section_mcpg_refuses_is_refused_with_its_message() -> None:
             "authored apps.",
         )
     ]
+
+
+# --- federations: governance and import -----------------------------------------------------------------
+
+
+def _federated(**fed: Any) -> dict[str, Any]:
+    from kit.servers import EVERYTHING
+
+    upstream = {"transport": "stdio", "command": sys.executable, "args": [EVERYTHING]}
+    return {
+        "gateway": {"server": {"trust_subject_header": True}},
+        "governance": {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}},
+        "mcp": {"federations": [{"name": "ev", "upstream": upstream, "naming": {"tool_prefix": "ev."}, **fed}]},
+    }
+
+
+async def test_a_federations_governance_guards_every_tool_it_imports_and_it_imports_only_what_it_says() -> None:
+    # federation/engine.rs governance_rule (the federation's governance, a binding's by default, on each
+    # imported capability); config/federation.rs ImportConfig (tools only, by default).
+    doc = _federated(governance={"minimum_trust": "header_asserted", "allow_if": 'principal_id != "mallory"'})
+    with trio.fail_after(60):
+        async with open_app(_load(doc)) as app, http_server(app) as url:
+            async with _client(url, None) as anonymous:
+                hidden = [t.name for t in (await anonymous.list_tools()).tools]
+                with pytest.raises(Exception, match="requires trust level HeaderAsserted"):
+                    await anonymous.call_tool("ev.test_simple_text", {})
+            async with _client(url, "alice") as alice:
+                seen = [t.name for t in (await alice.list_tools()).tools]
+                echoed = await alice.call_tool("ev.test_simple_text", {})
+                resources = (await alice.list_resources()).resources
+            async with _client(url, "mallory") as mallory:
+                with pytest.raises(Exception, match="denied by per-tool CEL allow_if policy"):
+                    await mallory.call_tool("ev.test_simple_text", {})
+    assert hidden == [] and "ev.test_simple_text" in seen
+    assert not echoed.is_error
+    assert resources == []  # import.resources defaults to false
+
+
+async def test_a_federation_importing_resources_serves_them_to_the_callers_its_governance_admits() -> None:
+    doc = _federated(**{"import": {"tools": False, "resources": True}})
+    with trio.fail_after(60):
+        async with open_app(_load(doc)) as app, http_server(app) as url:
+            async with _client(url, None) as anonymous:
+                denied = (await anonymous.list_resources()).resources
+            async with _client(url, "alice") as alice:
+                tools = [t.name for t in (await alice.list_tools()).tools]
+                resources = (await alice.list_resources()).resources
+    assert denied == []  # a binding's floor, header_asserted, by default
+    assert tools == [] and resources  # tools not imported, resources imported
+
+
+def test_a_trust_pattern_covers_the_names_it_begins_an_exact_name_and_a_longer_pattern_win() -> None:
+    from mcpipe.config import TrustConfig, TrustRule
+    from mcpipe.trust import Trust
+
+    rules = {
+        "ev.*": TrustRule(minimum_trust="header_asserted"),
+        "ev.admin.*": TrustRule(minimum_trust="verified"),
+        "ev.admin.ping": TrustRule(minimum_trust="unauthenticated"),
+    }
+    trust = Trust(TrustConfig(default_minimum_trust="unauthenticated", tools=rules))
+    got = [trust.required_trust(n) for n in ("ev.list", "ev.admin.drop", "ev.admin.ping", "other")]
+    assert got == ["header_asserted", "verified", "unauthenticated", "unauthenticated"]

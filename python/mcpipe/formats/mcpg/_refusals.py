@@ -74,6 +74,11 @@ REFUSALS: tuple[Refusal, ...] = (
         "authenticating to an upstream server is not in mcpipe's downstream servers",
     ),
     Refusal(
+        "fed_governance",
+        "mcp.federations[].governance",
+        "a federation's trust rule covers its tools by their prefix in mcpipe: give it `naming.tool_prefix`",
+    ),
+    Refusal(
         "tool_prefix",
         "mcp.federations[].naming.tool_prefix",
         "mcpipe names a server's tools `<prefix>.<tool>`: end the prefix with `.`",

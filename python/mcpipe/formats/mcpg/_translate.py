@@ -1250,6 +1250,9 @@ def _apps(apps: Mapping[str, Any], caps: Mapping[str, Any], out: _Out) -> None:
         out.moved(f"pipelines.{app['id']}", f"mcp.configurations.apps.registry[{i}]")
 
 
+_RANK = {"unauthenticated": 0, "header_asserted": 1, "verified": 2}
+
+
 def _federations(feds: list[Any], out: _Out) -> None:
     servers = out.section("mcpServers") if feds else {}
     for i, fed in enumerate(feds):
@@ -1290,6 +1293,23 @@ def _federations(feds: list[Any], out: _Out) -> None:
             )
             continue
         entry["prefix"] = prefix[:-1] if prefix else ""
+        # The federation's governance (default: a binding's, header_asserted) covers every capability it
+        # imports (federation/engine.rs governance_rule): a trust rule for its `<prefix>.*` names.
+        gov = fed.get("governance") or {}
+        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+        if gov.get("allow_if"):
+            rule["allow_if"] = gov["allow_if"]
+        if gov.get("required_scopes"):
+            rule["required_scopes"] = list(gov["required_scopes"])
+        if prefix:
+            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = rule
+            out.moved(f"trust.tools.{prefix}*", f"{where}.governance")
+        elif gov or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
+            out.refuse(f"{where}.governance", reason("fed_governance"))
+            continue
+        imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
+        imported.update({k: bool(v) for k, v in (fed.get("import") or {}).items() if k in imported})
+        entry["expose"] = [k for k, on in imported.items() if on]
         flt = fed.get("filter") or {}
         if flt.get("include_tools") and flt["include_tools"] != ["*"]:
             entry["include"] = list(flt["include_tools"])
