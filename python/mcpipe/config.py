@@ -51,6 +51,7 @@ __all__ = [
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "RegistryConfig",
     "ReloadConfig",
     "StoreConfig",
     "TelemetryConfig",
@@ -453,6 +454,19 @@ class AppsConfig(_Base):
     """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
 
 
+class RegistryConfig(_Base):
+    """Serving this server as an MCP registry's only entry (the registry API's ``GET /v0.1/servers`` and
+    ``GET /v0.1/servers/{name}/versions/{version}``), so registry-driven clients find it (``docs/server.md``)."""
+
+    enabled: bool = False
+    name: str = ""
+    """Its registry name, reverse-DNS namespaced: ``com.acme/gateway``."""
+    description: str | None = None
+    url: str | None = None
+    """The MCP endpoint clients are to use (the entry's ``streamable-http`` remote); unset: the entry is not
+    listed (a registry cannot point at a guessed address)."""
+
+
 class ReloadConfig(_Base):
     """Serving a new version of the config file without a restart (``docs/server.md``): SIGHUP reloads it, and
     with ``watch`` the server polls the file."""
@@ -499,6 +513,8 @@ class Config(_Base):
     """A log file besides stderr."""
     reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
     """Reloading the config while serving (SIGHUP, or watching the file)."""
+    registry: RegistryConfig = msgspec.field(default_factory=RegistryConfig)
+    """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
     apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
     """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
@@ -556,6 +572,7 @@ _SECTIONS = {
     "logs": _Section("logs", LogsConfig),
     "reload": _Section("reload", ReloadConfig),
     "apps": _Section("apps", AppsConfig),
+    "registry": _Section("registry", RegistryConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
@@ -806,6 +823,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    problems.extend(_registry_problems(cfg.registry))
     tls = cfg.http.tls
     if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
         problems.append(
@@ -845,6 +863,19 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _registry_problems(registry: RegistryConfig) -> list[Problem]:
+    """A served registry entry has a namespaced name and an http(s) URL."""
+    if not registry.enabled:
+        return []
+    namespace, _, name = registry.name.partition("/")
+    if not namespace.strip() or not name.strip():
+        why = "a registry name is reverse-DNS namespaced, `<namespace>/<name>` (`com.acme/gateway`)"
+        return [Problem("registry.name", CODE, why)]
+    if registry.url is not None and not registry.url.startswith(("https://", "http://")):
+        return [Problem("registry.url", CODE, "must be an http(s) URL")]
+    return []
 
 
 def _trust_problems(trust: TrustConfig) -> list[Problem]:

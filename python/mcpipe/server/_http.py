@@ -110,6 +110,33 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
+REGISTRY_PATH = "/v0.1/servers/"
+"""The MCP registry API's servers (``registry``)."""
+
+
+def _version() -> str:
+    from mcpipe import __version__
+
+    return __version__
+
+
+def registry_entry(cfg: Any) -> dict[str, Any] | None:
+    """The registry entry this server publishes (None without its ``url``)."""
+    if not cfg.url:
+        return None
+    server: dict[str, Any] = {
+        "name": cfg.name,
+        "version": _version(),
+        "remotes": [{"type": "streamable-http", "url": cfg.url}],
+    }
+    if cfg.description is not None:
+        server["description"] = cfg.description
+    return {
+        "server": server,
+        "_meta": {"io.modelcontextprotocol.registry/official": {"status": "active", "isLatest": True}},
+    }
+
+
 WEBHOOK_PATH = "/webhooks/resource-updated/"
 """Where third parties tell mcpipe a watched resource changed (``<path><token>``, mcpg's route)."""
 _UNKNOWN_TOKEN = orjson.dumps({"error": "unknown webhook token"})
@@ -279,6 +306,8 @@ class HttpFront:
                 await self.webhook(scope, receive, send)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
+            elif path.startswith(REGISTRY_PATH[:-1]) and self.app.config.registry.enabled and scope["method"] == "GET":
+                await self.registry(path, send)
             elif path == self.metrics_path and self.metrics:
                 if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
@@ -307,6 +336,24 @@ class HttpFront:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+    async def registry(self, path: str, send: Send) -> None:
+        """The MCP registry API serving this server as its only entry (``registry``): ``/v0.1/servers`` (the
+        list envelope) and ``/v0.1/servers/{name}/versions/{latest|<version>}`` (one entry), as mcpg serves its
+        ``mcp.registry`` view (``src/transports/http/discovery.rs``)."""
+        cfg = self.app.config.registry
+        entry = registry_entry(cfg)
+        if path == REGISTRY_PATH.rstrip("/"):
+            if entry is None:
+                _log.warning("registry.enabled but no registry.url: the entry is not listed")
+            await _respond(send, 200, orjson.dumps({"servers": [entry] if entry else [], "metadata": {}}))
+            return
+        rest = path[len(REGISTRY_PATH) :]
+        name, sep, version = rest.rpartition("/versions/")
+        if sep and entry is not None and name == cfg.name and version in ("latest", _version()):
+            await _respond(send, 200, orjson.dumps(entry))
+        else:
+            await _respond(send, 404, orjson.dumps({"error": "server or version not found"}))
 
     async def webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /webhooks/resource-updated/<token>``: a third party says a watched resource changed (mcpg's

@@ -700,3 +700,32 @@ def test_a_trust_pattern_covers_the_names_it_begins_an_exact_name_and_a_longer_p
     trust = Trust(TrustConfig(default_minimum_trust="unauthenticated", tools=rules))
     got = [trust.required_trust(n) for n in ("ev.list", "ev.admin.drop", "ev.admin.ping", "other")]
     assert got == ["header_asserted", "verified", "unauthenticated", "unauthenticated"]
+
+
+# --- serving a registry view ------------------------------------------------------------------------------
+
+
+async def test_the_served_registry_of_mcpgs_federation_guide_lists_this_server_as_its_one_entry() -> None:
+    # transports/http/discovery.rs served_registry_entry / _list_handler / _version_handler.
+    from mcpipe import __version__
+
+    doc = yaml.safe_load((UPSTREAM / "docs/federation/guide.md@L315.yaml").read_text())
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, httpx.AsyncClient() as http:
+            base = url.rsplit("/mcp", 1)[0]
+            listed = await http.get(f"{base}/v0.1/servers")
+            latest = await http.get(f"{base}/v0.1/servers/com.acme%2Fgateway/versions/latest")
+            pinned = await http.get(f"{base}/v0.1/servers/com.acme%2Fgateway/versions/{__version__}")
+            other = await http.get(f"{base}/v0.1/servers/com.evil%2Fother/versions/latest")
+    entry = {
+        "server": {
+            "name": "com.acme/gateway",
+            "version": __version__,
+            "remotes": [{"type": "streamable-http", "url": "https://gw.acme.example/mcp"}],
+            "description": "Governed MCP catalog",
+        },
+        "_meta": {"io.modelcontextprotocol.registry/official": {"status": "active", "isLatest": True}},
+    }
+    assert listed.status_code == 200 and listed.json() == {"servers": [entry], "metadata": {}}
+    assert latest.json() == entry and pinned.json() == entry
+    assert other.status_code == 404 and other.json() == {"error": "server or version not found"}

@@ -60,7 +60,6 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("quotas", "governance.quotas.{rate_limits,budgets,concurrency}", "mcpg's quota {what} are not in mcpipe"),
     Refusal("approvals", "governance.approvals", "human approval gates are not in mcpipe"),
     Refusal("registries", "mcp.registries", "registry sync (importing servers from MCP registries) is not in mcpipe"),
-    Refusal("registry", "mcp.registry.enabled", "serving an MCP registry is not in mcpipe"),
     Refusal(
         "store",
         "mcp.configurations.{sessions,pipelines,subscriptions}.store, mcp.capabilities.tasks.store",

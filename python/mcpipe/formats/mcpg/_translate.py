@@ -133,10 +133,32 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     _federations(mcp.get("federations") or [], out)
     if mcp.get("registries"):
         out.refuse("mcp.registries", reason("registries"))
-    if (mcp.get("registry") or {}).get("enabled"):
-        out.refuse("mcp.registry", reason("registry"))
+    _served_registry(mcp.get("registry") or {}, out)
     _rest(doc, out)
     return Translation(out.doc, out.problems, out.locate, list(out.moves))
+
+
+def _served_registry(registry: Mapping[str, Any], out: _Out) -> None:
+    """``mcp.registry``: this gateway as an MCP registry's one entry (``ServedRegistryConfig``)."""
+    if not registry.get("enabled"):
+        return
+    name = str(registry.get("name") or "")
+    namespace, sep, rest = name.partition("/")
+    if not sep:
+        out.refuse(
+            "mcp.registry.name",
+            "mcp.registry.name must be reverse-DNS namespaced (`<namespace>/<name>`, e.g. `com.acme/gateway`)",
+        )
+        return
+    if not namespace.strip() or not rest.strip():
+        out.refuse("mcp.registry.name", "mcp.registry.name must be `<namespace>/<name>` with both parts non-empty")
+        return
+    url = registry.get("url")
+    if url is not None and not str(url).startswith(("https://", "http://")):
+        out.refuse("mcp.registry.url", "mcp.registry.url must be an http(s) URL")
+        return
+    out.doc["registry"] = {k: registry[k] for k in ("enabled", "name", "description", "url") if k in registry}
+    out.moved("registry", "mcp.registry")
 
 
 # --- mcpg's own load-time checks ------------------------------------------------------------------
