@@ -48,6 +48,7 @@ __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "ContentConfig",
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
@@ -454,6 +455,27 @@ class AppsConfig(_Base):
     """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
 
 
+class ContentStoreConfig(_Base):
+    """One content store (:mod:`mcpipe.store.content`)."""
+
+    kind: Literal["memory", "file_system"] = "memory"
+    root: str | None = None
+    """Where a ``file_system`` store keeps its files (relative to the config's directory)."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most it holds; the oldest content goes first past it (memory: 256 MiB, files: 8 GiB by default)."""
+
+
+class ContentConfig(_Base):
+    """Content stores: bytes pipelines store (``store_content`` steps) and clients read as resources at
+    ``<scheme>://<store>/<id>`` (``docs/server.md``)."""
+
+    stores: dict[str, ContentStoreConfig] = {}
+    default: str = "default"
+    """The store content goes to unless a step names another (and a URI without a store reads)."""
+    scheme: str = "mcpipe-content"
+    """The URI scheme content is read at."""
+
+
 class RegistryConfig(_Base):
     """Serving this server as an MCP registry's only entry (the registry API's ``GET /v0.1/servers`` and
     ``GET /v0.1/servers/{name}/versions/{version}``), so registry-driven clients find it (``docs/server.md``)."""
@@ -513,6 +535,8 @@ class Config(_Base):
     """A log file besides stderr."""
     reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
     """Reloading the config while serving (SIGHUP, or watching the file)."""
+    content: ContentConfig = msgspec.field(default_factory=ContentConfig)
+    """Content stores (``store_content`` steps write, clients read them as resources)."""
     registry: RegistryConfig = msgspec.field(default_factory=RegistryConfig)
     """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
     apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
@@ -573,6 +597,7 @@ _SECTIONS = {
     "reload": _Section("reload", ReloadConfig),
     "apps": _Section("apps", AppsConfig),
     "registry": _Section("registry", RegistryConfig),
+    "content": _Section("content", ContentConfig),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
@@ -824,6 +849,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
     problems.extend(_registry_problems(cfg.registry))
+    problems.extend(_content_problems(cfg.content))
     tls = cfg.http.tls
     if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
         problems.append(
@@ -863,6 +889,21 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _content_problems(content: ContentConfig) -> list[Problem]:
+    """File stores have a root; the default store exists when there are stores."""
+    problems = [
+        Problem(f"content.stores.{name}.root", CODE, "a file_system store needs its `root` directory")
+        for name, store in content.stores.items()
+        if store.kind == "file_system" and not store.root
+    ]
+    if content.stores and content.default not in content.stores:
+        known = ", ".join(sorted(content.stores))
+        problems.append(Problem("content.default", CODE, f"no store `{content.default}` in content.stores ({known})"))
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", content.scheme):
+        problems.append(Problem("content.scheme", CODE, "a URI scheme: a letter, then letters, digits, +, . or -"))
+    return problems
 
 
 def _registry_problems(registry: RegistryConfig) -> list[Problem]:

@@ -238,6 +238,7 @@ def load_declared(
     sql: Any = None,
     base_dir: str = ".",
     credentials: Any = None,
+    content: Any = None,
 ) -> tuple[DeclaredPipelines, list[Problem]]:
     """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
 
@@ -245,6 +246,7 @@ def load_declared(
         sql: the ``sql:`` section (named SQL backends), if any.
         base_dir: what relative SQLite paths are relative to (the config file's directory).
         credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
+        content: the content stores ``store_content`` steps write to.
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
@@ -254,7 +256,9 @@ def load_declared(
     policy, problems = load_outbound(outbound_raw)
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
-    policy = replace(policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}))
+    policy = replace(
+        policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}), content=content
+    )
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems

@@ -145,6 +145,16 @@ def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
     return found or None
 
 
+async def _content_of(config: Config) -> Any:
+    """The content stores of a config without declared pipelines (opened off the event loop: a file store
+    reads its index)."""
+    if not config.content.stores:
+        return None
+    from mcpipe.declared import content_of
+
+    return await trio.to_thread.run_sync(content_of, config)
+
+
 def _apps_of(config: Config) -> Any:
     """MCP Apps' policy when the config turns apps on (``apps.enabled``), else None."""
     if not config.apps.enabled:
@@ -289,6 +299,7 @@ async def open_app(
         surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
         caching=config.caching,
         apps=_apps_of(config),
+        content=declared.policy.content if declared is not None else await _content_of(config),
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:

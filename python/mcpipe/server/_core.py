@@ -433,6 +433,7 @@ class ToolHandlers:
         surfaces: list[Any] | None = None,
         caching: Any = None,
         apps: Any = None,
+        content: Any = None,
     ) -> None:
         self.gateway = gateway
         self.apps = apps
@@ -460,6 +461,7 @@ class ToolHandlers:
                 run_hidden=self.run_hidden,
                 identity=identity_of,
                 apps=apps,
+                content=content,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()

@@ -128,6 +128,7 @@ class Passthrough:
         run_hidden: RunHidden | None = None,
         identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
         apps: AppsPolicy | None = None,
+        content: Any = None,
     ) -> None:
         self.downstreams = downstreams
         self.caching = caching
@@ -138,6 +139,8 @@ class Passthrough:
         self.check_surface = check_surface
         self.run_hidden = run_hidden
         self.identity = identity
+        self.content = content
+        """The content stores whose content clients read (:class:`mcpipe.store.content.ContentStores`), or None."""
         self.apps = apps
         """MCP Apps' policy, which every ``_meta.ui`` listed or read is held to (None: apps are off)."""
         self.hidden = {t.name: t for t in self.surfaces if t.surface == "hidden"}
@@ -375,6 +378,8 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        if self.content is not None and self.content.owns(uri):
+            return _local_result(ctx, await self._read_content(ctx, uri))
         local = self._local_resource(uri)
         if local is not None:
             tool, args = local
@@ -394,6 +399,29 @@ class Passthrough:
 
         forwarded = await self._forward(server, lambda _: self._asking(ctx, server, params, read))
         return self._clamped(_for_era(ctx, forwarded), uri)
+
+    async def _read_content(self, ctx: ServerRequestContext[Any, Any], uri: str) -> dict[str, Any]:
+        """A content store's content, as mcpg serves its ``mcpg-resource://`` reads (``resource_read_managed``):
+        the caller's trust rules as for any resource (by its URI); content another session stored, or none, or
+        expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as base64."""
+        if self.check_surface is not None:
+            self.check_surface(ctx, _Named(uri))
+        content = await self.content.get(uri)
+        session = _session_id(ctx)
+        if content is None or (content.session_id is not None and content.session_id != session):
+            raise MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
+        item: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type}
+        textual = content.mime_type.startswith("text/") or content.mime_type in ("application/json", "application/xml")
+        try:
+            if not textual:
+                raise UnicodeDecodeError("", b"", 0, 1, "binary")
+            item["text"] = content.data.decode("utf-8")
+        except UnicodeDecodeError:
+            item["blob"] = base64.b64encode(content.data).decode()
+        out = {"contents": [item]}
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+        return out
 
     def _clamped(self, result: dict[str, Any], uri: str) -> dict[str, Any]:
         """A read's contents held to MCP Apps' policy (when apps are on)."""
@@ -702,7 +730,7 @@ class Passthrough:
         subscribe and listChanged), prompts, completions and change streams when there are downstream servers."""
         add = server.add_request_handler
         add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
-        if not self.downstreams.servers and not self.surfaces:
+        if not self.downstreams.servers and not self.surfaces and self.content is None:
             return
         add("resources/list", types.PaginatedRequestParams, self.list_resources)
         add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
@@ -734,6 +762,15 @@ def _decode_cursor(cursor: str) -> dict[str, str | None]:
     if not isinstance(pages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pages.items()):
         raise MCPError(INVALID_PARAMS, "Invalid cursor")
     return dict(pages)
+
+
+def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The caller's 2025-11-25 session id (``Mcp-Session-Id``), or None."""
+    try:
+        value = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
+    except AttributeError:
+        return None
+    return str(value) if value else None
 
 
 def _output_of(result: Any) -> Any:

@@ -188,8 +188,8 @@ def _share() -> tuple[int, int, dict[str, Any]]:
     return len(accepted) - len(failed), len(accepted), failed
 
 
-LOADED_FLOOR = 0.87
-"""The share of the configs mcpg accepts that mcpipe loads today (87 of 99): it may only rise."""
+LOADED_FLOOR = 0.88
+"""The share of the configs mcpg accepts that mcpipe loads today (88 of 99): it may only rise."""
 
 
 def test_the_share_of_the_configs_mcpg_accepts_that_load_does_not_fall() -> None:

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import sys
 import warnings
@@ -729,3 +730,44 @@ async def test_the_served_registry_of_mcpgs_federation_guide_lists_this_server_a
     assert listed.status_code == 200 and listed.json() == {"servers": [entry], "metadata": {}}
     assert latest.json() == entry and pinned.json() == entry
     assert other.status_code == 404 and other.json() == {"error": "server or version not found"}
+
+
+# --- content stores ---------------------------------------------------------------------------------------
+
+
+async def test_the_air_gapped_example_serves_its_file_content_store_at_mcpg_resource_uris(tmp_path: Path) -> None:
+    # storage_wiring.rs build_storages_registry, content_store_fs.rs (the layout), capabilities_list.rs
+    # resource_read_managed: what the store holds is read at mcpg-resource://<id>, the rest is unknown.
+    doc = yaml.safe_load((UPSTREAM / "examples/deployments/air-gapped.yaml").read_text())
+    root = tmp_path / "storage"
+    doc["storage"]["providers"][0]["config"]["root"] = str(root)
+    doc["governance"]["audit"]["sinks"][0]["config"]["path"] = str(tmp_path / "audit.log")
+    doc["observability"]["logs"]["sinks"][0]["config"]["path"] = str(tmp_path / "gateway.log")
+    doc["observability"].pop("metrics")  # its prometheus listener's fixed port is no part of this test
+    doc["gateway"]["server"].update(bind_address="127.0.0.1:0", trust_subject_header=True)
+    # What an mcpg of the same site stored before (an image a backend generated), in mcpg's layout.
+    digest = "ab" + "c" * 62
+    (root / "blobs" / "ab" / "cc").mkdir(parents=True)
+    (root / "blobs" / "ab" / "cc" / digest).write_bytes(b"\x89PNG")
+    (root / "meta" / "ab" / "cc").mkdir(parents=True)
+    meta = {"mime_type": "image/png", "stored_at": "2026-05-01T10:00:00Z", "size_bytes": 4}
+    (root / "meta" / "ab" / "cc" / f"{digest}.json").write_text(json.dumps(meta))
+    with trio.fail_after(30):
+        async with open_app(_load(doc)) as app, http_server(app) as url, _client(url, "alice") as client:
+            image = await client.read_resource(f"mcpg-resource://hash:{digest}")
+            also = await client.read_resource(f"mcpg-resource://default/hash:{digest}")
+            with pytest.raises(Exception, match=f"unknown resource: mcpg-resource://hash:{'0' * 64}"):
+                await client.read_resource(f"mcpg-resource://hash:{'0' * 64}")
+            echo = await client.call_tool("dev.mock.echo", {})
+    assert image.contents[0].blob == base64.b64encode(b"\x89PNG").decode()  # type: ignore[union-attr]
+    assert image.contents[0].mime_type == "image/png" and also.contents[0].blob == image.contents[0].blob  # type: ignore[union-attr]
+    assert not echo.is_error
+
+
+def test_a_storage_section_mcpg_would_not_boot_is_refused_with_its_message() -> None:
+    doc = {"storage": {"providers": [{"id": "files", "kind": "file_system", "config": {"root": "/x"}}]}}
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    assert [(p.location, p.message) for p in e.value.problems] == [
+        ("storage.default", "`storage.default: default` does not match any provider id in `storage.providers: [...]`")
+    ]

@@ -1489,10 +1489,7 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     _cluster(doc.get("cluster") or {}, out)
     if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
         out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
-    storage = doc.get("storage") or {}
-    for i, provider in enumerate(storage.get("providers") or []):
-        if provider.get("kind") not in ("memory", "in_process", "in-process"):
-            out.refuse(f"storage.providers[{i}]", reason("storage", kind=str(provider.get("kind"))))
+    _storage(doc.get("storage") or {}, out)
     lic = doc.get("license") or {}
     for key in ("token", "token_file"):
         if lic.get(key):
@@ -1502,6 +1499,45 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
         _debug_tools(doc, out)
+
+
+_STORE_FIELDS = {"in_process": {"max_bytes"}, "file_system": {"root", "max_bytes"}}
+
+
+def _storage(storage: Mapping[str, Any], out: _Out) -> None:
+    """``storage``: mcpg's content stores (``storage_wiring.rs``), served at ``mcpg-resource://<id>/<resource>``.
+    Without providers mcpg keeps one in-process store, ``default``; so does mcpipe."""
+    providers = list(storage.get("providers") or []) or [{"id": "default", "kind": "in_process"}]
+    stores: dict[str, Any] = {}
+    for i, provider in enumerate(providers):
+        where, pid, kind = f"storage.providers[{i}]", str(provider.get("id")), str(provider.get("kind"))
+        config = provider.get("config") or {}
+        if kind not in _STORE_FIELDS:
+            out.refuse(where, reason("storage", kind=kind))
+            return
+        unknown = sorted(set(config) - _STORE_FIELDS[kind])
+        if unknown or (kind == "file_system" and "root" not in config):
+            what = f"unknown field `{unknown[0]}`" if unknown else "missing field `root`"
+            out.refuse(f"{where}.config", f"build storage provider '{pid}' (kind {kind}): invalid {kind} spec: {what}")
+            return
+        if pid in stores:
+            out.refuse(f"{where}.id", f"duplicate storage provider id '{pid}' in `storage.providers: [...]`")
+            return
+        store: dict[str, Any] = {"kind": "memory" if kind == "in_process" else "file_system"}
+        if config.get("root") is not None:
+            store["root"] = str(config["root"])
+        if config.get("max_bytes") is not None:
+            store["max_bytes"] = int(config["max_bytes"])
+        stores[pid] = store
+        out.moved(f"content.stores.{pid}", where)
+    default = str(storage.get("default") or "default")
+    if default not in stores:
+        out.refuse(
+            "storage.default",
+            f"`storage.default: {default}` does not match any provider id in `storage.providers: [...]`",
+        )
+        return
+    out.doc["content"] = {"stores": stores, "default": default, "scheme": "mcpg-resource"}
 
 
 def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
