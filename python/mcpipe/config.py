@@ -113,6 +113,8 @@ class McpServerConfig(_Base):
         default_factory=lambda: ["tools", "resources", "resource_templates", "prompts"]
     )
     """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
+    forward_bearer: bool = False
+    """Each call carries the caller's own bearer token (``Authorization``) to this HTTP server."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -455,6 +457,60 @@ class AppsConfig(_Base):
     """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
 
 
+class RegistryServerConfig(_Base):
+    """What one registry server is given beyond what the registry says (by its registry name)."""
+
+    enabled: bool = True
+    version: str | None = None
+    """Pin this version (default: the registry's latest)."""
+    variables: dict[str, str] = {}
+    """Values of its remote URL's ``{variable}`` templates."""
+    headers: dict[str, str] = {}
+    """Values of its remote's declared request headers."""
+    credential: str | None = None
+    """A ``[credentials.NAME]`` for this server (default: the registry's ``credential``)."""
+
+
+class RegistrySourceConfig(_Base):
+    """An MCP registry (its ``/v0.1/servers`` API) whose servers are served as downstream servers, kept in step
+    with it (``docs/server.md``)."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9-]+$")]
+    """Prefixes the servers' names (``<name>--<server>``)."""
+    url: str
+    headers: dict[str, str] = {}
+    """Headers every request to the registry carries (``Authorization: Bearer ...``, an API key)."""
+    allow_private: bool = False
+    """The registry may be at a private or loopback address."""
+    allow_http: bool = False
+    """The registry may be plain ``http://``."""
+    interval_s: Annotated[int, msgspec.Meta(ge=30)] = 300
+    max_servers: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """The most servers served from it (by name, the rest left out and logged)."""
+    include: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    """Server names (exact, or ending with ``*``) served."""
+    exclude: list[str] = []
+    namespaces: list[str] = []
+    """Only servers of these publisher namespaces (the part of the name before ``/``); empty: any."""
+    deprecated: Literal["serve", "exclude"] = "serve"
+    trust: TrustRule | None = None
+    """The rule every server's tools, resources and prompts are held to (``<prefix>.*``)."""
+    expose: list[Literal["tools", "resources", "resource_templates", "prompts"]] = msgspec.field(
+        default_factory=lambda: ["tools", "resources", "resource_templates", "prompts"]
+    )
+    allow_private_servers: bool = False
+    """A server may be at a private or loopback address (its URL is https, always)."""
+    forward_bearer: bool = False
+    """Each call carries the caller's own bearer token to the server."""
+    credential: str | None = None
+    """A ``[credentials.NAME]`` whose token the servers are given (``{server}`` in it: one per server, named by
+    the server's registry name)."""
+    oauth_discovery: bool = False
+    """Find each server's authorization server (RFC 9728, then RFC 8414) before serving it; a server whose
+    discovery fails and never succeeded is left out."""
+    servers: dict[str, RegistryServerConfig] = {}
+
+
 class ContentStoreConfig(_Base):
     """One content store (:mod:`mcpipe.store.content`)."""
 
@@ -535,6 +591,8 @@ class Config(_Base):
     """A log file besides stderr."""
     reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
     """Reloading the config while serving (SIGHUP, or watching the file)."""
+    registries: list[RegistrySourceConfig] = []
+    """MCP registries whose servers are served as downstream servers."""
     content: ContentConfig = msgspec.field(default_factory=ContentConfig)
     """Content stores (``store_content`` steps write, clients read them as resources)."""
     registry: RegistryConfig = msgspec.field(default_factory=RegistryConfig)
@@ -598,6 +656,7 @@ _SECTIONS = {
     "apps": _Section("apps", AppsConfig),
     "registry": _Section("registry", RegistryConfig),
     "content": _Section("content", ContentConfig),
+    "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
