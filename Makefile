@@ -11,15 +11,45 @@ RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 setup: $(STAMP)
 
 $(VENV)/bin/python:
+	@echo "== make: creating $(VENV)"
 	$(PY) -m venv $(VENV)
-	$(BIN)/pip install -q --upgrade pip
 
 # An editable install: Python sources are used in place, the Rust extension is rebuilt when rust/ changes.
+# Everything the tests need (the [test] extra); it covers what `make serve` needs too.
 $(STAMP): $(VENV)/bin/python $(RUST_SRC)
+	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[test]'
-	touch $@
+	touch $@ $(SERVE_STAMP)
 
-serve: setup
+# `make serve` installs only what the server needs (pyproject's dependencies, no extras), and does its slow
+# parts at once: cargo fetching the core's crates while the venv is created; then uv (from PyPI, into the
+# venv) installing the dependencies while pip and maturin build the Rust core (the editable install of mcpipe
+# itself). Each line says which part it comes from; README.md and docs/performance.md have the time it takes
+# from a fresh clone.
+SERVE_STAMP := $(VENV)/.mcpipe-serve
+SERVE_REQS := $(VENV)/serve-requirements.txt
+$(SERVE_STAMP): SHELL := /bin/bash
+$(SERVE_STAMP): $(RUST_SRC)
+	@cargo fetch --quiet & fetch=$$!; \
+	if [ ! -x $(BIN)/python ]; then echo "== make: creating $(VENV) (and fetching the Rust core's crates meanwhile)"; \
+	  $(PY) -m venv $(VENV) || exit 1; fi; \
+	wait $$fetch || echo "make: cargo fetch failed: the build below says why" >&2
+	@$(BIN)/python -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' > $(SERVE_REQS)
+	@echo "== make: installing the server's dependencies (pyproject's $$(wc -l < $(SERVE_REQS)), with theirs) and building the Rust core, side by side"
+	@$(BIN)/pip install --disable-pip-version-check -q uv && $(BIN)/uv pip install -q --python $(BIN)/python 'maturin>=1.7,<2'
+	@set -o pipefail; \
+	export PYTHONUNBUFFERED=1; \
+	( $(BIN)/uv pip install --python $(BIN)/python --no-progress -r $(SERVE_REQS) 2>&1 \
+	  | $(BIN)/python scripts/progress_lines.py '[deps]' '^(Resolved|Prepared|Installed|Uninstalled|error)' ) & deps=$$!; \
+	$(BIN)/pip install --disable-pip-version-check -v --no-build-isolation --no-deps -e . 2>&1 \
+	  | $(BIN)/python scripts/progress_lines.py '[core]' 'Installing build dependencies|Compiling |Finished |Successfully installed|[Ee]rror'; \
+	core=$$?; wait $$deps; deps=$$?; \
+	if [ $$core -ne 0 ] || [ $$deps -ne 0 ]; then \
+	  echo "make: the install failed (deps: $$deps, core: $$core); its whole output: $(BIN)/pip install -e ." >&2; exit 1; fi
+	@touch $@
+	@echo "== make: installed; starting mcpipe serve"
+
+serve: $(SERVE_STAMP)
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup

@@ -4,9 +4,12 @@ refuses into docs/playbooks.md.
 Usage: python scripts/noetl_corpus.py [--check]
 
 Each file is checked as ``mcpipe playbook check`` checks it, under an operator's config that fits NoETL's
-corpus: outbound HTTP to any public host (the hosts are each deployment's), ``sh`` for ``shell`` steps (NoETL
+corpus: outbound HTTP to any public host (the hosts are each deployment's; TLS verification may be off for
+``localhost``, the Interactive Brokers gateway's self-signed certificate), ``sh`` for ``shell`` steps (NoETL
 runs them with ``sh -c``), and a ``[sql.NAME]`` PostgreSQL backend for each database credential the corpus
-names (NoETL's credentials, registered on its server; mcpipe's are the config's backends). Nothing connects.
+names (NoETL's credentials, registered on its server; mcpipe's are the config's backends), and a catalog of
+every vendored playbook by its ``metadata.path`` (NoETL's server registers them all; a ``playbook`` step names
+one by that path). Nothing connects.
 ``--check`` exits 1 when the docs' table is not what the check finds (``tests/formats/noetl`` runs it).
 """
 
@@ -38,7 +41,10 @@ def policy() -> Any:
     backends, problems = load_sql({name: {"url": f"postgresql://localhost/{name}"} for name in CREDENTIALS})
     assert problems == [], problems
     return replace(
-        StepPolicy(http=HttpPolicy(allowed_hosts=("*",)), command=CommandPolicy(commands={"sh": "/bin/sh"})),
+        StepPolicy(
+            http=HttpPolicy(allowed_hosts=("*",), insecure_hosts=("localhost",)),
+            command=CommandPolicy(commands={"sh": "/bin/sh"}),
+        ),
         sql=backends,
     )
 
@@ -49,11 +55,59 @@ def check_corpus() -> list[tuple[str, list[str]]]:
 
     index = json.loads((UPSTREAM / "INDEX.json").read_text())["files"]
     pol = policy()
+    known = catalog()
     out = []
+    WARNED.clear()
     for rel in sorted(index):
-        _pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol)
+        pb, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=pol, known=known)
         out.append((rel, [str(p) for p in problems]))
+        if pb is not None and not problems and getattr(pb, "warnings", None):
+            WARNED[rel] = list(pb.warnings)
     return out
+
+
+WARNED: dict[str, list[str]] = {}
+"""The passing playbooks checked with warnings (what NoETL takes and ignores, or fails only when it runs)."""
+
+REASONS = (
+    ("not a NoETL playbook: it has no", "a prototype of NoETL's earlier formats (no `workflow` list)"),
+    ("not valid YAML", "not valid YAML"),
+    ("snowflake", "a cloud warehouse (Snowflake)"),
+    ("secret manager", "cloud credentials or a cloud secret manager"),
+    ("NATS", "NoETL's NATS K/V store"),
+    ("2025 drafts", "NoETL's 2025 draft engine (`call:`/`run:` steps, loops over `next` steps)"),
+    ("2025 loop drafts", "NoETL's 2025 draft engine (`call:`/`run:` steps, loops over `next` steps)"),
+    ("remote store", "code fetched from cloud storage or a URL"),
+    ("cloud storage", "cloud storage (GCS, S3)"),
+    ("cloud credentials injected", "cloud credentials"),
+    ("has problems", "a sub-playbook it runs is refused"),
+    ("no playbook with the catalog path", "a sub-playbook that is not in the repository"),
+    ("code from a template", "code from a template (a caller's value would become code)"),
+)
+
+
+def reason_of(message: str) -> str:
+    """A refusal's reason, grouped (the docs' table of reasons)."""
+    for needle, label in REASONS:
+        if needle in message:
+            return label
+    text = message.split(": ", 1)[1] if ": " in message else message
+    return re.sub(r"`[^`]*`", lambda m: m.group(0), text)
+
+
+def catalog() -> dict[str, str]:
+    """NoETL's catalog of the vendored playbooks: each ``metadata.path`` (the older top-level ``path``) to its
+    file, as NoETL's server registers them (the first file of a path in path order, when several share one)."""
+    from mcpipe.formats.noetl._catalog import metadata_path
+
+    index = json.loads((UPSTREAM / "INDEX.json").read_text())["files"]
+    known: dict[str, str] = {}
+    for rel in sorted(index):
+        path = metadata_path(str(UPSTREAM / rel))
+        if path is not None:
+            known.setdefault(path, str(UPSTREAM / rel))
+            known.setdefault(path.strip("/"), str(UPSTREAM / rel))
+    return known
 
 
 def _cell(text: str) -> str:
@@ -66,12 +120,24 @@ def _cell(text: str) -> str:
 def table(results: list[tuple[str, list[str]]]) -> str:
     """The docs' section: the counts, then one row per refused file with its first (located) reason."""
     passed = sum(1 for _, p in results if not p)
+    warned = sum(1 for rel, p in results if not p and rel in WARNED)
+    reasons: dict[str, int] = {}
+    for rel, problems in results:
+        if problems:
+            first = problems[0][len(rel) + 1 :] if problems[0].startswith(rel + ":") else problems[0]
+            label = reason_of(first.split(": ", 1)[1] if ": " in first else first)
+            reasons[label] = reasons.get(label, 0) + 1
     lines = [
         BEGIN,
         "",
         f"Of the {len(results)} vendored playbooks, **{passed} pass `mcpipe playbook check`** "
-        f"({100 * passed / len(results):.0f}%); the {len(results) - passed} below are refused, each with its "
-        "first reason, located in the file (`mcpipe playbook check FILE` lists them all).",
+        f"({100 * passed / len(results):.0f}%; {warned} of them with warnings: what NoETL takes and ignores, or "
+        f"fails only when it runs); the {len(results) - passed} below are refused, each with its first reason, "
+        "located in the file (`mcpipe playbook check FILE` lists them all).",
+        "",
+        "| refused because | files |",
+        "|---|---|",
+        *(f"| {_cell(label)} | {n} |" for label, n in sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
         "",
         "| file | first reason |",
         "|---|---|",

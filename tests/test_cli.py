@@ -218,6 +218,7 @@ def test_check_prints_every_problem_with_its_location(workdir, capsys):
     assert err.splitlines() == [
         f"{spec}: steps[0].args.name: reference to step 'later', which does not run before this step [INVALID_SPEC]",
         f"{spec}: steps[1].tool: unknown tool 'nope' [UNKNOWN_TOOL]",
+        f"{spec}: note: tool names were checked against the built-in tools and --tools",
     ]
 
 
@@ -227,19 +228,24 @@ def test_check_says_ok_and_exits_0_for_a_valid_spec(workdir, capsys):
     assert capsys.readouterr().out == f"{spec}: ok (2 steps, 2 tool calls)\n"
 
 
-def test_check_without_tools_does_not_check_tool_names(workdir, capsys):
-    spec = write(workdir / "p.json", {"steps": [{"tool": "served_elsewhere"}]})
-    assert main(["check", spec]) == 0
+def test_check_without_tools_checks_tool_names_against_the_builtins_as_run_would_and_says_so(workdir, capsys):
+    spec = write(workdir / "p.json", {"steps": [{"tool": "served_elsewhere"}, {"tool": "echo"}]})
+    assert main(["check", spec]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        f"{spec}: steps[0].tool: unknown tool 'served_elsewhere' [UNKNOWN_TOOL]",
+        f"{spec}: note: tool names were checked against the built-in tools"
+        " (--tools MODULE:REGISTRY or --config FILE adds yours)",
+    ]
 
 
 def test_check_config_delegates_to_the_server(workdir, capsys, monkeypatch):
     import mcpipe.server.cli as server_cli
 
     seen = []
-    monkeypatch.setattr(server_cli, "check_config", lambda path: seen.append(path) or 1)
+    monkeypatch.setattr(server_cli, "check_config", lambda path, quiet=False: seen.append(path) or 1)
     assert main(["check", "--config", "mcpipe.toml"]) == 1
     assert seen == ["mcpipe.toml"]
-    assert main(["check", "p.json", "--config", "mcpipe.toml"]) == 2
+    assert main(["check", "--config", "mcpipe.toml", "--tools", "m:r"]) == 2
 
 
 def test_python_dash_m_mcpipe_runs_the_same_command(workdir):

@@ -275,8 +275,9 @@ PIPE_FLIP = '{"steps": [{"tool": "flip", "args": {"text": "abc"}}]}'
     ("args", "message", "status"),
     [
         (["call", "flipp", "{}"], "mcpipe call: error: no tool `flipp` (did you mean `flip`?)", 2),
-        (["call", "flip", "[1]"], "mcpipe call: error: ARGS_JSON must be a JSON object, got list", 2),
-        (["call", "flip", "{"], "mcpipe call: error: ARGS_JSON is not JSON (", 2),
+        (["call", "flip", "[1]"], "mcpipe call: error: ARGS must be an object (JSON or YAML), got an array", 2),
+        (["call", "flip", "{"], "mcpipe call: error: ARGS is not JSON (", 2),
+        (["call", "flip", "text: [a"], "mcpipe call: error: ARGS:2:1: invalid YAML: while parsing a flow sequence", 2),
         (["call", "flip", "{}"], "mcpipe call: flip: invalid arguments for tool 'flip'", 1),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -48,6 +49,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
         return int(ns.func(ns))
+    except BrokenPipeError:
+        return _pipe_closed()
+    except BaseExceptionGroup as group:  # a Trio nursery's (`events`, `worker`): a closed pipe inside is the same
+        broken, rest = group.split(BrokenPipeError)
+        if broken is not None and rest is None:
+            return _pipe_closed()
+        raise
     except _Usage as e:
         print(f"mcpipe {ns.command}: error: {e}", file=sys.stderr)
         return USAGE_ERROR
@@ -57,6 +65,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"mcpipe {ns.command}: interrupted", file=sys.stderr)
         return 130
+
+
+SIGPIPE_STATUS = 128 + 13
+"""What a shell reports for a command killed by SIGPIPE (``yes | head -1``): a reader that went away."""
+
+
+def _pipe_closed() -> int:
+    """stdout's reader went away (``mcpipe tools | head -1``): end quietly, as a command killed by SIGPIPE does.
+
+    stdout is pointed at /dev/null first, so the interpreter's last flush at exit finds nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass  # stdout is no real file (a test's capture): nothing will flush to a closed pipe
+    return SIGPIPE_STATUS
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -81,7 +106,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a pipeline file (or a server config) and list every problem")
     check.add_argument("spec", metavar="SPEC", nargs="?", help="pipeline file (JSON or YAML); - reads stdin")
     _tool_options(check)
-    check.add_argument("--config", metavar="FILE", help="check a server config file instead of a pipeline")
+    check.add_argument(
+        "--config",
+        metavar="FILE",
+        help="alone: check a server config file; with SPEC: check the spec against the tools the config serves",
+    )
     check.add_argument(
         "--explain", action="store_true", help="with --config: show how another system's config maps onto mcpipe's"
     )
@@ -100,7 +129,7 @@ def _parser() -> argparse.ArgumentParser:
     call = sub.add_parser("call", help="call one tool and print its result")
     call.add_argument("tool", metavar="TOOL", help="the tool's name (mcp_pipe too)")
     call.add_argument(
-        "args", metavar="ARGS_JSON", nargs="?", default="{}", help="its arguments, a JSON object; - reads stdin"
+        "args", metavar="ARGS", nargs="?", default="{}", help="its arguments, a JSON or YAML object; - reads stdin"
     )
     _source_options(call)
     call.add_argument(
@@ -253,30 +282,64 @@ def _answered(source: str, answer: dict[str, Any]) -> int:
 def _check(ns: argparse.Namespace) -> int:
     from mcpipe.compile import compile_spec
 
-    if ns.config is not None:
-        if ns.spec is not None:
-            raise _Usage("give either SPEC or --config FILE, not both")
+    if ns.config is not None and ns.spec is None:
+        if ns.tools or ns.no_builtin:
+            raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
         status = int(_server_cli().check_config(ns.config))
         if status == 0 and ns.explain:
             return int(_server_cli().convert_config(ns.config, explain_only=True))
         return status
     if ns.explain:
-        raise _Usage("--explain goes with --config FILE")
+        raise _Usage("--explain goes with --config FILE alone")
     if ns.spec is None:
         raise _Usage("the following arguments are required: SPEC (or --config FILE)")
+    if ns.config is not None and (ns.tools or ns.no_builtin):
+        raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
     name = _name(ns.spec)
     spec = _with_vars(_load_spec(ns.spec), ns.var)
-    # Without --tools the tool names are not checked: the tools a server has are not known here.
-    tools = _registry(ns.tools, builtin=not ns.no_builtin) if ns.tools else None
+    if ns.config is not None:
+        import trio
+
+        if int(_server_cli().check_config(ns.config, quiet=True)) != 0:
+            return 1
+        logging.getLogger("mcpipe").setLevel(logging.ERROR)  # a server that is down is the note below, once
+        source = argparse.Namespace(**{**vars(ns), "url": None})  # `_with_tools` opens the config's app
+        tools, unchecked = trio.run(_with_tools, source, _config_tools)
+        against = f"the tools of {ns.config}"
+    else:
+        # The tools `mcpipe run` would have: the built-ins (unless --no-builtin) and those of --tools.
+        tools, unchecked = {t.name for t in _registry(ns.tools, builtin=not ns.no_builtin)}, []
+        against = " and ".join(
+            [*(["the built-in tools"] if not ns.no_builtin else []), *(["--tools"] if ns.tools else [])]
+        )
+    for server, why in unchecked:
+        print(f"{name}: note: the tools of server `{server}` are not checked: {why}", file=sys.stderr)
     try:
         compiled = compile_spec(spec, tools=tools)
     except SpecError as e:
         for p in e.problems:
             print(f"{name}: {_located(p.location, p.message)} [{p.code}]", file=sys.stderr)
+        if any(p.code == "UNKNOWN_TOOL" for p in e.problems):
+            hint = "" if ns.config is not None or ns.tools else " (--tools MODULE:REGISTRY or --config FILE adds yours)"
+            print(f"{name}: note: tool names were checked against {against or 'no tools'}{hint}", file=sys.stderr)
         return 1
     steps, leaves = compiled.step_count, compiled.leaf_count
     print(f"{name}: ok ({steps} step{'s' if steps != 1 else ''}, {leaves} tool call{'s' if leaves != 1 else ''})")
     return 0
+
+
+async def _config_tools(tools: _Local) -> tuple[Any, list[tuple[str, str]]]:
+    """The tool names a config serves (its gateway), and the downstream servers whose tools cannot be known
+    (down, or not connected yet), with why."""
+    gateway = tools.app.gateway
+    await gateway.ready()
+    downstreams = tools.app.downstreams
+    unchecked = [
+        (s.name, s.last_error or s.state)
+        for s in downstreams.servers
+        if s.config.enabled and s.state != "up" and not s.tools
+    ]
+    return gateway, unchecked
 
 
 def _convert(ns: argparse.Namespace) -> int:
@@ -455,27 +518,67 @@ def _call(ns: argparse.Namespace) -> int:
     _log_to_stderr(ns)
     if not ns.debug:  # a tool that raises is the answer's one line below, not a log line too
         logging.getLogger("mcpipe.server").setLevel(logging.CRITICAL)
-    text = sys.stdin.read() if ns.args == "-" else ns.args
-    try:
-        args = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise _Usage(f"ARGS_JSON is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
-    if not isinstance(args, dict):
-        raise _Usage(f"ARGS_JSON must be a JSON object, got {type(args).__name__}")
+    args = _call_args(ns.args)
     out = trio.run(_with_tools, ns, lambda tools: tools.call(ns.tool, args))
     structured = out.get("structuredContent")
+    failed = bool(out.get("isError"))
     if ns.json:
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    elif failed:
+        pass  # a failure is the one line on stderr below (--json prints the whole result)
     elif structured is not None:
         sys.stdout.buffer.write(orjson.dumps(structured, option=orjson.OPT_INDENT_2) + b"\n")
-    elif not out.get("isError"):
+    else:
         print("".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text"))
-    if out.get("isError"):
-        text = " ".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
-        first = text.strip().splitlines()[0] if text.strip() else "the tool reported an error"
-        print(f"mcpipe call: {ns.tool}: {first}", file=sys.stderr)
+    sys.stdout.flush()
+    if failed:
+        for line in _failure_lines(ns.tool, out):
+            print(f"mcpipe call: {ns.tool}: {line}", file=sys.stderr)
         return 1
     return 0
+
+
+def _call_args(given: str) -> dict[str, Any]:
+    """``mcpipe call``'s arguments: a JSON or YAML object (as ``run`` reads a spec with no suffix), ``-``: stdin.
+
+    Raises:
+        _Usage: they do not parse, or are not an object.
+    """
+    text = sys.stdin.read() if given == "-" else given
+    if text.lstrip()[:1] in ("{", "["):
+        try:
+            args = orjson.loads(text)
+        except orjson.JSONDecodeError as e:
+            raise _Usage(f"ARGS is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    else:
+        try:
+            args = _load_yaml(text, "ARGS")
+        except _Invalid as e:
+            raise _Usage(str(e)) from None
+    if args is None and not text.strip():
+        args = {}
+    if not isinstance(args, dict):
+        raise _Usage(f"ARGS must be an object (JSON or YAML), got {_json_type(args)}")
+    return args
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number" if isinstance(value, int | float) else type(value).__name__)
+
+
+def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
+    """A failed call as lines for stderr: an ``mcp_pipe`` answer's problems (one each, located, as ``run``
+    prints them) or its error; another tool's first line of text."""
+    structured = out.get("structuredContent")
+    if tool == PIPE_TOOL and isinstance(structured, dict) and "ok" in structured:
+        problems = structured.get("problems") or ()
+        if problems:
+            return [f"{_located(p.get('location', ''), p.get('message', ''))} [{p.get('code')}]" for p in problems]
+        code = structured.get("error_code")
+        return [f"{structured.get('error') or 'the pipeline failed'}" + (f" [{code}]" if code else "")]
+    text = " ".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
+    return [text.strip().splitlines()[0] if text.strip() else "the tool reported an error"]
 
 
 async def _list(tools: Any) -> Any:

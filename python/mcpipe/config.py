@@ -135,6 +135,9 @@ class PipeConfig(_Base):
     max_items: int = 100
     max_calls: int = 1000
     """The most leaf step executions one run may make in all (nested ``for_each`` multiplies)."""
+    max_step_runs: int = 100
+    """The most times one step of a graph (a NoETL workflow) may run in one run, reached again by an arc back
+    to it (pagination and polling by arcs); each run past the first counts towards ``max_calls`` too."""
     idempotent_tools: list[str] = msgspec.field(default_factory=list)
     max_spec_bytes: int = 4 * 1024 * 1024
     """The largest spec, refused before anything is compiled."""
@@ -173,6 +176,7 @@ class PipeConfig(_Base):
             max_items=self.max_items,
             idempotent_tools=tuple(self.idempotent_tools),
             max_calls=self.max_calls,
+            max_step_runs=self.max_step_runs,
         )
 
 
@@ -870,6 +874,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         "timeout_ms",
         "max_items",
         "max_calls",
+        "max_step_runs",
         "max_spec_bytes",
         "max_json_depth",
         "max_output_bytes",

@@ -28,6 +28,7 @@ from typing import Any, Protocol
 import orjson
 
 from mcpipe import telemetry
+from mcpipe._describe import did_you_mean
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.access import GateDenied, GateRefusal, Gates
 from mcpipe.errors import ErrorCode, MCPipeError
@@ -431,7 +432,8 @@ class Gateway:
                 self._record(ctx, name, False, ErrorCode.TOOL_FAILED, t0, 0.0)
                 raise CallError(reason)
             self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
-            raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
+            hint = did_you_mean(name, (t.name for t in self if self.allows(t.name, ctx)))  # only what it may call
+            raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'{hint}")
         return await self.invoke(tool, args, ctx, t0)
 
     async def invoke(self, tool: Tool, args: dict[str, Any], ctx: ToolContext, t0: float | None = None) -> ToolResult:

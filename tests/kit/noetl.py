@@ -4,12 +4,16 @@
 answers like httpbin (``/get``, ``/post``, ``/status/N``), serves ``/users/N`` and ``/posts``,
 ``/flaky/KEY/N`` answers 503 to the first ``N`` requests of ``KEY`` and 200 after, and
 ``/api/v1/concurrency/{reset,probe,stats}`` are NoETL's test server's concurrency probe (a probe waits
-``delay_seconds``; the stats count probes started, completed, active and the most active at once); it records
-every request. :func:`run_file` loads a vendored playbook as it is and runs it as the served tool runs it.
+``delay_seconds``; the stats count probes started, completed, active and the most active at once);
+``/api/v1/users`` (offset), ``/api/v1/assessments`` (page), ``/api/v1/events`` (cursor) and ``/api/v1/flaky``
+(a page in ``fail_on`` answers 500 the first time) are its paginated API (NoETL's
+``tests/fixtures/servers/paginated_api.py``: 35 items, 10 a page); it records every request.
+:func:`run_file` loads a vendored playbook as it is and runs it as the served tool runs it.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -25,6 +29,8 @@ from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
 from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "formats" / "noetl" / "upstream"
+PAGINATED = ("/api/v1/users", "/api/v1/assessments", "/api/v1/events", "/api/v1/flaky")
+PAGINATED_TOTAL = 35
 
 
 def policy() -> StepPolicy:
@@ -53,6 +59,7 @@ class Origin:
         self.hits: Counter[str] = Counter()
         self.probes = {"started": 0, "completed": 0, "active": 0, "max_active": 0}
         self.requests: list[dict[str, Any]] = []
+        self.flaky: Counter[int] = Counter()
         self._lock = threading.Lock()
         origin = self
 
@@ -90,6 +97,8 @@ class Origin:
         parts = path.strip("/").split("/")
         if path.startswith("/api/v1/concurrency/"):
             return self.concurrency(parts[-1], args)
+        if path in PAGINATED:
+            return self.paginated(path, args)
         if parts[0] == "status" and len(parts) == 2 and parts[1].isdigit():
             return int(parts[1]), {"status": int(parts[1])}
         if parts[0] == "flaky" and len(parts) == 3 and parts[2].isdigit():
@@ -104,6 +113,52 @@ class Origin:
         except ValueError:
             decoded = None
         return 200, {"args": args, "json": decoded, "data": text, "url": f"{self.url}{path}", "method": method}
+
+    def paginated(self, path: str, args: dict[str, Any]) -> tuple[int, Any]:
+        """NoETL's paginated test API (``tests/fixtures/servers/paginated_api.py``), its answers as it gives them."""
+        total = PAGINATED_TOTAL
+        if path == "/api/v1/users":
+            offset, limit = int(args.get("offset") or 0), int(args.get("limit") or 10)
+            users = [{"id": i, "username": f"user{i}", "email": f"user{i}@example.com"} for i in range(1, total + 1)]
+            page = users[offset : offset + limit]
+            return 200, {
+                "users": page,
+                "has_more": offset + limit < total,
+                "offset": offset,
+                "limit": limit,
+                "total": total,
+            }
+        if path == "/api/v1/events":
+            cursor, limit = args.get("cursor"), int(args.get("limit") or 10)
+            number = int(base64.b64decode(cursor).decode()) if cursor else 1
+            start = (number - 1) * limit
+            events = [
+                {"id": i, "type": "user_action", "timestamp": f"2024-01-{(i % 28) + 1:02d}T12:00:00Z"}
+                for i in range(start + 1, min(start + limit, total) + 1)
+            ]
+            more = start + limit < total
+            token = base64.b64encode(str(number + 1).encode()).decode() if more else None
+            return 200, {"events": events, "next_cursor": token, "limit": limit}
+        number = int(args.get("page") or 1)
+        size = int(args.get("pageSize") or 10) if path == "/api/v1/assessments" else 10
+        if path == "/api/v1/flaky":
+            fail_on = [int(p) for p in str(args.get("fail_on") or "").split(",") if p.strip()]
+            with self._lock:
+                self.flaky[number] += 1
+                first = self.flaky[number] == 1
+            if number in fail_on and first:
+                return 500, {"detail": "Simulated failure"}
+        start, end = (number - 1) * size, number * size
+        if path == "/api/v1/assessments":
+            items = [
+                {"id": i, "name": f"Assessment {i}", "score": 50 + (i % 50)}
+                for i in range(start + 1, min(end, total) + 1)
+            ]
+            paging = {"hasMore": end < total, "page": number, "pageSize": size, "total": total}
+        else:
+            items = [{"id": i, "value": f"item_{i}"} for i in range(start + 1, min(end, total) + 1)]
+            paging = {"hasMore": end < total, "page": number, "pageSize": size}
+        return 200, {"data": items, "paging": paging}
 
     def concurrency(self, what: str, args: dict[str, Any]) -> tuple[int, Any]:
         p = self.probes

@@ -183,3 +183,58 @@ async def test_a_for_each_whose_expression_fails_fails_located(tools, probe):
     answer = await run(loop, tools)
     assert not answer["ok"]
     assert answer["error"] == "step 'loop' failed: steps[0].for_each: no 'nope'"
+
+
+def times(n: int) -> When:
+    """True the first ``n`` times it is asked, then false (a page count, say)."""
+    asked = [0]
+
+    def more(env: Mapping[str, Any]) -> bool:
+        asked[0] += 1
+        return asked[0] <= n
+
+    return When(more, f"asked <= {n}")
+
+
+async def test_an_arc_back_runs_its_node_again_and_the_step_after_the_loop_once_the_loop_ends(tools, probe):
+    nodes = leaves([wait("start"), wait("page"), wait("check"), wait("end")], tools)
+    flow = graph(nodes, {0: [Arc(1)], 1: [Arc(2)], 2: [Arc(1, times(2), "arcs[2][0]", back=True), Arc(3)]})
+    answer = await run(flow, tools)
+    assert answer["ok"], answer["error"]
+    ran = ["start", "page", "check", "page#2", "check#2", "page#3", "check#3", "end"]
+    assert answer["steps"]["flow"]["ran"] == ran
+    assert [k for k in answer["steps"] if k != "flow"] == ran  # every run recorded, in the order runs finished
+    assert [line for line in probe.log if line.startswith("start")].count("start end") == 1
+    assert answer["summary"]["total"] == 8 and answer["summary"]["succeeded"] == 8
+
+
+async def test_a_join_after_a_loop_waits_for_the_loop_to_end_and_for_its_other_branch(tools, probe):
+    nodes = leaves([wait("start"), wait("page"), wait("side", 30), wait("join")], tools)
+    flow = graph(
+        nodes,
+        {0: [Arc(1), Arc(2)], 1: [Arc(1, times(3), back=True), Arc(3)], 2: [Arc(3)]},
+        inclusive=frozenset({0}),
+    )
+    answer = await run(flow, tools)
+    assert answer["ok"], answer["error"]
+    ran = answer["steps"]["flow"]["ran"]
+    assert ran.count("join") == 1 and ran[-1] == "join"
+    assert [r for r in ran if r.startswith("page")] == ["page", "page#2", "page#3", "page#4"]
+
+
+async def test_a_node_run_again_past_the_limit_fails_the_graph_located_at_the_arc(tools, probe):
+    nodes = leaves([wait("start"), wait("poll"), wait("end")], tools)
+    flow = graph(nodes, {0: [Arc(1)], 1: [Arc(1, times(1000), "workflow[1].next.arcs[0]", back=True), Arc(2)]})
+    answer = await run(flow, tools, limits=Limits(max_step_runs=4))
+    assert not answer["ok"] and answer["error_code"] == "LIMIT_EXCEEDED"
+    assert answer["error"].startswith("step 'flow' failed: workflow[1].next.arcs[0]: step 'poll' would run 5 times")
+    assert answer["steps"]["flow"]["ran"] == ["start", "poll", "poll#2", "poll#3", "poll#4"]
+    assert "end" not in answer["steps"]
+
+
+async def test_each_run_again_counts_towards_the_runs_step_executions(tools, probe):
+    nodes = leaves([wait("start"), wait("poll"), wait("end")], tools)
+    flow = graph(nodes, {0: [Arc(1)], 1: [Arc(1, times(1000), "arc", back=True), Arc(2)]})
+    answer = await run(flow, tools, limits=Limits(max_calls=6))
+    assert not answer["ok"] and answer["error_code"] == "LIMIT_EXCEEDED"
+    assert "running step 'poll' again would bring the run to 7 step executions; the limit is 6" in answer["error"]

@@ -25,12 +25,13 @@ import trio
 from mcp import Client, StdioServerParameters
 
 from kit.clients import bearer_client
-from kit.fastmcp_host import make_app
 from kit.realservers import free_port, wait_for_port
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import attach
 
 fastmcp = pytest.importorskip("fastmcp")
+
+from kit.fastmcp_host import make_app  # noqa: E402 (it needs fastmcp)
 
 HOST = Path(__file__).parents[1] / "kit" / "fastmcp_host.py"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2] / "python"), *sys.path])}

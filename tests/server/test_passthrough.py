@@ -409,8 +409,9 @@ async def test_a_principal_sees_the_resources_and_prompts_only_of_servers_whose_
             for principal in ("ev-user", "other"):
                 app.handlers.default_principal = principal
                 async with Client(app.server, mode="legacy") as client:
-                    resources = (await client.list_resources()).resources
-                    prompts = (await client.list_prompts()).prompts
+                    # (mcpipe's own guide is everyone's who may call mcp_pipe: only the server's count here)
+                    resources = [r for r in (await client.list_resources()).resources if r.uri.startswith("test://")]
+                    prompts = [p for p in (await client.list_prompts()).prompts if p.name.startswith("ev.")]
                     try:
                         await client.read_resource("test://static-text")
                         readable = True

@@ -156,6 +156,9 @@ class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
     anonymous_principal: str = "anonymous"
     resource_types: list[ResourceType] = msgspec.field(default_factory=lambda: [ResourceType()])
     arguments_as_context: bool = False
+    max_context_bytes: Annotated[int, msgspec.Meta(ge=1)] = 65_536
+    """With ``arguments_as_context``, the largest arguments (as JSON) handed to Cedar: larger ones are denied
+    before Cedar sees them (Cedar evaluates holding the interpreter, about 1 s per MB of arguments)."""
     default: Literal["deny", "defer"] = "deny"
     enforce: bool = True
     """False: shadow mode, a deny is logged and the call goes on."""

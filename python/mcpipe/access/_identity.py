@@ -40,6 +40,14 @@ UNKNOWN_KID_REFRESH_S = 60.0
 """A token naming a key the cache lacks refetches the JWK Set at most this often (a caller cycling random
 ``kid`` values must not drive one fetch per request)."""
 
+FAILED_FETCH_RETRY_S = 5.0
+"""After a failed fetch of the JWK Set, the next is tried no sooner than this: meanwhile tokens are checked
+with the cached keys (when they may still serve) or refused at once, instead of each request waiting for a
+fetch of its own (a JWK Set server that hangs held every caller of the issuer in line, ``timeout_ms`` each)."""
+
+MAX_KEYS = 100
+"""The most keys of one JWK Set kept (the rest are left out, said in the log)."""
+
 Headers = Sequence[tuple[bytes, bytes]]
 
 
@@ -92,6 +100,9 @@ class JwksCache:
         self.keys: list[tuple[str | None, jwt.PyJWK]] | None = None
         self.fetched_at = -1e18
         self._last_kid_refresh = -1e18
+        self._failed_at = -1e18
+        self._failure: FetchError | None = None
+        self._attempts = 0
         self._lock = trio.Lock()
         self._jwks_url: str | None = cfg.jwks_url
         if cfg.jwks is not None:
@@ -101,7 +112,12 @@ class JwksCache:
     @staticmethod
     def _parse(doc: Any) -> list[tuple[str | None, jwt.PyJWK]]:
         keys: list[tuple[str | None, jwt.PyJWK]] = []
-        for raw in doc.get("keys", []) if isinstance(doc, dict) else []:
+        listed = doc.get("keys") if isinstance(doc, dict) else None
+        if not isinstance(listed, list):  # `{"keys": 5}` raised TypeError out of the request (issue 20's review)
+            return keys
+        if len(listed) > MAX_KEYS:
+            _log.warning("a JWK Set lists %d keys; the first %d are used", len(listed), MAX_KEYS)
+        for raw in listed[:MAX_KEYS]:
             if not isinstance(raw, dict):
                 continue
             try:
@@ -134,20 +150,42 @@ class JwksCache:
         self._jwks_url = url if cfg.jwks_url is not None else None  # discovery is asked again on each refresh
         return keys
 
+    def _usable(self) -> bool:
+        """Whether cached keys may still serve (fetched less than ``max_staleness_s`` ago)."""
+        return self.keys is not None and self.clock() - self.fetched_at < self.cfg.max_staleness_s
+
     async def _refresh(self) -> None:
-        """Fetch the keys; on failure keep serving cached ones younger than ``max_staleness_s``."""
+        """Fetch the keys, one fetch at a time for all callers; on failure keep serving cached ones younger
+        than ``max_staleness_s``, and try again no sooner than :data:`FAILED_FETCH_RETRY_S`.
+
+        A caller holding usable keys never waits for a fetch another caller is making; a caller without any
+        waits for that fetch and shares its outcome (before, each waiting caller fetched again in turn).
+
+        Raises:
+            FetchError: there are no usable keys and they could not be fetched (now, or by the last try).
+        """
+        if self._lock.locked() and self._usable():
+            return
+        seen = self._attempts
         async with self._lock:
+            if self._attempts != seen or self.clock() - self._failed_at < FAILED_FETCH_RETRY_S:
+                # A fetch was made while this caller waited (its outcome is this caller's), or failed lately.
+                if self._failure is None or self._usable():
+                    return
+                raise self._failure
+            self._attempts += 1
             try:
                 keys = await self._fetch()
             except FetchError as exc:
-                stale_ok = self.keys is not None and self.clock() - self.fetched_at < self.cfg.max_staleness_s
-                if stale_ok:
+                self._failed_at, self._failure = self.clock(), exc
+                if self._usable():
                     _log.warning(
                         "JWK Set of %s could not be refreshed (%s); serving the cached keys", self.cfg.issuer, exc
                     )
                     return
                 raise
             self.keys, self.fetched_at = keys, self.clock()
+            self._failed_at, self._failure = -1e18, None
 
     async def candidates(self, kid: str | None) -> list[jwt.PyJWK]:
         """The keys that may have signed a token naming ``kid``.

@@ -148,6 +148,9 @@ class OutboundHttpConfig(_Base, kw_only=True):
     max_response_bytes: PositiveInt = 10 * _MiB
     verify: bool | str = True
     timeout_ms: PositiveMs | None = 30_000
+    insecure_hosts: list[str] = []
+    """Hosts (patterns as in ``allowed_hosts``) a step may reach with TLS verification off, when it asks
+    (NoETL's ``verify_ssl: false``): a gateway with a self-signed certificate, say."""
 
 
 class OutboundPythonConfig(_Base, kw_only=True):
@@ -209,6 +212,7 @@ class OutboundConfig(_Base, kw_only=True):
                 max_response_bytes=h.max_response_bytes,
                 verify=h.verify,
                 timeout_ms=h.timeout_ms,
+                insecure_hosts=tuple(h.insecure_hosts),
             ),
             command=CommandPolicy(
                 commands=dict(self.commands),

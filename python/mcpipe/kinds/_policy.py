@@ -11,7 +11,7 @@ import os
 import socket
 import ssl
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -53,6 +53,8 @@ class HttpPolicy:
         max_response_bytes: a larger response body fails the step.
         verify: TLS verification: True (the system's CA store), False, or a CA bundle path.
         timeout_ms: the deadline of a step that sets no ``timeout_ms`` (None: only the pipeline's).
+        insecure_hosts: host patterns (as ``allowed_hosts``) a step may reach with TLS verification off when
+            it asks (NoETL's ``verify_ssl: false``); such a step reaches only these hosts (:meth:`insecure`).
     """
 
     allowed_hosts: Sequence[str] = ()
@@ -60,6 +62,11 @@ class HttpPolicy:
     max_response_bytes: int = 10 * 1024 * 1024
     verify: bool | str = True
     timeout_ms: float | None = 30_000
+    insecure_hosts: Sequence[str] = ()
+
+    def insecure(self) -> HttpPolicy:
+        """The policy of a step that turns TLS verification off: only the ``insecure_hosts``, unverified."""
+        return replace(self, allowed_hosts=tuple(self.insecure_hosts), verify=False, insecure_hosts=())
 
     @cached_property
     def _patterns(self) -> tuple[frozenset[str], tuple[str, ...], bool]:

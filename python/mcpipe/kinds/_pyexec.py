@@ -233,6 +233,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             "kind": "error",
             "type": "RecursionError",
             "error": f"RecursionError: {e}",
+            "text": str(e),
             "line": _error_line(e.__traceback__),
         }
     except BaseException as e:
@@ -241,6 +242,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
             "kind": "error",
             "type": type(e).__name__,
             "error": f"{type(e).__name__}: {e}" if str(e) else type(e).__name__,
+            "text": str(e),
             "line": _error_line(e.__traceback__),
             "traceback": _user_traceback(e)[-8000:],
         }

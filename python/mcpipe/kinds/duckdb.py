@@ -14,6 +14,7 @@ The output is the last statement's rows (objects), or, with ``output: noetl``, N
 from __future__ import annotations
 
 import importlib.util
+import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,12 +45,16 @@ class DuckdbFields(StepFields, tag="duckdb"):
     ``commands`` (a template): SQL text, split into statements at ``;`` (outside quotes; lines starting
     with ``--`` or ``#`` dropped), or a list of statements. ``database`` (a template): a file path (relative
     to the config's directory) or ``:memory:`` (default). ``output``: ``rows`` (the last statement's rows as
-    objects) or ``noetl`` (NoETL's summary).
+    objects) or ``noetl`` (NoETL's summary). ``secrets`` (a template): DuckDB secrets created before the
+    statements, ``[{name, type: postgres | gcs | s3, params: {KEY: value}}]`` (the extension each needs is
+    loaded first: ``postgres``, ``httpfs``), so the SQL can ``ATTACH ... (TYPE postgres, SECRET name)`` or
+    read a bucket; their values are quoted, never spliced.
     """
 
     commands: Any
     database: Any = None
     output: Literal["rows", "noetl"] = "rows"
+    secrets: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,10 +120,13 @@ class _Failed(Exception):
 class _Run:
     """One step's statements on one connection, in a worker thread (``interrupt`` from another)."""
 
-    def __init__(self, database: str, statements: list[str], policy: DuckdbPolicy) -> None:
+    def __init__(
+        self, database: str, statements: list[str], policy: DuckdbPolicy, secrets: list[str] | None = None
+    ) -> None:
         self.database = database
         self.statements = statements
         self.policy = policy
+        self.secrets = secrets or []
         self.conn: Any = None
         self.interrupted = False
 
@@ -145,6 +153,12 @@ class _Run:
         columns: list[tuple[str, ...] | None] = []
         rows: list[list[Sequence[Any]] | None] = []
         try:
+            for stmt in self.secrets:  # their text holds credentials: an error names the secret, not the text
+                try:
+                    self.conn.execute(stmt)
+                except duckdb.Error as e:
+                    label = stmt.split(" (", 1)[0]
+                    raise _Failed(f"{label}: {_first_line(e)}", ErrorCode.TOOL_ERROR) from None
             for i, stmt in enumerate(self.statements):
                 if self.interrupted:
                     raise _Failed("interrupted", ErrorCode.TIMEOUT)
@@ -184,7 +198,8 @@ async def run_duckdb(
     plan = step.built
     statements = _statements(inputs["commands"])
     database = _database(inputs.get("database"), plan.base_dir)
-    work = _Run(database, statements, plan.policy)
+    secrets = secret_statements(inputs.get("secrets"), plan.policy.autoinstall_extensions)
+    work = _Run(database, statements, plan.policy, secrets)
     with trio.move_on_after(plan.timeout_s) as deadline:
         try:
             columns, rows = await run_interruptible(work, work.interrupt, limiter=_limiter(plan.policy.workers))
@@ -199,7 +214,7 @@ async def run_duckdb(
             ErrorCode.TIMEOUT,
         )
     if step.fields.output == "noetl":
-        return StepOutput.of(_noetl(statements, rows, database))
+        return StepOutput.of(_noetl(statements, rows, database, len(inputs.get("secrets") or [])))
     for cols, got in zip(reversed(columns), reversed(rows), strict=True):
         if cols is not None and got is not None:
             return StepOutput.of([{c: json_value(v) for c, v in zip(cols, row, strict=False)} for row in got])
@@ -210,18 +225,68 @@ def _name(database: str) -> str:
     return "(in memory)" if database == MEMORY else f"'{database}'"
 
 
-def _noetl(statements: list[str], rows: list[list[Sequence[Any]] | None], database: str) -> dict[str, Any]:
+_SECRET_TYPES = {"postgres": "postgres", "gcs": "httpfs", "s3": "httpfs"}
+"""The DuckDB secret types a step may create, and the extension each needs."""
+_SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def secret_statements(value: Any, install: bool) -> list[str]:
+    """The statements creating ``secrets`` (``[{name, type, params}]``): each type's extension loaded (installed
+    first when the policy lets DuckDB install), then ``CREATE OR REPLACE SECRET name (TYPE t, KEY 'value', ...)``
+    with every value a quoted literal (a number: its digits)."""
+    if value is None:
+        return []
+    if not isinstance(value, Sequence) or isinstance(value, str):
+        raise StepFailure(f"`secrets` must resolve to a list, got {json_type(value)}", ErrorCode.TOOL_FAILED)
+    loads: list[str] = []
+    out: list[str] = []
+    for i, secret in enumerate(value):
+        where = f"secrets[{i}]"
+        if not isinstance(secret, Mapping):
+            raise StepFailure(f"{where}: must be an object (name, type, params)", ErrorCode.TOOL_FAILED)
+        name, kind, params = secret.get("name"), secret.get("type"), secret.get("params") or {}
+        if not isinstance(name, str) or not _SECRET_NAME.match(name):
+            raise StepFailure(f"{where}.name: must be a name (letters, digits, `_`)", ErrorCode.TOOL_FAILED)
+        if kind not in _SECRET_TYPES:
+            raise StepFailure(f"{where}.type: must be one of {', '.join(_SECRET_TYPES)}", ErrorCode.TOOL_FAILED)
+        if not isinstance(params, Mapping):
+            raise StepFailure(f"{where}.params: must be an object", ErrorCode.TOOL_FAILED)
+        ext = _SECRET_TYPES[kind]
+        if f"LOAD {ext}" not in loads:
+            loads += [f"INSTALL {ext}", f"LOAD {ext}"] if install else [f"LOAD {ext}"]
+        parts = [f"TYPE {kind}"]
+        for key, v in params.items():
+            if not isinstance(key, str) or not _SECRET_NAME.match(key):
+                raise StepFailure(f"{where}.params: `{key}` is not a parameter name", ErrorCode.TOOL_FAILED)
+            if v is None:
+                continue
+            literal = (
+                str(v) if isinstance(v, int) and not isinstance(v, bool) else "'" + str(v).replace("'", "''") + "'"
+            )
+            parts.append(f"{key.upper()} {literal}")
+        out.append(f"CREATE OR REPLACE SECRET {name} ({', '.join(parts)})")
+    return [*loads, *out]
+
+
+def _noetl(
+    statements: list[str], rows: list[list[Sequence[Any]] | None], database: str, secrets: int = 0
+) -> dict[str, Any]:
     """NoETL's duckdb result (``noetl/tools/duckdb/sql/execution.py``, 4.26.0)."""
     out: dict[str, Any] = {"executed_commands": len(statements), "task_id": str(uuid.uuid4())}
     for i, got in enumerate(rows):
         if got:
             out[f"command_{i + 1}_rows"] = len(got)
             out[f"command_{i + 1}_sample"] = [[json_value(v) for v in row] for row in got[:5]]
-    out["secrets_created"] = 0
+    out["secrets_created"] = secrets
     out["database_path"] = database
     return out
 
 
 KIND = Kind(
-    "duckdb", DuckdbFields, run_duckdb, templates=("commands", "database"), build=build_duckdb, own_deadline=True
+    "duckdb",
+    DuckdbFields,
+    run_duckdb,
+    templates=("commands", "database", "secrets"),
+    build=build_duckdb,
+    own_deadline=True,
 )

@@ -178,6 +178,8 @@ def _answer(step: Leaf[PythonFields, PythonPlan], plan: PythonPlan, outcome: Out
     message = str(reply.get("error") or "the code failed")
     if reply.get("traceback"):
         printed["traceback"] = reply["traceback"]
+    if isinstance(reply.get("text"), str):
+        printed["error_text"] = reply["text"]  # the exception's own text (`str(e)`), as NoETL reports it
     if kind == "memory":
         raise StepFailure(
             f"the python step ran out of memory (limit {plan.policy.memory_mb} MiB){where}",

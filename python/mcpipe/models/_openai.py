@@ -100,6 +100,13 @@ class OpenAIModel:
         api_key = self.environ.get(self.config.api_key_env)
         if api_key:
             headers["authorization"] = f"Bearer {api_key}"
+        elif not (self.config.base_url or self.environ.get("OPENAI_BASE_URL")):
+            # OpenAI's own endpoint wants a key: say so here, not as whatever asking it without one fails with
+            # (a DNS error where the network is closed). A local endpoint (a base URL) may need none.
+            raise ModelError(
+                f"model '{self.name}': {self.config.api_key_env} is not set (and no base URL is given: "
+                f"set {self.config.api_key_env}, or OPENAI_BASE_URL / the model's base_url for another endpoint)"
+            )
         url = f"{self.base_url}/chat/completions"
         raw, status = await self._post(url, headers, orjson.dumps(body))
         try:

@@ -9,8 +9,8 @@ A plan is a :class:`Pipeline` (vars, steps, return, failure policy, deadline) wh
 - :class:`Parallel`: children that run concurrently and see what the group's list sees;
 - :class:`Pipe`: a nested pipeline whose ``vars`` resolve in the enclosing environment;
 - :class:`ForEach`: one step run once per element of an array;
-- :class:`Graph`: steps joined by conditional arcs (a DAG): each step runs once, when the arcs into it are
-  decided and at least one was taken.
+- :class:`Graph`: steps joined by conditional arcs: each step runs when the arcs into it are decided and at
+  least one was taken, and again each time an arc back to it (a cycle) is taken, a bounded number of times.
 
 Every node is a :class:`Step` (id, location, deadline, failure policy) and may carry ``when`` (skip the step
 when false) and ``input_transform`` (replace ``args`` for the step); ``skippable`` says the front-end's
@@ -90,6 +90,9 @@ class Limits:
             known then, else as each ``for_each`` expands (``LIMIT_EXCEEDED``).
         idempotent_tools: names or ``*``-globs of the tools the operator marks idempotent (a step may
             ``retry`` them; so may it a tool whose annotations say ``idempotentHint``).
+        max_step_runs: the most times one node of a :class:`Graph` may run in one run, reached again by an
+            arc back to it (NoETL's pagination and polling by arcs); each run past the first also counts
+            towards ``max_calls`` (``LIMIT_EXCEEDED``, located at the arc).
     """
 
     max_steps: int = 50
@@ -104,6 +107,7 @@ class Limits:
     max_items: int = 100
     idempotent_tools: tuple[str, ...] = ()
     max_calls: int = 1000
+    max_step_runs: int = 100
 
 
 DEFAULT_LIMITS = Limits()
@@ -290,27 +294,38 @@ class Arc:
 
     ``when`` is evaluated over the environment once its source node has finished (``last`` is the source's
     result) and must be a boolean. ``data`` is the front-end's own (what the target reads of the arcs it
-    was reached by, through the ``via`` root); the scheduler does not look at it.
+    was reached by, through the ``via`` root); the scheduler does not look at it. ``back`` marks an arc back to
+    a node on the way from the entry (it closes a cycle): it is not among the arcs a node waits for, and
+    taking it runs the node again (see :class:`Graph`).
     """
 
     to: int
     when: Expression | None = None
     location: str = ""
     data: Any = None
+    back: bool = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)
 class Graph(Step):
-    """Steps joined by conditional arcs, a directed acyclic graph run from its ``entry`` node.
+    """Steps joined by conditional arcs, run from its ``entry`` node.
 
     When a node finishes, its arcs (``arcs[i]``, in order) are decided: with ``inclusive[i]`` every arc
-    whose ``when`` holds is taken, else the first one. A node runs once, when every arc into it is decided
+    whose ``when`` holds is taken, else the first one. A node runs when every arc into it is decided
     (taken, or known never to be: its source was not reached, or the arc was not chosen) and at least one
     was taken; a node no arc reaches is not run, and the arcs out of it are not taken (nor are they out of
     a node whose ``when`` is false: it is passed over). Nodes ready at the
     same time run concurrently, as a parallel group's children do (their tool calls hold slots of the
     limiters). A node runs in its list's environment with ``via`` the arcs it was reached by; it records
     its result beside the graph's in the list's results, so later nodes read earlier ones by id.
+
+    **Cycles.** An arc marked ``back`` leads back to a node on the way from the entry. Taking it runs that
+    node again, and starts the part of the graph after it anew: the arcs its nodes decided are forgotten
+    (the arcs into them from nodes before the cycle stay decided), so each node after it waits again for
+    its arcs, and runs again when they are taken. The ``n``-th run of a node (``n`` from 2) records its
+    result as ``ID#n`` (the first as ``ID``), so the list's results hold every run in the order they
+    finished. A node runs at most ``limits.max_step_runs`` times, and each run past the first counts
+    towards ``limits.max_calls``: past either, the graph fails ``LIMIT_EXCEEDED``, located at the arc.
 
     A failed node fails the graph (running nodes are cancelled) unless its ``continue_on_error`` says to go
     on: then its arcs are decided as for a success, and the graph fails at its end with the first failure.

@@ -1037,12 +1037,39 @@ class _Run:
         async with trio.open_nursery() as nursery:
 
             def reach(i: int, via: tuple[Arc, ...]) -> None:
-                nursery.start_soon(self.graph_node, step, run, i, via, env, results, prefix, go_on, nursery, held)
+                n = run.runs[i] = run.runs[i] + 1
+                if n > 1 and not self.again(step, run, i, via, n):
+                    nursery.cancel_scope.cancel()
+                    return
+                nursery.start_soon(self.graph_node, step, run, i, via, env, results, prefix, go_on, nursery, held, n)
 
             run.reach = reach
+            run.fired[step.entry] = True
             reach(step.entry, ())
         if held and run.failure is None:
             raise held[0]
+
+    def again(self, step: Graph, run: _GraphRun, i: int, via: tuple[Arc, ...], n: int) -> bool:
+        """Whether node ``i`` may run its ``n``-th time (an arc back to it was taken): within
+        ``limits.max_step_runs`` and, its leaves counted again, ``limits.max_calls``; else the graph fails."""
+        node = step.nodes[i]
+        where = via[-1].location if via and via[-1].location else f"{step.location}.arcs"
+        leaves = sum(1 for x in walk((node,)) if isinstance(x, Leaf))
+        if n > self.limits.max_step_runs:
+            why = (
+                f"{where}: step '{node.id}' would run {n} times; the limit is {self.limits.max_step_runs} runs "
+                "of a step (pipe.max_step_runs)"
+            )
+        elif self.total + self.retries + leaves > self.limits.max_calls:
+            why = (
+                f"{where}: running step '{node.id}' again would bring the run to "
+                f"{self.total + self.retries + leaves} step executions; the limit is {self.limits.max_calls}"
+            )
+        else:
+            self.total += leaves
+            return True
+        run.failure = run.failure or (why, ErrorCode.LIMIT_EXCEEDED)
+        return False
 
     async def graph_node(
         self,
@@ -1056,23 +1083,30 @@ class _Run:
         go_on: bool,
         nursery: trio.Nursery,
         held: list[BaseException],
+        n: int = 1,
     ) -> None:
         node = step.nodes[i]
         keep_going = go_on if node.continue_on_error is None else node.continue_on_error
         inner = dict(env)
         inner["via"] = via
+        # A node run again records its result as `ID#n` (the first run's stays `ID`), in the order runs finish.
+        sid = node.id if n == 1 else f"{node.id}#{n}"
+        store = results if n == 1 else {}
+        where = prefix if n == 1 else f"{prefix}{sid}/"
         try:
-            r = await self.node(node, inner, results, True, prefix, not keep_going)
+            r = await self.node(node, inner, store, True, where, not keep_going)
         except BaseException as e:
             if self.memo is None or not is_suspension(e):
                 raise
             held.append(e)  # asked the client: the siblings finish, the call resumes later
             return
+        if n > 1:
+            results[sid] = store.get(node.id, r)
         if r.get("skipped"):  # its `when` was false: passed over, as is every arc out of it
             for arc in step.arcs[i]:
                 run.decide(arc, False)
             return
-        run.ran.append(node.id)
+        run.ran.append(sid)
         if not r["ok"]:
             if run.failure is None:
                 run.failure = (f"step '{r['id']}' failed: {r['error']}", r["error_code"])
@@ -1100,8 +1134,13 @@ class _Run:
                     break
         if not chosen:
             run.output, run.output_from = r.get("output"), node.id
+        # The arcs forward first; an arc back then starts the part of the graph after its target anew.
         for arc in step.arcs[i]:
-            run.decide(arc, any(arc is c for c in chosen))
+            if not arc.back:
+                run.decide(arc, any(arc is c for c in chosen))
+        for arc in chosen:
+            if arc.back:
+                run.restart(arc)
 
     # --- events ---
 
@@ -1143,19 +1182,40 @@ class _Run:
 
 
 class _GraphRun:
-    """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure."""
+    """What a graph's run knows: the arcs decided into each node, what ran, the output and first failure.
 
-    __slots__ = ("decided", "failure", "graph", "incoming", "output", "output_from", "ran", "reach", "taken")
+    ``decisions`` holds the forward arcs decided so far (taken or not); a node fires (runs, or is passed over)
+    once all the forward arcs into it are decided. Taking an arc back to a node forgets the decisions of the
+    nodes after it (:meth:`restart`), so they wait and fire again."""
+
+    __slots__ = (
+        "after",
+        "decisions",
+        "failure",
+        "fired",
+        "graph",
+        "incoming",
+        "output",
+        "output_from",
+        "ran",
+        "reach",
+        "runs",
+    )
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
         n = len(graph.nodes)
-        self.incoming = [0] * n
+        self.incoming: list[list[Arc]] = [[] for _ in range(n)]
+        self.after: list[frozenset[int] | None] = [None] * n
         for arcs in graph.arcs:
             for arc in arcs:
-                self.incoming[arc.to] += 1
-        self.decided = [0] * n
-        self.taken: list[list[Arc]] = [[] for _ in range(n)]
+                if not arc.back:
+                    self.incoming[arc.to].append(arc)
+                elif self.after[arc.to] is None:
+                    self.after[arc.to] = _forward_from(graph, arc.to)
+        self.decisions: dict[int, bool] = {}  # id(arc) -> taken
+        self.fired = [False] * n
+        self.runs = [0] * n
         self.ran: list[str] = []
         self.output: Any = None
         self.output_from: str | None = None
@@ -1163,19 +1223,47 @@ class _GraphRun:
         self.reach: Callable[[int, tuple[Arc, ...]], None] = lambda i, via: None
 
     def decide(self, arc: Arc, taken: bool) -> None:
-        """One arc into ``arc.to`` is decided; when all are, the node runs (some taken) or is passed over,
-        and then so are the arcs out of it."""
+        """One forward arc into ``arc.to`` is decided; when all are, the node runs (some taken) or is passed
+        over, and then so are the arcs out of it."""
         j = arc.to
-        self.decided[j] += 1
-        if taken:
-            self.taken[j].append(arc)
-        if self.decided[j] != self.incoming[j]:
+        self.decisions[id(arc)] = taken
+        if self.fired[j]:
             return
-        if self.taken[j]:
-            self.reach(j, tuple(self.taken[j]))
+        into = self.incoming[j]
+        if any(id(a) not in self.decisions for a in into):
+            return
+        self.fired[j] = True
+        taken_arcs = tuple(a for a in into if self.decisions[id(a)])
+        if taken_arcs:
+            self.reach(j, taken_arcs)
             return
         for out in self.graph.arcs[j]:  # never reached: neither are the nodes only it leads to
-            self.decide(out, False)
+            if not out.back:
+                self.decide(out, False)
+
+    def restart(self, arc: Arc) -> None:
+        """An arc back to ``arc.to`` was taken: the nodes after it (``to`` included) forget the arcs decided
+        from within that part, and ``to`` runs again."""
+        j = arc.to
+        part = self.after[j] or frozenset({j})
+        for k in part:
+            self.fired[k] = False
+            for a in self.graph.arcs[k]:
+                self.decisions.pop(id(a), None)
+        self.fired[j] = True
+        self.reach(j, (arc,))
+
+
+def _forward_from(graph: Graph, start: int) -> frozenset[int]:
+    """The nodes reached from ``start`` by forward arcs (``start`` included)."""
+    seen = {start}
+    todo = [start]
+    while todo:
+        for arc in graph.arcs[todo.pop()]:
+            if not arc.back and arc.to not in seen:
+                seen.add(arc.to)
+                todo.append(arc.to)
+    return frozenset(seen)
 
 
 def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str, Any] | None]:

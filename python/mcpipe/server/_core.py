@@ -35,6 +35,7 @@ from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline
+from mcpipe.server._guide import Guide
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
@@ -456,6 +457,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
+                guide=None if pipe is None else Guide(self._tools_of, self.limits),
                 caching=caching,
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
@@ -490,6 +492,10 @@ class ToolHandlers:
             # The connection keys the log level the client set (logging/setLevel), which its calls honour.
             connection = getattr(session, "_connection", session)
             self.legacy_clients[transport] = (client, session.client_capabilities, connection)
+
+    def _tools_of(self, ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
+        """The tools a request's caller may call (the guide's prompt lists them)."""
+        return self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
 
     def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
         policy = self.gateway.policy

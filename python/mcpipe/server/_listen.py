@@ -115,7 +115,7 @@ def _busy_body(limit: int) -> bytes:
     )
 
 
-async def _turn_away(stream: trio.SocketStream, limit: int) -> None:
+async def _turn_away(stream: trio.abc.Stream, limit: int) -> None:
     """Answer a connection past the bound: ``/healthz`` briefly, anything else 503; then close it."""
     head = b""
     with trio.move_on_after(OVERFLOW_READ_S):
@@ -146,13 +146,13 @@ async def _turn_away(stream: trio.SocketStream, limit: int) -> None:
             await stream.send_all(reply)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass
-    with trio.CancelScope(shield=True):
+    with trio.CancelScope(shield=True), trio.move_on_after(OVERFLOW_READ_S):
         await stream.aclose()
 
 
 async def _accept_loop(
-    listener: trio.SocketListener,
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    listener: trio.abc.Listener[trio.abc.Stream],
+    handler: Callable[[trio.abc.Stream], Awaitable[None]],
     nursery: trio.Nursery,
     slots: _Slots,
     say: _Say,
@@ -162,8 +162,8 @@ async def _accept_loop(
 
 
 async def _accept_until_cancelled(
-    listener: trio.SocketListener,
-    handler: Callable[[trio.SocketStream], Awaitable[None]],
+    listener: trio.abc.Listener[trio.abc.Stream],
+    handler: Callable[[trio.abc.Stream], Awaitable[None]],
     nursery: trio.Nursery,
     slots: _Slots,
     say: _Say,
@@ -194,7 +194,7 @@ async def _accept_until_cancelled(
 
 
 async def _serve_one(
-    handler: Callable[[trio.SocketStream], Awaitable[None]], stream: trio.SocketStream, slots: _Slots
+    handler: Callable[[trio.abc.Stream], Awaitable[None]], stream: trio.abc.Stream, slots: _Slots
 ) -> None:
     try:
         await handler(stream)
@@ -202,7 +202,7 @@ async def _serve_one(
         slots.done(True)
 
 
-async def _turn_away_one(stream: trio.SocketStream, slots: _Slots) -> None:
+async def _turn_away_one(stream: trio.abc.Stream, slots: _Slots) -> None:
     try:
         await _turn_away(stream, slots.limit)
     finally:
@@ -217,7 +217,7 @@ async def serve_bounded(
     shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """hypercorn's ``serve`` (the trio worker, plain HTTP) with the bounded accept loop above; reports the
+    """hypercorn's ``serve`` (the trio worker, plain HTTP or TLS) with the bounded accept loop above; reports the
     bound URLs through ``task_status`` once listening."""
     config.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
@@ -233,8 +233,16 @@ async def serve_bounded(
 
         async with trio.open_nursery() as server_nursery:
             sockets = config.create_sockets()
-            listeners = []
+            listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
             binds = []
+            if sockets.secure_sockets:  # `[http] tls`: hypercorn's own TLS listeners, bounded the same way
+                ssl_context = config.create_ssl_context()
+                assert ssl_context is not None  # hypercorn makes secure sockets only when it has a context
+                for sock in sockets.secure_sockets:
+                    sock.listen(config.backlog)
+                    plain = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+                    listeners.append(trio.SSLListener(plain, ssl_context, https_compatible=True))
+                    binds.append(f"https://{repr_socket_addr(sock.family, sock.getsockname())}")
             for sock in sockets.insecure_sockets:
                 sock.listen(config.backlog)
                 listeners.append(trio.SocketListener(trio.socket.from_stdlib_socket(sock)))
@@ -242,7 +250,7 @@ async def serve_bounded(
                 binds.append(f"http://{bind}")
             state = ConnectionState(lifespan_state.copy())
 
-            async def handler(stream: trio.SocketStream) -> None:
+            async def handler(stream: trio.abc.Stream) -> None:
                 await TCPServer(wrapped, config, context, state, stream)  # type: ignore[arg-type]
 
             task_status.started(binds)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import base64
 import logging
-import re
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -43,10 +42,12 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe._core import Regex
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
 from mcpipe.server._apps import AppsPolicy
+from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
@@ -123,6 +124,7 @@ class Passthrough:
         *,
         surfaces: list[Any] | None = None,
         run_surface: RunSurface | None = None,
+        guide: Guide | None = None,
         caching: Any = None,
         check_surface: CheckSurface | None = None,
         run_hidden: RunHidden | None = None,
@@ -131,6 +133,8 @@ class Passthrough:
         content: Any = None,
     ) -> None:
         self.downstreams = downstreams
+        self.guide = guide
+        """mcpipe's own guide to its pipeline language (resources and a prompt), listed after the config's own."""
         self.caching = caching
         """The config's ``caching`` hints, or None."""
         self.surfaces = list(surfaces or ())
@@ -235,11 +239,16 @@ class Passthrough:
     def _local(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
         surface = {"resource": "resource", "template": "resource_template", "prompt": "prompt"}[kind]
         principal = self.principal(ctx)
-        return [
+        own = [
             _descriptor(t)
             for t in self.surfaces
             if t.surface == surface and (principal is None or self.policy.allows(principal, t.name))
         ]
+        if self.guide is not None and kind in ("resource", "prompt"):
+            taken = {e.get("uri") or e.get("name") for e in own}
+            guide = self.guide.resources() if kind == "resource" else self.guide.prompts()
+            own += [e for e in guide if (e.get("uri") or e.get("name")) not in taken]
+        return own
 
     async def _list(
         self, ctx: ServerRequestContext[Any, Any], key: str, kind: str, cursor: str | None = None
@@ -391,6 +400,12 @@ class Passthrough:
             if self.caching is not None:
                 out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
             return self._clamped(out, uri)
+        guide = self.guide.read(uri) if self.guide is not None else None
+        if guide is not None:
+            out = _local_result(ctx, guide)
+            if self.caching is not None:
+                out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+            return out
         await self.downstreams.ready()
         server = self._owner(ctx, uri)
 
@@ -441,6 +456,9 @@ class Passthrough:
                 return _local_result(ctx, tool.answer.prompt(tool, result))
             except MCPipeError as exc:
                 raise _surface_error(exc) from None
+        guide = self.guide.get(ctx, params.name, params.arguments) if self.guide is not None else None
+        if guide is not None:
+            return _local_result(ctx, guide)
         await self.downstreams.ready()
         server, remote = self._prompt(ctx, params.name)
 
@@ -727,10 +745,11 @@ class Passthrough:
 
     def register(self, server: Any) -> None:
         """Register the handlers on the SDK server (its capabilities follow): logging always; resources (with
-        subscribe and listChanged), prompts, completions and change streams when there are downstream servers."""
+        subscribe and listChanged), prompts, completions and change streams when there are downstream servers,
+        the config's own surfaces, or the guide (whenever ``mcp_pipe`` is served)."""
         add = server.add_request_handler
         add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
-        if not self.downstreams.servers and not self.surfaces and self.content is None:
+        if not self.downstreams.servers and not self.surfaces and self.guide is None and self.content is None:
             return
         add("resources/list", types.PaginatedRequestParams, self.list_resources)
         add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
@@ -843,27 +862,114 @@ def _descriptor(tool: Any) -> dict[str, Any]:
     return entry
 
 
+MAX_TEMPLATE_URI_CHARS = 16_384
+"""The longest URI matched against a resource template (a longer one matches none: it is not found)."""
+
+_RUST_META = frozenset("\\.+*?()|[]{}^$#&-~")
+_SEGMENT_STOPS = frozenset("/?#")
+
+
+def _rust_escape(text: str) -> str:
+    """``text`` as a literal of the Rust core's :class:`~mcpipe._core.Regex` (the ``regex`` crate's
+    ``escape``: its meta characters only)."""
+    return "".join("\\" + c if c in _RUST_META else c for c in text)
+
+
 def _template_matcher(template: str) -> Callable[[str], dict[str, str] | None]:
     """A matcher of URIs against an RFC 6570 template's simple form: each ``{name}`` (or ``{+name}``, which
-    may span ``/``) matches one segment; the rest must be equal."""
-    pattern = ""
+    may span ``/``) matches one segment (a run of at least one character), the rest must be equal; where
+    several splits fit, each variable takes the longest it can, the first first (as a backtracking regex's
+    ``(.+)``/``([^/?#]+)`` would).
+
+    The URI is the caller's: matched by Python's backtracking ``re``, ``{name}.{ext}`` took time quadratic in
+    it (a 32 KB URI of dots held the event loop 4.6 s) and adjacent variables worse, also on URIs that
+    match. So whether a URI matches is decided by the Rust core's linear-time engine, and the variables of a
+    URI that does are found by :func:`_captures`, in time linear in it; URIs past
+    :data:`MAX_TEMPLATE_URI_CHARS` match no template."""
+    literals: list[str] = []
+    spans: list[bool] = []  # per variable: may it span `/` (`{+name}`)
     names: list[str] = []
+    linear = ""
     for literal, expression in _split_template(template):
-        pattern += re.escape(literal)
+        literals.append(literal)
+        linear += _rust_escape(literal)
         if expression:
             reserved = expression.startswith("+")
-            name = expression.lstrip("+")
-            names.append(name)
-            pattern += "(.+)" if reserved else "([^/?#]+)"
-    regex = re.compile(pattern)
+            names.append(expression.lstrip("+"))
+            spans.append(reserved)
+            linear += "(.+)" if reserved else "([^/?#]+)"
+    if len(literals) == len(names):  # the template ends with a variable
+        literals.append("")
+    whole = Regex(f"^(?:{linear})$")
 
     def match(uri: str) -> dict[str, str] | None:
-        m = regex.fullmatch(uri)
-        if m is None:
+        if len(uri) > MAX_TEMPLATE_URI_CHARS:
             return None
-        return {name: unquote(value) for name, value in zip(names, m.groups(), strict=True)}
+        try:
+            if not whole.search(uri):
+                return None
+        except UnicodeEncodeError:  # a lone surrogate: no URI
+            return None
+        found = _captures(literals, spans, uri)
+        if found is None:
+            return None
+        return {name: unquote(value) for name, value in zip(names, found, strict=True)}
 
     return match
+
+
+def _stops(c: str, spanning: bool) -> bool:
+    """Whether ``c`` ends a variable's run: ``.`` stops at a newline, ``[^/?#]`` at ``/``, ``?`` and ``#``."""
+    return c == "\n" if spanning else c in _SEGMENT_STOPS
+
+
+def _captures(literals: list[str], spans: list[bool], uri: str) -> list[str] | None:
+    """The variables' values of ``uri`` (``literals[0] v1 literals[1] ... vk literals[k]``), each variable the
+    longest it can be given those before it (the split a backtracking regex finds first), or None.
+
+    Dynamic programming, O(len(uri)) per variable: ``ends[i][e]`` says variable i may end at ``e`` (the
+    literal after it is there, and the rest of the template matches what follows), ``starts[p]`` that
+    variable i may start at ``p`` (a run of its characters from ``p`` reaches such an end)."""
+    n, k = len(uri), len(spans)
+    if k == 0:
+        return [] if uri == literals[0] else None
+    ends: list[bytearray] = []
+    starts = bytearray(n + 1)
+    for i in range(k - 1, -1, -1):
+        lit = literals[i + 1]
+        size = len(lit)
+        end = bytearray(n + 1)
+        if i == k - 1:
+            if n >= size and uri.endswith(lit):
+                end[n - size] = 1
+        else:
+            for e in range(n - size + 1):
+                if starts[e + size] and uri.startswith(lit, e):
+                    end[e] = 1
+        ends.append(end)
+        starts = bytearray(n + 1)
+        reach = False  # an end lies after p, within the run of the variable's characters from p
+        for p in range(n - 1, -1, -1):
+            if _stops(uri[p], spans[i]):
+                reach = False
+                continue
+            reach = reach or bool(end[p + 1])
+            starts[p] = reach
+    ends.reverse()
+    p = len(literals[0])
+    if not uri.startswith(literals[0]) or not starts[p]:
+        return None
+    out: list[str] = []
+    for i in range(k):
+        q = p
+        while q < n and not _stops(uri[q], spans[i]):
+            q += 1
+        last = next((e for e in range(q, p, -1) if ends[i][e]), None)
+        if last is None:  # cannot be: variable i may start at p
+            return None
+        out.append(uri[p:last])
+        p = last + len(literals[i + 1])
+    return out
 
 
 def _split_template(template: str) -> list[tuple[str, str]]:

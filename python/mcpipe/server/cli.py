@@ -111,8 +111,9 @@ def quiet_chatter(level: int) -> None:
 
 
 def _print_problems(exc: ConfigError) -> None:
-    for p in exc.problems:
-        print(f"error: {p}", file=sys.stderr)
+    """Each problem once (a file read by two checks reports its problems to both), in order."""
+    for line in dict.fromkeys(str(p) for p in exc.problems):
+        print(f"error: {line}", file=sys.stderr)
 
 
 def _logging(ns: argparse.Namespace) -> None:
@@ -340,9 +341,9 @@ def convert_config(path: str, to: str = "yaml", *, explain_only: bool = False) -
     return 0
 
 
-def check_config(path: str) -> int:
+def check_config(path: str, *, quiet: bool = False) -> int:
     """Check a config file: print every problem with its location; 1 if there are any, 2 when the file
-    cannot be read, else 0."""
+    cannot be read, else 0 (and the summary line, unless ``quiet``)."""
     from mcpipe.errors import Problem
     from mcpipe.server._app import load_tool_source
     from mcpipe.tools.builtin import builtin_tools
@@ -367,11 +368,18 @@ def check_config(path: str) -> int:
     if problems:
         _print_problems(ConfigError(problems))
         return 1
-    print(
-        f"{path}: ok ({_count(len(config.mcpServers), 'downstream server')}, "
-        f"{_count(len(config.python_tools), 'python_tools entry', 'python_tools entries')}, "
-        f"{_count(len(config.pipelines), 'pipeline')})"
-    )
+    if quiet:
+        return 0
+    counts = [
+        _count(len(config.mcpServers), "downstream server"),
+        _count(len(config.python_tools), "python_tools entry", "python_tools entries"),
+        _count(len(config.pipelines), "pipeline"),
+    ]
+    if config.playbooks:
+        from mcpipe.formats.noetl import playbook_count
+
+        counts.append(_count(playbook_count(config), "playbook"))
+    print(f"{path}: ok ({', '.join(counts)})")
     return 0
 
 

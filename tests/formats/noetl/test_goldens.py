@@ -34,12 +34,10 @@ PORT = "127.0.0.1:18080"
 _db = itertools.count()
 
 KNOWN: dict[str, str] = {
-    "duckdb_retry_query": "mcpipe's duckdb kind answers NoETL's result without its `execution_id`",
     "http_to_postgres_iterator": "the insert reads `item.body`, which the stand-in's posts lack: NoETL renders the "
     "undefined name as empty text and inserts; mcpipe refuses it, located (docs/playbooks.md, where mcpipe differs)",
     "iterator_save_test": "NoETL 4.26 records five loop entries for three items (a step.exit counted twice)",
     "playbook_composition": "NoETL 4.26 records five loop entries for four users and validates before the loop ends",
-    "test_vars_template_access": "its python code holds Jinja: mcpipe passes values to code only as data",
     "v10_canonical_example": "NoETL renders `{{ process_data.items }}` as its proxy's bound method and keeps the "
     "loop's iterator among the variables; mcpipe reads the key and scopes the iterator to its loop",
     "http_example": "the shell step prints `{{ vars.user_data }}`: NoETL 4.26 has no `vars` and keeps the template "

@@ -14,7 +14,7 @@ import trio
 from kit.declared import env
 from mcpipe.declared import CommandPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.errors import Problem
-from mcpipe.formats.noetl.toolkinds import TEMPLATE_FIELDS, bind_quoted, map_tool, secret_value
+from mcpipe.formats.noetl.toolkinds import JINJA_IN_CODE, TEMPLATE_FIELDS, bind_quoted, map_tool, secret_value
 from mcpipe.tools._base import ToolContext
 
 POLICY = StepPolicy(command=CommandPolicy(commands={"sh": "/bin/sh"}))
@@ -75,17 +75,13 @@ async def test_a_python_tool_runs_with_its_input_as_globals_and_libs_imported():
     assert out.output == {"msg": "hi", "n": 4, "dd": "defaultdict"}
 
 
-def test_python_code_in_base64_is_decoded_and_code_holding_jinja_is_refused():
+def test_python_code_in_base64_is_decoded_and_code_holding_jinja_is_marked_to_run_as_written():
     code = "result = 1"
     step = mapped("python", {"code_b64": base64.b64encode(code.encode()).decode()})
     assert step == {"kind": "python", "code": code, "coerce": True}
-    assert refused("python", {"code": "result = '{{ workload.x }}'"}) == [
-        (
-            "workflow[1].tool.code",
-            "the code holds Jinja (`{{ ... }}` or `{% ... %}`), which NoETL renders into the source; mcpipe never puts "
-            "values into code: pass them in `input` and read them as variables",
-        )
-    ]
+    # Never rendered (a value would become code): the front-end warns and the code runs as written.
+    jinja = mapped("python", {"code": "result = '{{ workload.x }}'"})
+    assert jinja["code"] == "result = '{{ workload.x }}'" and jinja[JINJA_IN_CODE] is True
 
 
 @pytest.mark.parametrize(
@@ -173,11 +169,19 @@ async def test_a_duckdb_tool_answers_noetls_summary():
     assert out.output["executed_commands"] == 3 and out.output["command_3_sample"] == [[3]]
 
 
-def test_a_duckdb_tool_without_database_keeps_noetls_file_per_execution_and_auth_is_refused():
+def test_a_duckdb_tool_without_database_keeps_noetls_file_per_execution_and_its_auth_names_secrets():
     step = mapped("duckdb", {"commands": ["SELECT 1", "SELECT 2"]})
     assert step["commands"] == "SELECT 1\nSELECT 2" and step["database"].endswith("duckdb_{{ execution_id }}.duckdb")
+    auth = {"pg_db": {"type": "postgres", "key": "pg_local"}, "gcs": {"tool": "hmac", "key": "h", "scope": "gs://b"}}
+    assert mapped("duckdb", {"command": "SELECT 1", "auth": auth})["secrets"] == [
+        {"name": "pg_db", "type": "postgres", "credential": "pg_local"},
+        {"name": "gcs", "type": "hmac", "credential": "h", "scope": "gs://b"},
+    ]
     assert [loc for loc, _ in refused("duckdb", {"command": "SELECT 1", "auth": {"pg": "pg_local"}})] == [
-        "workflow[1].tool.auth"
+        "workflow[1].tool.auth.pg"  # an alias names `{type, key}`
+    ]
+    assert [loc for loc, _ in refused("duckdb", {"command": "SELECT 1", "auth": {"sf": {"type": "snowflake"}}})] == [
+        "workflow[1].tool.auth.sf.type"  # a cloud warehouse
     ]
 
 

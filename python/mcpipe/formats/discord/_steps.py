@@ -44,14 +44,49 @@ __all__ = [
 PIPELINE_TOOL = "mcp_pipeline"
 MAX_STEPS = 20
 """discord-mcp's cap on the steps of one pipeline."""
+MAX_REFERENCES = 1000
+"""The most ``{{...}}`` placeholders one call's arguments may hold, all steps together (discord-mcp sets
+none; 400 000 of them, a 2 MB request, held the event loop 5 s and 120 MB)."""
 
 _ID = re.compile(r"[a-z][a-z0-9_]{0,63}", re.IGNORECASE)
 _ID_SOURCE = "/^[a-z][a-z0-9_]{0,63}$/i"  # as zod writes the pattern in its message
-_PLACEHOLDER = re.compile(r"\{\{([^}]+)\}\}")  # interpolate.ts's TEMPLATE_RE
+_PLACEHOLDER = re.compile(r"\{\{([^}]+)\}\}")  # interpolate.ts's TEMPLATE_RE (a whole `if` only: see _placeholders)
 _STEP_N = re.compile(r"step([1-9][0-9]*)")
 _INDEX = re.compile(r"\[(\d+)\]")
 _PLAIN_INDEX = re.compile(r"0|[1-9][0-9]*")
 _OPENERS = re.compile(r"\$\{|\{\{|\$<|<<")  # what mcpipe's templates read as a placeholder's opener
+
+
+@dataclass(frozen=True, slots=True)
+class _Placeholder:
+    start: int
+    end: int
+    inner: str
+
+
+def _placeholders(text: str, most: int | None = None) -> list[_Placeholder]:
+    """What ``TEMPLATE_RE`` (``/\\{\\{([^}]+)\\}\\}/g``) finds in ``text`` (at most ``most + 1`` of them), in
+    one pass: at a ``{{`` the placeholder runs to the first ``}`` after it, which must be doubled and not come
+    at once; when it is not, no ``{{`` before that ``}`` starts one either.
+
+    The regex backtracks: from every ``{{`` it scans to the next ``}``, so a text of ``{{`` without one costs
+    its length squared (40 KB of it held the event loop 6.4 s; a 4 MB request, hours)."""
+    found: list[_Placeholder] = []
+    i = text.find("{{")
+    while i >= 0:
+        close = text.find("}", i + 2)
+        if close < 0:
+            break
+        if close > i + 2 and text.startswith("}}", close):
+            found.append(_Placeholder(i, close + 2, text[i + 2 : close]))
+            if most is not None and len(found) > most:
+                break
+            i = text.find("{{", close + 2)
+        else:
+            i = text.find("{{", close + 1)
+    return found
+
+
 _STEP_KEYS = ("id", "tool", "args", "save_as", "if", "continue_on_error")
 _BACKSLASH_VAR = "bs"  # a pipeline var holding one backslash: see _text
 
@@ -317,6 +352,8 @@ class _Args:
 
     refs: list[_Ref] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    room: list[int] = field(default_factory=lambda: [MAX_REFERENCES])
+    """The placeholders the call may still hold (one list shared by its steps' ``_Args``)."""
 
     def value(self, value: Any, binder: _Binder, at: int, loc: str) -> Any:
         if isinstance(value, str):
@@ -336,11 +373,19 @@ class _Args:
         return value
 
     def string(self, text: str, binder: _Binder, at: int, loc: str) -> Any:
-        matches = list(_PLACEHOLDER.finditer(text))
+        if self.room[0] < 0:  # past the bound already (said once)
+            return None
+        matches = _placeholders(text, self.room[0])
+        self.room[0] -= len(matches)
+        if self.room[0] < 0:
+            self.problems.append(
+                f"{loc}: more than {MAX_REFERENCES} `{{{{...}}}}` references in one call (at most {MAX_REFERENCES})"
+            )
+            return None
         if not matches:
             return {"$literal": text} if _OPENERS.search(text) else text
-        if len(matches) == 1 and matches[0].span() == (0, len(text)):
-            ref = binder.bind(matches[0].group(1), at, loc)
+        if len(matches) == 1 and (matches[0].start, matches[0].end) == (0, len(text)):
+            ref = binder.bind(matches[0].inner, at, loc)
             if isinstance(ref, str):
                 self.problems.append(f"{loc}: {ref}")
                 return None
@@ -349,21 +394,21 @@ class _Args:
         parts: list[str | _Ref] = []
         last = 0
         for m in matches:
-            ref = binder.bind(m.group(1), at, loc)
+            ref = binder.bind(m.inner, at, loc)
             if isinstance(ref, str):
                 self.problems.append(f"{loc}: {ref}")
                 continue
-            parts.append(text[last : m.start()])
+            parts.append(text[last : m.start])
             parts.append(ref)
             self.refs.append(ref)
-            last = m.end()
+            last = m.end
         parts.append(text[last:])
         return _text(parts)
 
 
 def _has_placeholder(value: Any) -> bool:
     if isinstance(value, str):
-        return _PLACEHOLDER.search(value) is not None
+        return bool(_placeholders(value, 0))
     if isinstance(value, list):
         return any(_has_placeholder(v) for v in value)
     if isinstance(value, Mapping):
@@ -487,9 +532,10 @@ def translate(
     rejected: list[Rejection] = []
     leaves: list[Leaf[None, _Built]] = []
     discord_ids = tuple(st.id for st in steps)
+    room = [MAX_REFERENCES]
     for i, st in enumerate(steps):
         loc = f"steps.{i}.args"
-        a = _Args()
+        a = _Args(room=room)
         value = {k: a.value(v, binder, i, f"{loc}.{k}") for k, v in st.args.items()}
         condition = None
         if st.condition is not None:

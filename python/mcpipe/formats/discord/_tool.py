@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator
+from functools import partial
 from typing import Any
 
+import trio
+
+from mcpipe._core import json_measure
 from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode
 from mcpipe.formats.discord._answer import (
@@ -21,6 +25,22 @@ from mcpipe.runtime import run_compiled
 from mcpipe.tools._base import ToolContext, ToolResult
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordPipelines", "PipelineTool"]
+
+TRANSLATE_IN_THREAD_BYTES = 256 * 1024
+"""A call whose arguments are larger (as JSON) is checked and translated in a thread."""
+
+_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_discord_threads")
+
+
+def _threads() -> trio.CapacityLimiter:
+    """At most 2 large calls translate at once (CPU work: more would only share the same cores)."""
+    try:
+        return _THREADS.get()
+    except LookupError:
+        limiter = trio.CapacityLimiter(2)
+        _THREADS.set(limiter)
+        return limiter
+
 
 DESCRIPTION = """\
 **Purpose**: Execute a sequence of MCP tool calls in one request. Variables from earlier steps interpolate \
@@ -201,7 +221,13 @@ class PipelineTool:
             for i, (st, t) in enumerate(zip(steps, targets, strict=True))
             if t not in registry
         ]
-        translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
+        if json_measure(args, max_bytes=TRANSLATE_IN_THREAD_BYTES)[0] > TRANSLATE_IN_THREAD_BYTES:
+            # Linear, but a few MB of text to scan: off the event loop (as mcp_pipe compiles a large spec).
+            translated = await trio.to_thread.run_sync(
+                partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes), limiter=_threads()
+            )
+        else:
+            translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
         if unknown or isinstance(translated, list):
             refused = unknown + (translated if isinstance(translated, list) else [])
             return rejected_answer(steps, sorted(refused, key=lambda r: r.index))

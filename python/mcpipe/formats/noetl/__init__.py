@@ -55,6 +55,7 @@ __all__ = [
     "load_playbook",
     "model_problems",
     "model_sources",
+    "playbook_count",
 ]
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -117,6 +118,8 @@ def _load(
         pb, problems = compile_noetl(
             raw, models=models, policy=policy, tools=tools, catalog=catalog, file=full, stack=stack
         )
+        if pb is not None:
+            pb.root = os.path.abspath(base_dir)
     if not problems:
         return pb, []
     lines = _line_finder(text)
@@ -579,6 +582,11 @@ def model_problems(config: Any) -> list[Problem]:
     """Every problem of the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` (the files read
     and checked)."""
     return _load_all(config, None)[3]
+
+
+def playbook_count(config: Any) -> int:
+    """How many playbook files the config's ``playbooks`` globs name (for ``mcpipe check --config``'s summary)."""
+    return len(_playbook_files(config)[0])
 
 
 def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:

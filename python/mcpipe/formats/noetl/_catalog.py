@@ -103,12 +103,18 @@ class Catalog:
                             self._index.setdefault(mpath, full)
         return self._index
 
-    def child(self, path: str, parent: Any, stack: tuple[str, ...]) -> tuple[Any, str]:
-        """The compiled playbook at catalog path ``path`` run by ``parent``, or None and why not."""
+    def child(self, path: str, parent: Any, stack: tuple[str, ...], relative: bool = False) -> tuple[Any, str]:
+        """The compiled playbook at catalog path ``path`` run by ``parent``, or None and why not. With
+        ``relative`` (a path written in the playbook, not a template), ``./x.yaml`` and ``../x.yaml`` name a
+        file from the parent's own directory, as NoETL's local runner reads them."""
         chain = (*stack, parent.path)
         if path in chain or path == parent.path:
             return None, f"playbook `{path}` runs itself again through its `playbook` tasks ({' -> '.join(chain)})"
         file = self.find(path)
+        if file is None and relative and bool(getattr(parent, "file", "")) and path.startswith(("./", "../")):
+            candidate = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(parent.file)), path))
+            if os.path.isfile(candidate):
+                file = candidate
         if file is None:
             return None, f"no playbook with the catalog path `{path}` (looked for {path}.yaml under the catalog)"
         key = os.path.abspath(file)

@@ -25,6 +25,7 @@ from typing import Any
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import Problem
+from mcpipe.formats.noetl._save import SaveSpec, read_save
 
 __all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
 
@@ -42,7 +43,22 @@ REFUSED_TOP = {
     "vars": "root `vars` are refused by NoETL itself (use `workload`)",
 }
 
-V2_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "spec", "next", "result", "save")
+V2_STEP = (
+    "step",
+    "desc",
+    "description",
+    "tool",
+    "input",
+    "loop",
+    "set",
+    "spec",
+    "next",
+    "result",
+    "save",
+    "sink",
+    "output",
+    "case",
+)
 OLD_STEP_CONTROL = (
     "step",
     "desc",
@@ -56,19 +72,24 @@ OLD_STEP_CONTROL = (
     "input",
     "result",
     "save",
+    "sink",
+    "output",
 )
 REFUSED_STEP = {
-    "case": "`case` blocks were removed from NoETL (use `next.arcs[].when`)",
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
-    "call": "the `call:` steps of NoETL's 2025 drafts are not supported (use `tool:` or `type: workbook`)",
-    "run": "the `run:` steps of NoETL's 2025 drafts are not supported (use `tool:`)",
-    "end_loop": "`end_loop` (NoETL's 2025 loop drafts) is not supported: a `loop` on the step runs its tool per item",
-    "sink": "`sink` (persisting a result into a database) is not supported: add a step that writes it",
-    "output": "a step-level `output` block (NoETL's result storage) is not supported",
+    "call": "the `call:` steps of NoETL's 2025 draft engine (noetl/agent.py of 2025-06, a sequential interpreter) are "
+    "not supported (use `tool:` or `type: workbook`)",
+    "run": "the `run:` steps of NoETL's 2025 draft engine (noetl/runtime/agent.py of 2025-06) are not supported (use "
+    "`tool:`)",
+    "end_loop": "`end_loop` (NoETL's 2025 draft engine, whose loops run their `next` steps per item) is not supported: "
+    "a `loop` on the step runs its tool per item",
     "case_mode": "`case_mode` was removed from NoETL",
-    "pass": "`pass` (a skipped step of NoETL 1.x) is not supported",
-    "assert": "`assert` (NoETL 1.x) is not supported: check in a python task",
 }
+IGNORED_STEP = {
+    "pass": "`pass` is not read by NoETL's engine of this layout (it runs the step): ignored, as NoETL ignores it",
+    "assert": "`assert` is not read by any NoETL engine (nothing checks it): ignored, as NoETL ignores it",
+}
+"""Step keys NoETL takes and never reads: a check warning each, and nothing else."""
 
 TASK_META = ("kind", "name", "spec", "output", "desc", "description")
 """Keys of a task that are not the tool's own fields."""
@@ -96,6 +117,82 @@ class Rule:
 
 
 @dataclass
+class OutputSpec:
+    """NoETL's ``output`` block (``noetl/worker/result_handler.py``): a result larger than ``inline_max_bytes``
+    (NoETL's default 10 MiB) is kept behind a ``_ref`` (read back with an ``artifact`` ``get``) and only its
+    ``output_select`` fields are the step's result; a smaller one is those fields with ``_inline`` (the result).
+    mcpipe keeps the stored results in the run (the ``kv``, ``disk``, ``memory`` and ``auto`` tiers)."""
+
+    location: str
+    select: tuple[str, ...] = ()
+    inline_max_bytes: int = 10 * 1024 * 1024
+    store: str = "kv"
+
+
+_STORES = ("kv", "disk", "memory", "auto", "eventlog")
+
+
+def read_output(r: _Reader, value: Any, where: str) -> OutputSpec | None:
+    if not isinstance(value, Mapping):
+        r.add(where, f"must be an object (`output_select`, `store`, `inline_max_bytes`), got {json_type(value)}")
+        return None
+    out = OutputSpec(where)
+    for k in value:
+        if k not in ("output_select", "select", "store", "inline_max_bytes"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of an output block (output_select, store, inline_max_bytes)")
+    select = value.get("output_select", value.get("select")) or []
+    if isinstance(select, Mapping) and select.get("strategy") == "size_threshold":
+        # NoETL's earlier form: only a threshold (`threshold_kb`), nothing selected.
+        kb = select.get("threshold_kb", 64)
+        if isinstance(kb, int | float) and not isinstance(kb, bool) and kb >= 0:
+            out.inline_max_bytes = int(kb * 1024)
+        select = []
+    elif not isinstance(select, list) or not all(isinstance(p, str) for p in select):
+        r.add(f"{where}.output_select", "must be a list of paths (`status`, `data.items`)")
+        select = []
+    out.select = tuple(select)
+    store = value.get("store") or {}
+    kind = store.get("kind", "kv") if isinstance(store, Mapping) else store
+    if kind in ("gcs", "s3"):
+        r.add(
+            f"{where}.store.kind",
+            f"a result stored in `{kind}` (cloud storage) is not supported: mcpipe keeps them in the run",
+        )
+    elif kind not in _STORES:
+        r.add(f"{where}.store.kind", f"must be one of {', '.join(_STORES)}")
+    out.store = str(kind)
+    size = value.get("inline_max_bytes", out.inline_max_bytes)
+    if "inline_max_bytes" not in value and out.inline_max_bytes != OutputSpec.inline_max_bytes:
+        size = out.inline_max_bytes
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        r.add(f"{where}.inline_max_bytes", "must be a number of bytes")
+    else:
+        out.inline_max_bytes = size
+    return out
+
+
+@dataclass
+class PaginateSpec:
+    """NoETL's success-side retry (``retry.on_success``: pagination and polling): the task runs again while
+    ``while`` holds (at most ``max_attempts`` times), each time with ``next_call``'s fields laid over the
+    request, the pages collected (``collect``); ``on_error`` retries a page that fails; ``per_iteration.sink``
+    saves each page."""
+
+    location: str
+    while_: Any
+    max_attempts: int = 100
+    next_call: Mapping[str, Any] = field(default_factory=dict)
+    strategy: str = "append"
+    path: str | None = None
+    into: str = "pages"
+    sink: SaveSpec | None = None
+    error_attempts: int = 1
+    initial_delay: float = 1.0
+    multiplier: float = 2.0
+    max_delay: float = 60.0
+
+
+@dataclass
 class TaskSpec:
     """One task of a step: a tool of ``kind`` with its own fields (``config``)."""
 
@@ -105,6 +202,10 @@ class TaskSpec:
     config: dict[str, Any]
     rules: list[Rule] = field(default_factory=list)
     on_unmatched: str = "continue"
+    save: SaveSpec | None = None
+    """The task's own ``save`` (NoETL 1.x's iterator body): after the task, for each item."""
+    paginate: PaginateSpec | None = None
+    output: OutputSpec | None = None
 
 
 @dataclass
@@ -131,6 +232,11 @@ class ArcSpec:
     otherwise: bool = False
     set: Mapping[str, Any] | None = None
     data: Mapping[str, Any] | None = None
+    back: bool = False
+    """It leads back to a step on the way from the entry (a cycle): taking it runs that step again."""
+    case: bool = False
+    """From a ``case`` entry (NoETL's v2 engine of 2025-12): its ``when`` is asked at each of the step's
+    events (``call.done`` or ``call.error``, then ``step.exit``)."""
 
 
 @dataclass
@@ -154,6 +260,14 @@ class StepSpec:
     admit: list[tuple[Any, bool, str]] = field(default_factory=list)
     """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
     timeout_s: float | None = None
+    save: SaveSpec | None = None
+    """The step's ``save``/``sink``: after its tool (a loop step's: after its last item)."""
+    result: str | None = None
+    """NoETL 1.x: a step without a tool whose ``result`` is a template: that is its result."""
+    result_location: str = ""
+    output: OutputSpec | None = None
+    """NoETL's result storage (``output``): what of the result later steps see (``output_select``), the
+    rest behind a ``_ref``."""
 
 
 @dataclass
@@ -170,6 +284,7 @@ class Doc:
     keychain: list[tuple[str, Mapping[str, Any]]]
     entry: str
     problems: list[Problem] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
 
 def is_v2(raw: Mapping[str, Any]) -> bool:
@@ -180,6 +295,7 @@ def is_v2(raw: Mapping[str, Any]) -> bool:
 class _Reader:
     def __init__(self) -> None:
         self.problems: list[Problem] = []
+        self.warnings: list[str] = []
 
     def add(self, location: str, message: str) -> None:
         self.problems.append(Problem(location, CODE, message))
@@ -259,9 +375,21 @@ def read_doc(raw: Mapping[str, Any]) -> Doc:
         # An arc to an `end` the workflow does not define ends the branch (NoETL 1.x skips it).
         s.arcs = [a for a in s.arcs if a.target in names or a.target != "end"]
         for a in s.arcs:
-            if a.target not in names:
+            if a.target in names:
+                continue
+            if not v2:
+                # NoETL 1.x's broker enqueues a next step only when the workflow has it: the branch ends there.
+                r.warnings.append(
+                    f"{a.location}.step: unknown step `{a.target}`{did_you_mean(a.target, names)}: NoETL 1.x runs "
+                    "nothing there (the branch ends), and so does mcpipe"
+                )
+            else:
                 r.add(f"{a.location}.step", f"unknown step `{a.target}`{did_you_mean(a.target, names)}")
-    return Doc(layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems)
+        if not v2:
+            s.arcs = [a for a in s.arcs if a.target in names]
+    return Doc(
+        layout, name, path, description, dict(workload), steps, workbook, keychain, entry, r.problems, r.warnings
+    )
 
 
 def _entry(r: _Reader, executor: Any, steps: list[StepSpec], v2: bool) -> str:
@@ -334,6 +462,11 @@ def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control:
     spec = s.get("spec")
     config.pop("spec", None)
     t = TaskSpec(name, kind, where, config)
+    if kind != "save" and "save" in config:
+        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
+    if "assert" in config:
+        config.pop("assert")
+        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
     if spec is not None:
         _policy(r, t, spec, f"{where}.spec")
     _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
@@ -346,11 +479,18 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
         r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
         return None
     config = {str(k): v for k, v in tool.items() if k not in TASK_META}
-    if kind == "workbook" and "name" in tool:
-        config["name"] = tool["name"]  # the workbook action it runs
-    if "output" in tool:
-        r.add(f"{where}.output", "a tool's `output` (NoETL's result storage tiers) is not supported")
+    if kind in ("workbook", "secrets") and "name" in tool:
+        config["name"] = tool["name"]  # the workbook action it runs; the secret it reads
     t = TaskSpec(name, kind, where, config)
+    if "output" in tool:
+        t.output = read_output(r, tool["output"], f"{where}.output")
+    if "output_select" in config:
+        t.output = read_output(r, {"output_select": config.pop("output_select")}, f"{where}.output_select")
+    if kind != "save" and "save" in config:
+        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
+    if "assert" in config:
+        config.pop("assert")
+        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
     if tool.get("spec") is not None:
         _policy(r, t, tool["spec"], f"{where}.spec")
     _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
@@ -359,6 +499,7 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
 
 _RETRY_KEYS = (
     "max_attempts",
+    "backoff",
     "initial_delay",
     "backoff_multiplier",
     "max_delay",
@@ -381,10 +522,11 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
         value = {"max_attempts": value}
     if not isinstance(value, Mapping):
         r.add(
-            where,
-            "NoETL 1.x's retry is `{max_attempts, initial_delay, retry_when, ...}` (pagination retries "
-            "with `on_success`/`next_call` are not supported)",
+            where, "NoETL 1.x's retry is `{max_attempts, initial_delay, retry_when, ...}`, or `on_error`/`on_success`"
         )
+        return
+    if "on_success" in value or "on_error" in value:
+        _unified_retry(r, t, value, where)
         return
     for k in value:
         if k not in _RETRY_KEYS:
@@ -400,6 +542,11 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
             r.add(f"{where}.{k}", "must be a number from 0 to 3600")
             v = default
         numbers[k] = float(v)
+    backoff = value.get("backoff")
+    if isinstance(backoff, int | float) and not isinstance(backoff, bool):
+        numbers["initial_delay"], numbers["backoff_multiplier"] = float(backoff), 1.0  # NoETL 1.x: a fixed delay
+    elif backoff not in (None, "exponential"):
+        r.add(f"{where}.backoff", "must be a number of seconds or `exponential`")
     retry_on = value.get("retry_on") or ()
     if not isinstance(retry_on, list | tuple) or not all(isinstance(x, str) for x in retry_on):
         r.add(f"{where}.retry_on", "must be a list of error kinds (`timeout`, `connection_error`, ...)")
@@ -418,6 +565,70 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
         max_delay=numbers["max_delay"],
     )
     t.rules.insert(0, rule)
+
+
+def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, Any], where: str) -> None:
+    """NoETL's unified retry (``noetl/plugin/runtime/retry.py``, 2025-12): ``on_error`` (a page's error retries,
+    as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
+    for k in value:
+        if k not in ("on_error", "on_success"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry with `on_error`/`on_success`")
+    on_error = value.get("on_error")
+    if on_error is not None and not isinstance(on_error, Mapping):
+        r.add(f"{where}.on_error", "must be an object (`max_attempts`, `initial_delay`, ...)")
+        on_error = None
+    if isinstance(on_error, Mapping) and "when" in on_error and "retry_when" not in on_error:
+        # NoETL's RetryPolicy reads `retry_when`, never `when`: such a block retries on every error.
+        r.warnings.append(
+            f"{where}.on_error.when: NoETL's retry reads `retry_when`, not `when`: this block retries on every error"
+        )
+        on_error = {k: v for k, v in on_error.items() if k != "when"}
+    success = value.get("on_success")
+    if success is None:
+        _legacy_retry(r, t, on_error, f"{where}.on_error")
+        return
+    at = f"{where}.on_success"
+    if not isinstance(success, Mapping) or not isinstance(success.get("while"), str | bool):
+        r.add(at, "`on_success` needs `while`: the condition to run the task again")
+        return
+    for k in success:
+        if k not in ("while", "max_attempts", "next_call", "collect", "per_iteration"):
+            r.add(
+                f"{at}.{k}",
+                f"unknown key `{k}` of `on_success` (while, max_attempts, next_call, collect, per_iteration)",
+            )
+    p = PaginateSpec(at, success["while"])
+    attempts = success.get("max_attempts", 100)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10_000:
+        r.add(f"{at}.max_attempts", "must be an integer from 1 to 10000")
+    else:
+        p.max_attempts = attempts
+    next_call = success.get("next_call") or {}
+    if not isinstance(next_call, Mapping):
+        r.add(f"{at}.next_call", "must be an object (`params`, `headers`, `url`, ...)")
+    else:
+        p.next_call = next_call
+    collect = success.get("collect") or {}
+    if not isinstance(collect, Mapping):
+        r.add(f"{at}.collect", "must be an object (`strategy`, `path`, `into`)")
+        collect = {}
+    p.strategy = str(collect.get("strategy", "append"))
+    if p.strategy not in ("append", "replace", "merge"):
+        r.add(f"{at}.collect.strategy", "must be append, replace or merge")
+    path = collect.get("path")
+    p.path = str(path) if path is not None else None
+    p.into = str(collect.get("into", "pages"))
+    per = success.get("per_iteration") or {}
+    if isinstance(per, Mapping) and per.get("sink") is not None:
+        p.sink = read_save(per["sink"], f"{at}.per_iteration.sink", r.problems, CODE)
+    if isinstance(on_error, Mapping):
+        probe = TaskSpec(t.name, t.kind, t.location, {})
+        _legacy_retry(r, probe, on_error, f"{where}.on_error")
+        if probe.rules:
+            rule = probe.rules[0]
+            p.error_attempts, p.initial_delay = rule.attempts, rule.delay
+            p.multiplier, p.max_delay = rule.multiplier, rule.max_delay
+    t.paginate = p
 
 
 def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
@@ -520,16 +731,22 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
+        elif k in IGNORED_STEP:
+            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
         elif k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
-    if "args" in s:
-        r.add(f"{where}.args", "step-level `args` were removed from NoETL (use `input`)")
     _tool_of(r, s, sname, where, step)
+    if "args" in s:  # NoETL's v2 engine of 2025-12 (`Step.args`): the step's input arguments
+        _input(r, s, "args", where, step)
     _after(r, s, where, step)
     if "tool" not in s:
-        r.add(f"{where}.tool", "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes)")
+        r.add(
+            f"{where}.tool",
+            "is required in a noetl.io/v2 step (`kind: noop` for a step that only routes); NoETL's own Step model "
+            "requires it too",
+        )
     _input(r, s, "input", where, step)
     _set(r, s, where, step)
     if "vars" in s:  # NoETL's older name for what `set` does after the step
@@ -538,6 +755,8 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
         _step_spec(r, s["spec"], f"{where}.spec", step)
     if s.get("loop") is not None:
         step.loop = _loop(r, s["loop"], f"{where}.loop")
+    if s.get("case") is not None:
+        _case(r, s["case"], f"{where}.case", step)
     nxt = s.get("next")
     if nxt is not None:
         if isinstance(nxt, Mapping) and "arcs" in nxt:
@@ -563,7 +782,13 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
                     r.add(at, "an arc is `{step: NAME, when: ...}`")
                     continue
                 for k in a:
-                    if k not in ("step", "when", "set", "spec", "desc", "description"):
+                    if k == "cond":
+                        # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
+                        r.warnings.append(
+                            f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
+                            "always holds)"
+                        )
+                    elif k not in ("step", "when", "set", "spec", "desc", "description"):
                         r.add(f"{at}.{k}", f"unknown key `{k}` of an arc (step, when, set)")
                 arc_set = a.get("set")
                 if arc_set is not None and not isinstance(arc_set, Mapping):
@@ -574,9 +799,45 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
                     r.add(f"{at}.when", f"must be a template string, got {json_type(when)}")
                 step.arcs.append(ArcSpec(a["step"], at, when, set=arc_set))
         else:  # the older list form, which NoETL 4 refuses; read as the older layout reads it
-            step.arcs = _old_next(r, nxt, f"{where}.next")
+            step.arcs = [*step.arcs, *_old_next(r, nxt, f"{where}.next")]
             step.inclusive = True
+    if any(a.case for a in step.arcs):
+        # NoETL's engine: the first case whose `when` holds routes the step; its structural `next` only when
+        # none did.
+        for a in step.arcs:
+            if not a.case:
+                a.otherwise = True
+        step.inclusive = False
     return step
+
+
+def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
+    """NoETL's ``case`` (the v2 engine of 2025-12, ``CaseEntry``): ``[{when, then: {next: [...]}}]``, the
+    first entry whose ``when`` holds at one of the step's events routes it to its ``next`` steps."""
+    if not isinstance(value, list):
+        r.add(where, "must be a list of `{when, then}` entries")
+        return
+    for i, entry in enumerate(value):
+        at = f"{where}[{i}]"
+        if not isinstance(entry, Mapping) or not isinstance(entry.get("when"), str):
+            r.add(at, "a case entry is `{when: TEMPLATE, then: {next: [...]}}`")
+            continue
+        then = entry.get("then")
+        actions = then if isinstance(then, list) else [then]
+        for j, action in enumerate(actions):
+            aat = f"{at}.then" if not isinstance(then, list) else f"{at}.then[{j}]"
+            if not isinstance(action, Mapping):
+                r.add(aat, "an action is `{next: [...]}`")
+                continue
+            for k in action:
+                if k != "next":
+                    r.add(f"{aat}.{k}", f"a case's `{k}` is not supported: mcpipe routes by a case's `next`")
+            targets = action.get("next") or []
+            for k, target in enumerate(targets if isinstance(targets, list) else [targets]):
+                arc = _old_arc(r, target, f"{aat}.next[{k}]")
+                if arc is not None:
+                    arc.when, arc.case = entry["when"], True
+                    step.arcs.append(arc)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
@@ -632,24 +893,24 @@ def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
 
 def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None:
     """The older step keys that act after the step: ``result`` (NoETL 1.x: values taken from the step's
-    ``result``/``output`` into variables, as ``set`` does) and ``save`` (only ``storage: event_log``: the
-    result is in the run's events already)."""
+    ``result``/``output`` into variables, as ``set`` does) and ``save``/``sink`` (the result persisted:
+    :mod:`mcpipe.formats.noetl._save`)."""
     if "result" in s:
         if isinstance(s["result"], Mapping):
             _set(r, s, where, step, key="result")
+        elif isinstance(s["result"], str) and not step.tasks:
+            step.result = s["result"]  # NoETL 1.x's `end` step: the workflow's result, a template
+            step.result_location = f"{where}.result"
         else:
-            r.add(f"{where}.result", "a step's `result` (NoETL 1.x) maps names to templates: an object")
-    save = s.get("save")
-    if save is not None:
-        storage = save.get("storage") if isinstance(save, Mapping) else None
-        if isinstance(storage, Mapping):
-            storage = storage.get("type") or storage.get("kind")
-        if storage != "event_log":
             r.add(
-                f"{where}.save",
-                f"`save` into `{storage}` (persisting a result into a database) is not supported: add a step "
-                "that writes it",
+                f"{where}.result",
+                "a step's `result` (NoETL 1.x) maps names to templates (or, on a step without a tool, is its result)",
             )
+    for key in ("save", "sink"):
+        if s.get(key) is not None:
+            step.save = read_save(s[key], f"{where}.{key}", r.problems, CODE)
+    if s.get("output") is not None:
+        step.output = read_output(r, s["output"], f"{where}.output")
 
 
 def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpec) -> None:
@@ -715,6 +976,8 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
+        elif k in IGNORED_STEP:
+            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)
@@ -724,11 +987,13 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
         _iterator(r, s, sname, where, step)
     elif kind is not None or isinstance(tool, str):
         if kind in ("start", "end", "noop", "router"):
-            extra = [k for k in s if k not in OLD_STEP_CONTROL and k not in REFUSED_STEP and k != "name"]
+            extra = [
+                k for k in s if k not in (*OLD_STEP_CONTROL, *IGNORED_STEP) and k not in REFUSED_STEP and k != "name"
+            ]
             for k in extra:
                 r.add(f"{where}.{k}", f"unknown key `{k}` of a `{kind}` step")
         else:
-            control = (*OLD_STEP_CONTROL, *REFUSED_STEP)
+            control = (*OLD_STEP_CONTROL, *REFUSED_STEP, *IGNORED_STEP)
             task = _flat_task(r, s, sname, where, control)
             if task is not None:
                 if task.kind == "workbook":
@@ -736,7 +1001,7 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
                 if task is not None:
                     step.tasks.append(task)
     else:
-        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data") and k not in REFUSED_STEP]
+        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP) and k not in REFUSED_STEP]
         for k in extra:
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step without a `type`")
     _set(r, s, where, step)
@@ -749,7 +1014,11 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
     if s.get("loop") is not None and step.loop is None:
         step.loop = _loop(r, s["loop"], f"{where}.loop")
         if step.loop is not None and not step.tasks:
-            r.add(f"{where}.loop", "a loop whose body is its `next` steps (NoETL's 2025 drafts) is not supported")
+            r.add(
+                f"{where}.loop",
+                "a loop whose body is its `next` steps (NoETL's 2025 draft engine, noetl/agent.py of 2025-06) is not "
+                "supported",
+            )
     step.arcs = _old_next(r, s.get("next"), f"{where}.next")
     step.inclusive = True  # every entry whose condition holds is taken (`else` when none before it was)
     return step
@@ -806,7 +1075,7 @@ def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: St
     else:
         r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
     for k in s:
-        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP):
+        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP, *IGNORED_STEP):
             r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
 
 

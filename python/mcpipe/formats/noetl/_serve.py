@@ -18,7 +18,7 @@ from dataclasses import replace
 from typing import Any
 
 from mcpipe.formats.noetl._run import EVENTS
-from mcpipe.formats.noetl._steps import EXECUTION_ID
+from mcpipe.formats.noetl._steps import EXECUTION_ID, step_of
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
 from mcpipe.plan import Limits
 from mcpipe.tools._base import ToolContext, ToolResult
@@ -76,28 +76,28 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
     """The run in NoETL's shape (see the module) from the scheduler's answer."""
     steps: dict[str, list[Any]] = {}
     failed: set[str] = set()
-    for sid, r in (answer.get("steps") or {}).items():
+    for key, r in (answer.get("steps") or {}).items():
+        sid = step_of(key)  # a step run again (an arc back to it): each run's results after the last's
         if sid not in pb.steps or sid in pb.routers or not isinstance(r, Mapping):
             continue
         if r.get("kind") == "for_each":
-            runs = []
+            runs = steps.setdefault(sid, [])
             for ch in r.get("children") or []:
                 if ch is None:
                     continue
                 runs.append(_result_of(ch))
                 if not ch.get("ok"):
                     failed.add(sid)
-            steps[sid] = runs
             continue
         if r.get("skipped"):
             continue
-        steps[sid] = [_result_of(r)]
+        steps.setdefault(sid, []).append(_result_of(r))
         if not r.get("ok"):
             failed.add(sid)
     ok = bool(answer.get("ok"))
     graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
     final = _context(graph.get("output"))
-    last = pb.steps.get(str(graph.get("output_from")))
+    last = pb.steps.get(step_of(str(graph.get("output_from"))))
     if last is not None and (last.pipeline or any(t.rules for t in last.tasks)):
         final = None  # NoETL 4.26 reports no final result when the last step was a pipeline (a task sequence)
     if final is None and not graph.get("ran"):  # the run failed before any step ran

@@ -20,6 +20,7 @@ import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -28,8 +29,10 @@ import trio
 
 from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
+from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._layout import ArcSpec
 from mcpipe.formats.noetl._run import EVENTS as _run_events
+from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
 from mcpipe.formats.noetl._scope import (
     SET_FACT,
     Environ,
@@ -41,12 +44,24 @@ from mcpipe.formats.noetl._scope import (
     wrap,
 )
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
-from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, StepPlan, TaskPlan
+from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["EVENTS", "ArcWhen", "LoopItems", "run_step", "scope_of", "step_results"]
+__all__ = [
+    "EVENTS",
+    "ArcWhen",
+    "LoopItems",
+    "latest",
+    "run_loop_save",
+    "run_save",
+    "run_step",
+    "scope_of",
+    "step_of",
+    "step_results",
+    "with_save",
+]
 
 EVENTS = _run_events
 """The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
@@ -70,7 +85,8 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
         else:
             variables[k] = v
     results: dict[str, Any] = {}
-    for sid, r in (env.get("steps") or {}).items():
+    for key, r in (env.get("steps") or {}).items():
+        sid = step_of(key)
         if sid not in pb.steps or not isinstance(r, Mapping):
             continue
         if r.get("kind") == "for_each":
@@ -93,6 +109,23 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
         results[sid] = value
         variables[sid] = value
     return variables, results
+
+
+def step_of(key: str) -> str:
+    """The step a result of the run is of: ``fetch#3`` (the third run of ``fetch``, reached again by an arc
+    back to it) is ``fetch``'s."""
+    base, mark, n = key.rpartition("#")
+    return base if mark and n.isdigit() else key
+
+
+def latest(steps: Mapping[str, Any], name: str) -> Any:
+    """The result of ``name``'s latest run (``name``, ``name#2``, ``name#3``... in ``steps``), or None."""
+    r = steps.get(name)
+    n = 2
+    while f"{name}#{n}" in steps:
+        r = steps[f"{name}#{n}"]
+        n += 1
+    return r
 
 
 _RESERVED = ("event", "ctx", "iter", "workload", "vars")
@@ -158,7 +191,7 @@ def _render_plain(value: Any, scope: Mapping[str, Any]) -> Any:
 
 def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, Any]:
     """``output``, ``event``, ``result`` and ``error`` of a finished step (for its ``set`` and arcs)."""
-    r = (env.get("steps") or {}).get(source) or {}
+    r = latest(env.get("steps") or {}, source) or {}
     ok = bool(r.get("ok"))
     if loop:
         children = [ch for ch in r.get("children") or [] if ch is not None]
@@ -224,6 +257,13 @@ class ArcWhen:
                         return False
                 return True
             assert self.when is not None
+            if self.arc.case:  # asked at each of the step's events: its call's, then its exit
+                first = scope["event"]["name"]
+                for name in (first, "step.exit"):
+                    scope["event"] = {**scope["event"], "name": name}
+                    if truthy(await self.when.render_async(scope)):
+                        return True
+                return False
             return truthy(await self.when.render_async(scope))
         except RenderError as e:
             raise ExpressionError(str(e)) from None
@@ -374,6 +414,9 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, facts=_facts(writes)) from None
     scope = scope_of(pb, env, plan.iterator, {**writes, **passed})
+    writes_full: dict[str, Any] = {}
+    if plan.iterator is not None and pb.layout == "v1" and "item" in env:
+        scope[plan.name] = wrap({"result_index": env.get("index", 0)})  # NoETL 1.x's `<step>.result_index`
     emit = EVENTS.get()
     t0 = perf_counter()
     if plan.router:
@@ -381,10 +424,19 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     else:
         try:
             result = await _run_tasks(plan, scope, env, ctx)
+            if plan.result is not None and not plan.tasks:
+                result = await _rendered(plan.result, scope)
             if (plan.pipeline or any(t.rules for t in plan.tasks)) and isinstance(result, Mapping):
                 seq_ctx = result.get("ctx")
                 if isinstance(seq_ctx, Mapping) and seq_ctx:
                     apply_set(writes, seq_ctx)  # NoETL syncs a pipeline's `ctx` into the execution's
+            if plan.save is not None and plan.name not in pb.loops:
+                saved = await run_save(plan.save, scope, result, env, ctx)
+                result = with_save(result, saved) if plan.tasks else saved
+            if plan.output is not None:
+                result, full = stored_view(plan.output, result, plan.name, execution_id(env), step.id)
+                if full is not None:
+                    writes_full[step.id] = full
         except StepFailure as e:
             failed = _error_result(e)
             if emit is not None:
@@ -410,6 +462,8 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     out = StepOutput.of(result)
     if writes:
         out.facts = _facts(writes)
+    if writes_full:
+        out.facts = {**(out.facts or {}), FULL_FACT: writes_full}
     return out
 
 
@@ -426,8 +480,9 @@ def _error_result(e: StepFailure) -> dict[str, Any]:
     if isinstance(out, Mapping) and out.get("status") in ("error", "failed"):
         return dict(out)
     text = str(e)
-    m = _PYTHON_FAILED.match(text)
-    if m is not None:
+    if isinstance(out, Mapping) and isinstance(out.get("error_text"), str):
+        text = out["error_text"]  # a python step's exception, its own text
+    elif (m := _PYTHON_FAILED.match(text)) is not None:
         text = m.group("text")
     return {"id": str(uuid.uuid4()), "status": "error", "error": text}
 
@@ -529,7 +584,9 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any]
         result: Any = None
         try:
             result = await _run_task(task, plan, scope, env, ctx)
-            why = _error_status(result)
+            # A python task's own `status` is its data: NoETL's python tool answers `{status: success, data}`
+            # whatever the code's result holds (NoETL 4.26's golden `test_vars_template_access`).
+            why = _error_status(result) if task.kind != "python" else None
             if why is not None:
                 error = _error_info(result, why)
         except StepFailure as e:
@@ -718,21 +775,363 @@ async def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: A
     return not ok
 
 
+# --- saves ---
+
+
+def with_save(result: Any, saved: Mapping[str, Any]) -> Any:
+    """A result with its save's outcome under ``meta.save``, as NoETL 1.x's worker records it."""
+    if not isinstance(result, Mapping):
+        return result
+    meta = result.get("meta")
+    return {**result, "meta": {**(meta if isinstance(meta, Mapping) else {}), "save": dict(saved)}}
+
+
+async def run_save(
+    save: SavePlan,
+    scope: Mapping[str, Any],
+    result: Any,
+    env: Mapping[str, Any],
+    ctx: Any,
+    roots: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write a save (:mod:`mcpipe.formats.noetl._save`); answers NoETL's save result. Its templates see the
+    scope with ``result`` (the result's ``data``, else the result), ``this`` and ``data`` (``roots``, for a
+    loop's save, in their place); a failure is the step's, located at the save."""
+    spec = save.spec
+    where = spec.location
+    names = dict(scope)
+    if roots is not None:
+        names.update(roots)
+    else:
+        current = result.get("data") if isinstance(result, Mapping) and result.get("data") is not None else result
+        names["result"] = wrap(current)
+        names["this"] = wrap(result)
+        names.setdefault("data", wrap(current))
+    data = await _rendered(save.data, names)
+    meta: dict[str, Any] = {"storage_kind": spec.kind}
+    if spec.kind in ("event", "event_log", ""):
+        return {"status": "success", "data": {"saved": "event", "data": data}, "meta": meta}
+    if save.step is None:
+        raise StepFailure(f"{where}: the save did not compile", ErrorCode.TOOL_FAILED)
+    with_data = {**names, "data": wrap(data), "params": wrap(data)}
+    inputs: dict[str, Any] = {}
+    try:
+        if spec.kind == "postgres":
+            for k, t in save.conn.items():
+                inputs[k] = await _rendered(t, names)
+            if isinstance(inputs.get("backend"), str):
+                inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+            if save.statement is not None:
+                inputs["command"] = await _rendered(save.statement, with_data)
+                params = await _rendered(save.params, with_data) if save.params is not None else None
+                if save.binds:
+                    given = data if isinstance(data, Mapping) else {}
+                    missing = [b for b in save.binds if b not in given]
+                    if missing:
+                        raise ValueError(f"{where}.statement: `:{missing[0]}` has no value in the save's `data`")
+                    params = {b: given[b] for b in save.binds}
+                inputs["params"] = params or None
+            else:
+                if not isinstance(data, Mapping) or not data or spec.table is None:
+                    raise ValueError(
+                        f"{where}.data: a save into a table needs `data`: a mapping, got {json_type(data)}"
+                    )
+                columns = [column_name(k, f"{where}.data") for k in data]
+                inputs["command"] = insert_sql(spec.table, columns, spec.mode, spec.keys)
+                inputs["params"] = {f"noetl_c{i}": as_text(v) for i, v in enumerate(data.values())}
+            out = await _call_kind(save.step, inputs, env, ctx, where)
+            meta["save_spec"] = {
+                "mode": spec.mode,
+                "key": list(spec.keys),
+                "statement_present": spec.statement is not None,
+            }
+            return {
+                "status": "success",
+                "data": {"saved": "postgres", "table": spec.table, "task_result": out},
+                "meta": meta,
+            }
+        if save.statement is not None:
+            inputs["commands"] = await _rendered(save.statement, with_data)
+        else:
+            if not isinstance(data, Mapping) or not data:
+                raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
+            inputs["commands"] = duckdb_table_sql(spec.table or "save_data", data)
+        inputs["database"] = await _rendered(save.database, names)
+        out = await _call_kind(save.step, inputs, env, ctx, where)
+        return {"status": "success", "data": {"saved": "duckdb", "task_result": out}, "meta": meta}
+    except ValueError as e:
+        raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
+
+
+async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+    """A loop step's ``save``, once its last item is done (a node of its own after the loop): its templates
+    see ``results``/``items``/``result`` (each item's result), ``errors`` and ``count``, as NoETL 1.x's
+    iterator gives them. Its output is the loop's, so the workflow's final result is the loop's."""
+    plan: StepPlan = step.built
+    pb = plan.playbook
+    assert plan.save is not None
+    r = latest(env.get("steps") or {}, plan.name) or {}
+    children = [ch for ch in r.get("children") or [] if ch is not None]
+    outputs = [ch.get("output") for ch in children if ch.get("ok")]
+    errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(children) if not ch.get("ok")]
+    roots = {"results": outputs, "items": outputs, "result": outputs, "errors": errors, "count": len(outputs)}
+    scope = scope_of(pb, env)
+    emit = EVENTS.get()
+    t0 = perf_counter()
+    try:
+        saved = await run_save(plan.save, scope, None, env, ctx, {k: wrap(v) for k, v in roots.items()})
+    except StepFailure as e:
+        if emit is not None:
+            emit(_exit(step, plan, "error", _error_result(e), str(e), t0))
+        raise
+    if emit is not None:
+        emit({"type": "step_save", "id": step.id, "step": plan.name, "result": saved})
+    return StepOutput.of(r.get("output"))
+
+
+# --- result storage (`output`) ---
+
+FULL_FACT = "noetl_stored"
+"""The field of a step's result (in mcpipe's answer) holding a result kept behind a ``_ref``: the run is its
+store (NoETL's ``kv``/``disk`` tiers)."""
+
+MAX_SELECTED_TEXT = 500
+"""NoETL's ``_truncate_value``: a selected text longer than this is cut (``...`` appended)."""
+
+
+def _select(result: Any, paths: tuple[str, ...]) -> dict[str, Any]:
+    """NoETL's ``extract_output_select`` with explicit paths: each path's value (``a.b``, ``items[0]``) under
+    its last segment's name, texts cut at 500 characters."""
+    out: dict[str, Any] = {}
+    for path in paths:
+        current: Any = result
+        for part in path.replace("]", "").split("."):
+            key, _, index = part.partition("[")
+            if key:
+                current = current.get(key) if isinstance(current, Mapping) else None
+            if index and isinstance(current, list) and index.isdigit() and int(index) < len(current):
+                current = current[int(index)]
+            elif index:
+                current = None
+            if current is None:
+                break
+        if current is not None:
+            if isinstance(current, str) and len(current) > MAX_SELECTED_TEXT:
+                current = current[:MAX_SELECTED_TEXT] + "..."
+            out[path.split(".")[-1].split("[")[0]] = current
+    return out
+
+
+def stored_view(output: Any, result: Any, step_name: str, run_id: str, sid: str) -> tuple[Any, Any]:
+    """``(what later steps see, the result kept behind a _ref or None)``: NoETL's ``ResultHandler``. A result
+    of at most ``inline_max_bytes`` stays (with ``output_select``: the fields, and ``_inline``, the result); a
+    larger one is kept in the run, and the step's result is the fields, ``_ref`` (``noetl://execution/ID/
+    result/STEP``) and ``_size_bytes``."""
+    size = len(orjson.dumps(result, default=str))
+    if size <= output.inline_max_bytes:
+        if not output.select:
+            return result, None
+        return {**_select(result, output.select), "_inline": result}, None
+    ref = {
+        "kind": "result_ref",
+        "ref": f"noetl://execution/{run_id}/result/{step_name}/{sid}",
+        "store": output.store,
+        "size_bytes": size,
+    }
+    return {**_select(result, output.select), "_ref": ref, "_size_bytes": size}, result
+
+
+async def _artifact_get(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any]) -> Any:
+    """NoETL's ``artifact`` ``get``: a result a step kept behind a ``_ref`` (``noetl://`` in this run)."""
+    given = await _rendered(task.parts["input"], scope) or {}
+    ref = given.get("result_ref")
+    uri = ref.get("ref") if isinstance(ref, Mapping) else given.get("uri") or ref
+    where = f"{task.location}.input.result_ref"
+    if not isinstance(uri, str) or not uri.startswith("noetl://execution/"):
+        raise StepFailure(
+            f"{where}: not a result stored in this run (`noetl://execution/...`): {uri!r}", ErrorCode.TOOL_FAILED
+        )
+    parts = uri.split("/")
+    step_id = parts[-1] if len(parts) >= 7 else ""
+    for r in (env.get("steps") or {}).values():
+        stored = r.get(FULL_FACT) if isinstance(r, Mapping) else None
+        if isinstance(stored, Mapping) and step_id in stored:
+            return {"status": "success", "data": stored[step_id], "uri": uri, "source": "result_store"}
+    raise StepFailure(f"{where}: no result stored at {uri}", ErrorCode.TOOL_FAILED)
+
+
+# --- transfers ---
+
+
+async def _pg(
+    part: Any, scope: Mapping[str, Any], command: str, params: Any, env: Mapping[str, Any], ctx: Any, where: str
+) -> Any:
+    step, conn = part
+    inputs: dict[str, Any] = {"command": command, "params": params or None}
+    for k, t in conn.items():
+        inputs[k] = await _rendered(t, scope)
+    if isinstance(inputs.get("backend"), str):
+        inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+    return await _call_kind(step, inputs, env, ctx, where)
+
+
+async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+    """NoETL's ``transfer`` (:mod:`mcpipe.formats.noetl._transfer`): the source's records, then the target's
+    inserts, ``chunk_size`` rows a statement, every value bound."""
+    from mcpipe.formats.noetl import _transfer as tr
+
+    spec: tr.TransferSpec = task.parts["spec"]
+    where = task.location
+    if spec.source_type == "http":
+        response = await _run_http(task.parts["http"], scope, env, ctx)
+        why = _error_status(response)
+        if why is not None:
+            raise StepFailure(f"{where}.source: {why}", ErrorCode.TOOL_ERROR, response)
+        found = tr.records(response.get("data"), spec.data_path)
+        columns = list(spec.mapping)
+        rows = [[tr.field_of(rec, f) for f in spec.mapping.values()] for rec in found]
+    else:
+        query = await _rendered(task.parts["query"], scope)
+        out = await _pg(task.parts["source"], scope, str(query), None, env, ctx, f"{where}.source")
+        found = list(out.get("rows") or [])
+        columns = list(spec.mapping) or list(out.get("columns") or (found[0].keys() if found else []))
+        fields = list(spec.mapping.values()) or columns
+        rows = [[r.get(f) if isinstance(r, Mapping) else None for f in fields] for r in found]
+    try:
+        tr.check_columns(columns, f"{where}.target.mapping")
+    except ValueError as e:
+        raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
+    target = task.parts["target"]
+    if spec.mode == "replace" and spec.table:
+        await _pg(target, scope, f"TRUNCATE TABLE {spec.table}", None, env, ctx, f"{where}.target")
+    chunks = 0
+    custom = task.parts.get("target_query")
+    for i in range(0, len(rows), spec.chunk_size):
+        chunk = rows[i : i + spec.chunk_size]
+        if custom is not None:
+            text = await _rendered(custom, scope)
+            for row in chunk:
+                await _pg(target, scope, str(text), dict(zip(columns, row, strict=False)), env, ctx, f"{where}.target")
+        else:
+            assert spec.table is not None
+            sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
+            await _pg(target, scope, sql, params, env, ctx, f"{where}.target")
+        chunks += 1
+    data = {
+        "direction": f"{spec.source_type}_to_{spec.target_type}",
+        "source_type": spec.source_type,
+        "target_type": spec.target_type,
+        "mode": spec.mode if custom is None else "custom",
+        "rows_transferred": len(rows),
+        "chunks_processed": chunks,
+    }
+    if spec.source_type == "http":
+        data["records_fetched"] = len(found)
+    else:
+        data.update(status="success", target_table=spec.table or "custom_query", columns=columns)
+    return {"status": "success", "data": data}
+
+
 # --- tasks ---
 
 
 async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+    if task.paginate is not None:
+        result = await _paginate(task, task.paginate, plan, scope, env, ctx)
+    else:
+        result = await _run_one(task, plan, scope, env, ctx)
+    if task.save is not None and _error_status(result) is None:
+        result = with_save(result, await run_save(task.save, scope, result, env, ctx))
+    return result
+
+
+async def _paginate(
+    task: TaskPlan, pg: PaginatePlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any
+) -> Any:
+    """NoETL's success-side retry (``_execute_with_success_retry``): the request runs, its page is collected
+    (``collect.path`` of the response's body), its ``per_iteration.sink`` saves it, and while ``while`` holds
+    (at most ``max_attempts`` times) it runs again with ``next_call`` laid over it; a page that fails is tried
+    again up to ``on_error.max_attempts`` times. The result is ``{id, status, data: the pages collected, meta}``.
+    The templates see ``response``/``page`` (the body), ``iteration``, ``_retry`` and the pages so far."""
+    spec = pg.spec
+    accumulated: Any = None
+    overrides: dict[str, Any] = {}
+    response: Any = None
+    iteration = 0
+    while iteration < spec.max_attempts:
+        iteration += 1
+        names = dict(scope)
+        names["_retry"] = {"index": iteration, "count": iteration}
+        if accumulated is not None:
+            names[spec.into] = wrap(accumulated)
+        attempt = 0
+        while True:
+            attempt += 1
+            response = await _run_one(task, plan, names, env, ctx, overrides)
+            if _error_status(response) is None or attempt >= spec.error_attempts:
+                break
+            await trio.sleep(min(spec.initial_delay * spec.multiplier ** (attempt - 1), spec.max_delay))
+        if _error_status(response) is not None:
+            return response  # the page failed after its retries: the task's error result
+        body = response.get("data") if isinstance(response, Mapping) else response
+        page: Any = body
+        for part in (spec.path or "").split(".") if spec.path else ():
+            page = page.get(part) if isinstance(page, Mapping) else None
+        if spec.strategy == "append":
+            accumulated = [*(accumulated or []), *(page if isinstance(page, list) else [page])]
+        elif spec.strategy == "merge" and isinstance(accumulated, Mapping) and isinstance(page, Mapping):
+            accumulated = {**accumulated, **page}
+        else:
+            accumulated = page
+        names.update({"response": wrap(body), "page": wrap(body), "iteration": iteration})
+        if pg.sink is not None:
+            roots = {"page": wrap({"data": page}), "response": wrap(response), "_retry": names["_retry"]}
+            await run_save(pg.sink, names, response, env, ctx, roots)
+        if iteration >= spec.max_attempts:
+            break
+        try:
+            more = truthy(await pg.while_.render_async(names))
+        except RenderError:
+            more = False  # NoETL stops paging when its `while` cannot be evaluated
+        if not more:
+            break
+        for key, value in ((await _rendered(pg.next_call, names)) or {}).items():
+            if isinstance(value, Mapping):
+                overrides[key] = {**(overrides.get(key) or {}), **value}
+            else:
+                overrides[key] = value
+    meta = {"iterations": iteration, "collect_strategy": spec.strategy}
+    rid = response.get("id") if isinstance(response, Mapping) else None
+    return {"id": rid or str(uuid.uuid4()), "status": "success", "data": accumulated, "meta": meta}
+
+
+async def _run_one(
+    task: TaskPlan,
+    plan: StepPlan,
+    scope: dict[str, Any],
+    env: Mapping[str, Any],
+    ctx: Any,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
     runner = task.runner
     if runner == "noop":
         return {"status": "noop", "step": plan.name}
     if runner == "kind":
         return await _run_kind(task, scope, env, ctx)
     if runner == "http":
-        return await _run_http(task, scope, env, ctx)
+        return await _run_http(task, scope, env, ctx, overrides)
     if runner == "playbook":
         return await _run_playbook(task, plan, scope, env, ctx)
     if runner == "turn":
         return await _run_turn(task, plan, env, ctx)
+    if runner == "save":
+        return await run_save(task.parts["save"], scope, None, env, ctx)
+    if runner == "transfer":
+        return await _run_transfer(task, scope, env, ctx)
+    if runner == "artifact":
+        return await _artifact_get(task, scope, env)
+    if runner == "fails":  # python code that does not compile: NoETL's error result, as its exec raises it
+        return {"id": str(uuid.uuid4()), "status": "error", "error": task.parts["error"]}
     if runner == "secrets":
         value = os.environ.get(task.parts["name"])
         if value is None:
@@ -781,12 +1180,141 @@ async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], 
 async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
     step = task.parts["step"]
     fields: dict[str, Tmpl] = task.parts["fields"]
+    given = await _rendered(task.parts.get("with"), scope)
+    if isinstance(given, Mapping) and given:  # NoETL 1.x's `with` parameters: names the SQL's templates read
+        scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
+    script = task.parts.get("script")
+    if script:
+        step = await _script_step(task, script, step, scope, inputs)
+        fields = {k: t for k, t in fields.items() if k not in inputs}
     for name, t in fields.items():
         inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
-    return await _call_kind(step, inputs, env, ctx, task.location)
+    if inputs.get("secrets") and task.kind == "duckdb":
+        inputs["secrets"] = [_duckdb_secret(s, task) for s in inputs["secrets"]]
+    out = await _call_kind(step, inputs, env, ctx, task.location)
+    if task.kind == "duckdb" and isinstance(out, Mapping) and "task_id" in out:
+        # NoETL's duckdb result names its execution after the task (noetl/tools/duckdb/__init__.py, 4.26.0).
+        keyed = {}
+        for k, v in out.items():
+            keyed[k] = v
+            if k == "task_id":
+                keyed["execution_id"] = scope.get("execution_id")
+        return keyed
+    return out
+
+
+def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
+    """A script's file: ``uri`` under the playbook's directory, else under each parent up to the catalog's
+    root (NoETL resolves it from its working directory, the repository's root); never outside them."""
+    here = Path(pb.file).resolve().parent if pb.file else Path.cwd()
+    root = Path(pb.root).resolve() if pb.root else here
+    dirs = [here]
+    if here.is_relative_to(root):
+        dirs += [p for p in here.parents if p.is_relative_to(root)]
+    for d in dirs:
+        candidate = (d / uri).resolve()
+        if candidate.is_relative_to(d) and candidate.is_file():
+            return candidate
+    return None
+
+
+def _duckdb_secret(secret: Mapping[str, Any], task: TaskPlan) -> dict[str, Any]:
+    """A NoETL DuckDB secret with its credential resolved (``generate_duckdb_secrets``): a postgres one from
+    the config's ``[sql.NAME]`` backend of that name (its URL's host, port, database, user, password), a
+    ``hmac``/``gcs``/``s3`` one from ``NOETL_SECRET_<NAME>`` (a JSON object: ``key_id``, ``secret_key``,
+    ``region``, ``endpoint``), with its ``scope``."""
+    from urllib.parse import unquote, urlsplit
+
+    name, kind, key = secret.get("name"), str(secret.get("type")), secret.get("credential")
+    where = f"{task.location}.auth.{name}"
+    if kind == "postgres":
+        backends = task.parts.get("sql") or {}
+        backend = backends.get(toolkinds.credential_backend(str(key)))
+        url = getattr(getattr(backend, "config", None), "url", None)
+        if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
+            raise StepFailure(
+                f"{where}: no PostgreSQL backend [sql.{key}] for the credential `{key}`", ErrorCode.TOOL_FAILED
+            )
+        u = urlsplit(url)
+        params: dict[str, Any] = {
+            "host": u.hostname or "localhost",
+            "port": u.port or 5432,
+            "database": unquote(u.path.lstrip("/")) or "postgres",
+            "user": unquote(u.username or ""),
+            "password": unquote(u.password or ""),
+        }
+        return {"name": name, "type": "postgres", "params": params}
+    value = secret_value(str(key))
+    fields: Mapping[str, Any] = value if isinstance(value, Mapping) else {}
+    key_id = fields.get("key_id") or fields.get("access_key_id")
+    secret_key = fields.get("secret_key") or fields.get("secret") or fields.get("secret_access_key")
+    if not key_id or not secret_key:
+        raise StepFailure(
+            f"{where}: the credential `{key}` needs `key_id` and `secret_key` (HMAC)", ErrorCode.TOOL_FAILED
+        )
+    params = {"key_id": key_id, "secret": secret_key, "scope": secret.get("scope")}
+    if kind == "s3":
+        params.update(region=fields.get("region"), endpoint=fields.get("endpoint"))
+    return {"name": name, "type": "s3" if kind == "s3" else "gcs", "params": params}
+
+
+MAX_SCRIPT_BYTES = 1024 * 1024
+"""The largest script file a step reads (NoETL's ``script`` with ``source.type: file``)."""
+
+
+async def _script_step(
+    task: TaskPlan, script: Mapping[str, Any], step: Any, scope: Mapping[str, Any], inputs: dict[str, Any]
+) -> Any:
+    """The code (or SQL) of a ``script`` file, read now: its ``uri`` under the playbook's directory (no absolute
+    path, nothing outside it). Python code compiles into the step run in place of ``step``; SQL is rendered as
+    the tool's command, its quoted values bound."""
+    where = f"{task.location}.script.uri"
+    uri = await _rendered(script["uri"], scope)
+    if not isinstance(uri, str) or not uri or Path(uri).is_absolute() or ".." in Path(uri).parts:
+        raise StepFailure(
+            f"{where}: must be a relative path under the playbook's directory, got {uri!r}", ErrorCode.FORBIDDEN
+        )
+    path = _script_file(script["playbook"], uri)
+    if path is None:
+        raise StepFailure(
+            f"{where}: no file `{uri}` under the playbook's directory or its parents up to the catalog's root",
+            ErrorCode.TOOL_FAILED,
+        )
+    try:
+        data = await trio.Path(path).read_bytes()
+    except OSError as e:
+        raise StepFailure(f"{where}: cannot read `{uri}`: {e.strerror or e}", ErrorCode.TOOL_FAILED) from None
+    if len(data) > MAX_SCRIPT_BYTES:
+        raise StepFailure(f"{where}: `{uri}` is larger than {MAX_SCRIPT_BYTES} bytes", ErrorCode.LIMIT_EXCEEDED)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StepFailure(f"{where}: `{uri}` is not UTF-8 text", ErrorCode.TOOL_FAILED) from None
+    if script["kind"] == "python":
+        from mcpipe.declared import StepScope, compile_step
+
+        raw = {**task.parts["raw"], "code": text}
+        compiled, problems = compile_step(raw, f"{task.location}.script", StepScope(policy=script["policy"]))
+        if compiled is None:
+            raise StepFailure(
+                f"{where}: `{uri}`: {problems[0].message if problems else 'does not compile'}", ErrorCode.TOOL_FAILED
+            )
+        return compiled
+    from mcpipe.formats.noetl._tmpl import compile_tmpl
+
+    command, params = toolkinds.bind_quoted(text) if script["kind"] == "postgres" else (text, {})
+    found: list[tuple[str, str]] = []
+    sql = compile_tmpl(command, where, found, "text")
+    bound = compile_tmpl(params, where, found) if params else None
+    if found:
+        raise StepFailure(f"{found[0][0]}: `{uri}`: {found[0][1]}", ErrorCode.TOOL_FAILED)
+    inputs[script["field"]] = await _rendered(sql, scope)
+    if bound is not None:
+        inputs["params"] = await _rendered(bound, scope)
+    return step
 
 
 _NOT_DATA = ("env", "keychain")
@@ -804,7 +1332,13 @@ def context_data(scope: Mapping[str, Any]) -> dict[str, Any]:
     return dict(orjson.loads(orjson.dumps(out, default=str)))
 
 
-async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_http(
+    task: TaskPlan,
+    scope: Mapping[str, Any],
+    env: Mapping[str, Any],
+    ctx: Any,
+    overrides: Mapping[str, Any] | None = None,
+) -> Any:
     """NoETL's ``http`` tool: ``data`` routed to the query (GET/DELETE) or the body (others) unless it
     names ``query``/``body``, then ``params``/``payload``; the result NoETL's (``{status_code, headers,
     url, elapsed, data}``), an error status answered as NoETL's error result."""
@@ -814,18 +1348,25 @@ async def _run_http(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     given = await _rendered(t.get("with"), scope)
     if isinstance(given, Mapping):  # NoETL 1.x's `with`: names the request's templates read
         scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
-    url = await _rendered(t["url"], scope)
+    over = overrides or {}
+    url = over["url"] if "url" in over else await _rendered(t["url"], scope)
     if not isinstance(url, str):
         raise StepFailure(f"{task.location}.url: must be a string, got {json_type(url)}", ErrorCode.TOOL_FAILED)
     headers = await _rendered(t["headers"], scope) or {}
     if not isinstance(headers, Mapping):
         raise StepFailure(f"{task.location}.headers: must be an object", ErrorCode.TOOL_FAILED)
     headers = {str(k): v if isinstance(v, str) else str(v) for k, v in headers.items() if v is not None}
+    headers.update({str(k): str(v) for k, v in (over.get("headers") or {}).items()})
     data = await _rendered(t["data"], scope) or {}
     params = await _rendered(t["params"], scope) or {}
+    if isinstance(params, Mapping) and isinstance(over.get("params"), Mapping):
+        params = {**params, **over["params"]}  # a page's `next_call` (success-side retry)
     payload = await _rendered(t["payload"], scope)
     if payload is None:
         payload = await _rendered(t["body"], scope)
+    for key in ("payload", "body", "json"):
+        if key in over:
+            payload = over[key]
     if not isinstance(data, Mapping):
         raise StepFailure(f"{task.location}.data: must be an object, got {json_type(data)}", ErrorCode.TOOL_FAILED)
     query: Any = None
@@ -886,8 +1427,17 @@ def _scalar(v: Any) -> str:
 
 
 def _auth_headers(auth: Any, location: str) -> dict[str, str]:
+    """The request headers of NoETL's http ``auth``: a credential by name is a bearer token (its ``token``,
+    ``access_token`` or ``value``, read from ``NOETL_SECRET_<NAME>``); a map of aliases, each one's headers."""
+    if isinstance(auth, str) and auth.strip():
+        auth = {"type": "bearer", "credential": auth.strip()}
     if not isinstance(auth, Mapping):
         raise StepFailure(f"{location}.auth: must be an object, got {json_type(auth)}", ErrorCode.TOOL_FAILED)
+    if auth and not toolkinds.single_auth(auth) and "token" not in auth and "credential" not in auth:
+        headers: dict[str, str] = {}
+        for entry in auth.values():
+            headers.update(_auth_headers(entry, location))
+        return headers
     kind = auth.get("type", "bearer")
     token: Any
     if auth.get("source") == "env":
@@ -898,7 +1448,12 @@ def _auth_headers(auth: Any, location: str) -> dict[str, str]:
         token = value
     elif auth.get("credential") is not None or auth.get("key") is not None:
         secret = secret_value(str(auth.get("credential") or auth.get("key")))
-        token = secret.get("token") or secret.get("value") if isinstance(secret, Mapping) else secret
+        if isinstance(secret, Mapping):
+            token = secret.get("token") or secret.get("access_token") or secret.get("value") or secret.get("api_key")
+            if kind == "basic":
+                auth = {**auth, "username": secret.get("username", ""), "password": secret.get("password", "")}
+        else:
+            token = secret
     else:
         token = auth.get("token") or auth.get("value")
     if kind == "basic":

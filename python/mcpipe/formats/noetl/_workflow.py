@@ -23,15 +23,28 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl import toolkinds
-from mcpipe.formats.noetl._layout import CODE, ArcSpec, Doc, LoopSpec, Rule, StepSpec, TaskSpec
+from mcpipe.formats.noetl._layout import (
+    CODE,
+    ArcSpec,
+    Doc,
+    LoopSpec,
+    OutputSpec,
+    PaginateSpec,
+    Rule,
+    StepSpec,
+    TaskSpec,
+)
+from mcpipe.formats.noetl._save import SaveSpec, read_save
+from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
+from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 
@@ -44,12 +57,10 @@ __all__ = ["ArcPlan", "NoetlPlaybook", "RulePlan", "StepPlan", "TaskPlan", "comp
 REFUSED_KINDS = {
     "snowflake": "a cloud warehouse",
     "snowflake_transfer": "a cloud warehouse transfer",
-    "transfer": "NoETL's data transfer between databases",
     "ducklake": "DuckLake catalogs",
     "gcs": "Google Cloud Storage",
     "container": "containers (Kubernetes jobs)",
     "script": "scripts fetched from cloud storage",
-    "artifact": "NoETL's artifact store",
     "agent": "NoETL's agent runtimes",
     "gateway": "NoETL's gateway",
     "nats": "NoETL's NATS K/V and object store (mcpipe's own `nats` kind is request/reply)",
@@ -58,7 +69,6 @@ REFUSED_KINDS = {
     "result_fetch": "NoETL's result store",
     "iterator": "an iterator as a tool (use the step's `loop`)",
     "playbooks": "the `playbooks` kind of NoETL 1.x (use `playbook`)",
-    "save": "persisting a result into a database",
     "ibkr": "a broker's API",
 }
 """NoETL tool kinds mcpipe does not have: a step using one is refused at check time."""
@@ -78,6 +88,31 @@ class RulePlan:
 
 
 @dataclass
+class SavePlan:
+    """A ``save``/``sink`` compiled (:mod:`mcpipe.formats.noetl._save`): its data, its SQL (a postgres
+    statement, or DuckDB's commands), the connection, and the mcpipe step that writes it."""
+
+    spec: SaveSpec
+    data: Tmpl | None = None
+    statement: Tmpl | None = None
+    params: Tmpl | None = None
+    conn: dict[str, Tmpl] = field(default_factory=dict)
+    database: Tmpl | None = None
+    step: Any = None
+    binds: tuple[str, ...] = ()
+
+
+@dataclass
+class PaginatePlan:
+    """``retry.on_success`` compiled: its ``while``, its ``next_call`` fields, its page ``sink``."""
+
+    spec: PaginateSpec
+    while_: Tmpl
+    next_call: Tmpl
+    sink: SavePlan | None = None
+
+
+@dataclass
 class TaskPlan:
     """One task of a step, compiled: what runs it (``runner``), its rules.
 
@@ -92,6 +127,9 @@ class TaskPlan:
     parts: dict[str, Any]
     rules: list[RulePlan] = field(default_factory=list)
     on_unmatched: str = "continue"
+    save: SavePlan | None = None
+    paginate: PaginatePlan | None = None
+    output: OutputSpec | None = None
 
 
 @dataclass
@@ -116,6 +154,13 @@ class StepPlan:
     set: Tmpl | None = None
     iterator: str | None = None
     router: bool = False
+    save: SavePlan | None = None
+    """The step's ``save``: after its tasks; a loop step's runs once after its last item (its own node)."""
+    result: Tmpl | None = None
+    """A tool-less step's ``result`` template (NoETL 1.x): its result."""
+    output: OutputSpec | None = None
+    """NoETL's result storage: what of the result later steps see (``output_select``), the rest kept in the run
+    behind a ``_ref``."""
 
 
 @dataclass
@@ -153,6 +198,9 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
+    root: str = ""
+    """The catalog's root (the directory playbook paths are relative to): a ``script`` file is looked for
+    under the playbook's directory and its parents up to it."""
 
     @property
     def turns(self) -> dict[str, Any]:
@@ -189,6 +237,7 @@ def compile_workflow(
     """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
     problem found is returned, located (the playbook is usable only when there are none)."""
     c = _Problems([])
+    c.warnings.extend(doc.warnings)
     keychain = {str(e["name"]): e for _where, e in doc.keychain}
     pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
     pb.policy, pb.catalog, pb.mcp, pb.file = policy, catalog, mcp, file
@@ -218,8 +267,9 @@ def compile_workflow(
 
 
 def _reachable(c: _Problems, doc: Doc) -> list[str]:
-    """The steps reached from the entry, in workflow order; an arc back to a step on the way is a cycle,
-    refused (NoETL's re-entered steps, pagination by arcs: use a `loop`)."""
+    """The steps reached from the entry, in workflow order. An arc back to a step on the way from the entry
+    closes a cycle (NoETL's pagination and polling by arcs): it is marked ``back``, and taking it runs that
+    step again (bounded by the server's ``pipe.max_step_runs``)."""
     by_name = {s.name: s for s in doc.steps}
     if doc.entry not in by_name:
         return []
@@ -240,11 +290,7 @@ def _reachable(c: _Problems, doc: Doc) -> list[str]:
         if target not in by_name:
             continue
         if state.get(target) == 1:
-            c.add(
-                f"{arcs[i].location}.step",
-                f"this arc goes back to `{target}`, making a cycle: mcpipe runs a workflow as a graph without "
-                "cycles (a step runs once); loop over a list with `loop` instead",
-            )
+            arcs[i].back = True
             continue
         if state.get(target) is None:
             state[target] = 1
@@ -270,7 +316,14 @@ def _step(
         t = _task(c, pb, doc, s, task, data_keys, tools, stack)
         if t is not None:
             tasks.append(t)
-    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks)
+    sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None and s.result is None)
+    if s.result is not None:
+        sp.result = c.tmpl(s.result, s.result_location)
+    sp.output = s.output
+    if sp.output is None and len(tasks) == 1 and not s.pipeline:
+        sp.output = tasks[0].output  # a single tool's `output` is its step's
+    if s.save is not None:
+        sp.save = _save_plan(c, pb, s.save)
     if s.set is not None:
         sp.set = c.tmpl(dict(s.set), s.set_location, "engine")
     if s.loop is not None:
@@ -317,6 +370,24 @@ def _task(
             c.add(f"{action.location}.type", "a workbook action cannot be another `workbook` reference")
             return None
     plan = TaskPlan(task.name, kind, task.location, "noop", {}, on_unmatched=task.on_unmatched)
+    if task.save is not None:
+        plan.save = _save_plan(c, pb, task.save)
+    plan.output = task.output
+    if task.paginate is not None:
+        pg = task.paginate
+        if kind != "http":
+            c.add(
+                f"{pg.location}",
+                f"success-side retry (pagination) of a `{kind}` tool is not supported: mcpipe pages `http` tools",
+            )
+        else:
+            cond = pg.while_ if isinstance(pg.while_, str) else ("{{ true }}" if pg.while_ else "{{ false }}")
+            plan.paginate = PaginatePlan(
+                pg,
+                c.tmpl(cond, f"{pg.location}.while", "engine"),
+                c.tmpl(dict(pg.next_call), f"{pg.location}.next_call"),
+                _save_plan(c, pb, pg.sink) if pg.sink is not None else None,
+            )
     for rule in task.rules:
         when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
@@ -328,6 +399,43 @@ def _task(
         extra = [k for k in task.config if k not in ("input", "args", "desc")]
         for k in extra:
             c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        return plan
+    if kind == "artifact":
+        what = str(task.config.get("action", "get"))
+        if what != "get":
+            c.add(
+                f"{task.location}.action",
+                f"an artifact `{what}` (storing outside the run) is not supported: `get` reads a result stored by "
+                "an `output` block",
+            )
+            return None
+        given_a = {k: v for k, v in task.config.items() if k in ("result_ref", "uri")}
+        for key in ("input", "args", "with", "data"):
+            if isinstance(task.config.get(key), Mapping):
+                given_a.update(task.config[key])
+        plan.runner = "artifact"
+        plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
+        return plan
+    if kind == "transfer":
+        found_t: list[Problem] = []
+        spec_t = read_transfer(task.config, task.location, found_t, CODE)
+        c.problems.extend(found_t)
+        if spec_t is None or found_t:
+            return None
+        parts_t = _transfer_plan(c, pb, spec_t)
+        if parts_t is None:
+            return None
+        plan.runner = "transfer"
+        plan.parts = parts_t
+        return plan
+    if kind == "save":
+        found_save: list[Problem] = []
+        spec = read_save(task.config, task.location, found_save, CODE)
+        c.problems.extend(found_save)
+        if spec is None or found_save:
+            return None
+        plan.runner = "save"
+        plan.parts = {"save": _save_plan(c, pb, spec)}
         return plan
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
@@ -373,20 +481,69 @@ def _task(
         return plan
     if kind in toolkinds.KINDS:
         config = dict(task.config)
+        script: dict[str, Any] | None = None
+        if "script" in config and kind in ("python", "postgres", "duckdb"):
+            script = _script(c, config, kind, task.location)
+            if script is None:
+                return None
+        given: dict[str, Any] = {}
         if kind == "python":
             config["input"] = _merged_input(task, s, data_keys)
             for key in ("args", "data", "with"):
                 config.pop(key, None)
+        elif kind in ("postgres", "duckdb"):
+            # NoETL 1.x's `with` parameters (`with`, `data`, `args`, `input` and what arcs pass): names the
+            # SQL's templates read, and a postgres connection's `db_*` fields.
+            given = _merged_input(task, s, data_keys)
+            config["with"] = given
         found: list[Problem] = []
         step = toolkinds.map_tool(kind, config, task.location, found)
+        if found and all(p.code == toolkinds.NO_CONNECTION_CODE for p in found):
+            # No connection at all: NoETL takes the playbook and the step fails when it runs (NoETL 4 requires
+            # `auth`; 1.x misses its `db_*` fields). mcpipe does the same, and says so at check time.
+            c.warnings.append(
+                f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe"
+            )
+            plan.runner = "fails"
+            plan.parts = {"error": _NOETL_NO_CONNECTION[doc.layout]}
+            return plan
         for p in found:
             c.problems.append(p)
         if step is None:
             if not found:
                 c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` could not be mapped")
             return None
+        if step.pop(toolkinds.JINJA_IN_CODE, False):
+            c.warnings.append(
+                f"{task.location}.code: the code holds Jinja (`{{{{ ... }}}}`), which mcpipe never renders into code "
+                "(a value would become code): it runs as written, as NoETL 4.26 runs it; pass values in `input`"
+            )
+        if kind == "python":
+            broken = _syntax_error(str(step["code"]))
+            if broken is not None:
+                # NoETL execs the code as it is (noetl/tools/python/executor.py: `exec(code, ...)`): it takes
+                # the playbook and the step fails when it runs. mcpipe does the same, and says so at check time.
+                message, line = broken
+                c.warnings.append(
+                    f"{task.location}.code: the code does not compile ({message}, line {line} of the code): "
+                    "NoETL takes the playbook and fails this step when it runs, and so does mcpipe"
+                )
+                plan.runner = "fails"
+                plan.parts = {"error": f"{message} (<string>, line {line})"}
+                return plan
         templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
+        if out is not None and given:
+            out.parts["with"] = c.tmpl(given, f"{task.location}.with")
+        if out is not None and "secrets" in step:
+            out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
+        if out is not None and script:
+            # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
+            script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
+            script["raw"] = dict(step)
+            script["playbook"] = pb
+            script["policy"] = pb.policy
+            out.parts["script"] = script
         if out is not None and kind == "python" and "context" not in step:
             out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
         return out
@@ -396,6 +553,166 @@ def _task(
         return _kind(c, plan, {**task.config, "kind": kind}, task.location, pb.policy, tools)
     known = (*sorted(toolkinds.KINDS), "http", "playbook", "noop", "workbook", *action_types())
     c.add(f"{task.location}.kind", f"unknown tool kind `{kind}`{did_you_mean(kind, known)}")
+    return None
+
+
+_SCRIPT_PLACEHOLDER = {
+    "python": ("code", "pass"),
+    "postgres": ("command", "SELECT 1"),
+    "duckdb": ("commands", "SELECT 1"),
+}
+
+
+def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> dict[str, Any] | None:
+    """NoETL's ``script`` (code or SQL fetched from a source): a file (``source.type: file``) is read when the
+    step runs, at its ``uri`` under the playbook's own directory; inline code written in the playbook is its
+    code; a template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
+    for the code so the rest of the tool compiles now."""
+    script = config.pop("script")
+    where = f"{location}.script"
+    source = script.get("source") if isinstance(script, Mapping) else None
+    kind_of = source.get("type") if isinstance(source, Mapping) else None
+    field_name, placeholder = _SCRIPT_PLACEHOLDER[kind]
+    if kind_of == "inline" and isinstance(source, Mapping):
+        code = source.get("code")
+        if not isinstance(code, str) or _has_jinja(code):
+            c.add(
+                f"{where}.source.code",
+                "code from a template is refused: a caller's values would become code (write the code inline)",
+            )
+            return None
+        config[field_name] = code
+        return {}
+    if kind_of != "file":
+        c.add(
+            f"{where}.source.type",
+            f"{kind} tool: code or SQL fetched from `{kind_of}` (a remote store) is not supported: a local file "
+            "(`source.type: file`, under the playbook's directory) is",
+        )
+        return None
+    uri = script.get("uri") if isinstance(script, Mapping) else None
+    if not isinstance(uri, str) or not uri:
+        c.add(f"{where}.uri", "is required: the script's path (under the playbook's directory)")
+        return None
+    config[field_name] = placeholder
+    return {"uri": uri, "field": field_name, "kind": kind}
+
+
+def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[str, Any] | None:
+    """A ``transfer`` compiled (:mod:`mcpipe.formats.noetl._transfer`): its source (an ``http`` request, or a
+    postgres query) and its target, each on mcpipe's kind, their credentials the config's."""
+    loc = spec.location
+    parts: dict[str, Any] = {"spec": spec}
+    if spec.source_type == "http":
+        source = TaskSpec(
+            "source", "http", f"{loc}.source", {"url": spec.url, "method": spec.method, "headers": spec.headers}
+        )
+        http = _http(c, source, pb.policy)
+        if not http:
+            return None
+        parts["http"] = TaskPlan("source", "http", f"{loc}.source", "http", http)
+    else:
+        parts["source"] = _pg_step(c, pb, spec.source_auth, f"{loc}.source")
+        parts["query"] = c.tmpl(spec.query, f"{loc}.source.query", "text")
+        if parts["source"] is None:
+            return None
+    parts["target"] = _pg_step(c, pb, spec.target_auth, f"{loc}.target")
+    if spec.target_query is not None:
+        parts["target_query"] = c.tmpl(spec.target_query, f"{loc}.target.query", "text")
+    return parts if parts["target"] is not None else None
+
+
+def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
+    """A postgres step on the connection ``auth`` names (its command and params given when it runs), and the
+    connection's templates."""
+    from mcpipe.declared import StepScope, compile_step
+
+    found: list[Problem] = []
+    conn = toolkinds.connection_of({"auth": auth}, loc, found)
+    for p in found:
+        c.add(p.location, p.message)
+    if conn is None:
+        return None
+    raw: dict[str, Any] = {"kind": "postgres", "id": "transfer", "command": "${args}", "params": "${args}"}
+    templates = {}
+    for k, v in conn.items():
+        templates[k] = c.tmpl(v, f"{loc}.auth")
+        raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
+    for p in problems:
+        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    return (step, templates) if step is not None else None
+
+
+def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
+    """A save compiled: its data and SQL templates, its connection, and the mcpipe step that writes it."""
+    from mcpipe.declared import StepScope, compile_step
+
+    loc = spec.location
+    plan = SavePlan(spec)
+    if spec.data is not None:
+        plan.data = c.tmpl(spec.data, f"{loc}.data")
+    if spec.kind == "postgres":
+        found: list[Problem] = []
+        conn = toolkinds.connection_of({"auth": spec.auth, "with": dict(spec.given)}, loc, found)
+        for p in found:
+            c.add(p.location, p.message)
+        if conn is None:
+            return plan
+        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
+        for k, v in conn.items():
+            plan.conn[k] = c.tmpl(v, f"{loc}.auth")
+            raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+        if spec.statement is not None:
+            text = spec.statement
+            if "{{" in text or "{%" in text:
+                text = text.replace("params.", "data.")  # NoETL's migration of `params.*` to `data.*`
+                command, params = toolkinds.bind_quoted(text)
+                plan.statement = c.tmpl(command, f"{loc}.statement", "text")
+                plan.params = c.tmpl(params, f"{loc}.statement") if params else None
+            else:
+                plan.statement = c.tmpl(text, f"{loc}.statement", "text")
+                plan.binds = tuple(dict.fromkeys(save_binds(text)))
+    elif spec.kind == "duckdb":
+        raw = {"kind": "duckdb", "id": "save", "commands": "${args}", "database": "${args}", "output": "noetl"}
+        commands = spec.commands if spec.commands is not None else spec.statement
+        if commands is not None:
+            plan.statement = c.tmpl(commands, f"{loc}.commands", "text")
+        elif not isinstance(spec.data, Mapping):
+            c.add(loc, "a duckdb save needs `commands` (or `sql`, `statement`), or `data`: a mapping")
+            return plan
+        database = spec.database
+        if database is None:
+            database = str(toolkinds.NOETL_DUCKDB_DIR / "duckdb_{{ execution_id }}.duckdb")
+        plan.database = c.tmpl(database, f"{loc}.database")
+    else:
+        return plan
+    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
+    for p in problems:
+        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    plan.step = step
+    return plan
+
+
+_NOETL_NO_CONNECTION = {
+    "v2": "Postgres connection requires `auth` (reference to credential/keychain). Direct db_* connection fields "
+    "are not supported for postgres tool execution.",
+    "v1": "Postgres connection is not configured. Missing: db_host, db_port, db_user, db_password, db_name. Use "
+    "`auth: <credential_key>` or `auth: {type: postgres, host: ..., user: ..., password: ..., database: ...}` on the "
+    "step, or provide explicit db_* fields in `with:`.",
+}
+"""NoETL's error for a postgres tool without a connection (4.x: noetl/tools/postgres/auth.py; 1.x:
+noetl/plugin/postgres.py)."""
+
+
+def _syntax_error(code: str) -> tuple[str, int] | None:
+    """``(message, line)`` when python ``code`` does not compile (a ``SyntaxError``), else None."""
+    try:
+        compile(code, "<string>", "exec", dont_inherit=True)
+    except SyntaxError as e:
+        return str(e.msg), int(e.lineno or 0)
+    except (ValueError, RecursionError, MemoryError):
+        return None  # the kind reports these, located
     return None
 
 
@@ -431,13 +748,22 @@ def _kind(
     jinja = {k: v for k, v in fields.items() if k in template_names}
     fixed = {k: v for k, v in fields.items() if k not in template_names}
     for k, v in fixed.items():
-        if _has_jinja(v):
+        if _has_jinja(v) and not (kind == "python" and k == "code"):  # code is text, never a template
             c.add(
                 f"{location}.{k}",
                 f"`{k}` of a `{kind}` step is fixed when the playbook loads, not a template: pass the values it "
                 "needs as data (`input`)",
             )
-    compiled = {k: c.tmpl(v, f"{location}.{k}") for k, v in jinja.items()}
+    found: list[tuple[str, str]] = []
+    compiled = {k: compile_tmpl(v, f"{location}.{k}", found) for k, v in jinja.items()}
+    if found:
+        # Text NoETL's Jinja cannot parse either (a shell program's `{{.ID}}` of Go templates, say): NoETL takes
+        # the playbook and the step fails when it renders it; mcpipe does the same, and says so at check time.
+        where, why = found[0]
+        c.warnings.append(f"{where}: {why}: NoETL fails this step when it renders it, and so does mcpipe")
+        plan.runner = "fails"
+        plan.parts = {"error": f"{where}: {why}"}
+        return plan
     placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
     step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
@@ -446,7 +772,7 @@ def _kind(
     if step is None or not isinstance(step, Leaf):
         return None
     plan.runner = "kind"
-    plan.parts = {"step": step, "fields": compiled}
+    plan.parts = {"step": step, "fields": compiled, "raw": step_raw}
     return plan
 
 
@@ -476,6 +802,22 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     from mcpipe.declared import StepScope, compile_step
 
     cfg = task.config
+    if cfg.get("authentication") == "genericCredentialType":
+        # NoETL 1.x (noetl/action.py): `genericAuthType: httpBearerAuth` with `credentials.httpBearerAuth.name`,
+        # a bearer token from the credential of that name.
+        cfg = dict(cfg)
+        cfg.pop("authentication")
+        kind_a = str(cfg.pop("genericAuthType", "")).lower()
+        creds = cfg.pop("credentials", None)
+        entry = creds.get("httpBearerAuth", creds) if isinstance(creds, Mapping) else None
+        name = entry.get("name") or entry.get("id") if isinstance(entry, Mapping) else None
+        if kind_a not in ("httpbearerauth", "httpbearer", "bearer") or not isinstance(name, str):
+            c.add(
+                f"{task.location}.genericAuthType",
+                "NoETL's generic credentials: `httpBearerAuth` with `credentials.httpBearerAuth.name`",
+            )
+            return {}
+        cfg["auth"] = {"type": "bearer", "credential": name}
     ok = True
     for k in cfg:
         if k not in _HTTP_FIELDS:
@@ -500,8 +842,17 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     follow = cfg.get("follow_redirects", False)
     verify = cfg.get("verify_ssl", cfg.get("verify", True))
     if verify is False:
-        c.add(f"{task.location}.verify_ssl", "turning TLS verification off is the operator's choice (outbound.http)")
-        ok = False
+        # NoETL's `verify_ssl: false`: allowed to the hosts the operator lists (outbound.http.insecure_hosts),
+        # and then the step reaches only those.
+        if not policy.http.insecure_hosts:
+            c.add(
+                f"{task.location}.verify_ssl",
+                "turning TLS verification off needs the operator's `outbound.http.insecure_hosts` (the hosts it may "
+                "be off for)",
+            )
+            ok = False
+        else:
+            policy = replace(policy, http=policy.http.insecure())
     raw: dict[str, Any] = {
         "kind": "http",
         "id": "task",
@@ -533,11 +884,27 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     return {"step": step, "method": method.upper(), "tmpl": parts}
 
 
+_HTTP_AUTH_TYPES = ("bearer", "basic", "header", "api_key")
+
+
 def _http_auth_supported(auth: Any) -> bool:
-    if isinstance(auth, Mapping):
-        if auth.get("source") == "env" or auth.get("type") in ("bearer", "basic", "header", "api_key"):
-            return auth.get("provider") is None
+    """NoETL's http ``auth`` mcpipe can honour: a credential by name (``auth: api_token``, or a template),
+    ``{source: env, name}``, ``{type: bearer|basic|header|api_key, ...}`` with its token or credential, or a
+    map of aliases to those (each one's headers laid over the others'). Cloud providers, secret managers and
+    OAuth flows are not."""
+    if isinstance(auth, str):
+        return True
+    if not isinstance(auth, Mapping):
         return False
+    if auth.get("provider") not in (None, "env"):
+        return False
+    if auth.get("source") == "env" or auth.get("type") in _HTTP_AUTH_TYPES:
+        return True
+    if not toolkinds.single_auth(auth):
+        return bool(auth) and all(
+            isinstance(e, Mapping) and e.get("type") in _HTTP_AUTH_TYPES and e.get("provider") in (None, "env")
+            for e in auth.values()
+        )
     return False
 
 
@@ -576,7 +943,7 @@ def _playbook(
         if pb.catalog is None:
             c.add(f"{task.location}.path", f"no catalog to find playbook `{path}` in")
             return {}
-        child, why = pb.catalog.child(path, pb, stack)
+        child, why = pb.catalog.child(path, pb, stack, relative=True)
         if child is None:
             c.add(f"{task.location}.path", why)
             return {}
@@ -595,8 +962,16 @@ def _playbook(
 def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> CompiledSpec:
     from mcpipe.formats.noetl import _steps
 
-    index = {name: i for i, name in enumerate(reachable)}
     by_name = {s.name: s for s in doc.steps}
+    # Each step is a node; a loop step with a `save` is two: the loop, then its save (after the last item),
+    # which the step's arcs leave from.
+    entry: dict[str, int] = {}
+    exit_: dict[str, int] = {}
+    n = 0
+    for name in reachable:
+        entry[name] = n
+        n += 2 if by_name[name].loop is not None and pb.steps[name].save is not None else 1
+        exit_[name] = n - 1
     nodes: list[Node] = []
     arcs: list[tuple[Arc, ...]] = []
     inclusive: list[bool] = []
@@ -620,10 +995,25 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         if s.loop is not None:
             node = _loop(c, sp, s.loop, leaf, admit)
         nodes.append(node)
+        if entry[name] != exit_[name]:
+            assert sp.save is not None
+            arcs.append((Arc(exit_[name], None, sp.save.spec.location),))
+            inclusive.append(False)
+            nodes.append(
+                Leaf(
+                    f"{name}.save",
+                    sp.save.spec.location,
+                    kind="noetl",
+                    fields=None,
+                    built=sp,
+                    run=_steps.run_loop_save,
+                    continue_on_error=True,
+                )
+            )
         out: list[Arc] = []
         earlier: list[tuple[ArcSpec, Tmpl | None]] = []
         for a in s.arcs:
-            if a.target not in index:
+            if a.target not in entry:
                 continue
             when = c.tmpl(a.when, f"{a.location}.when", "engine") if isinstance(a.when, str) else None
             if isinstance(a.when, bool):
@@ -635,7 +1025,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             )
             cond = _steps.ArcWhen(sp, a, when, s.loop is not None, tuple(earlier))
             earlier.append((a, when))
-            out.append(Arc(index[a.target], cond, a.location, data))
+            out.append(Arc(entry[a.target], cond, a.location, data, back=a.back))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
     graph = Graph(
@@ -644,7 +1034,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         nodes=tuple(nodes),
         arcs=tuple(arcs),
         inclusive=tuple(inclusive),
-        entry=index.get(doc.entry, 0),
+        entry=entry.get(doc.entry, 0),
         continue_on_error=True,
     )
     return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))

@@ -51,11 +51,16 @@ from mcpipe.kinds._sqltext import split_postgres
 
 __all__ = [
     "KINDS",
+    "NOETL_DUCKDB_DIR",
+    "NO_CONNECTION",
+    "NO_CONNECTION_CODE",
     "TEMPLATE_FIELDS",
     "bind_quoted",
+    "connection_of",
     "credential_backend",
     "map_tool",
     "secret_value",
+    "single_auth",
 ]
 
 KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
@@ -64,7 +69,7 @@ KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
 TEMPLATE_FIELDS: Mapping[str, frozenset[str]] = {
     "python": frozenset({"input", "env", "context"}),
     "postgres": frozenset({"command", "backend", "dsn", "params"}),
-    "duckdb": frozenset({"commands", "database"}),
+    "duckdb": frozenset({"commands", "database", "secrets"}),
     "shell": frozenset({"cmds", "env", "cwd"}),
 }
 """The fields of each mapped step that hold NoETL Jinja for the front-end to render at run time; the
@@ -112,14 +117,7 @@ def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[
     code = _python_code(tool, loc, problems)
     if code is None:
         return None
-    if _JINJA.search(code):
-        _problem(
-            problems,
-            f"{loc}.code",
-            "the code holds Jinja (`{{ ... }}` or `{% ... %}`), which NoETL renders into the source; mcpipe never "
-            "puts values into code: pass them in `input` and read them as variables",
-        )
-        return None
+    jinja = bool(_JINJA.search(code))  # run as written: the front-end warns (see JINJA_IN_CODE)
     imports = _libs(tool.get("libs"), f"{loc}.libs", problems)
     if imports is None:
         return None
@@ -142,14 +140,22 @@ def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[
     step: dict[str, Any] = {"kind": "python", "code": code, "coerce": True}
     if merged:
         step["input"] = merged
+    if jinja:
+        step[JINJA_IN_CODE] = True
     return step
+
+
+JINJA_IN_CODE = "noetl_jinja_in_code"
+"""Marks a mapped python step whose code holds Jinja (``{{ ... }}``, ``{% ... %}``): mcpipe never renders
+values into code, so the code runs as written, as NoETL 4.26 runs it (its golden ``test_vars_template_access``);
+the front-end takes the marker off and warns."""
 
 
 def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> str | None:
     for field in ("code_b64", "code_base64"):
         if field in tool:
             try:
-                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
             except (binascii.Error, ValueError, UnicodeDecodeError) as e:
                 _problem(problems, f"{loc}.{field}", f"python tool: `{field}` is not base64 of UTF-8 text: {e}")
                 return None
@@ -205,7 +211,7 @@ def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: 
     for field in _SQL_B64:
         if field in tool:
             try:
-                return base64.b64decode(str(tool[field]), validate=True).decode("utf-8")
+                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
             except (binascii.Error, ValueError, UnicodeDecodeError) as e:
                 _problem(problems, f"{loc}.{field}", f"{kind} tool: `{field}` is not base64 of UTF-8 text: {e}")
                 return None
@@ -348,6 +354,12 @@ _SINGLE_AUTH_KEYS = frozenset({"source", "key", "name", "service", "secret_name"
 of aliases to credentials."""
 
 
+def single_auth(auth: Mapping[str, Any]) -> bool:
+    """Whether an ``auth`` mapping is one credential (it has one of NoETL's reserved keys), not a map of
+    aliases to credentials (NoETL's ``RESERVED_SINGLE_AUTH_KEYS``)."""
+    return bool(_SINGLE_AUTH_KEYS.intersection(auth))
+
+
 def credential_backend(name: str) -> str:
     """The ``[sql.NAME]`` backend of the config that holds NoETL's database credential ``name``: the
     backend of the same name (``auth: pg_local`` is ``[sql.pg_local] url = "postgresql://..."``)."""
@@ -366,6 +378,13 @@ def secret_value(spec: Mapping[str, Any], environ: Mapping[str, str]) -> str | N
     if spec.get("source") == "secret":
         return environ.get(f"NOETL_SECRET_{name.upper()}")
     return None
+
+
+def connection_of(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    """The connection of a NoETL tool (or save) as the postgres step takes it: ``{"backend": NAME}`` (a
+    credential name, the config's ``[sql.NAME]``) or ``{"dsn": ...}`` (inline fields, NoETL 1.x's ``db_*``),
+    or None with a located problem."""
+    return _connection(tool, loc, problems)
 
 
 def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
@@ -399,13 +418,23 @@ def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> d
             return None
         _problem(problems, where, f"postgres tool: auth source `{source}` is not supported (credential or inline)")
         return None
-    direct = {_INLINE_KEYS[k]: v for k, v in tool.items() if k in _INLINE_KEYS and k.startswith("db_")}
-    if direct:
-        return {"dsn": direct}
-    if isinstance(tool.get("db_conn_string"), str):
-        return {"dsn": tool["db_conn_string"]}
-    _problem(problems, f"{loc}.auth", "postgres tool: `auth` (a credential: the config's [sql.NAME]) is required")
+    # NoETL 1.x: the connection's `db_*` fields on the tool, or among its `with` parameters (`with`, `data`,
+    # `args`, `input`: the front-end merges them into `with`), each a template.
+    given = tool.get("with")
+    for source in (tool, given if isinstance(given, Mapping) else {}):
+        direct = {_INLINE_KEYS[k]: v for k, v in source.items() if k in _INLINE_KEYS and k.startswith("db_")}
+        if direct:
+            return {"dsn": direct}
+        if isinstance(source.get("db_conn_string"), str):
+            return {"dsn": source["db_conn_string"]}
+    _problem(problems, f"{loc}.auth", NO_CONNECTION, code=NO_CONNECTION_CODE)
     return None
+
+
+NO_CONNECTION = "postgres tool: `auth` (a credential: the config's [sql.NAME]) is required"
+NO_CONNECTION_CODE = "NOETL_NO_CONNECTION"
+"""The problem of a postgres tool that names no connection at all: NoETL takes such a playbook and fails the
+step when it runs, so the front-end makes it a warning and a step that fails as NoETL's does."""
 
 
 def _postgres(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
@@ -426,22 +455,66 @@ NOETL_DUCKDB_DIR = Path(tempfile.gettempdir()) / "mcpipe-noetl"
 """Where a duckdb step without ``database`` keeps NoETL's database file of its execution."""
 
 
+_DUCKDB_SECRET_TYPES = {"postgres": "postgres", "hmac": "gcs", "gcs": "gcs", "s3": "s3"}
+"""NoETL's DuckDB secret types (``generate_duckdb_secrets``) and DuckDB's type for each."""
+
+
 def _duckdb(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    secrets: list[dict[str, Any]] = []
     for field in ("auth", "credentials", "credential"):
         if tool.get(field) not in (None, {}, ""):
-            _problem(
-                problems,
-                f"{loc}.{field}",
-                "duckdb tool: DuckDB secrets and attachments from credentials need DuckDB extensions "
-                "(postgres_scanner, httpfs) this server does not install; attach databases in the SQL instead",
-            )
+            secrets += _duckdb_secrets(tool[field], f"{loc}.{field}", problems)
     text = _sql_text(tool, loc, problems, "duckdb")
     if text is None:
         return None
     database = tool.get("database")
     if database is None:
         database = str(NOETL_DUCKDB_DIR / "duckdb_{{ execution_id }}.duckdb")
-    return {"kind": "duckdb", "commands": text, "database": database, "output": "noetl"}
+    step = {"kind": "duckdb", "commands": text, "database": database, "output": "noetl"}
+    if secrets:
+        step["secrets"] = secrets
+    return step
+
+
+def _duckdb_secrets(auth: Any, where: str, problems: list[Problem]) -> list[dict[str, Any]]:
+    """NoETL's DuckDB ``auth`` (an alias map, or one credential): the secrets to create, each
+    ``{name, type, credential, scope}`` with the credential still a name (resolved when the step runs: a
+    postgres one is the config's ``[sql.NAME]`` backend, the others ``NOETL_SECRET_<NAME>``)."""
+    if isinstance(auth, str):
+        auth = {"pg_db": {"type": "postgres", "key": auth}}
+    if not isinstance(auth, Mapping):
+        _problem(problems, where, "duckdb tool: `auth` maps aliases to credentials (`{alias: {type, key}}`)")
+        return []
+    if _SINGLE_AUTH_KEYS.intersection(auth):
+        auth = {str(auth.get("secret_name") or auth.get("name") or "auth"): auth}
+    out = []
+    for alias, entry in auth.items():
+        at = f"{where}.{alias}"
+        if not isinstance(entry, Mapping):
+            _problem(problems, at, "duckdb tool: an auth entry is `{type, key}` (or `credential`)")
+            continue
+        kind = str(entry.get("type") or entry.get("tool") or entry.get("service") or "")
+        if kind == "snowflake":
+            _problem(
+                problems, f"{at}.type", "duckdb tool: a `snowflake` secret (a cloud warehouse) has no DuckDB type here"
+            )
+            continue
+        if kind not in _DUCKDB_SECRET_TYPES:
+            _problem(problems, f"{at}.type", f"duckdb tool: secret type `{kind}` is not one of postgres, hmac, gcs, s3")
+            continue
+        key = entry.get("key") or entry.get("credential")
+        if not isinstance(key, str) or not key.strip():
+            _problem(problems, at, "duckdb tool: an auth entry names its credential (`key` or `credential`)")
+            continue
+        name = str(entry.get("secret_name") or alias)
+        if not _IDENT.match(name):
+            _problem(problems, at, f"duckdb tool: `{name}` is not a secret name (letters, digits, `_`)")
+            continue
+        secret = {"name": name, "type": kind, "credential": key.strip()}
+        if entry.get("scope") is not None:
+            secret["scope"] = entry["scope"]
+        out.append(secret)
+    return out
 
 
 # --- shell ------------------------------------------------------------------------------------------------

@@ -1,0 +1,200 @@
+"""The server teaches its own language: the pipeline reference as resources, and a prompt for writing one.
+
+Served wherever ``mcp_pipe`` is (``mcpipe serve``, the embedded default included), beside the config's own
+prompts and resources and the downstream servers' (``server/_passthrough.py`` lists them together):
+
+- resources ``mcpipe://guide/pipelines`` (writing a pipeline: the spec, steps, references, failures,
+  examples) and ``mcpipe://guide/references`` (the template language), ``text/markdown``, written for a
+  model (``server/guide/*.md``);
+- the prompt ``write_pipeline`` (optional argument ``task``): the rules, the tools this caller may call with
+  their input and output schemas, the server's limits, and the guide's runnable examples, so that a model
+  connected to mcpipe writes a correct pipeline without reading anything else.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from mcpipe._util import PIPE_TOOL
+from mcpipe.compile import Limits
+
+__all__ = ["GUIDE_PROMPT", "GUIDE_RESOURCES", "Guide"]
+
+GUIDE_PROMPT = "write_pipeline"
+"""The prompt's name."""
+
+GUIDE_RESOURCES: dict[str, tuple[str, str, str]] = {
+    "mcpipe://guide/pipelines": (
+        "pipelines.md",
+        "Writing a pipeline for mcp_pipe",
+        "How to write the spec mcp_pipe runs: steps, parallel groups, nested pipes, for_each, references "
+        "between steps, failures, the answer, and runnable examples.",
+    ),
+    "mcpipe://guide/references": (
+        "references.md",
+        "References: the template language",
+        "Every form of reference (${...}, {{...}}, $ref, defaults, literals), paths, and the errors they give.",
+    ),
+}
+"""URI -> (file under ``server/guide``, title, description)."""
+
+MIME = "text/markdown"
+
+
+@cache
+def guide_text(filename: str) -> str:
+    """A guide file's text (shipped in the package, read once)."""
+    return resources.files("mcpipe.server").joinpath("guide", filename).read_text(encoding="utf-8")
+
+
+ToolsOf = Callable[[Any], list[dict[str, Any]]]
+"""The tools a request's caller may call, as ``tools/list`` entries (``mcp_pipe`` first)."""
+
+
+class Guide:
+    """The guide's resources and prompt, for the requests of one server.
+
+    Args:
+        tools_of: the tools a request's caller may call (as its ``tools/list``).
+        limits: the server's pipeline limits, stated in the prompt.
+    """
+
+    def __init__(self, tools_of: ToolsOf, limits: Limits) -> None:
+        self.tools_of = tools_of
+        self.limits = limits
+
+    def resources(self) -> list[dict[str, Any]]:
+        """The ``resources/list`` entries."""
+        return [
+            {
+                "uri": uri,
+                "name": uri.rsplit("/", 1)[-1],
+                "title": title,
+                "description": description,
+                "mimeType": MIME,
+                "size": len(guide_text(filename).encode()),
+            }
+            for uri, (filename, title, description) in GUIDE_RESOURCES.items()
+        ]
+
+    def read(self, uri: str) -> dict[str, Any] | None:
+        """The ``resources/read`` result of a guide URI, or None when ``uri`` is not one."""
+        found = GUIDE_RESOURCES.get(uri)
+        if found is None:
+            return None
+        return {"contents": [{"uri": uri, "mimeType": MIME, "text": guide_text(found[0])}]}
+
+    def prompts(self) -> list[dict[str, Any]]:
+        """The ``prompts/list`` entries."""
+        return [
+            {
+                "name": GUIDE_PROMPT,
+                "title": "Write an mcp_pipe pipeline",
+                "description": "How to write a pipeline for mcp_pipe over the tools you may call here (with their "
+                "schemas), the rules it must follow, and examples that run.",
+                "arguments": [
+                    {"name": "task", "description": "what the pipeline should do (optional)", "required": False}
+                ],
+            }
+        ]
+
+    def get(self, ctx: Any, name: str, arguments: dict[str, str] | None) -> dict[str, Any] | None:
+        """The ``prompts/get`` result of the guide's prompt for ``ctx``'s caller, or None for another name."""
+        if name != GUIDE_PROMPT:
+            return None
+        text = self.prompt_text(self.tools_of(ctx), (arguments or {}).get("task"))
+        return {
+            "description": "Write an mcp_pipe pipeline over the tools you may call",
+            "messages": [{"role": "user", "content": {"type": "text", "text": text}}],
+        }
+
+    def prompt_text(self, tools: list[dict[str, Any]], task: str | None = None) -> str:
+        """The prompt: the rules, the caller's tools with their schemas, the limits, examples, the task."""
+        callable_tools = [t for t in tools if t.get("name") != PIPE_TOOL]
+        lines = [
+            f"You can run a whole pipeline of tool calls in one call of the tool `{PIPE_TOOL}`: its arguments are",
+            "the pipeline (a JSON object). Write the pipeline by these rules, then call it.",
+            "",
+            "## Rules",
+            "",
+            *_RULES,
+            "",
+            "## Limits of this server",
+            "",
+            f"- at most {self.limits.max_steps} steps in all (nested and parallel ones included), nesting depth "
+            f"at most {self.limits.max_depth}, at most {self.limits.max_concurrency} tool calls at once;",
+            f"- a `for_each` runs at most {self.limits.max_items} elements.",
+            "",
+            f"## The tools you may call ({len(callable_tools)})",
+            "",
+            "Call only these, with arguments matching each input schema. The output schema, when there is one,",
+            "gives the paths under `steps.<id>.structured`.",
+            "",
+        ]
+        for tool in callable_tools:
+            lines.append(f"### `{tool['name']}`")
+            description = (tool.get("description") or "").strip()
+            if description:
+                lines += ["", description]
+            lines += ["", f"input schema: `{_compact(tool.get('inputSchema') or {'type': 'object'})}`"]
+            if tool.get("outputSchema"):
+                lines.append(f"output schema: `{_compact(tool['outputSchema'])}`")
+            lines.append("")
+        if not callable_tools:
+            lines += ["(none: this caller may call no tool but mcp_pipe)", ""]
+        lines += [
+            "## Examples",
+            "",
+            "These run on mcpipe's built-in tools (use the tools listed above in yours):",
+            "",
+            *[f"```json\n{example}\n```\n" for example in examples()],
+            "The full reference: the resources `mcpipe://guide/pipelines` and `mcpipe://guide/references`.",
+        ]
+        if task:
+            lines += ["", "## The task", "", task.strip()]
+        return "\n".join(lines).rstrip() + "\n"
+
+
+_RULES = [
+    '- The pipeline: `{"vars": {...}, "steps": [...], "return": ...}`. `steps` is required and not empty; '
+    "no other keys but `continue_on_error`, `timeout_ms`, `answer` and `dry_run`.",
+    '- A tool step: `{"id": "a", "tool": "NAME", "args": {...}}`. A group: `{"id": "g", "parallel": [steps]}` '
+    '(children run at once). A nested pipeline: `{"id": "p", "pipe": {"vars": ..., "steps": [...]}}`. '
+    'A loop: `{"id": "e", "for_each": "${...a list...}", "step": {...}}`, with `${item}` and `${index}`.',
+    "- Ids: letters, digits, `_`, `-`, not starting with a digit; unique in their list.",
+    "- A later step reads an earlier one: `${steps.ID.structured.KEY}` (the tool's structured result), "
+    "`${steps.ID.text}`, `${steps.ID.output}`; `{{ID.KEY}}` is short for `${steps.ID.output.KEY}`.",
+    "- Only steps that run before, in the same list: never a later step, never a sibling inside a group; "
+    "after a group, its children are `steps.GROUP.children.CHILD`.",
+    '- `"${...}"` as the whole string keeps the value\'s type; inside text it becomes text. '
+    '`{"$ref": "path"}` is the value too. Paths: `.key`, `.0`, `.-1`, `.*` (every element).',
+    '- A default for a value that may be missing: `${path ?? \'none\'}` or `{"$ref": path, "default": []}`.',
+    "- `vars` hold your inputs (`${vars.name}`); a nested pipe sees only its own `vars`: pass values in through them.",
+    '- `when` on a step runs it only if true (`"${vars.flag}"` or CEL such as `"vars.n > 2"`); '
+    "`continue_on_error: true` keeps going after a failure.",
+    "- `return` shapes the answer's `result`; without it, the last step's output is the result.",
+    '- Not sure? Call with `"dry_run": true` first: every check, the plan, nothing run. A spec with problems '
+    "is answered with every problem located: fix them all and call again.",
+]
+
+
+def _compact(schema: Any) -> str:
+    return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
+
+
+@cache
+def _examples() -> tuple[str, ...]:
+    text = guide_text("pipelines.md")
+    out = []
+    for block in text.split("```json pipeline\n")[1:]:
+        out.append(block.split("\n```", 1)[0].strip())
+    return tuple(out)
+
+
+def examples() -> list[str]:
+    """The runnable example pipelines of the guide (``json pipeline`` blocks of ``pipelines.md``), as text."""
+    return list(_examples())
