@@ -509,6 +509,9 @@ class RegistrySourceConfig(_Base):
     credential: str | None = None
     """A ``[credentials.NAME]`` whose token the servers are given (``{server}`` in it: one per server, named by
     the server's registry name)."""
+    credential_env: str | None = None
+    """When no ``[credentials]`` entry has that name: the environment variable holding the server's static token
+    (``{server}`` in it: the server's registry name, upper-cased, every other character ``_``)."""
     oauth_discovery: bool = False
     """Find each server's authorization server (RFC 9728, then RFC 8414) before serving it; a server whose
     discovery fails and never succeeded is left out."""

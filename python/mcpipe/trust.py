@@ -15,7 +15,7 @@ with none is ``unauthenticated``.
 
 from __future__ import annotations
 
-from mcpipe.config import TRUST_ROOTS, TrustConfig
+from mcpipe.config import TRUST_ROOTS, TrustConfig, TrustRule
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.expr import CelExpr, ExpressionError
 from mcpipe.tools import ToolContext
@@ -82,6 +82,23 @@ class Trust:
             reverse=True,
         )
         """``prefix*`` rules, longest prefix first."""
+
+    def set_rule(self, name: str, rule: TrustRule) -> None:
+        """Add (or replace) the rule of ``name`` (a ``prefix*`` pattern too): a registry's server."""
+        self.rules[name] = _Rule(
+            rule.minimum_trust or self.default_minimum_trust, _compile(rule.allow_if), tuple(rule.required_scopes)
+        )
+        self._index()
+
+    def drop_rule(self, name: str) -> None:
+        """Remove the rule of ``name``."""
+        if self.rules.pop(name, None) is not None:
+            self._index()
+
+    def _index(self) -> None:
+        self.patterns = sorted(
+            ((n[:-1], r) for n, r in self.rules.items() if n.endswith("*")), key=lambda p: len(p[0]), reverse=True
+        )
 
     def rule(self, name: str) -> _Rule | None:
         """The rule of ``name``: its own, else the longest ``prefix*`` it begins with, else None."""

@@ -233,6 +233,8 @@ class App:
     server: Server[Any]
     runs: Runs
     worker: Worker | None = None
+    registries: Any = None
+    """The registries' sync (:class:`mcpipe.server._registries.RegistrySync`), when the config has any."""
 
 
 @asynccontextmanager
@@ -268,7 +270,8 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
+    credentials = Credentials(config.credentials)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=credentials)
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -317,13 +320,29 @@ async def open_app(
             await downstreams.start(nursery)
             if handlers.passthrough is not None:
                 handlers.passthrough.start(nursery)  # the config's watched resources
+            if config.registries:  # the servers of MCP registries, served as they come and go
+                from mcpipe.server._registries import RegistrySync
+
+                passthrough = handlers.passthrough
+                sync = RegistrySync(
+                    config.registries,
+                    downstreams,
+                    credentials,
+                    gateway.trust,
+                    changed=passthrough.lists_changed if passthrough is not None else None,
+                )
+                await nursery.start(sync.run)
+                app_registries = sync
             if tel.metrics is not None:
                 nursery.start_soon(_report_downstreams, tel, downstreams)
             worker = None
             if config.runs.execute if execute is None else execute:
                 worker = run_worker(config, queue, gateway, server_id)
                 await nursery.start(worker.run)
-            yield App(config, gateway, downstreams, handlers, server, runs, worker)
+            yield App(
+                config, gateway, downstreams, handlers, server, runs, worker,
+                registries=app_registries if config.registries else None,
+            )  # fmt: skip
             nursery.cancel_scope.cancel()
     finally:
         if declared is not None:

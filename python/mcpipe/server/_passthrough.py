@@ -167,6 +167,25 @@ class Passthrough:
         self._warned: set[tuple[str, str]] = set()
         for server in downstreams.servers:
             server.feed.changed = self._changed
+        downstreams.on_added = self._added
+
+    def _added(self, server: DownstreamServer) -> None:
+        server.feed.changed = self._changed
+
+    async def lists_changed(self) -> None:
+        """Tell every connected client that the tool, prompt and resource lists changed (servers came or went)."""
+        await self.bus.publish(ToolsListChanged())
+        await self.bus.publish(PromptsListChanged())
+        await self.bus.publish(ResourcesListChanged())
+        for session in list(self._sessions.values()):
+            if session.protocol_version in _MODERN:
+                continue
+            try:
+                await session.send_tool_list_changed()
+                await session.send_prompt_list_changed()
+                await session.send_resource_list_changed()
+            except Exception as exc:  # a client that went away
+                _log.debug("cannot tell a client the lists changed: %s", exc)
 
     def start(self, nursery: trio.Nursery) -> None:
         """Start the background work of the config's own resources (their watches) in ``nursery``."""

@@ -59,7 +59,21 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal("quotas", "governance.quotas.{rate_limits,budgets,concurrency}", "mcpg's quota {what} are not in mcpipe"),
     Refusal("approvals", "governance.approvals", "human approval gates are not in mcpipe"),
-    Refusal("registries", "mcp.registries", "registry sync (importing servers from MCP registries) is not in mcpipe"),
+    Refusal(
+        "registry_cred",
+        "mcp.registries[].auth.mode",
+        "a registry read with a `cred` issuer's token is not in mcpipe (give it `bearer` or `headers`)",
+    ),
+    Refusal(
+        "registry_auth",
+        "mcp.registries[].defaults.auth.mode",
+        "a registry's servers authenticated by `{mode}` are not in mcpipe",
+    ),
+    Refusal(
+        "registry_server_auth",
+        "mcp.registries[].servers.*.auth",
+        "a registry server's own auth is not in mcpipe (its registry's `defaults.auth` applies)",
+    ),
     Refusal(
         "store",
         "mcp.configurations.{sessions,pipelines,subscriptions}.store, mcp.capabilities.tasks.store",

@@ -131,11 +131,164 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     _capabilities(mcp.get("capabilities") or {}, out, schemas, kafka)
     _configurations(mcp.get("configurations") or {}, out, mcp.get("capabilities") or {})
     _federations(mcp.get("federations") or [], out)
-    if mcp.get("registries"):
-        out.refuse("mcp.registries", reason("registries"))
+    _registries(mcp.get("registries") or [], out)
     _served_registry(mcp.get("registry") or {}, out)
     _rest(doc, out)
     return Translation(out.doc, out.problems, out.locate, list(out.moves))
+
+
+def _registry_problem(reg: Mapping[str, Any]) -> str | None:
+    """``McpRegistryConfig::validate``: mcpg's message, or None."""
+    name = str(reg.get("name", ""))
+    path = f"mcp.registries[{name}]"
+    if not name.strip():
+        return "mcp.registries[]: every registry needs a non-empty `name`"
+    if not re.fullmatch(r"[a-z0-9-]+", name):
+        return f"{path}: `name` must be lowercase alphanumeric + '-'"
+    url = str(reg.get("url", ""))
+    if not url.startswith(("https://", "http://")):
+        return f"{path}.url must be an http(s) URL"
+    if url.startswith("http://") and not (reg.get("registry_safety") or {}).get("allow_insecure_http"):
+        return f"{path}.url uses http://; set registry_safety.allow_insecure_http: true to permit it"
+    auth = reg.get("auth") or {}
+    mode = auth.get("mode", "none")
+    if mode == "bearer" and not auth.get("token"):
+        return f"{path}.auth: mode `bearer` requires a non-empty `token`"
+    if mode == "headers" and not auth.get("headers"):
+        return f"{path}.auth: mode `headers` requires at least one header"
+    if mode == "cred" and not re.fullmatch(r"cred://[^/]+/.+", str(auth.get("credential") or "")):
+        return f"{path}.auth: mode `cred` requires `credential` as a cred://<plugin_id>/<target> URI"
+    sync = reg.get("sync") or {}
+    if int(sync.get("interval_secs", 300)) < 30:
+        return f"{path}.sync.interval_secs must be at least 30"
+    for key in ("max_servers", "full_resync_hours"):
+        if sync.get(key, 1) == 0:
+            return f"{path}.sync.{key} must be greater than zero"
+    imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
+    imported.update((reg.get("defaults") or {}).get("import") or {})
+    if not any(imported.values()):
+        return f"{path}.import: at least one of tools, resources, resource_templates, prompts must be true"
+    for server in reg.get("servers") or {}:
+        if not str(server).strip():
+            return f"{path}.servers: server keys must be non-empty registry names"
+    return None
+
+
+def _registries(registries: list[Any], out: _Out) -> None:
+    """``mcp.registries``: mcpg's registry sync as mcpipe's ``registries`` (``docs/server.md``): the registry's
+    servers served as downstream servers, kept in step with it, with each registry's ``defaults`` (its governance
+    as their trust rule, what they import, their auth, the private-address opt-in, OAuth discovery)."""
+    entries = []
+    for i, reg in enumerate(registries):
+        where = f"mcp.registries[{i}]"
+        problem = _registry_problem(reg)
+        if problem is not None:
+            out.refuse(where, problem)
+            continue
+        auth = reg.get("auth") or {}
+        headers: dict[str, str] = {}
+        if auth.get("mode") == "bearer":
+            headers["Authorization"] = f"Bearer {auth['token']}"
+        elif auth.get("mode") == "headers":
+            headers.update({str(k): str(v) for k, v in auth["headers"].items()})
+        elif auth.get("mode") == "cred":
+            out.refuse(f"{where}.auth.mode", reason("registry_cred"))
+            continue
+        headers, missing = _expand_all(headers, out)
+        if missing:
+            out.refuse(f"{where}.auth", f"environment variable `{missing[0]}` is not set")
+            continue
+        safety, sync, flt, defaults = (reg.get(k) or {} for k in ("registry_safety", "sync", "filter", "defaults"))
+        entry: dict[str, Any] = {
+            "name": reg["name"],
+            "url": reg["url"],
+            "headers": headers,
+            "allow_private": bool(safety.get("allow_private_registry")),
+            "allow_http": bool(safety.get("allow_insecure_http")),
+            "interval_s": int(sync.get("interval_secs", 300)),
+            "max_servers": int(sync.get("max_servers", 100)),
+            "include": list(flt.get("include", ["*"])),
+            "exclude": list(flt.get("exclude") or []),
+            "namespaces": list(flt.get("namespaces") or []),
+            "deprecated": "exclude" if reg.get("on_deprecated") == "exclude" else "serve",
+            "allow_private_servers": bool((defaults.get("upstream_safety") or {}).get("allow_private_backends")),
+            "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
+        }
+        gov = defaults.get("governance") or {}
+        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+        if gov.get("allow_if"):
+            rule["allow_if"] = gov["allow_if"]
+        if gov.get("required_scopes"):
+            rule["required_scopes"] = list(gov["required_scopes"])
+        entry["trust"] = rule
+        imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
+        imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
+        entry["expose"] = [k for k, on in imported.items() if on]
+        if not _registry_auth(defaults.get("auth") or {}, entry, f"{where}.defaults.auth", out):
+            continue
+        servers: dict[str, Any] = {}
+        for name, over in (reg.get("servers") or {}).items():
+            at = f"{where}.servers.{name}"
+            if (over or {}).get("auth") is not None:
+                out.refuse(f"{at}.auth", reason("registry_server_auth"))
+                break
+            given, missing = _expand_all({str(k): str(v) for k, v in ((over or {}).get("headers") or {}).items()}, out)
+            if missing:
+                out.refuse(f"{at}.headers", f"environment variable `{missing[0]}` is not set")
+                break
+            servers[name] = {
+                "enabled": bool((over or {}).get("enabled", True)),
+                "variables": {str(k): str(v) for k, v in ((over or {}).get("variables") or {}).items()},
+                "headers": given,
+            }
+            if (over or {}).get("version") is not None:
+                servers[name]["version"] = str(over["version"])
+        else:
+            entry["servers"] = servers
+            entries.append(entry)
+            out.moved(f"registries[{len(entries) - 1}]", where)
+    if entries:
+        out.doc["registries"] = entries
+
+
+def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], list[str]]:
+    expanded: dict[str, str] = {}
+    missing: list[str] = []
+    for key, value in values.items():
+        expanded[key], more = expand_env(value, out.environ)
+        missing += more
+    return expanded, missing
+
+
+def _registry_auth(auth: Mapping[str, Any], entry: dict[str, Any], where: str, out: _Out) -> bool:
+    """A registry's ``defaults.auth`` for its servers: ``pass_through`` forwards the caller's bearer; the OAuth
+    modes present a credential (``{server}`` in its target: one per server, the target named by the server)."""
+    mode = auth.get("mode", "none")
+    if mode == "none":
+        return True
+    if mode == "pass_through":
+        entry["forward_bearer"] = True
+        return True
+    if mode not in ("oauth_client_credentials", "oauth_impersonation"):
+        out.refuse(f"{where}.mode", reason("registry_auth", mode=str(mode)))
+        return False
+    uri = str(auth.get("credential") or "").strip()
+    if uri.startswith("${") and uri.endswith("}"):
+        uri = uri[2:-1].strip()
+    m = re.fullmatch(r"cred://([^/\s]+)/([^#\s]+)", uri)
+    if m is None:
+        out.refuse(f"{where}.credential", f"`{uri}` is not a cred://<plugin_id>/<target> reference")
+        return False
+    plugin, target = m.groups()
+    if "{server}" in target:
+        entry["credential"] = f"{plugin}/{target}"
+        entry["credential_env"] = plugins.env_credential_variable(plugin, "").rstrip("_") + "_" + target
+        return True
+    name = plugins.credential_ref(uri, f"{where}.credential", out.doc, out.problems, out.environ)
+    if name is None:
+        return False
+    entry["credential"] = name
+    return True
 
 
 def _served_registry(registry: Mapping[str, Any], out: _Out) -> None:
