@@ -916,6 +916,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
     problems.extend(_registry_problems(cfg.registry))
+    problems.extend(_registries_problems(cfg))
     problems.extend(_content_problems(cfg.content))
     tls = cfg.http.tls
     if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
@@ -984,6 +985,30 @@ def _registry_problems(registry: RegistryConfig) -> list[Problem]:
     if registry.url is not None and not registry.url.startswith(("https://", "http://")):
         return [Problem("registry.url", CODE, "must be an http(s) URL")]
     return []
+
+
+def _registries_problems(cfg: Config) -> list[Problem]:
+    """Each registry has its own name and a URL it may be read at; a guard it names is kept (its trust rule needs
+    the ``trust`` section; a credential without ``{server}`` is configured, or read from ``credential_env``)."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for i, reg in enumerate(cfg.registries):
+        base = f"registries[{i}]"
+        if reg.name in seen:
+            problems.append(Problem(f"{base}.name", CODE, f"another registry is named `{reg.name}`"))
+        seen.add(reg.name)
+        if not reg.url.startswith("https://") and not (reg.allow_http and reg.url.startswith("http://")):
+            why = "must be an https:// URL (an http:// one with `allow_http`)"
+            problems.append(Problem(f"{base}.url", CODE, why))
+        if reg.trust is not None and cfg.trust is None:
+            why = "a trust rule needs the `trust` section (the callers' trust levels)"
+            problems.append(Problem(f"{base}.trust", CODE, why))
+        for where, name in [(f"{base}.credential", reg.credential)] + [
+            (f"{base}.servers.{server}.credential", over.credential) for server, over in reg.servers.items()
+        ]:
+            if name is not None and "{server}" not in name and name not in cfg.credentials and not reg.credential_env:
+                problems.append(Problem(where, CODE, f"no credential `{name}` is configured (`credentials`)"))
+    return problems
 
 
 def _trust_problems(trust: TrustConfig) -> list[Problem]:

@@ -771,3 +771,142 @@ def test_a_storage_section_mcpg_would_not_boot_is_refused_with_its_message() -> 
     assert [(p.location, p.message) for p in e.value.problems] == [
         ("storage.default", "`storage.default: default` does not match any provider id in `storage.providers: [...]`")
     ]
+
+
+# --- registry sync -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tls_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A self-signed certificate for 127.0.0.1 that mcpipe's HTTP clients trust (``SSL_CERT_FILE``)."""
+    from kit.registry import self_signed
+
+    made = self_signed(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(made))
+    return made
+
+
+async def test_the_federation_guides_registry_serves_its_pinned_crm_to_verified_callers_with_their_bearer(
+    tls_cert: Path,
+) -> None:
+    # runtime/registry_sync (crawl, filter, pins, map.rs: remote variables and headers, the synthesized
+    # federation's governance and pass_through auth), over a registry and its server on 127.0.0.1 (HTTPS).
+    from kit.oauth import oauth_server
+    from kit.registry import Registry, Upstream, calls, entry, serving_tls
+
+    upstream, registry = Upstream(), Registry()
+    async with (
+        oauth_server() as idp,
+        serving_tls(upstream.app(), tls_cert) as up,
+        serving_tls(registry.app(), tls_cert) as reg_url,
+    ):
+        variables = {"tenant_id": {"isRequired": True}}
+        key = [{"name": "X-API-Key", "isRequired": True, "isSecret": True}]
+        registry.entries = [
+            entry("com.acme/crm", "2.4.0", url=f"{up}/{{tenant_id}}/mcp", variables=variables, headers=key),
+            entry("com.acme/crm", "2.3.1", url=f"{up}/{{tenant_id}}/v2.3/mcp", variables=variables, headers=key,
+                  latest=False),
+            entry("com.acme/experimental-search", url=f"{up}/search/mcp"),
+            entry("com.acme-typo/crm", url=f"{up}/typo/mcp"),
+        ]  # fmt: skip
+        doc = yaml.safe_load((UPSTREAM / "docs/federation/guide.md@L152.yaml").read_text())
+        doc["mcp"]["registries"][0]["url"] = reg_url
+        doc["gateway"] = {"server": {"trust_subject_header": True}}
+        jwks = {"issuer": idp.url, "keys_json": json.dumps(idp.jwks()), "audience": "mcpg"}
+        doc["governance"] = {"access": {"jwks": jwks}}
+        config = _load(doc, {"REGISTRY_TOKEN": "reg-secret", "CRM_KEY": "crm-key"})
+        alice = idp.mint("alice", aud="mcpg")
+        with trio.fail_after(60):
+            async with open_app(config) as app, http_server(app) as url:
+                await app.registries.synced.wait()
+                for server in app.downstreams.servers:
+                    await server.first_attempt()
+                async with _client(url, "bob") as bob:
+                    with pytest.raises(
+                        Exception, match="requires trust level Verified, current trust is HeaderAsserted"
+                    ):
+                        await bob.call_tool("com.acme.crm.whoami", {})
+                from kit.clients import bearer_client
+
+                async with bearer_client(url, alice, mode="legacy") as client:
+                    tools = sorted(t.name for t in (await client.list_tools()).tools)
+                    got = await client.call_tool("com.acme.crm.whoami", {})
+    assert tools == ["com.acme.crm.whoami"]  # the experiment excluded, the other namespace filtered
+    assert not got.is_error
+    (sent,) = calls(upstream)
+    assert sent["path"] == "/acme-prod/v2.3/mcp"  # the pinned version, its {tenant_id}
+    assert sent["x-api-key"] == "crm-key" and sent["authorization"] == f"Bearer {alice}"  # pass_through
+    assert {r["authorization"] for r in registry.requests} == {"Bearer reg-secret"}
+
+
+async def test_the_federation_guides_discovering_registry_serves_a_server_once_its_oauth_metadata_is_found(
+    tls_cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # registry_sync apply_oauth_discovery (mcpg-mcp-client auth.rs: RFC 9728 then RFC 8414, `resource` exact,
+    # the issuer round-tripping); the `{server}` credential without its plugin: the static secret mcpg's
+    # credential resolver reads from MCPG_CRED_<PLUGIN>_<TARGET>.
+    from kit.oauth import oauth_server
+    from kit.registry import Registry, Upstream, calls, entry, serving_tls
+
+    upstream, registry = Upstream(), Registry()
+    monkeypatch.setenv("MCPG_CRED_DEV_MCPG_CREDENTIAL_OAUTH_ID_JAG_COM_ACME_CRM", "crm-static")
+    monkeypatch.setenv("MCPG_CRED_DEV_MCPG_CREDENTIAL_OAUTH_ID_JAG_COM_ACME_WRONG", "wrong-static")
+    async with (
+        oauth_server() as idp,
+        serving_tls(upstream.app(), tls_cert) as up,
+        serving_tls(registry.app(), tls_cert) as reg_url,
+    ):
+        upstream.documents["/.well-known/oauth-protected-resource/mcp"] = {
+            "resource": f"{up}/mcp",
+            "authorization_servers": [idp.url],
+        }
+        upstream.documents["/.well-known/oauth-protected-resource/wrong/mcp"] = {
+            "resource": "https://elsewhere.example/mcp",
+            "authorization_servers": [idp.url],
+        }
+        registry.entries = [entry("com.acme/crm", url=f"{up}/mcp"), entry("com.acme/wrong", url=f"{up}/wrong/mcp")]
+        doc = yaml.safe_load((UPSTREAM / "docs/federation/guide.md@L240.yaml").read_text())
+        registry_doc = doc["mcp"]["registries"][0]
+        registry_doc["url"] = reg_url
+        registry_doc["registry_safety"] = {"allow_private_registry": True}
+        registry_doc["defaults"]["upstream_safety"] = {"allow_private_backends": True}
+        doc["gateway"] = {"server": {"trust_subject_header": True}}
+        with trio.fail_after(60):
+            async with open_app(_load(doc)) as app, http_server(app) as url:
+                await app.registries.synced.wait()
+                skipped = await app.registries.sync(app.config.registries[0])
+                for server in app.downstreams.servers:
+                    await server.first_attempt()
+                async with _client(url, "alice") as alice:
+                    tools = sorted(t.name for t in (await alice.list_tools()).tools)
+                    got = await alice.call_tool("com.acme.crm.whoami", {})
+    assert tools == ["com.acme.crm.whoami"] and not got.is_error
+    assert skipped == {"com.acme/wrong": "oauth_discovery: no OAuth metadata found for it"}
+    assert {h["authorization"] for h in calls(upstream)} == {"Bearer crm-static"}
+    assert idp.hits["/.well-known/oauth-authorization-server"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("registry", "where", "says"),
+    [
+        ({"url": "http://r.example"}, "mcp.registries[0]", "uses http://; set registry_safety.allow_insecure_http"),
+        (
+            {"auth": {"mode": "cred", "credential": "cred://dev.mcpg.credential.oauth-client-credentials/r"}},
+            "mcp.registries[0].auth.mode",
+            "a registry read with a `cred` issuer's token is not in mcpipe",
+        ),
+        (
+            {"defaults": {"auth": {"mode": "service_token"}}},
+            "mcp.registries[0].defaults.auth.mode",
+            "authenticated by `service_token` are not in mcpipe",
+        ),
+    ],
+)
+def test_a_registry_mcpipe_cannot_read_or_authenticate_as_mcpg_does_is_refused_at_its_place(
+    registry: dict[str, Any], where: str, says: str
+) -> None:
+    doc = {"mcp": {"registries": [{"name": "acme", "url": "https://r.example", **registry}]}}
+    with pytest.raises(ConfigError) as e:
+        _load(doc)
+    assert [p.location for p in e.value.problems] == [where]
+    assert says in e.value.problems[0].message
