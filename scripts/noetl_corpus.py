@@ -71,6 +71,16 @@ WARNED: dict[str, list[str]] = {}
 
 REASONS = (
     ("not a NoETL playbook: it has no", "a prototype of NoETL's earlier formats (no `workflow` list)"),
+    ("2018 Go prototype", "a prototype no engine ran (NoETL's 2018 Go prototype, f567ecd4: stub modules)"),
+    (
+        "2023 NATS prototype",
+        "a prototype no engine ran (NoETL's 2023 NATS prototype, edbc1064: the dispatcher only logs)",
+    ),
+    (
+        "2024 plugin prototype",
+        "a prototype no engine ran (NoETL's 2024 plugin prototype, e0073283: no plugins in the repository)",
+    ),
+    ("job runtime of April-May 2025", "NoETL's job runtime of April-May 2025 (noetl/dsl), not read by mcpipe"),
     ("not valid YAML", "not valid YAML"),
     ("snowflake", "a cloud warehouse (Snowflake)"),
     ("secret manager", "cloud credentials or a cloud secret manager"),

@@ -105,7 +105,12 @@ def _check(ns: argparse.Namespace) -> int:
     if isinstance(pb, NoetlPlaybook):
         tools = [t.kind for s in pb.steps.values() for t in s.tasks]
         used = ", ".join(f"{tools.count(k)} {k}" for k in dict.fromkeys(tools))
-        layout = "noetl.io/v2" if pb.layout == "v2" else "the older layout"
+        layout = {
+            "v2": "noetl.io/v2",
+            "draft": "NoETL's 2025 draft engine",
+            "runtime": "NoETL's runtime of May 2025",
+            "2023": "NoETL's workflow engine of April 2023",
+        }.get(pb.layout, "the older layout")
         print(f"{ns.file}: ok (playbook `{pb.name}`, {layout}: {len(pb.steps)} steps; {used or 'no tools'})")
         return 0
     kinds = [s.kind for s in pb.plan.plan.steps]

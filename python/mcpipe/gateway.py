@@ -89,6 +89,10 @@ class Policy:
         return m is not None and m(tool)
 
 
+MAX_AUDITED_NAME = 256
+"""The most characters of an unknown tool's name an audit record keeps."""
+
+
 class AuditLog:
     """Audit records as JSON Lines, one ``write`` per record on an ``O_APPEND`` descriptor.
 
@@ -187,7 +191,7 @@ class McpgAuditLog(AuditLog):
                 self._emit(ctx, "mcpg.tool.call.completed", f"tool://{tool}", "success", details, record)
         elif code == ErrorCode.UNKNOWN_TOOL:
             details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
-            self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:256]}", "failure", details, record)
+            self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:MAX_AUDITED_NAME]}", "failure", details, record)
         elif code == ErrorCode.FORBIDDEN:
             trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
             details = {
@@ -431,7 +435,9 @@ class Gateway:
             if reason is not None:
                 self._record(ctx, name, False, ErrorCode.TOOL_FAILED, t0, 0.0)
                 raise CallError(reason)
-            self._record(ctx, name, False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
+            # The name is the caller's, as long as a request: the audit keeps its start (a 3 MB name wrote a
+            # 3 MB audit line per call).
+            self._record(ctx, name[:MAX_AUDITED_NAME], False, ErrorCode.UNKNOWN_TOOL, t0, 0.0)
             hint = did_you_mean(name, (t.name for t in self if self.allows(t.name, ctx)))  # only what it may call
             raise _Refused(ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'{hint}")
         return await self.invoke(tool, args, ctx, t0)

@@ -97,16 +97,25 @@ def postgres_server() -> Iterator[str]:
 
 
 @contextmanager
-def nats_server() -> Iterator[str]:
-    """A ``nats-server`` of its own; yields its URL (``nats://127.0.0.1:PORT``)."""
+def nats_server(*, jetstream: bool = False) -> Iterator[str]:
+    """A ``nats-server`` of its own; yields its URL (``nats://127.0.0.1:PORT``). ``jetstream``: with JetStream
+    on (``-js``), its store in a temporary directory removed after."""
     binary = shutil.which("nats-server") or (
         "/usr/sbin/nats-server" if os.path.exists("/usr/sbin/nats-server") else None
     )
     if binary is None:
         pytest.skip("nats-server (Debian's nats-server) is not installed")
     port = free_port()
-    with _listening([binary, "-a", "127.0.0.1", "-p", str(port)], port, stderr=subprocess.DEVNULL):
-        yield f"nats://127.0.0.1:{port}"
+    argv = [binary, "-a", "127.0.0.1", "-p", str(port)]
+    store = Path(tempfile.mkdtemp(prefix="mcpipe-js-")) if jetstream else None
+    if store is not None:
+        argv += ["-js", "-sd", str(store)]
+    try:
+        with _listening(argv, port, stderr=subprocess.DEVNULL):
+            yield f"nats://127.0.0.1:{port}"
+    finally:
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
 
 
 KAFKA_KINDS = ("python", "tansu")

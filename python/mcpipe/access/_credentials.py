@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
@@ -75,11 +76,21 @@ def _secret(value: str | None, env: str | None) -> str | None:
     return value or None
 
 
+_HEADER_SAFE = re.compile(r"[\x21-\x7e]+")
+"""What a token (and its type) may hold to be sent in a header: visible ASCII (RFC 6750's b64token is a
+subset). A token endpoint's `tok€n` was cached for its hour and failed every call with a traceback (httpx
+encodes header values as ASCII), one with CR LF would have written a header of its own."""
+
+
 def _token(doc: Mapping[str, Any], now: float, what: str) -> Issued:
     token = doc.get("access_token")
     if not isinstance(token, str) or not token:
         raise CredentialError(f"{what} answered no `access_token`")
+    if not _HEADER_SAFE.fullmatch(token):
+        raise CredentialError(f"{what} answered an `access_token` that is not visible ASCII (it cannot be sent)")
     kind = doc.get("token_type")
+    if isinstance(kind, str) and kind and not _HEADER_SAFE.fullmatch(kind):
+        raise CredentialError(f"{what} answered a `token_type` that is not visible ASCII (it cannot be sent)")
     expires = doc.get("expires_in")
     seconds = (
         float(expires) if isinstance(expires, (int, float)) and not isinstance(expires, bool) else DEFAULT_EXPIRES_S
@@ -111,6 +122,8 @@ class _ClientCredentials(_Issuer):
         self.name, self.cfg, self.clock = name, cfg, clock
         self.cached: Issued | None = None
         self._lock = trio.Lock()
+        self._attempts = 0
+        self._outcome: Issued | CredentialError | None = None
 
     def _fresh(self) -> Issued | None:
         c = self.cached
@@ -122,34 +135,51 @@ class _ClientCredentials(_Issuer):
         fresh = self._fresh()
         if fresh is not None:
             return fresh
-        async with self._lock:  # one refresh at a time; the others wait for it
+        seen = self._attempts
+        async with self._lock:  # one refresh at a time; the others wait for it and share its outcome
             fresh = self._fresh()
             if fresh is not None:
                 return fresh
-            cfg = self.cfg
-            form = {
-                "grant_type": GRANT_CLIENT_CREDENTIALS,
-                "client_id": cfg.client_id,
-                "client_secret": _secret(cfg.client_secret, cfg.client_secret_env) or "",
-            }
-            if cfg.scopes:
-                form["scope"] = " ".join(cfg.scopes)
-            try:
-                doc = await post_form(
-                    cfg.token_url,
-                    form,
-                    timeout_ms=cfg.timeout_ms,
-                    allow_private=cfg.allow_private,
-                    what="the token endpoint",
-                )
-                self.cached = _token(doc, self.clock(), "the token endpoint")
-            except (FetchError, CredentialError) as exc:
-                old = self.cached
-                if old is not None and self.clock() < old.expires_at + STALE_GRACE_S:
-                    _log.warning("credential %s: refresh failed (%s); serving the previous token", self.name, exc)
-                    return old
-                raise CredentialError(f"credential `{self.name}`: {exc}") from None
-            return self.cached
+            if self._attempts != seen and self._outcome is not None:
+                # Refreshed while this caller waited: its token (even one the endpoint says expires at once)
+                # or its failure, instead of one more request each (a hanging endpoint held every caller
+                # in line, timeout_ms each).
+                if isinstance(self._outcome, CredentialError):
+                    raise CredentialError(str(self._outcome))  # a new one: a raised one keeps its traceback
+                return self._outcome
+            self._outcome = await self._refresh()
+            self._attempts += 1  # counted once done: a caller that came while it ran shares its outcome
+            if isinstance(self._outcome, CredentialError):
+                raise CredentialError(str(self._outcome))
+            return self._outcome
+
+    async def _refresh(self) -> Issued | CredentialError:
+        """One request to the token endpoint: the token (kept in ``cached``), the previous token while its
+        grace lasts, or the failure."""
+        cfg = self.cfg
+        form = {
+            "grant_type": GRANT_CLIENT_CREDENTIALS,
+            "client_id": cfg.client_id,
+            "client_secret": _secret(cfg.client_secret, cfg.client_secret_env) or "",
+        }
+        if cfg.scopes:
+            form["scope"] = " ".join(cfg.scopes)
+        try:
+            doc = await post_form(
+                cfg.token_url,
+                form,
+                timeout_ms=cfg.timeout_ms,
+                allow_private=cfg.allow_private,
+                what="the token endpoint",
+            )
+            self.cached = _token(doc, self.clock(), "the token endpoint")
+        except (FetchError, CredentialError) as exc:
+            old = self.cached
+            if old is not None and self.clock() < old.expires_at + STALE_GRACE_S:
+                _log.warning("credential %s: refresh failed (%s); serving the previous token", self.name, exc)
+                return old
+            return CredentialError(f"credential `{self.name}`: {exc}")
+        return self.cached
 
 
 class _PerCaller(_Issuer):

@@ -172,11 +172,11 @@ class JwksCache:
                 # A fetch was made while this caller waited (its outcome is this caller's), or failed lately.
                 if self._failure is None or self._usable():
                     return
-                raise self._failure
-            self._attempts += 1
+                raise FetchError(str(self._failure))  # a new one: a raised one keeps its traceback
             try:
                 keys = await self._fetch()
             except FetchError as exc:
+                self._attempts += 1  # counted once done: a caller that came while it ran shares its outcome
                 self._failed_at, self._failure = self.clock(), exc
                 if self._usable():
                     _log.warning(
@@ -184,6 +184,7 @@ class JwksCache:
                     )
                     return
                 raise
+            self._attempts += 1
             self.keys, self.fetched_at = keys, self.clock()
             self._failed_at, self._failure = -1e18, None
 

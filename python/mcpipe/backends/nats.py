@@ -27,7 +27,7 @@ import trio
 
 from mcpipe.backends._errors import BackendError
 
-__all__ = ["NatsClient", "NatsError", "NatsMessage", "parse_nats_url"]
+__all__ = ["NatsClient", "NatsError", "NatsMessage", "open_nats", "parse_header_block", "parse_nats_url"]
 
 _log = logging.getLogger("mcpipe.backends.nats")
 _CRLF = b"\r\n"
@@ -121,6 +121,12 @@ class NatsClient:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def shown_url(self) -> str:
+        """The URL without its user, password or token (for messages)."""
+        t = self.target
+        return f"nats://{'***@' if t.user or t.token else ''}{t.host}:{t.port}"
 
     def __repr__(self) -> str:
         return f"<NatsClient {self.url}{' closed' if self._closed else ''}>"
@@ -354,6 +360,44 @@ class NatsClient:
         data = bytes(self._buffer[:n])
         del self._buffer[:n]
         return data
+
+
+@asynccontextmanager
+async def open_nats(url: str, *, connect_timeout_s: float = 5.0, name: str = "mcpipe") -> AsyncIterator[NatsClient]:
+    """A connection of its own for the block (connected when the block starts, closed when it ends): for work
+    that connects, does a few requests and leaves, as NoETL's ``nats`` tool does per task.
+
+    Raises:
+        NatsError: it cannot connect (refused, no answer, the server wants TLS).
+    """
+    client = NatsClient(url, connect_timeout_s=connect_timeout_s, name=name)
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(client.run)
+            try:
+                yield client
+            finally:
+                nursery.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # The nursery wraps what the block (or the connection) raised: a single error is raised as itself.
+        only = _only(group)
+        if only is None:
+            raise
+        raise only  # noqa: B904 - it is the group's own content, with its traceback
+
+
+def _only(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    inner: BaseException = group
+    while isinstance(inner, BaseExceptionGroup):
+        if len(inner.exceptions) != 1:
+            return None
+        inner = inner.exceptions[0]
+    return inner
+
+
+def parse_header_block(block: bytes) -> tuple[str | None, str, dict[str, str]]:
+    """A ``NATS/1.0`` header block: ``(status, description, headers)`` (status None when there is none)."""
+    return _headers(block)
 
 
 def _err(line: bytes) -> str:

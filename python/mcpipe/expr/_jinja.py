@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextvars
 import ctypes
 import functools
+import json
 import re
 import string
 import threading
@@ -364,6 +365,15 @@ def _tojson(value: Any) -> str:
         raise RenderError(f"tojson: {e}") from None
 
 
+def _to_json(value: Any) -> str:
+    """NoETL's 2025 ``to_json`` filter: Python's ``json.dumps`` (its spacing, so text compares as NoETL's)."""
+    _fits_text(value, "the `to_json` filter")
+    try:
+        return json.dumps(value, default=str)
+    except (TypeError, ValueError) as e:
+        raise RenderError(f"to_json: {e}") from None
+
+
 def _fromjson(text: Any) -> Any:
     if isinstance(text, str):
         _budget().charge(len(text))  # the value it makes is about as large as its text
@@ -506,6 +516,7 @@ def environment() -> ImmutableSandboxedEnvironment:
         env.filters = {name: _bounded_filter(name, fn) for name, fn in env.filters.items()}
         env.filters["sum"] = _bounded_filter("sum", _sum)
         env.filters["tojson"] = _tojson
+        env.filters["to_json"] = _to_json
         env.filters["fromjson"] = _fromjson
         env.filters["render"] = _render
         env.globals.clear()
@@ -646,6 +657,7 @@ class _Job:
                 _set_async_exc(self.thread, id(_Interrupted))
 
     def run(self, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+        self.budget.deadline = time.monotonic() + self.budget.ms / 1000  # from now: not the wait for a thread
         token = _BUDGET.set(self.budget)
         with self.lock:
             self.thread = threading.get_ident()
@@ -702,7 +714,9 @@ def _threads() -> trio.CapacityLimiter:
 
 async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
     """:func:`render` off the event loop: in a thread (at most 4 at once), interrupted at the deadline or as
-    soon as the caller is cancelled (a step's ``timeout_ms``).
+    soon as the caller is cancelled (a step's ``timeout_ms``). The deadline starts when the rendering does:
+    waiting for a thread is not rendering (before, a caller queued behind others' slow templates timed out
+    without its own having run).
 
     Raises:
         RenderError: as :func:`render`.
@@ -711,14 +725,23 @@ async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: s
         return compiled.render(roots)
     ms = expression_timeout_ms()
     job = _Job(ms)
-    with trio.move_on_after(ms / 1000):
-        try:
-            return await trio.to_thread.run_sync(
-                job.run, compiled, roots, location, abandon_on_cancel=True, limiter=_threads()
-            )
-        except trio.Cancelled:
-            job.interrupt()  # the thread stops at its next bytecode; nobody waits for it
-            raise
-        except _Interrupted:
-            pass
-    raise _timed_out(location, ms)
+    try:
+        return await trio.to_thread.run_sync(
+            _watched, job, compiled, roots, location, abandon_on_cancel=True, limiter=_threads()
+        )
+    except trio.Cancelled:
+        job.interrupt()  # the thread stops at its next bytecode; nobody waits for it
+        raise
+    except _Interrupted:
+        raise _timed_out(location, ms) from None
+
+
+def _watched(job: _Job, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+    """``job.run`` in this thread, a watchdog interrupting it at the deadline, counted from now."""
+    watchdog = threading.Timer(job.budget.ms / 1000, job.interrupt)
+    watchdog.daemon = True
+    watchdog.start()
+    try:
+        return job.run(compiled, roots, location)
+    finally:
+        watchdog.cancel()

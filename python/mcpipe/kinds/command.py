@@ -4,8 +4,8 @@ The process starts in a new session, so it and everything it spawns form one pro
 step is cancelled (its timeout, the pipeline's deadline, the caller going away) the whole group gets
 SIGTERM, then SIGKILL after the policy's grace period, and the step waits (shielded) until the process
 has been reaped: no process outlives the step that started it. The group is also killed when the main
-process exits while something still holds the output pipes (a background child), so that cannot keep the
-step waiting.
+process exits (once its output is read, or after a short grace while something still holds the pipes), so
+a background child neither keeps the step waiting nor outlives it.
 """
 
 from __future__ import annotations
@@ -208,12 +208,14 @@ async def run_process(
             nursery.start_soon(drain, process.stdout, out, nursery.cancel_scope)
             nursery.start_soon(drain, process.stderr, err, nursery.cancel_scope)
             await process.wait()
-            # Children that outlived the main process and still hold the pipes open are ended, so they
-            # cannot keep the step waiting. (Only then: the group id may be reused once the group is gone.)
+            # Children that outlived the main process are ended with it: those holding the pipes open after
+            # a short grace (they cannot keep the step waiting), and background ones that let go of them
+            # (`sleep 600 >/dev/null &` outlived the step, the server too, one more per call). The group's id
+            # is the main process's pid, which the system does not give out again while the group has
+            # members; reaped a moment ago, it is not given out again so soon either.
             with trio.move_on_after(_ORPHAN_GRACE_S):
                 await drained.wait()
-            if not drained.is_set():
-                _kill_group(process.pid, signal.SIGKILL)
+            _kill_group(process.pid, signal.SIGKILL)
     except BaseException:
         # Cancelled (timeout, deadline, caller gone) or failed: never leave the process group behind.
         await _terminate(process, policy.kill_grace_ms)

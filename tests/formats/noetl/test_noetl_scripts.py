@@ -58,12 +58,46 @@ async def test_sql_read_from_a_file_runs_on_the_credentials_database(noetl_postg
     assert len(steps["verify_records"][0]["rows"]) == 3  # what it inserted
 
 
-def test_code_fetched_from_cloud_storage_or_a_template_is_refused_at_check_time():
-    for rel, why in (
-        ("tests/fixtures/playbooks/script_execution/python_gcs_example.yaml", "fetched from `gcs` (a remote store)"),
-        ("tests/fixtures/playbooks/root_scripts/test_script_loading.yaml", "code from a template is refused"),
+def test_code_fetched_from_cloud_storage_or_a_template_is_refused_at_check_time(tmp_path):
+    (tmp_path / "p.yaml").write_text(
+        """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: p, path: p}
+workload: {name: x}
+workflow:
+  - step: start
+    tool: {kind: python, script: {uri: inline, source: {type: inline, code: "print('{{ name }}')"}}}
+"""
+    )
+    for base, rel, why in (
+        (UPSTREAM, "tests/fixtures/playbooks/script_execution/python_gcs_example.yaml", "fetched from `gcs`"),
+        (tmp_path, "p.yaml", "code from a template is refused"),
     ):
-        _, problems = load_playbook(rel, base_dir=str(UPSTREAM), policy=policy())
+        _, problems = load_playbook(rel, base_dir=str(base), policy=policy())
         assert any(why in str(p) for p in problems), problems
     assert Path(UPSTREAM, "tests/fixtures/playbooks/script_execution/scripts/hello_world.py").is_file()
     assert load(PYTHON).steps["run_python_from_file"].tasks[0].parts["script"]["field"] == "code"
+
+
+@pytest.mark.parametrize(
+    "rel", ["test_script_loading.yaml", "tests/fixtures/playbooks/root_scripts/test_script_loading.yaml"]
+)
+async def test_code_from_a_template_naming_the_workloads_own_text_runs_that_text(rel):
+    # `code: "{{ workload.test_code }}"` (or `{{ test_code }}`): the code is the playbook's own workload value,
+    # read when it loads. (Their `end` steps read a `result` NoETL's scope does not have: they fail, located.)
+    with trio.fail_after(60):
+        answer = await run_file(rel)
+    assert answer["noetl"]["steps"]["start"] == [{"message": "Script loading works!", "status": "success"}]
+    assert answer["noetl"]["failed_steps"] == ["end"]
+
+
+async def test_a_call_that_sets_the_value_a_step_takes_its_code_from_is_refused():
+    # NoETL lays the call's arguments over the workload: its code would be the caller's text.
+    with trio.fail_after(60):
+        answer = await run_file("test_script_loading.yaml", {"test_code": "import os; result = os.environ"})
+    assert not answer["ok"] and answer["error_code"] == "FORBIDDEN"
+    assert "workflow[0].tool.script.source.code: the argument `test_code` is this step's code" in answer["error"]
+    with trio.fail_after(60):
+        nested = await run_file("test_script_loading.yaml", {"ctx": {"test_code": "result = 1"}})
+    assert nested["error_code"] == "FORBIDDEN"

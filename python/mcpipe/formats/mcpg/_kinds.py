@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
+import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
+from urllib.parse import quote
 
 import httpcore2
 import httpx2
@@ -447,16 +450,33 @@ def _no_retry(kind: str, message: str, action: str, details: dict[str, Any]) -> 
     }
 
 
+MAX_QUERY_BYTES = 65_536
+"""The longest query string a GET binding sends (arguments past it are a transport error, before any is
+encoded): percent-encoding 4 MB of arguments held the event loop 1.7 s, for a URL no server takes."""
+
+
 def query_string(arguments: Any) -> str:
-    """``build_http_query_string``: sorted keys, arrays repeating their key, RFC 3986 unreserved kept."""
+    """``build_http_query_string``: sorted keys, arrays repeating their key, RFC 3986 unreserved kept.
+
+    Raises:
+        _TransportError: not an object, or longer than :data:`MAX_QUERY_BYTES`.
+    """
     if not isinstance(arguments, Mapping):
         raise _TransportError("network query call arguments must be a JSON object")
     pairs = []
+    size = 0
     for key in sorted(arguments):
         value = arguments[key]
         for item in value if isinstance(value, list) else [value]:
-            pairs.append(f"{_pct(key)}={_pct(_query_value(item))}")
-    return "&".join(pairs)
+            text = _query_value(item)
+            size += len(key) + len(text) + 2  # each character at least one byte once encoded
+            if size > MAX_QUERY_BYTES:
+                raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
+            pairs.append(f"{_pct(key)}={_pct(text)}")
+    query = "&".join(pairs)
+    if len(query) > MAX_QUERY_BYTES:
+        raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
+    return query
 
 
 def _query_value(value: Any) -> str:
@@ -470,10 +490,8 @@ def _query_value(value: Any) -> str:
 
 
 def _pct(text: str) -> str:
-    safe = b"-_.~"
-    return "".join(
-        chr(b) if (chr(b).isascii() and chr(b).isalnum()) or b in safe else f"%{b:02X}" for b in text.encode()
-    )
+    """RFC 3986 percent-encoding of UTF-8, the unreserved characters kept."""
+    return quote(text, safe="-_.~")
 
 
 async def _credential_header(
@@ -732,18 +750,26 @@ def _build_command(b: Build[CommandFields]) -> tuple[McpgTemplate, ...]:
     return tuple(args)
 
 
-async def _read_limited(stream: Any, limit: int) -> tuple[bytes, bool]:
-    data = bytearray()
-    truncated = False
+@dataclass(slots=True)
+class _Output:
+    """What one of a command's pipes gave so far (kept when its reading is cut short)."""
+
+    data: bytearray
+    truncated: bool = False
+    done: bool = False
+
+
+async def _read_limited(stream: Any, limit: int, into: _Output) -> None:
     while True:
         chunk = await stream.receive_some(65_536)
         if not chunk:
-            return bytes(data), truncated
-        room = limit - len(data)
+            into.done = True
+            return
+        room = limit - len(into.data)
         if room > 0:
-            data += chunk[:room]
+            into.data += chunk[:room]
         if len(chunk) > max(room, 0):
-            truncated = True
+            into.truncated = True
 
 
 async def run_command(
@@ -783,6 +809,7 @@ async def run_command(
             stdin=-1,
             stdout=-1,
             stderr=-1,  # subprocess.PIPE
+            start_new_session=True,  # its group ends with it: nothing it spawns outlives the call
         )
     except OSError as e:
         message = str(e)
@@ -794,7 +821,8 @@ async def run_command(
         )
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    outputs: dict[str, tuple[bytes, bool]] = {}
+    outputs = {"stdout": _Output(bytearray()), "stderr": _Output(bytearray())}
+    drained = trio.Event()
     try:
         with trio.move_on_after(timeout_ms / 1000) as scope:
             async with trio.open_nursery() as nursery:
@@ -809,24 +837,35 @@ async def run_command(
                         await process.stdin.aclose()
 
                 async def collect(name: str, stream: Any) -> None:
-                    outputs[name] = await _read_limited(stream, f.max_output_bytes)
+                    await _read_limited(stream, f.max_output_bytes, outputs[name])
+                    if all(o.done for o in outputs.values()):
+                        drained.set()
 
                 nursery.start_soon(feed)
                 nursery.start_soon(collect, "stdout", process.stdout)
                 nursery.start_soon(collect, "stderr", process.stderr)
+
+                async def ended() -> None:
+                    # A background child holding the pipes open must not keep the call to its deadline.
+                    await process.wait()
+                    with trio.move_on_after(0.2):
+                        await drained.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(ended)
             await process.wait()
         if scope.cancelled_caught:
             timed_out = True
-            process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
     finally:
+        # The whole group (the command and what it spawned, background children included), then the command.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
         if process.returncode is None:
             process.kill()
-            with trio.CancelScope(shield=True):
-                await process.wait()
-    stdout, stdout_cut = outputs.get("stdout", (b"", False))
-    stderr, stderr_cut = outputs.get("stderr", (b"", False))
+        with trio.CancelScope(shield=True):
+            await process.wait()
+    stdout, stdout_cut = bytes(outputs["stdout"].data), outputs["stdout"].truncated
+    stderr, stderr_cut = bytes(outputs["stderr"].data), outputs["stderr"].truncated
     code = process.returncode
     exit_code = code if code is not None and code >= 0 else None
     success = code == 0 and not timed_out

@@ -173,11 +173,31 @@ def compile_noetl(
     """
     if not isinstance(raw, Mapping):
         return None, [Problem("", CODE, f"must be an object, got {json_type(raw)}")]
+    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023, is_workflow2023
+
+    if is_workflow2023(raw):
+        # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
+        early, found = compile_workflow2023(raw, policy=policy or StepPolicy(), tools=tools, file=file)
+        if found:
+            return None, sorted(found, key=_problem_key)
+        early.name = _served(early.name) or "workflow"
+        return early, []
     if not isinstance(raw.get("workflow"), list):
-        why = "not a NoETL playbook: it has no `workflow` (a list of steps)"
+        why = _prototype(raw) or "not a NoETL playbook: it has no `workflow` (a list of steps)"
         if "mcp" in raw:
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
+    from mcpipe.formats.noetl._draft import compile_draft, is_draft
+    from mcpipe.formats.noetl._runtime2025 import compile_runtime, is_runtime
+
+    if is_runtime(raw) or is_draft(raw):
+        # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
+        compile_early = compile_runtime if is_runtime(raw) else compile_draft
+        draft, found = compile_early(raw, policy=policy or StepPolicy(), tools=tools, file=file)
+        if found:
+            return None, sorted(found, key=_problem_key)
+        draft.name = _served(draft.name) or "playbook"
+        return draft, []
     doc = read_doc(raw)
     problems = list(doc.problems)
     mcp = None
@@ -197,6 +217,36 @@ def compile_noetl(
         return None, sorted(problems, key=_problem_key)
     pb.name = _served(pb.name) or "playbook"
     return pb, []
+
+
+def _prototype(raw: Mapping[str, Any]) -> str | None:
+    """Why a file of one of NoETL's prototypes without a ``workflow`` list is refused: no engine of its time ran
+    it (the commit that shows it), or one did that mcpipe does not read."""
+    wf = raw.get("workflow")
+    spec = raw.get("spec")
+    if isinstance(wf, Mapping) and isinstance(wf.get("tasks"), Mapping):
+        return (
+            "a workflow of NoETL's 2018 Go prototype, which ran none: its `s3`, `rest` and `aggregate` modules are "
+            "stubs that do nothing (flow/modules.go, commit f567ecd4); not supported"
+        )
+    if isinstance(spec, Mapping) and isinstance(spec.get("tasks"), Mapping):
+        return (
+            "a workflow of NoETL's 2023 NATS prototype, which ran none: its dispatcher logs a workflow's events and "
+            "sends no task to a handler (noetl/dispatcher.py, `generate_workflow_command`, commit edbc1064); not "
+            "supported"
+        )
+    if raw.get("type") == "Playbook" and isinstance(raw.get("tasks"), list):
+        return (
+            "a playbook of NoETL's 2024 plugin prototype, which ran none: the repository held no plugin for its "
+            "steps (`http-requests`, `shell`), only a template loader and state-transition checks (noetl/playbook.py, "
+            "commit e0073283); not supported"
+        )
+    if isinstance(raw.get("steps"), list) and isinstance(raw.get("tasks"), list) and "environment" in raw:
+        return (
+            "a playbook of NoETL's job runtime of April-May 2025 (noetl/dsl: Job, Step, Task, Action, driven by a "
+            "payload), which mcpipe does not read; not supported"
+        )
+    return None
 
 
 def _served(name: str) -> str:

@@ -77,12 +77,12 @@ OLD_STEP_CONTROL = (
 )
 REFUSED_STEP = {
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
-    "call": "the `call:` steps of NoETL's 2025 draft engine (noetl/agent.py of 2025-06, a sequential interpreter) are "
-    "not supported (use `tool:` or `type: workbook`)",
-    "run": "the `run:` steps of NoETL's 2025 draft engine (noetl/runtime/agent.py of 2025-06) are not supported (use "
-    "`tool:`)",
-    "end_loop": "`end_loop` (NoETL's 2025 draft engine, whose loops run their `next` steps per item) is not supported: "
-    "a `loop` on the step runs its tool per item",
+    "call": "a `call:` step is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
+    "its steps); here, beside this layout's steps, no NoETL engine reads it (use `tool:` or `type: workbook`)",
+    "run": "a `run:` step is NoETL's runtime of May 2025 (read as it read it in a playbook with a top-level "
+    "`context`); here no NoETL engine reads it (use `tool:`)",
+    "end_loop": "`end_loop` is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
+    "its steps); here no NoETL engine reads it: a `loop` on the step runs its tool per item",
     "case_mode": "`case_mode` was removed from NoETL",
 }
 IGNORED_STEP = {
@@ -479,8 +479,10 @@ def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpe
         r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
         return None
     config = {str(k): v for k, v in tool.items() if k not in TASK_META}
-    if kind in ("workbook", "secrets") and "name" in tool:
-        config["name"] = tool["name"]  # the workbook action it runs; the secret it reads
+    if kind in ("workbook", "secrets", "nats") and "name" in tool:
+        # The workbook action it runs; the secret it reads; the object a `nats` tool stores (NoETL's executor
+        # reads `name` from the tool's config, a pipeline task's label included).
+        config["name"] = tool["name"]
     t = TaskSpec(name, kind, where, config)
     if "output" in tool:
         t.output = read_output(r, tool["output"], f"{where}.output")
@@ -1016,8 +1018,8 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
         if step.loop is not None and not step.tasks:
             r.add(
                 f"{where}.loop",
-                "a loop whose body is its `next` steps (NoETL's 2025 draft engine, noetl/agent.py of 2025-06) is not "
-                "supported",
+                "a loop whose body is its `next` steps is NoETL's 2025 draft engine's (read as it read it in its "
+                "playbooks); beside `run:` steps no NoETL engine reads it",
             )
     step.arcs = _old_next(r, s.get("next"), f"{where}.next")
     step.inclusive = True  # every entry whose condition holds is taken (`else` when none before it was)

@@ -12,6 +12,8 @@ over the ``workload``) and adds ``noetl`` to the scheduler's answer: the run as 
 
 from __future__ import annotations
 
+import contextlib
+import os
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import replace
@@ -20,6 +22,7 @@ from typing import Any
 from mcpipe.formats.noetl._run import EVENTS
 from mcpipe.formats.noetl._steps import EXECUTION_ID, step_of
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
+from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
 from mcpipe.plan import Limits
 from mcpipe.tools._base import ToolContext, ToolResult
 
@@ -59,7 +62,7 @@ async def run_noetl(
     run_ctx = replace(run_ctx, tools=registry)
     assert pb.plan is not None
     given = dict(args)
-    given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
+    run_id = given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
     # A sub-playbook is an execution of its own, as in NoETL: its steps' events are not its parent's.
     token = EVENTS.set(on_event)
     try:
@@ -68,8 +71,18 @@ async def run_noetl(
         )
     finally:
         EVENTS.reset(token)
+        _drop_execution_database(run_id)
     answer["noetl"] = noetl_answer(pb, answer)
     return answer
+
+
+def _drop_execution_database(run_id: str) -> None:
+    """Remove the DuckDB file a ``duckdb`` task without a ``database`` used (NoETL's file per execution): once
+    the run is over nothing reads it, and kept, every call left one more file behind (a caller's loop of calls
+    filled the disk with them, their tables included)."""
+    for suffix in ("", ".wal"):
+        with contextlib.suppress(OSError):
+            os.unlink(NOETL_DUCKDB_DIR / f"duckdb_{run_id}.duckdb{suffix}")
 
 
 def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
-from mcpipe.formats.noetl import toolkinds
+from mcpipe.formats.noetl import _nats, toolkinds
 from mcpipe.formats.noetl._layout import (
     CODE,
     ArcSpec,
@@ -63,7 +63,6 @@ REFUSED_KINDS = {
     "script": "scripts fetched from cloud storage",
     "agent": "NoETL's agent runtimes",
     "gateway": "NoETL's gateway",
-    "nats": "NoETL's NATS K/V and object store (mcpipe's own `nats` kind is request/reply)",
     "rhai": "the Rhai scripting engine",
     "task_sequence": "an internal NoETL kind",
     "result_fetch": "NoETL's result store",
@@ -198,6 +197,8 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
+    draft: Any = None
+    """A playbook of NoETL's 2025 draft engine (:mod:`mcpipe.formats.noetl._draft`): its steps and tasks."""
     root: str = ""
     """The catalog's root (the directory playbook paths are relative to): a ``script`` file is looked for
     under the playbook's directory and its parents up to it."""
@@ -437,17 +438,35 @@ def _task(
         plan.runner = "save"
         plan.parts = {"save": _save_plan(c, pb, spec)}
         return plan
+    if kind == "nats":
+        found_n: list[Problem] = []
+        spec_n = _nats.read_nats(task.config, task.location, found_n, CODE, c.warnings)
+        c.problems.extend(found_n)
+        if spec_n is None:
+            return None
+        plan.runner = "nats"
+        plan.parts = {
+            "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
+            "fields": c.tmpl(spec_n["fields"], task.location),
+            "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
+            "constant": spec_n["constant"],
+        }
+        return plan
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
         return None
     if kind == "secrets":
         provider = task.config.get("provider", "env")
         name = task.config.get("name", task.config.get("secret_name"))
+        if provider == "google":
+            plan.runner = "gcp_secret"
+            plan.parts = _gcp_secret(c, pb, task)
+            return plan if plan.parts else None
         if provider != "env":
             c.add(
                 f"{task.location}.provider",
-                f"secrets from `{provider}` (a cloud secret manager) are not supported; NoETL 4 refuses them too: "
-                "use `provider: env`",
+                f"secrets from `{provider}` (a cloud secret manager) are not supported (mcpipe reads `env` and "
+                "`google`); NoETL 4 refuses them too",
             )
             return None
         if not isinstance(name, str) or not name:
@@ -483,7 +502,7 @@ def _task(
         config = dict(task.config)
         script: dict[str, Any] | None = None
         if "script" in config and kind in ("python", "postgres", "duckdb"):
-            script = _script(c, config, kind, task.location)
+            script = _script(c, config, kind, task.location, pb.workload)
             if script is None:
                 return None
         given: dict[str, Any] = {}
@@ -537,6 +556,9 @@ def _task(
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
         if out is not None and "secrets" in step:
             out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
+        if out is not None and script and "guard" in script:
+            out.parts["code_from"] = (script["guard"], f"{task.location}.script.source.code")
+            script = None
         if out is not None and script:
             # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
             script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
@@ -556,6 +578,50 @@ def _task(
     return None
 
 
+_GCP_FIELDS = ("provider", "project_id", "secret_name", "version", "api_endpoint", "timeout", "name")
+
+
+def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, Any]:
+    """A ``secrets`` task of ``provider: google`` (:mod:`mcpipe.formats.noetl._gcp`): its fields, and the two
+    requests it makes (the token, the secret) on mcpipe's ``http`` kind under the operator's outbound policy."""
+    from mcpipe.declared import StepScope, compile_step
+
+    cfg = task.config
+    for k in cfg:
+        if k not in _GCP_FIELDS:
+            c.warnings.append(
+                f"{task.location}.{k}: `{k}` is not read by NoETL's Google Secret Manager provider: ignored, as NoETL "
+                "ignores it"
+            )
+    if not cfg.get("secret_name"):
+        c.add(f"{task.location}.secret_name", "is required: the secret to read")
+        return {}
+    steps: dict[str, Any] = {}
+    for label, method in (("token", "POST"), ("access", "GET")):
+        raw: dict[str, Any] = {
+            "kind": "http",
+            "id": label,
+            "method": method,
+            "url": "${args}",
+            "headers": "${args}",
+            "query": "${args}",
+            "expected_status_codes": list(range(100, 600)),
+        }
+        if method == "POST":
+            raw["body"] = "${args}"
+        timeout = cfg.get("timeout")
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+            raw["timeout_ms"] = float(timeout) * 1000
+        step, problems = compile_step(raw, task.location, StepScope(policy=pb.policy))
+        for p in problems:
+            c.add(p.location, p.message)
+        if step is None:
+            return {}
+        steps[label] = step
+    fields = {k: cfg[k] for k in ("project_id", "secret_name", "version", "api_endpoint") if k in cfg}
+    return {"fields": c.tmpl(fields, task.location), **steps}
+
+
 _SCRIPT_PLACEHOLDER = {
     "python": ("code", "pass"),
     "postgres": ("command", "SELECT 1"),
@@ -563,10 +629,17 @@ _SCRIPT_PLACEHOLDER = {
 }
 
 
-def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> dict[str, Any] | None:
+_WORKLOAD_REF = re.compile(r"^\s*\{\{\s*(?:workload\.)?([A-Za-z_][A-Za-z0-9_]*)\s*\}\}\s*$")
+
+
+def _script(
+    c: _Problems, config: dict[str, Any], kind: str, location: str, workload: Mapping[str, Any]
+) -> dict[str, Any] | None:
     """NoETL's ``script`` (code or SQL fetched from a source): a file (``source.type: file``) is read when the
     step runs, at its ``uri`` under the playbook's own directory; inline code written in the playbook is its
-    code; a template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
+    code, and so is a template that names a workload value the playbook writes (``{{ workload.code }}``), read
+    from the file when it loads (a call that passes that name is refused: NoETL would run the caller's text);
+    any other template for code, and remote sources (GCS, S3, HTTP), are refused. ``config`` gets a placeholder
     for the code so the rest of the tool compiles now."""
     script = config.pop("script")
     where = f"{location}.script"
@@ -575,6 +648,11 @@ def _script(c: _Problems, config: dict[str, Any], kind: str, location: str) -> d
     field_name, placeholder = _SCRIPT_PLACEHOLDER[kind]
     if kind_of == "inline" and isinstance(source, Mapping):
         code = source.get("code")
+        ref = _WORKLOAD_REF.match(code) if isinstance(code, str) else None
+        if ref is not None and isinstance(workload.get(ref.group(1)), str) and not _has_jinja(workload[ref.group(1)]):
+            # The code is the playbook's own text (its workload's value): read now, never a caller's value.
+            config[field_name] = workload[ref.group(1)]
+            return {"guard": ref.group(1)}
         if not isinstance(code, str) or _has_jinja(code):
             c.add(
                 f"{where}.source.code",

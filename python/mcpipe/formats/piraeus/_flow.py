@@ -33,7 +33,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, MCPipeError, Problem, UnknownToolError
 from mcpipe.formats.piraeus._model import Flow, FlowStep, Ref, as_ref
-from mcpipe.formats.piraeus._prompt import PromptSurface, article
+from mcpipe.formats.piraeus._prompt import PromptSurface, PromptTooLarge, article
 from mcpipe.formats.piraeus._read import CODE, coerce
 from mcpipe.formats.piraeus._services import NORMAL_SYSTEM, Services, canonical, user_prompt
 from mcpipe.formats.piraeus._tool import ApiTool
@@ -133,7 +133,10 @@ async def _run_step(
         given, problems = b.prompt.values(values, from_text=False)
         if problems:
             raise StepFailure(f"prompt `{b.target}`: " + "; ".join(problems), ErrorCode.INVALID_SPEC)
-        text = b.prompt.render(given)
+        try:
+            text = b.prompt.render(given)
+        except PromptTooLarge as e:
+            raise StepFailure(str(e), e.code) from None
         answer = await b.services.ask(NORMAL_SYSTEM, user_prompt(text), ctx, f"piraeus.{step.id}")
         return StepOutput.of(answer)
     return StepOutput.of(await b.services.run(b.target, values, ctx, f"piraeus.{step.id}"))

@@ -18,11 +18,22 @@ from mcp_types import INVALID_PARAMS
 
 from mcpipe._describe import did_you_mean
 from mcpipe.declared._answers import SurfaceError
+from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.formats.piraeus._model import Prompt, Variable
 from mcpipe.formats.piraeus._read import coerce
 from mcpipe.tools._base import ToolContext, ToolResult
 
-__all__ = ["PromptSurface", "article", "render_value"]
+__all__ = ["MAX_RENDERED_CHARS", "PromptSurface", "PromptTooLarge", "article", "render_value"]
+
+MAX_RENDERED_CHARS = 8 * 1024 * 1024
+"""The longest rendered prompt (as ``pipe.max_output_bytes`` bounds a resolved template): a template naming
+a variable 20 times turned a caller's 3 MB argument into a 60 MB answer."""
+
+
+class PromptTooLarge(MCPipeError):
+    """A prompt would render past :data:`MAX_RENDERED_CHARS` (measured before anything is built)."""
+
+    code: str = ErrorCode.OUTPUT_TOO_LARGE
 
 
 def article(kind: str) -> str:
@@ -100,16 +111,25 @@ class PromptSurface:
         return out, problems
 
     def render(self, values: Mapping[str, Any]) -> str:
-        """The template with each placeholder replaced (an absent optional variable renders as nothing)."""
-        return "".join(
-            p if isinstance(p, str) else (render_value(values[p.name]) if p.name in values else "") for p in self._parts
-        )
+        """The template with each placeholder replaced (an absent optional variable renders as nothing).
+
+        Raises:
+            PromptTooLarge: it would be longer than :data:`MAX_RENDERED_CHARS`.
+        """
+        texts = {name: render_value(value) for name, value in values.items()}
+        size = sum(len(p) if isinstance(p, str) else len(texts.get(p.name, "")) for p in self._parts)
+        if size > MAX_RENDERED_CHARS:
+            raise PromptTooLarge(f"prompt '{self.name}' would render {size} characters, more than {MAX_RENDERED_CHARS}")
+        return "".join(p if isinstance(p, str) else texts.get(p.name, "") for p in self._parts)
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         values, problems = self.values(args, from_text=True)
         if problems:
             return ToolResult.error(f"invalid arguments for prompt '{self.name}': " + "; ".join(problems))
-        return ToolResult.text(self.render(values))
+        try:
+            return ToolResult.text(self.render(values))
+        except PromptTooLarge as e:
+            return ToolResult.error(f"{e.code}: {e}")
 
 
 def _argument(v: Variable) -> dict[str, Any]:
