@@ -31,7 +31,8 @@ def dry_run(target: str, tmp_path: Path) -> str:
     shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     (tmp_path / "rust").mkdir()
     (tmp_path / "Cargo.toml").touch()
-    out = subprocess.run(["make", "--no-print-directory", "-n", target], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    make = ["make", "--no-print-directory", "-n", target]
+    out = subprocess.run(make, cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     return out.stdout
 

@@ -43,13 +43,17 @@ from mcpipe.plan._bounds import deepest_location, json_depth
 __all__ = [
     "DEFAULT_CONFIG",
     "TRUST_ROOTS",
+    "AppsConfig",
     "AuditConfig",
     "AuthConfig",
     "Config",
     "ConfigError",
+    "ContentConfig",
     "HttpConfig",
     "McpServerConfig",
     "PipeConfig",
+    "RegistryConfig",
+    "ReloadConfig",
     "StoreConfig",
     "TelemetryConfig",
     "TokenConfig",
@@ -105,6 +109,12 @@ class McpServerConfig(_Base):
     callers that can resume), and again each time the call has run twice as long as at the last close; the
     caller comes back for the rest with ``Last-Event-ID``. Unset: a caller's stream closes only when the
     server closes its own (HTTP)."""
+    expose: list[Literal["tools", "resources", "resource_templates", "prompts"]] = msgspec.field(
+        default_factory=lambda: ["tools", "resources", "resource_templates", "prompts"]
+    )
+    """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
+    forward_bearer: bool = False
+    """Each call carries the caller's own bearer token (``Authorization``) to this HTTP server."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -247,6 +257,11 @@ class HttpConfig(_Base):
     max_sessions_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 100
     """The most 2025-11-25 sessions one principal (one bearer token's, or without auth one client address)
     may have open at once; past it that principal's new session is refused (429), everyone else's is not."""
+    max_sessions_per_tenant: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most 2025-11-25 sessions one tenant may have open at once (unset: no such cap): a tenant is the
+    caller's subject qualified by how it was established (a verified token's issuer and provider, or the
+    trusted subject header), and every anonymous caller shares one; past it that tenant's new session is
+    refused (429, JSON-RPC -32099 ``per-tenant session quota exceeded``, as mcpg answers). Counted per process."""
     health_path: str = "/healthz"
     """Where the health endpoint answers."""
     access_log: bool = False
@@ -289,7 +304,9 @@ class TrustConfig(_Base):
     allow_if: str | None = None
     """A CEL expression every call must satisfy (see :class:`AccessRule`)."""
     tools: dict[str, TrustRule] = {}
-    """Rules by tool, prompt or resource name."""
+    """Rules by tool, prompt or resource name; a name ending with ``*`` covers every name it begins
+    (``notion.*``: a downstream server's tools, prompts and resources): an exact name wins over a pattern, the
+    longest pattern over a shorter one."""
 
 
 class CachingConfig(_Base):
@@ -418,6 +435,136 @@ class LogsConfig(_Base):
     """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
+class AppsCspPolicy(_Base):
+    """The widest Content-Security-Policy an app's ``_meta.ui.csp`` may ask for, per axis: an app's list is
+    intersected with it (``["*"]``: no bound; an axis the app leaves out stays out)."""
+
+    connect_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    resource_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    frame_domains: list[str] = msgspec.field(default_factory=lambda: ["self"])
+    base_uri_domains: list[str] = msgspec.field(default_factory=lambda: ["self"])
+    redirect_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
+
+
+class AppsConfig(_Base):
+    """MCP Apps (the ``io.modelcontextprotocol/ui`` extension, SEP-1865: ``ui://`` resources of type
+    ``text/html;profile=mcp-app`` a host renders, tools pointing at them with ``_meta.ui.resourceUri``;
+    ``docs/server.md``)."""
+
+    enabled: bool = False
+    """Advertise the extension (``capabilities.extensions``) and clamp every ``_meta.ui`` served."""
+    strict: bool = False
+    """Refuse (-32603) a list or read whose ``_meta.ui`` goes beyond the policy, instead of narrowing it."""
+    csp_policy: AppsCspPolicy = msgspec.field(default_factory=AppsCspPolicy)
+    allowed_permissions: list[Literal["camera", "microphone", "geolocation", "clipboardWrite"]] = msgspec.field(
+        default_factory=lambda: ["camera", "microphone", "geolocation", "clipboardWrite"]
+    )
+    """The iframe permissions an app may request (``_meta.ui.permissions``); the others are stripped."""
+    allowed_domains: Annotated[list[str], msgspec.Meta(min_length=1)] | None = None
+    """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
+
+
+class RegistryServerConfig(_Base):
+    """What one registry server is given beyond what the registry says (by its registry name)."""
+
+    enabled: bool = True
+    version: str | None = None
+    """Pin this version (default: the registry's latest)."""
+    variables: dict[str, str] = {}
+    """Values of its remote URL's ``{variable}`` templates."""
+    headers: dict[str, str] = {}
+    """Values of its remote's declared request headers."""
+    credential: str | None = None
+    """A ``[credentials.NAME]`` for this server (default: the registry's ``credential``)."""
+
+
+class RegistrySourceConfig(_Base):
+    """An MCP registry (its ``/v0.1/servers`` API) whose servers are served as downstream servers, kept in step
+    with it (``docs/server.md``)."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9-]+$")]
+    """Prefixes the servers' names (``<name>--<server>``)."""
+    url: str
+    headers: dict[str, str] = {}
+    """Headers every request to the registry carries (``Authorization: Bearer ...``, an API key)."""
+    allow_private: bool = False
+    """The registry may be at a private or loopback address."""
+    allow_http: bool = False
+    """The registry may be plain ``http://``."""
+    interval_s: Annotated[int, msgspec.Meta(ge=30)] = 300
+    max_servers: Annotated[int, msgspec.Meta(ge=1)] = 100
+    """The most servers served from it (by name, the rest left out and logged)."""
+    include: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    """Server names (exact, or ending with ``*``) served."""
+    exclude: list[str] = []
+    namespaces: list[str] = []
+    """Only servers of these publisher namespaces (the part of the name before ``/``); empty: any."""
+    deprecated: Literal["serve", "exclude"] = "serve"
+    trust: TrustRule | None = None
+    """The rule every server's tools, resources and prompts are held to (``<prefix>.*``)."""
+    expose: list[Literal["tools", "resources", "resource_templates", "prompts"]] = msgspec.field(
+        default_factory=lambda: ["tools", "resources", "resource_templates", "prompts"]
+    )
+    allow_private_servers: bool = False
+    """A server may be at a private or loopback address (its URL is https, always)."""
+    forward_bearer: bool = False
+    """Each call carries the caller's own bearer token to the server."""
+    credential: str | None = None
+    """A ``[credentials.NAME]`` whose token the servers are given (``{server}`` in it: one per server, named by
+    the server's registry name)."""
+    credential_env: str | None = None
+    """When no ``[credentials]`` entry has that name: the environment variable holding the server's static token
+    (``{server}`` in it: the server's registry name, upper-cased, every other character ``_``)."""
+    oauth_discovery: bool = False
+    """Find each server's authorization server (RFC 9728, then RFC 8414) before serving it; a server whose
+    discovery fails and never succeeded is left out."""
+    servers: dict[str, RegistryServerConfig] = {}
+
+
+class ContentStoreConfig(_Base):
+    """One content store (:mod:`mcpipe.store.content`)."""
+
+    kind: Literal["memory", "file_system"] = "memory"
+    root: str | None = None
+    """Where a ``file_system`` store keeps its files (relative to the config's directory)."""
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
+    """The most it holds; the oldest content goes first past it (memory: 256 MiB, files: 8 GiB by default)."""
+
+
+class ContentConfig(_Base):
+    """Content stores: bytes pipelines store (``store_content`` steps) and clients read as resources at
+    ``<scheme>://<store>/<id>`` (``docs/server.md``)."""
+
+    stores: dict[str, ContentStoreConfig] = {}
+    default: str = "default"
+    """The store content goes to unless a step names another (and a URI without a store reads)."""
+    scheme: str = "mcpipe-content"
+    """The URI scheme content is read at."""
+
+
+class RegistryConfig(_Base):
+    """Serving this server as an MCP registry's only entry (the registry API's ``GET /v0.1/servers`` and
+    ``GET /v0.1/servers/{name}/versions/{version}``), so registry-driven clients find it (``docs/server.md``)."""
+
+    enabled: bool = False
+    name: str = ""
+    """Its registry name, reverse-DNS namespaced: ``com.acme/gateway``."""
+    description: str | None = None
+    url: str | None = None
+    """The MCP endpoint clients are to use (the entry's ``streamable-http`` remote); unset: the entry is not
+    listed (a registry cannot point at a guessed address)."""
+
+
+class ReloadConfig(_Base):
+    """Serving a new version of the config file without a restart (``docs/server.md``): SIGHUP reloads it, and
+    with ``watch`` the server polls the file."""
+
+    watch: bool = False
+    """Read the file every ``poll_ms`` and reload it when its bytes change (SHA-256)."""
+    poll_ms: Annotated[int, msgspec.Meta(ge=1000, le=3_600_000)] = 5000
+    """How often the file is read."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -455,6 +602,16 @@ class Config(_Base):
     """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
     logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
     """A log file besides stderr."""
+    reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
+    """Reloading the config while serving (SIGHUP, or watching the file)."""
+    registries: list[RegistrySourceConfig] = []
+    """MCP registries whose servers are served as downstream servers."""
+    content: ContentConfig = msgspec.field(default_factory=ContentConfig)
+    """Content stores (``store_content`` steps write, clients read them as resources)."""
+    registry: RegistryConfig = msgspec.field(default_factory=RegistryConfig)
+    """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
+    apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
+    """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -509,6 +666,11 @@ _SECTIONS = {
     "piraeus": _Section("piraeus", dict[str, Any] | None),
     "access": _Section("access", AccessConfig),
     "logs": _Section("logs", LogsConfig),
+    "reload": _Section("reload", ReloadConfig),
+    "apps": _Section("apps", AppsConfig),
+    "registry": _Section("registry", RegistryConfig),
+    "content": _Section("content", ContentConfig),
+    "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
 }
 
@@ -760,6 +922,9 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
     problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    problems.extend(_registry_problems(cfg.registry))
+    problems.extend(_registries_problems(cfg))
+    problems.extend(_content_problems(cfg.content))
     tls = cfg.http.tls
     if tls is not None and (tls.client_cert == "none") == bool(tls.client_ca_file):
         problems.append(
@@ -799,6 +964,58 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _content_problems(content: ContentConfig) -> list[Problem]:
+    """File stores have a root; the default store exists when there are stores."""
+    problems = [
+        Problem(f"content.stores.{name}.root", CODE, "a file_system store needs its `root` directory")
+        for name, store in content.stores.items()
+        if store.kind == "file_system" and not store.root
+    ]
+    if content.stores and content.default not in content.stores:
+        known = ", ".join(sorted(content.stores))
+        problems.append(Problem("content.default", CODE, f"no store `{content.default}` in content.stores ({known})"))
+    if not re.fullmatch(r"[a-z][a-z0-9+.-]*", content.scheme):
+        problems.append(Problem("content.scheme", CODE, "a URI scheme: a letter, then letters, digits, +, . or -"))
+    return problems
+
+
+def _registry_problems(registry: RegistryConfig) -> list[Problem]:
+    """A served registry entry has a namespaced name and an http(s) URL."""
+    if not registry.enabled:
+        return []
+    namespace, _, name = registry.name.partition("/")
+    if not namespace.strip() or not name.strip():
+        why = "a registry name is reverse-DNS namespaced, `<namespace>/<name>` (`com.acme/gateway`)"
+        return [Problem("registry.name", CODE, why)]
+    if registry.url is not None and not registry.url.startswith(("https://", "http://")):
+        return [Problem("registry.url", CODE, "must be an http(s) URL")]
+    return []
+
+
+def _registries_problems(cfg: Config) -> list[Problem]:
+    """Each registry has its own name and a URL it may be read at; a guard it names is kept (its trust rule needs
+    the ``trust`` section; a credential without ``{server}`` is configured, or read from ``credential_env``)."""
+    problems: list[Problem] = []
+    seen: set[str] = set()
+    for i, reg in enumerate(cfg.registries):
+        base = f"registries[{i}]"
+        if reg.name in seen:
+            problems.append(Problem(f"{base}.name", CODE, f"another registry is named `{reg.name}`"))
+        seen.add(reg.name)
+        if not reg.url.startswith("https://") and not (reg.allow_http and reg.url.startswith("http://")):
+            why = "must be an https:// URL (an http:// one with `allow_http`)"
+            problems.append(Problem(f"{base}.url", CODE, why))
+        if reg.trust is not None and cfg.trust is None:
+            why = "a trust rule needs the `trust` section (the callers' trust levels)"
+            problems.append(Problem(f"{base}.trust", CODE, why))
+        for where, name in [(f"{base}.credential", reg.credential)] + [
+            (f"{base}.servers.{server}.credential", over.credential) for server, over in reg.servers.items()
+        ]:
+            if name is not None and "{server}" not in name and name not in cfg.credentials and not reg.credential_env:
+                problems.append(Problem(where, CODE, f"no credential `{name}` is configured (`credentials`)"))
+    return problems
 
 
 def _trust_problems(trust: TrustConfig) -> list[Problem]:

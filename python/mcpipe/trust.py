@@ -15,7 +15,7 @@ with none is ``unauthenticated``.
 
 from __future__ import annotations
 
-from mcpipe.config import TRUST_ROOTS, TrustConfig
+from mcpipe.config import TRUST_ROOTS, TrustConfig, TrustRule
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.expr import CelExpr, ExpressionError
 from mcpipe.tools import ToolContext
@@ -76,8 +76,39 @@ class Trust:
             for name, rule in config.tools.items()
         }
 
-    def required_trust(self, name: str) -> str:
+        self.patterns = sorted(
+            ((name[:-1], rule) for name, rule in self.rules.items() if name.endswith("*")),
+            key=lambda p: len(p[0]),
+            reverse=True,
+        )
+        """``prefix*`` rules, longest prefix first."""
+
+    def set_rule(self, name: str, rule: TrustRule) -> None:
+        """Add (or replace) the rule of ``name`` (a ``prefix*`` pattern too): a registry's server."""
+        self.rules[name] = _Rule(
+            rule.minimum_trust or self.default_minimum_trust, _compile(rule.allow_if), tuple(rule.required_scopes)
+        )
+        self._index()
+
+    def drop_rule(self, name: str) -> None:
+        """Remove the rule of ``name``."""
+        if self.rules.pop(name, None) is not None:
+            self._index()
+
+    def _index(self) -> None:
+        self.patterns = sorted(
+            ((n[:-1], r) for n, r in self.rules.items() if n.endswith("*")), key=lambda p: len(p[0]), reverse=True
+        )
+
+    def rule(self, name: str) -> _Rule | None:
+        """The rule of ``name``: its own, else the longest ``prefix*`` it begins with, else None."""
         rule = self.rules.get(name)
+        if rule is not None:
+            return rule
+        return next((r for prefix, r in self.patterns if name.startswith(prefix)), None)
+
+    def required_trust(self, name: str) -> str:
+        rule = self.rule(name)
         return rule.minimum_trust if rule is not None else self.default_minimum_trust
 
     def visible(self, name: str, ctx: ToolContext) -> bool:
@@ -103,7 +134,7 @@ class Trust:
                 f"tool {name} requires trust level {_DEBUG_NAMES[need]}, current trust is {_DEBUG_NAMES[trust]}",
             )
         identity = ctx.identity
-        rule = self.rules.get(name)
+        rule = self.rule(name)
         if rule is not None and rule.required_scopes:
             have = set(getattr(identity, "scopes", ()) or ())
             missing = [s for s in rule.required_scopes if s not in have]

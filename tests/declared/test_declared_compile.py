@@ -270,7 +270,7 @@ def test_the_step_schema_covers_every_kind():
     tags = {d["properties"]["kind"]["enum"][0] for d in schema["$defs"].values() if "kind" in d.get("properties", {})}
     tags = {t for t in tags if "." not in t}  # a config format's kinds (`mcpg.http`), when its module is loaded
     assert tags == {
-        "tool", "http", "graphql", "command", "mock", "value", "transform", "cel_gate",
+        "tool", "http", "graphql", "command", "mock", "value", "store_content", "transform", "cel_gate",
         "plugin_transform", "log", "progress", "parallel", "pipe",
         "elicitation", "sampling", "roots_list", "gather",
         "sql", "sql_tx", "sql_await", "nats", "grpc", "kafka", "python", "duckdb", "postgres", "shell",

@@ -15,6 +15,7 @@ import yaml
 from kit.declared import run_steps
 from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
 from mcpipe.declared import CommandPolicy, HttpPolicy, StepPolicy, StepScope, compile_steps
+from mcpipe.store.content import ContentStores, MemoryContentStore
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "declared-pipelines.md"
@@ -26,6 +27,7 @@ POLICY = StepPolicy(
         "orders": SqlBackend("orders", SqlBackendConfig(url="sqlite://")),  # in memory
         "warehouse": SqlBackend("warehouse", SqlBackendConfig(url="postgresql://postgres@127.0.0.1:1/none")),
     },
+    content=ContentStores({"default": MemoryContentStore()}, "default"),
 )
 TOOLS = frozenset({"search"})
 

@@ -34,9 +34,9 @@ def test_a_file_full_of_mistakes_reports_every_problem_at_once_located_in_file_o
         "'<EOF>' expecting {'[', '{', '(', '.', '-', '!', 'true', 'false', 'null', NUM_FLOAT, NUM_INT, NUM_UINT, "
         "STRING, BYTES, IDENTIFIER}",
         'pipelines.charge.steps[3].kind: unknown kind "transfrom" (did you mean `transform`?) (kinds: tool, http, '
-        "graphql, command, mock, value, transform, cel_gate, plugin_transform, log, progress, elicitation, sampling, "
-        "roots_list, gather, sql, sql_tx, sql_await, nats, grpc, kafka, python, duckdb, postgres, shell, twilio, "
-        "parallel, pipe)",
+        "graphql, command, mock, value, store_content, transform, cel_gate, plugin_transform, log, progress, "
+        "elicitation, sampling, roots_list, gather, sql, sql_tx, sql_await, nats, grpc, kafka, python, duckdb, "
+        "postgres, shell, twilio, parallel, pipe)",
         "pipelines.charge.steps[4].value: reference to step 'later', which does not run before this step",
         "pipelines.charge.steps[5].url: host '169.254.169.254' is not in the allowed hosts",
         "pipelines.charge.steps[6].command: command 'bash' is not allowed (allowed: none are configured)",

@@ -10,7 +10,8 @@ endpoint checks each grant's parameters as the RFCs say:
   (``urn:ietf:params:oauth:token-type:id-jag``: ``audience`` required, answered with a JWT assertion and that
   ``issued_token_type``);
 - ``urn:ietf:params:oauth:grant-type:jwt-bearer`` (RFC 7523): ``assertion`` a JWT this server signed whose
-  ``aud`` is this server, answered with a JWT for its ``sub`` (``aud``: the assertion's ``resource``).
+  ``aud`` is this server (or one of ``redeem_audiences``), answered with a JWT for its ``sub`` (``aud``: the
+  assertion's ``resource``).
 
 Refusals are RFC 6749 §5.2 errors (``invalid_client`` 401, ``invalid_request``/``invalid_grant``/
 ``unsupported_grant_type`` 400). Every token request is kept in ``requests``.
@@ -48,6 +49,8 @@ class OAuthServer:
     requests: list[dict[str, str]] = field(default_factory=list)
     hits: dict[str, int] = field(default_factory=dict)
     issued: int = 0
+    redeem_audiences: set[str] = field(default_factory=set)
+    """Audiences besides its own URL a JWT bearer assertion may name (resources it redeems grants for)."""
 
     def __post_init__(self) -> None:
         self.rotate("k1")
@@ -134,7 +137,9 @@ class OAuthServer:
             }
         if grant == JWT_BEARER:
             assertion = form.get("assertion")
-            claims = self._verify(assertion, self.url) if assertion else None
+            claims = None
+            for audience in (self.url, *self.redeem_audiences) if assertion else ():
+                claims = claims or self._verify(assertion, audience)
             if claims is None:
                 return 400, {"error": "invalid_grant"}
             self.issued += 1
@@ -155,7 +160,7 @@ class OAuthServer:
                 return
             path = scope["path"]
             self.hits[path] = self.hits.get(path, 0) + 1
-            if path == "/.well-known/openid-configuration":
+            if path in ("/.well-known/openid-configuration", "/.well-known/oauth-authorization-server"):  # RFC 8414
                 doc = {"issuer": self.url, "jwks_uri": self.url + "/jwks", "token_endpoint": self.url + "/token"}
                 await _answer(send, 200, doc)
             elif path == "/jwks":

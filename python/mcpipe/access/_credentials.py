@@ -313,16 +313,25 @@ class Credentials:
         self, configs: Mapping[str, CredentialConfig] | None = None, *, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self._issuers: dict[str, _Issuer] = {}
+        self.configs: dict[str, CredentialConfig] = {}
+        """Each credential's config, by name."""
+        self._clock = clock
         for name, cfg in (configs or {}).items():
-            match cfg:
-                case ClientCredentials():
-                    self._issuers[name] = _ClientCredentials(name, cfg, clock)
-                case TokenExchange():
-                    self._issuers[name] = _TokenExchange(name, cfg, clock)
-                case IdJag():
-                    self._issuers[name] = _IdJag(name, cfg, clock)
-                case EnvCredential():
-                    self._issuers[name] = _Env(name, cfg)
+            self.add(name, cfg)
+
+    def add(self, name: str, cfg: CredentialConfig) -> None:
+        """Make credential ``name`` issue as ``cfg`` says (one a registry's server needs: ``mcpipe.server``)."""
+        clock = self._clock
+        self.configs[name] = cfg
+        match cfg:
+            case ClientCredentials():
+                self._issuers[name] = _ClientCredentials(name, cfg, clock)
+            case TokenExchange():
+                self._issuers[name] = _TokenExchange(name, cfg, clock)
+            case IdJag():
+                self._issuers[name] = _IdJag(name, cfg, clock)
+            case EnvCredential():
+                self._issuers[name] = _Env(name, cfg)
 
     def __contains__(self, name: object) -> bool:
         return name in self._issuers

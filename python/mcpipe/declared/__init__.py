@@ -26,7 +26,7 @@ from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, Pipeline
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
 from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, load_sql, validate_declared
-from mcpipe.declared._serving import config_limits, config_problems, declared_source, known_tools
+from mcpipe.declared._serving import config_limits, config_problems, content_of, declared_source, known_tools
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
@@ -70,6 +70,7 @@ __all__ = [
     "config_limits",
     "config_problems",
     "content_blocks",
+    "content_of",
     "declared_source",
     "has_progress_token",
     "known_tools",

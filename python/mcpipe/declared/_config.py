@@ -9,12 +9,14 @@ import msgspec
 from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
 __all__ = [
+    "CompletionSource",
     "OutboundConfig",
     "OutboundDuckdbConfig",
     "OutboundHttpConfig",
     "OutboundPythonConfig",
     "PipelineConfig",
     "PromptArgument",
+    "WatchConfig",
 ]
 
 _MiB = 1024 * 1024
@@ -34,6 +36,34 @@ class PromptArgument(_Base, kw_only=True):
     name: str
     description: str | None = None
     required: bool = False
+
+
+class CompletionSource(_Base, kw_only=True):
+    """A completion of a prompt argument or template variable looked up by running a ``hidden`` pipeline."""
+
+    pipeline: str
+    """The pipeline (``surface: hidden``) run with ``{argument, value, context}`` (the argument's name, what
+    the client typed, the values it gave for the others); its output is the values: a list (strings are
+    offered, anything else skipped), at most 100 offered. A failure, or no answer within 3 s, offers none."""
+
+
+class WatchConfig(_Base, kw_only=True):
+    """How the subscribers of a resource learn that it changed (``notifications/resources/updated``).
+
+    Attributes:
+        poll_ms: while at least one client is subscribed, read the resource this often (as the server itself,
+            not as any caller) and notify when its first text content changes (SHA-256); the first read sets
+            the baseline, a failed read changes nothing.
+        webhook_tokens: ``POST /webhooks/resource-updated/<token>`` with any of these notifies at once (the first
+            is the current one, the others are still accepted while senders move to it).
+        notify_if: CEL deciding, per subscriber, whether it is notified: ``subscriber`` (``principal_id``,
+            ``trust_level``, ``roles``, ``groups``, ``scopes``, ``attributes``) and ``event`` (``uri``); a
+            result that is not ``true``, or an error, skips that subscriber. Unset: every subscriber.
+    """
+
+    poll_ms: Annotated[int, msgspec.Meta(ge=100, le=86_400_000)] | None = None
+    webhook_tokens: list[Annotated[str, msgspec.Meta(min_length=1)]] = []
+    notify_if: str | None = None
 
 
 class PipelineConfig(_Base, kw_only=True):
@@ -66,7 +96,9 @@ class PipelineConfig(_Base, kw_only=True):
         surface: what the pipeline serves: a ``tool`` (the default), a ``prompt`` (``prompts/get`` runs it
             with the prompt's arguments), a ``resource`` (``resources/read`` of ``uri`` runs it with
             ``{uri}``) or a ``resource_template`` (a read of a URI matching ``uri_template`` runs it with
-            ``{uri, <variables>..., template_vars}``). Only tools are listed and called as tools.
+            ``{uri, <variables>..., template_vars}``), or ``hidden``: run only by the server itself (a completion
+            source, a resource listing), never listed nor called by a client. Only tools are listed and called
+            as tools.
         uri, uri_template, mime_type: the resource's URI (or URI template) and MIME type.
         arguments: a prompt's arguments (``[{name, description, required}]``).
         fill_defaults: fill absent arguments from the input schema's top-level ``default`` values before the
@@ -74,7 +106,13 @@ class PipelineConfig(_Base, kw_only=True):
         check_formats: check the input schema's ``format`` keywords (mcpipe's way); off, a ``format`` is an
             annotation but under drafts 4, 6 and 7, which check it (the ``jsonschema`` crate's default, mcpg's).
         completions: what ``completion/complete`` offers for a prompt's argument or a resource template's
-            variable, by its name: the values that start with what the client typed (at most 100).
+            variable, by its name: a list (the values that start with what the client typed, at most 100), or a
+            ``{pipeline: NAME}`` lookup (:class:`CompletionSource`).
+        listing: a ``hidden`` pipeline that lists the resources a resource or resource template serves
+            (``resources/list``, after the config's fixed ones): run with ``{cursor}`` (None for the first page),
+            its output is ``{resources: [{uri, name?, description?, mimeType?}], next_cursor?}``; a failure, or no
+            answer within 3 s, lists none.
+        watch: how subscribers of a resource learn it changed (:class:`WatchConfig`).
         meta: the descriptor's ``_meta``.
     """
 
@@ -92,14 +130,16 @@ class PipelineConfig(_Base, kw_only=True):
     ask_before_task: bool = False
     annotations: dict[str, Any] | None = None
     answer: str | None = None
-    surface: Literal["tool", "prompt", "resource", "resource_template"] = "tool"
+    surface: Literal["tool", "prompt", "resource", "resource_template", "hidden"] = "tool"
     uri: str | None = None
     uri_template: str | None = None
     mime_type: str | None = None
     arguments: list[PromptArgument] = []
     fill_defaults: bool = True
     check_formats: bool = True
-    completions: dict[str, list[str]] = {}
+    completions: dict[str, list[str] | CompletionSource] = {}
+    listing: str | None = None
+    watch: WatchConfig | None = None
     meta: dict[str, Any] | None = None
 
 

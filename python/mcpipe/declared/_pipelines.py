@@ -224,6 +224,7 @@ def load_pipelines(
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
     problems.extend(_cycles(raw_entries, locations, names))
+    _check_references(raw_entries, locations, problems)
     problems = _sorted(problems, locations, raw_entries)
     return ([] if problems else out), problems
 
@@ -237,6 +238,7 @@ def load_declared(
     sql: Any = None,
     base_dir: str = ".",
     credentials: Any = None,
+    content: Any = None,
 ) -> tuple[DeclaredPipelines, list[Problem]]:
     """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
 
@@ -244,6 +246,7 @@ def load_declared(
         sql: the ``sql:`` section (named SQL backends), if any.
         base_dir: what relative SQLite paths are relative to (the config file's directory).
         credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
+        content: the content stores ``store_content`` steps write to.
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
@@ -253,7 +256,9 @@ def load_declared(
     policy, problems = load_outbound(outbound_raw)
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
-    policy = replace(policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}))
+    policy = replace(
+        policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}), content=content
+    )
     pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
     problems = [*problems, *more]
     return DeclaredPipelines([] if problems else pipelines, policy), problems
@@ -346,6 +351,10 @@ def _load_entry(
     return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
 
 
+WATCH_ROOTS = frozenset({"subscriber", "event"})
+"""What a watch's ``notify_if`` reads: the subscriber (its identity) and the event (``uri``)."""
+
+
 def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> bool:
     """The entry's answer shape exists, and what it serves has what it needs (a resource its ``uri``, a
     resource template its ``uri_template``)."""
@@ -372,7 +381,56 @@ def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> 
     if entry.arguments and entry.surface != "prompt":
         problems.append(Problem(f"{loc}.arguments", ErrorCode.INVALID_SPEC, "`arguments` are a prompt's"))
         ok = False
+    if entry.listing is not None and entry.surface not in ("resource", "resource_template"):
+        problems.append(
+            Problem(f"{loc}.listing", ErrorCode.INVALID_SPEC, "a listing is a resource's or a resource template's")
+        )
+        ok = False
+    if entry.watch is not None:
+        if entry.surface != "resource":
+            problems.append(
+                Problem(f"{loc}.watch", ErrorCode.INVALID_SPEC, "only a resource (one `uri`) can be watched")
+            )
+            ok = False
+        elif entry.watch.poll_ms is None and not entry.watch.webhook_tokens:
+            problems.append(
+                Problem(f"{loc}.watch", ErrorCode.INVALID_SPEC, "a watch needs `poll_ms` or `webhook_tokens`")
+            )
+            ok = False
+        elif entry.watch.notify_if is not None:
+            from mcpipe.expr import CelExpr, ExpressionSyntaxError
+
+            try:
+                CelExpr.compile(entry.watch.notify_if, extra_roots=WATCH_ROOTS)
+            except ExpressionSyntaxError as e:
+                problems.append(Problem(f"{loc}.watch.notify_if", ErrorCode.INVALID_SPEC, e.reason))
+                ok = False
     return ok
+
+
+def _check_references(raw_entries: list[Any], locations: list[str], problems: list[Problem]) -> None:
+    """Completion sources and listings name a ``hidden`` pipeline of the config."""
+    hidden = {
+        e.get("name")
+        for e in raw_entries
+        if isinstance(e, Mapping) and e.get("surface") == "hidden" and isinstance(e.get("name"), str)
+    }
+    for entry, loc in zip(raw_entries, locations, strict=True):
+        if not isinstance(entry, Mapping):
+            continue
+        refs: list[tuple[str, Any]] = [(f"{loc}.listing", entry.get("listing"))]
+        completions = entry.get("completions")
+        if isinstance(completions, Mapping):
+            refs += [
+                (f"{loc}.completions.{k}.pipeline", v.get("pipeline"))
+                for k, v in completions.items()
+                if isinstance(v, Mapping)
+            ]
+        for where, name in refs:
+            if isinstance(name, str) and name not in hidden:
+                problems.append(
+                    Problem(where, ErrorCode.INVALID_SPEC, f"no pipeline '{name}' with `surface: hidden` in the config")
+                )
 
 
 def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:

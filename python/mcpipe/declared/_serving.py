@@ -22,7 +22,7 @@ from typing import Any
 
 from mcpipe.declared._pipelines import load_declared
 from mcpipe.declared._tool import DeclaredPipelines, KnownTools
-from mcpipe.errors import ConfigError, Problem
+from mcpipe.errors import ConfigError, ErrorCode, Problem
 from mcpipe.plan import Limits
 from mcpipe.tools.builtin import BUILTIN_NAMES
 
@@ -77,8 +77,26 @@ def config_problems(config: Any, sources: Sequence[Any] | None = None) -> list[P
         sql=sql,
         base_dir=getattr(config, "base_dir", "."),
         credentials=getattr(config, "credentials", None),
+        content=content_of(config, opened=False),
     )
     return problems
+
+
+def content_of(config: Any, *, opened: bool = True) -> Any:
+    """The content stores of a config's ``content`` section (None without stores); ``opened=False``: only their
+    names, to check steps against (nothing is created on disk)."""
+    content = getattr(config, "content", None)
+    if content is None or not content.stores:
+        return None
+    from mcpipe.store.content import ContentStores, StoreUnopenable, open_content_stores
+
+    if not opened:
+        return ContentStores(dict.fromkeys(content.stores), content.default, content.scheme)
+
+    try:
+        return open_content_stores(content, getattr(config, "base_dir", "."))
+    except StoreUnopenable as e:
+        raise ConfigError([Problem(f"content.stores.{e.store}.root", ErrorCode.INVALID_CONFIG, str(e))]) from None
 
 
 def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
@@ -97,6 +115,7 @@ def declared_source(config: Any, sources: Sequence[Any]) -> DeclaredPipelines:
         sql=getattr(config, "sql", None),
         base_dir=getattr(config, "base_dir", "."),
         credentials=getattr(config, "credentials", None),
+        content=content_of(config),
     )
     if problems:
         raise ConfigError(problems)

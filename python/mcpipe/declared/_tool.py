@@ -73,7 +73,8 @@ class DeclaredPipelineTool:
         ask_before_task: a task call asks its client synchronously first (``PipelineConfig``).
         annotations: its MCP tool annotations, or None.
         answer: how its run becomes its answer (an answer shape, :mod:`mcpipe.declared._answers`).
-        surface, uri, uri_template, mime_type, arguments, completions, meta: what it serves (``PipelineConfig``).
+        surface, uri, uri_template, mime_type, arguments, completions, listing, watch, meta: what it serves
+            (``PipelineConfig``).
     """
 
     __slots__ = (
@@ -95,6 +96,7 @@ class DeclaredPipelineTool:
         "description",
         "input_schema",
         "limits",
+        "listing",
         "location",
         "meta",
         "mime_type",
@@ -106,6 +108,7 @@ class DeclaredPipelineTool:
         "title",
         "uri",
         "uri_template",
+        "watch",
     )
 
     def __init__(
@@ -141,6 +144,8 @@ class DeclaredPipelineTool:
         self.arguments = [msgspec.to_builtins(a) for a in entry.arguments]
         self.meta = entry.meta
         self.completions = dict(entry.completions)
+        self.listing = entry.listing
+        self.watch = entry.watch
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema, entry.check_formats)
@@ -254,7 +259,8 @@ class DeclaredPipelines:
     def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
         self._tools = {t.name: t for t in tools or () if t.surface == "tool"}
         self.surfaces = [t for t in tools or () if t.surface != "tool"]
-        """The pipelines served as prompts, resources and resource templates (not tools), in config order."""
+        """The pipelines served as prompts, resources and resource templates (not tools), and the hidden ones
+        they run (completion sources, listings), in config order."""
         self.policy = policy or StepPolicy()
 
     async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:

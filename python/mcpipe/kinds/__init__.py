@@ -42,6 +42,7 @@ KINDS = Registry.of_modules(
         "command",
         "mock",
         "value",
+        "store_content",
         "transform",
         "cel_gate",
         "plugin_transform",

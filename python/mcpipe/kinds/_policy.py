@@ -321,6 +321,8 @@ class StepPolicy:
     """What relative paths in steps (a ``grpc`` step's ``descriptor_set``) are relative to."""
     credentials: Credentials = field(default_factory=Credentials)
     """The outbound credentials (``[credentials.NAME]``) ``http`` steps present (``credential = "NAME"``)."""
+    content: Any = None
+    """The content stores ``store_content`` steps write to (:class:`mcpipe.store.content.ContentStores`)."""
 
     async def aclose(self) -> None:
         """Close the connections the steps opened (the server calls this when it stops)."""

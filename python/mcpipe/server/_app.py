@@ -145,6 +145,25 @@ def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
     return found or None
 
 
+async def _content_of(config: Config) -> Any:
+    """The content stores of a config without declared pipelines (opened off the event loop: a file store
+    reads its index)."""
+    if not config.content.stores:
+        return None
+    from mcpipe.declared import content_of
+
+    return await trio.to_thread.run_sync(content_of, config)
+
+
+def _apps_of(config: Config) -> Any:
+    """MCP Apps' policy when the config turns apps on (``apps.enabled``), else None."""
+    if not config.apps.enabled:
+        return None
+    from mcpipe.server._apps import AppsPolicy
+
+    return AppsPolicy(config.apps)
+
+
 def pipeline_store(config: Config) -> ServedStore:
     """The store suspended pipelines wait in: the ``[store]`` URL's (in memory by default, Redis shared)."""
     return open_pipeline_store(config.store, config.interaction)
@@ -214,6 +233,8 @@ class App:
     server: Server[Any]
     runs: Runs
     worker: Worker | None = None
+    registries: Any = None
+    """The registries' sync (:class:`mcpipe.server._registries.RegistrySync`), when the config has any."""
 
 
 @asynccontextmanager
@@ -249,7 +270,8 @@ async def open_app(
     sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=Credentials(config.credentials))
+    credentials = Credentials(config.credentials)
+    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=credentials)
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -280,6 +302,8 @@ async def open_app(
         surfaces=_surfaces_of(sources),  # the config's prompts and resources (declared pipelines, piraeus)
         caching=config.caching,
         unknown_tool=config.unknown_tool,
+        apps=_apps_of(config),
+        content=declared.policy.content if declared is not None else await _content_of(config),
     )
     server = build_server(handlers, name=config.name, version=_version())
     try:
@@ -295,13 +319,31 @@ async def open_app(
             if declared is not None:
                 await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
+            if handlers.passthrough is not None:
+                handlers.passthrough.start(nursery)  # the config's watched resources
+            if config.registries:  # the servers of MCP registries, served as they come and go
+                from mcpipe.server._registries import RegistrySync
+
+                passthrough = handlers.passthrough
+                sync = RegistrySync(
+                    config.registries,
+                    downstreams,
+                    credentials,
+                    gateway.trust,
+                    changed=passthrough.lists_changed if passthrough is not None else None,
+                )
+                await nursery.start(sync.run)
+                app_registries = sync
             if tel.metrics is not None:
                 nursery.start_soon(_report_downstreams, tel, downstreams)
             worker = None
             if config.runs.execute if execute is None else execute:
                 worker = run_worker(config, queue, gateway, server_id)
                 await nursery.start(worker.run)
-            yield App(config, gateway, downstreams, handlers, server, runs, worker)
+            yield App(
+                config, gateway, downstreams, handlers, server, runs, worker,
+                registries=app_registries if config.registries else None,
+            )  # fmt: skip
             nursery.cancel_scope.cancel()
     finally:
         if declared is not None:

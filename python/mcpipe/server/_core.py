@@ -104,6 +104,9 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
     annotations = getattr(tool, "annotations", None)
     if annotations:
         entry["annotations"] = annotations
+    meta = getattr(tool, "meta", None)
+    if meta:  # a declared pipeline's `meta` (MCP Apps' `_meta.ui.resourceUri`, ...)
+        entry["_meta"] = meta
     return entry
 
 
@@ -432,10 +435,14 @@ class ToolHandlers:
         surfaces: list[Any] | None = None,
         caching: Any = None,
         unknown_tool: str = "result",
+        apps: Any = None,
+        content: Any = None,
     ) -> None:
         self.gateway = gateway
         self.unknown_tool_error = unknown_tool == "error"
         """A call naming no tool is the JSON-RPC error -32602 (``unknown tool: x``), not an error result."""
+        self.apps = apps
+        """MCP Apps' policy (:class:`mcpipe.server._apps.AppsPolicy`), or None when apps are off."""
         self.caching = caching
         """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
@@ -456,6 +463,11 @@ class ToolHandlers:
                 run_surface=self.run_surface,
                 guide=None if pipe is None else Guide(self._tools_of, self.limits),
                 caching=caching,
+                check_surface=self.check_surface,
+                run_hidden=self.run_hidden,
+                identity=identity_of,
+                apps=apps,
+                content=content,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -580,6 +592,30 @@ class ToolHandlers:
             raise MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
+
+    def check_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+        """Refuse a caller who may not read a resource (subscribing to it is reading it as it changes): the
+        trust rules' JSON-RPC error."""
+        trust = self.gateway.trust
+        if trust is None:
+            return
+        tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        try:
+            trust.check(tool.name, tctx)
+        except TrustDenied as exc:
+            raise MCPError(exc.rpc_code, str(exc)) from None
+
+    async def run_hidden(
+        self, ctx: ServerRequestContext[Any, Any] | None, tool: Any, args: dict[str, Any]
+    ) -> ToolResult:
+        """Run a pipeline as the server itself (a completion source, a listing, a watch's read): no caller's
+        rights are checked, its steps' tool calls go through the gateway; ``ctx`` gives the caller's identity to
+        its steps when there is a request (None: the server's own, anonymous)."""
+        if ctx is None:
+            tctx = ToolContext(tools=self.gateway)
+        else:
+            tctx = tool_context(ctx, default_principal=self.default_principal, tools=self.gateway)
+        return await tool.call(args, tctx)
 
     def shut_down(self) -> None:
         """Cancel every call in flight, which then answers ``CANCELLED``; later calls answer so at once."""
@@ -739,6 +775,10 @@ def build_server(
     caching = handlers.caching
     if caching is not None and getattr(caching, "every_era", False):
         server.middleware.append(_CacheHintsEveryEra(caching))
+    if handlers.apps is not None:  # MCP Apps: the extension advertised in both eras' capabilities
+        from mcpipe.server._apps import EXTENSION_ID
+
+        server.extensions[EXTENSION_ID] = handlers.apps.capability()
     if handlers.tasks is not None:
         handlers.tasks.install(server)
     if handlers.passthrough is not None:

@@ -44,9 +44,17 @@ from mcp_types import JSONRPCMessage
 from mcp_types.jsonrpc import INTERNAL_ERROR
 from starlette.types import Receive, Scope, Send
 
-from mcpipe.server._core import PRINCIPAL_SCOPE_KEY
+from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 
-__all__ = ["InMemoryEventStore", "ResumableSessionManager", "SessionEvents", "TooManySessions", "session_owner"]
+__all__ = [
+    "InMemoryEventStore",
+    "ResumableSessionManager",
+    "SessionEvents",
+    "TenantQuotaExceeded",
+    "TooManySessions",
+    "session_owner",
+    "session_tenant",
+]
 
 _log = logging.getLogger("mcpipe.http")
 T = TypeVar("T")
@@ -142,7 +150,19 @@ class TooManySessions(Exception):
         )
 
 
+class TenantQuotaExceeded(TooManySessions):
+    """A tenant opening a session past ``max_sessions_per_tenant``: answered as mcpg answers it (HTTP 429,
+    JSON-RPC -32099 ``per-tenant session quota exceeded``)."""
+
+    code = -32099
+
+    def __init__(self, tenant: str, limit: int) -> None:
+        Exception.__init__(self, "per-tenant session quota exceeded")
+        self.detail = f"{tenant} has {limit} sessions open, the most one tenant may ([http] max_sessions_per_tenant)"
+
+
 _OWNER: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcpipe_session_owner", default=None)
+_TENANT: contextvars.ContextVar[str | None] = contextvars.ContextVar("mcpipe_session_tenant", default=None)
 
 
 def session_owner(scope: Scope) -> str:
@@ -152,6 +172,21 @@ def session_owner(scope: Scope) -> str:
         return f"principal {principal!r}"
     client = scope.get("client")
     return f"client {client[0]}" if client else "client unknown"
+
+
+def session_tenant(scope: Scope) -> str:
+    """The tenant a request's sessions count against (mcpg's ``synthetic_principal_key``): the caller's subject
+    qualified by how it was established (``verified::oidc::<issuer>::alice`` and ``header_asserted::alice`` are
+    two tenants); every anonymous caller shares one, ``anonymous``."""
+    identity = scope.get(IDENTITY_SCOPE_KEY)
+    if identity is None:
+        principal = scope.get(PRINCIPAL_SCOPE_KEY)
+        return "anonymous" if principal is None else f"verified::token::::{principal}"
+    if identity.trust == "header_asserted":
+        return f"header_asserted::{identity.subject}"
+    if identity.trust == "unauthenticated":
+        return "anonymous"
+    return f"verified::{identity.provider}::{identity.issuer or ''}::{identity.subject}"
 
 
 class ResumableSessionManager(StreamableHTTPSessionManager):
@@ -168,21 +203,26 @@ class ResumableSessionManager(StreamableHTTPSessionManager):
         *args: Any,
         events: InMemoryEventStore | None,
         max_sessions_per_principal: int | None = None,
+        max_sessions_per_tenant: int | None = None,
         **kw: Any,
     ) -> None:
         self._events = events
         self.max_sessions_per_principal = max_sessions_per_principal
-        self._owner_of: dict[str, str] = {}  # session id -> its owner
+        self.max_sessions_per_tenant = max_sessions_per_tenant
+        self._owner_of: dict[str, tuple[str, str]] = {}  # session id -> its owner and its tenant
         self._owned: dict[str, int] = {}  # owner -> how many sessions it has open
+        self._tenants: dict[str, int] = {}  # tenant -> how many sessions it has open
         super().__init__(*args, **kw)
 
     async def _handle_stateful_request(self, scope: Scope, receive: Receive, send: Send) -> None:
         token = _OWNER.set(session_owner(scope))
+        tenant = _TENANT.set(session_tenant(scope))
         try:
             await super()._handle_stateful_request(scope, receive, send)
         except TooManySessions as exc:  # raised before anything was sent
-            _log.warning("refused a session: %s", exc)
-            body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": INTERNAL_ERROR, "message": str(exc)}})
+            code = getattr(exc, "code", INTERNAL_ERROR)
+            _log.warning("refused a session: %s", getattr(exc, "detail", exc))
+            body = orjson.dumps({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": str(exc)}})
             await send(
                 {
                     "type": "http.response.start",
@@ -197,15 +237,17 @@ class ResumableSessionManager(StreamableHTTPSessionManager):
             await send({"type": "http.response.body", "body": body})
         finally:
             _OWNER.reset(token)
+            _TENANT.reset(tenant)
 
     async def _discard_session(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
-        owner = self._owner_of.pop(session_id, None)
-        if owner is not None:
-            left = self._owned[owner] - 1
-            if left:
-                self._owned[owner] = left
-            else:
-                del self._owned[owner]
+        found = self._owner_of.pop(session_id, None)
+        if found is not None:
+            for counts, key in ((self._owned, found[0]), (self._tenants, found[1])):
+                left = counts[key] - 1
+                if left:
+                    counts[key] = left
+                else:
+                    del counts[key]
         await super()._discard_session(session_id, transport)
 
     @property
@@ -218,16 +260,20 @@ class ResumableSessionManager(StreamableHTTPSessionManager):
             raise TypeError("give ResumableSessionManager its store as `events`")
 
     def _admit_session(self, requestor: AuthorizationContext | None) -> StreamableHTTPServerTransport | None:
-        owner = _OWNER.get()
+        owner, tenant = _OWNER.get(), _TENANT.get()
         limit = self.max_sessions_per_principal
         if owner is not None and limit is not None and self._owned.get(owner, 0) >= limit:
             raise TooManySessions(owner, limit)
+        per_tenant = self.max_sessions_per_tenant
+        if tenant is not None and per_tenant is not None and self._tenants.get(tenant, 0) >= per_tenant:
+            raise TenantQuotaExceeded(tenant, per_tenant)
         transport = super()._admit_session(requestor)
         if transport is not None:
             transport.__class__ = SessionTransport
-            if owner is not None and transport.mcp_session_id is not None:
-                self._owner_of[transport.mcp_session_id] = owner
+            if owner is not None and tenant is not None and transport.mcp_session_id is not None:
+                self._owner_of[transport.mcp_session_id] = (owner, tenant)
                 self._owned[owner] = self._owned.get(owner, 0) + 1
+                self._tenants[tenant] = self._tenants.get(tenant, 0) + 1
         return transport
 
 

@@ -110,6 +110,37 @@ async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[byt
     await send({"type": "http.response.body", "body": body})
 
 
+REGISTRY_PATH = "/v0.1/servers/"
+"""The MCP registry API's servers (``registry``)."""
+
+
+def _version() -> str:
+    from mcpipe import __version__
+
+    return __version__
+
+
+def registry_entry(cfg: Any) -> dict[str, Any] | None:
+    """The registry entry this server publishes (None without its ``url``)."""
+    if not cfg.url:
+        return None
+    server: dict[str, Any] = {
+        "name": cfg.name,
+        "version": _version(),
+        "remotes": [{"type": "streamable-http", "url": cfg.url}],
+    }
+    if cfg.description is not None:
+        server["description"] = cfg.description
+    return {
+        "server": server,
+        "_meta": {"io.modelcontextprotocol.registry/official": {"status": "active", "isLatest": True}},
+    }
+
+
+WEBHOOK_PATH = "/webhooks/resource-updated/"
+"""Where third parties tell mcpipe a watched resource changed (``<path><token>``, mcpg's route)."""
+_UNKNOWN_TOKEN = orjson.dumps({"error": "unknown webhook token"})
+_FORBIDDEN_ORIGIN = orjson.dumps({"error": "forbidden", "error_description": "this origin may not call the server"})
 _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a valid bearer token is required"})
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
@@ -174,13 +205,29 @@ class HttpFront:
         body_timeout_s: float = 30.0,
         security: TransportSecuritySettings | None = None,
     ):
-        self.app = app
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.manager = manager
         self.fast = fast
         self.paths = {path, path.rstrip("/") + "/"} if path != "/" else {"/"}
+        self._slow_body = orjson.dumps(
+            {
+                "error": "request_timeout",
+                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
+            }
+        )
+        self._users: dict[str, AuthenticatedUser] = {}
+        self.health_path = app.config.http.health_path
+        self.adopt(app, tokens)
+
+    def adopt(self, app: App, tokens: dict[bytes, str] | None = None) -> None:
+        """Serve ``app`` from now on (a reloaded config's): its auth, trust, gates, limits, tools and webhooks;
+        the listener, the paths and the sessions stay. ``tokens``: its bearer tokens (default: from the
+        environment, as the config names them)."""
+        if tokens is None:
+            tokens = tokens_from_env(app.config)
+        self.app = app
         self.tokens = tokens
         auth = app.config.auth
         self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
@@ -191,15 +238,7 @@ class HttpFront:
         self.metrics_path = app.config.telemetry.metrics_path
         gates = app.gateway.gates
         self.address_headers = gates.address_headers if gates is not None else ()
-        self._slow_body = orjson.dumps(
-            {
-                "error": "request_timeout",
-                "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
-            }
-        )
-        self._users: dict[str, AuthenticatedUser] = {}
         http = app.config.http
-        self.health_path = http.health_path
         self.access_log = http.access_log
         self.trust = app.config.trust
         self.subject_header = (
@@ -207,6 +246,10 @@ class HttpFront:
         )
         per_min = http.anonymous_rate_limit_per_min
         self.limiter = _RateLimiter(per_min, http.anonymous_rate_limit_burst or per_min) if per_min else None
+        passthrough = app.handlers.passthrough
+        self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
+        if self.fast is not None:
+            self.fast.handlers = app.handlers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -259,8 +302,12 @@ class HttpFront:
                 else:
                     body = orjson.dumps({"ok": True})  # a Host it does not know learns nothing more
                 await _respond(send, 200, body)
+            elif self.watches is not None and path.startswith(WEBHOOK_PATH) and scope["method"] == "POST":
+                await self.webhook(scope, receive, send)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
+            elif path.startswith(REGISTRY_PATH[:-1]) and self.app.config.registry.enabled and scope["method"] == "GET":
+                await self.registry(path, send)
             elif path == self.metrics_path and self.metrics:
                 if self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
@@ -289,6 +336,46 @@ class HttpFront:
                 elif message["type"] == "lifespan.shutdown":
                     await send({"type": "lifespan.shutdown.complete"})
                     return
+
+    async def registry(self, path: str, send: Send) -> None:
+        """The MCP registry API serving this server as its only entry (``registry``): ``/v0.1/servers`` (the
+        list envelope) and ``/v0.1/servers/{name}/versions/{latest|<version>}`` (one entry), as mcpg serves its
+        ``mcp.registry`` view (``src/transports/http/discovery.rs``)."""
+        cfg = self.app.config.registry
+        entry = registry_entry(cfg)
+        if path == REGISTRY_PATH.rstrip("/"):
+            if entry is None:
+                _log.warning("registry.enabled but no registry.url: the entry is not listed")
+            await _respond(send, 200, orjson.dumps({"servers": [entry] if entry else [], "metadata": {}}))
+            return
+        rest = path[len(REGISTRY_PATH) :]
+        name, sep, version = rest.rpartition("/versions/")
+        if sep and entry is not None and name == cfg.name and version in ("latest", _version()):
+            await _respond(send, 200, orjson.dumps(entry))
+        else:
+            await _respond(send, 404, orjson.dumps({"error": "server or version not found"}))
+
+    async def webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """``POST /webhooks/resource-updated/<token>``: a third party says a watched resource changed (mcpg's
+        webhook watch strategy). Only the token matters (the body, any, is read and ignored); a browser's request
+        from an origin this server does not know is refused before the token is looked at."""
+        assert self.watches is not None
+        if not self._known(scope):
+            await _respond(send, 403, _FORBIDDEN_ORIGIN)
+            return
+        read = await read_body(receive, max_bytes=self.max_body, timeout_s=self.body_timeout_s)
+        if read is None:
+            await _respond(send, 408, self._slow_body)
+            return
+        if read.gone:
+            return
+        token = scope["path"][len(WEBHOOK_PATH) :]
+        uri = await self.watches.webhook(token) if token and "/" not in token else None
+        if uri is None:
+            _log.debug("webhook: unknown token %s...", token[:8])
+            await _respond(send, 404, _UNKNOWN_TOKEN)
+            return
+        await _respond(send, 200, orjson.dumps({"ok": True, "uri": uri}))
 
     def _known(self, scope: Scope) -> bool:
         """Whether the request names this server (its Host, and its Origin if any), checked quietly."""
@@ -428,6 +515,7 @@ async def serve_http(
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
     listen_fd: int | None = None,
+    on_front: Callable[[HttpFront], None] | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
@@ -435,7 +523,8 @@ async def serve_http(
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
     ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
-    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``).
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``on_front`` is given the
+    HTTP front once it is built (:class:`mcpipe.server._reload.Reloader` swaps the app it serves).
     """
     cfg = app.config
     h = cfg.http
@@ -462,6 +551,7 @@ async def serve_http(
         retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
         max_sessions=h.max_sessions,
         max_sessions_per_principal=h.max_sessions_per_principal,
+        max_sessions_per_tenant=h.max_sessions_per_tenant,
     )
     security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
     fast = FastToolCall(
@@ -484,6 +574,8 @@ async def serve_http(
         body_timeout_s=h.body_timeout_s,
         security=security,
     )
+    if on_front is not None:
+        on_front(front)  # a reloader, which makes it serve the next config's app
     hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
     if h.tls is not None:
         _tls(hc, h.tls, cfg.base_dir)

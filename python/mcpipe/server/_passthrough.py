@@ -17,14 +17,16 @@ the result (:mod:`mcpipe.declared._answers`).
 
 from __future__ import annotations
 
+import base64
 import logging
 import warnings
 import weakref
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 from urllib.parse import unquote
 
 import mcp_types as types
+import orjson
 import trio
 from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
@@ -44,7 +46,9 @@ from mcpipe._core import Regex
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction._relay import request_asking
+from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._guide import Guide
+from mcpipe.server._watch import Watches, subscriber_facts
 from mcpipe.tools._catalog import Change, DownstreamError
 from mcpipe.tools.downstream import Downstreams, DownstreamServer
 
@@ -61,6 +65,15 @@ _ERA_FIELDS = ("ttlMs", "cacheScope", "resultType")
 Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
 RunSurface = Callable[[ServerRequestContext[Any, Any], Any, dict[str, Any]], Awaitable[Any]]
 """Runs a local surface's pipeline for a request: ``(ctx, pipeline, arguments) -> ToolResult``."""
+CheckSurface = Callable[[ServerRequestContext[Any, Any], Any], None]
+"""Refuses a request for a local surface the caller may not use (raises the ``MCPError`` to answer)."""
+RunHidden = Callable[[ServerRequestContext[Any, Any] | None, Any, dict[str, Any]], Awaitable[Any]]
+"""Runs a hidden pipeline (a completion source, a listing, a watch's read): ``(ctx or None, pipeline, args)``
+-> ``ToolResult``, as the server itself (no caller's rights are checked; None: no request at all)."""
+MAX_LISTEN_STREAMS = 1024
+"""The most ``subscriptions/listen`` streams open at once (the SDK's default)."""
+HIDDEN_TIMEOUT_S = 3.0
+"""How long a completion source or a listing may take (mcpg's 3 s): past it, it offers or lists nothing."""
 
 
 def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
@@ -113,6 +126,11 @@ class Passthrough:
         run_surface: RunSurface | None = None,
         guide: Guide | None = None,
         caching: Any = None,
+        check_surface: CheckSurface | None = None,
+        run_hidden: RunHidden | None = None,
+        identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
+        apps: AppsPolicy | None = None,
+        content: Any = None,
     ) -> None:
         self.downstreams = downstreams
         self.guide = guide
@@ -122,6 +140,20 @@ class Passthrough:
         self.surfaces = list(surfaces or ())
         """The config's own prompts, resources and resource templates (declared pipelines), in config order."""
         self.run_surface = run_surface
+        self.check_surface = check_surface
+        self.run_hidden = run_hidden
+        self.identity = identity
+        self.content = content
+        """The content stores whose content clients read (:class:`mcpipe.store.content.ContentStores`), or None."""
+        self.apps = apps
+        """MCP Apps' policy, which every ``_meta.ui`` listed or read is held to (None: apps are off)."""
+        self.hidden = {t.name: t for t in self.surfaces if t.surface == "hidden"}
+        self.watches = Watches(self.surfaces, self._read_watched)
+        self._facts: dict[str, weakref.WeakKeyDictionary[Any, dict[str, Any]]] = {}
+        """uri -> connection -> the subscriber's identity facts (a watch's ``notify_if`` reads them)."""
+        self._local_streams: dict[str, int] = {}
+        """uri -> how many 2026-07-28 listen streams hold a local resource's subscription."""
+        self._listening = 0
         self._templates = [
             (t, _template_matcher(t.uri_template)) for t in self.surfaces if t.surface == "resource_template"
         ]
@@ -129,13 +161,35 @@ class Passthrough:
         self.principal = principal
         self.levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
         self.bus = InMemorySubscriptionBus()
-        self._listen = ListenHandler(self.bus)
         self._sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         """connection -> the latest request's ServerSession (its standalone channel reaches the client)."""
         self._subscribers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
         self._warned: set[tuple[str, str]] = set()
         for server in downstreams.servers:
             server.feed.changed = self._changed
+        downstreams.on_added = self._added
+
+    def _added(self, server: DownstreamServer) -> None:
+        server.feed.changed = self._changed
+
+    async def lists_changed(self) -> None:
+        """Tell every connected client that the tool, prompt and resource lists changed (servers came or went)."""
+        await self.bus.publish(ToolsListChanged())
+        await self.bus.publish(PromptsListChanged())
+        await self.bus.publish(ResourcesListChanged())
+        for session in list(self._sessions.values()):
+            if session.protocol_version in _MODERN:
+                continue
+            try:
+                await session.send_tool_list_changed()
+                await session.send_prompt_list_changed()
+                await session.send_resource_list_changed()
+            except Exception as exc:  # a client that went away
+                _log.debug("cannot tell a client the lists changed: %s", exc)
+
+    def start(self, nursery: trio.Nursery) -> None:
+        """Start the background work of the config's own resources (their watches) in ``nursery``."""
+        self.watches.start(nursery, self._notify_local, self._holders)
 
     # -- who sees what ---------------------------------------------------------------------------------
 
@@ -143,12 +197,26 @@ class Passthrough:
         """Remember the client of a request, to tell it when lists change."""
         self._sessions[_connection(ctx)] = ctx.session
 
-    def _servers(self, ctx: ServerRequestContext[Any, Any]) -> list[DownstreamServer]:
+    def _servers(self, ctx: ServerRequestContext[Any, Any], expose: str | None = None) -> list[DownstreamServer]:
+        """The servers whose resources or prompts this caller may use (those it may call a tool of, and that its
+        trust rules admit: a server's rule is the one its ``<prefix>.*`` names fall under); ``expose``: only the
+        servers serving that kind (``resources``, ``resource_templates``, ``prompts``)."""
         self._sessions[_connection(ctx)] = ctx.session
         principal = self.principal(ctx)
-        if principal is None:
-            return self.downstreams.servers
-        return [s for s in self.downstreams.servers if self._may_use(principal, s)]
+        servers = [s for s in self.downstreams.servers if expose is None or expose in s.config.expose]
+        if principal is not None:
+            servers = [s for s in servers if self._may_use(principal, s)]
+        if self.check_surface is not None:
+            servers = [s for s in servers if self._trusted(ctx, s)]
+        return servers
+
+    def _trusted(self, ctx: ServerRequestContext[Any, Any], server: DownstreamServer) -> bool:
+        assert self.check_surface is not None
+        try:
+            self.check_surface(ctx, _Named(server.exposed("*")))
+        except MCPError:
+            return False
+        return True
 
     def _may_use(self, principal: str, server: DownstreamServer) -> bool:
         probe = server.exposed("*")
@@ -170,7 +238,8 @@ class Passthrough:
 
     def _merged(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
         out: dict[str, tuple[DownstreamServer, dict[str, Any]]] = {}
-        for s in self._servers(ctx):
+        expose = {"resource": "resources", "template": "resource_templates"}.get(kind, "prompts")
+        for s in self._servers(ctx, expose):
             c = s.catalog
             items: list[tuple[str, dict[str, Any]]]
             if kind == "resource":
@@ -200,20 +269,36 @@ class Passthrough:
             own += [e for e in guide if (e.get("uri") or e.get("name")) not in taken]
         return own
 
-    async def _list(self, ctx: ServerRequestContext[Any, Any], key: str, kind: str) -> dict[str, Any]:
+    async def _list(
+        self, ctx: ServerRequestContext[Any, Any], key: str, kind: str, cursor: str | None = None
+    ) -> dict[str, Any]:
         await self.downstreams.ready()
-        local = self._local(ctx, kind)
-        seen = {e.get("uri") or e.get("uriTemplate") or e.get("name") for e in local}
-        out: dict[str, Any] = {
-            key: [
-                *local,
-                *(
-                    e
-                    for e in self._merged(ctx, kind)
-                    if (e.get("uri") or e.get("uriTemplate") or e.get("name")) not in seen
-                ),
+        out: dict[str, Any] = {}
+        more: dict[str, str]
+        if cursor is not None:  # a page of the listings that had more (only `resources/list` gives cursors)
+            pages = _decode_cursor(cursor)
+            entries, more = await self._listings(ctx, pages)
+            out[key] = entries
+        else:
+            local = self._local(ctx, kind)
+            seen = {e.get("uri") or e.get("uriTemplate") or e.get("name") for e in local}
+            merged = [
+                e
+                for e in self._merged(ctx, kind)
+                if (e.get("uri") or e.get("uriTemplate") or e.get("name")) not in seen
             ]
-        }
+            more = {}
+            if kind == "resource":
+                first: dict[str, str | None] = {t.listing: None for t in self._listed(ctx)}
+                listed, more = await self._listings(ctx, first)
+                merged += listed
+            out[key] = [*local, *merged]
+        if more:
+            out["nextCursor"] = _encode_cursor(more)
+        if self.apps is not None and kind != "prompt":
+            refused = self.apps.apply(out[key], f"{'resources' if kind == 'resource' else 'resources/templates'}/list")
+            if refused is not None:
+                raise MCPError(types.INTERNAL_ERROR, refused)
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
@@ -222,7 +307,50 @@ class Passthrough:
         return out
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
-        return await self._list(ctx, "resources", "resource")
+        return await self._list(ctx, "resources", "resource", getattr(params, "cursor", None))
+
+    def _listed(self, ctx: ServerRequestContext[Any, Any]) -> list[Any]:
+        """The config's resources and templates with a listing that this caller may read."""
+        principal = self.principal(ctx)
+        out = []
+        for t in self.surfaces:
+            if t.surface not in ("resource", "resource_template") or getattr(t, "listing", None) is None:
+                continue
+            if principal is not None and not self.policy.allows(principal, t.name):
+                continue
+            try:
+                if self.check_surface is not None:
+                    self.check_surface(ctx, t)
+            except MCPError:
+                continue
+            out.append(t)
+        return out
+
+    async def _listings(
+        self, ctx: ServerRequestContext[Any, Any], pages: dict[str, str | None]
+    ) -> tuple[list[dict[str, Any]], dict[str, str]]:
+        """One page of each listing named in ``pages`` (listing -> its cursor, None for the first page), in
+        config order: their resources, and the listings with more to come (-> their next cursor). A listing that
+        fails or takes more than 3 s lists nothing and is not paged further (logged)."""
+        allowed = {t.listing for t in self._listed(ctx)}
+        entries: list[dict[str, Any]] = []
+        more: dict[str, str] = {}
+        for name, cursor in pages.items():
+            lister = self.hidden.get(name)
+            if lister is None or name not in allowed or self.run_hidden is None:
+                continue
+            with trio.move_on_after(HIDDEN_TIMEOUT_S) as timer:
+                result = await self.run_hidden(ctx, lister, {"cursor": cursor})
+            output = None if timer.cancelled_caught or result.is_error else _output_of(result)
+            if not isinstance(output, dict) or not isinstance(output.get("resources"), list):
+                why = "timed out" if timer.cancelled_caught else result.joined_text()
+                _log.warning("resources/list: the listing '%s' failed; it lists nothing: %s", name, why)
+                continue
+            entries += [r for r in output["resources"] if isinstance(r, dict) and isinstance(r.get("uri"), str)]
+            following = output.get("next_cursor")
+            if isinstance(following, str) and following:
+                more[name] = following
+        return entries, more
 
     async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         return await self._list(ctx, "resourceTemplates", "template")
@@ -233,17 +361,16 @@ class Passthrough:
     # -- routing ---------------------------------------------------------------------------------------
 
     def _owner(self, ctx: ServerRequestContext[Any, Any], uri: str) -> DownstreamServer:
-        servers = self._servers(ctx)
-        for s in servers:
+        for s in self._servers(ctx, "resources"):
             if s.catalog.owns(uri):
                 return s
-        for s in servers:
+        for s in self._servers(ctx, "resource_templates"):
             if s.catalog.matches(uri):
                 return s
         raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
 
     def _prompt(self, ctx: ServerRequestContext[Any, Any], name: str) -> tuple[DownstreamServer, str]:
-        for s in self._servers(ctx):
+        for s in self._servers(ctx, "prompts"):
             found = s.catalog.prompts.get(name)
             if found is not None:
                 return s, found[0]
@@ -279,6 +406,8 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        if self.content is not None and self.content.owns(uri):
+            return _local_result(ctx, await self._read_content(ctx, uri))
         local = self._local_resource(uri)
         if local is not None:
             tool, args = local
@@ -289,7 +418,7 @@ class Passthrough:
                 raise _surface_error(exc) from None
             if self.caching is not None:
                 out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
-            return out
+            return self._clamped(out, uri)
         guide = self.guide.read(uri) if self.guide is not None else None
         if guide is not None:
             out = _local_result(ctx, guide)
@@ -302,7 +431,39 @@ class Passthrough:
         async def read(c: Any, **kw: Any) -> Any:
             return await c.read_resource(uri, **kw)
 
-        return _for_era(ctx, await self._forward(server, lambda _: self._asking(ctx, server, params, read)))
+        forwarded = await self._forward(server, lambda _: self._asking(ctx, server, params, read))
+        return self._clamped(_for_era(ctx, forwarded), uri)
+
+    async def _read_content(self, ctx: ServerRequestContext[Any, Any], uri: str) -> dict[str, Any]:
+        """A content store's content, as mcpg serves its ``mcpg-resource://`` reads (``resource_read_managed``):
+        the caller's trust rules as for any resource (by its URI); content another session stored, or none, or
+        expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as base64."""
+        if self.check_surface is not None:
+            self.check_surface(ctx, _Named(uri))
+        content = await self.content.get(uri)
+        session = _session_id(ctx)
+        if content is None or (content.session_id is not None and content.session_id != session):
+            raise MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
+        item: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type}
+        textual = content.mime_type.startswith("text/") or content.mime_type in ("application/json", "application/xml")
+        try:
+            if not textual:
+                raise UnicodeDecodeError("", b"", 0, 1, "binary")
+            item["text"] = content.data.decode("utf-8")
+        except UnicodeDecodeError:
+            item["blob"] = base64.b64encode(content.data).decode()
+        out = {"contents": [item]}
+        if self.caching is not None:
+            out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
+        return out
+
+    def _clamped(self, result: dict[str, Any], uri: str) -> dict[str, Any]:
+        """A read's contents held to MCP Apps' policy (when apps are on)."""
+        if self.apps is not None and isinstance(result.get("contents"), list):
+            refused = self.apps.apply(result["contents"], uri)
+            if refused is not None:
+                raise MCPError(types.INTERNAL_ERROR, refused)
+        return result
 
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
@@ -331,9 +492,12 @@ class Passthrough:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
-    def _local_completion(self, params: types.CompleteRequestParams) -> dict[str, Any] | None:
-        """A local prompt's or template's static completions: the values starting with what the client typed,
-        less those it already gave for other arguments, at most 100."""
+    async def _local_completion(
+        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+    ) -> dict[str, Any] | None:
+        """A local prompt's or template's completions: its static values starting with what the client typed,
+        less those it already gave for other arguments, or the values its completion source (a hidden pipeline)
+        answers; at most 100."""
         ref = params.ref
         if isinstance(ref, types.PromptReference):
             tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == ref.name), None)
@@ -343,15 +507,45 @@ class Passthrough:
             )
         if tool is None:
             return None
-        values = tool.completions.get(params.argument.name, [])
-        used = set((params.context.arguments or {}).values()) if params.context is not None else set()
-        found = [v for v in values if v.startswith(params.argument.value) and v not in used]
+        given = dict(params.context.arguments or {}) if params.context is not None else {}
+        source = tool.completions.get(params.argument.name, [])
+        if isinstance(source, list):
+            used = set(given.values())
+            found = [v for v in source if v.startswith(params.argument.value) and v not in used]
+        else:
+            found = await self._completion_source(ctx, tool, source.pipeline, params.argument.name, params, given)
         return {"completion": {"values": found[:100], "total": len(found), "hasMore": len(found) > 100}}
+
+    async def _completion_source(
+        self,
+        ctx: ServerRequestContext[Any, Any],
+        tool: Any,
+        pipeline: str,
+        argument: str,
+        params: types.CompleteRequestParams,
+        given: dict[str, str],
+    ) -> list[str]:
+        """The values a completion source answers; none when it fails or takes more than 3 s (a completion is a
+        hint: the failure is logged, not answered)."""
+        source = self.hidden.get(pipeline)
+        if source is None or self.run_hidden is None:
+            return []
+        args = {"argument": argument, "value": params.argument.value, "context": given}
+        with trio.move_on_after(HIDDEN_TIMEOUT_S) as timer:
+            result = await self.run_hidden(ctx, source, args)
+        if timer.cancelled_caught:
+            _log.warning("completion of %s.%s: '%s' took more than %g s", tool.name, argument, pipeline, 3.0)
+            return []
+        output = _output_of(result)
+        if result.is_error or not isinstance(output, list):
+            _log.warning("completion of %s.%s: '%s' failed: %s", tool.name, argument, pipeline, result.joined_text())
+            return []
+        return [v for v in output if isinstance(v, str)]
 
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> dict[str, Any]:
-        local = self._local_completion(params)
+        local = await self._local_completion(ctx, params)
         if local is not None:
             return _local_result(ctx, local)
         await self.downstreams.ready()
@@ -360,7 +554,7 @@ class Passthrough:
             server, remote = self._prompt(ctx, ref.name)
             ref = types.PromptReference(type="ref/prompt", name=remote)
         else:
-            found = [s for s in self._servers(ctx) if s.catalog.has_template(ref.uri)]
+            found = [s for s in self._servers(ctx, "resource_templates") if s.catalog.has_template(ref.uri)]
             if not found:
                 raise MCPError(INVALID_PARAMS, f"Unknown resource template: {ref.uri}", {"uri": ref.uri})
             server = found[0]
@@ -375,6 +569,18 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        local = self._local_resource(uri)
+        if local is not None:
+            # A subscription is a read that keeps arriving: the caller must be allowed to read it.
+            self._check_local(ctx, local[0])
+            conn = _connection(ctx)
+            subs = self._subscribers.setdefault(uri, weakref.WeakKeyDictionary())
+            subs[conn] = ctx.session
+            facts = self._facts.setdefault(uri, weakref.WeakKeyDictionary())
+            facts[conn] = self._subscriber(ctx)
+            self._sessions[conn] = ctx.session
+            self.watches.subscribed(uri)
+            return {}
         server = self._owner(ctx, uri)
         subs = self._subscribers.setdefault(uri, weakref.WeakKeyDictionary())
         conn = _connection(ctx)
@@ -389,6 +595,12 @@ class Passthrough:
     ) -> dict[str, Any]:
         uri = str(params.uri)
         subs = self._subscribers.get(uri)
+        if self._local_resource(uri) is not None:
+            if subs is not None:
+                subs.pop(_connection(ctx), None)
+                (self._facts.get(uri) or {}).pop(_connection(ctx), None)
+            self.watches.unsubscribed(uri)
+            return {}
         if subs is not None and subs.pop(_connection(ctx), None) is not None:
             server = self._owner(ctx, uri)
             if server.feed.unsubscribe(uri):
@@ -418,7 +630,13 @@ class Passthrough:
         downstream for as long as it stays open."""
         uris = [str(u) for u in params.notifications.resource_subscriptions or ()]
         held: list[tuple[DownstreamServer, str]] = []
+        local: list[str] = []
         for uri in uris:
+            found = self._local_resource(uri)
+            if found is not None:
+                self._check_local(ctx, found[0])
+                local.append(uri)
+                continue
             try:
                 server = self._owner(ctx, uri)
             except MCPError:
@@ -427,9 +645,29 @@ class Passthrough:
             if server.feed.subscribe(uri):
                 with trio.move_on_after(5):
                     await self._subscribe_downstream(server, uri, True)
+        if self._listening >= MAX_LISTEN_STREAMS:
+            raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
+        facts = self._subscriber(ctx)
+
+        def hears(event: ServerEvent) -> bool:
+            # A watched resource's notify_if decides per subscriber; every other event reaches every stream.
+            return not isinstance(event, ResourceUpdated) or self.watches.allows(event.uri, facts)
+
+        self._listening += 1
+        for uri in local:
+            self._local_streams[uri] = self._local_streams.get(uri, 0) + 1
+            self.watches.subscribed(uri)
         try:
-            return await self._listen(ctx, params)
+            return await ListenHandler(_HearingBus(self.bus, hears))(ctx, params)
         finally:
+            self._listening -= 1
+            for uri in local:
+                left = self._local_streams.get(uri, 1) - 1
+                if left:
+                    self._local_streams[uri] = left
+                else:
+                    self._local_streams.pop(uri, None)
+                self.watches.unsubscribed(uri)
             for server, uri in held:
                 if server.feed.unsubscribe(uri):
                     with trio.CancelScope(shield=True), trio.move_on_after(5):
@@ -437,6 +675,49 @@ class Passthrough:
                             await self._subscribe_downstream(server, uri, False)
                         except (MCPError, CallError):
                             pass  # the server went away: nothing to undo there
+
+    # -- the config's own resources: who may subscribe, who is told ------------------------------------
+
+    def _check_local(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+        principal = self.principal(ctx)
+        if principal is not None and not self.policy.allows(principal, tool.name):
+            raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
+        if self.check_surface is not None:
+            self.check_surface(ctx, tool)
+
+    def _subscriber(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+        identity = self.identity(ctx) if self.identity is not None else None
+        return subscriber_facts(identity, self.principal(ctx))
+
+    def _holders(self, uri: str) -> int:
+        return len(self._subscribers.get(uri) or ()) + self._local_streams.get(uri, 0)
+
+    async def _notify_local(self, uri: str) -> int:
+        """Tell the subscribers of one of the config's resources that it changed (those its watch lets hear)."""
+        told = 0
+        facts: Mapping[Any, dict[str, Any]] = self._facts.get(uri) or {}
+        for conn, session in list((self._subscribers.get(uri) or {}).items()):
+            if not self.watches.allows(uri, facts.get(conn) or subscriber_facts(None, None)):
+                continue
+            try:
+                await session.send_resource_updated(uri)
+                told += 1
+            except Exception as exc:  # a client that went away: it misses nothing it can still use
+                _log.debug("cannot tell a client that %s changed: %s", uri, exc)
+        told += self._local_streams.get(uri, 0)
+        await self.bus.publish(ResourceUpdated(uri=uri))
+        return told
+
+    async def _read_watched(self, tool: Any, uri: str) -> str | None:
+        """A watched resource read as the server itself: its first text content, or None (a failed read)."""
+        if self.run_hidden is None:
+            return None
+        result = await self.run_hidden(None, tool, {"uri": uri})
+        try:
+            contents = tool.answer.resource(tool, result, uri).get("contents") or []
+        except MCPipeError:
+            return None
+        return next((c["text"] for c in contents if isinstance(c, dict) and isinstance(c.get("text"), str)), None)
 
     # -- notifications from downstream ------------------------------------------------------------------
 
@@ -487,7 +768,7 @@ class Passthrough:
         the config's own surfaces, or the guide (whenever ``mcp_pipe`` is served)."""
         add = server.add_request_handler
         add("logging/setLevel", types.SetLevelRequestParams, self.set_level)
-        if not self.downstreams.servers and not self.surfaces and self.guide is None:
+        if not self.downstreams.servers and not self.surfaces and self.guide is None and self.content is None:
             return
         add("resources/list", types.PaginatedRequestParams, self.list_resources)
         add("resources/templates/list", types.PaginatedRequestParams, self.list_resource_templates)
@@ -498,6 +779,72 @@ class Passthrough:
         add("prompts/get", types.GetPromptRequestParams, self.get_prompt)
         add("completion/complete", types.CompleteRequestParams, self.complete)
         add("subscriptions/listen", types.SubscriptionsListenRequestParams, self.listen)
+
+
+_CURSOR = "l."
+
+
+def _encode_cursor(pages: dict[str, str]) -> str:
+    """A ``resources/list`` cursor: the listings with more to come, each with its own cursor."""
+    return _CURSOR + base64.urlsafe_b64encode(orjson.dumps(pages)).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> dict[str, str | None]:
+    try:
+        if not cursor.startswith(_CURSOR):
+            raise ValueError(cursor)
+        body = cursor[len(_CURSOR) :]
+        pages = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, orjson.JSONDecodeError):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor") from None
+    if not isinstance(pages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pages.items()):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+    return dict(pages)
+
+
+def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+    """The caller's 2025-11-25 session id (``Mcp-Session-Id``), or None."""
+    try:
+        value = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
+    except AttributeError:
+        return None
+    return str(value) if value else None
+
+
+def _output_of(result: Any) -> Any:
+    """A hidden pipeline's output: its structured answer, else its text as JSON (a list is answered as its JSON
+    text), else the text."""
+    if result.structured is not None:
+        return result.structured
+    text = result.joined_text()
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return text
+
+
+class _Named:
+    """A name to check trust rules with (a downstream server's ``<prefix>.*``)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _HearingBus:
+    """One listen stream's view of the shared bus: the events ``hears`` lets through."""
+
+    def __init__(self, bus: InMemorySubscriptionBus, hears: Callable[[ServerEvent], bool]) -> None:
+        self._bus = bus
+        self._hears = hears
+
+    async def publish(self, event: ServerEvent) -> None:
+        await self._bus.publish(event)
+
+    def subscribe(self, listener: Callable[[ServerEvent], None]) -> Callable[[], None]:
+        hears = self._hears
+        return self._bus.subscribe(lambda event: listener(event) if hears(event) else None)
 
 
 def _local_result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:

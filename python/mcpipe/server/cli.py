@@ -20,6 +20,8 @@ import trio
 
 from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, resolve_path
 
+_log = logging.getLogger("mcpipe.server")
+
 __all__ = [
     "add_arguments",
     "check_config",
@@ -168,7 +170,7 @@ def main(ns: argparse.Namespace) -> int:
     try:
         if workers > 1 and listen_fd is None:
             return _supervise(ns, config, http, workers)
-        trio.run(_serve, config, stdio, http, execute, listen_fd)
+        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None))
     except ConfigError as exc:
         _print_problems(exc)
         return 2
@@ -240,17 +242,31 @@ async def _serve(
     http: tuple[str, int] | None,
     execute: bool | None = None,
     listen_fd: int | None = None,
+    path: str | None = None,
 ) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
+    from mcpipe.server._reload import Reloader
     from mcpipe.server._stdio import serve_stdio
 
-    async with open_app(config, execute=execute) as app:
-        if stdio:
-            await serve_stdio(app)
-        else:
-            host, port = http if http is not None else (None, None)
-            await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+    host, port = http if http is not None else (None, None)
+    if stdio or path is None:
+        if config.reload.watch:
+            _log.warning("reload.watch: a config is reloaded when served over HTTP from a file, not here")
+        async with open_app(config, execute=execute) as app:
+            if stdio:
+                await serve_stdio(app)
+            else:
+                await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+        return
+    # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
+    reloader = Reloader(path, config, execute=execute)
+    async with trio.open_nursery() as nursery:
+        app = await nursery.start(reloader.run)
+        await serve_http(
+            app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, on_front=reloader.attach
+        )
+        nursery.cancel_scope.cancel()
 
 
 def _unreadable(exc: ConfigError, path: str) -> bool:

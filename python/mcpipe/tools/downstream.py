@@ -18,7 +18,7 @@ import logging
 import math
 import re
 import sys
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -383,7 +383,7 @@ class DownstreamServer:
         for _ in range(100):
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
             for t in page.tools:
-                if self.keeps(t.name):
+                if "tools" in self.config.expose and self.keeps(t.name):
                     name = self.exposed(t.name)
                     if len(tools) >= limit and name not in tools:
                         left_out += 1
@@ -553,6 +553,12 @@ class DownstreamServer:
     async def _caller_headers(self, client: Client, ctx: ToolContext) -> dict[str, str] | None:
         """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
         name = self.config.credential
+        if self.config.forward_bearer:
+            token = getattr(ctx.identity, "token", None)
+            if not token:
+                return None
+            carry_call_headers(client.session)
+            return {"Authorization": f"Bearer {token}"}
         if name is None or self.credentials is None or not self.credentials.per_caller(name):
             return None
         try:
@@ -705,21 +711,56 @@ class Downstreams:
     def __init__(
         self, configs: dict[str, McpServerConfig], *, errlog: Any = None, credentials: Credentials | None = None
     ) -> None:
-        self.servers = [
-            DownstreamServer(n, c, errlog=errlog, credentials=credentials) for n, c in configs.items() if c.enabled
-        ]
-        for s in self.servers:
-            # By default over HTTP only: a second stdio session is a second process, with state of its own.
-            per_era = s.config.session_per_era
-            if s.config.protocol == "auto" and (s.config.transport == "http" if per_era is None else per_era):
-                handshake = msgspec.structs.replace(s.config, protocol="2025-11-25", connect="lazy")
-                s.twin = DownstreamServer(s.name, handshake, errlog=errlog, credentials=credentials)
+        self.errlog, self.credentials = errlog, credentials
+        self.servers = [self._server(n, c) for n, c in configs.items() if c.enabled]
+        self._nursery: trio.Nursery | None = None
+        self._held: dict[str, trio.CancelScope] = {}
+        self.on_added: Callable[[DownstreamServer], None] | None = None
+        """Called with each server :meth:`add` brings (the passthrough listens to its changes)."""
+
+    def _server(self, name: str, config: McpServerConfig) -> DownstreamServer:
+        server = DownstreamServer(name, config, errlog=self.errlog, credentials=self.credentials)
+        # By default over HTTP only: a second stdio session is a second process, with state of its own.
+        per_era = config.session_per_era
+        if config.protocol == "auto" and (config.transport == "http" if per_era is None else per_era):
+            handshake = msgspec.structs.replace(config, protocol="2025-11-25", connect="lazy")
+            server.twin = DownstreamServer(name, handshake, errlog=self.errlog, credentials=self.credentials)
+        return server
 
     async def start(self, nursery: trio.Nursery) -> None:
         """Start every actor in ``nursery``: eager ones concurrently, returning when each has tried once."""
+        self._nursery = nursery
         async with trio.open_nursery() as starting:
             for server in self.servers:
                 starting.start_soon(self._start_one, nursery, server)
+
+    async def add(self, name: str, config: McpServerConfig) -> DownstreamServer:
+        """Serve one more server from now on (after :meth:`start`): its tools, resources and prompts join the
+        others' once it is up (it connects in the background, as a server that came back would)."""
+        assert self._nursery is not None, "Downstreams.add before start"
+        server = self._server(name, config)
+        self.servers.append(server)
+        if self.on_added is not None:
+            self.on_added(server)
+        scope = trio.CancelScope()
+        self._held[name] = scope
+        await self._nursery.start(self._hold, server, scope)
+        return server
+
+    async def remove(self, name: str) -> None:
+        """Stop serving the server :meth:`add` brought under ``name`` (its connection closed)."""
+        scope = self._held.pop(name, None)
+        self.servers = [s for s in self.servers if s.name != name]
+        if scope is not None:
+            scope.cancel()
+
+    async def _hold(
+        self, server: DownstreamServer, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
+    ) -> None:
+        with scope:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._start_one, nursery, server)
+                task_status.started()
 
     @staticmethod
     async def _start_one(nursery: trio.Nursery, server: DownstreamServer) -> None:

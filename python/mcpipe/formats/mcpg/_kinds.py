@@ -1067,7 +1067,7 @@ def _trace(ctx: ToolContext) -> dict[str, str] | None:
 # --- sql -------------------------------------------------------------------------------------------
 
 
-SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents"]
+SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents", "stream"]
 
 
 class McpgAwaitStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
@@ -1110,6 +1110,8 @@ class SqlFields(McpgFields, tag="mcpg.sql"):
     await_step: str | None = None
     """This runs a pipeline's ``sql_await`` step of that id, on the binding ``profile`` names (its failure is
     ``sql_await '<id>' on binding '<binding>': <error>``)."""
+    stream: dict[str, Any] | None = None
+    """``row_mode: stream``'s keyset (``cursor_columns``, ``initial``, ``signing_key``: :mod:`._sqlmore`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -1126,6 +1128,7 @@ class SqlPlan:
     exprs: tuple[tuple[str, CelExpr], ...]
     session_vars: tuple[tuple[str, McpgTemplate], ...] = ()
     waits: AwaitPlan | None = None
+    stream: Any = None
 
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
@@ -1171,7 +1174,12 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
         waits = _build_await(b, f.await_)
     if b.failed:
         b.fail()
-    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits)
+    stream = None
+    if f.row_mode == "stream":
+        from mcpipe.formats.mcpg._sqlmore import StreamCursors
+
+        stream = StreamCursors.of(f.profile, f.stream or {})
+    return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits, stream)
 
 
 def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
@@ -1426,6 +1434,11 @@ async def run_sql(
         # `param_exprs` go into the arguments, over what the caller sent (``param_exprs::evaluate_into``).
         for name, expr in plan.exprs:
             arguments[name] = await expr.evaluate_async(cel)
+        if plan.stream is not None:  # the keyset of the page: from the caller's `_cursor`, never its own values
+            try:
+                arguments = plan.stream.bind(arguments)
+            except ValueError as e:
+                return _finish(f.answer, failed_result("sql", f"invalid binding spec: {e}"))
         if plan.waits is not None:
             value = await _await_row(plan, plan.waits, f, cel, arguments if plan.exprs else given)
         else:
@@ -1433,6 +1446,10 @@ async def run_sql(
                 result = await _sql_raw(plan, plan.stmt, cel, _bound(plan.stmt, arguments))
             if f.row_mode == "affected_rows":
                 value = shape_rows([], "affected_rows", f.max_rows, max(result.rowcount, 0))
+            elif plan.stream is not None:
+                from mcpipe.formats.mcpg._sqlmore import stream_page
+
+                value = stream_page(mcpg_rows(result), f.max_rows, plan.stream)
             else:
                 rows = mcpg_rows(result)
                 truncated = len(rows) > f.max_rows
@@ -1782,4 +1799,4 @@ for _kind in _KINDS:
     if KINDS.get(_kind.name) is None:
         KINDS.register(_kind)
 
-from mcpipe.formats.mcpg import _answers  # noqa: E402,F401  (registers the answer shapes)
+from mcpipe.formats.mcpg import _answers, _debug, _sqlmore  # noqa: E402,F401  (answer shapes, debug tools, SQL extras)

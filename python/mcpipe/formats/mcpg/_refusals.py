@@ -38,7 +38,6 @@ REFUSALS: tuple[Refusal, ...] = (
         "gateway.server.trust_proxy_ip",
         "mcpipe keys its anonymous rate limit on the connection's address only",
     ),
-    Refusal("tenant_sessions", "gateway.server.max_sessions_per_tenant", "per-tenant session caps are not in mcpipe"),
     Refusal(
         "transport",
         "gateway.server.transport",
@@ -52,9 +51,6 @@ REFUSALS: tuple[Refusal, ...] = (
     Refusal("admin", "gateway.admin.enabled", "mcpg's admin API is not in mcpipe"),
     Refusal("inspector", "gateway.inspector.enabled", "mcpg's inspector sidecar is not in mcpipe"),
     Refusal("control_plane", "gateway.control_plane", "attaching to an mcpg control plane is not in mcpipe"),
-    Refusal(
-        "config_watch", "gateway.config_watch.enabled", "mcpipe reads its config once, at start: it does not reload"
-    ),
     Refusal("config_overlay", "gateway.config_overlay", "bootstrap config overlays are not in mcpipe"),
     Refusal(
         "oauth_server",
@@ -63,20 +59,37 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal("quotas", "governance.quotas.{rate_limits,budgets,concurrency}", "mcpg's quota {what} are not in mcpipe"),
     Refusal("approvals", "governance.approvals", "human approval gates are not in mcpipe"),
-    Refusal("registries", "mcp.registries", "registry sync (importing servers from MCP registries) is not in mcpipe"),
-    Refusal("registry", "mcp.registry.enabled", "serving an MCP registry is not in mcpipe"),
+    Refusal(
+        "registry_cred",
+        "mcp.registries[].auth.mode",
+        "a registry read with a `cred` issuer's token is not in mcpipe (give it `bearer` or `headers`)",
+    ),
+    Refusal(
+        "registry_auth",
+        "mcp.registries[].defaults.auth.mode",
+        "a registry's servers authenticated by `{mode}` are not in mcpipe",
+    ),
+    Refusal(
+        "registry_server_auth",
+        "mcp.registries[].servers.*.auth",
+        "a registry server's own auth is not in mcpipe (its registry's `defaults.auth` applies)",
+    ),
     Refusal(
         "store",
         "mcp.configurations.{sessions,pipelines,subscriptions}.store, mcp.capabilities.tasks.store",
         "a `{kind}` store is not in mcpipe (memory only)",
     ),
     Refusal("bus", "mcp.configurations.{delivery,cancellation}.bus", "a `{kind}` bus is not in mcpipe"),
-    Refusal("apps", "mcp.configurations.apps.enabled", "MCP Apps (ui:// resources) are not in mcpipe"),
     Refusal("tunnel_upstream", "mcp.federations[].upstream.url", "tunnel:// upstreams are not in mcpipe"),
     Refusal(
         "upstream_auth",
         "mcp.federations[].upstream.auth",
         "authenticating to an upstream server is not in mcpipe's downstream servers",
+    ),
+    Refusal(
+        "fed_governance",
+        "mcp.federations[].governance",
+        "a federation's trust rule covers its tools by their prefix in mcpipe: give it `naming.tool_prefix`",
     ),
     Refusal(
         "tool_prefix",
@@ -100,9 +113,9 @@ REFUSALS: tuple[Refusal, ...] = (
         "license", "license.{token,token_file}", "a licence key: mcpipe has no entitlement-gated plugins to unlock"
     ),
     Refusal(
-        "debug_tools",
-        "feature_flags.debug_tools_enabled",
-        "mcpg's debug tools (mcpg.command.*, mcpg.network.*) are not in mcpipe",
+        "debug_json_call",
+        "debug.tools.exposure.network_json_call",
+        "mcpg's debug network JSON call (`mcpg.debug.network_json_call`) is not in mcpipe",
     ),
     Refusal(
         "schema_url",
@@ -111,19 +124,14 @@ REFUSALS: tuple[Refusal, ...] = (
     ),
     Refusal("quota_ref", "<binding>.quotas", "per-binding quotas are not in mcpipe"),
     Refusal("content_storage", "<binding>.content_storage", "content-store routing is not in mcpipe"),
-    Refusal("app_url", "<binding>.mcp_app_url", "MCP Apps are not in mcpipe"),
+    Refusal("app_url", "<binding>.mcp_app_url", "a binding's MCP App link (`mcp_app_url`) is not in mcpipe"),
     Refusal(
-        "watch",
-        "<binding>.watch",
-        "resource change watching (resources/subscribe notifications) is not in mcpipe",
+        "watch_strategy",
+        "<binding>.watch.strategy.type",
+        "the `{kind}` watch strategy is not in mcpipe (it watches by `poll` and `webhook`)",
     ),
     Refusal("cache", "<binding>.cache", "per-binding response caches are not in mcpipe"),
     Refusal("retry", "<binding>.retry", "retrying a `{kind}` binding is not in mcpipe"),
-    Refusal(
-        "dynamic_completion",
-        "<binding>.variable_completions.*",
-        "dynamic completions (a backend lookup) are not in mcpipe",
-    ),
     Refusal(
         "backend_kind",
         "<binding>.backend.kind",
@@ -153,7 +161,7 @@ REFUSALS: tuple[Refusal, ...] = (
         "mcpg's `query.{what}` is not in mcpipe (write the statement in `sql`)",
     ),
     Refusal("row_mode", "<sql backend>.query.row_mode", "row_mode `{mode}` is not in mcpipe"),
-    Refusal("sql_extra", "<sql backend>.{list_query,cache}", "mcpg's sql `{what}` is not in mcpipe"),
+    Refusal("sql_extra", "<sql backend>.cache", "mcpg's sql `{what}` is not in mcpipe"),
     Refusal("step_field", "<step>.<field>", "mcpg's `{kind}` step field `{field}` is not in mcpipe"),
     Refusal("url_elicitation", "<elicitation step>.mode", "URL-mode elicitation is not in mcpipe"),
     Refusal(

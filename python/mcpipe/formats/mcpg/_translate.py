@@ -33,6 +33,7 @@ from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
+from mcpipe.formats.mcpg._sqlmore import check_list_query
 from mcpipe.formats.mcpg._templates import expand_env
 
 _log = logging.getLogger("mcpipe.formats.mcpg")
@@ -138,14 +139,189 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
     mcp = doc.get("mcp") or {}
     _capabilities(mcp.get("capabilities") or {}, out, schemas, kafka)
-    _configurations(mcp.get("configurations") or {}, out)
+    _configurations(mcp.get("configurations") or {}, out, mcp.get("capabilities") or {})
     _federations(mcp.get("federations") or [], out)
-    if mcp.get("registries"):
-        out.refuse("mcp.registries", reason("registries"))
-    if (mcp.get("registry") or {}).get("enabled"):
-        out.refuse("mcp.registry", reason("registry"))
+    _registries(mcp.get("registries") or [], out)
+    _served_registry(mcp.get("registry") or {}, out)
     _rest(doc, out)
     return Translation(out.doc, out.problems, out.locate, list(out.moves))
+
+
+def _registry_problem(reg: Mapping[str, Any]) -> str | None:
+    """``McpRegistryConfig::validate``: mcpg's message, or None."""
+    name = str(reg.get("name", ""))
+    path = f"mcp.registries[{name}]"
+    if not name.strip():
+        return "mcp.registries[]: every registry needs a non-empty `name`"
+    if not re.fullmatch(r"[a-z0-9-]+", name):
+        return f"{path}: `name` must be lowercase alphanumeric + '-'"
+    url = str(reg.get("url", ""))
+    if not url.startswith(("https://", "http://")):
+        return f"{path}.url must be an http(s) URL"
+    if url.startswith("http://") and not (reg.get("registry_safety") or {}).get("allow_insecure_http"):
+        return f"{path}.url uses http://; set registry_safety.allow_insecure_http: true to permit it"
+    auth = reg.get("auth") or {}
+    mode = auth.get("mode", "none")
+    if mode == "bearer" and not auth.get("token"):
+        return f"{path}.auth: mode `bearer` requires a non-empty `token`"
+    if mode == "headers" and not auth.get("headers"):
+        return f"{path}.auth: mode `headers` requires at least one header"
+    if mode == "cred" and not re.fullmatch(r"cred://[^/]+/.+", str(auth.get("credential") or "")):
+        return f"{path}.auth: mode `cred` requires `credential` as a cred://<plugin_id>/<target> URI"
+    sync = reg.get("sync") or {}
+    if int(sync.get("interval_secs", 300)) < 30:
+        return f"{path}.sync.interval_secs must be at least 30"
+    for key in ("max_servers", "full_resync_hours"):
+        if sync.get(key, 1) == 0:
+            return f"{path}.sync.{key} must be greater than zero"
+    imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
+    imported.update((reg.get("defaults") or {}).get("import") or {})
+    if not any(imported.values()):
+        return f"{path}.import: at least one of tools, resources, resource_templates, prompts must be true"
+    for server in reg.get("servers") or {}:
+        if not str(server).strip():
+            return f"{path}.servers: server keys must be non-empty registry names"
+    return None
+
+
+def _registries(registries: list[Any], out: _Out) -> None:
+    """``mcp.registries``: mcpg's registry sync as mcpipe's ``registries`` (``docs/server.md``): the registry's
+    servers served as downstream servers, kept in step with it, with each registry's ``defaults`` (its governance
+    as their trust rule, what they import, their auth, the private-address opt-in, OAuth discovery)."""
+    entries = []
+    for i, reg in enumerate(registries):
+        where = f"mcp.registries[{i}]"
+        problem = _registry_problem(reg)
+        if problem is not None:
+            out.refuse(where, problem)
+            continue
+        auth = reg.get("auth") or {}
+        headers: dict[str, str] = {}
+        if auth.get("mode") == "bearer":
+            headers["Authorization"] = f"Bearer {auth['token']}"
+        elif auth.get("mode") == "headers":
+            headers.update({str(k): str(v) for k, v in auth["headers"].items()})
+        elif auth.get("mode") == "cred":
+            out.refuse(f"{where}.auth.mode", reason("registry_cred"))
+            continue
+        headers, missing = _expand_all(headers, out)
+        if missing:
+            out.refuse(f"{where}.auth", f"environment variable `{missing[0]}` is not set")
+            continue
+        safety, sync, flt, defaults = (reg.get(k) or {} for k in ("registry_safety", "sync", "filter", "defaults"))
+        entry: dict[str, Any] = {
+            "name": reg["name"],
+            "url": reg["url"],
+            "headers": headers,
+            "allow_private": bool(safety.get("allow_private_registry")),
+            "allow_http": bool(safety.get("allow_insecure_http")),
+            "interval_s": int(sync.get("interval_secs", 300)),
+            "max_servers": int(sync.get("max_servers", 100)),
+            "include": list(flt.get("include", ["*"])),
+            "exclude": list(flt.get("exclude") or []),
+            "namespaces": list(flt.get("namespaces") or []),
+            "deprecated": "exclude" if reg.get("on_deprecated") == "exclude" else "serve",
+            "allow_private_servers": bool((defaults.get("upstream_safety") or {}).get("allow_private_backends")),
+            "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
+        }
+        gov = defaults.get("governance") or {}
+        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+        if gov.get("allow_if"):
+            rule["allow_if"] = gov["allow_if"]
+        if gov.get("required_scopes"):
+            rule["required_scopes"] = list(gov["required_scopes"])
+        entry["trust"] = rule
+        imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
+        imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
+        entry["expose"] = [k for k, on in imported.items() if on]
+        if not _registry_auth(defaults.get("auth") or {}, entry, f"{where}.defaults.auth", out):
+            continue
+        servers: dict[str, Any] = {}
+        for name, over in (reg.get("servers") or {}).items():
+            at = f"{where}.servers.{name}"
+            if (over or {}).get("auth") is not None:
+                out.refuse(f"{at}.auth", reason("registry_server_auth"))
+                break
+            given, missing = _expand_all({str(k): str(v) for k, v in ((over or {}).get("headers") or {}).items()}, out)
+            if missing:
+                out.refuse(f"{at}.headers", f"environment variable `{missing[0]}` is not set")
+                break
+            servers[name] = {
+                "enabled": bool((over or {}).get("enabled", True)),
+                "variables": {str(k): str(v) for k, v in ((over or {}).get("variables") or {}).items()},
+                "headers": given,
+            }
+            if (over or {}).get("version") is not None:
+                servers[name]["version"] = str(over["version"])
+        else:
+            entry["servers"] = servers
+            entries.append(entry)
+            out.moved(f"registries[{len(entries) - 1}]", where)
+    if entries:
+        out.doc["registries"] = entries
+
+
+def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], list[str]]:
+    expanded: dict[str, str] = {}
+    missing: list[str] = []
+    for key, value in values.items():
+        expanded[key], more = expand_env(value, out.environ)
+        missing += more
+    return expanded, missing
+
+
+def _registry_auth(auth: Mapping[str, Any], entry: dict[str, Any], where: str, out: _Out) -> bool:
+    """A registry's ``defaults.auth`` for its servers: ``pass_through`` forwards the caller's bearer; the OAuth
+    modes present a credential (``{server}`` in its target: one per server, the target named by the server)."""
+    mode = auth.get("mode", "none")
+    if mode == "none":
+        return True
+    if mode == "pass_through":
+        entry["forward_bearer"] = True
+        return True
+    if mode not in ("oauth_client_credentials", "oauth_impersonation"):
+        out.refuse(f"{where}.mode", reason("registry_auth", mode=str(mode)))
+        return False
+    uri = str(auth.get("credential") or "").strip()
+    if uri.startswith("${") and uri.endswith("}"):
+        uri = uri[2:-1].strip()
+    m = re.fullmatch(r"cred://([^/\s]+)/([^#\s]+)", uri)
+    if m is None:
+        out.refuse(f"{where}.credential", f"`{uri}` is not a cred://<plugin_id>/<target> reference")
+        return False
+    plugin, target = m.groups()
+    if "{server}" in target:
+        entry["credential"] = f"{plugin}/{target}"
+        entry["credential_env"] = plugins.env_credential_variable(plugin, "").rstrip("_") + "_" + target
+        return True
+    name = plugins.credential_ref(uri, f"{where}.credential", out.doc, out.problems, out.environ)
+    if name is None:
+        return False
+    entry["credential"] = name
+    return True
+
+
+def _served_registry(registry: Mapping[str, Any], out: _Out) -> None:
+    """``mcp.registry``: this gateway as an MCP registry's one entry (``ServedRegistryConfig``)."""
+    if not registry.get("enabled"):
+        return
+    name = str(registry.get("name") or "")
+    namespace, sep, rest = name.partition("/")
+    if not sep:
+        out.refuse(
+            "mcp.registry.name",
+            "mcp.registry.name must be reverse-DNS namespaced (`<namespace>/<name>`, e.g. `com.acme/gateway`)",
+        )
+        return
+    if not namespace.strip() or not rest.strip():
+        out.refuse("mcp.registry.name", "mcp.registry.name must be `<namespace>/<name>` with both parts non-empty")
+        return
+    url = registry.get("url")
+    if url is not None and not str(url).startswith(("https://", "http://")):
+        out.refuse("mcp.registry.url", "mcp.registry.url must be an http(s) URL")
+        return
+    out.doc["registry"] = {k: registry[k] for k in ("enabled", "name", "description", "url") if k in registry}
+    out.moved("registry", "mcp.registry")
 
 
 # --- mcpg's own load-time checks ------------------------------------------------------------------
@@ -290,8 +466,9 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
             out.refuse(f"{where}.{key}", reason(refusal))
     if server.get("trust_proxy_ip"):
         out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
-    if server.get("max_sessions_per_tenant"):
-        out.refuse(f"{where}.max_sessions_per_tenant", reason("tenant_sessions"))
+    if server.get("max_sessions_per_tenant"):  # 0: unlimited
+        http["max_sessions_per_tenant"] = int(server["max_sessions_per_tenant"])
+        out.moved("http.max_sessions_per_tenant", f"{where}.max_sessions_per_tenant")
     if server.get("transport", "http") != "http":
         out.refuse(f"{where}.transport", reason("transport"))
     if server.get("enforce_modern_request_meta"):
@@ -337,8 +514,11 @@ def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
         out.refuse("gateway.inspector.enabled", reason("inspector"))
     if gateway.get("control_plane"):
         out.refuse("gateway.control_plane", reason("control_plane"))
-    if (gateway.get("config_watch") or {}).get("enabled"):
-        out.refuse("gateway.config_watch.enabled", reason("config_watch"))
+    watch = gateway.get("config_watch") or {}
+    if watch.get("enabled"):
+        # SHA-256 of the file every poll_interval_ms, floored at 1 s (config_watch.rs); SIGHUP reloads too.
+        out.doc["reload"] = {"watch": True, "poll_ms": max(int(watch.get("poll_interval_ms", 5000)), 1000)}
+        out.moved("reload", "gateway.config_watch")
     if gateway.get("config_overlay"):
         out.refuse("gateway.config_overlay", reason("config_overlay"))
 
@@ -589,7 +769,7 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
             access[b.name] = rule
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
     # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
-    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3}
+    order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3, "hidden": 4}
     pipelines.sort(key=lambda e: (order[e["surface"]], e.get("uri") or e.get("uri_template") or e["name"]))
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
@@ -659,14 +839,19 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         ("quotas", reason("quota_ref")),
         ("content_storage", reason("content_storage")),
         ("mcp_app_url", reason("app_url")),
-        ("watch", reason("watch")),
     ):
         if binding.get(key):
             out.refuse(f"{loc}.{key}", why)
+    if binding.get("watch") and surface == "resource" and binding.get("uri"):
+        # mcpg watches a binding's concrete `uri` only (build_watch_configs skips templates and URI-less ones).
+        watch = _watch(binding["watch"], f"{loc}.watch", out)
+        if watch is not None:
+            entry["watch"] = watch
+            out.moved(f"pipelines.{b.name}.watch", f"{loc}.watch")
     cache = binding.get("cache")
     if cache and cache.get("kind") != "disabled":
         out.refuse(f"{loc}.cache", reason("cache"))
-    completions: dict[str, list[str]] = {}
+    completions: dict[str, Any] = {}
     for arg in binding.get("prompt_arguments") or []:
         if arg.get("completions"):
             completions[arg["name"]] = [str(v) for v in arg["completions"]]
@@ -676,16 +861,29 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         elif isinstance(spec, Mapping) and spec.get("kind") == "static":
             completions[var] = [str(v) for v in spec.get("values") or []]
         else:
-            out.refuse(f"{loc}.variable_completions.{var}", reason("dynamic_completion"))
+            completions[var] = _dynamic_completion(b, var, spec, f"{loc}.variable_completions.{var}")
     if completions:
         entry["completions"] = completions
     backend = dict(binding["backend"])
     kind = backend.pop("kind")
     if kind == "pipeline":
         return _pipeline(b, entry, backend, f"{loc}.backend")
+    list_query = backend.pop("list_query", None) if kind == "sql" else None
     step = _backend_step(b, kind, backend, f"{loc}.backend", answer="result", step_id="call", profile=b.name)
     if step is None:
         return None
+    if list_query and surface in ("resource", "resource_template") and step.get("kind") == "mcpg.sql":
+        # (a database URL naming an unset variable leaves no database to list from: the binding fails per call)
+        # mcpg lists the rows of a sql resource's (or template's) list_query after the fixed resources.
+        problem = check_list_query(list_query)
+        if problem is not None:
+            out.refuse(f"{loc}.backend.list_query", problem)
+            return None
+        hidden = f"mcpg.list.{b.name}"
+        fields = {k: list_query[k] for k in ("mode", "cursor_column", "page_size") if list_query.get(k) is not None}
+        lister = {"kind": "mcpg.sql_list", "id": "list", "backend": step["backend"], "sql": list_query["sql"]}
+        _hidden(out, hidden, [{**lister, **fields, "name": b.name}], f"{loc}.backend.list_query")
+        entry["listing"] = hidden
     if binding.get("retry") is not None:
         if not str(step.get("kind", "")).startswith("mcpg."):
             out.refuse(f"{loc}.retry", reason("retry", kind=kind))
@@ -695,6 +893,64 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     entry["answer"] = "mcpg.payload" if step.pop("mcpg_answer", None) is not None else "mcpg.binding"
     entry["steps"] = [step]
     out.moved(f"pipelines.{b.name}.steps[0]", f"{loc}.backend")
+    return entry
+
+
+def _hidden(out: _Out, name: str, steps: list[dict[str, Any]], where: str) -> None:
+    """A pipeline the server runs itself (a completion source, a listing), declared after the bindings."""
+    out.doc.setdefault("pipelines", []).append(
+        {"name": name, "description": f"{where} (run by the server)", "surface": "hidden", "steps": steps}
+    )
+    out.moved(f"pipelines.{name}.steps[0]", where)
+
+
+def _dynamic_completion(b: _Binding, var: str, spec: Any, where: str) -> Any:
+    """A ``kind: dynamic`` variable completion: a lookup on the backend of the binding it names (mcpg's
+    ``complete_template_variable``). The SQL plugin is the one backend that answers it; a binding of any other
+    kind, or none of that name, offers nothing (mcpg logs it and answers an empty completion)."""
+    target = spec.get("backend") if isinstance(spec, Mapping) else None
+    config = (spec.get("config") if isinstance(spec, Mapping) else None) or {}
+    backend = _sql_backend_of(b, target)
+    if backend is None or not isinstance(config, Mapping) or not isinstance(config.get("query"), str):
+        return []
+    name = f"mcpg.complete.{b.name}.{var}"
+    step = {"kind": "mcpg.sql_complete", "id": "complete", "backend": backend, "query": config["query"]}
+    if isinstance(config.get("max_results"), int):
+        step["max_results"] = config["max_results"]
+    _hidden(b.out, name, [step], f"{where}.config")
+    return {"pipeline": name}
+
+
+_POLL_FLOOR_MS = 10_000
+"""mcpg polls a watched resource at most every 10 s (``watch_engine.rs`` ``poll_interval``)."""
+
+
+def _watch(watch: Mapping[str, Any], where: str, out: _Out) -> dict[str, Any] | None:
+    """A binding's ``watch`` (``ResourceWatchConfig``) as mcpipe's: mcpg's poll strategy (SHA-256 of the read's
+    first text, floored at 10 s) and webhook strategy (``POST /webhooks/resource-updated/{token}``); the
+    notification filter's ``expression`` scope as ``notify_if``. The ``subject_id`` and ``session_id`` scopes
+    fall back to every subscriber for these strategies' events (they carry no user or session), as in mcpg."""
+    strategy = dict(watch.get("strategy") or {"type": "poll"})
+    kind = strategy.get("type", "poll")
+    entry: dict[str, Any] = {}
+    if kind == "poll":
+        entry["poll_ms"] = max(int(strategy.get("interval_ms", 60_000)), _POLL_FLOOR_MS)
+    elif kind == "webhook":
+        token, missing = expand_env(str(strategy.get("token") or ""), out.environ)
+        if missing:
+            out.refuse(f"{where}.strategy.token", f"environment variable `{missing[0]}` is not set")
+            return None
+        if not token:
+            import uuid
+
+            token = str(uuid.uuid4())  # mcpg draws a random token at start when the file gives none
+        entry["webhook_tokens"] = [token, *(str(t) for t in strategy.get("previous_tokens") or [] if t)]
+    else:
+        out.refuse(f"{where}.strategy.type", reason("watch_strategy", kind=str(kind)))
+        return None
+    flt = watch.get("notification_filter") or {}
+    if flt.get("scope") == "expression":
+        entry["notify_if"] = str(flt.get("expression", ""))
     return entry
 
 
@@ -883,17 +1139,29 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
     if query.get("param_exprs"):
         step["param_exprs"] = {k: rename_cel(v) for k, v in query["param_exprs"].items()}
     mode = query.get("row_mode", "many")
-    if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents"):
+    if mode not in ("single", "many", "scalar", "affected_rows", "resource_contents", "stream"):
         out.refuse(f"{where}.query.row_mode", reason("row_mode", mode=str(mode)))
         return False
     step["row_mode"] = mode
+    why = _stream_problem(query, mode)
+    if why is not None:
+        out.refuse(f"{where}.query.stream", why)
+        return False
+    if mode == "stream":
+        stream = dict(query["stream"])
+        if isinstance(stream.get("signing_key"), str):
+            stream["signing_key"], missing = expand_env(stream["signing_key"], out.environ)
+            if missing:
+                out.refuse(f"{where}.query.stream.signing_key", f"environment variable `{missing[0]}` is not set")
+                return False
+        step["stream"] = stream
     if query.get("max_rows"):
         step["max_rows"] = query["max_rows"]
     if query.get("timeout_ms"):
         step["timeout_ms"] = query["timeout_ms"]
     for key in ("schema", "list_query", "cache"):
         value = spec.pop(key, None)
-        if value and key != "schema":
+        if value and key == "cache":
             out.refuse(f"{where}.{key}", reason("sql_extra", what=key))
     vars_ = spec.pop("session_vars", None)
     if vars_:
@@ -903,6 +1171,36 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
 
 _AWAIT_KEYS = ("trigger", "check", "predicate", "poll_interval_ms", "timeout_ms")
 """mcpg's ``AwaitConfig`` (its predicate is CEL over ``row`` and ``arguments`` alone, kept as written)."""
+
+
+def _stream_problem(query: Mapping[str, Any], mode: str) -> str | None:
+    """Why mcpg's SQL plugin refuses a binding's ``stream`` block (``SqlBackendConfig::validate``), or None."""
+    stream = query.get("stream")
+    if mode != "stream":
+        return (
+            "query.stream is only valid when row_mode is `stream` — remove the block or set row_mode: stream."
+            if stream is not None
+            else None
+        )
+    if not isinstance(stream, Mapping):
+        return "row_mode: stream requires a `stream:` block declaring cursor_columns"
+    columns = list(stream.get("cursor_columns") or [])
+    if not columns:
+        return "stream.cursor_columns must not be empty when row_mode is stream"
+    for col in columns:
+        if not re.fullmatch(r"[A-Za-z0-9_]+", str(col)):
+            return f"stream.cursor_columns: '{col}' is not a safe column name (allowed: ASCII letters, digits, `_`)"
+    for key in stream.get("initial") or {}:
+        if key not in columns:
+            return f"stream.initial['{key}'] is not a declared cursor column (cursor_columns: {columns})"
+    for col in columns:
+        if f":_after_{col}" not in str(query.get("sql", "")):
+            return (
+                f"row_mode: stream — query.sql must reference placeholder `:_after_{col}` (one per declared "
+                "stream.cursor_columns column). The plugin binds last-row keyset values to these placeholders for "
+                "continuation calls."
+            )
+    return None
 
 
 # --- pipelines ------------------------------------------------------------------------------------
@@ -1143,7 +1441,7 @@ def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
 # --- the rest ---------------------------------------------------------------------------------------
 
 
-def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
+def _configurations(conf: Mapping[str, Any], out: _Out, caps: Mapping[str, Any]) -> None:
     for key in ("sessions", "pipelines", "subscriptions"):
         store = (conf.get(key) or {}).get("store")
         if store and store.get("kind") not in ("memory", "cluster"):
@@ -1159,8 +1457,39 @@ def _configurations(conf: Mapping[str, Any], out: _Out) -> None:
             out.section("interaction")["state_key_env"] = m.group(1)
         # A key written in the file seals nothing in mcpipe: it seals requestState with the key ring of
         # MCPIPE_STATE_KEY, or a random key of the process (docs/formats/mcpg.md).
-    if (conf.get("apps") or {}).get("enabled"):
-        out.refuse("mcp.configurations.apps.enabled", reason("apps"))
+    _apps(conf.get("apps") or {}, caps, out)
+
+
+def _apps(apps: Mapping[str, Any], caps: Mapping[str, Any], out: _Out) -> None:
+    """MCP Apps (SEP-1865): the extension advertised and every ``_meta.ui`` held to the policy when enabled
+    (mcpipe's ``apps`` section), and the templated apps of ``registry`` served as ``ui://mcpg/<id>`` resources.
+    Disabled, ``_meta.ui`` passes through unchanged, as in mcpg."""
+    from mcpipe.formats.mcpg._apps import apps_section, compile_app, registry_problem
+
+    problem = registry_problem(apps)
+    if problem is not None:
+        out.refuse(*problem)
+        return
+    if not apps.get("enabled"):
+        return
+    out.doc["apps"] = apps_section(apps)
+    out.moved("apps", "mcp.configurations.apps")
+    tools = {
+        str(b.get("name")): {"input": b.get("input_schema"), "output": b.get("output_schema")}
+        for b in caps.get("tools") or []
+        if isinstance(b, Mapping)
+    }
+    names = {str(b.get("name")) for bucket in BUCKETS for b in caps.get(bucket) or [] if isinstance(b, Mapping)}
+    pipelines = out.doc.setdefault("pipelines", [])
+    for i, app in enumerate(apps.get("registry") or []):
+        if app["id"] in names:
+            out.refuse(f"mcp.configurations.apps.registry[{i}].id", f"a binding is named `{app['id']}` too")
+            continue
+        pipelines.append(compile_app(app, tools))
+        out.moved(f"pipelines.{app['id']}", f"mcp.configurations.apps.registry[{i}]")
+
+
+_RANK = {"unauthenticated": 0, "header_asserted": 1, "verified": 2}
 
 
 def _federations(feds: list[Any], out: _Out) -> None:
@@ -1203,6 +1532,23 @@ def _federations(feds: list[Any], out: _Out) -> None:
             )
             continue
         entry["prefix"] = prefix[:-1] if prefix else ""
+        # The federation's governance (default: a binding's, header_asserted) covers every capability it
+        # imports (federation/engine.rs governance_rule): a trust rule for its `<prefix>.*` names.
+        gov = fed.get("governance") or {}
+        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+        if gov.get("allow_if"):
+            rule["allow_if"] = gov["allow_if"]
+        if gov.get("required_scopes"):
+            rule["required_scopes"] = list(gov["required_scopes"])
+        if prefix:
+            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = rule
+            out.moved(f"trust.tools.{prefix}*", f"{where}.governance")
+        elif gov or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
+            out.refuse(f"{where}.governance", reason("fed_governance"))
+            continue
+        imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
+        imported.update({k: bool(v) for k, v in (fed.get("import") or {}).items() if k in imported})
+        entry["expose"] = [k for k, on in imported.items() if on]
         flt = fed.get("filter") or {}
         if flt.get("include_tools") and flt["include_tools"] != ["*"]:
             entry["include"] = list(flt["include_tools"])
@@ -1360,10 +1706,7 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     _cluster(doc.get("cluster") or {}, out)
     if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
         out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
-    storage = doc.get("storage") or {}
-    for i, provider in enumerate(storage.get("providers") or []):
-        if provider.get("kind") not in ("memory", "in_process", "in-process"):
-            out.refuse(f"storage.providers[{i}]", reason("storage", kind=str(provider.get("kind"))))
+    _storage(doc.get("storage") or {}, out)
     lic = doc.get("license") or {}
     for key in ("token", "token_file"):
         if lic.get(key):
@@ -1372,4 +1715,161 @@ def _rest(doc: Mapping[str, Any], out: _Out) -> None:
         _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
     if flags.get("debug_tools_enabled"):
-        out.refuse("feature_flags.debug_tools_enabled", reason("debug_tools"))
+        _debug_tools(doc, out)
+
+
+_STORE_FIELDS = {"in_process": {"max_bytes"}, "file_system": {"root", "max_bytes"}}
+
+
+def _storage(storage: Mapping[str, Any], out: _Out) -> None:
+    """``storage``: mcpg's content stores (``storage_wiring.rs``), served at ``mcpg-resource://<id>/<resource>``.
+    Without providers mcpg keeps one in-process store, ``default``; so does mcpipe."""
+    providers = list(storage.get("providers") or []) or [{"id": "default", "kind": "in_process"}]
+    stores: dict[str, Any] = {}
+    for i, provider in enumerate(providers):
+        where, pid, kind = f"storage.providers[{i}]", str(provider.get("id")), str(provider.get("kind"))
+        config = provider.get("config") or {}
+        if kind not in _STORE_FIELDS:
+            out.refuse(where, reason("storage", kind=kind))
+            return
+        unknown = sorted(set(config) - _STORE_FIELDS[kind])
+        if unknown or (kind == "file_system" and "root" not in config):
+            what = f"unknown field `{unknown[0]}`" if unknown else "missing field `root`"
+            out.refuse(f"{where}.config", f"build storage provider '{pid}' (kind {kind}): invalid {kind} spec: {what}")
+            return
+        if pid in stores:
+            out.refuse(f"{where}.id", f"duplicate storage provider id '{pid}' in `storage.providers: [...]`")
+            return
+        store: dict[str, Any] = {"kind": "memory" if kind == "in_process" else "file_system"}
+        if config.get("root") is not None:
+            store["root"] = str(config["root"])
+        if config.get("max_bytes") is not None:
+            store["max_bytes"] = int(config["max_bytes"])
+        stores[pid] = store
+        out.moved(f"content.stores.{pid}", where)
+    default = str(storage.get("default") or "default")
+    if default not in stores:
+        out.refuse(
+            "storage.default",
+            f"`storage.default: {default}` does not match any provider id in `storage.providers: [...]`",
+        )
+        return
+    out.doc["content"] = {"stores": stores, "default": default, "scheme": "mcpg-resource"}
+
+
+def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
+    where = "debug.tools"
+    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
+    exposure = {
+        "command_probe": True,
+        "network_probe": True,
+        "network_json_call": False,
+        "operational_overview_prompt": True,
+        "runtime_overview_resource": True,
+        **(tools.get("exposure") or {}),
+    }
+    for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
+        default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
+        if default not in profiles:
+            return f"{where}.{key}", f"debug.tools.{key} must contain '{default}' when debug is enabled"
+    if not any(exposure.values()):
+        return (
+            f"{where}.exposure",
+            "debug.tools.exposure must enable at least one built-in debug capability when debug is enabled",
+        )
+    bindings = {
+        "command_probe_profile": "default_command_probe",
+        "network_probe_profile": "default_network_probe",
+        "network_json_call_profile": "default_network_probe",
+        **(tools.get("bindings") or {}),
+    }
+    for key, value in bindings.items():
+        if not str(value).strip():
+            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must not be empty when debug is enabled"
+        known, what = (commands, "command") if key == "command_probe_profile" else (networks, "network")
+        if value not in known:
+            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must reference an existing {what} profile"
+    for name, c in commands.items():
+        at = f"debug.tools.command_profiles.{name}"
+        if not str(c.get("command", "printf")).strip():
+            return f"{at}.command", f"{at}.command must not be empty when debug is enabled"
+        for key in ("timeout_ms", "max_output_bytes"):
+            if c.get(key, 1) == 0:
+                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+    for name, n in networks.items():
+        at = f"debug.tools.network_profiles.{name}"
+        if not str(n.get("url", "http://127.0.0.1:8787/health")).startswith("http://"):
+            return f"{at}.url", f"{at}.url must start with 'http://' when debug is enabled"
+        for key in ("timeout_ms", "max_response_bytes"):
+            if n.get(key, 1) == 0:
+                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+        codes = n.get("expected_status_codes", [200])
+        if not codes:
+            return f"{at}.expected_status_codes", f"{at}.expected_status_codes must not be empty when debug is enabled"
+        if any(not 100 <= int(c) <= 599 for c in codes):
+            return (
+                f"{at}.expected_status_codes",
+                f"{at}.expected_status_codes entries must be valid HTTP status codes when debug is enabled",
+            )
+        for header, value in (n.get("headers") or {}).items():
+            if not str(header).strip():
+                return f"{at}.headers", f"{at}.headers keys must not be empty when debug is enabled"
+            if any(c in str(header) for c in "\r\n"):
+                return f"{at}.headers", f"{at}.headers keys must not contain CR or LF characters when debug is enabled"
+            if any(c in str(value) for c in "\r\n"):
+                return (
+                    f"{at}.headers",
+                    f"{at}.headers values must not contain CR or LF characters when debug is enabled",
+                )
+    return None
+
+
+_DEBUG_DEFAULTS: dict[str, Any] = {
+    "command_profiles": {"default_command_probe": {}},
+    "network_profiles": {"default_network_probe": {}},
+}
+
+
+def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
+    """``feature_flags.debug_tools_enabled``: mcpg's debug tools, prompt and resource (:mod:`._debug`)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from mcpipe.formats.mcpg._debug import debug_pipelines
+
+    try:
+        __version__ = version("mcpipe")
+    except PackageNotFoundError:  # a source tree that was never installed
+        __version__ = "0+unknown"
+
+    debug = doc.get("debug") or {}
+    tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
+    problem = _debug_problem(tools)
+    if problem is not None:
+        out.refuse(*problem)
+        return
+    server = (doc.get("gateway") or {}).get("server") or {}
+    logs = (doc.get("observability") or {}).get("logs") or {}
+    runtime = {
+        "service": "mcpipe",
+        "version": __version__,
+        "bind_address": str(server.get("bind_address", "127.0.0.1:8787")),
+        "health_path": str(server.get("health_path", "/health")),
+        "mcp_path": str(server.get("mcp_path", "/mcp")),
+        "log_level": str(logs.get("level", "info")),
+        "log_sinks": [str(s.get("kind")) for s in logs.get("sinks") or [] if isinstance(s, Mapping)] or ["stderr"],
+        "plugins": [
+            {"id": str(p.get("id")), "plugin_class": str(p.get("class", "tool_gate")), "state": "active"}
+            for p in out.raw_plugins
+            if isinstance(p, Mapping) and not p.get("disabled")
+        ],
+    }
+    caps = (doc.get("mcp") or {}).get("capabilities") or {}
+    counts = (len(caps.get("tools") or []), len(caps.get("prompts") or []), len(caps.get("resources") or []))
+    pipelines, refused = debug_pipelines(tools, runtime, _allow_private(out), counts)
+    if refused is not None:
+        out.refuse(refused, reason("debug_json_call"))
+        return
+    out.doc.setdefault("pipelines", []).extend(pipelines)
+    for p in pipelines:
+        out.moved(f"pipelines.{p['name']}", "feature_flags.debug_tools_enabled")
