@@ -199,6 +199,9 @@ async def _serve_one(
     try:
         await handler(stream)
     finally:
+        # hypercorn returns without closing a TLS stream whose handshake failed or was cancelled: the socket
+        # would stay open until collected. Closing a closed stream is a no-op.
+        await trio.aclose_forcefully(stream)
         slots.done(True)
 
 
