@@ -6,7 +6,7 @@ call. In memory on Trio and asyncio, then as real processes: stdio and HTTP (uvi
 Trio), FastMCP's bearer auth over HTTP.
 
 fastmcp 2 and 3 run on mcp 1.x and cannot be installed beside mcpipe (mcp 2.x): ``attach`` refuses what it
-cannot take with a ValueError.
+cannot take with a ValueError; ``test_fastmcp3_downstream.py`` puts a fastmcp 3 server behind mcpipe instead.
 """
 
 from __future__ import annotations
