@@ -84,3 +84,47 @@ async def test_a_run_with_a_type_mismatch_calls_nothing():
     assert calls == []
     assert answer["error_code"] == "INVALID_SPEC"
     assert answer["problems"][0]["location"] == "steps[1].args.limit"
+
+
+# --- plain arguments against the tool's input schema (first hour: a later step's bad arguments were refused
+# only when its turn came, after the earlier steps had acted) -----------------------------------------------
+
+
+def test_a_plain_argument_the_input_schema_refuses_is_located_before_any_step_runs():
+    reg, calls = tools()
+    spec = {
+        "steps": [
+            {"id": "search", "tool": "search", "args": {"q": "x"}},
+            {"tool": "page", "args": {"limit": "ten", "offset": 2, "note": None, "anything": [1]}},
+            {"tool": "search", "args": {"qq": "x"}},
+        ]
+    }
+    assert problems(spec, reg) == [
+        ("steps[1].args.limit", "tool 'page' expects integer, got string"),
+        ("steps[1].args.note", "tool 'page' expects string, got null"),
+        ("steps[2].args", "tool 'search' requires argument `q`"),
+        ("steps[2].args.qq", "tool 'search' has no argument `qq` (did you mean `q`?) (its arguments: `q`)"),
+    ]
+    answer = trio.run(run_pipeline, spec, reg)
+    assert answer["error_code"] == "INVALID_SPEC" and calls == []
+
+
+def test_arguments_that_hold_references_are_left_to_the_call_and_literals_fit_their_schema():
+    reg, _ = tools()
+    spec = {
+        "vars": {"n": "ten"},
+        "steps": [
+            {"id": "search", "tool": "search", "args": {"q": "x"}},
+            {
+                "id": "each",
+                "for_each": "${steps.search.structured.items}",
+                "step": {"tool": "page", "args": {"limit": "${item}"}},
+            },
+            {
+                "tool": "page",
+                "args": {"limit": {"$literal": 3}, "offset": 1, "note": "text ${vars.n}", "anything": "${vars.n}"},
+            },
+            {"tool": "loose", "args": {"x": {"$ref": "vars.n"}}},
+        ],
+    }
+    compile_spec(spec, tools=reg)

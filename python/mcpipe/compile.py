@@ -27,6 +27,7 @@ from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     WHOLE_REFERENCE,
+    ArgumentSite,
     Checker,
     CompiledSpec,
     ForEach,
@@ -39,9 +40,11 @@ from mcpipe.plan import (
     Retry,
     Scope,
     TypedSite,
+    argument_problems,
     compile_each,
     decode_fields,
     least_calls,
+    literal_type,
     output_path,
     problem_order,
     template_parts,
@@ -183,8 +186,11 @@ def _checked(entry: _Entry, tools: Container[str] | None) -> CompiledSpec:
         ]
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=problem_order))
-        if compiled is not None and compiled.typed_sites:
-            mismatched = type_problems(compiled.typed_sites, tools)
+        if compiled is not None and (compiled.typed_sites or compiled.argument_sites):
+            mismatched = [
+                *argument_problems(compiled.argument_sites, tools),
+                *type_problems(compiled.typed_sites, tools),
+            ]
             if mismatched:
                 raise SpecError(sorted(mismatched, key=problem_order))
     if compiled is None:
@@ -278,6 +284,7 @@ class _Compiler:
         self.dry_run = False
         self.answer: str | None = None
         self.typed_sites: list[TypedSite] = []
+        self.argument_sites: list[ArgumentSite] = []
         # The tool of each tool step of the lists being compiled, innermost last (what `steps.<id>` reads).
         self.producers: list[dict[str, str]] = []
         self.steps = 0
@@ -299,7 +306,13 @@ class _Compiler:
         if problems or plan is None:
             problems.sort(key=problem_order)
             return None, problems
-        compiled = CompiledSpec.of(plan, dry_run=self.dry_run, typed_sites=tuple(self.typed_sites), answer=self.answer)
+        compiled = CompiledSpec.of(
+            plan,
+            dry_run=self.dry_run,
+            typed_sites=tuple(self.typed_sites),
+            answer=self.answer,
+            argument_sites=tuple(self.argument_sites),
+        )
         return compiled, problems
 
     def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
@@ -407,12 +420,30 @@ class _Compiler:
         args = self.check.template(raw_args, f"{loc}.args", scope)
         if spec is None or args is None or name == PIPE_TOOL:
             return None
+        if isinstance(raw_args, dict):
+            self.argument_sites.append(self.argument_site(raw_args, args.reference_sites, loc, spec.tool))
         if isinstance(raw_args, dict) and self.producers:
             self.typed_arguments(raw_args, args.reference_sites, loc, spec.tool)
         retry = Retry(spec.retry.attempts, spec.retry.backoff_ms) if spec.retry is not None else None
         return Leaf(
             sid, loc, "tool", None, None, timeout_ms=spec.timeout_ms, tool=spec.tool, args=args, retry=retry, **common
         )
+
+    @staticmethod
+    def argument_site(raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> ArgumentSite:
+        """The step's argument names, and the JSON type of each argument that holds no reference."""
+        referenced = set()
+        prefix = f"{loc}.args."
+        for site, _ in sites:
+            if site.startswith(prefix):
+                rest = site[len(prefix) :]
+                referenced.add(rest.split(".", 1)[0].split("[", 1)[0])
+        literals = tuple(
+            (k, literal_type(v))
+            for k, v in raw_args.items()
+            if k not in referenced and not (isinstance(v, str) and ("$" in v or "{{" in v or "<<" in v))
+        )
+        return ArgumentSite(loc, tool, tuple(raw_args), literals)
 
     def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no

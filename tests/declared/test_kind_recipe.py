@@ -81,7 +81,9 @@ async def test_a_declared_pipeline_runs_the_new_kind_through_the_server(repeat: 
             r = await client.call_tool("echo3", {"w": "ab"})
             bad = await client.call_tool("mcp_pipe", {"steps": [{"tool": "echo3", "args": {"w": 1}}]})
     assert not r.is_error and r.content[0].text == "ab-ab-ab"
-    assert bad.structured_content is not None and bad.structured_content["error_code"] == "TOOL_ERROR"
+    # its input schema refuses a plain argument of the wrong type before anything runs
+    assert bad.structured_content is not None and bad.structured_content["error_code"] == "INVALID_SPEC"
+    assert bad.structured_content["error"] == "steps[0].args.w: tool 'echo3' expects string, got integer"
 
 
 def test_the_new_kinds_build_and_fields_report_located_problems(repeat: Kind):

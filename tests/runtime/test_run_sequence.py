@@ -236,7 +236,14 @@ async def test_a_raising_tool_is_tool_failed_and_logged(run, caplog):
 
 
 async def test_invalid_arguments_are_a_tool_error_naming_the_argument(run):
-    answer = await run({"steps": [{"id": "w", "tool": "wait", "args": {"ms": "soon"}}]})
+    # A value known only at run time (an output no schema describes) is checked when the tool is called.
+    spec = {
+        "steps": [
+            {"id": "e", "tool": "echo", "args": {"value": "soon"}},
+            {"id": "w", "tool": "wait", "args": {"ms": "${steps.e.structured.value}"}},
+        ]
+    }
+    answer = await run(spec)
     step = answer["steps"]["w"]
     assert step["error_code"] == "TOOL_ERROR"
     assert step["error"] == "invalid arguments for tool 'wait': Expected `float`, got `str` - at `args.ms`"

@@ -45,7 +45,7 @@ from mcpipe.plan._ir import (
     tool_sites,
     walk,
 )
-from mcpipe.plan._types import TypedSite, output_path, type_problems
+from mcpipe.plan._types import ArgumentSite, TypedSite, argument_problems, literal_type, output_path, type_problems
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -54,6 +54,7 @@ __all__ = [
     "STEP_ID",
     "WHOLE_REFERENCE",
     "Arc",
+    "ArgumentSite",
     "Checker",
     "CompiledSpec",
     "Expression",
@@ -70,6 +71,7 @@ __all__ = [
     "Scope",
     "Step",
     "TypedSite",
+    "argument_problems",
     "assign_step_ids",
     "check_steps",
     "compile_each",
@@ -78,6 +80,7 @@ __all__ = [
     "explain",
     "expression_timeout_ms",
     "least_calls",
+    "literal_type",
     "output_path",
     "prelude",
     "problem_order",

@@ -37,7 +37,7 @@ from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
 if TYPE_CHECKING:
-    from mcpipe.plan._types import TypedSite
+    from mcpipe.plan._types import ArgumentSite, TypedSite
 
 __all__ = [
     "SKIP",
@@ -378,6 +378,8 @@ class CompiledSpec:
         dry_run: the spec asks for its plan (:func:`mcpipe.plan.explain`), not for a run.
         typed_sites: the arguments fed by one reference to a tool step's output (checked per call
             against the tools' schemas: :func:`mcpipe.plan.type_problems`).
+        argument_sites: the ``args`` objects of the tool steps (checked per call against each tool's
+            ``inputSchema``: :func:`mcpipe.plan.argument_problems`).
         answer: what the answer holds (``result``, ``steps``, ``full``: :func:`mcpipe.results.shape_answer`), or
             None for the caller's default.
     """
@@ -390,6 +392,7 @@ class CompiledSpec:
     dry_run: bool = False
     typed_sites: tuple[TypedSite, ...] = ()
     answer: str | None = None
+    argument_sites: tuple[ArgumentSite, ...] = ()
 
     @classmethod
     def of(
@@ -399,13 +402,14 @@ class CompiledSpec:
         dry_run: bool = False,
         typed_sites: tuple[TypedSite, ...] = (),
         answer: str | None = None,
+        argument_sites: tuple[ArgumentSite, ...] = (),
     ) -> CompiledSpec:
         """The compiled spec of ``plan``, its sites and counts read from the plan."""
         nodes = list(walk(plan.steps))
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer)
+        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer, argument_sites)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

@@ -15,9 +15,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from mcpipe._describe import did_you_mean
 from mcpipe.errors import ErrorCode, Problem
 
-__all__ = ["TypedSite", "type_problems"]
+__all__ = ["ArgumentSite", "TypedSite", "argument_problems", "type_problems"]
 
 _OUTPUT = re.compile(r"steps\.([A-Za-z_][A-Za-z0-9_-]*)\.(?:structured|output)((?:\.[A-Za-z0-9_-]+)*)")
 
@@ -39,6 +40,96 @@ class TypedSite:
     argument: str
     reference: str
     producer: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentSite:
+    """The arguments of one tool step whose ``args`` is an object: its keys (never interpolated, so known
+    before anything runs) and the JSON type of each argument written as a plain value (no reference).
+
+    Attributes:
+        location: the step's location (``steps[2]``).
+        tool: the tool the step calls.
+        keys: the argument names, as written.
+        literals: ``(name, JSON type)`` of each argument that holds no reference.
+    """
+
+    location: str
+    tool: str
+    keys: tuple[str, ...]
+    literals: tuple[tuple[str, str], ...]
+
+
+def argument_problems(sites: Iterable[ArgumentSite], tools: Any) -> list[Problem]:
+    """What each step's ``args`` gets wrong against its tool's ``inputSchema``, found before anything runs
+    (a later step's bad arguments would otherwise be refused only after the earlier steps had acted): a
+    required argument missing, an argument the schema does not allow (``additionalProperties: false``), a
+    plain value of a type the schema does not allow. What the schema leaves open is not checked."""
+    get = getattr(tools, "get", None)
+    if get is None:
+        return []
+    problems = []
+    for site in sites:
+        tool = get(site.tool)
+        schema = getattr(tool, "input_schema", None) if tool is not None else None
+        if not isinstance(schema, Mapping) or schema.get("type", "object") != "object":
+            continue
+        props = schema.get("properties")
+        props = props if isinstance(props, Mapping) else {}
+        required = schema.get("required")
+        if isinstance(required, list):
+            missing = [r for r in required if isinstance(r, str) and r not in site.keys]
+            if missing:
+                names = ", ".join(f"`{m}`" for m in missing)
+                problems.append(
+                    Problem(
+                        f"{site.location}.args",
+                        ErrorCode.INVALID_SPEC,
+                        f"tool '{site.tool}' requires {'argument' if len(missing) == 1 else 'arguments'} {names}",
+                    )
+                )
+        if schema.get("additionalProperties") is False:
+            for key in site.keys:
+                if key not in props:
+                    allowed = ", ".join(f"`{k}`" for k in props) or "none"
+                    problems.append(
+                        Problem(
+                            f"{site.location}.args.{key}",
+                            ErrorCode.INVALID_SPEC,
+                            f"tool '{site.tool}' has no argument `{key}`{did_you_mean(key, list(props))} "
+                            f"(its arguments: {allowed})",
+                        )
+                    )
+        for key, kind in site.literals:
+            expected = _types(props.get(key))
+            if expected is not None and not _fits(frozenset({kind}), expected):
+                problems.append(
+                    Problem(
+                        f"{site.location}.args.{key}",
+                        ErrorCode.INVALID_SPEC,
+                        f"tool '{site.tool}' expects {_names(expected)}, got {kind}",
+                    )
+                )
+    return problems
+
+
+def literal_type(value: Any) -> str:
+    """The JSON type of a plain value (``{"$literal": v}`` is ``v``'s)."""
+    if isinstance(value, Mapping) and list(value) == ["$literal"]:
+        value = value["$literal"]
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, (list, tuple)):
+        return "array"
+    return "object"
 
 
 def output_path(reference: str) -> tuple[str, list[str]] | None:
