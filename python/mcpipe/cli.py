@@ -51,7 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(ns.func(ns))
     except BrokenPipeError:
         return _pipe_closed()
-    except BaseExceptionGroup as group:  # a Trio nursery's (`events`, `worker`): a closed pipe inside is the same
+    except BaseExceptionGroup as group:  # a Trio nursery's (`events`, `worker`, a tool's): the same as bare
+        if group.subgroup(KeyboardInterrupt) is not None:
+            print(f"mcpipe {ns.command}: interrupted", file=sys.stderr)
+            return 130
         broken, rest = group.split(BrokenPipeError)
         if broken is not None and rest is None:
             return _pipe_closed()

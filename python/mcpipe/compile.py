@@ -184,13 +184,13 @@ def _checked(entry: _Entry, tools: Container[str] | None) -> CompiledSpec:
             for loc, name in sites
             if name not in tools
         ]
+        # the arguments of the known tools are checked with the rest, so one answer lists every mistake
+        arguments = compiled.argument_sites if compiled is not None else problems.argument_sites
+        unknown += argument_problems([a for a in arguments if a.tool in tools], tools)
         if unknown:
             raise SpecError(sorted([*problems, *unknown], key=problem_order))
-        if compiled is not None and (compiled.typed_sites or compiled.argument_sites):
-            mismatched = [
-                *argument_problems(compiled.argument_sites, tools),
-                *type_problems(compiled.typed_sites, tools),
-            ]
+        if compiled is not None and compiled.typed_sites:
+            mismatched = type_problems(compiled.typed_sites, tools)
             if mismatched:
                 raise SpecError(sorted(mismatched, key=problem_order))
     if compiled is None:
@@ -259,9 +259,11 @@ def _json_error(e: orjson.JSONDecodeError) -> str:
 
 
 class _Problems(list[Problem]):
-    """The problems found, plus the tool sites seen (so unknown tools are reported with them)."""
+    """The problems found, plus the tool sites and argument sites seen (so unknown tools and arguments that
+    do not fit are reported with them)."""
 
     tool_sites: tuple[tuple[str, str], ...] = ()
+    argument_sites: tuple[ArgumentSite, ...] = ()
 
 
 def _join(base: str, name: str) -> str:
@@ -295,6 +297,7 @@ class _Compiler:
         self.check.count("steps", self.steps, self.limits.max_steps)
         problems = _Problems(self.check.problems)
         problems.tool_sites = tuple(self.tool_sites)
+        problems.argument_sites = tuple(self.argument_sites)
         if plan is not None and not problems:
             calls, where = least_calls(plan)
             if where and calls > self.limits.max_calls:

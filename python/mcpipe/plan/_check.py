@@ -9,6 +9,7 @@ so a user fixes a spec in one round; :func:`problem_order` sorts them the same w
 from __future__ import annotations
 
 import re
+import typing
 from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
@@ -227,6 +228,8 @@ def decode_fields(
             return msgspec.convert(clean, struct)
         except msgspec.ValidationError as e:
             where, message = split_msgspec_error(str(e), loc)
+            if message.startswith("Invalid enum value") and where.startswith(f"{loc}." if loc else ""):
+                message += _choices(struct, where[len(loc) + 1 :] if loc else where)
             if not every_error:
                 problem(where, message)
                 return None
@@ -237,6 +240,22 @@ def decode_fields(
             if not field or field not in clean:
                 return None
             del clean[field]
+
+
+def _choices(struct: type[msgspec.Struct], field: str) -> str:
+    """`` (expected one of `a`, `b`)`` for a field typed with a ``Literal`` of strings, else ``""``."""
+    try:
+        hint = typing.get_type_hints(struct).get(field)
+    except (NameError, TypeError):
+        return ""
+
+    def strings(t: Any) -> list[str]:
+        if typing.get_origin(t) is typing.Literal:
+            return [v for v in typing.get_args(t) if isinstance(v, str)]
+        return [v for option in typing.get_args(t) for v in strings(option)]
+
+    values = strings(hint)
+    return f" (expected one of {', '.join(f'`{v}`' for v in values)})" if values else ""
 
 
 def reference_root(ref: str) -> str:

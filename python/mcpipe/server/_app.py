@@ -25,6 +25,7 @@ from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._guide import INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
@@ -305,7 +306,8 @@ async def open_app(
         apps=_apps_of(config),
         content=declared.policy.content if declared is not None else await _content_of(config),
     )
-    server = build_server(handlers, name=config.name, version=_version())
+    instructions = INSTRUCTIONS if config.pipe.enabled else None
+    server = build_server(handlers, name=config.name, version=_version(), instructions=instructions)
     try:
         tel = telemetry.configure(
             config.telemetry, service=config.name, known=_known_names(gateway, config.telemetry.max_tool_labels)

@@ -22,9 +22,18 @@ from typing import Any
 from mcpipe._util import PIPE_TOOL
 from mcpipe.compile import Limits
 
-__all__ = ["GUIDE_PROMPT", "GUIDE_RESOURCES", "Guide"]
+__all__ = ["GUIDE_PROMPT", "GUIDE_RESOURCES", "INSTRUCTIONS", "Guide"]
 
 GUIDE_PROMPT = "write_pipeline"
+
+INSTRUCTIONS = (
+    "To make several tool calls, call `mcp_pipe` once with a pipeline of them: steps in order, parallel groups, "
+    "loops, later steps reading earlier outputs through references; by default it answers the result only. The prompt "
+    "`write_pipeline` gives the rules with the tools you may call; the resources `mcpipe://guide/pipelines` "
+    'and `mcpipe://guide/references` the whole language. `"dry_run": true` checks a pipeline without running it.'
+)
+"""The server's ``instructions`` (in ``initialize``, which clients put before the model) when it serves
+``mcp_pipe``: where the guide is."""
 """The prompt's name."""
 
 GUIDE_RESOURCES: dict[str, tuple[str, str, str]] = {
