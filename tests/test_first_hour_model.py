@@ -38,7 +38,9 @@ async def _as_a_model(cwd: Path) -> dict[str, Any]:
             prompt = await session.get_prompt("write_pipeline", {"task": "split words and join them"})
             seen["prompt"] = "\n".join(getattr(m.content, "text", "") for m in prompt.messages)
             # the prompt's first example, as a model copies it
-            first = json.loads(re.search(r"```json\n(\{.*?\})\n```", seen["prompt"], flags=re.S)[1])
+            example = re.search(r"```json\n(\{.*?\})\n```", seen["prompt"], flags=re.S)
+            assert example is not None
+            first = json.loads(example[1])
             seen["first"] = (await session.call_tool("mcp_pipe", first)).structured_content
             # a pipeline a model writes from the rules, with the mistakes it makes on a first try
             wrong = {
