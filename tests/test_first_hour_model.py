@@ -160,3 +160,24 @@ def test_ctrl_c_during_a_call_ends_it_with_one_line_and_status_130(tmp_path):
             proc.kill()
             proc.wait()
     assert (proc.returncode, out, err) == (130, "", "mcpipe call: interrupted\n")
+
+
+def test_call_prints_every_line_of_a_tool_errors_text_not_only_its_heading(tmp_path):
+    # discord's `mcp_pipeline` says `**Input Error**` first, and what is wrong on the lines after
+    (tmp_path / "discord.toml").write_text("[audit]\nenabled = false\n[pipe]\nmcp_pipeline = true\n")
+    steps = {"steps": [{"id": "1a", "tool": "text_split", "args": {}}]}
+    r = subprocess.run(
+        [MCPIPE, "call", "mcp_pipeline", json.dumps(steps), "--config", "discord.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=ENV,
+    )
+    pattern = "/^[a-z][a-z0-9_]{0,63}$/i"
+    assert (r.returncode, r.stdout) == (1, "")
+    assert r.stderr.splitlines() == [
+        "mcpipe call: mcp_pipeline: **Input Error**",
+        f"mcpipe call: mcp_pipeline: - `steps.0.id`: Invalid string: must match pattern {pattern}",
+        f"mcpipe call: mcp_pipeline: **Recovery**: Fix `steps.0.id`: Invalid string: must match pattern {pattern}",
+    ]

@@ -572,7 +572,8 @@ def _json_type(value: Any) -> str:
 
 def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
     """A failed call as lines for stderr: an ``mcp_pipe`` answer's problems (one each, located, as ``run``
-    prints them) or its error; another tool's first line of text."""
+    prints them) or its error; another tool's text, each line that is not blank (discord's `mcp_pipeline`
+    says `**Input Error**` first and what is wrong next), at most ``_MAX_ERROR_LINES``."""
     structured = out.get("structuredContent")
     if tool == PIPE_TOOL and isinstance(structured, dict) and "ok" in structured:
         problems = structured.get("problems") or ()
@@ -580,8 +581,16 @@ def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
             return [f"{_located(p.get('location', ''), p.get('message', ''))} [{p.get('code')}]" for p in problems]
         code = structured.get("error_code")
         return [f"{structured.get('error') or 'the pipeline failed'}" + (f" [{code}]" if code else "")]
-    text = " ".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
-    return [text.strip().splitlines()[0] if text.strip() else "the tool reported an error"]
+    text = "\n".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if len(lines) > _MAX_ERROR_LINES:  # an error page, a stack: its head, and where the rest is
+        more = len(lines) - _MAX_ERROR_LINES
+        lines = [*lines[:_MAX_ERROR_LINES], f"... {more} more line{'s' if more > 1 else ''} (--json prints them)"]
+    return lines or ["the tool reported an error"]
+
+
+_MAX_ERROR_LINES = 10
+"""The most lines of a tool's error text ``mcpipe call`` prints (each prefixed, as one error each)."""
 
 
 async def _list(tools: Any) -> Any:
