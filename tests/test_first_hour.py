@@ -254,6 +254,7 @@ def test_tools_lists_names_signatures_and_descriptions_and_json_has_the_schemas(
     lines = human.stdout.splitlines()
     assert "text_join(items: array, sep?: string)" in lines
     assert lines[lines.index("text_join(items: array, sep?: string)") + 1].startswith("    Join `items`")
+    assert "echo(...)" in lines and "now()" in lines  # echo takes any argument, now none
     listed = {t["name"]: t for t in orjson.loads(mcpipe("tools", "--json", cwd=tmp_path).stdout)}
     assert listed["text_join"]["inputSchema"]["required"] == ["items"] and "mcp_pipe" in listed
 

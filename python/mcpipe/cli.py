@@ -676,7 +676,8 @@ def _first_error(e: BaseException) -> str:
 
 
 def _signature(tool: dict[str, Any]) -> str:
-    """``name(a: string, b?: integer)`` from a tool's input schema."""
+    """``name(a: string, b?: integer)`` from a tool's input schema (``, ...`` when it takes any other
+    argument too)."""
     schema = tool.get("inputSchema") or {}
     required = set(schema.get("required") or ())
     params = []
@@ -686,6 +687,9 @@ def _signature(tool: dict[str, Any]) -> str:
             kind = "|".join(map(str, kind))
         mark = "" if name in required else "?"
         params.append(f"{name}{mark}: {kind}" if kind else f"{name}{mark}")
+    extra = schema.get("additionalProperties")
+    if extra is True or isinstance(extra, dict):  # any other argument too (`echo(...)`, not `echo()`)
+        params.append("...")
     return f"{tool['name']}({', '.join(params)})"
 
 
