@@ -91,3 +91,108 @@ async def test_a_registry_paging_without_end_is_given_up_past_its_entry_bound() 
     why, _ = await _crawl_of(paging)
     assert f"more than {MAX_ENTRIES} entries" in why
     assert paging.requests <= MAX_ENTRIES // 2000 + 1
+
+
+# --- a watch's notify_if over what a caller sent -------------------------------------------------------------
+
+_QUADRATIC = (
+    'subscriber.principal_id.split(",").exists(a, subscriber.principal_id.split(",").exists(b, a + b == "admin"))'
+)
+
+
+class _Heard:
+    def __init__(self) -> None:
+        self.uris: list[str] = []
+        self.event = trio.Event()
+
+    async def __call__(self, message: Any) -> None:
+        import mcp_types as types
+
+        if isinstance(message, types.ResourceUpdatedNotification):
+            self.uris.append(str(message.params.uri))
+            self.event.set()
+
+
+def _subject_client(url: str, subject: str, handler: Any) -> Any:
+    from contextlib import asynccontextmanager
+
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    @asynccontextmanager
+    async def transport() -> Any:
+        async with (
+            create_mcp_http_client(headers={"x-subject": subject}) as h,
+            streamable_http_client(url, http_client=h) as s,
+        ):
+            yield s
+
+    return Client(transport(), mode="legacy", message_handler=handler)
+
+
+def _probe_health(url: str, stop: Any, worst: list[float]) -> None:
+    """``GET url`` every 50 ms from a thread (the event loop may be the thing stuck) until ``stop`` is set."""
+    import time
+    import urllib.request
+
+    while not stop.is_set():
+        started = time.perf_counter()
+        with urllib.request.urlopen(url, timeout=10) as r:
+            r.read()
+        worst.append(time.perf_counter() - started)
+        time.sleep(0.05)
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+async def test_a_subscribers_own_subject_cannot_hold_the_event_loop_through_notify_if() -> None:
+    # Before: notify_if ran inline on the event loop, without a deadline, for each subscriber at each change: a
+    # 4.5 KB subject (1500 names) held the loop 3.4 s per webhook call (12 s for 3000 names), /healthz with it.
+    import threading
+    import warnings
+
+    import httpx2
+
+    from kit.servers import http_server
+    from mcpipe.server import open_app
+
+    doc = {
+        "audit": {"enabled": False},
+        "builtins": False,
+        "trust": {"subject_header": "x-subject"},
+        "pipelines": [
+            {
+                "name": "board",
+                "description": "The board.",
+                "surface": "resource",
+                "uri": "board://main",
+                "steps": [{"kind": "mock", "id": "get", "response": {"v": 1}}],
+                "watch": {"webhook_tokens": ["t"], "notify_if": _QUADRATIC},
+            }
+        ],
+    }
+    admin, hostile = _Heard(), _Heard()
+    stop, worst = threading.Event(), list[float]()
+    with trio.fail_after(30):
+        async with (
+            open_app(parse_config(json.dumps(doc), "json", environ={})) as app,
+            http_server(app) as url,
+            httpx2.AsyncClient() as http,
+        ):
+            base = url.rsplit("/mcp", 1)[0]
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(trio.to_thread.run_sync, _probe_health, f"{base}/healthz", stop, worst))
+                long_subject = ",".join(["ab"] * 1500)
+                clients = [_subject_client(url, "ad,min", admin), _subject_client(url, long_subject, hostile)]
+                async with clients[0] as a, clients[1] as b:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await a.subscribe_resource("board://main")
+                        await b.subscribe_resource("board://main")
+                    for _ in range(2):
+                        assert (await http.post(f"{base}/webhooks/resource-updated/t")).status_code == 200
+                    await admin.event.wait()
+                    await trio.sleep(0.2)
+                stop.set()
+    assert admin.uris == ["board://main"] * 2 and hostile.uris == []
+    assert max(worst) < 1.0, f"/healthz took {max(worst):.2f} s"

@@ -578,6 +578,7 @@ class Passthrough:
             subs[conn] = ctx.session
             facts = self._facts.setdefault(uri, weakref.WeakKeyDictionary())
             facts[conn] = self._subscriber(ctx)
+            await self.watches.decide(uri, facts[conn])  # decided now, at the subscriber's cost, and kept
             self._sessions[conn] = ctx.session
             self.watches.subscribed(uri)
             return {}
@@ -648,10 +649,12 @@ class Passthrough:
         if self._listening >= MAX_LISTEN_STREAMS:
             raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
         facts = self._subscriber(ctx)
+        # A watched resource's notify_if decides per subscriber, once, off the event loop (the bus's listeners
+        # are synchronous); every other event reaches every stream.
+        told = {uri: await self.watches.decide(uri, facts) for uri in local if self.watches.watched(uri)}
 
         def hears(event: ServerEvent) -> bool:
-            # A watched resource's notify_if decides per subscriber; every other event reaches every stream.
-            return not isinstance(event, ResourceUpdated) or self.watches.allows(event.uri, facts)
+            return not isinstance(event, ResourceUpdated) or told.get(event.uri, not self.watches.watched(event.uri))
 
         self._listening += 1
         for uri in local:
@@ -697,7 +700,7 @@ class Passthrough:
         told = 0
         facts: Mapping[Any, dict[str, Any]] = self._facts.get(uri) or {}
         for conn, session in list((self._subscribers.get(uri) or {}).items()):
-            if not self.watches.allows(uri, facts.get(conn) or subscriber_facts(None, None)):
+            if not await self.watches.decide(uri, facts.get(conn) or subscriber_facts(None, None)):
                 continue
             try:
                 await session.send_resource_updated(uri)
