@@ -196,3 +196,25 @@ async def test_a_subscribers_own_subject_cannot_hold_the_event_loop_through_noti
                 stop.set()
     assert admin.uris == ["board://main"] * 2 and hostile.uris == []
     assert max(worst) < 1.0, f"/healthz took {max(worst):.2f} s"
+
+
+# --- a file-system content store's ids -----------------------------------------------------------------------
+
+
+async def test_content_ids_that_name_paths_read_nothing_outside_the_store(tmp_path: Any) -> None:
+    from mcpipe.store.content import ContentStores, FileContentStore
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("outside")
+    store = FileContentStore(tmp_path / "store")
+    stores = ContentStores({"files": store}, "files", "mcpg-resource")
+    uri, stored = await stores.put(b"inside", "text/plain")
+    assert (await stores.get(uri)) is not None
+    for hostile in (
+        "../secret.txt", "hash:../../secret.txt", str(secret), "%2e%2e/secret.txt", "hash:%2e%2e%2fsecret.txt",
+        f"hash:{stored.id[5:]}\x00", "hash:\x00", "alias:../../secret.txt", "alias:__no_session__:../x",
+        f"hash:{stored.id[5:].upper()}/../../../secret.txt", "files/../secret.txt", "",
+    ):  # fmt: skip
+        assert store.get(hostile) is None, hostile
+        assert (await stores.get(f"mcpg-resource://{hostile}")) is None, hostile
+        assert (await stores.get(f"mcpg-resource://files/{hostile}")) is None, hostile
