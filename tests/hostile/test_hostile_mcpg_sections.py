@@ -113,7 +113,7 @@ class _Heard:
             self.event.set()
 
 
-def _subject_client(url: str, subject: str, handler: Any) -> Any:
+def _subject_client(url: str, subject: str, handler: Any, mode: str = "legacy") -> Any:
     from contextlib import asynccontextmanager
 
     from mcp import Client
@@ -128,7 +128,7 @@ def _subject_client(url: str, subject: str, handler: Any) -> Any:
         ):
             yield s
 
-    return Client(transport(), mode="legacy", message_handler=handler)
+    return Client(transport(), mode=mode, message_handler=handler)
 
 
 def _probe_health(url: str, stop: Any, worst: list[float]) -> None:
@@ -218,3 +218,94 @@ async def test_content_ids_that_name_paths_read_nothing_outside_the_store(tmp_pa
         assert store.get(hostile) is None, hostile
         assert (await stores.get(f"mcpg-resource://{hostile}")) is None, hostile
         assert (await stores.get(f"mcpg-resource://files/{hostile}")) is None, hostile
+
+
+# --- content another session or principal stored ---------------------------------------------------------------
+
+
+def _content_doc(root: Any) -> dict[str, Any]:
+    return {
+        "audit": {"enabled": False},
+        "builtins": False,
+        "trust": {"subject_header": "x-subject"},
+        "content": {
+            "stores": {"files": {"kind": "file_system", "root": str(root)}},
+            "default": "files",
+            "scheme": "mcpg-resource",
+        },
+        "pipelines": [
+            {
+                "name": "keep",
+                "input_schema": {"type": "object", "properties": {"text": {"type": "string"}}},
+                "steps": [{"kind": "store_content", "id": "put", "data": "${args.text}", "alias": "report"}],
+            }
+        ],
+    }
+
+
+async def _refused(client: Any, uri: str) -> bool:
+    try:
+        await client.read_resource(uri)
+    except Exception as exc:
+        assert "unknown resource" in str(exc), exc
+        return True
+    return False
+
+
+@pytest.mark.parametrize("mode", ["legacy", "modern"])
+async def test_content_another_session_or_principal_stored_is_neither_read_nor_overwritten(
+    tmp_path: Any, mode: str
+) -> None:
+    # Before: store_content bound nothing to its caller, so anyone holding a URI read it (a hash URI, or the
+    # guessable `alias:__no_session__:report`) and anyone's `report` overwrote everyone's.
+    from kit.servers import http_server
+    from mcpipe.server import open_app
+
+    async def keep(client: Any, text: str) -> dict[str, Any]:
+        return dict((await client.call_tool("keep", {"text": text})).structured_content or {})
+
+    async def text(client: Any, uri: str) -> str:
+        return str((await client.read_resource(uri)).contents[0].text)
+
+    era = "legacy" if mode == "legacy" else "2026-07-28"
+    with trio.fail_after(30):
+        async with (
+            open_app(parse_config(json.dumps(_content_doc(tmp_path)), "json", environ={})) as app,
+            http_server(app) as url,
+            _subject_client(url, "alice", None, era) as alice,
+            _subject_client(url, "bob", None, era) as bob,
+        ):
+            mine = await keep(alice, "alice's secret")
+            guesses = (
+                mine["uri"],
+                "mcpg-resource://alias:__no_session__:report",
+                f"mcpg-resource://hash:{mine['content_hash'].removeprefix('blake3:')}",
+            )
+            refused = [await _refused(bob, uri) for uri in guesses]
+            theirs = await keep(bob, "bob's overwrite")
+            bobs = await text(bob, theirs["uri"])
+            await keep(bob, "alice's secret")  # the same bytes: bob's own record, alice's not taken over
+            after = await text(alice, mine["uri"])
+    assert refused == [True, True, True]
+    assert theirs["uri"] != mine["uri"] and bobs == "bob's overwrite"
+    assert after == "alice's secret"
+
+
+@pytest.mark.parametrize("kind", ["memory", "file_system"])
+def test_an_alias_another_owner_holds_is_refused_and_the_same_bytes_keep_each_owners_record(
+    tmp_path: Any, kind: str
+) -> None:
+    # A session id is what the caller sent (a 2026-07-28 caller may send any): naming another's session must
+    # not reach its alias; and one owner's write of the same bytes must not take over another's record.
+    from mcpipe.store.content import AliasTaken, FileContentStore, MemoryContentStore
+
+    store = MemoryContentStore() if kind == "memory" else FileContentStore(tmp_path)
+    alices = store.put(b"x", "text/plain", session_id="s1", tenant_id="alice", alias="report", ttl_s=60)
+    with pytest.raises(AliasTaken, match="belongs to another session or principal"):
+        store.put(b"y", "text/plain", session_id="s1", tenant_id="bob", alias="report")
+    bobs = store.put(b"x", "text/plain", tenant_id="bob", ttl_s=0.001)
+    assert alices.id == "alias:s1:report" and bobs.id != alices.id and bobs.content_hash == alices.content_hash
+    content = store.get(alices.id)
+    assert content is not None and content.data == b"x" and content.readable_by("s1", "alice")
+    assert not content.readable_by("s1", "bob") and not content.readable_by("s2", "alice")
+    assert store.put(b"z", "text/plain", tenant_id="bob", alias="report").id == "alias:~bob:report"

@@ -436,13 +436,13 @@ class Passthrough:
 
     async def _read_content(self, ctx: ServerRequestContext[Any, Any], uri: str) -> dict[str, Any]:
         """A content store's content, as mcpg serves its ``mcpg-resource://`` reads (``resource_read_managed``):
-        the caller's trust rules as for any resource (by its URI); content another session stored, or none, or
-        expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as base64."""
+        the caller's trust rules as for any resource (by its URI); content another session or principal stored,
+        or none, or expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as
+        base64."""
         if self.check_surface is not None:
             self.check_surface(ctx, _Named(uri))
         content = await self.content.get(uri)
-        session = _session_id(ctx)
-        if content is None or (content.session_id is not None and content.session_id != session):
+        if content is None or not content.readable_by(_session_id(ctx), self.principal(ctx)):
             raise MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
         item: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type}
         textual = content.mime_type.startswith("text/") or content.mime_type in ("application/json", "application/xml")
