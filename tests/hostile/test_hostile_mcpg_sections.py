@@ -309,3 +309,34 @@ def test_an_alias_another_owner_holds_is_refused_and_the_same_bytes_keep_each_ow
     assert content is not None and content.data == b"x" and content.readable_by("s1", "alice")
     assert not content.readable_by("s1", "bob") and not content.readable_by("s2", "alice")
     assert store.put(b"z", "text/plain", tenant_id="bob", alias="report").id == "alias:~bob:report"
+
+
+# --- a forged row_mode: stream cursor ------------------------------------------------------------------------
+
+
+def test_a_forged_stream_cursor_is_refused_by_its_signature_before_its_body_is_decoded() -> None:
+    # Before: the body was base64-decoded and parsed as JSON, then the HMAC compared: a forged 2.9 MB cursor of
+    # `{"k": [0, 0, ...]}` allocated its decoded bytes and a 1.1-million-entry list (peak 40.3 MB, 13.8x the
+    # token) before it was refused. Now the signature is checked first: only the body's text is hashed (5.9 MB,
+    # the token's copies).
+    import base64
+    import tracemalloc
+
+    from mcpipe.formats.mcpg._sqlmore import StreamCursors
+
+    cursors = StreamCursors.of("docs.stream", {"cursor_columns": ["id"]})
+    good = cursors.encode([7])
+    assert cursors.decode(good) == [7]
+    payload = b'{"v": 1, "b": "docs.stream", "k": [' + b"0," * 1_100_000 + b"0]}"
+    forged = f"s.{base64.urlsafe_b64encode(payload).decode().rstrip('=')}.{good.rsplit('.', 1)[1]}"
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match="token failed verification"):
+            cursors.decode(forged)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 3 * len(forged), f"peak {peak} for a {len(forged)}-byte cursor"
+    for bad in ("s.é.x", "s.AAAA.é", "s..", "s.AAAA", "AAAA.BBBB"):
+        with pytest.raises(ValueError, match="token failed verification"):
+            cursors.decode(bad)

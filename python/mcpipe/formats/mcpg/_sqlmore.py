@@ -257,15 +257,22 @@ class StreamCursors:
             "instance without shared signing_key, or for a different binding)"
         )
         body, _, mac = token.removeprefix("s.").partition(".")
-        if not token.startswith("s.") or not mac:
+        if not token.startswith("s.") or not mac or not body.isascii() or not mac.isascii():
             raise failed
-        expected = hmac.new(self.key, body.encode(), hashlib.sha256).digest()
+        # The signature first, in constant time; only a body this process signed is decoded (a forged one is
+        # never parsed, however large or deep).
+        expected = hmac.new(self.key, body.encode("ascii"), hashlib.sha256).digest()
         try:
             given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+        except ValueError:
+            raise failed from None
+        if not hmac.compare_digest(expected, given):
+            raise failed
+        try:
             payload = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         except (ValueError, orjson.JSONDecodeError):
             raise failed from None
-        if not hmac.compare_digest(expected, given) or not isinstance(payload, dict) or payload.get("v") != 1:
+        if not isinstance(payload, dict) or payload.get("v") != 1:
             raise failed
         if payload.get("b") != self.binding:
             raise ValueError(
