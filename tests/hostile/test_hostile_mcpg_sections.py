@@ -58,7 +58,8 @@ def _sync(url: str) -> Any:
         json.dumps({"registries": [{"name": "evil", "url": url, "allow_http": True, "allow_private": True}]}), "json"
     )
     # The crawl fails before anything is served: no downstreams, credentials or trust are reached.
-    sync = RegistrySync(config.registries, downstreams=None, credentials=None, trust=None)  # type: ignore[arg-type]
+    unreached: Any = None
+    sync = RegistrySync(config.registries, downstreams=unreached, credentials=unreached, trust=unreached)
     return sync, config.registries[0]
 
 
