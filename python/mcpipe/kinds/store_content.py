@@ -33,7 +33,9 @@ class StoreContentFields(StepFields, tag="store_content"):
     ttl_ms: Annotated[float, msgspec.Meta(gt=0)] | None = None
     """After this it is gone (default: kept until the store needs the room)."""
     alias: str | None = None
-    """A name to read it by (``alias:__no_session__:<alias>``) besides its hash."""
+    """A name to read it by besides its hash: ``alias:<session>:<alias>`` (``alias:~<principal>:<alias>`` for a
+    caller without a session, ``alias:__no_session__:<alias>`` for one without either); an alias another
+    session or principal holds is refused."""
 
 
 def build_store_content(b: Build[StoreContentFields]) -> Any:
@@ -52,7 +54,8 @@ def build_store_content(b: Build[StoreContentFields]) -> Any:
 async def run_store_content(
     step: Leaf[StoreContentFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
-    """Store the data; answers ``{uri, id, size_bytes, mime_type, content_hash, expires_at}``."""
+    """Store the data, owned by the caller's session and principal (only they may read it); answers ``{uri, id,
+    size_bytes, mime_type, content_hash, expires_at}``."""
     f = step.fields
     data = inputs["data"]
     if f.encoding == "json":
@@ -66,13 +69,16 @@ async def run_store_content(
             raise StepFailure("data is not base64", ErrorCode.INVALID_OUTPUT) from None
     else:
         raw, mime = data.encode(), "text/plain"
-    from mcpipe.store.content import ContentTooLarge
+    from mcpipe.store.content import AliasTaken, ContentTooLarge
 
     stores = step.built
     try:
         uri, stored = await stores.put(
-            raw, f.mime_type or mime, store=f.store, ttl_s=f.ttl_ms / 1000 if f.ttl_ms else None, alias=f.alias
-        )
+            raw, f.mime_type or mime, store=f.store, ttl_s=f.ttl_ms / 1000 if f.ttl_ms else None, alias=f.alias,
+            session_id=ctx.request.session_id, tenant_id=ctx.principal,
+        )  # fmt: skip
+    except AliasTaken as e:
+        raise StepFailure(str(e), ErrorCode.FORBIDDEN) from None
     except (ContentTooLarge, OSError) as e:
         raise StepFailure(f"storing the content failed: {e}", ErrorCode.TOOL_FAILED) from None
     expires = stored.expires_at.isoformat().replace("+00:00", "Z") if stored.expires_at is not None else None

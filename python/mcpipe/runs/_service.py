@@ -166,6 +166,8 @@ def caller_facts(ctx: ToolContext) -> dict[str, Any]:
         }
     if ctx.request.client_addresses:
         out["addresses"] = [[k, v] for k, v in ctx.request.client_addresses.items()]
+    if ctx.request.session_id is not None:
+        out["session"] = ctx.request.session_id
     return out
 
 
@@ -189,4 +191,5 @@ def caller_request(meta: dict[str, Any], **fields: Any) -> Request:
             attributes={str(k): str(v) for k, v in (raw.get("attributes") or {}).items()},
         )
     addresses = {k: v for k, v in caller.get("addresses") or () if isinstance(k, (str, type(None)))}
-    return Request(identity=identity, client_addresses=addresses, **fields)
+    session = caller.get("session") if isinstance(caller.get("session"), str) else None
+    return Request(identity=identity, client_addresses=addresses, session_id=session, **fields)

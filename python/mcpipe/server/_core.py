@@ -61,8 +61,12 @@ def scope_request(scope: Any, **fields: Any) -> Request:
     """The :class:`~mcpipe.tools.Request` of an HTTP request: what the front found (identity, addresses)."""
     if not isinstance(scope, dict):
         return Request(**fields)
+    session = next((v for k, v in scope.get("headers") or () if k == b"mcp-session-id"), None)
     return Request(
-        identity=scope.get(IDENTITY_SCOPE_KEY), client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {}, **fields
+        identity=scope.get(IDENTITY_SCOPE_KEY),
+        client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {},
+        session_id=session.decode("latin-1") if session else None,
+        **fields,
     )
 
 

@@ -18,7 +18,10 @@ the result (:mod:`mcpipe.declared._answers`).
 from __future__ import annotations
 
 import base64
+import hashlib
+import hmac
 import logging
+import secrets
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
@@ -149,6 +152,8 @@ class Passthrough:
         """MCP Apps' policy, which every ``_meta.ui`` listed or read is held to (None: apps are off)."""
         self.hidden = {t.name: t for t in self.surfaces if t.surface == "hidden"}
         self.watches = Watches(self.surfaces, self._read_watched)
+        self._cursor_key = secrets.token_bytes(32)
+        """Signs ``resources/list`` cursors (this process's own): a caller cannot forge a listing's cursor."""
         self._facts: dict[str, weakref.WeakKeyDictionary[Any, dict[str, Any]]] = {}
         """uri -> connection -> the subscriber's identity facts (a watch's ``notify_if`` reads them)."""
         self._local_streams: dict[str, int] = {}
@@ -276,7 +281,7 @@ class Passthrough:
         out: dict[str, Any] = {}
         more: dict[str, str]
         if cursor is not None:  # a page of the listings that had more (only `resources/list` gives cursors)
-            pages = _decode_cursor(cursor)
+            pages = _decode_cursor(cursor, self._cursor_key, self._cursor_binding(ctx))
             entries, more = await self._listings(ctx, pages)
             out[key] = entries
         else:
@@ -294,7 +299,7 @@ class Passthrough:
                 merged += listed
             out[key] = [*local, *merged]
         if more:
-            out["nextCursor"] = _encode_cursor(more)
+            out["nextCursor"] = _encode_cursor(more, self._cursor_key, self._cursor_binding(ctx))
         if self.apps is not None and kind != "prompt":
             refused = self.apps.apply(out[key], f"{'resources' if kind == 'resource' else 'resources/templates'}/list")
             if refused is not None:
@@ -308,6 +313,11 @@ class Passthrough:
 
     async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
         return await self._list(ctx, "resources", "resource", getattr(params, "cursor", None))
+
+    def _cursor_binding(self, ctx: ServerRequestContext[Any, Any]) -> bytes:
+        """Whom a ``resources/list`` cursor is for (its session and principal; mcpg binds its cursors to the
+        session): another caller's cursor is an invalid one."""
+        return orjson.dumps([_session_id(ctx), self.principal(ctx)])
 
     def _listed(self, ctx: ServerRequestContext[Any, Any]) -> list[Any]:
         """The config's resources and templates with a listing that this caller may read."""
@@ -436,13 +446,13 @@ class Passthrough:
 
     async def _read_content(self, ctx: ServerRequestContext[Any, Any], uri: str) -> dict[str, Any]:
         """A content store's content, as mcpg serves its ``mcpg-resource://`` reads (``resource_read_managed``):
-        the caller's trust rules as for any resource (by its URI); content another session stored, or none, or
-        expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as base64."""
+        the caller's trust rules as for any resource (by its URI); content another session or principal stored,
+        or none, or expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as
+        base64."""
         if self.check_surface is not None:
             self.check_surface(ctx, _Named(uri))
         content = await self.content.get(uri)
-        session = _session_id(ctx)
-        if content is None or (content.session_id is not None and content.session_id != session):
+        if content is None or not content.readable_by(_session_id(ctx), self.principal(ctx)):
             raise MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
         item: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type}
         textual = content.mime_type.startswith("text/") or content.mime_type in ("application/json", "application/xml")
@@ -578,6 +588,7 @@ class Passthrough:
             subs[conn] = ctx.session
             facts = self._facts.setdefault(uri, weakref.WeakKeyDictionary())
             facts[conn] = self._subscriber(ctx)
+            await self.watches.decide(uri, facts[conn])  # decided now, at the subscriber's cost, and kept
             self._sessions[conn] = ctx.session
             self.watches.subscribed(uri)
             return {}
@@ -648,10 +659,12 @@ class Passthrough:
         if self._listening >= MAX_LISTEN_STREAMS:
             raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
         facts = self._subscriber(ctx)
+        # A watched resource's notify_if decides per subscriber, once, off the event loop (the bus's listeners
+        # are synchronous); every other event reaches every stream.
+        told = {uri: await self.watches.decide(uri, facts) for uri in local if self.watches.watched(uri)}
 
         def hears(event: ServerEvent) -> bool:
-            # A watched resource's notify_if decides per subscriber; every other event reaches every stream.
-            return not isinstance(event, ResourceUpdated) or self.watches.allows(event.uri, facts)
+            return not isinstance(event, ResourceUpdated) or told.get(event.uri, not self.watches.watched(event.uri))
 
         self._listening += 1
         for uri in local:
@@ -697,7 +710,7 @@ class Passthrough:
         told = 0
         facts: Mapping[Any, dict[str, Any]] = self._facts.get(uri) or {}
         for conn, session in list((self._subscribers.get(uri) or {}).items()):
-            if not self.watches.allows(uri, facts.get(conn) or subscriber_facts(None, None)):
+            if not await self.watches.decide(uri, facts.get(conn) or subscriber_facts(None, None)):
                 continue
             try:
                 await session.send_resource_updated(uri)
@@ -784,16 +797,27 @@ class Passthrough:
 _CURSOR = "l."
 
 
-def _encode_cursor(pages: dict[str, str]) -> str:
-    """A ``resources/list`` cursor: the listings with more to come, each with its own cursor."""
-    return _CURSOR + base64.urlsafe_b64encode(orjson.dumps(pages)).decode().rstrip("=")
+def _cursor_mac(key: bytes, binding: bytes, body: str) -> str:
+    mac = hmac.new(key, binding + b"\0" + body.encode("ascii"), hashlib.sha256).digest()
+    return base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
 
-def _decode_cursor(cursor: str) -> dict[str, str | None]:
+def _encode_cursor(pages: dict[str, str], key: bytes, binding: bytes) -> str:
+    """A ``resources/list`` cursor: the listings with more to come, each with its own cursor, signed for the
+    caller ``binding`` names (``l.<base64url(json)>.<base64url(hmac)>``)."""
+    body = base64.urlsafe_b64encode(orjson.dumps(pages)).decode().rstrip("=")
+    return f"{_CURSOR}{body}.{_cursor_mac(key, binding, body)}"
+
+
+def _decode_cursor(cursor: str, key: bytes, binding: bytes) -> dict[str, str | None]:
+    """The listings' cursors a ``resources/list`` cursor carries; its signature is checked (in constant time)
+    before anything of it is decoded: a forged, altered or another caller's cursor is ``Invalid cursor``."""
+    body, _, mac = cursor.removeprefix(_CURSOR).partition(".")
+    if not cursor.startswith(_CURSOR) or not body.isascii() or not mac.isascii():
+        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+    if not hmac.compare_digest(_cursor_mac(key, binding, body), mac):
+        raise MCPError(INVALID_PARAMS, "Invalid cursor")
     try:
-        if not cursor.startswith(_CURSOR):
-            raise ValueError(cursor)
-        body = cursor[len(_CURSOR) :]
         pages = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (ValueError, orjson.JSONDecodeError):
         raise MCPError(INVALID_PARAMS, "Invalid cursor") from None

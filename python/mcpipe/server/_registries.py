@@ -1,11 +1,11 @@
 """MCP registries whose servers are served as downstream servers, kept in step with them (``registries``).
 
 Every ``interval_s`` each registry's server list is read from its ``/v0.1/servers`` API (``version=latest``,
-deleted entries included, cursor-paginated: at most 200 pages of 100, each answer at most 5 MiB within 10 s)
-and turned into the set of servers to serve; the servers that joined are connected, the ones that left (deleted
-in the registry, deprecated under ``deprecated: exclude``, filtered out, no longer latest) are closed, and
-connected clients are told the lists changed. A crawl that fails changes nothing. This is mcpg's registry sync
-(``src/runtime/registry_sync``), its rules kept:
+deleted entries included, cursor-paginated: at most 200 pages and 20 000 entries, each answer at most 5 MiB,
+read as it comes and given up past that, within 10 s) and turned into the set of servers to serve; the servers
+that joined are connected, the ones that left (deleted in the registry, deprecated under ``deprecated:
+exclude``, filtered out, no longer latest) are closed, and connected clients are told the lists changed. A
+crawl that fails changes nothing. This is mcpg's registry sync (``src/runtime/registry_sync``), its rules kept:
 
 - an entry is served when it is latest, not deleted (nor deprecated under ``exclude``), admitted by
   ``namespaces`` (the part of its name before ``/``), ``include`` and ``exclude`` (exact names, or ending with
@@ -58,11 +58,31 @@ REQUEST_TIMEOUT_S = 10.0
 MAX_RESPONSE_BYTES = 5 * 1024 * 1024
 PAGE_LIMIT = 100
 MAX_PAGES = 200
+MAX_ENTRIES = MAX_PAGES * PAGE_LIMIT
+"""Entries one crawl keeps, all pages together (a registry may ignore ``limit``)."""
 OFFICIAL = "io.modelcontextprotocol.registry/official"
 
 
 class RegistryError(Exception):
     """A registry that cannot be read (one line: why)."""
+
+
+async def _capped_get(http: Any, url: str, headers: Mapping[str, str] | None = None) -> tuple[int, bytes]:
+    """GET ``url``: its status and body, read as it comes and given up past :data:`MAX_RESPONSE_BYTES` (the
+    connection closed there, nothing more read).
+
+    Raises:
+        RegistryError: the body is larger.
+    """
+    async with http.stream("GET", url, headers=dict(headers or {})) as response:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > MAX_RESPONSE_BYTES:
+                raise RegistryError(f"{url}: the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+            chunks.append(chunk)
+        return response.status_code, b"".join(chunks)
 
 
 class Skipped(Exception):
@@ -251,18 +271,17 @@ class RegistrySync:
     async def _get(self, reg: RegistrySourceConfig, http: Any, url: str) -> Any:
         try:
             with trio.fail_after(REQUEST_TIMEOUT_S):
-                response = await http.get(url, headers=dict(reg.headers))
-                body = response.content
+                status, body = await _capped_get(http, url, reg.headers)
         except trio.TooSlowError:
             raise RegistryError(f"{url}: no answer within {REQUEST_TIMEOUT_S:g} s") from None
+        except RegistryError:
+            raise
         except Exception as exc:  # the client's errors (refused, unreachable, a private address)
             raise RegistryError(f"{url}: {exc}") from None
-        if response.status_code == 404:
+        if status == 404:
             return None
-        if response.status_code != 200:
-            raise RegistryError(f"{url}: the registry answered HTTP {response.status_code}")
-        if len(body) > MAX_RESPONSE_BYTES:
-            raise RegistryError(f"{url}: the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        if status != 200:
+            raise RegistryError(f"{url}: the registry answered HTTP {status}")
         try:
             return orjson.loads(body)
         except orjson.JSONDecodeError as exc:
@@ -279,6 +298,8 @@ class RegistrySync:
             page = await self._get(reg, http, url)
             if not isinstance(page, Mapping) or not isinstance(page.get("servers"), list):
                 raise RegistryError(f"{url}: not a registry list (no `servers`)")
+            if len(entries) + len(page["servers"]) > MAX_ENTRIES:
+                raise RegistryError(f"the registry lists more than {MAX_ENTRIES} entries")
             entries += [e for e in map(_entry, page["servers"]) if e is not None]
             meta: Mapping[str, Any] = page["metadata"] if isinstance(page.get("metadata"), Mapping) else {}
             cursor = meta.get("nextCursor") or meta.get("next_cursor")
@@ -409,13 +430,15 @@ class RegistrySync:
     async def _metadata(self, http: Any, url: str) -> Mapping[str, Any]:
         try:
             with trio.fail_after(REQUEST_TIMEOUT_S):
-                response = await http.get(url)
+                status, body = await _capped_get(http, url)
+        except RegistryError:
+            raise
         except Exception as exc:
             raise RegistryError(f"{url}: {exc or 'timed out'}") from None
-        if response.status_code != 200:
-            raise RegistryError(f"{url}: HTTP {response.status_code}")
+        if status != 200:
+            raise RegistryError(f"{url}: HTTP {status}")
         try:
-            doc = orjson.loads(response.content)
+            doc = orjson.loads(body)
         except orjson.JSONDecodeError:
             raise RegistryError(f"{url}: not JSON") from None
         if not isinstance(doc, Mapping):

@@ -23,6 +23,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import orjson
 import trio
 
 from mcpipe.expr import CelExpr, ExpressionError
@@ -32,6 +33,8 @@ __all__ = ["Watches", "subscriber_facts"]
 _log = logging.getLogger("mcpipe.server")
 
 WATCH_ROOTS = frozenset({"subscriber", "event"})
+MAX_DECIDED = 10_000
+"""``notify_if`` decisions kept (by URI and subscriber), the oldest dropped first."""
 
 Read = Callable[[Any, str], Awaitable["str | None"]]
 """Reads a watched resource as the server itself: ``(pipeline, uri) -> its first text content, or None``."""
@@ -99,6 +102,7 @@ class Watches:
         self._nursery: trio.Nursery | None = None
         self.notify: Notify | None = None
         self.holders: Holders = lambda uri: 0
+        self._decided: dict[tuple[str, bytes], bool] = {}
 
     def __bool__(self) -> bool:
         return bool(self._watches)
@@ -112,16 +116,27 @@ class Watches:
         self.notify = notify
         self.holders = holders
 
-    def allows(self, uri: str, subscriber: Mapping[str, Any]) -> bool:
-        """Whether a subscriber is told of a change of ``uri`` (its watch's ``notify_if``)."""
+    async def decide(self, uri: str, subscriber: Mapping[str, Any]) -> bool:
+        """Whether a subscriber is told of a change of ``uri`` (its watch's ``notify_if``). The expression reads
+        what a caller sent (its subject, its token's claims), so it runs as a caller's expressions do: off the
+        event loop, under ``pipe.expression_timeout_ms`` (past it, or failing, the subscriber is not told). A
+        decision depends only on the URI and the subscriber's facts: it is kept (at most :data:`MAX_DECIDED`)."""
         watch = self._watches.get(uri)
         if watch is None or watch.notify_if is None:
             return True
+        key = (uri, orjson.dumps(subscriber, option=orjson.OPT_SORT_KEYS, default=str))
+        known = self._decided.get(key)
+        if known is not None:
+            return known
         try:
-            return watch.notify_if.evaluate({"subscriber": dict(subscriber), "event": {"uri": uri}}) is True
+            told = await watch.notify_if.evaluate_async({"subscriber": dict(subscriber), "event": {"uri": uri}}) is True
         except ExpressionError as exc:
             _log.warning("watch of %s: notify_if failed for a subscriber, who is not told: %s", uri, exc)
-            return False
+            told = False
+        while len(self._decided) >= MAX_DECIDED:
+            self._decided.pop(next(iter(self._decided)))
+        self._decided[key] = told
+        return told
 
     def subscribed(self, uri: str) -> None:
         """A client subscribed to ``uri``: its poll task starts if it is not running."""

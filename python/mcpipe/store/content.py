@@ -1,8 +1,13 @@
 """Content stores: bytes a pipeline stores (its ``store_content`` steps) and clients read back as resources.
 
 Content is addressed by its BLAKE3 hash (``hash:<hex>``), or by an alias a writer gives it
-(``alias:<session>:<name>``), and carries its MIME type, when it was stored, when it expires and, when a
-session stored it for itself, that session (no other may read it). Two kinds:
+(``alias:<session>:<name>``), and carries its MIME type, when it was stored, when it expires and who owns it:
+the session that stored it (``session_id``, no other session may read it, as in mcpg) and the principal
+(``tenant_id``, no other principal may read it). Content with an owner is addressed by the hash of its owner
+and its bytes (``content_hash`` stays the bytes' own), so two owners storing the same bytes keep two records
+and neither can take over the other's (its owner or its expiry); an alias of a caller without a session is
+named by its principal (``alias:~<principal>:<name>``), and an alias another owner holds is never
+overwritten (:class:`AliasTaken`). Two kinds:
 
 - ``memory``: in this process, the least recently stored dropped first past ``max_bytes``;
 - ``file_system``: under ``root``, in the layout of mcpg's file-system store (``mcpg-backend-llm-shared``
@@ -32,6 +37,7 @@ import orjson
 import trio
 
 __all__ = [
+    "AliasTaken",
     "Content",
     "ContentStore",
     "ContentStores",
@@ -48,6 +54,10 @@ _THREADS = trio.CapacityLimiter(4)
 
 class ContentTooLarge(ValueError):
     """Content bigger than its store may hold at all."""
+
+
+class AliasTaken(ValueError):
+    """An alias that names content another owner (session or principal) stored."""
 
 
 class StoreUnopenable(OSError):
@@ -69,6 +79,12 @@ class Content:
     session_id: str | None = None
     tenant_id: str | None = None
 
+    def readable_by(self, session_id: str | None, tenant_id: str | None) -> bool:
+        """Whether a caller of this session and principal may read it: its owners, if any, are the caller's."""
+        return (self.session_id is None or self.session_id == session_id) and (
+            self.tenant_id is None or self.tenant_id == tenant_id
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class Stored:
@@ -86,9 +102,15 @@ class ContentStore(Protocol):
 
     def put(
         self, data: bytes, mime_type: str, *, ttl_s: float | None = None, session_id: str | None = None,
-        alias: str | None = None,
+        alias: str | None = None, tenant_id: str | None = None,
     ) -> Stored:  # fmt: skip
-        """Store ``data`` (blocking: call from a worker thread)."""
+        """Store ``data``, owned by ``session_id`` and ``tenant_id`` when given (blocking: call from a worker
+        thread).
+
+        Raises:
+            ContentTooLarge: more than the store may hold.
+            AliasTaken: ``alias`` names content another owner stored.
+        """
         ...
 
     def get(self, content_id: str) -> Content | None:
@@ -102,8 +124,29 @@ def _hash(data: bytes) -> str:
     return str(blake3.blake3(data).hexdigest())
 
 
-def _alias_id(alias: str, session_id: str | None) -> str:
+def _key(data: bytes, session_id: str | None, tenant_id: str | None) -> tuple[str, str]:
+    """``(key, digest)``: where content of these owners is kept, and its bytes' own hash (the same when it has
+    no owner)."""
+    import blake3
+
+    digest = _hash(data)
+    if session_id is None and tenant_id is None:
+        return digest, digest
+    owned = blake3.blake3(b"mcpipe-owned-content\0" + orjson.dumps([session_id, tenant_id]) + b"\0" + data)
+    return str(owned.hexdigest()), digest
+
+
+def _alias_id(alias: str, session_id: str | None, tenant_id: str | None = None) -> str:
+    if session_id is None and tenant_id is not None:
+        return f"alias:~{tenant_id}:{alias}"
     return f"alias:{session_id or '__no_session__'}:{alias}"
+
+
+def _taken(alias_id: str, prior: Any, session_id: str | None, tenant_id: str | None) -> None:
+    """Refuse to point ``alias_id`` elsewhere when the content it names has another owner (a session id a
+    caller chose could otherwise reach another's alias)."""
+    if prior is not None and (prior[0], prior[1]) != (session_id, tenant_id):
+        raise AliasTaken(f"the alias `{alias_id}` belongs to another session or principal")
 
 
 def _hex_id(content_id: str) -> str | None:
@@ -136,23 +179,26 @@ class MemoryContentStore:
 
     def put(
         self, data: bytes, mime_type: str, *, ttl_s: float | None = None, session_id: str | None = None,
-        alias: str | None = None,
+        alias: str | None = None, tenant_id: str | None = None,
     ) -> Stored:  # fmt: skip
         if self.max_bytes and len(data) > self.max_bytes:
             raise ContentTooLarge(f"{len(data)} bytes is more than the store's limit of {self.max_bytes}")
-        digest = _hash(data)
+        key, digest = _key(data, session_id, tenant_id)
         now = datetime.now(UTC)
         expires = now + timedelta(seconds=ttl_s) if ttl_s is not None else None
         with self._lock:
-            prior = self._items.pop(digest, None)
+            content_id = f"hash:{key}"
+            if alias is not None:
+                content_id = _alias_id(alias, session_id, tenant_id)
+                held = self._items.get(self._aliases.get(content_id, ""))
+                _taken(content_id, None if held is None else (held.session_id, held.tenant_id), session_id, tenant_id)
+            prior = self._items.pop(key, None)
             if prior is not None:
                 self._bytes -= len(prior.data)
-            self._items[digest] = Content(data, mime_type, now, expires, session_id)
+            self._items[key] = Content(data, mime_type, now, expires, session_id, tenant_id)
             self._bytes += len(data)
-            content_id = f"hash:{digest}"
             if alias is not None:
-                content_id = _alias_id(alias, session_id)
-                self._aliases[content_id] = digest
+                self._aliases[content_id] = key
             while self.max_bytes and self._bytes > self.max_bytes and len(self._items) > 1:
                 oldest = next(iter(self._items))
                 self._bytes -= len(self._items.pop(oldest).data)
@@ -216,11 +262,11 @@ class FileContentStore:
 
     def put(
         self, data: bytes, mime_type: str, *, ttl_s: float | None = None, session_id: str | None = None,
-        alias: str | None = None,
+        alias: str | None = None, tenant_id: str | None = None,
     ) -> Stored:  # fmt: skip
         if self.max_bytes and len(data) > self.max_bytes:
             raise ContentTooLarge(f"{len(data)} bytes is more than the store's limit of {self.max_bytes}")
-        digest = _hash(data)
+        digest, content_hash = _key(data, session_id, tenant_id)
         now = datetime.now(UTC)
         expires = now + timedelta(seconds=ttl_s) if ttl_s is not None else None
         meta: dict[str, Any] = {"mime_type": mime_type, "stored_at": _iso(now)}
@@ -228,7 +274,15 @@ class FileContentStore:
             meta["expires_at"] = _iso(expires)
         if session_id is not None:
             meta["session_id"] = session_id
+        if tenant_id is not None:
+            meta["tenant_id"] = tenant_id
         meta["size_bytes"] = len(data)
+        if alias is not None:
+            alias_id = _alias_id(alias, session_id, tenant_id)
+            with self._lock:
+                held = self._meta.get(self._aliases.get(alias_id, ""))
+            _taken(alias_id, None if held is None else (held.get("session_id"), held.get("tenant_id")), session_id,
+                   tenant_id)  # fmt: skip
         if not self._blob(digest).exists():
             self._write(self._blob(digest), data)
         self._write(self._meta_path(digest), orjson.dumps(meta))
@@ -238,15 +292,18 @@ class FileContentStore:
             self._bytes += len(data) - int((prior or {}).get("size_bytes") or 0)
             self._meta[digest] = meta
         if alias is not None:
-            content_id = _alias_id(alias, session_id)
+            content_id = _alias_id(alias, session_id, tenant_id)
             record: dict[str, Any] = {"target_hash": digest}
             if expires is not None:
                 record["expires_at"] = _iso(expires)
-            self._write(self._alias_path(content_id), orjson.dumps(record))
-            with self._lock:
+            with self._lock:  # checked again: another owner's writer may have come in between
+                held = self._meta.get(self._aliases.get(content_id, ""))
+                _taken(content_id, None if held is None else (held.get("session_id"), held.get("tenant_id")),
+                       session_id, tenant_id)  # fmt: skip
+                self._write(self._alias_path(content_id), orjson.dumps(record))
                 self._aliases[content_id] = digest
         self._evict()
-        return Stored(content_id, len(data), mime_type, f"blake3:{digest}", expires)
+        return Stored(content_id, len(data), mime_type, f"blake3:{content_hash}", expires)
 
     def _evict(self) -> None:
         with self._lock:
@@ -325,13 +382,14 @@ class ContentStores:
 
     async def put(
         self, data: bytes, mime_type: str, *, store: str | None = None, ttl_s: float | None = None,
-        session_id: str | None = None, alias: str | None = None,
+        session_id: str | None = None, alias: str | None = None, tenant_id: str | None = None,
     ) -> tuple[str, Stored]:  # fmt: skip
-        """Store ``data``; answers its URI and facts."""
+        """Store ``data``, owned by ``session_id`` and ``tenant_id`` when given; answers its URI and facts."""
         name = store or self.default
         target = self.stores[name]
         stored = await trio.to_thread.run_sync(
-            lambda: target.put(data, mime_type, ttl_s=ttl_s, session_id=session_id, alias=alias), limiter=_THREADS
+            lambda: target.put(data, mime_type, ttl_s=ttl_s, session_id=session_id, alias=alias, tenant_id=tenant_id),
+            limiter=_THREADS,
         )
         return self.uri(name, stored.id), stored
 

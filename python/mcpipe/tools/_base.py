@@ -189,6 +189,8 @@ class Request:
         identity: who is calling, as the HTTP front resolved it (``docs/access.md``), or None.
         client_addresses: the caller's address as each ``ip_allowlist`` gate reads it, by the header it reads
             (None: the TCP peer); empty when the request came over no HTTP front.
+        session_id: the caller's 2025-11-25 session (``Mcp-Session-Id``), or None (no session: stdio, in
+            memory, a 2026-07-28 request); content a pipeline stores is bound to it.
     """
 
     wants_progress: bool = False
@@ -197,6 +199,7 @@ class Request:
     sdk_context: Any = None
     identity: Identity | None = None
     client_addresses: dict[str | None, str | None] = field(default_factory=dict)
+    session_id: str | None = None
 
 
 @dataclass(slots=True)

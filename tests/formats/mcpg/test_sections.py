@@ -275,6 +275,64 @@ async def test_a_list_query_lists_its_rows_page_by_page_after_the_fixed_resource
     assert read.contents[0].text == "Page 3"  # type: ignore[union-attr]
 
 
+async def test_an_offset_list_query_pages_to_its_end_and_a_forged_or_anothers_cursor_is_invalid(
+    tmp_path: Path,
+) -> None:
+    # Before: the next offset was the page's row count alone (mcpg's plugin; its host does not add the prior
+    # offset), so every page after the second repeated the second; and a resources/list cursor was unsigned
+    # base64 JSON, so a caller set a listing's offset to "-1", "9" * 4000 or another's and it reached the
+    # database. Now offsets add up, cursors are signed for their caller and checked before they are decoded,
+    # and an offset is ASCII digits up to 2**63 - 1 (mcpg's wording otherwise).
+    _docs_db(tmp_path / "docs.db")
+    doc = _templates(tmp_path / "docs.db")
+    backend = doc["mcp"]["capabilities"]["resource_templates"][0]["backend"]
+    backend["list_query"] = {
+        "sql": "SELECT 'docs://' || slug AS uri FROM docs ORDER BY id LIMIT :page_size OFFSET :cursor",
+        "mode": "offset",
+        "page_size": 2,
+    }
+    pages: list[list[str]] = []
+    refused: list[str] = []
+    with trio.fail_after(30):
+        async with (
+            open_app(_load(doc)) as app,
+            http_server(app) as url,
+            _client(url, None) as client,
+            _client(url, None) as other,
+        ):
+            page = await client.list_resources()
+            first = page.next_cursor
+            while len(pages) < 5:
+                pages.append([r.uri for r in page.resources])
+                if not page.next_cursor:
+                    break
+                page = await client.list_resources(cursor=page.next_cursor)
+            assert first is not None
+            body = first.removeprefix("l.").partition(".")[0]
+            listing = next(iter(orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))))
+            for offset in ("-1", "9" * 4000, "3"):
+                forged = base64.urlsafe_b64encode(orjson.dumps({listing: offset})).decode().rstrip("=")
+                for cursor in (f"l.{forged}", f"l.{forged}.{first.rsplit('.', 1)[-1]}"):
+                    with pytest.raises(Exception) as e:
+                        await client.list_resources(cursor=cursor)
+                    refused.append(str(e.value))
+            with pytest.raises(Exception) as e:
+                await other.list_resources(cursor=first)  # another session's
+            refused.append(str(e.value))
+    assert pages == [["docs://page1", "docs://page2"], ["docs://page3", "docs://page4"], ["docs://page5"]]
+    assert refused == ["Invalid cursor"] * 7
+
+
+def test_an_offset_cursor_is_decimal_digits_up_to_a_64_bit_integer() -> None:
+    from mcpipe.formats.mcpg._sqlmore import MAX_OFFSET, offset_of
+    from mcpipe.results import StepFailure
+
+    assert [offset_of(c) for c in (None, "", "0", "7", "+7", str(MAX_OFFSET))] == [0, 0, 0, 7, 7, MAX_OFFSET]
+    for bad in ("-1", " 5", "5 ", "1_000", "\u0663", "1.5", "0x10", str(MAX_OFFSET + 1), "9" * 4000, 5, "+"):
+        with pytest.raises(StepFailure, match="is not a non-negative integer"):
+            offset_of(bad)
+
+
 def test_a_list_query_mcpgs_plugin_would_refuse_is_refused_with_its_message(tmp_path: Path) -> None:
     doc = _templates(tmp_path / "docs.db")
     backend = doc["mcp"]["capabilities"]["resource_templates"][0]["backend"]

@@ -112,6 +112,27 @@ def _cursor_text(value: Any) -> str:
     return orjson.dumps(value).decode()
 
 
+MAX_OFFSET = 2**63 - 1
+"""The largest offset-mode cursor (a signed 64-bit integer, what the databases take)."""
+
+
+def offset_of(cursor: Any) -> int:
+    """An offset-mode cursor's offset (0 for none): decimal digits (an optional ``+``, as mcpg's ``u64`` parse
+    takes) up to :data:`MAX_OFFSET`; anything else (a sign, spaces, ``1_000``, other scripts' digits, a number
+    past a 64-bit integer) is refused with mcpg's message.
+
+    Raises:
+        StepFailure: the cursor is not such a number.
+    """
+    if cursor is None or cursor == "":
+        return 0
+    digits = cursor.removeprefix("+") if isinstance(cursor, str) else ""
+    if not (digits.isascii() and digits.isdigit() and len(digits) <= 19 and int(digits) <= MAX_OFFSET):
+        shown = cursor if isinstance(cursor, str) and len(cursor) <= 64 else f"{str(cursor)[:64]}…"
+        raise StepFailure(f"offset-mode cursor '{shown}' is not a non-negative integer", ErrorCode.TOOL_ERROR)
+    return int(digits)
+
+
 async def run_list(
     step: Leaf[SqlListFields, tuple[Any, Any]], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
@@ -124,12 +145,7 @@ async def run_list(
     if f.mode == "keyset":
         bound: Any = cursor if isinstance(cursor, str) and cursor else None
     else:
-        try:
-            bound = int(cursor) if cursor else 0
-        except ValueError:
-            raise StepFailure(
-                f"offset-mode cursor '{cursor}' is not a non-negative integer", ErrorCode.TOOL_ERROR
-            ) from None
+        bound = offset_of(cursor)
     try:
         with trio.fail_after(f.timeout_ms / 1000 if f.timeout_ms else 30):
             rows = await backend.execute(stmt, {"cursor": bound, "page_size": f.page_size}, "rows")
@@ -151,7 +167,9 @@ async def run_list(
         if f.cursor_column is not None and f.cursor_column in row:
             last = _cursor_text(row[f.cursor_column])
     count = len(rows or [])
-    next_cursor = None if count < f.page_size else (last if f.mode == "keyset" else str(count))
+    # An offset cursor is the next page's offset (this one's and its rows): mcpg's plugin answers the row count
+    # alone for its host to compose, which its host does not (its pages after the second repeat the second).
+    next_cursor = None if count < f.page_size else (last if f.mode == "keyset" else str(min(bound + count, MAX_OFFSET)))
     return StepOutput.of({"resources": resources, "next_cursor": next_cursor})
 
 
@@ -257,15 +275,22 @@ class StreamCursors:
             "instance without shared signing_key, or for a different binding)"
         )
         body, _, mac = token.removeprefix("s.").partition(".")
-        if not token.startswith("s.") or not mac:
+        if not token.startswith("s.") or not mac or not body.isascii() or not mac.isascii():
             raise failed
-        expected = hmac.new(self.key, body.encode(), hashlib.sha256).digest()
+        # The signature first, in constant time; only a body this process signed is decoded (a forged one is
+        # never parsed, however large or deep).
+        expected = hmac.new(self.key, body.encode("ascii"), hashlib.sha256).digest()
         try:
             given = base64.urlsafe_b64decode(mac + "=" * (-len(mac) % 4))
+        except ValueError:
+            raise failed from None
+        if not hmac.compare_digest(expected, given):
+            raise failed
+        try:
             payload = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
         except (ValueError, orjson.JSONDecodeError):
             raise failed from None
-        if not hmac.compare_digest(expected, given) or not isinstance(payload, dict) or payload.get("v") != 1:
+        if not isinstance(payload, dict) or payload.get("v") != 1:
             raise failed
         if payload.get("b") != self.binding:
             raise ValueError(
