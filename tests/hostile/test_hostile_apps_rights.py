@@ -160,3 +160,38 @@ async def test_a_caller_without_rights_neither_lists_nor_completes_the_configs_p
         templates, prompts, completed = refused
         assert templates == [] and "plan" not in prompts
         assert "Unknown resource template" in str(completed[0]) and "Unknown prompt" in str(completed[1])
+
+
+async def test_a_listen_stream_hears_no_update_of_a_resource_its_caller_may_not_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Before: the SDK's handler honoured every URI a stream asked for, so the refused caller's stream heard the
+    # downstream's update as soon as a caller with rights had it subscribed downstream.
+    from kit.servers import everything_downstream
+
+    auth = {
+        "tokens": [
+            {"env": "T1", "principal": "ev-user", "tools": ["ev.*"]},
+            {"env": "T2", "principal": "other", "tools": ["echo"]},
+        ]
+    }
+    secrets = {"T1": "ev-secret", "T2": "other-secret"}
+    for k, v in secrets.items():
+        monkeypatch.setenv(k, v)
+    cfg = make_config(secrets, mcpServers={"ev": everything_downstream()}, auth=auth)
+    uri = "test://watched-resource"
+    overheard: list[Any] = []
+    with trio.fail_after(30):
+        async with (
+            open_app(cfg) as app,
+            http_server(app) as url,
+            bearer_client(url, "other-secret", mode="2026-07-28") as other,
+            other.listen(resource_subscriptions=[uri]) as eavesdrop,
+            bearer_client(url, "ev-secret", mode="2026-07-28") as owner,
+            owner.listen(resource_subscriptions=[uri]) as sub,
+        ):
+            await owner.call_tool("ev.test_update_watched_resource", {})
+            heard = await anext(aiter(sub))
+            with trio.move_on_after(1):
+                overheard.append(await anext(aiter(eavesdrop)))
+    assert getattr(heard, "uri", None) == uri and overheard == []
