@@ -33,6 +33,7 @@ _OPENAI_AXES = (
     ("frame_domains", "frameDomains"),
     ("redirect_domains", "redirectDomains"),
 )
+_OPENAI_KEYS = frozenset(alias for alias, _ in _OPENAI_AXES)
 _OPENAI_DOMAIN = "openai/widgetDomain"
 
 
@@ -66,43 +67,81 @@ class AppsPolicy:
         return {"mimeTypes": [UI_MIME_TYPE]}
 
     def clamp(self, meta: Any) -> list[str]:
-        """Narrow one ``_meta`` (its ``ui``, and the ``openai/widget*`` aliases) in place; the violations."""
+        """Narrow one ``_meta`` (its ``ui``, and the ``openai/widget*`` aliases) in place; the violations.
+
+        Fail closed where mcpg trusts the shape: a policy field of the wrong type (an axis that is not a list,
+        an entry of one that is not a string, a ``csp``, ``permissions`` or ``openai/widgetCSP`` that is not an
+        object, a ``domain`` that is not a string) is removed and counted as a violation, never passed on (a
+        host's ``connectDomains.join(" ")`` flattens a nested ``["https://evil"]`` into the policy); so is a
+        ``csp`` key that is none of the axes the policy bounds."""
         violations: list[str] = []
         if not isinstance(meta, dict):
             return violations
-        widget = meta.get(_OPENAI_CSP)
-        if isinstance(widget, dict):
-            for alias, axis in _OPENAI_AXES:
-                self._axis(widget, alias, axis, f"{_OPENAI_CSP}.{alias}", violations)
-        domain = meta.get(_OPENAI_DOMAIN)
-        if self.domains is not None and isinstance(domain, str) and domain not in self.domains:
-            violations.append(f"{_OPENAI_DOMAIN} '{meta.pop(_OPENAI_DOMAIN)}' dropped (outside allow-list)")
+        if _OPENAI_CSP in meta:
+            widget = meta[_OPENAI_CSP]
+            if not isinstance(widget, dict):
+                violations.append(f"{_OPENAI_CSP} dropped (not an object)")
+                del meta[_OPENAI_CSP]
+            else:
+                for key in [k for k in widget if k not in _OPENAI_KEYS]:
+                    violations.append(f"{_OPENAI_CSP}.{key} dropped (no such axis in the policy)")
+                    del widget[key]
+                for alias, axis in _OPENAI_AXES:
+                    self._axis(widget, alias, axis, f"{_OPENAI_CSP}.{alias}", violations)
+        if _OPENAI_DOMAIN in meta:
+            self._domain(meta, _OPENAI_DOMAIN, _OPENAI_DOMAIN, violations)
         ui = meta.get("ui")
         if not isinstance(ui, dict):
             return violations
-        csp = ui.get("csp")
-        if isinstance(csp, dict):
-            for axis in _CSP_AXES:
-                self._axis(csp, axis, axis, f"csp.{axis}", violations)
-        perms = ui.get("permissions")
-        if isinstance(perms, dict):
-            for key in [k for k in perms if k not in self.permissions]:
-                del perms[key]
-                violations.append(f"permission '{key}' stripped (not in allow-list)")
-        if self.domains is not None and isinstance(ui.get("domain"), str) and ui["domain"] not in self.domains:
-            violations.append(f"domain '{ui.pop('domain')}' dropped (outside allow-list)")
+        if "csp" in ui:
+            csp = ui["csp"]
+            if not isinstance(csp, dict):
+                violations.append("csp dropped (not an object)")
+                del ui["csp"]
+            else:
+                for key in [k for k in csp if k not in _CSP_AXES]:
+                    violations.append(f"csp.{key} dropped (no such axis in the policy)")
+                    del csp[key]
+                for axis in _CSP_AXES:
+                    self._axis(csp, axis, axis, f"csp.{axis}", violations)
+        if "permissions" in ui:
+            perms = ui["permissions"]
+            if not isinstance(perms, dict):
+                violations.append("permissions dropped (not an object)")
+                del ui["permissions"]
+            else:
+                for key in [k for k in perms if k not in self.permissions]:
+                    del perms[key]
+                    violations.append(f"permission '{key}' stripped (not in allow-list)")
+        if "domain" in ui:
+            self._domain(ui, "domain", "domain", violations)
         return violations
 
+    def _domain(self, holder: dict[str, Any], key: str, where: str, violations: list[str]) -> None:
+        domain = holder[key]
+        if not isinstance(domain, str):
+            del holder[key]
+            violations.append(f"{where} dropped (not a string)")
+        elif self.domains is not None and domain not in self.domains:
+            del holder[key]
+            violations.append(f"{where} '{domain}' dropped (outside allow-list)")
+
     def _axis(self, csp: dict[str, Any], key: str, axis: str, where: str, violations: list[str]) -> None:
-        upstream = csp.get(key)
-        if not isinstance(upstream, list):
+        if key not in csp:
             return  # an axis left out keeps the host's restrictive default
+        upstream = csp[key]
+        if not isinstance(upstream, list):
+            del csp[key]  # left out: the host's restrictive default
+            violations.append(f"{where} dropped (not a list)")
+            return
         values = [v for v in upstream if isinstance(v, str)]
+        if len(values) != len(upstream):
+            violations.append(f"{where} dropped {len(upstream) - len(values)} entries that are not strings")
         narrowed = _intersect(values, self.axes[axis])
-        if narrowed != values:
-            dropped = [d for d in values if d not in narrowed]
-            if dropped:
-                violations.append(f"{where} dropped {dropped} (outside operator allow-list)")
+        dropped = [d for d in values if d not in narrowed]
+        if dropped:
+            violations.append(f"{where} dropped {dropped} (outside operator allow-list)")
+        if narrowed != upstream:
             csp[key] = narrowed
 
     def apply(self, items: list[Any], uri: str) -> str | None:

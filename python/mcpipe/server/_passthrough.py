@@ -262,12 +262,8 @@ class Passthrough:
 
     def _local(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
         surface = {"resource": "resource", "template": "resource_template", "prompt": "prompt"}[kind]
-        principal = self.principal(ctx)
-        own = [
-            _descriptor(t)
-            for t in self.surfaces
-            if t.surface == surface and (principal is None or self.policy.allows(principal, t.name))
-        ]
+        # Listed to the callers who may use it, as tools are (their auth limits and trust rules).
+        own = [_descriptor(t) for t in self.surfaces if t.surface == surface and self._may_use_local(ctx, t)]
         if self.guide is not None and kind in ("resource", "prompt"):
             taken = {e.get("uri") or e.get("name") for e in own}
             guide = self.guide.resources() if kind == "resource" else self.guide.prompts()
@@ -515,8 +511,8 @@ class Passthrough:
             tool = next(
                 (t for t in self.surfaces if t.surface == "resource_template" and t.uri_template == ref.uri), None
             )
-        if tool is None:
-            return None
+        if tool is None or not self._may_use_local(ctx, tool):
+            return None  # a prompt or template the caller may not use has no completions for it: unknown
         given = dict(params.context.arguments or {}) if params.context is not None else {}
         source = tool.completions.get(params.argument.name, [])
         if isinstance(source, list):
@@ -662,9 +658,14 @@ class Passthrough:
         # A watched resource's notify_if decides per subscriber, once, off the event loop (the bus's listeners
         # are synchronous); every other event reaches every stream.
         told = {uri: await self.watches.decide(uri, facts) for uri in local if self.watches.watched(uri)}
+        # The SDK's handler honours every URI asked for: only those this caller may read are heard (a URI of a
+        # server it may not use would otherwise fire once another caller subscribed to it).
+        readable = frozenset(local).union(uri for _, uri in held)
 
         def hears(event: ServerEvent) -> bool:
-            return not isinstance(event, ResourceUpdated) or told.get(event.uri, not self.watches.watched(event.uri))
+            if not isinstance(event, ResourceUpdated):
+                return True
+            return event.uri in readable and told.get(event.uri, not self.watches.watched(event.uri))
 
         self._listening += 1
         for uri in local:
@@ -697,6 +698,15 @@ class Passthrough:
             raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
         if self.check_surface is not None:
             self.check_surface(ctx, tool)
+
+    def _may_use_local(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> bool:
+        """Whether the caller may use one of the config's resources, templates or prompts (list it, complete
+        its arguments): its auth limits and trust rules allow it."""
+        try:
+            self._check_local(ctx, tool)
+        except MCPError:
+            return False
+        return True
 
     def _subscriber(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
         identity = self.identity(ctx) if self.identity is not None else None
