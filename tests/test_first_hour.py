@@ -369,3 +369,27 @@ def test_in_a_declared_pipeline_a_syntax_error_does_not_hide_the_other_problems_
     assert len(r.stderr.splitlines()) == 2, r.stderr
     assert "steps[0].args.items[0]" in r.stderr and "`${` has no closing `}`" in r.stderr
     assert "steps[0].args.items[1]" in r.stderr and "nope" in r.stderr
+
+
+# --- a second walkthrough ----------------------------------------------------------------------------
+
+
+def test_a_refused_host_names_the_config_key_that_allows_it(tmp_path):
+    config = write(
+        tmp_path / "c.yaml",
+        """
+        audit: {enabled: false}
+        outbound: {http: {allowed_hosts: [api.example.com]}}
+        pipelines:
+          - name: fetch
+            description: Fetch a page.
+            steps:
+              - {kind: http, id: get, url: "https://other.example.com/x"}
+        """,
+    )
+    r = mcpipe("check", "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 1
+    assert r.stderr.splitlines() == [
+        f"error: {config}:pipelines.fetch.steps[0].url: host 'other.example.com' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)"
+    ]

@@ -107,7 +107,11 @@ CASES = [
     ),
     (
         [{"kind": "http", "url": "https://other.example.com/x"}],
-        ("[0].url", "FORBIDDEN", "host 'other.example.com' is not in the allowed hosts"),
+        (
+            "[0].url",
+            "FORBIDDEN",
+            "host 'other.example.com' is not in the allowed hosts (list it in outbound.http.allowed_hosts)",
+        ),
     ),
     ([{"kind": "http", "url": "ftp://api.example.com/x"}], ("[0].url", "FORBIDDEN", "scheme 'ftp'")),
     ([{"kind": "http", "url": "${args.url}"}], OK),  # checked when it runs

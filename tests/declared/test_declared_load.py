@@ -38,7 +38,8 @@ def test_a_file_full_of_mistakes_reports_every_problem_at_once_located_in_file_o
         "elicitation, sampling, roots_list, gather, sql, sql_tx, sql_await, nats, grpc, kafka, python, duckdb, "
         "postgres, shell, twilio, parallel, pipe)",
         "pipelines.charge.steps[4].value: reference to step 'later', which does not run before this step",
-        "pipelines.charge.steps[5].url: host '169.254.169.254' is not in the allowed hosts",
+        "pipelines.charge.steps[5].url: host '169.254.169.254' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)",
         "pipelines.charge.steps[6].command: command 'bash' is not allowed (allowed: none are configured)",
         "pipelines.charge.steps[7].config.expression: invalid JSONata: Expected } before end of expression at "
         "character 7 (S0203)",
@@ -186,8 +187,10 @@ pipelines:
       - {kind: http, url: "http://127.0.0.1:8080/"}
 """
     assert problems_of(doc) == [
-        "pipelines.p.steps[1].url: host 'other.example.com' is not in the allowed hosts",
-        "pipelines.p.steps[2].url: host '127.0.0.1' is not in the allowed hosts",
+        "pipelines.p.steps[1].url: host 'other.example.com' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)",
+        "pipelines.p.steps[2].url: host '127.0.0.1' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)",
     ]
 
 

@@ -57,7 +57,10 @@ async def test_a_templated_url_outside_the_allowlist_is_forbidden_at_run_time(ht
     )
     result = await p.call("go", {"url": f"{http_server.url}/echo"})
     assert result.is_error
-    assert text_of(result) == "FORBIDDEN: step 'get' failed: host '127.0.0.1' is not in the allowed hosts"
+    assert (
+        text_of(result) == "FORBIDDEN: step 'get' failed: host '127.0.0.1' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)"
+    )
     assert http_server.log.requests == []
     # Listed, but a private address: still refused unless the literal is listed or private is allowed.
     p = load(

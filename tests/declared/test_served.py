@@ -370,7 +370,10 @@ async def test_the_http_allowlist_holds_for_urls_built_from_arguments(http_serve
         async with served(doc) as app, Client(app.server) as client:
             r = await client.call_tool("fetch", {"url": f"{http_server.url}/echo"})
     assert r.is_error is True
-    assert r.content[0].text == "FORBIDDEN: step 'get' failed: host '127.0.0.1' is not in the allowed hosts"
+    assert (
+        r.content[0].text == "FORBIDDEN: step 'get' failed: host '127.0.0.1' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)"
+    )
     assert http_server.log.requests == []
 
 

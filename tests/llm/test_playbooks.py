@@ -514,7 +514,8 @@ def test_a_kinds_own_checks_are_located_in_the_playbook() -> None:
     lines = [str(p) for d in (unknown_field, not_allowed, cel, typo) for p in compile_playbook(d, policy=LOCAL)[1]]
     assert lines == [
         "mcp.resources[0].spec.methd: unknown field `methd` for kind `http` (did you mean `method`?)",
-        "mcp.resources[0].spec.url: host 'evil.example' is not in the allowed hosts",
+        "mcp.resources[0].spec.url: host 'evil.example' is not in the allowed hosts"
+        " (list it in outbound.http.allowed_hosts)",
         lines[2],
         "mcp.resources[0].type: unknown type `htp` (did you mean `http`?) (the types are the declared step kinds, "
         "see docs/playbooks.md)",

@@ -55,6 +55,7 @@ class HttpPolicy:
         timeout_ms: the deadline of a step that sets no ``timeout_ms`` (None: only the pipeline's).
         insecure_hosts: host patterns (as ``allowed_hosts``) a step may reach with TLS verification off when
             it asks (NoETL's ``verify_ssl: false``); such a step reaches only these hosts (:meth:`insecure`).
+        allow_hint: what a refused host's message says to do (where the operator allows a host).
     """
 
     allowed_hosts: Sequence[str] = ()
@@ -63,10 +64,17 @@ class HttpPolicy:
     verify: bool | str = True
     timeout_ms: float | None = 30_000
     insecure_hosts: Sequence[str] = ()
+    allow_hint: str = "list it in outbound.http.allowed_hosts"
 
     def insecure(self) -> HttpPolicy:
         """The policy of a step that turns TLS verification off: only the ``insecure_hosts``, unverified."""
-        return replace(self, allowed_hosts=tuple(self.insecure_hosts), verify=False, insecure_hosts=())
+        return replace(
+            self,
+            allowed_hosts=tuple(self.insecure_hosts),
+            verify=False,
+            insecure_hosts=(),
+            allow_hint="list it in outbound.http.insecure_hosts (a step with TLS verification off reaches only those)",
+        )
 
     @cached_property
     def _patterns(self) -> tuple[frozenset[str], tuple[str, ...], bool]:
@@ -106,6 +114,10 @@ class HttpPolicy:
         h = _canonical_ip(h) or h
         return anything or h in exact or any(h.endswith(s) for s in suffixes)
 
+    def host_refused(self, host: str) -> str:
+        """The message for a ``host`` that :meth:`host_allowed` refuses: it says where to allow it."""
+        return f"host '{host}' is not in the allowed hosts ({self.allow_hint})"
+
     def address_allowed(self, host: str, address: IPAddress) -> bool:
         """May a request for ``host`` connect to ``address``?"""
         if self.allow_private or _is_public(address):
@@ -121,7 +133,7 @@ class HttpPolicy:
             OSError: the name does not resolve.
         """
         if not self.host_allowed(host):
-            raise ForbiddenError(f"host '{host}' is not in the allowed hosts")
+            raise ForbiddenError(self.host_refused(host))
         bare = host.strip("[]")
         literal = _canonical_ip(bare)
         if literal is not None:

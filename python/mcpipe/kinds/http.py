@@ -314,7 +314,7 @@ def check_static_url(b: Build[Any], url: Template | None, loc: str, policy: Step
     if parsed.scheme not in ("http", "https"):
         b.problem(loc, f"scheme '{parsed.scheme}' is not allowed (only http and https)", ErrorCode.FORBIDDEN)
     elif not policy.http.host_allowed(parsed.host):
-        b.problem(loc, f"host '{parsed.host}' is not in the allowed hosts", ErrorCode.FORBIDDEN)
+        b.problem(loc, policy.http.host_refused(parsed.host), ErrorCode.FORBIDDEN)
 
 
 def http_timeout(policy: StepPolicy) -> float | None:

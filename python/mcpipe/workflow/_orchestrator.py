@@ -241,6 +241,7 @@ class Workflow:
             max_response_bytes=config.max_response_bytes,
             verify=config.verify,
             timeout_ms=config.timeout_ms,
+            allow_hint="a workflow reaches only the hosts of its [[workflow.tools]] base_url",
         )
 
     async def run(self, request: WorkflowRequest, ctx: ToolContext) -> dict[str, Any]:

@@ -103,6 +103,7 @@ async def test_a_host_the_operator_did_not_list_is_refused_even_with_verificatio
         answer = await PlaybookTool(pb).run({"gateway_url": url})
     assert "check_gateway_status" in answer["noetl"]["failed_steps"]
     assert "127.0.0.1" in str(answer["noetl"]["steps"]["check_gateway_status"][0])
+    assert "list it in outbound.http.insecure_hosts" in str(answer["noetl"]["steps"]["check_gateway_status"][0])
 
 
 def test_without_insecure_hosts_turning_verification_off_is_refused_at_check_time():

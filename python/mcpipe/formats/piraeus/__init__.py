@@ -295,6 +295,7 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
         max_response_bytes=cfg.max_response_bytes,
         verify=cfg.verify,
         timeout_ms=None,
+        allow_hint="a tool reaches only the hosts of the tools' api.base_url",
     )
     out = Piraeus(secrets=secrets)
     out.tools = {t.name: ApiTool(t, secrets, policy) for t in configs}
@@ -331,6 +332,7 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
             max_response_bytes=cfg.max_response_bytes,
             verify=cfg.verify,
             timeout_ms=None,
+            allow_hint="list it in [piraeus] allowed_hosts",
         ),
         timeout_s=cfg.timeout_ms / 1000,
     )
