@@ -393,3 +393,32 @@ def test_a_refused_host_names_the_config_key_that_allows_it(tmp_path):
         f"error: {config}:pipelines.fetch.steps[0].url: host 'other.example.com' is not in the allowed hosts"
         " (list it in outbound.http.allowed_hosts)"
     ]
+
+
+SHELL_PLAYBOOK = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: hello_shell, path: hello_shell}
+workflow:
+  - step: start
+    tool: {kind: shell, cmds: ["echo hello"]}
+    next: [{step: end}]
+  - step: end
+    tool: {kind: noop}
+"""
+
+
+def test_playbook_check_without_config_says_the_fix_goes_in_a_config_file(tmp_path):
+    pb = write(tmp_path / "pb.yaml", SHELL_PLAYBOOK)
+    r = mcpipe("playbook", "check", str(pb), cwd=tmp_path)
+    assert r.returncode == 1
+    first, note = r.stderr.splitlines()
+    assert first.endswith("add `sh: /bin/sh` to outbound.commands")
+    assert note == (
+        f"{pb}: note: without --config nothing is allowed (no commands, hosts, databases or credentials): "
+        "the settings these lines name go in a server config, passed with --config FILE"
+    )
+    config = write(tmp_path / "c.yaml", "audit: {enabled: false}\noutbound: {commands: {sh: /bin/sh}}\n")
+    r = mcpipe("playbook", "check", str(pb), "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(f"{pb}: ok (playbook `hello_shell`")

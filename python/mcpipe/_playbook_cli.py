@@ -8,6 +8,7 @@ as JSON on stdout and, with ``--events``, every event as a JSON line on stderr.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Any
 
@@ -87,7 +88,22 @@ def _load(ns: argparse.Namespace) -> tuple[Any, Any]:
     pb, problems = load_playbook(ns.file, models=models, policy=policy, scan=list(ns.catalog))
     for p in problems:
         print(f"{p.location}: {p.message}", file=sys.stderr)
+    _config_note(ns, [p.message for p in problems])
     return config, pb
+
+
+def _config_note(ns: argparse.Namespace, messages: list[str]) -> None:
+    """Without ``--config``, a problem that names a setting of the server config is fixed in one: say so."""
+    if ns.config is None and any(_OPERATOR_SETTING.search(m) for m in messages):
+        print(
+            f"{ns.file}: note: without --config nothing is allowed (no commands, hosts, databases or credentials): "
+            "the settings these lines name go in a server config, passed with --config FILE",
+            file=sys.stderr,
+        )
+
+
+_OPERATOR_SETTING = re.compile(r"\boutbound\.|\[credentials\]|\[sql|\[models|\bsql\.|\bmodels\.")
+"""A problem's message naming a setting of the server config (``outbound.commands``, ``[credentials]``)."""
 
 
 def _check(ns: argparse.Namespace) -> int:
@@ -163,4 +179,5 @@ def _run(ns: argparse.Namespace) -> int:
     sys.stdout.flush()
     if not answer["ok"]:
         print(f"{ns.file}: {answer['error_code']}: {answer['error']}", file=sys.stderr)
+        _config_note(ns, [str(answer["error"])])
     return 0 if answer["ok"] else 1
