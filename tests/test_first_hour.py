@@ -422,3 +422,27 @@ def test_playbook_check_without_config_says_the_fix_goes_in_a_config_file(tmp_pa
     r = mcpipe("playbook", "check", str(pb), "--config", str(config), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"{pb}: ok (playbook `hello_shell`")
+
+
+def test_check_and_convert_of_a_config_whose_top_level_is_a_list_exit_1_with_the_problem(tmp_path):
+    config = write(tmp_path / "c.yaml", "- a\n- b\n")
+    for command in ("check", "convert"):
+        r = mcpipe(command, "--config", str(config), cwd=tmp_path)
+        assert (r.returncode, r.stderr.splitlines()) == (
+            1,
+            [f"error: {config}: the top level must be a table/object, got list"],
+        ), command
+
+
+def test_convert_of_a_config_already_in_mcpipes_layout_reports_its_problems_as_check_does(tmp_path):
+    bad = write(tmp_path / "bad.yaml", "audit: {enabled: false}\npipe: {max_stepz: 3}\n")
+    checked = mcpipe("check", "--config", str(bad), cwd=tmp_path)
+    converted = mcpipe("convert", "--config", str(bad), cwd=tmp_path)
+    assert converted.returncode == checked.returncode == 1
+    assert converted.stderr == checked.stderr
+    assert converted.stderr.splitlines() == [
+        f"error: {bad}:pipe.max_stepz: unknown key `max_stepz` (did you mean `max_steps`?)"
+    ]
+    good = write(tmp_path / "good.yaml", "audit: {enabled: false}\n")
+    r = mcpipe("convert", "--config", str(good), cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", f"{good}: already in mcpipe's own layout\n")

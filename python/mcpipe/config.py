@@ -1151,11 +1151,11 @@ def load_config(path: str | os.PathLike[str], *, environ: dict[str, str] | None 
     p = Path(path)
     fmt = _FORMATS.get(p.suffix.lower())
     if fmt is None:
-        raise ConfigError([Problem(str(p), CODE, "a config file ends in .toml, .yaml, .yml or .json")])
+        raise ConfigError([Problem(str(p), CODE, "a config file ends in .toml, .yaml, .yml or .json")], unreadable=True)
     try:
         data = p.read_bytes()
     except OSError as exc:
-        raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")]) from None
+        raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")], unreadable=True) from None
     try:
         return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ)
     except ConfigError as exc:

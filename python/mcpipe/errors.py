@@ -227,7 +227,16 @@ class SpecError(MCPipeError, ValueError):
 
 
 class ConfigError(SpecError):
-    """A config file that cannot be used; ``problems`` lists every problem found, each located."""
+    """A config file that cannot be used; ``problems`` lists every problem found, each located.
+
+    Attributes:
+        unreadable: the file itself could not be read (missing, unreadable, a name no format goes with), as
+            opposed to a file read whose content has problems (``mcpipe check --config`` exits 2, not 1).
+    """
+
+    def __init__(self, problems: list[Problem], *, unreadable: bool = False) -> None:
+        super().__init__(problems)
+        self.unreadable = unreadable
 
 
 class ExpressionError(MCPipeError):

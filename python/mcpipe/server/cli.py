@@ -269,11 +269,6 @@ async def _serve(
         nursery.cancel_scope.cancel()
 
 
-def _unreadable(exc: ConfigError, path: str) -> bool:
-    """The file itself could not be used (missing, unreadable, a name no format goes with)."""
-    return len(exc.problems) == 1 and exc.problems[0].location == str(path)
-
-
 class _KeepEnv(dict[str, str]):
     """An environment where every variable reads as its own ``${env.NAME}`` reference."""
 
@@ -287,7 +282,8 @@ class _KeepEnv(dict[str, str]):
 def convert_config(path: str, to: str = "yaml", *, explain_only: bool = False) -> int:
     """``mcpipe convert --config FILE``: another system's config (mcpg's) in mcpipe's own layout, on stdout,
     with where each part came from; ``explain_only`` prints only that mapping. 1 when the file has
-    problems (printed, located), 2 when it cannot be read, else 0."""
+    problems (printed, located; a file already in mcpipe's layout is checked as ``check --config`` does),
+    2 when it cannot be read, else 0."""
     import json
 
     import yaml
@@ -316,9 +312,11 @@ def convert_config(path: str, to: str = "yaml", *, explain_only: bool = False) -
             return 1
         raise exc
     foreign = detect_config(raw) if isinstance(raw, dict) else None
-    if foreign is None:
-        print(f"{path}: already in mcpipe's own layout", file=sys.stderr)
-        return 0
+    if foreign is None:  # nothing to convert: its problems, as `check --config` finds them, else say so
+        status = check_config(path, quiet=True)
+        if status == 0:
+            print(f"{path}: already in mcpipe's own layout", file=sys.stderr)
+        return status
     # `${env.NAME}` stays as written (no secret of this shell goes into the output): mcpipe reads it when the
     # converted file is served.
     translation = foreign.translate(raw, base_dir=str(p.resolve().parent), environ=_KeepEnv())
@@ -352,7 +350,7 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         config = load_config(path)
     except ConfigError as exc:
         _print_problems(exc)
-        return 2 if _unreadable(exc, path) else 1
+        return 2 if exc.unreadable else 1
     problems = []
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
