@@ -325,6 +325,12 @@ def test_invalid_json_text_names_line_and_column():
     assert found[0][2].startswith("invalid JSON:") and "line 2" in found[0][2]
 
 
+def test_a_string_that_is_not_json_text_is_told_the_spec_must_be_an_object_with_steps():
+    message = "a pipeline spec must be an object with `steps` (or its JSON text), got a string"
+    assert problems("str") == [("", "INVALID_SPEC", message)]
+    assert problems({"spec": "fetch the page"}) == [("spec", "INVALID_SPEC", message)]
+
+
 def test_invalid_json_inside_the_wrapper_is_located_at_spec():
     assert problems({"spec": "{nope"})[0][:2] == ("spec", "INVALID_SPEC")
 

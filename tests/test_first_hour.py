@@ -446,3 +446,15 @@ def test_convert_of_a_config_already_in_mcpipes_layout_reports_its_problems_as_c
     good = write(tmp_path / "good.yaml", "audit: {enabled: false}\n")
     r = mcpipe("convert", "--config", str(good), cwd=tmp_path)
     assert (r.returncode, r.stdout, r.stderr) == (0, "", f"{good}: already in mcpipe's own layout\n")
+
+
+def test_a_spec_file_holding_a_string_is_told_the_spec_must_be_an_object_with_steps(tmp_path):
+    # `check` prints the same line: docs/cli.md shows it (test_first_hour_again.py checks the docs' lines)
+    command = "run"
+    spec = write(tmp_path / "s.yaml", '"str"\n')
+    r = mcpipe(command, str(spec), cwd=tmp_path)
+    assert (r.returncode, r.stdout, r.stderr.splitlines()) == (
+        1,
+        "",
+        [f"mcpipe {command}: error: {spec}: a pipeline spec must be an object with `steps`, got a string"],
+    )

@@ -234,6 +234,11 @@ DOCS_ERRORS = [
         {"p.json": '{"steps": [\n {"tool": "echo"},]}'},
     ),
     (
+        "mcpipe check: error: p.json: a pipeline spec must be an object with `steps`, got a string",
+        ["check", "p.json"],
+        {"p.json": '"fetch the page"'},
+    ),
+    (
         "error: mcpipe.toml:pipe.max_depth: expected `int`, got `str`",
         ["check", "--config", "mcpipe.toml"],
         {"mcpipe.toml": '[pipe]\nmax_depth = "deep"\n'},

@@ -368,7 +368,7 @@ def _load_spec(path: str) -> Any:
 
     Raises:
         _Usage: the file cannot be read.
-        _Invalid: it does not parse (the message has the line and column).
+        _Invalid: it does not parse (the message has the line and column), or it holds a string.
     """
     name = _name(path)
     try:
@@ -383,10 +383,14 @@ def _load_spec(path: str) -> Any:
     as_json = suffix == ".json" or (suffix not in (".yaml", ".yml") and text.lstrip()[:1] in ("{", "["))
     if as_json:
         try:
-            return orjson.loads(text)
+            spec = orjson.loads(text)
         except orjson.JSONDecodeError as e:
             raise _Invalid(f"{name}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
-    return _load_yaml(text, name)
+    else:
+        spec = _load_yaml(text, name)
+    if isinstance(spec, str):  # the file's text is already parsed: a string is not JSON text to parse again
+        raise _Invalid(f"{name}: a pipeline spec must be an object with `steps`, got a string")
+    return spec
 
 
 def _load_yaml(text: str, name: str) -> Any:

@@ -242,7 +242,12 @@ def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None]:
         try:
             return orjson.loads(raw), raw
         except orjson.JSONDecodeError as e:
-            raise SpecError([Problem(loc, ErrorCode.INVALID_SPEC, f"invalid JSON: {_json_error(e)}")]) from None
+            text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+            if text.lstrip()[:1] not in ("{", "["):  # not meant as JSON text: a string where the spec goes
+                message = "a pipeline spec must be an object with `steps` (or its JSON text), got a string"
+            else:
+                message = f"invalid JSON: {_json_error(e)}"
+            raise SpecError([Problem(loc, ErrorCode.INVALID_SPEC, message)]) from None
     try:
         key = orjson.dumps(spec)
     except TypeError:
