@@ -325,6 +325,17 @@ def test_invalid_json_text_names_line_and_column():
     assert found[0][2].startswith("invalid JSON:") and "line 2" in found[0][2]
 
 
+@pytest.mark.parametrize("bad", ["9a", "has space", "a.b"])
+def test_an_invalid_id_is_reported_once_at_every_depth(bad):
+    message = f"invalid id '{bad}': ids match [A-Za-z_][A-Za-z0-9_-]*"
+    spec = {"steps": [tool(bad), {"pipe": {"steps": [tool(bad)]}}, {"parallel": [tool(bad)]}]}
+    assert problems(spec) == [
+        ("steps[0].id", "INVALID_SPEC", message),
+        ("steps[1].pipe.steps[0].id", "INVALID_SPEC", message),
+        ("steps[2].parallel[0].id", "INVALID_SPEC", message),
+    ]
+
+
 def test_a_string_that_is_not_json_text_is_told_the_spec_must_be_an_object_with_steps():
     message = "a pipeline spec must be an object with `steps` (or its JSON text), got a string"
     assert problems("str") == [("", "INVALID_SPEC", message)]

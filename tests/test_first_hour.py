@@ -458,3 +458,12 @@ def test_a_spec_file_holding_a_string_is_told_the_spec_must_be_an_object_with_st
         "",
         [f"mcpipe {command}: error: {spec}: a pipeline spec must be an object with `steps`, got a string"],
     )
+
+
+def test_check_reports_an_invalid_step_id_once(tmp_path):
+    spec = write(tmp_path / "p.yaml", "steps:\n  - {id: bad id, tool: echo, args: {text: x}}\n")
+    r = mcpipe("check", str(spec), cwd=tmp_path)
+    assert (r.returncode, r.stderr.splitlines()) == (
+        1,
+        [f"{spec}: steps[0].id: invalid id 'bad id': ids match [A-Za-z_][A-Za-z0-9_-]* [INVALID_SPEC]"],
+    )

@@ -26,6 +26,7 @@ from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
     DEFAULT_LIMITS,
+    STEP_ID,
     WHOLE_REFERENCE,
     ArgumentSite,
     Checker,
@@ -384,6 +385,9 @@ class _Compiler:
             self.problem(loc, f"a step needs exactly one of `tool`, `parallel` or `pipe` (found {which})")
             return None
         kind = kinds[0]
+        given = data.get("id")
+        if self.check.check_ids and isinstance(given, str) and given and not STEP_ID.fullmatch(given):
+            data = {k: v for k, v in data.items() if k != "id"}  # its problem is reported once, by `assign_ids`
         spec = self.decode(data, STEP_KINDS[kind], loc, "a step")
         # The fields every step shares, compiled even when the step's own fields have problems.
         refs: list[tuple[str, str]] = []
