@@ -467,3 +467,33 @@ def test_check_reports_an_invalid_step_id_once(tmp_path):
         1,
         [f"{spec}: steps[0].id: invalid id 'bad id': ids match [A-Za-z_][A-Za-z0-9_-]* [INVALID_SPEC]"],
     )
+
+
+def test_the_check_config_summary_counts_what_a_piraeus_section_serves(tmp_path):
+    upstream = Path(__file__).parent / "formats" / "piraeus" / "upstream"
+    exports = tmp_path / "exports"
+    for folder, name in (
+        ("tools", "EXAMPLE_STOCK_QUOTE_CONFIG.json"),
+        ("prompts", "test_database_endpoints.mock_prompt.json"),
+    ):
+        write(exports / folder / name, (upstream / name).read_text())
+    flow = {"name": "f", "steps": [{"step": 1, "type": "prompt", "name": "greeting", "inputs": {"name": "${who}"}}]}
+    write(exports / "flows" / "f.json", orjson.dumps(flow).decode())
+    config = write(
+        tmp_path / "c.toml",
+        """
+        [audit]
+        enabled = false
+        [piraeus]
+        tools = "exports/tools/*.json"
+        prompts = "exports/prompts/*.json"
+        flows = "exports/flows/*.json"
+        secrets = { ALPHA_VANTAGE_API_KEY = "demo" }
+        """,
+    )
+    r = mcpipe("check", "--config", str(config), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == (
+        f"{config}: ok (0 downstream servers, 0 python_tools entries, 0 pipelines, "
+        "1 piraeus tool, 1 piraeus prompt, 1 piraeus flow, 1 workflow tool)"
+    )

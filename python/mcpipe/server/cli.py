@@ -377,6 +377,10 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         from mcpipe.formats.noetl import playbook_count
 
         counts.append(_count(playbook_count(config), "playbook"))
+    if config.piraeus is not None or config.workflow is not None:
+        from mcpipe.formats.noetl import served_counts
+
+        counts += [_count(n, kind) for kind, n in served_counts(config).items()]
     print(f"{path}: ok ({', '.join(counts)})")
     return 0
 

@@ -56,6 +56,7 @@ __all__ = [
     "model_problems",
     "model_sources",
     "playbook_count",
+    "served_counts",
 ]
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -637,6 +638,35 @@ def model_problems(config: Any) -> list[Problem]:
 def playbook_count(config: Any) -> int:
     """How many playbook files the config's ``playbooks`` globs name (for ``mcpipe check --config``'s summary)."""
     return len(_playbook_files(config)[0])
+
+
+def served_counts(config: Any) -> dict[str, int]:
+    """What the config's ``workflow`` and ``piraeus`` sections serve, for ``mcpipe check --config``'s summary:
+    ``{"piraeus tool": 3, "piraeus prompt": 1, "piraeus flow": 2, "workflow tool": 1}`` (only the sections
+    present; an empty dict when neither is). Read after the config has been checked."""
+    from mcpipe.workflow import load_workflow
+
+    if getattr(config, "piraeus", None) is None and getattr(config, "workflow", None) is None:
+        return {}
+    presets, _ = load_models(getattr(config, "models", None) or {})
+    models = Models(presets)
+    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
+    counts: dict[str, int] = {}
+    has_workflow = workflow is not None and workflow.enabled
+    if getattr(config, "piraeus", None) is not None:
+        from mcpipe.formats.piraeus import load_piraeus
+
+        piraeus, _ = load_piraeus(config, models, workflow if not wp else None)
+        if piraeus is not None:
+            counts = {
+                "piraeus tool": len(piraeus.tools),
+                "piraeus prompt": len(piraeus.prompts),
+                "piraeus flow": len(piraeus.flows),
+            }
+            has_workflow = piraeus.workflow is not None
+    if has_workflow:
+        counts["workflow tool"] = 1
+    return counts
 
 
 def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:
