@@ -81,9 +81,9 @@ async def test_a_bad_config_exits_2_listing_every_problem(tmp_path):
     assert r.returncode == 2 and "pipe.max_steps" in err and "mcpServers.a" in err
 
 
-async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open(tmp_path):
+async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open_and_logs_as_stdio(tmp_path):
     args = [sys.executable, "-m", "mcpipe", "serve", "--stdio"]
-    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.DEVNULL}
+    pipes = {"stdin": subprocess.PIPE, "stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
     proc = await trio.lowlevel.open_process(args, cwd=tmp_path, **pipes)
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     try:
@@ -97,8 +97,14 @@ async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open(
             proc.send_signal(signal.SIGTERM)
             await proc.wait()
             elapsed = trio.current_time() - t0
+            log = b""
+            while chunk := await proc.stderr.receive_some():
+                log += chunk
     finally:
         if proc.returncode is None:
             proc.kill()
     assert json.loads(reply)["result"]["serverInfo"]["name"] == "mcpipe"
     assert proc.returncode == 0 and elapsed < 3
+    # The signal is logged as the stdio server's, not the HTTP front's.
+    assert "INFO mcpipe.stdio: received SIGTERM: shutting down" in log.decode()
+    assert "mcpipe.http" not in log.decode()

@@ -461,11 +461,12 @@ def _matches(value: str, allowed: list[str]) -> bool:
     return bool(value) and any(value == a or (a.endswith(":*") and value.startswith(a[:-1])) for a in allowed)
 
 
-async def signalled() -> None:
-    """Return on the first SIGINT or SIGTERM (a hypercorn ``shutdown_trigger``)."""
+async def signalled(log: logging.Logger = _log) -> None:
+    """Return on the first SIGINT or SIGTERM (a hypercorn ``shutdown_trigger``), logging it on ``log`` (the
+    logger of what shuts down: ``mcpipe.http`` by default, ``mcpipe.stdio``, ``mcpipe.runs``)."""
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async for signum in signals:
-            _log.info("received %s: shutting down", signal.Signals(signum).name)
+            log.info("received %s: shutting down", signal.Signals(signum).name)
             return
 
 

@@ -8,6 +8,7 @@ serving, fd 0 reads the null device and fd 1 writes to stderr, so stray output c
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -22,6 +23,8 @@ from mcpipe.server._app import App
 from mcpipe.server._http import signalled
 
 __all__ = ["serve_stdio"]
+
+_log = logging.getLogger("mcpipe.stdio")
 
 
 class _Lines:
@@ -92,7 +95,7 @@ async def serve_stdio(app: App, *, handle_signals: bool = True) -> None:
         if handle_signals:
 
             async def stop_on_signal() -> None:
-                await signalled()
+                await signalled(_log)
                 # Calls in flight answer CANCELLED before the streams close (bounded: a stuck write does
                 # not hold the shutdown).
                 app.handlers.shut_down()

@@ -463,7 +463,7 @@ async def _work(config: Config, worker_id: str | None) -> None:
         await nursery.start(worker.run)
         log.info("worker %s: executing queued runs", worker.id)
         print(f"worker {worker.id} ready", file=sys.stderr, flush=True)
-        await signalled()
+        await signalled(log)
         nursery.cancel_scope.cancel()
 
 
