@@ -287,3 +287,19 @@ def test_yaml_dates_stay_strings_as_in_json(workdir, capsys):
     spec.write_text("vars: {day: 2024-01-02}\nsteps:\n  - tool: echo\n    args: {day: '${vars.day}'}\n")
     assert main(["run", str(spec)]) == 0
     assert orjson.loads(capsys.readouterr().out)["result"] == {"day": "2024-01-02"}
+
+
+def test_run_answers_as_the_server_does_by_default_and_answer_chooses_the_records(workdir, capsys):
+    spec = write(workdir / "p.json", {"steps": [{"id": "a", "tool": "echo", "args": {"x": 1}}]})
+    answers = {}
+    for mode in (None, "result", "steps", "full"):
+        assert main(["run", spec, *(["--answer", mode] if mode else [])]) == 0
+        answers[mode] = orjson.loads(capsys.readouterr().out)
+    assert answers[None] == {**answers["result"], "duration_ms": answers[None]["duration_ms"]}
+    assert "steps" not in answers["result"] and answers["result"]["result"] == {"x": 1}
+    assert "output" not in answers["steps"]["steps"]["a"] and answers["steps"]["steps"]["a"]["ok"] is True
+    assert answers["full"]["steps"]["a"]["output"] == {"x": 1}
+    # The spec's own `answer` is what it asks for: the option is the default when it says nothing.
+    spec = write(workdir / "q.json", {"answer": "full", "steps": [{"id": "a", "tool": "echo", "args": {"x": 1}}]})
+    assert main(["run", spec, "--answer", "result"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["steps"]["a"]["output"] == {"x": 1}

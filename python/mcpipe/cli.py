@@ -103,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
         default="auto",
         help="show steps starting and finishing on stderr (auto: when stderr is a terminal)",
     )
+    run.add_argument(
+        "--answer",
+        choices=["result", "steps", "full"],
+        default="result",
+        help="what the answer holds when the spec does not say (its `answer`): the result (and what ran, on "
+        "failure), a summary per step, or every step's full record (default: result, as the server answers)",
+    )
     _debug_option(run)
     run.set_defaults(func=_run)
 
@@ -253,7 +260,7 @@ def _run(ns: argparse.Namespace) -> int:
     registry = _registry(ns.tools, builtin=not ns.no_builtin)
     show = ns.progress == "always" or (ns.progress == "auto" and sys.stderr.isatty())
     on_event = _Progress(sys.stderr).on_event if show else None
-    answer = trio.run(lambda: run_pipeline(spec, registry, on_event=on_event))
+    answer = trio.run(lambda: run_pipeline(spec, registry, on_event=on_event, answer=ns.answer))
     return _answered(ns.spec, answer)
 
 
