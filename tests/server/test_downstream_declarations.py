@@ -74,7 +74,9 @@ def _apps(strict: bool) -> dict[str, Any]:
     }
 
 
-async def test_with_mcp_apps_on_a_downstream_tools_meta_ui_is_narrowed_and_strict_mode_refuses_the_list() -> None:
+async def test_with_mcp_apps_a_downstream_tools_meta_ui_is_narrowed_and_strict_mode_leaves_the_tool_out(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     echo = {"name": "shown", "steps": [{"kind": "value", "id": "v", "value": 1}], "meta": {"ui": {"x": ["y"]}}}
     cfg = make_config(apps=_apps(False), mcpServers={"m": _downstream()}, pipelines=[echo])
     strict = make_config(apps=_apps(True), mcpServers={"m": _downstream(include=["plain", "chart"])})
@@ -89,8 +91,15 @@ async def test_with_mcp_apps_on_a_downstream_tools_meta_ui_is_narrowed_and_stric
                     assert tools["shown"]["_meta"] == echo["meta"]  # a declared tool's meta is the operator's
         assert app.downstreams.servers[0].tools["m.chart"].meta == declared.CHART_META  # narrowed a copy
         async with running(strict) as app, Client(app.server, mode="2026-07-28") as c:
-            with pytest.raises(Exception, match=r"MCP Apps strict mode: tool 'm\.chart' _meta\.ui escaped"):
-                await c.list_tools()
+            # One server's tool beyond the policy is left out; the others are still listed.
+            for _ in range(2):
+                listed = set(_wire((await c.list_tools()).tools))
+                assert "m.plain" in listed and "m.chart" not in listed
+    left_out = [r.getMessage() for r in caplog.records if "left out of tools/list" in r.getMessage()]
+    assert left_out == [
+        "MCP Apps strict mode: tool 'm.chart' _meta.ui escaped operator policy (apps.strict = true): "
+        "the tool is left out of tools/list"
+    ]
 
 
 def _narrowed() -> dict[str, Any]:

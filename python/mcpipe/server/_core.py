@@ -450,6 +450,8 @@ class ToolHandlers:
         """A call naming no tool is the JSON-RPC error -32602 (``unknown tool: x``), not an error result."""
         self.apps = apps
         """MCP Apps' policy (:class:`mcpipe.server._apps.AppsPolicy`), or None when apps are off."""
+        self._strict_left_out: set[str] = set()
+        """Downstream tools ``apps.strict`` left out of a listing (each logged once)."""
         self.caching = caching
         """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
@@ -511,16 +513,15 @@ class ToolHandlers:
     def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
         """The ``tools/list`` entries ``principal`` may see (a downstream tool's ``_meta`` held to MCP Apps'
         policy when apps are on)."""
-        return self._listed_tools(principal, identity)[0]
+        return self._listed_tools(principal, identity)
 
-    def _listed_tools(self, principal: str | None, identity: Any = None) -> tuple[list[dict[str, Any]], str | None]:
-        """The visible entries, and the refusal of ``apps.strict`` when a downstream tool's ``_meta`` went beyond
-        the policy (None: none did)."""
+    def _listed_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+        """The visible entries. Under ``apps.strict`` a downstream tool whose ``_meta`` went beyond the policy is
+        left out (one log line per tool): one server's tool never takes the others' listing down."""
         policy = self.gateway.policy
         trust = self.gateway.trust
         probe = ToolContext(principal=principal, request=Request(identity=identity))
         tools: list[dict[str, Any]] = []
-        refused = None
         for t in self.gateway:
             if t.name == PIPE_TOOL or not policy.allows(principal, t.name):
                 continue
@@ -528,20 +529,23 @@ class ToolHandlers:
                 continue
             entry = tool_wire(t)
             if self.apps is not None and isinstance(t, DownstreamTool):
-                refused = self.apps.apply_tool(entry) or refused
+                refused = self.apps.apply_tool(entry)
+                if refused is not None:
+                    if t.name not in self._strict_left_out:
+                        self._strict_left_out.add(t.name)
+                        _log.warning("%s: the tool is left out of tools/list", refused)
+                    continue
             tools.append(entry)
         if self.pipe is None:
-            return tools, refused
-        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools], refused
+            return tools
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
     ) -> dict[str, Any]:
         await self.gateway.ready()
         self._remember_client(ctx)
-        tools, refused = self._listed_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
-        if refused is not None:
-            raise MCPError(types.INTERNAL_ERROR, refused)
+        tools = self._listed_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
         out: dict[str, Any] = {"tools": tools}
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
