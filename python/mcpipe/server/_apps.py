@@ -35,6 +35,10 @@ _OPENAI_AXES = (
 )
 _OPENAI_KEYS = frozenset(alias for alias, _ in _OPENAI_AXES)
 _OPENAI_DOMAIN = "openai/widgetDomain"
+_OPENAI_TEMPLATE = "openai/outputTemplate"
+_FLAT_RESOURCE_URI = "ui/resourceUri"  # the extension's earlier, flat spelling of ``ui.resourceUri``
+_VISIBILITY = frozenset({"model", "app"})
+UI_SCHEME = "ui://"
 
 
 def _intersect(upstream: list[str], operator: list[str]) -> list[str]:
@@ -143,6 +147,62 @@ class AppsPolicy:
             violations.append(f"{where} dropped {dropped} (outside operator allow-list)")
         if narrowed != upstream:
             csp[key] = narrowed
+
+    def clamp_tool(self, meta: Any) -> list[str]:
+        """Narrow one tool's ``_meta`` in place (a downstream's, as listed); the violations.
+
+        What :meth:`clamp` holds a resource's ``_meta`` to, and the tool's own fields of the extension held to
+        their types: ``ui`` an object, ``ui.resourceUri`` (and the flat ``ui/resourceUri``,
+        ``openai/outputTemplate``) a ``ui://`` URI, ``ui.visibility`` a list of ``"model"`` and ``"app"``;
+        an ill-typed one is removed (an entry of ``visibility`` outside the two, left out)."""
+        violations = self.clamp(meta)
+        if not isinstance(meta, dict):
+            return violations
+        for key in (_FLAT_RESOURCE_URI, _OPENAI_TEMPLATE):
+            if key in meta:
+                self._ui_uri(meta, key, key, violations)
+        if "ui" not in meta:
+            return violations
+        ui = meta["ui"]
+        if not isinstance(ui, dict):
+            del meta["ui"]
+            violations.append("ui dropped (not an object)")
+            return violations
+        if "resourceUri" in ui:
+            self._ui_uri(ui, "resourceUri", "ui.resourceUri", violations)
+        if "visibility" in ui:
+            seen = ui["visibility"]
+            if not isinstance(seen, list):
+                del ui["visibility"]  # left out: visible to both, the extension's default
+                violations.append("ui.visibility dropped (not a list)")
+            else:
+                kept = [v for v in seen if isinstance(v, str) and v in _VISIBILITY]
+                if len(kept) != len(seen):
+                    violations.append(f"ui.visibility dropped {len(seen) - len(kept)} entries not 'model' or 'app'")
+                    ui["visibility"] = kept
+        return violations
+
+    @staticmethod
+    def _ui_uri(holder: dict[str, Any], key: str, where: str, violations: list[str]) -> None:
+        uri = holder[key]
+        if not isinstance(uri, str) or not uri.startswith(UI_SCHEME):
+            del holder[key]
+            violations.append(f"{where} dropped (not a {UI_SCHEME} URI)")
+
+    def apply_tool(self, entry: dict[str, Any]) -> str | None:
+        """Clamp a listed tool's ``_meta`` (a copy: never the downstream's own); in ``strict`` mode, the refusal
+        when it went beyond the policy (None: served, narrowed)."""
+        if "_meta" not in entry:
+            return None
+        entry["_meta"] = meta = copy.deepcopy(entry["_meta"])
+        found = self.clamp_tool(meta)
+        if not found:
+            return None
+        name = entry.get("name")
+        _log.debug("mcp-apps: narrowed _meta of tool %s to the policy: %s", name, found)
+        if self.strict:
+            return f"MCP Apps strict mode: tool '{name}' _meta.ui escaped operator policy (apps.strict = true)"
+        return None
 
     def apply(self, items: list[Any], uri: str) -> str | None:
         """Clamp the ``_meta`` of each listed entry or read content; in ``strict`` mode, the refusal when any

@@ -42,7 +42,7 @@ from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_un
 from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
-from mcpipe.tools.downstream import Downstreams
+from mcpipe.tools.downstream import Downstreams, DownstreamTool
 from mcpipe.trust import TrustDenied
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
@@ -108,8 +108,11 @@ def tool_wire(tool: Tool) -> dict[str, Any]:
     annotations = getattr(tool, "annotations", None)
     if annotations:
         entry["annotations"] = annotations
+    icons = getattr(tool, "icons", None)
+    if icons:
+        entry["icons"] = icons
     meta = getattr(tool, "meta", None)
-    if meta:  # a declared pipeline's `meta` (MCP Apps' `_meta.ui.resourceUri`, ...)
+    if meta:  # a declared pipeline's `meta`, a downstream tool's `_meta` (MCP Apps' `_meta.ui.resourceUri`, ...)
         entry["_meta"] = meta
     return entry
 
@@ -447,6 +450,8 @@ class ToolHandlers:
         """A call naming no tool is the JSON-RPC error -32602 (``unknown tool: x``), not an error result."""
         self.apps = apps
         """MCP Apps' policy (:class:`mcpipe.server._apps.AppsPolicy`), or None when apps are off."""
+        self._strict_left_out: set[str] = set()
+        """Downstream tools ``apps.strict`` left out of a listing (each logged once)."""
         self.caching = caching
         """The config's ``caching`` hints (None: mcpipe's own, below)."""
         self.runs = runs
@@ -506,16 +511,31 @@ class ToolHandlers:
         return self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
 
     def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+        """The ``tools/list`` entries ``principal`` may see (a downstream tool's ``_meta`` held to MCP Apps'
+        policy when apps are on)."""
+        return self._listed_tools(principal, identity)
+
+    def _listed_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+        """The visible entries. Under ``apps.strict`` a downstream tool whose ``_meta`` went beyond the policy is
+        left out (one log line per tool): one server's tool never takes the others' listing down."""
         policy = self.gateway.policy
         trust = self.gateway.trust
         probe = ToolContext(principal=principal, request=Request(identity=identity))
-        tools = [
-            tool_wire(t)
-            for t in self.gateway
-            if t.name != PIPE_TOOL
-            and policy.allows(principal, t.name)
-            and (trust is None or trust.visible(t.name, probe))
-        ]
+        tools: list[dict[str, Any]] = []
+        for t in self.gateway:
+            if t.name == PIPE_TOOL or not policy.allows(principal, t.name):
+                continue
+            if trust is not None and not trust.visible(t.name, probe):
+                continue
+            entry = tool_wire(t)
+            if self.apps is not None and isinstance(t, DownstreamTool):
+                refused = self.apps.apply_tool(entry)
+                if refused is not None:
+                    if t.name not in self._strict_left_out:
+                        self._strict_left_out.add(t.name)
+                        _log.warning("%s: the tool is left out of tools/list", refused)
+                    continue
+            tools.append(entry)
         if self.pipe is None:
             return tools
         return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
@@ -525,7 +545,8 @@ class ToolHandlers:
     ) -> dict[str, Any]:
         await self.gateway.ready()
         self._remember_client(ctx)
-        out: dict[str, Any] = {"tools": self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))}
+        tools = self._listed_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
+        out: dict[str, Any] = {"tools": tools}
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
             down = self.passthrough.downstreams.unavailable()

@@ -105,7 +105,11 @@ class TransportError(CallError):
 
 @dataclass(slots=True)
 class DownstreamTool:
-    """One tool of a downstream server, served under ``name`` (its remote name with the server's prefix)."""
+    """One tool of a downstream server, served under ``name`` (its remote name with the server's prefix).
+
+    Its declaration is kept as the server gave it (``title``, ``annotations``, ``icons`` and ``_meta`` as wire
+    JSON), so mcpipe lists it unchanged but for the name (``docs/gateway.md``). The server's ``execution`` is
+    left out: mcpipe runs a downstream tool's calls itself and says its own task support."""
 
     name: str
     remote_name: str
@@ -114,9 +118,31 @@ class DownstreamTool:
     output_schema: dict[str, Any] | None
     server: DownstreamServer
     annotations: dict[str, Any] | None = None
+    title: str | None = None
+    icons: list[dict[str, Any]] | None = None
+    meta: dict[str, Any] | None = None
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         return await self.server.call(self.remote_name, args, ctx)
+
+
+def _declared(name: str, t: Any, server: DownstreamServer) -> DownstreamTool:
+    """A listed ``Tool`` of ``server`` served as ``name``, every field of its declaration in wire form
+    (camelCase annotations, the icons' and ``_meta``'s JSON)."""
+    hints = t.annotations.model_dump(by_alias=True, exclude_none=True, mode="json") if t.annotations else None
+    icons = [i.model_dump(by_alias=True, exclude_none=True, mode="json") for i in t.icons] if t.icons else None
+    return DownstreamTool(
+        name,
+        t.name,
+        t.description or "",
+        t.input_schema,
+        t.output_schema,
+        server,
+        hints or None,
+        title=t.title,
+        icons=icons,
+        meta=dict(t.meta) if t.meta else None,
+    )
 
 
 class _WatchedRead:
@@ -388,10 +414,7 @@ class DownstreamServer:
                     if len(tools) >= limit and name not in tools:
                         left_out += 1
                         continue
-                    hints = t.annotations.model_dump(exclude_none=True) if t.annotations is not None else None
-                    tools[name] = DownstreamTool(
-                        name, t.name, t.description or "", t.input_schema, t.output_schema, self, hints
-                    )
+                    tools[name] = _declared(name, t, self)
             cursor = page.next_cursor
             del page
             if not cursor or left_out:
