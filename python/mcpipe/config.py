@@ -37,7 +37,7 @@ from mcpipe.access import (
     check_mtls,
     check_oidc,
 )
-from mcpipe.errors import ConfigError, ErrorCode, Problem
+from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
@@ -771,7 +771,7 @@ def _expand(value: str, where: str, problems: list[Problem], environ: dict[str, 
         got = environ.get(name)
         if got is None:
             if default is None:
-                problems.append(Problem(where, CODE, f"environment variable `{name}` is not set"))
+                problems.append(Problem(where, UNSET_ENV, f"environment variable `{name}` is not set"))
                 return ""
             return default
         return got
@@ -902,7 +902,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             problems.append(Problem(f"{where}.env", CODE, f"`{t.env}` is already used by auth.tokens[{seen[t.env]}]"))
         seen.setdefault(t.env, i)
         if not environ.get(t.env):
-            problems.append(Problem(f"{where}.env", CODE, f"environment variable `{t.env}` is not set or empty"))
+            problems.append(Problem(f"{where}.env", UNSET_ENV, f"environment variable `{t.env}` is not set or empty"))
         if not t.principal:
             problems.append(Problem(f"{where}.principal", CODE, "must not be empty"))
     for tool, cost in cfg.costs.items():
@@ -1045,6 +1045,7 @@ def parse_config(
     *,
     base_dir: str = ".",
     environ: dict[str, str] | None = None,
+    warnings: list[Problem] | None = None,
 ) -> Config:
     """Decode and check a config document.
 
@@ -1053,6 +1054,10 @@ def parse_config(
         fmt: its format.
         base_dir: what relative paths in it are relative to.
         environ: where ``${VAR}`` and token variables are read (default: ``os.environ``).
+        warnings: when given (``mcpipe check``), an environment variable the file reads and ``environ`` lacks
+            is a warning appended here (``mcpipe serve`` refuses the file until it is set), not an error,
+            and so is what follows from its empty value at the same place; the config is then returned as
+            read with the variable empty, to be checked, not served.
 
     Raises:
         ConfigError: listing every problem found, each with its location.
@@ -1078,20 +1083,44 @@ def parse_config(
 
     foreign = detect_config(raw)
     if foreign is None:
-        return _parse_raw(raw, base_dir, env)
-    translation = foreign.translate(raw, base_dir=base_dir, environ=env)
-    found: list[Problem] = []
-    try:
-        cfg = _parse_raw(translation.raw, base_dir, env)
-    except ConfigError as exc:
-        found = [Problem(translation.locate(p.location), p.code, p.message) for p in exc.problems]
-    if translation.problems or found:
-        raise ConfigError([*translation.problems, *found])
+        cfg, problems = _parse_raw(raw, base_dir, env)
+    else:
+        translation = foreign.translate(raw, base_dir=base_dir, environ=env)
+        cfg, found = _parse_raw(translation.raw, base_dir, env)
+        problems = [*translation.problems, *(Problem(translation.locate(p.location), p.code, p.message) for p in found)]
+    errors = _settle_unset(problems, warnings)
+    if errors:
+        raise ConfigError(errors)
     return cfg
 
 
-def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]) -> Config:
-    """Decode and check a document in mcpipe's own layout."""
+def _settle_unset(problems: list[Problem], warnings: list[Problem] | None) -> list[Problem]:
+    """The errors among ``problems``: an unset environment variable is one (``INVALID_CONFIG``) unless
+    ``warnings`` is given; then it is a warning, and a problem at, inside or around its place follows from
+    the empty value it left, so it is dropped (one at the same place or inside it)."""
+    if warnings is None:
+        return [Problem(p.location, CODE, p.message) if p.code == UNSET_ENV else p for p in problems]
+    unset = [p for p in problems if p.code == UNSET_ENV]
+    for p in unset:
+        warning = Problem(p.location, CODE, f"{p.message}: `mcpipe serve` refuses the file until it is")
+        if warning not in warnings:
+            warnings.append(warning)
+
+    def follows(p: Problem) -> bool:
+        return any(_nested(p.location, u.location) for u in unset)
+
+    return [p for p in problems if p.code != UNSET_ENV and not follows(p)]
+
+
+def _nested(inner: str, outer: str) -> bool:
+    """``inner`` is ``outer`` or a place inside it (``a.b[0]`` is inside ``a.b``)."""
+    return inner == outer or inner.startswith((f"{outer}.", f"{outer}["))
+
+
+def _parse_raw(
+    raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]
+) -> tuple[Config, list[Problem]]:
+    """Decode and check a document in mcpipe's own layout: the config, and every problem found."""
     from mcpipe.formats import load_extensions
 
     load_extensions(raw)  # a format's step kinds and answer shapes, when the pipelines name them
@@ -1129,9 +1158,7 @@ def _parse_raw(raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Env
         from mcpipe.formats.noetl import model_problems
 
         problems.extend(model_problems(cfg))
-    if problems:
-        raise ConfigError(problems)
-    return cfg
+    return cfg, problems
 
 
 _FORMATS: dict[str, Literal["toml", "yaml", "json"]] = {
@@ -1142,8 +1169,11 @@ _FORMATS: dict[str, Literal["toml", "yaml", "json"]] = {
 }
 
 
-def load_config(path: str | os.PathLike[str], *, environ: dict[str, str] | None = None) -> Config:
+def load_config(
+    path: str | os.PathLike[str], *, environ: dict[str, str] | None = None, warnings: list[Problem] | None = None
+) -> Config:
     """Read a config file; its format follows its suffix (``.toml``, ``.yaml``/``.yml``, ``.json``).
+    ``warnings``: as for :func:`parse_config` (each located in the file).
 
     Raises:
         ConfigError: the file cannot be read or has problems (every one listed, located).
@@ -1156,12 +1186,16 @@ def load_config(path: str | os.PathLike[str], *, environ: dict[str, str] | None 
         data = p.read_bytes()
     except OSError as exc:
         raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")], unreadable=True) from None
+    found: list[Problem] | None = None if warnings is None else []
     try:
-        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ)
+        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found)
     except ConfigError as exc:
         raise ConfigError(
             [Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in exc.problems]
         ) from None
+    finally:
+        if warnings is not None and found:
+            warnings.extend(Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in found)
 
 
 def resolve_path(cfg: Config, path: str) -> str:

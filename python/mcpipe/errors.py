@@ -195,6 +195,12 @@ class UnknownToolError(MCPipeError, LookupError):
         super().__init__(f"unknown tool '{name}'")
 
 
+UNSET_ENV = "UNSET_ENV"
+"""The code of a config problem that is only an environment variable the config reads and the environment
+lacks, while the config is parsed: :func:`mcpipe.config.parse_config` turns it into ``INVALID_CONFIG``
+(``mcpipe serve`` refuses the file) or, when asked for warnings (``mcpipe check``), into a warning."""
+
+
 class Problem(msgspec.Struct, frozen=True):
     """One problem found while validating a spec or a config.
 

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
-from mcpipe.errors import ErrorCode, Problem
+from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
 
 __all__ = [
     "AccessConfig",
@@ -425,7 +425,7 @@ def _secret(
     if value is not None and env is not None:
         problems.append(Problem(f"{where}.{key}", CODE, f"set `{key}` or `{key}_env`, not both"))
     elif env is not None and not environ.get(env):
-        problems.append(Problem(f"{where}.{key}_env", CODE, f"environment variable `{env}` is not set or empty"))
+        problems.append(Problem(f"{where}.{key}_env", UNSET_ENV, f"environment variable `{env}` is not set or empty"))
     elif required and env is None and not value:
         problems.append(
             Problem(f"{where}.{key}", CODE, f"is required (or name it by environment variable with `{key}_env`)")
@@ -473,5 +473,7 @@ def check_credentials(creds: Mapping[str, CredentialConfig], base: str, environ:
                     problems.append(Problem(f"{at}.redeem_client_secret", CODE, "needs `redeem_client_id`"))
             case EnvCredential():
                 if not environ.get(c.env):
-                    problems.append(Problem(f"{at}.env", CODE, f"environment variable `{c.env}` is not set or empty"))
+                    problems.append(
+                        Problem(f"{at}.env", UNSET_ENV, f"environment variable `{c.env}` is not set or empty")
+                    )
     return problems

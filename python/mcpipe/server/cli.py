@@ -341,16 +341,22 @@ def convert_config(path: str, to: str = "yaml", *, explain_only: bool = False) -
 
 def check_config(path: str, *, quiet: bool = False) -> int:
     """Check a config file: print every problem with its location; 1 if there are any, 2 when the file
-    cannot be read, else 0 (and the summary line, unless ``quiet``)."""
+    cannot be read, else 0 (and the summary line, unless ``quiet``). An environment variable the file reads
+    and this environment lacks is a warning (``serve`` refuses the file until it is set): the check runs in
+    CI without the secrets, as mcpg's ``config check`` does."""
     from mcpipe.errors import Problem
     from mcpipe.server._app import load_tool_source
     from mcpipe.tools.builtin import builtin_tools
 
+    warnings: list[Problem] = []
     try:
-        config = load_config(path)
+        config = load_config(path, warnings=warnings)
     except ConfigError as exc:
         _print_problems(exc)
         return 2 if exc.unreadable else 1
+    finally:
+        for line in dict.fromkeys(str(w) for w in warnings):
+            print(f"warning: {line}", file=sys.stderr)
     problems = []
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
@@ -362,7 +368,7 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         from mcpipe.declared import config_problems  # now the python_tools' names are known too
 
         problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
-    problems.extend(_missing_commands(config, path))
+    problems.extend(_missing_commands(config, path, {w.location for w in warnings}))
     if problems:
         _print_problems(ConfigError(problems))
         return 1
@@ -389,9 +395,9 @@ def _count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else many or one + 's'}"
 
 
-def _missing_commands(config: Config, path: str) -> list[Any]:
+def _missing_commands(config: Config, path: str, warned: set[str]) -> list[Any]:
     """Downstream servers whose ``command`` is neither an executable file nor on PATH (``serve`` would
-    start, and retry them in vain)."""
+    start, and retry them in vain); not those whose command reads an unset variable (``warned``)."""
     import os
     import shutil
 
@@ -400,7 +406,7 @@ def _missing_commands(config: Config, path: str) -> list[Any]:
     problems = []
     for name, server in config.mcpServers.items():
         command = server.command
-        if command is None or not server.enabled:
+        if command is None or not server.enabled or f"{path}:mcpServers.{name}.command" in warned:
             continue
         search = (server.env or {}).get("PATH", os.environ.get("PATH"))
         if os.sep in command:

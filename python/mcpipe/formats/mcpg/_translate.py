@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcpipe.errors import Problem
+from mcpipe.errors import UNSET_ENV, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
@@ -88,6 +88,11 @@ class _Out:
 
     def refuse(self, where: str, why: str) -> None:
         self.problems.append(Problem(where, CODE, why))
+
+    def unset(self, where: str, name: str) -> None:
+        """The file reads the environment variable ``name``, which is not set: ``serve`` refuses the file,
+        ``check`` warns (mcpg's ``config check`` does not read the environment)."""
+        self.problems.append(Problem(where, UNSET_ENV, f"environment variable `{name}` is not set"))
 
     def moved(self, new: str, old: str) -> None:
         self.moves.append((new, old))
@@ -206,7 +211,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
             continue
         headers, missing = _expand_all(headers, out)
         if missing:
-            out.refuse(f"{where}.auth", f"environment variable `{missing[0]}` is not set")
+            out.unset(f"{where}.auth", missing[0])
             continue
         safety, sync, flt, defaults = (reg.get(k) or {} for k in ("registry_safety", "sync", "filter", "defaults"))
         entry: dict[str, Any] = {
@@ -244,7 +249,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
                 break
             given, missing = _expand_all({str(k): str(v) for k, v in ((over or {}).get("headers") or {}).items()}, out)
             if missing:
-                out.refuse(f"{at}.headers", f"environment variable `{missing[0]}` is not set")
+                out.unset(f"{at}.headers", missing[0])
                 break
             servers[name] = {
                 "enabled": bool((over or {}).get("enabled", True)),
@@ -938,7 +943,7 @@ def _watch(watch: Mapping[str, Any], where: str, out: _Out) -> dict[str, Any] | 
     elif kind == "webhook":
         token, missing = expand_env(str(strategy.get("token") or ""), out.environ)
         if missing:
-            out.refuse(f"{where}.strategy.token", f"environment variable `{missing[0]}` is not set")
+            out.unset(f"{where}.strategy.token", missing[0])
             return None
         if not token:
             import uuid
@@ -1152,7 +1157,7 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: st
         if isinstance(stream.get("signing_key"), str):
             stream["signing_key"], missing = expand_env(stream["signing_key"], out.environ)
             if missing:
-                out.refuse(f"{where}.query.stream.signing_key", f"environment variable `{missing[0]}` is not set")
+                out.unset(f"{where}.query.stream.signing_key", missing[0])
                 return False
         step["stream"] = stream
     if query.get("max_rows"):
@@ -1621,7 +1626,7 @@ def _cluster(cluster: Mapping[str, Any], out: _Out) -> None:
 
             text = f"{scheme}://:{quote(secret, safe='')}@{rest}"
     if missing:
-        out.refuse("cluster.url", f"environment variable `{missing[0]}` is not set")
+        out.unset("cluster.url", missing[0])
         return
     store = out.section("store")
     store["url"] = text

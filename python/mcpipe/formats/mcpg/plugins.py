@@ -24,7 +24,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcpipe.errors import Problem
+from mcpipe.errors import UNSET_ENV, Problem
 
 __all__ = [
     "PLUGIN_CLASSES",
@@ -111,8 +111,8 @@ _JSONATA = "dev.mcpg.transform.jsonata"
 # -- small helpers ----------------------------------------------------------------------------------------
 
 
-def _problem(problems: list[Problem], loc: str, message: str) -> None:
-    problems.append(Problem(loc, _CODE, message))
+def _problem(problems: list[Problem], loc: str, message: str, code: str = _CODE) -> None:
+    problems.append(Problem(loc, code, message))
 
 
 def _config(entry: Mapping[str, Any], loc: str, problems: list[Problem], pid: str) -> dict[str, Any] | None:
@@ -250,7 +250,10 @@ def _env(value: Any, loc: str, problems: list[Problem], environ: Mapping[str, st
             got = environ.get(m.group(1))
             if got is None:
                 _problem(
-                    problems, loc, f"environment variable `{m.group(1)}` is not set (the plugin's config reads it)"
+                    problems,
+                    loc,
+                    f"environment variable `{m.group(1)}` is not set (the plugin's config reads it)",
+                    UNSET_ENV,
                 )
                 return ""
             return got
@@ -1126,7 +1129,7 @@ def credential_ref(
     variable = target if plugin == "env" else env_credential_variable(plugin, target)
     if environ is not None and not env.get(variable):
         if plugin == "env":
-            _problem(problems, loc, f"{uri!r}: environment variable `{variable}` is not set")
+            _problem(problems, loc, f"{uri!r}: environment variable `{variable}` is not set", UNSET_ENV)
         else:
             _problem(
                 problems,
@@ -1134,6 +1137,7 @@ def credential_ref(
                 f"{uri!r}: no credential issuer `{plugin}` is configured; mcpipe reads this secret from the "
                 "environment "
                 f"variable `{variable}`, which is not set",
+                UNSET_ENV,
             )
         return None
     creds[name] = {"kind": "env", "env": variable}
