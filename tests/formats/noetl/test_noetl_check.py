@@ -75,3 +75,50 @@ async def test_an_undefined_name_at_run_time_fails_its_step_located_and_the_run_
     assert answer["error_code"] == "INTERPOLATION_FAILED"
     assert "workflow[0].tool.input.x: 'nope' is undefined" in answer["error"]
     assert answer["noetl"]["failed_steps"] == ["a"]
+
+
+async def test_top_level_tracing_and_spec_are_warnings_as_noetl_drops_them_and_the_playbook_runs(tmp_path):
+    # NoETL's Playbook model (pydantic, unknown fields dropped) never reads either; its templates have no `spec`.
+    top = "tracing: {enabled: true, service_name: p}\nspec: {state: ready}\n"
+    steps = "  - step: start\n    tool: {kind: python, code: 'result = {\"ok\": 1}'}\n"
+    (tmp_path / "pb.yaml").write_text(HEAD.replace("workflow:\n", top + "workflow:\n") + steps)
+    pb, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
+    assert problems == [] and pb is not None
+    warned = [w.split(":")[0] for w in pb.warnings]
+    assert "tracing" in warned and "spec" in warned
+    assert any("OpenTelemetry" in w for w in pb.warnings)
+    with trio.fail_after(30):
+        answer = await PlaybookTool(pb).run({})
+    assert answer["ok"], answer
+
+
+def test_an_older_iterator_named_by_name_is_read_as_that_step(tmp_path):
+    # NoETL's broker of 2025-10 names a step by `step`, else `name`.
+    (tmp_path / "pb.yaml").write_text(
+        "apiVersion: noetl.io/v1\nkind: Playbook\nname: p\npath: t/p\nworkload: {xs: [1, 2]}\nworkflow:\n"
+        "  - step: start\n    next: [{step: each}]\n"
+        "  - name: each\n    type: iterator\n    collection: '{{ workload.xs }}'\n    element: x\n"
+        "    task: {type: python, code: 'def main(x): return x'}\n    next: [{step: end}]\n"
+        "  - step: end\n"
+    )
+    pb, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
+    assert [str(p) for p in problems] == [] and pb is not None
+    assert "each" in pb.steps
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
+        (
+            "  - step: a\n    tool: {kind: noop}\n    save: [{storage: event_log, data: {x: 1}}]\n",
+            "pb.yaml:7: workflow[0].save: a save is one object (`storage`, `data`, ...): no NoETL engine reads a list",
+        ),
+        (
+            "  - step: a\n    tool: {kind: noop}\n    spec: {next_mode: exclusive}\n",
+            "pb.yaml:7: workflow[0].spec.next_mode: a step's `spec.next_mode` is refused by NoETL itself",
+        ),
+    ],
+)
+def test_what_no_noetl_engine_reads_is_refused_saying_so(tmp_path, steps, expected):
+    problems = check(tmp_path, steps)
+    assert any(p.startswith(expected) for p in problems), problems

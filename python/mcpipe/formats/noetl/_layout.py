@@ -38,10 +38,16 @@ OLD_TOP = (*V2_TOP, "name", "path", "description", "version", "context", "enviro
 """Top-level keys mcpipe reads (``mcp`` is seed 004's extension)."""
 
 REFUSED_TOP = {
-    "tracing": "NoETL's tracing settings have no mcpipe meaning: mcpipe traces through OpenTelemetry (docs)",
-    "spec": "a playbook-level `spec` (NoETL's executor spec) is not supported",
     "vars": "root `vars` are refused by NoETL itself (use `workload`)",
 }
+IGNORED_TOP = {
+    "tracing": "NoETL's Playbook model drops top-level `tracing` (no engine reads it): ignored; mcpipe traces "
+    "through OpenTelemetry (docs/deployment.md, Traces)",
+    "spec": "NoETL's Playbook model drops a top-level `spec` (its executor settings live under `executor.spec`) "
+    "and its templates have no `spec`: ignored, as NoETL ignores it",
+}
+"""Top-level keys of the current layout that NoETL's Playbook model (pydantic, unknown fields dropped) takes
+and never reads: a check warning each, and nothing else."""
 
 V2_STEP = (
     "step",
@@ -319,6 +325,8 @@ def read_doc(raw: Mapping[str, Any]) -> Doc:
     for k in raw:
         if k in REFUSED_TOP:
             r.add(str(k), REFUSED_TOP[k])
+        elif v2 and k in IGNORED_TOP:
+            r.warnings.append(f"{k}: {IGNORED_TOP[k]}")
         elif k not in keys:
             r.add(str(k), f"unknown key `{k}`{did_you_mean(str(k), keys)}")
     meta = raw.get("metadata")
@@ -833,7 +841,8 @@ def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
                 continue
             for k in action:
                 if k != "next":
-                    r.add(f"{aat}.{k}", f"a case's `{k}` is not supported: mcpipe routes by a case's `next`")
+                    why = " (NoETL's engine of 2025-12 re-runs the step)" if k == "retry" else ""
+                    r.add(f"{aat}.{k}", f"a case's `{k}`{why} is not supported: mcpipe routes by a case's `next`")
             targets = action.get("next") or []
             for k, target in enumerate(targets if isinstance(targets, list) else [targets]):
                 arc = _old_arc(r, target, f"{aat}.next[{k}]")
@@ -873,6 +882,9 @@ def _step_spec(r: _Reader, spec: Any, where: str, step: StepSpec) -> None:
                     _admit(r, pv, f"{where}.policy.admit", step)
                 elif pk not in ("lifecycle", "failure", "emit"):
                     r.add(f"{where}.policy.{pk}", f"unknown key `{pk}` of a step's policy (admit)")
+        elif k == "next_mode":
+            # NoETL's parser of canonical v10 (noetl/core/dsl/v2/parser.py, 2026-03) raises on it too.
+            r.add(f"{where}.{k}", "a step's `spec.next_mode` is refused by NoETL itself (use `next.spec.mode`)")
         else:
             r.add(f"{where}.{k}", f"a step's `spec.{k}` is not supported (timeout, policy.admit)")
 
@@ -1076,8 +1088,10 @@ def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: St
         step.tasks.append(TaskSpec(sname, "workbook", f"{where}.task", {"name": body}))
     else:
         r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
+    # NoETL's broker of 2025-10 names a step by `step`, else `name` (`st.get("step") or st.get("name")`)
+    named = ("name",) if "step" not in s else ()
     for k in s:
-        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *REFUSED_STEP, *IGNORED_STEP):
+        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *named, *REFUSED_STEP, *IGNORED_STEP):
             r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
 
 

@@ -105,7 +105,15 @@ class SaveSpec:
 def read_save(raw: Any, where: str, problems: list[Problem], code: str) -> SaveSpec | None:
     """A save block as NoETL's ``extract_save_config`` reads it (flat, or nested under ``storage``), checked."""
     if not isinstance(raw, Mapping):
-        problems.append(Problem(where, code, f"a save is an object (`storage`, `data`, ...), got {json_type(raw)}"))
+        if isinstance(raw, list):
+            # A list of `{when, tool, data}` saves is a design of NoETL's docs/refactor (2025-10); its save plugin
+            # then read one object (`save.get("storage")`, noetl/plugin/save.py at 62a1c659).
+            problems.append(
+                Problem(where, code, "a save is one object (`storage`, `data`, ...): no NoETL engine reads a list")
+            )
+        else:
+            msg = f"a save is an object (`storage`, `data`, ...), got {json_type(raw)}"
+            problems.append(Problem(where, code, msg))
         return None
     for k in raw:
         if k not in _FIELDS:
