@@ -296,7 +296,8 @@ class Arc:
     result) and must be a boolean. ``data`` is the front-end's own (what the target reads of the arcs it
     was reached by, through the ``via`` root); the scheduler does not look at it. ``back`` marks an arc back to
     a node on the way from the entry (it closes a cycle): it is not among the arcs a node waits for, and
-    taking it runs the node again (see :class:`Graph`).
+    taking it runs the node again (see :class:`Graph`). ``retry`` marks an arc back to its own source that
+    retries it: taken after the source failed, it withdraws that failure (the next run decides).
     """
 
     to: int
@@ -304,6 +305,7 @@ class Arc:
     location: str = ""
     data: Any = None
     back: bool = False
+    retry: bool = False
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -328,7 +330,8 @@ class Graph(Step):
     towards ``limits.max_calls``: past either, the graph fails ``LIMIT_EXCEEDED``, located at the arc.
 
     A failed node fails the graph (running nodes are cancelled) unless its ``continue_on_error`` says to go
-    on: then its arcs are decided as for a success, and the graph fails at its end with the first failure.
+    on: then its arcs are decided as for a success, and the graph fails at its end with the first failure
+    (unless an arc marked ``retry`` back to the node itself is taken: then its next run decides).
     The graph's output is the output of the node that finished last among those that took no arc.
     """
 

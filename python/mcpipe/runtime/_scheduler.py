@@ -1107,9 +1107,11 @@ class _Run:
                 run.decide(arc, False)
             return
         run.ran.append(sid)
+        failed_here = False
         if not r["ok"]:
             if run.failure is None:
                 run.failure = (f"step '{r['id']}' failed: {r['error']}", r["error_code"])
+                failed_here = True
             if not keep_going:
                 nursery.cancel_scope.cancel()
                 return
@@ -1138,6 +1140,8 @@ class _Run:
         for arc in step.arcs[i]:
             if not arc.back:
                 run.decide(arc, any(arc is c for c in chosen))
+        if failed_here and any(arc.retry and arc.to == i for arc in chosen):
+            run.failure = None  # retried: the node's next run decides
         for arc in chosen:
             if arc.back:
                 run.restart(arc)

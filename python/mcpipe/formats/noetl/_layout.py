@@ -243,6 +243,20 @@ class ArcSpec:
     case: bool = False
     """From a ``case`` entry (NoETL's v2 engine of 2025-12): its ``when`` is asked at each of the step's
     events (``call.done`` or ``call.error``, then ``step.exit``)."""
+    retry: CaseRetry | None = None
+    """A case's ``retry`` (an arc back to its own step): taken while the step has run fewer than
+    ``max_attempts`` times."""
+
+
+@dataclass(frozen=True)
+class CaseRetry:
+    """A case's ``then.retry`` (NoETL's v2 engine, ``_process_then_actions``): the step runs again, up to
+    ``max_attempts`` runs in all (default 3), ``delay`` seconds after a failure (``backoff``: ``linear``,
+    the default, waits ``delay * n`` before run ``n + 1``; ``exponential`` waits ``delay * 2 ** (n - 1)``)."""
+
+    max_attempts: int = 3
+    delay: float = 0.0
+    backoff: str = "linear"
 
 
 @dataclass
@@ -840,15 +854,52 @@ def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
                 r.add(aat, "an action is `{next: [...]}`")
                 continue
             for k in action:
-                if k != "next":
-                    why = " (NoETL's engine of 2025-12 re-runs the step)" if k == "retry" else ""
-                    r.add(f"{aat}.{k}", f"a case's `{k}`{why} is not supported: mcpipe routes by a case's `next`")
+                if k == "retry":
+                    spec = _case_retry(r, action[k], f"{aat}.retry", step)
+                    if spec is not None:
+                        step.arcs.append(ArcSpec(step.name, f"{aat}.retry", entry["when"], case=True, retry=spec))
+                elif k != "next":
+                    r.add(f"{aat}.{k}", f"a case's `{k}` is not supported: mcpipe routes by `next` and `retry`")
             targets = action.get("next") or []
             for k, target in enumerate(targets if isinstance(targets, list) else [targets]):
                 arc = _old_arc(r, target, f"{aat}.next[{k}]")
                 if arc is not None:
                     arc.when, arc.case = entry["when"], True
                     step.arcs.append(arc)
+
+
+_CASE_RETRY_IGNORED = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
+
+
+def _case_retry(r: _Reader, value: Any, where: str, step: StepSpec) -> CaseRetry | None:
+    """A case's ``retry: {max_attempts, delay, backoff}``, as NoETL's v2 engine reads it (the 1.x names
+    ``initial_delay``, ``backoff_multiplier`` are not read there: a warning says so)."""
+    if value is None:
+        value = {}
+    if not isinstance(value, Mapping):
+        r.add(where, f"a case's retry is `{{max_attempts, delay, backoff}}`, got {json_type(value)}")
+        return None
+    if step.loop is not None:
+        r.add(where, "a case's retry of a loop step is not supported")
+        return None
+    attempts = value.get("max_attempts", 3)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        r.add(f"{where}.max_attempts", f"must be a whole number of at least 1, got {attempts!r}")
+        return None
+    delay = duration_s(value.get("delay", 0))
+    if delay is None or delay > 3600:
+        r.add(f"{where}.delay", f"a duration of at most an hour (`2`, `500ms`), got {value.get('delay')!r}")
+        return None
+    backoff = value.get("backoff", "linear")
+    if backoff not in ("linear", "exponential"):
+        r.add(f"{where}.backoff", f"`linear` or `exponential`, got {backoff!r}")
+        return None
+    for k in value:
+        if k in _CASE_RETRY_IGNORED:
+            r.warnings.append(f"{where}.{k}: NoETL's engine does not read it (a case's retry reads `delay`, `backoff`)")
+        elif k not in ("max_attempts", "delay", "backoff"):
+            r.add(f"{where}.{k}", f"unknown key `{k}` of a case's retry (max_attempts, delay, backoff)")
+    return CaseRetry(attempts, delay, backoff)
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")

@@ -31,7 +31,7 @@ from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
 from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
-from mcpipe.formats.noetl._layout import ArcSpec
+from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
 from mcpipe.formats.noetl._scope import (
@@ -117,6 +117,16 @@ def step_of(key: str) -> str:
     back to it) is ``fetch``'s."""
     base, mark, n = key.rpartition("#")
     return base if mark and n.isdigit() else key
+
+
+def _runs(steps: Mapping[str, Any], name: str) -> int:
+    """How many times ``name`` has run (``name``, ``name#2``, ``name#3``... in ``steps``)."""
+    if name not in steps:
+        return 0
+    n = 2
+    while f"{name}#{n}" in steps:
+        n += 1
+    return n - 1
 
 
 def latest(steps: Mapping[str, Any], name: str) -> Any:
@@ -237,13 +247,15 @@ class ArcWhen:
         scope = self._scope(env)
         if self.arc.otherwise:
             for prior, when in self.earlier:
-                if prior.otherwise or when is None:
+                if prior.otherwise or when is None or self._spent(prior, env):
                     continue
                 if self._holds(when, scope):
                     return False
             return True
         if self.when is None:
             return True
+        if self.arc.retry is not None:
+            return not self._spent(self.arc, env) and self._holds(self.when, scope)
         return self._holds(self.when, scope)
 
     async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
@@ -254,10 +266,20 @@ class ArcWhen:
         try:
             if self.arc.otherwise:
                 for prior, when in self.earlier:
-                    if not prior.otherwise and when is not None and truthy(await when.render_async(scope)):
+                    if prior.otherwise or when is None or self._spent(prior, env):
+                        continue
+                    if prior.retry is not None:  # NoETL: a case's condition that fails to evaluate is false
+                        try:
+                            if truthy(await when.render_async(self._case_scope(scope))):
+                                return False
+                        except RenderError:
+                            pass
+                    elif truthy(await when.render_async(scope)):
                         return False
                 return True
             assert self.when is not None
+            if self.arc.retry is not None:
+                return await self._retries(self.arc.retry, self.when, scope, env)
             if self.arc.case:  # asked at each of the step's events: its call's, then its exit
                 first = scope["event"]["name"]
                 for name in (first, "step.exit"):
@@ -268,6 +290,42 @@ class ArcWhen:
             return truthy(await self.when.render_async(scope))
         except RenderError as e:
             raise ExpressionError(str(e)) from None
+
+    def _spent(self, arc: ArcSpec, env: Mapping[str, Any]) -> bool:
+        """A case's retry whose step has run ``max_attempts`` times: NoETL skips the action (and routes as
+        if no case had matched)."""
+        return arc.retry is not None and _runs(env.get("steps") or {}, self.step.name) >= arc.retry.max_attempts
+
+    async def _retries(self, retry: CaseRetry, when: Tmpl, scope: dict[str, Any], env: Mapping[str, Any]) -> bool:
+        """A case's retry: within ``max_attempts`` runs, when the case's ``when`` holds at the call's event or
+        the step's exit (NoETL's ``_evaluate_condition``: a condition that cannot be evaluated, or a name it
+        reads that the event lacks, is false; ``error`` is there only after a failure); then waits its delay."""
+        n = _runs(env.get("steps") or {}, self.step.name)
+        if n >= retry.max_attempts:
+            return False
+        scope = self._case_scope(scope)
+        held = False
+        for name in (scope["event"]["name"], "step.exit"):
+            scope["event"] = {**scope["event"], "name": name}
+            try:
+                held = truthy(await when.render_async(scope))
+            except RenderError:
+                held = False
+            if held:
+                break
+        if held:
+            wait = retry.delay * n if retry.backoff == "linear" else retry.delay * 2 ** (n - 1)
+            if wait > 0:
+                await trio.sleep(wait)
+        return held
+
+    @staticmethod
+    def _case_scope(scope: Mapping[str, Any]) -> dict[str, Any]:
+        """NoETL's render context of a case: ``error`` only after a failure."""
+        out = dict(scope)
+        if out.get("error") is None:
+            out.pop("error", None)
+        return out
 
     def _scope(self, env: Mapping[str, Any]) -> dict[str, Any]:
         scope = scope_of(self.step.playbook, env)

@@ -1103,7 +1103,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             )
             cond = _steps.ArcWhen(sp, a, when, s.loop is not None, tuple(earlier))
             earlier.append((a, when))
-            out.append(Arc(entry[a.target], cond, a.location, data, back=a.back))
+            out.append(Arc(entry[a.target], cond, a.location, data, back=a.back, retry=a.retry is not None))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
     graph = Graph(
