@@ -7,6 +7,7 @@ runs a pipeline.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -21,6 +22,14 @@ assert Template("${vars.a}-{{step1.b}}", step_ids=["s"]).resolve(
 ) == "1-x"
 print(mcpipe.__version__)
 """
+
+
+def _result(answer: str) -> object:
+    """The pipeline's result in ``mcpipe run``'s answer (None when it is not one)."""
+    try:
+        return json.loads(answer).get("result")
+    except (ValueError, AttributeError):
+        return None
 
 
 def main(dist: str) -> int:
@@ -50,11 +59,12 @@ def main(dist: str) -> int:
         cli = subprocess.run(
             [str(bin_dir / "mcpipe"), "--version"], check=True, env=env, capture_output=True, text=True, cwd=tmp
         ).stdout.strip()
-        spec = '{"steps": [{"tool": "text_join", "args": {"items": ["a", "b"], "sep": "+"}}], "return": "${last.text}"}'
+        join = {"tool": "text_join", "args": {"items": ["a", "b"], "sep": "+"}}
+        spec = json.dumps({"steps": [join], "return": "${last.structured.text}"})
         run = subprocess.run(
             [str(bin_dir / "mcpipe"), "run", "-"], input=spec, env=env, capture_output=True, text=True, cwd=tmp
         )
-        if cli != f"mcpipe {version}" or run.returncode != 0 or '"a+b"' not in run.stdout:
+        if cli != f"mcpipe {version}" or run.returncode != 0 or _result(run.stdout) != "a+b":
             print(
                 f"check_wheel: the installed wheel misbehaves: {cli!r}, {run.stdout!r} {run.stderr!r}", file=sys.stderr
             )
