@@ -20,6 +20,7 @@ from jsonschema import Draft202012Validator, ValidationError
 from jsonschema.validators import extend, validator_for
 
 from mcpipe._pattern import PatternTimeout, compile_pattern
+from mcpipe._util import RunLimiter
 
 __all__ = ["errors_async", "needs_thread", "patterns_of", "validator"]
 
@@ -65,16 +66,7 @@ def needs_thread(schema: Any) -> bool:
     return False
 
 
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_schema_threads")
-
-
-def _threads() -> trio.CapacityLimiter:
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(4)
-        _THREADS.set(limiter)
-        return limiter
+_threads = RunLimiter("mcpipe_schema_threads", 4)
 
 
 async def errors_async(checker: Any, instance: Any, *, in_thread: bool) -> list[ValidationError]:

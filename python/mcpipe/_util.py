@@ -1,5 +1,5 @@
-"""Small helpers every layer may use: the pipe tool's name, name globs, ``module:attr`` loading, and
-telling a suspension from a failure.
+"""Small helpers every layer may use: the pipe tool's name, name globs, ``module:attr`` loading, telling a
+suspension from a failure, and the capacity limiters of a Trio run.
 
 They live at the bottom so that no layer has to reach up (the gateway used to take ``glob_matcher`` from
 the config, the scheduler and the gateway each had their own copy of the suspension test).
@@ -18,6 +18,7 @@ import trio
 __all__ = [
     "PIPE_TOOL",
     "RateLimit",
+    "RunLimiter",
     "assignments",
     "glob_matcher",
     "is_cancellation",
@@ -115,3 +116,21 @@ class RateLimit:
     def dropped(self) -> int:
         out, self._dropped = self._dropped, 0
         return out
+
+
+class RunLimiter:
+    """A capacity limiter of ``total`` slots per Trio run, made on first use (a limiter belongs to the run
+    that made it, so each run, each test, gets its own): ``_threads = RunLimiter("mcpipe_x_threads", 4)``,
+    then ``trio.to_thread.run_sync(fn, limiter=_threads())``."""
+
+    def __init__(self, name: str, total: int) -> None:
+        self._var: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(name)
+        self._total = total
+
+    def __call__(self) -> trio.CapacityLimiter:
+        try:
+            return self._var.get()
+        except LookupError:
+            limiter = trio.CapacityLimiter(self._total)
+            self._var.set(limiter)
+            return limiter

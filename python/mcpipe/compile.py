@@ -22,7 +22,7 @@ import orjson
 import trio
 
 from mcpipe._describe import did_you_mean, json_type
-from mcpipe._util import PIPE_TOOL
+from mcpipe._util import PIPE_TOOL, RunLimiter
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
     DEFAULT_LIMITS,
@@ -144,17 +144,8 @@ async def compile_spec_async(
     return _checked(compiled, tools)
 
 
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_compile_threads")
-
-
-def _compile_threads() -> trio.CapacityLimiter:
-    """At most 2 large specs compile at once (each is CPU work: more would only share the same cores)."""
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(2)
-        _THREADS.set(limiter)
-        return limiter
+_compile_threads = RunLimiter("mcpipe_compile_threads", 2)
+"""At most 2 large specs compile at once (each is CPU work: more would only share the same cores)."""
 
 
 def _compile(data: Any, key: bytes | str | None, limits: Limits) -> tuple[_Entry, int]:

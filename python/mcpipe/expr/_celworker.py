@@ -28,6 +28,8 @@ from typing import IO, Any
 import orjson
 import trio
 
+from mcpipe._util import RunLimiter
+
 __all__ = ["WORKERS", "WorkerDied", "evaluate_in_worker"]
 
 WORKERS = 2
@@ -42,7 +44,8 @@ MAX_REPLY_BYTES = 64 * 1024 * 1024
 READY_TIMEOUT_S = 60.0
 """How long a new worker may take to start (import the CEL library) before it counts as broken."""
 
-_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_cel_workers")
+_workers = RunLimiter("mcpipe_cel_workers", WORKERS)
+"""At most :data:`WORKERS` expressions evaluate in workers at once (per Trio run)."""
 _idle: list[_Worker] = []
 
 
@@ -93,15 +96,6 @@ class _Worker:
         for pipe in (self.proc.stdin, self.proc.stdout):
             if pipe is not None:
                 pipe.close()
-
-
-def _workers() -> trio.CapacityLimiter:
-    try:
-        return _limiter.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(WORKERS)
-        _limiter.set(limiter)
-        return limiter
 
 
 @atexit.register

@@ -19,6 +19,7 @@ import cel.stdlib
 import jsonata
 import trio
 
+from mcpipe._util import RunLimiter
 from mcpipe.errors import ExpressionError
 from mcpipe.expr import _celexec
 from mcpipe.expr._celexec import _EXTENSIONS, CelError
@@ -364,17 +365,8 @@ class JsonataExpr:
         return await trio.to_thread.run_sync(self.evaluate, env, abandon_on_cancel=True, limiter=_threads())
 
 
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_expression_threads")
-
-
-def _threads() -> trio.CapacityLimiter:
-    """At most 4 JSONata evaluations at once in threads (each ends by its deadline)."""
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(4)
-        _THREADS.set(limiter)
-        return limiter
+_threads = RunLimiter("mcpipe_expression_threads", 4)
+"""At most 4 JSONata evaluations at once in threads (each ends by its deadline)."""
 
 
 _JSONATA_TIMEOUT = "D1012"

@@ -47,6 +47,7 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from mcpipe._core import json_measure
+from mcpipe._util import RunLimiter
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.plan._ir import expression_timeout_ms
 
@@ -700,16 +701,7 @@ def render(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
         raise _timed_out(location, ms) from None
 
 
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_jinja_threads")
-
-
-def _threads() -> trio.CapacityLimiter:
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(4)
-        _THREADS.set(limiter)
-        return limiter
+_threads = RunLimiter("mcpipe_jinja_threads", 4)
 
 
 async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:

@@ -30,7 +30,7 @@ from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._template import Template
-from mcpipe._util import glob_matcher, is_suspension
+from mcpipe._util import RunLimiter, glob_matcher, is_suspension
 from mcpipe.compile import compile_spec_async
 from mcpipe.errors import (
     ErrorCode,
@@ -85,7 +85,7 @@ PROCESS_CONCURRENCY = 64
 """Default size of the process-wide limiter on parallel tool calls (all calls of all pipelines)."""
 
 _log = logging.getLogger("mcpipe.runtime")
-_process_limiter: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_process_limiter")
+_process_limiter = RunLimiter("mcpipe_process_limiter", PROCESS_CONCURRENCY)
 
 _CANCELLED = ErrorCode.CANCELLED
 _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
@@ -102,12 +102,7 @@ def process_limiter() -> trio.CapacityLimiter:
     Made on first use with :data:`PROCESS_CONCURRENCY` slots; a server sets ``total_tokens`` on it from
     its configuration.
     """
-    try:
-        return _process_limiter.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(PROCESS_CONCURRENCY)
-        _process_limiter.set(limiter)
-        return limiter
+    return _process_limiter()
 
 
 async def run_pipeline(

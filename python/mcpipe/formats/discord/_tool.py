@@ -10,7 +10,7 @@ from typing import Any
 import trio
 
 from mcpipe._core import json_measure
-from mcpipe._util import PIPE_TOOL
+from mcpipe._util import PIPE_TOOL, RunLimiter
 from mcpipe.errors import ErrorCode
 from mcpipe.formats.discord._answer import (
     RECURSION,
@@ -29,17 +29,8 @@ __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordPipelines", "
 TRANSLATE_IN_THREAD_BYTES = 256 * 1024
 """A call whose arguments are larger (as JSON) is checked and translated in a thread."""
 
-_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_discord_threads")
-
-
-def _threads() -> trio.CapacityLimiter:
-    """At most 2 large calls translate at once (CPU work: more would only share the same cores)."""
-    try:
-        return _THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(2)
-        _THREADS.set(limiter)
-        return limiter
+_threads = RunLimiter("mcpipe_discord_threads", 2)
+"""At most 2 large calls translate at once (CPU work: more would only share the same cores)."""
 
 
 DESCRIPTION = """\

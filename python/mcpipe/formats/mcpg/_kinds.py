@@ -38,6 +38,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
@@ -1680,16 +1681,7 @@ def _jsonata_category(message: str) -> str:
     return "Evaluation"
 
 
-_JSONATA_THREADS: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar("mcpipe_mcpg_jsonata")
-
-
-def _jsonata_threads() -> trio.CapacityLimiter:
-    try:
-        return _JSONATA_THREADS.get()
-    except LookupError:
-        limiter = trio.CapacityLimiter(4)
-        _JSONATA_THREADS.set(limiter)
-        return limiter
+_jsonata_threads = RunLimiter("mcpipe_mcpg_jsonata", 4)
 
 
 class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
