@@ -561,12 +561,8 @@ class SqlTransaction:
         Raises:
             SqlError: the database refused it, or it ran past the backend's ``statement_timeout_ms``.
         """
-        missing = [n for n in stmt.names if n not in params]
-        if missing:
-            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
         cfg = self.backend.config
-        driver = self.backend.driver
-        result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
+        result = await self._run(stmt, params)
         return shape(result, row_mode, cfg.max_rows)
 
     async def execute_result(
@@ -579,12 +575,8 @@ class SqlTransaction:
             SqlError: the database refused it, it returned more than ``max_rows`` rows, or it ran past the
                 backend's ``statement_timeout_ms``.
         """
-        missing = [n for n in stmt.names if n not in params]
-        if missing:
-            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
         cfg = self.backend.config
-        driver = self.backend.driver
-        result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
+        result = await self._run(stmt, params)
         if not result.returns_rows:
             return None, [], result.rowcount
         rows = shape(result, "rows", cfg.max_rows)
@@ -598,12 +590,8 @@ class SqlTransaction:
             SqlError: the database refused it, it returned more than ``max_rows`` rows, or it ran past the
                 backend's ``statement_timeout_ms``.
         """
-        missing = [n for n in stmt.names if n not in params]
-        if missing:
-            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
         cfg = self.backend.config
-        driver = self.backend.driver
-        result = await self._timed(lambda raw: driver.run(raw, stmt, params, cfg.max_rows))
+        result = await self._run(stmt, params)
         if len(result.rows) > cfg.max_rows:
             raise SqlError(f"the statement returned more than {cfg.max_rows} rows (the backend's max_rows)")
         return result
@@ -629,6 +617,14 @@ class SqlTransaction:
                     self.conn.broken = True
             if scope.cancelled_caught:
                 self.conn.broken = True
+
+    async def _run(self, stmt: Statement, params: Mapping[str, Any]) -> _Result:
+        """The driver's result of one statement, every parameter it names given, under the statement timeout."""
+        missing = [n for n in stmt.names if n not in params]
+        if missing:
+            raise SqlError(f"no value for parameter{'s' if len(missing) > 1 else ''} {', '.join(missing)}")
+        driver, max_rows = self.backend.driver, self.backend.config.max_rows
+        return await self._timed(lambda raw: driver.run(raw, stmt, params, max_rows))
 
     async def _timed(self, fn: Callable[[Any], _Result]) -> _Result:
         ms = self.backend.config.statement_timeout_ms
