@@ -36,7 +36,7 @@ from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
 from mcpipe.formats.noetl._layout import read_doc
 from mcpipe.formats.noetl._run import EVENTS
-from mcpipe.formats.noetl._serve import run_noetl
+from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Models, load_models
@@ -298,17 +298,6 @@ def _line_finder(text: str) -> Callable[[str], int | None]:
     return line
 
 
-class _NoTools:
-    def __contains__(self, name: object) -> bool:
-        return False
-
-    def allows(self, name: str, ctx: Any) -> bool:
-        return True
-
-    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        return ToolResult.error(f"UNKNOWN_TOOL: no tools here ('{name}')")
-
-
 class PlaybookTool:
     """One playbook, runnable and served as a tool named by its name (``metadata.name``).
 
@@ -387,7 +376,7 @@ class PlaybookTool:
             assert plan is not None
             registry = pb.registry if pb.registry is not None else base.tools
             if registry is None:
-                registry = _NoTools()
+                registry = NoTools()
             run_ctx = replace(run_ctx, tools=registry)
             token = EVENTS.set(_with_run_log(on_event, base))
             try:

@@ -22,6 +22,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
+from mcpipe.formats.noetl._tmpl import has_jinja
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline
@@ -447,16 +448,6 @@ def _text_of(template: Any) -> str:
     return orjson.dumps(template).decode()
 
 
-def _has_jinja(value: Any) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping):
-        return any(_has_jinja(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_jinja(v) for v in value)
-    return False
-
-
 def _unsupported(atype: Any) -> str:
     if atype in _UNWIRED:
         return (
@@ -502,7 +493,7 @@ def _action(
     compiled = c.compile(jinja, spec_at)
     # The kind sees a constant field as it is (so a constant URL is checked against the allowlist at load)
     # and a Jinja one as a reference it cannot check statically; the Jinja renders at run time.
-    placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
+    placeholders = {k: {"$literal": v} if not has_jinja(v) else "${args}" for k, v in jinja.items()}
     raw = {**{k: v for k, v in fields.items() if k not in template_names}, **placeholders}
     raw.update(kind=kind, id=sid)
     step, problems = compile_step(raw, spec_at, StepScope(policy=policy or StepPolicy(), tools=tools))

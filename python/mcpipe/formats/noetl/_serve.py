@@ -26,12 +26,14 @@ from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
 from mcpipe.plan import Limits
 from mcpipe.tools._base import ToolContext, ToolResult
 
-__all__ = ["noetl_answer", "run_noetl"]
+__all__ = ["NoTools", "noetl_answer", "run_noetl"]
 
 EventFn = Callable[[dict[str, Any]], None]
 
 
-class _NoTools:
+class NoTools:
+    """The registry of a playbook run without tools: every name unknown."""
+
     def __contains__(self, name: object) -> bool:
         return False
 
@@ -58,7 +60,7 @@ async def run_noetl(
     run_ctx = base.for_step(None, base.step)
     registry = pb.registry if pb.registry is not None else base.tools
     if registry is None:
-        registry = _NoTools()
+        registry = NoTools()
     run_ctx = replace(run_ctx, tools=registry)
     assert pb.plan is not None
     given = dict(args)

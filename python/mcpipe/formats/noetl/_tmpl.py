@@ -24,7 +24,7 @@ import orjson
 
 from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
 
-__all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "truthy"]
+__all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "has_jinja", "truthy"]
 
 MAX_LITERAL = 1_000_000
 """The longest rendered text read back as a list or object (NoETL's JSON/literal coercion)."""
@@ -87,6 +87,17 @@ class _Slot:
     def __init__(self, i: int, where: str) -> None:
         self.i = i
         self.where = where
+
+
+def has_jinja(value: Any) -> bool:
+    """Whether ``value`` (any YAML value) holds a Jinja expression or statement anywhere."""
+    if isinstance(value, str):
+        return "{{" in value or "{%" in value
+    if isinstance(value, Mapping):
+        return any(has_jinja(v) for v in value.values())
+    if isinstance(value, list):
+        return any(has_jinja(v) for v in value)
+    return False
 
 
 def compile_tmpl(value: Any, location: str, problems: list[tuple[str, str]], mode: str = "config") -> Tmpl:

@@ -43,7 +43,7 @@ from mcpipe.formats.noetl._layout import (
 )
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
-from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl
+from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
@@ -649,11 +649,11 @@ def _script(
     if kind_of == "inline" and isinstance(source, Mapping):
         code = source.get("code")
         ref = _WORKLOAD_REF.match(code) if isinstance(code, str) else None
-        if ref is not None and isinstance(workload.get(ref.group(1)), str) and not _has_jinja(workload[ref.group(1)]):
+        if ref is not None and isinstance(workload.get(ref.group(1)), str) and not has_jinja(workload[ref.group(1)]):
             # The code is the playbook's own text (its workload's value): read now, never a caller's value.
             config[field_name] = workload[ref.group(1)]
             return {"guard": ref.group(1)}
-        if not isinstance(code, str) or _has_jinja(code):
+        if not isinstance(code, str) or has_jinja(code):
             c.add(
                 f"{where}.source.code",
                 "code from a template is refused: a caller's values would become code (write the code inline)",
@@ -715,7 +715,7 @@ def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any,
     templates = {}
     for k, v in conn.items():
         templates[k] = c.tmpl(v, f"{loc}.auth")
-        raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+        raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
     step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
     for p in problems:
         c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
@@ -740,7 +740,7 @@ def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
         raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
         for k, v in conn.items():
             plan.conn[k] = c.tmpl(v, f"{loc}.auth")
-            raw[k] = {"$literal": v} if isinstance(v, str) and not _has_jinja(v) else "${args}"
+            raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
         if spec.statement is not None:
             text = spec.statement
             if "{{" in text or "{%" in text:
@@ -794,16 +794,6 @@ def _syntax_error(code: str) -> tuple[str, int] | None:
     return None
 
 
-def _has_jinja(value: Any) -> bool:
-    if isinstance(value, str):
-        return "{{" in value or "{%" in value
-    if isinstance(value, Mapping):
-        return any(_has_jinja(v) for v in value.values())
-    if isinstance(value, list):
-        return any(_has_jinja(v) for v in value)
-    return False
-
-
 def _kind(
     c: _Problems,
     plan: TaskPlan,
@@ -826,7 +816,7 @@ def _kind(
     jinja = {k: v for k, v in fields.items() if k in template_names}
     fixed = {k: v for k, v in fields.items() if k not in template_names}
     for k, v in fixed.items():
-        if _has_jinja(v) and not (kind == "python" and k == "code"):  # code is text, never a template
+        if has_jinja(v) and not (kind == "python" and k == "code"):  # code is text, never a template
             c.add(
                 f"{location}.{k}",
                 f"`{k}` of a `{kind}` step is fixed when the playbook loads, not a template: pass the values it "
@@ -842,7 +832,7 @@ def _kind(
         plan.runner = "fails"
         plan.parts = {"error": f"{where}: {why}"}
         return plan
-    placeholders = {k: {"$literal": v} if not _has_jinja(v) else "${args}" for k, v in jinja.items()}
+    placeholders = {k: {"$literal": v} if not has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
     step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
     for p in problems:
@@ -935,7 +925,7 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
         "kind": "http",
         "id": "task",
         "method": method.upper(),
-        "url": {"$literal": url} if isinstance(url, str) and not _has_jinja(url) else "${args}",
+        "url": {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}",
         "headers": "${args}",
         "query": "${args}",
         "body": "${args}",
@@ -1017,7 +1007,7 @@ def _playbook(
         c.add(f"{task.location}.return_step", "must be a step name")
         ret = None
     child = None
-    if not _has_jinja(path):
+    if not has_jinja(path):
         if pb.catalog is None:
             c.add(f"{task.location}.path", f"no catalog to find playbook `{path}` in")
             return {}
