@@ -1,5 +1,5 @@
 """Small helpers every layer may use: the pipe tool's name, name globs, ``module:attr`` loading, telling a
-suspension from a failure, and the capacity limiters of a Trio run.
+suspension from a failure, the capacity limiters of a Trio run, and reading an HTTP body up to a bound.
 
 They live at the bottom so that no layer has to reach up (the gateway used to take ``glob_matcher`` from
 the config, the scheduler and the gateway each had their own copy of the suspension test).
@@ -7,6 +7,7 @@ the config, the scheduler and the gateway each had their own copy of the suspens
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Callable
@@ -24,6 +25,7 @@ __all__ = [
     "is_cancellation",
     "is_suspension",
     "log_safe",
+    "read_capped",
 ]
 
 PIPE_TOOL = "mcp_pipe"
@@ -134,3 +136,18 @@ class RunLimiter:
             limiter = trio.CapacityLimiter(self._total)
             self._var.set(limiter)
             return limiter
+
+
+async def read_capped(response: Any, limit: int) -> tuple[bytes, bool]:
+    """A streamed HTTP response's body (an ``httpx`` response sent with ``stream=True``), read as it arrives:
+    ``(body, False)``, or ``(its first limit bytes, True)`` when there is more, nothing past that read."""
+    chunks: list[bytes] = []
+    size = 0
+    async with contextlib.aclosing(response.aiter_bytes()) as parts:
+        async for chunk in parts:
+            if size + len(chunk) > limit:
+                chunks.append(chunk[: limit - size])
+                return b"".join(chunks), True
+            chunks.append(chunk)
+            size += len(chunk)
+    return b"".join(chunks), False

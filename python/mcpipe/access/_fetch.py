@@ -16,6 +16,7 @@ import httpx2
 import orjson
 import trio
 
+from mcpipe._util import read_capped
 from mcpipe.errors import MCPipeError
 
 __all__ = ["FetchError", "get_json", "post_form"]
@@ -69,14 +70,10 @@ async def _request(
                 async with client.stream(
                     method, parsed, data=dict(data) if data is not None else None, headers=headers
                 ) as r:
-                    chunks: list[bytes] = []
-                    size = 0
-                    async for chunk in r.aiter_bytes():
-                        size += len(chunk)
-                        if size > MAX_BODY_BYTES:
-                            raise FetchError(f"the answer of {parsed.host} is larger than {MAX_BODY_BYTES} bytes")
-                        chunks.append(chunk)
-                    return r.status_code, b"".join(chunks)
+                    body, larger = await read_capped(r, MAX_BODY_BYTES)
+                    if larger:
+                        raise FetchError(f"the answer of {parsed.host} is larger than {MAX_BODY_BYTES} bytes")
+                    return r.status_code, body
         except httpx2.HTTPError as exc:
             raise FetchError(f"request to {parsed.host} failed: {type(exc).__name__}: {exc}") from None
         except OSError as exc:

@@ -23,6 +23,7 @@ import orjson
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
+from mcpipe._util import read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
@@ -139,14 +140,9 @@ async def _send(
             request = client.build_request(method, url, headers=headers, params=params, content=content)
             response = await client.send(request, stream=True)
             try:
-                chunks: list[bytes] = []
-                size = 0
-                async with contextlib.aclosing(response.aiter_bytes()) as body:
-                    async for chunk in body:
-                        size += len(chunk)
-                        if size > limit:
-                            raise StepFailure(f"the response body is larger than {limit} bytes", ErrorCode.TOOL_FAILED)
-                        chunks.append(chunk)
+                body, larger = await read_capped(response, limit)
+                if larger:
+                    raise StepFailure(f"the response body is larger than {limit} bytes", ErrorCode.TOOL_FAILED)
             finally:
                 await response.aclose()
     except httpx2.TooManyRedirects as e:
@@ -159,7 +155,7 @@ async def _send(
         ) from None
     except OSError as e:  # name resolution
         raise StepFailure(f"request to {_safe_url(url)} failed: {e}", ErrorCode.TOOL_FAILED) from None
-    return response, b"".join(chunks)
+    return response, body
 
 
 def _safe_url(url: str) -> str:

@@ -6,7 +6,6 @@ outbound allowlist that guards URLs requests and models write; it still has a de
 
 from __future__ import annotations
 
-import contextlib
 import os
 import ssl
 from collections.abc import Mapping
@@ -17,6 +16,7 @@ import httpx2
 import orjson
 import trio
 
+from mcpipe._util import read_capped
 from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, ModelConfig
 from mcpipe.models._types import Message, ModelError, Reply, ToolCall, ToolSpec
 from mcpipe.tools._base import ToolContext
@@ -127,21 +127,16 @@ class OpenAIModel:
                     request = client.build_request("POST", url, headers=headers, content=content)
                     response = await client.send(request, stream=True)
                     try:
-                        chunks: list[bytes] = []
-                        size = 0
-                        async with contextlib.aclosing(response.aiter_bytes()) as parts:
-                            async for part in parts:
-                                size += len(part)
-                                if size > limit:
-                                    raise ModelError(f"model '{self.name}': the answer is larger than {limit} bytes")
-                                chunks.append(part)
+                        body, larger = await read_capped(response, limit)
+                        if larger:
+                            raise ModelError(f"model '{self.name}': the answer is larger than {limit} bytes")
                     finally:
                         await response.aclose()
             except httpx2.HTTPError as e:
                 raise ModelError(f"model '{self.name}': request to {url} failed: {type(e).__name__}: {e}") from None
             except OSError as e:
                 raise ModelError(f"model '{self.name}': request to {url} failed: {e}") from None
-            return b"".join(chunks), response.status_code
+            return body, response.status_code
         assert scope.cancelled_caught
         raise ModelError(f"model '{self.name}': no answer within {self.config.timeout_ms:g} ms")
 

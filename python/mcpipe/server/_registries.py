@@ -44,6 +44,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._util import read_capped
 from mcpipe.access import Credentials, EnvCredential
 from mcpipe.config import McpServerConfig, RegistrySourceConfig
 from mcpipe.kinds import HttpPolicy
@@ -75,14 +76,10 @@ async def _capped_get(http: Any, url: str, headers: Mapping[str, str] | None = N
         RegistryError: the body is larger.
     """
     async with http.stream("GET", url, headers=dict(headers or {})) as response:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > MAX_RESPONSE_BYTES:
-                raise RegistryError(f"{url}: the answer is larger than {MAX_RESPONSE_BYTES} bytes")
-            chunks.append(chunk)
-        return response.status_code, b"".join(chunks)
+        body, larger = await read_capped(response, MAX_RESPONSE_BYTES)
+        if larger:
+            raise RegistryError(f"{url}: the answer is larger than {MAX_RESPONSE_BYTES} bytes")
+        return response.status_code, body
 
 
 class Skipped(Exception):

@@ -38,7 +38,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe._util import RunLimiter
+from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
@@ -301,17 +301,7 @@ async def _http_call(
                 response = await client.send(request, stream=True)
                 reading = True
                 try:
-                    chunks: list[bytes] = []
-                    size = 0
-                    truncated = False
-                    async with contextlib.aclosing(response.aiter_bytes()) as parts:
-                        async for chunk in parts:
-                            if size + len(chunk) > max_bytes:
-                                chunks.append(chunk[: max_bytes - size])
-                                truncated = True
-                                break
-                            chunks.append(chunk)
-                            size += len(chunk)
+                    data, truncated = await read_capped(response, max_bytes)
                 finally:
                     await response.aclose()
     except ForbiddenError as e:
@@ -325,7 +315,7 @@ async def _http_call(
         response.status_code,
         response.headers.get("content-type"),
         int(retry_after) * 1000 if retry_after is not None and retry_after.strip().isdigit() else None,
-        b"".join(chunks).decode("utf-8", errors="replace"),
+        data.decode("utf-8", errors="replace"),
         truncated,
         int((time.perf_counter() - started) * 1000),
     )
