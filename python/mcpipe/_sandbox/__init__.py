@@ -42,6 +42,7 @@ import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -418,7 +419,11 @@ class Sandbox:
                 return
             self._roles[name] = path
             old, self._zygote = self._zygote, None
+            spares = [w for s in self._spares.values() for w in s.workers]
             self._spares.clear()
+        for w in spares:
+            w.close_streams()
+            _REAPER.collect(w)
         if old is not None:
             self._retire(old)
 
@@ -481,6 +486,7 @@ class Sandbox:
             self._spares.clear()
         for w in spares:
             w.close_streams()
+            _REAPER.collect(w)
         if z is not None:
             z.kill()
 
@@ -649,13 +655,18 @@ class Output:
         self.out = bytearray()
         self.err = bytearray()
         self.truncated = 0
-        self.too_much = False
+        self.on_overflow: Callable[[], object] | None = None
+        """Called when a stream passes the limit (a command that prints too much is stopped)."""
 
     def add(self, into: bytearray, chunk: bytes) -> None:
         room = self.limit - len(into)
         if room > 0:
             into += chunk[:room]
-        self.truncated += max(0, len(chunk) - max(room, 0))
+        cut = max(0, len(chunk) - max(room, 0))
+        if cut:
+            self.truncated += cut
+            if self.on_overflow is not None:
+                self.on_overflow()
 
     def read_now(self, fd: int, into: bytearray) -> bool:
         """Read what ``fd`` holds now, without waiting; False at its end."""
@@ -726,6 +737,12 @@ class _Frames:
                 return None
             await trio.lowlevel.wait_readable(self.sock)
             self.read_now()
+
+
+async def receive_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
+    """One frame from ``sock``; None at its end before a whole frame (OverflowError: longer than
+    ``max_bytes``)."""
+    return await _Frames(sock, max_bytes).receive()
 
 
 @dataclass
