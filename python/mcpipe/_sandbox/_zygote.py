@@ -327,12 +327,11 @@ def probe(config: Config) -> Isolation:
         iso.proc = said is None
         if said is not None:
             iso.reasons.append(f"no mount namespace with a /proc of its own ({said}): workers see every process")
-    if not iso.pidns:
-        try:
-            prctl(PR_SET_CHILD_SUBREAPER, 1)
-            iso.subreaper = True
-        except OSError as e:
-            iso.reasons.append(f"not a child subreaper ({e}): a process a worker detaches may outlive it")
+    try:  # for workers without a PID namespace (none to be had, or a policy that asks for none)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        iso.subreaper = True
+    except OSError as e:
+        iso.reasons.append(f"not a child subreaper ({e}): a process a worker detaches may outlive it")
     if root and config.uid_base > 0:
         paths = python_paths()
         plan = hidden_parents(paths) if iso.proc else {}
@@ -415,8 +414,8 @@ class Zygote:
         self.config = config
         self.iso = probe(config)
         self.roles = {name: _load_role(path) for name, path in config.roles.items()}
-        # worker pid -> (its st socket, the uid to sweep when it has ended without a PID namespace)
-        self.workers: dict[int, tuple[socket.socket, int | None]] = {}
+        # worker pid -> (its st socket, its uid of its own or None, whether it has a PID namespace)
+        self.workers: dict[int, tuple[socket.socket, int | None, bool]] = {}
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
@@ -470,7 +469,7 @@ class Zygote:
             os.kill(pid, signal.SIGKILL)
             with contextlib.suppress(OSError):
                 st.send(json.dumps({"error": f"cannot watch a worker: {e}"}).encode())
-            self.workers[pid] = (st, None)
+            self.workers[pid] = (st, None, self.use_pidns(cmd))
             return
         try:
             socket.send_fds(st, [json.dumps({"pid": pid, "cwd": cwd}).encode()], [pidfd])
@@ -478,7 +477,7 @@ class Zygote:
             os.kill(pid, signal.SIGKILL)
         finally:
             os.close(pidfd)
-        self.workers[pid] = (st, cmd.get("uid") if not self.use_pidns(cmd) else None)
+        self.workers[pid] = (st, cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None, self.use_pidns(cmd))
 
     def use_pidns(self, cmd: dict[str, Any]) -> bool:
         return self.iso.pidns and bool(cmd.get("pidns", True))
@@ -545,11 +544,12 @@ class Zygote:
             entry = self.workers.pop(pid, None)
             if entry is None:
                 continue  # something a worker left, re-parented here and now gone
-            st, sweep_uid = entry
-            if sweep_uid is not None:
-                self.sweep_uid(sweep_uid)
-            elif not self.iso.pidns:
-                self.sweep_orphans()
+            st, uid, in_pidns = entry
+            if not in_pidns:  # in its own PID namespace, the kernel has killed the rest already
+                if uid is not None:
+                    self.sweep_uid(uid)
+                else:
+                    self.sweep_orphans()
             with contextlib.suppress(OSError):
                 st.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
             st.close()
