@@ -3,11 +3,9 @@ or cancellation."""
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-import pytest
 import trio
 
 from kit.declared import compiled, env

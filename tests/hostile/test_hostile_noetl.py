@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -69,7 +68,10 @@ workflow:
     tool:
       kind: shell
       env: {PIDFILE: "{{ workload.pidfile }}"}
-      cmds: ['sleep 300.31 >/dev/null 2>&1 & i=0; while [ $i -lt 4000 ] && ! pgrep -fx "sleep 300.31" >/dev/null; do i=$((i+1)); done; echo started']
+      cmds:
+        - >-
+          sleep 300.31 >/dev/null 2>&1 & i=0;
+          while [ $i -lt 4000 ] && ! pgrep -fx "sleep 300.31" >/dev/null; do i=$((i+1)); done; echo started
 """
 
 PYTHONS = """

@@ -23,7 +23,7 @@ import trio
 
 from kit.attack import Served, served, write_config
 from kit.hostile import call, headers, result_of
-from kit.processes import all_gone, watch
+from kit.processes import all_gone
 
 ALICE = "tok-alice-" + secrets.token_hex(8)
 BOB = "tok-bob-" + secrets.token_hex(8)

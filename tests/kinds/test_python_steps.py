@@ -120,12 +120,13 @@ async def test_an_exception_fails_the_step_with_its_line_traceback_and_what_was_
 
 async def test_a_step_that_loops_forever_times_out_and_everything_it_started_is_killed():
     with open_dir() as shared:
-        await _loops_forever(shared / "pids")
+        fifo = shared / "pids"
+        os.mkfifo(fifo)
+        os.chmod(fifo, 0o666)  # the step runs as a uid of its own
+        await _loops_forever(fifo)
 
 
 async def _loops_forever(fifo: Path) -> None:
-    os.mkfifo(fifo)
-    fifo.chmod(0o666)
     code = (
         "import subprocess, sys\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"

@@ -40,9 +40,9 @@ import struct
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -786,5 +786,3 @@ async def exchange(worker: Worker, request: bytes, output: Output, max_reply_byt
     output.read_now(worker.out, output.out)
     output.read_now(worker.err, output.err)
     return result
-
-

@@ -49,6 +49,8 @@ import sys
 import tempfile
 from typing import Any
 
+from orjson import loads  # one of mcpipe's dependencies: the server's Python has it
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -66,11 +68,6 @@ PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
 CAP_SETUID = 7
 CAP_SYS_ADMIN = 21
-
-try:
-    from orjson import loads
-except ImportError:  # pragma: no cover - orjson is one of mcpipe's dependencies
-    from json import loads
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -427,12 +424,12 @@ class Zygote:
         hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
         self.sock.sendall(json.dumps(hello).encode())
         while True:
-            readable, _, _ = select.select([self.sock, self.wake_r], [], [])
+            readable, _, _ = select.select([self.sock.fileno(), self.wake_r], [], [])
             if self.wake_r in readable:
                 with contextlib.suppress(BlockingIOError):
                     os.read(self.wake_r, 4096)
                 self.reap()
-            if self.sock in readable:
+            if self.sock.fileno() in readable:
                 try:
                     msg, fds, _, _ = socket.recv_fds(self.sock, 65536, 8)
                 except OSError:
@@ -477,7 +474,8 @@ class Zygote:
             os.kill(pid, signal.SIGKILL)
         finally:
             os.close(pidfd)
-        self.workers[pid] = (st, cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None, self.use_pidns(cmd))
+        own_uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
+        self.workers[pid] = (st, own_uid, self.use_pidns(cmd))
 
     def use_pidns(self, cmd: dict[str, Any]) -> bool:
         return self.iso.pidns and bool(cmd.get("pidns", True))

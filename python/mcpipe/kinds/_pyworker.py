@@ -114,4 +114,3 @@ async def run_code(
     outcome.stderr = output.err.decode("utf-8", errors="replace")
     outcome.truncated = output.truncated
     return outcome
-

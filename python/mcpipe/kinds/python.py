@@ -26,10 +26,10 @@ import msgspec
 
 from mcpipe._describe import json_type
 from mcpipe._json import dumps
+from mcpipe._sandbox import Shape
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import PythonPolicy
-from mcpipe._sandbox import Shape
 from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -130,7 +130,8 @@ async def run_python(
         raise StepFailure(f"`input` must resolve to an object, got {json_type(given)}", ErrorCode.TOOL_FAILED)
     proc_env = _env(inputs.get("env"), policy.base_env())
     try:
-        body = dumps({"env": proc_env, "input": dict(given) if given is not None else {}, "context": inputs.get("context")})
+        given_input = dict(given) if given is not None else {}
+        body = dumps({"env": proc_env, "input": given_input, "context": inputs.get("context")})
     except TypeError as e:
         raise StepFailure(f"the step's input is not JSON data: {e}", ErrorCode.TOOL_FAILED) from None
     try:
