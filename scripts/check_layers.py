@@ -15,6 +15,7 @@ default ``python``); exits 1 and prints one located line per wrong-way import an
 from __future__ import annotations
 
 import ast
+import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -235,7 +236,7 @@ def check_cycles(root: Path) -> list[str]:
     graph = package_graph(root)
     problems = []
     for ring in cycles(graph):
-        hops = [f"{a} imports {b} ({graph[a][b]})" for a, b in zip(ring, ring[1:], strict=False)]
+        hops = [f"{a} imports {b} ({graph[a][b]})" for a, b in itertools.pairwise(ring)]
         problems.append(
             f"{graph[ring[0]][ring[1]]}: package cycle {' -> '.join(ring)}: {', '.join(hops)};"
             " a package may not import one that imports it back"

@@ -118,7 +118,8 @@ def main(argv: list[str]) -> int:
         ignores, attr = ignores + i, attr + d
     layers = _layers()
     print(
-        f"any_params: {bare}/{annotated} = {bare / annotated:.1%} bare Any; {contains}/{annotated} = {contains / annotated:.1%} containing Any"
+        f"any_params: {contains}/{annotated} = {contains / annotated:.1%} containing Any"
+        f" ({bare}/{annotated} = {bare / annotated:.1%} bare Any)"
     )
     print(f"type_ignores: {ignores} ({attr} attr-defined)")
     print(f"private_imports: {len(private_imports(root))}")
