@@ -53,13 +53,13 @@ from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.config import McpServerConfig
+from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.downstream._lines import install as _linear_stdio_lines
+from mcpipe.downstream._polling import StreamWatch
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction._core import AskFailed, interaction_of
 from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
-from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
-from mcpipe.tools._lines import install as _linear_stdio_lines
-from mcpipe.tools._polling import StreamWatch
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 

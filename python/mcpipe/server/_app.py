@@ -19,6 +19,7 @@ from mcpipe._loader import LoadError, load_object
 from mcpipe.access import Credentials, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
+from mcpipe.downstream import Downstreams
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
@@ -29,7 +30,6 @@ from mcpipe.server._guide import INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
-from mcpipe.tools.downstream import Downstreams
 from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
