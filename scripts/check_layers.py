@@ -5,7 +5,7 @@ import its own layer and the layers beneath it, never one above. Every import co
 function (lazy), under ``TYPE_CHECKING``. See docs/architecture.md, "Layers".
 
 Packages import each other one way only, too: no package-level import cycle, within a layer either (a
-package is a top-level module or subpackage of ``mcpipe``, e.g. ``mcpipe.plan`` or ``mcpipe._tracing``;
+package is a top-level module or subpackage of ``mcpipe``, e.g. ``mcpipe.plan`` or ``mcpipe._util``;
 ``mcpipe`` itself, the public face, is one more). Every import counts here as well.
 
 Usage: ``python scripts/check_layers.py [ROOT]`` (ROOT: the directory holding the ``mcpipe`` package,
@@ -34,6 +34,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._loader",
             "mcpipe._yaml",
             "mcpipe._pattern",
+            "mcpipe._deadline",
+            "mcpipe._version",
             "mcpipe._patternexec",
             "mcpipe._sandbox",
             "mcpipe._jsonschema",
@@ -41,7 +43,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe.results",
             "mcpipe.tools",
             "mcpipe.telemetry",
-            "mcpipe._tracing",
         ),
     ),
     # The plan IR and its checker, expressions, and the mcp_pipe front-end (spec + compile).
@@ -146,7 +147,7 @@ def check(root: Path) -> list[str]:
 def package_graph(root: Path) -> dict[str, dict[str, str]]:
     """Which package imports which: ``{importer: {imported: "path:line" of its first such import}}``.
 
-    A package is a top-level module or subpackage of ``mcpipe`` (``plan``, ``_tracing``, ``_core``); an
+    A package is a top-level module or subpackage of ``mcpipe`` (``plan``, ``_util``, ``_core``); an
     import of a name of ``mcpipe`` itself (``from mcpipe import __version__``) points at the package
     ``mcpipe``, the public face. Imports within a package are not edges."""
     top = root / "mcpipe"

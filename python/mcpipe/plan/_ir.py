@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 
 import trio
 
+from mcpipe._deadline import expression_timeout_ms, set_expression_timeout
 from mcpipe._describe import json_type
-from mcpipe._pattern import set_pattern_timeout
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
@@ -119,23 +119,6 @@ class Expression(Protocol):
     def evaluate(self, env: Mapping[str, Any]) -> Any:
         """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
         ...
-
-
-_expression_timeout_ms = 1000.0
-
-
-def set_expression_timeout(ms: float) -> None:
-    """The deadline of every CEL, JSONata and Jinja evaluation, and of a schema pattern matched by the
-    fallback engine (``pipe.expression_timeout_ms``). It lives here, not in :mod:`mcpipe.expr`, so a server
-    sets it without loading the expression libraries."""
-    global _expression_timeout_ms
-    _expression_timeout_ms = float(ms)
-    set_pattern_timeout(ms)
-
-
-def expression_timeout_ms() -> float:
-    """The deadline of every CEL, JSONata and Jinja evaluation, in milliseconds."""
-    return _expression_timeout_ms
 
 
 async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:

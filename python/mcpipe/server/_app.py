@@ -386,6 +386,6 @@ def _known_names(gateway: Gateway, limit: int) -> Any:
 
 
 def _version() -> str:
-    from mcpipe import __version__
+    from mcpipe._version import __version__
 
     return __version__
