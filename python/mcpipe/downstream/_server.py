@@ -203,18 +203,23 @@ class _SharedCredential(httpx2.Auth):
 def carry_call_headers(session: Any) -> None:
     """Let the headers of :data:`_CALL_HEADERS` through the SDK session's stamp onto the request being sent
     (the stamp runs in the caller's task; the transport sends per-message headers with the POST)."""
-    stamp = session._stamp
-    if getattr(stamp, "carries_call_headers", False):
-        return
+    if not isinstance(session._stamp, _CarryingHeaders):
+        session._stamp = _CarryingHeaders(session._stamp)
 
-    def stamped(data: dict[str, Any], opts: Any) -> None:
-        stamp(data, opts)
+
+class _CarryingHeaders:
+    """An SDK session's stamp that adds the call's :data:`_CALL_HEADERS` to the request's options."""
+
+    __slots__ = ("stamp",)
+
+    def __init__(self, stamp: Callable[[dict[str, Any], Any], None]) -> None:
+        self.stamp = stamp
+
+    def __call__(self, data: dict[str, Any], opts: Any) -> None:
+        self.stamp(data, opts)
         extra = _CALL_HEADERS.get()
         if extra:
             opts.setdefault("headers", {}).update(extra)
-
-    stamped.carries_call_headers = True  # type: ignore[attr-defined]
-    session._stamp = stamped
 
 
 @asynccontextmanager

@@ -149,7 +149,7 @@ class Interactions:
                 return await escalate({"memo": dict(ix.memo), "answers": dict(ix.answers)})
             lacking = only(e, CapabilityMissing)
             if lacking is not None:
-                cap = lacking.capability  # type: ignore[attr-defined]
+                cap = lacking.capability
                 raise MCPError(
                     code=MISSING_REQUIRED_CLIENT_CAPABILITY,
                     message=f"Missing required client capability: {lacking}",
