@@ -38,7 +38,7 @@ from mcpipe.access import (
     check_oidc,
 )
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
-from mcpipe.plan._bounds import deepest_location, json_depth
+from mcpipe.plan import deepest_location, json_depth
 
 __all__ = [
     "DEFAULT_CONFIG",

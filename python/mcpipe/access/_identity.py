@@ -30,7 +30,7 @@ import trio
 
 from mcpipe.access._config import MtlsConfig, OidcProvider
 from mcpipe.access._fetch import FetchError, get_json
-from mcpipe.tools._identity import Identity
+from mcpipe.tools import Identity
 
 __all__ = ["Authenticator", "JwksCache", "Rejected", "mtls_identity"]
 

@@ -28,7 +28,7 @@ from mcpipe.gateway import CallError
 
 if TYPE_CHECKING:
     from mcpipe.downstream._server import DownstreamServer
-    from mcpipe.tools._base import ToolContext
+    from mcpipe.tools import ToolContext
 
 __all__ = ["Catalog", "Change", "DownstreamError", "Feed", "feed_of", "list_changes", "template_regex"]
 

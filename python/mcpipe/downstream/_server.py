@@ -57,9 +57,15 @@ from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, 
 from mcpipe.downstream._lines import install as _linear_stdio_lines
 from mcpipe.downstream._polling import StreamWatch
 from mcpipe.gateway import CallError, is_cancellation
-from mcpipe.interaction._core import AskFailed, interaction_of
-from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
-from mcpipe.tools._base import Tool, ToolContext, ToolResult
+from mcpipe.interaction import (
+    Askers,
+    AskFailed,
+    call_relaying,
+    caller_capabilities,
+    interaction_of,
+    keep_caller_capabilities,
+)
+from mcpipe.tools import Tool, ToolContext, ToolResult
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "CAPABILITY_OF",

@@ -39,7 +39,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
 from mcpipe.interaction._serve import session_sender
-from mcpipe.tools._base import Request, ToolContext
+from mcpipe.tools import Request, ToolContext
 
 __all__ = [
     "MAX_ROUNDS",

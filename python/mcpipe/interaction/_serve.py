@@ -34,7 +34,7 @@ from mcpipe.interaction._state import (
     args_digest,
 )
 from mcpipe.store import InMemoryPipelineStore, PipelineStore, StateTooLarge, StoreUnavailable
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
 

@@ -19,7 +19,7 @@ import trio
 from mcpipe._util import read_capped
 from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, ModelConfig
 from mcpipe.models._types import Message, ModelError, Reply, ToolCall, ToolSpec
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["OpenAIModel"]
 

@@ -3,7 +3,7 @@
 See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
 """
 
-from mcpipe.plan._bounds import check_steps
+from mcpipe.plan._bounds import check_steps, deepest_location, depth_problem, json_depth, measure_output
 from mcpipe.plan._check import (
     STEP_ID,
     WHOLE_REFERENCE,
@@ -76,11 +76,15 @@ __all__ = [
     "check_steps",
     "compile_each",
     "decode_fields",
+    "deepest_location",
+    "depth_problem",
     "evaluate",
     "explain",
     "expression_timeout_ms",
+    "json_depth",
     "least_calls",
     "literal_type",
+    "measure_output",
     "output_path",
     "prelude",
     "problem_order",

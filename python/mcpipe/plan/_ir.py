@@ -34,7 +34,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
     from mcpipe.plan._types import ArgumentSite, TypedSite

@@ -58,12 +58,12 @@ from mcpipe.plan import (
     Step,
     evaluate,
     explain,
+    measure_output,
     prelude,
     problem_order,
     referenced_step,
     walk,
 )
-from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
     AnswerMode,
     each_result,
@@ -76,8 +76,7 @@ from mcpipe.results import (
     shape_answer,
     tool_result,
 )
-from mcpipe.tools._base import ToolContext
-from mcpipe.tools._registry import UnknownToolError
+from mcpipe.tools import ToolContext, UnknownToolError
 
 __all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
 

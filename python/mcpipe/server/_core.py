@@ -31,8 +31,7 @@ from mcpipe.downstream import DownstreamError, Downstreams, DownstreamTool
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
-from mcpipe.plan import Limits
-from mcpipe.plan._bounds import depth_problem, measure_output
+from mcpipe.plan import Limits, depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import run_pipeline

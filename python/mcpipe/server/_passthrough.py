@@ -49,7 +49,7 @@ from mcpipe._core import Regex
 from mcpipe.downstream import Change, DownstreamError, Downstreams, DownstreamServer
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
-from mcpipe.interaction._relay import request_asking
+from mcpipe.interaction import request_asking
 from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts

@@ -17,8 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError
-from mcpipe.expr._expr import compile_cel
+from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError, compile_cel
 
 __all__ = [
     "MCPG_ROOTS",

@@ -48,7 +48,7 @@ from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
 from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "EVENTS",

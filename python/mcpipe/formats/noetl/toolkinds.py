@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.kinds._sqltext import split_postgres
+from mcpipe.kinds import split_postgres
 
 __all__ = [
     "KINDS",
