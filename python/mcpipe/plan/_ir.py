@@ -34,7 +34,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools import ToolContext
+from mcpipe.tools import ToolCaller, ToolContext
 
 if TYPE_CHECKING:
     from mcpipe.plan._types import ArgumentSite, TypedSite
@@ -193,7 +193,7 @@ class Leaf(Step, Generic[F, B]):
     args: Template | None = None
     retry: Retry | None = None
 
-    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
+    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: ToolCaller | None = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
         ``timeout_ms``.
 
