@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import pytest
 import trio
 
@@ -324,11 +325,13 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
     async with served(write_config(tmp_path, text)) as server:
         # Before: 70 calls of a 3-level chain held the 64 process slots at their first level (a second's wait
         # for a tool, then the sub-playbook), each waiting for a slot for its second: 21 finished in 25 s, the others timed out, and an unrelated echo waited 15 s.
+        warm = await server.call("level_a", {})  # the first call loads what the chain's steps need
+        assert warm["isError"] is False, _text(warm)
         answers: list[dict[str, Any]] = []
         waited: list[float] = []
 
-        async def chain() -> None:
-            answers.append(await server.call("level_a", {}))
+        async def chain(http: httpx2.AsyncClient) -> None:
+            answers.append(await server.call("level_a", {}, http))
 
         async def innocent() -> None:
             await trio.sleep(0.3)
@@ -339,10 +342,11 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
 
         async def attack() -> None:
             with trio.fail_after(120):
-                async with trio.open_nursery() as nursery:
-                    for _ in range(70):
-                        nursery.start_soon(chain)
-                    nursery.start_soon(innocent)
+                async with httpx2.AsyncClient(timeout=120, limits=httpx2.Limits(max_connections=80)) as http:
+                    async with trio.open_nursery() as nursery:
+                        for _ in range(70):
+                            nursery.start_soon(chain, http)
+                        nursery.start_soon(innocent)
 
         _, slowest = await server.probed(attack)
         failed = [_text(a) for a in answers if a["isError"]]

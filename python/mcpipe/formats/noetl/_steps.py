@@ -15,6 +15,7 @@ data}``, a pipeline's last result with ``_prev``, ``results`` and ``ctx`` laid o
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import uuid
@@ -31,6 +32,7 @@ from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
 from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
+from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
 from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
@@ -67,6 +69,11 @@ __all__ = [
 EVENTS = _run_events
 """The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
 result) goes through it."""
+
+_RUNNING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("mcpipe_noetl_running", default=())
+"""The playbooks a sub-playbook runs in (their :func:`~mcpipe.formats.noetl._catalog.identity`, outermost
+first): a ``playbook`` task refuses one of them (a cycle, whatever spelling its path used) and a chain deeper
+than :data:`~mcpipe.formats.noetl._catalog.MAX_DEPTH`."""
 
 
 # --- the scope ---
@@ -1623,20 +1630,36 @@ async def _run_playbook(
     from mcpipe.formats.noetl._serve import run_noetl
 
     parts = task.parts
+    pb = plan.playbook
+    running = _RUNNING.get() or (identity(pb),)  # the playbooks this one runs in, outermost first
     child: NoetlPlaybook | None = parts["child"]
     if child is None:
         path = await _rendered(parts["path"], scope)
-        pb = plan.playbook
         if not isinstance(path, str) or pb.catalog is None:
-            raise StepFailure(f"{task.location}.path: no playbook `{path}`", ErrorCode.TOOL_FAILED)
-        child, why = pb.catalog.child(path, pb, parts["stack"][:-1])
+            raise StepFailure(f"{task.location}.path: no playbook `{path}` in the catalog", ErrorCode.TOOL_FAILED)
+        # A playbook compiled now reads its file (and a catalog its directories): off the event loop.
+        child, why = await trio.to_thread.run_sync(pb.catalog.child, path, pb, running[:-1])
         if child is None:
             raise StepFailure(f"{task.location}.path: {why}", ErrorCode.TOOL_FAILED)
+    elif identity(child) in running:  # reached again through another's templated path
+        names = " -> ".join(os.path.basename(k) for k in (*running, identity(child)))
+        raise StepFailure(
+            f"{task.location}.path: playbook `{child.path}` runs itself again through its `playbook` tasks ({names})",
+            ErrorCode.TOOL_FAILED,
+        )
+    if len(running) > MAX_DEPTH:
+        raise StepFailure(
+            f"{task.location}.path: sub-playbooks nest deeper than {MAX_DEPTH} (playbook `{child.path}`)",
+            ErrorCode.LIMIT_EXCEEDED,
+        )
     given = await _rendered(parts["input"], scope) or {}
     if child.registry is None:
         child.registry = plan.playbook.registry
-    sub_ctx = ctx
-    answer = await run_noetl(child, dict(given), sub_ctx, limits=plan.playbook.limits)
+    token = _RUNNING.set((*running, identity(child)))
+    try:
+        answer = await run_noetl(child, dict(given), ctx, limits=plan.playbook.limits)
+    finally:
+        _RUNNING.reset(token)
     shaped = answer["noetl"]
     ret = parts["return_step"]
     if ret is not None:

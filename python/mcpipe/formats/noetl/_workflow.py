@@ -1023,7 +1023,6 @@ def _playbook(
         "child": child,
         "input": c.tmpl(given, f"{task.location}.input"),
         "return_step": ret,
-        "stack": (*stack, pb.path),
     }
 
 
