@@ -36,6 +36,7 @@ from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
 from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
+from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template, trusted_texts
 from mcpipe.formats.noetl._scope import (
     SET_FACT,
     Environ,
@@ -888,8 +889,11 @@ async def run_save(
             if isinstance(inputs.get("backend"), str):
                 inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
             if save.statement is not None:
-                inputs["command"] = await _rendered(save.statement, with_data)
-                params = await _rendered(save.params, with_data) if save.params is not None else None
+                params: dict[str, Any] | None = None
+                if save.sql is not None:
+                    inputs["command"], params = await rendered_sql(save.statement, with_data, save.sql)
+                else:
+                    inputs["command"] = await _rendered(save.statement, with_data)
                 if save.binds:
                     given = data if isinstance(data, Mapping) else {}
                     missing = [b for b in save.binds if b not in given]
@@ -917,7 +921,8 @@ async def run_save(
                 "meta": meta,
             }
         if save.statement is not None:
-            inputs["commands"] = await _rendered(save.statement, with_data)
+            assert save.sql is not None
+            inputs["commands"], inputs["params"] = await rendered_sql(save.statement, with_data, save.sql)
         else:
             if not isinstance(data, Mapping) or not data:
                 raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
@@ -1057,8 +1062,8 @@ async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str,
         columns = list(spec.mapping)
         rows = [[tr.field_of(rec, f) for f in spec.mapping.values()] for rec in found]
     else:
-        query = await _rendered(task.parts["query"], scope)
-        out = await _pg(task.parts["source"], scope, str(query), None, env, ctx, f"{where}.source")
+        query, bound = await rendered_sql(task.parts["query"], scope, task.parts["query_sql"])
+        out = await _pg(task.parts["source"], scope, str(query), bound or None, env, ctx, f"{where}.source")
         found = list(out.get("rows") or [])
         columns = list(spec.mapping) or list(out.get("columns") or (found[0].keys() if found else []))
         fields = list(spec.mapping.values()) or columns
@@ -1075,9 +1080,10 @@ async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str,
     for i in range(0, len(rows), spec.chunk_size):
         chunk = rows[i : i + spec.chunk_size]
         if custom is not None:
-            text = await _rendered(custom, scope)
+            text, bound = await rendered_sql(custom, scope, task.parts["target_sql"])
             for row in chunk:
-                await _pg(target, scope, str(text), dict(zip(columns, row, strict=False)), env, ctx, f"{where}.target")
+                values = {**dict(zip(columns, row, strict=False)), **bound}
+                await _pg(target, scope, str(text), values, env, ctx, f"{where}.target")
         else:
             assert spec.table is not None
             sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
@@ -1343,8 +1349,12 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     if script:
         step = await _script_step(task, script, step, scope, inputs)
         fields = {k: t for k, t in fields.items() if k not in inputs}
+    sql: tuple[str, SqlTemplate] | None = task.parts.get("sql_text")
     for name, t in fields.items():
-        inputs[name] = await _rendered(t, scope)
+        if sql is not None and name == sql[0]:
+            inputs[name], inputs["params"] = await rendered_sql(t, scope, sql[1])
+        else:
+            inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
     if inputs.get("secrets") and task.kind == "duckdb":
@@ -1460,15 +1470,14 @@ async def _script_step(
         return compiled
     from mcpipe.formats.noetl._tmpl import compile_tmpl
 
-    command, params = toolkinds.bind_quoted(text) if script["kind"] == "postgres" else (text, {})
+    tpl, why = sql_template(text, script["kind"], trusted_texts(script["playbook"].workload))
+    if why is not None:
+        raise StepFailure(f"{where}: `{uri}`: {why}", ErrorCode.TOOL_FAILED)
     found: list[tuple[str, str]] = []
-    sql = compile_tmpl(command, where, found, "text")
-    bound = compile_tmpl(params, where, found) if params else None
+    sql = compile_tmpl(tpl.source, where, found, "text")
     if found:
         raise StepFailure(f"{found[0][0]}: `{uri}`: {found[0][1]}", ErrorCode.TOOL_FAILED)
-    inputs[script["field"]] = await _rendered(sql, scope)
-    if bound is not None:
-        inputs["params"] = await _rendered(bound, scope)
+    inputs[script["field"]], inputs["params"] = await rendered_sql(sql, scope, tpl)
     return step
 
 
