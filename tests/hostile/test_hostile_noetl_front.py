@@ -13,7 +13,7 @@ import httpx2
 import pytest
 import trio
 
-from kit.attack import Served, served, write_config
+from kit.attack import served, write_config
 from kit.realservers import postgres_server
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -321,10 +321,12 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
     _write(tmp_path / "served", "again", AGAIN)
     for i in range(HOPS):
         _write(tmp_path / "served", f"hop_{i}", HOP.replace("_N", f"_{i}"))
-    text = 'audit: {enabled: false}\nplaybooks: [served/*.yaml]\npipe: {timeout_ms: 20000}\npython_tools: ["kit.tools:test_tools"]\n'
+    text = "audit: {enabled: false}\nplaybooks: [served/*.yaml]\npipe: {timeout_ms: 20000}\n"
+    text += 'python_tools: ["kit.tools:test_tools"]\n'
     async with served(write_config(tmp_path, text)) as server:
         # Before: 70 calls of a 3-level chain held the 64 process slots at their first level (a second's wait
-        # for a tool, then the sub-playbook), each waiting for a slot for its second: 21 finished in 25 s, the others timed out, and an unrelated echo waited 15 s.
+        # for a tool, then the sub-playbook), each waiting for a slot for its second: 12 of 70 finished, the
+        # others timed out (the pipeline's 20 s here, and never without a pipe.timeout_ms).
         warm = await server.call("level_a", {})  # the first call loads what the chain's steps need
         assert warm["isError"] is False, _text(warm)
         answers: list[dict[str, Any]] = []
@@ -341,12 +343,12 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
             assert echoed["isError"] is False
 
         async def attack() -> None:
+            limits = httpx2.Limits(max_connections=80)
             with trio.fail_after(120):
-                async with httpx2.AsyncClient(timeout=120, limits=httpx2.Limits(max_connections=80)) as http:
-                    async with trio.open_nursery() as nursery:
-                        for _ in range(70):
-                            nursery.start_soon(chain, http)
-                        nursery.start_soon(innocent)
+                async with httpx2.AsyncClient(timeout=120, limits=limits) as http, trio.open_nursery() as nursery:
+                    for _ in range(70):
+                        nursery.start_soon(chain, http)
+                    nursery.start_soon(innocent)
 
         _, slowest = await server.probed(attack)
         failed = [_text(a) for a in answers if a["isError"]]

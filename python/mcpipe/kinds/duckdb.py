@@ -67,6 +67,8 @@ class DuckdbPlan:
     timeout_s: float
     policy: DuckdbPolicy
     base_dir: str
+    allowed: tuple[str, ...] = ()
+    """The policy's ``allowed_directories``, absolute (relative ones are the config's directory's)."""
 
 
 def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
@@ -77,7 +79,11 @@ def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
         b.fail()
     policy = b.policy.duckdb
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
-    return DuckdbPlan(ms / 1000, policy, b.policy.base_dir)
+    allowed = tuple(
+        str(Path(d if Path(d).is_absolute() else Path(b.policy.base_dir, d)).resolve()) + "/"
+        for d in policy.allowed_directories
+    )
+    return DuckdbPlan(ms / 1000, policy, b.policy.base_dir, allowed)
 
 
 def _statements(value: Any) -> list[str]:
@@ -227,11 +233,7 @@ async def run_duckdb(
     params = inputs.get("params")
     if params is not None and not isinstance(params, Mapping):
         raise StepFailure(f"`params` must resolve to an object, got {json_type(params)}", ErrorCode.TOOL_FAILED)
-    allowed = tuple(
-        str(Path(d if Path(d).is_absolute() else Path(plan.base_dir, d)).resolve()) + "/"
-        for d in plan.policy.allowed_directories
-    )
-    work = _Run(database, statements, plan.policy, secrets, params, allowed)
+    work = _Run(database, statements, plan.policy, secrets, params, plan.allowed)
     with trio.move_on_after(plan.timeout_s) as deadline:
         try:
             columns, rows = await run_interruptible(work, work.interrupt, limiter=_limiter(plan.policy.workers))

@@ -90,15 +90,15 @@ async def test_duckdb_placeholders_are_dollar_names_and_the_rendered_statements_
     [
         ("SELECT * FROM {{ t }}", {"t": "users; DROP TABLE x"}, "must be a number or a name"),
         ("SELECT * FROM t ORDER BY {{ col }}", {"col": "(SELECT secret FROM s)"}, "must be a number or a name"),
-        ("SELECT date '{{ d }}'", {"d": "2025-01-01' UNION SELECT '"}, "may not hold \"'\""),
-        ("ATTACH '{{ path }}' AS db", {"path": "x'; COPY t TO '/tmp/y"}, "may not hold \"'\""),
+        ("SELECT date '{{ d }}'", {"d": "2025-01-01' UNION SELECT '"}, 'may not hold "\'"'),
+        ("ATTACH '{{ path }}' AS db", {"path": "x'; COPY t TO '/tmp/y"}, 'may not hold "\'"'),
         ("SELECT 1 -- {{ note }}", {"note": "a\nDROP TABLE t"}, "may not hold '\\n'"),
         ("SELECT 1 -- {{ note }}", {"note": "a; DROP TABLE t"}, "may not hold ';'"),
         ("{{ query }}", {"query": "DROP TABLE t"}, "must be a number or a name"),
     ],
 )
 async def test_a_value_that_would_be_sql_where_no_parameter_can_stand_is_refused(text, scope, said):
-    with pytest.raises(StepFailure, match="FORBIDDEN|stands in the SQL|written into a quoted literal") as e:
+    with pytest.raises(StepFailure, match=r"stands in the SQL|written into a quoted literal") as e:
         await render(text, scope)
     assert said in str(e.value) and e.value.code == "FORBIDDEN"
     assert str(e.value).startswith("workflow[0].tool.command: ")
@@ -113,8 +113,12 @@ async def test_the_playbooks_own_workload_text_is_written_as_it_is():
 
 
 def test_a_literal_whose_quotes_open_and_close_in_different_branches_of_a_block_is_refused_at_load():
-    for text in ("{% if a %}'{% endif %}{{ v }}'", "SELECT '{% if a %}x{% else %}{{ v }}' {% endif %}", "{% if a %}--{% endif %} {{ v }}"):
-        tpl, why = sql_template(text, "postgres")
+    for text in (
+        "{% if a %}'{% endif %}{{ v }}'",
+        "SELECT '{% if a %}x{% else %}{{ v }}' {% endif %}",
+        "{% if a %}--{% endif %} {{ v }}",
+    ):
+        _, why = sql_template(text, "postgres")
         assert why is not None and "different branches of a `{% %}` block" in why, text
     assert sql_template("SELECT '{% if a %}x{% else %}{{ v }}{% endif %}'", "postgres")[1] is None
 

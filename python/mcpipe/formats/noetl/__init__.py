@@ -614,9 +614,7 @@ def _load_all(
     limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     for f, serving in files:
         rel = os.path.relpath(f, base)
-        pb, pp = load_playbook(
-            rel, models=models, policy=policy, tools=tools, base_dir=base, known=known, roots=roots
-        )
+        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known, roots=roots)
         problems += pp
         if pb is None:
             continue

@@ -36,7 +36,6 @@ from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
 from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
-from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template, trusted_texts
 from mcpipe.formats.noetl._scope import (
     SET_FACT,
     Environ,
@@ -47,6 +46,7 @@ from mcpipe.formats.noetl._scope import (
     secret_value,
     wrap,
 )
+from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template, trusted_texts
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
 from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
