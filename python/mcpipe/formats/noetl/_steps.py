@@ -1373,15 +1373,20 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
 
 def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
     """A script's file: ``uri`` under the playbook's directory, else under each parent up to the catalog's
-    root (NoETL resolves it from its working directory, the repository's root); never outside them."""
+    roots (NoETL resolves it from its working directory, the repository's root); its real path inside a root
+    (the catalog's, :mod:`mcpipe.formats.noetl._catalog`), never outside them."""
     here = Path(pb.file).resolve().parent if pb.file else Path.cwd()
-    root = Path(pb.root).resolve() if pb.root else here
-    dirs = [here]
-    if here.is_relative_to(root):
-        dirs += [p for p in here.parents if p.is_relative_to(root)]
-    for d in dirs:
+    if pb.catalog is not None:
+        roots = [Path(r) for r in pb.catalog.roots]
+    else:
+        roots = [Path(pb.root).resolve() if pb.root else here]
+
+    def inside(path: Path) -> bool:
+        return any(path.is_relative_to(r) for r in roots)
+
+    for d in (here, *(p for p in here.parents if inside(p))):
         candidate = (d / uri).resolve()
-        if candidate.is_relative_to(d) and candidate.is_file():
+        if inside(candidate) and candidate.is_file():
             return candidate
     return None
 
