@@ -9,14 +9,14 @@ from typing import Any
 import duckdb
 import pytest
 
-from mcpipe.formats.noetl._sqlbind import rendered_sql, sql_template, trusted_texts
+from mcpipe.formats.noetl._sqlbind import rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import compile_tmpl
 from mcpipe.kinds._sqltext import split_duckdb
 from mcpipe.results import StepFailure
 
 
-async def render(text: str, scope: dict[str, Any], dialect: str = "postgres", trusted: Any = frozenset()) -> Any:
-    tpl, why = sql_template(text, dialect, frozenset(trusted))
+async def render(text: str, scope: dict[str, Any], dialect: str = "postgres", workload: Any = None) -> Any:
+    tpl, why = sql_template(text, dialect, workload)
     assert why is None, why
     problems: list[tuple[str, str]] = []
     compiled = compile_tmpl(tpl.source, "workflow[0].tool.command", problems, "text")
@@ -104,12 +104,15 @@ async def test_a_value_that_would_be_sql_where_no_parameter_can_stand_is_refused
     assert str(e.value).startswith("workflow[0].tool.command: ")
 
 
-async def test_the_playbooks_own_workload_text_is_written_as_it_is():
-    workload = {"query": "SELECT 42 AS answer, 'success' AS status", "n": {"deeper": "SELECT 1"}}
-    trusted = trusted_texts(workload)
-    assert await render("{{ query }}", {"query": workload["query"]}, "duckdb", trusted) == (workload["query"], {})
+async def test_an_expression_naming_a_workload_entry_writes_that_entrys_own_text_as_it_is():
+    workload = {"query": "SELECT 42 AS answer, 'success' AS status", "other": "t; DROP TABLE users"}
+    for text in ("{{ query }}", "{{ workload.query }}"):
+        scope = {"query": workload["query"], "workload": workload}
+        assert await render(text, scope, "duckdb", workload) == (workload["query"], {})
     with pytest.raises(StepFailure, match="must be a number or a name"):
-        await render("{{ query }}", {"query": "SELECT 43"}, "duckdb", trusted)  # a caller's other text
+        await render("{{ query }}", {"query": "SELECT 43"}, "duckdb", workload)  # a caller's other text
+    with pytest.raises(StepFailure, match="must be a number or a name"):  # another entry's text: not this one's
+        await render("SELECT * FROM {{ table }}", {"table": workload["other"]}, "duckdb", workload)
 
 
 def test_a_literal_whose_quotes_open_and_close_in_different_branches_of_a_block_is_refused_at_load():

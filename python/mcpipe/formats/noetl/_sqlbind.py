@@ -16,8 +16,9 @@ it so that no value it renders can change the statement:
   text: ``0 OR true`` against an integer column fails the statement);
 - **anywhere else no parameter can stand** (a table or column name, ``date '...'``, DDL, ``ATTACH``, a
   comment): the value is written into the text, so it must be inert there: outside quotes a number or a name
-  (``public.{{ table }}``, ``ORDER BY {{ col }}``), or text the playbook's own ``workload`` holds as it is
-  written (``command: "{{ query }}"`` with ``workload: {query: SELECT 1}``: the author's SQL); inside quotes
+  (``public.{{ table }}``, ``ORDER BY {{ col }}``), or, for an expression that names a ``workload`` entry
+  (``{{ query }}``, ``{{ workload.query }}``), that entry's text as the playbook's file writes it
+  (``command: "{{ query }}"`` with ``workload: {query: SELECT 1}``: the author's SQL); inside quotes
   or a comment, text without quotes, backslashes, ``$``, ``;``, line breaks or comment marks. Any other value
   fails the step, ``FORBIDDEN``, located at the field.
 
@@ -32,7 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,7 +42,7 @@ from mcpipe.expr._jinja import RenderError, add_filter
 from mcpipe.formats.noetl._tmpl import Tmpl
 from mcpipe.results import StepFailure
 
-__all__ = ["DIALECTS", "SqlTemplate", "rendered_sql", "sql_template", "trusted_texts"]
+__all__ = ["DIALECTS", "SqlTemplate", "rendered_sql", "sql_template"]
 
 DIALECTS = ("postgres", "duckdb")
 
@@ -104,7 +105,7 @@ class _Binds:
     """The parameters of one rendering of one SQL text."""
 
     dialect: str
-    trusted: frozenset[str]
+    own: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
 
     def add(self, value: Any) -> str:
@@ -139,11 +140,12 @@ def _sql_literal(body: Any) -> str:
     return _current("noetl_sql_literal").add(str(body).replace("''", "'"))
 
 
-def _sql_name(value: Any) -> str:
-    """Write ``value`` where no parameter can stand: a number, a name, or the playbook's own text."""
+def _sql_name(value: Any, own: int = -1) -> str:
+    """Write ``value`` where no parameter can stand: a number, a name, or (``own``: the index of the workload
+    entry the expression names) that entry's text as the playbook's file writes it."""
     binds = _current("noetl_sql_name")
     text = str(value)
-    if _NAME.fullmatch(text) or text in binds.trusted:
+    if _NAME.fullmatch(text) or (0 <= own < len(binds.own) and text == binds.own[own]):
         return text
     raise RenderError(
         f"the value {_shown(text)} stands in the SQL where no parameter can (a name, a keyword's place): it must "
@@ -181,35 +183,34 @@ for _name, _fn in (
 
 @dataclass(frozen=True, slots=True)
 class SqlTemplate:
-    """A NoETL SQL text rewritten (:func:`sql_template`): the Jinja source to compile, and the playbook's
-    own texts an expression may write outside quotes as they are."""
+    """A NoETL SQL text rewritten (:func:`sql_template`): the Jinja source to compile, and the texts of the
+    workload entries its expressions name where no parameter can stand (written as they are when the value
+    is that text)."""
 
     source: str
     dialect: str
-    trusted: frozenset[str] = frozenset()
+    own: tuple[str, ...] = ()
 
 
-def trusted_texts(workload: Any) -> frozenset[str]:
-    """Every string of a playbook's ``workload`` as its file writes it (the author's text)."""
-    out: set[str] = set()
-    stack = [workload]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, str):
-            if "{{" not in value and "{%" not in value:
-                out.add(value)
-        elif isinstance(value, Mapping):
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return frozenset(out)
+_WORKLOAD_REF = re.compile(r"\s*(?:workload\s*\.\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*")
 
 
-def sql_template(text: str, dialect: str, trusted: frozenset[str] = frozenset()) -> tuple[SqlTemplate, str | None]:
-    """``text`` (NoETL SQL with Jinja) rewritten so that its values are bound or checked (see the module),
-    and why it cannot be (None when it can)."""
+def sql_template(text: str, dialect: str, workload: Mapping[str, Any] | None = None) -> tuple[SqlTemplate, str | None]:
+    """``text`` (NoETL SQL with Jinja) rewritten so that its values are bound or checked (see the module), and
+    why it cannot be (None when it can). ``workload``: the playbook's, as its file writes it."""
     if "{{" not in text and "{%" not in text:
-        return SqlTemplate(text, dialect, trusted), None
+        return SqlTemplate(text, dialect), None
+    own: list[str] = []
+
+    def own_text(expr: str) -> int:
+        """The index of the workload text the expression ``expr`` names (-1: none)."""
+        m = _WORKLOAD_REF.fullmatch(expr)
+        value = (workload or {}).get(m.group(1)) if m is not None else None
+        if not isinstance(value, str) or "{{" in value or "{%" in value:
+            return -1
+        own.append(value)
+        return len(own) - 1
+
     pieces: list[str] = []
 
     def mask(m: re.Match[str]) -> str:
@@ -224,10 +225,10 @@ def sql_template(text: str, dialect: str, trusted: frozenset[str] = frozenset())
         data = _is_data(stmt)
         for i, (kind, tok) in enumerate(stmt):
             if kind == "mask":
-                out.append(_expression(tok, pieces, data and _bare_value(stmt, i)))
+                out.append(_expression(tok, pieces, data and _bare_value(stmt, i), own_text))
             elif kind in ("sq", "dq", "dollar", "line", "block") and "\x01" in tok:
                 if not _balanced(tok, pieces):
-                    return SqlTemplate(text, dialect, trusted), (
+                    return SqlTemplate(text, dialect), (
                         "a quoted literal (or comment) of this SQL opens and closes in different branches of a "
                         "`{% %}` block: mcpipe cannot tell its values from its SQL; keep each literal whole"
                     )
@@ -235,7 +236,7 @@ def sql_template(text: str, dialect: str, trusted: frozenset[str] = frozenset())
                 out.append(_literal(kind, tok, pieces) if bind else _restore(tok, pieces, "noetl_sql_quoted"))
             else:
                 out.append(tok)
-    return SqlTemplate("".join(out), dialect, trusted), None
+    return SqlTemplate("".join(out), dialect, tuple(own)), None
 
 
 def _statements(tokens: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
@@ -284,13 +285,17 @@ def _value_position(before: str) -> bool:
     return word is not None and word.group(1).upper() in _BEFORE_VALUE
 
 
-def _expression(tok: str, pieces: list[str], bind: bool) -> str:
+def _expression(tok: str, pieces: list[str], bind: bool, own_text: Callable[[str], int]) -> str:
     m = _MASK.fullmatch(tok)
     assert m is not None
     source = pieces[int(m.group(2))]
     if m.group(1) == "T":
         return source
-    return _wrapped(source, "noetl_sql_value" if bind else "noetl_sql_name")
+    if bind:
+        return _wrapped(source, "noetl_sql_value")
+    e = _EXPR.match(source)
+    n = own_text(e.group("e")) if e is not None else -1
+    return _wrapped(source, "noetl_sql_name" if n < 0 else f"noetl_sql_name({n})")
 
 
 def _wrapped(source: str, filter_name: str) -> str:
@@ -349,7 +354,7 @@ async def rendered_sql(tmpl: Tmpl, scope: Mapping[str, Any], sql: SqlTemplate) -
         mcpipe.results.StepFailure: as the front-end's renderings do (``FORBIDDEN`` for a value that would
             be SQL).
     """
-    binds = _Binds(sql.dialect, sql.trusted)
+    binds = _Binds(sql.dialect, sql.own)
     token = _BINDS.set(binds)  # the rendering's thread runs in a copy of this context: it sees `binds`
     try:
         text = await tmpl.render_async(scope)

@@ -46,7 +46,7 @@ from mcpipe.formats.noetl._scope import (
     secret_value,
     wrap,
 )
-from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template, trusted_texts
+from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
 from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
@@ -1475,7 +1475,7 @@ async def _script_step(
         return compiled
     from mcpipe.formats.noetl._tmpl import compile_tmpl
 
-    tpl, why = sql_template(text, script["kind"], trusted_texts(script["playbook"].workload))
+    tpl, why = sql_template(text, script["kind"], script["playbook"].workload)
     if why is not None:
         raise StepFailure(f"{where}: `{uri}`: {why}", ErrorCode.TOOL_FAILED)
     found: list[tuple[str, str]] = []

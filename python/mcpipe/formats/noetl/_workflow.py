@@ -43,7 +43,7 @@ from mcpipe.formats.noetl._layout import (
 )
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
-from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template, trusted_texts
+from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
@@ -736,7 +736,7 @@ def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any,
 def _sql(c: _Problems, text: str, dialect: str, pb: NoetlPlaybook, where: str) -> SqlTemplate:
     """NoETL SQL text rewritten so that its values are bound or checked (:mod:`mcpipe.formats.noetl._sqlbind`);
     a text that cannot be is a problem at ``where``."""
-    tpl, why = sql_template(text, dialect, trusted_texts(pb.workload))
+    tpl, why = sql_template(text, dialect, pb.workload)
     if why is not None:
         c.add(where, why)
     return tpl
