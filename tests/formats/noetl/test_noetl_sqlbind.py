@@ -8,7 +8,9 @@ from typing import Any
 
 import duckdb
 import pytest
+import trio
 
+from mcpipe.formats.noetl import PlaybookTool, load_playbook
 from mcpipe.formats.noetl._sqlbind import rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import compile_tmpl
 from mcpipe.kinds._sqltext import split_duckdb
@@ -131,3 +133,33 @@ async def test_the_bind_filters_refuse_to_run_outside_a_steps_sql():
     compiled = compile_tmpl("{{ x | noetl_sql_value }}", "workflow[0].tool.input.x", problems)
     with pytest.raises(Exception, match="mcpipe's own filter for a NoETL step's SQL"):
         await compiled.render_async({"x": 1})
+
+
+SEED = """
+apiVersion: noetl.io/v2
+kind: Playbook
+metadata: {name: seed_duck, path: x/seed_duck}
+mcp:
+  prompts: []
+workbook:
+  - name: lookup
+    type: duckdb
+    database: ":memory:"
+    commands: |
+      CREATE TABLE u AS SELECT * FROM (VALUES ('alice'), ('bob')) v(name);
+      SELECT name FROM u WHERE name = '{{ input.name }}'
+workflow:
+  - {step: start, next: b}
+  - {step: b, type: workbook, task: lookup}
+"""
+
+
+async def test_a_seed_004_workbook_actions_sql_values_are_bound_too(tmp_path):
+    (tmp_path / "seed.yaml").write_text(SEED)
+    pb, problems = load_playbook(str(tmp_path / "seed.yaml"))
+    assert problems == [] and pb is not None
+    for name, rows in (("bob", [["bob"]]), ("' OR 1=1 --", None)):
+        with trio.fail_after(30):
+            answer = await PlaybookTool(pb).run({"name": name})
+        assert answer["ok"], answer["error"]
+        assert answer["result"].get("command_2_sample") == rows

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +43,7 @@ from mcpipe.expr._jinja import RenderError, add_filter
 from mcpipe.formats.noetl._tmpl import Tmpl
 from mcpipe.results import StepFailure
 
-__all__ = ["DIALECTS", "SqlTemplate", "rendered_sql", "sql_template"]
+__all__ = ["DIALECTS", "SqlTemplate", "binding", "rendered_sql", "sql_template"]
 
 DIALECTS = ("postgres", "duckdb")
 
@@ -346,6 +347,18 @@ def _balanced(tok: str, pieces: list[str]) -> bool:
     return depth == 0
 
 
+@contextmanager
+def binding(sql: SqlTemplate) -> Iterator[dict[str, Any]]:
+    """While a text compiled from ``sql.source`` renders in this context: the parameters its values become
+    (a rendering's thread runs in a copy of the context that started it, so it sees them)."""
+    binds = _Binds(sql.dialect, sql.own)
+    token = _BINDS.set(binds)
+    try:
+        yield binds.params
+    finally:
+        _BINDS.reset(token)
+
+
 async def rendered_sql(tmpl: Tmpl, scope: Mapping[str, Any], sql: SqlTemplate) -> tuple[Any, dict[str, Any]]:
     """``tmpl`` (compiled from ``sql.source``) rendered over ``scope``, off the event loop; the text and the
     parameters its values became.
@@ -354,12 +367,9 @@ async def rendered_sql(tmpl: Tmpl, scope: Mapping[str, Any], sql: SqlTemplate) -
         mcpipe.results.StepFailure: as the front-end's renderings do (``FORBIDDEN`` for a value that would
             be SQL).
     """
-    binds = _Binds(sql.dialect, sql.own)
-    token = _BINDS.set(binds)  # the rendering's thread runs in a copy of this context: it sees `binds`
-    try:
-        text = await tmpl.render_async(scope)
-    except RenderError as e:
-        raise StepFailure(str(e), e.code) from None
-    finally:
-        _BINDS.reset(token)
-    return text, binds.params
+    with binding(sql) as params:
+        try:
+            text = await tmpl.render_async(scope)
+        except RenderError as e:
+            raise StepFailure(str(e), e.code) from None
+    return text, params
