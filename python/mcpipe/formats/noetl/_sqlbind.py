@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import contextvars
 import re
-from contextlib import contextmanager
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
