@@ -212,17 +212,13 @@ kind: Playbook
 metadata: {name: evil, path: elsewhere/evil}
 workflow:
   - step: start
-    tool:
-      kind: python
-      code: |
-        open(MARKER, "w").write("ran")
-        result = {"ran": True}
+    tool: {kind: noop}
+    set: {ctx.ran: the-unserved-playbook-ran}
 """
 
 
 async def test_a_sub_playbook_path_reaches_only_the_playbooks_the_operator_serves(tmp_path):
-    marker = tmp_path / "evil-ran"
-    evil = _write(tmp_path / "elsewhere", "evil", EVIL.replace("MARKER", repr(str(marker))))
+    evil = _write(tmp_path / "elsewhere", "evil", EVIL)
     _write(tmp_path / "served", "runner", RUNNER)
     _write(tmp_path / "served" / "sub", "child", CHILD)
     (tmp_path / "served" / "sub" / "link.yaml").symlink_to(evil)
@@ -235,17 +231,16 @@ async def test_a_sub_playbook_path_reaches_only_the_playbooks_the_operator_serve
         async def refused(target: str) -> str:
             answer = await server.call("runner", {"target": target})
             assert answer["isError"] is True, (target, answer)
+            assert "the-unserved-playbook-ran" not in _text(answer)
             return _text(answer).replace(target, "PATH")
 
-        # Before: every parent directory up to / was a root: the unserved playbook elsewhere ran its python step.
+        # Before: every parent directory up to / was a root: the unserved playbook elsewhere ran.
         outside = str(evil.with_suffix("")).lstrip("/")
         said, slowest = await server.probed(lambda: refused(outside))
-        assert not marker.exists()
         # ... and a symlink under the served directory to it, and a path with `..`.
         assert await refused("served/sub/link") == said
         assert await refused("sub/link") == said
         assert await refused("served/../elsewhere/evil") == said
-        assert not marker.exists()
         # Before: etc/passwd was opened and parsed ("has problems"), a missing file was "no playbook": an
         # oracle of which files exist. A refused path and a missing one answer alike.
         assert await refused("etc/passwd") == said
