@@ -25,6 +25,7 @@ import trio
 from mcpipe.store._runs import (
     EVENT_OVERHEAD,
     LIFECYCLE,
+    MAX_PAGE,
     MAX_BYTES,
     MAX_BYTES_PER_PRINCIPAL,
     MAX_RUN_BYTES,
@@ -38,6 +39,7 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
+    RunPage,
     RunStatus,
     cancelled_answer,
     event_blob,
@@ -103,7 +105,13 @@ _ADDED = {
     "event_bytes": "INTEGER NOT NULL DEFAULT 0",
     "events_dropped": "INTEGER NOT NULL DEFAULT 0",
 }
-_INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, status);"
+# The console's filters (``page``): a principal's, a tool's and a time range's runs, newest first.
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, status);
+CREATE INDEX IF NOT EXISTS runs_by_principal_seq ON runs (principal, seq);
+CREATE INDEX IF NOT EXISTS runs_by_target ON runs (target, seq);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created);
+"""
 _LIVE = "('queued', 'running', 'input_required')"
 _DONE = "('completed', 'failed', 'cancelled')"
 
@@ -128,6 +136,25 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         cancel=bool(cancel),
         answer=unpack_answer(answer),
         meta={} if meta is None else orjson.loads(meta),
+        lapses=lapses,
+    )
+
+
+_SUMMARY = "seq, id, target, principal, status, created, updated, worker, attempts, cancel, lapses"
+
+
+def _summary(row: tuple[Any, ...]) -> RunInfo:
+    _, id_, target, principal, status, created, updated, worker, attempts, cancel, lapses = row
+    return RunInfo(
+        id=id_,
+        target=target,
+        principal=principal,
+        status=status,
+        created=created,
+        updated=updated,
+        worker=worker,
+        attempts=attempts,
+        cancel=bool(cancel),
         lapses=lapses,
     )
 
@@ -591,6 +618,59 @@ class SqliteRunQueue:
             ).fetchall()
 
         return [_info(r) for r in await self._do(q)]
+
+    async def page(
+        self,
+        *,
+        status: str | None = None,
+        target: str | None = None,
+        principals: tuple[str | None, ...] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        limit = max(1, min(limit, MAX_PAGE))
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if target is not None:
+            where.append("target = ?")
+            params.append(target)
+        if principals is not None:
+            if not principals:
+                return RunPage(runs=[])
+            where.append("(" + " OR ".join("principal IS ?" for _ in principals) + ")")
+            params.extend(principals)
+        if since is not None:
+            where.append("created >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("created < ?")
+            params.append(until)
+        if before:
+            try:
+                where.append("seq < ?")
+                params.append(int(before))
+            except ValueError:
+                return RunPage(runs=[])
+        sql = f"SELECT {_SUMMARY} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY seq DESC LIMIT ?"
+        params.append(limit + 1)
+        rows = await self._do(lambda db: db.execute(sql, params).fetchall())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        return RunPage(
+            runs=[_summary(r) for r in rows], next=str(rows[-1][0]) if more and rows else None, scanned=len(rows)
+        )
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._do(lambda db: db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+        return {status: int(n) for status, n in rows}
 
     async def emit(self, run_id: str, worker: str | None, events: list[NewEvent]) -> None:
         def tx(db: sqlite3.Connection) -> None:
