@@ -515,7 +515,14 @@ def event_blob(data: dict[str, Any]) -> bytes:
     blob = orjson.dumps(data)
     if len(blob) <= MAX_EVENT_BYTES:
         return blob
-    blob = orjson.dumps(_cut(data))
+    cut = _cut(data)
+    blob = orjson.dumps(cut)
     if len(blob) <= MAX_EVENT_BYTES:
         return blob
-    return orjson.dumps({"truncated": len(blob)})
+    # Still too large: the short scalars stay (a step event's path, ok, error_code), the rest goes.
+    kept = {
+        k: v
+        for k, v in cut.items()
+        if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= _CUT)
+    }
+    return orjson.dumps({**kept, "truncated": len(blob)})
