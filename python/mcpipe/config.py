@@ -424,6 +424,9 @@ class TelemetryConfig(_Base):
     max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
     """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
     count under ``tool="other"``."""
+    max_principal_labels: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 200
+    """The most distinct principals ``mcpipe_principal_calls`` labels (the first seen; later ones count under
+    ``principal="other"``; 0: calls are not counted by principal)."""
 
 
 class LogsConfig(_Base):
