@@ -128,6 +128,8 @@ def serving(tmp: Path, **extra: Any) -> Iterator[Served]:
                 proc.kill()
                 proc.wait(WAIT_S)
         reader.join(WAIT_S)
+        if proc.stderr is not None:
+            proc.stderr.close()
 
 
 @contextmanager

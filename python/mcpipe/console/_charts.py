@@ -28,14 +28,14 @@ def timeline(t: dict[str, Any], title: str) -> str:
     total = max(float(t["total_ms"]), 1.0)
     rows = max(len(steps), 1)
     h = 30 + rows * ROW_H + 20
-    w = LABEL_W + CHART_W + 20
+    w = LABEL_W + CHART_W + 60
     scale = CHART_W / total
 
     def x(ms: float) -> float:
         return LABEL_W + ms * scale
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" class="timeline" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="timeline" role="img" '
         f'aria-labelledby="timeline-title"><title id="timeline-title">{escape(title)}</title>'
     ]
     for band, cls, what in [(b, "queued", "waiting in the queue") for b in t["queued"]] + [
@@ -80,7 +80,7 @@ def bars(rows: list[dict[str, Any]], label: str, value: str, title: str, unit: s
     h = 10 + max(len(rows), 1) * ROW_H
     w = LABEL_W + CHART_W + 90
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" class="bars" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="bars" role="img" '
         f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
     ]
     if not rows:
@@ -105,7 +105,7 @@ def line(series: list[list[float]], title: str) -> str:
     """Calls per second over time (``[unix seconds, value]`` pairs): a line, its peak and its latest value."""
     w, h, pad = 620, 160, 30
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" class="line" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="line" role="img" '
         f'aria-label="{escape(title)}" id="rate-chart"><title>{escape(title)}</title>'
     ]
     if len(series) < 2:

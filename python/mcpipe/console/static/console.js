@@ -109,7 +109,8 @@
       const t0 = m.series[0][0], span = Math.max(m.series[m.series.length - 1][0] - t0, 1e-6);
       const top = Math.max.apply(null, m.series.map(function (p) { return p[1]; })) || 1;
       const svg = document.createElementNS(NS, "svg");
-      svg.setAttribute("viewBox", "0 0 " + w + " " + h); svg.setAttribute("class", "line"); svg.setAttribute("role", "img");
+      svg.setAttribute("viewBox", "0 0 " + w + " " + h); svg.setAttribute("width", w); svg.setAttribute("height", h);
+      svg.setAttribute("class", "line"); svg.setAttribute("role", "img");
       svg.setAttribute("aria-label", "calls per second");
       const axis = document.createElementNS(NS, "line");
       axis.setAttribute("x1", pad); axis.setAttribute("y1", h - pad); axis.setAttribute("x2", w - pad); axis.setAttribute("y2", h - pad);
