@@ -422,6 +422,8 @@ class ConsoleData:
                 pb = getattr(t, "playbook", None)
                 playbooks.append({"name": name, "path": getattr(pb, "path", None), "layout": getattr(pb, "layout", None)})
         cfg = self.app.config
+        if cfg.pipe.enabled and gateway.allows(PIPE_TOOL, ctx) and all(t["name"] != PIPE_TOOL for t in tools):
+            tools.append({"name": PIPE_TOOL, "origin": "mcp_pipe", "description": "Run a pipeline of tool calls"})
         formats = sorted({_format_of(t) for t in tools} - {None})  # type: ignore[arg-type]
         return {
             "version": API_VERSION,
