@@ -84,7 +84,9 @@ class _Metrics:
             ["tool", "code"],
         )
         self.downstream_calls = Counter(
-            "mcpipe_downstream_calls", "Calls to downstream MCP servers' tools, by server and outcome.", ["server", "outcome"]
+            "mcpipe_downstream_calls",
+            "Calls to downstream MCP servers' tools, by server and outcome.",
+            ["server", "outcome"],
         )
         self.downstream_duration = Histogram(
             "mcpipe_downstream_call_duration_seconds",

@@ -95,7 +95,9 @@ async def test_a_principal_sees_only_its_own_runs_and_an_operator_sees_every_one
 async def test_the_runs_list_filters_pages_and_refuses_bad_filters_located(monkeypatch, tmp_path):
     with trio.fail_after(60):
         async with console(monkeypatch, tmp_path) as c:
-            ids = [await c.submit("alice", {"steps": [{"id": "s", "tool": "echo", "args": {"i": i}}]}) for i in range(5)]
+            ids = [
+                await c.submit("alice", {"steps": [{"id": "s", "tool": "echo", "args": {"i": i}}]}) for i in range(5)
+            ]
             for run_id in ids:
                 await c.done("alice", run_id)
             first = (await c.get("/api/v1/runs?limit=2")).json()
@@ -145,7 +147,7 @@ async def test_a_run_answers_its_plan_marked_its_steps_timeline_and_located_erro
     bars = {b["path"]: b for b in data["timeline"]["steps"]}
     assert set(bars) == set(steps) and all(b["length_ms"] >= 0 for b in bars.values())
     assert data["timeline"]["queued"] and data["timeline"]["total_ms"] > 0
-    assert [e["type"] for e in data["events"]][0] == "enqueued" and data["events"][-1]["type"] == "failed"
+    assert data["events"][0]["type"] == "enqueued" and data["events"][-1]["type"] == "failed"
 
 
 async def test_a_playbook_runs_arcs_taken_are_marked(monkeypatch, tmp_path):

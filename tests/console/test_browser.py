@@ -45,7 +45,8 @@ def _by() -> Any:
 
 def _shape_class(driver: Any, key: str) -> str:
     return str(driver.execute_script(
-        "const g = [...document.querySelectorAll('#graph g.shape')].find(g => g.getAttribute('data-key') === arguments[0]);"
+        "const g = [...document.querySelectorAll('#graph g.shape')]"
+        ".find(g => g.getAttribute('data-key') === arguments[0]);"
         "return g ? g.getAttribute('class') : '';",
         key,
     ))  # fmt: skip
@@ -186,7 +187,9 @@ def test_a_tool_output_holding_a_script_is_shown_as_text(server: Served, driver:
     assert csp_violations(driver) == []
 
 
-def test_the_main_pages_are_keyboard_usable_labelled_and_fit_a_phone(server: Served, driver: Any, tmp_path: Path) -> None:
+def test_the_main_pages_are_keyboard_usable_labelled_and_fit_a_phone(
+    server: Served, driver: Any, tmp_path: Path
+) -> None:
     By = _by()
     from selenium.webdriver.common.keys import Keys
 

@@ -54,7 +54,9 @@ def _kept(name: str, drawn: str) -> None:
     assert path.read_text() == drawn, f"docs/console/{name} is stale: make console-screenshots draws it again"
 
 
-def test_the_readmes_example_is_drawn_as_svg_mermaid_and_dot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_readmes_example_is_drawn_as_svg_mermaid_and_dot(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     spec = _readme_example(tmp_path)
     svg = _drawn(capsys, str(spec), "--format", "svg")
     assert _shapes(svg) == {
@@ -73,7 +75,9 @@ def test_the_readmes_example_is_drawn_as_svg_mermaid_and_dot(tmp_path: Path, cap
     assert dot.startswith('digraph "readme-example" {') and "s0 -> s1;" in dot and "s1 -> s2;" in dot
 
 
-def test_a_noetl_playbook_is_drawn_with_its_arcs_and_conditions(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_noetl_playbook_is_drawn_with_its_arcs_and_conditions(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     config = tmp_path / "mcpipe.yaml"
     config.write_text("outbound:\n  commands:\n    sh: /bin/sh\n")  # its shell steps, as `playbook check` needs
     svg = _drawn(capsys, str(PLAYBOOK), "--format", "svg", "--config", str(config))
@@ -82,7 +86,13 @@ def test_a_noetl_playbook_is_drawn_with_its_arcs_and_conditions(tmp_path: Path, 
     assert set(shapes) == {"start", "prod_setup", "staging_setup", "dev_setup", "check_deploy", "deploy_app",
                            "verify_deployment", "skip_deploy", "end"}  # fmt: skip
     root = ET.fromstring(svg.split("?>", 1)[-1])
-    titles = [t.text for g in root.iter(f"{SVG}g") if "arc" in (g.get("class") or "").split() for t in [g.find(f"{SVG}title")] if t is not None]
+    titles = [
+        t.text
+        for g in root.iter(f"{SVG}g")
+        if "arc" in (g.get("class") or "").split()
+        for t in [g.find(f"{SVG}title")]
+        if t is not None
+    ]
     assert "start to prod_setup when workload.environment == 'production'" in titles
     assert "check_deploy to skip_deploy when workload.deploy != 'true'" in titles
     assert "start to dev_setup" in titles  # the arc with no condition

@@ -317,7 +317,9 @@ class ConsoleData:
                 "states": marks,
                 "taken": sorted(taken),
                 "each": sorted(d.each),
-                "svg": d.svg(states=marks, taken=taken, standalone=False, title=f"plan of run {info.id}", link="#step-"),
+                "svg": d.svg(
+                    states=marks, taken=taken, standalone=False, title=f"plan of run {info.id}", link="#step-"
+                ),
             },
             "plan_missing": why,
             "steps": steps,
@@ -420,11 +422,13 @@ class ConsoleData:
                 pipelines.append({"name": name, "location": getattr(t, "location", None)})
             elif origin == "playbook":
                 pb = getattr(t, "playbook", None)
-                playbooks.append({"name": name, "path": getattr(pb, "path", None), "layout": getattr(pb, "layout", None)})
+                playbooks.append(
+                    {"name": name, "path": getattr(pb, "path", None), "layout": getattr(pb, "layout", None)}
+                )
         cfg = self.app.config
         if cfg.pipe.enabled and gateway.allows(PIPE_TOOL, ctx) and all(t["name"] != PIPE_TOOL for t in tools):
             tools.append({"name": PIPE_TOOL, "origin": "mcp_pipe", "description": "Run a pipeline of tool calls"})
-        formats = sorted({_format_of(t) for t in tools} - {None})  # type: ignore[arg-type]
+        formats = sorted({f for t in tools if (f := _format_of(t)) is not None})
         return {
             "version": API_VERSION,
             "viewer": viewer.facts(),
@@ -519,6 +523,7 @@ def _steps(
     each drawn step, and the arcs taken (by location)."""
     rows: list[dict[str, Any]] = []
     open_: dict[str, dict[str, Any]] = {}
+    row: dict[str, Any] | None
     taken: set[str] = set()
     where = {s.key: s.location for s in d.shapes} if d is not None else {}
     base = info.created
@@ -553,7 +558,8 @@ def _steps(
                 "via": data.get("via") or [],
                 "worker": e.worker,
             }
-            for loc in row["via"]:
+            via = data.get("via")
+            for loc in via if isinstance(via, list) else ():
                 if isinstance(loc, str):
                     taken.add(loc)
             rows.append(row)
@@ -639,7 +645,9 @@ def _timeline(info: RunInfo, events: list[RunEvent], steps: list[dict[str, Any]]
     queued_since: float | None = base
     for e in events:
         if e.type == "leased" and queued_since is not None:
-            queued.append({"start_ms": round((queued_since - base) * 1000, 1), "end_ms": round((e.at - base) * 1000, 1)})
+            queued.append(
+                {"start_ms": round((queued_since - base) * 1000, 1), "end_ms": round((e.at - base) * 1000, 1)}
+            )
             queued_since = None
         elif e.type == "input_required":
             waiting_since = e.at

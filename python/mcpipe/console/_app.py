@@ -32,7 +32,7 @@ import trio
 from mcpipe.access import Rejected
 from mcpipe.console._api import API_VERSION, ApiError, ConsoleData, Served, Viewer, iso
 from mcpipe.console._charts import bars, line, timeline
-from mcpipe.console._session import COOKIE, Session, Signer, cookie_header, read_cookie, token_digest
+from mcpipe.console._session import Session, Signer, cookie_header, read_cookie, token_digest
 from mcpipe.store import TERMINAL, StoreUnavailable
 from mcpipe.tools import Identity
 
@@ -222,7 +222,13 @@ class Console:
     # --- the API ---
 
     async def _api(
-        self, scope: dict[str, Any], receive: Receive, send: Send, viewer: Viewer | None, session: Session, by_header: bool
+        self,
+        scope: dict[str, Any],
+        receive: Receive,
+        send: Send,
+        viewer: Viewer | None,
+        session: Session,
+        by_header: bool,
     ) -> None:
         path: str = scope["path"]
         method: str = scope["method"]
@@ -277,7 +283,9 @@ class Console:
         else:
             raise ApiError(404, "NOT_FOUND", f"no route {path}")
 
-    async def _posted(self, scope: dict[str, Any], receive: Receive, session: Session, *, needs_token: bool) -> dict[str, str]:
+    async def _posted(
+        self, scope: dict[str, Any], receive: Receive, session: Session, *, needs_token: bool
+    ) -> dict[str, str]:
         """A POST's form (or JSON object), read within its bounds; a browser's (cookie) request must carry its
         session's CSRF token (the ``csrf`` field, or the ``X-CSRF-Token`` header)."""
         body = await _read(receive)
@@ -334,8 +342,8 @@ class Console:
                     await self.data.cancel(viewer, parts[1])
                     await self._redirect(send, f"{CONSOLE_PREFIX}/runs/{quote(parts[1])}", cookie)
                 else:
-                    out = await self.data.retry(viewer, parts[1])
-                    await self._redirect(send, f"{CONSOLE_PREFIX}/runs/{quote(out['run']['run_id'])}", cookie)
+                    new = await self.data.retry(viewer, parts[1])
+                    await self._redirect(send, f"{CONSOLE_PREFIX}/runs/{quote(new['run']['run_id'])}", cookie)
                 return
             raise ApiError(404, "NOT_FOUND", f"no POST route {path}")
         if method != "GET":
@@ -407,7 +415,11 @@ class Console:
             nxt = form.get("next") or nxt
             if not nxt.startswith(CONSOLE_PREFIX) or "//" in nxt or "\\" in nxt:
                 nxt = f"{CONSOLE_PREFIX}/runs"
-            found = await self.identify([(b"authorization", f"Bearer {token}".encode("latin-1", "replace"))]) if token else None
+            found = (
+                await self.identify([(b"authorization", f"Bearer {token}".encode("latin-1", "replace"))])
+                if token
+                else None
+            )
             if found is None or isinstance(found, Rejected):
                 ctx = {"viewer": None, "csrf": self.signer.csrf(session), "next": nxt,
                        "failed": "that credential does not verify" if token else "a credential is needed",
@@ -423,9 +435,9 @@ class Console:
             age = int(max(1, expires - time.time()))
             await self._redirect(send, nxt, cookie_header(self.signer.dump(signed), secure=_secure(scope), max_age=age))
             return
-        ctx = {"viewer": viewer, "csrf": self.signer.csrf(session), "next": nxt, "failed": None,
-               "needed": self.require_auth, "ttl": self._ttl()}  # fmt: skip
-        await self._html(send, 200, "login.html", ctx, session, cookie)
+        page: dict[str, Any] = {"viewer": viewer, "csrf": self.signer.csrf(session), "next": nxt, "failed": None,
+                                "needed": self.require_auth, "ttl": self._ttl()}  # fmt: skip
+        await self._html(send, 200, "login.html", page, session, cookie)
 
     def _ttl(self) -> str:
         hours = self.cfg.session_ttl_s / 3600
@@ -471,7 +483,9 @@ class Console:
     async def _stream(self, scope: dict[str, Any], receive: Receive, send: Send, events: Any) -> None:
         """Serve ``events`` (``(type, id, data)``) as server-sent events until they end or the client goes."""
         if self.streams >= self.cfg.max_streams:
-            raise ApiError(503, "LIMIT_EXCEEDED", f"{self.cfg.max_streams} event streams are open ([console] max_streams)")
+            raise ApiError(
+                503, "LIMIT_EXCEEDED", f"{self.cfg.max_streams} event streams are open ([console] max_streams)"
+            )
         self.streams += 1
         try:
             await send(
@@ -625,7 +639,7 @@ def _index() -> dict[str, Any]:
         "version": API_VERSION,
         "docs": "docs/console.md",
         "routes": {
-            f"GET {v}/runs": "runs, newest first: status, tool, principal (- for anonymous), since, until, limit, before",
+            f"GET {v}/runs": "runs, newest first: status, tool, principal (- anonymous), since, until, limit, before",
             f"GET {v}/runs/ID": "one run: its plan (mermaid, svg, states, taken arcs), steps, timeline, errors, events",
             f"GET {v}/runs/ID/events": "the run's events after cursor `after`",
             f"POST {v}/runs/ID/cancel": "cancel the run (as pipe_cancel)",

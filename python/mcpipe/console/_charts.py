@@ -35,7 +35,8 @@ def timeline(t: dict[str, Any], title: str) -> str:
         return LABEL_W + ms * scale
 
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="timeline" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="timeline" '
+        f'role="img" '
         f'aria-labelledby="timeline-title"><title id="timeline-title">{escape(title)}</title>'
     ]
     for band, cls, what in [(b, "queued", "waiting in the queue") for b in t["queued"]] + [
@@ -62,7 +63,8 @@ def timeline(t: dict[str, Any], title: str) -> str:
         retried = f", {bar['attempts']} attempts" if bar.get("attempts") and bar["attempts"] > 1 else ""
         said = f"{bar['path']}: {bar['state']}, from {_ms(bar['start_ms'])} for {_ms(bar['length_ms'])}{retried}"
         out.append(
-            f'<a href="#{escape(bar["anchor"])}"><g class="bar state-{escape(bar["state"])}"><title>{escape(said)}</title>'
+            f'<a href="#{escape(bar["anchor"])}"><g class="bar state-{escape(bar["state"])}">'
+            f"<title>{escape(said)}</title>"
             f'<text x="{LABEL_W - 6}" y="{y + 15}" text-anchor="end">{escape(label)}</text>'
             f'<rect x="{x0:.1f}" y="{y + 3}" width="{width:.1f}" height="{ROW_H - 7}" rx="3" fill="#7a8793"/>'
             f"</g></a>"
@@ -80,7 +82,8 @@ def bars(rows: list[dict[str, Any]], label: str, value: str, title: str, unit: s
     h = 10 + max(len(rows), 1) * ROW_H
     w = LABEL_W + CHART_W + 90
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="bars" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="bars" '
+        f'role="img" '
         f'aria-label="{escape(title)}"><title>{escape(title)}</title>'
     ]
     if not rows:
@@ -105,17 +108,22 @@ def line(series: list[list[float]], title: str) -> str:
     """Calls per second over time (``[unix seconds, value]`` pairs): a line, its peak and its latest value."""
     w, h, pad = 620, 160, 30
     out = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="line" role="img" '
+        f'<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {w} {h}" width="{w}" height="{h}" class="line" '
+        f'role="img" '
         f'aria-label="{escape(title)}" id="rate-chart"><title>{escape(title)}</title>'
     ]
     if len(series) < 2:
-        out.append(f'<text x="{pad}" y="{h / 2}">{escape("a second reading is needed: it comes in a few seconds")}</text>')
+        out.append(
+            f'<text x="{pad}" y="{h / 2}">{escape("a second reading is needed: it comes in a few seconds")}</text>'
+        )
         out.append("</svg>")
         return "".join(out)
     t0, t1 = series[0][0], series[-1][0]
     top = max(v for _, v in series) or 1.0
     span = max(t1 - t0, 1e-6)
-    pts = " ".join(f"{pad + (t - t0) / span * (w - 2 * pad):.1f},{h - pad - v / top * (h - 2 * pad):.1f}" for t, v in series)
+    pts = " ".join(
+        f"{pad + (t - t0) / span * (w - 2 * pad):.1f},{h - pad - v / top * (h - 2 * pad):.1f}" for t, v in series
+    )
     out.append(f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#9aa5b1"/>')
     out.append(f'<polyline points="{pts}" fill="none" stroke="#3f6fb5" stroke-width="2"/>')
     out.append(f'<text x="{pad}" y="{pad - 10}">peak {top:g}/s</text>')

@@ -298,9 +298,9 @@ def _node(d: Drawing, step: Node, prefix: str, cluster: int | None, each: set[st
                 if not arc.back and arc.to != i:
                     block.arcs.append((i, arc.to))
                 label = _bare(_when_text(arc.when))
-                for a in spans[i][1]:
-                    for b in spans[arc.to][0]:
-                        d.edges.append(Edge(a, b, "back" if arc.to == i else kind, label, arc.location))
+                for src in spans[i][1]:
+                    for dst in spans[arc.to][0]:
+                        d.edges.append(Edge(src, dst, "back" if arc.to == i else kind, label, arc.location))
         entry = spans[step.entry][0] if spans else []
         ends = [x for i, sp in enumerate(spans) if not any(not a.back for a in step.arcs[i]) for x in sp[1]]
         return entry, ends, block
@@ -320,9 +320,9 @@ def _when_text(expr: Any) -> str:
     arc = getattr(expr, "arc", None)
     if getattr(arc, "otherwise", False):
         return "else"
-    refs = getattr(expr, "references", None)
-    if isinstance(refs, (tuple, list)) and refs and isinstance(refs[0], str):
-        return f"${{{refs[0]}}}"
+    found = getattr(expr, "references", None)
+    if isinstance(found, (tuple, list)) and found and isinstance(found[0], str):
+        return f"${{{found[0]}}}"
     return ""
 
 
@@ -502,6 +502,7 @@ def _place(
     else:
         for p in b.parts:
             _place(d, p, x + PAD + (inner_w - p.w) / 2, top, boxes, clusters)
+
 
 # --- SVG ----------------------------------------------------------------------------------------------------------
 

@@ -43,14 +43,14 @@ from mcpipe.store._base import StoreUnavailable
 from mcpipe.store._runs import (
     EVENT_OVERHEAD,
     LIFECYCLE,
-    MAX_PAGE,
-    MAX_SCAN,
     MAX_BYTES,
     MAX_BYTES_PER_PRINCIPAL,
+    MAX_PAGE,
     MAX_RUN_BYTES,
     MAX_RUN_EVENTS,
     MAX_RUNS,
     MAX_RUNS_PER_PRINCIPAL,
+    MAX_SCAN,
     PARKED_TTL_S,
     RETENTION_S,
     Bounds,
@@ -866,9 +866,9 @@ class RedisRunQueue:
             cscore = ""
         args: list[str | int] = [f"{self.prefix}:run:", maxs, mins, cscore, cid, status or "", target or ""]
         args += [len(wanted), *wanted, limit, MAX_SCAN]
-        rows, scanned, partial, last_id, last_score = await self._do(
-            "page", self._page(keys=[self.index], args=args)
-        )
+        got: list[Any] = list(await self._do("page", self._page(keys=[self.index], args=args)))
+        rows: list[list[str]] = got[0]
+        scanned, partial, last_id, last_score = int(got[1]), bool(got[2]), str(got[3]), str(got[4])
         more = len(rows) > limit
         rows = rows[:limit]
         runs = [

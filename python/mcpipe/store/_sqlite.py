@@ -25,9 +25,9 @@ import trio
 from mcpipe.store._runs import (
     EVENT_OVERHEAD,
     LIFECYCLE,
-    MAX_PAGE,
     MAX_BYTES,
     MAX_BYTES_PER_PRINCIPAL,
+    MAX_PAGE,
     MAX_RUN_BYTES,
     MAX_RUN_EVENTS,
     MAX_RUNS,
