@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import coredis
 import coredis.exceptions
@@ -876,7 +876,7 @@ class RedisRunQueue:
                 id=r[0],
                 target=r[2],
                 principal=r[3] or None,
-                status=r[4],
+                status=cast(RunStatus, r[4]),
                 created=float(r[5]),
                 updated=float(r[6]),
                 worker=r[7] or None,
