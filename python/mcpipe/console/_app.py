@@ -60,6 +60,9 @@ _TYPES = {".css": b"text/css; charset=utf-8", ".js": b"text/javascript; charset=
 MAX_FORM = 16 * 1024
 STREAM_WAIT_S = 15.0
 """How long an event stream waits for news before it sends a keep-alive comment."""
+STREAM_GATHER_S = 0.25
+"""After sending a run's events, how long its stream lets more gather before it reads again: a busy run's page
+reads the queue a few times a second, however many events the run writes (a person sees no difference)."""
 LIST_PERIOD_S = 2.0
 """How often a runs list's stream looks at the first page again (only while one is open)."""
 METRICS_PERIOD_S = 2.0
@@ -468,7 +471,9 @@ class Console:
                 if event.type in TERMINAL:
                     yield "end", None, b"{}"
                     return
-            if not batch:
+            if batch:
+                await trio.sleep(STREAM_GATHER_S)
+            else:
                 info = await queue.get(run_id)
                 if info is None or info.done:
                     yield "end", None, b"{}"

@@ -650,23 +650,32 @@ class SqliteRunQueue:
         if until is not None:
             where.append("created < ?")
             params.append(until)
+        # With a time filter the newest first are read off the creation-time index (its entries are ordered by
+        # (created, seq)), which stops after the page; else off the sequence. A cursor names where a page ended.
+        by_time = since is not None or until is not None
         if before:
             try:
-                where.append("seq < ?")
-                params.append(int(before))
+                if before.startswith("t"):
+                    at, _, seq = before[1:].partition(":")
+                    where.append("(created, seq) < (?, ?)")
+                    params += [float(at), int(seq)]
+                else:
+                    where.append("seq < ?")
+                    params.append(int(before))
             except ValueError:
                 return RunPage(runs=[])
         sql = f"SELECT {_SUMMARY} FROM runs"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY seq DESC LIMIT ?"
+        sql += " ORDER BY created DESC, seq DESC LIMIT ?" if by_time else " ORDER BY seq DESC LIMIT ?"
         params.append(limit + 1)
         rows = await self._do(lambda db: db.execute(sql, params).fetchall())
         more = len(rows) > limit
         rows = rows[:limit]
-        return RunPage(
-            runs=[_summary(r) for r in rows], next=str(rows[-1][0]) if more and rows else None, scanned=len(rows)
-        )
+        nxt = None
+        if more and rows:
+            nxt = f"t{rows[-1][5]!r}:{rows[-1][0]}" if by_time else str(rows[-1][0])
+        return RunPage(runs=[_summary(r) for r in rows], next=nxt, scanned=len(rows))
 
     async def counts(self) -> dict[str, int]:
         rows = await self._do(lambda db: db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
