@@ -23,7 +23,7 @@ import httpx2
 import orjson
 import trio
 
-from server_load import _Conn, request_bytes, run_load, server_process, tools_call
+from server_load import _Conn, cpu_seconds, request_bytes, run_load, server_process, tools_call
 
 TRIVIAL = tools_call("ping", {"text": "hi"})
 
@@ -112,7 +112,7 @@ async def _submit_cancel(url: str, run_id: str) -> None:
 
 def test_the_console_costs_nothing_unwatched_and_a_watched_busy_run_costs_under_5_percent(benchmark):
     quick = getattr(benchmark, "disabled", True)
-    rounds, seconds = (1, 0.5) if quick else (6, 3.0)
+    rounds, seconds = (1, 0.5) if quick else (10, 2.0)
     result: dict[str, dict[str, list[float]]] = {}
 
     def run() -> None:
@@ -134,6 +134,53 @@ def test_the_console_costs_nothing_unwatched_and_a_watched_busy_run_costs_under_
         benchmark.extra_info[f"{k}_cpu_ms_per_call"] = round(med[k]["cpu_ms"], 4)
     if not quick:
         assert med["page"]["calls_per_s"] >= 0.95 * med["none"]["calls_per_s"]
+
+
+async def _watching_cost(rounds: int, seconds: float, ms: float) -> dict[str, list[float]]:
+    """The server's CPU (ms per second) while it runs the busy run and serves no calls: with nobody looking, and
+    with a page open on the run; and the events the page received per second. The difference is what looking
+    costs, whatever else the machine runs (a rate of calls cannot be told apart from the machine's load)."""
+    out: dict[str, list[float]] = {"none": [], "page": [], "events_per_s": []}
+    async with server_process("mcpipe", os.devnull, "console") as (url, pid):
+        await run_load(url, pid, TRIVIAL, clients=2, calls=200, check=b'"hi"')  # warm up
+        for _ in range(rounds):
+            for phase in ("none", "page"):
+                run_id = await _submit(url, _busy(ms))
+                seen = [0]
+                async with trio.open_nursery() as nursery:
+                    if phase == "page":
+                        await nursery.start(_watch, url.rsplit("/mcp", 1)[0], run_id, seen)
+                    await trio.sleep(0.2)  # the run under way
+                    cpu0, t0, n0 = cpu_seconds(pid), time.perf_counter(), seen[0]
+                    await trio.sleep(seconds)  # the window measured
+                    cpu1, t1, n1 = cpu_seconds(pid), time.perf_counter(), seen[0]
+                    nursery.cancel_scope.cancel()
+                out[phase].append((cpu1 - cpu0) / (t1 - t0) * 1000)
+                if phase == "page":
+                    out["events_per_s"].append((n1 - n0) / (t1 - t0))
+                await _submit_cancel(url, run_id)
+    return out
+
+
+def test_a_page_open_on_a_busy_run_costs_the_server_a_few_ms_of_cpu_a_second(benchmark):
+    quick = getattr(benchmark, "disabled", True)
+    rounds, seconds = (1, 0.5) if quick else (8, 2.0)
+    result: dict[str, list[float]] = {}
+
+    def run() -> None:
+        result.update(trio.run(_watching_cost, rounds, seconds, 40.0))
+
+    benchmark.pedantic(run, rounds=1, iterations=1)
+    none, page = statistics.median(result["none"]), statistics.median(result["page"])
+    events = statistics.median(result["events_per_s"])
+    rows = [("phase", "server CPU ms/s (median)", "each round")]
+    rows.append(("busy run, nobody looks", f"{none:.1f}", ", ".join(f"{v:.0f}" for v in result["none"])))
+    rows.append(("busy run, a page open", f"{page:.1f}", ", ".join(f"{v:.0f}" for v in result["page"])))
+    print("\n" + _table(rows))
+    cost = page - none
+    print(f"looking costs {cost:.1f} ms of CPU a second ({cost / 10:.2f}% of a core), for {events:.0f} events/s")
+    benchmark.extra_info.update(none_cpu_ms_per_s=round(none, 2), page_cpu_ms_per_s=round(page, 2), events_per_s=events)
+    assert events > 0
 
 
 def _fill(path: Path, n: int) -> float:

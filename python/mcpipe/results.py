@@ -409,19 +409,30 @@ PREVIEW_ITEMS = 24
 PREVIEW_DEPTH = 6
 
 
+PREVIEW_AS_TEXT = 256 * 1024
+"""Up to this size a value too large to keep whole is previewed as the start of its JSON text (one encoding);
+past it, by a walk that keeps its first entries (which costs what the preview holds, not what the value does)."""
+
+
 def preview(value: Any, *, budget: int = PREVIEW_BYTES) -> tuple[Any, int]:
     """A small copy of ``value`` for a run's events and the console, and ``value``'s size as the answer's bounds
     measure it (``json_measure``: its JSON text, from above).
 
-    The copy holds about ``budget`` bytes of JSON at most: strings past :data:`PREVIEW_STRING` characters (or
-    past what is left) are cut, saying how long they were; objects and arrays keep their first entries (at most
-    :data:`PREVIEW_ITEMS`) and a ``"..."`` entry saying how many there were; containers deeper than
-    :data:`PREVIEW_DEPTH` become ``"..."``. The walk costs what the copy holds, not what ``value`` holds.
+    A value of at most ``budget`` bytes is its own preview. A larger one up to :data:`PREVIEW_AS_TEXT` is the
+    start of its JSON text (``budget`` characters, then how large it was); a larger one still is a copy of about
+    ``budget`` bytes: strings past :data:`PREVIEW_STRING` characters (or past what is left) cut, saying how long
+    they were; objects and arrays keeping their first entries (at most :data:`PREVIEW_ITEMS`) and a ``"..."``
+    entry saying how many there were; containers deeper than :data:`PREVIEW_DEPTH` written ``"..."``.
     """
     from mcpipe._core import json_measure
 
-    left = [budget]
-    return _preview(value, PREVIEW_DEPTH, left), json_measure(value)[0]
+    size = json_measure(value)[0]
+    if size <= budget:
+        return value, size
+    if size <= PREVIEW_AS_TEXT:
+        text = dumps(value).decode(errors="replace")
+        return f"{text[:budget]}... ({len(text)} bytes of JSON)", size
+    return _preview(value, PREVIEW_DEPTH, [budget]), size
 
 
 def _preview(value: Any, depth: int, left: list[int]) -> Any:

@@ -66,8 +66,7 @@ def test_a_finished_run_shows_its_graph_and_timeline(server: Served, driver: Any
     assert server.wait("alice", run)["status"] == "completed"
     sign_in(driver, server.base, "alice")
     # The runs list shows the run; its link opens the run's page.
-    link = wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]'))
-    link.click()
+    wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]').click() or True)
     wait_for(driver, lambda d: d.find_element(By.ID, "graph"))
     assert "state-ok" in _shape_class(driver, "fetch")
     assert "state-ok" in _shape_class(driver, "report")
@@ -211,12 +210,36 @@ def test_the_main_pages_are_keyboard_usable_labelled_and_fit_a_phone(
             ".filter(e => !e.labels || e.labels.length === 0).map(e => e.name)"
         )
         assert unlabelled == []
+        low = driver.execute_script(_CONTRAST)
+        assert low == [], f"text below 4.5:1 contrast on {page}: {low[:5]}"
         # At a phone's width the page does not scroll sideways (wide tables scroll in their own box).
         driver.set_window_size(390, 844)
         driver.get(f"{server.base}/console/{page}")
         overflow = driver.execute_script("return document.documentElement.scrollWidth - window.innerWidth")
         assert overflow <= 1, f"{page} is {overflow} px wider than a phone"
     assert all(s.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for s in shots)
+
+
+_CONTRAST = """
+function rgb(c) { const m = c.match(/[\\d.]+/g); return m ? m.map(Number) : [0, 0, 0, 0]; }
+function lum(c) {
+  const [r, g, b] = c.slice(0, 3).map(v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; });
+  return 0.2126 * r + 0.7152 * g + 0.0722 * b;
+}
+function background(e) {
+  for (; e; e = e.parentElement) { const c = rgb(getComputedStyle(e).backgroundColor); if (c.length < 4 || c[3] > 0) return c; }
+  return [255, 255, 255];
+}
+const low = [];
+for (const e of document.querySelectorAll("main *, header *")) {
+  if (e.closest("svg") || !e.childNodes.length) continue;
+  if (![...e.childNodes].some(n => n.nodeType === 3 && n.textContent.trim())) continue;
+  const fg = lum(rgb(getComputedStyle(e).color)), bg = lum(background(e));
+  const ratio = (Math.max(fg, bg) + 0.05) / (Math.min(fg, bg) + 0.05);
+  if (ratio < 4.5) low.push(e.tagName + " " + e.className + " " + ratio.toFixed(2));
+}
+return low;
+"""
 
 
 def _release(fifo: Path) -> None:

@@ -456,7 +456,7 @@ class Console:
             blob = orjson.dumps(data["runs"])
             if blob != last:
                 last = blob
-                yield "runs", None, orjson.dumps(data)
+                yield [("runs", None, orjson.dumps(data))]
             await trio.sleep(LIST_PERIOD_S)
 
     async def _run_stream(self, viewer: Viewer, run_id: str, after: str | None) -> Any:
@@ -465,28 +465,32 @@ class Console:
         cursor = after
         while True:
             batch = await queue.events(run_id, after=cursor, limit=500, wait_s=STREAM_WAIT_S)
+            out: list[tuple[str | None, str | None, bytes]] = []
             for event in batch:
                 cursor = event.cursor
-                yield "run-event", event.cursor, orjson.dumps(event.to_dict())
+                out.append(("run-event", event.cursor, orjson.dumps(event.to_dict())))
                 if event.type in TERMINAL:
-                    yield "end", None, b"{}"
+                    out.append(("end", None, b"{}"))
+                    yield out
                     return
             if batch:
+                yield out  # one write for the batch
                 await trio.sleep(STREAM_GATHER_S)
             else:
                 info = await queue.get(run_id)
                 if info is None or info.done:
-                    yield "end", None, b"{}"
+                    yield [("end", None, b"{}")]
                     return
-                yield None, None, b""  # a keep-alive comment
+                yield [(None, None, b"")]  # a keep-alive comment
 
     async def _metrics_stream(self, viewer: Viewer) -> Any:
         while True:
-            yield "metrics", None, orjson.dumps(self.data.metrics(viewer))
+            yield [("metrics", None, orjson.dumps(self.data.metrics(viewer)))]
             await trio.sleep(METRICS_PERIOD_S)
 
     async def _stream(self, scope: dict[str, Any], receive: Receive, send: Send, events: Any) -> None:
-        """Serve ``events`` (``(type, id, data)``) as server-sent events until they end or the client goes."""
+        """Serve ``events`` (batches of ``(type, id, data)``, each batch one write) as server-sent events until
+        they end or the client goes."""
         if self.streams >= self.cfg.max_streams:
             raise ApiError(
                 503, "LIMIT_EXCEEDED", f"{self.cfg.max_streams} event streams are open ([console] max_streams)"
@@ -513,15 +517,17 @@ class Console:
 
                 nursery.start_soon(gone)
                 async with _closing(events) as stream:
-                    async for kind, ident, data in stream:
-                        if kind is None:
-                            chunk = b": keep-alive\n\n"
-                        else:
-                            chunk = f"event: {kind}\n".encode()
+                    async for batch in stream:
+                        chunks = []
+                        for kind, ident, data in batch:
+                            if kind is None:
+                                chunks.append(b": keep-alive\n\n")
+                                continue
+                            chunks.append(f"event: {kind}\n".encode())
                             if ident is not None:
-                                chunk += f"id: {ident}\n".encode()
-                            chunk += b"data: " + data + b"\n\n"
-                        await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                                chunks.append(f"id: {ident}\n".encode())
+                            chunks.append(b"data: " + data + b"\n\n")
+                        await send({"type": "http.response.body", "body": b"".join(chunks), "more_body": True})
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 nursery.cancel_scope.cancel()
         finally:

@@ -24,6 +24,9 @@
     const prefix = main.dataset.prefix;
     source.addEventListener("runs", function (ev) {
       const data = JSON.parse(ev.data);
+      const sig = data.runs.map(function (r) { return r.run_id + ":" + r.status + ":" + (r.cancel_requested ? "True" : "False") + ";"; }).join("");
+      if (sig === body.dataset.sig) return;  // what the page shows already
+      body.dataset.sig = sig;
       const rows = [];
       for (const r of data.runs) {
         const tr = el("tr");
