@@ -84,9 +84,9 @@ async def _phases(rounds: int, seconds: float, ms: float) -> dict[str, dict[str,
     ):
         for url, pid in ((off_url, off_pid), (on_url, on_pid)):
             await run_load(url, pid, TRIVIAL, clients=8, calls=400, check=b'"hi"')  # warm up
-        for _ in range(rounds):
-            for phase, (url, pid) in (("off", (off_url, off_pid)), ("none", (on_url, on_pid)),
-                                      ("page", (on_url, on_pid))):  # fmt: skip
+        order = [("off", (off_url, off_pid)), ("none", (on_url, on_pid)), ("page", (on_url, on_pid))]
+        for r in range(rounds):
+            for phase, (url, pid) in order if r % 2 == 0 else order[::-1]:  # no phase always first
                 run_id = await _submit(url, _busy(ms))
                 async with trio.open_nursery() as nursery:
                     if phase == "page":
@@ -112,7 +112,7 @@ async def _submit_cancel(url: str, run_id: str) -> None:
 
 def test_the_console_costs_nothing_unwatched_and_a_watched_busy_run_costs_under_5_percent(benchmark):
     quick = getattr(benchmark, "disabled", True)
-    rounds, seconds = (1, 0.5) if quick else (10, 2.0)
+    rounds, seconds = (1, 0.5) if quick else (16, 1.5)
     result: dict[str, dict[str, list[float]]] = {}
 
     def run() -> None:
@@ -132,8 +132,16 @@ def test_the_console_costs_nothing_unwatched_and_a_watched_busy_run_costs_under_
     for k in names:
         benchmark.extra_info[f"{k}_calls_per_s"] = round(med[k]["calls_per_s"], 1)
         benchmark.extra_info[f"{k}_cpu_ms_per_call"] = round(med[k]["cpu_ms"], 4)
+    # Each round's phases run seconds apart: the ratio within a round leaves out most of the machine's drift.
+    paired = [p / n for p, n in zip(result["page"]["calls_per_s"], result["none"]["calls_per_s"], strict=True)]
+    unwatched = [n / o for n, o in zip(result["none"]["calls_per_s"], result["off"]["calls_per_s"], strict=True)]
+    print(
+        f"median of each round's ratio: a page open / nobody looks {statistics.median(paired):.3f}, "
+        f"console on and nobody looks / console off {statistics.median(unwatched):.3f}"
+    )
+    benchmark.extra_info.update(page_vs_none=statistics.median(paired), none_vs_off=statistics.median(unwatched))
     if not quick:
-        assert med["page"]["calls_per_s"] >= 0.95 * med["none"]["calls_per_s"]
+        assert statistics.median(paired) >= 0.95
 
 
 async def _watching_cost(rounds: int, seconds: float, ms: float) -> dict[str, list[float]]:
