@@ -76,6 +76,7 @@ from mcpipe.results import (
     leaf_result,
     ms_since,
     pipe_result,
+    preview,
     shape_answer,
     tool_result,
 )
@@ -551,7 +552,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, "tool")
+                await self.memo.starting(path, "tool", _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -785,7 +786,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, step.kind)
+                await self.memo.starting(path, step.kind, _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None
@@ -1312,6 +1313,27 @@ class _GraphRun:
                 self.decisions.pop(id(a), None)
         self.fired[j] = True
         self.reach(j, (arc,))
+
+
+def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a durable record's ``step_started`` event says of a leaf about to run (a queued run's: the
+    console shows it): a preview of its arguments as far as they resolve now (a tool call's ``args``, a kind's
+    templates), and the graph arcs it was reached by (``via``, by location). Only durable runs pay for it."""
+    out: dict[str, Any] = {}
+    via = env.get("via")
+    if via:
+        out["via"] = [a.location for a in via if isinstance(a, Arc)]
+    try:
+        if step.args is not None:
+            args: Any = step.args.resolve(env)
+        elif step.templates and step.input_transform is None:
+            args = {name: t.resolve(env) for name, t in step.templates}
+        else:
+            return out
+    except (InterpolationError, OutputTooLargeError):  # resolved again when the step runs, which reports it
+        return out
+    out["args"], out["args_bytes"] = preview(args)
+    return out
 
 
 def _forward_from(graph: Graph, start: int) -> frozenset[int]:
