@@ -290,8 +290,6 @@ def _answered(source: str, answer: dict[str, Any]) -> int:
 
 
 def _check(ns: argparse.Namespace) -> int:
-    from mcpipe.compile import compile_spec
-
     if ns.config is not None and ns.spec is None:
         if ns.tools or ns.no_builtin:
             raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
@@ -305,31 +303,32 @@ def _check(ns: argparse.Namespace) -> int:
         raise _Usage("the following arguments are required: SPEC (or --config FILE)")
     if ns.config is not None and (ns.tools or ns.no_builtin):
         raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
+    import trio
+
     name = _name(ns.spec)
     spec = _with_vars(_load_spec(ns.spec), ns.var)
+    # The checks a run makes before its first step (mcpipe.runtime.check_pipeline), against the tools it would
+    # have: a spec `check` calls ok is one `run` (or `call mcp_pipe --config FILE`) does not refuse.
     if ns.config is not None:
-        import trio
-
         if int(_server_cli().check_config(ns.config, quiet=True)) != 0:
             return 1
         logging.getLogger("mcpipe").setLevel(logging.ERROR)  # a server that is down is the note below, once
         source = argparse.Namespace(**{**vars(ns), "url": None})  # `_with_tools` opens the config's app
-        tools, unchecked = trio.run(_with_tools, source, _config_tools)
+        problems, compiled, unchecked = trio.run(_with_tools, source, lambda tools: _config_check(tools, spec))
         against = f"the tools of {ns.config}"
     else:
-        # The tools `mcpipe run` would have: the built-ins (unless --no-builtin) and those of --tools.
-        tools, unchecked = {t.name for t in _registry(ns.tools, builtin=not ns.no_builtin)}, []
+        registry = _registry(ns.tools, builtin=not ns.no_builtin)
+        problems, compiled = trio.run(_spec_check, spec, registry, None, None)
+        unchecked = []
         against = " and ".join(
             [*(["the built-in tools"] if not ns.no_builtin else []), *(["--tools"] if ns.tools else [])]
         )
     for server, why in unchecked:
         print(f"{name}: note: the tools of server `{server}` are not checked: {why}", file=sys.stderr)
-    try:
-        compiled = compile_spec(spec, tools=tools)
-    except SpecError as e:
-        for p in e.problems:
+    if compiled is None:
+        for p in problems:
             print(f"{name}: {_located(p.location, p.message)} [{p.code}]", file=sys.stderr)
-        if any(p.code == "UNKNOWN_TOOL" for p in e.problems):
+        if any(p.code == "UNKNOWN_TOOL" for p in problems):
             hint = "" if ns.config is not None or ns.tools else " (--tools MODULE:REGISTRY or --config FILE adds yours)"
             print(f"{name}: note: tool names were checked against {against or 'no tools'}{hint}", file=sys.stderr)
         return 1
@@ -338,18 +337,35 @@ def _check(ns: argparse.Namespace) -> int:
     return 0
 
 
-async def _config_tools(tools: _Local) -> tuple[Any, list[tuple[str, str]]]:
-    """The tool names a config serves (its gateway), and the downstream servers whose tools cannot be known
-    (down, or not connected yet), with why."""
-    gateway = tools.app.gateway
-    await gateway.ready()
-    downstreams = tools.app.downstreams
+async def _spec_check(spec: Any, registry: Any, context: Any, limits: Any) -> tuple[list[Any], Any]:
+    """The problems of ``spec`` with those tools, or its compiled plan: ``([], compiled)`` or ``(problems, None)``."""
+    from mcpipe.runtime import check_pipeline
+
+    try:
+        return [], await check_pipeline(spec, registry, context=context, limits=limits)
+    except SpecError as e:
+        return e.problems, None
+
+
+async def _config_check(tools: _Local, spec: Any) -> tuple[list[Any], Any, list[tuple[str, str]]]:
+    """``spec`` checked as the config's ``mcp_pipe`` checks a call of ``mcpipe call`` (its limits, its policy
+    for a caller with no principal), and the downstream servers whose tools cannot be known (down, or not
+    connected yet), with why."""
+    from mcpipe.errors import Problem
+
+    app = tools.app
+    await app.gateway.ready()
     unchecked = [
         (s.name, s.last_error or s.state)
-        for s in downstreams.servers
+        for s in app.downstreams.servers
         if s.config.enabled and s.state != "up" and not s.tools
     ]
-    return gateway, unchecked
+    pipe = app.handlers.pipe
+    if pipe is None:
+        why = "this config serves no `mcp_pipe` (its `pipe.enabled` is false)"
+        return [Problem("", "INVALID_SPEC", why)], None, unchecked
+    problems, compiled = await _spec_check(spec, app.gateway, _cli_context(), pipe.limits)
+    return problems, compiled, unchecked
 
 
 def _convert(ns: argparse.Namespace) -> int:
@@ -658,14 +674,19 @@ class _Local:
         return list(self.app.handlers.visible_tools(None))
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        from mcpipe.tools import ToolContext
-
         handlers = self.app.handlers
         await self.app.gateway.ready()
         if name != PIPE_TOOL and handlers.gateway.get(name) is None:
             known = [t["name"] for t in handlers.visible_tools(None)]
             raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")
-        return dict(await handlers.call(name, args, ToolContext(client={"name": "mcpipe-cli"})))
+        return dict(await handlers.call(name, args, _cli_context()))
+
+
+def _cli_context() -> Any:
+    """The context of the command line's calls: a caller with no principal, named as a client."""
+    from mcpipe.tools import ToolContext
+
+    return ToolContext(client={"name": "mcpipe-cli"})
 
 
 class _Remote:
