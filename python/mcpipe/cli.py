@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from mcpipe._describe import did_you_mean
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._loader import LoadError, load_object
 from mcpipe._util import PIPE_TOOL
 from mcpipe._util import assignments as parse_assignments
@@ -407,8 +408,11 @@ def _load_spec(path: str) -> Any:
     if as_json:
         try:
             spec = orjson.loads(text)
+            check_unique_keys(text)
         except orjson.JSONDecodeError as e:
             raise _Invalid(f"{name}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except DuplicateKeyError as e:
+            raise _Invalid(f"{name}:{e.lineno}:{e.colno}: {e.msg}") from None
     else:
         spec = _load_yaml(text, name)
     if isinstance(spec, str):  # the file's text is already parsed: a string is not JSON text to parse again
@@ -578,8 +582,11 @@ def _call_args(given: str) -> dict[str, Any]:
     if text.lstrip()[:1] in ("{", "["):
         try:
             args = orjson.loads(text)
+            check_unique_keys(text)
         except orjson.JSONDecodeError as e:
             raise _Usage(f"ARGS is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        except DuplicateKeyError as e:
+            raise _Usage(f"ARGS:{e.lineno}:{e.colno}: {e.msg}") from None
     else:
         try:
             args = _load_yaml(text, "ARGS")

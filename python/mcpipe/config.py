@@ -25,6 +25,7 @@ import msgspec
 import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._util import PIPE_TOOL
 from mcpipe._yaml import load_yaml
 from mcpipe.access import (
@@ -747,6 +748,8 @@ def _syntax_problem(exc: Exception, fmt: str) -> Problem:
         text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, DuplicateKeyError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, exc.msg)
     if isinstance(exc, json.JSONDecodeError):
         return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
     text = " ".join(str(exc).split())
@@ -762,7 +765,11 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "yaml":
             return load_yaml(data) or {}
         case _:
-            return json.loads(data) if data.strip() else {}
+            if not data.strip():
+                return {}
+            value = json.loads(data)
+            check_unique_keys(data)
+            return value
 
 
 def _expand(value: str, where: str, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> str:
