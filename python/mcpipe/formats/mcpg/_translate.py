@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcpipe.errors import UNSET_ENV, Problem
+from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
@@ -719,13 +719,16 @@ class _Binding:
 
     def env(self, value: Any, where: str) -> Any:
         """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
-        not set is noted in ``unset``: mcpg's config check passes it, its start fails). ``${cred://…}``
-        tokens stay: an http header's become the step's credential (:func:`.plugins.http_credential`)."""
+        not set is noted in ``unset``, and is a located warning of ``mcpipe check``: mcpg's config check passes
+        it, its start fails, mcpipe serves the binding failing each call). ``${cred://…}`` tokens stay: an http
+        header's become the step's credential (:func:`.plugins.http_credential`)."""
         if isinstance(value, str):
             text, missing = expand_env(value, self.out.environ)
             for name in missing:
-                if name not in self.unset:
-                    self.unset.append(name)
+                self.unset.append(name)
+                self.out.problems.append(
+                    Problem(where, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set")
+                )
             return text
         if isinstance(value, Mapping):
             return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
@@ -915,7 +918,7 @@ def _dynamic_completion(b: _Binding, var: str, spec: Any, where: str) -> Any:
     kind, or none of that name, offers nothing (mcpg logs it and answers an empty completion)."""
     target = spec.get("backend") if isinstance(spec, Mapping) else None
     config = (spec.get("config") if isinstance(spec, Mapping) else None) or {}
-    backend = _sql_backend_of(b, target)
+    backend = _sql_backend_of(b, target, where)
     if backend is None or not isinstance(config, Mapping) or not isinstance(config.get("query"), str):
         return []
     name = f"mcpg.complete.{b.name}.{var}"
@@ -991,13 +994,7 @@ def _backend_step(
         spec = b.env(spec, where)
         if len(b.unset) > before:
             # mcpg refuses to start without the variable; mcpipe serves the binding, which fails saying so.
-            names = ", ".join(f"'{n}'" for n in b.unset[before:])
-            return {
-                **step,
-                "kind": "mcpg.unset",
-                "backend": kind,
-                "message": f"CEL env-var resolution failed: environment variable {names} is not set",
-            }
+            return {**step, **_unset_step(b, before, kind)}
     if kind in ("http", "grpc") and "headers" in spec:
         spec["headers"], fields = plugins.http_credential(
             spec["headers"], f"{where}.headers", out.doc, out.problems, out.environ
@@ -1411,10 +1408,13 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         step = awaited
     elif kind == "sql_tx":
         target = raw.pop("backend", None)
-        name = _sql_backend_of(b, target)
+        before = len(b.unset)
+        name = _sql_backend_of(b, target, f"{at}.backend")
         if name is None:
             out.refuse(f"{at}.backend", f"no sql binding named `{target}` to run this step's statements on")
             return None
+        if len(b.unset) > before:  # its database's URL reads a variable that is not set: each call fails
+            return {"id": sid, "answer": "step", "tool_name": b.name, **_unset_step(b, before, "sql")}
         step["backend"] = name
         # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
         step["kind"] = "mcpg.sql_tx"
@@ -1431,13 +1431,24 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
     return step
 
 
-def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
+def _unset_step(b: _Binding, before: int, backend: str) -> dict[str, Any]:
+    """What a step that read the variables ``b.unset[before:]`` (not set) is: one that fails each call saying so
+    (mcpg refuses to start)."""
+    names = ", ".join(f"'{n}'" for n in dict.fromkeys(b.unset[before:]))
+    return {
+        "kind": "mcpg.unset",
+        "backend": backend,
+        "message": f"CEL env-var resolution failed: environment variable {names} is not set",
+    }
+
+
+def _sql_backend_of(b: _Binding, binding_name: Any, where: str) -> str | None:
     """The mcpipe ``sql`` backend of the database of the sql binding named ``binding_name`` (declared before
-    or after this pipeline)."""
+    or after this pipeline); ``where`` names the part of this binding that uses it."""
     spec = b.sql_bindings.get(binding_name) if isinstance(binding_name, str) else None
     if spec is None:
         return None
-    url = _sql_url(str(b.env(spec.get("url", ""), f"{b.loc}.backend")))
+    url = _sql_url(str(b.env(spec.get("url", ""), where)))
     if url is None:
         return None
     return _sql_entry(b, url, binding_name)
