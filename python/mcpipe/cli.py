@@ -312,7 +312,7 @@ def _check(ns: argparse.Namespace) -> int:
     # have: a spec `check` calls ok is one `run` (or `call mcp_pipe --config FILE`) does not refuse.
     if ns.config is not None:
         if int(_server_cli().check_config(ns.config, quiet=True)) != 0:
-            return 1
+            return USAGE_ERROR  # the config the spec is checked against cannot be used (printed above)
         logging.getLogger("mcpipe").setLevel(logging.ERROR)  # a server that is down is the note below, once
         source = argparse.Namespace(**{**vars(ns), "url": None})  # `_with_tools` opens the config's app
         problems, compiled, unchecked = trio.run(_with_tools, source, lambda tools: _config_check(tools, spec))
@@ -555,7 +555,7 @@ def _call(ns: argparse.Namespace) -> int:
     args = _call_args(ns.args)
     out = trio.run(_with_tools, ns, lambda tools: tools.call(ns.tool, args))
     structured = out.get("structuredContent")
-    failed = bool(out.get("isError"))
+    failed = bool(out.get("isError")) or "error" in out
     if ns.json:
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     elif failed:
@@ -606,8 +606,9 @@ def _json_type(value: Any) -> str:
 
 def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
     """A failed call as lines for stderr: an ``mcp_pipe`` answer's problems (one each, located, as ``run``
-    prints them) or its error; another tool's text, each line that is not blank (discord's `mcp_pipeline`
-    says `**Input Error**` first and what is wrong next), at most ``_MAX_ERROR_LINES``."""
+    prints them) or its error; a JSON-RPC error's message and code; another tool's text, each line that is
+    not blank (discord's `mcp_pipeline` says `**Input Error**` first and what is wrong next), at most
+    ``_MAX_ERROR_LINES``."""
     structured = out.get("structuredContent")
     if tool == PIPE_TOOL and isinstance(structured, dict) and "ok" in structured:
         problems = structured.get("problems") or ()
@@ -615,6 +616,9 @@ def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
             return [f"{_located(p.get('location', ''), p.get('message', ''))} [{p.get('code')}]" for p in problems]
         code = structured.get("error_code")
         return [f"{structured.get('error') or 'the pipeline failed'}" + (f" [{code}]" if code else "")]
+    refused = out.get("error")
+    if isinstance(refused, dict):  # a JSON-RPC error: the server refused the call (trust, scopes, arguments)
+        return [f"{' '.join(str(refused.get('message', '')).split())} (JSON-RPC error {refused.get('code')})"]
     text = "\n".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) > _MAX_ERROR_LINES:  # an error page, a stack: its head, and where the rest is
@@ -640,10 +644,13 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
             raise _Usage("--tools and --no-builtin do not go with --url (the server has its own tools)")
         try:
             async with Client(ns.url) as client:
-                return await use(_Remote(client))
+                return await use(_Remote(client, ns.url))
         except _Usage:
             raise
         except Exception as e:  # the connection fails in many ways (OSError, HTTP errors, groups of them)
+            mine = e.subgroup(_Usage) if isinstance(e, ExceptionGroup) else None
+            if mine is not None:  # what `use` said (no such tool), through the client's task group
+                raise _leaf(mine) from None
             raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
 
     from mcpipe.config import AuditConfig, Config, ConfigError, load_config
@@ -657,8 +664,8 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
             config = Config(builtins=not ns.no_builtin, audit=AuditConfig(enabled=False))
         async with open_app(config, extra_sources=extra) as app:
             return await use(_Local(app))
-    except ConfigError as e:
-        raise _Invalid("; ".join(str(p) for p in e.problems)) from None
+    except ConfigError as e:  # a config that cannot be used (unreadable, or with problems): as `serve` says it
+        raise _Usage("; ".join(str(p) for p in e.problems)) from None
     except BaseExceptionGroup as group:  # open_app's nursery wraps what `use` raised
         mine, _ = group.split((_Usage, _Invalid))
         if mine is None:
@@ -681,12 +688,17 @@ class _Local:
         return list(self.app.handlers.visible_tools(None))
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+        from mcp import MCPError
+
         handlers = self.app.handlers
         await self.app.gateway.ready()
         if name != PIPE_TOOL and handlers.gateway.get(name) is None:
             known = [t["name"] for t in handlers.visible_tools(None)]
             raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")
-        return dict(await handlers.call(name, args, _cli_context()))
+        try:
+            return dict(await handlers.call(name, args, _cli_context()))
+        except MCPError as e:  # refused as a client's call is (trust, scopes): the JSON-RPC error it gets
+            return {"error": e.error.model_dump(exclude_none=True)}
 
 
 def _cli_context() -> Any:
@@ -696,17 +708,46 @@ def _cli_context() -> Any:
     return ToolContext(client={"name": "mcpipe-cli"})
 
 
+_INVALID_PARAMS = -32602
+"""The JSON-RPC code the MCP SDK answers a call of an unknown tool with (other codes are refusals: trust,
+scopes, a gate)."""
+
+_MAX_LIST_PAGES = 100
+"""The most pages of a running server's ``tools/list`` the command line reads."""
+
+
 class _Remote:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, url: str) -> None:
         self.client = client
+        self.url = url
 
     async def list(self) -> list[dict[str, Any]]:
-        tools = (await self.client.list_tools()).tools
-        return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+        listed: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(_MAX_LIST_PAGES):
+            page = await self.client.list_tools(cursor=cursor)
+            listed += [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return listed
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.client.call_tool(name, args)
-        return dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        """The call's result, or ``{"error": ...}`` for a JSON-RPC error. A failure for a tool the server does
+        not list is no such tool (a usage error, as for a local one), whichever way the server answered it."""
+        from mcp import MCPError
+
+        try:
+            result = await self.client.call_tool(name, args)
+            out = dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except MCPError as e:
+            out = {"error": e.error.model_dump(exclude_none=True)}
+        unknown_code = out.get("error", {}).get("code") == _INVALID_PARAMS  # the SDK's `unknown tool: x`
+        if (out.get("isError") or unknown_code) and name != PIPE_TOOL:
+            known = [t["name"] for t in await self.list()]
+            if name not in known:
+                raise _Usage(f"no tool `{name}` at {self.url}{did_you_mean(name, known)}")
+        return out
 
 
 def _first_error(e: BaseException) -> str:
