@@ -702,10 +702,13 @@ class _Local:
 
 
 def _cli_context() -> Any:
-    """The context of the command line's calls: a caller with no principal, named as a client."""
+    """The context of the command line's calls: a caller with no principal, named as a client, with a request
+    id of its own (as a client's call has one)."""
+    from uuid import uuid4
+
     from mcpipe.tools import ToolContext
 
-    return ToolContext(client={"name": "mcpipe-cli"})
+    return ToolContext(request_id=f"cli-{uuid4().hex}", client={"name": "mcpipe-cli"})
 
 
 _INVALID_PARAMS = -32602

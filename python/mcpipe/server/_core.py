@@ -65,6 +65,7 @@ def scope_request(scope: Any, **fields: Any) -> Request:
         identity=scope.get(IDENTITY_SCOPE_KEY),
         client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {},
         session_id=session.decode("latin-1") if session else None,
+        transport="http",
         **fields,
     )
 

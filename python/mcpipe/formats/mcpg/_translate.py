@@ -21,6 +21,7 @@ What mcpipe cannot honour is refused, one located line each; nothing that guards
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
@@ -1332,9 +1333,13 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             if isinstance(config.get("max_output_bytes"), int):
                 step["max_output_bytes"] = config["max_output_bytes"]
     elif kind == "log":
-        step["data"] = _literal(raw.pop("data", None))
+        data = raw.pop("data", None)
         step["level"] = raw.pop("level", "info")
         step["logger"] = raw.pop("logger", None) or b.name
+        if "${" in json.dumps(data):  # interpolated over the pipeline context, as mcpg's pipelines doc shows
+            step.update(kind="mcpg.log", data=data, tool_name=b.name)
+        else:
+            step["data"] = _literal(data)
     elif kind == "progress":
         for key in ("progress", "total", "message"):
             if key in raw and raw[key] is not None:
