@@ -363,7 +363,9 @@ async def _config_check(tools: _Local, spec: Any) -> tuple[list[Any], Any, list[
     ]
     pipe = app.handlers.pipe
     if pipe is None:
-        why = "this config serves no `mcp_pipe` (its `pipe.enabled` is false)"
+        from mcpipe.config import no_pipe_reason
+
+        why = f"this config serves no `mcp_pipe`: {no_pipe_reason(app.config)}"
         return [Problem("", "INVALID_SPEC", why)], None, unchecked
     problems, compiled = await _spec_check(spec, app.gateway, _cli_context(), pipe.limits)
     return problems, compiled, unchecked
@@ -692,6 +694,10 @@ class _Local:
 
         handlers = self.app.handlers
         await self.app.gateway.ready()
+        if name == PIPE_TOOL and handlers.pipe is None:
+            from mcpipe.config import no_pipe_reason
+
+            raise _Usage(f"no tool `{name}`: {no_pipe_reason(self.app.config)}")
         if name != PIPE_TOOL and handlers.gateway.get(name) is None:
             known = [t["name"] for t in handlers.visible_tools(None)]
             raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")

@@ -63,6 +63,7 @@ __all__ = [
     "TrustConfig",
     "TrustRule",
     "load_config",
+    "no_pipe_reason",
     "parse_config",
 ]
 
@@ -632,6 +633,17 @@ class Config(_Base):
     (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
+    translated_from: str | None = None
+    """The foreign format the file was written in (``mcpg``), read as this layout; None for mcpipe's own."""
+
+
+def no_pipe_reason(cfg: Config) -> str:
+    """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
+    if cfg.translated_from == "mcpg":
+        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+
+        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+    return "its `pipe.enabled` is false"
 
 
 DEFAULT_CONFIG = Config()
@@ -1104,6 +1116,7 @@ def parse_config(
     else:
         translation = foreign.translate(raw, base_dir=base_dir, environ=env)
         cfg, found = _parse_raw(translation.raw, base_dir, env)
+        cfg = msgspec.structs.replace(cfg, translated_from=foreign.name)
         problems = [*translation.problems, *(Problem(translation.locate(p.location), p.code, p.message) for p in found)]
     errors = _settle_unset(problems, warnings)
     if errors:

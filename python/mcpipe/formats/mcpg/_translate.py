@@ -77,6 +77,12 @@ _STEP_KINDS = frozenset(
 _DEFAULT_STEP_TIMEOUT = {"http": 2000, "grpc": 2000, "command": 5000, "nats": 2000, "kafka": 10_000}
 
 
+PIPE_SWITCH = "MCPIPE_MCPG_PIPE"
+"""The environment variable that serves ``mcp_pipe`` beside an mcpg file's bindings (``1``, ``true``): mcpg has
+no such tool, so an mcpg file serves none unless it is set. Its steps call the bindings as their caller may
+(the file's trust rules hold for ``mcp_pipe`` and for each call it makes)."""
+
+
 class _Out:
     """The mcpipe-layout document being built, the problems, and where each part came from."""
 
@@ -124,13 +130,14 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     _validate(doc, out)
     if out.problems:
         return Translation({}, out.problems, out.locate)
-    # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
+    # mcpg serves its bindings and nothing else: no mcp_pipe (unless the operator asks for it, PIPE_SWITCH), no
+    # built-in tools.
     # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs), on
     # every protocol version; a call naming no tool is the JSON-RPC error -32602 (tools_call.rs).
     out.doc.update(
         name="mcpg",
         builtins=False,
-        pipe={"enabled": False},
+        pipe={"enabled": str(environ.get(PIPE_SWITCH, "")).strip().lower() in ("1", "true", "yes", "on")},
         caching={"every_era": True},
         unknown_tool="error",
     )
