@@ -44,7 +44,9 @@ SPECS = [
 
 @pytest.mark.parametrize("command", ["run", "check"])
 @pytest.mark.parametrize(("name", "text", "line"), SPECS, ids=["yaml", "json", "top_level"])
-def test_a_spec_file_with_a_key_twice_is_refused_at_the_second_key_by_run_and_check(tmp_path, command, name, text, line):
+def test_a_spec_file_with_a_key_twice_is_refused_at_the_second_key_by_run_and_check(
+    tmp_path, command, name, text, line
+):
     (tmp_path / name).write_text(text)
     done = subprocess.run(
         [sys.executable, "-m", "mcpipe", command, name], cwd=tmp_path, capture_output=True, timeout=60, check=False

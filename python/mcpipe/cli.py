@@ -650,9 +650,9 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
         except _Usage:
             raise
         except Exception as e:  # the connection fails in many ways (OSError, HTTP errors, groups of them)
-            mine = e.subgroup(_Usage) if isinstance(e, ExceptionGroup) else None
-            if mine is not None:  # what `use` said (no such tool), through the client's task group
-                raise _leaf(mine) from None
+            said = e.subgroup(_Usage) if isinstance(e, ExceptionGroup) else None
+            if said is not None:  # what `use` said (no such tool), through the client's task group
+                raise _leaf(said) from None
             raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
 
     from mcpipe.config import AuditConfig, Config, ConfigError, load_config

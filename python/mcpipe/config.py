@@ -1163,12 +1163,12 @@ def _read_env(value: Any, where: str, problems: list[Problem], environ: Mapping[
 def _settle_unset(problems: list[Problem], warnings: list[Problem] | None) -> list[Problem]:
     """The errors among ``problems``: an unset environment variable is one (``INVALID_CONFIG``) unless
     ``warnings`` is given; then it is a warning. A problem at or inside its place follows from the empty value
-    it left, so it is dropped either way. One an mcpg binding reads
-    (``UNSET_ENV_PER_CALL``) is never an error: the binding fails each call; it is a warning, or logged."""
+    it left, so it is dropped either way. One an mcpg binding reads (``UNSET_ENV_PER_CALL``) is never an
+    error: the binding fails each call; it is a warning, or logged (:func:`parse_config`)."""
     for p in problems:
-        if p.code == UNSET_ENV_PER_CALL and warnings is not None:
-            if (warning := Problem(p.location, CODE, _per_call(p))) not in warnings:
-                warnings.append(warning)
+        warning = Problem(p.location, CODE, _per_call(p))
+        if p.code == UNSET_ENV_PER_CALL and warnings is not None and warning not in warnings:
+            warnings.append(warning)
     problems = [p for p in problems if p.code != UNSET_ENV_PER_CALL]
     unset = [p for p in problems if p.code == UNSET_ENV]
     if warnings is None:  # the variable, and not again what its empty value did at its place

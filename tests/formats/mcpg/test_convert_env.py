@@ -103,7 +103,12 @@ def test_a_converted_file_reads_env_references_in_every_section_it_loads(tmp_pat
                         "name": "q",
                         "description": "d",
                         "governance": {"minimum_trust": "unauthenticated"},
-                        "backend": {"kind": "sql", "driver": "sqlite", "url": "sqlite:${env.T_DB}", "query": {"sql": "SELECT 1", "row_mode": "scalar"}},
+                        "backend": {
+                            "kind": "sql",
+                            "driver": "sqlite",
+                            "url": "sqlite:${env.T_DB}",
+                            "query": {"sql": "SELECT 1", "row_mode": "scalar"},
+                        },
                     }
                 ]
             }

@@ -61,7 +61,12 @@ VERIFIED = {
 HEADER = {
     **ANONYMOUS,
     "principal": "bob",
-    "identity": {**VERIFIED["identity"], "subject_id": "bob", "trust_level": "header_asserted", "auth_provider": "header"},
+    "identity": {
+        **VERIFIED["identity"],
+        "subject_id": "bob",
+        "trust_level": "header_asserted",
+        "auth_provider": "header",
+    },
 }
 
 
@@ -75,7 +80,11 @@ HEADER = {
         ("auth_provider", VERIFIED, "oidc"),
         ("request_context.request_id", ANONYMOUS, "7"),
         ("request_context.identity", ANONYMOUS, {"kind": "anonymous", "source": "no_subject_header"}),
-        ("request_context.identity", HEADER, {"kind": "http_header", "subject_id": "bob", "source": "x-mcpg-subject-id"}),
+        (
+            "request_context.identity",
+            HEADER,
+            {"kind": "http_header", "subject_id": "bob", "source": "x-mcpg-subject-id"},
+        ),
         ("request_context.identity.kind", VERIFIED, "verified"),
         ("request_context.identity.scopes", VERIFIED, ["orders:write"]),
         ("request_context.session_id", VERIFIED, "s-1"),
@@ -83,7 +92,9 @@ HEADER = {
         ('context["roles"]', VERIFIED, ["admin"]),
     ],
 )
-def test_mcpgs_request_variables_read_for_every_caller_anonymous_included(source: str, facts: dict, expected: object) -> None:
+def test_mcpgs_request_variables_read_for_every_caller_anonymous_included(
+    source: str, facts: dict, expected: object
+) -> None:
     """mcpg's variables are there for every caller: an anonymous one is no missing key (mcpipe's
     ``context.identity`` is absent then)."""
     env = {"args": {}, "steps": {}, "vars": {}, "last": None, "context": facts}

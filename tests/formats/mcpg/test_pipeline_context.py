@@ -36,7 +36,10 @@ def _tool(name: str, steps: list[dict[str, Any]], **backend: Any) -> dict[str, A
 
 CONFIG = {
     "gateway": {"server": {"trust_subject_header": True}},
-    "governance": {"policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}}, "audit": {"enabled": False}},
+    "governance": {
+        "policy": {"tool_access": {"default_minimum_trust": "unauthenticated"}},
+        "audit": {"enabled": False},
+    },
     "plugins": [{"id": "dev.mcpg.transform.jsonata", "class": "transform", "source": {"path": "./x.so"}}],
     "mcp": {
         "capabilities": {
@@ -45,7 +48,12 @@ CONFIG = {
                     "charge",
                     [
                         {"id": "fetch", "kind": "mock", "response": {"name": "ada"}},
-                        {"id": "announce", "kind": "log", "level": "info", "data": "Charging order ${original_args.order_id}"},
+                        {
+                            "id": "announce",
+                            "kind": "log",
+                            "level": "info",
+                            "data": "Charging order ${original_args.order_id}",
+                        },
                         {
                             "id": "echo",
                             "kind": "command",
@@ -128,12 +136,16 @@ async def test_request_context_is_there_for_an_anonymous_caller_and_a_header_ass
         async with open_app(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
             for extra in ({}, {"x-mcpg-subject-id": "bob"}):
                 headers = {**accept, **extra}
-                init = await http.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}, headers=headers)
+                init = await http.post(
+                    url, json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": hello}, headers=headers
+                )
                 session = init.headers.get("mcp-session-id")
                 if session:
                     headers["mcp-session-id"] = session
                 call = {"name": "who", "arguments": {"order_id": "A-1"}}
-                r = await http.post(url, json={"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": call}, headers=headers)
+                r = await http.post(
+                    url, json={"jsonrpc": "2.0", "id": 42, "method": "tools/call", "params": call}, headers=headers
+                )
                 seen.append((session, _result(r)))
     (anon_session, anonymous), (bob_session, bob) = seen
     assert anonymous["structuredContent"]["result"] == {
@@ -156,7 +168,9 @@ async def test_request_context_is_there_for_an_anonymous_caller_and_a_header_ass
 def _result(r: Any) -> dict[str, Any]:
     text = r.text
     if r.headers.get("content-type", "").startswith("text/event-stream"):
-        text = next(line[5:] for line in text.splitlines() if line.startswith("data:") and '"id":42' in line.replace(" ", ""))
+        text = next(
+            line[5:] for line in text.splitlines() if line.startswith("data:") and '"id":42' in line.replace(" ", "")
+        )
     result: dict[str, Any] = json.loads(text)["result"]
     return result
 

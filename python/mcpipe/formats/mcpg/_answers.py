@@ -359,7 +359,9 @@ class PipelineShape(_Surfaces):
             # stops the step that is running when the deadline passes, and names it.
             plan = tool.compiled.plan
             ms = plan.timeout_ms if plan.timeout_ms is not None else _deadline_ms(answer)
-            return ToolResult.error(f"pipeline '{tool.name}' timed out after {ms:g}ms at step '{_at_step(plan, answer)}'")
+            return ToolResult.error(
+                f"pipeline '{tool.name}' timed out after {ms:g}ms at step '{_at_step(plan, answer)}'"
+            )
         if not answer["ok"]:
             done, failed = _failed_step(answer)
             if failed is None:

@@ -1751,10 +1751,14 @@ def _build_log(b: Build[McpgLogFields]) -> Any:
     return data
 
 
-async def run_log(step: Leaf[McpgLogFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_log(
+    step: Leaf[McpgLogFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
     f = step.fields
     steps = env.get("steps")
-    cel = cel_env(env.get("args"), f.tool_name, _facts(env, ctx), mcpg_steps(steps) if isinstance(steps, Mapping) else {})
+    cel = cel_env(
+        env.get("args"), f.tool_name, _facts(env, ctx), mcpg_steps(steps) if isinstance(steps, Mapping) else {}
+    )
     try:
         data = await _resolved(step.built, cel)
     except ExpressionError as e:

@@ -11,7 +11,7 @@ pipeline context ``original_args``, ``completed_steps`` and ``request_context``,
 | ``steps.X.is_error`` | ``(!steps.X.ok)`` |
 | ``context`` | :data:`CONTEXT`: mcpg's map, built from mcpipe's ``context`` |
 | ``request_context`` | :data:`REQUEST_CONTEXT`: ``request_id``, ``session_id``, ``transport``, ``identity`` |
-| ``principal_id``, ``trust_level``, ``auth_provider`` | :data:`PRINCIPAL_ID`, :data:`TRUST_LEVEL`, :data:`AUTH_PROVIDER` |
+| ``principal_id``, ``trust_level``, ``auth_provider`` | :data:`PRINCIPAL_ID` and the others of its kind |
 | ``tool_name`` | the binding's name, as a string |
 
 mcpipe's ``context.identity`` is there only for a caller the front identified; mcpg's variables are there for
