@@ -18,7 +18,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, resolve_path
+from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, no_pipe_reason, resolve_path
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -406,7 +406,8 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         from mcpipe.formats.noetl import served_counts
 
         counts += [_count(n, kind) for kind, n in served_counts(config).items()]
-    print(f"{path}: ok ({', '.join(counts)})")
+    no_pipe = "" if config.pipe.enabled else f"; no mcp_pipe: {no_pipe_reason(config)}"
+    print(f"{path}: ok ({', '.join(counts)}){no_pipe}")
     return 0
 
 
@@ -441,13 +442,40 @@ def _missing_commands(config: Config, path: str, warned: set[str]) -> list[Any]:
 # --- runs: mcpipe worker, mcpipe runs, mcpipe events --------------------------------------------------
 
 
+_NEEDS = {"runs": ("runs", "store"), "events": ("runs", "store")}
+"""The sections ``mcpipe runs`` and ``mcpipe events`` read (the queue): an environment variable read elsewhere
+(an ``auth.tokens`` secret, a downstream server's header) need not be set to list runs."""
+
+
 def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
-    """The config, checked to name a queue that outlives a process; None (printed) when it does not."""
-    try:
-        config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
-    except ConfigError as exc:
-        _print_problems(exc)
-        return None
+    """The config, checked to name a queue that outlives a process; None (printed) when it does not.
+
+    An environment variable the file reads and this environment lacks is refused only where the command reads
+    it: ``runs`` and ``events`` read the queue's sections; ``worker`` runs the tools, so every section but
+    ``auth`` (the HTTP front's callers, which a worker does not serve)."""
+    from mcpipe.errors import Problem
+
+    path = getattr(ns, "config", None)
+    if not path:
+        config = DEFAULT_CONFIG
+    else:
+        warnings: list[Problem] = []
+        try:
+            config = load_config(path, warnings=warnings)
+        except ConfigError as exc:
+            _print_problems(exc)
+            return None
+        needs = _NEEDS.get(command)
+        unset = [
+            w
+            for w in warnings
+            if (section := w.location.removeprefix(f"{path}:").split(".", 1)[0].split("[", 1)[0])
+            and (section in needs if needs is not None else section != "auth")
+        ]
+        if unset:  # as `serve` says them
+            tail = ": `mcpipe serve` refuses the file until it is"
+            _print_problems(ConfigError([Problem(w.location, w.code, w.message.removesuffix(tail)) for w in unset]))
+            return None
     if config.runs.path is None and not config.store.url.startswith(("redis://", "rediss://", "unix://")):
         where = f"{ns.config}: " if getattr(ns, "config", None) else ""
         print(
