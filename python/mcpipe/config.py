@@ -30,12 +30,18 @@ from mcpipe._yaml import load_yaml
 from mcpipe.access import (
     AccessConfig,
     CredentialConfig,
+    IntrospectionProvider,
     MtlsConfig,
     OidcProvider,
+    ResourceConfig,
+    ScopeRule,
     check_access,
     check_credentials,
+    check_introspection,
     check_mtls,
     check_oidc,
+    check_resource,
+    check_scopes,
 )
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
@@ -184,6 +190,8 @@ class TokenConfig(_Base):
     env: str
     principal: str
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    scopes: list[str] = []
+    """The OAuth scopes this token stands for (``[[auth.scopes]]`` rules apply to its caller too)."""
 
 
 class AuthConfig(_Base):
@@ -192,7 +200,14 @@ class AuthConfig(_Base):
 
     tokens: list[TokenConfig] = []
     oidc: list[OidcProvider] = []
+    introspection: list[IntrospectionProvider] = []
+    """Authorization servers whose opaque tokens are checked by RFC 7662 introspection."""
     mtls: MtlsConfig | None = None
+    resource: ResourceConfig | None = None
+    """mcpipe as an OAuth resource server: its canonical URL and protected resource metadata (served whenever
+    ``oidc`` or ``introspection`` is configured, with these defaults when unset)."""
+    scopes: list[ScopeRule] = []
+    """The OAuth scope each tool, prompt and resource needs."""
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
     """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
     principal)."""
@@ -921,7 +936,13 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, f"`{h.health_path}` is the health endpoint"))
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
-    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    resource = cfg.auth.resource
+    resource_url = resource.url if resource is not None else None
+    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc", resource_url))
+    problems.extend(check_introspection(cfg.auth.introspection, "auth.introspection", environ, resource_url))
+    if resource is not None:
+        problems.extend(check_resource(resource, "auth.resource"))
+    problems.extend(check_scopes(cfg.auth.scopes, "auth.scopes"))
     problems.extend(_registry_problems(cfg.registry))
     problems.extend(_registries_problems(cfg))
     problems.extend(_content_problems(cfg.content))

@@ -56,7 +56,14 @@ async def _check_host(url: httpx2.URL, allow_private: bool) -> None:
 
 
 async def _request(
-    method: str, url: str, *, timeout_ms: float, allow_private: bool, data: Mapping[str, str] | None = None
+    method: str,
+    url: str,
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
 ) -> tuple[int, bytes]:
     try:
         parsed = httpx2.URL(url)
@@ -66,9 +73,9 @@ async def _request(
         try:
             await _check_host(parsed, allow_private)
             async with httpx2.AsyncClient(timeout=None, follow_redirects=False, trust_env=False) as client:
-                headers = {"accept": "application/json"}
+                sent = {"accept": "application/json", **(headers or {})}
                 async with client.stream(
-                    method, parsed, data=dict(data) if data is not None else None, headers=headers
+                    method, parsed, data=dict(data) if data is not None else None, json=json, headers=sent
                 ) as r:
                     body, larger = await read_capped(r, MAX_BODY_BYTES)
                     if larger:
@@ -102,7 +109,13 @@ async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: st
 
 
 async def post_form(
-    url: str, form: Mapping[str, str], *, timeout_ms: float, allow_private: bool, what: str
+    url: str,
+    form: Mapping[str, str],
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    what: str,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """POST ``application/x-www-form-urlencoded`` to an OAuth token endpoint; answers its JSON object.
 
@@ -110,7 +123,9 @@ async def post_form(
         FetchError: the endpoint could not be reached, refused (its ``error`` code kept), or did not answer
             a JSON object.
     """
-    status, body = await _request("POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form)
+    status, body = await _request(
+        "POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form, headers=headers
+    )
     if not 200 <= status < 300:
         code = None
         try:

@@ -198,15 +198,18 @@ async def _run_compiled(
     started: float,
     answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
-    allowed: dict[str, bool] = {}
+    allowed: dict[str, str | None] = {}
     denied = []
+    denial = getattr(registry, "denial", None)
     for location, name in compiled.tool_sites:
         if name not in allowed:
-            allowed[name] = bool(registry.allows(name, ctx))
-        if not allowed[name]:
-            denied.append(
-                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
-            )
+            if denial is not None:
+                allowed[name] = denial(name, ctx)
+            else:
+                allowed[name] = None if registry.allows(name, ctx) else f"tool '{name}' is not allowed for this caller"
+        why = allowed[name]
+        if why is not None:
+            denied.append(Problem(f"{location}.tool", ErrorCode.FORBIDDEN, why))
     for location, name in compiled.retry_sites:
         if not _idempotent(registry, name, limits):
             denied.append(

@@ -16,7 +16,7 @@ from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import Credentials, build_gates
+from mcpipe.access import Credentials, Scopes, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.errors import ErrorCode, Problem
@@ -61,7 +61,12 @@ def policy_of(config: Config) -> Policy:
         grants.setdefault(t.principal, []).extend(t.tools)
     # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
     # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
+    identified = (
+        bool(config.auth.oidc)
+        or bool(config.auth.introspection)
+        or config.auth.mtls is not None
+        or config.trust is not None
+    )
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 
@@ -272,7 +277,12 @@ async def open_app(
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
     credentials = Credentials(config.credentials)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=credentials)
+    downstreams = Downstreams(
+        config.mcpServers,
+        errlog=errlog,
+        credentials=credentials,
+        refuse_passthrough=config.auth.resource is not None,
+    )
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -286,6 +296,7 @@ async def open_app(
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
         refusals=config.access.refusals,
+        scopes=Scopes(config.auth.scopes) if config.auth.scopes else None,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)

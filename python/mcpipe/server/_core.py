@@ -30,7 +30,7 @@ from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, problem_order
 from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
@@ -348,7 +348,7 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        problems = await self.check(spec)
+        problems = await self.check(spec, ctx)
         if problems is not None:
             return problems
         try:
@@ -365,14 +365,37 @@ class PipeRunner:
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 
-    async def check(self, spec: Any) -> dict[str, Any] | None:
-        """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
+    async def check(self, spec: Any, ctx: ToolContext | None = None) -> dict[str, Any] | None:
+        """The answer of a spec with problems (unknown tools, references, limits; with ``ctx``, tools the caller
+        may not call, the scopes its token lacks named), or None: it may run."""
         t0 = time.perf_counter()
         try:
-            await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+            compiled = await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
         except SpecError as e:
             return invalid_answer(e.problems, t0)
+        if ctx is not None:
+            denied = [
+                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, why)
+                for location, name in compiled.tool_sites
+                if (why := self.gateway.denial(name, ctx)) is not None
+            ]
+            if denied:
+                return invalid_answer(sorted(denied, key=problem_order), t0)
         return None
+
+    async def needed_scopes(self, spec: Any) -> tuple[str, ...] | None:
+        """The OAuth scopes a spec's run needs (every tool it reaches), or None when it does not compile (its
+        call answers the problems)."""
+        if isinstance(spec, dict) and isinstance(spec.get("background"), bool):
+            spec = {k: v for k, v in spec.items() if k != "background"}
+        try:
+            compiled = await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+        except SpecError:
+            return None
+        found: dict[str, None] = {}
+        for _, name in compiled.tool_sites:
+            found.update(dict.fromkeys(self.gateway.needed_scopes(name)))
+        return tuple(found)
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
@@ -526,6 +549,8 @@ class ToolHandlers:
             if t.name == PIPE_TOOL or not policy.allows(principal, t.name):
                 continue
             if trust is not None and not trust.visible(t.name, probe):
+                continue
+            if self.gateway.missing_scopes(t.name, probe):
                 continue
             entry = tool_wire(t)
             if self.apps is not None and isinstance(t, DownstreamTool):
@@ -699,15 +724,16 @@ class ToolHandlers:
         assert self.tasks is not None
         if name == PIPE_TOOL and self.pipe is not None:
             spec = {k: v for k, v in args.items() if k != "background"}
-            problems = await self.pipe.check(spec)
+            problems = await self.pipe.check(spec, tctx)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
             try:
                 return await self.tasks.create(name, spec, tctx, capabilities)
             except RunRefused as exc:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
             args, errors = await check(args)
@@ -747,8 +773,9 @@ class ToolHandlers:
         answers the run id (structured ``{"run_id", "status"}``)."""
         tool = self.gateway.get(name)
         assert tool is not None and self.runs is not None
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(tool, "check_args_async", None)
         if check is not None:
             args, errors = await check(args)

@@ -181,6 +181,9 @@ class _WatchedRead:
         return getattr(self._inner, name)
 
 
+_OAUTH_PROVIDERS = frozenset({"oidc", "introspection"})
+"""Identity sources whose bearer is an OAuth access token of this resource (never forwarded)."""
+
 _CALL_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("mcpipe_downstream_call_headers", default=None)
 """Headers the downstream request being sent by this task carries (a per-caller credential's token)."""
 
@@ -241,6 +244,9 @@ class DownstreamServer:
         config: its config.
         errlog: where a stdio server's stderr goes.
     """
+
+    refuse_passthrough = False
+    """Set by :class:`Downstreams`: a caller's OAuth access token is never forwarded (``forward_bearer``)."""
 
     def __init__(
         self, name: str, config: McpServerConfig, *, errlog: Any = None, credentials: Credentials | None = None
@@ -577,9 +583,17 @@ class DownstreamServer:
         """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
         name = self.config.credential
         if self.config.forward_bearer:
-            token = getattr(ctx.identity, "token", None)
+            identity = ctx.identity
+            token = getattr(identity, "token", None)
             if not token:
                 return None
+            if self.refuse_passthrough and getattr(identity, "provider", None) in _OAUTH_PROVIDERS:
+                # An access token minted for mcpipe is never passed through to another server (the MCP
+                # authorization spec forbids token passthrough): a token_exchange credential exchanges it.
+                raise CallError(
+                    f"MCP server '{self.name}': forward_bearer would pass the caller's OAuth access token through "
+                    "(tokens are for mcpipe alone); give the server a `token_exchange` credential instead"
+                )
             carry_call_headers(client.session)
             return {"Authorization": f"Bearer {token}"}
         if name is None or self.credentials is None or not self.credentials.per_caller(name):
@@ -732,9 +746,17 @@ class Downstreams:
     """
 
     def __init__(
-        self, configs: dict[str, McpServerConfig], *, errlog: Any = None, credentials: Credentials | None = None
+        self,
+        configs: dict[str, McpServerConfig],
+        *,
+        errlog: Any = None,
+        credentials: Credentials | None = None,
+        refuse_passthrough: bool = False,
     ) -> None:
         self.errlog, self.credentials = errlog, credentials
+        self.refuse_passthrough = refuse_passthrough
+        """mcpipe is an OAuth resource server (``[auth.resource]``): ``forward_bearer`` never sends on a caller's
+        OAuth access token (it is this resource's)."""
         self.servers = [self._server(n, c) for n, c in configs.items() if c.enabled]
         self._nursery: trio.Nursery | None = None
         self._held: dict[str, trio.CancelScope] = {}
@@ -743,11 +765,13 @@ class Downstreams:
 
     def _server(self, name: str, config: McpServerConfig) -> DownstreamServer:
         server = DownstreamServer(name, config, errlog=self.errlog, credentials=self.credentials)
+        server.refuse_passthrough = self.refuse_passthrough
         # By default over HTTP only: a second stdio session is a second process, with state of its own.
         per_era = config.session_per_era
         if config.protocol == "auto" and (config.transport == "http" if per_era is None else per_era):
             handshake = msgspec.structs.replace(config, protocol="2025-11-25", connect="lazy")
             server.twin = DownstreamServer(name, handshake, errlog=self.errlog, credentials=self.credentials)
+            server.twin.refuse_passthrough = self.refuse_passthrough
         return server
 
     async def start(self, nursery: trio.Nursery) -> None:
