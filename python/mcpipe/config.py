@@ -17,6 +17,7 @@ import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -78,6 +79,26 @@ class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_o
     pass
 
 
+class DownstreamOAuth(_Base):
+    """A downstream HTTP server that requires OAuth (``[mcpServers.NAME.oauth]``): mcpipe is its OAuth client, as
+    the MCP authorization spec has it (discovery from its 401, protected resource and authorization server
+    metadata, a client id metadata document or dynamic registration, PKCE, ``resource``)."""
+
+    per_user: bool = False
+    """Each principal signs in with its own account (asked through URL-mode elicitation); false: one shared
+    account, the operator's (``mcpipe auth login NAME``)."""
+    scopes: list[str] | None = None
+    """The scopes asked for (default: the server's challenge, else its ``scopes_supported``)."""
+    client_id: str | None = None
+    """A client registered beforehand at the server's authorization server (no registration then)."""
+    client_secret: str | None = None
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: Literal["none", "client_secret_basic", "client_secret_post"] | None = None
+    allow_private: bool = False
+    """Let discovery, registration and token requests reach private and loopback addresses (an in-house
+    server; tests). Otherwise metadata naming such an address is refused."""
+
+
 class McpServerConfig(_Base):
     """One downstream MCP server, in the format MCP clients use (plus mcpipe's own keys).
 
@@ -121,6 +142,8 @@ class McpServerConfig(_Base):
     """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
     forward_bearer: bool = False
     """Each call carries the caller's own bearer token (``Authorization``) to this HTTP server."""
+    oauth: DownstreamOAuth | None = None
+    """The server requires OAuth: mcpipe signs in to it (the operator's shared account, or each principal's own)."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -211,6 +234,37 @@ class AuthConfig(_Base):
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
     """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
     principal)."""
+
+
+class OAuthClientConfig(_Base):
+    """mcpipe as an OAuth client of downstream servers (``[oauth]``; ``docs/access.md``): where it keeps tokens,
+    the redirect URI its sign-ins come back to, and the bounds of sign-ins."""
+
+    callback_url: str | None = None
+    """The redirect URI registered at downstream authorization servers (mcpipe answers it at its path). Default:
+    the origin of ``auth.resource.url``, else ``http://<http.host>:<http.port>``, and ``callback_path``."""
+    callback_path: str = "/oauth/callback"
+    store: str = "memory://"
+    """``memory://``, ``sqlite:///PATH`` (relative to the config; ``sqlite:////ABS``), or ``redis://...``."""
+    key_env: str = "MCPIPE_OAUTH_KEY"
+    """The environment variable holding the key ring tokens are sealed with (comma-separated; the first seals):
+    required for a ``sqlite`` or ``redis`` store, else tokens would not open after a restart."""
+    client_name: str = "mcpipe"
+    client_metadata_url: str | None = None
+    """An https URL that is mcpipe's client id (a Client ID Metadata Document, which mcpipe serves at its path);
+    used where the authorization server supports them, else dynamic registration."""
+    sign_in_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
+    """How long a sign-in may take (its ``state`` expires then, and a call waiting for it fails)."""
+    max_pending_per_principal: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 8
+    """The most sign-ins one principal may have under way (past it the oldest is dropped)."""
+    max_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most sign-ins under way, for everyone (past it a new one is refused)."""
+    max_user_sessions: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """The most per-user downstream sessions kept open per server (the least recently used is closed)."""
+    refresh_before_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 60.0
+    """A token is refreshed when it expires within this long."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 5000
+    """Each metadata, registration or token request."""
 
 
 class AuditConfig(_Base):
@@ -630,6 +684,8 @@ class Config(_Base):
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
+    oauth: OAuthClientConfig = msgspec.field(default_factory=OAuthClientConfig)
+    """mcpipe as an OAuth client of the downstream servers that require it (``mcpServers.NAME.oauth``)."""
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
@@ -687,6 +743,7 @@ _SECTIONS = {
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
+    "oauth": _Section("oauth", OAuthClientConfig),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -960,6 +1017,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    problems.extend(_oauth_problems(cfg, environ))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:
@@ -985,6 +1043,49 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _oauth_problems(cfg: Config, environ: Mapping[str, str]) -> list[Problem]:
+    """``[oauth]`` and the servers' ``oauth``: a store that persists needs its key; URLs are URLs."""
+    o = cfg.oauth
+    problems: list[Problem] = []
+    if not any(s.oauth is not None for s in cfg.mcpServers.values()):
+        return problems
+    scheme = o.store.partition("://")[0]
+    if scheme not in ("memory", "sqlite", "redis", "rediss", "unix") or "://" not in o.store:
+        problems.append(Problem("oauth.store", CODE, "must be `memory://`, `sqlite:///PATH` or a `redis://` URL"))
+    elif scheme != "memory" and not environ.get(o.key_env):
+        problems.append(
+            Problem(
+                "oauth.key_env",
+                UNSET_ENV,
+                f"environment variable `{o.key_env}` is not set: a `{scheme}` store keeps tokens across restarts, "
+                "sealed with this key",
+            )
+        )
+    for key in ("callback_url", "client_metadata_url"):
+        value = getattr(o, key)
+        if value is not None and not value.startswith(("http://", "https://")):
+            problems.append(Problem(f"oauth.{key}", CODE, "must be an http:// or https:// URL"))
+    if o.client_metadata_url is not None and not o.client_metadata_url.startswith("https://"):
+        problems.append(Problem("oauth.client_metadata_url", CODE, "a client id metadata document is https"))
+    if not o.callback_path.startswith("/"):
+        problems.append(Problem("oauth.callback_path", CODE, "must start with `/`"))
+    for name, server in cfg.mcpServers.items():
+        if server.oauth is None:
+            continue
+        at = f"mcpServers.{name}.oauth"
+        if server.command is not None:
+            problems.append(Problem(at, CODE, "OAuth is for `url` servers (a stdio server takes its env)"))
+        if server.credential is not None or server.forward_bearer:
+            problems.append(Problem(at, CODE, "set `oauth`, or `credential`/`forward_bearer`, not both"))
+        if server.oauth.client_secret_env is not None and not environ.get(server.oauth.client_secret_env):
+            problems.append(
+                Problem(f"{at}.client_secret_env", UNSET_ENV, f"`{server.oauth.client_secret_env}` is not set")
+            )
+        if (server.oauth.client_secret or server.oauth.client_secret_env) and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_secret", CODE, "needs `client_id`"))
+    return problems
 
 
 def _content_problems(content: ContentConfig) -> list[Problem]:

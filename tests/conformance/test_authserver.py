@@ -37,7 +37,7 @@ async def test_the_test_authorization_server_passes_the_suites_authorization_ser
             while chunk := await proc.stdout.receive_some():
                 printed += chunk
             await proc.wait()
-    checks = [c for f in tmp_path.rglob("checks.json") for c in json.loads(f.read_text())]
+    checks = [c for f in await trio.Path(tmp_path).rglob("checks.json") for c in json.loads(await f.read_text())]
     assert {c["id"] for c in checks} >= {"authorization-server-metadata", "authorization-code-grant"}, printed
     assert all(c["status"] == "SUCCESS" for c in checks), [c for c in checks if c["status"] != "SUCCESS"]
     assert proc.returncode == 0

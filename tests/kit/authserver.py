@@ -538,7 +538,7 @@ class AuthServer:
         except OAuth2Error as error:
             await _send(send, error.status_code, dict(error.get_body()))
             return
-        status, _body_, out = self.server.create_authorization_response(request, grant_user=user, grant=grant)
+        status, _, out = self.server.create_authorization_response(request, grant_user=user, grant=grant)
         out = [(k, v) for k, v in out]
         for i, (k, v) in enumerate(out):
             if k.lower() == "location" and "code=" in v:

@@ -35,6 +35,9 @@ class RecordingServer:
     """The protected resource metadata it serves (RFC 9728), when it requires tokens."""
     subjects: dict[str, str] = field(default_factory=dict)
     """token -> subject, of the tokens it accepted."""
+    protect: frozenset[str] | None = None
+    """The JSON-RPC methods that need a token (None: every request); others may go without (and with one,
+    it is checked all the same)."""
 
     def calls(self) -> list[dict[str, Any]]:
         """The ``tools/call`` requests it got."""
@@ -79,8 +82,9 @@ class RecordingServer:
                 except (ValueError, AttributeError, KeyError, TypeError):
                     pass
             self.seen.append(record)
-            if self.verify is not None:
-                token = (headers.get("authorization") or "").removeprefix("Bearer ").strip()
+            token = (headers.get("authorization") or "").removeprefix("Bearer ").strip()
+            needed = self.protect is None or record.get("method") in self.protect
+            if self.verify is not None and (needed or token):
                 claims = await self.verify(token) if token else None
                 if claims is None:
                     base = self.url.rsplit("/", 1)[0]

@@ -42,6 +42,7 @@ from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_un
 from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
+from mcpipe.tools._oauth import SignInRequired
 from mcpipe.tools.downstream import Downstreams, DownstreamTool
 from mcpipe.trust import TrustDenied
 
@@ -702,6 +703,10 @@ class ToolHandlers:
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
+        except SignInRequired as exc:
+            # The caller must sign in to a downstream server and cannot be asked mid-call: the spec's
+            # URLElicitationRequiredError, which a client shows and then retries the call after.
+            raise MCPError(types.URL_ELICITATION_REQUIRED, str(exc), {"elicitations": [exc.elicitation()]}) from None
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
         except GateDenied as exc:

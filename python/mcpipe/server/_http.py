@@ -23,6 +23,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import orjson
 import trio
@@ -106,12 +107,15 @@ def security_settings(config: Config, host: str) -> TransportSecuritySettings:
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    extra = headers or []
+    typed = any(k == b"content-type" for k, _ in extra)
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            + (headers or []),
+            "headers": ([] if typed else [(b"content-type", b"application/json")])
+            + [(b"content-length", str(len(body)).encode())]
+            + extra,
         }
     )
     await send({"type": "http.response.body", "body": body})
@@ -156,6 +160,11 @@ _UNAVAILABLE = orjson.dumps(
     {"error": "temporarily_unavailable", "error_description": "the access token cannot be checked now"}
 )
 _REJECTED_KEY = "mcpipe.rejected"
+_HTML = [
+    (b"content-type", b"text/html; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"referrer-policy", b"no-referrer"),
+]
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
 
@@ -259,6 +268,9 @@ class HttpFront:
             for rule in gateway.trust.rules.values():
                 supported.update(dict.fromkeys(rule.required_scopes))
         self.resource = ResourceServer(app.config, tuple(supported))
+        self.oauth = app.oauth
+        metadata_url = app.config.oauth.client_metadata_url if app.oauth is not None else None
+        self.oauth_metadata_path = urlsplit(metadata_url).path if metadata_url else None
         # Calls are held to their scopes here (a 403 the client can step up from) when there are scopes to need.
         self.scope_guard = self.resource.enabled and (gateway.scopes is not None or gateway.trust is not None)
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
@@ -336,6 +348,17 @@ class HttpFront:
                 else:
                     body = orjson.dumps({"ok": True})  # a Host it does not know learns nothing more
                 await _respond(send, 200, body)
+            elif self.oauth is not None and path == self.oauth.callback_path and scope["method"] == "GET":
+                from urllib.parse import parse_qsl
+
+                query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+                status, page = await self.oauth.callback(query)
+                await _respond(send, status, page, _HTML)
+            elif self.oauth_metadata_path is not None and path == self.oauth_metadata_path:
+                assert self.oauth is not None
+                await _respond(
+                    send, 200, orjson.dumps(self.oauth.client_metadata()), [(b"cache-control", b"max-age=300")]
+                )
             elif self.resource.enabled and path in self.resource.paths:
                 if self.resource.url is None and not self._known(scope):
                     await _respond(send, 421, _NOT_FOUND)  # the resource would be named after a Host it does not know
