@@ -93,7 +93,15 @@ class DownstreamOAuth(_Base):
     """A client registered beforehand at the server's authorization server (no registration then)."""
     client_secret: str | None = None
     client_secret_env: str | None = None
-    token_endpoint_auth_method: Literal["none", "client_secret_basic", "client_secret_post"] | None = None
+    token_endpoint_auth_method: (
+        Literal["none", "client_secret_basic", "client_secret_post", "private_key_jwt"] | None
+    ) = None
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    """``client_credentials``: mcpipe's own machine token for every caller, no person signs in (SEP-1046)."""
+    private_key_env: str | None = None
+    """``private_key_jwt``: the environment variable holding the client's private key (PEM), which signs its
+    assertion (RFC 7523)."""
+    signing_algorithm: Literal["ES256", "ES384", "RS256", "PS256", "EdDSA"] = "ES256"
     allow_private: bool = False
     """Let discovery, registration and token requests reach private and loopback addresses (an in-house
     server; tests). Otherwise metadata naming such an address is refused."""
@@ -1085,6 +1093,15 @@ def _oauth_problems(cfg: Config, environ: Mapping[str, str]) -> list[Problem]:
             )
         if (server.oauth.client_secret or server.oauth.client_secret_env) and not server.oauth.client_id:
             problems.append(Problem(f"{at}.client_secret", CODE, "needs `client_id`"))
+        if server.oauth.grant == "client_credentials" and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_id", CODE, "a `client_credentials` grant needs its client"))
+        if server.oauth.grant == "client_credentials" and server.oauth.per_user:
+            problems.append(
+                Problem(f"{at}.per_user", CODE, "a `client_credentials` token is mcpipe's own, not a user's")
+            )
+        key_env = server.oauth.private_key_env
+        if key_env is not None and not environ.get(key_env):
+            problems.append(Problem(f"{at}.private_key_env", UNSET_ENV, f"`{key_env}` is not set"))
     return problems
 
 

@@ -126,6 +126,8 @@ class ServerAuth:
         self._refreshing: dict[str, trio.Lock] = {}
         self.signed_in: dict[str, trio.Event] = {}
         """principal -> an event set when its sign-in completes in this process."""
+        self.wanted: dict[str, str] = {}
+        """principal -> the scopes its next sign-in asks for (granted ones, and what a 403 challenged)."""
 
     @property
     def per_user(self) -> bool:
@@ -289,6 +291,7 @@ class ServerAuth:
             )
             request = {
                 "client_name": self.clients.client_name,
+                "application_type": "web",  # SEP-837: a server-side client, its redirect URI its own
                 "redirect_uris": [self.clients.callback_url],
                 "grant_types": ["authorization_code", "refresh_token"],
                 "response_types": ["code"],
@@ -318,10 +321,34 @@ class ServerAuth:
             await self.clients.save(key, registered)
             return registered
 
-    def _client_auth(self, client: Mapping[str, Any], form: dict[str, str]) -> dict[str, str]:
+    def _client_auth(self, client: Mapping[str, Any], form: dict[str, str], issuer: str = "") -> dict[str, str]:
         headers: dict[str, str] = {}
         method, secret = client.get("method"), client.get("client_secret")
-        if method == "client_secret_basic" and secret:
+        if method == "private_key_jwt":
+            import uuid
+
+            import jwt
+
+            key = self.clients.secret(None, self.cfg.private_key_env)
+            if not key:
+                raise SignInError(f"MCP server '{self.name}': `private_key_env` holds no private key")
+            now = int(time.time())
+            claims = {
+                "iss": client["client_id"],
+                "sub": client["client_id"],
+                "aud": issuer,
+                "iat": now,
+                "exp": now + 300,
+                "jti": uuid.uuid4().hex,
+            }
+            try:
+                assertion = jwt.encode(claims, key, algorithm=self.cfg.signing_algorithm)
+            except (ValueError, TypeError, jwt.PyJWTError) as exc:
+                raise SignInError(f"MCP server '{self.name}': cannot sign the client assertion: {exc}") from None
+            form["client_id"] = client["client_id"]
+            form["client_assertion_type"] = "urn:ietf:params:oauth:client-assertion-type:jwt-bearer"
+            form["client_assertion"] = assertion
+        elif method == "client_secret_basic" and secret:
             pair = f"{quote(client['client_id'], safe='')}:{quote(secret, safe='')}"
             headers["authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
         elif method == "client_secret_post" and secret:
@@ -345,6 +372,9 @@ class ServerAuth:
         state = _b64url(secrets.token_bytes(32))
         elicitation_id = secrets.token_hex(16)
         scope = " ".join(self.cfg.scopes) if self.cfg.scopes else found.scope
+        wanted = self.wanted.get(principal)
+        if wanted:  # a step-up (SEP-2350): what was granted, and what the server challenged for
+            scope = " ".join(dict.fromkeys([*(scope or "").split(), *wanted.split()]))
         pending = {
             "server": self.name,
             "principal": principal,
@@ -400,7 +430,7 @@ class ServerAuth:
     async def _token_request(
         self, found: Discovered, client: Mapping[str, Any], form: dict[str, str], what: str
     ) -> dict[str, Any]:
-        headers = self._client_auth(client, form)
+        headers = self._client_auth(client, form, found.issuer)
         try:
             got = await fetch(
                 "POST",
@@ -444,6 +474,8 @@ class ServerAuth:
 
     async def token(self, principal: str) -> str | None:
         """The principal's access token, refreshed when it is about to expire; None: it must sign in."""
+        if self.cfg.grant == "client_credentials":
+            return await self.machine_token()
         key = self.clients.token_key(self.name, principal)
         record = await self.clients.load(key)
         if record is None:
@@ -481,6 +513,54 @@ class ServerAuth:
     async def forget(self, principal: str) -> bool:
         """Drop the principal's tokens (``mcpipe auth revoke``)."""
         return await self.clients.store.delete(self.clients.token_key(self.name, principal))
+
+    async def rejected(self, principal: str, status: int, challenge: str) -> None:
+        """The server refused the principal's token: 401 (revoked, expired early, or another authorization
+        server now: discovery is done again), or 403 ``insufficient_scope`` (the next sign-in asks for the
+        challenged scope beside what was granted). The token is dropped: the principal signs in again."""
+        key = self.clients.token_key(self.name, principal)
+        record = await self.clients.load(key)
+        if status == 403:
+            if _challenge_field(challenge, "error") != "insufficient_scope":
+                return
+            granted = (record or {}).get("scope") or ""
+            challenged = _challenge_field(challenge, "scope") or ""
+            self.wanted[principal] = " ".join(dict.fromkeys([*granted.split(), *challenged.split()]))
+            if len(self.wanted) > 100_000:
+                self.wanted.pop(next(iter(self.wanted)))
+        else:
+            self._discovered = None  # the server may have moved to another authorization server (SEP-2352)
+        await self.clients.store.delete(key)
+
+    async def machine_token(self) -> str:
+        """mcpipe's own token (``grant = "client_credentials"``), requested again shortly before it expires.
+
+        Raises:
+            SignInError: the token endpoint refused, or the server's metadata is wrong.
+        """
+        key = self.clients.token_key(self.name, OPERATOR)
+        record = await self.clients.load(key)
+        if record is not None and record["expires_at"] - time.time() > self.clients.refresh_before_s:
+            return str(record["access_token"])
+        lock = self._refreshing.setdefault(OPERATOR, trio.Lock())
+        async with lock:
+            record = await self.clients.load(key)
+            if record is not None and record["expires_at"] - time.time() > self.clients.refresh_before_s:
+                return str(record["access_token"])
+            found = await self.discover()
+            cfg = self.cfg
+            secret = self.clients.secret(cfg.client_secret, cfg.client_secret_env)
+            method = cfg.token_endpoint_auth_method or (
+                "private_key_jwt" if cfg.private_key_env else "client_secret_basic" if secret else "none"
+            )
+            client = {"client_id": cfg.client_id, "client_secret": secret, "method": method}
+            form = {"grant_type": "client_credentials", "resource": found.resource}
+            scope = " ".join(cfg.scopes) if cfg.scopes else found.scope
+            if scope:
+                form["scope"] = scope
+            doc = await self._token_request(found, client, form, "the client credentials grant")
+            record = await self._keep(OPERATOR, doc, None)
+            return str(record["access_token"])
 
     async def wait_signed_in(self, principal: str, timeout_s: float) -> bool:
         """Wait until the principal's sign-in completes (here, or on another instance sharing the store)."""

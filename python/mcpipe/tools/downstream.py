@@ -220,9 +220,9 @@ class _OAuthBearer(httpx2.Auth):
         if token is not None:
             request.headers["Authorization"] = f"Bearer {token}"
         response = yield request
-        if response.status_code == 401 and token is not None:
-            # Revoked or expired early: forget it, so the next call signs in again.
-            await self.auth.forget(self.principal)
+        if response.status_code in (401, 403) and token is not None:
+            # Revoked, expired early, or not enough scope: the next call signs in again (with the scope).
+            await self.auth.rejected(self.principal, response.status_code, response.headers.get("www-authenticate", ""))
 
 
 def _asks_urls(ix: Any) -> bool:
@@ -515,6 +515,17 @@ class DownstreamServer:
         it refuses the call before running it, so the actor reconnects and the call is made once more.
         """
         if self.oauth is not None and self.oauth.per_user and self.principal is None:
+            user = await self._user_session(ctx)
+            try:
+                return await user.call(remote, args, ctx)
+            except CallError:
+                # The server refused the principal's token (revoked, or a scope to step up to): one more
+                # sign-in, asked of the caller as the first was, and the call once more.
+                if await self.oauth.token(ctx.principal or OPERATOR) is not None:
+                    raise
+            held = self._users.pop(ctx.principal or OPERATOR, None)
+            if held is not None:
+                held[1].cancel()  # its connection was refused: a new one, with the new token
             user = await self._user_session(ctx)
             return await user.call(remote, args, ctx)
         twin = self.twin
