@@ -20,6 +20,7 @@ import hmac
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,12 @@ fetch of its own (a JWK Set server that hangs held every caller of the issuer in
 
 MAX_KEYS = 100
 """The most keys of one JWK Set kept (the rest are left out, said in the log)."""
+
+VERDICT_TTL_S = 60.0
+"""How long a verified JWT is answered from memory (never past its ``exp``): a token is verified once a minute,
+not on every request, and a key withdrawn from the JWK Set stops its tokens within a minute."""
+MAX_VERDICTS = 10_000
+"""The most verified tokens remembered (least recently used go first)."""
 
 Headers = Sequence[tuple[bytes, bytes]]
 
@@ -216,11 +223,42 @@ class JwksCache:
 class _Oidc:
     def __init__(self, cfg: OidcProvider, clock: Callable[[], float], resource: str | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock
         self.keys = JwksCache(cfg, clock)
         # An issuer naming no audiences accepts the tokens minted for this resource (RFC 8707).
         self.audiences = list(cfg.audiences) if cfg.audiences or resource is None else [resource]
+        self._verdicts: OrderedDict[bytes, tuple[Identity, float]] = OrderedDict()
+
+    def cached(self, token: str, key: bytes | None = None) -> Identity | None:
+        """The identity of a token verified lately (see :meth:`verify`), or None."""
+        key = _digest(token) if key is None else key
+        hit = self._verdicts.get(key)
+        if hit is not None:
+            if self.clock() < hit[1]:
+                self._verdicts.move_to_end(key)
+                return hit[0]
+            del self._verdicts[key]
+        return None
 
     async def verify(self, token: str) -> Identity | Rejected:
+        """The token's identity: from the verdict cache (a token verified in the last :data:`VERDICT_TTL_S`
+        seconds, and not expired since), else verified (see the module docstring)."""
+        key = _digest(token)
+        hit = self.cached(token, key)
+        if hit is not None:
+            await trio.lowlevel.checkpoint()
+            return hit
+        outcome = await self._verify(token)
+        if isinstance(outcome, Identity):
+            exp = outcome.claims.get("exp")
+            left = float(exp) - time.time() if isinstance(exp, int | float) and not isinstance(exp, bool) else 0.0
+            if left > 0:
+                self._verdicts[key] = (outcome, self.clock() + min(VERDICT_TTL_S, left))
+                while len(self._verdicts) > MAX_VERDICTS:
+                    self._verdicts.popitem(last=False)
+        return outcome
+
+    async def _verify(self, token: str) -> Identity | Rejected:
         cfg = self.cfg
         try:
             header = jwt.get_unverified_header(token)
@@ -430,6 +468,7 @@ class Authenticator:
         self._sources: dict[tuple[str, str], list[_Oidc]] = {}
         for p in self.oidc:
             self._sources.setdefault((p.cfg.header.lower(), p.cfg.prefix), []).append(p)
+        self._plain = set(self._sources) == {("authorization", "Bearer ")}
 
     @property
     def configured(self) -> bool:
@@ -483,6 +522,13 @@ class Authenticator:
         return Rejected(last)
 
     async def _oidc(self, headers: Headers, bearer: str | None) -> Identity | Rejected | None:
+        if bearer is not None and self._plain:
+            # The usual shape (the Authorization header, one or more issuers): a token verified lately is
+            # answered before anything of it is parsed again.
+            for p in self.oidc:
+                hit = p.cached(bearer)
+                if hit is not None:
+                    return hit
         for (name, prefix), providers in self._sources.items():
             token = (
                 bearer
