@@ -397,3 +397,75 @@ async def test_a_callers_oauth_token_is_never_passed_through_to_a_downstream_ser
     assert result.is_error and "forward_bearer would pass the caller's OAuth access token" in result.content[0].text
     assert all(token not in (seen["authorization"] or "") for seen in down.seen)
     assert not down.calls()
+
+
+async def test_mcpgs_required_scopes_hold_for_a_tool_a_declared_pipeline_reaches_before_it_runs():
+    from mcpipe.tools import Identity, ToolContext
+    from mcpipe.tools._base import Request
+
+    config = make_config(
+        trust={"default_minimum_trust": "verified", "tools": {"now": {"required_scopes": ["clock:read"]}}},
+        pipelines=[
+            {
+                "name": "stamped",
+                "steps": [
+                    {"id": "e", "kind": "tool", "tool": "echo", "args": {"x": 1}},
+                    {"id": "t", "kind": "tool", "tool": "now", "args": {}},
+                ],
+            }
+        ],
+    )
+    without = Identity(subject="ci", provider="oidc", scopes=())
+    with_scope = Identity(subject="ci", provider="oidc", scopes=("clock:read",))
+    async with running(config) as app:
+        gateway = app.gateway
+
+        def ctx(identity: Identity) -> ToolContext:
+            return ToolContext(principal="ci", request=Request(identity=identity), tools=gateway)
+
+        refused = await app.handlers.call("stamped", {}, ctx(without))
+        allowed = await app.handlers.call("stamped", {}, ctx(with_scope))
+        listed = {t["name"] for t in app.handlers.visible_tools("ci", without)}
+    assert "needs the OAuth scope clock:read" in refused["content"][0]["text"]
+    assert not allowed.get("isError")
+    assert "stamped" not in listed and "now" not in listed and "echo" in listed
+
+
+async def test_a_prompt_or_resource_needing_a_scope_the_token_lacks_gets_403_with_the_scope():
+    async with oauth_server() as idp:
+        token = idp.mint("alice", aud="https://mcp.example.com/mcp", scope="files:read")
+        config = make_config(
+            auth={
+                "oidc": [{"issuer": idp.url, "allow_private": True, "scope_claims": ["scope"]}],
+                "resource": {"url": "https://mcp.example.com/mcp"},
+                "scopes": [
+                    {"scope": "prompts:use", "prompts": ["plan"]},
+                    {"scope": "reports:read", "resources": ["report://*"]},
+                ],
+            },
+            pipelines=[
+                {"name": "plan", "surface": "prompt", "steps": [{"kind": "value", "id": "v", "value": "go"}]},
+                {
+                    "name": "weekly",
+                    "surface": "resource",
+                    "uri": "report://weekly",
+                    "steps": [{"kind": "value", "id": "v", "value": "ok"}],
+                },
+            ],
+        )
+        async with (
+            running(config) as app,
+            http_server(app) as url,
+            httpx2.AsyncClient(headers={"authorization": f"Bearer {token}"}) as http,
+        ):
+            answers = []
+            for method, params, name in (
+                ("prompts/get", {"name": "plan"}, "plan"),
+                ("resources/read", {"uri": "report://weekly"}, "report://weekly"),
+            ):
+                body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": META}}
+                headers = {**HEADERS, "mcp-method": method, "mcp-name": name}
+                answers.append(await http.post(url, json=body, headers=headers))
+    for r, scope in zip(answers, ("prompts:use", "reports:read"), strict=True):
+        assert r.status_code == 403
+        assert _challenge(r.headers["www-authenticate"])["scope"] == scope
