@@ -198,17 +198,25 @@ async def test_tokens_are_listed_and_revoked_and_a_revoked_principal_signs_in_ag
 async def test_a_token_about_to_expire_is_refreshed_before_the_call(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     port = free_port()
     url = f"http://127.0.0.1:{port}/mcp"
-    async with world(tmp_path) as (front, down_as, down):
-        down_as.expires_in = 30  # less than refresh_before_s (60): refreshed on the next call
-        async with mcpipe(_config(front, down, port, "memory://"), port, monkeypatch):
-            alice = User("alice-at-down")
-            token = front.mint("alice", aud=url)
-            await _whoami(url, token, alice, "2026-07-28")
-            first = down.calls()[-1]["authorization"]
-            await _whoami(url, token, alice, "2026-07-28")
-            second = down.calls()[-1]["authorization"]
+    async with (
+        world(tmp_path) as (front, down_as, down),
+        mcpipe(_config(front, down, port, "memory://"), port, monkeypatch) as app,
+    ):
+        alice = User("alice-at-down")
+        token = front.mint("alice", aud=url)
+        await _whoami(url, token, alice, "2026-07-28")
+        await _whoami(url, token, alice, "2026-07-28")  # fresh: no refresh
+        first = down.calls()[-1]["authorization"]
+        assert not [r for r in down_as.requests if r.get("form", {}).get("grant_type") == "refresh_token"]
+        # Time passes: the token now expires within refresh_before_s (60 s).
+        key = app.oauth.token_key("down", "alice")
+        record = await app.oauth.load(key)
+        await app.oauth.save(key, {**record, "obtained_at": time.time() - 3570, "expires_at": time.time() + 30})
+        await _whoami(url, token, alice, "2026-07-28")
+        second = down.calls()[-1]["authorization"]
     refreshes = [r for r in down_as.requests if r.get("form", {}).get("grant_type") == "refresh_token"]
-    assert first != second and len(refreshes) >= 1 and len(alice.asked) == 1
+    assert first != second and len(refreshes) == 1 and len(alice.asked) == 1
+    assert refreshes[0]["form"]["resource"] == down.url
 
 
 # -- hostile cases --------------------------------------------------------------------------------------

@@ -472,6 +472,13 @@ class ServerAuth:
 
     # -- tokens --------------------------------------------------------------------------------------
 
+    def _fresh(self, record: Mapping[str, Any]) -> bool:
+        """Whether a token needs no refresh yet: it expires later than ``refresh_before_s`` from now, or than
+        half its lifetime (a server issuing 30-second tokens is not asked again on every call)."""
+        lifetime = float(record["expires_at"]) - float(record.get("obtained_at") or record["expires_at"])
+        margin = min(self.clients.refresh_before_s, max(lifetime, 0.0) / 2)
+        return float(record["expires_at"]) - time.time() > margin
+
     async def token(self, principal: str) -> str | None:
         """The principal's access token, refreshed when it is about to expire; None: it must sign in."""
         if self.cfg.grant == "client_credentials":
@@ -480,14 +487,14 @@ class ServerAuth:
         record = await self.clients.load(key)
         if record is None:
             return None
-        if record["expires_at"] - time.time() > self.clients.refresh_before_s:
+        if self._fresh(record):
             return str(record["access_token"])
         lock = self._refreshing.setdefault(principal, trio.Lock())
         async with lock:
             record = await self.clients.load(key)
             if record is None:
                 return None
-            if record["expires_at"] - time.time() > self.clients.refresh_before_s:
+            if self._fresh(record):
                 return str(record["access_token"])
             refresh = record.get("refresh_token")
             if not refresh:
@@ -540,12 +547,12 @@ class ServerAuth:
         """
         key = self.clients.token_key(self.name, OPERATOR)
         record = await self.clients.load(key)
-        if record is not None and record["expires_at"] - time.time() > self.clients.refresh_before_s:
+        if record is not None and self._fresh(record):
             return str(record["access_token"])
         lock = self._refreshing.setdefault(OPERATOR, trio.Lock())
         async with lock:
             record = await self.clients.load(key)
-            if record is not None and record["expires_at"] - time.time() > self.clients.refresh_before_s:
+            if record is not None and self._fresh(record):
                 return str(record["access_token"])
             found = await self.discover()
             cfg = self.cfg
