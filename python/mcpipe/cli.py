@@ -195,8 +195,28 @@ def _parser() -> argparse.ArgumentParser:
     explain = sub.add_parser(
         "explain", help="print what a pipeline file would do, without running anything (its dry run)"
     )
-    explain.add_argument("spec", metavar="SPEC", help="pipeline file (JSON or YAML); - reads stdin")
+    explain.add_argument(
+        "spec",
+        metavar="FILE",
+        nargs="?",
+        help="a pipeline spec (JSON or YAML; - reads stdin), a NoETL playbook, or a config with one pipeline",
+    )
     _tool_options(explain)
+    explain.add_argument(
+        "--format",
+        choices=["json", "mermaid", "dot", "svg"],
+        default="json",
+        help="json: the dry run (every check, then the plan); mermaid, dot, svg: the plan drawn, as the console "
+        "draws it (docs/console.md)",
+    )
+    explain.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a server config: its outbound policy checks a playbook, and --pipeline names one of its pipelines",
+    )
+    explain.add_argument(
+        "--pipeline", metavar="NAME", help="with --config: draw its declared pipeline or playbook NAME"
+    )
     explain.set_defaults(func=_explain)
 
     from mcpipe._playbook_cli import add_parser as add_playbook_parser
@@ -286,11 +306,18 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _explain(ns: argparse.Namespace) -> int:
-    """``mcpipe explain SPEC``: the spec's dry run (every check, then the plan), as JSON."""
+    """``mcpipe explain FILE``: the spec's dry run (every check, then the plan), as JSON; with ``--format``
+    mermaid, dot or svg, the plan of a spec, a declared pipeline or a playbook drawn."""
     import trio
 
     from mcpipe.runtime import run_pipeline
 
+    if ns.format != "json":
+        return _draw(ns)
+    if ns.spec is None:
+        raise _Usage("the following arguments are required: FILE")
+    if ns.config is not None or ns.pipeline is not None:
+        raise _Usage("--config and --pipeline go with --format mermaid|dot|svg")
     spec = _with_vars(_load_spec(ns.spec), ns.var)
     if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
         spec = spec["spec"]
@@ -299,6 +326,114 @@ def _explain(ns: argparse.Namespace) -> int:
     registry = _registry(ns.tools, builtin=not ns.no_builtin)
     answer = trio.run(lambda: run_pipeline({**spec, "dry_run": True}, registry))
     return _answered(ns.spec, answer)
+
+
+def _draw(ns: argparse.Namespace) -> int:
+    """``mcpipe explain ... --format mermaid|dot|svg``: the plan drawn on stdout; problems located on stderr."""
+    from mcpipe.plan._draw import drawing
+
+    found = _plan_to_draw(ns)
+    if isinstance(found, int):
+        return found
+    plan, title = found
+    d = drawing(plan)
+    if ns.format == "mermaid":
+        out = d.mermaid()
+    elif ns.format == "dot":
+        out = d.dot(title)
+    else:
+        out = d.svg(title=title)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    return 0
+
+
+def _plan_to_draw(ns: argparse.Namespace) -> tuple[Any, str] | int:
+    """The plan ``explain --format`` draws and its title, or the exit status after its problems were printed."""
+    from mcpipe.compile import compile_spec
+
+    if ns.pipeline is not None:
+        if ns.config is None:
+            raise _Usage("--pipeline NAME goes with --config FILE")
+        if ns.spec is not None:
+            raise _Usage("give FILE or --pipeline NAME, not both")
+        return _config_plan(ns.config, ns.pipeline)
+    if ns.spec is None:
+        if ns.config is not None:
+            return _config_plan(ns.config, None)
+        raise _Usage("the following arguments are required: FILE (or --config FILE --pipeline NAME)")
+    name = _name(ns.spec)
+    raw = _load_spec(ns.spec)
+    if isinstance(raw, dict) and ("workflow" in raw or "apiVersion" in raw or "mcp" in raw):
+        return _playbook_plan(ns, name)
+    if isinstance(raw, dict) and "pipelines" in raw and "steps" not in raw:
+        if ns.spec == "-":
+            raise _Usage("a config is read from a file: explain --config FILE --pipeline NAME")
+        return _config_plan(ns.spec, None)
+    spec = _with_vars(raw, ns.var)
+    if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
+        spec = spec["spec"]
+    try:
+        compiled = compile_spec(spec)
+    except SpecError as e:
+        for p in e.problems:
+            print(f"{name}: {_located(p.location, p.message)} [{p.code}]", file=sys.stderr)
+        return 1
+    return compiled.plan, Path(name).stem if ns.spec != "-" else "pipeline"
+
+
+def _playbook_plan(ns: argparse.Namespace, name: str) -> tuple[Any, str] | int:
+    """A playbook's plan, checked as ``mcpipe playbook check`` checks it (``--config``: its policy)."""
+    from mcpipe._playbook_cli import _context, _UsageError
+    from mcpipe.formats.noetl import load_playbook
+
+    if ns.spec == "-":
+        raise _Usage("a playbook is read from a file (its tasks may name files beside it)")
+    try:
+        _, models, policy = _context(argparse.Namespace(config=ns.config))
+    except _UsageError as e:  # the config's own problems were printed by _context
+        print(f"mcpipe explain: error: {e}", file=sys.stderr)
+        return 2
+    pb, problems = load_playbook(ns.spec, models=models, policy=policy)
+    if problems or pb is None or pb.plan is None:
+        for p in problems:
+            print(f"{p.location}: {p.message} [{p.code}]", file=sys.stderr)
+        return 1
+    return pb.plan.plan, pb.name
+
+
+def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
+    """A config's declared pipeline or playbook ``wanted`` (None: its only one)."""
+    from mcpipe.config import ConfigError, load_config
+
+    try:
+        config = load_config(path)
+        sources = _server_app().tool_sources(config)
+    except ConfigError as exc:
+        for line in dict.fromkeys(str(p) for p in exc.problems):
+            print(f"error: {line}", file=sys.stderr)
+        return 1
+    plans: dict[str, Any] = {}
+    for source in sources:
+        for tool in source:
+            plan = getattr(getattr(tool, "compiled", None), "plan", None)
+            if plan is None:
+                plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
+            if plan is not None:
+                plans[tool.name] = plan
+    if wanted is None:
+        if len(plans) != 1:
+            names = ", ".join(sorted(plans)) or "none"
+            raise _Usage(f"{path} has {len(plans)} pipelines ({names}): name one with --config {path} --pipeline NAME")
+        wanted = next(iter(plans))
+    if wanted not in plans:
+        names = ", ".join(sorted(plans)) or "none"
+        raise _Usage(f"{path} has no declared pipeline or playbook {wanted!r} (it has: {names})")
+    return plans[wanted], wanted
+
+
+def _server_app() -> Any:
+    return importlib.import_module("mcpipe.server._app")
 
 
 def _answered(source: str, answer: dict[str, Any]) -> int:

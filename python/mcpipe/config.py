@@ -55,6 +55,7 @@ __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "ConsoleConfig",
     "ContentConfig",
     "HttpConfig",
     "McpServerConfig",
@@ -501,6 +502,9 @@ class TelemetryConfig(_Base):
     max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
     """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
     count under ``tool="other"``."""
+    max_principal_labels: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 200
+    """The most distinct principals ``mcpipe_principal_calls`` labels (the first seen; later ones count under
+    ``principal="other"``; 0: calls are not counted by principal)."""
 
 
 class LogsConfig(_Base):
@@ -642,6 +646,24 @@ class ReloadConfig(_Base):
     """How often the file is read."""
 
 
+class ConsoleConfig(_Base):
+    """The web console ``mcpipe serve`` serves at ``/console`` and its JSON API at ``/api/v1`` (``docs/console.md``),
+    on the MCP endpoint's listener, behind its auth and front checks."""
+
+    enabled: bool = False
+    """Serve it (``mcpipe serve --console`` too). Off by default: it shows runs, tools and metrics."""
+    operators: list[str] = []
+    """Principals that see and act on every run (the others see only their own)."""
+    operator_roles: list[str] = msgspec.field(default_factory=lambda: ["operator"])
+    """Roles (of an OIDC identity, by its claim mappings) that make a caller an operator."""
+    session_ttl_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 8 * 3600
+    """How long a browser stays signed in (never past the JWT it signed in with)."""
+    page_size: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    """Runs per page of the runs list."""
+    max_streams: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -689,6 +711,8 @@ class Config(_Base):
     """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
     apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
     """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
+    """The web console (``docs/console.md``)."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -747,6 +771,7 @@ _SECTIONS = {
     "logs": _Section("logs", LogsConfig),
     "reload": _Section("reload", ReloadConfig),
     "apps": _Section("apps", AppsConfig),
+    "console": _Section("console", ConsoleConfig),
     "registry": _Section("registry", RegistryConfig),
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),

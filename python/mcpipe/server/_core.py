@@ -621,7 +621,7 @@ class ToolHandlers:
                     tel = telemetry.current()
                     if tel is None:
                         return await self._call(name, args, tctx)
-                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx))
+                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx), tctx.principal)
                 except StoreUnavailable as exc:  # the run queue (a background run, the pipe_* tools)
                     raise store_unavailable(exc) from None
                 finally:

@@ -86,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
     )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the web console at /console and its JSON API at /api/v1 ([console] enabled; docs/console.md)",
+    )
 
 
 def _positive(value: str) -> int:
@@ -150,6 +155,8 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     if config.logs.file:
         log_to_file(config)
+    if getattr(ns, "console", False):
+        config = msgspec.structs.replace(config, console=msgspec.structs.replace(config.console, enabled=True))
     if getattr(ns, "runs_path", None):  # a worker of `--workers N`: the queue its supervisor shares
         config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, path=ns.runs_path))
     http = getattr(ns, "http", None)
@@ -157,6 +164,8 @@ def main(ns: argparse.Namespace) -> int:
     execute = False if getattr(ns, "no_worker", False) else None
     workers = getattr(ns, "workers", None) or config.http.workers
     listen_fd = getattr(ns, "listen_fd", None)
+    if stdio and config.console.enabled:
+        _log.warning("the console is served over HTTP: --stdio serves none")
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
@@ -205,6 +214,8 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         args += ["--config", str(Path(ns.config).resolve())]
     if getattr(ns, "no_worker", False):
         args.append("--no-worker")
+    if getattr(ns, "console", False):
+        args.append("--console")
     run = partial(
         supervise,
         workers=workers,
@@ -257,14 +268,22 @@ async def _serve(
             if stdio:
                 await serve_stdio(app)
             else:
-                await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+                await serve_http(
+                    app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, config_path=path
+                )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
     reloader = Reloader(path, config, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
         await serve_http(
-            app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, on_front=reloader.attach
+            app,
+            host=host,
+            port=port,
+            shutdown_trigger=signalled,
+            listen_fd=listen_fd,
+            on_front=reloader.attach,
+            config_path=path,
         )
         nursery.cancel_scope.cancel()
 

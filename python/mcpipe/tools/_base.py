@@ -154,9 +154,11 @@ class StepRecord(Protocol):
         :meth:`starting` before every leaf step, so what finished is saved before anything else runs."""
         ...
 
-    async def starting(self, path: str, kind: str) -> None:
+    async def starting(self, path: str, kind: str, detail: dict[str, Any] | None = None) -> None:
         """The step at ``path``, of kind ``kind`` (``tool`` for a tool call), is about to run (called only
-        when :attr:`durable`)."""
+        when :attr:`durable`); ``detail``: what its ``step_started`` event may say of it (``args``, a preview
+        of its arguments, and their ``args_bytes``; ``via``, the locations of the graph arcs it was reached
+        by)."""
         ...
 
     async def keep(self, path: str, value: dict[str, Any]) -> None:
