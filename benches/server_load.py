@@ -67,10 +67,11 @@ def tools_call(name: str, arguments: dict[str, Any], request_id: int = 1) -> byt
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
 
 
-def request_bytes(host: str, port: int, path: str, body: bytes) -> bytes:
+def request_bytes(host: str, port: int, path: str, body: bytes, bearer: str | None = None) -> bytes:
     name = orjson.loads(body)["params"]["name"]
+    auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Content-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n"
         f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
@@ -414,6 +415,10 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     }
     if variant == "bare":
         doc["telemetry"] = {"metrics": False}
+    if variant == "jwt":  # callers present a JWT of an issuer whose keys are inline (no fetch to measure)
+        doc["auth"] = {
+            "oidc": [{"issuer": "https://idp.example.com", "audiences": ["bench"], "jwks": os.environ["BENCH_JWKS"]}]
+        }
     if variant == "console":
         doc["console"] = {"enabled": True}
     config = parse_config(orjson.dumps(doc), "json")

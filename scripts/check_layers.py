@@ -66,7 +66,10 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.
-    ("gateway", ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
+    (
+        "gateway",
+        ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog", "mcpipe.tools._oauth"),
+    ),
     # Runs that outlive a request: the workers executing queued runs, and the tools watching them.
     ("runs", ("mcpipe.runs",)),
     # The web console and its JSON API: pages over the run queue, the gateway and the metrics (the HTTP front

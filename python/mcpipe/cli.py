@@ -172,6 +172,27 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.set_defaults(func=lambda ns: _server_cli().events_main(ns))
 
+    auth = sub.add_parser("auth", help="the OAuth sign-ins mcpipe holds for downstream servers: list, revoke, login")
+    auth_sub = auth.add_subparsers(dest="auth_command", metavar="ACTION", required=True)
+    auth_list = auth_sub.add_parser("list", help="every principal's sign-in per server (never the tokens)")
+    auth_list.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_list.add_argument("--server", metavar="NAME", help="only this server's")
+    auth_list.add_argument("--json", action="store_true", help="one JSON object per line")
+    auth_list.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+    auth_revoke = auth_sub.add_parser("revoke", help="forget a principal's tokens for a server (it signs in again)")
+    auth_revoke.add_argument("server", metavar="SERVER")
+    auth_revoke.add_argument("principal", metavar="PRINCIPAL", nargs="?", help="default: the operator's account")
+    auth_revoke.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_revoke.add_argument("--all", action="store_true", help="every principal's tokens for the server")
+    auth_revoke.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+    auth_login = auth_sub.add_parser(
+        "login", help="sign in to a server with the operator's own account (shared by every caller)"
+    )
+    auth_login.add_argument("server", metavar="SERVER")
+    auth_login.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_login.add_argument("--timeout", type=float, default=600.0, metavar="S", help="how long to wait (600)")
+    auth_login.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+
     explain = sub.add_parser(
         "explain", help="print what a pipeline file would do, without running anything (its dry run)"
     )

@@ -33,12 +33,18 @@ from mcpipe._yaml import load_yaml
 from mcpipe.access import (
     AccessConfig,
     CredentialConfig,
+    IntrospectionProvider,
     MtlsConfig,
     OidcProvider,
+    ResourceConfig,
+    ScopeRule,
     check_access,
     check_credentials,
+    check_introspection,
     check_mtls,
     check_oidc,
+    check_resource,
+    check_scopes,
 )
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
@@ -77,6 +83,34 @@ _log = logging.getLogger("mcpipe.config")
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     pass
+
+
+class DownstreamOAuth(_Base):
+    """A downstream HTTP server that requires OAuth (``[mcpServers.NAME.oauth]``): mcpipe is its OAuth client, as
+    the MCP authorization spec has it (discovery from its 401, protected resource and authorization server
+    metadata, a client id metadata document or dynamic registration, PKCE, ``resource``)."""
+
+    per_user: bool = False
+    """Each principal signs in with its own account (asked through URL-mode elicitation); false: one shared
+    account, the operator's (``mcpipe auth login NAME``)."""
+    scopes: list[str] | None = None
+    """The scopes asked for (default: the server's challenge, else its ``scopes_supported``)."""
+    client_id: str | None = None
+    """A client registered beforehand at the server's authorization server (no registration then)."""
+    client_secret: str | None = None
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: (
+        Literal["none", "client_secret_basic", "client_secret_post", "private_key_jwt"] | None
+    ) = None
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    """``client_credentials``: mcpipe's own machine token for every caller, no person signs in (SEP-1046)."""
+    private_key_env: str | None = None
+    """``private_key_jwt``: the environment variable holding the client's private key (PEM), which signs its
+    assertion (RFC 7523)."""
+    signing_algorithm: Literal["ES256", "ES384", "RS256", "PS256", "EdDSA"] = "ES256"
+    allow_private: bool = False
+    """Let discovery, registration and token requests reach private and loopback addresses (an in-house
+    server; tests). Otherwise metadata naming such an address is refused."""
 
 
 class McpServerConfig(_Base):
@@ -122,6 +156,8 @@ class McpServerConfig(_Base):
     """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
     forward_bearer: bool = False
     """Each call carries the caller's own bearer token (``Authorization``) to this HTTP server."""
+    oauth: DownstreamOAuth | None = None
+    """The server requires OAuth: mcpipe signs in to it (the operator's shared account, or each principal's own)."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -191,6 +227,8 @@ class TokenConfig(_Base):
     env: str
     principal: str
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    scopes: list[str] = []
+    """The OAuth scopes this token stands for (``[[auth.scopes]]`` rules apply to its caller too)."""
 
 
 class AuthConfig(_Base):
@@ -199,10 +237,48 @@ class AuthConfig(_Base):
 
     tokens: list[TokenConfig] = []
     oidc: list[OidcProvider] = []
+    introspection: list[IntrospectionProvider] = []
+    """Authorization servers whose opaque tokens are checked by RFC 7662 introspection."""
     mtls: MtlsConfig | None = None
+    resource: ResourceConfig | None = None
+    """mcpipe as an OAuth resource server: its canonical URL and protected resource metadata (served whenever
+    ``oidc`` or ``introspection`` is configured, with these defaults when unset)."""
+    scopes: list[ScopeRule] = []
+    """The OAuth scope each tool, prompt and resource needs."""
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
     """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
     principal)."""
+
+
+class OAuthClientConfig(_Base):
+    """mcpipe as an OAuth client of downstream servers (``[oauth]``; ``docs/access.md``): where it keeps tokens,
+    the redirect URI its sign-ins come back to, and the bounds of sign-ins."""
+
+    callback_url: str | None = None
+    """The redirect URI registered at downstream authorization servers (mcpipe answers it at its path). Default:
+    the origin of ``auth.resource.url``, else ``http://<http.host>:<http.port>``, and ``callback_path``."""
+    callback_path: str = "/oauth/callback"
+    store: str = "memory://"
+    """``memory://``, ``sqlite:///PATH`` (relative to the config; ``sqlite:////ABS``), or ``redis://...``."""
+    key_env: str = "MCPIPE_OAUTH_KEY"
+    """The environment variable holding the key ring tokens are sealed with (comma-separated; the first seals):
+    required for a ``sqlite`` or ``redis`` store, else tokens would not open after a restart."""
+    client_name: str = "mcpipe"
+    client_metadata_url: str | None = None
+    """An https URL that is mcpipe's client id (a Client ID Metadata Document, which mcpipe serves at its path);
+    used where the authorization server supports them, else dynamic registration."""
+    sign_in_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
+    """How long a sign-in may take (its ``state`` expires then, and a call waiting for it fails)."""
+    max_pending_per_principal: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 8
+    """The most sign-ins one principal may have under way (past it the oldest is dropped)."""
+    max_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most sign-ins under way, for everyone (past it a new one is refused)."""
+    max_user_sessions: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """The most per-user downstream sessions kept open per server (the least recently used is closed)."""
+    refresh_before_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 60.0
+    """A token is refreshed when it expires within this long."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 5000
+    """Each metadata, registration or token request."""
 
 
 class AuditConfig(_Base):
@@ -645,6 +721,8 @@ class Config(_Base):
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
+    oauth: OAuthClientConfig = msgspec.field(default_factory=OAuthClientConfig)
+    """mcpipe as an OAuth client of the downstream servers that require it (``mcpServers.NAME.oauth``)."""
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
@@ -714,6 +792,7 @@ _SECTIONS = {
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
+    "oauth": _Section("oauth", OAuthClientConfig),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -969,7 +1048,13 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, f"`{h.health_path}` is the health endpoint"))
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
-    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    resource = cfg.auth.resource
+    resource_url = resource.url if resource is not None else None
+    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc", resource_url))
+    problems.extend(check_introspection(cfg.auth.introspection, "auth.introspection", environ, resource_url))
+    if resource is not None:
+        problems.extend(check_resource(resource, "auth.resource"))
+    problems.extend(check_scopes(cfg.auth.scopes, "auth.scopes"))
     problems.extend(_registry_problems(cfg.registry))
     problems.extend(_registries_problems(cfg))
     problems.extend(_content_problems(cfg.content))
@@ -987,6 +1072,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    problems.extend(_oauth_problems(cfg, environ))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:
@@ -1012,6 +1098,58 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
     return msgspec.structs.replace(cfg, mcpServers=servers)
+
+
+def _oauth_problems(cfg: Config, environ: Mapping[str, str]) -> list[Problem]:
+    """``[oauth]`` and the servers' ``oauth``: a store that persists needs its key; URLs are URLs."""
+    o = cfg.oauth
+    problems: list[Problem] = []
+    if not any(s.oauth is not None for s in cfg.mcpServers.values()):
+        return problems
+    scheme = o.store.partition("://")[0]
+    if scheme not in ("memory", "sqlite", "redis", "rediss", "unix") or "://" not in o.store:
+        problems.append(Problem("oauth.store", CODE, "must be `memory://`, `sqlite:///PATH` or a `redis://` URL"))
+    elif scheme != "memory" and not environ.get(o.key_env):
+        problems.append(
+            Problem(
+                "oauth.key_env",
+                UNSET_ENV,
+                f"environment variable `{o.key_env}` is not set: a `{scheme}` store keeps tokens across restarts, "
+                "sealed with this key",
+            )
+        )
+    for key in ("callback_url", "client_metadata_url"):
+        value = getattr(o, key)
+        if value is not None and not value.startswith(("http://", "https://")):
+            problems.append(Problem(f"oauth.{key}", CODE, "must be an http:// or https:// URL"))
+    if o.client_metadata_url is not None and not o.client_metadata_url.startswith("https://"):
+        problems.append(Problem("oauth.client_metadata_url", CODE, "a client id metadata document is https"))
+    if not o.callback_path.startswith("/"):
+        problems.append(Problem("oauth.callback_path", CODE, "must start with `/`"))
+    for name, server in cfg.mcpServers.items():
+        if server.oauth is None:
+            continue
+        at = f"mcpServers.{name}.oauth"
+        if server.command is not None:
+            problems.append(Problem(at, CODE, "OAuth is for `url` servers (a stdio server takes its env)"))
+        if server.credential is not None or server.forward_bearer:
+            problems.append(Problem(at, CODE, "set `oauth`, or `credential`/`forward_bearer`, not both"))
+        if server.oauth.client_secret_env is not None and not environ.get(server.oauth.client_secret_env):
+            problems.append(
+                Problem(f"{at}.client_secret_env", UNSET_ENV, f"`{server.oauth.client_secret_env}` is not set")
+            )
+        if (server.oauth.client_secret or server.oauth.client_secret_env) and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_secret", CODE, "needs `client_id`"))
+        if server.oauth.grant == "client_credentials" and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_id", CODE, "a `client_credentials` grant needs its client"))
+        if server.oauth.grant == "client_credentials" and server.oauth.per_user:
+            problems.append(
+                Problem(f"{at}.per_user", CODE, "a `client_credentials` token is mcpipe's own, not a user's")
+            )
+        key_env = server.oauth.private_key_env
+        if key_env is not None and not environ.get(key_env):
+            problems.append(Problem(f"{at}.private_key_env", UNSET_ENV, f"`{key_env}` is not set"))
+    return problems
 
 
 def _content_problems(content: ContentConfig) -> list[Problem]:

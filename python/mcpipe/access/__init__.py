@@ -15,19 +15,26 @@ from mcpipe.access._config import (
     CredentialConfig,
     EnvCredential,
     IdJag,
+    IntrospectionProvider,
     IpAllowlistGate,
     MtlsConfig,
     OidcProvider,
     RateLimitGate,
+    ResourceConfig,
+    ScopeRule,
     TokenExchange,
     check_access,
     check_credentials,
+    check_introspection,
     check_mtls,
     check_oidc,
+    check_resource,
+    check_scopes,
 )
 from mcpipe.access._credentials import CredentialError, Credentials, Issued
 from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
+from mcpipe.access._scopes import Scopes, missing_scopes
 
 __all__ = [
     "AccessConfig",
@@ -42,17 +49,25 @@ __all__ = [
     "GateRefusal",
     "Gates",
     "IdJag",
+    "IntrospectionProvider",
     "IpAllowlistGate",
     "Issued",
     "MtlsConfig",
     "OidcProvider",
     "RateLimitGate",
     "Rejected",
+    "ResourceConfig",
+    "ScopeRule",
+    "Scopes",
     "TokenExchange",
     "build_gates",
     "check_access",
     "check_credentials",
+    "check_introspection",
     "check_mtls",
     "check_oidc",
+    "check_resource",
+    "check_scopes",
     "client_ip",
+    "missing_scopes",
 ]

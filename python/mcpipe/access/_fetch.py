@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 import orjson
@@ -19,7 +19,7 @@ import trio
 from mcpipe._util import read_capped
 from mcpipe.errors import MCPipeError
 
-__all__ = ["FetchError", "get_json", "post_form"]
+__all__ = ["FetchError", "Fetched", "fetch", "get_json", "post_form"]
 
 MAX_BODY_BYTES = 1024 * 1024
 """The largest discovery document, JWK Set or token response read."""
@@ -55,9 +55,44 @@ async def _check_host(url: httpx2.URL, allow_private: bool) -> None:
             raise FetchError(f"'{host}' resolves to {address}, a non-public address (set `allow_private` to allow it)")
 
 
+class Fetched(NamedTuple):
+    """An answer as read: its status, headers (lower-case names) and body (capped)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+async def fetch(
+    method: str,
+    url: str,
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """One guarded request (see the module docstring), whatever its status.
+
+    Raises:
+        FetchError: it could not be made, timed out, or its body was larger than :data:`MAX_BODY_BYTES`.
+    """
+    return await _request(
+        method, url, timeout_ms=timeout_ms, allow_private=allow_private, data=data, json=json, headers=headers
+    )
+
+
 async def _request(
-    method: str, url: str, *, timeout_ms: float, allow_private: bool, data: Mapping[str, str] | None = None
-) -> tuple[int, bytes]:
+    method: str,
+    url: str,
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
     try:
         parsed = httpx2.URL(url)
     except httpx2.InvalidURL as exc:
@@ -66,14 +101,14 @@ async def _request(
         try:
             await _check_host(parsed, allow_private)
             async with httpx2.AsyncClient(timeout=None, follow_redirects=False, trust_env=False) as client:
-                headers = {"accept": "application/json"}
+                sent = {"accept": "application/json", **(headers or {})}
                 async with client.stream(
-                    method, parsed, data=dict(data) if data is not None else None, headers=headers
+                    method, parsed, data=dict(data) if data is not None else None, json=json, headers=sent
                 ) as r:
                     body, larger = await read_capped(r, MAX_BODY_BYTES)
                     if larger:
                         raise FetchError(f"the answer of {parsed.host} is larger than {MAX_BODY_BYTES} bytes")
-                    return r.status_code, body
+                    return Fetched(r.status_code, {k.lower(): v for k, v in r.headers.items()}, body)
         except httpx2.HTTPError as exc:
             raise FetchError(f"request to {parsed.host} failed: {type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -95,14 +130,20 @@ async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: st
     Raises:
         FetchError: it could not be fetched, was not 2xx, or is not JSON.
     """
-    status, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
+    status, _, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
     if not 200 <= status < 300:
         raise FetchError(f"{what} answered HTTP {status}", status)
     return _json(status, body, what)
 
 
 async def post_form(
-    url: str, form: Mapping[str, str], *, timeout_ms: float, allow_private: bool, what: str
+    url: str,
+    form: Mapping[str, str],
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    what: str,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """POST ``application/x-www-form-urlencoded`` to an OAuth token endpoint; answers its JSON object.
 
@@ -110,7 +151,9 @@ async def post_form(
         FetchError: the endpoint could not be reached, refused (its ``error`` code kept), or did not answer
             a JSON object.
     """
-    status, body = await _request("POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form)
+    status, _, body = await _request(
+        "POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form, headers=headers
+    )
     if not 200 <= status < 300:
         code = None
         try:

@@ -243,15 +243,18 @@ async def check_pipeline(
 def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: Limits) -> list[Problem]:
     """The problems of a compiled plan with the tools it will call, in location order: a tool the caller may
     not call, a retry of a tool not marked idempotent. A run answers them before any step runs."""
-    allowed: dict[str, bool] = {}
+    allowed: dict[str, str | None] = {}
     denied = []
+    denial = getattr(registry, "denial", None)  # the gateway's names the scopes a token lacks
     for location, name in compiled.tool_sites:
         if name not in allowed:
-            allowed[name] = bool(registry.allows(name, ctx))
-        if not allowed[name]:
-            denied.append(
-                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
-            )
+            if denial is not None:
+                allowed[name] = denial(name, ctx)
+            else:
+                allowed[name] = None if registry.allows(name, ctx) else f"tool '{name}' is not allowed for this caller"
+        why = allowed[name]
+        if why is not None:
+            denied.append(Problem(f"{location}.tool", ErrorCode.FORBIDDEN, why))
     for location, name in compiled.retry_sites:
         if not _idempotent(registry, name, limits):
             denied.append(

@@ -26,6 +26,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe import telemetry
 from mcpipe._json import dumps
 from mcpipe.access import GateDenied
+from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -41,6 +42,7 @@ from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_un
 from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
+from mcpipe.tools._oauth import SignInRequired
 from mcpipe.tools.downstream import Downstreams, DownstreamTool
 from mcpipe.trust import TrustDenied
 
@@ -376,6 +378,20 @@ class PipeRunner:
             return invalid_answer(e.problems, t0)
         return None
 
+    async def needed_scopes(self, spec: Any) -> tuple[str, ...] | None:
+        """The OAuth scopes a spec's run needs (every tool it reaches), or None when it does not compile (its
+        call answers the problems)."""
+        if isinstance(spec, dict) and isinstance(spec.get("background"), bool):
+            spec = {k: v for k, v in spec.items() if k != "background"}
+        try:
+            compiled = await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+        except SpecError:
+            return None
+        found: dict[str, None] = {}
+        for _, name in compiled.tool_sites:
+            found.update(dict.fromkeys(self.gateway.needed_scopes(name)))
+        return tuple(found)
+
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
         # from their tasks: both go through one channel to one sender task, so notifications leave in order.
@@ -529,6 +545,8 @@ class ToolHandlers:
                 continue
             if trust is not None and not trust.visible(t.name, probe):
                 continue
+            if self.gateway.missing_scopes(t.name, probe):
+                continue
             entry = tool_wire(t)
             if self.apps is not None and isinstance(t, DownstreamTool):
                 refused = self.apps.apply_tool(entry)
@@ -679,6 +697,10 @@ class ToolHandlers:
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
+        except SignInRequired as exc:
+            # The caller must sign in to a downstream server and cannot be asked mid-call: the spec's
+            # URLElicitationRequiredError, which a client shows and then retries the call after.
+            raise MCPError(types.URL_ELICITATION_REQUIRED, str(exc), {"elicitations": [exc.elicitation()]}) from None
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
         except GateDenied as exc:
@@ -708,8 +730,9 @@ class ToolHandlers:
                 return await self.tasks.create(name, spec, tctx, capabilities)
             except RunRefused as exc:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
             args, errors = await check(args)
@@ -749,8 +772,9 @@ class ToolHandlers:
         answers the run id (structured ``{"run_id", "status"}``)."""
         tool = self.gateway.get(name)
         assert tool is not None and self.runs is not None
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(tool, "check_args_async", None)
         if check is not None:
             args, errors = await check(args)

@@ -597,3 +597,123 @@ def _print_event(event: dict[str, Any], as_json: bool) -> None:
     rest = {k: v for k, v in event.items() if k not in ("cursor", "at", "type", "worker") and v is not None}
     detail = " ".join(f"{k}={v}" for k, v in rest.items())
     print(f"{_when(event['at'])}  {event['type']:<13}  {event['worker'] or '-'}  {detail}".rstrip(), flush=True)
+
+
+# --- mcpipe auth -----------------------------------------------------------------------------------------
+
+
+def auth_main(ns: argparse.Namespace) -> int:
+    """``mcpipe auth list|revoke|login``: the sign-ins held for downstream servers (2: bad config or names)."""
+    command = f"auth {ns.auth_command}"
+    try:
+        config = load_config(ns.config)
+    except ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    from mcpipe.server._app import oauth_clients
+
+    try:
+        oauth = oauth_clients(config)
+    except ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    if oauth is None:
+        print(f"mcpipe {command}: error: {ns.config}: no mcpServers entry has `oauth`", file=sys.stderr)
+        return 2
+    server = getattr(ns, "server", None)
+    if server is not None and server not in oauth.servers:
+        known = ", ".join(sorted(oauth.servers))
+        print(f"mcpipe {command}: error: no server `{server}` with `oauth` (known: {known})", file=sys.stderr)
+        return 2
+    return int(trio.run(_auth, oauth, ns))
+
+
+async def _auth(oauth: Any, ns: argparse.Namespace) -> int:
+    from mcpipe.tools._oauth import OPERATOR, SignInError
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(oauth.store.run)
+        try:
+            if ns.auth_command == "list":
+                for row in await oauth.list():
+                    if ns.server is not None and row["server"] != ns.server:
+                        continue
+                    if ns.json:
+                        print(orjson.dumps(row).decode())
+                    else:
+                        who = "(operator)" if row["principal"] == OPERATOR else row["principal"]
+                        refresh = "refreshable" if row["refreshable"] else "no refresh token"
+                        scope = row["scope"] or "-"
+                        print(f"{row['server']}  {who}  expires {_when(row['expires_at'])}  {scope}  {refresh}")
+                return 0
+            auth = oauth.servers[ns.server]
+            if ns.auth_command == "revoke":
+                if ns.all:
+                    rows = [r for r in await oauth.list() if r["server"] == ns.server]
+                    for row in rows:
+                        await auth.forget(row["principal"])
+                    print(f"revoked {len(rows)} sign-in(s) to {ns.server}")
+                    return 0
+                principal = ns.principal or OPERATOR
+                if not await auth.forget(principal):
+                    print(f"mcpipe auth revoke: error: `{principal}` holds no sign-in to {ns.server}", file=sys.stderr)
+                    return 1
+                print(f"revoked {principal}'s sign-in to {ns.server}")
+                return 0
+            return await _login(oauth, auth, ns)
+        except SignInError as exc:
+            print(f"mcpipe auth {ns.auth_command}: error: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _login(oauth: Any, auth: Any, ns: argparse.Namespace) -> int:
+    """The operator's sign-in: print the URL; its redirect comes back to the callback (a running ``mcpipe serve``
+    sharing the store, or, when the callback is a loopback address nothing listens on, this command itself)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from mcpipe.tools._oauth import OPERATOR
+
+    url, _ = await auth.begin(OPERATOR, None)
+    callback = urlsplit(oauth.callback_url)
+    listen = callback.hostname in ("127.0.0.1", "localhost", "::1") and callback.port is not None
+
+    async def serve_callback(stream: trio.SocketStream) -> None:
+        request = b""
+        with trio.move_on_after(30):
+            while b"\r\n\r\n" not in request and len(request) < 65536:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                request += chunk
+        line = request.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        target = urlsplit(line[1]) if len(line) >= 2 else None
+        if target is None or target.path != callback.path:
+            status, page = 404, b"not found"
+        else:
+            status, page = await oauth.callback(dict(parse_qsl(target.query)))
+        head = f"HTTP/1.1 {status} OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {len(page)}\r\n"
+        await stream.send_all(head.encode() + b"connection: close\r\n\r\n" + page)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        if listen:
+            try:
+                listeners = await trio.open_tcp_listeners(callback.port, host=callback.hostname)
+            except OSError:
+                listeners = []  # a running server has the port: it takes the callback (the store is shared)
+            for listener in listeners:
+                nursery.start_soon(trio.serve_listeners, serve_callback, [listener])
+        print("Open this URL in a browser and sign in:", flush=True)
+        print(url, flush=True)
+        signed = await auth.wait_signed_in(OPERATOR, ns.timeout)
+        nursery.cancel_scope.cancel()
+    if not signed:
+        print(
+            f"mcpipe auth login: error: the sign-in to {ns.server} did not complete within {ns.timeout:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"signed in to {ns.server} (the operator's account, used by every caller)")
+    return 0

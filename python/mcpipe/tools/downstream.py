@@ -19,6 +19,7 @@ import math
 import re
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -60,6 +61,7 @@ from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 from mcpipe.tools._lines import install as _linear_stdio_lines
+from mcpipe.tools._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.tools._polling import StreamWatch
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
@@ -182,6 +184,9 @@ class _WatchedRead:
         return getattr(self._inner, name)
 
 
+_OAUTH_PROVIDERS = frozenset({"oidc", "introspection"})
+"""Identity sources whose bearer is an OAuth access token of this resource (never forwarded)."""
+
 _CALL_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("mcpipe_downstream_call_headers", default=None)
 """Headers the downstream request being sent by this task carries (a per-caller credential's token)."""
 
@@ -199,6 +204,37 @@ class _SharedCredential(httpx2.Auth):
             raise httpx2.RequestError(str(exc), request=request) from None
         request.headers["Authorization"] = issued.authorization()
         yield request
+
+
+class _OAuthBearer(httpx2.Auth):
+    """Every request to a downstream server carries one principal's OAuth token (refreshed as it nears its
+    expiry); none when the principal has not signed in (the server may list anonymously)."""
+
+    def __init__(self, auth: ServerAuth, principal: str) -> None:
+        self.auth, self.principal = auth, principal
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        try:
+            token = await self.auth.token(self.principal)
+        except SignInError as exc:
+            raise httpx2.RequestError(str(exc), request=request) from None
+        if token is not None:
+            request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code in (401, 403) and token is not None:
+            # Revoked, expired early, or not enough scope: the next call signs in again (with the scope).
+            await self.auth.rejected(self.principal, response.status_code, response.headers.get("www-authenticate", ""))
+
+
+def _asks_urls(ix: Any) -> bool:
+    """Whether the caller declared URL-mode elicitation (``capabilities.elicitation.url``)."""
+    caps = ix.capabilities
+    elicitation = caps.get("elicitation") if isinstance(caps, dict) else getattr(caps, "elicitation", None)
+    if elicitation is None:
+        return False
+    if isinstance(elicitation, dict):
+        return elicitation.get("url") is not None
+    return getattr(elicitation, "url", None) is not None
 
 
 def carry_call_headers(session: Any) -> None:
@@ -243,6 +279,15 @@ class DownstreamServer:
         errlog: where a stdio server's stderr goes.
     """
 
+    refuse_passthrough = False
+    """Set by :class:`Downstreams`: a caller's OAuth access token is never forwarded (``forward_bearer``)."""
+    oauth: ServerAuth | None = None
+    """Its OAuth, when it requires it (``oauth``), set by :class:`Downstreams`."""
+    principal: str | None = None
+    """The principal whose own session this is (a per-user server's), or None (the shared session)."""
+    spawn: Callable[[DownstreamServer], Any] | None = None
+    """Starts a per-user session (set by :class:`Downstreams`)."""
+
     def __init__(
         self, name: str, config: McpServerConfig, *, errlog: Any = None, credentials: Credentials | None = None
     ) -> None:
@@ -274,6 +319,9 @@ class DownstreamServer:
         # Questions it asks during calls, relayed to their callers; its SSE polling, passed on to them.
         self.askers = Askers(name)
         self.streams = StreamWatch()
+        self._users: OrderedDict[str, tuple[DownstreamServer, trio.CancelScope]] = OrderedDict()
+        self._user_lock = trio.Lock()
+        self.max_user_sessions = 256
         self.twin: DownstreamServer | None = None
         """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
         (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
@@ -296,8 +344,10 @@ class DownstreamServer:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
-            auth = None
-            if (
+            auth: httpx2.Auth | None = None
+            if self.oauth is not None:
+                auth = _OAuthBearer(self.oauth, self.principal or OPERATOR)
+            elif (
                 c.credential is not None
                 and self.credentials is not None
                 and not self.credentials.per_caller(c.credential)
@@ -465,6 +515,20 @@ class DownstreamServer:
         A 2025-11-25 HTTP server that restarted while the gateway was idle no longer knows the session:
         it refuses the call before running it, so the actor reconnects and the call is made once more.
         """
+        if self.oauth is not None and self.oauth.per_user and self.principal is None:
+            user = await self._user_session(ctx)
+            try:
+                return await user.call(remote, args, ctx)
+            except CallError:
+                # The server refused the principal's token (revoked, or a scope to step up to): one more
+                # sign-in, asked of the caller as the first was, and the call once more.
+                if await self.oauth.token(ctx.principal or OPERATOR) is not None:
+                    raise
+            held = self._users.pop(ctx.principal or OPERATOR, None)
+            if held is not None:
+                held[1].cancel()  # its connection was refused: a new one, with the new token
+            user = await self._user_session(ctx)
+            return await user.call(remote, args, ctx)
         twin = self.twin
         if twin is not None and _handshake_caller(ctx) and not self._speaks_handshake():
             return await twin.call(remote, args, ctx)
@@ -478,6 +542,64 @@ class DownstreamServer:
             except _SessionLost:
                 lost = f"MCP server '{self.name}' lost the session and could not open a new one"
                 raise TransportError(lost) from None
+
+    # -- per-user OAuth ------------------------------------------------------------------------------
+
+    async def _user_session(self, ctx: ToolContext) -> DownstreamServer:
+        """The caller's own session of this server, signed in as the caller (asked to sign in first when it has
+        no token: URL-mode elicitation). Sessions are kept per principal, ``max_user_sessions`` at most (the
+        least recently used is closed)."""
+        auth = self.oauth
+        assert auth is not None
+        principal = ctx.principal or OPERATOR
+        if await auth.token(principal) is None:
+            await self._sign_in(auth, principal, ctx)
+        async with self._user_lock:
+            held = self._users.get(principal)
+            if held is not None and not held[1].cancel_called:
+                self._users.move_to_end(principal)
+                return held[0]
+            while len(self._users) >= self.max_user_sessions:
+                _, (_, scope) = self._users.popitem(last=False)
+                scope.cancel()
+            config = msgspec.structs.replace(self.config, connect="lazy")
+            user = DownstreamServer(self.name, config, errlog=self._errlog, credentials=None)
+            user.oauth, user.principal = auth, principal
+            assert self.spawn is not None, "a per-user server is started by its Downstreams"
+            scope = await self.spawn(user)
+            self._users[principal] = (user, scope)
+            return user
+
+    async def _sign_in(self, auth: ServerAuth, principal: str, ctx: ToolContext) -> None:
+        """Ask the caller to sign in (URL-mode elicitation of the authorization URL) and wait until it has.
+
+        Raises:
+            SignInRequired: the caller cannot be asked (it declared no URL-mode elicitation).
+            CallError: it declined, or the sign-in did not complete in time.
+        """
+        try:
+            url, elicitation_id = await auth.begin(principal, ctx.request_id)
+        except SignInError as exc:
+            raise CallError(str(exc)) from None
+        ix = interaction_of(ctx)
+        if ix is None or not _asks_urls(ix):
+            raise SignInRequired(self.name, url, elicitation_id)
+        params = {
+            "mode": "url",
+            "message": f"Sign in to {self.name} to continue.",
+            "url": url,
+            "elicitationId": elicitation_id,
+        }
+        try:
+            answer = await ix.ask(ix.key(ctx, f"sign_in.{self.name}"), "elicitation", params)
+        except AskFailed as exc:
+            raise CallError(f"MCP server '{self.name}': cannot ask the caller to sign in: {exc}") from None
+        if answer.get("action") != "accept":
+            raise CallError(f"MCP server '{self.name}': the user did not sign in ({answer.get('action')})")
+        if not await auth.wait_signed_in(principal, auth.clients.sign_in_timeout_s):
+            raise CallError(
+                f"MCP server '{self.name}': the sign-in did not complete within {auth.clients.sign_in_timeout_s:g} s"
+            )
 
     async def _call_once(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         client = self._client
@@ -583,9 +705,17 @@ class DownstreamServer:
         """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
         name = self.config.credential
         if self.config.forward_bearer:
-            token = getattr(ctx.identity, "token", None)
+            identity = ctx.identity
+            token = getattr(identity, "token", None)
             if not token:
                 return None
+            if self.refuse_passthrough and getattr(identity, "provider", None) in _OAUTH_PROVIDERS:
+                # An access token minted for mcpipe is never passed through to another server (the MCP
+                # authorization spec forbids token passthrough): a token_exchange credential exchanges it.
+                raise CallError(
+                    f"MCP server '{self.name}': forward_bearer would pass the caller's OAuth access token through "
+                    "(tokens are for mcpipe alone); give the server a `token_exchange` credential instead"
+                )
             carry_call_headers(client.session)
             return {"Authorization": f"Bearer {token}"}
         if name is None or self.credentials is None or not self.credentials.per_caller(name):
@@ -738,9 +868,21 @@ class Downstreams:
     """
 
     def __init__(
-        self, configs: dict[str, McpServerConfig], *, errlog: Any = None, credentials: Credentials | None = None
+        self,
+        configs: dict[str, McpServerConfig],
+        *,
+        errlog: Any = None,
+        credentials: Credentials | None = None,
+        refuse_passthrough: bool = False,
+        oauth: OAuthClients | None = None,
+        max_user_sessions: int = 256,
     ) -> None:
         self.errlog, self.credentials = errlog, credentials
+        self.oauth = oauth
+        self.max_user_sessions = max_user_sessions
+        self.refuse_passthrough = refuse_passthrough
+        """mcpipe is an OAuth resource server (``[auth.resource]``): ``forward_bearer`` never sends on a caller's
+        OAuth access token (it is this resource's)."""
         self.servers = [self._server(n, c) for n, c in configs.items() if c.enabled]
         self._nursery: trio.Nursery | None = None
         self._held: dict[str, trio.CancelScope] = {}
@@ -749,11 +891,20 @@ class Downstreams:
 
     def _server(self, name: str, config: McpServerConfig) -> DownstreamServer:
         server = DownstreamServer(name, config, errlog=self.errlog, credentials=self.credentials)
+        server.refuse_passthrough = self.refuse_passthrough
+        if self.oauth is not None and name in self.oauth.servers:
+            server.oauth = self.oauth.servers[name]
+            server.spawn = self._spawn
+            server.max_user_sessions = self.max_user_sessions
+            # A per-user server's shared session (listing) speaks one era; each user's session, its own.
+            config = msgspec.structs.replace(config, session_per_era=False)
+            server.config = config
         # By default over HTTP only: a second stdio session is a second process, with state of its own.
         per_era = config.session_per_era
         if config.protocol == "auto" and (config.transport == "http" if per_era is None else per_era):
             handshake = msgspec.structs.replace(config, protocol="2025-11-25", connect="lazy")
             server.twin = DownstreamServer(name, handshake, errlog=self.errlog, credentials=self.credentials)
+            server.twin.refuse_passthrough = self.refuse_passthrough
         return server
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -782,6 +933,13 @@ class Downstreams:
         self.servers = [s for s in self.servers if s.name != name]
         if scope is not None:
             scope.cancel()
+
+    async def _spawn(self, server: DownstreamServer) -> trio.CancelScope:
+        """Start a per-user session (lazy: it connects on its first call); its scope stops it."""
+        assert self._nursery is not None, "Downstreams started"
+        scope = trio.CancelScope()
+        await self._nursery.start(self._hold, server, scope)
+        return scope
 
     async def _hold(
         self, server: DownstreamServer, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]
