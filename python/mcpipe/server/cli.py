@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 from functools import partial
 from pathlib import Path
@@ -35,6 +37,15 @@ __all__ = [
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENVIRONMENT = {
+    "config": "MCPIPE_CONFIG",
+    "http": "MCPIPE_HTTP",
+    "workers": "MCPIPE_WORKERS",
+    "log_level": "MCPIPE_LOG_LEVEL",
+}
+"""``serve``'s options that an environment variable sets when the command line does not (a container's or a
+unit's environment): the option wins over its variable."""
 
 
 def parse_hostport(value: str) -> tuple[str, int]:
@@ -61,14 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         "-c",
         metavar="FILE",
-        help="config file (.toml, .yaml or .json); without it, the embedded default: mcp_pipe and the built-in tools",
+        help="config file (.toml, .yaml or .json); without it, $MCPIPE_CONFIG, else the embedded default: mcp_pipe "
+        "and the built-in tools",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--http",
         metavar="HOST:PORT",
         type=parse_hostport,
-        help=f"serve streamable HTTP (the default, on the config's http.host:http.port, "
+        help=f"serve streamable HTTP (the default, on $MCPIPE_HTTP, else the config's http.host:http.port, "
         f"{DEFAULT_HOST}:{DEFAULT_PORT} unless set)",
     )
     where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (for MCP clients)")
@@ -76,12 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=_positive,
         metavar="N",
-        help="HTTP worker processes sharing the port (default: the config's http.workers, 1); see docs/deployment.md",
+        help="HTTP worker processes sharing the port (default: $MCPIPE_WORKERS, else the config's http.workers, 1); "
+        "see docs/deployment.md",
     )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
     parser.add_argument("--runs-path", help=argparse.SUPPRESS)  # a worker's run queue, shared by the supervisor
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
+        "--log-level", choices=LOG_LEVELS, help="log level (on stderr; default: $MCPIPE_LOG_LEVEL, else info)"
     )
     parser.add_argument(
         "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
@@ -140,8 +153,43 @@ def log_to_file(config: Config) -> logging.Handler:
     return handler
 
 
+def from_environment(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> str | None:
+    """Fill the options of :data:`ENVIRONMENT` the command line left unset from their variables (an empty
+    variable counts as unset); returns the one-line error of a variable whose value the option would refuse."""
+    env = os.environ if environ is None else environ
+    for option, variable in ENVIRONMENT.items():
+        value = env.get(variable, "")
+        if getattr(ns, option, None) is not None or not value:
+            continue
+        if option == "http" and getattr(ns, "stdio", False):
+            continue  # --stdio on the command line: there is no address to listen on
+        try:
+            setattr(ns, option, _from_variable(option, value))
+        except argparse.ArgumentTypeError as exc:
+            return f"{variable}={value!r}: {exc}"
+    if getattr(ns, "log_level", None) is None:
+        ns.log_level = "info"
+    return None
+
+
+def _from_variable(option: str, value: str) -> Any:
+    if option == "http":
+        return parse_hostport(value)
+    if option == "workers":
+        return _positive(value)
+    if option == "log_level":
+        if value.lower() not in LOG_LEVELS:
+            raise argparse.ArgumentTypeError(f"not a log level (one of {', '.join(LOG_LEVELS)})")
+        return value.lower()
+    return value
+
+
 def main(ns: argparse.Namespace) -> int:
     """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
+    problem = from_environment(ns)
+    if problem is not None:
+        print(f"mcpipe serve: error: {problem}", file=sys.stderr)
+        return 2
     _logging(ns)
     try:
         config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
@@ -160,6 +208,12 @@ def main(ns: argparse.Namespace) -> int:
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
+    activated = _activated(stdio)
+    if isinstance(activated, str):
+        print(f"mcpipe serve: error: {activated}", file=sys.stderr)
+        return 2
+    if activated is not None:  # systemd's socket: its address is the one served
+        http = activated.getsockname()[:2]
     if (execute is False or not config.runs.execute) and not _shares_runs(config) and not _runs_path_given(ns):
         print(
             "error: --no-worker ([runs] execute = false) leaves queued runs to `mcpipe worker` processes, "
@@ -169,8 +223,9 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     try:
         if workers > 1 and listen_fd is None:
-            return _supervise(ns, config, http, workers)
-        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None))
+            return _supervise(ns, config, http, workers, activated)
+        activated_fd = None if activated is None else activated.detach()  # hypercorn's socket owns it now
+        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None), activated_fd)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
@@ -184,6 +239,20 @@ def main(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _activated(stdio: bool) -> socket.socket | str | None:
+    """The listening socket systemd passed (socket activation), None without one, or the error to print."""
+    from mcpipe.server._workers import ActivationError, activated_socket
+
+    try:
+        sock = activated_socket()
+    except ActivationError as exc:
+        return str(exc)
+    if sock is not None and stdio:
+        sock.detach()
+        return "socket activation passed a listening socket, and --stdio serves stdin: drop one"
+    return sock
+
+
 def _runs_path_given(ns: argparse.Namespace) -> bool:
     return bool(getattr(ns, "runs_path", None))
 
@@ -194,7 +263,13 @@ def _shares_runs(config: Config) -> bool:
     return shares_runs(config)
 
 
-def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:
+def _supervise(
+    ns: argparse.Namespace,
+    config: Config,
+    http: tuple[str, int] | None,
+    workers: int,
+    sock: socket.socket | None = None,
+) -> int:
     from mcpipe.server._app import shares_runs
     from mcpipe.server._http import signalled
     from mcpipe.server._workers import supervise
@@ -216,6 +291,7 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         shared_store=not config.store.url.startswith("memory:"),
         state_key_env=config.interaction.state_key_env,
         share_runs=not shares_runs(config),
+        sock=sock,
     )
     try:
         return trio.run(run)
@@ -243,6 +319,7 @@ async def _serve(
     execute: bool | None = None,
     listen_fd: int | None = None,
     path: str | None = None,
+    activated_fd: int | None = None,
 ) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
@@ -257,14 +334,27 @@ async def _serve(
             if stdio:
                 await serve_stdio(app)
             else:
-                await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+                await serve_http(
+                    app,
+                    host=host,
+                    port=port,
+                    shutdown_trigger=signalled,
+                    listen_fd=listen_fd,
+                    activated_fd=activated_fd,
+                )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
     reloader = Reloader(path, config, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
         await serve_http(
-            app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, on_front=reloader.attach
+            app,
+            host=host,
+            port=port,
+            shutdown_trigger=signalled,
+            listen_fd=listen_fd,
+            activated_fd=activated_fd,
+            on_front=reloader.attach,
         )
         nursery.cancel_scope.cancel()
 
