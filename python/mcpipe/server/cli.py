@@ -230,6 +230,10 @@ def main(ns: argparse.Namespace) -> int:
         _print_problems(exc)
         return 2
     except (OSError, BaseExceptionGroup) as exc:
+        sole = _sole(exc)
+        if isinstance(sole, ConfigError):  # found while the app opened (python_tools that do not import)
+            _print_problems(sole)
+            return 2
         error = _os_error(exc)
         if error is None:
             raise
@@ -303,10 +307,16 @@ def _supervise(
         return 1
 
 
-def _os_error(exc: BaseException) -> str | None:
-    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+def _sole(exc: BaseException) -> BaseException:
+    """The one exception inside nested groups of one (Trio nurseries wrap what a task raised)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _os_error(exc: BaseException) -> str | None:
+    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+    exc = _sole(exc)
     if not isinstance(exc, OSError):
         return None
     return (exc.strerror or str(exc)).lower()
