@@ -28,6 +28,7 @@ pytestmark = [
 ]
 
 WAIT_S = 120
+SERVE_MOUNTED = ["serve", "--config", "/etc/mcpipe/mcpipe.toml"]
 PIPELINE = {
     "steps": [
         {"id": "a", "tool": "echo", "args": {"text": "from the image"}},
@@ -44,7 +45,7 @@ def _run(name: str, port: int, *extra: str) -> list[str]:
 async def _sigterm_and_wait(name: str, proc: trio.Process) -> tuple[int, str]:
     """SIGTERM to the container's first process (what `podman stop` and Kubernetes send); its exit status
     (``podman run`` exits with the container's) and the rest of its log."""
-    subprocess.run([podman(), "kill", "--signal", "TERM", name], check=True, capture_output=True, timeout=60)
+    await trio.run_process([podman(), "kill", "--signal", "TERM", name], capture_stdout=True, capture_stderr=True)
     assert proc.stderr is not None
     rest = b""
     async for chunk in proc.stderr:
@@ -68,13 +69,13 @@ async def test_the_image_serves_mcp_pipe_as_a_user_who_is_not_root_and_exits_0_o
             assert answer.structured_content["ok"] is True
             assert answer.structured_content["result"] == "from the image: ok"
 
-            status = exec_in(name, "cat", "/proc/1/status").stdout
+            status = (await exec_in(name, "cat", "/proc/1/status")).stdout
             uids = next(line.split()[1:] for line in status.splitlines() if line.startswith("Uid:"))
             assert set(uids) == {"10001"}, status  # real, effective, saved and filesystem uid: mcpipe's
-            assert "mcpipe" in exec_in(name, "cat", "/proc/1/cmdline").stdout
-            compilers = exec_in(name, "sh", "-c", "command -v gcc cc c++ clang rustc cargo pip pip3")
+            assert "mcpipe" in (await exec_in(name, "cat", "/proc/1/cmdline")).stdout
+            compilers = await exec_in(name, "sh", "-c", "command -v gcc cc c++ clang rustc cargo pip pip3")
             assert compilers.stdout == "" and compilers.returncode != 0
-            health = subprocess.run([podman(), "healthcheck", "run", name], capture_output=True, timeout=60)
+            health = await trio.run_process([podman(), "healthcheck", "run", name], check=False, capture_stderr=True)
             assert health.returncode == 0, health.stderr
         finally:
             status_code, log = await _sigterm_and_wait(name, proc)
@@ -112,7 +113,7 @@ async def test_a_mounted_config_and_the_environment_configure_the_image(tmp_path
                 answer = await client.call_tool("mcp_pipe", PIPELINE)
             assert "text_join" in names and "json_parse" not in names  # the mounted config's built-ins
             assert answer.structured_content is not None and answer.structured_content["ok"] is True
-            audit = exec_in(name, "cat", "/var/lib/mcpipe/audit.jsonl").stdout
+            audit = (await exec_in(name, "cat", "/var/lib/mcpipe/audit.jsonl")).stdout
             assert '"principal":"ci"' in audit.replace(" ", ""), audit
         finally:
             status_code, log = await _sigterm_and_wait(name, proc)
@@ -135,8 +136,7 @@ def test_the_image_refuses_a_bad_config_in_one_located_line(tmp_path: Path) -> N
     config.write_text("[http]\nprot = 1\n")
     config.chmod(0o644)
     done = subprocess.run(
-        [podman(), "run", "--rm", *podman_flags(), "-v", f"{config}:/etc/mcpipe/mcpipe.toml:ro", image]
-        + ["serve", "--config", "/etc/mcpipe/mcpipe.toml"],
+        [podman(), "run", "--rm", *podman_flags(), "-v", f"{config}:/etc/mcpipe/mcpipe.toml:ro", image, *SERVE_MOUNTED],
         capture_output=True,
         text=True,
         timeout=WAIT_S,
@@ -144,5 +144,3 @@ def test_the_image_refuses_a_bad_config_in_one_located_line(tmp_path: Path) -> N
     assert done.returncode == 2
     mcpipe_lines = [line for line in done.stderr.splitlines() if not line.startswith("time=")]  # podman's own
     assert mcpipe_lines == ["error: /etc/mcpipe/mcpipe.toml:http.prot: unknown key `prot` (did you mean `port`?)"]
-
-

@@ -50,8 +50,9 @@ def podman_flags() -> list[str]:
     return [*flags, "--ulimit", f"nofile={nofile}:{nofile}", "--ulimit", f"nproc={nproc}:{nproc}"]
 
 
-def exec_in(name: str, *command: str) -> subprocess.CompletedProcess[str]:
-    """``podman exec`` in the running container ``name`` (bounded)."""
-    return subprocess.run(
-        [podman(), "exec", name, *command], capture_output=True, text=True, timeout=60, check=False
-    )
+async def exec_in(name: str, *command: str) -> subprocess.CompletedProcess[str]:
+    """``podman exec`` in the running container ``name``: its status and output as text."""
+    import trio
+
+    done = await trio.run_process([podman(), "exec", name, *command], check=False, capture_stdout=True)
+    return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"), "")
