@@ -71,12 +71,17 @@ def model(*replies: str | Reply) -> Iterator[str]:
 
 
 @contextmanager
-def json_api(routes: dict[str, Any]) -> Iterator[str]:
-    """An HTTP API answering each path (the query ignored) with its JSON; yields its base URL."""
+def json_api(routes: dict[str, Callable[[dict[str, str]], Any]]) -> Iterator[str]:
+    """An HTTP API answering each path with the JSON its function makes of the query (None: 400); yields its
+    base URL."""
+    from urllib.parse import parse_qsl
 
     def handle(method: str, path: str, body: bytes) -> tuple[int, Any]:
-        route = path.split("?", 1)[0]
-        return (200, routes[route]) if route in routes else (404, {"error": f"no {route}"})
+        route, _, query = path.partition("?")
+        if route not in routes:
+            return 404, {"error": f"no {route}"}
+        answer = routes[route](dict(parse_qsl(query)))
+        return (400, {"error": f"bad query {query}"}) if answer is None else (200, answer)
 
     with _serving(handle) as url:
         yield url
