@@ -72,7 +72,6 @@ async def main() -> dict[str, object]:
                 **os.environ,
                 "MCPIPE_REDIS_URL": f"redis://127.0.0.1:{redis_port}/0",
                 "MCPIPE_STATE_KEY": os.urandom(32).hex(),
-                "PYTHONPATH": str(HERE),
             }
             mcpipe = str(Path(sys.executable).parent / "mcpipe")
             args = [mcpipe, "serve", "--config", str(HERE / "mcpipe.toml"), "--workers", "2"]
