@@ -104,7 +104,8 @@ wheel: setup
 # (docker.io/library/python:3.13-slim-trixie where it can be pulled). EXTRAS: postgres,duckdb,grpc,otlp...
 # crun cannot start containers on a host with hybrid cgroups (this one): runc where it is installed; and
 # podman's default limits are above this host's hard ones. About 7 minutes from nothing, 1 when only
-# Python changed. `make image-test` then runs tests/deploy/test_image.py and deploy/compose against it.
+# Python changed. `make image-test` then runs tests/deploy (the image under podman, deploy/compose with
+# podman-compose) against it.
 IMAGE ?= localhost/mcpipe:dev
 BASE_IMAGE ?= localhost/mcpipe-debian:trixie
 EXTRAS ?=
@@ -117,8 +118,13 @@ image:
 	  -f deploy/container/Containerfile -t $(IMAGE) .
 	@podman image inspect $(IMAGE) --format '$(IMAGE): {{.Size}} bytes'
 
+# deploy/compose's Redis: the public image where it can be pulled, else Debian's redis-server made the same way.
+REDIS_IMAGE ?= localhost/mcpipe-redis:trixie
 image-test: setup image
-	MCPIPE_IMAGE=$(IMAGE) MCPIPE_PODMAN_FLAGS="$(PODMAN_FLAGS)" $(BIN)/python -m pytest -q tests/deploy $(PYTEST_ARGS)
+	@case "$(REDIS_IMAGE)" in localhost/*) podman image exists $(REDIS_IMAGE) || \
+	  DEBIAN_INCLUDE=redis-server deploy/container/debian-base.sh $(REDIS_IMAGE);; esac
+	MCPIPE_IMAGE=$(IMAGE) MCPIPE_REDIS_IMAGE=$(REDIS_IMAGE) MCPIPE_PODMAN_FLAGS="$(PODMAN_FLAGS)" \
+	  $(BIN)/python -m pytest -q tests/deploy $(PYTEST_ARGS)
 
 # The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
 fuzz: setup

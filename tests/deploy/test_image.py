@@ -42,6 +42,16 @@ def _run(name: str, port: int, *extra: str) -> list[str]:
     return [podman(), "run", "--rm", "--name", name, *podman_flags(), "-p", f"127.0.0.1:{port}:8765", *extra]
 
 
+async def _workers_serving(proc: trio.Process, workers: int) -> None:
+    """Read the log on until each worker says it serves (the supervisor says so before they do)."""
+    assert proc.stderr is not None
+    seen = b""
+    while seen.count(b"serving MCP at ") < workers:
+        chunk = await proc.stderr.receive_some()
+        assert chunk, seen.decode(errors="replace")
+        seen += chunk
+
+
 async def _sigterm_and_wait(name: str, proc: trio.Process) -> tuple[int, str]:
     """SIGTERM to the container's first process (what `podman stop` and Kubernetes send); its exit status
     (``podman run`` exits with the container's) and the rest of its log."""
@@ -101,6 +111,7 @@ async def test_a_mounted_config_and_the_environment_configure_the_image(tmp_path
         proc, url = await start_process(run)
         try:
             assert url.startswith("http://0.0.0.0:8765/mcp (2 workers")
+            await _workers_serving(proc, 2)
             async with httpx2.AsyncClient() as http:
                 refused = await http.post(
                     f"http://127.0.0.1:{port}/mcp",
