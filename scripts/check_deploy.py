@@ -366,6 +366,13 @@ def _check_workload(doc: Doc, where: str, by_kind: dict[str, dict[str, Doc]], pr
             for key, kind in (("secretRef", "Secret"), ("configMapRef", "ConfigMap")):
                 if key in source and source[key]["name"] not in by_kind.get(kind, {}):
                     problems.add(where, f"container {c['name']}: envFrom {kind} {source[key]['name']} is not here")
+        for variable in c.get("env", []):
+            ref = variable.get("valueFrom", {}).get("secretKeyRef")
+            secret = by_kind.get("Secret", {}).get(ref["name"], {}) if ref else {}
+            if ref and ref["key"] not in secret.get("data", {}):
+                problems.add(
+                    where, f"container {c['name']}: {variable['name']} is {ref['name']}/{ref['key']}, in no Secret"
+                )
         for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
             action = c.get(probe, {}).get("httpGet") or c.get(probe, {}).get("tcpSocket") or {}
             if isinstance(action.get("port"), str) and action["port"] not in names:
