@@ -130,7 +130,11 @@ def test_a_kustomization_feature_the_check_does_not_render_is_refused(tree: Path
 
 
 def test_a_variable_from_a_secret_key_that_is_not_there_is_found(tree: Path) -> None:
-    edit(tree / "deploy/kubernetes/redis.yaml", "                  key: REDIS_PASSWORD", "                  key: REDIS_PASS")
+    edit(
+        tree / "deploy/kubernetes/redis.yaml",
+        "                  key: REDIS_PASSWORD",
+        "                  key: REDIS_PASS",
+    )
     status, lines = check(tree, "kubernetes")
     assert status == 1
     assert any("REDIS_PASSWORD is mcpipe-secrets/REDIS_PASS, in no Secret" in line for line in lines), lines

@@ -190,3 +190,19 @@ def test_python_tools_that_do_not_import_are_one_located_line_not_a_traceback(tm
     assert done.returncode == 2
     assert done.stderr.startswith("error: python_tools[0]: cannot load `no_such_module_here:tools`: "), done.stderr
     assert len(done.stderr.splitlines()) == 1
+
+
+def test_a_file_the_server_cannot_write_is_named_not_taken_for_the_port(tmp_path: Path) -> None:
+    (tmp_path / "not-a-dir").write_text("")
+    config = tmp_path / "mcpipe.json"
+    config.write_text(json.dumps({"audit": {"path": str(tmp_path / "not-a-dir" / "audit.jsonl")}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpipe", "serve", "--config", str(config), "--http", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines()[-1] == f"mcpipe serve: error: {tmp_path}/not-a-dir/audit.jsonl: not a directory"
+    assert "Traceback" not in done.stderr and "cannot listen" not in done.stderr

@@ -234,6 +234,9 @@ def main(ns: argparse.Namespace) -> int:
         if isinstance(sole, ConfigError):  # found while the app opened (python_tools that do not import)
             _print_problems(sole)
             return 2
+        if isinstance(sole, OSError) and sole.filename is not None:  # a file it writes (the audit log), not the port
+            print(f"mcpipe serve: error: {sole.filename}: {(sole.strerror or str(sole)).lower()}", file=sys.stderr)
+            return 1
         error = _os_error(exc)
         if error is None:
             raise
