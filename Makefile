@@ -53,8 +53,8 @@ serve: $(SERVE_STAMP)
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check python tests benches scripts
-	$(BIN)/ruff format --check python tests benches scripts
+	$(BIN)/ruff check python tests benches scripts examples
+	$(BIN)/ruff format --check python tests benches scripts examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_layers.py
 	$(BIN)/python scripts/check_deploy.py
@@ -168,8 +168,8 @@ mcpg-json-errors: setup
 	$(BIN)/python scripts/mcpg_oracle/json_errors.py
 
 fmt: setup
-	$(BIN)/ruff format python tests benches scripts
-	$(BIN)/ruff check --fix python tests benches scripts
+	$(BIN)/ruff format python tests benches scripts examples
+	$(BIN)/ruff check --fix python tests benches scripts examples
 	cargo fmt
 
 clean:

@@ -63,8 +63,13 @@ def model(*replies: str | Reply) -> Iterator[str]:
         message = {"role": "assistant", "content": reply(asked) if callable(reply) else reply}
         choice = {"index": 0, "message": message, "finish_reason": "stop"}
         usage = {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}
-        return 200, {"id": "standin", "object": "chat.completion", "model": asked.get("model"), "choices": [choice],
-                     "usage": usage}
+        return 200, {
+            "id": "standin",
+            "object": "chat.completion",
+            "model": asked.get("model"),
+            "choices": [choice],
+            "usage": usage,
+        }
 
     with _serving(handle) as url:
         yield f"{url}/v1"

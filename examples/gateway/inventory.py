@@ -1,7 +1,7 @@
 """A downstream MCP server for the gateway example: a warehouse's stock, by SKU.
 
-    python examples/gateway/inventory.py                 # stdio (as examples/gateway/mcpipe.yaml starts it)
-    python examples/gateway/inventory.py --http 0.0.0.0:9001   # streamable HTTP at /mcp (deploy/compose)
+python examples/gateway/inventory.py                 # stdio (as examples/gateway/mcpipe.yaml starts it)
+python examples/gateway/inventory.py --http 0.0.0.0:9001   # streamable HTTP at /mcp (deploy/compose)
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A second downstream MCP server for the gateway example: the price list.
 
-    python examples/gateway/pricing.py     # stdio (as examples/gateway/mcpipe.yaml starts it)
+python examples/gateway/pricing.py     # stdio (as examples/gateway/mcpipe.yaml starts it)
 """
 
 from __future__ import annotations

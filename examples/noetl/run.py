@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from standins import model, run_and_print  # noqa: E402
+from standins import model, run_and_print
 
 HERE = Path(__file__).parent
 

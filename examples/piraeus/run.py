@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from standins import json_api, model, run_and_print  # noqa: E402
+from standins import json_api, model, run_and_print
 
 HERE = Path(__file__).parent
 EUR_USD = {"amount": 1.0, "base": "EUR", "date": "2026-11-30", "rates": {"USD": 1.0512}}

@@ -24,7 +24,11 @@ PIPELINE = {
     "background": True,
     "steps": [
         {"id": "a", "tool": "echo", "args": {"text": "queued in Redis"}},
-        {"id": "b", "tool": "text_join", "args": {"items": ["${steps.a.structured.text}", "run by a worker"], "sep": ", "}},
+        {
+            "id": "b",
+            "tool": "text_join",
+            "args": {"items": ["${steps.a.structured.text}", "run by a worker"], "sep": ", "},
+        },
     ],
     "return": "${steps.b.structured.text}",
 }
@@ -88,10 +92,8 @@ async def main() -> dict[str, object]:
                 queued = (await client.call_tool("mcp_pipe", PIPELINE)).structured_content["result"]
             async with Client(url) as client:  # another connection, maybe another worker
                 done = await client.call_tool("pipe_result", {"run_id": queued["run_id"], "wait_ms": 30000})
-            keys = subprocess.run(
-                ["redis-cli", "-p", str(redis_port), "--scan", "--pattern", "example:*"],
-                capture_output=True, text=True, check=True,
-            ).stdout.split()
+            scan = ["redis-cli", "-p", str(redis_port), "--scan", "--pattern", "example:*"]
+            keys = (await trio.run_process(scan, capture_stdout=True)).stdout.decode().split()
             server.terminate()  # SIGTERM: both workers finish, the supervisor exits 0
             redis.terminate()
             stopped = await server.wait()
