@@ -155,3 +155,47 @@ def test_the_image_refuses_a_bad_config_in_one_located_line(tmp_path: Path) -> N
     assert done.returncode == 2
     mcpipe_lines = [line for line in done.stderr.splitlines() if not line.startswith("time=")]  # podman's own
     assert mcpipe_lines == ["error: /etc/mcpipe/mcpipe.toml:http.prot: unknown key `prot` (did you mean `port`?)"]
+
+
+EXTRA_MODULES = {
+    "postgres": ["psycopg"],
+    "duckdb": ["duckdb"],
+    "noetl": ["psycopg", "duckdb"],
+    "grpc": ["grpc", "grpc_reflection"],
+    "otlp": ["opentelemetry.exporter.otlp.proto.http", "opentelemetry.exporter.otlp.proto.grpc"],
+}
+BROUGHT = {"otlp": ["grpc"]}  # the OTLP gRPC exporter depends on grpcio
+
+
+def test_the_extras_chosen_at_build_are_installed_and_no_others() -> None:
+    """``--build-arg EXTRAS=...`` (``make image EXTRAS=postgres,otlp``): the image's label says which, their
+    modules import, the other extras' do not."""
+    image = image_or_skip()
+    label = subprocess.run(
+        [podman(), "image", "inspect", image, "--format", '{{index .Config.Labels "io.mcpipe.extras"}}'],
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+        check=True,
+    ).stdout.strip()
+    chosen = {e for e in label.split(",") if e}
+    assert chosen <= set(EXTRA_MODULES), label
+    wanted = {m for e in chosen for m in EXTRA_MODULES[e] + BROUGHT.get(e, [])}
+    others = {m for e in set(EXTRA_MODULES) - chosen for m in EXTRA_MODULES[e]} - wanted
+    probe = (
+        "import importlib, sys\n"
+        "def has(m):\n"
+        "    try:\n"
+        "        importlib.import_module(m)\n"
+        "    except ImportError:\n"
+        "        return False\n"
+        "    return True\n"
+        "print(','.join(m for m in sys.argv[1:] if has(m)))\n"
+    )
+    python = [podman(), "run", "--rm", *podman_flags(), "--entrypoint", "/opt/mcpipe/bin/python", image]
+    done = subprocess.run(
+        [*python, "-c", probe, *sorted(wanted | others)], capture_output=True, text=True, timeout=WAIT_S
+    )
+    assert done.returncode == 0, done.stderr
+    found = {m for m in done.stdout.strip().split(",") if m}
+    assert found == wanted
