@@ -103,9 +103,9 @@ wheel: setup
 # (deploy/container/debian-base.sh: mmdebstrap, then podman import), built once; BASE_IMAGE names any other
 # (docker.io/library/python:3.13-slim-trixie where it can be pulled). EXTRAS: postgres,duckdb,grpc,otlp...
 # crun cannot start containers on a host with hybrid cgroups (this one): runc where it is installed; and
-# podman's default limits are above this host's hard ones. About 7 minutes from nothing, 1 when only
-# Python changed. `make image-test` then runs tests/deploy (the image under podman, deploy/compose with
-# podman-compose) against it.
+# podman's default limits are above this host's hard ones. 1-3 minutes after a change (the Rust build is
+# cached); from nothing not timed. `make image-test` then runs tests/deploy (the image under podman, compose
+# with podman-compose, the Kubernetes pods) against it. Needs podman, runc and mmdebstrap (Debian).
 IMAGE ?= localhost/mcpipe:dev
 BASE_IMAGE ?= localhost/mcpipe-debian:trixie
 EXTRAS ?=
