@@ -191,7 +191,10 @@ CONFIG_CASES = [
     (
         "a_tool_the_caller_may_not_call",
         {"steps": [{"tool": "text_replace", "args": {"text": "a", "old": "a", "new": "b"}}]},
-        ["steps[0].tool: tool text_replace requires trust level Verified, current trust is Unauthenticated [FORBIDDEN]"],
+        [
+            "steps[0].tool: tool text_replace requires trust level Verified, current trust is Unauthenticated"
+            " [FORBIDDEN]"
+        ],
     ),
     (
         "an_argument_the_schema_does_not_know",

@@ -478,7 +478,7 @@ class StoreConfig(_Base):
     url: str = "memory://"
     """``memory://`` (this process only, bounded by ``interaction.max_suspended`` and
     ``max_suspended_bytes``) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance; also
-    ``rediss://`` and ``unix://``)."""
+    ``rediss://`` and ``unix://``). ``${VAR}`` and ``${VAR:-default}`` are read from the environment."""
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
     """A shared store's bound on connecting and on each command."""
     prefix: str = "mcpipe"
@@ -1092,12 +1092,14 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         )
     if tel.otlp_endpoint is not None and not tel.otlp_endpoint.startswith(("http://", "https://")):
         problems.append(Problem("telemetry.otlp_endpoint", CODE, "must be an http:// or https:// URL"))
-    scheme, sep, rest = cfg.store.url.partition("://")
+    # ${VAR} in the URL: a Redis password (or the whole URL) from a container's or a unit's secret
+    store = msgspec.structs.replace(cfg.store, url=_expand(cfg.store.url, "store.url", problems, environ))
+    scheme, sep, rest = store.url.partition("://")
     if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
         problems.append(
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
-    return msgspec.structs.replace(cfg, mcpServers=servers)
+    return msgspec.structs.replace(cfg, mcpServers=servers, store=store)
 
 
 def _oauth_problems(cfg: Config, environ: Mapping[str, str]) -> list[Problem]:

@@ -661,6 +661,7 @@ async def serve_http(
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
     listen_fd: int | None = None,
+    activated_fd: int | None = None,
     on_front: Callable[[HttpFront], None] | None = None,
     config_path: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
@@ -670,7 +671,8 @@ async def serve_http(
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
     ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
-    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``on_front`` is given the
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``activated_fd`` is a
+    listening socket systemd passed (socket activation), served as the one process it is. ``on_front`` is given the
     HTTP front once it is built (:class:`mcpipe.server._reload.Reloader` swaps the app it serves).
     ``config_path``: the config file served (the console shows its check's warnings).
     """
@@ -728,8 +730,8 @@ async def serve_http(
     hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
     if h.tls is not None:
         _tls(hc, h.tls, cfg.base_dir)
-    if listen_fd is not None:
-        hc.bind = [f"fd://{listen_fd}"]
+    if listen_fd is not None or activated_fd is not None:
+        hc.bind = [f"fd://{listen_fd if listen_fd is not None else activated_fd}"]
     else:
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 from functools import partial
 from pathlib import Path
@@ -35,6 +37,15 @@ __all__ = [
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENVIRONMENT = {
+    "config": "MCPIPE_CONFIG",
+    "http": "MCPIPE_HTTP",
+    "workers": "MCPIPE_WORKERS",
+    "log_level": "MCPIPE_LOG_LEVEL",
+}
+"""``serve``'s options that an environment variable sets when the command line does not (a container's or a
+unit's environment): the option wins over its variable."""
 
 
 def parse_hostport(value: str) -> tuple[str, int]:
@@ -61,14 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         "-c",
         metavar="FILE",
-        help="config file (.toml, .yaml or .json); without it, the embedded default: mcp_pipe and the built-in tools",
+        help="config file (.toml, .yaml or .json); without it, $MCPIPE_CONFIG, else the embedded default: mcp_pipe "
+        "and the built-in tools",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--http",
         metavar="HOST:PORT",
         type=parse_hostport,
-        help=f"serve streamable HTTP (the default, on the config's http.host:http.port, "
+        help=f"serve streamable HTTP (the default, on $MCPIPE_HTTP, else the config's http.host:http.port, "
         f"{DEFAULT_HOST}:{DEFAULT_PORT} unless set)",
     )
     where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (for MCP clients)")
@@ -76,12 +88,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=_positive,
         metavar="N",
-        help="HTTP worker processes sharing the port (default: the config's http.workers, 1); see docs/deployment.md",
+        help="HTTP worker processes sharing the port (default: $MCPIPE_WORKERS, else the config's http.workers, 1); "
+        "see docs/deployment.md",
     )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
     parser.add_argument("--runs-path", help=argparse.SUPPRESS)  # a worker's run queue, shared by the supervisor
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
+        "--log-level", choices=LOG_LEVELS, help="log level (on stderr; default: $MCPIPE_LOG_LEVEL, else info)"
     )
     parser.add_argument(
         "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
@@ -145,8 +158,43 @@ def log_to_file(config: Config) -> logging.Handler:
     return handler
 
 
+def from_environment(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> str | None:
+    """Fill the options of :data:`ENVIRONMENT` the command line left unset from their variables (an empty
+    variable counts as unset); returns the one-line error of a variable whose value the option would refuse."""
+    env = os.environ if environ is None else environ
+    for option, variable in ENVIRONMENT.items():
+        value = env.get(variable, "")
+        if getattr(ns, option, None) is not None or not value:
+            continue
+        if option == "http" and getattr(ns, "stdio", False):
+            continue  # --stdio on the command line: there is no address to listen on
+        try:
+            setattr(ns, option, _from_variable(option, value))
+        except argparse.ArgumentTypeError as exc:
+            return f"{variable}={value!r}: {exc}"
+    if getattr(ns, "log_level", None) is None:
+        ns.log_level = "info"
+    return None
+
+
+def _from_variable(option: str, value: str) -> Any:
+    if option == "http":
+        return parse_hostport(value)
+    if option == "workers":
+        return _positive(value)
+    if option == "log_level":
+        if value.lower() not in LOG_LEVELS:
+            raise argparse.ArgumentTypeError(f"not a log level (one of {', '.join(LOG_LEVELS)})")
+        return value.lower()
+    return value
+
+
 def main(ns: argparse.Namespace) -> int:
     """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
+    problem = from_environment(ns)
+    if problem is not None:
+        print(f"mcpipe serve: error: {problem}", file=sys.stderr)
+        return 2
     _logging(ns)
     try:
         config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
@@ -169,6 +217,12 @@ def main(ns: argparse.Namespace) -> int:
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
+    activated = _activated(stdio)
+    if isinstance(activated, str):
+        print(f"mcpipe serve: error: {activated}", file=sys.stderr)
+        return 2
+    if activated is not None:  # systemd's socket: its address is the one served
+        http = activated.getsockname()[:2]
     if (execute is False or not config.runs.execute) and not _shares_runs(config) and not _runs_path_given(ns):
         print(
             "error: --no-worker ([runs] execute = false) leaves queued runs to `mcpipe worker` processes, "
@@ -178,12 +232,20 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     try:
         if workers > 1 and listen_fd is None:
-            return _supervise(ns, config, http, workers)
-        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None))
+            return _supervise(ns, config, http, workers, activated)
+        activated_fd = None if activated is None else activated.detach()  # hypercorn's socket owns it now
+        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None), activated_fd)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
     except (OSError, BaseExceptionGroup) as exc:
+        sole = _sole(exc)
+        if isinstance(sole, ConfigError):  # found while the app opened (python_tools that do not import)
+            _print_problems(sole)
+            return 2
+        if isinstance(sole, OSError) and sole.filename is not None:  # a file it writes (the audit log), not the port
+            print(f"mcpipe serve: error: {sole.filename}: {(sole.strerror or str(sole)).lower()}", file=sys.stderr)
+            return 1
         error = _os_error(exc)
         if error is None:
             raise
@@ -191,6 +253,20 @@ def main(ns: argparse.Namespace) -> int:
         print(f"mcpipe serve: error: cannot listen on {host}:{port}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _activated(stdio: bool) -> socket.socket | str | None:
+    """The listening socket systemd passed (socket activation), None without one, or the error to print."""
+    from mcpipe.server._workers import ActivationError, activated_socket
+
+    try:
+        sock = activated_socket()
+    except ActivationError as exc:
+        return str(exc)
+    if sock is not None and stdio:
+        sock.detach()
+        return "socket activation passed a listening socket, and --stdio serves stdin: drop one"
+    return sock
 
 
 def _runs_path_given(ns: argparse.Namespace) -> bool:
@@ -203,7 +279,13 @@ def _shares_runs(config: Config) -> bool:
     return shares_runs(config)
 
 
-def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:
+def _supervise(
+    ns: argparse.Namespace,
+    config: Config,
+    http: tuple[str, int] | None,
+    workers: int,
+    sock: socket.socket | None = None,
+) -> int:
     from mcpipe.server._app import shares_runs
     from mcpipe.server._http import signalled
     from mcpipe.server._workers import supervise
@@ -227,6 +309,7 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         shared_store=not config.store.url.startswith("memory:"),
         state_key_env=config.interaction.state_key_env,
         share_runs=not shares_runs(config),
+        sock=sock,
     )
     try:
         return trio.run(run)
@@ -238,10 +321,16 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         return 1
 
 
-def _os_error(exc: BaseException) -> str | None:
-    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+def _sole(exc: BaseException) -> BaseException:
+    """The one exception inside nested groups of one (Trio nurseries wrap what a task raised)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _os_error(exc: BaseException) -> str | None:
+    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+    exc = _sole(exc)
     if not isinstance(exc, OSError):
         return None
     return (exc.strerror or str(exc)).lower()
@@ -254,6 +343,7 @@ async def _serve(
     execute: bool | None = None,
     listen_fd: int | None = None,
     path: str | None = None,
+    activated_fd: int | None = None,
 ) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
@@ -269,7 +359,13 @@ async def _serve(
                 await serve_stdio(app)
             else:
                 await serve_http(
-                    app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, config_path=path
+                    app,
+                    host=host,
+                    port=port,
+                    shutdown_trigger=signalled,
+                    listen_fd=listen_fd,
+                    activated_fd=activated_fd,
+                    config_path=path,
                 )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
@@ -282,6 +378,7 @@ async def _serve(
             port=port,
             shutdown_trigger=signalled,
             listen_fd=listen_fd,
+            activated_fd=activated_fd,
             on_front=reloader.attach,
             config_path=path,
         )
