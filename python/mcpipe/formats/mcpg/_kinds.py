@@ -30,7 +30,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import httpcore2
 import httpx2
@@ -38,6 +37,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._url import UrlRefused, check_templated_url, place_value, url_component
 from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
@@ -472,7 +472,7 @@ def query_string(arguments: Any) -> str:
             size += len(key) + len(text) + 2  # each character at least one byte once encoded
             if size > MAX_QUERY_BYTES:
                 raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
-            pairs.append(f"{_pct(key)}={_pct(text)}")
+            pairs.append(f"{url_component(key)}={url_component(text)}")
     query = "&".join(pairs)
     if len(query) > MAX_QUERY_BYTES:
         raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
@@ -489,9 +489,43 @@ def _query_value(value: Any) -> str:
     return sorted_json(value)
 
 
-def _pct(text: str) -> str:
-    """RFC 3986 percent-encoding of UTF-8, the unreserved characters kept."""
-    return quote(text, safe="-_.~")
+async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
+    """A binding's ``url`` for one call: each expression after the scheme's ``://`` percent-encoded as one URL
+    component (``mcpipe._url``), then the URL checked to stay under the template's literal base with no dot
+    segment in its path. A ``url`` that is one expression is the expression's value as it is.
+
+    Raises:
+        ExpressionError: an expression failed.
+        _TransportError: the URL leaves its base or climbs (nothing is sent).
+    """
+    parts = template.parts
+    if len(parts) == 1 and parts[0][0] == "cel":
+        return await template.resolve_async(env, tokens)
+    out: list[str] = []
+    literal = ""
+    base: str | None = None
+    try:
+        for kind, value in parts:
+            if kind == "lit":
+                out.append(value)
+                literal += value
+                continue
+            # One part resolved as it is among others (an expression through CEL's `string()`).
+            text = await McpgTemplate("", (("lit", ""), (kind, value))).resolve_async(env, tokens)
+            placed = place_value(text, literal) if kind == "cel" else None
+            if placed is not None:
+                base = "".join(out) if base is None else base
+                text = placed
+            out.append(text)
+        url = "".join(out)
+        return check_templated_url(url, base if base is not None else url)
+    except UrlRefused as exc:
+        raise _TransportError(f"refused the URL of `{_safe_url(template.source)}`: {exc}") from None
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its query (it may hold secrets), for messages."""
+    return url.split("?", 1)[0].split("#", 1)[0]
 
 
 async def _credential_header(
@@ -552,7 +586,7 @@ async def run_http(
     summary: _Summary | None = None
     tokens = await _tokens(plan, ctx)
     try:
-        display_url = await plan.url.resolve_async(cel, tokens)
+        display_url = await resolve_url(plan.url, cel, tokens)
         display_headers = await _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
@@ -634,7 +668,7 @@ async def run_grpc(
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
     tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
+        origin = httpx2.URL(await resolve_url(plan.url, cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
         sent = await _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
