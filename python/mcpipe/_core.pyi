@@ -39,6 +39,10 @@ class Template:
             :class:`~mcpipe.errors.OutputTooLargeError` instead.
         item: another name of the ``item`` root (a ``for_each``'s ``as``): ``${page.url}`` reads
             ``item.url`` (and references and messages write it ``item``).
+        url: the value is a URL template: a string's placeholders after its literal ``://`` (without one:
+            all but one opening the string) resolve percent-encoded as URL components (UTF-8, only
+            ``A-Z a-z 0-9 - _ . ~`` kept), so a value stays one path segment or query value
+            (``mcpipe._url``). A string that is one placeholder resolves as usual.
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -54,6 +58,7 @@ class Template:
         location: str = "",
         max_text_bytes: int = ...,
         item: str | None = None,
+        url: bool = False,
     ) -> Template: ...
     def resolve(self, env: Mapping[str, Any]) -> Any:
         """Resolve the template against ``env`` into a fresh value.
@@ -91,6 +96,11 @@ class Template:
     @property
     def reference_sites(self) -> list[tuple[str, str]]:
         """``(location, reference)`` for every reference, in template order."""
+
+    @property
+    def url_base(self) -> str | None:
+        """A URL template's literal text before its first percent-encoded placeholder, when only literal
+        text comes before it (what no value can change); None otherwise."""
 
     @property
     def is_constant(self) -> bool:

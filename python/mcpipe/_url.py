@@ -1,24 +1,28 @@
 """Outbound URLs whose templates a caller's values fill (``docs/reliability.md``, issue 27).
 
 A URL template's literal text is the operator's; the values its placeholders take are data, often the
-caller's. So a value placed after the scheme's ``://`` is percent-encoded as one URL component (mcpg's
-``percent_encode_component``: UTF-8, only RFC 3986's unreserved ``A-Z a-z 0-9 - _ . ~`` kept): it stays one
-path segment or one query value, and cannot add a ``/``, a ``?``, a ``#`` or an ``@``. A template that is one
-placeholder (the whole URL is data) and a placeholder before ``://`` are left as they are.
+caller's. So a value is percent-encoded as one URL component (mcpg's ``percent_encode_component``: UTF-8,
+only RFC 3986's unreserved ``A-Z a-z 0-9 - _ . ~`` kept): it stays one path segment or one query value, and
+cannot add a ``/``, a ``?``, a ``#`` or an ``@``. Left as they are: a template that is one placeholder (the
+whole URL is data), placeholders before the literal ``://`` (a scheme, a host), and a placeholder that opens
+a template without one (a base URL given as a value). The Rust core applies the same rule to a
+``Template(..., url=True)`` (mcpipe's ``http`` kind); :func:`encode_from` is it for other templates (mcpg's).
 
-Percent-encoding keeps ``.``, and many servers decode ``%2F`` (and ``%2e``) before they route, so a value
-placed in the path that holds a dot segment once split at ``/`` or ``\\`` and decoded (``..``, ``../x``,
-``%2e%2e/x``) is refused (:func:`place_value`); and :func:`check_templated_url` refuses a resolved URL whose
-path holds a dot segment or that does not start with the template's literal base (its scheme, host and port,
-and its path up to the first placeholder).
+Percent-encoding keeps ``.``, and many servers decode ``%2F`` and ``%2e`` before they route, so
+:func:`check_templated_url` refuses a resolved URL whose path holds a dot segment, once each segment is
+decoded and split at ``/`` and ``\\`` (``..``, ``..%2Fx``, ``%2e%2e``), and one that does not start with the
+template's literal base (its scheme, host and port, and its path up to the first encoded placeholder).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from urllib.parse import quote, unquote, urlsplit
 
-__all__ = ["UrlRefused", "check_templated_url", "place_value", "url_component"]
+__all__ = ["UrlRefused", "check_templated_url", "encode_from", "url_component"]
+
+_SEPARATORS = re.compile(r"[/\\]")
 
 
 class UrlRefused(ValueError):
@@ -30,60 +34,55 @@ def url_component(text: str) -> str:
     return quote(text, safe="-_.~")
 
 
-def place_value(text: str, literal_before: str) -> str | None:
-    """``text`` as a placeholder after the literal text ``literal_before`` (the template's literal parts up to
-    it, joined) puts it in the URL: percent-encoded once the scheme's ``://`` has been written, else None (left
-    as it is).
+def encode_from(parts: Sequence[str | None]) -> int:
+    """The index of the first part of a URL template whose placeholders are encoded (the Rust core's rule).
 
-    Raises:
-        UrlRefused: a value in the path holding a dot segment.
+    Args:
+        parts: the template's parts in order: literal text, or None for a placeholder.
     """
-    if "://" not in literal_before:
-        return None
-    after = literal_before.split("://", 1)[1]
-    if "/" in after and "?" not in after and "#" not in after:
-        for segment in re.split(r"[/\\]", text):
-            if _dot(segment):
-                raise UrlRefused(
-                    f"a value placed in the URL's path holds a dot segment (`{segment}`): it may not climb out "
-                    "of the path it is placed in"
-                )
-    return url_component(text)
+    literal = ""
+    for i, part in enumerate(parts):
+        if part is not None:
+            literal += part
+            if "://" in literal:
+                return i + 1
+    return 1 if parts and parts[0] is None else 0
 
 
-def _dot(segment: str) -> bool:
-    """``.`` or ``..``, however many times percent-encoded (three decodings at most: more is no dot)."""
-    for _ in range(3):
-        if segment in (".", ".."):
+def _climbs(segment: str) -> bool:
+    """Whether a path segment is, or decodes to text holding, a ``.`` or ``..`` segment (decoded three times
+    at most: a server decoding more often is not one to send caller text to)."""
+    for _ in range(4):
+        if any(piece in (".", "..") for piece in _SEPARATORS.split(segment)):
             return True
         decoded = unquote(segment)
         if decoded == segment:
             return False
         segment = decoded
-    return segment in (".", "..")
+    return False
 
 
-def check_templated_url(url: str, base: str) -> str:
-    """``url`` (a template resolved) when it stays under ``base`` (the template's literal text before its first
-    encoded placeholder) and its path has no dot segment.
+def check_templated_url(url: str, base: str | None) -> str:
+    """``url`` (a template resolved) when its path has no dot segment and it stays under ``base`` (the
+    template's literal text before its first encoded placeholder; None: no literal base).
 
     Raises:
         UrlRefused: it does not; the message names what.
     """
     parts = urlsplit(url)
     for segment in parts.path.split("/"):
-        if _dot(segment):
+        if _climbs(segment):
             raise UrlRefused(
-                f"the URL's path has a dot segment (`{segment}`): a value may not climb out of the path it is "
+                f"the URL's path holds a dot segment (`{segment}`): a value may not climb out of the path it is "
                 "placed in"
             )
-    fixed = urlsplit(base)
-    if not fixed.scheme or "://" not in base:
+    if base is None or "://" not in base:
         return url
+    fixed = urlsplit(base)
     if parts.scheme.lower() != fixed.scheme.lower():
         raise UrlRefused(f"the URL's scheme is not the template's ({fixed.scheme})")
     rest = base.split("://", 1)[1]
-    if "/" not in rest and "?" not in rest and "#" not in rest:
+    if not re.search(r"[/?#]", rest):
         return url  # the template's text ends inside the host: only the scheme is fixed
     if parts.netloc.lower() != fixed.netloc.lower():
         raise UrlRefused(f"the URL's host is not the template's ({fixed.netloc})")

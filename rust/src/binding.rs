@@ -22,17 +22,18 @@ pub struct Template {
 #[pymethods]
 impl Template {
     #[new]
-    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT, item = None))]
+    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT, item = None, url = false))]
     fn new(
         value: &Bound<'_, PyAny>,
         step_ids: Option<&Bound<'_, PyAny>>,
         location: &str,
         max_text_bytes: usize,
         item: Option<&str>,
+        url: bool,
     ) -> PyResult<Self> {
         let mut ids = plan::step_ids(step_ids)?;
         ids.item_alias = item.map(str::to_owned);
-        Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes)? })
+        Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes, url)? })
     }
 
     fn resolve<'py>(&self, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -47,6 +48,11 @@ impl Template {
     #[getter]
     fn reference_sites<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(py, &self.plan.sites)
+    }
+
+    #[getter]
+    fn url_base(&self) -> Option<String> {
+        plan::url_base(&self.plan.root)
     }
 
     #[getter]

@@ -79,3 +79,42 @@ async def test_mcpg_github_example_keeps_a_callers_owner_inside_its_path_segment
     assert [s["raw_path"] for s in api.seen] == ["/repos/octo%20cat/hello/issues"]
     assert not fine.get("isError") and fine["structuredContent"]["statusCode"] == 200
     assert api.seen[-1]["authorization"] == f"Bearer {TOKEN}"
+
+
+async def test_an_http_steps_url_template_keeps_a_callers_value_inside_its_path_segment(tmp_path: Path) -> None:
+    # Before: mcpipe's own `http` kind joined `${args.owner}` raw into the URL as well: the same payloads
+    # reached `/admin/keys` with the operator's token.
+    async with echo_api() as api:
+        config = {
+            "audit": {"enabled": False},
+            "outbound": {"http": {"allowed_hosts": ["127.0.0.1"], "allow_private": True}},
+            "pipelines": [
+                {
+                    "name": "issues",
+                    "input_schema": {"type": "object", "properties": {"owner": {"type": "string"}}},
+                    "steps": [
+                        {
+                            "id": "get",
+                            "kind": "http",
+                            "url": api.url + "/repos/${args.owner}/hello/issues?state=${args.owner}",
+                            "headers": {"authorization": f"Bearer {TOKEN}"},
+                        }
+                    ],
+                }
+            ],
+        }
+        async with served(write_config(tmp_path, json.dumps(config), ".json")) as server:
+
+            async def attack() -> list[Any]:
+                return [await server.call("issues", {"owner": owner}) for owner in TRAVERSALS]
+
+            answers, slowest = await server.probed(attack)
+            fine = await server.call("issues", {"owner": "octo cat&x=1"})
+    assert slowest < 1.0, server.health
+    for answer in answers:
+        assert answer["isError"] is True and "FORBIDDEN" in answer["content"][0]["text"], answer
+        assert "holds a dot segment" in answer["content"][0]["text"], answer
+    assert not fine.get("isError"), fine
+    assert [(s["raw_path"], s["query"]) for s in api.seen] == [
+        ("/repos/octo%20cat%26x%3D1/hello/issues", "state=octo%20cat%26x%3D1")
+    ]

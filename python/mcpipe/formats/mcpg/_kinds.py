@@ -37,7 +37,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe._url import UrlRefused, check_templated_url, place_value, url_component
+from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
@@ -490,9 +490,9 @@ def _query_value(value: Any) -> str:
 
 
 async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
-    """A binding's ``url`` for one call: each expression after the scheme's ``://`` percent-encoded as one URL
-    component (``mcpipe._url``), then the URL checked to stay under the template's literal base with no dot
-    segment in its path. A ``url`` that is one expression is the expression's value as it is.
+    """A binding's ``url`` for one call: its expressions percent-encoded as URL components where
+    ``mcpipe._url`` says (after the scheme's ``://``), then the URL checked to stay under the template's
+    literal base with no dot segment in its path. A ``url`` that is one expression is its value as it is.
 
     Raises:
         ExpressionError: an expression failed.
@@ -501,24 +501,23 @@ async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Ma
     parts = template.parts
     if len(parts) == 1 and parts[0][0] == "cel":
         return await template.resolve_async(env, tokens)
+    first = encode_from([value if kind == "lit" else None for kind, value in parts])
     out: list[str] = []
-    literal = ""
     base: str | None = None
+    for i, (kind, value) in enumerate(parts):
+        if kind == "lit":
+            out.append(value)
+            continue
+        # One part resolved as it is among others (an expression through CEL's `string()`).
+        text = await McpgTemplate("", (("lit", ""), (kind, value))).resolve_async(env, tokens)
+        if kind == "cel" and i >= first:
+            if base is None and all(k == "lit" for k, _ in parts[:i]):
+                base = "".join(out)
+            text = url_component(text)
+        out.append(text)
+    url = "".join(out)
     try:
-        for kind, value in parts:
-            if kind == "lit":
-                out.append(value)
-                literal += value
-                continue
-            # One part resolved as it is among others (an expression through CEL's `string()`).
-            text = await McpgTemplate("", (("lit", ""), (kind, value))).resolve_async(env, tokens)
-            placed = place_value(text, literal) if kind == "cel" else None
-            if placed is not None:
-                base = "".join(out) if base is None else base
-                text = placed
-            out.append(text)
-        url = "".join(out)
-        return check_templated_url(url, base if base is not None else url)
+        return check_templated_url(url, base)
     except UrlRefused as exc:
         raise _TransportError(f"refused the URL of `{_safe_url(template.source)}`: {exc}") from None
 
