@@ -34,7 +34,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcpipe.access import Authenticator, Rejected, client_ip
+from mcpipe.access import Authenticator, Rejected
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
@@ -237,7 +237,7 @@ class HttpFront:
         self.metrics = app.config.telemetry.metrics
         self.metrics_path = app.config.telemetry.metrics_path
         gates = app.gateway.gates
-        self.address_headers = gates.address_headers if gates is not None else ()
+        self.address_sources = gates.address_sources if gates is not None else ()
         http = app.config.http
         self.access_log = http.access_log
         self.trust = app.config.trust
@@ -267,9 +267,9 @@ class HttpFront:
                 elif self.require_auth and not await self._identify(scope):
                     await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
                     return
-                if self.address_headers:
+                if self.address_sources:
                     headers, peer = scope["headers"], scope.get("client")
-                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                    scope[ADDRESSES_SCOPE_KEY] = {s.key: s.resolve(headers, peer) for s in self.address_sources}
                 if (
                     self.limiter is not None
                     and scope.get(IDENTITY_SCOPE_KEY) is None

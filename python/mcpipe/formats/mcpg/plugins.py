@@ -934,13 +934,15 @@ def _ip_allowlist(
             "ip-allowlist: `allow` (a list of CIDR ranges) is required; mcpg refuses the plugin without it",
         )
         return
+    _str(cfg.get("ip_header"), f"{loc}.ip_header", problems)  # checked, not used: see below
     gate: dict[str, Any] = {
         "kind": "ip_allowlist",
         "name": alias,
         "enforce": enforce,
         "allow": _strings(allow, f"{loc}.allow", problems),
-        # mcpg's gate reads the address from a header only (never the TCP peer).
-        "ip_header": _str(cfg.get("ip_header"), f"{loc}.ip_header", problems) or "x-forwarded-for",
+        # mcpg's plugin reads `ip_header` from a `_request_headers` map its gateway never fills (v0.1.0-beta.16),
+        # so no header a client sends reaches it. mcpipe judges the TCP peer, which a client cannot forge: a
+        # header is believed only from an mcpipe `ip_allowlist` gate naming `trusted_proxies`.
         "tools": _strings(cfg.get("tools"), f"{loc}.tools", problems),
     }
     _gate(out, gate)

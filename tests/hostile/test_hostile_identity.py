@@ -1,0 +1,81 @@
+"""Who a caller is, under a caller who lies about it (issue 27, items 5, 6 and 17), each against a real
+``mcpipe serve`` on 127.0.0.1 with ``/healthz`` probed: a forged ``X-Forwarded-For`` before an address
+allowlist, the same subject from other identity sources reaching another principal's background run, and a
+token endpoint echoing the client secret into its ``error``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+
+from kit.attack import Served, served, write_config
+from kit.hostile import call, headers, result_of
+
+pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
+
+
+async def _post(server: Served, name: str, arguments: Any, **extra: str) -> Any:
+    async with httpx2.AsyncClient(timeout=60) as http:
+        r = await http.post(
+            server.url, content=json.dumps(call(name, arguments)).encode(), headers={**headers(name), **extra}
+        )
+    assert r.status_code == 200, (r.status_code, r.text[:300])
+    return result_of(r.text, r.headers.get("content-type", ""))["result"]
+
+
+# --- item 6: an address allowlist and the headers a client sets -----------------------------------------------
+
+ALLOWLIST = """
+[audit]
+enabled = false
+
+[[access.gates]]
+kind = "ip_allowlist"
+name = "office"
+allow = ["10.0.0.0/8"]
+tools = ["echo"]
+
+[[access.gates]]
+kind = "ip_allowlist"
+name = "loopback"
+allow = ["127.0.0.0/8"]
+tools = ["now"]
+
+[[access.gates]]
+kind = "ip_allowlist"
+name = "behind-proxy"
+allow = ["10.0.0.0/8"]
+ip_header = "x-forwarded-for"
+trusted_proxies = ["127.0.0.1/32"]
+tools = ["json_dump"]
+"""
+
+FORGED = [{"x-forwarded-for": "10.0.0.5"}, {"x-real-ip": "10.0.0.5"}, {"x-forwarded-for": "10.0.0.5, 127.0.0.1"}]
+
+
+async def test_an_address_allowlist_judges_the_tcp_peer_unless_told_of_a_trusted_proxy(tmp_path: Path) -> None:
+    # Before: `ip_header` defaulted to `x-forwarded-for` (its docstring and docs/access.md said the TCP peer),
+    # with `x-real-ip` as a fallback: each forged header below was admitted from 127.0.0.1, and a TOML config
+    # (which has no null) could not ask for the peer at all.
+    async with served(write_config(tmp_path, ALLOWLIST, ".toml")) as server:
+
+        async def attack() -> list[Any]:
+            return [await _post(server, "echo", {"x": 1}, **forged) for forged in FORGED]
+
+        forged, slowest = await server.probed(attack)
+        peer = await _post(server, "now", {}, **{"x-forwarded-for": "203.0.113.9"})
+        proxied = await _post(server, "json_dump", {"value": 1}, **{"x-forwarded-for": "10.0.0.5"})
+        # Behind the trusted proxy, the client is the rightmost address it did not add: a client's own
+        # `X-Forwarded-For: 10.0.0.5` arrives as `10.0.0.5, 203.0.113.9`.
+        spoofed = await _post(server, "json_dump", {"value": 1}, **{"x-forwarded-for": "10.0.0.5, 203.0.113.9"})
+    assert slowest < 1.0, server.health
+    for answer in forged:
+        assert answer["isError"] is True, answer
+        assert "127.0.0.1 is not in the allowed networks" in answer["content"][0]["text"], answer
+    assert not peer.get("isError"), peer
+    assert not proxied.get("isError"), proxied
+    assert spoofed["isError"] is True and "203.0.113.9 is not in the allowed networks" in spoofed["content"][0]["text"]
