@@ -37,6 +37,7 @@ from mcpipe.access import (
     check_mtls,
     check_oidc,
 )
+from mcpipe.access._principal import reserved_prefix
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
@@ -905,6 +906,15 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             problems.append(Problem(f"{where}.env", UNSET_ENV, f"environment variable `{t.env}` is not set or empty"))
         if not t.principal:
             problems.append(Problem(f"{where}.principal", CODE, "must not be empty"))
+        elif (prefix := reserved_prefix(t.principal)) is not None:
+            problems.append(
+                Problem(
+                    f"{where}.principal",
+                    CODE,
+                    f"`{t.principal}` starts with `{prefix}`, which names the principals of another identity "
+                    "source (docs/access.md#principals): choose another name",
+                )
+            )
     for tool, cost in cfg.costs.items():
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))

@@ -288,7 +288,7 @@ async def test_a_downstream_server_gets_the_shared_token_and_each_callers_exchan
                 mine = await client.call_tool("mine.echo", {"y": 2})
     assert not shared.is_error and not mine.is_error
     calls = [json.loads(line) for line in (tmp_path / "down.jsonl").read_text().splitlines()]
-    assert [(r["tool"], r["principal"]) for r in calls] == [("echo", "svc"), ("echo", "alice")]
+    assert [(r["tool"], r["principal"]) for r in calls] == [("echo", "svc"), ("echo", f"oidc:{idp.url}#alice")]
 
 
 @pytest.mark.parametrize(

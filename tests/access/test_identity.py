@@ -63,7 +63,7 @@ async def test_a_jwt_signed_by_the_issuer_identifies_the_caller_and_its_claims_r
         and facts["attributes"] == {"tenant": "acme"}
     )
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert {r["principal"] for r in records} == {"alice"}
+    assert {r["principal"] for r in records} == {f"oidc:{idp.url}#alice"}
     # Discovery and the key set were fetched once, for every request after.
     assert idp.hits.get("/.well-known/openid-configuration") == 1 and idp.hits.get("/jwks") == 1
 
@@ -169,7 +169,7 @@ async def test_a_client_certificate_forwarded_by_a_proxy_identifies_the_caller(
         return
     assert r.status_code == 200 and not r.json()["result"]["isError"]
     (record,) = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert record["principal"] == principal
+    assert record["principal"] == f"mtls:{principal}"  # the subject in its source (mcpipe.access.Principal)
 
 
 async def test_a_static_token_and_an_oidc_issuer_both_identify_callers(monkeypatch):

@@ -14,6 +14,7 @@ import pytest
 
 from kit.attack import Served, served, write_config
 from kit.hostile import call, headers, result_of
+from kit.oauth import OAuthServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
 
@@ -79,3 +80,53 @@ async def test_an_address_allowlist_judges_the_tcp_peer_unless_told_of_a_trusted
     assert not peer.get("isError"), peer
     assert not proxied.get("isError"), proxied
     assert spoofed["isError"] is True and "203.0.113.9 is not in the allowed networks" in spoofed["content"][0]["text"]
+
+
+# --- item 5: one subject, several identity sources ------------------------------------------------------------
+
+
+def _issuer(url: str, idp: OAuthServer) -> dict[str, Any]:
+    return {"issuer": url, "audiences": ["mcpipe"], "jwks": json.dumps(idp.jwks())}
+
+
+async def test_the_same_subject_from_another_identity_source_is_another_principal(tmp_path: Path) -> None:
+    # Before: the principal was the bare subject: a JWT of either issuer with `sub=alice`, or the trusted
+    # subject header naming `alice`, read the background run of the static token `alice` (3 of 3), and the
+    # JWTs' `alice` had that token's grants (`now`, which `[auth] tools` does not give them).
+    first, second = OAuthServer(url="https://login.example.com"), OAuthServer(url="https://other.example.net")
+    config = {
+        "audit": {"enabled": False},
+        "auth": {
+            "tokens": [{"env": "T_ALICE", "principal": "alice", "tools": ["*"]}],
+            "oidc": [_issuer(first.url, first), _issuer(second.url, second)],
+            "tools": ["echo", "mcp_pipe", "pipe_result"],
+        },
+        "trust": {"subject_header": "x-user"},
+    }
+    others = {
+        "jwt of the first issuer": {"authorization": f"Bearer {first.mint('alice')}"},
+        "jwt of the second issuer": {"authorization": f"Bearer {second.mint('alice')}"},
+        "the subject header": {"x-user": "alice"},
+    }
+    token = {"authorization": "Bearer alice-secret"}
+    async with served(write_config(tmp_path, json.dumps(config), ".json"), env={"T_ALICE": "alice-secret"}) as server:
+        spec = {"steps": [{"tool": "echo", "args": {"secret": "alice's"}}], "background": True}
+        started = await _post(server, "mcp_pipe", spec, **token)
+        run_id = started["structuredContent"]["result"]["run_id"]
+
+        async def attack() -> dict[str, Any]:
+            return {
+                who: await _post(server, "pipe_result", {"run_id": run_id, "wait_ms": 5000}, **h)
+                for who, h in others.items()
+            }
+
+        read, slowest = await server.probed(attack)
+        granted = {who: await _post(server, "now", {}, **h) for who, h in others.items() if "jwt" in who}
+        own = await _post(server, "pipe_result", {"run_id": run_id, "wait_ms": 5000}, **token)
+    assert slowest < 1.0, server.health
+    for who, answer in read.items():
+        assert answer["isError"] is True, (who, answer)
+        assert answer["content"][0]["text"] == f"NOT_FOUND: no run {run_id!r}", (who, answer)
+    for who, answer in granted.items():
+        assert answer["isError"] is True and "may not call 'now'" in answer["content"][0]["text"], (who, answer)
+    assert own["structuredContent"]["ok"] is True, own

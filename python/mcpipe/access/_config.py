@@ -143,7 +143,7 @@ class ResourceType(_Base):
 
 
 class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
-    """Cedar policies deciding each tool call: principal ``<principal_type>::"<subject>"``, action
+    """Cedar policies deciding each tool call: principal ``<principal_type>::"<principal>"``, action
     ``<action_namespace>::"tool.call.pre"``, resource per ``resource_types``; a ``forbid`` denies, a
     ``permit`` allows, and when none matches ``default`` decides (``deny``, or ``defer`` to the gates after)."""
 
@@ -152,6 +152,10 @@ class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
     schema_path: str | None = None
     entities_path: str | None = None
     principal_type: str = "User"
+    principal_id: Literal["principal", "subject"] = "principal"
+    """What names the principal: the caller's principal (``alice`` for a token, ``oidc:<issuer>#alice`` for a
+    JWT: ``mcpipe.access.Principal``), or its bare ``subject`` (mcpg's rule: the same subject from any source
+    is the same Cedar principal)."""
     action_namespace: str = "Action"
     anonymous_principal: str = "anonymous"
     resource_types: list[ResourceType] = msgspec.field(default_factory=lambda: [ResourceType()])
@@ -297,6 +301,8 @@ def check_oidc(providers: list[OidcProvider], base: str) -> list[Problem]:
             problems.append(Problem(f"{at}.issuer", CODE, "must not be empty"))
         else:
             _url(p.issuer, f"{at}.issuer", problems)
+            if "#" in p.issuer or "?" in p.issuer:
+                problems.append(Problem(f"{at}.issuer", CODE, "must not hold a query or a fragment (OpenID Connect)"))
         if p.issuer in seen:
             problems.append(
                 Problem(f"{at}.issuer", CODE, f"`{p.issuer}` is already the issuer of {base}[{seen[p.issuer]}]")

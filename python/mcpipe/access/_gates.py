@@ -88,9 +88,12 @@ class Gate:
 class CedarPolicyGate(Gate):
     def __init__(self, cfg: CedarGate, name: str, engine: CedarEngine) -> None:
         self.name, self.enforce, self.engine = name, cfg.enforce, engine
+        self.by_subject = cfg.principal_id == "subject"
 
     def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
-        verdict = self.engine.decide(tool, args, ctx.principal)
+        identity = ctx.request.identity
+        who = identity.subject if self.by_subject and identity is not None else ctx.principal
+        verdict = self.engine.decide(tool, args, who)
         if verdict.effect == "deny":
             rpc = (-33000, f"Policy `{self.name}` denied tool '{tool}': {verdict.reason}")
             raise GateRefusal(

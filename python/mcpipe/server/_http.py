@@ -34,7 +34,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcpipe.access import Authenticator, Rejected
+from mcpipe.access import Authenticator, Rejected, principal_key
 from mcpipe.config import Config
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
@@ -426,14 +426,14 @@ class HttpFront:
             if found is not None:
                 _log.info("refused a credential: %s", found.reason)
             return False
-        subject = found.subject
-        scope[PRINCIPAL_SCOPE_KEY] = subject
+        principal = principal_key(found)  # the subject in its source: another issuer's `alice` is another
+        scope[PRINCIPAL_SCOPE_KEY] = principal
         scope[IDENTITY_SCOPE_KEY] = found
-        user = self._users.get(subject)
+        user = self._users.get(principal)
         if user is None:
-            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            user = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
             if len(self._users) < 100_000:
-                self._users[subject] = user
+                self._users[principal] = user
         scope["user"] = user
         return True
 
@@ -449,9 +449,9 @@ class HttpFront:
         if self.subject_header is not None:
             for name, value in scope["headers"]:
                 if name == self.subject_header and value.strip():
-                    subject = value.decode("latin-1").strip()
-                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
-                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    asserted = Identity(value.decode("latin-1").strip(), trust="header_asserted", provider="header")
+                    scope[IDENTITY_SCOPE_KEY] = asserted
+                    scope[PRINCIPAL_SCOPE_KEY] = principal_key(asserted)
                     return True
         return True
 

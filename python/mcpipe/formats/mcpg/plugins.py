@@ -794,7 +794,14 @@ def _cedar(
     tkeys = frozenset({"principal_type", "action_namespace", "resource_types", "anonymous_principal_id"})
     if not _fields(translation, tkeys, f"{loc}.translation", problems, pid):
         return
-    gate: dict[str, Any] = {"kind": "cedar", "name": alias, "policy_dir": policy_dir, "enforce": enforce}
+    # mcpg's Cedar principal is `context.identity.subject_id`, the bare subject, whatever its source.
+    gate: dict[str, Any] = {
+        "kind": "cedar",
+        "name": alias,
+        "policy_dir": policy_dir,
+        "enforce": enforce,
+        "principal_id": "subject",
+    }
     for key in ("principal_type", "action_namespace"):
         value = _str(
             translation.get(key), f"{loc}.translation.{key}", problems, required=True, what=f"translation.{key}"
