@@ -218,3 +218,31 @@ def test_bad_identity_config_is_refused_located(section, where, says):
     with pytest.raises(ConfigError) as err:
         parse_config(json.dumps({"auth": section}), "json", environ={})
     assert any(p.location == where and says in p.message for p in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("identity", "key"),
+    [
+        ({"subject": "alice", "provider": "token"}, "alice"),
+        ({"subject": "alice", "provider": "oidc", "issuer": "https://login.example.com"}, "oidc:https://login.example.com#alice"),
+        ({"subject": "a#b:c", "provider": "oidc", "issuer": "https://i.example"}, "oidc:https://i.example#a#b:c"),
+        ({"subject": "CN=x,O=y", "provider": "mtls"}, "mtls:CN=x,O=y"),
+        ({"subject": "alice", "provider": "header", "trust": "header_asserted"}, "header:alice"),
+    ],
+)
+def test_a_principal_names_the_subject_in_its_source_and_reads_back(identity, key):
+    from mcpipe.access import Principal, principal_key
+    from mcpipe.tools import Identity
+
+    found = Identity(**identity)
+    assert principal_key(found) == key
+    assert Principal.parse(key) == Principal.of(found)
+
+
+def test_a_token_principal_may_not_take_another_sources_prefix(monkeypatch):
+    monkeypatch.setenv("T_X", "x")
+    doc = {"audit": {"enabled": False}, "auth": {"tokens": [{"env": "T_X", "principal": "oidc:https://i#alice"}]}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(json.dumps(doc), "json", environ={"T_X": "x"})
+    (problem,) = err.value.problems
+    assert problem.location == "auth.tokens[0].principal" and "starts with `oidc:`" in problem.message
