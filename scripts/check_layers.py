@@ -26,6 +26,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._describe",
             "mcpipe._util",
             "mcpipe._url",
+            "mcpipe._redact",
             "mcpipe._json",
             "mcpipe._loader",
             "mcpipe._yaml",

@@ -8,12 +8,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, quote
 
 import httpx2
 import pytest
 
 from kit.attack import Served, served, write_config
 from kit.hostile import call, headers, result_of
+from kit.llm import _answer, _body, lifespan, serving
 from kit.oauth import OAuthServer
 
 pytestmark = pytest.mark.filterwarnings("ignore::ResourceWarning")
@@ -130,3 +132,67 @@ async def test_the_same_subject_from_another_identity_source_is_another_principa
     for who, answer in granted.items():
         assert answer["isError"] is True and "may not call 'now'" in answer["content"][0]["text"], (who, answer)
     assert own["structuredContent"]["ok"] is True, own
+
+
+# --- item 17: a token endpoint that echoes the client secret ---------------------------------------------------
+
+SECRET = "cs-5ecret-value-0123456789"
+
+
+def _echoing_token_endpoint(seen: list[str]) -> Any:
+    """An OAuth token endpoint that refuses every request, its RFC 6749 ``error`` echoing the secret sent."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        form = dict(parse_qsl((await _body(receive)).decode()))
+        seen.append(form.get("client_secret", ""))
+        error = {
+            "shaped": f"invalid_client: secret {form.get('client_secret')} is wrong",
+            "bare": form.get("client_secret"),
+            "encoded": quote(form.get("client_secret", "") + "!"),
+        }[scope["path"].strip("/")]
+        await _answer(send, 401, {"error": error, "error_description": f"got {form}"})
+
+    return app
+
+
+async def test_a_token_endpoints_error_never_carries_a_secret_to_the_caller(tmp_path: Path) -> None:
+    # Before: the endpoint's `error` field was passed on as it was: `error: invalid_client: secret cs-5ecret-...
+    # is wrong` reached the caller's answer (and `error: cs-5ecret-...` alone, too).
+    seen: list[str] = []
+    async with serving(_echoing_token_endpoint(seen)) as tokens:
+        credentials = {
+            name: {
+                "kind": "client_credentials",
+                "token_url": f"{tokens}/{name}",
+                "client_id": "mcpipe",
+                "client_secret_env": "CS_SECRET",
+                "allow_private": True,
+            }
+            for name in ("shaped", "bare", "encoded")
+        }
+        pipelines = [
+            {"name": name, "steps": [{"kind": "http", "url": "http://127.0.0.1:9/never", "credential": name}]}
+            for name in credentials
+        ]
+        config = {
+            "audit": {"enabled": False},
+            "credentials": credentials,
+            "outbound": {"http": {"allowed_hosts": ["127.0.0.1"], "allow_private": True}},
+            "pipelines": pipelines,
+        }
+        async with served(write_config(tmp_path, json.dumps(config), ".json"), env={"CS_SECRET": SECRET}) as server:
+
+            async def attack() -> list[Any]:
+                return [await server.call(name, {}) for name in credentials]
+
+            answer, slowest = await server.probed(attack)
+            log = server.text()
+    assert slowest < 1.0, server.health
+    assert seen == [SECRET] * 3  # each endpoint was asked, with the secret
+    text = json.dumps(answer)
+    assert SECRET not in text and quote(SECRET) not in text and SECRET not in log, text
+    assert "answered HTTP 401 (error: invalid_client" not in text
+    assert text.count("answered HTTP 401") == 3, text
