@@ -238,6 +238,10 @@ class HttpConfig(_Base):
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """How long a request body may take to arrive, in all; a slower one is answered 408."""
+    head_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+    """How long a request head may take to arrive: a connection's first from its accept, each later one from
+    its first byte; a slower one is answered 408 and its connection closed (heads dripping a byte at a time
+    would hold a connection slot until hypercorn's 75 s keep-alive)."""
     resumable_streams: bool = True
     """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
     lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""

@@ -592,7 +592,16 @@ async def serve_http(
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
         trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
         limit = h.max_connections or default_max_connections()
-        binds = await nursery.start(partial(serve_bounded, app_, hc, max_connections=limit, shutdown_trigger=trigger))
+        binds = await nursery.start(
+            partial(
+                serve_bounded,
+                app_,
+                hc,
+                max_connections=limit,
+                head_timeout_s=h.head_timeout_s,
+                shutdown_trigger=trigger,
+            )
+        )
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         task_status.started(url)
