@@ -132,6 +132,26 @@ class Regex:
     def pattern(self) -> str:
         """The pattern as given."""
 
+@final
+class ArrayCap:
+    """A JSON-RPC answer's ``result.tools`` array cut to its first ``max_items`` elements while its bytes stream
+    past, building no value (a tokenizer of strings, nesting and keys). Every byte is passed on but those of
+    the elements past the cut (and the commas before them), so the output is the same JSON with a shorter
+    array; bytes around the top-level object (an SSE stream's framing) pass as they are, and a message
+    without ``result.tools`` passes unchanged.
+
+    Args:
+        max_items: the elements kept.
+    """
+
+    def __new__(cls, max_items: int) -> ArrayCap: ...
+    def feed(self, data: bytes) -> bytes:
+        """The next chunk of the stream, cut (chunks may split anything: a string, an escape, a key)."""
+
+    @property
+    def total(self) -> int:
+        """How many elements the array has had so far, kept or not."""
+
 def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire: bool = False) -> tuple[int, int]:
     """Measure ``value`` as JSON without building anything: ``(bytes, depth)``.
 

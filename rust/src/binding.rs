@@ -3,8 +3,9 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
+use crate::jsoncap;
 use crate::measure;
 use crate::pattern;
 use crate::plan::{self, Plan};
@@ -105,5 +106,30 @@ impl Regex {
 
     fn __repr__(&self) -> String {
         format!("<Regex {:?}>", self.re.as_str())
+    }
+}
+
+/// A JSON-RPC answer's `result.tools` cut to its first elements as its bytes stream past (see `_core.pyi`).
+#[pyclass(module = "mcpipe._core", name = "ArrayCap")]
+pub struct ArrayCap {
+    inner: jsoncap::ArrayCap,
+}
+
+#[pymethods]
+impl ArrayCap {
+    #[new]
+    fn new(max_items: usize) -> Self {
+        ArrayCap { inner: jsoncap::ArrayCap::new(max_items) }
+    }
+
+    fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+        let mut out = Vec::with_capacity(data.len());
+        self.inner.feed(data, &mut out);
+        PyBytes::new(py, &out)
+    }
+
+    #[getter]
+    fn total(&self) -> usize {
+        self.inner.total()
     }
 }
