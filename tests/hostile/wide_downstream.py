@@ -19,9 +19,14 @@ N = int(os.environ.get("WIDE_TOOLS", "100000"))
 SCHEMA = {"type": "object", "properties": {"q": {"type": "string", "description": "what to look up"}}}
 
 
+LISTING = types.ListToolsResult(
+    tools=[types.Tool(name=f"t{i}", description=f"tool number {i}", input_schema=SCHEMA) for i in range(N)]
+)
+"""Built once: the server's own cost of a listing is not what is measured."""
+
+
 async def list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-    tools = [types.Tool(name=f"t{i}", description=f"tool number {i}", input_schema=SCHEMA) for i in range(N)]
-    return types.ListToolsResult(tools=tools)
+    return LISTING
 
 
 async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
