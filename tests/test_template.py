@@ -613,7 +613,12 @@ def test_mutating_the_input_after_compiling_does_not_change_the_template():
 @pytest.mark.parametrize(
     ("template", "values", "expected", "base"),
     [
-        ("https://h/r/${args.a}/i?q=${args.b}", {"a": "../x y", "b": "1&c=2"}, "https://h/r/..%2Fx%20y/i?q=1%26c%3D2", "https://h/r/"),
+        (
+            "https://h/r/${args.a}/i?q=${args.b}",
+            {"a": "../x y", "b": "1&c=2"},
+            "https://h/r/..%2Fx%20y/i?q=1%26c%3D2",
+            "https://h/r/",
+        ),
         ("${args.base}/r/${args.a}", {"base": "http://h:8/v1", "a": "a/b"}, "http://h:8/v1/r/a%2Fb", None),
         ("${args.scheme}://h/${args.a}", {"scheme": "https", "a": "é"}, "https://h/%C3%A9", None),
         ("https://h/${args.a}", {"a": None}, "https://h/", "https://h/"),

@@ -224,7 +224,10 @@ def test_bad_identity_config_is_refused_located(section, where, says):
     ("identity", "key"),
     [
         ({"subject": "alice", "provider": "token"}, "alice"),
-        ({"subject": "alice", "provider": "oidc", "issuer": "https://login.example.com"}, "oidc:https://login.example.com#alice"),
+        (
+            {"subject": "alice", "provider": "oidc", "issuer": "https://login.example.com"},
+            "oidc:https://login.example.com#alice",
+        ),
         ({"subject": "a#b:c", "provider": "oidc", "issuer": "https://i.example"}, "oidc:https://i.example#a#b:c"),
         ({"subject": "CN=x,O=y", "provider": "mtls"}, "mtls:CN=x,O=y"),
         ({"subject": "alice", "provider": "header", "trust": "header_asserted"}, "header:alice"),

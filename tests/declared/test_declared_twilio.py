@@ -295,7 +295,7 @@ async def test_a_verb_written_another_way_is_refused_as_mcpg_refuses_it():
         ({"account_sid": " "}, "steps[0].account_sid", "account_sid is required"),
         ({"api_key_secret_credential": "nope"}, "steps[0].api_key_secret", "not both"),
         ({"operation": "teleport"}, "steps[0].operation", "Invalid enum value"),
-        ({"operation": "stage_call_response"}, "steps[0].operation", "inbound-voice webhook, which mcpipe does not serve"),
+        ({"operation": "stage_call_response"}, "steps[0].operation", "inbound-voice webhook, which mcpipe does not"),
     ],
 )
 def test_a_binding_mcpg_would_refuse_is_refused_located(change, where, says):

@@ -36,9 +36,9 @@ from typing import Any
 import orjson
 import trio
 from hypercorn.config import Config as HypercornConfig
-from hypercorn.trio.lifespan import Lifespan
 from hypercorn.events import Closed, Event, RawData, Updated
 from hypercorn.protocol.h2 import H2Protocol
+from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
 from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
