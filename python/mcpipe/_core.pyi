@@ -7,7 +7,7 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
-__all__ = ["Regex", "Template", "__version__", "json_measure"]
+__all__ = ["ArrayCap", "Regex", "Template", "__version__", "json_measure"]
 
 __version__: str
 
