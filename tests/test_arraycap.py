@@ -49,3 +49,27 @@ def test_the_cut_is_the_json_with_its_tools_array_cut(tools, extra, max_items, c
 def test_a_message_without_a_tools_listing_passes_unchanged(message, max_items):
     text = json.dumps({"jsonrpc": "2.0", "id": 1, "result": {"content": message}}).encode()
     assert ArrayCap(max_items).feed(text) == text
+
+
+async def test_a_stdio_line_listing_tools_is_cut_before_the_sdk_reads_it():
+    import anyio
+
+    from mcpipe.tools._lines import LISTING_CAP, LineChunks, ListingCap
+
+    listing = ListingCap(2)
+    message = {"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": f"t{i}", "d": "a\u2028b"} for i in range(5)]}}
+    other = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": '"tools" said \u2028 here'}}
+    text = json.dumps(other, ensure_ascii=False) + "\n" + json.dumps(message, ensure_ascii=False) + "\n"
+    send, receive = anyio.create_memory_object_stream[bytes](10)
+    token = LISTING_CAP.set(listing)
+    try:
+        lines = LineChunks(receive)
+    finally:
+        LISTING_CAP.reset(token)
+    async with send, receive:
+        await send.send(text.encode())
+        await send.aclose()
+        got = "".join([chunk async for chunk in lines])
+    first, second, rest = got.split("\n")
+    assert json.loads(first) == other and rest == ""
+    assert [t["name"] for t in json.loads(second)["result"]["tools"]] == ["t0", "t1"] and listing.seen == 5

@@ -69,7 +69,8 @@ class LineChunks(TextReceiveStream):
     async def receive(self) -> str:
         text = await self._receive()
         if self._cap is not None and '"tools"' in text:
-            text = "".join(self._cap.cut_line(line) if '"tools"' in line else line for line in text.splitlines(True))
+            # Split where the SDK splits, at "\n" only (a JSON string may hold U+2028 and such raw).
+            text = "\n".join(self._cap.cut_line(line) if '"tools"' in line else line for line in text.split("\n"))
         return text
 
     async def _receive(self) -> str:
