@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._template",
             "mcpipe._describe",
             "mcpipe._util",
+            "mcpipe._url",
+            "mcpipe._redact",
             "mcpipe._json",
             "mcpipe._loader",
             "mcpipe._yaml",

@@ -46,6 +46,7 @@ from mcpipe.access import (
     check_resource,
     check_scopes,
 )
+from mcpipe.access._principal import reserved_prefix
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.plan._bounds import deepest_location, json_depth
 
@@ -320,6 +321,10 @@ class HttpConfig(_Base):
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """How long a request body may take to arrive, in all; a slower one is answered 408."""
+    head_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+    """How long a request head may take to arrive: a connection's first from its accept, each later one from
+    its first byte; a slower one is answered 408 and its connection closed (heads dripping a byte at a time
+    would hold a connection slot until hypercorn's 75 s keep-alive)."""
     resumable_streams: bool = True
     """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
     lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""
@@ -1032,6 +1037,15 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             problems.append(Problem(f"{where}.env", UNSET_ENV, f"environment variable `{t.env}` is not set or empty"))
         if not t.principal:
             problems.append(Problem(f"{where}.principal", CODE, "must not be empty"))
+        elif (prefix := reserved_prefix(t.principal)) is not None:
+            problems.append(
+                Problem(
+                    f"{where}.principal",
+                    CODE,
+                    f"`{t.principal}` starts with `{prefix}`, which names the principals of another identity "
+                    "source (docs/access.md#principals): choose another name",
+                )
+            )
     for tool, cost in cfg.costs.items():
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))

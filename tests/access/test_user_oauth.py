@@ -189,9 +189,10 @@ async def test_tokens_are_listed_and_revoked_and_a_revoked_principal_signs_in_ag
         token = front.mint("alice", aud=url)
         await _whoami(url, token, alice, "2026-07-28")
         listed = await app.oauth.list()
-        assert await app.oauth.servers["down"].forget("alice")
+        alice_principal = f"oidc:{front.url}#alice"  # the JWT's subject in its issuer (access.Principal)
+        assert await app.oauth.servers["down"].forget(alice_principal)
         await _whoami(url, token, alice, "2026-07-28")
-    assert [(r["server"], r["principal"], r["refreshable"]) for r in listed] == [("down", "alice", True)]
+    assert [(r["server"], r["principal"], r["refreshable"]) for r in listed] == [("down", alice_principal, True)]
     assert len(alice.asked) == 2
 
 
@@ -209,7 +210,7 @@ async def test_a_token_about_to_expire_is_refreshed_before_the_call(tmp_path: Pa
         first = down.calls()[-1]["authorization"]
         assert not [r for r in down_as.requests if r.get("form", {}).get("grant_type") == "refresh_token"]
         # Time passes: the token now expires within refresh_before_s (60 s).
-        key = app.oauth.token_key("down", "alice")
+        key = app.oauth.token_key("down", f"oidc:{front.url}#alice")
         record = await app.oauth.load(key)
         await app.oauth.save(key, {**record, "obtained_at": time.time() - 3570, "expires_at": time.time() + 30})
         await _whoami(url, token, alice, "2026-07-28")

@@ -217,7 +217,7 @@ class ResourceType(_Base):
 
 
 class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
-    """Cedar policies deciding each tool call: principal ``<principal_type>::"<subject>"``, action
+    """Cedar policies deciding each tool call: principal ``<principal_type>::"<principal>"``, action
     ``<action_namespace>::"tool.call.pre"``, resource per ``resource_types``; a ``forbid`` denies, a
     ``permit`` allows, and when none matches ``default`` decides (``deny``, or ``defer`` to the gates after)."""
 
@@ -226,6 +226,10 @@ class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
     schema_path: str | None = None
     entities_path: str | None = None
     principal_type: str = "User"
+    principal_id: Literal["principal", "subject"] = "principal"
+    """What names the principal: the caller's principal (``alice`` for a token, ``oidc:<issuer>#alice`` for a
+    JWT: ``mcpipe.access.Principal``), or its bare ``subject`` (mcpg's rule: the same subject from any source
+    is the same Cedar principal)."""
     action_namespace: str = "Action"
     anonymous_principal: str = "anonymous"
     resource_types: list[ResourceType] = msgspec.field(default_factory=lambda: [ResourceType()])
@@ -263,11 +267,15 @@ class RateLimitGate(_Base, tag="rate_limit", tag_field="kind", kw_only=True):
 
 
 class IpAllowlistGate(_Base, tag="ip_allowlist", tag_field="kind", kw_only=True):
-    """Tool calls only from these networks. The address is the first value of ``ip_header`` (else
-    ``x-real-ip``), or the TCP peer's when ``ip_header`` is unset; a call whose address is unknown is refused."""
+    """Tool calls only from these networks. The address is the TCP peer's, unless ``ip_header`` names a header a
+    proxy in front sets: then, with ``trusted_proxies``, the header is read only from a peer in them, and its
+    client is the rightmost address of the list that is not one of them; without, its first value (the proxy
+    must overwrite the header, not append to it). A call whose address is unknown is refused."""
 
     allow: list[str]
-    ip_header: str | None = "x-forwarded-for"
+    ip_header: str | None = None
+    trusted_proxies: list[str] = []
+    """The networks of the proxies whose ``ip_header`` is believed (CIDRs)."""
     tools: list[str] = []
     """Tool globs the gate applies to; empty: every tool."""
     enforce: bool = True
@@ -368,6 +376,8 @@ def check_oidc(providers: list[OidcProvider], base: str, resource: str | None = 
             problems.append(Problem(f"{at}.issuer", CODE, "must not be empty"))
         else:
             _url(p.issuer, f"{at}.issuer", problems)
+            if "#" in p.issuer or "?" in p.issuer:
+                problems.append(Problem(f"{at}.issuer", CODE, "must not hold a query or a fragment (OpenID Connect)"))
         if p.issuer in seen:
             problems.append(
                 Problem(f"{at}.issuer", CODE, f"`{p.issuer}` is already the issuer of {base}[{seen[p.issuer]}]")
@@ -535,13 +545,23 @@ def check_access(cfg: AccessConfig, base: str, *, base_dir: str) -> list[Problem
                             "must list at least one network (an empty allowlist refuses every call)",
                         )
                     )
-                for j, cidr in enumerate(gate.allow):
-                    try:
-                        ipaddress.ip_network(cidr, strict=False)
-                    except ValueError as exc:
-                        problems.append(Problem(f"{at}.allow[{j}]", CODE, f"not a network: {exc}"))
+                for key, cidrs in (("allow", gate.allow), ("trusted_proxies", gate.trusted_proxies)):
+                    for j, cidr in enumerate(cidrs):
+                        try:
+                            ipaddress.ip_network(cidr, strict=False)
+                        except ValueError as exc:
+                            problems.append(Problem(f"{at}.{key}[{j}]", CODE, f"not a network: {exc}"))
                 if gate.ip_header is not None and not _HEADER.match(gate.ip_header):
                     problems.append(Problem(f"{at}.ip_header", CODE, f"`{gate.ip_header}` is not a header name"))
+                if gate.trusted_proxies and gate.ip_header is None:
+                    problems.append(
+                        Problem(
+                            f"{at}.trusted_proxies",
+                            CODE,
+                            "names proxies whose header is believed, but `ip_header` names none (the TCP peer is "
+                            "judged without it)",
+                        )
+                    )
             case RateLimitGate():
                 for j, rule in enumerate(gate.rules):
                     if not rule.tools:

@@ -8,6 +8,7 @@ metadata service must not become a way in), and redirects are not followed. Bodi
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -16,6 +17,7 @@ import httpx2
 import orjson
 import trio
 
+from mcpipe._redact import redact
 from mcpipe._util import read_capped
 from mcpipe.errors import MCPipeError
 
@@ -136,6 +138,12 @@ async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: st
     return _json(status, body, what)
 
 
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+"""An error code of RFC 6749 §5.2 (and RFC 8693's ``invalid_target``): lower-case words joined by ``_``."""
+_SECRET_FIELDS = ("client_secret", "subject_token", "assertion")
+"""The form fields a token request carries secrets in."""
+
+
 async def post_form(
     url: str,
     form: Mapping[str, str],
@@ -161,7 +169,13 @@ async def post_form(
             code = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
         except orjson.JSONDecodeError:
             pass
-        suffix = f" (error: {code})" if code else ""
+        suffix = ""
+        if code is not None:
+            # An RFC 6749 error code is a word (`invalid_client`); anything else is not shown, since an endpoint
+            # may echo what it was sent (the client secret, the caller's token) into it.
+            secrets = [form.get(k) for k in _SECRET_FIELDS]
+            code = redact(code, secrets) if _ERROR_CODE.fullmatch(code) else None
+            suffix = f" (error: {code})" if code else " (its `error` is not an RFC 6749 error code: not shown)"
         raise FetchError(f"{what} answered HTTP {status}{suffix}", status, code)
     doc = _json(status, body, what)
     if not isinstance(doc, dict):

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 import orjson
 
 from mcpipe._util import PIPE_TOOL
+from mcpipe.access import principal_key
 from mcpipe.config import Config
 from mcpipe.errors import ErrorCode, SpecError
 from mcpipe.gateway import CallError, Gateway
@@ -171,8 +172,9 @@ class ConsoleData:
         """The viewer an identity is (None: the anonymous caller of a server without auth)."""
         if identity is None:
             return Viewer(None)
-        operator = identity.subject in self.operators or bool(self.operator_roles & set(identity.roles))
-        return Viewer(identity.subject, identity, operator, tuple(identity.roles))
+        principal = principal_key(identity)  # the subject in its source, as the runs' owners are named
+        operator = principal in self.operators or bool(self.operator_roles & set(identity.roles))
+        return Viewer(principal, identity, operator, tuple(identity.roles))
 
     # --- runs ---
 

@@ -35,7 +35,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcpipe.access import Authenticator, Rejected, client_ip, missing_scopes
+from mcpipe.access import Authenticator, Rejected, missing_scopes, principal_key
 from mcpipe.config import Config
 from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.server._app import App
@@ -286,7 +286,7 @@ class HttpFront:
         self.metrics = app.config.telemetry.metrics
         self.metrics_path = app.config.telemetry.metrics_path
         gates = app.gateway.gates
-        self.address_headers = gates.address_headers if gates is not None else ()
+        self.address_sources = gates.address_sources if gates is not None else ()
         http = app.config.http
         self.access_log = http.access_log
         self.trust = app.config.trust
@@ -344,9 +344,9 @@ class HttpFront:
                 elif self.require_auth and not await self._identify(scope):
                     await self._unauthorized(scope, send)
                     return
-                if self.address_headers:
+                if self.address_sources:
                     headers, peer = scope["headers"], scope.get("client")
-                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                    scope[ADDRESSES_SCOPE_KEY] = {s.key: s.resolve(headers, peer) for s in self.address_sources}
                 if (
                     self.limiter is not None
                     and scope.get(IDENTITY_SCOPE_KEY) is None
@@ -528,14 +528,14 @@ class HttpFront:
                 scope[_REJECTED_KEY] = found
                 _log.info("refused a credential: %s", found.reason)
             return False
-        subject = found.subject
-        scope[PRINCIPAL_SCOPE_KEY] = subject
+        principal = principal_key(found)  # the subject in its source: another issuer's `alice` is another
+        scope[PRINCIPAL_SCOPE_KEY] = principal
         scope[IDENTITY_SCOPE_KEY] = found
-        user = self._users.get(subject)
+        user = self._users.get(principal)
         if user is None:
-            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            user = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
             if len(self._users) < 100_000:
-                self._users[subject] = user
+                self._users[principal] = user
         scope["user"] = user
         return True
 
@@ -594,9 +594,9 @@ class HttpFront:
         if self.subject_header is not None:
             for name, value in scope["headers"]:
                 if name == self.subject_header and value.strip():
-                    subject = value.decode("latin-1").strip()
-                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
-                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    asserted = Identity(value.decode("latin-1").strip(), trust="header_asserted", provider="header")
+                    scope[IDENTITY_SCOPE_KEY] = asserted
+                    scope[PRINCIPAL_SCOPE_KEY] = principal_key(asserted)
                     return True
         return True
 
@@ -742,7 +742,16 @@ async def serve_http(
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
         trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
         limit = h.max_connections or default_max_connections()
-        binds = await nursery.start(partial(serve_bounded, app_, hc, max_connections=limit, shutdown_trigger=trigger))
+        binds = await nursery.start(
+            partial(
+                serve_bounded,
+                app_,
+                hc,
+                max_connections=limit,
+                head_timeout_s=h.head_timeout_s,
+                shutdown_trigger=trigger,
+            )
+        )
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
         if cfg.console.enabled:

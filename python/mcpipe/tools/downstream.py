@@ -30,6 +30,7 @@ from typing import Any, cast
 import anyio
 import httpx2
 import msgspec
+import orjson
 import trio
 from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
@@ -60,6 +61,7 @@ from mcpipe.interaction._core import AskFailed, interaction_of
 from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.tools._lines import LISTING_CAP, ListingCap
 from mcpipe.tools._lines import install as _linear_stdio_lines
 from mcpipe.tools._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.tools._polling import StreamWatch
@@ -254,12 +256,61 @@ def carry_call_headers(session: Any) -> None:
     session._stamp = stamped
 
 
+LISTED_PER_KEPT = 4
+"""One ``tools/list`` answer is cut, as it is read, to this many times ``max_tools`` tools: room for the
+``include``/``exclude`` filters to choose from, and a bound on what a listing of 100 000 costs."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """An answer's body, its ``result.tools`` cut as the bytes come (``ArrayCap``)."""
+
+    def __init__(self, inner: Any, listing: ListingCap) -> None:
+        self._inner = inner
+        self._listing = listing
+        self._cap = listing.cutter()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            out = self._cap.feed(chunk)
+            if out:
+                yield out
+        self._listing.note(self._cap)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _is_listing(request: httpx2.Request) -> bool:
+    try:
+        body = request.content
+    except httpx2.RequestNotRead:
+        return False
+    if not body.startswith(b"{") or len(body) > 65_536 or b"tools/list" not in body:
+        return False
+    try:
+        return bool(orjson.loads(body).get("method") == "tools/list")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
+    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them."""
+
+    async def on_response(response: httpx2.Response) -> None:
+        if _is_listing(response.request):
+            response.stream = _CappedStream(response.stream, listing)
+            response.headers.pop("content-length", None)
+
+    http.event_hooks["response"].append(on_response)
+
+
 @asynccontextmanager
 async def _http_transport(
-    url: str, headers: dict[str, str], watch: StreamWatch, auth: httpx2.Auth | None = None
+    url: str, headers: dict[str, str], watch: StreamWatch, listing: ListingCap, auth: httpx2.Auth | None = None
 ) -> AsyncIterator[Any]:
     async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
         watch.install(http)
+        _cap_listings(http, listing)
         async with streamable_http_client(url, http_client=http) as s:
             yield s
 
@@ -322,6 +373,8 @@ class DownstreamServer:
         self._users: OrderedDict[str, tuple[DownstreamServer, trio.CancelScope]] = OrderedDict()
         self._user_lock = trio.Lock()
         self.max_user_sessions = 256
+        self.listing = ListingCap(LISTED_PER_KEPT * config.max_tools)
+        """How many tools one ``tools/list`` answer keeps as it is read (stdio and HTTP alike)."""
         self.twin: DownstreamServer | None = None
         """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
         (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
@@ -353,7 +406,7 @@ class DownstreamServer:
                 and not self.credentials.per_caller(c.credential)
             ):
                 auth = _SharedCredential(self.credentials, c.credential)
-            inner = _http_transport(c.url or "", c.headers, self.streams, auth)
+            inner = _http_transport(c.url or "", c.headers, self.streams, self.listing, auth)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -387,6 +440,7 @@ class DownstreamServer:
     async def _session_once(self, task_status: trio.TaskStatus[None] | None) -> None:
         closed = trio.Event()
         self.state = "connecting"
+        listing = LISTING_CAP.set(self.listing)  # the stdio reader, started in the client, reads it
         try:
             # One scope around the whole session: its deadline bounds connecting and listing, and is lifted
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
@@ -425,6 +479,7 @@ class DownstreamServer:
                 raise
             self._down(exc)
         finally:
+            LISTING_CAP.reset(listing)
             self._client = None
             if task_status is not None:
                 task_status.started()
@@ -458,7 +513,10 @@ class DownstreamServer:
         limit = self.config.max_tools
         left_out = 0
         for _ in range(100):
+            self.listing.seen = 0
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+            if self.listing.seen:  # cut while it was read: the rest of it was never parsed
+                left_out += self.listing.seen - len(page.tools)
             for t in page.tools:
                 if "tools" in self.config.expose and self.keeps(t.name):
                     name = self.exposed(t.name)

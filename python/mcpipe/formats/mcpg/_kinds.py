@@ -30,7 +30,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import httpcore2
 import httpx2
@@ -38,6 +37,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
@@ -485,7 +485,7 @@ def query_string(arguments: Any) -> str:
             size += len(key) + len(text) + 2  # each character at least one byte once encoded
             if size > MAX_QUERY_BYTES:
                 raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
-            pairs.append(f"{_pct(key)}={_pct(text)}")
+            pairs.append(f"{url_component(key)}={url_component(text)}")
     query = "&".join(pairs)
     if len(query) > MAX_QUERY_BYTES:
         raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
@@ -502,9 +502,42 @@ def _query_value(value: Any) -> str:
     return sorted_json(value)
 
 
-def _pct(text: str) -> str:
-    """RFC 3986 percent-encoding of UTF-8, the unreserved characters kept."""
-    return quote(text, safe="-_.~")
+async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
+    """A binding's ``url`` for one call: its expressions percent-encoded as URL components where
+    ``mcpipe._url`` says (after the scheme's ``://``), then the URL checked to stay under the template's
+    literal base with no dot segment in its path. A ``url`` that is one expression is its value as it is.
+
+    Raises:
+        ExpressionError: an expression failed.
+        _TransportError: the URL leaves its base or climbs (nothing is sent).
+    """
+    parts = template.parts
+    if len(parts) == 1 and parts[0][0] == "cel":
+        return await template.resolve_async(env, tokens)
+    first = encode_from([value if kind == "lit" else None for kind, value in parts])
+    out: list[str] = []
+    base: str | None = None
+    for i, (kind, value) in enumerate(parts):
+        if kind == "lit":
+            out.append(value)
+            continue
+        # One part resolved as it is among others (an expression through CEL's `string()`).
+        text = await McpgTemplate("", (("lit", ""), (kind, value))).resolve_async(env, tokens)
+        if kind == "cel" and i >= first:
+            if base is None and all(k == "lit" for k, _ in parts[:i]):
+                base = "".join(out)
+            text = url_component(text)
+        out.append(text)
+    url = "".join(out)
+    try:
+        return check_templated_url(url, base)
+    except UrlRefused as exc:
+        raise _TransportError(f"refused the URL of `{_safe_url(template.source)}`: {exc}") from None
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its query (it may hold secrets), for messages."""
+    return url.split("?", 1)[0].split("#", 1)[0]
 
 
 async def _credential_header(
@@ -565,7 +598,7 @@ async def run_http(
     summary: _Summary | None = None
     tokens = await _tokens(plan, ctx)
     try:
-        display_url = await plan.url.resolve_async(cel, tokens)
+        display_url = await resolve_url(plan.url, cel, tokens)
         display_headers = await _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
@@ -647,7 +680,7 @@ async def run_grpc(
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
     tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
+        origin = httpx2.URL(await resolve_url(plan.url, cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
         sent = await _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
