@@ -81,6 +81,7 @@ REASONS = (
         "a prototype no engine ran (NoETL's 2024 plugin prototype, e0073283: no plugins in the repository)",
     ),
     ("job runtime of April-May 2025", "NoETL's job runtime of April-May 2025 (noetl/dsl), not read by mcpipe"),
+    ("duplicate key", "a key given twice (NoETL's YAML reader keeps the last one given; mcpipe refuses it)"),
     ("not valid YAML", "not valid YAML"),
     ("snowflake", "a cloud warehouse (Snowflake)"),
     ("secret manager", "cloud credentials or a cloud secret manager"),
@@ -91,7 +92,7 @@ REASONS = (
     ("cloud storage", "cloud storage (GCS, S3)"),
     ("cloud credentials injected", "cloud credentials"),
     ("has problems", "a sub-playbook it runs is refused"),
-    ("no playbook with the catalog path", "a sub-playbook that is not in the repository"),
+    ("in the catalog", "a sub-playbook that is not in the repository"),
     ("code from a template", "code from a template (a caller's value would become code)"),
 )
 

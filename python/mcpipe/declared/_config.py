@@ -183,6 +183,8 @@ class OutboundDuckdbConfig(_Base, kw_only=True):
     timeout_ms: PositiveMs = 60_000
     max_rows: PositiveInt = 10_000
     autoinstall_extensions: bool = False
+    external_access: bool = False
+    allowed_directories: list[str] = []
 
 
 class OutboundConfig(_Base, kw_only=True):
@@ -252,6 +254,8 @@ class OutboundConfig(_Base, kw_only=True):
                 timeout_ms=self.duckdb.timeout_ms,
                 max_rows=self.duckdb.max_rows,
                 autoinstall_extensions=self.duckdb.autoinstall_extensions,
+                external_access=self.duckdb.external_access,
+                allowed_directories=tuple(self.duckdb.allowed_directories),
             ),
             expression_max_ms=self.expression_max_ms,
         )

@@ -314,6 +314,13 @@ class DuckdbPolicy:
         max_rows: a statement that returns more rows fails the step.
         autoinstall_extensions: let DuckDB download an extension it knows when a statement needs it; off,
             statements load only extensions installed ahead (an explicit ``INSTALL`` is the SQL's own).
+        external_access: let the statements reach what is outside their database: files (``read_csv``,
+            ``read_text``, ``COPY ... TO``, ``ATTACH``), URLs and buckets, extensions to load. Off (the
+            default), DuckDB runs with ``enable_external_access = false`` and its configuration locked (the
+            statements cannot ``SET`` anything, the memory limit included); a step's ``secrets`` are created
+            (their extensions loaded) before that.
+        allowed_directories: with ``external_access`` off, the directories the statements may still read and
+            write files in (DuckDB's ``allowed_directories``).
     """
 
     workers: int = 4
@@ -322,6 +329,8 @@ class DuckdbPolicy:
     timeout_ms: float = 60_000
     max_rows: int = 10_000
     autoinstall_extensions: bool = False
+    external_access: bool = False
+    allowed_directories: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

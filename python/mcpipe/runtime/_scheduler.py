@@ -13,11 +13,16 @@ cancellation go on.
 
 Tool calls made under a parallel group hold a slot of the call's ``CapacityLimiter`` (``max_concurrency``)
 and then one of the process-wide limiter. The slots are held by tool calls only, never by a group or a
-pipe waiting for its children, so nested groups cannot deadlock on the limit.
+pipe waiting for its children, so nested groups cannot deadlock on the limit. A run started inside a step
+that holds a process slot (a sub-playbook, a pipeline served as a tool and called by a step) lends that slot
+back while it runs, and the step takes one again after: a step waiting for its sub-run holds none, so
+sub-runs cannot starve each other of slots (issue 27: 70 calls of a 3-level playbook chain held all 64 at
+their first level, each waiting for one for its second).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -73,12 +78,20 @@ from mcpipe.results import (
     leaf_result,
     ms_since,
     pipe_result,
+    preview,
     shape_answer,
     tool_result,
 )
 from mcpipe.tools import ToolContext, UnknownToolError
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
+__all__ = [
+    "PROCESS_CONCURRENCY",
+    "EventFn",
+    "check_pipeline",
+    "process_limiter",
+    "run_compiled",
+    "run_pipeline",
+]
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -98,6 +111,47 @@ _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
 _ANSWER_FRAME = 1024
 # Kept under max_answer_bytes (at most a quarter of it) for the records a full answer still makes.
 _RECORDS_ROOM = 64 * 1024
+
+
+class _Slot:
+    """A process slot held by one step (on the step's behalf, not its task's: any task may lend it).
+
+    ``lent`` counts the runs nested in the step that run now; while it is not zero the slot is back in the
+    limiter."""
+
+    __slots__ = ("held", "lent", "limiter")
+
+    def __init__(self, limiter: trio.CapacityLimiter) -> None:
+        self.limiter = limiter
+        self.held = False
+        self.lent = 0
+
+    async def take(self) -> None:
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(self)
+        except trio.WouldBlock:
+            await self.limiter.acquire_on_behalf_of(self)
+        self.held = True
+        if self.lent:  # a nested run started while this waited: it runs without the slot
+            self.drop()
+
+    def drop(self) -> None:
+        if self.held:
+            self.held = False
+            self.limiter.release_on_behalf_of(self)
+
+    def lend(self) -> None:
+        self.lent += 1
+        self.drop()
+
+    async def take_back(self) -> None:
+        self.lent -= 1
+        if not self.lent and not self.held:
+            await self.take()
+
+
+_HELD: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("mcpipe_held_slot", default=None)
+"""The process slot of the step running in this context (see the module's docstring)."""
 
 
 def process_limiter() -> trio.CapacityLimiter:
@@ -157,6 +211,67 @@ async def run_pipeline(
     return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started, answer)
 
 
+async def check_pipeline(
+    spec: Any,
+    registry: Any,
+    *,
+    context: ToolContext | None = None,
+    limits: Limits | None = None,
+) -> CompiledSpec:
+    """Every check :func:`run_pipeline` makes before a step runs, and nothing run: what ``mcpipe check``
+    and a background submission answer, so a spec they call ok is one a run does not refuse.
+
+    Args:
+        spec, registry, context, limits: as for :func:`run_pipeline` (``registry.get(name)`` gives a tool's
+            input schema and annotations, ``registry.allows(name, ctx)`` the caller's rights).
+
+    Returns:
+        The compiled spec.
+
+    Raises:
+        SpecError: every problem, located: the spec's own (shape, references, limits), unknown tools and
+            arguments their schemas refuse, tools the caller may not call, and retries of tools not marked
+            idempotent.
+    """
+    limits = limits or DEFAULT_LIMITS
+    try:
+        compiled = await compile_spec_async(spec, tools=registry, limits=limits)
+    except TemplateSyntaxError as e:  # as run_pipeline: the compiler reports these as problems
+        raise SpecError([Problem(e.location, e.code, e.reason)]) from None
+    problems = _preflight(compiled, registry, context if context is not None else ToolContext(), limits)
+    if problems:
+        raise SpecError(problems)
+    return compiled
+
+
+def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: Limits) -> list[Problem]:
+    """The problems of a compiled plan with the tools it will call, in location order: a tool the caller may
+    not call, a retry of a tool not marked idempotent. A run answers them before any step runs."""
+    allowed: dict[str, str | None] = {}
+    denied = []
+    denial = getattr(registry, "denial", None)  # the gateway's names the scopes a token lacks
+    for location, name in compiled.tool_sites:
+        if name not in allowed:
+            if denial is not None:
+                allowed[name] = denial(name, ctx)
+            else:
+                allowed[name] = None if registry.allows(name, ctx) else f"tool '{name}' is not allowed for this caller"
+        why = allowed[name]
+        if why is not None:
+            denied.append(Problem(f"{location}.tool", ErrorCode.FORBIDDEN, why))
+    for location, name in compiled.retry_sites:
+        if not _idempotent(registry, name, limits):
+            denied.append(
+                Problem(
+                    f"{location}.retry",
+                    ErrorCode.INVALID_SPEC,
+                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
+                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
+                )
+            )
+    return sorted(denied, key=problem_order)
+
+
 async def run_compiled(
     compiled: CompiledSpec,
     registry: Any,
@@ -202,33 +317,26 @@ async def _run_compiled(
     started: float,
     answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
-    allowed: dict[str, bool] = {}
-    denied = []
-    for location, name in compiled.tool_sites:
-        if name not in allowed:
-            allowed[name] = bool(registry.allows(name, ctx))
-        if not allowed[name]:
-            denied.append(
-                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
-            )
-    for location, name in compiled.retry_sites:
-        if not _idempotent(registry, name, limits):
-            denied.append(
-                Problem(
-                    f"{location}.retry",
-                    ErrorCode.INVALID_SPEC,
-                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
-                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
-                )
-            )
+    denied = _preflight(compiled, registry, ctx, limits)
     if denied:
-        return invalid_answer(sorted(denied, key=problem_order), started)
+        return invalid_answer(denied, started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
     if compiled.dry_run:
         return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
-    answer = await run.main(compiled.plan, started)
+    held = _HELD.get()
+    if held is None:
+        answer = await run.main(compiled.plan, started)
+    else:
+        # A run inside a step holding a process slot: the slot goes back while this run's own steps take theirs.
+        token = _HELD.set(None)
+        held.lend()
+        try:
+            answer = await run.main(compiled.plan, started)
+        finally:
+            _HELD.reset(token)
+            await held.take_back()
     tel = telemetry.current()
     if tel is not None:
         tel.observe_steps(answer)
@@ -474,18 +582,22 @@ class _Run:
             self.call_limiter = trio.CapacityLimiter(self.limits.max_concurrency)
             self.proc_limiter = process_limiter()
         call_limiter, proc_limiter = self.call_limiter, self.proc_limiter
+        assert proc_limiter is not None
         # Waiting for a slot is not running: a step cancelled while it waits never started. A free slot
         # is taken without yielding (`acquire` always yields, twice per child adds up).
         await _take(call_limiter)
         try:
-            await _take(proc_limiter)  # type: ignore[arg-type]
+            slot = _Slot(proc_limiter)
+            await slot.take()
+            token = _HELD.set(slot)
             try:
                 # A slot handed over by a sibling that has just failed comes with the group already
                 # cancelled: give up here, before the step counts as started.
                 await trio.lowlevel.checkpoint_if_cancelled()
                 return await run(step, env, results, prefix)
             finally:
-                proc_limiter.release()  # type: ignore[union-attr]
+                _HELD.reset(token)
+                slot.drop()
         finally:
             call_limiter.release()
 
@@ -498,7 +610,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, "tool")
+                await self.memo.starting(path, "tool", _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -734,7 +846,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, step.kind)
+                await self.memo.starting(path, step.kind, _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None
@@ -1268,6 +1380,27 @@ class _GraphRun:
                 self.decisions.pop(id(a), None)
         self.fired[j] = True
         self.reach(j, (arc,))
+
+
+def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a durable record's ``step_started`` event says of a leaf about to run (a queued run's: the
+    console shows it): a preview of its arguments as far as they resolve now (a tool call's ``args``, a kind's
+    templates), and the graph arcs it was reached by (``via``, by location). Only durable runs pay for it."""
+    out: dict[str, Any] = {}
+    via = env.get("via")
+    if via:
+        out["via"] = [a.location for a in via if isinstance(a, Arc)]
+    try:
+        if step.args is not None:
+            args: Any = step.args.resolve(env)
+        elif step.templates and step.input_transform is None:
+            args = {name: t.resolve(env) for name, t in step.templates}
+        else:
+            return out
+    except (InterpolationError, OutputTooLargeError):  # resolved again when the step runs, which reports it
+        return out
+    out["args"], out["args_bytes"] = preview(args)
+    return out
 
 
 def _forward_from(graph: Graph, start: int) -> frozenset[int]:

@@ -794,7 +794,14 @@ def _cedar(
     tkeys = frozenset({"principal_type", "action_namespace", "resource_types", "anonymous_principal_id"})
     if not _fields(translation, tkeys, f"{loc}.translation", problems, pid):
         return
-    gate: dict[str, Any] = {"kind": "cedar", "name": alias, "policy_dir": policy_dir, "enforce": enforce}
+    # mcpg's Cedar principal is `context.identity.subject_id`, the bare subject, whatever its source.
+    gate: dict[str, Any] = {
+        "kind": "cedar",
+        "name": alias,
+        "policy_dir": policy_dir,
+        "enforce": enforce,
+        "principal_id": "subject",
+    }
     for key in ("principal_type", "action_namespace"):
         value = _str(
             translation.get(key), f"{loc}.translation.{key}", problems, required=True, what=f"translation.{key}"
@@ -934,13 +941,15 @@ def _ip_allowlist(
             "ip-allowlist: `allow` (a list of CIDR ranges) is required; mcpg refuses the plugin without it",
         )
         return
+    _str(cfg.get("ip_header"), f"{loc}.ip_header", problems)  # checked, not used: see below
     gate: dict[str, Any] = {
         "kind": "ip_allowlist",
         "name": alias,
         "enforce": enforce,
         "allow": _strings(allow, f"{loc}.allow", problems),
-        # mcpg's gate reads the address from a header only (never the TCP peer).
-        "ip_header": _str(cfg.get("ip_header"), f"{loc}.ip_header", problems) or "x-forwarded-for",
+        # mcpg's plugin reads `ip_header` from a `_request_headers` map its gateway never fills (v0.1.0-beta.16),
+        # so no header a client sends reaches it. mcpipe judges the TCP peer, which a client cannot forge: a
+        # header is believed only from an mcpipe `ip_allowlist` gate naming `trusted_proxies`.
         "tools": _strings(cfg.get("tools"), f"{loc}.tools", problems),
     }
     _gate(out, gate)
