@@ -331,7 +331,7 @@ def _explain(ns: argparse.Namespace) -> int:
 
 def _draw(ns: argparse.Namespace) -> int:
     """``mcpipe explain ... --format mermaid|dot|svg``: the plan drawn on stdout; problems located on stderr."""
-    from mcpipe.plan._draw import drawing
+    from mcpipe.plan import drawing
 
     found = _plan_to_draw(ns)
     if isinstance(found, int):

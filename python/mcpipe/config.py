@@ -45,8 +45,8 @@ from mcpipe.access import (
     check_oidc,
     check_resource,
     check_scopes,
+    reserved_prefix,
 )
-from mcpipe.access._principal import reserved_prefix
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.plan import deepest_location, json_depth
 

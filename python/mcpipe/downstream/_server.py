@@ -59,6 +59,7 @@ from mcpipe.config import McpServerConfig
 from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 from mcpipe.downstream._lines import LISTING_CAP, ListingCap
 from mcpipe.downstream._lines import install as _linear_stdio_lines
+from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.downstream._polling import StreamWatch
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction import (
@@ -70,7 +71,6 @@ from mcpipe.interaction import (
     keep_caller_capabilities,
 )
 from mcpipe.tools import Tool, ToolContext, ToolResult
-from mcpipe.tools._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 

@@ -19,6 +19,7 @@ from mcpipe.plan._check import (
     step_reference_problem,
     template_parts,
 )
+from mcpipe.plan._draw import Drawing, drawing
 from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
@@ -57,6 +58,7 @@ __all__ = [
     "ArgumentSite",
     "Checker",
     "CompiledSpec",
+    "Drawing",
     "Expression",
     "ForEach",
     "Graph",
@@ -78,6 +80,7 @@ __all__ = [
     "decode_fields",
     "deepest_location",
     "depth_problem",
+    "drawing",
     "evaluate",
     "explain",
     "expression_timeout_ms",
