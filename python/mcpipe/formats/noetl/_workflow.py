@@ -1151,14 +1151,18 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admi
         if mif < 1:
             c.add(f"{loop.location}.spec.max_in_flight", "must be at least 1")
         width = max(1, mif)
+    # A failed item of a sequential loop ends the run, as NoETL 4.26 ends it (its engine answers the item's
+    # `command.failed` with `workflow.failed` when no other command is pending: the next item is not issued
+    # and the loop's arcs are not taken). A parallel loop's items run on, and its arcs route the failure.
+    sequential = width == 1
     return ForEach(
         sp.name,
         loop.location,
         items=_steps.LoopItems(sp, items, filt, loop.iterator),
-        step=leaf,
+        step=replace(leaf, continue_on_error=False) if sequential else leaf,
         as_name=loop.iterator,
         max_concurrency=width,
-        continue_on_error=True,
+        continue_on_error=not sequential,
         when=admit,
     )
 
