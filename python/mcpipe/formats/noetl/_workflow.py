@@ -258,6 +258,7 @@ def compile_workflow(
             pb.routers.add(s.name)
         if s.loop is not None:
             pb.loops.add(s.name)
+            _loop_warnings(c, s, s.loop)
     reachable = _reachable(c, doc)
     for s in doc.steps:
         if s.name not in reachable and doc.entry:
@@ -1165,6 +1166,30 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admi
         continue_on_error=not sequential,
         when=admit,
     )
+
+
+def _loop_warnings(c: _Problems, s: StepSpec, loop: LoopSpec) -> None:
+    """Where a sequential loop runs otherwise than NoETL 4.26 runs it, or than its arcs suggest: its items'
+    writes reach the next item (NoETL renders each item in the loop's start), and a failed item ends the run
+    (so an arc written for a failure never routes one)."""
+    if not (loop.mode == "sequential" or loop.max_in_flight == 1):
+        return
+    writes = sorted(
+        {str(k).partition(".")[2] or str(k) for k in (s.set or {})}
+        | {str(k).partition(".")[2] or str(k) for t in s.tasks for r in t.rules for k in (r.set or {})}
+    )
+    if writes:
+        names = ", ".join(f"`{w}`" for w in writes)
+        c.warnings.append(
+            f"{loop.location}: the items of this sequential loop write {names}: each item sees what the items "
+            "before it wrote (NoETL 4.26 renders every item in the variables of the loop's start)"
+        )
+    for a in s.arcs:
+        if isinstance(a.when, str) and "error" in a.when:
+            c.warnings.append(
+                f"{a.location}.when: a failed item of a sequential loop ends the run (as NoETL 4.26 ends it): "
+                "this arc is decided only once every item succeeded"
+            )
 
 
 def _inputs(pb: NoetlPlaybook, doc: Doc) -> list[str]:
