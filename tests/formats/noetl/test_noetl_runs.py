@@ -231,12 +231,13 @@ async def test_an_mcp_turn_runs_as_a_step_of_a_noetl_workflow_and_later_steps_re
 
 
 async def test_a_failed_item_of_a_sequential_loop_ends_the_run_there_as_noetl_ends_it():
-    # NoETL 4.26's engine answers the item's `command.failed` with `workflow.failed` when no command is pending:
-    # the next item is not issued, the loop's arcs are not taken (golden/4.26.0/v2_loop_test.json).
+    # Its code does not compile (`return` outside a function), so every item fails. NoETL 4.26's engine answers
+    # the item's `command.failed` with `workflow.failed` when no command is pending: the next item is not
+    # issued, the loop's arcs are not taken (golden/4.26.0/v2_loop_test.json).
     answer, events = await run("tests/fixtures/playbooks/v2_loop_test.yaml")
     shaped = answer["noetl"]
     assert shaped["status"] == "failed" and shaped["failed_steps"] == ["start"]
-    assert [r["error"] for r in shaped["steps"]["start"]] == ["name 'input_data' is not defined"]
+    assert [r["error"] for r in shaped["steps"]["start"]] == ["'return' outside function (<string>, line 9)"]
     assert set(shaped["steps"]) == {"start"}  # process, user_loop, verify and end never run
     assert step_order(events) == ["start"]
 
