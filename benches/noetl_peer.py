@@ -64,6 +64,9 @@ KNOWN = {
     "playbook_composition": "NoETL 4.26 records five loop entries for four users (tests/formats/noetl/test_goldens.py "
     "KNOWN): the figures are measured, the answers differ there",
 }
+LAST = {"playbook_composition"}
+"""NoETL 4.26's worker stopped taking commands after runs of this case (its sub-playbook's `finalize_result`
+failing with `KeyError: 'score_breakdown'`): it runs after every other case, in the last round only."""
 TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CONCURRENCY = (1, 16)
@@ -423,9 +426,10 @@ def main() -> int:
                 "noetl": (noetl.pids(), noetl.load),
                 "mcpipe": (mcpipe_pids, lambda case, c, runs: mcpipe_load(url, names[case], c, runs)),
             }
+            # A case that may leave NoETL unable to run more (LAST) runs after every other, in the last round only.
             for rnd in range(args.rounds):
                 order = ["noetl", "mcpipe"] if rnd % 2 == 0 else ["mcpipe", "noetl"]
-                for case in cases:
+                for case in [c for c in cases if c not in LAST] + [c for c in cases if c in LAST and rnd == args.rounds - 1]:
                     for c in CONCURRENCY:
                         runs = args.runs if c == 1 else args.runs * 4
                         if runs < c:
