@@ -52,13 +52,20 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT / "tests"), str(ROOT / "scripts")]
 
-from formats.noetl.normalize import comparable, stable, subset_diff  # noqa: E402
 from noetl_oracle import _python312  # noqa: E402
+
+from formats.noetl.normalize import comparable, stable, subset_diff  # noqa: E402
 from server_load import blast, tools_call  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0"
 VERSION = "4.26.0"
-CASES = ["hello_world", "http_retry_status_code", "postgres_retry_connection", "test_simple_loop", "playbook_composition"]
+CASES = [
+    "hello_world",
+    "http_retry_status_code",
+    "postgres_retry_connection",
+    "test_simple_loop",
+    "playbook_composition",
+]
 CALLEES = {"playbook_composition": ["user_profile_scorer"]}
 KNOWN = {
     "playbook_composition": "NoETL 4.26 records five loop entries for four users (tests/formats/noetl/test_goldens.py "
@@ -189,12 +196,17 @@ class Noetl:
     def prepare(self, cases: list[str]) -> None:
         for name in ("pg_local", "pg_k8s"):
             data = {"db_host": "127.0.0.1", "db_port": str(self.pg_port), "db_user": "demo", "db_password": "demo"}
-            _http("POST", f"{self.base}/api/credentials", {"name": name, "type": "postgres", "data": {**data, "db_name": "demo_noetl"}})  # fmt: skip
+            cred = {"name": name, "type": "postgres", "data": {**data, "db_name": "demo_noetl"}}
+            _http("POST", f"{self.base}/api/credentials", cred)
         for case in cases:
             for callee in CALLEES.get(case, []):
-                _http("POST", f"{self.base}/api/catalog/register", {"content": (GOLDEN / f"{callee}.yaml").read_text(), "resource_type": "Playbook"})  # fmt: skip
-            reg = _http("POST", f"{self.base}/api/catalog/register", {"content": (GOLDEN / f"{case}.yaml").read_text(), "resource_type": "Playbook"})  # fmt: skip
+                self.register(callee)
+            reg = self.register(case)
             self.registered[case] = {"path": reg["path"], "version": reg["version"]}
+
+    def register(self, name: str) -> Any:
+        body = {"content": (GOLDEN / f"{name}.yaml").read_text(), "resource_type": "Playbook"}
+        return _http("POST", f"{self.base}/api/catalog/register", body)
 
     def answer(self, case: str) -> dict[str, Any]:
         """One run through the kit's ``run.py --stable`` (its normalized answer, as the golden was recorded)."""
@@ -245,7 +257,8 @@ async def _serve(config_path: str) -> None:
     from mcpipe.config import parse_config
     from mcpipe.server import open_app, serve_http
 
-    config = parse_config(Path(config_path).read_text(), "json", base_dir=str(Path(config_path).parent))
+    path = trio.Path(config_path)
+    config = parse_config(await path.read_text(), "json", base_dir=str(path.parent))
     async with open_app(config) as app, trio.open_nursery() as nursery:
         url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
         print(url, flush=True)
@@ -326,7 +339,7 @@ def mcpipe_answer(url: str, tool: str) -> dict[str, Any]:
 
 def mcpipe_load(url: str, tool: str, concurrency: int, runs: int) -> tuple[float, list[float]]:
     done, seconds, _ = blast(
-        url, tools_call(tool, {}), clients=concurrency, calls=runs, check=b'"completed"', max_seconds=120
+        url, tools_call(tool, {}), clients=concurrency, calls=runs, check=b'"failed_steps":[]', max_seconds=120
     )
     if done != max(1, runs // concurrency) * concurrency:
         raise RuntimeError(f"mcpipe: {done} of {runs} runs of {tool} answered")
@@ -386,7 +399,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--serve", help=argparse.SUPPRESS)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--runs", type=int, default=6, help="runs of a playbook per measurement at concurrency 1 (x4 at 16)")
+    ap.add_argument("--runs", type=int, default=6, help="NoETL's runs of a playbook at concurrency 1 (x4 at 16)")
     ap.add_argument("--cases", default=",".join(CASES))
     ap.add_argument("--poll", type=float, default=0.05, help="seconds between NoETL status polls")
     ap.add_argument("--keep", action="store_true", help="leave the NoETL stack running")
@@ -420,7 +433,10 @@ def main() -> int:
         with mcpipe_side(cases) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
-                verdicts[case] = (check("NoETL", case, noetl.answer(case)), check("mcpipe", case, mcpipe_answer(url, names[case])))  # fmt: skip
+                verdicts[case] = (
+                    check("NoETL", case, noetl.answer(case)),
+                    check("mcpipe", case, mcpipe_answer(url, names[case])),
+                )
                 print(f"{case}: NoETL {verdicts[case][0]}; mcpipe {verdicts[case][1]}", flush=True)
             sides = {
                 "noetl": (noetl.pids(), noetl.load),
@@ -429,7 +445,8 @@ def main() -> int:
             # A case that may leave NoETL unable to run more (LAST) runs after every other, in the last round only.
             for rnd in range(args.rounds):
                 order = ["noetl", "mcpipe"] if rnd % 2 == 0 else ["mcpipe", "noetl"]
-                for case in [c for c in cases if c not in LAST] + [c for c in cases if c in LAST and rnd == args.rounds - 1]:
+                last = rnd == args.rounds - 1
+                for case in [c for c in cases if c not in LAST] + [c for c in cases if c in LAST and last]:
                     for c in CONCURRENCY:
                         runs = args.runs if c == 1 else args.runs * 4
                         if runs < c:

@@ -146,7 +146,8 @@ def test_a_sequential_loops_writes_and_its_failure_arcs_are_warned_of_as_noetl_4
     from kit.noetl import load
 
     pb = load("tests/fixtures/playbooks/load_test/heavy_loop_aggregation/heavy_loop_aggregation.yaml")
-    assert any(w.startswith("workflow[1].loop: the items of this sequential loop write `loop_results`") for w in pb.warnings)
+    wrote = "workflow[1].loop: the items of this sequential loop write `loop_results`"
+    assert any(w.startswith(wrote) for w in pb.warnings)
     (tmp_path / "pb.yaml").write_text(
         HEAD + "  - step: a\n    loop: {in: '{{ [1, 2] }}', iterator: x}\n    tool: {kind: noop}\n"
         "    next: {arcs: [{step: b, when: \"{{ event.name == 'call.error' }}\"}, {step: b}]}\n"

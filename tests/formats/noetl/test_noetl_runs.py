@@ -249,7 +249,7 @@ async def test_a_failed_item_of_a_parallel_loop_lets_the_other_items_run_and_the
         "  - step: start\n    loop: {in: '{{ xs }}', iterator: x, spec: {mode: parallel}}\n"
         "    tool: {kind: python, input: {x: '{{ x }}'}, code: 'result = {\"inv\": 1 / x}'}\n"
         "    next: {arcs: [{step: end}]}\n"
-        "  - step: end\n    tool: {kind: python, code: 'result = {\"status\": \"done\"}'}\n"
+        '  - step: end\n    tool: {kind: python, code: \'result = {"status": "done"}\'}\n'
     )
     pb = load(str(tmp_path / "pb.yaml"))
     with trio.fail_after(WAIT_S):
