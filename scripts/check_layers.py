@@ -56,6 +56,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("mcpipe.runtime",)),
     # Declared pipelines: the config front-end of the plan, served as tools.
     ("declared", ("mcpipe.declared",)),
+    # OpenAPI documents served as tools (their operations called through the outbound HTTP policy).
+    ("openapi", ("mcpipe.openapi",)),
     # Pipelines with a model inside: the piraeus workflow tool.
     ("llm", ("mcpipe.workflow",)),
     # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:

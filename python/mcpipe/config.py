@@ -38,6 +38,7 @@ from mcpipe.access import (
     check_oidc,
 )
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
+from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
@@ -615,6 +616,8 @@ class Config(_Base):
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
+    openapi: dict[str, OpenApiConfig] = {}
+    """OpenAPI documents whose operations are served as tools (``[openapi.NAME]``, ``docs/openapi.md``)."""
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
@@ -672,6 +675,7 @@ _SECTIONS = {
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
+    "openapi": _Section("openapi", OpenApiConfig, each=True),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -939,6 +943,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    problems.extend(check_openapi(cfg.openapi, cfg.credentials))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:

@@ -1,0 +1,65 @@
+"""Swagger's Petstore (3.0, 3.1) and the OpenAPI examples' (Swagger 2.0, one file and split over five) served
+as tools, called through a real MCP client over HTTP against a stand-in that checks every request with
+openapi-core or bravado-core."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import trio
+
+from kit.clients import bearer_client
+from kit.openapi_standin import DOCUMENTS, read, standin
+from kit.servers import http_server, make_config
+from mcpipe.server import open_app
+
+
+def _config(spec: str, base_url: str, **extra: Any) -> Any:
+    return make_config(openapi={"petstore": {"spec": str(DOCUMENTS / spec), "base_url": base_url, **extra}})
+
+
+def _structured(result: Any) -> Any:
+    return result.structured_content
+
+
+async def test_petstore_3_0_operations_are_tools_whose_calls_the_document_accepts(monkeypatch: Any) -> None:
+    monkeypatch.setenv("PETS_KEY", "special-key")
+    with trio.fail_after(60):
+        async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
+            config = make_config(
+                {"PETS_KEY": "special-key"},
+                openapi={"petstore": {"spec": str(DOCUMENTS / "swagger-petstore-3.0.yaml"), "base_url": api.url, "auth": {"api_key": {"credential": "pets"}}}},
+                credentials={"pets": {"kind": "env", "env": "PETS_KEY"}},
+            )
+            async with open_app(config) as app, http_server(app) as url, bearer_client(url, None) as client:
+                listed = {t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools}
+                by_id = await client.call_tool("petstore.getPetById", {"petId": 7})
+                found = await client.call_tool("petstore.findPetsByStatus", {"status": "sold"})
+                tagged = await client.call_tool("petstore.findPetsByTags", {"tags": ["a", "b"]})
+                added = await client.call_tool(
+                    "petstore.addPet", {"body": {"name": "doggie", "photoUrls": ["u"], "status": "available", "category": {"id": 1, "name": "Dogs"}}}
+                )
+                form = await client.call_tool("petstore.updatePetWithForm", {"petId": 7, "name": "rex", "status": "sold"})
+                order = await client.call_tool("petstore.placeOrder", {"body": {"id": 1, "petId": 7, "quantity": 2, "status": "placed"}})
+                deleted = await client.call_tool("petstore.deletePet", {"petId": 7, "api_key": "k"})
+                bad = await client.call_tool("petstore.getPetById", {"petId": "seven"})
+    assert len([n for n in listed if n.startswith("petstore.")]) == 19
+    schema = listed["petstore.getPetById"]["inputSchema"]
+    assert schema["required"] == ["petId"] and schema["properties"]["petId"]["type"] == "integer"
+    assert listed["petstore.addPet"]["inputSchema"]["properties"]["body"]["$ref"] == "#/$defs/Pet"
+    assert "Pet" in listed["petstore.addPet"]["inputSchema"]["$defs"]
+    assert listed["petstore.getPetById"]["annotations"]["readOnlyHint"] is True
+    assert listed["petstore.deletePet"]["annotations"]["destructiveHint"] is True
+    assert not api.invalid, [(s.method, s.path, s.errors) for s in api.invalid]
+    assert [s.operation for s in api.seen] == [
+        "getPetById", "findPetsByStatus", "findPetsByTags", "addPet", "updatePetWithForm", "placeOrder", "deletePet",
+    ]  # fmt: skip
+    assert _structured(by_id)["path"] == "/api/v3/pet/7" and not by_id.is_error
+    assert api.seen[2].query == [("tags", "a"), ("tags", "b")]
+    assert _structured(added)["body"]["name"] == "doggie"
+    assert json.loads(order.content[0].text)["body"]["quantity"] == 2
+    assert api.seen[6].headers.get("api_key") == "k"  # the parameter: deletePet's security is OAuth 2 only
+    assert api.seen[0].headers.get("api_key") == "special-key"  # getPetById accepts the API key scheme
+    assert bad.is_error and "args.petId" in bad.content[0].text and len(api.seen) == 7
+    assert not (found.is_error or tagged.is_error or form.is_error or deleted.is_error)
