@@ -79,6 +79,23 @@ class _Bravado:
         return orjson.loads(self._raw)
 
 
+class _Offline:
+    """bravado-core's HTTP client, offline: its model discovery walks every schema jsonschema's resolver knows
+    (the OAS 3.1 meta-schemas openapi-core registers included) and would download them; they are empty here."""
+
+    class _Answer:
+        headers: dict[str, str] = {}
+
+        def json(self) -> Any:
+            return {}
+
+        def result(self) -> Any:
+            return self
+
+    def request(self, params: Any) -> Any:
+        return self._Answer()
+
+
 @dataclass
 class StandIn:
     """The stand-in of one document. ``prefix``: the path the API sits under (a server URL's path)."""
@@ -89,6 +106,8 @@ class StandIn:
     """Canned bodies by operationId (``{"status": 404, "body": ...}`` for a status of its own)."""
     seen: list[Seen] = field(default_factory=list)
     url: str = ""
+    origin: str | None = None
+    """Where a split Swagger 2.0 document lies (``file://...``), for its ``$ref``s to other files."""
 
     def __post_init__(self) -> None:
         self.version = "2.0" if "swagger" in self.document else "3"
@@ -101,14 +120,19 @@ class StandIn:
                 if isinstance(item.get(method), dict):
                     self._routes.append((method, pattern, path, item[method]))
         if self.version == "2.0":
-            from bravado_core.spec import Spec
+            with warnings.catch_warnings():  # bravado-core resolves with jsonschema's RefResolver, deprecated
+                warnings.simplefilter("ignore", DeprecationWarning)
+                from bravado_core.spec import Spec
 
-            doc = copy.deepcopy(self.document)
-            doc["host"], doc["schemes"], doc["basePath"] = "standin.invalid", ["http"], self.prefix or "/"
-            config = {"validate_requests": True, "validate_responses": False, "use_models": False, "validate_swagger_spec": False}
-            self._spec = Spec.from_dict(doc, origin_url=_HOST + "/swagger.json", config=config)
+                doc = copy.deepcopy(self.document)
+                doc["host"], doc["schemes"], doc["basePath"] = "standin.invalid", ["http"], self.prefix or "/"
+                config = {"validate_requests": True, "validate_responses": False, "use_models": False, "validate_swagger_spec": False}
+                # A split document's files are read from where it lies (bravado-core resolves them itself).
+                self._spec = Spec.from_dict(
+                    doc, origin_url=self.origin or _HOST + "/swagger.json", http_client=_Offline(), config=config
+                )
         else:
-            from openapi_core import OpenAPI
+            from openapi_core import Config, OpenAPI
 
             doc = copy.deepcopy(self.document)
             doc["servers"] = [{"url": _HOST + self.prefix}]
@@ -118,7 +142,8 @@ class StandIn:
                     for method in METHODS:
                         if isinstance(item.get(method), dict):
                             item[method].pop("servers", None)
-            self._api = OpenAPI.from_dict(doc)
+            # The document is checked by mcpipe (the test reads its verdict); the stand-in checks requests only.
+            self._api = OpenAPI.from_dict(doc, config=Config(spec_validator_cls=None))
 
     def _route(self, method: str, path: str) -> tuple[str, dict[str, str], dict[str, Any]] | None:
         """The operation a request is for: the most specific template (fewest parameters) that matches."""
@@ -149,7 +174,9 @@ class StandIn:
             operation = self._op2(method, template)
             form = dict(parse_qsl(body.decode())) if "x-www-form-urlencoded" in ctype else {}
             try:
-                unmarshal_request(_Bravado({k: unquote(v) for k, v in params.items()}, query, headers, form, body), operation)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", DeprecationWarning)
+                    unmarshal_request(_Bravado({k: unquote(v) for k, v in params.items()}, query, headers, form, body), operation)
             except Exception as exc:
                 return op_id, [f"{type(exc).__name__}: {exc}"]
             return op_id, []
@@ -227,9 +254,11 @@ class StandIn:
 
 
 @asynccontextmanager
-async def standin(document: dict[str, Any], prefix: str = "", responses: dict[str, Any] | None = None) -> AsyncIterator[StandIn]:
+async def standin(
+    document: dict[str, Any], prefix: str = "", responses: dict[str, Any] | None = None, origin: str | None = None
+) -> AsyncIterator[StandIn]:
     """Serve the stand-in of ``document`` on 127.0.0.1 for the block; ``.url`` is its base URL (with ``prefix``)."""
-    s = StandIn(document, prefix, responses or {})
+    s = StandIn(document, prefix, responses or {}, origin=origin)
     async with serving(s.app()) as base:
         s.url = base + prefix
         yield s

@@ -63,3 +63,56 @@ async def test_petstore_3_0_operations_are_tools_whose_calls_the_document_accept
     assert api.seen[0].headers.get("api_key") == "special-key"  # getPetById accepts the API key scheme
     assert bad.is_error and "args.petId" in bad.content[0].text and len(api.seen) == 7
     assert not (found.is_error or tagged.is_error or form.is_error or deleted.is_error)
+
+
+async def test_petstore_3_1_serves_what_resolves_and_refuses_the_operations_whose_refs_do_not_located() -> None:
+    with trio.fail_after(60):
+        async with standin(read("swagger-petstore-3.1.yaml"), prefix="/api/v31") as api:
+            async with open_app(_config("swagger-petstore-3.1.yaml", api.url)) as app:
+                source = app.gateway.get("petstore.getPetById")
+                assert source is not None
+                apis = [s for s in app.gateway.sources if hasattr(s, "apis")][0].apis[0]
+                async with http_server(app) as url, bearer_client(url, None) as client:
+                    got = await client.call_tool("petstore.getPetById", {"petId": 3})
+                    found = await client.call_tool("petstore.findPetsByStatus", {"status": "pending"})
+    assert apis.version == "3.1" and sorted(apis.tools) == [
+        "petstore.deletePet", "petstore.findPetsByStatus", "petstore.findPetsByTags", "petstore.getPetById",
+    ]  # fmt: skip
+    # The document's `$ref: #/...` is unquoted, so YAML reads a comment: the two operations taking a Pet are refused.
+    assert [(r.location, r.reason) for r in apis.refused] == [
+        ("paths./pet.put", "a `$ref` is a string, not null"),
+        ("paths./pet.post", "a `$ref` is a string, not null"),
+    ]
+    assert not got.is_error and not found.is_error and not api.invalid and len(api.seen) == 2
+
+
+async def test_swagger_2_0_petstores_one_file_and_split_over_five_are_tools_bravado_accepts() -> None:
+    with trio.fail_after(60):
+        async with standin(read("oai-petstore-2.0.json"), prefix="/v1") as one:
+            async with open_app(_config("oai-petstore-2.0.json", one.url)) as app, http_server(app) as url:
+                async with bearer_client(url, None) as client:
+                    listed = [t.name for t in (await client.list_tools()).tools if t.name.startswith("petstore.")]
+                    pets = await client.call_tool("petstore.listPets", {"limit": 5})
+                    made = await client.call_tool("petstore.createPets", {})
+                    shown = await client.call_tool("petstore.showPetById", {"petId": "42"})
+    assert sorted(listed) == ["petstore.createPets", "petstore.listPets", "petstore.showPetById"]
+    assert not one.invalid and [s.operation for s in one.seen] == ["listPets", "createPets", "showPetById"]
+    assert one.seen[0].query == [("limit", "5")] and not (pets.is_error or made.is_error or shown.is_error)
+    split = read("oai-petstore-separate-2.0/spec/swagger.yaml")
+    with trio.fail_after(60):
+        origin = (DOCUMENTS / "oai-petstore-separate-2.0/spec/swagger.yaml").as_uri()
+        async with standin(split, prefix="/api", origin=origin) as api:
+            config = _config("oai-petstore-separate-2.0/spec/swagger.yaml", api.url)
+            async with open_app(config) as app, http_server(app) as url, bearer_client(url, None) as client:
+                listed = {t.name: t.model_dump(by_alias=True) for t in (await client.list_tools()).tools}
+                found = await client.call_tool("petstore.findPets", {"tags": ["cat", "dog"], "limit": 3})
+                added = await client.call_tool("petstore.addPet", {"pet": {"id": 1, "name": "Tom", "tag": "cat"}})
+                gone = await client.call_tool("petstore.deletePet", {"id": 9})
+    # The body's schema is `NewPet.yaml`'s, named from its file (an `allOf` of `Pet.yaml`, so it needs an `id` too);
+    # the tags parameter came from `parameters.yaml`.
+    schema = listed["petstore.addPet"]["inputSchema"]
+    assert schema["properties"]["pet"]["$ref"] == "#/$defs/NewPet" and schema["required"] == ["pet"]
+    assert listed["petstore.findPets"]["inputSchema"]["properties"]["tags"]["type"] == "array"
+    assert not api.invalid, [(s.path, s.errors) for s in api.invalid]
+    assert api.seen[0].query == [("tags", "cat,dog"), ("limit", "3")]  # collectionFormat csv
+    assert json.loads(api.seen[1].body) == {"id": 1, "name": "Tom", "tag": "cat"} and not (found.is_error or added.is_error or gone.is_error)
