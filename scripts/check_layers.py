@@ -64,6 +64,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # front-ends of the same plan, one subpackage each; ``mcpipe.playbooks`` is the NoETL format's old name
     # (and holds its Jinja environment).
     ("formats", ("mcpipe.formats", "mcpipe.playbooks")),
+    # The operator's view of the tools: reshaped tools, hidden ones, tool search (``[tools]``).
+    ("toolset", ("mcpipe.toolset",)),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.

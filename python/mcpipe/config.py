@@ -39,6 +39,7 @@ from mcpipe.access import (
 )
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
+from mcpipe.toolset import ToolsConfig, check_tools
 from mcpipe.plan._bounds import deepest_location, json_depth
 
 __all__ = [
@@ -616,6 +617,8 @@ class Config(_Base):
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    """The operator's view of the tools: reshaped tools, hidden ones, and tool search (``docs/gateway.md``)."""
     openapi: dict[str, OpenApiConfig] = {}
     """OpenAPI documents whose operations are served as tools (``[openapi.NAME]``, ``docs/openapi.md``)."""
     credentials: dict[str, CredentialConfig] = {}
@@ -676,6 +679,7 @@ _SECTIONS = {
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
     "openapi": _Section("openapi", OpenApiConfig, each=True),
+    "tools": _Section("tools", ToolsConfig),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -944,6 +948,7 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
     problems.extend(check_openapi(cfg.openapi, cfg.credentials))
+    problems.extend(check_tools(cfg.tools))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:

@@ -24,7 +24,7 @@ from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, T
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, tool_wire
 from mcpipe.server._guide import INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
@@ -303,6 +303,10 @@ async def open_app(
     sources = tool_sources(
         config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources, apis
     )
+    if config.tools.discovery == "search":
+        from mcpipe.toolset import search_tools
+
+        sources.insert(0, search_tools(config.tools.search_limit, tool_wire))
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
     downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=credentials)
@@ -319,6 +323,7 @@ async def open_app(
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
         refusals=config.access.refusals,
+        tools=config.tools,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)

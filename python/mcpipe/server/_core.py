@@ -536,9 +536,12 @@ class ToolHandlers:
                         _log.warning("%s: the tool is left out of tools/list", refused)
                     continue
             tools.append(entry)
+        view = self.gateway.view
+        shown = tools if view is None or not view.search else [e for e in tools if view.listed(e["name"])]
         if self.pipe is None:
-            return tools
-        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
+            return shown
+        # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
