@@ -736,6 +736,15 @@ def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: 
         if field is None:
             problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
             continue
+        args = typing.get_args(field.type)
+        if typing.get_origin(field.type) is dict and len(args) == 2 and _is_struct(args[1]) and isinstance(item, dict):
+            # A table of tables (``[tools.reshape.NAME]``): each located by its name, not ``[...]``.
+            for name, sub in item.items():
+                try:
+                    msgspec.convert(sub, args[1], strict=True)
+                except msgspec.ValidationError as inner:
+                    problems.extend(_every_problem(inner, sub, f"{base}.{key}.{name}", args[1]))
+            continue
         try:
             msgspec.convert(item, field.type, strict=True)
         except msgspec.ValidationError as inner:
