@@ -21,7 +21,8 @@ def forecast_tomorrow_weather(city: str) -> str:
 async def learn(ctx: Context) -> str:
     """Add a tool, and tell the client the tool list changed."""
     server.add_tool(forecast_tomorrow_weather)
-    await ctx.session.send_tool_list_changed()
+    await ctx.notify_tools_changed()  # a 2026-07-28 client's listen stream
+    await ctx.session.send_tool_list_changed()  # a 2025-11-25 client's session
     return "learned"
 
 
