@@ -91,3 +91,17 @@ async def test_the_index_follows_a_downstream_servers_list_changes() -> None:
     assert "growing.forecast_tomorrow_weather" not in _names(before)
     assert _names(after)[0] == "growing.forecast_tomorrow_weather"
     assert "sun in Oslo" in forecast.content[0].text  # type: ignore[union-attr]
+
+
+async def test_the_guide_and_the_write_pipeline_prompt_teach_search_mode() -> None:
+    config = make_config(tools={"discovery": "search", "pinned": ["now"]})
+    with trio.fail_after(30):
+        async with open_app(config) as app, Client(app.server, mode="legacy") as client:
+            instructions = client.instructions or ""
+            prompt = await client.get_prompt("write_pipeline", {"task": "split a text"})
+            guide = await client.read_resource("mcpipe://guide/pipelines")
+    text = prompt.messages[0].content.text  # type: ignore[union-attr]
+    assert "## Finding the tools" in text and '`search_tools` with `{"query"' in text
+    assert "## The tools listed (3)" in text and "### `now`" in text and "### `text_split`" not in text
+    assert "describe_tools" in guide.contents[0].text  # type: ignore[union-attr]
+    assert "mcp_pipe" in instructions and "find the others with `search_tools`" in instructions

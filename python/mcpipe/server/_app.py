@@ -25,7 +25,7 @@ from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, tool_wire
-from mcpipe.server._guide import INSTRUCTIONS
+from mcpipe.server._guide import INSTRUCTIONS, SEARCH_INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
@@ -345,6 +345,8 @@ async def open_app(
         content=declared.policy.content if declared is not None else await _content_of(config),
     )
     instructions = INSTRUCTIONS if config.pipe.enabled else None
+    if instructions is not None and config.tools.discovery == "search":
+        instructions = f"{instructions} {SEARCH_INSTRUCTIONS}"
     server = build_server(handlers, name=config.name, version=_version(), instructions=instructions)
     try:
         tel = telemetry.configure(

@@ -97,6 +97,11 @@ def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
     return _error_result(f"{ErrorCode.LIMIT_EXCEEDED}: {exc}")
 
 
+def _searching(gateway: Gateway) -> bool:
+    """Whether the gateway is in search mode (``[tools] discovery = "search"``)."""
+    return gateway.view is not None and gateway.view.search
+
+
 def tool_wire(tool: Tool) -> dict[str, Any]:
     """A tool's ``tools/list`` entry."""
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
@@ -470,7 +475,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
-                guide=None if pipe is None else Guide(self._tools_of, self.limits),
+                guide=None if pipe is None else Guide(self._tools_of, self.limits, search=_searching(gateway)),
                 caching=caching,
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
