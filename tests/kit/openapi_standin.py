@@ -64,7 +64,9 @@ class _Req:
 class _Bravado:
     """bravado-core's ``IncomingRequest`` over what the ASGI server received."""
 
-    def __init__(self, path: dict[str, str], query: list[tuple[str, str]], headers: Headers, form: dict[str, Any], raw: bytes) -> None:
+    def __init__(
+        self, path: dict[str, str], query: list[tuple[str, str]], headers: Headers, form: dict[str, Any], raw: bytes
+    ) -> None:
         grouped: dict[str, Any] = {}
         for k, v in query:
             grouped.setdefault(k, []).append(v)
@@ -133,7 +135,9 @@ class StandIn:
         for path, item in (self.document.get("paths") or {}).items():
             if not isinstance(item, dict):
                 continue
-            pattern = re.compile("^" + re.sub(r"\\\{([^}]+)\\\}", r"(?P<p_\1>[^/]+)", re.escape(path)).replace("(?P<p_", "(?P<p") + "$")
+            pattern = re.compile(
+                "^" + re.sub(r"\\\{([^}]+)\\\}", r"(?P<p_\1>[^/]+)", re.escape(path)).replace("(?P<p_", "(?P<p") + "$"
+            )
             for method in METHODS:
                 if isinstance(item.get(method), dict):
                     self._routes.append((method, pattern, path, item[method]))
@@ -144,7 +148,12 @@ class StandIn:
 
                 doc = copy.deepcopy(self.document)
                 doc["host"], doc["schemes"], doc["basePath"] = "standin.invalid", ["http"], self.prefix or "/"
-                config = {"validate_requests": True, "validate_responses": False, "use_models": False, "validate_swagger_spec": False}
+                config = {
+                    "validate_requests": True,
+                    "validate_responses": False,
+                    "use_models": False,
+                    "validate_swagger_spec": False,
+                }
                 # A split document's files are read from where it lies (bravado-core resolves them itself).
                 self._spec = Spec.from_dict(
                     doc, origin_url=self.origin or _HOST + "/swagger.json", http_client=_Offline(), config=config
@@ -179,7 +188,9 @@ class StandIn:
                     best = (template, params, op)
         return best
 
-    def _check(self, method: str, path: str, query: list[tuple[str, str]], headers: Headers, body: bytes) -> tuple[str | None, list[str]]:
+    def _check(
+        self, method: str, path: str, query: list[tuple[str, str]], headers: Headers, body: bytes
+    ) -> tuple[str | None, list[str]]:
         local = path[len(self.prefix) :] if path.startswith(self.prefix) else path
         route = self._route(method, local)
         if route is None:
@@ -197,7 +208,9 @@ class StandIn:
             try:
                 with warnings.catch_warnings():  # deprecations, and formats it does not know (int-or-string)
                     warnings.simplefilter("ignore")
-                    unmarshal_request(_Bravado({k: unquote(v) for k, v in params.items()}, query, headers, form, body), operation)
+                    unmarshal_request(
+                        _Bravado({k: unquote(v) for k, v in params.items()}, query, headers, form, body), operation
+                    )
             except Exception as exc:
                 return op_id, [f"{type(exc).__name__}: {exc}"]
             return op_id, []
@@ -264,7 +277,9 @@ class StandIn:
                             echo["body"] = body.decode(errors="replace")
                     status, payload = 200, echo
             data = orjson.dumps(payload)
-            await send({"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]})
+            await send(
+                {"type": "http.response.start", "status": status, "headers": [(b"content-type", b"application/json")]}
+            )
             await send({"type": "http.response.body", "body": data})
 
         return app

@@ -29,19 +29,39 @@ async def test_petstore_3_0_operations_are_tools_whose_calls_the_document_accept
         async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
             config = make_config(
                 {"PETS_KEY": "special-key"},
-                openapi={"petstore": {"spec": str(DOCUMENTS / "swagger-petstore-3.0.yaml"), "base_url": api.url, "auth": {"api_key": {"credential": "pets"}}}},
+                openapi={
+                    "petstore": {
+                        "spec": str(DOCUMENTS / "swagger-petstore-3.0.yaml"),
+                        "base_url": api.url,
+                        "auth": {"api_key": {"credential": "pets"}},
+                    }
+                },
                 credentials={"pets": {"kind": "env", "env": "PETS_KEY"}},
             )
             async with open_app(config) as app, http_server(app) as url, bearer_client(url, None) as client:
-                listed = {t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools}
+                listed = {
+                    t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools
+                }
                 by_id = await client.call_tool("petstore.getPetById", {"petId": 7})
                 found = await client.call_tool("petstore.findPetsByStatus", {"status": "sold"})
                 tagged = await client.call_tool("petstore.findPetsByTags", {"tags": ["a", "b"]})
                 added = await client.call_tool(
-                    "petstore.addPet", {"body": {"name": "doggie", "photoUrls": ["u"], "status": "available", "category": {"id": 1, "name": "Dogs"}}}
+                    "petstore.addPet",
+                    {
+                        "body": {
+                            "name": "doggie",
+                            "photoUrls": ["u"],
+                            "status": "available",
+                            "category": {"id": 1, "name": "Dogs"},
+                        }
+                    },
                 )
-                form = await client.call_tool("petstore.updatePetWithForm", {"petId": 7, "name": "rex", "status": "sold"})
-                order = await client.call_tool("petstore.placeOrder", {"body": {"id": 1, "petId": 7, "quantity": 2, "status": "placed"}})
+                form = await client.call_tool(
+                    "petstore.updatePetWithForm", {"petId": 7, "name": "rex", "status": "sold"}
+                )
+                order = await client.call_tool(
+                    "petstore.placeOrder", {"body": {"id": 1, "petId": 7, "quantity": 2, "status": "placed"}}
+                )
                 deleted = await client.call_tool("petstore.deletePet", {"petId": 7, "api_key": "k"})
                 bad = await client.call_tool("petstore.getPetById", {"petId": "seven"})
     assert len([n for n in listed if n.startswith("petstore.")]) == 19
@@ -115,4 +135,6 @@ async def test_swagger_2_0_petstores_one_file_and_split_over_five_are_tools_brav
     assert listed["petstore.findPets"]["inputSchema"]["properties"]["tags"]["type"] == "array"
     assert not api.invalid, [(s.path, s.errors) for s in api.invalid]
     assert api.seen[0].query == [("tags", "cat,dog"), ("limit", "3")]  # collectionFormat csv
-    assert json.loads(api.seen[1].body) == {"id": 1, "name": "Tom", "tag": "cat"} and not (found.is_error or added.is_error or gone.is_error)
+    assert json.loads(api.seen[1].body) == {"id": 1, "name": "Tom", "tag": "cat"} and not (
+        found.is_error or added.is_error or gone.is_error
+    )

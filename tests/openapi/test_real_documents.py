@@ -75,4 +75,6 @@ async def test_a_large_real_document_loads_and_its_sampled_calls_are_requests_th
     assert not api.invalid, [(s.method, s.path, s.errors) for s in api.invalid][:5]
     assert [s.operation for s in api.seen] == [t.op.operation_id for t in sample]
     if auth:
-        assert all(s.headers.get("authorization") == ("Bearer sk_test_key" if name == "stripe" else key) for s in api.seen)
+        assert all(
+            s.headers.get("authorization") == ("Bearer sk_test_key" if name == "stripe" else key) for s in api.seen
+        )

@@ -71,7 +71,10 @@ async def test_a_reshaped_tool_of_each_source_is_what_callers_list_call_chain_ar
         async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
             async with open_app(_config(api.url), audit=audit) as app, http_server(app) as url:
                 async with bearer_client(url, "alice-token") as client:
-                    listed = {t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools}
+                    listed = {
+                        t.name: t.model_dump(by_alias=True, exclude_none=True)
+                        for t in (await client.list_tools()).tools
+                    }
                     added = await client.call_tool("plus_ten", {"number": 5})
                     path = await client.call_tool("pet_path", {"id": 12})
                     dashed = await client.call_tool("dashes", {"text": "a b c"})
@@ -80,14 +83,26 @@ async def test_a_reshaped_tool_of_each_source_is_what_callers_list_call_chain_ar
                     fixed = await client.call_tool("plus_ten", {"number": 1, "b": 99})
                     chained = await client.call_tool(
                         "mcp_pipe",
-                        {"steps": [{"id": "n", "tool": "plus_ten", "args": {"number": 1}}, {"id": "p", "tool": "pet_path", "args": {"id": "${steps.n.output}"}}]},
+                        {
+                            "steps": [
+                                {"id": "n", "tool": "plus_ten", "args": {"number": 1}},
+                                {"id": "p", "tool": "pet_path", "args": {"id": "${steps.n.output}"}},
+                            ]
+                        },
                     )
     assert set(listed) == {"mcp_pipe", "plus_ten", "pet_path", "dashes", "hello"}  # what alice is granted
-    assert listed["plus_ten"]["inputSchema"]["properties"] == {"number": {"title": "A", "type": "integer", "description": "The number."}}
+    assert listed["plus_ten"]["inputSchema"]["properties"] == {
+        "number": {"title": "A", "type": "integer", "description": "The number."}
+    }
     assert listed["plus_ten"]["inputSchema"]["required"] == ["number"]
     assert listed["plus_ten"]["title"] == "Add ten" and listed["plus_ten"]["annotations"]["readOnlyHint"] is True
-    assert listed["pet_path"]["inputSchema"]["required"] == ["id"] and listed["pet_path"]["description"].startswith("The path")
-    assert listed["dashes"]["inputSchema"]["properties"]["new"]["default"] == "-" and "old" not in listed["dashes"]["inputSchema"]["properties"]
+    assert listed["pet_path"]["inputSchema"]["required"] == ["id"] and listed["pet_path"]["description"].startswith(
+        "The path"
+    )
+    assert (
+        listed["dashes"]["inputSchema"]["properties"]["new"]["default"] == "-"
+        and "old" not in listed["dashes"]["inputSchema"]["properties"]
+    )
     assert added.structured_content == 30 and not added.is_error  # (5 + 10) * 2
     assert path.structured_content == "/api/v3/pet/12"  # any JSON value: the client speaks 2026-07-28
     assert dashed.structured_content is not None and "a-b-c" in json.dumps(dashed.structured_content)
@@ -99,7 +114,9 @@ async def test_a_reshaped_tool_of_each_source_is_what_callers_list_call_chain_ar
     assert [s.path for s in api.seen] == ["/api/v3/pet/12", "/api/v3/pet/22"] and not api.invalid
     ran = [r["tool"] for r in audit.records or [] if r["ok"]]
     assert ran == ["plus_ten", "pet_path", "dashes", "hello", "plus_ten", "pet_path", "mcp_pipe"]  # once each, reshaped
-    assert [(r["tool"], r["error_code"]) for r in audit.records or [] if r["tool"] == "down.add"] == [("down.add", "UNKNOWN_TOOL")]
+    assert [(r["tool"], r["error_code"]) for r in audit.records or [] if r["tool"] == "down.add"] == [
+        ("down.add", "UNKNOWN_TOOL")
+    ]
 
 
 @pytest.mark.parametrize(
@@ -108,7 +125,11 @@ async def test_a_reshaped_tool_of_each_source_is_what_callers_list_call_chain_ar
         ({"tool": "x", "output": "last.(", "language": "jsonata"}, "tools.reshape.r.output", ""),
         ({"tool": "x", "output": "nope.x", "language": "cel"}, "tools.reshape.r.output", "unknown variable `nope`"),
         ({"tool": "x", "arguments": {"a": {"value": 1, "default": 2}}}, "tools.reshape.r.arguments.a", "set one of"),
-        ({"tool": "x", "arguments": {"a": {"name": "z"}, "b": {"name": "z"}}}, "tools.reshape.r.arguments", "renamed alike"),
+        (
+            {"tool": "x", "arguments": {"a": {"name": "z"}, "b": {"name": "z"}}},
+            "tools.reshape.r.arguments",
+            "renamed alike",
+        ),
         ({"tool": "x", "colour": "red"}, "tools.reshape.r.colour", "unknown key"),
     ],
 )

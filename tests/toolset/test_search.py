@@ -43,7 +43,12 @@ async def test_search_mode_lists_a_few_tools_and_finds_the_others_which_are_call
                 direct = await client.call_tool("petstore.getPetById", {"petId": 4})
                 piped = await client.call_tool(
                     "mcp_pipe",
-                    {"steps": [{"tool": "petstore.getOrderById", "args": {"orderId": 3}}, {"tool": "petstore.deleteOrder", "args": {"orderId": 3}}]},
+                    {
+                        "steps": [
+                            {"tool": "petstore.getOrderById", "args": {"orderId": 3}},
+                            {"tool": "petstore.deleteOrder", "args": {"orderId": 3}},
+                        ]
+                    },
                 )
     assert listed == ["mcp_pipe", "search_tools", "describe_tools", "petstore.getInventory"]
     assert _names(found)[0] == "petstore.getPetById"
@@ -57,7 +62,11 @@ async def test_search_mode_lists_a_few_tools_and_finds_the_others_which_are_call
 
 async def test_a_caller_never_finds_nor_describes_a_tool_it_may_not_call(monkeypatch: Any) -> None:
     monkeypatch.setenv("ALICE", "alice-token")
-    grants = {"tokens": [{"env": "ALICE", "principal": "alice", "tools": ["search_tools", "describe_tools", "petstore.find*"]}]}
+    grants = {
+        "tokens": [
+            {"env": "ALICE", "principal": "alice", "tools": ["search_tools", "describe_tools", "petstore.find*"]}
+        ]
+    }
     with trio.fail_after(60):
         async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
             async with open_app(_config(api.url, auth=grants)) as app, http_server(app) as url:
@@ -79,7 +88,9 @@ async def test_the_index_follows_a_downstream_servers_list_changes() -> None:
         if isinstance(message, types.ToolListChangedNotification):
             changed.set()
 
-    config = make_config(mcpServers={"growing": {"command": sys.executable, "args": [GROWING]}}, tools={"discovery": "search"})
+    config = make_config(
+        mcpServers={"growing": {"command": sys.executable, "args": [GROWING]}}, tools={"discovery": "search"}
+    )
     with trio.fail_after(60):
         async with open_app(config) as app, Client(app.server, mode="legacy", message_handler=on_message) as client:
             await client.list_tools()  # a session the gateway tells of changes

@@ -11,7 +11,7 @@ answers the response's JSON.
 
 from mcpipe.openapi._config import OpenApiAuth, OpenApiConfig, OpenApiFilter
 from mcpipe.openapi._document import Document, DocumentError, read_document, spec_problems
-from mcpipe.openapi._operations import Operation, Refused, operations
+from mcpipe.openapi._operations import Operation, Refused, operations, tool_name
 from mcpipe.openapi._source import LoadedApi, OpenApiSource, check_openapi, load_openapi
 from mcpipe.openapi._tool import OpenApiTool
 
@@ -31,4 +31,5 @@ __all__ = [
     "operations",
     "read_document",
     "spec_problems",
+    "tool_name",
 ]

@@ -119,7 +119,9 @@ def _refs(node: Any) -> Iterator[str]:
             if isinstance(ref, str):
                 yield ref
             stack.extend(
-                v for k, v in n.items() if isinstance(v, dict | list) and k not in _NOT_READ and not str(k).startswith("x-")
+                v
+                for k, v in n.items()
+                if isinstance(v, dict | list) and k not in _NOT_READ and not str(k).startswith("x-")
             )
         elif isinstance(n, list):
             stack.extend(v for v in n if isinstance(v, dict | list))
@@ -274,7 +276,9 @@ def spec_problems(doc: Document, where: str, limit: int = 200) -> list[Problem]:
                 break
     except Exception as exc:  # the validator stopping on what it cannot resolve, say
         text = " ".join(str(exc).split())[:300]
-        problems.append(Problem(where, ErrorCode.INVALID_CONFIG, f"the validator stopped: {type(exc).__name__}: {text}"))
+        problems.append(
+            Problem(where, ErrorCode.INVALID_CONFIG, f"the validator stopped: {type(exc).__name__}: {text}")
+        )
     return problems
 
 

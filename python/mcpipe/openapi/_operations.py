@@ -124,7 +124,11 @@ def _derived(method: str, path: str) -> str:
 def security_schemes(doc: Document) -> dict[str, SecurityScheme | str]:
     """The document's security schemes by name: how each is presented, or why mcpipe cannot present it."""
     root = doc.root
-    raw = (root.get("securityDefinitions") if doc.version == "2.0" else (root.get("components") or {}).get("securitySchemes")) or {}
+    raw = (
+        root.get("securityDefinitions")
+        if doc.version == "2.0"
+        else (root.get("components") or {}).get("securitySchemes")
+    ) or {}
     out: dict[str, SecurityScheme | str] = {}
     if not isinstance(raw, dict):
         return out
@@ -225,10 +229,16 @@ def operations(doc: Document, cfg: OpenApiConfig, where: str) -> tuple[list[Oper
                 left_out += 1
                 continue
             if len(full) > 128:
-                refused.append(Refused(location, f"its tool name `{full[:40]}...` is longer than 128 characters: name it in `names`"))
+                refused.append(
+                    Refused(
+                        location, f"its tool name `{full[:40]}...` is longer than 128 characters: name it in `names`"
+                    )
+                )
                 continue
             if full in seen:
-                refused.append(Refused(location, f"tool name `{full}` is already {seen[full]}'s: name one of them in `names`"))
+                refused.append(
+                    Refused(location, f"tool name `{full}` is already {seen[full]}'s: name one of them in `names`")
+                )
                 continue
             try:
                 params, body, schema = _inputs(doc, item, op, item_resolver, cfg)
@@ -238,7 +248,10 @@ def operations(doc: Document, cfg: OpenApiConfig, where: str) -> tuple[list[Oper
             size = len(orjson.dumps(schema))
             if size > cfg.max_schema_bytes:
                 refused.append(
-                    Refused(location, f"its input schema is {size} bytes once its $refs are resolved, more than max_schema_bytes ({cfg.max_schema_bytes})")
+                    Refused(
+                        location,
+                        f"its input schema is {size} bytes once its $refs are resolved, more than max_schema_bytes ({cfg.max_schema_bytes})",
+                    )
                 )
                 continue
             servers = base_urls(doc, cfg, op.get("servers"), where) if "servers" in op else item_servers
@@ -263,7 +276,9 @@ def operations(doc: Document, cfg: OpenApiConfig, where: str) -> tuple[list[Oper
                 )
             )
             if len(served) + len(refused) > cfg.max_operations:
-                refused.append(Refused("paths", f"the document has more than max_operations ({cfg.max_operations}) operations"))
+                refused.append(
+                    Refused("paths", f"the document has more than max_operations ({cfg.max_operations}) operations")
+                )
                 return served[: cfg.max_operations], refused, left_out
     return served, refused, left_out
 
@@ -366,13 +381,29 @@ def _inputs(
         elif p.get("required") is True:
             required.append(arg)
         props[arg] = _described(schema, p)
-        params.append(Param(name, cast(Location, where), arg, where == "path" or p.get("required") is True, str(style), bool(explode), as_json))
+        params.append(
+            Param(
+                name,
+                cast(Location, where),
+                arg,
+                where == "path" or p.get("required") is True,
+                str(style),
+                bool(explode),
+                as_json,
+            )
+        )
     if form_fields:
         consumes = op.get("consumes") or doc.root.get("consumes") or []
         multipart = "multipart/form-data" in consumes or any(
             (raw.get((f, "formData"), ({}, None))[0].get("type") == "file") for f in form_fields
         )
-        body = Body("", "multipart/form-data" if multipart else "application/x-www-form-urlencoded", False, "multipart" if multipart else "form", tuple(form_fields))
+        body = Body(
+            "",
+            "multipart/form-data" if multipart else "application/x-www-form-urlencoded",
+            False,
+            "multipart" if multipart else "form",
+            tuple(form_fields),
+        )
     request = op.get("requestBody")
     if request is not None and doc.version != "2.0":
         request, r = _resolved(request, resolver, "the request body")

@@ -98,7 +98,9 @@ class Bundler:
             raise SchemaProblem(f"a schema nests deeper than {MAX_NESTING} levels")
         self._nodes += 1
         if self._nodes > self._max_nodes:
-            raise SchemaProblem(f"its input schema holds more than {self._max_nodes} schemas once its $refs are resolved")
+            raise SchemaProblem(
+                f"its input schema holds more than {self._max_nodes} schemas once its $refs are resolved"
+            )
         if "$ref" in node:
             ref = node["$ref"]
             if not isinstance(ref, str):

@@ -119,7 +119,9 @@ def check_openapi(sections: Mapping[str, OpenApiConfig], credentials: Mapping[st
             if (auth.credential is None) == (not auth.forward_bearer):
                 problems.append(Problem(where, _CODE, "set one of `credential` or `forward_bearer = true`"))
             elif auth.credential is not None and auth.credential not in credentials:
-                problems.append(Problem(f"{where}.credential", _CODE, f"no credential `{auth.credential}` in [credentials]"))
+                problems.append(
+                    Problem(f"{where}.credential", _CODE, f"no credential `{auth.credential}` in [credentials]")
+                )
     return problems
 
 
@@ -201,7 +203,9 @@ async def _load(
     if base_url is None and not any(op.servers for op in served) and served:
         problems.append(Problem(f"{where}.base_url", _CODE, "the document names no absolute server URL: set base_url"))
     api_hosts = list(hosts)
-    for url in [base_url, *base_urls(doc, section, doc.root.get("servers"), where)] + [u for op in served for u in op.servers[:1]]:
+    for url in [base_url, *base_urls(doc, section, doc.root.get("servers"), where)] + [
+        u for op in served for u in op.servers[:1]
+    ]:
         h = _host(url) if url else None
         if h and h not in api_hosts:
             api_hosts.append(h)
@@ -219,10 +223,14 @@ async def _load(
         why = schemes.get(scheme)
         if why is None:
             known = ", ".join(sorted(schemes)) or "none"
-            problems.append(Problem(f"{where}.auth.{scheme}", _CODE, f"the document has no security scheme `{scheme}` ({known})"))
+            problems.append(
+                Problem(f"{where}.auth.{scheme}", _CODE, f"the document has no security scheme `{scheme}` ({known})")
+            )
         elif isinstance(why, str):
             problems.append(Problem(f"{where}.auth.{scheme}", _CODE, why))
-    api = Api(name, base_url, call_policy, credentials, dict(cfg.auth), schemes, headers, cfg.answer, cfg.max_description)
+    api = Api(
+        name, base_url, call_policy, credentials, dict(cfg.auth), schemes, headers, cfg.answer, cfg.max_description
+    )
     tools = {op.tool: OpenApiTool(op, api) for op in served}
     info = doc.root.get("info") or {}
     title = str(info.get("title", "")) if isinstance(info, dict) else ""
@@ -235,7 +243,9 @@ def _with_prefix(cfg: OpenApiConfig, prefix: str) -> OpenApiConfig:
     return msgspec.structs.replace(cfg, prefix=prefix)
 
 
-_REQUEST_SIDE = re.compile(r"^paths\.(?P<path>/[^:]*?)\.(?P<method>get|put|post|delete|options|head|patch|trace)\.(parameters|requestBody)")
+_REQUEST_SIDE = re.compile(
+    r"^paths\.(?P<path>/[^:]*?)\.(?P<method>get|put|post|delete|options|head|patch|trace)\.(parameters|requestBody)"
+)
 
 
 def _refused_by_validation(served: list[Any], found: list[Problem]) -> list[Refused]:

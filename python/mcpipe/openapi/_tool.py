@@ -158,7 +158,9 @@ class OpenApiTool:
             identity = ctx.identity
             token = getattr(identity, "token", None) if identity is not None else None
             if not token:
-                raise CredentialError(f"security scheme `{scheme.name}` forwards the caller's bearer token: it has none")
+                raise CredentialError(
+                    f"security scheme `{scheme.name}` forwards the caller's bearer token: it has none"
+                )
             return str(token)
         assert auth.credential is not None
         issued = await self.api.credentials.issue(auth.credential, ctx.identity)
@@ -171,7 +173,13 @@ class OpenApiTool:
         try:
             async with guarded_client(policy) as client:
                 request = client.build_request(
-                    r.method, r.url, params=r.query or None, headers=r.headers, content=r.content, data=r.data, files=r.files
+                    r.method,
+                    r.url,
+                    params=r.query or None,
+                    headers=r.headers,
+                    content=r.content,
+                    data=r.data,
+                    files=r.files,
                 )
                 response = await client.send(request, stream=True)
                 try:
@@ -181,13 +189,19 @@ class OpenApiTool:
         except ForbiddenError as exc:
             return ToolResult.error(f"{ErrorCode.FORBIDDEN}: {self.name}: {exc}")
         except (httpx2.HTTPError, OSError) as exc:
-            return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name}: {where} failed: {type(exc).__name__}: {exc}")
+            return ToolResult.error(
+                f"{ErrorCode.TOOL_FAILED}: {self.name}: {where} failed: {type(exc).__name__}: {exc}"
+            )
         except Exception as exc:  # httpcore's own errors (the guarded transport drives httpcore)
             if type(exc).__module__.startswith("httpcore"):
-                return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name}: {where} failed: {type(exc).__name__}: {exc}")
+                return ToolResult.error(
+                    f"{ErrorCode.TOOL_FAILED}: {self.name}: {where} failed: {type(exc).__name__}: {exc}"
+                )
             raise
         if larger:
-            return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name}: the response body is larger than {limit} bytes")
+            return ToolResult.error(
+                f"{ErrorCode.TOOL_FAILED}: {self.name}: the response body is larger than {limit} bytes"
+            )
         body, text = _decode(response, raw)
         status = response.status_code
         ok = 200 <= status < 300

@@ -155,7 +155,9 @@ class ReshapedTool:
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         tool = self.original()
         if tool is None:
-            return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: '{self.name}' reshapes '{self.original_name}', which is unavailable")
+            return ToolResult.error(
+                f"{ErrorCode.TOOL_FAILED}: '{self.name}' reshapes '{self.original_name}', which is unavailable"
+            )
         mapped, problems = self.arguments(args)
         if problems:
             return ToolResult.error(f"{ErrorCode.INVALID_SPEC}: " + "; ".join(problems))

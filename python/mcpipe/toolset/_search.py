@@ -84,13 +84,17 @@ class SearchIndex:
         import bm25s
         import numpy as np
 
-        tokens = bm25s.tokenize([query[:MAX_QUERY]], stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False)
+        tokens = bm25s.tokenize(
+            [query[:MAX_QUERY]], stopwords="en", stemmer=_stemmer(), return_ids=False, show_progress=False
+        )
         words = tokens[0] if tokens else []
         if not words:
             return []
         mask = self._masks.get(principal) if principal is not None else None
         if mask is None:
-            mask = np.fromiter((1.0 if allowed(n) else 0.0 for n in self._names), dtype=np.float32, count=len(self._names))
+            mask = np.fromiter(
+                (1.0 if allowed(n) else 0.0 for n in self._names), dtype=np.float32, count=len(self._names)
+            )
             if principal is not None:
                 self._masks[principal] = mask
         scores = self._retriever.get_scores(list(words), weight_mask=mask)
@@ -153,7 +157,12 @@ class _SearchTool:
             "type": "object",
             "properties": {
                 "query": {"type": "string", "description": "What you want to do, in a few words."},
-                "limit": {"type": "integer", "minimum": 1, "maximum": limit, "description": f"At most this many tools (default {limit})."},
+                "limit": {
+                    "type": "integer",
+                    "minimum": 1,
+                    "maximum": limit,
+                    "description": f"At most this many tools (default {limit}).",
+                },
             },
             "required": ["query"],
             "additionalProperties": False,
@@ -210,7 +219,12 @@ class _DescribeTool:
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         names = args.get("names")
-        if not isinstance(names, list) or not names or len(names) > MAX_DESCRIBED or not all(isinstance(n, str) for n in names):
+        if (
+            not isinstance(names, list)
+            or not names
+            or len(names) > MAX_DESCRIBED
+            or not all(isinstance(n, str) for n in names)
+        ):
             return ToolResult.error(f"{ErrorCode.INVALID_SPEC}: args.names: 1 to {MAX_DESCRIBED} tool names")
         gateway = ctx.tools
         get = getattr(gateway, "get", None)
