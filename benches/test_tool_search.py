@@ -83,7 +83,9 @@ def test_the_searchs_recall_at_five_on_the_queries_written_from_the_summaries(gi
 
 def _ten_thousand() -> list[Any]:
     """10 000 real tools: GitHub's, Stripe's and Kubernetes' operations, under as many prefixes as it takes."""
-    apis = _load(github="github-api.github.com.json.gz", stripe="stripe-spec3.json.gz", k8s="kubernetes-swagger.json.gz")
+    apis = _load(
+        github="github-api.github.com.json.gz", stripe="stripe-spec3.json.gz", k8s="kubernetes-swagger.json.gz"
+    )
     base = list(apis)
     out: list[Any] = []
     copy = 0

@@ -39,8 +39,8 @@ from mcpipe.access import (
 )
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
-from mcpipe.toolset import ToolsConfig, check_tools
 from mcpipe.plan._bounds import deepest_location, json_depth
+from mcpipe.toolset import ToolsConfig, check_tools
 
 __all__ = [
     "DEFAULT_CONFIG",

@@ -33,7 +33,7 @@ from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.access import GateDenied, GateRefusal, Gates
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
-from mcpipe.toolset import Toolset, ToolsConfig
+from mcpipe.toolset import ToolsConfig, Toolset
 from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
@@ -381,6 +381,7 @@ class Gateway:
         if view is not None:
             shaped = view.shaped.get(name)
             if shaped is not None:
+                shaped.sync()
                 return shaped
             if view.hides(name):
                 return None
@@ -412,7 +413,7 @@ class Gateway:
         view = self.view
         if view is not None:
             for shaped in view.shaped.values():
-                if shaped.original() is not None:
+                if shaped.sync() is not None:
                     seen.add(shaped.name)
                     yield shaped
         for source in self.sources:

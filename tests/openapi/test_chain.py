@@ -22,7 +22,9 @@ RESPONSES = {
 
 async def test_three_github_operations_one_reshaped_chain_in_one_mcp_pipe_call() -> None:
     config_for: Any = lambda url: make_config(  # noqa: E731
-        openapi={"github": {"spec": str(DOCUMENTS / "github-api.github.com.json.gz"), "base_url": url, "validate": False}},
+        openapi={
+            "github": {"spec": str(DOCUMENTS / "github-api.github.com.json.gz"), "base_url": url, "validate": False}
+        },
         tools={
             "discovery": "search",
             "reshape": {
@@ -56,10 +58,14 @@ async def test_three_github_operations_one_reshaped_chain_in_one_mcp_pipe_call()
         "return": {"issue": "${steps.issue.structured.body}", "branch": "${steps.branch.output}"},
     }
     with trio.fail_after(120):
-        async with standin(read("github-api.github.com.json.gz"), responses=RESPONSES) as api:
-            async with open_app(config_for(api.url)) as app, http_server(app) as url, bearer_client(url, None) as client:
-                found = await client.call_tool("search_tools", {"query": "create an issue in a repository"})
-                answer = (await client.call_tool("mcp_pipe", pipeline)).structured_content or {}
+        async with (
+            standin(read("github-api.github.com.json.gz"), responses=RESPONSES) as api,
+            open_app(config_for(api.url)) as app,
+            http_server(app) as url,
+            bearer_client(url, None) as client,
+        ):
+            found = await client.call_tool("search_tools", {"query": "create an issue in a repository"})
+            answer = (await client.call_tool("mcp_pipe", pipeline)).structured_content or {}
     assert "github.issues_create" in [t["name"] for t in (found.structured_content or {})["tools"]][:3]
     assert answer.get("ok") is True, answer
     result = answer["result"]

@@ -87,14 +87,16 @@ async def test_petstore_3_0_operations_are_tools_whose_calls_the_document_accept
 
 async def test_petstore_3_1_serves_what_resolves_and_refuses_the_operations_whose_refs_do_not_located() -> None:
     with trio.fail_after(60):
-        async with standin(read("swagger-petstore-3.1.yaml"), prefix="/api/v31") as api:
-            async with open_app(_config("swagger-petstore-3.1.yaml", api.url)) as app:
-                source = app.gateway.get("petstore.getPetById")
-                assert source is not None
-                apis = [s for s in app.gateway.sources if hasattr(s, "apis")][0].apis[0]
-                async with http_server(app) as url, bearer_client(url, None) as client:
-                    got = await client.call_tool("petstore.getPetById", {"petId": 3})
-                    found = await client.call_tool("petstore.findPetsByStatus", {"status": "pending"})
+        async with (
+            standin(read("swagger-petstore-3.1.yaml"), prefix="/api/v31") as api,
+            open_app(_config("swagger-petstore-3.1.yaml", api.url)) as app,
+        ):
+            source = app.gateway.get("petstore.getPetById")
+            assert source is not None
+            apis = next(s for s in app.gateway.sources if hasattr(s, "apis")).apis[0]
+            async with http_server(app) as url, bearer_client(url, None) as client:
+                got = await client.call_tool("petstore.getPetById", {"petId": 3})
+                found = await client.call_tool("petstore.findPetsByStatus", {"status": "pending"})
     assert apis.version == "3.1" and sorted(apis.tools) == [
         "petstore.deletePet", "petstore.findPetsByStatus", "petstore.findPetsByTags", "petstore.getPetById",
     ]  # fmt: skip
@@ -108,13 +110,16 @@ async def test_petstore_3_1_serves_what_resolves_and_refuses_the_operations_whos
 
 async def test_swagger_2_0_petstores_one_file_and_split_over_five_are_tools_bravado_accepts() -> None:
     with trio.fail_after(60):
-        async with standin(read("oai-petstore-2.0.json"), prefix="/v1") as one:
-            async with open_app(_config("oai-petstore-2.0.json", one.url)) as app, http_server(app) as url:
-                async with bearer_client(url, None) as client:
-                    listed = [t.name for t in (await client.list_tools()).tools if t.name.startswith("petstore.")]
-                    pets = await client.call_tool("petstore.listPets", {"limit": 5})
-                    made = await client.call_tool("petstore.createPets", {})
-                    shown = await client.call_tool("petstore.showPetById", {"petId": "42"})
+        async with (
+            standin(read("oai-petstore-2.0.json"), prefix="/v1") as one,
+            open_app(_config("oai-petstore-2.0.json", one.url)) as app,
+            http_server(app) as url,
+            bearer_client(url, None) as client,
+        ):
+            listed = [t.name for t in (await client.list_tools()).tools if t.name.startswith("petstore.")]
+            pets = await client.call_tool("petstore.listPets", {"limit": 5})
+            made = await client.call_tool("petstore.createPets", {})
+            shown = await client.call_tool("petstore.showPetById", {"petId": "42"})
     assert sorted(listed) == ["petstore.createPets", "petstore.listPets", "petstore.showPetById"]
     assert not one.invalid and [s.operation for s in one.seen] == ["listPets", "createPets", "showPetById"]
     assert one.seen[0].query == [("limit", "5")] and not (pets.is_error or made.is_error or shown.is_error)

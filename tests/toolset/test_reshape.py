@@ -68,28 +68,28 @@ async def test_a_reshaped_tool_of_each_source_is_what_callers_list_call_chain_ar
     monkeypatch.setenv("ALICE", "alice-token")
     audit = AuditLog(keep=True)
     with trio.fail_after(60):
-        async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
-            async with open_app(_config(api.url), audit=audit) as app, http_server(app) as url:
-                async with bearer_client(url, "alice-token") as client:
-                    listed = {
-                        t.name: t.model_dump(by_alias=True, exclude_none=True)
-                        for t in (await client.list_tools()).tools
-                    }
-                    added = await client.call_tool("plus_ten", {"number": 5})
-                    path = await client.call_tool("pet_path", {"id": 12})
-                    dashed = await client.call_tool("dashes", {"text": "a b c"})
-                    hello = await client.call_tool("hello", {"name": "Ada"})
-                    hidden = await client.call_tool("down.add", {"a": 1, "b": 2})
-                    fixed = await client.call_tool("plus_ten", {"number": 1, "b": 99})
-                    chained = await client.call_tool(
-                        "mcp_pipe",
-                        {
-                            "steps": [
-                                {"id": "n", "tool": "plus_ten", "args": {"number": 1}},
-                                {"id": "p", "tool": "pet_path", "args": {"id": "${steps.n.output}"}},
-                            ]
-                        },
-                    )
+        async with (
+            standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api,
+            open_app(_config(api.url), audit=audit) as app,
+            http_server(app) as url,
+            bearer_client(url, "alice-token") as client,
+        ):
+            listed = {t.name: t.model_dump(by_alias=True, exclude_none=True) for t in (await client.list_tools()).tools}
+            added = await client.call_tool("plus_ten", {"number": 5})
+            path = await client.call_tool("pet_path", {"id": 12})
+            dashed = await client.call_tool("dashes", {"text": "a b c"})
+            hello = await client.call_tool("hello", {"name": "Ada"})
+            hidden = await client.call_tool("down.add", {"a": 1, "b": 2})
+            fixed = await client.call_tool("plus_ten", {"number": 1, "b": 99})
+            chained = await client.call_tool(
+                "mcp_pipe",
+                {
+                    "steps": [
+                        {"id": "n", "tool": "plus_ten", "args": {"number": 1}},
+                        {"id": "p", "tool": "pet_path", "args": {"id": "${steps.n.output}"}},
+                    ]
+                },
+            )
     assert set(listed) == {"mcp_pipe", "plus_ten", "pet_path", "dashes", "hello"}  # what alice is granted
     assert listed["plus_ten"]["inputSchema"]["properties"] == {
         "number": {"title": "A", "type": "integer", "description": "The number."}

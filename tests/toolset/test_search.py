@@ -34,22 +34,26 @@ def _names(result: Any) -> list[str]:
 
 async def test_search_mode_lists_a_few_tools_and_finds_the_others_which_are_called_directly_and_in_mcp_pipe() -> None:
     with trio.fail_after(60):
-        async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
-            async with open_app(_config(api.url)) as app, http_server(app) as url, bearer_client(url, None) as client:
-                listed = [t.name for t in (await client.list_tools()).tools]
-                found = await client.call_tool("search_tools", {"query": "find a pet by its id"})
-                orders = await client.call_tool("search_tools", {"query": "delete purchase order", "limit": 3})
-                described = await client.call_tool("describe_tools", {"names": ["petstore.getPetById", "nope"]})
-                direct = await client.call_tool("petstore.getPetById", {"petId": 4})
-                piped = await client.call_tool(
-                    "mcp_pipe",
-                    {
-                        "steps": [
-                            {"tool": "petstore.getOrderById", "args": {"orderId": 3}},
-                            {"tool": "petstore.deleteOrder", "args": {"orderId": 3}},
-                        ]
-                    },
-                )
+        async with (
+            standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api,
+            open_app(_config(api.url)) as app,
+            http_server(app) as url,
+            bearer_client(url, None) as client,
+        ):
+            listed = [t.name for t in (await client.list_tools()).tools]
+            found = await client.call_tool("search_tools", {"query": "find a pet by its id"})
+            orders = await client.call_tool("search_tools", {"query": "delete purchase order", "limit": 3})
+            described = await client.call_tool("describe_tools", {"names": ["petstore.getPetById", "nope"]})
+            direct = await client.call_tool("petstore.getPetById", {"petId": 4})
+            piped = await client.call_tool(
+                "mcp_pipe",
+                {
+                    "steps": [
+                        {"tool": "petstore.getOrderById", "args": {"orderId": 3}},
+                        {"tool": "petstore.deleteOrder", "args": {"orderId": 3}},
+                    ]
+                },
+            )
     assert listed == ["mcp_pipe", "search_tools", "describe_tools", "petstore.getInventory"]
     assert _names(found)[0] == "petstore.getPetById"
     assert _names(orders)[0] == "petstore.deleteOrder" and len(_names(orders)) <= 3
@@ -68,13 +72,16 @@ async def test_a_caller_never_finds_nor_describes_a_tool_it_may_not_call(monkeyp
         ]
     }
     with trio.fail_after(60):
-        async with standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
-            async with open_app(_config(api.url, auth=grants)) as app, http_server(app) as url:
-                async with bearer_client(url, "alice-token") as client:
-                    listed = [t.name for t in (await client.list_tools()).tools]
-                    deleting = await client.call_tool("search_tools", {"query": "delete a pet"})
-                    finding = await client.call_tool("search_tools", {"query": "find pets by status"})
-                    described = await client.call_tool("describe_tools", {"names": ["petstore.deletePet"]})
+        async with (
+            standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api,
+            open_app(_config(api.url, auth=grants)) as app,
+            http_server(app) as url,
+            bearer_client(url, "alice-token") as client,
+        ):
+            listed = [t.name for t in (await client.list_tools()).tools]
+            deleting = await client.call_tool("search_tools", {"query": "delete a pet"})
+            finding = await client.call_tool("search_tools", {"query": "find pets by status"})
+            described = await client.call_tool("describe_tools", {"names": ["petstore.deletePet"]})
     assert listed == ["mcp_pipe", "search_tools", "describe_tools"]  # the pinned tool is not alice's
     assert all(n.startswith("petstore.find") for n in _names(deleting) + _names(finding))
     assert _names(finding)[0] == "petstore.findPetsByStatus"

@@ -19,6 +19,7 @@ from urllib.parse import urldefrag, urljoin, urlsplit
 from urllib.request import url2pathname
 
 import orjson
+import trio
 from referencing import Registry, Resource, Specification
 from referencing.jsonschema import DRAFT202012
 
@@ -222,12 +223,12 @@ async def _read(uri: str, where: str, max_bytes: int, fetch: Fetch, *, local: bo
         return await fetch(uri, max_bytes)
     if scheme != "file" or not local:
         raise DocumentError(f"{where}: `{uri}` cannot be read (a file, or an http(s) URL)")
-    path = Path(url2pathname(urlsplit(uri).path))
+    path = trio.Path(url2pathname(urlsplit(uri).path))
     try:
-        size = path.stat().st_size
+        size = (await path.stat()).st_size
         if size > max_bytes:
             raise DocumentError(f"{where}: `{path}` is {size} bytes, more than max_spec_bytes ({max_bytes})")
-        return path.read_bytes()
+        return await path.read_bytes()
     except OSError as exc:
         raise DocumentError(f"{where}: cannot read `{path}`: {exc.strerror or exc}") from None
 

@@ -250,7 +250,8 @@ def operations(doc: Document, cfg: OpenApiConfig, where: str) -> tuple[list[Oper
                 refused.append(
                     Refused(
                         location,
-                        f"its input schema is {size} bytes once its $refs are resolved, more than max_schema_bytes ({cfg.max_schema_bytes})",
+                        f"its input schema is {size} bytes once its $refs are resolved, "
+                        f"more than max_schema_bytes ({cfg.max_schema_bytes})",
                     )
                 )
                 continue
@@ -376,9 +377,7 @@ def _inputs(
                 schema = {}
             style = p.get("style") or ("form" if where in ("query", "cookie") else "simple")
             explode = p.get("explode", style == "form")
-        if where == "path":
-            required.append(arg)
-        elif p.get("required") is True:
+        if where == "path" or p.get("required") is True:
             required.append(arg)
         props[arg] = _described(schema, p)
         params.append(
@@ -427,13 +426,13 @@ def _inputs(
                 style = str(enc.get("style", "form"))
                 styles[prop] = (style, bool(enc.get("explode", style == "form")))
         body = Body(arg, media, request.get("required") is True, encoding, (), styles)
-    schema: dict[str, Any] = {"type": "object", "properties": props}
+    tool_schema: dict[str, Any] = {"type": "object", "properties": props}
     if required:
-        schema["required"] = list(dict.fromkeys(required))
-    schema["additionalProperties"] = False
+        tool_schema["required"] = list(dict.fromkeys(required))
+    tool_schema["additionalProperties"] = False
     if bundler.defs:
-        schema["$defs"] = bundler.defs
-    return params, body, schema
+        tool_schema["$defs"] = bundler.defs
+    return params, body, tool_schema
 
 
 def _free(name: str, taken: set[str], props: dict[str, Any]) -> str:

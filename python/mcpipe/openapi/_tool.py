@@ -91,7 +91,6 @@ class OpenApiTool:
         base = self.base_url
         if base is None:
             return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name}: the document names no server: set base_url")
-        op = self.op
         try:
             request = await self._request(base, args, ctx)
         except CredentialError as exc:
@@ -175,7 +174,7 @@ class OpenApiTool:
                 request = client.build_request(
                     r.method,
                     r.url,
-                    params=r.query or None,
+                    params=httpx2.QueryParams(tuple(r.query)) if r.query else None,
                     headers=r.headers,
                     content=r.content,
                     data=r.data,

@@ -4,7 +4,8 @@ given defaults; the answer projected by a JSONata or CEL expression; annotations
 The reshaped tool stands in front of its original wherever tools are seen: ``tools/list``, ``mcp_pipe``
 steps, the scopes a principal is granted and the audit all name the reshaped tool; it calls the original
 object directly (one call, audited once, under the reshaped name). Its schema is derived from the original's
-each time the original changes (a downstream server listing again).
+each time the original changes (a downstream server listing again: :meth:`ReshapedTool.sync`, which the
+gateway calls when it hands the tool out).
 """
 
 from __future__ import annotations
@@ -60,50 +61,32 @@ class ReshapedTool:
         self._lookup = lookup
         self._output = output
         self._derived_from: int | None = None
-        self._schema: dict[str, Any] = {"type": "object"}
+        self.title: str | None = cfg.title
+        self.description: str = cfg.description or ""
+        self.input_schema: dict[str, Any] = {"type": "object"}
+        self.output_schema: dict[str, Any] | None = None
+        self.annotations: dict[str, Any] | None = dict(cfg.annotations) or None
         self._outward = {shape.name: arg for arg, shape in cfg.arguments.items() if shape.name}
         """The reshaped tool's argument name -> the original's."""
 
     def original(self) -> Tool | None:
         return self._lookup(self.original_name)
 
-    @property
-    def description(self) -> str:
-        if self.cfg.description is not None:
-            return self.cfg.description
+    def sync(self) -> Tool | None:
+        """The original, its title, description, schemas and annotations laid under the operator's (derived again
+        only when the original changed: a downstream server listed again); None while it is unavailable."""
         tool = self.original()
-        return tool.description if tool is not None else ""
-
-    @property
-    def title(self) -> str | None:
-        if self.cfg.title is not None:
-            return self.cfg.title
-        tool = self.original()
-        return getattr(tool, "title", None) if tool is not None else None
-
-    @property
-    def annotations(self) -> dict[str, Any] | None:
-        tool = self.original()
-        base = getattr(tool, "annotations", None) if tool is not None else None
-        merged = {**(base or {}), **self.cfg.annotations}
-        return merged or None
-
-    @property
-    def output_schema(self) -> dict[str, Any] | None:
-        if self._output is not None:
-            return None  # the projection's shape is the expression's
-        tool = self.original()
-        return tool.output_schema if tool is not None else None
-
-    @property
-    def input_schema(self) -> dict[str, Any]:
-        tool = self.original()
-        if tool is None:
-            return self._schema
-        if self._derived_from != id(tool.input_schema):
-            self._schema = self._derive(tool.input_schema)
-            self._derived_from = id(tool.input_schema)
-        return self._schema
+        if tool is None or id(tool) == self._derived_from:
+            return tool
+        cfg = self.cfg
+        self.title = cfg.title if cfg.title is not None else getattr(tool, "title", None)
+        self.description = cfg.description if cfg.description is not None else tool.description
+        self.input_schema = self._derive(tool.input_schema)
+        self.output_schema = None if self._output is not None else tool.output_schema  # a projection is its own
+        merged = {**(getattr(tool, "annotations", None) or {}), **cfg.annotations}
+        self.annotations = merged or None
+        self._derived_from = id(tool)
+        return tool
 
     def _derive(self, original: dict[str, Any]) -> dict[str, Any]:
         schema = copy.deepcopy(original)
@@ -153,7 +136,7 @@ class ReshapedTool:
         return out, problems
 
     async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        tool = self.original()
+        tool = self.sync()
         if tool is None:
             return ToolResult.error(
                 f"{ErrorCode.TOOL_FAILED}: '{self.name}' reshapes '{self.original_name}', which is unavailable"

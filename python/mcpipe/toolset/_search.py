@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from mcpipe._util import PIPE_TOOL
 from mcpipe.errors import ErrorCode
@@ -33,10 +33,15 @@ _WORDS = re.compile(r"[^0-9A-Za-z]+")
 Wire = Callable[[Tool], dict[str, Any]]
 
 
+def _arguments(tool: Tool) -> list[str]:
+    """The names of a tool's arguments (its input schema's properties)."""
+    props = tool.input_schema.get("properties") if isinstance(tool.input_schema, dict) else None
+    return [str(a) for a in props] if isinstance(props, dict) else []
+
+
 def _text_of(tool: Tool) -> str:
     """What a tool is found by: its name (split at ``_ . - /`` and camelCase), title, description, arguments."""
-    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
+    props = _arguments(tool)
     name = _CAMEL.sub(" ", _WORDS.sub(" ", tool.name))
     args = " ".join(_CAMEL.sub(" ", _WORDS.sub(" ", str(a))) for a in props)
     title = getattr(tool, "title", None) or ""
@@ -134,10 +139,8 @@ def _summary(tool: Tool) -> dict[str, Any]:
     title = getattr(tool, "title", None)
     if title:
         entry["title"] = title
-    schema = tool.input_schema if isinstance(tool.input_schema, dict) else {}
-    props = schema.get("properties") if isinstance(schema.get("properties"), dict) else {}
-    entry["arguments"] = list(props)
-    required = schema.get("required")
+    entry["arguments"] = _arguments(tool)
+    required = tool.input_schema.get("required") if isinstance(tool.input_schema, dict) else None
     if isinstance(required, list) and required:
         entry["required"] = required
     return entry
@@ -181,7 +184,7 @@ class _SearchTool:
         if ready is not None:
             await ready()
         allows = getattr(gateway, "allows", None)
-        self.index.refresh(iter(gateway))  # type: ignore[call-overload]
+        self.index.refresh(cast(Iterable[Tool], gateway))  # the gateway: its tools, as the caller's registry
         trust = getattr(gateway, "trust", None)
 
         def allowed(name: str) -> bool:
