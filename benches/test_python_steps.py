@@ -1,12 +1,13 @@
-"""python steps' overhead: a declared pipeline of 10 python steps (each its own worker process) against the
-same 10 functions called in process (issue 22).
+"""python steps' overhead: a declared pipeline of 10 python steps (each its own sandbox worker) against the
+same 10 functions called in process (issues 22 and 32).
 
 Each step runs ``def main(x): return {"x": x + 1, ...}`` on the previous step's output; in process, the same
 code (compiled once) is called 10 times in a row. The difference, over 10, is what a python step costs beyond
-its code: a fresh process (forked by the fork server),
-the request and the reply as JSON over pipes, the limits, the process group killed and reaped, and the
-step's own scheduling. ``fork_server=False`` shows the same with a new interpreter per step (Python's
-start-up on every step).
+its code: a fresh worker (forked warm by the sandbox's fork server: a uid, a PID namespace and a ``/proc`` of
+its own), the request and the reply over a socket, the limits, the worker killed, and the step's own
+scheduling. "ten warm workers" keeps as many spares as the pipeline has steps (one call a round, the spares
+forked again between rounds: the figure of a step that finds a warm worker); the default keeps 2, which a
+30-step round uses up, so most of its steps wait for a fork; ``fork_server=False`` keeps none.
 
     pytest benches/test_python_steps.py --benchmark-enable --benchmark-only
 
@@ -32,7 +33,7 @@ def main(x, label):
 """
 
 
-def pipeline(fork_server: bool) -> Any:
+def pipeline(fork_server: bool, prefork: int = 2) -> Any:
     steps = [{"kind": "python", "id": "s0", "code": CODE, "input": {"x": "${args.x}", "label": "${args.label}"}}]
     for i in range(1, STEPS):
         inputs = {"x": f"${{steps.s{i - 1}.output.x}}", "label": f"${{steps.s{i - 1}.output.label}}"}
@@ -42,7 +43,8 @@ def pipeline(fork_server: bool) -> Any:
         "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}, "label": {"type": "string"}}},
         "steps": steps,
     }
-    tools, problems = load_pipelines([entry], policy=StepPolicy(python=PythonPolicy(fork_server=fork_server)))
+    policy = StepPolicy(python=PythonPolicy(fork_server=fork_server, prefork=prefork))
+    tools, problems = load_pipelines([entry], policy=policy)
     assert problems == [], problems
     return tools[0]
 
@@ -77,9 +79,17 @@ def test_ten_python_steps_in_worker_processes(benchmark):
 
 
 @pytest.mark.benchmark(group="python-steps")
-def test_ten_python_steps_each_in_a_new_interpreter(benchmark):
+def test_ten_python_steps_with_ten_warm_workers(benchmark):
+    tool = pipeline(fork_server=True, prefork=STEPS)
+    run_pipeline(tool, 1)
+    benchmark.pedantic(run_pipeline, args=(tool, 1), rounds=15, iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="python-steps")
+def test_ten_python_steps_each_waiting_for_its_own_fork(benchmark):
     tool = pipeline(fork_server=False)
-    benchmark.pedantic(run_pipeline, args=(tool,), rounds=3, iterations=1)
+    run_pipeline(tool, 1)
+    benchmark.pedantic(run_pipeline, args=(tool,), rounds=5, iterations=1)
 
 
 @pytest.mark.benchmark(group="python-steps")

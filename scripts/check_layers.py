@@ -30,6 +30,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._yaml",
             "mcpipe._pattern",
             "mcpipe._patternexec",
+            "mcpipe._sandbox",
             "mcpipe._jsonschema",
             "mcpipe.errors",
             "mcpipe.results",

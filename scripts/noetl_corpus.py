@@ -91,7 +91,7 @@ REASONS = (
     ("cloud storage", "cloud storage (GCS, S3)"),
     ("cloud credentials injected", "cloud credentials"),
     ("has problems", "a sub-playbook it runs is refused"),
-    ("no playbook with the catalog path", "a sub-playbook that is not in the repository"),
+    ("in the catalog", "a sub-playbook that is not in the repository"),
     ("code from a template", "code from a template (a caller's value would become code)"),
 )
 

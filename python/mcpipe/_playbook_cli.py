@@ -33,8 +33,8 @@ def add_parser(sub: Any) -> None:
             metavar="DIR",
             action="append",
             default=[],
-            help="a directory whose playbooks `playbook` tasks may run, by metadata.path (repeatable; the "
-            "file's own directory and its parents are always looked in, by path)",
+            help="a directory whose playbooks `playbook` tasks may run, by metadata.path or path (repeatable; "
+            "the current directory and the file's own are always looked in; nothing outside them is)",
         )
     run.add_argument(
         "--input",

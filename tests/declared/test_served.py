@@ -306,17 +306,10 @@ def test_the_config_hooks_report_every_problem_at_parse_time_and_tool_names_once
     assert [str(p) for p in e.value.problems] == ["pipelines.p.steps[0].tool: unknown tool 'from_python'"]
 
 
-SLEEPER = """
-import os, subprocess, sys, time
-child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {child.pid}\\n")
-time.sleep(600)
-"""
-
-
 async def test_a_client_cancelling_the_call_kills_a_running_command_step(tmp_path: Path):
     import os
+
+    from kit.processes import SLEEPER, all_gone, read_pids, watch
 
     fifo = tmp_path / "pids"
     os.mkfifo(fifo)
@@ -333,18 +326,9 @@ async def test_a_client_cancelling_the_call_kills_a_running_command_step(tmp_pat
         async with served(doc) as app, Client(app.server) as client:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(partial(client.call_tool, "job", {"script": SLEEPER}))
-                data = b""
-                async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
-                    while not data.endswith(b"\n"):
-                        data += await stream.receive_some()
-                fds = [os.pidfd_open(int(pid)) for pid in data.split()]
+                fds = watch(await read_pids(fifo))
                 nursery.cancel_scope.cancel()
-            try:
-                for fd in fds:  # readable once the process has exited
-                    await trio.lowlevel.wait_readable(fd)
-            finally:
-                for fd in fds:
-                    os.close(fd)
+            await all_gone(fds)
 
 
 async def test_a_client_cancelling_the_call_closes_a_running_http_request(http_server):

@@ -4,8 +4,8 @@ HTTP against one real ``mcpipe serve`` (each attack a section of the test), ``/h
 
 from __future__ import annotations
 
+import contextlib
 import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,10 @@ workflow:
     tool:
       kind: shell
       env: {PIDFILE: "{{ workload.pidfile }}"}
-      cmds: ['sleep 300 >/dev/null 2>&1 & echo $! > "$PIDFILE"; echo started']
+      cmds:
+        - >-
+          sleep 300.31 >/dev/null 2>&1 & i=0;
+          while [ $i -lt 4000 ] && ! pgrep -fx "sleep 300.31" >/dev/null; do i=$((i+1)); done; echo started
 """
 
 PYTHONS = """
@@ -186,22 +189,21 @@ async def _render_threads(server: Served) -> None:
 
 async def _shell_child(server: Served, pidfile: Path) -> None:
     # Before: `sleep 300 >/dev/null &` (no longer holding the output pipes) outlived the step and the server,
-    # one more process per call.
+    # one more process per call. (The program waits until its sleep runs; its pid is its PID namespace's.)
     answer = await server.call("background", {"pidfile": str(pidfile)})
     assert answer["isError"] is False, answer
-    child = _pid(pidfile)
+    sleepers = [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 300.31"]
+    fds = []
+    for pid in sleepers:
+        with contextlib.suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))  # readable once the process has exited
     try:
-        exited = os.pidfd_open(child)  # readable once the process has exited
-    except ProcessLookupError:
-        return  # gone already
-    try:
-        with trio.move_on_after(5):
-            await trio.lowlevel.wait_readable(exited)
-        assert not _alive(child)
+        with trio.fail_after(5):
+            for fd in fds:
+                await trio.lowlevel.wait_readable(fd)
     finally:
-        if _alive(child):
-            os.kill(child, signal.SIGKILL)
-        os.close(exited)
+        for fd in fds:
+            os.close(fd)
 
 
 async def _python_steps(server: Served) -> None:
@@ -213,7 +215,7 @@ async def _python_steps(server: Served) -> None:
     assert slowest < 1.0, server.health
     await trio.sleep(0.5)
     left = [c for c in _children(server.proc.pid) if c[1][:1] != "Z" or "sleep" in c[2]]
-    assert [c[2] for c in left if "_pyexec.py" not in c[2] and "sh -c" not in c[2]] == []
+    assert [c[2] for c in left if "_zygote.py" not in c[2] and "sh -c" not in c[2]] == []
     assert [c for c in _children(server.proc.pid) if c[1][:1] == "Z"] == []
     sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 301"]
     assert [p for p in sleepers if _alive(int(p))] == []

@@ -77,6 +77,39 @@ async def test_more_rows_than_the_policy_allows_fail_the_step():
     assert not out.ok and "more than 10 rows" in out.error
 
 
+async def test_params_bind_the_statements_dollar_names_and_never_become_sql():
+    out = await run(
+        {"commands": USERS + "SELECT name FROM users WHERE name = $who OR age = $age", "params": "${args}"},
+        {"who": "Bob' OR 1=1 --", "age": 35},
+    )
+    assert out.ok, out.error
+    assert out.output == [{"name": "Charlie"}]
+
+
+async def test_duckdb_reaches_no_file_outside_its_database_unless_the_operator_allows_it(tmp_path: Path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "in.csv").write_text("a,b\n1,2\n")
+    read = {"commands": f"SELECT * FROM read_csv('{tmp_path}/data/in.csv')"}
+    copy = {"commands": f"COPY (SELECT 1 AS x) TO '{tmp_path}/out.csv'"}
+    for raw in (read, copy, {"commands": "SELECT content FROM read_text('/etc/hostname')"}):
+        out = await run(raw)
+        assert not out.ok and "file system operations are disabled by configuration" in out.error
+    out = await run({"commands": "SET enable_external_access = true"})
+    assert not out.ok and "the configuration has been locked" in out.error
+    out = await run({"commands": "SET memory_limit = '64GB'"})  # nor the limits
+    assert not out.ok and "the configuration has been locked" in out.error
+    assert not (tmp_path / "out.csv").exists()
+    allowed = StepPolicy(duckdb=DuckdbPolicy(allowed_directories=(str(tmp_path / "data"),)))
+    out = await run(read, policy=allowed)
+    assert out.ok and out.output == [{"a": 1, "b": 2}], out.error
+    out = await run(copy, policy=allowed)
+    assert not out.ok and "disabled by configuration" in out.error
+    opened = StepPolicy(duckdb=DuckdbPolicy(external_access=True))
+    out = await run(copy, policy=opened)
+    assert out.ok, out.error
+    assert (tmp_path / "out.csv").read_text() == "x\n1\n"
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [

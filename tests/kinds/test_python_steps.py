@@ -12,7 +12,7 @@ import trio
 from mcp import Client
 
 from kit.declared import compiled, env
-from kit.processes import all_gone, read_pids, watch
+from kit.processes import SAY_PIDS, all_gone, open_dir, read_pids, watch
 from kit.served import call, served
 from mcpipe.declared import StepPolicy, StepScope, compile_step
 from mcpipe.kinds import PythonPolicy
@@ -118,13 +118,19 @@ async def test_an_exception_fails_the_step_with_its_line_traceback_and_what_was_
     assert 'File "<python step>", line 3' in out.output["traceback"]
 
 
-async def test_a_step_that_loops_forever_times_out_and_everything_it_started_is_killed(tmp_path: Path):
-    fifo = tmp_path / "pids"
-    os.mkfifo(fifo)
+async def test_a_step_that_loops_forever_times_out_and_everything_it_started_is_killed():
+    with open_dir() as shared:
+        fifo = shared / "pids"
+        os.mkfifo(fifo)
+        os.chmod(fifo, 0o666)  # the step runs as a uid of its own
+        await _loops_forever(fifo)
+
+
+async def _loops_forever(fifo: Path) -> None:
     code = (
         "import subprocess, sys\n"
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
-        f"open({str(fifo)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}\\n')\n"
+        f"open({str(fifo)!r}, 'w').write({SAY_PIDS})\n"
         "while True:\n    pass\n"
     )
     async with trio.open_nursery() as nursery:
@@ -160,7 +166,9 @@ async def test_a_step_that_allocates_without_bound_fails_with_limit_exceeded():
         ("import os\nos._exit(4)", "the python step's process exited with status 4 before answering (os._exit?)"),
         ("import ctypes\nctypes.string_at(0)", "the python step's process died of SIGSEGV before answering"),
         (
-            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)",
+            # Its own CPU limit lowered to what it has used (soft = hard): the kernel kills it there.
+            "import resource\nused = int(resource.getrusage(resource.RUSAGE_SELF).ru_utime) + 1\n"
+            "resource.setrlimit(resource.RLIMIT_CPU, (used, used))\nwhile True:\n    pass",
             "the python step's process was killed (SIGKILL; its memory limit is 256 MiB)",
         ),
     ],
@@ -198,7 +206,12 @@ async def test_each_step_starts_in_a_fresh_process_so_nothing_leaks_between_step
     assert second.output[0] == "[1]" and second.output[1] != first.output
 
 
-async def test_at_most_workers_steps_run_at_once(tmp_path: Path):
+async def test_at_most_workers_steps_run_at_once():
+    with open_dir() as shared:
+        await _one_at_a_time(shared)
+
+
+async def _one_at_a_time(tmp_path: Path) -> None:
     # Each step holds an exclusive marker while it runs; with one worker none finds another's.
     code = (
         "import time\n"
@@ -263,16 +276,16 @@ async def test_a_runaway_step_leaves_the_server_and_its_other_runs_unaffected():
         ("import ctypes\nctypes.string_at(0)", "the python step's process died of SIGSEGV before answering"),
     ],
 )
-async def test_without_the_fork_server_each_step_starts_a_new_interpreter(code, error):
+async def test_without_warm_workers_each_step_waits_for_its_own_fresh_process(code, error):
     policy = StepPolicy(python=PythonPolicy(fork_server=False, memory_mb=256))
     out = await run({"code": code}, policy=policy)
     assert (out.ok, out.error or None) == (error is None, error)
 
 
 async def test_a_fork_server_that_died_is_started_again():
-    from mcpipe.kinds._pyworker import FORK_SERVER
+    from mcpipe._sandbox import SANDBOX
 
     await run({"code": "result = 1"})
-    FORK_SERVER.stop()
+    SANDBOX.stop()
     out = await run({"code": "result = 2"})
     assert out.output == 2

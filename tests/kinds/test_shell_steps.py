@@ -56,7 +56,7 @@ async def test_values_passed_in_env_stay_data_for_the_shell(tmp_path: Path):
 async def test_a_program_past_the_deadline_is_killed_with_what_it_started(tmp_path: Path):
     fifo = tmp_path / "pids"
     os.mkfifo(fifo)
-    program = f"sleep 600 & echo $$ $! > {fifo}; wait"
+    program = f"sleep 600 & echo $(readlink /proc/self/ns/pid) $$ $! > {fifo}; wait"
     box: list[Any] = []
 
     async def go() -> None:

@@ -57,17 +57,22 @@ class Served:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    async def post(self, body: Any, name: str) -> Any:
-        """A ``tools/call`` (``body`` a JSON-RPC message, or bytes); the JSON-RPC answer."""
+    async def post(self, body: Any, name: str, http: httpx2.AsyncClient | None = None) -> Any:
+        """A ``tools/call`` (``body`` a JSON-RPC message, or bytes); the JSON-RPC answer. ``http``: a client to
+        share (many calls at once: a client each costs the test's own event loop its TLS setup, which a
+        ``/healthz`` probed from the test then waits for)."""
         content = body if isinstance(body, bytes) else json.dumps(body).encode()
-        async with httpx2.AsyncClient(timeout=120) as http:
+        if http is None:
+            async with httpx2.AsyncClient(timeout=120) as own:
+                r = await own.post(self.url, content=content, headers=headers(name))
+        else:
             r = await http.post(self.url, content=content, headers=headers(name))
         assert r.status_code == 200, (r.status_code, r.text[:500])
         return result_of(r.text, r.headers.get("content-type", ""))
 
-    async def call(self, name: str, arguments: Any) -> Any:
+    async def call(self, name: str, arguments: Any, http: httpx2.AsyncClient | None = None) -> Any:
         """Call a tool; the JSON-RPC result."""
-        return (await self.post(call(name, arguments), name))["result"]
+        return (await self.post(call(name, arguments), name, http))["result"]
 
     async def healthz(self) -> float:
         """Seconds ``/healthz`` took to answer (10 when it did not within 10 s)."""

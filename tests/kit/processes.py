@@ -1,36 +1,77 @@
-"""Watching a command step's processes: a script that starts a child and says both pids through a FIFO, and
-waits on pidfds that become readable when the processes exit (killed with their group, or not)."""
+"""Watching a step's processes: a script that starts a child and says where it runs through a FIFO, and
+waits on pidfds that become readable when the processes exit (killed with their step, or not).
+
+A step's processes run in a PID namespace of their own where the kernel allows (:mod:`mcpipe._sandbox`),
+so the pids they know are not this process's: they say their namespace too (``pid:[INODE] PID CHILD``),
+and :func:`read_pids` answers the pids, as seen here, of every process in that namespace.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import trio
 
-SLEEPER = """
+SAY_PIDS = "f\"{os.readlink('/proc/self/ns/pid')} {os.getpid()} {child.pid}\\n\""
+"""A Python expression (``os`` and ``child``, a Popen, in scope): the line :func:`read_pids` reads."""
+
+SLEEPER = f"""
 import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 with open(sys.argv[1], "w") as f:
-    f.write(f"{os.getpid()} {child.pid}\\n")
+    f.write({SAY_PIDS})
 time.sleep(600)
 """
-"""A Python script (``python -c SLEEPER FIFO``): starts a child, writes ``PID CHILD_PID`` to FIFO, sleeps."""
+"""A Python script (``python -c SLEEPER FIFO``): starts a child, writes where both run to FIFO, sleeps."""
 
 
-async def read_pids(fifo: Path) -> tuple[int, int]:
-    """The pids :data:`SLEEPER` wrote to ``fifo``."""
+def in_namespace(link: str) -> list[int]:
+    """The pids (as seen here) of the processes whose PID namespace is ``link`` (``pid:[INODE]``)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{name}/ns/pid") == link:
+                    found.append(int(name))
+    return sorted(found)
+
+
+@contextlib.contextmanager
+def open_dir() -> Iterator[Path]:
+    """A directory every uid may use (a python step runs as a uid of its own; pytest's ``tmp_path`` is
+    its owner's only), removed after."""
+    path = Path(tempfile.mkdtemp(prefix="mcpipe-test-"))
+    path.chmod(0o1777)
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+async def read_pids(fifo: Path) -> tuple[int, ...]:
+    """The pids (as seen here) of the processes :data:`SLEEPER` (or :data:`SAY_PIDS`) said through
+    ``fifo``: those it named, or, when it ran in a PID namespace of its own, every process in it."""
     # Opened read-write so that reading waits for the script's line (instead of seeing end-of-file before it
     # opens the FIFO), through trio, so the test's fail_after can interrupt it.
     data = b""
     async with trio.lowlevel.FdStream(os.open(fifo, os.O_RDWR | os.O_NONBLOCK)) as stream:
         while not data.endswith(b"\n"):
             data += await stream.receive_some()
-    pid, child = map(int, data.split())
-    return pid, child
+    words = data.split()
+    if words[0].startswith(b"pid:"):
+        link = words[0].decode()
+        if link != os.readlink("/proc/self/ns/pid"):
+            return tuple(in_namespace(link))
+        words = words[1:]
+    return tuple(int(w) for w in words)
 
 
-def watch(pids: tuple[int, int]) -> list[int]:
+def watch(pids: tuple[int, ...]) -> list[int]:
     """pidfds of the processes, opened while they surely run (a pidfd becomes readable when they exit)."""
     return [os.pidfd_open(pid) for pid in pids]
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 
@@ -66,6 +68,31 @@ async def test_a_process_wide_limiter_bounds_calls_across_pipelines(tools, probe
             nursery.start_soon(one)
     assert all(a["ok"] for a in answers) and len(answers) == 2
     assert probe.max_in_flight == 3
+
+
+async def test_a_run_nested_in_a_parallel_step_lends_the_steps_process_slot_back_while_it_runs(
+    tools, probe, autojump_clock
+):
+    # Issue 27: each step held a process slot while the run it started waited for slots of its own; with as
+    # many such steps as slots, nothing ran again (70 calls of a 3-level playbook chain on 64 slots).
+    process_limiter().total_tokens = 2
+
+    @tools.tool
+    async def nested(label: str) -> dict[str, Any]:
+        """Run a pipeline of its own: two parallel waits."""
+        answer = await run_pipeline({"steps": [{"id": "g", "parallel": waits(2, prefix=label)}]}, tools)
+        return {"ok": answer["ok"]}
+
+    spec = {
+        "steps": [
+            {"id": "g", "parallel": [{"id": f"n{i}", "tool": "nested", "args": {"label": f"n{i}"}} for i in range(4)]}
+        ]
+    }
+    with trio.fail_after(5):
+        answer = await run_pipeline(spec, tools)
+    assert answer["ok"], answer["error"]
+    assert answer["summary"]["succeeded"] == 4
+    assert probe.max_in_flight == 2  # the slots still bound the calls that run
 
 
 async def test_children_see_the_groups_list_and_are_reachable_through_children(run):

@@ -160,8 +160,14 @@ class OutboundPythonConfig(_Base, kw_only=True):
     """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
 
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
+    prefork: Annotated[int, msgspec.Meta(ge=0, le=64)] = 2
     fork_server: bool = True
     memory_mb: Annotated[int, msgspec.Meta(ge=64)] = 1024
+    max_file_mb: Annotated[int, msgspec.Meta(ge=1)] = 64
+    max_processes: Annotated[int, msgspec.Meta(ge=1, le=65536)] = 64
+    max_open_files: Annotated[int, msgspec.Meta(ge=16, le=1048576)] = 256
+    separate_uid: bool = True
+    namespaces: bool = True
     timeout_ms: PositiveMs = 60_000
     max_output_bytes: PositiveInt = _MiB
     max_result_bytes: PositiveInt = 10 * _MiB
@@ -177,6 +183,8 @@ class OutboundDuckdbConfig(_Base, kw_only=True):
     timeout_ms: PositiveMs = 60_000
     max_rows: PositiveInt = 10_000
     autoinstall_extensions: bool = False
+    external_access: bool = False
+    allowed_directories: list[str] = []
 
 
 class OutboundConfig(_Base, kw_only=True):
@@ -226,8 +234,14 @@ class OutboundConfig(_Base, kw_only=True):
             ),
             python=PythonPolicy(
                 workers=self.python.workers,
+                prefork=self.python.prefork,
                 fork_server=self.python.fork_server,
                 memory_mb=self.python.memory_mb,
+                max_file_mb=self.python.max_file_mb,
+                max_processes=self.python.max_processes,
+                max_open_files=self.python.max_open_files,
+                separate_uid=self.python.separate_uid,
+                namespaces=self.python.namespaces,
                 timeout_ms=self.python.timeout_ms,
                 max_output_bytes=self.python.max_output_bytes,
                 max_result_bytes=self.python.max_result_bytes,
@@ -240,6 +254,8 @@ class OutboundConfig(_Base, kw_only=True):
                 timeout_ms=self.duckdb.timeout_ms,
                 max_rows=self.duckdb.max_rows,
                 autoinstall_extensions=self.duckdb.autoinstall_extensions,
+                external_access=self.duckdb.external_access,
+                allowed_directories=tuple(self.duckdb.allowed_directories),
             ),
             expression_max_ms=self.expression_max_ms,
         )

@@ -253,14 +253,23 @@ class CommandPolicy:
 
 @dataclass(frozen=True)
 class PythonPolicy:
-    """How ``python`` steps run: each in a process of its own, within these limits (``mcpipe.kinds.python``).
+    """How ``python`` steps run: each in a sandbox worker of its own, within these limits
+    (``mcpipe.kinds.python``; what the isolation promises: docs/declared-pipelines.md).
 
     Attributes:
         workers: at most this many python steps run at once; more wait for one to end.
-        fork_server: fork each step's process from a fork server that has started Python already (about a
-            millisecond); off, each step starts a new interpreter (tens of milliseconds).
-        memory_mb: the address-space limit of a step's process (``RLIMIT_AS``): past it, allocations fail
-            and the step fails with ``LIMIT_EXCEEDED``.
+        prefork: how many workers are kept forked and waiting (0: each step waits for its own fork).
+        fork_server: kept for older configs; false is ``prefork: 0`` (a step's worker is always forked by
+            the sandbox's fork server).
+        memory_mb: the address-space limit of a step's process (``RLIMIT_AS``, soft = hard): past it,
+            allocations fail and the step fails with ``LIMIT_EXCEEDED``.
+        max_file_mb: the largest file a step's process may write (``RLIMIT_FSIZE``): past it, the write
+            fails (``OSError: File too large``).
+        max_processes: the processes (and threads) a step may have at once (``RLIMIT_NPROC``, counted for
+            its own uid; applied only where it has one).
+        max_open_files: the files a step's process may have open at once (``RLIMIT_NOFILE``).
+        separate_uid: run each step as a uid of its own when the server runs as root.
+        namespaces: give each step a PID namespace (and a ``/proc``) of its own where the kernel allows.
         timeout_ms: the deadline of a step that sets no ``timeout_ms``; past it the process is killed and
             the step fails with ``TIMEOUT``.
         max_output_bytes: of what the code prints, the first this many bytes of stdout and of stderr are
@@ -271,8 +280,14 @@ class PythonPolicy:
     """
 
     workers: int = 4
+    prefork: int = 2
     fork_server: bool = True
     memory_mb: int = 1024
+    max_file_mb: int = 64
+    max_processes: int = 64
+    max_open_files: int = 256
+    separate_uid: bool = True
+    namespaces: bool = True
     timeout_ms: float = 60_000
     max_output_bytes: int = 1024 * 1024
     max_result_bytes: int = 10 * 1024 * 1024
@@ -281,6 +296,10 @@ class PythonPolicy:
     def base_env(self) -> dict[str, str]:
         """The environment a step's code starts from."""
         return dict(self.env) if self.env is not None else _default_env()
+
+    def spares(self) -> int:
+        """Warm workers to keep (``fork_server: false`` keeps none)."""
+        return self.prefork if self.fork_server else 0
 
 
 @dataclass(frozen=True)
@@ -295,6 +314,13 @@ class DuckdbPolicy:
         max_rows: a statement that returns more rows fails the step.
         autoinstall_extensions: let DuckDB download an extension it knows when a statement needs it; off,
             statements load only extensions installed ahead (an explicit ``INSTALL`` is the SQL's own).
+        external_access: let the statements reach what is outside their database: files (``read_csv``,
+            ``read_text``, ``COPY ... TO``, ``ATTACH``), URLs and buckets, extensions to load. Off (the
+            default), DuckDB runs with ``enable_external_access = false`` and its configuration locked (the
+            statements cannot ``SET`` anything, the memory limit included); a step's ``secrets`` are created
+            (their extensions loaded) before that.
+        allowed_directories: with ``external_access`` off, the directories the statements may still read and
+            write files in (DuckDB's ``allowed_directories``).
     """
 
     workers: int = 4
@@ -303,6 +329,8 @@ class DuckdbPolicy:
     timeout_ms: float = 60_000
     max_rows: int = 10_000
     autoinstall_extensions: bool = False
+    external_access: bool = False
+    allowed_directories: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

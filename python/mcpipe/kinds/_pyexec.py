@@ -1,12 +1,11 @@
-"""The worker process of ``python`` steps: runs one step's code, then exits (see :mod:`mcpipe.kinds._pyworker`).
+"""The ``python`` role of the sandbox's workers: runs one step's code with NoETL's semantics.
 
-Run as a script (``python -I _pyexec.py RESULT_FD``, or forked by the fork server, ``python -I _pyexec.py
---fork-server SOCKET_FD``: :func:`fork_server`), it imports nothing of mcpipe. It waits for one
-request on stdin (a JSON object: the code, its input and context as data, the limits), lowers its own
-limits (address space, CPU time, core dumps), runs the code with NoETL's semantics, and writes one JSON
-reply on the result pipe (``RESULT_FD``): ``{"ok": true, "result": ...}`` or ``{"ok": false, "error",
-"type", "line", "traceback"}``. The code's stdout and stderr are the process's own, read (bounded) by the
-parent. The caller's values reach the code only as data decoded from the request, never as code.
+The sandbox's fork server (:mod:`mcpipe._sandbox._zygote`) loads this file by path (it imports nothing of
+mcpipe) and forks a fresh worker per step, which sets its limits, drops its uid and calls :func:`handle`
+with the step's request: the code, and its input and context as data. The reply is one JSON object,
+``{"ok": true, "result": ...}`` or ``{"ok": false, "error", "type", "line", "traceback"}``. The code's
+stdout and stderr are the process's own, read (bounded) by the server. The caller's values reach the code
+only as data decoded from the request, never as code.
 
 NoETL's semantics (``noetl/tools/python/executor.py``, 4.26.0): the ``input`` values are globals of the
 code (JSON or Python literals in strings decoded when ``coerce`` is set), beside ``context`` (the step's
@@ -21,6 +20,7 @@ or, when it sets none, NoETL's ``{"status": "success", "message": ..., "locals_c
 from __future__ import annotations
 
 import ast
+import asyncio
 import base64
 import builtins
 import datetime
@@ -28,8 +28,6 @@ import decimal
 import inspect
 import json
 import os
-import resource
-import sys
 import traceback
 import uuid
 from typing import Any
@@ -41,24 +39,6 @@ class _Failure(Exception):
     def __init__(self, message: str, kind: str = "error") -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def _limit(which: int, soft: int) -> None:
-    _, hard = resource.getrlimit(which)
-    if hard != resource.RLIM_INFINITY:
-        soft = min(soft, hard)
-    resource.setrlimit(which, (soft, hard))
-
-
-def _apply_limits(request: dict[str, Any]) -> None:
-    memory = request.get("memory_bytes")
-    if memory:
-        _limit(resource.RLIMIT_AS, int(memory))
-    cpu = request.get("cpu_seconds")
-    if cpu:
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        spent = int(used.ru_utime + used.ru_stime) + 1
-        _limit(resource.RLIMIT_CPU, spent + int(cpu))
 
 
 def _coerce(value: Any) -> Any:
@@ -166,8 +146,6 @@ def _run(request: dict[str, Any]) -> Any:
         main = namespace["main"]
         value = main(**_kwargs(main, provided, context))
         if inspect.iscoroutine(value):
-            import asyncio
-
             value = asyncio.run(value)
         return value
     if bound("result"):
@@ -271,93 +249,15 @@ def _encode(reply: dict[str, Any], max_bytes: int) -> bytes:
     return data
 
 
-def serve_one(result_fd: int) -> None:
-    """Run one request: read it from stdin, answer on ``result_fd``, exit."""
-    os.set_inheritable(result_fd, False)  # what the code starts does not hold the reply pipe
-    out = os.fdopen(result_fd, "wb", buffering=0)
-    raw = sys.stdin.buffer.read()
-    # The code reads an empty stdin.
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    if not raw:
-        os._exit(0)  # the parent stopped
-    request = json.loads(raw)
-    env = request.get("env")
-    if isinstance(env, dict):
-        os.environ.clear()
-        os.environ.update({str(k): str(v) for k, v in env.items()})
-    _apply_limits(request)
-    reply = _answer(request)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # the code closed them
-        pass
-    data = _encode(reply, int(request.get("max_result_bytes") or 0))
-    view = memoryview(data)
-    while view:
-        view = view[out.write(view) or 0 :]
-    out.close()
-    os._exit(0)
+def handle(header: dict[str, Any], body: Any) -> bytes:
+    """One step in a sandbox worker (:mod:`mcpipe._sandbox`, role ``python``): ``header`` is fixed per step
+    (``code``, ``coerce``, ``max_result_bytes``), ``body`` per call (``input``, ``context``); the reply's
+    JSON."""
+    request = {**header, **(body if isinstance(body, dict) else {})}
+    return _encode(_answer(request), int(header.get("max_result_bytes") or 0))
 
 
-def fork_server(sock_fd: int) -> None:
-    """The fork server: one process that has imported what a step needs and never runs a step's code
-    itself, forking a fresh child per step (milliseconds, where starting Python takes tens).
-
-    Its parent speaks over a Unix socket, one JSON message each way: ``{"op": "fork", "cwd"}`` with four
-    file descriptors attached (the child's stdin, stdout, stderr and reply pipe) answers ``{"pid"}``: a child
-    in a session of its own, which runs :func:`serve_one`; ``{"op": "reap", "pid"}`` kills the child's
-    process group and reaps the child, answering ``{"code"}`` (its exit status; negative: the signal). A
-    child is reaped only when asked, so its process group id cannot be reused before the group is killed.
-    The server exits when its parent closes the socket."""
-    import asyncio  # noqa: F401  # imported once here, for every child's `async def main`
-    import signal
-    import socket
-
-    sock = socket.socket(fileno=sock_fd)
-    while True:
-        try:
-            msg, fds, _, _ = socket.recv_fds(sock, 65536, 4)
-        except OSError:
-            os._exit(0)
-        if not msg:
-            os._exit(0)
-        cmd = json.loads(msg)
-        if cmd["op"] == "fork":
-            pid = os.fork()
-            if pid == 0:
-                sock.close()
-                os.setsid()
-                for target, fd in zip((0, 1, 2), fds[:3], strict=True):
-                    os.dup2(fd, target)
-                    os.close(fd)
-                os.chdir(cmd["cwd"])
-                serve_one(fds[3])
-            for fd in fds:
-                os.close(fd)
-            sock.sendall(json.dumps({"pid": pid}).encode())
-        elif cmd["op"] == "reap":
-            pid = int(cmd["pid"])
-            try:
-                os.killpg(pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            try:
-                _, status = os.waitpid(pid, 0)
-                code: int | None = os.waitstatus_to_exitcode(status)
-            except ChildProcessError:
-                code = None
-            sock.sendall(json.dumps({"code": code}).encode())
-
-
-def main() -> None:
-    if sys.argv[1] == "--fork-server":
-        fork_server(int(sys.argv[2]))
-    else:
-        serve_one(int(sys.argv[1]))
-
-
-if __name__ == "__main__":
-    main()
+def warm() -> None:
+    """Walk a step's path once on a trivial step (the sandbox calls this in a fresh worker while it waits:
+    the memory the path writes is copied from the fork server then, not during the step)."""
+    handle({"code": "def main(x):\n    return {'x': [x, str(x)]}\n", "max_result_bytes": 0}, {"input": {"x": 1}})

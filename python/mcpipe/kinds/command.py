@@ -1,19 +1,19 @@
-"""The ``command`` step kind: run an allowed executable, no shell, in its own process group.
+"""The ``command`` step kind: run an allowed executable, no shell, in a sandbox worker of its own.
 
-The process starts in a new session, so it and everything it spawns form one process group. When the
-step is cancelled (its timeout, the pipeline's deadline, the caller going away) the whole group gets
-SIGTERM, then SIGKILL after the policy's grace period, and the step waits (shielded) until the process
-has been reaped: no process outlives the step that started it. The group is also killed when the main
-process exits (once its output is read, or after a short grace while something still holds the pipes), so
-a background child neither keeps the step waiting nor outlives it.
+The process is started by the sandbox (:mod:`mcpipe._sandbox`, role ``exec``): a keeper process, first of a
+PID namespace of its own where the kernel allows (else a child subreaper), runs the command as its child.
+When the command exits, everything it started is killed with it (a background child, one that called
+``setsid``, a double fork), so nothing outlives the step. When the step is cancelled (its timeout, the
+pipeline's deadline, the caller going away) every process of the command gets SIGTERM, then SIGKILL after
+the policy's grace period. The command runs as the server's uid, with the operator's base environment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
-import subprocess
 from collections.abc import Mapping
 from typing import Annotated, Any
 
@@ -21,6 +21,8 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._json import dumps
+from mcpipe._sandbox import SANDBOX, Output, SandboxError, Shape, Worker, frame, receive_frame, send_all
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import CommandPolicy, StepPolicy
@@ -51,9 +53,6 @@ class CommandPlan:
     def __init__(self, argv: tuple[str, ...], policy: CommandPolicy) -> None:
         self.argv = argv
         self.policy = policy
-
-
-_ORPHAN_GRACE_S = 0.2
 
 
 def build_command(b: Build[Any]) -> CommandPlan:
@@ -146,96 +145,110 @@ def _stdin(value: Any) -> bytes | None:
     return orjson.dumps(value)
 
 
-def _kill_group(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, sig)
+EXEC = Shape("exec", separate_uid=False, namespaces=True)
+"""Commands run as the server's uid (they are the operator's executables), in a PID namespace of their own
+where the kernel allows (else under a child subreaper), so nothing they start outlives them."""
+
+_ANSWER_BYTES = 65536
+
+
+def _executable(name: str, env: Mapping[str, str]) -> str:
+    if "/" in name:
+        return name
+    found = shutil.which(name, path=env.get("PATH", os.defpath))
+    if found is None:
+        raise StepFailure(f"cannot start '{name}': No such file or directory", ErrorCode.TOOL_FAILED)
+    return found
 
 
 async def run_process(
     argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None, policy: CommandPolicy
 ) -> tuple[int, bytes, bytes]:
-    """Run ``argv`` in a process group of its own; its exit code, stdout and stderr (see the module's doc).
+    """Run ``argv`` in a sandbox worker (:mod:`mcpipe._sandbox`'s ``exec`` role); its exit code, stdout
+    and stderr (see the module's doc).
 
     Raises:
         StepFailure: it could not start, or printed more than the policy's ``max_output_bytes``.
     """
+    request = {
+        "argv": [_executable(argv[0], env), *argv[1:]],
+        "env": env,
+        "cwd": os.path.join(os.getcwd(), cwd) if cwd else os.getcwd(),
+    }
     try:
-        process = await trio.lowlevel.open_process(
-            argv,
-            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd,
-            start_new_session=True,
-        )
-    except OSError as e:
-        raise StepFailure(f"cannot start '{argv[0]}': {e.strerror or e}", ErrorCode.TOOL_FAILED) from None
+        worker = await SANDBOX.take(EXEC, stdin=stdin is not None)
+    except SandboxError as e:
+        raise StepFailure(f"cannot start '{argv[0]}': {e}", ErrorCode.TOOL_FAILED) from None
     limit = policy.max_output_bytes
-    out: list[bytes] = []
-    err: list[bytes] = []
-
-    async def feed() -> None:
-        assert process.stdin is not None
-        async with process.stdin:
-            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                await process.stdin.send_all(stdin or b"")
-
-    open_pipes = 2
-    drained = trio.Event()
-    too_much = False
-
-    async def drain(stream: trio.abc.ReceiveStream, into: list[bytes], scope: trio.CancelScope) -> None:
-        nonlocal open_pipes, too_much
-        size = 0
-        async with stream:
-            while chunk := await stream.receive_some(65536):
-                size += len(chunk)
-                if size > limit:
-                    too_much = True
-                    scope.cancel()
-                    return
-                into.append(bytes(chunk))
-        open_pipes -= 1
-        if not open_pipes:
-            drained.set()
-
+    output = Output(limit + 1)
+    answer: bytes | None = None
+    reading = trio.CancelScope()
+    output.on_overflow = reading.cancel
     try:
-        async with trio.open_nursery() as nursery:
-            if stdin is not None:
-                nursery.start_soon(feed)
-            assert process.stdout is not None and process.stderr is not None
-            nursery.start_soon(drain, process.stdout, out, nursery.cancel_scope)
-            nursery.start_soon(drain, process.stderr, err, nursery.cancel_scope)
-            await process.wait()
-            # Children that outlived the main process are ended with it: those holding the pipes open after
-            # a short grace (they cannot keep the step waiting), and background ones that let go of them
-            # (`sleep 600 >/dev/null &` outlived the step, the server too, one more per call). The group's id
-            # is the main process's pid, which the system does not give out again while the group has
-            # members; reaped a moment ago, it is not given out again so soon either.
-            with trio.move_on_after(_ORPHAN_GRACE_S):
-                await drained.wait()
-            _kill_group(process.pid, signal.SIGKILL)
-    except BaseException:
-        # Cancelled (timeout, deadline, caller gone) or failed: never leave the process group behind.
-        await _terminate(process, policy.kill_grace_ms)
-        raise
-    if too_much:
-        await _terminate(process, 0)
+        try:
+            async with trio.open_nursery() as nursery:
+
+                async def feed() -> None:
+                    fd, worker.stdin = worker.stdin, -1
+                    try:
+                        view = memoryview(stdin or b"")
+                        while view:
+                            await trio.lowlevel.wait_writable(fd)
+                            try:
+                                view = view[os.write(fd, view) :]
+                            except BlockingIOError:
+                                continue
+                    except OSError:
+                        pass
+                    finally:
+                        trio.lowlevel.notify_closing(fd)
+                        os.close(fd)
+
+                async def drain(fd: int, into: bytearray) -> None:
+                    await output.drain(fd, into)
+
+                if stdin is not None:
+                    nursery.start_soon(feed)
+                nursery.start_soon(drain, worker.out, output.out)
+                nursery.start_soon(drain, worker.err, output.err)
+                await send_all(worker.io, frame(dumps(request)))
+                with reading:
+
+                    async def watch() -> None:
+                        await trio.lowlevel.wait_readable(worker.pidfd)  # the keeper has ended
+                        reading.cancel()
+
+                    nursery.start_soon(watch)
+                    answer = await receive_frame(worker.io, _ANSWER_BYTES)
+                nursery.cancel_scope.cancel()
+        except BaseException:
+            # Cancelled (timeout, deadline, caller gone) or failed: never leave the command behind.
+            with trio.CancelScope(shield=True):
+                await _terminate(worker, policy.kill_grace_ms)
+            raise
+    finally:
+        SANDBOX.release(worker)
+    output.read_now(worker.out, output.out)
+    output.read_now(worker.err, output.err)
+    if output.truncated or len(output.out) > limit or len(output.err) > limit:
         raise StepFailure(f"the command printed more than {limit} bytes", ErrorCode.TOOL_FAILED)
-    assert process.returncode is not None  # reaped by process.wait()
-    return process.returncode, b"".join(out), b"".join(err)
+    said = orjson.loads(answer) if answer else {}
+    if "error" in said:
+        raise StepFailure(f"cannot start '{argv[0]}': {said['error']}", ErrorCode.TOOL_FAILED)
+    code = said.get("exit")
+    if not isinstance(code, int):
+        code = -signal.SIGKILL  # the keeper was killed before it could say
+    return code, bytes(output.out), bytes(output.err)
 
 
-async def _terminate(process: trio.Process, grace_ms: float) -> None:
-    """SIGTERM the group, SIGKILL it after ``grace_ms``, and reap the process (shielded from cancellation)."""
-    with trio.CancelScope(shield=True):
-        if process.returncode is None and grace_ms > 0:
-            _kill_group(process.pid, signal.SIGTERM)
+async def _terminate(worker: Worker, grace_ms: float) -> None:
+    """SIGTERM every process of the command, SIGKILL them after ``grace_ms`` (the caller shields this)."""
+    if grace_ms > 0 and worker.pidfd >= 0:
+        with contextlib.suppress(OSError):
+            await send_all(worker.io, frame(dumps({"signal": int(signal.SIGTERM)})))
             with trio.move_on_after(grace_ms / 1000):
-                await process.wait()
-        _kill_group(process.pid, signal.SIGKILL)
-        await process.wait()
+                await trio.lowlevel.wait_readable(worker.pidfd)
+    worker.kill()
 
 
 KIND = Kind(

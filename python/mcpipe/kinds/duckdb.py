@@ -1,10 +1,13 @@
 """The ``duckdb`` step kind: SQL statements on a DuckDB database (the ``duckdb`` package), off the event loop.
 
 ``commands`` is SQL text (several statements, split as NoETL's duckdb tool splits them) or a list of
-statements, resolved per call; ``database`` a file (or ``:memory:``, the default: a database of the step's
-own). The statements run in a worker thread, at most the policy's ``workers`` at once, under DuckDB's
-``memory_limit`` and ``threads``; past the deadline the statement is interrupted (``interrupt()``). DuckDB
-downloads no extension unless the operator allows it (``outbound.duckdb.autoinstall_extensions``).
+statements, resolved per call; ``params`` (an object) binds their ``$name`` parameters, never put into the
+text; ``database`` a file (or ``:memory:``, the default: a database of the step's own). The statements run in
+a worker thread, at most the policy's ``workers`` at once, under DuckDB's ``memory_limit`` and ``threads``;
+past the deadline the statement is interrupted (``interrupt()``). DuckDB downloads no extension unless the
+operator allows it (``outbound.duckdb.autoinstall_extensions``), and reaches nothing outside its database
+(files, URLs, extensions: ``enable_external_access = false``, its configuration locked) unless the operator
+allows that (``outbound.duckdb.external_access``, or ``allowed_directories`` for files).
 
 The output is the last statement's rows (objects), or, with ``output: noetl``, NoETL's summary of the run
 (``executed_commands``, ``command_N_rows`` and ``command_N_sample`` per statement that returned rows,
@@ -48,13 +51,15 @@ class DuckdbFields(StepFields, tag="duckdb"):
     objects) or ``noetl`` (NoETL's summary). ``secrets`` (a template): DuckDB secrets created before the
     statements, ``[{name, type: postgres | gcs | s3, params: {KEY: value}}]`` (the extension each needs is
     loaded first: ``postgres``, ``httpfs``), so the SQL can ``ATTACH ... (TYPE postgres, SECRET name)`` or
-    read a bucket; their values are quoted, never spliced.
+    read a bucket; their values are quoted, never spliced. ``params`` (a template: an object) binds the
+    statements' ``$name`` parameters.
     """
 
     commands: Any
     database: Any = None
     output: Literal["rows", "noetl"] = "rows"
     secrets: Any = None
+    params: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,8 @@ class DuckdbPlan:
     timeout_s: float
     policy: DuckdbPolicy
     base_dir: str
+    allowed: tuple[str, ...] = ()
+    """The policy's ``allowed_directories``, absolute (relative ones are the config's directory's)."""
 
 
 def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
@@ -72,7 +79,11 @@ def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
         b.fail()
     policy = b.policy.duckdb
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
-    return DuckdbPlan(ms / 1000, policy, b.policy.base_dir)
+    allowed = tuple(
+        str(Path(d if Path(d).is_absolute() else Path(b.policy.base_dir, d)).resolve()) + "/"
+        for d in policy.allowed_directories
+    )
+    return DuckdbPlan(ms / 1000, policy, b.policy.base_dir, allowed)
 
 
 def _statements(value: Any) -> list[str]:
@@ -121,12 +132,20 @@ class _Run:
     """One step's statements on one connection, in a worker thread (``interrupt`` from another)."""
 
     def __init__(
-        self, database: str, statements: list[str], policy: DuckdbPolicy, secrets: list[str] | None = None
+        self,
+        database: str,
+        statements: list[str],
+        policy: DuckdbPolicy,
+        secrets: list[str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        allowed: tuple[str, ...] = (),
     ) -> None:
         self.database = database
         self.statements = statements
         self.policy = policy
         self.secrets = secrets or []
+        self.params = dict(params or {})
+        self.allowed = allowed
         self.conn: Any = None
         self.interrupted = False
 
@@ -159,11 +178,19 @@ class _Run:
                 except duckdb.Error as e:
                     label = stmt.split(" (", 1)[0]
                     raise _Failed(f"{label}: {_first_line(e)}", ErrorCode.TOOL_ERROR) from None
+            if not self.policy.external_access:
+                # From here on nothing outside the database (issue 27: a caller's SQL read /etc/passwd and COPYed
+                # host files), and no SET can undo it or raise the limits.
+                if self.allowed:
+                    self.conn.execute("SET allowed_directories = $d", {"d": list(self.allowed)})
+                self.conn.execute("SET enable_external_access = false")
+                self.conn.execute("SET lock_configuration = true")
             for i, stmt in enumerate(self.statements):
                 if self.interrupted:
                     raise _Failed("interrupted", ErrorCode.TIMEOUT)
                 try:
-                    result = self.conn.execute(stmt)
+                    named = {n: self.params[n] for n in _PARAM.findall(stmt) if n in self.params}
+                    result = self.conn.execute(stmt, named) if named else self.conn.execute(stmt)
                     if result.description is None:
                         columns.append(None)
                         rows.append(None)
@@ -187,6 +214,10 @@ class _Run:
         return columns, rows
 
 
+_PARAM = re.compile(r"\$([A-Za-z_][A-Za-z0-9_]*)")
+"""A statement's ``$name`` parameters (DuckDB refuses values for names a statement does not have)."""
+
+
 def _first_line(e: BaseException) -> str:
     return str(e).strip().split("\n", 1)[0] or type(e).__name__
 
@@ -199,7 +230,10 @@ async def run_duckdb(
     statements = _statements(inputs["commands"])
     database = _database(inputs.get("database"), plan.base_dir)
     secrets = secret_statements(inputs.get("secrets"), plan.policy.autoinstall_extensions)
-    work = _Run(database, statements, plan.policy, secrets)
+    params = inputs.get("params")
+    if params is not None and not isinstance(params, Mapping):
+        raise StepFailure(f"`params` must resolve to an object, got {json_type(params)}", ErrorCode.TOOL_FAILED)
+    work = _Run(database, statements, plan.policy, secrets, params, plan.allowed)
     with trio.move_on_after(plan.timeout_s) as deadline:
         try:
             columns, rows = await run_interruptible(work, work.interrupt, limiter=_limiter(plan.policy.workers))
@@ -286,7 +320,7 @@ KIND = Kind(
     "duckdb",
     DuckdbFields,
     run_duckdb,
-    templates=("commands", "database", "secrets"),
+    templates=("commands", "database", "secrets", "params"),
     build=build_duckdb,
     own_deadline=True,
 )

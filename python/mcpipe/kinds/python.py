@@ -26,10 +26,11 @@ import msgspec
 
 from mcpipe._describe import json_type
 from mcpipe._json import dumps
+from mcpipe._sandbox import Shape
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import PythonPolicy
-from mcpipe.kinds._pyworker import Outcome, run_code
+from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -61,11 +62,25 @@ class PythonFields(StepFields, tag="python"):
 
 @dataclass(frozen=True, slots=True)
 class PythonPlan:
-    """What the compiler fixed: the code, the deadline and the operator's limits."""
+    """What the compiler fixed: the code, the deadline, the operator's limits, and the step's part of every
+    request (the code and the limits as JSON, encoded once here)."""
 
     code: str
     timeout_s: float
     policy: PythonPolicy
+    header: bytes
+    shape: Shape
+
+
+def _header(code: str, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
+    limits = {
+        "memory_bytes": policy.memory_mb * 1024 * 1024,
+        "cpu_seconds": math.ceil(timeout_s) + 1,
+        "file_bytes": policy.max_file_mb * 1024 * 1024,
+        "processes": policy.max_processes,
+        "open_files": policy.max_open_files,
+    }
+    return dumps({"code": code, "coerce": coerce, "max_result_bytes": policy.max_result_bytes, "limits": limits})
 
 
 def build_python(b: Build[PythonFields]) -> PythonPlan:
@@ -82,7 +97,9 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
         b.problem(f"{b.location}.code", f"the code does not compile: {type(e).__name__}: {e}")
     policy = b.policy.python
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
-    return PythonPlan(code, ms / 1000, policy)
+    timeout_s = ms / 1000
+    header = _header(code, b.fields.coerce, timeout_s, policy)
+    return PythonPlan(code, timeout_s, policy, header, python_shape(policy.separate_uid, policy.namespaces))
 
 
 def _env(value: Any, base: dict[str, str]) -> dict[str, str]:
@@ -112,27 +129,19 @@ async def run_python(
     if given is not None and not isinstance(given, Mapping):
         raise StepFailure(f"`input` must resolve to an object, got {json_type(given)}", ErrorCode.TOOL_FAILED)
     proc_env = _env(inputs.get("env"), policy.base_env())
-    request = {
-        "code": plan.code,
-        "input": dict(given) if given is not None else {},
-        "context": inputs.get("context"),
-        "env": proc_env,
-        "coerce": step.fields.coerce,
-        "memory_bytes": policy.memory_mb * 1024 * 1024,
-        "cpu_seconds": math.ceil(plan.timeout_s) + 1,
-        "max_result_bytes": policy.max_result_bytes,
-    }
     try:
-        data = dumps(request)
+        given_input = dict(given) if given is not None else {}
+        body = dumps({"env": proc_env, "input": given_input, "context": inputs.get("context")})
     except TypeError as e:
         raise StepFailure(f"the step's input is not JSON data: {e}", ErrorCode.TOOL_FAILED) from None
     try:
         outcome = await run_code(
-            data,
-            env=policy.base_env(),
+            plan.header,
+            body,
+            shape=plan.shape,
             timeout_s=plan.timeout_s,
             workers=policy.workers,
-            fork_server=policy.fork_server,
+            prefork=policy.spares(),
             max_output_bytes=policy.max_output_bytes,
             max_reply_bytes=policy.max_result_bytes + 65536,
         )

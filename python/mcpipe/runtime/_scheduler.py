@@ -13,11 +13,16 @@ cancellation go on.
 
 Tool calls made under a parallel group hold a slot of the call's ``CapacityLimiter`` (``max_concurrency``)
 and then one of the process-wide limiter. The slots are held by tool calls only, never by a group or a
-pipe waiting for its children, so nested groups cannot deadlock on the limit.
+pipe waiting for its children, so nested groups cannot deadlock on the limit. A run started inside a step
+that holds a process slot (a sub-playbook, a pipeline served as a tool and called by a step) lends that slot
+back while it runs, and the step takes one again after: a step waiting for its sub-run holds none, so
+sub-runs cannot starve each other of slots (issue 27: 70 calls of a 3-level playbook chain held all 64 at
+their first level, each waiting for one for its second).
 """
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -94,6 +99,47 @@ _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
 _ANSWER_FRAME = 1024
 # Kept under max_answer_bytes (at most a quarter of it) for the records a full answer still makes.
 _RECORDS_ROOM = 64 * 1024
+
+
+class _Slot:
+    """A process slot held by one step (on the step's behalf, not its task's: any task may lend it).
+
+    ``lent`` counts the runs nested in the step that run now; while it is not zero the slot is back in the
+    limiter."""
+
+    __slots__ = ("held", "lent", "limiter")
+
+    def __init__(self, limiter: trio.CapacityLimiter) -> None:
+        self.limiter = limiter
+        self.held = False
+        self.lent = 0
+
+    async def take(self) -> None:
+        try:
+            self.limiter.acquire_on_behalf_of_nowait(self)
+        except trio.WouldBlock:
+            await self.limiter.acquire_on_behalf_of(self)
+        self.held = True
+        if self.lent:  # a nested run started while this waited: it runs without the slot
+            self.drop()
+
+    def drop(self) -> None:
+        if self.held:
+            self.held = False
+            self.limiter.release_on_behalf_of(self)
+
+    def lend(self) -> None:
+        self.lent += 1
+        self.drop()
+
+    async def take_back(self) -> None:
+        self.lent -= 1
+        if not self.lent and not self.held:
+            await self.take()
+
+
+_HELD: contextvars.ContextVar[_Slot | None] = contextvars.ContextVar("mcpipe_held_slot", default=None)
+"""The process slot of the step running in this context (see the module's docstring)."""
 
 
 def process_limiter() -> trio.CapacityLimiter:
@@ -224,7 +270,18 @@ async def _run_compiled(
     if compiled.dry_run:
         return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
-    answer = await run.main(compiled.plan, started)
+    held = _HELD.get()
+    if held is None:
+        answer = await run.main(compiled.plan, started)
+    else:
+        # A run inside a step holding a process slot: the slot goes back while this run's own steps take theirs.
+        token = _HELD.set(None)
+        held.lend()
+        try:
+            answer = await run.main(compiled.plan, started)
+        finally:
+            _HELD.reset(token)
+            await held.take_back()
     tel = telemetry.current()
     if tel is not None:
         tel.observe_steps(answer)
@@ -466,18 +523,22 @@ class _Run:
             self.call_limiter = trio.CapacityLimiter(self.limits.max_concurrency)
             self.proc_limiter = process_limiter()
         call_limiter, proc_limiter = self.call_limiter, self.proc_limiter
+        assert proc_limiter is not None
         # Waiting for a slot is not running: a step cancelled while it waits never started. A free slot
         # is taken without yielding (`acquire` always yields, twice per child adds up).
         await _take(call_limiter)
         try:
-            await _take(proc_limiter)  # type: ignore[arg-type]
+            slot = _Slot(proc_limiter)
+            await slot.take()
+            token = _HELD.set(slot)
             try:
                 # A slot handed over by a sibling that has just failed comes with the group already
                 # cancelled: give up here, before the step counts as started.
                 await trio.lowlevel.checkpoint_if_cancelled()
                 return await run(step, env, results, prefix)
             finally:
-                proc_limiter.release()  # type: ignore[union-attr]
+                _HELD.reset(token)
+                slot.drop()
         finally:
             call_limiter.release()
 

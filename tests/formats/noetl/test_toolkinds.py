@@ -14,7 +14,7 @@ import trio
 from kit.declared import env
 from mcpipe.declared import CommandPolicy, StepPolicy, StepScope, compile_step
 from mcpipe.errors import Problem
-from mcpipe.formats.noetl.toolkinds import JINJA_IN_CODE, TEMPLATE_FIELDS, bind_quoted, map_tool, secret_value
+from mcpipe.formats.noetl.toolkinds import JINJA_IN_CODE, TEMPLATE_FIELDS, map_tool, secret_value
 from mcpipe.tools._base import ToolContext
 
 POLICY = StepPolicy(command=CommandPolicy(commands={"sh": "/bin/sh"}))
@@ -131,28 +131,6 @@ def test_a_postgres_tool_without_auth_or_sql_is_refused():
     assert [loc for loc, _ in refused("postgres", {"auth": {"source": "secret", "name": "x"}, "query": "x"})] == [
         "workflow[1].tool.auth"
     ]
-
-
-@pytest.mark.parametrize(
-    ("text", "expected", "params"),
-    [
-        (
-            "INSERT INTO t VALUES ('{{ workload.name }}', {{ n }}, '{{ x | tojson }}'::jsonb)",
-            "INSERT INTO t VALUES (:noetl_p0, {{ n }}, :noetl_p1::jsonb)",
-            {"noetl_p0": "{{ (workload.name) | string }}", "noetl_p1": "{{ (x | tojson) | string }}"},
-        ),
-        (
-            "CREATE TABLE t (a text DEFAULT '{{ d }}'); SELECT * FROM t WHERE a = '{{ d }}' AND b > date '{{ day }}'",
-            "CREATE TABLE t (a text DEFAULT '{{ d }}');\nSELECT * FROM t WHERE a = :noetl_p0 AND b > date '{{ day }}'",
-            {"noetl_p0": "{{ (d) | string }}"},
-        ),
-        ("SELECT 'a{{ x }}b', '{{ x }}-{{ y }}'", "SELECT 'a{{ x }}b', '{{ x }}-{{ y }}'", {}),
-        ("{% for r in rows %}INSERT INTO t VALUES ('{{ r }}');{% endfor %}", None, {}),
-    ],
-    ids=["values", "ddl-and-typed-literals", "partial", "blocks"],
-)
-def test_a_quoted_jinja_value_in_a_data_statement_becomes_a_bound_parameter(text, expected, params):
-    assert bind_quoted(text) == (text if expected is None else expected, params)
 
 
 # --- duckdb ---

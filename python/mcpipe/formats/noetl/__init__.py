@@ -72,15 +72,18 @@ def load_playbook(
     catalog: Catalog | None = None,
     scan: list[str] | None = None,
     known: dict[str, str] | None = None,
+    roots: list[str] | None = None,
 ) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
     by line and path (``pb.yaml:14: workflow[2].tool.kind``).
 
     A file whose steps are seed 004's (``mcp:`` turns, ``workbook`` actions on mcpipe's kinds) compiles as
     today (:class:`Playbook`); any other NoETL playbook compiles into a :class:`NoetlPlaybook`. ``catalog``
-    is where its ``playbook`` tasks look (default: ``known`` catalog paths, the files around it, and the
-    ``metadata.path`` of the playbooks under ``scan``'s directories)."""
-    return _load(str(path), base_dir, models, policy, tools, catalog, scan, (), known)
+    is where its ``playbook`` tasks look (default: ``known`` catalog paths, then the playbooks under
+    ``roots``, by path from ``base_dir`` or a root, and by ``metadata.path`` in the file's directory and
+    under ``scan``'s directories; ``roots`` default to ``base_dir`` and the file's directory, ``scan``'s
+    directories are roots too: :mod:`mcpipe.formats.noetl._catalog`)."""
+    return _load(str(path), base_dir, models, policy, tools, catalog, scan, (), known, roots)
 
 
 def _load(
@@ -93,6 +96,7 @@ def _load(
     scan: list[str] | None,
     stack: tuple[str, ...],
     known: dict[str, str] | None = None,
+    roots: list[str] | None = None,
 ) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     full = os.path.join(base_dir, name)
     try:
@@ -114,7 +118,7 @@ def _load(
             def compile_child(file: str, chain: tuple[str, ...]) -> tuple[Any, list[Problem]]:
                 return _load(os.path.relpath(file, base_dir), base_dir, models, policy, tools, cat, scan, chain)
 
-            cat = Catalog.around(compile_child, full, scan, known)
+            cat = Catalog.around(compile_child, full, scan, known, roots, base=base_dir)
             catalog = cat
         pb, problems = compile_noetl(
             raw, models=models, policy=policy, tools=tools, catalog=catalog, file=full, stack=stack
@@ -554,21 +558,27 @@ def _serving(entry: Any, where: str, problems: list[Problem]) -> tuple[str | Non
     return files, Serving(background, support)
 
 
-def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Problem]]:
+def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Problem], list[str]]:
+    """The served files (each with how it is served), the problems, and the catalog's roots: the directory of
+    each glob (:func:`~mcpipe.formats.noetl._catalog.glob_root`)."""
+    from mcpipe.formats.noetl._catalog import glob_root
+
     files: list[tuple[str, Serving]] = []
     problems: list[Problem] = []
+    roots: list[str] = []
     for i, entry in enumerate(getattr(config, "playbooks", None) or []):
         where = f"playbooks[{i}]"
         pattern, serving = _serving(entry, where, problems)
         if pattern is None:
             continue
         full = os.path.join(getattr(config, "base_dir", "."), os.path.expanduser(pattern))
+        roots.append(glob_root(full))
         found = sorted(glob.glob(full))
         if not found:
             at = where if isinstance(entry, str) else f"{where}.files"
             problems.append(Problem(at, "INVALID_CONFIG", f"no file matches `{pattern}`"))
         files += [(f, serving) for f in found]
-    return files, problems
+    return files, problems, roots
 
 
 def _load_all(
@@ -594,7 +604,7 @@ def _load_all(
         policy, _ = load_outbound(getattr(config, "outbound", None))
         backends, _ = load_sql(getattr(config, "sql", None), base_dir=base)
         policy = replace(policy, sql=backends, base_dir=base)
-    files, fp = _playbook_files(config)
+    files, fp, roots = _playbook_files(config)
     problems += fp
     known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
     loaded: list[PlaybookTool] = []
@@ -604,7 +614,7 @@ def _load_all(
     limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     for f, serving in files:
         rel = os.path.relpath(f, base)
-        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known)
+        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known, roots=roots)
         problems += pp
         if pb is None:
             continue

@@ -22,6 +22,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
+from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import has_jinja
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
@@ -72,6 +73,9 @@ class Action:
     step: Leaf[Any, Any] | None = None
     given: frozenset[str] = frozenset()
     """The kind's template fields the action sets (the others take their defaults)."""
+    sql: SqlTemplate | None = None
+    """A postgres or duckdb action's SQL as :mod:`mcpipe.formats.noetl._sqlbind` rewrote it (its values bound
+    when it renders)."""
 
 
 @dataclass
@@ -304,7 +308,9 @@ def compile_playbook(
                 c.add(spec_at, f"must be an object, got {json_type(spec)}")
                 out[aname] = broken
                 continue
-            action = _action(c, aname, str(atype), spec, where, spec_at, _sid("action", aname, taken), policy, tools)
+            action = _action(
+                c, aname, str(atype), spec, where, spec_at, _sid("action", aname, taken), policy, tools, workload
+            )
             if action is None:
                 out[aname] = broken
                 continue
@@ -470,6 +476,7 @@ def _action(
     sid: str,
     policy: StepPolicy | None,
     tools: Any,
+    workload: Mapping[str, Any] | None = None,
 ) -> Action | None:
     """Compile an action onto the declared step kind ``kind``: its fields are checked by the kind, its
     template fields (``url``, ``args``, ``body``...) are Jinja templates here, rendered at run time and handed
@@ -486,6 +493,13 @@ def _action(
             return None
         kind = str(mapped.get("kind", kind))
         spec = {k: v for k, v in mapped.items() if k not in ("kind", "id")}
+    sql: SqlTemplate | None = None
+    if kind in DIALECTS and kind in toolkinds.KINDS:
+        field_name = "command" if kind == "postgres" else "commands"
+        sql, why = sql_template(str(spec[field_name]), kind, workload)
+        if why is not None:
+            c.add(f"{spec_at}.{field_name}", why)
+        spec = {**spec, field_name: sql.source}
     aliases = _ALIASES.get(kind, {})
     fields = {aliases.get(str(k), str(k)): v for k, v in spec.items()}
     template_names = KINDS[kind].templates
@@ -505,7 +519,7 @@ def _action(
         c.add(loc, p.message)
     if step is None or not isinstance(step, Leaf):
         return None
-    return Action(name, kind, compiled, where, step=step, given=frozenset(jinja))
+    return Action(name, kind, compiled, where, step=step, given=frozenset(jinja), sql=sql)
 
 
 def _parts(

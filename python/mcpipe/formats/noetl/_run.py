@@ -24,6 +24,7 @@ import trio
 from mcpipe.errors import ExpressionError
 from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
+from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.results import StepFailure, StepOutput
@@ -111,7 +112,12 @@ async def perform(
 
     async def work() -> StepOutput:
         # Rendering is part of the step: its timeout_ms interrupts a template that runs long.
-        rendered = await render_async(action.spec, values, f"{action.location}.spec")
+        if action.sql is None:
+            rendered = await render_async(action.spec, values, f"{action.location}.spec")
+        else:
+            with binding(action.sql) as params:  # a postgres or duckdb action's values: bound, never SQL
+                rendered = await render_async(action.spec, values, f"{action.location}.spec")
+            rendered = {**rendered, "params": params}
         inputs = {name: t.resolve({}) for name, t in step.templates if name not in action.given}
         inputs.update(rendered)
         if step.kind == "tool" and "args" not in action.given:

@@ -28,7 +28,6 @@ What that runtime does, and so what this compiles:
 
 from __future__ import annotations
 
-import ast
 import json
 import textwrap
 from collections.abc import Mapping
@@ -42,6 +41,8 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
+from mcpipe.formats.noetl._literal import py_literal
+from mcpipe.formats.noetl._tmpl import MAX_LITERAL
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
@@ -144,9 +145,12 @@ def condition(text: Any) -> bool:
     Raises:
         ValueError: the text is not a literal (``eval`` would raise for it: a bare name, an expression).
     """
+    stripped = str(text).strip()
     try:
-        return bool(ast.literal_eval(str(text).strip()))
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        if len(stripped) > MAX_LITERAL:
+            raise ValueError("too long")
+        return bool(py_literal(stripped))  # bounded, interruptible: never ast.literal_eval (see _literal)
+    except (ValueError, TypeError, ArithmeticError, MemoryError):
         raise ValueError(f"name '{str(text).strip()}' is not defined") from None
 
 

@@ -15,6 +15,7 @@ data}``, a pipeline's last result with ``_prev``, ``results`` and ``ctx`` laid o
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 import uuid
@@ -31,6 +32,7 @@ from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError
 from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
+from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
 from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
@@ -44,6 +46,7 @@ from mcpipe.formats.noetl._scope import (
     secret_value,
     wrap,
 )
+from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
 from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
@@ -67,6 +70,11 @@ __all__ = [
 EVENTS = _run_events
 """The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
 result) goes through it."""
+
+_RUNNING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("mcpipe_noetl_running", default=())
+"""The playbooks a sub-playbook runs in (their :func:`~mcpipe.formats.noetl._catalog.identity`, outermost
+first): a ``playbook`` task refuses one of them (a cycle, whatever spelling its path used) and a chain deeper
+than :data:`~mcpipe.formats.noetl._catalog.MAX_DEPTH`."""
 
 
 # --- the scope ---
@@ -881,8 +889,11 @@ async def run_save(
             if isinstance(inputs.get("backend"), str):
                 inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
             if save.statement is not None:
-                inputs["command"] = await _rendered(save.statement, with_data)
-                params = await _rendered(save.params, with_data) if save.params is not None else None
+                params: dict[str, Any] | None = None
+                if save.sql is not None:
+                    inputs["command"], params = await rendered_sql(save.statement, with_data, save.sql)
+                else:
+                    inputs["command"] = await _rendered(save.statement, with_data)
                 if save.binds:
                     given = data if isinstance(data, Mapping) else {}
                     missing = [b for b in save.binds if b not in given]
@@ -910,7 +921,8 @@ async def run_save(
                 "meta": meta,
             }
         if save.statement is not None:
-            inputs["commands"] = await _rendered(save.statement, with_data)
+            assert save.sql is not None
+            inputs["commands"], inputs["params"] = await rendered_sql(save.statement, with_data, save.sql)
         else:
             if not isinstance(data, Mapping) or not data:
                 raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
@@ -1050,8 +1062,8 @@ async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str,
         columns = list(spec.mapping)
         rows = [[tr.field_of(rec, f) for f in spec.mapping.values()] for rec in found]
     else:
-        query = await _rendered(task.parts["query"], scope)
-        out = await _pg(task.parts["source"], scope, str(query), None, env, ctx, f"{where}.source")
+        query, bound = await rendered_sql(task.parts["query"], scope, task.parts["query_sql"])
+        out = await _pg(task.parts["source"], scope, str(query), bound or None, env, ctx, f"{where}.source")
         found = list(out.get("rows") or [])
         columns = list(spec.mapping) or list(out.get("columns") or (found[0].keys() if found else []))
         fields = list(spec.mapping.values()) or columns
@@ -1068,9 +1080,10 @@ async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str,
     for i in range(0, len(rows), spec.chunk_size):
         chunk = rows[i : i + spec.chunk_size]
         if custom is not None:
-            text = await _rendered(custom, scope)
+            text, bound = await rendered_sql(custom, scope, task.parts["target_sql"])
             for row in chunk:
-                await _pg(target, scope, str(text), dict(zip(columns, row, strict=False)), env, ctx, f"{where}.target")
+                values = {**dict(zip(columns, row, strict=False)), **bound}
+                await _pg(target, scope, str(text), values, env, ctx, f"{where}.target")
         else:
             assert spec.table is not None
             sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
@@ -1336,8 +1349,12 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
     if script:
         step = await _script_step(task, script, step, scope, inputs)
         fields = {k: t for k, t in fields.items() if k not in inputs}
+    sql: tuple[str, SqlTemplate] | None = task.parts.get("sql_text")
     for name, t in fields.items():
-        inputs[name] = await _rendered(t, scope)
+        if sql is not None and name == sql[0]:
+            inputs[name], inputs["params"] = await rendered_sql(t, scope, sql[1])
+        else:
+            inputs[name] = await _rendered(t, scope)
     if task.parts.get("context"):
         inputs["context"] = context_data(scope)
     if inputs.get("secrets") and task.kind == "duckdb":
@@ -1356,15 +1373,20 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, 
 
 def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
     """A script's file: ``uri`` under the playbook's directory, else under each parent up to the catalog's
-    root (NoETL resolves it from its working directory, the repository's root); never outside them."""
+    roots (NoETL resolves it from its working directory, the repository's root); its real path inside a root
+    (the catalog's, :mod:`mcpipe.formats.noetl._catalog`), never outside them."""
     here = Path(pb.file).resolve().parent if pb.file else Path.cwd()
-    root = Path(pb.root).resolve() if pb.root else here
-    dirs = [here]
-    if here.is_relative_to(root):
-        dirs += [p for p in here.parents if p.is_relative_to(root)]
-    for d in dirs:
+    if pb.catalog is not None:
+        roots = [Path(r) for r in pb.catalog.roots]
+    else:
+        roots = [Path(pb.root).resolve() if pb.root else here]
+
+    def inside(path: Path) -> bool:
+        return any(path.is_relative_to(r) for r in roots)
+
+    for d in (here, *(p for p in here.parents if inside(p))):
         candidate = (d / uri).resolve()
-        if candidate.is_relative_to(d) and candidate.is_file():
+        if inside(candidate) and candidate.is_file():
             return candidate
     return None
 
@@ -1453,15 +1475,14 @@ async def _script_step(
         return compiled
     from mcpipe.formats.noetl._tmpl import compile_tmpl
 
-    command, params = toolkinds.bind_quoted(text) if script["kind"] == "postgres" else (text, {})
+    tpl, why = sql_template(text, script["kind"], script["playbook"].workload)
+    if why is not None:
+        raise StepFailure(f"{where}: `{uri}`: {why}", ErrorCode.TOOL_FAILED)
     found: list[tuple[str, str]] = []
-    sql = compile_tmpl(command, where, found, "text")
-    bound = compile_tmpl(params, where, found) if params else None
+    sql = compile_tmpl(tpl.source, where, found, "text")
     if found:
         raise StepFailure(f"{found[0][0]}: `{uri}`: {found[0][1]}", ErrorCode.TOOL_FAILED)
-    inputs[script["field"]] = await _rendered(sql, scope)
-    if bound is not None:
-        inputs["params"] = await _rendered(bound, scope)
+    inputs[script["field"]], inputs["params"] = await rendered_sql(sql, scope, tpl)
     return step
 
 
@@ -1623,20 +1644,36 @@ async def _run_playbook(
     from mcpipe.formats.noetl._serve import run_noetl
 
     parts = task.parts
+    pb = plan.playbook
+    running = _RUNNING.get() or (identity(pb),)  # the playbooks this one runs in, outermost first
     child: NoetlPlaybook | None = parts["child"]
     if child is None:
         path = await _rendered(parts["path"], scope)
-        pb = plan.playbook
         if not isinstance(path, str) or pb.catalog is None:
-            raise StepFailure(f"{task.location}.path: no playbook `{path}`", ErrorCode.TOOL_FAILED)
-        child, why = pb.catalog.child(path, pb, parts["stack"][:-1])
+            raise StepFailure(f"{task.location}.path: no playbook `{path}` in the catalog", ErrorCode.TOOL_FAILED)
+        # A playbook compiled now reads its file (and a catalog its directories): off the event loop.
+        child, why = await trio.to_thread.run_sync(pb.catalog.child, path, pb, running[:-1])
         if child is None:
             raise StepFailure(f"{task.location}.path: {why}", ErrorCode.TOOL_FAILED)
+    elif identity(child) in running:  # reached again through another's templated path
+        names = " -> ".join(os.path.basename(k) for k in (*running, identity(child)))
+        raise StepFailure(
+            f"{task.location}.path: playbook `{child.path}` runs itself again through its `playbook` tasks ({names})",
+            ErrorCode.TOOL_FAILED,
+        )
+    if len(running) > MAX_DEPTH:
+        raise StepFailure(
+            f"{task.location}.path: sub-playbooks nest deeper than {MAX_DEPTH} (playbook `{child.path}`)",
+            ErrorCode.LIMIT_EXCEEDED,
+        )
     given = await _rendered(parts["input"], scope) or {}
     if child.registry is None:
         child.registry = plan.playbook.registry
-    sub_ctx = ctx
-    answer = await run_noetl(child, dict(given), sub_ctx, limits=plan.playbook.limits)
+    token = _RUNNING.set((*running, identity(child)))
+    try:
+        answer = await run_noetl(child, dict(given), ctx, limits=plan.playbook.limits)
+    finally:
+        _RUNNING.reset(token)
     shaped = answer["noetl"]
     ret = parts["return_step"]
     if ret is not None:

@@ -4,7 +4,8 @@ rendered with NoETL's rules:
 
 - a string that is one ``{{ expression }}`` renders to the value (an object stays an object);
 - in a tool's fields (NoETL's ``render_template``), a rendered string that reads as a JSON or Python list or
-  object is that value, unless the template uses ``tojson``;
+  object is that value, unless the template uses ``tojson`` (at most :data:`MAX_LITERAL` characters; a Python
+  literal is read by :func:`~mcpipe.formats.noetl._literal.py_literal`, within the rendering's deadline);
 - in ``set`` and arc conditions (NoETL's engine, ``_render_template``), ``"true"``/``"false"`` are booleans;
 - in a pipeline's policy rules (NoETL's worker, ``render_template_str``), every template renders to text (a
   number is its digits), read back as a list or object when it reads as one;
@@ -15,7 +16,6 @@ Unlike NoETL, an undefined name is an error naming the template's place, never t
 
 from __future__ import annotations
 
-import ast
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 import orjson
 
 from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
+from mcpipe.formats.noetl._literal import py_literal
 
 __all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "has_jinja", "truthy"]
 
@@ -156,8 +157,8 @@ def _coerce(text: str, mode: str) -> Any:
     except orjson.JSONDecodeError:
         pass
     try:
-        value = ast.literal_eval(stripped)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        value = py_literal(stripped)  # bounded, interruptible: never ast.literal_eval (see _literal)
+    except (ValueError, TypeError, ArithmeticError, MemoryError):
         return text
     return value if isinstance(value, list | dict) else text
 

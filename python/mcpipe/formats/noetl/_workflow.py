@@ -43,6 +43,7 @@ from mcpipe.formats.noetl._layout import (
 )
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
+from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
@@ -94,7 +95,8 @@ class SavePlan:
     spec: SaveSpec
     data: Tmpl | None = None
     statement: Tmpl | None = None
-    params: Tmpl | None = None
+    sql: SqlTemplate | None = None
+    """The statement as :mod:`mcpipe.formats.noetl._sqlbind` rewrote it (its values bound when it renders)."""
     conn: dict[str, Tmpl] = field(default_factory=dict)
     database: Tmpl | None = None
     step: Any = None
@@ -200,8 +202,8 @@ class NoetlPlaybook:
     draft: Any = None
     """A playbook of NoETL's 2025 draft engine (:mod:`mcpipe.formats.noetl._draft`): its steps and tasks."""
     root: str = ""
-    """The catalog's root (the directory playbook paths are relative to): a ``script`` file is looked for
-    under the playbook's directory and its parents up to it."""
+    """The base directory (the one playbook paths are relative to): without a catalog, a ``script`` file is
+    looked for under the playbook's directory and its parents up to it (with one, up to the catalog's roots)."""
 
     @property
     def turns(self) -> dict[str, Any]:
@@ -550,8 +552,15 @@ def _task(
                 plan.runner = "fails"
                 plan.parts = {"error": f"{message} (<string>, line {line})"}
                 return plan
+        sql: tuple[str, SqlTemplate] | None = None
+        if kind in DIALECTS:
+            sql_field = "command" if kind == "postgres" else "commands"
+            sql = (sql_field, _sql(c, str(step[sql_field]), kind, pb, f"{task.location}.{sql_field}"))
+            step[sql_field] = sql[1].source
         templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
         out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
+        if out is not None and sql is not None:
+            out.parts["sql_text"] = sql  # rendered with its values bound (_sqlbind.rendered_sql)
         if out is not None and given:
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
         if out is not None and "secrets" in step:
@@ -691,12 +700,14 @@ def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[
         parts["http"] = TaskPlan("source", "http", f"{loc}.source", "http", http)
     else:
         parts["source"] = _pg_step(c, pb, spec.source_auth, f"{loc}.source")
-        parts["query"] = c.tmpl(spec.query, f"{loc}.source.query", "text")
+        parts["query_sql"] = _sql(c, str(spec.query), "postgres", pb, f"{loc}.source.query")
+        parts["query"] = c.tmpl(parts["query_sql"].source, f"{loc}.source.query", "text")
         if parts["source"] is None:
             return None
     parts["target"] = _pg_step(c, pb, spec.target_auth, f"{loc}.target")
     if spec.target_query is not None:
-        parts["target_query"] = c.tmpl(spec.target_query, f"{loc}.target.query", "text")
+        parts["target_sql"] = _sql(c, str(spec.target_query), "postgres", pb, f"{loc}.target.query")
+        parts["target_query"] = c.tmpl(parts["target_sql"].source, f"{loc}.target.query", "text")
     return parts if parts["target"] is not None else None
 
 
@@ -722,6 +733,15 @@ def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any,
     return (step, templates) if step is not None else None
 
 
+def _sql(c: _Problems, text: str, dialect: str, pb: NoetlPlaybook, where: str) -> SqlTemplate:
+    """NoETL SQL text rewritten so that its values are bound or checked (:mod:`mcpipe.formats.noetl._sqlbind`);
+    a text that cannot be is a problem at ``where``."""
+    tpl, why = sql_template(text, dialect, pb.workload)
+    if why is not None:
+        c.add(where, why)
+    return tpl
+
+
 def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
     """A save compiled: its data and SQL templates, its connection, and the mcpipe step that writes it."""
     from mcpipe.declared import StepScope, compile_step
@@ -745,9 +765,8 @@ def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
             text = spec.statement
             if "{{" in text or "{%" in text:
                 text = text.replace("params.", "data.")  # NoETL's migration of `params.*` to `data.*`
-                command, params = toolkinds.bind_quoted(text)
-                plan.statement = c.tmpl(command, f"{loc}.statement", "text")
-                plan.params = c.tmpl(params, f"{loc}.statement") if params else None
+                plan.sql = _sql(c, text, "postgres", pb, f"{loc}.statement")
+                plan.statement = c.tmpl(plan.sql.source, f"{loc}.statement", "text")
             else:
                 plan.statement = c.tmpl(text, f"{loc}.statement", "text")
                 plan.binds = tuple(dict.fromkeys(save_binds(text)))
@@ -755,7 +774,8 @@ def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
         raw = {"kind": "duckdb", "id": "save", "commands": "${args}", "database": "${args}", "output": "noetl"}
         commands = spec.commands if spec.commands is not None else spec.statement
         if commands is not None:
-            plan.statement = c.tmpl(commands, f"{loc}.commands", "text")
+            plan.sql = _sql(c, str(commands), "duckdb", pb, f"{loc}.commands")
+            plan.statement = c.tmpl(plan.sql.source, f"{loc}.commands", "text")
         elif not isinstance(spec.data, Mapping):
             c.add(loc, "a duckdb save needs `commands` (or `sql`, `statement`), or `data`: a mapping")
             return plan
@@ -1023,7 +1043,6 @@ def _playbook(
         "child": child,
         "input": c.tmpl(given, f"{task.location}.input"),
         "return_step": ret,
-        "stack": (*stack, pb.path),
     }
 
 

@@ -17,8 +17,8 @@ What each NoETL tool's fields become (NoETL 4.26.0's tools, ``noetl/tools/*``):
 - ``postgres``: the SQL of ``command``/``commands``/``query``/``queries``/``cmd``/``cmds`` (a list joined
   with newlines) or their ``*_b64`` forms; the connection of ``auth`` (or ``credential``): a credential name
   is the config's ``[sql.NAME]`` backend of that name (:func:`credential_backend`), chosen at run time when
-  it is a template; ``{source: inline, fields: {...}}`` (or ``db_host``... fields) is a ``dsn``. A quoted
-  ``'{{ expr }}'`` in a query or data statement becomes a bound parameter (:func:`bind_quoted`).
+  it is a template; ``{source: inline, fields: {...}}`` (or ``db_host``... fields) is a ``dsn``. The SQL is
+  left as NoETL wrote it: the front-end binds its values (:mod:`mcpipe.formats.noetl._sqlbind`).
 - ``duckdb``: the same SQL fields, ``database`` (default: NoETL's file per execution, under the temporary
   directory, named by the front-end's ``execution_id``), NoETL's result shape (``output: noetl``).
 - ``shell``: ``cmds`` (or ``cmd``/``command``), ``env``, ``cwd``; ``timeout_seconds`` (NoETL's default
@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import Any
 
 from mcpipe.errors import ErrorCode, Problem
-from mcpipe.kinds._sqltext import split_postgres
 
 __all__ = [
     "KINDS",
@@ -55,7 +54,6 @@ __all__ = [
     "NO_CONNECTION",
     "NO_CONNECTION_CODE",
     "TEMPLATE_FIELDS",
-    "bind_quoted",
     "connection_of",
     "credential_backend",
     "map_tool",
@@ -68,7 +66,7 @@ KINDS = frozenset({"python", "postgres", "duckdb", "shell"})
 
 TEMPLATE_FIELDS: Mapping[str, frozenset[str]] = {
     "python": frozenset({"input", "env", "context"}),
-    "postgres": frozenset({"command", "backend", "dsn", "params"}),
+    "postgres": frozenset({"command", "backend", "dsn"}),
     "duckdb": frozenset({"commands", "database", "secrets"}),
     "shell": frozenset({"cmds", "env", "cwd"}),
 }
@@ -231,106 +229,6 @@ def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: 
     return None
 
 
-_EXPR = re.compile(r"\{\{.*?\}\}", re.S)
-_LITERALS = re.compile(
-    r"(?P<string>'(?:[^']|'')*')"
-    r"|\"(?:[^\"]|\"\")*\""
-    r"|(?P<dollar>\$[A-Za-z0-9_]*\$).*?(?P=dollar)"
-    r"|--[^\n]*"
-    r"|/\*.*?\*/",
-    re.S,
-)
-_MASKED = re.compile(r"\x00(\d+)\x00")
-_DATA_STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH|VALUES|MERGE)\b", re.I)
-# A literal is a value only after an operator, a comma or parenthesis, or one of these words; after another
-# word it may be a typed literal (`date '...'`, `interval '...'`), which a parameter cannot replace.
-_BEFORE_VALUE = frozenset(
-    (
-        "LIKE",
-        "ILIKE",
-        "THEN",
-        "ELSE",
-        "WHEN",
-        "AND",
-        "OR",
-        "IN",
-        "IS",
-        "VALUES",
-        "SELECT",
-        "RETURNING",
-        "DEFAULT",
-        "SET",
-        "NOT",
-        "BETWEEN",
-        "WHERE",
-        "ON",
-        "OFFSET",
-        "LIMIT",
-        "HAVING",
-    )
-)
-
-
-def bind_quoted(text: str) -> tuple[str, dict[str, str]]:
-    """NoETL SQL text with each quoted Jinja expression standing alone as a value (``'{{ expr }}'`` in a
-    ``SELECT``, ``INSERT``, ``UPDATE``, ``DELETE``, ``WITH``, ``VALUES`` or ``MERGE`` statement, after an
-    operator or a value keyword) replaced by a bound parameter: the text with ``:noetl_pN`` there, and the
-    parameters, each the Jinja ``{{ (expr) | string }}`` (the text NoETL would have put between the quotes).
-
-    Text with ``{% ... %}`` blocks is left as it is (an expression inside a loop has no single value)."""
-    if "{%" in text or "{#" in text:
-        return text, {}
-    exprs: list[str] = []
-
-    def mask(m: re.Match[str]) -> str:
-        exprs.append(m.group(0))
-        return f"\x00{len(exprs) - 1}\x00"
-
-    masked = _EXPR.sub(mask, text)
-    if not exprs:
-        return text, {}
-    params: dict[str, str] = {}
-    out: list[str] = []
-    for stmt in split_postgres(masked):
-        if _DATA_STATEMENT.match(stmt):
-            stmt = _bind_in(stmt, exprs, params)
-        out.append(stmt)
-    joined = ";\n".join(out)
-    if not params:
-        return text, {}
-    return _MASKED.sub(lambda m: exprs[int(m.group(1))], joined), params
-
-
-def _bind_in(stmt: str, exprs: list[str], params: dict[str, str]) -> str:
-    pieces: list[str] = []
-    last = 0
-    for m in _LITERALS.finditer(stmt):
-        literal = m.group("string")
-        if literal is None:
-            continue
-        inner = _MASKED.fullmatch(literal[1:-1])
-        if inner is None or not _value_position(stmt[: m.start()]):
-            continue
-        expr = exprs[int(inner.group(1))][2:-2].strip()
-        name = f"noetl_p{len(params)}"
-        params[name] = "{{ (" + expr + ") | string }}"
-        pieces.append(stmt[last : m.start()])
-        pieces.append(f":{name}")
-        last = m.end()
-    pieces.append(stmt[last:])
-    return "".join(pieces)
-
-
-def _value_position(before: str) -> bool:
-    stripped = before.rstrip()
-    if not stripped:
-        return False
-    if stripped[-1] in "(,=<>!+-*/|%[":
-        return True
-    word = re.search(r"([A-Za-z_]+)\Z", stripped)
-    return word is not None and word.group(1).upper() in _BEFORE_VALUE
-
-
 # --- postgres ---------------------------------------------------------------------------------------------
 
 _INLINE_KEYS = {
@@ -442,11 +340,7 @@ def _postgres(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dic
     conn = _connection(tool, loc, problems)
     if text is None or conn is None:
         return None
-    command, params = bind_quoted(text)
-    step: dict[str, Any] = {"kind": "postgres", "command": command, **conn}
-    if params:
-        step["params"] = params
-    return step
+    return {"kind": "postgres", "command": text, **conn}
 
 
 # --- duckdb -----------------------------------------------------------------------------------------------

@@ -1,0 +1,788 @@
+"""Isolated worker processes: forked warm from a fork server, one per use, each killed with all it started.
+
+The code of ``python`` steps (and the programs of ``command`` and ``shell`` steps) runs in a **worker**: a
+process forked by the sandbox's fork server (:mod:`mcpipe._sandbox._zygote`, ``python -I``, started on first
+use, shared by every Trio run of this process), which has started Python and imported what a worker needs.
+What a worker gets depends on what the kernel allows, found out when the fork server starts
+(:func:`isolation`): a uid of its own (the server runs as root), a PID namespace of its own in which it is
+process 1 (so the kernel kills whatever it started, ``setsid`` or not, when it ends), a ``/proc`` that shows
+only its own processes, its limits as soft = hard (it cannot raise them), no capabilities, ``no_new_privs``,
+not dumpable; see docs/declared-pipelines.md ("What the isolation promises").
+
+The server's side never blocks the event loop and never waits without a deadline: a request to the fork
+server is one non-blocking ``send`` (under a lock held for that call only), and each worker answers on
+sockets of its own, so no caller waits behind another. A fork server that stops answering (stopped, wedged,
+dead) is found out by the first caller whose worker does not come within :data:`SPAWN_TIMEOUT_S` (or at
+once, when ``/proc`` says it is stopped), and replaced; the workers it had started run to their end.
+
+**Warm workers.** For each kind of worker asked for, up to ``prefork`` spares are kept forked and waiting:
+a caller takes one (no fork on its path) and asks for its replacement, which the fork server forks while the
+caller's code runs. A worker is never used twice: no state passes from one use to the next.
+
+What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
+thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said
+that the worker and every process of that uid are gone.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import contextlib
+import ctypes
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+__all__ = [
+    "SANDBOX",
+    "SPAWN_TIMEOUT_S",
+    "UID_BASE",
+    "UID_COUNT",
+    "Isolation",
+    "Sandbox",
+    "SandboxError",
+    "Shape",
+    "Worker",
+    "isolation",
+]
+
+UID_BASE = 0x6D700000
+"""The first uid a worker runs as when the server runs as root (``0x6D70`` is "mp"); worker ``n`` runs as
+``UID_BASE + n``. No account needs to exist for them."""
+
+UID_COUNT = 4096
+"""How many such uids: at most this many workers alive at once (running, spare, or being collected)."""
+
+SPAWN_TIMEOUT_S = 5.0
+"""A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
+
+START_TIMEOUT_S = 60.0
+"""How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
+
+_SCRIPT = str(Path(__file__).with_name("_zygote.py"))
+_HEADER = struct.Struct(">I")
+
+
+class SandboxError(OSError):
+    """No worker could be had: the fork server cannot start, or did not fork one in time."""
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """What the workers get on this machine (the fork server's probe).
+
+    Attributes:
+        uid: each worker runs as a uid of its own (the server runs as root).
+        userns: the fork server entered a user namespace (not root, and the kernel allows one).
+        pidns: each worker is process 1 of a PID namespace of its own.
+        proc: each worker's ``/proc`` shows only the processes of its PID namespace.
+        dumpable: the fork server and the workers are not dumpable (``PR_SET_DUMPABLE`` 0).
+        subreaper: without a PID namespace, the fork server is a child subreaper.
+        hidden: directories above Python's files a worker's uid cannot enter, covered in a worker's view.
+        reasons: what is missing, and why.
+    """
+
+    uid: bool = False
+    userns: bool = False
+    pidns: bool = False
+    proc: bool = False
+    dumpable: bool = False
+    subreaper: bool = False
+    hidden: tuple[str, ...] = ()
+    reasons: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, raw: dict[str, Any]) -> Isolation:
+        return cls(
+            uid=bool(raw.get("uid")),
+            userns=bool(raw.get("userns")),
+            pidns=bool(raw.get("pidns")),
+            proc=bool(raw.get("proc")),
+            dumpable=bool(raw.get("dumpable")),
+            subreaper=bool(raw.get("subreaper")),
+            hidden=tuple(raw.get("hidden") or ()),
+            reasons=tuple(raw.get("reasons") or ()),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Shape:
+    """What kind of worker: its role (``python``, or ``exec`` for a program) and how it is isolated.
+
+    Attributes:
+        role: a role registered with :meth:`Sandbox.register_role`, or ``exec``.
+        separate_uid: run it as a uid of its own where the server may (else as the server's uid).
+        namespaces: give it a PID namespace (and ``/proc``) of its own where the kernel allows.
+    """
+
+    role: str
+    separate_uid: bool = True
+    namespaces: bool = True
+
+
+_PR_SET_DUMPABLE = 4
+
+
+def _not_dumpable() -> None:
+    """This process (the server) not dumpable: a process of its uid without ``CAP_SYS_PTRACE`` cannot read
+    its ``/proc/PID/environ`` or ``mem``, nor attach to it."""
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+class _Zygote:
+    """One fork server process (one generation)."""
+
+    def __init__(self, generation: int, roles: dict[str, str]) -> None:
+        self.generation = generation
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        config = {"uid_base": UID_BASE, "roles": roles}
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                pass_fds=(theirs.fileno(),),
+                env={k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ") if k in os.environ},
+                start_new_session=True,
+            )
+        except BaseException:
+            ours.close()
+            raise
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.users = 0
+        self.retired = False
+        try:
+            ours.settimeout(START_TIMEOUT_S)
+            hello = json.loads(ours.recv(65536) or b"{}")
+        except (OSError, ValueError) as e:
+            self.kill()
+            raise SandboxError(f"the sandbox's fork server did not start: {e}") from None
+        if "hello" not in hello:
+            self.kill()
+            raise SandboxError("the sandbox's fork server did not start (it exited)")
+        ours.setblocking(False)
+        self.isolation = Isolation.of(hello["hello"])
+
+    def send(self, message: dict[str, Any], fds: list[int]) -> None:
+        """One request (non-blocking: a fork server that does not read is wedged, BlockingIOError)."""
+        socket.send_fds(self.sock, [json.dumps(message).encode()], fds)
+
+    def state(self) -> str:
+        """Its state as ``/proc`` tells it (``R``, ``S``, ``T`` stopped, ``Z``...; ``X``: gone)."""
+        if self.proc.poll() is not None:
+            return "X"
+        try:
+            with open(f"/proc/{self.proc.pid}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            return "X"
+        return data[data.rfind(b")") + 2 :][:1].decode()
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            self.proc.kill()
+        _REAPER.reap_process(self.proc)
+
+
+@dataclass(eq=False)
+class Worker:
+    """The server's side of one worker: its sockets and pipes, and once forked its pid, pidfd and cwd.
+
+    Attributes:
+        io: the worker's request and reply (a stream socket).
+        out, err: the read ends of its stdout and stderr (non-blocking).
+        stdin: the write end of its stdin (``exec`` workers given one), else -1.
+    """
+
+    shape: Shape
+    zygote: _Zygote
+    uid: int | None
+    st: socket.socket
+    io: socket.socket
+    out: int
+    err: int
+    stdin: int = -1
+    pid: int = 0
+    pidfd: int = -1
+    cwd: str = ""
+    exit_code: int | None = None
+    exited: bool = False
+    killed: bool = False
+    _closed: bool = False
+
+    async def ready(self, sandbox: Sandbox) -> None:
+        """Wait until the fork server has forked it (its answer on ``st``).
+
+        Raises:
+            SandboxError: it failed to, or the fork server is stopped or wedged (then it is replaced).
+        """
+        if self.pid:
+            return
+        give_up = trio.current_time() + SPAWN_TIMEOUT_S
+        while True:
+            with trio.move_on_after(0.2):
+                await trio.lowlevel.wait_readable(self.st)
+                self._read_ack()
+                return
+            state = self.zygote.state()
+            if state in ("T", "t", "X", "Z") or trio.current_time() >= give_up:
+                sandbox.replace(self.zygote, f"state {state}" if state != "R" else "no answer")
+                raise SandboxError(
+                    f"the sandbox's fork server did not fork a worker ({'stopped' if state in 'Tt' else 'wedged'})"
+                )
+
+    def _read_ack(self) -> None:
+        try:
+            msg, fds, _, _ = socket.recv_fds(self.st, 65536, 1)
+        except BlockingIOError:
+            raise SandboxError("the fork server's answer was lost") from None
+        answer = json.loads(msg) if msg else {"error": "the fork server exited"}
+        if "pid" not in answer:
+            for fd in fds:
+                os.close(fd)
+            raise SandboxError(str(answer.get("error") or "the fork server did not fork a worker"))
+        self.pid = int(answer["pid"])
+        self.pidfd = fds[0]
+        self.cwd = str(answer.get("cwd") or "")
+
+    def kill(self) -> None:
+        """SIGKILL it (in a PID namespace: everything it started too); non-blocking, idempotent."""
+        if self.pidfd >= 0 and not self.killed:
+            self.killed = True
+            with contextlib.suppress(OSError):
+                signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
+
+    async def exit_status(self, wait_s: float) -> int | None:
+        """Its exit status as the fork server reports it, waiting at most ``wait_s`` (None: unknown)."""
+        if self.exited:
+            return self.exit_code
+        with trio.move_on_after(wait_s):
+            while True:
+                await trio.lowlevel.wait_readable(self.st)
+                try:
+                    msg = self.st.recv(4096)
+                except BlockingIOError:
+                    continue
+                self.exited = True
+                if msg:
+                    with contextlib.suppress(ValueError):
+                        code = json.loads(msg).get("exit")
+                        self.exit_code = int(code) if code is not None else None
+                return self.exit_code
+        return None
+
+    def close_streams(self) -> None:
+        """Close the server's ends of its request socket and pipes (nothing may wait on them)."""
+        if self._closed:
+            return
+        self._closed = True
+        for fd in (self.out, self.err, self.stdin):
+            if fd >= 0:
+                with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: not in a Trio run
+                    trio.lowlevel.notify_closing(fd)
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        with contextlib.suppress(OSError, RuntimeError):
+            trio.lowlevel.notify_closing(self.io)
+        self.io.close()
+
+
+class _Reaper:
+    """One daemon thread that collects ended workers: waits until the fork server says a worker and all of
+    its processes are gone (its ``st`` closes), then closes its pidfd, removes its working directory and
+    gives its uid back. Also reaps replaced fork servers."""
+
+    def __init__(self, release_uid: Any) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[Worker] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._thread: threading.Thread | None = None
+        self._release_uid = release_uid
+
+    def _kick(self) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="mcpipe-sandbox-reaper", daemon=True)
+                self._thread.start()
+        with contextlib.suppress(BlockingIOError):
+            os.write(self._wake_w, b"x")
+
+    def collect(self, worker: Worker) -> None:
+        with self._lock:
+            self._pending.append(worker)
+        self._kick()
+
+    def reap_process(self, proc: subprocess.Popen[bytes]) -> None:
+        with self._lock:
+            self._procs.append(proc)
+        self._kick()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                workers = list(self._pending)
+                procs = list(self._procs)
+            for proc in procs:
+                if proc.poll() is not None:
+                    with self._lock:
+                        self._procs.remove(proc)
+            poller = select.poll()
+            poller.register(self._wake_r, select.POLLIN)
+            for w in workers:
+                poller.register(w.st.fileno(), select.POLLIN)
+            events = poller.poll(1000 if procs else None)
+            for fd, _ in events:
+                if fd == self._wake_r:
+                    with contextlib.suppress(BlockingIOError):
+                        os.read(self._wake_r, 4096)
+                    continue
+                for w in workers:
+                    if w.st.fileno() == fd:
+                        self._settle(w)
+
+    def _settle(self, w: Worker) -> None:
+        try:
+            msg = w.st.recv(4096)
+        except BlockingIOError:
+            return
+        except OSError:
+            msg = b""
+        if msg:  # the exit message; the end of the socket follows
+            w.exited = True
+            return
+        with self._lock:
+            self._pending.remove(w)
+        w.st.close()
+        if w.pidfd >= 0:
+            os.close(w.pidfd)
+        if w.cwd:
+            shutil.rmtree(w.cwd, ignore_errors=True)
+        # The uid is free only when the fork server said the worker ended (and swept its uid); a fork server
+        # that died first said nothing, and a uid that may still run something is not given out again.
+        if w.uid is not None and w.exited:
+            self._release_uid(w.uid)
+
+
+@dataclass
+class _Spares:
+    """The warm workers of one shape: at most ``want`` kept."""
+
+    want: int = 0
+    workers: collections.deque[Worker] = field(default_factory=collections.deque)
+
+
+class Sandbox:
+    """The process's workers: the fork server, the warm spares, the uids (one instance, :data:`SANDBOX`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._start_lock = threading.Lock()
+        self._roles: dict[str, str] = {}
+        self._zygote: _Zygote | None = None
+        self._generation = 0
+        self._spares: dict[Shape, _Spares] = {}
+        self._free_uids: list[int] = []
+        self._next_uid = 0
+        self.replaced = 0
+        """How many fork servers were found stopped or wedged and replaced (a test reads it)."""
+
+    def register_role(self, name: str, path: str) -> None:
+        """A role: a file (importing nothing of mcpipe) with ``handle(header, body) -> bytes``, loaded by the
+        fork server and called in a worker with one request (see :meth:`call`)."""
+        with self._lock:
+            if self._roles.get(name) == path:
+                return
+            self._roles[name] = path
+            old, self._zygote = self._zygote, None
+            spares = [w for s in self._spares.values() for w in s.workers]
+            self._spares.clear()
+        for w in spares:
+            w.close_streams()
+            _REAPER.collect(w)
+        if old is not None:
+            self._retire(old)
+
+    # --- the fork server ----------------------------------------------------------------------------------
+
+    def _current(self) -> _Zygote:
+        """The running fork server, started when there is none (blocking: call it in a thread)."""
+        z = self._zygote
+        if z is not None and z.proc.poll() is None:
+            return z
+        with self._start_lock:
+            z = self._zygote
+            if z is not None and z.proc.poll() is None:
+                return z
+            if z is not None:
+                self.replace(z, "exited")
+            _not_dumpable()
+            with self._lock:
+                self._generation += 1
+                generation, roles = self._generation, dict(self._roles)
+            z = _Zygote(generation, roles)
+            with self._lock:
+                self._zygote = z
+            return z
+
+    async def zygote(self) -> _Zygote:
+        z = self._zygote
+        if z is not None and z.proc.poll() is None:
+            return z
+        return await trio.to_thread.run_sync(self._current)
+
+    def replace(self, z: _Zygote, why: str) -> None:
+        """``z`` stopped answering: the next worker comes from a new fork server. Its spares go; it is
+        killed once the workers it forked and that are in use have ended (they run to their end)."""
+        with self._lock:
+            if self._zygote is not z:
+                return
+            self._zygote = None
+            self.replaced += 1
+            dropped = [w for s in self._spares.values() for w in s.workers if w.zygote is z]
+            for s in self._spares.values():
+                s.workers = collections.deque(w for w in s.workers if w.zygote is not z)
+        for w in dropped:
+            w.close_streams()
+            _REAPER.collect(w)
+        self._retire(z)
+
+    def _retire(self, z: _Zygote) -> None:
+        with self._lock:
+            z.retired = True
+            last = z.users == 0
+        if last:
+            z.kill()
+
+    def stop(self) -> None:
+        """Stop the fork server and drop the spares (at exit; the next use starts a new one)."""
+        with self._lock:
+            z, self._zygote = self._zygote, None
+            spares = [w for s in self._spares.values() for w in s.workers]
+            self._spares.clear()
+        for w in spares:
+            w.close_streams()
+            _REAPER.collect(w)
+        if z is not None:
+            z.kill()
+
+    async def isolation(self) -> Isolation:
+        """What the workers get here (starts the fork server if needed)."""
+        return (await self.zygote()).isolation
+
+    # --- uids ---------------------------------------------------------------------------------------------
+
+    def _take_uid(self) -> int:
+        with self._lock:
+            if self._free_uids:
+                return self._free_uids.pop()
+            if self._next_uid >= UID_COUNT:
+                raise SandboxError(f"all {UID_COUNT} sandbox uids are in use")
+            self._next_uid += 1
+            return UID_BASE + self._next_uid
+
+    def _release_uid(self, uid: int) -> None:
+        with self._lock:
+            self._free_uids.append(uid)
+
+    # --- workers ------------------------------------------------------------------------------------------
+
+    def _spawn(self, z: _Zygote, shape: Shape, stdin: bool = False) -> Worker:
+        """Ask ``z`` for a worker (non-blocking); it is forked while the caller goes on."""
+        uid = self._take_uid() if shape.separate_uid and z.isolation.uid else None
+        st, st_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        io, io_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        in_r, in_w = os.pipe() if stdin else (-1, -1)
+        for fd in (out_r, err_r, in_w):
+            if fd >= 0:
+                os.set_blocking(fd, False)
+        st.setblocking(False)
+        io.setblocking(False)
+        worker = Worker(shape, z, uid, st, io, out_r, err_r, in_w)
+        theirs = [st_theirs.fileno(), io_theirs.fileno(), out_w, err_w] + ([in_r] if stdin else [])
+        message = {
+            "op": "spawn",
+            "role": shape.role,
+            "uid": uid,
+            "separate_uid": shape.separate_uid,
+            "pidns": shape.namespaces,
+        }
+        try:
+            z.send(message, theirs)
+        except OSError:
+            worker.close_streams()
+            st.close()
+            if uid is not None:
+                self._release_uid(uid)
+            raise
+        finally:
+            st_theirs.close()
+            io_theirs.close()
+            for fd in (out_w, err_w, in_r):
+                if fd >= 0:
+                    os.close(fd)
+        return worker
+
+    async def take(self, shape: Shape, prefork: int = 0, stdin: bool = False) -> Worker:
+        """A worker ready for one use: a warm spare, else one forked now; the spares are topped up.
+
+        Give it back with :meth:`release` (in a ``finally``). The caller bounds the wait (its deadline).
+
+        Raises:
+            SandboxError: no worker could be had (after one new fork server was tried).
+        """
+        for attempt in (0, 1):
+            z = await self.zygote()
+            worker: Worker | None = None
+            with self._lock:
+                spares = self._spares.setdefault(shape, _Spares())
+                spares.want = max(spares.want, prefork)
+                if not stdin and spares.workers:
+                    worker = spares.workers.popleft()
+            try:
+                if worker is None:
+                    worker = self._spawn(z, shape, stdin)
+                with self._lock:
+                    worker.zygote.users += 1
+                with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
+                    self._top_up(z, shape)
+                try:
+                    await worker.ready(self)
+                except BaseException:
+                    self.release(worker)
+                    raise
+                return worker
+            except BlockingIOError:
+                self.replace(z, "its socket is full")
+                if attempt:
+                    raise SandboxError("the sandbox's fork server does not read its requests") from None
+            except SandboxError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _top_up(self, z: _Zygote, shape: Shape) -> None:
+        if shape.role == "exec":
+            return
+        while True:
+            with self._lock:
+                spares = self._spares.setdefault(shape, _Spares())
+                if len(spares.workers) >= spares.want or self._zygote is not z:
+                    return
+            worker = self._spawn(z, shape)
+            with self._lock:
+                spares.workers.append(worker)
+
+    def release(self, worker: Worker) -> None:
+        """The worker's use is over: it is killed (if it is not yet gone) and collected by the reaper."""
+        worker.kill()
+        worker.close_streams()
+        _REAPER.collect(worker)
+        with self._lock:
+            z = worker.zygote
+            z.users -= 1
+            last = z.retired and z.users == 0
+        if last:
+            z.kill()
+
+
+SANDBOX = Sandbox()
+_REAPER = _Reaper(SANDBOX._release_uid)
+atexit.register(SANDBOX.stop)
+
+
+async def isolation() -> Isolation:
+    """What the workers get on this machine (see :class:`Isolation`)."""
+    return await SANDBOX.isolation()
+
+
+# --- talking to a worker ---------------------------------------------------------------------------------
+
+
+def frame(*parts: bytes) -> bytes:
+    """``parts`` as one frame: a u32 length, then the bytes."""
+    body = b"".join(parts)
+    return _HEADER.pack(len(body)) + body
+
+
+def request_frame(header: bytes, body: bytes) -> bytes:
+    """A role's request: a frame holding the header's length, the header (JSON, fixed per use: the limits
+    and what the role needs), and the body (JSON, per call)."""
+    return frame(_HEADER.pack(len(header)), header, body)
+
+
+async def send_all(sock: socket.socket, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        await trio.lowlevel.wait_writable(sock)
+        try:
+            view = view[sock.send(view) :]
+        except BlockingIOError:
+            continue
+
+
+class Output:
+    """What a worker printed, the first ``limit`` bytes of each stream (the rest counted)."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.out = bytearray()
+        self.err = bytearray()
+        self.truncated = 0
+        self.on_overflow: Callable[[], object] | None = None
+        """Called when a stream passes the limit (a command that prints too much is stopped)."""
+
+    def add(self, into: bytearray, chunk: bytes) -> None:
+        room = self.limit - len(into)
+        if room > 0:
+            into += chunk[:room]
+        cut = max(0, len(chunk) - max(room, 0))
+        if cut:
+            self.truncated += cut
+            if self.on_overflow is not None:
+                self.on_overflow()
+
+    def read_now(self, fd: int, into: bytearray) -> bool:
+        """Read what ``fd`` holds now, without waiting; False at its end."""
+        while True:
+            try:
+                chunk = os.read(fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not chunk:
+                return False
+            self.add(into, chunk)
+
+    async def drain(self, fd: int, into: bytearray) -> None:
+        while True:
+            await trio.lowlevel.wait_readable(fd)
+            if not self.read_now(fd, into):
+                return
+
+
+class _Frames:
+    """Frames read from a socket as they come (what arrived so far kept, so a reader can stop at any point
+    and parse what is whole)."""
+
+    def __init__(self, sock: socket.socket, max_bytes: int) -> None:
+        self.sock = sock
+        self.max_bytes = max_bytes
+        self.buf = bytearray()
+        self.ended = False
+
+    def whole(self) -> bytes | None:
+        """The first frame, when all of it is here.
+
+        Raises:
+            OverflowError: it is longer than ``max_bytes``.
+        """
+        if len(self.buf) < _HEADER.size:
+            return None
+        (size,) = _HEADER.unpack_from(self.buf)
+        if size > self.max_bytes:
+            raise OverflowError(size)
+        if len(self.buf) < _HEADER.size + size:
+            return None
+        return bytes(self.buf[_HEADER.size : _HEADER.size + size])
+
+    def read_now(self) -> None:
+        """Take what the socket holds now, without waiting."""
+        while not self.ended:
+            try:
+                chunk = self.sock.recv(1 << 20)
+            except BlockingIOError:
+                return
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self.ended = True
+                return
+            self.buf += chunk
+
+    async def receive(self) -> bytes | None:
+        """The first frame; None at the socket's end before a whole one (OverflowError: too long)."""
+        while True:
+            got = self.whole()
+            if got is not None:
+                return got
+            if self.ended:
+                return None
+            await trio.lowlevel.wait_readable(self.sock)
+            self.read_now()
+
+
+async def receive_frame(sock: socket.socket, max_bytes: int) -> bytes | None:
+    """One frame from ``sock``; None at its end before a whole frame (OverflowError: longer than
+    ``max_bytes``)."""
+    return await _Frames(sock, max_bytes).receive()
+
+
+@dataclass
+class Reply:
+    """What one use of a worker gave: its reply (None: it ended without one), what it printed."""
+
+    reply: bytes | None
+    output: Output
+    too_large: bool = False
+
+
+async def exchange(worker: Worker, request: bytes, output: Output, max_reply_bytes: int) -> Reply:
+    """Send ``request`` (a frame) to a worker and read its reply frame, draining what it prints meanwhile;
+    then kill it. The reply counts as soon as it is whole (a child that holds the socket open does not delay
+    it), and a worker that ends without one ends the wait (even if a child of it holds the socket). The
+    caller's deadline bounds all of it."""
+    result = Reply(None, output)
+    frames = _Frames(worker.io, max_reply_bytes)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(output.drain, worker.out, output.out)
+        nursery.start_soon(output.drain, worker.err, output.err)
+        await send_all(worker.io, request)
+        try:
+            with trio.CancelScope() as reading:
+
+                async def watch() -> None:
+                    await trio.lowlevel.wait_readable(worker.pidfd)  # the worker has ended
+                    reading.cancel()
+
+                nursery.start_soon(watch)
+                result.reply = await frames.receive()
+            if reading.cancelled_caught:  # it ended: what it wrote before is in the socket already
+                frames.read_now()
+                result.reply = frames.whole()
+        except OverflowError:
+            result.too_large = True
+        # The reply is in (the worker flushed its stdout and stderr first) or never will be: what is left of
+        # the worker goes, whatever it started (a child holding the reply socket or the pipes) with it.
+        worker.kill()
+        nursery.cancel_scope.cancel()
+    output.read_now(worker.out, output.out)
+    output.read_now(worker.err, output.err)
+    return result

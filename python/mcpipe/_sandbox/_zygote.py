@@ -1,0 +1,741 @@
+"""The sandbox's fork server (the *zygote*): one process that has started Python and imported what a worker
+needs, never runs a worker's code itself, and forks a fresh, isolated worker per request.
+
+Run as ``python -I _zygote.py SOCKET_FD CONFIG_JSON`` by :mod:`mcpipe._sandbox`; it imports nothing of
+mcpipe (a *role*, the code a worker runs, is loaded by path from the config). Linux only.
+
+At start it probes what this kernel lets it do (:func:`probe`) and says so in its first message:
+
+- **uid**: it runs as root, so each worker can run as a uid of its own (``uid_base + slot``), no
+  capabilities, ``no_new_privs``: the worker cannot read or signal the server, another worker, or this
+  process, and ``RLIMIT_NPROC`` counts only its own processes;
+- **userns**: not root, but the kernel lets it make a user namespace: it enters one (its own uid mapped to
+  itself), which gives it the rights the next two need, inside that namespace only;
+- **pidns**: each worker is process 1 of a PID namespace of its own, so when it ends (or is killed) the
+  kernel kills every process it started, ``setsid`` or double ``fork`` or not;
+- **proc**: each worker also has a mount namespace of its own with a ``/proc`` of its PID namespace: it sees
+  no other process. Directories a worker's uid could not reach on the way to Python's own files (a
+  ``/root`` of mode 0700 above the interpreter) are covered with an empty ``tmpfs`` in which only those
+  files are bound again, so the worker can import the standard library and nothing else of them.
+
+Without a PID namespace this process is a child subreaper: what a worker leaves behind is re-parented
+here, and killed when the worker ends (with a uid: every process of that uid; without: every process
+re-parented here).
+
+Protocol with the server, over a ``SOCK_SEQPACKET`` socket, one JSON message per request:
+``{"op": "spawn", "role", "slot", "uid", "pidns", "proc"}`` with four descriptors attached: ``st`` (a
+``SOCK_SEQPACKET`` socket: this process answers on it ``{"pid", "cwd"}`` with a pidfd of the worker
+attached, and later ``{"exit": CODE}``, then closes it: the worker and all it started are gone), ``io``
+(the worker's request and reply, descriptor 3 in the worker), and the worker's stdout and stderr. A role
+``exec`` worker also gets its stdin. Nothing is ever read back from a worker: this process cannot be held
+by one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import importlib.util
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import stat
+import struct
+import sys
+import tempfile
+from typing import Any
+
+from orjson import loads  # one of mcpipe's dependencies: the server's Python has it
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_SET_CHILD_SUBREAPER = 36
+PR_SET_NO_NEW_PRIVS = 38
+CAP_SETUID = 7
+CAP_SYS_ADMIN = 21
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def prctl(option: int, value: int) -> None:
+    _check(_libc.prctl(option, value, 0, 0, 0), f"prctl({option})")
+
+
+def unshare(flags: int) -> None:
+    _check(_libc.unshare(flags), "unshare")
+
+
+def setns(fd: int, kind: int) -> None:
+    _check(_libc.setns(fd, kind), "setns")
+
+
+def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None = None) -> None:
+    def b(s: str | None) -> bytes | None:
+        return s.encode() if s is not None else None
+
+    _check(_libc.mount(b(source), b(target), b(fstype), flags, b(data)), f"mount {target}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_capabilities() -> None:
+    """No capability left, effective, permitted or inheritable (``capset``)."""
+    header = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def _has_capability(bit: int) -> bool:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> bit & 1)
+    return False
+
+
+# --- framing: a u32 length, then the bytes ---------------------------------------------------------------
+
+
+def read_exact(fd: int, n: int) -> bytes:
+    parts: list[bytes] = []
+    while n:
+        chunk = os.read(fd, min(n, 1 << 20))
+        if not chunk:
+            raise EOFError
+        parts.append(chunk)
+        n -= len(chunk)
+    return b"".join(parts)
+
+
+def read_frame(fd: int) -> bytes:
+    (n,) = struct.unpack(">I", read_exact(fd, 4))
+    return read_exact(fd, n)
+
+
+def write_frame(fd: int, data: bytes) -> None:
+    view = memoryview(struct.pack(">I", len(data)) + data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+# --- what a worker's uid can reach -----------------------------------------------------------------------
+
+
+def _others_can_enter(path: str) -> bool:
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return bool(mode & stat.S_IXOTH) and bool(mode & stat.S_IROTH)
+
+
+def python_paths() -> list[str]:
+    """The directories a worker's Python reads: its prefixes, the interpreter's and ``sys.path``'s."""
+    found: set[str] = set()
+    for p in [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(sys.executable), *sys.path]:
+        if p and os.path.isdir(p):
+            found.add(os.path.realpath(p))
+            found.add(os.path.abspath(p))
+    return sorted(found)
+
+
+def hidden_parents(paths: list[str]) -> dict[str, list[str]]:
+    """Directories other users cannot enter on the way to ``paths``: the highest such directory of each
+    path, with the paths below it (they are bound again inside an empty ``tmpfs`` over it)."""
+    plan: dict[str, list[str]] = {}
+    for path in paths:
+        parts = path.strip("/").split("/")
+        for i in range(1, len(parts)):
+            parent = "/" + "/".join(parts[:i])
+            if not _others_can_enter(parent):
+                plan.setdefault(parent, []).append(path)
+                break
+    for parent, below in plan.items():  # keep the highest of nested paths only
+        below.sort()
+        kept: list[str] = []
+        for p in below:
+            if not any(p == k or p.startswith(k + "/") for k in kept):
+                kept.append(p)
+        plan[parent] = kept
+    return plan
+
+
+def reveal(plan: dict[str, list[str]]) -> None:
+    """In this process's own mount namespace: each hidden parent becomes an empty tmpfs in which only its
+    planned paths are bound (read-only) again."""
+    for parent, below in plan.items():
+        handles = [os.open(p, os.O_PATH | os.O_DIRECTORY) for p in below]
+        try:
+            mount("tmpfs", parent, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=64k")
+            for path, fd in zip(below, handles, strict=True):
+                os.makedirs(path, mode=0o755, exist_ok=True)
+                mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+                with contextlib.suppress(OSError):
+                    mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        finally:
+            for fd in handles:
+                os.close(fd)
+
+
+# --- the probe -------------------------------------------------------------------------------------------
+
+
+class Config:
+    """What the server said at start: ``uid_base``, ``roles`` (name -> file), ``want_uid``."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        self.uid_base = int(raw.get("uid_base", 0))
+        self.roles: dict[str, str] = dict(raw.get("roles", {}))
+        self.tmp = str(raw.get("tmp") or tempfile.gettempdir())
+
+
+class Isolation:
+    """What this kernel allows (see the module's doc), and why not where it does not."""
+
+    def __init__(self) -> None:
+        self.uid = False
+        self.userns = False
+        self.pidns = False
+        self.proc = False
+        self.dumpable = False
+        self.subreaper = False
+        self.reasons: list[str] = []
+        self.hidden: dict[str, list[str]] = {}
+        self.own_pidns = -1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "userns": self.userns,
+            "pidns": self.pidns,
+            "proc": self.proc,
+            "dumpable": self.dumpable,
+            "subreaper": self.subreaper,
+            "hidden": sorted(self.hidden),
+            "reasons": self.reasons,
+        }
+
+
+def _enter_user_namespace() -> None:
+    uid, gid = os.getuid(), os.getgid()
+    unshare(CLONE_NEWUSER)
+    with open("/proc/self/setgroups", "w") as f:
+        f.write("deny")
+    with open("/proc/self/uid_map", "w") as f:
+        f.write(f"{uid} {uid} 1")
+    with open("/proc/self/gid_map", "w") as f:
+        f.write(f"{gid} {gid} 1")
+
+
+def fork_in(own_pidns: int) -> int:
+    """``os.fork()``, the child the first process (1) of a new PID namespace when ``own_pidns`` (a
+    descriptor of this process's own) is given; this process's later children are in its own again."""
+    if own_pidns < 0:
+        return os.fork()
+    unshare(CLONE_NEWPID)
+    try:
+        pid = os.fork()
+    except BaseException:
+        setns(own_pidns, CLONE_NEWPID)
+        raise
+    if pid:
+        setns(own_pidns, CLONE_NEWPID)
+    return pid
+
+
+def _trial(iso: Isolation, pidns: bool, body: Any) -> str | None:
+    """Run ``body()`` in a forked child (in a new PID namespace when ``pidns``); None when it succeeded,
+    else what it said."""
+    r, w = os.pipe()
+    pid = fork_in(iso.own_pidns if pidns else -1)
+    if pid == 0:
+        os.close(r)
+        try:
+            body()
+            os.write(w, b"ok")
+        except BaseException as e:
+            os.write(w, f"{type(e).__name__}: {e}".encode()[:500])
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        said = f.read().decode(errors="replace")
+    os.waitpid(pid, 0)
+    return None if said == "ok" else said or "the trial process died"
+
+
+def probe(config: Config) -> Isolation:
+    """Find out what this kernel lets a worker have (each tried in a child, as a worker would)."""
+    iso = Isolation()
+    try:
+        prctl(PR_SET_DUMPABLE, 0)
+        iso.dumpable = True
+    except OSError as e:
+        iso.reasons.append(f"the fork server stays dumpable: {e}")
+    root = os.geteuid() == 0 and _has_capability(CAP_SETUID)
+    if not _has_capability(CAP_SYS_ADMIN):
+        try:
+            _enter_user_namespace()
+            iso.userns = True
+        except OSError as e:
+            iso.reasons.append(f"no user namespace ({e}): no PID namespace either")
+    iso.own_pidns = os.open("/proc/self/ns/pid", os.O_RDONLY)
+    if root or iso.userns:
+        said = _trial(iso, True, lambda: None)
+        iso.pidns = said is None
+        if said is not None:
+            iso.reasons.append(f"no PID namespace ({said})")
+    if iso.pidns:
+
+        def mount_proc() -> None:
+            unshare(CLONE_NEWNS)
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+        said = _trial(iso, True, mount_proc)
+        iso.proc = said is None
+        if said is not None:
+            iso.reasons.append(f"no mount namespace with a /proc of its own ({said}): workers see every process")
+    try:  # for workers without a PID namespace (none to be had, or a policy that asks for none)
+        prctl(PR_SET_CHILD_SUBREAPER, 1)
+        iso.subreaper = True
+    except OSError as e:
+        iso.reasons.append(f"not a child subreaper ({e}): a process a worker detaches may outlive it")
+    if root and config.uid_base > 0:
+        paths = python_paths()
+        plan = hidden_parents(paths) if iso.proc else {}
+        uid = config.uid_base
+
+        def as_uid() -> None:
+            if iso.proc:
+                unshare(CLONE_NEWNS)
+                mount(None, "/", None, MS_REC | MS_PRIVATE)
+                reveal(plan)
+            drop_to(uid)
+            for p in paths:
+                os.listdir(p)
+
+        said = _trial(iso, iso.pidns, as_uid)
+        iso.uid = said is None
+        iso.hidden = plan if iso.uid else {}
+        if said is not None:
+            iso.reasons.append(f"workers keep the server's uid: as uid {uid}, {said}")
+    elif not root:
+        iso.reasons.append("the server is not root: workers keep its uid (files the uid owns stay writable to them)")
+    return iso
+
+
+def drop_to(uid: int) -> None:
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+
+
+# --- a worker --------------------------------------------------------------------------------------------
+
+
+def _load_role(path: str) -> Any:
+    spec = importlib.util.spec_from_file_location(f"mcpipe_sandbox_role_{os.path.basename(path)[:-3]}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_LIMITS = (
+    ("memory_bytes", resource.RLIMIT_AS),
+    ("file_bytes", resource.RLIMIT_FSIZE),
+    ("processes", resource.RLIMIT_NPROC),
+    ("open_files", resource.RLIMIT_NOFILE),
+)
+
+
+def set_limits(limits: dict[str, Any], processes: bool = True) -> None:
+    """Each limit as soft = hard, so the worker cannot raise it again (it has no capability left)."""
+    for key, which in _LIMITS:
+        value = limits.get(key)
+        if value and (processes or which != resource.RLIMIT_NPROC):
+            _, hard = resource.getrlimit(which)
+            v = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
+            resource.setrlimit(which, (v, v))
+    cpu = limits.get("cpu_seconds")
+    if cpu:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        v = int(used.ru_utime + used.ru_stime) + 1 + int(cpu)
+        resource.setrlimit(resource.RLIMIT_CPU, (v, v))
+
+
+def end_worker(uid: int | None, pidns: bool) -> None:
+    """Kill what the worker started, then end it: in its PID namespace (it is process 1) or of its own uid,
+    every other process it may signal; else its process group (itself too)."""
+    with contextlib.suppress(OSError):
+        if pidns or uid is not None:
+            os.kill(-1, signal.SIGKILL)
+        else:
+            os.killpg(0, signal.SIGKILL)
+    os._exit(0)
+
+
+class Zygote:
+    def __init__(self, sock: socket.socket, config: Config) -> None:
+        self.sock = sock
+        self.config = config
+        self.iso = probe(config)
+        self.roles = {name: _load_role(path) for name, path in config.roles.items()}
+        # worker pid -> (its st socket, its uid of its own or None, whether it has a PID namespace)
+        self.workers: dict[int, tuple[socket.socket, int | None, bool]] = {}
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+
+    def serve(self) -> None:
+        gc.collect()
+        gc.freeze()  # what is here now is never traversed by a worker's collector (fewer pages copied)
+        hello = {"hello": self.iso.as_dict(), "pid": os.getpid()}
+        self.sock.sendall(json.dumps(hello).encode())
+        while True:
+            readable, _, _ = select.select([self.sock.fileno(), self.wake_r], [], [])
+            if self.wake_r in readable:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(self.wake_r, 4096)
+                self.reap()
+            if self.sock.fileno() in readable:
+                try:
+                    msg, fds, _, _ = socket.recv_fds(self.sock, 65536, 8)
+                except OSError:
+                    msg, fds = b"", []
+                if not msg:
+                    self.stop()
+                try:
+                    self.handle(json.loads(msg), fds)
+                finally:
+                    for fd in fds:
+                        with contextlib.suppress(OSError):
+                            os.close(fd)
+
+    def stop(self) -> None:
+        for pid in list(self.workers):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(0)
+
+    def handle(self, cmd: dict[str, Any], fds: list[int]) -> None:
+        if cmd.get("op") != "spawn" or len(fds) < 4:
+            return
+        st = socket.socket(fileno=os.dup(fds[0]))
+        try:
+            pid, cwd = self.spawn(cmd, fds)
+        except OSError as e:
+            with contextlib.suppress(OSError):
+                st.send(json.dumps({"error": f"cannot start a worker: {e}"}).encode())
+            st.close()
+            return
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError as e:
+            os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(OSError):
+                st.send(json.dumps({"error": f"cannot watch a worker: {e}"}).encode())
+            self.workers[pid] = (st, None, self.use_pidns(cmd))
+            return
+        try:
+            socket.send_fds(st, [json.dumps({"pid": pid, "cwd": cwd}).encode()], [pidfd])
+        except OSError:
+            os.kill(pid, signal.SIGKILL)
+        finally:
+            os.close(pidfd)
+        own_uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
+        self.workers[pid] = (st, own_uid, self.use_pidns(cmd))
+
+    def use_pidns(self, cmd: dict[str, Any]) -> bool:
+        return self.iso.pidns and bool(cmd.get("pidns", True))
+
+    def spawn(self, cmd: dict[str, Any], fds: list[int]) -> tuple[int, str]:
+        role = str(cmd["role"])
+        uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
+        pidns = self.use_pidns(cmd)
+        proc = pidns and self.iso.proc
+        cwd = tempfile.mkdtemp(prefix="mcpipe-py-", dir=self.config.tmp)
+        if uid is not None:
+            os.chown(cwd, uid, uid)
+        pid = fork_in(self.iso.own_pidns if pidns else -1)
+        if pid == 0:
+            code = 70
+            try:
+                self.become_worker(role, fds, cwd, uid, pidns, proc, cmd)
+            except BaseException as e:
+                with contextlib.suppress(BaseException):
+                    os.write(2, f"mcpipe sandbox: the worker could not start: {e}\n".encode())
+            os._exit(code)
+        return pid, cwd
+
+    def become_worker(
+        self, role: str, fds: list[int], cwd: str, uid: int | None, pidns: bool, proc: bool, cmd: dict[str, Any]
+    ) -> None:
+        zygote = os.getppid()
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != zygote:
+            os._exit(70)
+        signal.set_wakeup_fd(-1)
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        _st, io, out, err = fds[:4]
+        stdin = fds[4] if len(fds) > 4 else os.open(os.devnull, os.O_RDONLY)
+        os.dup2(stdin, 0)
+        os.dup2(out, 1)
+        os.dup2(err, 2)
+        os.dup2(io, 3)
+        os.closerange(4, 1 << 20)  # nothing of the server's or of other workers stays open here
+        os.set_inheritable(3, False)  # what the worker starts does not hold its reply channel
+        os.setsid()
+        if proc:
+            unshare(CLONE_NEWNS)
+            mount(None, "/", None, MS_REC | MS_PRIVATE)
+            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            if uid is not None and self.iso.hidden:
+                reveal(self.iso.hidden)
+        os.chdir(cwd)
+        prctl(PR_SET_DUMPABLE, 0)
+        if role == "exec":
+            keep(uid if cmd.get("exec_uid") else None, pidns)
+        else:
+            run_role(self.roles[role], uid, pidns)
+        os._exit(0)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            entry = self.workers.pop(pid, None)
+            if entry is None:
+                continue  # something a worker left, re-parented here and now gone
+            st, uid, in_pidns = entry
+            if not in_pidns:  # in its own PID namespace, the kernel has killed the rest already
+                if uid is not None:
+                    self.sweep_uid(uid)
+                else:
+                    self.sweep_orphans()
+            with contextlib.suppress(OSError):
+                st.send(json.dumps({"exit": os.waitstatus_to_exitcode(status)}).encode())
+            st.close()
+
+    def sweep_uid(self, uid: int) -> None:
+        """Kill every process of ``uid`` (what a worker without a PID namespace left)."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setresuid(uid, uid, uid)
+                os.kill(-1, signal.SIGKILL)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
+
+    def sweep_orphans(self) -> None:
+        """Kill what was re-parented here (this process is a child subreaper) and is no worker."""
+        me = os.getpid()
+        for pid in children_of(me):
+            if pid not in self.workers:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def children_of(parent: int) -> list[int]:
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as f:
+                data = f.read()
+        except OSError:
+            continue
+        fields = data[data.rfind(b")") + 2 :].split()
+        if len(fields) > 1 and int(fields[1]) == parent:
+            found.append(int(name))
+    return found
+
+
+def run_role(role: Any, uid: int | None, pidns: bool) -> None:
+    """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
+    # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
+    # (the request is read as that uid), the fixed limits, the environment emptied, and the role's path
+    # walked once (forked, this process shares its memory with the fork server until it writes a page: the
+    # pages that path writes, reference counts above all, are copied now rather than during the step).
+    if uid is not None:
+        drop_to(uid)
+    else:
+        drop_capabilities()
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
+    os.environ.clear()
+    warm = getattr(role, "warm", None)
+    if warm is not None:
+        with contextlib.suppress(Exception):
+            warm()
+    try:
+        frame = read_frame(3)
+    except EOFError:
+        os._exit(0)  # the server let this worker go unused
+    header_len = struct.unpack(">I", frame[:4])[0]
+    header = loads(frame[4 : 4 + header_len])
+    body = loads(frame[4 + header_len :]) if len(frame) > 4 + header_len else {}
+    limits = header.get("limits") or {}
+    set_limits(limits, processes=uid is not None)  # RLIMIT_NPROC counts every process of the uid
+    env = body.pop("env", None) if isinstance(body, dict) else None
+    if isinstance(env, dict):
+        os.environ.update({str(k): str(v) for k, v in env.items()})
+    reply = role.handle(header, body)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):  # the code closed them
+        pass
+    with contextlib.suppress(OSError):
+        write_frame(3, reply)
+    end_worker(uid, pidns)
+
+
+def keep(uid: int | None, pidns: bool) -> None:
+    """An ``exec`` worker: the keeper of one command. It waits for the command on descriptor 3 (``{"argv",
+    "env", "cwd", "limits"}``), starts it as its child, passes on the signals the server asks for
+    (``{"signal": N}``: to every process of the worker), and when the command ends kills what it left,
+    answers ``{"exit": CODE}`` and ends. When the server goes away first (end of file), it kills them all."""
+    try:
+        request = json.loads(read_frame(3))
+    except (EOFError, ValueError):
+        os._exit(0)
+    if not pidns:
+        with contextlib.suppress(OSError):
+            prctl(PR_SET_CHILD_SUBREAPER, 1)
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    err_r, err_w = os.pipe()
+    os.set_inheritable(err_w, False)
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(err_r)
+            os.close(3)
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            os.setpgid(0, 0)
+            set_limits(request.get("limits") or {}, processes=uid is not None)
+            if uid is not None:
+                drop_to(uid)
+            if request.get("cwd"):
+                os.chdir(request["cwd"])
+            argv = [str(a) for a in request["argv"]]
+            os.execve(argv[0], argv, {str(k): str(v) for k, v in request.get("env", {}).items()})
+        except BaseException as e:
+            with contextlib.suppress(BaseException):
+                os.write(err_w, (getattr(e, "strerror", None) or str(e)).encode()[:500])
+        os._exit(127)
+    os.close(err_w)
+    failed = os.read(err_r, 600).decode(errors="replace")
+    os.close(err_r)
+    if failed:
+        _finish(child, pidns, {"error": failed})
+
+    def everyone(sig: int) -> None:
+        with contextlib.suppress(OSError):
+            if pidns:
+                os.kill(-1, sig)  # process 1 of its PID namespace: every other process in it
+            else:
+                os.killpg(child, sig)
+
+    while True:
+        readable, _, _ = select.select([3, wake_r], [], [])
+        if 3 in readable:
+            try:
+                ask = json.loads(read_frame(3))
+            except (EOFError, ValueError, OSError):
+                everyone(signal.SIGKILL)
+                _finish(child, pidns, None)
+            sig = ask.get("signal")
+            if isinstance(sig, int):
+                everyone(sig)
+        if wake_r in readable:
+            with contextlib.suppress(BlockingIOError):
+                os.read(wake_r, 4096)
+            try:
+                pid, status = os.waitpid(child, os.WNOHANG)
+            except ChildProcessError:
+                pid, status = child, 0
+            if pid == child:
+                _finish(child, pidns, {"exit": os.waitstatus_to_exitcode(status)}, reaped=True)
+
+
+def _finish(child: int, pidns: bool, answer: dict[str, Any] | None, reaped: bool = False) -> None:
+    """Kill what the command left, answer, end (in a PID namespace the kernel kills the rest then)."""
+    with contextlib.suppress(OSError):
+        if pidns:
+            os.kill(-1, signal.SIGKILL)
+        else:
+            os.killpg(child, signal.SIGKILL)
+    if not pidns:
+        for _ in range(100):  # a child subreaper: what was detached comes back here; kill it until none is left
+            kids = children_of(os.getpid())
+            if not kids:
+                break
+            for pid in kids:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(ChildProcessError):
+                while os.waitpid(-1, os.WNOHANG)[0]:
+                    pass
+    if answer is not None:
+        with contextlib.suppress(OSError):
+            write_frame(3, json.dumps(answer).encode())
+    os._exit(0)
+
+
+def main() -> None:
+    parent = os.getppid()
+    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (even killed), this process goes, its workers too
+    if os.getppid() != parent:
+        os._exit(0)
+    sock = socket.socket(fileno=int(sys.argv[1]))
+    config = Config(json.loads(sys.argv[2]))
+    with contextlib.suppress(OSError):
+        os.nice(int(json.loads(sys.argv[2]).get("nice", 0)))
+    Zygote(sock, config).serve()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The sandbox's fallbacks: where a kernel (or the operator's policy) gives a python step no PID namespace, or
+no uid of its own, what it detaches is still killed when it ends (the fork server is a child subreaper, and
+a worker with a uid of its own kills every process of that uid)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import trio
+
+from kit.declared import compiled, env
+from kit.processes import all_gone
+from mcpipe._sandbox import isolation
+from mcpipe.declared import StepPolicy
+from mcpipe.kinds import PythonPolicy
+from mcpipe.tools._base import ToolContext
+
+DETACH = """
+import os, subprocess, time
+subprocess.Popen(["setsid", "sleep", tag], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+
+def running():
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read() == b"sleep\\0" + tag.encode() + b"\\0":
+                return True
+        except OSError:
+            pass
+    return False
+
+for _ in range(4000):
+    if running():
+        break
+    time.sleep(0.005)
+result = [os.getuid(), os.readlink("/proc/self/ns/pid")]
+"""
+
+
+def _with_cmdline(cmdline: bytes) -> list[int]:
+    found = []
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and Path(f"/proc/{p}/cmdline").read_bytes() == cmdline:
+                found.append(int(p))
+        except OSError:
+            pass
+    return found
+
+
+@pytest.mark.parametrize(
+    ("separate_uid", "namespaces", "tag"),
+    [(True, False, "600.5151"), (False, False, "600.5252"), (False, True, "600.5353"), (True, True, "600.5454")],
+    ids=["own-uid-no-pidns", "server-uid-no-pidns", "server-uid-pidns", "own-uid-pidns"],
+)
+async def test_what_a_step_detaches_is_killed_when_it_ends_whatever_the_isolation(separate_uid, namespaces, tag):
+    iso = await isolation()
+    policy = StepPolicy(python=PythonPolicy(separate_uid=separate_uid, namespaces=namespaces, timeout_ms=20_000))
+    step = compiled({"kind": "python", "code": DETACH, "input": {"tag": tag}}, policy)
+    with trio.fail_after(30):
+        out = await step.execute(env(), ToolContext())
+    assert out.ok, out.error
+    uid, namespace = out.output
+    assert (uid != os.getuid()) == (separate_uid and iso.uid)
+    assert (namespace != os.readlink("/proc/self/ns/pid")) == (namespaces and iso.pidns)
+    fds = []
+    for pid in _with_cmdline(b"sleep\0" + tag.encode() + b"\0"):
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            pass
+    with trio.fail_after(10):
+        await all_gone(fds)
+
+
+async def test_the_probe_says_what_this_machine_gives_a_worker():
+    iso = await isolation()
+    assert iso.dumpable and iso.subreaper
+    if os.geteuid() == 0:  # this machine and CI: root, a kernel with PID namespaces
+        assert (iso.uid, iso.pidns, iso.proc) == (True, True, True), iso.reasons
