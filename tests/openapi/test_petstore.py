@@ -143,3 +143,37 @@ async def test_swagger_2_0_petstores_one_file_and_split_over_five_are_tools_brav
     assert json.loads(api.seen[1].body) == {"id": 1, "name": "Tom", "tag": "cat"} and not (
         found.is_error or added.is_error or gone.is_error
     )
+
+
+async def test_a_call_past_its_deadline_answers_timeout_and_a_document_that_cannot_be_read_is_refused_located(
+    tmp_path: Any,
+) -> None:
+    from kit.llm import lifespan, serving
+    from mcpipe.errors import ConfigError
+
+    async def slow(scope: Any, receive: Any, send: Any) -> None:
+        """An API that never answers (until the server stops)."""
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+        else:
+            await trio.sleep_forever()
+
+    with trio.fail_after(30):
+        async with serving(slow) as base:
+            config = _config("swagger-petstore-3.0.yaml", base + "/api/v3", timeout_ms=200)
+            async with open_app(config) as app, http_server(app) as url, bearer_client(url, None) as client:
+                late = await client.call_tool("petstore.getPetById", {"petId": 1})
+    assert late.is_error and late.content[0].text.startswith("TIMEOUT: petstore.getPetById: no answer within 200 ms")
+    (tmp_path / "broken.yaml").write_text("openapi: [unclosed\n")
+    (tmp_path / "old.json").write_text('{"swagger": "1.2"}')
+    for name, says in (
+        ("broken.yaml", "not valid YAML"),
+        ("old.json", "Swagger 1.2 is not read"),
+        ("none.json", "cannot read"),
+    ):
+        config = make_config(openapi={"api": {"spec": str(tmp_path / name), "base_url": "http://127.0.0.1:9"}})
+        try:
+            async with open_app(config):
+                raise AssertionError("served")
+        except ConfigError as exc:
+            assert [p.location for p in exc.problems] == ["openapi.api.spec"] and says in exc.problems[0].message

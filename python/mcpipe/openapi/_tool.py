@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 
 import httpx2
 import orjson
+import trio
 
 from mcpipe._jsonschema import validator
 from mcpipe._util import read_capped
@@ -95,7 +96,12 @@ class OpenApiTool:
             request = await self._request(base, args, ctx)
         except CredentialError as exc:
             return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name}: {exc}")
-        return await self._send(request)
+        ms = self.api.policy.timeout_ms
+        if ms is None:
+            return await self._send(request)
+        with trio.move_on_after(ms / 1000):
+            return await self._send(request)
+        return ToolResult.error(f"{ErrorCode.TIMEOUT}: {self.name}: no answer within {ms:g} ms")
 
     async def _request(self, base: str, args: Mapping[str, Any], ctx: ToolContext) -> _Request:
         op = self.op
