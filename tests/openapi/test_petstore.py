@@ -177,3 +177,40 @@ async def test_a_call_past_its_deadline_answers_timeout_and_a_document_that_cann
                 raise AssertionError("served")
         except ConfigError as exc:
             assert [p.location for p in exc.problems] == ["openapi.api.spec"] and says in exc.problems[0].message
+
+
+async def test_an_operation_is_a_declared_pipelines_step_and_a_misnamed_one_is_refused_at_load() -> None:
+    pipeline = {
+        "name": "pet_and_order",
+        "input_schema": {"type": "object", "properties": {"id": {"type": "integer"}}, "required": ["id"]},
+        "steps": [
+            {"kind": "tool", "id": "pet", "tool": "petstore.getPetById", "args": {"petId": "${args.id}"}},
+            {"kind": "tool", "id": "order", "tool": "petstore.getOrderById", "args": {"orderId": 3}},
+        ],
+        "output": {"pet": "${steps.pet.output.path}", "order": "${steps.order.output.path}"},
+    }
+    with trio.fail_after(60):
+        async with (
+            standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api,
+            open_app(make_config(**_config_doc(api.url), pipelines=[pipeline])) as app,
+            http_server(app) as url,
+            bearer_client(url, None) as client,
+        ):
+            answer = await client.call_tool("pet_and_order", {"id": 8})
+        wrong = {**pipeline, "steps": [{**pipeline["steps"][0], "tool": "petstore.getPetByIdd"}, pipeline["steps"][1]]}
+        from mcpipe.errors import ConfigError
+
+        try:
+            async with open_app(make_config(**_config_doc("http://127.0.0.1:9"), pipelines=[wrong])):
+                raise AssertionError("served")
+        except ConfigError as exc:
+            refused = exc.problems
+    assert not answer.is_error, answer.content
+    assert answer.structured_content == {"pet": "/api/v3/pet/8", "order": "/api/v3/store/order/3"}
+    assert [s.operation for s in api.seen] == ["getPetById", "getOrderById"] and not api.invalid
+    assert [p.location for p in refused] == ["pipelines.pet_and_order.steps[0].tool"]
+    assert "petstore.getPetById" in refused[0].message  # did you mean
+
+
+def _config_doc(url: str) -> dict[str, Any]:
+    return {"openapi": {"petstore": {"spec": str(DOCUMENTS / "swagger-petstore-3.0.yaml"), "base_url": url}}}
