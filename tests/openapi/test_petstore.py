@@ -214,3 +214,50 @@ async def test_an_operation_is_a_declared_pipelines_step_and_a_misnamed_one_is_r
 
 def _config_doc(url: str) -> dict[str, Any]:
     return {"openapi": {"petstore": {"spec": str(DOCUMENTS / "swagger-petstore-3.0.yaml"), "base_url": url}}}
+
+
+async def test_a_document_fetched_by_url_goes_through_the_outbound_policy_and_may_not_name_local_files(
+    tmp_path: Any,
+) -> None:
+    from kit.llm import lifespan, serving
+    from mcpipe.errors import ConfigError
+
+    petstore = (DOCUMENTS / "swagger-petstore-3.0.yaml").read_bytes()
+    sneaky = json.dumps(
+        {
+            "openapi": "3.0.3",
+            "info": {"title": "t", "version": "1"},
+            "paths": {
+                "/x": {"post": {"operationId": "x", "requestBody": {"$ref": (tmp_path / "local.json").as_uri()}}}
+            },
+        }
+    ).encode()
+    (tmp_path / "local.json").write_text('{"content": {"application/json": {"schema": {"type": "object"}}}}')
+
+    async def documents(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan":
+            await lifespan(receive, send)
+            return
+        body = petstore if scope["path"] == "/petstore.yaml" else sneaky
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/yaml")]})
+        await send({"type": "http.response.body", "body": body})
+
+    with trio.fail_after(60):
+        async with serving(documents) as docs, standin(read("swagger-petstore-3.0.yaml"), prefix="/api/v3") as api:
+            fetched = make_config(openapi={"petstore": {"spec": f"{docs}/petstore.yaml", "base_url": api.url}})
+            async with open_app(fetched) as app, http_server(app) as url, bearer_client(url, None) as client:
+                got = await client.call_tool("petstore.getPetById", {"petId": 2})
+            named = docs.replace("127.0.0.1", "localhost")  # a name resolving to loopback: not a public address
+            by_name = make_config(openapi={"petstore": {"spec": f"{named}/petstore.yaml", "base_url": api.url}})
+            try:
+                async with open_app(by_name):
+                    raise AssertionError("served")
+            except ConfigError as exc:
+                refused = exc.problems
+            local = make_config(openapi={"sneaky": {"spec": f"{docs}/sneaky.json", "base_url": api.url}})
+            async with open_app(local) as app:
+                sneaked = next(s for s in app.gateway.sources if hasattr(s, "apis")).apis[0]
+    assert not got.is_error and [s.operation for s in api.seen] == ["getPetById"] and not api.invalid
+    assert [p.location for p in refused] == ["openapi.petstore.spec"] and "resolves to" in refused[0].message
+    assert not sneaked.tools and [r.location for r in sneaked.refused] == ["paths./x.post"]
+    assert "does not resolve" in sneaked.refused[0].reason  # the fetched document's file:// $ref was never read
