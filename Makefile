@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu console-screenshots \
 	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle
 
 setup: $(STAMP)
@@ -96,6 +96,11 @@ wheel: setup
 	rm -f dist/mcpipe-*.whl
 	MATURIN_PEP517_ARGS="$(WHEEL_ARGS)" $(BIN)/pip wheel -q --no-deps -w dist .
 	$(BIN)/python scripts/check_wheel.py dist
+
+# The console's screenshots and drawings in docs/console/, taken again by its browser tests (Debian's chromium and
+# chromium-driver under Selenium) and `mcpipe explain --format svg` (docs/console.md).
+console-screenshots: setup
+	MCPIPE_CONSOLE_SHOTS=docs/console $(BIN)/python -m pytest -q tests/console/test_browser.py tests/console/test_explain.py
 
 # The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
 fuzz: setup

@@ -49,6 +49,13 @@ def inc(n: int) -> dict[str, int]:
     return {"n": n + 1}
 
 
+@bench_tools.tool
+async def tick(ms: float, i: int = 0) -> dict[str, int]:
+    """Wait ``ms`` milliseconds (a step of the console benchmark's busy run)."""
+    await trio.sleep(ms / 1000)
+    return {"i": i}
+
+
 def tools_call(name: str, arguments: dict[str, Any], request_id: int = 1) -> bytes:
     """One 2026-07-28 ``tools/call`` request body (the per-request envelope in ``_meta``)."""
     meta = {
@@ -393,8 +400,9 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     """mcpipe serving the benchmark's tools. ``variant``: ``sdk-path`` (every request through the SDK, no
     lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and tracing live through the
     OpenTelemetry API with no SDK installed: non-recording spans, the caller's traceparent carried on),
-    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter); by default metrics are
-    on and traces off, as ``mcpipe serve`` runs without telemetry config."""
+    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter), ``console`` (the web
+    console served, ``[console] enabled``); by default metrics are on and traces off, as ``mcpipe serve`` runs
+    without telemetry config."""
     from mcpipe import telemetry
     from mcpipe.config import parse_config
     from mcpipe.server import open_app, serve_http
@@ -406,6 +414,8 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     }
     if variant == "bare":
         doc["telemetry"] = {"metrics": False}
+    if variant == "console":
+        doc["console"] = {"enabled": True}
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
         known = telemetry.current().known  # type: ignore[union-attr]

@@ -73,6 +73,9 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("gateway", ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
     # Runs that outlive a request: the workers executing queued runs, and the tools watching them.
     ("runs", ("mcpipe.runs",)),
+    # The web console and its JSON API: pages over the run queue, the gateway and the metrics (the HTTP front
+    # routes /console and /api/ to it).
+    ("console", ("mcpipe.console",)),
     # The MCP server, the command line, and the package's public face.
     ("server", ("mcpipe.server", "mcpipe.cli", "mcpipe.__main__", "mcpipe")),
 ]

@@ -12,11 +12,13 @@ so secrets stay out of the file. Bearer tokens for ``auth`` are always named by 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,6 +27,7 @@ import msgspec
 import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._util import PIPE_TOOL
 from mcpipe._yaml import load_yaml
 from mcpipe.access import (
@@ -37,8 +40,12 @@ from mcpipe.access import (
     check_mtls,
     check_oidc,
 )
+<<<<<<< HEAD
 from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
+=======
+from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
+>>>>>>> main
 from mcpipe.plan._bounds import deepest_location, json_depth
 from mcpipe.toolset import ToolsConfig, check_tools
 
@@ -50,6 +57,7 @@ __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "ConsoleConfig",
     "ContentConfig",
     "HttpConfig",
     "McpServerConfig",
@@ -62,12 +70,15 @@ __all__ = [
     "TrustConfig",
     "TrustRule",
     "load_config",
+    "no_pipe_reason",
     "parse_config",
 ]
 
 CODE = ErrorCode.INVALID_CONFIG
 MAX_CONFIG_DEPTH = 128
 """How deeply any value of a config may nest (declared pipelines' templates included)."""
+
+_log = logging.getLogger("mcpipe.config")
 
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
@@ -426,6 +437,9 @@ class TelemetryConfig(_Base):
     max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
     """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
     count under ``tool="other"``."""
+    max_principal_labels: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 200
+    """The most distinct principals ``mcpipe_principal_calls`` labels (the first seen; later ones count under
+    ``principal="other"``; 0: calls are not counted by principal)."""
 
 
 class LogsConfig(_Base):
@@ -567,6 +581,24 @@ class ReloadConfig(_Base):
     """How often the file is read."""
 
 
+class ConsoleConfig(_Base):
+    """The web console ``mcpipe serve`` serves at ``/console`` and its JSON API at ``/api/v1`` (``docs/console.md``),
+    on the MCP endpoint's listener, behind its auth and front checks."""
+
+    enabled: bool = False
+    """Serve it (``mcpipe serve --console`` too). Off by default: it shows runs, tools and metrics."""
+    operators: list[str] = []
+    """Principals that see and act on every run (the others see only their own)."""
+    operator_roles: list[str] = msgspec.field(default_factory=lambda: ["operator"])
+    """Roles (of an OIDC identity, by its claim mappings) that make a caller an operator."""
+    session_ttl_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 8 * 3600
+    """How long a browser stays signed in (never past the JWT it signed in with)."""
+    page_size: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    """Runs per page of the runs list."""
+    max_streams: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -614,6 +646,8 @@ class Config(_Base):
     """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
     apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
     """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
+    """The web console (``docs/console.md``)."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
@@ -633,6 +667,17 @@ class Config(_Base):
     (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
+    translated_from: str | None = None
+    """The foreign format the file was written in (``mcpg``), read as this layout; None for mcpipe's own."""
+
+
+def no_pipe_reason(cfg: Config) -> str:
+    """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
+    if cfg.translated_from == "mcpg":
+        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+
+        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+    return "its `pipe.enabled` is false"
 
 
 DEFAULT_CONFIG = Config()
@@ -674,6 +719,7 @@ _SECTIONS = {
     "logs": _Section("logs", LogsConfig),
     "reload": _Section("reload", ReloadConfig),
     "apps": _Section("apps", AppsConfig),
+    "console": _Section("console", ConsoleConfig),
     "registry": _Section("registry", RegistryConfig),
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),
@@ -764,6 +810,8 @@ def _syntax_problem(exc: Exception, fmt: str) -> Problem:
         text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, DuplicateKeyError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, exc.msg)
     if isinstance(exc, json.JSONDecodeError):
         return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
     text = " ".join(str(exc).split())
@@ -779,7 +827,11 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "yaml":
             return load_yaml(data) or {}
         case _:
-            return json.loads(data) if data.strip() else {}
+            if not data.strip():
+                return {}
+            value = json.loads(data)
+            check_unique_keys(data)
+            return value
 
 
 def _expand(value: str, where: str, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> str:
@@ -1065,6 +1117,7 @@ def parse_config(
     base_dir: str = ".",
     environ: dict[str, str] | None = None,
     warnings: list[Problem] | None = None,
+    source: str = "",
 ) -> Config:
     """Decode and check a config document.
 
@@ -1072,11 +1125,13 @@ def parse_config(
         data: the document.
         fmt: its format.
         base_dir: what relative paths in it are relative to.
-        environ: where ``${VAR}`` and token variables are read (default: ``os.environ``).
+        environ: where ``${VAR}``, ``${env.NAME}`` and token variables are read (default: ``os.environ``).
         warnings: when given (``mcpipe check``), an environment variable the file reads and ``environ`` lacks
             is a warning appended here (``mcpipe serve`` refuses the file until it is set), not an error,
             and so is what follows from its empty value at the same place; the config is then returned as
-            read with the variable empty, to be checked, not served.
+            read with the variable empty, to be checked, not served. One an mcpg binding reads (the binding
+            fails each call) is a warning here too; without ``warnings`` it is logged, once the file is taken.
+        source: the file's name, in front of those log lines.
 
     Raises:
         ConfigError: listing every problem found, each with its location.
@@ -1102,24 +1157,71 @@ def parse_config(
 
     foreign = detect_config(raw)
     if foreign is None:
+        read: list[Problem] = []
+        raw = _read_env(raw, "", read, env)
         cfg, problems = _parse_raw(raw, base_dir, env)
+        problems = [*read, *problems]
     else:
         translation = foreign.translate(raw, base_dir=base_dir, environ=env)
         cfg, found = _parse_raw(translation.raw, base_dir, env)
+        cfg = msgspec.structs.replace(cfg, translated_from=foreign.name)
         problems = [*translation.problems, *(Problem(translation.locate(p.location), p.code, p.message) for p in found)]
     errors = _settle_unset(problems, warnings)
     if errors:
         raise ConfigError(errors)
+    if warnings is None:  # served: the bindings that will fail each call, said once
+        for p in dict.fromkeys(p for p in problems if p.code == UNSET_ENV_PER_CALL):
+            _log.warning("%s%s: %s", f"{source}:" if source else "", p.location, _per_call(p))
     return cfg
+
+
+def _per_call(p: Problem) -> str:
+    return f"{p.message}: the binding that reads it fails each call until it is"
+
+
+_ENV_REF = re.compile(r"\$\{\s*\$?env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+"""mcpg's spelling of an environment variable, ``${env.NAME}``: what ``mcpipe convert`` keeps as written."""
+
+
+def _read_env(value: Any, where: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
+    """``value`` with every ``${env.NAME}`` in its strings read from ``environ``, as mcpg reads its file when it
+    starts (so a file ``mcpipe convert`` wrote reads the variables where the mcpg file did: a database URL, a
+    store's, a registry's header, a step's field). One that is not set is a located ``UNSET_ENV`` problem, and
+    is left as written: ``serve`` refuses the file, and ``check`` checks the rest as if it were set (a database
+    URL naming a file is still one). The depth is bounded before (``MAX_CONFIG_DEPTH``)."""
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def repl(m: re.Match[str]) -> str:
+            got = environ.get(m.group(1))
+            if got is None:
+                problems.append(Problem(where, UNSET_ENV, f"environment variable `{m.group(1)}` is not set"))
+                return m.group(0)
+            return got
+
+        return _ENV_REF.sub(repl, value)
+    if isinstance(value, dict):
+        return {k: _read_env(v, f"{where}.{k}" if where else str(k), problems, environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_read_env(v, f"{where}[{i}]", problems, environ) for i, v in enumerate(value)]
+    return value
 
 
 def _settle_unset(problems: list[Problem], warnings: list[Problem] | None) -> list[Problem]:
     """The errors among ``problems``: an unset environment variable is one (``INVALID_CONFIG``) unless
-    ``warnings`` is given; then it is a warning, and a problem at, inside or around its place follows from
-    the empty value it left, so it is dropped (one at the same place or inside it)."""
-    if warnings is None:
-        return [Problem(p.location, CODE, p.message) if p.code == UNSET_ENV else p for p in problems]
+    ``warnings`` is given; then it is a warning. A problem at or inside its place follows from the empty value
+    it left, so it is dropped either way. One an mcpg binding reads (``UNSET_ENV_PER_CALL``) is never an
+    error: the binding fails each call; it is a warning, or logged (:func:`parse_config`)."""
+    for p in problems:
+        warning = Problem(p.location, CODE, _per_call(p))
+        if p.code == UNSET_ENV_PER_CALL and warnings is not None and warning not in warnings:
+            warnings.append(warning)
+    problems = [p for p in problems if p.code != UNSET_ENV_PER_CALL]
     unset = [p for p in problems if p.code == UNSET_ENV]
+    if warnings is None:  # the variable, and not again what its empty value did at its place
+        kept = [p for p in problems if p.code == UNSET_ENV or not any(_nested(p.location, u.location) for u in unset)]
+        return list(dict.fromkeys(Problem(p.location, CODE, p.message) if p.code == UNSET_ENV else p for p in kept))
     for p in unset:
         warning = Problem(p.location, CODE, f"{p.message}: `mcpipe serve` refuses the file until it is")
         if warning not in warnings:
@@ -1207,7 +1309,7 @@ def load_config(
         raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")], unreadable=True) from None
     found: list[Problem] | None = None if warnings is None else []
     try:
-        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found)
+        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found, source=str(p))
     except ConfigError as exc:
         raise ConfigError(
             [Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in exc.problems]

@@ -27,7 +27,7 @@ from mcpipe.runs import Runs, Worker, new_worker_id
 from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, tool_wire
 from mcpipe.server._guide import INSTRUCTIONS, SEARCH_INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
-from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
+from mcpipe.store import RunQueue, ServedStore, StoreUnavailable, open_pipeline_store, open_queue
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 from mcpipe.trust import Trust
@@ -377,7 +377,7 @@ async def open_app(
                 await nursery.start(sync.run)
                 app_registries = sync
             if tel.metrics is not None:
-                nursery.start_soon(_report_downstreams, tel, downstreams)
+                nursery.start_soon(_report_downstreams, tel, downstreams, queue)
             worker = None
             if config.runs.execute if execute is None else execute:
                 worker = run_worker(config, queue, gateway, server_id)
@@ -401,10 +401,15 @@ async def open_app(
 DOWNSTREAM_REPORT_S = 5.0
 
 
-async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams) -> None:
-    """Keep the downstream-up gauge current (each worker reports its own connections)."""
+async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams, queue: RunQueue) -> None:
+    """Keep the downstream-up gauge current (each worker reports its own connections), and the run queue's depth
+    (one count by status every few seconds)."""
     while True:
         tel.downstream_status(downstreams.status())
+        try:
+            tel.queue_depth(await queue.counts())
+        except StoreUnavailable:
+            pass  # the queue is away: the gauge keeps its last values, the workers log it
         await trio.sleep(DOWNSTREAM_REPORT_S)
 
 

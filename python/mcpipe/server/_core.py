@@ -26,7 +26,6 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe import telemetry
 from mcpipe._json import dumps
 from mcpipe.access import GateDenied
-from mcpipe.compile import compile_spec_async
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
@@ -34,7 +33,7 @@ from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
-from mcpipe.runtime import run_pipeline
+from mcpipe.runtime import check_pipeline, run_pipeline
 from mcpipe.server._guide import Guide
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
@@ -66,6 +65,7 @@ def scope_request(scope: Any, **fields: Any) -> Request:
         identity=scope.get(IDENTITY_SCOPE_KEY),
         client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {},
         session_id=session.decode("latin-1") if session else None,
+        transport="http",
         **fields,
     )
 
@@ -353,7 +353,7 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        problems = await self.check(spec)
+        problems = await self.check(spec, ctx)
         if problems is not None:
             return problems
         try:
@@ -370,11 +370,13 @@ class PipeRunner:
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 
-    async def check(self, spec: Any) -> dict[str, Any] | None:
-        """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
+    async def check(self, spec: Any, ctx: ToolContext) -> dict[str, Any] | None:
+        """The answer of a spec with problems (unknown tools, arguments, references, limits, tools ``ctx``'s
+        caller may not call, retries of tools not idempotent), or None: it may run. Every check a run makes
+        before its first step (:func:`mcpipe.runtime.check_pipeline`), so a queued run is not refused later."""
         t0 = time.perf_counter()
         try:
-            await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+            await check_pipeline(spec, self.gateway, context=ctx, limits=self.limits)
         except SpecError as e:
             return invalid_answer(e.problems, t0)
         return None
@@ -603,7 +605,7 @@ class ToolHandlers:
                     tel = telemetry.current()
                     if tel is None:
                         return await self._call(name, args, tctx)
-                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx))
+                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx), tctx.principal)
                 except StoreUnavailable as exc:  # the run queue (a background run, the pipe_* tools)
                     raise store_unavailable(exc) from None
                 finally:
@@ -707,7 +709,7 @@ class ToolHandlers:
         assert self.tasks is not None
         if name == PIPE_TOOL and self.pipe is not None:
             spec = {k: v for k, v in args.items() if k != "background"}
-            problems = await self.pipe.check(spec)
+            problems = await self.pipe.check(spec, tctx)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
             try:

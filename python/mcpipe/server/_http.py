@@ -36,6 +36,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcpipe.access import Authenticator, Rejected, client_ip
 from mcpipe.config import Config
+from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
@@ -204,6 +205,7 @@ class HttpFront:
         max_body: int = 4 * 1024 * 1024,
         body_timeout_s: float = 30.0,
         security: TransportSecuritySettings | None = None,
+        config_path: str | None = None,
     ):
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
@@ -219,6 +221,9 @@ class HttpFront:
         )
         self._users: dict[str, AuthenticatedUser] = {}
         self.health_path = app.config.http.health_path
+        self.config_path = config_path
+        self.console: Any = None
+        self._signer: Any = None
         self.adopt(app, tokens)
 
     def adopt(self, app: App, tokens: dict[bytes, str] | None = None) -> None:
@@ -250,6 +255,34 @@ class HttpFront:
         self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
         if self.fast is not None:
             self.fast.handlers = app.handlers
+        self.console = self._console(app) if app.config.console.enabled else None
+
+    def _console(self, app: App) -> Any:
+        """The web console of ``app`` (``[console]``), behind this front's auth and checks."""
+        from mcpipe.console import Console, signer_for
+
+        if self._signer is None:
+            self._signer = signer_for(app.config)  # kept across reloads: the browsers stay signed in
+        return Console(
+            app,
+            identify=self.identity_of,
+            known=self._known,
+            require_auth=self.require_auth and self.trust is None,
+            tokens=self.tokens,
+            signer=self._signer,
+            config_path=self.config_path,
+        )
+
+    async def identity_of(self, headers: list[tuple[bytes, bytes]]) -> Identity | Rejected | None:
+        """A request's identity as ``/mcp`` resolves it: a credential (verified, or refused), else with trust
+        levels the subject header the operator trusts, else None."""
+        found = await self.auth.resolve(headers)
+        if found is not None or self.subject_header is None:
+            return found
+        for name, value in headers:
+            if name == self.subject_header and value.strip():
+                return Identity(value.decode("latin-1").strip(), trust="header_asserted", provider="header")
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -304,6 +337,11 @@ class HttpFront:
                 await _respond(send, 200, body)
             elif self.watches is not None and path.startswith(WEBHOOK_PATH) and scope["method"] == "POST":
                 await self.webhook(scope, receive, send)
+            elif self.console is not None and (
+                path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") or path.startswith(API_PREFIX)
+            ):
+                # The console checks Host and Origin itself: its forms post what a browser posts (CSRF-guarded).
+                await self.console(scope, receive, send)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
             elif path.startswith(REGISTRY_PATH[:-1]) and self.app.config.registry.enabled and scope["method"] == "GET":
@@ -517,6 +555,7 @@ async def serve_http(
     fast_path: bool = True,
     listen_fd: int | None = None,
     on_front: Callable[[HttpFront], None] | None = None,
+    config_path: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
@@ -526,6 +565,7 @@ async def serve_http(
     ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
     is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``on_front`` is given the
     HTTP front once it is built (:class:`mcpipe.server._reload.Reloader` swaps the app it serves).
+    ``config_path``: the config file served (the console shows its check's warnings).
     """
     cfg = app.config
     h = cfg.http
@@ -574,6 +614,7 @@ async def serve_http(
         max_body=h.max_body_bytes,
         body_timeout_s=h.body_timeout_s,
         security=security,
+        config_path=config_path,
     )
     if on_front is not None:
         on_front(front)  # a reloader, which makes it serve the next config's app
@@ -595,6 +636,8 @@ async def serve_http(
         binds = await nursery.start(partial(serve_bounded, app_, hc, max_connections=limit, shutdown_trigger=trigger))
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
+        if cfg.console.enabled:
+            _log.info("serving the console at %s/console", binds[0])
         task_status.started(url)
 
 

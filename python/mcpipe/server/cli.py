@@ -18,7 +18,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, resolve_path
+from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, no_pipe_reason, resolve_path
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -86,6 +86,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
     )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the web console at /console and its JSON API at /api/v1 ([console] enabled; docs/console.md)",
+    )
 
 
 def _positive(value: str) -> int:
@@ -150,6 +155,8 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     if config.logs.file:
         log_to_file(config)
+    if getattr(ns, "console", False):
+        config = msgspec.structs.replace(config, console=msgspec.structs.replace(config.console, enabled=True))
     if getattr(ns, "runs_path", None):  # a worker of `--workers N`: the queue its supervisor shares
         config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, path=ns.runs_path))
     http = getattr(ns, "http", None)
@@ -157,6 +164,8 @@ def main(ns: argparse.Namespace) -> int:
     execute = False if getattr(ns, "no_worker", False) else None
     workers = getattr(ns, "workers", None) or config.http.workers
     listen_fd = getattr(ns, "listen_fd", None)
+    if stdio and config.console.enabled:
+        _log.warning("the console is served over HTTP: --stdio serves none")
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
@@ -205,6 +214,8 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         args += ["--config", str(Path(ns.config).resolve())]
     if getattr(ns, "no_worker", False):
         args.append("--no-worker")
+    if getattr(ns, "console", False):
+        args.append("--console")
     run = partial(
         supervise,
         workers=workers,
@@ -257,14 +268,22 @@ async def _serve(
             if stdio:
                 await serve_stdio(app)
             else:
-                await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+                await serve_http(
+                    app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, config_path=path
+                )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
     reloader = Reloader(path, config, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
         await serve_http(
-            app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, on_front=reloader.attach
+            app,
+            host=host,
+            port=port,
+            shutdown_trigger=signalled,
+            listen_fd=listen_fd,
+            on_front=reloader.attach,
+            config_path=path,
         )
         nursery.cancel_scope.cancel()
 
@@ -392,7 +411,8 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         tools = sum(len(a.tools) for a in apis.apis)
         refused = sum(len(a.refused) for a in apis.apis)
         counts.append(_count(tools, "OpenAPI tool") + f" ({refused} operation{'s' if refused != 1 else ''} refused)")
-    print(f"{path}: ok ({', '.join(counts)})")
+    no_pipe = "" if config.pipe.enabled else f"; no mcp_pipe: {no_pipe_reason(config)}"
+    print(f"{path}: ok ({', '.join(counts)}){no_pipe}")
     return 0
 
 
@@ -448,13 +468,40 @@ def _missing_commands(config: Config, path: str, warned: set[str]) -> list[Any]:
 # --- runs: mcpipe worker, mcpipe runs, mcpipe events --------------------------------------------------
 
 
+_NEEDS = {"runs": ("runs", "store"), "events": ("runs", "store")}
+"""The sections ``mcpipe runs`` and ``mcpipe events`` read (the queue): an environment variable read elsewhere
+(an ``auth.tokens`` secret, a downstream server's header) need not be set to list runs."""
+
+
 def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
-    """The config, checked to name a queue that outlives a process; None (printed) when it does not."""
-    try:
-        config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
-    except ConfigError as exc:
-        _print_problems(exc)
-        return None
+    """The config, checked to name a queue that outlives a process; None (printed) when it does not.
+
+    An environment variable the file reads and this environment lacks is refused only where the command reads
+    it: ``runs`` and ``events`` read the queue's sections; ``worker`` runs the tools, so every section but
+    ``auth`` (the HTTP front's callers, which a worker does not serve)."""
+    from mcpipe.errors import Problem
+
+    path = getattr(ns, "config", None)
+    if not path:
+        config = DEFAULT_CONFIG
+    else:
+        warnings: list[Problem] = []
+        try:
+            config = load_config(path, warnings=warnings)
+        except ConfigError as exc:
+            _print_problems(exc)
+            return None
+        needs = _NEEDS.get(command)
+        unset = [
+            w
+            for w in warnings
+            if (section := w.location.removeprefix(f"{path}:").split(".", 1)[0].split("[", 1)[0])
+            and (section in needs if needs is not None else section != "auth")
+        ]
+        if unset:  # as `serve` says them
+            tail = ": `mcpipe serve` refuses the file until it is"
+            _print_problems(ConfigError([Problem(w.location, w.code, w.message.removesuffix(tail)) for w in unset]))
+            return None
     if config.runs.path is None and not config.store.url.startswith(("redis://", "rediss://", "unix://")):
         where = f"{ns.config}: " if getattr(ns, "config", None) else ""
         print(

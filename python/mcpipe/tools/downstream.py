@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import sys
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -505,6 +506,8 @@ class DownstreamServer:
             )
 
         tel = telemetry.current()
+        t0 = time.perf_counter()
+        answered = False
         try:
             with (
                 self.feed.in_call(ctx),
@@ -526,6 +529,7 @@ class DownstreamServer:
                         r = await self.streams.polled(ctx, self._poll, relayed)
                 await forward.drain()
                 await self.feed.drain()
+            answered = not r.is_error
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
@@ -536,6 +540,8 @@ class DownstreamServer:
         finally:
             if token is not None:
                 _CALL_HEADERS.reset(token)
+            if tel is not None and tel.metrics is not None:
+                tel.observe_downstream(self.name, time.perf_counter() - t0, answered)
         if not r.is_error:
             await self._checked_output(remote, r.structured_content, "structured_content" in r.model_fields_set)
         return ToolResult(

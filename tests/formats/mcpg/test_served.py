@@ -524,8 +524,9 @@ async def test_a_pipeline_runs_every_step_kind_and_answers_mcpgs_pipeline_result
             "total_steps": 7,
         },
     }
-    # The log step's data is sent as written (mcpg does not interpolate it), under the binding's name.
-    assert ("charge", "charging ${arguments.order}") in logs
+    # The log step's data is interpolated as mcpg's pipelines doc writes it (mcpg as released sends it as
+    # written: a difference on purpose), under the binding's name.
+    assert ("charge", "charging A-1") in logs
 
 
 async def test_a_failed_pipeline_step_is_mcpgs_failure_result() -> None:

@@ -44,7 +44,14 @@ from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
-from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
+from mcpipe.formats.mcpg._templates import (
+    McpgTemplate,
+    caller_context,
+    cel_env,
+    compile_mcpg_cel,
+    mcpg_steps,
+    request_context,
+)
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
@@ -151,9 +158,15 @@ def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict
     return cel_env(
         env.get("args"),
         step.fields.tool_name,
-        ctx.identity,
+        _facts(env, ctx),
         mcpg_steps(steps) if step.fields.answer == "step" and isinstance(steps, Mapping) else None,
     )
+
+
+def _facts(env: Mapping[str, Any], ctx: ToolContext) -> Mapping[str, Any]:
+    """The request's facts: the pipeline's ``context`` root (computed once per run), else the call's."""
+    facts = env.get("context")
+    return facts if isinstance(facts, Mapping) else ctx.facts()
 
 
 def _compile(b: Build[Any], value: Any, where: str) -> McpgTemplate | None:
@@ -1617,12 +1630,18 @@ async def run_jsonata(
     if built != f.expression:
         raise failed(built)
     steps = env.get("steps")
-    context = cel_env(None, f.tool_name, ctx.identity)["context"]
+    facts = _facts(env, ctx)
+    context = caller_context(facts)
+    completed = mcpg_steps(steps) if isinstance(steps, Mapping) else None
     document = {
         "arguments": env.get("args"),
         "tool_name": f.tool_name,
-        "steps": mcpg_steps(steps) if isinstance(steps, Mapping) else None,
+        "steps": completed,
         "context": {k: context.get(k) for k in _JSONATA_CONTEXT},
+        # The names of mcpg's pipelines doc, beside those the plugin gets (mcpg as released gives only those).
+        "original_args": env.get("args"),
+        "completed_steps": completed,
+        "request_context": request_context(facts),
     }
     # jsonata-core in a worker thread, bounded by the expression deadline (mcpipe's, D1012 past it); its
     # compiled expression stays on the thread that made it, so it is compiled there.
@@ -1687,6 +1706,67 @@ async def run_fail(
     return StepOutput.of(_result(step.fields.message, None, True))
 
 
+# --- log (a pipeline's notification step) -----------------------------------------------------------
+
+
+class McpgLogFields(StepFields, tag="mcpg.log", kw_only=True):
+    """mcpg's ``log`` pipeline step whose ``data`` holds ``${…}``: each such string of it interpolated over the
+    pipeline context, as mcpg's pipelines doc writes one (``data: "Charging order ${original_args.order_id}"``),
+    then sent to the caller as a ``notifications/message``. (mcpg as released sends ``data`` as written.)"""
+
+    data: Any = None
+    level: Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"] = "info"
+    logger: str | None = None
+    tool_name: str = ""
+
+
+def _templates_of(b: Build[Any], value: Any, where: str) -> Any:
+    """``value`` with each string holding ``${`` compiled (a :class:`McpgTemplate`), the rest as it is."""
+    if isinstance(value, str):
+        return _compile(b, value, where) if "${" in value else value
+    if isinstance(value, Mapping):
+        return {k: _templates_of(b, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_templates_of(b, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+async def _resolved(value: Any, cel: Mapping[str, Any]) -> Any:
+    if isinstance(value, McpgTemplate):
+        return await value.resolve_async(cel)
+    if isinstance(value, dict):
+        return {k: await _resolved(v, cel) for k, v in value.items()}
+    if isinstance(value, list):
+        return [await _resolved(v, cel) for v in value]
+    return value
+
+
+def _build_log(b: Build[McpgLogFields]) -> Any:
+    f = b.fields
+    if f is None:
+        b.fail()
+    data = _templates_of(b, f.data, f"{b.location}.data")
+    if b.failed:
+        b.fail()
+    return data
+
+
+async def run_log(
+    step: Leaf[McpgLogFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f = step.fields
+    steps = env.get("steps")
+    cel = cel_env(
+        env.get("args"), f.tool_name, _facts(env, ctx), mcpg_steps(steps) if isinstance(steps, Mapping) else {}
+    )
+    try:
+        data = await _resolved(step.built, cel)
+    except ExpressionError as e:
+        raise StepFailure(f"log data: {e}", ErrorCode.INTERPOLATION_FAILED) from None
+    await ctx.send_log(f.level, data, f.logger)
+    return StepOutput.of(data)
+
+
 # --- registration ----------------------------------------------------------------------------------
 
 
@@ -1702,6 +1782,7 @@ KIND_NAMES = (
     "mcpg.sql_tx",
     "mcpg.fail",
     "mcpg.jsonata",
+    "mcpg.log",
 )
 
 
@@ -1775,6 +1856,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
     Kind("mcpg.fail", FailFields, run_fail),
     Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
+    Kind("mcpg.log", McpgLogFields, run_log, build=_build_log),
 ]
 
 for _kind in _KINDS:
