@@ -40,12 +40,8 @@ from mcpipe.access import (
     check_mtls,
     check_oidc,
 )
-<<<<<<< HEAD
-from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
-from mcpipe.openapi import OpenApiConfig, check_openapi
-=======
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
->>>>>>> main
+from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan._bounds import deepest_location, json_depth
 from mcpipe.toolset import ToolsConfig, check_tools
 
