@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 import msgspec
 
-__all__ = ["OpenApiAuth", "OpenApiConfig", "OpenApiFilter"]
+from mcpipe.errors import ErrorCode, Problem
+
+__all__ = ["OpenApiAuth", "OpenApiConfig", "OpenApiFilter", "check_openapi"]
 
 _MiB = 1024 * 1024
 
@@ -97,3 +101,41 @@ class OpenApiConfig(_Section):
     validate: bool = True
     answer: Literal["body", "full"] = "body"
     """The structured answer: the response body (``body``), or ``{status, headers, body}`` (``full``)."""
+
+
+def check_openapi(sections: Mapping[str, OpenApiConfig], credentials: Mapping[str, Any]) -> list[Problem]:
+    """The sections' own problems (before any document is read): names, auth, URLs."""
+    problems: list[Problem] = []
+    for name, cfg in sections.items():
+        base = f"openapi.{name}"
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+            problems.append(
+                Problem(base, ErrorCode.INVALID_CONFIG, "section names use letters, digits, `_` and `-` (at most 64)")
+            )
+        if cfg.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", cfg.prefix):
+            problems.append(
+                Problem(f"{base}.prefix", ErrorCode.INVALID_CONFIG, "a prefix uses letters, digits, `_`, `-` and `.`")
+            )
+        if cfg.base_url is not None and not cfg.base_url.startswith(("http://", "https://")):
+            problems.append(Problem(f"{base}.base_url", ErrorCode.INVALID_CONFIG, "must be an http:// or https:// URL"))
+        if isinstance(cfg.spec, str) and not cfg.spec:
+            problems.append(
+                Problem(
+                    f"{base}.spec", ErrorCode.INVALID_CONFIG, "a path, a file:// URI, an http(s) URL or the document"
+                )
+            )
+        for scheme, auth in cfg.auth.items():
+            where = f"{base}.auth.{scheme}"
+            if (auth.credential is None) == (not auth.forward_bearer):
+                problems.append(
+                    Problem(where, ErrorCode.INVALID_CONFIG, "set one of `credential` or `forward_bearer = true`")
+                )
+            elif auth.credential is not None and auth.credential not in credentials:
+                problems.append(
+                    Problem(
+                        f"{where}.credential",
+                        ErrorCode.INVALID_CONFIG,
+                        f"no credential `{auth.credential}` in [credentials]",
+                    )
+                )
+    return problems

@@ -16,7 +16,7 @@ from mcpipe.access import Credentials
 from mcpipe.errors import ConfigError, ErrorCode, Problem
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
-from mcpipe.openapi._config import OpenApiConfig
+from mcpipe.openapi._config import OpenApiConfig, check_openapi
 from mcpipe.openapi._document import Document, DocumentError, read_document, spec_problems
 from mcpipe.openapi._operations import Refused, base_urls, operations, security_schemes
 from mcpipe.openapi._tool import Api, OpenApiTool
@@ -99,30 +99,6 @@ def _expand(value: str, where: str, environ: Mapping[str, str], problems: list[P
         return got
 
     return _VAR.sub(repl, value)
-
-
-def check_openapi(sections: Mapping[str, OpenApiConfig], credentials: Mapping[str, Any]) -> list[Problem]:
-    """The sections' own problems (before any document is read): names, auth, URLs."""
-    problems: list[Problem] = []
-    for name, cfg in sections.items():
-        base = f"openapi.{name}"
-        if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
-            problems.append(Problem(base, _CODE, "section names use letters, digits, `_` and `-` (at most 64)"))
-        if cfg.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_.-]{0,64}", cfg.prefix):
-            problems.append(Problem(f"{base}.prefix", _CODE, "a prefix uses letters, digits, `_`, `-` and `.`"))
-        if cfg.base_url is not None and not cfg.base_url.startswith(("http://", "https://")):
-            problems.append(Problem(f"{base}.base_url", _CODE, "must be an http:// or https:// URL"))
-        if isinstance(cfg.spec, str) and not cfg.spec:
-            problems.append(Problem(f"{base}.spec", _CODE, "a path, a file:// URI, an http(s) URL or the document"))
-        for scheme, auth in cfg.auth.items():
-            where = f"{base}.auth.{scheme}"
-            if (auth.credential is None) == (not auth.forward_bearer):
-                problems.append(Problem(where, _CODE, "set one of `credential` or `forward_bearer = true`"))
-            elif auth.credential is not None and auth.credential not in credentials:
-                problems.append(
-                    Problem(f"{where}.credential", _CODE, f"no credential `{auth.credential}` in [credentials]")
-                )
-    return problems
 
 
 async def load_openapi(
