@@ -137,3 +137,17 @@ def test_a_reshaping_with_a_problem_is_refused_located(shape: dict[str, Any], wh
     with pytest.raises(ConfigError) as e:
         make_config(tools={"reshape": {"r": shape}})
     assert any(p.location.startswith(where) and message in p.message for p in e.value.problems), e.value.problems
+
+
+async def test_hidden_tools_are_neither_listed_nor_callable_nor_found() -> None:
+    from mcp import Client
+
+    config = make_config(tools={"hide": ["text_*"], "discovery": "list"})
+    with trio.fail_after(30):
+        async with open_app(config) as app, Client(app.server) as client:
+            listed = [t.name for t in (await client.list_tools()).tools]
+            refused = await client.call_tool("text_split", {"text": "a b"})
+            kept = await client.call_tool("json_parse", {"text": "[1]"})
+    assert not [n for n in listed if n.startswith("text_")] and "json_parse" in listed
+    assert refused.is_error and "unknown tool 'text_split'" in refused.content[0].text  # type: ignore[union-attr]
+    assert not kept.is_error
