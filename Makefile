@@ -5,8 +5,8 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
-.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu \
-	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle bench-peers bench-peer-noetl
+.PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu console-screenshots \
+	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test bench-peers bench-peer-noetl
 
 setup: $(STAMP)
 
@@ -53,10 +53,11 @@ serve: $(SERVE_STAMP)
 	$(BIN)/mcpipe serve $(ARGS)
 
 lint: setup
-	$(BIN)/ruff check python tests benches scripts
-	$(BIN)/ruff format --check python tests benches scripts
+	$(BIN)/ruff check python tests benches scripts examples
+	$(BIN)/ruff format --check python tests benches scripts examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_layers.py
+	$(BIN)/python scripts/check_deploy.py
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings
 	cargo clippy --all-targets -q --no-default-features -- -D warnings
@@ -107,6 +108,39 @@ wheel: setup
 	MATURIN_PEP517_ARGS="$(WHEEL_ARGS)" $(BIN)/pip wheel -q --no-deps -w dist .
 	$(BIN)/python scripts/check_wheel.py dist
 
+# The console's screenshots and drawings in docs/console/, taken again by its browser tests (Debian's chromium and
+# chromium-driver under Selenium) and `mcpipe explain --format svg` (docs/console.md).
+console-screenshots: setup
+	MCPIPE_CONSOLE_SHOTS=docs/console $(BIN)/python -m pytest -q tests/console/test_browser.py tests/console/test_explain.py
+
+# The container image (deploy/container/Containerfile, docs/deployment.md "Container"). Base images cannot be
+# pulled here, so by default the base is a Debian trixie root filesystem made from Debian's packages
+# (deploy/container/debian-base.sh: mmdebstrap, then podman import), built once; BASE_IMAGE names any other
+# (docker.io/library/python:3.13-slim-trixie where it can be pulled). EXTRAS: postgres,duckdb,grpc,otlp...
+# crun cannot start containers on a host with hybrid cgroups (this one): runc where it is installed; and
+# podman's default limits are above this host's hard ones. 1-3 minutes after a change (the Rust build is
+# cached); from nothing not timed. `make image-test` then runs tests/deploy (the image under podman, compose
+# with podman-compose, the Kubernetes pods) against it. Needs podman, runc and mmdebstrap (Debian).
+IMAGE ?= localhost/mcpipe:dev
+BASE_IMAGE ?= localhost/mcpipe-debian:trixie
+EXTRAS ?=
+HARD_NOFILE := $(shell n=$$(ulimit -Hn); [ "$$n" = unlimited ] || [ "$$n" -gt 65536 ] && n=65536; echo $$n)
+PODMAN_FLAGS ?= $(if $(shell command -v runc),--runtime runc) --ulimit nofile=$(HARD_NOFILE):$(HARD_NOFILE) \
+	--ulimit nproc=4096:4096
+image:
+	@case "$(BASE_IMAGE)" in localhost/*) podman image exists $(BASE_IMAGE) || deploy/container/debian-base.sh $(BASE_IMAGE);; esac
+	podman build $(PODMAN_FLAGS) --format docker --build-arg BASE=$(BASE_IMAGE) --build-arg EXTRAS=$(EXTRAS) \
+	  -f deploy/container/Containerfile -t $(IMAGE) .
+	@podman image inspect $(IMAGE) --format '$(IMAGE): {{.Size}} bytes'
+
+# deploy/compose's Redis: the public image where it can be pulled, else Debian's redis-server made the same way.
+REDIS_IMAGE ?= localhost/mcpipe-redis:trixie
+image-test: setup image
+	@case "$(REDIS_IMAGE)" in localhost/*) podman image exists $(REDIS_IMAGE) || \
+	  DEBIAN_INCLUDE=redis-server deploy/container/debian-base.sh $(REDIS_IMAGE);; esac
+	MCPIPE_IMAGE=$(IMAGE) MCPIPE_REDIS_IMAGE=$(REDIS_IMAGE) MCPIPE_PODMAN_FLAGS="$(PODMAN_FLAGS)" \
+	  $(BIN)/python -m pytest -q tests/deploy $(PYTEST_ARGS)
+
 # The hostile-input properties of tests/hostile, long (the normal suite runs them quick).
 fuzz: setup
 	MCPIPE_FUZZ_PROFILE=fuzz $(BIN)/python -m pytest tests/hostile/test_fuzz.py -q $(PYTEST_ARGS)
@@ -149,8 +183,8 @@ mcpg-json-errors: setup
 	$(BIN)/python scripts/mcpg_oracle/json_errors.py
 
 fmt: setup
-	$(BIN)/ruff format python tests benches scripts
-	$(BIN)/ruff check --fix python tests benches scripts
+	$(BIN)/ruff format python tests benches scripts examples
+	$(BIN)/ruff check --fix python tests benches scripts examples
 	cargo fmt
 
 clean:

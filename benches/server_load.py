@@ -49,6 +49,13 @@ def inc(n: int) -> dict[str, int]:
     return {"n": n + 1}
 
 
+@bench_tools.tool
+async def tick(ms: float, i: int = 0) -> dict[str, int]:
+    """Wait ``ms`` milliseconds (a step of the console benchmark's busy run)."""
+    await trio.sleep(ms / 1000)
+    return {"i": i}
+
+
 def tools_call(name: str, arguments: dict[str, Any], request_id: int = 1) -> bytes:
     """One 2026-07-28 ``tools/call`` request body (the per-request envelope in ``_meta``)."""
     meta = {
@@ -60,10 +67,11 @@ def tools_call(name: str, arguments: dict[str, Any], request_id: int = 1) -> byt
     return orjson.dumps({"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params})
 
 
-def request_bytes(host: str, port: int, path: str, body: bytes) -> bytes:
+def request_bytes(host: str, port: int, path: str, body: bytes, bearer: str | None = None) -> bytes:
     name = orjson.loads(body)["params"]["name"]
+    auth = f"Authorization: Bearer {bearer}\r\n" if bearer else ""
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"POST {path} HTTP/1.1\r\nHost: {host}:{port}\r\n{auth}Content-Type: application/json\r\n"
         f"Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: {MODERN}\r\n"
         f"Mcp-Method: tools/call\r\nMcp-Name: {name}\r\nContent-Length: {len(body)}\r\n\r\n"
     )
@@ -393,8 +401,9 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     """mcpipe serving the benchmark's tools. ``variant``: ``sdk-path`` (every request through the SDK, no
     lean paths), ``bare`` (no metrics, no traces), ``traced`` (metrics, and tracing live through the
     OpenTelemetry API with no SDK installed: non-recording spans, the caller's traceparent carried on),
-    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter); by default metrics are
-    on and traces off, as ``mcpipe serve`` runs without telemetry config."""
+    ``recorded`` (metrics, and SDK spans recorded into a provider with no exporter), ``console`` (the web
+    console served, ``[console] enabled``); by default metrics are on and traces off, as ``mcpipe serve`` runs
+    without telemetry config."""
     from mcpipe import telemetry
     from mcpipe.config import parse_config
     from mcpipe.server import open_app, serve_http
@@ -406,6 +415,12 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
     }
     if variant == "bare":
         doc["telemetry"] = {"metrics": False}
+    if variant == "jwt":  # callers present a JWT of an issuer whose keys are inline (no fetch to measure)
+        doc["auth"] = {
+            "oidc": [{"issuer": "https://idp.example.com", "audiences": ["bench"], "jwks": os.environ["BENCH_JWKS"]}]
+        }
+    if variant == "console":
+        doc["console"] = {"enabled": True}
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app, trio.open_nursery() as nursery:
         known = telemetry.current().known  # type: ignore[union-attr]

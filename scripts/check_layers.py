@@ -25,6 +25,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._template",
             "mcpipe._describe",
             "mcpipe._util",
+            "mcpipe._url",
+            "mcpipe._redact",
             "mcpipe._json",
             "mcpipe._loader",
             "mcpipe._yaml",
@@ -57,18 +59,28 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("mcpipe.runtime",)),
     # Declared pipelines: the config front-end of the plan, served as tools.
     ("declared", ("mcpipe.declared",)),
+    # OpenAPI documents served as tools (their operations called through the outbound HTTP policy).
+    ("openapi", ("mcpipe.openapi",)),
     # Pipelines with a model inside: the piraeus workflow tool.
     ("llm", ("mcpipe.workflow",)),
     # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:
     # front-ends of the same plan, one subpackage each; ``mcpipe.playbooks`` is the NoETL format's old name
     # (and holds its Jinja environment).
     ("formats", ("mcpipe.formats", "mcpipe.playbooks")),
+    # The operator's view of the tools: reshaped tools, hidden ones, tool search (``[tools]``).
+    ("toolset", ("mcpipe.toolset",)),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.
-    ("gateway", ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog")),
+    (
+        "gateway",
+        ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog", "mcpipe.tools._oauth"),
+    ),
     # Runs that outlive a request: the workers executing queued runs, and the tools watching them.
     ("runs", ("mcpipe.runs",)),
+    # The web console and its JSON API: pages over the run queue, the gateway and the metrics (the HTTP front
+    # routes /console and /api/ to it).
+    ("console", ("mcpipe.console",)),
     # The MCP server, the command line, and the package's public face.
     ("server", ("mcpipe.server", "mcpipe.cli", "mcpipe.__main__", "mcpipe")),
 ]

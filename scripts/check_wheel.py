@@ -1,6 +1,7 @@
 """Check the wheel `make wheel` built: one abi3 wheel for CPython 3.11+ (manylinux-tagged on Linux), which
-installs into a fresh virtual environment with no Rust toolchain reachable, imports, resolves a template and
-runs a pipeline.
+installs into a fresh virtual environment with no Rust toolchain reachable, imports, resolves a template,
+runs a pipeline, and carries the console's templates and assets (it draws a pipeline as SVG, and renders a
+page from its installed templates).
 
     python scripts/check_wheel.py dist
 """
@@ -12,7 +13,26 @@ import os
 import subprocess
 import sys
 import tempfile
+import zipfile
 from pathlib import Path
+
+CONSOLE_FILES = (
+    "mcpipe/console/templates/base.html",
+    "mcpipe/console/templates/run.html",
+    "mcpipe/console/templates/runs.html",
+    "mcpipe/console/static/console.css",
+    "mcpipe/console/static/console.js",
+)
+"""Files the web console needs at run time (no CDN: they are in the wheel)."""
+
+CONSOLE_SMOKE = """
+from mcpipe.console._app import _environment
+page = _environment().get_template("error.html").render(
+    prefix="/console", api="/api/v1", name_of_server="x", viewer=None,
+    error=type("E", (), {"status": 404, "code": "NOT_FOUND", "message": "<b>"})())
+assert "&lt;b&gt;" in page and "console.js" in page
+print("ok")
+"""
 
 SMOKE = """
 import mcpipe
@@ -44,6 +64,11 @@ def main(dist: str) -> int:
     if sys.platform == "linux" and "-manylinux_" not in wheel.name:
         print(f"check_wheel: {wheel.name} is not manylinux-tagged (maturin's --compatibility)", file=sys.stderr)
         return 1
+    names = set(zipfile.ZipFile(wheel).namelist())
+    missing = [f for f in CONSOLE_FILES if f not in names]
+    if missing:
+        print(f"check_wheel: {wheel.name} lacks the console's {', '.join(missing)}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory(prefix="mcpipe-wheel-") as tmp:
         venv = Path(tmp, "venv")
         subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
@@ -67,6 +92,23 @@ def main(dist: str) -> int:
         if cli != f"mcpipe {version}" or run.returncode != 0 or _result(run.stdout) != "a+b":
             print(
                 f"check_wheel: the installed wheel misbehaves: {cli!r}, {run.stdout!r} {run.stderr!r}", file=sys.stderr
+            )
+            return 1
+        Path(tmp, "spec.json").write_text(spec)
+        drawn = subprocess.run(
+            [str(bin_dir / "mcpipe"), "explain", "spec.json", "--format", "svg"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=tmp,
+        )
+        page = subprocess.run(
+            [str(bin_dir / "python"), "-c", CONSOLE_SMOKE], env=env, capture_output=True, text=True, cwd=tmp
+        )
+        if drawn.returncode != 0 or "<svg" not in drawn.stdout or page.stdout.strip() != "ok":
+            print(
+                f"check_wheel: the installed wheel's console misbehaves: {drawn.stderr!r} {page.stderr!r}",
+                file=sys.stderr,
             )
             return 1
     print(f"check_wheel: {wheel.name} installs without a Rust toolchain and works (mcpipe {version})")

@@ -81,6 +81,7 @@ REASONS = (
         "a prototype no engine ran (NoETL's 2024 plugin prototype, e0073283: no plugins in the repository)",
     ),
     ("job runtime of April-May 2025", "NoETL's job runtime of April-May 2025 (noetl/dsl), not read by mcpipe"),
+    ("duplicate key", "a key given twice (NoETL's YAML reader keeps the last one given; mcpipe refuses it)"),
     ("not valid YAML", "not valid YAML"),
     ("snowflake", "a cloud warehouse (Snowflake)"),
     ("secret manager", "cloud credentials or a cloud secret manager"),

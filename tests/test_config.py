@@ -215,3 +215,12 @@ def test_declared_pipelines_are_checked_with_the_config_and_their_problems_locat
         ]
     }
     assert parse_config(json.dumps(ok), "json").pipelines[0]["name"] == "hi"
+
+
+def test_the_store_url_reads_its_password_and_host_from_the_environment() -> None:
+    doc = '[store]\nurl = "redis://:${REDIS_PASSWORD}@${REDIS_HOST:-redis}:6379/0"\n'
+    config = parse_config(doc, environ={"REDIS_PASSWORD": "s3cret"})
+    assert config.store.url == "redis://:s3cret@redis:6379/0"
+    with pytest.raises(ConfigError) as caught:
+        parse_config(doc, environ={})
+    assert [str(p) for p in caught.value.problems] == ["store.url: environment variable `REDIS_PASSWORD` is not set"]

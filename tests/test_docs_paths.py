@@ -57,3 +57,29 @@ def test_every_relative_link_of_a_doc_reaches_a_file(doc: Path) -> None:
     targets = [t for t in _LINK.findall(_prose(doc)) if not re.match(r"[a-z]+:|#", t)]
     missing = [t for t in targets if not (doc.parent / t.split("#", 1)[0]).exists()]
     assert missing == [], f"{doc.relative_to(ROOT)} links to files that do not exist: {missing}"
+
+
+_COMMAND = re.compile(r"^\$ (?:mcpipe|python -m mcpipe) (.*)$", re.M)
+_PATH_WORD = re.compile(r"^[A-Za-z0-9_.-]+(?:/[A-Za-z0-9_.-]+)+$")
+
+
+def _command_paths(doc: Path) -> list[str]:
+    """The file arguments of the ``$ mcpipe ...`` commands the docs show: a word with a slash and a file
+    suffix (a bare ``p.json`` is the reader's own file; a URL is no file)."""
+    words = [w.strip("'\"") for m in _COMMAND.finditer(doc.read_text()) for w in m.group(1).split()]
+    return [w for w in words if _PATH_WORD.match(w) and w.endswith(_FILE_SUFFIXES)]
+
+
+_ALL_DOCS = [*DOCS, *sorted(ROOT.glob("docs/formats/*.md"))]
+
+
+def test_the_docs_commands_name_files_so_the_check_below_checks_something() -> None:
+    named = {p for doc in _ALL_DOCS for p in _command_paths(doc)}
+    assert "tests/formats/noetl/upstream/tests/fixtures/playbooks/hello_world/hello_world.yaml" in named
+
+
+@pytest.mark.parametrize("doc", _ALL_DOCS, ids=lambda d: d.name)
+def test_every_file_a_command_of_the_docs_runs_on_exists(doc: Path) -> None:
+    """A reader who copies `$ mcpipe playbook check tests/.../hello_world.yaml` finds the file."""
+    missing = [p for p in _command_paths(doc) if not _exists(p)]
+    assert missing == [], f"{doc.relative_to(ROOT)} runs commands on files that do not exist: {missing}"

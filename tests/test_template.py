@@ -16,7 +16,7 @@ import pytest
 
 import oracle
 from mcpipe._core import Template
-from mcpipe.errors import InterpolationError, TemplateSyntaxError
+from mcpipe.errors import InterpolationError, OutputTooLargeError, TemplateSyntaxError
 
 
 @dataclass(frozen=True)
@@ -608,3 +608,33 @@ def test_mutating_the_input_after_compiling_does_not_change_the_template():
     literal["k"].append(2)
     value["const"][1].append(3)
     assert t.resolve({}) == {"lit": {"k": [1]}, "const": [1, [2]]}
+
+
+@pytest.mark.parametrize(
+    ("template", "values", "expected", "base"),
+    [
+        (
+            "https://h/r/${args.a}/i?q=${args.b}",
+            {"a": "../x y", "b": "1&c=2"},
+            "https://h/r/..%2Fx%20y/i?q=1%26c%3D2",
+            "https://h/r/",
+        ),
+        ("${args.base}/r/${args.a}", {"base": "http://h:8/v1", "a": "a/b"}, "http://h:8/v1/r/a%2Fb", None),
+        ("${args.scheme}://h/${args.a}", {"scheme": "https", "a": "é"}, "https://h/%C3%A9", None),
+        ("https://h/${args.a}", {"a": None}, "https://h/", "https://h/"),
+        ("https://h/${args.a}", {"a": {"k": [1]}}, "https://h/%7B%22k%22%3A%5B1%5D%7D", "https://h/"),
+        ("${args.a}", {"a": "http://h/../x"}, "http://h/../x", None),
+    ],
+)
+def test_a_url_template_percent_encodes_the_values_after_its_scheme(template, values, expected, base):
+    t = Template(template, url=True)
+    assert t.resolve({"args": values}) == expected
+    assert t.url_base == base
+    assert Template(template).url_base is None
+
+
+def test_a_url_template_is_bounded_by_its_encoded_size():
+    t = Template("https://h/${args.a}", url=True, max_text_bytes=100)
+    assert t.resolve({"args": {"a": "x" * 80}}) == "https://h/" + "x" * 80
+    with pytest.raises(OutputTooLargeError):
+        t.resolve({"args": {"a": "/" * 40}})  # 120 bytes once encoded

@@ -7,7 +7,7 @@ described for users in ``docs/references.md``.
 from collections.abc import Mapping, Sequence
 from typing import Any, final
 
-__all__ = ["Regex", "Template", "__version__", "json_measure"]
+__all__ = ["ArrayCap", "Regex", "Template", "__version__", "json_measure"]
 
 __version__: str
 
@@ -39,6 +39,10 @@ class Template:
             :class:`~mcpipe.errors.OutputTooLargeError` instead.
         item: another name of the ``item`` root (a ``for_each``'s ``as``): ``${page.url}`` reads
             ``item.url`` (and references and messages write it ``item``).
+        url: the value is a URL template: a string's placeholders after its literal ``://`` (without one:
+            all but one opening the string) resolve percent-encoded as URL components (UTF-8, only
+            ``A-Z a-z 0-9 - _ . ~`` kept), so a value stays one path segment or query value
+            (``mcpipe._url``). A string that is one placeholder resolves as usual.
 
     Raises:
         mcpipe.errors.TemplateSyntaxError: a placeholder, path, ``$ref`` or root that does not parse;
@@ -54,6 +58,7 @@ class Template:
         location: str = "",
         max_text_bytes: int = ...,
         item: str | None = None,
+        url: bool = False,
     ) -> Template: ...
     def resolve(self, env: Mapping[str, Any]) -> Any:
         """Resolve the template against ``env`` into a fresh value.
@@ -93,6 +98,11 @@ class Template:
         """``(location, reference)`` for every reference, in template order."""
 
     @property
+    def url_base(self) -> str | None:
+        """A URL template's literal text before its first percent-encoded placeholder, when only literal
+        text comes before it (what no value can change); None otherwise."""
+
+    @property
     def is_constant(self) -> bool:
         """True when the template makes no reference: every resolve gives an equal value."""
 
@@ -121,6 +131,26 @@ class Regex:
     @property
     def pattern(self) -> str:
         """The pattern as given."""
+
+@final
+class ArrayCap:
+    """A JSON-RPC answer's ``result.tools`` array cut to its first ``max_items`` elements while its bytes stream
+    past, building no value (a tokenizer of strings, nesting and keys). Every byte is passed on but those of
+    the elements past the cut (and the commas before them), so the output is the same JSON with a shorter
+    array; bytes around the top-level object (an SSE stream's framing) pass as they are, and a message
+    without ``result.tools`` passes unchanged.
+
+    Args:
+        max_items: the elements kept.
+    """
+
+    def __new__(cls, max_items: int) -> ArrayCap: ...
+    def feed(self, data: bytes) -> bytes:
+        """The next chunk of the stream, cut (chunks may split anything: a string, an escape, a key)."""
+
+    @property
+    def total(self) -> int:
+        """How many elements the array has had so far, kept or not."""
 
 def json_measure(value: Any, *, max_bytes: int = ..., max_depth: int = ..., wire: bool = False) -> tuple[int, int]:
     """Measure ``value`` as JSON without building anything: ``(bytes, depth)``.

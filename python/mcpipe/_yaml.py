@@ -12,6 +12,10 @@ where the expansion passes the bound, when its aliases add more than ``max_alias
 recursive alias (``&a [*a]``, a value containing itself) is refused too. Ordinary documents, aliases
 included, pass.
 
+A mapping that gives a key twice (``tool: echo`` then ``tool: now``) is refused too, located at the second
+key: YAML says keys are unique, and PyYAML would silently keep the last one, so a file would run ``now`` where
+its author reads ``echo``. A merge key (``<<: *base``) is not a duplicate of the keys it merges.
+
 The errors are :class:`yaml.MarkedYAMLError`\\ s, so every reader reports them as it reports a syntax error:
 with the line and column.
 """
@@ -24,7 +28,16 @@ from typing import Any
 import yaml
 from yaml import Node as _Node
 
-__all__ = ["MAX_ALIAS_CHARS", "MAX_ALIAS_NODES", "YamlBoundError", "check_expansion", "compose_yaml", "load_yaml"]
+__all__ = [
+    "MAX_ALIAS_CHARS",
+    "MAX_ALIAS_NODES",
+    "DuplicateKeyError",
+    "YamlBoundError",
+    "check_expansion",
+    "check_unique_keys",
+    "compose_yaml",
+    "load_yaml",
+]
 
 MAX_ALIAS_NODES = 100_000
 """The most nodes a document's aliases may add to it, counted as a tree (a node reached through k aliases
@@ -38,6 +51,43 @@ value as JSON (``tojson``, a request body) would cost beyond the text itself."""
 class YamlBoundError(yaml.MarkedYAMLError):
     """A document refused before it was constructed: its aliases expand it past the bound, or one contains
     itself. ``problem_mark`` is where (the node whose expansion passes the bound)."""
+
+
+class DuplicateKeyError(yaml.MarkedYAMLError):
+    """A mapping that gives a key twice. ``problem_mark`` is the second key; the message says where the first
+    is."""
+
+
+_MERGE = "tag:yaml.org,2002:merge"
+
+
+def check_unique_keys(root: _Node) -> None:
+    """Refuse a composed document in which a mapping gives a scalar key twice (``a`` and ``'a'`` are the same
+    key). Each node is visited once, aliases included.
+
+    Raises:
+        DuplicateKeyError: located at the second key of the first mapping (in document order) that has one.
+    """
+    seen: set[int] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, yaml.MappingNode):
+            first: dict[tuple[str, str], _Node] = {}
+            for key, _ in node.value:
+                if not isinstance(key, yaml.ScalarNode) or key.tag == _MERGE:
+                    continue
+                was = first.setdefault((key.tag, key.value), key)
+                if was is not key:
+                    line, column = was.start_mark.line + 1, was.start_mark.column + 1
+                    raise DuplicateKeyError(
+                        problem=f"duplicate key `{key.value}` (first at line {line}, column {column})",
+                        problem_mark=key.start_mark,
+                    )
+        stack.extend(reversed(_children(node)))
 
 
 @lru_cache(maxsize=2)
@@ -119,13 +169,14 @@ def compose_yaml(text: str | bytes, *, max_alias_nodes: int = MAX_ALIAS_NODES) -
     """The document's node graph (for locating things in it by line), checked as :func:`load_yaml` checks it.
 
     Raises:
-        yaml.YAMLError: not YAML, or refused (:class:`YamlBoundError`).
+        yaml.YAMLError: not YAML, or refused (:class:`YamlBoundError`, :class:`DuplicateKeyError`).
     """
     loader = _loader(True)(text)
     try:
         node = _single_node(loader)
         if node is not None:
             check_expansion(node, max_alias_nodes)
+            check_unique_keys(node)
         return node
     finally:
         loader.dispose()
@@ -141,7 +192,7 @@ def load_yaml(text: str | bytes, *, timestamps: bool = True, max_alias_nodes: in
 
     Raises:
         yaml.YAMLError: not YAML (a :class:`yaml.MarkedYAMLError` says where), more than one document, or
-            refused (:class:`YamlBoundError`).
+            refused (:class:`YamlBoundError`, :class:`DuplicateKeyError`).
     """
     loader = _loader(timestamps)(text)
     try:
@@ -149,6 +200,7 @@ def load_yaml(text: str | bytes, *, timestamps: bool = True, max_alias_nodes: in
         if node is None:
             return None
         check_expansion(node, max_alias_nodes)
+        check_unique_keys(node)
         return loader.construct_document(node)
     finally:
         loader.dispose()

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 
 from mcpipe._describe import did_you_mean
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._loader import LoadError, load_object
 from mcpipe._util import PIPE_TOOL
 from mcpipe._util import assignments as parse_assignments
@@ -171,11 +172,52 @@ def _parser() -> argparse.ArgumentParser:
     events.add_argument("--json", action="store_true", help="one JSON object per line")
     events.set_defaults(func=lambda ns: _server_cli().events_main(ns))
 
+    auth = sub.add_parser("auth", help="the OAuth sign-ins mcpipe holds for downstream servers: list, revoke, login")
+    auth_sub = auth.add_subparsers(dest="auth_command", metavar="ACTION", required=True)
+    auth_list = auth_sub.add_parser("list", help="every principal's sign-in per server (never the tokens)")
+    auth_list.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_list.add_argument("--server", metavar="NAME", help="only this server's")
+    auth_list.add_argument("--json", action="store_true", help="one JSON object per line")
+    auth_list.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+    auth_revoke = auth_sub.add_parser("revoke", help="forget a principal's tokens for a server (it signs in again)")
+    auth_revoke.add_argument("server", metavar="SERVER")
+    auth_revoke.add_argument("principal", metavar="PRINCIPAL", nargs="?", help="default: the operator's account")
+    auth_revoke.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_revoke.add_argument("--all", action="store_true", help="every principal's tokens for the server")
+    auth_revoke.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+    auth_login = auth_sub.add_parser(
+        "login", help="sign in to a server with the operator's own account (shared by every caller)"
+    )
+    auth_login.add_argument("server", metavar="SERVER")
+    auth_login.add_argument("--config", "-c", metavar="FILE", required=True, help="the server's config file")
+    auth_login.add_argument("--timeout", type=float, default=600.0, metavar="S", help="how long to wait (600)")
+    auth_login.set_defaults(func=lambda ns: _server_cli().auth_main(ns))
+
     explain = sub.add_parser(
         "explain", help="print what a pipeline file would do, without running anything (its dry run)"
     )
-    explain.add_argument("spec", metavar="SPEC", help="pipeline file (JSON or YAML); - reads stdin")
+    explain.add_argument(
+        "spec",
+        metavar="FILE",
+        nargs="?",
+        help="a pipeline spec (JSON or YAML; - reads stdin), a NoETL playbook, or a config with one pipeline",
+    )
     _tool_options(explain)
+    explain.add_argument(
+        "--format",
+        choices=["json", "mermaid", "dot", "svg"],
+        default="json",
+        help="json: the dry run (every check, then the plan); mermaid, dot, svg: the plan drawn, as the console "
+        "draws it (docs/console.md)",
+    )
+    explain.add_argument(
+        "--config",
+        metavar="FILE",
+        help="a server config: its outbound policy checks a playbook, and --pipeline names one of its pipelines",
+    )
+    explain.add_argument(
+        "--pipeline", metavar="NAME", help="with --config: draw its declared pipeline or playbook NAME"
+    )
     explain.set_defaults(func=_explain)
 
     from mcpipe._playbook_cli import add_parser as add_playbook_parser
@@ -265,11 +307,18 @@ def _run(ns: argparse.Namespace) -> int:
 
 
 def _explain(ns: argparse.Namespace) -> int:
-    """``mcpipe explain SPEC``: the spec's dry run (every check, then the plan), as JSON."""
+    """``mcpipe explain FILE``: the spec's dry run (every check, then the plan), as JSON; with ``--format``
+    mermaid, dot or svg, the plan of a spec, a declared pipeline or a playbook drawn."""
     import trio
 
     from mcpipe.runtime import run_pipeline
 
+    if ns.format != "json":
+        return _draw(ns)
+    if ns.spec is None:
+        raise _Usage("the following arguments are required: FILE")
+    if ns.config is not None or ns.pipeline is not None:
+        raise _Usage("--config and --pipeline go with --format mermaid|dot|svg")
     spec = _with_vars(_load_spec(ns.spec), ns.var)
     if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
         spec = spec["spec"]
@@ -278,6 +327,114 @@ def _explain(ns: argparse.Namespace) -> int:
     registry = _registry(ns.tools, builtin=not ns.no_builtin)
     answer = trio.run(lambda: run_pipeline({**spec, "dry_run": True}, registry))
     return _answered(ns.spec, answer)
+
+
+def _draw(ns: argparse.Namespace) -> int:
+    """``mcpipe explain ... --format mermaid|dot|svg``: the plan drawn on stdout; problems located on stderr."""
+    from mcpipe.plan._draw import drawing
+
+    found = _plan_to_draw(ns)
+    if isinstance(found, int):
+        return found
+    plan, title = found
+    d = drawing(plan)
+    if ns.format == "mermaid":
+        out = d.mermaid()
+    elif ns.format == "dot":
+        out = d.dot(title)
+    else:
+        out = d.svg(title=title)
+    sys.stdout.write(out)
+    sys.stdout.flush()
+    return 0
+
+
+def _plan_to_draw(ns: argparse.Namespace) -> tuple[Any, str] | int:
+    """The plan ``explain --format`` draws and its title, or the exit status after its problems were printed."""
+    from mcpipe.compile import compile_spec
+
+    if ns.pipeline is not None:
+        if ns.config is None:
+            raise _Usage("--pipeline NAME goes with --config FILE")
+        if ns.spec is not None:
+            raise _Usage("give FILE or --pipeline NAME, not both")
+        return _config_plan(ns.config, ns.pipeline)
+    if ns.spec is None:
+        if ns.config is not None:
+            return _config_plan(ns.config, None)
+        raise _Usage("the following arguments are required: FILE (or --config FILE --pipeline NAME)")
+    name = _name(ns.spec)
+    raw = _load_spec(ns.spec)
+    if isinstance(raw, dict) and ("workflow" in raw or "apiVersion" in raw or "mcp" in raw):
+        return _playbook_plan(ns, name)
+    if isinstance(raw, dict) and "pipelines" in raw and "steps" not in raw:
+        if ns.spec == "-":
+            raise _Usage("a config is read from a file: explain --config FILE --pipeline NAME")
+        return _config_plan(ns.spec, None)
+    spec = _with_vars(raw, ns.var)
+    if isinstance(spec, dict) and "spec" in spec and "steps" not in spec:
+        spec = spec["spec"]
+    try:
+        compiled = compile_spec(spec)
+    except SpecError as e:
+        for p in e.problems:
+            print(f"{name}: {_located(p.location, p.message)} [{p.code}]", file=sys.stderr)
+        return 1
+    return compiled.plan, Path(name).stem if ns.spec != "-" else "pipeline"
+
+
+def _playbook_plan(ns: argparse.Namespace, name: str) -> tuple[Any, str] | int:
+    """A playbook's plan, checked as ``mcpipe playbook check`` checks it (``--config``: its policy)."""
+    from mcpipe._playbook_cli import _context, _UsageError
+    from mcpipe.formats.noetl import load_playbook
+
+    if ns.spec == "-":
+        raise _Usage("a playbook is read from a file (its tasks may name files beside it)")
+    try:
+        _, models, policy = _context(argparse.Namespace(config=ns.config))
+    except _UsageError as e:  # the config's own problems were printed by _context
+        print(f"mcpipe explain: error: {e}", file=sys.stderr)
+        return 2
+    pb, problems = load_playbook(ns.spec, models=models, policy=policy)
+    if problems or pb is None or pb.plan is None:
+        for p in problems:
+            print(f"{p.location}: {p.message} [{p.code}]", file=sys.stderr)
+        return 1
+    return pb.plan.plan, pb.name
+
+
+def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
+    """A config's declared pipeline or playbook ``wanted`` (None: its only one)."""
+    from mcpipe.config import ConfigError, load_config
+
+    try:
+        config = load_config(path)
+        sources = _server_app().tool_sources(config)
+    except ConfigError as exc:
+        for line in dict.fromkeys(str(p) for p in exc.problems):
+            print(f"error: {line}", file=sys.stderr)
+        return 1
+    plans: dict[str, Any] = {}
+    for source in sources:
+        for tool in source:
+            plan = getattr(getattr(tool, "compiled", None), "plan", None)
+            if plan is None:
+                plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
+            if plan is not None:
+                plans[tool.name] = plan
+    if wanted is None:
+        if len(plans) != 1:
+            names = ", ".join(sorted(plans)) or "none"
+            raise _Usage(f"{path} has {len(plans)} pipelines ({names}): name one with --config {path} --pipeline NAME")
+        wanted = next(iter(plans))
+    if wanted not in plans:
+        names = ", ".join(sorted(plans)) or "none"
+        raise _Usage(f"{path} has no declared pipeline or playbook {wanted!r} (it has: {names})")
+    return plans[wanted], wanted
+
+
+def _server_app() -> Any:
+    return importlib.import_module("mcpipe.server._app")
 
 
 def _answered(source: str, answer: dict[str, Any]) -> int:
@@ -290,8 +447,6 @@ def _answered(source: str, answer: dict[str, Any]) -> int:
 
 
 def _check(ns: argparse.Namespace) -> int:
-    from mcpipe.compile import compile_spec
-
     if ns.config is not None and ns.spec is None:
         if ns.tools or ns.no_builtin:
             raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
@@ -305,31 +460,32 @@ def _check(ns: argparse.Namespace) -> int:
         raise _Usage("the following arguments are required: SPEC (or --config FILE)")
     if ns.config is not None and (ns.tools or ns.no_builtin):
         raise _Usage("--tools and --no-builtin do not go with --config FILE (the config names its tools)")
+    import trio
+
     name = _name(ns.spec)
     spec = _with_vars(_load_spec(ns.spec), ns.var)
+    # The checks a run makes before its first step (mcpipe.runtime.check_pipeline), against the tools it would
+    # have: a spec `check` calls ok is one `run` (or `call mcp_pipe --config FILE`) does not refuse.
     if ns.config is not None:
-        import trio
-
         if int(_server_cli().check_config(ns.config, quiet=True)) != 0:
-            return 1
+            return USAGE_ERROR  # the config the spec is checked against cannot be used (printed above)
         logging.getLogger("mcpipe").setLevel(logging.ERROR)  # a server that is down is the note below, once
         source = argparse.Namespace(**{**vars(ns), "url": None})  # `_with_tools` opens the config's app
-        tools, unchecked = trio.run(_with_tools, source, _config_tools)
+        problems, compiled, unchecked = trio.run(_with_tools, source, lambda tools: _config_check(tools, spec))
         against = f"the tools of {ns.config}"
     else:
-        # The tools `mcpipe run` would have: the built-ins (unless --no-builtin) and those of --tools.
-        tools, unchecked = {t.name for t in _registry(ns.tools, builtin=not ns.no_builtin)}, []
+        registry = _registry(ns.tools, builtin=not ns.no_builtin)
+        problems, compiled = trio.run(_spec_check, spec, registry, None, None)
+        unchecked = []
         against = " and ".join(
             [*(["the built-in tools"] if not ns.no_builtin else []), *(["--tools"] if ns.tools else [])]
         )
     for server, why in unchecked:
         print(f"{name}: note: the tools of server `{server}` are not checked: {why}", file=sys.stderr)
-    try:
-        compiled = compile_spec(spec, tools=tools)
-    except SpecError as e:
-        for p in e.problems:
+    if compiled is None:
+        for p in problems:
             print(f"{name}: {_located(p.location, p.message)} [{p.code}]", file=sys.stderr)
-        if any(p.code == "UNKNOWN_TOOL" for p in e.problems):
+        if any(p.code == "UNKNOWN_TOOL" for p in problems):
             hint = "" if ns.config is not None or ns.tools else " (--tools MODULE:REGISTRY or --config FILE adds yours)"
             print(f"{name}: note: tool names were checked against {against or 'no tools'}{hint}", file=sys.stderr)
         return 1
@@ -338,18 +494,37 @@ def _check(ns: argparse.Namespace) -> int:
     return 0
 
 
-async def _config_tools(tools: _Local) -> tuple[Any, list[tuple[str, str]]]:
-    """The tool names a config serves (its gateway), and the downstream servers whose tools cannot be known
-    (down, or not connected yet), with why."""
-    gateway = tools.app.gateway
-    await gateway.ready()
-    downstreams = tools.app.downstreams
+async def _spec_check(spec: Any, registry: Any, context: Any, limits: Any) -> tuple[list[Any], Any]:
+    """The problems of ``spec`` with those tools, or its compiled plan: ``([], compiled)`` or ``(problems, None)``."""
+    from mcpipe.runtime import check_pipeline
+
+    try:
+        return [], await check_pipeline(spec, registry, context=context, limits=limits)
+    except SpecError as e:
+        return e.problems, None
+
+
+async def _config_check(tools: _Local, spec: Any) -> tuple[list[Any], Any, list[tuple[str, str]]]:
+    """``spec`` checked as the config's ``mcp_pipe`` checks a call of ``mcpipe call`` (its limits, its policy
+    for a caller with no principal), and the downstream servers whose tools cannot be known (down, or not
+    connected yet), with why."""
+    from mcpipe.errors import Problem
+
+    app = tools.app
+    await app.gateway.ready()
     unchecked = [
         (s.name, s.last_error or s.state)
-        for s in downstreams.servers
+        for s in app.downstreams.servers
         if s.config.enabled and s.state != "up" and not s.tools
     ]
-    return gateway, unchecked
+    pipe = app.handlers.pipe
+    if pipe is None:
+        from mcpipe.config import no_pipe_reason
+
+        why = f"this config serves no `mcp_pipe`: {no_pipe_reason(app.config)}"
+        return [Problem("", "INVALID_SPEC", why)], None, unchecked
+    problems, compiled = await _spec_check(spec, app.gateway, _cli_context(), pipe.limits)
+    return problems, compiled, unchecked
 
 
 def _convert(ns: argparse.Namespace) -> int:
@@ -391,8 +566,11 @@ def _load_spec(path: str) -> Any:
     if as_json:
         try:
             spec = orjson.loads(text)
+            check_unique_keys(text)
         except orjson.JSONDecodeError as e:
             raise _Invalid(f"{name}:{e.lineno}:{e.colno}: invalid JSON: {e.msg}") from None
+        except DuplicateKeyError as e:
+            raise _Invalid(f"{name}:{e.lineno}:{e.colno}: {e.msg}") from None
     else:
         spec = _load_yaml(text, name)
     if isinstance(spec, str):  # the file's text is already parsed: a string is not JSON text to parse again
@@ -535,7 +713,7 @@ def _call(ns: argparse.Namespace) -> int:
     args = _call_args(ns.args)
     out = trio.run(_with_tools, ns, lambda tools: tools.call(ns.tool, args))
     structured = out.get("structuredContent")
-    failed = bool(out.get("isError"))
+    failed = bool(out.get("isError")) or "error" in out
     if ns.json:
         sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     elif failed:
@@ -562,8 +740,11 @@ def _call_args(given: str) -> dict[str, Any]:
     if text.lstrip()[:1] in ("{", "["):
         try:
             args = orjson.loads(text)
+            check_unique_keys(text)
         except orjson.JSONDecodeError as e:
             raise _Usage(f"ARGS is not JSON ({e.msg} at line {e.lineno}, column {e.colno})") from None
+        except DuplicateKeyError as e:
+            raise _Usage(f"ARGS:{e.lineno}:{e.colno}: {e.msg}") from None
     else:
         try:
             args = _load_yaml(text, "ARGS")
@@ -583,8 +764,9 @@ def _json_type(value: Any) -> str:
 
 def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
     """A failed call as lines for stderr: an ``mcp_pipe`` answer's problems (one each, located, as ``run``
-    prints them) or its error; another tool's text, each line that is not blank (discord's `mcp_pipeline`
-    says `**Input Error**` first and what is wrong next), at most ``_MAX_ERROR_LINES``."""
+    prints them) or its error; a JSON-RPC error's message and code; another tool's text, each line that is
+    not blank (discord's `mcp_pipeline` says `**Input Error**` first and what is wrong next), at most
+    ``_MAX_ERROR_LINES``."""
     structured = out.get("structuredContent")
     if tool == PIPE_TOOL and isinstance(structured, dict) and "ok" in structured:
         problems = structured.get("problems") or ()
@@ -592,6 +774,9 @@ def _failure_lines(tool: str, out: dict[str, Any]) -> list[str]:
             return [f"{_located(p.get('location', ''), p.get('message', ''))} [{p.get('code')}]" for p in problems]
         code = structured.get("error_code")
         return [f"{structured.get('error') or 'the pipeline failed'}" + (f" [{code}]" if code else "")]
+    refused = out.get("error")
+    if isinstance(refused, dict):  # a JSON-RPC error: the server refused the call (trust, scopes, arguments)
+        return [f"{' '.join(str(refused.get('message', '')).split())} (JSON-RPC error {refused.get('code')})"]
     text = "\n".join(b.get("text", "") for b in out.get("content", []) if b.get("type") == "text")
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     if len(lines) > _MAX_ERROR_LINES:  # an error page, a stack: its head, and where the rest is
@@ -617,10 +802,13 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
             raise _Usage("--tools and --no-builtin do not go with --url (the server has its own tools)")
         try:
             async with Client(ns.url) as client:
-                return await use(_Remote(client))
+                return await use(_Remote(client, ns.url))
         except _Usage:
             raise
         except Exception as e:  # the connection fails in many ways (OSError, HTTP errors, groups of them)
+            said = e.subgroup(_Usage) if isinstance(e, ExceptionGroup) else None
+            if said is not None:  # what `use` said (no such tool), through the client's task group
+                raise _leaf(said) from None
             raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
 
     from mcpipe.config import AuditConfig, Config, ConfigError, load_config
@@ -634,8 +822,8 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
             config = Config(builtins=not ns.no_builtin, audit=AuditConfig(enabled=False))
         async with open_app(config, extra_sources=extra) as app:
             return await use(_Local(app))
-    except ConfigError as e:
-        raise _Invalid("; ".join(str(p) for p in e.problems)) from None
+    except ConfigError as e:  # a config that cannot be used (unreadable, or with problems): as `serve` says it
+        raise _Usage("; ".join(str(p) for p in e.problems)) from None
     except BaseExceptionGroup as group:  # open_app's nursery wraps what `use` raised
         mine, _ = group.split((_Usage, _Invalid))
         if mine is None:
@@ -658,27 +846,73 @@ class _Local:
         return list(self.app.handlers.visible_tools(None))
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        from mcpipe.tools import ToolContext
+        from mcp import MCPError
 
         handlers = self.app.handlers
         await self.app.gateway.ready()
+        if name == PIPE_TOOL and handlers.pipe is None:
+            from mcpipe.config import no_pipe_reason
+
+            raise _Usage(f"no tool `{name}`: {no_pipe_reason(self.app.config)}")
         if name != PIPE_TOOL and handlers.gateway.get(name) is None:
             known = [t["name"] for t in handlers.visible_tools(None)]
             raise _Usage(f"no tool `{name}`{did_you_mean(name, known)}")
-        return dict(await handlers.call(name, args, ToolContext(client={"name": "mcpipe-cli"})))
+        try:
+            return dict(await handlers.call(name, args, _cli_context()))
+        except MCPError as e:  # refused as a client's call is (trust, scopes): the JSON-RPC error it gets
+            return {"error": e.error.model_dump(exclude_none=True)}
+
+
+def _cli_context() -> Any:
+    """The context of the command line's calls: a caller with no principal, named as a client, with a request
+    id of its own (as a client's call has one)."""
+    from uuid import uuid4
+
+    from mcpipe.tools import ToolContext
+
+    return ToolContext(request_id=f"cli-{uuid4().hex}", client={"name": "mcpipe-cli"})
+
+
+_INVALID_PARAMS = -32602
+"""The JSON-RPC code the MCP SDK answers a call of an unknown tool with (other codes are refusals: trust,
+scopes, a gate)."""
+
+_MAX_LIST_PAGES = 100
+"""The most pages of a running server's ``tools/list`` the command line reads."""
 
 
 class _Remote:
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, url: str) -> None:
         self.client = client
+        self.url = url
 
     async def list(self) -> list[dict[str, Any]]:
-        tools = (await self.client.list_tools()).tools
-        return [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in tools]
+        listed: list[dict[str, Any]] = []
+        cursor = None
+        for _ in range(_MAX_LIST_PAGES):
+            page = await self.client.list_tools(cursor=cursor)
+            listed += [t.model_dump(by_alias=True, mode="json", exclude_none=True) for t in page.tools]
+            cursor = page.next_cursor
+            if not cursor:
+                break
+        return listed
 
     async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
-        result = await self.client.call_tool(name, args)
-        return dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        """The call's result, or ``{"error": ...}`` for a JSON-RPC error. A failure for a tool the server does
+        not list is no such tool (a usage error, as for a local one), whichever way the server answered it."""
+        from mcp import MCPError
+
+        try:
+            result = await self.client.call_tool(name, args)
+            out = dict(result.model_dump(by_alias=True, mode="json", exclude_none=True))
+        except MCPError as e:
+            out = {"error": e.error.model_dump(exclude_none=True)}
+        unknown_code = out.get("error", {}).get("code") == _INVALID_PARAMS  # the SDK's `unknown tool: x`
+        if (out.get("isError") or unknown_code) and name != PIPE_TOOL:
+            known = [t["name"] for t in await self.list()]
+            if name not in known:
+                raise _Usage(f"no tool `{name}` at {self.url}{did_you_mean(name, known)}")
+        return out
 
 
 def _first_error(e: BaseException) -> str:

@@ -22,6 +22,7 @@ import orjson
 import trio
 
 from mcpipe._describe import did_you_mean, json_type
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._util import PIPE_TOOL, RunLimiter
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.plan import (
@@ -111,10 +112,10 @@ def compile_spec(
         SpecError: every problem found, each with its location, code and message.
     """
     limits = limits or DEFAULT_LIMITS
-    data, key = _load(spec)
+    data, key, text_at = _load(spec)
     entry: _Entry | None = _CACHE.get((key, limits)) if key is not None else None
     if entry is None:
-        entry, charge = _compile(data, key, limits)
+        entry, charge = _compile(data, key, limits, text_at)
         _keep(key, limits, entry, charge)
     return _checked(entry, tools)
 
@@ -132,14 +133,16 @@ async def compile_spec_async(
         SpecError: as :func:`compile_spec`.
     """
     limits = limits or DEFAULT_LIMITS
-    data, key = _load(spec)
+    data, key, text_at = _load(spec)
     entry: _Entry | None = _CACHE.get((key, limits)) if key is not None else None
     if entry is not None:
         return _checked(entry, tools)
     if key is not None and len(key) > COMPILE_IN_THREAD_BYTES:
-        compiled, charge = await trio.to_thread.run_sync(_compile, data, key, limits, limiter=_compile_threads())
+        compiled, charge = await trio.to_thread.run_sync(
+            _compile, data, key, limits, text_at, limiter=_compile_threads()
+        )
     else:
-        compiled, charge = _compile(data, key, limits)
+        compiled, charge = _compile(data, key, limits, text_at)
     _keep(key, limits, compiled, charge)
     return _checked(compiled, tools)
 
@@ -148,9 +151,16 @@ _compile_threads = RunLimiter("mcpipe_compile_threads", 2)
 """At most 2 large specs compile at once (each is CPU work: more would only share the same cores)."""
 
 
-def _compile(data: Any, key: bytes | str | None, limits: Limits) -> tuple[_Entry, int]:
+def _compile(data: Any, key: bytes | str | None, limits: Limits, text_at: str | None = None) -> tuple[_Entry, int]:
     """Compile (size and step count first: a spec too large is refused having compiled nothing); the entry
-    and what keeping it costs (:func:`plan_bytes`)."""
+    and what keeping it costs (:func:`plan_bytes`). A spec given as JSON text (``text_at``: where) that repeats
+    a key is refused: its parse kept only the last one. Only here, on a miss: a cached text has none."""
+    if text_at is not None and key is not None:
+        try:
+            check_unique_keys(key)
+        except DuplicateKeyError as e:
+            where = f"line {e.lineno}, column {e.colno} of the JSON text"
+            raise SpecError([Problem(text_at, ErrorCode.INVALID_SPEC, f"{where}: {e.msg}")]) from None
     size = Checker()
     if not size.size(
         data, len(key) if key is not None else None, max_bytes=limits.max_spec_bytes, max_steps=limits.max_steps
@@ -218,8 +228,9 @@ def configure_cache(*, max_bytes: int) -> None:
 # --- loading ----------------------------------------------------------------------------------------
 
 
-def _load(spec: Any) -> tuple[Any, bytes | str | None]:
-    """Unwrap and parse the spec; return the data and the cache key (its text), if it has one."""
+def _load(spec: Any) -> tuple[Any, bytes | str | None, str | None]:
+    """Unwrap and parse the spec; return the data, the cache key (its text), if it has one, and where the
+    spec was given as JSON text (None: as an object)."""
     if isinstance(spec, Mapping) and "spec" in spec and "steps" not in spec:
         extra = sorted(k for k in spec if k != "spec")
         if extra:
@@ -228,11 +239,11 @@ def _load(spec: Any) -> tuple[Any, bytes | str | None]:
     return _load_inner(spec, "")
 
 
-def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None]:
+def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None, str | None]:
     if isinstance(spec, (str, bytes, bytearray, memoryview)):
         raw = bytes(spec) if not isinstance(spec, str) else spec
         try:
-            return orjson.loads(raw), raw
+            return orjson.loads(raw), raw, loc
         except orjson.JSONDecodeError as e:
             text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
             if text.lstrip()[:1] not in ("{", "["):  # not meant as JSON text: a string where the spec goes
@@ -244,7 +255,7 @@ def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None]:
         key = orjson.dumps(spec)
     except TypeError:
         key = None  # not JSON-serializable as a whole: still compile, but do not cache
-    return spec, key
+    return spec, key, None
 
 
 def _json_error(e: orjson.JSONDecodeError) -> str:

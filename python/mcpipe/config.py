@@ -12,11 +12,13 @@ so secrets stay out of the file. Bearer tokens for ``auth`` are always named by 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import tomllib
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,20 +27,30 @@ import msgspec
 import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._util import PIPE_TOOL
 from mcpipe._yaml import load_yaml
 from mcpipe.access import (
     AccessConfig,
     CredentialConfig,
+    IntrospectionProvider,
     MtlsConfig,
     OidcProvider,
+    ResourceConfig,
+    ScopeRule,
     check_access,
     check_credentials,
+    check_introspection,
     check_mtls,
     check_oidc,
+    check_resource,
+    check_scopes,
 )
-from mcpipe.errors import UNSET_ENV, ConfigError, ErrorCode, Problem
+from mcpipe.access._principal import reserved_prefix
+from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
+from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan._bounds import deepest_location, json_depth
+from mcpipe.toolset import ToolsConfig, check_tools
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -48,6 +60,7 @@ __all__ = [
     "AuthConfig",
     "Config",
     "ConfigError",
+    "ConsoleConfig",
     "ContentConfig",
     "HttpConfig",
     "McpServerConfig",
@@ -60,6 +73,7 @@ __all__ = [
     "TrustConfig",
     "TrustRule",
     "load_config",
+    "no_pipe_reason",
     "parse_config",
 ]
 
@@ -67,9 +81,39 @@ CODE = ErrorCode.INVALID_CONFIG
 MAX_CONFIG_DEPTH = 128
 """How deeply any value of a config may nest (declared pipelines' templates included)."""
 
+_log = logging.getLogger("mcpipe.config")
+
 
 class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
     pass
+
+
+class DownstreamOAuth(_Base):
+    """A downstream HTTP server that requires OAuth (``[mcpServers.NAME.oauth]``): mcpipe is its OAuth client, as
+    the MCP authorization spec has it (discovery from its 401, protected resource and authorization server
+    metadata, a client id metadata document or dynamic registration, PKCE, ``resource``)."""
+
+    per_user: bool = False
+    """Each principal signs in with its own account (asked through URL-mode elicitation); false: one shared
+    account, the operator's (``mcpipe auth login NAME``)."""
+    scopes: list[str] | None = None
+    """The scopes asked for (default: the server's challenge, else its ``scopes_supported``)."""
+    client_id: str | None = None
+    """A client registered beforehand at the server's authorization server (no registration then)."""
+    client_secret: str | None = None
+    client_secret_env: str | None = None
+    token_endpoint_auth_method: (
+        Literal["none", "client_secret_basic", "client_secret_post", "private_key_jwt"] | None
+    ) = None
+    grant: Literal["authorization_code", "client_credentials"] = "authorization_code"
+    """``client_credentials``: mcpipe's own machine token for every caller, no person signs in (SEP-1046)."""
+    private_key_env: str | None = None
+    """``private_key_jwt``: the environment variable holding the client's private key (PEM), which signs its
+    assertion (RFC 7523)."""
+    signing_algorithm: Literal["ES256", "ES384", "RS256", "PS256", "EdDSA"] = "ES256"
+    allow_private: bool = False
+    """Let discovery, registration and token requests reach private and loopback addresses (an in-house
+    server; tests). Otherwise metadata naming such an address is refused."""
 
 
 class McpServerConfig(_Base):
@@ -115,6 +159,8 @@ class McpServerConfig(_Base):
     """What of this server is served: its tools, resources, resource templates, prompts (default: all)."""
     forward_bearer: bool = False
     """Each call carries the caller's own bearer token (``Authorization``) to this HTTP server."""
+    oauth: DownstreamOAuth | None = None
+    """The server requires OAuth: mcpipe signs in to it (the operator's shared account, or each principal's own)."""
     mcp_pipeline: bool = False
     """This server is a discord-mcp: mcpipe serves its ``mcp_pipeline`` (``<prefix>.mcp_pipeline``) in place of
     the server's own, running each call's steps over this server's tools (``docs/formats/discord.md``)."""
@@ -184,6 +230,8 @@ class TokenConfig(_Base):
     env: str
     principal: str
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
+    scopes: list[str] = []
+    """The OAuth scopes this token stands for (``[[auth.scopes]]`` rules apply to its caller too)."""
 
 
 class AuthConfig(_Base):
@@ -192,10 +240,48 @@ class AuthConfig(_Base):
 
     tokens: list[TokenConfig] = []
     oidc: list[OidcProvider] = []
+    introspection: list[IntrospectionProvider] = []
+    """Authorization servers whose opaque tokens are checked by RFC 7662 introspection."""
     mtls: MtlsConfig | None = None
+    resource: ResourceConfig | None = None
+    """mcpipe as an OAuth resource server: its canonical URL and protected resource metadata (served whenever
+    ``oidc`` or ``introspection`` is configured, with these defaults when unset)."""
+    scopes: list[ScopeRule] = []
+    """The OAuth scope each tool, prompt and resource needs."""
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
     """The tools a caller identified by ``oidc`` or ``mtls`` may call (a token's own ``tools`` win for its
     principal)."""
+
+
+class OAuthClientConfig(_Base):
+    """mcpipe as an OAuth client of downstream servers (``[oauth]``; ``docs/access.md``): where it keeps tokens,
+    the redirect URI its sign-ins come back to, and the bounds of sign-ins."""
+
+    callback_url: str | None = None
+    """The redirect URI registered at downstream authorization servers (mcpipe answers it at its path). Default:
+    the origin of ``auth.resource.url``, else ``http://<http.host>:<http.port>``, and ``callback_path``."""
+    callback_path: str = "/oauth/callback"
+    store: str = "memory://"
+    """``memory://``, ``sqlite:///PATH`` (relative to the config; ``sqlite:////ABS``), or ``redis://...``."""
+    key_env: str = "MCPIPE_OAUTH_KEY"
+    """The environment variable holding the key ring tokens are sealed with (comma-separated; the first seals):
+    required for a ``sqlite`` or ``redis`` store, else tokens would not open after a restart."""
+    client_name: str = "mcpipe"
+    client_metadata_url: str | None = None
+    """An https URL that is mcpipe's client id (a Client ID Metadata Document, which mcpipe serves at its path);
+    used where the authorization server supports them, else dynamic registration."""
+    sign_in_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=3600)] = 600.0
+    """How long a sign-in may take (its ``state`` expires then, and a call waiting for it fails)."""
+    max_pending_per_principal: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 8
+    """The most sign-ins one principal may have under way (past it the oldest is dropped)."""
+    max_pending: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    """The most sign-ins under way, for everyone (past it a new one is refused)."""
+    max_user_sessions: Annotated[int, msgspec.Meta(ge=1)] = 256
+    """The most per-user downstream sessions kept open per server (the least recently used is closed)."""
+    refresh_before_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 60.0
+    """A token is refreshed when it expires within this long."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 5000
+    """Each metadata, registration or token request."""
 
 
 class AuditConfig(_Base):
@@ -237,6 +323,10 @@ class HttpConfig(_Base):
     max_body_bytes: int = 4 * 1024 * 1024
     body_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
     """How long a request body may take to arrive, in all; a slower one is answered 408."""
+    head_timeout_s: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+    """How long a request head may take to arrive: a connection's first from its accept, each later one from
+    its first byte; a slower one is answered 408 and its connection closed (heads dripping a byte at a time
+    would hold a connection slot until hypercorn's 75 s keep-alive)."""
     resumable_streams: bool = True
     """2025-11-25 SSE streams open with a priming event and are kept in an event store, so a client that
     lost the connection reconnects with ``Last-Event-ID`` and gets what it missed."""
@@ -395,7 +485,7 @@ class StoreConfig(_Base):
     url: str = "memory://"
     """``memory://`` (this process only, bounded by ``interaction.max_suspended`` and
     ``max_suspended_bytes``) or ``redis://[:PASSWORD@]HOST:PORT/DB`` (shared by every instance; also
-    ``rediss://`` and ``unix://``)."""
+    ``rediss://`` and ``unix://``). ``${VAR}`` and ``${VAR:-default}`` are read from the environment."""
     timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
     """A shared store's bound on connecting and on each command."""
     prefix: str = "mcpipe"
@@ -424,6 +514,9 @@ class TelemetryConfig(_Base):
     max_tool_labels: Annotated[int, msgspec.Meta(ge=1, le=100_000)] = 200
     """The most distinct tool names the metrics label (each costs about 21 series); the calls of tools past it
     count under ``tool="other"``."""
+    max_principal_labels: Annotated[int, msgspec.Meta(ge=0, le=100_000)] = 200
+    """The most distinct principals ``mcpipe_principal_calls`` labels (the first seen; later ones count under
+    ``principal="other"``; 0: calls are not counted by principal)."""
 
 
 class LogsConfig(_Base):
@@ -565,6 +658,24 @@ class ReloadConfig(_Base):
     """How often the file is read."""
 
 
+class ConsoleConfig(_Base):
+    """The web console ``mcpipe serve`` serves at ``/console`` and its JSON API at ``/api/v1`` (``docs/console.md``),
+    on the MCP endpoint's listener, behind its auth and front checks."""
+
+    enabled: bool = False
+    """Serve it (``mcpipe serve --console`` too). Off by default: it shows runs, tools and metrics."""
+    operators: list[str] = []
+    """Principals that see and act on every run (the others see only their own)."""
+    operator_roles: list[str] = msgspec.field(default_factory=lambda: ["operator"])
+    """Roles (of an OIDC identity, by its claim mappings) that make a caller an operator."""
+    session_ttl_s: Annotated[int, msgspec.Meta(ge=60, le=30 * 86400)] = 8 * 3600
+    """How long a browser stays signed in (never past the JWT it signed in with)."""
+    page_size: Annotated[int, msgspec.Meta(ge=1, le=500)] = 50
+    """Runs per page of the runs list."""
+    max_streams: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
+    """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
+
+
 class Config(_Base):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
 
@@ -612,9 +723,17 @@ class Config(_Base):
     """Serving this server as an MCP registry's entry (``GET /v0.1/servers``)."""
     apps: AppsConfig = msgspec.field(default_factory=AppsConfig)
     """MCP Apps: advertising the extension, and the policy every ``_meta.ui`` served is held to."""
+    console: ConsoleConfig = msgspec.field(default_factory=ConsoleConfig)
+    """The web console (``docs/console.md``)."""
     access: AccessConfig = msgspec.field(default_factory=AccessConfig)
     """The gates every tool call passes: Cedar policies, rate limits, client-address allowlists
     (``docs/access.md``)."""
+    oauth: OAuthClientConfig = msgspec.field(default_factory=OAuthClientConfig)
+    """mcpipe as an OAuth client of the downstream servers that require it (``mcpServers.NAME.oauth``)."""
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    """The operator's view of the tools: reshaped tools, hidden ones, and tool search (``docs/gateway.md``)."""
+    openapi: dict[str, OpenApiConfig] = {}
+    """OpenAPI documents whose operations are served as tools (``[openapi.NAME]``, ``docs/openapi.md``)."""
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
@@ -627,6 +746,17 @@ class Config(_Base):
     (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
+    translated_from: str | None = None
+    """The foreign format the file was written in (``mcpg``), read as this layout; None for mcpipe's own."""
+
+
+def no_pipe_reason(cfg: Config) -> str:
+    """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
+    if cfg.translated_from == "mcpg":
+        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+
+        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+    return "its `pipe.enabled` is false"
 
 
 DEFAULT_CONFIG = Config()
@@ -668,10 +798,14 @@ _SECTIONS = {
     "logs": _Section("logs", LogsConfig),
     "reload": _Section("reload", ReloadConfig),
     "apps": _Section("apps", AppsConfig),
+    "console": _Section("console", ConsoleConfig),
     "registry": _Section("registry", RegistryConfig),
     "content": _Section("content", ContentConfig),
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
+    "oauth": _Section("oauth", OAuthClientConfig),
+    "openapi": _Section("openapi", OpenApiConfig, each=True),
+    "tools": _Section("tools", ToolsConfig),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -728,6 +862,15 @@ def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: 
         if field is None:
             problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
             continue
+        args = typing.get_args(field.type)
+        if typing.get_origin(field.type) is dict and len(args) == 2 and _is_struct(args[1]) and isinstance(item, dict):
+            # A table of tables (``[tools.reshape.NAME]``): each located by its name, not ``[...]``.
+            for name, sub in item.items():
+                try:
+                    msgspec.convert(sub, args[1], strict=True)
+                except msgspec.ValidationError as inner:
+                    problems.extend(_every_problem(inner, sub, f"{base}.{key}.{name}", args[1]))
+            continue
         try:
             msgspec.convert(item, field.type, strict=True)
         except msgspec.ValidationError as inner:
@@ -747,6 +890,8 @@ def _syntax_problem(exc: Exception, fmt: str) -> Problem:
         text = " ".join(str(x) for x in (exc.context, exc.problem) if x)
         where = f"{mark.line + 1}:{mark.column + 1}" if mark is not None else ""
         return Problem(where, CODE, f"{what}: {text}")
+    if isinstance(exc, DuplicateKeyError):
+        return Problem(f"{exc.lineno}:{exc.colno}", CODE, exc.msg)
     if isinstance(exc, json.JSONDecodeError):
         return Problem(f"{exc.lineno}:{exc.colno}", CODE, f"{what}: {exc.msg}")
     text = " ".join(str(exc).split())
@@ -762,7 +907,11 @@ def _decode_raw(data: bytes, fmt: str) -> Any:
         case "yaml":
             return load_yaml(data) or {}
         case _:
-            return json.loads(data) if data.strip() else {}
+            if not data.strip():
+                return {}
+            value = json.loads(data)
+            check_unique_keys(data)
+            return value
 
 
 def _expand(value: str, where: str, problems: list[Problem], environ: dict[str, str] | os._Environ[str]) -> str:
@@ -905,6 +1054,15 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
             problems.append(Problem(f"{where}.env", UNSET_ENV, f"environment variable `{t.env}` is not set or empty"))
         if not t.principal:
             problems.append(Problem(f"{where}.principal", CODE, "must not be empty"))
+        elif (prefix := reserved_prefix(t.principal)) is not None:
+            problems.append(
+                Problem(
+                    f"{where}.principal",
+                    CODE,
+                    f"`{t.principal}` starts with `{prefix}`, which names the principals of another identity "
+                    "source (docs/access.md#principals): choose another name",
+                )
+            )
     for tool, cost in cfg.costs.items():
         if cost < 0:
             problems.append(Problem(f"costs.{tool}", CODE, "a cost cannot be negative"))
@@ -921,7 +1079,13 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.append(Problem("http.path", CODE, f"`{h.health_path}` is the health endpoint"))
     if cfg.trust is not None:
         problems.extend(_trust_problems(cfg.trust))
-    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc"))
+    resource = cfg.auth.resource
+    resource_url = resource.url if resource is not None else None
+    problems.extend(check_oidc(cfg.auth.oidc, "auth.oidc", resource_url))
+    problems.extend(check_introspection(cfg.auth.introspection, "auth.introspection", environ, resource_url))
+    if resource is not None:
+        problems.extend(check_resource(resource, "auth.resource"))
+    problems.extend(check_scopes(cfg.auth.scopes, "auth.scopes"))
     problems.extend(_registry_problems(cfg.registry))
     problems.extend(_registries_problems(cfg))
     problems.extend(_content_problems(cfg.content))
@@ -939,6 +1103,9 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         problems.extend(check_mtls(cfg.auth.mtls, "auth.mtls"))
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
+    problems.extend(_oauth_problems(cfg, environ))
+    problems.extend(check_openapi(cfg.openapi, cfg.credentials))
+    problems.extend(check_tools(cfg.tools))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:
@@ -958,12 +1125,66 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
         )
     if tel.otlp_endpoint is not None and not tel.otlp_endpoint.startswith(("http://", "https://")):
         problems.append(Problem("telemetry.otlp_endpoint", CODE, "must be an http:// or https:// URL"))
-    scheme, sep, rest = cfg.store.url.partition("://")
+    # ${VAR} in the URL: a Redis password (or the whole URL) from a container's or a unit's secret
+    store = msgspec.structs.replace(cfg.store, url=_expand(cfg.store.url, "store.url", problems, environ))
+    scheme, sep, rest = store.url.partition("://")
     if not sep or scheme not in ("memory", "redis", "rediss", "unix") or (scheme != "memory" and not rest):
         problems.append(
             Problem("store.url", CODE, "must be `memory://` or a `redis://HOST:PORT/DB` (or rediss://, unix://) URL")
         )
-    return msgspec.structs.replace(cfg, mcpServers=servers)
+    return msgspec.structs.replace(cfg, mcpServers=servers, store=store)
+
+
+def _oauth_problems(cfg: Config, environ: Mapping[str, str]) -> list[Problem]:
+    """``[oauth]`` and the servers' ``oauth``: a store that persists needs its key; URLs are URLs."""
+    o = cfg.oauth
+    problems: list[Problem] = []
+    if not any(s.oauth is not None for s in cfg.mcpServers.values()):
+        return problems
+    scheme = o.store.partition("://")[0]
+    if scheme not in ("memory", "sqlite", "redis", "rediss", "unix") or "://" not in o.store:
+        problems.append(Problem("oauth.store", CODE, "must be `memory://`, `sqlite:///PATH` or a `redis://` URL"))
+    elif scheme != "memory" and not environ.get(o.key_env):
+        problems.append(
+            Problem(
+                "oauth.key_env",
+                UNSET_ENV,
+                f"environment variable `{o.key_env}` is not set: a `{scheme}` store keeps tokens across restarts, "
+                "sealed with this key",
+            )
+        )
+    for key in ("callback_url", "client_metadata_url"):
+        value = getattr(o, key)
+        if value is not None and not value.startswith(("http://", "https://")):
+            problems.append(Problem(f"oauth.{key}", CODE, "must be an http:// or https:// URL"))
+    if o.client_metadata_url is not None and not o.client_metadata_url.startswith("https://"):
+        problems.append(Problem("oauth.client_metadata_url", CODE, "a client id metadata document is https"))
+    if not o.callback_path.startswith("/"):
+        problems.append(Problem("oauth.callback_path", CODE, "must start with `/`"))
+    for name, server in cfg.mcpServers.items():
+        if server.oauth is None:
+            continue
+        at = f"mcpServers.{name}.oauth"
+        if server.command is not None:
+            problems.append(Problem(at, CODE, "OAuth is for `url` servers (a stdio server takes its env)"))
+        if server.credential is not None or server.forward_bearer:
+            problems.append(Problem(at, CODE, "set `oauth`, or `credential`/`forward_bearer`, not both"))
+        if server.oauth.client_secret_env is not None and not environ.get(server.oauth.client_secret_env):
+            problems.append(
+                Problem(f"{at}.client_secret_env", UNSET_ENV, f"`{server.oauth.client_secret_env}` is not set")
+            )
+        if (server.oauth.client_secret or server.oauth.client_secret_env) and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_secret", CODE, "needs `client_id`"))
+        if server.oauth.grant == "client_credentials" and not server.oauth.client_id:
+            problems.append(Problem(f"{at}.client_id", CODE, "a `client_credentials` grant needs its client"))
+        if server.oauth.grant == "client_credentials" and server.oauth.per_user:
+            problems.append(
+                Problem(f"{at}.per_user", CODE, "a `client_credentials` token is mcpipe's own, not a user's")
+            )
+        key_env = server.oauth.private_key_env
+        if key_env is not None and not environ.get(key_env):
+            problems.append(Problem(f"{at}.private_key_env", UNSET_ENV, f"`{key_env}` is not set"))
+    return problems
 
 
 def _content_problems(content: ContentConfig) -> list[Problem]:
@@ -1046,6 +1267,7 @@ def parse_config(
     base_dir: str = ".",
     environ: dict[str, str] | None = None,
     warnings: list[Problem] | None = None,
+    source: str = "",
 ) -> Config:
     """Decode and check a config document.
 
@@ -1053,11 +1275,13 @@ def parse_config(
         data: the document.
         fmt: its format.
         base_dir: what relative paths in it are relative to.
-        environ: where ``${VAR}`` and token variables are read (default: ``os.environ``).
+        environ: where ``${VAR}``, ``${env.NAME}`` and token variables are read (default: ``os.environ``).
         warnings: when given (``mcpipe check``), an environment variable the file reads and ``environ`` lacks
             is a warning appended here (``mcpipe serve`` refuses the file until it is set), not an error,
             and so is what follows from its empty value at the same place; the config is then returned as
-            read with the variable empty, to be checked, not served.
+            read with the variable empty, to be checked, not served. One an mcpg binding reads (the binding
+            fails each call) is a warning here too; without ``warnings`` it is logged, once the file is taken.
+        source: the file's name, in front of those log lines.
 
     Raises:
         ConfigError: listing every problem found, each with its location.
@@ -1083,24 +1307,71 @@ def parse_config(
 
     foreign = detect_config(raw)
     if foreign is None:
+        read: list[Problem] = []
+        raw = _read_env(raw, "", read, env)
         cfg, problems = _parse_raw(raw, base_dir, env)
+        problems = [*read, *problems]
     else:
         translation = foreign.translate(raw, base_dir=base_dir, environ=env)
         cfg, found = _parse_raw(translation.raw, base_dir, env)
+        cfg = msgspec.structs.replace(cfg, translated_from=foreign.name)
         problems = [*translation.problems, *(Problem(translation.locate(p.location), p.code, p.message) for p in found)]
     errors = _settle_unset(problems, warnings)
     if errors:
         raise ConfigError(errors)
+    if warnings is None:  # served: the bindings that will fail each call, said once
+        for p in dict.fromkeys(p for p in problems if p.code == UNSET_ENV_PER_CALL):
+            _log.warning("%s%s: %s", f"{source}:" if source else "", p.location, _per_call(p))
     return cfg
+
+
+def _per_call(p: Problem) -> str:
+    return f"{p.message}: the binding that reads it fails each call until it is"
+
+
+_ENV_REF = re.compile(r"\$\{\s*\$?env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
+"""mcpg's spelling of an environment variable, ``${env.NAME}``: what ``mcpipe convert`` keeps as written."""
+
+
+def _read_env(value: Any, where: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
+    """``value`` with every ``${env.NAME}`` in its strings read from ``environ``, as mcpg reads its file when it
+    starts (so a file ``mcpipe convert`` wrote reads the variables where the mcpg file did: a database URL, a
+    store's, a registry's header, a step's field). One that is not set is a located ``UNSET_ENV`` problem, and
+    is left as written: ``serve`` refuses the file, and ``check`` checks the rest as if it were set (a database
+    URL naming a file is still one). The depth is bounded before (``MAX_CONFIG_DEPTH``)."""
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+
+        def repl(m: re.Match[str]) -> str:
+            got = environ.get(m.group(1))
+            if got is None:
+                problems.append(Problem(where, UNSET_ENV, f"environment variable `{m.group(1)}` is not set"))
+                return m.group(0)
+            return got
+
+        return _ENV_REF.sub(repl, value)
+    if isinstance(value, dict):
+        return {k: _read_env(v, f"{where}.{k}" if where else str(k), problems, environ) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_read_env(v, f"{where}[{i}]", problems, environ) for i, v in enumerate(value)]
+    return value
 
 
 def _settle_unset(problems: list[Problem], warnings: list[Problem] | None) -> list[Problem]:
     """The errors among ``problems``: an unset environment variable is one (``INVALID_CONFIG``) unless
-    ``warnings`` is given; then it is a warning, and a problem at, inside or around its place follows from
-    the empty value it left, so it is dropped (one at the same place or inside it)."""
-    if warnings is None:
-        return [Problem(p.location, CODE, p.message) if p.code == UNSET_ENV else p for p in problems]
+    ``warnings`` is given; then it is a warning. A problem at or inside its place follows from the empty value
+    it left, so it is dropped either way. One an mcpg binding reads (``UNSET_ENV_PER_CALL``) is never an
+    error: the binding fails each call; it is a warning, or logged (:func:`parse_config`)."""
+    for p in problems:
+        warning = Problem(p.location, CODE, _per_call(p))
+        if p.code == UNSET_ENV_PER_CALL and warnings is not None and warning not in warnings:
+            warnings.append(warning)
+    problems = [p for p in problems if p.code != UNSET_ENV_PER_CALL]
     unset = [p for p in problems if p.code == UNSET_ENV]
+    if warnings is None:  # the variable, and not again what its empty value did at its place
+        kept = [p for p in problems if p.code == UNSET_ENV or not any(_nested(p.location, u.location) for u in unset)]
+        return list(dict.fromkeys(Problem(p.location, CODE, p.message) if p.code == UNSET_ENV else p for p in kept))
     for p in unset:
         warning = Problem(p.location, CODE, f"{p.message}: `mcpipe serve` refuses the file until it is")
         if warning not in warnings:
@@ -1188,7 +1459,7 @@ def load_config(
         raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")], unreadable=True) from None
     found: list[Problem] | None = None if warnings is None else []
     try:
-        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found)
+        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found, source=str(p))
     except ConfigError as exc:
         raise ConfigError(
             [Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in exc.problems]

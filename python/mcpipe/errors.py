@@ -200,6 +200,11 @@ UNSET_ENV = "UNSET_ENV"
 lacks, while the config is parsed: :func:`mcpipe.config.parse_config` turns it into ``INVALID_CONFIG``
 (``mcpipe serve`` refuses the file) or, when asked for warnings (``mcpipe check``), into a warning."""
 
+UNSET_ENV_PER_CALL = "UNSET_ENV_PER_CALL"
+"""The code of an environment variable an mcpg binding reads and the environment lacks: the binding is served
+and fails each call saying so (mcpg refuses to start). ``mcpipe check`` warns of it, located; ``mcpipe serve``
+logs it once and serves the rest."""
+
 
 class Problem(msgspec.Struct, frozen=True):
     """One problem found while validating a spec or a config.

@@ -30,9 +30,10 @@ import orjson
 from mcpipe import telemetry
 from mcpipe._describe import did_you_mean
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
-from mcpipe.access import GateDenied, GateRefusal, Gates
+from mcpipe.access import GateDenied, GateRefusal, Gates, Scopes, missing_scopes
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
+from mcpipe.toolset import ToolsConfig, Toolset
 from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
@@ -340,6 +341,10 @@ class Gateway:
         trust: trust levels and per-tool rules (:mod:`mcpipe.trust`), or None.
         gates: what every call passes after the permission check (``[access]``: Cedar policies, rate limits,
             client-address allowlists); a refusal is audited and answered like a forbidden call.
+        scopes: the OAuth scopes tools need (``[[auth.scopes]]``): a call needs the scopes of its tool and of
+            every tool that tool reaches (a declared pipeline's steps), checked before anything runs.
+        tools: the operator's view of the tools (``[tools]``: reshaped tools, hidden ones, search mode); what it
+            makes of a tool is what every caller lists, calls, is granted and is audited as.
     """
 
     def __init__(
@@ -353,9 +358,15 @@ class Gateway:
         trust: Trust | None = None,
         gates: Gates | None = None,
         refusals: str = "result",
+        scopes: Scopes | None = None,
+        tools: ToolsConfig | None = None,
     ) -> None:
         self.sources = sources
+        shaping = tools is not None and (tools.reshape or tools.hide or tools.discovery != "list")
+        self.view: Toolset | None = Toolset(tools, self._find) if tools is not None and shaping else None
         self.trust = trust
+        self.scopes = scopes if scopes else None
+        self._needs: dict[str, tuple[object, tuple[str, ...]]] = {}
         self.policy = policy or Policy()
         self.gates = gates if gates else None
         self.refusals_as_errors = refusals == "error"
@@ -371,6 +382,18 @@ class Gateway:
     # -- the registry surface the scheduler uses ---------------------------------------------------
 
     def get(self, name: str) -> Tool | None:
+        view = self.view
+        if view is not None:
+            shaped = view.shaped.get(name)
+            if shaped is not None:
+                shaped.sync()
+                return shaped
+            if view.hides(name):
+                return None
+        return self._find(name)
+
+    def _find(self, name: str) -> Tool | None:
+        """The sources' own tool of that name (a reshaped tool's original, hidden or not)."""
         for source in self.sources:
             tool = source.get(name)
             if tool is not None:
@@ -392,16 +415,90 @@ class Gateway:
 
     def __iter__(self) -> Iterator[Tool]:
         seen: set[str] = set()
+        view = self.view
+        if view is not None:
+            for shaped in view.shaped.values():
+                if shaped.sync() is not None:
+                    seen.add(shaped.name)
+                    yield shaped
         for source in self.sources:
             for tool in source:
                 if tool.name not in seen:
                     seen.add(tool.name)
-                    yield tool
+                    if view is None or not view.hides(tool.name):
+                        yield tool
 
     def allows(self, name: str, ctx: ToolContext) -> bool:
         if not self.policy.allows(ctx.principal, name):
             return False
-        return self.trust is None or self.trust.visible(name, ctx)
+        if self.trust is not None and not self.trust.visible(name, ctx):
+            return False
+        return not self.missing_scopes(name, ctx)
+
+    def denial(self, name: str, ctx: ToolContext) -> str | None:
+        """Why the caller may not call ``name`` (None: it may), naming the scopes its token lacks."""
+        if not self.policy.allows(ctx.principal, name):
+            return f"tool '{name}' is not allowed for this caller"
+        if self.trust is not None:
+            try:
+                self.trust.check(name, ctx)
+            except TrustDenied as exc:
+                return str(exc)
+        missing = self.missing_scopes(name, ctx)
+        if missing:
+            return _scope_message(name, missing)
+        return None
+
+    # -- scopes -------------------------------------------------------------------------------------
+
+    def needed_scopes(self, name: str) -> tuple[str, ...]:
+        """The OAuth scopes a call of ``name`` needs: the ``[[auth.scopes]]`` rules' and the trust rule's
+        ``required_scopes`` of it and of every tool it reaches (a declared pipeline's or a playbook's
+        steps, transitively)."""
+        if self.scopes is None and self.trust is None:
+            return ()
+        tool = self.get(name)
+        hit = self._needs.get(name)
+        if hit is not None and hit[0] is tool:
+            return hit[1]
+        found: dict[str, None] = {}
+        seen: set[str] = set()
+        todo = [name]
+        while todo and len(seen) < 10_000:
+            current = todo.pop()
+            if current in seen:
+                continue
+            seen.add(current)
+            found.update(dict.fromkeys(self._own_scopes(current)))
+            reached = self.get(current)
+            todo.extend(n for n in _reaches(reached) if n not in seen)
+        needed = tuple(found)
+        if len(self._needs) >= 65_536:
+            self._needs.clear()
+        self._needs[name] = (tool, needed)
+        return needed
+
+    def _own_scopes(self, name: str) -> tuple[str, ...]:
+        own = self.scopes.needed("tool", name) if self.scopes is not None else ()
+        rule = self.trust.rule(name) if self.trust is not None else None
+        if rule is not None and rule.required_scopes:
+            own = tuple(dict.fromkeys((*own, *rule.required_scopes)))
+        return own
+
+    def scoped(self, ctx: ToolContext) -> bool:
+        """Whether scope rules apply to the caller: an identified one (HTTP with auth), or anyone once trust
+        levels are configured. A local caller (stdio, in memory, HTTP without auth) is trusted."""
+        return ctx.identity is not None or self.trust is not None
+
+    def missing_scopes(self, name: str, ctx: ToolContext) -> tuple[str, ...]:
+        """The scopes a call of ``name`` needs that the caller's token lacks."""
+        if (self.scopes is None and self.trust is None) or not self.scoped(ctx):
+            return ()
+        needed = self.needed_scopes(name)
+        if not needed:
+            return ()
+        identity = ctx.identity
+        return missing_scopes(needed, identity.scopes if identity is not None else ())
 
     def cost_of(self, name: str) -> float:
         cost = self._cost_cache.get(name)
@@ -461,6 +558,11 @@ class Gateway:
             except TrustDenied:
                 self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
                 raise
+        if self.scopes is not None or self.trust is not None:
+            missing = self.missing_scopes(name, ctx)
+            if missing:
+                self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
+                raise _Refused(ErrorCode.FORBIDDEN, _scope_message(name, missing))
         chain = self._admit(name, args, ctx, t0)
         self.audit.allowed(ctx, name, chain)
         if ctx.tools is None:
@@ -545,6 +647,26 @@ class Gateway:
             },
             ctx,
         )
+
+
+def _scope_message(name: str, missing: tuple[str, ...]) -> str:
+    plural = "scopes" if len(missing) > 1 else "scope"
+    return f"tool '{name}' needs the OAuth {plural} {' '.join(missing)}, which the caller's token does not carry"
+
+
+def _reaches(tool: Any) -> tuple[str, ...]:
+    """The names of the tools a tool calls when it runs (a declared pipeline's or a playbook's tool steps)."""
+    if tool is None:
+        return ()
+    reaches = getattr(tool, "reaches", None)
+    if reaches is not None:
+        return tuple(reaches)
+    compiled = getattr(tool, "compiled", None)
+    if compiled is None:
+        playbook = getattr(tool, "playbook", None)
+        compiled = getattr(playbook, "plan", None) if playbook is not None else None
+    sites = getattr(compiled, "tool_sites", None)
+    return tuple(name for _, name in sites) if sites else ()
 
 
 def _failure_code(exc: BaseException) -> str:

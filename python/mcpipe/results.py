@@ -35,6 +35,7 @@ __all__ = [
     "ms_since",
     "pipe_envelope",
     "pipe_result",
+    "preview",
     "shape_answer",
     "step_summary",
     "tool_output",
@@ -397,3 +398,77 @@ def shape_answer(answer: dict[str, Any], mode: str) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+PREVIEW_BYTES = 1500
+"""About the most a :func:`preview` holds as JSON: an event keeps its data within 4 KB."""
+PREVIEW_STRING = 400
+"""The most characters of one string a :func:`preview` keeps."""
+PREVIEW_ITEMS = 24
+"""The most keys of an object, or items of an array, a :func:`preview` keeps."""
+PREVIEW_DEPTH = 6
+
+
+PREVIEW_AS_TEXT = 256 * 1024
+"""Up to this size a value too large to keep whole is previewed as the start of its JSON text (one encoding);
+past it, by a walk that keeps its first entries (which costs what the preview holds, not what the value does)."""
+
+
+def preview(value: Any, *, budget: int = PREVIEW_BYTES) -> tuple[Any, int]:
+    """A small copy of ``value`` for a run's events and the console, and ``value``'s size as the answer's bounds
+    measure it (``json_measure``: its JSON text, from above).
+
+    A value of at most ``budget`` bytes is its own preview. A larger one up to :data:`PREVIEW_AS_TEXT` is the
+    start of its JSON text (``budget`` characters, then how large it was); a larger one still is a copy of about
+    ``budget`` bytes: strings past :data:`PREVIEW_STRING` characters (or past what is left) cut, saying how long
+    they were; objects and arrays keeping their first entries (at most :data:`PREVIEW_ITEMS`) and a ``"..."``
+    entry saying how many there were; containers deeper than :data:`PREVIEW_DEPTH` written ``"..."``.
+    """
+    from mcpipe._core import json_measure
+
+    size = json_measure(value)[0]
+    if size <= budget:
+        return value, size
+    if size <= PREVIEW_AS_TEXT:
+        text = dumps(value).decode(errors="replace")
+        return f"{text[:budget]}... ({len(text)} bytes of JSON)", size
+    return _preview(value, PREVIEW_DEPTH, [budget]), size
+
+
+def _preview(value: Any, depth: int, left: list[int]) -> Any:
+    if isinstance(value, str):
+        room = max(16, min(PREVIEW_STRING, left[0]))
+        if len(value) <= room:
+            left[0] -= len(value) + 3
+            return value
+        left[0] -= room + 30
+        return f"{value[:room]}... ({len(value)} characters)"
+    if isinstance(value, dict):
+        if depth <= 0 or left[0] <= 0:
+            left[0] -= 5
+            return "..."
+        out: dict[str, Any] = {}
+        for i, (k, v) in enumerate(value.items()):
+            if i == PREVIEW_ITEMS or left[0] <= 0:
+                out["..."] = f"{len(value)} keys"
+                break
+            key = str(k)[:64]
+            left[0] -= len(key) + 4
+            out[key] = _preview(v, depth - 1, left)
+        return out
+    if isinstance(value, (list, tuple)):
+        if depth <= 0 or left[0] <= 0:
+            left[0] -= 5
+            return "..."
+        items = []
+        for i, v in enumerate(value):
+            if i == PREVIEW_ITEMS or left[0] <= 0:
+                items.append(f"... ({len(value)} items)")
+                break
+            left[0] -= 1
+            items.append(_preview(v, depth - 1, left))
+        return items
+    left[0] -= 8
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    return str(value)[:PREVIEW_STRING]

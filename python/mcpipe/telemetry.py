@@ -73,6 +73,30 @@ class _Metrics:
         self.suspended = Counter(
             "mcpipe_pipelines_suspended", "Pipelines suspended to ask their 2026-07-28 client (input-required)."
         )
+        self.principal_calls = Counter(
+            "mcpipe_principal_calls",
+            "Incoming tools/call requests, by principal (the caller's; '' when anonymous) and outcome.",
+            ["principal", "outcome"],
+        )
+        self.errors = Counter(
+            "mcpipe_call_errors",
+            "tools/call requests answered with an error result, by tool and error code (UNKNOWN: none said).",
+            ["tool", "code"],
+        )
+        self.downstream_calls = Counter(
+            "mcpipe_downstream_calls",
+            "Calls to downstream MCP servers' tools, by server and outcome.",
+            ["server", "outcome"],
+        )
+        self.downstream_duration = Histogram(
+            "mcpipe_downstream_call_duration_seconds",
+            "Time a downstream MCP server took to answer a tool call, by server.",
+            ["server"],
+            buckets=_BUCKETS,
+        )
+        self.runs = Gauge(
+            "mcpipe_runs", "Runs the run queue holds, by status (its depth).", ["status"], multiprocess_mode="livemax"
+        )
         self.downstream_up = Gauge(
             "mcpipe_downstream_up",
             "Whether a downstream MCP server is connected (1) or not (0).",
@@ -82,6 +106,7 @@ class _Metrics:
         self.in_flight_add = _adder(self.in_flight)
         self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
         self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._principal_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
     @classmethod
     def get(cls) -> _Metrics:
@@ -97,6 +122,14 @@ class _Metrics:
             pair = (_adder(self.calls.labels(tool, outcome)), _observer(self.duration.labels(tool)))
             self._children[key] = pair
         return pair
+
+    def principal(self, principal: str, outcome: str) -> Callable[[float], None]:
+        """How to count a call of ``principal`` with ``outcome``."""
+        key = (principal, outcome)
+        add = self._principal_children.get(key)
+        if add is None:
+            add = self._principal_children[key] = _adder(self.principal_calls.labels(principal, outcome))
+        return add
 
     def step(self, kind: str, outcome: str) -> Callable[[float], None]:
         """How to count finished steps of ``kind`` with ``outcome``."""
@@ -146,9 +179,17 @@ class Telemetry:
     """
 
     def __init__(
-        self, *, metrics: bool = True, tracer_provider: Any = None, tracer: Any = None, known: Any = None
+        self,
+        *,
+        metrics: bool = True,
+        tracer_provider: Any = None,
+        tracer: Any = None,
+        known: Any = None,
+        max_principals: int = 200,
     ) -> None:
         self.metrics = _Metrics.get() if metrics else None
+        self.max_principals = max_principals
+        self._principals: dict[str | None, str] = {}
         self.tracer = tracer_provider.get_tracer("mcpipe") if tracer_provider is not None else tracer
         self.provider = tracer_provider
         self.known = known
@@ -191,12 +232,15 @@ class Telemetry:
 
     # --- incoming calls ---
 
-    async def observe_call(self, name: str, traceparent: Any, call: Awaitable[dict[str, Any]]) -> dict[str, Any]:
-        """Await ``call`` (one incoming ``tools/call`` of ``name``) counted, timed and traced."""
+    async def observe_call(
+        self, name: str, traceparent: Any, call: Awaitable[dict[str, Any]], principal: str | None = None
+    ) -> dict[str, Any]:
+        """Await ``call`` (one incoming ``tools/call`` of ``name`` by ``principal``) counted, timed and traced."""
         m = self.metrics
         label = name if self.known is None or self.known(name) else "other"
         t0 = time.perf_counter()
         outcome = "failed"
+        out: dict[str, Any] | None = None
         if m is not None:
             m.in_flight_add(1)
         try:
@@ -230,6 +274,36 @@ class Telemetry:
                 count, observe = m.call_children(label, outcome)
                 count(1)
                 observe(time.perf_counter() - t0)
+                if self.max_principals:
+                    who = self._principals.get(principal)
+                    if who is None:
+                        who = self._principal_label(principal)
+                    m.principal(who, outcome)(1)
+                if outcome == "error" and out is not None:
+                    m.errors.labels(label, error_code(out)).inc()
+
+    def _principal_label(self, principal: str | None) -> str:
+        """The label of ``principal``: itself while fewer than ``max_principals`` are labelled, else ``other``."""
+        if len(self._principals) >= self.max_principals:
+            return "other"
+        label = self._principals[principal] = principal or ""
+        return label
+
+    def observe_downstream(self, server: str, seconds: float, ok: bool) -> None:
+        """Count a downstream server's tool call that answered in ``seconds`` (``ok``: not an error result, not
+        a failure to call)."""
+        m = self.metrics
+        if m is not None:
+            m.downstream_calls.labels(server, "ok" if ok else "error").inc()
+            m.downstream_duration.labels(server).observe(seconds)
+
+    def queue_depth(self, counts: Mapping[str, int]) -> None:
+        """The run queue's runs by status, as :meth:`mcpipe.store.RunQueue.counts` answers them."""
+        m = self.metrics
+        if m is not None:
+            for status in ("queued", "running", "input_required"):
+                m.runs.labels(status).set(counts.get(status, 0))
+            m.runs.labels("finished").set(sum(n for k, n in counts.items() if k not in _LIVE))
 
     # --- pipelines ---
 
@@ -421,6 +495,26 @@ _TRACEPARENT = re.compile(r"\s*([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9
 _USUAL_TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
 
 
+_LIVE = frozenset({"queued", "running", "input_required"})
+_CODE = re.compile(r"([A-Z][A-Z0-9_]{1,40}):")
+
+
+def error_code(answer: Mapping[str, Any]) -> str:
+    """The error code an error result says: a pipeline's ``error_code``, else the ``CODE:`` its text starts
+    with (mcpipe's tool errors), else ``UNKNOWN``."""
+    structured = answer.get("structuredContent")
+    if isinstance(structured, dict):
+        code = structured.get("error_code")
+        if isinstance(code, str) and code:
+            return code[:48]
+    content = answer.get("content")
+    if isinstance(content, list) and content and isinstance(content[0], dict):
+        m = _CODE.match(str(content[0].get("text", ""))[:48])
+        if m is not None:
+            return m.group(1)
+    return "UNKNOWN"
+
+
 def parse_traceparent(value: str) -> Any:
     """The remote ``SpanContext`` a W3C ``traceparent`` names, or None for a malformed or invalid one (what
     the W3C propagator accepts: version ``ff`` never, version ``00`` with nothing after the flags)."""
@@ -543,7 +637,11 @@ def configure(section: Any, *, service: str, known: Any = None, environ: Mapping
         if isinstance(trace.get_tracer_provider(), TracerProvider):
             tracer = trace.get_tracer("mcpipe")
     telemetry = Telemetry(
-        metrics=getattr(section, "metrics", True), tracer_provider=provider, tracer=tracer, known=known
+        metrics=getattr(section, "metrics", True),
+        tracer_provider=provider,
+        tracer=tracer,
+        known=known,
+        max_principals=getattr(section, "max_principal_labels", 200),
     )
     install(telemetry)
     return telemetry

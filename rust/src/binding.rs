@@ -3,8 +3,9 @@
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::PyList;
+use pyo3::types::{PyBytes, PyList};
 
+use crate::jsoncap;
 use crate::measure;
 use crate::pattern;
 use crate::plan::{self, Plan};
@@ -22,17 +23,18 @@ pub struct Template {
 #[pymethods]
 impl Template {
     #[new]
-    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT, item = None))]
+    #[pyo3(signature = (value, *, step_ids = None, location = "", max_text_bytes = DEFAULT_MAX_TEXT, item = None, url = false))]
     fn new(
         value: &Bound<'_, PyAny>,
         step_ids: Option<&Bound<'_, PyAny>>,
         location: &str,
         max_text_bytes: usize,
         item: Option<&str>,
+        url: bool,
     ) -> PyResult<Self> {
         let mut ids = plan::step_ids(step_ids)?;
         ids.item_alias = item.map(str::to_owned);
-        Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes)? })
+        Ok(Template { plan: plan::compile(value, &ids, location, max_text_bytes, url)? })
     }
 
     fn resolve<'py>(&self, env: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
@@ -47,6 +49,11 @@ impl Template {
     #[getter]
     fn reference_sites<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
         PyList::new(py, &self.plan.sites)
+    }
+
+    #[getter]
+    fn url_base(&self) -> Option<String> {
+        plan::url_base(&self.plan.root)
     }
 
     #[getter]
@@ -99,5 +106,30 @@ impl Regex {
 
     fn __repr__(&self) -> String {
         format!("<Regex {:?}>", self.re.as_str())
+    }
+}
+
+/// A JSON-RPC answer's `result.tools` cut to its first elements as its bytes stream past (see `_core.pyi`).
+#[pyclass(module = "mcpipe._core", name = "ArrayCap")]
+pub struct ArrayCap {
+    inner: jsoncap::ArrayCap,
+}
+
+#[pymethods]
+impl ArrayCap {
+    #[new]
+    fn new(max_items: usize) -> Self {
+        ArrayCap { inner: jsoncap::ArrayCap::new(max_items) }
+    }
+
+    fn feed<'py>(&mut self, py: Python<'py>, data: &[u8]) -> Bound<'py, PyBytes> {
+        let mut out = Vec::with_capacity(data.len());
+        self.inner.feed(data, &mut out);
+        PyBytes::new(py, &out)
+    }
+
+    #[getter]
+    fn total(&self) -> usize {
+        self.inner.total()
     }
 }

@@ -68,7 +68,13 @@ pub struct TextNode {
     pub literal_ascii: bool,
     /// How many parts are references.
     pub references: usize,
+    /// The first part whose references are percent-encoded as URL components (a URL template's values
+    /// after its scheme's `://`), or `NO_ENCODING`.
+    pub encode_from: usize,
 }
+
+/// A text none of whose references are percent-encoded.
+pub const NO_ENCODING: usize = usize::MAX;
 
 pub struct ObjectNode {
     pub keys: Box<[Py<PyAny>]>,
@@ -128,8 +134,10 @@ pub struct Plan {
     pub max_text: usize,
 }
 
-/// Compile `value` under `location`, mapping `{{stepN}}` through `ids`.
-pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text: usize) -> PyResult<Plan> {
+/// Compile `value` under `location`, mapping `{{stepN}}` through `ids`. With `url`, a string with
+/// placeholders is a URL template: the references after the literal text's first `://` resolve
+/// percent-encoded as URL components (`resolve::url_component`).
+pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text: usize, url: bool) -> PyResult<Plan> {
     let mut compiler = Compiler {
         ids,
         sites: Vec::new(),
@@ -140,6 +148,11 @@ pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text
         depth: 0,
     };
     let mut root = compiler.node(value, location)?;
+    if url {
+        if let Node::Text(text) = &mut root {
+            text.encode_from = url_encode_from(&text.parts);
+        }
+    }
     // Keep the shared nodes only (a parent is shared by at least the references of its children, and
     // comes before them), renumbered, and start each reference from its deepest shared node.
     let mut renumbered = vec![NO_PREFIX; compiler.prefixes.len()];
@@ -162,6 +175,40 @@ pub fn compile(value: &Bound<'_, PyAny>, ids: &StepIds, location: &str, max_text
             if id == NO_PARENT { (NO_PREFIX, 0) } else { (renumbered[id as usize], len - 1) };
     });
     Ok(Plan { root, sites: compiler.sites, prefixes: shared.into_boxed_slice(), max_text })
+}
+
+/// The first part of a URL template whose references are percent-encoded: the one after the literal text
+/// that writes the scheme's `://` (a reference before it, a scheme or a host, is left as it is); without
+/// such a literal, every reference but one that opens the template (a base URL given as a value).
+fn url_encode_from(parts: &[Part]) -> usize {
+    let mut literal = String::new();
+    for (i, part) in parts.iter().enumerate() {
+        if let Part::Literal(text) = part {
+            literal.push_str(text);
+            if literal.contains("://") {
+                return i + 1;
+            }
+        }
+    }
+    usize::from(matches!(parts.first(), Some(Part::Reference(_))))
+}
+
+/// The literal text before the first percent-encoded reference of a URL template, when every part before
+/// it is literal (its base: what no value can change); None otherwise.
+pub fn url_base(root: &Node) -> Option<String> {
+    let Node::Text(text) = root else { return None };
+    if text.encode_from == NO_ENCODING {
+        return None;
+    }
+    let mut base = String::new();
+    for (i, part) in text.parts.iter().enumerate() {
+        match part {
+            Part::Literal(literal) => base.push_str(literal),
+            Part::Reference(_) if i >= text.encode_from => return Some(base),
+            Part::Reference(_) => return None,
+        }
+    }
+    Some(base)
 }
 
 struct Compiler<'a> {
@@ -306,7 +353,13 @@ impl Compiler<'_> {
                     .collect();
                 let parts: Box<[Part]> = parts;
                 let references = parts.iter().filter(|part| matches!(part, Part::Reference(_))).count();
-                Ok(Node::Text(Box::new(TextNode { parts, literal_len, literal_ascii, references })))
+                Ok(Node::Text(Box::new(TextNode {
+                    parts,
+                    literal_len,
+                    literal_ascii,
+                    references,
+                    encode_from: NO_ENCODING,
+                })))
             }
         }
     }

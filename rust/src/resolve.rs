@@ -20,8 +20,8 @@ use crate::dict::{self, Probe};
 use crate::errors::{Found, ResolveError};
 use crate::measure::measure;
 use crate::path::ArrayIndex;
-use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_PARENT};
-use crate::text::write_json_string;
+use crate::plan::{Node, ObjectNode, Part, Plan, PrefixNode, Reference, Step, TextNode, NO_ENCODING, NO_PARENT};
+use crate::text::{url_component, url_component_len, write_json_string};
 
 /// Containers nested deeper than this are not copied: a deeper (or cyclic) value raises RecursionError,
 /// as the recursive copy in Python would.
@@ -637,6 +637,9 @@ impl Drop for Values {
 }
 
 fn interpolate<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
+    if node.encode_from != NO_ENCODING {
+        return interpolate_url(r, node);
+    }
     if node.references > TEXT_REFERENCES {
         return interpolate_buffered(r, node, None);
     }
@@ -820,6 +823,59 @@ fn interpolate_into<'py>(
         }
         Bound::from_owned_ptr_or_err(r.py, ffi::PyUnicode_FromStringAndSize(buf.as_ptr().cast(), len))
     }
+}
+
+/// The text of a URL template: each reference from `node.encode_from` on written as its text would be, then
+/// percent-encoded as one URL component (`url_component`); the others as in any text. Out of line: URL
+/// templates are few, and their values short.
+#[cold]
+#[inline(never)]
+fn interpolate_url<'py>(r: &mut Resolver<'_, 'py>, node: &TextNode) -> PyResult<Bound<'py, PyAny>> {
+    let mut buf = String::with_capacity(node.literal_len + 32);
+    let mut value_text = String::new();
+    let (spent, max) = (r.spent, r.max_text.saturating_sub(r.spent));
+    for (i, part) in node.parts.iter().enumerate() {
+        match part {
+            Part::Literal(text) => {
+                grow(&mut buf, text.len(), spent, max, node)?;
+                buf.push_str(text);
+            }
+            Part::Reference(reference) => {
+                let value = lookup(r, reference, false)?;
+                let remaining = max.saturating_sub(buf.len());
+                // SAFETY: `value` is alive; the walk runs no Python code.
+                let size = unsafe { measure(value.as_ptr(), remaining, MAX_JSON_DEPTH) }.bytes;
+                if i < node.encode_from {
+                    grow(&mut buf, size, spent, max, node)?;
+                    if !write_text(&mut buf, &value)? {
+                        return Err(lone_surrogate(reference));
+                    }
+                } else {
+                    value_text.clear();
+                    grow(&mut value_text, size, spent, max, node)?;
+                    if !write_text(&mut value_text, &value)? {
+                        return Err(lone_surrogate(reference));
+                    }
+                    grow(&mut buf, url_component_len(&value_text), spent, max, node)?;
+                    url_component(&mut buf, &value_text);
+                }
+                if buf.len() > max {
+                    return Err(text_too_large(node, spent + buf.len(), r.max_text));
+                }
+            }
+        }
+    }
+    r.spent = spent + buf.len();
+    Ok(PyString::new(r.py, &buf).into_any())
+}
+
+#[cold]
+fn lone_surrogate(reference: &Reference) -> PyErr {
+    pyo3::exceptions::PyValueError::new_err(format!(
+        "the value of `{}` at {} holds a lone surrogate, which no URL can carry",
+        reference.path.normalized(),
+        reference.location
+    ))
 }
 
 /// Make room for `more` bytes in `buf`, refusing to pass `max` (the room left after `spent` bytes of the

@@ -288,7 +288,7 @@ async def test_a_downstream_server_gets_the_shared_token_and_each_callers_exchan
                 mine = await client.call_tool("mine.echo", {"y": 2})
     assert not shared.is_error and not mine.is_error
     calls = [json.loads(line) for line in (tmp_path / "down.jsonl").read_text().splitlines()]
-    assert [(r["tool"], r["principal"]) for r in calls] == [("echo", "svc"), ("echo", "alice")]
+    assert [(r["tool"], r["principal"]) for r in calls] == [("echo", "svc"), ("echo", f"oidc:{idp.url}#alice")]
 
 
 @pytest.mark.parametrize(
@@ -365,3 +365,18 @@ def test_a_step_or_server_naming_an_unknown_credential_is_refused_located():
         parse_config(json.dumps(doc), "json", environ={})
     where = {p.location for p in err.value.problems}
     assert {"mcpServers.d.credential", "pipelines.p.steps[0].credential"} <= where, err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("error: s3cret+v/al", "error: [redacted]"),
+        ("error: s3cret%2Bv%2Fal", "error: [redacted]"),  # as a form or a URL encodes it
+        ('{"got": "s3cret+v/al"}', '{"got": "[redacted]"}'),
+        ("nothing here", "nothing here"),
+    ],
+)
+def test_a_secret_is_redacted_in_every_spelling_an_echo_takes(text, expected):
+    from mcpipe._redact import redact
+
+    assert redact(text, ["s3cret+v/al", None, "ab"]) == expected

@@ -3,6 +3,7 @@ limits, client-address allowlists, shadow mode, and their config checked located
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from kit.servers import http_server, make_config, running
 from mcpipe.access._config import RateLimitGate
-from mcpipe.access._gates import GateRefusal, RateLimiter
+from mcpipe.access._gates import AddressSource, GateRefusal, RateLimiter
 from mcpipe.config import ConfigError, parse_config
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.tools import Request, ToolContext
@@ -176,14 +177,21 @@ def test_a_token_bucket_refills_at_its_rate_and_holds_its_burst():
     [
         ({"x-forwarded-for": "10.1.2.3, 203.0.113.9"}, True),
         ({"x-forwarded-for": "192.168.0.7"}, False),
-        ({"x-real-ip": "10.9.9.9"}, True),
+        ({"x-real-ip": "10.9.9.9"}, False),  # only the header named counts
         ({"x-forwarded-for": "::ffff:10.0.0.1"}, True),
         ({}, False),
         ({"x-forwarded-for": "not-an-address"}, False),
     ],
 )
-async def test_an_ip_allowlist_admits_only_calls_from_its_networks(headers, allowed):
-    gates = [{"kind": "ip_allowlist", "allow": ["10.0.0.0/8", "2001:db8::/32"], "tools": ["ec*"]}]
+async def test_an_ip_allowlist_on_a_header_admits_only_calls_from_its_networks(headers, allowed):
+    gates = [
+        {
+            "kind": "ip_allowlist",
+            "allow": ["10.0.0.0/8", "2001:db8::/32"],
+            "ip_header": "x-forwarded-for",
+            "tools": ["ec*"],
+        }
+    ]
     async with (
         running(make_config(access={"gates": gates})) as app,
         http_server(app) as url,
@@ -194,8 +202,8 @@ async def test_an_ip_allowlist_admits_only_calls_from_its_networks(headers, allo
     assert echo["isError"] is (not allowed) and not now["isError"]
 
 
-async def test_an_allowlist_on_the_tcp_peer_sees_127_0_0_1():
-    gates = [{"kind": "ip_allowlist", "allow": ["127.0.0.0/8"], "ip_header": None}]
+async def test_an_allowlist_judges_the_tcp_peer_by_default_whatever_the_headers_say():
+    gates = [{"kind": "ip_allowlist", "allow": ["127.0.0.0/8"]}]
     async with (
         running(make_config(access={"gates": gates})) as app,
         http_server(app) as url,
@@ -217,7 +225,8 @@ async def test_a_gate_in_shadow_mode_logs_what_it_would_refuse_and_lets_the_call
 
 
 async def test_a_queued_run_passes_the_gates_with_its_callers_address_when_a_worker_runs_it():
-    gates = [{"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "tools": ["echo"]}]  # mcp_pipe is not gated, its step is
+    # mcp_pipe is not gated, its step is
+    gates = [{"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "ip_header": "x-forwarded-for", "tools": ["echo"]}]
     async with (
         running(make_config(access={"gates": gates})) as app,
         http_server(app) as url,
@@ -278,6 +287,16 @@ def test_the_caller_facts_a_run_keeps_never_hold_the_bearer_token():
         ({"kind": "cedar", "policy_dir": "nowhere"}, "access.gates[0].policy_dir", "not a directory"),
         ({"kind": "ip_allowlist", "allow": ["10.0.0.0/33"]}, "access.gates[0].allow[0]", "not a network"),
         ({"kind": "ip_allowlist", "allow": []}, "access.gates[0].allow", "at least one network"),
+        (
+            {"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "trusted_proxies": ["10.1.0.0/16"]},
+            "access.gates[0].trusted_proxies",
+            "`ip_header` names none",
+        ),
+        (
+            {"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "ip_header": "x-forwarded-for", "trusted_proxies": ["x"]},
+            "access.gates[0].trusted_proxies[0]",
+            "not a network",
+        ),
         ({"kind": "rate_limit", "default_limit": 0}, "access.gates[0].default_limit", ">= 1"),
         (
             {"kind": "rate_limit", "rules": [{"tools": [], "limit": 1}]},
@@ -295,7 +314,7 @@ def test_bad_gate_config_is_refused_located(gate, where, says):
 
 async def test_refusals_can_answer_mcpgs_json_rpc_errors():
     gates = [
-        {"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "tools": ["now"]},
+        {"kind": "ip_allowlist", "allow": ["10.0.0.0/8"], "ip_header": "x-forwarded-for", "tools": ["now"]},
         {
             "kind": "cedar",
             "name": "authz",
@@ -333,3 +352,25 @@ async def test_refusals_can_answer_mcpgs_json_rpc_errors():
         and limited["data"]["window_ms"] == 60_000
         and limited["data"]["retry_after_secs"] >= 1
     )
+
+
+PROXIES = (ipaddress.ip_network("10.1.0.0/16"), ipaddress.ip_network("127.0.0.1/32"))
+
+
+@pytest.mark.parametrize(
+    ("header", "trusted", "values", "peer", "address"),
+    [
+        (None, (), ["10.0.0.5"], "203.0.113.9", "203.0.113.9"),  # the peer: headers never count
+        ("x-forwarded-for", (), ["10.0.0.5, 198.51.100.1"], "127.0.0.1", "10.0.0.5"),  # the first value
+        ("x-forwarded-for", (), [], "127.0.0.1", None),  # the header is missing: unknown
+        ("x-forwarded-for", PROXIES, ["10.0.0.5"], "203.0.113.9", "203.0.113.9"),  # not from a trusted proxy
+        ("x-forwarded-for", PROXIES, ["10.0.0.5, 198.51.100.1"], "127.0.0.1", "198.51.100.1"),  # rightmost untrusted
+        ("x-forwarded-for", PROXIES, ["198.51.100.1, 10.1.2.3"], "127.0.0.1", "198.51.100.1"),  # past the proxies
+        ("x-forwarded-for", PROXIES, ["10.0.0.5", "198.51.100.1"], "127.0.0.1", "198.51.100.1"),  # two lines, one list
+        ("x-forwarded-for", PROXIES, ["10.0.0.5, junk, 10.1.0.1"], "127.0.0.1", "junk"),  # never skipped past
+        ("x-forwarded-for", PROXIES, [], "127.0.0.1", "127.0.0.1"),  # the proxy itself
+    ],
+)
+def test_an_address_source_reads_the_peer_or_a_trusted_proxys_header(header, trusted, values, peer, address):
+    headers = [(b"X-Forwarded-For", v.encode()) for v in values]
+    assert AddressSource(header, trusted).resolve(headers, (peer, 5000)) == address

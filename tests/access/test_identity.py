@@ -63,7 +63,7 @@ async def test_a_jwt_signed_by_the_issuer_identifies_the_caller_and_its_claims_r
         and facts["attributes"] == {"tenant": "acme"}
     )
     records = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert {r["principal"] for r in records} == {"alice"}
+    assert {r["principal"] for r in records} == {f"oidc:{idp.url}#alice"}
     # Discovery and the key set were fetched once, for every request after.
     assert idp.hits.get("/.well-known/openid-configuration") == 1 and idp.hits.get("/jwks") == 1
 
@@ -169,7 +169,7 @@ async def test_a_client_certificate_forwarded_by_a_proxy_identifies_the_caller(
         return
     assert r.status_code == 200 and not r.json()["result"]["isError"]
     (record,) = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
-    assert record["principal"] == principal
+    assert record["principal"] == f"mtls:{principal}"  # the subject in its source (mcpipe.access.Principal)
 
 
 async def test_a_static_token_and_an_oidc_issuer_both_identify_callers(monkeypatch):
@@ -218,3 +218,34 @@ def test_bad_identity_config_is_refused_located(section, where, says):
     with pytest.raises(ConfigError) as err:
         parse_config(json.dumps({"auth": section}), "json", environ={})
     assert any(p.location == where and says in p.message for p in err.value.problems), err.value.problems
+
+
+@pytest.mark.parametrize(
+    ("identity", "key"),
+    [
+        ({"subject": "alice", "provider": "token"}, "alice"),
+        (
+            {"subject": "alice", "provider": "oidc", "issuer": "https://login.example.com"},
+            "oidc:https://login.example.com#alice",
+        ),
+        ({"subject": "a#b:c", "provider": "oidc", "issuer": "https://i.example"}, "oidc:https://i.example#a#b:c"),
+        ({"subject": "CN=x,O=y", "provider": "mtls"}, "mtls:CN=x,O=y"),
+        ({"subject": "alice", "provider": "header", "trust": "header_asserted"}, "header:alice"),
+    ],
+)
+def test_a_principal_names_the_subject_in_its_source_and_reads_back(identity, key):
+    from mcpipe.access import Principal, principal_key
+    from mcpipe.tools import Identity
+
+    found = Identity(**identity)
+    assert principal_key(found) == key
+    assert Principal.parse(key) == Principal.of(found)
+
+
+def test_a_token_principal_may_not_take_another_sources_prefix(monkeypatch):
+    monkeypatch.setenv("T_X", "x")
+    doc = {"audit": {"enabled": False}, "auth": {"tokens": [{"env": "T_X", "principal": "oidc:https://i#alice"}]}}
+    with pytest.raises(ConfigError) as err:
+        parse_config(json.dumps(doc), "json", environ={"T_X": "x"})
+    (problem,) = err.value.problems
+    assert problem.location == "auth.tokens[0].principal" and "starts with `oidc:`" in problem.message

@@ -12,6 +12,8 @@ everywhere, so that its entry goes and its checks count from then on). Neither s
 The run fails, too, when fewer checks ran than it knows should: the direct run of each era must pass at least
 :data:`DIRECT_FLOOR` checks and run every server scenario ``run list`` names for that era; modes ``alone`` and
 ``tasks`` have floors of their own.
+Mode ``oauth`` runs the suite's client ``auth/*`` scenarios with mcpipe's downstream connection as the client
+(``oauth_client.py``): every check must pass but those of the scenarios :data:`NOT_TAKEN` names, with why.
 Mode ``alone`` runs mcpipe with no downstream server: a declared pipeline plays the suite's logging tool,
 and logging-set-level and tools-call-with-logging must pass. Mode ``tasks`` runs every ``tasks-*`` scenario
 (the tasks extension, ``docs/runs.md``) against mcpipe serving the fixture tools of ``tests/kit/tasks_fixture.py``
@@ -35,7 +37,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 FIXTURE = HERE / "everything_server.py"
 ERAS = ("2025-11-25", "2026-07-28")
-MODES = ("http", "stdio", "alone", "tasks")
+MODES = ("http", "stdio", "alone", "tasks", "oauth")
 TESTS = HERE.parent
 
 PENDING: dict[str, str] = {}
@@ -300,7 +302,82 @@ def run(modes: tuple[str, ...] = MODES, work: Path | None = None) -> Report:
                 report.tracebacks.append(f"mcpipe (alone): {tb}")
         if "tasks" in modes:
             run_tasks(report, base)
+        if "oauth" in modes:
+            run_oauth(report, base)
     return report
+
+
+OAUTH_CLIENT = HERE / "oauth_client.py"
+"""mcpipe's downstream connection as the suite's client under test (``--command``)."""
+
+NOT_TAKEN: dict[str, str] = {
+    "auth/2025-03-26-oauth-metadata-backcompat": (
+        "2025-03-26 only (removed in 2025-06-18): mcpipe follows the current spec, which requires protected "
+        "resource metadata, and discovers nothing from a server without it"
+    ),
+    "auth/2025-03-26-oauth-endpoint-fallback": (
+        "2025-03-26 only: guessing /authorize, /token and /register at the server's root without metadata is "
+        "gone from the spec, and a gateway should not send a person's sign-in to guessed URLs"
+    ),
+    "auth/enterprise-managed-authorization": (
+        "the identity assertion grant needs the end user's ID token from their enterprise IdP; a gateway holds "
+        "its callers' access tokens, not ID tokens (mcpipe's `id_jag` credential does the exchange from those)"
+    ),
+    "auth/dpop": "DPoP (RFC 9449) proof-of-possession tokens are not implemented by mcpipe's client",
+    "auth/dpop-nonce": "DPoP (RFC 9449) is not implemented by mcpipe's client",
+    "auth/wif-jwt-bearer": (
+        "workload identity federation needs a platform-issued assertion (a cloud's metadata service) that this "
+        "machine has none of; mcpipe's client_credentials with private_key_jwt covers the operator-held key"
+    ),
+}
+"""Client ``auth/*`` scenarios a gateway does not take part in, and why (docs/access.md says the same)."""
+
+OAUTH_FLOOR = 560
+"""The fewest checks mode ``oauth`` must pass (every scenario it takes, in every era it lists)."""
+
+
+def oauth_scenarios() -> list[tuple[str, str | None]]:
+    """``(scenario, version)`` of every client ``auth/*`` scenario, at each dated version ``run list`` gives it
+    (an extension at none)."""
+    out = subprocess.run([*suite(), "list"], capture_output=True, text=True, timeout=120, check=False).stdout
+    section = out.split("Client scenarios", 1)[1].split("Authorization server scenarios", 1)[0]
+    found: list[tuple[str, str | None]] = []
+    for line in section.splitlines():
+        parts = line.strip().split(maxsplit=2)
+        if len(parts) < 3 or parts[0] != "-" or not parts[1].startswith("auth/"):
+            continue
+        versions = parts[2].strip("[]").split(",")
+        if versions == ["extension"]:
+            found.append((parts[1], None))
+        else:  # the eras mcpipe speaks; a scenario of older versions only, at its own
+            found.extend((parts[1], v) for v in [v for v in versions if v in ERAS] or versions[-1:])
+    return found
+
+
+def run_oauth(report: Report, base: Path) -> None:
+    """Mode ``oauth``: every client ``auth/*`` scenario (each era it lists) with mcpipe's downstream connection as
+    the client (``oauth_client.py``); every check must pass, but the scenarios of :data:`NOT_TAKEN`."""
+    command = f"{sys.executable} {OAUTH_CLIENT}"
+    got: dict[tuple[str, str], str] = {}
+    taken = [(s, v) for s, v in oauth_scenarios() if s not in NOT_TAKEN]
+    if not taken:
+        report.lost.append("[oauth] the suite lists no auth/* client scenario")
+        return
+    for scenario, version in taken:
+        out = base / "oauth" / f"{scenario.replace('/', '_')}-{version or 'ext'}"
+        args = [*suite(), "client", "--command", command, "--scenario", scenario, "-o", str(out)]
+        if version is not None:
+            args += ["--spec-version", version]
+        subprocess.run(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=300, check=False)
+        checks = [c for f in out.rglob("checks.json") for c in json.loads(f.read_text())]
+        if not checks:
+            report.lost.append(f"[oauth {version or 'extension'}] {scenario}: no checks ran")
+        for i, c in enumerate(checks):  # ids repeat within a scenario (one per request checked): keep each
+            got[(f"{scenario}@{version or 'extension'}", f"{c['id']}#{i}")] = c["status"]
+    # INFO records what went over the wire, SKIPPED what the suite did not check: neither is a check.
+    checked = {k: v for k, v in got.items() if v not in ("INFO", "SKIPPED")}
+    compare(report, "[oauth]", {k: "SUCCESS" for k in checked}, checked)
+    floor(report, "[oauth]", checked, OAUTH_FLOOR)
 
 
 EXPECTED_TRACEBACKS = ("RuntimeError: internal failure",)

@@ -20,7 +20,7 @@ from kit.llm import _answer, _body, lifespan, serving
 from mcpipe.access import Credentials, EnvCredential
 from mcpipe.declared import StepPolicy
 from mcpipe.kinds._policy import HttpPolicy
-from mcpipe.kinds.twilio import render_twiml, staged
+from mcpipe.kinds.twilio import render_twiml
 from mcpipe.tools import ToolContext
 
 AC = "AC" + "1" * 32
@@ -286,14 +286,6 @@ async def test_a_verb_written_another_way_is_refused_as_mcpg_refuses_it():
     assert not r["ok"] and "missing field `verb`" in r["error"]
 
 
-async def test_stage_call_response_keeps_the_verbs_for_the_next_inbound_call():
-    r = await _run(
-        _step("https://api.twilio.com", "stage_call_response"), {"call_sid": "CA1", "twiml_verbs": [{"verb": "hangup"}]}
-    )
-    assert r["output"] == {"staged": True}
-    assert staged.take(("call_sid", "CA1")) == [{"verb": "hangup"}] and staged.take(("call_sid", "CA1")) is None
-
-
 @pytest.mark.parametrize(
     ("change", "where", "says"),
     [
@@ -303,6 +295,7 @@ async def test_stage_call_response_keeps_the_verbs_for_the_next_inbound_call():
         ({"account_sid": " "}, "steps[0].account_sid", "account_sid is required"),
         ({"api_key_secret_credential": "nope"}, "steps[0].api_key_secret", "not both"),
         ({"operation": "teleport"}, "steps[0].operation", "Invalid enum value"),
+        ({"operation": "stage_call_response"}, "steps[0].operation", "inbound-voice webhook, which mcpipe does not"),
     ],
 )
 def test_a_binding_mcpg_would_refuse_is_refused_located(change, where, says):

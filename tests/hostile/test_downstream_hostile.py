@@ -13,6 +13,7 @@ import httpx2
 import pytest
 import trio
 
+from kit.servers import start_process
 from kit.siege import base_of, call, probing, rpc, rss_mb, serve_process
 
 pytestmark = [
@@ -97,3 +98,44 @@ async def test_a_hostile_downstream_cannot_bloat_the_server_its_metrics_or_its_l
     assert any(line.endswith("... (10074 characters)") for line in shouted)
     assert any("\\n2030-01-01 00:00:00,000 CRITICAL mcpipe.server: FORGED" in line for line in shouted)  # escaped
     assert any("downstream flood: dropped" in line and "log messages (more than 50 a second)" in line for line in lines)
+
+
+# --- issue 27, item 11: one listing of 100 000 tools over HTTP ---------------------------------------------------
+
+WIDE = str(Path(__file__).with_name("wide_downstream.py"))
+
+
+def _peak_mb(pid: int) -> float:
+    """The high-water mark of process ``pid``'s resident memory, in MB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmHWM for {pid}")
+
+
+async def test_a_downstream_listing_100_000_tools_is_cut_while_it_is_read(tmp_path: Path) -> None:
+    # Before: the whole listing (100 000 tools, 16.6 MB) was read and validated before `max_tools` (1000) cut
+    # it: the server's peak resident memory went from 109 to 746 MB (the issue saw 1.46 GB), the call waited
+    # 32 s and /healthz went unanswered 10 s. Now it is cut to 4000 as it streams: 139 MB, /healthz < 1 s.
+    proc, url = await start_process([sys.executable, WIDE, "0"], marker="", stream="stdout")
+    try:
+        server = f'url = "{url}"\nconnect = "lazy"\nconnect_timeout_ms = 90000\n'
+        toml = f"[audit]\nenabled = false\n\n[mcpServers.wide]\n{server}"
+        with trio.fail_after(120):
+            async with serve_process(toml, tmp_path) as served, httpx2.AsyncClient(timeout=100) as http:
+                before = _peak_mb(served.proc.pid)
+                async with probing(served.url):
+                    status, answer = await rpc(http, served.url, call("wide.t5", {}), "wide.t5")
+                    names = await list_tools(http, served.url)
+                peak = _peak_mb(served.proc.pid)
+                text = served.text()
+    finally:
+        proc.kill()
+        await proc.wait()
+    assert status == 200 and answer["result"]["content"][0]["text"] == "t5 ok", (answer, text[-2000:])
+    wide = [n for n in names if n.startswith("wide.")]
+    assert len(wide) == 1000 and "wide.t999" in wide and "wide.t1000" not in wide
+    assert "downstream wide lists more than 1000 tools: keeping the first 1000" in text
+    print(f"peak RSS {before:.0f} MB before the listing, {peak:.0f} MB after")
+    assert peak - before < 150, (before, peak)

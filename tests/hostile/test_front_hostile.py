@@ -230,3 +230,101 @@ async def test_a_workflow_path_parameter_cannot_be_a_dot_segment(value: str) -> 
     assert r.status_code == 200 and out["status"] == "error" and out["error_stage"] == "llm_selection", out
     assert "path parameter `item_id` of tool 'search_docs' must be one segment" in out["error"]
     assert api.requests == []
+
+
+# --- issue 27, item 9: request heads dripping a byte at a time ------------------------------------------------
+
+HEADS = """
+[audit]
+enabled = false
+
+[http]
+max_connections = 20
+head_timeout_s = 2.0
+"""
+
+
+async def test_heads_dripping_a_byte_at_a_time_are_cut_at_their_deadline_and_an_innocent_caller_gets_in(
+    tmp_path: Path,
+) -> None:
+    # Before: heads had no deadline of their own, only hypercorn's keep-alive: 60 heads dripping a byte per 2 s
+    # (max_connections 20) held every slot, and an innocent caller's call was turned away (503) for 75 s.
+    head = b"POST /mcp HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\n"
+    replies: list[bytes] = []
+    with trio.fail_after(60):
+        async with serve_process(HEADS, tmp_path) as served:
+            port = int(served.url.split(":")[2].split("/")[0])
+            connected = trio.Semaphore(0)
+
+            async def drip() -> None:
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                connected.release()
+                async with stream:
+                    reply = b""
+                    with trio.move_on_after(30):
+                        for byte in head:
+                            try:
+                                await stream.send_all(bytes([byte]))
+                            except trio.BrokenResourceError:
+                                break  # answered and closed: the answer was read below
+                            with trio.move_on_after(2):
+                                chunk = await stream.receive_some()
+                                reply += chunk
+                                if not chunk or reply.endswith(b"}"):
+                                    break
+                    replies.append(reply)
+
+            async with probing(served.url, every_s=0.2), trio.open_nursery() as nursery:
+                for _ in range(60):
+                    nursery.start_soon(drip)
+                for _ in range(60):
+                    await connected.acquire()
+                t0 = trio.current_time()
+                async with httpx2.AsyncClient(timeout=10) as http:
+                    while True:
+                        status, answer = await rpc(http, served.url, call("echo", {"innocent": True}), "echo")
+                        if status == 200:
+                            break
+                        assert status == 503, (status, answer)
+                        await trio.sleep(0.2)
+                waited = trio.current_time() - t0
+    assert answer["result"]["structuredContent"] == {"innocent": True}
+    assert waited < 30, waited  # the head deadline (2 s) and a retry, not hypercorn's 75 s keep-alive
+    assert len(replies) == 60
+    timed_out = [r for r in replies if r.startswith(b"HTTP/1.1 408")]
+    assert timed_out and all(r.startswith((b"HTTP/1.1 408", b"HTTP/1.1 503")) for r in replies), replies[:3]
+    assert all(b"head_timeout_s" in r for r in timed_out), timed_out[:1]
+
+
+RESTING = """
+[audit]
+enabled = false
+
+[http]
+max_connections = 20
+"""
+
+
+async def test_connections_resting_between_requests_yield_their_slots_to_a_new_caller(tmp_path: Path) -> None:
+    # Before: 20 connections that made one request each and kept the connection open held every slot until
+    # hypercorn's keep-alive (75 s) closed them: a new caller was turned away (503) all that time.
+    with trio.fail_after(60):
+        async with serve_process(RESTING, tmp_path) as served:
+            port = int(served.url.split(":")[2].split("/")[0])
+            resting: list[trio.SocketStream] = []
+            for _ in range(20):
+                stream = await trio.open_tcp_stream("127.0.0.1", port)
+                await stream.send_all(b"GET /healthz HTTP/1.1\r\nhost: 127.0.0.1\r\n\r\n")
+                reply = b""
+                while not reply.endswith(b"}"):
+                    reply += await stream.receive_some()
+                assert reply.startswith(b"HTTP/1.1 200"), reply
+                resting.append(stream)
+            async with probing(served.url, every_s=0.2), httpx2.AsyncClient(timeout=10) as http:
+                t0 = trio.current_time()
+                status, answer = await rpc(http, served.url, call("echo", {"new": True}), "echo")
+                waited = trio.current_time() - t0
+            for stream in resting:
+                await stream.aclose()
+    assert status == 200 and answer["result"]["structuredContent"] == {"new": True}, (status, answer)
+    assert waited < 5, waited

@@ -201,6 +201,7 @@ class EchoApi:
             got = {
                 "method": scope["method"],
                 "path": scope["path"],
+                "raw_path": (scope.get("raw_path") or scope["path"].encode()).decode("latin-1"),
                 "query": scope["query_string"].decode(),
                 "authorization": headers.get("authorization"),
                 "body": (await _body(receive)).decode(),

@@ -83,6 +83,21 @@ async def test_a_background_spec_with_problems_is_answered_at_once_and_never_que
     assert runs == []
 
 
+async def test_a_background_retry_of_a_tool_not_idempotent_is_answered_at_once_as_a_run_would_refuse_it():
+    """The submission makes every check a run makes before its first step, so the queued run is never refused
+    later where no one reads it."""
+    with trio.fail_after(20):
+        async with open_app(make_config()) as app, Client(app.server) as client:
+            spec = {"background": True, "steps": [{"id": "t", "tool": "now", "retry": {"attempts": 2}}]}
+            bad = await client.call_tool(PIPE_TOOL, spec)
+            runs = await app.runs.queue.runs()
+    answer = _structured(bad)
+    assert bad.is_error and answer["error_code"] == "INVALID_SPEC"
+    assert [p["location"] for p in answer["problems"]] == ["steps[0].retry"]
+    assert "not marked idempotent" in answer["problems"][0]["message"]
+    assert runs == []
+
+
 async def test_pipe_cancel_stops_a_running_background_run_and_it_ends_cancelled():
     reset_gate()
     with trio.fail_after(20):

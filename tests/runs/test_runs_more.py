@@ -182,3 +182,33 @@ async def test_mcpipe_events_follows_a_running_run_live_and_exits_when_it_ends(t
     assert so_far == [("enqueued", None), ("leased", None), ("step_started", "a")]
     assert seen[3:] == [("step_finished", "a"), ("step_started", "b"), ("completed", None)]
     assert code == 0
+
+
+def test_listing_runs_needs_no_secret_of_auth_tokens_but_does_need_the_queues(tmp_path):
+    """`mcpipe runs` and `events` read the queue: the tokens the HTTP front checks need not be set to list
+    runs, and a variable the queue's own section reads must be (issue 27, item 25)."""
+    import os
+    import subprocess
+    import sys
+
+    trio.run(_one_run, tmp_path)
+    path = tmp_path / "mcpipe.toml"
+    path.write_text(
+        '[audit]\nenabled = false\n[runs]\npath = "runs.sqlite3"\n'
+        '[[auth.tokens]]\nenv = "T_RUNS_NOT_SET"\nprincipal = "alice"\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("T_RUNS_")}
+
+    def mcpipe(*args: str) -> subprocess.CompletedProcess[str]:
+        command = [sys.executable, "-m", "mcpipe", *args]
+        return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60, check=False)
+
+    listed = mcpipe("runs", "--config", "mcpipe.toml", "--json")
+    events = mcpipe("events", "r1", "--config", "mcpipe.toml", "--no-follow")
+    assert (listed.returncode, listed.stderr) == (0, "")
+    assert [json.loads(line)["run_id"] for line in listed.stdout.splitlines()] == ["r1"]
+    assert events.returncode == 0 and events.stdout.splitlines()[-1].split()[1] == "completed"
+    path.write_text('[audit]\nenabled = false\n[runs]\npath = "${env.T_RUNS_DB}"\n')
+    refused = mcpipe("runs", "--config", "mcpipe.toml")
+    assert refused.returncode == 2
+    assert refused.stderr == "error: mcpipe.toml:runs.path: environment variable `T_RUNS_DB` is not set\n"

@@ -1,7 +1,9 @@
 """Access control and outbound credentials (``docs/access.md``).
 
 - who is calling: :class:`Authenticator` (bearer tokens, JWTs of OIDC issuers, client certificates
-  forwarded by a proxy) resolves an :class:`~mcpipe.tools.Identity` at the HTTP front;
+  forwarded by a proxy) resolves an :class:`~mcpipe.tools.Identity` at the HTTP front, and
+  :class:`Principal` names it in its source (``oidc:<issuer>#alice``: what runs, quotas, sessions, rate
+  limits, Cedar and audit key on);
 - what a call may do: :class:`Gates` (Cedar policies, rate limits, client-address allowlists), run by the
   gateway before every tool call;
 - what mcpipe presents upstream: :class:`Credentials` (OAuth client credentials, token exchange, ID-JAG,
@@ -15,19 +17,27 @@ from mcpipe.access._config import (
     CredentialConfig,
     EnvCredential,
     IdJag,
+    IntrospectionProvider,
     IpAllowlistGate,
     MtlsConfig,
     OidcProvider,
     RateLimitGate,
+    ResourceConfig,
+    ScopeRule,
     TokenExchange,
     check_access,
     check_credentials,
+    check_introspection,
     check_mtls,
     check_oidc,
+    check_resource,
+    check_scopes,
 )
 from mcpipe.access._credentials import CredentialError, Credentials, Issued
 from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
+from mcpipe.access._principal import Principal, principal_key
+from mcpipe.access._scopes import Scopes, missing_scopes
 
 __all__ = [
     "AccessConfig",
@@ -42,17 +52,27 @@ __all__ = [
     "GateRefusal",
     "Gates",
     "IdJag",
+    "IntrospectionProvider",
     "IpAllowlistGate",
     "Issued",
     "MtlsConfig",
     "OidcProvider",
+    "Principal",
     "RateLimitGate",
     "Rejected",
+    "ResourceConfig",
+    "ScopeRule",
+    "Scopes",
     "TokenExchange",
     "build_gates",
     "check_access",
     "check_credentials",
+    "check_introspection",
     "check_mtls",
     "check_oidc",
+    "check_resource",
+    "check_scopes",
     "client_ip",
+    "missing_scopes",
+    "principal_key",
 ]

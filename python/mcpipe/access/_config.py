@@ -24,6 +24,7 @@ __all__ = [
     "CredentialConfig",
     "EnvCredential",
     "IdJag",
+    "IntrospectionProvider",
     "IpAllowlistGate",
     "MtlsConfig",
     "MtlsIdentity",
@@ -31,12 +32,17 @@ __all__ = [
     "OidcProvider",
     "RateLimitGate",
     "RateRule",
+    "ResourceConfig",
     "ResourceType",
+    "ScopeRule",
     "TokenExchange",
     "check_access",
     "check_credentials",
+    "check_introspection",
     "check_mtls",
     "check_oidc",
+    "check_resource",
+    "check_scopes",
 ]
 
 CODE = ErrorCode.INVALID_CONFIG
@@ -102,6 +108,74 @@ class OidcProvider(_Base):
     prefix: str = "Bearer "
 
 
+class IntrospectionProvider(_Base):
+    """An authorization server whose opaque access tokens are checked by RFC 7662 introspection
+    (``[[auth.introspection]]``).
+
+    mcpipe posts each token it does not know to ``endpoint`` (else the ``introspection_endpoint`` of the
+    issuer's RFC 8414 metadata), authenticated as ``client_id``; an ``active`` answer whose ``aud`` names an
+    accepted audience identifies the caller. Answers are cached no longer than the token lives (``exp``) nor
+    than ``cache_s``, at most ``max_per_principal`` tokens per principal and ``max_cached`` in all.
+    """
+
+    issuer: str
+    client_id: str
+    endpoint: str | None = None
+    metadata_url: str | None = None
+    """Where the issuer's metadata is (default ``<issuer>/.well-known/oauth-authorization-server``, then
+    ``openid-configuration``); read only when ``endpoint`` is unset."""
+    client_secret: str | None = None
+    client_secret_env: str | None = None
+    auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    audiences: list[str] = []
+    """The ``aud`` values accepted (empty: this resource's URL, ``auth.resource.url``)."""
+    any_audience: bool = False
+    cache_s: Annotated[float, msgspec.Meta(ge=0, le=3600)] = 300.0
+    max_cached: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    max_per_principal: Annotated[int, msgspec.Meta(ge=1)] = 16
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 16
+    """The most introspection requests at once; a token arriving past it is answered 503 (not queued)."""
+    timeout_ms: Annotated[int, msgspec.Meta(ge=1, le=60_000)] = 2000
+    allow_private: bool = False
+    subject_claim: str = "sub"
+    group_claims: list[str] = []
+    role_claims: list[str] = []
+    scope_claims: list[str] = msgspec.field(default_factory=lambda: ["scope"])
+    attributes: dict[str, str] = {}
+
+
+class ResourceConfig(_Base):
+    """mcpipe as an OAuth 2.1 resource server (``[auth.resource]``, RFC 9728): its protected resource metadata
+    and what its 401 and 403 answers name."""
+
+    url: str | None = None
+    """Its canonical URL, the ``resource`` clients ask tokens for (RFC 8707): behind a TLS-terminating proxy,
+    the public one (``https://mcp.example.com/mcp``). Unset: the request's scheme, ``Host`` and ``http.path``."""
+    authorization_servers: list[str] | None = None
+    """Default: the issuers of ``[[auth.oidc]]`` and ``[[auth.introspection]]``."""
+    scopes_supported: list[str] | None = None
+    """Default: every scope ``[[auth.scopes]]`` names."""
+    scopes: list[str] | None = None
+    """The scopes a 401 challenge asks for (``scope=``); default: ``scopes_supported``."""
+    documentation: str | None = None
+    """``resource_documentation``: a page for people about this server."""
+    name: str | None = None
+    """``resource_name`` (default: the config's ``name``)."""
+
+
+class ScopeRule(_Base):
+    """The OAuth scope some tools, prompts and resources need (``[[auth.scopes]]``): a caller whose token
+    lacks it does not see them listed and cannot call them, directly or from any pipeline."""
+
+    scope: str
+
+    tools: list[str] = []
+    """Tool globs (``files.*``): tools, declared pipelines, playbooks, downstream servers' tools."""
+    prompts: list[str] = []
+    resources: list[str] = []
+    """Resource URI globs (``file:///reports/*``)."""
+
+
 class MtlsSource(_Base):
     """Where a TLS-terminating proxy puts the client certificate it verified."""
 
@@ -143,7 +217,7 @@ class ResourceType(_Base):
 
 
 class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
-    """Cedar policies deciding each tool call: principal ``<principal_type>::"<subject>"``, action
+    """Cedar policies deciding each tool call: principal ``<principal_type>::"<principal>"``, action
     ``<action_namespace>::"tool.call.pre"``, resource per ``resource_types``; a ``forbid`` denies, a
     ``permit`` allows, and when none matches ``default`` decides (``deny``, or ``defer`` to the gates after)."""
 
@@ -152,6 +226,10 @@ class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
     schema_path: str | None = None
     entities_path: str | None = None
     principal_type: str = "User"
+    principal_id: Literal["principal", "subject"] = "principal"
+    """What names the principal: the caller's principal (``alice`` for a token, ``oidc:<issuer>#alice`` for a
+    JWT: ``mcpipe.access.Principal``), or its bare ``subject`` (mcpg's rule: the same subject from any source
+    is the same Cedar principal)."""
     action_namespace: str = "Action"
     anonymous_principal: str = "anonymous"
     resource_types: list[ResourceType] = msgspec.field(default_factory=lambda: [ResourceType()])
@@ -189,11 +267,15 @@ class RateLimitGate(_Base, tag="rate_limit", tag_field="kind", kw_only=True):
 
 
 class IpAllowlistGate(_Base, tag="ip_allowlist", tag_field="kind", kw_only=True):
-    """Tool calls only from these networks. The address is the first value of ``ip_header`` (else
-    ``x-real-ip``), or the TCP peer's when ``ip_header`` is unset; a call whose address is unknown is refused."""
+    """Tool calls only from these networks. The address is the TCP peer's, unless ``ip_header`` names a header a
+    proxy in front sets: then, with ``trusted_proxies``, the header is read only from a peer in them, and its
+    client is the rightmost address of the list that is not one of them; without, its first value (the proxy
+    must overwrite the header, not append to it). A call whose address is unknown is refused."""
 
     allow: list[str]
-    ip_header: str | None = "x-forwarded-for"
+    ip_header: str | None = None
+    trusted_proxies: list[str] = []
+    """The networks of the proxies whose ``ip_header`` is believed (CIDRs)."""
     tools: list[str] = []
     """Tool globs the gate applies to; empty: every tool."""
     enforce: bool = True
@@ -283,8 +365,9 @@ def _url(value: str, where: str, problems: list[Problem]) -> None:
         problems.append(Problem(where, CODE, "must be an http:// or https:// URL"))
 
 
-def check_oidc(providers: list[OidcProvider], base: str) -> list[Problem]:
-    """Every problem of ``[[auth.oidc]]`` beyond its types."""
+def check_oidc(providers: list[OidcProvider], base: str, resource: str | None = None) -> list[Problem]:
+    """Every problem of ``[[auth.oidc]]`` beyond its types (``resource``: ``auth.resource.url``, the audience of
+    an issuer that names none)."""
     problems: list[Problem] = []
     seen: dict[str, int] = {}
     for i, p in enumerate(providers):
@@ -293,18 +376,21 @@ def check_oidc(providers: list[OidcProvider], base: str) -> list[Problem]:
             problems.append(Problem(f"{at}.issuer", CODE, "must not be empty"))
         else:
             _url(p.issuer, f"{at}.issuer", problems)
+            if "#" in p.issuer or "?" in p.issuer:
+                problems.append(Problem(f"{at}.issuer", CODE, "must not hold a query or a fragment (OpenID Connect)"))
         if p.issuer in seen:
             problems.append(
                 Problem(f"{at}.issuer", CODE, f"`{p.issuer}` is already the issuer of {base}[{seen[p.issuer]}]")
             )
         seen.setdefault(p.issuer, i)
-        if not p.audiences and not p.any_audience:
+        if not p.audiences and not p.any_audience and resource is None:
             problems.append(
                 Problem(
                     f"{at}.audiences",
                     CODE,
-                    "is empty: a token minted for another service would be accepted (set `any_audience = true` "
-                    "only for an issuer that sets no `aud`)",
+                    "is empty: a token minted for another service would be accepted (name them, or set "
+                    "`auth.resource.url`, whose tokens then are this resource's; `any_audience = true` only for an "
+                    "issuer that sets no `aud`)",
                 )
             )
         if not p.algorithms:
@@ -352,6 +438,69 @@ def check_oidc(providers: list[OidcProvider], base: str) -> list[Problem]:
     return problems
 
 
+def check_introspection(
+    providers: list[IntrospectionProvider], base: str, environ: Mapping[str, str], resource: str | None = None
+) -> list[Problem]:
+    """Every problem of ``[[auth.introspection]]`` beyond its types."""
+    problems: list[Problem] = []
+    for i, p in enumerate(providers):
+        at = f"{base}[{i}]"
+        _url(p.issuer, f"{at}.issuer", problems)
+        for key in ("endpoint", "metadata_url"):
+            value = getattr(p, key)
+            if value is not None:
+                _url(value, f"{at}.{key}", problems)
+        if not p.client_id.strip():
+            problems.append(Problem(f"{at}.client_id", CODE, "must not be empty"))
+        _secret(p.client_secret, p.client_secret_env, at, "client_secret", problems, environ, required=True)
+        if not p.audiences and not p.any_audience and resource is None:
+            problems.append(
+                Problem(
+                    f"{at}.audiences",
+                    CODE,
+                    "is empty: name the audiences accepted, or set `auth.resource.url` (a token is then accepted "
+                    "only for this resource)",
+                )
+            )
+        if not p.subject_claim:
+            problems.append(Problem(f"{at}.subject_claim", CODE, "must not be empty"))
+    return problems
+
+
+def check_resource(cfg: ResourceConfig, base: str) -> list[Problem]:
+    """Every problem of ``[auth.resource]`` beyond its types: URLs, and a canonical URL without a fragment."""
+    problems: list[Problem] = []
+    if cfg.url is not None:
+        _url(cfg.url, f"{base}.url", problems)
+        if "#" in cfg.url:
+            problems.append(Problem(f"{base}.url", CODE, "a resource URL has no fragment (RFC 8707)"))
+    for i, server in enumerate(cfg.authorization_servers or ()):
+        _url(server, f"{base}.authorization_servers[{i}]", problems)
+    if cfg.documentation is not None:
+        _url(cfg.documentation, f"{base}.documentation", problems)
+    for key in ("scopes_supported", "scopes"):
+        for j, scope in enumerate(getattr(cfg, key) or ()):
+            if not _SCOPE.fullmatch(scope):
+                problems.append(Problem(f"{base}.{key}[{j}]", CODE, f"`{scope}` is not an OAuth scope token"))
+    return problems
+
+
+_SCOPE = re.compile(r"[\x21\x23-\x5b\x5d-\x7e]+")
+"""An RFC 6749 §3.3 scope token: visible ASCII but `"` and `\\`."""
+
+
+def check_scopes(rules: list[ScopeRule], base: str) -> list[Problem]:
+    """Every problem of ``[[auth.scopes]]`` beyond its types."""
+    problems: list[Problem] = []
+    for i, rule in enumerate(rules):
+        at = f"{base}[{i}]"
+        if not _SCOPE.fullmatch(rule.scope):
+            problems.append(Problem(f"{at}.scope", CODE, f"`{rule.scope}` is not an OAuth scope token"))
+        if not (rule.tools or rule.prompts or rule.resources):
+            problems.append(Problem(at, CODE, "names no tools, prompts or resources (the scope would guard nothing)"))
+    return problems
+
+
 def check_mtls(cfg: MtlsConfig, base: str) -> list[Problem]:
     """Every problem of ``[auth.mtls]`` beyond its types."""
     problems: list[Problem] = []
@@ -396,13 +545,23 @@ def check_access(cfg: AccessConfig, base: str, *, base_dir: str) -> list[Problem
                             "must list at least one network (an empty allowlist refuses every call)",
                         )
                     )
-                for j, cidr in enumerate(gate.allow):
-                    try:
-                        ipaddress.ip_network(cidr, strict=False)
-                    except ValueError as exc:
-                        problems.append(Problem(f"{at}.allow[{j}]", CODE, f"not a network: {exc}"))
+                for key, cidrs in (("allow", gate.allow), ("trusted_proxies", gate.trusted_proxies)):
+                    for j, cidr in enumerate(cidrs):
+                        try:
+                            ipaddress.ip_network(cidr, strict=False)
+                        except ValueError as exc:
+                            problems.append(Problem(f"{at}.{key}[{j}]", CODE, f"not a network: {exc}"))
                 if gate.ip_header is not None and not _HEADER.match(gate.ip_header):
                     problems.append(Problem(f"{at}.ip_header", CODE, f"`{gate.ip_header}` is not a header name"))
+                if gate.trusted_proxies and gate.ip_header is None:
+                    problems.append(
+                        Problem(
+                            f"{at}.trusted_proxies",
+                            CODE,
+                            "names proxies whose header is believed, but `ip_header` names none (the TCP peer is "
+                            "judged without it)",
+                        )
+                    )
             case RateLimitGate():
                 for j, rule in enumerate(gate.rules):
                     if not rule.tools:

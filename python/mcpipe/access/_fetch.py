@@ -8,18 +8,20 @@ metadata service must not become a way in), and redirects are not followed. Bodi
 from __future__ import annotations
 
 import ipaddress
+import re
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 import orjson
 import trio
 
+from mcpipe._redact import redact
 from mcpipe._util import read_capped
 from mcpipe.errors import MCPipeError
 
-__all__ = ["FetchError", "get_json", "post_form"]
+__all__ = ["FetchError", "Fetched", "fetch", "get_json", "post_form"]
 
 MAX_BODY_BYTES = 1024 * 1024
 """The largest discovery document, JWK Set or token response read."""
@@ -55,9 +57,44 @@ async def _check_host(url: httpx2.URL, allow_private: bool) -> None:
             raise FetchError(f"'{host}' resolves to {address}, a non-public address (set `allow_private` to allow it)")
 
 
+class Fetched(NamedTuple):
+    """An answer as read: its status, headers (lower-case names) and body (capped)."""
+
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+async def fetch(
+    method: str,
+    url: str,
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
+    """One guarded request (see the module docstring), whatever its status.
+
+    Raises:
+        FetchError: it could not be made, timed out, or its body was larger than :data:`MAX_BODY_BYTES`.
+    """
+    return await _request(
+        method, url, timeout_ms=timeout_ms, allow_private=allow_private, data=data, json=json, headers=headers
+    )
+
+
 async def _request(
-    method: str, url: str, *, timeout_ms: float, allow_private: bool, data: Mapping[str, str] | None = None
-) -> tuple[int, bytes]:
+    method: str,
+    url: str,
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    data: Mapping[str, str] | None = None,
+    json: Any = None,
+    headers: Mapping[str, str] | None = None,
+) -> Fetched:
     try:
         parsed = httpx2.URL(url)
     except httpx2.InvalidURL as exc:
@@ -66,14 +103,14 @@ async def _request(
         try:
             await _check_host(parsed, allow_private)
             async with httpx2.AsyncClient(timeout=None, follow_redirects=False, trust_env=False) as client:
-                headers = {"accept": "application/json"}
+                sent = {"accept": "application/json", **(headers or {})}
                 async with client.stream(
-                    method, parsed, data=dict(data) if data is not None else None, headers=headers
+                    method, parsed, data=dict(data) if data is not None else None, json=json, headers=sent
                 ) as r:
                     body, larger = await read_capped(r, MAX_BODY_BYTES)
                     if larger:
                         raise FetchError(f"the answer of {parsed.host} is larger than {MAX_BODY_BYTES} bytes")
-                    return r.status_code, body
+                    return Fetched(r.status_code, {k.lower(): v for k, v in r.headers.items()}, body)
         except httpx2.HTTPError as exc:
             raise FetchError(f"request to {parsed.host} failed: {type(exc).__name__}: {exc}") from None
         except OSError as exc:
@@ -95,14 +132,26 @@ async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: st
     Raises:
         FetchError: it could not be fetched, was not 2xx, or is not JSON.
     """
-    status, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
+    status, _, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
     if not 200 <= status < 300:
         raise FetchError(f"{what} answered HTTP {status}", status)
     return _json(status, body, what)
 
 
+_ERROR_CODE = re.compile(r"[a-z][a-z0-9_]{0,63}")
+"""An error code of RFC 6749 §5.2 (and RFC 8693's ``invalid_target``): lower-case words joined by ``_``."""
+_SECRET_FIELDS = ("client_secret", "subject_token", "assertion")
+"""The form fields a token request carries secrets in."""
+
+
 async def post_form(
-    url: str, form: Mapping[str, str], *, timeout_ms: float, allow_private: bool, what: str
+    url: str,
+    form: Mapping[str, str],
+    *,
+    timeout_ms: float,
+    allow_private: bool,
+    what: str,
+    headers: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """POST ``application/x-www-form-urlencoded`` to an OAuth token endpoint; answers its JSON object.
 
@@ -110,7 +159,9 @@ async def post_form(
         FetchError: the endpoint could not be reached, refused (its ``error`` code kept), or did not answer
             a JSON object.
     """
-    status, body = await _request("POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form)
+    status, _, body = await _request(
+        "POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form, headers=headers
+    )
     if not 200 <= status < 300:
         code = None
         try:
@@ -118,7 +169,13 @@ async def post_form(
             code = parsed.get("error") if isinstance(parsed, dict) and isinstance(parsed.get("error"), str) else None
         except orjson.JSONDecodeError:
             pass
-        suffix = f" (error: {code})" if code else ""
+        suffix = ""
+        if code is not None:
+            # An RFC 6749 error code is a word (`invalid_client`); anything else is not shown, since an endpoint
+            # may echo what it was sent (the client secret, the caller's token) into it.
+            secrets = [form.get(k) for k in _SECRET_FIELDS]
+            code = redact(code, secrets) if _ERROR_CODE.fullmatch(code) else None
+            suffix = f" (error: {code})" if code else " (its `error` is not an RFC 6749 error code: not shown)"
         raise FetchError(f"{what} answered HTTP {status}{suffix}", status, code)
     doc = _json(status, body, what)
     if not isinstance(doc, dict):

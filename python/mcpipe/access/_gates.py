@@ -4,8 +4,8 @@
 - ``rate_limit``: token buckets, as mcpg's ``dev.mcpg.rate-limit``: a call draws one token from the bucket
   of the first rule whose tool globs match (else the defaults, per principal); buckets refill continuously
   at ``limit / window`` and hold ``burst`` (else ``limit``); a fresh bucket is full.
-- ``ip_allowlist``: as mcpg's ``dev.mcpg.ip-allowlist``: the caller's address (the first value of the
-  configured header, else ``x-real-ip``; or the TCP peer) must fall in one of the networks.
+- ``ip_allowlist``: the caller's address (:class:`AddressSource`: the TCP peer's, or a header a trusted proxy
+  sets) must fall in one of the networks.
 
 A gate refuses by raising :class:`GateRefusal` (its ``code``: ``FORBIDDEN`` or ``LIMIT_EXCEEDED``); the gateway
 audits and answers it like any refused call. A gate with ``enforce = false`` only logs what it would refuse.
@@ -28,7 +28,7 @@ from mcpipe.access._config import AccessConfig, CedarGate, IpAllowlistGate, Rate
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["Gate", "GateDenied", "GateRefusal", "Gates", "build_gates", "client_ip", "tool_globs"]
+__all__ = ["AddressSource", "Gate", "GateDenied", "GateRefusal", "Gates", "build_gates", "client_ip", "tool_globs"]
 
 _log = logging.getLogger("mcpipe.access")
 
@@ -88,9 +88,12 @@ class Gate:
 class CedarPolicyGate(Gate):
     def __init__(self, cfg: CedarGate, name: str, engine: CedarEngine) -> None:
         self.name, self.enforce, self.engine = name, cfg.enforce, engine
+        self.by_subject = cfg.principal_id == "subject"
 
     def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
-        verdict = self.engine.decide(tool, args, ctx.principal)
+        identity = ctx.request.identity
+        who = identity.subject if self.by_subject and identity is not None else ctx.principal
+        verdict = self.engine.decide(tool, args, who)
         if verdict.effect == "deny":
             rpc = (-33000, f"Policy `{self.name}` denied tool '{tool}': {verdict.reason}")
             raise GateRefusal(
@@ -192,18 +195,74 @@ def _session_of(ctx: ToolContext) -> str | None:
 
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+@dataclass(frozen=True, slots=True)
+class AddressSource:
+    """Where an ``ip_allowlist`` gate reads the caller's address (``docs/access.md``).
+
+    Attributes:
+        header: None: the TCP peer (nothing a client sends counts). Else the header a proxy in front sets.
+        trusted: the proxies whose ``header`` is believed. Empty: the header's first value is read (the
+            operator says the proxy overwrites it). Else the header counts only from a peer in them, and the
+            client is the rightmost address of its list that is not one of them (each proxy appends the
+            address it was reached from, so what a client wrote itself is further left).
+    """
+
+    header: str | None = None
+    trusted: tuple[Network, ...] = ()
+
+    @property
+    def key(self) -> str | None:
+        """The name this source's address goes by in ``Request.client_addresses`` (None: the peer)."""
+        if self.header is None:
+            return None
+        if not self.trusted:
+            return self.header.lower()
+        return f"{self.header.lower()} via {','.join(str(n) for n in self.trusted)}"
+
+    def resolve(self, headers: Sequence[tuple[bytes, bytes]], peer: Any) -> str | None:
+        """The caller's address, as text; None when it is not known."""
+        peer_text = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
+        if self.header is None:
+            return peer_text
+        if self.trusted:
+            at = _address(peer_text)
+            if at is None or not self._is_trusted(at):
+                return peer_text
+        wanted = self.header.lower().encode()
+        values = [raw.decode("latin-1") for name, raw in headers if name.lower() == wanted]
+        if not values:
+            return None if not self.trusted else peer_text
+        hops = [h.strip() for h in ",".join(values).split(",") if h.strip()]
+        if not self.trusted:
+            return hops[0] if hops else None
+        for hop in reversed(hops):
+            address = _address(hop)
+            if address is None:
+                return hop  # not an address: unknown, refused (never skipped to one further left)
+            if not self._is_trusted(address):
+                return hop
+        return hops[0] if hops else peer_text
+
+    def _is_trusted(self, address: Address) -> bool:
+        return any(address in n for n in self.trusted)
 
 
 class IpAllowlist(Gate):
     def __init__(self, cfg: IpAllowlistGate, name: str) -> None:
-        self.name, self.enforce, self.header = name, cfg.enforce, cfg.ip_header
+        self.name, self.enforce = name, cfg.enforce
+        self.source = AddressSource(
+            cfg.ip_header, tuple(ipaddress.ip_network(c, strict=False) for c in cfg.trusted_proxies)
+        )
         self.networks: list[Network] = [ipaddress.ip_network(c, strict=False) for c in cfg.allow]
         self.applies = tool_globs(cfg.tools)
 
     def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
         if not self.applies(tool):
             return "defer"
-        address = _address(ctx.request.client_addresses.get(self.header))
+        address = _address(ctx.request.client_addresses.get(self.source.key))
         if address is None:
             rpc = (-32030, "Access denied: client IP not available")
             raise GateRefusal(
@@ -216,7 +275,7 @@ class IpAllowlist(Gate):
         return "allow"
 
 
-def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+def _address(text: str | None) -> Address | None:
     if not text:
         return None
     try:
@@ -229,21 +288,9 @@ def _address(text: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address 
 
 
 def client_ip(headers: Sequence[tuple[bytes, bytes]], peer: Any, header: str | None) -> str | None:
-    """The caller's address as an ``ip_allowlist`` gate reads it: the first value of ``header`` (else of
-    ``x-real-ip``), or, when ``header`` is None, the TCP peer's (the ASGI ``client``)."""
-    if header is None:
-        return str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
-    wanted = header.lower().encode()
-    found: dict[bytes, bytes] = {}
-    for name, raw in headers:
-        low = name.lower()
-        if low in (wanted, b"x-real-ip") and low not in found:
-            found[low] = raw
-    value = found.get(wanted) or found.get(b"x-real-ip")
-    if value is None:
-        return None
-    first = value.decode("latin-1").split(",", 1)[0].strip()
-    return first or None
+    """The caller's address as an ``ip_allowlist`` gate without trusted proxies reads it: the first value of
+    ``header``, or, when ``header`` is None, the TCP peer's (the ASGI ``client``)."""
+    return AddressSource(header).resolve(headers, peer)
 
 
 class Gates:
@@ -251,11 +298,11 @@ class Gates:
 
     def __init__(self, gates: Sequence[Gate] = ()) -> None:
         self.gates = list(gates)
-        self.address_headers: tuple[str | None, ...] = tuple(
-            dict.fromkeys(g.header for g in self.gates if isinstance(g, IpAllowlist))
+        self.address_sources: tuple[AddressSource, ...] = tuple(
+            dict.fromkeys(g.source for g in self.gates if isinstance(g, IpAllowlist))
         )
-        """Where the ``ip_allowlist`` gates read the caller's address (a header, or None: the TCP peer); the HTTP
-        front puts each in ``Request.client_addresses``."""
+        """Where the ``ip_allowlist`` gates read the caller's address; the HTTP front puts each in
+        ``Request.client_addresses`` under its ``key``."""
 
     def __bool__(self) -> bool:
         return bool(self.gates)

@@ -20,6 +20,7 @@ import hmac
 import logging
 import re
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -28,8 +29,9 @@ import jwt
 import orjson
 import trio
 
-from mcpipe.access._config import MtlsConfig, OidcProvider
+from mcpipe.access._config import IntrospectionProvider, MtlsConfig, OidcProvider
 from mcpipe.access._fetch import FetchError, get_json
+from mcpipe.access._introspect import Introspection, Unavailable
 from mcpipe.tools._identity import Identity
 
 __all__ = ["Authenticator", "JwksCache", "Rejected", "mtls_identity"]
@@ -48,14 +50,22 @@ fetch of its own (a JWK Set server that hangs held every caller of the issuer in
 MAX_KEYS = 100
 """The most keys of one JWK Set kept (the rest are left out, said in the log)."""
 
+VERDICT_TTL_S = 60.0
+"""How long a verified JWT is answered from memory (never past its ``exp``): a token is verified once a minute,
+not on every request, and a key withdrawn from the JWK Set stops its tokens within a minute."""
+MAX_VERDICTS = 10_000
+"""The most verified tokens remembered (least recently used go first)."""
+
 Headers = Sequence[tuple[bytes, bytes]]
 
 
 @dataclass(frozen=True, slots=True)
 class Rejected:
-    """A credential was presented and did not verify (answered 401; ``reason`` is for the log)."""
+    """A credential was presented and did not verify (answered 401, ``error="invalid_token"``; ``reason`` is
+    for the log), or could not be checked now (``status`` 503: an introspection endpoint busy or down)."""
 
     reason: str
+    status: int = 401
 
 
 def _digest(token: str | bytes) -> bytes:
@@ -211,11 +221,44 @@ class JwksCache:
 
 
 class _Oidc:
-    def __init__(self, cfg: OidcProvider, clock: Callable[[], float]) -> None:
+    def __init__(self, cfg: OidcProvider, clock: Callable[[], float], resource: str | None = None) -> None:
         self.cfg = cfg
+        self.clock = clock
         self.keys = JwksCache(cfg, clock)
+        # An issuer naming no audiences accepts the tokens minted for this resource (RFC 8707).
+        self.audiences = list(cfg.audiences) if cfg.audiences or resource is None else [resource]
+        self._verdicts: OrderedDict[bytes, tuple[Identity, float]] = OrderedDict()
+
+    def cached(self, token: str, key: bytes | None = None) -> Identity | None:
+        """The identity of a token verified lately (see :meth:`verify`), or None."""
+        key = _digest(token) if key is None else key
+        hit = self._verdicts.get(key)
+        if hit is not None:
+            if self.clock() < hit[1]:
+                self._verdicts.move_to_end(key)
+                return hit[0]
+            del self._verdicts[key]
+        return None
 
     async def verify(self, token: str) -> Identity | Rejected:
+        """The token's identity: from the verdict cache (a token verified in the last :data:`VERDICT_TTL_S`
+        seconds, and not expired since), else verified (see the module docstring)."""
+        key = _digest(token)
+        hit = self.cached(token, key)
+        if hit is not None:
+            await trio.lowlevel.checkpoint()
+            return hit
+        outcome = await self._verify(token)
+        if isinstance(outcome, Identity):
+            exp = outcome.claims.get("exp")
+            left = float(exp) - time.time() if isinstance(exp, int | float) and not isinstance(exp, bool) else 0.0
+            if left > 0:
+                self._verdicts[key] = (outcome, self.clock() + min(VERDICT_TTL_S, left))
+                while len(self._verdicts) > MAX_VERDICTS:
+                    self._verdicts.popitem(last=False)
+        return outcome
+
+    async def _verify(self, token: str) -> Identity | Rejected:
         cfg = self.cfg
         try:
             header = jwt.get_unverified_header(token)
@@ -239,7 +282,7 @@ class _Oidc:
                     token,
                     key,
                     algorithms=[alg],
-                    audience=None if cfg.any_audience else cfg.audiences,
+                    audience=None if cfg.any_audience else self.audiences,
                     issuer=cfg.issuer,
                     leeway=cfg.clock_skew_s,
                     options={"require": required, "verify_aud": not cfg.any_audience},
@@ -390,6 +433,11 @@ class Authenticator:
         tokens: token digest -> principal (``[auth] tokens``).
         oidc: the issuers whose JWTs identify callers.
         mtls: where a proxy forwards client certificates, or None.
+        introspection: the authorization servers whose opaque tokens are introspected (RFC 7662), each with
+            its client secret.
+        resource: this resource's canonical URL (``auth.resource.url``): the audience of an issuer that names
+            none.
+        token_scopes: principal of a static token -> the scopes it stands for.
     """
 
     def __init__(
@@ -398,17 +446,34 @@ class Authenticator:
         oidc: Sequence[OidcProvider] = (),
         mtls: MtlsConfig | None = None,
         *,
+        introspection: Sequence[tuple[IntrospectionProvider, str]] = (),
+        resource: str | None = None,
+        token_scopes: Mapping[str, Sequence[str]] | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.tokens = dict(tokens)
-        self.oidc = [_Oidc(p, clock) for p in oidc]
+        self.oidc = [_Oidc(p, clock, resource) for p in oidc]
         self.mtls = mtls
+        self.introspection = [
+            Introspection(
+                cfg,
+                list(cfg.audiences) if cfg.audiences or resource is None else [resource],
+                secret,
+                clock=clock,
+            )
+            for cfg, secret in introspection
+        ]
+        self.token_scopes = {k: tuple(v) for k, v in (token_scopes or {}).items()}
         self._by_issuer = {p.cfg.issuer: p for p in self.oidc}
+        self._sources: dict[tuple[str, str], list[_Oidc]] = {}
+        for p in self.oidc:
+            self._sources.setdefault((p.cfg.header.lower(), p.cfg.prefix), []).append(p)
+        self._plain = set(self._sources) == {("authorization", "Bearer ")}
 
     @property
     def configured(self) -> bool:
         """Whether any identity source is configured (then a request needs an identity)."""
-        return bool(self.tokens) or bool(self.oidc) or self.mtls is not None
+        return bool(self.tokens) or bool(self.oidc) or bool(self.introspection) or self.mtls is not None
 
     def _bearer(self, headers: Headers, name: bytes, prefix: str) -> str | None:
         value = _header(headers, name)
@@ -428,11 +493,15 @@ class Authenticator:
             digest = _digest(bearer)
             for known, principal in self.tokens.items():
                 if hmac.compare_digest(known, digest):
-                    return Identity(subject=principal, provider="token", token=bearer)
+                    return Identity(
+                        subject=principal, provider="token", scopes=self.token_scopes.get(principal, ()), token=bearer
+                    )
         if self.oidc:
-            outcome = await self._oidc(headers)
+            outcome = await self._oidc(headers, bearer)
             if outcome is not None:
                 return outcome
+        if bearer is not None and self.introspection:
+            return await self._introspect(bearer)
         if self.mtls is not None:
             found = mtls_identity(self.mtls, headers)
             if found is not None:
@@ -441,18 +510,43 @@ class Authenticator:
             return Rejected("unknown bearer token")
         return None
 
-    async def _oidc(self, headers: Headers) -> Identity | Rejected | None:
-        by_source: dict[tuple[str, str], list[_Oidc]] = {}
-        for p in self.oidc:
-            by_source.setdefault((p.cfg.header.lower(), p.cfg.prefix), []).append(p)
-        for (name, prefix), providers in by_source.items():
-            token = self._bearer(headers, name.encode(), prefix)
+    async def _introspect(self, token: str) -> Identity | Rejected:
+        last = "no introspection endpoint knows the token"
+        for provider in self.introspection:
+            outcome = await provider.check(token)
+            if isinstance(outcome, Identity):
+                return outcome
+            if isinstance(outcome, Unavailable):
+                return Rejected(outcome.reason, 503)
+            last = outcome
+        return Rejected(last)
+
+    async def _oidc(self, headers: Headers, bearer: str | None) -> Identity | Rejected | None:
+        if bearer is not None and self._plain:
+            # The usual shape (the Authorization header, one or more issuers): a token verified lately is
+            # answered before anything of it is parsed again.
+            for p in self.oidc:
+                hit = p.cached(bearer)
+                if hit is not None:
+                    return hit
+        for (name, prefix), providers in self._sources.items():
+            token = (
+                bearer
+                if (name, prefix) == ("authorization", "Bearer ")
+                else self._bearer(headers, name.encode(), prefix)
+            )
             if token is None:
                 continue
-            if len(providers) == 1:
-                return await providers[0].verify(token)
             iss = _unverified_issuer(token)
             chosen = self._by_issuer.get(iss) if iss is not None else None
+            if (
+                self.introspection
+                and (chosen is None or chosen not in providers)
+                and (name, prefix.strip().lower()) == ("authorization", "bearer")
+            ):
+                return None  # not a JWT of these issuers: an opaque token (or another server's JWT), introspected
+            if len(providers) == 1:
+                return await providers[0].verify(token)
             if chosen is not None and chosen in providers:
                 return await chosen.verify(token)
             last: Rejected | None = None

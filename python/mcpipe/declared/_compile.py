@@ -239,7 +239,7 @@ class _Compiler:
         templates: list[tuple[str, Template]] = []
         for name in k.templates:
             if name in raw:
-                t = self.check.template(raw[name], f"{loc}.{name}", scope, refs)
+                t = self.check.template(raw[name], f"{loc}.{name}", scope, refs, url=name in k.url_templates)
                 if t is not None:
                     templates.append((name, t))
 

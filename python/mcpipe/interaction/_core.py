@@ -215,7 +215,7 @@ class Interaction:
         true only to hear of each step before it starts (:attr:`until_work`)."""
         return self.until_work
 
-    async def starting(self, path: str, kind: str) -> None:
+    async def starting(self, path: str, kind: str, detail: dict[str, Any] | None = None) -> None:
         """Nothing to save; with :attr:`until_work`, a step of a kind outside :data:`SYNC_KINDS` stops the
         call there (:class:`Escalated`: it becomes a task)."""
         await trio.lowlevel.checkpoint()

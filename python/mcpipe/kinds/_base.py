@@ -158,6 +158,8 @@ class Kind(Generic[F, B]):
         prepare: adjusts the raw fields before decoding (``http`` upper-cases ``method``).
         own_deadline: the kind applies ``timeout_ms`` itself (the plan gives the step no deadline), so that
             its ``TIMEOUT`` can say what it waited for (``sql_await``, ``nats``, ``grpc``, ``kafka``).
+        url_templates: the template fields that are URLs: the values their placeholders take are
+            percent-encoded as URL components (``Template(..., url=True)``, ``mcpipe._url``).
     """
 
     name: str
@@ -169,6 +171,7 @@ class Kind(Generic[F, B]):
     tool_name: Callable[[F], str] | None = None
     prepare: Callable[[dict[str, Any]], None] | None = None
     own_deadline: bool = False
+    url_templates: tuple[str, ...] = ()
 
 
 class Registry:

@@ -23,6 +23,7 @@ import orjson
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
+from mcpipe._url import UrlRefused, check_templated_url
 from mcpipe._util import read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.errors import ErrorCode
@@ -277,21 +278,26 @@ class HttpFields(StepFields, tag="http"):
 
 
 class HttpBuilt(NamedTuple):
-    """What an ``http`` step runs with: the outbound policy and the credentials it may present."""
+    """What an ``http`` step runs with: the outbound policy, the credentials it may present, and whether its
+    ``url`` is a template (then its resolved URL is checked against ``url_base``, ``mcpipe._url``)."""
 
     http: HttpPolicy
     credentials: Credentials
+    url_templated: bool = False
+    url_base: str | None = None
 
 
 def build_http(b: Build[Any]) -> HttpBuilt:
     """The policy the step runs under; a URL without placeholders is checked against it at load, and a named
     credential must exist."""
-    check_static_url(b, b.templates.get("url"), f"{b.location}.url", b.policy)
+    url = b.templates.get("url")
+    check_static_url(b, url, f"{b.location}.url", b.policy)
     fields = b.fields
     name = getattr(fields, "credential", None)
     if name is not None and name not in b.policy.credentials:
         b.problem(f"{b.location}.credential", f"no credential `{name}` in [credentials]", ErrorCode.INVALID_CONFIG)
-    return HttpBuilt(b.policy.http, b.policy.credentials)
+    templated = url is not None and not url.is_constant
+    return HttpBuilt(b.policy.http, b.policy.credentials, templated, url.url_base if url is not None else None)
 
 
 def check_static_url(b: Build[Any], url: Template | None, loc: str, policy: StepPolicy) -> None:
@@ -330,6 +336,11 @@ async def run_http(
     spec = step.fields
     policy = step.built.http
     url = _check_url(inputs["url"])
+    if step.built.url_templated:
+        try:
+            check_templated_url(url, step.built.url_base)
+        except UrlRefused as exc:
+            raise StepFailure(f"refused the URL {_safe_url(url)}: {exc}", ErrorCode.FORBIDDEN) from None
     headers = _headers(inputs.get("headers")) or {}
     if spec.credential is not None:
         try:
@@ -380,6 +391,7 @@ KIND = Kind(
     HttpFields,
     run_http,
     templates=("url", "headers", "query", "body"),
+    url_templates=("url",),
     build=build_http,
     default_timeout=http_timeout,
     prepare=_upper_method,

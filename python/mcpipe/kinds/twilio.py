@@ -15,7 +15,7 @@ arguments, as a tool binding's arguments in mcpg:
 | ``verify_start`` / ``verify_check`` | ``POST verify/v2/Services/{VA}/Verifications`` / ``VerificationCheck`` |
 | ``configure_number_webhooks`` | ``POST IncomingPhoneNumbers/{sid}.json`` |
 | ``build_twiml`` | no call: ``{twiml}`` rendered from ``twiml_verbs`` |
-| ``stage_call_response`` | no call: verbs kept (``ttl_secs``, 900) for the next inbound call to ``call_sid``/``to`` |
+| ``stage_call_response`` | refused at load: mcpg keeps verbs for its inbound-voice webhook, not served here |
 
 Requests authenticate with HTTP Basic: an API key (``api_key_sid`` + ``api_key_secret``) or the account's
 ``auth_token``; either secret may name a ``[credentials.NAME]`` instead (``*_credential``). Twilio's own
@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from html import escape
@@ -51,7 +49,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
 
-__all__ = ["KIND", "TwilioFields", "render_twiml", "staged"]
+__all__ = ["KIND", "TwilioFields", "render_twiml"]
 
 Operation = Literal[
     "send_sms",
@@ -235,35 +233,6 @@ def render_twiml(verbs: Any, where: str = "twiml_verbs") -> str:
     return f"{HEADER}<Response>{''.join(out)}</Response>"
 
 
-# -- staged call responses (the inbound-voice webhook serves them) -------------------------------------------
-
-MAX_STAGED = 10_000
-
-
-class _Staged:
-    """Verbs staged for the next inbound call to a CallSid or a number, each until its TTL (bounded)."""
-
-    def __init__(self) -> None:
-        self.scripts: OrderedDict[tuple[str, str], tuple[float, list[Any]]] = OrderedDict()
-
-    def stage(self, key: tuple[str, str], verbs: list[Any], ttl_s: float) -> None:
-        self.scripts[key] = (time.monotonic() + ttl_s, verbs)
-        self.scripts.move_to_end(key)
-        while len(self.scripts) > MAX_STAGED:
-            self.scripts.popitem(last=False)
-
-    def take(self, key: tuple[str, str]) -> list[Any] | None:
-        """The verbs staged for ``key``, consumed (None when none, or expired)."""
-        found = self.scripts.pop(key, None)
-        if found is None or found[0] < time.monotonic():
-            return None
-        return found[1]
-
-
-staged = _Staged()
-"""The process's staged call responses (shared with the inbound webhook, as mcpg's in-process state)."""
-
-
 # -- the step ---------------------------------------------------------------------------------------------
 
 _SID = re.compile(r"[A-Z]{2}[0-9a-fA-F]{32}")
@@ -279,6 +248,15 @@ def build_twilio(b: Build[TwilioFields]) -> TwilioPlan:
     if f is None:
         b.fail()
     loc = b.location
+    if f.operation == "stage_call_response":
+        # mcpg keeps the verbs for the next inbound call, which its inbound-voice webhook serves; mcpipe serves
+        # no such route, so staged verbs would only be kept (issue 27: 60 x 2 MB of them, 120 MB for good).
+        b.problem(
+            f"{loc}.operation",
+            "stage_call_response is not supported by mcpipe: it keeps TwiML for Twilio's inbound-voice webhook, "
+            "which mcpipe does not serve, so nothing would ever take it (answer a call with `make_call`'s "
+            "`twiml_verbs`, or `modify_call`)",
+        )
     if not f.account_sid.strip():
         b.problem(f"{loc}.account_sid", "account_sid is required")
     for key in ("account_sid", "from_", "verify_service_sid"):
@@ -446,17 +424,6 @@ async def _dispatch(f: TwilioFields, plan: TwilioPlan, args: Mapping[str, Any], 
     op = f.operation
     if op == "build_twiml":
         return {"twiml": render_twiml(_verbs(args))}
-    if op == "stage_call_response":
-        verbs = _verbs(args)
-        if not verbs:
-            raise _ToolError("stage_call_response requires non-empty twiml_verbs")
-        call_sid, to = _str(args, "call_sid"), _str(args, "to")
-        if call_sid is None and to is None:
-            raise _ToolError("stage_call_response requires `call_sid` or `to`")
-        ttl = args.get("ttl_secs")
-        ttl_s = float(ttl) if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0 else 900.0
-        staged.stage(("call_sid", call_sid) if call_sid is not None else ("to", str(to)), verbs, ttl_s)
-        return {"staged": True}
     rest = await _rest(f, plan, ctx)
     match op:
         case "send_sms":

@@ -16,6 +16,7 @@ import httpx2
 import orjson
 import trio
 
+from mcpipe._redact import redact, redact_bytes
 from mcpipe._util import read_capped
 from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, ModelConfig
 from mcpipe.models._types import Message, ModelError, Reply, ToolCall, ToolSpec
@@ -114,9 +115,12 @@ class OpenAIModel:
         except orjson.JSONDecodeError:
             answer = None
         if status >= 400:
-            raise ModelError(f"model '{self.name}': {url} answered HTTP {status}{_error_detail(answer, raw)}")
+            # An endpoint may echo the key it was sent into its error: the caller never sees it.
+            detail = redact(_error_detail(answer, redact_bytes(raw, [api_key])), [api_key])
+            raise ModelError(f"model '{self.name}': {url} answered HTTP {status}{detail}")
         if not isinstance(answer, dict):
-            raise ModelError(f"model '{self.name}': {url} did not answer a JSON object: {raw[:200]!r}")
+            shown = redact_bytes(raw, [api_key])[:200]
+            raise ModelError(f"model '{self.name}': {url} did not answer a JSON object: {shown!r}")
         return _reply(self.name, answer)
 
     async def _post(self, url: str, headers: dict[str, str], content: bytes) -> tuple[bytes, int]:

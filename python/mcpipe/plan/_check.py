@@ -363,11 +363,11 @@ class Checker:
         return assign_step_ids(raw, loc, self.problem, check_pattern=self.check_ids)
 
     def template(
-        self, value: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None
+        self, value: Any, loc: str, scope: Scope, refs: list[tuple[str, str]] | None = None, *, url: bool = False
     ) -> Template | None:
         """Compile ``value`` as a template at ``loc`` and check its references (None on a syntax error or a
         value nesting past ``max_json_depth``). Every bad string of a value is reported, and the references
-        of its good parts are still checked."""
+        of its good parts are still checked. ``url``: a URL template (its values percent-encoded)."""
         too_deep = depth_problem(value, loc, self.max_json_depth, "the template")
         if too_deep is not None:
             self.problems.append(too_deep)
@@ -375,6 +375,8 @@ class Checker:
         step_ids = step_ids_for(value, scope.step_ids)
         alias = scope.item_name if scope.loop and scope.item_name != "item" else None
         options = self.template_options if alias is None else {**self.template_options, "item": alias}
+        if url:
+            options = {**options, "url": True}
         try:
             t = Template(value, step_ids=step_ids, location=loc, **options)
         except TemplateSyntaxError:

@@ -17,6 +17,7 @@ import trio
 
 from mcpipe.interaction import Interaction
 from mcpipe.interaction._core import _Round
+from mcpipe.results import preview
 from mcpipe.store import RunQueue
 from mcpipe.store.events import EventLog
 from mcpipe.tools import ToolContext
@@ -100,16 +101,13 @@ class RunRecord:
         s = self._s
         s.memo[key] = result
         s.pending[key] = result
-        s.events.add(
-            "step_finished",
-            path=key,
-            ok=result.get("ok"),
-            error_code=result.get("error_code"),
-            duration_ms=result.get("duration_ms"),
-        )
+        s.events.add("step_finished", **finished_event(key, result))
 
-    async def starting(self, path: str, kind: str = "tool") -> None:
-        self._s.events.add("step_started", path=self.ns + path)
+    async def starting(self, path: str, kind: str = "tool", detail: dict[str, Any] | None = None) -> None:
+        if detail:
+            self._s.events.add("step_started", path=self.ns + path, kind=kind, **detail)
+        else:
+            self._s.events.add("step_started", path=self.ns + path, kind=kind)
         await self.save()
 
     async def keep(self, path: str, value: dict[str, Any]) -> None:
@@ -132,6 +130,38 @@ class RunRecord:
         if not await s.queue.save(s.run_id, s.worker, steps, events):
             self.lose()
             await trio.lowlevel.checkpoint()  # the run's scope is cancelled: stop here
+
+
+def finished_event(path: str, result: dict[str, Any]) -> dict[str, Any]:
+    """What a ``step_finished`` event says of a step's result: ``path``, ``ok``, ``error_code``, ``duration_ms``,
+    and when there is one: ``kind``, ``error`` (its message), ``attempts`` (a retried tool call), ``skipped``,
+    and ``output``, a preview of its output (:func:`mcpipe.results.preview`), with ``output_bytes`` its size as
+    the answer measures it. The console draws a run's steps from these events after the run ended (its
+    recorded steps go when it finishes)."""
+    data: dict[str, Any] = {
+        "path": path,
+        "ok": result.get("ok"),
+        "error_code": result.get("error_code"),
+        "duration_ms": result.get("duration_ms"),
+    }
+    kind = result.get("kind")
+    if kind is not None:
+        data["kind"] = kind
+    error = result.get("error")
+    if error:
+        data["error"] = error if len(error) <= 1000 else f"{error[:1000]}... ({len(error)} characters)"
+    if "attempts" in result:
+        data["attempts"] = result["attempts"]
+    if result.get("skipped"):
+        data["skipped"] = True
+    if kind not in _CONTAINERS:
+        output = result.get("output")
+        if output is not None and output != "":
+            data["output"], data["output_bytes"] = preview(output)
+    return data
+
+
+_CONTAINERS = frozenset({"parallel", "pipe", "for_each", "graph"})
 
 
 class RunInteraction(Interaction):
@@ -173,8 +203,8 @@ class RunInteraction(Interaction):
         # The round's memo is the record's: the record saves it (and the event) before the next step.
         self.record.put(self.ns + path, result)
 
-    async def starting(self, path: str, kind: str = "tool") -> None:
-        await self.record.starting(self.ns + path, kind)
+    async def starting(self, path: str, kind: str = "tool", detail: dict[str, Any] | None = None) -> None:
+        await self.record.starting(self.ns + path, kind, detail)
 
     async def keep(self, path: str, value: dict[str, Any]) -> None:
         await self.record.keep(self.ns + path, value)

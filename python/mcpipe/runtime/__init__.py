@@ -1,5 +1,12 @@
 """Running pipelines: the Trio scheduler behind ``mcp_pipe`` and declared pipelines."""
 
-from mcpipe.runtime._scheduler import PROCESS_CONCURRENCY, EventFn, process_limiter, run_compiled, run_pipeline
+from mcpipe.runtime._scheduler import (
+    PROCESS_CONCURRENCY,
+    EventFn,
+    check_pipeline,
+    process_limiter,
+    run_compiled,
+    run_pipeline,
+)
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
+__all__ = ["PROCESS_CONCURRENCY", "EventFn", "check_pipeline", "process_limiter", "run_compiled", "run_pipeline"]

@@ -76,13 +76,21 @@ from mcpipe.results import (
     leaf_result,
     ms_since,
     pipe_result,
+    preview,
     shape_answer,
     tool_result,
 )
 from mcpipe.tools._base import ToolContext
 from mcpipe.tools._registry import UnknownToolError
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "process_limiter", "run_compiled", "run_pipeline"]
+__all__ = [
+    "PROCESS_CONCURRENCY",
+    "EventFn",
+    "check_pipeline",
+    "process_limiter",
+    "run_compiled",
+    "run_pipeline",
+]
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -199,6 +207,67 @@ async def run_pipeline(
     return await _run_compiled(compiled, registry, ctx, limits, on_event, args, started, answer)
 
 
+async def check_pipeline(
+    spec: Any,
+    registry: Any,
+    *,
+    context: ToolContext | None = None,
+    limits: Limits | None = None,
+) -> CompiledSpec:
+    """Every check :func:`run_pipeline` makes before a step runs, and nothing run: what ``mcpipe check``
+    and a background submission answer, so a spec they call ok is one a run does not refuse.
+
+    Args:
+        spec, registry, context, limits: as for :func:`run_pipeline` (``registry.get(name)`` gives a tool's
+            input schema and annotations, ``registry.allows(name, ctx)`` the caller's rights).
+
+    Returns:
+        The compiled spec.
+
+    Raises:
+        SpecError: every problem, located: the spec's own (shape, references, limits), unknown tools and
+            arguments their schemas refuse, tools the caller may not call, and retries of tools not marked
+            idempotent.
+    """
+    limits = limits or DEFAULT_LIMITS
+    try:
+        compiled = await compile_spec_async(spec, tools=registry, limits=limits)
+    except TemplateSyntaxError as e:  # as run_pipeline: the compiler reports these as problems
+        raise SpecError([Problem(e.location, e.code, e.reason)]) from None
+    problems = _preflight(compiled, registry, context if context is not None else ToolContext(), limits)
+    if problems:
+        raise SpecError(problems)
+    return compiled
+
+
+def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: Limits) -> list[Problem]:
+    """The problems of a compiled plan with the tools it will call, in location order: a tool the caller may
+    not call, a retry of a tool not marked idempotent. A run answers them before any step runs."""
+    allowed: dict[str, str | None] = {}
+    denied = []
+    denial = getattr(registry, "denial", None)  # the gateway's names the scopes a token lacks
+    for location, name in compiled.tool_sites:
+        if name not in allowed:
+            if denial is not None:
+                allowed[name] = denial(name, ctx)
+            else:
+                allowed[name] = None if registry.allows(name, ctx) else f"tool '{name}' is not allowed for this caller"
+        why = allowed[name]
+        if why is not None:
+            denied.append(Problem(f"{location}.tool", ErrorCode.FORBIDDEN, why))
+    for location, name in compiled.retry_sites:
+        if not _idempotent(registry, name, limits):
+            denied.append(
+                Problem(
+                    f"{location}.retry",
+                    ErrorCode.INVALID_SPEC,
+                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
+                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
+                )
+            )
+    return sorted(denied, key=problem_order)
+
+
 async def run_compiled(
     compiled: CompiledSpec,
     registry: Any,
@@ -244,27 +313,9 @@ async def _run_compiled(
     started: float,
     answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
-    allowed: dict[str, bool] = {}
-    denied = []
-    for location, name in compiled.tool_sites:
-        if name not in allowed:
-            allowed[name] = bool(registry.allows(name, ctx))
-        if not allowed[name]:
-            denied.append(
-                Problem(f"{location}.tool", ErrorCode.FORBIDDEN, f"tool '{name}' is not allowed for this caller")
-            )
-    for location, name in compiled.retry_sites:
-        if not _idempotent(registry, name, limits):
-            denied.append(
-                Problem(
-                    f"{location}.retry",
-                    ErrorCode.INVALID_SPEC,
-                    f"tool '{name}' is not marked idempotent, so it cannot be retried (its annotations say "
-                    "idempotentHint, or the operator lists it in pipe.idempotent_tools)",
-                )
-            )
+    denied = _preflight(compiled, registry, ctx, limits)
     if denied:
-        return invalid_answer(sorted(denied, key=problem_order), started)
+        return invalid_answer(denied, started)
     # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
     await trio.lowlevel.checkpoint()
     if compiled.dry_run:
@@ -551,7 +602,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, "tool")
+                await self.memo.starting(path, "tool", _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, "tool", path)
         r = None
@@ -785,7 +836,7 @@ class _Run:
             if (done := self.memo.get(path)) is not None:
                 return self.recall(step, done, results)
             if self.durable:
-                await self.memo.starting(path, step.kind)
+                await self.memo.starting(path, step.kind, _started_detail(step, env))
         if self.on_event is not None:
             self.started(step, step.kind, path)
         r = None
@@ -1315,6 +1366,27 @@ class _GraphRun:
                 self.decisions.pop(id(a), None)
         self.fired[j] = True
         self.reach(j, (arc,))
+
+
+def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, Any]:
+    """What a durable record's ``step_started`` event says of a leaf about to run (a queued run's: the
+    console shows it): a preview of its arguments as far as they resolve now (a tool call's ``args``, a kind's
+    templates), and the graph arcs it was reached by (``via``, by location). Only durable runs pay for it."""
+    out: dict[str, Any] = {}
+    via = env.get("via")
+    if via:
+        out["via"] = [a.location for a in via if isinstance(a, Arc)]
+    try:
+        if step.args is not None:
+            args: Any = step.args.resolve(env)
+        elif step.templates and step.input_transform is None:
+            args = {name: t.resolve(env) for name, t in step.templates}
+        else:
+            return out
+    except (InterpolationError, OutputTooLargeError):  # resolved again when the step runs, which reports it
+        return out
+    out["args"], out["args_bytes"] = preview(args)
+    return out
 
 
 def _forward_from(graph: Graph, start: int) -> frozenset[int]:

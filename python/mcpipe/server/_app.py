@@ -10,24 +10,27 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from typing import Any
+from urllib.parse import urlsplit
 
 import trio
 from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
-from mcpipe.access import Credentials, build_gates
+from mcpipe.access import Credentials, Scopes, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
-from mcpipe.errors import ErrorCode, Problem
+from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
-from mcpipe.server._guide import INSTRUCTIONS
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, tool_wire
+from mcpipe.server._guide import INSTRUCTIONS, SEARCH_INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
-from mcpipe.store import RunQueue, ServedStore, open_pipeline_store, open_queue
+from mcpipe.store import RunQueue, ServedStore, StoreUnavailable, open_pipeline_store, open_queue
+from mcpipe.store.tokens import Vault, VaultError, open_token_store
+from mcpipe.tools._oauth import OAuthClients
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.tools.downstream import Downstreams
 from mcpipe.trust import Trust
@@ -61,7 +64,12 @@ def policy_of(config: Config) -> Policy:
         grants.setdefault(t.principal, []).extend(t.tools)
     # Callers no token names: those an OIDC issuer or a client certificate identified, and those the trust
     # section's subject header names (mcpg's header-asserted callers), may call `auth.tools`.
-    identified = bool(config.auth.oidc) or config.auth.mtls is not None or config.trust is not None
+    identified = (
+        bool(config.auth.oidc)
+        or bool(config.auth.introspection)
+        or config.auth.mtls is not None
+        or config.trust is not None
+    )
     return Policy(grants, list(config.auth.tools) if identified else None)
 
 
@@ -79,10 +87,13 @@ def limits_of(config: Config) -> Limits:
     return limits
 
 
-def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
+def tool_sources(
+    config: Config, extra_sources: list[ToolSource] | None = None, apis: ToolSource | None = None
+) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
-    then the declared pipelines (checked against the ones before them), the model tools, and discord-mcp's
-    ``mcp_pipeline`` when the config asks for it.
+    the OpenAPI documents' tools (``apis``, read by :func:`mcpipe.openapi.load_openapi`), then the declared
+    pipelines (checked against the ones before them), the model tools, and discord-mcp's ``mcp_pipeline`` when
+    the config asks for it.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -105,6 +116,8 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    if apis is not None:
+        sources.append(apis)
     policy = None
     if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
@@ -128,6 +141,31 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
         if discord is not None:
             sources.append(discord)
     return sources
+
+
+async def openapi_of(config: Config, credentials: Credentials) -> ToolSource | None:
+    """The tools of the config's OpenAPI documents (``[openapi.NAME]``), each document read and checked now;
+    an operation refused is logged once, located, with the reason.
+
+    Raises:
+        ConfigError: a document cannot be read, or a section has problems.
+    """
+    if not config.openapi:
+        return None
+    from mcpipe.openapi import load_openapi
+
+    outbound = config.outbound if isinstance(config.outbound, dict) else {}
+    http = outbound.get("http") if isinstance(outbound.get("http"), dict) else {}
+    hosts = [h for h in (http or {}).get("allowed_hosts", []) if isinstance(h, str)]
+    source = await load_openapi(config.openapi, base_dir=config.base_dir, credentials=credentials, allowed_hosts=hosts)
+    for api in source.apis:
+        _log.info(
+            "openapi.%s: %d tools of %d operations (%d refused, %d left out by the filters)",
+            api.name, len(api.tools), api.operations, len(api.refused), api.left_out,
+        )  # fmt: skip
+    for problem in source.warnings():
+        _log.warning("%s", problem)
+    return source
 
 
 def _declared_of(sources: list[ToolSource]) -> Any:
@@ -236,6 +274,43 @@ class App:
     worker: Worker | None = None
     registries: Any = None
     """The registries' sync (:class:`mcpipe.server._registries.RegistrySync`), when the config has any."""
+    oauth: OAuthClients | None = None
+    """mcpipe's OAuth client machinery, when a downstream server requires OAuth (its callback is served)."""
+
+
+def oauth_callback_url(config: Config) -> str:
+    """The redirect URI downstream authorization servers send sign-ins back to (``[oauth] callback_url``, else
+    the origin of ``auth.resource.url``, else ``http.host``/``http.port``, and ``callback_path``)."""
+    o = config.oauth
+    if o.callback_url is not None:
+        return o.callback_url
+    resource = config.auth.resource.url if config.auth.resource is not None else None
+    if resource is not None:
+        parts = urlsplit(resource)
+        return f"{parts.scheme}://{parts.netloc}{o.callback_path}"
+    host = config.http.host
+    host = f"[{host}]" if ":" in host else host
+    return f"http://{host}:{config.http.port}{o.callback_path}"
+
+
+def oauth_clients(config: Config) -> OAuthClients | None:
+    """The OAuth client machinery of the config's servers that require OAuth (None: none does).
+
+    Raises:
+        ConfigError: the store cannot be opened.
+    """
+    if not any(s.oauth is not None and s.url for s in config.mcpServers.values()):
+        return None
+    o = config.oauth
+    try:
+        store = open_token_store(o.store, base_dir=config.base_dir, prefix=config.store.prefix)
+        vault = Vault.from_env(o.key_env)
+    except (ValueError, VaultError) as exc:
+        raise ConfigError([Problem("oauth.store", ErrorCode.INVALID_CONFIG, str(exc))]) from None
+    if vault.ephemeral and not o.store.startswith("memory:"):
+        why = f"`{o.key_env}` is not set: tokens kept in `{o.store}` would not open after a restart"
+        raise ConfigError([Problem("oauth.key_env", UNSET_ENV, why)])
+    return OAuthClients(config, store, vault, oauth_callback_url(config))
 
 
 @asynccontextmanager
@@ -268,11 +343,26 @@ async def open_app(
         queue = run_queue(config)
     server_id = new_worker_id()
     runs = Runs(queue, server_id=server_id)
-    sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
+    credentials = Credentials(config.credentials)
+    apis = await openapi_of(config, credentials)
+    sources = tool_sources(
+        config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources, apis
+    )
+    if config.tools.discovery == "search":
+        from mcpipe.toolset import search_tools
+
+        sources.insert(0, search_tools(config.tools.search_limit, tool_wire))
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    credentials = Credentials(config.credentials)
-    downstreams = Downstreams(config.mcpServers, errlog=errlog, credentials=credentials)
+    oauth = oauth_clients(config)
+    downstreams = Downstreams(
+        config.mcpServers,
+        errlog=errlog,
+        credentials=credentials,
+        refuse_passthrough=config.auth.resource is not None,
+        oauth=oauth,
+        max_user_sessions=config.oauth.max_user_sessions,
+    )
     sources.append(downstreams)
     if audit is None:
         audit = audit_of(config)
@@ -286,6 +376,8 @@ async def open_app(
         trust=Trust(config.trust) if config.trust is not None else None,
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
         refusals=config.access.refusals,
+        scopes=Scopes(config.auth.scopes) if config.auth.scopes else None,
+        tools=config.tools,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
@@ -307,6 +399,8 @@ async def open_app(
         content=declared.policy.content if declared is not None else await _content_of(config),
     )
     instructions = INSTRUCTIONS if config.pipe.enabled else None
+    if instructions is not None and config.tools.discovery == "search":
+        instructions = f"{instructions} {SEARCH_INSTRUCTIONS}"
     server = build_server(handlers, name=config.name, version=_version(), instructions=instructions)
     try:
         tel = telemetry.configure(
@@ -318,6 +412,8 @@ async def open_app(
         async with trio.open_nursery() as nursery:
             await nursery.start(store.run)  # the store's background work (sweeping expired entries)
             await nursery.start(queue.run)  # the run queue's (connections, the retention sweeper)
+            if oauth is not None:
+                await nursery.start(oauth.store.run)  # where downstream servers' tokens are kept
             if declared is not None:
                 await nursery.start(declared.run)  # nats/grpc/kafka connections, shared per URL
             await downstreams.start(nursery)
@@ -337,14 +433,14 @@ async def open_app(
                 await nursery.start(sync.run)
                 app_registries = sync
             if tel.metrics is not None:
-                nursery.start_soon(_report_downstreams, tel, downstreams)
+                nursery.start_soon(_report_downstreams, tel, downstreams, queue)
             worker = None
             if config.runs.execute if execute is None else execute:
                 worker = run_worker(config, queue, gateway, server_id)
                 await nursery.start(worker.run)
             yield App(
                 config, gateway, downstreams, handlers, server, runs, worker,
-                registries=app_registries if config.registries else None,
+                registries=app_registries if config.registries else None, oauth=oauth,
             )  # fmt: skip
             nursery.cancel_scope.cancel()
     finally:
@@ -361,10 +457,15 @@ async def open_app(
 DOWNSTREAM_REPORT_S = 5.0
 
 
-async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams) -> None:
-    """Keep the downstream-up gauge current (each worker reports its own connections)."""
+async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams, queue: RunQueue) -> None:
+    """Keep the downstream-up gauge current (each worker reports its own connections), and the run queue's depth
+    (one count by status every few seconds)."""
     while True:
         tel.downstream_status(downstreams.status())
+        try:
+            tel.queue_depth(await queue.counts())
+        except StoreUnavailable:
+            pass  # the queue is away: the gauge keeps its last values, the workers log it
         await trio.sleep(DOWNSTREAM_REPORT_S)
 
 

@@ -34,7 +34,7 @@ from mcpipe.plan import Limits
 from mcpipe.plan._bounds import depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
-from mcpipe.runtime import run_pipeline
+from mcpipe.runtime import check_pipeline, run_pipeline
 from mcpipe.server._guide import Guide
 from mcpipe.server._passthrough import Passthrough, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
@@ -42,6 +42,7 @@ from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_un
 from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._catalog import DownstreamError
+from mcpipe.tools._oauth import SignInRequired
 from mcpipe.tools.downstream import Downstreams, DownstreamTool
 from mcpipe.trust import TrustDenied
 
@@ -66,6 +67,7 @@ def scope_request(scope: Any, **fields: Any) -> Request:
         identity=scope.get(IDENTITY_SCOPE_KEY),
         client_addresses=scope.get(ADDRESSES_SCOPE_KEY) or {},
         session_id=session.decode("latin-1") if session else None,
+        transport="http",
         **fields,
     )
 
@@ -95,6 +97,11 @@ def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
         problem = Problem(location, ErrorCode.LIMIT_EXCEEDED, str(exc))
         return pipe_envelope(invalid_answer([problem], time.perf_counter()))
     return _error_result(f"{ErrorCode.LIMIT_EXCEEDED}: {exc}")
+
+
+def _searching(gateway: Gateway) -> bool:
+    """Whether the gateway is in search mode (``[tools] discovery = "search"``)."""
+    return gateway.view is not None and gateway.view.search
 
 
 def tool_wire(tool: Tool) -> dict[str, Any]:
@@ -348,7 +355,7 @@ class PipeRunner:
             return invalid_answer(
                 [Problem("background", ErrorCode.INVALID_SPEC, "background runs are not served here")], t0
             )
-        problems = await self.check(spec)
+        problems = await self.check(spec, ctx)
         if problems is not None:
             return problems
         try:
@@ -365,14 +372,30 @@ class PipeRunner:
             "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
         }
 
-    async def check(self, spec: Any) -> dict[str, Any] | None:
-        """The answer of a spec with problems (unknown tools, references, limits), or None: it may run."""
+    async def check(self, spec: Any, ctx: ToolContext) -> dict[str, Any] | None:
+        """The answer of a spec with problems (unknown tools, arguments, references, limits, tools ``ctx``'s
+        caller may not call, retries of tools not idempotent), or None: it may run. Every check a run makes
+        before its first step (:func:`mcpipe.runtime.check_pipeline`), so a queued run is not refused later."""
         t0 = time.perf_counter()
         try:
-            await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+            await check_pipeline(spec, self.gateway, context=ctx, limits=self.limits)
         except SpecError as e:
             return invalid_answer(e.problems, t0)
         return None
+
+    async def needed_scopes(self, spec: Any) -> tuple[str, ...] | None:
+        """The OAuth scopes a spec's run needs (every tool it reaches), or None when it does not compile (its
+        call answers the problems)."""
+        if isinstance(spec, dict) and isinstance(spec.get("background"), bool):
+            spec = {k: v for k, v in spec.items() if k != "background"}
+        try:
+            compiled = await compile_spec_async(spec, tools=self.gateway, limits=self.limits)
+        except SpecError:
+            return None
+        found: dict[str, None] = {}
+        for _, name in compiled.tool_sites:
+            found.update(dict.fromkeys(self.gateway.needed_scopes(name)))
+        return tuple(found)
 
     async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
         # The scheduler's events arrive synchronously and must not block, and steps' own progress comes
@@ -470,7 +493,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
-                guide=None if pipe is None else Guide(self._tools_of, self.limits),
+                guide=None if pipe is None else Guide(self._tools_of, self.limits, search=_searching(gateway)),
                 caching=caching,
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
@@ -527,6 +550,8 @@ class ToolHandlers:
                 continue
             if trust is not None and not trust.visible(t.name, probe):
                 continue
+            if self.gateway.missing_scopes(t.name, probe):
+                continue
             entry = tool_wire(t)
             if self.apps is not None and isinstance(t, DownstreamTool):
                 refused = self.apps.apply_tool(entry)
@@ -536,9 +561,12 @@ class ToolHandlers:
                         _log.warning("%s: the tool is left out of tools/list", refused)
                     continue
             tools.append(entry)
+        view = self.gateway.view
+        shown = tools if view is None or not view.search else [e for e in tools if view.listed(e["name"])]
         if self.pipe is None:
-            return tools
-        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
+            return shown
+        # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
@@ -595,7 +623,7 @@ class ToolHandlers:
                     tel = telemetry.current()
                     if tel is None:
                         return await self._call(name, args, tctx)
-                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx))
+                    return await tel.observe_call(name, tctx.traceparent, self._call(name, args, tctx), tctx.principal)
                 except StoreUnavailable as exc:  # the run queue (a background run, the pipe_* tools)
                     raise store_unavailable(exc) from None
                 finally:
@@ -677,6 +705,10 @@ class ToolHandlers:
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
             raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
+        except SignInRequired as exc:
+            # The caller must sign in to a downstream server and cannot be asked mid-call: the spec's
+            # URLElicitationRequiredError, which a client shows and then retries the call after.
+            raise MCPError(types.URL_ELICITATION_REQUIRED, str(exc), {"elicitations": [exc.elicitation()]}) from None
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
         except GateDenied as exc:
@@ -699,15 +731,16 @@ class ToolHandlers:
         assert self.tasks is not None
         if name == PIPE_TOOL and self.pipe is not None:
             spec = {k: v for k, v in args.items() if k != "background"}
-            problems = await self.pipe.check(spec)
+            problems = await self.pipe.check(spec, tctx)
             if problems is not None:
                 return {**pipe_envelope(problems), "resultType": "complete"}
             try:
                 return await self.tasks.create(name, spec, tctx, capabilities)
             except RunRefused as exc:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
             args, errors = await check(args)
@@ -747,8 +780,9 @@ class ToolHandlers:
         answers the run id (structured ``{"run_id", "status"}``)."""
         tool = self.gateway.get(name)
         assert tool is not None and self.runs is not None
-        if not self.gateway.policy.allows(tctx.principal, name):
-            return _error_result(f"{ErrorCode.FORBIDDEN}: tool '{name}' is not allowed for this caller")
+        why = self.gateway.denial(name, tctx)
+        if why is not None:
+            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
         check = getattr(tool, "check_args_async", None)
         if check is not None:
             args, errors = await check(args)

@@ -175,18 +175,14 @@ def session_owner(scope: Scope) -> str:
 
 
 def session_tenant(scope: Scope) -> str:
-    """The tenant a request's sessions count against (mcpg's ``synthetic_principal_key``): the caller's subject
-    qualified by how it was established (``verified::oidc::<issuer>::alice`` and ``header_asserted::alice`` are
-    two tenants); every anonymous caller shares one, ``anonymous``."""
+    """The tenant a request's sessions count against (mcpg's ``synthetic_principal_key``): the caller's principal,
+    which names its subject in the source that established it (``oidc:<issuer>#alice`` and ``header:alice``
+    are two tenants: ``mcpipe.access.Principal``); every anonymous caller shares one, ``anonymous``."""
     identity = scope.get(IDENTITY_SCOPE_KEY)
-    if identity is None:
-        principal = scope.get(PRINCIPAL_SCOPE_KEY)
-        return "anonymous" if principal is None else f"verified::token::::{principal}"
-    if identity.trust == "header_asserted":
-        return f"header_asserted::{identity.subject}"
-    if identity.trust == "unauthenticated":
+    principal = scope.get(PRINCIPAL_SCOPE_KEY)
+    if principal is None or (identity is not None and identity.trust == "unauthenticated"):
         return "anonymous"
-    return f"verified::{identity.provider}::{identity.issuer or ''}::{identity.subject}"
+    return str(principal)
 
 
 class ResumableSessionManager(StreamableHTTPSessionManager):

@@ -23,6 +23,7 @@ import signal
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 import orjson
 import trio
@@ -34,13 +35,15 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mcpipe.access import Authenticator, Rejected, client_ip
+from mcpipe.access import Authenticator, Rejected, missing_scopes, principal_key
 from mcpipe.config import Config
+from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.server._listen import default_max_connections, serve_bounded
+from mcpipe.server._resource import ResourceServer, call_target, is_pipe
 from mcpipe.telemetry import metrics_text
 from mcpipe.tools import Identity
 
@@ -76,6 +79,12 @@ def tokens_from_env(config: Config, environ: dict[str, str] | None = None) -> di
     return out
 
 
+def _secret(value: str | None, env: str | None) -> str:
+    if env is not None:
+        return os.environ.get(env, "")
+    return value or ""
+
+
 def security_settings(config: Config, host: str) -> TransportSecuritySettings:
     """DNS-rebinding protection: the Host header must name this server, and a browser Origin too.
 
@@ -99,12 +108,15 @@ def security_settings(config: Config, host: str) -> TransportSecuritySettings:
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    extra = headers or []
+    typed = any(k == b"content-type" for k, _ in extra)
     await send(
         {
             "type": "http.response.start",
             "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-            + (headers or []),
+            "headers": ([] if typed else [(b"content-type", b"application/json")])
+            + [(b"content-length", str(len(body)).encode())]
+            + extra,
         }
     )
     await send({"type": "http.response.body", "body": body})
@@ -142,6 +154,18 @@ WEBHOOK_PATH = "/webhooks/resource-updated/"
 _UNKNOWN_TOKEN = orjson.dumps({"error": "unknown webhook token"})
 _FORBIDDEN_ORIGIN = orjson.dumps({"error": "forbidden", "error_description": "this origin may not call the server"})
 _UNAUTHORIZED = orjson.dumps({"error": "unauthorized", "error_description": "a valid bearer token is required"})
+_INVALID_TOKEN = orjson.dumps(
+    {"error": "invalid_token", "error_description": "the access token is invalid, expired or not for this resource"}
+)
+_UNAVAILABLE = orjson.dumps(
+    {"error": "temporarily_unavailable", "error_description": "the access token cannot be checked now"}
+)
+_REJECTED_KEY = "mcpipe.rejected"
+_HTML = [
+    (b"content-type", b"text/html; charset=utf-8"),
+    (b"cache-control", b"no-store"),
+    (b"referrer-policy", b"no-referrer"),
+]
 _NOT_FOUND = orjson.dumps({"error": "not found"})
 
 
@@ -204,6 +228,7 @@ class HttpFront:
         max_body: int = 4 * 1024 * 1024,
         body_timeout_s: float = 30.0,
         security: TransportSecuritySettings | None = None,
+        config_path: str | None = None,
     ):
         self.security = TransportSecurityMiddleware(security)
         self.max_body = max_body
@@ -219,6 +244,9 @@ class HttpFront:
         )
         self._users: dict[str, AuthenticatedUser] = {}
         self.health_path = app.config.http.health_path
+        self.config_path = config_path
+        self.console: Any = None
+        self._signer: Any = None
         self.adopt(app, tokens)
 
     def adopt(self, app: App, tokens: dict[bytes, str] | None = None) -> None:
@@ -230,14 +258,35 @@ class HttpFront:
         self.app = app
         self.tokens = tokens
         auth = app.config.auth
-        self.auth = Authenticator(tokens, auth.oidc, auth.mtls)
+        resource_url = auth.resource.url if auth.resource is not None else None
+        self.auth = Authenticator(
+            tokens,
+            auth.oidc,
+            auth.mtls,
+            introspection=[(p, _secret(p.client_secret, p.client_secret_env)) for p in auth.introspection],
+            resource=resource_url,
+            token_scopes={t.principal: t.scopes for t in auth.tokens if t.scopes},
+        )
+        gateway = app.gateway
+        supported = dict.fromkeys(gateway.scopes.supported if gateway.scopes is not None else ())
+        if gateway.trust is not None:
+            for rule in gateway.trust.rules.values():
+                supported.update(dict.fromkeys(rule.required_scopes))
+        self.resource = ResourceServer(app.config, tuple(supported))
+        self.oauth = app.oauth
+        metadata_url = app.config.oauth.client_metadata_url if app.oauth is not None else None
+        self.oauth_metadata_path = urlsplit(metadata_url).path if metadata_url else None
+        # Calls are held to their scopes here (a 403 the client can step up from) when there are scopes to need.
+        self.scope_guard = self.resource.enabled and (gateway.scopes is not None or gateway.trust is not None)
         # Auth is on when tokens are configured, even if none of their variables is set (then nobody
         # gets in): an unset variable must never turn auth off.
-        self.require_auth = bool(tokens) or bool(auth.tokens) or bool(auth.oidc) or auth.mtls is not None
+        self.require_auth = (
+            bool(tokens) or bool(auth.tokens) or bool(auth.oidc) or bool(auth.introspection) or auth.mtls is not None
+        )
         self.metrics = app.config.telemetry.metrics
         self.metrics_path = app.config.telemetry.metrics_path
         gates = app.gateway.gates
-        self.address_headers = gates.address_headers if gates is not None else ()
+        self.address_sources = gates.address_sources if gates is not None else ()
         http = app.config.http
         self.access_log = http.access_log
         self.trust = app.config.trust
@@ -250,6 +299,34 @@ class HttpFront:
         self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
         if self.fast is not None:
             self.fast.handlers = app.handlers
+        self.console = self._console(app) if app.config.console.enabled else None
+
+    def _console(self, app: App) -> Any:
+        """The web console of ``app`` (``[console]``), behind this front's auth and checks."""
+        from mcpipe.console import Console, signer_for
+
+        if self._signer is None:
+            self._signer = signer_for(app.config)  # kept across reloads: the browsers stay signed in
+        return Console(
+            app,
+            identify=self.identity_of,
+            known=self._known,
+            require_auth=self.require_auth and self.trust is None,
+            tokens=self.tokens,
+            signer=self._signer,
+            config_path=self.config_path,
+        )
+
+    async def identity_of(self, headers: list[tuple[bytes, bytes]]) -> Identity | Rejected | None:
+        """A request's identity as ``/mcp`` resolves it: a credential (verified, or refused), else with trust
+        levels the subject header the operator trusts, else None."""
+        found = await self.auth.resolve(headers)
+        if found is not None or self.subject_header is None:
+            return found
+        for name, value in headers:
+            if name == self.subject_header and value.strip():
+                return Identity(value.decode("latin-1").strip(), trust="header_asserted", provider="header")
+        return None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -262,14 +339,14 @@ class HttpFront:
                     # Trust levels (mcpg's): a caller without a credential is let in, anonymous or with the
                     # subject header the operator trusts; a credential that does not verify is refused.
                     if not await self._trusted(scope):
-                        await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                        await self._unauthorized(scope, send)
                         return
                 elif self.require_auth and not await self._identify(scope):
-                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    await self._unauthorized(scope, send)
                     return
-                if self.address_headers:
+                if self.address_sources:
                     headers, peer = scope["headers"], scope.get("client")
-                    scope[ADDRESSES_SCOPE_KEY] = {h: client_ip(headers, peer, h) for h in self.address_headers}
+                    scope[ADDRESSES_SCOPE_KEY] = {s.key: s.resolve(headers, peer) for s in self.address_sources}
                 if (
                     self.limiter is not None
                     and scope.get(IDENTITY_SCOPE_KEY) is None
@@ -291,6 +368,8 @@ class HttpFront:
                         data = data[len(_BOM) :]
                         _drop_length(scope)
                     receive = replaying(data, read.more, receive)
+                    if self.scope_guard and await self._step_up(scope, data, send):
+                        return
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
@@ -302,15 +381,37 @@ class HttpFront:
                 else:
                     body = orjson.dumps({"ok": True})  # a Host it does not know learns nothing more
                 await _respond(send, 200, body)
+            elif self.oauth is not None and path == self.oauth.callback_path and scope["method"] == "GET":
+                from urllib.parse import parse_qsl
+
+                query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+                status, page = await self.oauth.callback(query)
+                await _respond(send, status, page, _HTML)
+            elif self.oauth_metadata_path is not None and path == self.oauth_metadata_path:
+                assert self.oauth is not None
+                await _respond(
+                    send, 200, orjson.dumps(self.oauth.client_metadata()), [(b"cache-control", b"max-age=300")]
+                )
+            elif self.resource.enabled and path in self.resource.paths:
+                if self.resource.url is None and not self._known(scope):
+                    await _respond(send, 421, _NOT_FOUND)  # the resource would be named after a Host it does not know
+                    return
+                status, body, headers = self.resource.metadata_response(scope)
+                await _respond(send, status, body, headers)
             elif self.watches is not None and path.startswith(WEBHOOK_PATH) and scope["method"] == "POST":
                 await self.webhook(scope, receive, send)
+            elif self.console is not None and (
+                path == CONSOLE_PREFIX or path.startswith(CONSOLE_PREFIX + "/") or path.startswith(API_PREFIX)
+            ):
+                # The console checks Host and Origin itself: its forms post what a browser posts (CSRF-guarded).
+                await self.console(scope, receive, send)
             elif (refusal := await self._refused(scope, post=scope["method"] == "POST")) is not None:
                 await refusal(scope, receive, send)
             elif path.startswith(REGISTRY_PATH[:-1]) and self.app.config.registry.enabled and scope["method"] == "GET":
                 await self.registry(path, send)
             elif path == self.metrics_path and self.metrics:
                 if self.require_auth and not await self._identify(scope):
-                    await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                    await self._unauthorized(scope, send)
                     return
                 body, content_type = metrics_text()
                 await send(
@@ -403,7 +504,7 @@ class HttpFront:
         principal = None
         if self.require_auth:
             if not await self._identify(scope):
-                await _respond(send, 401, _UNAUTHORIZED, [(b"www-authenticate", b'Bearer realm="mcpipe"')])
+                await self._unauthorized(scope, send)
                 return
             principal = scope[PRINCIPAL_SCOPE_KEY]
         if scope["method"] == "POST":
@@ -424,17 +525,60 @@ class HttpFront:
         found = await self.auth.resolve(scope["headers"])
         if found is None or isinstance(found, Rejected):
             if found is not None:
+                scope[_REJECTED_KEY] = found
                 _log.info("refused a credential: %s", found.reason)
             return False
-        subject = found.subject
-        scope[PRINCIPAL_SCOPE_KEY] = subject
+        principal = principal_key(found)  # the subject in its source: another issuer's `alice` is another
+        scope[PRINCIPAL_SCOPE_KEY] = principal
         scope[IDENTITY_SCOPE_KEY] = found
-        user = self._users.get(subject)
+        user = self._users.get(principal)
         if user is None:
-            user = AuthenticatedUser(AccessToken(token="", client_id=subject, scopes=[]))
+            user = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
             if len(self._users) < 100_000:
-                self._users[subject] = user
+                self._users[principal] = user
         scope["user"] = user
+        return True
+
+    async def _unauthorized(self, scope: Scope, send: Send) -> None:
+        """401 with the challenge (the metadata and scopes to ask for; ``invalid_token`` for a token that did not
+        verify), or 503 when the token could not be checked now."""
+        rejected = scope.get(_REJECTED_KEY)
+        if isinstance(rejected, Rejected) and rejected.status == 503:
+            await _respond(send, 503, _UNAVAILABLE, [(b"retry-after", b"1")])
+            return
+        body = _INVALID_TOKEN if rejected is not None and self.resource.enabled else _UNAUTHORIZED
+        await _respond(send, 401, body, [(b"www-authenticate", self.resource.unauthorized(scope, rejected))])
+
+    async def _step_up(self, scope: Scope, body: bytes, send: Send) -> bool:
+        """Answer 403 ``insufficient_scope`` (True) to a call whose tool (every tool an ``mcp_pipe`` spec or a
+        declared pipeline reaches), prompt or resource needs a scope the caller's token lacks; 401 to a caller
+        without a token. False: the call may go on (the gateway checks it again, on every path)."""
+        target = call_target(body)
+        if target is None:
+            return False
+        kind, name, args = target
+        gateway = self.app.gateway
+        if kind == "tool":
+            if is_pipe(kind, name):
+                pipe = self.app.handlers.pipe
+                needed = await pipe.needed_scopes(args) if pipe is not None else None
+            else:
+                needed = gateway.needed_scopes(name)
+        else:
+            needed = gateway.scopes.needed(kind, name) if gateway.scopes is not None else ()
+        if not needed:
+            return False
+        identity = scope.get(IDENTITY_SCOPE_KEY)
+        missing = missing_scopes(needed, identity.scopes if identity is not None else ())
+        if not missing:
+            return False
+        if identity is None:
+            await self._unauthorized(scope, send)
+            return True
+        body = orjson.dumps(
+            {"error": "insufficient_scope", "error_description": f"the call needs the scope {' '.join(missing)}"}
+        )
+        await _respond(send, 403, body, [(b"www-authenticate", self.resource.insufficient(scope, needed, missing))])
         return True
 
     async def _trusted(self, scope: Scope) -> bool:
@@ -442,6 +586,7 @@ class HttpFront:
         trusted subject header (``header_asserted``), else none; False for a credential that does not verify."""
         found = await self.auth.resolve(scope["headers"])
         if isinstance(found, Rejected):
+            scope[_REJECTED_KEY] = found
             _log.info("refused a credential: %s", found.reason)
             return False
         if found is not None:
@@ -449,9 +594,9 @@ class HttpFront:
         if self.subject_header is not None:
             for name, value in scope["headers"]:
                 if name == self.subject_header and value.strip():
-                    subject = value.decode("latin-1").strip()
-                    scope[IDENTITY_SCOPE_KEY] = Identity(subject, trust="header_asserted", provider="header")
-                    scope[PRINCIPAL_SCOPE_KEY] = subject
+                    asserted = Identity(value.decode("latin-1").strip(), trust="header_asserted", provider="header")
+                    scope[IDENTITY_SCOPE_KEY] = asserted
+                    scope[PRINCIPAL_SCOPE_KEY] = principal_key(asserted)
                     return True
         return True
 
@@ -516,7 +661,9 @@ async def serve_http(
     graceful_timeout: float = GRACEFUL_TIMEOUT_S,
     fast_path: bool = True,
     listen_fd: int | None = None,
+    activated_fd: int | None = None,
     on_front: Callable[[HttpFront], None] | None = None,
+    config_path: str | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ``app`` over streamable HTTP until ``shutdown_trigger`` returns (or forever).
@@ -524,8 +671,10 @@ async def serve_http(
     Reports the URL of the MCP endpoint through ``task_status`` once listening (with the real port
     when ``port`` is 0). ``fast_path=False`` leaves every request to the SDK (see ``_fast``).
     ``listen_fd`` is a listening socket inherited from ``mcpipe serve --workers``' supervisor: this process
-    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``on_front`` is given the
+    is then one worker of several, and serves 2025-11-25 statelessly (``_workers``). ``activated_fd`` is a
+    listening socket systemd passed (socket activation), served as the one process it is. ``on_front`` is given the
     HTTP front once it is built (:class:`mcpipe.server._reload.Reloader` swaps the app it serves).
+    ``config_path``: the config file served (the console shows its check's warnings).
     """
     cfg = app.config
     h = cfg.http
@@ -574,14 +723,15 @@ async def serve_http(
         max_body=h.max_body_bytes,
         body_timeout_s=h.body_timeout_s,
         security=security,
+        config_path=config_path,
     )
     if on_front is not None:
         on_front(front)  # a reloader, which makes it serve the next config's app
     hc = _TlsConfig(h.tls.min_version) if h.tls is not None else HypercornConfig()
     if h.tls is not None:
         _tls(hc, h.tls, cfg.base_dir)
-    if listen_fd is not None:
-        hc.bind = [f"fd://{listen_fd}"]
+    if listen_fd is not None or activated_fd is not None:
+        hc.bind = [f"fd://{listen_fd if listen_fd is not None else activated_fd}"]
     else:
         hc.bind = [f"[{host}]:{port}" if ":" in host else f"{host}:{port}"]
     hc.graceful_timeout = graceful_timeout
@@ -592,9 +742,20 @@ async def serve_http(
         app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
         trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
         limit = h.max_connections or default_max_connections()
-        binds = await nursery.start(partial(serve_bounded, app_, hc, max_connections=limit, shutdown_trigger=trigger))
+        binds = await nursery.start(
+            partial(
+                serve_bounded,
+                app_,
+                hc,
+                max_connections=limit,
+                head_timeout_s=h.head_timeout_s,
+                shutdown_trigger=trigger,
+            )
+        )
         url = binds[0] + h.path
         _log.info("serving MCP at %s", url)
+        if cfg.console.enabled:
+            _log.info("serving the console at %s/console", binds[0])
         task_status.started(url)
 
 

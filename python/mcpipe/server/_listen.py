@@ -14,7 +14,13 @@ accept loop keeps to ``max_connections``, a bound below the descriptor limit:
   and a client is told why it is turned away;
 - past both, nothing is accepted until a connection ends (new ones wait in the kernel's backlog);
 - an accept that fails for want of descriptors or memory backs off (``BACKOFF_S``) and says so in one line
-  per minute, without a traceback.
+  per minute, without a traceback;
+- each request head has a deadline of its own (``head_timeout_s``, :class:`_HeadTimedServer`): the first from
+  the accept, each later one from its first byte. A head that has not arrived by then is answered ``408``
+  and its connection closed, so heads dripping a byte at a time hold a slot that long, not hypercorn's
+  keep-alive (75 s);
+- a connection resting between requests (keep-alive) keeps its slot until ``keep_alive_timeout`` unless the
+  slots are all taken: then the one resting longest is closed for the new connection.
 """
 
 from __future__ import annotations
@@ -24,19 +30,29 @@ import logging
 import resource
 import time
 from collections.abc import Awaitable, Callable
+from math import inf
 from typing import Any
 
 import orjson
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Closed, Event, RawData, Updated
+from hypercorn.protocol.h2 import H2Protocol
 from hypercorn.trio.lifespan import Lifespan
 from hypercorn.trio.statsd import StatsdLogger
-from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.tcp_server import MAX_RECV, TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 from hypercorn.typing import ConnectionState
 from hypercorn.utils import ShutdownError, raise_shutdown, repr_socket_addr, wrap_app
 
-__all__ = ["BACKOFF_S", "OVERFLOW_READ_S", "SPARE", "default_max_connections", "serve_bounded"]
+__all__ = [
+    "BACKOFF_S",
+    "HEAD_TIMEOUT_S",
+    "OVERFLOW_READ_S",
+    "SPARE",
+    "default_max_connections",
+    "serve_bounded",
+]
 
 _log = logging.getLogger("mcpipe.http")
 
@@ -46,6 +62,8 @@ OVERFLOW_READ_S = 0.5
 """How long such a connection may take to send its request head."""
 BACKOFF_S = 0.1
 """How long accepting pauses after the system refused one (no descriptors, no memory)."""
+HEAD_TIMEOUT_S = 10.0
+"""How long a request head may take to arrive, by default (``[http] head_timeout_s``)."""
 _SAY_EVERY_S = 60.0
 _CAPACITY_ERRNOS = {errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS}
 
@@ -60,7 +78,9 @@ def default_max_connections() -> int:
 
 
 class _Slots:
-    """Counts of connections being served and being turned away, and a wake-up when either goes down."""
+    """Counts of connections being served and being turned away, and a wake-up when either goes down; and the
+    served connections resting between requests (keep-alive), oldest first, each with the event that closes
+    it when a new connection needs its slot."""
 
     def __init__(self, limit: int, spare: int) -> None:
         self.limit = limit
@@ -68,6 +88,7 @@ class _Slots:
         self.serving = 0
         self.turning = 0
         self._freed = trio.Event()
+        self._resting: dict[object, trio.Event] = {}
 
     def free(self) -> bool:
         return self.serving < self.limit or self.turning < self.spare
@@ -75,6 +96,26 @@ class _Slots:
     async def wait(self) -> None:
         while not self.free():
             await self._freed.wait()
+
+    async def served_slot(self) -> None:
+        """Until a served connection ends."""
+        while self.serving >= self.limit:
+            await self._freed.wait()
+
+    def rest(self, connection: object, evict: trio.Event) -> None:
+        self._resting.pop(connection, None)
+        self._resting[connection] = evict
+
+    def wake(self, connection: object) -> None:
+        self._resting.pop(connection, None)
+
+    def evict_resting(self) -> bool:
+        """Close the connection resting longest, for a new one; False when none rests."""
+        if not self._resting:
+            return False
+        connection = next(iter(self._resting))
+        self._resting.pop(connection).set()
+        return True
 
     def done(self, served: bool) -> None:
         if served:
@@ -150,6 +191,109 @@ async def _turn_away(stream: trio.abc.Stream, limit: int) -> None:
         await stream.aclose()
 
 
+def _head_timeout_reply(timeout_s: float) -> bytes:
+    body = orjson.dumps(
+        {
+            "error": "request_timeout",
+            "error_description": f"the request head did not arrive within {timeout_s:g} s ([http] head_timeout_s)",
+        }
+    )
+    return (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\ncontent-length: "
+        + str(len(body)).encode()
+        + b"\r\nconnection: close\r\n\r\n"
+        + body
+    )
+
+
+class _HeadTimedServer(TCPServer):
+    """hypercorn's ``TCPServer`` (plain HTTP or TLS) with a deadline on each request head.
+
+    The head of the connection's first request must arrive within ``head_timeout_s`` of the accept; between
+    requests the connection is idle (hypercorn's keep-alive bounds that), and the next head must arrive
+    within ``head_timeout_s`` of its first byte. hypercorn tells when a request's head is in and when its
+    exchange is over (``Updated(idle=False)`` / ``Updated(idle=True)``, sent from inside ``protocol.handle``),
+    which is how the deadline knows a head is pending; a body is the front's (``http.body_timeout_s``).
+    """
+
+    def __init__(self, *args: Any, head_timeout_s: float, slots: _Slots) -> None:
+        super().__init__(*args)
+        self.head_timeout_s = head_timeout_s
+        self.slots = slots
+        self._head_deadline = inf
+        self._busy = False
+        self._evict = trio.Event()
+
+    async def protocol_send(self, event: Event) -> None:
+        if isinstance(event, Updated):
+            # A head is in (the request is served), or an exchange is over (idle: the next head's deadline
+            # starts with its first byte; meanwhile the connection rests, and yields its slot under pressure).
+            self._busy = not event.idle
+            self._head_deadline = inf
+            if event.idle:
+                self._evict = trio.Event()  # before hypercorn restarts the keep-alive timer, which waits on it
+                self.slots.rest(self, self._evict)
+            else:
+                self.slots.wake(self)
+        await super().protocol_send(event)
+
+    async def _idle_timeout(self) -> None:
+        """hypercorn's keep-alive timer, which also ends when the connection is evicted for a new one."""
+        evict = self._evict
+        with trio.move_on_after(self.config.keep_alive_timeout):
+            async with trio.open_nursery() as nursery:
+                for wait in (self.context.terminated.wait, evict.wait):
+                    nursery.start_soon(_then_cancel, wait, nursery.cancel_scope)
+        with trio.CancelScope(shield=True):
+            await self._initiate_server_close()
+
+    async def _read_data(self) -> None:
+        try:
+            await self._read_heads()
+        finally:
+            self.slots.wake(self)
+
+    async def _read_heads(self) -> None:
+        self._head_deadline = trio.current_time() + self.head_timeout_s
+        read_timeout = self.config.read_timeout or inf
+        while True:
+            with trio.move_on_at(min(trio.current_time() + read_timeout, self._head_deadline)) as waited:
+                try:
+                    data = await self.stream.receive_some(MAX_RECV)
+                except (trio.ClosedResourceError, trio.BrokenResourceError):
+                    break
+            if waited.cancelled_caught:
+                if trio.current_time() >= self._head_deadline:
+                    await self._head_too_slow()
+                    # The keep-alive timer would hold the connection (and its slot) open until it fires.
+                    await self.idle_task.stop()
+                break
+            if data and not self._busy and self._head_deadline == inf:
+                self._head_deadline = trio.current_time() + self.head_timeout_s
+                self.slots.wake(self)  # a head has begun: no longer resting (its deadline bounds it)
+            await self.protocol.handle(RawData(bytes(data)))
+            if data == b"":
+                break
+        await self.protocol.handle(Closed())
+
+    async def _head_too_slow(self) -> None:
+        """Tell an HTTP/1 client its head came too slowly (an HTTP/2 connection is closed: it has no such
+        status line to send)."""
+        if isinstance(self.protocol.protocol, H2Protocol):
+            return
+        async with self.send_lock:
+            with trio.move_on_after(OVERFLOW_READ_S), trio.CancelScope(shield=True):
+                try:
+                    await self.stream.send_all(_head_timeout_reply(self.head_timeout_s))
+                except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                    pass
+
+
+async def _then_cancel(wait: Callable[[], Awaitable[Any]], scope: trio.CancelScope) -> None:
+    await wait()
+    scope.cancel()
+
+
 async def _accept_loop(
     listener: trio.abc.Listener[trio.abc.Stream],
     handler: Callable[[trio.abc.Stream], Awaitable[None]],
@@ -184,6 +328,10 @@ async def _accept_until_cancelled(
             )
             await trio.sleep(BACKOFF_S)
             continue
+        if slots.serving >= slots.limit and slots.evict_resting():
+            # A connection resting between requests gives its slot to this one (it closes at once).
+            with trio.move_on_after(OVERFLOW_READ_S):
+                await slots.served_slot()
         if slots.serving < slots.limit:
             slots.serving += 1
             nursery.start_soon(_serve_one, handler, stream, slots)
@@ -217,11 +365,12 @@ async def serve_bounded(
     config: HypercornConfig,
     *,
     max_connections: int,
+    head_timeout_s: float = HEAD_TIMEOUT_S,
     shutdown_trigger: Callable[..., Awaitable[None]] | None = None,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """hypercorn's ``serve`` (the trio worker, plain HTTP or TLS) with the bounded accept loop above; reports the
-    bound URLs through ``task_status`` once listening."""
+    """hypercorn's ``serve`` (the trio worker, plain HTTP or TLS) with the bounded accept loop and the head
+    deadline above; reports the bound URLs through ``task_status`` once listening."""
     config.set_statsd_logger_class(StatsdLogger)
     wrapped = wrap_app(app, config.wsgi_max_body_size, "asgi")
     lifespan_state: dict[str, Any] = {}
@@ -254,7 +403,10 @@ async def serve_bounded(
             state = ConnectionState(lifespan_state.copy())
 
             async def handler(stream: trio.abc.Stream) -> None:
-                await TCPServer(wrapped, config, context, state, stream)  # type: ignore[arg-type]
+                server = _HeadTimedServer(
+                    wrapped, config, context, state, stream, head_timeout_s=head_timeout_s, slots=slots
+                )
+                await server.run()
 
             task_status.started(binds)
             try:

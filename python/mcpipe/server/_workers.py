@@ -43,7 +43,9 @@ from functools import partial
 
 import trio
 
-__all__ = ["DEATH_WINDOW_S", "MAX_DEATHS", "listen_socket", "supervise"]
+from mcpipe.errors import MCPipeError
+
+__all__ = ["DEATH_WINDOW_S", "MAX_DEATHS", "ActivationError", "activated_socket", "listen_socket", "supervise"]
 
 _log = logging.getLogger("mcpipe.workers")
 
@@ -61,6 +63,43 @@ def listen_socket(host: str, port: int, backlog: int = 1024) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.bind((host, port))
     sock.listen(backlog)
+    sock.set_inheritable(True)
+    return sock
+
+
+SD_LISTEN_FDS_START = 3
+"""The first descriptor a service manager passes (``sd_listen_fds(3)``)."""
+
+
+class ActivationError(MCPipeError):
+    """The sockets a service manager passed cannot be served (several, or not a listening TCP socket)."""
+
+
+def activated_socket(environ: dict[str, str] | None = None) -> socket.socket | None:
+    """The listening socket systemd passed this process (socket activation), or None when it passed none.
+
+    The protocol of ``sd_listen_fds(3)``: ``LISTEN_PID`` names this process and ``LISTEN_FDS`` counts the
+    descriptors from 3 on. mcpipe serves one TCP socket, so more than one, or one that is not a listening
+    TCP socket, is an :class:`ActivationError`. The variables are removed from ``os.environ`` once read
+    (``--workers``' processes and downstream servers must not take the socket for theirs)."""
+    env = os.environ if environ is None else environ
+    pid, fds = env.get("LISTEN_PID"), env.get("LISTEN_FDS")
+    if pid is None or fds is None or pid != str(os.getpid()):
+        return None
+    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(name, None)
+    if fds != "1":
+        raise ActivationError(f"socket activation passed LISTEN_FDS={fds}: mcpipe serves one listening socket")
+    try:
+        sock = socket.socket(fileno=SD_LISTEN_FDS_START)
+    except OSError as exc:
+        raise ActivationError(f"socket activation: descriptor 3 is not a socket ({exc.strerror})") from None
+    kind = (sock.family, sock.type, sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN))
+    if kind[0] not in (socket.AF_INET, socket.AF_INET6) or kind[1] != socket.SOCK_STREAM or not kind[2]:
+        sock.detach()  # not ours to close
+        raise ActivationError(
+            "socket activation: descriptor 3 is not a listening TCP socket (ListenStream=PORT or ADDRESS:PORT)"
+        )
     sock.set_inheritable(True)
     return sock
 
@@ -85,6 +124,7 @@ async def supervise(
     shared_store: bool = False,
     state_key_env: str = "MCPIPE_STATE_KEY",
     share_runs: bool = False,
+    sock: socket.socket | None = None,
     task_status: trio.TaskStatus[str] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run ``workers`` worker processes on one socket until ``shutdown_trigger`` returns.
@@ -100,11 +140,12 @@ async def supervise(
         state_key_env: the variable holding the state key (``interaction.state_key_env``).
         share_runs: the config names no shared run queue: give the workers one SQLite file in a private
             temporary directory (``--runs-path``), removed on exit.
+        sock: a listening socket to serve instead of binding ``host:port`` (socket activation); closed on exit.
 
     Returns:
         0 after a clean stop, 1 when a worker kept dying.
     """
-    sock = listen_socket(host, port)
+    sock = listen_socket(host, port) if sock is None else sock
     bound = sock.getsockname()
     name = f"[{bound[0]}]" if ":" in bound[0] else bound[0]
     url = f"http://{name}:{bound[1]}{path}"

@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import socket
 import sys
 from functools import partial
 from pathlib import Path
@@ -18,7 +20,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, resolve_path
+from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, no_pipe_reason, resolve_path
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -35,6 +37,15 @@ __all__ = [
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
+LOG_LEVELS = ("debug", "info", "warning", "error")
+ENVIRONMENT = {
+    "config": "MCPIPE_CONFIG",
+    "http": "MCPIPE_HTTP",
+    "workers": "MCPIPE_WORKERS",
+    "log_level": "MCPIPE_LOG_LEVEL",
+}
+"""``serve``'s options that an environment variable sets when the command line does not (a container's or a
+unit's environment): the option wins over its variable."""
 
 
 def parse_hostport(value: str) -> tuple[str, int]:
@@ -61,14 +72,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--config",
         "-c",
         metavar="FILE",
-        help="config file (.toml, .yaml or .json); without it, the embedded default: mcp_pipe and the built-in tools",
+        help="config file (.toml, .yaml or .json); without it, $MCPIPE_CONFIG, else the embedded default: mcp_pipe "
+        "and the built-in tools",
     )
     where = parser.add_mutually_exclusive_group()
     where.add_argument(
         "--http",
         metavar="HOST:PORT",
         type=parse_hostport,
-        help=f"serve streamable HTTP (the default, on the config's http.host:http.port, "
+        help=f"serve streamable HTTP (the default, on $MCPIPE_HTTP, else the config's http.host:http.port, "
         f"{DEFAULT_HOST}:{DEFAULT_PORT} unless set)",
     )
     where.add_argument("--stdio", action="store_true", help="serve one client on stdin/stdout (for MCP clients)")
@@ -76,15 +88,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--workers",
         type=_positive,
         metavar="N",
-        help="HTTP worker processes sharing the port (default: the config's http.workers, 1); see docs/deployment.md",
+        help="HTTP worker processes sharing the port (default: $MCPIPE_WORKERS, else the config's http.workers, 1); "
+        "see docs/deployment.md",
     )
     parser.add_argument("--listen-fd", type=int, help=argparse.SUPPRESS)  # a worker's inherited socket
     parser.add_argument("--runs-path", help=argparse.SUPPRESS)  # a worker's run queue, shared by the supervisor
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"], help="log level (on stderr)"
+        "--log-level", choices=LOG_LEVELS, help="log level (on stderr; default: $MCPIPE_LOG_LEVEL, else info)"
     )
     parser.add_argument(
         "--no-worker", action="store_true", help="do not execute queued runs here (leave them to `mcpipe worker`)"
+    )
+    parser.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the web console at /console and its JSON API at /api/v1 ([console] enabled; docs/console.md)",
     )
 
 
@@ -140,8 +158,43 @@ def log_to_file(config: Config) -> logging.Handler:
     return handler
 
 
+def from_environment(ns: argparse.Namespace, environ: dict[str, str] | None = None) -> str | None:
+    """Fill the options of :data:`ENVIRONMENT` the command line left unset from their variables (an empty
+    variable counts as unset); returns the one-line error of a variable whose value the option would refuse."""
+    env = os.environ if environ is None else environ
+    for option, variable in ENVIRONMENT.items():
+        value = env.get(variable, "")
+        if getattr(ns, option, None) is not None or not value:
+            continue
+        if option == "http" and getattr(ns, "stdio", False):
+            continue  # --stdio on the command line: there is no address to listen on
+        try:
+            setattr(ns, option, _from_variable(option, value))
+        except argparse.ArgumentTypeError as exc:
+            return f"{variable}={value!r}: {exc}"
+    if getattr(ns, "log_level", None) is None:
+        ns.log_level = "info"
+    return None
+
+
+def _from_variable(option: str, value: str) -> Any:
+    if option == "http":
+        return parse_hostport(value)
+    if option == "workers":
+        return _positive(value)
+    if option == "log_level":
+        if value.lower() not in LOG_LEVELS:
+            raise argparse.ArgumentTypeError(f"not a log level (one of {', '.join(LOG_LEVELS)})")
+        return value.lower()
+    return value
+
+
 def main(ns: argparse.Namespace) -> int:
     """Run ``mcpipe serve``; returns the exit status (0 after a clean shutdown, 2 on a bad config)."""
+    problem = from_environment(ns)
+    if problem is not None:
+        print(f"mcpipe serve: error: {problem}", file=sys.stderr)
+        return 2
     _logging(ns)
     try:
         config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
@@ -150,6 +203,8 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     if config.logs.file:
         log_to_file(config)
+    if getattr(ns, "console", False):
+        config = msgspec.structs.replace(config, console=msgspec.structs.replace(config.console, enabled=True))
     if getattr(ns, "runs_path", None):  # a worker of `--workers N`: the queue its supervisor shares
         config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, path=ns.runs_path))
     http = getattr(ns, "http", None)
@@ -157,9 +212,17 @@ def main(ns: argparse.Namespace) -> int:
     execute = False if getattr(ns, "no_worker", False) else None
     workers = getattr(ns, "workers", None) or config.http.workers
     listen_fd = getattr(ns, "listen_fd", None)
+    if stdio and config.console.enabled:
+        _log.warning("the console is served over HTTP: --stdio serves none")
     if stdio and workers > 1:
         print("error: --workers is for HTTP; --stdio serves one client", file=sys.stderr)
         return 2
+    activated = _activated(stdio)
+    if isinstance(activated, str):
+        print(f"mcpipe serve: error: {activated}", file=sys.stderr)
+        return 2
+    if activated is not None:  # systemd's socket: its address is the one served
+        http = activated.getsockname()[:2]
     if (execute is False or not config.runs.execute) and not _shares_runs(config) and not _runs_path_given(ns):
         print(
             "error: --no-worker ([runs] execute = false) leaves queued runs to `mcpipe worker` processes, "
@@ -169,12 +232,20 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     try:
         if workers > 1 and listen_fd is None:
-            return _supervise(ns, config, http, workers)
-        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None))
+            return _supervise(ns, config, http, workers, activated)
+        activated_fd = None if activated is None else activated.detach()  # hypercorn's socket owns it now
+        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None), activated_fd)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
     except (OSError, BaseExceptionGroup) as exc:
+        sole = _sole(exc)
+        if isinstance(sole, ConfigError):  # found while the app opened (python_tools that do not import)
+            _print_problems(sole)
+            return 2
+        if isinstance(sole, OSError) and sole.filename is not None:  # a file it writes (the audit log), not the port
+            print(f"mcpipe serve: error: {sole.filename}: {(sole.strerror or str(sole)).lower()}", file=sys.stderr)
+            return 1
         error = _os_error(exc)
         if error is None:
             raise
@@ -182,6 +253,20 @@ def main(ns: argparse.Namespace) -> int:
         print(f"mcpipe serve: error: cannot listen on {host}:{port}: {error}", file=sys.stderr)
         return 1
     return 0
+
+
+def _activated(stdio: bool) -> socket.socket | str | None:
+    """The listening socket systemd passed (socket activation), None without one, or the error to print."""
+    from mcpipe.server._workers import ActivationError, activated_socket
+
+    try:
+        sock = activated_socket()
+    except ActivationError as exc:
+        return str(exc)
+    if sock is not None and stdio:
+        sock.detach()
+        return "socket activation passed a listening socket, and --stdio serves stdin: drop one"
+    return sock
 
 
 def _runs_path_given(ns: argparse.Namespace) -> bool:
@@ -194,7 +279,13 @@ def _shares_runs(config: Config) -> bool:
     return shares_runs(config)
 
 
-def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | None, workers: int) -> int:
+def _supervise(
+    ns: argparse.Namespace,
+    config: Config,
+    http: tuple[str, int] | None,
+    workers: int,
+    sock: socket.socket | None = None,
+) -> int:
     from mcpipe.server._app import shares_runs
     from mcpipe.server._http import signalled
     from mcpipe.server._workers import supervise
@@ -205,6 +296,8 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         args += ["--config", str(Path(ns.config).resolve())]
     if getattr(ns, "no_worker", False):
         args.append("--no-worker")
+    if getattr(ns, "console", False):
+        args.append("--console")
     run = partial(
         supervise,
         workers=workers,
@@ -216,6 +309,7 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         shared_store=not config.store.url.startswith("memory:"),
         state_key_env=config.interaction.state_key_env,
         share_runs=not shares_runs(config),
+        sock=sock,
     )
     try:
         return trio.run(run)
@@ -227,10 +321,16 @@ def _supervise(ns: argparse.Namespace, config: Config, http: tuple[str, int] | N
         return 1
 
 
-def _os_error(exc: BaseException) -> str | None:
-    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+def _sole(exc: BaseException) -> BaseException:
+    """The one exception inside nested groups of one (Trio nurseries wrap what a task raised)."""
     while isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
         exc = exc.exceptions[0]
+    return exc
+
+
+def _os_error(exc: BaseException) -> str | None:
+    """The message of the OSError that stopped the server (binding its address), alone or in groups."""
+    exc = _sole(exc)
     if not isinstance(exc, OSError):
         return None
     return (exc.strerror or str(exc)).lower()
@@ -243,6 +343,7 @@ async def _serve(
     execute: bool | None = None,
     listen_fd: int | None = None,
     path: str | None = None,
+    activated_fd: int | None = None,
 ) -> None:
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
@@ -257,14 +358,29 @@ async def _serve(
             if stdio:
                 await serve_stdio(app)
             else:
-                await serve_http(app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd)
+                await serve_http(
+                    app,
+                    host=host,
+                    port=port,
+                    shutdown_trigger=signalled,
+                    listen_fd=listen_fd,
+                    activated_fd=activated_fd,
+                    config_path=path,
+                )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
     reloader = Reloader(path, config, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
         await serve_http(
-            app, host=host, port=port, shutdown_trigger=signalled, listen_fd=listen_fd, on_front=reloader.attach
+            app,
+            host=host,
+            port=port,
+            shutdown_trigger=signalled,
+            listen_fd=listen_fd,
+            activated_fd=activated_fd,
+            on_front=reloader.attach,
+            config_path=path,
         )
         nursery.cancel_scope.cancel()
 
@@ -369,6 +485,7 @@ def check_config(path: str, *, quiet: bool = False) -> int:
 
         problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
     problems.extend(_missing_commands(config, path, {w.location for w in warnings}))
+    apis = _openapi_check(config, path, problems) if config.openapi and not problems else None
     if problems:
         _print_problems(ConfigError(problems))
         return 1
@@ -387,8 +504,34 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         from mcpipe.formats.noetl import served_counts
 
         counts += [_count(n, kind) for kind, n in served_counts(config).items()]
-    print(f"{path}: ok ({', '.join(counts)})")
+    if apis is not None:
+        tools = sum(len(a.tools) for a in apis.apis)
+        refused = sum(len(a.refused) for a in apis.apis)
+        counts.append(_count(tools, "OpenAPI tool") + f" ({refused} operation{'s' if refused != 1 else ''} refused)")
+    no_pipe = "" if config.pipe.enabled else f"; no mcp_pipe: {no_pipe_reason(config)}"
+    print(f"{path}: ok ({', '.join(counts)}){no_pipe}")
     return 0
+
+
+def _openapi_check(config: Config, path: str, problems: list[Any]) -> Any:
+    """Read the config's OpenAPI documents as ``serve`` would: a document that cannot be read is a problem; an
+    operation refused, or what openapi-spec-validator says, a warning (located in the config)."""
+    import trio
+
+    from mcpipe.access import Credentials
+    from mcpipe.errors import Problem
+    from mcpipe.openapi import load_openapi
+
+    try:
+        apis = trio.run(
+            lambda: load_openapi(config.openapi, base_dir=config.base_dir, credentials=Credentials(config.credentials))
+        )
+    except ConfigError as exc:
+        problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in exc.problems)
+        return None
+    for warning in apis.warnings():
+        print(f"warning: {path}:{warning}", file=sys.stderr)
+    return apis
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:
@@ -422,13 +565,40 @@ def _missing_commands(config: Config, path: str, warned: set[str]) -> list[Any]:
 # --- runs: mcpipe worker, mcpipe runs, mcpipe events --------------------------------------------------
 
 
+_NEEDS = {"runs": ("runs", "store"), "events": ("runs", "store")}
+"""The sections ``mcpipe runs`` and ``mcpipe events`` read (the queue): an environment variable read elsewhere
+(an ``auth.tokens`` secret, a downstream server's header) need not be set to list runs."""
+
+
 def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
-    """The config, checked to name a queue that outlives a process; None (printed) when it does not."""
-    try:
-        config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
-    except ConfigError as exc:
-        _print_problems(exc)
-        return None
+    """The config, checked to name a queue that outlives a process; None (printed) when it does not.
+
+    An environment variable the file reads and this environment lacks is refused only where the command reads
+    it: ``runs`` and ``events`` read the queue's sections; ``worker`` runs the tools, so every section but
+    ``auth`` (the HTTP front's callers, which a worker does not serve)."""
+    from mcpipe.errors import Problem
+
+    path = getattr(ns, "config", None)
+    if not path:
+        config = DEFAULT_CONFIG
+    else:
+        warnings: list[Problem] = []
+        try:
+            config = load_config(path, warnings=warnings)
+        except ConfigError as exc:
+            _print_problems(exc)
+            return None
+        needs = _NEEDS.get(command)
+        unset = [
+            w
+            for w in warnings
+            if (section := w.location.removeprefix(f"{path}:").split(".", 1)[0].split("[", 1)[0])
+            and (section in needs if needs is not None else section != "auth")
+        ]
+        if unset:  # as `serve` says them
+            tail = ": `mcpipe serve` refuses the file until it is"
+            _print_problems(ConfigError([Problem(w.location, w.code, w.message.removesuffix(tail)) for w in unset]))
+            return None
     if config.runs.path is None and not config.store.url.startswith(("redis://", "rediss://", "unix://")):
         where = f"{ns.config}: " if getattr(ns, "config", None) else ""
         print(
@@ -550,3 +720,123 @@ def _print_event(event: dict[str, Any], as_json: bool) -> None:
     rest = {k: v for k, v in event.items() if k not in ("cursor", "at", "type", "worker") and v is not None}
     detail = " ".join(f"{k}={v}" for k, v in rest.items())
     print(f"{_when(event['at'])}  {event['type']:<13}  {event['worker'] or '-'}  {detail}".rstrip(), flush=True)
+
+
+# --- mcpipe auth -----------------------------------------------------------------------------------------
+
+
+def auth_main(ns: argparse.Namespace) -> int:
+    """``mcpipe auth list|revoke|login``: the sign-ins held for downstream servers (2: bad config or names)."""
+    command = f"auth {ns.auth_command}"
+    try:
+        config = load_config(ns.config)
+    except ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    from mcpipe.server._app import oauth_clients
+
+    try:
+        oauth = oauth_clients(config)
+    except ConfigError as exc:
+        _print_problems(exc)
+        return 2
+    if oauth is None:
+        print(f"mcpipe {command}: error: {ns.config}: no mcpServers entry has `oauth`", file=sys.stderr)
+        return 2
+    server = getattr(ns, "server", None)
+    if server is not None and server not in oauth.servers:
+        known = ", ".join(sorted(oauth.servers))
+        print(f"mcpipe {command}: error: no server `{server}` with `oauth` (known: {known})", file=sys.stderr)
+        return 2
+    return int(trio.run(_auth, oauth, ns))
+
+
+async def _auth(oauth: Any, ns: argparse.Namespace) -> int:
+    from mcpipe.tools._oauth import OPERATOR, SignInError
+
+    async with trio.open_nursery() as nursery:
+        await nursery.start(oauth.store.run)
+        try:
+            if ns.auth_command == "list":
+                for row in await oauth.list():
+                    if ns.server is not None and row["server"] != ns.server:
+                        continue
+                    if ns.json:
+                        print(orjson.dumps(row).decode())
+                    else:
+                        who = "(operator)" if row["principal"] == OPERATOR else row["principal"]
+                        refresh = "refreshable" if row["refreshable"] else "no refresh token"
+                        scope = row["scope"] or "-"
+                        print(f"{row['server']}  {who}  expires {_when(row['expires_at'])}  {scope}  {refresh}")
+                return 0
+            auth = oauth.servers[ns.server]
+            if ns.auth_command == "revoke":
+                if ns.all:
+                    rows = [r for r in await oauth.list() if r["server"] == ns.server]
+                    for row in rows:
+                        await auth.forget(row["principal"])
+                    print(f"revoked {len(rows)} sign-in(s) to {ns.server}")
+                    return 0
+                principal = ns.principal or OPERATOR
+                if not await auth.forget(principal):
+                    print(f"mcpipe auth revoke: error: `{principal}` holds no sign-in to {ns.server}", file=sys.stderr)
+                    return 1
+                print(f"revoked {principal}'s sign-in to {ns.server}")
+                return 0
+            return await _login(oauth, auth, ns)
+        except SignInError as exc:
+            print(f"mcpipe auth {ns.auth_command}: error: {exc}", file=sys.stderr)
+            return 1
+        finally:
+            nursery.cancel_scope.cancel()
+
+
+async def _login(oauth: Any, auth: Any, ns: argparse.Namespace) -> int:
+    """The operator's sign-in: print the URL; its redirect comes back to the callback (a running ``mcpipe serve``
+    sharing the store, or, when the callback is a loopback address nothing listens on, this command itself)."""
+    from urllib.parse import parse_qsl, urlsplit
+
+    from mcpipe.tools._oauth import OPERATOR
+
+    url, _ = await auth.begin(OPERATOR, None)
+    callback = urlsplit(oauth.callback_url)
+    listen = callback.hostname in ("127.0.0.1", "localhost", "::1") and callback.port is not None
+
+    async def serve_callback(stream: trio.SocketStream) -> None:
+        request = b""
+        with trio.move_on_after(30):
+            while b"\r\n\r\n" not in request and len(request) < 65536:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    break
+                request += chunk
+        line = request.split(b"\r\n", 1)[0].decode("latin-1").split(" ")
+        target = urlsplit(line[1]) if len(line) >= 2 else None
+        if target is None or target.path != callback.path:
+            status, page = 404, b"not found"
+        else:
+            status, page = await oauth.callback(dict(parse_qsl(target.query)))
+        head = f"HTTP/1.1 {status} OK\r\ncontent-type: text/html; charset=utf-8\r\ncontent-length: {len(page)}\r\n"
+        await stream.send_all(head.encode() + b"connection: close\r\n\r\n" + page)
+        await stream.aclose()
+
+    async with trio.open_nursery() as nursery:
+        if listen:
+            try:
+                listeners = await trio.open_tcp_listeners(callback.port, host=callback.hostname)
+            except OSError:
+                listeners = []  # a running server has the port: it takes the callback (the store is shared)
+            for listener in listeners:
+                nursery.start_soon(trio.serve_listeners, serve_callback, [listener])
+        print("Open this URL in a browser and sign in:", flush=True)
+        print(url, flush=True)
+        signed = await auth.wait_signed_in(OPERATOR, ns.timeout)
+        nursery.cancel_scope.cancel()
+    if not signed:
+        print(
+            f"mcpipe auth login: error: the sign-in to {ns.server} did not complete within {ns.timeout:g} s",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"signed in to {ns.server} (the operator's account, used by every caller)")
+    return 0

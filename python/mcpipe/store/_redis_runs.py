@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 import coredis
 import coredis.exceptions
@@ -45,10 +45,12 @@ from mcpipe.store._runs import (
     LIFECYCLE,
     MAX_BYTES,
     MAX_BYTES_PER_PRINCIPAL,
+    MAX_PAGE,
     MAX_RUN_BYTES,
     MAX_RUN_EVENTS,
     MAX_RUNS,
     MAX_RUNS_PER_PRINCIPAL,
+    MAX_SCAN,
     PARKED_TTL_S,
     RETENTION_S,
     Bounds,
@@ -56,6 +58,7 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
+    RunPage,
     RunStatus,
     cancelled_answer,
     event_blob,
@@ -385,6 +388,47 @@ _DOWN = (
 """What says Redis cannot serve the queue now (a script's own error is a bug, and stays one)."""
 
 
+# One page of the console's runs list, read and filtered inside Redis (one round trip): the index from the newest
+# run (or the cursor) down to ``min``, each run's summary fields read with HMGET and matched; at most ``max_scan``
+# runs looked at. KEYS: the index. ARGV: the run key prefix, max score, min score, the cursor's score and id
+# (empty: none), status, target (empty: any), the number of principals (0: any) and each ('' is the anonymous
+# caller), limit, max_scan. Answers {rows, scanned, partial, last id, last score} (the last two: where a partial
+# scan stopped); each row is id, score, then the summary fields.
+_PAGE = """
+local prefix, maxs, mins, cscore, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
+local status, target, np = ARGV[6], ARGV[7], tonumber(ARGV[8])
+local wanted = nil
+if np > 0 then
+  wanted = {}
+  for i = 1, np do wanted[ARGV[8 + i]] = true end
+end
+local limit, max_scan = tonumber(ARGV[9 + np]), tonumber(ARGV[10 + np])
+if cscore ~= '' then maxs = cscore end
+local rows, scanned, offset, last_id, last_score = {}, 0, 0, '', ''
+while scanned < max_scan do
+  local batch = math.min(500, max_scan - scanned)
+  local got = redis.call('ZRANGE', KEYS[1], maxs, mins, 'BYSCORE', 'REV', 'LIMIT', offset, batch, 'WITHSCORES')
+  if #got == 0 then return {rows, scanned, 0, '', ''} end
+  offset = offset + #got / 2
+  for i = 1, #got, 2 do
+    local id, score = got[i], got[i + 1]
+    if not (cid ~= '' and score == cscore and id >= cid) then
+      scanned, last_id, last_score = scanned + 1, id, score
+      local h = redis.call('HMGET', prefix .. id, 'target', 'principal', 'status', 'created', 'updated', 'worker',
+        'attempts', 'cancel', 'lapses')
+      if h[3] and (status == '' or h[3] == status) and (target == '' or h[1] == target)
+          and (wanted == nil or wanted[h[2] or '']) then
+        rows[#rows + 1] = {id, score, h[1], h[2] or '', h[3], h[4], h[5], h[6] or '', h[7] or '0', h[8] or '0',
+          h[9] or '0'}
+        if #rows > limit then return {rows, scanned, 0, '', ''} end
+      end
+    end
+  end
+end
+return {rows, scanned, 1, last_id, last_score}
+"""
+
+
 def _info(h: dict[str, str]) -> RunInfo:
     return RunInfo(
         id=h["id"],
@@ -481,6 +525,7 @@ class RedisRunQueue:
         self._answer = self._client.register_script(_ANSWER)
         self._expire = self._client.register_script(_EXPIRE)
         self._drop = self._client.register_script(_DROP)
+        self._page = self._client.register_script(_PAGE)
 
     @property
     def retention_s(self) -> float:
@@ -792,6 +837,73 @@ class RedisRunQueue:
                     out.append(info)
             start += page
         return out[:limit]
+
+    async def page(
+        self,
+        *,
+        status: str | None = None,
+        target: str | None = None,
+        principals: tuple[str | None, ...] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        limit = max(1, min(limit, MAX_PAGE))
+        if principals is not None and not principals:
+            return RunPage(runs=[])
+        cscore = cid = ""
+        if before:
+            cscore, _, cid = before.partition("|")
+            try:
+                float(cscore)
+            except ValueError:
+                return RunPage(runs=[])
+        wanted = [p or "" for p in principals] if principals is not None else []
+        maxs = f"({until!r}" if until is not None else "+inf"
+        mins = repr(since) if since is not None else "-inf"
+        if cscore and until is not None and float(cscore) >= until:
+            cscore = ""
+        args: list[str | int] = [f"{self.prefix}:run:", maxs, mins, cscore, cid, status or "", target or ""]
+        args += [len(wanted), *wanted, limit, MAX_SCAN]
+        got: list[Any] = list(await self._do("page", self._page(keys=[self.index], args=args)))
+        rows: list[list[str]] = got[0]
+        scanned, partial, last_id, last_score = int(got[1]), bool(got[2]), str(got[3]), str(got[4])
+        more = len(rows) > limit
+        rows = rows[:limit]
+        runs = [
+            RunInfo(
+                id=r[0],
+                target=r[2],
+                principal=r[3] or None,
+                status=cast(RunStatus, r[4]),
+                created=float(r[5]),
+                updated=float(r[6]),
+                worker=r[7] or None,
+                attempts=int(r[8]),
+                cancel=r[9] == "1",
+                lapses=int(r[10]),
+            )
+            for r in rows
+        ]
+        if more:
+            nxt: str | None = f"{rows[-1][1]}|{rows[-1][0]}"
+        else:
+            nxt = f"{last_score}|{last_id}" if partial and last_id else None
+        return RunPage(runs=runs, next=nxt, scanned=int(scanned), partial=bool(partial))
+
+    async def counts(self) -> dict[str, int]:
+        done = await self._do("counts", self._client.zcard(self.books[4]))
+        parked = await self._do("counts", self._client.zcard(self.books[5]))
+        total = await self._do("counts", self._client.zcard(self.index))
+        await self._ensure_group()
+        pending = await self._do("counts", self._client.xpending(self.stream, GROUP))
+        length = await self._do("counts", self._client.xlen(self.stream))
+        running = int(getattr(pending, "pending", 0) or 0)
+        queued = max(0, int(length) - running)
+        out = {"queued": queued, "running": running, "input_required": int(parked), "finished": int(done)}
+        out["other"] = max(0, int(total) - sum(out.values()))
+        return {k: v for k, v in out.items() if v}
 
     async def emit(self, run_id: str, worker: str | None, events: list[NewEvent]) -> None:
         if not events:

@@ -38,6 +38,7 @@ __all__ = [
     "Renewal",
     "RunEvent",
     "RunInfo",
+    "RunPage",
     "RunQueue",
     "RunRefused",
     "RunStatus",
@@ -230,6 +231,31 @@ class RunEvent(msgspec.Struct, kw_only=True, omit_defaults=True):
         return {"cursor": self.cursor, "at": self.at, "type": self.type, "worker": self.worker, **self.data}
 
 
+class RunPage(msgspec.Struct, kw_only=True):
+    """One page of a filtered list of runs, newest first (:meth:`RunQueue.page`).
+
+    Attributes:
+        runs: the runs of the page, without their arguments, answers or meta (what :meth:`RunInfo.summary`
+            shows).
+        next: the cursor of the next (older) page, or None on the last one.
+        scanned: how many runs were looked at to fill the page; a queue that filters as it reads (Redis)
+            stops at ``max_scan`` and says so with ``partial``.
+        partial: the scan stopped before the page was full or the runs ran out: older runs may still match.
+    """
+
+    runs: list[RunInfo]
+    next: str | None = None
+    scanned: int = 0
+    partial: bool = False
+
+
+MAX_PAGE = 500
+"""The most runs one :meth:`RunQueue.page` answers."""
+
+MAX_SCAN = 20_000
+"""The most runs a queue that filters as it reads (Redis) looks at for one page."""
+
+
 class Renewal(msgspec.Struct, frozen=True):
     """What renewing a lease found: ``held`` (still this worker's) and ``cancel`` (cancelling was asked)."""
 
@@ -303,6 +329,29 @@ class RunQueue(Protocol):
 
     async def runs(self, *, limit: int = 50, status: str | None = None) -> list[RunInfo]:
         """The newest runs first."""
+        ...
+
+    async def page(
+        self,
+        *,
+        status: str | None = None,
+        target: str | None = None,
+        principals: tuple[str | None, ...] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        """The newest runs matching every filter given, ``limit`` at most (up to :data:`MAX_PAGE`), after
+        cursor ``before`` (a page's ``next``): ``status``, ``target`` (the tool or ``mcp_pipe``),
+        ``principals`` (the run's principal is one of them; None among them is the anonymous caller), created
+        at or after ``since`` and before ``until`` (Unix seconds). Runs come without their arguments and
+        answers."""
+        ...
+
+    async def counts(self) -> dict[str, int]:
+        """How many runs the queue holds, by status (``queued``, ``running``, ``input_required``, and the
+        finished ones): its depth."""
         ...
 
     async def emit(self, run_id: str, worker: str | None, events: list[NewEvent]) -> None:
@@ -466,7 +515,14 @@ def event_blob(data: dict[str, Any]) -> bytes:
     blob = orjson.dumps(data)
     if len(blob) <= MAX_EVENT_BYTES:
         return blob
-    blob = orjson.dumps(_cut(data))
+    cut = _cut(data)
+    blob = orjson.dumps(cut)
     if len(blob) <= MAX_EVENT_BYTES:
         return blob
-    return orjson.dumps({"truncated": len(blob)})
+    # Still too large: the short scalars stay (a step event's path, ok, error_code), the rest goes.
+    kept = {
+        k: v
+        for k, v in cut.items()
+        if v is None or isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= _CUT)
+    }
+    return orjson.dumps({**kept, "truncated": len(blob)})

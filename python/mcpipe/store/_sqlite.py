@@ -27,6 +27,7 @@ from mcpipe.store._runs import (
     LIFECYCLE,
     MAX_BYTES,
     MAX_BYTES_PER_PRINCIPAL,
+    MAX_PAGE,
     MAX_RUN_BYTES,
     MAX_RUN_EVENTS,
     MAX_RUNS,
@@ -38,6 +39,7 @@ from mcpipe.store._runs import (
     Renewal,
     RunEvent,
     RunInfo,
+    RunPage,
     RunStatus,
     cancelled_answer,
     event_blob,
@@ -103,7 +105,13 @@ _ADDED = {
     "event_bytes": "INTEGER NOT NULL DEFAULT 0",
     "events_dropped": "INTEGER NOT NULL DEFAULT 0",
 }
-_INDEXES = "CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, status);"
+# The console's filters (``page``): a principal's, a tool's and a time range's runs, newest first.
+_INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_by_principal ON runs (principal, status);
+CREATE INDEX IF NOT EXISTS runs_by_principal_seq ON runs (principal, seq);
+CREATE INDEX IF NOT EXISTS runs_by_target ON runs (target, seq);
+CREATE INDEX IF NOT EXISTS runs_by_created ON runs (created);
+"""
 _LIVE = "('queued', 'running', 'input_required')"
 _DONE = "('completed', 'failed', 'cancelled')"
 
@@ -128,6 +136,25 @@ def _info(row: tuple[Any, ...]) -> RunInfo:
         cancel=bool(cancel),
         answer=unpack_answer(answer),
         meta={} if meta is None else orjson.loads(meta),
+        lapses=lapses,
+    )
+
+
+_SUMMARY = "seq, id, target, principal, status, created, updated, worker, attempts, cancel, lapses"
+
+
+def _summary(row: tuple[Any, ...]) -> RunInfo:
+    _, id_, target, principal, status, created, updated, worker, attempts, cancel, lapses = row
+    return RunInfo(
+        id=id_,
+        target=target,
+        principal=principal,
+        status=status,
+        created=created,
+        updated=updated,
+        worker=worker,
+        attempts=attempts,
+        cancel=bool(cancel),
         lapses=lapses,
     )
 
@@ -591,6 +618,68 @@ class SqliteRunQueue:
             ).fetchall()
 
         return [_info(r) for r in await self._do(q)]
+
+    async def page(
+        self,
+        *,
+        status: str | None = None,
+        target: str | None = None,
+        principals: tuple[str | None, ...] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        before: str | None = None,
+        limit: int = 50,
+    ) -> RunPage:
+        limit = max(1, min(limit, MAX_PAGE))
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if target is not None:
+            where.append("target = ?")
+            params.append(target)
+        if principals is not None:
+            if not principals:
+                return RunPage(runs=[])
+            where.append("(" + " OR ".join("principal IS ?" for _ in principals) + ")")
+            params.extend(principals)
+        if since is not None:
+            where.append("created >= ?")
+            params.append(since)
+        if until is not None:
+            where.append("created < ?")
+            params.append(until)
+        # With a time filter the newest first are read off the creation-time index (its entries are ordered by
+        # (created, seq)), which stops after the page; else off the sequence. A cursor names where a page ended.
+        by_time = since is not None or until is not None
+        if before:
+            try:
+                if before.startswith("t"):
+                    at, _, seq = before[1:].partition(":")
+                    where.append("(created, seq) < (?, ?)")
+                    params += [float(at), int(seq)]
+                else:
+                    where.append("seq < ?")
+                    params.append(int(before))
+            except ValueError:
+                return RunPage(runs=[])
+        sql = f"SELECT {_SUMMARY} FROM runs"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += " ORDER BY created DESC, seq DESC LIMIT ?" if by_time else " ORDER BY seq DESC LIMIT ?"
+        params.append(limit + 1)
+        rows = await self._do(lambda db: db.execute(sql, params).fetchall())
+        more = len(rows) > limit
+        rows = rows[:limit]
+        nxt = None
+        if more and rows:
+            nxt = f"t{rows[-1][5]!r}:{rows[-1][0]}" if by_time else str(rows[-1][0])
+        return RunPage(runs=[_summary(r) for r in rows], next=nxt, scanned=len(rows))
+
+    async def counts(self) -> dict[str, int]:
+        rows = await self._do(lambda db: db.execute("SELECT status, count(*) FROM runs GROUP BY status").fetchall())
+        return {status: int(n) for status, n in rows}
 
     async def emit(self, run_id: str, worker: str | None, events: list[NewEvent]) -> None:
         def tx(db: sqlite3.Connection) -> None:

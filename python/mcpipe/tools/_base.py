@@ -154,9 +154,11 @@ class StepRecord(Protocol):
         :meth:`starting` before every leaf step, so what finished is saved before anything else runs."""
         ...
 
-    async def starting(self, path: str, kind: str) -> None:
+    async def starting(self, path: str, kind: str, detail: dict[str, Any] | None = None) -> None:
         """The step at ``path``, of kind ``kind`` (``tool`` for a tool call), is about to run (called only
-        when :attr:`durable`)."""
+        when :attr:`durable`); ``detail``: what its ``step_started`` event may say of it (``args``, a preview
+        of its arguments, and their ``args_bytes``; ``via``, the locations of the graph arcs it was reached
+        by)."""
         ...
 
     async def keep(self, path: str, value: dict[str, Any]) -> None:
@@ -191,6 +193,7 @@ class Request:
             (None: the TCP peer); empty when the request came over no HTTP front.
         session_id: the caller's 2025-11-25 session (``Mcp-Session-Id``), or None (no session: stdio, in
             memory, a 2026-07-28 request); content a pipeline stores is bound to it.
+        transport: ``http`` for a request of the HTTP front, else ``stdio`` (stdio, in memory).
     """
 
     wants_progress: bool = False
@@ -200,6 +203,7 @@ class Request:
     identity: Identity | None = None
     client_addresses: dict[str | None, str | None] = field(default_factory=dict)
     session_id: str | None = None
+    transport: Literal["http", "stdio"] = "stdio"
 
 
 @dataclass(slots=True)
@@ -302,6 +306,8 @@ class ToolContext:
             "request_id": self.request_id,
             "client": {"name": self.client.get("name"), "version": self.client.get("version")},
             "principal": self.principal,
+            "session_id": self.request.session_id,
+            "transport": self.request.transport,
         }
         identity = self.request.identity
         if identity is not None:

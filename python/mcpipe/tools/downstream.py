@@ -18,6 +18,8 @@ import logging
 import math
 import re
 import sys
+import time
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -28,6 +30,7 @@ from typing import Any, cast
 import anyio
 import httpx2
 import msgspec
+import orjson
 import trio
 from jsonschema import SchemaError
 from jsonschema.exceptions import best_match
@@ -58,7 +61,9 @@ from mcpipe.interaction._core import AskFailed, interaction_of
 from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
 from mcpipe.tools._base import Tool, ToolContext, ToolResult
 from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.tools._lines import LISTING_CAP, ListingCap
 from mcpipe.tools._lines import install as _linear_stdio_lines
+from mcpipe.tools._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.tools._polling import StreamWatch
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
@@ -181,6 +186,9 @@ class _WatchedRead:
         return getattr(self._inner, name)
 
 
+_OAUTH_PROVIDERS = frozenset({"oidc", "introspection"})
+"""Identity sources whose bearer is an OAuth access token of this resource (never forwarded)."""
+
 _CALL_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("mcpipe_downstream_call_headers", default=None)
 """Headers the downstream request being sent by this task carries (a per-caller credential's token)."""
 
@@ -200,6 +208,37 @@ class _SharedCredential(httpx2.Auth):
         yield request
 
 
+class _OAuthBearer(httpx2.Auth):
+    """Every request to a downstream server carries one principal's OAuth token (refreshed as it nears its
+    expiry); none when the principal has not signed in (the server may list anonymously)."""
+
+    def __init__(self, auth: ServerAuth, principal: str) -> None:
+        self.auth, self.principal = auth, principal
+
+    async def async_auth_flow(self, request: httpx2.Request) -> AsyncGenerator[httpx2.Request, httpx2.Response]:
+        try:
+            token = await self.auth.token(self.principal)
+        except SignInError as exc:
+            raise httpx2.RequestError(str(exc), request=request) from None
+        if token is not None:
+            request.headers["Authorization"] = f"Bearer {token}"
+        response = yield request
+        if response.status_code in (401, 403) and token is not None:
+            # Revoked, expired early, or not enough scope: the next call signs in again (with the scope).
+            await self.auth.rejected(self.principal, response.status_code, response.headers.get("www-authenticate", ""))
+
+
+def _asks_urls(ix: Any) -> bool:
+    """Whether the caller declared URL-mode elicitation (``capabilities.elicitation.url``)."""
+    caps = ix.capabilities
+    elicitation = caps.get("elicitation") if isinstance(caps, dict) else getattr(caps, "elicitation", None)
+    if elicitation is None:
+        return False
+    if isinstance(elicitation, dict):
+        return elicitation.get("url") is not None
+    return getattr(elicitation, "url", None) is not None
+
+
 def carry_call_headers(session: Any) -> None:
     """Let the headers of :data:`_CALL_HEADERS` through the SDK session's stamp onto the request being sent
     (the stamp runs in the caller's task; the transport sends per-message headers with the POST)."""
@@ -217,12 +256,61 @@ def carry_call_headers(session: Any) -> None:
     session._stamp = stamped
 
 
+LISTED_PER_KEPT = 4
+"""One ``tools/list`` answer is cut, as it is read, to this many times ``max_tools`` tools: room for the
+``include``/``exclude`` filters to choose from, and a bound on what a listing of 100 000 costs."""
+
+
+class _CappedStream(httpx2.AsyncByteStream):
+    """An answer's body, its ``result.tools`` cut as the bytes come (``ArrayCap``)."""
+
+    def __init__(self, inner: Any, listing: ListingCap) -> None:
+        self._inner = inner
+        self._listing = listing
+        self._cap = listing.cutter()
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            out = self._cap.feed(chunk)
+            if out:
+                yield out
+        self._listing.note(self._cap)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _is_listing(request: httpx2.Request) -> bool:
+    try:
+        body = request.content
+    except httpx2.RequestNotRead:
+        return False
+    if not body.startswith(b"{") or len(body) > 65_536 or b"tools/list" not in body:
+        return False
+    try:
+        return bool(orjson.loads(body).get("method") == "tools/list")
+    except (orjson.JSONDecodeError, AttributeError):
+        return False
+
+
+def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
+    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them."""
+
+    async def on_response(response: httpx2.Response) -> None:
+        if _is_listing(response.request):
+            response.stream = _CappedStream(response.stream, listing)
+            response.headers.pop("content-length", None)
+
+    http.event_hooks["response"].append(on_response)
+
+
 @asynccontextmanager
 async def _http_transport(
-    url: str, headers: dict[str, str], watch: StreamWatch, auth: httpx2.Auth | None = None
+    url: str, headers: dict[str, str], watch: StreamWatch, listing: ListingCap, auth: httpx2.Auth | None = None
 ) -> AsyncIterator[Any]:
     async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
         watch.install(http)
+        _cap_listings(http, listing)
         async with streamable_http_client(url, http_client=http) as s:
             yield s
 
@@ -241,6 +329,15 @@ class DownstreamServer:
         config: its config.
         errlog: where a stdio server's stderr goes.
     """
+
+    refuse_passthrough = False
+    """Set by :class:`Downstreams`: a caller's OAuth access token is never forwarded (``forward_bearer``)."""
+    oauth: ServerAuth | None = None
+    """Its OAuth, when it requires it (``oauth``), set by :class:`Downstreams`."""
+    principal: str | None = None
+    """The principal whose own session this is (a per-user server's), or None (the shared session)."""
+    spawn: Callable[[DownstreamServer], Any] | None = None
+    """Starts a per-user session (set by :class:`Downstreams`)."""
 
     def __init__(
         self, name: str, config: McpServerConfig, *, errlog: Any = None, credentials: Credentials | None = None
@@ -273,6 +370,11 @@ class DownstreamServer:
         # Questions it asks during calls, relayed to their callers; its SSE polling, passed on to them.
         self.askers = Askers(name)
         self.streams = StreamWatch()
+        self._users: OrderedDict[str, tuple[DownstreamServer, trio.CancelScope]] = OrderedDict()
+        self._user_lock = trio.Lock()
+        self.max_user_sessions = 256
+        self.listing = ListingCap(LISTED_PER_KEPT * config.max_tools)
+        """How many tools one ``tools/list`` answer keeps as it is read (stdio and HTTP alike)."""
         self.twin: DownstreamServer | None = None
         """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
         (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
@@ -295,14 +397,16 @@ class DownstreamServer:
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
-            auth = None
-            if (
+            auth: httpx2.Auth | None = None
+            if self.oauth is not None:
+                auth = _OAuthBearer(self.oauth, self.principal or OPERATOR)
+            elif (
                 c.credential is not None
                 and self.credentials is not None
                 and not self.credentials.per_caller(c.credential)
             ):
                 auth = _SharedCredential(self.credentials, c.credential)
-            inner = _http_transport(c.url or "", c.headers, self.streams, auth)
+            inner = _http_transport(c.url or "", c.headers, self.streams, self.listing, auth)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -336,6 +440,7 @@ class DownstreamServer:
     async def _session_once(self, task_status: trio.TaskStatus[None] | None) -> None:
         closed = trio.Event()
         self.state = "connecting"
+        listing = LISTING_CAP.set(self.listing)  # the stdio reader, started in the client, reads it
         try:
             # One scope around the whole session: its deadline bounds connecting and listing, and is lifted
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
@@ -374,6 +479,7 @@ class DownstreamServer:
                 raise
             self._down(exc)
         finally:
+            LISTING_CAP.reset(listing)
             self._client = None
             if task_status is not None:
                 task_status.started()
@@ -407,7 +513,10 @@ class DownstreamServer:
         limit = self.config.max_tools
         left_out = 0
         for _ in range(100):
+            self.listing.seen = 0
             page = await client.list_tools(cursor=cursor) if cursor else await client.list_tools()
+            if self.listing.seen:  # cut while it was read: the rest of it was never parsed
+                left_out += self.listing.seen - len(page.tools)
             for t in page.tools:
                 if "tools" in self.config.expose and self.keeps(t.name):
                     name = self.exposed(t.name)
@@ -464,6 +573,20 @@ class DownstreamServer:
         A 2025-11-25 HTTP server that restarted while the gateway was idle no longer knows the session:
         it refuses the call before running it, so the actor reconnects and the call is made once more.
         """
+        if self.oauth is not None and self.oauth.per_user and self.principal is None:
+            user = await self._user_session(ctx)
+            try:
+                return await user.call(remote, args, ctx)
+            except CallError:
+                # The server refused the principal's token (revoked, or a scope to step up to): one more
+                # sign-in, asked of the caller as the first was, and the call once more.
+                if await self.oauth.token(ctx.principal or OPERATOR) is not None:
+                    raise
+            held = self._users.pop(ctx.principal or OPERATOR, None)
+            if held is not None:
+                held[1].cancel()  # its connection was refused: a new one, with the new token
+            user = await self._user_session(ctx)
+            return await user.call(remote, args, ctx)
         twin = self.twin
         if twin is not None and _handshake_caller(ctx) and not self._speaks_handshake():
             return await twin.call(remote, args, ctx)
@@ -477,6 +600,64 @@ class DownstreamServer:
             except _SessionLost:
                 lost = f"MCP server '{self.name}' lost the session and could not open a new one"
                 raise TransportError(lost) from None
+
+    # -- per-user OAuth ------------------------------------------------------------------------------
+
+    async def _user_session(self, ctx: ToolContext) -> DownstreamServer:
+        """The caller's own session of this server, signed in as the caller (asked to sign in first when it has
+        no token: URL-mode elicitation). Sessions are kept per principal, ``max_user_sessions`` at most (the
+        least recently used is closed)."""
+        auth = self.oauth
+        assert auth is not None
+        principal = ctx.principal or OPERATOR
+        if await auth.token(principal) is None:
+            await self._sign_in(auth, principal, ctx)
+        async with self._user_lock:
+            held = self._users.get(principal)
+            if held is not None and not held[1].cancel_called:
+                self._users.move_to_end(principal)
+                return held[0]
+            while len(self._users) >= self.max_user_sessions:
+                _, (_, scope) = self._users.popitem(last=False)
+                scope.cancel()
+            config = msgspec.structs.replace(self.config, connect="lazy")
+            user = DownstreamServer(self.name, config, errlog=self._errlog, credentials=None)
+            user.oauth, user.principal = auth, principal
+            assert self.spawn is not None, "a per-user server is started by its Downstreams"
+            scope = await self.spawn(user)
+            self._users[principal] = (user, scope)
+            return user
+
+    async def _sign_in(self, auth: ServerAuth, principal: str, ctx: ToolContext) -> None:
+        """Ask the caller to sign in (URL-mode elicitation of the authorization URL) and wait until it has.
+
+        Raises:
+            SignInRequired: the caller cannot be asked (it declared no URL-mode elicitation).
+            CallError: it declined, or the sign-in did not complete in time.
+        """
+        try:
+            url, elicitation_id = await auth.begin(principal, ctx.request_id)
+        except SignInError as exc:
+            raise CallError(str(exc)) from None
+        ix = interaction_of(ctx)
+        if ix is None or not _asks_urls(ix):
+            raise SignInRequired(self.name, url, elicitation_id)
+        params = {
+            "mode": "url",
+            "message": f"Sign in to {self.name} to continue.",
+            "url": url,
+            "elicitationId": elicitation_id,
+        }
+        try:
+            answer = await ix.ask(ix.key(ctx, f"sign_in.{self.name}"), "elicitation", params)
+        except AskFailed as exc:
+            raise CallError(f"MCP server '{self.name}': cannot ask the caller to sign in: {exc}") from None
+        if answer.get("action") != "accept":
+            raise CallError(f"MCP server '{self.name}': the user did not sign in ({answer.get('action')})")
+        if not await auth.wait_signed_in(principal, auth.clients.sign_in_timeout_s):
+            raise CallError(
+                f"MCP server '{self.name}': the sign-in did not complete within {auth.clients.sign_in_timeout_s:g} s"
+            )
 
     async def _call_once(self, remote: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
         client = self._client
@@ -505,6 +686,8 @@ class DownstreamServer:
             )
 
         tel = telemetry.current()
+        t0 = time.perf_counter()
+        answered = False
         try:
             with (
                 self.feed.in_call(ctx),
@@ -526,6 +709,7 @@ class DownstreamServer:
                         r = await self.streams.polled(ctx, self._poll, relayed)
                 await forward.drain()
                 await self.feed.drain()
+            answered = not r.is_error
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
         except (MCPError, *_TRANSPORT_ERRORS) as exc:
@@ -536,6 +720,8 @@ class DownstreamServer:
         finally:
             if token is not None:
                 _CALL_HEADERS.reset(token)
+            if tel is not None and tel.metrics is not None:
+                tel.observe_downstream(self.name, time.perf_counter() - t0, answered)
         if not r.is_error:
             await self._checked_output(remote, r.structured_content, "structured_content" in r.model_fields_set)
         return ToolResult(
@@ -577,9 +763,17 @@ class DownstreamServer:
         """The ``Authorization`` of a credential minted for this caller (``token_exchange``, ``id_jag``)."""
         name = self.config.credential
         if self.config.forward_bearer:
-            token = getattr(ctx.identity, "token", None)
+            identity = ctx.identity
+            token = getattr(identity, "token", None)
             if not token:
                 return None
+            if self.refuse_passthrough and getattr(identity, "provider", None) in _OAUTH_PROVIDERS:
+                # An access token minted for mcpipe is never passed through to another server (the MCP
+                # authorization spec forbids token passthrough): a token_exchange credential exchanges it.
+                raise CallError(
+                    f"MCP server '{self.name}': forward_bearer would pass the caller's OAuth access token through "
+                    "(tokens are for mcpipe alone); give the server a `token_exchange` credential instead"
+                )
             carry_call_headers(client.session)
             return {"Authorization": f"Bearer {token}"}
         if name is None or self.credentials is None or not self.credentials.per_caller(name):
@@ -732,9 +926,21 @@ class Downstreams:
     """
 
     def __init__(
-        self, configs: dict[str, McpServerConfig], *, errlog: Any = None, credentials: Credentials | None = None
+        self,
+        configs: dict[str, McpServerConfig],
+        *,
+        errlog: Any = None,
+        credentials: Credentials | None = None,
+        refuse_passthrough: bool = False,
+        oauth: OAuthClients | None = None,
+        max_user_sessions: int = 256,
     ) -> None:
         self.errlog, self.credentials = errlog, credentials
+        self.oauth = oauth
+        self.max_user_sessions = max_user_sessions
+        self.refuse_passthrough = refuse_passthrough
+        """mcpipe is an OAuth resource server (``[auth.resource]``): ``forward_bearer`` never sends on a caller's
+        OAuth access token (it is this resource's)."""
         self.servers = [self._server(n, c) for n, c in configs.items() if c.enabled]
         self._nursery: trio.Nursery | None = None
         self._held: dict[str, trio.CancelScope] = {}
@@ -743,11 +949,20 @@ class Downstreams:
 
     def _server(self, name: str, config: McpServerConfig) -> DownstreamServer:
         server = DownstreamServer(name, config, errlog=self.errlog, credentials=self.credentials)
+        server.refuse_passthrough = self.refuse_passthrough
+        if self.oauth is not None and name in self.oauth.servers:
+            server.oauth = self.oauth.servers[name]
+            server.spawn = self._spawn
+            server.max_user_sessions = self.max_user_sessions
+            # A per-user server's shared session (listing) speaks one era; each user's session, its own.
+            config = msgspec.structs.replace(config, session_per_era=False)
+            server.config = config
         # By default over HTTP only: a second stdio session is a second process, with state of its own.
         per_era = config.session_per_era
         if config.protocol == "auto" and (config.transport == "http" if per_era is None else per_era):
             handshake = msgspec.structs.replace(config, protocol="2025-11-25", connect="lazy")
             server.twin = DownstreamServer(name, handshake, errlog=self.errlog, credentials=self.credentials)
+            server.twin.refuse_passthrough = self.refuse_passthrough
         return server
 
     async def start(self, nursery: trio.Nursery) -> None:
@@ -776,6 +991,13 @@ class Downstreams:
         self.servers = [s for s in self.servers if s.name != name]
         if scope is not None:
             scope.cancel()
+
+    async def _spawn(self, server: DownstreamServer) -> trio.CancelScope:
+        """Start a per-user session (lazy: it connects on its first call); its scope stops it."""
+        assert self._nursery is not None, "Downstreams started"
+        scope = trio.CancelScope()
+        await self._nursery.start(self._hold, server, scope)
+        return scope
 
     async def _hold(
         self, server: DownstreamServer, scope: trio.CancelScope, *, task_status: trio.TaskStatus[None]

@@ -27,6 +27,7 @@ import orjson
 import trio
 
 from mcpipe._describe import did_you_mean
+from mcpipe._redact import credential_named, redact, redact_bytes
 from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import _decode_body, _response_headers, _send
 from mcpipe.models import Message, ModelError, Models, converse, once
@@ -389,10 +390,12 @@ class Workflow:
         environ = os.environ if self.environ is None else self.environ
         query = dict(p.query)
         headers = dict(p.headers)
+        secrets = credential_named(headers)
         for k, a in p.tool.authenticated_params.items():
             secret = environ.get(a.env)
             if not secret:
                 raise StepFailure(f"the secret of `{k}` is not set (environment variable {a.env})")
+            secrets += [a.prefix + secret, secret]
             if a.in_ == "query":
                 query[k] = a.prefix + secret
             else:
@@ -410,10 +413,13 @@ class Workflow:
         if scope.cancelled_caught:
             raise StepFailure(f"the API did not answer within {self.config.timeout_ms:g} ms")
         elapsed = round((perf_counter() - t0) * 1000, 3)
+        # An API's answer (its errors most of all) may echo the secret it was sent: neither the caller nor the
+        # formatting model sees it.
+        raw = redact_bytes(raw, secrets)
         if p.tool.name in self.full_answers:
             # piraeus's HTTPClientService: no body for a 204 or an empty answer; the headers kept.
             body = None if response.status_code == 204 or not raw else _decode_body(response, raw, False)[0]
-            headers_out = _response_headers(response)
+            headers_out = {k: redact(v, secrets) for k, v in _response_headers(response).items()}
             return {
                 "status_code": response.status_code,
                 "headers": headers_out,

@@ -538,7 +538,8 @@ def test_cedar_identity_and_allowlist_entries_load_as_mcpipes_own_sections(tmp_p
     assert config.auth.mtls is not None and config.auth.mtls.trust == "header_asserted"
     cedar, allow = config.access.gates
     assert cedar.default == "deny" and cedar.resource_types[0].resource_id == "/tool"
-    assert allow.enforce is False and allow.ip_header == "x-forwarded-for"
+    # mcpg's gateway hands its gate no request headers: mcpipe judges the TCP peer, never a client's header.
+    assert allow.enforce is False and allow.ip_header is None and allow.trusted_proxies == []
 
 
 # examples/deployments/multi-tenant.yaml lines 104-111 and production-nats-cluster.yaml lines 55-97: the sinks

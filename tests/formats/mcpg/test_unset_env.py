@@ -20,16 +20,22 @@ HERE = Path(__file__).parent
 INDEX: dict[str, str] = json.loads((HERE / "upstream" / "INDEX.json").read_text())
 REDIS = HERE / "upstream" / INDEX["examples/deployments/production-single-redis.yaml"]
 WARNED = "environment variable `MCPG_REDIS_URL` is not set: `mcpipe serve` refuses the file until it is"
+# The example's binding reads a token per call: served, it fails each call until the variable is set.
+PER_CALL = (
+    "mcp.capabilities.tools[0].backend.headers.Authorization: environment variable `ACCOUNTS_API_TOKEN` is not set: "
+    "the binding that reads it fails each call until it is"
+)
 
 
 def test_checking_an_mcpg_example_with_an_unset_variable_is_ok_with_a_located_warning(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.delenv("MCPG_REDIS_URL", raising=False)
+    monkeypatch.delenv("ACCOUNTS_API_TOKEN", raising=False)
     assert check_config(str(REDIS)) == 0
     out, err = capsys.readouterr()
     assert out.startswith(f"{REDIS}: ok")
-    assert err.splitlines() == [f"warning: {REDIS}:cluster.url: {WARNED}"]
+    assert err.splitlines() == [f"warning: {REDIS}:{PER_CALL}", f"warning: {REDIS}:cluster.url: {WARNED}"]
 
 
 def test_serving_an_mcpg_example_with_an_unset_variable_is_refused_in_one_located_line() -> None:
@@ -54,7 +60,7 @@ def test_loading_refuses_an_unset_variable_unless_warnings_are_asked_for() -> No
     assert e.value.problems[0].code == "INVALID_CONFIG"
     warnings: list[Problem] = []
     load_config(REDIS, environ={}, warnings=warnings)
-    assert [str(w) for w in warnings] == [f"{REDIS}:cluster.url: {WARNED}"]
+    assert [str(w) for w in warnings] == [f"{REDIS}:{PER_CALL}", f"{REDIS}:cluster.url: {WARNED}"]
 
 
 def test_mcpipes_own_layout_warns_alike_and_keeps_its_other_problems(

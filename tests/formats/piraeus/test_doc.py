@@ -62,3 +62,36 @@ async def test_the_docs_flow_answers_the_docs_shape(tmp_path: Path, api: StandIn
     ]
     strip = [{k: v for k, v in e.items() if k != "duration_ms"} for e in answer["execution_log"]]
     assert [{k: v for k, v in e.items() if k != "duration_ms"} for e in out["execution_log"]] == strip
+
+
+def test_the_docs_tool_file_is_piraeus_own_example_and_loads(tmp_path: Path) -> None:
+    [tool] = [json.loads(b) for b in blocks("json") if '"input_to_params"' in b]
+    assert tool == upstream("EXAMPLE_STOCK_QUOTE_CONFIG.json")
+    (tmp_path / "quote.json").write_text(json.dumps(tool))
+    cfg = parse_config('[piraeus]\ntools = "quote.json"\nworkflow = false\n', "toml", base_dir=str(tmp_path))
+    assert cfg.piraeus is not None
+
+
+def test_a_tool_file_with_auth_at_its_top_level_is_refused_saying_it_goes_under_api(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    tool = upstream("EXAMPLE_STOCK_QUOTE_CONFIG.json")
+    tool["auth"] = tool["api"].pop("auth")
+    tool["response_path"] = tool["mapping"].pop("response_path")
+    (tmp_path / "quote.json").write_text(json.dumps(tool))
+    (tmp_path / "mcpipe.toml").write_text('[piraeus]\ntools = "quote.json"\nworkflow = false\n')
+    done = subprocess.run(
+        [sys.executable, "-m", "mcpipe", "check", "--config", "mcpipe.toml"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        "error: mcpipe.toml:quote.json: auth: unknown key `auth`: it goes under `api` (`api.auth`)",
+        "error: mcpipe.toml:quote.json: response_path: unknown key `response_path`: it goes under `mapping` "
+        "(`mapping.response_path`)",
+    ]

@@ -302,6 +302,29 @@ class PayloadShape(_Surfaces):
         return ToolResult(blocks, r.get("structuredContent"), is_error, {"audit": audit}, terse=True, any_json=True)
 
 
+def _pipeline_timed_out(answer: Mapping[str, Any]) -> bool:
+    """The pipeline's own deadline passed (not one step's ``timeout_ms``)."""
+    return answer.get("error_code") == ErrorCode.TIMEOUT and str(answer.get("error", "")).startswith("the pipeline ")
+
+
+def _deadline_ms(answer: Mapping[str, Any]) -> float:
+    """The deadline the scheduler says passed (``the pipeline timed out after 200 ms``): the server's cap."""
+    m = re.search(r"after ([0-9.]+) ms", str(answer.get("error", "")))
+    return float(m.group(1)) if m else 0.0
+
+
+def _at_step(plan: Any, answer: Mapping[str, Any]) -> str:
+    """The step the deadline stopped: the one cancelled, else the first that had not run."""
+    results = answer.get("steps") or {}
+    for sid, r in results.items():
+        if isinstance(r, Mapping) and r.get("error_code") == ErrorCode.CANCELLED:
+            return str(sid)
+    for node in plan.steps:
+        if getattr(node, "id", None) not in results:
+            return str(node.id)
+    return ""
+
+
 def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]:
     """(steps completed before it, the failed step's result)."""
     done = 0
@@ -329,6 +352,16 @@ class PipelineShape(_Surfaces):
 
     def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
         total = tool.compiled.leaf_count
+        if not answer["ok"] and _pipeline_timed_out(answer):
+            if self.suspending:  # `execute_pipeline_steps`
+                return ToolResult.error("pipeline execution timed out")
+            # `execute_pipeline_binding`: mcpg checks its deadline before each step, and names that step; mcpipe
+            # stops the step that is running when the deadline passes, and names it.
+            plan = tool.compiled.plan
+            ms = plan.timeout_ms if plan.timeout_ms is not None else _deadline_ms(answer)
+            return ToolResult.error(
+                f"pipeline '{tool.name}' timed out after {ms:g}ms at step '{_at_step(plan, answer)}'"
+            )
         if not answer["ok"]:
             done, failed = _failed_step(answer)
             if failed is None:

@@ -30,7 +30,6 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
-from urllib.parse import quote
 
 import httpcore2
 import httpx2
@@ -38,13 +37,21 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
-from mcpipe.formats.mcpg._templates import McpgTemplate, cel_env, compile_mcpg_cel, mcpg_steps
+from mcpipe.formats.mcpg._templates import (
+    McpgTemplate,
+    caller_context,
+    cel_env,
+    compile_mcpg_cel,
+    mcpg_steps,
+    request_context,
+)
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
@@ -151,9 +158,15 @@ def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict
     return cel_env(
         env.get("args"),
         step.fields.tool_name,
-        ctx.identity,
+        _facts(env, ctx),
         mcpg_steps(steps) if step.fields.answer == "step" and isinstance(steps, Mapping) else None,
     )
+
+
+def _facts(env: Mapping[str, Any], ctx: ToolContext) -> Mapping[str, Any]:
+    """The request's facts: the pipeline's ``context`` root (computed once per run), else the call's."""
+    facts = env.get("context")
+    return facts if isinstance(facts, Mapping) else ctx.facts()
 
 
 def _compile(b: Build[Any], value: Any, where: str) -> McpgTemplate | None:
@@ -472,7 +485,7 @@ def query_string(arguments: Any) -> str:
             size += len(key) + len(text) + 2  # each character at least one byte once encoded
             if size > MAX_QUERY_BYTES:
                 raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
-            pairs.append(f"{_pct(key)}={_pct(text)}")
+            pairs.append(f"{url_component(key)}={url_component(text)}")
     query = "&".join(pairs)
     if len(query) > MAX_QUERY_BYTES:
         raise _TransportError(f"the query string would be longer than {MAX_QUERY_BYTES} bytes")
@@ -489,9 +502,42 @@ def _query_value(value: Any) -> str:
     return sorted_json(value)
 
 
-def _pct(text: str) -> str:
-    """RFC 3986 percent-encoding of UTF-8, the unreserved characters kept."""
-    return quote(text, safe="-_.~")
+async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
+    """A binding's ``url`` for one call: its expressions percent-encoded as URL components where
+    ``mcpipe._url`` says (after the scheme's ``://``), then the URL checked to stay under the template's
+    literal base with no dot segment in its path. A ``url`` that is one expression is its value as it is.
+
+    Raises:
+        ExpressionError: an expression failed.
+        _TransportError: the URL leaves its base or climbs (nothing is sent).
+    """
+    parts = template.parts
+    if len(parts) == 1 and parts[0][0] == "cel":
+        return await template.resolve_async(env, tokens)
+    first = encode_from([value if kind == "lit" else None for kind, value in parts])
+    out: list[str] = []
+    base: str | None = None
+    for i, (kind, value) in enumerate(parts):
+        if kind == "lit":
+            out.append(value)
+            continue
+        # One part resolved as it is among others (an expression through CEL's `string()`).
+        text = await McpgTemplate("", (("lit", ""), (kind, value))).resolve_async(env, tokens)
+        if kind == "cel" and i >= first:
+            if base is None and all(k == "lit" for k, _ in parts[:i]):
+                base = "".join(out)
+            text = url_component(text)
+        out.append(text)
+    url = "".join(out)
+    try:
+        return check_templated_url(url, base)
+    except UrlRefused as exc:
+        raise _TransportError(f"refused the URL of `{_safe_url(template.source)}`: {exc}") from None
+
+
+def _safe_url(url: str) -> str:
+    """The URL without its query (it may hold secrets), for messages."""
+    return url.split("?", 1)[0].split("#", 1)[0]
 
 
 async def _credential_header(
@@ -552,7 +598,7 @@ async def run_http(
     summary: _Summary | None = None
     tokens = await _tokens(plan, ctx)
     try:
-        display_url = await plan.url.resolve_async(cel, tokens)
+        display_url = await resolve_url(plan.url, cel, tokens)
         display_headers = await _resolve_headers(plan, cel, tokens)
         if get:
             query = query_string(arguments)
@@ -634,7 +680,7 @@ async def run_grpc(
     base: dict[str, Any] = {"toolName": f.tool_name, "profile": f.profile, "service": f.service, "method": f.method}
     tokens = await _tokens(plan, ctx)
     try:
-        origin = httpx2.URL(await plan.url.resolve_async(cel, tokens))
+        origin = httpx2.URL(await resolve_url(plan.url, cel, tokens))
         target = str(origin.copy_with(path=f"/{f.service}/{f.method}", query=None, fragment=None))
         sent = await _resolve_headers(plan, cel, tokens)
         await _credential_header(f, plan, ctx, sent, {})
@@ -1617,12 +1663,18 @@ async def run_jsonata(
     if built != f.expression:
         raise failed(built)
     steps = env.get("steps")
-    context = cel_env(None, f.tool_name, ctx.identity)["context"]
+    facts = _facts(env, ctx)
+    context = caller_context(facts)
+    completed = mcpg_steps(steps) if isinstance(steps, Mapping) else None
     document = {
         "arguments": env.get("args"),
         "tool_name": f.tool_name,
-        "steps": mcpg_steps(steps) if isinstance(steps, Mapping) else None,
+        "steps": completed,
         "context": {k: context.get(k) for k in _JSONATA_CONTEXT},
+        # The names of mcpg's pipelines doc, beside those the plugin gets (mcpg as released gives only those).
+        "original_args": env.get("args"),
+        "completed_steps": completed,
+        "request_context": request_context(facts),
     }
     # jsonata-core in a worker thread, bounded by the expression deadline (mcpipe's, D1012 past it); its
     # compiled expression stays on the thread that made it, so it is compiled there.
@@ -1687,6 +1739,67 @@ async def run_fail(
     return StepOutput.of(_result(step.fields.message, None, True))
 
 
+# --- log (a pipeline's notification step) -----------------------------------------------------------
+
+
+class McpgLogFields(StepFields, tag="mcpg.log", kw_only=True):
+    """mcpg's ``log`` pipeline step whose ``data`` holds ``${…}``: each such string of it interpolated over the
+    pipeline context, as mcpg's pipelines doc writes one (``data: "Charging order ${original_args.order_id}"``),
+    then sent to the caller as a ``notifications/message``. (mcpg as released sends ``data`` as written.)"""
+
+    data: Any = None
+    level: Literal["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"] = "info"
+    logger: str | None = None
+    tool_name: str = ""
+
+
+def _templates_of(b: Build[Any], value: Any, where: str) -> Any:
+    """``value`` with each string holding ``${`` compiled (a :class:`McpgTemplate`), the rest as it is."""
+    if isinstance(value, str):
+        return _compile(b, value, where) if "${" in value else value
+    if isinstance(value, Mapping):
+        return {k: _templates_of(b, v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_templates_of(b, v, f"{where}[{i}]") for i, v in enumerate(value)]
+    return value
+
+
+async def _resolved(value: Any, cel: Mapping[str, Any]) -> Any:
+    if isinstance(value, McpgTemplate):
+        return await value.resolve_async(cel)
+    if isinstance(value, dict):
+        return {k: await _resolved(v, cel) for k, v in value.items()}
+    if isinstance(value, list):
+        return [await _resolved(v, cel) for v in value]
+    return value
+
+
+def _build_log(b: Build[McpgLogFields]) -> Any:
+    f = b.fields
+    if f is None:
+        b.fail()
+    data = _templates_of(b, f.data, f"{b.location}.data")
+    if b.failed:
+        b.fail()
+    return data
+
+
+async def run_log(
+    step: Leaf[McpgLogFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
+    f = step.fields
+    steps = env.get("steps")
+    cel = cel_env(
+        env.get("args"), f.tool_name, _facts(env, ctx), mcpg_steps(steps) if isinstance(steps, Mapping) else {}
+    )
+    try:
+        data = await _resolved(step.built, cel)
+    except ExpressionError as e:
+        raise StepFailure(f"log data: {e}", ErrorCode.INTERPOLATION_FAILED) from None
+    await ctx.send_log(f.level, data, f.logger)
+    return StepOutput.of(data)
+
+
 # --- registration ----------------------------------------------------------------------------------
 
 
@@ -1702,6 +1815,7 @@ KIND_NAMES = (
     "mcpg.sql_tx",
     "mcpg.fail",
     "mcpg.jsonata",
+    "mcpg.log",
 )
 
 
@@ -1775,6 +1889,7 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.sql_tx", SqlTxFields, run_sql_tx, build=_build_sql_tx),
     Kind("mcpg.fail", FailFields, run_fail),
     Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
+    Kind("mcpg.log", McpgLogFields, run_log, build=_build_log),
 ]
 
 for _kind in _KINDS:

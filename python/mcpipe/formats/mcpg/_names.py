@@ -9,10 +9,16 @@ pipeline context ``original_args``, ``completed_steps`` and ``request_context``,
 | ``arguments``, ``args``, ``original_args`` | ``args`` |
 | ``steps``, ``completed_steps`` (``.output``, ``.duration_ms``) | ``steps`` |
 | ``steps.X.is_error`` | ``(!steps.X.ok)`` |
-| ``context``, ``request_context`` | ``context.identity`` (``principal_id`` is its ``subject_id``) |
-| ``principal_id`` | ``context.identity.subject_id`` |
-| ``trust_level``, ``auth_provider`` | ``context.identity.<same>`` |
+| ``context`` | :data:`CONTEXT`: mcpg's map, built from mcpipe's ``context`` |
+| ``request_context`` | :data:`REQUEST_CONTEXT`: ``request_id``, ``session_id``, ``transport``, ``identity`` |
+| ``principal_id``, ``trust_level``, ``auth_provider`` | :data:`PRINCIPAL_ID` and the others of its kind |
 | ``tool_name`` | the binding's name, as a string |
+
+mcpipe's ``context.identity`` is there only for a caller the front identified; mcpg's variables are there for
+every caller (an anonymous one is ``principal_id: null``, ``trust_level: "unauthenticated"``,
+``request_context.identity.kind: "anonymous"``), so each is a CEL expression over mcpipe's ``context`` that
+says so. The same expressions give mcpg's templates and JSONata their values (:mod:`._templates`): one
+definition of what a caller looks like to mcpg.
 
 In JSONata (``dev.mcpg.transform.jsonata``) the document's ``arguments`` is ``args``; ``steps`` and
 ``context`` are the same names.
@@ -25,7 +31,61 @@ import re
 
 from mcpipe.expr._scan import scan_cel, scan_jsonata
 
-__all__ = ["ROOT_ALIASES", "rename_cel", "rename_jsonata"]
+__all__ = [
+    "AUTH_PROVIDER",
+    "CONTEXT",
+    "PRINCIPAL_ID",
+    "REQUEST_CONTEXT",
+    "ROOT_ALIASES",
+    "TRUST_LEVEL",
+    "rename_cel",
+    "rename_jsonata",
+]
+
+_ID = "context.identity"
+_KNOWN = f"has({_ID})"
+_VERIFIED = f'{_KNOWN} && {_ID}.trust_level == "verified"'
+
+PRINCIPAL_ID = f"({_KNOWN} ? {_ID}.subject_id : null)"
+"""mcpg's ``principal_id``: the caller's subject, null for an anonymous one."""
+TRUST_LEVEL = f'({_KNOWN} ? {_ID}.trust_level : "unauthenticated")'
+"""mcpg's ``trust_level``: ``verified``, ``header_asserted`` or ``unauthenticated``."""
+AUTH_PROVIDER = f"({_VERIFIED} ? {_ID}.auth_provider : null)"
+"""mcpg's ``auth_provider``: what verified the caller, null unless one did."""
+
+_CONTEXT_FIELDS = {
+    "principal_id": PRINCIPAL_ID,
+    "trust_level": TRUST_LEVEL,
+    "auth_provider": AUTH_PROVIDER,
+    "session_id": "context.session_id",
+    "transport": "context.transport",
+    "roles": f"({_KNOWN} ? {_ID}.roles : [])",
+    "groups": f"({_KNOWN} ? {_ID}.groups : [])",
+    "scopes": f"({_KNOWN} ? {_ID}.scopes : [])",
+    "attributes": f"({_KNOWN} ? {_ID}.attributes : {{}})",
+}
+CONTEXT = "({" + ", ".join(f'"{k}": {v}' for k, v in _CONTEXT_FIELDS.items()) + "})"
+"""mcpg's ``context`` (``ExprContext``'s request context): who calls, over what."""
+
+_IDENTITY = (
+    f'({_KNOWN} ? ({_ID}.trust_level == "verified" ? '
+    f'{{"kind": "verified", "subject_id": {_ID}.subject_id, "issuer": {_ID}.issuer, '
+    f'"auth_provider": {_ID}.auth_provider, "source": {_ID}.auth_provider, "roles": {_ID}.roles, '
+    f'"groups": {_ID}.groups, "scopes": {_ID}.scopes, "attributes": {_ID}.attributes}} : '
+    f'{{"kind": "http_header", "subject_id": {_ID}.subject_id, '
+    f'"source": ({_ID}.auth_provider == "header" ? "x-mcpg-subject-id" : {_ID}.auth_provider)}}) : '
+    '{"kind": "anonymous", "source": (context.transport == "http" ? "no_subject_header" : "stdio")})'
+)
+_REQUEST_FIELDS = {
+    "request_id": "context.request_id",
+    "session_id": "context.session_id",
+    "transport": "context.transport",
+    "identity": _IDENTITY,
+}
+REQUEST_CONTEXT = "({" + ", ".join(f'"{k}": {v}' for k, v in _REQUEST_FIELDS.items()) + "})"
+"""mcpg's ``request_context`` as its pipelines doc gives it (its ``RequestContext``): the request id, the
+session, the transport, and the caller's ``RequestIdentity`` (``kind``: ``anonymous``, ``http_header`` or
+``verified``, with ``subject_id`` and ``source``)."""
 
 ROOT_ALIASES = {
     "arguments": "args",
@@ -33,13 +93,16 @@ ROOT_ALIASES = {
     "original_args": "args",
     "steps": "steps",
     "completed_steps": "steps",
-    "context": "context.identity",
-    "request_context": "context.identity",
-    "principal_id": "context.identity.subject_id",
-    "trust_level": "context.identity.trust_level",
-    "auth_provider": "context.identity.auth_provider",
+    "context": CONTEXT,
+    "request_context": REQUEST_CONTEXT,
+    "principal_id": PRINCIPAL_ID,
+    "trust_level": TRUST_LEVEL,
+    "auth_provider": AUTH_PROVIDER,
 }
 """mcpg's variables and what mcpipe reads for each."""
+
+_FIELDS = {"context": _CONTEXT_FIELDS, "request_context": _REQUEST_FIELDS}
+"""A field of these read alone (``context.principal_id``) is that field's expression, not the whole map's."""
 
 _ROOTS = frozenset({*ROOT_ALIASES, "tool_name"})
 _IS_ERROR = re.compile(r"(?:completed_steps|steps)\s*\.\s*([A-Za-z_][A-Za-z0-9_-]*)\s*\.\s*is_error\b")
@@ -62,11 +125,14 @@ def rename_cel(source: str, tool_name: str | None = None) -> str:
             if hit is not None:
                 out = f"{out[: m.offset]}(!steps.{hit.group(1)}.ok){out[hit.end() :]}"
                 continue
-        new = ROOT_ALIASES[m.root]
         rest = out[m.offset + len(m.root) :]
-        if new == "context.identity" and m.segments and m.segments[0] == "principal_id":
-            rest = re.sub(r"^(\s*\.\s*)principal_id\b", r"\1subject_id", rest, count=1)
-        out = out[: m.offset] + new + rest
+        fields = _FIELDS.get(m.root, {})
+        if m.segments and m.segments[0] in fields:
+            field = re.match(rf"\s*\.\s*{re.escape(m.segments[0])}\b", rest)
+            if field is not None:
+                out = out[: m.offset] + fields[m.segments[0]] + rest[field.end() :]
+                continue
+        out = out[: m.offset] + ROOT_ALIASES[m.root] + rest
     return out
 
 

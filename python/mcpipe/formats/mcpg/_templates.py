@@ -4,7 +4,8 @@ One delimiter covers three things (mcpg's ``docs/string-interpolation.md``, its 
 ``${env.NAME}`` is read from the environment when the config loads (:func:`expand_env`, in the front-end);
 ``${cred://<plugin>/<target>}`` is a credential, resolved per call; anything else is a CEL expression over
 the request (``arguments``, ``context``, ``steps``, ``tool_name``, and the bare ``principal_id``,
-``trust_level``, ``auth_provider``, ``identity_kind``). A string that is one expression answers that
+``trust_level``, ``auth_provider``, ``identity_kind``; in a pipeline also the names of mcpg's pipelines doc,
+``original_args``, ``completed_steps`` and ``request_context``). A string that is one expression answers that
 expression's value made text (a float with two decimals, null as ``""``); literal text and expressions
 together are concatenated, each expression through CEL's ``string()``.
 """
@@ -19,14 +20,17 @@ from typing import Any
 
 from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError
 from mcpipe.expr._expr import compile_cel
+from mcpipe.formats.mcpg._names import CONTEXT, REQUEST_CONTEXT
 
 __all__ = [
     "MCPG_ROOTS",
     "McpgTemplate",
+    "caller_context",
     "cel_env",
     "compile_mcpg_cel",
     "expand_env",
     "mcpg_steps",
+    "request_context",
     "split_template",
 ]
 
@@ -42,9 +46,13 @@ MCPG_ROOTS = frozenset(
         "identity_kind",
         "steps",
         "env",
+        "original_args",
+        "completed_steps",
+        "request_context",
     }
 )
-"""The variables mcpg binds for an expression (``ExprContext::to_cel_context``)."""
+"""The variables mcpg binds for an expression (``ExprContext::to_cel_context``), and those its pipelines doc
+gives a pipeline's steps (``original_args``, ``completed_steps``, ``request_context``)."""
 
 _ENV = re.compile(r"\$\{\s*\$?env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 
@@ -238,26 +246,34 @@ def _cel_string(value: Any) -> str:
     raise ExpressionError(f"found no matching overload for 'string' applied to '({type(value).__name__})'")
 
 
+_CONTEXT = CelExpr.compile(CONTEXT)
+_REQUEST_CONTEXT = CelExpr.compile(REQUEST_CONTEXT)
+
+
+def caller_context(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """mcpg's ``context`` of a call, from mcpipe's request facts (``ToolContext.facts()``): the same expression
+    a pipeline's CEL reads (:data:`._names.CONTEXT`)."""
+    value: dict[str, Any] = _CONTEXT.evaluate({"context": facts})
+    return value
+
+
+def request_context(facts: Mapping[str, Any]) -> dict[str, Any]:
+    """mcpg's ``request_context`` of a call (:data:`._names.REQUEST_CONTEXT`)."""
+    value: dict[str, Any] = _REQUEST_CONTEXT.evaluate({"context": facts})
+    return value
+
+
 def cel_env(
     args: Any,
     tool_name: str,
-    identity: Any,
+    facts: Mapping[str, Any],
     steps: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The variables of an mcpg expression for one call (``ExprContext::to_cel_context``); ``identity`` is
-    the caller's (``ToolContext.identity``: ``subject``, ``trust``, ``provider``, ...), or None."""
-    trust = getattr(identity, "trust", None) if identity is not None else None
-    context = {
-        "principal_id": getattr(identity, "subject", None),
-        "trust_level": trust or "unauthenticated",
-        "auth_provider": getattr(identity, "provider", None),
-        "session_id": None,
-        "transport": "http" if identity is not None else "stdio",
-        "roles": list(getattr(identity, "roles", ()) or ()),
-        "groups": list(getattr(identity, "groups", ()) or ()),
-        "scopes": list(getattr(identity, "scopes", ()) or ()),
-        "attributes": dict(getattr(identity, "attributes", {}) or {}),
-    }
+    """The variables of an mcpg expression for one call (``ExprContext::to_cel_context``); ``facts`` are the
+    request's (``ToolContext.facts()``: its id, session, transport and caller). A pipeline's step (``steps``
+    given) also reads ``original_args``, ``completed_steps`` and ``request_context``, as mcpg's pipelines doc
+    names them."""
+    context = caller_context(facts)
     env: dict[str, Any] = {
         "arguments": args,
         "args": args,
@@ -267,12 +283,14 @@ def cel_env(
         "principal_id": context["principal_id"],
         "auth_provider": context["auth_provider"],
         "identity_kind": context["transport"],
-        # `${env.NAME}` is read when the config loads; one left here (a file `mcpipe convert` wrote keeps
-        # them) reads the server's environment.
+        # `${env.NAME}` is read when the config loads; one left here reads the server's environment.
         "env": os.environ,
     }
     if steps is not None:
         env["steps"] = steps
+        env["completed_steps"] = steps
+        env["original_args"] = args
+        env["request_context"] = request_context(facts)
     return env
 
 

@@ -21,13 +21,14 @@ What mcpipe cannot honour is refused, one located line each; nothing that guards
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from mcpipe.errors import UNSET_ENV, Problem
+from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
@@ -74,6 +75,12 @@ _STEP_KINDS = frozenset(
     {"transform", "cel_gate", "plugin_transform", "log", "progress", "sql_tx", "sql_await", *SUSPENDING}
 )
 _DEFAULT_STEP_TIMEOUT = {"http": 2000, "grpc": 2000, "command": 5000, "nats": 2000, "kafka": 10_000}
+
+
+PIPE_SWITCH = "MCPIPE_MCPG_PIPE"
+"""The environment variable that serves ``mcp_pipe`` beside an mcpg file's bindings (``1``, ``true``): mcpg has
+no such tool, so an mcpg file serves none unless it is set. Its steps call the bindings as their caller may
+(the file's trust rules hold for ``mcp_pipe`` and for each call it makes)."""
 
 
 class _Out:
@@ -123,13 +130,14 @@ def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, st
     _validate(doc, out)
     if out.problems:
         return Translation({}, out.problems, out.locate)
-    # mcpg serves its bindings and nothing else: no mcp_pipe, no built-in tools.
+    # mcpg serves its bindings and nothing else: no mcp_pipe (unless the operator asks for it, PIPE_SWITCH), no
+    # built-in tools.
     # mcpg's list results say `ttlMs: 60000`, its reads `30000`, both `cacheScope: private` (caching.rs), on
     # every protocol version; a call naming no tool is the JSON-RPC error -32602 (tools_call.rs).
     out.doc.update(
         name="mcpg",
         builtins=False,
-        pipe={"enabled": False},
+        pipe={"enabled": str(environ.get(PIPE_SWITCH, "")).strip().lower() in ("1", "true", "yes", "on")},
         caching={"every_era": True},
         unknown_tool="error",
     )
@@ -719,13 +727,16 @@ class _Binding:
 
     def env(self, value: Any, where: str) -> Any:
         """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
-        not set is noted in ``unset``: mcpg's config check passes it, its start fails). ``${cred://…}``
-        tokens stay: an http header's become the step's credential (:func:`.plugins.http_credential`)."""
+        not set is noted in ``unset``, and is a located warning of ``mcpipe check``: mcpg's config check passes
+        it, its start fails, mcpipe serves the binding failing each call). ``${cred://…}`` tokens stay: an http
+        header's become the step's credential (:func:`.plugins.http_credential`)."""
         if isinstance(value, str):
             text, missing = expand_env(value, self.out.environ)
             for name in missing:
-                if name not in self.unset:
-                    self.unset.append(name)
+                self.unset.append(name)
+                self.out.problems.append(
+                    Problem(where, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set")
+                )
             return text
         if isinstance(value, Mapping):
             return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
@@ -760,6 +771,9 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
             b = _Binding(out, loc, binding["name"], schemas, kafka)
             b.sql_names = sql_backends
             b.sql_bindings = sql_bindings
+            if (binding.get("backend") or {}).get("kind") == "openapi":
+                _openapi_binding(b, binding, SURFACE[bucket])
+                continue
             entry = _binding(b, binding, SURFACE[bucket])
             if entry is None:
                 continue
@@ -787,6 +801,54 @@ _ANNOTATIONS = {
     "idempotent": "idempotentHint",
     "open_world": "openWorldHint",
 }
+
+
+def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> None:
+    """An ``openapi`` binding: the operation its source's document describes, served as the binding's tool (a
+    reshaped tool over the operation's, which it hides): the schema is the operation's, as mcpg derives it."""
+    out, loc = b.out, b.loc
+    backend = dict(binding["backend"])
+    where = f"{loc}.backend"
+    if surface != "tool":
+        out.refuse(loc, "an openapi binding is served as a tool (mcpipe derives no resource from an operation)")
+        return
+    unknown = sorted(set(backend) - {"kind", "source", "operation"})
+    if unknown:
+        out.refuse(f"{where}.{unknown[0]}", f"an openapi binding takes `source` and `operation`, not `{unknown[0]}`")
+        return
+    sections = out.doc.get("openapi") or {}
+    source, operation = backend.get("source"), backend.get("operation")
+    if not isinstance(source, str) or source not in sections:
+        known = ", ".join(sorted(sections)) or "none: add the dev.mcpg.backend.openapi plugin"
+        out.refuse(f"{where}.source", f"no openapi source `{source}` in the plugin's config.sources ({known})")
+        return
+    if not isinstance(operation, str) or not operation:
+        out.refuse(f"{where}.operation", "an openapi binding names its operation's operationId")
+        return
+    from mcpipe.openapi import tool_name
+
+    section = sections[source]
+    include = section.get("include")
+    if isinstance(include, dict) and operation not in include.setdefault("operations", []):
+        include["operations"].append(operation)
+    shape: dict[str, Any] = {"tool": f"{section['prefix']}.{tool_name(operation)}", "hide_original": True}
+    if binding.get("description"):
+        shape["description"] = binding["description"]
+    if binding.get("title"):
+        shape["title"] = binding["title"]
+    ann = binding.get("annotations") or {}
+    hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
+    if hints:
+        shape["annotations"] = hints
+    out.section("tools").setdefault("reshape", {})[b.name] = shape
+    out.moved(f"tools.reshape.{b.name}", loc)
+    gov = binding.get("governance") or {}
+    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+    if gov.get("allow_if"):
+        rule["allow_if"] = gov["allow_if"]
+    if gov.get("required_scopes"):
+        rule["required_scopes"] = list(gov["required_scopes"])
+    out.section("trust").setdefault("tools", {})[b.name] = rule
 
 
 def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:
@@ -915,7 +977,7 @@ def _dynamic_completion(b: _Binding, var: str, spec: Any, where: str) -> Any:
     kind, or none of that name, offers nothing (mcpg logs it and answers an empty completion)."""
     target = spec.get("backend") if isinstance(spec, Mapping) else None
     config = (spec.get("config") if isinstance(spec, Mapping) else None) or {}
-    backend = _sql_backend_of(b, target)
+    backend = _sql_backend_of(b, target, where)
     if backend is None or not isinstance(config, Mapping) or not isinstance(config.get("query"), str):
         return []
     name = f"mcpg.complete.{b.name}.{var}"
@@ -991,13 +1053,7 @@ def _backend_step(
         spec = b.env(spec, where)
         if len(b.unset) > before:
             # mcpg refuses to start without the variable; mcpipe serves the binding, which fails saying so.
-            names = ", ".join(f"'{n}'" for n in b.unset[before:])
-            return {
-                **step,
-                "kind": "mcpg.unset",
-                "backend": kind,
-                "message": f"CEL env-var resolution failed: environment variable {names} is not set",
-            }
+            return {**step, **_unset_step(b, before, kind)}
     if kind in ("http", "grpc") and "headers" in spec:
         spec["headers"], fields = plugins.http_credential(
             spec["headers"], f"{where}.headers", out.doc, out.problems, out.environ
@@ -1335,9 +1391,13 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             if isinstance(config.get("max_output_bytes"), int):
                 step["max_output_bytes"] = config["max_output_bytes"]
     elif kind == "log":
-        step["data"] = _literal(raw.pop("data", None))
+        data = raw.pop("data", None)
         step["level"] = raw.pop("level", "info")
         step["logger"] = raw.pop("logger", None) or b.name
+        if "${" in json.dumps(data):  # interpolated over the pipeline context, as mcpg's pipelines doc shows
+            step.update(kind="mcpg.log", data=data, tool_name=b.name)
+        else:
+            step["data"] = _literal(data)
     elif kind == "progress":
         for key in ("progress", "total", "message"):
             if key in raw and raw[key] is not None:
@@ -1411,10 +1471,13 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         step = awaited
     elif kind == "sql_tx":
         target = raw.pop("backend", None)
-        name = _sql_backend_of(b, target)
+        before = len(b.unset)
+        name = _sql_backend_of(b, target, f"{at}.backend")
         if name is None:
             out.refuse(f"{at}.backend", f"no sql binding named `{target}` to run this step's statements on")
             return None
+        if len(b.unset) > before:  # its database's URL reads a variable that is not set: each call fails
+            return {"id": sid, "answer": "step", "tool_name": b.name, **_unset_step(b, before, "sql")}
         step["backend"] = name
         # mcpg's transaction answers its statements shaped by mcpg's row modes: its own kind.
         step["kind"] = "mcpg.sql_tx"
@@ -1431,13 +1494,24 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
     return step
 
 
-def _sql_backend_of(b: _Binding, binding_name: Any) -> str | None:
+def _unset_step(b: _Binding, before: int, backend: str) -> dict[str, Any]:
+    """What a step that read the variables ``b.unset[before:]`` (not set) is: one that fails each call saying so
+    (mcpg refuses to start)."""
+    names = ", ".join(f"'{n}'" for n in dict.fromkeys(b.unset[before:]))
+    return {
+        "kind": "mcpg.unset",
+        "backend": backend,
+        "message": f"CEL env-var resolution failed: environment variable {names} is not set",
+    }
+
+
+def _sql_backend_of(b: _Binding, binding_name: Any, where: str) -> str | None:
     """The mcpipe ``sql`` backend of the database of the sql binding named ``binding_name`` (declared before
-    or after this pipeline)."""
+    or after this pipeline); ``where`` names the part of this binding that uses it."""
     spec = b.sql_bindings.get(binding_name) if isinstance(binding_name, str) else None
     if spec is None:
         return None
-    url = _sql_url(str(b.env(spec.get("url", ""), f"{b.loc}.backend")))
+    url = _sql_url(str(b.env(spec.get("url", ""), where)))
     if url is None:
         return None
     return _sql_entry(b, url, binding_name)

@@ -163,6 +163,11 @@ class StepPlan:
     """NoETL's result storage: what of the result later steps see (``output_select``), the rest kept in the run
     behind a ``_ref``."""
 
+    def describe(self) -> str:
+        """What a drawing of the plan says the step does (:mod:`mcpipe.plan._draw`): its tools' kinds."""
+        kinds = " + ".join(dict.fromkeys(t.kind for t in self.tasks))
+        return kinds or "route"
+
 
 @dataclass
 class NoetlPlaybook:

@@ -35,6 +35,7 @@ import httpx2
 import msgspec
 import orjson
 
+from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe.errors import Problem
 from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowTool, compile_flow
 from mcpipe.formats.piraeus._model import (
@@ -177,12 +178,17 @@ def read_files(pattern_list: list[str], where: str, base_dir: str) -> tuple[list
         for f in found:
             name = os.path.relpath(f, base_dir)
             try:
-                data = orjson.loads(Path(f).read_bytes())
+                raw = Path(f).read_bytes()
+                data = orjson.loads(raw)
+                check_unique_keys(raw)
             except OSError as e:
                 problems.append(Problem(name, CODE, f"cannot read: {e.strerror}"))
                 continue
             except orjson.JSONDecodeError as e:
                 problems.append(Problem(f"{name}:{e.lineno}", CODE, f"not valid JSON: {e.msg} (column {e.colno})"))
+                continue
+            except DuplicateKeyError as e:
+                problems.append(Problem(f"{name}:{e.lineno}", CODE, f"{e.msg} (column {e.colno})"))
                 continue
             out.append((name, data))
     return out, problems

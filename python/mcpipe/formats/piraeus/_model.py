@@ -80,6 +80,11 @@ _TOOL_KEYS = (
 _API_KEYS = ("base_url", "path", "method", "headers", "params", "auth", "timeout")
 _AUTH_KEYS = ("method", "key_name", "secret_ref")
 _MAPPING_KEYS = ("input_to_params", "input_to_body", "response_to_output", "response_path")
+_BELONGS = {
+    **{k: "api" for k in _API_KEYS},
+    **{k: "mapping" for k in _MAPPING_KEYS},
+}
+"""A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
 _ROW_KEYS = ("id", "numeric_id", "project_id", "created_at", "updated_at")
 _TOOL_ROW_KEYS = (
     *_ROW_KEYS,
@@ -319,7 +324,7 @@ def read_tool(r: Reader, entry: Any, path: str) -> ToolConfig | None:
 
 
 def _tool_config(r: Reader, raw: dict[str, Any], path: str) -> ToolConfig | None:
-    o = r.obj(raw, path, _TOOL_KEYS, what="a ToolConfig")
+    o = r.obj(raw, path, _TOOL_KEYS, what="a ToolConfig", belongs=_BELONGS)
     if o is None:
         return None
     before = len(r.problems)

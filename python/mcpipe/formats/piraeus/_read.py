@@ -108,16 +108,27 @@ class Reader:
     def problem(self, path: str, message: str) -> None:
         self.problems.append(Problem(self.where(path), CODE, message))
 
-    def obj(self, value: Any, path: str, keys: Iterable[str], *, what: str = "an object") -> dict[str, Any] | None:
+    def obj(
+        self,
+        value: Any,
+        path: str,
+        keys: Iterable[str],
+        *,
+        what: str = "an object",
+        belongs: Mapping[str, str] | None = None,
+    ) -> dict[str, Any] | None:
         """``value`` as an object whose keys are among ``keys`` (an unknown key is a problem, with the closest
-        known one); None (a problem noted) when it is not an object."""
+        known one, or, for a key of ``belongs``, the key it goes under); None (a problem noted) when it is not
+        an object."""
         if not isinstance(value, dict):
             self.problem(path, f"expected {what}, got {json_type(value)}")
             return None
         known = tuple(keys)
         for k in value:
             if k not in known:
-                self.problem(join(path, str(k)), f"unknown key `{k}`{did_you_mean(str(k), known)}")
+                parent = (belongs or {}).get(str(k))
+                hint = f": it goes under `{parent}` (`{parent}.{k}`)" if parent else did_you_mean(str(k), known)
+                self.problem(join(path, str(k)), f"unknown key `{k}`{hint}")
         return value
 
     def get(self, o: Mapping[str, Any], key: str, path: str, kind: str, default: Any = MISSING) -> Any:

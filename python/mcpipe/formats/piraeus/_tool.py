@@ -32,6 +32,7 @@ import orjson
 import trio
 
 from mcpipe._describe import json_type
+from mcpipe._redact import credential_named, redact
 from mcpipe.formats.piraeus._model import ToolConfig
 from mcpipe.formats.piraeus._read import coerce
 from mcpipe.kinds import HttpPolicy
@@ -134,6 +135,8 @@ class Request:
     headers: dict[str, str]
     params: dict[str, str]
     body: dict[str, Any] | None
+    secrets: tuple[str, ...] = ()
+    """What an answer must not show back: the credential, and configured headers that look like one."""
 
 
 def build_request(config: ToolConfig, args: Mapping[str, Any], secret: str) -> Request:
@@ -154,7 +157,8 @@ def build_request(config: ToolConfig, args: Mapping[str, Any], secret: str) -> R
         body = {b: args[f] for f, b in config.mapping.input_to_body.items() if f in args} or None
     if api.method in ("GET", "DELETE"):
         body = None
-    return Request(api.method, api.url, headers, params, body)
+    secrets = [secret, *credential_named(api.headers), *credential_named(api.params)]
+    return Request(api.method, api.url, headers, params, body, tuple(x for x in secrets if x))
 
 
 def _convert(value: Any, target: Any) -> Any:
@@ -278,7 +282,8 @@ class ApiTool:
                 f"Execution error: {request.method} {request.url} did not answer within {config.api.timeout:g} s"
             )
         if not 200 <= response.status_code < 300:
-            excerpt = raw[:200].decode("utf-8", "replace")
+            # An API's error often echoes the credential it was sent: redacted (the whole body, then cut).
+            excerpt = redact(raw.decode("utf-8", "replace"), request.secrets)[:200]
             raise StepFailure(
                 f"Execution error: {request.method} {request.url} answered HTTP {response.status_code}: {excerpt}",
                 output={"status_code": response.status_code, "duration_ms": round((perf_counter() - t0) * 1000, 3)},
