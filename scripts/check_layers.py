@@ -65,12 +65,16 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("runtime", ("mcpipe.runtime",)),
     # Declared pipelines: the config front-end of the plan, served as tools.
     ("declared", ("mcpipe.declared",)),
+    # OpenAPI documents served as tools (their operations called through the outbound HTTP policy).
+    ("openapi", ("mcpipe.openapi",)),
     # Pipelines with a model inside: the piraeus workflow tool.
     ("llm", ("mcpipe.workflow",)),
     # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:
     # front-ends of the same plan, one subpackage each; ``mcpipe.playbooks`` is the NoETL format's old name
     # (and holds its Jinja environment).
     ("formats", ("mcpipe.formats", "mcpipe.playbooks")),
+    # The operator's view of the tools: reshaped tools, hidden ones, tool search (``[tools]``).
+    ("toolset", ("mcpipe.toolset",)),
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.

@@ -48,7 +48,9 @@ from mcpipe.access import (
     reserved_prefix,
 )
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
+from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan import deepest_location, json_depth
+from mcpipe.toolset import ToolsConfig, check_tools
 
 __all__ = [
     "DEFAULT_CONFIG",
@@ -728,6 +730,10 @@ class Config(_Base):
     (``docs/access.md``)."""
     oauth: OAuthClientConfig = msgspec.field(default_factory=OAuthClientConfig)
     """mcpipe as an OAuth client of the downstream servers that require it (``mcpServers.NAME.oauth``)."""
+    tools: ToolsConfig = msgspec.field(default_factory=ToolsConfig)
+    """The operator's view of the tools: reshaped tools, hidden ones, and tool search (``docs/gateway.md``)."""
+    openapi: dict[str, OpenApiConfig] = {}
+    """OpenAPI documents whose operations are served as tools (``[openapi.NAME]``, ``docs/openapi.md``)."""
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
@@ -798,6 +804,8 @@ _SECTIONS = {
     "registries": _Section("registries", list[RegistrySourceConfig]),
     "credentials": _Section("credentials", CredentialConfig, each=True),
     "oauth": _Section("oauth", OAuthClientConfig),
+    "openapi": _Section("openapi", OpenApiConfig, each=True),
+    "tools": _Section("tools", ToolsConfig),
 }
 
 _UNKNOWN = re.compile(r"^Object contains unknown field `(.*)`$")
@@ -853,6 +861,15 @@ def _every_problem(exc: msgspec.ValidationError, value: Any, base: str, struct: 
         field = fields.get(key)
         if field is None:
             problems.append(Problem(f"{base}.{key}", CODE, f"unknown key `{key}`{did_you_mean(str(key), fields)}"))
+            continue
+        args = typing.get_args(field.type)
+        if typing.get_origin(field.type) is dict and len(args) == 2 and _is_struct(args[1]) and isinstance(item, dict):
+            # A table of tables (``[tools.reshape.NAME]``): each located by its name, not ``[...]``.
+            for name, sub in item.items():
+                try:
+                    msgspec.convert(sub, args[1], strict=True)
+                except msgspec.ValidationError as inner:
+                    problems.extend(_every_problem(inner, sub, f"{base}.{key}.{name}", args[1]))
             continue
         try:
             msgspec.convert(item, field.type, strict=True)
@@ -1087,6 +1104,8 @@ def _check(cfg: Config, problems: list[Problem], environ: dict[str, str] | os._E
     problems.extend(check_access(cfg.access, "access", base_dir=cfg.base_dir))
     problems.extend(check_credentials(cfg.credentials, "credentials", environ))
     problems.extend(_oauth_problems(cfg, environ))
+    problems.extend(check_openapi(cfg.openapi, cfg.credentials))
+    problems.extend(check_tools(cfg.tools))
     for name, server in cfg.mcpServers.items():
         if server.credential is not None:
             if server.credential not in cfg.credentials:

@@ -33,6 +33,7 @@ from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.access import GateDenied, GateRefusal, Gates, Scopes, missing_scopes
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
+from mcpipe.toolset import ToolsConfig, Toolset
 from mcpipe.trust import Trust, TrustDenied
 
 __all__ = [
@@ -342,6 +343,8 @@ class Gateway:
             client-address allowlists); a refusal is audited and answered like a forbidden call.
         scopes: the OAuth scopes tools need (``[[auth.scopes]]``): a call needs the scopes of its tool and of
             every tool that tool reaches (a declared pipeline's steps), checked before anything runs.
+        tools: the operator's view of the tools (``[tools]``: reshaped tools, hidden ones, search mode); what it
+            makes of a tool is what every caller lists, calls, is granted and is audited as.
     """
 
     def __init__(
@@ -356,8 +359,11 @@ class Gateway:
         gates: Gates | None = None,
         refusals: str = "result",
         scopes: Scopes | None = None,
+        tools: ToolsConfig | None = None,
     ) -> None:
         self.sources = sources
+        shaping = tools is not None and (tools.reshape or tools.hide or tools.discovery != "list")
+        self.view: Toolset | None = Toolset(tools, self._find) if tools is not None and shaping else None
         self.trust = trust
         self.scopes = scopes if scopes else None
         self._needs: dict[str, tuple[object, tuple[str, ...]]] = {}
@@ -376,6 +382,18 @@ class Gateway:
     # -- the registry surface the scheduler uses ---------------------------------------------------
 
     def get(self, name: str) -> Tool | None:
+        view = self.view
+        if view is not None:
+            shaped = view.shaped.get(name)
+            if shaped is not None:
+                shaped.sync()
+                return shaped
+            if view.hides(name):
+                return None
+        return self._find(name)
+
+    def _find(self, name: str) -> Tool | None:
+        """The sources' own tool of that name (a reshaped tool's original, hidden or not)."""
         for source in self.sources:
             tool = source.get(name)
             if tool is not None:
@@ -397,11 +415,18 @@ class Gateway:
 
     def __iter__(self) -> Iterator[Tool]:
         seen: set[str] = set()
+        view = self.view
+        if view is not None:
+            for shaped in view.shaped.values():
+                if shaped.sync() is not None:
+                    seen.add(shaped.name)
+                    yield shaped
         for source in self.sources:
             for tool in source:
                 if tool.name not in seen:
                     seen.add(tool.name)
-                    yield tool
+                    if view is None or not view.hides(tool.name):
+                        yield tool
 
     def allows(self, name: str, ctx: ToolContext) -> bool:
         if not self.policy.allows(ctx.principal, name):

@@ -52,13 +52,27 @@ def known_tools(config: Any, sources: Sequence[Any] | None = None) -> KnownTools
             then the built-ins the config enables are known, and None (do not check) is answered when the
             config has ``python_tools``.
     """
+    reshaped = frozenset(getattr(getattr(config, "tools", None), "reshape", None) or ())
     if sources is not None:
-        return KnownTools.of(sources, _prefixes(config))
+        return KnownTools.of([*sources, _Named(reshaped)], _prefixes(config))
     if getattr(config, "python_tools", None):
         return None
     builtins = getattr(config, "builtins", True)
-    names = frozenset(BUILTIN_NAMES if builtins is True else builtins or ())
-    return KnownTools(names, _prefixes(config))
+    names = frozenset(BUILTIN_NAMES if builtins is True else builtins or ()) | reshaped
+    # Before the OpenAPI documents are read (the config is parsed, not served), their tools are known by prefix.
+    apis = getattr(config, "openapi", None) or {}
+    prefixes = [name if getattr(s, "prefix", None) is None else s.prefix for name, s in apis.items()]
+    return KnownTools(names, [*_prefixes(config), *prefixes])
+
+
+class _Named:
+    """Tool names as a tool source's lookup (the reshaped tools' names, which the gateway serves)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def get(self, name: str) -> object | None:
+        return name if name in self.names else None
 
 
 def config_problems(config: Any, sources: Sequence[Any] | None = None) -> list[Problem]:

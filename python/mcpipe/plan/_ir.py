@@ -262,7 +262,9 @@ class ForEach(Step):
 
     ``items`` is a template, or an expression evaluated over the environment (a front-end's own language);
     ``max_concurrency`` bounds the elements running at once below the call's limit (1: one after the
-    other)."""
+    other). In a loop run one element at a time, the environment's ``before`` holds every element's slot
+    (``before[j][step.id]`` is the result of element ``j`` for each ``j < index``, all finished): a front-end
+    reads what the earlier elements wrote (NoETL's sequential loop threads its variables through)."""
 
     items: Template | Expression
     step: Node

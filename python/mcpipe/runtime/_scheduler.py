@@ -1109,10 +1109,13 @@ class _Run:
         siblings: trio.CancelScope,
         held: list[BaseException],
     ) -> None:
+        one_by_one = step.max_concurrency == 1
         for i, item in todo:
             inner = dict(env)
             inner["item"] = item
             inner["index"] = i
+            if one_by_one:
+                inner["before"] = slots  # the items before `index` are done (a front-end's loop state reads them)
             if step.as_name != "item":
                 inner[step.as_name] = item  # what expressions read it as (templates read `item`)
             await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)

@@ -26,8 +26,8 @@ from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, T
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
-from mcpipe.server._guide import INSTRUCTIONS
+from mcpipe.server._core import PipeRunner, ToolHandlers, build_server, tool_wire
+from mcpipe.server._guide import INSTRUCTIONS, SEARCH_INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, StoreUnavailable, open_pipeline_store, open_queue
 from mcpipe.store.tokens import Vault, VaultError, open_token_store
@@ -86,10 +86,13 @@ def limits_of(config: Config) -> Limits:
     return limits
 
 
-def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) -> list[ToolSource]:
+def tool_sources(
+    config: Config, extra_sources: list[ToolSource] | None = None, apis: ToolSource | None = None
+) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
-    then the declared pipelines (checked against the ones before them), the model tools, and discord-mcp's
-    ``mcp_pipeline`` when the config asks for it.
+    the OpenAPI documents' tools (``apis``, read by :func:`mcpipe.openapi.load_openapi`), then the declared
+    pipelines (checked against the ones before them), the model tools, and discord-mcp's ``mcp_pipeline`` when
+    the config asks for it.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -112,6 +115,8 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
     if problems:
         raise ConfigError(problems)
     sources.extend(extra_sources or [])
+    if apis is not None:
+        sources.append(apis)
     policy = None
     if config.pipelines or config.outbound is not None or config.sql:
         from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
@@ -135,6 +140,31 @@ def tool_sources(config: Config, extra_sources: list[ToolSource] | None = None) 
         if discord is not None:
             sources.append(discord)
     return sources
+
+
+async def openapi_of(config: Config, credentials: Credentials) -> ToolSource | None:
+    """The tools of the config's OpenAPI documents (``[openapi.NAME]``), each document read and checked now;
+    an operation refused is logged once, located, with the reason.
+
+    Raises:
+        ConfigError: a document cannot be read, or a section has problems.
+    """
+    if not config.openapi:
+        return None
+    from mcpipe.openapi import load_openapi
+
+    outbound = config.outbound if isinstance(config.outbound, dict) else {}
+    http = outbound.get("http") if isinstance(outbound.get("http"), dict) else {}
+    hosts = [h for h in (http or {}).get("allowed_hosts", []) if isinstance(h, str)]
+    source = await load_openapi(config.openapi, base_dir=config.base_dir, credentials=credentials, allowed_hosts=hosts)
+    for api in source.apis:
+        _log.info(
+            "openapi.%s: %d tools of %d operations (%d refused, %d left out by the filters)",
+            api.name, len(api.tools), api.operations, len(api.refused), api.left_out,
+        )  # fmt: skip
+    for problem in source.warnings():
+        _log.warning("%s", problem)
+    return source
 
 
 def _declared_of(sources: list[ToolSource]) -> Any:
@@ -312,10 +342,17 @@ async def open_app(
         queue = run_queue(config)
     server_id = new_worker_id()
     runs = Runs(queue, server_id=server_id)
-    sources = tool_sources(config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources)
+    credentials = Credentials(config.credentials)
+    apis = await openapi_of(config, credentials)
+    sources = tool_sources(
+        config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources, apis
+    )
+    if config.tools.discovery == "search":
+        from mcpipe.toolset import search_tools
+
+        sources.insert(0, search_tools(config.tools.search_limit, tool_wire))
     # The declared pipelines' source owns connections (nats/grpc/kafka, SQL pools): run it, close it.
     declared = _declared_of(sources)
-    credentials = Credentials(config.credentials)
     oauth = oauth_clients(config)
     downstreams = Downstreams(
         config.mcpServers,
@@ -339,6 +376,7 @@ async def open_app(
         gates=build_gates(config.access, base_dir=config.base_dir) if config.access.gates else None,
         refusals=config.access.refusals,
         scopes=Scopes(config.auth.scopes) if config.auth.scopes else None,
+        tools=config.tools,
     )
     limits = limits_of(config)
     configure_cache(max_bytes=config.pipe.compile_cache_bytes)
@@ -360,6 +398,8 @@ async def open_app(
         content=declared.policy.content if declared is not None else await _content_of(config),
     )
     instructions = INSTRUCTIONS if config.pipe.enabled else None
+    if instructions is not None and config.tools.discovery == "search":
+        instructions = f"{instructions} {SEARCH_INSTRUCTIONS}"
     server = build_server(handlers, name=config.name, version=_version(), instructions=instructions)
     try:
         tel = telemetry.configure(

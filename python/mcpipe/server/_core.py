@@ -96,6 +96,11 @@ def _refused(name: str, exc: RunRefused, location: str) -> dict[str, Any]:
     return _error_result(f"{ErrorCode.LIMIT_EXCEEDED}: {exc}")
 
 
+def _searching(gateway: Gateway) -> bool:
+    """Whether the gateway is in search mode (``[tools] discovery = "search"``)."""
+    return gateway.view is not None and gateway.view.search
+
+
 def tool_wire(tool: Tool) -> dict[str, Any]:
     """A tool's ``tools/list`` entry."""
     entry: dict[str, Any] = {"name": tool.name, "description": tool.description, "inputSchema": tool.input_schema}
@@ -485,7 +490,7 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
-                guide=None if pipe is None else Guide(self._tools_of, self.limits),
+                guide=None if pipe is None else Guide(self._tools_of, self.limits, search=_searching(gateway)),
                 caching=caching,
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
@@ -553,9 +558,12 @@ class ToolHandlers:
                         _log.warning("%s: the tool is left out of tools/list", refused)
                     continue
             tools.append(entry)
+        view = self.gateway.view
+        shown = tools if view is None or not view.search else [e for e in tools if view.listed(e["name"])]
         if self.pipe is None:
-            return tools
-        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *tools]
+            return shown
+        # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None

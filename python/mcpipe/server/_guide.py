@@ -34,6 +34,12 @@ INSTRUCTIONS = (
 )
 """The server's ``instructions`` (in ``initialize``, which clients put before the model) when it serves
 ``mcp_pipe``: where the guide is."""
+
+SEARCH_INSTRUCTIONS = (
+    "This server lists only a few of its tools: find the others with `search_tools` (a query in plain words), "
+    "read their schemas with `describe_tools`, then call them by name or chain them in one `mcp_pipe` call."
+)
+"""Added to the ``instructions`` in search mode (``[tools] discovery = "search"``)."""
 """The prompt's name."""
 
 GUIDE_RESOURCES: dict[str, tuple[str, str, str]] = {
@@ -72,9 +78,11 @@ class Guide:
         limits: the server's pipeline limits, stated in the prompt.
     """
 
-    def __init__(self, tools_of: ToolsOf, limits: Limits) -> None:
+    def __init__(self, tools_of: ToolsOf, limits: Limits, *, search: bool = False) -> None:
         self.tools_of = tools_of
         self.limits = limits
+        self.search = search
+        """Search mode: the listed tools are a few; the prompt teaches finding the others."""
 
     def resources(self) -> list[dict[str, Any]]:
         """The ``resources/list`` entries."""
@@ -138,12 +146,30 @@ class Guide:
             f"at most {self.limits.max_depth}, at most {self.limits.max_concurrency} tool calls at once;",
             f"- a `for_each` runs at most {self.limits.max_items} elements.",
             "",
-            f"## The tools you may call ({len(callable_tools)})",
-            "",
-            "Call only these, with arguments matching each input schema. The output schema, when there is one,",
-            "gives the paths under `steps.<id>.structured`.",
-            "",
         ]
+        if self.search:
+            lines += [
+                "## Finding the tools",
+                "",
+                "This server lists only a few tools; the others are found by searching, and called as ever:",
+                "",
+                '1. `search_tools` with `{"query": "what you want to do"}` answers the best matching tools you may',
+                "   call: their names, a line of description, their argument names;",
+                '2. `describe_tools` with `{"names": [...]}` answers their full input schemas;',
+                "3. call a found tool by its name, or chain several in one `mcp_pipe` call: its steps name found",
+                "   tools exactly as listed ones (a tool you may not call is never found).",
+                "",
+                f"## The tools listed ({len(callable_tools)})",
+                "",
+            ]
+        else:
+            lines += [
+                f"## The tools you may call ({len(callable_tools)})",
+                "",
+                "Call only these, with arguments matching each input schema. The output schema, when there is one,",
+                "gives the paths under `steps.<id>.structured`.",
+                "",
+            ]
         for tool in callable_tools:
             lines.append(f"### `{tool['name']}`")
             description = (tool.get("description") or "").strip()

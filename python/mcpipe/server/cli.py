@@ -485,6 +485,7 @@ def check_config(path: str, *, quiet: bool = False) -> int:
 
         problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
     problems.extend(_missing_commands(config, path, {w.location for w in warnings}))
+    apis = _openapi_check(config, path, problems) if config.openapi and not problems else None
     if problems:
         _print_problems(ConfigError(problems))
         return 1
@@ -503,9 +504,34 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         from mcpipe.formats.noetl import served_counts
 
         counts += [_count(n, kind) for kind, n in served_counts(config).items()]
+    if apis is not None:
+        tools = sum(len(a.tools) for a in apis.apis)
+        refused = sum(len(a.refused) for a in apis.apis)
+        counts.append(_count(tools, "OpenAPI tool") + f" ({refused} operation{'s' if refused != 1 else ''} refused)")
     no_pipe = "" if config.pipe.enabled else f"; no mcp_pipe: {no_pipe_reason(config)}"
     print(f"{path}: ok ({', '.join(counts)}){no_pipe}")
     return 0
+
+
+def _openapi_check(config: Config, path: str, problems: list[Any]) -> Any:
+    """Read the config's OpenAPI documents as ``serve`` would: a document that cannot be read is a problem; an
+    operation refused, or what openapi-spec-validator says, a warning (located in the config)."""
+    import trio
+
+    from mcpipe.access import Credentials
+    from mcpipe.errors import Problem
+    from mcpipe.openapi import load_openapi
+
+    try:
+        apis = trio.run(
+            lambda: load_openapi(config.openapi, base_dir=config.base_dir, credentials=Credentials(config.credentials))
+        )
+    except ConfigError as exc:
+        problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in exc.problems)
+        return None
+    for warning in apis.warnings():
+        print(f"warning: {path}:{warning}", file=sys.stderr)
+    return apis
 
 
 def _count(n: int, one: str, many: str | None = None) -> str:

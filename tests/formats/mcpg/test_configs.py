@@ -223,8 +223,7 @@ DECLINED = {
     # mcpg writes each record to every serving sink, and skips a sink no plugin serves: these records would be
     # lost without a word (plugin-host ``registry.rs`` ``emit_audit``), so mcpipe refuses rather than drop them.
     "docs/audit.md#L931": "governance.audit.sinks[1].kind",
-    # The openapi and duckdb backend plugins: their source is not published; what they do cannot be known.
-    "docs/backends.md#L703": "plugins[0]",
+    # The duckdb backend plugin: its source is not published; what it does cannot be known.
     "examples/30-warehouse-backends-surfaces/config.yaml": "plugins[0]",
     # A nats cluster: mcpipe's instances share state through redis only.
     "examples/deployments/production-nats-cluster.yaml": "cluster.kind",

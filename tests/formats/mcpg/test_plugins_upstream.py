@@ -22,6 +22,7 @@ ENV = {
     "NOTION_SECRET": "x",
     "TWILIO_ACCOUNT_SID": "AC" + "1" * 32,
     env_credential_variable("dev.mcpg.backend.twilio", "auth_token"): "t",
+    env_credential_variable("vault-api", "petstore"): "k",
 }
 
 NO_SOURCE = "`source` must specify exactly one of `path` or `oci` (has none)"
@@ -31,6 +32,7 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
     "docs/audit.md#L534": [],
     "docs/backends.md#L152": [],
     "docs/backends.md#L255": [],
+    "docs/backends.md#L703": [],  # the openapi backend: an [openapi.petstore] section
     "examples/deployments/air-gapped.yaml": [],
     "examples/deployments/dev-single-node.yaml": [],
     "examples/deployments/mcp-apps.yaml": [],
@@ -74,9 +76,6 @@ EXPECTED: dict[str, list[tuple[str, str]]] = {
         ("plugins[0].config.inbound_voice.default_twiml_verbs[0]", "missing field `verb`")
     ],
     # Plugins mcpipe does not have: refused, naming them.
-    "docs/backends.md#L703": [
-        ("plugins[0]", "`dev.mcpg.backend.openapi` is not supported by mcpipe: it has no step kind")
-    ],
     "docs/payment.md#L203": [("plugins[0]", "`dev.mcpg.payment.mpp` is not supported by mcpipe: a tool gate")],
     "docs/payment.md#L226": [("plugins[0]", "`dev.mcpg.payment.x402` is not supported by mcpipe: a tool gate")],
     "examples/30-warehouse-backends-surfaces/config.yaml": [

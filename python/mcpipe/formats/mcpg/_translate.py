@@ -771,6 +771,9 @@ def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any]
             b = _Binding(out, loc, binding["name"], schemas, kafka)
             b.sql_names = sql_backends
             b.sql_bindings = sql_bindings
+            if (binding.get("backend") or {}).get("kind") == "openapi":
+                _openapi_binding(b, binding, SURFACE[bucket])
+                continue
             entry = _binding(b, binding, SURFACE[bucket])
             if entry is None:
                 continue
@@ -798,6 +801,54 @@ _ANNOTATIONS = {
     "idempotent": "idempotentHint",
     "open_world": "openWorldHint",
 }
+
+
+def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> None:
+    """An ``openapi`` binding: the operation its source's document describes, served as the binding's tool (a
+    reshaped tool over the operation's, which it hides): the schema is the operation's, as mcpg derives it."""
+    out, loc = b.out, b.loc
+    backend = dict(binding["backend"])
+    where = f"{loc}.backend"
+    if surface != "tool":
+        out.refuse(loc, "an openapi binding is served as a tool (mcpipe derives no resource from an operation)")
+        return
+    unknown = sorted(set(backend) - {"kind", "source", "operation"})
+    if unknown:
+        out.refuse(f"{where}.{unknown[0]}", f"an openapi binding takes `source` and `operation`, not `{unknown[0]}`")
+        return
+    sections = out.doc.get("openapi") or {}
+    source, operation = backend.get("source"), backend.get("operation")
+    if not isinstance(source, str) or source not in sections:
+        known = ", ".join(sorted(sections)) or "none: add the dev.mcpg.backend.openapi plugin"
+        out.refuse(f"{where}.source", f"no openapi source `{source}` in the plugin's config.sources ({known})")
+        return
+    if not isinstance(operation, str) or not operation:
+        out.refuse(f"{where}.operation", "an openapi binding names its operation's operationId")
+        return
+    from mcpipe.openapi import tool_name
+
+    section = sections[source]
+    include = section.get("include")
+    if isinstance(include, dict) and operation not in include.setdefault("operations", []):
+        include["operations"].append(operation)
+    shape: dict[str, Any] = {"tool": f"{section['prefix']}.{tool_name(operation)}", "hide_original": True}
+    if binding.get("description"):
+        shape["description"] = binding["description"]
+    if binding.get("title"):
+        shape["title"] = binding["title"]
+    ann = binding.get("annotations") or {}
+    hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
+    if hints:
+        shape["annotations"] = hints
+    out.section("tools").setdefault("reshape", {})[b.name] = shape
+    out.moved(f"tools.reshape.{b.name}", loc)
+    gov = binding.get("governance") or {}
+    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+    if gov.get("allow_if"):
+        rule["allow_if"] = gov["allow_if"]
+    if gov.get("required_scopes"):
+        rule["required_scopes"] = list(gov["required_scopes"])
+    out.section("trust").setdefault("tools", {})[b.name] = rule
 
 
 def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:

@@ -95,6 +95,7 @@ CLIENT_CREDENTIALS = "dev.mcpg.credential.oauth-client-credentials"
 TOKEN_EXCHANGE = "dev.mcpg.credential.oauth-token-exchange"
 ID_JAG = "dev.mcpg.credential.oauth-id-jag"
 TWILIO = "dev.mcpg.backend.twilio"
+OPENAPI = "dev.mcpg.backend.openapi"
 _BUILT_IN_BACKENDS = {
     "dev.mcpg.backend.http": "http",
     "dev.mcpg.backend.mock": "mock",
@@ -462,6 +463,8 @@ def _translate_one(
             _audit_file(cfg, f"{at}.config", out, problems)
     elif pid == TWILIO:
         _twilio_webhook(entry, at, problems)
+    elif pid == OPENAPI:
+        _openapi_plugin(entry, at, out, problems, environ)
     elif pid in _BUILT_IN_BACKENDS:
         cfg = _config(entry, at, problems, pid)
         if cfg:
@@ -485,6 +488,73 @@ _WHY_CLASS = {
     "credential_issuer": "the credentials it issues could not be presented",
     "audit_sink": "its audit records would be lost",
 }
+
+
+_OPENAPI_SOURCE_KEYS = frozenset({"name", "spec", "base_url", "auth", "expose", "filter", "tool_prefix"})
+
+
+def _openapi_plugin(
+    entry: Mapping[str, Any], at: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+) -> None:
+    """mcpg's OpenAPI backend plugin (``config.sources[]``): each source an ``[openapi.NAME]`` section.
+
+    A source serves the operations its bindings name (``backend: {kind: openapi, source, operation}``, made
+    reshaped tools by the binding translation), or, with ``expose.tools: true``, every operation its ``filter``
+    (``allow``/``deny``, operationId globs) lets through, named ``tool_prefix`` + operationId. ``spec`` is a
+    ``file://`` URI or ``{inline: {...}}``; each ``auth`` entry, keyed by the document's security scheme, is a
+    ``${cred://...}`` reference (:func:`credential_ref`)."""
+    cfg = _config(entry, at, problems, OPENAPI)
+    if cfg is None:
+        return
+    if not _fields(cfg, frozenset({"sources"}), f"{at}.config", problems, OPENAPI):
+        return
+    sources = cfg.get("sources")
+    if not isinstance(sources, list) or not sources:
+        _problem(problems, f"{at}.config.sources", "the openapi plugin's `sources` is a non-empty list")
+        return
+    sections = _section(out, "openapi")
+    for i, src in enumerate(sources):
+        where = f"{at}.config.sources[{i}]"
+        if not isinstance(src, Mapping) or not _fields(src, _OPENAPI_SOURCE_KEYS, where, problems, OPENAPI):
+            continue
+        name = _str(src.get("name"), f"{where}.name", problems, required=True, what="a source's name")
+        if name is None:
+            continue
+        if name in sections:
+            _problem(problems, f"{where}.name", f"a second source named `{name}`")
+            continue
+        spec = src.get("spec")
+        section: dict[str, Any] = {}
+        if isinstance(spec, str) and spec.startswith("file://"):
+            section["spec"] = spec
+        elif isinstance(spec, Mapping) and isinstance(spec.get("inline"), Mapping) and len(spec) == 1:
+            section["spec"] = dict(spec["inline"])
+        else:
+            _problem(problems, f"{where}.spec", "a source's `spec` is a file:// URI or `{inline: {...}}`")
+            continue
+        if src.get("base_url") is not None:
+            base = _str(src.get("base_url"), f"{where}.base_url", problems)
+            if base is not None:
+                section["base_url"] = base
+        auth: dict[str, Any] = {}
+        for scheme, ref in (src.get("auth") or {}).items():
+            credential = credential_ref(str(ref), f"{where}.auth.{scheme}", out, problems, environ)
+            if credential is not None:
+                auth[str(scheme)] = {"credential": credential}
+        if auth:
+            section["auth"] = auth
+        expose = src.get("expose") or {}
+        prefix = src.get("tool_prefix")
+        section["prefix"] = str(prefix).rstrip(".") if isinstance(prefix, str) else f"mcpg.openapi.{name}"
+        if isinstance(expose, Mapping) and expose.get("tools") is True:
+            rules = src.get("filter") or {}
+            if isinstance(rules, Mapping) and rules.get("allow"):
+                section["include"] = {"operations": _strings(rules["allow"], f"{where}.filter.allow", problems)}
+            if isinstance(rules, Mapping) and rules.get("deny"):
+                section["exclude"] = {"operations": _strings(rules["deny"], f"{where}.filter.deny", problems)}
+        else:
+            section["include"] = {"operations": []}  # the operations its bindings name (added by each binding)
+        sections[name] = section
 
 
 def _unsupported(pid: str, cls: Any) -> str:
