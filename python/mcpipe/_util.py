@@ -11,10 +11,12 @@ import contextlib
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-import trio
+
+if TYPE_CHECKING:
+    import trio
 
 __all__ = [
     "PIPE_TOOL",
@@ -69,6 +71,8 @@ def is_suspension(exc: BaseException) -> bool:
 def is_cancellation(exc: BaseException) -> bool:
     """Whether ``exc`` is trio's cancellation, alone or as the only content of a group (a nursery inside
     the cancelled code wraps it in one)."""
+    import trio
+
     if isinstance(exc, trio.Cancelled):
         return True
     return isinstance(exc, BaseExceptionGroup) and exc.split(trio.Cancelled)[1] is None
@@ -126,10 +130,15 @@ class RunLimiter:
     then ``trio.to_thread.run_sync(fn, limiter=_threads())``."""
 
     def __init__(self, name: str, total: int) -> None:
-        self._var: trio.lowlevel.RunVar[trio.CapacityLimiter] = trio.lowlevel.RunVar(name)
+        self._name = name
+        self._var: trio.lowlevel.RunVar[trio.CapacityLimiter] | None = None  # made on first use: trio is lazy
         self._total = total
 
     def __call__(self) -> trio.CapacityLimiter:
+        import trio
+
+        if self._var is None:
+            self._var = trio.lowlevel.RunVar(self._name)
         try:
             return self._var.get()
         except LookupError:

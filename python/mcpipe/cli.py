@@ -88,11 +88,21 @@ def _pipe_closed() -> int:
     return SIGPIPE_STATUS
 
 
-def _parser() -> argparse.ArgumentParser:
-    from mcpipe import __version__
+class _Version(argparse.Action):
+    """``--version``: the installed version, read only when asked for (``importlib.metadata`` is not free)."""
 
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kw: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kw)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        from mcpipe._version import __version__
+
+        parser.exit(message=f"mcpipe {__version__}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mcpipe", description="Run pipelines of MCP tool calls.")
-    parser.add_argument("--version", action="version", version=f"mcpipe {__version__}")
+    parser.add_argument("--version", action=_Version, help="show the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     run = sub.add_parser("run", help="run a pipeline file and print its answer as JSON")
