@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._patternexec",
             "mcpipe._sandbox",
             "mcpipe._jsonschema",
+            "mcpipe._lazy",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",

@@ -13,11 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.validators import extend, validator_for
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 from mcpipe._pattern import PatternTimeout, compile_pattern
 from mcpipe._util import RunLimiter
@@ -25,13 +24,18 @@ from mcpipe._util import RunLimiter
 __all__ = ["errors_async", "needs_thread", "patterns_of", "validator"]
 
 
-def validator(schema: Any, *, default: type[Any] = Draft202012Validator, **kwargs: Any) -> Any:
-    """A validator of ``schema`` (its ``$schema``'s draft, else ``default``) matching patterns safely.
+def validator(schema: Any, *, default: type[Any] | None = None, **kwargs: Any) -> Any:
+    """A validator of ``schema`` (its ``$schema``'s draft, else ``default``, else Draft 2020-12) matching
+    patterns safely. ``jsonschema`` is imported here, on the first schema: it takes a command a second
+    (its format checkers build grammars at import).
 
     Raises:
         re.error: a pattern no engine takes (as ``jsonschema`` raised).
     """
-    cls = validator_for(schema, default=default)
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import validator_for
+
+    cls = validator_for(schema, default=Draft202012Validator if default is None else default)
     return _safe(cls)(schema, **kwargs)
 
 
@@ -74,6 +78,8 @@ async def errors_async(checker: Any, instance: Any, *, in_thread: bool) -> list[
     (:func:`needs_thread` of its schema)."""
     if not in_thread:
         return list(checker.iter_errors(instance))
+    import trio
+
     return await trio.to_thread.run_sync(lambda: list(checker.iter_errors(instance)), limiter=_threads())
 
 
@@ -89,6 +95,8 @@ def _found(pattern: str, text: str) -> bool | str:
 
 
 def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+    from jsonschema import ValidationError
+
     if validator.is_type(instance, "string"):
         found = _found(patrn, instance)
         if isinstance(found, str):
@@ -98,6 +106,8 @@ def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator
 
 
 def _pattern_properties(validator: Any, pattern_properties: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     for pattern, subschema in pattern_properties.items():
@@ -118,6 +128,8 @@ def _additional(instance: Any, schema: Any) -> Iterator[Any]:
 
 
 def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
     # jsonschema's own, with find_additional_properties matching through mcpipe._pattern.
     if not validator.is_type(instance, "object"):
         return
@@ -184,6 +196,8 @@ def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
 
 
 def _unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
+    from jsonschema import ValidationError
+
     if not validator.is_type(instance, "object"):
         return
     evaluated = _evaluated_keys(validator, instance, schema)
@@ -211,4 +225,6 @@ def _safe(cls: type[Any]) -> type[Any]:
         keywords["additionalProperties"] = _additional_properties
     if "unevaluatedProperties" in known:
         keywords["unevaluatedProperties"] = _unevaluated_properties
+    from jsonschema.validators import extend
+
     return extend(cls, keywords)

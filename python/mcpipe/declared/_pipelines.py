@@ -27,8 +27,6 @@ from dataclasses import replace
 from typing import Any
 
 import msgspec
-from jsonschema import Draft202012Validator
-from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -483,6 +481,9 @@ def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object
         return True  # the default, {"type": "object"}
     if not isinstance(schema, Mapping):
         return False  # the Struct reports the type
+    from jsonschema import Draft202012Validator  # on first use: jsonschema is slow to import
+    from jsonschema.validators import validator_for
+
     cls = validator_for(schema, default=Draft202012Validator)
     ok = True
     for e in sorted(cls(cls.META_SCHEMA).iter_errors(schema), key=lambda e: list(map(str, e.absolute_path))):

@@ -8,8 +8,6 @@ from typing import Any
 import msgspec
 import orjson
 import trio
-from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
-from jsonschema.validators import validator_for
 
 from mcpipe._describe import json_type
 from mcpipe._jsonschema import needs_thread, validator
@@ -297,6 +295,10 @@ class DeclaredPipelines:
 
 
 def _validator(schema: Mapping[str, Any], formats: bool = True) -> Any:
+    # On first use: jsonschema is slow to import.
+    from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
+    from jsonschema.validators import validator_for
+
     cls = validator_for(schema, default=Draft202012Validator)
     if formats or cls in (Draft4Validator, Draft6Validator, Draft7Validator):
         return validator(schema, default=Draft202012Validator, format_checker=cls.FORMAT_CHECKER)

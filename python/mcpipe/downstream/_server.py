@@ -32,9 +32,6 @@ import httpx2
 import msgspec
 import orjson
 import trio
-from jsonschema import SchemaError
-from jsonschema.exceptions import best_match
-from jsonschema.validators import validator_for
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
@@ -752,6 +749,9 @@ class DownstreamServer:
             raise CallError(
                 f"MCP server '{self.name}': tool {remote} has an output schema but did not return structured content"
             )
+        from jsonschema import SchemaError  # loaded by _output_checker: cheap here
+        from jsonschema.exceptions import best_match
+
         try:
             checker, in_thread = _output_checker(msgspec.json.encode(schema))
             errors = await errors_async(checker, structured, in_thread=in_thread)
@@ -873,6 +873,8 @@ async def _skip_sdk_check(name: str, result: Any) -> None:
 
 @lru_cache(maxsize=256)
 def _output_checker(schema_json: bytes) -> tuple[Any, bool]:
+    from jsonschema.validators import validator_for  # on first use: jsonschema is slow to import
+
     schema = msgspec.json.decode(schema_json)
     cls = validator_for(schema)
     cls.check_schema(schema)

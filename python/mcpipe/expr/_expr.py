@@ -14,16 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import cel
-import cel.stdlib
-import jsonata
-import trio
-
 from mcpipe._deadline import expression_timeout_ms, set_expression_timeout
 from mcpipe._util import RunLimiter
 from mcpipe.errors import ExpressionError
-from mcpipe.expr import _celexec
-from mcpipe.expr._celexec import _EXTENSIONS, CelError
 from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
 
 __all__ = [
@@ -79,8 +72,10 @@ def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, A
     Raises:
         ExpressionError: the expression failed.
     """
+    from mcpipe.expr._celexec import CelError, execute_cel  # the CEL library, on first use (slow to import)
+
     try:
-        return _celexec.execute_cel(program, context, functions)
+        return execute_cel(program, context, functions)
     except CelError as e:
         raise ExpressionError(str(e), missing=e.missing) from None
 
@@ -91,8 +86,10 @@ def to_json_value(value: Any) -> Any:
     Raises:
         ExpressionError: the value is not JSON data.
     """
+    from mcpipe.expr._celexec import CelError, to_json_value
+
     try:
-        return _celexec.to_json_value(value)
+        return to_json_value(value)
     except CelError as e:
         raise ExpressionError(str(e)) from None
 
@@ -146,6 +143,8 @@ class CelExpr:
         """
         if not isinstance(source, str) or not source.strip():
             raise ExpressionSyntaxError("a CEL expression must be a non-empty string")
+        import cel  # on the first CEL expression: the library takes a command a fifth of a second to import
+
         try:
             program = cel.compile(source)
         except ValueError as e:
@@ -230,10 +229,14 @@ class CelExpr:
 
 def compile_cel(source: str) -> Any:
     """The CEL library's compiled program (what a worker process compiles)."""
+    import cel
+
     return cel.compile(source)
 
 
 def _extensions_used(program: Any) -> dict[str, Any]:
+    from mcpipe.expr._celexec import _EXTENSIONS
+
     names = set(program.functions())
     namespaces = set(program.variables()) & _NAMESPACES
     used = {n: _EXTENSIONS[n] for n in names if n in _EXTENSIONS}
@@ -325,6 +328,8 @@ class JsonataExpr:
         """
         if not isinstance(source, str) or not source.strip():
             raise ExpressionSyntaxError("a JSONata expression must be a non-empty string")
+        import jsonata  # on the first JSONata expression
+
         try:
             expression = jsonata.Jsonata(source)
         except jsonata.JException as e:
@@ -338,6 +343,8 @@ class JsonataExpr:
         Raises:
             ExpressionError: the expression failed or ran past its bounds.
         """
+        import jsonata
+
         data = {root: env.get(root) for root in _JSONATA_ROOTS}
         frame = self.expression.create_frame(self.expression.environment)
         max_ms = min(self.max_ms, int(expression_timeout_ms()))
@@ -362,6 +369,8 @@ class JsonataExpr:
         Raises:
             ExpressionError: as :meth:`evaluate`.
         """
+        import trio
+
         return await trio.to_thread.run_sync(self.evaluate, env, abandon_on_cancel=True, limiter=_threads())
 
 

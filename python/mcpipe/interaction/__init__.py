@@ -9,6 +9,9 @@ See ``docs/interaction.md``. The pieces:
 - the ``ask_user``/``sample``/``list_roots`` tools; the asking step kinds are in :mod:`mcpipe.kinds`.
 """
 
+from typing import TYPE_CHECKING
+
+from mcpipe._lazy import lazy_names
 from mcpipe.interaction._ask import GATHER_KINDS, OUTPUT_OF, BadInput, ask_one, elicitation_params, question
 from mcpipe.interaction._core import (
     SKIPPED,
@@ -20,17 +23,33 @@ from mcpipe.interaction._core import (
     interaction_of,
     only,
 )
-from mcpipe.interaction._relay import (
-    Askers,
-    call_relaying,
-    caller_capabilities,
-    keep_caller_capabilities,
-    request_asking,
-)
-from mcpipe.interaction._serve import Interactions, sdk_call
-from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
 from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, interaction_tools
 from mcpipe.store import InMemoryPipelineStore, PipelineStore, StoreUnavailable
+
+if TYPE_CHECKING:
+    from mcpipe.interaction._relay import (
+        Askers,
+        call_relaying,
+        caller_capabilities,
+        keep_caller_capabilities,
+        request_asking,
+    )
+    from mcpipe.interaction._serve import Interactions, sdk_call
+    from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
+
+# What talks to the client's session, or seals state, imports the MCP SDK: loaded on first use, so the step
+# kinds (which import this package) do not load the SDK for a command that never serves.
+__getattr__ = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(
+            ["Askers", "call_relaying", "caller_capabilities", "keep_caller_capabilities", "request_asking"],
+            "._relay",
+        ),
+        **dict.fromkeys(["Interactions", "sdk_call"], "._serve"),
+        **dict.fromkeys(["STATE_KEY_ENV", "StateError", "StateSealer", "args_digest"], "._state"),
+    },
+)
 
 __all__ = [
     "GATHER_KINDS",

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-import jsonschema
 import orjson
 import trio
 
@@ -54,7 +53,7 @@ def _validator(schema_json: bytes) -> tuple[Any, bool]:
     """The schema's validator (patterns matched safely, :mod:`mcpipe._jsonschema`), and whether validating
     with it belongs off the event loop."""
     schema = orjson.loads(schema_json)
-    return validator(schema, default=jsonschema.validators.validator_for(schema)), needs_thread(schema)
+    return validator(schema), needs_thread(schema)  # its $schema's draft, else the latest (2020-12)
 
 
 def _key(schema: dict[str, Any]) -> bytes:

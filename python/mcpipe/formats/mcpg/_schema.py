@@ -12,10 +12,11 @@ import json
 from collections.abc import Iterator, Mapping
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from jsonschema import Draft7Validator
-from jsonschema.exceptions import ValidationError
+if TYPE_CHECKING:
+    from jsonschema import Draft7Validator
+    from jsonschema.exceptions import ValidationError
 
 from mcpipe.errors import Problem
 
@@ -27,6 +28,8 @@ CODE = "INVALID_CONFIG"
 
 @cache
 def _validator() -> Draft7Validator:
+    from jsonschema import Draft7Validator  # on first use: jsonschema is slow to import
+
     schema = json.loads(_SCHEMA.read_text())
     return Draft7Validator(schema)
 
