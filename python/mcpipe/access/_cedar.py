@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cedarpy
 import orjson
 
 from mcpipe._core import json_measure
@@ -74,6 +73,8 @@ class CedarEngine:
     """One gate's parsed policies, entities and schema: parsed once, evaluated per call."""
 
     def __init__(self, cfg: Any, *, base_dir: str = ".") -> None:
+        import cedarpy  # with the first Cedar gate: a server without one never loads the engine
+
         self.cfg = cfg
         text = _policy_text(cfg, base_dir)
         self.policies = cedarpy.PolicySet.from_str(text)
@@ -115,6 +116,8 @@ class CedarEngine:
 
     def decide(self, tool: str, args: Any, subject: str | None) -> Verdict:
         """Cedar's verdict on ``subject`` calling ``tool`` with ``args``."""
+        import cedarpy
+
         cfg = self.cfg
         try:
             context: Any = {}

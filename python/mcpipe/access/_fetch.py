@@ -11,15 +11,17 @@ import ipaddress
 import re
 import socket
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-import httpx2
 import orjson
 import trio
 
 from mcpipe._redact import redact
 from mcpipe._util import read_capped
 from mcpipe.errors import MCPipeError
+
+if TYPE_CHECKING:
+    import httpx2
 
 __all__ = ["FetchError", "Fetched", "fetch", "get_json", "post_form"]
 
@@ -95,6 +97,8 @@ async def _request(
     json: Any = None,
     headers: Mapping[str, str] | None = None,
 ) -> Fetched:
+    import httpx2  # with the first fetch (JWKS, introspection, token exchange)
+
     try:
         parsed = httpx2.URL(url)
     except httpx2.InvalidURL as exc:

@@ -23,9 +23,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jwt
 import orjson
 import trio
 
@@ -33,6 +32,9 @@ from mcpipe.access._config import IntrospectionProvider, MtlsConfig, OidcProvide
 from mcpipe.access._fetch import FetchError, get_json
 from mcpipe.access._introspect import Introspection, Unavailable
 from mcpipe.tools import Identity
+
+if TYPE_CHECKING:
+    import jwt
 
 __all__ = ["Authenticator", "JwksCache", "Rejected", "mtls_identity"]
 
@@ -121,6 +123,8 @@ class JwksCache:
 
     @staticmethod
     def _parse(doc: Any) -> list[tuple[str | None, jwt.PyJWK]]:
+        import jwt  # with the first JWT issuer: a server without one never loads PyJWT
+
         keys: list[tuple[str | None, jwt.PyJWK]] = []
         listed = doc.get("keys") if isinstance(doc, dict) else None
         if not isinstance(listed, list):  # `{"keys": 5}` raised TypeError out of the request (issue 20's review)
@@ -259,6 +263,8 @@ class _Oidc:
         return outcome
 
     async def _verify(self, token: str) -> Identity | Rejected:
+        import jwt
+
         cfg = self.cfg
         try:
             header = jwt.get_unverified_header(token)

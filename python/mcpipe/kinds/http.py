@@ -12,12 +12,9 @@ Requests use ``httpx2`` (the client the MCP SDK ships), which runs on Trio nativ
 from __future__ import annotations
 
 import codecs
-import contextlib
-from collections.abc import AsyncIterator, Mapping
-from typing import Annotated, Any, Literal, NamedTuple
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 
-import httpcore2
-import httpx2
 import msgspec
 import orjson
 
@@ -33,78 +30,12 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
+if TYPE_CHECKING:
+    import httpx2
+
 __all__ = ["KIND", "HttpBuilt", "HttpFields", "check_static_url", "guarded_client", "http_timeout", "run_http"]
 
 _SCHEMES = ("http", "https")
-
-
-class _GuardedTransport(httpx2.AsyncBaseTransport):
-    """Send each request to an address the policy allows, and only there.
-
-    It drives an ``httpcore2`` connection pool itself (rather than wrapping httpx's default transport) so
-    that a body abandoned half-read (too large, or the step cancelled) closes every layer's iterator.
-    """
-
-    def __init__(self, policy: HttpPolicy) -> None:
-        self._policy = policy
-        self._pool = httpcore2.AsyncConnectionPool(ssl_context=policy.ssl_context, http1=True, http2=False)
-
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        url = request.url
-        if url.scheme not in _SCHEMES:
-            raise ForbiddenError(f"scheme '{url.scheme}' is not allowed (only http and https)")
-        host = url.host
-        port = url.port or (443 if url.scheme == "https" else 80)
-        address = await self._policy.resolve(host, port)
-        extensions = dict(request.extensions)
-        if url.scheme == "https":
-            extensions["sni_hostname"] = url.raw_host.decode("ascii")
-        # The request goes to the checked address; the Host header (set by the client from the URL) and
-        # the TLS server name stay the URL's host.
-        pinned = httpcore2.Request(
-            method=request.method,
-            url=httpcore2.URL(
-                scheme=url.raw_scheme,
-                host=address.encode("ascii"),
-                port=url.port,
-                target=url.raw_path,
-            ),
-            headers=request.headers.raw,
-            content=request.stream,
-            extensions=extensions,
-        )
-        response = await self._pool.handle_async_request(pinned)
-        return httpx2.Response(
-            status_code=response.status,
-            headers=response.headers,
-            stream=_ResponseStream(response.stream),
-            extensions=response.extensions,
-        )
-
-    async def aclose(self) -> None:
-        await self._pool.aclose()
-
-
-class _ResponseStream(httpx2.AsyncByteStream):
-    def __init__(self, stream: Any) -> None:
-        self._stream = stream
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async with contextlib.aclosing(self._stream.__aiter__()) as parts:
-            async for part in parts:
-                yield part
-
-    async def aclose(self) -> None:
-        await self._stream.aclose()
-
-
-_TRANSPORT_ERRORS = (
-    httpcore2.NetworkError,
-    httpcore2.ProtocolError,
-    httpcore2.TimeoutException,
-    httpcore2.UnsupportedProtocol,
-    httpcore2.ProxyError,
-)
 
 
 def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> httpx2.AsyncClient:
@@ -114,14 +45,9 @@ def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> htt
 
 
 def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:
-    # Deadlines come from the step's timeout (a cancel scope), not from httpx's own timeouts.
-    return httpx2.AsyncClient(
-        transport=_GuardedTransport(policy),
-        follow_redirects=follow_redirects,
-        max_redirects=10,
-        timeout=None,
-        trust_env=False,
-    )
+    from mcpipe.kinds._guarded import client  # httpx2 with the first request, not with the registry
+
+    return client(policy, follow_redirects)
 
 
 async def _send(
@@ -135,6 +61,10 @@ async def _send(
     follow_redirects: bool,
 ) -> tuple[httpx2.Response, bytes]:
     """Send one request (following redirects if asked); answer the response and its body, capped."""
+    import httpx2
+
+    from mcpipe.kinds._guarded import TRANSPORT_ERRORS
+
     limit = policy.max_response_bytes
     try:
         async with _client(policy, follow_redirects) as client:
@@ -150,7 +80,7 @@ async def _send(
         raise StepFailure(f"too many redirects: {e}", ErrorCode.TOOL_FAILED) from None
     except httpx2.InvalidURL as e:
         raise StepFailure(f"invalid URL '{url}': {e}", ErrorCode.TOOL_FAILED) from None
-    except (httpx2.HTTPError, *_TRANSPORT_ERRORS) as e:
+    except (httpx2.HTTPError, *TRANSPORT_ERRORS) as e:
         raise StepFailure(
             f"request to {_safe_url(url)} failed: {type(e).__name__}: {e}", ErrorCode.TOOL_FAILED
         ) from None
@@ -161,6 +91,8 @@ async def _send(
 
 def _safe_url(url: str) -> str:
     """The URL without its query string or credentials (they may hold secrets), for messages."""
+    import httpx2
+
     try:
         u = httpx2.URL(url)
     except Exception:
@@ -171,6 +103,8 @@ def _safe_url(url: str) -> str:
 def _check_url(url: Any) -> str:
     if not isinstance(url, str) or not url:
         raise StepFailure(f"`url` must be a non-empty string, got {url!r}", ErrorCode.TOOL_FAILED)
+    import httpx2
+
     try:
         scheme = httpx2.URL(url).scheme
     except httpx2.InvalidURL as e:
@@ -308,6 +242,8 @@ def check_static_url(b: Build[Any], url: Template | None, loc: str, policy: Step
     if not isinstance(value, str):
         b.problem(loc, f"`url` must be a string, got {json_type(value)}")
         return
+    import httpx2  # a static URL's check; a config without one never loads the HTTP client
+
     try:
         parsed = httpx2.URL(value)
     except httpx2.InvalidURL as e:
