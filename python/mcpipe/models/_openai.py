@@ -12,7 +12,6 @@ from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
-import httpx2
 import orjson
 import trio
 
@@ -124,6 +123,8 @@ class OpenAIModel:
         return _reply(self.name, answer)
 
     async def _post(self, url: str, headers: dict[str, str], content: bytes) -> tuple[bytes, int]:
+        import httpx2  # with the first request to a model, not with the command
+
         limit = self.config.max_response_bytes
         with trio.move_on_after(self.config.timeout_ms / 1000) as scope:
             try:
