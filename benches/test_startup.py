@@ -84,30 +84,33 @@ def _serve_until_healthz(extra: list[str] | None = None) -> str:
     """Start ``mcpipe serve``, wait for /healthz, stop it; answers its stderr (the importtime list, with -X)."""
     port = _free_port()
     argv = [sys.executable, *(extra or []), "-m", "mcpipe", "serve", "--http", f"127.0.0.1:{port}"]
-    log = tempfile.TemporaryFile()  # not a pipe: -X importtime writes more than a pipe holds unread
-    start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
-    try:
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
-                    assert answer.status == 200
-                break
-            except OSError:
-                assert proc.poll() is None, "mcpipe serve exited before /healthz answered"
-                assert time.perf_counter() - start < SERVE_WAIT_S, "mcpipe serve did not answer /healthz"
-                time.sleep(0.005)
-        WALL.setdefault("mcpipe serve to /healthz", []).append(time.perf_counter() - start)
-        with open(f"/proc/{proc.pid}/stat") as f:  # the server's CPU so far (it keeps running)
-            fields = f.read().rpartition(")")[2].split()
-        tick = os.sysconf("SC_CLK_TCK")
-        CPU.setdefault("mcpipe serve to /healthz", []).append((int(fields[11]) + int(fields[12])) / tick)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-    with log:
+    with tempfile.TemporaryFile() as log:  # not a pipe: -X importtime writes more than a pipe holds unread
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log)
+        try:
+            _wait_healthz(proc, port, start)
+            WALL.setdefault("mcpipe serve to /healthz", []).append(time.perf_counter() - start)
+            with open(f"/proc/{proc.pid}/stat") as f:  # the server's CPU so far (it keeps running)
+                fields = f.read().rpartition(")")[2].split()
+            tick = os.sysconf("SC_CLK_TCK")
+            CPU.setdefault("mcpipe serve to /healthz", []).append((int(fields[11]) + int(fields[12])) / tick)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
         log.seek(0)
         return log.read().decode()
+
+
+def _wait_healthz(proc: subprocess.Popen[bytes], port: int, start: float) -> None:
+    while True:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5) as answer:
+                assert answer.status == 200
+            return
+        except OSError:
+            assert proc.poll() is None, "mcpipe serve exited before /healthz answered"
+            assert time.perf_counter() - start < SERVE_WAIT_S, "mcpipe serve did not answer /healthz"
+            time.sleep(0.005)
 
 
 @pytest.mark.benchmark(group="startup")
