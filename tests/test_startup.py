@@ -1,0 +1,130 @@
+"""Commands load only what they need: a structural guard of start-up (issue 32, item 4), not a timing.
+
+Each case runs a command in a fresh interpreter, then lists the modules it imported (``sys.modules``); none
+of the heavy libraries a command does not use may be among them. An eager import put back at the top of a
+module (``import jsonschema`` in a module every command imports, a step kind importing the MCP SDK) makes
+its case fail, naming the module. The figures are in benches/test_startup.py and docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HELLO = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0" / "hello_world.yaml"
+
+SERVER_STACK = ("mcp", "mcp_types", "pydantic", "hypercorn", "starlette", "sse_starlette", "uvicorn", "anyio")
+"""The MCP SDK and the HTTP server under it: ``mcpipe serve`` (and ``call``/``tools`` through a server) only."""
+HEAVY = (
+    *SERVER_STACK,
+    "jsonschema",
+    "rfc3987_syntax",
+    "lark",
+    "cel",
+    "jsonata",
+    "cedarpy",
+    "jwt",
+    "duckdb",
+    "psycopg",
+    "openapi_spec_validator",
+    "bm25s",
+    "httpx",
+    "httpx2",
+    "httpcore2",
+    "grpc",
+    "nats",
+    "kafka",
+    "redis",
+    "rich",
+    "prompt_toolkit",
+)
+"""Libraries slow to import that a command loads only when its input uses them (a schema to validate, a CEL
+expression, a Cedar gate, an HTTP step, a backend)."""
+
+LIST_MODULES = """
+import sys
+from mcpipe.cli import main
+try:
+    status = main(sys.argv[1:])
+except SystemExit as e:
+    status = e.code
+sys.stdout.flush()
+sys.stderr.write("\\nMODULES " + " ".join(sorted(sys.modules)) + "\\n")
+sys.exit(status)
+"""
+
+
+def modules_after(*argv: str, cwd: Path) -> set[str]:
+    """The top-level modules loaded by ``mcpipe ARGV`` in a fresh interpreter (which must succeed)."""
+    out = subprocess.run(
+        [sys.executable, "-c", LIST_MODULES, *argv], capture_output=True, text=True, cwd=cwd, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    line = out.stderr.rpartition("\nMODULES ")[2]
+    return {name.partition(".")[0] for name in line.split()}
+
+
+def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(n for n in names if n in modules)
+
+
+@pytest.fixture
+def spec(tmp_path: Path) -> Path:
+    path = tmp_path / "spec.json"
+    path.write_bytes(orjson.dumps({"steps": [{"id": "a", "tool": "echo", "args": {"text": "hi"}}]}))
+    return path
+
+
+def test_version_loads_no_heavy_library_nor_trio(tmp_path):
+    modules = modules_after("--version", cwd=tmp_path)
+    assert loaded(modules, (*HEAVY, "trio", "yaml", "jinja2", "opentelemetry")) == []
+
+
+def test_importing_the_command_line_loads_no_heavy_library(tmp_path):
+    out = subprocess.run(
+        [sys.executable, "-c", "import sys, mcpipe.cli; print(' '.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+        check=True,
+    )
+    modules = {name.partition(".")[0] for name in out.stdout.split()}
+    assert loaded(modules, (*HEAVY, "trio", "yaml", "jinja2")) == []
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_check_and_run_of_a_simple_spec_load_no_heavy_library(command, spec, tmp_path):
+    modules = modules_after(command, str(spec), cwd=tmp_path)
+    assert loaded(modules, (*HEAVY, "yaml", "jinja2")) == []
+
+
+def test_playbook_run_of_a_python_only_playbook_loads_neither_the_sdk_nor_jsonschema(tmp_path):
+    # NoETL's templates are Jinja and its playbooks YAML: those two it needs, nothing of the server.
+    modules = modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
+    assert loaded(modules, HEAVY) == []
+
+
+def test_the_public_names_are_still_there_when_loaded_on_first_use():
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, mcpipe\n"
+            "assert 'mcpipe.compile' not in sys.modules and 'mcp' not in sys.modules\n"
+            "from mcpipe import compile_spec, run_pipeline, ToolRegistry, __version__\n"
+            "assert compile_spec.__module__ == 'mcpipe.compile' and isinstance(__version__, str)\n"
+            "assert 'mcp' not in sys.modules\n"
+            "assert mcpipe.attach.__name__ == 'attach' and 'mcp' in sys.modules\n"
+            "assert set(mcpipe.__all__) <= set(dir(mcpipe))\n",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
