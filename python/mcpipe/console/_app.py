@@ -22,10 +22,9 @@ import os
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
-import jinja2
 import orjson
 import trio
 
@@ -35,6 +34,9 @@ from mcpipe.console._charts import bars, line, timeline
 from mcpipe.console._session import Session, Signer, cookie_header, read_cookie, token_digest
 from mcpipe.store import TERMINAL, StoreUnavailable
 from mcpipe.tools import Identity
+
+if TYPE_CHECKING:
+    import jinja2
 
 __all__ = ["API_PREFIX", "CONSOLE_PREFIX", "Console", "signer_for"]
 
@@ -102,6 +104,8 @@ def _duration(ms: Any) -> str:
 
 
 def _environment() -> jinja2.Environment:
+    import jinja2  # with the console, not with every server
+
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(HERE / "templates"),
         autoescape=True,

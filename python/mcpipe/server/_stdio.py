@@ -16,7 +16,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
-import trio.testing
 from mcp.server.stdio import stdio_server
 
 from mcpipe.server._app import App
@@ -101,7 +100,9 @@ async def serve_stdio(app: App, *, handle_signals: bool = True) -> None:
                 app.handlers.shut_down()
                 with trio.move_on_after(GRACE_S):
                     await app.handlers.idle()
-                    await trio.testing.wait_all_tasks_blocked(0.01)  # their answers written out
+                    from trio.testing import wait_all_tasks_blocked  # at shutdown only: slow to import
+
+                    await wait_all_tasks_blocked(0.01)  # their answers written out
                 nursery.cancel_scope.cancel()
 
             nursery.start_soon(stop_on_signal)
