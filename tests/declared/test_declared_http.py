@@ -12,7 +12,7 @@ import trio
 
 from kit.declared import compiled, env
 from mcpipe.declared import HttpPolicy, StepPolicy, StepScope, compile_step
-from mcpipe.kinds.http import _GuardedTransport
+from mcpipe.kinds._guarded import _GuardedTransport
 from mcpipe.tools._base import ToolContext
 
 CTX = ToolContext()
