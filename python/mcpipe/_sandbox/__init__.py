@@ -16,8 +16,7 @@ dead) is found out by the first caller whose worker does not come within :data:`
 once, when ``/proc`` says it is stopped), and replaced; the workers it had started run to their end.
 
 **Warm workers.** For each kind of worker asked for, up to ``prefork`` spares are kept forked and waiting:
-a caller takes one (no fork on its path) and asks for its replacement, which the fork server forks while the
-caller's code runs. A worker is never used twice: no state passes from one use to the next.
+a caller takes one (no fork on its path), and when it gives it back asks for its replacement. The spares are topped up once a use's request is sent. A worker is never used twice: no state passes from one use to the next.
 
 What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
 thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said
@@ -77,6 +76,10 @@ SLICE_US = 100
 kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A short slice
 wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the core: a
 step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only sooner."""
+
+PREPARE_NICE = 10
+"""How much nicer than the server the fork server runs when the server is root (a worker that is ready
+takes back the server's own priority; without root it could not, so nothing is niced then)."""
 
 START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
@@ -159,7 +162,17 @@ class _Zygote:
     def __init__(self, generation: int, roles: dict[str, str]) -> None:
         self.generation = generation
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        config = {"uid_base": UID_BASE, "roles": roles, "slice_us": SLICE_US}
+        # Root: the fork server (and a worker until it is ready) runs niced, so that forking and preparing
+        # the next worker takes a core only when no step wants it; a ready worker takes back the server's
+        # priority and the short slice before it waits for its request.
+        nice = PREPARE_NICE if os.geteuid() == 0 else 0
+        config = {
+            "uid_base": UID_BASE,
+            "roles": roles,
+            "nice": nice,
+            "ready_nice": os.getpriority(os.PRIO_PROCESS, 0),
+            "slice_us": SLICE_US,
+        }
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
@@ -360,6 +373,7 @@ class _Reaper:
         self._kick()
 
     def _run(self) -> None:
+        short_slice(SLICE_US)  # it takes the GIL now and then: preempted holding it, it must not hold it long
         while True:
             with self._lock:
                 workers = list(self._pending)
@@ -593,10 +607,10 @@ class Sandbox:
             try:
                 if worker is None:
                     worker = self._spawn(z, shape, stdin)
+                    with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
+                        self._top_up(z, shape)
                 with self._lock:
                     worker.zygote.users += 1
-                with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
-                    self._top_up(z, shape)
                 try:
                     await worker.ready(self)
                 except BaseException:
@@ -635,6 +649,14 @@ class Sandbox:
             last = z.retired and z.users == 0
         if last:
             z.kill()
+
+    def replenish(self, worker: Worker) -> None:
+        """Top up the spares of ``worker``'s shape (called once its request is sent: the server would wait
+        anyway, and the fork server, niced, forks the next worker with what the step leaves of the cores)."""
+        z = worker.zygote
+        if z is self._zygote:
+            with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
+                self._top_up(z, worker.shape)
 
 
 _THREAD = threading.local()
@@ -798,6 +820,7 @@ async def exchange(worker: Worker, request: bytes, output: Output, max_reply_byt
         raise SandboxError("the worker has no poller (an exec worker)")
     streams = {worker.out: output.out, worker.err: output.err}
     await send_all(worker.io, request)
+    SANDBOX.replenish(worker)
     try:
         while True:
             events = poller.poll(0)

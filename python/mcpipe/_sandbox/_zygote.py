@@ -216,6 +216,8 @@ class Config:
         self.uid_base = int(raw.get("uid_base", 0))
         self.roles: dict[str, str] = dict(raw.get("roles", {}))
         self.tmp = str(raw.get("tmp") or tempfile.gettempdir())
+        self.ready_nice = raw.get("ready_nice")
+        self.slice_us = int(raw.get("slice_us") or 0)
 
 
 class Isolation:
@@ -544,10 +546,13 @@ class Zygote:
                 reveal(self.iso.hidden)
         os.chdir(cwd)
         prctl(PR_SET_DUMPABLE, 0)
+        if self.config.ready_nice is not None:  # forked niced (this process is), it takes back the server's
+            with contextlib.suppress(OSError):  # priority while it still may (it is root until its role drops)
+                os.setpriority(os.PRIO_PROCESS, 0, int(self.config.ready_nice))
         if role == "exec":
             keep(uid if cmd.get("exec_uid") else None, pidns)
         else:
-            run_role(self.roles[role], uid, pidns)
+            run_role(self.roles[role], uid, pidns, self.config)
         os._exit(0)
 
     def reap(self) -> None:
@@ -645,11 +650,12 @@ def _rehearse(role: Any) -> None:
         os.close(w)
 
 
-def run_role(role: Any, uid: int | None, pidns: bool) -> None:
+def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
     # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
     # (the request is read as that uid), the fixed limits, the environment emptied, and the request's path
-    # walked once (:func:`_rehearse`).
+    # walked once (:func:`_rehearse`); then the short slice (:func:`short_slice`): it wakes at once when the
+    # request comes.
     if uid is not None:
         drop_to(uid)
     else:
@@ -660,6 +666,7 @@ def run_role(role: Any, uid: int | None, pidns: bool) -> None:
     os.environ.clear()
     with contextlib.suppress(Exception):
         _rehearse(role)
+    short_slice(config.slice_us)
     try:
         frame = read_frame(3)
     except EOFError:
@@ -783,7 +790,6 @@ def main() -> None:
     config = Config(json.loads(sys.argv[2]))
     with contextlib.suppress(OSError):
         os.nice(int(json.loads(sys.argv[2]).get("nice", 0)))
-    short_slice(int(json.loads(sys.argv[2]).get("slice_us", 0)))
     Zygote(sock, config).serve()
 
 
