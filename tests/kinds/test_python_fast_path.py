@@ -1,7 +1,7 @@
 """The python step's fast path (issue 32): what makes a step cheap leaves what it does unchanged.
 
 The code is compiled once, at load, and sent to each worker compiled; ``main``'s parameters are read from its
-code object; a worker waits for its request at the server's priority with a short time slice; one epoll set
+code object; a worker waits for its request with a short time slice; one epoll set
 carries a step's whole wait (the reply, what it prints, its end).
 """
 
@@ -87,12 +87,11 @@ result = {"nice": os.getpriority(os.PRIO_PROCESS, 0), "slice": int(line[0].split
 """
 
 
-async def test_a_worker_waits_for_its_request_at_the_servers_priority_with_a_short_slice():
+async def test_a_worker_waits_for_its_request_with_a_short_slice():
     step = compiled({"kind": "python", "code": PRIORITY}, StepPolicy(python=PythonPolicy(timeout_ms=20_000)))
     with trio.fail_after(30):
         out = await step.execute(env(), ToolContext())
     assert out.ok, out.error
-    # The fork server runs niced (when the server is root); the worker is back at the server's priority.
     assert out.output["nice"] == os.getpriority(os.PRIO_PROCESS, 0)
     if await trio.to_thread.run_sync(_custom_slices):
         assert out.output["slice"] == SLICE_US * 1000

@@ -77,10 +77,6 @@ kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's 
 wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the core: a
 step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only sooner."""
 
-PREPARE_NICE = 10
-"""How much nicer than the server the fork server runs when the server is root (a worker that is ready
-takes back the server's own priority; without root it could not, so nothing is niced then)."""
-
 START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
 
@@ -162,17 +158,7 @@ class _Zygote:
     def __init__(self, generation: int, roles: dict[str, str]) -> None:
         self.generation = generation
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        # Root: the fork server (and a worker until it is ready) runs niced, so that forking and preparing
-        # the next worker takes a core only when no step wants it; a ready worker takes back the server's
-        # priority and the short slice before it waits for its request.
-        nice = PREPARE_NICE if os.geteuid() == 0 else 0
-        config = {
-            "uid_base": UID_BASE,
-            "roles": roles,
-            "nice": nice,
-            "ready_nice": os.getpriority(os.PRIO_PROCESS, 0),
-            "slice_us": SLICE_US,
-        }
+        config = {"uid_base": UID_BASE, "roles": roles, "slice_us": SLICE_US}
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", _SCRIPT, str(theirs.fileno()), json.dumps(config)],
@@ -651,8 +637,8 @@ class Sandbox:
             z.kill()
 
     def replenish(self, worker: Worker) -> None:
-        """Top up the spares of ``worker``'s shape (called once its request is sent: the server would wait
-        anyway, and the fork server, niced, forks the next worker with what the step leaves of the cores)."""
+        """Top up the spares of ``worker``'s shape (called once its request is sent, while the server would
+        wait anyway)."""
         z = worker.zygote
         if z is self._zygote:
             with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out

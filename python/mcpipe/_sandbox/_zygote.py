@@ -216,7 +216,6 @@ class Config:
         self.uid_base = int(raw.get("uid_base", 0))
         self.roles: dict[str, str] = dict(raw.get("roles", {}))
         self.tmp = str(raw.get("tmp") or tempfile.gettempdir())
-        self.ready_nice = raw.get("ready_nice")
         self.slice_us = int(raw.get("slice_us") or 0)
 
 
@@ -546,9 +545,6 @@ class Zygote:
                 reveal(self.iso.hidden)
         os.chdir(cwd)
         prctl(PR_SET_DUMPABLE, 0)
-        if self.config.ready_nice is not None:  # forked niced (this process is), it takes back the server's
-            with contextlib.suppress(OSError):  # priority while it still may (it is root until its role drops)
-                os.setpriority(os.PRIO_PROCESS, 0, int(self.config.ready_nice))
         if role == "exec":
             keep(uid if cmd.get("exec_uid") else None, pidns)
         else:
