@@ -1,6 +1,6 @@
 """``/healthz`` under a flood of python steps (issue 32): a real ``mcpipe serve`` over HTTP, ``/healthz``
-asked every 20 ms by a process of its own while ``CALLERS`` clients call a one-step python pipeline as fast as they are answered,
-against ``/healthz`` on the same server idle; printed side by side with the machine's load::
+asked every 20 ms by a process of its own while ``CALLERS`` clients call a one-step python pipeline as fast
+as they are answered, against ``/healthz`` on the same server idle; printed side by side with the load::
 
     pytest benches/test_python_flood.py -s
 
@@ -75,42 +75,46 @@ def _cpu_s(pid: int) -> float:
 
 def _line(name: str, values: list[float]) -> str:
     v = sorted(x * 1e3 for x in values)
-    return f"  {name:28s} median {statistics.median(v):6.2f} ms, p90 {v[int(len(v) * 0.9)]:6.2f} ms, max {v[-1]:6.2f} ms"
+    return (
+        f"  {name:28s} median {statistics.median(v):6.2f} ms, p90 {v[int(len(v) * 0.9)]:6.2f} ms, max {v[-1]:6.2f} ms"
+    )
 
 
 async def test_healthz_while_python_steps_flood_the_server(tmp_path):
-    async with served(_config(tmp_path)) as server:
-        async with httpx2.AsyncClient(timeout=60) as http:
-            first = await server.call("square", {"n": 2}, http)  # the fork server starts
-            assert first["isError"] is False, first
-            load0 = os.getloadavg()[0]
-            with trio.fail_after(180):
-                idle = await _healthz_for(server, 2.0)
-                step_times: list[float] = []
+    async with served(_config(tmp_path)) as server, httpx2.AsyncClient(timeout=60) as http:
+        first = await server.call("square", {"n": 2}, http)  # the fork server starts
+        assert first["isError"] is False, first
+        load0 = os.getloadavg()[0]
+        with trio.fail_after(180):
+            idle = await _healthz_for(server, 2.0)
+            step_times: list[float] = []
 
-                async def caller(i: int) -> None:
-                    end = trio.current_time() + FLOOD_S
-                    j = 0
-                    while trio.current_time() < end:
-                        j += 1
-                        t0 = trio.current_time()
-                        answer = await server.call("square", {"n": i * 100 + j}, http)
-                        step_times.append(trio.current_time() - t0)
-                        assert answer["structuredContent"]["square"] == (i * 100 + j) ** 2, answer
+            async def caller(i: int) -> None:
+                end = trio.current_time() + FLOOD_S
+                j = 0
+                while trio.current_time() < end:
+                    j += 1
+                    t0 = trio.current_time()
+                    answer = await server.call("square", {"n": i * 100 + j}, http)
+                    step_times.append(trio.current_time() - t0)
+                    assert answer["structuredContent"]["square"] == (i * 100 + j) ** 2, answer
 
-                flooded: list[float] = []
-                cpu0 = _cpu_s(server.proc.pid)
+            flooded: list[float] = []
+            cpu0 = _cpu_s(server.proc.pid)
 
-                async def probe() -> None:
-                    flooded.extend(await _healthz_for(server, FLOOD_S))
+            async def probe() -> None:
+                flooded.extend(await _healthz_for(server, FLOOD_S))
 
-                async with trio.open_nursery() as nursery:
-                    nursery.start_soon(probe)
-                    for i in range(CALLERS):
-                        nursery.start_soon(caller, i)
-            cpu = _cpu_s(server.proc.pid) - cpu0
-            load1 = os.getloadavg()[0]
-    print(f"\n/healthz, {CALLERS} callers of python steps for {FLOOD_S:g} s ({len(step_times)} calls), load {load0:.1f} -> {load1:.1f}")
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(probe)
+                for i in range(CALLERS):
+                    nursery.start_soon(caller, i)
+        cpu = _cpu_s(server.proc.pid) - cpu0
+        load1 = os.getloadavg()[0]
+    print(
+        f"\n/healthz, {CALLERS} callers of python steps for {FLOOD_S:g} s ({len(step_times)} calls), "
+        f"load {load0:.1f} -> {load1:.1f}"
+    )
     print(_line("/healthz idle", idle))
     print(_line(f"/healthz under {CALLERS} callers", flooded))
     print(_line("a python call under the flood", step_times))

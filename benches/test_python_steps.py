@@ -138,6 +138,8 @@ def test_python_steps_side_by_side_with_a_baseline():
         print(f"\nprefork {prefork}, load {load0:.1f} -> {load1:.1f}, in process {inproc:.2f} us per step")
         for name, values in times.items():
             v = sorted(values)
-            print(f"  {name:10s} per step: best {v[0]:.2f} ms, median {statistics.median(v):.2f} ms, p90 "
-                  f"{v[int(len(v) * 0.9)]:.2f} ms ({len(v)} calls of 10 steps)")
+            print(
+                f"  {name:10s} per step: best {v[0]:.2f} ms, median {statistics.median(v):.2f} ms, p90 "
+                f"{v[int(len(v) * 0.9)]:.2f} ms ({len(v)} calls of 10 steps)"
+            )
         print(f"  this tree / baseline (medians): {new / base:.2f}")

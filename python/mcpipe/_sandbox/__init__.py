@@ -16,7 +16,13 @@ dead) is found out by the first caller whose worker does not come within :data:`
 once, when ``/proc`` says it is stopped), and replaced; the workers it had started run to their end.
 
 **Warm workers.** For each kind of worker asked for, up to ``prefork`` spares are kept forked and waiting:
-a caller takes one (no fork on its path), and when it gives it back asks for its replacement. The spares are topped up once a use's request is sent. A worker is never used twice: no state passes from one use to the next.
+a caller takes one (no fork on its path), and once it has sent its request (while it would wait anyway) asks
+for its replacement. A worker is never used twice: no state passes from one use to the next.
+
+**A step's path.** One send of the request; one wait on an epoll set that holds the worker's socket, pipes
+and pidfd (made with the worker, off the path); the reply read as soon as it is whole. The fork server, its
+workers and the event loop's thread ask for a short time slice (:data:`SLICE_US`), so that each of a step's
+two hand-offs wakes its process at once rather than after another's slice.
 
 What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
 thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said

@@ -18,8 +18,8 @@ or, when it sets none, NoETL's ``{"status": "success", "message": ..., "locals_c
 """
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import asyncio
 import base64
@@ -132,9 +132,7 @@ def _kwargs(fn: Any, provided: dict[str, Any], context: Any) -> dict[str, Any]:
                 break
         else:
             if not has_default:
-                raise _Failure(
-                    f"Missing required argument '{name}' for Python task. Provide it via args or context."
-                )
+                raise _Failure(f"Missing required argument '{name}' for Python task. Provide it via args or context.")
     if var_kwargs:
         for source in (ctx_input, ctx_data, provided):
             for key, value in source.items():
@@ -309,7 +307,9 @@ def handle(header: dict[str, Any], body: Any) -> bytes:
 
 def _sample() -> bytes:
     code = "def main(x, label):\n    return {'x': [x, str(x)], 'label': label}\n"
-    header = json.dumps({"code": code, "program": program_text(compile_step(code)), "coerce": False, "max_result_bytes": 0}).encode()
+    header = json.dumps(
+        {"code": code, "program": program_text(compile_step(code)), "coerce": False, "max_result_bytes": 0}
+    ).encode()
     body = json.dumps({"env": {"PATH": "/usr/bin"}, "input": {"x": 1, "label": "a"}, "context": None}).encode()
     return struct.pack(">I", len(header)) + header + body
 

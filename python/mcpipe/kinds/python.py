@@ -82,7 +82,12 @@ def _header(code: str, program: CodeType | None, coerce: bool, timeout_s: float,
         "processes": policy.max_processes,
         "open_files": policy.max_open_files,
     }
-    header = {"code": code, "program": program_text(program) if program is not None else None, "coerce": coerce, "limits": limits}
+    header = {
+        "code": code,
+        "program": program_text(program) if program is not None else None,
+        "coerce": coerce,
+        "limits": limits,
+    }
     return dumps({**header, "max_result_bytes": policy.max_result_bytes})
 
 
