@@ -31,14 +31,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
-import httpcore2
 import httpx2
 import msgspec
 import orjson
 import trio
 
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
-from mcpipe._util import RunLimiter, read_capped
+from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends._connections import NotRunning
 from mcpipe.errors import ErrorCode
@@ -54,7 +53,7 @@ from mcpipe.formats.mcpg._templates import (
 )
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
-from mcpipe.kinds.http import guarded_client
+from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools._base import ToolContext
@@ -301,50 +300,42 @@ async def _http_call(
     max_bytes: int,
     timeout_ms: float,
 ) -> _Summary:
-    """One request, as mcpg's net-core sends it (``execute_http_call``); a transport failure raises
-    ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of the error
-    (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read failed: ...``
-    when the body breaks off."""
+    """One request through the core's :func:`~mcpipe.kinds.http.send_request`, answered as mcpg's net-core
+    answers it (``execute_http_call``): the body cut at ``max_bytes`` (not failed), and a transport failure
+    raising ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of
+    the error (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read
+    failed: ...`` when the body breaks off."""
     started = time.perf_counter()
-    reading = False
     try:
-        with trio.fail_after(timeout_ms / 1000):
-            async with guarded_client(policy) as client:
-                request = client.build_request(method, url, headers=headers, content=body)
-                response = await client.send(request, stream=True)
-                reading = True
-                try:
-                    data, truncated = await read_capped(response, max_bytes)
-                finally:
-                    await response.aclose()
-    except ForbiddenError as e:
-        raise _TransportError(str(e)) from None
-    except (trio.TooSlowError, httpx2.HTTPError, *_NETWORK_ERRORS, OSError):
-        if reading:
+        response = await send_request(
+            policy,
+            method,
+            url,
+            headers=headers,
+            content=body,
+            max_bytes=max_bytes,
+            truncate=True,
+            timeout_s=timeout_ms / 1000,
+        )
+    except HttpRequestFailed as e:
+        if e.stage == "read":
             raise _TransportError("HTTP body read failed: request or response body error") from None
         raise _TransportError(f"HTTP request failed: error sending request for url ({url})") from None
+    except ForbiddenError as e:
+        raise _TransportError(str(e)) from None
     retry_after = response.headers.get("retry-after")
     return _Summary(
-        response.status_code,
-        response.headers.get("content-type"),
+        response.status,
+        response.content_type,
         int(retry_after) * 1000 if retry_after is not None and retry_after.strip().isdigit() else None,
-        data.decode("utf-8", errors="replace"),
-        truncated,
+        response.body.decode("utf-8", errors="replace"),
+        response.truncated,
         int((time.perf_counter() - started) * 1000),
     )
 
 
 class _TransportError(Exception):
     pass
-
-
-_NETWORK_ERRORS = (
-    httpcore2.NetworkError,
-    httpcore2.ProtocolError,
-    httpcore2.TimeoutException,
-    httpcore2.UnsupportedProtocol,
-    httpcore2.ProxyError,
-)
 
 
 def _with_guidance(error: dict[str, Any], read_only: bool) -> dict[str, Any]:
