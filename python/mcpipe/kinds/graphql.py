@@ -14,7 +14,7 @@ from mcpipe.kinds._policy import HttpPolicy
 from mcpipe.kinds.http import check_static_url, check_url, header_values, http_timeout, safe_url, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "GraphqlFields", "run_graphql"]
 

@@ -28,12 +28,11 @@ from typing import Any, Literal, NamedTuple
 import orjson
 
 from mcpipe.formats.mcpg._kinds import HttpPolicy, _http_call, _TransportError, status_error, transport_error
-from mcpipe.kinds import KINDS, Build, Kind, StepFields
-from mcpipe.kinds._policy import CommandPolicy
+from mcpipe.kinds import KINDS, Build, CommandPolicy, Kind, StepFields
 from mcpipe.kinds.command import run_captured
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["debug_pipelines"]
 

@@ -37,7 +37,7 @@ import trio
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
-from mcpipe.backends._connections import NotRunning
+from mcpipe.backends import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
@@ -49,13 +49,12 @@ from mcpipe.formats.mcpg._templates import (
     mcpg_steps,
     request_context,
 )
-from mcpipe.kinds import KINDS, Build, Kind, StepFields
-from mcpipe.kinds._policy import CommandPolicy, ForbiddenError, HttpPolicy
+from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
 from mcpipe.kinds.command import run_captured
 from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
 
