@@ -215,7 +215,7 @@ async def run_captured(
     timeout_s: float | None = None,
 ) -> ProcessRun:
     """Run ``argv`` as :func:`run_process` does, for a format that reports what a program did rather than
-    failing on it (``mcpipe.formats.mcpg``'s command binding): output past ``max_bytes`` is cut and flagged,
+    failing on it (its command bindings): output past ``max_bytes`` is cut and flagged,
     and past ``timeout_s`` the program is stopped (its processes all killed) and ``timed_out`` set.
 
     Raises:

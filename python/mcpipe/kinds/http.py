@@ -126,7 +126,7 @@ _TRANSPORT_ERRORS = (
 
 def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> httpx2.AsyncClient:
     """An HTTP client whose every request goes through ``policy`` (hosts, addresses; see the module), for
-    kinds of other formats that make HTTP requests their own way (``mcpipe.formats.mcpg``)."""
+    code that makes HTTP requests its own way (the OpenAPI tools, the registries)."""
     return _client(policy, follow_redirects)
 
 
@@ -144,7 +144,7 @@ def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:
 class HttpRequestFailed(StepFailure):
     """A request that got no whole response: the URL is invalid, the connection or the body broke off, the
     redirects ran out, or ``timeout_s`` passed. Its message is the core's; a format that words transport
-    failures its own way (``mcpipe.formats.mcpg``) reads ``stage`` and ``timed_out`` instead.
+    failures its own way (its HTTP bindings) reads ``stage`` and ``timed_out`` instead.
 
     Attributes:
         stage: ``url`` (it did not parse), ``send`` (no response arrived), ``read`` (the body broke off).
