@@ -35,7 +35,7 @@ from mcpipe.kinds._pyexec import compile_step, program_text
 from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "PythonFields", "PythonPlan", "run_python"]
 
