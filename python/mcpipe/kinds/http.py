@@ -1,10 +1,11 @@
 """The ``http`` step kind: one HTTP request, behind the operator's :class:`HttpPolicy`.
 
-Every request goes through :class:`~mcpipe.kinds._guarded._GuardedTransport`: it checks the URL's host against the allowlist,
-resolves it, checks every address, and sends the request to the checked address (keeping the ``Host``
-header and TLS server name of the URL). Redirects, when a step follows them, are requests of their own
-and pass through the same check; so a template cannot make the server reach a host the operator did not
-allow, and DNS cannot be made to answer differently between the check and the connection.
+Every request goes through :class:`~mcpipe.kinds._guarded._GuardedTransport`: it checks the URL's host
+against the allowlist, resolves it, checks every address, and sends the request to the checked address
+(keeping the ``Host`` header and TLS server name of the URL). Redirects, when a step follows them, are
+requests of their own and pass through the same check; so a template cannot make the server reach a host
+the operator did not allow, and DNS cannot be made to answer differently between the check and the
+connection.
 
 Requests use ``httpx2`` (the client the MCP SDK ships), which runs on Trio natively.
 """
