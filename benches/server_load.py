@@ -445,7 +445,7 @@ async def _serve_proxy(down_url: str, audit_path: str) -> None:
     from mcpipe.server import open_app, serve_http
 
     doc: dict[str, Any] = {
-        "builtins": ["mcp_pipe"],
+        "builtins": False,
         "audit": {"path": audit_path},
         "mcpServers": {"down": {"url": down_url}},
     }
