@@ -256,7 +256,8 @@ def ratios(rows: list[Row], a: str, b: str, load: str) -> str:
             per.append(ra[0].gateway_cpu_ms / rb[0].gateway_cpu_ms)
     if not per:
         return ""
-    return f"{a} / {b} gateway CPU on {load}: median {statistics.median(per):.2f} (rounds {', '.join(f'{p:.2f}' for p in per)})"
+    each = ", ".join(f"{p:.2f}" for p in per)
+    return f"{a} / {b} gateway CPU on {load}: median {statistics.median(per):.2f} (rounds {each})"
 
 
 def main() -> int:
@@ -282,9 +283,7 @@ def main() -> int:
         down = stack.enter_context(process([sys.executable, str(HERE / "server_load.py"), "sdk"], "downstream", env))
         down_url = url_of(down, "downstream SDK server")
         gateways: dict[str, tuple[str, int]] = {}
-        mc = stack.enter_context(
-            process(mcpipe_argv(sys.executable, down_url, f"{tmp}/audit.jsonl"), "mcpipe", env)
-        )
+        mc = stack.enter_context(process(mcpipe_argv(sys.executable, down_url, f"{tmp}/audit.jsonl"), "mcpipe", env))
         gateways["mcpipe"] = (url_of(mc, "mcpipe gateway"), mc.pid)
         if a.base:
             base = stack.enter_context(process(mcpipe_argv(a.base, down_url, f"{tmp}/audit-base.jsonl"), "base", env))

@@ -42,7 +42,7 @@ def lean_for(url: str) -> bool:
     if not ({"http", "all"} & proxies.keys()):
         return True
     host = httpx2.URL(url).host
-    return bool(urllib.request.proxy_bypass_environment(host, proxies))
+    return bool(urllib.request.proxy_bypass(host))  # reads no_proxy from the environment
 
 
 class _Conn:
@@ -299,28 +299,28 @@ class _Body(httpx2.AsyncByteStream):
             raise
         self._done(self._keep)
 
-    async def _more(self, conn: _Conn, timeout: float) -> None:
-        with trio.fail_after(timeout):
+    async def _more(self, conn: _Conn, limit: float) -> None:
+        with trio.fail_after(limit):
             if not await _fill(conn, self._request):
                 raise httpx2.RemoteProtocolError(
                     "the server closed the connection in the middle of the answer", request=self._request
                 )
 
-    async def _sized(self, conn: _Conn, left: int, timeout: float) -> AsyncIterator[bytes]:
+    async def _sized(self, conn: _Conn, left: int, limit: float) -> AsyncIterator[bytes]:
         while left > 0:
             if not conn.buf:
-                await self._more(conn, timeout)
+                await self._more(conn, limit)
             take = bytes(conn.buf[:left])
             del conn.buf[: len(take)]
             left -= len(take)
             yield take
 
-    async def _chunks(self, conn: _Conn, timeout: float) -> AsyncIterator[bytes]:
+    async def _chunks(self, conn: _Conn, limit: float) -> AsyncIterator[bytes]:
         while True:
             while (end := conn.buf.find(b"\r\n")) < 0:
                 if len(conn.buf) > MAX_HEAD:
                     raise httpx2.RemoteProtocolError("a malformed chunk size line", request=self._request)
-                await self._more(conn, timeout)
+                await self._more(conn, limit)
             try:
                 size = int(bytes(conn.buf[:end]).split(b";", 1)[0].strip(), 16)
             except ValueError:
@@ -331,29 +331,29 @@ class _Body(httpx2.AsyncByteStream):
                     if end > 0:
                         del conn.buf[: end + 2]
                     else:
-                        await self._more(conn, timeout)
+                        await self._more(conn, limit)
                 del conn.buf[:2]
                 return
             left = size
             while left > 0:
                 if not conn.buf:
-                    await self._more(conn, timeout)
+                    await self._more(conn, limit)
                 take = bytes(conn.buf[:left])
                 del conn.buf[: len(take)]
                 left -= len(take)
                 yield take
             while len(conn.buf) < 2:
-                await self._more(conn, timeout)
+                await self._more(conn, limit)
             if conn.buf[:2] != b"\r\n":
                 raise httpx2.RemoteProtocolError("a chunk not ended by CRLF", request=self._request)
             del conn.buf[:2]
 
-    async def _to_end(self, conn: _Conn, timeout: float) -> AsyncIterator[bytes]:
+    async def _to_end(self, conn: _Conn, limit: float) -> AsyncIterator[bytes]:
         if conn.buf:
             yield bytes(conn.buf)
             conn.buf.clear()
         while True:
-            with trio.fail_after(timeout):
+            with trio.fail_after(limit):
                 more = await _fill(conn, self._request)
             if not more:
                 return
