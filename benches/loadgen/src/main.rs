@@ -35,11 +35,20 @@ fn answer(buf: &[u8]) -> Option<(u16, Vec<u8>, bool, usize)> {
     if let Some(at) = find(&head, b"\r\ncontent-length:") {
         let rest = &head[at + 17..];
         let stop = find(rest, b"\r\n").unwrap_or(rest.len());
-        let size: usize = std::str::from_utf8(&rest[..stop]).ok()?.trim().parse().ok()?;
+        let size: usize = std::str::from_utf8(&rest[..stop])
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
         if buf.len() < end + 4 + size {
             return None;
         }
-        return Some((status, buf[end + 4..end + 4 + size].to_vec(), closes, end + 4 + size));
+        return Some((
+            status,
+            buf[end + 4..end + 4 + size].to_vec(),
+            closes,
+            end + 4 + size,
+        ));
     }
     // chunked: decode to the terminal chunk
     let mut at = end + 4;
@@ -65,16 +74,20 @@ fn client(target: &Target, mut left: usize) -> Result<usize, String> {
     let mut buf: Vec<u8> = Vec::with_capacity(65536);
     let mut chunk = vec![0u8; 65536];
     'connection: while left > 0 {
-        let mut stream = TcpStream::connect(&target.addr).map_err(|e| format!("connect {}: {e}", target.addr))?;
+        let mut stream = TcpStream::connect(&target.addr)
+            .map_err(|e| format!("connect {}: {e}", target.addr))?;
         stream.set_nodelay(true).map_err(|e| e.to_string())?;
         buf.clear();
         while left > 0 {
-            stream.write_all(&target.request).map_err(|e| format!("send: {e}"))?;
+            stream
+                .write_all(&target.request)
+                .map_err(|e| format!("send: {e}"))?;
             loop {
                 if let Some((status, body, closes, used)) = answer(&buf) {
                     buf.drain(..used);
                     if status != 200 || find(&body, &target.check).is_none() {
-                        let shown = String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
+                        let shown =
+                            String::from_utf8_lossy(&body[..body.len().min(300)]).into_owned();
                         return Err(format!("bad answer {status}: {shown}"));
                     }
                     done += 1;
@@ -110,15 +123,22 @@ fn run() -> Result<(), String> {
     if args.len() != 5 {
         return Err("usage: mcpipe-loadgen URL CLIENTS CALLS CHECK < body".into());
     }
-    let url = args[1].strip_prefix("http://").ok_or("the URL must start with http://")?;
-    let (hostport, path) = url.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((url, "/".into()));
+    let url = args[1]
+        .strip_prefix("http://")
+        .ok_or("the URL must start with http://")?;
+    let (hostport, path) = url
+        .split_once('/')
+        .map(|(h, p)| (h, format!("/{p}")))
+        .unwrap_or((url, "/".into()));
     let clients: usize = args[2].parse().map_err(|_| "CLIENTS must be a number")?;
     let calls: usize = args[3].parse().map_err(|_| "CALLS must be a number")?;
     if clients == 0 {
         return Err("CLIENTS must be at least 1".into());
     }
     let mut body = Vec::new();
-    std::io::stdin().read_to_end(&mut body).map_err(|e| e.to_string())?;
+    std::io::stdin()
+        .read_to_end(&mut body)
+        .map_err(|e| e.to_string())?;
     let name = find(&body, b"\"name\":\"")
         .map(|at| {
             let rest = &body[at + 8..];
@@ -133,7 +153,11 @@ fn run() -> Result<(), String> {
     )
     .into_bytes();
     request.extend_from_slice(&body);
-    let target = Arc::new(Target { addr: hostport.to_string(), request, check: args[4].clone().into_bytes() });
+    let target = Arc::new(Target {
+        addr: hostport.to_string(),
+        request,
+        check: args[4].clone().into_bytes(),
+    });
     let per = (calls / clients).max(1);
     let t0 = Instant::now();
     let threads: Vec<_> = (0..clients)
@@ -146,7 +170,11 @@ fn run() -> Result<(), String> {
     for t in threads {
         done += t.join().map_err(|_| "a client thread panicked")??;
     }
-    println!("{done} {:.6} {:.3}", t0.elapsed().as_secs_f64(), cpu_seconds());
+    println!(
+        "{done} {:.6} {:.3}",
+        t0.elapsed().as_secs_f64(),
+        cpu_seconds()
+    );
     Ok(())
 }
 
