@@ -126,3 +126,18 @@ async def test_an_unreachable_broker_is_a_clear_error() -> None:
                 KafkaError, match=r"cannot connect to Kafka at 127\.0\.0\.1:\d+: cannot connect to the Kafka broker"
             ):
                 await nursery.start(KafkaClient(f"127.0.0.1:{free_port()}").run)
+
+
+async def test_the_kafka_kinds_request_runs_on_the_client_its_steps_share(kafka_bootstrap: str) -> None:
+    from mcpipe.backends import Connections
+    from mcpipe.kinds.kafka import client as shared_client
+    from mcpipe.kinds.kafka import request
+
+    with trio.fail_after(30):
+        async with Connections().running() as conns, trio.open_nursery() as nursery:
+            c = await shared_client(conns, kafka_bootstrap)
+            await nursery.start(responder, c, "rpc.requests", "rpc.responses")
+            record = await request(conns, kafka_bootstrap, "rpc.requests", "rpc.responses", b"shared", 10)
+            assert await shared_client(conns, kafka_bootstrap) is c  # one client per bootstrap list
+            nursery.cancel_scope.cancel()
+    assert record.value == b"SHARED"

@@ -140,3 +140,17 @@ def test_nats_urls(url: str, expected: object) -> None:
 async def test_a_subject_that_cannot_be_sent_to_is_refused(client: NatsClient, subject: str) -> None:
     with pytest.raises(NatsError, match="invalid NATS subject"):
         await client.publish(subject, b"x")
+
+
+async def test_the_nats_kinds_request_runs_on_the_connection_its_steps_share(nats_url: str) -> None:
+    from mcpipe.kinds.nats import client as shared_client
+    from mcpipe.kinds.nats import request
+
+    with trio.fail_after(10):
+        async with Connections().running() as conns, trio.open_nursery() as nursery:
+            c = await shared_client(conns, nats_url)
+            await nursery.start(responder, c, "svc.shared")
+            reply = await request(conns, nats_url, "svc.shared", b"abc", 5, {"Trace": "t-2"})
+            assert await shared_client(conns, nats_url) is c  # one connection per URL, the steps' and the format's
+            nursery.cancel_scope.cancel()
+    assert reply.data == b"cba" and reply.headers == {"Trace": "t-2"}

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from mcpipe.backends.sql import SqlBackend, SqlBackendConfig, SqlError, SqlTimeout, Statement
+from mcpipe.backends.sql import RawResult, SqlBackend, SqlBackendConfig, SqlError, SqlTimeout, Statement
 
 _tables = itertools.count()
 
@@ -267,3 +267,75 @@ async def test_postgresql_values_become_json(postgres_url: str) -> None:
         "wait": 90.0,
         "tags": ["x", "y"],
     }
+
+
+# --- the sql kinds' public run API (kinds/sql.run_statement, kinds/sql_tx.run_transaction) ------------------
+
+
+async def test_run_statement_answers_the_drivers_values_and_the_column_types(db: SqlBackend) -> None:
+    from decimal import Decimal
+
+    from mcpipe.kinds.sql import run_statement
+
+    t = await fresh_table(db)
+    await db.execute(Statement.parse(f"INSERT INTO {t} (id, item, qty) VALUES (1, 'pen', 3)"), {}, "affected_rows")
+    result = await run_statement(
+        db, Statement.parse(f"SELECT id, item, qty * 1.5 AS half FROM {t} WHERE id = :id"), {"id": 1}
+    )
+    assert result.columns == ("id", "item", "half")
+    assert list(result.rows[0][:2]) == [1, "pen"]
+    if db.kind == "postgresql":
+        assert result.types == ("int4", "text", "numeric")
+        assert result.rows[0][2] == Decimal("4.5")  # the driver's value, not made JSON-ready
+    else:
+        assert result.types == ()
+        assert result.rows[0][2] == 4.5
+
+
+async def test_run_statement_settings_hold_for_that_statement_alone(postgres_url: str) -> None:
+    from mcpipe.kinds.sql import run_statement
+
+    db = SqlBackend("pg", SqlBackendConfig(url=postgres_url, pool_size=1))
+    try:
+        read = Statement.parse("SELECT current_setting('app.tenant', true) AS tenant")
+        inside = await run_statement(db, read, {}, settings=[("app.tenant", "acme")])
+        after = await run_statement(db, read, {})  # the same pooled connection (pool_size 1)
+    finally:
+        await db.aclose()
+    assert inside.rows[0][0] == "acme"
+    assert after.rows[0][0] in ("", None)
+
+
+async def test_run_transaction_binds_from_earlier_outputs_and_names_the_statement_that_failed(db: SqlBackend) -> None:
+    from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement, run_transaction
+
+    t = await fresh_table(db)
+    insert = Statement.parse(f"INSERT INTO {t} (id, item) VALUES (:id, :item)")
+    count = Statement.parse(f"SELECT count(*) AS n FROM {t}")
+
+    def rows(result: RawResult) -> list[list[object]]:
+        return [list(r) for r in result.rows]
+
+    def affected(result: RawResult) -> int:
+        return result.rowcount
+
+    ok = await run_transaction(
+        db,
+        [
+            TxStatement("first", insert, lambda _: {"id": 1, "item": "pen"}, affected),
+            TxStatement("second", insert, lambda out: {"id": out["first"] + 1, "item": "ink"}, affected),
+            TxStatement("n", count, lambda _: {}, rows),
+        ],
+    )
+    assert ok == {"first": 1, "second": 1, "n": [[2]]}
+    with pytest.raises(TransactionFailed) as failed:
+        await run_transaction(
+            db,
+            [
+                TxStatement("third", insert, lambda _: {"id": 3, "item": "cap"}, affected),
+                TxStatement("again", insert, lambda _: {"id": 1, "item": "duplicate key"}, affected),
+            ],
+        )
+    assert failed.value.statement == "again"
+    assert failed.value.database is not None  # the database's own words, for a format that quotes them
+    assert await db.execute(count, {}, "one") == {"n": 2}  # the third row was rolled back with it

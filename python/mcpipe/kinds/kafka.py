@@ -1,4 +1,8 @@
-"""The ``kafka`` step kind: produce a record, or request (produce with a correlation id, await the response)."""
+"""The ``kafka`` step kind: produce a record, or request (produce with a correlation id, await the response).
+
+:func:`request` is the kind's request, public for a format whose Kafka bindings send their own bytes and
+word a failure their own way: it runs on the same client, shared per bootstrap list.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import trio
 
 from mcpipe._template import Template
 from mcpipe.backends import Connections, NotRunning
-from mcpipe.backends.kafka import KafkaClient, KafkaError, parse_bootstrap
+from mcpipe.backends.kafka import KafkaClient, KafkaError, KafkaRecord, parse_bootstrap
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._wire import address, decode, encode, object_of, payload, text_of, timeout_s
@@ -20,7 +24,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "KafkaFields", "KafkaPlan", "run_kafka"]
+__all__ = ["KIND", "KafkaFields", "KafkaPlan", "client", "request", "run_kafka"]
 
 
 class KafkaFields(StepFields, tag="kafka"):
@@ -76,23 +80,55 @@ async def run_kafka(
     key = inputs.get("key")
     value = encode(plan.value.resolve(env))
     try:
-        client = await plan.connections.get(("kafka", plan.servers), lambda: KafkaClient(plan.servers))
         if plan.produce:
             topic = text_of(inputs.get("topic"), "topic")
+            producer = await client(plan.connections, plan.servers)
             with trio.move_on_after(plan.timeout_s):
-                partition, offset = await client.produce(
+                partition, offset = await producer.produce(
                     topic, value, key=None if key is None else encode(key), headers=hdrs or None
                 )
                 return StepOutput.of({"topic": topic, "partition": partition, "offset": offset})
             raise StepFailure(f"producing to '{topic}' took more than {plan.timeout_s * 1000:g} ms", ErrorCode.TIMEOUT)
-        request = text_of(inputs.get("request_topic"), "request_topic")
-        response = text_of(inputs.get("response_topic"), "response_topic")
-        record = await client.request(request, response, value, timeout_s=plan.timeout_s, headers=hdrs or None)
+        request_topic = text_of(inputs.get("request_topic"), "request_topic")
+        response_topic = text_of(inputs.get("response_topic"), "response_topic")
+        record = await request(
+            plan.connections, plan.servers, request_topic, response_topic, value, plan.timeout_s, hdrs
+        )
     except KafkaError as e:
         raise StepFailure(str(e), e.code) from None
     except NotRunning as e:
         raise StepFailure(f"cannot reach Kafka at {plan.servers}: {e}", ErrorCode.TOOL_FAILED) from None
     return StepOutput.of(None if record.value is None else decode(record.value))
+
+
+async def client(connections: Connections, servers: str) -> KafkaClient:
+    """The client of ``servers`` that the server's Kafka steps share (opened on first use).
+
+    Raises:
+        NotRunning: the server's connections are closed.
+        KafkaError: it cannot connect.
+    """
+    return await connections.get(("kafka", servers), lambda: KafkaClient(servers))
+
+
+async def request(
+    connections: Connections,
+    servers: str,
+    request_topic: str,
+    response_topic: str,
+    value: bytes | None,
+    timeout_s: float,
+    headers: Mapping[str, bytes] | None = None,
+) -> KafkaRecord:
+    """Produce ``value`` on ``request_topic`` with a fresh correlation id (and ``headers``), over the shared
+    client of ``servers``; the record on ``response_topic`` that carries it.
+
+    Raises:
+        KafkaError: no response within ``timeout_s`` (``TIMEOUT``), or the produce or fetch failed.
+        NotRunning: the server's connections are closed.
+    """
+    kafka = await client(connections, servers)
+    return await kafka.request(request_topic, response_topic, value, timeout_s=timeout_s, headers=headers or None)
 
 
 KIND = Kind(

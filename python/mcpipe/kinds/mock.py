@@ -1,8 +1,12 @@
-"""The ``mock`` step kind: a fixed ``response`` after ``delay_ms``, or a failure."""
+"""The ``mock`` step kind: a fixed ``response`` after ``delay_ms``, or a failure.
+
+:func:`simulate` is the kind's wait (the delay, spread over its progress notifications), public for a
+format whose mock bindings answer in their own shape.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 import msgspec
@@ -16,7 +20,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "MockFields", "run_mock"]
+__all__ = ["KIND", "MockFields", "run_mock", "simulate"]
 
 
 class MockFields(StepFields, tag="mock"):
@@ -43,23 +47,30 @@ async def run_mock(
 ) -> StepOutput:
     """Wait ``delay_ms``, then answer the fixed ``response`` (or fail, with ``error: true``)."""
     fields = step.fields
-    if fields.progress:
-        # The delay is spread over the progress notifications, as a slow backend would send them.
-        pause = fields.delay_ms / 1000 / len(fields.progress)
-        send = has_progress_token(ctx)
-        for value in fields.progress:
-            await trio.sleep(pause)
-            if send:
-                await ctx.report_progress(value, None, fields.message)
-    elif fields.delay_ms:
-        await trio.sleep(fields.delay_ms / 1000)
-    else:
-        await trio.lowlevel.checkpoint()
+    await simulate(ctx, fields.delay_ms, fields.progress, fields.message)
     if fields.error:
         raise StepFailure(fields.error_message or "mock error", ErrorCode.TOOL_ERROR)
     if fields.passthrough:
         return StepOutput.of(env.get("args"))
     return StepOutput.of(step.built.resolve({}))
+
+
+async def simulate(
+    ctx: ToolContext, delay_ms: float, progress: Sequence[float] | None = None, message: str | None = None
+) -> None:
+    """Wait as a slow backend would: ``delay_ms``, spread over ``progress`` (each value sent, with ``message``,
+    as a progress notification when the caller asked for them), or at least one checkpoint."""
+    if progress:
+        pause = delay_ms / 1000 / len(progress)
+        send = has_progress_token(ctx)
+        for value in progress:
+            await trio.sleep(pause)
+            if send:
+                await ctx.report_progress(value, None, message)
+    elif delay_ms:
+        await trio.sleep(delay_ms / 1000)
+    else:
+        await trio.lowlevel.checkpoint()
 
 
 KIND = Kind("mock", MockFields, run_mock, build=build_mock)

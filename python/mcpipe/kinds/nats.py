@@ -1,4 +1,8 @@
-"""The ``nats`` step kind: a NATS request (wait for the reply) or publish, on a connection shared per URL."""
+"""The ``nats`` step kind: a NATS request (wait for the reply) or publish, on a connection shared per URL.
+
+:func:`request` is the kind's request, public for a format whose NATS bindings send their own bytes and word
+a failure their own way: it runs on the same shared connection.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,7 @@ import orjson
 from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.backends import Connections, NotRunning
-from mcpipe.backends.nats import NatsClient, NatsError, parse_nats_url
+from mcpipe.backends.nats import NatsClient, NatsError, NatsMessage, parse_nats_url
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._wire import address, decode, encode, object_of, payload, timeout_s
@@ -20,7 +24,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "NatsFields", "NatsPlan", "run_nats"]
+__all__ = ["KIND", "NatsFields", "NatsPlan", "client", "request", "run_nats"]
 
 
 class NatsFields(StepFields, tag="nats"):
@@ -64,16 +68,43 @@ async def run_nats(
     hdrs = {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in headers.items()}
     data = encode(plan.payload.resolve(env))
     try:
-        client = await plan.connections.get(("nats", plan.url), lambda: NatsClient(plan.url))
         if step.fields.mode == "publish":
-            await client.publish(subject, data, headers=hdrs or None)
+            await (await client(plan.connections, plan.url)).publish(subject, data, headers=hdrs or None)
             return StepOutput.of({"subject": subject, "bytes": len(data)})
-        reply = await client.request(subject, data, plan.timeout_s, headers=hdrs or None)
+        reply = await request(plan.connections, plan.url, subject, data, plan.timeout_s, hdrs or None)
     except NatsError as e:
         raise StepFailure(str(e), e.code) from None
     except NotRunning as e:
         raise StepFailure(f"cannot reach NATS at {plan.url}: {e}", ErrorCode.TOOL_FAILED) from None
     return StepOutput.of(decode(reply.data))
+
+
+async def client(connections: Connections, url: str) -> NatsClient:
+    """The connection to ``url`` that the server's NATS steps share (opened on first use).
+
+    Raises:
+        NotRunning: the server's connections are closed.
+        NatsError: it cannot connect.
+    """
+    return await connections.get(("nats", url), lambda: NatsClient(url))
+
+
+async def request(
+    connections: Connections,
+    url: str,
+    subject: str,
+    data: bytes,
+    timeout_s: float,
+    headers: dict[str, str] | None = None,
+) -> NatsMessage:
+    """A request on ``subject`` over the shared connection to ``url``; the reply.
+
+    Raises:
+        NatsError: no responders (``TOOL_ERROR``), no reply within ``timeout_s`` (``TIMEOUT``), or the
+            connection failed.
+        NotRunning: the server's connections are closed.
+    """
+    return await (await client(connections, url)).request(subject, data, timeout_s, headers=headers)
 
 
 KIND = Kind("nats", NatsFields, run_nats, templates=("subject", "headers"), build=build_nats, own_deadline=True)

@@ -2,12 +2,17 @@
 
 The statement is parsed at load; its ``:name`` parameters must all have a value in ``params``, a template
 resolved per call and bound by the driver. ``sql_tx`` and ``sql_await`` share the helpers here.
+
+:func:`run_statement` is the kind's run, public for a format whose SQL bindings shape rows their own way
+(it answers the driver's :class:`~mcpipe.backends.sql.RawResult`; :func:`~mcpipe.backends.sql.shape` is
+this kind's shaping); ``kinds/sql_tx``'s :func:`~mcpipe.kinds.sql_tx.run_transaction` is its counterpart for
+several statements.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -15,14 +20,24 @@ import msgspec
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
-from mcpipe.backends.sql import RowMode, SqlBackend, SqlError, Statement
+from mcpipe.backends.sql import RawResult, RowMode, SqlBackend, SqlError, Statement, shape
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "SqlCall", "SqlFields", "SqlPlan", "backend_of", "call_of", "located", "run_sql"]
+__all__ = [
+    "KIND",
+    "SqlCall",
+    "SqlFields",
+    "SqlPlan",
+    "backend_of",
+    "call_of",
+    "located",
+    "run_sql",
+    "run_statement",
+]
 
 RowModeField = Literal["rows", "one", "affected_rows"]
 SqlText = Annotated[str, msgspec.Meta(min_length=1)]
@@ -133,6 +148,35 @@ def build_sql(b: Build[SqlFields]) -> SqlPlan:
     return SqlPlan(backend, (call,))
 
 
+_SET_CONFIG = Statement.parse("SELECT set_config(:name, :value, true)")
+
+
+async def run_statement(
+    backend: SqlBackend,
+    stmt: Statement,
+    params: Mapping[str, Any],
+    *,
+    settings: Sequence[tuple[str, str]] = (),
+) -> RawResult:
+    """Run one statement in autocommit; its result as the driver gave it (the values not made JSON-ready,
+    the column types named), at most the backend's ``max_rows`` rows.
+
+    ``settings`` are PostgreSQL run-time settings made for the statement alone (``set_config(name, value,
+    true)``, in one transaction with it): what a row-level-security policy reads with ``current_setting``.
+
+    Raises:
+        SqlError: the database refused it (or a setting), it returned more than ``max_rows`` rows, it could
+            not be reached, or it ran past the backend's ``statement_timeout_ms``.
+    """
+    if not settings:
+        async with backend.connection() as conn:
+            return await conn.execute_raw(stmt, params)
+    async with backend.transaction() as tx:
+        for name, value in settings:
+            await tx.execute(_SET_CONFIG, {"name": name, "value": value}, "rows")
+        return await tx.execute_raw(stmt, params)
+
+
 async def run_sql(
     step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
@@ -140,7 +184,8 @@ async def run_sql(
     plan = step.built
     call = plan.calls[0]
     try:
-        return StepOutput.of(await plan.backend.execute(call.stmt, call.bind(env), call.row_mode))
+        result = await run_statement(plan.backend, call.stmt, call.bind(env))
+        return StepOutput.of(shape(result, call.row_mode, plan.backend.config.max_rows))
     except SqlError as e:
         raise located(plan.backend, e) from None
 

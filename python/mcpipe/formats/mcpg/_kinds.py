@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import httpx2
 import msgspec
@@ -55,6 +55,9 @@ from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
 
@@ -729,9 +732,10 @@ def _build_mock(b: Build[MockFields]) -> None:
 async def run_mock(
     step: Leaf[MockFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
+    from mcpipe.kinds.mock import simulate
+
     f = step.fields
-    if f.delay_ms:
-        await trio.sleep(f.delay_ms / 1000)
+    await simulate(ctx, f.delay_ms)
     if f.answer == "step":
         if f.error:
             raise StepFailure(f.error_message or "mock step error", ErrorCode.TOOL_ERROR)
@@ -988,14 +992,16 @@ def _payload_result(data: bytes, limit: int) -> dict[str, Any]:
 async def run_nats(
     step: Leaf[NatsFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
-    from mcpipe.backends.nats import NatsClient, NatsError
+    """The core's :func:`~mcpipe.kinds.nats.request` (on the connection the server's NATS steps share), with
+    the arguments as sorted JSON; the reply's bytes as mcpg's envelope, a failure in async-nats's words."""
+    from mcpipe.backends.nats import NatsError
+    from mcpipe.kinds.nats import request
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 2000)
     data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
     try:
-        client = await step.built.get(("nats", f.url), lambda: NatsClient(f.url))
-        reply = await client.request(f.subject, data, timeout_ms / 1000, headers=_trace(ctx))
+        reply = await request(step.built, f.url, f.subject, data, timeout_ms / 1000, _trace(ctx))
     except NatsError as e:
         if e.code == ErrorCode.TIMEOUT:
             return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
@@ -1010,16 +1016,19 @@ async def run_nats(
 async def run_kafka(
     step: Leaf[KafkaFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
-    from mcpipe.backends.kafka import KafkaClient, KafkaError
+    """The core's :func:`~mcpipe.kinds.kafka.request` (on the client the server's Kafka steps share), with
+    the arguments as sorted JSON and the trace context as a header; the response's value as mcpg's
+    envelope."""
+    from mcpipe.backends.kafka import KafkaError
+    from mcpipe.kinds.kafka import request
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 10_000)
     data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
     headers = {k: v.encode() for k, v in (_trace(ctx) or {}).items()}
     try:
-        client = await step.built.get(("kafka", f.bootstrap_servers), lambda: KafkaClient(f.bootstrap_servers))
-        record = await client.request(
-            f.request_topic, f.response_topic, data, timeout_s=timeout_ms / 1000, headers=headers or None
+        record = await request(
+            step.built, f.bootstrap_servers, f.request_topic, f.response_topic, data, timeout_ms / 1000, headers
         )
     except KafkaError as e:
         if e.code == ErrorCode.TIMEOUT:
@@ -1171,7 +1180,6 @@ def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
 
 
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
-_SET_CONFIG = "SELECT set_config(:name, :value, true)"
 
 
 # How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
@@ -1308,14 +1316,13 @@ def sql_error(e: Any, what: str = "execute") -> str:
 
 
 async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
-    """One statement, after the binding's session variables (in one transaction with them, as mcpg's SQL
-    plugin runs them): its result as the driver gave it."""
-    if not plan.session_vars:
-        async with plan.backend.connection() as conn:
-            return await conn.execute_raw(stmt, params)
-    from mcpipe.backends.sql import Statement
+    """One statement through the core's :func:`~mcpipe.kinds.sql.run_statement`, after the binding's session
+    variables (resolved over mcpg's ``identity``, made in one transaction with it, as mcpg's SQL plugin runs
+    them): its result as the driver gave it, for :func:`mcpg_rows`."""
+    from mcpipe.kinds.sql import run_statement
 
-    setting = Statement.parse(_SET_CONFIG)
+    if not plan.session_vars:
+        return await run_statement(plan.backend, stmt, params)
     context = cel.get("context") or {}
     attributes = dict(context.get("attributes") or {})
     identity = {
@@ -1329,11 +1336,8 @@ async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Map
         "attributes": attributes,
     }
     scope = {**cel, "identity": identity}
-    values = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
-    async with plan.backend.transaction() as tx:
-        for key, value in values:
-            await tx.execute(setting, {"name": key, "value": value}, "rows")
-        return await tx.execute_raw(stmt, params)
+    settings = [(key, await template.resolve_async(scope)) for key, template in plan.session_vars]
+    return await run_statement(plan.backend, stmt, params, settings=settings)
 
 
 class _MissingParam(Exception):
@@ -1480,32 +1484,46 @@ def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     return backend, tuple(stmts)
 
 
-async def _tx_statement(tx: Any, st: SqlTxStatement, stmt: Any, arguments: Mapping[str, Any]) -> Any:
-    """``run_tx_nested_step``: one statement, shaped by its row mode (mcpg's SqlError words a failure:
-    ``execute failed: ...``)."""
-    from mcpipe.backends.sql import SqlError
+def _tx_statement(st: SqlTxStatement, stmt: Any, arguments: Mapping[str, Any]) -> TxStatement:
+    """``run_tx_nested_step``: one statement for the core's transaction, bound from the step's input and
+    shaped by its row mode (mcpg's words for a failure of either, raised as ``_TransportError``)."""
+    from mcpipe.kinds.sql_tx import TxStatement
 
-    if st.row_mode not in ("affected_rows", "many", "single", "scalar"):
-        raise _TransportError(f"unsupported row_mode '{st.row_mode}' (supported: affected_rows, many, single, scalar)")
-    what = "execute_affected" if st.row_mode == "affected_rows" else "execute"
-    try:
-        params = _bound(stmt, arguments)
-    except _MissingParam as e:
-        raise _TransportError(f"parameter bind for '{st.id}': invalid spec: {e}") from None
-    try:
-        result = await tx.execute_raw(stmt, params)
-    except SqlError as e:
-        if e.database is None:
-            raise _TransportError(f"{what}: {e}") from None
-        raise _TransportError(f"{what}: execute failed: error returned from database: {e.database}") from None
-    if st.row_mode == "affected_rows":
-        return {"rows_affected": max(result.rowcount, 0)}
-    rows = mcpg_rows(result)
-    if st.row_mode == "many":
-        return rows
-    if st.row_mode == "single":
-        return rows[0] if rows else None
-    return _first_column(rows[0]) if rows else None
+    def bind(outputs: Mapping[str, Any]) -> Mapping[str, Any]:
+        where = f"sql_tx nested step '{st.id}'"
+        if st.row_mode not in _TX_ROW_MODES:
+            modes = ", ".join(_TX_ROW_MODES)
+            raise _TransportError(f"{where}: unsupported row_mode '{st.row_mode}' (supported: {modes})")
+        try:
+            return _bound(stmt, arguments)
+        except _MissingParam as e:
+            raise _TransportError(f"{where}: parameter bind for '{st.id}': invalid spec: {e}") from None
+
+    def shaped(result: Any) -> Any:
+        if st.row_mode == "affected_rows":
+            return {"rows_affected": max(result.rowcount, 0)}
+        rows = mcpg_rows(result)
+        if st.row_mode == "many":
+            return rows
+        if st.row_mode == "single":
+            return rows[0] if rows else None
+        return _first_column(rows[0]) if rows else None
+
+    return TxStatement(st.id, stmt, bind, shaped)
+
+
+_TX_ROW_MODES = ("affected_rows", "many", "single", "scalar")
+
+
+def _tx_failure(f: SqlTxFields, e: TransactionFailed) -> str:
+    """sqlx's words for a failed statement (``execute`` or ``execute_affected``, by its row mode), under mcpg's
+    ``sql_tx nested step '<id>'``; the transaction's own failure as mcpipe words it."""
+    if e.statement is None:
+        return str(e.error)
+    mode = next(st.row_mode for st in f.steps if st.id == e.statement)
+    what = "execute_affected" if mode == "affected_rows" else "execute"
+    why = str(e.error) if e.database is None else sql_error(e, "execute failed")
+    return f"sql_tx nested step '{e.statement}': {what}: {why}"
 
 
 async def run_sql_tx(
@@ -1514,23 +1532,22 @@ async def run_sql_tx(
     env: Mapping[str, Any],
     ctx: ToolContext,
 ) -> StepOutput:
-    from mcpipe.backends.sql import SqlError
+    from mcpipe.kinds.sql_tx import TransactionFailed, run_transaction
 
     f = step.fields
     backend, stmts = step.built
     given = env.get("args")
     arguments: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    results: dict[str, Any] = {}
+    statements = [_tx_statement(st, stmt, arguments) for st, stmt in zip(f.steps, stmts, strict=True)]
     try:
-        async with backend.transaction() as tx:
-            for st, stmt in zip(f.steps, stmts, strict=True):
-                try:
-                    results[st.id] = await _tx_statement(tx, st, stmt, arguments)
-                except _TransportError as e:
-                    raise _TransportError(f"sql_tx nested step '{st.id}': {e}") from None
-    except (SqlError, _TransportError) as e:
-        raise StepFailure(f"sql_tx '{step.fields.id}': {transport(str(e))}", ErrorCode.TOOL_ERROR) from None
-    return StepOutput.of({"steps": results})
+        results = await run_transaction(backend, statements)
+    except TransactionFailed as e:
+        why = _tx_failure(f, e)
+    except _TransportError as e:
+        why = str(e)
+    else:
+        return StepOutput.of({"steps": results})
+    raise StepFailure(f"sql_tx '{step.fields.id}': {transport(why)}", ErrorCode.TOOL_ERROR) from None
 
 
 # --- a backend whose config names an unset variable -------------------------------------------------
