@@ -37,9 +37,10 @@ from mcpipe.access._credentials import CredentialError, Credentials, Issued
 from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
 from mcpipe.access._principal import Principal, principal_key
-from mcpipe.access._scopes import Scopes, missing_scopes
+from mcpipe.access._scopes import INSUFFICIENT_SCOPE, Scopes, missing_scopes, scope_message
 
 __all__ = [
+    "INSUFFICIENT_SCOPE",
     "AccessConfig",
     "Authenticator",
     "CedarGate",
@@ -75,4 +76,5 @@ __all__ = [
     "client_ip",
     "missing_scopes",
     "principal_key",
+    "scope_message",
 ]
