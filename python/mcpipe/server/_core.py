@@ -754,13 +754,14 @@ class ToolHandlers:
             except RunRefused as exc:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
         why = self.gateway.denial(name, tctx)
-        if why is not None:
-            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
+        if why is not None:  # answered at once: a complete result, never a task (2026-07-28 needs the type)
+            return {**_error_result(f"{ErrorCode.FORBIDDEN}: {why}"), "resultType": "complete"}
         check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
             args, errors = await check(args)
             if errors:
-                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+                message = f"invalid arguments for tool '{name}': " + "; ".join(errors)
+                return {**_error_result(message), "resultType": "complete"}
         try:
             return await self.tasks.create(name, args, tctx, capabilities)
         except RunRefused as exc:
