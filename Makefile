@@ -6,7 +6,7 @@ STAMP := $(VENV)/.mcpipe-installed
 RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
 .PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu console-screenshots \
-	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test
+	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test bench-peers bench-peer-noetl
 
 setup: $(STAMP)
 
@@ -83,6 +83,16 @@ test: lint cargo-test pytest conformance wheel
 # (outside CI: a first run installs about 1.3 GB and takes a few minutes). NOETL_ORACLE_KIT, NOETL_ORACLE_DIR.
 noetl-oracle: setup
 	$(BIN)/python scripts/noetl_oracle.py $(CASES)
+
+# The peers side by side on this host (outside CI): each part starts its peer, checks that both answer alike,
+# and prints a table (docs/performance.md). A list of parts: add a peer's as bench-peer-NAME.
+# noetl: the real NoETL 4.26.0 (the oracle kit: a first run installs about 1.3 GB) against mcpipe on five of
+# NoETL's golden playbooks, at concurrency 1 and 16. NOETL_PEER_ARGS: e.g. --rounds 1 --runs 3.
+PEER_PARTS := noetl
+bench-peers: $(addprefix bench-peer-,$(PEER_PARTS))
+
+bench-peer-noetl: setup
+	$(BIN)/python benches/noetl_peer.py $(NOETL_PEER_ARGS)
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)

@@ -19,8 +19,8 @@ import trio
 from anyio.streams.text import TextReceiveStream
 
 from mcpipe.compile import Limits, clear_cache, compile_spec
+from mcpipe.downstream import LineChunks
 from mcpipe.errors import SpecError
-from mcpipe.tools._lines import LineChunks
 
 BIG = Limits(max_steps=10_000)
 

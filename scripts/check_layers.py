@@ -4,13 +4,18 @@ Each module of ``python/mcpipe`` belongs to one layer (the longest matching pref
 import its own layer and the layers beneath it, never one above. Every import counts: top-level, inside a
 function (lazy), under ``TYPE_CHECKING``. See docs/architecture.md, "Layers".
 
+Packages import each other one way only, too: no package-level import cycle, within a layer either (a
+package is a top-level module or subpackage of ``mcpipe``, e.g. ``mcpipe.plan`` or ``mcpipe._util``;
+``mcpipe`` itself, the public face, is one more). Every import counts here as well.
+
 Usage: ``python scripts/check_layers.py [ROOT]`` (ROOT: the directory holding the ``mcpipe`` package,
-default ``python``); exits 1 and prints one located line per wrong-way import.
+default ``python``); exits 1 and prints one located line per wrong-way import and per package cycle.
 """
 
 from __future__ import annotations
 
 import ast
+import itertools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +36,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._loader",
             "mcpipe._yaml",
             "mcpipe._pattern",
+            "mcpipe._deadline",
+            "mcpipe._version",
             "mcpipe._patternexec",
             "mcpipe._sandbox",
             "mcpipe._jsonschema",
@@ -38,7 +45,6 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe.results",
             "mcpipe.tools",
             "mcpipe.telemetry",
-            "mcpipe._tracing",
         ),
     ),
     # The plan IR and its checker, expressions, and the mcp_pipe front-end (spec + compile).
@@ -72,10 +78,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # The server's configuration.
     ("config", ("mcpipe.config",)),
     # The one call path (auth, audit, cost) and the downstream servers behind it.
-    (
-        "gateway",
-        ("mcpipe.gateway", "mcpipe.trust", "mcpipe.tools.downstream", "mcpipe.tools._catalog", "mcpipe.tools._oauth"),
-    ),
+    ("gateway", ("mcpipe.gateway", "mcpipe.trust", "mcpipe.downstream")),
     # Runs that outlive a request: the workers executing queued runs, and the tools watching them.
     ("runs", ("mcpipe.runs",)),
     # The web console and its JSON API: pages over the run queue, the gateway and the metrics (the HTTP front
@@ -150,9 +153,110 @@ def check(root: Path) -> list[str]:
     return problems
 
 
+def package_graph(root: Path) -> dict[str, dict[str, str]]:
+    """Which package imports which: ``{importer: {imported: "path:line" of its first such import}}``.
+
+    A package is a top-level module or subpackage of ``mcpipe`` (``plan``, ``_util``, ``_core``); an
+    import of a name of ``mcpipe`` itself (``from mcpipe import __version__``) points at the package
+    ``mcpipe``, the public face. Imports within a package are not edges."""
+    top = root / "mcpipe"
+    names = {
+        p.name.split(".")[0]
+        for p in top.iterdir()
+        if p.suffix in (".py", ".pyi", ".so") or (p / "__init__.py").is_file()
+    }
+    names.discard("__init__")
+    graph: dict[str, dict[str, str]] = {}
+    for path in sorted(top.rglob("*.py")):
+        module = module_name(path, root)
+        parts = module.split(".")
+        own = parts[1] if len(parts) > 1 else "mcpipe"
+        edges = graph.setdefault(own, {})
+        for line, target in imports(path.read_text(), module, is_package=path.name == "__init__.py"):
+            tparts = target.split(".")
+            if tparts[0] != "mcpipe":
+                continue
+            theirs = tparts[1] if len(tparts) > 1 and tparts[1] in names else "mcpipe"
+            if theirs != own:
+                edges.setdefault(theirs, f"{path}:{line}")
+    return graph
+
+
+def cycles(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The package cycles of ``graph``, each as ``[a, b, ..., a]`` from its least package: every pair of
+    packages that import each other, and for a group of packages that reach each other with no such pair
+    in it, its shortest cycle. None iff the package graph has no cycle at all."""
+    rings = []
+    for group in _groups(graph):
+        pairs = [[a, b, a] for a in group for b in group if a < b and b in graph[a] and a in graph.get(b, {})]
+        if pairs:
+            rings += pairs
+            continue
+        ways = [way for a in group for b in sorted(graph[a]) if b in group and (way := _shortest(graph, b, a))]
+        ring = [*min(ways, key=lambda w: (len(w), w))]
+        least = ring.index(min(ring))
+        ring = ring[least:] + ring[:least]
+        rings.append([*ring, ring[0]])
+    return sorted(rings)
+
+
+def _groups(graph: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The strongly connected components of ``graph`` with more than one package, each sorted."""
+    nodes = sorted(set(graph) | {b for edges in graph.values() for b in edges})
+    reach = {n: set(_reachable(graph, n)) for n in nodes}
+    groups = {tuple(sorted(m for m in reach[n] if n in reach[m])) for n in nodes}
+    return sorted(list(g) for g in groups if len(g) > 1)
+
+
+def _reachable(graph: dict[str, dict[str, str]], start: str) -> Iterator[str]:
+    """Every package reachable from ``start`` (itself included)."""
+    seen = {start}
+    todo = [start]
+    while todo:
+        n = todo.pop()
+        yield n
+        for m in graph.get(n, {}):
+            if m not in seen:
+                seen.add(m)
+                todo.append(m)
+
+
+def _shortest(graph: dict[str, dict[str, str]], start: str, goal: str) -> list[str] | None:
+    """The shortest path of packages from ``start`` to ``goal`` (both included), or None."""
+    came: dict[str, str | None] = {start: None}
+    frontier = [start]
+    while frontier and goal not in came:
+        reached = []
+        for n in frontier:
+            for m in sorted(graph.get(n, {})):
+                if m not in came:
+                    came[m] = n
+                    reached.append(m)
+        frontier = reached
+    if goal not in came:
+        return None
+    way = [goal]
+    while (prev := came[way[-1]]) is not None:
+        way.append(prev)
+    return way[::-1]
+
+
+def check_cycles(root: Path) -> list[str]:
+    """Every package cycle under ``root/mcpipe``, one located line each (at its first import)."""
+    graph = package_graph(root)
+    problems = []
+    for ring in cycles(graph):
+        hops = [f"{a} imports {b} ({graph[a][b]})" for a, b in itertools.pairwise(ring)]
+        problems.append(
+            f"{graph[ring[0]][ring[1]]}: package cycle {' -> '.join(ring)}: {', '.join(hops)};"
+            " a package may not import one that imports it back"
+        )
+    return problems
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "python"
-    problems = check(root)
+    problems = check(root) + check_cycles(root)
     for p in problems:
         print(p, file=sys.stderr)
     return 1 if problems else 0

@@ -89,7 +89,8 @@ def record(kit: Path, python: str, env: dict[str, str], only: set[str]) -> int:
             _post(f"{base}/api/catalog/register", {"content": content, "resource_type": "Playbook"})
         proc = subprocess.run(
             [python, str(kit / "run.py"), str(GOLDEN / f"{name}.yaml"), "--version", VERSION, "--stable",
-             "--timeout", str(case.get("timeout", 60))],
+             "--timeout", str(case.get("timeout", 60)),
+             *(["--workload", json.dumps(case["workload"])] if case.get("workload") else [])],
             capture_output=True, text=True, env=env,
         )  # fmt: skip
         if proc.returncode != 0 or not proc.stdout.strip():
@@ -100,6 +101,16 @@ def record(kit: Path, python: str, env: dict[str, str], only: set[str]) -> int:
         (GOLDEN / f"{name}.json").write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
         print(f"{name}: {result['status']}")
     return failed
+
+
+def _python312() -> str | None:
+    """A ``python3.12`` on PATH that runs (a pyenv shim of a version not selected does not), else pyenv's."""
+    found = shutil.which("python3.12")
+    if found and subprocess.run([found, "-c", ""], capture_output=True).returncode == 0:
+        return found
+    for p in sorted(Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")).glob("versions/3.12*/bin/python3.12")):
+        return str(p)
+    return None
 
 
 def main() -> int:
@@ -120,7 +131,7 @@ def main() -> int:
     env = dict(os.environ)
     env.setdefault("NOETL_ORACLE_DIR", "/tmp/mcpipe-noetl-oracle")
     Path(env["NOETL_ORACLE_DIR"]).mkdir(parents=True, exist_ok=True)
-    python = env.get("NOETL_ORACLE_PYTHON") or shutil.which("python3.12") or sys.executable
+    python = env.get("NOETL_ORACLE_PYTHON") or _python312() or sys.executable
     subprocess.run([str(kit / "setup.sh"), VERSION], check=True, env=env)
     subprocess.run([str(kit / "stack.sh"), "start", VERSION], check=True, env=env)
     try:

@@ -54,7 +54,7 @@ def test_a_message_without_a_tools_listing_passes_unchanged(message, max_items):
 async def test_a_stdio_line_listing_tools_is_cut_before_the_sdk_reads_it():
     import anyio
 
-    from mcpipe.tools._lines import LISTING_CAP, LineChunks, ListingCap
+    from mcpipe.downstream._lines import LISTING_CAP, LineChunks, ListingCap
 
     listing = ListingCap(2)
     message = {"jsonrpc": "2.0", "id": 3, "result": {"tools": [{"name": f"t{i}", "d": "a\u2028b"} for i in range(5)]}}

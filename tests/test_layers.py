@@ -68,3 +68,60 @@ def test_the_command_fails_on_a_package_with_a_wrong_way_import(layers, tmp_path
     err = capsys.readouterr().err
     assert "store/__init__.py:1: mcpipe.store (layer store) imports mcpipe.kinds.KINDS (layer kinds" in err
     assert layers.main(["check_layers", str(ROOT / "python")]) == 0
+
+
+def test_the_package_has_no_package_level_import_cycle(layers):
+    assert layers.check_cycles(ROOT / "python") == []
+
+
+def _tree(tmp_path, files):
+    for name, text in {"mcpipe/__init__.py": "", **files}.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    return tmp_path
+
+
+def test_two_packages_importing_each_other_fail_the_command_located_at_both_imports(layers, tmp_path, capsys):
+    # same layer (plan), so only the cycle check can catch it; the way back is lazy
+    root = _tree(
+        tmp_path,
+        {
+            "mcpipe/plan/__init__.py": "import trio\nfrom mcpipe.expr._expr import CelExpr\n",
+            "mcpipe/expr/__init__.py": "",
+            "mcpipe/expr/_expr.py": "def f():\n    from mcpipe.plan import Leaf\n",
+        },
+    )
+    assert layers.check(root) == []
+    assert layers.main(["check_layers", str(root)]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        f"{root}/mcpipe/expr/_expr.py:2: package cycle expr -> plan -> expr: expr imports plan"
+        f" ({root}/mcpipe/expr/_expr.py:2), plan imports expr ({root}/mcpipe/plan/__init__.py:2);"
+        " a package may not import one that imports it back"
+    ]
+
+
+def test_a_longer_cycle_under_type_checking_is_reported_as_its_shortest_ring(layers, tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "mcpipe/a.py": "from mcpipe import b\n",
+            "mcpipe/b.py": "from mcpipe.c import X\n",
+            "mcpipe/c.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from mcpipe.a import Y\n",
+            "mcpipe/d.py": "import mcpipe.a\n",
+        },
+    )
+    assert layers.cycles(layers.package_graph(root)) == [["a", "b", "c", "a"]]
+    (root / "mcpipe" / "c.py").write_text("X = 1\n")
+    assert layers.check_cycles(root) == []
+
+
+def test_an_import_of_the_public_face_from_inside_is_a_cycle_with_it(layers, tmp_path):
+    root = _tree(
+        tmp_path,
+        {
+            "mcpipe/__init__.py": "from mcpipe.server import serve\n",
+            "mcpipe/server/__init__.py": "def serve():\n    from mcpipe import __version__\n",
+        },
+    )
+    assert layers.cycles(layers.package_graph(root)) == [["mcpipe", "server", "mcpipe"]]

@@ -3,10 +3,8 @@
 The public surface is small: compile templates and specs, run pipelines against tools, serve them.
 """
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _dist_version
-
 from mcpipe._template import Template
+from mcpipe._version import __version__ as __version__
 from mcpipe.compile import CompiledSpec, Limits, compile_spec
 from mcpipe.errors import (
     ConfigError,
@@ -39,12 +37,6 @@ __all__ = [
     "compile_spec",
     "run_pipeline",
 ]
-
-try:
-    __version__: str = _dist_version("mcpipe")
-    """The installed distribution's version (``mcpipe --version`` prints it)."""
-except _PackageNotFoundError:  # a source checkout on sys.path, not installed
-    __version__ = "0+unknown"
 
 
 def __getattr__(name: str) -> object:

@@ -25,7 +25,7 @@ from mcpipe._loader import LoadError, load_object
 from mcpipe._util import PIPE_TOOL
 from mcpipe._util import assignments as parse_assignments
 from mcpipe.errors import SpecError
-from mcpipe.tools._registry import ToolRegistry
+from mcpipe.tools import ToolRegistry
 
 __all__ = ["main"]
 
@@ -331,7 +331,7 @@ def _explain(ns: argparse.Namespace) -> int:
 
 def _draw(ns: argparse.Namespace) -> int:
     """``mcpipe explain ... --format mermaid|dot|svg``: the plan drawn on stdout; problems located on stderr."""
-    from mcpipe.plan._draw import drawing
+    from mcpipe.plan import drawing
 
     found = _plan_to_draw(ns)
     if isinstance(found, int):
@@ -812,7 +812,7 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
             raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
 
     from mcpipe.config import AuditConfig, Config, ConfigError, load_config
-    from mcpipe.server._app import open_app
+    from mcpipe.server import open_app
 
     extra: list[Any] = [_registry(ns.tools, builtin=False)] if ns.tools else []
     try:

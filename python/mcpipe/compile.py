@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Container, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -204,9 +204,12 @@ _Entry = tuple["CompiledSpec | None", "_Problems"]
 
 
 def _tool_hint(name: str, tools: Container[str]) -> str:
-    # Only on the failure path: a registry or gateway can list its names; a bare container may not.
+    # Only on the failure path: a registry or gateway lists its tools, a set its names; a bare container may
+    # not list anything.
+    if not isinstance(tools, Iterable):
+        return ""
     try:
-        names = [t if isinstance(t, str) else t.name for t in tools]  # type: ignore[attr-defined]
+        names = [t if isinstance(t, str) else t.name for t in tools]
     except (TypeError, AttributeError):
         return ""
     return did_you_mean(name, names)

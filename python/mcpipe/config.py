@@ -45,11 +45,11 @@ from mcpipe.access import (
     check_oidc,
     check_resource,
     check_scopes,
+    reserved_prefix,
 )
-from mcpipe.access._principal import reserved_prefix
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
-from mcpipe.plan._bounds import deepest_location, json_depth
+from mcpipe.plan import deepest_location, json_depth
 from mcpipe.toolset import ToolsConfig, check_tools
 
 __all__ = [

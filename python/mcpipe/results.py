@@ -20,7 +20,7 @@ import orjson
 
 from mcpipe._json import dumps
 from mcpipe.errors import ErrorCode, Problem, SpecError
-from mcpipe.tools._base import ToolResult
+from mcpipe.tools import ToolResult
 
 __all__ = [
     "ANSWER_MODES",

@@ -71,9 +71,9 @@ def config_doc(url: str, port: int, context: dict[str, Any], version: str | None
 
 async def main(url: str) -> int:
     from mcpipe.config import parse_config
+    from mcpipe.downstream import OPERATOR, SignInError
     from mcpipe.server import open_app, serve_http
     from mcpipe.tools import ToolContext
-    from mcpipe.tools._oauth import OPERATOR, SignInError
 
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     version = os.environ.get("MCP_CONFORMANCE_PROTOCOL_VERSION")

@@ -10,9 +10,9 @@ import pytest
 import trio
 
 from kit.hostile import make_config
+from mcpipe.downstream import LineChunks
 from mcpipe.server import open_app
 from mcpipe.tools import ToolContext
-from mcpipe.tools._lines import LineChunks
 
 BIG = str(Path(__file__).with_name("big_downstream.py"))
 
@@ -51,7 +51,7 @@ async def test_line_chunks_end_every_chunk_at_a_line_end(chunks, expected):
 
 
 async def test_a_line_past_the_bound_breaks_the_stream(monkeypatch):
-    monkeypatch.setattr("mcpipe.tools._lines.MAX_LINE_CHARS", 15)
+    monkeypatch.setattr("mcpipe.downstream._lines.MAX_LINE_CHARS", 15)
     with pytest.raises(anyio.BrokenResourceError):
         await texts([b"x" * 10, b"x" * 10, b"\n"])
 
@@ -59,7 +59,7 @@ async def test_a_line_past_the_bound_breaks_the_stream(monkeypatch):
 def test_the_sdk_stdio_client_reads_through_line_chunks():
     import mcp.client.stdio
 
-    import mcpipe.tools.downstream  # noqa: F401  (installs it)
+    import mcpipe.downstream  # noqa: F401  (installs it)
 
     assert mcp.client.stdio.TextReceiveStream is LineChunks
 

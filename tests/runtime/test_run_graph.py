@@ -238,3 +238,23 @@ async def test_each_run_again_counts_towards_the_runs_step_executions(tools, pro
     answer = await run(flow, tools, limits=Limits(max_calls=6))
     assert not answer["ok"] and answer["error_code"] == "LIMIT_EXCEEDED"
     assert "running step 'poll' again would bring the run to 7 step executions; the limit is 6" in answer["error"]
+
+
+async def test_a_skippable_for_each_and_graph_run_as_themselves_and_say_whether_they_were_skipped(tools, probe):
+    # a front-end whose steps say `skipped` (as declared pipelines do) may give them any node type: the
+    # scheduler's dispatch is a match over the plan's node types, so each runs as what it is
+    (step,) = leaves([wait("each")], tools)
+    loop = ForEach("loop", "steps[0]", items=Template(["a", "b"]), step=step, skippable=True)
+    answer = await run(loop, tools)
+    assert answer["ok"], answer["error"]
+    assert answer["steps"]["loop"]["skipped"] is False
+    assert len(answer["result"]) == 2
+    nodes = leaves([wait("start"), wait("end", value=7)], tools)
+    flow = graph(nodes, {0: [Arc(1)]}, skippable=True)
+    answer = await run(flow, tools)
+    assert answer["ok"], answer["error"]
+    assert answer["steps"]["flow"]["skipped"] is False
+    assert answer["result"] == {"label": "end", "value": 7}
+    never = ForEach("loop", "steps[0]", items=Template(["a"]), step=step, skippable=True, when=When(lambda env: False))
+    answer = await run(never, tools)
+    assert answer["steps"]["loop"]["skipped"] is True

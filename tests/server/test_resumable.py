@@ -17,10 +17,10 @@ import trio
 from mcp.server.mcpserver import Context, MCPServer
 
 from kit.servers import everything_downstream, http_server, make_config, running
+from mcpipe.downstream import StreamWatch
 from mcpipe.server import open_app
 from mcpipe.server._events import InMemoryEventStore
 from mcpipe.tools import Request, ToolContext, ToolRegistry
-from mcpipe.tools._polling import StreamWatch
 
 pytestmark = [
     pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),

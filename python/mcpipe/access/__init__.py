@@ -34,9 +34,10 @@ from mcpipe.access._config import (
     check_scopes,
 )
 from mcpipe.access._credentials import CredentialError, Credentials, Issued
+from mcpipe.access._fetch import FetchError, fetch
 from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
-from mcpipe.access._principal import Principal, principal_key
+from mcpipe.access._principal import Principal, principal_key, reserved_prefix
 from mcpipe.access._scopes import INSUFFICIENT_SCOPE, Scopes, missing_scopes, scope_message
 
 __all__ = [
@@ -49,6 +50,7 @@ __all__ = [
     "CredentialError",
     "Credentials",
     "EnvCredential",
+    "FetchError",
     "GateDenied",
     "GateRefusal",
     "Gates",
@@ -74,7 +76,9 @@ __all__ = [
     "check_resource",
     "check_scopes",
     "client_ip",
+    "fetch",
     "missing_scopes",
     "principal_key",
+    "reserved_prefix",
     "scope_message",
 ]

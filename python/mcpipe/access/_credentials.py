@@ -31,7 +31,7 @@ import trio
 from mcpipe.access._config import ClientCredentials, CredentialConfig, EnvCredential, IdJag, TokenExchange
 from mcpipe.access._fetch import FetchError, post_form
 from mcpipe.errors import ErrorCode, MCPipeError
-from mcpipe.tools._identity import Identity
+from mcpipe.tools import Identity
 
 __all__ = ["CredentialError", "Credentials", "Issued"]
 

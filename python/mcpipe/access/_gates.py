@@ -26,7 +26,7 @@ from typing import Any
 from mcpipe.access._cedar import CedarEngine, load_cedar
 from mcpipe.access._config import AccessConfig, CedarGate, IpAllowlistGate, RateLimitGate, RateRule
 from mcpipe.errors import ErrorCode, MCPipeError
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["AddressSource", "Gate", "GateDenied", "GateRefusal", "Gates", "build_gates", "client_ip", "tool_globs"]
 

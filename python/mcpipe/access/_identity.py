@@ -32,7 +32,7 @@ import trio
 from mcpipe.access._config import IntrospectionProvider, MtlsConfig, OidcProvider
 from mcpipe.access._fetch import FetchError, get_json
 from mcpipe.access._introspect import Introspection, Unavailable
-from mcpipe.tools._identity import Identity
+from mcpipe.tools import Identity
 
 __all__ = ["Authenticator", "JwksCache", "Rejected", "mtls_identity"]
 

@@ -32,7 +32,7 @@ import trio
 
 from mcpipe.access._config import IntrospectionProvider
 from mcpipe.access._fetch import FetchError, get_json, post_form
-from mcpipe.tools._identity import Identity
+from mcpipe.tools import Identity
 
 __all__ = ["MAX_NEGATIVE", "NEGATIVE_TTL_S", "Introspection", "Outcome", "Unavailable"]
 

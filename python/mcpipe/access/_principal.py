@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mcpipe.tools._identity import Identity
+from mcpipe.tools import Identity
 
 __all__ = ["SOURCES", "Principal", "principal_key", "reserved_prefix"]
 

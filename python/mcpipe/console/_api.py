@@ -23,8 +23,7 @@ from mcpipe.access import principal_key
 from mcpipe.config import Config
 from mcpipe.errors import ErrorCode, SpecError
 from mcpipe.gateway import CallError, Gateway
-from mcpipe.plan import Pipeline
-from mcpipe.plan._draw import Drawing, drawing
+from mcpipe.plan import Drawing, Pipeline, drawing
 from mcpipe.results import preview
 from mcpipe.runs import Runs
 from mcpipe.store import TERMINAL, RunEvent, RunInfo, RunRefused

@@ -13,6 +13,7 @@ scheduler runs whole plans. See ``docs/declared-pipelines.md`` for every kind.
 
 from typing import Any
 
+from mcpipe.declared._answers import SurfaceError, register_answer
 from mcpipe.declared._compile import (
     JSONATA_PLUGIN,
     CompiledStep,
@@ -65,6 +66,7 @@ __all__ = [
     "StepOutput",
     "StepPolicy",
     "StepScope",
+    "SurfaceError",
     "compile_step",
     "compile_steps",
     "config_limits",
@@ -79,6 +81,7 @@ __all__ = [
     "load_pipelines",
     "load_sql",
     "prelude",
+    "register_answer",
     "step_schema",
     "tool_sites",
     "validate_declared",

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import orjson
 
 from mcpipe.errors import MCPipeError
-from mcpipe.tools._base import ToolResult
+from mcpipe.tools import ToolResult
 
 if TYPE_CHECKING:
     from mcpipe.declared._tool import DeclaredPipelineTool

@@ -21,7 +21,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import CompiledSpec, Limits
 from mcpipe.runtime import run_compiled
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["DeclaredPipelineTool", "DeclaredPipelines", "KnownTools"]
 

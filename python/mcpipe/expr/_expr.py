@@ -19,12 +19,12 @@ import cel.stdlib
 import jsonata
 import trio
 
+from mcpipe._deadline import expression_timeout_ms, set_expression_timeout
 from mcpipe._util import RunLimiter
 from mcpipe.errors import ExpressionError
 from mcpipe.expr import _celexec
 from mcpipe.expr._celexec import _EXTENSIONS, CelError
 from mcpipe.expr._scan import Mention, scan_cel, scan_jsonata
-from mcpipe.plan._ir import expression_timeout_ms, set_expression_timeout
 
 __all__ = [
     "ROOTS",

@@ -47,9 +47,9 @@ from jinja2.exceptions import SecurityError
 from jinja2.sandbox import ImmutableSandboxedEnvironment, safe_range
 
 from mcpipe._core import json_measure
+from mcpipe._deadline import expression_timeout_ms
 from mcpipe._util import RunLimiter
 from mcpipe.errors import ErrorCode, MCPipeError
-from mcpipe.plan._ir import expression_timeout_ms
 
 __all__ = [
     "MAX_BUILT",

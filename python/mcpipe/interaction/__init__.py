@@ -9,6 +9,7 @@ See ``docs/interaction.md``. The pieces:
 - the ``ask_user``/``sample``/``list_roots`` tools; the asking step kinds are in :mod:`mcpipe.kinds`.
 """
 
+from mcpipe.interaction._ask import GATHER_KINDS, OUTPUT_OF, BadInput, ask_one, elicitation_params, question
 from mcpipe.interaction._core import (
     SKIPPED,
     AskFailed,
@@ -17,6 +18,14 @@ from mcpipe.interaction._core import (
     Interaction,
     Suspended,
     interaction_of,
+    only,
+)
+from mcpipe.interaction._relay import (
+    Askers,
+    call_relaying,
+    caller_capabilities,
+    keep_caller_capabilities,
+    request_asking,
 )
 from mcpipe.interaction._serve import Interactions, sdk_call
 from mcpipe.interaction._state import STATE_KEY_ENV, StateError, StateSealer, args_digest
@@ -24,10 +33,14 @@ from mcpipe.interaction._tools import INTERACTION_TOOL_NAMES, InteractionTools, 
 from mcpipe.store import InMemoryPipelineStore, PipelineStore, StoreUnavailable
 
 __all__ = [
+    "GATHER_KINDS",
     "INTERACTION_TOOL_NAMES",
+    "OUTPUT_OF",
     "SKIPPED",
     "STATE_KEY_ENV",
     "AskFailed",
+    "Askers",
+    "BadInput",
     "CapabilityMissing",
     "Escalated",
     "InMemoryPipelineStore",
@@ -40,7 +53,15 @@ __all__ = [
     "StoreUnavailable",
     "Suspended",
     "args_digest",
+    "ask_one",
+    "call_relaying",
+    "caller_capabilities",
+    "elicitation_params",
     "interaction_of",
     "interaction_tools",
+    "keep_caller_capabilities",
+    "only",
+    "question",
+    "request_asking",
     "sdk_call",
 ]

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from mcpipe.interaction._core import SKIPPED, AskFailed, interaction_of
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "GATHER_KINDS",

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 import trio
 
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "CAPABILITY_OF",
@@ -91,7 +91,10 @@ class AskFailed(Exception):
     """A question could not be asked or was refused (2025-11-25: no capability, the client's error)."""
 
 
-def only(exc: BaseException, cls: type[BaseException]) -> BaseException | None:
+_E = TypeVar("_E", bound=BaseException)
+
+
+def only(exc: BaseException, cls: type[_E]) -> _E | None:
     """``exc`` if it is a ``cls``, or the first ``cls`` of a group made only of those (a nursery on the way
     up wraps what its children raise); else None."""
     if isinstance(exc, cls):
@@ -99,7 +102,7 @@ def only(exc: BaseException, cls: type[BaseException]) -> BaseException | None:
     if isinstance(exc, BaseExceptionGroup):
         matched, rest = exc.split(cls)
         if rest is None and matched is not None:
-            first: BaseException = matched
+            first: _E | BaseExceptionGroup[_E] = matched
             while isinstance(first, BaseExceptionGroup):
                 first = first.exceptions[0]
             return first

@@ -39,7 +39,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from mcpipe.interaction._core import METHOD_OF, AskFailed, Interaction, Suspended, interaction_of
 from mcpipe.interaction._serve import session_sender
-from mcpipe.tools._base import Request, ToolContext
+from mcpipe.tools import Request, ToolContext
 
 __all__ = [
     "MAX_ROUNDS",
@@ -212,20 +212,25 @@ def keep_caller_capabilities(session: Any) -> None:
     caller as it would directly. The stamp is wrapped once per session so a capabilities entry the request
     carries (:func:`caller_capabilities`) wins.
     """
-    stamp = session._stamp
-    if getattr(stamp, "keeps_caller_capabilities", False):
-        return
+    if not isinstance(session._stamp, _KeepingCapabilities):
+        session._stamp = _KeepingCapabilities(session._stamp)
 
-    def stamped(data: dict[str, Any], opts: Any) -> None:
+
+class _KeepingCapabilities:
+    """An SDK session's stamp after which a request's own ``_meta`` capabilities entry is put back."""
+
+    __slots__ = ("stamp",)
+
+    def __init__(self, stamp: Callable[[dict[str, Any], Any], None]) -> None:
+        self.stamp = stamp
+
+    def __call__(self, data: dict[str, Any], opts: Any) -> None:
         params = data.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         theirs = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
-        stamp(data, opts)
+        self.stamp(data, opts)
         if theirs is not None:
             data["params"]["_meta"][CLIENT_CAPABILITIES_META_KEY] = theirs
-
-    stamped.keeps_caller_capabilities = True  # type: ignore[attr-defined]
-    session._stamp = stamped
 
 
 class _Call:

@@ -34,7 +34,7 @@ from mcpipe.interaction._state import (
     args_digest,
 )
 from mcpipe.store import InMemoryPipelineStore, PipelineStore, StateTooLarge, StoreUnavailable
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["Interactions", "sdk_call"]
 
@@ -149,7 +149,7 @@ class Interactions:
                 return await escalate({"memo": dict(ix.memo), "answers": dict(ix.answers)})
             lacking = only(e, CapabilityMissing)
             if lacking is not None:
-                cap = lacking.capability  # type: ignore[attr-defined]
+                cap = lacking.capability
                 raise MCPError(
                     code=MISSING_REQUIRED_CLIENT_CAPABILITY,
                     message=f"Missing required client capability: {lacking}",

@@ -13,7 +13,7 @@ import orjson
 
 from mcpipe.interaction._ask import BadInput, ask_one, question
 from mcpipe.interaction._core import AskFailed
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["INTERACTION_TOOL_NAMES", "InteractionTools", "interaction_tools"]
 

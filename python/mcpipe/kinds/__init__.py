@@ -16,6 +16,7 @@ from mcpipe.kinds._policy import (
     PythonPolicy,
     StepPolicy,
 )
+from mcpipe.kinds._sqltext import split_postgres
 
 __all__ = [
     "KINDS",
@@ -31,6 +32,7 @@ __all__ = [
     "Registry",
     "StepFields",
     "StepPolicy",
+    "split_postgres",
 ]
 
 KINDS = Registry.of_modules(

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from mcpipe.errors import ErrorCode
-from mcpipe.interaction import AskFailed
-from mcpipe.interaction._ask import ask_one
+from mcpipe.interaction import AskFailed, ask_one
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["ask_step", "failed"]
 

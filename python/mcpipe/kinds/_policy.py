@@ -18,7 +18,7 @@ from typing import Any
 import trio
 
 from mcpipe.access import Credentials
-from mcpipe.backends._connections import Connections
+from mcpipe.backends import Connections
 from mcpipe.errors import ErrorCode
 from mcpipe.results import StepFailure
 

@@ -12,7 +12,7 @@ from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.kinds.transform import build_expression
 from mcpipe.plan import Leaf, evaluate
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
     from mcpipe.expr import CelExpr

@@ -28,7 +28,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import CommandPolicy, StepPolicy
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "CommandFields", "CommandPlan", "env_object", "run_command", "run_process"]
 

@@ -27,7 +27,7 @@ from typing import Any, Literal
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe.backends._threads import run_interruptible
+from mcpipe.backends import run_interruptible
 from mcpipe.backends.sql import json_value
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
@@ -35,7 +35,7 @@ from mcpipe.kinds._policy import DuckdbPolicy
 from mcpipe.kinds._sqltext import split_duckdb
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "DuckdbFields", "DuckdbPlan", "run_duckdb"]
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from mcpipe.interaction._ask import BadInput, elicitation_params
+from mcpipe.interaction import BadInput, elicitation_params
 from mcpipe.kinds._ask import ask_step, failed
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "ElicitationFields", "run_elicitation"]
 

@@ -7,13 +7,12 @@ from typing import Annotated, Any
 
 import msgspec
 
-from mcpipe.interaction import AskFailed, interaction_of
-from mcpipe.interaction._ask import GATHER_KINDS, OUTPUT_OF, BadInput, question
+from mcpipe.interaction import GATHER_KINDS, OUTPUT_OF, AskFailed, BadInput, interaction_of, question
 from mcpipe.kinds._ask import failed
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "GatherFields", "run_gather"]
 

@@ -14,7 +14,7 @@ from mcpipe.kinds._policy import HttpPolicy
 from mcpipe.kinds.http import _check_url, _headers, _safe_url, _send, check_static_url, http_timeout
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "GraphqlFields", "run_graphql"]
 

@@ -13,14 +13,14 @@ import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
-from mcpipe.backends._connections import Connections, NotRunning
+from mcpipe.backends import Connections, NotRunning
 from mcpipe.backends.grpc import GrpcConnection, GrpcError, _pool_from_file, parse_grpc_url
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._wire import address, object_of, payload, timeout_s
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "GrpcFields", "GrpcPlan", "run_grpc"]
 

@@ -31,7 +31,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import ForbiddenError, HttpPolicy, StepPolicy
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "HttpBuilt", "HttpFields", "check_static_url", "guarded_client", "http_timeout", "run_http"]
 

@@ -11,14 +11,14 @@ import orjson
 import trio
 
 from mcpipe._template import Template
-from mcpipe.backends._connections import Connections, NotRunning
+from mcpipe.backends import Connections, NotRunning
 from mcpipe.backends.kafka import KafkaClient, KafkaError, parse_bootstrap
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._wire import address, decode, encode, object_of, payload, text_of, timeout_s
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "KafkaFields", "KafkaPlan", "run_kafka"]
 

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "LOG_LEVELS", "LogFields", "run_log"]
 

@@ -14,7 +14,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds.progress import has_progress_token
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "MockFields", "run_mock"]
 

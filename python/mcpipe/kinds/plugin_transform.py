@@ -16,7 +16,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Expression, Leaf, evaluate
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["JSONATA_PLUGIN", "KIND", "PluginTransformFields", "run_plugin_transform"]
 

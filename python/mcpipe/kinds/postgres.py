@@ -28,7 +28,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._sqltext import split_postgres
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "PostgresFields", "PostgresPlan", "noetl_result", "run_postgres"]
 

@@ -12,7 +12,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "ProgressFields", "has_progress_token", "run_progress"]
 

@@ -33,7 +33,7 @@ from mcpipe.kinds._policy import PythonPolicy
 from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "PythonFields", "PythonPlan", "run_python"]
 

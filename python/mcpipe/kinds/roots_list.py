@@ -9,7 +9,7 @@ from mcpipe.kinds._ask import ask_step
 from mcpipe.kinds._base import Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "RootsListFields", "run_roots_list"]
 

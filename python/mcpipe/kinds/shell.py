@@ -25,7 +25,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds.command import CommandPlan, command_timeout, env_object, run_process
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "SHELL", "ShellFields", "run_shell"]
 

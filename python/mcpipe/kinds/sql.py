@@ -20,7 +20,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "SqlCall", "SqlFields", "SqlPlan", "backend_of", "call_of", "located", "run_sql"]
 

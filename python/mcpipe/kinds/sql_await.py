@@ -21,7 +21,7 @@ from mcpipe.kinds._base import Build, BuildFailed, Expression, Kind, StepFields
 from mcpipe.kinds.sql import BackendName, SqlCall, SqlText, backend_of, call_of, located
 from mcpipe.plan import Leaf, evaluate
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "AwaitPlan", "SqlAwaitFields", "SqlQueryFields", "run_sql_await"]
 

@@ -12,7 +12,7 @@ from mcpipe.kinds._base import Build, Kind, StepFields, StepId
 from mcpipe.kinds.sql import BackendName, RowModeField, SqlCall, SqlPlan, SqlText, backend_of, call_of
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "SqlStatementFields", "SqlTxFields", "run_sql_tx"]
 

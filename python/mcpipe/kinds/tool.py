@@ -12,7 +12,7 @@ from mcpipe.errors import ErrorCode, MCPipeError, UnknownToolError
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolCaller, ToolContext
+from mcpipe.tools import ToolCaller, ToolContext
 
 __all__ = ["KIND", "ToolFields", "run_tool"]
 

@@ -10,7 +10,7 @@ import msgspec
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf, evaluate
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
     from mcpipe.expr import CelExpr

@@ -47,7 +47,7 @@ from mcpipe.kinds._wire import payload
 from mcpipe.kinds.http import _send
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND", "TwilioFields", "render_twiml"]
 

@@ -14,7 +14,7 @@ import trio
 
 from mcpipe._jsonschema import needs_thread, validator
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["Outcome", "RunTool", "converse", "parse_json", "schema_errors", "schema_errors_async"]
 

@@ -20,7 +20,7 @@ from mcpipe._redact import redact, redact_bytes
 from mcpipe._util import read_capped
 from mcpipe.models._config import DEFAULT_OPENAI_BASE_URL, ModelConfig
 from mcpipe.models._types import Message, ModelError, Reply, ToolCall, ToolSpec
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["OpenAIModel"]
 

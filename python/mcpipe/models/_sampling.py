@@ -14,10 +14,10 @@ from typing import Any
 
 import orjson
 
-from mcpipe.interaction._core import AskFailed, interaction_of
+from mcpipe.interaction import AskFailed, interaction_of
 from mcpipe.models._config import SAMPLING, ModelConfig
 from mcpipe.models._types import Message, ModelError, Reply, ToolCall, ToolSpec
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["SamplingModel", "once"]
 

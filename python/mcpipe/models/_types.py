@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from mcpipe.errors import MCPipeError
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "Message",

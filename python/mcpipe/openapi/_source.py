@@ -14,7 +14,7 @@ import trio
 from mcpipe._util import read_capped
 from mcpipe.access import Credentials
 from mcpipe.errors import ConfigError, ErrorCode, Problem
-from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
+from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
 from mcpipe.openapi._config import OpenApiConfig, check_openapi
 from mcpipe.openapi._document import Document, DocumentError, read_document, spec_problems

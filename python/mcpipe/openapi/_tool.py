@@ -20,7 +20,7 @@ from mcpipe._jsonschema import validator
 from mcpipe._util import read_capped
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.errors import ErrorCode
-from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
+from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
 from mcpipe.openapi._config import OpenApiAuth
 from mcpipe.openapi._operations import Operation, Param, SecurityScheme

@@ -3,7 +3,7 @@
 See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
 """
 
-from mcpipe.plan._bounds import check_steps
+from mcpipe.plan._bounds import check_steps, deepest_location, depth_problem, json_depth, measure_output
 from mcpipe.plan._check import (
     STEP_ID,
     WHOLE_REFERENCE,
@@ -19,6 +19,7 @@ from mcpipe.plan._check import (
     step_reference_problem,
     template_parts,
 )
+from mcpipe.plan._draw import Drawing, drawing
 from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
@@ -57,6 +58,7 @@ __all__ = [
     "ArgumentSite",
     "Checker",
     "CompiledSpec",
+    "Drawing",
     "Expression",
     "ForEach",
     "Graph",
@@ -76,11 +78,16 @@ __all__ = [
     "check_steps",
     "compile_each",
     "decode_fields",
+    "deepest_location",
+    "depth_problem",
+    "drawing",
     "evaluate",
     "explain",
     "expression_timeout_ms",
+    "json_depth",
     "least_calls",
     "literal_type",
+    "measure_output",
     "output_path",
     "prelude",
     "problem_order",

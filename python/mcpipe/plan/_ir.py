@@ -29,12 +29,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, T
 
 import trio
 
+from mcpipe._deadline import expression_timeout_ms, set_expression_timeout
 from mcpipe._describe import json_type
-from mcpipe._pattern import set_pattern_timeout
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, InterpolationError, OutputTooLargeError
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolCaller, ToolContext
 
 if TYPE_CHECKING:
     from mcpipe.plan._types import ArgumentSite, TypedSite
@@ -121,23 +121,6 @@ class Expression(Protocol):
         ...
 
 
-_expression_timeout_ms = 1000.0
-
-
-def set_expression_timeout(ms: float) -> None:
-    """The deadline of every CEL, JSONata and Jinja evaluation, and of a schema pattern matched by the
-    fallback engine (``pipe.expression_timeout_ms``). It lives here, not in :mod:`mcpipe.expr`, so a server
-    sets it without loading the expression libraries."""
-    global _expression_timeout_ms
-    _expression_timeout_ms = float(ms)
-    set_pattern_timeout(ms)
-
-
-def expression_timeout_ms() -> float:
-    """The deadline of every CEL, JSONata and Jinja evaluation, in milliseconds."""
-    return _expression_timeout_ms
-
-
 async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:
     """Evaluate a compiled expression under the deadline rules: an expression with an
     ``evaluate_async`` (CEL that iterates runs in a killable worker process, :mod:`mcpipe.expr`) is
@@ -210,7 +193,7 @@ class Leaf(Step, Generic[F, B]):
     args: Template | None = None
     retry: Retry | None = None
 
-    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: Any = None) -> StepOutput:
+    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: ToolCaller | None = None) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
         ``timeout_ms``.
 
@@ -279,7 +262,9 @@ class ForEach(Step):
 
     ``items`` is a template, or an expression evaluated over the environment (a front-end's own language);
     ``max_concurrency`` bounds the elements running at once below the call's limit (1: one after the
-    other)."""
+    other). In a loop run one element at a time, the environment's ``before`` holds every element's slot
+    (``before[j][step.id]`` is the result of element ``j`` for each ``j < index``, all finished): a front-end
+    reads what the earlier elements wrote (NoETL's sequential loop threads its variables through)."""
 
     items: Template | Expression
     step: Node

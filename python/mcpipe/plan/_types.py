@@ -60,7 +60,7 @@ class ArgumentSite:
     literals: tuple[tuple[str, str], ...]
 
 
-def argument_problems(sites: Iterable[ArgumentSite], tools: Any) -> list[Problem]:
+def argument_problems(sites: Iterable[ArgumentSite], tools: object) -> list[Problem]:
     """What each step's ``args`` gets wrong against its tool's ``inputSchema``, found before anything runs
     (a later step's bad arguments would otherwise be refused only after the earlier steps had acted): a
     required argument missing, an argument the schema does not allow (``additionalProperties: false``), a
@@ -141,7 +141,7 @@ def output_path(reference: str) -> tuple[str, list[str]] | None:
     return m.group(1), [k for k in m.group(2).split(".") if k]
 
 
-def type_problems(sites: Iterable[TypedSite], tools: Any) -> list[Problem]:
+def type_problems(sites: Iterable[TypedSite], tools: object) -> list[Problem]:
     """The arguments whose reference's type (from the producer's ``outputSchema``) does not fit the
     argument's type (from the consumer's ``inputSchema``)."""
     get = getattr(tools, "get", None)

@@ -21,8 +21,7 @@ import trio
 from mcpipe._util import PIPE_TOOL, is_suspension
 from mcpipe.errors import ErrorCode
 from mcpipe.gateway import CallError, Gateway
-from mcpipe.interaction import CapabilityMissing
-from mcpipe.interaction._core import only
+from mcpipe.interaction import CapabilityMissing, only
 from mcpipe.plan import Limits
 from mcpipe.results import AnswerMode, pipe_envelope
 from mcpipe.runs._record import RunInteraction, RunRecord

@@ -27,7 +27,7 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from time import perf_counter
-from typing import Any
+from typing import Any, TypeAlias, assert_never
 
 import trio
 
@@ -58,15 +58,17 @@ from mcpipe.plan import (
     Limits,
     Node,
     Parallel,
+    Pipe,
     Pipeline,
+    Step,
     evaluate,
     explain,
+    measure_output,
     prelude,
     problem_order,
     referenced_step,
     walk,
 )
-from mcpipe.plan._bounds import measure_output
 from mcpipe.results import (
     AnswerMode,
     each_result,
@@ -80,8 +82,7 @@ from mcpipe.results import (
     shape_answer,
     tool_result,
 )
-from mcpipe.tools._base import ToolContext
-from mcpipe.tools._registry import UnknownToolError
+from mcpipe.tools import ToolContext, UnknownToolError
 
 __all__ = [
     "PROCESS_CONCURRENCY",
@@ -98,6 +99,9 @@ PROCESS_CONCURRENCY = 64
 """Default size of the process-wide limiter on parallel tool calls (all calls of all pipelines)."""
 
 _log = logging.getLogger("mcpipe.runtime")
+
+Container: TypeAlias = Parallel | Pipe | ForEach | Graph
+"""A step that holds other steps (every node but a leaf)."""
 _process_limiter = RunLimiter("mcpipe_process_limiter", PROCESS_CONCURRENCY)
 
 _CANCELLED = ErrorCode.CANCELLED
@@ -537,23 +541,27 @@ class _Run:
     async def dispatch(
         self, step: Node, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
     ) -> dict[str, Any]:
-        if type(step) is Leaf:
-            if step.run is None:
+        match step:
+            case Leaf(run=None):  # a bare tool call: the scheduler calls the tool itself
                 if parallel:
                     return await self.tool(step, env, results, prefix)
                 return await self._tool(step, env, results, prefix)
-            if parallel:
-                return await self.slotted(self.leaf, step, env, results, prefix)
-            return await self.leaf(step, env, results, prefix)
-        if step.skippable:
-            return await self.container(step, env, results, parallel, prefix, stop)
-        if type(step) is ForEach:
-            return await self.each(step, env, results, prefix, stop)
-        if type(step) is Graph:
-            return await self.graph(step, env, results, prefix, stop)
-        if type(step) is Parallel:
-            return await self.group(step, env, results, prefix, stop)
-        return await self.pipe(step, env, results, parallel, prefix)
+            case Leaf():
+                if parallel:
+                    return await self.slotted(self.leaf, step, env, results, prefix)
+                return await self.leaf(step, env, results, prefix)
+            case _ if step.skippable:
+                return await self.container(step, env, results, parallel, prefix, stop)
+            case ForEach():
+                return await self.each(step, env, results, prefix, stop)
+            case Graph():
+                return await self.graph(step, env, results, prefix, stop)
+            case Parallel():
+                return await self.group(step, env, results, prefix, stop)
+            case Pipe():
+                return await self.pipe(step, env, results, parallel, prefix)
+            case _:
+                assert_never(step)
 
     async def tool(
         self, step: Leaf[Any, Any], env: dict[str, Any], results: dict[str, Any], prefix: str
@@ -563,8 +571,8 @@ class _Run:
 
     async def slotted(
         self,
-        run: Callable[..., Awaitable[dict[str, Any]]],
-        step: Any,
+        run: Callable[[Leaf[Any, Any], dict[str, Any], dict[str, Any], str], Awaitable[dict[str, Any]]],
+        step: Leaf[Any, Any],
         env: dict[str, Any],
         results: dict[str, Any],
         prefix: str,
@@ -684,7 +692,7 @@ class _Run:
             delay *= 2
             attempt += 1
 
-    def recall(self, step: Any, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
+    def recall(self, step: Step, done: dict[str, Any], results: dict[str, Any]) -> dict[str, Any]:
         """A leaf step that finished in an earlier round of this call: its recorded result, not run again."""
         self.answer_bytes += json_measure(done, wire=True)[0]  # kept once already: it fitted then
         results[step.id] = done
@@ -697,7 +705,7 @@ class _Run:
         return done
 
     async def group(
-        self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
+        self, step: Parallel, env: dict[str, Any], results: dict[str, Any], prefix: str, stop: bool
     ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
@@ -759,7 +767,7 @@ class _Run:
 
     async def child(
         self,
-        step: Any,
+        step: Node,
         env: dict[str, Any],
         children: dict[str, Any],
         prefix: str,
@@ -789,7 +797,7 @@ class _Run:
                 siblings.cancel()
 
     async def pipe(
-        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str
+        self, step: Pipe, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str
     ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
@@ -829,7 +837,9 @@ class _Run:
 
     # --- kinds' leaves, and steps whose results say whether they were skipped ---
 
-    async def leaf(self, step: Any, env: dict[str, Any], results: dict[str, Any], prefix: str) -> dict[str, Any]:
+    async def leaf(
+        self, step: Leaf[Any, Any], env: dict[str, Any], results: dict[str, Any], prefix: str
+    ) -> dict[str, Any]:
         t0 = perf_counter()
         path = prefix + step.id
         if self.memo is not None:
@@ -852,7 +862,7 @@ class _Run:
             self.settle(step, r, path, results)
         return r
 
-    def settle(self, step: Any, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
+    def settle(self, step: Step, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
         what = f"the output of step '{step.id}'"
         too_large = None
@@ -916,7 +926,7 @@ class _Run:
                 self.scope.cancel()
         return full
 
-    def keep(self, step: Any, r: dict[str, Any], results: dict[str, Any]) -> None:
+    def keep(self, step: Step, r: dict[str, Any], results: dict[str, Any]) -> None:
         """Record a container's (or a skipped step's) result: what it adds to the answer beyond its children,
         counted already, is charged; past the room, the result fails ``OUTPUT_TOO_LARGE`` without its
         output (a group's, a ``for_each``'s, a pipe's copies of its children's outputs)."""
@@ -930,7 +940,7 @@ class _Run:
         results[step.id] = r
 
     async def container(
-        self, step: Any, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
+        self, step: Container, env: dict[str, Any], results: dict[str, Any], parallel: bool, prefix: str, stop: bool
     ) -> dict[str, Any]:
         """``when`` and ``input_transform`` first, then the group or nested pipe as for ``mcp_pipe``."""
         t0 = perf_counter()
@@ -946,10 +956,17 @@ class _Run:
             r["skipped"] = True
             self.keep(step, r, results)
             return r
-        if type(step) is Parallel:
-            r = await self.group(step, inner, results, prefix, stop)
-        else:
-            r = await self.pipe(step, inner, results, parallel, prefix)
+        match step:
+            case Parallel():
+                r = await self.group(step, inner, results, prefix, stop)
+            case Pipe():
+                r = await self.pipe(step, inner, results, parallel, prefix)
+            case ForEach():
+                r = await self.each(step, inner, results, prefix, stop)
+            case Graph():
+                r = await self.graph(step, inner, results, prefix, stop)
+            case _:
+                assert_never(step)
         r["skipped"] = False
         return r
 
@@ -1092,10 +1109,13 @@ class _Run:
         siblings: trio.CancelScope,
         held: list[BaseException],
     ) -> None:
+        one_by_one = step.max_concurrency == 1
         for i, item in todo:
             inner = dict(env)
             inner["item"] = item
             inner["index"] = i
+            if one_by_one:
+                inner["before"] = slots  # the items before `index` are done (a front-end's loop state reads them)
             if step.as_name != "item":
                 inner[step.as_name] = item  # what expressions read it as (templates read `item`)
             await self.child(step.step, inner, slots[i], f"{path}.{i}.", stop, first, siblings, held)
@@ -1255,7 +1275,7 @@ class _Run:
 
     # --- events ---
 
-    def started(self, step: Any, kind: str, path: str) -> None:
+    def started(self, step: Step, kind: str, path: str) -> None:
         self.emit(
             {
                 "type": "step_started",
@@ -1268,7 +1288,7 @@ class _Run:
             }
         )
 
-    def finished(self, step: Any, r: dict[str, Any], path: str) -> None:
+    def finished(self, step: Step, r: dict[str, Any], path: str) -> None:
         self.emit(
             {
                 "type": "step_finished",

@@ -20,6 +20,7 @@ from mcpipe._loader import LoadError, load_object
 from mcpipe.access import Credentials, Scopes, build_gates
 from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
+from mcpipe.downstream import Downstreams, OAuthClients
 from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
@@ -30,9 +31,7 @@ from mcpipe.server._guide import INSTRUCTIONS, SEARCH_INSTRUCTIONS
 from mcpipe.server._tasks import Tasks
 from mcpipe.store import RunQueue, ServedStore, StoreUnavailable, open_pipeline_store, open_queue
 from mcpipe.store.tokens import Vault, VaultError, open_token_store
-from mcpipe.tools._oauth import OAuthClients
 from mcpipe.tools.builtin import builtin_tools
-from mcpipe.tools.downstream import Downstreams
 from mcpipe.trust import Trust
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
@@ -487,6 +486,6 @@ def _known_names(gateway: Gateway, limit: int) -> Any:
 
 
 def _version() -> str:
-    from mcpipe import __version__
+    from mcpipe._version import __version__
 
     return __version__

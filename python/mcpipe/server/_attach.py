@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import weakref
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -67,6 +68,9 @@ class _ServerTool:
 
 _HOST = "asyncio_host"
 """Where an asyncio host's bridge sits in the ToolContext's extras (absent on a Trio host)."""
+
+_ATTACHED: weakref.WeakSet[Server[Any]] = weakref.WeakSet()
+"""The low-level servers ``mcp_pipe`` is attached to (attaching twice is refused)."""
 
 
 def _on_asyncio(ctx: ToolContext) -> AsyncioHost:
@@ -146,7 +150,7 @@ def attach(
     call_entry = low.get_request_handler("tools/call")
     if list_entry is None or call_entry is None:
         raise ValueError("attach() needs a server with tools (tools/list and tools/call handlers)")
-    if getattr(low, "_mcpipe_attached", False):
+    if low in _ATTACHED:
         raise ValueError("mcp_pipe is already attached to this server")
     list_tools, call_tool = list_entry.handler, call_entry.handler
     audit = audit or AuditLog(None)
@@ -189,5 +193,5 @@ def attach(
     lookup = low.get_tool_input_schema
     if lookup is not None:
         low.get_tool_input_schema = lambda name: PIPE_TOOL_WIRE["inputSchema"] if name == PIPE_TOOL else lookup(name)
-    low._mcpipe_attached = True  # type: ignore[attr-defined]
+    _ATTACHED.add(low)
     return server

@@ -27,11 +27,11 @@ from mcpipe import telemetry
 from mcpipe._json import dumps
 from mcpipe.access import GateDenied
 from mcpipe.compile import compile_spec_async
+from mcpipe.downstream import DownstreamError, Downstreams, DownstreamTool, SignInRequired
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
-from mcpipe.plan import Limits
-from mcpipe.plan._bounds import depth_problem, measure_output
+from mcpipe.plan import Limits, depth_problem, measure_output
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import check_pipeline, run_pipeline
@@ -41,9 +41,6 @@ from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTP
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
 from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
-from mcpipe.tools._catalog import DownstreamError
-from mcpipe.tools._oauth import SignInRequired
-from mcpipe.tools.downstream import Downstreams, DownstreamTool
 from mcpipe.trust import TrustDenied
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]

@@ -127,7 +127,7 @@ REGISTRY_PATH = "/v0.1/servers/"
 
 
 def _version() -> str:
-    from mcpipe import __version__
+    from mcpipe._version import __version__
 
     return __version__
 

@@ -47,14 +47,13 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe._core import Regex
 from mcpipe.access import INSUFFICIENT_SCOPE, scope_message
+from mcpipe.downstream import Change, DownstreamError, Downstreams, DownstreamServer
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
-from mcpipe.interaction._relay import request_asking
+from mcpipe.interaction import request_asking
 from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts
-from mcpipe.tools._catalog import Change, DownstreamError
-from mcpipe.tools.downstream import Downstreams, DownstreamServer
 
 __all__ = ["LOG_LEVELS", "Passthrough", "log_allowed"]
 
@@ -666,7 +665,7 @@ class Passthrough:
     async def _subscribe_downstream(self, server: DownstreamServer, uri: str, on: bool) -> None:
         client = server.client()
         if server.modern:
-            # Its subscriptions/listen stream is opened again with the new set (tools._catalog): wait for that.
+            # Its subscriptions/listen stream is opened again with the new set (downstream._catalog): wait for that.
             if on:
                 with trio.move_on_after(5):
                     await server.feed.acked.wait()

@@ -47,9 +47,9 @@ import trio
 from mcpipe._util import read_capped
 from mcpipe.access import Credentials, EnvCredential
 from mcpipe.config import McpServerConfig, RegistrySourceConfig
+from mcpipe.downstream import Downstreams
 from mcpipe.kinds import HttpPolicy
 from mcpipe.kinds.http import guarded_client
-from mcpipe.tools.downstream import Downstreams
 
 __all__ = ["RegistrySync", "Skipped"]
 

@@ -752,7 +752,7 @@ def auth_main(ns: argparse.Namespace) -> int:
 
 
 async def _auth(oauth: Any, ns: argparse.Namespace) -> int:
-    from mcpipe.tools._oauth import OPERATOR, SignInError
+    from mcpipe.downstream import OPERATOR, SignInError
 
     async with trio.open_nursery() as nursery:
         await nursery.start(oauth.store.run)
@@ -796,7 +796,7 @@ async def _login(oauth: Any, auth: Any, ns: argparse.Namespace) -> int:
     sharing the store, or, when the callback is a loopback address nothing listens on, this command itself)."""
     from urllib.parse import parse_qsl, urlsplit
 
-    from mcpipe.tools._oauth import OPERATOR
+    from mcpipe.downstream import OPERATOR
 
     url, _ = await auth.begin(OPERATOR, None)
     callback = urlsplit(oauth.callback_url)

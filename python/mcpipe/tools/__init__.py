@@ -1,4 +1,4 @@
-"""Tools: what pipelines call. Python functions, declared backends and downstream MCP servers."""
+"""Tools: what pipelines call: Python functions and declared backends (downstream servers: ``mcpipe.downstream``)."""
 
 from mcpipe.tools._base import PURE, Era, LogFn, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.tools._identity import Identity, TrustLevel

@@ -15,7 +15,7 @@ import orjson
 
 from mcpipe.errors import Problem
 from mcpipe.models import Models, located
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 from mcpipe.workflow._config import AuthParam, HttpToolConfig, ParamDoc, WorkflowConfig
 from mcpipe.workflow._orchestrator import (
     HTTP_SPEC_SCHEMA,

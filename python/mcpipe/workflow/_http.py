@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from mcpipe.errors import MCPipeError
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["PATH", "workflow_endpoint"]
 

@@ -32,7 +32,7 @@ from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import _decode_body, _response_headers, _send
 from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.results import StepFailure
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 from mcpipe.workflow._config import HttpToolConfig, WorkflowConfig
 
 __all__ = [

@@ -42,6 +42,11 @@ KNOWN: dict[str, str] = {
     "loop's iterator among the variables; mcpipe reads the key and scopes the iterator to its loop",
     "http_example": "the shell step prints `{{ vars.user_data }}`: NoETL 4.26 has no `vars` and keeps the template "
     "text; mcpipe reads NoETL 1.x's `vars` (the variables)",
+    "simple_http_v2": "its tool fields are written under `tool.spec`: NoETL 4.26's worker drops them (the http step "
+    "has no url, the python steps no code) and fails; mcpipe reads them, with a check warning per field",
+    "heavy_loop_aggregation": "a sequential loop's items append to `ctx.loop_results`: NoETL 4.26 renders each item in "
+    "the loop's start and aggregates 0 (and records nine loop entries for five items); mcpipe threads the writes "
+    "from item to item and aggregates 5 (docs/playbooks.md, where mcpipe differs)",
     "test_vars_block": "NoETL answers its ctx templates unrendered (`output.response` is undefined); mcpipe refuses "
     "the undefined name, located",
 }
@@ -103,7 +108,7 @@ async def run_in_mcpipe(case: dict[str, Any], tmp: Path, port: int, database: st
     name = yaml.safe_load(path.read_text())["metadata"]["name"]
     with trio.fail_after(60):
         async with served(doc, base_dir=str(tmp)) as app, Client(app.server) as client:
-            r = await client.call_tool(name, {})
+            r = await client.call_tool(name, dict(case.get("workload") or {}))
     answer = r.structured_content
     if answer is None:
         text = r.content[0].text if r.content else ""  # type: ignore[union-attr]

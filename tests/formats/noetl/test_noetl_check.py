@@ -122,3 +122,40 @@ def test_an_older_iterator_named_by_name_is_read_as_that_step(tmp_path):
 def test_what_no_noetl_engine_reads_is_refused_saying_so(tmp_path, steps, expected):
     problems = check(tmp_path, steps)
     assert any(p.startswith(expected) for p in problems), problems
+
+
+def test_tool_fields_under_tool_spec_are_read_with_a_warning_that_noetl_426_drops_them():
+    # examples/simple_http_v2: NoETL 4.26's worker renders a tool's config without `spec` (it reads only
+    # `policy` and `timeout` there), so its http step has no url and the run fails; mcpipe lifts the fields.
+    from kit.noetl import load
+
+    pb = load("tests/fixtures/playbooks/examples/simple_http_v2.yaml")
+    lifted = sorted(w.split(":")[0] for w in pb.warnings if "under a tool's `spec`" in w)
+    assert lifted == [
+        "workflow[0].tool.spec.method",
+        "workflow[0].tool.spec.params",
+        "workflow[0].tool.spec.url",
+        "workflow[1].tool.spec.code",
+        "workflow[1].tool.spec.input",
+        "workflow[2].tool.spec.code",
+        "workflow[2].tool.spec.input",
+    ]
+
+
+def test_a_sequential_loops_writes_and_its_failure_arcs_are_warned_of_as_noetl_426_runs_them_otherwise(tmp_path):
+    from kit.noetl import load
+
+    pb = load("tests/fixtures/playbooks/load_test/heavy_loop_aggregation/heavy_loop_aggregation.yaml")
+    wrote = "workflow[1].loop: the items of this sequential loop write `loop_results`"
+    assert any(w.startswith(wrote) for w in pb.warnings)
+    (tmp_path / "pb.yaml").write_text(
+        HEAD + "  - step: a\n    loop: {in: '{{ [1, 2] }}', iterator: x}\n    tool: {kind: noop}\n"
+        "    next: {arcs: [{step: b, when: \"{{ event.name == 'call.error' }}\"}, {step: b}]}\n"
+        "  - step: b\n    tool: {kind: noop}\n"
+    )
+    pb2, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
+    assert problems == [] and pb2 is not None
+    assert [w for w in pb2.warnings if "sequential" in w] == [
+        "workflow[0].next.arcs[0].when: a failed item of a sequential loop ends the run (as NoETL 4.26 ends it): "
+        "this arc is decided only once every item succeeded"
+    ]

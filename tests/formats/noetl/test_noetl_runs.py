@@ -228,3 +228,47 @@ async def test_an_mcp_turn_runs_as_a_step_of_a_noetl_workflow_and_later_steps_re
     assert "Resource kb:\nRefunds take 14 days." in asked and "About refunds?" in asked
     assert answer["noetl"]["steps"]["ask"][0]["text"] == "Fourteen days."
     assert answer["noetl"]["final"] == "FOURTEEN DAYS."
+
+
+async def test_a_failed_item_of_a_sequential_loop_ends_the_run_there_as_noetl_ends_it():
+    # Its code does not compile (`return` outside a function), so every item fails. NoETL 4.26's engine answers
+    # the item's `command.failed` with `workflow.failed` when no command is pending: the next item is not
+    # issued, the loop's arcs are not taken (golden/4.26.0/v2_loop_test.json).
+    answer, events = await run("tests/fixtures/playbooks/v2_loop_test.yaml")
+    shaped = answer["noetl"]
+    assert shaped["status"] == "failed" and shaped["failed_steps"] == ["start"]
+    assert [r["error"] for r in shaped["steps"]["start"]] == ["'return' outside function (<string>, line 9)"]
+    assert set(shaped["steps"]) == {"start"}  # process, user_loop, verify and end never run
+    assert step_order(events) == ["start"]
+
+
+async def test_a_failed_item_of_a_parallel_loop_lets_the_other_items_run_and_the_arcs_route_it(tmp_path):
+    (tmp_path / "pb.yaml").write_text(
+        "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p, path: t/p}\nworkload: {xs: [1, 0, 2]}\n"
+        "workflow:\n"
+        "  - step: start\n    loop: {in: '{{ xs }}', iterator: x, spec: {mode: parallel}}\n"
+        "    tool: {kind: python, input: {x: '{{ x }}'}, code: 'result = {\"inv\": 1 / x}'}\n"
+        "    next: {arcs: [{step: end}]}\n"
+        '  - step: end\n    tool: {kind: python, code: \'result = {"status": "done"}\'}\n'
+    )
+    pb = load(str(tmp_path / "pb.yaml"))
+    with trio.fail_after(WAIT_S):
+        answer = await PlaybookTool(pb).run({})
+    shaped = answer["noetl"]
+    assert shaped["status"] == "failed" and shaped["failed_steps"] == ["start"]
+    assert len(shaped["steps"]["start"]) == 3
+    assert shaped["steps"]["end"] == [{"status": "done"}]
+
+
+async def test_a_sequential_loops_items_each_see_what_the_items_before_them_wrote():
+    # heavy_loop_aggregation's items append to `ctx.loop_results` (a policy rule's `set`): folded item by item,
+    # the aggregate sees every item (NoETL 4.26 renders each item in the loop's start, and counts 0).
+    answer, _ = await run(
+        "tests/fixtures/playbooks/load_test/heavy_loop_aggregation/heavy_loop_aggregation.yaml", {"item_count": 5}
+    )
+    assert answer["ok"], answer["error"]
+    steps = answer["noetl"]["steps"]
+    assert [len(r["loop_results"]) for r in steps["process_items"]] == [1, 2, 3, 4, 5]
+    assert steps["aggregate_results"][0]["summary"]["total_processed"] == 5
+    assert steps["end"][0] == {"status": "completed", "test_name": "heavy_loop_aggregation", "test_result": "validated",
+                               "all_passed": True}  # fmt: skip

@@ -14,7 +14,7 @@ from typing import Any
 
 from mcpipe.errors import ErrorCode
 from mcpipe.formats.discord._steps import DiscordStep, Issue, Rejection
-from mcpipe.tools._base import ToolResult
+from mcpipe.tools import ToolResult
 
 __all__ = ["RECURSION", "discord_answer", "rejected_answer", "summary_text", "validation_answer"]
 

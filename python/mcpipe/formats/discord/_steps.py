@@ -27,7 +27,7 @@ from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, InterpolationError, MCPipeError, TemplateSyntaxError, UnknownToolError
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "MAX_STEPS",

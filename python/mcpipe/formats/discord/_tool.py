@@ -22,7 +22,7 @@ from mcpipe.formats.discord._answer import (
 from mcpipe.formats.discord._steps import MAX_STEPS, PIPELINE_TOOL, Rejection, parse_steps, translate
 from mcpipe.plan import DEFAULT_LIMITS, Limits
 from mcpipe.runtime import run_compiled
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordPipelines", "PipelineTool"]
 

@@ -24,9 +24,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from mcpipe.declared._answers import SurfaceError, register_answer
+from mcpipe.declared import SurfaceError, register_answer
 from mcpipe.errors import ErrorCode
-from mcpipe.tools._base import ToolResult
+from mcpipe.tools import ToolResult
 
 __all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
 

@@ -33,7 +33,7 @@ from mcpipe.formats.mcpg._kinds import HttpPolicy, _http_call, _TransportError, 
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["debug_pipelines"]
 

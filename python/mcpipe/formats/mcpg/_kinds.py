@@ -40,7 +40,7 @@ import trio
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter, read_capped
 from mcpipe.access import CredentialError, Credentials
-from mcpipe.backends._connections import NotRunning
+from mcpipe.backends import NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
@@ -52,12 +52,11 @@ from mcpipe.formats.mcpg._templates import (
     mcpg_steps,
     request_context,
 )
-from mcpipe.kinds import KINDS, Build, Kind, StepFields
-from mcpipe.kinds._policy import ForbiddenError, HttpPolicy
+from mcpipe.kinds import KINDS, Build, ForbiddenError, HttpPolicy, Kind, StepFields
 from mcpipe.kinds.http import guarded_client
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
 

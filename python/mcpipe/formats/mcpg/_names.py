@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 
-from mcpipe.expr._scan import scan_cel, scan_jsonata
+from mcpipe.expr import scan_cel, scan_jsonata
 
 __all__ = [
     "AUTH_PROVIDER",

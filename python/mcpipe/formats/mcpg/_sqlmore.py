@@ -33,7 +33,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds import KINDS, Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["StreamCursors", "check_list_query", "stream_page"]
 

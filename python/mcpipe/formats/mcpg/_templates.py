@@ -18,8 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError
-from mcpipe.expr._expr import compile_cel
+from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError, compile_cel
 from mcpipe.formats.mcpg._names import CONTEXT, REQUEST_CONTEXT
 
 __all__ = [

@@ -41,7 +41,7 @@ from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Models, load_models
 from mcpipe.plan import Limits
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = [
     "Catalog",

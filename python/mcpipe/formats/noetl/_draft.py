@@ -53,7 +53,7 @@ from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["compile_draft", "is_draft"]
 

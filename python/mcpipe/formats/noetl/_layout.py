@@ -664,6 +664,12 @@ def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
         if k == "policy":
             continue
         t.config.setdefault(str(k), v)  # NoETL's transitional layout wrote the tool's fields under `spec`
+        if k != "timeout":
+            r.warnings.append(
+                f"{where}.{k}: NoETL 4.26 reads only `policy` and `timeout` under a tool's `spec` (its worker "
+                f"drops the rest, and the tool fails without it); mcpipe reads it as the tool's `{k}`: move it "
+                "up beside `kind`"
+            )
     policy = spec.get("policy")
     if policy is None:
         return

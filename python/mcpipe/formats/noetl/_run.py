@@ -28,7 +28,7 @@ from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["EVENTS", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
 

@@ -46,7 +46,7 @@ from mcpipe.formats.noetl._tmpl import MAX_LITERAL
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["compile_runtime", "is_runtime"]
 

@@ -24,7 +24,7 @@ from mcpipe.formats.noetl._steps import EXECUTION_ID, step_of
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
 from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
 from mcpipe.plan import Limits
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["NoTools", "noetl_answer", "run_noetl"]
 

@@ -51,7 +51,7 @@ from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
 from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = [
     "EVENTS",
@@ -480,6 +480,8 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
                 passed.update(await data.data.render_async(source_scope))
         except RenderError as e:
             raise StepFailure(str(e), ErrorCode.INTERPOLATION_FAILED, facts=_facts(writes)) from None
+    if plan.iterator is not None:
+        _thread_loop(writes, step, env)
     scope = scope_of(pb, env, plan.iterator, {**writes, **passed})
     writes_full: dict[str, Any] = {}
     if plan.iterator is not None and pb.layout == "v1" and "item" in env:
@@ -532,6 +534,23 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     if writes_full:
         out.facts = {**(out.facts or {}), FULL_FACT: writes_full}
     return out
+
+
+def _thread_loop(writes: dict[str, Any], step: Any, env: Mapping[str, Any]) -> None:
+    """In a sequential loop an item sees what the items before it wrote: the writes of the item before it
+    (each item's writes hold its predecessors', so the last one is the loop's state) over the arcs'.
+
+    NoETL 4.26 renders every item in the variables of the loop's start (``heavy_loop_aggregation``'s items
+    each append to the list they were given, and its total is 0: the author meant the count of items); a
+    loop that runs its items one after the other is a fold, and each item's writes are the next one's
+    starting point. A parallel loop's items have no order: each sees the variables of the loop's start,
+    and their writes apply after the loop in item order."""
+    before, index = env.get("before"), env.get("index")
+    if not isinstance(before, list) or not isinstance(index, int) or index < 1:
+        return
+    previous = before[index - 1].get(step.id)
+    if isinstance(previous, Mapping) and isinstance(previous.get(SET_FACT), Mapping):
+        apply_set(writes, previous[SET_FACT])
 
 
 _PYTHON_FAILED = re.compile(

@@ -263,6 +263,7 @@ def compile_workflow(
             pb.routers.add(s.name)
         if s.loop is not None:
             pb.loops.add(s.name)
+            _loop_warnings(c, s, s.loop)
     reachable = _reachable(c, doc)
     for s in doc.steps:
         if s.name not in reachable and doc.entry:
@@ -1156,16 +1157,44 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admi
         if mif < 1:
             c.add(f"{loop.location}.spec.max_in_flight", "must be at least 1")
         width = max(1, mif)
+    # A failed item of a sequential loop ends the run, as NoETL 4.26 ends it (its engine answers the item's
+    # `command.failed` with `workflow.failed` when no other command is pending: the next item is not issued
+    # and the loop's arcs are not taken). A parallel loop's items run on, and its arcs route the failure.
+    sequential = width == 1
     return ForEach(
         sp.name,
         loop.location,
         items=_steps.LoopItems(sp, items, filt, loop.iterator),
-        step=leaf,
+        step=replace(leaf, continue_on_error=False) if sequential else leaf,
         as_name=loop.iterator,
         max_concurrency=width,
-        continue_on_error=True,
+        continue_on_error=not sequential,
         when=admit,
     )
+
+
+def _loop_warnings(c: _Problems, s: StepSpec, loop: LoopSpec) -> None:
+    """Where a sequential loop runs otherwise than NoETL 4.26 runs it, or than its arcs suggest: its items'
+    writes reach the next item (NoETL renders each item in the loop's start), and a failed item ends the run
+    (so an arc written for a failure never routes one)."""
+    if not (loop.mode == "sequential" or loop.max_in_flight == 1):
+        return
+    writes = sorted(
+        {str(k).partition(".")[2] or str(k) for k in (s.set or {})}
+        | {str(k).partition(".")[2] or str(k) for t in s.tasks for r in t.rules for k in (r.set or {})}
+    )
+    if writes:
+        names = ", ".join(f"`{w}`" for w in writes)
+        c.warnings.append(
+            f"{loop.location}: the items of this sequential loop write {names}: each item sees what the items "
+            "before it wrote (NoETL 4.26 renders every item in the variables of the loop's start)"
+        )
+    for a in s.arcs:
+        if isinstance(a.when, str) and "error" in a.when:
+            c.warnings.append(
+                f"{a.location}.when: a failed item of a sequential loop ends the run (as NoETL 4.26 ends it): "
+                "this arc is decided only once every item succeeded"
+            )
 
 
 def _inputs(pb: NoetlPlaybook, doc: Doc) -> list[str]:

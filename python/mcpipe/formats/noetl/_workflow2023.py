@@ -37,7 +37,7 @@ from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["compile_workflow2023", "is_workflow2023"]
 

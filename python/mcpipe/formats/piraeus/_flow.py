@@ -39,7 +39,7 @@ from mcpipe.formats.piraeus._services import NORMAL_SYSTEM, Services, canonical,
 from mcpipe.formats.piraeus._tool import ApiTool
 from mcpipe.plan import CompiledSpec, Leaf, Limits, Pipeline
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["FLOW_OUTPUT_SCHEMA", "FlowTool", "compile_flow"]
 

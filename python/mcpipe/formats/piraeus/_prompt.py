@@ -17,11 +17,11 @@ import orjson
 from mcp_types import INVALID_PARAMS
 
 from mcpipe._describe import did_you_mean
-from mcpipe.declared._answers import SurfaceError
+from mcpipe.declared import SurfaceError
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.formats.piraeus._model import Prompt, Variable
 from mcpipe.formats.piraeus._read import coerce
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["MAX_RENDERED_CHARS", "PromptSurface", "PromptTooLarge", "article", "render_value"]
 

@@ -39,7 +39,7 @@ from mcpipe.kinds import HttpPolicy
 from mcpipe.kinds.http import _send
 from mcpipe.models import schema_errors
 from mcpipe.results import StepFailure
-from mcpipe.tools._base import ToolContext, ToolResult
+from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["ApiTool", "Secrets", "build_request", "check_inputs", "read_path", "transform"]
 

@@ -37,7 +37,7 @@ from urllib.parse import quote, urlencode, urlsplit
 import orjson
 import trio
 
-from mcpipe.access._fetch import FetchError, fetch
+from mcpipe.access import FetchError, fetch
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.store.tokens import TokenStore, Vault, VaultError, principal_key
 

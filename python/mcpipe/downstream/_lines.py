@@ -9,7 +9,7 @@ per line and reading a line costs its length. A line past :data:`MAX_LINE_CHARS`
 
 A line answering ``tools/list`` is cut to the first ``ListingCap.max_items`` tools before the SDK parses it
 (:class:`ListingCap`, issue 27: 100 000 tools were parsed and validated whole before mcpipe kept 1000); the
-same cap runs on an HTTP downstream's answer as it streams (``mcpipe.tools.downstream``).
+same cap runs on an HTTP downstream's answer as it streams (``mcpipe.downstream``).
 """
 
 from __future__ import annotations

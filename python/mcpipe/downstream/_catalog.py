@@ -27,8 +27,8 @@ from mcpipe._util import RateLimit, log_safe
 from mcpipe.gateway import CallError
 
 if TYPE_CHECKING:
-    from mcpipe.tools._base import ToolContext
-    from mcpipe.tools.downstream import DownstreamServer
+    from mcpipe.downstream._server import DownstreamServer
+    from mcpipe.tools import ToolContext
 
 __all__ = ["Catalog", "Change", "DownstreamError", "Feed", "feed_of", "list_changes", "template_regex"]
 
@@ -157,7 +157,7 @@ class Feed:
     Args:
         server: the actor.
         changed: called with each change, after the server's lists were fetched again (set by
-            :class:`~mcpipe.tools.downstream.Downstreams`).
+            :class:`~mcpipe.downstream.Downstreams`).
     """
 
     def __init__(self, server: DownstreamServer) -> None:

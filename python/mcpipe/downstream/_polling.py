@@ -33,7 +33,7 @@ import outcome
 import trio
 from mcp_types import RequestParamsMeta
 
-from mcpipe.tools._base import ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["CALL_KEY", "StreamWatch"]
 

@@ -198,7 +198,7 @@ class Telemetry:
         (``time.time_ns()``) and ended now, a child of the current one (there must be a tracer): for a tool
         that makes no traced calls of its own (a function tool), whose span nothing needs while it runs.
         ``failed``: the call answered a tool error (True) or raised this. With a recorder, its
-        :meth:`mcpipe._tracing.Recorder.step_ended`, which records the span when its parent ends."""
+        :meth:`mcpipe.telemetry._tracing.Recorder.step_ended`, which records the span when its parent ends."""
         if self.tracer is not None:
             from opentelemetry import context, trace
 
@@ -219,7 +219,7 @@ class Telemetry:
         """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
 
         Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
-        processors, the exporters' path) are recorded by :class:`mcpipe._tracing.Recorder`, for a fraction
+        processors, the exporters' path) are recorded by :class:`mcpipe.telemetry._tracing.Recorder`, for a fraction
         of the SDK span's cost; any other tracer makes its own span, the parent passed explicitly.
         """
         rec = self._recorder
@@ -369,7 +369,7 @@ class Telemetry:
         return self._scoped(span, current)
 
     def _step_ended(self, step: str, name: str, start: int, failed: bool | BaseException) -> None:
-        """:attr:`step_ended` recorded now: by the recorder's :meth:`~mcpipe._tracing.Recorder.ended`, or the
+        """:attr:`step_ended` recorded now: by the recorder's :meth:`~mcpipe.telemetry._tracing.Recorder.ended`, or the
         tracer's own span."""
         rec = self._recorder
         attributes = {STEP_ATTRIBUTE: step, TOOL_ATTRIBUTE: name}
@@ -466,10 +466,10 @@ def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Non
 
 
 def _recorder_of(tracer: Any, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> Any:
-    """A :class:`mcpipe._tracing.Recorder` for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
+    """A :class:`mcpipe.telemetry._tracing.Recorder` for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
     if "opentelemetry.sdk.trace" not in sys.modules:  # an SDK tracer exists only once the SDK is imported
         return None
-    from mcpipe._tracing import Recorder
+    from mcpipe.telemetry._tracing import Recorder
 
     return Recorder.of(tracer, otherwise)
 

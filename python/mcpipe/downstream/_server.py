@@ -56,15 +56,21 @@ from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.config import McpServerConfig
+from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.downstream._lines import LISTING_CAP, ListingCap
+from mcpipe.downstream._lines import install as _linear_stdio_lines
+from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
+from mcpipe.downstream._polling import StreamWatch
 from mcpipe.gateway import CallError, is_cancellation
-from mcpipe.interaction._core import AskFailed, interaction_of
-from mcpipe.interaction._relay import Askers, call_relaying, caller_capabilities, keep_caller_capabilities
-from mcpipe.tools._base import Tool, ToolContext, ToolResult
-from mcpipe.tools._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
-from mcpipe.tools._lines import LISTING_CAP, ListingCap
-from mcpipe.tools._lines import install as _linear_stdio_lines
-from mcpipe.tools._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
-from mcpipe.tools._polling import StreamWatch
+from mcpipe.interaction import (
+    Askers,
+    AskFailed,
+    call_relaying,
+    caller_capabilities,
+    interaction_of,
+    keep_caller_capabilities,
+)
+from mcpipe.tools import Tool, ToolContext, ToolResult
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
@@ -242,18 +248,23 @@ def _asks_urls(ix: Any) -> bool:
 def carry_call_headers(session: Any) -> None:
     """Let the headers of :data:`_CALL_HEADERS` through the SDK session's stamp onto the request being sent
     (the stamp runs in the caller's task; the transport sends per-message headers with the POST)."""
-    stamp = session._stamp
-    if getattr(stamp, "carries_call_headers", False):
-        return
+    if not isinstance(session._stamp, _CarryingHeaders):
+        session._stamp = _CarryingHeaders(session._stamp)
 
-    def stamped(data: dict[str, Any], opts: Any) -> None:
-        stamp(data, opts)
+
+class _CarryingHeaders:
+    """An SDK session's stamp that adds the call's :data:`_CALL_HEADERS` to the request's options."""
+
+    __slots__ = ("stamp",)
+
+    def __init__(self, stamp: Callable[[dict[str, Any], Any], None]) -> None:
+        self.stamp = stamp
+
+    def __call__(self, data: dict[str, Any], opts: Any) -> None:
+        self.stamp(data, opts)
         extra = _CALL_HEADERS.get()
         if extra:
             opts.setdefault("headers", {}).update(extra)
-
-    stamped.carries_call_headers = True  # type: ignore[attr-defined]
-    session._stamp = stamped
 
 
 LISTED_PER_KEPT = 4

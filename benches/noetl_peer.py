@@ -1,0 +1,474 @@
+#!/usr/bin/env python3
+"""NoETL's own playbooks on the real NoETL 4.26.0 and on mcpipe, side by side (``make bench-peers``; outside CI).
+
+Five golden playbooks (``tests/formats/noetl/golden/4.26.0``): python only (``hello_world``), http to a local
+server (``http_retry_status_code``), postgres (``postgres_retry_connection``), a loop (``test_simple_loop``)
+and a loop calling a sub-playbook with postgres (``playbook_composition``). Both sides run on this host:
+
+- **NoETL**: the oracle kit's stack (``../shared/noetl-oracle``: its server and worker from PyPI, PostgreSQL
+  and NATS on 127.0.0.1), each playbook registered once, then executed through its API (``POST
+  /api/execute``) and polled (``GET /api/executions/ID/status``, every ``--poll`` seconds) until it is done;
+- **mcpipe**: one server process (``open_app`` + ``serve_http``, as ``mcpipe serve`` runs) serving the same
+  copies, its credentials a PostgreSQL of its own; each playbook is an MCP tool, called with raw 2026-07-28
+  ``tools/call`` POSTs on keep-alive connections (``server_load.blast``: one thread, no SDK client).
+
+Both use the kit's HTTP stand-in on 127.0.0.1:18080 (counted on neither side). First each side runs each
+playbook once and its answer is compared with NoETL's golden as ``tests/formats/noetl/test_goldens.py``
+compares it (a subset, per step). Then, for ``--rounds`` rounds, interleaved (the order of the sides swaps
+each round), each playbook runs ``--runs`` times at concurrency 1 and 16 on each side; a run records the wall
+time to result per playbook, the throughput, the CPU seconds and peak RSS of every process of the side
+(NoETL: server, worker, PostgreSQL, NATS, with their children; mcpipe: its process and its PostgreSQL),
+and the machine's load average (``/proc/loadavg``) during the run. The table is printed in Markdown (and
+``--json FILE`` keeps the raw figures).
+
+    python benches/noetl_peer.py [--rounds 3] [--runs 6] [--cases a,b] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import yaml
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT / "tests"), str(ROOT / "scripts")]
+
+from noetl_oracle import _python312  # noqa: E402
+
+from formats.noetl.normalize import comparable, stable, subset_diff  # noqa: E402
+from server_load import blast, tools_call  # noqa: E402
+
+GOLDEN = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0"
+VERSION = "4.26.0"
+CASES = [
+    "hello_world",
+    "http_retry_status_code",
+    "postgres_retry_connection",
+    "test_simple_loop",
+    "playbook_composition",
+]
+CALLEES = {"playbook_composition": ["user_profile_scorer"]}
+KNOWN = {
+    "playbook_composition": "NoETL 4.26 records five loop entries for four users (tests/formats/noetl/test_goldens.py "
+    "KNOWN): the figures are measured, the answers differ there",
+}
+LAST = {"playbook_composition"}
+"""NoETL 4.26's worker stopped taking commands after runs of this case (its sub-playbook's `finalize_result`
+failing with `KeyError: 'score_breakdown'`): it runs after every other case, in the last round only."""
+TICK = os.sysconf("SC_CLK_TCK")
+PAGE = os.sysconf("SC_PAGE_SIZE")
+CONCURRENCY = (1, 16)
+
+
+# --- processes: CPU and memory of a tree ---
+
+
+def _stat(pid: int) -> list[str] | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def tree(roots: list[int]) -> list[int]:
+    """The roots and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := _stat(int(entry))) is not None:
+            children.setdefault(int(st[1]), []).append(int(entry))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def cpu_seconds(roots: list[int]) -> float:
+    """utime + stime of the trees' processes, and of their children that have exited (cutime + cstime)."""
+    total = 0
+    for pid in tree(roots):
+        if (st := _stat(pid)) is not None:
+            total += sum(int(x) for x in st[11:15])
+    return total / TICK
+
+
+def rss_mb(roots: list[int]) -> float:
+    total = 0
+    for pid in tree(roots):
+        if (st := _stat(pid)) is not None:
+            total += int(st[21]) * PAGE
+    return total / 2**20
+
+
+class Sampler:
+    """Peak RSS of the trees and the machine's 1-minute load average, sampled every 0.25 s in a thread."""
+
+    def __init__(self, roots: list[int]) -> None:
+        self.roots, self.peak, self.loads = roots, 0.0, []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.peak = max(self.peak, rss_mb(self.roots))
+            self.loads.append(float(Path("/proc/loadavg").read_text().split()[0]))
+            self._stop.wait(0.25)
+
+    def __enter__(self) -> Sampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@dataclass
+class Run:
+    side: str
+    case: str
+    concurrency: int
+    runs: int
+    seconds: float
+    cpu_s: float
+    peak_rss_mb: float
+    load: float
+    latencies: list[float] = field(default_factory=list)
+    unfinished: int = 0
+    """Runs not done within the timeout (not in ``runs``)."""
+
+    @property
+    def per_s(self) -> float:
+        return self.runs / self.seconds
+
+    @property
+    def cpu_per_run(self) -> float:
+        return self.cpu_s / max(1, self.runs)
+
+
+# --- NoETL: the oracle kit's stack ---
+
+
+def _http(method: str, url: str, body: Any = None) -> Any:
+    data = orjson.dumps(body) if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return orjson.loads(r.read() or b"null")
+
+
+class Noetl:
+    def __init__(self, kit: Path, env: dict[str, str], poll: float) -> None:
+        self.kit, self.env, self.poll = kit, env, poll
+        self.timeout = 60.0
+        self.unfinished = 0
+        self.work = Path(env["NOETL_ORACLE_DIR"])
+        stack = json.loads((self.work / f"stack-{VERSION}.json").read_text())
+        self.base, self.pg_port = stack["url"], stack["pg_port"]
+        self.registered: dict[str, dict[str, Any]] = {}
+
+    def pids(self) -> list[int]:
+        pids = []
+        for name in (f"server-{VERSION}", f"worker-{VERSION}", f"nats-{VERSION}"):
+            pids.append(int((self.work / "pids" / name).read_text().split()[0]))
+        pids.append(int((self.work / "pg" / "data" / "postmaster.pid").read_text().split()[0]))
+        return pids
+
+    def prepare(self, cases: list[str]) -> None:
+        for name in ("pg_local", "pg_k8s"):
+            data = {"db_host": "127.0.0.1", "db_port": str(self.pg_port), "db_user": "demo", "db_password": "demo"}
+            cred = {"name": name, "type": "postgres", "data": {**data, "db_name": "demo_noetl"}}
+            _http("POST", f"{self.base}/api/credentials", cred)
+        for case in cases:
+            for callee in CALLEES.get(case, []):
+                self.register(callee)
+            reg = self.register(case)
+            self.registered[case] = {"path": reg["path"], "version": reg["version"]}
+
+    def register(self, name: str) -> Any:
+        body = {"content": (GOLDEN / f"{name}.yaml").read_text(), "resource_type": "Playbook"}
+        return _http("POST", f"{self.base}/api/catalog/register", body)
+
+    def answer(self, case: str) -> dict[str, Any]:
+        """One run through the kit's ``run.py --stable`` (its normalized answer, as the golden was recorded)."""
+        python = self.env.get("NOETL_ORACLE_PYTHON") or _python312() or sys.executable
+        proc = subprocess.run(
+            [python, str(self.kit / "run.py"), str(GOLDEN / f"{case}.yaml"), "--version", VERSION, "--stable"],
+            capture_output=True, text=True, env=self.env, timeout=120,
+        )  # fmt: skip
+        if proc.returncode != 0:
+            raise RuntimeError(f"run.py {case}: {proc.stderr.strip()[-300:]}")
+        answer: dict[str, Any] = json.loads(proc.stdout)
+        return answer
+
+    def one(self, case: str) -> float | None:
+        """One execution's wall time to its result (None: not done within ``--timeout`` seconds)."""
+        t0 = time.perf_counter()
+        ex = _http("POST", f"{self.base}/api/execute", self.registered[case])
+        eid = ex["execution_id"]
+        while True:
+            time.sleep(self.poll)
+            st = _http("GET", f"{self.base}/api/executions/{eid}/status")
+            if st.get("completed") or st.get("failed"):
+                if not st.get("completed"):
+                    raise RuntimeError(f"NoETL: {case} execution {eid} failed: {str(st)[:300]}")
+                return time.perf_counter() - t0
+            if time.perf_counter() - t0 > self.timeout:
+                print(f"NoETL: {case} execution {eid} not done after {self.timeout:.0f} s", flush=True)
+                return None
+
+    def load(self, case: str, concurrency: int, runs: int) -> tuple[float, list[float]]:
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            answers = list(pool.map(lambda _: self.one(case), range(runs)))
+        latencies = [x for x in answers if x is not None]
+        self.unfinished += len(answers) - len(latencies)
+        return time.perf_counter() - t0, latencies
+
+
+# --- mcpipe: one server process and its PostgreSQL ---
+
+
+async def _serve(config_path: str) -> None:
+    """The mcpipe side's server process: ``open_app`` + ``serve_http``, as ``mcpipe serve`` runs them."""
+    from functools import partial
+
+    import trio
+
+    from mcpipe.config import parse_config
+    from mcpipe.server import open_app, serve_http
+
+    path = trio.Path(config_path)
+    config = parse_config(await path.read_text(), "json", base_dir=str(path.parent))
+    async with open_app(config) as app, trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
+        print(url, flush=True)
+
+
+@contextmanager
+def mcpipe_side(cases: list[str]) -> Iterator[tuple[str, list[int], dict[str, str]]]:
+    """(MCP URL, [server pid, PostgreSQL pid], tool name of each case)."""
+    from kit.realservers import postgres_server
+
+    with postgres_server() as url, tempfile.TemporaryDirectory(prefix="noetl-peer-") as tmp:
+        pg_port = int(url.rsplit(":", 1)[1].split("/")[0])
+        pg_pid = postmaster_of(pg_port)
+        paths, names = [], {}
+        for case in cases:
+            for name in [case, *CALLEES.get(case, [])]:
+                shutil.copy(GOLDEN / f"{name}.yaml", Path(tmp) / f"{name}.yaml")
+            paths.append(str(Path(tmp) / f"{case}.yaml"))
+            names[case] = yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())["metadata"]["name"]
+        doc = {
+            "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}, "commands": {"sh": "/bin/sh"}},
+            "sql": {"pg_local": {"url": url}, "pg_k8s": {"url": url}},
+            "playbooks": paths,
+            "audit": {"path": str(Path(tmp) / "audit.jsonl")},
+        }
+        config = Path(tmp) / "mcpipe.json"
+        config.write_text(json.dumps(doc))
+        proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve", str(config)], stdout=subprocess.PIPE, stdin=subprocess.DEVNULL
+        )
+        try:
+            assert proc.stdout is not None
+            mcp_url = proc.stdout.readline().decode().strip()
+            if not mcp_url:
+                raise RuntimeError("the mcpipe server exited before listening")
+            yield mcp_url, [proc.pid, pg_pid], names
+        finally:
+            proc.kill()
+            proc.wait(10)
+
+
+def postmaster_of(port: int) -> int:
+    """The PostgreSQL server listening on ``port``: a ``postgres`` process whose data dir (its cwd) has a
+    ``postmaster.pid`` naming it and the port."""
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if Path(f"/proc/{entry}/comm").read_text().strip() != "postgres":
+                continue
+            lines = (Path(os.readlink(f"/proc/{entry}/cwd")) / "postmaster.pid").read_text().splitlines()
+        except (OSError, ValueError):
+            continue
+        if len(lines) > 3 and lines[0] == entry and lines[3] == str(port):
+            return int(entry)
+    raise RuntimeError(f"no PostgreSQL server found on port {port}")
+
+
+def mcpipe_answer(url: str, tool: str) -> dict[str, Any]:
+    body = tools_call(tool, {})
+    req = urllib.request.Request(
+        url, data=body, method="POST",
+        headers={"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+                 "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": tool},
+    )  # fmt: skip
+    with urllib.request.urlopen(req, timeout=60) as r:
+        raw = r.read()
+    if raw.startswith(b"event:") or b"\ndata:" in raw or raw.startswith(b"data:"):
+        raw = next(line[5:] for line in raw.splitlines() if line.startswith(b"data:"))
+    answer = orjson.loads(raw)["result"]["structuredContent"]
+    return {
+        "status": answer.get("status"),
+        "steps": answer.get("steps"),
+        "failed_steps": sorted(answer.get("failed_steps") or []),
+        "final": answer.get("final"),
+    }
+
+
+def mcpipe_load(url: str, tool: str, concurrency: int, runs: int) -> tuple[float, list[float]]:
+    done, seconds, _ = blast(
+        url, tools_call(tool, {}), clients=concurrency, calls=runs, check=b'"failed_steps":[]', max_seconds=120
+    )
+    if done != max(1, runs // concurrency) * concurrency:
+        raise RuntimeError(f"mcpipe: {done} of {runs} runs of {tool} answered")
+    # Each client runs its share one after the other: a run's wall time is its client's share of the time.
+    return seconds, [seconds * concurrency / done] * done
+
+
+# --- the comparison ---
+
+
+def check(side: str, case: str, got: dict[str, Any]) -> str:
+    want = comparable(json.loads((GOLDEN / f"{case}.json").read_text()))
+    diff = subset_diff({k: want[k] for k in ("status", "steps", "failed_steps", "final")}, comparable(stable(got)))
+    if not diff:
+        return "equal"
+    if case in KNOWN:
+        return f"differs (known: {KNOWN[case]})"
+    raise AssertionError(f"{side} {case} does not answer NoETL's golden:\n" + "\n".join(diff[:20]))
+
+
+def measure(side: str, roots: list[int], case: str, c: int, runs: int, fn: Any) -> Run:
+    cpu0 = cpu_seconds(roots)
+    with Sampler(roots) as s:
+        seconds, latencies = fn(case, c, runs)
+    return Run(side, case, c, len(latencies), seconds, cpu_seconds(roots) - cpu0, s.peak, max(s.loads, default=0.0),
+               latencies, runs - len(latencies))  # fmt: skip
+
+
+def table(results: list[Run], cases: list[str]) -> str:
+    rows = [
+        "| playbook | conc. | NoETL wall/run | mcpipe wall/run | NoETL runs/s | mcpipe runs/s | throughput x "
+        "| NoETL CPU/run | mcpipe CPU/run | NoETL peak RSS | mcpipe peak RSS | load (1 min) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for case in cases:
+        for c in CONCURRENCY:
+            n = [r for r in results if r.side == "noetl" and r.case == case and r.concurrency == c]
+            m = [r for r in results if r.side == "mcpipe" and r.case == case and r.concurrency == c]
+            if not n or not m:
+                continue
+            ratio = statistics.median(b.per_s / max(a.per_s, 1e-9) for a, b in zip(n, m, strict=False))
+            lost = sum(r.unfinished for r in n)
+            nwall = [x for r in n for x in r.latencies]
+            rows.append(
+                f"| `{case}` | {c} | {statistics.median(nwall) * 1000 if nwall else float('nan'):.0f} ms"
+                f"{f' ({lost} of {lost + len(nwall)} not done in 60 s)' if lost else ''} "
+                f"| {statistics.median(x for r in m for x in r.latencies) * 1000:.1f} ms "
+                f"| {max(r.per_s for r in n):.2f} | {max(r.per_s for r in m):.1f} | **{ratio:.0f}x** "
+                f"| {min(r.cpu_per_run for r in n) * 1000:.0f} ms | {min(r.cpu_per_run for r in m) * 1000:.1f} ms "
+                f"| {max(r.peak_rss_mb for r in n):.0f} MB | {max(r.peak_rss_mb for r in m):.0f} MB "
+                f"| {min(r.load for r in n + m):.1f}-{max(r.load for r in n + m):.1f} |"
+            )
+    return "\n".join(rows)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=6, help="NoETL's runs of a playbook at concurrency 1 (x4 at 16)")
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--poll", type=float, default=0.05, help="seconds between NoETL status polls")
+    ap.add_argument("--keep", action="store_true", help="leave the NoETL stack running")
+    ap.add_argument("--no-start", action="store_true", help="the NoETL stack is already up")
+    ap.add_argument("--json", help="write the raw figures here")
+    args = ap.parse_args()
+    if args.serve:
+        import trio
+
+        trio.run(_serve, args.serve)
+        return 0
+    cases = [c for c in args.cases.split(",") if c]
+    unknown = [c for c in cases if not (GOLDEN / f"{c}.json").is_file()]
+    if unknown:
+        print(f"noetl_peer: no golden case {', '.join(unknown)} in {GOLDEN}", file=sys.stderr)
+        return 2
+    kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
+    if not (kit / "run.py").exists():
+        print(f"noetl_peer: no oracle kit at {kit} (set NOETL_ORACLE_KIT)", file=sys.stderr)
+        return 2
+    env = dict(os.environ)
+    env.setdefault("NOETL_ORACLE_DIR", "/tmp/mcpipe-noetl-oracle")
+    Path(env["NOETL_ORACLE_DIR"]).mkdir(parents=True, exist_ok=True)
+    if not args.no_start:
+        subprocess.run([str(kit / "setup.sh"), VERSION], check=True, env=env)
+        subprocess.run([str(kit / "stack.sh"), "start", VERSION], check=True, env=env)
+    results: list[Run] = []
+    try:
+        noetl = Noetl(kit, env, args.poll)
+        noetl.prepare(cases)
+        with mcpipe_side(cases) as (url, mcpipe_pids, names):
+            verdicts = {}
+            for case in cases:
+                verdicts[case] = (
+                    check("NoETL", case, noetl.answer(case)),
+                    check("mcpipe", case, mcpipe_answer(url, names[case])),
+                )
+                print(f"{case}: NoETL {verdicts[case][0]}; mcpipe {verdicts[case][1]}", flush=True)
+            sides = {
+                "noetl": (noetl.pids(), noetl.load),
+                "mcpipe": (mcpipe_pids, lambda case, c, runs: mcpipe_load(url, names[case], c, runs)),
+            }
+            # A case that may leave NoETL unable to run more (LAST) runs after every other, in the last round only.
+            for rnd in range(args.rounds):
+                order = ["noetl", "mcpipe"] if rnd % 2 == 0 else ["mcpipe", "noetl"]
+                last = rnd == args.rounds - 1
+                for case in [c for c in cases if c not in LAST] + [c for c in cases if c in LAST and last]:
+                    for c in CONCURRENCY:
+                        runs = args.runs if c == 1 else args.runs * 4
+                        if runs < c:
+                            runs = c
+                        for side in order:
+                            pids, fn = sides[side]
+                            # mcpipe answers in milliseconds: give it more runs, so its figures are not noise
+                            n = runs if side == "noetl" else runs * 10
+                            r = measure(side, pids, case, c, n, fn)
+                            results.append(r)
+                            print(f"round {rnd + 1} {side:6s} {case:26s} c={c:2d}: {r.per_s:8.2f} runs/s, "
+                                  f"CPU {r.cpu_per_run * 1000:7.1f} ms/run, RSS {r.peak_rss_mb:5.0f} MB, "
+                                  f"load {r.load:.1f}", flush=True)  # fmt: skip
+        print()
+        print(table(results, cases))
+        if args.json:
+            Path(args.json).write_text(json.dumps([r.__dict__ | {"per_s": r.per_s} for r in results], indent=1))
+    finally:
+        if not args.keep and not args.no_start:
+            subprocess.run([str(kit / "stack.sh"), "stop", VERSION], env=env)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
