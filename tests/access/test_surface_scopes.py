@@ -114,6 +114,13 @@ async def _refusals(client: Client) -> dict[str, MCPError | None]:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # resources/subscribe is the 2025-11-25 way
             out["subscribe"] = await attempt(client.subscribe_resource("report://weekly"))
+    else:  # a 2026-07-28 listen stream naming the resource is a subscription to it
+
+        async def listen() -> None:
+            async with client.listen(resource_subscriptions=["report://weekly"]):
+                pass
+
+        out["listen"] = await attempt(listen())
     return out
 
 
