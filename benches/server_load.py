@@ -5,7 +5,7 @@ HTTP/1.1 on keep-alive connections: one pre-encoded 2026-07-28 ``tools/call`` PO
 written and read back on a trio socket, counted and timed. The server runs in its own process; its CPU is
 read from ``/proc/<pid>/stat`` (utime + stime) before and after the load.
 
-    python server_load.py sdk|mcpipe     # serve the benchmark's tools; prints the MCP URL on stdout
+    python server_load.py sdk|mcpipe|proxy URL     # serve the benchmark's tools; prints the MCP URL on stdout
 """
 
 from __future__ import annotations
@@ -391,6 +391,7 @@ async def _serve_sdk() -> None:
 
     app = MCPServer("bench")
     app.tool()(ping.fn)
+    app.tool()(inc.fn)
     asgi = app.streamable_http_app()
     async with trio.open_nursery() as nursery:
         binds = await nursery.start(partial(serve, asgi, _hypercorn_config()))
@@ -437,6 +438,23 @@ async def _serve_mcpipe(audit_path: str, variant: str = "") -> None:
         print(url, flush=True)
 
 
+async def _serve_proxy(down_url: str, audit_path: str) -> None:
+    """mcpipe in front of one downstream MCP server over streamable HTTP (``mcpServers.down``, prefix
+    ``down``): the gateway of ``proxy_peer.py``."""
+    from mcpipe.config import parse_config
+    from mcpipe.server import open_app, serve_http
+
+    doc: dict[str, Any] = {
+        "builtins": False,
+        "audit": {"path": audit_path},
+        "mcpServers": {"down": {"url": down_url}},
+    }
+    config = parse_config(orjson.dumps(doc), "json")
+    async with open_app(config) as app, trio.open_nursery() as nursery:
+        url = await nursery.start(partial(serve_http, app, host="127.0.0.1", port=0))
+        print(url, flush=True)
+
+
 if __name__ == "__main__":
     import logging
 
@@ -446,5 +464,7 @@ if __name__ == "__main__":
             trio.run(_serve_sdk)
         case "mcpipe":
             trio.run(_serve_mcpipe, sys.argv[2] if len(sys.argv) > 2 else os.devnull, *sys.argv[3:4])
+        case "proxy":
+            trio.run(_serve_proxy, sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else os.devnull)
         case other:
             raise SystemExit(f"unknown server kind {other!r}")

@@ -12,10 +12,24 @@ forked again between rounds: the figure of a step that finds a warm worker); the
     pytest benches/test_python_steps.py --benchmark-enable --benchmark-only
 
 Under the default ``--benchmark-disable`` each runs once, as a smoke test.
+
+**A/B against another tree**, interleaved in one run: with ``MCPIPE_BASELINE_PYTHON`` set to the interpreter
+of another checkout (main's ``.venv/bin/python``, say), ``test_python_steps_side_by_side_with_a_baseline``
+runs ``benches/python_step_probe.py`` in that interpreter and in this one by turns (``AB_ROUNDS`` turns each,
+default 6), prints the median per step of each with the machine's load average at the start and the end,
+and the ratio of the two::
+
+    MCPIPE_BASELINE_PYTHON=/work/main/.venv/bin/python pytest benches/test_python_steps.py -k side_by_side -s
 """
 
 from __future__ import annotations
 
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -95,3 +109,37 @@ def test_ten_python_steps_each_waiting_for_its_own_fork(benchmark):
 @pytest.mark.benchmark(group="python-steps")
 def test_the_same_ten_functions_called_in_process(benchmark):
     benchmark(run_in_process)
+
+
+PROBE = Path(__file__).with_name("python_step_probe.py")
+
+
+def _probe(python: str, prefork: int, rounds: int = 8) -> dict[str, Any]:
+    done = subprocess.run([python, str(PROBE), str(rounds), str(prefork)], capture_output=True, timeout=300, check=True)
+    return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.skipif(not os.environ.get("MCPIPE_BASELINE_PYTHON"), reason="MCPIPE_BASELINE_PYTHON is not set")
+def test_python_steps_side_by_side_with_a_baseline():
+    baseline = os.environ["MCPIPE_BASELINE_PYTHON"]
+    turns = int(os.environ.get("AB_ROUNDS", "6"))
+    for prefork in (10, 2):
+        load0 = os.getloadavg()[0]
+        times: dict[str, list[float]] = {"baseline": [], "this tree": []}
+        in_process: list[float] = []
+        for _ in range(turns):
+            for name, python in (("baseline", baseline), ("this tree", sys.executable)):
+                got = _probe(python, prefork)
+                times[name] += got["per_step_ms"]
+                in_process.append(got["in_process_us"])
+        load1 = os.getloadavg()[0]
+        base, new = (statistics.median(times[k]) for k in ("baseline", "this tree"))
+        inproc = statistics.median(in_process)
+        print(f"\nprefork {prefork}, load {load0:.1f} -> {load1:.1f}, in process {inproc:.2f} us per step")
+        for name, values in times.items():
+            v = sorted(values)
+            print(
+                f"  {name:10s} per step: best {v[0]:.2f} ms, median {statistics.median(v):.2f} ms, p90 "
+                f"{v[int(len(v) * 0.9)]:.2f} ms ({len(v)} calls of 10 steps)"
+            )
+        print(f"  this tree / baseline (medians): {new / base:.2f}")

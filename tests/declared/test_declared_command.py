@@ -153,3 +153,37 @@ async def test_a_finished_command_leaves_no_background_children_holding_the_step
     with trio.fail_after(20):
         out = await run({"kind": "command", "command": "py", "args": [script]})
     assert out.ok and out.output["stdout"] == "parent done\n"
+
+
+# --- run_captured: what a format that reports a program's run (mcpg's command binding) builds on --------
+
+
+async def test_run_captured_cuts_each_stream_at_its_cap_and_says_which_was_cut():
+    from mcpipe.kinds.command import run_captured
+
+    script = "import sys; sys.stdout.write('o' * 5000); sys.stderr.write('e' * 10)"
+    with trio.fail_after(20):
+        run = await run_captured(
+            [sys.executable, "-c", script], {}, None, None, PY.command, max_bytes=100, timeout_s=10
+        )
+    assert (run.code, run.stdout, run.stderr) == (0, b"o" * 100, b"e" * 10)
+    assert (run.stdout_truncated, run.stderr_truncated, run.timed_out) == (True, False, False)
+
+
+async def test_run_captured_stops_a_program_at_its_deadline_and_keeps_what_it_printed(fifo: Path):
+    from mcpipe.kinds.command import run_captured
+
+    script = SLEEPER.rstrip().removesuffix("time.sleep(600)") + "print('so far', flush=True)\ntime.sleep(600)\n"
+    with trio.fail_after(20):
+        async with trio.open_nursery() as nursery:
+            pids: list[int] = []
+
+            async def watch_pids() -> None:
+                pids.extend(watch(await read_pids(fifo)))
+
+            nursery.start_soon(watch_pids)
+            run = await run_captured(
+                [sys.executable, "-c", script, str(fifo)], {}, None, None, PY.command, max_bytes=100, timeout_s=1
+            )
+        assert run.timed_out and run.code < 0 and b"so far" in run.stdout
+        await all_gone(pids)

@@ -310,3 +310,47 @@ async def test_the_tls_server_name_of_an_international_host_is_its_ascii_form_th
     assert request.url.host == b"93.184.216.34"
     assert request.extensions["sni_hostname"] == "xn--fa-hia.example"
     assert dict(request.headers)[b"Host"] == b"xn--fa-hia.example"
+
+
+# --- the public request API that formats build on (mcpg's bindings, piraeus, the workflow) ----------
+
+
+async def test_send_request_answers_the_status_headers_and_body_and_decodes_by_content_type(http_server):
+    from mcpipe.kinds.http import send_request
+
+    with trio.fail_after(10):
+        r = await send_request(LOCAL.http, "POST", f"{http_server.url}/echo", headers={"x-a": "1"}, content=b"[1]")
+        text = await send_request(LOCAL.http, "GET", f"{http_server.url}/text")
+    assert r.status == 200 and r.header_map()["content-type"] == "application/json" and not r.truncated
+    assert r.decoded() == ({"method": "POST", "query": {}, "headers": r.decoded()[0]["headers"], "body": [1]}, True)
+    assert r.decoded()[0]["headers"]["x-a"] == "1"
+    assert text.decoded() == ("plain words", False) and text.charset == "utf-8"
+
+
+async def test_send_request_cuts_a_long_body_when_asked_and_fails_it_otherwise(http_server):
+    from mcpipe.kinds.http import send_request
+    from mcpipe.results import StepFailure
+
+    with trio.fail_after(10):
+        cut = await send_request(LOCAL.http, "GET", f"{http_server.url}/big", max_bytes=100, truncate=True)
+        with pytest.raises(StepFailure, match="larger than 100 bytes"):
+            await send_request(LOCAL.http, "GET", f"{http_server.url}/big", max_bytes=100)
+    assert cut.body == b"x" * 100 and cut.truncated
+
+
+async def test_send_request_failures_say_their_stage_and_whether_the_deadline_passed(http_server):
+    from mcpipe.kinds.http import HttpRequestFailed, send_request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = s.getsockname()[1]  # bound, not listening: the connection is refused
+        with trio.fail_after(10):
+            with pytest.raises(HttpRequestFailed) as refused:
+                await send_request(LOCAL.http, "GET", f"http://127.0.0.1:{closed}/")
+            with pytest.raises(HttpRequestFailed) as slow:
+                await send_request(LOCAL.http, "GET", f"{http_server.url}/slow", timeout_s=0.2)
+            with pytest.raises(HttpRequestFailed) as bad:
+                await send_request(LOCAL.http, "GET", "http://[::1/")
+    assert refused.value.stage == "send" and not refused.value.timed_out
+    assert slow.value.stage == "send" and slow.value.timed_out and "did not answer within 0.2 s" in str(slow.value)
+    assert bad.value.stage == "url"

@@ -24,6 +24,7 @@ from kit.attack import Served, served, write_config
 from kit.hostile import call, headers
 from kit.llm import _answer, lifespan, serving
 from kit.oauth import OAuthServer, echo_api
+from kit.processes import in_namespace
 from kit.session import open_session
 from mcpipe.access._config import RateLimitGate
 from mcpipe.access._gates import RateLimiter
@@ -64,19 +65,22 @@ mcp:
         backend:
           kind: command
           command: sh
-          args: ["-c", "sleep 302 >/dev/null 2>&1 & echo $! > {pidfile}; echo '{{}}'"]
+          args: ["-c", "sleep 302 >/dev/null 2>&1 & echo $(readlink /proc/self/ns/pid) $! > {pidfile}; echo '{{}}'"]
       - name: holding
         description: a command that leaves a child holding its output
         governance: {{minimum_trust: unauthenticated}}
         backend:
           kind: command
           command: sh
-          args: ["-c", "sleep 303 & echo $! > {pidfile}.2; echo '{{}}'"]
+          args: ["-c", "sleep 303 & echo $(readlink /proc/self/ns/pid) $! > {pidfile}.2; echo '{{}}'"]
 """
 
 
-def _pid(path: Path) -> int:
-    return int(path.read_text())
+def _pids(path: Path) -> list[int]:
+    """The pids, as seen here, a command's child wrote (``<its PID namespace> <pid>``): the pid itself, or,
+    when the command ran in a PID namespace of its own, every process still in that namespace."""
+    link, pid = path.read_text().split()
+    return in_namespace(link) if link != os.readlink("/proc/self/ns/pid") else [int(pid)]
 
 
 def _lines(path: Path) -> list[str]:
@@ -129,11 +133,11 @@ async def _commands(server: Served, pidfile: Path) -> None:
     children: list[int] = []
     try:
         answer = await server.call("background", {})
-        children.append(_pid(pidfile))
+        children += _pids(pidfile)
         t0 = time.perf_counter()
         held = await server.call("holding", {})
         took = time.perf_counter() - t0
-        children.append(_pid(pidfile.with_suffix(".pid.2")))
+        children += _pids(pidfile.with_suffix(".pid.2"))
         assert answer["structuredContent"]["response"]["success"] is True
         assert held["structuredContent"]["response"]["timedOut"] is False and took < 2.0, (took, held)
         with trio.move_on_after(5):

@@ -38,7 +38,7 @@ from jsonschema.validators import validator_for
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
     CLIENT_CAPABILITIES_META_KEY,
@@ -61,6 +61,7 @@ from mcpipe.downstream._lines import LISTING_CAP, ListingCap
 from mcpipe.downstream._lines import install as _linear_stdio_lines
 from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.downstream._polling import StreamWatch
+from mcpipe.downstream._wire import LeanTransport, lean_for
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction import (
     Askers,
@@ -312,11 +313,20 @@ def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
     http.event_hooks["response"].append(on_response)
 
 
+def _http_client(url: str, headers: dict[str, str], auth: httpx2.Auth | None) -> httpx2.AsyncClient:
+    """The SDK's client (``create_mcp_http_client``: its timeouts, headers, auth), on the lean transport for a
+    plain-http server reached directly (``_wire``)."""
+    if not lean_for(url):
+        return create_mcp_http_client(headers=headers or None, auth=auth)
+    timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
+    return httpx2.AsyncClient(headers=headers or None, auth=auth, timeout=timeout, transport=LeanTransport())
+
+
 @asynccontextmanager
 async def _http_transport(
     url: str, headers: dict[str, str], watch: StreamWatch, listing: ListingCap, auth: httpx2.Auth | None = None
 ) -> AsyncIterator[Any]:
-    async with create_mcp_http_client(headers=headers or None, auth=auth) as http:
+    async with _http_client(url, headers, auth) as http:
         watch.install(http)
         _cap_listings(http, listing)
         async with streamable_http_client(url, http_client=http) as s:

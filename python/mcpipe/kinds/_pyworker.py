@@ -6,8 +6,9 @@ hard, so the code cannot raise them), drops to a uid of its own where the server
 answers; then it is killed with everything it started. At most ``workers`` steps run at once (per Trio run);
 more wait. The whole of a step (taking a worker, the request, the reply) is under the step's deadline.
 
-The request is two JSON documents in one frame: the step's fixed part (the code, its limits), encoded once
-when the step is compiled, and the call's part (``input``, ``context``, ``env``), encoded once per call.
+The request is two JSON documents in one frame: the step's fixed part (the code, compiled at load and sent
+marshalled so the worker does not compile it again, its limits), encoded once when the step is compiled, and
+the call's part (``input``, ``context``, ``env``), encoded once per call.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ import os
 import shutil
 import signal
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 import orjson
@@ -30,7 +30,16 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "CommandFields", "CommandPlan", "env_object", "run_command", "run_process"]
+__all__ = [
+    "KIND",
+    "CommandFields",
+    "CommandPlan",
+    "ProcessRun",
+    "env_object",
+    "run_captured",
+    "run_command",
+    "run_process",
+]
 
 
 class CommandFields(StepFields, tag="command"):
@@ -161,6 +170,24 @@ def _executable(name: str, env: Mapping[str, str]) -> str:
     return found
 
 
+class ProcessRun(NamedTuple):
+    """What a program did (:func:`run_captured`).
+
+    Attributes:
+        code: its exit code (negative: the signal that ended it; ``-SIGKILL`` when it was stopped).
+        stdout, stderr: what it printed, each cut at ``max_bytes``.
+        stdout_truncated, stderr_truncated: that stream printed more than ``max_bytes``.
+        timed_out: ``timeout_s`` passed and it was stopped (its output so far kept).
+    """
+
+    code: int
+    stdout: bytes
+    stderr: bytes
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    timed_out: bool = False
+
+
 async def run_process(
     argv: list[str], env: dict[str, str], cwd: str | None, stdin: bytes | None, policy: CommandPolicy
 ) -> tuple[int, bytes, bytes]:
@@ -170,6 +197,44 @@ async def run_process(
     Raises:
         StepFailure: it could not start, or printed more than the policy's ``max_output_bytes``.
     """
+    limit = policy.max_output_bytes
+    run = await _run(argv, env, cwd, stdin, policy, limit, None, stop_on_overflow=True)
+    if run.stdout_truncated or run.stderr_truncated:
+        raise StepFailure(f"the command printed more than {limit} bytes", ErrorCode.TOOL_FAILED)
+    return run.code, run.stdout, run.stderr
+
+
+async def run_captured(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    stdin: bytes | None,
+    policy: CommandPolicy,
+    *,
+    max_bytes: int,
+    timeout_s: float | None = None,
+) -> ProcessRun:
+    """Run ``argv`` as :func:`run_process` does, for a format that reports what a program did rather than
+    failing on it (its command bindings): output past ``max_bytes`` is cut and flagged,
+    and past ``timeout_s`` the program is stopped (its processes all killed) and ``timed_out`` set.
+
+    Raises:
+        StepFailure: it could not start.
+    """
+    return await _run(argv, env, cwd, stdin, policy, max_bytes, timeout_s, stop_on_overflow=False)
+
+
+async def _run(
+    argv: list[str],
+    env: dict[str, str],
+    cwd: str | None,
+    stdin: bytes | None,
+    policy: CommandPolicy,
+    limit: int,
+    timeout_s: float | None,
+    *,
+    stop_on_overflow: bool,
+) -> ProcessRun:
     request = {
         "argv": [_executable(argv[0], env), *argv[1:]],
         "env": env,
@@ -179,66 +244,74 @@ async def run_process(
         worker = await SANDBOX.take(EXEC, stdin=stdin is not None)
     except SandboxError as e:
         raise StepFailure(f"cannot start '{argv[0]}': {e}", ErrorCode.TOOL_FAILED) from None
-    limit = policy.max_output_bytes
-    output = Output(limit + 1)
+    output = Output(limit + 1)  # one byte past the limit tells a stream that printed more
     answer: bytes | None = None
     reading = trio.CancelScope()
-    output.on_overflow = reading.cancel
+    if stop_on_overflow:
+        output.on_overflow = reading.cancel
+    deadline = trio.move_on_after(timeout_s) if timeout_s is not None else trio.CancelScope()
     try:
-        try:
-            async with trio.open_nursery() as nursery:
+        with deadline:
+            try:
+                async with trio.open_nursery() as nursery:
 
-                async def feed() -> None:
-                    fd, worker.stdin = worker.stdin, -1
-                    try:
-                        view = memoryview(stdin or b"")
-                        while view:
-                            await trio.lowlevel.wait_writable(fd)
-                            try:
-                                view = view[os.write(fd, view) :]
-                            except BlockingIOError:
-                                continue
-                    except OSError:
-                        pass
-                    finally:
-                        trio.lowlevel.notify_closing(fd)
-                        os.close(fd)
+                    async def feed() -> None:
+                        fd, worker.stdin = worker.stdin, -1
+                        try:
+                            view = memoryview(stdin or b"")
+                            while view:
+                                await trio.lowlevel.wait_writable(fd)
+                                try:
+                                    view = view[os.write(fd, view) :]
+                                except BlockingIOError:
+                                    continue
+                        except OSError:
+                            pass
+                        finally:
+                            trio.lowlevel.notify_closing(fd)
+                            os.close(fd)
 
-                async def drain(fd: int, into: bytearray) -> None:
-                    await output.drain(fd, into)
+                    async def drain(fd: int, into: bytearray) -> None:
+                        await output.drain(fd, into)
 
-                if stdin is not None:
-                    nursery.start_soon(feed)
-                nursery.start_soon(drain, worker.out, output.out)
-                nursery.start_soon(drain, worker.err, output.err)
-                await send_all(worker.io, frame(dumps(request)))
-                with reading:
+                    if stdin is not None:
+                        nursery.start_soon(feed)
+                    nursery.start_soon(drain, worker.out, output.out)
+                    nursery.start_soon(drain, worker.err, output.err)
+                    await send_all(worker.io, frame(dumps(request)))
+                    with reading:
 
-                    async def watch() -> None:
-                        await trio.lowlevel.wait_readable(worker.pidfd)  # the keeper has ended
-                        reading.cancel()
+                        async def watch() -> None:
+                            await trio.lowlevel.wait_readable(worker.pidfd)  # the keeper has ended
+                            reading.cancel()
 
-                    nursery.start_soon(watch)
-                    answer = await receive_frame(worker.io, _ANSWER_BYTES)
-                nursery.cancel_scope.cancel()
-        except BaseException:
-            # Cancelled (timeout, deadline, caller gone) or failed: never leave the command behind.
-            with trio.CancelScope(shield=True):
-                await _terminate(worker, policy.kill_grace_ms)
-            raise
+                        nursery.start_soon(watch)
+                        answer = await receive_frame(worker.io, _ANSWER_BYTES)
+                    nursery.cancel_scope.cancel()
+            except BaseException:
+                # Cancelled (timeout, deadline, caller gone) or failed: never leave the command behind.
+                with trio.CancelScope(shield=True):
+                    await _terminate(worker, policy.kill_grace_ms)
+                raise
     finally:
         SANDBOX.release(worker)
     output.read_now(worker.out, output.out)
     output.read_now(worker.err, output.err)
-    if output.truncated or len(output.out) > limit or len(output.err) > limit:
-        raise StepFailure(f"the command printed more than {limit} bytes", ErrorCode.TOOL_FAILED)
     said = orjson.loads(answer) if answer else {}
     if "error" in said:
         raise StepFailure(f"cannot start '{argv[0]}': {said['error']}", ErrorCode.TOOL_FAILED)
     code = said.get("exit")
     if not isinstance(code, int):
         code = -signal.SIGKILL  # the keeper was killed before it could say
-    return code, bytes(output.out), bytes(output.err)
+    out, err = bytes(output.out), bytes(output.err)
+    return ProcessRun(
+        code,
+        out[:limit],
+        err[:limit],
+        len(out) > limit or (stop_on_overflow and bool(output.truncated)),
+        len(err) > limit,
+        deadline.cancelled_caught,
+    )
 
 
 async def _terminate(worker: Worker, grace_ms: float) -> None:

@@ -11,7 +11,7 @@ import orjson
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import HttpPolicy
-from mcpipe.kinds.http import _check_url, _headers, _safe_url, _send, check_static_url, http_timeout
+from mcpipe.kinds.http import check_static_url, check_url, header_values, http_timeout, safe_url, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
@@ -41,8 +41,8 @@ async def run_graphql(
     """One GraphQL request; the output is the response's ``data``. ``errors`` fail the step."""
     spec = step.fields
     policy = step.built
-    url = _check_url(inputs["url"])
-    headers = _headers(inputs.get("headers")) or {}
+    url = check_url(inputs["url"])
+    headers = header_values(inputs.get("headers")) or {}
     headers.setdefault("content-type", "application/json")
     headers.setdefault("accept", "application/graphql-response+json, application/json")
     variables = inputs.get("variables")
@@ -53,9 +53,8 @@ async def run_graphql(
         payload["variables"] = variables
     if spec.operation_name is not None:
         payload["operationName"] = spec.operation_name
-    response, raw = await _send(
-        policy, "POST", url, headers=headers, params=None, content=orjson.dumps(payload), follow_redirects=False
-    )
+    response = await send_request(policy, "POST", url, headers=headers, content=orjson.dumps(payload))
+    raw = response.body
     try:
         answer = orjson.loads(raw)
     except orjson.JSONDecodeError:
@@ -63,8 +62,8 @@ async def run_graphql(
     if not isinstance(answer, dict):
         text = raw[:200].decode("utf-8", errors="replace")
         raise StepFailure(
-            f"HTTP {response.status_code} from {_safe_url(url)}: not a GraphQL response: {text!r}",
-            ErrorCode.TOOL_ERROR if response.status_code >= 400 else ErrorCode.TOOL_FAILED,
+            f"HTTP {response.status} from {safe_url(url)}: not a GraphQL response: {text!r}",
+            ErrorCode.TOOL_ERROR if response.status >= 400 else ErrorCode.TOOL_FAILED,
         )
     errors = answer.get("errors")
     if errors:
@@ -73,8 +72,8 @@ async def run_graphql(
             for e in (errors if isinstance(errors, list) else [errors])
         )
         raise StepFailure(f"GraphQL errors: {messages}", ErrorCode.TOOL_ERROR, answer)
-    if response.status_code >= 400:
-        raise StepFailure(f"HTTP {response.status_code} from {_safe_url(url)}", ErrorCode.TOOL_ERROR, answer)
+    if response.status >= 400:
+        raise StepFailure(f"HTTP {response.status} from {safe_url(url)}", ErrorCode.TOOL_ERROR, answer)
     return StepOutput.of(answer.get("data"))
 
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import codecs
 import contextlib
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal, NamedTuple
 
 import httpcore2
 import httpx2
 import msgspec
 import orjson
+import trio
 
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -33,7 +35,22 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "HttpBuilt", "HttpFields", "check_static_url", "guarded_client", "http_timeout", "run_http"]
+__all__ = [
+    "KIND",
+    "HttpBuilt",
+    "HttpFields",
+    "HttpRequestFailed",
+    "HttpResponse",
+    "check_static_url",
+    "check_url",
+    "guarded_client",
+    "header_values",
+    "http_timeout",
+    "is_json_type",
+    "run_http",
+    "safe_url",
+    "send_request",
+]
 
 _SCHEMES = ("http", "https")
 
@@ -109,7 +126,7 @@ _TRANSPORT_ERRORS = (
 
 def guarded_client(policy: HttpPolicy, *, follow_redirects: bool = False) -> httpx2.AsyncClient:
     """An HTTP client whose every request goes through ``policy`` (hosts, addresses; see the module), for
-    kinds of other formats that make HTTP requests their own way (``mcpipe.formats.mcpg``)."""
+    code that makes HTTP requests its own way (the OpenAPI tools, the registries)."""
     return _client(policy, follow_redirects)
 
 
@@ -124,42 +141,129 @@ def _client(policy: HttpPolicy, follow_redirects: bool) -> httpx2.AsyncClient:
     )
 
 
-async def _send(
+class HttpRequestFailed(StepFailure):
+    """A request that got no whole response: the URL is invalid, the connection or the body broke off, the
+    redirects ran out, or ``timeout_s`` passed. Its message is the core's; a format that words transport
+    failures its own way (its HTTP bindings) reads ``stage`` and ``timed_out`` instead.
+
+    Attributes:
+        stage: ``url`` (it did not parse), ``send`` (no response arrived), ``read`` (the body broke off).
+        timed_out: ``timeout_s`` passed (at ``stage``).
+    """
+
+    def __init__(self, message: str, stage: Literal["url", "send", "read"], timed_out: bool = False) -> None:
+        super().__init__(message, ErrorCode.TOOL_FAILED)
+        self.stage = stage
+        self.timed_out = timed_out
+
+
+@dataclass(frozen=True, slots=True)
+class HttpResponse:
+    """A response read whole (or its first ``max_bytes``, when the request allowed truncation).
+
+    Attributes:
+        status: the status code.
+        headers: the response's headers, as they came (several of a name kept).
+        body: the body's bytes.
+        truncated: the body was longer than ``max_bytes`` (and ``body`` is its first ``max_bytes``).
+        charset: the charset the ``content-type`` names, if any.
+    """
+
+    status: int
+    headers: httpx2.Headers
+    body: bytes
+    truncated: bool = False
+    charset: str | None = None
+
+    @property
+    def content_type(self) -> str | None:
+        return self.headers.get("content-type")
+
+    def header_map(self) -> dict[str, str]:
+        """The headers by lower-case name, several of a name joined with ``, ``."""
+        out: dict[str, str] = {}
+        for k, v in self.headers.multi_items():
+            key = k.lower()
+            out[key] = f"{out[key]}, {v}" if key in out else v
+        return out
+
+    def decoded(self, require_json: bool = False) -> tuple[Any, bool]:
+        """The body as JSON when it is JSON (by its content type, or ``require_json``), else as text in its
+        charset (UTF-8 when it names none, or none Python should decode). Answers ``(body, parsed)``."""
+        if require_json or is_json_type(self.content_type or ""):
+            try:
+                return orjson.loads(self.body), True
+            except orjson.JSONDecodeError:
+                pass
+        encoding = self.charset or "utf-8"
+        try:
+            if codecs.lookup(encoding).name not in _NOT_CHARSETS:
+                return self.body.decode(encoding, errors="replace"), False
+        except (LookupError, UnicodeError):
+            pass
+        return self.body.decode("utf-8", errors="replace"), False
+
+
+async def send_request(
     policy: HttpPolicy,
     method: str,
     url: str,
     *,
-    headers: dict[str, str] | None,
-    params: Any,
-    content: bytes | None,
-    follow_redirects: bool,
-) -> tuple[httpx2.Response, bytes]:
-    """Send one request (following redirects if asked); answer the response and its body, capped."""
-    limit = policy.max_response_bytes
+    headers: Mapping[str, str] | list[tuple[str, str]] | None = None,
+    params: Any = None,
+    content: bytes | None = None,
+    follow_redirects: bool = False,
+    max_bytes: int | None = None,
+    truncate: bool = False,
+    timeout_s: float | None = None,
+) -> HttpResponse:
+    """Send one request through ``policy`` (hosts, addresses: see the module) and read its body.
+
+    Args:
+        policy: the outbound policy.
+        method, url, headers, params, content: the request (``params``: its query, as httpx takes it).
+        follow_redirects: follow redirects (each one a request checked like the first).
+        max_bytes: the most body read; default the policy's ``max_response_bytes``.
+        truncate: a longer body is cut at ``max_bytes`` (``truncated``), rather than failing the request.
+        timeout_s: a deadline for the whole exchange; past it :class:`HttpRequestFailed` with ``timed_out``.
+            None: the caller's deadline (the step's cancel scope) bounds it.
+
+    Raises:
+        HttpRequestFailed: no whole response (see its ``stage``).
+        StepFailure: the body is larger than ``max_bytes`` (without ``truncate``).
+        ForbiddenError: the policy refuses the host, the address or the scheme.
+    """
+    limit = policy.max_response_bytes if max_bytes is None else max_bytes
+    stage: Literal["url", "send", "read"] = "url"
     try:
-        async with _client(policy, follow_redirects) as client:
-            request = client.build_request(method, url, headers=headers, params=params, content=content)
-            response = await client.send(request, stream=True)
-            try:
-                body, larger = await read_capped(response, limit)
-                if larger:
-                    raise StepFailure(f"the response body is larger than {limit} bytes", ErrorCode.TOOL_FAILED)
-            finally:
-                await response.aclose()
-    except httpx2.TooManyRedirects as e:
-        raise StepFailure(f"too many redirects: {e}", ErrorCode.TOOL_FAILED) from None
-    except httpx2.InvalidURL as e:
-        raise StepFailure(f"invalid URL '{url}': {e}", ErrorCode.TOOL_FAILED) from None
-    except (httpx2.HTTPError, *_TRANSPORT_ERRORS) as e:
-        raise StepFailure(
-            f"request to {_safe_url(url)} failed: {type(e).__name__}: {e}", ErrorCode.TOOL_FAILED
+        with trio.fail_after(timeout_s) if timeout_s is not None else contextlib.nullcontext():
+            async with _client(policy, follow_redirects) as client:
+                request = client.build_request(method, url, headers=headers, params=params, content=content)
+                stage = "send"
+                response = await client.send(request, stream=True)
+                stage = "read"
+                try:
+                    body, larger = await read_capped(response, limit)
+                finally:
+                    await response.aclose()
+    except trio.TooSlowError:
+        raise HttpRequestFailed(
+            f"request to {safe_url(url)} did not answer within {timeout_s:g} s", stage, timed_out=True
         ) from None
+    except httpx2.TooManyRedirects as e:
+        raise HttpRequestFailed(f"too many redirects: {e}", stage) from None
+    except httpx2.InvalidURL as e:
+        raise HttpRequestFailed(f"invalid URL '{url}': {e}", stage) from None
+    except (httpx2.HTTPError, *_TRANSPORT_ERRORS) as e:
+        raise HttpRequestFailed(f"request to {safe_url(url)} failed: {type(e).__name__}: {e}", stage) from None
     except OSError as e:  # name resolution
-        raise StepFailure(f"request to {_safe_url(url)} failed: {e}", ErrorCode.TOOL_FAILED) from None
-    return response, body
+        raise HttpRequestFailed(f"request to {safe_url(url)} failed: {e}", stage) from None
+    if larger and not truncate:
+        raise StepFailure(f"the response body is larger than {limit} bytes", ErrorCode.TOOL_FAILED)
+    return HttpResponse(response.status_code, response.headers, body, larger, response.charset_encoding)
 
 
-def _safe_url(url: str) -> str:
+def safe_url(url: str) -> str:
     """The URL without its query string or credentials (they may hold secrets), for messages."""
     try:
         u = httpx2.URL(url)
@@ -168,7 +272,8 @@ def _safe_url(url: str) -> str:
     return str(u.copy_with(query=None, fragment=None, username=None, password=None))
 
 
-def _check_url(url: Any) -> str:
+def check_url(url: Any) -> str:
+    """A step's resolved ``url``: a non-empty http or https URL (else the step fails; a scheme is forbidden)."""
     if not isinstance(url, str) or not url:
         raise StepFailure(f"`url` must be a non-empty string, got {url!r}", ErrorCode.TOOL_FAILED)
     try:
@@ -180,7 +285,8 @@ def _check_url(url: Any) -> str:
     return url
 
 
-def _headers(value: Any) -> dict[str, str] | None:
+def header_values(value: Any) -> dict[str, str] | None:
+    """A step's resolved ``headers`` (an object, or null) as strings (non-strings as JSON; null values left out)."""
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -215,7 +321,8 @@ def _text(v: Any) -> str:
     return orjson.dumps(v).decode()
 
 
-def _is_json_type(content_type: str) -> bool:
+def is_json_type(content_type: str) -> bool:
+    """``application/json`` or a ``+json`` media type (parameters ignored)."""
     media = content_type.split(";", 1)[0].strip().lower()
     return media == "application/json" or media.endswith("+json")
 
@@ -223,30 +330,6 @@ def _is_json_type(content_type: str) -> bool:
 # Python codecs a response may name that are no charsets: punycode decodes in quadratic time (a large body
 # would block the server), idna cannot replace errors.
 _NOT_CHARSETS = frozenset({"punycode", "idna"})
-
-
-def _decode_body(response: httpx2.Response, raw: bytes, require_json: bool) -> tuple[Any, bool]:
-    """The body as JSON when it is JSON (or must be), else as text. Answers (body, parsed)."""
-    if require_json or _is_json_type(response.headers.get("content-type", "")):
-        try:
-            return orjson.loads(raw), True
-        except orjson.JSONDecodeError:
-            pass
-    encoding = response.charset_encoding or "utf-8"
-    try:
-        if codecs.lookup(encoding).name not in _NOT_CHARSETS:
-            return raw.decode(encoding, errors="replace"), False
-    except (LookupError, UnicodeError):
-        pass
-    return raw.decode("utf-8", errors="replace"), False
-
-
-def _response_headers(response: httpx2.Response) -> dict[str, str]:
-    out: dict[str, str] = {}
-    for k, v in response.headers.multi_items():
-        key = k.lower()
-        out[key] = f"{out[key]}, {v}" if key in out else v
-    return out
 
 
 StatusCode = Annotated[int, msgspec.Meta(ge=100, le=599)]
@@ -335,13 +418,13 @@ async def run_http(
     """One HTTP request; the output is ``{status, headers, body}`` (body parsed when it is JSON)."""
     spec = step.fields
     policy = step.built.http
-    url = _check_url(inputs["url"])
+    url = check_url(inputs["url"])
     if step.built.url_templated:
         try:
             check_templated_url(url, step.built.url_base)
         except UrlRefused as exc:
-            raise StepFailure(f"refused the URL {_safe_url(url)}: {exc}", ErrorCode.FORBIDDEN) from None
-    headers = _headers(inputs.get("headers")) or {}
+            raise StepFailure(f"refused the URL {safe_url(url)}: {exc}", ErrorCode.FORBIDDEN) from None
+    headers = header_values(inputs.get("headers")) or {}
     if spec.credential is not None:
         try:
             issued = await step.built.credentials.issue(spec.credential, ctx.identity)
@@ -363,7 +446,7 @@ async def run_http(
         content = orjson.dumps(body)
         if not any(k.lower() == "content-type" for k in headers):
             headers["content-type"] = "application/json"
-    response, raw = await _send(
+    response = await send_request(
         policy,
         spec.method,
         url,
@@ -372,17 +455,17 @@ async def run_http(
         content=content,
         follow_redirects=spec.follow_redirects,
     )
-    parsed_body, parsed = _decode_body(response, raw, spec.require_json_response)
-    output = {"status": response.status_code, "headers": _response_headers(response), "body": parsed_body}
+    parsed_body, parsed = response.decoded(spec.require_json_response)
+    output = {"status": response.status, "headers": response.header_map(), "body": parsed_body}
     expected = spec.expected_status_codes
-    good = response.status_code in expected if expected is not None else 200 <= response.status_code < 300
+    good = response.status in expected if expected is not None else 200 <= response.status < 300
     if not good:
         want = ", ".join(map(str, expected)) if expected is not None else "2xx"
         raise StepFailure(
-            f"HTTP {response.status_code} from {_safe_url(url)} (expected {want})", ErrorCode.TOOL_ERROR, output
+            f"HTTP {response.status} from {safe_url(url)} (expected {want})", ErrorCode.TOOL_ERROR, output
         )
     if spec.require_json_response and not parsed:
-        raise StepFailure(f"the response from {_safe_url(url)} is not JSON", ErrorCode.TOOL_ERROR, output)
+        raise StepFailure(f"the response from {safe_url(url)} is not JSON", ErrorCode.TOOL_ERROR, output)
     return StepOutput.of(output)
 
 

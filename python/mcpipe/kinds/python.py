@@ -20,6 +20,7 @@ import math
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
+from types import CodeType
 from typing import Annotated, Any, Literal
 
 import msgspec
@@ -30,6 +31,7 @@ from mcpipe._sandbox import Shape
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import PythonPolicy
+from mcpipe.kinds._pyexec import compile_step, program_text
 from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -63,7 +65,7 @@ class PythonFields(StepFields, tag="python"):
 @dataclass(frozen=True, slots=True)
 class PythonPlan:
     """What the compiler fixed: the code, the deadline, the operator's limits, and the step's part of every
-    request (the code and the limits as JSON, encoded once here)."""
+    request (the code, compiled, and the limits as JSON, encoded once here)."""
 
     code: str
     timeout_s: float
@@ -72,7 +74,7 @@ class PythonPlan:
     shape: Shape
 
 
-def _header(code: str, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
+def _header(code: str, program: CodeType | None, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
     limits = {
         "memory_bytes": policy.memory_mb * 1024 * 1024,
         "cpu_seconds": math.ceil(timeout_s) + 1,
@@ -80,16 +82,24 @@ def _header(code: str, coerce: bool, timeout_s: float, policy: PythonPolicy) -> 
         "processes": policy.max_processes,
         "open_files": policy.max_open_files,
     }
-    return dumps({"code": code, "coerce": coerce, "max_result_bytes": policy.max_result_bytes, "limits": limits})
+    header = {
+        "code": code,
+        "program": program_text(program) if program is not None else None,
+        "coerce": coerce,
+        "limits": limits,
+    }
+    return dumps({**header, "max_result_bytes": policy.max_result_bytes})
 
 
 def build_python(b: Build[PythonFields]) -> PythonPlan:
-    """The code, compiled once here for its syntax (nothing runs), and the step's deadline."""
+    """The code, compiled once here (nothing runs: its syntax checked, the compiled code sent to each of its
+    workers), and the step's deadline."""
     code = b.raw.get("code")
     if not isinstance(code, str) or b.fields is None:
         b.fail()
+    program: CodeType | None = None
     try:
-        compile(code, "<python step>", "exec", dont_inherit=True)
+        program = compile_step(code)
     except SyntaxError as e:
         where = f" (line {e.lineno} of the code)" if e.lineno else ""
         b.problem(f"{b.location}.code", f"the code does not compile: {e.msg}{where}")
@@ -98,7 +108,7 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     policy = b.policy.python
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
     timeout_s = ms / 1000
-    header = _header(code, b.fields.coerce, timeout_s, policy)
+    header = _header(code, program, b.fields.coerce, timeout_s, policy)
     return PythonPlan(code, timeout_s, policy, header, python_shape(policy.separate_uid, policy.namespaces))
 
 

@@ -44,7 +44,7 @@ from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import HttpPolicy
 from mcpipe.kinds._wire import payload
-from mcpipe.kinds.http import _send
+from mcpipe.kinds.http import send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
@@ -346,16 +346,14 @@ class _Rest:
         attempt = 0
         while True:
             try:
-                response, raw = await _send(
-                    self.plan.http, method, url, headers=headers, params=None, content=content, follow_redirects=False
-                )
+                response = await send_request(self.plan.http, method, url, headers=headers, content=content)
             except StepFailure as exc:
                 if exc.code == ErrorCode.FORBIDDEN or attempt >= MAX_RETRIES:
                     raise StepFailure(f"twilio: {exc}", exc.code) from None
                 attempt += 1
                 await trio.sleep(0.25)
                 continue
-            status = response.status_code
+            status, raw = response.status, response.body
             if 200 <= status < 300:
                 if not raw.strip():
                     return {"deleted": True}

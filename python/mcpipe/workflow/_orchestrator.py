@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from time import perf_counter
 from typing import Any
 
@@ -29,7 +29,7 @@ import trio
 from mcpipe._describe import did_you_mean
 from mcpipe._redact import credential_named, redact, redact_bytes
 from mcpipe.kinds import ForbiddenError, HttpPolicy
-from mcpipe.kinds.http import _decode_body, _response_headers, _send
+from mcpipe.kinds.http import send_request
 from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.results import StepFailure
 from mcpipe.tools import ToolContext
@@ -407,27 +407,25 @@ class Workflow:
         headers.setdefault("accept", "application/json")
         t0 = perf_counter()
         with trio.move_on_after(self.config.timeout_ms / 1000) as scope:
-            response, raw = await _send(
-                self.policy, p.method, p.url, headers=headers, params=query, content=content, follow_redirects=False
-            )
+            response = await send_request(self.policy, p.method, p.url, headers=headers, params=query, content=content)
         if scope.cancelled_caught:
             raise StepFailure(f"the API did not answer within {self.config.timeout_ms:g} ms")
         elapsed = round((perf_counter() - t0) * 1000, 3)
         # An API's answer (its errors most of all) may echo the secret it was sent: neither the caller nor the
         # formatting model sees it.
-        raw = redact_bytes(raw, secrets)
+        response = replace(response, body=redact_bytes(response.body, secrets))
         if p.tool.name in self.full_answers:
             # piraeus's HTTPClientService: no body for a 204 or an empty answer; the headers kept.
-            body = None if response.status_code == 204 or not raw else _decode_body(response, raw, False)[0]
-            headers_out = {k: redact(v, secrets) for k, v in _response_headers(response).items()}
+            body = None if response.status == 204 or not response.body else response.decoded()[0]
+            headers_out = {k: redact(v, secrets) for k, v in response.header_map().items()}
             return {
-                "status_code": response.status_code,
+                "status_code": response.status,
                 "headers": headers_out,
                 "body": body,
                 "execution_time_ms": elapsed,
             }
-        body, _ = _decode_body(response, raw, False)
-        return {"status_code": response.status_code, "body": body, "execution_time_ms": elapsed}
+        body, _ = response.decoded()
+        return {"status_code": response.status, "body": body, "execution_time_ms": elapsed}
 
     async def _format(self, request: WorkflowRequest, raw: dict[str, Any], ctx: ToolContext) -> str:
         model = self.models.get(self.config.format_model or self.config.model)

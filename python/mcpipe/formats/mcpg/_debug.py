@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import orjson
-import trio
 
 from mcpipe.formats.mcpg._kinds import HttpPolicy, _http_call, _TransportError, status_error, transport_error
-from mcpipe.kinds import KINDS, Build, Kind, StepFields
+from mcpipe.kinds import KINDS, Build, CommandPolicy, Kind, StepFields
+from mcpipe.kinds.command import run_captured
 from mcpipe.plan import Leaf
-from mcpipe.results import StepOutput
+from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 __all__ = ["debug_pipelines"]
@@ -116,7 +115,7 @@ def _identity(ctx: ToolContext) -> tuple[str, str, str | None]:
     return "anonymous", "unauthenticated", None
 
 
-async def _command_probe(f: DebugFields) -> dict[str, Any]:
+async def _command_probe(f: DebugFields, policy: CommandPolicy) -> dict[str, Any]:
     c = {**DEFAULT_COMMAND, **f.command}
     limit, timeout_ms = int(c["max_output_bytes"]), int(c["timeout_ms"])
     base = {
@@ -132,45 +131,26 @@ async def _command_probe(f: DebugFields) -> dict[str, Any]:
         failed = {**base, "error": f"No such file or directory (os error 2): {c['command']}"}
         return _result(f"Failed to execute configured debug command for tool {f.tool_name}.", failed, True)
     started = time.perf_counter()
-    timed_out = False
-    outs: dict[str, tuple[bytes, bool]] = {}
     try:
-        proc = await trio.lowlevel.open_process(
+        run = await run_captured(
             [path, *map(str, c["args"])],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "HOME") if k in os.environ},
+            {k: os.environ[k] for k in ("PATH", "LANG", "LC_ALL", "TZ", "HOME") if k in os.environ},
+            None,
+            None,
+            policy,
+            max_bytes=limit,
+            timeout_s=timeout_ms / 1000,
         )
-    except OSError as e:
+    except StepFailure as e:  # it could not start
         failed = {**base, "error": str(e)}
         return _result(f"Failed to execute configured debug command for tool {f.tool_name}.", failed, True)
-
-    async def drain(name: str, stream: Any) -> None:
-        data, truncated = b"", False
-        while chunk := await stream.receive_some(65536):
-            room = limit - len(data)
-            data += chunk[: max(room, 0)]
-            truncated |= len(chunk) > room
-        outs[name] = (data, truncated)
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(drain, "stdout", proc.stdout)
-        nursery.start_soon(drain, "stderr", proc.stderr)
-        with trio.move_on_after(timeout_ms / 1000) as timer:
-            await proc.wait()
-        if timer.cancelled_caught:
-            timed_out = True
-            proc.kill()
-            await proc.wait()
-    code = proc.returncode
-    stdout, out_cut = outs.get("stdout", (b"", False))
-    stderr, err_cut = outs.get("stderr", (b"", False))
+    code, timed_out = run.code, run.timed_out
+    stdout, out_cut, stderr, err_cut = run.stdout, run.stdout_truncated, run.stderr, run.stderr_truncated
     success = code == 0 and not timed_out
     structured = {
         **base,
         "durationMs": int((time.perf_counter() - started) * 1000),
-        "exitCode": code if code is not None and code >= 0 else None,
+        "exitCode": code if code >= 0 else None,
         "success": success,
         "timedOut": timed_out,
         "stdout": stdout.decode("utf-8", errors="replace"),
@@ -214,18 +194,24 @@ async def _network_probe(f: DebugFields, policy: HttpPolicy) -> dict[str, Any]:
     return _result(f"Executed configured debug network probe for tool {f.tool_name}.", structured, error is not None)
 
 
-def _build(b: Build[DebugFields]) -> HttpPolicy:
+class DebugPlan(NamedTuple):
+    http: HttpPolicy
+    command: CommandPolicy
+
+
+def _build(b: Build[DebugFields]) -> DebugPlan:
     from dataclasses import replace
 
     f = b.fields
     if f is None:
         b.fail()
     policy = b.policy.http
-    return replace(policy, allow_private=policy.allow_private or f.allow_private, allowed_hosts=("*",))
+    http = replace(policy, allow_private=policy.allow_private or f.allow_private, allowed_hosts=("*",))
+    return DebugPlan(http, b.policy.command)
 
 
 async def run_debug(
-    step: Leaf[DebugFields, HttpPolicy], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[DebugFields, DebugPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     f = step.fields
     if f.tool == "runtime_snapshot":
@@ -254,9 +240,9 @@ async def run_debug(
             f"Echoed normalized execution request for tool {f.tool_name} through the adapter-facing seam.", structured
         )
     elif f.tool == "command_probe":
-        out = await _command_probe(f)
+        out = await _command_probe(f, step.built.command)
     else:
-        out = await _network_probe(f, step.built)
+        out = await _network_probe(f, step.built.http)
     return StepOutput.of(out)
 
 

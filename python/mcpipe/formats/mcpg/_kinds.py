@@ -18,27 +18,24 @@ with mcpg's variables: ``arguments`` is the step's input (the call's arguments, 
 from __future__ import annotations
 
 import base64
-import contextlib
 import datetime as dt
 import decimal
 import json
 import math
 import os
 import re
-import signal
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Annotated, Any, Literal
 
-import httpcore2
 import httpx2
 import msgspec
 import orjson
 import trio
 
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
-from mcpipe._util import RunLimiter, read_capped
+from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
 from mcpipe.backends import NotRunning
 from mcpipe.errors import ErrorCode
@@ -52,8 +49,9 @@ from mcpipe.formats.mcpg._templates import (
     mcpg_steps,
     request_context,
 )
-from mcpipe.kinds import KINDS, Build, ForbiddenError, HttpPolicy, Kind, StepFields
-from mcpipe.kinds.http import guarded_client
+from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
+from mcpipe.kinds.command import run_captured
+from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
@@ -300,50 +298,42 @@ async def _http_call(
     max_bytes: int,
     timeout_ms: float,
 ) -> _Summary:
-    """One request, as mcpg's net-core sends it (``execute_http_call``); a transport failure raises
-    ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of the error
-    (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read failed: ...``
-    when the body breaks off."""
+    """One request through the core's :func:`~mcpipe.kinds.http.send_request`, answered as mcpg's net-core
+    answers it (``execute_http_call``): the body cut at ``max_bytes`` (not failed), and a transport failure
+    raising ``_TransportError`` with net-core's words: ``HTTP request failed: `` and reqwest's ``Display`` of
+    the error (``error sending request for url (<url>)``: reqwest leaves the cause out), ``HTTP body read
+    failed: ...`` when the body breaks off."""
     started = time.perf_counter()
-    reading = False
     try:
-        with trio.fail_after(timeout_ms / 1000):
-            async with guarded_client(policy) as client:
-                request = client.build_request(method, url, headers=headers, content=body)
-                response = await client.send(request, stream=True)
-                reading = True
-                try:
-                    data, truncated = await read_capped(response, max_bytes)
-                finally:
-                    await response.aclose()
-    except ForbiddenError as e:
-        raise _TransportError(str(e)) from None
-    except (trio.TooSlowError, httpx2.HTTPError, *_NETWORK_ERRORS, OSError):
-        if reading:
+        response = await send_request(
+            policy,
+            method,
+            url,
+            headers=headers,
+            content=body,
+            max_bytes=max_bytes,
+            truncate=True,
+            timeout_s=timeout_ms / 1000,
+        )
+    except HttpRequestFailed as e:
+        if e.stage == "read":
             raise _TransportError("HTTP body read failed: request or response body error") from None
         raise _TransportError(f"HTTP request failed: error sending request for url ({url})") from None
+    except ForbiddenError as e:
+        raise _TransportError(str(e)) from None
     retry_after = response.headers.get("retry-after")
     return _Summary(
-        response.status_code,
-        response.headers.get("content-type"),
+        response.status,
+        response.content_type,
         int(retry_after) * 1000 if retry_after is not None and retry_after.strip().isdigit() else None,
-        data.decode("utf-8", errors="replace"),
-        truncated,
+        response.body.decode("utf-8", errors="replace"),
+        response.truncated,
         int((time.perf_counter() - started) * 1000),
     )
 
 
 class _TransportError(Exception):
     pass
-
-
-_NETWORK_ERRORS = (
-    httpcore2.NetworkError,
-    httpcore2.ProtocolError,
-    httpcore2.TimeoutException,
-    httpcore2.UnsupportedProtocol,
-    httpcore2.ProxyError,
-)
 
 
 def _with_guidance(error: dict[str, Any], read_only: bool) -> dict[str, Any]:
@@ -788,7 +778,14 @@ class CommandFields(McpgFields, tag="mcpg.command"):
     require_json_stdout: bool = False
 
 
-def _build_command(b: Build[CommandFields]) -> tuple[McpgTemplate, ...]:
+@dataclass(frozen=True, slots=True)
+class CommandPlan:
+    args: tuple[McpgTemplate, ...]
+    policy: CommandPolicy
+    """The operator's command policy: how long a stopped command's processes get before SIGKILL."""
+
+
+def _build_command(b: Build[CommandFields]) -> CommandPlan:
     f = b.fields
     if f is None:
         b.fail()
@@ -801,33 +798,11 @@ def _build_command(b: Build[CommandFields]) -> tuple[McpgTemplate, ...]:
             args.append(t)
     if b.failed:
         b.fail()
-    return tuple(args)
-
-
-@dataclass(slots=True)
-class _Output:
-    """What one of a command's pipes gave so far (kept when its reading is cut short)."""
-
-    data: bytearray
-    truncated: bool = False
-    done: bool = False
-
-
-async def _read_limited(stream: Any, limit: int, into: _Output) -> None:
-    while True:
-        chunk = await stream.receive_some(65_536)
-        if not chunk:
-            into.done = True
-            return
-        room = limit - len(into.data)
-        if room > 0:
-            into.data += chunk[:room]
-        if len(chunk) > max(room, 0):
-            into.truncated = True
+    return CommandPlan(tuple(args), b.policy.command)
 
 
 async def run_command(
-    step: Leaf[CommandFields, tuple[McpgTemplate, ...]],
+    step: Leaf[CommandFields, CommandPlan],
     inputs: dict[str, Any],
     env: Mapping[str, Any],
     ctx: ToolContext,
@@ -848,7 +823,7 @@ async def run_command(
     }
     cel = _env(step, env, ctx)
     argv = [f.command]
-    for i, template in enumerate(step.built):
+    for i, template in enumerate(step.built.args):
         try:
             argv.append(await template.resolve_async(cel))
         except ExpressionError as e:
@@ -856,16 +831,18 @@ async def run_command(
             out.update(downstreamError=None, downstreamErrors=[])
             return _finish(f.answer, envelope_result(sorted_json(out).encode()))
     started = time.perf_counter()
-    timed_out = False
     try:
-        process = await trio.lowlevel.open_process(
+        # The server's environment, as mcpg's command plugin passes its own.
+        run = await run_captured(
             argv,
-            stdin=-1,
-            stdout=-1,
-            stderr=-1,  # subprocess.PIPE
-            start_new_session=True,  # its group ends with it: nothing it spawns outlives the call
+            dict(os.environ),
+            None,
+            sorted_json(arguments).encode(),
+            step.built.policy,
+            max_bytes=f.max_output_bytes,
+            timeout_s=timeout_ms / 1000,
         )
-    except OSError as e:
+    except StepFailure as e:  # it could not start
         message = str(e)
         error = _command_error(
             "execution_error",
@@ -875,53 +852,10 @@ async def run_command(
         )
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    outputs = {"stdout": _Output(bytearray()), "stderr": _Output(bytearray())}
-    drained = trio.Event()
-    try:
-        with trio.move_on_after(timeout_ms / 1000) as scope:
-            async with trio.open_nursery() as nursery:
-
-                async def feed() -> None:
-                    assert process.stdin is not None
-                    try:
-                        await process.stdin.send_all(sorted_json(arguments).encode())
-                    except (trio.BrokenResourceError, trio.ClosedResourceError):
-                        pass
-                    finally:
-                        await process.stdin.aclose()
-
-                async def collect(name: str, stream: Any) -> None:
-                    await _read_limited(stream, f.max_output_bytes, outputs[name])
-                    if all(o.done for o in outputs.values()):
-                        drained.set()
-
-                nursery.start_soon(feed)
-                nursery.start_soon(collect, "stdout", process.stdout)
-                nursery.start_soon(collect, "stderr", process.stderr)
-
-                async def ended() -> None:
-                    # A background child holding the pipes open must not keep the call to its deadline.
-                    await process.wait()
-                    with trio.move_on_after(0.2):
-                        await drained.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(ended)
-            await process.wait()
-        if scope.cancelled_caught:
-            timed_out = True
-    finally:
-        # The whole group (the command and what it spawned, background children included), then the command.
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-        if process.returncode is None:
-            process.kill()
-        with trio.CancelScope(shield=True):
-            await process.wait()
-    stdout, stdout_cut = bytes(outputs["stdout"].data), outputs["stdout"].truncated
-    stderr, stderr_cut = bytes(outputs["stderr"].data), outputs["stderr"].truncated
-    code = process.returncode
-    exit_code = code if code is not None and code >= 0 else None
+    stdout, stdout_cut, stderr, stderr_cut = run.stdout, run.stdout_truncated, run.stderr, run.stderr_truncated
+    timed_out = run.timed_out
+    code = run.code
+    exit_code = code if code >= 0 else None
     success = code == 0 and not timed_out
     stdout_text = stdout.decode("utf-8", errors="replace")
     stdout_json: Any = None

@@ -30,7 +30,7 @@ import trio
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import ForbiddenError, HttpPolicy
-from mcpipe.kinds.http import _decode_body, _response_headers, _send
+from mcpipe.kinds.http import send_request
 from mcpipe.models import Message, ModelError, Models, converse, once
 from mcpipe.results import StepFailure
 from mcpipe.tools import ToolContext
@@ -287,24 +287,23 @@ class Services:
             raise StepFailure(f"invalid URL: {e}") from None
         t0 = perf_counter()
         with trio.move_on_after(self.timeout_s) as scope:
-            response, raw = await _send(
+            response = await send_request(
                 self.policy,
                 spec["method"],
                 spec["url"],
                 headers=headers,
                 params=spec["query_params"] or None,
                 content=content,
-                follow_redirects=False,
             )
         if scope.cancelled_caught:
             raise StepFailure(f"Request timed out after {self.timeout_s:g}s")
-        if response.status_code == 204 or not raw:
+        if response.status == 204 or not response.body:
             parsed: Any = None
         else:
-            parsed, _ = _decode_body(response, raw, False)
+            parsed, _ = response.decoded()
         return {
-            "status_code": response.status_code,
-            "headers": _response_headers(response),
+            "status_code": response.status,
+            "headers": response.header_map(),
             "body": parsed,
             "execution_time_ms": round((perf_counter() - t0) * 1000, 3),
         }

@@ -36,7 +36,7 @@ from mcpipe._redact import credential_named, redact
 from mcpipe.formats.piraeus._model import ToolConfig
 from mcpipe.formats.piraeus._read import coerce
 from mcpipe.kinds import HttpPolicy
-from mcpipe.kinds.http import _send
+from mcpipe.kinds.http import send_request
 from mcpipe.models import schema_errors
 from mcpipe.results import StepFailure
 from mcpipe.tools import ToolContext, ToolResult
@@ -268,25 +268,20 @@ class ApiTool:
             headers.setdefault("content-type", "application/json")
         t0 = perf_counter()
         with trio.move_on_after(config.api.timeout) as scope:
-            response, raw = await _send(
-                self.policy,
-                request.method,
-                request.url,
-                headers=headers,
-                params=request.params,
-                content=content,
-                follow_redirects=False,
+            response = await send_request(
+                self.policy, request.method, request.url, headers=headers, params=request.params, content=content
             )
         if scope.cancelled_caught:
             raise StepFailure(
                 f"Execution error: {request.method} {request.url} did not answer within {config.api.timeout:g} s"
             )
-        if not 200 <= response.status_code < 300:
+        raw = response.body
+        if not 200 <= response.status < 300:
             # An API's error often echoes the credential it was sent: redacted (the whole body, then cut).
             excerpt = redact(raw.decode("utf-8", "replace"), request.secrets)[:200]
             raise StepFailure(
-                f"Execution error: {request.method} {request.url} answered HTTP {response.status_code}: {excerpt}",
-                output={"status_code": response.status_code, "duration_ms": round((perf_counter() - t0) * 1000, 3)},
+                f"Execution error: {request.method} {request.url} answered HTTP {response.status}: {excerpt}",
+                output={"status_code": response.status, "duration_ms": round((perf_counter() - t0) * 1000, 3)},
             )
         try:
             data = orjson.loads(raw)

@@ -1,0 +1,84 @@
+"""One side of ``benches/test_python_steps.py``'s A/B: run in the interpreter of the tree to measure (this
+one, or a baseline's, e.g. main's ``.venv/bin/python``), it times python steps through the public pipeline
+API and prints one JSON line: ``{"per_step_ms": [...], "in_process_us": ...}``.
+
+    python benches/python_step_probe.py ROUNDS PREFORK
+
+Each round is one call of a 10-step declared pipeline (each step ``main(x, label)`` on the previous step's
+output), its time divided by 10; with ``PREFORK`` 10 every step finds a warm worker, with 2 (the default)
+the spares are forked again as the steps go.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import trio
+
+from mcpipe.declared import load_pipelines
+from mcpipe.kinds import PythonPolicy, StepPolicy
+from mcpipe.tools import ToolContext, ToolRegistry
+
+STEPS = 10
+CODE = """\
+def main(x, label):
+    return {"x": x + 1, "label": label, "squares": [i * i for i in range(x, x + 5)]}
+"""
+
+
+def pipeline(prefork: int) -> Any:
+    steps = [{"kind": "python", "id": "s0", "code": CODE, "input": {"x": "${args.x}", "label": "${args.label}"}}]
+    for i in range(1, STEPS):
+        inputs = {"x": f"${{steps.s{i - 1}.output.x}}", "label": f"${{steps.s{i - 1}.output.label}}"}
+        steps.append({"kind": "python", "id": f"s{i}", "code": CODE, "input": inputs})
+    entry = {
+        "name": "ten_python_steps",
+        "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}, "label": {"type": "string"}}},
+        "steps": steps,
+    }
+    tools, problems = load_pipelines([entry], policy=StepPolicy(python=PythonPolicy(prefork=prefork)))
+    assert problems == [], problems
+    return tools[0]
+
+
+def in_process_us() -> float:
+    namespace: dict[str, Any] = {}
+    exec(compile(CODE, "<python step>", "exec"), namespace)
+    main = namespace["main"]
+    best = float("inf")
+    for _ in range(200):
+        t0 = time.perf_counter()
+        out = {"x": 1, "label": "bench"}
+        for _ in range(STEPS):
+            out = main(out["x"], out["label"])
+        best = min(best, time.perf_counter() - t0)
+    return best / STEPS * 1e6
+
+
+async def measure(rounds: int, prefork: int) -> list[float]:
+    tool = pipeline(prefork)
+    ctx = ToolContext(tools=ToolRegistry())
+    per_step = []
+    for i in range(rounds + 1):
+        await trio.sleep(0.05)  # the spares forked again between rounds
+        t0 = time.perf_counter()
+        result = await tool.call({"x": 1, "label": "bench"}, ctx)
+        took = time.perf_counter() - t0
+        assert not result.is_error, result.content
+        assert result.structured["x"] == 1 + STEPS
+        if i:  # the first round starts the fork server
+            per_step.append(took / STEPS * 1e3)
+    return per_step
+
+
+def main() -> None:
+    rounds, prefork = int(sys.argv[1]), int(sys.argv[2])
+    per_step = trio.run(measure, rounds, prefork)
+    print(json.dumps({"per_step_ms": per_step, "in_process_us": in_process_us()}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,369 @@
+"""A lean HTTP/1.1 transport for the SDK's streamable-HTTP client, in place of httpcore's pool and h11.
+
+A proxied ``tools/call`` spent about a sixth of the gateway's CPU in httpcore and h11 (profiled under load:
+the pool's bookkeeping, a readability poll of every pooled connection per request, h11's header validation
+and event objects, two socket writes per request). :class:`LeanTransport` keeps the same contract, below
+httpx's client (so auth flows, event hooks, the SDK's redirects within the origin, SSE streaming and
+timeouts are all unchanged): each request is written in one ``send`` (head and body together) on a
+keep-alive connection, the answer's head is parsed once, and its body streamed as it comes (by
+``Content-Length``, chunked, or to the end of the connection). A connection goes back to the pool only
+when its answer was read to the end; a cancelled or failed one is closed.
+
+Only plain ``http://`` to a server reached directly takes it (``lean_for``): https and proxied URLs keep
+httpx's own transport.
+"""
+
+from __future__ import annotations
+
+import math
+import select
+import urllib.request
+from collections.abc import AsyncIterator
+
+import httpx2
+import trio
+
+__all__ = ["LeanTransport", "lean_for"]
+
+MAX_HEAD = 65_536
+"""The most bytes an answer's status line and headers may take (httpcore's h11 allows about as much)."""
+MAX_IDLE = 20
+"""Idle keep-alive connections kept per transport (httpcore's default)."""
+MAX_CONNECTIONS = 100
+"""Connections open at once per transport (httpcore's default); a request past it waits (pool timeout)."""
+_READ = 65_536
+
+
+def lean_for(url: str) -> bool:
+    """Whether ``url`` is one :class:`LeanTransport` serves: plain http, no proxy configured for it."""
+    if not url.startswith("http://"):
+        return False
+    proxies = urllib.request.getproxies_environment()
+    if not ({"http", "all"} & proxies.keys()):
+        return True
+    host = httpx2.URL(url).host
+    return bool(urllib.request.proxy_bypass(host))  # reads no_proxy from the environment
+
+
+class _Conn:
+    __slots__ = ("buf", "key", "stream")
+
+    def __init__(self, key: tuple[str, int], stream: trio.SocketStream) -> None:
+        self.key = key
+        self.stream = stream
+        self.buf = bytearray()
+
+    def close(self) -> None:
+        self.stream.socket.close()
+
+    def stale(self) -> bool:
+        """An idle connection with something to read has been closed by the server (or is out of step)."""
+        if self.buf:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(self.stream.socket.fileno(), select.POLLIN)
+            return bool(poller.poll(0))
+        except (OSError, ValueError):
+            return True
+
+
+def _timeout(request: httpx2.Request, which: str) -> float:
+    value = request.extensions.get("timeout", {}).get(which)
+    return math.inf if value is None else float(value)
+
+
+class LeanTransport(httpx2.AsyncBaseTransport):
+    """Keep-alive HTTP/1.1 over trio sockets, for the requests of one downstream client."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[str, int], list[_Conn]] = {}
+        self._slots = trio.Semaphore(MAX_CONNECTIONS)
+        self._closed = False
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        url = request.url
+        if url.scheme != "http":
+            raise httpx2.UnsupportedProtocol(f"the lean transport speaks http only, not {url.scheme}", request=request)
+        try:
+            body = request.content
+        except httpx2.RequestNotRead:
+            body = await request.aread()
+        host = url.host
+        key = (host, url.port or 80)
+        target = url.raw_path
+        lines = [request.method.encode(), b" ", target, b" HTTP/1.1\r\n"]
+        for name, value in request.headers.raw:
+            lines += (name, b": ", value, b"\r\n")
+        lines.append(b"\r\n")
+        message = b"".join(lines) + body
+        with trio.move_on_after(_timeout(request, "pool")) as waited:
+            await self._slots.acquire()
+        if waited.cancelled_caught:
+            raise httpx2.PoolTimeout("no connection to the server came free in time", request=request)
+        released = False
+        try:
+            conn = await self._connection(key, request)
+            try:
+                status, reason, headers = await self._exchange(conn, message, request)
+            except _Stale:
+                conn.close()  # the server closed it between requests: once more, on a new connection
+                conn = await self._connect(key, request)
+                status, reason, headers = await self._exchange(conn, message, request, fresh=True)
+            stream = _Body(self, conn, headers, request, request.method == "HEAD" or status in (204, 304))
+            released = True
+            return httpx2.Response(
+                status,
+                headers=headers,
+                stream=stream,
+                extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+            )
+        finally:
+            if not released:
+                self._slots.release()
+
+    async def _connection(self, key: tuple[str, int], request: httpx2.Request) -> _Conn:
+        idle = self._idle.get(key)
+        while idle:
+            conn = idle.pop()
+            if not conn.stale():
+                return conn
+            conn.close()
+        return await self._connect(key, request)
+
+    async def _connect(self, key: tuple[str, int], request: httpx2.Request) -> _Conn:
+        try:
+            with trio.fail_after(_timeout(request, "connect")):
+                stream = await trio.open_tcp_stream(*key)
+        except trio.TooSlowError:
+            raise httpx2.ConnectTimeout(f"connecting to {key[0]}:{key[1]} timed out", request=request) from None
+        except OSError as exc:
+            raise httpx2.ConnectError(str(exc) or type(exc).__name__, request=request) from None
+        return _Conn(key, stream)
+
+    async def _exchange(
+        self, conn: _Conn, message: bytes, request: httpx2.Request, *, fresh: bool = False
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+        """Send ``message`` and read the answer's head. Raises _Stale when a reused connection turns out
+        closed before any byte of the answer came."""
+        try:
+            with trio.fail_after(_timeout(request, "write")):
+                await conn.stream.send_all(message)
+        except trio.TooSlowError:
+            conn.close()
+            raise httpx2.WriteTimeout("writing the request timed out", request=request) from None
+        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            if not fresh:
+                raise _Stale from None
+            conn.close()
+            raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from None
+        try:
+            with trio.fail_after(_timeout(request, "read")):
+                while True:
+                    head = await _read_head(conn, request, fresh)
+                    status, reason, headers = _parse_head(head, request)
+                    if status >= 200 or status == 101:
+                        return status, reason, headers
+                    fresh = True  # an interim answer (100 Continue): the real one follows
+        except trio.TooSlowError:
+            conn.close()
+            raise httpx2.ReadTimeout("reading the answer timed out", request=request) from None
+        except _Stale:
+            raise
+        except BaseException:
+            conn.close()
+            raise
+
+    def _release(self, conn: _Conn, reusable: bool) -> None:
+        self._slots.release()
+        if not reusable or self._closed:
+            conn.close()
+            return
+        idle = self._idle.setdefault(conn.key, [])
+        if len(idle) >= MAX_IDLE:
+            conn.close()
+        else:
+            idle.append(conn)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        for idle in self._idle.values():
+            for conn in idle:
+                conn.close()
+        self._idle.clear()
+
+
+class _Stale(Exception):
+    """A reused connection was closed by the server before it answered (the request never reached it)."""
+
+
+async def _fill(conn: _Conn, request: httpx2.Request) -> bool:
+    try:
+        chunk = await conn.stream.receive_some(_READ)
+    except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from None
+    if not chunk:
+        return False
+    conn.buf += chunk
+    return True
+
+
+async def _read_head(conn: _Conn, request: httpx2.Request, fresh: bool) -> bytes:
+    while True:
+        end = conn.buf.find(b"\r\n\r\n")
+        if end >= 0:
+            head = bytes(conn.buf[:end])
+            del conn.buf[: end + 4]
+            return head
+        if len(conn.buf) > MAX_HEAD:
+            raise httpx2.RemoteProtocolError("the answer's head is over 64 KiB", request=request)
+        empty = not conn.buf
+        if not await _fill(conn, request):
+            if empty and not fresh:
+                raise _Stale
+            raise httpx2.RemoteProtocolError("the server closed the connection without an answer", request=request)
+
+
+def _parse_head(head: bytes, request: httpx2.Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+    lines = head.split(b"\r\n")
+    status_line = lines[0].split(b" ", 2)
+    try:
+        if not status_line[0].startswith(b"HTTP/1."):
+            raise ValueError
+        status = int(status_line[1])
+    except (ValueError, IndexError):
+        raise httpx2.RemoteProtocolError(f"not an HTTP/1.1 answer: {lines[0][:80]!r}", request=request) from None
+    reason = status_line[2] if len(status_line) > 2 else b""
+    headers: list[tuple[bytes, bytes]] = []
+    for line in lines[1:]:
+        name, sep, value = line.partition(b":")
+        if not sep or not name or name != name.strip():
+            raise httpx2.RemoteProtocolError(f"a malformed header line: {line[:80]!r}", request=request)
+        headers.append((name, value.strip()))
+    return status, reason, headers
+
+
+class _Body(httpx2.AsyncByteStream):
+    """An answer's body as it comes; its connection back to the pool once read to the end."""
+
+    def __init__(
+        self,
+        transport: LeanTransport,
+        conn: _Conn,
+        headers: list[tuple[bytes, bytes]],
+        request: httpx2.Request,
+        empty: bool,
+    ) -> None:
+        self._transport = transport
+        self._conn: _Conn | None = conn
+        self._request = request
+        self._length: int | None = None
+        self._chunked = False
+        self._keep = True
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                try:
+                    self._length = int(value)
+                except ValueError:
+                    self._length = -1
+            elif lower == b"transfer-encoding":
+                self._chunked = b"chunked" in value.lower()
+            elif lower == b"connection":
+                self._keep = b"close" not in value.lower()
+        if self._length is not None and self._length < 0:
+            raise httpx2.RemoteProtocolError("a malformed Content-Length", request=request)
+        if empty:
+            self._length, self._chunked = 0, False
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        conn = self._conn
+        if conn is None:
+            return
+        read_timeout = _timeout(self._request, "read")
+        try:
+            if self._chunked:
+                parts = self._chunks(conn, read_timeout)
+            elif self._length is not None:
+                parts = self._sized(conn, self._length, read_timeout)
+            else:
+                self._keep = False
+                parts = self._to_end(conn, read_timeout)
+            async for part in parts:
+                yield part
+        except trio.TooSlowError:
+            self._done(False)
+            raise httpx2.ReadTimeout("reading the answer timed out", request=self._request) from None
+        except BaseException:
+            self._done(False)
+            raise
+        self._done(self._keep)
+
+    async def _more(self, conn: _Conn, limit: float) -> None:
+        with trio.fail_after(limit):
+            if not await _fill(conn, self._request):
+                raise httpx2.RemoteProtocolError(
+                    "the server closed the connection in the middle of the answer", request=self._request
+                )
+
+    async def _sized(self, conn: _Conn, left: int, limit: float) -> AsyncIterator[bytes]:
+        while left > 0:
+            if not conn.buf:
+                await self._more(conn, limit)
+            take = bytes(conn.buf[:left])
+            del conn.buf[: len(take)]
+            left -= len(take)
+            yield take
+
+    async def _chunks(self, conn: _Conn, limit: float) -> AsyncIterator[bytes]:
+        while True:
+            while (end := conn.buf.find(b"\r\n")) < 0:
+                if len(conn.buf) > MAX_HEAD:
+                    raise httpx2.RemoteProtocolError("a malformed chunk size line", request=self._request)
+                await self._more(conn, limit)
+            try:
+                size = int(bytes(conn.buf[:end]).split(b";", 1)[0].strip(), 16)
+            except ValueError:
+                raise httpx2.RemoteProtocolError("a malformed chunk size line", request=self._request) from None
+            del conn.buf[: end + 2]
+            if size == 0:
+                while (end := conn.buf.find(b"\r\n")) != 0:  # trailers, then the empty line
+                    if end > 0:
+                        del conn.buf[: end + 2]
+                    else:
+                        await self._more(conn, limit)
+                del conn.buf[:2]
+                return
+            left = size
+            while left > 0:
+                if not conn.buf:
+                    await self._more(conn, limit)
+                take = bytes(conn.buf[:left])
+                del conn.buf[: len(take)]
+                left -= len(take)
+                yield take
+            while len(conn.buf) < 2:
+                await self._more(conn, limit)
+            if conn.buf[:2] != b"\r\n":
+                raise httpx2.RemoteProtocolError("a chunk not ended by CRLF", request=self._request)
+            del conn.buf[:2]
+
+    async def _to_end(self, conn: _Conn, limit: float) -> AsyncIterator[bytes]:
+        if conn.buf:
+            yield bytes(conn.buf)
+            conn.buf.clear()
+        while True:
+            with trio.fail_after(limit):
+                more = await _fill(conn, self._request)
+            if not more:
+                return
+            yield bytes(conn.buf)
+            conn.buf.clear()
+
+    def _done(self, reusable: bool) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            self._transport._release(conn, reusable)
+
+    async def aclose(self) -> None:
+        self._done(False)  # not read to the end: the connection is out of step, so it is closed
