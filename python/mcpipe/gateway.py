@@ -30,7 +30,7 @@ import orjson
 from mcpipe import telemetry
 from mcpipe._describe import did_you_mean
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
-from mcpipe.access import GateDenied, GateRefusal, Gates, Scopes, missing_scopes
+from mcpipe.access import GateDenied, GateRefusal, Gates, Scopes, missing_scopes, scope_message
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.tools import FunctionTool, Tool, ToolContext, ToolResult
 from mcpipe.toolset import ToolsConfig, Toolset
@@ -500,6 +500,18 @@ class Gateway:
         identity = ctx.identity
         return missing_scopes(needed, identity.scopes if identity is not None else ())
 
+    def surface_scopes(self, kind: str, name: str, ctx: ToolContext) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """``(needed, missing)``: the OAuth scopes a ``prompt`` (by its listed name) or a ``resource`` (by URI; a
+        resource template by its URI template) needs by the ``[[auth.scopes]]`` rules, and those the caller's
+        token lacks; ``((), ())`` for a caller scope rules do not apply to (:meth:`scoped`)."""
+        if self.scopes is None or not self.scoped(ctx):
+            return (), ()
+        needed = self.scopes.needed(kind, name)
+        if not needed:
+            return (), ()
+        identity = ctx.identity
+        return needed, missing_scopes(needed, identity.scopes if identity is not None else ())
+
     def cost_of(self, name: str) -> float:
         cost = self._cost_cache.get(name)
         if cost is None:
@@ -650,8 +662,7 @@ class Gateway:
 
 
 def _scope_message(name: str, missing: tuple[str, ...]) -> str:
-    plural = "scopes" if len(missing) > 1 else "scope"
-    return f"tool '{name}' needs the OAuth {plural} {' '.join(missing)}, which the caller's token does not carry"
+    return scope_message("tool", name, missing)
 
 
 def _reaches(tool: Any) -> tuple[str, ...]:

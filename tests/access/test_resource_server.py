@@ -179,6 +179,7 @@ async def test_tools_list_shows_a_caller_only_the_tools_its_scopes_allow():
 async def test_every_pipeline_path_is_refused_before_running_naming_the_missing_scope():
     """mcp_pipe (through the gateway, where no HTTP front checked it), a declared pipeline reaching a scoped
     tool, a background run and a task are each refused before any step runs."""
+    from mcpipe.gateway import AuditLog
     from mcpipe.tools import Identity, ToolContext
     from mcpipe.tools._base import Request
 
@@ -194,7 +195,7 @@ async def test_every_pipeline_path_is_refused_before_running_naming_the_missing_
         ],
     )
     identity = Identity(subject="ci", provider="token", scopes=("files:read",))
-    async with running(config) as app:
+    async with running(config, audit=AuditLog(None, keep=True)) as app:
         handlers = app.handlers
         gateway = app.gateway
 
@@ -218,7 +219,8 @@ async def test_every_pipeline_path_is_refused_before_running_naming_the_missing_
     assert "needs the OAuth scope files:write" in declared["content"][0]["text"]
     assert "needs the OAuth scope files:write" in later["content"][0]["text"]
     # Nothing ran: the audit of the gateway saw no call of echo.
-    assert not [r for r in (gateway.audit.records or []) if r["tool"] == "echo" and r["ok"]]
+    assert gateway.audit.records is not None
+    assert not [r for r in gateway.audit.records if r["tool"] == "echo" and r["ok"]]
 
 
 # -- opaque tokens: RFC 7662 introspection ----------------------------------------------------------------

@@ -100,7 +100,11 @@ async def mcpipe_behind(server: AuthServer, **auth: Any) -> AsyncIterator[str]:
             stop.set()
 
 
-def signed_in_client(url: str, browser: Browser, storage: Memory, mode: str) -> Client:
+def signed_in_client(
+    url: str, browser: Browser, storage: Memory, mode: str, sent: list[dict[str, str]] | None = None
+) -> Client:
+    """The SDK's client behind its OAuth provider; ``sent`` records each request it makes to ``url`` (its
+    session id, its bearer)."""
     provider = OAuthClientProvider(
         server_url=url,
         client_metadata=OAuthClientMetadata(redirect_uris=[REDIRECT], client_name="test-client"),
@@ -112,6 +116,16 @@ def signed_in_client(url: str, browser: Browser, storage: Memory, mode: str) -> 
     @asynccontextmanager
     async def transport() -> AsyncIterator[Any]:
         async with create_mcp_http_client(auth=provider) as http, streamable_http_client(url, http_client=http) as s:
+            if sent is not None:
+
+                async def record(request: httpx2.Request) -> None:
+                    if str(request.url) == url and request.method == "POST":
+                        headers = request.headers
+                        sent.append(
+                            {"session": headers.get("mcp-session-id", ""), "bearer": headers.get("authorization", "")}
+                        )
+
+                http.event_hooks = {"request": [record], "response": []}
             yield s
 
     return Client(transport(), mode=mode)
@@ -138,19 +152,31 @@ async def test_the_sdks_oauth_client_signs_in_from_the_401_alone_and_calls_mcp_p
     assert token_requests[0]["form"]["resource"] == url
 
 
-async def test_a_call_needing_more_scope_steps_up_and_then_succeeds():
+@pytest.mark.parametrize("mode", ["legacy", "2026-07-28"])
+async def test_a_call_needing_more_scope_steps_up_and_then_succeeds(mode):
+    """The SDK's OAuth client steps up on the 403 in both eras: it is the HTTP layer's (``httpx2.Auth``), below
+    the protocol; at 2025-11-25 the session the first token opened goes on with the stepped-up one (the session
+    is bound to the principal, the same user with more scope)."""
     scopes = [{"scope": "notes:read", "tools": ["echo", "mcp_pipe"]}, {"scope": "notes:write", "tools": ["write_note"]}]
     async with (
         auth_server(default_user="alice", scopes_supported=["notes:read", "notes:write"]) as server,
         mcpipe_behind(server, scopes=scopes, resource={"scopes": ["notes:read"]}) as url,
     ):
-        browser, storage = Browser("alice"), Memory()
+        browser, storage, sent = Browser("alice"), Memory(), []
         with trio.fail_after(60):
-            async with signed_in_client(url, browser, storage, "2026-07-28") as client:
+            async with signed_in_client(url, browser, storage, mode, sent) as client:
+                era = client.protocol_version
                 read = await client.call_tool("echo", {"a": 1})
                 first_scope = storage.tokens.scope if storage.tokens else None
                 wrote = await client.call_tool("write_note", {})
-    assert not read.is_error and not wrote.is_error
+                again = await client.call_tool("write_note", {})
+    assert era == ("2025-11-25" if mode == "legacy" else "2026-07-28")
+    assert not read.is_error and not wrote.is_error and not again.is_error
+    bearers = list(dict.fromkeys(r["bearer"] for r in sent if r["bearer"]))
+    assert len(bearers) == 2  # the first token, then the stepped-up one
+    if mode == "legacy":  # one 2025-11-25 session throughout: the stepped-up token goes on in it
+        sessions = {r["session"] for r in sent if r["session"]}
+        assert len(sessions) == 1, sessions
     assert first_scope == "notes:read"
     assert len(browser.opened) == 2  # signed in, then stepped up on the 403
     stepped = parse_qs(urlsplit(browser.opened[1]).query)["scope"][0].split()

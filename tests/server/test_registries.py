@@ -157,8 +157,14 @@ async def test_a_registry_server_at_a_private_address_is_left_out_unless_allowed
     assert len(registry.requests) == 2  # the second app never read it
 
 
-async def test_a_registry_servers_guards_hold_its_trust_rule_and_the_callers_own_bearer(cert: Path) -> None:
+async def test_a_registry_servers_guards_hold_its_trust_rule_and_the_callers_own_bearer(
+    cert: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``forward_bearer`` (mcpg's ``pass_through``) sends on a static token of ``[[auth.tokens]]``; an OAuth access
+    token (a JWT of an ``[[auth.oidc]]`` issuer) is never passed through, ``[auth.resource]`` or not (the MCP
+    authorization spec forbids token passthrough): that call fails, saying so, and nothing reaches the server."""
     upstream, registry = Upstream(), Registry()
+    monkeypatch.setenv("ALICE_TOKEN", "alice-static-t0ken")  # the HTTP front reads static tokens from the environment
     async with (
         oauth_server() as idp,
         serving_tls(upstream.app(), cert) as up,
@@ -166,7 +172,10 @@ async def test_a_registry_servers_guards_hold_its_trust_rule_and_the_callers_own
     ):
         registry.entries = [entry("com.acme/crm", url=f"{up}/mcp")]
         doc = {
-            "auth": {"oidc": [{"issuer": idp.url, "audiences": ["mcpipe"], "allow_private": True}]},
+            "auth": {
+                "tokens": [{"env": "ALICE_TOKEN", "principal": "alice"}],
+                "oidc": [{"issuer": idp.url, "audiences": ["mcpipe"], "allow_private": True}],
+            },
             "trust": {"subject_header": "x-user"},
             "registries": [
                 {
@@ -179,17 +188,24 @@ async def test_a_registry_servers_guards_hold_its_trust_rule_and_the_callers_own
                 }
             ],
         }
-        alice = idp.mint("alice")
+        jwt = idp.mint("bob")
+        config = _config(doc, {"ALICE_TOKEN": "alice-static-t0ken"})
         with trio.fail_after(60):
-            async with open_app(_config(doc)) as app, http_server(app) as mcp_url:
+            async with open_app(config) as app, http_server(app) as mcp_url:
                 await app.registries.synced.wait()
-                async with bearer_client(mcp_url, alice) as client:
+                for server in app.downstreams.servers:
+                    await server.first_attempt()
+                async with bearer_client(mcp_url, "alice-static-t0ken") as client:
                     mine = await client.call_tool("com.acme.crm.whoami", {})
+                async with bearer_client(mcp_url, jwt) as client:
+                    oauth = await client.call_tool("com.acme.crm.whoami", {})
                 async with bearer_client(mcp_url, None) as client:
                     with pytest.raises(MCPError) as anonymous:  # the registry's rule: verified callers only
                         await client.call_tool("com.acme.crm.whoami", {})
     assert not mine.is_error
-    assert [h.get("authorization") for h in calls(upstream)] == [f"Bearer {alice}"]  # only alice's call went
+    assert oauth.is_error and "forward_bearer would pass the caller's OAuth access token" in oauth.content[0].text  # type: ignore[union-attr]
+    assert [h.get("authorization") for h in calls(upstream)] == ["Bearer alice-static-t0ken"]  # only alice's call went
+    assert all(jwt not in str(h) for h in calls(upstream))
     assert (
         anonymous.value.error.message
         == "tool com.acme.crm.whoami requires trust level Verified, current trust is Unauthenticated"

@@ -37,10 +37,11 @@ from mcpipe.access._credentials import CredentialError, Credentials, Issued
 from mcpipe.access._fetch import FetchError, fetch
 from mcpipe.access._gates import GateDenied, GateRefusal, Gates, build_gates, client_ip
 from mcpipe.access._identity import Authenticator, Rejected
-from mcpipe.access._principal import Principal, principal_key, reserved_prefix
-from mcpipe.access._scopes import Scopes, missing_scopes
+from mcpipe.access._principal import Principal, oauth_bearer, principal_key, reserved_prefix
+from mcpipe.access._scopes import INSUFFICIENT_SCOPE, Scopes, missing_scopes, scope_message
 
 __all__ = [
+    "INSUFFICIENT_SCOPE",
     "AccessConfig",
     "Authenticator",
     "CedarGate",
@@ -77,6 +78,8 @@ __all__ = [
     "client_ip",
     "fetch",
     "missing_scopes",
+    "oauth_bearer",
     "principal_key",
     "reserved_prefix",
+    "scope_message",
 ]

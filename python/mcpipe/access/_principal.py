@@ -22,10 +22,22 @@ from dataclasses import dataclass
 
 from mcpipe.tools import Identity
 
-__all__ = ["SOURCES", "Principal", "principal_key", "reserved_prefix"]
+__all__ = ["OAUTH_SOURCES", "SOURCES", "Principal", "oauth_bearer", "principal_key", "reserved_prefix"]
 
 SOURCES = ("oidc", "introspection", "mtls", "header")
 """The identity sources whose principals carry a prefix (``<source>:``); a token's has none."""
+
+OAUTH_SOURCES = frozenset({"oidc", "introspection"})
+"""The identity sources whose bearer is an OAuth access token verified for this resource."""
+
+
+def oauth_bearer(identity: object) -> bool:
+    """Whether the caller presented an OAuth access token: a JWT an ``[[auth.oidc]]`` issuer signed, or a token
+    an ``[[auth.introspection]]`` endpoint vouched for. Such a token was minted for mcpipe (its audience is
+    this resource), so it is never sent on to another server (``forward_bearer``): the MCP authorization spec
+    forbids token passthrough, whether or not ``[auth.resource]`` is set. A static token of ``[[auth.tokens]]``
+    is the operator's shared secret, not an OAuth token: it may be forwarded."""
+    return getattr(identity, "provider", None) in OAUTH_SOURCES and bool(getattr(identity, "token", None))
 
 
 @dataclass(frozen=True, slots=True)

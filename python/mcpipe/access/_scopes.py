@@ -12,7 +12,12 @@ from collections.abc import Iterable, Sequence
 from mcpipe._util import glob_matcher
 from mcpipe.access._config import ScopeRule
 
-__all__ = ["Scopes", "missing_scopes"]
+__all__ = ["INSUFFICIENT_SCOPE", "Scopes", "missing_scopes", "scope_message"]
+
+INSUFFICIENT_SCOPE = -32003
+"""The JSON-RPC error of a prompt, resource or completion a caller's scopes do not allow, off the HTTP front's
+403 (in memory, over stdio, a static token's call): in the implementation-defined band the SDK leaves servers
+(-32000..-32019; -32020 and up are the spec's), the code mcpg answers a trust rule's missing scope with."""
 
 MAX_CACHED = 65_536
 """The most names whose needed scopes are remembered (a caller naming random tools cannot grow it past)."""
@@ -44,6 +49,12 @@ class Scopes:
             self._cache.clear()
         self._cache[key] = found
         return found
+
+
+def scope_message(kind: str, name: str, missing: Sequence[str]) -> str:
+    """Why a call of the ``tool``, ``prompt`` or ``resource`` ``name`` is refused: the scopes it lacks."""
+    plural = "scopes" if len(missing) > 1 else "scope"
+    return f"{kind} '{name}' needs the OAuth {plural} {' '.join(missing)}, which the caller's token does not carry"
 
 
 def missing_scopes(needed: Iterable[str], have: Iterable[str]) -> tuple[str, ...]:

@@ -51,7 +51,7 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from mcpipe import telemetry
 from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
-from mcpipe.access import CredentialError, Credentials
+from mcpipe.access import CredentialError, Credentials, oauth_bearer
 from mcpipe.config import McpServerConfig
 from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
 from mcpipe.downstream._lines import LISTING_CAP, ListingCap
@@ -189,9 +189,6 @@ class _WatchedRead:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
-
-_OAUTH_PROVIDERS = frozenset({"oidc", "introspection"})
-"""Identity sources whose bearer is an OAuth access token of this resource (never forwarded)."""
 
 _CALL_HEADERS: ContextVar[dict[str, str] | None] = ContextVar("mcpipe_downstream_call_headers", default=None)
 """Headers the downstream request being sent by this task carries (a per-caller credential's token)."""
@@ -348,8 +345,6 @@ class DownstreamServer:
         errlog: where a stdio server's stderr goes.
     """
 
-    refuse_passthrough = False
-    """Set by :class:`Downstreams`: a caller's OAuth access token is never forwarded (``forward_bearer``)."""
     oauth: ServerAuth | None = None
     """Its OAuth, when it requires it (``oauth``), set by :class:`Downstreams`."""
     principal: str | None = None
@@ -788,7 +783,7 @@ class DownstreamServer:
             token = getattr(identity, "token", None)
             if not token:
                 return None
-            if self.refuse_passthrough and getattr(identity, "provider", None) in _OAUTH_PROVIDERS:
+            if oauth_bearer(identity):
                 # An access token minted for mcpipe is never passed through to another server (the MCP
                 # authorization spec forbids token passthrough): a token_exchange credential exchanges it.
                 raise CallError(
@@ -954,16 +949,12 @@ class Downstreams:
         *,
         errlog: Any = None,
         credentials: Credentials | None = None,
-        refuse_passthrough: bool = False,
         oauth: OAuthClients | None = None,
         max_user_sessions: int = 256,
     ) -> None:
         self.errlog, self.credentials = errlog, credentials
         self.oauth = oauth
         self.max_user_sessions = max_user_sessions
-        self.refuse_passthrough = refuse_passthrough
-        """mcpipe is an OAuth resource server (``[auth.resource]``): ``forward_bearer`` never sends on a caller's
-        OAuth access token (it is this resource's)."""
         self.servers = [self._server(n, c) for n, c in configs.items() if c.enabled]
         self._nursery: trio.Nursery | None = None
         self._held: dict[str, trio.CancelScope] = {}
@@ -972,7 +963,6 @@ class Downstreams:
 
     def _server(self, name: str, config: McpServerConfig) -> DownstreamServer:
         server = DownstreamServer(name, config, errlog=self.errlog, credentials=self.credentials)
-        server.refuse_passthrough = self.refuse_passthrough
         if self.oauth is not None and name in self.oauth.servers:
             server.oauth = self.oauth.servers[name]
             server.spawn = self._spawn
@@ -985,7 +975,6 @@ class Downstreams:
         if config.protocol == "auto" and (config.transport == "http" if per_era is None else per_era):
             handshake = msgspec.structs.replace(config, protocol="2025-11-25", connect="lazy")
             server.twin = DownstreamServer(name, handshake, errlog=self.errlog, credentials=self.credentials)
-            server.twin.refuse_passthrough = self.refuse_passthrough
         return server
 
     async def start(self, nursery: trio.Nursery) -> None:

@@ -18,7 +18,7 @@ import trio
 
 from mcpipe._jsonschema import validator
 from mcpipe._util import read_capped
-from mcpipe.access import CredentialError, Credentials
+from mcpipe.access import CredentialError, Credentials, oauth_bearer
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import guarded_client
@@ -165,6 +165,11 @@ class OpenApiTool:
             if not token:
                 raise CredentialError(
                     f"security scheme `{scheme.name}` forwards the caller's bearer token: it has none"
+                )
+            if oauth_bearer(identity):  # minted for mcpipe: never passed through (the MCP authorization spec)
+                raise CredentialError(
+                    f"security scheme `{scheme.name}` would pass the caller's OAuth access token through (tokens are "
+                    "for mcpipe alone): give it a `token_exchange` credential instead"
                 )
             return str(token)
         assert auth.credential is not None

@@ -358,7 +358,6 @@ async def open_app(
         config.mcpServers,
         errlog=errlog,
         credentials=credentials,
-        refuse_passthrough=config.auth.resource is not None,
         oauth=oauth,
         max_user_sessions=config.oauth.max_user_sessions,
     )

@@ -36,7 +36,7 @@ from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import check_pipeline, run_pipeline
 from mcpipe.server._guide import Guide
-from mcpipe.server._passthrough import Passthrough, log_allowed
+from mcpipe.server._passthrough import Passthrough, ScopeCheck, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
 from mcpipe.store import RunRefused, StoreUnavailable
@@ -497,6 +497,7 @@ class ToolHandlers:
                 identity=identity_of,
                 apps=apps,
                 content=content,
+                scopes=self.scopes_of,
             )
         self._in_flight: set[trio.CancelScope] = set()
         self._idle = trio.Event()
@@ -643,6 +644,20 @@ class ToolHandlers:
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
 
+    def scopes_of(self, ctx: ServerRequestContext[Any, Any]) -> ScopeCheck | None:
+        """What the ``[[auth.scopes]]`` rules ask of a request's caller for prompts and resources, the rule tools
+        are held to (:meth:`Gateway.scoped`): None when none applies (no rule names a prompt or resource, or a
+        local caller without trust levels, which is the operator's and holds every scope)."""
+        gateway = self.gateway
+        rules = gateway.scopes
+        if rules is None or not (rules.prompts or rules.resources):
+            return None
+        principal = principal_of(ctx, self.default_principal)
+        probe = ToolContext(principal=principal, request=Request(identity=identity_of(ctx)))
+        if not gateway.scoped(probe):
+            return None
+        return lambda kind, name: gateway.surface_scopes(kind, name, probe)
+
     def check_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
         """Refuse a caller who may not read a resource (subscribing to it is reading it as it changes): the
         trust rules' JSON-RPC error."""
@@ -736,13 +751,14 @@ class ToolHandlers:
             except RunRefused as exc:
                 return {**_refused(name, exc, "task"), "resultType": "complete"}
         why = self.gateway.denial(name, tctx)
-        if why is not None:
-            return _error_result(f"{ErrorCode.FORBIDDEN}: {why}")
+        if why is not None:  # answered at once: a complete result, never a task (2026-07-28 needs the type)
+            return {**_error_result(f"{ErrorCode.FORBIDDEN}: {why}"), "resultType": "complete"}
         check = getattr(self.gateway.get(name), "check_args_async", None)
         if check is not None:
             args, errors = await check(args)
             if errors:
-                return _error_result(f"invalid arguments for tool '{name}': " + "; ".join(errors))
+                message = f"invalid arguments for tool '{name}': " + "; ".join(errors)
+                return {**_error_result(message), "resultType": "complete"}
         try:
             return await self.tasks.create(name, args, tctx, capabilities)
         except RunRefused as exc:

@@ -46,6 +46,7 @@ from mcp_types import INVALID_PARAMS
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe._core import Regex
+from mcpipe.access import INSUFFICIENT_SCOPE, scope_message
 from mcpipe.downstream import Change, DownstreamError, Downstreams, DownstreamServer
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
@@ -72,6 +73,12 @@ CheckSurface = Callable[[ServerRequestContext[Any, Any], Any], None]
 RunHidden = Callable[[ServerRequestContext[Any, Any] | None, Any, dict[str, Any]], Awaitable[Any]]
 """Runs a hidden pipeline (a completion source, a listing, a watch's read): ``(ctx or None, pipeline, args)``
 -> ``ToolResult``, as the server itself (no caller's rights are checked; None: no request at all)."""
+ScopeCheck = Callable[[str, str], "tuple[tuple[str, ...], tuple[str, ...]]"]
+"""``(kind, name) -> (needed, missing)``: the OAuth scopes a ``prompt`` (by name) or a ``resource`` (by URI, a
+template by its URI template) needs, and those the request's caller lacks."""
+ScopesOf = Callable[[ServerRequestContext[Any, Any]], "ScopeCheck | None"]
+"""A request's :data:`ScopeCheck`, or None when no scope rule applies to its caller (none configured, or a local
+caller: the operator)."""
 MAX_LISTEN_STREAMS = 1024
 """The most ``subscriptions/listen`` streams open at once (the SDK's default)."""
 HIDDEN_TIMEOUT_S = 3.0
@@ -133,8 +140,12 @@ class Passthrough:
         identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
         apps: AppsPolicy | None = None,
         content: Any = None,
+        scopes: ScopesOf | None = None,
     ) -> None:
         self.downstreams = downstreams
+        self.scopes = scopes
+        """The OAuth scopes (``[[auth.scopes]]``) each prompt and resource needs of a request's caller: every list
+        shows only what they allow, every get, read, subscription and completion of another is refused."""
         self.guide = guide
         """mcpipe's own guide to its pipeline language (resources and a prompt), listed after the config's own."""
         self.caching = caching
@@ -222,6 +233,36 @@ class Passthrough:
             return False
         return True
 
+    def _require_scopes(self, ctx: ServerRequestContext[Any, Any], kind: str, name: str, what: str = "") -> None:
+        """Refuse a request of a prompt or resource (``kind``) whose scopes the caller lacks: JSON-RPC
+        :data:`~mcpipe.access.INSUFFICIENT_SCOPE`, naming the scopes (over HTTP with an OAuth issuer, the front
+        has answered the 403 step-up challenge before)."""
+        check = self.scopes(ctx) if self.scopes is not None else None
+        if check is None:
+            return
+        needed, missing = check(kind, name)
+        if missing:
+            data = {"error": "insufficient_scope", "scope": " ".join(needed), "missing": list(missing)}
+            raise MCPError(INSUFFICIENT_SCOPE, scope_message(what or kind, name, missing), data)
+
+    def _scoped_entries(
+        self, ctx: ServerRequestContext[Any, Any], kind: str, entries: list[dict[str, Any]]
+    ) -> list[dict[str, Any]]:
+        """The entries of a list the caller's scopes allow (prompts by name, resources by URI, templates by
+        their URI template)."""
+        check = self.scopes(ctx) if self.scopes is not None else None
+        if check is None:
+            return entries
+        rules, key = {"prompt": ("prompt", "name"), "resource": ("resource", "uri")}.get(
+            kind, ("resource", "uriTemplate")
+        )
+        out = []
+        for e in entries:
+            name = e.get(key)
+            if not check(rules, name if isinstance(name, str) else "")[1]:
+                out.append(e)
+        return out
+
     def _may_use(self, principal: str, server: DownstreamServer) -> bool:
         probe = server.exposed("*")
         return self.policy.allows(principal, probe) or any(self.policy.allows(principal, t) for t in server.tools)
@@ -293,6 +334,7 @@ class Passthrough:
                 listed, more = await self._listings(ctx, first)
                 merged += listed
             out[key] = [*local, *merged]
+        out[key] = self._scoped_entries(ctx, kind, out[key])  # one rule for every list, whoever serves an entry
         if more:
             out["nextCursor"] = _encode_cursor(more, self._cursor_key, self._cursor_binding(ctx))
         if self.apps is not None and kind != "prompt":
@@ -411,6 +453,7 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        self._require_scopes(ctx, "resource", uri)
         if self.content is not None and self.content.owns(uri):
             return _local_result(ctx, await self._read_content(ctx, uri))
         local = self._local_resource(uri)
@@ -473,6 +516,7 @@ class Passthrough:
     async def get_prompt(
         self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
     ) -> dict[str, Any]:
+        self._require_scopes(ctx, "prompt", params.name)
         tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == params.name), None)
         if tool is not None:
             result = await self._run_local(ctx, tool, dict(params.arguments or {}))
@@ -550,6 +594,10 @@ class Passthrough:
     async def complete(
         self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
     ) -> dict[str, Any]:
+        if isinstance(params.ref, types.PromptReference):
+            self._require_scopes(ctx, "prompt", params.ref.name)
+        else:
+            self._require_scopes(ctx, "resource", params.ref.uri, "resource template")
         local = await self._local_completion(ctx, params)
         if local is not None:
             return _local_result(ctx, local)
@@ -574,6 +622,7 @@ class Passthrough:
         self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
     ) -> dict[str, Any]:
         uri = str(params.uri)
+        self._require_scopes(ctx, "resource", uri)  # a subscription is a read that keeps arriving
         local = self._local_resource(uri)
         if local is not None:
             # A subscription is a read that keeps arriving: the caller must be allowed to read it.
@@ -637,6 +686,8 @@ class Passthrough:
         uris = [str(u) for u in params.notifications.resource_subscriptions or ()]
         held: list[tuple[DownstreamServer, str]] = []
         local: list[str] = []
+        for uri in uris:
+            self._require_scopes(ctx, "resource", uri)
         for uri in uris:
             found = self._local_resource(uri)
             if found is not None:

@@ -844,11 +844,14 @@ def tls_cert(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return made
 
 
-async def test_the_federation_guides_registry_serves_its_pinned_crm_to_verified_callers_with_their_bearer(
+async def test_the_federation_guides_registry_serves_its_pinned_crm_to_verified_callers_never_passing_their_jwt(
     tls_cert: Path,
 ) -> None:
     # runtime/registry_sync (crawl, filter, pins, map.rs: remote variables and headers, the synthesized
     # federation's governance and pass_through auth), over a registry and its server on 127.0.0.1 (HTTPS).
+    # Where mcpipe differs from mcpg: `pass_through` is `forward_bearer`, which never sends on an OAuth access
+    # token (the guide's callers present JWTs of its jwks issuer): the MCP authorization spec forbids token
+    # passthrough, so the verified caller's call fails saying so and nothing of it reaches the CRM.
     from kit.oauth import oauth_server
     from kit.registry import Registry, Upstream, calls, entry, serving_tls
 
@@ -890,10 +893,11 @@ async def test_the_federation_guides_registry_serves_its_pinned_crm_to_verified_
                     tools = sorted(t.name for t in (await client.list_tools()).tools)
                     got = await client.call_tool("com.acme.crm.whoami", {})
     assert tools == ["com.acme.crm.whoami"]  # the experiment excluded, the other namespace filtered
-    assert not got.is_error
-    (sent,) = calls(upstream)
-    assert sent["path"] == "/acme-prod/v2.3/mcp"  # the pinned version, its {tenant_id}
-    assert sent["x-api-key"] == "crm-key" and sent["authorization"] == f"Bearer {alice}"  # pass_through
+    assert got.is_error and "forward_bearer would pass the caller's OAuth access token" in got.content[0].text  # type: ignore[union-attr]
+    assert calls(upstream) == [] and all(alice not in str(h) for h in upstream.seen)
+    crm = [h for h in upstream.seen if h["path"].startswith("/acme-prod")]  # its session (listing its tools)
+    assert crm and {h["path"] for h in crm} == {"/acme-prod/v2.3/mcp"}  # the pinned version, its {tenant_id}
+    assert {h["x-api-key"] for h in crm} == {"crm-key"}
     assert {r["authorization"] for r in registry.requests} == {"Bearer reg-secret"}
 
 

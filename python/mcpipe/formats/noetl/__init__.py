@@ -56,6 +56,7 @@ __all__ = [
     "model_problems",
     "model_sources",
     "playbook_count",
+    "reached_tools",
     "served_counts",
 ]
 
@@ -302,6 +303,39 @@ def _line_finder(text: str) -> Callable[[str], int | None]:
     return line
 
 
+def reached_tools(playbook: Playbook | NoetlPlaybook) -> tuple[str, ...]:
+    """The names of the gateway tools a playbook's steps call, in the order they are written: a NoETL step's
+    ``kind: tool`` tasks, a seed 004 ``tool`` action (a workbook action, a resource, a tool its turns offer the
+    model), and those of each sub-playbook a ``playbook`` task names by a fixed path (one named by a template is
+    known only when it runs: its tools are checked as each is called). Other kinds (``http``, ``python``,
+    ``postgres``...) call no gateway tool."""
+    found: dict[str, None] = {}
+    seen: set[int] = set()
+    todo: list[Playbook | NoetlPlaybook] = [playbook]
+    while todo:
+        pb = todo.pop()
+        if id(pb) in seen:
+            continue
+        seen.add(id(pb))
+        if isinstance(pb, NoetlPlaybook):
+            for step in pb.steps.values():
+                for task in step.tasks:
+                    if task.runner == "kind":
+                        tool = getattr(task.parts.get("step"), "tool", None)
+                        if isinstance(tool, str):
+                            found[tool] = None
+                    elif task.runner == "playbook" and task.parts.get("child") is not None:
+                        todo.append(task.parts["child"])
+            if pb.mcp is not None:
+                todo.append(pb.mcp)
+            continue
+        for action in (*pb.workbook.values(), *pb.resources.values(), *pb.tools.values()):
+            tool = getattr(action.step, "tool", None)
+            if isinstance(tool, str):
+                found[tool] = None
+    return tuple(found)
+
+
 class PlaybookTool:
     """One playbook, runnable and served as a tool named by its name (``metadata.name``).
 
@@ -346,6 +380,10 @@ class PlaybookTool:
             playbook.limits = self.limits
         if registry is not None:
             playbook.registry = registry
+        self.reaches = reached_tools(playbook)
+        """The gateway tools its steps call (``kind: tool`` tasks, ``tool`` actions, the tools its turns offer,
+        those of the sub-playbooks its ``playbook`` tasks name): a call needs their scopes too, checked before it
+        runs (:meth:`mcpipe.gateway.Gateway.needed_scopes`)."""
 
     def bind(self, registry: Any) -> None:
         """Make the playbook's ``tool`` actions call through ``registry`` (the gateway)."""
