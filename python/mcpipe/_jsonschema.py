@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 from mcpipe._pattern import PatternTimeout, compile_pattern
 from mcpipe._util import RunLimiter
 
-__all__ = ["errors_async", "needs_thread", "patterns_of", "validator"]
+__all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm"]
 
 
 def validator(schema: Any, *, default: type[Any] | None = None, **kwargs: Any) -> Any:
@@ -37,6 +37,14 @@ def validator(schema: Any, *, default: type[Any] | None = None, **kwargs: Any) -
 
     cls = validator_for(schema, default=Draft202012Validator if default is None else default)
     return _safe(cls)(schema, **kwargs)
+
+
+def warm() -> None:
+    """Import ``jsonschema`` now. A server calls this in a worker thread once it is answering, so that its
+    first call does not import it on the event loop: with the ``format`` checkers installed (the extra
+    ``jsonschema[format]``), the import builds grammars for a second or more, and ``/healthz`` would wait
+    that long behind the first call that validates a schema."""
+    import jsonschema.validators  # noqa: F401  (imported for its side effect: loaded once, kept in sys.modules)
 
 
 def patterns_of(schema: Any) -> Iterator[str]:

@@ -97,7 +97,8 @@ class _Version(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
         from mcpipe._version import __version__
 
-        parser.exit(message=f"mcpipe {__version__}\n")
+        print(f"mcpipe {__version__}")  # on stdout, as argparse's own version action does
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -115,8 +115,10 @@ def test_both_engines_answer_as_re_searches(pattern, texts):
 def test_schema_validation_with_nested_quantifiers_takes_linear_time():
     schema = {"type": "object", "properties": {"w": {"type": "string", "pattern": "^(a+)+$"}}}
     assert not needs_thread(schema)
+    check = validator(schema)  # jsonschema imported: the time below is the match's alone
     t0 = time.perf_counter()
-    errors = list(validator(schema).iter_errors({"w": "a" * 100_000 + "!"}))
-    assert time.perf_counter() - t0 < 1 and len(errors) == 1
+    errors = list(check.iter_errors({"w": "a" * 100_000 + "!"}))
+    # backtracking would take longer than anyone waits at 28 characters, at 100 000 for ever: any bound shows it
+    assert time.perf_counter() - t0 < 10 and len(errors) == 1
     assert schema_errors({"w": EVIL}, schema) is not None  # a model's structured output is checked the same way
     assert needs_thread({"properties": {"w": {"pattern": "(?<=x)y"}}})

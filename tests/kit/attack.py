@@ -144,12 +144,14 @@ async def served(
     with tempfile.TemporaryFile() as log:
         proc = await trio.lowlevel.open_process(command, stdin=None, stdout=log, stderr=log, env=environ)
         try:
-            marker = "serving MCP at "
+            # Ready, and past the import of what calls use (the server does it beside its first calls, which
+            # would otherwise wait on it; an attack's /healthz probes measure the attack, not that import).
+            marker, warmed = "serving MCP at ", "loaded the call path in "
             with trio.fail_after(60):
                 while True:
                     log.seek(0)
                     text = log.read().decode(errors="replace")
-                    if marker in text:
+                    if marker in text and warmed in text:
                         url = text.split(marker, 1)[1].split()[0]
                         break
                     if proc.poll() is not None:

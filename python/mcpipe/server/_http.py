@@ -35,6 +35,7 @@ from mcp.server.transport_security import TransportSecurityMiddleware, Transport
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
+from mcpipe._jsonschema import warm
 from mcpipe.access import Authenticator, Rejected, missing_scopes, principal_key
 from mcpipe.config import Config
 from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
@@ -757,6 +758,15 @@ async def serve_http(
         if cfg.console.enabled:
             _log.info("serving the console at %s/console", binds[0])
         task_status.started(url)
+        # Answering already; what a first call would import on the event loop is imported beside it.
+        nursery.start_soon(_warm)
+
+
+async def _warm() -> None:
+    """Load what the first call would otherwise import on the event loop (``jsonschema``), in a thread."""
+    started = trio.current_time()
+    await trio.to_thread.run_sync(warm, abandon_on_cancel=True)
+    _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
 
 
 _TOO_MANY = orjson.dumps({"error": "rate_limited", "error_description": "too many requests without a credential"})
