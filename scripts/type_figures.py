@@ -7,7 +7,11 @@
 - ``private_imports``: imports of another package's private module (``from mcpipe.tools._base import
   Tool`` in ``mcpipe.server``; a module ``_x`` is private to the package holding it, and to its
   subpackages), one per import statement and module;
-- ``package_cycles``: package-level import cycles (``scripts/check_layers.py``'s count).
+- ``package_cycles``: package-level import cycles (``scripts/check_layers.py``'s count);
+- ``strict_structs``: classes that declare msgspec's strict policy themselves (a direct subclass of
+  ``msgspec.Struct`` passing ``forbid_unknown_fields``), rather than inheriting it from the one base;
+- ``config_any``: parameters and fields named ``config``/``cfg``/``*_config`` typed bare ``Any``, and
+  ``getattr(config, ...)`` calls (a config read by attribute name, untyped).
 
 Usage: ``python scripts/type_figures.py [ROOT]`` (ROOT: the directory holding ``mcpipe``, default
 ``python``).
@@ -70,6 +74,41 @@ def type_ignores(source: str) -> tuple[int, int]:
     return every, attr
 
 
+def _is_struct_base(node: ast.expr) -> bool:
+    return (isinstance(node, ast.Attribute) and node.attr == "Struct") or (
+        isinstance(node, ast.Name) and node.id == "Struct"
+    )
+
+
+def strict_structs(tree: ast.AST) -> list[str]:
+    """Names of the classes of ``tree`` declaring the strict policy themselves (see the module's doc)."""
+    return [
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and any(_is_struct_base(b) for b in node.bases)
+        and any(k.arg == "forbid_unknown_fields" for k in node.keywords)
+    ]
+
+
+def _config_name(name: str) -> bool:
+    return name in ("config", "cfg") or name.endswith("_config")
+
+
+def config_any(tree: ast.AST) -> tuple[int, int]:
+    """``(parameters and fields named like a config typed bare Any, getattr(config, ...) calls)``."""
+    typed = reads = 0
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            typed += _config_name(node.arg) and _is_any(node.annotation)
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            typed += _config_name(node.target.id) and _is_any(node.annotation)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr":
+            first = node.args[0] if node.args else None
+            reads += isinstance(first, ast.Name) and _config_name(first.id)
+    return typed, reads
+
+
 def _modules(root: Path) -> set[str]:
     """Every module of ``root/mcpipe`` (``.py``, ``.pyi`` and extension modules), by dotted name."""
     found = set()
@@ -109,10 +148,15 @@ def private_imports(root: Path) -> list[str]:
 
 def main(argv: list[str]) -> int:
     root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1] / "python"
-    annotated = bare = contains = ignores = attr = 0
+    annotated = bare = contains = ignores = attr = typed = reads = 0
+    strict: list[str] = []
     for path in sorted((root / "mcpipe").rglob("*.py")):
         source = path.read_text()
-        a, b, c = any_params(ast.parse(source))
+        tree = ast.parse(source)
+        a, b, c = any_params(tree)
+        strict += strict_structs(tree)
+        t, r = config_any(tree)
+        typed, reads = typed + t, reads + r
         annotated, bare, contains = annotated + a, bare + b, contains + c
         i, d = type_ignores(source)
         ignores, attr = ignores + i, attr + d
@@ -124,6 +168,8 @@ def main(argv: list[str]) -> int:
     print(f"type_ignores: {ignores} ({attr} attr-defined)")
     print(f"private_imports: {len(private_imports(root))}")
     print(f"package_cycles: {len(layers.cycles(layers.package_graph(root)))}")
+    print(f"strict_structs: {len(strict)} ({', '.join(sorted(strict))})")
+    print(f"config_any: {typed} typed Any, {reads} getattr(config, ...)")
     return 0
 
 
