@@ -42,6 +42,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._sandbox",
             "mcpipe._jsonschema",
             "mcpipe._lazy",
+            "mcpipe._struct",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",

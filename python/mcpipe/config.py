@@ -18,16 +18,17 @@ import re
 import tomllib
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import msgspec
 import yaml
 
 from mcpipe._describe import did_you_mean, split_msgspec_error
 from mcpipe._json import DuplicateKeyError, check_unique_keys
+from mcpipe._struct import Strict
 from mcpipe._util import PIPE_TOOL
 from mcpipe._yaml import load_yaml
 from mcpipe.access import (
@@ -52,6 +53,14 @@ from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan import deepest_location, json_depth
 from mcpipe.toolset import ToolsConfig, check_tools
 
+if TYPE_CHECKING:  # their packages are imported when a config has the section (NoETL, piraeus: start-up)
+    from mcpipe.declared import DeclaredPipelines, KnownTools
+    from mcpipe.formats.noetl import ModelTools, PlaybookEntry
+    from mcpipe.formats.piraeus import PiraeusConfig
+    from mcpipe.models import ModelConfig
+    from mcpipe.store.content import ContentStores
+    from mcpipe.workflow import WorkflowConfig
+
 __all__ = [
     "DEFAULT_CONFIG",
     "TRUST_ROOTS",
@@ -63,6 +72,7 @@ __all__ = [
     "ConsoleConfig",
     "ContentConfig",
     "HttpConfig",
+    "Loaded",
     "McpServerConfig",
     "PipeConfig",
     "RegistryConfig",
@@ -72,8 +82,10 @@ __all__ = [
     "TokenConfig",
     "TrustConfig",
     "TrustRule",
+    "load",
     "load_config",
     "no_pipe_reason",
+    "parse",
     "parse_config",
 ]
 
@@ -84,11 +96,7 @@ MAX_CONFIG_DEPTH = 128
 _log = logging.getLogger("mcpipe.config")
 
 
-class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
-class DownstreamOAuth(_Base):
+class DownstreamOAuth(Strict):
     """A downstream HTTP server that requires OAuth (``[mcpServers.NAME.oauth]``): mcpipe is its OAuth client, as
     the MCP authorization spec has it (discovery from its 401, protected resource and authorization server
     metadata, a client id metadata document or dynamic registration, PKCE, ``resource``)."""
@@ -116,7 +124,7 @@ class DownstreamOAuth(_Base):
     server; tests). Otherwise metadata naming such an address is refused."""
 
 
-class McpServerConfig(_Base):
+class McpServerConfig(Strict):
     """One downstream MCP server, in the format MCP clients use (plus mcpipe's own keys).
 
     Exactly one of ``command`` (stdio) or ``url`` (streamable HTTP) is set.
@@ -170,7 +178,7 @@ class McpServerConfig(_Base):
         return "stdio" if self.command is not None else "http"
 
 
-class PipeConfig(_Base):
+class PipeConfig(Strict):
     """``mcp_pipe`` and the limits every pipeline runs under (``docs/reliability.md``)."""
 
     enabled: bool = True
@@ -226,7 +234,7 @@ class PipeConfig(_Base):
         )
 
 
-class TokenConfig(_Base):
+class TokenConfig(Strict):
     env: str
     principal: str
     tools: list[str] = msgspec.field(default_factory=lambda: ["*"])
@@ -234,7 +242,7 @@ class TokenConfig(_Base):
     """The OAuth scopes this token stands for (``[[auth.scopes]]`` rules apply to its caller too)."""
 
 
-class AuthConfig(_Base):
+class AuthConfig(Strict):
     """Who may call over HTTP (``docs/access.md``): bearer tokens, JWTs of OIDC issuers, client certificates
     forwarded by a proxy. With any of them set, a request without a valid identity is answered 401."""
 
@@ -253,7 +261,7 @@ class AuthConfig(_Base):
     principal)."""
 
 
-class OAuthClientConfig(_Base):
+class OAuthClientConfig(Strict):
     """mcpipe as an OAuth client of downstream servers (``[oauth]``; ``docs/access.md``): where it keeps tokens,
     the redirect URI its sign-ins come back to, and the bounds of sign-ins."""
 
@@ -284,7 +292,7 @@ class OAuthClientConfig(_Base):
     """Each metadata, registration or token request."""
 
 
-class AuditConfig(_Base):
+class AuditConfig(Strict):
     enabled: bool = True
     path: str = "mcpipe-audit.jsonl"
     format: Literal["mcpipe", "mcpg"] = "mcpipe"
@@ -296,7 +304,7 @@ class AuditConfig(_Base):
     """``mcpg`` format: write ``mcpg.tool.call.completed`` after each call that answered."""
 
 
-class HttpTlsConfig(_Base):
+class HttpTlsConfig(Strict):
     """HTTPS: the server's certificate, and (optionally) the client certificates it asks for."""
 
     cert_file: str
@@ -311,7 +319,7 @@ class HttpTlsConfig(_Base):
     one), may (``optional``: one that does not verify fails it), or is not asked (``none``)."""
 
 
-class HttpConfig(_Base):
+class HttpConfig(Strict):
     host: str = "127.0.0.1"
     port: int = 8765
     path: str = "/mcp"
@@ -368,7 +376,7 @@ class HttpConfig(_Base):
 TrustLevel = Literal["unauthenticated", "header_asserted", "verified"]
 
 
-class TrustRule(_Base):
+class TrustRule(Strict):
     """What one tool (or prompt, or resource) asks of its caller (``docs/formats/mcpg.md``, trust levels)."""
 
     minimum_trust: TrustLevel | None = None
@@ -380,7 +388,7 @@ class TrustRule(_Base):
     """OAuth scopes the caller's credential must carry."""
 
 
-class TrustConfig(_Base):
+class TrustConfig(Strict):
     """Who may call what, by how far the caller's identity is established (mcpg's trust levels; see
     :mod:`mcpipe.trust`).
 
@@ -399,7 +407,7 @@ class TrustConfig(_Base):
     longest pattern over a shorter one."""
 
 
-class CachingConfig(_Base):
+class CachingConfig(Strict):
     """Cache hints list and read results carry (as mcpg answers them), where the protocol version has them
     (2026-07-28; the SDK leaves them out of older versions' results)."""
 
@@ -414,7 +422,7 @@ class CachingConfig(_Base):
     versions ignore them (as mcpg sends them to every client)."""
 
 
-class InteractionConfig(_Base):
+class InteractionConfig(Strict):
     """Pipelines that ask the client (``docs/interaction.md``): how suspended 2026-07-28 pipelines are kept."""
 
     state_key_env: str = "MCPIPE_STATE_KEY"
@@ -435,7 +443,7 @@ class InteractionConfig(_Base):
     are evicted, and states expiring no later than those can no longer be resumed (a replay stays refused)."""
 
 
-class RunsConfig(_Base):
+class RunsConfig(Strict):
     """Runs that outlive a request: background pipelines, the queue, the workers (``docs/runs.md``)."""
 
     path: str | None = None
@@ -478,7 +486,7 @@ class RunsConfig(_Base):
     (``TIMEOUT``) and no longer counts against the bounds above. Checked also when a server starts."""
 
 
-class StoreConfig(_Base):
+class StoreConfig(Strict):
     """Where suspended pipelines, used-state claims and (``redis://``) queued runs live (``docs/deployment.md``,
     ``docs/runs.md``)."""
 
@@ -492,7 +500,7 @@ class StoreConfig(_Base):
     """A shared store's key prefix (servers with different prefixes can share a database)."""
 
 
-class TelemetryConfig(_Base):
+class TelemetryConfig(Strict):
     """Metrics and traces (``docs/deployment.md``)."""
 
     metrics: bool = True
@@ -519,7 +527,7 @@ class TelemetryConfig(_Base):
     ``principal="other"``; 0: calls are not counted by principal)."""
 
 
-class LogsConfig(_Base):
+class LogsConfig(Strict):
     """Where ``mcpipe serve`` writes its log besides stderr (``docs/server.md``)."""
 
     file: str | None = None
@@ -528,7 +536,7 @@ class LogsConfig(_Base):
     """``json``: one object per line (``ts``, ``level``, ``logger``, ``message``); ``text``: as on stderr."""
 
 
-class AppsCspPolicy(_Base):
+class AppsCspPolicy(Strict):
     """The widest Content-Security-Policy an app's ``_meta.ui.csp`` may ask for, per axis: an app's list is
     intersected with it (``["*"]``: no bound; an axis the app leaves out stays out)."""
 
@@ -539,7 +547,7 @@ class AppsCspPolicy(_Base):
     redirect_domains: list[str] = msgspec.field(default_factory=lambda: ["*"])
 
 
-class AppsConfig(_Base):
+class AppsConfig(Strict):
     """MCP Apps (the ``io.modelcontextprotocol/ui`` extension, SEP-1865: ``ui://`` resources of type
     ``text/html;profile=mcp-app`` a host renders, tools pointing at them with ``_meta.ui.resourceUri``;
     ``docs/server.md``)."""
@@ -557,7 +565,7 @@ class AppsConfig(_Base):
     """The sandbox origins an app may ask for (``_meta.ui.domain``); unset: any."""
 
 
-class RegistryServerConfig(_Base):
+class RegistryServerConfig(Strict):
     """What one registry server is given beyond what the registry says (by its registry name)."""
 
     enabled: bool = True
@@ -571,7 +579,7 @@ class RegistryServerConfig(_Base):
     """A ``[credentials.NAME]`` for this server (default: the registry's ``credential``)."""
 
 
-class RegistrySourceConfig(_Base):
+class RegistrySourceConfig(Strict):
     """An MCP registry (its ``/v0.1/servers`` API) whose servers are served as downstream servers, kept in step
     with it (``docs/server.md``)."""
 
@@ -614,7 +622,7 @@ class RegistrySourceConfig(_Base):
     servers: dict[str, RegistryServerConfig] = {}
 
 
-class ContentStoreConfig(_Base):
+class ContentStoreConfig(Strict):
     """One content store (:mod:`mcpipe.store.content`)."""
 
     kind: Literal["memory", "file_system"] = "memory"
@@ -624,7 +632,7 @@ class ContentStoreConfig(_Base):
     """The most it holds; the oldest content goes first past it (memory: 256 MiB, files: 8 GiB by default)."""
 
 
-class ContentConfig(_Base):
+class ContentConfig(Strict):
     """Content stores: bytes pipelines store (``store_content`` steps) and clients read as resources at
     ``<scheme>://<store>/<id>`` (``docs/server.md``)."""
 
@@ -635,7 +643,7 @@ class ContentConfig(_Base):
     """The URI scheme content is read at."""
 
 
-class RegistryConfig(_Base):
+class RegistryConfig(Strict):
     """Serving this server as an MCP registry's only entry (the registry API's ``GET /v0.1/servers`` and
     ``GET /v0.1/servers/{name}/versions/{version}``), so registry-driven clients find it (``docs/server.md``)."""
 
@@ -648,7 +656,7 @@ class RegistryConfig(_Base):
     listed (a registry cannot point at a guessed address)."""
 
 
-class ReloadConfig(_Base):
+class ReloadConfig(Strict):
     """Serving a new version of the config file without a restart (``docs/server.md``): SIGHUP reloads it, and
     with ``watch`` the server polls the file."""
 
@@ -658,7 +666,7 @@ class ReloadConfig(_Base):
     """How often the file is read."""
 
 
-class ConsoleConfig(_Base):
+class ConsoleConfig(Strict):
     """The web console ``mcpipe serve`` serves at ``/console`` and its JSON API at ``/api/v1`` (``docs/console.md``),
     on the MCP endpoint's listener, behind its auth and front checks."""
 
@@ -676,8 +684,14 @@ class ConsoleConfig(_Base):
     """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
 
 
-class Config(_Base):
-    """The whole config. Every key is optional; an empty file is the embedded default minus built-ins."""
+class Config(Strict):
+    """The whole config. Every key is optional; an empty file is the embedded default minus built-ins.
+
+    Each section is a Struct of the package that owns it (``access``, ``openapi``, ``toolset``, ...). Those of
+    ``models``, ``workflow``, ``playbooks`` and ``piraeus`` belong to packages of the layers below (``models``,
+    ``workflow``, ``formats``) that are slow to import: they are named here for the type checker only, and each
+    package decodes its section when a file has it (:func:`parse`), with its own located messages.
+    """
 
     name: str = "mcpipe"
     mcpServers: dict[str, McpServerConfig] = {}
@@ -707,10 +721,11 @@ class Config(_Base):
     sql: dict[str, Any] = {}
     """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
     checked by :mod:`mcpipe.declared` (``load_sql``)."""
-    models: dict[str, Any] = {}
-    """Model presets by name (``[models.NAME]``), checked by :mod:`mcpipe.models` (``docs/workflow.md``)."""
-    workflow: dict[str, Any] | None = None
-    """The LLM workflow tool and its HTTP tools, checked by :mod:`mcpipe.workflow` (``docs/workflow.md``)."""
+    models: dict[str, ModelConfig] = {}
+    """Model presets by name (``[models.NAME]``), decoded by :mod:`mcpipe.models` (``docs/workflow.md``)."""
+    workflow: WorkflowConfig | None = None
+    """The LLM workflow tool and its HTTP tools, decoded and checked by :mod:`mcpipe.workflow`
+    (``docs/workflow.md``)."""
     logs: LogsConfig = msgspec.field(default_factory=LogsConfig)
     """A log file besides stderr."""
     reload: ReloadConfig = msgspec.field(default_factory=ReloadConfig)
@@ -737,12 +752,13 @@ class Config(_Base):
     credentials: dict[str, CredentialConfig] = {}
     """Outbound credentials by name (``[credentials.NAME]``): OAuth tokens and secrets ``http`` steps and
     downstream servers present (``docs/access.md``)."""
-    playbooks: list[str | dict[str, Any]] = []
+    playbooks: list[PlaybookEntry] = []
     """Playbook files served as tools (``docs/playbooks.md``): globs relative to the config, or tables
-    ``{files = "GLOB", background = true, task_support = "optional"}``, checked by :mod:`mcpipe.formats.noetl`."""
-    piraeus: dict[str, Any] | None = None
+    ``{files = "GLOB", background = true, task_support = "optional"}`` (``PlaybookFiles``), decoded by
+    :mod:`mcpipe.formats.noetl`."""
+    piraeus: PiraeusConfig | None = None
     """piraeus's exported tool configs, prompts and flows (``tools``, ``prompts``, ``flows``: globs relative to
-    the config), served as tools and prompts; checked by :mod:`mcpipe.formats.piraeus`
+    the config), served as tools and prompts; decoded by :mod:`mcpipe.formats.piraeus`
     (``docs/formats/piraeus.md``)."""
     base_dir: str = "."
     """Directory relative paths (``audit.path``, ``cwd``) resolve against: the config file's directory."""
@@ -1269,7 +1285,24 @@ def parse_config(
     warnings: list[Problem] | None = None,
     source: str = "",
 ) -> Config:
-    """Decode and check a config document.
+    """Decode and check a config document: :func:`parse`'s config (the arguments and errors are its).
+
+    Raises:
+        ConfigError: listing every problem found, each with its location.
+    """
+    return parse(data, fmt, base_dir=base_dir, environ=environ, warnings=warnings, source=source).config
+
+
+def parse(
+    data: bytes | str,
+    fmt: Literal["toml", "yaml", "json"] = "toml",
+    *,
+    base_dir: str = ".",
+    environ: dict[str, str] | None = None,
+    warnings: list[Problem] | None = None,
+    source: str = "",
+) -> Loaded:
+    """Decode and check a config document, compiling what it declares (once: :class:`Loaded`).
 
     Args:
         data: the document.
@@ -1309,12 +1342,12 @@ def parse_config(
     if foreign is None:
         read: list[Problem] = []
         raw = _read_env(raw, "", read, env)
-        cfg, problems = _parse_raw(raw, base_dir, env)
+        loaded, problems = _parse_raw(raw, base_dir, env)
         problems = [*read, *problems]
     else:
         translation = foreign.translate(raw, base_dir=base_dir, environ=env)
-        cfg, found = _parse_raw(translation.raw, base_dir, env)
-        cfg = msgspec.structs.replace(cfg, translated_from=foreign.name)
+        loaded, found = _parse_raw(translation.raw, base_dir, env)
+        loaded = loaded.replace(msgspec.structs.replace(loaded.config, translated_from=foreign.name))
         problems = [*translation.problems, *(Problem(translation.locate(p.location), p.code, p.message) for p in found)]
     errors = _settle_unset(problems, warnings)
     if errors:
@@ -1322,7 +1355,7 @@ def parse_config(
     if warnings is None:  # served: the bindings that will fail each call, said once
         for p in dict.fromkeys(p for p in problems if p.code == UNSET_ENV_PER_CALL):
             _log.warning("%s%s: %s", f"{source}:" if source else "", p.location, _per_call(p))
-    return cfg
+    return loaded
 
 
 def _per_call(p: Problem) -> str:
@@ -1388,10 +1421,14 @@ def _nested(inner: str, outer: str) -> bool:
     return inner == outer or inner.startswith((f"{outer}.", f"{outer}["))
 
 
+_MODEL_SECTIONS = ("models", "workflow", "playbooks", "piraeus")
+"""The sections their own packages decode (:func:`_compile`): read as written here, decoded there."""
+
+
 def _parse_raw(
     raw: dict[str, Any], base_dir: str, env: dict[str, str] | os._Environ[str]
-) -> tuple[Config, list[Problem]]:
-    """Decode and check a document in mcpipe's own layout: the config, and every problem found."""
+) -> tuple[Loaded, list[Problem]]:
+    """Decode, check and compile a document in mcpipe's own layout: the load, and every problem found."""
     from mcpipe.formats import load_extensions
 
     load_extensions(raw)  # a format's step kinds and answer shapes, when the pipelines name them
@@ -1419,17 +1456,195 @@ def _parse_raw(
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
                 problems.extend(_every_problem(exc, value, key, section.type))
-    cfg = Config(**fields, base_dir=base_dir)
-    cfg = _check(cfg, problems, env)
+    written = {key: fields.pop(key) for key in _MODEL_SECTIONS if key in fields}
+    cfg = _check(Config(**fields, base_dir=base_dir), problems, env)
+    loaded, found = _compile(cfg, written, check_names=True)
+    return loaded, [*problems, *found]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """One load of a config: the config and what it declares, compiled once.
+
+    ``mcpipe check``, ``mcpipe serve`` (:func:`mcpipe.server.open_app` takes a Loaded), ``mcpipe convert`` and a
+    reload each load the file once (:func:`load`) and share what that compiled: a declared pipeline, a
+    playbook, a piraeus flow is compiled once per load, not again to be served. A load serves one app at a time
+    (its steps' connections and content stores are that app's).
+
+    Attributes:
+        config: the config (its ``models``, ``workflow``, ``playbooks`` and ``piraeus`` decoded).
+        declared: the declared pipelines (``pipelines``, ``outbound``, ``sql``), compiled, their tool names
+            checked against the tools known before any is loaded (the built-ins, the downstream servers' and
+            OpenAPI documents' prefixes; none with ``python_tools``); None: the config has none of those sections.
+        models: what ``models``, ``workflow``, ``playbooks`` and ``piraeus`` serve, compiled; None: none of them.
+    """
+
+    config: Config
+    declared: DeclaredPipelines | None = None
+    models: ModelTools | None = None
+
+    @classmethod
+    def of(cls, config: Config) -> Loaded:
+        """What a config built in code (not read by :func:`parse`) compiles; its tool names are checked when it
+        is served (:meth:`declared_source`).
+
+        Raises:
+            ConfigError: listing every problem of what it declares.
+        """
+        loaded, problems = _compile(config, {}, check_names=False)
+        if problems:
+            raise ConfigError(problems)
+        return loaded
+
+    def replace(self, config: Config) -> Loaded:
+        """The same load serving ``config``: the same file with a setting changed (``--console``, a worker's
+        queue), what it declares unchanged."""
+        return Loaded(config, self.declared, self.models)
+
+    def tool_problems(self, sources: Sequence[object]) -> list[Problem]:
+        """The declared pipelines' tool names checked against the tool sources loaded (the built-ins,
+        ``python_tools``, the OpenAPI tools...): what compiling them against those sources would add."""
+        if self.declared is None:
+            return []
+        from mcpipe.declared import tool_problems
+
+        return tool_problems(self.declared, _tools_in(self.config, sources))
+
+    def declared_source(self, sources: Sequence[object]) -> DeclaredPipelines | None:
+        """The declared pipelines to serve beside ``sources`` (the tools before them), their content stores
+        opened (a file store reads its index); None: the config declares none.
+
+        Raises:
+            ConfigError: a tool step names a tool none of ``sources`` has, a pipeline's name is taken, or a
+                content store cannot be opened (every problem listed).
+        """
+        if self.declared is None:
+            return None
+        problems = self.tool_problems(sources)
+        if problems:
+            raise ConfigError(problems)
+        content = self.declared.policy.content
+        if content is not None:
+            opened = content_stores(self.config)
+            content.stores.update(opened.stores if opened is not None else {})
+        return self.declared
+
+    def model_sources(self) -> list[Any]:
+        """The tool sources of ``workflow``, ``playbooks`` and ``piraeus`` (the workflow tool, the playbooks,
+        piraeus's tools and flows), compiled at load."""
+        return self.models.sources() if self.models is not None else []
+
+
+def _compile(cfg: Config, written: Mapping[str, Any], *, check_names: bool) -> tuple[Loaded, list[Problem]]:
+    """Compile what ``cfg`` declares: its declared pipelines, then its model sections (``written``: as the file
+    has them, else the config's own, decoded or not), those decoded into the config.
+
+    Args:
+        check_names: check the tool names the pipelines call against those known before any tool is loaded
+            (:func:`_known_tools`); False: leave them to :meth:`Loaded.declared_source`.
+    """
+    problems: list[Problem] = []
+    declared = None
     if cfg.pipelines or cfg.outbound is not None or cfg.sql:
-        from mcpipe.declared import config_problems
+        from mcpipe.declared import load_declared  # loads CEL and JSONata: only when a config needs them
 
-        problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
-        from mcpipe.formats.noetl import model_problems
+        declared, found = load_declared(
+            cfg.pipelines,
+            cfg.outbound,
+            tools=_known_tools(cfg) if check_names else None,
+            limits=cfg.pipe.limits(),
+            sql=cfg.sql,
+            base_dir=cfg.base_dir,
+            credentials=cfg.credentials,
+            content=_content_names(cfg.content),
+        )
+        problems += found
+    sections = {key: written.get(key, getattr(cfg, key)) for key in _MODEL_SECTIONS}
+    models = None
+    if (
+        sections["models"]
+        or sections["workflow"] is not None
+        or sections["playbooks"]
+        or sections["piraeus"] is not None
+    ):
+        from mcpipe.formats.noetl import load_model_tools  # the workflow tool, playbooks (Jinja, YAML), piraeus
 
-        problems.extend(model_problems(cfg))
-    return cfg, problems
+        models, found = load_model_tools(
+            sections["models"],
+            sections["workflow"],
+            sections["playbooks"],
+            sections["piraeus"],
+            base_dir=cfg.base_dir,
+            limits=cfg.pipe.limits(),
+            policy=declared.policy if declared is not None else None,  # its SQL backends and connections
+        )
+        problems += found
+        cfg = msgspec.structs.replace(
+            cfg, models=models.models, workflow=models.workflow, playbooks=models.playbooks, piraeus=models.piraeus
+        )
+    return Loaded(cfg, declared, models), problems
+
+
+def _known_tools(cfg: Config) -> KnownTools | None:
+    """The tool names declared pipelines may call besides each other, known before any tool is loaded: the
+    built-ins the config enables, the reshaped tools, and any tool of a downstream server's or OpenAPI document's
+    prefix; None (do not check) when the config has ``python_tools``, which only importing them tells."""
+    if cfg.python_tools:
+        return None
+    from mcpipe.declared import KnownTools
+    from mcpipe.tools.builtin import BUILTIN_NAMES
+
+    names = frozenset(BUILTIN_NAMES if cfg.builtins is True else cfg.builtins or ()) | frozenset(cfg.tools.reshape)
+    # Before the OpenAPI documents are read (the config is parsed, not served), their tools are known by prefix.
+    apis = [name if s.prefix is None else s.prefix for name, s in cfg.openapi.items()]
+    return KnownTools(names, [*_server_prefixes(cfg), *apis])
+
+
+def _tools_in(cfg: Config, sources: Sequence[object]) -> KnownTools:
+    """The tool names declared pipelines may call besides each other, once the tool sources are loaded."""
+    from mcpipe.declared import KnownTools
+
+    return KnownTools.of([*sources, _Named(frozenset(cfg.tools.reshape))], _server_prefixes(cfg))
+
+
+def _server_prefixes(cfg: Config) -> list[str]:
+    return [name if s.prefix is None else s.prefix for name, s in cfg.mcpServers.items()]
+
+
+class _Named:
+    """Tool names as a tool source's lookup (the reshaped tools' names, which the gateway serves)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        self.names = names
+
+    def get(self, name: str) -> object | None:
+        return name if name in self.names else None
+
+
+def _content_names(content: ContentConfig) -> ContentStores | None:
+    """The content stores of a ``content`` section by name only, to compile steps against (nothing is created on
+    disk); :meth:`Loaded.declared_source` opens them. None without stores."""
+    if not content.stores:
+        return None
+    from mcpipe.store.content import ContentStores
+
+    return ContentStores(dict.fromkeys(content.stores), content.default, content.scheme)
+
+
+def content_stores(cfg: Config) -> ContentStores | None:
+    """The content stores of the config's ``content`` section, opened (None without stores).
+
+    Raises:
+        ConfigError: a file store's root cannot be made or read (located at it).
+    """
+    if not cfg.content.stores:
+        return None
+    from mcpipe.store.content import StoreUnopenable, open_content_stores
+
+    try:
+        return open_content_stores(cfg.content, cfg.base_dir)
+    except StoreUnopenable as e:
+        raise ConfigError([Problem(f"content.stores.{e.store}.root", CODE, str(e))]) from None
 
 
 _FORMATS: dict[str, Literal["toml", "yaml", "json"]] = {
@@ -1443,8 +1658,15 @@ _FORMATS: dict[str, Literal["toml", "yaml", "json"]] = {
 def load_config(
     path: str | os.PathLike[str], *, environ: dict[str, str] | None = None, warnings: list[Problem] | None = None
 ) -> Config:
-    """Read a config file; its format follows its suffix (``.toml``, ``.yaml``/``.yml``, ``.json``).
-    ``warnings``: as for :func:`parse_config` (each located in the file).
+    """Read a config file: :func:`load`'s config (the arguments and errors are its)."""
+    return load(path, environ=environ, warnings=warnings).config
+
+
+def load(
+    path: str | os.PathLike[str], *, environ: dict[str, str] | None = None, warnings: list[Problem] | None = None
+) -> Loaded:
+    """Read a config file and compile what it declares, once (:class:`Loaded`); its format follows its suffix
+    (``.toml``, ``.yaml``/``.yml``, ``.json``). ``warnings``: as for :func:`parse` (each located in the file).
 
     Raises:
         ConfigError: the file cannot be read or has problems (every one listed, located).
@@ -1459,7 +1681,7 @@ def load_config(
         raise ConfigError([Problem(str(p), CODE, f"cannot read: {exc.strerror}")], unreadable=True) from None
     found: list[Problem] | None = None if warnings is None else []
     try:
-        return parse_config(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found, source=str(p))
+        return parse(data, fmt, base_dir=str(p.resolve().parent), environ=environ, warnings=found, source=str(p))
     except ConfigError as exc:
         raise ConfigError(
             [Problem(f"{p}:{q.location}" if q.location else str(p), q.code, q.message) for q in exc.problems]

@@ -12,6 +12,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
+
 __all__ = [
     "ForEachStepSpec",
     "ParallelStepSpec",
@@ -32,7 +34,7 @@ StepId = Annotated[
 TimeoutMs = Annotated[float, msgspec.Meta(gt=0, description="Deadline in milliseconds.")]
 
 
-class SpecBase(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class SpecBase(Strict):
     """The policy every spec type shares: unknown fields are errors, defaults are omitted."""
 
 

@@ -26,11 +26,9 @@ import yaml
 from mcp import Client
 
 from kit.servers import DOWNSTREAM, http_server
-from mcpipe.config import Config, parse_config
-from mcpipe.declared import config_problems, declared_source
+from mcpipe.config import ConfigError, parse, parse_config
 from mcpipe.server import App, open_app
 from mcpipe.tools import ToolRegistry
-from mcpipe.tools.builtin import builtin_tools
 
 # The SDK's HTTP client leaves its SSE generators to the garbage collector (as in tests/server).
 pytestmark = [
@@ -40,9 +38,6 @@ pytestmark = [
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
-HOOKED = "pipelines" in Config.__struct_fields__ and "outbound" in Config.__struct_fields__
-"""Whether the config (and so the server) reads ``pipelines:`` and ``outbound:`` itself."""
-
 PNG = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()
 
 local_tools = ToolRegistry()
@@ -58,30 +53,10 @@ def shout(text: str) -> str:
 async def served(doc: dict[str, Any]) -> AsyncIterator[App]:
     """An app serving the config ``doc`` (its ``pipelines`` and ``outbound`` included), with ``shout``."""
     doc = {"audit": {"enabled": False}, **doc}
-    if HOOKED:
-        # `shout` comes in as a python_tools entry, so the config's own checks know it once it is loaded.
-        doc["python_tools"] = [*doc.get("python_tools", []), f"{__name__}:local_tools"]
-        async with open_app(parse_config(json.dumps(doc), "json", environ={})) as app:
-            yield app
-        return
-    pipelines, outbound = doc.pop("pipelines", []), doc.pop("outbound", None)
-    config = WithDeclared(parse_config(json.dumps(doc), "json", environ={}), pipelines, outbound)
-    sources = [builtin_tools(config.builtins), local_tools] if config.builtins is not False else [local_tools]
-    assert config_problems(config, sources) == []  # what check_config will add
-    declared = declared_source(config, sources)  # what open_app will do
-    async with open_app(config.config, extra_sources=[local_tools, declared]) as app:
-        declared.bind(app.gateway)
+    # `shout` comes in as a python_tools entry, so the config's own checks know it once it is loaded.
+    doc["python_tools"] = [*doc.get("python_tools", []), f"{__name__}:local_tools"]
+    async with open_app(parse(json.dumps(doc), "json", environ={})) as app:
         yield app
-
-
-class WithDeclared:
-    """A Config as it will be with the hook: the same attributes, plus ``pipelines`` and ``outbound``."""
-
-    def __init__(self, config: Config, pipelines: Any, outbound: Any) -> None:
-        self.config, self.pipelines, self.outbound = config, pipelines, outbound
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.config, name)
 
 
 ORDER = yaml.safe_load((ROOT / "examples" / "declared" / "order_summary.yaml").read_text())
@@ -242,8 +217,6 @@ async def test_a_declared_pipeline_is_also_a_tool_for_mcp_pipe():
 
 
 def test_mcpipe_check_config_reports_every_problem_of_a_file_full_of_mistakes(capsys):
-    if not HOOKED:
-        pytest.skip("the server does not read `pipelines:`/`outbound:` yet (Config.pipelines, Config.outbound)")
     from mcpipe.cli import main
 
     path = HERE / "configs" / "mistakes.yaml"
@@ -274,35 +247,32 @@ def test_mcpipe_check_config_reports_every_problem_of_a_file_full_of_mistakes(ca
 
 
 def test_the_config_struct_carries_the_sections_raw_for_located_validation():
-    if not HOOKED:
-        pytest.skip("the server does not read `pipelines:`/`outbound:` yet (Config.pipelines, Config.outbound)")
     doc = yaml.safe_load((ROOT / "examples" / "declared" / "http_apis.yaml").read_text())
     config = parse_config(json.dumps(doc), "json", environ={})
     assert msgspec.to_builtins(config.pipelines) == doc["pipelines"]
     assert msgspec.to_builtins(config.outbound) == doc["outbound"]
 
 
-def test_the_config_hooks_report_every_problem_at_parse_time_and_tool_names_once_sources_are_loaded():
+def test_the_config_reports_every_problem_at_parse_time_and_tool_names_once_sources_are_loaded():
     doc = yaml.safe_load((HERE / "configs" / "mistakes.yaml").read_text())
-    pipelines, outbound = doc.pop("pipelines"), doc.pop("outbound")
-    config = WithDeclared(parse_config(json.dumps(doc), "json", environ={}), pipelines, outbound)
-    problems = [str(p) for p in config_problems(config)]
+    with pytest.raises(ConfigError) as e:
+        parse_config(json.dumps(doc), "json", environ={})
+    problems = [str(p) for p in e.value.problems]
     assert len(problems) == 19
     assert "pipelines.charge.steps[8].tool: unknown tool 'no_such_tool'" in problems
-    # With python_tools, tool names wait for the sources to be loaded.
-    with_python = WithDeclared(
-        parse_config(json.dumps({"python_tools": ["x:y"]}), "json", environ={}),
-        [{"name": "p", "steps": [{"kind": "tool", "tool": "from_python"}]}],
-        None,
+    # With python_tools, tool names wait for the sources to be loaded: checked then, not compiled again.
+    with_python = parse(
+        json.dumps(
+            {"python_tools": ["x:y"], "pipelines": [{"name": "p", "steps": [{"kind": "tool", "tool": "from_python"}]}]}
+        ),
+        "json",
+        environ={},
     )
-    assert config_problems(with_python) == []
-    assert [str(p) for p in config_problems(with_python, [local_tools])] == [
+    assert [str(p) for p in with_python.tool_problems([local_tools])] == [
         "pipelines.p.steps[0].tool: unknown tool 'from_python'"
     ]
-    from mcpipe.config import ConfigError
-
     with pytest.raises(ConfigError) as e:
-        declared_source(with_python, [local_tools])
+        with_python.declared_source([local_tools])
     assert [str(p) for p in e.value.problems] == ["pipelines.p.steps[0].tool: unknown tool 'from_python'"]
 
 

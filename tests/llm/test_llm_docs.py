@@ -10,15 +10,16 @@ import re
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 import trio
 import yaml
 from mcp import Client
 
 from kit.llm import BROKEN, fake_api, fake_openai, text
-from mcpipe.config import parse_config
+from mcpipe.config import parse, parse_config
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook, model_sources
+from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -90,10 +91,11 @@ def test_the_docs_serving_config_loads_with_its_playbooks(tmp_path: Path) -> Non
     (tmp_path / "nightly" / "0.yaml").write_text(first)
     for i, block in enumerate(rest):
         (tmp_path / "playbooks" / f"{i}.yaml").write_text(block)
-    cfg = parse_config(config, "toml", base_dir=str(tmp_path))
-    assert cfg.playbooks == ["playbooks/*.yaml", {"files": "nightly/*.yaml", "background": True}]
+    loaded = parse(config, "toml", base_dir=str(tmp_path))
+    cfg = loaded.config
+    assert msgspec.to_builtins(cfg.playbooks) == ["playbooks/*.yaml", {"files": "nightly/*.yaml", "background": True}]
     assert "gpt-4o" in cfg.models
-    (served,) = model_sources(cfg)
+    (served,) = loaded.model_sources()
     queued = {t.name for t in served if t.background}
     assert queued == {"support_answer"} and len(list(served)) == len(PLAYBOOK_BLOCKS)
 

@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
 
 __all__ = [
@@ -67,14 +68,10 @@ ALGORITHMS = (
 )
 
 
-class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
 # -- identity ---------------------------------------------------------------------------------------------
 
 
-class OidcProvider(_Base):
+class OidcProvider(Strict):
     """One issuer whose JWT bearer tokens identify callers (``[[auth.oidc]]``).
 
     Keys come from ``jwks`` (a JWK Set, inline), else ``jwks_url``, else the issuer's discovery document
@@ -108,7 +105,7 @@ class OidcProvider(_Base):
     prefix: str = "Bearer "
 
 
-class IntrospectionProvider(_Base):
+class IntrospectionProvider(Strict):
     """An authorization server whose opaque access tokens are checked by RFC 7662 introspection
     (``[[auth.introspection]]``).
 
@@ -144,7 +141,7 @@ class IntrospectionProvider(_Base):
     attributes: dict[str, str] = {}
 
 
-class ResourceConfig(_Base):
+class ResourceConfig(Strict):
     """mcpipe as an OAuth 2.1 resource server (``[auth.resource]``, RFC 9728): its protected resource metadata
     and what its 401 and 403 answers name."""
 
@@ -163,7 +160,7 @@ class ResourceConfig(_Base):
     """``resource_name`` (default: the config's ``name``)."""
 
 
-class ScopeRule(_Base):
+class ScopeRule(Strict):
     """The OAuth scope some tools, prompts and resources need (``[[auth.scopes]]``): a caller whose token
     lacks it does not see them listed and cannot call them, directly or from any pipeline."""
 
@@ -176,7 +173,7 @@ class ScopeRule(_Base):
     """Resource URI globs (``file:///reports/*``)."""
 
 
-class MtlsSource(_Base):
+class MtlsSource(Strict):
     """Where a TLS-terminating proxy puts the client certificate it verified."""
 
     kind: Literal["xfcc", "dn_string", "custom_header"]
@@ -187,14 +184,14 @@ class MtlsSource(_Base):
     """``custom_header``: whether the header holds a subject DN or a SHA-256 fingerprint."""
 
 
-class MtlsIdentity(_Base):
+class MtlsIdentity(Strict):
     roles: list[str] = []
     groups: list[str] = []
     scopes: list[str] = []
     attributes: dict[str, str] = {}
 
 
-class MtlsConfig(_Base):
+class MtlsConfig(Strict):
     """The client certificate a proxy forwarded, as the caller's identity (``[auth.mtls]``)."""
 
     sources: list[MtlsSource]
@@ -209,14 +206,14 @@ class MtlsConfig(_Base):
 # -- gates ------------------------------------------------------------------------------------------------
 
 
-class ResourceType(_Base):
+class ResourceType(Strict):
     decision_point: str = "*"
     resource_type: str = "Tool"
     resource_id: str = "tool"
     """``tool`` (the tool's name), or a JSON pointer into the call's arguments (``/account``)."""
 
 
-class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
+class CedarGate(Strict, tag="cedar", tag_field="kind", kw_only=True):
     """Cedar policies deciding each tool call: principal ``<principal_type>::"<principal>"``, action
     ``<action_namespace>::"tool.call.pre"``, resource per ``resource_types``; a ``forbid`` denies, a
     ``permit`` allows, and when none matches ``default`` decides (``deny``, or ``defer`` to the gates after)."""
@@ -243,7 +240,7 @@ class CedarGate(_Base, tag="cedar", tag_field="kind", kw_only=True):
     name: str | None = None
 
 
-class RateRule(_Base):
+class RateRule(Strict):
     tools: list[str]
     limit: Annotated[int, msgspec.Meta(ge=1)]
     window_ms: Annotated[int, msgspec.Meta(ge=1)] = 60_000
@@ -251,7 +248,7 @@ class RateRule(_Base):
     scope: Literal["per_principal", "per_tool", "per_principal_tool", "per_session", "global"] = "per_principal"
 
 
-class RateLimitGate(_Base, tag="rate_limit", tag_field="kind", kw_only=True):
+class RateLimitGate(Strict, tag="rate_limit", tag_field="kind", kw_only=True):
     """Token buckets: a call takes one token from its bucket (chosen by the first rule whose tools match,
     else the defaults per principal); an empty bucket refuses it with ``LIMIT_EXCEEDED``."""
 
@@ -266,7 +263,7 @@ class RateLimitGate(_Base, tag="rate_limit", tag_field="kind", kw_only=True):
     name: str | None = None
 
 
-class IpAllowlistGate(_Base, tag="ip_allowlist", tag_field="kind", kw_only=True):
+class IpAllowlistGate(Strict, tag="ip_allowlist", tag_field="kind", kw_only=True):
     """Tool calls only from these networks. The address is the TCP peer's, unless ``ip_header`` names a header a
     proxy in front sets: then, with ``trusted_proxies``, the header is read only from a peer in them, and its
     client is the rightmost address of the list that is not one of them; without, its first value (the proxy
@@ -285,7 +282,7 @@ class IpAllowlistGate(_Base, tag="ip_allowlist", tag_field="kind", kw_only=True)
 Gate = CedarGate | RateLimitGate | IpAllowlistGate
 
 
-class AccessConfig(_Base):
+class AccessConfig(Strict):
     """``[access]``: the gates every tool call passes, in order (the first refusal wins)."""
 
     gates: list[Gate] = []
@@ -298,7 +295,7 @@ class AccessConfig(_Base):
 # -- credentials ------------------------------------------------------------------------------------------
 
 
-class _Outbound(_Base):
+class _Outbound(Strict):
     timeout_ms: Annotated[int, msgspec.Meta(ge=100, le=60_000)] = 5000
     allow_private: bool = False
     """Let the token requests reach private and loopback addresses (an in-house authorization server)."""
@@ -349,7 +346,7 @@ class IdJag(_Outbound, tag="id_jag", tag_field="kind", kw_only=True):
     redeem_client_secret_env: str | None = None
 
 
-class EnvCredential(_Base, tag="env", tag_field="kind", kw_only=True):
+class EnvCredential(Strict, tag="env", tag_field="kind", kw_only=True):
     """A static secret from an environment variable, read when the config is loaded."""
 
     env: str

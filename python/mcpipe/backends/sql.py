@@ -38,6 +38,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._struct import Strict
 from mcpipe.backends._errors import BackendError
 from mcpipe.backends._threads import run_interruptible
 
@@ -59,7 +60,7 @@ RowMode = Literal["rows", "one", "affected_rows"]
 ROW_MODES = ("rows", "one", "affected_rows")
 
 
-class SqlBackendConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class SqlBackendConfig(Strict):
     """One ``[sql.NAME]`` entry.
 
     Attributes:

@@ -26,8 +26,14 @@ from mcpipe.declared._compile import (
 from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
-from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, load_sql, validate_declared
-from mcpipe.declared._serving import config_limits, config_problems, content_of, declared_source, known_tools
+from mcpipe.declared._pipelines import (
+    load_declared,
+    load_outbound,
+    load_pipelines,
+    load_sql,
+    tool_problems,
+    validate_declared,
+)
 from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
@@ -69,13 +75,8 @@ __all__ = [
     "SurfaceError",
     "compile_step",
     "compile_steps",
-    "config_limits",
-    "config_problems",
     "content_blocks",
-    "content_of",
-    "declared_source",
     "has_progress_token",
-    "known_tools",
     "load_declared",
     "load_outbound",
     "load_pipelines",
@@ -83,6 +84,7 @@ __all__ = [
     "prelude",
     "register_answer",
     "step_schema",
+    "tool_problems",
     "tool_sites",
     "validate_declared",
     "walk",

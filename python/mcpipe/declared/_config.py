@@ -6,6 +6,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe.kinds import CommandPolicy, DuckdbPolicy, HttpPolicy, PythonPolicy, StepPolicy
 
 __all__ = [
@@ -22,15 +23,11 @@ __all__ = [
 _MiB = 1024 * 1024
 
 
-class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
 PositiveMs = Annotated[float, msgspec.Meta(gt=0)]
 PositiveInt = Annotated[int, msgspec.Meta(gt=0)]
 
 
-class PromptArgument(_Base, kw_only=True):
+class PromptArgument(Strict):
     """One argument of a pipeline served as a prompt."""
 
     name: str
@@ -38,7 +35,7 @@ class PromptArgument(_Base, kw_only=True):
     required: bool = False
 
 
-class CompletionSource(_Base, kw_only=True):
+class CompletionSource(Strict):
     """A completion of a prompt argument or template variable looked up by running a ``hidden`` pipeline."""
 
     pipeline: str
@@ -47,7 +44,7 @@ class CompletionSource(_Base, kw_only=True):
     offered, anything else skipped), at most 100 offered. A failure, or no answer within 3 s, offers none."""
 
 
-class WatchConfig(_Base, kw_only=True):
+class WatchConfig(Strict):
     """How the subscribers of a resource learn that it changed (``notifications/resources/updated``).
 
     Attributes:
@@ -66,7 +63,7 @@ class WatchConfig(_Base, kw_only=True):
     notify_if: str | None = None
 
 
-class PipelineConfig(_Base, kw_only=True):
+class PipelineConfig(Strict, kw_only=True):
     """One ``pipelines:`` entry: a tool built from steps.
 
     Attributes:
@@ -143,7 +140,7 @@ class PipelineConfig(_Base, kw_only=True):
     meta: dict[str, Any] | None = None
 
 
-class OutboundHttpConfig(_Base, kw_only=True):
+class OutboundHttpConfig(Strict):
     """``outbound.http``: where ``http`` and ``graphql`` steps may connect (see :class:`HttpPolicy`)."""
 
     allowed_hosts: list[str] = []
@@ -156,7 +153,7 @@ class OutboundHttpConfig(_Base, kw_only=True):
     (NoETL's ``verify_ssl: false``): a gateway with a self-signed certificate, say."""
 
 
-class OutboundPythonConfig(_Base, kw_only=True):
+class OutboundPythonConfig(Strict):
     """``outbound.python``: the limits of ``python`` steps (see :class:`PythonPolicy`)."""
 
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -174,7 +171,7 @@ class OutboundPythonConfig(_Base, kw_only=True):
     env: dict[str, str] | None = None
 
 
-class OutboundDuckdbConfig(_Base, kw_only=True):
+class OutboundDuckdbConfig(Strict):
     """``outbound.duckdb``: the limits of ``duckdb`` steps (see :class:`DuckdbPolicy`)."""
 
     workers: Annotated[int, msgspec.Meta(ge=1, le=256)] = 4
@@ -187,7 +184,7 @@ class OutboundDuckdbConfig(_Base, kw_only=True):
     allowed_directories: list[str] = []
 
 
-class OutboundConfig(_Base, kw_only=True):
+class OutboundConfig(Strict):
     """The ``outbound:`` section: what declared steps may reach.
 
     Attributes:

@@ -60,6 +60,7 @@ __all__ = [
     "load_outbound",
     "load_pipelines",
     "load_sql",
+    "tool_problems",
     "validate_declared",
 ]
 
@@ -272,6 +273,28 @@ def validate_declared(
     """Every problem of the ``pipelines:``, ``outbound:`` and ``sql:`` sections, located (for ``mcpipe
     check --config`` and for the server's start-up, which refuses to start when there is any)."""
     return load_declared(pipelines_raw, outbound_raw, tools=tools, limits=limits, sql=sql)[1]
+
+
+def tool_problems(declared: DeclaredPipelines, tools: Container[str]) -> list[Problem]:
+    """What compiling ``declared`` against ``tools`` (the tool sources loaded since they were compiled) would add
+    to the problems: a ``tool`` step naming a tool neither ``tools`` nor the pipelines have, a pipeline named like
+    one of ``tools``; in the order of the file. The pipelines are not compiled again.
+    """
+    pipelines = declared.pipelines
+    known = _Known(tools, frozenset(t.name for t in pipelines))
+    problems: list[Problem] = []
+    for t in pipelines:
+        if t.name in tools:
+            problems.append(
+                Problem(f"{t.location}.name", ErrorCode.INVALID_SPEC, f"a tool named '{t.name}' already exists")
+            )
+        unknown = [
+            Problem(f"{site}.tool", ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
+            for site, name in t.compiled.tool_sites
+            if name not in known
+        ]
+        problems += sorted(unknown, key=problem_order)
+    return problems
 
 
 class _Known:

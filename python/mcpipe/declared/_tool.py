@@ -255,8 +255,10 @@ class DeclaredPipelines:
     """
 
     def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
-        self._tools = {t.name: t for t in tools or () if t.surface == "tool"}
-        self.surfaces = [t for t in tools or () if t.surface != "tool"]
+        self.pipelines = list(tools or ())
+        """Every pipeline, in config order (its tools and its surfaces)."""
+        self._tools = {t.name: t for t in self.pipelines if t.surface == "tool"}
+        self.surfaces = [t for t in self.pipelines if t.surface != "tool"]
         """The pipelines served as prompts, resources and resource templates (not tools), and the hidden ones
         they run (completion sources, listings), in config order."""
         self.policy = policy or StepPolicy()

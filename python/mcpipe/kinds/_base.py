@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Generic, NoReturn, TypeVar
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._policy import StepPolicy
@@ -36,7 +37,7 @@ RESERVED_KINDS = ("parallel", "pipe")
 """The containers: steps of these kinds hold steps, the front-ends compile them into the plan itself."""
 
 
-class StepFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, tag_field="kind"):
+class StepFields(Strict, kw_only=True, tag_field="kind"):
     """The fields every step kind has; a kind's fields subclass it with ``tag="<kind name>"``.
 
     Attributes:

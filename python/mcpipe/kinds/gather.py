@@ -7,6 +7,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe.interaction import GATHER_KINDS, OUTPUT_OF, AskFailed, BadInput, interaction_of, question
 from mcpipe.kinds._ask import failed
 from mcpipe.kinds._base import Kind, StepFields
@@ -19,7 +20,7 @@ __all__ = ["KIND", "GatherFields", "run_gather"]
 CorrelationToken = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z_][A-Za-z0-9_-]*$")]
 
 
-class _GatherEntry(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True, tag_field="kind"):
+class _GatherEntry(Strict, kw_only=True, tag_field="kind"):
     correlation_token: CorrelationToken
     skip_if_unsupported: bool = False
 

@@ -14,6 +14,7 @@ import orjson
 import trio
 
 from mcpipe._describe import json_type
+from mcpipe._struct import Strict
 from mcpipe.backends.sql import SqlBackend, SqlError
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr
@@ -30,7 +31,7 @@ DEFAULT_INTERVAL_MS = 500.0
 _LAST_SEEN_CHARS = 500
 
 
-class SqlQueryFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class SqlQueryFields(Strict):
     """A statement and its ``params`` (``sql_await``'s ``trigger`` and ``check``)."""
 
     sql: SqlText

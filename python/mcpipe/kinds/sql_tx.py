@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe.backends.sql import RawResult, SqlBackend, SqlError, SqlTransaction, Statement, shape
 from mcpipe.kinds._base import Build, Kind, StepFields, StepId
 from mcpipe.kinds.sql import BackendName, RowModeField, SqlCall, SqlPlan, SqlText, backend_of, call_of
@@ -31,7 +32,7 @@ __all__ = [
 ]
 
 
-class SqlStatementFields(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class SqlStatementFields(Strict, kw_only=True):
     """One statement of a ``sql_tx`` step (``id``, ``sql``, ``params``, ``row_mode`` as in ``sql``)."""
 
     id: StepId | None = None

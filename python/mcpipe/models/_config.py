@@ -6,6 +6,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
+
 __all__ = ["DEFAULT_OPENAI_BASE_URL", "SAMPLING", "ModelConfig"]
 
 DEFAULT_OPENAI_BASE_URL = "https://api.openai.com/v1"
@@ -14,7 +16,7 @@ SAMPLING = "sampling"
 """The model name that always means the calling client's model (MCP sampling), configured or not."""
 
 
-class ModelConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class ModelConfig(Strict):
     """One model preset.
 
     Attributes:

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
 from mcpipe.errors import ErrorCode, Problem
 
 __all__ = ["OpenApiAuth", "OpenApiConfig", "OpenApiFilter", "check_openapi"]
@@ -17,11 +18,7 @@ _MiB = 1024 * 1024
 PositiveInt = Annotated[int, msgspec.Meta(ge=1)]
 
 
-class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
-class OpenApiFilter(_Section):
+class OpenApiFilter(Strict):
     """Which operations a filter matches: any of its lists matching is a match (``*`` globs).
 
     Attributes:
@@ -37,7 +34,7 @@ class OpenApiFilter(_Section):
     methods: list[str] = []
 
 
-class OpenApiAuth(_Section):
+class OpenApiAuth(Strict):
     """How mcpipe satisfies one of the document's security schemes (keyed by the scheme's name).
 
     Attributes:
@@ -51,7 +48,7 @@ class OpenApiAuth(_Section):
     forward_bearer: bool = False
 
 
-class OpenApiConfig(_Section):
+class OpenApiConfig(Strict):
     """One OpenAPI document (3.0, 3.1 or Swagger 2.0) whose operations are served as tools.
 
     Attributes:

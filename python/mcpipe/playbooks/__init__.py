@@ -17,8 +17,6 @@ __all__ = [
     "action_types",
     "compile_playbook",
     "load_playbook",
-    "model_problems",
-    "model_sources",
 ]
 
 

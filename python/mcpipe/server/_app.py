@@ -19,7 +19,7 @@ from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
 from mcpipe.access import Credentials, Scopes, build_gates
 from mcpipe.compile import configure_cache
-from mcpipe.config import Config, ConfigError, resolve_path
+from mcpipe.config import Config, ConfigError, Loaded, content_stores, resolve_path
 from mcpipe.downstream import Downstreams, OAuthClients
 from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
@@ -87,17 +87,19 @@ def limits_of(config: Config) -> Limits:
 
 
 def tool_sources(
-    config: Config, extra_sources: list[ToolSource] | None = None, apis: ToolSource | None = None
+    config: Config | Loaded, extra_sources: list[ToolSource] | None = None, apis: ToolSource | None = None
 ) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
     the OpenAPI documents' tools (``apis``, read by :func:`mcpipe.openapi.load_openapi`), then the declared
     pipelines (checked against the ones before them), the model tools, and discord-mcp's ``mcp_pipeline`` when
-    the config asks for it.
+    the config asks for it. A :class:`~mcpipe.config.Loaded` brings them compiled; a config is compiled here.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
             (every problem listed).
     """
+    loaded = config if isinstance(config, Loaded) else Loaded.of(config)
+    config = loaded.config
     sources: list[ToolSource] = []
     if config.builtins is not False:
         chosen = config.builtins
@@ -117,17 +119,10 @@ def tool_sources(
     sources.extend(extra_sources or [])
     if apis is not None:
         sources.append(apis)
-    policy = None
-    if config.pipelines or config.outbound is not None or config.sql:
-        from mcpipe.declared import declared_source  # loads CEL and JSONata: only when a config needs them
-
-        declared = declared_source(config, sources)
-        policy = declared.policy  # the playbooks' steps share its SQL backends and connections
+    declared = loaded.declared_source(sources)  # compiled at load; its tool names checked against `sources`
+    if declared is not None:
         sources.append(declared)
-    if config.workflow is not None or config.playbooks or config.piraeus is not None:
-        from mcpipe.formats.noetl import model_sources  # the workflow tool, playbooks (Jinja, YAML), piraeus
-
-        sources.extend(model_sources(config, policy))
+    sources.extend(loaded.model_sources())  # the workflow tool, playbooks, piraeus (they share its policy)
     fronted = [
         name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
     ]
@@ -186,11 +181,7 @@ def _surfaces_of(sources: list[ToolSource]) -> list[Any] | None:
 async def _content_of(config: Config) -> Any:
     """The content stores of a config without declared pipelines (opened off the event loop: a file store
     reads its index)."""
-    if not config.content.stores:
-        return None
-    from mcpipe.declared import content_of
-
-    return await trio.to_thread.run_sync(content_of, config)
+    return await trio.to_thread.run_sync(content_stores, config)
 
 
 def _apps_of(config: Config) -> Any:
@@ -314,7 +305,7 @@ def oauth_clients(config: Config) -> OAuthClients | None:
 
 @asynccontextmanager
 async def open_app(
-    config: Config,
+    config: Config | Loaded,
     *,
     extra_sources: list[ToolSource] | None = None,
     audit: AuditLog | None = None,
@@ -328,7 +319,8 @@ async def open_app(
     bounded by its ``connect_timeout_ms``; one that failed keeps retrying in the background).
 
     Args:
-        config: the config.
+        config: the config, or a load of it (:func:`mcpipe.config.load`: what it declares compiled once, there;
+            a config is compiled here).
         extra_sources: more tool sources, looked up after the built-ins and ``python_tools`` (tests).
         audit: an audit log to use instead of the configured one.
         errlog: where stdio downstream servers' stderr goes (default: ours).
@@ -338,6 +330,8 @@ async def open_app(
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded.
     """
+    loaded = config if isinstance(config, Loaded) else Loaded.of(config)
+    config = loaded.config
     if queue is None:
         queue = run_queue(config)
     server_id = new_worker_id()
@@ -345,7 +339,7 @@ async def open_app(
     credentials = Credentials(config.credentials)
     apis = await openapi_of(config, credentials)
     sources = tool_sources(
-        config, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources, apis
+        loaded, [runs.tools(), *(extra_sources or [])] if config.pipe.enabled else extra_sources, apis
     )
     if config.tools.discovery == "search":
         from mcpipe.toolset import search_tools

@@ -27,7 +27,7 @@ from typing import Any
 import trio
 from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
-from mcpipe.config import Config, ConfigError, load_config
+from mcpipe.config import Config, ConfigError, Loaded, load
 from mcpipe.server._app import App, open_app
 
 __all__ = ["Reloader"]
@@ -54,13 +54,15 @@ class Reloader:
 
     Args:
         path: the config file.
-        config: its first version, already loaded.
+        config: its first version, already loaded (a :class:`~mcpipe.config.Loaded`: what it declares compiled
+            once, there).
         execute: whether this process executes queued runs (``open_app``'s).
     """
 
-    def __init__(self, path: str, config: Config, *, execute: bool | None = None) -> None:
+    def __init__(self, path: str, config: Config | Loaded, *, execute: bool | None = None) -> None:
         self.path = path
-        self.config = config
+        self._first = config
+        self.config = config.config if isinstance(config, Loaded) else config
         self.execute = execute
         self.app: App | None = None
         self.live: Any = None
@@ -85,14 +87,14 @@ class Reloader:
         until cancelled (which closes the app being served)."""
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
-            self.app, self._close = await nursery.start(self._hold, self.config)
+            self.app, self._close = await nursery.start(self._hold, self._first)
             self.live = self.app.server
             task_status.started(self.app)
             nursery.start_soon(self._on_sighup)
             if self.config.reload.watch:
                 nursery.start_soon(self._watch)
 
-    async def _hold(self, config: Config, *, task_status: trio.TaskStatus[tuple[App, trio.Event]]) -> None:
+    async def _hold(self, config: Config | Loaded, *, task_status: trio.TaskStatus[tuple[App, trio.Event]]) -> None:
         """One app, open until told to close (then its calls in flight get :data:`DRAIN_S` to finish)."""
         close = trio.Event()
         async with open_app(config, execute=self.execute) as app:
@@ -129,8 +131,8 @@ class Reloader:
     async def _reload(self, source: str, digest: bytes | None) -> bool:
         assert self._nursery is not None and self.app is not None
         try:
-            config = await trio.to_thread.run_sync(lambda: load_config(self.path, environ=dict(os.environ)))
-            app, close = await self._nursery.start(self._hold, config)
+            loaded = await trio.to_thread.run_sync(lambda: load(self.path, environ=dict(os.environ)))
+            app, close = await self._nursery.start(self._hold, loaded)
         except ConfigError as exc:
             self._refuse(source, digest, exc.problems[0].location, exc.problems[0].message, len(exc.problems) - 1)
             return False
@@ -138,6 +140,7 @@ class Reloader:
             self._refuse(source, digest, self.path, str(exc), 0)  # the app could not open (a port, a file)
             return False
         old, old_close = self.app, self._close
+        config = loaded.config
         kept = [k for k in _RESTART_ONLY if getattr(config, k) != getattr(old.config, k)]
         self._swap(old, app)
         self.app, self._close, self.config = app, close, config

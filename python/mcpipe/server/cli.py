@@ -20,7 +20,7 @@ import msgspec
 import orjson
 import trio
 
-from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, load_config, no_pipe_reason, resolve_path
+from mcpipe.config import DEFAULT_CONFIG, Config, ConfigError, Loaded, load, load_config, no_pipe_reason, resolve_path
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -197,10 +197,11 @@ def main(ns: argparse.Namespace) -> int:
         return 2
     _logging(ns)
     try:
-        config = load_config(ns.config) if getattr(ns, "config", None) else DEFAULT_CONFIG
+        loaded = load(ns.config) if getattr(ns, "config", None) else Loaded(DEFAULT_CONFIG)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
+    config = loaded.config
     if config.logs.file:
         log_to_file(config)
     if getattr(ns, "console", False):
@@ -234,7 +235,9 @@ def main(ns: argparse.Namespace) -> int:
         if workers > 1 and listen_fd is None:
             return _supervise(ns, config, http, workers, activated)
         activated_fd = None if activated is None else activated.detach()  # hypercorn's socket owns it now
-        trio.run(_serve, config, stdio, http, execute, listen_fd, getattr(ns, "config", None), activated_fd)
+        trio.run(
+            _serve, loaded.replace(config), stdio, http, execute, listen_fd, getattr(ns, "config", None), activated_fd
+        )
     except ConfigError as exc:
         _print_problems(exc)
         return 2
@@ -337,7 +340,7 @@ def _os_error(exc: BaseException) -> str | None:
 
 
 async def _serve(
-    config: Config,
+    loaded: Loaded,
     stdio: bool,
     http: tuple[str, int] | None,
     execute: bool | None = None,
@@ -352,9 +355,9 @@ async def _serve(
 
     host, port = http if http is not None else (None, None)
     if stdio or path is None:
-        if config.reload.watch:
+        if loaded.config.reload.watch:
             _log.warning("reload.watch: a config is reloaded when served over HTTP from a file, not here")
-        async with open_app(config, execute=execute) as app:
+        async with open_app(loaded, execute=execute) as app:
             if stdio:
                 await serve_stdio(app)
             else:
@@ -369,7 +372,7 @@ async def _serve(
                 )
         return
     # Over HTTP from a file: SIGHUP (and `reload.watch`) serve the file's next version without a restart.
-    reloader = Reloader(path, config, execute=execute)
+    reloader = Reloader(path, loaded, execute=execute)
     async with trio.open_nursery() as nursery:
         app = await nursery.start(reloader.run)
         await serve_http(
@@ -466,13 +469,14 @@ def check_config(path: str, *, quiet: bool = False) -> int:
 
     warnings: list[Problem] = []
     try:
-        config = load_config(path, warnings=warnings)
+        loaded = load(path, warnings=warnings)  # what the file declares is compiled here, once
     except ConfigError as exc:
         _print_problems(exc)
         return 2 if exc.unreadable else 1
     finally:
         for line in dict.fromkeys(str(w) for w in warnings):
             print(f"warning: {line}", file=sys.stderr)
+    config = loaded.config
     problems = []
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
@@ -480,10 +484,8 @@ def check_config(path: str, *, quiet: bool = False) -> int:
             sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:
             problems.extend(exc.problems)
-    if not problems and config.python_tools and (config.pipelines or config.outbound is not None):
-        from mcpipe.declared import config_problems  # now the python_tools' names are known too
-
-        problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in config_problems(config, sources))
+    if not problems and config.python_tools:  # now the python_tools' names are known too
+        problems.extend(Problem(f"{path}:{p.location}", p.code, p.message) for p in loaded.tool_problems(sources))
     problems.extend(_missing_commands(config, path, {w.location for w in warnings}))
     apis = _openapi_check(config, path, problems) if config.openapi and not problems else None
     if problems:
@@ -496,14 +498,10 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         _count(len(config.python_tools), "python_tools entry", "python_tools entries"),
         _count(len(config.pipelines), "pipeline"),
     ]
-    if config.playbooks:
-        from mcpipe.formats.noetl import playbook_count
-
-        counts.append(_count(playbook_count(config), "playbook"))
-    if config.piraeus is not None or config.workflow is not None:
-        from mcpipe.formats.noetl import served_counts
-
-        counts += [_count(n, kind) for kind, n in served_counts(config).items()]
+    if loaded.models is not None:
+        if config.playbooks:
+            counts.append(_count(loaded.models.files, "playbook"))
+        counts += [_count(n, kind) for kind, n in loaded.models.counts().items()]
     if apis is not None:
         tools = sum(len(a.tools) for a in apis.apis)
         refused = sum(len(a.refused) for a in apis.apis)
@@ -570,7 +568,7 @@ _NEEDS = {"runs": ("runs", "store"), "events": ("runs", "store")}
 (an ``auth.tokens`` secret, a downstream server's header) need not be set to list runs."""
 
 
-def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
+def _runs_config(ns: argparse.Namespace, command: str) -> Loaded | None:
     """The config, checked to name a queue that outlives a process; None (printed) when it does not.
 
     An environment variable the file reads and this environment lacks is refused only where the command reads
@@ -580,11 +578,11 @@ def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
 
     path = getattr(ns, "config", None)
     if not path:
-        config = DEFAULT_CONFIG
+        loaded = Loaded(DEFAULT_CONFIG)
     else:
         warnings: list[Problem] = []
         try:
-            config = load_config(path, warnings=warnings)
+            loaded = load(path, warnings=warnings)
         except ConfigError as exc:
             _print_problems(exc)
             return None
@@ -599,6 +597,7 @@ def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
             tail = ": `mcpipe serve` refuses the file until it is"
             _print_problems(ConfigError([Problem(w.location, w.code, w.message.removesuffix(tail)) for w in unset]))
             return None
+    config = loaded.config
     if config.runs.path is None and not config.store.url.startswith(("redis://", "rediss://", "unix://")):
         where = f"{ns.config}: " if getattr(ns, "config", None) else ""
         print(
@@ -607,35 +606,36 @@ def _runs_config(ns: argparse.Namespace, command: str) -> Config | None:
             file=sys.stderr,
         )
         return None
-    return config
+    return loaded
 
 
 def worker_main(ns: argparse.Namespace) -> int:
     """``mcpipe worker``: execute queued runs until SIGINT/SIGTERM (2 on a bad config)."""
     _logging(ns)
-    config = _runs_config(ns, "worker")
-    if config is None:
+    loaded = _runs_config(ns, "worker")
+    if loaded is None:
         return 2
     if ns.concurrency is not None:
         if ns.concurrency < 1:
             print("mcpipe worker: error: --concurrency must be at least 1", file=sys.stderr)
             return 2
-        config = msgspec.structs.replace(config, runs=msgspec.structs.replace(config.runs, concurrency=ns.concurrency))
+        runs = msgspec.structs.replace(loaded.config.runs, concurrency=ns.concurrency)
+        loaded = loaded.replace(msgspec.structs.replace(loaded.config, runs=runs))
     try:
-        trio.run(_work, config, ns.id)
+        trio.run(_work, loaded, ns.id)
     except ConfigError as exc:
         _print_problems(exc)
         return 2
     return 0
 
 
-async def _work(config: Config, worker_id: str | None) -> None:
+async def _work(loaded: Loaded, worker_id: str | None) -> None:
     from mcpipe.server._app import open_app, run_worker
     from mcpipe.server._http import signalled
 
     log = logging.getLogger("mcpipe.runs")
-    async with open_app(config, execute=False) as app, trio.open_nursery() as nursery:
-        worker = run_worker(config, app.runs.queue, app.gateway, worker_id)
+    async with open_app(loaded, execute=False) as app, trio.open_nursery() as nursery:
+        worker = run_worker(loaded.config, app.runs.queue, app.gateway, worker_id)
         await nursery.start(worker.run)
         log.info("worker %s: executing queued runs", worker.id)
         print(f"worker {worker.id} ready", file=sys.stderr, flush=True)
@@ -645,9 +645,10 @@ async def _work(config: Config, worker_id: str | None) -> None:
 
 def runs_main(ns: argparse.Namespace) -> int:
     """``mcpipe runs``: the newest runs, one line each."""
-    config = _runs_config(ns, "runs")
-    if config is None:
+    loaded = _runs_config(ns, "runs")
+    if loaded is None:
         return 2
+    config = loaded.config
     if not 1 <= ns.limit <= 10_000:
         print("mcpipe runs: error: --limit must be between 1 and 10000", file=sys.stderr)
         return 2
@@ -675,9 +676,10 @@ async def _list_runs(config: Config, ns: argparse.Namespace) -> int:
 
 def events_main(ns: argparse.Namespace) -> int:
     """``mcpipe events RUN_ID``: the run's events, followed live until it ends (1: no such run)."""
-    config = _runs_config(ns, "events")
-    if config is None:
+    loaded = _runs_config(ns, "events")
+    if loaded is None:
         return 2
+    config = loaded.config
     try:
         return int(trio.run(_events, config, ns))
     except KeyboardInterrupt:

@@ -7,17 +7,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
+from mcpipe._struct import Strict
+
 __all__ = ["ArgumentShape", "ReshapeConfig", "ToolsConfig"]
-
-
-class _Section(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
 
 
 _UNSET: Any = msgspec.UNSET
 
 
-class ArgumentShape(_Section):
+class ArgumentShape(Strict):
     """What the reshaped tool does with one of the original's arguments.
 
     Attributes:
@@ -35,7 +33,7 @@ class ArgumentShape(_Section):
     hide: bool = False
 
 
-class ReshapeConfig(_Section):
+class ReshapeConfig(Strict):
     """One reshaped tool (``[tools.reshape.NAME]``, NAME the reshaped tool's name).
 
     Attributes:
@@ -61,7 +59,7 @@ class ReshapeConfig(_Section):
     hide_original: bool = False
 
 
-class ToolsConfig(_Section):
+class ToolsConfig(Strict):
     """The ``[tools]`` section.
 
     Attributes:

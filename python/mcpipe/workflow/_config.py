@@ -8,17 +8,15 @@ from typing import Annotated, Any, Literal
 import httpx2
 import msgspec
 
+from mcpipe._struct import Strict
+
 __all__ = ["AuthParam", "HttpToolConfig", "ParamDoc", "WorkflowConfig"]
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
 Scalar = str | int | float | bool
 
 
-class _Base(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
-    pass
-
-
-class ParamDoc(_Base):
+class ParamDoc(Strict):
     """A parameter the model fills in: its name, JSON type and what it means."""
 
     name: Name
@@ -26,7 +24,7 @@ class ParamDoc(_Base):
     description: str = ""
 
 
-class AuthParam(_Base):
+class AuthParam(Strict):
     """A secret the server adds to the request, never shown to the model or the caller.
 
     Attributes:
@@ -40,7 +38,7 @@ class AuthParam(_Base):
     prefix: str = ""
 
 
-class HttpToolConfig(_Base):
+class HttpToolConfig(Strict):
     """One HTTP API the workflow's model may call.
 
     Attributes:
@@ -86,7 +84,7 @@ class HttpToolConfig(_Base):
         return re.findall(r"\{([A-Za-z_][A-Za-z0-9_]*)\}", httpx2.URL(self.endpoint).path)
 
 
-class WorkflowConfig(_Base):
+class WorkflowConfig(Strict):
     """The ``workflow`` section.
 
     Attributes:

@@ -36,7 +36,7 @@ def test_the_docs_config_loads(tmp_path: Path) -> None:
         )
     )
     cfg = parse_config(json.dumps(tomllib.loads(config)), "json", base_dir=str(tmp_path))
-    assert cfg.piraeus is not None and cfg.piraeus["secrets"] == {"ALPHA_VANTAGE_API_KEY": "demo"}
+    assert cfg.piraeus is not None and cfg.piraeus.secrets == {"ALPHA_VANTAGE_API_KEY": "demo"}
 
 
 async def test_the_docs_flow_answers_the_docs_shape(tmp_path: Path, api: StandIn, model: FakeOpenAI) -> None:

@@ -122,7 +122,8 @@ def test_a_disabled_tool_is_checked_but_not_served(tmp_path: Path) -> None:
 
     (tmp_path / "t.json").write_text(json.dumps(tool(enabled=False)))
     cfg = parse_config(json.dumps({"piraeus": {"tools": "t.json"}}), "json", base_dir=str(tmp_path))
-    loaded, found = load_piraeus(cfg, Models())
+    assert cfg.piraeus is not None
+    loaded, found = load_piraeus(cfg.piraeus, Models(), base_dir=str(tmp_path))
     assert not found and loaded is not None
     assert loaded.tools == {} and loaded.workflow is None
     flow = {"name": "f", "steps": [{"step": 1, "type": "tool", "name": "get_stock_quote", "inputs": {"symbol": "X"}}]}

@@ -34,6 +34,7 @@ import msgspec
 import orjson
 import trio
 
+from mcpipe._struct import Strict
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
@@ -133,7 +134,7 @@ def _finish(answer: Answer, result: dict[str, Any]) -> StepOutput:
     return StepOutput.of(structured)
 
 
-class McpgRetry(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class McpgRetry(Strict):
     """A binding's ``retry`` (mcpg's ``RetryConfig``): an errored result that classifies as retryable is
     tried again, at most ``max_attempts`` more times, after ``initial_backoff_ms * 2**attempt``."""
 
@@ -1049,14 +1050,14 @@ def _trace(ctx: ToolContext) -> dict[str, str] | None:
 SqlRowMode = Literal["single", "many", "scalar", "affected_rows", "resource_contents", "stream"]
 
 
-class McpgAwaitStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class McpgAwaitStatement(Strict):
     """A statement of an ``await`` block (``AwaitStep``)."""
 
     sql: Annotated[str, msgspec.Meta(min_length=1)]
     params: list[str] = []
 
 
-class McpgAwait(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class McpgAwait(Strict, kw_only=True):
     """A sql binding's ``await`` block (``AwaitConfig``): ``trigger`` once, then ``check`` every
     ``poll_interval_ms`` until ``predicate`` (CEL over ``row``, its first row, and ``arguments``) holds; the
     answer is that row. Past ``timeout_ms`` the call times out."""
@@ -1445,7 +1446,7 @@ async def run_sql(
 SqlTxRowMode = Literal["single", "many", "scalar", "affected_rows"]
 
 
-class SqlTxStatement(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+class SqlTxStatement(Strict):
     """One statement of an ``mcpg.sql_tx`` step (``TxNestedStepWire``: ``affected_rows`` by default)."""
 
     id: str

@@ -3,8 +3,8 @@ mcpipe's one plan, run by the scheduler, served as tools.
 
 See ``docs/playbooks.md`` and ``docs/formats/noetl.md``. :func:`load_playbook` reads and checks a file (a
 NoETL playbook, or a playbook made of seed 004 turns); :class:`PlaybookTool` runs one (and serves it as a
-tool); :func:`model_problems` / :func:`model_sources` are the server's side of the config's ``models``,
-``workflow`` and ``playbooks``.
+tool); :func:`load_model_tools` is the server's side of the config's ``models``, ``workflow``, ``playbooks``
+and ``piraeus`` (:class:`ModelTools`: the sections decoded, their tools compiled once per load).
 
 - :mod:`._layout`: NoETL's two layouts read into one model; :mod:`._workflow`: that model compiled into a
   plan (a :class:`~mcpipe.plan.Graph`), each tool kind onto what runs it (:mod:`.toolkinds` for
@@ -20,18 +20,19 @@ import glob
 import math
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import trio
 import yaml
 
 from mcpipe._describe import did_you_mean, json_type
+from mcpipe._struct import Strict
 from mcpipe._yaml import compose_yaml, load_yaml
-from mcpipe.errors import ConfigError, Problem
+from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
 from mcpipe.formats.noetl._layout import read_doc
@@ -39,26 +40,31 @@ from mcpipe.formats.noetl._run import EVENTS
 from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
-from mcpipe.models import Models, load_models
+from mcpipe.models import ModelConfig, Models, load_models
 from mcpipe.plan import Limits
 from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = [
     "Catalog",
+    "ModelTools",
     "NoetlPlaybook",
     "Playbook",
+    "PlaybookEntry",
+    "PlaybookFiles",
     "PlaybookTool",
     "PlaybookTools",
     "action_types",
     "compile_noetl",
     "compile_playbook",
+    "decode_playbooks",
+    "load_model_tools",
     "load_playbook",
-    "model_problems",
-    "model_sources",
-    "playbook_count",
     "reached_tools",
-    "served_counts",
 ]
+
+if TYPE_CHECKING:
+    from mcpipe.formats.piraeus import Piraeus, PiraeusConfig
+    from mcpipe.workflow import WorkflowConfig
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -549,26 +555,37 @@ class PlaybookTools:
 _TASK_SUPPORT = ("optional", "required", "forbidden")
 
 
-@dataclass(frozen=True)
-class Serving:
-    """How the playbooks of one ``playbooks`` entry are served.
+class PlaybookFiles(Strict):
+    """A ``playbooks`` entry written as a table: ``{files = "GLOB", background = true, task_support = "optional"}``.
 
     Attributes:
+        files: a glob of playbook files, relative to the config.
         background: a call is queued on the run queue and answered with its run id (``docs/runs.md``).
         task_support: as an MCP task (``optional``, ``required``, ``forbidden``), as for declared pipelines.
     """
 
+    files: str
     background: bool = False
-    task_support: str = "optional"
+    task_support: Literal["optional", "required", "forbidden"] = "optional"
 
 
-def _serving(entry: Any, where: str, problems: list[Problem]) -> tuple[str | None, Serving]:
-    """The glob of one ``playbooks`` entry (a string, or a table with ``files``) and how it is served."""
-    if isinstance(entry, str):
-        return entry, Serving()
+PlaybookEntry = str | PlaybookFiles
+"""One ``playbooks`` entry: a glob, or a table."""
+
+
+def decode_playbooks(raw: Sequence[object]) -> tuple[list[PlaybookEntry], list[Problem]]:
+    """The ``playbooks`` entries decoded, one for each written (an entry with problems keeps its place, with
+    what of it could be read: its glob empty when it has none), and every problem, located."""
+    problems: list[Problem] = []
+    return [_entry(entry, f"playbooks[{i}]", problems) for i, entry in enumerate(raw)], problems
+
+
+def _entry(entry: object, where: str, problems: list[Problem]) -> PlaybookEntry:
+    if isinstance(entry, str | PlaybookFiles):
+        return entry
     if not isinstance(entry, Mapping):
         problems.append(Problem(where, "INVALID_CONFIG", f"must be a glob or a table, got {json_type(entry)}"))
-        return None, Serving()
+        return ""
     keys = ("files", "background", "task_support")
     for k in entry:
         if k not in keys:
@@ -576,7 +593,7 @@ def _serving(entry: Any, where: str, problems: list[Problem]) -> tuple[str | Non
     files = entry.get("files")
     if not isinstance(files, str) or not files:
         problems.append(Problem(f"{where}.files", "INVALID_CONFIG", "is required: a glob of playbook files"))
-        files = None
+        files = ""
     background = entry.get("background", False)
     if not isinstance(background, bool):
         problems.append(
@@ -593,66 +610,147 @@ def _serving(entry: Any, where: str, problems: list[Problem]) -> tuple[str | Non
             )
         )
         support = "optional"
-    return files, Serving(background, support)
+    return PlaybookFiles(files=files, background=background, task_support=support)
 
 
-def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Problem], list[str]]:
+def _playbook_files(
+    entries: Sequence[PlaybookEntry], base_dir: str
+) -> tuple[list[tuple[str, PlaybookFiles]], list[Problem], list[str]]:
     """The served files (each with how it is served), the problems, and the catalog's roots: the directory of
     each glob (:func:`~mcpipe.formats.noetl._catalog.glob_root`)."""
     from mcpipe.formats.noetl._catalog import glob_root
 
-    files: list[tuple[str, Serving]] = []
+    files: list[tuple[str, PlaybookFiles]] = []
     problems: list[Problem] = []
     roots: list[str] = []
-    for i, entry in enumerate(getattr(config, "playbooks", None) or []):
-        where = f"playbooks[{i}]"
-        pattern, serving = _serving(entry, where, problems)
-        if pattern is None:
+    for i, entry in enumerate(entries):
+        serving = PlaybookFiles(files=entry) if isinstance(entry, str) else entry
+        if not serving.files:
             continue
-        full = os.path.join(getattr(config, "base_dir", "."), os.path.expanduser(pattern))
+        full = os.path.join(base_dir, os.path.expanduser(serving.files))
         roots.append(glob_root(full))
         found = sorted(glob.glob(full))
         if not found:
-            at = where if isinstance(entry, str) else f"{where}.files"
-            problems.append(Problem(at, "INVALID_CONFIG", f"no file matches `{pattern}`"))
+            at = f"playbooks[{i}]" if isinstance(entry, str) else f"playbooks[{i}].files"
+            problems.append(Problem(at, "INVALID_CONFIG", f"no file matches `{serving.files}`"))
         files += [(f, serving) for f in found]
     return files, problems, roots
 
 
-def _load_all(
-    config: Any, tools: Any, policy: StepPolicy | None = None
-) -> tuple[Models, Any, list[PlaybookTool], list[Problem], Any]:
-    from mcpipe.declared import load_outbound, load_sql
+@dataclass(frozen=True, slots=True)
+class ModelTools:
+    """What the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` sections load: the sections
+    decoded (what :class:`mcpipe.config.Config` holds), and the tools they serve, compiled once per load.
+
+    Attributes:
+        models: the model presets, by name (those that decoded).
+        workflow: the ``workflow`` section, checked (None: absent, or it has problems).
+        playbooks: the ``playbooks`` entries, decoded.
+        piraeus: the ``[piraeus]`` section, decoded (None: absent, or it has problems).
+        presets: the presets as the model turns ask them.
+        playbook_tools: each playbook file, compiled.
+        loaded_piraeus: what the ``[piraeus]`` section's files load (None: no section).
+        files: how many files the ``playbooks`` globs name.
+    """
+
+    models: dict[str, ModelConfig]
+    workflow: WorkflowConfig | None
+    playbooks: list[PlaybookEntry]
+    piraeus: PiraeusConfig | None
+    presets: Models
+    playbook_tools: list[PlaybookTool]
+    loaded_piraeus: Piraeus | None
+    files: int
+
+    def sources(self) -> list[Any]:
+        """The tool sources of the sections: the workflow tool, piraeus's tools, prompts and flows, the playbooks
+        (a playbook's ``tool`` actions and a piraeus flow's ``tool`` steps call through the gateway the call
+        comes in by, ``ctx.tools``)."""
+        out: list[Any] = []
+        if self.loaded_piraeus is not None:
+            from mcpipe.workflow import WorkflowTool
+
+            if self.loaded_piraeus.workflow is not None:
+                out.append(WorkflowTool(self.loaded_piraeus.workflow))  # over its tools and the configured ones
+            out.append(self.loaded_piraeus.source())
+        elif self.workflow is not None and self.workflow.enabled:
+            from mcpipe.workflow import Workflow, WorkflowTool
+
+            out.append(WorkflowTool(Workflow(self.workflow, self.presets)))
+        if self.playbook_tools:
+            out.append(PlaybookTools(self.playbook_tools))
+        return out
+
+    def counts(self) -> dict[str, int]:
+        """What the ``workflow`` and ``piraeus`` sections serve, for ``mcpipe check --config``'s summary:
+        ``{"piraeus tool": 3, "piraeus prompt": 1, "piraeus flow": 2, "workflow tool": 1}`` (only the sections
+        present; an empty dict when neither is)."""
+        counts: dict[str, int] = {}
+        has_workflow = self.workflow is not None and self.workflow.enabled
+        if self.loaded_piraeus is not None:
+            counts = {
+                "piraeus tool": len(self.loaded_piraeus.tools),
+                "piraeus prompt": len(self.loaded_piraeus.prompts),
+                "piraeus flow": len(self.loaded_piraeus.flows),
+            }
+            has_workflow = self.loaded_piraeus.workflow is not None
+        if has_workflow:
+            counts["workflow tool"] = 1
+        return counts
+
+
+def load_model_tools(
+    models: Mapping[str, object] | None,
+    workflow: object,
+    playbooks: Sequence[object],
+    piraeus: object,
+    *,
+    base_dir: str = ".",
+    limits: Limits | None = None,
+    policy: StepPolicy | None = None,
+) -> tuple[ModelTools, list[Problem]]:
+    """Decode, read and compile the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` sections
+    (each as written, or decoded already), every problem located.
+
+    Args:
+        base_dir: what the globs are relative to (the config file's directory).
+        limits: the server's pipeline limits (deadline, output and answer sizes; a playbook's step count is
+            its own).
+        policy: what steps may reach: the declared pipelines' (the outbound policy and the SQL backends the
+            server owns, so the playbooks' steps share their connections), else nothing but ``base_dir``.
+    """
     from mcpipe.formats.noetl._catalog import metadata_path
     from mcpipe.workflow import load_workflow
 
-    presets, problems = load_models(getattr(config, "models", None) or {})
-    models = Models(presets)
-    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
+    presets, problems = load_models(models or {})
+    registry = Models(presets)
+    checked, wp = load_workflow(workflow, registry)
     problems += wp
-    piraeus = None
-    if getattr(config, "piraeus", None) is not None:
+    loaded_piraeus = None
+    section = None
+    if piraeus is not None:
         # piraeus's exported tools, prompts and flows; its tools join the workflow (docs/formats/piraeus.md).
-        from mcpipe.formats.piraeus import load_piraeus
+        from mcpipe.formats.piraeus import decode_piraeus, load_piraeus
 
-        piraeus, pp = load_piraeus(config, models, workflow if not wp else None)
+        section, pp = decode_piraeus(piraeus)
+        if section is not None:
+            loaded_piraeus, pp = load_piraeus(
+                section, registry, checked if not wp else None, base_dir=base_dir, limits=limits
+            )
         problems += pp
-    base = getattr(config, "base_dir", ".")
-    if policy is None:  # checked alone: the outbound policy and the SQL backends (nothing connects here)
-        policy, _ = load_outbound(getattr(config, "outbound", None))
-        backends, _ = load_sql(getattr(config, "sql", None), base_dir=base)
-        policy = replace(policy, sql=backends, base_dir=base)
-    files, fp, roots = _playbook_files(config)
+    policy = policy if policy is not None else StepPolicy(base_dir=base_dir)
+    entries, ep = decode_playbooks(playbooks)
+    problems += ep
+    files, fp, roots = _playbook_files(entries, base_dir)
     problems += fp
     known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
     loaded: list[PlaybookTool] = []
     names: dict[str, str] = {}
-    # The server's pipeline limits (deadline, output and answer sizes); the step count is the playbook's own.
-    p = getattr(config, "pipe", None)
-    limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     for f, serving in files:
-        rel = os.path.relpath(f, base)
-        pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known, roots=roots)
+        rel = os.path.relpath(f, base_dir)
+        pb, pp = load_playbook(
+            rel, models=registry, policy=policy, tools=None, base_dir=base_dir, known=known, roots=roots
+        )
         problems += pp
         if pb is None:
             continue
@@ -662,73 +760,10 @@ def _load_all(
             )
             continue
         names[pb.name] = f
-        loaded.append(PlaybookTool(pb, limits=limits, background=serving.background, task_support=serving.task_support))
-    return models, workflow, loaded, problems, piraeus
-
-
-def model_problems(config: Any) -> list[Problem]:
-    """Every problem of the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` (the files read
-    and checked)."""
-    return _load_all(config, None)[3]
-
-
-def playbook_count(config: Any) -> int:
-    """How many playbook files the config's ``playbooks`` globs name (for ``mcpipe check --config``'s summary)."""
-    return len(_playbook_files(config)[0])
-
-
-def served_counts(config: Any) -> dict[str, int]:
-    """What the config's ``workflow`` and ``piraeus`` sections serve, for ``mcpipe check --config``'s summary:
-    ``{"piraeus tool": 3, "piraeus prompt": 1, "piraeus flow": 2, "workflow tool": 1}`` (only the sections
-    present; an empty dict when neither is). Read after the config has been checked."""
-    from mcpipe.workflow import load_workflow
-
-    if getattr(config, "piraeus", None) is None and getattr(config, "workflow", None) is None:
-        return {}
-    presets, _ = load_models(getattr(config, "models", None) or {})
-    models = Models(presets)
-    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
-    counts: dict[str, int] = {}
-    has_workflow = workflow is not None and workflow.enabled
-    if getattr(config, "piraeus", None) is not None:
-        from mcpipe.formats.piraeus import load_piraeus
-
-        piraeus, _ = load_piraeus(config, models, workflow if not wp else None)
-        if piraeus is not None:
-            counts = {
-                "piraeus tool": len(piraeus.tools),
-                "piraeus prompt": len(piraeus.prompts),
-                "piraeus flow": len(piraeus.flows),
-            }
-            has_workflow = piraeus.workflow is not None
-    if has_workflow:
-        counts["workflow tool"] = 1
-    return counts
-
-
-def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:
-    """The tool sources of the config's ``workflow``, ``playbooks`` and ``piraeus`` (a playbook's ``tool``
-    actions and a piraeus flow's ``tool`` steps call through the gateway the call comes in by, ``ctx.tools``).
-    ``policy`` is the declared pipelines' (the outbound policy and the SQL backends the server owns), shared
-    so the playbooks' steps use the same connections; without it the config's sections are read again.
-
-    Raises:
-        mcpipe.errors.ConfigError: listing every problem.
-    """
-    models, workflow, playbooks, problems, piraeus = _load_all(config, None, policy)
-    if problems:
-        raise ConfigError(problems)
-    out: list[Any] = []
-    if piraeus is not None:
-        from mcpipe.workflow import WorkflowTool
-
-        if piraeus.workflow is not None:
-            out.append(WorkflowTool(piraeus.workflow))  # the workflow over its tools and the configured ones
-        out.append(piraeus.source())
-    elif workflow is not None and workflow.enabled:
-        from mcpipe.workflow import Workflow, WorkflowTool
-
-        out.append(WorkflowTool(Workflow(workflow, models)))
-    if playbooks:
-        out.append(PlaybookTools(playbooks))
-    return out
+        loaded.append(
+            PlaybookTool(
+                pb, limits=limits or Limits(), background=serving.background, task_support=serving.task_support
+            )
+        )
+    tools = ModelTools(presets, checked, entries, section, registry, loaded, loaded_piraeus, len(files))
+    return tools, problems

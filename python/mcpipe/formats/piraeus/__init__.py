@@ -29,13 +29,14 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import httpx2
 import msgspec
 import orjson
 
 from mcpipe._json import DuplicateKeyError, check_unique_keys
+from mcpipe._struct import Strict
 from mcpipe.errors import Problem
 from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowTool, compile_flow
 from mcpipe.formats.piraeus._model import (
@@ -58,6 +59,9 @@ from mcpipe.kinds import HttpPolicy
 from mcpipe.models import Models, located
 from mcpipe.plan import Limits
 
+if TYPE_CHECKING:
+    from mcpipe.workflow import Workflow, WorkflowConfig
+
 __all__ = [
     "FLOW_OUTPUT_SCHEMA",
     "SERVICES",
@@ -75,6 +79,7 @@ __all__ = [
     "Variable",
     "build_request",
     "check_inputs",
+    "decode_piraeus",
     "load_piraeus",
     "read_files",
     "transform",
@@ -83,7 +88,7 @@ __all__ = [
 _MiB = 1024 * 1024
 
 
-class PiraeusConfig(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True, kw_only=True):
+class PiraeusConfig(Strict):
     """The ``[piraeus]`` section.
 
     Attributes:
@@ -149,8 +154,8 @@ class Piraeus:
     tools: dict[str, ApiTool] = field(default_factory=dict)
     prompts: dict[str, PromptSurface] = field(default_factory=dict)
     flows: dict[str, FlowTool] = field(default_factory=dict)
-    workflow_config: Any = None
-    workflow: Any = None
+    workflow_config: WorkflowConfig | None = None
+    workflow: Workflow | None = None
     secrets: Secrets = field(default_factory=Secrets)
 
     def source(self) -> PiraeusTools:
@@ -258,29 +263,39 @@ def _workflow_entry(cfg: ToolConfig, secrets: Secrets) -> dict[str, Any]:
     return entry
 
 
-def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Piraeus | None, list[Problem]]:
-    """Read and check everything the config's ``[piraeus]`` section names.
+def decode_piraeus(raw: object) -> tuple[PiraeusConfig | None, list[Problem]]:
+    """The ``[piraeus]`` section decoded (as written, or decoded already), or None and its problem, located."""
+    try:
+        return msgspec.convert(raw, PiraeusConfig, strict=True), []
+    except msgspec.ValidationError as e:
+        return None, [located(e, "piraeus")]
+
+
+def load_piraeus(
+    cfg: PiraeusConfig,
+    models: Models,
+    workflow: WorkflowConfig | None = None,
+    *,
+    base_dir: str = ".",
+    limits: Limits | None = None,
+) -> tuple[Piraeus | None, list[Problem]]:
+    """Read and check everything the ``[piraeus]`` section names.
 
     Args:
-        config: the config (its ``piraeus``, ``base_dir`` and ``pipe``).
+        cfg: the section, decoded (:func:`decode_piraeus`).
         models: the model presets.
-        workflow: the config's own ``workflow`` section, checked (``WorkflowConfig``), or None.
+        workflow: the config's own ``workflow`` section, checked, or None.
+        base_dir: what the section's globs are relative to (the config file's directory).
+        limits: the server's pipeline limits the flows run under.
 
     Returns:
         What loaded, or None, and every problem (each file's located in it).
     """
-    raw = getattr(config, "piraeus", None)
-    if raw is None:
-        return None, []
-    try:
-        cfg = msgspec.convert(raw, PiraeusConfig, strict=True)
-    except msgspec.ValidationError as e:
-        return None, [located(e, "piraeus")]
     problems: list[Problem] = []
     model = cfg.model or (workflow.model if workflow is not None else "sampling")
     if model not in models:
         problems.append(Problem("piraeus.model", CODE, f"unknown model `{model}`{models.hint(model)}"))
-    base = getattr(config, "base_dir", ".")
+    base = base_dir
     loaded: dict[str, list[Any]] = {}
     readers: tuple[tuple[Kind, Callable[[Reader, Any, str], Any]], ...] = (
         ("tools", read_tool),
@@ -342,8 +357,7 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
         ),
         timeout_s=cfg.timeout_ms / 1000,
     )
-    p = getattr(config, "pipe", None)
-    limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
+    limits = limits or Limits()
     flows: list[Flow] = loaded["flows"]
     names = {f.name for f in flows}
     for f in flows:
