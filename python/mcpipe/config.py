@@ -51,6 +51,7 @@ from mcpipe.access import (
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
 from mcpipe.plan import deepest_location, json_depth
+from mcpipe.store import ContentConfig
 from mcpipe.toolset import ToolsConfig, check_tools
 
 if TYPE_CHECKING:  # their packages are imported when a config has the section (NoETL, piraeus: start-up)
@@ -620,27 +621,6 @@ class RegistrySourceConfig(Strict):
     """Find each server's authorization server (RFC 9728, then RFC 8414) before serving it; a server whose
     discovery fails and never succeeded is left out."""
     servers: dict[str, RegistryServerConfig] = {}
-
-
-class ContentStoreConfig(Strict):
-    """One content store (:mod:`mcpipe.store.content`)."""
-
-    kind: Literal["memory", "file_system"] = "memory"
-    root: str | None = None
-    """Where a ``file_system`` store keeps its files (relative to the config's directory)."""
-    max_bytes: Annotated[int, msgspec.Meta(ge=1)] | None = None
-    """The most it holds; the oldest content goes first past it (memory: 256 MiB, files: 8 GiB by default)."""
-
-
-class ContentConfig(Strict):
-    """Content stores: bytes pipelines store (``store_content`` steps) and clients read as resources at
-    ``<scheme>://<store>/<id>`` (``docs/server.md``)."""
-
-    stores: dict[str, ContentStoreConfig] = {}
-    default: str = "default"
-    """The store content goes to unless a step names another (and a URI without a store reads)."""
-    scheme: str = "mcpipe-content"
-    """The URI scheme content is read at."""
 
 
 class RegistryConfig(Strict):

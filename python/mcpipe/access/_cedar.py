@@ -15,12 +15,15 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from mcpipe._core import json_measure
 from mcpipe.errors import ErrorCode, Problem
+
+if TYPE_CHECKING:
+    from mcpipe.access._config import CedarGate
 
 __all__ = ["CedarEngine", "cedar_problems", "load_cedar"]
 
@@ -43,7 +46,7 @@ def _read(path: Path) -> str:
     return path.read_text(encoding="utf-8")
 
 
-def _policy_text(cfg: Any, base_dir: str) -> str:
+def _policy_text(cfg: CedarGate, base_dir: str) -> str:
     """The gate's Cedar text: ``policies`` and every ``.cedar`` file under ``policy_dir``, in path order.
 
     Raises:
@@ -72,7 +75,7 @@ def _policy_text(cfg: Any, base_dir: str) -> str:
 class CedarEngine:
     """One gate's parsed policies, entities and schema: parsed once, evaluated per call."""
 
-    def __init__(self, cfg: Any, *, base_dir: str = ".") -> None:
+    def __init__(self, cfg: CedarGate, *, base_dir: str = ".") -> None:
         import cedarpy  # with the first Cedar gate: a server without one never loads the engine
 
         self.cfg = cfg
@@ -179,12 +182,12 @@ def _pointer(value: Any, pointer: str) -> Any:
     return value
 
 
-def load_cedar(cfg: Any, *, base_dir: str) -> CedarEngine:
+def load_cedar(cfg: CedarGate, *, base_dir: str) -> CedarEngine:
     """The engine of one ``cedar`` gate (raises ``OSError``/``ValueError`` with the reason it cannot load)."""
     return CedarEngine(cfg, base_dir=base_dir)
 
 
-def cedar_problems(cfg: Any, at: str, *, base_dir: str) -> list[Problem]:
+def cedar_problems(cfg: CedarGate, at: str, *, base_dir: str) -> list[Problem]:
     """The located problems of a ``cedar`` gate: files that cannot be read, policies Cedar does not parse,
     policies that do not fit the schema."""
     problems: list[Problem] = []

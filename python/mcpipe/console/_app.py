@@ -38,6 +38,8 @@ from mcpipe.tools import Identity
 if TYPE_CHECKING:
     import jinja2
 
+    from mcpipe.config import Config
+
 __all__ = ["API_PREFIX", "CONSOLE_PREFIX", "Console", "signer_for"]
 
 _log = logging.getLogger("mcpipe.console")
@@ -75,10 +77,10 @@ Send = Callable[[dict[str, Any]], Awaitable[None]]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 
 
-def signer_for(config: Any) -> Signer:
+def signer_for(config: Config) -> Signer:
     """The session signer: keyed by the state key when its variable is set (so every worker and a restarted
     server accept the same cookies), else random per process."""
-    env = getattr(getattr(config, "interaction", None), "state_key_env", None)
+    env = config.interaction.state_key_env
     secret = os.environ.get(env) if env else None
     return Signer(secret.encode() if secret else None)
 

@@ -31,7 +31,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
@@ -40,6 +40,9 @@ import trio
 from mcpipe.access import FetchError, fetch
 from mcpipe.errors import ErrorCode, MCPipeError
 from mcpipe.store.tokens import TokenStore, Vault, VaultError, principal_key
+
+if TYPE_CHECKING:
+    from mcpipe.config import Config, DownstreamOAuth
 
 __all__ = ["OPERATOR", "OAuthClients", "ServerAuth", "SignInError", "SignInRequired"]
 
@@ -119,7 +122,7 @@ class ServerAuth:
         clients: the machinery it belongs to (store, vault, callback, bounds).
     """
 
-    def __init__(self, name: str, url: str, cfg: Any, clients: OAuthClients) -> None:
+    def __init__(self, name: str, url: str, cfg: DownstreamOAuth, clients: OAuthClients) -> None:
         self.name, self.url, self.cfg, self.clients = name, url, cfg, clients
         self._discovered: Discovered | None = None
         self._lock = trio.Lock()
@@ -630,7 +633,7 @@ class OAuthClients:
         callback_url: the redirect URI (``[oauth] callback_url`` or its default).
     """
 
-    def __init__(self, config: Any, store: TokenStore, vault: Vault, callback_url: str) -> None:
+    def __init__(self, config: Config, store: TokenStore, vault: Vault, callback_url: str) -> None:
         o = config.oauth
         self.store, self.vault = store, vault
         self.callback_url = callback_url

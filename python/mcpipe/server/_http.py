@@ -37,7 +37,7 @@ from starlette.types import Receive, Scope, Send
 
 from mcpipe._jsonschema import warm
 from mcpipe.access import Authenticator, Rejected, missing_scopes, principal_key
-from mcpipe.config import Config
+from mcpipe.config import Config, RegistryConfig
 from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
@@ -133,7 +133,7 @@ def _version() -> str:
     return __version__
 
 
-def registry_entry(cfg: Any) -> dict[str, Any] | None:
+def registry_entry(cfg: RegistryConfig) -> dict[str, Any] | None:
     """The registry entry this server publishes (None without its ``url``)."""
     if not cfg.url:
         return None

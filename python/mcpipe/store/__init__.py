@@ -14,6 +14,7 @@ from mcpipe.store._base import (
     register_store,
     store_schemes,
 )
+from mcpipe.store._contentconfig import ContentConfig, ContentStoreConfig
 from mcpipe.store._memory import (
     MAX_CLAIMS,
     MAX_STORED_BYTES,
@@ -49,6 +50,8 @@ __all__ = [
     "TERMINAL",
     "Bounds",
     "ClaimUnverifiable",
+    "ContentConfig",
+    "ContentStoreConfig",
     "InMemoryPipelineStore",
     "PipelineStore",
     "Renewal",

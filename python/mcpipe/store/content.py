@@ -36,6 +36,8 @@ from typing import Any, Protocol
 import orjson
 import trio
 
+from mcpipe.store._contentconfig import ContentConfig
+
 __all__ = [
     "AliasTaken",
     "Content",
@@ -402,8 +404,8 @@ class ContentStores:
         return await trio.to_thread.run_sync(target.get, content_id, limiter=_THREADS)
 
 
-def open_content_stores(config: Any, base_dir: str = ".") -> ContentStores | None:
-    """The stores of a ``content`` section (:class:`mcpipe.config.ContentConfig`), or None when it has none.
+def open_content_stores(config: ContentConfig, base_dir: str = ".") -> ContentStores | None:
+    """The stores of a ``content`` section, or None when it has none.
 
     Raises:
         StoreUnopenable: a file store's root cannot be made or read.
@@ -413,6 +415,8 @@ def open_content_stores(config: Any, base_dir: str = ".") -> ContentStores | Non
     stores: dict[str, ContentStore] = {}
     for name, c in config.stores.items():
         if c.kind == "file_system":
+            if not c.root:  # the config's checks say so, located; a section built in code is refused here
+                raise StoreUnopenable(name, "a file_system store needs its `root` directory")
             root = c.root if os.path.isabs(c.root) else os.path.join(base_dir, c.root)
             try:
                 stores[name] = FileContentStore(root, c.max_bytes or 8 * 1024**3)
