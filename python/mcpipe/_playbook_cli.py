@@ -53,7 +53,7 @@ class _UsageError(Exception):
 
 
 def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(config or None, models, outbound policy with the config's SQL backends)."""
+    """(the config's load or None, models, outbound policy with the config's SQL backends)."""
     from dataclasses import replace
 
     from mcpipe.declared import load_outbound, load_sql
@@ -61,18 +61,19 @@ def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
 
     if ns.config is None:
         return None, Models(), None
-    from mcpipe.config import ConfigError, load_config
+    from mcpipe.config import ConfigError, load
 
     try:
-        config = load_config(ns.config)
+        loaded = load(ns.config)  # what it declares compiled once, and served so (open_app)
     except ConfigError as e:
         for p in e.problems:
             print(str(p), file=sys.stderr)
         raise _UsageError(f"the config {ns.config} has problems") from None
+    config = loaded.config
     presets, _ = load_models(config.models)
     policy, _ = load_outbound(config.outbound)
     backends, _ = load_sql(config.sql, base_dir=config.base_dir)
-    return config, Models(presets), replace(policy, sql=backends, base_dir=config.base_dir)
+    return loaded, Models(presets), replace(policy, sql=backends, base_dir=config.base_dir)
 
 
 def _load(ns: argparse.Namespace) -> tuple[Any, Any]:

@@ -416,11 +416,10 @@ def _playbook_plan(ns: argparse.Namespace, name: str) -> tuple[Any, str] | int:
 
 def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
     """A config's declared pipeline or playbook ``wanted`` (None: its only one)."""
-    from mcpipe.config import ConfigError, load_config
+    from mcpipe.config import ConfigError, load
 
     try:
-        config = load_config(path)
-        sources = _server_app().tool_sources(config)
+        sources = _server_app().tool_sources(load(path))  # compiled once, by the load
     except ConfigError as exc:
         for line in dict.fromkeys(str(p) for p in exc.problems):
             print(f"error: {line}", file=sys.stderr)
@@ -822,13 +821,14 @@ async def _with_tools(ns: argparse.Namespace, use: Any) -> Any:
                 raise _leaf(said) from None
             raise _Usage(f"cannot reach {ns.url}: {_first_error(e)}") from None
 
-    from mcpipe.config import AuditConfig, Config, ConfigError, load_config
+    from mcpipe.config import AuditConfig, Config, ConfigError, Loaded, load
     from mcpipe.server import open_app
 
     extra: list[Any] = [_registry(ns.tools, builtin=False)] if ns.tools else []
     try:
+        config: Config | Loaded
         if ns.config is not None:
-            config = load_config(ns.config)
+            config = load(ns.config)  # compiled once, served so
         else:
             config = Config(builtins=not ns.no_builtin, audit=AuditConfig(enabled=False))
         async with open_app(config, extra_sources=extra) as app:
