@@ -7,6 +7,10 @@ must not be silently ignored.
 ``${VAR}`` and ``${VAR:-default}`` in a downstream server's ``command``, ``args``, ``env``, ``cwd``, ``url``
 and ``headers`` are read from the environment when the config is loaded (the convention MCP clients use),
 so secrets stay out of the file. Bearer tokens for ``auth`` are always named by environment variable.
+
+:func:`load` (a file) and :func:`parse` (a document) answer a :class:`Loaded`: the config and what it declares
+(pipelines, playbooks, piraeus's flows, the workflow) compiled once, which ``mcpipe check``, ``serve`` and
+``convert`` share; :func:`load_config` and :func:`parse_config` answer only the config.
 """
 
 from __future__ import annotations
