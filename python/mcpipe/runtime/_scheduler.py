@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, TypeAlias, assert_never
 
 import trio
 
-from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -337,7 +337,10 @@ async def _run_compiled(
         finally:
             _HELD.reset(token)
             await held.take_back()
-    tel = telemetry.current()
+    # Telemetry is installed through its module, so a process that never imported it (a command's run) has none:
+    # the scheduler does not import it (OpenTelemetry's API) to learn so.
+    module = sys.modules.get("mcpipe.telemetry")
+    tel = None if module is None else module.current()
     if tel is not None:
         tel.observe_steps(answer)
     # The run keeps (and `max_answer_bytes` bounds) every full record whatever the caller asked for: the answer
