@@ -112,13 +112,20 @@ def test_importing_the_command_line_loads_no_heavy_library(tmp_path):
 @pytest.mark.parametrize("command", ["check", "run"])
 def test_check_and_run_of_a_simple_spec_load_no_heavy_library(command, spec, tmp_path):
     modules = modules_after(command, str(spec), cwd=tmp_path)
-    assert loaded(modules, (*HEAVY, "yaml", "jinja2")) == []
+    assert loaded(modules, (*HEAVY, "yaml", "jinja2", "asyncio", "opentelemetry")) == []
+
+
+@pytest.mark.parametrize("argv", [("check",), ("run",), ("playbook", "run")])
+def test_a_command_that_draws_nothing_does_not_load_the_plan_drawing(argv, spec, tmp_path):
+    modules = all_modules_after(*argv, str(HELLO if argv[0] == "playbook" else spec), cwd=tmp_path)
+    assert "mcpipe.plan._draw" not in modules
 
 
 def test_playbook_run_of_a_python_only_playbook_loads_neither_the_sdk_nor_jsonschema(tmp_path):
-    # NoETL's templates are Jinja and its playbooks YAML: those two it needs, nothing of the server.
+    # NoETL's templates are Jinja and its playbooks YAML: those two it needs, nothing of the server. Its python
+    # step's coroutines run under asyncio in the worker, and nothing installs telemetry.
     modules = modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
-    assert loaded(modules, HEAVY) == []
+    assert loaded(modules, (*HEAVY, "asyncio", "opentelemetry", "prometheus_client")) == []
 
 
 def test_playbook_run_of_a_python_only_playbook_imports_the_python_kind_and_no_other(tmp_path):

@@ -3,6 +3,9 @@
 See :mod:`mcpipe.plan._ir` for the nodes and :mod:`mcpipe.plan._check` for the checks.
 """
 
+from typing import TYPE_CHECKING
+
+from mcpipe._lazy import lazy_names
 from mcpipe.plan._bounds import check_steps, deepest_location, depth_problem, json_depth, measure_output
 from mcpipe.plan._check import (
     STEP_ID,
@@ -19,7 +22,6 @@ from mcpipe.plan._check import (
     step_reference_problem,
     template_parts,
 )
-from mcpipe.plan._draw import Drawing, drawing
 from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
@@ -47,6 +49,9 @@ from mcpipe.plan._ir import (
     walk,
 )
 from mcpipe.plan._types import ArgumentSite, TypedSite, argument_problems, literal_type, output_path, type_problems
+
+if TYPE_CHECKING:
+    from mcpipe.plan._draw import Drawing, drawing
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -101,3 +106,7 @@ __all__ = [
     "type_problems",
     "walk",
 ]
+
+
+# Drawing a plan (``mcpipe draw``, the console) is loaded on first use: a run never draws.
+__getattr__ = lazy_names(__name__, {"Drawing": "mcpipe.plan._draw", "drawing": "mcpipe.plan._draw"})
