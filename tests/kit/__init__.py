@@ -14,7 +14,10 @@ What is here
 (`kit.llm`: a scripted OpenAI-compatible endpoint and a JSON API on 127.0.0.1, a client answering sampling), the
 real servers of the backends (`kit.realservers`, `kit.grpcserver`, `kit.kafkabroker`, whose `Broker` also counts
 the connections it accepts) and `kit.tcpcount.CountingForwarder`, which counts the connections a client opens to
-a server that does not say (grpcio), and `kit.containers` (the image under podman, for `make image-test`). Tests
+a server that does not say (grpcio), `kit.containers` (the image under podman, for `make image-test`),
+`kit.processes` (a step's processes: the detaching python step, `/proc` command lines, waiting until they are
+gone), `kit.queues` (a running run queue on SQLite or Redis) and `kit.mcp_script` (how the script servers, such
+as `downstream_server.py`, serve HTTP). Tests
 run with `--import-mode=importlib` and `tests` on `pythonpath`, so they import `kit.*`, never each other.
 
 The Kafka tests (`kafka_bootstrap` in `tests/backends/conftest.py`, from `kit.realservers.kafka_broker`) run

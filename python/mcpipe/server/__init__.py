@@ -38,10 +38,10 @@ the call being sent).
 
 Tools come from several sources behind the gateway: Python `ToolRegistry`s (`python_tools`), declared pipelines
 (`pipelines:`, `python/mcpipe/declared/`), downstream MCP servers (`mcpServers`), OpenAPI documents
-(`[openapi.NAME]`) and the formats' own (playbooks, piraeus's tools and flows, discord's `mcp_pipeline`). Each downstream server is
-owned by one long-lived Trio task (`python/mcpipe/downstream/_server.py`) started with `nursery.start`: it
-connects, lists tools, reconnects with backoff, and answers "unavailable" at once while the server is down. A
-forwarded call runs in the caller's task, so cancelling the caller cancels the downstream request.
+(`[openapi.NAME]`) and the formats' own (playbooks, piraeus's tools and flows, discord's `mcp_pipeline`). Each
+downstream server is owned by one long-lived Trio task (`python/mcpipe/downstream/_server.py`) started with
+`nursery.start`: it connects, lists tools, reconnects with backoff, and answers "unavailable" at once while the
+server is down. A forwarded call runs in the caller's task, so cancelling the caller cancels the downstream request.
 
 Resumable streams
 -----------------
