@@ -1425,10 +1425,10 @@ def _parse_raw(
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
-        from mcpipe.formats.noetl import model_problems
+    from mcpipe.formats import Context, format_problems, turned_on
 
-        problems.extend(model_problems(cfg))
+    if cfg.models or cfg.workflow is not None or turned_on(cfg):
+        problems.extend(format_problems(Context(cfg)))
     return cfg, problems
 
 
