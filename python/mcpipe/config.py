@@ -752,10 +752,12 @@ class Config(_Base):
 
 def no_pipe_reason(cfg: Config) -> str:
     """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
-    if cfg.translated_from == "mcpg":
-        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+    if cfg.translated_from is not None:
+        from mcpipe.formats import format_named
 
-        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+        reason = format_named(cfg.translated_from).no_pipe_reason()
+        if reason is not None:
+            return reason
     return "its `pipe.enabled` is false"
 
 

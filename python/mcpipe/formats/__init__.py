@@ -63,9 +63,11 @@ __all__ = [
     "audit_log",
     "detect_config",
     "format_counts",
+    "format_named",
     "format_problems",
     "format_sources",
     "load_extensions",
+    "serves_workflow",
     "turned_on",
 ]
 
@@ -185,6 +187,11 @@ class Format:
         """What it serves, for ``mcpipe check --config``'s summary (``{"playbook": 2}``); read after the check."""
         return {}
 
+    def no_pipe_reason(self) -> str | None:
+        """Why a config translated from this format serves no ``mcp_pipe``, and how to serve it (None: the usual
+        reason, ``pipe.enabled`` false)."""
+        return None
+
     def audit_log(self, path: str | None, audit: Any) -> Any:
         """An audit log writing this format's records (``[audit] format = NAME``; ``audit``: that section), an
         ``mcpipe.gateway.AuditLog``; None: the format writes none."""
@@ -248,6 +255,16 @@ def turned_on(config: Any) -> list[Format]:
         for name, entry in FORMATS.items()
         if any(_set(config, key.split(".")) for key in entry.turned_on_by)
     ]
+
+
+def format_named(name: str) -> Format:
+    """The format registered as ``name`` (a :data:`FORMATS` key: ``Config.translated_from``, ``[audit] format``)."""
+    return _format(name)
+
+
+def serves_workflow(config: Any) -> bool:
+    """Whether the config serves the ``workflow`` tool: its own ``[workflow]``, or a format's that serves one."""
+    return getattr(config, "workflow", None) is not None or any(f.serves_workflow for f in turned_on(config))
 
 
 def format_sources(ctx: Context) -> list[ToolSource]:

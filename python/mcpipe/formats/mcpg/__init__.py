@@ -56,6 +56,11 @@ class McpgFormat(Format):
 
         return translate(raw, base_dir=base_dir, environ=environ)
 
+    def no_pipe_reason(self) -> str:
+        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+
+        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+
     def audit_log(self, path: str | None, audit: Any) -> Any:
         """mcpg's hash-chained audit events (``[audit] format = "mcpg"``)."""
         from mcpipe.formats.mcpg._audit import McpgAuditLog

@@ -176,31 +176,35 @@ def compile_noetl(
     """
     if not isinstance(raw, Mapping):
         return None, [Problem("", CODE, f"must be an object, got {json_type(raw)}")]
-    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023, is_workflow2023
+    from mcpipe.formats.noetl._engines import engine_of
 
-    if is_workflow2023(raw):
-        # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
-        early, found = compile_workflow2023(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        early.name = _served(early.name) or "workflow"
-        return early, []
+    engine = engine_of(raw)
+    pb, found = engine.compile(
+        raw, models=models, policy=policy or StepPolicy(), tools=tools, catalog=catalog, file=file, stack=stack
+    )
+    if found:
+        return None, sorted(found, key=_problem_key)
+    pb.name = _served(pb.name) or engine.unnamed
+    return pb, []
+
+
+def compile_today(
+    raw: Mapping[str, Any],
+    *,
+    models: Models | None,
+    policy: StepPolicy,
+    tools: Any,
+    catalog: Catalog | None,
+    file: str,
+    stack: tuple[str, ...],
+) -> tuple[NoetlPlaybook | None, list[Problem]]:
+    """A playbook of today's engine (``noetl.io/v2`` or the layout before it, :mod:`._engines`), compiled; a
+    file of a prototype that ran nothing is refused (why, with the commit that shows it)."""
     if not isinstance(raw.get("workflow"), list):
         why = _prototype(raw) or "not a NoETL playbook: it has no `workflow` (a list of steps)"
         if "mcp" in raw:
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
-    from mcpipe.formats.noetl._draft import compile_draft, is_draft
-    from mcpipe.formats.noetl._runtime2025 import compile_runtime, is_runtime
-
-    if is_runtime(raw) or is_draft(raw):
-        # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
-        compile_early = compile_runtime if is_runtime(raw) else compile_draft
-        draft, found = compile_early(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        draft.name = _served(draft.name) or "playbook"
-        return draft, []
     doc = read_doc(raw)
     problems = list(doc.problems)
     mcp = None
@@ -212,14 +216,9 @@ def compile_noetl(
         }
         mcp, found = compile_playbook(seed, models=models, policy=policy, tools=tools)
         problems += found
-    pb, found = compile_workflow(
-        doc, policy=policy or StepPolicy(), tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack
-    )
+    pb, found = compile_workflow(doc, policy=policy, tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack)
     problems += found
-    if problems:
-        return None, sorted(problems, key=_problem_key)
-    pb.name = _served(pb.name) or "playbook"
-    return pb, []
+    return (None, problems) if problems else (pb, [])
 
 
 def _prototype(raw: Mapping[str, Any]) -> str | None:
