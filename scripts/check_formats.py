@@ -60,10 +60,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "mcpipe.formats.noetl",
         "load_playbook",
     ),
-    # A served playbook's plan is found by its `playbook` attribute, until one tool class serves every plan
-    # (issue 31, the tool-class step); `cli.py`'s `explain --config` finds it so too.
-    "mcpipe/gateway.py": ("playbook",),
-    # The tools that may ask their caller, by class name (PlaybookTool among them), for the same reason.
+    # The tools that may ask their caller, by class name (PlaybookTool among them), until one tool class serves
+    # every plan (issue 31, the tool-class step); `cli.py`'s `explain --config` finds a served playbook's plan
+    # by its `playbook` attribute until then too.
     "mcpipe/server/_fast.py": ("PlaybookTool",),
     # The console's JSON API answers a `playbooks` list and labels their origin `noetl` (its contract).
     "mcpipe/console/_api.py": ("playbook", "playbooks", "noetl"),

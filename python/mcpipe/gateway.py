@@ -443,10 +443,7 @@ def _reaches(tool: Any) -> tuple[str, ...]:
     reaches = getattr(tool, "reaches", None)
     if reaches is not None:
         return tuple(reaches)
-    compiled = getattr(tool, "compiled", None)
-    if compiled is None:
-        playbook = getattr(tool, "playbook", None)
-        compiled = getattr(playbook, "plan", None) if playbook is not None else None
+    compiled = getattr(tool, "compiled", None)  # a declared pipeline; a playbook says its own (`reaches`)
     sites = getattr(compiled, "tool_sites", None)
     return tuple(name for _, name in sites) if sites else ()
 

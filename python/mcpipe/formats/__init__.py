@@ -44,17 +44,17 @@ from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from mcpipe.errors import ConfigError, Problem
-from mcpipe.tools import Tool
 
 if TYPE_CHECKING:
+    from mcpipe._audit import AuditLog
     from mcpipe.kinds import StepPolicy
     from mcpipe.models import Models
     from mcpipe.plan import Limits
+    from mcpipe.tools import Tool
     from mcpipe.workflow import WorkflowConfig
 
 __all__ = [
     "FORMATS",
-    "ConfigFormat",
     "Context",
     "Format",
     "Registered",
@@ -132,10 +132,12 @@ class Context:
     @cached_property
     def workflow(self) -> WorkflowConfig | None:
         """The config's ``workflow`` section, checked (None: absent, or it has problems)."""
+        raw = getattr(self.config, "workflow", None)
+        if raw is None:
+            return None
         from mcpipe.workflow import load_workflow
 
-        models = self.models
-        workflow, problems = load_workflow(getattr(self.config, "workflow", None), models)
+        workflow, problems = load_workflow(raw, self.models)
         self.problems += problems
         return None if problems else workflow
 
@@ -192,14 +194,10 @@ class Format:
         reason, ``pipe.enabled`` false)."""
         return None
 
-    def audit_log(self, path: str | None, audit: Any) -> Any:
-        """An audit log writing this format's records (``[audit] format = NAME``; ``audit``: that section), an
-        ``mcpipe.gateway.AuditLog``; None: the format writes none."""
+    def audit_log(self, path: str | None, audit: Any) -> AuditLog | None:
+        """An audit log writing this format's records (``[audit] format = NAME``; ``audit``: that section, the
+        config's ``AuditConfig``); None: the format writes none."""
         return None
-
-
-ConfigFormat = Format
-"""The name the config-file formats had before every format was a :class:`Format`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +285,9 @@ def format_sources(ctx: Context) -> list[ToolSource]:
 
 def format_problems(ctx: Context) -> list[Problem]:
     """Every problem of the config's ``models`` and ``workflow`` sections, then of the formats it turns on."""
-    _ = ctx.workflow  # read first: its problems, and the models', come first
+    if getattr(ctx.config, "models", None):
+        _ = ctx.models  # read first: their problems come first
+    _ = ctx.workflow
     problems = [p for fmt in turned_on(ctx.config) for p in fmt.problems(ctx)]
     return [*ctx.problems, *problems]
 
@@ -297,7 +297,7 @@ def format_counts(ctx: Context) -> dict[str, int]:
     return {kind: n for fmt in turned_on(ctx.config) for kind, n in fmt.counts(ctx).items()}
 
 
-def audit_log(name: str, path: str | None, audit: Any) -> Any:
+def audit_log(name: str, path: str | None, audit: Any) -> AuditLog | None:
     """The audit log of the format ``name`` (``[audit] format``), or None when no format of that name writes one."""
     if name not in FORMATS:
         return None

@@ -77,7 +77,7 @@ def audit_of(config: Config) -> AuditLog:
     """The configured audit log: mcpipe's records, or a format's (``[audit] format = NAME``: that format's own
     audit log, :meth:`mcpipe.formats.Format.audit_log`)."""
     path = resolve_path(config, config.audit.path) if config.audit.enabled else None
-    log: AuditLog | None = audit_log(config.audit.format, path, config.audit)
+    log = audit_log(config.audit.format, path, config.audit)
     return log if log is not None else AuditLog(path)
 
 

@@ -10,9 +10,12 @@ audit events (:mod:`._audit`); ``docs/formats/mcpg.md`` maps every section.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mcpipe.formats import Format, Translation
+
+if TYPE_CHECKING:
+    from mcpipe.formats.mcpg._audit import McpgAuditLog
 
 __all__ = ["FORMAT", "McpgFormat"]
 
@@ -61,7 +64,7 @@ class McpgFormat(Format):
 
         return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
 
-    def audit_log(self, path: str | None, audit: Any) -> Any:
+    def audit_log(self, path: str | None, audit: Any) -> McpgAuditLog:
         """mcpg's hash-chained audit events (``[audit] format = "mcpg"``)."""
         from mcpipe.formats.mcpg._audit import McpgAuditLog
 
