@@ -41,9 +41,9 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     # The config's sections of the formats (`playbooks = [...]`, `[piraeus]`) and `[audit] format = "mcpg"`:
     # fields of `Config` until each format declares its own section Struct (issue 31, the typed config).
     "mcpipe/config.py": ("playbooks", "piraeus", "mcpg"),
-    # `mcpipe playbook check|run` and `mcpipe explain` of a playbook file: a command's parser is built at every
-    # start, and the format's package is imported only when it is used (NoETL's costs 0.3 s), so the
-    # subcommand stays here and imports `mcpipe.formats.noetl` when it runs.
+    # `mcpipe playbook check|run` and `mcpipe explain` of a playbook file: commands of the server layer (`run`
+    # serves the playbook on a whole app, `open_app`, a layer above the formats), whose parsers are built at
+    # every start, so they import `mcpipe.formats.noetl` (0.3 s) only when they run.
     "mcpipe/_playbook_cli.py": (
         "playbook",
         "noetl.io/v2",

@@ -67,6 +67,7 @@ __all__ = [
     "format_problems",
     "format_sources",
     "load_extensions",
+    "own_workflow",
     "serves_workflow",
     "turned_on",
 ]
@@ -263,6 +264,15 @@ def format_named(name: str) -> Format:
 def serves_workflow(config: Any) -> bool:
     """Whether the config serves the ``workflow`` tool: its own ``[workflow]``, or a format's that serves one."""
     return getattr(config, "workflow", None) is not None or any(f.serves_workflow for f in turned_on(config))
+
+
+def own_workflow(ctx: Context) -> WorkflowConfig | None:
+    """The config's own ``[workflow]`` (checked, enabled) when it serves it as the ``workflow`` tool: no format the
+    config turns on serves one in its place."""
+    if any(f.serves_workflow for f in turned_on(ctx.config)):
+        return None
+    workflow = ctx.workflow
+    return workflow if workflow is not None and workflow.enabled else None
 
 
 def format_sources(ctx: Context) -> list[ToolSource]:

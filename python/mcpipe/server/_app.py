@@ -22,7 +22,7 @@ from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, resolve_path
 from mcpipe.downstream import Downstreams, OAuthClients
 from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
-from mcpipe.formats import Context, audit_log, format_sources, turned_on
+from mcpipe.formats import Context, audit_log, format_sources, own_workflow, turned_on
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits, set_expression_timeout
@@ -128,15 +128,13 @@ def tool_sources(
     # turns on (mcpipe.formats.FORMATS, in order); all before the downstream servers (appended by open_app), so a
     # format's tool shadows a downstream one of the same name (a fronted discord-mcp's own `mcp_pipeline`).
     shared = Context(config, policy)
-    formats = turned_on(config)
-    if config.workflow is not None and not any(f.serves_workflow for f in formats):
-        workflow = shared.workflow
-        if workflow is not None and workflow.enabled:
-            from mcpipe.workflow import Workflow, WorkflowTool
+    workflow = own_workflow(shared) if config.workflow is not None else None
+    if workflow is not None:
+        from mcpipe.workflow import Workflow, WorkflowTool
 
-            tool: Any = WorkflowTool(Workflow(workflow, shared.models))  # a source of one tool, untyped as one
-            sources.append(tool)
-    if formats or shared.problems:
+        tool: Any = WorkflowTool(Workflow(workflow, shared.models))  # a source of one tool, untyped as one
+        sources.append(tool)
+    if turned_on(config) or shared.problems:
         sources.extend(format_sources(shared))
     return sources
 

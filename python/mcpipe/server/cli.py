@@ -496,14 +496,12 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         _count(len(config.python_tools), "python_tools entry", "python_tools entries"),
         _count(len(config.pipelines), "pipeline"),
     ]
-    from mcpipe.formats import Context, format_counts, turned_on
+    from mcpipe.formats import Context, format_counts, own_workflow, turned_on
 
-    formats = turned_on(config)
-    if formats or config.workflow is not None:
+    if config.workflow is not None or turned_on(config):
         shared = Context(config)
         served = format_counts(shared)
-        workflow = shared.workflow
-        if not any(f.serves_workflow for f in formats) and workflow is not None and workflow.enabled:
+        if config.workflow is not None and own_workflow(shared) is not None:
             served["workflow tool"] = 1
         counts += [_count(n, kind) for kind, n in served.items()]
     if apis is not None:
