@@ -315,9 +315,17 @@ def _uuid7() -> str:
     return str(uuid.UUID(int=value))
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last second an audit time was written in, and its text up to the milliseconds."""
+
+
 def _now() -> str:
+    global _second
     t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+    whole = int(t)
+    if whole != _second[0]:  # formatted once a second, not per record (a pipeline writes one per step)
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{_second[1]}.{int(t * 1000) % 1000:03d}Z"
 
 
 @dataclass(slots=True)
