@@ -651,22 +651,21 @@ class Gateway:
             tally = self.totals[ctx.principal]
             tally.calls += 1
             tally.cost += cost
-        self.audit.write(
-            {
-                "ts": _now(),
-                "principal": ctx.principal,
-                "tool": tool,
-                "ok": ok,
-                "error_code": code,
-                "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
-                "cost": cost,
-                "pipeline": pipeline if pipeline is not None else ctx.pipeline,
-                "step": ctx.step,
-                "request_id": ctx.request_id,
-                **({"gate": gate} if gate is not None else {}),
-            },
-            ctx,
-        )
+        record = {
+            "ts": _now(),
+            "principal": ctx.principal,
+            "tool": tool,
+            "ok": ok,
+            "error_code": code,
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+            "cost": cost,
+            "pipeline": pipeline if pipeline is not None else ctx.pipeline,
+            "step": ctx.step,
+            "request_id": ctx.request_id,
+        }
+        if gate is not None:
+            record["gate"] = gate
+        self.audit.write(record, ctx)
 
 
 def _scope_message(name: str, missing: tuple[str, ...]) -> str:
