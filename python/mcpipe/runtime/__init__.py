@@ -10,4 +10,12 @@ from mcpipe.runtime._scheduler import (
     run_pipeline,
 )
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "check_pipeline", "inline_tool_calls", "process_limiter", "run_compiled", "run_pipeline"]
+__all__ = [
+    "PROCESS_CONCURRENCY",
+    "EventFn",
+    "check_pipeline",
+    "inline_tool_calls",
+    "process_limiter",
+    "run_compiled",
+    "run_pipeline",
+]

@@ -37,7 +37,6 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe._util import RunLimiter, glob_matcher, is_suspension
 from mcpipe.compile import compile_spec_async
-from mcpipe.kinds.tool import run_tool
 from mcpipe.errors import (
     ErrorCode,
     ExpressionError,
@@ -48,6 +47,7 @@ from mcpipe.errors import (
     SpecError,
     TemplateSyntaxError,
 )
+from mcpipe.kinds.tool import run_tool
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
