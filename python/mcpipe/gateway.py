@@ -86,9 +86,17 @@ class Policy:
         return m is not None and m(tool)
 
 
+_second: tuple[int, str] = (-1, "")
+"""The last second an audit time was written in, and its text up to the milliseconds."""
+
+
 def _now() -> str:
+    global _second
     t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+    whole = int(t)
+    if whole != _second[0]:  # formatted once a second, not per record (a pipeline writes one per step)
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{_second[1]}.{int(t * 1000) % 1000:03d}Z"
 
 
 @dataclass(slots=True)
@@ -414,22 +422,21 @@ class Gateway:
             tally = self.totals[ctx.principal]
             tally.calls += 1
             tally.cost += cost
-        self.audit.write(
-            {
-                "ts": _now(),
-                "principal": ctx.principal,
-                "tool": tool,
-                "ok": ok,
-                "error_code": code,
-                "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
-                "cost": cost,
-                "pipeline": pipeline if pipeline is not None else ctx.pipeline,
-                "step": ctx.step,
-                "request_id": ctx.request_id,
-                **({"gate": gate} if gate is not None else {}),
-            },
-            ctx,
-        )
+        record = {
+            "ts": _now(),
+            "principal": ctx.principal,
+            "tool": tool,
+            "ok": ok,
+            "error_code": code,
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+            "cost": cost,
+            "pipeline": pipeline if pipeline is not None else ctx.pipeline,
+            "step": ctx.step,
+            "request_id": ctx.request_id,
+        }
+        if gate is not None:
+            record["gate"] = gate
+        self.audit.write(record, ctx)
 
 
 def _scope_message(name: str, missing: tuple[str, ...]) -> str:

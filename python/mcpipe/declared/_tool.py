@@ -18,7 +18,7 @@ from mcpipe.declared._fastschema import compile_fast
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import CompiledSpec, Limits
-from mcpipe.runtime import run_compiled
+from mcpipe.runtime import inline_tool_calls, run_compiled
 from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = ["DeclaredPipelineTool", "DeclaredPipelines", "KnownTools"]
@@ -207,6 +207,13 @@ class DeclaredPipelineTool:
         if self._output_in_thread:  # its output_schema has a pattern only the fallback engine takes
             return await trio.to_thread.run_sync(self.answer.tool, self, answer)
         return self.answer.tool(self, answer)
+
+    def inline_tools(self) -> tuple[str, ...] | None:
+        """The tools a call calls, when calling them (in the event loop) is all it does; else None
+        (:func:`mcpipe.runtime.inline_tool_calls`; its checks run in a thread, or it runs in the background)."""
+        if self._in_thread or self._output_in_thread or self.background:
+            return None
+        return inline_tool_calls(self.compiled)
 
     def shape(self, result: dict[str, Any]) -> ToolResult:
         """The tool's answer from the resolved ``{"output": ..., "content": ...}``."""

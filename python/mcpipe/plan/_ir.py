@@ -215,9 +215,12 @@ class Leaf(Step, Generic[F, B]):
         if tools is not None:
             ctx = replace(ctx, tools=tools)
         try:
-            env2 = await prelude(self, env)
-            if env2 is SKIP:
-                return StepOutput.skip()
+            if self.when is None and self.input_transform is None:
+                env2 = env
+            else:
+                env2 = await prelude(self, env)
+                if env2 is SKIP:
+                    return StepOutput.skip()
             inputs = {name: t.resolve(env2) for name, t in self.templates}
             if self.timeout_ms is None:
                 return await run(self, inputs, env2, ctx)

@@ -40,9 +40,18 @@ from mcpipe.runtime._scheduler import (
     PROCESS_CONCURRENCY,
     EventFn,
     check_pipeline,
+    inline_tool_calls,
     process_limiter,
     run_compiled,
     run_pipeline,
 )
 
-__all__ = ["PROCESS_CONCURRENCY", "EventFn", "check_pipeline", "process_limiter", "run_compiled", "run_pipeline"]
+__all__ = [
+    "PROCESS_CONCURRENCY",
+    "EventFn",
+    "check_pipeline",
+    "inline_tool_calls",
+    "process_limiter",
+    "run_compiled",
+    "run_pipeline",
+]

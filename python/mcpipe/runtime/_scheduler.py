@@ -47,6 +47,7 @@ from mcpipe.errors import (
     SpecError,
     TemplateSyntaxError,
 )
+from mcpipe.kinds.tool import run_tool
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
@@ -88,6 +89,7 @@ __all__ = [
     "PROCESS_CONCURRENCY",
     "EventFn",
     "check_pipeline",
+    "inline_tool_calls",
     "process_limiter",
     "run_compiled",
     "run_pipeline",
@@ -270,6 +272,33 @@ def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: 
                 )
             )
     return sorted(denied, key=problem_order)
+
+
+def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
+    """The tools a run of ``compiled`` calls, when calling them is all it does: one list of tool steps (bare
+    tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
+    deadline of its own. Else None.
+
+    Such a run yields at its one checkpoint and wherever its tools yield, nowhere else: when none of them
+    does, the server runs a call of it inline, as it runs a synchronous Python tool (``mcpipe.server._fast``).
+    """
+    plan = compiled.plan
+    if compiled.dry_run or plan.timeout_ms is not None:
+        return None
+    names = []
+    for step in plan.steps:
+        if (
+            type(step) is not Leaf
+            or step.tool is None
+            or (step.run is not None and step.run is not run_tool)
+            or step.when is not None
+            or step.input_transform is not None
+            or step.retry is not None
+            or step.timeout_ms is not None
+        ):
+            return None
+        names.append(step.tool)
+    return tuple(names)
 
 
 async def run_compiled(
@@ -494,10 +523,15 @@ class _Run:
         keep_going = plan.continue_on_error
         for step in plan.steps:
             go_on = keep_going if step.continue_on_error is None else step.continue_on_error
-            if type(step) is Leaf and step.run is None and step.when is None:  # a bare tool call: the fast path
-                r = await (
-                    self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
-                )
+            if type(step) is Leaf and step.when is None:  # the fast paths of `node`: a bare tool call, a leaf
+                if step.run is None:
+                    r = await (
+                        self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
+                    )
+                elif parallel:
+                    r = await self.slotted(self.leaf, step, env, results, prefix)
+                else:
+                    r = await self.leaf(step, env, results, prefix)
             else:
                 r = await self.node(step, env, results, parallel, prefix, not go_on)
                 if step.when is not None and not step.skippable and r.get("skipped"):

@@ -86,7 +86,10 @@ The lean path
 The SDK's request pipeline costs about as much CPU as the transport itself. For the commonest request, a
 stateless (2026-07-28) `tools/call` with no progress token, `server/_fast.py` runs the SDK's own checks, calls
 the handler directly and encodes the answer once with orjson; everything else goes through the SDK unchanged, and
-a test checks the two paths answer byte for byte alike.
+a test checks the two paths answer byte for byte alike. A call that can yield
+runs beside a task watching for the client leaving (which cancels it) and keeping a long answer alive with pings;
+a call that cannot runs inline, without it: a synchronous Python tool, and a declared pipeline whose steps are
+only plain tool calls of such tools (`mcpipe.runtime.inline_tool_calls`).
 
 Scale-out
 ---------
