@@ -159,6 +159,9 @@ class Console:
         self.signer = signer
         self.env = _environment()
         self.streams = 0
+        resource = app.config.auth.resource
+        self.public_https = resource is not None and (resource.url or "").lower().startswith("https://")
+        """The server's public URL (``auth.resource.url``) is https: the browser reaches it over HTTPS."""
 
     # --- the front ---
 
@@ -188,7 +191,7 @@ class Console:
             viewer = self.data.viewer(None)
         else:
             viewer = None
-        cookie = cookie_header(self.signer.dump(session), secure=_secure(scope), max_age=None) if fresh else None
+        cookie = cookie_header(self.signer.dump(session), secure=self._secure(scope), max_age=None) if fresh else None
         try:
             if api:
                 await self._api(scope, receive, send, viewer, session, by_header)
@@ -225,6 +228,19 @@ class Console:
         if session.identity is not None and session.token_digest and session.token_digest not in self.token_digests:
             return Session(session.sid), True
         return session, False
+
+    def _secure(self, scope: dict[str, Any]) -> bool:
+        """Whether the session cookie is ``Secure``: over mcpipe's own HTTPS always; else as ``[console]
+        secure_cookies`` says (unset: when the public URL is https or the request came to a proxy over HTTPS;
+        a forged header only makes a cookie its own sender's browser will not send back over plain HTTP)."""
+        if scope.get("scheme") == "https" or self.cfg.secure_cookies:
+            return True
+        if self.cfg.secure_cookies is False:
+            return False
+        if self.public_https:
+            return True
+        proto = (_header(scope, b"x-forwarded-proto") or "").split(",", 1)[0].strip().lower()
+        return proto == "https" or (_header(scope, b"origin") or "").lower().startswith("https://")
 
     # --- the API ---
 
@@ -338,7 +354,7 @@ class Console:
             return
         if path == CONSOLE_PREFIX + "/logout" and method == "POST":
             await self._posted(scope, receive, session, needs_token=True)
-            out = cookie_header(self.signer.dump(self.signer.new()), secure=_secure(scope), max_age=None)
+            out = cookie_header(self.signer.dump(self.signer.new()), secure=self._secure(scope), max_age=None)
             await self._redirect(send, f"{CONSOLE_PREFIX}/login", out)
             return
         if method == "POST":
@@ -440,7 +456,8 @@ class Console:
             digest = token_digest(token) if found.provider == "token" else None
             signed = Session(os.urandom(16).hex(), found, expires, digest)
             age = int(max(1, expires - time.time()))
-            await self._redirect(send, nxt, cookie_header(self.signer.dump(signed), secure=_secure(scope), max_age=age))
+            out = cookie_header(self.signer.dump(signed), secure=self._secure(scope), max_age=age)
+            await self._redirect(send, nxt, out)
             return
         page: dict[str, Any] = {"viewer": viewer, "csrf": self.signer.csrf(session), "next": nxt, "failed": None,
                                 "needed": self.require_auth, "ttl": self._ttl()}  # fmt: skip
@@ -605,11 +622,6 @@ def _default(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return str(value)
-
-
-def _secure(scope: dict[str, Any]) -> bool:
-    """Whether the request came over HTTPS (the session cookie is then ``Secure``)."""
-    return scope.get("scheme") == "https"
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:
