@@ -19,7 +19,7 @@ from mcpipe.plan._check import (
     step_reference_problem,
     template_parts,
 )
-from mcpipe.plan._draw import Drawing, drawing
+from mcpipe.plan._draw import Drawing, drawing, drawn, plan_of
 from mcpipe.plan._explain import STATIC_ROOTS, explain
 from mcpipe.plan._ir import (
     DEFAULT_LIMITS,
@@ -81,6 +81,7 @@ __all__ = [
     "deepest_location",
     "depth_problem",
     "drawing",
+    "drawn",
     "evaluate",
     "explain",
     "expression_timeout_ms",
@@ -89,6 +90,7 @@ __all__ = [
     "literal_type",
     "measure_output",
     "output_path",
+    "plan_of",
     "prelude",
     "problem_order",
     "reference_root",

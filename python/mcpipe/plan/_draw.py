@@ -12,6 +12,7 @@ A drawn step's ``key`` is its path in the run's events with every ``for_each`` e
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
@@ -20,7 +21,7 @@ from typing import Any
 from mcpipe.plan._check import ReferenceCondition
 from mcpipe.plan._ir import ForEach, Graph, Leaf, Node, Parallel, Pipe, Pipeline
 
-__all__ = ["STATES", "Cluster", "Drawing", "Edge", "Shape", "drawing"]
+__all__ = ["STATES", "Cluster", "Drawing", "Edge", "Shape", "drawing", "drawn", "plan_of"]
 
 STATES = ("pending", "running", "ok", "failed", "skipped", "cancelled")
 """The states a drawn step can be marked with."""
@@ -220,6 +221,35 @@ def drawing(plan: Pipeline) -> Drawing:
     _, _, d.root = _list(d, plan.steps, "", None, each)
     d.each = frozenset(each)
     return d
+
+
+_DRAWN: OrderedDict[int, tuple[Pipeline, Drawing]] = OrderedDict()
+_KEEP = 256
+
+
+def drawn(plan: Pipeline) -> Drawing:
+    """``drawing(plan)``, kept for the last 256 plans drawn (by identity: a served pipeline's plan is drawn
+    once, however often the console or a client looks at it). The drawing is read, never changed."""
+    key = id(plan)
+    hit = _DRAWN.get(key)
+    if hit is not None and hit[0] is plan:
+        _DRAWN.move_to_end(key)
+        return hit[1]
+    d = drawing(plan)
+    _DRAWN[key] = (plan, d)
+    while len(_DRAWN) > _KEEP:
+        _DRAWN.popitem(last=False)
+    return d
+
+
+def plan_of(tool: object) -> Pipeline | None:
+    """The plan a served tool runs: a declared pipeline's (``tool.compiled.plan``), a NoETL playbook's
+    (``tool.playbook.plan.plan``); None for a tool that is one call."""
+    plan = getattr(getattr(tool, "compiled", None), "plan", None)
+    if isinstance(plan, Pipeline):
+        return plan
+    plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
+    return plan if isinstance(plan, Pipeline) else None
 
 
 Span = tuple[list[int], list[int], Block]
