@@ -365,7 +365,7 @@ async def _redis_pages(workdir: Path, n: int) -> tuple[float, float, list[Timed]
         t0 = time.perf_counter()
         oldest = await _fill_redis(url, "b", n)
         filled = time.perf_counter() - t0
-        q = open_queue(url, prefix="b", max_runs=n + 10)
+        q = open_queue(url, prefix="b", max_runs=n + 10, retention_s=30 * 86400)  # no sweep at these runs
         await nursery.start(q.run)
         t0 = time.perf_counter()
         first = await q.page(limit=50, status="failed")

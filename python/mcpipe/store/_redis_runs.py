@@ -486,7 +486,7 @@ for i = 1, #got, 2 do
 end
 return {#got / 2, got[#got] or ''}
 """
-FACET_BATCH = 2000
+FACET_BATCH = 500
 
 
 def _info(h: dict[str, str]) -> RunInfo:
