@@ -17,7 +17,7 @@ import trio
 
 from kit.clients import bearer_client
 from kit.run_tools import gate, release, reset_gate
-from kit.servers import http_server, make_config
+from kit.servers import http_server, make_config, self_signed
 from kit.tools import test_tools
 from mcpipe.server import open_app
 
@@ -256,12 +256,7 @@ async def test_a_browser_signs_in_with_a_token_and_its_forms_need_the_sessions_c
 async def test_the_session_cookie_is_secure_over_https_and_behind_an_https_proxy(monkeypatch, tmp_path):
     import ssl
 
-    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
-    await trio.run_process(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        capture_stdout=True, capture_stderr=True,
-    )  # fmt: skip
+    cert, key = await self_signed(tmp_path)
     tls = {"tls": {"cert_file": str(cert), "key_file": str(key)}}
     proxied = {"X-Forwarded-Proto": "https"}
 
