@@ -3,7 +3,8 @@ order they run in as arrows, a graph's arcs labelled with their conditions (arcs
 
 :func:`drawing` reads a plan into a :class:`Drawing` once; the drawing writes itself as Mermaid, Graphviz DOT or
 SVG (laid out here in layers, no Graphviz needed), the SVG marked with what a run did (each step's state, the
-arcs taken). ``mcpipe explain --format`` and the console draw with it, so both show the same picture.
+arcs taken). ``mcpipe explain --format``, the console and the server's guide (a declared pipeline's resource) draw
+with it, so all show the same picture.
 
 A drawn step's ``key`` is its path in the run's events with every ``for_each`` element index written ``*``
 (``pages.*.fetch``): :meth:`Drawing.key_of` maps an event's path onto it.
