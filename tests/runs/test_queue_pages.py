@@ -9,7 +9,8 @@ import pytest
 import trio
 
 from kit.queues import KINDS, running_queue
-from mcpipe.store import RunQueue
+from kit.redis import redis_url
+from mcpipe.store import RunQueue, open_queue
 
 
 async def _fill(q: RunQueue) -> list[str]:
@@ -90,7 +91,7 @@ async def test_a_redis_page_looks_only_at_the_runs_of_its_filters_facet_and_olde
         return out
 
     with trio.fail_after(60):
-        async with redis_server(tmp_path) as url, trio.open_nursery() as nursery:
+        async with redis_url(tmp_path) as url, trio.open_nursery() as nursery:
             q = open_queue(url, prefix="t")
             await nursery.start(q.run)
             for i in range(3):

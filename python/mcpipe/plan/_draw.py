@@ -244,12 +244,12 @@ def drawn(plan: Pipeline) -> Drawing:
 
 
 def plan_of(tool: object) -> Pipeline | None:
-    """The plan a served tool runs: a declared pipeline's (``tool.compiled.plan``), a NoETL playbook's
-    (``tool.playbook.plan.plan``); None for a tool that is one call."""
+    """The plan a served tool runs: a declared pipeline's (``tool.compiled.plan``), a format's tool's (its
+    ``served_plan``); None for a tool that is one call."""
     plan = getattr(getattr(tool, "compiled", None), "plan", None)
     if isinstance(plan, Pipeline):
         return plan
-    plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
+    plan = getattr(tool, "served_plan", None)
     return plan if isinstance(plan, Pipeline) else None
 
 
