@@ -61,8 +61,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "load_playbook",
     ),
     # The tools that may ask their caller, by class name (PlaybookTool among them), until one tool class serves
-    # every plan (issue 31, the tool-class step); `cli.py`'s `explain --config` finds a served playbook's plan
-    # by its `playbook` attribute until then too.
+    # every plan (issue 31, the tool-class step); a served playbook's plan is found by `plan.plan_of` (its
+    # tool's `served_plan`) until then.
     "mcpipe/server/_fast.py": ("PlaybookTool",),
     # The console's JSON API answers a `playbooks` list and labels their origin `noetl` (its contract).
     "mcpipe/console/_api.py": ("playbook", "playbooks", "noetl"),

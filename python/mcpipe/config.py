@@ -674,6 +674,11 @@ class ConsoleConfig(_Base):
     """Runs per page of the runs list."""
     max_streams: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
+    secure_cookies: bool | None = None
+    """Mark the session cookie ``Secure`` (sent over HTTPS only): ``true`` always; ``false`` only when mcpipe
+    serves HTTPS itself (``[http.tls]``); unset (automatic): also when the server's public URL
+    (``auth.resource.url``) is https, or a request reached the proxy before mcpipe over HTTPS
+    (``X-Forwarded-Proto: https``, or an ``https://`` Origin)."""
 
 
 class Config(_Base):

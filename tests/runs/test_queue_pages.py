@@ -9,7 +9,8 @@ import pytest
 import trio
 
 from kit.queues import KINDS, running_queue
-from mcpipe.store import RunQueue
+from kit.redis import redis_url
+from mcpipe.store import RunQueue, open_queue
 
 
 async def _fill(q: RunQueue) -> list[str]:
@@ -73,3 +74,46 @@ async def test_pages_of_runs_are_newest_first_filtered_and_cursor_paged_without_
         assert counts == {"queued": 8, "completed": 2, "failed": 2}
     else:
         assert counts == {"queued": 8, "finished": 4}
+
+
+async def test_a_redis_page_looks_only_at_the_runs_of_its_filters_facet_and_older_runs_get_facets_once(tmp_path):
+    """A rare tool, principal or status among many runs is found without looking at the others (``scanned``):
+    the page reads the smallest facet its filters name; runs enqueued before there were facets get theirs the
+    first time a page is asked for."""
+    import coredis
+
+    async def rare(q: RunQueue) -> list[tuple[list[str], int]]:
+        out = []
+        for filters in ({"target": "nightly"}, {"principals": ("b",)}, {"status": "completed"},
+                        {"target": "nightly", "status": "queued"}, {"target": "nope"}):  # fmt: skip
+            page = await q.page(limit=50, **filters)
+            out.append(([r.id for r in page.runs], page.scanned))
+        return out
+
+    with trio.fail_after(60):
+        async with redis_url(tmp_path) as url, trio.open_nursery() as nursery:
+            q = open_queue(url, prefix="t")
+            await nursery.start(q.run)
+            for i in range(3):
+                await q.enqueue("nightly", {}, principal="b", run_id=f"n{i}")
+            for i in range(200):
+                await q.enqueue("report", {}, principal="a", run_id=f"r{i}")
+            got = await q.lease("w", 30, 0)  # the oldest: n0
+            assert got is not None and got.id == "n0"
+            await q.finish(got.id, "w", "completed", {"content": []})
+            with_facets = await rare(q)
+            raw: coredis.Redis[str] = coredis.Redis.from_url(url, decode_responses=True)
+            async with raw:
+                facets = sorted(await raw.smembers("t:runs:facets"))
+                await raw.delete([*facets, "t:runs:facets", "t:runs:facets:v1"])  # as before there were facets
+            again = open_queue(url, prefix="t")
+            await nursery.start(again.run)
+            backfilled = await rare(again)
+            nursery.cancel_scope.cancel()
+    expected = [(["n2", "n1", "n0"], 3), (["n2", "n1", "n0"], 3), (["n0"], 1), (["n2", "n1"], 3), ([], 0)]
+    assert with_facets == expected
+    assert backfilled == expected
+    assert facets == [
+        "t:runs:by:principal:a", "t:runs:by:principal:b", "t:runs:by:status:completed", "t:runs:by:status:queued",
+        "t:runs:by:status:running", "t:runs:by:target:nightly", "t:runs:by:target:report",
+    ]  # fmt: skip

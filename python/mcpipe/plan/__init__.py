@@ -131,6 +131,7 @@ from mcpipe.plan._ir import (
     evaluate,
     expression_timeout_ms,
     least_calls,
+    plan_of,
     prelude,
     set_expression_timeout,
     tool_sites,
@@ -139,7 +140,7 @@ from mcpipe.plan._ir import (
 from mcpipe.plan._types import ArgumentSite, TypedSite, argument_problems, literal_type, output_path, type_problems
 
 if TYPE_CHECKING:
-    from mcpipe.plan._draw import Drawing, drawing
+    from mcpipe.plan._draw import Drawing, drawing, drawn
 
 __all__ = [
     "DEFAULT_LIMITS",
@@ -174,6 +175,7 @@ __all__ = [
     "deepest_location",
     "depth_problem",
     "drawing",
+    "drawn",
     "evaluate",
     "explain",
     "expression_timeout_ms",
@@ -182,6 +184,7 @@ __all__ = [
     "literal_type",
     "measure_output",
     "output_path",
+    "plan_of",
     "prelude",
     "problem_order",
     "reference_root",
@@ -197,4 +200,6 @@ __all__ = [
 
 
 # Drawing a plan (``mcpipe draw``, the console) is loaded on first use: a run never draws.
-__getattr__ = lazy_names(__name__, {"Drawing": "mcpipe.plan._draw", "drawing": "mcpipe.plan._draw"})
+__getattr__ = lazy_names(
+    __name__, {"Drawing": "mcpipe.plan._draw", "drawing": "mcpipe.plan._draw", "drawn": "mcpipe.plan._draw"}
+)

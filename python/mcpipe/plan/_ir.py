@@ -57,6 +57,7 @@ __all__ = [
     "Step",
     "evaluate",
     "expression_timeout_ms",
+    "plan_of",
     "prelude",
     "set_expression_timeout",
     "walk",
@@ -489,3 +490,13 @@ async def prelude(step: Step, env: Mapping[str, Any]) -> Any:
         new["args"] = transformed
         return new
     return env
+
+
+def plan_of(tool: object) -> Pipeline | None:
+    """The plan a served tool runs: a declared pipeline's (``tool.compiled.plan``), a format's tool's (its
+    ``served_plan``); None for a tool that is one call."""
+    plan = getattr(getattr(tool, "compiled", None), "plan", None)
+    if isinstance(plan, Pipeline):
+        return plan
+    plan = getattr(tool, "served_plan", None)
+    return plan if isinstance(plan, Pipeline) else None

@@ -47,7 +47,6 @@ from mcpipe.errors import (
     SpecError,
     TemplateSyntaxError,
 )
-from mcpipe.kinds.tool import run_tool
 from mcpipe.plan import (
     DEFAULT_LIMITS,
     SKIP,
@@ -274,6 +273,13 @@ def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: 
     return sorted(denied, key=problem_order)
 
 
+def _is_tool_kind(step: Leaf[Any, Any]) -> bool:
+    """A declared ``tool`` step (the kind's own ``run``), told without importing the kind's module: a run of
+    plans that have none never loads it."""
+    run = step.run
+    return step.kind == "tool" and getattr(run, "__module__", None) == "mcpipe.kinds.tool"
+
+
 def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
     """The tools a run of ``compiled`` calls, when calling them is all it does: one list of tool steps (bare
     tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
@@ -290,7 +296,7 @@ def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
         if (
             type(step) is not Leaf
             or step.tool is None
-            or (step.run is not None and step.run is not run_tool)
+            or (step.run is not None and not _is_tool_kind(step))
             or step.when is not None
             or step.input_transform is not None
             or step.retry is not None

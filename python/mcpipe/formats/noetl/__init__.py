@@ -39,7 +39,7 @@ from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Models
-from mcpipe.plan import Limits
+from mcpipe.plan import Limits, Pipeline
 from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = [
@@ -390,6 +390,12 @@ class PlaybookTool:
         if not isinstance(args, dict):
             return {}, [f"args must be an object, got {json_type(args)}"]
         return args, []
+
+    @property
+    def served_plan(self) -> Pipeline | None:
+        """The plan this tool runs (what ``mcpipe explain``, the console and the guide draw)."""
+        plan = getattr(getattr(self.playbook, "plan", None), "plan", None)
+        return plan if isinstance(plan, Pipeline) else None
 
     async def run(
         self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
