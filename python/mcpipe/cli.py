@@ -429,8 +429,6 @@ def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
     for source in sources:
         for tool in source:
             plan = getattr(getattr(tool, "compiled", None), "plan", None)
-            if plan is None:
-                plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
             if plan is not None:
                 plans[tool.name] = plan
     if wanted is None:

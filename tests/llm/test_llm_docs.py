@@ -18,7 +18,7 @@ from mcp import Client
 from kit.llm import BROKEN, fake_api, fake_openai, text
 from mcpipe.config import parse_config
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook, model_sources
+from mcpipe.playbooks import compile_playbook, load_playbook, model_sources, playbook_tool
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -67,7 +67,7 @@ async def test_every_playbook_in_the_doc_compiles_and_gives_its_answer(block: st
             models = Models({m["name"]: ModelConfig(base_url=fake.url) for m in raw["mcp"]["models"]})
             pb, problems = compile_playbook(raw, models=models)
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run(comment(block, "input"))
+            answer = await playbook_tool(pb).run(comment(block, "input"))
     assert answer["ok"], answer["error"]
     assert answer["answer"] == comment(block, "answer")
     assert len(fake.requests) == len(said)

@@ -278,10 +278,6 @@ class ConsoleData:
         plan = getattr(compiled, "plan", None)
         if isinstance(plan, Pipeline):
             return plan, None
-        playbook = getattr(tool, "playbook", None)
-        plan = getattr(getattr(playbook, "plan", None), "plan", None)
-        if isinstance(plan, Pipeline):
-            return plan, None
         return None, f"{info.target!r} is a tool, not a pipeline: its run is one call"
 
     async def run(self, viewer: Viewer, run_id: str) -> dict[str, Any]:
@@ -422,7 +418,7 @@ class ConsoleData:
             if origin == "pipeline":
                 pipelines.append({"name": name, "location": getattr(t, "location", None)})
             elif origin == "playbook":
-                pb = getattr(t, "playbook", None)
+                pb = _playbook(t)
                 playbooks.append(
                     {"name": name, "path": getattr(pb, "path", None), "layout": getattr(pb, "layout", None)}
                 )
@@ -474,13 +470,18 @@ def _first_line(text: str) -> str:
     return (text or "").strip().split("\n", 1)[0][:200]
 
 
+def _playbook(tool: Any) -> Any:
+    """The playbook a tool serves (its dialect's), or None."""
+    return getattr(getattr(tool, "dialect", None), "playbook", None)
+
+
 def _origin(tool: Any) -> str:
     if getattr(tool, "server", None) is not None and hasattr(tool, "remote_name"):
         return "downstream"
+    if _playbook(tool) is not None:
+        return "playbook"
     if getattr(tool, "compiled", None) is not None:
         return "pipeline"
-    if getattr(tool, "playbook", None) is not None:
-        return "playbook"
     if getattr(tool, "name", "") == PIPE_TOOL:
         return "mcp_pipe"
     return "function"

@@ -12,13 +12,14 @@ from typing import Any
 
 __all__ = [
     "Playbook",
-    "PlaybookTool",
+    "PlaybookDialect",
     "PlaybookTools",
     "action_types",
     "compile_playbook",
     "load_playbook",
     "model_problems",
     "model_sources",
+    "playbook_tool",
 ]
 
 
