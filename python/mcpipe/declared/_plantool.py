@@ -20,6 +20,7 @@ from typing import Any
 import trio
 
 from mcpipe._describe import json_type
+from mcpipe.errors import ErrorCode
 from mcpipe.plan import CompiledSpec, Limits
 from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext, ToolResult
@@ -98,7 +99,7 @@ class ToolDialect(ABC):
 
     def unbound(self, tool: PlanTool) -> ToolResult:
         """The answer when there is no registry to call tools through."""
-        return ToolResult.error(f"TOOL_FAILED: {tool.name} is not bound to a tool registry")
+        return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {tool.name} is not bound to a tool registry")
 
     def refuse(self, tool: PlanTool, call: PlanCall, registry: Any) -> ToolResult | None:
         """The answer refusing a call before it runs (the tools its steps name that ``registry`` does not
@@ -112,8 +113,7 @@ class ToolDialect(ABC):
         the calling step (if a step called the tool) stays known, so a run that asks the client keys its steps
         under it. Answers the scheduler's answer (``ok``, ``result``, ``steps``, ``summary``, ...)."""
         plan = call.plan if call.plan is not None else tool.compiled
-        if plan is None:
-            raise ValueError(f"tool {tool.name!r} has no plan to run")
+        assert plan is not None, "a dialect whose tools have no plan gives each call its own"
         return await run_compiled(
             plan, registry, context=ctx.for_step(None, ctx.step), limits=tool.limits, on_event=on_event, args=call.args
         )

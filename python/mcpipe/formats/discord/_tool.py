@@ -22,7 +22,7 @@ from mcpipe.formats.discord._answer import (
 )
 from mcpipe.formats.discord._steps import MAX_STEPS, PIPELINE_TOOL, Rejection, parse_steps, translate
 from mcpipe.plan import DEFAULT_LIMITS, Limits
-from mcpipe.tools import ToolContext, ToolResult
+from mcpipe.tools import ToolResult
 
 __all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordDialect", "DiscordPipelines", "pipeline_tool"]
 
@@ -178,9 +178,6 @@ class DiscordDialect(ToolDialect):
             return tool
         return f"{self.prefix}.{tool}"
 
-    def registry(self, tool: PlanTool, ctx: ToolContext) -> Any:
-        return ctx.tools
-
     async def check(self, tool: PlanTool, args: Any) -> PlanCall | ToolResult:
         """The steps checked (discord's validation answer when they break its schema) and translated into the
         call's plan; what the translation refused is answered after the unknown tools (:meth:`refuse`)."""
@@ -216,9 +213,6 @@ class DiscordDialect(ToolDialect):
             refused = unknown + (translated if isinstance(translated, list) else [])
             return rejected_answer(steps, sorted(refused, key=lambda r: r.index))
         return None
-
-    def unbound(self, tool: PlanTool) -> ToolResult:
-        return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {tool.name} is not bound to a tool registry")
 
     async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         steps, _, translated = call.state

@@ -291,9 +291,6 @@ class FlowDialect(ToolDialect):
     def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
         return self._answer("error", error="; ".join(errors))
 
-    def registry(self, tool: PlanTool, ctx: ToolContext) -> Any:
-        return ctx.tools
-
     def unbound(self, tool: PlanTool) -> ToolResult:
         return self._answer("error", error=f"flow `{tool.name}` is not bound to a tool registry")
 
