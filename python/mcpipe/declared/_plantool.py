@@ -62,6 +62,9 @@ class ToolDialect(ABC):
     may_ask = False
     reports_progress = False
     in_thread = False
+    answer_shape: Any = None
+    """How the answer of a plan served as a resource or a prompt reads (``resource``, ``prompt``: the declared
+    pipelines' :class:`~mcpipe.declared._answers.AnswerShape`); None for a format that serves only tools."""
 
     def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
         """The arguments as the run takes them, and every way they are wrong (located, one line each).
@@ -238,6 +241,12 @@ class PlanTool:
     def may_ask(self) -> bool:
         """Whether a call may ask the caller something mid-call (its dialect says)."""
         return self.dialect.may_ask
+
+    @property
+    def answer(self) -> Any:
+        """How its answer reads served as a resource or prompt (its dialect's ``answer_shape``), as the server's
+        resources and prompts read every surface's."""
+        return self.dialect.answer_shape
 
     @property
     def reaches(self) -> tuple[str, ...]:

@@ -461,7 +461,7 @@ class Passthrough:
             tool, args = local
             result = await self._run_local(ctx, tool, args)
             try:
-                out = _local_result(ctx, tool.dialect.answer_shape.resource(tool, result, uri))
+                out = _local_result(ctx, tool.answer.resource(tool, result, uri))
             except MCPipeError as exc:
                 raise _surface_error(exc) from None
             if self.caching is not None:
@@ -521,7 +521,7 @@ class Passthrough:
         if tool is not None:
             result = await self._run_local(ctx, tool, dict(params.arguments or {}))
             try:
-                return _local_result(ctx, tool.dialect.answer_shape.prompt(tool, result))
+                return _local_result(ctx, tool.answer.prompt(tool, result))
             except MCPipeError as exc:
                 raise _surface_error(exc) from None
         guide = self.guide.get(ctx, params.name, params.arguments) if self.guide is not None else None
@@ -787,7 +787,7 @@ class Passthrough:
             return None
         result = await self.run_hidden(None, tool, {"uri": uri})
         try:
-            contents = tool.dialect.answer_shape.resource(tool, result, uri).get("contents") or []
+            contents = tool.answer.resource(tool, result, uri).get("contents") or []
         except MCPipeError:
             return None
         return next((c["text"] for c in contents if isinstance(c, dict) and isinstance(c.get("text"), str)), None)
