@@ -752,10 +752,12 @@ class Config(_Base):
 
 def no_pipe_reason(cfg: Config) -> str:
     """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
-    if cfg.translated_from == "mcpg":
-        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+    if cfg.translated_from is not None:
+        from mcpipe.formats import format_named
 
-        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+        reason = format_named(cfg.translated_from).no_pipe_reason()
+        if reason is not None:
+            return reason
     return "its `pipe.enabled` is false"
 
 
@@ -1425,10 +1427,10 @@ def _parse_raw(
         from mcpipe.declared import config_problems
 
         problems.extend(config_problems(cfg))
-    if cfg.models or cfg.workflow is not None or cfg.playbooks or cfg.piraeus is not None:
-        from mcpipe.formats.noetl import model_problems
+    from mcpipe.formats import Context, format_problems, turned_on
 
-        problems.extend(model_problems(cfg))
+    if cfg.models or cfg.workflow is not None or turned_on(cfg):
+        problems.extend(format_problems(Context(cfg)))
     return cfg, problems
 
 

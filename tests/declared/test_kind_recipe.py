@@ -1,4 +1,4 @@
-"""Adding a step kind is one module plus one registry line: the recipe of docs/architecture.md ("How to
+"""Adding a step kind is one module plus one registry line: the recipe of docs/declared-pipelines.md ("How to
 add a step kind"), taken from the page, registered, then used by a declared pipeline served over MCP."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcpipe.kinds import KINDS, Kind, Registry
 from mcpipe.server import open_app
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "declared-pipelines.md"
 
 
 def recipe() -> tuple[str, str]:

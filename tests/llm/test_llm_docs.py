@@ -17,8 +17,9 @@ from mcp import Client
 
 from kit.llm import BROKEN, fake_api, fake_openai, text
 from mcpipe.config import parse_config
+from mcpipe.formats import Context, format_sources
+from mcpipe.formats.noetl import compile_playbook, load_playbook, playbook_tool
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import compile_playbook, load_playbook, model_sources, playbook_tool
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -93,7 +94,7 @@ def test_the_docs_serving_config_loads_with_its_playbooks(tmp_path: Path) -> Non
     cfg = parse_config(config, "toml", base_dir=str(tmp_path))
     assert cfg.playbooks == ["playbooks/*.yaml", {"files": "nightly/*.yaml", "background": True}]
     assert "gpt-4o" in cfg.models
-    (served,) = model_sources(cfg)
+    (served,) = format_sources(Context(cfg))
     queued = {t.name for t in served if t.background}
     assert queued == {"support_answer"} and len(list(served)) == len(PLAYBOOK_BLOCKS)
 

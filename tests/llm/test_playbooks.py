@@ -17,8 +17,8 @@ from mcp import Client
 from kit.llm import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, http_error, lookup_playbook, text, tool_call
 from mcpipe.config import ConfigError, parse_config
 from mcpipe.declared import HttpPolicy, PlanTool, StepPolicy
+from mcpipe.formats.noetl import compile_playbook, load_playbook, playbook_tool
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import compile_playbook, load_playbook, playbook_tool
 from mcpipe.server import open_app
 
 pytestmark = [

@@ -3,31 +3,13 @@ by status, tool, principal and time, newest first, paged by cursor without repea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from kit.redis import redis_url as redis_server
-from mcpipe.store import RunQueue, open_queue
-
-
-@asynccontextmanager
-async def _queue(kind: str, tmp_path: Path, **options: Any) -> AsyncIterator[RunQueue]:
-    async with trio.open_nursery() as nursery:
-        if kind == "sqlite":
-            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02, **options)
-            await nursery.start(queue.run)
-            yield queue
-        else:
-            async with redis_server(tmp_path) as url:
-                queue = open_queue(url, prefix="t", **options)
-                await nursery.start(queue.run)
-                yield queue
-        nursery.cancel_scope.cancel()
+from kit.queues import KINDS, running_queue
+from mcpipe.store import RunQueue
 
 
 async def _fill(q: RunQueue) -> list[str]:
@@ -56,10 +38,10 @@ async def _all_pages(q: RunQueue, **filters: Any) -> list[str]:
     raise AssertionError("the pages never ended")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_pages_of_runs_are_newest_first_filtered_and_cursor_paged_without_repeats(kind, tmp_path):
     with trio.fail_after(30):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             ids = await _fill(q)
             everything = await _all_pages(q)
             pipes = await _all_pages(q, target="mcp_pipe")

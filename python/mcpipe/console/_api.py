@@ -418,7 +418,7 @@ class ConsoleData:
             if origin == "pipeline":
                 pipelines.append({"name": name, "location": getattr(t, "location", None)})
             elif origin == "playbook":
-                pb = _playbook(t)
+                pb = _of_dialect(t, "playbook")
                 playbooks.append(
                     {"name": name, "path": getattr(pb, "path", None), "layout": getattr(pb, "layout", None)}
                 )
@@ -470,15 +470,15 @@ def _first_line(text: str) -> str:
     return (text or "").strip().split("\n", 1)[0][:200]
 
 
-def _playbook(tool: Any) -> Any:
-    """The playbook a tool serves (its dialect's), or None."""
-    return getattr(getattr(tool, "dialect", None), "playbook", None)
+def _of_dialect(tool: Any, name: str) -> Any:
+    """What a plan served as a tool keeps in its format's dialect under ``name`` (``PlanTool.dialect``), or None."""
+    return getattr(getattr(tool, "dialect", None), name, None)
 
 
 def _origin(tool: Any) -> str:
     if getattr(tool, "server", None) is not None and hasattr(tool, "remote_name"):
         return "downstream"
-    if _playbook(tool) is not None:
+    if _of_dialect(tool, "playbook") is not None:
         return "playbook"
     if getattr(tool, "compiled", None) is not None:
         return "pipeline"

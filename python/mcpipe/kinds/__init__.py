@@ -3,7 +3,7 @@
 A kind module defines its fields (a :class:`StepFields` Struct tagged with the kind's name), its
 executor, what it builds at load, and its :class:`Kind` as ``KIND``; its line in the registry makes it a
 step kind of
-declared pipelines, of the config's JSON Schema and of the docs. See docs/architecture.md, "How to add a
+declared pipelines, of the config's JSON Schema and of the docs. See docs/declared-pipelines.md, "How to add a
 step kind".
 """
 

@@ -4,7 +4,7 @@ A kind is one :class:`Kind` value in one module (``mcpipe/kinds/<name>.py``): it
 :class:`StepFields` Struct tagged with the kind's name), which fields are templates, what it builds at
 compile time, how it runs, and its default deadline. The registry (``mcpipe.kinds.KINDS``) lists them;
 the declared front-end, the config's JSON Schema and the docs read it, so adding a kind is one module
-plus one registry line (see docs/architecture.md, "How to add a step kind").
+plus one registry line (see docs/declared-pipelines.md, "How to add a step kind").
 """
 
 from __future__ import annotations

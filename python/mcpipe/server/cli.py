@@ -496,14 +496,14 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         _count(len(config.python_tools), "python_tools entry", "python_tools entries"),
         _count(len(config.pipelines), "pipeline"),
     ]
-    if config.playbooks:
-        from mcpipe.formats.noetl import playbook_count
+    from mcpipe.formats import Context, format_counts, own_workflow, turned_on
 
-        counts.append(_count(playbook_count(config), "playbook"))
-    if config.piraeus is not None or config.workflow is not None:
-        from mcpipe.formats.noetl import served_counts
-
-        counts += [_count(n, kind) for kind, n in served_counts(config).items()]
+    if config.workflow is not None or turned_on(config):
+        shared = Context(config)
+        served = format_counts(shared)
+        if config.workflow is not None and own_workflow(shared) is not None:
+            served["workflow tool"] = 1
+        counts += [_count(n, kind) for kind, n in served.items()]
     if apis is not None:
         tools = sum(len(a.tools) for a in apis.apis)
         refused = sum(len(a.refused) for a in apis.apis)

@@ -3,8 +3,8 @@ mcpipe's one plan, run by the scheduler, served as tools.
 
 See ``docs/playbooks.md`` and ``docs/formats/noetl.md``. :func:`load_playbook` reads and checks a file (a
 NoETL playbook, or a playbook made of seed 004 turns); :func:`playbook_tool` runs one and serves it as a
-tool (a :class:`~mcpipe.declared.PlanTool` in the :class:`PlaybookDialect`); :func:`model_problems` /
-:func:`model_sources` are the server's side of the config's ``models``, ``workflow`` and ``playbooks``.
+tool (a :class:`~mcpipe.declared.PlanTool` in the :class:`PlaybookDialect`); :func:`load_playbooks` serves
+the config's ``playbooks`` (the format's registration: :mod:`._format`).
 
 - :mod:`._layout`: NoETL's two layouts read into one model; :mod:`._workflow`: that model compiled into a
   plan (a :class:`~mcpipe.plan.Graph`), each tool kind onto what runs it (:mod:`.toolkinds` for
@@ -30,7 +30,7 @@ import yaml
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._yaml import compose_yaml, load_yaml
 from mcpipe.declared import PlanCall, PlanTool, ToolDialect
-from mcpipe.errors import ConfigError, Problem
+from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
 from mcpipe.formats.noetl._layout import read_doc
@@ -38,7 +38,7 @@ from mcpipe.formats.noetl._run import EVENTS
 from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
-from mcpipe.models import Models, load_models
+from mcpipe.models import Models
 from mcpipe.plan import Limits
 from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext, ToolResult
@@ -53,13 +53,11 @@ __all__ = [
     "compile_noetl",
     "compile_playbook",
     "load_playbook",
-    "model_problems",
-    "model_sources",
+    "load_playbooks",
     "playbook_count",
     "playbook_of",
     "playbook_tool",
     "reached_tools",
-    "served_counts",
 ]
 
 EventFn = Callable[[dict[str, Any]], None]
@@ -181,31 +179,35 @@ def compile_noetl(
     """
     if not isinstance(raw, Mapping):
         return None, [Problem("", CODE, f"must be an object, got {json_type(raw)}")]
-    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023, is_workflow2023
+    from mcpipe.formats.noetl._engines import engine_of
 
-    if is_workflow2023(raw):
-        # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
-        early, found = compile_workflow2023(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        early.name = _served(early.name) or "workflow"
-        return early, []
+    engine = engine_of(raw)
+    pb, found = engine.compile(
+        raw, models=models, policy=policy or StepPolicy(), tools=tools, catalog=catalog, file=file, stack=stack
+    )
+    if found:
+        return None, sorted(found, key=_problem_key)
+    pb.name = _served(pb.name) or engine.unnamed
+    return pb, []
+
+
+def compile_today(
+    raw: Mapping[str, Any],
+    *,
+    models: Models | None,
+    policy: StepPolicy,
+    tools: Any,
+    catalog: Catalog | None,
+    file: str,
+    stack: tuple[str, ...],
+) -> tuple[NoetlPlaybook | None, list[Problem]]:
+    """A playbook of today's engine (``noetl.io/v2`` or the layout before it, :mod:`._engines`), compiled; a
+    file of a prototype that ran nothing is refused (why, with the commit that shows it)."""
     if not isinstance(raw.get("workflow"), list):
         why = _prototype(raw) or "not a NoETL playbook: it has no `workflow` (a list of steps)"
         if "mcp" in raw:
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
-    from mcpipe.formats.noetl._draft import compile_draft, is_draft
-    from mcpipe.formats.noetl._runtime2025 import compile_runtime, is_runtime
-
-    if is_runtime(raw) or is_draft(raw):
-        # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
-        compile_early = compile_runtime if is_runtime(raw) else compile_draft
-        draft, found = compile_early(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        draft.name = _served(draft.name) or "playbook"
-        return draft, []
     doc = read_doc(raw)
     problems = list(doc.problems)
     mcp = None
@@ -217,14 +219,9 @@ def compile_noetl(
         }
         mcp, found = compile_playbook(seed, models=models, policy=policy, tools=tools)
         problems += found
-    pb, found = compile_workflow(
-        doc, policy=policy or StepPolicy(), tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack
-    )
+    pb, found = compile_workflow(doc, policy=policy, tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack)
     problems += found
-    if problems:
-        return None, sorted(problems, key=_problem_key)
-    pb.name = _served(pb.name) or "playbook"
-    return pb, []
+    return (None, problems) if problems else (pb, [])
 
 
 def _prototype(raw: Mapping[str, Any]) -> str | None:
@@ -609,37 +606,32 @@ def _playbook_files(config: Any) -> tuple[list[tuple[str, Serving]], list[Proble
     return files, problems, roots
 
 
-def _load_all(
-    config: Any, tools: Any, policy: StepPolicy | None = None
-) -> tuple[Models, Any, list[PlanTool], list[Problem], Any]:
+def load_playbooks(
+    config: Any, models: Models, *, tools: Any = None, policy: StepPolicy | None = None, limits: Limits | None = None
+) -> tuple[list[PlanTool], list[Problem]]:
+    """The playbooks the config's ``playbooks`` globs name, read, checked and served as tools, and every problem.
+
+    Args:
+        config: the config (its ``playbooks``, ``base_dir``, and, without ``policy``, ``outbound`` and ``sql``).
+        models: the model presets.
+        tools: where the playbooks' ``tool`` actions look at load (None: at call time, ``ctx.tools``).
+        policy: the declared pipelines' step policy (the outbound policy and the SQL backends the server owns),
+            shared so the playbooks' steps use the same connections; None: the config's sections read again.
+        limits: the server's pipeline limits (deadline, output and answer sizes); the step count is the
+            playbook's own.
+    """
     from mcpipe.declared import load_outbound, load_sql
     from mcpipe.formats.noetl._catalog import metadata_path
-    from mcpipe.workflow import load_workflow
 
-    presets, problems = load_models(getattr(config, "models", None) or {})
-    models = Models(presets)
-    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
-    problems += wp
-    piraeus = None
-    if getattr(config, "piraeus", None) is not None:
-        # piraeus's exported tools, prompts and flows; its tools join the workflow (docs/formats/piraeus.md).
-        from mcpipe.formats.piraeus import load_piraeus
-
-        piraeus, pp = load_piraeus(config, models, workflow if not wp else None)
-        problems += pp
     base = getattr(config, "base_dir", ".")
     if policy is None:  # checked alone: the outbound policy and the SQL backends (nothing connects here)
         policy, _ = load_outbound(getattr(config, "outbound", None))
         backends, _ = load_sql(getattr(config, "sql", None), base_dir=base)
         policy = replace(policy, sql=backends, base_dir=base)
-    files, fp, roots = _playbook_files(config)
-    problems += fp
+    files, problems, roots = _playbook_files(config)
     known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
     loaded: list[PlanTool] = []
     names: dict[str, str] = {}
-    # The server's pipeline limits (deadline, output and answer sizes); the step count is the playbook's own.
-    p = getattr(config, "pipe", None)
-    limits = p.limits() if p is not None and hasattr(p, "limits") else Limits()
     for f, serving in files:
         rel = os.path.relpath(f, base)
         pb, pp = load_playbook(rel, models=models, policy=policy, tools=tools, base_dir=base, known=known, roots=roots)
@@ -652,75 +644,16 @@ def _load_all(
             )
             continue
         names[pb.name] = f
-        loaded.append(
-            playbook_tool(pb, limits=limits, background=serving.background, task_support=serving.task_support)
+        tool = playbook_tool(
+            pb,
+            limits=limits if limits is not None else Limits(),
+            background=serving.background,
+            task_support=serving.task_support,
         )
-    return models, workflow, loaded, problems, piraeus
-
-
-def model_problems(config: Any) -> list[Problem]:
-    """Every problem of the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` (the files read
-    and checked)."""
-    return _load_all(config, None)[3]
+        loaded.append(tool)
+    return loaded, problems
 
 
 def playbook_count(config: Any) -> int:
     """How many playbook files the config's ``playbooks`` globs name (for ``mcpipe check --config``'s summary)."""
     return len(_playbook_files(config)[0])
-
-
-def served_counts(config: Any) -> dict[str, int]:
-    """What the config's ``workflow`` and ``piraeus`` sections serve, for ``mcpipe check --config``'s summary:
-    ``{"piraeus tool": 3, "piraeus prompt": 1, "piraeus flow": 2, "workflow tool": 1}`` (only the sections
-    present; an empty dict when neither is). Read after the config has been checked."""
-    from mcpipe.workflow import load_workflow
-
-    if getattr(config, "piraeus", None) is None and getattr(config, "workflow", None) is None:
-        return {}
-    presets, _ = load_models(getattr(config, "models", None) or {})
-    models = Models(presets)
-    workflow, wp = load_workflow(getattr(config, "workflow", None), models)
-    counts: dict[str, int] = {}
-    has_workflow = workflow is not None and workflow.enabled
-    if getattr(config, "piraeus", None) is not None:
-        from mcpipe.formats.piraeus import load_piraeus
-
-        piraeus, _ = load_piraeus(config, models, workflow if not wp else None)
-        if piraeus is not None:
-            counts = {
-                "piraeus tool": len(piraeus.tools),
-                "piraeus prompt": len(piraeus.prompts),
-                "piraeus flow": len(piraeus.flows),
-            }
-            has_workflow = piraeus.workflow is not None
-    if has_workflow:
-        counts["workflow tool"] = 1
-    return counts
-
-
-def model_sources(config: Any, policy: StepPolicy | None = None) -> list[Any]:
-    """The tool sources of the config's ``workflow``, ``playbooks`` and ``piraeus`` (a playbook's ``tool``
-    actions and a piraeus flow's ``tool`` steps call through the gateway the call comes in by, ``ctx.tools``).
-    ``policy`` is the declared pipelines' (the outbound policy and the SQL backends the server owns), shared
-    so the playbooks' steps use the same connections; without it the config's sections are read again.
-
-    Raises:
-        mcpipe.errors.ConfigError: listing every problem.
-    """
-    models, workflow, playbooks, problems, piraeus = _load_all(config, None, policy)
-    if problems:
-        raise ConfigError(problems)
-    out: list[Any] = []
-    if piraeus is not None:
-        from mcpipe.workflow import WorkflowTool
-
-        if piraeus.workflow is not None:
-            out.append(WorkflowTool(piraeus.workflow))  # the workflow over its tools and the configured ones
-        out.append(piraeus.source())
-    elif workflow is not None and workflow.enabled:
-        from mcpipe.workflow import Workflow, WorkflowTool
-
-        out.append(WorkflowTool(Workflow(workflow, models)))
-    if playbooks:
-        out.append(PlaybookTools(playbooks))
-    return out
