@@ -20,7 +20,7 @@ from mcpipe.formats.piraeus import FlowDialect
 from mcpipe.server import open_app
 
 HELLO = UPSTREAM / "tests/fixtures/playbooks/hello_world/hello_world.yaml"
-WAIT_S = 30
+WAIT_S = 60  # a bound on a hang, not a timing: the first app of a session pays its imports
 
 GREET = {
     "name": "greet",
