@@ -50,7 +50,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "mcpipe.formats.noetl",
         "load_playbook",
         "NoetlPlaybook",
-        "PlaybookTool",
+        "playbook_tool",
     ),
     "mcpipe/cli.py": (
         "playbook",
@@ -60,10 +60,6 @@ ALLOWED: dict[str, tuple[str, ...]] = {
         "mcpipe.formats.noetl",
         "load_playbook",
     ),
-    # The tools that may ask their caller, by class name (PlaybookTool among them), until one tool class serves
-    # every plan (issue 31, the tool-class step); a served playbook's plan is found by `plan.plan_of` (its
-    # tool's `served_plan`) until then.
-    "mcpipe/server/_fast.py": ("PlaybookTool",),
     # The console's JSON API answers a `playbooks` list and labels their origin `noetl` (its contract).
     "mcpipe/console/_api.py": ("playbook", "playbooks", "noetl"),
     # Core kinds keep NoETL's and mcpg's names that their users write or see: the duckdb kind's `output:

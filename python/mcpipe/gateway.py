@@ -444,14 +444,13 @@ def _scope_message(name: str, missing: tuple[str, ...]) -> str:
 
 
 def _reaches(tool: Any) -> tuple[str, ...]:
-    """The names of the tools a tool calls when it runs (a declared pipeline's or a playbook's tool steps)."""
+    """The names of the tools a tool calls when it runs (a plan's tool steps: ``PlanTool.reaches``)."""
     if tool is None:
         return ()
     reaches = getattr(tool, "reaches", None)
     if reaches is not None:
         return tuple(reaches)
-    compiled = getattr(tool, "compiled", None)  # a declared pipeline; a playbook says its own (`reaches`)
-    sites = getattr(compiled, "tool_sites", None)
+    sites = getattr(getattr(tool, "compiled", None), "tool_sites", None)
     return tuple(name for _, name in sites) if sites else ()
 
 

@@ -18,7 +18,7 @@ from mcp import Client
 from kit.llm import BROKEN, fake_api, fake_openai, text
 from mcpipe.config import parse_config
 from mcpipe.formats import Context, format_sources
-from mcpipe.formats.noetl import PlaybookTool, compile_playbook, load_playbook
+from mcpipe.formats.noetl import compile_playbook, load_playbook, playbook_tool
 from mcpipe.models import ModelConfig, Models
 from mcpipe.server import open_app
 
@@ -68,7 +68,7 @@ async def test_every_playbook_in_the_doc_compiles_and_gives_its_answer(block: st
             models = Models({m["name"]: ModelConfig(base_url=fake.url) for m in raw["mcp"]["models"]})
             pb, problems = compile_playbook(raw, models=models)
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run(comment(block, "input"))
+            answer = await playbook_tool(pb).run(comment(block, "input"))
     assert answer["ok"], answer["error"]
     assert answer["answer"] == comment(block, "answer")
     assert len(fake.requests) == len(said)

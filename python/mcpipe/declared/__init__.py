@@ -27,8 +27,9 @@ from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, Pipeline
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import StepFields, kind_structs, step_schema
 from mcpipe.declared._pipelines import load_declared, load_outbound, load_pipelines, load_sql, validate_declared
+from mcpipe.declared._plantool import PlanCall, PlanTool, ToolDialect
 from mcpipe.declared._serving import config_limits, config_problems, content_of, declared_source, known_tools
-from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
+from mcpipe.declared._tool import DeclaredDialect, DeclaredPipelines, KnownTools, declared_tool, is_declared
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
 from mcpipe.plan import SKIP, Leaf, Parallel, Pipe, prelude
@@ -50,7 +51,7 @@ __all__ = [
     "CelExpr",
     "CommandPolicy",
     "CompiledStep",
-    "DeclaredPipelineTool",
+    "DeclaredDialect",
     "DeclaredPipelines",
     "ExpressionError",
     "ExpressionSyntaxError",
@@ -65,12 +66,15 @@ __all__ = [
     "Parallel",
     "Pipe",
     "PipelineConfig",
+    "PlanCall",
+    "PlanTool",
     "StepFailure",
     "StepFields",
     "StepOutput",
     "StepPolicy",
     "StepScope",
     "SurfaceError",
+    "ToolDialect",
     "compile_step",
     "compile_steps",
     "config_limits",
@@ -78,7 +82,9 @@ __all__ = [
     "content_blocks",
     "content_of",
     "declared_source",
+    "declared_tool",
     "has_progress_token",
+    "is_declared",
     "known_tools",
     "load_declared",
     "load_outbound",

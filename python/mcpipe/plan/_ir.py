@@ -493,10 +493,7 @@ async def prelude(step: Step, env: Mapping[str, Any]) -> Any:
 
 
 def plan_of(tool: object) -> Pipeline | None:
-    """The plan a served tool runs: a declared pipeline's (``tool.compiled.plan``), a format's tool's (its
-    ``served_plan``); None for a tool that is one call."""
+    """The plan a served tool runs (a plan served as a tool holds it as ``compiled.plan``: every format's, by
+    ``mcpipe.declared.PlanTool``); None for a tool that is one call."""
     plan = getattr(getattr(tool, "compiled", None), "plan", None)
-    if isinstance(plan, Pipeline):
-        return plan
-    plan = getattr(tool, "served_plan", None)
     return plan if isinstance(plan, Pipeline) else None

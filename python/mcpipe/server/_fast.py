@@ -92,9 +92,10 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
-_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool", "PlaybookTool", "WorkflowTool"})
-"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (playbooks and
-the workflow ask the client's model when they use ``sampling``)."""
+_ASKING_TOOL_TYPES = frozenset({"DownstreamTool", "WorkflowTool"})
+"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (the workflow
+asks the client's model when it uses ``sampling``); a plan served as a tool says so itself (``may_ask``: declared
+pipelines and playbooks)."""
 _LEGACY_PING_S = 15.0
 """sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
 _INLINE_DEPTH = 4
@@ -181,7 +182,9 @@ class FastToolCall:
             return _names_asking_tool(args, self._may_ask)
         tool = self.handlers.gateway.get(name)
         # A declared pipeline may ask; a downstream server's tool may ask too (its questions are relayed).
-        return tool is not None and type(tool).__name__ in _ASKING_TOOL_TYPES
+        return tool is not None and (
+            type(tool).__name__ in _ASKING_TOOL_TYPES or getattr(tool, "may_ask", False) is True
+        )
 
     async def _acceptable(self, scope: Scope) -> bool:
         """The SDK's own checks of a POST this path may serve: its security check (DNS rebinding: Host,

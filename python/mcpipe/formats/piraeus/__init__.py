@@ -15,8 +15,9 @@ and mcpipe serves:
   ``WorkflowResponse`` shape, request and response dumped whole);
 - each prompt as an MCP prompt (:class:`PromptSurface`: ``prompts/list`` with its variables,
   ``prompts/get`` rendering them, typed);
-- each flow as a tool (:class:`FlowTool`): its numbered steps compiled into the one plan and run on the one
-  scheduler, answered as piraeus's ``FlowExecuteResponse``.
+- each flow as a tool (:func:`flow_tool`: a :class:`~mcpipe.declared.PlanTool` in the :class:`FlowDialect`): its
+  numbered steps compiled into the one plan and run on the one scheduler, answered as piraeus's
+  ``FlowExecuteResponse``.
 
 Every problem of a file is located in it (``exports/tools/quote.json: api.auth.method: ...``), one line each.
 See ``docs/formats/piraeus.md``.
@@ -36,8 +37,9 @@ import msgspec
 import orjson
 
 from mcpipe._json import DuplicateKeyError, check_unique_keys
+from mcpipe.declared import PlanTool
 from mcpipe.errors import Problem
-from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowTool, compile_flow
+from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowDialect, compile_flow, flow_tool
 from mcpipe.formats.piraeus._model import (
     Flow,
     FlowStep,
@@ -63,8 +65,8 @@ __all__ = [
     "SERVICES",
     "ApiTool",
     "Flow",
+    "FlowDialect",
     "FlowStep",
-    "FlowTool",
     "Piraeus",
     "PiraeusConfig",
     "PiraeusTools",
@@ -148,7 +150,7 @@ class Piraeus:
 
     tools: dict[str, ApiTool] = field(default_factory=dict)
     prompts: dict[str, PromptSurface] = field(default_factory=dict)
-    flows: dict[str, FlowTool] = field(default_factory=dict)
+    flows: dict[str, PlanTool] = field(default_factory=dict)
     workflow_config: Any = None
     workflow: Any = None
     secrets: Secrets = field(default_factory=Secrets)
@@ -356,7 +358,7 @@ def load_piraeus(config: Any, models: Models, workflow: Any = None) -> tuple[Pir
         )
         problems += fp
         if compiled is not None:
-            out.flows[f.name] = FlowTool(f, compiled, inputs, limits)
+            out.flows[f.name] = flow_tool(f, compiled, inputs, limits)
     problems += _cycles(flows)
     return (None if problems else out), problems
 
