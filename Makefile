@@ -58,6 +58,7 @@ lint: setup
 	$(BIN)/ruff format --check python tests benches scripts examples
 	$(BIN)/mypy
 	$(BIN)/python scripts/check_layers.py
+	$(BIN)/python scripts/check_formats.py
 	$(BIN)/python scripts/check_deploy.py
 	cargo fmt --check
 	cargo clippy --all-targets -q -- -D warnings

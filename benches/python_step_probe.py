@@ -29,7 +29,9 @@ def main(x, label):
 """
 
 
-def pipeline(prefork: int) -> Any:
+def pipeline(prefork: int = 2, fork_server: bool = True) -> Any:
+    """The 10-step declared pipeline (``benches/test_python_steps.py`` times it too), its python steps run
+    under ``PythonPolicy(fork_server=..., prefork=...)``."""
     steps = [{"kind": "python", "id": "s0", "code": CODE, "input": {"x": "${args.x}", "label": "${args.label}"}}]
     for i in range(1, STEPS):
         inputs = {"x": f"${{steps.s{i - 1}.output.x}}", "label": f"${{steps.s{i - 1}.output.label}}"}
@@ -39,7 +41,8 @@ def pipeline(prefork: int) -> Any:
         "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}, "label": {"type": "string"}}},
         "steps": steps,
     }
-    tools, problems = load_pipelines([entry], policy=StepPolicy(python=PythonPolicy(prefork=prefork)))
+    policy = StepPolicy(python=PythonPolicy(fork_server=fork_server, prefork=prefork))
+    tools, problems = load_pipelines([entry], policy=policy)
     assert problems == [], problems
     return tools[0]
 

@@ -23,7 +23,7 @@ import pytest
 import trio
 
 from kit.discord import Standins
-from mcpipe.formats.discord import PipelineTool
+from mcpipe.formats.discord import pipeline_tool
 from mcpipe.plan import Limits
 from mcpipe.results import pipe_envelope, shape_answer
 from mcpipe.runtime import run_pipeline
@@ -118,7 +118,7 @@ async def _discord_recipe() -> dict[str, float]:
         {"id": "event", "tool": "events_create", "args": {"guild_id": "1", "description": "{{announce.message_id}}"}},
         {"id": "grant", "tool": "members_add_role", "args": {"guild_id": "1", "user_id": "2", "role_id": "3"}},
     ]
-    result = await PipelineTool().call({"steps": steps}, ToolContext(tools=standins.registry))
+    result = await pipeline_tool().call({"steps": steps}, ToolContext(tools=standins.registry))
     base = sum(len(orjson.dumps(s["result"])) for s in result.structured["steps"])
     text = len(result.content[0]["text"].encode())
     wire = len(orjson.dumps(result.structured)) + text

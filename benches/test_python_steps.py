@@ -35,32 +35,10 @@ from typing import Any
 import pytest
 import trio
 
-from mcpipe.declared import load_pipelines
-from mcpipe.kinds import PythonPolicy, StepPolicy
 from mcpipe.tools import ToolContext, ToolRegistry
+from python_step_probe import CODE, STEPS, pipeline
 
-STEPS = 10
 REPEAT = 3
-CODE = """\
-def main(x, label):
-    return {"x": x + 1, "label": label, "squares": [i * i for i in range(x, x + 5)]}
-"""
-
-
-def pipeline(fork_server: bool, prefork: int = 2) -> Any:
-    steps = [{"kind": "python", "id": "s0", "code": CODE, "input": {"x": "${args.x}", "label": "${args.label}"}}]
-    for i in range(1, STEPS):
-        inputs = {"x": f"${{steps.s{i - 1}.output.x}}", "label": f"${{steps.s{i - 1}.output.label}}"}
-        steps.append({"kind": "python", "id": f"s{i}", "code": CODE, "input": inputs})
-    entry = {
-        "name": "ten_python_steps",
-        "input_schema": {"type": "object", "properties": {"x": {"type": "integer"}, "label": {"type": "string"}}},
-        "steps": steps,
-    }
-    policy = StepPolicy(python=PythonPolicy(fork_server=fork_server, prefork=prefork))
-    tools, problems = load_pipelines([entry], policy=policy)
-    assert problems == [], problems
-    return tools[0]
 
 
 def run_pipeline(tool: Any, repeat: int = REPEAT) -> None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # What everything shares: the Rust core and templates, errors and codes, step results, tools and the
+    # audit log every call path writes (a format may write its own records: ``mcpipe._audit``), the
     # typed request context, small helpers.
     (
         "core",
@@ -43,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._jsonschema",
             "mcpipe._lazy",
             "mcpipe._struct",
+            "mcpipe._audit",
             "mcpipe.errors",
             "mcpipe.results",
             "mcpipe.tools",
@@ -72,9 +74,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # Pipelines with a model inside: the piraeus workflow tool.
     ("llm", ("mcpipe.workflow",)),
     # Other systems' own files (mcpg configs, NoETL playbooks, discord-mcp, piraeus), read as they are:
-    # front-ends of the same plan, one subpackage each; ``mcpipe.playbooks`` is the NoETL format's old name
-    # (and holds its Jinja environment).
-    ("formats", ("mcpipe.formats", "mcpipe.playbooks")),
+    # front-ends of the same plan, one subpackage each, registered in ``mcpipe.formats.FORMATS``.
+    ("formats", ("mcpipe.formats",)),
     # The operator's view of the tools: reshaped tools, hidden ones, tool search (``[tools]``).
     ("toolset", ("mcpipe.toolset",)),
     # The server's configuration.

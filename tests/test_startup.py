@@ -15,6 +15,8 @@ from pathlib import Path
 import orjson
 import pytest
 
+from mcpipe.kinds import KINDS
+
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0" / "hello_world.yaml"
 
@@ -59,14 +61,23 @@ sys.exit(status)
 """
 
 
-def modules_after(*argv: str, cwd: Path) -> set[str]:
-    """The top-level modules loaded by ``mcpipe ARGV`` in a fresh interpreter (which must succeed)."""
+def all_modules_after(*argv: str, cwd: Path) -> set[str]:
+    """Every module loaded by ``mcpipe ARGV`` in a fresh interpreter (which must succeed)."""
     out = subprocess.run(
         [sys.executable, "-c", LIST_MODULES, *argv], capture_output=True, text=True, cwd=cwd, timeout=120
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    line = out.stderr.rpartition("\nMODULES ")[2]
-    return {name.partition(".")[0] for name in line.split()}
+    return set(out.stderr.rpartition("\nMODULES ")[2].split())
+
+
+def modules_after(*argv: str, cwd: Path) -> set[str]:
+    """The top-level modules loaded by ``mcpipe ARGV`` in a fresh interpreter (which must succeed)."""
+    return {name.partition(".")[0] for name in all_modules_after(*argv, cwd=cwd)}
+
+
+def kind_modules(modules: set[str]) -> list[str]:
+    """The step kinds whose modules are among ``modules`` (the registry's table says which module is whose)."""
+    return sorted(name for name in KINDS if KINDS.module_of(name) in modules)
 
 
 def loaded(modules: set[str], names: tuple[str, ...]) -> list[str]:
@@ -101,13 +112,31 @@ def test_importing_the_command_line_loads_no_heavy_library(tmp_path):
 @pytest.mark.parametrize("command", ["check", "run"])
 def test_check_and_run_of_a_simple_spec_load_no_heavy_library(command, spec, tmp_path):
     modules = modules_after(command, str(spec), cwd=tmp_path)
-    assert loaded(modules, (*HEAVY, "yaml", "jinja2")) == []
+    assert loaded(modules, (*HEAVY, "yaml", "jinja2", "asyncio", "opentelemetry")) == []
+
+
+@pytest.mark.parametrize("argv", [("check",), ("run",), ("playbook", "run")])
+def test_a_command_that_draws_nothing_does_not_load_the_plan_drawing(argv, spec, tmp_path):
+    modules = all_modules_after(*argv, str(HELLO if argv[0] == "playbook" else spec), cwd=tmp_path)
+    assert "mcpipe.plan._draw" not in modules
 
 
 def test_playbook_run_of_a_python_only_playbook_loads_neither_the_sdk_nor_jsonschema(tmp_path):
-    # NoETL's templates are Jinja and its playbooks YAML: those two it needs, nothing of the server.
+    # NoETL's templates are Jinja and its playbooks YAML: those two it needs, nothing of the server. Its python
+    # step's coroutines run under asyncio in the worker, and nothing installs telemetry.
     modules = modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
-    assert loaded(modules, HEAVY) == []
+    assert loaded(modules, (*HEAVY, "asyncio", "opentelemetry", "prometheus_client")) == []
+
+
+def test_playbook_run_of_a_python_only_playbook_imports_the_python_kind_and_no_other(tmp_path):
+    # The registry imports a kind's module when a plan first uses it: not the SQL, messaging or HTTP kinds.
+    modules = all_modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
+    assert kind_modules(modules) == ["python"]
+
+
+@pytest.mark.parametrize("command", ["check", "run"])
+def test_check_and_run_of_a_tool_step_spec_import_no_kind_module(command, spec, tmp_path):
+    assert kind_modules(all_modules_after(command, str(spec), cwd=tmp_path)) == []
 
 
 def test_the_public_names_are_still_there_when_loaded_on_first_use():

@@ -146,7 +146,7 @@ def _inputs(items: list[str]) -> dict[str, Any]:
 def _run(ns: argparse.Namespace) -> int:
     import trio
 
-    from mcpipe.formats.noetl import PlaybookTool
+    from mcpipe.formats.noetl import playbook_tool
 
     try:
         inputs = _inputs(ns.input)
@@ -161,7 +161,7 @@ def _run(ns: argparse.Namespace) -> int:
         sys.stderr.buffer.write(orjson.dumps(event, default=str) + b"\n")
         sys.stderr.flush()
 
-    tool = PlaybookTool(pb)
+    tool = playbook_tool(pb)
 
     async def main() -> dict[str, Any]:
         if config is None:

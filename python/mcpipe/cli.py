@@ -417,6 +417,7 @@ def _playbook_plan(ns: argparse.Namespace, name: str) -> tuple[Any, str] | int:
 def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
     """A config's declared pipeline or playbook ``wanted`` (None: its only one)."""
     from mcpipe.config import ConfigError, load
+    from mcpipe.plan import plan_of
 
     try:
         sources = _server_app().tool_sources(load(path))  # compiled once, by the load
@@ -424,14 +425,7 @@ def _config_plan(path: str, wanted: str | None) -> tuple[Any, str] | int:
         for line in dict.fromkeys(str(p) for p in exc.problems):
             print(f"error: {line}", file=sys.stderr)
         return 1
-    plans: dict[str, Any] = {}
-    for source in sources:
-        for tool in source:
-            plan = getattr(getattr(tool, "compiled", None), "plan", None)
-            if plan is None:
-                plan = getattr(getattr(getattr(tool, "playbook", None), "plan", None), "plan", None)
-            if plan is not None:
-                plans[tool.name] = plan
+    plans = {tool.name: plan for source in sources for tool in source if (plan := plan_of(tool)) is not None}
     if wanted is None:
         if len(plans) != 1:
             names = ", ".join(sorted(plans)) or "none"

@@ -23,7 +23,7 @@ import tomllib
 import types
 import typing
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -60,8 +60,10 @@ from mcpipe.toolset import ToolsConfig, check_tools
 
 if TYPE_CHECKING:  # their packages are imported when a config has the section (NoETL, piraeus: start-up)
     from mcpipe.declared import DeclaredPipelines, KnownTools
-    from mcpipe.formats.noetl import ModelTools, PlaybookEntry
+    from mcpipe.formats import Context
+    from mcpipe.formats.noetl import PlaybookEntry
     from mcpipe.formats.piraeus import PiraeusConfig
+    from mcpipe.kinds import StepPolicy
     from mcpipe.models import ModelConfig
     from mcpipe.store.content import ContentStores
     from mcpipe.workflow import WorkflowConfig
@@ -666,6 +668,11 @@ class ConsoleConfig(Strict):
     """Runs per page of the runs list."""
     max_streams: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 64
     """The most event streams (live pages) open at once; past it a page shows what it has, without updates."""
+    secure_cookies: bool | None = None
+    """Mark the session cookie ``Secure`` (sent over HTTPS only): ``true`` always; ``false`` only when mcpipe
+    serves HTTPS itself (``[http.tls]``); unset (automatic): also when the server's public URL
+    (``auth.resource.url``) is https, or a request reached the proxy before mcpipe over HTTPS
+    (``X-Forwarded-Proto: https``, or an ``https://`` Origin)."""
 
 
 class Config(Strict):
@@ -752,10 +759,12 @@ class Config(Strict):
 
 def no_pipe_reason(cfg: Config) -> str:
     """Why ``cfg`` serves no ``mcp_pipe``, and how to serve it (said where a caller looks for it)."""
-    if cfg.translated_from == "mcpg":
-        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+    if cfg.translated_from is not None:
+        from mcpipe.formats import format_named
 
-        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+        reason = format_named(cfg.translated_from).no_pipe_reason()
+        if reason is not None:
+            return reason
     return "its `pipe.enabled` is false"
 
 
@@ -1460,12 +1469,13 @@ class Loaded:
         declared: the declared pipelines (``pipelines``, ``outbound``, ``sql``), compiled, their tool names
             checked against the tools known before any is loaded (the built-ins, the downstream servers' and
             OpenAPI documents' prefixes; none with ``python_tools``); None: the config has none of those sections.
-        models: what ``models``, ``workflow``, ``playbooks`` and ``piraeus`` serve, compiled; None: none of them.
+        compiled: what ``models``, ``workflow`` and the formats' sections (``playbooks``, ``piraeus``) compiled
+            to, by name (the table of :class:`mcpipe.formats.Context`, which :meth:`context` hands on).
     """
 
     config: Config
     declared: DeclaredPipelines | None = None
-    models: ModelTools | None = None
+    compiled: dict[str, tuple[Any, list[Problem]]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, config: Config) -> Loaded:
@@ -1483,7 +1493,7 @@ class Loaded:
     def replace(self, config: Config) -> Loaded:
         """The same load serving ``config``: the same file with a setting changed (``--console``, a worker's
         queue), what it declares unchanged."""
-        return Loaded(config, self.declared, self.models)
+        return Loaded(config, self.declared, self.compiled)
 
     def tool_problems(self, sources: Sequence[object]) -> list[Problem]:
         """The declared pipelines' tool names checked against the tool sources loaded (the built-ins,
@@ -1513,10 +1523,16 @@ class Loaded:
             content.stores.update(opened.stores if opened is not None else {})
         return self.declared
 
-    def model_sources(self) -> list[Any]:
-        """The tool sources of ``workflow``, ``playbooks`` and ``piraeus`` (the workflow tool, the playbooks,
-        piraeus's tools and flows), compiled at load."""
-        return self.models.sources() if self.models is not None else []
+    def context(self, policy: StepPolicy | None = None) -> Context:
+        """What the formats the config turns on share (:class:`mcpipe.formats.Context`), over what this load
+        compiled of the ``models``, ``workflow`` and the formats' sections (nothing compiles again).
+
+        Args:
+            policy: the declared pipelines' step policy (their SQL backends and connections), shared.
+        """
+        from mcpipe.formats import Context
+
+        return Context(self.config, policy, self.compiled)
 
 
 def _compile(cfg: Config, written: Mapping[str, Any], *, check_names: bool) -> tuple[Loaded, list[Problem]]:
@@ -1543,30 +1559,18 @@ def _compile(cfg: Config, written: Mapping[str, Any], *, check_names: bool) -> t
             content=_content_names(cfg.content),
         )
         problems += found
-    sections = {key: written.get(key, getattr(cfg, key)) for key in _MODEL_SECTIONS}
-    models = None
-    if (
-        sections["models"]
-        or sections["workflow"] is not None
-        or sections["playbooks"]
-        or sections["piraeus"] is not None
-    ):
-        from mcpipe.formats.noetl import load_model_tools  # the workflow tool, playbooks (Jinja, YAML), piraeus
+    from mcpipe.formats import Context, decoded_sections, format_problems, turned_on
 
-        models, found = load_model_tools(
-            sections["models"],
-            sections["workflow"],
-            sections["playbooks"],
-            sections["piraeus"],
-            base_dir=cfg.base_dir,
-            limits=cfg.pipe.limits(),
-            policy=declared.policy if declared is not None else None,  # its SQL backends and connections
-        )
-        problems += found
-        cfg = msgspec.structs.replace(
-            cfg, models=models.models, workflow=models.workflow, playbooks=models.playbooks, piraeus=models.piraeus
-        )
-    return Loaded(cfg, declared, models), problems
+    sections = {key: written[key] for key in _MODEL_SECTIONS if key in written}
+    written_cfg = msgspec.structs.replace(cfg, **sections) if sections else cfg
+    compiled: dict[str, tuple[Any, list[Problem]]] = {}
+    if written_cfg.models or written_cfg.workflow is not None or turned_on(written_cfg):
+        # The model presets, the workflow and each format's part (the playbooks: Jinja, YAML; piraeus's flows),
+        # compiled once here: the load keeps what they compiled (Loaded.context), to serve, check and count.
+        ctx = Context(written_cfg, declared.policy if declared is not None else None, compiled)
+        problems += format_problems(ctx)
+        cfg = msgspec.structs.replace(cfg, **decoded_sections(ctx))
+    return Loaded(cfg, declared, compiled), problems
 
 
 def _known_tools(cfg: Config) -> KnownTools | None:

@@ -15,9 +15,7 @@ pipeline step is authorized, audited and costed exactly like a direct ``tools/ca
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import os
 import time
 import uuid
 from collections import defaultdict
@@ -25,9 +23,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import orjson
-
 from mcpipe import telemetry
+from mcpipe._audit import MAX_AUDITED_NAME, AuditLog
 from mcpipe._describe import did_you_mean
 from mcpipe._util import PIPE_TOOL, glob_matcher, is_cancellation, is_suspension
 from mcpipe.access import GateDenied, GateRefusal, Gates, Scopes, missing_scopes, scope_message
@@ -41,7 +38,6 @@ __all__ = [
     "AuditLog",
     "CallError",
     "Gateway",
-    "McpgAuditLog",
     "Policy",
     "ToolSource",
     "is_cancellation",
@@ -90,234 +86,17 @@ class Policy:
         return m is not None and m(tool)
 
 
-MAX_AUDITED_NAME = 256
-"""The most characters of an unknown tool's name an audit record keeps."""
-
-
-class AuditLog:
-    """Audit records as JSON Lines, one ``write`` per record on an ``O_APPEND`` descriptor.
-
-    A single small append is atomic on local filesystems and costs a few microseconds, so records are
-    written in the calling task, in order, without a buffer that a crash could lose.
-
-    Args:
-        path: the file (created if needed); None writes no file.
-        keep: also keep every record in memory, in ``records`` (for tests and embedding).
-    """
-
-    def __init__(self, path: str | None = None, *, keep: bool = False) -> None:
-        self.path = path
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if path else None
-        self.records: list[dict[str, Any]] | None = [] if keep else None
-
-    def allowed(self, ctx: ToolContext, tool: str, chain: list[Any]) -> None:
-        """A call passed its checks and is about to run (mcpg's format records it; this one does not)."""
-
-    def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
-        """Append one record (``ctx``: the call it is about, for formats that record the caller's identity)."""
-        if self.records is not None:
-            self.records.append(record)
-        if self._fd is not None:
-            try:
-                os.write(self._fd, orjson.dumps(record) + b"\n")
-            except OSError:
-                _log.exception("cannot write an audit record to %s", self.path)
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-
-
-class McpgAuditLog(AuditLog):
-    """Audit records in mcpg's format (its ``dev.mcpg.builtin.audit.local-file`` sink): one ``AuditEvent`` per
-    line, hash-chained.
-
-    A call writes ``mcpg.tool.call.allowed`` when it passed its checks and ``mcpg.tool.call.completed`` when it
-    answered (an ``isError`` answer included), or one of ``mcpg.tool.call.unknown`` (no such tool),
-    ``mcpg.tool.call.access_denied`` (the caller may not call it), ``mcpg.tool.call.denied`` (a gate refused
-    it), ``mcpg.backend.failed`` (it failed without answering); an ``mcp_pipe`` run writes
-    ``mcpg.pipeline.completed`` or ``mcpg.pipeline.failed``. Each line's ``prev_event_hash`` is the SHA-256 of
-    the previous line's bytes; a restart continues the chain from the file's last line, and a file rotated away
-    (renamed or deleted) is reopened at its path before the next write.
-
-    Args:
-        path: the file; None keeps no file.
-        allowed: write ``mcpg.tool.call.allowed`` events (mcpg's ``emit_tool_call_allowed``).
-        completed: write ``mcpg.tool.call.completed`` events (``emit_tool_call_completed``).
-    """
-
-    def __init__(
-        self, path: str | None = None, *, keep: bool = False, allowed: bool = True, completed: bool = True
-    ) -> None:
-        super().__init__(path, keep=keep)
-        self.emit_allowed = allowed
-        self.emit_completed = completed
-        self.last_hash: str | None = _last_line_hash(path) if path else None
-        self._id = os.fstat(self._fd) if self._fd is not None else None
-
-    def allowed(self, ctx: ToolContext, tool: str, chain: list[Any]) -> None:
-        if self.emit_allowed:
-            details = {
-                "tool_gate_plugins_evaluated": len(chain),
-                "surface": "tool",
-                "chain": [
-                    {"plugin_id": d.gate, "phase": "pre", "decision": d.decision, "latency_ms": d.latency_ms}
-                    for d in chain
-                ],
-            }
-            self._emit(ctx, "mcpg.tool.call.allowed", f"tool://{tool}", "success", details)
-
-    def write(self, record: dict[str, Any], ctx: ToolContext | None = None) -> None:
-        tool = str(record.get("tool", ""))
-        code = record.get("error_code")
-        if "gate" in record:
-            details = {"plugin_id": record["gate"], "decision": {"effect": "deny", "code": code}}
-            self._emit(ctx, "mcpg.tool.call.denied", f"tool://{tool}", "denied", details, record)
-        elif tool == PIPE_TOOL:
-            ok = bool(record.get("ok"))
-            details = {"pipeline_id": record.get("pipeline"), "duration_ms": record.get("duration_ms")}
-            if not ok:
-                details["error_code"] = code
-            action = "mcpg.pipeline.completed" if ok else "mcpg.pipeline.failed"
-            self._emit(ctx, action, f"pipeline://{PIPE_TOOL}", "success" if ok else "failure", details, record)
-        elif record.get("ok") or code == ErrorCode.TOOL_ERROR:
-            if self.emit_completed:
-                details = {
-                    "tool_gate_plugins_evaluated": 0,
-                    "execution_duration_ms": int(record.get("duration_ms") or 0),
-                    "surface": "tool",
-                    "chain": [],
-                }
-                self._emit(ctx, "mcpg.tool.call.completed", f"tool://{tool}", "success", details, record)
-        elif code == ErrorCode.UNKNOWN_TOOL:
-            details = {"surface": "tool", "transport": "mcp", "reason": "tool_not_registered"}
-            self._emit(ctx, "mcpg.tool.call.unknown", f"tool://{tool[:MAX_AUDITED_NAME]}", "failure", details, record)
-        elif code == ErrorCode.FORBIDDEN:
-            trust = ctx.identity.trust if ctx is not None and ctx.identity is not None else "unauthenticated"
-            details = {
-                "surface": "tool",
-                "transport": "mcp",
-                "audit_reason": f"tool_not_granted:{tool}",
-                "trust_level": trust,
-            }
-            self._emit(ctx, "mcpg.tool.call.access_denied", f"tool://{tool}", "denied", details, record)
-        else:
-            details = {"duration_ms": record.get("duration_ms"), "error_code": code}
-            self._emit(ctx, "mcpg.backend.failed", f"tool://{tool}", "failure", details, record)
-
-    def _emit(
-        self,
-        ctx: ToolContext | None,
-        action: str,
-        resource: str,
-        outcome: str,
-        details: dict[str, Any],
-        record: dict[str, Any] | None = None,
-    ) -> None:
-        event: dict[str, Any] = {
-            "event_id": _uuid7(),
-            "occurred_at": record["ts"] if record is not None else _now(),
-            "actor": _actor(ctx),
-            "action": action,
-            "resource": resource,
-            "outcome": outcome,
-        }
-        request_id = ctx.request_id if ctx is not None else None
-        if request_id is not None:
-            event["request_id"] = request_id
-        event["details"] = details
-        if self.last_hash is not None:
-            event["prev_event_hash"] = self.last_hash
-        line = orjson.dumps(event)
-        if self.records is not None:
-            self.records.append(event)
-        if self._fd is None:
-            self.last_hash = hashlib.sha256(line).hexdigest()
-            return
-        try:
-            self._follow_rotation()
-            os.write(self._fd, line + b"\n")
-        except OSError:
-            _log.exception("cannot write an audit record to %s", self.path)
-            return
-        self.last_hash = hashlib.sha256(line).hexdigest()
-
-    def _follow_rotation(self) -> None:
-        """Reopen the path when the file was renamed or deleted under the open descriptor (logrotate)."""
-        assert self.path is not None and self._fd is not None
-        try:
-            on_disk = os.stat(self.path)
-        except FileNotFoundError:
-            on_disk = None
-        held = self._id
-        if on_disk is not None and held is not None and (on_disk.st_dev, on_disk.st_ino) == (held.st_dev, held.st_ino):
-            return
-        os.close(self._fd)
-        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        self._id = os.fstat(self._fd)
-
-
-def _last_line_hash(path: str) -> str | None:
-    """The SHA-256 of the last line of an existing audit file (the chain goes on from it)."""
-    try:
-        with open(path, "rb") as f:
-            f.seek(0, os.SEEK_END)
-            size = f.tell()
-            f.seek(max(0, size - 1024 * 1024))
-            tail = f.read()
-    except OSError:
-        return None
-    lines = [line for line in tail.split(b"\n") if line]
-    return hashlib.sha256(lines[-1]).hexdigest() if lines else None
-
-
-def _actor(ctx: ToolContext | None) -> dict[str, Any]:
-    """mcpg's ``PluginIdentity`` of the caller."""
-    identity = ctx.identity if ctx is not None else None
-    if identity is not None:
-        actor: dict[str, Any] = {
-            "kind": identity.trust,
-            "trust_level": identity.trust,
-            "subject_id": identity.subject,
-            "auth_provider": identity.issuer if identity.provider == "oidc" else identity.provider,
-            "issuer": identity.issuer,
-        }
-        for key, values in (("roles", identity.roles), ("groups", identity.groups), ("scopes", identity.scopes)):
-            if values:
-                actor[key] = list(values)
-        if identity.attributes:
-            actor["attributes"] = dict(sorted(identity.attributes.items()))
-        return actor
-    principal = ctx.principal if ctx is not None else None
-    if principal is None:
-        return {
-            "kind": "anonymous",
-            "trust_level": "unauthenticated",
-            "subject_id": None,
-            "auth_provider": None,
-            "issuer": None,
-        }
-    return {
-        "kind": "verified",
-        "trust_level": "verified",
-        "subject_id": principal,
-        "auth_provider": None,
-        "issuer": None,
-    }
-
-
-def _uuid7() -> str:
-    """A UUIDv7 (RFC 9562): 48 bits of Unix milliseconds, then random bits; sorts by time."""
-    ms = time.time_ns() // 1_000_000
-    value = (ms & ((1 << 48) - 1)) << 80 | (0x7 << 76) | (int.from_bytes(os.urandom(10), "big") & ((1 << 76) - 1))
-    value = (value & ~(0xC << 60)) | (0x8 << 60)  # the RFC 4122 variant
-    return str(uuid.UUID(int=value))
+_second: tuple[int, str] = (-1, "")
+"""The last second an audit time was written in, and its text up to the milliseconds."""
 
 
 def _now() -> str:
+    global _second
     t = time.time()
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t)) + f".{int(t * 1000) % 1000:03d}Z"
+    whole = int(t)
+    if whole != _second[0]:  # formatted once a second, not per record (a pipeline writes one per step)
+        _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
+    return f"{_second[1]}.{int(t * 1000) % 1000:03d}Z"
 
 
 @dataclass(slots=True)
@@ -643,22 +422,21 @@ class Gateway:
             tally = self.totals[ctx.principal]
             tally.calls += 1
             tally.cost += cost
-        self.audit.write(
-            {
-                "ts": _now(),
-                "principal": ctx.principal,
-                "tool": tool,
-                "ok": ok,
-                "error_code": code,
-                "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
-                "cost": cost,
-                "pipeline": pipeline if pipeline is not None else ctx.pipeline,
-                "step": ctx.step,
-                "request_id": ctx.request_id,
-                **({"gate": gate} if gate is not None else {}),
-            },
-            ctx,
-        )
+        record = {
+            "ts": _now(),
+            "principal": ctx.principal,
+            "tool": tool,
+            "ok": ok,
+            "error_code": code,
+            "duration_ms": round((time.perf_counter() - t0) * 1000, 3),
+            "cost": cost,
+            "pipeline": pipeline if pipeline is not None else ctx.pipeline,
+            "step": ctx.step,
+            "request_id": ctx.request_id,
+        }
+        if gate is not None:
+            record["gate"] = gate
+        self.audit.write(record, ctx)
 
 
 def _scope_message(name: str, missing: tuple[str, ...]) -> str:
@@ -666,17 +444,13 @@ def _scope_message(name: str, missing: tuple[str, ...]) -> str:
 
 
 def _reaches(tool: Any) -> tuple[str, ...]:
-    """The names of the tools a tool calls when it runs (a declared pipeline's or a playbook's tool steps)."""
+    """The names of the tools a tool calls when it runs (a plan's tool steps: ``PlanTool.reaches``)."""
     if tool is None:
         return ()
     reaches = getattr(tool, "reaches", None)
     if reaches is not None:
         return tuple(reaches)
-    compiled = getattr(tool, "compiled", None)
-    if compiled is None:
-        playbook = getattr(tool, "playbook", None)
-        compiled = getattr(playbook, "plan", None) if playbook is not None else None
-    sites = getattr(compiled, "tool_sites", None)
+    sites = getattr(getattr(tool, "compiled", None), "tool_sites", None)
     return tuple(name for _, name in sites) if sites else ()
 
 

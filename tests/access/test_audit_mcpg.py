@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx2
 
 from kit.servers import http_server, make_config, running
-from mcpipe.gateway import McpgAuditLog
+from mcpipe.formats.mcpg._audit import McpgAuditLog
 from mcpipe.tools import Identity, Request, ToolContext
 
 META = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}

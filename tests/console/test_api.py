@@ -17,7 +17,7 @@ import trio
 
 from kit.clients import bearer_client
 from kit.run_tools import gate, release, reset_gate
-from kit.servers import http_server, make_config
+from kit.servers import http_server, make_config, self_signed
 from kit.tools import test_tools
 from mcpipe.server import open_app
 
@@ -48,20 +48,25 @@ class Console:
 
 
 @asynccontextmanager
-async def console(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, **doc: Any) -> AsyncIterator[Console]:
+async def console(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, verify: Any = True, resource: str | None = None, **doc: Any
+) -> AsyncIterator[Console]:
     for who, token in TOKENS.items():
         monkeypatch.setenv(f"TOKEN_{who.upper()}", token)
     doc.setdefault("console", {"enabled": True, "operators": ["root"]})
     config = make_config(
         environ=dict(__import__("os").environ),
-        auth={"tokens": [{"env": f"TOKEN_{w.upper()}", "principal": w} for w in TOKENS]},
+        auth={
+            "tokens": [{"env": f"TOKEN_{w.upper()}", "principal": w} for w in TOKENS],
+            **({"resource": {"url": resource}} if resource else {}),
+        },
         **doc,
     )
     reset_gate()
     async with (
         open_app(config, extra_sources=[gate, test_tools]) as app,
         http_server(app) as url,
-        httpx2.AsyncClient(follow_redirects=False) as http,
+        httpx2.AsyncClient(follow_redirects=False, verify=verify) as http,
     ):
         yield Console(url.rsplit("/mcp", 1)[0], http)
 
@@ -246,6 +251,52 @@ async def test_a_browser_signs_in_with_a_token_and_its_forms_need_the_sessions_c
     assert no_token.status_code == 403 and api_no_token.status_code == 403
     assert cancelled.status_code == 303 and cancelled.headers["location"] == f"/console/runs/{run_id}"
     assert tampered.status_code == 303  # a cookie that does not verify signs nobody in
+
+
+async def test_the_session_cookie_is_secure_over_https_and_behind_an_https_proxy(monkeypatch, tmp_path):
+    import ssl
+
+    cert, key = await self_signed(tmp_path)
+    tls = {"tls": {"cert_file": str(cert), "key_file": str(key)}}
+    proxied = {"X-Forwarded-Proto": "https"}
+
+    async def cookies(c: Console, headers: dict[str, str] | None = None) -> tuple[str, str]:
+        """The cookie of a first visit, and the signed-in one of a sign-in (both with ``headers``)."""
+        c.http.cookies.clear()
+        login = await c.http.get(f"{c.base}/console/login", headers=headers)
+        c.http.cookies.clear()  # sent back by hand: a Secure cookie is not, over the plain HTTP behind a proxy
+        form = {"token": TOKENS["alice"], "csrf": _csrf(login.text)}
+        back = {**(headers or {}), "Cookie": login.headers["set-cookie"].split(";", 1)[0]}
+        signed = await c.http.post(f"{c.base}/console/login", data=form, headers=back)
+        assert signed.status_code == 303
+        return login.headers["set-cookie"], signed.headers["set-cookie"]
+
+    with trio.fail_after(60):
+        async with console(monkeypatch, tmp_path, verify=ssl.create_default_context(cafile=str(cert)), http=tls) as c:
+            assert c.base.startswith("https://")
+            over_tls = await cookies(c)
+        async with console(monkeypatch, tmp_path) as c:
+            plain = await cookies(c)
+            behind_proxy = await cookies(c, proxied)
+        front = {"allowed_hosts": ["127.0.0.1:*"], "allowed_origins": ["https://mcp.example.com"]}
+        async with console(monkeypatch, tmp_path, http=front) as c:
+            https_page = await cookies(c, {"Origin": "https://mcp.example.com"})
+        async with console(monkeypatch, tmp_path, resource="https://mcp.example.com/mcp") as c:
+            public_https = await cookies(c)
+        on = {"enabled": True, "operators": ["root"], "secure_cookies": True}
+        async with console(monkeypatch, tmp_path, console=on) as c:
+            always = await cookies(c)
+        off = {"enabled": True, "operators": ["root"], "secure_cookies": False}
+        async with console(monkeypatch, tmp_path, console=off) as c:
+            never_by_header = await cookies(c, proxied)
+
+    def flags(cookie: str) -> set[str]:
+        return {p.strip() for p in cookie.split(";")[1:] if not p.strip().startswith(("Path=", "Max-Age="))}
+
+    for pair in (over_tls, behind_proxy, https_page, public_https, always):
+        assert [flags(c) for c in pair] == [{"HttpOnly", "SameSite=Strict", "Secure"}] * 2
+    for pair in (plain, never_by_header):
+        assert [flags(c) for c in pair] == [{"HttpOnly", "SameSite=Strict"}] * 2
 
 
 async def test_the_console_keeps_the_fronts_host_checks_its_csp_and_no_secret_in_a_page(monkeypatch, tmp_path):

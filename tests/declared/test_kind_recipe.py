@@ -1,4 +1,4 @@
-"""Adding a step kind is one module plus one registry line: the recipe of docs/architecture.md ("How to
+"""Adding a step kind is one module plus one registry line: the recipe of docs/declared-pipelines.md ("How to
 add a step kind"), taken from the page, registered, then used by a declared pipeline served over MCP."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from mcpipe.kinds import KINDS, Kind, Registry
 from mcpipe.server import open_app
 
 ROOT = Path(__file__).resolve().parents[2]
-DOC = ROOT / "docs" / "architecture.md"
+DOC = ROOT / "docs" / "declared-pipelines.md"
 
 
 def recipe() -> tuple[str, str]:
@@ -27,6 +27,12 @@ def recipe() -> tuple[str, str]:
     text = DOC.read_text().split("### How to add a step kind", 1)[1]
     blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     return blocks[0], blocks[1].strip().rstrip(",")
+
+
+def registry_line(package: str) -> dict[str, str]:
+    """The recipe's registry line, its module found in ``package`` (the page's is ``mcpipe.kinds``)."""
+    _, line = recipe()
+    return {name: module.replace("mcpipe.kinds.", f"{package}.") for name, module in json.loads(f"{{{line}}}").items()}
 
 
 @pytest.fixture
@@ -49,8 +55,7 @@ def kinds_package(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture
 def repeat(kinds_package: str) -> Iterator[Kind]:
     """The recipe's kind, registered the way the registry's one line does it."""
-    _, line = recipe()
-    kind = Registry.of_modules(kinds_package, [json.loads(line)])["repeat"]
+    kind = Registry.of_modules(registry_line(kinds_package))["repeat"]
     KINDS.register(kind)
     try:
         yield kind
@@ -68,10 +73,10 @@ PIPELINE = {
 
 def test_the_recipe_is_one_module_and_one_registry_line():
     module, line = recipe()
-    assert "KIND = Kind(" in module and re.fullmatch(r'"[a-z_]+"', line)
+    assert "KIND = Kind(" in module and re.fullmatch(r'"[a-z_]+": "mcpipe\.kinds\.[a-z_]+"', line)
     registry = (ROOT / "python" / "mcpipe" / "kinds" / "__init__.py").read_text()
-    # every kind of the package is such a line (a config format's kinds, `mcpg.http`, register themselves)
-    assert all(f'        "{k}",\n' in registry for k in KINDS if "." not in k)
+    # every kind of the table is such a line (a config format's kinds, `mcpg.http`, register themselves)
+    assert all(f'        "{k}": "{KINDS.module_of(k)}",\n' in registry for k in KINDS if "." not in k)
 
 
 async def test_a_declared_pipeline_runs_the_new_kind_through_the_server(repeat: Kind):
@@ -105,7 +110,7 @@ def test_the_config_schema_lists_the_new_kind_and_forgets_it_when_unregistered(k
         return {d["properties"]["kind"]["enum"][0] for d in defs if "kind" in d["properties"]}
 
     before = kinds_in_schema()
-    kind = Registry.of_modules(kinds_package, ["repeat"])["repeat"]
+    kind = Registry.of_modules(registry_line(kinds_package))["repeat"]
     KINDS.register(kind)
     try:
         assert kinds_in_schema() == before | {"repeat"}
@@ -118,4 +123,4 @@ def test_the_config_schema_lists_the_new_kind_and_forgets_it_when_unregistered(k
 
 def test_a_module_without_a_kind_cannot_be_a_registry_line(kinds_package: str):
     with pytest.raises(TypeError, match="defines no KIND"):
-        Registry.of_modules("mcpipe.kinds", ["_base"])
+        Registry.of_modules({"base": "mcpipe.kinds._base"})["base"]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -23,7 +22,7 @@ import pytest
 import trio
 
 from kit.clients import bearer_client
-from kit.containers import exec_in, image_or_skip, podman_flags
+from kit.containers import exec_in, image_or_skip, logged, podman_flags
 from kit.realservers import free_port
 
 pytestmark = [
@@ -60,22 +59,6 @@ async def composed(project: str, env: dict[str, str]) -> AsyncIterator[None]:
             await trio.run_process([*compose, "down", "-v"], env=full, check=False, capture_stdout=True)
 
 
-async def _logged(container: str, needle: str, times: int = 1) -> None:
-    """Follow a container's log until it says ``needle`` ``times`` times."""
-    follow = ["podman", "logs", "-f", container]
-    proc = await trio.lowlevel.open_process(follow, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    assert proc.stdout is not None
-    seen = b""
-    try:
-        while seen.count(needle.encode()) < times:
-            chunk = await proc.stdout.receive_some()
-            assert chunk, f"{container} ended before saying {needle!r}: {seen.decode(errors='replace')}"
-            seen += chunk
-    finally:
-        proc.kill()
-        await proc.wait()
-
-
 async def test_compose_serves_the_downstream_through_two_workers_with_redis_and_stops_cleanly() -> None:
     image = image_or_skip()
     redis_image = os.environ.get("MCPIPE_REDIS_IMAGE", "docker.io/library/redis:7.4")
@@ -93,8 +76,8 @@ async def test_compose_serves_the_downstream_through_two_workers_with_redis_and_
     url = f"http://127.0.0.1:{port}/mcp"
     with trio.fail_after(WAIT_S):
         async with composed(project, env):
-            await _logged(f"{project}_mcpipe_1", "serving MCP at", 3)  # the supervisor and both workers
-            await _logged(f"{project}_inventory_1", "Running on http://0.0.0.0:9001")
+            await logged(f"{project}_mcpipe_1", "serving MCP at", 3)  # the supervisor and both workers
+            await logged(f"{project}_inventory_1", "Running on http://0.0.0.0:9001")
             async with bearer_client(url, token) as client:
                 names = {tool.name for tool in (await client.list_tools()).tools}
                 stock = await client.call_tool(

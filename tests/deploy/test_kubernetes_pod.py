@@ -15,7 +15,6 @@ import base64
 import importlib.util
 import os
 import re
-import subprocess
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,7 +27,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
-from kit.containers import image_or_skip, podman, podman_flags
+from kit.containers import image_or_skip, logged, podman, podman_flags
 from kit.realservers import free_port
 
 pytestmark = [
@@ -114,22 +113,6 @@ async def _podman(*args: str, check: bool = True) -> str:
     return done.stdout.decode().strip()
 
 
-async def _logged(container: str, needle: str, times: int) -> None:
-    proc = await trio.lowlevel.open_process(
-        [podman(), "logs", "-f", container], stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    assert proc.stdout is not None
-    seen = b""
-    try:
-        while seen.count(needle.encode()) < times:
-            chunk = await proc.stdout.receive_some()
-            assert chunk, f"{container} ended before saying {needle!r}: {seen.decode(errors='replace')}"
-            seen += chunk
-    finally:
-        proc.kill()
-        await proc.wait()
-
-
 @asynccontextmanager
 async def as_service(url: str, token: str) -> AsyncIterator[Client]:
     """An agent reaching mcpipe through the Service's name (its Host header), with its bearer token."""
@@ -183,7 +166,7 @@ async def test_the_deployment_s_pod_serves_probes_agents_and_prometheus_and_stop
                 *(f"--env={k}={v}" for k, v in mcpipe_env.items()),
                 image, *(_expand(a, mcpipe_env) for a in mcpipe_c["args"]),
             )  # fmt: skip
-            await _logged(name, "serving MCP at", 1 + int(mcpipe_env["MCPIPE_WORKERS"]))
+            await logged(name, "serving MCP at", 1 + int(mcpipe_env["MCPIPE_WORKERS"]))
 
             base = f"http://127.0.0.1:{port}"
             probe = mcpipe_c["readinessProbe"]["httpGet"]["path"]

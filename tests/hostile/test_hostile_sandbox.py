@@ -23,7 +23,7 @@ import trio
 
 from kit.attack import Served, served, write_config
 from kit.hostile import call, headers, result_of
-from kit.processes import all_gone
+from kit.processes import cmdline, detaching, gone
 
 ALICE = "tok-alice-" + secrets.token_hex(8)
 BOB = "tok-bob-" + secrets.token_hex(8)
@@ -54,26 +54,7 @@ if os.fork() == 0:
 result = "answered"
 """
 
-DETACH = """
-import os, subprocess, time
-subprocess.Popen(["setsid", "sleep", tag], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
-
-def running():
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read() == b"sleep\\0" + tag.encode() + b"\\0":
-                return True
-        except OSError:
-            pass
-    return False
-
-for _ in range(4000):
-    if running():
-        break
-    time.sleep(0.005)
-result = "detached"
-"""
+DETACH = detaching('"detached"')
 
 STOP_FORK_SERVER = """
 import os, signal
@@ -222,13 +203,6 @@ def _failed(answer: Any) -> str:
     return str(answer["content"][0]["text"])
 
 
-def _cmdline(pid: int) -> bytes:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return b""
-
-
 def _ppid(pid: int) -> int:
     try:
         data = Path(f"/proc/{pid}/stat").read_bytes()
@@ -237,24 +211,9 @@ def _ppid(pid: int) -> int:
     return int(data[data.rfind(b")") + 2 :].split()[1])
 
 
-def _with_cmdline(cmdline: bytes) -> list[int]:
-    return [int(p) for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == cmdline]
-
-
 def _fork_servers(server: Served) -> list[int]:
     pids = [int(p) for p in os.listdir("/proc") if p.isdigit()]
-    return [p for p in pids if _ppid(p) == server.proc.pid and b"_zygote.py" in _cmdline(p)]
-
-
-async def _gone(cmdline: bytes) -> None:
-    """Every process with ``cmdline`` has exited (waited on pidfds; the caller bounds the wait)."""
-    fds = []
-    for pid in _with_cmdline(cmdline):
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            pass
-    await all_gone(fds)
+    return [p for p in pids if _ppid(p) == server.proc.pid and b"_zygote.py" in cmdline(p)]
 
 
 @pytest.fixture
@@ -291,7 +250,7 @@ async def test_a_setsid_grandchild_is_killed_when_its_python_step_ends(server):
     tag = "600.4242"
     assert _ok(await _attack(server, "detach", {"tag": tag})) == "detached"
     with trio.fail_after(10):
-        await _gone(b"sleep\0" + tag.encode() + b"\0")
+        await gone(b"sleep\0" + tag.encode() + b"\0")
 
 
 async def test_a_shell_steps_setsid_sleep_is_killed_when_its_program_ends(server):
@@ -299,7 +258,7 @@ async def test_a_shell_steps_setsid_sleep_is_killed_when_its_program_ends(server
     tag = "600.7777"
     assert _ok(await _attack(server, "shell_detach", {"tag": tag}))["stdout"] == "started\n"
     with trio.fail_after(10):
-        await _gone(b"sleep\0" + tag.encode() + b"\0")
+        await gone(b"sleep\0" + tag.encode() + b"\0")
 
 
 async def test_a_step_cannot_stop_the_fork_server_and_a_stopped_one_is_replaced(server):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import sys
-from functools import partial
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -36,19 +36,8 @@ async def call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.Call
 server: Server[Any] = Server("wide", on_list_tools=list_tools, on_call_tool=call_tool)
 
 
-async def main(port: int) -> None:
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
-    cfg = Config()
-    cfg.bind = [f"127.0.0.1:{port}"]
-    cfg.accesslog = None
-    cfg.graceful_timeout = 0.5
-    app = server.streamable_http_app()
-    async with trio.open_nursery() as n:
-        binds = await n.start(partial(serve, app, cfg))
-        print(binds[0] + "/mcp", flush=True)
-
-
 if __name__ == "__main__":
-    trio.run(main, int(sys.argv[1]) if len(sys.argv) > 1 else 0)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `kit`: this runs as a script
+    from kit.mcp_script import serve_http
+
+    trio.run(serve_http, server.streamable_http_app(), int(sys.argv[1]) if len(sys.argv) > 1 else 0)

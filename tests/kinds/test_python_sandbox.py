@@ -5,49 +5,18 @@ a worker with a uid of its own kills every process of that uid)."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import trio
 
 from kit.declared import compiled, env
-from kit.processes import all_gone
+from kit.processes import detaching, gone
 from mcpipe._sandbox import isolation
 from mcpipe.declared import StepPolicy
 from mcpipe.kinds import PythonPolicy
 from mcpipe.tools._base import ToolContext
 
-DETACH = """
-import os, subprocess, time
-subprocess.Popen(["setsid", "sleep", tag], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                 stderr=subprocess.DEVNULL)
-
-def running():
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read() == b"sleep\\0" + tag.encode() + b"\\0":
-                return True
-        except OSError:
-            pass
-    return False
-
-for _ in range(4000):
-    if running():
-        break
-    time.sleep(0.005)
-result = [os.getuid(), os.readlink("/proc/self/ns/pid")]
-"""
-
-
-def _with_cmdline(cmdline: bytes) -> list[int]:
-    found = []
-    for p in os.listdir("/proc"):
-        try:
-            if p.isdigit() and Path(f"/proc/{p}/cmdline").read_bytes() == cmdline:
-                found.append(int(p))
-        except OSError:
-            pass
-    return found
+DETACH = detaching('[os.getuid(), os.readlink("/proc/self/ns/pid")]')
 
 
 @pytest.mark.parametrize(
@@ -65,14 +34,8 @@ async def test_what_a_step_detaches_is_killed_when_it_ends_whatever_the_isolatio
     uid, namespace = out.output
     assert (uid != os.getuid()) == (separate_uid and iso.uid)
     assert (namespace != os.readlink("/proc/self/ns/pid")) == (namespaces and iso.pidns)
-    fds = []
-    for pid in _with_cmdline(b"sleep\0" + tag.encode() + b"\0"):
-        try:
-            fds.append(os.pidfd_open(pid))
-        except ProcessLookupError:
-            pass
     with trio.fail_after(10):
-        await all_gone(fds)
+        await gone(b"sleep\0" + tag.encode() + b"\0")
 
 
 async def test_the_probe_says_what_this_machine_gives_a_worker():

@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-__all__ = ["exec_in", "image_or_skip", "podman", "podman_flags"]
+__all__ = ["exec_in", "image_or_skip", "logged", "podman", "podman_flags"]
 
 
 def podman() -> str:
@@ -56,3 +56,22 @@ async def exec_in(name: str, *command: str) -> subprocess.CompletedProcess[str]:
 
     done = await trio.run_process([podman(), "exec", name, *command], check=False, capture_stdout=True)
     return subprocess.CompletedProcess(done.args, done.returncode, done.stdout.decode(errors="replace"), "")
+
+
+async def logged(container: str, needle: str, times: int = 1) -> None:
+    """Follow the log of the container ``container`` until it says ``needle`` ``times`` times (the caller
+    bounds the wait); fails when the container ends first."""
+    import trio
+
+    follow = [podman(), "logs", "-f", container]
+    proc = await trio.lowlevel.open_process(follow, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    assert proc.stdout is not None
+    seen = b""
+    try:
+        while seen.count(needle.encode()) < times:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, f"{container} ended before saying {needle!r}: {seen.decode(errors='replace')}"
+            seen += chunk
+    finally:
+        proc.kill()
+        await proc.wait()

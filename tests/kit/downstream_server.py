@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from functools import partial
+from pathlib import Path
 
 import anyio
 import trio
@@ -115,22 +115,11 @@ if os.path.exists(os.environ.get("DOWNSTREAM_EXTRA", "/nonexistent")):
         return "extra"
 
 
-async def _serve_http(port: int) -> None:
-    from hypercorn.config import Config
-    from hypercorn.trio import serve
-
-    cfg = Config()
-    cfg.bind = [f"127.0.0.1:{port}"]
-    cfg.accesslog = None
-    cfg.graceful_timeout = 0.5
-    app = server.streamable_http_app()
-    async with trio.open_nursery() as n:
-        binds = await n.start(partial(serve, app, cfg))
-        print(binds[0] + "/mcp", flush=True)
-
-
 if __name__ == "__main__":
     if len(sys.argv) > 2 and sys.argv[1] == "--http":
-        trio.run(_serve_http, int(sys.argv[2]))
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `kit`: this runs as a script
+        from kit.mcp_script import serve_http
+
+        trio.run(serve_http, server.streamable_http_app(), int(sys.argv[2]))
     else:
         anyio.run(server.run_stdio_async, backend="trio")

@@ -84,6 +84,21 @@ async def _body(receive: Any) -> bytes:
             return body
 
 
+def replaying(body: bytes, receive: Any) -> Any:
+    """An ASGI ``receive`` that gives ``body`` (already read by :func:`_body`) once more, then goes on with
+    ``receive``: for a server that looks at a request's body before handing the request on."""
+    sent = False
+
+    async def replay() -> Any:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
+
+
 async def lifespan(receive: Any, send: Any) -> None:
     """Answer an ASGI lifespan scope (for the small servers the tests write)."""
     while True:

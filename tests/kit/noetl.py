@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
 
 UPSTREAM = Path(__file__).resolve().parents[1] / "formats" / "noetl" / "upstream"
@@ -48,7 +48,7 @@ def load(rel: str) -> NoetlPlaybook:
 
 async def run_file(rel: str, args: dict[str, Any] | None = None, events: list[dict[str, Any]] | None = None) -> Any:
     """Run a vendored playbook; answers the tool's answer (``noetl`` holds the run in NoETL's shape)."""
-    tool = PlaybookTool(load(rel))
+    tool = playbook_tool(load(rel))
     return await tool.run(args or {}, on_event=events.append if events is not None else None)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context as McpContext
 
-from kit.llm import _answer, _body, serving
+from kit.llm import _answer, _body, replaying, serving
 
 Verify = Callable[[str], Awaitable[dict[str, Any] | None]]
 """A token -> its claims (``sub``, ``scope``), or None when it does not verify."""
@@ -73,7 +73,7 @@ class RecordingServer:
             record: dict[str, Any] = {"authorization": headers.get("authorization")}
             if scope["method"] == "POST":
                 body = await _body(receive)
-                receive = _replaying(body, receive)
+                receive = replaying(body, receive)
                 try:
                     msg = json.loads(body)
                     record["method"] = msg.get("method")
@@ -106,19 +106,6 @@ class RecordingServer:
             await inner(scope, receive, send)
 
         return app
-
-
-def _replaying(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replay() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 @asynccontextmanager

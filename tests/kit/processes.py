@@ -30,6 +30,55 @@ time.sleep(600)
 """A Python script (``python -c SLEEPER FIFO``): starts a child, writes where both run to FIFO, sleeps."""
 
 
+_DETACH = """
+import os, subprocess, time
+subprocess.Popen(["setsid", "sleep", tag], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                 stderr=subprocess.DEVNULL)
+
+def running():
+    for p in os.listdir("/proc"):
+        try:
+            if p.isdigit() and open(f"/proc/{p}/cmdline", "rb").read() == b"sleep\\0" + tag.encode() + b"\\0":
+                return True
+        except OSError:
+            pass
+    return False
+
+for _ in range(4000):
+    if running():
+        break
+    time.sleep(0.005)
+"""
+
+
+def detaching(result: str) -> str:
+    """A python step's code that starts ``setsid sleep TAG`` (``tag``, an input) detached from itself, waits
+    until it runs, and answers the expression ``result``: what the step leaves behind, to be killed."""
+    return f"{_DETACH}result = {result}\n"
+
+
+def cmdline(pid: int) -> bytes:
+    """The command line of ``pid`` as ``/proc`` has it (NUL-separated); empty once it has gone."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+def with_cmdline(line: bytes) -> list[int]:
+    """The pids of the processes whose command line is ``line`` (``b"sleep\\0600\\0"``)."""
+    return [int(p) for p in os.listdir("/proc") if p.isdigit() and cmdline(int(p)) == line]
+
+
+async def gone(line: bytes) -> None:
+    """Wait until every process with command line ``line`` has exited (the caller bounds the wait)."""
+    fds = []
+    for pid in with_cmdline(line):
+        with contextlib.suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))
+    await all_gone(fds)
+
+
 def in_namespace(link: str) -> list[int]:
     """The pids (as seen here) of the processes whose PID namespace is ``link`` (``pid:[INODE]``)."""
     found = []

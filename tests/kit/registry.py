@@ -26,7 +26,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from kit.llm import _answer, _body, lifespan
+from kit.llm import _answer, _body, lifespan, replaying
 
 OFFICIAL = "io.modelcontextprotocol.registry/official"
 
@@ -176,7 +176,7 @@ class Upstream:
             body = b""
             if scope["method"] == "POST":
                 body = await _body(receive)
-                receive = _replaying(body, receive)
+                receive = replaying(body, receive)
                 try:
                     headers["method"] = json.loads(body).get("method", "")
                 except (ValueError, AttributeError):
@@ -185,19 +185,6 @@ class Upstream:
             await inner({**scope, "path": "/mcp", "raw_path": b"/mcp"}, receive, send)
 
         return app
-
-
-def _replaying(body: bytes, receive: Any) -> Any:
-    sent = False
-
-    async def replay() -> Any:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": False}
-        return await receive()
-
-    return replay
 
 
 def calls(upstream: Upstream) -> list[dict[str, str]]:

@@ -30,6 +30,18 @@ def make_config(environ: dict[str, str] | None = None, **doc: Any) -> Config:
     return parse_config(json.dumps(doc), "json", environ=environ or {})
 
 
+async def self_signed(directory: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 (valid a day) and its key, made by openssl in ``directory``: for the tests'
+    HTTPS servers."""
+    cert, key = directory / "server.crt", directory / "server.key"
+    await trio.run_process(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+        capture_stdout=True, capture_stderr=True,
+    )  # fmt: skip
+    return cert, key
+
+
 def stdio_downstream(**extra: Any) -> dict[str, Any]:
     return {"command": sys.executable, "args": [DOWNSTREAM], **extra}
 

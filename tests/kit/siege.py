@@ -109,9 +109,10 @@ async def serve_process(
             preexec_fn=limit,
         )
     try:
-        marker = "serving MCP at "
+        # Ready, and past the import of what calls use (done beside the first calls, which would wait on it).
+        marker, warmed = "serving MCP at ", "loaded the call path in "
         with trio.fail_after(60):
-            while marker not in (text := log.read_text(errors="replace")):
+            while marker not in (text := log.read_text(errors="replace")) or warmed not in text:
                 if proc.poll() is not None:
                     raise RuntimeError(f"the server exited: {text}")
                 await trio.sleep(0.05)

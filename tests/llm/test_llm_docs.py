@@ -18,8 +18,9 @@ from mcp import Client
 
 from kit.llm import BROKEN, fake_api, fake_openai, text
 from mcpipe.config import parse, parse_config
+from mcpipe.formats import format_sources
+from mcpipe.formats.noetl import compile_playbook, load_playbook, playbook_tool
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -68,7 +69,7 @@ async def test_every_playbook_in_the_doc_compiles_and_gives_its_answer(block: st
             models = Models({m["name"]: ModelConfig(base_url=fake.url) for m in raw["mcp"]["models"]})
             pb, problems = compile_playbook(raw, models=models)
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run(comment(block, "input"))
+            answer = await playbook_tool(pb).run(comment(block, "input"))
     assert answer["ok"], answer["error"]
     assert answer["answer"] == comment(block, "answer")
     assert len(fake.requests) == len(said)
@@ -95,7 +96,7 @@ def test_the_docs_serving_config_loads_with_its_playbooks(tmp_path: Path) -> Non
     cfg = loaded.config
     assert msgspec.to_builtins(cfg.playbooks) == ["playbooks/*.yaml", {"files": "nightly/*.yaml", "background": True}]
     assert "gpt-4o" in cfg.models
-    (served,) = loaded.model_sources()
+    (served,) = format_sources(loaded.context())
     queued = {t.name for t in served if t.background}
     assert queued == {"support_answer"} and len(list(served)) == len(PLAYBOOK_BLOCKS)
 

@@ -16,9 +16,9 @@ from mcp import Client
 
 from kit.llm import BROKEN, LOOKUPS, Sampler, fake_api, fake_openai, http_error, lookup_playbook, text, tool_call
 from mcpipe.config import ConfigError, parse_config
-from mcpipe.declared import HttpPolicy, StepPolicy
+from mcpipe.declared import HttpPolicy, PlanTool, StepPolicy
+from mcpipe.formats.noetl import compile_playbook, load_playbook, playbook_tool
 from mcpipe.models import ModelConfig, Models
-from mcpipe.playbooks import PlaybookTool, compile_playbook, load_playbook
 from mcpipe.server import open_app
 
 pytestmark = [
@@ -32,12 +32,12 @@ WAIT_S = 15
 LOCAL = StepPolicy(http=HttpPolicy(allowed_hosts=["127.0.0.1"]))
 
 
-def research(model_url: str, api_url: str) -> PlaybookTool:
+def research(model_url: str, api_url: str) -> PlanTool:
     raw = yaml.safe_load(RESEARCH.read_text())
     raw["workload"]["api"] = api_url
     pb, problems = compile_playbook(raw, models=Models({"gpt-4o": ModelConfig(base_url=model_url)}), policy=LOCAL)
     assert problems == [] and pb is not None
-    return PlaybookTool(pb)
+    return playbook_tool(pb)
 
 
 async def test_a_resource_a_tool_and_a_turn_run_end_to_end_with_their_events_in_order() -> None:
@@ -103,7 +103,7 @@ async def test_a_turn_with_an_output_schema_answers_its_parsed_json_after_a_retr
         async with fake_openai(text("Oslo"), text("city: Oslo"), text('{"city": "Oslo"}')) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({"who": "Ann"})
+            answer = await playbook_tool(pb).run({"who": "Ann"})
     assert answer["ok"] and answer["answer"] == {"city": "Oslo"}
     assert fake.requests[1]["messages"][0]["content"] == "Oslo\n\nAs JSON, please."
     assert "not valid JSON" in fake.requests[2]["messages"][-1]["content"]
@@ -128,7 +128,7 @@ async def test_a_template_cannot_reach_python_internals() -> None:
     }
     pb, _ = compile_playbook(doc)
     assert pb is not None
-    answer = await PlaybookTool(pb).run({})
+    answer = await playbook_tool(pb).run({})
     assert not answer["ok"] and "refused by the sandbox" in answer["error"]
 
 
@@ -219,7 +219,7 @@ async def test_a_workflow_chains_a_workbook_action_and_a_turn() -> None:
         async with fake_openai(text("done")) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({"n": 3}, on_event=events.append)
+            answer = await playbook_tool(pb).run({"n": 3}, on_event=events.append)
     assert answer["ok"] and answer["answer"] == "done"
     started = [e["id"] for e in events if e["type"] == "step_started"]
     assert started == ["task_fetch", "resource_facts", "turn_say"]
@@ -497,7 +497,7 @@ async def test_actions_are_declared_step_kinds_with_their_fields_and_jinja_templ
             doc = kinds_doc(api.url, **resource)
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}), policy=LOCAL)
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({"q": "ab"})
+            answer = await playbook_tool(pb).run({"q": "ab"})
     assert answer["ok"], answer["error"]
     assert answer["steps"]["resource_r"]["output"] == {
         "method": "POST",
@@ -528,7 +528,7 @@ async def test_a_rendered_url_off_the_allowlist_is_refused_at_run_time() -> None
     pb, problems = compile_playbook(doc, policy=StepPolicy(http=HttpPolicy(allowed_hosts=["localhost"])))
     assert pb is not None, problems
     with trio.fail_after(WAIT_S):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     assert not answer["ok"] and answer["error_code"] == "FORBIDDEN"
     assert "mcp.resources[0]: host 'localhost' resolves to 127.0.0.1, a loopback address" in answer["error"]
 
@@ -539,7 +539,7 @@ async def test_a_cel_transform_action_reads_the_pipeline_environment() -> None:
         async with fake_openai(text("ok")) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({"n": 21})
+            answer = await playbook_tool(pb).run({"n": 21})
     assert answer["ok"] and answer["steps"]["resource_r"]["output"] == 42
     assert fake.requests[0]["messages"][0]["content"] == "Resource r:\n42"
 
@@ -599,7 +599,7 @@ async def test_parallel_tool_calls_run_a_rounds_calls_at_once_and_answer_in_the_
         async with fake_openai(two_calls(("first", "a"), ("second", "b")), text("both done")) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb, registry=registry).run({})
+            answer = await playbook_tool(pb, registry=registry).run({})
     assert answer["ok"] and answer["answer"] == "both done"
     results = fake.requests[1]["messages"][-2:]
     assert [(m["tool_call_id"], m["content"]) for m in results] == [("a", "released"), ("b", "go")]
@@ -629,7 +629,7 @@ async def test_templates_render_prompts_but_never_caller_text_and_cannot_blow_up
         async with fake_openai(text("ok")) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({"q": "{{ 1 + 1 }}"})
+            answer = await playbook_tool(pb).run({"q": "{{ 1 + 1 }}"})
     if answer["ok"]:
         assert fake.requests[0]["messages"][0]["content"] == expected  # the caller's text stays text
     else:
@@ -649,8 +649,8 @@ async def test_secrets_come_from_mcpipe_secret_variables_and_a_missing_one_is_na
             pb, _ = compile_playbook(kinds_doc(api.url, type="http", spec=spec), models=models, policy=LOCAL)
             bad, _ = compile_playbook(kinds_doc(api.url, type="http", spec=missing), models=models, policy=LOCAL)
             assert pb is not None and bad is not None
-            ok = await PlaybookTool(pb).run({})
-            failed = await PlaybookTool(bad).run({})
+            ok = await playbook_tool(pb).run({})
+            failed = await playbook_tool(bad).run({})
     assert ok["ok"] and ok["steps"]["resource_r"]["output"]["authorization"] == "Bearer s3cret"
     assert not failed["ok"] and failed["error_code"] == "INTERPOLATION_FAILED"
     assert "mcp.resources[0].spec" in failed["error"] and "'other'" in failed["error"]
@@ -669,8 +669,8 @@ async def test_a_call_argument_overrides_the_workload_value_of_the_same_name() -
         async with fake_openai(text("a"), text("b")) as fake:
             pb, _ = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None
-            await PlaybookTool(pb).run({})
-            await PlaybookTool(pb).run({"topic": "refunds", "unrelated": 1})
+            await playbook_tool(pb).run({})
+            await playbook_tool(pb).run({"topic": "refunds", "unrelated": 1})
     assert [r["messages"][0]["content"] for r in fake.requests] == ["billing/kind", "refunds/kind"]
 
 
@@ -745,7 +745,7 @@ async def test_arguments_off_a_tools_input_schema_are_sent_back_without_running_
         async with fake_openai(*script) as fake:
             pb, problems = compile_playbook(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            answer = await PlaybookTool(pb).run({}, on_event=events.append)
+            answer = await playbook_tool(pb).run({}, on_event=events.append)
     assert answer["ok"] and answer["answer"] == "6"
     refused = fake.requests[1]["messages"][-1]["content"]
     assert refused.startswith("not called: the arguments do not match the tool's input schema (n: 'three' is not")
@@ -773,7 +773,7 @@ async def test_templates_read_the_mcp_section_as_seed_004_writes_it() -> None:
         async with fake_openai(text("ok")) as fake:
             pb, problems = compile_playbook(doc, models=Models({"gpt-4o": ModelConfig(base_url=fake.url)}))
             assert pb is not None, problems
-            assert (await PlaybookTool(pb).run({}))["ok"]
+            assert (await playbook_tool(pb).run({}))["ok"]
     assert fake.requests[0]["messages"][0]["content"] == "gpt-4o may use search_docs"
 
 

@@ -3,31 +3,14 @@ by status, tool, principal and time, newest first, paged by cursor without repea
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
-from kit.redis import redis_url as redis_server
+from kit.queues import KINDS, running_queue
+from kit.redis import redis_url
 from mcpipe.store import RunQueue, open_queue
-
-
-@asynccontextmanager
-async def _queue(kind: str, tmp_path: Path, **options: Any) -> AsyncIterator[RunQueue]:
-    async with trio.open_nursery() as nursery:
-        if kind == "sqlite":
-            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02, **options)
-            await nursery.start(queue.run)
-            yield queue
-        else:
-            async with redis_server(tmp_path) as url:
-                queue = open_queue(url, prefix="t", **options)
-                await nursery.start(queue.run)
-                yield queue
-        nursery.cancel_scope.cancel()
 
 
 async def _fill(q: RunQueue) -> list[str]:
@@ -56,10 +39,10 @@ async def _all_pages(q: RunQueue, **filters: Any) -> list[str]:
     raise AssertionError("the pages never ended")
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "redis"])
+@pytest.mark.parametrize("kind", KINDS)
 async def test_pages_of_runs_are_newest_first_filtered_and_cursor_paged_without_repeats(kind, tmp_path):
     with trio.fail_after(30):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             ids = await _fill(q)
             everything = await _all_pages(q)
             pipes = await _all_pages(q, target="mcp_pipe")
@@ -91,3 +74,46 @@ async def test_pages_of_runs_are_newest_first_filtered_and_cursor_paged_without_
         assert counts == {"queued": 8, "completed": 2, "failed": 2}
     else:
         assert counts == {"queued": 8, "finished": 4}
+
+
+async def test_a_redis_page_looks_only_at_the_runs_of_its_filters_facet_and_older_runs_get_facets_once(tmp_path):
+    """A rare tool, principal or status among many runs is found without looking at the others (``scanned``):
+    the page reads the smallest facet its filters name; runs enqueued before there were facets get theirs the
+    first time a page is asked for."""
+    import coredis
+
+    async def rare(q: RunQueue) -> list[tuple[list[str], int]]:
+        out = []
+        for filters in ({"target": "nightly"}, {"principals": ("b",)}, {"status": "completed"},
+                        {"target": "nightly", "status": "queued"}, {"target": "nope"}):  # fmt: skip
+            page = await q.page(limit=50, **filters)
+            out.append(([r.id for r in page.runs], page.scanned))
+        return out
+
+    with trio.fail_after(60):
+        async with redis_url(tmp_path) as url, trio.open_nursery() as nursery:
+            q = open_queue(url, prefix="t")
+            await nursery.start(q.run)
+            for i in range(3):
+                await q.enqueue("nightly", {}, principal="b", run_id=f"n{i}")
+            for i in range(200):
+                await q.enqueue("report", {}, principal="a", run_id=f"r{i}")
+            got = await q.lease("w", 30, 0)  # the oldest: n0
+            assert got is not None and got.id == "n0"
+            await q.finish(got.id, "w", "completed", {"content": []})
+            with_facets = await rare(q)
+            raw: coredis.Redis[str] = coredis.Redis.from_url(url, decode_responses=True)
+            async with raw:
+                facets = sorted(await raw.smembers("t:runs:facets"))
+                await raw.delete([*facets, "t:runs:facets", "t:runs:facets:v1"])  # as before there were facets
+            again = open_queue(url, prefix="t")
+            await nursery.start(again.run)
+            backfilled = await rare(again)
+            nursery.cancel_scope.cancel()
+    expected = [(["n2", "n1", "n0"], 3), (["n2", "n1", "n0"], 3), (["n0"], 1), (["n2", "n1"], 3), ([], 0)]
+    assert with_facets == expected
+    assert backfilled == expected
+    assert facets == [
+        "t:runs:by:principal:a", "t:runs:by:principal:b", "t:runs:by:status:completed", "t:runs:by:status:queued",
+        "t:runs:by:status:running", "t:runs:by:target:nightly", "t:runs:by:target:report",
+    ]  # fmt: skip

@@ -3,42 +3,20 @@ runs out, recorded steps, compare-and-set finishing, cancelling, events."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
-from pathlib import Path
-from typing import Any
-
 import pytest
 import trio
 
+from kit.queues import KINDS, running_queue
 from kit.redis import redis_url as redis_server
 from mcpipe.store import RunQueue, RunRefused, open_queue
 from mcpipe.store._redis_runs import RedisRunQueue
 from mcpipe.store._sqlite import SqliteRunQueue
 
 
-@asynccontextmanager
-async def _queue(kind: str, tmp_path: Path, **options: Any) -> AsyncIterator[RunQueue]:
-    async with trio.open_nursery() as nursery:
-        if kind == "sqlite":
-            queue = open_queue(str(tmp_path / "runs.sqlite3"), poll_s=0.02, **options)
-            await nursery.start(queue.run)
-            yield queue
-        else:
-            async with redis_server(tmp_path) as url:
-                queue = open_queue(url, prefix="t", **options)
-                await nursery.start(queue.run)
-                yield queue
-        nursery.cancel_scope.cancel()
-
-
-KINDS = ["sqlite", "redis"]
-
-
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_run_is_leased_once_recorded_and_finished_once_by_its_worker(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             info = await q.enqueue("mcp_pipe", {"steps": []}, principal="p", run_id="r1", by="srv")
             got = await q.lease("w1", 30, 1)
             assert got is not None and got.id == "r1" and got.status == "running" and got.attempts == 1
@@ -62,7 +40,7 @@ async def test_a_run_is_leased_once_recorded_and_finished_once_by_its_worker(kin
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_dead_workers_run_is_taken_over_after_its_lease_with_its_recorded_steps(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             assert await q.lease("dead", 0.3, 1) is not None
             await q.save("r1", "dead", {"a": {"ok": True}}, [])
@@ -81,7 +59,7 @@ async def test_a_dead_workers_run_is_taken_over_after_its_lease_with_its_recorde
 @pytest.mark.parametrize("kind", KINDS)
 async def test_cancel_ends_a_queued_run_at_once_and_flags_a_running_one_for_its_worker(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             await q.enqueue("mcp_pipe", {}, run_id="queued")
             queued = await q.cancel("queued")
             assert await q.lease("w1", 30, 0.05) is None  # a cancelled run is never leased
@@ -100,7 +78,7 @@ async def test_cancel_ends_a_queued_run_at_once_and_flags_a_running_one_for_its_
 @pytest.mark.parametrize("kind", KINDS)
 async def test_events_wait_for_the_next_event_and_follow_from_a_cursor(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             first = await q.events("r1")
             async with trio.open_nursery() as nursery:
@@ -122,7 +100,7 @@ async def test_a_run_waiting_for_input_is_requeued_once_every_question_is_answer
         "b": {"key": "both.b", "kind": "elicitation", "request": {"method": "elicitation/create"}},
     }
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             await q.enqueue("multi_input", {}, run_id="r1", meta={"capabilities": {"elicitation": {}}})
             assert await q.lease("w1", 30, 1) is not None
             assert not await q.suspend("r1", "w2", pending)  # not w2's run
@@ -164,7 +142,7 @@ async def test_a_finished_run_keeps_its_answer_once_and_drops_its_recorded_steps
 
     answer = pipe_envelope({"ok": True, "result": "x" * 1000, "steps": {}})
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path) as q:
+        async with running_queue(kind, tmp_path) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             assert await q.lease("w1", 30, 1) is not None
             await q.save("r1", "w1", {"a": {"ok": True, "output": "y" * 1000}}, [])
@@ -178,7 +156,7 @@ async def test_a_finished_run_keeps_its_answer_once_and_drops_its_recorded_steps
 @pytest.mark.parametrize("kind", KINDS)
 async def test_arguments_or_an_answer_past_max_run_bytes_are_refused_or_kept_as_an_error(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_run_bytes=4096) as q:
+        async with running_queue(kind, tmp_path, max_run_bytes=4096) as q:
             too_big = r"arguments are 50\d\d bytes; .* at most 4096 \(\[runs\] max_run_bytes\)"
             with pytest.raises(RunRefused, match=too_big):
                 await q.enqueue("mcp_pipe", {"vars": {"v": "x" * 5000}})
@@ -195,7 +173,7 @@ async def test_arguments_or_an_answer_past_max_run_bytes_are_refused_or_kept_as_
 @pytest.mark.parametrize("kind", KINDS)
 async def test_the_queue_drops_the_oldest_finished_runs_past_max_runs_and_max_bytes(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_runs=3, max_bytes=20_000) as q:
+        async with running_queue(kind, tmp_path, max_runs=3, max_bytes=20_000) as q:
             for i in range(6):
                 await q.enqueue("mcp_pipe", {"i": i}, run_id=f"r{i}")
                 assert await q.lease("w", 30, 1) is not None
@@ -218,7 +196,7 @@ async def test_the_queue_drops_the_oldest_finished_runs_past_max_runs_and_max_by
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_once_one_has_finished(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_runs=2) as q:
+        async with running_queue(kind, tmp_path, max_runs=2) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             await q.enqueue("mcp_pipe", {}, run_id="r2")
             with pytest.raises(RunRefused) as refused:
@@ -237,7 +215,7 @@ async def test_a_queue_full_of_live_runs_refuses_a_new_one_and_takes_it_once_one
 @pytest.mark.parametrize("kind", KINDS)
 async def test_one_principal_cannot_have_more_live_runs_than_its_quota_and_others_still_can(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_runs=10, max_runs_per_principal=3) as q:
+        async with running_queue(kind, tmp_path, max_runs=10, max_runs_per_principal=3) as q:
             for i in range(3):
                 await q.enqueue("mcp_pipe", {}, principal="mallory", run_id=f"m{i}")
             with pytest.raises(RunRefused) as refused:
@@ -256,7 +234,7 @@ async def test_one_principal_cannot_have_more_live_runs_than_its_quota_and_other
 @pytest.mark.parametrize("kind", KINDS)
 async def test_one_principals_live_runs_are_bounded_in_bytes(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_bytes_per_principal=10_000) as q:
+        async with running_queue(kind, tmp_path, max_bytes_per_principal=10_000) as q:
             await q.enqueue("mcp_pipe", {"v": "x" * 6000}, principal="mallory")
             with pytest.raises(RunRefused, match=r"\(\[runs\] max_bytes_per_principal\)"):
                 await q.enqueue("mcp_pipe", {"v": "x" * 6000}, principal="mallory")
@@ -274,7 +252,7 @@ async def _park(q: RunQueue, run_id: str, principal: str) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_run_waiting_for_input_past_parked_ttl_fails_and_frees_its_principals_room(kind, tmp_path):
     with trio.fail_after(20):
-        async with _queue(kind, tmp_path, max_runs_per_principal=2, parked_ttl_s=0.5) as q:
+        async with running_queue(kind, tmp_path, max_runs_per_principal=2, parked_ttl_s=0.5) as q:
             await _park(q, "a", "mallory")
             await _park(q, "b", "mallory")
             with pytest.raises(RunRefused):
@@ -329,7 +307,7 @@ async def test_parked_runs_past_their_time_expire_when_a_server_starts_again(kin
 @pytest.mark.parametrize("kind", KINDS)
 async def test_a_runs_events_are_bounded_in_count_and_bytes_and_charged_to_it(kind, tmp_path):
     with trio.fail_after(30):
-        async with _queue(kind, tmp_path, max_run_events=50, max_run_bytes=64 * 1024) as q:
+        async with running_queue(kind, tmp_path, max_run_events=50, max_run_bytes=64 * 1024) as q:
             await q.enqueue("mcp_pipe", {}, run_id="r1")
             assert await q.lease("w", 30, 1) is not None
             before = (await q.usage())[1]

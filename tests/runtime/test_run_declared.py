@@ -11,7 +11,7 @@ from mcpipe import Template
 from mcpipe.compile import CompiledSpec, Limits, compile_spec
 from mcpipe.declared import StepScope, compile_steps
 from mcpipe.plan import Pipeline
-from mcpipe.runtime import run_compiled, run_pipeline
+from mcpipe.runtime import inline_tool_calls, run_compiled, run_pipeline
 
 
 def plan_of(raw: list[dict[str, Any]], tools: Any = None, timeout_ms: float | None = None) -> CompiledSpec:
@@ -192,3 +192,27 @@ async def test_a_tool_the_caller_may_not_call_stops_the_run_before_any_step(tool
         }
     ]
     assert probe.log == []
+
+
+def test_a_list_of_tool_steps_alone_names_its_tools_as_inline_calls(tools):
+    plain = [
+        {"kind": "tool", "id": "a", "tool": "echo", "args": {"value": 1}},
+        {"kind": "tool", "id": "b", "tool": "echo", "args": {"value": "${steps.a.output}"}},
+    ]
+    assert inline_tool_calls(plan_of(plain, tools)) == ("echo", "echo")
+    assert inline_tool_calls(compile_spec({"steps": [{"tool": "echo", "args": {}}]}, tools=tools)) == ("echo",)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"kind": "tool", "id": "c", "tool": "echo", "when": "true"},
+        {"kind": "tool", "id": "c", "tool": "echo", "timeout_ms": 100},
+        {"kind": "value", "id": "c", "value": 1},
+        {"kind": "pipe", "id": "c", "steps": [{"kind": "tool", "id": "d", "tool": "echo"}]},
+    ],
+)
+def test_a_list_with_anything_but_plain_tool_steps_has_no_inline_calls(tools, extra):
+    steps = [{"kind": "tool", "id": "a", "tool": "echo", "args": {"value": 1}}, extra]
+    assert inline_tool_calls(plan_of(steps, tools)) is None
+    assert inline_tool_calls(plan_of(steps[:1], tools, timeout_ms=100)) is None

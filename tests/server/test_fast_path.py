@@ -11,7 +11,7 @@ import pytest
 import trio
 
 from kit.audit import WatchedAudit
-from kit.servers import http_server, running
+from kit.servers import http_server, make_config, running
 from kit.tools import BLOCKED
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import _fast as fast_module
@@ -162,3 +162,46 @@ async def test_a_long_answer_on_the_lean_path_becomes_an_sse_stream_with_keep_al
         r = await http.post(url, content=body, headers=headers("slow"))
     assert r.headers["content-type"].startswith("text/event-stream") and ": ping" in r.text
     assert _result(r)["result"]["content"] == [{"type": "text", "text": "done"}] and served == [True]
+
+
+SYNC_STEPS = {
+    "name": "echo_twice",
+    "steps": [
+        {"kind": "tool", "id": "a", "tool": "echo", "args": {"value": "${args.v}"}},
+        {"kind": "tool", "id": "b", "tool": "echo", "args": {"value": "${steps.a.output.value}"}},
+    ],
+}
+
+
+async def test_a_declared_pipeline_of_synchronous_tool_steps_answers_inline_as_the_sdk_path_does(served):
+    # No task watches such a call on the lean path (it runs inline, as a synchronous Python tool does).
+    answers = []
+    for fast in (True, False):
+        cfg = make_config(pipelines=[SYNC_STEPS])
+        async with running(cfg) as app, http_server(app, fast_path=fast) as url, httpx2.AsyncClient() as http:
+            r = await http.post(url, content=orjson.dumps(call("echo_twice", {"v": 3})), headers=headers("echo_twice"))
+            answers.append((r.status_code, _result(r)))
+    assert served == [True]
+    assert answers[0] == answers[1] and answers[0][1]["result"]["structuredContent"] == {"value": 3}
+
+
+async def test_a_declared_pipeline_with_a_step_that_yields_is_still_cancelled_when_its_client_leaves(served):
+    audit = WatchedAudit()
+    started = BLOCKED["declared"] = trio.Event()
+    pipeline = {"name": "echo_then_block", "steps": [*SYNC_STEPS["steps"][:1]]}
+    pipeline["steps"].append({"kind": "tool", "id": "b", "tool": "block", "args": {"tag": "declared"}})
+    body = orjson.dumps(call("echo_then_block", {"v": 1}))
+    cfg = make_config(python_tools=["kit.tools:test_tools"], pipelines=[pipeline])
+    async with running(cfg, audit=audit) as app, http_server(app) as url:
+        with trio.fail_after(10):
+            async with httpx2.AsyncClient() as http, trio.open_nursery() as nursery:
+                nursery.start_soon(lambda: http.post(url, content=body, headers=headers("echo_then_block")))
+                await started.wait()
+                nursery.cancel_scope.cancel()
+            records = await audit.until(lambda rs: any(r["tool"] == "echo_then_block" for r in rs))
+    assert [(r["tool"], r["error_code"]) for r in records] == [
+        ("echo", None),
+        ("block", "CANCELLED"),
+        ("echo_then_block", "CANCELLED"),
+    ]
+    assert served == [True]

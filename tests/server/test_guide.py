@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
 import trio
+import yaml
 from mcp import Client
 
 from kit.clients import bearer_client
@@ -32,6 +34,9 @@ pytestmark = [
 ERAS = ["legacy", "2026-07-28"]
 DEFAULT = msgspec.structs.replace(DEFAULT_CONFIG, audit=AuditConfig(enabled=False))
 """The embedded default (`mcpipe serve` with no config), without its audit file."""
+ROOT = Path(__file__).resolve().parents[2]
+PLAYBOOK = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0" / "conditional_flow.yaml"
+DECLARED = ROOT / "examples" / "declared" / "order_summary.yaml"
 
 
 def json_blocks(markdown: str) -> list[Any]:
@@ -139,3 +144,56 @@ async def test_without_mcp_pipe_there_is_no_guide():
     async with open_app(config) as app, Client(app.server) as client:
         with pytest.raises(Exception, match="Method not found"):
             await client.list_prompts()
+
+
+async def test_each_declared_pipeline_and_playbook_has_a_guide_resource_with_its_mermaid_drawing_for_its_callers(
+    monkeypatch, tmp_path, capsys
+):
+    """A client reads a declared pipeline's (and a NoETL playbook's) guide resource over HTTP: what it is, its
+    arguments, and its plan as a ```mermaid block, the drawing ``mcpipe explain --format mermaid`` makes; a caller
+    that may not call the pipeline neither lists nor reads it."""
+    from mcpipe.cli import main
+    from mcpipe.config import load_config
+    from mcpipe.server._guide import PIPELINE_GUIDE
+
+    monkeypatch.setenv("TOKEN_ALICE", "alice-secret")
+    monkeypatch.setenv("TOKEN_BOB", "bob-secret")
+    doc = {
+        "audit": {"enabled": False},
+        "auth": {
+            "tokens": [
+                {"env": "TOKEN_ALICE", "principal": "alice", "tools": ["mcp_pipe", "order_summary"]},
+                {"env": "TOKEN_BOB", "principal": "bob", "tools": ["*"]},
+            ]
+        },
+        "outbound": {"commands": {"sh": "/bin/sh"}},
+        "pipelines": yaml.safe_load(DECLARED.read_text())["pipelines"],
+        "playbooks": [{"files": str(PLAYBOOK)}],
+    }
+    path = tmp_path / "mcpipe.json"
+    path.write_text(json.dumps(doc))
+    drawn = {}
+    for name in ("order_summary", "conditional_flow_example"):
+        assert main(["explain", "--config", str(path), "--pipeline", name, "--format", "mermaid"]) == 0
+        drawn[name] = capsys.readouterr().out
+    pipeline_uri, playbook_uri = PIPELINE_GUIDE + "order_summary", PIPELINE_GUIDE + "conditional_flow_example"
+    with trio.fail_after(60):
+        async with open_app(load_config(str(path))) as app, http_server(app) as url:
+            async with bearer_client(url, "alice-secret") as client:
+                alice = {str(r.uri): r for r in (await client.list_resources()).resources}
+                guide = (await client.read_resource(pipeline_uri)).contents[0]
+                with pytest.raises(Exception, match="Resource not found"):
+                    await client.read_resource(playbook_uri)  # not hers to call: not hers to read
+            async with bearer_client(url, "bob-secret") as client:
+                bob = {str(r.uri) for r in (await client.list_resources()).resources}
+                played = (await client.read_resource(playbook_uri)).contents[0]
+    assert set(alice) == {*GUIDE_RESOURCES, pipeline_uri}
+    assert alice[pipeline_uri].mime_type == "text/markdown" and alice[pipeline_uri].name == "order_summary"
+    assert {*GUIDE_RESOURCES, pipeline_uri, playbook_uri} <= bob
+    for read, name in ((guide, "order_summary"), (played, "conditional_flow_example")):
+        assert read.mime_type == "text/markdown"
+        blocks = re.findall(r"```mermaid\n(.*?)```", read.text, flags=re.S)
+        assert blocks == [drawn[name]], name
+    assert guide.text.startswith("# `order_summary`\n\nTotals and a one-line summary for an order's lines.")
+    assert '"required":["customer","lines"]' in guide.text
+    assert 'subgraph c0["workflow (graph)"]' in played.text

@@ -16,7 +16,7 @@ from mcp.shared.exceptions import MCPError
 
 from kit.servers import everything_downstream, http_server, make_config, running, stdio_downstream
 from mcpipe.config import ConfigError
-from mcpipe.declared import DeclaredPipelineTool
+from mcpipe.declared import PlanTool, is_declared
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext
@@ -298,7 +298,7 @@ async def test_a_declared_tool_step_failing_with_a_downstream_json_rpc_error_kee
             called = await client.call_tool("probe", {})
             piped = await client.call_tool(PIPE_TOOL, {"steps": [{"id": "ask", "tool": "ds.refuse"}]})
             tool = app.gateway.get("probe")
-            assert isinstance(tool, DeclaredPipelineTool)
+            assert isinstance(tool, PlanTool) and is_declared(tool)
             answer = await run_compiled(tool.compiled, app.gateway, context=ToolContext())
     assert called.is_error and "TOOL_FAILED: step 'ask' failed: DownstreamError: " in called.content[0].text
     for step in (answer["steps"]["ask"], piped.structured_content["steps"]["ask"]):

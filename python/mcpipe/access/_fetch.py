@@ -82,21 +82,6 @@ async def fetch(
     Raises:
         FetchError: it could not be made, timed out, or its body was larger than :data:`MAX_BODY_BYTES`.
     """
-    return await _request(
-        method, url, timeout_ms=timeout_ms, allow_private=allow_private, data=data, json=json, headers=headers
-    )
-
-
-async def _request(
-    method: str,
-    url: str,
-    *,
-    timeout_ms: float,
-    allow_private: bool,
-    data: Mapping[str, str] | None = None,
-    json: Any = None,
-    headers: Mapping[str, str] | None = None,
-) -> Fetched:
     import httpx2  # with the first fetch (JWKS, introspection, token exchange)
 
     try:
@@ -136,7 +121,7 @@ async def get_json(url: str, *, timeout_ms: float, allow_private: bool, what: st
     Raises:
         FetchError: it could not be fetched, was not 2xx, or is not JSON.
     """
-    status, _, body = await _request("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
+    status, _, body = await fetch("GET", url, timeout_ms=timeout_ms, allow_private=allow_private)
     if not 200 <= status < 300:
         raise FetchError(f"{what} answered HTTP {status}", status)
     return _json(status, body, what)
@@ -163,7 +148,7 @@ async def post_form(
         FetchError: the endpoint could not be reached, refused (its ``error`` code kept), or did not answer
             a JSON object.
     """
-    status, _, body = await _request(
+    status, _, body = await fetch(
         "POST", url, timeout_ms=timeout_ms, allow_private=allow_private, data=form, headers=headers
     )
     if not 200 <= status < 300:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import trio
 
+from mcpipe.access._claims import identity_from_claims
 from mcpipe.access._config import IntrospectionProvider, MtlsConfig, OidcProvider
 from mcpipe.access._fetch import FetchError, get_json
 from mcpipe.access._introspect import Introspection, Unavailable
@@ -79,28 +80,6 @@ def _header(headers: Headers, name: bytes) -> bytes | None:
         if k.lower() == name:
             return v
     return None
-
-
-def _claim(claims: Any, path: str) -> Any:
-    """A claim by dotted path (``realm_access.roles``); None when absent."""
-    value = claims
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def _strings(claims: Any, paths: Sequence[str]) -> tuple[str, ...]:
-    """Every string the claims at ``paths`` hold: arrays of strings, or space-separated strings (scopes)."""
-    out: list[str] = []
-    for path in paths:
-        value = _claim(claims, path)
-        if isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, str))
-        elif isinstance(value, str):
-            out.extend(value.split())
-    return tuple(out)
 
 
 class JwksCache:
@@ -302,26 +281,8 @@ class _Oidc:
 
     def _identity(self, claims: dict[str, Any], token: str) -> Identity | Rejected:
         cfg = self.cfg
-        subject = _claim(claims, cfg.subject_claim)
-        if not isinstance(subject, str) or not subject.strip():
-            return Rejected(f"missing or empty `{cfg.subject_claim}` claim")
-        attributes = {}
-        for path, name in cfg.attributes.items():
-            value = _claim(claims, path)
-            if isinstance(value, str):
-                attributes[name] = value
-        return Identity(
-            subject=subject,
-            trust="verified",
-            provider="oidc",
-            issuer=cfg.issuer,
-            roles=_strings(claims, cfg.role_claims),
-            groups=_strings(claims, cfg.group_claims),
-            scopes=_strings(claims, cfg.scope_claims),
-            attributes=attributes,
-            claims=claims,
-            token=token,
-        )
+        identity = identity_from_claims(claims, cfg, provider="oidc", token=token, kept=claims)
+        return Rejected(f"missing or empty `{cfg.subject_claim}` claim") if identity is None else identity
 
 
 def _unverified_issuer(token: str) -> str | None:

@@ -24,12 +24,13 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import quote
 
 import trio
 
+from mcpipe.access._claims import identity_from_claims
 from mcpipe.access._config import IntrospectionProvider
 from mcpipe.access._fetch import FetchError, get_json, post_form
 from mcpipe.tools import Identity
@@ -58,28 +59,6 @@ class Unavailable:
 
 Outcome = Identity | str | Unavailable
 """An identity, a refusal (its reason), or :class:`Unavailable`."""
-
-
-def _claim(doc: Any, path: str) -> Any:
-    value = doc
-    for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
-            return None
-        value = value[part]
-    return value
-
-
-def _strings(doc: Any, paths: list[str]) -> tuple[str, ...]:
-    out: list[str] = []
-    for path in paths:
-        value = _claim(doc, path)
-        if isinstance(value, list):
-            out.extend(v for v in value if isinstance(v, str))
-        elif isinstance(value, str):
-            out.extend(value.split())
-        if len(out) >= MAX_LISTED:
-            break
-    return tuple(out[:MAX_LISTED])
 
 
 class _Pending:
@@ -279,26 +258,16 @@ class Introspection:
             listed = [aud] if isinstance(aud, str) else aud if isinstance(aud, list) else []
             if not any(isinstance(a, str) and a in self.audiences for a in listed):
                 return self._refuse(key, "the token's audience is not this resource")
-        subject = _claim(doc, cfg.subject_claim)
-        if not isinstance(subject, str) or not subject.strip():
-            return self._refuse(key, f"the introspection answer has no `{cfg.subject_claim}`")
-        attributes = {}
-        for path, name in cfg.attributes.items():
-            value = _claim(doc, path)
-            if isinstance(value, str):
-                attributes[name] = value
-        identity = Identity(
-            subject=subject,
-            trust="verified",
+        identity = identity_from_claims(
+            doc,
+            cfg,
             provider="introspection",
-            issuer=cfg.issuer,
-            roles=_strings(doc, cfg.role_claims),
-            groups=_strings(doc, cfg.group_claims),
-            scopes=_strings(doc, cfg.scope_claims),
-            attributes=attributes,
-            claims={k: v for k, v in doc.items() if k != "active"},
             token=token,
+            kept={k: v for k, v in doc.items() if k != "active"},
+            limit=MAX_LISTED,
         )
+        if identity is None:
+            return self._refuse(key, f"the introspection answer has no `{cfg.subject_claim}`")
         until = self.clock() + min(cfg.cache_s, exp - now)
         self._keep(key, identity, until)
         return identity

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 import time
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -23,7 +22,10 @@ from mcpipe.access import principal_key
 from mcpipe.config import Config
 from mcpipe.errors import ErrorCode, SpecError
 from mcpipe.gateway import CallError, Gateway
-from mcpipe.plan import Drawing, Pipeline, drawing
+from mcpipe.plan import Pipeline, plan_of
+
+if TYPE_CHECKING:
+    from mcpipe.plan import Drawing
 from mcpipe.results import preview
 from mcpipe.runs import Runs
 from mcpipe.store import TERMINAL, RunEvent, RunInfo, RunRefused
@@ -164,7 +166,6 @@ class ConsoleData:
         self.config_path = config_path
         self.page_size = page_size
         self.sampler = Sampler()
-        self._drawings: OrderedDict[int, tuple[Pipeline, Drawing]] = OrderedDict()
         self._warnings: list[str] | None = None
 
     def viewer(self, identity: Identity | None) -> Viewer:
@@ -245,18 +246,9 @@ class ConsoleData:
         """The drawing of a run's plan, and why there is none (a spec that does not compile, a tool that is no
         pipeline)."""
         plan, why = self._plan(info)
-        if plan is None:
-            return None, why
-        key = id(plan)
-        hit = self._drawings.get(key)
-        if hit is not None and hit[0] is plan:
-            self._drawings.move_to_end(key)
-            return hit[1], None
-        d = drawing(plan)
-        self._drawings[key] = (plan, d)
-        while len(self._drawings) > 256:
-            self._drawings.popitem(last=False)
-        return d, None
+        from mcpipe.plan import drawn  # drawing is loaded with the first run page, not at start
+
+        return (None, why) if plan is None else (drawn(plan), None)
 
     def _plan(self, info: RunInfo) -> tuple[Pipeline | None, str | None]:
         if info.target == PIPE_TOOL:
@@ -274,13 +266,8 @@ class ConsoleData:
         tool = self.app.gateway.get(info.target)
         if tool is None:
             return None, f"tool {info.target!r} is not served now"
-        compiled = getattr(tool, "compiled", None)
-        plan = getattr(compiled, "plan", None)
-        if isinstance(plan, Pipeline):
-            return plan, None
-        playbook = getattr(tool, "playbook", None)
-        plan = getattr(getattr(playbook, "plan", None), "plan", None)
-        if isinstance(plan, Pipeline):
+        plan = plan_of(tool)
+        if plan is not None:
             return plan, None
         return None, f"{info.target!r} is a tool, not a pipeline: its run is one call"
 

@@ -21,6 +21,7 @@ import math
 import os
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, quote, urlencode
@@ -161,6 +162,9 @@ class Console:
         self.signer = signer
         self.env = _environment()
         self.streams = 0
+        resource = app.config.auth.resource
+        self.public_https = resource is not None and (resource.url or "").lower().startswith("https://")
+        """The server's public URL (``auth.resource.url``) is https: the browser reaches it over HTTPS."""
 
     # --- the front ---
 
@@ -190,32 +194,26 @@ class Console:
             viewer = self.data.viewer(None)
         else:
             viewer = None
-        cookie = cookie_header(self.signer.dump(session), secure=_secure(scope), max_age=None) if fresh else None
+        cookie = cookie_header(self.signer.dump(session), secure=self._secure(scope), max_age=None) if fresh else None
         try:
             if api:
                 await self._api(scope, receive, send, viewer, session, by_header)
             else:
-                await self._page(scope, receive, send, viewer, session, cookie)
+                await self._page(_Exchange(scope, receive, send, session, cookie), viewer)
+            return
         except ApiError as exc:
-            if api:
-                await self._answer(send, exc.status, exc.body())
-            else:
-                await self._html(send, exc.status, "error.html", {"error": exc, "viewer": viewer}, session, cookie)
+            err = exc
         except StoreUnavailable as exc:
             err = ApiError(503, "STORE_UNAVAILABLE", str(exc))
-            if api:
-                await self._answer(send, 503, err.body())
-            else:
-                await self._html(send, 503, "error.html", {"error": err, "viewer": viewer}, session, cookie)
         except trio.Cancelled:
             raise
         except Exception:
             _log.exception("console: %s %s failed", method, path)
             err = ApiError(500, "INTERNAL", "the console failed on this request (the server's log says why)")
-            if api:
-                await self._answer(send, 500, err.body())
-            else:
-                await self._html(send, 500, "error.html", {"error": err, "viewer": viewer}, session, cookie)
+        if api:
+            await self._answer(send, err.status, err.body())
+        else:
+            await self._html(send, err.status, "error.html", {"error": err, "viewer": viewer}, cookie)
 
     def _session(self, scope: dict[str, Any]) -> tuple[Session, bool]:
         """The request's session (a new one when it has none or a bad one: then it is sent), a token session
@@ -227,6 +225,19 @@ class Console:
         if session.identity is not None and session.token_digest and session.token_digest not in self.token_digests:
             return Session(session.sid), True
         return session, False
+
+    def _secure(self, scope: dict[str, Any]) -> bool:
+        """Whether the session cookie is ``Secure``: over mcpipe's own HTTPS always; else as ``[console]
+        secure_cookies`` says (unset: when the public URL is https or the request came to a proxy over HTTPS;
+        a forged header only makes a cookie its own sender's browser will not send back over plain HTTP)."""
+        if scope.get("scheme") == "https" or self.cfg.secure_cookies:
+            return True
+        if self.cfg.secure_cookies is False:
+            return False
+        if self.public_https:
+            return True
+        proto = (_header(scope, b"x-forwarded-proto") or "").split(",", 1)[0].strip().lower()
+        return proto == "https" or (_header(scope, b"origin") or "").lower().startswith("https://")
 
     # --- the API ---
 
@@ -319,20 +330,13 @@ class Console:
 
     # --- pages ---
 
-    async def _page(
-        self,
-        scope: dict[str, Any],
-        receive: Receive,
-        send: Send,
-        viewer: Viewer | None,
-        session: Session,
-        cookie: bytes | None,
-    ) -> None:
+    async def _page(self, ex: _Exchange, viewer: Viewer | None) -> None:
+        scope, receive, send, session, cookie = ex.scope, ex.receive, ex.send, ex.session, ex.cookie
         path: str = scope["path"].rstrip("/") or "/"
         method: str = scope["method"]
         query = _query(scope)
         if path == CONSOLE_PREFIX + "/login":
-            await self._login(scope, receive, send, viewer, session, cookie, method, query)
+            await self._login(ex, viewer)
             return
         if viewer is None:
             back = scope["path"] + (f"?{scope['query_string'].decode('latin-1')}" if scope.get("query_string") else "")
@@ -340,7 +344,7 @@ class Console:
             return
         if path == CONSOLE_PREFIX + "/logout" and method == "POST":
             await self._posted(scope, receive, session, needs_token=True)
-            out = cookie_header(self.signer.dump(self.signer.new()), secure=_secure(scope), max_age=None)
+            out = cookie_header(self.signer.dump(self.signer.new()), secure=self._secure(scope), max_age=None)
             await self._redirect(send, f"{CONSOLE_PREFIX}/login", out)
             return
         if method == "POST":
@@ -366,7 +370,7 @@ class Console:
             twin = f"{API_PREFIX}{API_VERSION}/runs" + (f"?{urlencode(query)}" if query else "")
             await self._html(
                 send, 200, "runs.html", {**common, "data": data, "more": more, "stream": stream, "twin": twin},
-                session, cookie,
+                cookie,
             )  # fmt: skip
         elif path.startswith(CONSOLE_PREFIX + "/runs/"):
             run_id = path[len(CONSOLE_PREFIX + "/runs/") :]
@@ -379,13 +383,13 @@ class Console:
             twin = f"{API_PREFIX}{API_VERSION}/runs/{quote(run_id)}"
             await self._html(
                 send, 200, "run.html", {**common, "data": data, "stream": stream, "charts": charts, "twin": twin},
-                session, cookie,
+                cookie,
             )  # fmt: skip
         elif path == CONSOLE_PREFIX + "/servers":
             data = self.data.servers(viewer)
             await self._html(
                 send, 200, "servers.html", {**common, "data": data, "twin": f"{API_PREFIX}{API_VERSION}/servers"},
-                session, cookie,
+                cookie,
             )  # fmt: skip
         elif path == CONSOLE_PREFIX + "/metrics":
             data = self.data.metrics(viewer)
@@ -399,31 +403,18 @@ class Console:
                 send, 200, "metrics.html",
                 {**common, "data": data, "charts": charts, "twin": f"{API_PREFIX}{API_VERSION}/metrics",
                  "stream": f"{API_PREFIX}{API_VERSION}/streams/metrics"},
-                session, cookie,
+                cookie,
             )  # fmt: skip
         else:
             raise ApiError(404, "NOT_FOUND", f"no page {path}")
 
-    async def _login(
-        self,
-        scope: dict[str, Any],
-        receive: Receive,
-        send: Send,
-        viewer: Viewer | None,
-        session: Session,
-        cookie: bytes | None,
-        method: str,
-        query: dict[str, str],
-    ) -> None:
-        nxt = query.get("next") or f"{CONSOLE_PREFIX}/runs"
-        if not nxt.startswith(CONSOLE_PREFIX) or "//" in nxt or "\\" in nxt:
-            nxt = f"{CONSOLE_PREFIX}/runs"  # only back into the console: never a redirect elsewhere
-        if method == "POST":
-            form = await self._posted(scope, receive, session, needs_token=True)
+    async def _login(self, ex: _Exchange, viewer: Viewer | None) -> None:
+        scope, send, session, cookie = ex.scope, ex.send, ex.session, ex.cookie
+        nxt = _into_console(_query(scope).get("next"))
+        if scope["method"] == "POST":
+            form = await self._posted(scope, ex.receive, session, needs_token=True)
             token = (form.get("token") or "").strip()
-            nxt = form.get("next") or nxt
-            if not nxt.startswith(CONSOLE_PREFIX) or "//" in nxt or "\\" in nxt:
-                nxt = f"{CONSOLE_PREFIX}/runs"
+            nxt = _into_console(form.get("next") or nxt)
             found = (
                 await self.identify([(b"authorization", f"Bearer {token}".encode("latin-1", "replace"))])
                 if token
@@ -433,7 +424,7 @@ class Console:
                 ctx = {"viewer": None, "csrf": self.signer.csrf(session), "next": nxt,
                        "failed": "that credential does not verify" if token else "a credential is needed",
                        "needed": self.require_auth, "ttl": self._ttl()}  # fmt: skip
-                await self._html(send, 401, "login.html", ctx, session, cookie)
+                await self._html(send, 401, "login.html", ctx, cookie)
                 return
             expires = time.time() + self.cfg.session_ttl_s
             exp = found.claims.get("exp") if found.claims else None
@@ -442,11 +433,12 @@ class Console:
             digest = token_digest(token) if found.provider == "token" else None
             signed = Session(os.urandom(16).hex(), found, expires, digest)
             age = int(max(1, expires - time.time()))
-            await self._redirect(send, nxt, cookie_header(self.signer.dump(signed), secure=_secure(scope), max_age=age))
+            out = cookie_header(self.signer.dump(signed), secure=self._secure(scope), max_age=age)
+            await self._redirect(send, nxt, out)
             return
         page: dict[str, Any] = {"viewer": viewer, "csrf": self.signer.csrf(session), "next": nxt, "failed": None,
                                 "needed": self.require_auth, "ttl": self._ttl()}  # fmt: skip
-        await self._html(send, 200, "login.html", page, session, cookie)
+        await self._html(send, 200, "login.html", page, cookie)
 
     def _ttl(self) -> str:
         hours = self.cfg.session_ttl_s / 3600
@@ -557,9 +549,7 @@ class Console:
         await send({"type": "http.response.start", "status": status, "headers": headers + _SECURITY})
         await send({"type": "http.response.body", "body": text})
 
-    async def _html(
-        self, send: Send, status: int, name: str, ctx: dict[str, Any], session: Session, cookie: bytes | None
-    ) -> None:
+    async def _html(self, send: Send, status: int, name: str, ctx: dict[str, Any], cookie: bytes | None) -> None:
         page = self.env.get_template(name).render(
             prefix=CONSOLE_PREFIX, api=f"{API_PREFIX}{API_VERSION}", name_of_server=self.data.app.config.name, **ctx
         )
@@ -590,6 +580,24 @@ class Console:
         await send({"type": "http.response.body", "body": data})
 
 
+@dataclass(frozen=True, slots=True)
+class _Exchange:
+    """One page request: its ASGI scope and channels, its session, and the cookie to set (None: none)."""
+
+    scope: dict[str, Any]
+    receive: Receive
+    send: Send
+    session: Session
+    cookie: bytes | None
+
+
+def _into_console(nxt: str | None) -> str:
+    """Where sign-in sends a browser back: a console page, never elsewhere (an open redirect)."""
+    if not nxt or not nxt.startswith(CONSOLE_PREFIX) or "//" in nxt or "\\" in nxt:
+        return f"{CONSOLE_PREFIX}/runs"
+    return nxt
+
+
 class _closing:
     """``async with _closing(agen) as agen``: the generator is closed however the block ends."""
 
@@ -607,11 +615,6 @@ def _default(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return str(value)
-
-
-def _secure(scope: dict[str, Any]) -> bool:
-    """Whether the request came over HTTPS (the session cookie is then ``Secure``)."""
-    return scope.get("scheme") == "https"
 
 
 def _header(scope: dict[str, Any], name: bytes) -> str | None:

@@ -160,38 +160,21 @@ class Sampler:
             return {k: v - (b or {}).get(k, 0.0) for k, v in a.items()}
 
         calls = delta(now.calls, base.calls if base else None)
-        tools: dict[str, dict[str, Any]] = {}
-        for (tool, outcome), n in calls.items():
-            row = tools.setdefault(tool, {"tool": tool, "calls": 0.0, "errors": 0.0})
-            row["calls"] += n
-            if outcome != "ok":
-                row["errors"] += n
+        tools = _by(calls, "tool")
         for tool, row in tools.items():
-            b = _minus(now.buckets.get(tool, []), base.buckets.get(tool) if base else None)
-            row["p50_ms"] = _ms(quantile(b, 0.5))
-            row["p99_ms"] = _ms(quantile(b, 0.99))
+            row.update(_latency(now.buckets.get(tool, []), base.buckets.get(tool) if base else None))
             row["calls_per_s"] = round(row["calls"] / span, 3)
-        principals: dict[str, dict[str, Any]] = {}
-        for (who, outcome), n in delta(now.principals, base.principals if base else None).items():
-            row = principals.setdefault(who, {"principal": who or None, "calls": 0.0, "errors": 0.0})
-            row["calls"] += n
-            if outcome != "ok":
-                row["errors"] += n
-        for row in principals.values():
+        principals = _by(delta(now.principals, base.principals if base else None), "principal")
+        for who, row in principals.items():
+            row["principal"] = who or None
             row["calls_per_s"] = round(row["calls"] / span, 3)
         codes: dict[str, float] = {}
         for (_, code), n in delta(now.errors, base.errors if base else None).items():
             codes[code] = codes.get(code, 0.0) + n
-        servers: dict[str, dict[str, Any]] = {}
-        for (server, outcome), n in delta(now.downstream, base.downstream if base else None).items():
-            row = servers.setdefault(server, {"server": server, "calls": 0.0, "errors": 0.0})
-            row["calls"] += n
-            if outcome != "ok":
-                row["errors"] += n
+        servers = _by(delta(now.downstream, base.downstream if base else None), "server")
         for server, row in servers.items():
-            b = _minus(now.downstream_buckets.get(server, []), base.downstream_buckets.get(server) if base else None)
-            row["p50_ms"] = _ms(quantile(b, 0.5))
-            row["p99_ms"] = _ms(quantile(b, 0.99))
+            was = base.downstream_buckets.get(server) if base else None
+            row.update(_latency(now.downstream_buckets.get(server, []), was))
             row["error_rate"] = round(row["errors"] / row["calls"], 4) if row["calls"] else None
         total = sum(calls.values())
         all_buckets: dict[float, float] = {}
@@ -221,6 +204,23 @@ class Sampler:
             "downstream": sorted(servers.values(), key=lambda r: r["server"]),
             "series": series,
         }
+
+
+def _by(counts: Mapping[tuple[str, str], float], name: str) -> dict[str, dict[str, Any]]:
+    """Counts by (key, outcome) as a row a key: ``{name: key, "calls": n, "errors": those not ok}``."""
+    rows: dict[str, dict[str, Any]] = {}
+    for (key, outcome), n in counts.items():
+        row = rows.setdefault(key, {name: key, "calls": 0.0, "errors": 0.0})
+        row["calls"] += n
+        if outcome != "ok":
+            row["errors"] += n
+    return rows
+
+
+def _latency(now: list[tuple[float, float]], base: list[tuple[float, float]] | None) -> dict[str, float | None]:
+    """p50 and p99 (ms) of a histogram's buckets over the window (``now`` less ``base``)."""
+    b = _minus(now, base)
+    return {"p50_ms": _ms(quantile(b, 0.5)), "p99_ms": _ms(quantile(b, 0.99))}
 
 
 def _ms(seconds: float | None) -> float | None:

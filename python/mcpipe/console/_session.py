@@ -4,9 +4,9 @@ A browser cannot send the ``Authorization`` header the MCP endpoint reads, so th
 the same credential (a bearer token, an OIDC issuer's JWT), resolves it with the HTTP front's
 :class:`~mcpipe.access.Authenticator` exactly as ``/mcp`` would, and answers a cookie holding the identity it
 found (subject, roles, groups, scopes; never the credential): signed with HMAC-SHA256, ``HttpOnly``,
-``SameSite=Strict``, ``Secure`` over HTTPS, and expiring after ``[console] session_ttl_s`` (or when the JWT
-does). A token session also keeps the token's SHA-256 digest, so removing the token from the config (a reload)
-ends its sessions.
+``SameSite=Strict``, ``Secure`` over HTTPS (behind an HTTPS proxy too: ``[console] secure_cookies``), and
+expiring after ``[console] session_ttl_s`` (or when the JWT does). A token session also keeps the token's
+SHA-256 digest, so removing the token from the config (a reload) ends its sessions.
 
 The signing key comes from the state key (``[interaction] state_key_env``) when it is set, so the workers of
 ``--workers N`` and a restarted server accept each other's cookies; else it is random per process (sessions end

@@ -11,11 +11,11 @@ The steps are plan nodes (:mod:`mcpipe.plan`): a leaf of some kind (:mod:`mcpipe
 scheduler runs whole plans. See ``docs/declared-pipelines.md`` for every kind.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mcpipe._lazy import lazy_names
 from mcpipe.declared._answers import SurfaceError, register_answer
 from mcpipe.declared._compile import (
-    JSONATA_PLUGIN,
     CompiledStep,
     StepScope,
     compile_step,
@@ -25,7 +25,7 @@ from mcpipe.declared._compile import (
 )
 from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, PipelineConfig
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
-from mcpipe.declared._model import LOG_LEVELS, StepFields, kind_structs, step_schema
+from mcpipe.declared._model import StepFields, kind_structs, step_schema
 from mcpipe.declared._pipelines import (
     load_declared,
     load_outbound,
@@ -34,12 +34,17 @@ from mcpipe.declared._pipelines import (
     tool_problems,
     validate_declared,
 )
-from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools
+from mcpipe.declared._plantool import PlanCall, PlanTool, ToolDialect
+from mcpipe.declared._tool import DeclaredDialect, DeclaredPipelines, KnownTools, declared_tool, is_declared
 from mcpipe.expr import ROOTS, CelExpr, ExpressionError, ExpressionSyntaxError, JsonataExpr
 from mcpipe.kinds import KINDS, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepPolicy
-from mcpipe.kinds.progress import has_progress_token
 from mcpipe.plan import SKIP, Leaf, Parallel, Pipe, prelude
 from mcpipe.results import StepFailure, StepOutput
+
+if TYPE_CHECKING:
+    from mcpipe.kinds.log import LOG_LEVELS
+    from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
+    from mcpipe.kinds.progress import has_progress_token
 
 __all__ = [
     "CONTENT_TYPES",
@@ -52,7 +57,7 @@ __all__ = [
     "CelExpr",
     "CommandPolicy",
     "CompiledStep",
-    "DeclaredPipelineTool",
+    "DeclaredDialect",
     "DeclaredPipelines",
     "ExpressionError",
     "ExpressionSyntaxError",
@@ -67,16 +72,21 @@ __all__ = [
     "Parallel",
     "Pipe",
     "PipelineConfig",
+    "PlanCall",
+    "PlanTool",
     "StepFailure",
     "StepFields",
     "StepOutput",
     "StepPolicy",
     "StepScope",
     "SurfaceError",
+    "ToolDialect",
     "compile_step",
     "compile_steps",
     "content_blocks",
+    "declared_tool",
     "has_progress_token",
+    "is_declared",
     "load_declared",
     "load_outbound",
     "load_pipelines",
@@ -91,8 +101,19 @@ __all__ = [
 ]
 
 
+# Names of kind modules, loaded on first use: importing the front-end imports no kind (mcpipe.kinds.KINDS).
+_kind_names = lazy_names(
+    __name__,
+    {
+        "LOG_LEVELS": "mcpipe.kinds.log",
+        "JSONATA_PLUGIN": "mcpipe.kinds.plugin_transform",
+        "has_progress_token": "mcpipe.kinds.progress",
+    },
+)
+
+
 def __getattr__(name: str) -> Any:
     # Read from the registry when asked, so a kind registered later is there too.
     if name == "KIND_STRUCTS":
         return kind_structs()
-    raise AttributeError(f"module 'mcpipe.declared' has no attribute {name!r}")
+    return _kind_names(name)

@@ -1,6 +1,6 @@
 """How a declared pipeline's run becomes its answer: the answer shapes.
 
-mcpipe's own shape (``output``/``content``, see :class:`~mcpipe.declared.DeclaredPipelineTool`) is the
+mcpipe's own shape (``output``/``content``, see :class:`~mcpipe.declared.DeclaredDialect`) is the
 default. A pipeline entry may name another with ``answer: <name>``: a foreign format whose system answers
 differently (mcpg's ``CallToolResult`` of a binding, its pipeline envelope) registers its shapes here, the way
 it registers its step kinds, and its configs name them.
@@ -13,7 +13,7 @@ JSON-RPC error code and message, which the server sends as they are).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import orjson
 
@@ -21,7 +21,8 @@ from mcpipe.errors import MCPipeError
 from mcpipe.tools import ToolResult
 
 if TYPE_CHECKING:
-    from mcpipe.declared._tool import DeclaredPipelineTool
+    from mcpipe.declared._plantool import PlanTool
+    from mcpipe.declared._tool import DeclaredDialect
 
 __all__ = ["ANSWERS", "AnswerShape", "SurfaceError", "answer_shape", "register_answer"]
 
@@ -40,22 +41,22 @@ class SurfaceError(MCPipeError):
 class AnswerShape(Protocol):
     """What a named answer shape does."""
 
-    def tool(self, tool: DeclaredPipelineTool, answer: dict[str, Any]) -> ToolResult:
+    def tool(self, tool: PlanTool, answer: dict[str, Any]) -> ToolResult:
         """The tool's answer, from the run's answer (``ok``, ``error``, ``error_code``, ``result``, ``steps``,
         ``summary``, ``duration_ms``: :func:`mcpipe.runtime.run_compiled`)."""
         ...
 
-    def resource(self, tool: DeclaredPipelineTool, result: ToolResult, uri: str) -> dict[str, Any]:
+    def resource(self, tool: PlanTool, result: ToolResult, uri: str) -> dict[str, Any]:
         """A ``resources/read`` result (``{"contents": [...]}``) from the pipeline's answer."""
         ...
 
-    def prompt(self, tool: DeclaredPipelineTool, result: ToolResult) -> dict[str, Any]:
+    def prompt(self, tool: PlanTool, result: ToolResult) -> dict[str, Any]:
         """A ``prompts/get`` result (``{"messages": [...]}``) from the pipeline's answer."""
         ...
 
-    def invalid(self, tool: DeclaredPipelineTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
         """The answer to arguments that break the input schema (``errors``: ``args.amount: <why>`` each;
-        ``args``: the arguments, for a shape that words the errors its own way: ``tool.schema_errors``)."""
+        ``args``: the arguments, for a shape that words the errors its own way: ``tool.dialect.schema_errors``)."""
         ...
 
 
@@ -64,15 +65,15 @@ class McpipeShape:
     the output is an object holding them) or one text item of the answer's text; a prompt is its ``messages``
     or one user message of the answer's text."""
 
-    def tool(self, tool: DeclaredPipelineTool, answer: dict[str, Any]) -> ToolResult:
+    def tool(self, tool: PlanTool, answer: dict[str, Any]) -> ToolResult:
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
-        return tool.shape(answer["result"])
+        return cast("DeclaredDialect", tool.dialect).shape(tool, answer["result"])
 
-    def invalid(self, tool: DeclaredPipelineTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
         return ToolResult.error(f"invalid arguments for tool '{tool.name}': " + "; ".join(errors))
 
-    def resource(self, tool: DeclaredPipelineTool, result: ToolResult, uri: str) -> dict[str, Any]:
+    def resource(self, tool: PlanTool, result: ToolResult, uri: str) -> dict[str, Any]:
         if result.is_error:
             raise SurfaceError(INTERNAL_ERROR, result.joined_text() or f"reading {uri} failed")
         s = result.structured
@@ -83,7 +84,7 @@ class McpipeShape:
             item["mimeType"] = tool.mime_type
         return {"contents": [item]}
 
-    def prompt(self, tool: DeclaredPipelineTool, result: ToolResult) -> dict[str, Any]:
+    def prompt(self, tool: PlanTool, result: ToolResult) -> dict[str, Any]:
         if result.is_error:
             raise SurfaceError(INTERNAL_ERROR, result.joined_text() or f"prompt '{tool.name}' failed")
         s = result.structured

@@ -29,7 +29,6 @@ from mcpipe.declared._model import CONTAINERS, PipeFields
 from mcpipe.errors import Problem
 from mcpipe.expr import CelExpr
 from mcpipe.kinds import KINDS, RESERVED_KINDS, Build, BuildFailed, Kind, StepPolicy
-from mcpipe.kinds.plugin_transform import JSONATA_PLUGIN
 from mcpipe.plan import (
     STEP_ID,
     Checker,
@@ -48,7 +47,6 @@ from mcpipe.plan import walk as plan_walk
 
 __all__ = [
     "ALL_KINDS",
-    "JSONATA_PLUGIN",
     "CompiledStep",
     "StepScope",
     "compile_step",

@@ -13,9 +13,8 @@ from typing import Annotated, Any
 import msgspec
 
 from mcpipe.kinds import KINDS, StepFields
-from mcpipe.kinds.log import LOG_LEVELS
 
-__all__ = ["LOG_LEVELS", "ParallelFields", "PipeFields", "StepFields", "kind_structs", "step_schema"]
+__all__ = ["ParallelFields", "PipeFields", "StepFields", "kind_structs", "step_schema"]
 
 
 class ParallelFields(StepFields, tag="parallel"):

@@ -5,7 +5,7 @@ compiled into a validator), its steps (:func:`mcpipe.declared.compile_steps`), i
 ``content`` templates, the tools its steps call, and cycles between declared pipelines that call each
 other. Every problem is reported at once, located like ``pipelines.charge.steps[2].expression``.
 
-Each entry becomes a :class:`DeclaredPipelineTool`: an ordinary tool (``name``, ``description``,
+Each entry becomes a :class:`PlanTool` in the declared dialect: an ordinary tool (``name``, ``description``,
 ``input_schema``, ``output_schema``, ``call``) whose call validates the arguments, runs the steps through
 the scheduler (:func:`mcpipe.runtime.run_compiled`) and answers its ``output``/``content``. Its ``tool``
 steps call through the registry the tools are bound to (the server's gateway), the same path as any call.
@@ -43,14 +43,14 @@ from mcpipe.declared._config import (
 )
 from mcpipe.declared._content import CONTENT_TYPES, check_static_content
 from mcpipe.declared._model import CONTAINERS
-from mcpipe.declared._tool import DeclaredPipelines, DeclaredPipelineTool, KnownTools, _json, _path
+from mcpipe.declared._plantool import PlanTool
+from mcpipe.declared._tool import DeclaredPipelines, KnownTools, _json, _path, declared_tool
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, check_steps, decode_fields, problem_order
 
 __all__ = [
     "CONTENT_TYPES",
-    "DeclaredPipelineTool",
     "DeclaredPipelines",
     "KnownTools",
     "OutboundConfig",
@@ -158,7 +158,7 @@ def load_pipelines(
     tools: Container[str] | None = None,
     policy: StepPolicy | None = None,
     limits: Limits | None = None,
-) -> tuple[list[DeclaredPipelineTool], list[Problem]]:
+) -> tuple[list[PlanTool], list[Problem]]:
     """Check and compile the ``pipelines:`` entries into tools.
 
     Args:
@@ -217,7 +217,7 @@ def load_pipelines(
                 )
         locations.append(loc)
     known = _Known(tools, frozenset(names)) if tools is not None else None
-    out: list[DeclaredPipelineTool] = []
+    out: list[PlanTool] = []
     for i, entry in enumerate(raw_entries):
         tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
         if tool is not None and names.get(tool.name) == i:
@@ -290,7 +290,7 @@ def tool_problems(declared: DeclaredPipelines, tools: Container[str]) -> list[Pr
             )
         unknown = [
             Problem(f"{site}.tool", ErrorCode.UNKNOWN_TOOL, f"unknown tool '{name}'")
-            for site, name in t.compiled.tool_sites
+            for site, name in (t.compiled.tool_sites if t.compiled is not None else ())
             if name not in known
         ]
         problems += sorted(unknown, key=problem_order)
@@ -318,7 +318,7 @@ def _load_entry(
     policy: StepPolicy,
     limits: Limits,
     problems: list[Problem],
-) -> DeclaredPipelineTool | None:
+) -> PlanTool | None:
     if not isinstance(raw, Mapping):
         problems.append(Problem(loc, ErrorCode.INVALID_SPEC, f"a pipeline must be an object, got {json_type(raw)}"))
         return None
@@ -369,7 +369,7 @@ def _load_entry(
     if entry is None or ret is None or not schema_ok:
         return None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
-    return DeclaredPipelineTool(entry, CompiledSpec.of(plan), loc, limits)
+    return declared_tool(entry, CompiledSpec.of(plan), loc, limits)
 
 
 WATCH_ROOTS = frozenset({"subscriber", "event"})

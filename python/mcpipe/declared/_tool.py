@@ -1,4 +1,5 @@
-"""A declared pipeline served as a tool, and the declared pipelines of a config as a tool source."""
+"""The declared pipelines' dialect of :class:`~mcpipe.declared.PlanTool`, and the declared pipelines of a config
+as a tool source."""
 
 from __future__ import annotations
 
@@ -15,13 +16,14 @@ from mcpipe.declared._answers import AnswerShape, answer_shape
 from mcpipe.declared._config import PipelineConfig
 from mcpipe.declared._content import content_blocks
 from mcpipe.declared._fastschema import compile_fast
+from mcpipe.declared._plantool import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import CompiledSpec, Limits
-from mcpipe.runtime import run_compiled
-from mcpipe.tools import ToolContext, ToolResult
+from mcpipe.runtime import inline_tool_calls
+from mcpipe.tools import ToolResult
 
-__all__ = ["DeclaredPipelineTool", "DeclaredPipelines", "KnownTools"]
+__all__ = ["DeclaredDialect", "DeclaredPipelines", "KnownTools", "declared_tool", "is_declared"]
 
 
 class KnownTools:
@@ -57,100 +59,30 @@ class _InSources:
         return isinstance(name, str) and any(s.get(name) is not None for s in self.sources)
 
 
-class DeclaredPipelineTool:
-    """One declared pipeline, served as a tool.
+class DeclaredDialect(ToolDialect):
+    """mcpipe's declared pipelines as a :class:`~mcpipe.declared.PlanTool` dialect: the arguments checked
+    against the entry's ``input_schema`` (top-level defaults filled in), the answer the entry's answer shape
+    (:mod:`mcpipe.declared._answers`; mcpipe's own: its ``output``/``content``, checked against the
+    ``output_schema``).
 
     Attributes:
-        name, title, description, input_schema, output_schema: as ``tools/list`` shows them.
-        location: where it was declared (``pipelines.charge``).
-        compiled: the plan, compiled once, with its tool sites and leaf count.
-        limits: the server's limits it runs under.
-        registry: what its ``tool`` steps call through (set by :meth:`DeclaredPipelines.bind`).
-        background: a direct call is queued as a background run (the server answers its run id).
-        task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
-        ask_before_task: a task call asks its client synchronously first (``PipelineConfig``).
-        annotations: its MCP tool annotations, or None.
-        answer: how its run becomes its answer (an answer shape, :mod:`mcpipe.declared._answers`).
-        surface, uri, uri_template, mime_type, arguments, completions, listing, watch, meta: what it serves
-            (``PipelineConfig``).
+        answer_shape: how its run becomes its answer (and a resource's or prompt's).
     """
 
-    __slots__ = (
-        "_defaults",
-        "_fast",
-        "_has_content",
-        "_has_output",
-        "_in_thread",
-        "_output_in_thread",
-        "_output_validator",
-        "_validator",
-        "annotations",
-        "answer",
-        "arguments",
-        "ask_before_task",
-        "background",
-        "compiled",
-        "completions",
-        "description",
-        "input_schema",
-        "limits",
-        "listing",
-        "location",
-        "meta",
-        "mime_type",
-        "name",
-        "output_schema",
-        "registry",
-        "surface",
-        "task_support",
-        "title",
-        "uri",
-        "uri_template",
-        "watch",
-    )
+    may_ask = True
 
-    def __init__(
-        self,
-        entry: PipelineConfig,
-        compiled: CompiledSpec,
-        location: str,
-        limits: Limits,
-        *,
-        registry: Any = None,
-    ) -> None:
-        self.name = entry.name
-        self.title = entry.title
-        self.description = entry.description
-        self.input_schema = entry.input_schema
-        self.output_schema = entry.output_schema
-        self.location = location
-        self.compiled = compiled
-        self.limits = limits
-        self.registry = registry
-        self.background = entry.background
-        self.task_support = entry.task_support
-        self.ask_before_task = entry.ask_before_task
-        self.annotations = entry.annotations
+    def __init__(self, entry: PipelineConfig) -> None:
         shape = answer_shape(entry.answer)
         if shape is None:
             raise ValueError(f"no answer shape named {entry.answer!r}")
-        self.answer: AnswerShape = shape
-        self.surface = entry.surface
-        self.uri = entry.uri
-        self.uri_template = entry.uri_template
-        self.mime_type = entry.mime_type
-        self.arguments = [msgspec.to_builtins(a) for a in entry.arguments]
-        self.meta = entry.meta
-        self.completions = dict(entry.completions)
-        self.listing = entry.listing
-        self.watch = entry.watch
+        self.answer_shape: AnswerShape = shape
         self._has_output = entry.output is not msgspec.UNSET
         self._has_content = entry.content is not msgspec.UNSET
         self._validator = _validator(entry.input_schema, entry.check_formats)
         self._fast = compile_fast(entry.input_schema)
         self._output_validator = _validator(entry.output_schema) if entry.output_schema is not None else None
         # A schema with a pattern only the fallback engine takes is validated off the event loop.
-        self._in_thread = needs_thread(entry.input_schema)
+        self.in_thread = needs_thread(entry.input_schema)
         self._output_in_thread = entry.output_schema is not None and needs_thread(entry.output_schema)
         props = entry.input_schema.get("properties")
         self._defaults = (
@@ -159,10 +91,7 @@ class DeclaredPipelineTool:
             else {}
         )
 
-    def __repr__(self) -> str:
-        return f"<DeclaredPipelineTool {self.name}>"
-
-    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
         """The arguments with top-level defaults filled in, and every validation error, located
         (``args.amount: -1 is less than the minimum of 0``)."""
         if not isinstance(args, dict):
@@ -181,48 +110,41 @@ class DeclaredPipelineTool:
         ``ValidationError``s, in its order)."""
         return list(self._validator.iter_errors(args))
 
-    async def check_args_async(self, args: Any) -> tuple[dict[str, Any], list[str]]:
-        """:meth:`check_args`, in a thread when the input schema has a pattern only the fallback engine
-        takes (its deadline must not hold the event loop)."""
-        if not self._in_thread:
-            return self.check_args(args)
-        return await trio.to_thread.run_sync(self.check_args, args)
+    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+        return self.answer_shape.invalid(tool, errors, args)
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Validate ``args``, run the steps, and answer the ``output``/``content`` (or the failure)."""
-        given = args
-        args, errors = await self.check_args_async(args)
-        if errors:
-            return self.answer.invalid(self, errors, given)
-        # Bound to a registry, or else the one the call came through (the gateway, or the run's registry).
-        registry = self.registry if self.registry is not None else ctx.tools
-        if registry is None:
-            return ToolResult.error(
-                f"{ErrorCode.TOOL_FAILED}: declared pipeline '{self.name}' is not bound to a tool registry"
-            )
-        # A run of its own (a fresh pipeline id), on behalf of the same caller and request; the calling step
-        # (if a step called it) stays known, so a run that asks the client keys its steps under it.
-        run_ctx = ctx.for_step(None, ctx.step)
-        answer = await run_compiled(self.compiled, registry, context=run_ctx, limits=self.limits, args=args)
+    def unbound(self, tool: PlanTool) -> ToolResult:
+        return ToolResult.error(
+            f"{ErrorCode.TOOL_FAILED}: declared pipeline '{tool.name}' is not bound to a tool registry"
+        )
+
+    async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         if self._output_in_thread:  # its output_schema has a pattern only the fallback engine takes
-            return await trio.to_thread.run_sync(self.answer.tool, self, answer)
-        return self.answer.tool(self, answer)
+            return await trio.to_thread.run_sync(self.answer_shape.tool, tool, answer)
+        return self.answer_shape.tool(tool, answer)
 
-    def shape(self, result: dict[str, Any]) -> ToolResult:
-        """The tool's answer from the resolved ``{"output": ..., "content": ...}``."""
+    def inline_tools(self, tool: PlanTool) -> tuple[str, ...] | None:
+        """The tools a call calls, when calling them (in the event loop) is all it does; else None
+        (:func:`mcpipe.runtime.inline_tool_calls`; its checks run in a thread, or it runs in the background)."""
+        if self.in_thread or self._output_in_thread or tool.background or tool.compiled is None:
+            return None
+        return inline_tool_calls(tool.compiled)
+
+    def shape(self, tool: PlanTool, result: dict[str, Any]) -> ToolResult:
+        """The tool's answer in mcpipe's shape from the resolved ``{"output": ..., "content": ...}``."""
         output = result["output"]
         if self._has_content:
             blocks, problem = content_blocks(result["content"])
             if problem is not None:
-                return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: {self.location}.content: {problem}")
+                return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: {tool.location}.content: {problem}")
             structured = output if self._has_output and isinstance(output, dict) else None
             if structured is not None and (bad := self._check_output(structured)) is not None:
                 return bad
             return ToolResult(blocks, structured)
         if isinstance(output, str):
-            if self.output_schema is not None:
+            if tool.output_schema is not None:
                 return ToolResult.error(
-                    f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: a string,"
+                    f"{ErrorCode.INVALID_OUTPUT}: {tool.location}.output: a string,"
                     " but the tool declares an output_schema"
                 )
             return ToolResult.text(output)
@@ -230,9 +152,9 @@ class DeclaredPipelineTool:
             if (bad := self._check_output(output)) is not None:
                 return bad
             return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
-        if self.output_schema is not None:
+        if tool.output_schema is not None:
             return ToolResult.error(
-                f"{ErrorCode.INVALID_OUTPUT}: {self.location}.output: {json_type(output)},"
+                f"{ErrorCode.INVALID_OUTPUT}: {tool.location}.output: {json_type(output)},"
                 " but the output_schema needs an object"
             )
         return ToolResult.text(orjson.dumps(output).decode())
@@ -247,6 +169,47 @@ class DeclaredPipelineTool:
         return ToolResult.error(f"{ErrorCode.INVALID_OUTPUT}: the output does not match the output_schema: {where}")
 
 
+def declared_tool(
+    entry: PipelineConfig, compiled: CompiledSpec, location: str, limits: Limits, *, registry: Any = None
+) -> PlanTool:
+    """One declared pipeline (its entry, its plan compiled once, where it was declared: ``pipelines.charge``),
+    served as a :class:`~mcpipe.declared.PlanTool` in the declared dialect under the server's ``limits``.
+
+    Raises:
+        ValueError: when the entry names no known answer shape.
+    """
+    return PlanTool(
+        DeclaredDialect(entry),
+        name=entry.name,
+        title=entry.title,
+        description=entry.description,
+        input_schema=entry.input_schema,
+        output_schema=entry.output_schema,
+        compiled=compiled,
+        limits=limits,
+        registry=registry,
+        location=location,
+        background=entry.background,
+        task_support=entry.task_support,
+        ask_before_task=entry.ask_before_task,
+        annotations=entry.annotations,
+        surface=entry.surface,
+        uri=entry.uri,
+        uri_template=entry.uri_template,
+        mime_type=entry.mime_type,
+        arguments=[msgspec.to_builtins(a) for a in entry.arguments],
+        meta=entry.meta,
+        completions=entry.completions,
+        listing=entry.listing,
+        watch=entry.watch,
+    )
+
+
+def is_declared(tool: Any) -> bool:
+    """Whether ``tool`` is a declared pipeline served as a tool (a :class:`PlanTool` in the declared dialect)."""
+    return isinstance(tool, PlanTool) and isinstance(tool.dialect, DeclaredDialect)
+
+
 class DeclaredPipelines:
     """The declared pipelines of a config, as a tool source (``get``, iteration, ``in``, ``names``).
 
@@ -254,7 +217,7 @@ class DeclaredPipelines:
     call through it (auth, audit, cost) and can reach every tool: Python, downstream, another pipeline.
     """
 
-    def __init__(self, tools: list[DeclaredPipelineTool] | None = None, policy: StepPolicy | None = None) -> None:
+    def __init__(self, tools: list[PlanTool] | None = None, policy: StepPolicy | None = None) -> None:
         self.pipelines = list(tools or ())
         """Every pipeline, in config order (its tools and its surfaces)."""
         self._tools = {t.name: t for t in self.pipelines if t.surface == "tool"}
@@ -277,7 +240,7 @@ class DeclaredPipelines:
         for t in (*self._tools.values(), *self.surfaces):
             t.registry = registry
 
-    def get(self, name: str) -> DeclaredPipelineTool | None:
+    def get(self, name: str) -> PlanTool | None:
         return self._tools.get(name)
 
     def names(self) -> list[str]:
@@ -286,7 +249,7 @@ class DeclaredPipelines:
     def __contains__(self, name: object) -> bool:
         return name in self._tools
 
-    def __iter__(self) -> Iterator[DeclaredPipelineTool]:
+    def __iter__(self) -> Iterator[PlanTool]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:

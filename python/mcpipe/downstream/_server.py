@@ -85,7 +85,6 @@ HEALTHY_AFTER = 5.0
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 _CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
-_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 """How a 2025-11-25 HTTP server (and the SDK client, for a bare 404) says it does not know the session."""

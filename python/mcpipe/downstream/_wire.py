@@ -334,14 +334,8 @@ class _Body(httpx2.AsyncByteStream):
                         await self._more(conn, limit)
                 del conn.buf[:2]
                 return
-            left = size
-            while left > 0:
-                if not conn.buf:
-                    await self._more(conn, limit)
-                take = bytes(conn.buf[:left])
-                del conn.buf[: len(take)]
-                left -= len(take)
-                yield take
+            async for part in self._sized(conn, size, limit):
+                yield part
             while len(conn.buf) < 2:
                 await self._more(conn, limit)
             if conn.buf[:2] != b"\r\n":

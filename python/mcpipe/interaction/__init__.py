@@ -7,6 +7,28 @@ See ``docs/interaction.md``. The pieces:
 - :class:`StateSealer` seals the suspended state (AES-256-GCM, bound to call, principal, expiry, one use);
 - the store (:mod:`mcpipe.store`) keeps large states and used-state claims;
 - the ``ask_user``/``sample``/``list_roots`` tools; the asking step kinds are in :mod:`mcpipe.kinds`.
+
+Asking the client
+-----------------
+
+(`python/mcpipe/interaction/`). Steps that need the client (elicitation, sampling, roots) find a per-call
+`Interaction` in the tool context. On 2025-11-25 it sends the request over the session and the step waits, like
+any call in flight. On 2026-07-28 it raises `Suspended`, a `BaseException` no step handler turns into a failure;
+the scheduler records every finished leaf step (by path) and lets the siblings of a suspended parallel child
+finish, and the server answers an input-required result carrying those records sealed in `requestState`
+(AES-256-GCM, bound to call, principal and expiry, one use). The client's retry re-runs the call with the
+records: finished steps answer from them without running, so nothing runs twice. The pipeline store (in memory by
+default, behind an interface) keeps large states and the one-use claims, swept by a task started with
+`nursery.start`; both are bounded in count (claims by evicting the soonest-expiring and refusing, as
+`unverifiable`, any state expiring no later than an evicted claim, so no replay passes). See docs/interaction.md.
+A downstream server's questions during a call are relayed through the same `Interaction`
+(`interaction/_relay.py`): a 2026-07-28 downstream's input-required result is asked of the caller (its
+`requestState` carried in `Interaction.relayed`, sealed with the rest), and a 2025-11-25 downstream's mid-call
+requests reach the downstream session's callbacks, routed to the call in flight. A 2026-07-28 downstream is told
+the caller's capabilities with each call (the session's stamp is wrapped so a request's own entry wins), and with
+`protocol = "auto"` an HTTP downstream is reached over a second, 2025-11-25 session (`DownstreamServer.twin`,
+opened on first use) for 2025-11-25 callers.
+
 """
 
 from typing import TYPE_CHECKING

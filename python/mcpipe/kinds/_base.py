@@ -4,7 +4,7 @@ A kind is one :class:`Kind` value in one module (``mcpipe/kinds/<name>.py``): it
 :class:`StepFields` Struct tagged with the kind's name), which fields are templates, what it builds at
 compile time, how it runs, and its default deadline. The registry (``mcpipe.kinds.KINDS``) lists them;
 the declared front-end, the config's JSON Schema and the docs read it, so adding a kind is one module
-plus one registry line (see docs/architecture.md, "How to add a step kind").
+plus one registry line (see docs/declared-pipelines.md, "How to add a step kind").
 """
 
 from __future__ import annotations
@@ -176,61 +176,98 @@ class Kind(Generic[F, B]):
 
 
 class Registry:
-    """The step kinds by name, in the order the docs list them.
+    """The step kinds by name, in the order the docs list them; each kind's module imported when the kind is
+    first asked for.
 
-    Iterating answers the names; ``registry[name]`` the :class:`Kind`.
+    The registry starts from a table of names and the modules that define them (``KIND``), so listing the
+    kinds (``list(registry)``, ``name in registry``, a ``check`` error naming every kind) imports none of
+    them, and a plan pays only for the kinds it uses. ``registry[name]`` and ``get(name)`` answer the
+    :class:`Kind` (importing its module the first time); :meth:`kinds` and :meth:`fields_union` import every
+    one. A kind registered at run time (:meth:`register`: a format's own kinds) is held as it is.
     """
 
-    def __init__(self, kinds: list[Kind[Any, Any]]) -> None:
-        self._kinds: dict[str, Kind[Any, Any]] = {}
-        for k in kinds:
+    def __init__(self, kinds: list[Kind[Any, Any]] | None = None, *, modules: Mapping[str, str] | None = None) -> None:
+        # name -> its Kind, or the module path that defines it (replaced by the Kind when first loaded)
+        self._entries: dict[str, Kind[Any, Any] | str] = {}
+        self._modules: dict[str, str] = {}
+        for name, module in (modules or {}).items():
+            if name in self._entries or name in RESERVED_KINDS:
+                raise ValueError(f"a step kind named {name!r} already exists")
+            self._entries[name] = self._modules[name] = module
+        for k in kinds or ():
             self.register(k)
 
     @classmethod
-    def of_modules(cls, package: str, modules: list[str]) -> Registry:
-        """The kinds of ``modules`` of ``package``, in order: each module's ``KIND``."""
-        kinds = []
-        for name in modules:
-            module = importlib.import_module(f"{package}.{name}")
-            kind = getattr(module, "KIND", None)
-            if not isinstance(kind, Kind):
-                raise TypeError(f"{package}.{name} defines no KIND (a mcpipe.kinds.Kind)")
-            kinds.append(kind)
-        return cls(kinds)
+    def of_modules(cls, modules: Mapping[str, str]) -> Registry:
+        """The kinds named by ``modules`` (name -> the module whose ``KIND`` it is), in order, none imported
+        yet."""
+        return cls(modules=modules)
 
-    def register(self, kind: Kind[Any, Any]) -> Kind[Any, Any]:
-        """Add a kind (its name must be new and its fields tagged with it)."""
-        if kind.name in self._kinds or kind.name in RESERVED_KINDS:
-            raise ValueError(f"a step kind named {kind.name!r} already exists")
+    def module_of(self, name: str) -> str | None:
+        """The module that defines kind ``name`` in the registry's table (``mcpipe.kinds.python``), without
+        importing it; None for a kind registered at run time."""
+        if name not in self._entries:
+            raise KeyError(name)
+        return self._modules.get(name)
+
+    def _load(self, name: str, module: str) -> Kind[Any, Any]:
+        kind = getattr(importlib.import_module(module), "KIND", None)
+        if not isinstance(kind, Kind):
+            raise TypeError(f"{module} defines no KIND (a mcpipe.kinds.Kind)")
+        if kind.name != name:
+            raise TypeError(f"{module} defines kind {kind.name!r}, but the registry lists it as {name!r}")
+        self._check_tag(kind)
+        self._entries[name] = kind
+        return kind
+
+    @staticmethod
+    def _check_tag(kind: Kind[Any, Any]) -> None:
         tag = kind.fields.__struct_config__.tag
         if tag != kind.name:
             raise ValueError(f"the fields of kind {kind.name!r} are tagged {tag!r}; use tag={kind.name!r}")
-        self._kinds[kind.name] = kind
+
+    def register(self, kind: Kind[Any, Any]) -> Kind[Any, Any]:
+        """Add a kind (its name must be new and its fields tagged with it)."""
+        if kind.name in self._entries or kind.name in RESERVED_KINDS:
+            raise ValueError(f"a step kind named {kind.name!r} already exists")
+        self._check_tag(kind)
+        self._entries[kind.name] = kind
         return kind
 
     def unregister(self, name: str) -> None:
         """Remove a kind (tests that register a throwaway kind)."""
-        del self._kinds[name]
+        del self._entries[name]
+        self._modules.pop(name, None)
 
     def get(self, name: str) -> Kind[Any, Any] | None:
-        return self._kinds.get(name)
+        entry = self._entries.get(name)
+        if isinstance(entry, str):
+            return self._load(name, entry)
+        return entry
 
     def __getitem__(self, name: str) -> Kind[Any, Any]:
-        return self._kinds[name]
+        kind = self.get(name)
+        if kind is None:
+            raise KeyError(name)
+        return kind
 
     def __contains__(self, name: object) -> bool:
-        return name in self._kinds
+        return name in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(list(self._kinds))
+        return iter(list(self._entries))
 
     def __len__(self) -> int:
-        return len(self._kinds)
+        return len(self._entries)
+
+    def loaded(self) -> list[str]:
+        """The names of the kinds whose modules are imported so far (or that were registered as kinds)."""
+        return [name for name, entry in self._entries.items() if not isinstance(entry, str)]
 
     def kinds(self) -> list[Kind[Any, Any]]:
-        """The kinds, in order."""
-        return list(self._kinds.values())
+        """The kinds, in order (every kind's module imported)."""
+        return [self[name] for name in list(self._entries)]
 
     def fields_union(self, *extra: type[msgspec.Struct]) -> Any:
         """The tagged union of every kind's fields (and ``extra`` Structs), for decoding and JSON Schema."""
-        return functools.reduce(operator.or_, [k.fields for k in self._kinds.values()] + list(extra))
+        return functools.reduce(operator.or_, [k.fields for k in self.kinds()] + list(extra))

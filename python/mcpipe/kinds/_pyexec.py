@@ -21,7 +21,6 @@ from __future__ import annotations
 import __future__
 
 import ast
-import asyncio
 import base64
 import builtins
 import datetime
@@ -35,6 +34,10 @@ import traceback
 import types
 import uuid
 from typing import Any
+
+PRELOAD = ("asyncio",)
+"""Modules the fork server imports once, so that every worker has them (a step's ``main`` may be a
+coroutine); the server, which imports this file for :func:`compile_step`, does not pay for them."""
 
 FILENAME = "<python step>"
 _FLAGS = __future__.annotations.compiler_flag  # as the worker has always compiled a step's code
@@ -194,6 +197,8 @@ def _run(request: dict[str, Any]) -> Any:
         main = namespace["main"]
         value = main(**_kwargs(main, provided, context))
         if inspect.iscoroutine(value):
+            import asyncio  # the fork server has it imported already (PRELOAD); the server never needs it
+
             value = asyncio.run(value)
         return value
     if bound("result"):

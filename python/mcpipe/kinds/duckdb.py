@@ -248,7 +248,7 @@ async def run_duckdb(
             ErrorCode.TIMEOUT,
         )
     if step.fields.output == "noetl":
-        return StepOutput.of(_noetl(statements, rows, database, len(inputs.get("secrets") or [])))
+        return StepOutput.of(_summary(statements, rows, database, len(inputs.get("secrets") or [])))
     for cols, got in zip(reversed(columns), reversed(rows), strict=True):
         if cols is not None and got is not None:
             return StepOutput.of([{c: json_value(v) for c, v in zip(cols, row, strict=False)} for row in got])
@@ -302,7 +302,7 @@ def secret_statements(value: Any, install: bool) -> list[str]:
     return [*loads, *out]
 
 
-def _noetl(
+def _summary(
     statements: list[str], rows: list[list[Sequence[Any]] | None], database: str, secrets: int = 0
 ) -> dict[str, Any]:
     """NoETL's duckdb result (``noetl/tools/duckdb/sql/execution.py``, 4.26.0)."""

@@ -30,7 +30,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["KIND", "PostgresFields", "PostgresPlan", "noetl_result", "run_postgres"]
+__all__ = ["KIND", "PostgresFields", "PostgresPlan", "run_postgres", "statements_result"]
 
 
 class PostgresFields(StepFields, tag="postgres"):
@@ -126,7 +126,7 @@ async def run_postgres(
                 results = await _run_all(conn, parsed, dict(params or {}), "dsn")
         finally:
             await backend.aclose()
-    out = noetl_result(results)
+    out = statements_result(results)
     if out["status"] == "error":
         raise StepFailure(f"postgres {_where(name)}: {out['message']}", ErrorCode.TOOL_ERROR, out)
     return StepOutput.of(out)
@@ -171,7 +171,7 @@ async def _run_all(
     return results
 
 
-def noetl_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+def statements_result(results: list[dict[str, Any]]) -> dict[str, Any]:
     """NoETL's ``collapse_results_to_last_command`` (``noetl/tools/postgres/response.py``, 4.26.0): the last
     statement's result, with ``statement_count``, and ``status: error``, ``errors`` and ``message`` when one
     failed."""

@@ -8,6 +8,26 @@ Two providers behind one :class:`Model` protocol:
 
 :func:`converse` runs one exchange: tool rounds and structured output parsed and retried on malformed
 answers. See ``docs/playbooks.md`` and ``docs/workflow.md``.
+
+Models in pipelines
+-------------------
+
+(`python/mcpipe/models/`, `formats/noetl/`, `workflow/`). One `Model` protocol asks a language model, either an
+OpenAI-compatible chat-completions endpoint (httpx2, the operator's endpoint from `[models.NAME]` or the
+`OPENAI_*` variables) or the calling client's model over MCP sampling (through the call's `Interaction`, so both
+eras work; each question of a step has its own key and answers are kept, so a 2026-07-28 retry finds every
+earlier answer again). `converse` runs one exchange: tool rounds (serial) and structured output parsed, checked
+against a schema and sent back with the reason when malformed. Side effects inside a step that may be re-run on
+resume (a turn's tool calls, the workflow's API request) go through `once`, which records their result with the
+call's finished steps. Playbooks (seed 004) are parsed and checked in `formats/noetl/_compile.py` (every problem
+located), their Jinja templates compiled once in a sandboxed environment (rendered off the event loop, bounded
+while they render: `expr._jinja`), and compiled into a `CompiledSpec` of plan leaves (`resource`, `model_turn`,
+`action`; actions run through their step kind's executor), so they run on the scheduler above with its events,
+deadlines and cancellation. A served playbook with `background` runs on the run queue like a declared pipeline
+(the worker calls it as a tool); its turns' tool calls and saved turns are written to the run's event log between
+the steps' own events. The workflow (seed 002) checks the model's HTTP request against the chosen tool's endpoint
+before the outbound HTTP policy sees it. See docs/playbooks.md and docs/workflow.md.
+
 """
 
 from __future__ import annotations

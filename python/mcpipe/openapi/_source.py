@@ -137,6 +137,18 @@ async def load_openapi(
     return OpenApiSource(apis)
 
 
+def _policy(cfg: OpenApiConfig, where: str, hosts: Sequence[str], max_bytes: int) -> HttpPolicy:
+    """The outbound policy of one section's requests to ``hosts`` (fetching its document, calling its API)."""
+    return HttpPolicy(
+        allowed_hosts=tuple(hosts),
+        allow_private=cfg.allow_private,
+        max_response_bytes=max_bytes,
+        verify=cfg.verify,
+        timeout_ms=cfg.timeout_ms,
+        allow_hint=f"list it in {where}.allowed_hosts",
+    )
+
+
 async def _load(
     name: str,
     cfg: OpenApiConfig,
@@ -151,14 +163,7 @@ async def _load(
     if isinstance(cfg.spec, str) and cfg.spec.startswith(("http://", "https://")):
         h = _host(cfg.spec)
         hosts += [h] if h else []
-    fetch_policy = HttpPolicy(
-        allowed_hosts=tuple(hosts),
-        allow_private=cfg.allow_private,
-        max_response_bytes=cfg.max_spec_bytes,
-        verify=cfg.verify,
-        timeout_ms=cfg.timeout_ms,
-        allow_hint=f"list it in {where}.allowed_hosts",
-    )
+    fetch_policy = _policy(cfg, where, hosts, cfg.max_spec_bytes)
 
     async def fetch(url: str, max_bytes: int) -> bytes:
         return await _fetch(fetch_policy, url, max_bytes, cfg.timeout_ms, where)
@@ -185,14 +190,7 @@ async def _load(
         h = _host(url) if url else None
         if h and h not in api_hosts:
             api_hosts.append(h)
-    call_policy = HttpPolicy(
-        allowed_hosts=tuple(api_hosts),
-        allow_private=cfg.allow_private,
-        max_response_bytes=cfg.max_response_bytes,
-        verify=cfg.verify,
-        timeout_ms=cfg.timeout_ms,
-        allow_hint=f"list it in {where}.allowed_hosts",
-    )
+    call_policy = _policy(cfg, where, api_hosts, cfg.max_response_bytes)
     headers = {k: _expand(v, f"{where}.headers.{k}", environ, problems) for k, v in cfg.headers.items()}
     schemes = security_schemes(doc)
     for scheme in cfg.auth:

@@ -3,7 +3,8 @@ order they run in as arrows, a graph's arcs labelled with their conditions (arcs
 
 :func:`drawing` reads a plan into a :class:`Drawing` once; the drawing writes itself as Mermaid, Graphviz DOT or
 SVG (laid out here in layers, no Graphviz needed), the SVG marked with what a run did (each step's state, the
-arcs taken). ``mcpipe explain --format`` and the console draw with it, so both show the same picture.
+arcs taken). ``mcpipe explain --format``, the console and the server's guide (a declared pipeline's resource) draw
+with it, so all show the same picture.
 
 A drawn step's ``key`` is its path in the run's events with every ``for_each`` element index written ``*``
 (``pages.*.fetch``): :meth:`Drawing.key_of` maps an event's path onto it.
@@ -12,6 +13,7 @@ A drawn step's ``key`` is its path in the run's events with every ``for_each`` e
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
@@ -20,7 +22,7 @@ from typing import Any
 from mcpipe.plan._check import ReferenceCondition
 from mcpipe.plan._ir import ForEach, Graph, Leaf, Node, Parallel, Pipe, Pipeline
 
-__all__ = ["STATES", "Cluster", "Drawing", "Edge", "Shape", "drawing"]
+__all__ = ["STATES", "Cluster", "Drawing", "Edge", "Shape", "drawing", "drawn"]
 
 STATES = ("pending", "running", "ok", "failed", "skipped", "cancelled")
 """The states a drawn step can be marked with."""
@@ -219,6 +221,25 @@ def drawing(plan: Pipeline) -> Drawing:
     each: set[str] = set()
     _, _, d.root = _list(d, plan.steps, "", None, each)
     d.each = frozenset(each)
+    return d
+
+
+_DRAWN: OrderedDict[int, tuple[Pipeline, Drawing]] = OrderedDict()
+_KEEP = 256
+
+
+def drawn(plan: Pipeline) -> Drawing:
+    """``drawing(plan)``, kept for the last 256 plans drawn (by identity: a served pipeline's plan is drawn
+    once, however often the console or a client looks at it). The drawing is read, never changed."""
+    key = id(plan)
+    hit = _DRAWN.get(key)
+    if hit is not None and hit[0] is plan:
+        _DRAWN.move_to_end(key)
+        return hit[1]
+    d = drawing(plan)
+    _DRAWN[key] = (plan, d)
+    while len(_DRAWN) > _KEEP:
+        _DRAWN.popitem(last=False)
     return d
 
 

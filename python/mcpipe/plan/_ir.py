@@ -57,6 +57,7 @@ __all__ = [
     "Step",
     "evaluate",
     "expression_timeout_ms",
+    "plan_of",
     "prelude",
     "set_expression_timeout",
     "walk",
@@ -215,9 +216,12 @@ class Leaf(Step, Generic[F, B]):
         if tools is not None:
             ctx = replace(ctx, tools=tools)
         try:
-            env2 = await prelude(self, env)
-            if env2 is SKIP:
-                return StepOutput.skip()
+            if self.when is None and self.input_transform is None:
+                env2 = env
+            else:
+                env2 = await prelude(self, env)
+                if env2 is SKIP:
+                    return StepOutput.skip()
             inputs = {name: t.resolve(env2) for name, t in self.templates}
             if self.timeout_ms is None:
                 return await run(self, inputs, env2, ctx)
@@ -486,3 +490,10 @@ async def prelude(step: Step, env: Mapping[str, Any]) -> Any:
         new["args"] = transformed
         return new
     return env
+
+
+def plan_of(tool: object) -> Pipeline | None:
+    """The plan a served tool runs (a plan served as a tool holds it as ``compiled.plan``: every format's, by
+    ``mcpipe.declared.PlanTool``); None for a tool that is one call."""
+    plan = getattr(getattr(tool, "compiled", None), "plan", None)
+    return plan if isinstance(plan, Pipeline) else None

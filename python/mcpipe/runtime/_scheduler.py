@@ -25,13 +25,13 @@ from __future__ import annotations
 import contextvars
 import logging
 import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from time import perf_counter
 from typing import Any, TypeAlias, assert_never
 
 import trio
 
-from mcpipe import telemetry
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -88,6 +88,7 @@ __all__ = [
     "PROCESS_CONCURRENCY",
     "EventFn",
     "check_pipeline",
+    "inline_tool_calls",
     "process_limiter",
     "run_compiled",
     "run_pipeline",
@@ -272,6 +273,40 @@ def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: 
     return sorted(denied, key=problem_order)
 
 
+def _is_tool_kind(step: Leaf[Any, Any]) -> bool:
+    """A declared ``tool`` step (the kind's own ``run``), told without importing the kind's module: a run of
+    plans that have none never loads it."""
+    run = step.run
+    return step.kind == "tool" and getattr(run, "__module__", None) == "mcpipe.kinds.tool"
+
+
+def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
+    """The tools a run of ``compiled`` calls, when calling them is all it does: one list of tool steps (bare
+    tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
+    deadline of its own. Else None.
+
+    Such a run yields at its one checkpoint and wherever its tools yield, nowhere else: when none of them
+    does, the server runs a call of it inline, as it runs a synchronous Python tool (``mcpipe.server._fast``).
+    """
+    plan = compiled.plan
+    if compiled.dry_run or plan.timeout_ms is not None:
+        return None
+    names = []
+    for step in plan.steps:
+        if (
+            type(step) is not Leaf
+            or step.tool is None
+            or (step.run is not None and not _is_tool_kind(step))
+            or step.when is not None
+            or step.input_transform is not None
+            or step.retry is not None
+            or step.timeout_ms is not None
+        ):
+            return None
+        names.append(step.tool)
+    return tuple(names)
+
+
 async def run_compiled(
     compiled: CompiledSpec,
     registry: Any,
@@ -337,7 +372,10 @@ async def _run_compiled(
         finally:
             _HELD.reset(token)
             await held.take_back()
-    tel = telemetry.current()
+    # Telemetry is installed through its module, so a process that never imported it (a command's run) has none:
+    # the scheduler does not import it (OpenTelemetry's API) to learn so.
+    module = sys.modules.get("mcpipe.telemetry")
+    tel = None if module is None else module.current()
     if tel is not None:
         tel.observe_steps(answer)
     # The run keeps (and `max_answer_bytes` bounds) every full record whatever the caller asked for: the answer
@@ -491,10 +529,15 @@ class _Run:
         keep_going = plan.continue_on_error
         for step in plan.steps:
             go_on = keep_going if step.continue_on_error is None else step.continue_on_error
-            if type(step) is Leaf and step.run is None and step.when is None:  # a bare tool call: the fast path
-                r = await (
-                    self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
-                )
+            if type(step) is Leaf and step.when is None:  # the fast paths of `node`: a bare tool call, a leaf
+                if step.run is None:
+                    r = await (
+                        self.tool(step, env, results, prefix) if parallel else self._tool(step, env, results, prefix)
+                    )
+                elif parallel:
+                    r = await self.slotted(self.leaf, step, env, results, prefix)
+                else:
+                    r = await self.leaf(step, env, results, prefix)
             else:
                 r = await self.node(step, env, results, parallel, prefix, not go_on)
                 if step.when is not None and not step.skippable and r.get("skipped"):

@@ -22,7 +22,8 @@ from mcpipe.compile import configure_cache
 from mcpipe.config import Config, ConfigError, Loaded, content_stores, resolve_path
 from mcpipe.downstream import Downstreams, OAuthClients
 from mcpipe.errors import UNSET_ENV, ErrorCode, Problem
-from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, McpgAuditLog, Policy, ToolSource
+from mcpipe.formats import audit_log, format_sources, own_workflow, turned_on
+from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway, Policy, ToolSource
 from mcpipe.interaction import INTERACTION_TOOL_NAMES, Interactions, interaction_tools
 from mcpipe.plan import Limits, set_expression_timeout
 from mcpipe.runs import Runs, Worker, new_worker_id
@@ -73,12 +74,11 @@ def policy_of(config: Config) -> Policy:
 
 
 def audit_of(config: Config) -> AuditLog:
-    """The configured audit log: mcpipe's records, or mcpg's hash-chained events (``[audit] format``)."""
+    """The configured audit log: mcpipe's records, or a format's (``[audit] format = NAME``: that format's own
+    audit log, :meth:`mcpipe.formats.Format.audit_log`)."""
     path = resolve_path(config, config.audit.path) if config.audit.enabled else None
-    a = config.audit
-    if a.format == "mcpg":
-        return McpgAuditLog(path, allowed=a.emit_allowed, completed=a.emit_completed)
-    return AuditLog(path)
+    log = audit_log(config.audit.format, path, config.audit)
+    return log if log is not None else AuditLog(path)
 
 
 def limits_of(config: Config) -> Limits:
@@ -91,8 +91,9 @@ def tool_sources(
 ) -> list[ToolSource]:
     """The tool sources a config names, in lookup order: the built-ins, ``python_tools``, ``extra_sources``,
     the OpenAPI documents' tools (``apis``, read by :func:`mcpipe.openapi.load_openapi`), then the declared
-    pipelines (checked against the ones before them), the model tools, and discord-mcp's ``mcp_pipeline`` when
-    the config asks for it. A :class:`~mcpipe.config.Loaded` brings them compiled; a config is compiled here.
+    pipelines (checked against the ones before them), the workflow tool, and the tools of the formats the config
+    turns on (:func:`mcpipe.formats.format_sources`). A :class:`~mcpipe.config.Loaded` brings them compiled; a
+    config is compiled here.
 
     Raises:
         ConfigError: a ``python_tools`` entry cannot be loaded, or the declared pipelines have problems
@@ -122,18 +123,19 @@ def tool_sources(
     declared = loaded.declared_source(sources)  # compiled at load; its tool names checked against `sources`
     if declared is not None:
         sources.append(declared)
-    sources.extend(loaded.model_sources())  # the workflow tool, playbooks, piraeus (they share its policy)
-    fronted = [
-        name if s.prefix is None else s.prefix for name, s in config.mcpServers.items() if s.enabled and s.mcp_pipeline
-    ]
-    if config.pipe.mcp_pipeline or fronted:
-        # Before the downstream servers (appended by open_app): a fronted discord-mcp's own `mcp_pipeline` is
-        # shadowed by this one, which runs its steps over that server's tools.
-        from mcpipe.formats.discord import discord_source
+    # The config's own workflow tool (unless a format serves its own), then the tools of the formats the config
+    # turns on (mcpipe.formats.FORMATS, in order); all before the downstream servers (appended by open_app), so a
+    # format's tool shadows a downstream one of the same name (a fronted discord-mcp's own `mcp_pipeline`). What
+    # they serve was compiled by the load (the playbooks and flows share the declared pipelines' policy).
+    shared = loaded.context(declared.policy if declared is not None else None)
+    workflow = own_workflow(shared) if config.workflow is not None else None
+    if workflow is not None:
+        from mcpipe.workflow import Workflow, WorkflowTool
 
-        discord = discord_source(config.pipe.mcp_pipeline, fronted, limits_of(config))
-        if discord is not None:
-            sources.append(discord)
+        tool: Any = WorkflowTool(Workflow(workflow, shared.models))  # a source of one tool, untyped as one
+        sources.append(tool)
+    if turned_on(config) or shared.problems:
+        sources.extend(format_sources(shared))
     return sources
 
 

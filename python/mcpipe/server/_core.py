@@ -31,7 +31,7 @@ from mcpipe.downstream import DownstreamError, Downstreams, DownstreamTool, Sign
 from mcpipe.errors import ErrorCode, Problem, SpecError
 from mcpipe.gateway import PIPE_TOOL, CallError, Gateway, is_suspension, new_pipeline_id
 from mcpipe.interaction import Interactions, sdk_call
-from mcpipe.plan import Limits, depth_problem, measure_output
+from mcpipe.plan import Limits, Pipeline, depth_problem, measure_output, plan_of
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import check_pipeline, run_pipeline
@@ -490,7 +490,9 @@ class ToolHandlers:
                 lambda ctx: principal_of(ctx, self.default_principal),
                 surfaces=surfaces,
                 run_surface=self.run_surface,
-                guide=None if pipe is None else Guide(self._tools_of, self.limits, search=_searching(gateway)),
+                guide=None
+                if pipe is None
+                else Guide(self._tools_of, self.limits, search=_searching(gateway), pipelines_of=self._pipelines_of),
                 caching=caching,
                 check_surface=self.check_surface,
                 run_hidden=self.run_hidden,
@@ -531,6 +533,16 @@ class ToolHandlers:
         """The tools a request's caller may call (the guide's prompt lists them)."""
         return self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
 
+    def _pipelines_of(self, ctx: ServerRequestContext[Any, Any]) -> list[tuple[dict[str, Any], Pipeline]]:
+        """The declared pipelines and playbooks a request's caller may call (found by a search too), each with
+        its plan: the guide has a resource for each."""
+        out = []
+        for tool, entry in self._callable(principal_of(ctx, self.default_principal), identity_of(ctx)):
+            plan = plan_of(tool)
+            if plan is not None:
+                out.append((entry, plan))
+        return out
+
     def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
         """The ``tools/list`` entries ``principal`` may see (a downstream tool's ``_meta`` held to MCP Apps'
         policy when apps are on)."""
@@ -539,10 +551,21 @@ class ToolHandlers:
     def _listed_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
         """The visible entries. Under ``apps.strict`` a downstream tool whose ``_meta`` went beyond the policy is
         left out (one log line per tool): one server's tool never takes the others' listing down."""
+        tools = [entry for _, entry in self._callable(principal, identity)]
+        view = self.gateway.view
+        shown = tools if view is None or not view.search else [e for e in tools if view.listed(e["name"])]
+        if self.pipe is None:
+            return shown
+        # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
+        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
+
+    def _callable(self, principal: str | None, identity: Any = None) -> list[tuple[Tool, dict[str, Any]]]:
+        """The tools ``principal`` may call (but ``mcp_pipe``), listed or found by a search, with their
+        ``tools/list`` entries."""
         policy = self.gateway.policy
         trust = self.gateway.trust
         probe = ToolContext(principal=principal, request=Request(identity=identity))
-        tools: list[dict[str, Any]] = []
+        tools: list[tuple[Tool, dict[str, Any]]] = []
         for t in self.gateway:
             if t.name == PIPE_TOOL or not policy.allows(principal, t.name):
                 continue
@@ -558,13 +581,8 @@ class ToolHandlers:
                         self._strict_left_out.add(t.name)
                         _log.warning("%s: the tool is left out of tools/list", refused)
                     continue
-            tools.append(entry)
-        view = self.gateway.view
-        shown = tools if view is None or not view.search else [e for e in tools if view.listed(e["name"])]
-        if self.pipe is None:
-            return shown
-        # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
-        return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
+            tools.append((t, entry))
+        return tools
 
     async def list_tools(
         self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None

@@ -92,11 +92,14 @@ _SSE_HEADERS = [
     (b"cache-control", b"no-cache, no-transform"),
     (b"x-accel-buffering", b"no"),
 ]
-_ASKING_TOOL_TYPES = frozenset({"DeclaredPipelineTool", "DownstreamTool", "PlaybookTool", "WorkflowTool"})
-"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (playbooks and
-the workflow ask the client's model when they use ``sampling``)."""
+_ASKING_TOOL_TYPES = frozenset({"DownstreamTool", "WorkflowTool"})
+"""Tools that may ask the caller mid-call, which on 2025-11-25 only the SDK's session can carry (the workflow
+asks the client's model when it uses ``sampling``); a plan served as a tool says so itself (``may_ask``: declared
+pipelines and playbooks)."""
 _LEGACY_PING_S = 15.0
 """sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
+_INLINE_DEPTH = 4
+"""How deeply declared pipelines calling declared pipelines are followed to find that a call never yields."""
 
 
 class FastToolCall:
@@ -130,24 +133,46 @@ class FastToolCall:
         self.meta = {SERVER_INFO_META_KEY: server_info}
         self.json_response = json_response
         self.max_body = max_body
-        self._traits_cache: dict[str, tuple[object, bool, bool]] = {}
+        self._traits_cache: dict[str, tuple[object, bool, bool, tuple[tuple[str, object], ...]]] = {}
 
     def _traits(self, name: str) -> tuple[bool, bool]:
         """(plain, yields) of a tool: plain when its input schema declares no ``x-mcp-header`` (whose
-        headers the SDK validates); yields unless it is a synchronous Python function, which runs inline
-        without a checkpoint, so that neither a disconnect nor a keep-alive ping could act during it."""
+        headers the SDK validates); yields unless it is a synchronous Python function, or a declared pipeline
+        whose steps only call those (:meth:`_inline`). A call that does not yield runs inline, without a
+        checkpoint of the server's own, so that neither a disconnect nor a keep-alive ping could act during it
+        (and no task watches for them: a task per call costs a pipeline of 5 such steps 0.3 times a call)."""
         if name == PIPE_TOOL:
             return True, True
-        tool = self.handlers.gateway.get(name)
+        gateway = self.handlers.gateway
+        tool = gateway.get(name)
         if tool is None:
             return True, False
         cached = self._traits_cache.get(name)
-        if cached is None or cached[0] is not tool:
+        if cached is None or cached[0] is not tool or any(gateway.get(n) is not t for n, t in cached[3]):
             plain = b"x-mcp-header" not in orjson.dumps(tool.input_schema)
-            sync = isinstance(tool, FunctionTool) and not inspect.iscoroutinefunction(tool.fn)
-            cached = (tool, plain, not sync)
+            calls = self._inline(tool, 0)
+            cached = (tool, plain, calls is None, calls or ())
             self._traits_cache[name] = cached
         return cached[1], cached[2]
+
+    def _inline(self, tool: Any, depth: int) -> tuple[tuple[str, object], ...] | None:
+        """The tools (name, tool) a call of ``tool`` calls when none of them yields: () for a synchronous
+        Python function; for a declared pipeline of tool steps alone, its steps' tools and theirs. None when
+        it may yield (the traits are checked again whenever one of these names is another tool)."""
+        if isinstance(tool, FunctionTool):
+            return None if inspect.iscoroutinefunction(tool.fn) else ()
+        inline = getattr(tool, "inline_tools", None)
+        names = inline() if inline is not None and depth < _INLINE_DEPTH else None
+        if names is None:
+            return None
+        calls: list[tuple[str, object]] = []
+        for step_tool in dict.fromkeys(names):
+            found = self.handlers.gateway.get(step_tool)
+            below = None if found is None else self._inline(found, depth + 1)
+            if below is None:
+                return None
+            calls += [(step_tool, found), *below]
+        return tuple(calls)
 
     def _may_ask(self, name: str, args: Any) -> bool:
         """Whether a call could ask a 2025-11-25 client something (then only the SDK path can carry it)."""
@@ -157,7 +182,9 @@ class FastToolCall:
             return _names_asking_tool(args, self._may_ask)
         tool = self.handlers.gateway.get(name)
         # A declared pipeline may ask; a downstream server's tool may ask too (its questions are relayed).
-        return tool is not None and type(tool).__name__ in _ASKING_TOOL_TYPES
+        return tool is not None and (
+            type(tool).__name__ in _ASKING_TOOL_TYPES or getattr(tool, "may_ask", False) is True
+        )
 
     async def _acceptable(self, scope: Scope) -> bool:
         """The SDK's own checks of a POST this path may serve: its security check (DNS rebinding: Host,

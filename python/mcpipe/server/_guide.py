@@ -6,6 +6,9 @@ prompts and resources and the downstream servers' (``server/_passthrough.py`` li
 - resources ``mcpipe://guide/pipelines`` (writing a pipeline: the spec, steps, references, failures,
   examples) and ``mcpipe://guide/references`` (the template language), ``text/markdown``, written for a
   model (``server/guide/*.md``);
+- a resource ``mcpipe://guide/pipelines/NAME`` for each declared pipeline and NoETL playbook the caller may
+  call: what it does, its arguments, and its plan drawn as Mermaid (the drawing ``mcpipe explain --format
+  mermaid`` and the console make), so that a client can show it;
 - the prompt ``write_pipeline`` (optional argument ``task``): the rules, the tools this caller may call with
   their input and output schemas, the server's limits, and the guide's runnable examples, so that a model
   connected to mcpipe writes a correct pipeline without reading anything else.
@@ -18,11 +21,13 @@ from collections.abc import Callable
 from functools import cache
 from importlib import resources
 from typing import Any
+from urllib.parse import quote, unquote
 
 from mcpipe._util import PIPE_TOOL
 from mcpipe.compile import Limits
+from mcpipe.plan import Pipeline
 
-__all__ = ["GUIDE_PROMPT", "GUIDE_RESOURCES", "INSTRUCTIONS", "Guide"]
+__all__ = ["GUIDE_PROMPT", "GUIDE_RESOURCES", "INSTRUCTIONS", "PIPELINE_GUIDE", "Guide"]
 
 GUIDE_PROMPT = "write_pipeline"
 
@@ -59,6 +64,9 @@ GUIDE_RESOURCES: dict[str, tuple[str, str, str]] = {
 
 MIME = "text/markdown"
 
+PIPELINE_GUIDE = "mcpipe://guide/pipelines/"
+"""The prefix of a declared pipeline's or playbook's guide resource (its tool name follows, percent-encoded)."""
+
 
 @cache
 def guide_text(filename: str) -> str:
@@ -68,6 +76,8 @@ def guide_text(filename: str) -> str:
 
 ToolsOf = Callable[[Any], list[dict[str, Any]]]
 """The tools a request's caller may call, as ``tools/list`` entries (``mcp_pipe`` first)."""
+PipelinesOf = Callable[[Any], list[tuple[dict[str, Any], Pipeline]]]
+"""The declared pipelines and playbooks a request's caller may call: each one's ``tools/list`` entry and plan."""
 
 
 class Guide:
@@ -78,15 +88,19 @@ class Guide:
         limits: the server's pipeline limits, stated in the prompt.
     """
 
-    def __init__(self, tools_of: ToolsOf, limits: Limits, *, search: bool = False) -> None:
+    def __init__(
+        self, tools_of: ToolsOf, limits: Limits, *, search: bool = False, pipelines_of: PipelinesOf | None = None
+    ) -> None:
         self.tools_of = tools_of
         self.limits = limits
         self.search = search
         """Search mode: the listed tools are a few; the prompt teaches finding the others."""
+        self.pipelines_of = pipelines_of
+        """The declared pipelines and playbooks a caller may call (each has a guide resource), or None."""
 
-    def resources(self) -> list[dict[str, Any]]:
-        """The ``resources/list`` entries."""
-        return [
+    def resources(self, ctx: Any = None) -> list[dict[str, Any]]:
+        """The ``resources/list`` entries (with ``ctx``: the guides of the pipelines its caller may call)."""
+        out = [
             {
                 "uri": uri,
                 "name": uri.rsplit("/", 1)[-1],
@@ -97,13 +111,33 @@ class Guide:
             }
             for uri, (filename, title, description) in GUIDE_RESOURCES.items()
         ]
+        if ctx is not None and self.pipelines_of is not None:
+            for entry, _ in self.pipelines_of(ctx):
+                name = entry["name"]
+                out.append(
+                    {
+                        "uri": PIPELINE_GUIDE + quote(name, safe=""),
+                        "name": name,
+                        "title": f"The pipeline {name}, drawn",
+                        "description": f"What the tool {name} runs: its arguments and its steps drawn (Mermaid).",
+                        "mimeType": MIME,
+                    }
+                )
+        return out
 
-    def read(self, uri: str) -> dict[str, Any] | None:
-        """The ``resources/read`` result of a guide URI, or None when ``uri`` is not one."""
+    def read(self, uri: str, ctx: Any = None) -> dict[str, Any] | None:
+        """The ``resources/read`` result of a guide URI, or None when ``uri`` is not one (a pipeline's guide
+        is one for the callers who may call it)."""
         found = GUIDE_RESOURCES.get(uri)
-        if found is None:
+        if found is not None:
+            return {"contents": [{"uri": uri, "mimeType": MIME, "text": guide_text(found[0])}]}
+        if not uri.startswith(PIPELINE_GUIDE) or ctx is None or self.pipelines_of is None:
             return None
-        return {"contents": [{"uri": uri, "mimeType": MIME, "text": guide_text(found[0])}]}
+        name = unquote(uri[len(PIPELINE_GUIDE) :])
+        for entry, plan in self.pipelines_of(ctx):
+            if entry["name"] == name:
+                return {"contents": [{"uri": uri, "mimeType": MIME, "text": pipeline_text(entry, plan)}]}
+        return None
 
     def prompts(self) -> list[dict[str, Any]]:
         """The ``prompts/list`` entries."""
@@ -215,6 +249,30 @@ _RULES = [
     '- Not sure? Call with `"dry_run": true` first: every check, the plan, nothing run. A spec with problems '
     "is answered with every problem located: fix them all and call again.",
 ]
+
+
+def pipeline_text(entry: dict[str, Any], plan: Pipeline) -> str:
+    """A declared pipeline's or playbook's guide: its description, its input schema, and its plan as a Mermaid
+    ``flowchart`` in a fenced block (what Markdown viewers that know Mermaid draw)."""
+    from mcpipe.plan import drawn  # drawing is loaded when a guide of a pipeline is read, not at start
+
+    name = entry["name"]
+    lines = [f"# `{name}`", ""]
+    description = (entry.get("description") or "").strip()
+    if description:
+        lines += [description, ""]
+    lines += [
+        f"Call the tool `{name}` with arguments matching its input schema:",
+        "",
+        f"`{_compact(entry.get('inputSchema') or {'type': 'object'})}`",
+        "",
+        "Its steps, drawn (`mcpipe explain --format mermaid` draws the same):",
+        "",
+        "```mermaid",
+        drawn(plan).mermaid().rstrip("\n"),
+        "```",
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _compact(schema: Any) -> str:

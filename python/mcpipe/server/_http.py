@@ -39,6 +39,7 @@ from mcpipe._jsonschema import warm
 from mcpipe.access import Authenticator, Rejected, missing_scopes, principal_key
 from mcpipe.config import Config, RegistryConfig
 from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
+from mcpipe.formats import serves_workflow
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
 from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
@@ -426,7 +427,7 @@ class HttpFront:
                     }
                 )
                 await send({"type": "http.response.body", "body": body})
-            elif path == "/workflow" and (self.app.config.workflow is not None or self.app.config.piraeus is not None):
+            elif path == "/workflow" and serves_workflow(self.app.config):
                 await self.workflow(scope, receive, send)
             else:
                 await _respond(send, 404, _NOT_FOUND)

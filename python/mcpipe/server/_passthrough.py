@@ -306,7 +306,7 @@ class Passthrough:
         own = [_descriptor(t) for t in self.surfaces if t.surface == surface and self._may_use_local(ctx, t)]
         if self.guide is not None and kind in ("resource", "prompt"):
             taken = {e.get("uri") or e.get("name") for e in own}
-            guide = self.guide.resources() if kind == "resource" else self.guide.prompts()
+            guide = self.guide.resources(ctx) if kind == "resource" else self.guide.prompts()
             own += [e for e in guide if (e.get("uri") or e.get("name")) not in taken]
         return own
 
@@ -467,7 +467,7 @@ class Passthrough:
             if self.caching is not None:
                 out.update(ttlMs=self.caching.read_ttl_ms, cacheScope=self.caching.scope)
             return self._clamped(out, uri)
-        guide = self.guide.read(uri) if self.guide is not None else None
+        guide = self.guide.read(uri, ctx) if self.guide is not None else None
         if guide is not None:
             out = _local_result(ctx, guide)
             if self.caching is not None:

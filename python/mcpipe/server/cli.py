@@ -498,10 +498,14 @@ def check_config(path: str, *, quiet: bool = False) -> int:
         _count(len(config.python_tools), "python_tools entry", "python_tools entries"),
         _count(len(config.pipelines), "pipeline"),
     ]
-    if loaded.models is not None:
-        if config.playbooks:
-            counts.append(_count(loaded.models.files, "playbook"))
-        counts += [_count(n, kind) for kind, n in loaded.models.counts().items()]
+    from mcpipe.formats import format_counts, own_workflow, turned_on
+
+    if config.workflow is not None or turned_on(config):
+        shared = loaded.context()  # what the load compiled: counted, not compiled again
+        served = format_counts(shared)
+        if config.workflow is not None and own_workflow(shared) is not None:
+            served["workflow tool"] = 1
+        counts += [_count(n, kind) for kind, n in served.items()]
     if apis is not None:
         tools = sum(len(a.tools) for a in apis.apis)
         refused = sum(len(a.refused) for a in apis.apis)

@@ -81,6 +81,21 @@ GROUP = "workers"
 _PRELUDE = f"""
 local OVERHEAD = {EVENT_OVERHEAD}
 local function is_live(st) return st == 'queued' or st == 'running' or st == 'input_required' end
+-- The facets: a sorted set of run ids by creation time for each status, target and principal (B.facets ..
+-- 'status:' .. status ...), their names in the set B.facet_keys. A page reads the smallest that its filters name.
+local function facet(B, kind, value, created, id)
+  local key = B.facets .. kind .. ':' .. value
+  redis.call('ZADD', key, created, id)
+  redis.call('SADD', B.facet_keys, key)
+end
+-- Set run `id`'s status, moving it from its old status's facet to the new one's.
+local function set_status(B, run, id, status)
+  local old = redis.call('HGET', run, 'status')
+  if old == status then return end
+  if old then redis.call('ZREM', B.facets .. 'status:' .. old, id) end
+  facet(B, 'status', status, redis.call('HGET', run, 'created'), id)
+  redis.call('HSET', run, 'status', status)
+end
 -- Charge `delta` bytes to run `id` (and to its principal's live bytes while it is live).
 local function charge(B, run, id, delta)
   if delta == 0 then return end
@@ -122,7 +137,8 @@ local function ended(B, run, steps, id, status, answer, now)
   end
   local size = redis.call('HSTRLEN', run, 'args') + redis.call('HSTRLEN', run, 'meta') + #answer
     + tonumber(redis.call('HGET', run, 'ebytes') or '0')
-  redis.call('HSET', run, 'status', status, 'answer', answer, 'updated', now, 'sbytes', 0)
+  set_status(B, run, id, status)
+  redis.call('HSET', run, 'answer', answer, 'updated', now, 'sbytes', 0)
   redis.call('DEL', steps)
   redis.call('HSET', B.sizes, id, size)
   redis.call('INCRBY', B.total, size - old)
@@ -142,6 +158,8 @@ def _script(body: str) -> str:
 # Every script's KEYS begin with the books (sizes, total, live, live_bytes, done, parked: KEYS[1..6]).
 _BOOKS = """
 local B = {sizes = KEYS[1], total = KEYS[2], live = KEYS[3], live_bytes = KEYS[4], done = KEYS[5], parked = KEYS[6]}
+local base = string.sub(KEYS[1], 1, #KEYS[1] - #'sizes')
+B.facets, B.facet_keys = base .. 'by:', base .. 'facets'
 """
 
 # KEYS: books, run, events, index, stream. ARGV: id, target, args, principal, now, by, data, meta, size,
@@ -168,6 +186,9 @@ redis.call('INCRBY', B.total, size)
 redis.call('HINCRBY', B.live, principal, 1)
 redis.call('HINCRBY', B.live_bytes, principal, size)
 redis.call('ZADD', index, now, id)
+facet(B, 'status', 'queued', now, id)
+facet(B, 'target', ARGV[2], now, id)
+facet(B, 'principal', principal, now, id)
 add_event(B, run, events, id, 'enqueued', ARGV[6], now, ARGV[7], true, 0, 0)
 local entry = redis.call('XADD', stream, '*', 'run', id)
 redis.call('HSET', run, 'entry', entry)
@@ -184,7 +205,8 @@ local run, events = KEYS[7], KEYS[8]
 local st = redis.call('HGET', run, 'status')
 if st ~= 'queued' and st ~= 'running' then return 0 end
 local prev = redis.call('HGET', run, 'worker')
-redis.call('HSET', run, 'status', 'running', 'worker', ARGV[2], 'updated', ARGV[3])
+set_status(B, run, ARGV[1], 'running')
+redis.call('HSET', run, 'worker', ARGV[2], 'updated', ARGV[3])
 redis.call('HINCRBY', run, 'attempts', 1)
 if st == 'running' then redis.call('HINCRBY', run, 'lapses', 1) end
 local data = '{}'
@@ -289,7 +311,8 @@ if redis.call('HGET', run, 'worker') ~= ARGV[2] or redis.call('HGET', run, 'stat
   return 0
 end
 charge(B, run, id, #ARGV[4] - redis.call('HSTRLEN', run, 'meta'))
-redis.call('HSET', run, 'status', 'input_required', 'meta', ARGV[4], 'updated', ARGV[3])
+set_status(B, run, id, 'input_required')
+redis.call('HSET', run, 'meta', ARGV[4], 'updated', ARGV[3])
 redis.call('ZADD', B.parked, ARGV[3], id)
 local entry = redis.call('HGET', run, 'entry')
 redis.call('XACK', stream, ARGV[5], entry)
@@ -310,7 +333,7 @@ if redis.call('HGET', run, 'meta') ~= ARGV[2] then return 0 end
 charge(B, run, id, #ARGV[3] - #ARGV[2])
 redis.call('HSET', run, 'meta', ARGV[3], 'updated', ARGV[5])
 if ARGV[4] == '1' then
-  redis.call('HSET', run, 'status', 'queued')
+  set_status(B, run, id, 'queued')
   redis.call('ZREM', B.parked, id)
   local entry = redis.call('XADD', stream, '*', 'run', id)
   redis.call('HSET', run, 'entry', entry)
@@ -374,6 +397,10 @@ redis.call('HDEL', B.sizes, id)
 redis.call('DECRBY', B.total, size)
 redis.call('ZREM', B.done, id)
 redis.call('ZREM', KEYS[10], id)
+local h = redis.call('HMGET', KEYS[7], 'status', 'target', 'principal')
+for i, kind in ipairs({'status', 'target', 'principal'}) do
+  if h[i] then redis.call('ZREM', B.facets .. kind .. ':' .. h[i], id) end
+end
 redis.call('DEL', KEYS[7], KEYS[8], KEYS[9])
 return 1
 """
@@ -388,12 +415,15 @@ _DOWN = (
 """What says Redis cannot serve the queue now (a script's own error is a bug, and stays one)."""
 
 
-# One page of the console's runs list, read and filtered inside Redis (one round trip): the index from the newest
-# run (or the cursor) down to ``min``, each run's summary fields read with HMGET and matched; at most ``max_scan``
-# runs looked at. KEYS: the index. ARGV: the run key prefix, max score, min score, the cursor's score and id
-# (empty: none), status, target (empty: any), the number of principals (0: any) and each ('' is the anonymous
-# caller), limit, max_scan. Answers {rows, scanned, partial, last id, last score} (the last two: where a partial
-# scan stopped); each row is id, score, then the summary fields.
+# One page of the console's runs list, read and filtered inside Redis (one round trip): the smallest of the sorted
+# sets its filters name (the facet of its status, of its target, of its one principal; else the index of every
+# run) from the newest run (or the cursor) down to ``min``, each run's summary fields read with HMGET and matched
+# (a facet only narrows the look: what is shown is what the run's hash says); at most ``max_scan`` runs looked
+# at. KEYS: the index. ARGV: the run key prefix, max score, min score, the cursor's score and id (empty: none),
+# status, target (empty: any), the number of principals (0: any) and each ('' is the anonymous caller), limit,
+# max_scan, the facets' prefix. Answers {rows, scanned,
+# partial, last id, last score} (the last two: where a partial scan stopped); each row is id, score, then the
+# summary fields.
 _PAGE = """
 local prefix, maxs, mins, cscore, cid = ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5]
 local status, target, np = ARGV[6], ARGV[7], tonumber(ARGV[8])
@@ -402,12 +432,21 @@ if np > 0 then
   wanted = {}
   for i = 1, np do wanted[ARGV[8 + i]] = true end
 end
-local limit, max_scan = tonumber(ARGV[9 + np]), tonumber(ARGV[10 + np])
+local limit, max_scan, facets = tonumber(ARGV[9 + np]), tonumber(ARGV[10 + np]), ARGV[11 + np]
 if cscore ~= '' then maxs = cscore end
+local key, least = KEYS[1], nil
+local named = {}
+if status ~= '' then named[#named + 1] = facets .. 'status:' .. status end
+if target ~= '' then named[#named + 1] = facets .. 'target:' .. target end
+if np == 1 then named[#named + 1] = facets .. 'principal:' .. ARGV[9] end
+for _, k in ipairs(named) do
+  local n = redis.call('ZCARD', k)
+  if least == nil or n < least then least, key = n, k end
+end
 local rows, scanned, offset, last_id, last_score = {}, 0, 0, '', ''
 while scanned < max_scan do
   local batch = math.min(500, max_scan - scanned)
-  local got = redis.call('ZRANGE', KEYS[1], maxs, mins, 'BYSCORE', 'REV', 'LIMIT', offset, batch, 'WITHSCORES')
+  local got = redis.call('ZRANGE', key, maxs, mins, 'BYSCORE', 'REV', 'LIMIT', offset, batch, 'WITHSCORES')
   if #got == 0 then return {rows, scanned, 0, '', ''} end
   offset = offset + #got / 2
   for i = 1, #got, 2 do
@@ -427,6 +466,27 @@ while scanned < max_scan do
 end
 return {rows, scanned, 1, last_id, last_score}
 """
+
+# The facets of runs enqueued before there were facets, a batch at a time, oldest first. KEYS: the index. ARGV:
+# the run key prefix, the facets' prefix, the set of their names, the lowest score to read (a batch begins with
+# the last run of the one before), batch. Answers {how many runs it read, the last one's score}.
+_FACETS = """
+local prefix, facets, names = ARGV[1], ARGV[2], ARGV[3]
+local got = redis.call('ZRANGE', KEYS[1], ARGV[4], '+inf', 'BYSCORE', 'LIMIT', 0, tonumber(ARGV[5]), 'WITHSCORES')
+for i = 1, #got, 2 do
+  local id, score = got[i], got[i + 1]
+  local h = redis.call('HMGET', prefix .. id, 'status', 'target', 'principal')
+  if h[1] then
+    for j, kind in ipairs({'status', 'target', 'principal'}) do
+      local key = facets .. kind .. ':' .. (h[j] or '')
+      redis.call('ZADD', key, score, id)
+      redis.call('SADD', names, key)
+    end
+  end
+end
+return {#got / 2, got[#got] or ''}
+"""
+FACET_BATCH = 500
 
 
 def _info(h: dict[str, str]) -> RunInfo:
@@ -509,6 +569,10 @@ class RedisRunQueue:
         self.stream = f"{prefix}:runs"
         self.index = f"{prefix}:runs:index"
         self.books = [f"{prefix}:runs:{k}" for k in ("sizes", "total", "live", "live_bytes", "done", "parked")]
+        self.facets = f"{prefix}:runs:by:"
+        """The facets' prefix: ``PREFIX:runs:by:status:S`` (``target:T``, ``principal:P``), run ids by creation."""
+        self.facet_keys = f"{prefix}:runs:facets"
+        self._facets_ready = False
         self._client: coredis.Redis[str] = coredis.Redis.from_url(
             url, decode_responses=True, connect_timeout=timeout_s, stream_timeout=timeout_s + 5.0
         )
@@ -526,6 +590,7 @@ class RedisRunQueue:
         self._expire = self._client.register_script(_EXPIRE)
         self._drop = self._client.register_script(_DROP)
         self._page = self._client.register_script(_PAGE)
+        self._backfill = self._client.register_script(_FACETS)
 
     @property
     def retention_s(self) -> float:
@@ -865,7 +930,8 @@ class RedisRunQueue:
         if cscore and until is not None and float(cscore) >= until:
             cscore = ""
         args: list[str | int] = [f"{self.prefix}:run:", maxs, mins, cscore, cid, status or "", target or ""]
-        args += [len(wanted), *wanted, limit, MAX_SCAN]
+        await self._ensure_facets()
+        args += [len(wanted), *wanted, limit, MAX_SCAN, self.facets]
         got: list[Any] = list(await self._do("page", self._page(keys=[self.index], args=args)))
         rows: list[list[str]] = got[0]
         scanned, partial, last_id, last_score = int(got[1]), bool(got[2]), str(got[3]), str(got[4])
@@ -891,6 +957,23 @@ class RedisRunQueue:
         else:
             nxt = f"{last_score}|{last_id}" if partial and last_id else None
         return RunPage(runs=runs, next=nxt, scanned=int(scanned), partial=bool(partial))
+
+    async def _ensure_facets(self) -> None:
+        """Whether the facets hold every run: once per queue (its mark ``PREFIX:runs:facets:v1``), the runs
+        enqueued before there were facets are read into them, a batch at a time."""
+        if self._facets_ready:
+            return
+        mark = f"{self.facet_keys}:v1"
+        if not await self._do("page", self._client.exists([mark])):
+            lowest = "-inf"
+            while True:
+                args: list[str | int] = [f"{self.prefix}:run:", self.facets, self.facet_keys, lowest, FACET_BATCH]
+                got: list[Any] = list(await self._do("page", self._backfill(keys=[self.index], args=args)))
+                if int(got[0]) < FACET_BATCH:
+                    break
+                lowest = str(got[1])
+            await self._do("page", self._client.set(mark, "1"))
+        self._facets_ready = True
 
     async def counts(self) -> dict[str, int]:
         done = await self._do("counts", self._client.zcard(self.books[4]))
@@ -941,6 +1024,10 @@ class RedisRunQueue:
         stale = [r for r in old if not await self._do("sweep", self._client.exists([self._run(r)[0]]))]
         if stale:
             await self._do("sweep", self._client.zrem(self.index, stale))
+            for key in await self._do("sweep", self._client.smembers(self.facet_keys)):
+                await self._do("sweep", self._client.zrem(key, stale))
+                if not await self._do("sweep", self._client.exists([key])):
+                    await self._do("sweep", self._client.srem(self.facet_keys, [key]))
         return gone + len(stale)
 
     async def usage(self) -> tuple[int, int]:

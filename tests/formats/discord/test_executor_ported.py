@@ -9,7 +9,7 @@ from __future__ import annotations
 import trio
 
 from kit.discord import err, ok
-from mcpipe.formats.discord import PipelineTool
+from mcpipe.formats.discord import pipeline_tool
 from mcpipe.tools import ToolContext
 
 
@@ -159,7 +159,7 @@ async def test_captures_error_code_and_retriable_from_a_failed_call_tool_result(
 
 async def test_aborts_pipeline_if_signal_is_already_aborted(standins):
     # upstream: 'aborts pipeline if signal is already aborted'
-    tool = PipelineTool()
+    tool = pipeline_tool()
     with trio.CancelScope() as scope:
         scope.cancel()
         await tool.call({"steps": [{"id": "a", "tool": "x", "args": {}}]}, ToolContext(tools=standins.registry))
@@ -169,7 +169,7 @@ async def test_aborts_pipeline_if_signal_is_already_aborted(standins):
 
 async def test_stops_before_the_next_step_when_the_signal_aborts_mid_pipeline(standins):
     # upstream: 'stops before the next step when the signal aborts mid-pipeline' (cappyeo's copy only)
-    tool = PipelineTool()
+    tool = pipeline_tool()
     send = standins.registry.get("messages_send")
     with trio.CancelScope() as scope:
 

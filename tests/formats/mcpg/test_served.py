@@ -660,14 +660,9 @@ async def test_gateway_server_tls_serves_https_with_the_certificate_it_names(tmp
 
     import httpx2
 
-    from kit.servers import http_server
+    from kit.servers import http_server, self_signed
 
-    cert, key = tmp_path / "server.crt", tmp_path / "server.key"
-    await trio.run_process(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        capture_stdout=True, capture_stderr=True,
-    )  # fmt: skip
+    cert, key = await self_signed(tmp_path)
     doc = yaml.safe_load(_config([{"name": "ping", "description": "ping", "backend": {"kind": "mock"}}]))
     doc["gateway"] = {"server": {"tls": {"cert_path": str(cert), "key_path": str(key), "min_tls_version": "1.3"}}}
     config = parse_config(yaml.safe_dump(doc), "yaml", environ={})

@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from kit.noetl import origin, policy, step_order
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 from mcpipe.plan import Limits
 
 PLAYBOOK = """\
@@ -54,7 +54,7 @@ def load(tmp_path: Path, text: str = PLAYBOOK) -> NoetlPlaybook:
 
 async def run(pb: NoetlPlaybook, args: dict[str, Any], **limits: Any) -> tuple[dict[str, Any], list[Any]]:
     events: list[dict[str, Any]] = []
-    tool = PlaybookTool(pb, limits=Limits(**limits)) if limits else PlaybookTool(pb)
+    tool = playbook_tool(pb, limits=Limits(**limits)) if limits else playbook_tool(pb)
     with trio.fail_after(30):
         answer = await tool.run(args, on_event=events.append)
     return answer, events

@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from kit.noetl import policy
-from mcpipe.formats.noetl import PlaybookTool, load_playbook
+from mcpipe.formats.noetl import load_playbook, playbook_tool
 
 HEAD = "apiVersion: noetl.io/v2\nkind: Playbook\nmetadata: {name: p, path: t/p}\nworkflow:\n"
 
@@ -70,7 +70,7 @@ async def test_an_undefined_name_at_run_time_fails_its_step_located_and_the_run_
     pb, problems = load_playbook("pb.yaml", base_dir=str(tmp_path), policy=policy())
     assert problems == [] and pb is not None
     with trio.fail_after(30):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     assert not answer["ok"]
     assert answer["error_code"] == "INTERPOLATION_FAILED"
     assert "workflow[0].tool.input.x: 'nope' is undefined" in answer["error"]
@@ -88,7 +88,7 @@ async def test_top_level_tracing_and_spec_are_warnings_as_noetl_drops_them_and_t
     assert "tracing" in warned and "spec" in warned
     assert any("OpenTelemetry" in w for w in pb.warnings)
     with trio.fail_after(30):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     assert answer["ok"], answer
 
 

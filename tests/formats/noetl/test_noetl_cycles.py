@@ -9,7 +9,7 @@ from typing import Any
 import trio
 
 from kit.noetl import load, origin, run_file, step_order
-from mcpipe.formats.noetl import PlaybookTool
+from mcpipe.formats.noetl import playbook_tool
 from mcpipe.plan import Limits
 
 OFFSET = "tests/fixtures/playbooks/pagination/offset/test_pagination_offset.yaml"
@@ -39,7 +39,7 @@ async def test_offset_pagination_by_an_arc_back_fetches_every_page_then_validate
 
 async def test_a_step_reached_again_past_the_servers_bound_fails_the_run_located_at_the_arc():
     with origin() as o:
-        tool = PlaybookTool(load(OFFSET), limits=Limits(max_step_runs=2))
+        tool = playbook_tool(load(OFFSET), limits=Limits(max_step_runs=2))
         with trio.fail_after(60):
             answer = await tool.run({"api_url": o.url})
     assert not answer["ok"] and answer["error_code"] == "LIMIT_EXCEEDED"

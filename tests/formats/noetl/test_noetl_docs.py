@@ -10,7 +10,7 @@ import trio
 import yaml
 
 from kit.noetl import policy
-from mcpipe.formats.noetl import PlaybookTool, compile_noetl
+from mcpipe.formats.noetl import compile_noetl, playbook_tool
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "formats" / "noetl.md"
 
@@ -23,6 +23,6 @@ async def test_the_format_pages_example_answers_what_the_page_says():
     pb, problems = compile_noetl(yaml.safe_load(block.group(1)), policy=policy())
     assert problems == [] and pb is not None, problems
     with trio.fail_after(30):
-        got = await PlaybookTool(pb).run({})
+        got = await playbook_tool(pb).run({})
     assert got["ok"], got["error"]
     assert got["noetl"] == json.loads(answer.group(1))

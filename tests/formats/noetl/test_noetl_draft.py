@@ -11,7 +11,7 @@ from typing import Any
 import trio
 
 from kit.noetl import UPSTREAM, origin
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 from mcpipe.kinds import HttpPolicy, StepPolicy
 
 CITIES = [("51.51", "-0.13"), ("48.85", "2.35"), ("52.52", "13.41")]
@@ -29,7 +29,7 @@ def load(rel: str) -> NoetlPlaybook:
 
 async def run(rel: str, args: dict[str, Any]) -> dict[str, Any]:
     with trio.fail_after(60):
-        return await PlaybookTool(load(rel)).run(args)
+        return await playbook_tool(load(rel)).run(args)
 
 
 async def test_a_loop_runs_its_next_step_per_city_then_its_end_loop_step_then_the_steps_after() -> None:
@@ -160,7 +160,7 @@ async def test_the_2023_workflows_tasks_run_in_order_and_a_condition_reads_an_ea
         pb, problems = load_playbook("wf.yaml", base_dir=str(tmp_path), policy=_shell_policy("127.0.0.1"))
         assert problems == [], problems
         with trio.fail_after(60):
-            answer = await PlaybookTool(pb).run({})
+            answer = await playbook_tool(pb).run({})
         asked = [r["path"] for r in api.requests]
     assert answer["ok"], answer["error"]
     steps = answer["noetl"]["steps"]
@@ -176,7 +176,7 @@ async def test_a_false_condition_skips_its_task_and_the_next_job_still_runs(tmp_
     pb, problems = load_playbook("wf.yaml", base_dir=str(tmp_path), policy=_shell_policy("api.github.com"))
     assert problems == [], problems
     with trio.fail_after(60):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     steps = answer["noetl"]["steps"]
     assert steps["job1.task1"] == [{"status": "failure", "output": ""}]
     assert steps["job1.task2"] == [{"status": "skipped"}]  # `'failure' == 'success'` is false: no request

@@ -15,7 +15,7 @@ import trio
 
 from kit.noetl import UPSTREAM, policy
 from mcpipe.declared import load_sql
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 from mcpipe.kinds.duckdb import secret_statements
 from mcpipe.results import StepFailure
 
@@ -46,7 +46,7 @@ async def test_a_duckdb_step_resolves_its_credentials_and_fails_located_where_th
     pb, problems = load_playbook(GCS, base_dir=str(UPSTREAM), policy=replace(policy(), sql=backends))
     assert problems == [] and isinstance(pb, NoetlPlaybook)
     with trio.fail_after(60):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     assert not answer["ok"]
     (failed,) = answer["noetl"]["steps"]["test_data"]
     assert failed["status"] == "error" and "LOAD postgres" in failed["error"]

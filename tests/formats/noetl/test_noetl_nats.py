@@ -19,7 +19,7 @@ from kit.realservers import nats_server
 from mcpipe.backends.jetstream import JetStream
 from mcpipe.backends.nats import open_nats
 from mcpipe.declared import load_sql
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 
 
 @pytest.fixture(scope="module")
@@ -75,7 +75,7 @@ def load(rel: str, sql: dict[str, Any] | None = None) -> NoetlPlaybook:
 async def run(pb: NoetlPlaybook, args: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         with trio.fail_after(60):
-            return await PlaybookTool(pb).run(args or {})
+            return await playbook_tool(pb).run(args or {})
     finally:
         for backend in pb.policy.sql.values():
             if backend is not None:

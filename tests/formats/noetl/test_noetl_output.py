@@ -42,10 +42,10 @@ async def test_an_artifact_get_reads_back_what_a_step_kept_behind_its_ref():
     for sp in pb.steps.values():  # the run is NoETL's store: externalize everything, as `inline_max_bytes: 0` does
         if sp.output is not None:
             sp.output.inline_max_bytes = 0
-    from mcpipe.formats.noetl import PlaybookTool
+    from mcpipe.formats.noetl import playbook_tool
 
     with trio.fail_after(60):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     steps = answer["noetl"]["steps"]
     (start,) = steps["start"]
     assert "_ref" in start and "items" not in start

@@ -12,7 +12,7 @@ import pytest
 import trio
 
 from kit.noetl import load, origin, run_file, step_order
-from mcpipe.formats.noetl import PlaybookTool
+from mcpipe.formats.noetl import playbook_tool
 
 WAIT_S = 30
 
@@ -100,7 +100,9 @@ async def test_a_parallel_loop_runs_its_http_items_at_once_within_max_in_flight(
 async def test_a_loop_is_bounded_by_the_servers_item_limit(tmp_path):
     from mcpipe.plan import Limits
 
-    tool = PlaybookTool(load("tests/fixtures/playbooks/root_scripts/test_simple_loop.yaml"), limits=Limits(max_items=2))
+    tool = playbook_tool(
+        load("tests/fixtures/playbooks/root_scripts/test_simple_loop.yaml"), limits=Limits(max_items=2)
+    )
     with trio.fail_after(WAIT_S):
         answer = await tool.run({})
     assert not answer["ok"]
@@ -222,7 +224,7 @@ async def test_an_mcp_turn_runs_as_a_step_of_a_noetl_workflow_and_later_steps_re
         async with fake_openai(text("Fourteen days.")) as fake:
             pb, problems = compile_noetl(doc, models=Models({"m": ModelConfig(base_url=fake.url)}))
             assert problems == [] and pb is not None, problems
-            answer = await PlaybookTool(pb).run({})
+            answer = await playbook_tool(pb).run({})
             asked = fake.requests[0]["messages"][-1]["content"]
     assert answer["ok"], answer["error"]
     assert "Resource kb:\nRefunds take 14 days." in asked and "About refunds?" in asked
@@ -253,7 +255,7 @@ async def test_a_failed_item_of_a_parallel_loop_lets_the_other_items_run_and_the
     )
     pb = load(str(tmp_path / "pb.yaml"))
     with trio.fail_after(WAIT_S):
-        answer = await PlaybookTool(pb).run({})
+        answer = await playbook_tool(pb).run({})
     shaped = answer["noetl"]
     assert shaped["status"] == "failed" and shaped["failed_steps"] == ["start"]
     assert len(shaped["steps"]["start"]) == 3

@@ -15,7 +15,7 @@ import trio
 
 from kit.noetl import UPSTREAM, origin, policy
 from mcpipe.declared import load_sql
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 
 _db = itertools.count()
 
@@ -41,7 +41,7 @@ def load(rel: str, url: str) -> NoetlPlaybook:
 async def run(pb: NoetlPlaybook, args: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         with trio.fail_after(60):
-            return await PlaybookTool(pb).run(args or {})
+            return await playbook_tool(pb).run(args or {})
     finally:
         for backend in pb.policy.sql.values():  # the credentials' pools, as the server closes them
             if backend is not None:

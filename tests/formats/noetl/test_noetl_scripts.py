@@ -13,7 +13,7 @@ import trio
 
 from kit.noetl import UPSTREAM, load, policy, run_file
 from mcpipe.declared import load_sql
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 
 PYTHON = "tests/fixtures/playbooks/script_execution/python_file_example.yaml"
 SQL = "tests/fixtures/playbooks/script_execution/postgres_file_example.yaml"
@@ -47,7 +47,7 @@ async def test_sql_read_from_a_file_runs_on_the_credentials_database(noetl_postg
     assert problems == [] and isinstance(pb, NoetlPlaybook)
     try:
         with trio.fail_after(60):
-            answer = await PlaybookTool(pb).run({})
+            answer = await playbook_tool(pb).run({})
     finally:
         for b in backends.values():
             if b is not None:

@@ -10,7 +10,7 @@ import duckdb
 import pytest
 import trio
 
-from mcpipe.formats.noetl import PlaybookTool, load_playbook
+from mcpipe.formats.noetl import load_playbook, playbook_tool
 from mcpipe.formats.noetl._sqlbind import rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import compile_tmpl
 from mcpipe.kinds._sqltext import split_duckdb
@@ -160,6 +160,6 @@ async def test_a_seed_004_workbook_actions_sql_values_are_bound_too(tmp_path):
     assert problems == [] and pb is not None
     for name, rows in (("bob", [["bob"]]), ("' OR 1=1 --", None)):
         with trio.fail_after(30):
-            answer = await PlaybookTool(pb).run({"name": name})
+            answer = await playbook_tool(pb).run({"name": name})
         assert answer["ok"], answer["error"]
         assert answer["result"].get("command_2_sample") == rows

@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kit.noetl import UPSTREAM
-from mcpipe.formats.noetl import NoetlPlaybook, PlaybookTool, load_playbook
+from mcpipe.formats.noetl import NoetlPlaybook, load_playbook, playbook_tool
 from mcpipe.kinds import CommandPolicy, HttpPolicy, StepPolicy
 
 GATEWAY = "tests/fixtures/playbooks/interactive_brokers/ib_gateway_test.yaml"
@@ -91,7 +91,7 @@ async def test_verification_off_reaches_a_self_signed_gateway_the_operator_lists
     pb, problems = load(("127.0.0.1",))
     assert problems == [] and pb is not None
     with gateway(tmp_path) as url, trio.fail_after(60):
-        answer = await PlaybookTool(pb).run({"gateway_url": url})
+        answer = await playbook_tool(pb).run({"gateway_url": url})
     (status,) = answer["noetl"]["steps"]["check_gateway_status"]
     assert status["status_code"] == 200 and status["data"]["authenticated"] is True
 
@@ -100,7 +100,7 @@ async def test_a_host_the_operator_did_not_list_is_refused_even_with_verificatio
     pb, _ = load(("gateway.internal",))
     assert pb is not None
     with gateway(tmp_path) as url, trio.fail_after(60):
-        answer = await PlaybookTool(pb).run({"gateway_url": url})
+        answer = await playbook_tool(pb).run({"gateway_url": url})
     assert "check_gateway_status" in answer["noetl"]["failed_steps"]
     assert "127.0.0.1" in str(answer["noetl"]["steps"]["check_gateway_status"][0])
     assert "list it in outbound.http.insecure_hosts" in str(answer["noetl"]["steps"]["check_gateway_status"][0])

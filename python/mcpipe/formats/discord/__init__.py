@@ -2,7 +2,7 @@
 
 A call is checked as discord's input schema checks it, translated into mcpipe's one plan (one tool leaf per
 step: :mod:`mcpipe.formats.discord._steps`), run by the one scheduler through the gateway, and answered in
-discord's shape (:mod:`mcpipe.formats.discord._answer`). :class:`PipelineTool` serves it; the server adds
+discord's shape (:mod:`mcpipe.formats.discord._answer`). :func:`pipeline_tool` serves it; the server adds
 one when the config asks (``[pipe] mcp_pipeline = true``: over every tool; ``mcp_pipeline = true`` on a
 downstream server in ``mcpServers``: over that discord-mcp server's tools, in place of its own).
 ``docs/formats/discord.md`` says what is discord's, what seed 001 adds, and what differs, with reasons.
@@ -25,7 +25,14 @@ from mcpipe.formats.discord._steps import (
     parse_steps,
     translate,
 )
-from mcpipe.formats.discord._tool import DESCRIPTION, INPUT_SCHEMA, OUTPUT_SCHEMA, DiscordPipelines, PipelineTool
+from mcpipe.formats.discord._tool import (
+    DESCRIPTION,
+    INPUT_SCHEMA,
+    OUTPUT_SCHEMA,
+    DiscordDialect,
+    DiscordPipelines,
+    pipeline_tool,
+)
 from mcpipe.plan import Limits
 
 __all__ = [
@@ -34,16 +41,17 @@ __all__ = [
     "MAX_STEPS",
     "OUTPUT_SCHEMA",
     "PIPELINE_TOOL",
+    "DiscordDialect",
     "DiscordPipelines",
     "DiscordStep",
     "Issue",
-    "PipelineTool",
     "Rejection",
     "Translation",
     "discord_answer",
     "discord_source",
     "js_truthy",
     "parse_steps",
+    "pipeline_tool",
     "rejected_answer",
     "summary_text",
     "translate",
@@ -62,8 +70,8 @@ def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> 
     """
     tools: list[Any] = []
     if everywhere:
-        tools.append(PipelineTool(PIPELINE_TOOL, limits=limits))
+        tools.append(pipeline_tool(PIPELINE_TOOL, limits=limits))
     for prefix in fronted:
         name = f"{prefix}.{PIPELINE_TOOL}" if prefix else PIPELINE_TOOL
-        tools.append(PipelineTool(name, prefix=prefix, limits=limits))
+        tools.append(pipeline_tool(name, prefix=prefix, limits=limits))
     return DiscordPipelines(tools) if tools else None

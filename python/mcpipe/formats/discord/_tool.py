@@ -11,6 +11,7 @@ import trio
 
 from mcpipe._core import json_measure
 from mcpipe._util import PIPE_TOOL, RunLimiter
+from mcpipe.declared import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import ErrorCode
 from mcpipe.formats.discord._answer import (
     RECURSION,
@@ -21,10 +22,9 @@ from mcpipe.formats.discord._answer import (
 )
 from mcpipe.formats.discord._steps import MAX_STEPS, PIPELINE_TOOL, Rejection, parse_steps, translate
 from mcpipe.plan import DEFAULT_LIMITS, Limits
-from mcpipe.runtime import run_compiled
-from mcpipe.tools import ToolContext, ToolResult
+from mcpipe.tools import ToolResult
 
-__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordPipelines", "PipelineTool"]
+__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordDialect", "DiscordPipelines", "pipeline_tool"]
 
 TRANSLATE_IN_THREAD_BYTES = 256 * 1024
 """A call whose arguments are larger (as JSON) is checked and translated in a thread."""
@@ -158,33 +158,19 @@ def _index(location: str) -> int:
 ANNOTATIONS = {"readOnlyHint": False, "destructiveHint": False, "idempotentHint": False, "openWorldHint": True}
 
 
-class PipelineTool:
-    """discord-mcp's ``mcp_pipeline``, run by mcpipe: the call checked and translated into one plan, run by the
-    scheduler through the registry the call came in by (the gateway: each step authorized, audited and
-    costed like a direct call), and answered in discord's shape.
+class DiscordDialect(ToolDialect):
+    """discord-mcp's ``mcp_pipeline`` as a :class:`~mcpipe.declared.PlanTool` dialect: a call's steps are its
+    plan, checked and translated from its arguments (:mod:`mcpipe.formats.discord._steps`), run by the
+    scheduler through the registry the call came in by (the gateway: each step authorized, audited and costed
+    like a direct call), and answered in discord's shape (:mod:`mcpipe.formats.discord._answer`).
 
     Args:
-        name: the tool's name (``mcp_pipeline``, or ``<prefix>.mcp_pipeline`` for a fronted server).
-        prefix: the fronted server's prefix: a step's ``tool`` names one of that server's tools (``messages_send``
-            is ``<prefix>.messages_send``); ``""`` for bare names.
-        limits: the server's limits (``pipe``): the run's deadline, output sizes; the step cap is the smaller of
-            discord's 20 and ``max_steps``.
+        prefix: the fronted server's prefix: a step's ``tool`` names one of that server's tools
+            (``messages_send`` is ``<prefix>.messages_send``); ``""`` for bare names.
     """
 
-    __slots__ = ("annotations", "description", "input_schema", "limits", "name", "output_schema", "prefix", "title")
-
-    def __init__(self, name: str = PIPELINE_TOOL, *, prefix: str = "", limits: Limits | None = None) -> None:
-        self.name = name
+    def __init__(self, prefix: str = "") -> None:
         self.prefix = prefix
-        self.limits = limits or DEFAULT_LIMITS
-        self.title = "Run a pipeline of tool calls (discord-mcp)"
-        self.description = DESCRIPTION
-        self.input_schema = INPUT_SCHEMA
-        self.output_schema: dict[str, Any] | None = OUTPUT_SCHEMA
-        self.annotations = ANNOTATIONS
-
-    def __repr__(self) -> str:
-        return f"<PipelineTool {self.name}>"
 
     def target(self, tool: str) -> str:
         """The registry's name of the tool a step names."""
@@ -192,18 +178,29 @@ class PipelineTool:
             return tool
         return f"{self.prefix}.{tool}"
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        """Check, translate and run one call; answer in discord's shape (never raises for a bad call)."""
-        limits = self.limits
+    async def check(self, tool: PlanTool, args: Any) -> PlanCall | ToolResult:
+        """The steps checked (discord's validation answer when they break its schema) and translated into the
+        call's plan; what the translation refused is answered after the unknown tools (:meth:`refuse`)."""
+        limits = tool.limits
         steps, issues = parse_steps(args, max_steps=min(MAX_STEPS, limits.max_steps))
         if issues:
             return validation_answer(issues)
-        registry = ctx.tools
-        if registry is None:
-            return ToolResult.error(f"{ErrorCode.TOOL_FAILED}: {self.name} is not bound to a tool registry")
         targets = [self.target(st.tool) for st in steps]
+        if json_measure(args, max_bytes=TRANSLATE_IN_THREAD_BYTES)[0] > TRANSLATE_IN_THREAD_BYTES:
+            # Linear, but a few MB of text to scan: off the event loop (as mcp_pipe compiles a large spec).
+            translated = await trio.to_thread.run_sync(
+                partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes), limiter=_threads()
+            )
+        else:
+            translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
+        plan = None if isinstance(translated, list) else translated.compiled
+        return PlanCall({}, plan, (steps, targets, translated))
+
+    def refuse(self, tool: PlanTool, call: PlanCall, registry: Any) -> ToolResult | None:
+        """A nested pipeline, then the unknown tools and what the translation refused, in step order."""
+        steps, targets, translated = call.state
         recursion = [
-            Rejection(i, RECURSION, RECURSION_MESSAGE) for i, t in enumerate(targets) if self._is_pipeline(t, registry)
+            Rejection(i, RECURSION, RECURSION_MESSAGE) for i, t in enumerate(targets) if _is_pipeline(t, registry)
         ]
         if recursion:
             return rejected_answer(steps, recursion)
@@ -212,45 +209,64 @@ class PipelineTool:
             for i, (st, t) in enumerate(zip(steps, targets, strict=True))
             if t not in registry
         ]
-        if json_measure(args, max_bytes=TRANSLATE_IN_THREAD_BYTES)[0] > TRANSLATE_IN_THREAD_BYTES:
-            # Linear, but a few MB of text to scan: off the event loop (as mcp_pipe compiles a large spec).
-            translated = await trio.to_thread.run_sync(
-                partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes), limiter=_threads()
-            )
-        else:
-            translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
         if unknown or isinstance(translated, list):
             refused = unknown + (translated if isinstance(translated, list) else [])
             return rejected_answer(steps, sorted(refused, key=lambda r: r.index))
-        # A run of its own (a fresh pipeline id) for the same caller and request, as a declared pipeline's.
-        answer = await run_compiled(
-            translated.compiled, registry, context=ctx.for_step(None, ctx.step), limits=limits, answer="full"
-        )
+        return None
+
+    async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
+        steps, _, translated = call.state
         problems = answer.get("problems")
         if problems:  # refused for this caller (FORBIDDEN): the per-call checks found it, nothing ran
             refused = [Rejection(_index(p["location"]), p["code"], p["message"]) for p in problems]
             return rejected_answer(steps, refused)
         return discord_answer(answer, translated.steps, translated.ids)
 
-    @staticmethod
-    def _is_pipeline(name: str, registry: Any) -> bool:
-        """Whether calling ``name`` would nest a pipeline: ``mcp_pipe``, or an ``mcp_pipeline`` mcpipe serves."""
-        if name in (PIPE_TOOL, PIPELINE_TOOL) or name.endswith("." + PIPELINE_TOOL):
-            return True
-        get = getattr(registry, "get", None)
-        return get is not None and isinstance(get(name), PipelineTool)
+
+def pipeline_tool(name: str = PIPELINE_TOOL, *, prefix: str = "", limits: Limits | None = None) -> PlanTool:
+    """discord-mcp's ``mcp_pipeline``, run by mcpipe: a :class:`~mcpipe.declared.PlanTool` in the
+    :class:`DiscordDialect` (whose plan is each call's steps).
+
+    Args:
+        name: the tool's name (``mcp_pipeline``, or ``<prefix>.mcp_pipeline`` for a fronted server).
+        prefix: the fronted server's prefix (``""`` for bare names).
+        limits: the server's limits (``pipe``): the run's deadline, output sizes; the step cap is the smaller of
+            discord's 20 and ``max_steps``.
+    """
+    return PlanTool(
+        DiscordDialect(prefix),
+        name=name,
+        title="Run a pipeline of tool calls (discord-mcp)",
+        description=DESCRIPTION,
+        input_schema=INPUT_SCHEMA,
+        output_schema=OUTPUT_SCHEMA,
+        annotations=ANNOTATIONS,
+        compiled=None,
+        limits=limits or DEFAULT_LIMITS,
+    )
+
+
+def _is_pipeline(name: str, registry: Any) -> bool:
+    """Whether calling ``name`` would nest a pipeline: ``mcp_pipe``, or an ``mcp_pipeline`` mcpipe serves."""
+    if name in (PIPE_TOOL, PIPELINE_TOOL) or name.endswith("." + PIPELINE_TOOL):
+        return True
+    get = getattr(registry, "get", None)
+    if get is None:
+        return False
+    found = get(name)
+    return isinstance(found, PlanTool) and isinstance(found.dialect, DiscordDialect)
 
 
 class DiscordPipelines:
     """The ``mcp_pipeline`` tools a config serves, as a tool source (``get``, iteration)."""
 
-    def __init__(self, tools: Iterable[PipelineTool] = ()) -> None:
+    def __init__(self, tools: Iterable[PlanTool] = ()) -> None:
         self._tools = {t.name: t for t in tools}
 
-    def get(self, name: str) -> PipelineTool | None:
+    def get(self, name: str) -> PlanTool | None:
         return self._tools.get(name)
 
-    def __iter__(self) -> Iterator[PipelineTool]:
+    def __iter__(self) -> Iterator[PlanTool]:
         return iter(self._tools.values())
 
     def __len__(self) -> int:

@@ -3,15 +3,19 @@
 A document is mcpg's when its top-level keys are mcpg's (``gateway``, ``mcp``, ``governance``,
 ``observability``, ...), at least one of which mcpipe's own layout does not have. It is translated
 into mcpipe's own layout (:mod:`._translate`); its bindings run on the ``mcpg.*`` step kinds
-(:mod:`._kinds`) and answer in mcpg's shapes (:mod:`._answers`); ``docs/formats/mcpg.md`` maps every section.
+(:mod:`._kinds`) and answer in mcpg's shapes (:mod:`._answers`); ``[audit] format = "mcpg"`` writes mcpg's
+audit events (:mod:`._audit`); ``docs/formats/mcpg.md`` maps every section.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcpipe.formats import Translation
+from mcpipe.formats import Format, Translation
+
+if TYPE_CHECKING:
+    from mcpipe.formats.mcpg._audit import McpgAuditLog
 
 __all__ = ["FORMAT", "McpgFormat"]
 
@@ -39,7 +43,7 @@ _SHARED = frozenset({"credentials"})
 """mcpg's top-level keys that mcpipe's own layout has as well."""
 
 
-class McpgFormat:
+class McpgFormat(Format):
     """mcpg's config layout (``mcpg-dev/mcpg``, v0.1.0-beta.16)."""
 
     name = "mcpg"
@@ -54,6 +58,17 @@ class McpgFormat:
         from mcpipe.formats.mcpg._translate import translate
 
         return translate(raw, base_dir=base_dir, environ=environ)
+
+    def no_pipe_reason(self) -> str:
+        from mcpipe.formats.mcpg._translate import PIPE_SWITCH
+
+        return f"an mcpg file serves none, as mcpg does: set {PIPE_SWITCH}=1 to serve it beside the bindings"
+
+    def audit_log(self, path: str | None, audit: Any) -> McpgAuditLog:
+        """mcpg's hash-chained audit events (``[audit] format = "mcpg"``)."""
+        from mcpipe.formats.mcpg._audit import McpgAuditLog
+
+        return McpgAuditLog(path, allowed=audit.emit_allowed, completed=audit.emit_completed)
 
 
 FORMAT = McpgFormat()

@@ -241,7 +241,8 @@ class _Surfaces:
     def invalid(self, tool: Any, errors: list[str], args: Any = None) -> ToolResult:
         """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``), each error worded as the
         ``jsonschema`` crate words it."""
-        found = tool.schema_errors(args) if args is not None and hasattr(tool, "schema_errors") else []
+        errors_of = getattr(getattr(tool, "dialect", None), "schema_errors", None)
+        found = errors_of(args) if args is not None and errors_of is not None else []
         why = "; ".join(rust_schema_errors(found)) if found else "; ".join(_pointer(e) for e in errors)
         return ToolResult.error(
             f"Input validation failed for tool '{tool.name}': arguments validation failed: {why}."

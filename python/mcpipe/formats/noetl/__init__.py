@@ -2,9 +2,10 @@
 mcpipe's one plan, run by the scheduler, served as tools.
 
 See ``docs/playbooks.md`` and ``docs/formats/noetl.md``. :func:`load_playbook` reads and checks a file (a
-NoETL playbook, or a playbook made of seed 004 turns); :class:`PlaybookTool` runs one (and serves it as a
-tool); :func:`load_model_tools` is the server's side of the config's ``models``, ``workflow``, ``playbooks``
-and ``piraeus`` (:class:`ModelTools`: the sections decoded, their tools compiled once per load).
+NoETL playbook, or a playbook made of seed 004 turns); :func:`playbook_tool` runs one and serves it as a
+tool (a :class:`~mcpipe.declared.PlanTool` in the :class:`PlaybookDialect`); :func:`load_playbooks` is the
+server's side of the config's ``playbooks`` (:class:`Playbooks`: the section decoded, its tools compiled once
+per load), which the format's registration (:mod:`._format`) serves.
 
 - :mod:`._layout`: NoETL's two layouts read into one model; :mod:`._workflow`: that model compiled into a
   plan (a :class:`~mcpipe.plan.Graph`), each tool kind onto what runs it (:mod:`.toolkinds` for
@@ -17,21 +18,20 @@ and ``piraeus`` (:class:`ModelTools`: the sections decoded, their tools compiled
 from __future__ import annotations
 
 import glob
-import math
 import os
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 import orjson
-import trio
 import yaml
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._struct import Strict
 from mcpipe._yaml import compose_yaml, load_yaml
+from mcpipe.declared import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
@@ -40,31 +40,30 @@ from mcpipe.formats.noetl._run import EVENTS
 from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
-from mcpipe.models import ModelConfig, Models, load_models
+from mcpipe.models import Models
 from mcpipe.plan import Limits
+from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext, ToolResult
 
 __all__ = [
     "Catalog",
-    "ModelTools",
     "NoetlPlaybook",
     "Playbook",
+    "PlaybookDialect",
     "PlaybookEntry",
     "PlaybookFiles",
-    "PlaybookTool",
     "PlaybookTools",
+    "Playbooks",
     "action_types",
     "compile_noetl",
     "compile_playbook",
     "decode_playbooks",
-    "load_model_tools",
     "load_playbook",
+    "load_playbooks",
+    "playbook_of",
+    "playbook_tool",
     "reached_tools",
 ]
-
-if TYPE_CHECKING:
-    from mcpipe.formats.piraeus import Piraeus, PiraeusConfig
-    from mcpipe.workflow import WorkflowConfig
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -185,31 +184,35 @@ def compile_noetl(
     """
     if not isinstance(raw, Mapping):
         return None, [Problem("", CODE, f"must be an object, got {json_type(raw)}")]
-    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023, is_workflow2023
+    from mcpipe.formats.noetl._engines import engine_of
 
-    if is_workflow2023(raw):
-        # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
-        early, found = compile_workflow2023(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        early.name = _served(early.name) or "workflow"
-        return early, []
+    engine = engine_of(raw)
+    pb, found = engine.compile(
+        raw, models=models, policy=policy or StepPolicy(), tools=tools, catalog=catalog, file=file, stack=stack
+    )
+    if found:
+        return None, sorted(found, key=_problem_key)
+    pb.name = _served(pb.name) or engine.unnamed
+    return pb, []
+
+
+def compile_today(
+    raw: Mapping[str, Any],
+    *,
+    models: Models | None,
+    policy: StepPolicy,
+    tools: Any,
+    catalog: Catalog | None,
+    file: str,
+    stack: tuple[str, ...],
+) -> tuple[NoetlPlaybook | None, list[Problem]]:
+    """A playbook of today's engine (``noetl.io/v2`` or the layout before it, :mod:`._engines`), compiled; a
+    file of a prototype that ran nothing is refused (why, with the commit that shows it)."""
     if not isinstance(raw.get("workflow"), list):
         why = _prototype(raw) or "not a NoETL playbook: it has no `workflow` (a list of steps)"
         if "mcp" in raw:
             why = "an `mcp:` playbook needs `metadata` (`name`, `path`) and turns, or a NoETL `workflow`"
         return None, [Problem("workflow", CODE, why)]
-    from mcpipe.formats.noetl._draft import compile_draft, is_draft
-    from mcpipe.formats.noetl._runtime2025 import compile_runtime, is_runtime
-
-    if is_runtime(raw) or is_draft(raw):
-        # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
-        compile_early = compile_runtime if is_runtime(raw) else compile_draft
-        draft, found = compile_early(raw, policy=policy or StepPolicy(), tools=tools, file=file)
-        if found:
-            return None, sorted(found, key=_problem_key)
-        draft.name = _served(draft.name) or "playbook"
-        return draft, []
     doc = read_doc(raw)
     problems = list(doc.problems)
     mcp = None
@@ -221,14 +224,9 @@ def compile_noetl(
         }
         mcp, found = compile_playbook(seed, models=models, policy=policy, tools=tools)
         problems += found
-    pb, found = compile_workflow(
-        doc, policy=policy or StepPolicy(), tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack
-    )
+    pb, found = compile_workflow(doc, policy=policy, tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack)
     problems += found
-    if problems:
-        return None, sorted(problems, key=_problem_key)
-    pb.name = _served(pb.name) or "playbook"
-    return pb, []
+    return (None, problems) if problems else (pb, [])
 
 
 def _prototype(raw: Mapping[str, Any]) -> str | None:
@@ -342,94 +340,75 @@ def reached_tools(playbook: Playbook | NoetlPlaybook) -> tuple[str, ...]:
     return tuple(found)
 
 
-class PlaybookTool:
-    """One playbook, runnable and served as a tool named by its name (``metadata.name``).
+class PlaybookDialect(ToolDialect):
+    """NoETL's playbooks (and seed 004's) as a :class:`~mcpipe.declared.PlanTool` dialect.
 
     The call's arguments are the playbook's ``input`` (seed 004) and NoETL's execution payload, laid over
     the ``workload``. The answer of a playbook with turns is its last step's result (the final turn's
     ``data`` when it has an ``output_schema``, else its text); a NoETL playbook's is the run in NoETL's
-    shape (``playbook``, ``status``, ``steps``, ``failed_steps``, ``final``).
+    shape (``playbook``, ``status``, ``steps``, ``failed_steps``, ``final``). A call with a progress token
+    reports each finished step and tool call; a queued run's events (``pipe_events``) carry the playbook's own
+    (tool calls of turns, saved turns, step results) between its steps'.
 
     Attributes:
-        background: a direct call is queued on the run queue and answered with its run id; the run's events
-            (``pipe_events``) carry the playbook's own (tool calls of turns, saved turns, step results)
-            between its steps'.
-        task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
+        playbook: the playbook, compiled.
+        reached: the gateway tools its steps call (``kind: tool`` tasks, ``tool`` actions, the tools its turns
+            offer, those of the sub-playbooks its ``playbook`` tasks name): a call needs their scopes too,
+            checked before it runs (:meth:`mcpipe.gateway.Gateway.needed_scopes`).
     """
 
-    def __init__(
-        self,
-        playbook: Playbook | NoetlPlaybook,
-        *,
-        limits: Limits | None = None,
-        registry: Any = None,
-        background: bool = False,
-        task_support: str = "optional",
-    ) -> None:
-        self.playbook = playbook
-        self.background = background
-        self.task_support = task_support
-        self.name = playbook.name
-        self.title = playbook.name
-        self.description = playbook.description or f"Playbook {playbook.path}"
-        properties: dict[str, Any] = {n: {} for n in playbook.inputs}
-        if isinstance(playbook, NoetlPlaybook):
-            properties = {n: _schema_of(v) for n, v in playbook.workload.items()}
-        self.input_schema: dict[str, Any] = {
-            "type": "object",
-            "properties": properties,
-            "additionalProperties": True,
-        }
-        self.output_schema: dict[str, Any] | None = None
-        self.limits = limits or Limits()
-        if isinstance(playbook, NoetlPlaybook):
-            playbook.limits = self.limits
-        if registry is not None:
-            playbook.registry = registry
-        self.reaches = reached_tools(playbook)
-        """The gateway tools its steps call (``kind: tool`` tasks, ``tool`` actions, the tools its turns offer,
-        those of the sub-playbooks its ``playbook`` tasks name): a call needs their scopes too, checked before it
-        runs (:meth:`mcpipe.gateway.Gateway.needed_scopes`)."""
+    may_ask = True
+    reports_progress = True
 
-    def bind(self, registry: Any) -> None:
+    def __init__(self, playbook: Playbook | NoetlPlaybook) -> None:
+        self.playbook = playbook
+        self.reached = reached_tools(playbook)
+
+    def reaches(self, tool: PlanTool) -> tuple[str, ...]:
+        return self.reached
+
+    def bind(self, tool: PlanTool, registry: Any) -> None:
         """Make the playbook's ``tool`` actions call through ``registry`` (the gateway)."""
         self.playbook.registry = registry
 
-    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
         """The arguments, and what is wrong with them (checked before a background run is queued)."""
         if not isinstance(args, dict):
             return {}, [f"args must be an object, got {json_type(args)}"]
         return args, []
 
-    async def run(
-        self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
+    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+        return ToolResult.error(f"invalid arguments for tool '{tool.name}': args must be an object")
+
+    def registry(self, tool: PlanTool, ctx: ToolContext) -> Any:
+        """The registry the playbook is bound to, else the call's, else none at all (every tool unknown)."""
+        pb = self.playbook
+        registry = pb.registry if pb.registry is not None else ctx.tools
+        return registry if registry is not None else NoTools()
+
+    async def execute(
+        self, tool: PlanTool, call: PlanCall, registry: Any, ctx: ToolContext, on_event: EventFn | None = None
     ) -> dict[str, Any]:
         """Run the playbook; answers the pipeline answer (``ok``, ``result``, ``steps``, ``summary``...) with
         ``answer``, the playbook's result (a NoETL playbook's: also ``noetl``, the run in NoETL's shape).
         Events go to ``on_event``: ``started``, then ``step_started`` / ``step_finished`` per step (a NoETL
         step's ``step_exit`` with its result between them; a turn's ``tool_call_started`` /
         ``tool_call_finished`` and ``turn_saved``), and ``completed`` or ``failed``."""
-        from mcpipe.runtime import run_compiled
-
-        base = ctx if ctx is not None else ToolContext()
+        args = call.args
         if on_event is not None:
-            on_event({"type": "started", "playbook": self.name, "path": self.playbook.path})
+            on_event({"type": "started", "playbook": tool.name, "path": self.playbook.path})
         pb = self.playbook
         if isinstance(pb, NoetlPlaybook):
-            answer = await run_noetl(pb, args, base, limits=self.limits, on_event=_with_run_log(on_event, base))
+            answer = await run_noetl(pb, args, ctx, limits=tool.limits, on_event=_with_run_log(on_event, ctx))
             answer["answer"] = answer["noetl"]
         else:
-            run_ctx = base.for_step(None, base.step)
+            run_ctx = replace(ctx.for_step(None, ctx.step), tools=registry)
             plan = pb.plan
             assert plan is not None
-            registry = pb.registry if pb.registry is not None else base.tools
-            if registry is None:
-                registry = NoTools()
-            run_ctx = replace(run_ctx, tools=registry)
-            token = EVENTS.set(_with_run_log(on_event, base))
+            token = EVENTS.set(_with_run_log(on_event, ctx))
             try:
                 answer = await run_compiled(
-                    plan, registry, context=run_ctx, limits=self.limits, on_event=on_event, args=dict(args)
+                    plan, registry, context=run_ctx, limits=tool.limits, on_event=on_event, args=dict(args)
                 )
             finally:
                 EVENTS.reset(token)
@@ -439,25 +418,19 @@ class PlaybookTool:
             answer["answer"] = result if answer["ok"] else None
         if on_event is not None:
             if answer["ok"]:
-                on_event({"type": "completed", "playbook": self.name, "duration_ms": answer["duration_ms"]})
+                on_event({"type": "completed", "playbook": tool.name, "duration_ms": answer["duration_ms"]})
             else:
                 on_event(
                     {
                         "type": "failed",
-                        "playbook": self.name,
+                        "playbook": tool.name,
                         "error": answer["error"],
                         "error_code": answer["error_code"],
                     }
                 )
         return answer
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
-        if not isinstance(args, dict):
-            return ToolResult.error(f"invalid arguments for tool '{self.name}': args must be an object")
-        if ctx.has_progress:
-            answer = await self._run_with_progress(args, ctx)
-        else:
-            answer = await self.run(args, ctx)
+    async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         if isinstance(self.playbook, NoetlPlaybook):
             shaped = answer["noetl"]
             text = orjson.dumps(shaped, default=str).decode()
@@ -474,36 +447,49 @@ class PlaybookTool:
         text = orjson.dumps(result).decode()
         return ToolResult([{"type": "text", "text": text}], result if isinstance(result, dict) else None)
 
-    async def _run_with_progress(self, args: dict[str, Any], ctx: ToolContext) -> dict[str, Any]:
-        """Run, turning finished steps and tool calls into progress notifications (strictly increasing: the
-        finished steps, plus thousandths for the tool calls of the running turn). Events arrive synchronously
-        and must not block, so one task sends them, in order."""
-        send, recv = trio.open_memory_channel[dict[str, Any]](math.inf)
-        done, last, total = 0.0, -1.0, None
 
-        async def pump() -> None:
-            nonlocal done, last, total
-            async for event in recv:
-                kind = event["type"]
-                if kind == "step_finished":
-                    done, total = float(event["completed"]), event["total"]
-                    status = "ok" if event["ok"] else event["error_code"]
-                    value, message = done, f"step {event['id']} finished ({status})"
-                elif kind == "tool_call_finished":
-                    value = min(last + 0.001, done + 0.999)
-                    message = f"tool {event['tool']} called ({'ok' if event['ok'] else 'failed'})"
-                else:
-                    continue
-                if value > last:
-                    last = value
-                    await ctx.report_progress(round(value, 3), total, message)
+def playbook_tool(
+    playbook: Playbook | NoetlPlaybook,
+    *,
+    limits: Limits | None = None,
+    registry: Any = None,
+    background: bool = False,
+    task_support: str = "optional",
+) -> PlanTool:
+    """One playbook, runnable (``await tool.run(args, on_event=...)``) and served as a tool named by its name
+    (``metadata.name``): a :class:`~mcpipe.declared.PlanTool` in the :class:`PlaybookDialect`.
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(pump)
-            try:
-                return await self.run(args, ctx, on_event=send.send_nowait)
-            finally:
-                send.close()
+    Args:
+        limits: the server's limits (deadline, output and answer sizes); the step count is the playbook's own.
+        registry: what its ``tool`` actions call through (None: the registry a call comes in by).
+        background: a direct call is queued on the run queue and answered with its run id.
+        task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
+    """
+    properties: dict[str, Any] = {n: {} for n in playbook.inputs}
+    if isinstance(playbook, NoetlPlaybook):
+        properties = {n: _schema_of(v) for n, v in playbook.workload.items()}
+    limits = limits or Limits()
+    if isinstance(playbook, NoetlPlaybook):
+        playbook.limits = limits
+    if registry is not None:
+        playbook.registry = registry
+    return PlanTool(
+        PlaybookDialect(playbook),
+        name=playbook.name,
+        title=playbook.name,
+        description=playbook.description or f"Playbook {playbook.path}",
+        input_schema={"type": "object", "properties": properties, "additionalProperties": True},
+        compiled=playbook.plan,
+        limits=limits,
+        background=background,
+        task_support=task_support,
+    )
+
+
+def playbook_of(tool: Any) -> Playbook | NoetlPlaybook | None:
+    """The playbook ``tool`` serves (a :class:`~mcpipe.declared.PlanTool` in the playbook dialect), or None."""
+    dialect = getattr(tool, "dialect", None)
+    return dialect.playbook if isinstance(dialect, PlaybookDialect) else None
 
 
 def _schema_of(value: Any) -> dict[str, Any]:
@@ -539,13 +525,13 @@ def _with_run_log(on_event: EventFn | None, ctx: ToolContext) -> EventFn | None:
 class PlaybookTools:
     """The config's playbooks as a tool source (``get``, iteration, ``in``)."""
 
-    def __init__(self, tools: list[PlaybookTool]) -> None:
+    def __init__(self, tools: list[PlanTool]) -> None:
         self._tools = {t.name: t for t in tools}
 
-    def get(self, name: str) -> PlaybookTool | None:
+    def get(self, name: str) -> PlanTool | None:
         return self._tools.get(name)
 
-    def __iter__(self) -> Iterator[PlaybookTool]:
+    def __iter__(self) -> Iterator[PlanTool]:
         return iter(self._tools.values())
 
     def __contains__(self, name: object) -> bool:
@@ -638,81 +624,34 @@ def _playbook_files(
 
 
 @dataclass(frozen=True, slots=True)
-class ModelTools:
-    """What the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` sections load: the sections
-    decoded (what :class:`mcpipe.config.Config` holds), and the tools they serve, compiled once per load.
+class Playbooks:
+    """What the config's ``playbooks`` section loads, once per load: the entries decoded (what
+    :class:`mcpipe.config.Config` holds) and each playbook file compiled.
 
     Attributes:
-        models: the model presets, by name (those that decoded).
-        workflow: the ``workflow`` section, checked (None: absent, or it has problems).
-        playbooks: the ``playbooks`` entries, decoded.
-        piraeus: the ``[piraeus]`` section, decoded (None: absent, or it has problems).
-        presets: the presets as the model turns ask them.
-        playbook_tools: each playbook file, compiled.
-        loaded_piraeus: what the ``[piraeus]`` section's files load (None: no section).
+        entries: the ``playbooks`` entries, decoded.
+        tools: each playbook file, compiled and served as a tool.
         files: how many files the ``playbooks`` globs name.
     """
 
-    models: dict[str, ModelConfig]
-    workflow: WorkflowConfig | None
-    playbooks: list[PlaybookEntry]
-    piraeus: PiraeusConfig | None
-    presets: Models
-    playbook_tools: list[PlaybookTool]
-    loaded_piraeus: Piraeus | None
+    entries: list[PlaybookEntry]
+    tools: list[PlanTool]
     files: int
 
-    def sources(self) -> list[Any]:
-        """The tool sources of the sections: the workflow tool, piraeus's tools, prompts and flows, the playbooks
-        (a playbook's ``tool`` actions and a piraeus flow's ``tool`` steps call through the gateway the call
-        comes in by, ``ctx.tools``)."""
-        out: list[Any] = []
-        if self.loaded_piraeus is not None:
-            from mcpipe.workflow import WorkflowTool
 
-            if self.loaded_piraeus.workflow is not None:
-                out.append(WorkflowTool(self.loaded_piraeus.workflow))  # over its tools and the configured ones
-            out.append(self.loaded_piraeus.source())
-        elif self.workflow is not None and self.workflow.enabled:
-            from mcpipe.workflow import Workflow, WorkflowTool
-
-            out.append(WorkflowTool(Workflow(self.workflow, self.presets)))
-        if self.playbook_tools:
-            out.append(PlaybookTools(self.playbook_tools))
-        return out
-
-    def counts(self) -> dict[str, int]:
-        """What the ``workflow`` and ``piraeus`` sections serve, for ``mcpipe check --config``'s summary:
-        ``{"piraeus tool": 3, "piraeus prompt": 1, "piraeus flow": 2, "workflow tool": 1}`` (only the sections
-        present; an empty dict when neither is)."""
-        counts: dict[str, int] = {}
-        has_workflow = self.workflow is not None and self.workflow.enabled
-        if self.loaded_piraeus is not None:
-            counts = {
-                "piraeus tool": len(self.loaded_piraeus.tools),
-                "piraeus prompt": len(self.loaded_piraeus.prompts),
-                "piraeus flow": len(self.loaded_piraeus.flows),
-            }
-            has_workflow = self.loaded_piraeus.workflow is not None
-        if has_workflow:
-            counts["workflow tool"] = 1
-        return counts
-
-
-def load_model_tools(
-    models: Mapping[str, object] | None,
-    workflow: object,
+def load_playbooks(
     playbooks: Sequence[object],
-    piraeus: object,
+    models: Models,
     *,
     base_dir: str = ".",
     limits: Limits | None = None,
     policy: StepPolicy | None = None,
-) -> tuple[ModelTools, list[Problem]]:
-    """Decode, read and compile the config's ``models``, ``workflow``, ``playbooks`` and ``piraeus`` sections
-    (each as written, or decoded already), every problem located.
+) -> tuple[Playbooks, list[Problem]]:
+    """Decode, read and compile the config's ``playbooks`` section (as written, or decoded already), every
+    problem located.
 
     Args:
+        models: the config's model presets.
         base_dir: what the globs are relative to (the config file's directory).
         limits: the server's pipeline limits (deadline, output and answer sizes; a playbook's step count is
             its own).
@@ -720,31 +659,14 @@ def load_model_tools(
             server owns, so the playbooks' steps share their connections), else nothing but ``base_dir``.
     """
     from mcpipe.formats.noetl._catalog import metadata_path
-    from mcpipe.workflow import load_workflow
 
-    presets, problems = load_models(models or {})
-    registry = Models(presets)
-    checked, wp = load_workflow(workflow, registry)
-    problems += wp
-    loaded_piraeus = None
-    section = None
-    if piraeus is not None:
-        # piraeus's exported tools, prompts and flows; its tools join the workflow (docs/formats/piraeus.md).
-        from mcpipe.formats.piraeus import decode_piraeus, load_piraeus
-
-        section, pp = decode_piraeus(piraeus)
-        if section is not None:
-            loaded_piraeus, pp = load_piraeus(
-                section, registry, checked if not wp else None, base_dir=base_dir, limits=limits
-            )
-        problems += pp
+    registry = models
     policy = policy if policy is not None else StepPolicy(base_dir=base_dir)
-    entries, ep = decode_playbooks(playbooks)
-    problems += ep
+    entries, problems = decode_playbooks(playbooks)
     files, fp, roots = _playbook_files(entries, base_dir)
     problems += fp
     known = {p: os.path.abspath(f) for f, _ in files if (p := metadata_path(f)) is not None}
-    loaded: list[PlaybookTool] = []
+    loaded: list[PlanTool] = []
     names: dict[str, str] = {}
     for f, serving in files:
         rel = os.path.relpath(f, base_dir)
@@ -761,9 +683,11 @@ def load_model_tools(
             continue
         names[pb.name] = f
         loaded.append(
-            PlaybookTool(
-                pb, limits=limits or Limits(), background=serving.background, task_support=serving.task_support
+            playbook_tool(
+                pb,
+                limits=limits if limits is not None else Limits(),
+                background=serving.background,
+                task_support=serving.task_support,
             )
         )
-    tools = ModelTools(presets, checked, entries, section, registry, loaded, loaded_piraeus, len(files))
-    return tools, problems
+    return Playbooks(entries, loaded, len(files)), problems

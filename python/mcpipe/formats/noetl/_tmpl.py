@@ -1,5 +1,5 @@
 """NoETL's templates: Jinja in any string of a tool's fields, ``set``, ``input`` and arc conditions, compiled
-once at load (through :mod:`mcpipe.playbooks._jinja`, the sandboxed environment every playbook uses) and
+once at load (through :mod:`mcpipe.expr._jinja`, the sandboxed environment every playbook uses) and
 rendered with NoETL's rules:
 
 - a string that is one ``{{ expression }}`` renders to the value (an object stays an object);

@@ -15,8 +15,9 @@ and mcpipe serves:
   ``WorkflowResponse`` shape, request and response dumped whole);
 - each prompt as an MCP prompt (:class:`PromptSurface`: ``prompts/list`` with its variables,
   ``prompts/get`` rendering them, typed);
-- each flow as a tool (:class:`FlowTool`): its numbered steps compiled into the one plan and run on the one
-  scheduler, answered as piraeus's ``FlowExecuteResponse``.
+- each flow as a tool (:func:`flow_tool`: a :class:`~mcpipe.declared.PlanTool` in the :class:`FlowDialect`): its
+  numbered steps compiled into the one plan and run on the one scheduler, answered as piraeus's
+  ``FlowExecuteResponse``.
 
 Every problem of a file is located in it (``exports/tools/quote.json: api.auth.method: ...``), one line each.
 See ``docs/formats/piraeus.md``.
@@ -37,8 +38,9 @@ import orjson
 
 from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._struct import Strict
+from mcpipe.declared import PlanTool
 from mcpipe.errors import Problem
-from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowTool, compile_flow
+from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowDialect, compile_flow, flow_tool
 from mcpipe.formats.piraeus._model import (
     Flow,
     FlowStep,
@@ -67,8 +69,8 @@ __all__ = [
     "SERVICES",
     "ApiTool",
     "Flow",
+    "FlowDialect",
     "FlowStep",
-    "FlowTool",
     "Piraeus",
     "PiraeusConfig",
     "PiraeusTools",
@@ -153,7 +155,7 @@ class Piraeus:
 
     tools: dict[str, ApiTool] = field(default_factory=dict)
     prompts: dict[str, PromptSurface] = field(default_factory=dict)
-    flows: dict[str, FlowTool] = field(default_factory=dict)
+    flows: dict[str, PlanTool] = field(default_factory=dict)
     workflow_config: WorkflowConfig | None = None
     workflow: Workflow | None = None
     secrets: Secrets = field(default_factory=Secrets)
@@ -370,7 +372,7 @@ def load_piraeus(
         )
         problems += fp
         if compiled is not None:
-            out.flows[f.name] = FlowTool(f, compiled, inputs, limits)
+            out.flows[f.name] = flow_tool(f, compiled, inputs, limits)
     problems += _cycles(flows)
     return (None if problems else out), problems
 

@@ -31,6 +31,7 @@ import trio
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
+from mcpipe.declared import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import ErrorCode, MCPipeError, Problem, UnknownToolError
 from mcpipe.formats.piraeus._model import Flow, FlowStep, Ref, as_ref
 from mcpipe.formats.piraeus._prompt import PromptSurface, PromptTooLarge, article
@@ -41,7 +42,7 @@ from mcpipe.plan import CompiledSpec, Leaf, Limits, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext, ToolResult
 
-__all__ = ["FLOW_OUTPUT_SCHEMA", "FlowTool", "compile_flow"]
+__all__ = ["FLOW_OUTPUT_SCHEMA", "FlowDialect", "compile_flow", "flow_tool"]
 
 FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -251,35 +252,27 @@ def _check_tool_inputs(tool: ApiTool, inputs: dict[str, Any], where: str, proble
             problem(where, f"tool `{tool.name}` needs `{name}`")
 
 
-class FlowTool:
-    """One flow served as a tool: the arguments are its inputs, the answer piraeus's ``FlowExecuteResponse``
-    (``isError`` when its status is ``error``)."""
+class FlowDialect(ToolDialect):
+    """piraeus's flows as a :class:`~mcpipe.declared.PlanTool` dialect: the arguments are the flow's inputs
+    (every ``${name}`` it reads is required), a step naming a tool the gateway does not have is refused before
+    anything runs, and the answer is piraeus's ``FlowExecuteResponse`` (``isError`` when its status is
+    ``error``).
 
-    def __init__(self, flow: Flow, compiled: CompiledSpec, inputs: list[str], limits: Limits) -> None:
+    Args:
+        flow: the flow, as read from its file.
+        inputs: the names of its inputs.
+    """
+
+    def __init__(self, flow: Flow, inputs: list[str]) -> None:
         self.flow = flow
-        self.compiled = compiled
         self.inputs = inputs
-        self.limits = limits
-        self.name = flow.name
-        self.title: str | None = None
-        self.description = flow.description or f"piraeus flow `{flow.name}` ({len(flow.steps)} steps)"
-        self.input_schema: dict[str, Any] = {
-            "type": "object",
-            "properties": {n: {"description": f"flow input `{n}` (read as ${{{n}}})"} for n in inputs},
-            "required": list(inputs),
-        }
-        self.output_schema: dict[str, Any] | None = FLOW_OUTPUT_SCHEMA
-        self.annotations: dict[str, Any] | None = None
-
-    def __repr__(self) -> str:
-        return f"<piraeus flow {self.name}>"
 
     def _answer(
         self, status: str, *, executed: int = 0, outputs: Any = None, error: str | None = None, log: Any = ()
     ) -> ToolResult:
         data = {
             "status": status,
-            "flow_name": self.name,
+            "flow_name": self.flow.name,
             "steps_executed": executed,
             "outputs": outputs,
             "error": error,
@@ -287,29 +280,29 @@ class FlowTool:
         }
         return ToolResult([{"type": "text", "text": orjson.dumps(data).decode()}], data, status == "error")
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(args, dict):
-            return self._answer("error", error=f"inputs: expected an object, got {json_type(args)}")
+            return {}, [f"inputs: expected an object, got {json_type(args)}"]
         missing = [n for n in self.inputs if n not in args]
         if missing:
-            return self._answer(
-                "error", error="inputs: " + "; ".join(f"{n}: is required (read as ${{{n}}})" for n in missing)
-            )
-        registry = ctx.tools
-        if registry is None:
-            return self._answer("error", error=f"flow `{self.name}` is not bound to a tool registry")
+            return args, ["inputs: " + "; ".join(f"{n}: is required (read as ${{{n}}})" for n in missing)]
+        return args, []
+
+    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+        return self._answer("error", error="; ".join(errors))
+
+    def unbound(self, tool: PlanTool) -> ToolResult:
+        return self._answer("error", error=f"flow `{tool.name}` is not bound to a tool registry")
+
+    def refuse(self, tool: PlanTool, call: PlanCall, registry: Any) -> ToolResult | None:
         unknown = [
             f"step {st.step}: no tool `{st.name}`"
             for st in self.flow.steps
             if st.type == "tool" and st.name not in registry
         ]
-        if unknown:
-            return self._answer("error", error="; ".join(unknown))
-        from mcpipe.runtime import run_compiled
+        return self._answer("error", error="; ".join(unknown)) if unknown else None
 
-        answer = await run_compiled(
-            self.compiled, registry, context=ctx.for_step(None, ctx.step), limits=self.limits, answer="full", args=args
-        )
+    async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         if answer.get("problems"):
             return self._answer("error", error="; ".join(p["message"] for p in answer["problems"]))
         results = answer.get("steps") or {}
@@ -339,3 +332,21 @@ class FlowTool:
             return self._answer("success", executed=executed, outputs=outputs, log=log)
         error = failed or f"{answer.get('error_code')}: {answer.get('error')}"
         return self._answer("error", executed=executed, error=error, log=log)
+
+
+def flow_tool(flow: Flow, compiled: CompiledSpec, inputs: list[str], limits: Limits) -> PlanTool:
+    """One flow (its plan compiled by :func:`compile_flow`, the names of its inputs) served as a tool: a
+    :class:`~mcpipe.declared.PlanTool` in the :class:`FlowDialect`, under the server's ``limits``."""
+    return PlanTool(
+        FlowDialect(flow, inputs),
+        name=flow.name,
+        description=flow.description or f"piraeus flow `{flow.name}` ({len(flow.steps)} steps)",
+        input_schema={
+            "type": "object",
+            "properties": {n: {"description": f"flow input `{n}` (read as ${{{n}}})"} for n in inputs},
+            "required": list(inputs),
+        },
+        output_schema=FLOW_OUTPUT_SCHEMA,
+        compiled=compiled,
+        limits=limits,
+    )

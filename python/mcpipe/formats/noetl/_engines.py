@@ -1,0 +1,103 @@
+"""NoETL's engines, by name: each reads the playbooks of one era of NoETL as that engine ran them.
+
+A decoded file goes to the first engine (in :data:`ENGINES` order) that claims it; ``noetl``, today's engine
+(``noetl.io/v2`` and the layout before it), claims every file the earlier ones do not, and refuses those of
+NoETL's prototypes that ran nothing. Adding an engine is a module and one line here. Seed 004's own ``mcp:``
+playbooks are not NoETL's and are told apart before (``mcpipe.formats.noetl.is_seed``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from mcpipe.errors import Problem
+
+__all__ = ["ENGINES", "Engine", "engine_of"]
+
+Compile = Callable[..., tuple[Any, list[Problem]]]
+"""``compile(raw, *, models, policy, tools, catalog, file, stack)``: the playbook (a ``NoetlPlaybook``) or
+None, and every problem, located."""
+
+
+@dataclass(frozen=True, slots=True)
+class Engine:
+    """One of NoETL's engines.
+
+    Attributes:
+        claims: whether a decoded file is written for it.
+        compile: the file compiled into the plan (:data:`Compile`).
+        unnamed: the tool name of a playbook that has none.
+    """
+
+    claims: Callable[[Mapping[str, Any]], bool]
+    compile: Compile
+    unnamed: str = "playbook"
+
+
+def _workflow2023(raw: Mapping[str, Any]) -> bool:
+    from mcpipe.formats.noetl._workflow2023 import is_workflow2023
+
+    return is_workflow2023(raw)
+
+
+def _compile2023(raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any) -> tuple[Any, list[Problem]]:
+    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023
+
+    return compile_workflow2023(raw, policy=policy, tools=tools, file=file)
+
+
+def _runtime(raw: Mapping[str, Any]) -> bool:
+    from mcpipe.formats.noetl._runtime2025 import is_runtime
+
+    return is_runtime(raw)
+
+
+def _compile_runtime(
+    raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any
+) -> tuple[Any, list[Problem]]:
+    from mcpipe.formats.noetl._runtime2025 import compile_runtime
+
+    return compile_runtime(raw, policy=policy, tools=tools, file=file)
+
+
+def _draft(raw: Mapping[str, Any]) -> bool:
+    from mcpipe.formats.noetl._draft import is_draft
+
+    return is_draft(raw)
+
+
+def _compile_draft(
+    raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any
+) -> tuple[Any, list[Problem]]:
+    from mcpipe.formats.noetl._draft import compile_draft
+
+    return compile_draft(raw, policy=policy, tools=tools, file=file)
+
+
+def _any(raw: Mapping[str, Any]) -> bool:
+    return True
+
+
+def _compile_today(raw: Mapping[str, Any], **kw: Any) -> tuple[Any, list[Problem]]:
+    from mcpipe.formats.noetl import compile_today
+
+    return compile_today(raw, **kw)
+
+
+ENGINES: dict[str, Engine] = {
+    # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
+    "workflow2023": Engine(_workflow2023, _compile2023, unnamed="workflow"),
+    # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
+    "runtime2025": Engine(_runtime, _compile_runtime),
+    "draft2025": Engine(_draft, _compile_draft),
+    # Today's engine: both layouts (`noetl.io/v2` and the one before), an `mcp:` section's turns on top.
+    "noetl": Engine(_any, _compile_today),
+}
+"""The engines by name, asked in this order."""
+
+
+def engine_of(raw: Mapping[str, Any]) -> Engine:
+    """The engine a decoded playbook is written for (the first in :data:`ENGINES` that claims it)."""
+    return next(e for e in ENGINES.values() if e.claims(raw))
