@@ -14,6 +14,7 @@ import pytest
 from kit.console_browser import (
     Served,
     browser,
+    click,
     csp_violations,
     have_browser,
     save_shot,
@@ -66,7 +67,7 @@ def test_a_finished_run_shows_its_graph_and_timeline(server: Served, driver: Any
     assert server.wait("alice", run)["status"] == "completed"
     sign_in(driver, server.base, "alice")
     # The runs list shows the run; its link opens the run's page.
-    wait_for(driver, lambda d: d.find_element(By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]').click() or True)
+    click(driver, By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]')
     wait_for(driver, lambda d: d.find_element(By.ID, "graph"))
     assert "state-ok" in _shape_class(driver, "fetch")
     assert "state-ok" in _shape_class(driver, "report")
@@ -147,7 +148,7 @@ def test_cancel_stops_a_running_run(server: Served, driver: Any) -> None:
     server.until_event("alice", run, "step_started", "forever")
     sign_in(driver, server.base, "alice")
     driver.get(f"{server.base}/console/runs/{run}")
-    driver.find_element(By.ID, "cancel").click()
+    click(driver, By.ID, "cancel")
     wait_for(driver, lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
     assert server.call("alice", "pipe_status", {"run_id": run})["status"] == "cancelled"
     assert not driver.find_elements(By.ID, "cancel")  # nothing left to cancel

@@ -161,7 +161,7 @@ def sign_in(driver: Any, base: str, who: str) -> None:
     driver.get(base + "/console/login")
     field = driver.find_element(By.ID, "token")
     field.send_keys(TOKENS[who])
-    driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
+    click(driver, By.CSS_SELECTOR, "form.signin button[type=submit]")
     wait_for(driver, lambda d: d.current_url.endswith("/console/runs"))
 
 
@@ -172,6 +172,23 @@ def wait_for(driver: Any, condition: Any, timeout: float = WAIT_S) -> Any:
 
     ignored = (StaleElementReferenceException, NoSuchElementException)
     return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=ignored).until(condition)
+
+
+def click(driver: Any, by: str, what: str, timeout: float = WAIT_S) -> None:
+    """Click the element ``what`` once it is there. A page redrawing itself between the look-up and the click
+    (a live run page replaces its nodes on each event) is looked up again, not reported as a failure."""
+    from selenium.common.exceptions import WebDriverException
+
+    def clicked(d: Any) -> bool:
+        try:
+            d.find_element(by, what).click()
+        except WebDriverException as e:
+            if "does not belong to the document" in str(e.msg or ""):
+                return False  # Chrome's word for a node replaced under the click
+            raise
+        return True
+
+    wait_for(driver, clicked, timeout)
 
 
 def save_shot(driver: Any, name: str, into: Path) -> Path:

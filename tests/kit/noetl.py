@@ -52,6 +52,10 @@ async def run_file(rel: str, args: dict[str, Any] | None = None, events: list[di
     return await tool.run(args or {}, on_event=events.append if events is not None else None)
 
 
+PROBE_HOLD_S = 1.0
+"""How long the concurrency probe holds every request, the fast ones too (see ``Origin.concurrency``)."""
+
+
 class Origin:
     """A real HTTP server on 127.0.0.1 (see the module); ``hits`` counts requests by path."""
 
@@ -173,7 +177,9 @@ class Origin:
             p["started"] += 1
             p["active"] += 1
             p["max_active"] = max(p["max_active"], p["active"])
-        time.sleep(min(float(args.get("delay_seconds") or 0), 5.0))
+        # Each probe is held at least PROBE_HOLD_S: requests sent at once then overlap however the loop's
+        # items happen to be scheduled (the slow one may reach the server last) and however loaded the host is.
+        time.sleep(max(PROBE_HOLD_S, min(float(args.get("delay_seconds") or 0), 5.0)))
         with self._lock:
             p["active"] -= 1
             p["completed"] += 1
