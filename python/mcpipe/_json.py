@@ -16,11 +16,19 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, TypeAlias
 
 import orjson
 
-__all__ = ["DuplicateKeyError", "check_unique_keys", "dumps"]
+__all__ = ["DuplicateKeyError", "Json", "JsonObject", "check_unique_keys", "dumps"]
+
+Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
+"""A JSON value as decoded (orjson, ``json``, msgspec): what a tool's arguments, a step's output and a
+config file's free-form tables hold. Read-only parameters that take any such value are better typed
+``object`` or ``Mapping[str, object]`` (which every ``dict`` is, whatever its value type)."""
+
+JsonObject: TypeAlias = dict[str, Json]
+"""A JSON object as decoded."""
 
 
 def dumps(value: Any) -> bytes:
