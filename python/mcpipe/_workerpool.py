@@ -43,8 +43,6 @@ import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 
-import trio
-
 from mcpipe._util import RunLimiter
 
 __all__ = [
@@ -185,6 +183,8 @@ class _Worker:
     async def exchange(self, request: bytes | None, limit: int) -> bytes:
         """Send ``request`` (None: send nothing), answer the reply line (the caller's cancel scope bounds the
         wait)."""
+        import trio
+
         view = memoryview(request or b"")
         while view and not self.ended:
             view = self._write_now(view)
@@ -347,6 +347,8 @@ class WorkerPool:
             WorkerDied: the worker ended without a reply, or its reply was too large.
             WorkerStartError: no worker could be started.
         """
+        import trio  # lazily: the blocking path (and the modules that import this one) need no Trio
+
         async with self._run_slots():
             worker = self._checkout(key)
             ok = False
