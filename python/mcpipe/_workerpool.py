@@ -149,6 +149,8 @@ class _Worker:
                 self.ended = True
                 return
             self.buf += chunk
+            if len(chunk) < _READ_CHUNK:  # the pipe held no more (a second read would only say so)
+                return
 
     def _write_now(self, view: memoryview) -> memoryview:
         try:
@@ -164,11 +166,8 @@ class _Worker:
     def exchange_blocking(self, request: bytes | None, limit: int, deadline: float) -> bytes | None:
         """Send ``request`` (None: send nothing), answer the reply line; None when ``deadline`` (monotonic)
         passed first."""
-        view = memoryview(request or b"")
-        while True:
-            line = self._line(limit)
-            if line is not None:
-                return line
+        view = self._write_now(memoryview(request)) if request else memoryview(b"")
+        while True:  # the buffer holds nothing between calls: wait first
             left = deadline - time.monotonic()
             if left <= 0:
                 return None
@@ -177,6 +176,9 @@ class _Worker:
                 view = self._write_now(view)
             if readable:
                 self._read_now()
+                line = self._line(limit)
+                if line is not None:
+                    return line
 
     # --- async (for Trio) ---------------------------------------------------------------------------------
 
