@@ -27,7 +27,8 @@ in the time Python takes) in up to ``size`` processes and owns what each user wo
 
 Users: the regular-expression fallback (:mod:`mcpipe._pattern`, from threads) and CEL evaluations that
 iterate (:mod:`mcpipe.expr._celworker`, async). ``python`` steps run in the sandbox's fork-server workers
-(:mod:`mcpipe._sandbox`), one fresh worker per step.
+(:mod:`mcpipe._sandbox`: forked warm, a uid and PID namespace each, one fresh worker per step), bounded by
+this module's :class:`SizedSlots`.
 """
 
 from __future__ import annotations
@@ -42,10 +43,15 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING
 
 from mcpipe._util import RunLimiter
 
+if TYPE_CHECKING:
+    import trio
+
 __all__ = [
+    "SizedSlots",
     "WorkerBusy",
     "WorkerDied",
     "WorkerError",
@@ -54,6 +60,7 @@ __all__ = [
     "WorkerTimeout",
 ]
 
+_FIRST_READ = 4096
 _READ_CHUNK = 1 << 16
 
 
@@ -138,9 +145,10 @@ class _Worker:
         return line
 
     def _read_now(self) -> None:
+        size = _FIRST_READ  # most replies are short: a large first read would cost its allocation each time
         while not self.ended:
             try:
-                chunk = os.read(self.stdout, _READ_CHUNK)
+                chunk = os.read(self.stdout, size)
             except BlockingIOError:
                 return
             except OSError:
@@ -149,8 +157,9 @@ class _Worker:
                 self.ended = True
                 return
             self.buf += chunk
-            if len(chunk) < _READ_CHUNK:  # the pipe held no more (a second read would only say so)
+            if len(chunk) < size:  # the pipe held no more (a second read would only say so)
                 return
+            size = _READ_CHUNK
 
     def _write_now(self, view: memoryview) -> memoryview:
         try:
@@ -224,6 +233,31 @@ class _Worker:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
+
+
+class SizedSlots:
+    """Per Trio run, one capacity limiter per size asked for: ``async with slots(n):`` holds one of ``n``
+    slots. The bound of workers a pool does not keep itself (the sandbox's fresh worker per ``python`` step,
+    :mod:`mcpipe.kinds._pyworker`, whose size is a step's policy)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._var: trio.lowlevel.RunVar[dict[int, trio.CapacityLimiter]] | None = None  # made on first use
+
+    def __call__(self, size: int) -> trio.CapacityLimiter:
+        import trio
+
+        if self._var is None:
+            self._var = trio.lowlevel.RunVar(self._name)
+        try:
+            by_size = self._var.get()
+        except LookupError:
+            by_size = {}
+            self._var.set(by_size)
+        limiter = by_size.get(size)
+        if limiter is None:
+            limiter = by_size[size] = trio.CapacityLimiter(size)
+        return limiter
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
