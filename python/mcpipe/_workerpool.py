@@ -184,7 +184,22 @@ class _Worker:
             if writable:
                 view = self._write_now(view)
             if readable:
-                self._read_now()
+                if not self.buf:  # the common case: the whole reply in one read
+                    try:
+                        chunk = os.read(self.stdout, _FIRST_READ)
+                    except BlockingIOError:
+                        continue
+                    except OSError:
+                        chunk = b""
+                    if chunk.endswith(b"\n") and chunk.find(b"\n") == len(chunk) - 1 and len(chunk) <= limit + 1:
+                        return chunk
+                    if not chunk:
+                        self.ended = True
+                    self.buf += chunk
+                    if len(chunk) == _FIRST_READ:
+                        self._read_now()
+                else:
+                    self._read_now()
                 line = self._line(limit)
                 if line is not None:
                     return line
