@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
+from mcpipe._workerpool import SizedSlots, WorkerDied, WorkerPool, WorkerTimeout
 
 WORKER = r"""
 import os, sys, time
@@ -194,3 +194,15 @@ async def test_a_pool_without_reuse_serves_each_call_from_a_fresh_worker():
         assert first != second and not alive(first)
     finally:
         workers.shutdown()
+
+
+def test_sized_slots_give_one_limiter_per_size_in_each_trio_run():
+    slots = SizedSlots("mcpipe_test_slots")
+
+    async def limiters() -> tuple[trio.CapacityLimiter, trio.CapacityLimiter, trio.CapacityLimiter]:
+        return slots(2), slots(2), slots(3)
+
+    first = trio.run(limiters)
+    assert first[0] is first[1] and first[0].total_tokens == 2 and first[2].total_tokens == 3
+    again = trio.run(limiters)
+    assert again[0] is not first[0]  # a limiter belongs to the run that made it
