@@ -41,6 +41,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._version",
             "mcpipe._patternexec",
             "mcpipe._sandbox",
+            "mcpipe._workerpool",
             "mcpipe._jsonschema",
             "mcpipe._lazy",
             "mcpipe._struct",

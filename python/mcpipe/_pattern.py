@@ -4,27 +4,23 @@ the server (issue 20: a downstream's ``outputSchema`` pattern ``^(a+)+$`` froze 
 A pattern is matched by the Rust core's :class:`~mcpipe._core.Regex` (the ``regex`` crate: an automaton,
 time linear in the text, whatever the pattern) when that engine takes it, which is nearly always. The ECMA-262
 features it has no linear-time algorithm for (lookaround, backreferences) are matched by Python's ``re`` in a
-worker process, killed past the deadline (:func:`set_pattern_timeout`, ``pipe.expression_timeout_ms``):
-:class:`PatternTimeout` then. That wait blocks its thread, so code that may meet such a pattern validates off
-the event loop (:attr:`Pattern.linear` says which; :mod:`mcpipe._jsonschema` does it for schemas).
+worker process of :mod:`mcpipe._workerpool`, killed past the deadline (:func:`set_pattern_timeout`,
+``pipe.expression_timeout_ms``): :class:`PatternTimeout` then. That wait blocks its thread, so code that may
+meet such a pattern validates off the event loop (:attr:`Pattern.linear` says which; :mod:`mcpipe._jsonschema`
+does it for schemas).
 """
 
 from __future__ import annotations
 
-import atexit
-import os
 import re
-import select
-import subprocess
 import sys
-import threading
-import time
 from functools import lru_cache
 from pathlib import Path
 
 import orjson
 
 from mcpipe._core import Regex
+from mcpipe._workerpool import WorkerBusy, WorkerDied, WorkerPool, WorkerStartError, WorkerTimeout
 
 __all__ = ["Pattern", "PatternTimeout", "compile_pattern", "pattern_timeout_ms", "set_pattern_timeout"]
 
@@ -99,85 +95,30 @@ def compile_pattern(source: str) -> Pattern:
 
 # --- the fallback: re in killable worker processes --------------------------------------------------------
 
-
-class _Worker:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen(
-            # -P: the script's directory (mcpipe's, whose _json.py would shadow the standard library's) stays
-            # off sys.path.
-            [sys.executable, "-P", str(Path(__file__).with_name("_patternexec.py")), str(MEMORY_BYTES)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        if self.read_line(time.monotonic() + 60) != b"ready\n":
-            self.kill()
-            raise OSError("the pattern worker did not start")
-
-    def read_line(self, deadline: float) -> bytes | None:
-        """One reply line, or None when the deadline passed first."""
-        assert self.proc.stdout is not None
-        fd = self.proc.stdout.fileno()
-        got = b""
-        while not got.endswith(b"\n"):
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([fd], [], [], left)[0]:
-                return None
-            chunk = os.read(fd, 4096)
-            if not chunk:
-                return b""
-            got += chunk
-        return got
-
-    def ask(self, request: bytes, deadline: float) -> bytes | None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(request)
-        self.proc.stdin.flush()
-        return self.read_line(deadline)
-
-    def kill(self) -> None:
-        self.proc.kill()
-        self.proc.wait()
-        for pipe in (self.proc.stdin, self.proc.stdout):
-            if pipe is not None:
-                pipe.close()
-
-
-_slots = threading.BoundedSemaphore(WORKERS)
-_lock = threading.Lock()
-_idle: list[_Worker] = []
-
-
-@atexit.register
-def _stop_all() -> None:
-    with _lock:
-        while _idle:
-            _idle.pop().kill()
+_POOL = WorkerPool(
+    "pattern",
+    # -P: the script's directory (mcpipe's, whose _json.py would shadow the standard library's) stays off
+    # sys.path.
+    [sys.executable, "-P", str(Path(__file__).with_name("_patternexec.py"))],
+    size=WORKERS,
+    memory_bytes=MEMORY_BYTES,
+)
+"""The workers (:mod:`mcpipe._workerpool`): called from threads, the wait for one and the match each under the
+deadline."""
 
 
 def _search_in_worker(source: str, text: str) -> bool:
     ms = _timeout_ms
-    deadline = time.monotonic() + ms / 1000
-    if not _slots.acquire(timeout=ms / 1000):
-        raise PatternTimeout(f"no pattern worker was free within {ms:g} ms")
     try:
-        with _lock:
-            worker = _idle.pop() if _idle else None
-        if worker is None:
-            worker = _Worker()
-        try:
-            reply = worker.ask(orjson.dumps([source, text]) + b"\n", deadline)
-        except OSError:
-            reply = b""
-        if reply is None or not reply:
-            worker.kill()
-            if reply is None:
-                raise PatternTimeout(f"matching the pattern {source!r} took longer than {ms:g} ms")
-            raise PatternTimeout(f"matching the pattern {source!r} ended its worker (out of memory?)")
-        with _lock:
-            _idle.append(worker)
-        if reply.startswith(b"E"):
-            raise re.error(reply[1:].decode(errors="replace").strip())
-        return reply == b"1\n"
-    finally:
-        _slots.release()
+        reply = _POOL.call_blocking(orjson.dumps([source, text]), ms / 1000, wait_s=ms / 1000)
+    except WorkerBusy:
+        raise PatternTimeout(f"no pattern worker was free within {ms:g} ms") from None
+    except WorkerTimeout:
+        raise PatternTimeout(f"matching the pattern {source!r} took longer than {ms:g} ms") from None
+    except WorkerDied:
+        raise PatternTimeout(f"matching the pattern {source!r} ended its worker (out of memory?)") from None
+    except WorkerStartError:
+        raise OSError("the pattern worker did not start") from None
+    if reply.startswith(b"E"):
+        raise re.error(reply[1:].decode(errors="replace").strip())
+    return reply == b"1"

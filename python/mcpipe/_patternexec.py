@@ -2,9 +2,10 @@
 (lookaround, backreferences) with Python's ``re``, one request line at a time, until stdin closes.
 
 It imports nothing of mcpipe, so it starts in the time Python takes to start. Request: ``[pattern, text]``
-as JSON; reply: ``1`` (found), ``0`` (not found) or ``E`` and the compile error, one line each. Its address
-space is bounded by its first argument (a pattern that builds a huge state fails, it does not take the
-machine's memory); a match that runs long is ended by the parent killing the process.
+as JSON; reply: ``1`` (found), ``0`` (not found) or ``E`` and the compile error, one line each (the framing of
+:mod:`mcpipe._workerpool`). Its address space is bounded by the pool (a pattern that builds a huge state
+fails, it does not take the machine's memory); a match that runs long is ended by the pool killing the
+process.
 """
 
 from __future__ import annotations
@@ -15,14 +16,6 @@ import sys
 
 
 def _serve() -> None:
-    if len(sys.argv) > 1:
-        try:
-            import resource
-
-            limit = int(sys.argv[1])
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        except (ImportError, ValueError, OSError):
-            pass
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()

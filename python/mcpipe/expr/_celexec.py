@@ -87,21 +87,8 @@ def to_json_value(value: Any) -> Any:
     raise CelError(f"the result is not JSON data: {type(value).__name__}")
 
 
-def _limit_memory(limit: int) -> None:
-    """Bound the worker's address space: an expression that builds past it fails (a ``MemoryError``, or the
-    worker dies on an allocation the CEL library cannot refuse) instead of taking the machine's memory."""
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):  # no such limit here (not Linux), or a lower one already set
-        pass
-
-
 def _serve() -> None:
     """The worker: answer request lines (``{"source", "context", "functions"}``) until stdin closes."""
-    if len(sys.argv) > 1:
-        _limit_memory(int(sys.argv[1]))
     out = sys.stdout.buffer
     out.write(b"ready\n")
     out.flush()

@@ -21,6 +21,7 @@ import orjson
 import trio
 
 from mcpipe._sandbox import SANDBOX, Output, SandboxError, Shape, exchange, request_frame
+from mcpipe._workerpool import SizedSlots
 
 __all__ = ["ROLE", "Outcome", "SandboxError", "python_shape", "run_code"]
 
@@ -58,20 +59,8 @@ class Outcome:
     too_large: bool = False
 
 
-_limiters: trio.lowlevel.RunVar[dict[int, trio.CapacityLimiter]] = trio.lowlevel.RunVar("mcpipe_python_workers")
-
-
-def _limiter(workers: int) -> trio.CapacityLimiter:
-    """At most ``workers`` python steps at once in this Trio run (one limiter per size asked for)."""
-    try:
-        by_size = _limiters.get()
-    except LookupError:
-        by_size = {}
-        _limiters.set(by_size)
-    limiter = by_size.get(workers)
-    if limiter is None:
-        limiter = by_size[workers] = trio.CapacityLimiter(workers)
-    return limiter
+_SLOTS = SizedSlots("mcpipe_python_workers")
+"""At most ``workers`` python steps at once in a Trio run (one limiter per size asked for)."""
 
 
 async def run_code(
@@ -93,7 +82,7 @@ async def run_code(
     """
     outcome = Outcome()
     output = Output(max_output_bytes)
-    async with _limiter(workers):
+    async with _SLOTS(workers):
         with trio.move_on_after(timeout_s) as deadline:
             worker = await SANDBOX.take(shape, prefork)
             try:

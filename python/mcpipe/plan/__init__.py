@@ -76,18 +76,18 @@ measures each leaf's output as it settles (`OUTPUT_TOO_LARGE`) and charges every
 as it will be sent (`json_measure(wire=True)`: the JSON with escapes, and again as the text block), stopping the
 run when the answer is full; `max_calls` bounds a run's leaf executions, nested `for_each` multiplied
 (`plan.least_calls` when compiling, each expansion at run time). CEL expressions that iterate run in worker
-processes killed at the expression deadline (`mcpipe.expr._celworker`), since the library holds the GIL. A
-`python` step's code runs in a sandbox worker of its own (`mcpipe._sandbox`, forked warm by a fork server that
-never runs step code; `mcpipe.kinds._pyworker` is the step's side): its input only as JSON data, its own uid and
-PID namespace, limits it cannot raise, everything it started killed when the step ends (see docs/declared-
-pipelines.md, "What the isolation promises"); `command` and `shell` programs run in the same sandbox's `exec`
-role; `duckdb` steps run in bounded worker threads, interrupted at theirs. The HTTP front reads every POST body
-itself, within `http.body_timeout_s`, and replays it to the lean path or the SDK; each request head has its own
-deadline (`http.head_timeout_s`, `server._listen`), and a connection resting between requests gives its slot up
-when every slot is taken. The SDK's stdio reader is fed whole lines (`mcpipe.downstream._lines`), since it is
-quadratic in a line's length; a downstream's `tools/list` answer, over stdio or HTTP, is cut to `4 x max_tools`
-tools as its bytes come by the Rust core's `ArrayCap` (a tokenizer that builds no value: `rust/src/jsoncap.rs`),
-before the SDK parses it.
+processes killed at the expression deadline (`mcpipe.expr._celworker`, on the one pool of killable workers,
+`mcpipe._workerpool`), since the library holds the GIL. A `python` step's code runs in a sandbox worker of its own
+(`mcpipe._sandbox`, forked warm by a fork server that never runs step code; `mcpipe.kinds._pyworker` is the step's
+side): its input only as JSON data, its own uid and PID namespace, limits it cannot raise, everything it started killed
+when the step ends (see docs/declared-pipelines.md, "What the isolation promises"); `command` and `shell` programs run
+in the same sandbox's `exec` role; `duckdb` steps run in bounded worker threads, interrupted at theirs. The HTTP front
+reads every POST body itself, within `http.body_timeout_s`, and replays it to the lean path or the SDK; each request
+head has its own deadline (`http.head_timeout_s`, `server._listen`), and a connection resting between requests gives its
+slot up when every slot is taken. The SDK's stdio reader is fed whole lines (`mcpipe.downstream._lines`), since it is
+quadratic in a line's length; a downstream's `tools/list` answer, over stdio or HTTP, is cut to `4 x max_tools` tools as
+its bytes come by the Rust core's `ArrayCap` (a tokenizer that builds no value: `rust/src/jsoncap.rs`), before the SDK
+parses it.
 
 """
 
