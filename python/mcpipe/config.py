@@ -54,7 +54,7 @@ from mcpipe.access import (
 )
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
-from mcpipe.plan import deepest_location, json_depth
+from mcpipe.plan import Limits, deepest_location, json_depth
 from mcpipe.store import ContentConfig
 from mcpipe.toolset import ToolsConfig, check_tools
 
@@ -221,10 +221,8 @@ class PipeConfig(Strict):
     """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
     the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
-    def limits(self) -> Any:
-        """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
-        from mcpipe.plan import Limits
-
+    def limits(self) -> Limits:
+        """These limits as the runtime takes them."""
         return Limits(
             self.max_steps,
             self.max_depth,
