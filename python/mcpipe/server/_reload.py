@@ -37,6 +37,7 @@ _log = logging.getLogger("mcpipe.server")
 DRAIN_S = 60.0
 """How long calls still running on a replaced app may take before it is closed under them."""
 
+
 def _restart_only(config: Config) -> dict[str, object]:
     """The sections a reload cannot change on a running server (the listener, the run queue and the pipeline store
     it opened, the metrics and log sinks it installed), by name: they keep their values until a restart."""
