@@ -38,7 +38,7 @@ format`` names it. What it can do:
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
@@ -129,8 +129,9 @@ class PipeView(Protocol):
 
 class ConfigView(Protocol):
     """What the formats read of the server's config: :class:`mcpipe.config.Config`, of the layer above, named
-    by what it holds. The sections the formats decode themselves (``models``, ``workflow``, ``playbooks``,
-    ``piraeus``) are as the file has them while they are decoded (:func:`decoded_sections`), decoded after."""
+    by what it holds. The sections decoded by the packages below it (``models``, ``workflow``, each format's
+    own: :meth:`Context.section`) are as the file has them while they are decoded (:func:`decoded_sections`),
+    decoded after."""
 
     @property
     def base_dir(self) -> str: ...
@@ -146,12 +147,6 @@ class ConfigView(Protocol):
 
     @property
     def workflow(self) -> object: ...
-
-    @property
-    def playbooks(self) -> Sequence[object]: ...
-
-    @property
-    def piraeus(self) -> object: ...
 
 
 class Context:
@@ -189,6 +184,11 @@ class Context:
             self._read.add(key)
             self.problems += problems
         return value
+
+    def section(self, fmt: Format) -> object:
+        """``fmt``'s own section of the config (the ``Config`` field its :attr:`Format.section` names; None
+        without one), as the file has it while it is decoded."""
+        return getattr(self.config, fmt.section) if fmt.section is not None else None
 
     def load(self, fmt: Format) -> Any:
         """What ``fmt``'s part of the config compiles to (:meth:`Format.load`), compiled once per load; its
