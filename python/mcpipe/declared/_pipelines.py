@@ -77,7 +77,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # --- loading ------------------------------------------------------------------------------------------
 
 
-def load_outbound(raw: OutboundConfig | Any, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
+def load_outbound(raw: object, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
     """Decode the ``outbound:`` section into a :class:`StepPolicy` (None or absent: nothing allowed).
 
     Args:
@@ -91,7 +91,7 @@ def load_outbound(raw: OutboundConfig | Any, location: str = "outbound") -> tupl
     return (section.policy() if section is not None and not problems else StepPolicy()), problems
 
 
-def _outbound(raw: OutboundConfig | Any, location: str, problems: list[Problem]) -> OutboundConfig | None:
+def _outbound(raw: object, location: str, problems: list[Problem]) -> OutboundConfig | None:
     """The ``outbound:`` section decoded (None: absent, or it does not decode), its problems added to
     ``problems``: each unknown key and each value of the wrong type where it is, then what its types do not say
     (a command without an executable, an empty host pattern)."""
@@ -127,7 +127,7 @@ def _outbound(raw: OutboundConfig | Any, location: str, problems: list[Problem])
 
 
 def load_sql(
-    raw: Mapping[str, SqlBackendConfig] | Any, location: str = "sql", base_dir: str = "."
+    raw: object, location: str = "sql", base_dir: str = "."
 ) -> tuple[dict[str, SqlBackend | None], list[Problem]]:
     """Decode the ``sql:`` section (``[sql.NAME] url = ...``) into :class:`mcpipe.backends.sql.SqlBackend`s.
 
@@ -182,7 +182,7 @@ def load_sql(
 
 
 def load_pipelines(
-    raw_entries: Any,
+    raw_entries: object,
     location_prefix: str = "pipelines",
     *,
     tools: Container[str] | None = None,
@@ -210,7 +210,7 @@ def load_pipelines(
 
 
 def _pipelines(
-    raw_entries: Any,
+    raw_entries: object,
     location_prefix: str,
     tools: Container[str] | None,
     policy: StepPolicy | None,
@@ -230,11 +230,11 @@ def _pipelines(
         )
         return [], [], problems
     # An entry decoded already is compiled from what it holds, as written (its steps are kept as written).
-    raw_entries = [msgspec.to_builtins(e) if isinstance(e, PipelineConfig) else e for e in raw_entries]
+    written: list[Any] = [msgspec.to_builtins(e) if isinstance(e, PipelineConfig) else e for e in raw_entries]
     # Names first: every entry's location uses its name, and tool steps may call any pipeline.
     locations: list[str] = []
     names: dict[str, int] = {}
-    for i, entry in enumerate(raw_entries):
+    for i, entry in enumerate(written):
         name = entry.get("name") if isinstance(entry, Mapping) else None
         loc = f"{location_prefix}[{i}]"
         if isinstance(name, str) and _NAME.fullmatch(name):
@@ -264,15 +264,15 @@ def _pipelines(
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[PlanTool] = []
     entries: list[PipelineConfig] = []
-    for i, raw in enumerate(raw_entries):
+    for i, raw in enumerate(written):
         entry, tool = _load_entry(raw, locations[i], known, tools, policy, limits, problems)
         if entry is not None:
             entries.append(entry)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    problems.extend(_cycles(raw_entries, locations, names))
-    _check_references(raw_entries, locations, problems)
-    problems = _sorted(problems, locations, raw_entries)
+    problems.extend(_cycles(written, locations, names))
+    _check_references(written, locations, problems)
+    problems = _sorted(problems, locations, written)
     return ([] if problems else out), entries, problems
 
 
@@ -294,12 +294,12 @@ class DeclaredSections:
 
 
 def load_declared(
-    pipelines_raw: Any,
-    outbound_raw: OutboundConfig | Any = None,
+    pipelines_raw: object,
+    outbound_raw: object = None,
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
-    sql: Mapping[str, SqlBackendConfig] | Any = None,
+    sql: object = None,
     base_dir: str = ".",
     credentials: Mapping[str, CredentialConfig] | None = None,
     content: ContentStores | None = None,
@@ -326,12 +326,12 @@ def load_declared(
 
 
 def compile_declared(
-    pipelines_raw: Any,
-    outbound_raw: OutboundConfig | Any = None,
+    pipelines_raw: object,
+    outbound_raw: object = None,
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
-    sql: Mapping[str, SqlBackendConfig] | Any = None,
+    sql: object = None,
     base_dir: str = ".",
     credentials: Mapping[str, CredentialConfig] | None = None,
     content: ContentStores | None = None,
