@@ -214,7 +214,7 @@ def test_declared_pipelines_are_checked_with_the_config_and_their_problems_locat
             {"name": "hi", "input_schema": {"type": "object"}, "steps": [{"kind": "value", "id": "v", "value": 1}]}
         ]
     }
-    assert parse_config(json.dumps(ok), "json").pipelines[0]["name"] == "hi"
+    assert parse_config(json.dumps(ok), "json").pipelines[0].name == "hi"
 
 
 def test_the_store_url_reads_its_password_and_host_from_the_environment() -> None:

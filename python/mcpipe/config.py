@@ -54,12 +54,13 @@ from mcpipe.access import (
 )
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, ConfigError, ErrorCode, Problem
 from mcpipe.openapi import OpenApiConfig, check_openapi
-from mcpipe.plan import deepest_location, json_depth
+from mcpipe.plan import Limits, deepest_location, json_depth
 from mcpipe.store import ContentConfig
 from mcpipe.toolset import ToolsConfig, check_tools
 
 if TYPE_CHECKING:  # their packages are imported when a config has the section (NoETL, piraeus: start-up)
-    from mcpipe.declared import DeclaredPipelines, KnownTools
+    from mcpipe.backends.sql import SqlBackendConfig
+    from mcpipe.declared import DeclaredPipelines, KnownTools, OutboundConfig, PipelineConfig
     from mcpipe.formats import Context
     from mcpipe.formats.noetl import PlaybookEntry
     from mcpipe.formats.piraeus import PiraeusConfig
@@ -220,10 +221,8 @@ class PipeConfig(Strict):
     """What an ``mcp_pipe`` answer holds when its spec does not say (its ``answer``): the result (and what ran, when
     the run failed), a summary per step, or every step's full record (``docs/pipelines.md``)."""
 
-    def limits(self) -> Any:
-        """These limits as the runtime takes them (:class:`mcpipe.plan.Limits`)."""
-        from mcpipe.plan import Limits
-
+    def limits(self) -> Limits:
+        """These limits as the runtime takes them."""
         return Limits(
             self.max_steps,
             self.max_depth,
@@ -679,9 +678,10 @@ class Config(Strict):
     """The whole config. Every key is optional; an empty file is the embedded default minus built-ins.
 
     Each section is a Struct of the package that owns it (``access``, ``openapi``, ``toolset``, ...). Those of
-    ``models``, ``workflow``, ``playbooks`` and ``piraeus`` belong to packages of the layers below (``models``,
-    ``workflow``, ``formats``) that are slow to import: they are named here for the type checker only, and each
-    package decodes its section when a file has it (:func:`parse`), with its own located messages.
+    ``pipelines``, ``outbound``, ``sql``, ``models``, ``workflow``, ``playbooks`` and ``piraeus`` belong to
+    packages of the layers below (``declared``, ``backends``, ``models``, ``workflow``, ``formats``) that are
+    slow to import: they are named here for the type checker only, and each package decodes its section when a
+    file has it (:func:`parse`), with its own located messages.
     """
 
     name: str = "mcpipe"
@@ -704,14 +704,15 @@ class Config(Strict):
     runs: RunsConfig = msgspec.field(default_factory=RunsConfig)
     store: StoreConfig = msgspec.field(default_factory=StoreConfig)
     telemetry: TelemetryConfig = msgspec.field(default_factory=TelemetryConfig)
-    pipelines: list[dict[str, Any]] = []
-    """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); checked by
-    :mod:`mcpipe.declared`, which owns their format."""
-    outbound: dict[str, Any] | None = None
-    """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc."""
-    sql: dict[str, Any] = {}
+    pipelines: list[PipelineConfig] = []
+    """Declared pipelines, each served as a tool (``docs/declared-pipelines.md``); decoded and compiled by
+    :mod:`mcpipe.declared`, which owns their format (:class:`mcpipe.declared.PipelineConfig`)."""
+    outbound: OutboundConfig | None = None
+    """What declared steps may reach (hosts for ``http``/``graphql``, commands); see the same doc. Decoded by
+    :mod:`mcpipe.declared` (:class:`mcpipe.declared.OutboundConfig`)."""
+    sql: dict[str, SqlBackendConfig] = {}
     """Named SQL backends (``[sql.NAME] url = ...``) for the ``sql``, ``sql_tx`` and ``sql_await`` steps;
-    checked by :mod:`mcpipe.declared` (``load_sql``)."""
+    decoded by :mod:`mcpipe.declared` (``load_sql``; :class:`mcpipe.backends.sql.SqlBackendConfig`)."""
     models: dict[str, ModelConfig] = {}
     """Model presets by name (``[models.NAME]``), decoded by :mod:`mcpipe.models` (``docs/workflow.md``)."""
     workflow: WorkflowConfig | None = None
@@ -1416,6 +1417,8 @@ def _nested(inner: str, outer: str) -> bool:
 
 _MODEL_SECTIONS = ("models", "workflow", "playbooks", "piraeus")
 """The sections their own packages decode (:func:`_compile`): read as written here, decoded there."""
+_DECLARED_SECTIONS = ("pipelines", "outbound", "sql")
+"""The sections :mod:`mcpipe.declared` decodes as it compiles them (:func:`_compile`), the same way."""
 
 
 def _parse_raw(
@@ -1449,7 +1452,7 @@ def _parse_raw(
                 fields[key] = msgspec.convert(value, section.type, strict=True)
             except msgspec.ValidationError as exc:
                 problems.extend(_every_problem(exc, value, key, section.type))
-    written = {key: fields.pop(key) for key in _MODEL_SECTIONS if key in fields}
+    written = {key: fields.pop(key) for key in (*_MODEL_SECTIONS, *_DECLARED_SECTIONS) if key in fields}
     cfg = _check(Config(**fields, base_dir=base_dir), problems, env)
     loaded, found = _compile(cfg, written, check_names=True)
     return loaded, [*problems, *found]
@@ -1465,7 +1468,8 @@ class Loaded:
     (its steps' connections and content stores are that app's).
 
     Attributes:
-        config: the config (its ``models``, ``workflow``, ``playbooks`` and ``piraeus`` decoded).
+        config: the config (its ``pipelines``, ``outbound``, ``sql``, ``models``, ``workflow``, ``playbooks``
+            and ``piraeus`` decoded).
         declared: the declared pipelines (``pipelines``, ``outbound``, ``sql``), compiled, their tool names
             checked against the tools known before any is loaded (the built-ins, the downstream servers' and
             OpenAPI documents' prefixes; none with ``python_tools``); None: the config has none of those sections.
@@ -1537,7 +1541,8 @@ class Loaded:
 
 def _compile(cfg: Config, written: Mapping[str, Any], *, check_names: bool) -> tuple[Loaded, list[Problem]]:
     """Compile what ``cfg`` declares: its declared pipelines, then its model sections (``written``: as the file
-    has them, else the config's own, decoded or not), those decoded into the config.
+    has them, else the config's own, decoded or not), those decoded into the config (the pipelines' sections
+    too).
 
     Args:
         check_names: check the tool names the pipelines call against those known before any tool is loaded
@@ -1545,20 +1550,24 @@ def _compile(cfg: Config, written: Mapping[str, Any], *, check_names: bool) -> t
     """
     problems: list[Problem] = []
     declared = None
-    if cfg.pipelines or cfg.outbound is not None or cfg.sql:
-        from mcpipe.declared import load_declared  # loads CEL and JSONata: only when a config needs them
+    pipelines = written.get("pipelines", cfg.pipelines)
+    outbound = written.get("outbound", cfg.outbound)
+    sql = written.get("sql", cfg.sql)
+    if pipelines or outbound is not None or sql:
+        from mcpipe.declared import compile_declared  # loads CEL and JSONata: only when a config needs them
 
-        declared, found = load_declared(
-            cfg.pipelines,
-            cfg.outbound,
+        declared, decoded, found = compile_declared(
+            pipelines,
+            outbound,
             tools=_known_tools(cfg) if check_names else None,
             limits=cfg.pipe.limits(),
-            sql=cfg.sql,
+            sql=sql,
             base_dir=cfg.base_dir,
             credentials=cfg.credentials,
             content=_content_names(cfg.content),
         )
         problems += found
+        cfg = msgspec.structs.replace(cfg, pipelines=decoded.pipelines, outbound=decoded.outbound, sql=decoded.sql)
     from mcpipe.formats import Context, decoded_sections, format_problems, turned_on
 
     sections = {key: written[key] for key in _MODEL_SECTIONS if key in written}

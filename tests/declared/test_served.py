@@ -27,6 +27,7 @@ from mcp import Client
 
 from kit.servers import DOWNSTREAM, http_server
 from mcpipe.config import ConfigError, parse, parse_config
+from mcpipe.declared import OutboundConfig, PipelineConfig
 from mcpipe.server import App, open_app
 from mcpipe.tools import ToolRegistry
 
@@ -246,11 +247,14 @@ def test_mcpipe_check_config_reports_every_problem_of_a_file_full_of_mistakes(ca
         assert any(line.startswith(f"{location}: ") for line in lines), (location, err)
 
 
-def test_the_config_struct_carries_the_sections_raw_for_located_validation():
+def test_the_config_holds_the_declared_sections_decoded_and_they_encode_back_to_the_file():
     doc = yaml.safe_load((ROOT / "examples" / "declared" / "http_apis.yaml").read_text())
     config = parse_config(json.dumps(doc), "json", environ={})
+    assert all(isinstance(p, PipelineConfig) for p in config.pipelines)
+    assert isinstance(config.outbound, OutboundConfig)
     assert msgspec.to_builtins(config.pipelines) == doc["pipelines"]
-    assert msgspec.to_builtins(config.outbound) == doc["outbound"]
+    # The nested tables the file leaves out come back empty (their defaults): nothing else is added.
+    assert msgspec.to_builtins(config.outbound) == {**doc["outbound"], "python": {}, "duckdb": {}}
 
 
 def test_the_config_reports_every_problem_at_parse_time_and_tool_names_once_sources_are_loaded():

@@ -475,8 +475,8 @@ def check_resource(cfg: ResourceConfig, base: str) -> list[Problem]:
         _url(server, f"{base}.authorization_servers[{i}]", problems)
     if cfg.documentation is not None:
         _url(cfg.documentation, f"{base}.documentation", problems)
-    for key in ("scopes_supported", "scopes"):
-        for j, scope in enumerate(getattr(cfg, key) or ()):
+    for key, scopes in (("scopes_supported", cfg.scopes_supported), ("scopes", cfg.scopes)):
+        for j, scope in enumerate(scopes or ()):
             if not _SCOPE.fullmatch(scope):
                 problems.append(Problem(f"{base}.{key}[{j}]", CODE, f"`{scope}` is not an OAuth scope token"))
     return problems

@@ -27,6 +27,8 @@ from mcpipe.declared._config import OutboundConfig, OutboundHttpConfig, Pipeline
 from mcpipe.declared._content import CONTENT_TYPES, content_blocks
 from mcpipe.declared._model import StepFields, kind_structs, step_schema
 from mcpipe.declared._pipelines import (
+    DeclaredSections,
+    compile_declared,
     load_declared,
     load_outbound,
     load_pipelines,
@@ -59,6 +61,7 @@ __all__ = [
     "CompiledStep",
     "DeclaredDialect",
     "DeclaredPipelines",
+    "DeclaredSections",
     "ExpressionError",
     "ExpressionSyntaxError",
     "ForbiddenError",
@@ -81,6 +84,7 @@ __all__ = [
     "StepScope",
     "SurfaceError",
     "ToolDialect",
+    "compile_declared",
     "compile_step",
     "compile_steps",
     "content_blocks",

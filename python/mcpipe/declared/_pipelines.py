@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Container, Iterator, Mapping
-from dataclasses import replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
@@ -49,13 +49,20 @@ from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import DEFAULT_LIMITS, CompiledSpec, Limits, Pipeline, check_steps, decode_fields, problem_order
 
+if TYPE_CHECKING:  # imported where a config has an `sql` section (sqlite3, the drivers)
+    from mcpipe.access import CredentialConfig
+    from mcpipe.backends.sql import SqlBackend, SqlBackendConfig
+    from mcpipe.store.content import ContentStores
+
 __all__ = [
     "CONTENT_TYPES",
     "DeclaredPipelines",
+    "DeclaredSections",
     "KnownTools",
     "OutboundConfig",
     "OutboundHttpConfig",
     "PipelineConfig",
+    "compile_declared",
     "load_declared",
     "load_outbound",
     "load_pipelines",
@@ -70,26 +77,40 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # --- loading ------------------------------------------------------------------------------------------
 
 
-def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
+def load_outbound(raw: object, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
     """Decode the ``outbound:`` section into a :class:`StepPolicy` (None or absent: nothing allowed).
+
+    Args:
+        raw: the section as written, or decoded already (a config built in code).
 
     Returns:
         The policy (the default, allowing nothing, when there are problems) and every problem found.
     """
-    if raw is None:
-        return StepPolicy(), []
     problems: list[Problem] = []
-    if isinstance(raw, Mapping) and isinstance(raw.get("http"), Mapping):
-        # Decoded on its own first, so each of its unknown fields is reported where it is.
-        http = _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems)
-        raw = {**raw, "http": msgspec.to_builtins(http) if http is not None else {}}
-    for name, struct in (("python", OutboundPythonConfig), ("duckdb", OutboundDuckdbConfig)):
-        if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
-            sub = _decode(raw[name], struct, f"{location}.{name}", f"outbound.{name}", problems)
-            raw = {**raw, name: msgspec.to_builtins(sub) if sub is not None else {}}
-    section = _decode(raw, OutboundConfig, location, "the outbound section", problems)
+    section = _outbound(raw, location, problems)
+    return (section.policy() if section is not None and not problems else StepPolicy()), problems
+
+
+def _outbound(raw: object, location: str, problems: list[Problem]) -> OutboundConfig | None:
+    """The ``outbound:`` section decoded (None: absent, or it does not decode), its problems added to
+    ``problems``: each unknown key and each value of the wrong type where it is, then what its types do not say
+    (a command without an executable, an empty host pattern)."""
+    if raw is None:
+        return None
+    if isinstance(raw, OutboundConfig):
+        section: OutboundConfig | None = raw
+    else:
+        if isinstance(raw, Mapping) and isinstance(raw.get("http"), Mapping):
+            # Decoded on its own first, so each of its unknown fields is reported where it is.
+            http = _decode(raw["http"], OutboundHttpConfig, f"{location}.http", "outbound.http", problems)
+            raw = {**raw, "http": msgspec.to_builtins(http) if http is not None else {}}
+        for name, struct in (("python", OutboundPythonConfig), ("duckdb", OutboundDuckdbConfig)):
+            if isinstance(raw, Mapping) and isinstance(raw.get(name), Mapping):
+                sub = _decode(raw[name], struct, f"{location}.{name}", f"outbound.{name}", problems)
+                raw = {**raw, name: msgspec.to_builtins(sub) if sub is not None else {}}
+        section = _decode(raw, OutboundConfig, location, "the outbound section", problems)
     if section is None:
-        return StepPolicy(), problems
+        return None
     for name, target in section.commands.items():
         where = f"{location}.commands.{name}"
         argv = [target] if isinstance(target, str) else target
@@ -102,13 +123,18 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
             problems.append(
                 Problem(f"{location}.http.allowed_hosts[{i}]", ErrorCode.INVALID_SPEC, "an empty host pattern")
             )
-    return (section.policy() if not problems else StepPolicy()), problems
+    return section
 
 
-def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict[str, Any], list[Problem]]:
+def load_sql(
+    raw: object, location: str = "sql", base_dir: str = "."
+) -> tuple[dict[str, SqlBackend | None], list[Problem]]:
     """Decode the ``sql:`` section (``[sql.NAME] url = ...``) into :class:`mcpipe.backends.sql.SqlBackend`s.
 
     Nothing connects here: each backend opens its connections on first use.
+
+    Args:
+        raw: the section as written, or its entries decoded already (a config built in code).
 
     Returns:
         The backends by name (None for one whose entry has problems) and every problem found.
@@ -120,7 +146,7 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
     problems: list[Problem] = []
     if not isinstance(raw, Mapping):
         return {}, [Problem(location, "INVALID_SPEC", f"expected a table of named backends, got {json_type(raw)}")]
-    backends: dict[str, Any] = {}  # name -> SqlBackend, or None when its entry has problems
+    backends: dict[str, SqlBackend | None] = {}  # None when its entry has problems
     for name, entry in raw.items():
         where = f"{location}.{name}"
         if not isinstance(name, str) or not _NAME.fullmatch(name):
@@ -129,7 +155,11 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
         # A backend with problems is kept as None, so steps naming it are not also told it does not exist.
         backends[name] = None
         before = len(problems)
-        config = _decode(entry, SqlBackendConfig, where, "a sql backend", problems)  # type: ignore[arg-type]
+        config = (
+            entry
+            if isinstance(entry, SqlBackendConfig)
+            else _decode(entry, SqlBackendConfig, where, "a sql backend", problems)
+        )
         if config is None:
             continue
         try:
@@ -140,7 +170,7 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
         if len(problems) > before:
             continue
         backends[name] = backend
-        if backends[name].kind == "postgresql":  # type: ignore[union-attr]
+        if backend.kind == "postgresql":
             try:
                 import psycopg  # noqa: F401
             except ImportError:
@@ -152,7 +182,7 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
 
 
 def load_pipelines(
-    raw_entries: Any,
+    raw_entries: object,
     location_prefix: str = "pipelines",
     *,
     tools: Container[str] | None = None,
@@ -162,7 +192,8 @@ def load_pipelines(
     """Check and compile the ``pipelines:`` entries into tools.
 
     Args:
-        raw_entries: the list of entries, as decoded from the config file.
+        raw_entries: the list of entries, as decoded from the config file (or decoded :class:`PipelineConfig` entries: a
+            config built in code).
         location_prefix: how locations start (entries are named by their ``name``:
             ``pipelines.charge.steps[2].expression``).
         tools: the other tools that exist (a registry, gateway or :class:`KnownTools`); names of the
@@ -174,22 +205,36 @@ def load_pipelines(
         The tools (empty when there is any problem: a config is used whole or not at all) and every
         problem found, in the order of the file.
     """
+    out, _, problems = _pipelines(raw_entries, location_prefix, tools, policy, limits)
+    return out, problems
+
+
+def _pipelines(
+    raw_entries: object,
+    location_prefix: str,
+    tools: Container[str] | None,
+    policy: StepPolicy | None,
+    limits: Limits | None,
+) -> tuple[list[PlanTool], list[PipelineConfig], list[Problem]]:
+    """:func:`load_pipelines`, and the entries that decoded (whatever their steps' problems)."""
     policy = policy or StepPolicy()
     limits = limits or DEFAULT_LIMITS
     problems: list[Problem] = []
     if raw_entries is None:
-        return [], []
+        return [], [], []
     if not isinstance(raw_entries, list):
         problems.append(
             Problem(
                 location_prefix, ErrorCode.INVALID_SPEC, f"expected a list of pipelines, got {json_type(raw_entries)}"
             )
         )
-        return [], problems
+        return [], [], problems
+    # An entry decoded already is compiled from what it holds, as written (its steps are kept as written).
+    written: list[Any] = [msgspec.to_builtins(e) if isinstance(e, PipelineConfig) else e for e in raw_entries]
     # Names first: every entry's location uses its name, and tool steps may call any pipeline.
     locations: list[str] = []
     names: dict[str, int] = {}
-    for i, entry in enumerate(raw_entries):
+    for i, entry in enumerate(written):
         name = entry.get("name") if isinstance(entry, Mapping) else None
         loc = f"{location_prefix}[{i}]"
         if isinstance(name, str) and _NAME.fullmatch(name):
@@ -218,49 +263,108 @@ def load_pipelines(
         locations.append(loc)
     known = _Known(tools, frozenset(names)) if tools is not None else None
     out: list[PlanTool] = []
-    for i, entry in enumerate(raw_entries):
-        tool = _load_entry(entry, locations[i], known, tools, policy, limits, problems)
+    entries: list[PipelineConfig] = []
+    for i, raw in enumerate(written):
+        entry, tool = _load_entry(raw, locations[i], known, tools, policy, limits, problems)
+        if entry is not None:
+            entries.append(entry)
         if tool is not None and names.get(tool.name) == i:
             out.append(tool)
-    problems.extend(_cycles(raw_entries, locations, names))
-    _check_references(raw_entries, locations, problems)
-    problems = _sorted(problems, locations, raw_entries)
-    return ([] if problems else out), problems
+    problems.extend(_cycles(written, locations, names))
+    _check_references(written, locations, problems)
+    problems = _sorted(problems, locations, written)
+    return ([] if problems else out), entries, problems
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredSections:
+    """The config's ``pipelines``, ``outbound`` and ``sql`` sections, decoded by :func:`compile_declared` (the
+    :class:`mcpipe.config.Config` of a load holds them): every entry, section and backend that decoded.
+
+    Attributes:
+        pipelines: the ``pipelines:`` entries (their steps as written: the plan compiled from them is the
+            tools').
+        outbound: the ``outbound:`` section (None: the config has none, and steps may reach nothing).
+        sql: the ``[sql.NAME]`` backends' settings, by name.
+    """
+
+    pipelines: list[PipelineConfig] = field(default_factory=list)
+    outbound: OutboundConfig | None = None
+    sql: dict[str, SqlBackendConfig] = field(default_factory=dict)
 
 
 def load_declared(
-    pipelines_raw: Any,
-    outbound_raw: Any = None,
+    pipelines_raw: object,
+    outbound_raw: object = None,
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
-    sql: Any = None,
+    sql: object = None,
     base_dir: str = ".",
-    credentials: Any = None,
-    content: Any = None,
+    credentials: Mapping[str, CredentialConfig] | None = None,
+    content: ContentStores | None = None,
 ) -> tuple[DeclaredPipelines, list[Problem]]:
-    """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve.
-
-    Args:
-        sql: the ``sql:`` section (named SQL backends), if any.
-        base_dir: what relative SQLite paths are relative to (the config file's directory).
-        credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
-        content: the content stores ``store_content`` steps write to.
+    """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config, as a tool source ready to serve
+    (:func:`compile_declared`'s; the arguments are its).
 
     Returns:
         The pipelines (unbound: call :meth:`DeclaredPipelines.bind` with the gateway) and every problem;
         when there are problems the source is empty and the server must refuse to start. Close it
         (:meth:`DeclaredPipelines.aclose`) when done: it closes the connections its steps opened.
     """
-    policy, problems = load_outbound(outbound_raw)
+    declared, _, problems = compile_declared(
+        pipelines_raw,
+        outbound_raw,
+        tools=tools,
+        limits=limits,
+        sql=sql,
+        base_dir=base_dir,
+        credentials=credentials,
+        content=content,
+    )
+    return declared, problems
+
+
+def compile_declared(
+    pipelines_raw: object,
+    outbound_raw: object = None,
+    *,
+    tools: Container[str] | None = None,
+    limits: Limits | None = None,
+    sql: object = None,
+    base_dir: str = ".",
+    credentials: Mapping[str, CredentialConfig] | None = None,
+    content: ContentStores | None = None,
+) -> tuple[DeclaredPipelines, DeclaredSections, list[Problem]]:
+    """The ``pipelines:``, ``outbound:`` and ``sql:`` sections of a config decoded (each problem located, as
+    ``outbound.http.allowed_hosts[1]``) and compiled once: the tool source, the sections as decoded, and every
+    problem.
+
+    Args:
+        pipelines_raw: the ``pipelines:`` entries, as written (or decoded already: a config built in code).
+        outbound_raw: the ``outbound:`` section, the same way (None: steps may reach nothing).
+        tools: the other tools that exist (None: tool names are not checked).
+        limits: the server's limits.
+        sql: the ``sql:`` section (named SQL backends), if any.
+        base_dir: what relative SQLite paths are relative to (the config file's directory).
+        credentials: the ``[credentials]`` section (decoded), whose tokens ``http`` steps may present.
+        content: the content stores ``store_content`` steps write to.
+
+    Returns:
+        The pipelines (empty when there are problems), the sections decoded, and every problem.
+    """
+    problems: list[Problem] = []
+    outbound = _outbound(outbound_raw, "outbound", problems)
+    policy = outbound.policy() if outbound is not None and not problems else StepPolicy()
     backends, sql_problems = load_sql(sql, base_dir=base_dir)
     problems.extend(sql_problems)
     policy = replace(
         policy, sql=backends, base_dir=base_dir, credentials=Credentials(credentials or {}), content=content
     )
-    pipelines, more = load_pipelines(pipelines_raw, tools=tools, policy=policy, limits=limits)
+    pipelines, entries, more = _pipelines(pipelines_raw, "pipelines", tools, policy, limits)
     problems = [*problems, *more]
-    return DeclaredPipelines([] if problems else pipelines, policy), problems
+    sections = DeclaredSections(entries, outbound, {n: b.config for n, b in backends.items() if b is not None})
+    return DeclaredPipelines([] if problems else pipelines, policy), sections, problems
 
 
 def validate_declared(
@@ -318,10 +422,11 @@ def _load_entry(
     policy: StepPolicy,
     limits: Limits,
     problems: list[Problem],
-) -> PlanTool | None:
+) -> tuple[PipelineConfig | None, PlanTool | None]:
+    """One entry decoded (None: it does not decode) and compiled (None: it has problems), its problems added."""
     if not isinstance(raw, Mapping):
         problems.append(Problem(loc, ErrorCode.INVALID_SPEC, f"a pipeline must be an object, got {json_type(raw)}"))
-        return None
+        return None, None
     entry = _decode(raw, PipelineConfig, loc, "a pipeline", problems, skip=("steps", "name"))
     name = raw.get("name")
     if isinstance(name, str) and _NAME.fullmatch(name):
@@ -341,7 +446,7 @@ def _load_entry(
     )
     if "steps" not in raw:
         problems.append(Problem(f"{loc}.steps", ErrorCode.INVALID_SPEC, "missing field `steps`"))
-        return None
+        return entry, None
     # Too many steps or too deep a nesting is found by a walk that stops at the limits, before compiling
     # (compiling costs per step, and the rest of such a pipeline is not worth reporting on).
     too_large = check_steps(
@@ -349,12 +454,12 @@ def _load_entry(
     )
     if too_large:
         problems.extend(too_large)
-        return None
+        return entry, None
     steps, step_problems = compile_steps(raw["steps"], f"{loc}.steps", scope)
     problems.extend(step_problems)
     ret = _answer_template(raw, loc, _raw_ids(raw["steps"]), problems)
     if steps is None:
-        return None
+        return entry, None
     if entry is not None and entry.ask_before_task and entry.task_support == "forbidden":
         problems.append(
             Problem(
@@ -363,13 +468,13 @@ def _load_entry(
                 'a pipeline with task_support = "forbidden" never becomes a task: drop ask_before_task',
             )
         )
-        return None
+        return entry, None
     if entry is not None and not _check_surface(entry, loc, problems):
-        return None
+        return entry, None
     if entry is None or ret is None or not schema_ok:
-        return None
+        return entry, None
     plan = Pipeline(Template({}), steps, ret, False, entry.timeout_ms, loc)
-    return declared_tool(entry, CompiledSpec.of(plan), loc, limits)
+    return entry, declared_tool(entry, CompiledSpec.of(plan), loc, limits)
 
 
 WATCH_ROOTS = frozenset({"subscriber", "event"})

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FORMATS",
+    "ConfigView",
     "Context",
     "Format",
     "Registered",
@@ -104,20 +105,64 @@ class ToolSource(Protocol):
     def __iter__(self) -> Iterator[Tool]: ...
 
 
+class ServerView(Protocol):
+    """What a format reads of one of the config's downstream servers (``mcpipe.config.McpServerConfig``)."""
+
+    @property
+    def enabled(self) -> bool: ...
+
+    @property
+    def prefix(self) -> str | None: ...
+
+    @property
+    def mcp_pipeline(self) -> bool: ...
+
+
+class PipeView(Protocol):
+    """What a format reads of the config's ``[pipe]`` (``mcpipe.config.PipeConfig``)."""
+
+    @property
+    def mcp_pipeline(self) -> bool: ...
+
+    def limits(self) -> Limits: ...
+
+
+class ConfigView(Protocol):
+    """What the formats read of the server's config: :class:`mcpipe.config.Config`, of the layer above, named
+    by what it holds. The sections decoded by the packages below it (``models``, ``workflow``, each format's
+    own: :meth:`Context.section`) are as the file has them while they are decoded (:func:`decoded_sections`),
+    decoded after."""
+
+    @property
+    def base_dir(self) -> str: ...
+
+    @property
+    def pipe(self) -> PipeView: ...
+
+    @property
+    def mcpServers(self) -> Mapping[str, ServerView]: ...
+
+    @property
+    def models(self) -> object: ...
+
+    @property
+    def workflow(self) -> object: ...
+
+
 class Context:
     """What the formats a config turns on share while their tools are built or checked: the config's model
     presets and its checked ``workflow`` section (each read once, its problems kept in :attr:`problems`),
     and the declared pipelines' step policy.
 
     Args:
-        config: the :class:`mcpipe.config.Config`.
+        config: the :class:`mcpipe.config.Config` (what formats read of it: :class:`ConfigView`).
         policy: the declared pipelines' step policy (the outbound policy and the SQL backends the server
             owns), so a format's steps share its connections; None: the format reads the sections itself.
     """
 
     def __init__(
         self,
-        config: Any,
+        config: ConfigView,
         policy: StepPolicy | None = None,
         compiled: dict[str, tuple[Any, list[Problem]]] | None = None,
     ) -> None:
@@ -140,6 +185,11 @@ class Context:
             self.problems += problems
         return value
 
+    def section(self, fmt: Format) -> object:
+        """``fmt``'s own section of the config (the ``Config`` field its :attr:`Format.section` names; None
+        without one), as the file has it while it is decoded."""
+        return getattr(self.config, fmt.section) if fmt.section is not None else None
+
     def load(self, fmt: Format) -> Any:
         """What ``fmt``'s part of the config compiles to (:meth:`Format.load`), compiled once per load; its
         problems join :attr:`problems`."""
@@ -148,7 +198,7 @@ class Context:
     def _models(self) -> tuple[Any, list[Problem]]:
         from mcpipe.models import Models, load_models
 
-        presets, problems = load_models(getattr(self.config, "models", None) or {})
+        presets, problems = load_models(self.config.models or {})
         return (presets, Models(presets)), problems
 
     @property
@@ -166,13 +216,13 @@ class Context:
     def _workflow(self) -> tuple[Any, list[Problem]]:
         from mcpipe.workflow import load_workflow
 
-        workflow, problems = load_workflow(getattr(self.config, "workflow", None), self.models)
+        workflow, problems = load_workflow(self.config.workflow, self.models)
         return (None if problems else workflow), problems
 
     @property
     def workflow(self) -> WorkflowConfig | None:
         """The config's ``workflow`` section, checked (None: absent, or it has problems)."""
-        if getattr(self.config, "workflow", None) is None:
+        if self.config.workflow is None:
             return None
         workflow: WorkflowConfig | None = self._once("workflow", self._workflow)
         return workflow
@@ -180,11 +230,7 @@ class Context:
     @property
     def limits(self) -> Limits:
         """The server's pipeline limits (deadline, output and answer sizes)."""
-        from mcpipe.plan import Limits
-
-        pipe = getattr(self.config, "pipe", None)
-        limits: Limits = pipe.limits() if pipe is not None and hasattr(pipe, "limits") else Limits()
-        return limits
+        return self.config.pipe.limits()
 
 
 class Format:
@@ -295,7 +341,7 @@ def _set(value: Any, path: list[str]) -> bool:
     return _set(child, rest)
 
 
-def turned_on(config: Any) -> list[Format]:
+def turned_on(config: ConfigView) -> list[Format]:
     """The formats ``config`` turns on (one of their ``turned_on_by`` keys set), in :data:`FORMATS` order."""
     return [
         _format(name)
@@ -309,9 +355,9 @@ def format_named(name: str) -> Format:
     return _format(name)
 
 
-def serves_workflow(config: Any) -> bool:
+def serves_workflow(config: ConfigView) -> bool:
     """Whether the config serves the ``workflow`` tool: its own ``[workflow]``, or a format's that serves one."""
-    return getattr(config, "workflow", None) is not None or any(f.serves_workflow for f in turned_on(config))
+    return config.workflow is not None or any(f.serves_workflow for f in turned_on(config))
 
 
 def own_workflow(ctx: Context) -> WorkflowConfig | None:
@@ -343,7 +389,7 @@ def format_sources(ctx: Context) -> list[ToolSource]:
 
 def format_problems(ctx: Context) -> list[Problem]:
     """Every problem of the config's ``models`` and ``workflow`` sections, then of the formats it turns on."""
-    if getattr(ctx.config, "models", None):
+    if ctx.config.models:
         _ = ctx.models  # read first: their problems come first
     _ = ctx.workflow
     problems = [p for fmt in turned_on(ctx.config) for p in fmt.problems(ctx)]
@@ -354,9 +400,9 @@ def decoded_sections(ctx: Context) -> dict[str, Any]:
     """The config's ``models``, ``workflow`` and formats' sections as :meth:`Format.load` decoded them, by field
     name (for ``msgspec.structs.replace`` of the config), after :func:`format_problems` read them."""
     out: dict[str, Any] = {}
-    if getattr(ctx.config, "models", None):
+    if ctx.config.models:
         out["models"] = ctx.presets
-    if getattr(ctx.config, "workflow", None) is not None:
+    if ctx.config.workflow is not None:
         out["workflow"] = ctx.workflow
     for fmt in turned_on(ctx.config):
         if fmt.section is not None:

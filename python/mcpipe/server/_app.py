@@ -150,9 +150,7 @@ async def openapi_of(config: Config, credentials: Credentials) -> ToolSource | N
         return None
     from mcpipe.openapi import load_openapi
 
-    outbound = config.outbound if isinstance(config.outbound, dict) else {}
-    http = outbound.get("http") if isinstance(outbound.get("http"), dict) else {}
-    hosts = [h for h in (http or {}).get("allowed_hosts", []) if isinstance(h, str)]
+    hosts = config.outbound.http.allowed_hosts if config.outbound is not None else []
     source = await load_openapi(config.openapi, base_dir=config.base_dir, credentials=credentials, allowed_hosts=hosts)
     for api in source.apis:
         _log.info(

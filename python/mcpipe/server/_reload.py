@@ -37,9 +37,19 @@ _log = logging.getLogger("mcpipe.server")
 DRAIN_S = 60.0
 """How long calls still running on a replaced app may take before it is closed under them."""
 
-_RESTART_ONLY = ("http", "runs", "store", "telemetry", "logs", "reload", "interaction")
-"""Sections a reload cannot change on a running server (the listener, the run queue and the pipeline store it
-opened, the metrics and log sinks it installed): they keep their values until a restart."""
+
+def _restart_only(config: Config) -> dict[str, object]:
+    """The sections a reload cannot change on a running server (the listener, the run queue and the pipeline store
+    it opened, the metrics and log sinks it installed), by name: they keep their values until a restart."""
+    return {
+        "http": config.http,
+        "runs": config.runs,
+        "store": config.store,
+        "telemetry": config.telemetry,
+        "logs": config.logs,
+        "reload": config.reload,
+        "interaction": config.interaction,
+    }
 
 
 def _digest(path: str) -> bytes | None:
@@ -141,7 +151,8 @@ class Reloader:
             return False
         old, old_close = self.app, self._close
         config = loaded.config
-        kept = [k for k in _RESTART_ONLY if getattr(config, k) != getattr(old.config, k)]
+        before = _restart_only(old.config)
+        kept = [k for k, value in _restart_only(config).items() if value != before[k]]
         self._swap(old, app)
         self.app, self._close, self.config = app, close, config
         self._digest, self._refused = digest, None

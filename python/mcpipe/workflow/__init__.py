@@ -95,8 +95,7 @@ def load_workflow(raw: Any, models: Models, location: str = "workflow") -> tuple
     except msgspec.ValidationError as e:
         return None, [located(e, location)]
     problems: list[Problem] = []
-    for key in ("model", "format_model"):
-        name = getattr(cfg, key)
+    for key, name in (("model", cfg.model), ("format_model", cfg.format_model)):
         if name is not None and name not in models:
             problems.append(
                 Problem(f"{location}.{key}", "INVALID_CONFIG", f"unknown model `{name}`{models.hint(name)}")

@@ -123,7 +123,7 @@ def test_a_converted_file_reads_env_references_in_every_section_it_loads(tmp_pat
     env = {"T_REDIS_URL": "redis://127.0.0.1:6390/2", "T_DB": str(tmp_path / "q.db")}
     mine, theirs = load_config(converted, environ=env), load_config(source, environ=env)
     assert mine.store.url == theirs.store.url == "redis://127.0.0.1:6390/2"
-    assert mine.sql["q"]["url"] == theirs.sql["q"]["url"] == f"sqlite:///{tmp_path / 'q.db'}"
+    assert mine.sql["q"].url == theirs.sql["q"].url == f"sqlite:///{tmp_path / 'q.db'}"
     # Unset, each is a located problem (mcpg refuses to start without it): serve refuses, check warns.
     with pytest.raises(ConfigError) as e:
         load_config(converted, environ={})

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx2 as httpx
 import mcp_types as types
+import msgspec
 import orjson
 import pytest
 import trio
@@ -86,7 +87,7 @@ async def test_the_google_workspace_example_serves_its_watches_a_webhook_tells_t
     env = {"GOOGLE_TOKEN": "g-token", "DRIVE_WEBHOOK_TOKEN": "drive-hook-1"}
     with StandIn([{"method": "GET", "path": "/drive/v3/files", "body": {"files": []}}]) as google:
         config = _load(_google_workspace(google.port), env)
-        watches = {p["name"]: p.get("watch") for p in config.pipelines if p.get("watch")}
+        watches = {p.name: msgspec.to_builtins(p.watch) for p in config.pipelines if p.watch is not None}
         heard = Heard()
         with trio.fail_after(30):
             async with (
@@ -139,7 +140,8 @@ def test_mcpgs_poll_floor_of_ten_seconds_and_its_expression_filter_carry_over() 
         "notification_filter": {"scope": "expression", "expression": 'subscriber.trust_level == "verified"'},
     }
     config = _load(_watched(watch))
-    assert config.pipelines[0]["watch"] == {"poll_ms": 10000, "notify_if": 'subscriber.trust_level == "verified"'}
+    watched = msgspec.to_builtins(config.pipelines[0].watch)
+    assert watched == {"poll_ms": 10000, "notify_if": 'subscriber.trust_level == "verified"'}
 
 
 @pytest.mark.parametrize("kind", ["nats_topic", "kafka_topic", "sql_polling", "postgres_listen_notify", "plugin"])

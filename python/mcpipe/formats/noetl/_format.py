@@ -23,9 +23,13 @@ class NoetlFormat(Format):
     def load(self, ctx: Context) -> tuple[Any, list[Problem]]:
         from mcpipe.formats.noetl import load_playbooks
 
-        config = ctx.config
+        entries = ctx.section(self)  # a list (the config's shape), as written or decoded
         return load_playbooks(
-            config.playbooks, ctx.models, base_dir=config.base_dir, limits=ctx.limits, policy=ctx.policy
+            entries if isinstance(entries, list) else [],
+            ctx.models,
+            base_dir=ctx.config.base_dir,
+            limits=ctx.limits,
+            policy=ctx.policy,
         )
 
     def decoded(self, loaded: Any) -> Any:

@@ -299,13 +299,13 @@ def load_piraeus(
         problems.append(Problem("piraeus.model", CODE, f"unknown model `{model}`{models.hint(model)}"))
     base = base_dir
     loaded: dict[str, list[Any]] = {}
-    readers: tuple[tuple[Kind, Callable[[Reader, Any, str], Any]], ...] = (
-        ("tools", read_tool),
-        ("prompts", read_prompt),
-        ("flows", read_flow),
+    readers: tuple[tuple[Kind, str | list[str], Callable[[Reader, Any, str], Any]], ...] = (
+        ("tools", cfg.tools, read_tool),
+        ("prompts", cfg.prompts, read_prompt),
+        ("flows", cfg.flows, read_flow),
     )
-    for kind, read in readers:
-        files, fp = read_files(_globs(getattr(cfg, kind)), f"piraeus.{kind}", base)
+    for kind, globs, read in readers:
+        files, fp = read_files(_globs(globs), f"piraeus.{kind}", base)
         problems += fp
         loaded[kind] = _entries(files, kind, read, problems)
     configs: list[ToolConfig] = [t for t in loaded["tools"] if t.enabled]

@@ -21,7 +21,7 @@ class PiraeusFormat(Format):
     def load(self, ctx: Context) -> tuple[Any, list[Problem]]:
         from mcpipe.formats.piraeus import decode_piraeus, load_piraeus
 
-        section, problems = decode_piraeus(ctx.config.piraeus)
+        section, problems = decode_piraeus(ctx.section(self))
         if section is None:
             return (None, None), problems
         workflow = ctx.workflow  # the config's own, checked (its problems are the context's)
