@@ -102,11 +102,11 @@ async def _resource_templates(server: Served, http: httpx2.AsyncClient) -> None:
     dots = "docs://" + "a." * 16_000 + "/"
     (status, missing), slowest = await server.probed(lambda: session.request("resources/read", {"uri": dots}))
     assert status == 200 and missing["error"]["message"] == "Resource not found"
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     tree = "tree://r/" + "a" * 1_200 + "/x/" + "b" * 1_200 + "/x/"
     (status, hit), slowest = await server.probed(lambda: session.request("resources/read", {"uri": tree}))
     assert status == 200 and hit["result"]["contents"][0]["text"] == "nested"
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     _, found = await session.request("resources/read", {"uri": "docs://readme.md"})
     assert found["result"]["contents"][0]["text"] == "found"
 
@@ -116,7 +116,7 @@ async def _query_string(server: Served, api: Any) -> None:
     # 1.3 s) into an 18 MB URL, which httpx then refused ("URL too long").
     body = orjson.dumps(call("search", {"q": "é" * 1_500_000}))  # raw UTF-8: 3 MB
     refused, slowest = await server.probed(lambda: server.post(body, "search"))
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert refused["result"]["isError"] is True
     medium = await server.call("search", {"q": "é" * 40_000})
     assert medium["isError"] is True
@@ -313,7 +313,7 @@ async def _jwk_sets(server: Served, http: httpx2.AsyncClient, hang: HostileIdp, 
     answers, slowest = await server.probed(lambda: _many(http, server.url, tokens))
     assert [a[0] for a in answers] == [401] * 8
     assert max(a[1] for a in answers) < 2.5, answers  # one fetch (1 s) shared by all
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert hang.fetches == 1
     # Within 5 s of the failure a token is refused at once, without a fetch.
     status, took, _ = await _hello(http, server.url, tokens[0])
@@ -364,7 +364,7 @@ async def _cedar(server: Served, http: httpx2.AsyncClient) -> None:
     # the event loop: /healthz held 1.8 s per call.
     bomb = {"ext": [{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}] * 90_000}
     (_, _, refused), slowest = await server.probed(lambda: _hello(http, server.url, "ops-secret", args=bomb))
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     text = refused["result"]["content"][0]["text"]
     assert "policy `authz` denied 'hello'" in text and "larger than 65536 bytes" in text
     _, _, small = await _hello(http, server.url, "ops-secret", args={"ext": bomb["ext"][:10]})

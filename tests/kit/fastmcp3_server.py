@@ -20,6 +20,8 @@ from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 
+from kit.meeting import Meeting
+
 UNSEEN = {"calls_seen", "versions"}
 
 
@@ -55,11 +57,14 @@ async def shout(text: str) -> str:
     return text.upper()
 
 
+meeting = Meeting()
+
+
 @app.tool
-async def wait(ms: int) -> dict[str, int]:
-    """Sleep ``ms`` milliseconds."""
-    await anyio.sleep(ms / 1000)
-    return {"slept": ms}
+async def wait(ms: int, together: int = 1) -> dict[str, int]:
+    """Sleep ``ms`` milliseconds; then stay until ``together`` waits were in at once (at most 10 s); ``met``: how
+    many were."""
+    return await meeting.wait(ms, together)
 
 
 @app.tool

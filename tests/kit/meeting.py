@@ -1,0 +1,32 @@
+"""A meeting of concurrent calls, for the ``wait`` tools of the FastMCP test servers (``fastmcp_host.py``,
+``fastmcp3_server.py``): anyio only, so a server on fastmcp 3's own environment imports it too."""
+
+from __future__ import annotations
+
+import anyio
+
+
+class Meeting:
+    """The ``wait`` calls in at once: each is held, after its sleep, until ``together`` of them have been in
+    at the same time (at most ``MEET_S``), and answers how many it saw; so a test shows that two waits ran
+    side by side without timing them, however the host schedules their requests."""
+
+    MEET_S = 10.0
+
+    def __init__(self) -> None:
+        self.inside = 0
+        self.changed = anyio.Event()
+
+    async def wait(self, ms: int, together: int) -> dict[str, int]:
+        self.inside += 1
+        self.changed.set()
+        self.changed = anyio.Event()
+        met = self.inside
+        try:
+            await anyio.sleep(ms / 1000)
+            with anyio.move_on_after(self.MEET_S):
+                while (met := max(met, self.inside)) < together:
+                    await self.changed.wait()
+        finally:
+            self.inside -= 1
+        return {"slept": ms, "met": met}
