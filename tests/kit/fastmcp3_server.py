@@ -19,8 +19,7 @@ import anyio.lowlevel
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
-
-from kit.meeting import Meeting
+from meeting import Meeting  # beside this script, which runs as one (no `kit` package on its path)
 
 UNSEEN = {"calls_seen", "versions"}
 

@@ -1,5 +1,6 @@
 """A meeting of concurrent calls, for the ``wait`` tools of the FastMCP test servers (``fastmcp_host.py``,
-``fastmcp3_server.py``): anyio only, so a server on fastmcp 3's own environment imports it too."""
+``fastmcp3_server.py``, which imports it as ``meeting``, beside it): anyio only, so a server on fastmcp 3's own
+environment imports it too."""
 
 from __future__ import annotations
 
@@ -14,19 +15,21 @@ class Meeting:
     MEET_S = 10.0
 
     def __init__(self) -> None:
-        self.inside = 0
+        self.inside: list[list[int]] = []  # each wait in: [how many it has seen in at once]
         self.changed = anyio.Event()
 
     async def wait(self, ms: int, together: int) -> dict[str, int]:
-        self.inside += 1
+        mine = [0]
+        self.inside.append(mine)
+        for seen in self.inside:  # every wait in now has seen this many in at once, however late it wakes
+            seen[0] = max(seen[0], len(self.inside))
         self.changed.set()
         self.changed = anyio.Event()
-        met = self.inside
         try:
             await anyio.sleep(ms / 1000)
             with anyio.move_on_after(self.MEET_S):
-                while (met := max(met, self.inside)) < together:
+                while mine[0] < together:
                     await self.changed.wait()
         finally:
-            self.inside -= 1
-        return {"slept": ms, "met": met}
+            self.inside = [seen for seen in self.inside if seen is not mine]
+        return {"slept": ms, "met": mine[0]}
