@@ -123,7 +123,6 @@ async def test_sigterm_stops_the_server_while_a_hostile_expression_runs(tmp_path
             while not _cel_workers(server.proc.pid):  # noqa: ASYNC110 (another process: nothing to wait on)
                 await trio.sleep(0.05)
         workers = _cel_workers(server.proc.pid)
-        t0 = trio.current_time()
         server.proc.send_signal(signal.SIGTERM)
         # Held by the expression, the signal waited for it (minutes at 20 000 ints); served, the server stops
         # in a second or two (more on a loaded host): 30 s tells them apart.
