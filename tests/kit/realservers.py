@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "kafka_broker",
     "kafka_kind",
+    "listening",
     "nats_server",
     "postgres_server",
     "tansu_broker",
@@ -133,7 +134,7 @@ def nats_server(*, jetstream: bool = False) -> Iterator[str]:
     store = Path(tempfile.mkdtemp(prefix="mcpipe-js-")) if jetstream else None
     extra = ["-js", "-sd", str(store)] if store is not None else []
     try:
-        with _listening(
+        with listening(
             lambda port: [binary, "-a", "127.0.0.1", "-p", str(port), *extra], stderr=subprocess.DEVNULL
         ) as port:
             yield f"nats://127.0.0.1:{port}"
@@ -167,7 +168,7 @@ def kafka_broker(topics: Sequence[str] = ()) -> Iterator[str]:
     import sys
 
     script = Path(__file__).with_name("kafkabroker.py")
-    with _listening(lambda port: [sys.executable, str(script), str(port)]) as port:
+    with listening(lambda port: [sys.executable, str(script), str(port)]) as port:
         yield f"127.0.0.1:{port}"
 
 
@@ -214,7 +215,7 @@ def tansu_broker(topics: Sequence[str] = (), partitions: int = 2) -> Iterator[st
 
 
 @contextmanager
-def _listening(argv_of: Callable[[int], list[str]], **popen: Any) -> Iterator[int]:
+def listening(argv_of: Callable[[int], list[str]], **popen: Any) -> Iterator[int]:
     """Run ``argv_of(port)`` on a free port until the block ends, once it listens there; then stop it (``_stop``).
     Yields the port; a server that exits before it listens (its port taken meanwhile) is started again on another
     (``PORT_TRIES``)."""
