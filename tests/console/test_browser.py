@@ -53,6 +53,13 @@ def _shape_class(driver: Any, key: str) -> str:
     ))  # fmt: skip
 
 
+def _rows(driver: Any) -> list[str]:
+    """The texts of the runs list's rows, read in one go: the page redraws the list as runs change, so rows found
+    before a redraw are read again after it."""
+    By = _by()
+    return list(wait_for(driver, lambda d: [r.text for r in d.find_elements(By.CSS_SELECTOR, "#runs-body tr")] or None))
+
+
 def test_a_finished_run_shows_its_graph_and_timeline(server: Served, driver: Any, tmp_path: Path) -> None:
     By = _by()
     run = server.submit(
@@ -132,7 +139,8 @@ def test_a_running_runs_events_arrive_live(server: Served, driver: Any, tmp_path
     # b finishes and c starts, shown as they happen, on the same page (no reload, no polling by the page).
     wait_for(driver, lambda d: "state-running" in _shape_class(d, "c"))
     assert "state-ok" in _shape_class(driver, "b")
-    events = driver.find_element(By.ID, "events").text
+    # The list of events is drawn as they come, the graph's shapes too: read once it has c's start.
+    events = wait_for(driver, lambda d: "step_started c" in (t := d.find_element(By.ID, "events").text) and t)
     assert "step_finished b" in events and "step_started c" in events
     assert driver.execute_script("return window.__same_page") is True
     _release(second)
@@ -151,8 +159,8 @@ def test_cancel_stops_a_running_run(server: Served, driver: Any) -> None:
     click(driver, By.ID, "cancel")
     wait_for(driver, lambda d: d.find_element(By.ID, "run-status").text == "cancelled")
     assert server.call("alice", "pipe_status", {"run_id": run})["status"] == "cancelled"
-    assert not driver.find_elements(By.ID, "cancel")  # nothing left to cancel
-    assert driver.find_elements(By.ID, "retry")
+    # The live page says "cancelled" just before it reloads into the finished run's: waited for, its buttons.
+    wait_for(driver, lambda d: d.find_elements(By.ID, "retry") and not d.find_elements(By.ID, "cancel"))
 
 
 def test_a_second_principal_sees_none_of_the_firsts_runs(server: Served, driver: Any) -> None:
@@ -160,17 +168,16 @@ def test_a_second_principal_sees_none_of_the_firsts_runs(server: Served, driver:
     run = server.submit("alice", {"steps": [{"id": "mine", "tool": "echo", "args": {"secret": "alice's"}}]})
     server.wait("alice", run)
     sign_in(driver, server.base, "bob")
-    rows = driver.find_elements(By.CSS_SELECTOR, "#runs-body tr")
-    assert [r.text for r in rows] == ["No runs match."]
+    assert _rows(driver) == ["No runs match."]
     # Nor by its address, nor by the filters an operator has.
     driver.get(f"{server.base}/console/runs/{run}")
     assert "404" in driver.find_element(By.TAG_NAME, "h1").text
     assert "alice's" not in driver.page_source
     driver.get(f"{server.base}/console/runs?principal=alice")
-    assert [r.text for r in driver.find_elements(By.CSS_SELECTOR, "#runs-body tr")] == ["No runs match."]
+    assert _rows(driver) == ["No runs match."]
     # The operator sees both principals' runs.
     sign_in(driver, server.base, "root")
-    assert driver.find_elements(By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]')
+    wait_for(driver, lambda d: d.find_elements(By.CSS_SELECTOR, f'a[href="/console/runs/{run}"]'))
 
 
 def test_a_tool_output_holding_a_script_is_shown_as_text(server: Served, driver: Any) -> None:

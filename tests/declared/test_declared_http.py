@@ -74,7 +74,7 @@ async def test_a_response_charset_that_is_no_text_encoding_is_read_as_utf8_witho
         )
         assert out.ok, out.error
         assert out.output["body"] == "a" * 200_000 + "-" + "99" * 100_000
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 20  # a request, on a loaded host too; punycode's decode: minutes
 
 
 async def test_http_require_json_response_fails_on_a_text_body(http_server):

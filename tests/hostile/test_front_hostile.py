@@ -333,4 +333,4 @@ async def test_connections_resting_between_requests_yield_their_slots_to_a_new_c
             for stream in resting:
                 await stream.aclose()
     assert status == 200 and answer["result"]["structuredContent"] == {"new": True}, (status, answer)
-    assert waited < 5, waited
+    assert waited < 30, waited  # a resting connection closed for it, not hypercorn's 75 s keep-alive

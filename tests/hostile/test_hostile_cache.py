@@ -100,4 +100,4 @@ async def test_distinct_large_specs_over_http_stay_within_the_cache_bound(tmp_pa
         grown = server.rss_mb() - before
     print(f"RSS grew {grown:.0f} MB")
     assert grown < 70, grown  # about one plan being compiled at a time
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health

@@ -40,7 +40,7 @@ async def test_retries_count_towards_max_calls_so_a_fan_out_stops_at_the_limit(t
     audit = tmp_path / "audit.jsonl"
     async with served(write_config(tmp_path, CONFIG.format(audit=audit))) as server:
         result, slowest = await server.probed(lambda: server.call(PIPE_TOOL, fan_out(10, 100, 10)))
-        assert server.alive and slowest < 1.0
+        assert server.alive and slowest < server.stall_s
     executed = sum(1 for line in audit.read_text().splitlines() if json.loads(line).get("tool") == "flaky")
     assert executed <= 1000
     text = json.dumps(result["structuredContent"])

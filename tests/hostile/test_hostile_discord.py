@@ -33,7 +33,7 @@ async def test_mcp_pipelines_interpolation_holds_no_event_loop_and_its_variables
         # the event loop 7.1 s (4 MB: hours).
         opened, slowest = await _pipeline(server, [{"tool": "said", "args": {"x": "{{" * 20_000}}])
         assert opened["isError"] is False and opened["structuredContent"]["steps"][0]["status"] == "success"
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         # Before: 400 000 references (2 MB) held the event loop 2.3 s building 57 MB of problems (unbound),
         # or 5 s and 120 MB compiling them (bound).
         for steps in (
@@ -41,7 +41,7 @@ async def test_mcp_pipelines_interpolation_holds_no_event_loop_and_its_variables
             [{"id": "a", "tool": "said", "args": {"x": "v"}}, {"tool": "said", "args": {"y": "{{a.x}}" * 400_000}}],
         ):
             refused, slowest = await _pipeline(server, steps)
-            assert slowest < 1.0, server.health
+            assert slowest < server.stall_s, server.health
             text = refused["content"][0]["text"]
             assert text.startswith("**Pipeline rejected** (INTERPOLATION_FAILED)")
             assert f"more than {MAX_REFERENCES} `{{{{...}}}}` references in one call" in text
@@ -49,7 +49,7 @@ async def test_mcp_pipelines_interpolation_holds_no_event_loop_and_its_variables
         # A few MB of text scanned off the event loop.
         scanned, slowest = await _pipeline(server, [{"tool": "said", "args": {"x": "{{a}" * 500_000}}])
         assert scanned["isError"] is False
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         # References up to the bound work as before.
         fine = await server.call(
             PIPELINE_TOOL,
@@ -65,7 +65,7 @@ async def test_mcp_pipelines_interpolation_holds_no_event_loop_and_its_variables
         ]
         before = server.rss_mb()
         answer, slowest = await _pipeline(server, steps)
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert answer["structuredContent"]["aborted"] is True
         assert len(json.dumps(answer)) < 10 * 1024 * 1024
         assert server.rss_mb() - before < 200

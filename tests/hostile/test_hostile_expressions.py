@@ -30,7 +30,7 @@ async def test_a_quadratic_when_times_out_off_the_event_loop_and_healthz_keeps_a
         answer = result["structuredContent"]
         assert answer["error_code"] == "TIMEOUT"
         assert answer["steps"]["step1"]["error"] == "steps[0].when: the CEL expression timed out after 1000 ms"
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         alive = await server.call("echo", {"alive": True})
         assert alive["structuredContent"] == {"alive": True}
 
@@ -68,7 +68,7 @@ async def test_declared_expressions_over_caller_input_run_off_the_event_loop(tmp
             result, slowest = await server.probed(lambda tool=tool, n=n: server.call(tool, {"x": list(range(n))}))
             assert result["isError"] is True
             assert message in result["content"][0]["text"]
-            assert slowest < 1.0, (tool, server.health)
+            assert slowest < server.stall_s, (tool, server.health)
         assert (await server.call("echo", {"alive": 1}))["structuredContent"] == {"alive": 1}
 
 
@@ -84,7 +84,7 @@ async def test_an_expression_that_builds_a_huge_value_fails_its_step_within_the_
         step = result["structuredContent"]["steps"]["step1"]
         assert step["ok"] is False and step["error"].startswith("steps[0].when: ")
         assert "MemoryError" in step["error"] or "ran out of memory" in step["error"]
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert server.rss_mb() - before < 100
 
 
@@ -123,13 +123,13 @@ async def test_sigterm_stops_the_server_while_a_hostile_expression_runs(tmp_path
             while not _cel_workers(server.proc.pid):  # noqa: ASYNC110 (another process: nothing to wait on)
                 await trio.sleep(0.05)
         workers = _cel_workers(server.proc.pid)
-        t0 = trio.current_time()
         server.proc.send_signal(signal.SIGTERM)
-        with trio.fail_after(10):
+        # Held by the expression, the signal waited for it (minutes at 20 000 ints); served, the server stops
+        # in a second or two (more on a loaded host): 30 s tells them apart.
+        with trio.fail_after(30):
             await server.proc.wait()
-        took = trio.current_time() - t0
         nursery.cancel_scope.cancel()
-    assert server.proc.returncode == 0 and took < 5
+    assert server.proc.returncode == 0
     assert not any(_running(pid) for pid in workers)  # the worker evaluating it was killed with the server
 
 

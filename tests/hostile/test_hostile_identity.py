@@ -75,7 +75,7 @@ async def test_an_address_allowlist_judges_the_tcp_peer_unless_told_of_a_trusted
         # Behind the trusted proxy, the client is the rightmost address it did not add: a client's own
         # `X-Forwarded-For: 10.0.0.5` arrives as `10.0.0.5, 203.0.113.9`.
         spoofed = await _post(server, "json_dump", {"value": 1}, **{"x-forwarded-for": "10.0.0.5, 203.0.113.9"})
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     for answer in forged:
         assert answer["isError"] is True, answer
         assert "127.0.0.1 is not in the allowed networks" in answer["content"][0]["text"], answer
@@ -125,7 +125,7 @@ async def test_the_same_subject_from_another_identity_source_is_another_principa
         read, slowest = await server.probed(attack)
         granted = {who: await _post(server, "now", {}, **h) for who, h in others.items() if "jwt" in who}
         own = await _post(server, "pipe_result", {"run_id": run_id, "wait_ms": 5000}, **token)
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     for who, answer in read.items():
         assert answer["isError"] is True, (who, answer)
         assert answer["content"][0]["text"] == f"NOT_FOUND: no run {run_id!r}", (who, answer)
@@ -190,7 +190,7 @@ async def test_a_token_endpoints_error_never_carries_a_secret_to_the_caller(tmp_
 
             answer, slowest = await server.probed(attack)
             log = server.text()
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert seen == [SECRET] * 3  # each endpoint was asked, with the secret
     text = json.dumps(answer)
     assert SECRET not in text and quote(SECRET) not in text and SECRET not in log, text

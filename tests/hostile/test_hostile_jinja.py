@@ -79,13 +79,13 @@ async def test_hostile_templates_fail_their_step_located_and_the_server_stays_up
             assert result["isError"] is True
             assert error.startswith(f"{code}: step 'task_build' failed: workbook[0].spec: "), (tool, error)
             assert message in error, (tool, error)
-            assert slowest < 1.0, (tool, server.health)
+            assert slowest < server.stall_s, (tool, server.health)
             assert server.alive, server.text()[-2000:]
         grown = server.rss_mb() - before
         # An action's timeout_ms (300) interrupts its template before the deadline (1000) would.
         slow, slowest = await server.probed(lambda: server.call("slow", {"x": list(range(3000))}))
         assert slow["content"][0]["text"] == "TIMEOUT: step 'task_build' failed: workbook[0]: timed out after 300 ms"
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         fine = await server.call("tojson", {"s": "ab", "n": 3})
         log = server.text()
     assert fine["content"][0]["text"] == "16"

@@ -102,11 +102,11 @@ async def _resource_templates(server: Served, http: httpx2.AsyncClient) -> None:
     dots = "docs://" + "a." * 16_000 + "/"
     (status, missing), slowest = await server.probed(lambda: session.request("resources/read", {"uri": dots}))
     assert status == 200 and missing["error"]["message"] == "Resource not found"
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     tree = "tree://r/" + "a" * 1_200 + "/x/" + "b" * 1_200 + "/x/"
     (status, hit), slowest = await server.probed(lambda: session.request("resources/read", {"uri": tree}))
     assert status == 200 and hit["result"]["contents"][0]["text"] == "nested"
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     _, found = await session.request("resources/read", {"uri": "docs://readme.md"})
     assert found["result"]["contents"][0]["text"] == "found"
 
@@ -116,7 +116,7 @@ async def _query_string(server: Served, api: Any) -> None:
     # 1.3 s) into an 18 MB URL, which httpx then refused ("URL too long").
     body = orjson.dumps(call("search", {"q": "é" * 1_500_000}))  # raw UTF-8: 3 MB
     refused, slowest = await server.probed(lambda: server.post(body, "search"))
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert refused["result"]["isError"] is True
     medium = await server.call("search", {"q": "é" * 40_000})
     assert medium["isError"] is True
@@ -134,12 +134,10 @@ async def _commands(server: Served, pidfile: Path) -> None:
     try:
         answer = await server.call("background", {})
         children += _pids(pidfile)
-        t0 = time.perf_counter()
         held = await server.call("holding", {})
-        took = time.perf_counter() - t0
         children += _pids(pidfile.with_suffix(".pid.2"))
         assert answer["structuredContent"]["response"]["success"] is True
-        assert held["structuredContent"]["response"]["timedOut"] is False and took < 2.0, (took, held)
+        assert held["structuredContent"]["response"]["timedOut"] is False, held  # not held to its deadline
         with trio.move_on_after(5):
             while any(_alive(pid) for pid in children):  # noqa: ASYNC110 (other processes' exits)
                 await trio.sleep(0.05)
@@ -187,7 +185,8 @@ def test_a_uri_past_the_bound_matches_no_template_and_costs_nothing():
         "b": "a",
         "c": "b" * 8_000,
     }
-    assert time.perf_counter() - t0 < 0.5
+    # Milliseconds; a backtracking match of these 16 000 characters takes hours: 10 s tells them apart, loaded or not.
+    assert time.perf_counter() - t0 < 10
 
 
 # --- the access layer: issuers, token endpoints, Cedar, audit --------------------------------------------------
@@ -238,6 +237,13 @@ class HostileTokens:
         return app
 
 
+HOLD_MS = 4000
+"""The issuers' and token endpoints' ``timeout_ms``: how long one that never answers holds a caller. Long
+enough that a caller held by one (``HOLD_MS``) and one answered at once (milliseconds, a second or two on a
+loaded host) are told apart by half of it, and several holds one after another by twice it."""
+HELD_S, AT_ONCE_S = 2 * HOLD_MS / 1000, HOLD_MS / 2000
+
+
 def _access_config(issuers: dict[str, str], endpoints: dict[str, str], api: str, audit: Path) -> str:
     oidc = [
         {
@@ -245,7 +251,7 @@ def _access_config(issuers: dict[str, str], endpoints: dict[str, str], api: str,
             "audiences": ["mcpipe"],
             "jwks_url": url + "/jwks",
             "allow_private": True,
-            "timeout_ms": 1000,
+            "timeout_ms": HOLD_MS,
             "refresh_s": 1,
         }
         for url in issuers.values()
@@ -257,7 +263,7 @@ def _access_config(issuers: dict[str, str], endpoints: dict[str, str], api: str,
             "client_id": "mcpipe",
             "client_secret": "s3cret",
             "allow_private": True,
-            "timeout_ms": 1000,
+            "timeout_ms": HOLD_MS,
         }
         for name, url in endpoints.items()
     }
@@ -308,19 +314,20 @@ async def _many(http: httpx2.AsyncClient, url: str, tokens: list[str], name: str
 async def _jwk_sets(server: Served, http: httpx2.AsyncClient, hang: HostileIdp, late: HostileIdp) -> None:
     # Before: each request needing the keys waited for a fetch of its own, one after another under the cache's
     # lock: 8 callers behind a JWK Set server that never answers were answered 401 after 1, 2, ... 8 s
-    # (timeout_ms 1000); with cached keys past refresh_s, every request waited for a fetch and its timeout.
+    # (timeout_ms 1000); with cached keys past refresh_s, every request waited for a fetch and its timeout. Here
+    # the timeout is HOLD_MS, and a fetch is counted: the time bounds tell a hold from a loaded host.
     tokens = [hang.oauth.mint(f"user{i}") for i in range(8)]
     answers, slowest = await server.probed(lambda: _many(http, server.url, tokens))
     assert [a[0] for a in answers] == [401] * 8
-    assert max(a[1] for a in answers) < 2.5, answers  # one fetch (1 s) shared by all
-    assert slowest < 1.0, server.health
+    assert max(a[1] for a in answers) < HELD_S, answers  # one fetch (HOLD_MS) shared by all
+    assert slowest < server.stall_s, server.health
     assert hang.fetches == 1
     # Within 5 s of the failure a token is refused at once, without a fetch.
     status, took, _ = await _hello(http, server.url, tokens[0])
-    assert (status, hang.fetches) == (401, 1) and took < 0.5
+    assert (status, hang.fetches) == (401, 1) and took < AT_ONCE_S
     # Someone with a static token is never held by an issuer.
     ops = await _many(http, server.url, ["ops-secret"] * 4)
-    assert [a[0] for a in ops] == [200] * 4 and max(a[1] for a in ops) < 1.0
+    assert [a[0] for a in ops] == [200] * 4 and max(a[1] for a in ops) < AT_ONCE_S
     # Cached keys past refresh_s, the server hanging: callers go on with them while one of them fetches.
     tokens = [late.oauth.mint(f"user{i}") for i in range(8)]
     assert [a[0] for a in await _many(http, server.url, tokens)] == [200] * 8
@@ -328,7 +335,7 @@ async def _jwk_sets(server: Served, http: httpx2.AsyncClient, hang: HostileIdp, 
     await trio.sleep(1.1)
     answers = await _many(http, server.url, tokens)
     assert [a[0] for a in answers] == [200] * 8
-    assert sorted(a[1] for a in answers)[6] < 0.5, answers  # all but the one fetching, at once
+    assert sorted(a[1] for a in answers)[6] < AT_ONCE_S, answers  # all but the one fetching, at once
 
 
 async def _garbage_keys(server: Served, http: httpx2.AsyncClient, garbage: HostileIdp) -> None:
@@ -343,7 +350,7 @@ async def _token_endpoints(
 ) -> None:
     # Before: a token of `tok€n` was cached for its hour and every call failed with UnicodeEncodeError and a
     # traceback; with an endpoint that never answers, 6 callers waited 1, 2, ... 6 s (each its own request,
-    # timeout_ms 1000, one at a time).
+    # timeout_ms 1000, one at a time; here HOLD_MS).
     for mode in ("euro", "crlf"):
         garbage.mode = mode
         _, _, bad = await _hello(http, server.url, "ops-secret", "garbage")
@@ -354,8 +361,8 @@ async def _token_endpoints(
     _, _, good = await _hello(http, server.url, "ops-secret", "garbage")
     assert good["result"]["isError"] is False and api.seen[-1]["authorization"] == "Bearer good-token"
     answers = await _many(http, server.url, ["ops-secret"] * 6, "silent")
-    assert all("did not answer within 1000 ms" in a[2]["result"]["content"][0]["text"] for a in answers)
-    assert max(a[1] for a in answers) < 2.5, answers
+    assert all(f"did not answer within {HOLD_MS} ms" in a[2]["result"]["content"][0]["text"] for a in answers)
+    assert max(a[1] for a in answers) < HELD_S, answers
     assert hang.requests == 1
 
 
@@ -364,7 +371,7 @@ async def _cedar(server: Served, http: httpx2.AsyncClient) -> None:
     # the event loop: /healthz held 1.8 s per call.
     bomb = {"ext": [{"__extn": {"fn": "ip", "arg": "10.0.0.1"}}] * 90_000}
     (_, _, refused), slowest = await server.probed(lambda: _hello(http, server.url, "ops-secret", args=bomb))
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     text = refused["result"]["content"][0]["text"]
     assert "policy `authz` denied 'hello'" in text and "larger than 65536 bytes" in text
     _, _, small = await _hello(http, server.url, "ops-secret", args={"ext": bomb["ext"][:10]})

@@ -132,16 +132,21 @@ def _subject_client(url: str, subject: str, handler: Any, mode: str = "legacy") 
     return Client(transport(), mode=mode, message_handler=handler)
 
 
-def _probe_health(url: str, stop: Any, worst: list[float]) -> None:
-    """``GET url`` every 50 ms from a thread (the event loop may be the thing stuck) until ``stop`` is set."""
+def _probe_health(url: str, stop: Any, worst: list[float], quiet: list[float]) -> None:
+    """``GET url`` from a thread (the event loop may be the thing stuck): three times into ``quiet`` (this host's
+    speed before the attack), then every 50 ms into ``worst`` until ``stop`` is set."""
     import time
     import urllib.request
 
-    while not stop.is_set():
+    def get() -> float:
         started = time.perf_counter()
         with urllib.request.urlopen(url, timeout=10) as r:
             r.read()
-        worst.append(time.perf_counter() - started)
+        return time.perf_counter() - started
+
+    quiet += [get() for _ in range(3)]
+    while not stop.is_set():
+        worst.append(get())
         time.sleep(0.05)
 
 
@@ -173,7 +178,7 @@ async def test_a_subscribers_own_subject_cannot_hold_the_event_loop_through_noti
         ],
     }
     admin, hostile = _Heard(), _Heard()
-    stop, worst = threading.Event(), list[float]()
+    stop, worst, quiet = threading.Event(), list[float](), list[float]()
     with trio.fail_after(30):
         async with (
             open_app(parse_config(json.dumps(doc), "json", environ={})) as app,
@@ -182,7 +187,11 @@ async def test_a_subscribers_own_subject_cannot_hold_the_event_loop_through_noti
         ):
             base = url.rsplit("/mcp", 1)[0]
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(partial(trio.to_thread.run_sync, _probe_health, f"{base}/healthz", stop, worst))
+                probe = partial(_probe_health, f"{base}/healthz", stop, worst, quiet)
+                nursery.start_soon(trio.to_thread.run_sync, probe)
+                with trio.fail_after(20):
+                    while len(quiet) < 3:  # noqa: ASYNC110 (a thread fills it: nothing to wait on)
+                        await trio.sleep(0.01)
                 long_subject = ",".join(["ab"] * 1500)
                 clients = [_subject_client(url, "ad,min", admin), _subject_client(url, long_subject, hostile)]
                 async with clients[0] as a, clients[1] as b:
@@ -196,7 +205,10 @@ async def test_a_subscribers_own_subject_cannot_hold_the_event_loop_through_noti
                     await trio.sleep(0.2)
                 stop.set()
     assert admin.uris == ["board://main"] * 2 and hostile.uris == []
-    assert max(worst) < 1.0, f"/healthz took {max(worst):.2f} s"
+    # A held loop holds a probe for a whole notify_if (3.4 s before); a healthy one answers in milliseconds, a
+    # loaded 2-core host now and then in a second or more: the bound is 3 s, or 10 x the slowest quiet probe.
+    bound = max(3.0, 10 * max(quiet))
+    assert worst and max(worst) < bound, f"/healthz took {max(worst, default=0):.2f} s (bound {bound:.1f} s)"
 
 
 # --- a file-system content store's ids -----------------------------------------------------------------------

@@ -156,8 +156,8 @@ async def _filter(server: Served) -> None:
     assert refused["isError"] is True
     text = refused["content"][0]["text"]
     assert "workflow[1].loop.filter: the template took longer than 300 ms to render" in text
-    assert took < 5, took
-    assert slowest < 1.0, server.health
+    assert took < 18, took  # half the 36 s it took before: a loaded host's slowness is not the bug's
+    assert slowest < server.stall_s, server.health
     kept = await server.call("filtered", {"items": [0] * 2000 + [1, 2]})
     assert kept["structuredContent"]["steps"]["each"] == [{"x": 1}, {"x": 2}]
 
@@ -212,13 +212,19 @@ async def _python_steps(server: Served) -> None:
     answer, slowest = await server.probed(lambda: server.call("pythons", {"items": [0.05] * 24}))
     assert answer["isError"] is False, answer["content"][0]["text"][:500]
     assert len(answer["structuredContent"]["steps"]["each"]) == 24
-    assert slowest < 1.0, server.health
-    await trio.sleep(0.5)
-    left = [c for c in _children(server.proc.pid) if c[1][:1] != "Z" or "sleep" in c[2]]
-    assert [c[2] for c in left if "_zygote.py" not in c[2] and "sh -c" not in c[2]] == []
-    assert [c for c in _children(server.proc.pid) if c[1][:1] == "Z"] == []
-    sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 301"]
-    assert [p for p in sleepers if _alive(int(p))] == []
+    assert slowest < server.stall_s, server.health
+
+    def lingering() -> tuple[list[str], list[tuple[int, str, str]], list[str]]:
+        left = [c for c in _children(server.proc.pid) if c[1][:1] != "Z" or "sleep" in c[2]]
+        zombies = [c for c in _children(server.proc.pid) if c[1][:1] == "Z"]
+        sleepers = [p for p in os.listdir("/proc") if p.isdigit() and _cmdline(int(p)) == "sleep 301"]
+        own = [c[2] for c in left if "_zygote.py" not in c[2] and "sh -c" not in c[2]]
+        return own, zombies, [p for p in sleepers if _alive(int(p))]
+
+    with trio.move_on_after(20):  # the steps' processes end with them: waited for, a loaded host reaps late
+        while lingering() != ([], [], []):  # noqa: ASYNC110 (other processes: nothing to wait on)
+            await trio.sleep(0.05)
+    assert lingering() == ([], [], [])
 
 
 async def _duckdb_files(server: Served) -> None:

@@ -93,7 +93,7 @@ async def test_a_duckdb_steps_quoted_values_are_bound_and_duckdb_reaches_no_host
         assert answer["isError"] is True
         assert "file system operations are disabled by configuration" in _text(answer), _text(answer)
         assert not copied.exists()
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert server.alive and "Traceback" not in server.text()
 
 
@@ -178,7 +178,7 @@ async def test_a_postgres_steps_templated_values_never_become_sql(tmp_path):
             answer = await server.call("pg_search", {"table": "people; DROP TABLE secrets"})
             assert answer["isError"] is True
             assert "workflow[3].tool.command" in _text(answer) and "FORBIDDEN" in _text(answer), _text(answer)
-            assert slowest < 1.0, server.health
+            assert slowest < server.stall_s, server.health
             assert server.alive and "Traceback" not in server.text()
         with psycopg.connect(url, autocommit=True) as conn:
             assert conn.execute("SELECT count(*) FROM secrets").fetchone() == (1,)
@@ -247,7 +247,7 @@ async def test_a_sub_playbook_path_reaches_only_the_playbooks_the_operator_serve
         assert await refused("etc/no-such-file") == said
         assert await refused("served/no-such-playbook") == said
         assert "workflow[0].tool.path: no playbook `PATH` in the catalog" in said, said
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert server.alive and "Traceback" not in server.text()
 
 
@@ -349,7 +349,9 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
         failed = [_text(a) for a in answers if a["isError"]]
         assert failed == [] and len(answers) == 70, failed[:3]
         assert all(a["structuredContent"]["status"] == "completed" for a in answers)
-        assert waited[0] < 5, waited
+        # Starved, the innocent call waited for the slots past the pipeline's 20 s; served, it answers in
+        # milliseconds (seconds on a loaded host): half the starved wait tells them apart.
+        assert waited[0] < 10, waited
         # Before: a playbook running itself under another spelling of its path went 65 deep and hung there.
         for spelling in ("served/again", "served/again.yaml", "served//again", "hostile/again"):
             with trio.fail_after(30):
@@ -365,7 +367,7 @@ async def test_concurrent_playbook_chains_and_self_calls_never_starve_the_server
         with trio.fail_after(60):
             answer = await server.call("hop_0", {"chain": chain_of[:5]})
         assert answer["isError"] is False, _text(answer)
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert server.alive and "Traceback" not in server.text()
 
 
@@ -420,6 +422,6 @@ async def test_a_huge_python_literal_in_a_tool_field_neither_freezes_nor_bloats_
         for answer in got:  # parsed within the budget, or refused by it: never past it
             text = _text(answer)
             assert not answer["isError"] or "took longer than" in text or "LIMIT" in text, text[:300]
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert peak - before < 250, (before, peak)
         assert server.alive and "Traceback" not in server.text()

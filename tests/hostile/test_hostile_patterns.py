@@ -32,7 +32,7 @@ async def test_a_downstreams_catastrophic_output_pattern_is_matched_in_linear_ti
         assert bad["isError"] is True
         text = bad["content"][0]["text"]
         assert "invalid structured content returned by tool word" in text and "does not match '^(a+)+$'" in text
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         good = await server.call("evil.word", {"text": "aaaa"})
         assert good["structuredContent"] == {"word": "aaaa"}
         piped = await server.call(PIPE_TOOL, {"steps": [{"tool": "evil.word", "args": {"text": EVIL}}]})
@@ -67,15 +67,15 @@ async def test_an_operators_input_schema_patterns_hold_nothing(tmp_path):
         # Linear: refused at once, a 25 000-character word too.
         nested, slowest = await server.probed(lambda: server.call("nested", {"word": "a" * 25_000 + "!"}))
         assert nested["isError"] is True and "does not match '^(a+)+$'" in nested["content"][0]["text"]
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         keys, slowest = await server.probed(lambda: server.call("keys", {"a" * 25 + "!": 1}))
         assert keys["isError"] is True and "does not match any of the regexes" in keys["content"][0]["text"]
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         # A lookahead has no linear-time engine: re in a worker, killed at the deadline, off the event loop.
         ahead, slowest = await server.probed(lambda: server.call("lookahead", {"word": "a" * 40 + "!"}))
         assert ahead["isError"] is True
         assert "matching the pattern '^(?=(a+)+$)' took longer than 1000 ms" in ahead["content"][0]["text"]
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         fine = await server.call("lookahead", {"word": "aaa"})
         assert fine["isError"] is False
 

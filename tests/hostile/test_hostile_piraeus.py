@@ -41,7 +41,7 @@ async def test_a_prompt_naming_a_variable_often_renders_within_the_bound(tmp_pat
         assert refused["error"]["message"] == (
             f"OUTPUT_TOO_LARGE: prompt 'echo' would render 60000079 characters, more than {MAX_RENDERED_CHARS}"
         )
-        assert slowest < 1.0, server.health
+        assert slowest < server.stall_s, server.health
         assert server.rss_mb() - before < 40
         _, fine = await session.request("prompts/get", {"name": "echo", "arguments": {"x": "hi"}})
         assert fine["result"]["messages"][0]["content"]["text"].startswith("A: hi B: hi")
@@ -92,7 +92,7 @@ async def test_an_apis_error_body_reaches_neither_caller_nor_model_with_the_key_
                 return failed, r.json()
 
             (failed, workflow), slowest = await server.probed(attack)
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert seen == [KEY, KEY]  # the API had the key, both times
     text_ = failed["content"][0]["text"]
     assert failed["isError"] and "answered HTTP 401" in text_ and "[redacted]" in text_, text_

@@ -69,7 +69,7 @@ async def test_mcpg_github_example_keeps_a_callers_owner_inside_its_path_segment
 
             answers, slowest = await server.probed(attack)
             fine = await _post(server, "gh.issues.list", {"owner": "octo cat", "repo": "hello"}, "alice")
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     assert _outside(api, "/repos/") == [], [s["raw_path"] for s in api.seen]
     for answer in answers:  # each refused before anything is sent, as mcpg answers a transport failure
         envelope = answer["structuredContent"]
@@ -110,7 +110,7 @@ async def test_an_http_steps_url_template_keeps_a_callers_value_inside_its_path_
 
             answers, slowest = await server.probed(attack)
             fine = await server.call("issues", {"owner": "octo cat&x=1"})
-    assert slowest < 1.0, server.health
+    assert slowest < server.stall_s, server.health
     for answer in answers:
         assert answer["isError"] is True and "FORBIDDEN" in answer["content"][0]["text"], answer
         assert "holds a dot segment" in answer["content"][0]["text"], answer

@@ -26,6 +26,12 @@ from kit.hostile import call, headers, result_of
 
 TESTS = Path(__file__).parent.parent
 
+STALL_S = 3.0
+"""The floor of :attr:`Served.stall_s`: a probe held longer shows a frozen event loop, not a busy host."""
+
+QUIET_PROBES = 3
+"""How many ``/healthz`` probes :meth:`Served.probed` makes before an attack to measure the host."""
+
 
 @dataclass
 class Served:
@@ -35,6 +41,8 @@ class Served:
     proc: trio.Process
     log: Any
     health: list[float] = field(default_factory=list)
+    quiet: list[float] = field(default_factory=list)
+    """``/healthz`` latencies measured before an attack (by :meth:`probed`): this host's speed right now."""
 
     @property
     def base(self) -> str:
@@ -85,9 +93,22 @@ class Served:
         assert r.status_code == 200
         return perf_counter() - t0
 
+    @property
+    def stall_s(self) -> float:
+        """The slowest ``/healthz`` that still shows a responsive event loop, in seconds: what a test compares
+        :meth:`probed`'s slowest probe with. The bugs it guards against froze the loop for the attack's whole
+        work (4 s to over a minute); a healthy loop answers in milliseconds, but a 2-core host shared with other
+        jobs now and then holds a probe a second or more. So the bound is ``STALL_S``, or ten times the slowest
+        quiet probe measured on this host just before the attack when that is more (a loaded host)."""
+        return max(STALL_S, 10 * max(self.quiet, default=0.0))
+
     async def probed(self, attack: Callable[[], Awaitable[Any]], every: float = 0.1) -> tuple[Any, float]:
         """Run ``attack`` while ``/healthz`` is asked every ``every`` seconds; answers its value and the
-        slowest ``/healthz`` seen (at least one probe is made while the attack runs)."""
+        slowest ``/healthz`` seen (at least one probe is made while the attack runs, and the one in flight when
+        it ends is waited for). Before the attack, a few quiet probes measure the host (``quiet``,
+        :attr:`stall_s`)."""
+        for _ in range(QUIET_PROBES):
+            self.quiet.append(await self.healthz())
         done = trio.Event()
         slowest = 0.0
         probes = 0

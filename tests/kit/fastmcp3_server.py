@@ -19,6 +19,7 @@ import anyio.lowlevel
 from fastmcp import FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.server.middleware import Middleware, MiddlewareContext
+from meeting import Meeting  # beside this script, which runs as one (no `kit` package on its path)
 
 UNSEEN = {"calls_seen", "versions"}
 
@@ -55,11 +56,14 @@ async def shout(text: str) -> str:
     return text.upper()
 
 
+meeting = Meeting()
+
+
 @app.tool
-async def wait(ms: int) -> dict[str, int]:
-    """Sleep ``ms`` milliseconds."""
-    await anyio.sleep(ms / 1000)
-    return {"slept": ms}
+async def wait(ms: int, together: int = 1) -> dict[str, int]:
+    """Sleep ``ms`` milliseconds; then stay until ``together`` waits were in at once (at most 10 s); ``met``: how
+    many were."""
+    return await meeting.wait(ms, together)
 
 
 @app.tool

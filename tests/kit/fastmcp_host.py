@@ -22,6 +22,7 @@ from fastmcp.server.auth import require_scopes
 from fastmcp.server.auth.providers.jwt import StaticTokenVerifier
 from fastmcp.server.middleware import Middleware, MiddlewareContext
 
+from kit.meeting import Meeting
 from mcpipe.server import attach
 
 TOKENS = {
@@ -63,11 +64,13 @@ def make_app(*, auth: bool = False) -> FastMCP[Any]:
         await anyio.lowlevel.checkpoint()
         return text.upper()
 
+    meeting = Meeting()
+
     @app.tool
-    async def wait(ms: int) -> dict[str, int]:
-        """Sleep ``ms`` milliseconds."""
-        await anyio.sleep(ms / 1000)
-        return {"slept": ms}
+    async def wait(ms: int, together: int = 1) -> dict[str, int]:
+        """Sleep ``ms`` milliseconds; then stay until ``together`` waits were in at once (at most 10 s); ``met``:
+        how many were."""
+        return await meeting.wait(ms, together)
 
     @app.tool(auth=require_scopes("admin"))
     def secret() -> str:

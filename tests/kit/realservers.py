@@ -18,7 +18,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ __all__ = [
     "free_port",
     "kafka_broker",
     "kafka_kind",
+    "listening",
     "nats_server",
     "postgres_server",
     "tansu_broker",
@@ -37,9 +38,16 @@ __all__ = [
 
 
 def free_port() -> int:
+    """A 127.0.0.1 port free now; another process may take it before the caller binds it (see ``PORT_TRIES``)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+PORT_TRIES = 3
+"""How many free ports a server of its own is started on before its start is a failure: a port picked free can
+be taken (a client's outgoing port, another job's server) before the server binds it, and the server then exits
+without listening."""
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes] | None = None, timeout: float = 20.0) -> None:
@@ -79,15 +87,33 @@ def postgres_server() -> Iterator[str]:
         os.chown(tmp, pw.pw_uid, pw.pw_gid)
         as_user = ["runuser", "-u", "postgres", "--"]
     data = tmp / "data"
-    port = free_port()
 
     def run(*argv: str) -> None:
         subprocess.run([*as_user, *argv], check=True, capture_output=True, timeout=120)
 
     try:
         run(str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
-        options = f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
-        run(str(bindir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(tmp / "log"), "-w", "-t", "60", "start")
+        for attempt in range(PORT_TRIES):
+            port = free_port()
+            options = f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+            try:
+                run(
+                    str(bindir / "pg_ctl"),
+                    "-D",
+                    str(data),
+                    "-o",
+                    options,
+                    "-l",
+                    str(tmp / "log"),
+                    "-w",
+                    "-t",
+                    "60",
+                    "start",
+                )
+                break
+            except subprocess.CalledProcessError:
+                if attempt == PORT_TRIES - 1:
+                    raise
         try:
             yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
         finally:
@@ -105,13 +131,12 @@ def nats_server(*, jetstream: bool = False) -> Iterator[str]:
     )
     if binary is None:
         pytest.skip("nats-server (Debian's nats-server) is not installed")
-    port = free_port()
-    argv = [binary, "-a", "127.0.0.1", "-p", str(port)]
     store = Path(tempfile.mkdtemp(prefix="mcpipe-js-")) if jetstream else None
-    if store is not None:
-        argv += ["-js", "-sd", str(store)]
+    extra = ["-js", "-sd", str(store)] if store is not None else []
     try:
-        with _listening(argv, port, stderr=subprocess.DEVNULL):
+        with listening(
+            lambda port: [binary, "-a", "127.0.0.1", "-p", str(port), *extra], stderr=subprocess.DEVNULL
+        ) as port:
             yield f"nats://127.0.0.1:{port}"
     finally:
         if store is not None:
@@ -142,9 +167,8 @@ def kafka_broker(topics: Sequence[str] = ()) -> Iterator[str]:
         return
     import sys
 
-    port = free_port()
     script = Path(__file__).with_name("kafkabroker.py")
-    with _listening([sys.executable, str(script), str(port)], port):
+    with listening(lambda port: [sys.executable, str(script), str(port)]) as port:
         yield f"127.0.0.1:{port}"
 
 
@@ -191,13 +215,26 @@ def tansu_broker(topics: Sequence[str] = (), partitions: int = 2) -> Iterator[st
 
 
 @contextmanager
-def _listening(argv: list[str], port: int, **popen: Any) -> Iterator[None]:
-    """Run ``argv`` until the block ends, once it listens on ``port``; then stop it (``_stop``)."""
+def listening(argv_of: Callable[[int], list[str]], **popen: Any) -> Iterator[int]:
+    """Run ``argv_of(port)`` on a free port until the block ends, once it listens there; then stop it (``_stop``).
+    Yields the port; a server that exits before it listens (its port taken meanwhile) is started again on another
+    (``PORT_TRIES``)."""
     popen.setdefault("stdout", subprocess.DEVNULL)
-    proc = subprocess.Popen(argv, **popen)
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        proc = subprocess.Popen(argv_of(port), **popen)
+        try:
+            wait_for_port(port, proc)
+            break
+        except RuntimeError:  # it exited before it listened
+            _stop(proc)
+            if attempt == PORT_TRIES - 1:
+                raise
+        except BaseException:
+            _stop(proc)
+            raise
     try:
-        wait_for_port(port, proc)
-        yield
+        yield port
     finally:
         _stop(proc)
 

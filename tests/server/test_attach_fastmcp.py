@@ -41,35 +41,27 @@ PARALLEL = {
         {
             "id": "p",
             "parallel": [
-                {"id": "a", "tool": "wait", "args": {"ms": 200}},
-                {"id": "b", "tool": "wait", "args": {"ms": 200}},
+                {"id": "a", "tool": "wait", "args": {"ms": 200, "together": 2}},
+                {"id": "b", "tool": "wait", "args": {"ms": 200, "together": 2}},
                 {"id": "c", "tool": "forecast", "args": {"city": "Lyon"}},
             ],
         },
         {"id": "s", "tool": "shout", "args": {"text": "${steps.p.children.c.structured.city}"}},
     ],
-    "return": "{{s.result}}",
+    "return": {"loud": "{{s.result}}", "met": ["{{p.a.met}}", "{{p.b.met}}"]},
 }
 REFUSED = {"steps": [{"id": "s", "tool": "shout", "args": {"text": "forbidden"}}], "continue_on_error": True}
 SECRET = {"steps": [{"id": "x", "tool": "secret"}], "return": "{{x.result}}"}
 
 
 async def exercise(client: Any) -> dict[str, Any]:
-    """What the tests look at: the listing, a parallel pipeline (with its duration), a step the middleware
-    refuses, and the calls FastMCP's middleware saw."""
+    """What the tests look at: the listing, a parallel pipeline, a step the middleware refuses, and the calls
+    FastMCP's middleware saw."""
     names = [t.name for t in (await client.list_tools()).tools]
-    started = trio.current_time() if _on_trio() else anyio.current_time()
     answer = (await client.call_tool(PIPE_TOOL, PARALLEL)).structured_content
-    elapsed = (trio.current_time() if _on_trio() else anyio.current_time()) - started
     refused = (await client.call_tool(PIPE_TOOL, REFUSED)).structured_content
     seen = (await client.call_tool("calls_seen", {})).structured_content["calls"]
-    return {"names": names, "answer": answer, "elapsed": elapsed, "refused": refused, "seen": seen}
-
-
-def _on_trio() -> bool:
-    import sniffio
-
-    return sniffio.current_async_library() == "trio"
+    return {"names": names, "answer": answer, "refused": refused, "seen": seen}
 
 
 def check(got: dict[str, Any], *, secret_visible: bool = True) -> None:
@@ -77,9 +69,10 @@ def check(got: dict[str, Any], *, secret_visible: bool = True) -> None:
     assert got["names"] == expected
     answer = got["answer"]
     assert answer["ok"], answer
-    assert answer["result"] == "LYON"
+    # Each wait stays until both are in (``kit.meeting``): 2 and 2 shows they ran side by side, 1 that they
+    # ran one after the other; no timing, however the host schedules the two requests.
+    assert answer["result"] == {"loud": "LYON", "met": [2, 2]}
     assert answer["summary"]["succeeded"] == 4
-    assert got["elapsed"] < 0.4 + 2.0, "the two 200 ms waits ran side by side"
     assert sorted(got["seen"][:3]) == ["forecast", "wait", "wait"], "each step went through FastMCP's middleware"
     assert got["seen"][3:] == ["shout", "shout"]
     refused = got["refused"]
@@ -103,12 +96,10 @@ def test_attach_takes_a_fastmcp_server_on_asyncio_with_fastmcps_own_client():
     async def main() -> dict[str, Any]:
         async with fastmcp.Client(app) as client:
             names = [t.name for t in await client.list_tools()]
-            started = anyio.current_time()
             answer = (await client.call_tool(PIPE_TOOL, PARALLEL)).structured_content
-            elapsed = anyio.current_time() - started
             refused = (await client.call_tool(PIPE_TOOL, REFUSED, raise_on_error=False)).structured_content
             seen = (await client.call_tool("calls_seen", {})).structured_content["calls"]
-            return {"names": names, "answer": answer, "elapsed": elapsed, "refused": refused, "seen": seen}
+            return {"names": names, "answer": answer, "refused": refused, "seen": seen}
 
     check(anyio.run(main, backend="asyncio"), secret_visible=False)
 

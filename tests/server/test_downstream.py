@@ -250,7 +250,9 @@ async def test_a_server_that_cannot_start_is_reported_unavailable_at_once():
             r = await client.call_tool("broken.anything", {})
             elapsed = trio.current_time() - t0
             health = app.downstreams.status()
-    assert r.is_error and "MCP server 'broken' is unavailable" in r.content[0].text and elapsed < 1
+    assert r.is_error and "MCP server 'broken' is unavailable" in r.content[0].text
+    # Not at once is the connect timeout (10 s); at once is milliseconds (seconds on a loaded host).
+    assert elapsed < 5, elapsed  # half the connect timeout
     assert health == {"broken": "down"}
 
 

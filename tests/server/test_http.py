@@ -171,7 +171,9 @@ async def test_sigterm_shuts_down_within_seconds_with_a_call_in_flight_and_a_str
     finally:
         if proc.returncode is None:
             proc.kill()
-    assert proc.returncode == 0 and elapsed < 5
+    # Not within seconds is for ever (a call or a stream holding the server open); within is the graceful period
+    # (2 s) and the process's teardown, more on a loaded host: 15 s tells them apart.
+    assert proc.returncode == 0 and elapsed < 15, elapsed
 
 
 async def test_configured_tokens_whose_variables_are_unset_let_nobody_in(monkeypatch):

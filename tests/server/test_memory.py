@@ -8,6 +8,7 @@ import trio
 from mcp import Client
 
 from kit.servers import ERAS, make_config, running
+from kit.tools import BLOCKED
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.runs import RUN_TOOL_NAMES
 from mcpipe.server._schema import PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
@@ -180,12 +181,16 @@ async def test_mcp_pipe_can_be_disabled():
 
 @pytest.mark.parametrize("mode", ERAS)
 async def test_cancelling_an_mcp_pipe_call_cancels_its_running_steps_and_audits_cancelled(mode, audit):
-    spec = {"steps": [{"id": "s", "tool": "slow", "args": {"seconds": 30}}]}
+    tag = f"cancelled-{mode}"
+    started = BLOCKED[tag] = trio.Event()
+    spec = {"steps": [{"id": "s", "tool": "block", "args": {"tag": tag}}]}
     async with running(audit=audit) as app, Client(app.server, mode=mode) as client:
-        with trio.fail_after(5), trio.move_on_after(0.3):
-            await client.call_tool(PIPE_TOOL, spec)
-        with trio.fail_after(5):
+        with trio.fail_after(30):
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(client.call_tool, PIPE_TOOL, spec)
+                await started.wait()  # cancelled once its step runs, however slowly the host got there
+                nursery.cancel_scope.cancel()
             r = await client.call_tool("echo", {"after": True})
     assert r.structured_content == {"after": True}
     codes = [(x["tool"], x["error_code"]) for x in audit.records]
-    assert ("slow", "CANCELLED") in codes and (PIPE_TOOL, "CANCELLED") in codes
+    assert ("block", "CANCELLED") in codes and (PIPE_TOOL, "CANCELLED") in codes

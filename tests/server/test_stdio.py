@@ -87,7 +87,7 @@ async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open_
     proc = await trio.lowlevel.open_process(args, cwd=tmp_path, **pipes)
     init = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}
     try:
-        with trio.fail_after(20):
+        with trio.fail_after(60):
             request = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init}
             await proc.stdin.send_all(json.dumps(request).encode() + b"\n")
             reply = b""
@@ -104,7 +104,8 @@ async def test_sigterm_stops_a_stdio_server_at_once_even_while_stdin_stays_open_
         if proc.returncode is None:
             proc.kill()
     assert json.loads(reply)["result"]["serverInfo"]["name"] == "mcpipe"
-    assert proc.returncode == 0 and elapsed < 3
+    # Not at once is for ever (stdin stays open); at once is the process's teardown, more on a loaded host.
+    assert proc.returncode == 0 and elapsed < 15, elapsed
     # The signal is logged as the stdio server's, not the HTTP front's.
     assert "INFO mcpipe.stdio: received SIGTERM: shutting down" in log.decode()
     assert "mcpipe.http" not in log.decode()

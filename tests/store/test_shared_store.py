@@ -84,7 +84,9 @@ async def two_instances(tmp_path: Path) -> AsyncIterator[tuple[RedisServer, list
         doc: dict[str, Any] = {
             "audit": {"enabled": False},
             "python_tools": ["side_tools:tools"],
-            "store": {"url": redis.url, "timeout_ms": 500},
+            # A stopped Redis refuses at once; the timeout is for a slow answer, which a loaded host gives now
+            # and then: 5 s, so an answer merely late is not a store_unavailable.
+            "store": {"url": redis.url, "timeout_ms": 5000},
             "interaction": {"inline_max_bytes": 0},  # every state lives in Redis, not in the token
         }
         config.write_text(json.dumps(doc))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.realservers import free_port, postgres_server, wait_for_port
+from kit.realservers import listening, postgres_server
 
 HERE = Path(__file__).resolve().parent
 
@@ -18,14 +18,10 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="session")
 def stand_in() -> Iterator[int]:
     """The kit's HTTP stand-in on a free port; yields the port."""
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, str(HERE / "stand_in.py"), str(port)], stderr=subprocess.DEVNULL)
-    try:
-        wait_for_port(port, proc)
+    with listening(
+        lambda port: [sys.executable, str(HERE / "stand_in.py"), str(port)], stderr=subprocess.DEVNULL
+    ) as port:
         yield port
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 @pytest.fixture(scope="session")
