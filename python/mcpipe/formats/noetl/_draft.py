@@ -39,7 +39,7 @@ import ast
 import datetime
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -580,7 +580,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
 
 
 def compile_draft(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: object, file: str
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
 ) -> tuple[Any, list[Problem]]:
     """A playbook of the draft engine compiled into the plan (a :class:`~mcpipe.formats.noetl._workflow.NoetlPlaybook`
     whose graph runs it as the engine did); every problem located."""
@@ -605,7 +605,7 @@ def compile_draft(
     return pb, r.problems
 
 
-def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Any) -> None:
+def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str] | None) -> None:
     from mcpipe.declared import StepScope, compile_step
 
     if t.type == "python":
