@@ -28,6 +28,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
@@ -283,7 +284,7 @@ def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], l
     return expanded, missing
 
 
-def _registry_auth(auth: Mapping[str, object], entry: dict[str, Any], where: str, out: _Out) -> bool:
+def _registry_auth(auth: Mapping[str, object], entry: JsonObject, where: str, out: _Out) -> bool:
     """A registry's ``defaults.auth`` for its servers: ``pass_through`` forwards the caller's bearer; the OAuth
     modes present a credential (``{server}`` in its target: one per server, the target named by the server)."""
     mode = auth.get("mode", "none")
@@ -1026,7 +1027,7 @@ def _watch(watch: Mapping[str, Any], where: str, out: _Out) -> dict[str, Any] | 
 
 
 def _backend_step(
-    b: _Binding, kind: str, spec: dict[str, Any], where: str, *, answer: str, step_id: str, profile: str
+    b: _Binding, kind: str, spec: JsonObject, where: str, *, answer: str, step_id: str, profile: str
 ) -> dict[str, Any] | None:
     out = b.out
     if kind == "twilio":
@@ -1128,13 +1129,13 @@ def _allow_private(out: _Out) -> bool:
     return bool(((out.doc.get("outbound") or {}).get("http") or {}).get("allow_private"))
 
 
-def _copy(spec: dict[str, Any], step: dict[str, Any], keys: tuple[str, ...]) -> None:
+def _copy(spec: JsonObject, step: JsonObject, keys: tuple[str, ...]) -> None:
     for key in keys:
         if key in spec:
             step[key] = spec.pop(key)
 
 
-def _http_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> None:
+def _http_spec(b: _Binding, spec: JsonObject, step: JsonObject, where: str) -> None:
     _copy(spec, step, ("url", "headers", "expected_status_codes", "require_json_response", "max_response_bytes"))
     method = spec.pop("method", "post")
     step["method"] = str(method).lower()
@@ -1167,7 +1168,7 @@ def _sql_entry(b: _Binding, url: str, binding_name: str) -> str:
     return name
 
 
-def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> bool:
+def _sql_spec(b: _Binding, spec: dict[str, Any], step: JsonObject, where: str) -> bool:
     out = b.out
     url = spec.pop("url", "")
     driver = spec.pop("driver", "")

@@ -24,6 +24,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, Problem
 
 __all__ = [
@@ -175,7 +176,7 @@ def _int(value: object, loc: str, problems: list[Problem], lo: int, hi: int | No
     return value
 
 
-def _section(out: dict[str, Any], key: str) -> dict[str, Any]:
+def _section(out: JsonObject, key: str) -> dict[str, Any]:
     value = out.setdefault(key, {})
     assert isinstance(value, dict)
     return value
@@ -194,7 +195,7 @@ def _plugin_id(entry: object) -> str | None:
 
 
 def translate_plugins(
-    entries: object, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entries: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Read mcpg's ``plugins:`` list (at ``loc``): each plugin's meaning added to ``out`` (a config document
     in mcpipe's layout, being built), or a located problem appended to ``problems``.
@@ -271,7 +272,7 @@ _SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sin
 
 
 def _section_uses(
-    entries: Sequence[object], loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entries: Sequence[object], loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Plugins a section names rather than loads (the front-end hands them as entries whose ``class`` is the
     slot): sinks (``observability.*.sinks``, ``governance.audit.sinks``), the identity bridges of
@@ -322,7 +323,7 @@ _LEGACY_JWKS_KEYS = frozenset(
 _ASYMMETRIC = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 
 
-def translate_jwks(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_jwks(cfg: Mapping[str, Any], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's ``governance.access.jwks`` (its built-in JWT verifier, ``dev.mcpg.identity.jwt``) as an
     ``[[auth.oidc]]`` issuer: the keys inline (``keys_json``) or fetched from ``url`` (no discovery), ``iss``
     and ``aud`` checked when set, every algorithm of the keys accepted (HMAC when the set holds ``oct`` keys)."""
@@ -371,7 +372,7 @@ def translate_jwks(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], proble
     _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
-def _section_list(out: dict[str, Any], key: str) -> list[Any]:
+def _section_list(out: JsonObject, key: str) -> list[Any]:
     value = out.setdefault(key, [])
     assert isinstance(value, list)
     return value
@@ -434,7 +435,7 @@ def _translate_one(
     alias: str,
     pid: str,
     at: str,
-    out: dict[str, Any],
+    out: JsonObject,
     problems: list[Problem],
     environ: Mapping[str, str],
 ) -> None:
@@ -494,7 +495,7 @@ _OPENAPI_SOURCE_KEYS = frozenset({"name", "spec", "base_url", "auth", "expose", 
 
 
 def _openapi_plugin(
-    entry: Mapping[str, object], at: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """mcpg's OpenAPI backend plugin (``config.sources[]``): each source an ``[openapi.NAME]`` section.
 
@@ -588,7 +589,7 @@ _CLAIM_KEYS = frozenset(
 )
 
 
-def _oidc_plugin(entry: Mapping[str, object], at: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _oidc_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.oidc"
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -596,7 +597,7 @@ def _oidc_plugin(entry: Mapping[str, object], at: str, out: dict[str, Any], prob
     translate_oidc(cfg, f"{at}.config", out, problems)
 
 
-def translate_oidc(cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_oidc(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's OIDC/OAuth identity config (the ``dev.mcpg.identity.oidc`` plugin's, and
     ``governance.access.oidc_oauth``'s: one schema) as ``[[auth.oidc]]`` issuers."""
     pid = "dev.mcpg.identity.oidc"
@@ -732,7 +733,7 @@ def _oidc_provider(p: Mapping[str, object], at: str, problems: list[Problem]) ->
 _MTLS_KEYS = frozenset({"sources", "extraction", "identities", "resolution"})
 
 
-def _mtls_plugin(entry: Mapping[str, object], at: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.mtls"
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -829,14 +830,14 @@ _CEDAR_KEYS = frozenset(
 )
 
 
-def _gate(out: dict[str, Any], gate: Mapping[str, object]) -> None:
+def _gate(out: JsonObject, gate: Mapping[str, object]) -> None:
     access = _section(out, "access")
     access["refusals"] = "error"  # answered as mcpg's plugins answer: their JSON-RPC errors
     _section_list(access, "gates").append(gate)
 
 
 def _cedar(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.policy.cedar"
     cfg = _config(entry, at, problems, pid)
@@ -937,7 +938,7 @@ _SCOPES = ("per_principal", "per_tool", "per_principal_tool", "per_session", "gl
 
 
 def _rate_limit(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.rate-limit"
     cfg = _config(entry, at, problems, pid)
@@ -994,7 +995,7 @@ def _rate_limit(
 
 
 def _ip_allowlist(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.ip-allowlist"
     cfg = _config(entry, at, problems, pid)
@@ -1061,7 +1062,7 @@ _JAG_KEYS = frozenset(
 
 
 def _issuer(
-    entry: Mapping[str, object], alias: str, pid: str, at: str, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, pid: str, at: str, out: JsonObject, problems: list[Problem]
 ) -> None:
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -1166,7 +1167,7 @@ def env_credential_variable(plugin: str, target: str) -> str:
 
 
 def credential_ref(
-    uri: str, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    uri: str, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> str | None:
     """The name of mcpipe's outbound credential that a ``cred://<plugin_id>/<target>`` reference (at
     ``loc``) stands for, or None (a located problem appended).
@@ -1224,7 +1225,7 @@ def credential_ref(
 
 
 def http_credential(
-    headers: object, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    headers: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """An ``http`` binding's ``headers`` with its ``${cred://...}`` header taken out, and the step fields that
     present that credential instead (``credential``, ``credential_header``, ``credential_prefix``,
@@ -1259,7 +1260,7 @@ def http_credential(
 # -- sinks ------------------------------------------------------------------------------------------------
 
 
-def translate_sink(signal: str, sink: object, loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_sink(signal: str, sink: object, loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """One ``observability.<signal>.sinks[]`` entry (``signal``: ``metrics``, ``traces``, ``logs``) or
     ``governance.audit.sinks[]`` entry (``signal``: ``audit``) whose ``kind`` is a plugin id, at ``loc``.
 
@@ -1309,7 +1310,7 @@ def translate_sink(signal: str, sink: object, loc: str, out: dict[str, Any], pro
         )
 
 
-def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's built-in ``file`` log sink (``path``, ``format``): mcpipe's ``[logs] file``; ``stdout``: refused
     (mcpipe's log goes to stderr, and stdout may be the MCP channel)."""
     if kind == "stdout":
@@ -1332,7 +1333,7 @@ def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: dict[str, Any
     logs.update(file=path, format="text" if fmt == "pretty" else "json")
 
 
-def _prometheus(cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _prometheus(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg serves the exporter at the sink's ``path``; ``bind`` is read by nothing in mcpg (the metrics share
     the gateway's listener), nor in mcpipe."""
     if not _fields(cfg, frozenset({"path", "bind", "namespace", "global_labels"}), loc, problems, PROMETHEUS):
@@ -1369,7 +1370,7 @@ def _prometheus_plugin(
 _OTLP_KEYS = frozenset({"url", "service_name", "service_version", "resource_attributes", "batch_export_timeout_ms"})
 
 
-def _otlp(cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: list[Problem], *, enable: bool) -> None:
+def _otlp(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem], *, enable: bool) -> None:
     if not _fields(cfg, _OTLP_KEYS, loc, problems, OTLP):
         return
     tel = _section(out, "telemetry")
@@ -1396,7 +1397,7 @@ def _otlp(cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: li
         tel["resource_attributes"] = attrs
 
 
-def _audit_file(cfg: Mapping[str, object], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _audit_file(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     if not _fields(cfg, frozenset({"path", "format"}), loc, problems, AUDIT_FILE):
         return
     if cfg.get("format", "json") not in ("json", "jsonl"):
@@ -1484,7 +1485,7 @@ _TWILIO_SECRETS = ("api_key_secret", "auth_token")
 
 
 def translate_backend(
-    backend: object, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    backend: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> dict[str, Any] | None:
     """A binding's ``backend:`` block whose kind is a plugin backend mcpipe has, as the fields of its step:
     ``twilio`` (``dev.mcpg.backend.twilio``), its ``cred://`` secrets resolved by :func:`credential_ref`.
