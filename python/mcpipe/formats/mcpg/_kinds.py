@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import httpx2
 import msgspec
@@ -38,7 +38,7 @@ from mcpipe._struct import Strict
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
-from mcpipe.backends import NotRunning
+from mcpipe.backends import Connections, NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
@@ -53,14 +53,24 @@ from mcpipe.formats.mcpg._templates import (
 from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
 from mcpipe.kinds.command import run_captured
 from mcpipe.kinds.http import HttpRequestFailed, send_request
-from mcpipe.plan import Leaf
+from mcpipe.plan import Leaf, RunFn
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
+    from mcpipe.backends.sql import Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
+
+_SF = TypeVar("_SF", bound=StepFields)
+"""The fields of the step a helper builds (any kind's)."""
+_MF = TypeVar("_MF", bound="McpgFields")
+"""The fields of an mcpg backend step."""
+_B = TypeVar("_B")
+"""What a step's kind built."""
+_HG = TypeVar("_HG", "HttpFields", "GrpcFields")
+"""The fields of an ``http`` or a ``grpc`` step (both build an :class:`HttpPlan`)."""
 
 Answer = Literal["result", "step"]
 
@@ -153,7 +163,7 @@ class McpgFields(StepFields, kw_only=True):
     retry: McpgRetry | None = None
 
 
-def _env(step: Leaf[Any, Any], env: Mapping[str, object], ctx: ToolContext) -> dict[str, Any]:
+def _env(step: Leaf[_MF, _B], env: Mapping[str, object], ctx: ToolContext) -> dict[str, Any]:
     """mcpg's expression variables for this step: ``arguments`` is the step's input."""
     steps = env.get("steps")
     return cel_env(
@@ -170,7 +180,7 @@ def _facts(env: Mapping[str, object], ctx: ToolContext) -> Mapping[str, Any]:
     return facts if isinstance(facts, Mapping) else ctx.facts()
 
 
-def _compile(b: Build[Any], value: object, where: str) -> McpgTemplate | None:
+def _compile(b: Build[_SF], value: object, where: str) -> McpgTemplate | None:
     if not isinstance(value, str):
         return None
     try:
@@ -180,7 +190,7 @@ def _compile(b: Build[Any], value: object, where: str) -> McpgTemplate | None:
         return None
 
 
-def _timeout_ms(fields: Any, default: float) -> float:
+def _timeout_ms(fields: StepFields, default: float) -> float:
     return float(fields.timeout_ms) if fields.timeout_ms is not None else default
 
 
@@ -250,7 +260,7 @@ async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
     return tokens
 
 
-def _build_http(b: Build[Any]) -> HttpPlan:
+def _build_http(b: Build[_HG]) -> HttpPlan:
     f = b.fields
     if f is None:
         b.fail()
@@ -534,7 +544,7 @@ def _safe_url(url: str) -> str:
 
 
 async def _credential_header(
-    f: Any, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+    f: HttpFields | GrpcFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
 ) -> None:
     """The header that presents the binding's credential: its token in what is sent, the credential's name in
     what the envelope shows (mcpipe does not echo a secret to the caller)."""
@@ -955,7 +965,7 @@ class KafkaFields(McpgFields, tag="mcpg.kafka"):
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
 
 
-def _build_nats(b: Build[NatsFields]) -> Any:
+def _build_nats(b: Build[NatsFields]) -> Connections:
     from mcpipe.backends.nats import parse_nats_url
 
     f = b.fields
@@ -971,7 +981,7 @@ def _build_nats(b: Build[NatsFields]) -> Any:
     return b.policy.connections
 
 
-def _build_kafka(b: Build[KafkaFields]) -> Any:
+def _build_kafka(b: Build[KafkaFields]) -> Connections:
     from mcpipe.backends.kafka import parse_bootstrap
 
     f = b.fields
@@ -991,7 +1001,7 @@ def _payload_result(data: bytes, limit: int) -> dict[str, Any]:
 
 
 async def run_nats(
-    step: Leaf[NatsFields, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[NatsFields, Connections], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The core's :func:`~mcpipe.kinds.nats.request` (on the connection the server's NATS steps share), with
     the arguments as sorted JSON; the reply's bytes as mcpg's envelope, a failure in async-nats's words."""
@@ -1015,7 +1025,7 @@ async def run_nats(
 
 
 async def run_kafka(
-    step: Leaf[KafkaFields, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[KafkaFields, Connections], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The core's :func:`~mcpipe.kinds.kafka.request` (on the client the server's Kafka steps share), with
     the arguments as sorted JSON and the trace context as a header; the response's value as mcpg's
@@ -1162,7 +1172,7 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits, stream)
 
 
-def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
+def _build_await(b: Build[_SF], block: McpgAwait) -> AwaitPlan | None:
     from mcpipe.backends.sql import Statement
 
     where = f"{b.location}.await"
@@ -1316,7 +1326,7 @@ def sql_error(e: object, what: str = "execute") -> str:
     return f"{what}: error returned from database: {database}" if database is not None else str(e)
 
 
-async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Mapping[str, object]) -> Any:
+async def _sql_raw(plan: SqlPlan, stmt: Statement, cel: Mapping[str, Any], params: Mapping[str, object]) -> Any:
     """One statement through the core's :func:`~mcpipe.kinds.sql.run_statement`, after the binding's session
     variables (resolved over mcpg's ``identity``, made in one transaction with it, as mcpg's SQL plugin runs
     them): its result as the driver gave it, for :func:`mcpg_rows`."""
@@ -1345,7 +1355,7 @@ class _MissingParam(Exception):
     """``collect_bound_params``'s refusal (mcpg's ``SqlError::InvalidSpec``)."""
 
 
-def _bound(stmt: Any, arguments: Mapping[str, object]) -> dict[str, Any]:
+def _bound(stmt: Statement, arguments: Mapping[str, object]) -> dict[str, Any]:
     """``collect_bound_params``: each ``:name`` of the statement from the arguments; one absent is an error."""
     out = {}
     for name in stmt.names:
@@ -1485,7 +1495,7 @@ def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     return backend, tuple(stmts)
 
 
-def _tx_statement(st: SqlTxStatement, stmt: Any, arguments: Mapping[str, object]) -> TxStatement:
+def _tx_statement(st: SqlTxStatement, stmt: Statement, arguments: Mapping[str, object]) -> TxStatement:
     """``run_tx_nested_step``: one statement for the core's transaction, bound from the step's input and
     shaped by its row mode (mcpg's words for a failure of either, raised as ``_TransportError``)."""
     from mcpipe.kinds.sql_tx import TxStatement
@@ -1584,7 +1594,7 @@ class JsonataFields(StepFields, tag="mcpg.jsonata", kw_only=True):
     config_error: str | None = None
 
 
-def _build_jsonata(b: Build[JsonataFields]) -> Any:
+def _build_jsonata(b: Build[JsonataFields]) -> str:
     """The compiled expression, or the words of its failure: the plugin parses it on each call, so an
     expression that does not parse fails the calls (``parse error: ...``), not the file. The engine is the
     plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
@@ -1604,7 +1614,7 @@ def _build_jsonata(b: Build[JsonataFields]) -> Any:
 
 
 async def run_jsonata(
-    step: Leaf[JsonataFields, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[JsonataFields, str], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f, built = step.fields, step.built
 
@@ -1704,7 +1714,7 @@ class McpgLogFields(StepFields, tag="mcpg.log", kw_only=True):
     tool_name: str = ""
 
 
-def _templates_of(b: Build[Any], value: object, where: str) -> Any:
+def _templates_of(b: Build[_SF], value: object, where: str) -> Any:
     """``value`` with each string holding ``${`` compiled (a :class:`McpgTemplate`), the rest as it is."""
     if isinstance(value, str):
         return _compile(b, value, where) if "${" in value else value
@@ -1796,14 +1806,14 @@ def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
     return False
 
 
-def _binding_call(kind: str, run: Any) -> Any:
+def _binding_call(kind: str, run: RunFn[_MF, _B]) -> RunFn[_MF, _B]:
     """A backend kind's ``run`` as a binding's own call (not a pipeline's step): tried again as mcpg's
     ``dispatch_with_retries`` does when the binding has a ``retry``, and its result given the ``_meta.audit``
     every binding-plugin dispatch of mcpg attaches (``binding_audit_meta``)."""
 
     async def call(
-        step: Leaf[Any, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
-    ) -> Any:
+        step: Leaf[_MF, _B], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    ) -> StepOutput:
         if step.fields.answer != "result":
             return await run(step, inputs, env, ctx)
         rc = step.fields.retry
