@@ -849,7 +849,9 @@ class _Run:
         self.writes[key] = value
 
 
-async def run_step(step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext) -> StepOutput:
+async def run_step(
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """A step of the draft engine (not a loop's: :func:`run_body`), reached by a candidate whose ``with`` it
     writes into the context first."""
     built: _Built = step.built
@@ -869,7 +871,9 @@ async def _arrive(run: _Run, env: Mapping[str, Any]) -> None:
                     run.write(str(k), v)
 
 
-async def run_body(step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext) -> StepOutput:
+async def run_body(
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """One item of a loop step: each step its ``next`` names, alone, its ``with`` rendered over the item; their
     results (``{STEP: data}``, None for one that failed) are the item's."""
     built: _Built = step.built

@@ -451,7 +451,9 @@ def _state(rt: Runtime, env: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     return context, results
 
 
-async def run_step(step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext) -> StepOutput:
+async def run_step(
+    step: Leaf[None, tuple[Runtime, RStep]], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """A step: its tasks, then its route (see the module). The run goes on whatever a task answered; an error
     the runtime would raise sends it to ``error_handler``."""
     rt, st = step.built

@@ -274,7 +274,12 @@ def _evaluate(node: ast.AST) -> Any:
     raise ValueError(f"a {type(node).__name__}")
 
 
-async def run_task(step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext) -> StepOutput:
+async def run_task(
+    step: Leaf[None, tuple[str, dict[str, object], list[str], Task2023]],
+    inputs: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
+) -> StepOutput:
     """A task: its conditions, then its command or request; its ``{status, output}`` (``skipped`` when a
     condition is false)."""
     from mcpipe.formats.noetl._steps import _call_kind
