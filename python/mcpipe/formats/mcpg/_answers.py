@@ -24,8 +24,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcpipe.declared import SurfaceError, register_answer
+from mcpipe.declared import PlanTool, SurfaceError, register_answer
 from mcpipe.errors import ErrorCode
+from mcpipe.plan import Pipeline
 from mcpipe.tools import ToolResult
 
 __all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
@@ -238,7 +239,7 @@ def rust_schema_errors(errors: list[Any]) -> list[str]:
 
 
 class _Surfaces:
-    def invalid(self, tool: Any, errors: list[str], args: object = None) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object = None) -> ToolResult:
         """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``), each error worded as the
         ``jsonschema`` crate words it."""
         errors_of = getattr(getattr(tool, "dialect", None), "schema_errors", None)
@@ -288,7 +289,7 @@ class PayloadShape(_Surfaces):
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
-    def tool(self, tool: Any, answer: Mapping[str, object]) -> ToolResult:
+    def tool(self, tool: PlanTool, answer: Mapping[str, object]) -> ToolResult:
         if not answer["ok"]:
             _, failed = _failed_step(answer)
             if failed is None:
@@ -314,7 +315,7 @@ def _deadline_ms(answer: Mapping[str, object]) -> float:
     return float(m.group(1)) if m else 0.0
 
 
-def _at_step(plan: Any, answer: Mapping[str, Any]) -> str:
+def _at_step(plan: Pipeline, answer: Mapping[str, Any]) -> str:
     """The step the deadline stopped: the one cancelled, else the first that had not run."""
     results = answer.get("steps") or {}
     for sid, r in results.items():
