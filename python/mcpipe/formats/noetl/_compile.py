@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -26,7 +26,7 @@ from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import has_jinja
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
-from mcpipe.plan import CompiledSpec, Leaf, Pipeline
+from mcpipe.plan import CompiledSpec, Leaf, Pipeline, RunFn
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
@@ -779,5 +779,9 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
     return CompiledSpec.of(plan)
 
 
-def _step(sid: str, kind: str, location: str, plan: object, runner: Any) -> Leaf[Any, Any]:
+_B = TypeVar("_B")
+"""What a step's runner is given as ``built`` (an action's or a turn's plan)."""
+
+
+def _step(sid: str, kind: str, location: str, plan: _B, runner: RunFn[None, _B]) -> Leaf[None, _B]:
     return Leaf(sid, location, kind=kind, fields=None, built=plan, run=runner)

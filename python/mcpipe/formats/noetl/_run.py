@@ -27,6 +27,7 @@ from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
+from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -155,7 +156,7 @@ def _output(kind: str, out: StepOutput) -> Any:
 
 
 async def run_action(
-    step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[None, ActionPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """A resource (a hidden step before its first use) or a workbook action: its output is the action's."""
     plan: ActionPlan = step.built
