@@ -22,7 +22,7 @@ The call's arguments are the flow's inputs (``FlowExecuteRequest.inputs``); the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -225,7 +225,9 @@ def compile_flow(
     return CompiledSpec.of(plan, answer="full"), inputs, []
 
 
-def _check_prompt_inputs(prompt: PromptSurface, inputs: Mapping[str, object], where: str, problem: Any) -> None:
+def _check_prompt_inputs(
+    prompt: PromptSurface, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
+) -> None:
     """The step's inputs against the prompt's variables: no unknown one, every required one given, every
     value that is not a reference of the variable's type."""
     variables = {v.name: v for v in prompt.prompt.variables}
@@ -242,7 +244,9 @@ def _check_prompt_inputs(prompt: PromptSurface, inputs: Mapping[str, object], wh
             problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
 
 
-def _check_tool_inputs(tool: ApiTool, inputs: Mapping[str, object], where: str, problem: Any) -> None:
+def _check_tool_inputs(
+    tool: ApiTool, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
+) -> None:
     """The step's inputs against the piraeus tool's input schema: every required field given."""
     schema = tool.config.input_schema
     if not isinstance(schema.get("properties"), dict):
@@ -268,7 +272,13 @@ class FlowDialect(ToolDialect):
         self.inputs = inputs
 
     def _answer(
-        self, status: str, *, executed: int = 0, outputs: object = None, error: str | None = None, log: Any = ()
+        self,
+        status: str,
+        *,
+        executed: int = 0,
+        outputs: object = None,
+        error: str | None = None,
+        log: Iterable[object] = (),
     ) -> ToolResult:
         data = {
             "status": status,
