@@ -23,7 +23,7 @@ import re
 import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import orjson
@@ -40,8 +40,11 @@ __all__ = ["StreamCursors", "check_list_query", "stream_page"]
 _log = logging.getLogger("mcpipe.mcpg")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 
+_SF = TypeVar("_SF", bound=StepFields)
+"""The fields of the step whose backend is looked up (any kind's)."""
 
-def _backend(b: Build[Any], name: str) -> Any:
+
+def _backend(b: Build[_SF], name: str) -> Any:
     backend = b.policy.sql.get(name) if b.policy.sql is not None else None
     if backend is None:
         b.problem(f"{b.location}.backend", f"no SQL backend '{name}'")

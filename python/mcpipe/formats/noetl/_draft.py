@@ -41,7 +41,7 @@ import json
 import uuid
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import trio
@@ -54,6 +54,9 @@ from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook
 
 __all__ = ["compile_draft", "is_draft"]
 
@@ -629,7 +632,7 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str]
     t.step = step
 
 
-def _plan(r: _Reader, pb: Any, dp: DraftPlaybook) -> CompiledSpec:
+def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
     names = [n for n in dp.steps if n != "end"]
     # The steps the run can go to from `start` (a loop's body steps run inside the loop: they are nodes only
     # when the run can also go to them).

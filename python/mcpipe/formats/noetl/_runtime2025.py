@@ -32,7 +32,7 @@ import json
 import textwrap
 from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import trio
@@ -47,6 +47,9 @@ from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook
 
 __all__ = ["compile_runtime", "is_runtime"]
 
@@ -364,7 +367,7 @@ def _routes(rt: Runtime, st: RStep) -> list[str]:
     return list(dict.fromkeys(t for t in out if t in rt.steps))
 
 
-def _plan(pb: Any, rt: Runtime) -> CompiledSpec:
+def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
     reached: list[str] = []
     todo = ["start"]
     while todo:
