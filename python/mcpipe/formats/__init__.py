@@ -164,7 +164,7 @@ class Context:
         self,
         config: ConfigView,
         policy: StepPolicy | None = None,
-        compiled: dict[str, tuple[Any, list[Problem]]] | None = None,
+        compiled: dict[str, tuple[object, list[Problem]]] | None = None,
     ) -> None:
         self.config = config
         self.policy = policy
@@ -176,7 +176,7 @@ class Context:
         """The problems of the shared sections and of the formats' parts read through this context."""
         self._read: set[str] = set()
 
-    def _once(self, key: str, make: Callable[[], tuple[Any, list[Problem]]]) -> Any:
+    def _once(self, key: str, make: Callable[[], tuple[object, list[Problem]]]) -> Any:
         if key not in self.compiled:
             self.compiled[key] = make()
         value, problems = self.compiled[key]
@@ -243,11 +243,11 @@ class Format:
     serves_workflow: ClassVar[bool] = False
     """It serves the ``workflow`` tool itself, in place of the config's own (piraeus's tools join it)."""
 
-    def detect(self, raw: Mapping[str, Any]) -> bool:
+    def detect(self, raw: Mapping[str, object]) -> bool:
         """Whether a decoded config document is one of this format's (by its own keys, never by its path)."""
         return False
 
-    def translate(self, raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
+    def translate(self, raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
         """The document in mcpipe's layout, with what cannot be honoured refused, located."""
         raise NotImplementedError(f"the {self.name} format reads no config files")
 
@@ -260,7 +260,7 @@ class Format:
         calls it once per load (the other methods read that one result)."""
         return None, []
 
-    def decoded(self, loaded: Any) -> Any:
+    def decoded(self, loaded: object) -> Any:
         """Its section (:attr:`section`) decoded, from what :meth:`load` returned."""
         return None
 
@@ -289,7 +289,7 @@ class Format:
         reason, ``pipe.enabled`` false)."""
         return None
 
-    def audit_log(self, path: str | None, audit: Any) -> AuditLog | None:
+    def audit_log(self, path: str | None, audit: object) -> AuditLog | None:
         """An audit log writing this format's records (``[audit] format = NAME``; ``audit``: that section, the
         config's ``AuditConfig``); None: the format writes none."""
         return None
@@ -329,7 +329,7 @@ def _format(name: str) -> Format:
     return fmt
 
 
-def _set(value: Any, path: list[str]) -> bool:
+def _set(value: object, path: list[str]) -> bool:
     """Whether ``path`` (attribute or key names, ``*`` for every value) leads from ``value`` to a set value."""
     if not path:
         return value is not None and value is not False and value != [] and value != {}
@@ -415,18 +415,18 @@ def format_counts(ctx: Context) -> dict[str, int]:
     return {kind: n for fmt in turned_on(ctx.config) for kind, n in fmt.counts(ctx).items()}
 
 
-def audit_log(name: str, path: str | None, audit: Any) -> AuditLog | None:
+def audit_log(name: str, path: str | None, audit: object) -> AuditLog | None:
     """The audit log of the format ``name`` (``[audit] format``), or None when no format of that name writes one."""
     if name not in FORMATS:
         return None
     return _format(name).audit_log(path, audit)
 
 
-def load_extensions(raw: Mapping[str, Any]) -> None:
+def load_extensions(raw: Mapping[str, object]) -> None:
     """Import the format modules whose step kinds or answer shapes the ``pipelines`` of ``raw`` name."""
     wanted: set[str] = set()
 
-    def scan(value: Any) -> None:
+    def scan(value: object) -> None:
         if isinstance(value, Mapping):
             for key in ("kind", "answer"):
                 name = value.get(key)
@@ -445,7 +445,7 @@ def load_extensions(raw: Mapping[str, Any]) -> None:
             importlib.import_module(kinds)
 
 
-def detect_config(raw: Mapping[str, Any]) -> Format | None:
+def detect_config(raw: Mapping[str, object]) -> Format | None:
     """The foreign format a decoded config document is written in, or None for mcpipe's own layout."""
     for name, entry in FORMATS.items():
         if entry.config_files:

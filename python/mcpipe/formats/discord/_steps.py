@@ -157,7 +157,7 @@ class Translation:
     ids: tuple[str, ...]
 
 
-def _zod_type(value: Any) -> str:
+def _zod_type(value: object) -> str:
     """What zod calls the type of a JSON value in its messages."""
     if value is None:
         return "null"
@@ -172,7 +172,7 @@ def _zod_type(value: Any) -> str:
     return "object"
 
 
-def parse_steps(args: Any, *, max_steps: int = MAX_STEPS) -> tuple[list[DiscordStep], list[Issue]]:
+def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[DiscordStep], list[Issue]]:
     """Check the call's arguments as discord's input schema does, and read its steps.
 
     Unknown keys are refused (``unrecognized_keys``) where zod would drop them: a typo such as
@@ -213,7 +213,7 @@ def _unrecognized(path: str, keys: list[str]) -> Issue:
     return Issue(path, f"Unrecognized key{'s' if len(keys) > 1 else ''}: {shown}", "unrecognized_keys")
 
 
-def _string(value: Any, path: str, issues: list[Issue], *, required: bool) -> str | None:
+def _string(value: object, path: str, issues: list[Issue], *, required: bool) -> str | None:
     if value is _MISSING:
         if required:
             issues.append(Issue(path, "Invalid input: expected string, received undefined", "invalid_type"))
@@ -230,7 +230,7 @@ def _string(value: Any, path: str, issues: list[Issue], *, required: bool) -> st
 _MISSING: Any = object()
 
 
-def _parse_step(item: Any, path: str, index: int, issues: list[Issue]) -> DiscordStep | None:
+def _parse_step(item: object, path: str, index: int, issues: list[Issue]) -> DiscordStep | None:
     if not isinstance(item, Mapping):
         issues.append(Issue(path, f"Invalid input: expected object, received {_zod_type(item)}", "invalid_type"))
         return None
@@ -355,7 +355,7 @@ class _Args:
     room: list[int] = field(default_factory=lambda: [MAX_REFERENCES])
     """The placeholders the call may still hold (one list shared by its steps' ``_Args``)."""
 
-    def value(self, value: Any, binder: _Binder, at: int, loc: str) -> Any:
+    def value(self, value: object, binder: _Binder, at: int, loc: str) -> Any:
         if isinstance(value, str):
             return self.string(value, binder, at, loc)
         if isinstance(value, list):
@@ -406,7 +406,7 @@ class _Args:
         return _text(parts)
 
 
-def _has_placeholder(value: Any) -> bool:
+def _has_placeholder(value: object) -> bool:
     if isinstance(value, str):
         return bool(_placeholders(value, 0))
     if isinstance(value, list):
@@ -416,7 +416,7 @@ def _has_placeholder(value: Any) -> bool:
     return False
 
 
-def js_truthy(value: Any) -> bool:
+def js_truthy(value: object) -> bool:
     """JavaScript's ``Boolean(value)`` for a JSON value: false for null, false, 0, NaN and ``""``; true for
     everything else, empty arrays and objects included (which Python calls false)."""
     if value is None or value is False:
@@ -442,7 +442,7 @@ class _Condition:
         self.source = source  # what a dry run's plan shows
         self.template = template
 
-    def evaluate(self, env: Mapping[str, Any]) -> bool:
+    def evaluate(self, env: Mapping[str, object]) -> bool:
         if not _succeeded(env, self.ref.path):
             return False
         try:
@@ -473,7 +473,7 @@ class _Built:
 
 
 async def _run_step(
-    step: Leaf[None, _Built], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """Run one step as discord's executor does: its references resolved from the steps that succeeded (a
     step that failed or was skipped sets no variable), then the tool called through the run's registry."""

@@ -178,7 +178,7 @@ class DiscordDialect(ToolDialect):
             return tool
         return f"{self.prefix}.{tool}"
 
-    async def check(self, tool: PlanTool, args: Any) -> PlanCall | ToolResult:
+    async def check(self, tool: PlanTool, args: object) -> PlanCall | ToolResult:
         """The steps checked (discord's validation answer when they break its schema) and translated into the
         call's plan; what the translation refused is answered after the unknown tools (:meth:`refuse`)."""
         limits = tool.limits
@@ -246,7 +246,7 @@ def pipeline_tool(name: str = PIPELINE_TOOL, *, prefix: str = "", limits: Limits
     )
 
 
-def _is_pipeline(name: str, registry: Any) -> bool:
+def _is_pipeline(name: str, registry: object) -> bool:
     """Whether calling ``name`` would nest a pipeline: ``mcp_pipe``, or an ``mcp_pipeline`` mcpipe serves."""
     if name in (PIPE_TOOL, PIPELINE_TOOL) or name.endswith("." + PIPELINE_TOOL):
         return True

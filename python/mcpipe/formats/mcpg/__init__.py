@@ -48,12 +48,12 @@ class McpgFormat(Format):
 
     name = "mcpg"
 
-    def detect(self, raw: Mapping[str, Any]) -> bool:
+    def detect(self, raw: Mapping[str, object]) -> bool:
         keys = {str(k) for k in raw}
         # `credentials` is a key of mcpipe's own layout too: a document of only that is mcpipe's.
         return keys <= _ROOTS and bool(keys - _SHARED)
 
-    def translate(self, raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
+    def translate(self, raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
         from mcpipe.formats.mcpg import _kinds  # noqa: F401  (the mcpg.* kinds and answer shapes)
         from mcpipe.formats.mcpg._translate import translate
 

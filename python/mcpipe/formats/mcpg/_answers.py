@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mcpipe.declared import SurfaceError, register_answer
+from mcpipe.declared import PlanTool, SurfaceError, register_answer
 from mcpipe.errors import ErrorCode
+from mcpipe.plan import Pipeline
 from mcpipe.tools import ToolResult
 
 __all__ = ["BindingShape", "PayloadShape", "PipelineShape", "decode_prompt", "decode_resource"]
@@ -117,7 +118,7 @@ def decode_prompt(result: ToolResult) -> dict[str, Any]:
 _CONTENT_TYPES = {"text", "image", "audio", "resource_link", "resource"}
 
 
-def _is_message(m: Any) -> bool:
+def _is_message(m: object) -> bool:
     return (
         isinstance(m, Mapping)
         and isinstance(m.get("role"), str)
@@ -130,20 +131,20 @@ def _malformed(reason: str) -> str:
     return f"backend response is not a valid surface envelope: {reason}"
 
 
-def _value(v: Any) -> str:
+def _value(v: object) -> str:
     """A JSON value as serde_json's ``Display`` writes it: compact, object keys in order."""
     return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _plural(n: Any, one: str, many: str) -> str:
+def _plural(n: object, one: str, many: str) -> str:
     return one if n == 1 else many
 
 
-def _quoted(items: list[Any]) -> str:
+def _quoted(items: Sequence[object]) -> str:
     return ", ".join(f"'{i}'" for i in items)
 
 
-def _unexpected(items: list[Any]) -> str:
+def _unexpected(items: Sequence[object]) -> str:
     return f"{_quoted(items)} {'was' if len(items) == 1 else 'were'} unexpected)"
 
 
@@ -238,7 +239,7 @@ def rust_schema_errors(errors: list[Any]) -> list[str]:
 
 
 class _Surfaces:
-    def invalid(self, tool: Any, errors: list[str], args: Any = None) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object = None) -> ToolResult:
         """``validate_tool_arguments``'s refusal, as a tool result (``tools_call.rs``), each error worded as the
         ``jsonschema`` crate words it."""
         errors_of = getattr(getattr(tool, "dialect", None), "schema_errors", None)
@@ -249,14 +250,14 @@ class _Surfaces:
             " Inspect the tool's inputSchema via tools/list and retry."
         )
 
-    def resource(self, tool: Any, result: ToolResult, uri: str) -> dict[str, Any]:
+    def resource(self, tool: object, result: ToolResult, uri: str) -> dict[str, Any]:
         return decode_resource(result, uri)
 
-    def prompt(self, tool: Any, result: ToolResult) -> dict[str, Any]:
+    def prompt(self, tool: object, result: ToolResult) -> dict[str, Any]:
         return decode_prompt(result)
 
 
-def _failure(answer: Mapping[str, Any]) -> ToolResult:
+def _failure(answer: Mapping[str, object]) -> ToolResult:
     """A run mcpg would not have had (the deadline, a limit): its error as one text block."""
     return ToolResult.error(str(answer.get("error") or ErrorCode.TOOL_FAILED))
 
@@ -264,7 +265,7 @@ def _failure(answer: Mapping[str, Any]) -> ToolResult:
 class BindingShape(_Surfaces):
     """``mcpg.binding``: the backend's result as it is."""
 
-    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+    def tool(self, tool: object, answer: Mapping[str, object]) -> ToolResult:
         if not answer["ok"]:
             return _failure(answer)
         r = _output(answer)
@@ -288,7 +289,7 @@ class PayloadShape(_Surfaces):
     def __init__(self, kind: str) -> None:
         self.kind = kind
 
-    def tool(self, tool: Any, answer: dict[str, Any]) -> ToolResult:
+    def tool(self, tool: PlanTool, answer: Mapping[str, object]) -> ToolResult:
         if not answer["ok"]:
             _, failed = _failed_step(answer)
             if failed is None:
@@ -303,18 +304,18 @@ class PayloadShape(_Surfaces):
         return ToolResult(blocks, r.get("structuredContent"), is_error, {"audit": audit}, terse=True, any_json=True)
 
 
-def _pipeline_timed_out(answer: Mapping[str, Any]) -> bool:
+def _pipeline_timed_out(answer: Mapping[str, object]) -> bool:
     """The pipeline's own deadline passed (not one step's ``timeout_ms``)."""
     return answer.get("error_code") == ErrorCode.TIMEOUT and str(answer.get("error", "")).startswith("the pipeline ")
 
 
-def _deadline_ms(answer: Mapping[str, Any]) -> float:
+def _deadline_ms(answer: Mapping[str, object]) -> float:
     """The deadline the scheduler says passed (``the pipeline timed out after 200 ms``): the server's cap."""
     m = re.search(r"after ([0-9.]+) ms", str(answer.get("error", "")))
     return float(m.group(1)) if m else 0.0
 
 
-def _at_step(plan: Any, answer: Mapping[str, Any]) -> str:
+def _at_step(plan: Pipeline, answer: Mapping[str, Any]) -> str:
     """The step the deadline stopped: the one cancelled, else the first that had not run."""
     results = answer.get("steps") or {}
     for sid, r in results.items():
@@ -338,7 +339,7 @@ def _failed_step(answer: Mapping[str, Any]) -> tuple[int, dict[str, Any] | None]
     return done, None
 
 
-def _step_error(r: Mapping[str, Any]) -> str:
+def _step_error(r: Mapping[str, object]) -> str:
     error = str(r.get("error") or "step execution failed")
     if r.get("kind") == "transform":  # execute_transform_step's wording (the CEL engine's own message after it)
         return f"transform evaluation failed: CEL execution failed: {error}"
@@ -413,13 +414,13 @@ def _pointer(error: str) -> str:
     return "/" + "/".join(p for p in path.split(".") if p) + ": " + why
 
 
-def _output(answer: Mapping[str, Any]) -> Any:
+def _output(answer: Mapping[str, object]) -> Any:
     """The last step's output (a declared pipeline answers ``{"output": ...}``)."""
     result = answer.get("result")
     return result.get("output") if isinstance(result, Mapping) else result
 
 
-def _compact(value: Any) -> str:
+def _compact(value: object) -> str:
     return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 

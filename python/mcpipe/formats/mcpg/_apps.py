@@ -55,7 +55,7 @@ def apps_section(apps: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _secret(value: Any) -> bool:
+def _secret(value: object) -> bool:
     if isinstance(value, str):
         lower = value.lower()
         return any(f"{scheme}://" in lower for scheme in _SECRET_SCHEMES)
@@ -170,7 +170,7 @@ def _debug_perm(perm: str) -> str:
 # --- compiling an app -------------------------------------------------------------------------------
 
 
-def _window_config(app: Mapping[str, Any], io: Mapping[str, Any] | None) -> dict[str, Any]:
+def _window_config(app: Mapping[str, Any], io: Mapping[str, object] | None) -> dict[str, Any]:
     """``build_window_config``: the app's config as serde writes it (its defaults, its empty lists left out),
     without the credential surface, with ``schema_version`` and the introspected columns or fields."""
     v: dict[str, Any] = {k: val for k, val in app.items() if val is not None and val != [] and val != {}}
@@ -204,12 +204,12 @@ def _window_config(app: Mapping[str, Any], io: Mapping[str, Any] | None) -> dict
     return v
 
 
-def _type_is(schema: Any, wanted: str) -> bool:
+def _type_is(schema: object, wanted: str) -> bool:
     t = schema.get("type") if isinstance(schema, Mapping) else None
     return t == wanted or (isinstance(t, list) and wanted in t)
 
 
-def _properties(schema: Any) -> list[tuple[str, Any]]:
+def _properties(schema: object) -> list[tuple[str, Any]]:
     props = schema.get("properties") if isinstance(schema, Mapping) else None
     return list(props.items()) if isinstance(props, Mapping) else []
 
@@ -250,13 +250,13 @@ def _row_item(schema: Any, rows_path: str | None) -> Any:
     return next((p.get("items") for p in props.values() if _type_is(p, "array")), None)
 
 
-def _derive_columns(output: Any, rows_path: str | None) -> list[dict[str, Any]]:
+def _derive_columns(output: object, rows_path: str | None) -> list[dict[str, Any]]:
     item = _row_item(output, rows_path)
     keys = [(k, p) for k, p in _properties(item) if k and "." not in k][:_MAX_DERIVED]
     return [{"field": f"$.{k}", "header": _titlecase(k), "format": _format(p)} for k, p in keys]
 
 
-def _derive_fields(schema: Any, as_path: bool) -> list[dict[str, Any]]:
+def _derive_fields(schema: object, as_path: bool) -> list[dict[str, Any]]:
     keys = [(k, p) for k, p in _properties(schema) if k and "." not in k][:_MAX_DERIVED]
     return [
         {
@@ -268,7 +268,7 @@ def _derive_fields(schema: Any, as_path: bool) -> list[dict[str, Any]]:
     ]
 
 
-def _island(config: Mapping[str, Any]) -> str:
+def _island(config: Mapping[str, object]) -> str:
     text = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
     for raw, escaped in (
         ("<", "\\u003c"),
@@ -303,7 +303,7 @@ def _descriptor_meta(app: Mapping[str, Any], uri: str) -> dict[str, Any]:
     return {"ui": ui}
 
 
-def compile_app(app: Mapping[str, Any], tools: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+def compile_app(app: Mapping[str, object], tools: Mapping[str, Mapping[str, object]]) -> dict[str, Any]:
     """One registry entry as a declared resource pipeline (``ui://mcpg/<id>``): its HTML and its ``_meta``.
     ``tools``: the bindings' schemas by name (``input``, ``output``), for the introspected defaults."""
     uri = f"ui://mcpg/{app['id']}"

@@ -8,6 +8,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -105,8 +106,8 @@ class McpgAuditLog(AuditLog):
         action: str,
         resource: str,
         outcome: str,
-        details: dict[str, Any],
-        record: dict[str, Any] | None = None,
+        details: Mapping[str, object],
+        record: Mapping[str, object] | None = None,
     ) -> None:
         event: dict[str, Any] = {
             "event_id": _uuid7(),

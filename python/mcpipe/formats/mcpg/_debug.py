@@ -63,7 +63,7 @@ _STARTED = datetime.now(UTC)
 _STARTED_MONO = time.monotonic()
 
 
-def _result(text: str, structured: Any, is_error: bool = False) -> dict[str, Any]:
+def _result(text: str, structured: object, is_error: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
     if structured is not None:
         out["structuredContent"] = structured
@@ -211,7 +211,7 @@ def _build(b: Build[DebugFields]) -> DebugPlan:
 
 
 async def run_debug(
-    step: Leaf[DebugFields, DebugPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[DebugFields, DebugPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f = step.fields
     if f.tool == "runtime_snapshot":
@@ -246,7 +246,7 @@ async def run_debug(
     return StepOutput.of(out)
 
 
-def _tool(name: str, title: str, description: str, tool: str, closed: bool = False, **fields: Any) -> dict[str, Any]:
+def _tool(name: str, title: str, description: str, tool: str, closed: bool = False, **fields: object) -> dict[str, Any]:
     return {
         "name": name,
         "title": title,
@@ -260,7 +260,7 @@ def _tool(name: str, title: str, description: str, tool: str, closed: bool = Fal
 
 
 def debug_pipelines(
-    tools: Mapping[str, Any], runtime: Mapping[str, Any], allow_private: bool, counts: tuple[int, int, int]
+    tools: Mapping[str, Any], runtime: Mapping[str, object], allow_private: bool, counts: tuple[int, int, int]
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The debug tools, prompt and resource ``debug.tools`` exposes (mcpg's defaults where it says nothing), and
     the place of what mcpipe cannot serve of them (None: all served)."""

@@ -27,7 +27,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import httpx2
 import msgspec
@@ -38,7 +38,7 @@ from mcpipe._struct import Strict
 from mcpipe._url import UrlRefused, check_templated_url, encode_from, url_component
 from mcpipe._util import RunLimiter
 from mcpipe.access import CredentialError, Credentials
-from mcpipe.backends import NotRunning
+from mcpipe.backends import Connections, NotRunning
 from mcpipe.errors import ErrorCode
 from mcpipe.expr import CelExpr, ExpressionError, expression_timeout_ms
 from mcpipe.formats.mcpg import _serde_json as serde_json
@@ -53,14 +53,24 @@ from mcpipe.formats.mcpg._templates import (
 from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
 from mcpipe.kinds.command import run_captured
 from mcpipe.kinds.http import HttpRequestFailed, send_request
-from mcpipe.plan import Leaf
+from mcpipe.plan import Leaf, RunFn
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
+    from mcpipe.backends.sql import Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
+
+_SF = TypeVar("_SF", bound=StepFields)
+"""The fields of the step a helper builds (any kind's)."""
+_MF = TypeVar("_MF", bound="McpgFields")
+"""The fields of an mcpg backend step."""
+_B = TypeVar("_B")
+"""What a step's kind built."""
+_HG = TypeVar("_HG", "HttpFields", "GrpcFields")
+"""The fields of an ``http`` or a ``grpc`` step (both build an :class:`HttpPlan`)."""
 
 Answer = Literal["result", "step"]
 
@@ -71,17 +81,17 @@ _DEFAULT_BACKOFF_BASE_MS = 1000
 # --- JSON as mcpg writes it ------------------------------------------------------------------------
 
 
-def sorted_json(value: Any) -> str:
+def sorted_json(value: object) -> str:
     """Compact JSON with object keys in order, as serde_json writes a ``Value`` (its maps are B-trees)."""
     return orjson.dumps(value, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS).decode()
 
 
-def pretty_json(value: Any) -> str:
+def pretty_json(value: object) -> str:
     """``serde_json::to_string_pretty`` of a ``Value``: two-space indents, sorted keys."""
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _result(text: str, structured: Any, is_error: bool) -> dict[str, Any]:
+def _result(text: str, structured: object, is_error: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
     if structured is not None:
         out["structuredContent"] = structured
@@ -153,7 +163,7 @@ class McpgFields(StepFields, kw_only=True):
     retry: McpgRetry | None = None
 
 
-def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict[str, Any]:
+def _env(step: Leaf[_MF, _B], env: Mapping[str, object], ctx: ToolContext) -> dict[str, Any]:
     """mcpg's expression variables for this step: ``arguments`` is the step's input."""
     steps = env.get("steps")
     return cel_env(
@@ -164,13 +174,13 @@ def _env(step: Leaf[Any, Any], env: Mapping[str, Any], ctx: ToolContext) -> dict
     )
 
 
-def _facts(env: Mapping[str, Any], ctx: ToolContext) -> Mapping[str, Any]:
+def _facts(env: Mapping[str, object], ctx: ToolContext) -> Mapping[str, Any]:
     """The request's facts: the pipeline's ``context`` root (computed once per run), else the call's."""
     facts = env.get("context")
     return facts if isinstance(facts, Mapping) else ctx.facts()
 
 
-def _compile(b: Build[Any], value: Any, where: str) -> McpgTemplate | None:
+def _compile(b: Build[_SF], value: object, where: str) -> McpgTemplate | None:
     if not isinstance(value, str):
         return None
     try:
@@ -180,7 +190,7 @@ def _compile(b: Build[Any], value: Any, where: str) -> McpgTemplate | None:
         return None
 
 
-def _timeout_ms(fields: Any, default: float) -> float:
+def _timeout_ms(fields: StepFields, default: float) -> float:
     return float(fields.timeout_ms) if fields.timeout_ms is not None else default
 
 
@@ -250,7 +260,7 @@ async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
     return tokens
 
 
-def _build_http(b: Build[Any]) -> HttpPlan:
+def _build_http(b: Build[_HG]) -> HttpPlan:
     f = b.fields
     if f is None:
         b.fail()
@@ -440,7 +450,7 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
     return None, message, None
 
 
-def _no_retry(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
+def _no_retry(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
     return {
         "kind": kind,
         "code": f"mcpg.downstream_http.{kind}",
@@ -461,7 +471,7 @@ MAX_QUERY_BYTES = 65_536
 encoded): percent-encoding 4 MB of arguments held the event loop 1.7 s, for a URL no server takes."""
 
 
-def query_string(arguments: Any) -> str:
+def query_string(arguments: object) -> str:
     """``build_http_query_string``: sorted keys, arrays repeating their key, RFC 3986 unreserved kept.
 
     Raises:
@@ -485,7 +495,7 @@ def query_string(arguments: Any) -> str:
     return query
 
 
-def _query_value(value: Any) -> str:
+def _query_value(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):
@@ -495,7 +505,7 @@ def _query_value(value: Any) -> str:
     return sorted_json(value)
 
 
-async def resolve_url(template: McpgTemplate, env: Mapping[str, Any], tokens: Mapping[str, str]) -> str:
+async def resolve_url(template: McpgTemplate, env: Mapping[str, object], tokens: Mapping[str, str]) -> str:
     """A binding's ``url`` for one call: its expressions percent-encoded as URL components where
     ``mcpipe._url`` says (after the scheme's ``://``), then the URL checked to stay under the template's
     literal base with no dot segment in its path. A ``url`` that is one expression is its value as it is.
@@ -534,7 +544,7 @@ def _safe_url(url: str) -> str:
 
 
 async def _credential_header(
-    f: Any, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+    f: HttpFields | GrpcFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
 ) -> None:
     """The header that presents the binding's credential: its token in what is sent, the credential's name in
     what the envelope shows (mcpipe does not echo a secret to the caller)."""
@@ -549,7 +559,7 @@ async def _credential_header(
 
 
 async def _resolve_headers(
-    plan: HttpPlan, cel: Mapping[str, Any], tokens: Mapping[str, str] | None = None
+    plan: HttpPlan, cel: Mapping[str, object], tokens: Mapping[str, str] | None = None
 ) -> dict[str, str]:
     """Every configured header, resolved (net-core's ``resolved_headers``: what the envelope echoes)."""
     return {name: await template.resolve_async(cel, tokens) for name, template in plan.headers}
@@ -577,7 +587,7 @@ def _outbound(resolved: Mapping[str, str], json_call: bool, require_json: bool) 
 
 
 async def run_http(
-    step: Leaf[HttpFields, HttpPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[HttpFields, HttpPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f, plan = step.fields, step.built
     arguments = env.get("args")
@@ -665,7 +675,7 @@ async def run_http(
 
 
 async def run_grpc(
-    step: Leaf[GrpcFields, HttpPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[GrpcFields, HttpPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f, plan = step.fields, step.built
     arguments = env.get("args")
@@ -731,7 +741,7 @@ def _build_mock(b: Build[MockFields]) -> None:
 
 
 async def run_mock(
-    step: Leaf[MockFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[MockFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     from mcpipe.kinds.mock import simulate
 
@@ -808,8 +818,8 @@ def _build_command(b: Build[CommandFields]) -> CommandPlan:
 
 async def run_command(
     step: Leaf[CommandFields, CommandPlan],
-    inputs: dict[str, Any],
-    env: Mapping[str, Any],
+    inputs: Mapping[str, object],
+    env: Mapping[str, object],
     ctx: ToolContext,
 ) -> StepOutput:
     f = step.fields
@@ -913,7 +923,7 @@ async def run_command(
     return _finish(f.answer, envelope_result(sorted_json(out).encode()))
 
 
-def _command_error(kind: str, message: str, action: str, details: dict[str, Any]) -> dict[str, Any]:
+def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
     return {
         "kind": kind,
         "code": f"mcpg.downstream_command.{kind}",
@@ -955,7 +965,7 @@ class KafkaFields(McpgFields, tag="mcpg.kafka"):
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
 
 
-def _build_nats(b: Build[NatsFields]) -> Any:
+def _build_nats(b: Build[NatsFields]) -> Connections:
     from mcpipe.backends.nats import parse_nats_url
 
     f = b.fields
@@ -971,7 +981,7 @@ def _build_nats(b: Build[NatsFields]) -> Any:
     return b.policy.connections
 
 
-def _build_kafka(b: Build[KafkaFields]) -> Any:
+def _build_kafka(b: Build[KafkaFields]) -> Connections:
     from mcpipe.backends.kafka import parse_bootstrap
 
     f = b.fields
@@ -991,7 +1001,7 @@ def _payload_result(data: bytes, limit: int) -> dict[str, Any]:
 
 
 async def run_nats(
-    step: Leaf[NatsFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[NatsFields, Connections], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The core's :func:`~mcpipe.kinds.nats.request` (on the connection the server's NATS steps share), with
     the arguments as sorted JSON; the reply's bytes as mcpg's envelope, a failure in async-nats's words."""
@@ -1015,7 +1025,7 @@ async def run_nats(
 
 
 async def run_kafka(
-    step: Leaf[KafkaFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[KafkaFields, Connections], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The core's :func:`~mcpipe.kinds.kafka.request` (on the client the server's Kafka steps share), with
     the arguments as sorted JSON and the trace context as a header; the response's value as mcpg's
@@ -1162,7 +1172,7 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits, stream)
 
 
-def _build_await(b: Build[Any], block: McpgAwait) -> AwaitPlan | None:
+def _build_await(b: Build[_SF], block: McpgAwait) -> AwaitPlan | None:
     from mcpipe.backends.sql import Statement
 
     where = f"{b.location}.await"
@@ -1253,7 +1263,7 @@ def _pg_value(value: Any, type_name: str) -> Any:
     return None  # sqlx decodes no other type as a string: mcpg's row holds null
 
 
-def _sqlite_value(value: Any) -> Any:
+def _sqlite_value(value: object) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (bytes, bytearray, memoryview)):
@@ -1272,14 +1282,14 @@ def mcpg_rows(result: Any) -> list[dict[str, Any]]:
     return [{c: _sqlite_value(v) for c, v in zip(result.columns, row, strict=False)} for row in result.rows]
 
 
-def _first_column(row: Any) -> Any:
+def _first_column(row: object) -> Any:
     """``scalar``: the row's first value in mcpg's map order (serde_json's, by key)."""
     if isinstance(row, dict):
         return row[min(row)] if row else None
     return row
 
 
-def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: int | None) -> Any:
+def shape_rows(rows: list[dict[str, object]], mode: str, max_rows: int, affected: int | None) -> Any:
     """``shape_response`` of the SQL plugin."""
     rows = rows[:max_rows]
     if mode == "single":
@@ -1309,14 +1319,14 @@ def shape_rows(rows: list[dict[str, Any]], mode: str, max_rows: int, affected: i
     return {"contents": contents}
 
 
-def sql_error(e: Any, what: str = "execute") -> str:
+def sql_error(e: object, what: str = "execute") -> str:
     """A statement's failure as mcpg's SQL plugin words it: ``<what>: error returned from database: <the
     database's error>`` (sqlx's words; ``execute``, or ``execute_affected`` in a transaction), else mcpipe's."""
     database = getattr(e, "database", None)
     return f"{what}: error returned from database: {database}" if database is not None else str(e)
 
 
-async def _sql_raw(plan: SqlPlan, stmt: Any, cel: Mapping[str, Any], params: Mapping[str, Any]) -> Any:
+async def _sql_raw(plan: SqlPlan, stmt: Statement, cel: Mapping[str, Any], params: Mapping[str, object]) -> Any:
     """One statement through the core's :func:`~mcpipe.kinds.sql.run_statement`, after the binding's session
     variables (resolved over mcpg's ``identity``, made in one transaction with it, as mcpg's SQL plugin runs
     them): its result as the driver gave it, for :func:`mcpg_rows`."""
@@ -1345,7 +1355,7 @@ class _MissingParam(Exception):
     """``collect_bound_params``'s refusal (mcpg's ``SqlError::InvalidSpec``)."""
 
 
-def _bound(stmt: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
+def _bound(stmt: Statement, arguments: Mapping[str, object]) -> dict[str, Any]:
     """``collect_bound_params``: each ``:name`` of the statement from the arguments; one absent is an error."""
     out = {}
     for name in stmt.names:
@@ -1355,7 +1365,7 @@ def _bound(stmt: Any, arguments: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-async def _await_row(plan: SqlPlan, waits: AwaitPlan, f: SqlFields, cel: Mapping[str, Any], args: Any) -> Any:
+async def _await_row(plan: SqlPlan, waits: AwaitPlan, f: SqlFields, cel: Mapping[str, object], args: object) -> Any:
     """``execute_await_loop``: the trigger once, then the check until the predicate holds on its first row."""
     block = f.await_
     assert block is not None
@@ -1395,7 +1405,7 @@ def _sql_failed(f: SqlFields, error: str) -> dict[str, Any]:
 
 
 async def run_sql(
-    step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlFields, SqlPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     from mcpipe.backends.sql import SqlError
 
@@ -1485,12 +1495,12 @@ def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     return backend, tuple(stmts)
 
 
-def _tx_statement(st: SqlTxStatement, stmt: Any, arguments: Mapping[str, Any]) -> TxStatement:
+def _tx_statement(st: SqlTxStatement, stmt: Statement, arguments: Mapping[str, object]) -> TxStatement:
     """``run_tx_nested_step``: one statement for the core's transaction, bound from the step's input and
     shaped by its row mode (mcpg's words for a failure of either, raised as ``_TransportError``)."""
     from mcpipe.kinds.sql_tx import TxStatement
 
-    def bind(outputs: Mapping[str, Any]) -> Mapping[str, Any]:
+    def bind(outputs: Mapping[str, object]) -> Mapping[str, Any]:
         where = f"sql_tx nested step '{st.id}'"
         if st.row_mode not in _TX_ROW_MODES:
             modes = ", ".join(_TX_ROW_MODES)
@@ -1530,7 +1540,7 @@ def _tx_failure(f: SqlTxFields, e: TransactionFailed) -> str:
 async def run_sql_tx(
     step: Leaf[SqlTxFields, tuple[Any, tuple[Any, ...]]],
     inputs: dict[str, Any],
-    env: Mapping[str, Any],
+    env: Mapping[str, object],
     ctx: ToolContext,
 ) -> StepOutput:
     from mcpipe.kinds.sql_tx import TransactionFailed, run_transaction
@@ -1563,7 +1573,7 @@ class UnsetFields(McpgFields, tag="mcpg.unset"):
 
 
 async def run_unset(
-    step: Leaf[UnsetFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[UnsetFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f = step.fields
     return _finish(f.answer, failed_result(f.backend, f.message))
@@ -1584,7 +1594,7 @@ class JsonataFields(StepFields, tag="mcpg.jsonata", kw_only=True):
     config_error: str | None = None
 
 
-def _build_jsonata(b: Build[JsonataFields]) -> Any:
+def _build_jsonata(b: Build[JsonataFields]) -> str:
     """The compiled expression, or the words of its failure: the plugin parses it on each call, so an
     expression that does not parse fails the calls (``parse error: ...``), not the file. The engine is the
     plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
@@ -1604,7 +1614,7 @@ def _build_jsonata(b: Build[JsonataFields]) -> Any:
 
 
 async def run_jsonata(
-    step: Leaf[JsonataFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[JsonataFields, str], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f, built = step.fields, step.built
 
@@ -1685,7 +1695,7 @@ class FailFields(StepFields, tag="mcpg.fail", kw_only=True):
 
 
 async def run_fail(
-    step: Leaf[FailFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[FailFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     return StepOutput.of(_result(step.fields.message, None, True))
 
@@ -1704,7 +1714,7 @@ class McpgLogFields(StepFields, tag="mcpg.log", kw_only=True):
     tool_name: str = ""
 
 
-def _templates_of(b: Build[Any], value: Any, where: str) -> Any:
+def _templates_of(b: Build[_SF], value: object, where: str) -> Any:
     """``value`` with each string holding ``${`` compiled (a :class:`McpgTemplate`), the rest as it is."""
     if isinstance(value, str):
         return _compile(b, value, where) if "${" in value else value
@@ -1715,7 +1725,7 @@ def _templates_of(b: Build[Any], value: Any, where: str) -> Any:
     return value
 
 
-async def _resolved(value: Any, cel: Mapping[str, Any]) -> Any:
+async def _resolved(value: object, cel: Mapping[str, object]) -> Any:
     if isinstance(value, McpgTemplate):
         return await value.resolve_async(cel)
     if isinstance(value, dict):
@@ -1736,7 +1746,7 @@ def _build_log(b: Build[McpgLogFields]) -> Any:
 
 
 async def run_log(
-    step: Leaf[McpgLogFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[McpgLogFields, object], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     f = step.fields
     steps = env.get("steps")
@@ -1796,12 +1806,14 @@ def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
     return False
 
 
-def _binding_call(kind: str, run: Any) -> Any:
+def _binding_call(kind: str, run: RunFn[_MF, _B]) -> RunFn[_MF, _B]:
     """A backend kind's ``run`` as a binding's own call (not a pipeline's step): tried again as mcpg's
     ``dispatch_with_retries`` does when the binding has a ``retry``, and its result given the ``_meta.audit``
     every binding-plugin dispatch of mcpg attaches (``binding_audit_meta``)."""
 
-    async def call(step: Leaf[Any, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+    async def call(
+        step: Leaf[_MF, _B], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    ) -> StepOutput:
         if step.fields.answer != "result":
             return await run(step, inputs, env, ctx)
         rc = step.fields.retry

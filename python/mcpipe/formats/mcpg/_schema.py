@@ -67,7 +67,7 @@ def location(path: Any) -> str:
     return out
 
 
-def schema_problems(doc: Mapping[str, Any]) -> list[Problem]:
+def schema_problems(doc: Mapping[str, object]) -> list[Problem]:
     """Every place ``doc`` breaks mcpg's schema, located (``gateway.server.bogus``), one line each."""
     problems: list[Problem] = []
     for error in sorted(_validator().iter_errors(doc), key=lambda e: [str(p) for p in e.absolute_path]):
@@ -112,12 +112,12 @@ def _enums(schema: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def _short(value: Any) -> str:
+def _short(value: object) -> str:
     text = json.dumps(value, default=str)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def env_overlay(doc: Mapping[str, Any], environ: Mapping[str, str]) -> dict[str, Any]:
+def env_overlay(doc: Mapping[str, object], environ: Mapping[str, str]) -> dict[str, Any]:
     """``doc`` with mcpg's ``MCPG_<ROOT>__<KEY>__...`` variables merged in (figment's ``Env::prefixed("MCPG_")
     .split("__")``, limited to the config's roots): keys lower-cased, values read as a boolean, an integer,
     a float, or else text, later wins over the file."""

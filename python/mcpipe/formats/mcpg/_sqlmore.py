@@ -21,9 +21,9 @@ import hmac
 import logging
 import re
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 import orjson
@@ -40,8 +40,11 @@ __all__ = ["StreamCursors", "check_list_query", "stream_page"]
 _log = logging.getLogger("mcpipe.mcpg")
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_]+")
 
+_SF = TypeVar("_SF", bound=StepFields)
+"""The fields of the step whose backend is looked up (any kind's)."""
 
-def _backend(b: Build[Any], name: str) -> Any:
+
+def _backend(b: Build[_SF], name: str) -> Any:
     backend = b.policy.sql.get(name) if b.policy.sql is not None else None
     if backend is None:
         b.problem(f"{b.location}.backend", f"no SQL backend '{name}'")
@@ -64,7 +67,7 @@ class SqlListFields(StepFields, tag="mcpg.sql_list", kw_only=True):
     """The binding's name: a listed resource's name when its row has none."""
 
 
-def check_list_query(spec: Mapping[str, Any]) -> str | None:
+def check_list_query(spec: Mapping[str, object]) -> str | None:
     """Why mcpg's SQL plugin refuses a ``list_query`` at registration (``ListQueryConfig::validate``, and the
     placeholders it binds), or None."""
     from mcpipe.backends.sql import Statement
@@ -101,7 +104,7 @@ def _build_list(b: Build[SqlListFields]) -> tuple[Any, Any]:
     return backend, Statement.parse(f.sql)
 
 
-def _cursor_text(value: Any) -> str:
+def _cursor_text(value: object) -> str:
     """``cursor_value_to_string``: a cell as an opaque cursor."""
     if isinstance(value, str):
         return value
@@ -116,7 +119,7 @@ MAX_OFFSET = 2**63 - 1
 """The largest offset-mode cursor (a signed 64-bit integer, what the databases take)."""
 
 
-def offset_of(cursor: Any) -> int:
+def offset_of(cursor: object) -> int:
     """An offset-mode cursor's offset (0 for none): decimal digits (an optional ``+``, as mcpg's ``u64`` parse
     takes) up to :data:`MAX_OFFSET`; anything else (a sign, spaces, ``1_000``, other scripts' digits, a number
     past a 64-bit integer) is refused with mcpg's message.
@@ -134,7 +137,10 @@ def offset_of(cursor: Any) -> int:
 
 
 async def run_list(
-    step: Leaf[SqlListFields, tuple[Any, Any]], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlListFields, tuple[Any, Any]],
+    inputs: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
 ) -> StepOutput:
     from mcpipe.backends.sql import SqlError
 
@@ -193,7 +199,7 @@ def _build_complete(b: Build[SqlCompleteFields]) -> Any:
 
 
 async def run_complete(
-    step: Leaf[SqlCompleteFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlCompleteFields, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     from mcpipe.backends.sql import SqlError, Statement
 
@@ -257,7 +263,7 @@ class StreamCursors:
         key = hashlib.sha256(str(given).encode()).digest() if given else secrets.token_bytes(32)
         return cls(binding, tuple(spec.get("cursor_columns") or ()), dict(spec.get("initial") or {}), key)
 
-    def encode(self, keyset: list[Any]) -> str:
+    def encode(self, keyset: Sequence[object]) -> str:
         """``s.<base64url(payload)>.<base64url(hmac)>`` (``stream.rs`` ``encode_cursor``)."""
         payload = orjson.dumps({"v": 1, "b": self.binding, "p": "", "k": keyset})
         body = base64.urlsafe_b64encode(payload).rstrip(b"=")
@@ -306,7 +312,7 @@ class StreamCursors:
             )
         return keyset
 
-    def bind(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    def bind(self, arguments: Mapping[str, object]) -> dict[str, Any]:
         """The statement's parameters for a page: ``_after_<col>`` from the caller's ``_cursor`` (else from
         ``initial``, else null), never from the caller directly (``apply_stream_cursor``)."""
         args = {k: v for k, v in arguments.items() if k != "_cursor"}
@@ -316,7 +322,7 @@ class StreamCursors:
             args[f"_after_{col}"] = keyset[i] if keyset is not None else self.initial.get(col)
         return args
 
-    def next_cursor(self, rows: list[Any]) -> str | None:
+    def next_cursor(self, rows: Sequence[object]) -> str | None:
         """The next page's cursor: the last row's cursor columns (``mint_next_cursor``); None after the last."""
         if not rows or not isinstance(rows[-1], Mapping):
             return None
@@ -326,7 +332,7 @@ class StreamCursors:
         return self.encode([last[col] for col in self.columns])
 
 
-def stream_page(rows: list[Any], max_rows: int, cursors: StreamCursors) -> dict[str, Any]:
+def stream_page(rows: Sequence[object], max_rows: int, cursors: StreamCursors) -> dict[str, Any]:
     """The ``row_mode: stream`` answer: ``{rows, truncated, next_cursor}``."""
     kept = rows[:max_rows]
     return {"rows": kept, "truncated": len(rows) > max_rows, "next_cursor": cursors.next_cursor(kept)}

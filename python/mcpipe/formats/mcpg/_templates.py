@@ -159,7 +159,7 @@ class McpgTemplate:
     def credentials(self) -> tuple[str, ...]:
         return tuple(v for kind, v in self.parts if kind == "cred")
 
-    def resolve(self, env: Mapping[str, Any], credentials: Mapping[str, str] | None = None) -> str:
+    def resolve(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
         """The text for one call.
 
         Raises:
@@ -180,7 +180,7 @@ class McpgTemplate:
                 out.append(_cel_string(value.evaluate(env)))
         return "".join(out)
 
-    async def resolve_async(self, env: Mapping[str, Any], credentials: Mapping[str, str] | None = None) -> str:
+    async def resolve_async(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
         """:meth:`resolve`, each expression under the expression deadline (one that iterates runs in a CEL
         worker, off the event loop: issue 20).
 
@@ -217,7 +217,7 @@ def compile_mcpg_cel(source: str) -> CelExpr:
     return CelExpr.compile(source, extra_roots=MCPG_ROOTS | names)
 
 
-def _to_string(value: Any) -> str:
+def _to_string(value: object) -> str:
     """mcpg-expr's ``cel_value_to_string``."""
     if isinstance(value, str):
         return value
@@ -232,7 +232,7 @@ def _to_string(value: Any) -> str:
     raise ExpressionError(f"expression must evaluate to a string, number, or boolean, got {type(value).__name__}")
 
 
-def _cel_string(value: Any) -> str:
+def _cel_string(value: object) -> str:
     """CEL's ``string()`` of a value."""
     if isinstance(value, str):
         return value
@@ -249,24 +249,24 @@ _CONTEXT = CelExpr.compile(CONTEXT)
 _REQUEST_CONTEXT = CelExpr.compile(REQUEST_CONTEXT)
 
 
-def caller_context(facts: Mapping[str, Any]) -> dict[str, Any]:
+def caller_context(facts: Mapping[str, object]) -> dict[str, Any]:
     """mcpg's ``context`` of a call, from mcpipe's request facts (``ToolContext.facts()``): the same expression
     a pipeline's CEL reads (:data:`._names.CONTEXT`)."""
     value: dict[str, Any] = _CONTEXT.evaluate({"context": facts})
     return value
 
 
-def request_context(facts: Mapping[str, Any]) -> dict[str, Any]:
+def request_context(facts: Mapping[str, object]) -> dict[str, Any]:
     """mcpg's ``request_context`` of a call (:data:`._names.REQUEST_CONTEXT`)."""
     value: dict[str, Any] = _REQUEST_CONTEXT.evaluate({"context": facts})
     return value
 
 
 def cel_env(
-    args: Any,
+    args: object,
     tool_name: str,
-    facts: Mapping[str, Any],
-    steps: Mapping[str, Any] | None = None,
+    facts: Mapping[str, object],
+    steps: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """The variables of an mcpg expression for one call (``ExprContext::to_cel_context``); ``facts`` are the
     request's (``ToolContext.facts()``: its id, session, transport and caller). A pipeline's step (``steps``
@@ -293,7 +293,7 @@ def cel_env(
     return env
 
 
-def mcpg_steps(results: Mapping[str, Any]) -> dict[str, Any]:
+def mcpg_steps(results: Mapping[str, object]) -> dict[str, Any]:
     """mcpipe's step results (``steps`` root) as mcpg's ``completed_steps``: ``{output, is_error,
     duration_ms}`` per step id."""
     out: dict[str, Any] = {}

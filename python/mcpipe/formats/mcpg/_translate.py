@@ -24,10 +24,11 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
@@ -120,7 +121,7 @@ class _Out:
         return best[1] + location[len(best[0]) :]
 
 
-def translate(raw: Mapping[str, Any], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
+def translate(raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
     """The mcpg document ``raw`` in mcpipe's layout, with every refusal located in the file."""
     doc = env_overlay(raw, environ)
     out = _Out(environ)
@@ -283,7 +284,7 @@ def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], l
     return expanded, missing
 
 
-def _registry_auth(auth: Mapping[str, Any], entry: dict[str, Any], where: str, out: _Out) -> bool:
+def _registry_auth(auth: Mapping[str, object], entry: JsonObject, where: str, out: _Out) -> bool:
     """A registry's ``defaults.auth`` for its servers: ``pass_through`` forwards the caller's bearer; the OAuth
     modes present a credential (``{server}`` in its target: one per server, the target named by the server)."""
     mode = auth.get("mode", "none")
@@ -314,7 +315,7 @@ def _registry_auth(auth: Mapping[str, Any], entry: dict[str, Any], where: str, o
     return True
 
 
-def _served_registry(registry: Mapping[str, Any], out: _Out) -> None:
+def _served_registry(registry: Mapping[str, object], out: _Out) -> None:
     """``mcp.registry``: this gateway as an MCP registry's one entry (``ServedRegistryConfig``)."""
     if not registry.get("enabled"):
         return
@@ -488,7 +489,7 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
         out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
 
 
-def _tls(tls: Mapping[str, Any], where: str, out: _Out) -> None:
+def _tls(tls: Mapping[str, object], where: str, out: _Out) -> None:
     """``gateway.server.tls`` (``TlsConfig``, checked as mcpg checks it) as mcpipe's ``http.tls``."""
     cert, key = str(tls.get("cert_path", "")), str(tls.get("key_path", ""))
     version = str(tls.get("min_tls_version", "1.2")).strip()
@@ -591,7 +592,7 @@ _SINK_NAMESPACE = {"audit": "audit", "metrics": "observability", "traces": "obse
 _SINK_KEYWORDS = frozenset({"builtin", "in-process", "memory", "file", "stderr", "stdout"})
 
 
-def _sink(signal: str, sink: Any) -> Any:
+def _sink(signal: str, sink: object) -> Any:
     """A sink whose ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
     (``dev.mcpg.observability.prometheus``: ``resolve_kind``'s rule 3, ``config/wiring.rs``)."""
     if not isinstance(sink, Mapping):
@@ -640,7 +641,7 @@ def _observability(obs: Mapping[str, Any], out: _Out) -> None:
             plugins.translate_sink("logs", _sink("logs", sink), f"observability.logs.sinks[{i}]", out.doc, out.problems)
 
 
-def _jwks(jwks: Mapping[str, Any], loc: str, out: _Out) -> None:
+def _jwks(jwks: Mapping[str, object], loc: str, out: _Out) -> None:
     """mcpg's built-in JWKS verification: an ``[[auth.oidc]]`` issuer with its keys (inline or at ``url``)."""
     if not jwks.get("issuer"):
         out.refuse(f"{loc}.issuer", "mcpipe checks the issuer of every JWT: give governance.access.jwks.issuer")
@@ -669,7 +670,7 @@ def _jwks(jwks: Mapping[str, Any], loc: str, out: _Out) -> None:
 # --- plugins --------------------------------------------------------------------------------------
 
 
-def _plugins(entries: list[Any], out: _Out) -> dict[str, Any]:
+def _plugins(entries: Sequence[object], out: _Out) -> dict[str, Any]:
     """The ``plugins[]`` entries, read by :mod:`.plugins` (each id's meaning, or a located refusal). Answers
     the Kafka plugin's connection config (``bootstrap_servers``, ``group_id``): mcpg hands it to the plugin
     when it builds it, and mcpipe's kafka steps take it from there."""
@@ -715,7 +716,9 @@ def _schema_registry(registry: Mapping[str, Any], base_dir: str, out: _Out) -> d
 class _Binding:
     """What translating one binding needs: where it is, its name, and the document being built."""
 
-    def __init__(self, out: _Out, loc: str, name: str, schemas: Mapping[str, Any], kafka: Mapping[str, Any]) -> None:
+    def __init__(
+        self, out: _Out, loc: str, name: str, schemas: Mapping[str, object], kafka: Mapping[str, object]
+    ) -> None:
         self.out = out
         self.loc = loc
         self.name = name
@@ -725,7 +728,7 @@ class _Binding:
         self.sql_bindings: dict[str, Any] = {}
         self.unset: list[str] = []
 
-    def env(self, value: Any, where: str) -> Any:
+    def env(self, value: object, where: str) -> Any:
         """``${env.NAME}`` resolved in every string of ``value``, as mcpg does when it starts (a variable that is
         not set is noted in ``unset``, and is a located warning of ``mcpipe check``: mcpg's config check passes
         it, its start fails, mcpipe serves the binding failing each call). ``${cred://…}`` tokens stay: an http
@@ -744,7 +747,7 @@ class _Binding:
             return [self.env(v, f"{where}[{i}]") for i, v in enumerate(value)]
         return value
 
-    def schema(self, value: Any, where: str) -> Any:
+    def schema(self, value: object, where: str) -> Any:
         if isinstance(value, Mapping) and "$schema_ref" in value:
             ref = value["$schema_ref"]
             if ref not in self.schemas:
@@ -754,7 +757,9 @@ class _Binding:
         return value
 
 
-def _capabilities(caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, Any], kafka: Mapping[str, Any]) -> None:
+def _capabilities(
+    caps: Mapping[str, Any], out: _Out, schemas: Mapping[str, object], kafka: Mapping[str, object]
+) -> None:
     pipelines: list[dict[str, Any]] = out.doc.setdefault("pipelines", [])
     access = out.section("trust").setdefault("tools", {})
     sql_backends: dict[str, str] = {}
@@ -963,7 +968,7 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
     return entry
 
 
-def _hidden(out: _Out, name: str, steps: list[dict[str, Any]], where: str) -> None:
+def _hidden(out: _Out, name: str, steps: list[dict[str, object]], where: str) -> None:
     """A pipeline the server runs itself (a completion source, a listing), declared after the bindings."""
     out.doc.setdefault("pipelines", []).append(
         {"name": name, "description": f"{where} (run by the server)", "surface": "hidden", "steps": steps}
@@ -971,7 +976,7 @@ def _hidden(out: _Out, name: str, steps: list[dict[str, Any]], where: str) -> No
     out.moved(f"pipelines.{name}.steps[0]", where)
 
 
-def _dynamic_completion(b: _Binding, var: str, spec: Any, where: str) -> Any:
+def _dynamic_completion(b: _Binding, var: str, spec: object, where: str) -> Any:
     """A ``kind: dynamic`` variable completion: a lookup on the backend of the binding it names (mcpg's
     ``complete_template_variable``). The SQL plugin is the one backend that answers it; a binding of any other
     kind, or none of that name, offers nothing (mcpg logs it and answers an empty completion)."""
@@ -1022,7 +1027,7 @@ def _watch(watch: Mapping[str, Any], where: str, out: _Out) -> dict[str, Any] | 
 
 
 def _backend_step(
-    b: _Binding, kind: str, spec: dict[str, Any], where: str, *, answer: str, step_id: str, profile: str
+    b: _Binding, kind: str, spec: JsonObject, where: str, *, answer: str, step_id: str, profile: str
 ) -> dict[str, Any] | None:
     out = b.out
     if kind == "twilio":
@@ -1106,7 +1111,7 @@ def _backend_step(
     return step
 
 
-def _no_credentials(value: Any, where: str, out: _Out) -> bool:
+def _no_credentials(value: object, where: str, out: _Out) -> bool:
     """A ``${cred://…}`` left outside the one header that may present a credential: refused, located."""
     if isinstance(value, str):
         if "${cred://" in value:
@@ -1124,13 +1129,13 @@ def _allow_private(out: _Out) -> bool:
     return bool(((out.doc.get("outbound") or {}).get("http") or {}).get("allow_private"))
 
 
-def _copy(spec: dict[str, Any], step: dict[str, Any], keys: tuple[str, ...]) -> None:
+def _copy(spec: JsonObject, step: JsonObject, keys: tuple[str, ...]) -> None:
     for key in keys:
         if key in spec:
             step[key] = spec.pop(key)
 
 
-def _http_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> None:
+def _http_spec(b: _Binding, spec: JsonObject, step: JsonObject, where: str) -> None:
     _copy(spec, step, ("url", "headers", "expected_status_codes", "require_json_response", "max_response_bytes"))
     method = spec.pop("method", "post")
     step["method"] = str(method).lower()
@@ -1163,7 +1168,7 @@ def _sql_entry(b: _Binding, url: str, binding_name: str) -> str:
     return name
 
 
-def _sql_spec(b: _Binding, spec: dict[str, Any], step: dict[str, Any], where: str) -> bool:
+def _sql_spec(b: _Binding, spec: dict[str, Any], step: JsonObject, where: str) -> bool:
     out = b.out
     url = spec.pop("url", "")
     driver = spec.pop("driver", "")
@@ -1234,7 +1239,7 @@ _AWAIT_KEYS = ("trigger", "check", "predicate", "poll_interval_ms", "timeout_ms"
 """mcpg's ``AwaitConfig`` (its predicate is CEL over ``row`` and ``arguments`` alone, kept as written)."""
 
 
-def _stream_problem(query: Mapping[str, Any], mode: str) -> str | None:
+def _stream_problem(query: Mapping[str, object], mode: str) -> str | None:
     """Why mcpg's SQL plugin refuses a binding's ``stream`` block (``SqlBackendConfig::validate``), or None."""
     stream = query.get("stream")
     if mode != "stream":
@@ -1267,7 +1272,7 @@ def _stream_problem(query: Mapping[str, Any], mode: str) -> str | None:
 # --- pipelines ------------------------------------------------------------------------------------
 
 
-def _undecodable(steps: Any, where: str) -> str | None:
+def _undecodable(steps: object, where: str) -> str | None:
     """Where mcpg's ``PipelineBackendConfig`` does not decode the steps, and why (None: it does). mcpg's config
     check passes a pipeline binding whatever its steps hold; at boot a pipeline that does not decode is left
     unregistered, without a word, and each call answers ``pipeline '<name>' not found``
@@ -1358,7 +1363,7 @@ def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dic
     return step
 
 
-def _literal(value: Any) -> Any:
+def _literal(value: object) -> Any:
     return {"$literal": value} if isinstance(value, (str, dict, list)) else value
 
 
@@ -1520,7 +1525,7 @@ def _sql_backend_of(b: _Binding, binding_name: Any, where: str) -> str | None:
 # --- the rest ---------------------------------------------------------------------------------------
 
 
-def _configurations(conf: Mapping[str, Any], out: _Out, caps: Mapping[str, Any]) -> None:
+def _configurations(conf: Mapping[str, Any], out: _Out, caps: Mapping[str, object]) -> None:
     for key in ("sessions", "pipelines", "subscriptions"):
         store = (conf.get(key) or {}).get("store")
         if store and store.get("kind") not in ("memory", "cluster"):
@@ -1646,7 +1651,7 @@ _PLAINTEXT = {
 }
 
 
-def _plaintext(kind: str, cluster: Mapping[str, Any]) -> bool:
+def _plaintext(kind: str, cluster: Mapping[str, object]) -> bool:
     """``ClusterConfig::validate_transport_security``: the coordinator's link would be plaintext."""
     if kind == "redis":
         url = cluster.get("url")
@@ -1758,7 +1763,7 @@ _COMMUNITY_EXACT = frozenset(
 )
 
 
-def _licence_gate(entries: list[Any], out: _Out) -> None:
+def _licence_gate(entries: Sequence[object], out: _Out) -> None:
     """``enforce_plugin_license_gate`` under the community plan: each enabled plugin (by its ``ref``, else its
     id) that is entitlement-gated and not admitted is refused, as mcpg refuses to boot."""
     for i, entry in enumerate(entries):

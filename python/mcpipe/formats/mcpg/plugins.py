@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, Problem
 
 __all__ = [
@@ -116,7 +117,7 @@ def _problem(problems: list[Problem], loc: str, message: str, code: str = _CODE)
     problems.append(Problem(loc, code, message))
 
 
-def _config(entry: Mapping[str, Any], loc: str, problems: list[Problem], pid: str) -> dict[str, Any] | None:
+def _config(entry: Mapping[str, object], loc: str, problems: list[Problem], pid: str) -> dict[str, Any] | None:
     """The entry's ``config`` as an object (absent or null: empty); None, with a problem, when it is not one."""
     cfg = entry.get("config")
     if cfg is None:
@@ -127,7 +128,7 @@ def _config(entry: Mapping[str, Any], loc: str, problems: list[Problem], pid: st
     return dict(cfg)
 
 
-def _fields(cfg: Mapping[str, Any], known: frozenset[str], loc: str, problems: list[Problem], pid: str) -> bool:
+def _fields(cfg: Mapping[str, object], known: frozenset[str], loc: str, problems: list[Problem], pid: str) -> bool:
     """mcpg's plugins refuse unknown config fields (``deny_unknown_fields``) when they load: so does mcpipe."""
     ok = True
     for key in cfg:
@@ -142,7 +143,7 @@ def _fields(cfg: Mapping[str, Any], known: frozenset[str], loc: str, problems: l
     return ok
 
 
-def _str(value: Any, loc: str, problems: list[Problem], *, required: bool = False, what: str = "") -> str | None:
+def _str(value: object, loc: str, problems: list[Problem], *, required: bool = False, what: str = "") -> str | None:
     if value is None:
         if required:
             _problem(problems, loc, f"{what or 'this field'} is required")
@@ -156,7 +157,7 @@ def _str(value: Any, loc: str, problems: list[Problem], *, required: bool = Fals
     return value
 
 
-def _strings(value: Any, loc: str, problems: list[Problem]) -> list[str]:
+def _strings(value: object, loc: str, problems: list[Problem]) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -165,7 +166,7 @@ def _strings(value: Any, loc: str, problems: list[Problem]) -> list[str]:
     return list(value)
 
 
-def _int(value: Any, loc: str, problems: list[Problem], lo: int, hi: int | None = None) -> int | None:
+def _int(value: object, loc: str, problems: list[Problem], lo: int, hi: int | None = None) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool) or value < lo or (hi is not None and value > hi):
@@ -175,13 +176,13 @@ def _int(value: Any, loc: str, problems: list[Problem], lo: int, hi: int | None 
     return value
 
 
-def _section(out: dict[str, Any], key: str) -> dict[str, Any]:
+def _section(out: JsonObject, key: str) -> dict[str, Any]:
     value = out.setdefault(key, {})
     assert isinstance(value, dict)
     return value
 
 
-def _plugin_id(entry: Any) -> str | None:
+def _plugin_id(entry: object) -> str | None:
     if isinstance(entry, str):
         return entry
     if isinstance(entry, Mapping):
@@ -194,7 +195,7 @@ def _plugin_id(entry: Any) -> str | None:
 
 
 def translate_plugins(
-    entries: Any, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entries: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Read mcpg's ``plugins:`` list (at ``loc``): each plugin's meaning added to ``out`` (a config document
     in mcpipe's layout, being built), or a located problem appended to ``problems``.
@@ -240,7 +241,7 @@ def translate_plugins(
 _ENV = re.compile(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 
 
-def _env(value: Any, loc: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
+def _env(value: object, loc: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
     """``${env.NAME}`` in a plugin's config, read from the environment when the file is loaded, as mcpg does
     (an unset variable is an error)."""
     if isinstance(value, str):
@@ -271,7 +272,7 @@ _SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sin
 
 
 def _section_uses(
-    entries: list[Any], loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entries: Sequence[object], loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Plugins a section names rather than loads (the front-end hands them as entries whose ``class`` is the
     slot): sinks (``observability.*.sinks``, ``governance.audit.sinks``), the identity bridges of
@@ -299,7 +300,7 @@ def _section_uses(
             _problem(problems, at, _unsupported(str(pid), cls))
 
 
-def _engine(pid: Any, cfg: Mapping[str, Any], at: str, problems: list[Problem]) -> None:
+def _engine(pid: object, cfg: Mapping[str, object], at: str, problems: list[Problem]) -> None:
     """A ``governance.policy.engine`` reference: mcpg runs the engines it names, in order, before each call.
     mcpipe enforces every loaded ``dev.mcpg.policy.cedar`` entry (as a gate, in the ``plugins:`` order), so a
     reference to Cedar asks for nothing more; any other engine is refused."""
@@ -322,7 +323,7 @@ _LEGACY_JWKS_KEYS = frozenset(
 _ASYMMETRIC = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
 
 
-def translate_jwks(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_jwks(cfg: Mapping[str, Any], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's ``governance.access.jwks`` (its built-in JWT verifier, ``dev.mcpg.identity.jwt``) as an
     ``[[auth.oidc]]`` issuer: the keys inline (``keys_json``) or fetched from ``url`` (no discovery), ``iss``
     and ``aud`` checked when set, every algorithm of the keys accepted (HMAC when the set holds ``oct`` keys)."""
@@ -371,13 +372,13 @@ def translate_jwks(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], proble
     _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
-def _section_list(out: dict[str, Any], key: str) -> list[Any]:
+def _section_list(out: JsonObject, key: str) -> list[Any]:
     value = out.setdefault(key, [])
     assert isinstance(value, list)
     return value
 
 
-def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
+def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
     """mcpg's ``validate_plugins``, and its entry shape (``deny_unknown_fields``)."""
     ok = True
     for key in entry:
@@ -430,11 +431,11 @@ def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: 
 
 
 def _translate_one(
-    entry: Mapping[str, Any],
+    entry: Mapping[str, object],
     alias: str,
     pid: str,
     at: str,
-    out: dict[str, Any],
+    out: JsonObject,
     problems: list[Problem],
     environ: Mapping[str, str],
 ) -> None:
@@ -494,7 +495,7 @@ _OPENAPI_SOURCE_KEYS = frozenset({"name", "spec", "base_url", "auth", "expose", 
 
 
 def _openapi_plugin(
-    entry: Mapping[str, Any], at: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str]
+    entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """mcpg's OpenAPI backend plugin (``config.sources[]``): each source an ``[openapi.NAME]`` section.
 
@@ -557,7 +558,7 @@ def _openapi_plugin(
         sections[name] = section
 
 
-def _unsupported(pid: str, cls: Any) -> str:
+def _unsupported(pid: str, cls: object) -> str:
     if pid.startswith("dev.mcpg.backend."):
         return f"mcpg's plugin `{pid}` is not supported by mcpipe: it has no step kind for that backend"
     why = _WHY_CLASS.get(cls if isinstance(cls, str) else "", "mcpipe has no implementation of it")
@@ -588,7 +589,7 @@ _CLAIM_KEYS = frozenset(
 )
 
 
-def _oidc_plugin(entry: Mapping[str, Any], at: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _oidc_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.oidc"
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -596,7 +597,7 @@ def _oidc_plugin(entry: Mapping[str, Any], at: str, out: dict[str, Any], problem
     translate_oidc(cfg, f"{at}.config", out, problems)
 
 
-def translate_oidc(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_oidc(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's OIDC/OAuth identity config (the ``dev.mcpg.identity.oidc`` plugin's, and
     ``governance.access.oidc_oauth``'s: one schema) as ``[[auth.oidc]]`` issuers."""
     pid = "dev.mcpg.identity.oidc"
@@ -644,7 +645,7 @@ def translate_oidc(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], proble
             _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
-def _oidc_provider(p: Mapping[str, Any], at: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _oidc_provider(p: Mapping[str, object], at: str, problems: list[Problem]) -> dict[str, Any] | None:
     pid = "dev.mcpg.identity.oidc"
     if not _fields(p, _PROVIDER_KEYS, at, problems, pid):
         return None
@@ -732,7 +733,7 @@ def _oidc_provider(p: Mapping[str, Any], at: str, problems: list[Problem]) -> di
 _MTLS_KEYS = frozenset({"sources", "extraction", "identities", "resolution"})
 
 
-def _mtls_plugin(entry: Mapping[str, Any], at: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.mtls"
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -829,14 +830,14 @@ _CEDAR_KEYS = frozenset(
 )
 
 
-def _gate(out: dict[str, Any], gate: dict[str, Any]) -> None:
+def _gate(out: JsonObject, gate: Mapping[str, object]) -> None:
     access = _section(out, "access")
     access["refusals"] = "error"  # answered as mcpg's plugins answer: their JSON-RPC errors
     _section_list(access, "gates").append(gate)
 
 
 def _cedar(
-    entry: Mapping[str, Any], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.policy.cedar"
     cfg = _config(entry, at, problems, pid)
@@ -937,7 +938,7 @@ _SCOPES = ("per_principal", "per_tool", "per_principal_tool", "per_session", "gl
 
 
 def _rate_limit(
-    entry: Mapping[str, Any], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.rate-limit"
     cfg = _config(entry, at, problems, pid)
@@ -994,7 +995,7 @@ def _rate_limit(
 
 
 def _ip_allowlist(
-    entry: Mapping[str, Any], alias: str, at: str, enforce: bool, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.ip-allowlist"
     cfg = _config(entry, at, problems, pid)
@@ -1061,7 +1062,7 @@ _JAG_KEYS = frozenset(
 
 
 def _issuer(
-    entry: Mapping[str, Any], alias: str, pid: str, at: str, out: dict[str, Any], problems: list[Problem]
+    entry: Mapping[str, object], alias: str, pid: str, at: str, out: JsonObject, problems: list[Problem]
 ) -> None:
     cfg = _config(entry, at, problems, pid)
     if cfg is None:
@@ -1093,7 +1094,7 @@ def _issuer(
             creds[f"{alias}/{name}"] = made
 
 
-def _provider(pid: str, p: Mapping[str, Any], at: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _provider(pid: str, p: Mapping[str, object], at: str, problems: list[Problem]) -> dict[str, Any] | None:
     keys = {CLIENT_CREDENTIALS: _CC_KEYS, TOKEN_EXCHANGE: _TE_KEYS, ID_JAG: _JAG_KEYS}[pid]
     if not _fields(p, keys, at, problems, pid):
         return None
@@ -1166,7 +1167,7 @@ def env_credential_variable(plugin: str, target: str) -> str:
 
 
 def credential_ref(
-    uri: str, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    uri: str, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> str | None:
     """The name of mcpipe's outbound credential that a ``cred://<plugin_id>/<target>`` reference (at
     ``loc``) stands for, or None (a located problem appended).
@@ -1224,7 +1225,7 @@ def credential_ref(
 
 
 def http_credential(
-    headers: Any, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    headers: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> tuple[Any, dict[str, Any]]:
     """An ``http`` binding's ``headers`` with its ``${cred://...}`` header taken out, and the step fields that
     present that credential instead (``credential``, ``credential_header``, ``credential_prefix``,
@@ -1259,7 +1260,7 @@ def http_credential(
 # -- sinks ------------------------------------------------------------------------------------------------
 
 
-def translate_sink(signal: str, sink: Any, loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def translate_sink(signal: str, sink: object, loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """One ``observability.<signal>.sinks[]`` entry (``signal``: ``metrics``, ``traces``, ``logs``) or
     ``governance.audit.sinks[]`` entry (``signal``: ``audit``) whose ``kind`` is a plugin id, at ``loc``.
 
@@ -1309,7 +1310,7 @@ def translate_sink(signal: str, sink: Any, loc: str, out: dict[str, Any], proble
         )
 
 
-def _log_sink(kind: str, cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's built-in ``file`` log sink (``path``, ``format``): mcpipe's ``[logs] file``; ``stdout``: refused
     (mcpipe's log goes to stderr, and stdout may be the MCP channel)."""
     if kind == "stdout":
@@ -1332,7 +1333,7 @@ def _log_sink(kind: str, cfg: Mapping[str, Any], loc: str, out: dict[str, Any], 
     logs.update(file=path, format="text" if fmt == "pretty" else "json")
 
 
-def _prometheus(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _prometheus(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg serves the exporter at the sink's ``path``; ``bind`` is read by nothing in mcpg (the metrics share
     the gateway's listener), nor in mcpipe."""
     if not _fields(cfg, frozenset({"path", "bind", "namespace", "global_labels"}), loc, problems, PROMETHEUS):
@@ -1345,7 +1346,7 @@ def _prometheus(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems:
     _prometheus_labels(cfg, loc, problems)
 
 
-def _prometheus_labels(cfg: Mapping[str, Any], loc: str, problems: list[Problem]) -> None:
+def _prometheus_labels(cfg: Mapping[str, object], loc: str, problems: list[Problem]) -> None:
     if cfg.get("namespace"):
         _problem(
             problems,
@@ -1356,7 +1357,9 @@ def _prometheus_labels(cfg: Mapping[str, Any], loc: str, problems: list[Problem]
         _problem(problems, f"{loc}.global_labels", "labels added to every series are not supported by mcpipe")
 
 
-def _prometheus_plugin(entry: Mapping[str, Any], at: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _prometheus_plugin(
+    entry: Mapping[str, object], at: str, out: Mapping[str, object], problems: list[Problem]
+) -> None:
     cfg = _config(entry, at, problems, PROMETHEUS)
     if cfg is None:
         return
@@ -1367,7 +1370,7 @@ def _prometheus_plugin(entry: Mapping[str, Any], at: str, out: dict[str, Any], p
 _OTLP_KEYS = frozenset({"url", "service_name", "service_version", "resource_attributes", "batch_export_timeout_ms"})
 
 
-def _otlp(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem], *, enable: bool) -> None:
+def _otlp(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem], *, enable: bool) -> None:
     if not _fields(cfg, _OTLP_KEYS, loc, problems, OTLP):
         return
     tel = _section(out, "telemetry")
@@ -1394,7 +1397,7 @@ def _otlp(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[
         tel["resource_attributes"] = attrs
 
 
-def _audit_file(cfg: Mapping[str, Any], loc: str, out: dict[str, Any], problems: list[Problem]) -> None:
+def _audit_file(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     if not _fields(cfg, frozenset({"path", "format"}), loc, problems, AUDIT_FILE):
         return
     if cfg.get("format", "json") not in ("json", "jsonl"):
@@ -1426,7 +1429,7 @@ _TWILIO_WEBHOOK_KEYS = frozenset(
 )
 
 
-def _twilio_webhook(entry: Mapping[str, Any], at: str, problems: list[Problem]) -> None:
+def _twilio_webhook(entry: Mapping[str, object], at: str, problems: list[Problem]) -> None:
     """The twilio plugin entry's config is its inbound-webhook (``http_route``) entity's, which mcpg builds
     whenever the plugin loads: checked as mcpg checks it, then refused (mcpipe does not serve those routes)."""
     from mcpipe.kinds.twilio import TwimlError, render_twiml
@@ -1482,7 +1485,7 @@ _TWILIO_SECRETS = ("api_key_secret", "auth_token")
 
 
 def translate_backend(
-    backend: Any, loc: str, out: dict[str, Any], problems: list[Problem], environ: Mapping[str, str] | None = None
+    backend: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str] | None = None
 ) -> dict[str, Any] | None:
     """A binding's ``backend:`` block whose kind is a plugin backend mcpipe has, as the fields of its step:
     ``twilio`` (``dev.mcpg.backend.twilio``), its ``cred://`` secrets resolved by :func:`credential_ref`.

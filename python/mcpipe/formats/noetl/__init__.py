@@ -20,7 +20,7 @@ from __future__ import annotations
 import glob
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
@@ -73,7 +73,7 @@ def load_playbook(
     *,
     models: Models | None = None,
     policy: StepPolicy | None = None,
-    tools: Any = None,
+    tools: Container[str] | None = None,
     base_dir: str = ".",
     catalog: Catalog | None = None,
     scan: list[str] | None = None,
@@ -97,7 +97,7 @@ def _load(
     base_dir: str,
     models: Models | None,
     policy: StepPolicy | None,
-    tools: Any,
+    tools: Container[str] | None,
     catalog: Catalog | None,
     scan: list[str] | None,
     stack: tuple[str, ...],
@@ -140,7 +140,7 @@ def _load(
 _SEED_STEP = frozenset({"step", "desc", "description", "next", "type", "task", "turn"})
 
 
-def is_seed(raw: Any) -> bool:
+def is_seed(raw: object) -> bool:
     """Whether a decoded playbook is one of seed 004's own: an ``mcp:`` section (or no NoETL
     ``apiVersion``/``kind``) and, if any, a workflow of ``workbook``/``mcp`` steps naming its actions and
     turns. Those compile as they always have; every other playbook is NoETL's."""
@@ -167,11 +167,11 @@ def is_seed(raw: Any) -> bool:
 
 
 def compile_noetl(
-    raw: Any,
+    raw: object,
     *,
     models: Models | None = None,
     policy: StepPolicy | None = None,
-    tools: Any = None,
+    tools: Container[str] | None = None,
     catalog: Catalog | None = None,
     file: str = "",
     stack: tuple[str, ...] = (),
@@ -197,11 +197,11 @@ def compile_noetl(
 
 
 def compile_today(
-    raw: Mapping[str, Any],
+    raw: Mapping[str, object],
     *,
     models: Models | None,
     policy: StepPolicy,
-    tools: Any,
+    tools: Container[str] | None,
     catalog: Catalog | None,
     file: str,
     stack: tuple[str, ...],
@@ -229,7 +229,7 @@ def compile_today(
     return (None, problems) if problems else (pb, [])
 
 
-def _prototype(raw: Mapping[str, Any]) -> str | None:
+def _prototype(raw: Mapping[str, object]) -> str | None:
     """Why a file of one of NoETL's prototypes without a ``workflow`` list is refused: no engine of its time ran
     it (the commit that shows it), or one did that mcpipe does not read."""
     wf = raw.get("workflow")
@@ -367,17 +367,17 @@ class PlaybookDialect(ToolDialect):
     def reaches(self, tool: PlanTool) -> tuple[str, ...]:
         return self.reached
 
-    def bind(self, tool: PlanTool, registry: Any) -> None:
+    def bind(self, tool: PlanTool, registry: object) -> None:
         """Make the playbook's ``tool`` actions call through ``registry`` (the gateway)."""
         self.playbook.registry = registry
 
-    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, tool: PlanTool, args: object) -> tuple[dict[str, Any], list[str]]:
         """The arguments, and what is wrong with them (checked before a background run is queued)."""
         if not isinstance(args, dict):
             return {}, [f"args must be an object, got {json_type(args)}"]
         return args, []
 
-    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object) -> ToolResult:
         return ToolResult.error(f"invalid arguments for tool '{tool.name}': args must be an object")
 
     def registry(self, tool: PlanTool, ctx: ToolContext) -> Any:
@@ -430,7 +430,7 @@ class PlaybookDialect(ToolDialect):
                 )
         return answer
 
-    async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
+    async def answer(self, tool: PlanTool, call: PlanCall, answer: Mapping[str, object]) -> ToolResult:
         if isinstance(self.playbook, NoetlPlaybook):
             shaped = answer["noetl"]
             text = orjson.dumps(shaped, default=str).decode()
@@ -452,7 +452,7 @@ def playbook_tool(
     playbook: Playbook | NoetlPlaybook,
     *,
     limits: Limits | None = None,
-    registry: Any = None,
+    registry: object = None,
     background: bool = False,
     task_support: str = "optional",
 ) -> PlanTool:
@@ -486,13 +486,13 @@ def playbook_tool(
     )
 
 
-def playbook_of(tool: Any) -> Playbook | NoetlPlaybook | None:
+def playbook_of(tool: object) -> Playbook | NoetlPlaybook | None:
     """The playbook ``tool`` serves (a :class:`~mcpipe.declared.PlanTool` in the playbook dialect), or None."""
     dialect = getattr(tool, "dialect", None)
     return dialect.playbook if isinstance(dialect, PlaybookDialect) else None
 
 
-def _schema_of(value: Any) -> dict[str, Any]:
+def _schema_of(value: object) -> dict[str, Any]:
     """A workload value's JSON type, as the schema of the argument that overrides it."""
     kind = json_type(value)
     return {"type": kind} if kind in ("string", "boolean", "object", "array") else {}

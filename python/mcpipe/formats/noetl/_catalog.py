@@ -42,7 +42,7 @@ MAX_FILE_BYTES = 4 * 1024 * 1024
 Compile = Callable[[str, tuple[str, ...]], tuple[Any, list[Any]]]
 
 
-def identity(pb: Any) -> str:
+def identity(pb: object) -> str:
     """What a compiled playbook is, whatever path named it: its file's real path (else its catalog path)."""
     file = getattr(pb, "file", "")
     return os.path.realpath(file) if file else f"catalog:{getattr(pb, 'path', '')}"

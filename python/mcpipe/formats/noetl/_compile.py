@@ -12,9 +12,9 @@ located (``mcp.turns[2].model: unknown model `gpt5` (did you mean `gpt-5`?)``).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -26,7 +26,7 @@ from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import has_jinja
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
-from mcpipe.plan import CompiledSpec, Leaf, Pipeline
+from mcpipe.plan import CompiledSpec, Leaf, Pipeline, RunFn
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
@@ -171,7 +171,7 @@ class _Problems:
     def add(self, location: str, message: str) -> None:
         self.problems.append(Problem(location, CODE, message))
 
-    def mapping(self, value: Any, location: str, keys: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
+    def mapping(self, value: object, location: str, keys: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
         if not isinstance(value, Mapping):
             self.add(location, f"must be an object, got {json_type(value)}")
             return False
@@ -183,20 +183,20 @@ class _Problems:
                 self.add(f"{location}.{k}", "is required")
         return True
 
-    def string(self, value: Any, location: str) -> str | None:
+    def string(self, value: object, location: str) -> str | None:
         if not isinstance(value, str) or not value:
             self.add(location, f"must be a non-empty string, got {json_type(value)}")
             return None
         return value
 
-    def compile(self, value: Any, location: str) -> Compiled:
+    def compile(self, value: object, location: str) -> Compiled:
         found: list[tuple[str, str]] = []
         c = compile_value(value, location, found)
         for loc, msg in found:
             self.add(loc, msg)
         return c
 
-    def named_list(self, value: Any, location: str, what: str) -> list[tuple[int, str, Mapping[str, Any]]]:
+    def named_list(self, value: object, location: str, what: str) -> list[tuple[int, str, Mapping[str, Any]]]:
         """The entries of a named list (``mcp.tools``...), duplicates and nameless entries reported."""
         if value is None:
             return []
@@ -227,7 +227,7 @@ def compile_playbook(
     *,
     models: Models | None = None,
     policy: StepPolicy | None = None,
-    tools: Any = None,
+    tools: Container[str] | None = None,
 ) -> tuple[Playbook | None, list[Problem]]:
     """Check and compile a playbook document (already decoded from YAML).
 
@@ -277,7 +277,7 @@ def compile_playbook(
         model_entries[mname] = (where, entry)
 
     # --- tools, resources, workbook ---
-    def actions(value: Any, location: str, what: str, model_facing: bool) -> dict[str, Action]:
+    def actions(value: object, location: str, what: str, model_facing: bool) -> dict[str, Action]:
         out = {}
         taken: set[str] = set()
         for i, aname, entry in c.named_list(value, location, what):
@@ -450,11 +450,11 @@ def _problem_key(p: Problem) -> list[Any]:
     return [int(x) if x.isdigit() else x for x in re.split(r"[\[\].]+", p.location) if x]
 
 
-def _text_of(template: Any) -> str:
+def _text_of(template: object) -> str:
     return orjson.dumps(template).decode()
 
 
-def _unsupported(atype: Any) -> str:
+def _unsupported(atype: object) -> str:
     if atype in _UNWIRED:
         return (
             f"`{atype}` actions are not wired to the server's connections in playbooks yet: "
@@ -470,13 +470,13 @@ def _action(
     c: _Problems,
     name: str,
     kind: str,
-    spec: Mapping[str, Any],
+    spec: Mapping[str, object],
     where: str,
     spec_at: str,
     sid: str,
     policy: StepPolicy | None,
-    tools: Any,
-    workload: Mapping[str, Any] | None = None,
+    tools: Container[str] | None,
+    workload: Mapping[str, object] | None = None,
 ) -> Action | None:
     """Compile an action onto the declared step kind ``kind``: its fields are checked by the kind, its
     template fields (``url``, ``args``, ``body``...) are Jinja templates here, rendered at run time and handed
@@ -523,7 +523,12 @@ def _action(
 
 
 def _parts(
-    c: _Problems, value: Any, where: str, resources: dict[str, Action], prompts: dict[str, Any], turns: dict[str, Turn]
+    c: _Problems,
+    value: object,
+    where: str,
+    resources: dict[str, Action],
+    prompts: Mapping[str, object],
+    turns: dict[str, Turn],
 ) -> list[Part]:
     if isinstance(value, str):
         value = [{"text": value}]
@@ -663,7 +668,7 @@ def _check_roots(c: _Problems, pb: Playbook) -> None:
                 c.add(a.location, f"a resource's spec cannot read `{root}.{name}` (resources run before turns)")
 
 
-def _order(c: _Problems, workflow: Any, pb: Playbook) -> list[tuple[str, str, str]]:
+def _order(c: _Problems, workflow: object, pb: Playbook) -> list[tuple[str, str, str]]:
     """What runs, in order: ``(kind, name, location)`` with kind ``turn`` or ``action``.
 
     Without ``workflow`` the turns run in order. With one, the chain from ``start`` following ``next``
@@ -774,5 +779,9 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
     return CompiledSpec.of(plan)
 
 
-def _step(sid: str, kind: str, location: str, plan: Any, runner: Any) -> Leaf[Any, Any]:
+_B = TypeVar("_B")
+"""What a step's runner is given as ``built`` (an action's or a turn's plan)."""
+
+
+def _step(sid: str, kind: str, location: str, plan: _B, runner: RunFn[None, _B]) -> Leaf[None, _B]:
     return Leaf(sid, location, kind=kind, fields=None, built=plan, run=runner)

@@ -39,9 +39,9 @@ import ast
 import datetime
 import json
 import uuid
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import trio
@@ -54,6 +54,9 @@ from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook
 
 __all__ = ["compile_draft", "is_draft"]
 
@@ -81,7 +84,7 @@ HTTP_FIELDS = ("method", "endpoint", "params", "payload", "headers", "timeout")
 _OPERATORS = ("==", "!=", "<", ">", "+", "-", "*", "/", "|", " if ", " else ")
 
 
-def is_draft(raw: Mapping[str, Any]) -> bool:
+def is_draft(raw: Mapping[str, object]) -> bool:
     """Whether a decoded playbook is written for the 2025 draft engine: a ``call:`` or ``end_loop`` step, or a
     loop step without a tool of its own (its body is its ``next`` steps)."""
     if raw.get("apiVersion") in ("noetl.io/v2", "noetl.io/v10"):
@@ -136,7 +139,7 @@ def _compile_str(text: str, location: str, warnings: list[str]) -> Any:
     return _Str(text, path, template)
 
 
-def _compile(value: Any, location: str, warnings: list[str]) -> Any:
+def _compile(value: object, location: str, warnings: list[str]) -> Any:
     if isinstance(value, str):
         return _compile_str(value, location, warnings)
     if isinstance(value, Mapping):
@@ -146,7 +149,7 @@ def _compile(value: Any, location: str, warnings: list[str]) -> Any:
     return value
 
 
-def _render_value(shape: Any, ctx: Mapping[str, Any]) -> Any:
+def _render_value(shape: object, ctx: Mapping[str, object]) -> Any:
     """The draft engine's ``render_template`` (see the module), over ``ctx``, in this thread."""
     if isinstance(shape, _Str):
         if shape.path is not None:
@@ -184,7 +187,7 @@ def _render_value(shape: Any, ctx: Mapping[str, Any]) -> Any:
     return shape
 
 
-def _sources(shape: Any) -> tuple[str, ...]:
+def _sources(shape: object) -> tuple[str, ...]:
     if isinstance(shape, _Str):
         return (shape.text,)
     if isinstance(shape, dict):
@@ -201,7 +204,7 @@ class DraftTmpl:
     shape: Any
     location: str
 
-    async def render(self, ctx: Mapping[str, Any], extra: Mapping[str, Any] | None = None) -> Any:
+    async def render(self, ctx: Mapping[str, object], extra: Mapping[str, object] | None = None) -> Any:
         """Rendered over the context (and ``extra``, the engine's ``rules``), off the event loop within the
         templates' budgets (time, size)."""
         sources = _sources(self.shape)
@@ -219,7 +222,7 @@ def _now() -> str:
     return datetime.datetime.now().isoformat()
 
 
-def truthy(value: Any) -> bool:
+def truthy(value: object) -> bool:
     """Python's truth, as the engine asks ``if condition:`` (the text ``"False"`` holds)."""
     return bool(value)
 
@@ -304,18 +307,18 @@ class _Reader:
     def ignored(self, location: str, what: str) -> None:
         self.warnings.append(f"{location}: {what} is not read by NoETL's 2025 draft engine: ignored, as it ignores it")
 
-    def tmpl(self, value: Any, location: str) -> DraftTmpl:
+    def tmpl(self, value: object, location: str) -> DraftTmpl:
         return DraftTmpl(_compile(value, location, self.warnings), location)
 
 
-def _read_candidates(r: _Reader, nxt: Any, where: str) -> list[Candidate]:
+def _read_candidates(r: _Reader, nxt: object, where: str) -> list[Candidate]:
     """``get_next_steps`` (see the module): the candidates in order, up to the first that always holds."""
     if nxt is None:
         return []
     entries = nxt if isinstance(nxt, list) else [nxt]
     out: list[Candidate] = []
 
-    def target(entry: Any, at: str) -> tuple[str | None, Any]:
+    def target(entry: object, at: str) -> tuple[str | None, Any]:
         if isinstance(entry, Mapping):
             name = entry.get("step")
             if name is not None and not isinstance(name, str):
@@ -349,7 +352,7 @@ def _read_candidates(r: _Reader, nxt: Any, where: str) -> list[Candidate]:
     return out
 
 
-def _read_task(r: _Reader, raw: Mapping[str, Any], where: str, name: str) -> Task:
+def _read_task(r: _Reader, raw: Mapping[str, object], where: str, name: str) -> Task:
     kind = raw.get("type", "http")
     task = Task(name, str(kind), where)
     if raw.get("with") is not None:
@@ -416,7 +419,7 @@ def _no_main(code: str) -> str | None:
     return None
 
 
-def _read_step(r: _Reader, s: Mapping[str, Any], name: str, where: str) -> DraftStep:
+def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> DraftStep:
     step = DraftStep(name, where, "plain")
     for k in s:
         if k not in STEP_KEYS:
@@ -579,7 +582,9 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
 # --- compiling ---
 
 
-def compile_draft(raw: Mapping[str, Any], *, policy: StepPolicy, tools: Any, file: str) -> tuple[Any, list[Problem]]:
+def compile_draft(
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+) -> tuple[Any, list[Problem]]:
     """A playbook of the draft engine compiled into the plan (a :class:`~mcpipe.formats.noetl._workflow.NoetlPlaybook`
     whose graph runs it as the engine did); every problem located."""
     from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
@@ -603,7 +608,7 @@ def compile_draft(raw: Mapping[str, Any], *, policy: StepPolicy, tools: Any, fil
     return pb, r.problems
 
 
-def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Any) -> None:
+def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str] | None) -> None:
     from mcpipe.declared import StepScope, compile_step
 
     if t.type == "python":
@@ -627,7 +632,7 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Any) -> None:
     t.step = step
 
 
-def _plan(r: _Reader, pb: Any, dp: DraftPlaybook) -> CompiledSpec:
+def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
     names = [n for n in dp.steps if n != "end"]
     # The steps the run can go to from `start` (a loop's body steps run inside the loop: they are nodes only
     # when the run can also go to them).
@@ -774,7 +779,7 @@ class CandidateWhen:
         when = self.candidate.when
         return when.location if when is not None else None
 
-    def evaluate(self, env: Mapping[str, Any]) -> bool:
+    def evaluate(self, env: Mapping[str, object]) -> bool:
         raise ExpressionError("the draft engine's arcs are evaluated off the event loop")  # the graph awaits
 
     async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
@@ -804,10 +809,10 @@ class LoopItems:
     def source(self) -> str | None:
         return self.step.loop_in.location if self.step.loop_in is not None else None
 
-    def evaluate(self, env: Mapping[str, Any]) -> list[Any]:
+    def evaluate(self, env: Mapping[str, object]) -> list[Any]:
         raise ExpressionError("a draft loop's items are evaluated off the event loop")
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> list[Any]:
+    async def evaluate_async(self, env: Mapping[str, object]) -> list[Any]:
         run = _Run(self.dp, context_of(self.dp, env), env, ToolContext())
         try:
             await _arrive(run, env)
@@ -816,7 +821,7 @@ class LoopItems:
             raise ExpressionError(str(e)) from None
 
 
-def _as_dict(item: Any) -> dict[str, Any]:
+def _as_dict(item: object) -> dict[str, Any]:
     """The engine's ``validate_dict``: an object as it is, a string holding a JSON object that object, anything
     else ``{"value": item}``."""
     if isinstance(item, dict):
@@ -833,19 +838,23 @@ def _as_dict(item: Any) -> dict[str, Any]:
 class _Run:
     """One step's run: the context as it was when it started, and what it writes, in order."""
 
-    def __init__(self, dp: DraftPlaybook, ctx: dict[str, Any], env: Mapping[str, Any], tool_ctx: ToolContext) -> None:
+    def __init__(
+        self, dp: DraftPlaybook, ctx: dict[str, Any], env: Mapping[str, object], tool_ctx: ToolContext
+    ) -> None:
         self.dp = dp
         self.ctx = ctx
         self.env = env
         self.tool_ctx = tool_ctx
         self.writes: dict[str, Any] = {}
 
-    def write(self, key: str, value: Any) -> None:
+    def write(self, key: str, value: object) -> None:
         self.ctx[key] = value
         self.writes[key] = value
 
 
-async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_step(
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """A step of the draft engine (not a loop's: :func:`run_body`), reached by a candidate whose ``with`` it
     writes into the context first."""
     built: _Built = step.built
@@ -865,7 +874,9 @@ async def _arrive(run: _Run, env: Mapping[str, Any]) -> None:
                     run.write(str(k), v)
 
 
-async def run_body(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_body(
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """One item of a loop step: each step its ``next`` names, alone, its ``with`` rendered over the item; their
     results (``{STEP: data}``, None for one that failed) are the item's."""
     built: _Built = step.built
@@ -890,7 +901,7 @@ async def run_body(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     return out
 
 
-def _output(result: Mapping[str, Any], run: _Run) -> StepOutput:
+def _output(result: Mapping[str, object], run: _Run) -> StepOutput:
     facts = {FACT: dict(run.writes)} if run.writes else {}
     if result.get("status") != "success":
         raise StepFailure(str(result.get("error") or "failed"), ErrorCode.TOOL_ERROR, dict(result), facts)
@@ -930,7 +941,7 @@ async def _execute(run: _Run, st: DraftStep, given: Any, *, rendered: bool = Fal
     return result
 
 
-def _written(run: _Run, name: str, data: Any, status: str) -> None:
+def _written(run: _Run, name: str, data: object, status: str) -> None:
     run.write(name, data)
     run.write(f"{name}.result", data)
     run.write(f"{name}.status", status)
@@ -1018,7 +1029,7 @@ async def _task(run: _Run, st: DraftStep, context: dict[str, Any]) -> dict[str, 
     return result
 
 
-async def _python(run: _Run, task: Task, context: Mapping[str, Any], with_values: Any) -> dict[str, Any]:
+async def _python(run: _Run, task: Task, context: Mapping[str, object], with_values: object) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind
 
     tid = str(uuid.uuid4())
@@ -1040,7 +1051,7 @@ async def _python(run: _Run, task: Task, context: Mapping[str, Any], with_values
     return {"id": tid, "status": "success", "data": data}
 
 
-async def _http(run: _Run, task: Task, context: Mapping[str, Any]) -> dict[str, Any]:
+async def _http(run: _Run, task: Task, context: Mapping[str, object]) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind, _query
 
     tid = str(uuid.uuid4())

@@ -8,11 +8,12 @@ playbooks are not NoETL's and are told apart before (``mcpipe.formats.noetl.is_s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcpipe.errors import Problem
+from mcpipe.kinds import StepPolicy
 
 __all__ = ["ENGINES", "Engine", "engine_of"]
 
@@ -36,51 +37,53 @@ class Engine:
     unnamed: str = "playbook"
 
 
-def _workflow2023(raw: Mapping[str, Any]) -> bool:
+def _workflow2023(raw: Mapping[str, object]) -> bool:
     from mcpipe.formats.noetl._workflow2023 import is_workflow2023
 
     return is_workflow2023(raw)
 
 
-def _compile2023(raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any) -> tuple[Any, list[Problem]]:
+def _compile2023(
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
+) -> tuple[Any, list[Problem]]:
     from mcpipe.formats.noetl._workflow2023 import compile_workflow2023
 
     return compile_workflow2023(raw, policy=policy, tools=tools, file=file)
 
 
-def _runtime(raw: Mapping[str, Any]) -> bool:
+def _runtime(raw: Mapping[str, object]) -> bool:
     from mcpipe.formats.noetl._runtime2025 import is_runtime
 
     return is_runtime(raw)
 
 
 def _compile_runtime(
-    raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     from mcpipe.formats.noetl._runtime2025 import compile_runtime
 
     return compile_runtime(raw, policy=policy, tools=tools, file=file)
 
 
-def _draft(raw: Mapping[str, Any]) -> bool:
+def _draft(raw: Mapping[str, object]) -> bool:
     from mcpipe.formats.noetl._draft import is_draft
 
     return is_draft(raw)
 
 
 def _compile_draft(
-    raw: Mapping[str, Any], *, policy: Any, tools: Any, file: str, **_: Any
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     from mcpipe.formats.noetl._draft import compile_draft
 
     return compile_draft(raw, policy=policy, tools=tools, file=file)
 
 
-def _any(raw: Mapping[str, Any]) -> bool:
+def _any(raw: Mapping[str, object]) -> bool:
     return True
 
 
-def _compile_today(raw: Mapping[str, Any], **kw: Any) -> tuple[Any, list[Problem]]:
+def _compile_today(raw: Mapping[str, object], **kw: Any) -> tuple[Any, list[Problem]]:
     from mcpipe.formats.noetl import compile_today
 
     return compile_today(raw, **kw)
@@ -98,6 +101,6 @@ ENGINES: dict[str, Engine] = {
 """The engines by name, asked in this order."""
 
 
-def engine_of(raw: Mapping[str, Any]) -> Engine:
+def engine_of(raw: Mapping[str, object]) -> Engine:
     """The engine a decoded playbook is written for (the first in :data:`ENGINES` that claims it)."""
     return next(e for e in ENGINES.values() if e.claims(raw))

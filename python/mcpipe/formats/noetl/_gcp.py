@@ -66,7 +66,7 @@ def credentials() -> dict[str, Any]:
     return creds
 
 
-def token_request(creds: Mapping[str, Any], now: float | None = None) -> tuple[str, str]:
+def token_request(creds: Mapping[str, object], now: float | None = None) -> tuple[str, str]:
     """``(token endpoint, form body)`` asking for an access token with the credentials.
 
     Raises:
@@ -96,7 +96,9 @@ def token_request(creds: Mapping[str, Any], now: float | None = None) -> tuple[s
     return uri, urlencode({"grant_type": GRANT_JWT_BEARER, "assertion": assertion})
 
 
-def project_of(project: Any, name: str, context: Mapping[str, Any], creds: Mapping[str, Any]) -> tuple[str, str]:
+def project_of(
+    project: object, name: str, context: Mapping[str, object], creds: Mapping[str, object]
+) -> tuple[str, str]:
     """``(project, secret name)`` as NoETL finds them (see the module).
 
     Raises:
@@ -125,7 +127,7 @@ def access_url(project: str, name: str, version: str) -> str:
     return f"{base}/v1/projects/{segs[0]}/secrets/{segs[1]}/versions/{segs[2]}:access"
 
 
-def secret_of(body: Any, version: str) -> dict[str, Any]:
+def secret_of(body: object, version: str) -> dict[str, Any]:
     """NoETL's ``data`` of a secret read: ``{secret_value, version}`` from Google's ``AccessSecretVersionResponse``.
 
     Raises:

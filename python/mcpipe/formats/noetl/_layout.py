@@ -138,7 +138,7 @@ class OutputSpec:
 _STORES = ("kv", "disk", "memory", "auto", "eventlog")
 
 
-def read_output(r: _Reader, value: Any, where: str) -> OutputSpec | None:
+def read_output(r: _Reader, value: object, where: str) -> OutputSpec | None:
     if not isinstance(value, Mapping):
         r.add(where, f"must be an object (`output_select`, `store`, `inline_max_bytes`), got {json_type(value)}")
         return None
@@ -307,7 +307,7 @@ class Doc:
     warnings: list[str] = field(default_factory=list)
 
 
-def is_v2(raw: Mapping[str, Any]) -> bool:
+def is_v2(raw: Mapping[str, object]) -> bool:
     """Whether a decoded playbook is written in NoETL's current layout."""
     return raw.get("apiVersion") in V2_VERSIONS and raw.get("kind") == "Playbook"
 
@@ -320,7 +320,7 @@ class _Reader:
     def add(self, location: str, message: str) -> None:
         self.problems.append(Problem(location, CODE, message))
 
-    def name(self, value: Any, location: str) -> str | None:
+    def name(self, value: object, location: str) -> str | None:
         if not isinstance(value, str) or not value:
             self.add(location, f"must be a non-empty string, got {json_type(value)}")
             return None
@@ -330,7 +330,7 @@ class _Reader:
 _ITERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def read_doc(raw: Mapping[str, Any]) -> Doc:
+def read_doc(raw: Mapping[str, object]) -> Doc:
     """The model of a decoded playbook (a mapping with a ``workflow`` list), its problems located."""
     r = _Reader()
     v2 = is_v2(raw)
@@ -414,7 +414,7 @@ def read_doc(raw: Mapping[str, Any]) -> Doc:
     )
 
 
-def _entry(r: _Reader, executor: Any, steps: list[StepSpec], v2: bool) -> str:
+def _entry(r: _Reader, executor: object, steps: list[StepSpec], v2: bool) -> str:
     """The first step: ``executor.spec.entry_step``, else ``start`` (the older layout), else the first."""
     if executor is not None:
         spec = executor.get("spec") if isinstance(executor, Mapping) else None
@@ -428,7 +428,7 @@ def _entry(r: _Reader, executor: Any, steps: list[StepSpec], v2: bool) -> str:
     return steps[0].name if steps else ""
 
 
-def _keychain(r: _Reader, value: Any) -> list[tuple[str, Mapping[str, Any]]]:
+def _keychain(r: _Reader, value: object) -> list[tuple[str, Mapping[str, Any]]]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -444,7 +444,7 @@ def _keychain(r: _Reader, value: Any) -> list[tuple[str, Mapping[str, Any]]]:
     return out
 
 
-def _workbook(r: _Reader, value: Any) -> dict[str, TaskSpec]:
+def _workbook(r: _Reader, value: object) -> dict[str, TaskSpec]:
     """The workbook's actions by name: each a task (``type``/``tool``/``kind`` and its fields)."""
     if value is None:
         return {}
@@ -470,7 +470,7 @@ def _workbook(r: _Reader, value: Any) -> dict[str, TaskSpec]:
     return out
 
 
-def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control: tuple[str, ...]) -> TaskSpec | None:
+def _flat_task(r: _Reader, s: Mapping[str, object], name: str, where: str, control: tuple[str, ...]) -> TaskSpec | None:
     """A task written flat (the older layout, a workbook action): its kind from ``type``, a ``tool`` string
     or ``tool: {kind: ...}``, its fields the other keys."""
     tool = s.get("tool")
@@ -495,7 +495,7 @@ def _flat_task(r: _Reader, s: Mapping[str, Any], name: str, where: str, control:
     return t
 
 
-def _task(r: _Reader, tool: Mapping[str, Any], name: str, where: str) -> TaskSpec | None:
+def _task(r: _Reader, tool: Mapping[str, object], name: str, where: str) -> TaskSpec | None:
     kind = tool.get("kind")
     if not isinstance(kind, str) or not kind:
         r.add(f"{where}.kind", "is required: the tool kind (`python`, `http`, `postgres`, ...)")
@@ -534,7 +534,7 @@ _RETRY_KEYS = (
 )
 
 
-def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
+def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
     """NoETL 1.x's ``retry:`` (``max_attempts``, ``initial_delay``, ``backoff_multiplier``, ``max_delay``,
     ``retry_when``, ``stop_when``, ``retry_on``; or a number of attempts) as a retry rule."""
     t.config.pop("retry", None)
@@ -591,7 +591,7 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: Any, where: str) -> None:
     t.rules.insert(0, rule)
 
 
-def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, Any], where: str) -> None:
+def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: str) -> None:
     """NoETL's unified retry (``noetl/plugin/runtime/retry.py``, 2025-12): ``on_error`` (a page's error retries,
     as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
     for k in value:
@@ -655,7 +655,7 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, Any], where: str
     t.paginate = p
 
 
-def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
+def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
     """A task's ``spec``: ``policy.rules`` (retry, jump, break, fail, continue), ``timeout`` kept."""
     if not isinstance(spec, Mapping):
         r.add(where, f"must be an object, got {json_type(spec)}")
@@ -720,7 +720,7 @@ def _policy(r: _Reader, t: TaskSpec, spec: Any, where: str) -> None:
         t.rules.append(Rule(when, str(then["do"]), at, attempts, backoff, float(delay), to, rule_set))
 
 
-def _tool_of(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: StepSpec) -> None:
+def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: StepSpec) -> None:
     """The step's ``tool``: one task, or a pipeline of tasks (a list)."""
     tool = s.get("tool")
     if isinstance(tool, list):
@@ -756,7 +756,7 @@ def _tool_of(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: Ste
 _PREVIOUS = {"previous", "prev", "_previous", "@previous"}
 
 
-def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -> StepSpec:
+def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
     step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
     for k in s:
         if k in REFUSED_STEP:
@@ -841,7 +841,7 @@ def _v2_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -
     return step
 
 
-def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
+def _case(r: _Reader, value: object, where: str, step: StepSpec) -> None:
     """NoETL's ``case`` (the v2 engine of 2025-12, ``CaseEntry``): ``[{when, then: {next: [...]}}]``, the
     first entry whose ``when`` holds at one of the step's events routes it to its ``next`` steps."""
     if not isinstance(value, list):
@@ -877,7 +877,7 @@ def _case(r: _Reader, value: Any, where: str, step: StepSpec) -> None:
 _CASE_RETRY_IGNORED = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
 
 
-def _case_retry(r: _Reader, value: Any, where: str, step: StepSpec) -> CaseRetry | None:
+def _case_retry(r: _Reader, value: object, where: str, step: StepSpec) -> CaseRetry | None:
     """A case's ``retry: {max_attempts, delay, backoff}``, as NoETL's v2 engine reads it (the 1.x names
     ``initial_delay``, ``backoff_multiplier`` are not read there: a warning says so)."""
     if value is None:
@@ -911,7 +911,7 @@ def _case_retry(r: _Reader, value: Any, where: str, step: StepSpec) -> CaseRetry
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h)?\s*$")
 
 
-def duration_s(value: Any) -> float | None:
+def duration_s(value: object) -> float | None:
     """NoETL's durations (``30``, ``"30s"``, ``"5m"``, ``"250ms"``) in seconds, or None."""
     if isinstance(value, int | float) and not isinstance(value, bool):
         return float(value)
@@ -922,7 +922,7 @@ def duration_s(value: Any) -> float | None:
     return float(m.group(1)) * scale
 
 
-def _step_spec(r: _Reader, spec: Any, where: str, step: StepSpec) -> None:
+def _step_spec(r: _Reader, spec: object, where: str, step: StepSpec) -> None:
     """A step's ``spec``: ``timeout`` and ``policy.admit.rules`` (whether the step runs when reached);
     ``policy.lifecycle``/``failure``/``emit`` are hints mcpipe has no use for."""
     if not isinstance(spec, Mapping):
@@ -946,7 +946,7 @@ def _step_spec(r: _Reader, spec: Any, where: str, step: StepSpec) -> None:
             r.add(f"{where}.{k}", f"a step's `spec.{k}` is not supported (timeout, policy.admit)")
 
 
-def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
+def _admit(r: _Reader, admit: object, where: str, step: StepSpec) -> None:
     rules = admit.get("rules") if isinstance(admit, Mapping) else None
     if not isinstance(rules, list):
         r.add(where, "must be `{rules: [{when, then: {allow}}, ...]}`")
@@ -962,7 +962,7 @@ def _admit(r: _Reader, admit: Any, where: str, step: StepSpec) -> None:
         step.admit.append((None if other else rule.get("when"), then["allow"], at))
 
 
-def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None:
+def _after(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec) -> None:
     """The older step keys that act after the step: ``result`` (NoETL 1.x: values taken from the step's
     ``result``/``output`` into variables, as ``set`` does) and ``save``/``sink`` (the result persisted:
     :mod:`mcpipe.formats.noetl._save`)."""
@@ -984,7 +984,7 @@ def _after(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec) -> None
         step.output = read_output(r, s["output"], f"{where}.output")
 
 
-def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpec) -> None:
+def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
     value = s.get(key)
     if value is None:
         return
@@ -995,7 +995,7 @@ def _input(r: _Reader, s: Mapping[str, Any], key: str, where: str, step: StepSpe
     step.input_location = f"{where}.{key}"
 
 
-def _set(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec, key: str = "set") -> None:
+def _set(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec, key: str = "set") -> None:
     value = s.get(key)
     if value is None:
         return
@@ -1006,7 +1006,7 @@ def _set(r: _Reader, s: Mapping[str, Any], where: str, step: StepSpec, key: str 
     step.set_location = f"{where}.{key}"
 
 
-def _loop(r: _Reader, loop: Any, where: str) -> LoopSpec | None:
+def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
     if not isinstance(loop, Mapping):
         r.add(where, f"must be an object, got {json_type(loop)}")
         return None
@@ -1042,7 +1042,7 @@ def _loop(r: _Reader, loop: Any, where: str) -> LoopSpec | None:
 _OLD_NEXT_DATA = ("data", "with", "args", "input")
 
 
-def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) -> StepSpec:
+def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
     step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
     for k in s:
         if k in REFUSED_STEP:
@@ -1095,7 +1095,7 @@ def _old_step(r: _Reader, s: Mapping[str, Any], sname: str, where: str, i: int) 
     return step
 
 
-def _workbook_ref(r: _Reader, s: Mapping[str, Any], task: TaskSpec, where: str) -> TaskSpec | None:
+def _workbook_ref(r: _Reader, s: Mapping[str, object], task: TaskSpec, where: str) -> TaskSpec | None:
     """``type: workbook`` + ``name``/``task``: a workbook action by name (seed 004 also writes the action
     inline as ``task: {name, type, ...}``)."""
     ref = task.config.pop("task", None) or task.config.pop("name", None)
@@ -1113,12 +1113,12 @@ def _workbook_ref(r: _Reader, s: Mapping[str, Any], task: TaskSpec, where: str) 
     return call
 
 
-def _merge_args(task: TaskSpec, given: Mapping[str, Any]) -> None:
+def _merge_args(task: TaskSpec, given: Mapping[str, object]) -> None:
     for k, v in given.items():
         task.config.setdefault(k, v)
 
 
-def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: StepSpec) -> None:
+def _iterator(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: StepSpec) -> None:
     """``type: iterator`` (NoETL 1.x): ``collection``, ``element``, ``mode``, and the body ``task``."""
     items = s.get("collection")
     element = s.get("element", "item")
@@ -1152,7 +1152,7 @@ def _iterator(r: _Reader, s: Mapping[str, Any], sname: str, where: str, step: St
             r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
 
 
-def _old_next(r: _Reader, nxt: Any, where: str) -> list[ArcSpec]:
+def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
     """The older ``next``: a name, a list of names, ``{step, data|with|args}``, ``{when, then}``, ``{else}``."""
     if nxt is None:
         return []
@@ -1192,7 +1192,7 @@ def _old_next(r: _Reader, nxt: Any, where: str) -> list[ArcSpec]:
     return arcs
 
 
-def _old_arc(r: _Reader, entry: Any, at: str) -> ArcSpec | None:
+def _old_arc(r: _Reader, entry: object, at: str) -> ArcSpec | None:
     if isinstance(entry, str):
         return ArcSpec(entry, at)
     if not isinstance(entry, Mapping) or not isinstance(entry.get("step"), str):

@@ -83,7 +83,7 @@ _CRED_TOKEN = ("nats_token", "token")
 
 
 def read_nats(
-    config: Mapping[str, Any], location: str, problems: list[Problem], code: str, warnings: list[str]
+    config: Mapping[str, object], location: str, problems: list[Problem], code: str, warnings: list[str]
 ) -> dict[str, Any] | None:
     """A ``nats`` task's fields checked: its operation, the fields it needs, its connection. Answers the fields
     to render (``fields``), the operation (a constant, or a template checked when it runs) and the connection's
@@ -161,7 +161,7 @@ def read_nats(
     }
 
 
-def _credential_name(auth: Any) -> str | None:
+def _credential_name(auth: object) -> str | None:
     if isinstance(auth, str):
         return auth
     if isinstance(auth, Mapping):
@@ -171,7 +171,7 @@ def _credential_name(auth: Any) -> str | None:
     return None
 
 
-def server_url(auth: Any, constant: Mapping[str, Any], secret: Any, location: str) -> str:
+def server_url(auth: object, constant: Mapping[str, object], secret: Any, location: str) -> str:
     """The NATS URL to connect to: the task's own ``nats_*`` fields over the credential's (NoETL's
     ``resolve_nats_auth``: what the task gives wins), its user and password, or token, put in the URL.
 
@@ -236,7 +236,7 @@ def server_url(auth: Any, constant: Mapping[str, Any], secret: Any, location: st
     return f"nats://{host}"
 
 
-def encode(value: Any, encoding: str = "utf-8") -> bytes:
+def encode(value: object, encoding: str = "utf-8") -> bytes:
     """A value as NoETL's ``kv_put``/``js_publish`` write it: an object or list as ``json.dumps``, text as is,
     anything else as Python's ``str``."""
     if isinstance(value, dict | list):

@@ -27,6 +27,7 @@ from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
+from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -103,7 +104,7 @@ def _emit(ctx: ToolContext) -> Callable[[dict[str, Any]], None] | None:
 
 
 async def perform(
-    pb: Playbook, action: Action, values: Mapping[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    pb: Playbook, action: Action, values: Mapping[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> Any:
     """Run one action through its step kind's executor; answers its output (an ``http`` action: the
     response body). Raises StepFailure."""
@@ -154,13 +155,15 @@ def _output(kind: str, out: StepOutput) -> Any:
     return out.output
 
 
-async def run_action(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_action(
+    step: Leaf[None, ActionPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """A resource (a hidden step before its first use) or a workbook action: its output is the action's."""
     plan: ActionPlan = step.built
     return StepOutput.of(await perform(plan.playbook, plan.action, roots(plan.playbook, env, plan.resources), env, ctx))
 
 
-def _as_text(value: Any) -> str:
+def _as_text(value: object) -> str:
     return value if isinstance(value, str) else orjson.dumps(value, default=str).decode()
 
 
@@ -186,7 +189,7 @@ async def user_text(plan: TurnPlan, values: dict[str, Any]) -> str:
     return "\n\n".join(out)
 
 
-async def run_turn(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_turn(step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext) -> StepOutput:
     """One turn; its output is ``{text, data, model, tool_calls}`` (``data``: the parsed JSON when the turn
     has an ``output_schema``)."""
     plan: TurnPlan = step.built

@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 import trio
@@ -48,6 +48,9 @@ from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook
+
 __all__ = ["compile_runtime", "is_runtime"]
 
 CODE = "INVALID_PLAYBOOK"
@@ -58,7 +61,7 @@ TOP_KEYS = ("apiVersion", "kind", "name", "path", "description", "version", "con
 STEP_KEYS = ("step", "desc", "description", "run", "next")
 
 
-def is_runtime(raw: Mapping[str, Any]) -> bool:
+def is_runtime(raw: Mapping[str, object]) -> bool:
     """Whether a decoded playbook is written for the May 2025 runtime: a top-level ``context`` and steps that
     ``run:`` tasks."""
     workflow = raw.get("workflow")
@@ -80,7 +83,7 @@ class Tmpl:
     shape: Any
     location: str
 
-    async def render(self, roots: Mapping[str, Any]) -> Any:
+    async def render(self, roots: Mapping[str, object]) -> Any:
         """Rendered (see the module) off the event loop, within the templates' budgets.
 
         Raises:
@@ -96,7 +99,7 @@ class Tmpl:
             raise StepFailure(str(e), e.code) from None
 
 
-def _compile(value: Any, location: str, problems: list[Problem]) -> Any:
+def _compile(value: object, location: str, problems: list[Problem]) -> Any:
     if isinstance(value, str):
         if "{{" not in value or "}}" not in value:
             return value
@@ -112,7 +115,7 @@ def _compile(value: Any, location: str, problems: list[Problem]) -> Any:
     return value
 
 
-def _render(shape: Any, roots: Mapping[str, Any]) -> Any:
+def _render(shape: object, roots: Mapping[str, object]) -> Any:
     if isinstance(shape, tuple):
         _text, template = shape
         rendered = template.render(roots)  # an undefined name raises, as the runtime's StrictUndefined does
@@ -129,7 +132,7 @@ def _render(shape: Any, roots: Mapping[str, Any]) -> Any:
     return shape
 
 
-def _sources(shape: Any) -> tuple[str, ...]:
+def _sources(shape: object) -> tuple[str, ...]:
     if isinstance(shape, tuple):
         return (shape[0],)
     if isinstance(shape, dict):
@@ -139,7 +142,7 @@ def _sources(shape: Any) -> tuple[str, ...]:
     return ()
 
 
-def condition(text: Any) -> bool:
+def condition(text: object) -> bool:
     """The runtime's ``eval(str(condition))``, read as a Python literal (never run).
 
     Raises:
@@ -204,7 +207,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
     context = dict(raw.get("context") or {})
     tasks: dict[str, Task] = {}
 
-    def task_of(t: Any, where: str) -> None:
+    def task_of(t: object, where: str) -> None:
         if not isinstance(t, Mapping) or not isinstance(t.get("task"), str):
             return
         if t["task"] in tasks or not any(k in t for k in ("type", "code", "endpoint", "run")):
@@ -258,7 +261,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
     return Runtime(context, steps, tasks)
 
 
-def _task(t: Mapping[str, Any], where: str, problems: list[Problem], warnings: list[str]) -> Task:
+def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings: list[str]) -> Task:
     kind = str(t.get("type", "unknown"))
     task = Task(str(t["task"]), kind, where)
     if kind == "python":
@@ -303,7 +306,9 @@ def _task(t: Mapping[str, Any], where: str, problems: list[Problem], warnings: l
 # --- compiling ---
 
 
-def compile_runtime(raw: Mapping[str, Any], *, policy: StepPolicy, tools: Any, file: str) -> tuple[Any, list[Problem]]:
+def compile_runtime(
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+) -> tuple[Any, list[Problem]]:
     """A playbook of the May 2025 runtime compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
     from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
@@ -362,7 +367,7 @@ def _routes(rt: Runtime, st: RStep) -> list[str]:
     return list(dict.fromkeys(t for t in out if t in rt.steps))
 
 
-def _plan(pb: Any, rt: Runtime) -> CompiledSpec:
+def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
     reached: list[str] = []
     todo = ["start"]
     while todo:
@@ -449,7 +454,9 @@ def _state(rt: Runtime, env: Mapping[str, Any]) -> tuple[dict[str, Any], dict[st
     return context, results
 
 
-async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_step(
+    step: Leaf[None, tuple[Runtime, RStep]], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> StepOutput:
     """A step: its tasks, then its route (see the module). The run goes on whatever a task answered; an error
     the runtime would raise sends it to ``error_handler``."""
     rt, st = step.built
@@ -500,7 +507,11 @@ def _now() -> str:
 
 
 async def _task_run(
-    task: Task, context: dict[str, Any], results: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    task: Task,
+    context: Mapping[str, object],
+    results: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
 ) -> Any:
     from mcpipe.formats.noetl._steps import _call_kind, _query
 

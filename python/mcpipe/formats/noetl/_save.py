@@ -102,7 +102,7 @@ class SaveSpec:
     """The task's ``with`` parameters (a postgres connection's ``db_*`` fields)."""
 
 
-def read_save(raw: Any, where: str, problems: list[Problem], code: str) -> SaveSpec | None:
+def read_save(raw: object, where: str, problems: list[Problem], code: str) -> SaveSpec | None:
     """A save block as NoETL's ``extract_save_config`` reads it (flat, or nested under ``storage``), checked."""
     if not isinstance(raw, Mapping):
         if isinstance(raw, list):
@@ -203,14 +203,14 @@ def insert_sql(table: str, columns: list[str], mode: str, keys: tuple[str, ...])
     return sql
 
 
-def column_name(name: Any, where: str) -> str:
+def column_name(name: object, where: str) -> str:
     """``name`` if it is a column name, else a located ``ValueError``."""
     if not isinstance(name, str) or not _IDENT.match(name):
         raise ValueError(f"{where}: `{name}` is not a column name")
     return name
 
 
-def as_text(value: Any) -> Any:
+def as_text(value: object) -> Any:
     """A value bound into a declarative insert: text as NoETL writes it (numbers and booleans their text),
     ``None`` as NULL, an object or list as JSON."""
     if value is None or isinstance(value, str):
@@ -227,7 +227,7 @@ def binds(statement: str) -> list[str]:
     return _BIND.findall(statement)
 
 
-def duckdb_table_sql(table: str, data: Mapping[str, Any]) -> str:
+def duckdb_table_sql(table: str, data: Mapping[str, object]) -> str:
     """NoETL's DuckDB save of a data mapping (``build_duckdb_commands``): a table of text columns holding the
     one row (the values quoted, as NoETL quotes them), then the table."""
     cols = [column_name(k, "data") for k in data]

@@ -21,7 +21,7 @@ the result itself, so ``{{ step.data.x }}`` reads ``x`` whether or not the tool 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -62,21 +62,21 @@ Result.__module__ = "builtins"
 Result.__name__ = "result"
 
 
-def wrap(value: Any) -> Any:
+def wrap(value: object) -> Any:
     """``value`` as templates see it (a dict becomes a :class:`Result`)."""
     if type(value) is dict:
         return Result(value)
     return value
 
 
-def apply_set(variables: dict[str, Any], mutations: Mapping[str, Any]) -> None:
+def apply_set(variables: dict[str, Any], mutations: Mapping[str, object]) -> None:
     """NoETL's ``_apply_set_mutations``: ``ctx.x``, ``iter.x``, ``step.x`` and ``x`` all write ``x``."""
     for key, value in mutations.items():
         scope, dot, bare = key.partition(".")
         variables[bare if dot and scope in ("ctx", "iter", "step") else key] = value
 
 
-def output_view(result: Any, ok: bool, error: Any) -> dict[str, Any]:
+def output_view(result: object, ok: bool, error: object) -> dict[str, Any]:
     """NoETL's ``output`` of a finished step (``_build_output_view``): ``status`` (``ok``/``error``),
     ``data`` (the result's ``data``, else the result), ``error``, and ``http``/``context`` when the
     result has them."""
@@ -96,7 +96,7 @@ def output_view(result: Any, ok: bool, error: Any) -> dict[str, Any]:
     return out
 
 
-def loop_result(outputs: list[Any], failed: int) -> dict[str, Any]:
+def loop_result(outputs: Sequence[object], failed: int) -> dict[str, Any]:
     """A loop step's result once every iteration is done: each iteration's result in order, and counts."""
     return {
         "results": outputs,
@@ -146,7 +146,7 @@ class Keychain(Mapping[str, Any]):
     ``static`` entry's ``map``, a ``bearer`` entry's ``token`` (both rendered), and every other kind
     (``credential``, ``secret_manager``, ``oauth2``, ...) from ``NOETL_SECRET_<NAME>``."""
 
-    def __init__(self, entries: Mapping[str, Mapping[str, Any]], render: Any) -> None:
+    def __init__(self, entries: Mapping[str, Mapping[str, object]], render: Callable[[object], object]) -> None:
         self._entries = entries
         self._render = render
         self._cache: dict[str, Any] = {}

@@ -37,16 +37,16 @@ class NoTools:
     def __contains__(self, name: object) -> bool:
         return False
 
-    def allows(self, name: str, ctx: Any) -> bool:
+    def allows(self, name: str, ctx: ToolContext) -> bool:
         return True
 
-    async def call(self, name: str, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, name: str, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         return ToolResult.error(f"UNKNOWN_TOOL: no tools here ('{name}')")
 
 
 async def run_noetl(
     pb: NoetlPlaybook,
-    args: Mapping[str, Any],
+    args: Mapping[str, object],
     ctx: ToolContext | None = None,
     *,
     limits: Limits | None = None,
@@ -126,7 +126,7 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
     }
 
 
-def _context(result: Any) -> Any:
+def _context(result: object) -> Any:
     """A result as NoETL's events report it: its ``context`` (NoETL keeps a result's own ``context`` key as
     its context, and adds the result itself as ``context`` when it has none)."""
     if isinstance(result, Mapping) and isinstance(result.get("context"), Mapping):
@@ -134,7 +134,7 @@ def _context(result: Any) -> Any:
     return result
 
 
-def _result_of(r: Mapping[str, Any]) -> Any:
+def _result_of(r: Mapping[str, object]) -> Any:
     """A step's result as NoETL reports it: its result (its context), or for a failed step its error result."""
     out = r.get("output")
     if r.get("ok"):

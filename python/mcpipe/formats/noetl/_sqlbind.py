@@ -109,7 +109,7 @@ class _Binds:
     own: tuple[str, ...]
     params: dict[str, Any] = field(default_factory=dict)
 
-    def add(self, value: Any) -> str:
+    def add(self, value: object) -> str:
         name = f"noetl_p{len(self.params)}"
         self.params[name] = value
         return f"${name}" if self.dialect == "duckdb" else f":{name}"
@@ -125,23 +125,23 @@ def _current(what: str) -> _Binds:
     return binds
 
 
-def _param_value(value: Any) -> Any:
+def _param_value(value: object) -> Any:
     if value is None or isinstance(value, (bool, int, float)):
         return value
     return str(value)  # what NoETL would have written there, as text (Jinja's own rendering)
 
 
-def _sql_value(value: Any) -> str:
+def _sql_value(value: object) -> str:
     """Bind ``value`` (its type kept); write its placeholder."""
     return _current("noetl_sql_value").add(_param_value(value))
 
 
-def _sql_literal(body: Any) -> str:
+def _sql_literal(body: object) -> str:
     """Bind a single-quoted literal's rendered text (its ``''`` read as ``'``); write its placeholder."""
     return _current("noetl_sql_literal").add(str(body).replace("''", "'"))
 
 
-def _sql_name(value: Any, own: int = -1) -> str:
+def _sql_name(value: object, own: int = -1) -> str:
     """Write ``value`` where no parameter can stand: a number, a name, or (``own``: the index of the workload
     entry the expression names) that entry's text as the playbook's file writes it."""
     binds = _current("noetl_sql_name")
@@ -155,7 +155,7 @@ def _sql_name(value: Any, own: int = -1) -> str:
     )
 
 
-def _sql_quoted(value: Any) -> str:
+def _sql_quoted(value: object) -> str:
     """Write ``value`` inside a quoted literal (or comment) a parameter cannot replace: inert text only."""
     _current("noetl_sql_quoted")
     text = str(value)
@@ -196,7 +196,9 @@ class SqlTemplate:
 _WORKLOAD_REF = re.compile(r"\s*(?:workload\s*\.\s*)?([A-Za-z_][A-Za-z0-9_]*)\s*")
 
 
-def sql_template(text: str, dialect: str, workload: Mapping[str, Any] | None = None) -> tuple[SqlTemplate, str | None]:
+def sql_template(
+    text: str, dialect: str, workload: Mapping[str, object] | None = None
+) -> tuple[SqlTemplate, str | None]:
     """``text`` (NoETL SQL with Jinja) rewritten so that its values are bound or checked (see the module), and
     why it cannot be (None when it can). ``workload``: the playbook's, as its file writes it."""
     if "{{" not in text and "{%" not in text:
@@ -359,7 +361,7 @@ def binding(sql: SqlTemplate) -> Iterator[dict[str, Any]]:
         _BINDS.reset(token)
 
 
-async def rendered_sql(tmpl: Tmpl, scope: Mapping[str, Any], sql: SqlTemplate) -> tuple[Any, dict[str, Any]]:
+async def rendered_sql(tmpl: Tmpl, scope: Mapping[str, object], sql: SqlTemplate) -> tuple[Any, dict[str, Any]]:
     """``tmpl`` (compiled from ``sql.source``) rendered over ``scope``, off the event loop; the text and the
     parameters its values became.
 

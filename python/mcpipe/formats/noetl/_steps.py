@@ -33,7 +33,7 @@ from mcpipe.errors import ErrorCode, ExpressionError
 from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
-from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry
+from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry, OutputSpec, Rule
 from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
 from mcpipe.formats.noetl._scope import (
@@ -48,8 +48,9 @@ from mcpipe.formats.noetl._scope import (
 )
 from mcpipe.formats.noetl._sqlbind import SqlTemplate, rendered_sql, sql_template
 from mcpipe.formats.noetl._tmpl import RenderError, Tmpl, truthy
-from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, SavePlan, StepPlan, TaskPlan
+from mcpipe.formats.noetl._workflow import ArcPlan, NoetlPlaybook, PaginatePlan, RulePlan, SavePlan, StepPlan, TaskPlan
 from mcpipe.kinds import ForbiddenError
+from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -127,7 +128,7 @@ def step_of(key: str) -> str:
     return base if mark and n.isdigit() else key
 
 
-def _runs(steps: Mapping[str, Any], name: str) -> int:
+def _runs(steps: Mapping[str, object], name: str) -> int:
     """How many times ``name`` has run (``name``, ``name#2``, ``name#3``... in ``steps``)."""
     if name not in steps:
         return 0
@@ -137,7 +138,7 @@ def _runs(steps: Mapping[str, Any], name: str) -> int:
     return n - 1
 
 
-def latest(steps: Mapping[str, Any], name: str) -> Any:
+def latest(steps: Mapping[str, object], name: str) -> Any:
     """The result of ``name``'s latest run (``name``, ``name#2``, ``name#3``... in ``steps``), or None."""
     r = steps.get(name)
     n = 2
@@ -163,9 +164,9 @@ def execution_id(env: Mapping[str, Any]) -> str:
 
 def scope_of(
     pb: NoetlPlaybook,
-    env: Mapping[str, Any],
+    env: Mapping[str, object],
     iterator: str | None = None,
-    extra: Mapping[str, Any] | None = None,
+    extra: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """The names a template of a step sees (NoETL's ``get_render_context``)."""
     variables, results = step_results(pb, env)
@@ -198,7 +199,7 @@ def scope_of(
     return scope
 
 
-def _render_plain(value: Any, scope: Mapping[str, Any]) -> Any:
+def _render_plain(value: object, scope: Mapping[str, object]) -> Any:
     from mcpipe.formats.noetl._tmpl import compile_tmpl
 
     problems: list[tuple[str, str]] = []
@@ -251,7 +252,7 @@ class ArcWhen:
     def source(self) -> str | None:
         return self.arc.when if isinstance(self.arc.when, str) else None
 
-    def evaluate(self, env: Mapping[str, Any]) -> bool:
+    def evaluate(self, env: Mapping[str, object]) -> bool:
         scope = self._scope(env)
         if self.arc.otherwise:
             for prior, when in self.earlier:
@@ -266,7 +267,7 @@ class ArcWhen:
             return not self._spent(self.arc, env) and self._holds(self.when, scope)
         return self._holds(self.when, scope)
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
+    async def evaluate_async(self, env: Mapping[str, object]) -> bool:
         """:meth:`evaluate`, rendering off the event loop (the graph awaits this one)."""
         if self.when is None and not self.arc.otherwise:
             return True
@@ -304,7 +305,7 @@ class ArcWhen:
         if no case had matched)."""
         return arc.retry is not None and _runs(env.get("steps") or {}, self.step.name) >= arc.retry.max_attempts
 
-    async def _retries(self, retry: CaseRetry, when: Tmpl, scope: dict[str, Any], env: Mapping[str, Any]) -> bool:
+    async def _retries(self, retry: CaseRetry, when: Tmpl, scope: Mapping[str, object], env: Mapping[str, Any]) -> bool:
         """A case's retry: within ``max_attempts`` runs, when the case's ``when`` holds at the call's event or
         the step's exit (NoETL's ``_evaluate_condition``: a condition that cannot be evaluated, or a name it
         reads that the event lacks, is false; ``error`` is there only after a failure); then waits its delay."""
@@ -328,19 +329,19 @@ class ArcWhen:
         return held
 
     @staticmethod
-    def _case_scope(scope: Mapping[str, Any]) -> dict[str, Any]:
+    def _case_scope(scope: Mapping[str, object]) -> dict[str, Any]:
         """NoETL's render context of a case: ``error`` only after a failure."""
         out = dict(scope)
         if out.get("error") is None:
             out.pop("error", None)
         return out
 
-    def _scope(self, env: Mapping[str, Any]) -> dict[str, Any]:
+    def _scope(self, env: Mapping[str, object]) -> dict[str, Any]:
         scope = scope_of(self.step.playbook, env)
         scope.update(_source_view(env, self.step.name, self.loop))
         return scope
 
-    def _holds(self, when: Tmpl, scope: Mapping[str, Any]) -> bool:
+    def _holds(self, when: Tmpl, scope: Mapping[str, object]) -> bool:
         try:
             return truthy(when.render(scope))
         except RenderError as e:
@@ -360,7 +361,7 @@ class Admit:
     def source(self) -> str | None:
         return "spec.policy.admit"
 
-    def evaluate(self, env: Mapping[str, Any]) -> bool:
+    def evaluate(self, env: Mapping[str, object]) -> bool:
         scope = scope_of(self.step.playbook, env)
         for t, when, allow in self.rules:
             if when is None or when is True:
@@ -374,7 +375,7 @@ class Admit:
                 raise ExpressionError(str(e)) from None
         return True
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> bool:
+    async def evaluate_async(self, env: Mapping[str, object]) -> bool:
         """:meth:`evaluate`, rendering off the event loop (issue 20: a condition is caller-reachable Jinja)."""
         scope = scope_of(self.step.playbook, env)
         for t, when, allow in self.rules:
@@ -390,7 +391,7 @@ class Admit:
         return True
 
 
-def _normalized(value: Any) -> list[Any]:
+def _normalized(value: object) -> list[Any]:
     """A loop's collection as NoETL normalizes it: a list as it is, null as none, any other value as one item."""
     if value is None:
         return []
@@ -413,7 +414,7 @@ class LoopItems:
     def source(self) -> str | None:
         return self.items.sources[0] if self.items.sources else None
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> list[Any]:
+    async def evaluate_async(self, env: Mapping[str, object]) -> list[Any]:
         """:meth:`evaluate`, rendering the collection off the event loop."""
         scope = scope_of(self.step.playbook, env)
         try:
@@ -433,7 +434,7 @@ class LoopItems:
             raise ExpressionError(str(e)) from None
         return kept
 
-    def evaluate(self, env: Mapping[str, Any]) -> list[Any]:
+    def evaluate(self, env: Mapping[str, object]) -> list[Any]:
         scope = scope_of(self.step.playbook, env)
         try:
             value = self.items.render(scope)
@@ -441,7 +442,7 @@ class LoopItems:
             raise ExpressionError(str(e)) from None
         return self._items(value, scope)
 
-    def _items(self, value: Any, scope: dict[str, Any]) -> list[Any]:
+    def _items(self, value: object, scope: dict[str, Any]) -> list[Any]:
         items = value if isinstance(value, list) else _normalized(value)
         if self.filter is None:
             return items
@@ -460,7 +461,9 @@ class LoopItems:
 # --- a step ---
 
 
-async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_step(
+    step: Leaf[None, StepPlan], inputs: Mapping[str, object], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
     """One NoETL step (one iteration of a loop step): its tasks, then its ``set``."""
     plan: StepPlan = step.built
     pb = plan.playbook
@@ -536,7 +539,7 @@ async def run_step(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ct
     return out
 
 
-def _thread_loop(writes: dict[str, Any], step: Any, env: Mapping[str, Any]) -> None:
+def _thread_loop(writes: dict[str, Any], step: Leaf[None, StepPlan], env: Mapping[str, object]) -> None:
     """In a sequential loop an item sees what the items before it wrote: the writes of the item before it
     (each item's writes hold its predecessors', so the last one is the loop's state) over the arcs'.
 
@@ -573,11 +576,13 @@ def _error_result(e: StepFailure) -> dict[str, Any]:
     return {"id": str(uuid.uuid4()), "status": "error", "error": text}
 
 
-def _facts(writes: Mapping[str, Any]) -> dict[str, Any]:
+def _facts(writes: Mapping[str, object]) -> dict[str, Any]:
     return {SET_FACT: dict(writes)} if writes else {}
 
 
-def _exit(step: Any, plan: StepPlan, status: str, result: Any, error: str, t0: float) -> dict[str, Any]:
+def _exit(
+    step: Leaf[None, StepPlan], plan: StepPlan, status: str, result: object, error: str, t0: float
+) -> dict[str, Any]:
     event = {
         "type": "step_exit",
         "id": step.id,
@@ -591,7 +596,7 @@ def _exit(step: Any, plan: StepPlan, status: str, result: Any, error: str, t0: f
     return event
 
 
-def _error_status(result: Any) -> str | None:
+def _error_status(result: object) -> str | None:
     """NoETL's worker: a result whose ``status`` is ``error``/``failed`` is the tool's failure."""
     if isinstance(result, Mapping) and result.get("status") in ("error", "failed"):
         err = result.get("error") or result.get("message")
@@ -601,7 +606,7 @@ def _error_status(result: Any) -> str | None:
     return None
 
 
-async def _run_tasks(plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+async def _run_tasks(plan: StepPlan, scope: dict[str, Any], env: Mapping[str, object], ctx: ToolContext) -> Any:
     if not plan.tasks:
         return None
     if not plan.pipeline and not plan.tasks[0].rules:
@@ -614,7 +619,7 @@ async def _run_tasks(plan: StepPlan, scope: dict[str, Any], env: Mapping[str, An
     return await _sequence(plan, scope, env, ctx)
 
 
-def _outcome(status: str, result: Any, error: Any, kind: str, attempt: int, ms: float) -> dict[str, Any]:
+def _outcome(status: str, result: object, error: object, kind: str, attempt: int, ms: float) -> dict[str, Any]:
     """NoETL's ``build_outcome``: the ``output`` a task's policy rules read."""
     out: dict[str, Any] = {"status": status, "meta": {"attempt": attempt, "duration_ms": int(ms)}}
     if status == "ok":
@@ -633,7 +638,7 @@ def _outcome(status: str, result: Any, error: Any, kind: str, attempt: int, ms: 
     return out
 
 
-async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> Any:
+async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, object], ctx: ToolContext) -> Any:
     """A pipeline of tasks (or one task with policy rules), as NoETL's ``TaskSequenceExecutor`` runs it:
     ``_prev`` threads each result into the next task, the rules decide after each task."""
     tasks = plan.tasks
@@ -749,13 +754,13 @@ def _bare(message: str, task: TaskPlan) -> str:
     return message
 
 
-def _message(error: Any) -> str:
+def _message(error: object) -> str:
     if isinstance(error, Mapping):
         return str(error.get("message") or error)
     return str(error)
 
 
-def _code(error: Any) -> str:
+def _code(error: object) -> str:
     if isinstance(error, Mapping) and isinstance(error.get("code"), str) and error["code"].isupper():
         code = error["code"]
         if code in ErrorCode.__members__:
@@ -763,11 +768,13 @@ def _code(error: Any) -> str:
     return ErrorCode.TOOL_ERROR
 
 
-def _failed(prev: Any, results: dict[str, Any], seq_ctx: dict[str, Any], error: Any, task: str) -> dict[str, Any]:
+def _failed(
+    prev: object, results: Mapping[str, object], seq_ctx: Mapping[str, object], error: object, task: str
+) -> dict[str, Any]:
     return {"status": "failed", "_prev": prev, "results": results, "ctx": seq_ctx, "error": error, "failed_task": task}
 
 
-def _error_info(result: Any, why: str) -> dict[str, Any]:
+def _error_info(result: object, why: str) -> dict[str, Any]:
     code = None
     status_code = None
     if isinstance(result, Mapping):
@@ -780,7 +787,7 @@ def _error_info(result: Any, why: str) -> dict[str, Any]:
     return {"kind": "tool_error", "retryable": retryable, "code": code, "status_code": status_code, "message": why}
 
 
-def _delay(rule: Any, attempt: int) -> float:
+def _delay(rule: Rule, attempt: int) -> float:
     """The wait before retry ``attempt`` (NoETL's ``_calculate_delay``; 1.x: ``initial_delay *
     backoff_multiplier ** (attempt - 1)`` up to ``max_delay``, without its random jitter)."""
     if rule.backoff == "none":
@@ -796,11 +803,13 @@ def _delay(rule: Any, attempt: int) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Action:
-    rule: Any
+    rule: Rule | None
     set: Tmpl | None
 
 
-async def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: int, error: Any, result: Any) -> _Action:
+async def _decide(
+    task: TaskPlan, scope: Mapping[str, object], ok: bool, attempt: int, error: object, result: object
+) -> _Action:
     """The first rule whose ``when`` holds (an ``else`` rule always); none: continue after a success, fail
     after an error (NoETL's defaults). NoETL 1.x's ``retry:`` block comes first, with its own rules."""
     for rp in task.rules:
@@ -822,7 +831,7 @@ async def _decide(task: TaskPlan, scope: Mapping[str, Any], ok: bool, attempt: i
     return _Action(None, None)
 
 
-async def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: Any) -> bool:
+async def _legacy_retries(rp: RulePlan, ok: bool, attempt: int, error: object, result: object) -> bool:
     """NoETL 1.x's ``RetryPolicy.should_retry``: within ``max_attempts``, unless ``stop_when`` holds, when
     ``retry_when`` holds (or the error's kind is in ``retry_on``; by default, on an error)."""
     rule = rp.rule
@@ -864,7 +873,7 @@ async def _legacy_retries(rp: Any, ok: bool, attempt: int, error: Any, result: A
 # --- saves ---
 
 
-def with_save(result: Any, saved: Mapping[str, Any]) -> Any:
+def with_save(result: object, saved: Mapping[str, object]) -> Any:
     """A result with its save's outcome under ``meta.save``, as NoETL 1.x's worker records it."""
     if not isinstance(result, Mapping):
         return result
@@ -874,11 +883,11 @@ def with_save(result: Any, saved: Mapping[str, Any]) -> Any:
 
 async def run_save(
     save: SavePlan,
-    scope: Mapping[str, Any],
-    result: Any,
-    env: Mapping[str, Any],
-    ctx: Any,
-    roots: Mapping[str, Any] | None = None,
+    scope: Mapping[str, object],
+    result: object,
+    env: Mapping[str, object],
+    ctx: ToolContext,
+    roots: Mapping[str, object] | None = None,
 ) -> dict[str, Any]:
     """Write a save (:mod:`mcpipe.formats.noetl._save`); answers NoETL's save result. Its templates see the
     scope with ``result`` (the result's ``data``, else the result), ``this`` and ``data`` (``roots``, for a
@@ -953,7 +962,9 @@ async def run_save(
         raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
 
 
-async def run_loop_save(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_loop_save(
+    step: Leaf[None, StepPlan], inputs: Mapping[str, object], env: Mapping[str, Any], ctx: ToolContext
+) -> StepOutput:
     """A loop step's ``save``, once its last item is done (a node of its own after the loop): its templates
     see ``results``/``items``/``result`` (each item's result), ``errors`` and ``count``, as NoETL 1.x's
     iterator gives them. Its output is the loop's, so the workflow's final result is the loop's."""
@@ -989,7 +1000,7 @@ MAX_SELECTED_TEXT = 500
 """NoETL's ``_truncate_value``: a selected text longer than this is cut (``...`` appended)."""
 
 
-def _select(result: Any, paths: tuple[str, ...]) -> dict[str, Any]:
+def _select(result: object, paths: tuple[str, ...]) -> dict[str, Any]:
     """NoETL's ``extract_output_select`` with explicit paths: each path's value (``a.b``, ``items[0]``) under
     its last segment's name, texts cut at 500 characters."""
     out: dict[str, Any] = {}
@@ -1012,7 +1023,7 @@ def _select(result: Any, paths: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def stored_view(output: Any, result: Any, step_name: str, run_id: str, sid: str) -> tuple[Any, Any]:
+def stored_view(output: OutputSpec, result: object, step_name: str, run_id: str, sid: str) -> tuple[Any, Any]:
     """``(what later steps see, the result kept behind a _ref or None)``: NoETL's ``ResultHandler``. A result
     of at most ``inline_max_bytes`` stays (with ``output_select``: the fields, and ``_inline``, the result); a
     larger one is kept in the run, and the step's result is the fields, ``_ref`` (``noetl://execution/ID/
@@ -1031,7 +1042,7 @@ def stored_view(output: Any, result: Any, step_name: str, run_id: str, sid: str)
     return {**_select(result, output.select), "_ref": ref, "_size_bytes": size}, result
 
 
-async def _artifact_get(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any]) -> Any:
+async def _artifact_get(task: TaskPlan, scope: Mapping[str, object], env: Mapping[str, Any]) -> Any:
     """NoETL's ``artifact`` ``get``: a result a step kept behind a ``_ref`` (``noetl://`` in this run)."""
     given = await _rendered(task.parts["input"], scope) or {}
     ref = given.get("result_ref")
@@ -1054,7 +1065,13 @@ async def _artifact_get(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[s
 
 
 async def _pg(
-    part: Any, scope: Mapping[str, Any], command: str, params: Any, env: Mapping[str, Any], ctx: Any, where: str
+    part: Any,
+    scope: Mapping[str, object],
+    command: str,
+    params: object,
+    env: Mapping[str, object],
+    ctx: ToolContext,
+    where: str,
 ) -> Any:
     step, conn = part
     inputs: dict[str, Any] = {"command": command, "params": params or None}
@@ -1065,7 +1082,9 @@ async def _pg(
     return await _call_kind(step, inputs, env, ctx, where)
 
 
-async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_transfer(
+    task: TaskPlan, scope: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> Any:
     """NoETL's ``transfer`` (:mod:`mcpipe.formats.noetl._transfer`): the source's records, then the target's
     inserts, ``chunk_size`` rows a statement, every value bound."""
     from mcpipe.formats.noetl import _transfer as tr
@@ -1126,7 +1145,9 @@ async def _run_transfer(task: TaskPlan, scope: dict[str, Any], env: Mapping[str,
 # --- tasks ---
 
 
-async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_task(
+    task: TaskPlan, plan: StepPlan, scope: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> Any:
     if task.paginate is not None:
         result = await _paginate(task, task.paginate, plan, scope, env, ctx)
     else:
@@ -1137,7 +1158,12 @@ async def _run_task(task: TaskPlan, plan: StepPlan, scope: dict[str, Any], env: 
 
 
 async def _paginate(
-    task: TaskPlan, pg: PaginatePlan, plan: StepPlan, scope: dict[str, Any], env: Mapping[str, Any], ctx: Any
+    task: TaskPlan,
+    pg: PaginatePlan,
+    plan: StepPlan,
+    scope: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
 ) -> Any:
     """NoETL's success-side retry (``_execute_with_success_retry``): the request runs, its page is collected
     (``collect.path`` of the response's body), its ``per_iteration.sink`` saves it, and while ``while`` holds
@@ -1199,10 +1225,10 @@ async def _paginate(
 async def _run_one(
     task: TaskPlan,
     plan: StepPlan,
-    scope: dict[str, Any],
-    env: Mapping[str, Any],
-    ctx: Any,
-    overrides: Mapping[str, Any] | None = None,
+    scope: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
+    overrides: Mapping[str, object] | None = None,
 ) -> Any:
     runner = task.runner
     if runner == "noop":
@@ -1237,7 +1263,7 @@ async def _run_one(
     raise StepFailure(f"{task.location}: no runner for kind `{task.kind}`", ErrorCode.TOOL_FAILED)
 
 
-async def _run_nats(task: TaskPlan, scope: Mapping[str, Any]) -> Any:
+async def _run_nats(task: TaskPlan, scope: Mapping[str, object]) -> Any:
     """NoETL's ``nats`` tool (:mod:`mcpipe.formats.noetl._nats`): its fields rendered, the server from its
     credential, one connection of its own for the operation (as NoETL's executor connects per task)."""
     from mcpipe.backends.jetstream import JetStream
@@ -1262,7 +1288,9 @@ async def _run_nats(task: TaskPlan, scope: Mapping[str, Any]) -> Any:
         raise StepFailure(f"{task.location}: {str(e).replace(url, shown)}", e.code) from None
 
 
-async def _run_gcp_secret(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_gcp_secret(
+    task: TaskPlan, scope: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
+) -> Any:
     """NoETL 1.0's ``secrets`` task of ``provider: google`` (:mod:`mcpipe.formats.noetl._gcp`): a token for the
     application default credentials, then the secret's version; its result NoETL's ``{id, status, data:
     {secret_value, version, provider}}`` (``{id, status: error, error}`` when it cannot be read)."""
@@ -1311,7 +1339,7 @@ async def _run_gcp_secret(task: TaskPlan, scope: Mapping[str, Any], env: Mapping
         return {"id": tid, "status": "error", "error": str(e)}
 
 
-async def _rendered(t: Tmpl | None, scope: Mapping[str, Any]) -> Any:
+async def _rendered(t: Tmpl | None, scope: Mapping[str, object]) -> Any:
     """``t`` rendered off the event loop; a failure is the step's ``INTERPOLATION_FAILED`` (or the budget's
     code, ``TIMEOUT``/``LIMIT_EXCEEDED``)."""
     if t is None:
@@ -1322,7 +1350,9 @@ async def _rendered(t: Tmpl | None, scope: Mapping[str, Any]) -> Any:
         raise StepFailure(str(e), e.code) from None
 
 
-async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: Any, location: str) -> Any:
+async def _call_kind(
+    step: Any, inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext, location: str
+) -> Any:
     """Run a compiled mcpipe step kind's executor with ``inputs``, under its deadline."""
     try:
         work = step.run(step, inputs, env, ctx)
@@ -1346,7 +1376,7 @@ async def _call_kind(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], 
     return out.output
 
 
-async def _run_kind(task: TaskPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_kind(task: TaskPlan, scope: Mapping[str, object], env: Mapping[str, Any], ctx: ToolContext) -> Any:
     guarded = task.parts.get("code_from")
     if guarded is not None:
         name, where = guarded
@@ -1410,7 +1440,7 @@ def _script_file(pb: NoetlPlaybook, uri: str) -> Path | None:
     return None
 
 
-def _duckdb_secret(secret: Mapping[str, Any], task: TaskPlan) -> dict[str, Any]:
+def _duckdb_secret(secret: Mapping[str, object], task: TaskPlan) -> dict[str, Any]:
     """A NoETL DuckDB secret with its credential resolved (``generate_duckdb_secrets``): a postgres one from
     the config's ``[sql.NAME]`` backend of that name (its URL's host, port, database, user, password), a
     ``hmac``/``gcs``/``s3`` one from ``NOETL_SECRET_<NAME>`` (a JSON object: ``key_id``, ``secret_key``,
@@ -1455,7 +1485,7 @@ MAX_SCRIPT_BYTES = 1024 * 1024
 
 
 async def _script_step(
-    task: TaskPlan, script: Mapping[str, Any], step: Any, scope: Mapping[str, Any], inputs: dict[str, Any]
+    task: TaskPlan, script: Mapping[str, Any], step: object, scope: Mapping[str, object], inputs: dict[str, Any]
 ) -> Any:
     """The code (or SQL) of a ``script`` file, read now: its ``uri`` under the playbook's directory (no absolute
     path, nothing outside it). Python code compiles into the step run in place of ``step``; SQL is rendered as
@@ -1508,7 +1538,7 @@ async def _script_step(
 _NOT_DATA = ("env", "keychain")
 
 
-def context_data(scope: Mapping[str, Any]) -> dict[str, Any]:
+def context_data(scope: Mapping[str, object]) -> dict[str, Any]:
     """A step's scope as data (NoETL's ``context`` global of python code): its variables, the results so
     far by name, its loop item, ``execution_id``, ``job``; never the keychain or the environment."""
     out: dict[str, Any] = {}
@@ -1522,9 +1552,9 @@ def context_data(scope: Mapping[str, Any]) -> dict[str, Any]:
 
 async def _run_http(
     task: TaskPlan,
-    scope: Mapping[str, Any],
-    env: Mapping[str, Any],
-    ctx: Any,
+    scope: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
     overrides: Mapping[str, Any] | None = None,
 ) -> Any:
     """NoETL's ``http`` tool: ``data`` routed to the query (GET/DELETE) or the body (others) unless it
@@ -1593,7 +1623,7 @@ async def _run_http(
     return {"id": os.urandom(8).hex(), "status": "error", "data": response, "error": f"HTTP {status}"}
 
 
-def _full_url(url: str, query: Any) -> str:
+def _full_url(url: str, query: object) -> str:
     """The URL requested, its query included (NoETL reports the response's URL)."""
     if not isinstance(query, Mapping) or not query:
         return url
@@ -1602,19 +1632,19 @@ def _full_url(url: str, query: Any) -> str:
     return url + ("&" if "?" in url else "?") + urlencode(query, doseq=True)
 
 
-def _query(query: Any) -> Any:
+def _query(query: object) -> Any:
     if not isinstance(query, Mapping):
         return query
     return {str(k): v if isinstance(v, str | list) else ("" if v is None else _scalar(v)) for k, v in query.items()}
 
 
-def _scalar(v: Any) -> str:
+def _scalar(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return str(v)
 
 
-def _auth_headers(auth: Any, location: str) -> dict[str, str]:
+def _auth_headers(auth: object, location: str) -> dict[str, str]:
     """The request headers of NoETL's http ``auth``: a credential by name is a bearer token (its ``token``,
     ``access_token`` or ``value``, read from ``NOETL_SECRET_<NAME>``); a map of aliases, each one's headers."""
     if isinstance(auth, str) and auth.strip():
@@ -1655,7 +1685,7 @@ def _auth_headers(auth: Any, location: str) -> dict[str, str]:
 
 
 async def _run_playbook(
-    task: TaskPlan, plan: StepPlan, scope: Mapping[str, Any], env: Mapping[str, Any], ctx: Any
+    task: TaskPlan, plan: StepPlan, scope: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> Any:
     """A sub-playbook, run to its end on the same scheduler, under the same limits; its result is
     ``{status, completed, failed, completed_steps, variables, result}`` (``result``: the ``return_step``'s
@@ -1716,7 +1746,7 @@ async def _run_playbook(
     return out
 
 
-async def _run_turn(task: TaskPlan, plan: StepPlan, env: Mapping[str, Any], ctx: Any) -> Any:
+async def _run_turn(task: TaskPlan, plan: StepPlan, env: Mapping[str, Any], ctx: ToolContext) -> Any:
     """A seed 004 turn (``mcp:`` section) as a step: its resources first, then the model call."""
     from mcpipe.formats.noetl import _run
 

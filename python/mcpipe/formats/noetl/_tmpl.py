@@ -49,7 +49,7 @@ class Tmpl:
     def constant(self) -> bool:
         return not self.compiled.sources
 
-    def render(self, roots: Mapping[str, Any]) -> Any:
+    def render(self, roots: Mapping[str, object]) -> Any:
         """The value rendered over ``roots``, in this thread, within the templates' budgets (time, size:
         :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
         if not self.parts:
@@ -59,7 +59,7 @@ class Tmpl:
         except RenderError as e:
             raise _once(e, self.location) from None
 
-    async def render_async(self, roots: Mapping[str, Any]) -> Any:
+    async def render_async(self, roots: Mapping[str, object]) -> Any:
         """:meth:`render` off the event loop (a worker thread, interrupted at the deadline)."""
         if not self.parts:
             return self.shape
@@ -90,7 +90,7 @@ class _Slot:
         self.where = where
 
 
-def has_jinja(value: Any) -> bool:
+def has_jinja(value: object) -> bool:
     """Whether ``value`` (any YAML value) holds a Jinja expression or statement anywhere."""
     if isinstance(value, str):
         return "{{" in value or "{%" in value
@@ -101,11 +101,11 @@ def has_jinja(value: Any) -> bool:
     return False
 
 
-def compile_tmpl(value: Any, location: str, problems: list[tuple[str, str]], mode: str = "config") -> Tmpl:
+def compile_tmpl(value: object, location: str, problems: list[tuple[str, str]], mode: str = "config") -> Tmpl:
     """Compile ``value`` (any YAML value); syntax errors go to ``problems`` as ``(location, message)``."""
     parts: list[tuple[Compiled, bool]] = []
 
-    def walk(v: Any, where: str) -> Any:
+    def walk(v: object, where: str) -> Any:
         if isinstance(v, str):
             if "{{" not in v and "{%" not in v:
                 return v
@@ -125,7 +125,9 @@ def compile_tmpl(value: Any, location: str, problems: list[tuple[str, str]], mod
     return Tmpl(whole, location, mode, shape, frozen)
 
 
-def _fill(shape: Any, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[str, Any], loc: str, mode: str) -> Any:
+def _fill(
+    shape: object, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[str, object], loc: str, mode: str
+) -> Any:
     if isinstance(shape, _Slot):
         compiled, tojson = parts[shape.i]
         out = render(compiled, roots, shape.where)
@@ -163,7 +165,7 @@ def _coerce(text: str, mode: str) -> Any:
     return value if isinstance(value, list | dict) else text
 
 
-def truthy(value: Any) -> bool:
+def truthy(value: object) -> bool:
     """Whether a rendered condition holds, as NoETL's engine decides it."""
     if isinstance(value, bool):
         return value

@@ -52,7 +52,7 @@ class TransferSpec:
     mode: str = "append"
 
 
-def read_transfer(config: Mapping[str, Any], where: str, problems: list[Problem], code: str) -> TransferSpec | None:
+def read_transfer(config: Mapping[str, object], where: str, problems: list[Problem], code: str) -> TransferSpec | None:
     """A ``transfer`` tool's fields, checked; the directions mcpipe has (http or postgres into postgres)."""
 
     def add(at: str, message: str) -> None:
@@ -118,7 +118,7 @@ def read_transfer(config: Mapping[str, Any], where: str, problems: list[Problem]
     return spec
 
 
-def records(body: Any, data_path: str | None) -> list[Any]:
+def records(body: object, data_path: str | None) -> list[Any]:
     """The records of an HTTP source's body, at ``data_path`` (NoETL's: a missing part is an empty list)."""
     data = body
     for part in (data_path or "").split(".") if data_path else ():
@@ -126,7 +126,7 @@ def records(body: Any, data_path: str | None) -> list[Any]:
     return data if isinstance(data, list) else [data]
 
 
-def field_of(record: Any, path: str) -> Any:
+def field_of(record: object, path: str) -> Any:
     """A record's field at a dotted path (None when a part is missing)."""
     value = record
     for part in path.split("."):
@@ -136,7 +136,7 @@ def field_of(record: Any, path: str) -> Any:
     return value
 
 
-def insert_chunk(table: str, columns: list[str], rows: list[list[Any]], mode: str) -> tuple[str, dict[str, Any]]:
+def insert_chunk(table: str, columns: list[str], rows: list[list[object]], mode: str) -> tuple[str, dict[str, Any]]:
     """One INSERT of ``rows`` (each value bound as ``:tI_J``); ``upsert`` on the first column."""
     params: dict[str, Any] = {}
     groups = []
@@ -160,5 +160,5 @@ def check_columns(columns: list[str], where: str) -> None:
             raise ValueError(f"{where}: `{c}` is not a column name")
 
 
-def describe(value: Any) -> str:
+def describe(value: object) -> str:
     return json_type(value)

@@ -22,7 +22,7 @@ A task's tool kind decides what runs it:
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -224,7 +224,7 @@ class _Problems:
     def add(self, location: str, message: str) -> None:
         self.problems.append(Problem(location, CODE, message))
 
-    def tmpl(self, value: Any, location: str, mode: str = "config") -> Tmpl:
+    def tmpl(self, value: object, location: str, mode: str = "config") -> Tmpl:
         found: list[tuple[str, str]] = []
         t = compile_tmpl(value, location, found, mode)
         for loc, msg in found:
@@ -236,7 +236,7 @@ def compile_workflow(
     doc: Doc,
     *,
     policy: StepPolicy,
-    tools: Any,
+    tools: Container[str] | None,
     catalog: Catalog | None,
     mcp: Playbook | None,
     file: str,
@@ -313,7 +313,7 @@ def _step(
     doc: Doc,
     s: StepSpec,
     incoming: list[ArcSpec],
-    tools: Any,
+    tools: Container[str] | None,
     stack: tuple[str, ...],
 ) -> StepPlan:
     data_keys: set[str] = set()
@@ -362,7 +362,7 @@ def _task(
     s: StepSpec,
     task: TaskSpec,
     data_keys: set[str],
-    tools: Any,
+    tools: Container[str] | None,
     stack: tuple[str, ...],
 ) -> TaskPlan | None:
     kind = task.kind
@@ -648,7 +648,7 @@ _WORKLOAD_REF = re.compile(r"^\s*\{\{\s*(?:workload\.)?([A-Za-z_][A-Za-z0-9_]*)\
 
 
 def _script(
-    c: _Problems, config: dict[str, Any], kind: str, location: str, workload: Mapping[str, Any]
+    c: _Problems, config: dict[str, Any], kind: str, location: str, workload: Mapping[str, object]
 ) -> dict[str, Any] | None:
     """NoETL's ``script`` (code or SQL fetched from a source): a file (``source.type: file``) is read when the
     step runs, at its ``uri`` under the playbook's own directory; inline code written in the playbook is its
@@ -717,7 +717,7 @@ def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[
     return parts if parts["target"] is not None else None
 
 
-def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: Any, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
+def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: object, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
     """A postgres step on the connection ``auth`` names (its command and params given when it runs), and the
     connection's templates."""
     from mcpipe.declared import StepScope, compile_step
@@ -823,10 +823,10 @@ def _syntax_error(code: str) -> tuple[str, int] | None:
 def _kind(
     c: _Problems,
     plan: TaskPlan,
-    raw: dict[str, Any],
+    raw: Mapping[str, object],
     location: str,
     policy: StepPolicy,
-    tools: Any,
+    tools: Container[str] | None,
     templates: frozenset[str] | None = None,
 ) -> TaskPlan | None:
     """A task on one of mcpipe's step kinds: the kind's template fields are NoETL templates (rendered per
@@ -981,7 +981,7 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
 _HTTP_AUTH_TYPES = ("bearer", "basic", "header", "api_key")
 
 
-def _http_auth_supported(auth: Any) -> bool:
+def _http_auth_supported(auth: object) -> bool:
     """NoETL's http ``auth`` mcpipe can honour: a credential by name (``auth: api_token``, or a template),
     ``{source: env, name}``, ``{type: bearer|basic|header|api_key, ...}`` with its token or credential, or a
     map of aliases to those (each one's headers laid over the others'). Cloud providers, secret managers and
@@ -1146,7 +1146,7 @@ def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
     return _steps.Admit(sp, tuple(rules))
 
 
-def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[Any, Any], admit: Any = None) -> ForEach:
+def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[None, StepPlan], admit: Any = None) -> ForEach:
     from mcpipe.formats.noetl import _steps
 
     items = c.tmpl(loop.items, f"{loop.location}.in", "engine")

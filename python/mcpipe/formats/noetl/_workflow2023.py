@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -49,7 +49,7 @@ _IGNORED_TASK = ("loop", "timeout", "variables")
 _IGNORED_JOB = ("conditions", "runtime", "schedule")
 
 
-def is_workflow2023(raw: Mapping[str, Any]) -> bool:
+def is_workflow2023(raw: Mapping[str, object]) -> bool:
     """Whether a decoded file is a workflow of the April 2023 engine (``workflow:`` holding ``jobs``)."""
     wf = raw.get("workflow")
     return isinstance(wf, Mapping) and isinstance(wf.get("jobs"), list) and set(raw) == {"workflow"}
@@ -67,7 +67,7 @@ class Task2023:
 
 
 def compile_workflow2023(
-    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Any, file: str
+    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Container[str] | None, file: str
 ) -> tuple[Any, list[Problem]]:
     """A workflow of the April 2023 engine compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
@@ -184,7 +184,7 @@ class Went:
         return bool((env.get("last") or {}).get("ok"))
 
 
-def automata(name: str, variables: Mapping[str, Any], jobs: list[str], env: Mapping[str, Any]) -> dict[str, Any]:
+def automata(name: str, variables: Mapping[str, object], jobs: list[str], env: Mapping[str, Any]) -> dict[str, Any]:
     """What the engine keeps (its ``automata``): the variables, each job's status, each task's status and output."""
     tree: dict[str, Any] = {
         "variables": dict(variables),
@@ -199,7 +199,7 @@ def automata(name: str, variables: Mapping[str, Any], jobs: list[str], env: Mapp
     return {name: tree}
 
 
-def _lookup(tree: Mapping[str, Any], path: str) -> Any:
+def _lookup(tree: Mapping[str, object], path: str) -> Any:
     value: Any = tree
     for key in path.split("."):
         value = value.get(key) if isinstance(value, Mapping) else None
@@ -208,7 +208,7 @@ def _lookup(tree: Mapping[str, Any], path: str) -> Any:
     return value
 
 
-def holds(condition: str, tree: Mapping[str, Any], location: str) -> bool:
+def holds(condition: str, tree: Mapping[str, object], location: str) -> bool:
     """A condition, its references replaced, evaluated as values and comparisons (see the module).
 
     Raises:
@@ -274,7 +274,12 @@ def _evaluate(node: ast.AST) -> Any:
     raise ValueError(f"a {type(node).__name__}")
 
 
-async def run_task(step: Any, inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext) -> StepOutput:
+async def run_task(
+    step: Leaf[None, tuple[str, dict[str, object], list[str], Task2023]],
+    inputs: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
+) -> StepOutput:
     """A task: its conditions, then its command or request; its ``{status, output}`` (``skipped`` when a
     condition is false)."""
     from mcpipe.formats.noetl._steps import _call_kind

@@ -86,7 +86,7 @@ def _problem(problems: list[Problem], where: str, message: str, code: str = Erro
     problems.append(Problem(where, code, message))
 
 
-def map_tool(kind: str, tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def map_tool(kind: str, tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     """The mcpipe step for NoETL's ``tool:`` mapping ``tool`` (at ``loc``) of kind ``kind`` (one of
     :data:`KINDS`), or None with a located problem appended to ``problems``."""
     mapper = _MAPPERS.get(kind)
@@ -104,7 +104,7 @@ def map_tool(kind: str, tool: Mapping[str, Any], loc: str, problems: list[Proble
 # --- python ---------------------------------------------------------------------------------------------
 
 
-def _python(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _python(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     for field, why in (
         ("script", "code fetched from a script source (GCS, S3, HTTP, a file) is not supported: put it in `code`"),
         ("deps", "dependencies installed per tenant are not supported: install them in the server's environment"),
@@ -149,7 +149,7 @@ values into code, so the code runs as written, as NoETL 4.26 runs it (its golden
 the front-end takes the marker off and warns."""
 
 
-def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> str | None:
+def _python_code(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> str | None:
     for field in ("code_b64", "code_base64"):
         if field in tool:
             try:
@@ -164,7 +164,7 @@ def _python_code(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> 
     return code
 
 
-def _libs(libs: Any, loc: str, problems: list[Problem]) -> list[str] | None:
+def _libs(libs: object, loc: str, problems: list[Problem]) -> list[str] | None:
     """NoETL's ``libs``: alias -> module (``import m as a``) or alias -> {from, import}."""
     if libs in (None, {}) or isinstance(libs, list):
         return []  # NoETL ignores a list (pip names, not imports) with a warning
@@ -197,7 +197,7 @@ def _libs(libs: Any, loc: str, problems: list[Problem]) -> list[str] | None:
 # --- SQL text ---------------------------------------------------------------------------------------------
 
 
-def _sql_text(tool: Mapping[str, Any], loc: str, problems: list[Problem], kind: str) -> str | None:
+def _sql_text(tool: Mapping[str, object], loc: str, problems: list[Problem], kind: str) -> str | None:
     if tool.get("script") is not None:
         _problem(
             problems,
@@ -252,7 +252,7 @@ _SINGLE_AUTH_KEYS = frozenset({"source", "key", "name", "service", "secret_name"
 of aliases to credentials."""
 
 
-def single_auth(auth: Mapping[str, Any]) -> bool:
+def single_auth(auth: Mapping[str, object]) -> bool:
     """Whether an ``auth`` mapping is one credential (it has one of NoETL's reserved keys), not a map of
     aliases to credentials (NoETL's ``RESERVED_SINGLE_AUTH_KEYS``)."""
     return bool(_SINGLE_AUTH_KEYS.intersection(auth))
@@ -264,7 +264,7 @@ def credential_backend(name: str) -> str:
     return name
 
 
-def secret_value(spec: Mapping[str, Any], environ: Mapping[str, str]) -> str | None:
+def secret_value(spec: Mapping[str, object], environ: Mapping[str, str]) -> str | None:
     """A scalar secret as NoETL reads it from the environment: ``{source: env, name: VAR}`` is ``$VAR``,
     ``{source: secret, name: NAME}`` is ``$NOETL_SECRET_<NAME upper-cased>``; None when unset (or another
     source)."""
@@ -278,14 +278,14 @@ def secret_value(spec: Mapping[str, Any], environ: Mapping[str, str]) -> str | N
     return None
 
 
-def connection_of(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def connection_of(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     """The connection of a NoETL tool (or save) as the postgres step takes it: ``{"backend": NAME}`` (a
     credential name, the config's ``[sql.NAME]``) or ``{"dsn": ...}`` (inline fields, NoETL 1.x's ``db_*``),
     or None with a located problem."""
     return _connection(tool, loc, problems)
 
 
-def _connection(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _connection(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     auth = tool.get("auth")
     where = f"{loc}.auth"
     if auth in (None, "", {}):
@@ -335,7 +335,7 @@ NO_CONNECTION_CODE = "NOETL_NO_CONNECTION"
 step when it runs, so the front-end makes it a warning and a step that fails as NoETL's does."""
 
 
-def _postgres(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _postgres(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     text = _sql_text(tool, loc, problems, "postgres")
     conn = _connection(tool, loc, problems)
     if text is None or conn is None:
@@ -353,7 +353,7 @@ _DUCKDB_SECRET_TYPES = {"postgres": "postgres", "hmac": "gcs", "gcs": "gcs", "s3
 """NoETL's DuckDB secret types (``generate_duckdb_secrets``) and DuckDB's type for each."""
 
 
-def _duckdb(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+def _duckdb(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     secrets: list[dict[str, Any]] = []
     for field in ("auth", "credentials", "credential"):
         if tool.get(field) not in (None, {}, ""):
@@ -370,7 +370,7 @@ def _duckdb(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[
     return step
 
 
-def _duckdb_secrets(auth: Any, where: str, problems: list[Problem]) -> list[dict[str, Any]]:
+def _duckdb_secrets(auth: object, where: str, problems: list[Problem]) -> list[dict[str, Any]]:
     """NoETL's DuckDB ``auth`` (an alias map, or one credential): the secrets to create, each
     ``{name, type, credential, scope}`` with the credential still a name (resolved when the step runs: a
     postgres one is the config's ``[sql.NAME]`` backend, the others ``NOETL_SECRET_<NAME>``)."""

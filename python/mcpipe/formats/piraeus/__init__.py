@@ -123,7 +123,7 @@ class PiraeusConfig(Strict):
 class PiraeusTools:
     """piraeus's tools and flows as a tool source (``get``, iteration, ``in``), its prompts as ``surfaces``."""
 
-    def __init__(self, tools: Mapping[str, Any], surfaces: list[PromptSurface]) -> None:
+    def __init__(self, tools: Mapping[str, object], surfaces: list[PromptSurface]) -> None:
         self._tools = dict(tools)
         self.surfaces: list[Any] = list(surfaces)
 
@@ -202,7 +202,7 @@ def read_files(pattern_list: list[str], where: str, base_dir: str) -> tuple[list
 
 
 def _entries(
-    files: list[tuple[str, Any]], kind: Kind, read: Callable[[Reader, Any, str], Any], problems: list[Problem]
+    files: list[tuple[str, object]], kind: Kind, read: Callable[[Reader, Any, str], Any], problems: list[Problem]
 ) -> list[Any]:
     loaded: list[Any] = []
     first: dict[str, str] = {}

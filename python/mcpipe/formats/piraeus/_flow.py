@@ -22,7 +22,7 @@ The call's arguments are the flow's inputs (``FlowExecuteRequest.inputs``); the 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +59,7 @@ FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
 """piraeus's ``FlowExecuteResponse``."""
 
 
-def _refs(value: Any, path: str) -> Iterator[tuple[str, Ref]]:
+def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
     """``(where, reference)`` of every reference in a step's inputs."""
     if isinstance(value, str):
         ref = as_ref(value)
@@ -73,7 +73,7 @@ def _refs(value: Any, path: str) -> Iterator[tuple[str, Ref]]:
             yield from _refs(v, f"{path}[{i}]")
 
 
-def _resolve(value: Any, env: Mapping[str, Any]) -> Any:
+def _resolve(value: object, env: Mapping[str, object]) -> Any:
     if isinstance(value, str):
         ref = as_ref(value)
         return value if ref is None else _lookup(ref, env)
@@ -113,7 +113,7 @@ class _Built:
 
 
 async def _run_step(
-    step: Leaf[None, _Built], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[None, _Built], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     await trio.lowlevel.checkpoint_if_cancelled()
     b = step.built
@@ -225,7 +225,9 @@ def compile_flow(
     return CompiledSpec.of(plan, answer="full"), inputs, []
 
 
-def _check_prompt_inputs(prompt: PromptSurface, inputs: dict[str, Any], where: str, problem: Any) -> None:
+def _check_prompt_inputs(
+    prompt: PromptSurface, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
+) -> None:
     """The step's inputs against the prompt's variables: no unknown one, every required one given, every
     value that is not a reference of the variable's type."""
     variables = {v.name: v for v in prompt.prompt.variables}
@@ -242,7 +244,9 @@ def _check_prompt_inputs(prompt: PromptSurface, inputs: dict[str, Any], where: s
             problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
 
 
-def _check_tool_inputs(tool: ApiTool, inputs: dict[str, Any], where: str, problem: Any) -> None:
+def _check_tool_inputs(
+    tool: ApiTool, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
+) -> None:
     """The step's inputs against the piraeus tool's input schema: every required field given."""
     schema = tool.config.input_schema
     if not isinstance(schema.get("properties"), dict):
@@ -268,7 +272,13 @@ class FlowDialect(ToolDialect):
         self.inputs = inputs
 
     def _answer(
-        self, status: str, *, executed: int = 0, outputs: Any = None, error: str | None = None, log: Any = ()
+        self,
+        status: str,
+        *,
+        executed: int = 0,
+        outputs: object = None,
+        error: str | None = None,
+        log: Iterable[object] = (),
     ) -> ToolResult:
         data = {
             "status": status,
@@ -280,7 +290,7 @@ class FlowDialect(ToolDialect):
         }
         return ToolResult([{"type": "text", "text": orjson.dumps(data).decode()}], data, status == "error")
 
-    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, tool: PlanTool, args: object) -> tuple[dict[str, Any], list[str]]:
         if not isinstance(args, dict):
             return {}, [f"inputs: expected an object, got {json_type(args)}"]
         missing = [n for n in self.inputs if n not in args]
@@ -288,7 +298,7 @@ class FlowDialect(ToolDialect):
             return args, ["inputs: " + "; ".join(f"{n}: is required (read as ${{{n}}})" for n in missing)]
         return args, []
 
-    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object) -> ToolResult:
         return self._answer("error", error="; ".join(errors))
 
     def unbound(self, tool: PlanTool) -> ToolResult:

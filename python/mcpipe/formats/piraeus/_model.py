@@ -21,7 +21,7 @@ A file holds one of them, a list of them (the API's list answers), ``{tools|prom
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -253,7 +253,7 @@ class Flow:
     at: str = ""
 
 
-def refs_in(value: Any) -> Iterator[Ref]:
+def refs_in(value: object) -> Iterator[Ref]:
     """Every reference in a step's inputs (strings that are exactly one ``${...}``, at any depth)."""
     if isinstance(value, str):
         m = _REF.fullmatch(value)
@@ -272,7 +272,7 @@ def as_ref(value: str) -> Ref | None:
     return Ref(m.group(1), m.group(2), value) if m else None
 
 
-def items_of(r: Reader, data: Any, kind: Kind) -> Iterator[tuple[Any, str]]:
+def items_of(r: Reader, data: object, kind: Kind) -> Iterator[tuple[Any, str]]:
     """The entries of a file: ``(entry, its JSON path)``. A file is one entry, a list of them, or an object
     holding them under ``kind`` (a list answer, a project export)."""
     if isinstance(data, list):
@@ -289,7 +289,7 @@ def items_of(r: Reader, data: Any, kind: Kind) -> Iterator[tuple[Any, str]]:
     r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
 
 
-def _is_entry(data: dict[str, Any], kind: Kind) -> bool:
+def _is_entry(data: Mapping[str, object], kind: Kind) -> bool:
     """Whether an object is one entry (a flow row's ``steps`` is its own, not an export's list)."""
     return kind == "flows" and "steps" in data and "flows" not in data
 
@@ -297,7 +297,7 @@ def _is_entry(data: dict[str, Any], kind: Kind) -> bool:
 # -- tools ------------------------------------------------------------------------------------------------
 
 
-def read_tool(r: Reader, entry: Any, path: str) -> ToolConfig | None:
+def read_tool(r: Reader, entry: object, path: str) -> ToolConfig | None:
     """One tool: a ``ToolConfig``, or a row holding one in ``tool_config`` (whose ``name`` and
     ``description`` fill the config's when it has none)."""
     if not isinstance(entry, dict):
@@ -323,7 +323,7 @@ def read_tool(r: Reader, entry: Any, path: str) -> ToolConfig | None:
     return _tool_config(r, entry, path)
 
 
-def _tool_config(r: Reader, raw: dict[str, Any], path: str) -> ToolConfig | None:
+def _tool_config(r: Reader, raw: Mapping[str, object], path: str) -> ToolConfig | None:
     o = r.obj(raw, path, _TOOL_KEYS, what="a ToolConfig", belongs=_BELONGS)
     if o is None:
         return None
@@ -349,7 +349,7 @@ def _tool_config(r: Reader, raw: dict[str, Any], path: str) -> ToolConfig | None
     )
 
 
-def _api(r: Reader, raw: Any, path: str) -> Api | None:
+def _api(r: Reader, raw: object, path: str) -> Api | None:
     if raw is MISSING:
         r.problem(path, "is required")
         return None
@@ -389,7 +389,7 @@ def _check_url(r: Reader, url: str, path: str) -> None:
         r.problem(path, "must not carry a query or fragment (static query parameters go in `api.params`)")
 
 
-def _auth(r: Reader, raw: Any, path: str) -> Auth | None:
+def _auth(r: Reader, raw: object, path: str) -> Auth | None:
     if raw is MISSING or raw is None:
         return Auth()
     o = r.obj(raw, path, _AUTH_KEYS)
@@ -410,7 +410,7 @@ def _auth(r: Reader, raw: Any, path: str) -> Auth | None:
     return auth
 
 
-def _schema(r: Reader, o: dict[str, Any], key: str, path: str) -> dict[str, Any] | None:
+def _schema(r: Reader, o: Mapping[str, object], key: str, path: str) -> dict[str, Any] | None:
     schema = r.get(o, key, path, "object")
     if not isinstance(schema, dict):
         return None
@@ -431,7 +431,7 @@ def _schema(r: Reader, o: dict[str, Any], key: str, path: str) -> dict[str, Any]
     return schema
 
 
-def _mapping(r: Reader, raw: Any, path: str) -> FieldMapping | None:
+def _mapping(r: Reader, raw: object, path: str) -> FieldMapping | None:
     if raw is MISSING or raw is None:
         return FieldMapping()
     o = r.obj(raw, path, _MAPPING_KEYS)
@@ -447,7 +447,7 @@ def _mapping(r: Reader, raw: Any, path: str) -> FieldMapping | None:
     return m if len(r.problems) == before else None
 
 
-def _check_mapping(r: Reader, input_schema: dict[str, Any], m: FieldMapping, path: str) -> None:
+def _check_mapping(r: Reader, input_schema: Mapping[str, object], m: FieldMapping, path: str) -> None:
     """A mapped input field the input schema does not declare never reaches the API (piraeus's executor keeps
     only the declared fields): refused, so the mapping is not silently dead."""
     props = input_schema.get("properties")
@@ -463,7 +463,7 @@ def _check_mapping(r: Reader, input_schema: dict[str, Any], m: FieldMapping, pat
                 )
 
 
-def _tags(r: Reader, raw: Any, path: str) -> tuple[str, ...]:
+def _tags(r: Reader, raw: object, path: str) -> tuple[str, ...]:
     if raw is MISSING or raw is None:
         return ()
     if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
@@ -475,7 +475,7 @@ def _tags(r: Reader, raw: Any, path: str) -> tuple[str, ...]:
 # -- prompts ----------------------------------------------------------------------------------------------
 
 
-def read_prompt(r: Reader, entry: Any, path: str) -> Prompt | None:
+def read_prompt(r: Reader, entry: object, path: str) -> Prompt | None:
     """One ``prompts`` row (its template, its typed variables)."""
     o = r.obj(entry, path, _PROMPT_KEYS, what="a prompt row")
     if o is None:
@@ -500,7 +500,7 @@ def read_prompt(r: Reader, entry: Any, path: str) -> Prompt | None:
     return Prompt(name.strip(), description, text, variables, r.where(path))
 
 
-def _variables(r: Reader, raw: Any, path: str) -> tuple[Variable, ...] | None:
+def _variables(r: Reader, raw: object, path: str) -> tuple[Variable, ...] | None:
     if raw is MISSING or raw is None:
         return ()
     if not isinstance(raw, list):
@@ -527,7 +527,7 @@ def _variables(r: Reader, raw: Any, path: str) -> tuple[Variable, ...] | None:
     return tuple(out)
 
 
-def _variable(r: Reader, raw: Any, path: str) -> Variable | None:
+def _variable(r: Reader, raw: object, path: str) -> Variable | None:
     o = r.obj(raw, path, _VARIABLE_KEYS, what="a variable (an object, or a name)")
     if o is None:
         return None
@@ -570,7 +570,7 @@ def _check_placeholders(r: Reader, text: str, variables: tuple[Variable, ...], p
 # -- flows ------------------------------------------------------------------------------------------------
 
 
-def read_flow(r: Reader, entry: Any, path: str) -> Flow | None:
+def read_flow(r: Reader, entry: object, path: str) -> Flow | None:
     """One ``flows`` row: numbered steps of type ``prompt``, ``tool`` or ``service``."""
     o = r.obj(entry, path, _FLOW_KEYS, what="a flow row")
     if o is None:
@@ -616,7 +616,7 @@ def read_flow(r: Reader, entry: Any, path: str) -> Flow | None:
     return Flow(name.strip(), description, tuple(sorted(steps, key=lambda s: s.step)), r.where(path))
 
 
-def _step(r: Reader, raw: Any, path: str) -> FlowStep | None:
+def _step(r: Reader, raw: object, path: str) -> FlowStep | None:
     o = r.obj(raw, path, _STEP_KEYS, what="a step")
     if o is None:
         return None

@@ -41,7 +41,7 @@ def article(kind: str) -> str:
     return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
 
 
-def render_value(value: Any) -> str:
+def render_value(value: object) -> str:
     """A variable's value as it appears in the text: a string as it is, anything else as compact JSON."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()
 
@@ -50,7 +50,7 @@ class _PromptAnswer:
     """``prompts/get``'s answer: one user message holding the rendered template; bad arguments are the
     JSON-RPC ``INVALID_PARAMS`` error."""
 
-    def prompt(self, tool: Any, result: ToolResult) -> dict[str, Any]:
+    def prompt(self, tool: object, result: ToolResult) -> dict[str, Any]:
         if result.is_error:
             raise SurfaceError(INVALID_PARAMS, result.joined_text())
         return {"messages": [{"role": "user", "content": {"type": "text", "text": result.joined_text()}}]}
@@ -84,7 +84,7 @@ class PromptSurface:
     def __repr__(self) -> str:
         return f"<piraeus prompt {self.name}>"
 
-    def values(self, given: Mapping[str, Any], *, from_text: bool) -> tuple[dict[str, Any], list[str]]:
+    def values(self, given: Mapping[str, object], *, from_text: bool) -> tuple[dict[str, Any], list[str]]:
         """The variables' values from ``given`` (MCP's string arguments when ``from_text``, else JSON values),
         converted to their types, defaults filled; answers ``(values, problems)``."""
         problems = [f"{k}: unknown argument{did_you_mean(str(k), self._vars)}" for k in given if k not in self._vars]
@@ -110,7 +110,7 @@ class PromptSurface:
                 out[name] = converted
         return out, problems
 
-    def render(self, values: Mapping[str, Any]) -> str:
+    def render(self, values: Mapping[str, object]) -> str:
         """The template with each placeholder replaced (an absent optional variable renders as nothing).
 
         Raises:
@@ -122,7 +122,7 @@ class PromptSurface:
             raise PromptTooLarge(f"prompt '{self.name}' would render {size} characters, more than {MAX_RENDERED_CHARS}")
         return "".join(p if isinstance(p, str) else texts.get(p.name, "") for p in self._parts)
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         values, problems = self.values(args, from_text=True)
         if problems:
             return ToolResult.error(f"invalid arguments for prompt '{self.name}': " + "; ".join(problems))

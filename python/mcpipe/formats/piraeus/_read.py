@@ -34,7 +34,7 @@ def join(base: str, key: str | int) -> str:
     return f"{base}.{key}" if base else key
 
 
-def coerce(value: Any, kind: str) -> tuple[Any, str | None]:
+def coerce(value: object, kind: str) -> tuple[Any, str | None]:
     """``value`` as pydantic's lax mode converts it to ``kind`` (``string``, ``integer``, ``number``,
     ``boolean``, ``array``, ``object``); answers ``(converted, None)`` or ``(value, why not)``."""
     if kind == "string":
@@ -84,7 +84,7 @@ def coerce(value: Any, kind: str) -> tuple[Any, str | None]:
     return value, None
 
 
-def _shown(value: Any) -> str:
+def _shown(value: object) -> str:
     if isinstance(value, str):
         return repr(value[:40] + ("..." if len(value) > 40 else ""))
     return json_type(value)
@@ -110,7 +110,7 @@ class Reader:
 
     def obj(
         self,
-        value: Any,
+        value: object,
         path: str,
         keys: Iterable[str],
         *,
@@ -131,7 +131,7 @@ class Reader:
                 self.problem(join(path, str(k)), f"unknown key `{k}`{hint}")
         return value
 
-    def get(self, o: Mapping[str, Any], key: str, path: str, kind: str, default: Any = MISSING) -> Any:
+    def get(self, o: Mapping[str, object], key: str, path: str, kind: str, default: object = MISSING) -> Any:
         """The value of ``key`` converted to ``kind`` (see :func:`coerce`); a missing required key or a value
         that does not convert is a problem (then ``default``, or None)."""
         value = o.get(key, MISSING)
@@ -147,12 +147,12 @@ class Reader:
         return converted
 
     def text(
-        self, o: Mapping[str, Any], key: str, path: str, *, required: bool = True, default: str | None = None
+        self, o: Mapping[str, object], key: str, path: str, *, required: bool = True, default: str | None = None
     ) -> Any:
         """A string field (``null`` is refused when required)."""
         return self.get(o, key, path, "string", MISSING if required else default)
 
-    def str_map(self, o: Mapping[str, Any], key: str, path: str) -> dict[str, str]:
+    def str_map(self, o: Mapping[str, object], key: str, path: str) -> dict[str, str]:
         """A ``dict[str, str]`` field (absent: empty)."""
         value = o.get(key, MISSING)
         if value is MISSING:

@@ -89,7 +89,7 @@ def user_prompt(
     return "\n".join(parts)
 
 
-def _request(name: str, inputs: Any, fields: dict[str, bool]) -> dict[str, Any]:
+def _request(name: str, inputs: object, fields: dict[str, bool]) -> dict[str, Any]:
     """``inputs`` checked as a request model: ``fields`` maps each field to whether it is required (a
     non-empty string); others are optional strings or null.
 
@@ -115,7 +115,7 @@ def _request(name: str, inputs: Any, fields: dict[str, bool]) -> dict[str, Any]:
     return dict(inputs)
 
 
-def http_spec(value: Any, where: str) -> dict[str, Any]:
+def http_spec(value: object, where: str) -> dict[str, Any]:
     """An ``HTTPRequestSpec`` checked and dumped as pydantic dumps it (every field, null when absent).
 
     Raises:
@@ -142,7 +142,7 @@ def http_spec(value: Any, where: str) -> dict[str, Any]:
     return {k: value.get(k) for k in keys}
 
 
-def _check_spec(value: Any) -> None:
+def _check_spec(value: object) -> None:
     """The model's ``HTTPRequestSpec``, checked (a problem is sent back to it)."""
     http_spec(value, "the answer")
 
@@ -170,7 +170,7 @@ class Services:
     def known(self) -> list[str]:
         return [s for s in SERVICES if s != "workflow" or self.workflow is not None]
 
-    async def run(self, name: str, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def run(self, name: str, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         """Run service ``name`` (canonical) on ``inputs``; answers its response.
 
         Raises:
@@ -199,7 +199,7 @@ class Services:
             raise StepFailure(f"the model could not answer: {e}", ErrorCode.TOOL_FAILED) from None
         return out.text
 
-    async def _prompt(self, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def _prompt(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         req = _request("prompt", inputs, {"instructions": True, "context": False, "response_format_prompt": False})
         text = await self.ask(
             NORMAL_SYSTEM,
@@ -209,7 +209,7 @@ class Services:
         )
         return {"content": text, "type": "text"}
 
-    async def _prompt_mcp(self, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def _prompt_mcp(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         req = _request("prompt-mcp", inputs, {"instructions": True, "api_docs": True, "response_format_prompt": False})
         user = user_prompt(req["instructions"], api_docs=req["api_docs"], fmt=req.get("response_format_prompt"))
         try:
@@ -226,7 +226,7 @@ class Services:
             raise StepFailure(f"service `prompt-mcp`: the model could not answer: {e}", ErrorCode.TOOL_FAILED) from None
         return {"content": http_spec(out.data, "the answer"), "type": "http_spec"}
 
-    async def _execute(self, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def _execute(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         if not isinstance(inputs, Mapping) or set(inputs) != {"http_spec"}:
             keys = sorted(inputs) if isinstance(inputs, Mapping) else json_type(inputs)
             raise StepFailure(
@@ -238,11 +238,11 @@ class Services:
             raise StepFailure(f"service `execute`: {e}", ErrorCode.INVALID_SPEC) from None
         return await self.send(spec, ctx, key)
 
-    async def _prompt_execute(self, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def _prompt_execute(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         made = await self._prompt_mcp(inputs, ctx, key)
         return await self.send(made["content"], ctx, key)
 
-    async def _workflow(self, inputs: Any, ctx: ToolContext, key: str) -> dict[str, Any]:
+    async def _workflow(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         from mcpipe.workflow import WorkflowRequest
 
         request, errors = WorkflowRequest.parse(inputs, self.workflow.config.max_instructions_chars)

@@ -94,7 +94,7 @@ class Secrets(Mapping[str, str]):
         return value
 
 
-def _json_type(prop: Any) -> str:
+def _json_type(prop: object) -> str:
     """The type piraeus's executor validates a property as (``_json_type_to_python``): its ``type``, string
     when absent or unknown; a list's first type other than ``null``."""
     kind = prop.get("type", "string") if isinstance(prop, Mapping) else "string"
@@ -103,7 +103,7 @@ def _json_type(prop: Any) -> str:
     return kind if kind in ("string", "integer", "number", "boolean", "array", "object") else "string"
 
 
-def check_inputs(schema: Mapping[str, Any], args: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
+def check_inputs(schema: Mapping[str, Any], args: Mapping[str, object]) -> tuple[dict[str, Any], list[str]]:
     """The arguments as piraeus's executor validates them (``_validate_inputs``): with ``properties``, only
     the declared ones, each converted to its type, the required ones present; without, as they are.
     Answers ``(arguments, problems)``."""
@@ -139,7 +139,7 @@ class Request:
     """What an answer must not show back: the credential, and configured headers that look like one."""
 
 
-def build_request(config: ToolConfig, args: Mapping[str, Any], secret: str) -> Request:
+def build_request(config: ToolConfig, args: Mapping[str, object], secret: str) -> Request:
     """``GenericApiTool``'s request for the checked ``args`` (``_build_url``, ``_build_headers``,
     ``_build_params``, ``_build_body``)."""
     api = config.api
@@ -161,7 +161,7 @@ def build_request(config: ToolConfig, args: Mapping[str, Any], secret: str) -> R
     return Request(api.method, api.url, headers, params, body, tuple(x for x in secrets if x))
 
 
-def _convert(value: Any, target: Any) -> Any:
+def _convert(value: Any, target: object) -> Any:
     """``GenericApiTool._convert_type``: ``number`` -> float, ``integer`` -> int (through float); a value that
     does not convert stays as it is."""
     try:
@@ -174,7 +174,7 @@ def _convert(value: Any, target: Any) -> Any:
     return value
 
 
-def read_path(value: Any, path: str) -> Any:
+def read_path(value: object, path: str) -> Any:
     """The value at a dotted ``path`` (``GenericApiTool``'s nested fields), or None. A key holding dots is
     read whole first (``01. symbol``, as Alpha Vantage names its fields), then split at each dot in turn:
     piraeus splits at every dot, so its own example's ``"05. price"`` never resolves there."""
@@ -193,7 +193,7 @@ def read_path(value: Any, path: str) -> Any:
     return None
 
 
-def transform(config: ToolConfig, data: Any) -> dict[str, Any]:
+def transform(config: ToolConfig, data: object) -> dict[str, Any]:
     """``GenericApiTool._transform_response``: the mapped output of the API's JSON answer.
 
     Raises:
@@ -237,7 +237,7 @@ class ApiTool:
     def __repr__(self) -> str:
         return f"<piraeus tool {self.name}>"
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         """Run the tool; a failure is an error result (``Input validation error: ...``, ``Execution error:
         ...``, as piraeus's ``ToolResult.error`` words them)."""
         if not isinstance(args, Mapping):
@@ -252,7 +252,7 @@ class ApiTool:
         text = orjson.dumps(output).decode()
         return ToolResult([{"type": "text", "text": text}], output)
 
-    async def run(self, args: Mapping[str, Any]) -> dict[str, Any]:
+    async def run(self, args: Mapping[str, object]) -> dict[str, Any]:
         """Send the request for checked ``args`` and answer the mapped output.
 
         Raises:
