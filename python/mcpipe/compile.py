@@ -421,7 +421,7 @@ class _Compiler:
         return Pipe(sid, loc, plan, timeout_ms=spec.timeout_ms, **common)
 
     def tool_step(
-        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, data: Mapping[str, object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         self.leaves += 1
         name = data.get("tool")
@@ -485,7 +485,7 @@ class _Compiler:
                 self.typed_sites.append(TypedSite(where, tool, key, refs[0], producers[path[0]]))
 
     def for_each_step(
-        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, data: Mapping[str, object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         source = data.get("for_each")
         items = None

@@ -39,12 +39,12 @@ def claim_strings(claims: Any, paths: Sequence[str], limit: int | None = None) -
 
 
 def identity_from_claims(
-    claims: Mapping[str, Any],
+    claims: Mapping[str, object],
     cfg: OidcProvider | IntrospectionProvider,
     *,
     provider: str,
     token: str,
-    kept: Mapping[str, Any],
+    kept: Mapping[str, object],
     limit: int | None = None,
 ) -> Identity | None:
     """The verified identity ``claims`` name under ``cfg``, or None when they lack a non-empty subject.

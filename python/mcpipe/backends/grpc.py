@@ -174,7 +174,7 @@ class GrpcConnection:
         self,
         service: str,
         method: str,
-        message: Mapping[str, Any],
+        message: Mapping[str, object],
         *,
         timeout_s: float | None = None,
         metadata: Sequence[tuple[str, str]] = (),

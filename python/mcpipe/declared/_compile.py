@@ -225,7 +225,7 @@ class _Compiler:
     def leaf(
         self,
         k: Kind[Any, Any],
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: Any,
         loc: str,
         sid: str,
@@ -290,7 +290,7 @@ class _Compiler:
             **_shared(when, transform, refs),
         )
 
-    def decode(self, raw: Mapping[str, Any], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
+    def decode(self, raw: Mapping[str, object], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
         def prepare(clean: dict[str, Any]) -> None:
             sid = clean.get("id")
             if isinstance(sid, str) and not STEP_ID.fullmatch(sid):
@@ -322,7 +322,7 @@ class _Compiler:
 
     def parallel(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: Any,
         loc: str,
         sid: str,
@@ -353,7 +353,7 @@ class _Compiler:
 
     def pipe(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: PipeFields | None,
         loc: str,
         sid: str,

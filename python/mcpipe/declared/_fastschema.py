@@ -147,7 +147,7 @@ def _bound(limit: float, compare: Callable[[Any, float], bool]) -> Check:
     return check
 
 
-def _numbers(schema: Mapping[str, Any]) -> list[Check]:
+def _numbers(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     for key, compare in _COMPARISONS:
         limit = _number(schema, key)
@@ -164,7 +164,7 @@ _COMPARISONS: tuple[tuple[str, Callable[[Any, float], bool]], ...] = (
 )
 
 
-def _count(schema: Mapping[str, Any], key: str) -> int | None:
+def _count(schema: Mapping[str, object], key: str) -> int | None:
     value = schema.get(key)
     if value is None:
         return None
@@ -186,7 +186,7 @@ def _length(kind: type, low: int | None, high: int | None) -> Check:
     return check
 
 
-def _strings(schema: Mapping[str, Any]) -> list[Check]:
+def _strings(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     low, high = _count(schema, "minLength"), _count(schema, "maxLength")
     if low is not None or high is not None:
@@ -210,7 +210,7 @@ def _strings(schema: Mapping[str, Any]) -> list[Check]:
     return out
 
 
-def _arrays(schema: Mapping[str, Any]) -> list[Check]:
+def _arrays(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     low, high = _count(schema, "minItems"), _count(schema, "maxItems")
     if low is not None or high is not None:
@@ -225,7 +225,7 @@ def _arrays(schema: Mapping[str, Any]) -> list[Check]:
     return out
 
 
-def _objects(schema: Mapping[str, Any]) -> list[Check]:
+def _objects(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     required = schema.get("required")
     if required is not None:

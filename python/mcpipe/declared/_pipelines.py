@@ -473,7 +473,7 @@ def _raw_ids(raw: Any) -> tuple[str, ...]:
 
 
 def _answer_template(
-    raw: Mapping[str, Any], loc: str, ids: tuple[str, ...], problems: list[Problem]
+    raw: Mapping[str, object], loc: str, ids: tuple[str, ...], problems: list[Problem]
 ) -> Template | None:
     """One template for the answer: ``{"output": <output or last.output>, "content": <content>}``, compiled
     where every step has finished (so any step, ``last``, ``args`` and ``context`` may be read)."""

@@ -211,7 +211,7 @@ class PlanTool:
         uri_template: str | None = None,
         mime_type: str | None = None,
         arguments: list[Any] | None = None,
-        completions: Mapping[str, Any] | None = None,
+        completions: Mapping[str, object] | None = None,
         listing: str | None = None,
         watch: Any = None,
     ) -> None:
@@ -279,7 +279,7 @@ class PlanTool:
         return await trio.to_thread.run_sync(self.dialect.check_args, self, args)
 
     async def run(
-        self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
+        self, args: Mapping[str, object], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
     ) -> dict[str, Any]:
         """Run the plan with ``args`` as they are (unchecked), as the dialect runs it; answers the scheduler's
         answer. Events go to ``on_event`` (``step_started``, ``step_finished``, and the dialect's own)."""

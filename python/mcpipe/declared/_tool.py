@@ -259,7 +259,7 @@ class DeclaredPipelines:
         return f"<DeclaredPipelines {self.names()}>"
 
 
-def _validator(schema: Mapping[str, Any], formats: bool = True) -> Any:
+def _validator(schema: Mapping[str, object], formats: bool = True) -> Any:
     # On first use: jsonschema is slow to import.
     from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
     from jsonschema.validators import validator_for

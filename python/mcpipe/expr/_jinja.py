@@ -204,7 +204,7 @@ def _printf_room(fmt: str, args: Any) -> int:
     return total
 
 
-def _format_room(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+def _format_room(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> int:
     """The most characters the format specs of a ``str.format`` string ask for (nested ``{}`` fields take
     their argument)."""
     total = 0
@@ -232,7 +232,7 @@ def _check_ints(args: tuple[Any, ...], what: str) -> None:
 _STR_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
 
-def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> None:
     """Refuse a method call whose result would not fit, before making it."""
     owner = getattr(obj, "__self__", None)
     name = getattr(obj, "__name__", "")
@@ -388,7 +388,7 @@ def _compiled_source(source: str) -> jinja2.Template:
 
 
 @jinja2.pass_context
-def _render(context: jinja2.runtime.Context, source: Any, values: Mapping[str, Any] | None = None) -> str:
+def _render(context: jinja2.runtime.Context, source: Any, values: Mapping[str, object] | None = None) -> str:
     """``{{ prompts.summarize.template | render({'input': {...}}) }}``: render a template string with the
     current roots, ``values`` laid over them (sources are compiled once and cached)."""
     if not isinstance(source, PromptSource):
@@ -567,7 +567,7 @@ def compile_value(value: Any, location: str, problems: list[tuple[str, str]]) ->
             if m is not None and "}}" not in m.group("expr") and "{{" not in m.group("expr"):
                 expr = env.compile_expression(m.group("expr"), undefined_to_none=False)
 
-                def whole(roots: Mapping[str, Any]) -> Any:
+                def whole(roots: Mapping[str, object]) -> Any:
                     out = expr(**roots)
                     if isinstance(out, jinja2.Undefined):
                         out._fail_with_undefined_error()
@@ -627,7 +627,7 @@ def references(sources: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:
                 yield n.name, None
 
 
-def _located(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def _located(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """Render, turning every template failure into a :class:`RenderError` naming ``location``."""
     try:
         return compiled.render(roots)
@@ -669,7 +669,7 @@ class _Job:
             if self.thread is not None and not self.finished:
                 _set_async_exc(self.thread, id(_Interrupted))
 
-    def run(self, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+    def run(self, compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
         self.budget.deadline = time.monotonic() + self.budget.ms / 1000  # from now: not the wait for a thread
         token = _BUDGET.set(self.budget)
         with self.lock:
@@ -687,7 +687,7 @@ def _timed_out(location: str, ms: float) -> RenderError:
     return RenderError(f"{location}: the template took longer than {ms:g} ms to render", ErrorCode.TIMEOUT)
 
 
-def render(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def render(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """Render within the budgets (see the module's docstring), in this thread: a watchdog interrupts it at
     the deadline. On the event loop, prefer :func:`render_async`, which leaves the loop free.
 
@@ -716,7 +716,7 @@ def render(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
 _threads = RunLimiter("mcpipe_jinja_threads", 4)
 
 
-async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+async def render_async(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """:func:`render` off the event loop: in a thread (at most 4 at once), interrupted at the deadline or as
     soon as the caller is cancelled (a step's ``timeout_ms``). The deadline starts when the rendering does:
     waiting for a thread is not rendering (before, a caller queued behind others' slow templates timed out
@@ -740,7 +740,7 @@ async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: s
         raise _timed_out(location, ms) from None
 
 
-def _watched(job: _Job, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def _watched(job: _Job, compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """``job.run`` in this thread, a watchdog interrupting it at the deadline, counted from now."""
     watchdog = threading.Timer(job.budget.ms / 1000, job.interrupt)
     watchdog.daemon = True

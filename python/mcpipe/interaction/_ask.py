@@ -105,7 +105,7 @@ def roots_output(answer: dict[str, Any]) -> dict[str, Any]:
     return {"roots": answer.get("roots", [])}
 
 
-def _camel(prefs: Mapping[str, Any]) -> dict[str, Any]:
+def _camel(prefs: Mapping[str, object]) -> dict[str, Any]:
     names = {
         "cost_priority": "costPriority",
         "speed_priority": "speedPriority",
@@ -114,7 +114,7 @@ def _camel(prefs: Mapping[str, Any]) -> dict[str, Any]:
     return {names.get(k, k): v for k, v in prefs.items()}
 
 
-def question(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+def question(kind: str, fields: Mapping[str, object]) -> dict[str, Any] | None:
     """The params of one question from its (resolved) fields."""
     if kind == "elicitation":
         return elicitation_params(fields.get("message"), fields.get("requested_schema"))

@@ -76,7 +76,7 @@ class Build(Generic[F]):
 
     def __init__(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         fields: F | None,
         location: str,
         policy: StepPolicy,

@@ -137,7 +137,7 @@ class _Run:
         statements: list[str],
         policy: DuckdbPolicy,
         secrets: list[str] | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         allowed: tuple[str, ...] = (),
     ) -> None:
         self.database = database
@@ -223,7 +223,7 @@ def _first_line(e: BaseException) -> str:
 
 
 async def run_duckdb(
-    step: Leaf[DuckdbFields, DuckdbPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[DuckdbFields, DuckdbPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements; the output is the last statement's rows (``output: noetl``: NoETL's summary)."""
     plan = step.built

@@ -94,7 +94,7 @@ def _dsn(value: Any) -> str:
 
 
 async def run_postgres(
-    step: Leaf[PostgresFields, PostgresPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[PostgresFields, PostgresPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements; the output is NoETL's result of the last one (with ``statement_count``)."""
     text = inputs["command"]

@@ -21,7 +21,7 @@ class RootsListFields(StepFields, tag="roots_list"):
 
 
 async def run_roots_list(
-    step: Leaf[RootsListFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[RootsListFields, None], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Ask the client for its roots (``roots/list``); the output is ``{roots: [...]}``."""
     return await ask_step(step, "roots", None, ctx, step.fields.skip_if_unsupported)

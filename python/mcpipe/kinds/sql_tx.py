@@ -137,7 +137,7 @@ async def run_transaction(backend: SqlBackend, statements: Iterable[TxStatement]
     return outputs
 
 
-async def _statement(tx: SqlTransaction, st: TxStatement, outputs: Mapping[str, Any]) -> Any:
+async def _statement(tx: SqlTransaction, st: TxStatement, outputs: Mapping[str, object]) -> Any:
     params = st.bind(outputs)
     try:
         return st.shape(await tx.execute_raw(st.stmt, params))

@@ -100,7 +100,7 @@ class Models:
         *,
         provider: str | None = None,
         model: str | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
     ) -> Model:
         """The model ``name``: its preset, else a default one of ``provider`` (``openai`` reads the standard
         environment variables); ``model`` and ``params`` are laid over the preset's."""
@@ -131,7 +131,7 @@ RESERVED_PARAMS = ("model", "messages", "tools", "response_format", "stream")
 """Request fields mcpipe sets itself (``stream``: answers are read whole), so ``params`` cannot."""
 
 
-def params_problems(params: Mapping[str, Any], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
+def params_problems(params: Mapping[str, object], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
     """``params`` may not set the fields mcpipe sets itself."""
     return [
         Problem(f"{where}.{k}", code, f"`{k}` is set by mcpipe, not in params") for k in params if k in RESERVED_PARAMS

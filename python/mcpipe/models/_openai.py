@@ -45,7 +45,7 @@ class OpenAIModel:
         config: ModelConfig | None = None,
         *,
         environ: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
     ) -> None:
         self.name = name
         self.config = config or ModelConfig()

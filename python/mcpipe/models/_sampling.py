@@ -32,7 +32,7 @@ class SamplingModel:
     """
 
     def __init__(
-        self, name: str = SAMPLING, config: ModelConfig | None = None, *, params: Mapping[str, Any] | None = None
+        self, name: str = SAMPLING, config: ModelConfig | None = None, *, params: Mapping[str, object] | None = None
     ) -> None:
         self.name = name
         self.config = config or ModelConfig(provider="sampling")

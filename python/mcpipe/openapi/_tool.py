@@ -103,7 +103,7 @@ class OpenApiTool:
             return await self._send(request)
         return ToolResult.error(f"{ErrorCode.TIMEOUT}: {self.name}: no answer within {ms:g} ms")
 
-    async def _request(self, base: str, args: Mapping[str, Any], ctx: ToolContext) -> _Request:
+    async def _request(self, base: str, args: Mapping[str, object], ctx: ToolContext) -> _Request:
         op = self.op
         path = op.path
         query: list[tuple[str, str]] = []

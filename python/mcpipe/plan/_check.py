@@ -302,7 +302,7 @@ class ReferenceCondition:
 
     template: Template
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, object]) -> Any:
         """The referenced value; a reference that cannot resolve is an :class:`ExpressionError`."""
         try:
             return self.template.resolve(env)

@@ -171,7 +171,7 @@ async def run_pipeline(
     context: ToolContext | None = None,
     limits: Limits | None = None,
     on_event: EventFn | None = None,
-    args: Mapping[str, Any] | None = None,
+    args: Mapping[str, object] | None = None,
     answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Validate and run a pipeline spec; answer as contract section 7 says.
@@ -314,7 +314,7 @@ async def run_compiled(
     context: ToolContext | None = None,
     limits: Limits | None = None,
     on_event: EventFn | None = None,
-    args: Mapping[str, Any] | None = None,
+    args: Mapping[str, object] | None = None,
     answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
@@ -348,7 +348,7 @@ async def _run_compiled(
     ctx: ToolContext,
     limits: Limits,
     on_event: EventFn | None,
-    args: Mapping[str, Any] | None,
+    args: Mapping[str, object] | None,
     started: float,
     answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
@@ -432,7 +432,7 @@ class _Run:
         ctx: ToolContext,
         limits: Limits,
         on_event: EventFn | None,
-        args: Mapping[str, Any],
+        args: Mapping[str, object],
         total: int,
     ) -> None:
         self.call = registry.call
@@ -1468,7 +1468,7 @@ def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str,
 
 
 def _dry_run(
-    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, Any], started: float
+    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, object], started: float
 ) -> dict[str, Any]:
     """The answer of a dry run: every check passed (the spec, the tools, the permissions, retries), and
     the plan; no step runs."""

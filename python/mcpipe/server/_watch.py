@@ -116,7 +116,7 @@ class Watches:
         self.notify = notify
         self.holders = holders
 
-    async def decide(self, uri: str, subscriber: Mapping[str, Any]) -> bool:
+    async def decide(self, uri: str, subscriber: Mapping[str, object]) -> bool:
         """Whether a subscriber is told of a change of ``uri`` (its watch's ``notify_if``). The expression reads
         what a caller sent (its subject, its token's claims), so it runs as a caller's expressions do: off the
         event loop, under ``pipe.expression_timeout_ms`` (past it, or failing, the subscriber is not told). A

@@ -307,7 +307,7 @@ class Telemetry:
 
     # --- pipelines ---
 
-    def observe_steps(self, answer: Mapping[str, Any]) -> None:
+    def observe_steps(self, answer: Mapping[str, object]) -> None:
         """Count the steps of a finished pipeline answer (nested ones too) by kind and outcome."""
         if self.metrics is not None:
             steps = answer.get("steps")
@@ -499,7 +499,7 @@ _LIVE = frozenset({"queued", "running", "input_required"})
 _CODE = re.compile(r"([A-Z][A-Z0-9_]{1,40}):")
 
 
-def error_code(answer: Mapping[str, Any]) -> str:
+def error_code(answer: Mapping[str, object]) -> str:
     """The error code an error result says: a pipeline's ``error_code``, else the ``CODE:`` its text starts
     with (mcpipe's tool errors), else ``UNKNOWN``."""
     structured = answer.get("structuredContent")
