@@ -447,7 +447,9 @@ class _Compiler:
         )
 
     @staticmethod
-    def argument_site(raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> ArgumentSite:
+    def argument_site(
+        raw_args: Mapping[str, object], sites: list[tuple[str, str]], loc: str, tool: str
+    ) -> ArgumentSite:
         """The step's argument names, and the JSON type of each argument that holds no reference."""
         referenced = set()
         prefix = f"{loc}.args."
@@ -462,7 +464,9 @@ class _Compiler:
         )
         return ArgumentSite(loc, tool, tuple(raw_args), literals)
 
-    def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
+    def typed_arguments(
+        self, raw_args: Mapping[str, object], sites: list[tuple[str, str]], loc: str, tool: str
+    ) -> None:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no
         default), for the per-call type check."""
         producers = self.producers[-1]

@@ -279,7 +279,7 @@ class _Oidc:
             return self._identity(claims, token)
         return Rejected(last)
 
-    def _identity(self, claims: dict[str, Any], token: str) -> Identity | Rejected:
+    def _identity(self, claims: Mapping[str, object], token: str) -> Identity | Rejected:
         cfg = self.cfg
         identity = identity_from_claims(claims, cfg, provider="oidc", token=token, kept=claims)
         return Rejected(f"missing or empty `{cfg.subject_claim}` claim") if identity is None else identity

@@ -491,7 +491,7 @@ def _is_error(answer: Any) -> bool:
     return isinstance(answer, dict) and bool(answer.get("isError"))
 
 
-def _state(row: dict[str, Any]) -> str:
+def _state(row: Mapping[str, object]) -> str:
     if row["finished_at"] is None:
         return "running"
     if row.get("skipped"):

@@ -130,7 +130,7 @@ class DeclaredDialect(ToolDialect):
             return None
         return inline_tool_calls(tool.compiled)
 
-    def shape(self, tool: PlanTool, result: dict[str, Any]) -> ToolResult:
+    def shape(self, tool: PlanTool, result: Mapping[str, object]) -> ToolResult:
         """The tool's answer in mcpipe's shape from the resolved ``{"output": ..., "content": ...}``."""
         output = result["output"]
         if self._has_content:
@@ -159,7 +159,7 @@ class DeclaredDialect(ToolDialect):
             )
         return ToolResult.text(orjson.dumps(output).decode())
 
-    def _check_output(self, structured: dict[str, Any]) -> ToolResult | None:
+    def _check_output(self, structured: Mapping[str, object]) -> ToolResult | None:
         if self._output_validator is None:
             return None
         errors = sorted(self._output_validator.iter_errors(structured), key=lambda e: list(map(str, e.absolute_path)))

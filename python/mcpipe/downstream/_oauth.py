@@ -683,7 +683,7 @@ class OAuthClients:
 
     # -- sign-ins under way --------------------------------------------------------------------------
 
-    async def hold(self, state: str, principal: str, pending: dict[str, Any]) -> None:
+    async def hold(self, state: str, principal: str, pending: Mapping[str, object]) -> None:
         """Keep a sign-in under way (bounded: per principal, the oldest goes; in all, a new one is refused)."""
         now = time.time()
         if len(self._pending) >= self.max_pending:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import atexit
 import subprocess
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
@@ -104,7 +105,7 @@ def _stop_all() -> None:
         _idle.pop().kill()
 
 
-async def evaluate_in_worker(source: str, context: dict[str, Any], functions: list[str], timeout_s: float) -> Any:
+async def evaluate_in_worker(source: str, context: Mapping[str, object], functions: list[str], timeout_s: float) -> Any:
     """Evaluate ``source`` against ``context`` in a worker, within ``timeout_s``.
 
     Returns:

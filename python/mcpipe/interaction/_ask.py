@@ -41,7 +41,7 @@ def elicitation_params(message: Any, requested_schema: Any) -> dict[str, Any]:
     return {"mode": "form", "message": message, "requestedSchema": schema}
 
 
-def elicitation_output(answer: dict[str, Any]) -> dict[str, Any]:
+def elicitation_output(answer: Mapping[str, object]) -> dict[str, Any]:
     """What an elicitation step outputs: the user's ``action`` and the ``content`` (null unless accepted)."""
     if answer is SKIPPED:
         return dict(SKIPPED)
@@ -88,7 +88,7 @@ def sampling_params(
     return params
 
 
-def sampling_output(answer: dict[str, Any]) -> dict[str, Any]:
+def sampling_output(answer: Mapping[str, object]) -> dict[str, Any]:
     """What a sampling step outputs: the client's result (``role``, ``content``, ``model``, ``stopReason``)
     and ``text``, the text of its content."""
     if answer is SKIPPED:
@@ -99,7 +99,7 @@ def sampling_output(answer: dict[str, Any]) -> dict[str, Any]:
     return {**answer, "text": text}
 
 
-def roots_output(answer: dict[str, Any]) -> dict[str, Any]:
+def roots_output(answer: Mapping[str, object]) -> dict[str, Any]:
     if answer is SKIPPED:
         return dict(SKIPPED)
     return {"roots": answer.get("roots", [])}

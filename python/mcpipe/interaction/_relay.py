@@ -19,7 +19,7 @@ a pipeline step's are ``<step>.<downstream key>`` (nested steps by their path).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,7 +83,7 @@ def _requests(result: InputRequiredResult) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _result(kind: str, answer: dict[str, Any]) -> Any:
+def _result(kind: str, answer: Mapping[str, object]) -> Any:
     try:
         return _RESULT_OF[kind].model_validate(answer)
     except ValidationError as e:

@@ -33,6 +33,7 @@ import struct
 import traceback
 import types
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 PRELOAD = ("asyncio",)
@@ -108,7 +109,7 @@ def _parameters(fn: Any) -> list[tuple[str, Any, bool]]:
     return [(p.name, p.kind, p.default is not _EMPTY) for p in inspect.signature(fn).parameters.values()]
 
 
-def _kwargs(fn: Any, provided: dict[str, Any], context: Any) -> dict[str, Any]:
+def _kwargs(fn: Any, provided: Mapping[str, object], context: Any) -> dict[str, Any]:
     """NoETL's ``_build_call_kwargs``: ``main``'s arguments by name."""
     ctx: dict[str, Any] = context if isinstance(context, dict) else {}
     found = ctx.get("input")
@@ -279,7 +280,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-def _encode(reply: dict[str, Any], max_bytes: int) -> bytes:
+def _encode(reply: Mapping[str, object], max_bytes: int) -> bytes:
     try:
         data = json.dumps(reply, default=_jsonable, ensure_ascii=False, allow_nan=False).encode()
     except ValueError as e:  # NaN or infinity, or a circular reference

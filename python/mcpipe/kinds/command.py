@@ -87,7 +87,7 @@ def command_timeout(policy: StepPolicy) -> float | None:
 
 
 async def run_command(
-    step: Leaf[CommandFields, CommandPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[CommandFields, CommandPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the command; the output is ``{exit_code, stdout, stderr}`` plus ``json`` when stdout is JSON."""
     spec = step.fields

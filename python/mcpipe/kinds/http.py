@@ -351,7 +351,7 @@ def _upper_method(raw: dict[str, Any]) -> None:
 
 
 async def run_http(
-    step: Leaf[HttpFields, HttpBuilt], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[HttpFields, HttpBuilt], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """One HTTP request; the output is ``{status, headers, body}`` (body parsed when it is JSON)."""
     spec = step.fields

@@ -94,7 +94,7 @@ def _dsn(value: Any) -> str:
 
 
 async def run_postgres(
-    step: Leaf[PostgresFields, PostgresPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[PostgresFields, PostgresPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements; the output is NoETL's result of the last one (with ``statement_count``)."""
     text = inputs["command"]
@@ -149,7 +149,7 @@ def _backend(plan: PostgresPlan, name: Any) -> SqlBackend:
 
 
 async def _run_all(
-    conn: SqlTransaction, statements: list[Statement], params: dict[str, Any], where: str
+    conn: SqlTransaction, statements: list[Statement], params: Mapping[str, object], where: str
 ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for stmt in statements:

@@ -32,7 +32,7 @@ def has_progress_token(ctx: ToolContext) -> bool:
 
 
 async def run_progress(
-    step: Leaf[ProgressFields, None], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[ProgressFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Send a ``notifications/progress``; skipped when the call carried no progress token."""
     progress = _number(inputs["progress"], "progress")

@@ -129,7 +129,7 @@ def _env(value: Any, base: dict[str, str]) -> dict[str, str]:
 
 
 async def run_python(
-    step: Leaf[PythonFields, PythonPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[PythonFields, PythonPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the code in a fresh worker process; the output is its result (``capture: all``: with its
     stdout and stderr)."""

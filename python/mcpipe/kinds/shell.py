@@ -65,7 +65,7 @@ def _programs(value: Any) -> list[str]:
 
 
 async def run_shell(
-    step: Leaf[ShellFields, CommandPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[ShellFields, CommandPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the programs in turn; the output is NoETL's shell result."""
     plan = step.built

@@ -178,7 +178,7 @@ async def run_statement(
 
 
 async def run_sql(
-    step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[SqlFields, SqlPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statement; the output is its rows, its row, or the affected row count (``row_mode``)."""
     plan = step.built

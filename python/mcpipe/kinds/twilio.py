@@ -529,7 +529,7 @@ async def _dispatch(f: TwilioFields, plan: TwilioPlan, args: Mapping[str, object
 
 
 async def run_twilio(
-    step: Leaf[TwilioFields, TwilioPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
+    step: Leaf[TwilioFields, TwilioPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """One operation; the output is Twilio's JSON answer (or what a local operation makes)."""
     args = step.built.arguments.resolve(env)

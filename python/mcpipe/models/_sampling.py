@@ -39,7 +39,11 @@ class SamplingModel:
         self.params = {**self.config.params, **(params or {})}
 
     def request(
-        self, messages: list[Message], tools: list[ToolSpec] | None, json_schema: dict[str, Any] | None, json: bool
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        json_schema: Mapping[str, object] | None,
+        json: bool,
     ) -> dict[str, Any]:
         """The ``sampling/createMessage`` params."""
         systems = [m.content for m in messages if m.role == "system"]
@@ -96,7 +100,7 @@ class SamplingModel:
         *,
         key: str,
         tools: list[ToolSpec] | None = None,
-        json_schema: dict[str, Any] | None = None,
+        json_schema: Mapping[str, object] | None = None,
         json: bool = False,
     ) -> Reply:
         ix = interaction_of(ctx)

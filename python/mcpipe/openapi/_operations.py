@@ -5,6 +5,7 @@ body), how its arguments become a request, the security it needs; or refused, wi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urljoin
@@ -435,14 +436,14 @@ def _inputs(
     return params, body, tool_schema
 
 
-def _free(name: str, taken: set[str], props: dict[str, Any]) -> str:
+def _free(name: str, taken: set[str], props: Mapping[str, object]) -> str:
     candidate, n = name, 2
     while candidate in props or (candidate != name and candidate in taken):
         candidate, n = f"{name}_{n}", n + 1
     return candidate
 
 
-def _described(schema: Any, p: dict[str, Any]) -> Any:
+def _described(schema: Any, p: Mapping[str, object]) -> Any:
     text = p.get("description")
     if isinstance(text, str) and text.strip() and isinstance(schema, dict) and "description" not in schema:
         return {**schema, "description": text.strip()}
@@ -463,7 +464,7 @@ def _encoding_of(media: str) -> Literal["json", "form", "multipart", "text"]:
     return "text"
 
 
-def _pick(content: dict[str, Any]) -> str | None:
+def _pick(content: Mapping[str, object]) -> str | None:
     """The request body's media type mcpipe sends: JSON first, then a form, then text."""
     ranked = sorted(
         (m for m in content if isinstance(m, str)),

@@ -85,7 +85,7 @@ class OpenApiTool:
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return [f"{_path(e.absolute_path)}: {e.message}" for e in errors]
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         problems = self.check(args)
         if problems:
             return ToolResult.error(f"{ErrorCode.INVALID_SPEC}: " + "; ".join(problems[:10]))

@@ -33,6 +33,7 @@ import inspect
 import logging
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -120,7 +121,7 @@ class FastToolCall:
         self,
         handlers: ToolHandlers,
         security: TransportSecuritySettings,
-        server_info: dict[str, Any],
+        server_info: Mapping[str, object],
         *,
         json_response: bool = False,
         max_body: int = 4 * 1024 * 1024,
@@ -518,7 +519,7 @@ def _names_asking_tool(node: Any, may_ask: Any) -> bool:
 _TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
-def _name_mismatch(msg: dict[str, Any], headers: dict[str, str]) -> bool:
+def _name_mismatch(msg: Mapping[str, object], headers: dict[str, str]) -> bool:
     """A tasks request whose ``Mcp-Name`` header is there but names another task than ``params.taskId``."""
     params = msg.get("params")
     task_id = params.get("taskId") if isinstance(params, dict) else None

@@ -16,7 +16,7 @@ with a JSON-RPC ``error``; a cancelled one is ``cancelled``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, Literal
@@ -160,12 +160,12 @@ class Tasks:
     async def create(
         self,
         name: str,
-        args: dict[str, Any],
+        args: Mapping[str, object],
         tctx: ToolContext,
         capabilities: Any,
         *,
-        recorded: dict[str, Any] | None = None,
-        answers: dict[str, Any] | None = None,
+        recorded: Mapping[str, object] | None = None,
+        answers: Mapping[str, object] | None = None,
     ) -> dict[str, Any]:
         """Queue the call as a run (with the client's ``capabilities``, so that the run can ask it); answers
         the ``CreateTaskResult`` once it is durably queued.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar, cast
 
 import coredis
@@ -763,7 +763,7 @@ class RedisRunQueue:
             n += int(await self._do("expire", self._expire(keys=keys, args=args)))
         return n
 
-    async def suspend(self, run_id: str, worker: str, pending: dict[str, Any]) -> bool:
+    async def suspend(self, run_id: str, worker: str, pending: Mapping[str, object]) -> bool:
         run, _, events = self._run(run_id)
         info = await self.get(run_id)
         if info is None:

@@ -18,7 +18,7 @@ compare-and-set on (run, worker): a worker whose lease was taken over cannot fin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -509,7 +509,7 @@ def _cut(value: Any) -> Any:
     return value
 
 
-def event_blob(data: dict[str, Any]) -> bytes:
+def event_blob(data: Mapping[str, object]) -> bytes:
     """An event's data as a queue stores it: its JSON, at most about :data:`MAX_EVENT_BYTES` (long strings,
     many keys or items are cut, saying how long they were)."""
     blob = orjson.dumps(data)

@@ -215,7 +215,7 @@ class Telemetry:
                 # Called once per function-tool step: the recorder's own, bound once here (no call between).
                 self.step_ended = self._recorder.step_ended
 
-    def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
+    def _start(self, name: str, parent: Any, kind: Any, attributes: Mapping[str, object]) -> Any:
         """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
 
         Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
@@ -314,7 +314,7 @@ class Telemetry:
             if isinstance(steps, dict):
                 self._count(steps)
 
-    def _count(self, steps: dict[str, Any]) -> None:
+    def _count(self, steps: Mapping[str, object]) -> None:
         counts: dict[tuple[str, str], int] = {}
         self._tally(steps, counts)
         m = self.metrics
@@ -322,7 +322,7 @@ class Telemetry:
         for (kind, outcome), n in counts.items():  # one increment per kind and outcome, not one per step
             m.step(kind, outcome)(n)
 
-    def _tally(self, steps: dict[str, Any], counts: dict[tuple[str, str], int]) -> None:
+    def _tally(self, steps: Mapping[str, object], counts: dict[tuple[str, str], int]) -> None:
         for step in steps.values():
             if not isinstance(step, dict):
                 continue
@@ -342,7 +342,7 @@ class Telemetry:
     # --- spans ---
 
     def span(
-        self, name: str, attributes: dict[str, Any], *, client: bool = False, current: bool = True
+        self, name: str, attributes: Mapping[str, object], *, client: bool = False, current: bool = True
     ) -> AbstractContextManager[Any]:
         """A child span of the current one for a ``with`` block, made the current one inside when
         ``current``; it ends with the block, failed if the block raised (nothing without a tracer)."""
@@ -474,7 +474,7 @@ def _recorder_of(tracer: Any, otherwise: Callable[[str, str, int, bool | BaseExc
     return Recorder.of(tracer, otherwise)
 
 
-def _outcome(step: dict[str, Any]) -> str:
+def _outcome(step: Mapping[str, object]) -> str:
     """The outcome label of a pipeline step's answer that is not ok."""
     if step.get("skipped"):
         return "skipped"

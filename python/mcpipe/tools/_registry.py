@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
@@ -70,7 +70,7 @@ class FunctionTool:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ):
         self.fn = fn
         self.annotations = annotations
@@ -106,7 +106,7 @@ class FunctionTool:
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name}>"
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         """Validate ``args``, call the function, and shape what it returns as a :class:`ToolResult`."""
         try:
             parsed = msgspec.convert(args, self._args_type)
@@ -137,7 +137,7 @@ class ToolRegistry:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
@@ -147,7 +147,7 @@ class ToolRegistry:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ) -> Any:
         """Register a function as a tool: ``@registry.tool`` or ``@registry.tool(name=..., description=...,
         annotations={"readOnlyHint": True})`` (annotations as MCP defines them; ``mcpipe.tools.PURE`` for a

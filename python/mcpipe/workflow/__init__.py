@@ -78,7 +78,7 @@ class WorkflowTool:
             return None, errors
         return await self.workflow.run(request, ctx), []
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         result, errors = await self.answer(args, ctx)
         if result is None:
             return ToolResult.error(f"invalid arguments for tool '{TOOL_NAME}': " + "; ".join(errors))

@@ -427,7 +427,7 @@ class Workflow:
         body, _ = response.decoded()
         return {"status_code": response.status, "body": body, "execution_time_ms": elapsed}
 
-    async def _format(self, request: WorkflowRequest, raw: dict[str, Any], ctx: ToolContext) -> str:
+    async def _format(self, request: WorkflowRequest, raw: Mapping[str, object], ctx: ToolContext) -> str:
         model = self.models.get(self.config.format_model or self.config.model)
         how = request.response_format_instructions or "Answer in one or two sentences."
         data = orjson.dumps(raw["body"]).decode()
