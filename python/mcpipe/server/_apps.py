@@ -70,7 +70,7 @@ class AppsPolicy:
         """The extension's advertisement (``capabilities.extensions``)."""
         return {"mimeTypes": [UI_MIME_TYPE]}
 
-    def clamp(self, meta: Any) -> list[str]:
+    def clamp(self, meta: object) -> list[str]:
         """Narrow one ``_meta`` (its ``ui``, and the ``openai/widget*`` aliases) in place; the violations.
 
         Fail closed where mcpg trusts the shape: a policy field of the wrong type (an axis that is not a list,
@@ -148,7 +148,7 @@ class AppsPolicy:
         if narrowed != upstream:
             csp[key] = narrowed
 
-    def clamp_tool(self, meta: Any) -> list[str]:
+    def clamp_tool(self, meta: object) -> list[str]:
         """Narrow one tool's ``_meta`` in place (a downstream's, as listed); the violations.
 
         What :meth:`clamp` holds a resource's ``_meta`` to, and the tool's own fields of the extension held to

@@ -40,7 +40,7 @@ from mcpipe.server._passthrough import Passthrough, ScopeCheck, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
 from mcpipe.store import RunRefused, StoreUnavailable
-from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools import Identity, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.trust import TrustDenied
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
@@ -543,12 +543,12 @@ class ToolHandlers:
                 out.append((entry, plan))
         return out
 
-    def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+    def visible_tools(self, principal: str | None, identity: Identity | None = None) -> list[dict[str, Any]]:
         """The ``tools/list`` entries ``principal`` may see (a downstream tool's ``_meta`` held to MCP Apps'
         policy when apps are on)."""
         return self._listed_tools(principal, identity)
 
-    def _listed_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+    def _listed_tools(self, principal: str | None, identity: Identity | None = None) -> list[dict[str, Any]]:
         """The visible entries. Under ``apps.strict`` a downstream tool whose ``_meta`` went beyond the policy is
         left out (one log line per tool): one server's tool never takes the others' listing down."""
         tools = [entry for _, entry in self._callable(principal, identity)]
@@ -559,7 +559,7 @@ class ToolHandlers:
         # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
         return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
 
-    def _callable(self, principal: str | None, identity: Any = None) -> list[tuple[Tool, dict[str, Any]]]:
+    def _callable(self, principal: str | None, identity: Identity | None = None) -> list[tuple[Tool, dict[str, Any]]]:
         """The tools ``principal`` may call (but ``mcp_pipe``), listed or found by a search, with their
         ``tools/list`` entries."""
         policy = self.gateway.policy
@@ -646,7 +646,7 @@ class ToolHandlers:
                         self._idle.set()
         return _shutdown_answer(name == PIPE_TOOL and self.pipe is not None)
 
-    async def run_surface(self, ctx: RequestContext, tool: Any, args: dict[str, Any]) -> ToolResult:
+    async def run_surface(self, ctx: RequestContext, tool: Tool, args: dict[str, Any]) -> ToolResult:
         """Run a pipeline served as a prompt or resource for one request, through the gateway (the caller's
         rights, the audit); a refusal is the JSON-RPC error it carries."""
         levels = self.passthrough.levels if self.passthrough is not None else None
@@ -674,7 +674,7 @@ class ToolHandlers:
             return None
         return lambda kind, name: gateway.surface_scopes(kind, name, probe)
 
-    def check_surface(self, ctx: RequestContext, tool: Any) -> None:
+    def check_surface(self, ctx: RequestContext, tool: Tool) -> None:
         """Refuse a caller who may not read a resource (subscribing to it is reading it as it changes): the
         trust rules' JSON-RPC error."""
         trust = self.gateway.trust
@@ -686,7 +686,7 @@ class ToolHandlers:
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
 
-    async def run_hidden(self, ctx: RequestContext | None, tool: Any, args: dict[str, Any]) -> ToolResult:
+    async def run_hidden(self, ctx: RequestContext | None, tool: Tool, args: dict[str, Any]) -> ToolResult:
         """Run a pipeline as the server itself (a completion source, a listing, a watch's read): no caller's
         rights are checked, its steps' tool calls go through the gateway; ``ctx`` gives the caller's identity to
         its steps when there is a request (None: the server's own, anonymous)."""
@@ -750,7 +750,11 @@ class ToolHandlers:
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
 
     async def create_task(
-        self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any = None
+        self,
+        name: str,
+        args: dict[str, Any],
+        tctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None = None,
     ) -> dict[str, Any]:
         """A call run as a task: checked now (a spec with problems, arguments that do not fit, a tool this
         caller may not call are answered at once, synchronously), then queued: a ``CreateTaskResult``."""
@@ -779,7 +783,11 @@ class ToolHandlers:
             return {**_refused(name, exc, "task"), "resultType": "complete"}
 
     async def ask_then_task(
-        self, ctx: RequestContext, params: CallToolRequestParams, tctx: ToolContext, capabilities: Any
+        self,
+        ctx: RequestContext,
+        params: CallToolRequestParams,
+        tctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
     ) -> dict[str, Any]:
         """A call of an ``ask_before_task`` pipeline by a client that declares tasks (2026-07-28): it runs
         synchronously while it only asks its client (input-required rounds, no task yet); the round whose

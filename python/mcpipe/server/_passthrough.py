@@ -25,7 +25,7 @@ import secrets
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import mcp_types as types
@@ -54,6 +54,9 @@ from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._context import RequestContext
 from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts
+
+if TYPE_CHECKING:
+    from mcpipe.declared import PlanTool
 
 __all__ = ["LOG_LEVELS", "Passthrough", "log_allowed"]
 
@@ -344,7 +347,7 @@ class Passthrough:
             out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
-    async def list_resources(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    async def list_resources(self, ctx: RequestContext, params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return await self._list(ctx, "resources", "resource", getattr(params, "cursor", None))
 
     def _cursor_binding(self, ctx: RequestContext) -> bytes:
@@ -395,10 +398,12 @@ class Passthrough:
                 more[name] = following
         return entries, more
 
-    async def list_resource_templates(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    async def list_resource_templates(
+        self, ctx: RequestContext, params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
         return await self._list(ctx, "resourceTemplates", "template")
 
-    async def list_prompts(self, ctx: RequestContext, params: Any) -> dict[str, Any]:
+    async def list_prompts(self, ctx: RequestContext, params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return await self._list(ctx, "prompts", "prompt")
 
     # -- routing ---------------------------------------------------------------------------------------
@@ -430,7 +435,7 @@ class Passthrough:
         out: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return out
 
-    async def _run_local(self, ctx: RequestContext, tool: Any, args: dict[str, Any]) -> Any:
+    async def _run_local(self, ctx: RequestContext, tool: PlanTool, args: dict[str, Any]) -> Any:
         if self.run_surface is None:
             raise MCPError(types.INTERNAL_ERROR, f"'{tool.name}' cannot run here")
         return await self.run_surface(ctx, tool, args)
@@ -558,7 +563,7 @@ class Passthrough:
     async def _completion_source(
         self,
         ctx: RequestContext,
-        tool: Any,
+        tool: PlanTool,
         pipeline: str,
         argument: str,
         params: types.CompleteRequestParams,
@@ -726,14 +731,14 @@ class Passthrough:
 
     # -- the config's own resources: who may subscribe, who is told ------------------------------------
 
-    def _check_local(self, ctx: RequestContext, tool: Any) -> None:
+    def _check_local(self, ctx: RequestContext, tool: PlanTool) -> None:
         principal = self.principal(ctx)
         if principal is not None and not self.policy.allows(principal, tool.name):
             raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
         if self.check_surface is not None:
             self.check_surface(ctx, tool)
 
-    def _may_use_local(self, ctx: RequestContext, tool: Any) -> bool:
+    def _may_use_local(self, ctx: RequestContext, tool: PlanTool) -> bool:
         """Whether the caller may use one of the config's resources, templates or prompts (list it, complete
         its arguments): its auth limits and trust rules allow it."""
         try:
@@ -765,7 +770,7 @@ class Passthrough:
         await self.bus.publish(ResourceUpdated(uri=uri))
         return told
 
-    async def _read_watched(self, tool: Any, uri: str) -> str | None:
+    async def _read_watched(self, tool: PlanTool, uri: str) -> str | None:
         """A watched resource read as the server itself: its first text content, or None (a failed read)."""
         if self.run_hidden is None:
             return None
@@ -926,7 +931,7 @@ def _surface_error(exc: MCPipeError) -> MCPError:
     return MCPError(code if isinstance(code, int) else types.INTERNAL_ERROR, str(exc))
 
 
-def _descriptor(tool: Any) -> dict[str, Any]:
+def _descriptor(tool: PlanTool) -> dict[str, Any]:
     """The ``resources/list``, ``resources/templates/list`` or ``prompts/list`` entry of a local surface."""
     entry: dict[str, Any] = {"name": tool.name}
     if tool.surface == "resource":

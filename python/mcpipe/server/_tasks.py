@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, Literal
 
+import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams
@@ -52,7 +53,7 @@ class UpdateParams(TaskParams):
     input_responses: dict[str, Any] | None = Field(default=None, alias="inputResponses")
 
 
-def declares_tasks(capabilities: Any) -> bool:
+def declares_tasks(capabilities: types.ClientCapabilities | dict[str, object] | None) -> bool:
     """Whether client capabilities (the SDK's model, or wire JSON) declare the tasks extension."""
     if capabilities is None:
         return False
@@ -162,7 +163,7 @@ class Tasks:
         name: str,
         args: Mapping[str, object],
         tctx: ToolContext,
-        capabilities: Any,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
         *,
         recorded: Mapping[str, object] | None = None,
         answers: Mapping[str, object] | None = None,
