@@ -24,7 +24,7 @@ from mcpipe._util import RunLimiter
 __all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm"]
 
 
-def validator(schema: Any, *, default: type[Any] | None = None, **kwargs: Any) -> Any:
+def validator(schema: object, *, default: type[Any] | None = None, **kwargs: object) -> Any:
     """A validator of ``schema`` (its ``$schema``'s draft, else ``default``, else Draft 2020-12) matching
     patterns safely. ``jsonschema`` is imported here, on the first schema: it takes a command a second
     (its format checkers build grammars at import).
@@ -47,7 +47,7 @@ def warm() -> None:
     import jsonschema.validators  # noqa: F401  (imported for its side effect: loaded once, kept in sys.modules)
 
 
-def patterns_of(schema: Any) -> Iterator[str]:
+def patterns_of(schema: object) -> Iterator[str]:
     """Every pattern written in ``schema`` (``pattern`` values, ``patternProperties`` keys), found by an
     iterative walk (a property named ``pattern`` whose value is a schema is not one)."""
     stack = [schema]
@@ -66,7 +66,7 @@ def patterns_of(schema: Any) -> Iterator[str]:
             stack.extend(node)
 
 
-def needs_thread(schema: Any) -> bool:
+def needs_thread(schema: object) -> bool:
     """Whether validating against ``schema`` may match a pattern with the fallback engine (then validate
     with :func:`errors_async`, off the event loop). A pattern neither engine takes counts: it fails there."""
     for source in patterns_of(schema):

@@ -443,7 +443,7 @@ def _scope_message(name: str, missing: tuple[str, ...]) -> str:
     return scope_message("tool", name, missing)
 
 
-def _reaches(tool: Any) -> tuple[str, ...]:
+def _reaches(tool: object) -> tuple[str, ...]:
     """The names of the tools a tool calls when it runs (a plan's tool steps: ``PlanTool.reaches``)."""
     if tool is None:
         return ()

@@ -619,7 +619,7 @@ def _decode(frame: bytes) -> tuple[dict[str, Any], Any]:
     return header, body
 
 
-def _apply_env(body: Any) -> None:
+def _apply_env(body: object) -> None:
     env = body.pop("env", None) if isinstance(body, dict) else None
     if isinstance(env, dict):
         os.environ.update({str(k): str(v) for k, v in env.items()})

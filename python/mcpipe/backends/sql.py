@@ -169,7 +169,7 @@ class Statement:
 # --- values -----------------------------------------------------------------------------------------------
 
 
-def json_value(value: Any) -> Any:
+def json_value(value: object) -> Any:
     """A database value as JSON-ready data: decimals as numbers, times as ISO 8601 text, bytes as base64."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -244,10 +244,10 @@ class _Driver:
     def connect(self) -> Any:
         raise NotImplementedError
 
-    def run(self, raw: Any, stmt: Statement, params: Mapping[str, object], max_rows: int) -> _Result:
+    def run(self, raw: object, stmt: Statement, params: Mapping[str, object], max_rows: int) -> _Result:
         raise NotImplementedError
 
-    def interrupt(self, raw: Any) -> None:
+    def interrupt(self, raw: object) -> None:
         raise NotImplementedError
 
     def close(self, raw: Any) -> None:
@@ -298,7 +298,7 @@ class _Sqlite(_Driver):
         return None
 
 
-def _sqlite_param(value: Any) -> Any:
+def _sqlite_param(value: object) -> Any:
     if isinstance(value, (dict, list)):
         return orjson.dumps(value).decode()  # SQLite has no arrays or objects: JSON text, for its json functions
     return value
@@ -361,7 +361,7 @@ def _pg_type_name(raw: Any, oid: int) -> str:
     return info.name if info is not None else ""
 
 
-def _pg_message(e: Any) -> str:
+def _pg_message(e: object) -> str:
     diag = getattr(e, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     state = getattr(e, "sqlstate", None)
@@ -404,7 +404,7 @@ class _Conn:
 
     __slots__ = ("_lock", "_orphaned", "_running", "broken", "driver", "raw")
 
-    def __init__(self, driver: _Driver, raw: Any) -> None:
+    def __init__(self, driver: _Driver, raw: object) -> None:
         self.driver = driver
         self.raw = raw
         self.broken = False
@@ -444,7 +444,7 @@ class _Conn:
         return not self.broken
 
 
-def _close_quietly(driver: _Driver, raw: Any) -> None:
+def _close_quietly(driver: _Driver, raw: object) -> None:
     try:
         driver.close(raw)
     except Exception:  # closing a connection that is already gone: nothing to report

@@ -70,7 +70,7 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 # --- loading ------------------------------------------------------------------------------------------
 
 
-def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
+def load_outbound(raw: object, location: str = "outbound") -> tuple[StepPolicy, list[Problem]]:
     """Decode the ``outbound:`` section into a :class:`StepPolicy` (None or absent: nothing allowed).
 
     Returns:
@@ -105,7 +105,7 @@ def load_outbound(raw: Any, location: str = "outbound") -> tuple[StepPolicy, lis
     return (section.policy() if not problems else StepPolicy()), problems
 
 
-def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict[str, Any], list[Problem]]:
+def load_sql(raw: object, location: str = "sql", base_dir: str = ".") -> tuple[dict[str, Any], list[Problem]]:
     """Decode the ``sql:`` section (``[sql.NAME] url = ...``) into :class:`mcpipe.backends.sql.SqlBackend`s.
 
     Nothing connects here: each backend opens its connections on first use.
@@ -152,7 +152,7 @@ def load_sql(raw: Any, location: str = "sql", base_dir: str = ".") -> tuple[dict
 
 
 def load_pipelines(
-    raw_entries: Any,
+    raw_entries: object,
     location_prefix: str = "pipelines",
     *,
     tools: Container[str] | None = None,
@@ -264,11 +264,11 @@ def load_declared(
 
 
 def validate_declared(
-    pipelines_raw: Any,
-    outbound_raw: Any = None,
+    pipelines_raw: object,
+    outbound_raw: object = None,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
-    sql: Any = None,
+    sql: object = None,
 ) -> list[Problem]:
     """Every problem of the ``pipelines:``, ``outbound:`` and ``sql:`` sections, located (for ``mcpipe
     check --config`` and for the server's start-up, which refuses to start when there is any)."""
@@ -311,7 +311,7 @@ class _Known:
 
 
 def _load_entry(
-    raw: Any,
+    raw: object,
     loc: str,
     known: Container[str] | None,
     others: Container[str] | None,
@@ -454,14 +454,14 @@ def _check_references(raw_entries: list[Any], locations: list[str], problems: li
                 )
 
 
-def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:
+def _nested_steps(raw: object) -> tuple[str, list[Any]] | None:
     """A declared container's own steps (``kind: parallel`` or ``kind: pipe``, both under ``steps``)."""
     if isinstance(raw, Mapping) and raw.get("kind") in CONTAINERS and isinstance(raw.get("steps"), list):
         return ".steps", raw["steps"]
     return None
 
 
-def _raw_ids(raw: Any) -> tuple[str, ...]:
+def _raw_ids(raw: object) -> tuple[str, ...]:
     """The ids of a list of raw steps (given, else ``step<N>``), even when the steps do not compile."""
     if not isinstance(raw, list):
         return ()
@@ -498,7 +498,7 @@ def _answer_template(
 # --- checks -------------------------------------------------------------------------------------------
 
 
-def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object: bool = False) -> bool:
+def _check_schema(schema: object, loc: str, problems: list[Problem], *, need_object: bool = False) -> bool:
     """Is ``schema`` a valid JSON Schema (of an object, for an input schema)? Reports every problem."""
     if schema is None and need_object:
         return True  # the default, {"type": "object"}
@@ -524,7 +524,7 @@ def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object
     return ok
 
 
-def _raw_tool_sites(raw: Any, loc: str) -> Iterator[tuple[str, str]]:
+def _raw_tool_sites(raw: object, loc: str) -> Iterator[tuple[str, str]]:
     """``(location, tool)`` of every ``tool`` step in raw steps (compiled or not), nested ones included."""
     if not isinstance(raw, list):
         return
@@ -585,7 +585,7 @@ def _path_between(calls: dict[str, list[tuple[str, str]]], start: str, goal: str
 
 
 def _decode(
-    raw: Any,
+    raw: object,
     struct: type[msgspec.Struct],
     loc: str,
     what: str,

@@ -199,9 +199,9 @@ class PlanTool:
         limits: Limits,
         output_schema: dict[str, Any] | None = None,
         title: str | None = None,
-        annotations: Any = None,
-        meta: Any = None,
-        registry: Any = None,
+        annotations: object = None,
+        meta: object = None,
+        registry: object = None,
         location: str | None = None,
         background: bool = False,
         task_support: str | None = None,
@@ -213,7 +213,7 @@ class PlanTool:
         arguments: list[Any] | None = None,
         completions: Mapping[str, object] | None = None,
         listing: str | None = None,
-        watch: Any = None,
+        watch: object = None,
     ) -> None:
         self.dialect = dialect
         self.name = name
@@ -263,15 +263,15 @@ class PlanTool:
         """What the dialect says of the tools a call calls inline (:meth:`ToolDialect.inline_tools`)."""
         return self.dialect.inline_tools(self)
 
-    def bind(self, registry: Any) -> None:
+    def bind(self, registry: object) -> None:
         """Make its ``tool`` steps call through ``registry`` (the gateway)."""
         self.dialect.bind(self, registry)
 
-    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, args: object) -> tuple[dict[str, Any], list[str]]:
         """The arguments as the run takes them, and every way they are wrong (the dialect's check)."""
         return self.dialect.check_args(self, args)
 
-    async def check_args_async(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    async def check_args_async(self, args: object) -> tuple[dict[str, Any], list[str]]:
         """:meth:`check_args`, in a thread when the dialect says so (a check whose deadline must not hold the
         event loop); the server checks a background call's arguments with it before queueing the run."""
         if not self.dialect.in_thread:
@@ -306,7 +306,7 @@ class PlanTool:
             answer = await dialect.execute(self, checked, registry, ctx)
         return await dialect.answer(self, checked, answer)
 
-    async def _run_with_progress(self, call: PlanCall, registry: Any, ctx: ToolContext) -> dict[str, Any]:
+    async def _run_with_progress(self, call: PlanCall, registry: object, ctx: ToolContext) -> dict[str, Any]:
         """Run, turning finished steps and tool calls into progress notifications (strictly increasing: the
         finished steps, plus thousandths for the tool calls of the running step). Events arrive synchronously
         and must not block, so one task sends them, in order."""

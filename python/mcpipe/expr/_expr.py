@@ -66,7 +66,7 @@ _ITERATING = frozenset(
 )
 
 
-def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, Any] | list[str]) -> Any:
+def execute_cel(program: object, context: dict[str, Any], functions: Mapping[str, Any] | list[str]) -> Any:
     """Run a compiled CEL program inline; its JSON-ready value.
 
     Raises:
@@ -80,7 +80,7 @@ def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, A
         raise ExpressionError(str(e), missing=e.missing) from None
 
 
-def to_json_value(value: Any) -> Any:
+def to_json_value(value: object) -> Any:
     """Turn what CEL or JSONata returns into plain JSON-ready data (dict, list, str, int, float, ...).
 
     Raises:
@@ -382,7 +382,7 @@ _JSONATA_TIMEOUT = "D1012"
 """The library's code for an evaluation past its time bound."""
 
 
-def _jsonata_message(e: Any, source: str) -> str:
+def _jsonata_message(e: object, source: str) -> str:
     code = getattr(e, "error", None)
     pos = getattr(e, "location", None)
     text = str(e)

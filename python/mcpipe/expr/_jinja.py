@@ -158,7 +158,7 @@ def _budget() -> _Budget:
     return b if b is not None else _Budget(expression_timeout_ms())
 
 
-def _cost(value: Any) -> int:
+def _cost(value: object) -> int:
     """What a value a step of the template built costs (its items are counted where they were built)."""
     if isinstance(value, str):
         return len(value)
@@ -171,7 +171,7 @@ def _cost(value: Any) -> int:
     return 0
 
 
-def _text_size(value: Any, room: int) -> int:
+def _text_size(value: object, room: int) -> int:
     """The characters ``str(value)`` (or its JSON) would take, measured without building it; past ``room``
     the answer is only known to be past it."""
     if isinstance(value, str):
@@ -181,7 +181,7 @@ def _text_size(value: Any, room: int) -> int:
     return 24
 
 
-def _fits_text(value: Any, what: str) -> None:
+def _fits_text(value: object, what: str) -> None:
     b = _budget()
     b.fits(_text_size(value, b.room), what)
 
@@ -191,7 +191,7 @@ _PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _DIGITS = re.compile(r"\d+")
 
 
-def _printf_room(fmt: str, args: Any) -> int:
+def _printf_room(fmt: str, args: object) -> int:
     """The most characters the widths of a printf-style format ask for (``*`` takes its argument)."""
     total = 0
     star_args = list(args) if isinstance(args, tuple) else [args]
@@ -232,7 +232,7 @@ def _check_ints(args: tuple[Any, ...], what: str) -> None:
 _STR_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
 
-def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> None:
+def _before_call(obj: object, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> None:
     """Refuse a method call whose result would not fit, before making it."""
     owner = getattr(obj, "__self__", None)
     name = getattr(obj, "__name__", "")
@@ -258,13 +258,13 @@ def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, object]) 
                 _fits_text(a, f"`{name}`")
 
 
-def _fits_replace(s: Any, old: Any, new: Any, what: str) -> None:
+def _fits_replace(s: object, old: object, new: object, what: str) -> None:
     if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
         count = len(s) + 1 if old == "" else s.count(old)
         _budget().fits(len(s) + count * len(new), what)
 
 
-def _fits_join(items: Any, what: str) -> None:
+def _fits_join(items: object, what: str) -> None:
     if isinstance(items, (list, tuple)):
         b = _budget()
         total = 0
@@ -312,7 +312,7 @@ def _bounded_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     passes = hasattr(fn, "jinja_pass_arg")
 
     @functools.wraps(fn)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
+    def bounded(*args: object, **kwargs: object) -> Any:
         rest = args[1:] if passes else args
         if rest:
             value, more = rest[0], rest[1:]
@@ -359,7 +359,7 @@ def _sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0)
     return sum(iterable, start)
 
 
-def _tojson(value: Any) -> str:
+def _tojson(value: object) -> str:
     _fits_text(value, "the `tojson` filter")
     try:
         return orjson.dumps(value, default=str).decode()
@@ -367,7 +367,7 @@ def _tojson(value: Any) -> str:
         raise RenderError(f"tojson: {e}") from None
 
 
-def _to_json(value: Any) -> str:
+def _to_json(value: object) -> str:
     """NoETL's 2025 ``to_json`` filter: Python's ``json.dumps`` (its spacing, so text compares as NoETL's)."""
     _fits_text(value, "the `to_json` filter")
     try:
@@ -388,7 +388,7 @@ def _compiled_source(source: str) -> jinja2.Template:
 
 
 @jinja2.pass_context
-def _render(context: jinja2.runtime.Context, source: Any, values: Mapping[str, object] | None = None) -> str:
+def _render(context: jinja2.runtime.Context, source: object, values: Mapping[str, object] | None = None) -> str:
     """``{{ prompts.summarize.template | render({'input': {...}}) }}``: render a template string with the
     current roots, ``values`` laid over them (sources are compiled once and cached)."""
     if not isinstance(source, PromptSource):
@@ -432,7 +432,7 @@ class _CodeGenerator(CodeGenerator):
         self.write("))")
 
 
-def _finalize(value: Any) -> Any:
+def _finalize(value: object) -> Any:
     """What ``{{ x }}`` writes: a list or a dict is measured before it is written as text."""
     if isinstance(value, (list, tuple, dict)):
         _fits_text(value, "writing a value")
@@ -445,7 +445,7 @@ class _Environment(ImmutableSandboxedEnvironment):
     code_generator_class = _CodeGenerator
     intercepted_binops = frozenset(["*", "**", "+", "%"])
 
-    def charged(self, text: Any) -> Any:
+    def charged(self, text: object) -> Any:
         _budget().charge(len(text) if isinstance(text, str) else 0)
         return text
 
@@ -489,7 +489,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         b.charge(_cost(out))
         return out
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: jinja2.runtime.Context, __obj: object, *args: object, **kwargs: object) -> Any:
         b = _budget()
         if time.monotonic() > b.deadline:
             raise _Interrupted
@@ -551,11 +551,11 @@ class Compiled:
         return not self.sources
 
 
-def _const(value: Any) -> Compiled:
+def _const(value: object) -> Compiled:
     return Compiled(lambda _roots: value, ())
 
 
-def compile_value(value: Any, location: str, problems: list[tuple[str, str]]) -> Compiled:
+def compile_value(value: object, location: str, problems: list[tuple[str, str]]) -> Compiled:
     """Compile a YAML value whose strings may be templates; syntax errors go to ``problems`` as
     ``(location, message)``."""
     if isinstance(value, str):

@@ -31,7 +31,7 @@ class BadInput(ValueError):
     """A resolved field has the wrong shape."""
 
 
-def elicitation_params(message: Any, requested_schema: Any) -> dict[str, Any]:
+def elicitation_params(message: object, requested_schema: object) -> dict[str, Any]:
     """The ``elicitation/create`` params (form mode)."""
     if not isinstance(message, str) or not message:
         raise BadInput(f"`message` must be a non-empty string, got {_describe(message)}")
@@ -49,11 +49,11 @@ def elicitation_output(answer: Mapping[str, object]) -> dict[str, Any]:
 
 
 def sampling_params(
-    messages: Any,
-    max_tokens: Any,
-    system_prompt: Any = None,
-    model_preferences: Any = None,
-    temperature: Any = None,
+    messages: object,
+    max_tokens: object,
+    system_prompt: object = None,
+    model_preferences: object = None,
+    temperature: object = None,
 ) -> dict[str, Any]:
     """The ``sampling/createMessage`` params. A message's ``content`` may be a string (a text block)."""
     if isinstance(messages, str):
@@ -141,7 +141,7 @@ async def ask_one(kind: str, params: dict[str, Any] | None, ctx: ToolContext, fa
     return None if answer is SKIPPED else OUTPUT_OF[kind](answer)
 
 
-def _describe(v: Any) -> str:
+def _describe(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):

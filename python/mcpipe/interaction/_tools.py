@@ -120,6 +120,6 @@ class InteractionTools:
         return name in self._tools
 
 
-def interaction_tools(names: Any = None) -> InteractionTools:
+def interaction_tools(names: object = None) -> InteractionTools:
     """The asking tools (all, or those named)."""
     return InteractionTools(names)

@@ -72,7 +72,7 @@ def _check_backend(b: Build[PostgresFields], name: str) -> None:
         b.problem(f"{b.location}.backend", f"sql backend '{name}' is {known[name].kind}, not PostgreSQL")
 
 
-def _dsn(value: Any) -> str:
+def _dsn(value: object) -> str:
     if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
         return value
     if isinstance(value, Mapping):
@@ -132,11 +132,11 @@ async def run_postgres(
     return StepOutput.of(out)
 
 
-def _where(name: Any) -> str:
+def _where(name: object) -> str:
     return f"backend '{name}'" if name is not None else "dsn"
 
 
-def _backend(plan: PostgresPlan, name: Any) -> SqlBackend:
+def _backend(plan: PostgresPlan, name: object) -> SqlBackend:
     if not isinstance(name, str) or name not in plan.backends:
         known = ", ".join(sorted(plan.backends)) or "none are configured"
         raise StepFailure(f"no sql backend '{name}' (backends: {known})", ErrorCode.TOOL_FAILED)

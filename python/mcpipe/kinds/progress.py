@@ -52,7 +52,7 @@ async def run_progress(
     return StepOutput.of(sent)
 
 
-def _number(value: Any, name: str) -> float:
+def _number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise StepFailure(f"`{name}` must be a number, got {value!r}", ErrorCode.TOOL_FAILED)
     return value

@@ -112,7 +112,7 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     return PythonPlan(code, timeout_s, policy, header, python_shape(policy.separate_uid, policy.namespaces))
 
 
-def _env(value: Any, base: dict[str, str]) -> dict[str, str]:
+def _env(value: object, base: dict[str, str]) -> dict[str, str]:
     if value is None:
         return base
     if not isinstance(value, Mapping):

@@ -56,7 +56,7 @@ def build_shell(b: Build[ShellFields]) -> CommandPlan:
     return CommandPlan(argv, b.policy.command)
 
 
-def _programs(value: Any) -> list[str]:
+def _programs(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value.strip() else []
     if isinstance(value, Sequence) and all(isinstance(c, (str, int, float)) for c in value):

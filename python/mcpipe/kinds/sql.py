@@ -79,7 +79,7 @@ class SqlPlan:
     calls: tuple[SqlCall, ...]
 
 
-def backend_of(b: Build[Any], name: Any) -> SqlBackend | None:
+def backend_of(b: Build[Any], name: object) -> SqlBackend | None:
     """The named backend of the policy (None: not a string, reported by the fields; or unknown, reported)."""
     if not isinstance(name, str):
         return None
@@ -96,8 +96,8 @@ def backend_of(b: Build[Any], name: Any) -> SqlBackend | None:
 def call_of(
     b: Build[Any],
     sid: str,
-    sql: Any,
-    params: Any,
+    sql: object,
+    params: object,
     loc: str,
     sql_loc: str,
     row_mode: RowMode = "rows",

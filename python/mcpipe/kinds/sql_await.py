@@ -160,7 +160,7 @@ async def run_sql_await(
     )
 
 
-def _brief(value: Any) -> str:
+def _brief(value: object) -> str:
     text = orjson.dumps(value).decode()
     return text if len(text) <= _LAST_SEEN_CHARS else text[:_LAST_SEEN_CHARS] + "..."
 

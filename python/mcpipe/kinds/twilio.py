@@ -131,7 +131,7 @@ def _esc(text: str) -> str:
     return escape(text, quote=True).replace("&#x27;", "&apos;")
 
 
-def _attr(name: str, value: Any) -> str:
+def _attr(name: str, value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -139,7 +139,7 @@ def _attr(name: str, value: Any) -> str:
     return f' {name}="{_esc(str(value))}"'
 
 
-def _check_verb(verb: Any, where: str) -> dict[str, Any]:
+def _check_verb(verb: object, where: str) -> dict[str, Any]:
     if not isinstance(verb, Mapping):
         raise TwimlError(f"{where}: a verb is an object with a `verb`, got {type(verb).__name__}")
     kind = verb.get("verb")
@@ -219,7 +219,7 @@ def _render_verb(verb: Mapping[str, object], out: list[str], where: str) -> None
             out.append(f"<Message><Body>{_esc(v['body'])}</Body>{parts}</Message>")
 
 
-def render_twiml(verbs: Any, where: str = "twiml_verbs") -> str:
+def render_twiml(verbs: object, where: str = "twiml_verbs") -> str:
     """TwiML of an ordered list of verbs (mcpg's rendering, byte for byte).
 
     Raises:
@@ -543,7 +543,7 @@ async def run_twilio(
         raise StepFailure(str(exc), ErrorCode.TOOL_ERROR) from None
 
 
-def _timeout(policy: Any) -> float | None:
+def _timeout(policy: object) -> float | None:
     return 15_000.0
 
 

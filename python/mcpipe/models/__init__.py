@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -138,7 +137,7 @@ def params_problems(params: Mapping[str, object], where: str, code: str = "INVAL
     ]
 
 
-def load_models(raw: Any, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
+def load_models(raw: object, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
     """Decode the config's ``models`` table, every problem located (``models.gpt.json_retries``)."""
     if raw is None:
         return {}, []

@@ -80,7 +80,7 @@ def parse_json(text: str, schema: Mapping[str, object] | None = None) -> Any:
     return value
 
 
-def schema_errors(value: Any, schema: Mapping[str, object]) -> str | None:
+def schema_errors(value: object, schema: Mapping[str, object]) -> str | None:
     """Why ``value`` does not match the JSON Schema (up to five places, ``path: message``), or None.
     Validators are compiled once per schema."""
     v, _ = _validator(_key(schema))
@@ -90,7 +90,7 @@ def schema_errors(value: Any, schema: Mapping[str, object]) -> str | None:
     return "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
 
 
-async def schema_errors_async(value: Any, schema: Mapping[str, object]) -> str | None:
+async def schema_errors_async(value: object, schema: Mapping[str, object]) -> str | None:
     """:func:`schema_errors`, in a thread when the schema has a pattern only the fallback engine takes."""
     if not _validator(_key(schema))[1]:
         return schema_errors(value, schema)

@@ -167,7 +167,7 @@ def _wire_message(m: Message) -> dict[str, Any]:
     return out
 
 
-def _error_detail(answer: Any, raw: bytes) -> str:
+def _error_detail(answer: object, raw: bytes) -> str:
     if isinstance(answer, dict):
         err = answer.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):

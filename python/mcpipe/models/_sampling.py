@@ -123,7 +123,7 @@ class SamplingModel:
         return _reply(self.name, answer)
 
 
-def _supports_tools(caps: Any) -> bool:
+def _supports_tools(caps: object) -> bool:
     sampling = caps.get("sampling") if isinstance(caps, dict) else getattr(caps, "sampling", None)
     if sampling is None:
         return False

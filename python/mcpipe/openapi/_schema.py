@@ -141,7 +141,7 @@ class Bundler:
             name, n = f"{base}_{n}", n + 1
         return name
 
-    def _convert(self, node: Mapping[str, object], resolver: Any, depth: int) -> dict[str, Any]:
+    def _convert(self, node: Mapping[str, object], resolver: object, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         legacy = self.version != "3.1"
         for key, value in node.items():
@@ -186,7 +186,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 

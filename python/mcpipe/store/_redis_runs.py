@@ -660,7 +660,7 @@ class RedisRunQueue:
     async def enqueue(
         self,
         target: str,
-        args: Any,
+        args: object,
         *,
         principal: str | None = None,
         run_id: str | None = None,
@@ -854,7 +854,7 @@ class RedisRunQueue:
         got = await self._do("recorded", self._client.hgetall(steps))
         return {path: orjson.loads(result) for path, result in got.items()}
 
-    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
+    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: object) -> bool:
         packed = pack_answer(answer)
         large = too_large_answer(len(packed), self.bounds.max_run_bytes)
         args: list[str | int] = [

@@ -218,7 +218,7 @@ class ToolRegistry:
 # --- schemas -----------------------------------------------------------------------------------------
 
 
-def _inline_schema(tp: Any) -> dict[str, Any]:
+def _inline_schema(tp: object) -> dict[str, Any]:
     """JSON Schema of ``tp`` with the top level written out (MCP wants ``"type": "object"`` there, not a
     ``$ref``) and anything it refers to under ``$defs``."""
     (top,), defs = msgspec.json.schema_components([tp], ref_template="#/$defs/{name}")
@@ -238,7 +238,7 @@ _WRAPPED = 2  # any other JSON value: structuredContent {"result": value} (MCP w
 _RAW = 3  # ToolResult, or not annotated: decided by the value at run time
 
 
-def _output_shape(ret: Any) -> tuple[int, dict[str, Any] | None]:
+def _output_shape(ret: object) -> tuple[int, dict[str, Any] | None]:
     if ret is inspect.Signature.empty or ret is Any or ret is ToolResult:
         return _RAW, None
     if ret is str:
@@ -254,7 +254,7 @@ def _output_shape(ret: Any) -> tuple[int, dict[str, Any] | None]:
     return _WRAPPED, wrapped
 
 
-def _to_result(value: Any, shape: int) -> ToolResult:
+def _to_result(value: object, shape: int) -> ToolResult:
     if shape == _RAW:
         if isinstance(value, ToolResult):
             return value
