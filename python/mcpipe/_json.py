@@ -22,7 +22,7 @@ import orjson
 
 __all__ = ["DuplicateKeyError", "Json", "JsonObject", "check_unique_keys", "dumps"]
 
-Json: TypeAlias = "None | bool | int | float | str | list[Json] | dict[str, Json]"
+Json: TypeAlias = "bool | int | float | str | list[Json] | dict[str, Json] | None"
 """A JSON value as decoded (orjson, ``json``, msgspec): what a tool's arguments, a step's output and a
 config file's free-form tables hold. Read-only parameters that take any such value are better typed
 ``object`` or ``Mapping[str, object]`` (which every ``dict`` is, whatever its value type)."""
