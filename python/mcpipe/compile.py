@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -362,7 +362,7 @@ class _Compiler:
         return Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
 
     def steps_of(
-        self, raw: list[Any], loc: str, depth: int, var_names: frozenset[str] | None
+        self, raw: Sequence[object], loc: str, depth: int, var_names: frozenset[str] | None
     ) -> tuple[tuple[str, ...], tuple[Node, ...] | None]:
         ids = self.check.assign_ids(raw, loc)
         out: list[Node] = []
@@ -524,7 +524,7 @@ class _Compiler:
         return ForEach(sid, loc, items, step, as_name=name, timeout_ms=spec.timeout_ms, **common)
 
     def parallel_step(
-        self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, children: Sequence[object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)

@@ -22,7 +22,7 @@ The pieces: the entries' Structs (``_config``), the tool and the tool source (``
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -429,7 +429,7 @@ def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> 
     return ok
 
 
-def _check_references(raw_entries: list[Any], locations: list[str], problems: list[Problem]) -> None:
+def _check_references(raw_entries: Sequence[object], locations: list[str], problems: list[Problem]) -> None:
     """Completion sources and listings name a ``hidden`` pipeline of the config."""
     hidden = {
         e.get("name")
@@ -539,7 +539,7 @@ def _raw_tool_sites(raw: object, loc: str) -> Iterator[tuple[str, str]]:
             yield from _raw_tool_sites(step.get("steps"), f"{where}.steps")
 
 
-def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int]) -> list[Problem]:
+def _cycles(raw_entries: Sequence[object], locations: list[str], names: dict[str, int]) -> list[Problem]:
     """A problem at every ``tool`` step whose call leads back to its own pipeline."""
     calls: dict[str, list[tuple[str, str]]] = {}
     for name, i in names.items():
@@ -601,7 +601,7 @@ def _decode(
     return decode_fields(raw, struct, loc, what, problem, every_error=True, skip=skip)
 
 
-def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any]) -> list[Problem]:
+def _sorted(problems: list[Problem], locations: list[str], raw_entries: Sequence[object]) -> list[Problem]:
     """File order: entries as written (whatever their names), their fields as written, then natural order."""
     rank = {loc: i for i, loc in enumerate(locations)}
     fields = [list(e) if isinstance(e, Mapping) else [] for e in raw_entries]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -210,7 +210,7 @@ class PlanTool:
         uri: str | None = None,
         uri_template: str | None = None,
         mime_type: str | None = None,
-        arguments: list[Any] | None = None,
+        arguments: Sequence[object] | None = None,
         completions: Mapping[str, object] | None = None,
         listing: str | None = None,
         watch: object = None,

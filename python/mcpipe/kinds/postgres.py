@@ -16,7 +16,7 @@ credential at run time), with its pool, deadlines and row limit, or a connection
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -171,7 +171,7 @@ async def _run_all(
     return results
 
 
-def statements_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+def statements_result(results: Sequence[Mapping[str, object]]) -> dict[str, Any]:
     """NoETL's ``collapse_results_to_last_command`` (``noetl/tools/postgres/response.py``, 4.26.0): the last
     statement's result, with ``statement_count``, and ``status: error``, ``errors`` and ``message`` when one
     failed."""

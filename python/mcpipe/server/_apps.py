@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from mcpipe.config import AppsConfig
@@ -204,7 +205,7 @@ class AppsPolicy:
             return f"MCP Apps strict mode: tool '{name}' _meta.ui escaped operator policy (apps.strict = true)"
         return None
 
-    def apply(self, items: list[Any], uri: str) -> str | None:
+    def apply(self, items: Sequence[object], uri: str) -> str | None:
         """Clamp the ``_meta`` of each listed entry or read content; in ``strict`` mode, the refusal when any
         went beyond the policy (None: served, narrowed)."""
         violated = False

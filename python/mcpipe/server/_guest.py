@@ -24,7 +24,7 @@ import contextvars
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import outcome
 import trio
@@ -72,7 +72,7 @@ class AsyncioHost:
         return task.result()
 
 
-async def _coro(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
+async def _coro(fn: Callable[..., Awaitable[T]], args: tuple[object, ...]) -> T:
     return await fn(*args)
 
 
