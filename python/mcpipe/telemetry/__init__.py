@@ -28,9 +28,10 @@ from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, cast
 
-from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 __all__ = ["Telemetry", "configure", "current", "install"]
@@ -423,13 +424,13 @@ class SpanScope:
 
     __slots__ = ("_tel", "_token", "span")
 
-    def __init__(self, tel: Telemetry, span: Any, token: Any) -> None:
+    def __init__(self, tel: Telemetry, span: Span, token: Any) -> None:
         self._tel, self.span, self._token = tel, span, token
 
     def __enter__(self) -> Any:
         return self.span
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None:
             _failed(self.span, exc, self._tel.error)
         if self._token is not None:
@@ -459,7 +460,7 @@ def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Non
         return attach, context.detach
     make = context.Context
 
-    def enter(span: Any) -> Any:
+    def enter(span: Span) -> Any:
         return var.set(make({**var.get(), _SPAN_KEY: span}))
 
     return enter, var.reset
@@ -481,7 +482,7 @@ def _outcome(step: Mapping[str, object]) -> str:
     return "cancelled" if step.get("error_code") == "CANCELLED" else "failed"
 
 
-def _failed(span: Any, exc: BaseException, error: Any) -> None:
+def _failed(span: Span, exc: BaseException, error: Any) -> None:
     """Mark ``span`` failed by ``exc``, unless ``exc`` is a 2026-07-28 suspension (the call asks its client
     and resumes on the retry: not an error)."""
     from mcpipe._util import is_suspension
