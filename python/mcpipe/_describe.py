@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 __all__ = ["did_you_mean", "json_type", "split_msgspec_error"]
 
 
-def json_type(value: Any) -> str:
+def json_type(value: object) -> str:
     """The JSON type name of a value, as messages say it (``object``, ``array``, ``number``, ...)."""
     if value is None:
         return "null"

@@ -31,7 +31,7 @@ JsonObject: TypeAlias = dict[str, Json]
 """A JSON object as decoded."""
 
 
-def dumps(value: Any) -> bytes:
+def dumps(value: object) -> bytes:
     """Compact JSON text of ``value`` (UTF-8)."""
     try:
         return orjson.dumps(value)
@@ -132,7 +132,7 @@ def _locate_duplicate(text: str) -> None:
             top[2][0] = key
 
 
-def _child_path(path: str, segment: Any) -> str:
+def _child_path(path: str, segment: object) -> str:
     if isinstance(segment, int):
         return f"{path}[{segment}]"
     return f"{path}.{segment}" if path else str(segment)

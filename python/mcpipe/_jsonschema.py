@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from jsonschema import ValidationError
+    from jsonschema.protocols import Validator
 
 from mcpipe._pattern import PatternTimeout, compile_pattern
 from mcpipe._util import RunLimiter
@@ -24,7 +25,7 @@ from mcpipe._util import RunLimiter
 __all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm"]
 
 
-def validator(schema: Any, *, default: type[Any] | None = None, **kwargs: Any) -> Any:
+def validator(schema: object, *, default: type[Any] | None = None, **kwargs: object) -> Any:
     """A validator of ``schema`` (its ``$schema``'s draft, else ``default``, else Draft 2020-12) matching
     patterns safely. ``jsonschema`` is imported here, on the first schema: it takes a command a second
     (its format checkers build grammars at import).
@@ -47,7 +48,7 @@ def warm() -> None:
     import jsonschema.validators  # noqa: F401  (imported for its side effect: loaded once, kept in sys.modules)
 
 
-def patterns_of(schema: Any) -> Iterator[str]:
+def patterns_of(schema: object) -> Iterator[str]:
     """Every pattern written in ``schema`` (``pattern`` values, ``patternProperties`` keys), found by an
     iterative walk (a property named ``pattern`` whose value is a schema is not one)."""
     stack = [schema]
@@ -66,7 +67,7 @@ def patterns_of(schema: Any) -> Iterator[str]:
             stack.extend(node)
 
 
-def needs_thread(schema: Any) -> bool:
+def needs_thread(schema: object) -> bool:
     """Whether validating against ``schema`` may match a pattern with the fallback engine (then validate
     with :func:`errors_async`, off the event loop). A pattern neither engine takes counts: it fails there."""
     for source in patterns_of(schema):
@@ -102,7 +103,7 @@ def _found(pattern: str, text: str) -> bool | str:
         return str(e)
 
 
-def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
+def _pattern(validator: Validator, patrn: Any, instance: Any, schema: Any) -> Iterator[ValidationError]:
     from jsonschema import ValidationError
 
     if validator.is_type(instance, "string"):
@@ -113,7 +114,7 @@ def _pattern(validator: Any, patrn: Any, instance: Any, schema: Any) -> Iterator
             yield ValidationError(f"{instance!r} does not match {patrn!r}")
 
 
-def _pattern_properties(validator: Any, pattern_properties: Any, instance: Any, schema: Any) -> Iterator[Any]:
+def _pattern_properties(validator: Validator, pattern_properties: Any, instance: Any, schema: Any) -> Iterator[Any]:
     from jsonschema import ValidationError
 
     if not validator.is_type(instance, "object"):
@@ -135,7 +136,7 @@ def _additional(instance: Any, schema: Any) -> Iterator[Any]:
             yield name
 
 
-def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
+def _additional_properties(validator: Validator, ap: Any, instance: Any, schema: Any) -> Iterator[Any]:
     from jsonschema import ValidationError
 
     # jsonschema's own, with find_additional_properties matching through mcpipe._pattern.
@@ -158,11 +159,11 @@ def _additional_properties(validator: Any, ap: Any, instance: Any, schema: Any) 
             yield ValidationError(f"Additional properties are not allowed ({shown} {verb} unexpected)")
 
 
-def _valid(errors: Iterator[Any]) -> bool:
+def _valid(errors: Iterator[ValidationError]) -> bool:
     return next(errors, None) is None
 
 
-def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
+def _evaluated_keys(validator: Validator, instance: Any, schema: Any) -> list[Any]:
     """``jsonschema._utils.find_evaluated_property_keys_by_schema`` (MIT, Julian Berman), with
     ``patternProperties`` matched through :mod:`mcpipe._pattern`."""
     if validator.is_type(schema, "boolean"):
@@ -203,7 +204,7 @@ def _evaluated_keys(validator: Any, instance: Any, schema: Any) -> list[Any]:
     return keys
 
 
-def _unevaluated_properties(validator: Any, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
+def _unevaluated_properties(validator: Validator, unevaluated: Any, instance: Any, schema: Any) -> Iterator[Any]:
     from jsonschema import ValidationError
 
     if not validator.is_type(instance, "object"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -157,7 +158,7 @@ def _run(ns: argparse.Namespace) -> int:
     if pb is None:
         return 1
 
-    def on_event(event: dict[str, Any]) -> None:
+    def on_event(event: Mapping[str, object]) -> None:
         sys.stderr.buffer.write(orjson.dumps(event, default=str) + b"\n")
         sys.stderr.flush()
 

@@ -85,7 +85,7 @@ _CONTROL = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F, 0x85, 0x2028, 0x2029]
 }
 
 
-def log_safe(data: Any, limit: int = 2048) -> str:
+def log_safe(data: object, limit: int = 2048) -> str:
     """``data`` as one line of a log: JSON unless a string, control characters (newlines included) escaped,
     at most ``limit`` characters (the rest said in a count). What another system sends cannot forge or
     flood mcpipe's log lines through it."""

@@ -13,7 +13,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -623,7 +623,7 @@ def _with_vars(spec: Any, assignments: list[str]) -> Any:
 _VAR_REFERENCE = re.compile(r"""\bvars\s*(?:\.\s*([A-Za-z_][A-Za-z0-9_-]*)|\[\s*["']([^"']+)["'])""")
 
 
-def _check_vars_used(spec: Any, values: dict[str, Any]) -> None:
+def _check_vars_used(spec: Any, values: Mapping[str, object]) -> None:
     """A ``--var`` the spec neither declares in ``vars`` nor references is a typo, not a no-op."""
     if not isinstance(spec, dict):
         return
@@ -638,7 +638,7 @@ def _check_vars_used(spec: Any, values: dict[str, Any]) -> None:
             raise _Usage(f"--var {name}: the spec has no var `{name}`{hint}")
 
 
-def _set_vars(spec: Any, values: dict[str, Any]) -> Any:
+def _set_vars(spec: Any, values: Mapping[str, object]) -> Any:
     if not isinstance(spec, dict) or not isinstance(spec.get("vars", {}), dict):
         return spec
     return {**spec, "vars": {**spec.get("vars", {}), **values}}
@@ -850,7 +850,7 @@ class _Local:
         await self.app.gateway.ready()
         return list(self.app.handlers.visible_tools(None))
 
-    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, name: str, args: Mapping[str, object]) -> dict[str, Any]:
         from mcp import MCPError
 
         handlers = self.app.handlers
@@ -902,7 +902,7 @@ class _Remote:
                 break
         return listed
 
-    async def call(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    async def call(self, name: str, args: Mapping[str, object]) -> dict[str, Any]:
         """The call's result, or ``{"error": ...}`` for a JSON-RPC error. A failure for a tool the server does
         not list is no such tool (a usage error, as for a local one), whichever way the server answered it."""
         from mcp import MCPError

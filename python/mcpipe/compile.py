@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import OrderedDict
-from collections.abc import Container, Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
 from typing import Any
@@ -93,7 +93,7 @@ _TAKEN_ROOTS = frozenset({"vars", "steps", "last", "args", "context", "index"})
 
 
 def compile_spec(
-    spec: Any,
+    spec: object,
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
@@ -121,7 +121,7 @@ def compile_spec(
 
 
 async def compile_spec_async(
-    spec: Any,
+    spec: object,
     *,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
@@ -151,7 +151,7 @@ _compile_threads = RunLimiter("mcpipe_compile_threads", 2)
 """At most 2 large specs compile at once (each is CPU work: more would only share the same cores)."""
 
 
-def _compile(data: Any, key: bytes | str | None, limits: Limits, text_at: str | None = None) -> tuple[_Entry, int]:
+def _compile(data: object, key: bytes | str | None, limits: Limits, text_at: str | None = None) -> tuple[_Entry, int]:
     """Compile (size and step count first: a spec too large is refused having compiled nothing); the entry
     and what keeping it costs (:func:`plan_bytes`). A spec given as JSON text (``text_at``: where) that repeats
     a key is refused: its parse kept only the last one. Only here, on a miss: a cached text has none."""
@@ -231,7 +231,7 @@ def configure_cache(*, max_bytes: int) -> None:
 # --- loading ----------------------------------------------------------------------------------------
 
 
-def _load(spec: Any) -> tuple[Any, bytes | str | None, str | None]:
+def _load(spec: object) -> tuple[Any, bytes | str | None, str | None]:
     """Unwrap and parse the spec; return the data, the cache key (its text), if it has one, and where the
     spec was given as JSON text (None: as an object)."""
     if isinstance(spec, Mapping) and "spec" in spec and "steps" not in spec:
@@ -242,7 +242,7 @@ def _load(spec: Any) -> tuple[Any, bytes | str | None, str | None]:
     return _load_inner(spec, "")
 
 
-def _load_inner(spec: Any, loc: str) -> tuple[Any, bytes | str | None, str | None]:
+def _load_inner(spec: object, loc: str) -> tuple[Any, bytes | str | None, str | None]:
     if isinstance(spec, (str, bytes, bytearray, memoryview)):
         raw = bytes(spec) if not isinstance(spec, str) else spec
         try:
@@ -303,7 +303,7 @@ class _Compiler:
         self.steps = 0
         self.leaves = 0
 
-    def run(self, data: Any) -> tuple[CompiledSpec | None, _Problems]:
+    def run(self, data: object) -> tuple[CompiledSpec | None, _Problems]:
         plan = self.pipeline(data, "", outer=Scope(visible=frozenset(), has_last=False, var_names=frozenset()))
         self.check.count("steps", self.steps, self.limits.max_steps)
         problems = _Problems(self.check.problems)
@@ -329,11 +329,11 @@ class _Compiler:
         )
         return compiled, problems
 
-    def decode(self, data: Any, struct: type[SpecBase], loc: str, what: str) -> Any:
+    def decode(self, data: object, struct: type[SpecBase], loc: str, what: str) -> Any:
         """Decode ``data`` into ``struct``, reporting every unknown field and the first type error."""
         return decode_fields(data, struct, loc, what, self.problem)
 
-    def pipeline(self, data: Any, loc: str, *, outer: Scope) -> Pipeline | None:
+    def pipeline(self, data: object, loc: str, *, outer: Scope) -> Pipeline | None:
         spec = self.decode(data, PipelineSpec, loc, "a pipeline spec")
         if spec is None:
             # Still look inside the steps, so their problems are reported in the same round.
@@ -362,7 +362,7 @@ class _Compiler:
         return Pipeline(vars_t, steps, ret, spec.continue_on_error, spec.timeout_ms, loc)
 
     def steps_of(
-        self, raw: list[Any], loc: str, depth: int, var_names: frozenset[str] | None
+        self, raw: Sequence[object], loc: str, depth: int, var_names: frozenset[str] | None
     ) -> tuple[tuple[str, ...], tuple[Node, ...] | None]:
         ids = self.check.assign_ids(raw, loc)
         out: list[Node] = []
@@ -379,7 +379,7 @@ class _Compiler:
         self.producers.pop()
         return ids, (tuple(out) if ok else None)
 
-    def step(self, data: Any, loc: str, sid: str, scope: Scope) -> Node | None:
+    def step(self, data: object, loc: str, sid: str, scope: Scope) -> Node | None:
         self.steps += 1
         if not isinstance(data, Mapping):
             self.problem(loc, f"a step must be an object, got {json_type(data)}")
@@ -421,7 +421,7 @@ class _Compiler:
         return Pipe(sid, loc, plan, timeout_ms=spec.timeout_ms, **common)
 
     def tool_step(
-        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, data: Mapping[str, object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         self.leaves += 1
         name = data.get("tool")
@@ -447,7 +447,9 @@ class _Compiler:
         )
 
     @staticmethod
-    def argument_site(raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> ArgumentSite:
+    def argument_site(
+        raw_args: Mapping[str, object], sites: list[tuple[str, str]], loc: str, tool: str
+    ) -> ArgumentSite:
         """The step's argument names, and the JSON type of each argument that holds no reference."""
         referenced = set()
         prefix = f"{loc}.args."
@@ -462,7 +464,9 @@ class _Compiler:
         )
         return ArgumentSite(loc, tool, tuple(raw_args), literals)
 
-    def typed_arguments(self, raw_args: dict[str, Any], sites: list[tuple[str, str]], loc: str, tool: str) -> None:
+    def typed_arguments(
+        self, raw_args: Mapping[str, object], sites: list[tuple[str, str]], loc: str, tool: str
+    ) -> None:
         """Record the arguments that are exactly one reference to an earlier tool step's output (no
         default), for the per-call type check."""
         producers = self.producers[-1]
@@ -485,7 +489,7 @@ class _Compiler:
                 self.typed_sites.append(TypedSite(where, tool, key, refs[0], producers[path[0]]))
 
     def for_each_step(
-        self, spec: Any, data: Mapping[str, Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, data: Mapping[str, object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         source = data.get("for_each")
         items = None
@@ -520,7 +524,7 @@ class _Compiler:
         return ForEach(sid, loc, items, step, as_name=name, timeout_ms=spec.timeout_ms, **common)
 
     def parallel_step(
-        self, spec: Any, children: list[Any], loc: str, sid: str, scope: Scope, common: dict[str, Any]
+        self, spec: Any, children: Sequence[object], loc: str, sid: str, scope: Scope, common: dict[str, Any]
     ) -> Node | None:
         child_loc = f"{loc}.parallel"
         child_ids = self.check.assign_ids(children, child_loc)
@@ -531,7 +535,7 @@ class _Compiler:
         return Parallel(sid, loc, tuple(out), timeout_ms=spec.timeout_ms, **common)
 
 
-def _var_names(value: Any) -> frozenset[str] | None:
+def _var_names(value: object) -> frozenset[str] | None:
     return frozenset(value) if isinstance(value, Mapping) else frozenset() if value is None else None
 
 
@@ -545,14 +549,14 @@ class _LRU:
         self.bytes = 0
         self.data: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: object) -> Any:
         entry = self.data.get(key)
         if entry is None:
             return None
         self.data.move_to_end(key)
         return entry[0]
 
-    def put(self, key: Any, value: Any, nbytes: int = 0) -> None:
+    def put(self, key: object, value: object, nbytes: int = 0) -> None:
         if nbytes > self.max_bytes:
             return  # larger than the whole cache: keeping it would evict everything else
         old = self.data.pop(key, None)

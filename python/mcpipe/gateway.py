@@ -19,7 +19,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -383,7 +383,7 @@ class Gateway:
         self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         return result
 
-    def admit(self, name: str, args: dict[str, Any], ctx: ToolContext) -> None:
+    def admit(self, name: str, args: Mapping[str, object], ctx: ToolContext) -> None:
         """Run the gates for a call the gateway does not make itself (``mcp_pipe``, whose steps are calls).
 
         Raises:
@@ -391,7 +391,7 @@ class Gateway:
         """
         self._admit(name, args, ctx, time.perf_counter())
 
-    def _admit(self, name: str, args: dict[str, Any], ctx: ToolContext, t0: float) -> list[Any]:
+    def _admit(self, name: str, args: Mapping[str, object], ctx: ToolContext, t0: float) -> list[Any]:
         if self.gates is None:
             return []
         try:
@@ -443,7 +443,7 @@ def _scope_message(name: str, missing: tuple[str, ...]) -> str:
     return scope_message("tool", name, missing)
 
 
-def _reaches(tool: Any) -> tuple[str, ...]:
+def _reaches(tool: object) -> tuple[str, ...]:
     """The names of the tools a tool calls when it runs (a plan's tool steps: ``PlanTool.reaches``)."""
     if tool is None:
         return ()

@@ -66,7 +66,11 @@ class StepFailure(Exception):
     """
 
     def __init__(
-        self, message: str, code: str = ErrorCode.TOOL_FAILED, output: Any = None, facts: dict[str, Any] | None = None
+        self,
+        message: str,
+        code: str = ErrorCode.TOOL_FAILED,
+        output: object = None,
+        facts: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(message)
         self.code = code
@@ -127,14 +131,14 @@ class StepOutput:
     facts: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, value: Any) -> StepOutput:
+    def of(cls, value: object) -> StepOutput:
         """A successful output: a string is text, anything else structured."""
         if isinstance(value, str):
             return cls(value, None, value)
         return cls(value, value)
 
     @classmethod
-    def failure(cls, message: str, code: str, output: Any = None, facts: dict[str, Any] | None = None) -> StepOutput:
+    def failure(cls, message: str, code: str, output: object = None, facts: dict[str, Any] | None = None) -> StepOutput:
         """A failed step; ``output`` (if any) is kept as the structured value for debugging, ``facts`` are
         more fields of its result."""
         out = cls.of(output) if output is not None else cls()
@@ -287,7 +291,7 @@ def each_result(
 
 
 def pipe_result(
-    sid: str, ok: bool, error: str, code: str | None, result: Any, steps: dict[str, Any], t0: float
+    sid: str, ok: bool, error: str, code: str | None, result: object, steps: dict[str, Any], t0: float
 ) -> dict[str, Any]:
     """A nested pipe's result: its ``result`` is its output, its ``steps`` the nested results."""
     return {
@@ -307,7 +311,7 @@ def pipe_result(
 
 
 def graph_result(
-    sid: str, ok: bool, error: str, code: str | None, output: Any, ran: list[str], t0: float, output_from: str | None
+    sid: str, ok: bool, error: str, code: str | None, output: object, ran: list[str], t0: float, output_from: str | None
 ) -> dict[str, Any]:
     """A graph's result: its output (the output of the node that finished last among those that took no
     arc, ``output_from``), and ``ran``, the ids of the nodes that ran, in the order they finished (their
@@ -414,7 +418,7 @@ PREVIEW_AS_TEXT = 256 * 1024
 past it, by a walk that keeps its first entries (which costs what the preview holds, not what the value does)."""
 
 
-def preview(value: Any, *, budget: int = PREVIEW_BYTES) -> tuple[Any, int]:
+def preview(value: object, *, budget: int = PREVIEW_BYTES) -> tuple[Any, int]:
     """A small copy of ``value`` for a run's events and the console, and ``value``'s size as the answer's bounds
     measure it (``json_measure``: its JSON text, from above).
 
@@ -435,7 +439,7 @@ def preview(value: Any, *, budget: int = PREVIEW_BYTES) -> tuple[Any, int]:
     return _preview(value, PREVIEW_DEPTH, [budget]), size
 
 
-def _preview(value: Any, depth: int, left: list[int]) -> Any:
+def _preview(value: object, depth: int, left: list[int]) -> Any:
     if isinstance(value, str):
         room = max(16, min(PREVIEW_STRING, left[0]))
         if len(value) <= room:

@@ -45,7 +45,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,7 +195,7 @@ class _Zygote:
         ours.setblocking(False)
         self.isolation = Isolation.of(hello["hello"])
 
-    def send(self, message: dict[str, Any], fds: list[int]) -> None:
+    def send(self, message: Mapping[str, object], fds: list[int]) -> None:
         """One request (non-blocking: a fork server that does not read is wedged, BlockingIOError)."""
         socket.send_fds(self.sock, [json.dumps(message).encode()], fds)
 

@@ -48,6 +48,7 @@ import stat
 import struct
 import sys
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from orjson import loads  # one of mcpipe's dependencies: the server's Python has it
@@ -500,7 +501,7 @@ class Zygote:
         own_uid = cmd.get("uid") if self.iso.uid and cmd.get("separate_uid", True) else None
         self.workers[pid] = (st, own_uid, self.use_pidns(cmd))
 
-    def use_pidns(self, cmd: dict[str, Any]) -> bool:
+    def use_pidns(self, cmd: Mapping[str, object]) -> bool:
         return self.iso.pidns and bool(cmd.get("pidns", True))
 
     def spawn(self, cmd: dict[str, Any], fds: list[int]) -> tuple[int, str]:
@@ -523,7 +524,7 @@ class Zygote:
         return pid, cwd
 
     def become_worker(
-        self, role: str, fds: list[int], cwd: str, uid: int | None, pidns: bool, proc: bool, cmd: dict[str, Any]
+        self, role: str, fds: list[int], cwd: str, uid: int | None, pidns: bool, proc: bool, cmd: Mapping[str, object]
     ) -> None:
         zygote = os.getppid()
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -618,7 +619,7 @@ def _decode(frame: bytes) -> tuple[dict[str, Any], Any]:
     return header, body
 
 
-def _apply_env(body: Any) -> None:
+def _apply_env(body: object) -> None:
     env = body.pop("env", None) if isinstance(body, dict) else None
     if isinstance(env, dict):
         os.environ.update({str(k): str(v) for k, v in env.items()})
@@ -756,7 +757,7 @@ def keep(uid: int | None, pidns: bool) -> None:
                 _finish(child, pidns, {"exit": os.waitstatus_to_exitcode(status)}, reaped=True)
 
 
-def _finish(child: int, pidns: bool, answer: dict[str, Any] | None, reaped: bool = False) -> None:
+def _finish(child: int, pidns: bool, answer: Mapping[str, object] | None, reaped: bool = False) -> None:
     """Kill what the command left, answer, end (in a PID namespace the kernel kills the rest then)."""
     with contextlib.suppress(OSError):
         if pidns:

@@ -98,7 +98,7 @@ class CedarEngine:
             entities = _read(Path(base_dir, os.path.expanduser(cfg.entities_path)))
         self.entities = cedarpy.Entities.from_json_str(entities)
 
-    def _resource(self, tool: str, args: Any) -> dict[str, str]:
+    def _resource(self, tool: str, args: object) -> dict[str, str]:
         rt = next((r for r in self.cfg.resource_types if r.decision_point == DECISION_POINT), None)
         if rt is None:
             rt = next((r for r in self.cfg.resource_types if r.decision_point == "*"), None)
@@ -117,7 +117,7 @@ class CedarEngine:
             rid = orjson.dumps(value).decode()
         return {"type": rt.resource_type, "id": rid}
 
-    def decide(self, tool: str, args: Any, subject: str | None) -> Verdict:
+    def decide(self, tool: str, args: object, subject: str | None) -> Verdict:
         """Cedar's verdict on ``subject`` calling ``tool`` with ``args``."""
         import cedarpy
 
@@ -163,7 +163,7 @@ class CedarEngine:
 _MISSING: Any = object()
 
 
-def _pointer(value: Any, pointer: str) -> Any:
+def _pointer(value: object, pointer: str) -> Any:
     """RFC 6901: ``/a/0/b`` into a JSON value (``_MISSING`` when it leads nowhere)."""
     if pointer == "":
         return value

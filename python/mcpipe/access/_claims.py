@@ -13,7 +13,7 @@ from mcpipe.tools import Identity
 __all__ = ["claim", "claim_strings", "identity_from_claims"]
 
 
-def claim(claims: Any, path: str) -> Any:
+def claim(claims: object, path: str) -> Any:
     """A claim by dotted path (``realm_access.roles``); None when absent."""
     value = claims
     for part in path.split("."):
@@ -23,7 +23,7 @@ def claim(claims: Any, path: str) -> Any:
     return value
 
 
-def claim_strings(claims: Any, paths: Sequence[str], limit: int | None = None) -> tuple[str, ...]:
+def claim_strings(claims: object, paths: Sequence[str], limit: int | None = None) -> tuple[str, ...]:
     """Every string the claims at ``paths`` hold: arrays of strings, or space-separated strings (scopes);
     the first ``limit`` of them when one is given."""
     out: list[str] = []
@@ -39,12 +39,12 @@ def claim_strings(claims: Any, paths: Sequence[str], limit: int | None = None) -
 
 
 def identity_from_claims(
-    claims: Mapping[str, Any],
+    claims: Mapping[str, object],
     cfg: OidcProvider | IntrospectionProvider,
     *,
     provider: str,
     token: str,
-    kept: Mapping[str, Any],
+    kept: Mapping[str, object],
     limit: int | None = None,
 ) -> Identity | None:
     """The verified identity ``claims`` name under ``cfg``, or None when they lack a non-empty subject.

@@ -24,7 +24,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
@@ -82,7 +81,7 @@ subset). A token endpoint's `tok€n` was cached for its hour and failed every c
 encodes header values as ASCII), one with CR LF would have written a header of its own."""
 
 
-def _token(doc: Mapping[str, Any], now: float, what: str) -> Issued:
+def _token(doc: Mapping[str, object], now: float, what: str) -> Issued:
     token = doc.get("access_token")
     if not isinstance(token, str) or not token:
         raise CredentialError(f"{what} answered no `access_token`")

@@ -74,7 +74,7 @@ async def fetch(
     timeout_ms: float,
     allow_private: bool,
     data: Mapping[str, str] | None = None,
-    json: Any = None,
+    json: object = None,
     headers: Mapping[str, str] | None = None,
 ) -> Fetched:
     """One guarded request (see the module docstring), whatever its status.

@@ -38,7 +38,7 @@ class GateRefusal(MCPipeError):
     ``data`` are the JSON-RPC error mcpg's plugin of the same kind answers (``[access] refusals = "error"``)."""
 
     def __init__(
-        self, gate: str, code: str, message: str, rpc: tuple[int, str] = (-32603, ""), data: Any = None
+        self, gate: str, code: str, message: str, rpc: tuple[int, str] = (-32603, ""), data: object = None
     ) -> None:
         super().__init__(message)
         self.gate = gate
@@ -80,7 +80,7 @@ class Gate:
     name: str
     enforce: bool = True
 
-    def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
+    def check(self, tool: str, args: object, ctx: ToolContext) -> str:
         """``allow``, ``defer`` (a policy had nothing to say); raises :class:`GateRefusal` to refuse."""
         raise NotImplementedError
 
@@ -90,7 +90,7 @@ class CedarPolicyGate(Gate):
         self.name, self.enforce, self.engine = name, cfg.enforce, engine
         self.by_subject = cfg.principal_id == "subject"
 
-    def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
+    def check(self, tool: str, args: object, ctx: ToolContext) -> str:
         identity = ctx.request.identity
         who = identity.subject if self.by_subject and identity is not None else ctx.principal
         verdict = self.engine.decide(tool, args, who)
@@ -142,7 +142,7 @@ class RateLimiter(Gate):
             case _:
                 return (index,)
 
-    def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
+    def check(self, tool: str, args: object, ctx: ToolContext) -> str:
         index, rule = self._rule(tool)
         key = self._key(index, rule, tool, ctx)
         now = self.clock()
@@ -222,7 +222,7 @@ class AddressSource:
             return self.header.lower()
         return f"{self.header.lower()} via {','.join(str(n) for n in self.trusted)}"
 
-    def resolve(self, headers: Sequence[tuple[bytes, bytes]], peer: Any) -> str | None:
+    def resolve(self, headers: Sequence[tuple[bytes, bytes]], peer: object) -> str | None:
         """The caller's address, as text; None when it is not known."""
         peer_text = str(peer[0]) if isinstance(peer, (tuple, list)) and peer else None
         if self.header is None:
@@ -259,7 +259,7 @@ class IpAllowlist(Gate):
         self.networks: list[Network] = [ipaddress.ip_network(c, strict=False) for c in cfg.allow]
         self.applies = tool_globs(cfg.tools)
 
-    def check(self, tool: str, args: Any, ctx: ToolContext) -> str:
+    def check(self, tool: str, args: object, ctx: ToolContext) -> str:
         if not self.applies(tool):
             return "defer"
         address = _address(ctx.request.client_addresses.get(self.source.key))
@@ -287,7 +287,7 @@ def _address(text: str | None) -> Address | None:
     return address
 
 
-def client_ip(headers: Sequence[tuple[bytes, bytes]], peer: Any, header: str | None) -> str | None:
+def client_ip(headers: Sequence[tuple[bytes, bytes]], peer: object, header: str | None) -> str | None:
     """The caller's address as an ``ip_allowlist`` gate without trusted proxies reads it: the first value of
     ``header``, or, when ``header`` is None, the TCP peer's (the ASGI ``client``)."""
     return AddressSource(header).resolve(headers, peer)
@@ -307,7 +307,7 @@ class Gates:
     def __bool__(self) -> bool:
         return bool(self.gates)
 
-    def admit(self, tool: str, args: Any, ctx: ToolContext) -> list[Decision]:
+    def admit(self, tool: str, args: object, ctx: ToolContext) -> list[Decision]:
         """Run the chain for one call; answers each gate's decision (raises :class:`GateRefusal`)."""
         chain: list[Decision] = []
         for gate in self.gates:

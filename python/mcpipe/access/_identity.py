@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import orjson
 import trio
@@ -101,7 +101,7 @@ class JwksCache:
             self.fetched_at = float("inf")
 
     @staticmethod
-    def _parse(doc: Any) -> list[tuple[str | None, jwt.PyJWK]]:
+    def _parse(doc: object) -> list[tuple[str | None, jwt.PyJWK]]:
         import jwt  # with the first JWT issuer: a server without one never loads PyJWT
 
         keys: list[tuple[str | None, jwt.PyJWK]] = []
@@ -279,7 +279,7 @@ class _Oidc:
             return self._identity(claims, token)
         return Rejected(last)
 
-    def _identity(self, claims: dict[str, Any], token: str) -> Identity | Rejected:
+    def _identity(self, claims: Mapping[str, object], token: str) -> Identity | Rejected:
         cfg = self.cfg
         identity = identity_from_claims(claims, cfg, provider="oidc", token=token, kept=claims)
         return Rejected(f"missing or empty `{cfg.subject_claim}` claim") if identity is None else identity

@@ -24,8 +24,7 @@ import hashlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
 from urllib.parse import quote
 
 import trio
@@ -237,7 +236,7 @@ class Introspection:
             return endpoint
         raise last or FetchError("no metadata")
 
-    def _verdict(self, key: bytes, token: str, doc: dict[str, Any]) -> Outcome:
+    def _verdict(self, key: bytes, token: str, doc: Mapping[str, object]) -> Outcome:
         cfg = self.cfg
         if doc.get("active") is not True:
             return self._refuse(key, "the token is not active")

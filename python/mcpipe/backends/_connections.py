@@ -71,7 +71,7 @@ class Connections:
         """Run ``close`` when the connections stop (for resources without a task, such as gRPC channels)."""
         self._closers.append(close)
 
-    async def get(self, key: Any, factory: Callable[[], C]) -> C:
+    async def get(self, key: object, factory: Callable[[], C]) -> C:
         """The open connection for ``key``, opening it with ``factory()`` (and its ``run``) when there is none.
 
         Raises:
@@ -94,5 +94,5 @@ class Connections:
             return conn
 
 
-async def _run(conn: Connection, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+async def _run(conn: Connection, *, task_status: object = trio.TASK_STATUS_IGNORED) -> None:
     await conn.run(task_status=task_status)

@@ -174,7 +174,7 @@ class GrpcConnection:
         self,
         service: str,
         method: str,
-        message: Mapping[str, Any],
+        message: Mapping[str, object],
         *,
         timeout_s: float | None = None,
         metadata: Sequence[tuple[str, str]] = (),
@@ -227,13 +227,13 @@ def _is_rpc_error(e: BaseException) -> bool:
     return isinstance(e, grpc.RpcError)
 
 
-def _status(e: Any) -> str:
+def _status(e: object) -> str:
     code = e.code() if hasattr(e, "code") else None
     details = e.details() if hasattr(e, "details") else str(e)
     return f"{code.name if code is not None else 'ERROR'}: {details}"
 
 
-def _rpc_error(e: Any, what: str) -> GrpcError:
+def _rpc_error(e: object, what: str) -> GrpcError:
     import grpc
 
     code = e.code() if hasattr(e, "code") else None

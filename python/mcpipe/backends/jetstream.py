@@ -109,7 +109,7 @@ class JetStream:
         self.client = client
         self.timeout_s = timeout_s
 
-    async def request(self, api: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    async def request(self, api: str, body: Mapping[str, object] | None = None) -> dict[str, Any]:
         """``$JS.API.<api>`` with ``body`` as JSON; the answer decoded.
 
         Raises:
@@ -152,7 +152,7 @@ class JetStream:
         _check_name(stream, "stream")
         return await self.request(f"STREAM.INFO.{stream}")
 
-    async def add_stream(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    async def add_stream(self, config: Mapping[str, object]) -> dict[str, Any]:
         """Create a stream (``config`` as JetStream takes it: ``name``, ``subjects``, ...)."""
         name = str(config.get("name"))
         _check_name(name, "stream")

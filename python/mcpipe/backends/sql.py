@@ -169,7 +169,7 @@ class Statement:
 # --- values -----------------------------------------------------------------------------------------------
 
 
-def json_value(value: Any) -> Any:
+def json_value(value: object) -> Any:
     """A database value as JSON-ready data: decimals as numbers, times as ISO 8601 text, bytes as base64."""
     if value is None or isinstance(value, (bool, int, str)):
         return value
@@ -244,10 +244,10 @@ class _Driver:
     def connect(self) -> Any:
         raise NotImplementedError
 
-    def run(self, raw: Any, stmt: Statement, params: Mapping[str, Any], max_rows: int) -> _Result:
+    def run(self, raw: object, stmt: Statement, params: Mapping[str, object], max_rows: int) -> _Result:
         raise NotImplementedError
 
-    def interrupt(self, raw: Any) -> None:
+    def interrupt(self, raw: object) -> None:
         raise NotImplementedError
 
     def close(self, raw: Any) -> None:
@@ -275,7 +275,7 @@ class _Sqlite(_Driver):
         raw = sqlite3.connect(self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False)
         return raw
 
-    def run(self, raw: Any, stmt: Statement, params: Mapping[str, Any], max_rows: int) -> _Result:
+    def run(self, raw: Any, stmt: Statement, params: Mapping[str, object], max_rows: int) -> _Result:
         cur = raw.execute(stmt.sqlite, {k: _sqlite_param(v) for k, v in params.items()})
         try:
             if cur.description is None:
@@ -298,7 +298,7 @@ class _Sqlite(_Driver):
         return None
 
 
-def _sqlite_param(value: Any) -> Any:
+def _sqlite_param(value: object) -> Any:
     if isinstance(value, (dict, list)):
         return orjson.dumps(value).decode()  # SQLite has no arrays or objects: JSON text, for its json functions
     return value
@@ -323,7 +323,7 @@ class _Postgres(_Driver):
             options=f"-c statement_timeout={math.ceil(self.statement_timeout_ms)}",
         )
 
-    def run(self, raw: Any, stmt: Statement, params: Mapping[str, Any], max_rows: int) -> _Result:
+    def run(self, raw: Any, stmt: Statement, params: Mapping[str, object], max_rows: int) -> _Result:
         from psycopg.types.json import Jsonb
 
         bound = {k: Jsonb(v) if isinstance(v, dict) else v for k, v in params.items()} if stmt.names else None
@@ -361,7 +361,7 @@ def _pg_type_name(raw: Any, oid: int) -> str:
     return info.name if info is not None else ""
 
 
-def _pg_message(e: Any) -> str:
+def _pg_message(e: object) -> str:
     diag = getattr(e, "diag", None)
     primary = getattr(diag, "message_primary", None) if diag is not None else None
     state = getattr(e, "sqlstate", None)
@@ -404,7 +404,7 @@ class _Conn:
 
     __slots__ = ("_lock", "_orphaned", "_running", "broken", "driver", "raw")
 
-    def __init__(self, driver: _Driver, raw: Any) -> None:
+    def __init__(self, driver: _Driver, raw: object) -> None:
         self.driver = driver
         self.raw = raw
         self.broken = False
@@ -444,7 +444,7 @@ class _Conn:
         return not self.broken
 
 
-def _close_quietly(driver: _Driver, raw: Any) -> None:
+def _close_quietly(driver: _Driver, raw: object) -> None:
     try:
         driver.close(raw)
     except Exception:  # closing a connection that is already gone: nothing to report
@@ -517,7 +517,7 @@ class SqlBackend:
             )
         return _Conn(self.driver, raw)
 
-    async def execute(self, stmt: Statement, params: Mapping[str, Any], row_mode: RowMode = "rows") -> Any:
+    async def execute(self, stmt: Statement, params: Mapping[str, object], row_mode: RowMode = "rows") -> Any:
         """Run one statement in autocommit; the output per ``row_mode`` (see :func:`shape`).
 
         Raises:
@@ -556,7 +556,7 @@ class SqlTransaction:
         self.backend = backend
         self.conn = conn
 
-    async def execute(self, stmt: Statement, params: Mapping[str, Any], row_mode: RowMode = "rows") -> Any:
+    async def execute(self, stmt: Statement, params: Mapping[str, object], row_mode: RowMode = "rows") -> Any:
         """Run one statement on this connection; the output per ``row_mode``.
 
         Raises:
@@ -567,7 +567,7 @@ class SqlTransaction:
         return shape(result, row_mode, cfg.max_rows)
 
     async def execute_result(
-        self, stmt: Statement, params: Mapping[str, Any]
+        self, stmt: Statement, params: Mapping[str, object]
     ) -> tuple[tuple[str, ...] | None, list[dict[str, Any]], int]:
         """Run one statement on this connection; its columns (None: it returns no rows), its rows as objects
         (JSON-ready values) and its row count (rows changed, for a statement that returns none).
@@ -583,7 +583,7 @@ class SqlTransaction:
         rows = shape(result, "rows", cfg.max_rows)
         return result.columns, rows, len(rows)
 
-    async def execute_raw(self, stmt: Statement, params: Mapping[str, Any]) -> RawResult:
+    async def execute_raw(self, stmt: Statement, params: Mapping[str, object]) -> RawResult:
         """Run one statement on this connection; its result as the driver gave it (the values not made
         JSON-ready, the column types named): for a caller that encodes the values its own way.
 
@@ -619,7 +619,7 @@ class SqlTransaction:
             if scope.cancelled_caught:
                 self.conn.broken = True
 
-    async def _run(self, stmt: Statement, params: Mapping[str, Any]) -> _Result:
+    async def _run(self, stmt: Statement, params: Mapping[str, object]) -> _Result:
         """The driver's result of one statement, every parameter it names given, under the statement timeout."""
         missing = [n for n in stmt.names if n not in params]
         if missing:

@@ -116,7 +116,7 @@ def parse_time(value: str, where: str, *, now: float | None = None) -> float:
     return when.timestamp()
 
 
-def _json_text(value: Any) -> str:
+def _json_text(value: object) -> str:
     return orjson.dumps(value, option=orjson.OPT_INDENT_2, default=str).decode()
 
 
@@ -461,7 +461,7 @@ def _first_line(text: str) -> str:
     return (text or "").strip().split("\n", 1)[0][:200]
 
 
-def _origin(tool: Any) -> str:
+def _origin(tool: object) -> str:
     if getattr(tool, "server", None) is not None and hasattr(tool, "remote_name"):
         return "downstream"
     if getattr(tool, "compiled", None) is not None:
@@ -477,7 +477,7 @@ def _format_of(tool: dict[str, Any]) -> str | None:
     return {"playbook": "noetl", "pipeline": "declared pipelines", "downstream": "mcpServers"}.get(tool["origin"])
 
 
-def _answer_body(answer: Any) -> Any:
+def _answer_body(answer: object) -> Any:
     if isinstance(answer, dict):
         if answer.get("structuredContent") is not None:
             return answer["structuredContent"]
@@ -487,11 +487,11 @@ def _answer_body(answer: Any) -> Any:
     return answer
 
 
-def _is_error(answer: Any) -> bool:
+def _is_error(answer: object) -> bool:
     return isinstance(answer, dict) and bool(answer.get("isError"))
 
 
-def _state(row: dict[str, Any]) -> str:
+def _state(row: Mapping[str, object]) -> str:
     if row["finished_at"] is None:
         return "running"
     if row.get("skipped"):

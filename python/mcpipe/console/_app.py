@@ -20,7 +20,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -486,7 +486,7 @@ class Console:
             yield [("metrics", None, orjson.dumps(self.data.metrics(viewer)))]
             await trio.sleep(METRICS_PERIOD_S)
 
-    async def _stream(self, scope: dict[str, Any], receive: Receive, send: Send, events: Any) -> None:
+    async def _stream(self, scope: Mapping[str, object], receive: Receive, send: Send, events: Any) -> None:
         """Serve ``events`` (batches of ``(type, id, data)``, each batch one write) as server-sent events until
         they end or the client goes."""
         if self.streams >= self.cfg.max_streams:
@@ -534,7 +534,7 @@ class Console:
     # --- responses ---
 
     async def _answer(
-        self, send: Send, status: int, body: dict[str, Any], extra: list[tuple[bytes, bytes]] | None = None
+        self, send: Send, status: int, body: Mapping[str, object], extra: list[tuple[bytes, bytes]] | None = None
     ) -> None:
         data = orjson.dumps(body, default=_default)
         headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *_SECURITY]
@@ -549,7 +549,7 @@ class Console:
         await send({"type": "http.response.start", "status": status, "headers": headers + _SECURITY})
         await send({"type": "http.response.body", "body": text})
 
-    async def _html(self, send: Send, status: int, name: str, ctx: dict[str, Any], cookie: bytes | None) -> None:
+    async def _html(self, send: Send, status: int, name: str, ctx: Mapping[str, object], cookie: bytes | None) -> None:
         page = self.env.get_template(name).render(
             prefix=CONSOLE_PREFIX, api=f"{API_PREFIX}{API_VERSION}", name_of_server=self.data.app.config.name, **ctx
         )

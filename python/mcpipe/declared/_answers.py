@@ -70,7 +70,7 @@ class McpipeShape:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         return cast("DeclaredDialect", tool.dialect).shape(tool, answer["result"])
 
-    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object) -> ToolResult:
         return ToolResult.error(f"invalid arguments for tool '{tool.name}': " + "; ".join(errors))
 
     def resource(self, tool: PlanTool, result: ToolResult, uri: str) -> dict[str, Any]:
@@ -107,6 +107,6 @@ def answer_shape(name: str | None) -> AnswerShape | None:
     return ANSWERS.get(name or "mcpipe")
 
 
-def text_of(value: Any) -> str:
+def text_of(value: object) -> str:
     """A value as the text of an answer: a string as it is, anything else as compact JSON."""
     return value if isinstance(value, str) else orjson.dumps(value).decode()

@@ -90,7 +90,7 @@ class StepScope(Scope):
 
 
 def compile_step(
-    raw: Any, location: str, scope: StepScope | None = None, *, default_id: str = "step1"
+    raw: object, location: str, scope: StepScope | None = None, *, default_id: str = "step1"
 ) -> tuple[CompiledStep | None, list[Problem]]:
     """Compile one declared step.
 
@@ -110,7 +110,7 @@ def compile_step(
 
 
 def compile_steps(
-    raw: Any, location: str, scope: StepScope | None = None
+    raw: object, location: str, scope: StepScope | None = None
 ) -> tuple[tuple[CompiledStep, ...] | None, list[Problem]]:
     """Compile a list of declared steps (a pipeline's ``steps``), checking ids and references.
 
@@ -175,7 +175,7 @@ class _Compiler:
 
     # --- lists ---
 
-    def steps_of(self, raw: Any, loc: str, outer: StepScope) -> tuple[CompiledStep, ...] | None:
+    def steps_of(self, raw: object, loc: str, outer: StepScope) -> tuple[CompiledStep, ...] | None:
         if not isinstance(raw, list) or not raw:
             self.problem(loc, f"steps must be a non-empty array, got {json_type(raw)}")
             return None
@@ -194,7 +194,7 @@ class _Compiler:
 
     # --- one step ---
 
-    def step(self, raw: Any, loc: str, sid: str, scope: StepScope) -> CompiledStep | None:
+    def step(self, raw: object, loc: str, sid: str, scope: StepScope) -> CompiledStep | None:
         if not isinstance(raw, Mapping):
             self.problem(loc, f"a step must be an object, got {json_type(raw)}")
             return None
@@ -225,7 +225,7 @@ class _Compiler:
     def leaf(
         self,
         k: Kind[Any, Any],
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: Any,
         loc: str,
         sid: str,
@@ -247,7 +247,7 @@ class _Compiler:
                 refs.append((where, ref))
                 self.check.check_reference(where, ref, scope)
 
-        def template(value: Any, where: str, also_visible: frozenset[str]) -> Template | None:
+        def template(value: object, where: str, also_visible: frozenset[str]) -> Template | None:
             if not also_visible:
                 return self.check.template(value, where, scope, refs)
             inner = replace(scope, visible=None if scope.visible is None else _Either(scope.visible, also_visible))
@@ -290,7 +290,7 @@ class _Compiler:
             **_shared(when, transform, refs),
         )
 
-    def decode(self, raw: Mapping[str, Any], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
+    def decode(self, raw: Mapping[str, object], kind: str, k: Kind[Any, Any] | None, loc: str) -> Any:
         def prepare(clean: dict[str, Any]) -> None:
             sid = clean.get("id")
             if isinstance(sid, str) and not STEP_ID.fullmatch(sid):
@@ -311,10 +311,10 @@ class _Compiler:
             prepare=prepare,
         )
 
-    def template(self, value: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
+    def template(self, value: object, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> Template | None:
         return self.check.template(value, loc, scope, refs)
 
-    def cel(self, source: Any, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> CelExpr | None:
+    def cel(self, source: object, loc: str, scope: StepScope, refs: list[tuple[str, str]]) -> CelExpr | None:
         expr: CelExpr | None = self.check.cel(source, loc, scope, refs)
         return expr
 
@@ -322,7 +322,7 @@ class _Compiler:
 
     def parallel(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: Any,
         loc: str,
         sid: str,
@@ -353,7 +353,7 @@ class _Compiler:
 
     def pipe(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         spec: PipeFields | None,
         loc: str,
         sid: str,
@@ -396,6 +396,6 @@ def _shared(when: CelExpr | None, transform: CelExpr | None, refs: list[tuple[st
     return {"when": when, "input_transform": transform, "references": tuple(refs), "skippable": True}
 
 
-def _default(spec: Any, name: str) -> Any:
+def _default(spec: object, name: str) -> Any:
     value = getattr(spec, name)
     return None if value is msgspec.UNSET else value

@@ -26,7 +26,7 @@ _BLOCK_FIELDS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
 _ALWAYS = ("type", "annotations", "_meta")
 
 
-def check_static_content(value: Any, loc: str, problem: Callable[[str, str], None]) -> None:
+def check_static_content(value: object, loc: str, problem: Callable[[str, str], None]) -> None:
     """Check what can be checked before a run: literal block types and field names."""
     items = [value] if isinstance(value, Mapping) and "type" in value else value if isinstance(value, list) else []
     for i, block in enumerate(items):
@@ -53,7 +53,7 @@ def check_static_content(value: Any, loc: str, problem: Callable[[str, str], Non
                 problem(f"{where}.{f}", f"unknown field `{f}` for a `{kind}` block")
 
 
-def content_blocks(value: Any) -> tuple[list[dict[str, Any]], str | None]:
+def content_blocks(value: object) -> tuple[list[dict[str, Any]], str | None]:
     """Check a resolved ``content`` value: one block or a list of MCP content blocks.
 
     Returns:
@@ -69,7 +69,7 @@ def content_blocks(value: Any) -> tuple[list[dict[str, Any]], str | None]:
     return items, None
 
 
-def _block_problem(block: Any) -> str | None:
+def _block_problem(block: object) -> str | None:
     if not isinstance(block, dict):
         return f": a content block must be an object, got {json_type(block)}"
     kind = block.get("type")
@@ -110,7 +110,7 @@ def _block_problem(block: Any) -> str | None:
     return _base64_problem(resource["blob"], ".resource.blob")
 
 
-def _base64_problem(value: Any, where: str) -> str | None:
+def _base64_problem(value: object, where: str) -> str | None:
     if not isinstance(value, str):
         return f"{where}: expected base64 text, got {json_type(value)}"
     try:
@@ -120,7 +120,7 @@ def _base64_problem(value: Any, where: str) -> str | None:
     return None
 
 
-def _json(v: Any) -> str:
+def _json(v: object) -> str:
     try:
         return orjson.dumps(v).decode()
     except TypeError:

@@ -53,7 +53,7 @@ _KNOWN = _NOTES | {
 }
 
 
-def compile_fast(schema: Any) -> Check | None:
+def compile_fast(schema: object) -> Check | None:
     """A check that answers True only for instances valid against ``schema``; None when the schema uses
     something outside the subset (then every instance goes to ``jsonschema``)."""
     if isinstance(schema, Mapping) and schema.get("$schema") not in (
@@ -72,7 +72,7 @@ class _Unsupported(Exception):
     pass
 
 
-def _compile(schema: Any) -> Check:
+def _compile(schema: object) -> Check:
     if schema is True or (isinstance(schema, Mapping) and not (set(schema) - _NOTES - {"$schema"})):
         return _anything
     if not isinstance(schema, Mapping) or set(schema) - _KNOWN:
@@ -101,19 +101,19 @@ def _compile(schema: Any) -> Check:
 _SCALARS = (str, int, float, bool, type(None))
 
 
-def _anything(v: Any) -> bool:
+def _anything(v: object) -> bool:
     return True
 
 
 def _any_of(tests: tuple[Check, ...]) -> Check:
-    def check(v: Any) -> bool:
+    def check(v: object) -> bool:
         return any(t(v) for t in tests)
 
     return check
 
 
 def _all_of(tests: tuple[Check, ...]) -> Check:
-    def check(v: Any) -> bool:
+    def check(v: object) -> bool:
         return all(t(v) for t in tests)
 
     return check
@@ -121,7 +121,7 @@ def _all_of(tests: tuple[Check, ...]) -> Check:
 
 def _one_of(pairs: frozenset[tuple[type, Any]]) -> Check:
     # The same type and ==: stricter than JSON Schema's equality (1 and 1.0), never more lenient.
-    def check(v: Any) -> bool:
+    def check(v: object) -> bool:
         return type(v) in _SCALARS and (type(v), v) in pairs
 
     return check
@@ -136,18 +136,18 @@ def _number(schema: Mapping[str, Any], key: str) -> float | None:
     return value  # type: ignore[no-any-return]
 
 
-def _is_number(v: Any) -> bool:
+def _is_number(v: object) -> bool:
     return type(v) in (int, float)
 
 
 def _bound(limit: float, compare: Callable[[Any, float], bool]) -> Check:
-    def check(v: Any) -> bool:
+    def check(v: object) -> bool:
         return not _is_number(v) or compare(v, limit)
 
     return check
 
 
-def _numbers(schema: Mapping[str, Any]) -> list[Check]:
+def _numbers(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     for key, compare in _COMPARISONS:
         limit = _number(schema, key)
@@ -164,7 +164,7 @@ _COMPARISONS: tuple[tuple[str, Callable[[Any, float], bool]], ...] = (
 )
 
 
-def _count(schema: Mapping[str, Any], key: str) -> int | None:
+def _count(schema: Mapping[str, object], key: str) -> int | None:
     value = schema.get(key)
     if value is None:
         return None
@@ -177,7 +177,7 @@ def _length(kind: type, low: int | None, high: int | None) -> Check:
     lo = 0 if low is None else low
     hi = high
 
-    def check(v: Any) -> bool:
+    def check(v: object) -> bool:
         if type(v) is not kind:
             return True
         n = len(cast(Sized, v))
@@ -186,7 +186,7 @@ def _length(kind: type, low: int | None, high: int | None) -> Check:
     return check
 
 
-def _strings(schema: Mapping[str, Any]) -> list[Check]:
+def _strings(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     low, high = _count(schema, "minLength"), _count(schema, "maxLength")
     if low is not None or high is not None:
@@ -203,14 +203,14 @@ def _strings(schema: Mapping[str, Any]) -> list[Check]:
             raise _Unsupported
         search = compiled.search
 
-        def matches(v: Any) -> bool:
+        def matches(v: object) -> bool:
             return type(v) is not str or search(v)
 
         out.append(matches)
     return out
 
 
-def _arrays(schema: Mapping[str, Any]) -> list[Check]:
+def _arrays(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     low, high = _count(schema, "minItems"), _count(schema, "maxItems")
     if low is not None or high is not None:
@@ -218,14 +218,14 @@ def _arrays(schema: Mapping[str, Any]) -> list[Check]:
     if "items" in schema:
         item = _compile(schema["items"])
 
-        def items(v: Any) -> bool:
+        def items(v: object) -> bool:
             return type(v) is not list or all(item(x) for x in v)
 
         out.append(items)
     return out
 
 
-def _objects(schema: Mapping[str, Any]) -> list[Check]:
+def _objects(schema: Mapping[str, object]) -> list[Check]:
     out: list[Check] = []
     required = schema.get("required")
     if required is not None:
@@ -233,7 +233,7 @@ def _objects(schema: Mapping[str, Any]) -> list[Check]:
             raise _Unsupported
         names = tuple(required)
 
-        def present(v: Any) -> bool:
+        def present(v: object) -> bool:
             return type(v) is not dict or all(n in v for n in names)
 
         out.append(present)
@@ -243,7 +243,7 @@ def _objects(schema: Mapping[str, Any]) -> list[Check]:
             raise _Unsupported
         compiled = tuple((name, _compile(sub)) for name, sub in props.items())
 
-        def properties(v: Any) -> bool:
+        def properties(v: object) -> bool:
             return type(v) is not dict or all(c(v[n]) for n, c in compiled if n in v)
 
         out.append(properties)
@@ -252,7 +252,7 @@ def _objects(schema: Mapping[str, Any]) -> list[Check]:
         known = frozenset(props or ())
         rest = None if extra is False else _compile(extra)
 
-        def additional(v: Any) -> bool:
+        def additional(v: object) -> bool:
             if type(v) is not dict:
                 return True
             if rest is None:

@@ -22,7 +22,7 @@ The pieces: the entries' Structs (``_config``), the tool and the tool source (``
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Iterator, Mapping
+from collections.abc import Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -368,11 +368,11 @@ def compile_declared(
 
 
 def validate_declared(
-    pipelines_raw: Any,
-    outbound_raw: Any = None,
+    pipelines_raw: object,
+    outbound_raw: object = None,
     tools: Container[str] | None = None,
     limits: Limits | None = None,
-    sql: Any = None,
+    sql: object = None,
 ) -> list[Problem]:
     """Every problem of the ``pipelines:``, ``outbound:`` and ``sql:`` sections, located (for ``mcpipe
     check --config`` and for the server's start-up, which refuses to start when there is any)."""
@@ -415,7 +415,7 @@ class _Known:
 
 
 def _load_entry(
-    raw: Any,
+    raw: object,
     loc: str,
     known: Container[str] | None,
     others: Container[str] | None,
@@ -534,7 +534,7 @@ def _check_surface(entry: PipelineConfig, loc: str, problems: list[Problem]) -> 
     return ok
 
 
-def _check_references(raw_entries: list[Any], locations: list[str], problems: list[Problem]) -> None:
+def _check_references(raw_entries: Sequence[object], locations: list[str], problems: list[Problem]) -> None:
     """Completion sources and listings name a ``hidden`` pipeline of the config."""
     hidden = {
         e.get("name")
@@ -559,14 +559,14 @@ def _check_references(raw_entries: list[Any], locations: list[str], problems: li
                 )
 
 
-def _nested_steps(raw: Any) -> tuple[str, list[Any]] | None:
+def _nested_steps(raw: object) -> tuple[str, list[Any]] | None:
     """A declared container's own steps (``kind: parallel`` or ``kind: pipe``, both under ``steps``)."""
     if isinstance(raw, Mapping) and raw.get("kind") in CONTAINERS and isinstance(raw.get("steps"), list):
         return ".steps", raw["steps"]
     return None
 
 
-def _raw_ids(raw: Any) -> tuple[str, ...]:
+def _raw_ids(raw: object) -> tuple[str, ...]:
     """The ids of a list of raw steps (given, else ``step<N>``), even when the steps do not compile."""
     if not isinstance(raw, list):
         return ()
@@ -578,7 +578,7 @@ def _raw_ids(raw: Any) -> tuple[str, ...]:
 
 
 def _answer_template(
-    raw: Mapping[str, Any], loc: str, ids: tuple[str, ...], problems: list[Problem]
+    raw: Mapping[str, object], loc: str, ids: tuple[str, ...], problems: list[Problem]
 ) -> Template | None:
     """One template for the answer: ``{"output": <output or last.output>, "content": <content>}``, compiled
     where every step has finished (so any step, ``last``, ``args`` and ``context`` may be read)."""
@@ -603,7 +603,7 @@ def _answer_template(
 # --- checks -------------------------------------------------------------------------------------------
 
 
-def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object: bool = False) -> bool:
+def _check_schema(schema: object, loc: str, problems: list[Problem], *, need_object: bool = False) -> bool:
     """Is ``schema`` a valid JSON Schema (of an object, for an input schema)? Reports every problem."""
     if schema is None and need_object:
         return True  # the default, {"type": "object"}
@@ -629,7 +629,7 @@ def _check_schema(schema: Any, loc: str, problems: list[Problem], *, need_object
     return ok
 
 
-def _raw_tool_sites(raw: Any, loc: str) -> Iterator[tuple[str, str]]:
+def _raw_tool_sites(raw: object, loc: str) -> Iterator[tuple[str, str]]:
     """``(location, tool)`` of every ``tool`` step in raw steps (compiled or not), nested ones included."""
     if not isinstance(raw, list):
         return
@@ -644,7 +644,7 @@ def _raw_tool_sites(raw: Any, loc: str) -> Iterator[tuple[str, str]]:
             yield from _raw_tool_sites(step.get("steps"), f"{where}.steps")
 
 
-def _cycles(raw_entries: list[Any], locations: list[str], names: dict[str, int]) -> list[Problem]:
+def _cycles(raw_entries: Sequence[object], locations: list[str], names: dict[str, int]) -> list[Problem]:
     """A problem at every ``tool`` step whose call leads back to its own pipeline."""
     calls: dict[str, list[tuple[str, str]]] = {}
     for name, i in names.items():
@@ -690,7 +690,7 @@ def _path_between(calls: dict[str, list[tuple[str, str]]], start: str, goal: str
 
 
 def _decode(
-    raw: Any,
+    raw: object,
     struct: type[msgspec.Struct],
     loc: str,
     what: str,
@@ -706,7 +706,7 @@ def _decode(
     return decode_fields(raw, struct, loc, what, problem, every_error=True, skip=skip)
 
 
-def _sorted(problems: list[Problem], locations: list[str], raw_entries: list[Any]) -> list[Problem]:
+def _sorted(problems: list[Problem], locations: list[str], raw_entries: Sequence[object]) -> list[Problem]:
     """File order: entries as written (whatever their names), their fields as written, then natural order."""
     rank = {loc: i for i, loc in enumerate(locations)}
     fields = [list(e) if isinstance(e, Mapping) else [] for e in raw_entries]

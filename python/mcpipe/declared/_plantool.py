@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,9 +199,9 @@ class PlanTool:
         limits: Limits,
         output_schema: dict[str, Any] | None = None,
         title: str | None = None,
-        annotations: Any = None,
-        meta: Any = None,
-        registry: Any = None,
+        annotations: object = None,
+        meta: object = None,
+        registry: object = None,
         location: str | None = None,
         background: bool = False,
         task_support: str | None = None,
@@ -210,10 +210,10 @@ class PlanTool:
         uri: str | None = None,
         uri_template: str | None = None,
         mime_type: str | None = None,
-        arguments: list[Any] | None = None,
-        completions: Mapping[str, Any] | None = None,
+        arguments: Sequence[object] | None = None,
+        completions: Mapping[str, object] | None = None,
         listing: str | None = None,
-        watch: Any = None,
+        watch: object = None,
     ) -> None:
         self.dialect = dialect
         self.name = name
@@ -263,15 +263,15 @@ class PlanTool:
         """What the dialect says of the tools a call calls inline (:meth:`ToolDialect.inline_tools`)."""
         return self.dialect.inline_tools(self)
 
-    def bind(self, registry: Any) -> None:
+    def bind(self, registry: object) -> None:
         """Make its ``tool`` steps call through ``registry`` (the gateway)."""
         self.dialect.bind(self, registry)
 
-    def check_args(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, args: object) -> tuple[dict[str, Any], list[str]]:
         """The arguments as the run takes them, and every way they are wrong (the dialect's check)."""
         return self.dialect.check_args(self, args)
 
-    async def check_args_async(self, args: Any) -> tuple[dict[str, Any], list[str]]:
+    async def check_args_async(self, args: object) -> tuple[dict[str, Any], list[str]]:
         """:meth:`check_args`, in a thread when the dialect says so (a check whose deadline must not hold the
         event loop); the server checks a background call's arguments with it before queueing the run."""
         if not self.dialect.in_thread:
@@ -279,7 +279,7 @@ class PlanTool:
         return await trio.to_thread.run_sync(self.dialect.check_args, self, args)
 
     async def run(
-        self, args: Mapping[str, Any], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
+        self, args: Mapping[str, object], ctx: ToolContext | None = None, *, on_event: EventFn | None = None
     ) -> dict[str, Any]:
         """Run the plan with ``args`` as they are (unchecked), as the dialect runs it; answers the scheduler's
         answer. Events go to ``on_event`` (``step_started``, ``step_finished``, and the dialect's own)."""
@@ -306,7 +306,7 @@ class PlanTool:
             answer = await dialect.execute(self, checked, registry, ctx)
         return await dialect.answer(self, checked, answer)
 
-    async def _run_with_progress(self, call: PlanCall, registry: Any, ctx: ToolContext) -> dict[str, Any]:
+    async def _run_with_progress(self, call: PlanCall, registry: object, ctx: ToolContext) -> dict[str, Any]:
         """Run, turning finished steps and tool calls into progress notifications (strictly increasing: the
         finished steps, plus thousandths for the tool calls of the running step). Events arrive synchronously
         and must not block, so one task sends them, in order."""

@@ -91,7 +91,7 @@ class DeclaredDialect(ToolDialect):
             else {}
         )
 
-    def check_args(self, tool: PlanTool, args: Any) -> tuple[dict[str, Any], list[str]]:
+    def check_args(self, tool: PlanTool, args: object) -> tuple[dict[str, Any], list[str]]:
         """The arguments with top-level defaults filled in, and every validation error, located
         (``args.amount: -1 is less than the minimum of 0``)."""
         if not isinstance(args, dict):
@@ -105,12 +105,12 @@ class DeclaredDialect(ToolDialect):
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return args, [f"{_path('args', e.absolute_path)}: {e.message}" for e in errors]
 
-    def schema_errors(self, args: Any) -> list[Any]:
+    def schema_errors(self, args: object) -> list[Any]:
         """Every way ``args`` breaks the input schema, as the validator reports them (``jsonschema``'s
         ``ValidationError``s, in its order)."""
         return list(self._validator.iter_errors(args))
 
-    def invalid(self, tool: PlanTool, errors: list[str], args: Any) -> ToolResult:
+    def invalid(self, tool: PlanTool, errors: list[str], args: object) -> ToolResult:
         return self.answer_shape.invalid(tool, errors, args)
 
     def unbound(self, tool: PlanTool) -> ToolResult:
@@ -130,7 +130,7 @@ class DeclaredDialect(ToolDialect):
             return None
         return inline_tool_calls(tool.compiled)
 
-    def shape(self, tool: PlanTool, result: dict[str, Any]) -> ToolResult:
+    def shape(self, tool: PlanTool, result: Mapping[str, object]) -> ToolResult:
         """The tool's answer in mcpipe's shape from the resolved ``{"output": ..., "content": ...}``."""
         output = result["output"]
         if self._has_content:
@@ -159,7 +159,7 @@ class DeclaredDialect(ToolDialect):
             )
         return ToolResult.text(orjson.dumps(output).decode())
 
-    def _check_output(self, structured: dict[str, Any]) -> ToolResult | None:
+    def _check_output(self, structured: Mapping[str, object]) -> ToolResult | None:
         if self._output_validator is None:
             return None
         errors = sorted(self._output_validator.iter_errors(structured), key=lambda e: list(map(str, e.absolute_path)))
@@ -170,7 +170,7 @@ class DeclaredDialect(ToolDialect):
 
 
 def declared_tool(
-    entry: PipelineConfig, compiled: CompiledSpec, location: str, limits: Limits, *, registry: Any = None
+    entry: PipelineConfig, compiled: CompiledSpec, location: str, limits: Limits, *, registry: object = None
 ) -> PlanTool:
     """One declared pipeline (its entry, its plan compiled once, where it was declared: ``pipelines.charge``),
     served as a :class:`~mcpipe.declared.PlanTool` in the declared dialect under the server's ``limits``.
@@ -205,7 +205,7 @@ def declared_tool(
     )
 
 
-def is_declared(tool: Any) -> bool:
+def is_declared(tool: object) -> bool:
     """Whether ``tool`` is a declared pipeline served as a tool (a :class:`PlanTool` in the declared dialect)."""
     return isinstance(tool, PlanTool) and isinstance(tool.dialect, DeclaredDialect)
 
@@ -226,7 +226,7 @@ class DeclaredPipelines:
         they run (completion sources, listings), in config order."""
         self.policy = policy or StepPolicy()
 
-    async def run(self, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+    async def run(self, *, task_status: object = trio.TASK_STATUS_IGNORED) -> None:
         """Own the shared connections of ``nats``, ``grpc`` and ``kafka`` steps until cancelled (then close
         them): ``await nursery.start(declared.run)``, as the server does beside its other services."""
         await self.policy.connections.run(task_status=task_status)
@@ -235,7 +235,7 @@ class DeclaredPipelines:
         """Close the connections the steps opened (SQL pools, ...); the server calls this when it stops."""
         await self.policy.aclose()
 
-    def bind(self, registry: Any) -> None:
+    def bind(self, registry: object) -> None:
         """Make every pipeline's ``tool`` steps call through ``registry`` (``get``/``allows``/``call``)."""
         for t in (*self._tools.values(), *self.surfaces):
             t.registry = registry
@@ -259,7 +259,7 @@ class DeclaredPipelines:
         return f"<DeclaredPipelines {self.names()}>"
 
 
-def _validator(schema: Mapping[str, Any], formats: bool = True) -> Any:
+def _validator(schema: Mapping[str, object], formats: bool = True) -> Any:
     # On first use: jsonschema is slow to import.
     from jsonschema import Draft4Validator, Draft6Validator, Draft7Validator, Draft202012Validator
     from jsonschema.validators import validator_for
@@ -277,7 +277,7 @@ def _path(base: str, path: Any) -> str:
     return out
 
 
-def _json(v: Any) -> str:
+def _json(v: object) -> str:
     try:
         return orjson.dumps(v).decode()
     except TypeError:

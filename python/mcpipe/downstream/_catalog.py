@@ -240,7 +240,7 @@ class Feed:
         while self._forwarding:
             await self._idle.wait()
 
-    async def _message(self, message: Any) -> None:
+    async def _message(self, message: object) -> None:
         # Runs in the session's reader: it must not wait for the session, so changes go to list_changes.
         change: Change | None = None
         if isinstance(message, types.ToolListChangedNotification):

@@ -402,7 +402,7 @@ class ServerAuth:
         sep = "&" if "?" in found.authorization_endpoint else "?"
         return f"{found.authorization_endpoint}{sep}{urlencode(params)}", elicitation_id
 
-    async def finish(self, pending: Mapping[str, Any], code: str, iss: str | None) -> None:
+    async def finish(self, pending: Mapping[str, object], code: str, iss: str | None) -> None:
         """Exchange the callback's code for the pending sign-in's principal and keep its tokens.
 
         Raises:
@@ -431,7 +431,7 @@ class ServerAuth:
             event.set()
 
     async def _token_request(
-        self, found: Discovered, client: Mapping[str, Any], form: dict[str, str], what: str
+        self, found: Discovered, client: Mapping[str, object], form: dict[str, str], what: str
     ) -> dict[str, Any]:
         headers = self._client_auth(client, form, found.issuer)
         try:
@@ -455,7 +455,9 @@ class ServerAuth:
             raise SignInError(f"MCP server '{self.name}': {what} answered no usable access_token")
         return doc
 
-    async def _keep(self, principal: str, doc: Mapping[str, Any], previous: Mapping[str, Any] | None) -> dict[str, Any]:
+    async def _keep(
+        self, principal: str, doc: Mapping[str, object], previous: Mapping[str, object] | None
+    ) -> dict[str, Any]:
         expires_in = doc.get("expires_in")
         seconds = (
             float(expires_in) if isinstance(expires_in, int | float) and not isinstance(expires_in, bool) else 3600.0
@@ -676,12 +678,12 @@ class OAuthClients:
             return None
         return doc if isinstance(doc, dict) else None
 
-    async def save(self, key: str, value: Mapping[str, Any], expires_at: float | None = None) -> None:
+    async def save(self, key: str, value: Mapping[str, object], expires_at: float | None = None) -> None:
         await self.store.put(key, self.vault.seal(key, orjson.dumps(dict(value))), expires_at)
 
     # -- sign-ins under way --------------------------------------------------------------------------
 
-    async def hold(self, state: str, principal: str, pending: dict[str, Any]) -> None:
+    async def hold(self, state: str, principal: str, pending: Mapping[str, object]) -> None:
         """Keep a sign-in under way (bounded: per principal, the oldest goes; in all, a new one is refused)."""
         now = time.time()
         if len(self._pending) >= self.max_pending:

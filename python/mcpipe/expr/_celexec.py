@@ -70,7 +70,7 @@ def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, A
     return to_json_value(result)
 
 
-def to_json_value(value: Any) -> Any:
+def to_json_value(value: object) -> Any:
     """Turn what CEL or JSONata returns into plain JSON-ready data (dict, list, str, int, float, ...)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value

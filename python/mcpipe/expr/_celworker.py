@@ -20,6 +20,7 @@ which imports nothing of mcpipe (it starts in the time the CEL library takes to 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ _POOL = WorkerPool(
 run)."""
 
 
-async def evaluate_in_worker(source: str, context: dict[str, Any], functions: list[str], timeout_s: float) -> Any:
+async def evaluate_in_worker(source: str, context: Mapping[str, object], functions: list[str], timeout_s: float) -> Any:
     """Evaluate ``source`` against ``context`` in a worker, within ``timeout_s``.
 
     Returns:

@@ -66,7 +66,7 @@ _ITERATING = frozenset(
 )
 
 
-def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, Any] | list[str]) -> Any:
+def execute_cel(program: object, context: dict[str, Any], functions: Mapping[str, Any] | list[str]) -> Any:
     """Run a compiled CEL program inline; its JSON-ready value.
 
     Raises:
@@ -80,7 +80,7 @@ def execute_cel(program: Any, context: dict[str, Any], functions: Mapping[str, A
         raise ExpressionError(str(e), missing=e.missing) from None
 
 
-def to_json_value(value: Any) -> Any:
+def to_json_value(value: object) -> Any:
     """Turn what CEL or JSONata returns into plain JSON-ready data (dict, list, str, int, float, ...).
 
     Raises:
@@ -181,7 +181,7 @@ class CelExpr:
             iterates=iterates,
         )
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, object]) -> Any:
         """Evaluate against the pipeline environment; the result is a JSON-ready value.
 
         Raises:
@@ -189,7 +189,7 @@ class CelExpr:
         """
         return execute_cel(self.program, self.context(env), self.functions)
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> Any:
+    async def evaluate_async(self, env: Mapping[str, object]) -> Any:
         """:meth:`evaluate` without holding the event loop: an expression that iterates runs in a worker
         process, killed past the expression deadline; the others run inline (they cost time linear in
         their input, which the request limits bound).
@@ -214,7 +214,7 @@ class CelExpr:
             raise ExpressionError(reply["error"], missing=bool(reply.get("missing")))
         return reply["value"]
 
-    def context(self, env: Mapping[str, Any]) -> dict[str, Any]:
+    def context(self, env: Mapping[str, object]) -> dict[str, Any]:
         """What the expression reads of ``env``: its roots, each narrowed to the parts it can reach."""
         context: dict[str, Any] = {}
         projection = self.projection
@@ -284,7 +284,7 @@ def _projection(mentions: list[Mention], roots: frozenset[str]) -> dict[str, Any
     }
 
 
-def _project(value: Mapping[str, Any], shape: dict[str, Any]) -> dict[str, Any]:
+def _project(value: Mapping[str, object], shape: dict[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, fields in shape.items():
         if key in value:
@@ -337,7 +337,7 @@ class JsonataExpr:
         mentions = scan_jsonata(source, _JSONATA_ROOTS)
         return cls(source, expression, tuple(mentions), max_ms, max_depth)
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, object]) -> Any:
         """Evaluate with the pipeline environment as the input document (``steps.x.output``, ``args.y``).
 
         Raises:
@@ -361,7 +361,7 @@ class JsonataExpr:
             raise ExpressionError("the result is a function, not JSON data")
         return to_json_value(result)
 
-    async def evaluate_async(self, env: Mapping[str, Any]) -> Any:
+    async def evaluate_async(self, env: Mapping[str, object]) -> Any:
         """:meth:`evaluate` off the event loop: in a thread (the library is Python, so the loop keeps its turns
         of the interpreter while it runs), which the library's own deadline ends; a cancelled caller does
         not wait for it.
@@ -382,7 +382,7 @@ _JSONATA_TIMEOUT = "D1012"
 """The library's code for an evaluation past its time bound."""
 
 
-def _jsonata_message(e: Any, source: str) -> str:
+def _jsonata_message(e: object, source: str) -> str:
     code = getattr(e, "error", None)
     pos = getattr(e, "location", None)
     text = str(e)

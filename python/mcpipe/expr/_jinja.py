@@ -158,7 +158,7 @@ def _budget() -> _Budget:
     return b if b is not None else _Budget(expression_timeout_ms())
 
 
-def _cost(value: Any) -> int:
+def _cost(value: object) -> int:
     """What a value a step of the template built costs (its items are counted where they were built)."""
     if isinstance(value, str):
         return len(value)
@@ -171,7 +171,7 @@ def _cost(value: Any) -> int:
     return 0
 
 
-def _text_size(value: Any, room: int) -> int:
+def _text_size(value: object, room: int) -> int:
     """The characters ``str(value)`` (or its JSON) would take, measured without building it; past ``room``
     the answer is only known to be past it."""
     if isinstance(value, str):
@@ -181,7 +181,7 @@ def _text_size(value: Any, room: int) -> int:
     return 24
 
 
-def _fits_text(value: Any, what: str) -> None:
+def _fits_text(value: object, what: str) -> None:
     b = _budget()
     b.fits(_text_size(value, b.room), what)
 
@@ -191,7 +191,7 @@ _PRINTF = re.compile(r"%(?:\([^)]*\))?[-#0 +]*(\*|\d+)?(?:\.(\*|\d+))?")
 _DIGITS = re.compile(r"\d+")
 
 
-def _printf_room(fmt: str, args: Any) -> int:
+def _printf_room(fmt: str, args: object) -> int:
     """The most characters the widths of a printf-style format ask for (``*`` takes its argument)."""
     total = 0
     star_args = list(args) if isinstance(args, tuple) else [args]
@@ -204,7 +204,7 @@ def _printf_room(fmt: str, args: Any) -> int:
     return total
 
 
-def _format_room(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> int:
+def _format_room(fmt: str, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> int:
     """The most characters the format specs of a ``str.format`` string ask for (nested ``{}`` fields take
     their argument)."""
     total = 0
@@ -232,7 +232,7 @@ def _check_ints(args: tuple[Any, ...], what: str) -> None:
 _STR_METHODS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs"})
 
 
-def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> None:
+def _before_call(obj: object, args: tuple[Any, ...], kwargs: Mapping[str, object]) -> None:
     """Refuse a method call whose result would not fit, before making it."""
     owner = getattr(obj, "__self__", None)
     name = getattr(obj, "__name__", "")
@@ -258,13 +258,13 @@ def _before_call(obj: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> 
                 _fits_text(a, f"`{name}`")
 
 
-def _fits_replace(s: Any, old: Any, new: Any, what: str) -> None:
+def _fits_replace(s: object, old: object, new: object, what: str) -> None:
     if isinstance(s, str) and isinstance(old, str) and isinstance(new, str):
         count = len(s) + 1 if old == "" else s.count(old)
         _budget().fits(len(s) + count * len(new), what)
 
 
-def _fits_join(items: Any, what: str) -> None:
+def _fits_join(items: object, what: str) -> None:
     if isinstance(items, (list, tuple)):
         b = _budget()
         total = 0
@@ -312,7 +312,7 @@ def _bounded_filter(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
     passes = hasattr(fn, "jinja_pass_arg")
 
     @functools.wraps(fn)
-    def bounded(*args: Any, **kwargs: Any) -> Any:
+    def bounded(*args: object, **kwargs: object) -> Any:
         rest = args[1:] if passes else args
         if rest:
             value, more = rest[0], rest[1:]
@@ -359,7 +359,7 @@ def _sum(environment: Any, iterable: Any, attribute: Any = None, start: Any = 0)
     return sum(iterable, start)
 
 
-def _tojson(value: Any) -> str:
+def _tojson(value: object) -> str:
     _fits_text(value, "the `tojson` filter")
     try:
         return orjson.dumps(value, default=str).decode()
@@ -367,7 +367,7 @@ def _tojson(value: Any) -> str:
         raise RenderError(f"tojson: {e}") from None
 
 
-def _to_json(value: Any) -> str:
+def _to_json(value: object) -> str:
     """NoETL's 2025 ``to_json`` filter: Python's ``json.dumps`` (its spacing, so text compares as NoETL's)."""
     _fits_text(value, "the `to_json` filter")
     try:
@@ -388,7 +388,7 @@ def _compiled_source(source: str) -> jinja2.Template:
 
 
 @jinja2.pass_context
-def _render(context: jinja2.runtime.Context, source: Any, values: Mapping[str, Any] | None = None) -> str:
+def _render(context: jinja2.runtime.Context, source: object, values: Mapping[str, object] | None = None) -> str:
     """``{{ prompts.summarize.template | render({'input': {...}}) }}``: render a template string with the
     current roots, ``values`` laid over them (sources are compiled once and cached)."""
     if not isinstance(source, PromptSource):
@@ -432,7 +432,7 @@ class _CodeGenerator(CodeGenerator):
         self.write("))")
 
 
-def _finalize(value: Any) -> Any:
+def _finalize(value: object) -> Any:
     """What ``{{ x }}`` writes: a list or a dict is measured before it is written as text."""
     if isinstance(value, (list, tuple, dict)):
         _fits_text(value, "writing a value")
@@ -445,7 +445,7 @@ class _Environment(ImmutableSandboxedEnvironment):
     code_generator_class = _CodeGenerator
     intercepted_binops = frozenset(["*", "**", "+", "%"])
 
-    def charged(self, text: Any) -> Any:
+    def charged(self, text: object) -> Any:
         _budget().charge(len(text) if isinstance(text, str) else 0)
         return text
 
@@ -489,7 +489,7 @@ class _Environment(ImmutableSandboxedEnvironment):
         b.charge(_cost(out))
         return out
 
-    def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+    def call(__self, __context: jinja2.runtime.Context, __obj: object, *args: object, **kwargs: object) -> Any:
         b = _budget()
         if time.monotonic() > b.deadline:
             raise _Interrupted
@@ -551,11 +551,11 @@ class Compiled:
         return not self.sources
 
 
-def _const(value: Any) -> Compiled:
+def _const(value: object) -> Compiled:
     return Compiled(lambda _roots: value, ())
 
 
-def compile_value(value: Any, location: str, problems: list[tuple[str, str]]) -> Compiled:
+def compile_value(value: object, location: str, problems: list[tuple[str, str]]) -> Compiled:
     """Compile a YAML value whose strings may be templates; syntax errors go to ``problems`` as
     ``(location, message)``."""
     if isinstance(value, str):
@@ -567,7 +567,7 @@ def compile_value(value: Any, location: str, problems: list[tuple[str, str]]) ->
             if m is not None and "}}" not in m.group("expr") and "{{" not in m.group("expr"):
                 expr = env.compile_expression(m.group("expr"), undefined_to_none=False)
 
-                def whole(roots: Mapping[str, Any]) -> Any:
+                def whole(roots: Mapping[str, object]) -> Any:
                     out = expr(**roots)
                     if isinstance(out, jinja2.Undefined):
                         out._fail_with_undefined_error()
@@ -627,7 +627,7 @@ def references(sources: tuple[str, ...]) -> Iterator[tuple[str, str | None]]:
                 yield n.name, None
 
 
-def _located(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def _located(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """Render, turning every template failure into a :class:`RenderError` naming ``location``."""
     try:
         return compiled.render(roots)
@@ -669,7 +669,7 @@ class _Job:
             if self.thread is not None and not self.finished:
                 _set_async_exc(self.thread, id(_Interrupted))
 
-    def run(self, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+    def run(self, compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
         self.budget.deadline = time.monotonic() + self.budget.ms / 1000  # from now: not the wait for a thread
         token = _BUDGET.set(self.budget)
         with self.lock:
@@ -687,7 +687,7 @@ def _timed_out(location: str, ms: float) -> RenderError:
     return RenderError(f"{location}: the template took longer than {ms:g} ms to render", ErrorCode.TIMEOUT)
 
 
-def render(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def render(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """Render within the budgets (see the module's docstring), in this thread: a watchdog interrupts it at
     the deadline. On the event loop, prefer :func:`render_async`, which leaves the loop free.
 
@@ -716,7 +716,7 @@ def render(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
 _threads = RunLimiter("mcpipe_jinja_threads", 4)
 
 
-async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+async def render_async(compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """:func:`render` off the event loop: in a thread (at most 4 at once), interrupted at the deadline or as
     soon as the caller is cancelled (a step's ``timeout_ms``). The deadline starts when the rendering does:
     waiting for a thread is not rendering (before, a caller queued behind others' slow templates timed out
@@ -740,7 +740,7 @@ async def render_async(compiled: Compiled, roots: Mapping[str, Any], location: s
         raise _timed_out(location, ms) from None
 
 
-def _watched(job: _Job, compiled: Compiled, roots: Mapping[str, Any], location: str) -> Any:
+def _watched(job: _Job, compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
     """``job.run`` in this thread, a watchdog interrupting it at the deadline, counted from now."""
     watchdog = threading.Timer(job.budget.ms / 1000, job.interrupt)
     watchdog.daemon = True

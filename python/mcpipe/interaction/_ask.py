@@ -31,7 +31,7 @@ class BadInput(ValueError):
     """A resolved field has the wrong shape."""
 
 
-def elicitation_params(message: Any, requested_schema: Any) -> dict[str, Any]:
+def elicitation_params(message: object, requested_schema: object) -> dict[str, Any]:
     """The ``elicitation/create`` params (form mode)."""
     if not isinstance(message, str) or not message:
         raise BadInput(f"`message` must be a non-empty string, got {_describe(message)}")
@@ -41,7 +41,7 @@ def elicitation_params(message: Any, requested_schema: Any) -> dict[str, Any]:
     return {"mode": "form", "message": message, "requestedSchema": schema}
 
 
-def elicitation_output(answer: dict[str, Any]) -> dict[str, Any]:
+def elicitation_output(answer: Mapping[str, object]) -> dict[str, Any]:
     """What an elicitation step outputs: the user's ``action`` and the ``content`` (null unless accepted)."""
     if answer is SKIPPED:
         return dict(SKIPPED)
@@ -49,11 +49,11 @@ def elicitation_output(answer: dict[str, Any]) -> dict[str, Any]:
 
 
 def sampling_params(
-    messages: Any,
-    max_tokens: Any,
-    system_prompt: Any = None,
-    model_preferences: Any = None,
-    temperature: Any = None,
+    messages: object,
+    max_tokens: object,
+    system_prompt: object = None,
+    model_preferences: object = None,
+    temperature: object = None,
 ) -> dict[str, Any]:
     """The ``sampling/createMessage`` params. A message's ``content`` may be a string (a text block)."""
     if isinstance(messages, str):
@@ -88,7 +88,7 @@ def sampling_params(
     return params
 
 
-def sampling_output(answer: dict[str, Any]) -> dict[str, Any]:
+def sampling_output(answer: Mapping[str, object]) -> dict[str, Any]:
     """What a sampling step outputs: the client's result (``role``, ``content``, ``model``, ``stopReason``)
     and ``text``, the text of its content."""
     if answer is SKIPPED:
@@ -99,13 +99,13 @@ def sampling_output(answer: dict[str, Any]) -> dict[str, Any]:
     return {**answer, "text": text}
 
 
-def roots_output(answer: dict[str, Any]) -> dict[str, Any]:
+def roots_output(answer: Mapping[str, object]) -> dict[str, Any]:
     if answer is SKIPPED:
         return dict(SKIPPED)
     return {"roots": answer.get("roots", [])}
 
 
-def _camel(prefs: Mapping[str, Any]) -> dict[str, Any]:
+def _camel(prefs: Mapping[str, object]) -> dict[str, Any]:
     names = {
         "cost_priority": "costPriority",
         "speed_priority": "speedPriority",
@@ -114,7 +114,7 @@ def _camel(prefs: Mapping[str, Any]) -> dict[str, Any]:
     return {names.get(k, k): v for k, v in prefs.items()}
 
 
-def question(kind: str, fields: Mapping[str, Any]) -> dict[str, Any] | None:
+def question(kind: str, fields: Mapping[str, object]) -> dict[str, Any] | None:
     """The params of one question from its (resolved) fields."""
     if kind == "elicitation":
         return elicitation_params(fields.get("message"), fields.get("requested_schema"))
@@ -141,7 +141,7 @@ async def ask_one(kind: str, params: dict[str, Any] | None, ctx: ToolContext, fa
     return None if answer is SKIPPED else OUTPUT_OF[kind](answer)
 
 
-def _describe(v: Any) -> str:
+def _describe(v: object) -> str:
     if v is None:
         return "null"
     if isinstance(v, bool):

@@ -147,7 +147,7 @@ class Interaction:
         self,
         *,
         modern: bool,
-        capabilities: Any,
+        capabilities: object,
         send: SendFn | None = None,
         memo: dict[str, Any] | None = None,
         answers: dict[str, Any] | None = None,
@@ -348,7 +348,7 @@ class Interaction:
             raise failed from None
 
 
-def fits(kind: str, answer: Any) -> bool:
+def fits(kind: str, answer: object) -> bool:
     """Whether an answer has the shape of its question's result (else it is asked again)."""
     if not isinstance(answer, dict):
         return False

@@ -19,7 +19,7 @@ a pipeline step's are ``<step>.<downstream key>`` (nested steps by their path).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -83,7 +83,7 @@ def _requests(result: InputRequiredResult) -> dict[str, dict[str, Any]]:
     return out
 
 
-def _result(kind: str, answer: dict[str, Any]) -> Any:
+def _result(kind: str, answer: Mapping[str, object]) -> Any:
     try:
         return _RESULT_OF[kind].model_validate(answer)
     except ValidationError as e:
@@ -224,7 +224,7 @@ class _KeepingCapabilities:
     def __init__(self, stamp: Callable[[dict[str, Any], Any], None]) -> None:
         self.stamp = stamp
 
-    def __call__(self, data: dict[str, Any], opts: Any) -> None:
+    def __call__(self, data: dict[str, Any], opts: object) -> None:
         params = data.get("params")
         meta = params.get("_meta") if isinstance(params, dict) else None
         theirs = meta.get(CLIENT_CAPABILITIES_META_KEY) if isinstance(meta, dict) else None
@@ -288,13 +288,13 @@ class Askers:
     def callbacks(self) -> dict[str, Any]:
         """The SDK ``Client``'s keyword arguments: the three callbacks (declaring the three capabilities)."""
 
-        async def sampling(context: Any, params: Any) -> Any:
+        async def sampling(context: object, params: object) -> Any:
             return await self._ask("sampling", _wire(params))
 
-        async def elicitation(context: Any, params: Any) -> Any:
+        async def elicitation(context: object, params: object) -> Any:
             return await self._ask("elicitation", _wire(params))
 
-        async def list_roots(context: Any) -> Any:
+        async def list_roots(context: object) -> Any:
             return await self._ask("roots", None)
 
         return {"sampling_callback": sampling, "elicitation_callback": elicitation, "list_roots_callback": list_roots}

@@ -10,7 +10,7 @@ state of a retry, and resumes. Protocol misuse is a JSON-RPC error: a bad state 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from mcp.shared.exceptions import MCPError
@@ -158,7 +158,7 @@ class Interactions:
             raise
 
     async def _resume(
-        self, name: str, args: dict[str, Any], ctx: ToolContext, state: Any, responses: dict[str, Any]
+        self, name: str, args: Mapping[str, object], ctx: ToolContext, state: Any, responses: Mapping[str, object]
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """The saved ``memo``, ``answers`` (this retry's included) and ``relayed``, and the questions still
         unanswered."""
@@ -239,7 +239,7 @@ def session_sender(session: Any, request_id: Any) -> Callable[[str, dict[str, An
     import mcp_types
     from mcp.shared.message import ServerMessageMetadata
 
-    async def send(method: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def send(method: str, params: Mapping[str, object] | None) -> dict[str, Any]:
         req_name, res_name = _TYPES[method]
         if method == "sampling/createMessage" and params is not None and params.get("tools"):
             res_name = "CreateMessageResultWithTools"  # a sampling with tools may answer tool_use blocks

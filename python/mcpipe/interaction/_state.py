@@ -22,7 +22,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import orjson
@@ -100,7 +100,7 @@ class StateSealer:
         self.audience = audience
         self._clock = clock
 
-    async def seal(self, state: dict[str, Any], *, tool: str, digest: str, principal: str | None) -> str:
+    async def seal(self, state: Mapping[str, object], *, tool: str, digest: str, principal: str | None) -> str:
         """A token for ``state``, bound to this call and principal, valid for ``ttl_s``."""
         now = self._clock()
         claims: dict[str, Any] = {

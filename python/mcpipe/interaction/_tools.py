@@ -6,7 +6,7 @@ keyed by the pipeline step that calls them (the tool's name for a direct call).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import orjson
@@ -38,11 +38,11 @@ class _AskTool:
         "openWorldHint": True,
     }
 
-    def params(self, args: dict[str, Any]) -> dict[str, Any] | None:
+    def params(self, args: Mapping[str, object]) -> dict[str, Any] | None:
         """The question's params, from the tool's arguments as a step's fields (None: no params)."""
         return question(self.kind, args)
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         try:
             params = self.params(args)
             out = await ask_one(self.kind, params, ctx, self.name, bool(args.get("skip_if_unsupported", False)))
@@ -120,6 +120,6 @@ class InteractionTools:
         return name in self._tools
 
 
-def interaction_tools(names: Any = None) -> InteractionTools:
+def interaction_tools(names: object = None) -> InteractionTools:
     """The asking tools (all, or those named)."""
     return InteractionTools(names)

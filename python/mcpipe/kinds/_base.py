@@ -76,7 +76,7 @@ class Build(Generic[F]):
 
     def __init__(
         self,
-        raw: Mapping[str, Any],
+        raw: Mapping[str, object],
         fields: F | None,
         location: str,
         policy: StepPolicy,
@@ -109,7 +109,7 @@ class Build(Generic[F]):
         self.failed = True
         raise BuildFailed
 
-    def template(self, value: Any, location: str, also_visible: frozenset[str] = frozenset()) -> Template | None:
+    def template(self, value: object, location: str, also_visible: frozenset[str] = frozenset()) -> Template | None:
         """Compile a template the kind holds beyond its template fields (a statement's ``params``), checking
         its references; ``also_visible`` names more steps it may read (``sql_tx``'s earlier statements,
         whose references are the kind's own). None: it has problems (reported)."""
@@ -120,7 +120,7 @@ class Build(Generic[F]):
             self.failed = True
         return t
 
-    def cel(self, source: Any, location: str, extra_roots: frozenset[str] = frozenset()) -> CelExpr:
+    def cel(self, source: object, location: str, extra_roots: frozenset[str] = frozenset()) -> CelExpr:
         """Compile a CEL expression and check the references it makes; fails the build when it does not
         compile (reported) or ``source`` is not a string (the fields report the type). ``extra_roots``:
         variables the kind adds (``sql_await``'s ``rows``)."""
@@ -136,7 +136,7 @@ class Build(Generic[F]):
         self.check_mentions(expr, location)
         return expr
 
-    def check_mentions(self, expr: Any, location: str) -> None:
+    def check_mentions(self, expr: object, location: str) -> None:
         """Check the references of a compiled expression (anything with ``mentions``) against the scope."""
         self._mentions(expr, location)
 

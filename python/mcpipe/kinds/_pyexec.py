@@ -33,6 +33,7 @@ import struct
 import traceback
 import types
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 PRELOAD = ("asyncio",)
@@ -60,7 +61,7 @@ class _Failure(Exception):
         self.kind = kind
 
 
-def _coerce(value: Any) -> Any:
+def _coerce(value: object) -> Any:
     """NoETL's ``_coerce_param``: a string holding a JSON or Python object or array literal, decoded."""
     if isinstance(value, str):
         s = value.strip()
@@ -108,7 +109,7 @@ def _parameters(fn: Any) -> list[tuple[str, Any, bool]]:
     return [(p.name, p.kind, p.default is not _EMPTY) for p in inspect.signature(fn).parameters.values()]
 
 
-def _kwargs(fn: Any, provided: dict[str, Any], context: Any) -> dict[str, Any]:
+def _kwargs(fn: object, provided: Mapping[str, object], context: object) -> dict[str, Any]:
     """NoETL's ``_build_call_kwargs``: ``main``'s arguments by name."""
     ctx: dict[str, Any] = context if isinstance(context, dict) else {}
     found = ctx.get("input")
@@ -143,7 +144,7 @@ def _kwargs(fn: Any, provided: dict[str, Any], context: Any) -> dict[str, Any]:
     return kwargs
 
 
-def _jsonable(value: Any) -> Any:
+def _jsonable(value: object) -> Any:
     """What ``json`` cannot write, written as NoETL's serializers do (times as ISO 8601, the rest as text)."""
     if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
         return value.isoformat()
@@ -279,7 +280,7 @@ def _answer(request: dict[str, Any]) -> dict[str, Any]:
         }
 
 
-def _encode(reply: dict[str, Any], max_bytes: int) -> bytes:
+def _encode(reply: Mapping[str, object], max_bytes: int) -> bytes:
     try:
         data = json.dumps(reply, default=_jsonable, ensure_ascii=False, allow_nan=False).encode()
     except ValueError as e:  # NaN or infinity, or a circular reference
@@ -302,7 +303,7 @@ def _encode(reply: dict[str, Any], max_bytes: int) -> bytes:
     return data
 
 
-def handle(header: dict[str, Any], body: Any) -> bytes:
+def handle(header: dict[str, Any], body: object) -> bytes:
     """One step in a sandbox worker (:mod:`mcpipe._sandbox`, role ``python``): ``header`` is fixed per step
     (``code``, ``coerce``, ``max_result_bytes``), ``body`` per call (``input``, ``context``); the reply's
     JSON."""

@@ -23,7 +23,7 @@ __all__ = ["DEFAULT_TIMEOUT_MS", "address", "decode", "encode", "object_of", "pa
 DEFAULT_TIMEOUT_MS = 30_000.0
 
 
-def encode(value: Any) -> bytes:
+def encode(value: object) -> bytes:
     """A payload on the wire: a string as UTF-8 text, anything else as JSON."""
     return value.encode() if isinstance(value, str) else orjson.dumps(value)
 
@@ -66,7 +66,7 @@ def timeout_s(b: Build[Any]) -> float:
     return ms / 1000
 
 
-def object_of(value: Any, name: str) -> Mapping[str, Any]:
+def object_of(value: object, name: str) -> Mapping[str, Any]:
     """``value`` (headers, metadata) as an object; empty when null."""
     if value is None:
         return {}
@@ -75,7 +75,7 @@ def object_of(value: Any, name: str) -> Mapping[str, Any]:
     return value
 
 
-def text_of(value: Any, name: str) -> str:
+def text_of(value: object, name: str) -> str:
     if not isinstance(value, str) or not value:
         raise StepFailure(f"`{name}` must be a non-empty string, got {json_type(value)}", ErrorCode.TOOL_FAILED)
     return value

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import msgspec
 
@@ -30,7 +30,7 @@ class CelGateFields(StepFields, tag="cel_gate"):
 
 
 async def run_cel_gate(
-    step: Leaf[CelGateFields, CelExpr], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[CelGateFields, CelExpr], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Continue when the CEL expression is true (output ``true``); fail with ``GATE_REJECTED`` when false."""
     verdict = await evaluate(step.built, env)

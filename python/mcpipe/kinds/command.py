@@ -87,7 +87,7 @@ def command_timeout(policy: StepPolicy) -> float | None:
 
 
 async def run_command(
-    step: Leaf[CommandFields, CommandPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[CommandFields, CommandPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the command; the output is ``{exit_code, stdout, stderr}`` plus ``json`` when stdout is JSON."""
     spec = step.fields
@@ -119,7 +119,7 @@ async def run_command(
     return StepOutput.of(output)
 
 
-def _args(value: Any) -> list[str]:
+def _args(value: object) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list):
@@ -137,7 +137,7 @@ def _args(value: Any) -> list[str]:
     return out
 
 
-def env_object(value: Any) -> dict[str, str]:
+def env_object(value: object) -> dict[str, str]:
     """A step's ``env`` (an object, or null) as environment variables (non-strings as JSON)."""
     if value is None:
         return {}
@@ -146,7 +146,7 @@ def env_object(value: Any) -> dict[str, str]:
     return {str(k): v if isinstance(v, str) else orjson.dumps(v).decode() for k, v in value.items() if v is not None}
 
 
-def _stdin(value: Any) -> bytes | None:
+def _stdin(value: object) -> bytes | None:
     if value is None:
         return None
     if isinstance(value, str):

@@ -86,7 +86,7 @@ def build_duckdb(b: Build[DuckdbFields]) -> DuckdbPlan:
     return DuckdbPlan(ms / 1000, policy, b.policy.base_dir, allowed)
 
 
-def _statements(value: Any) -> list[str]:
+def _statements(value: object) -> list[str]:
     if isinstance(value, str):
         return split_duckdb(value)
     if isinstance(value, Sequence) and all(isinstance(s, str) for s in value):
@@ -96,7 +96,7 @@ def _statements(value: Any) -> list[str]:
     )
 
 
-def _database(value: Any, base_dir: str) -> str:
+def _database(value: object, base_dir: str) -> str:
     if value is None or value == MEMORY:
         return MEMORY
     if not isinstance(value, str) or not value.strip():
@@ -137,7 +137,7 @@ class _Run:
         statements: list[str],
         policy: DuckdbPolicy,
         secrets: list[str] | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
         allowed: tuple[str, ...] = (),
     ) -> None:
         self.database = database
@@ -223,7 +223,7 @@ def _first_line(e: BaseException) -> str:
 
 
 async def run_duckdb(
-    step: Leaf[DuckdbFields, DuckdbPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[DuckdbFields, DuckdbPlan], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements; the output is the last statement's rows (``output: noetl``: NoETL's summary)."""
     plan = step.built
@@ -264,7 +264,7 @@ _SECRET_TYPES = {"postgres": "postgres", "gcs": "httpfs", "s3": "httpfs"}
 _SECRET_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
-def secret_statements(value: Any, install: bool) -> list[str]:
+def secret_statements(value: object, install: bool) -> list[str]:
     """The statements creating ``secrets`` (``[{name, type, params}]``): each type's extension loaded (installed
     first when the policy lets DuckDB install), then ``CREATE OR REPLACE SECRET name (TYPE t, KEY 'value', ...)``
     with every value a quoted literal (a number: its digits)."""

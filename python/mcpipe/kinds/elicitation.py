@@ -25,7 +25,7 @@ class ElicitationFields(StepFields, tag="elicitation"):
 
 
 async def run_elicitation(
-    step: Leaf[ElicitationFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[ElicitationFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Ask the user (``elicitation/create``); the output is ``{action, content}``, decline and cancel
     included (a later ``cel_gate`` can test ``action``)."""

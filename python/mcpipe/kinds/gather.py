@@ -52,7 +52,7 @@ class GatherFields(StepFields, tag="gather"):
 
 
 async def run_gather(
-    step: Leaf[GatherFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[GatherFields, None], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Ask several questions in one round; the output maps each entry's ``correlation_token`` to its
     answer (``{"skipped": true}`` for an entry skipped with ``skip_if_unsupported``)."""

@@ -36,7 +36,7 @@ def build_graphql(b: Build[Any]) -> HttpPolicy:
 
 
 async def run_graphql(
-    step: Leaf[GraphqlFields, HttpPolicy], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[GraphqlFields, HttpPolicy], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """One GraphQL request; the output is the response's ``data``. ``errors`` fail the step."""
     spec = step.fields

@@ -91,7 +91,7 @@ def _descriptor_problem(path: str, service: str, method: str) -> str | None:
 
 
 async def run_grpc(
-    step: Leaf[GrpcFields, GrpcPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[GrpcFields, GrpcPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Call the method with the message; the output is the response, as JSON."""
     plan = step.built

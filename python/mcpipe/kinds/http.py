@@ -206,7 +206,7 @@ def safe_url(url: str) -> str:
     return str(u.copy_with(query=None, fragment=None, username=None, password=None))
 
 
-def check_url(url: Any) -> str:
+def check_url(url: object) -> str:
     """A step's resolved ``url``: a non-empty http or https URL (else the step fails; a scheme is forbidden)."""
     if not isinstance(url, str) or not url:
         raise StepFailure(f"`url` must be a non-empty string, got {url!r}", ErrorCode.TOOL_FAILED)
@@ -221,7 +221,7 @@ def check_url(url: Any) -> str:
     return url
 
 
-def header_values(value: Any) -> dict[str, str] | None:
+def header_values(value: object) -> dict[str, str] | None:
     """A step's resolved ``headers`` (an object, or null) as strings (non-strings as JSON; null values left out)."""
     if value is None:
         return None
@@ -235,7 +235,7 @@ def header_values(value: Any) -> dict[str, str] | None:
     return out
 
 
-def _query(value: Any) -> list[tuple[str, str]] | None:
+def _query(value: object) -> list[tuple[str, str]] | None:
     if value is None:
         return None
     if not isinstance(value, Mapping):
@@ -249,7 +249,7 @@ def _query(value: Any) -> list[tuple[str, str]] | None:
     return out
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -351,7 +351,7 @@ def _upper_method(raw: dict[str, Any]) -> None:
 
 
 async def run_http(
-    step: Leaf[HttpFields, HttpBuilt], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[HttpFields, HttpBuilt], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """One HTTP request; the output is ``{status, headers, body}`` (body parsed when it is JSON)."""
     spec = step.fields

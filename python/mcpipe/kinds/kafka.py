@@ -71,7 +71,7 @@ def build_kafka(b: Build[KafkaFields]) -> KafkaPlan:
 
 
 async def run_kafka(
-    step: Leaf[KafkaFields, KafkaPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[KafkaFields, KafkaPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Produce (the output says where the record went) or request (the output is the response's value)."""
     plan = step.built

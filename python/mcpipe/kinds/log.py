@@ -25,7 +25,7 @@ class LogFields(StepFields, tag="log"):
 
 
 async def run_log(
-    step: Leaf[LogFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[LogFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Send ``data`` to the caller (``notifications/message``); the output is the data sent."""
     fields = step.fields

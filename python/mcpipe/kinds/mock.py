@@ -43,7 +43,7 @@ def build_mock(b: Build[MockFields]) -> Template:
 
 
 async def run_mock(
-    step: Leaf[MockFields, Template], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[MockFields, Template], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Wait ``delay_ms``, then answer the fixed ``response`` (or fail, with ``error: true``)."""
     fields = step.fields

@@ -57,7 +57,7 @@ def build_nats(b: Build[NatsFields]) -> NatsPlan:
 
 
 async def run_nats(
-    step: Leaf[NatsFields, NatsPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[NatsFields, NatsPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Request (the output is the reply) or publish (the output says what was sent)."""
     plan = step.built

@@ -77,7 +77,10 @@ def build_plugin(b: Build[PluginTransformFields]) -> Expression:
 
 
 async def run_plugin_transform(
-    step: Leaf[PluginTransformFields, Expression], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[PluginTransformFields, Expression],
+    inputs: Mapping[str, object],
+    env: Mapping[str, object],
+    ctx: ToolContext,
 ) -> StepOutput:
     """The plugin's value over the context is the output (JSONata: the expression's value)."""
     return StepOutput.of(await evaluate(step.built, env))

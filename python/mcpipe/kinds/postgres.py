@@ -16,7 +16,7 @@ credential at run time), with its pool, deadlines and row limit, or a connection
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -72,7 +72,7 @@ def _check_backend(b: Build[PostgresFields], name: str) -> None:
         b.problem(f"{b.location}.backend", f"sql backend '{name}' is {known[name].kind}, not PostgreSQL")
 
 
-def _dsn(value: Any) -> str:
+def _dsn(value: object) -> str:
     if isinstance(value, str) and value.startswith(("postgresql://", "postgres://")):
         return value
     if isinstance(value, Mapping):
@@ -94,7 +94,7 @@ def _dsn(value: Any) -> str:
 
 
 async def run_postgres(
-    step: Leaf[PostgresFields, PostgresPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[PostgresFields, PostgresPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements; the output is NoETL's result of the last one (with ``statement_count``)."""
     text = inputs["command"]
@@ -132,11 +132,11 @@ async def run_postgres(
     return StepOutput.of(out)
 
 
-def _where(name: Any) -> str:
+def _where(name: object) -> str:
     return f"backend '{name}'" if name is not None else "dsn"
 
 
-def _backend(plan: PostgresPlan, name: Any) -> SqlBackend:
+def _backend(plan: PostgresPlan, name: object) -> SqlBackend:
     if not isinstance(name, str) or name not in plan.backends:
         known = ", ".join(sorted(plan.backends)) or "none are configured"
         raise StepFailure(f"no sql backend '{name}' (backends: {known})", ErrorCode.TOOL_FAILED)
@@ -149,7 +149,7 @@ def _backend(plan: PostgresPlan, name: Any) -> SqlBackend:
 
 
 async def _run_all(
-    conn: SqlTransaction, statements: list[Statement], params: dict[str, Any], where: str
+    conn: SqlTransaction, statements: list[Statement], params: Mapping[str, object], where: str
 ) -> list[dict[str, Any]]:
     results: list[dict[str, Any]] = []
     for stmt in statements:
@@ -171,7 +171,7 @@ async def _run_all(
     return results
 
 
-def statements_result(results: list[dict[str, Any]]) -> dict[str, Any]:
+def statements_result(results: Sequence[Mapping[str, object]]) -> dict[str, Any]:
     """NoETL's ``collapse_results_to_last_command`` (``noetl/tools/postgres/response.py``, 4.26.0): the last
     statement's result, with ``statement_count``, and ``status: error``, ``errors`` and ``message`` when one
     failed."""

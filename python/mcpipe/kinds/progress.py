@@ -32,7 +32,7 @@ def has_progress_token(ctx: ToolContext) -> bool:
 
 
 async def run_progress(
-    step: Leaf[ProgressFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[ProgressFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Send a ``notifications/progress``; skipped when the call carried no progress token."""
     progress = _number(inputs["progress"], "progress")
@@ -52,7 +52,7 @@ async def run_progress(
     return StepOutput.of(sent)
 
 
-def _number(value: Any, name: str) -> float:
+def _number(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise StepFailure(f"`{name}` must be a number, got {value!r}", ErrorCode.TOOL_FAILED)
     return value

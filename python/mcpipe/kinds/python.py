@@ -112,7 +112,7 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     return PythonPlan(code, timeout_s, policy, header, python_shape(policy.separate_uid, policy.namespaces))
 
 
-def _env(value: Any, base: dict[str, str]) -> dict[str, str]:
+def _env(value: object, base: dict[str, str]) -> dict[str, str]:
     if value is None:
         return base
     if not isinstance(value, Mapping):
@@ -129,7 +129,7 @@ def _env(value: Any, base: dict[str, str]) -> dict[str, str]:
 
 
 async def run_python(
-    step: Leaf[PythonFields, PythonPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[PythonFields, PythonPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the code in a fresh worker process; the output is its result (``capture: all``: with its
     stdout and stderr)."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from mcpipe.kinds._ask import ask_step
 from mcpipe.kinds._base import Kind, StepFields
@@ -21,7 +20,7 @@ class RootsListFields(StepFields, tag="roots_list"):
 
 
 async def run_roots_list(
-    step: Leaf[RootsListFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[RootsListFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Ask the client for its roots (``roots/list``); the output is ``{roots: [...]}``."""
     return await ask_step(step, "roots", None, ctx, step.fields.skip_if_unsupported)

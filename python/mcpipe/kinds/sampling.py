@@ -31,7 +31,7 @@ class SamplingFields(StepFields, tag="sampling"):
 
 
 async def run_sampling(
-    step: Leaf[SamplingFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SamplingFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Ask the client's model (``sampling/createMessage``); the output is its reply, plus ``text``."""
     try:

@@ -56,7 +56,7 @@ def build_shell(b: Build[ShellFields]) -> CommandPlan:
     return CommandPlan(argv, b.policy.command)
 
 
-def _programs(value: Any) -> list[str]:
+def _programs(value: object) -> list[str]:
     if isinstance(value, str):
         return [value] if value.strip() else []
     if isinstance(value, Sequence) and all(isinstance(c, (str, int, float)) for c in value):
@@ -65,7 +65,7 @@ def _programs(value: Any) -> list[str]:
 
 
 async def run_shell(
-    step: Leaf[ShellFields, CommandPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[ShellFields, CommandPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the programs in turn; the output is NoETL's shell result."""
     plan = step.built

@@ -64,7 +64,7 @@ class SqlCall:
     params: Template | None
     row_mode: RowMode = "rows"
 
-    def bind(self, env: Mapping[str, Any]) -> dict[str, Any]:
+    def bind(self, env: Mapping[str, object]) -> dict[str, Any]:
         if self.params is None:
             return {}
         value = self.params.resolve(env)
@@ -79,7 +79,7 @@ class SqlPlan:
     calls: tuple[SqlCall, ...]
 
 
-def backend_of(b: Build[Any], name: Any) -> SqlBackend | None:
+def backend_of(b: Build[Any], name: object) -> SqlBackend | None:
     """The named backend of the policy (None: not a string, reported by the fields; or unknown, reported)."""
     if not isinstance(name, str):
         return None
@@ -96,8 +96,8 @@ def backend_of(b: Build[Any], name: Any) -> SqlBackend | None:
 def call_of(
     b: Build[Any],
     sid: str,
-    sql: Any,
-    params: Any,
+    sql: object,
+    params: object,
     loc: str,
     sql_loc: str,
     row_mode: RowMode = "rows",
@@ -154,7 +154,7 @@ _SET_CONFIG = Statement.parse("SELECT set_config(:name, :value, true)")
 async def run_statement(
     backend: SqlBackend,
     stmt: Statement,
-    params: Mapping[str, Any],
+    params: Mapping[str, object],
     *,
     settings: Sequence[tuple[str, str]] = (),
 ) -> RawResult:
@@ -178,7 +178,7 @@ async def run_statement(
 
 
 async def run_sql(
-    step: Leaf[SqlFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlFields, SqlPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the statement; the output is its rows, its row, or the affected row count (``row_mode``)."""
     plan = step.built

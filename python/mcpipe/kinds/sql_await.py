@@ -127,7 +127,7 @@ def build_sql_await(b: Build[SqlAwaitFields]) -> AwaitPlan:
 
 
 async def run_sql_await(
-    step: Leaf[SqlAwaitFields, AwaitPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlAwaitFields, AwaitPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Run the trigger, then poll the check until ``until`` holds; past the deadline, fail with what the last
     check returned."""
@@ -160,7 +160,7 @@ async def run_sql_await(
     )
 
 
-def _brief(value: Any) -> str:
+def _brief(value: object) -> str:
     text = orjson.dumps(value).decode()
     return text if len(text) <= _LAST_SEEN_CHARS else text[:_LAST_SEEN_CHARS] + "..."
 

@@ -137,7 +137,7 @@ async def run_transaction(backend: SqlBackend, statements: Iterable[TxStatement]
     return outputs
 
 
-async def _statement(tx: SqlTransaction, st: TxStatement, outputs: Mapping[str, Any]) -> Any:
+async def _statement(tx: SqlTransaction, st: TxStatement, outputs: Mapping[str, object]) -> Any:
     params = st.bind(outputs)
     try:
         return st.shape(await tx.execute_raw(st.stmt, params))
@@ -146,7 +146,7 @@ async def _statement(tx: SqlTransaction, st: TxStatement, outputs: Mapping[str, 
 
 
 async def run_sql_tx(
-    step: Leaf[SqlTxFields, SqlPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[SqlTxFields, SqlPlan], inputs: Mapping[str, object], env: Mapping[str, Any], ctx: ToolContext
 ) -> StepOutput:
     """Run the statements in one transaction: committed when all succeed, rolled back at the first failure."""
     plan = step.built

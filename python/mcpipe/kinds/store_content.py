@@ -52,7 +52,7 @@ def build_store_content(b: Build[StoreContentFields]) -> Any:
 
 
 async def run_store_content(
-    step: Leaf[StoreContentFields, Any], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[StoreContentFields, Any], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Store the data, owned by the caller's session and principal (only they may read it); answers ``{uri, id,
     size_bytes, mime_type, content_hash, expires_at}``."""

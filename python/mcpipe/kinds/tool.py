@@ -39,7 +39,7 @@ def build_tool(b: Build[ToolFields]) -> ToolCaller | None:
 
 
 async def run_tool(
-    step: Leaf[ToolFields, ToolCaller | None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[ToolFields, ToolCaller | None], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Call the tool through the run's registry (``ctx.tools``), else the one the step was compiled with."""
     registry = ctx.tools if ctx.tools is not None else step.built

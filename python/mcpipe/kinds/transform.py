@@ -30,7 +30,7 @@ def build_expression(b: Build[Any]) -> CelExpr:
 
 
 async def run_transform(
-    step: Leaf[TransformFields, CelExpr], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[TransformFields, CelExpr], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The CEL expression's value is the output."""
     return StepOutput.of(await evaluate(step.built, env))

@@ -131,7 +131,7 @@ def _esc(text: str) -> str:
     return escape(text, quote=True).replace("&#x27;", "&apos;")
 
 
-def _attr(name: str, value: Any) -> str:
+def _attr(name: str, value: object) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -139,7 +139,7 @@ def _attr(name: str, value: Any) -> str:
     return f' {name}="{_esc(str(value))}"'
 
 
-def _check_verb(verb: Any, where: str) -> dict[str, Any]:
+def _check_verb(verb: object, where: str) -> dict[str, Any]:
     if not isinstance(verb, Mapping):
         raise TwimlError(f"{where}: a verb is an object with a `verb`, got {type(verb).__name__}")
     kind = verb.get("verb")
@@ -161,7 +161,7 @@ def _check_verb(verb: Any, where: str) -> dict[str, Any]:
     return dict(verb)
 
 
-def _render_verb(verb: Mapping[str, Any], out: list[str], where: str) -> None:
+def _render_verb(verb: Mapping[str, object], out: list[str], where: str) -> None:
     v = _check_verb(verb, where)
     match v["verb"]:
         case "say":
@@ -219,7 +219,7 @@ def _render_verb(verb: Mapping[str, Any], out: list[str], where: str) -> None:
             out.append(f"<Message><Body>{_esc(v['body'])}</Body>{parts}</Message>")
 
 
-def render_twiml(verbs: Any, where: str = "twiml_verbs") -> str:
+def render_twiml(verbs: object, where: str = "twiml_verbs") -> str:
     """TwiML of an ordered list of verbs (mcpg's rendering, byte for byte).
 
     Raises:
@@ -290,19 +290,19 @@ def build_twilio(b: Build[TwilioFields]) -> TwilioPlan:
     )
 
 
-def _str(args: Mapping[str, Any], key: str) -> str | None:
+def _str(args: Mapping[str, object], key: str) -> str | None:
     v = args.get(key)
     return v if isinstance(v, str) and v else None
 
 
-def _req(args: Mapping[str, Any], key: str) -> str:
+def _req(args: Mapping[str, object], key: str) -> str:
     v = _str(args, key)
     if v is None:
         raise _ToolError(f"missing required argument `{key}`")
     return v
 
 
-def _sid(args: Mapping[str, Any], key: str = "sid") -> str:
+def _sid(args: Mapping[str, object], key: str = "sid") -> str:
     v = _req(args, key)
     if not _SID.fullmatch(v):
         raise _ToolError(
@@ -418,7 +418,7 @@ async def _rest(f: TwilioFields, plan: TwilioPlan, ctx: ToolContext) -> _Rest:
     return _Rest(f, plan, f.account_sid, token)
 
 
-async def _dispatch(f: TwilioFields, plan: TwilioPlan, args: Mapping[str, Any], ctx: ToolContext) -> Any:
+async def _dispatch(f: TwilioFields, plan: TwilioPlan, args: Mapping[str, object], ctx: ToolContext) -> Any:
     op = f.operation
     if op == "build_twiml":
         return {"twiml": render_twiml(_verbs(args))}
@@ -529,7 +529,7 @@ async def _dispatch(f: TwilioFields, plan: TwilioPlan, args: Mapping[str, Any], 
 
 
 async def run_twilio(
-    step: Leaf[TwilioFields, TwilioPlan], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[TwilioFields, TwilioPlan], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """One operation; the output is Twilio's JSON answer (or what a local operation makes)."""
     args = step.built.arguments.resolve(env)
@@ -543,7 +543,7 @@ async def run_twilio(
         raise StepFailure(str(exc), ErrorCode.TOOL_ERROR) from None
 
 
-def _timeout(policy: Any) -> float | None:
+def _timeout(policy: object) -> float | None:
     return 15_000.0
 
 

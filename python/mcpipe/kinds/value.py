@@ -20,7 +20,7 @@ class ValueFields(StepFields, tag="value"):
 
 
 async def run_value(
-    step: Leaf[ValueFields, None], inputs: dict[str, Any], env: Mapping[str, Any], ctx: ToolContext
+    step: Leaf[ValueFields, None], inputs: Mapping[str, object], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """The resolved ``value`` template is the output."""
     return StepOutput.of(inputs["value"])

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 import msgspec
 
@@ -100,7 +99,7 @@ class Models:
         *,
         provider: str | None = None,
         model: str | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
     ) -> Model:
         """The model ``name``: its preset, else a default one of ``provider`` (``openai`` reads the standard
         environment variables); ``model`` and ``params`` are laid over the preset's."""
@@ -131,14 +130,14 @@ RESERVED_PARAMS = ("model", "messages", "tools", "response_format", "stream")
 """Request fields mcpipe sets itself (``stream``: answers are read whole), so ``params`` cannot."""
 
 
-def params_problems(params: Mapping[str, Any], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
+def params_problems(params: Mapping[str, object], where: str, code: str = "INVALID_CONFIG") -> list[Problem]:
     """``params`` may not set the fields mcpipe sets itself."""
     return [
         Problem(f"{where}.{k}", code, f"`{k}` is set by mcpipe, not in params") for k in params if k in RESERVED_PARAMS
     ]
 
 
-def load_models(raw: Any, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
+def load_models(raw: object, location: str = "models") -> tuple[dict[str, ModelConfig], list[Problem]]:
     """Decode the config's ``models`` table, every problem located (``models.gpt.json_retries``)."""
     if raw is None:
         return {}, []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -56,11 +56,11 @@ def _validator(schema_json: bytes) -> tuple[Any, bool]:
     return validator(schema), needs_thread(schema)  # its $schema's draft, else the latest (2020-12)
 
 
-def _key(schema: dict[str, Any]) -> bytes:
+def _key(schema: Mapping[str, object]) -> bytes:
     return orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)
 
 
-def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
+def parse_json(text: str, schema: Mapping[str, object] | None = None) -> Any:
     """The JSON value of a model's answer (a surrounding code fence is allowed), checked against ``schema``.
 
     Raises:
@@ -80,7 +80,7 @@ def parse_json(text: str, schema: dict[str, Any] | None = None) -> Any:
     return value
 
 
-def schema_errors(value: Any, schema: dict[str, Any]) -> str | None:
+def schema_errors(value: object, schema: Mapping[str, object]) -> str | None:
     """Why ``value`` does not match the JSON Schema (up to five places, ``path: message``), or None.
     Validators are compiled once per schema."""
     v, _ = _validator(_key(schema))
@@ -90,14 +90,14 @@ def schema_errors(value: Any, schema: dict[str, Any]) -> str | None:
     return "; ".join(f"{'/'.join(map(str, e.absolute_path)) or 'the value'}: {e.message}" for e in errors[:5])
 
 
-async def schema_errors_async(value: Any, schema: dict[str, Any]) -> str | None:
+async def schema_errors_async(value: object, schema: Mapping[str, object]) -> str | None:
     """:func:`schema_errors`, in a thread when the schema has a pattern only the fallback engine takes."""
     if not _validator(_key(schema))[1]:
         return schema_errors(value, schema)
     return await trio.to_thread.run_sync(schema_errors, value, schema)
 
 
-async def _parse_json_async(text: str, schema: dict[str, Any] | None) -> Any:
+async def _parse_json_async(text: str, schema: Mapping[str, object] | None) -> Any:
     if schema is None or not _validator(_key(schema))[1]:
         return parse_json(text, schema)
     return await trio.to_thread.run_sync(parse_json, text, schema)

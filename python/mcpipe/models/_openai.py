@@ -45,7 +45,7 @@ class OpenAIModel:
         config: ModelConfig | None = None,
         *,
         environ: Mapping[str, str] | None = None,
-        params: Mapping[str, Any] | None = None,
+        params: Mapping[str, object] | None = None,
     ) -> None:
         self.name = name
         self.config = config or ModelConfig()
@@ -62,7 +62,11 @@ class OpenAIModel:
         return base.rstrip("/")
 
     def body(
-        self, messages: list[Message], tools: list[ToolSpec] | None, json_schema: dict[str, Any] | None, json: bool
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        json_schema: Mapping[str, object] | None,
+        json: bool,
     ) -> dict[str, Any]:
         """The request body (public so tests and docs can show it)."""
         body: dict[str, Any] = {**self.params, "model": self.config.model or self.name}
@@ -92,7 +96,7 @@ class OpenAIModel:
         *,
         key: str,
         tools: list[ToolSpec] | None = None,
-        json_schema: dict[str, Any] | None = None,
+        json_schema: Mapping[str, object] | None = None,
         json: bool = False,
     ) -> Reply:
         body = self.body(messages, tools, json_schema, json or json_schema is not None)
@@ -163,7 +167,7 @@ def _wire_message(m: Message) -> dict[str, Any]:
     return out
 
 
-def _error_detail(answer: Any, raw: bytes) -> str:
+def _error_detail(answer: object, raw: bytes) -> str:
     if isinstance(answer, dict):
         err = answer.get("error")
         if isinstance(err, dict) and isinstance(err.get("message"), str):
@@ -174,7 +178,7 @@ def _error_detail(answer: Any, raw: bytes) -> str:
     return f": {text}" if text else ""
 
 
-def _reply(name: str, answer: dict[str, Any]) -> Reply:
+def _reply(name: str, answer: Mapping[str, object]) -> Reply:
     choices = answer.get("choices")
     if not isinstance(choices, list) or not choices or not isinstance(choices[0], dict):
         raise ModelError(f"model '{name}': the answer has no choices")

@@ -32,14 +32,18 @@ class SamplingModel:
     """
 
     def __init__(
-        self, name: str = SAMPLING, config: ModelConfig | None = None, *, params: Mapping[str, Any] | None = None
+        self, name: str = SAMPLING, config: ModelConfig | None = None, *, params: Mapping[str, object] | None = None
     ) -> None:
         self.name = name
         self.config = config or ModelConfig(provider="sampling")
         self.params = {**self.config.params, **(params or {})}
 
     def request(
-        self, messages: list[Message], tools: list[ToolSpec] | None, json_schema: dict[str, Any] | None, json: bool
+        self,
+        messages: list[Message],
+        tools: list[ToolSpec] | None,
+        json_schema: Mapping[str, object] | None,
+        json: bool,
     ) -> dict[str, Any]:
         """The ``sampling/createMessage`` params."""
         systems = [m.content for m in messages if m.role == "system"]
@@ -96,7 +100,7 @@ class SamplingModel:
         *,
         key: str,
         tools: list[ToolSpec] | None = None,
-        json_schema: dict[str, Any] | None = None,
+        json_schema: Mapping[str, object] | None = None,
         json: bool = False,
     ) -> Reply:
         ix = interaction_of(ctx)
@@ -119,7 +123,7 @@ class SamplingModel:
         return _reply(self.name, answer)
 
 
-def _supports_tools(caps: Any) -> bool:
+def _supports_tools(caps: object) -> bool:
     sampling = caps.get("sampling") if isinstance(caps, dict) else getattr(caps, "sampling", None)
     if sampling is None:
         return False

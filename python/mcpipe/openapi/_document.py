@@ -90,7 +90,7 @@ def _parse(data: bytes, where: str, uri: str) -> Any:
         raise DocumentError(f"{where}: not valid YAML: {text}") from None
 
 
-def _version(root: Any, where: str) -> Version:
+def _version(root: object, where: str) -> Version:
     if not isinstance(root, dict):
         raise DocumentError(f"{where}: an OpenAPI document is an object, not {type(root).__name__}")
     swagger, openapi = root.get("swagger"), root.get("openapi")
@@ -110,7 +110,7 @@ def _version(root: Any, where: str) -> Version:
 _NOT_READ = frozenset({"example", "examples", "enum", "const"})
 
 
-def _refs(node: Any) -> Iterator[str]:
+def _refs(node: object) -> Iterator[str]:
     """Every ``$ref`` string in a document but those in values no tool reads (examples, enums, extensions)."""
     stack = [node]
     while stack:
@@ -283,5 +283,5 @@ def spec_problems(doc: Document, where: str, limit: int = 200) -> list[Problem]:
     return problems
 
 
-def _part(p: Any) -> str:
+def _part(p: object) -> str:
     return f"[{p}]" if isinstance(p, int) else str(p)

@@ -5,6 +5,7 @@ body), how its arguments become a request, the security it needs; or refused, wi
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 from urllib.parse import urljoin
@@ -159,7 +160,7 @@ def security_schemes(doc: Document) -> dict[str, SecurityScheme | str]:
     return out
 
 
-def base_urls(doc: Document, cfg: OpenApiConfig, servers: Any, where: str) -> list[str]:
+def base_urls(doc: Document, cfg: OpenApiConfig, servers: object, where: str) -> list[str]:
     """The base URLs of a list of ``servers`` (3.x) or the document's (2.0): variables filled in."""
     if doc.version == "2.0":
         host = doc.root.get("host")
@@ -284,7 +285,7 @@ def operations(doc: Document, cfg: OpenApiConfig, where: str) -> tuple[list[Oper
     return served, refused, left_out
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.strip() if isinstance(value, str) else ""
 
 
@@ -320,7 +321,7 @@ _PARAM_SCHEMA_KEYS = (
 
 
 def _inputs(
-    doc: Document, item: dict[str, Any], op: dict[str, Any], resolver: Any, cfg: OpenApiConfig
+    doc: Document, item: dict[str, Any], op: dict[str, Any], resolver: object, cfg: OpenApiConfig
 ) -> tuple[list[Param], Body | None, dict[str, Any]]:
     bundler = Bundler(doc.version)
     raw: dict[tuple[str, str], tuple[dict[str, Any], Any]] = {}
@@ -435,14 +436,14 @@ def _inputs(
     return params, body, tool_schema
 
 
-def _free(name: str, taken: set[str], props: dict[str, Any]) -> str:
+def _free(name: str, taken: set[str], props: Mapping[str, object]) -> str:
     candidate, n = name, 2
     while candidate in props or (candidate != name and candidate in taken):
         candidate, n = f"{name}_{n}", n + 1
     return candidate
 
 
-def _described(schema: Any, p: dict[str, Any]) -> Any:
+def _described(schema: object, p: Mapping[str, object]) -> Any:
     text = p.get("description")
     if isinstance(text, str) and text.strip() and isinstance(schema, dict) and "description" not in schema:
         return {**schema, "description": text.strip()}
@@ -463,7 +464,7 @@ def _encoding_of(media: str) -> Literal["json", "form", "multipart", "text"]:
     return "text"
 
 
-def _pick(content: dict[str, Any]) -> str | None:
+def _pick(content: Mapping[str, object]) -> str | None:
     """The request body's media type mcpipe sends: JSON first, then a form, then text."""
     ranked = sorted(
         (m for m in content if isinstance(m, str)),
@@ -477,7 +478,7 @@ def _pick(content: dict[str, Any]) -> str | None:
     return None
 
 
-def _media(consumes: Any) -> str | None:
+def _media(consumes: object) -> str | None:
     if not isinstance(consumes, list):
         return None
     for m in consumes:

@@ -12,6 +12,7 @@ validator reads (``example``, ``xml``, ``externalDocs``, ``discriminator``, ``x-
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
 
@@ -140,7 +141,7 @@ class Bundler:
             name, n = f"{base}_{n}", n + 1
         return name
 
-    def _convert(self, node: dict[str, Any], resolver: Any, depth: int) -> dict[str, Any]:
+    def _convert(self, node: Mapping[str, object], resolver: object, depth: int) -> dict[str, Any]:
         out: dict[str, Any] = {}
         legacy = self.version != "3.1"
         for key, value in node.items():
@@ -185,7 +186,7 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
-def _kind(value: Any) -> str:
+def _kind(value: object) -> str:
     return "null" if value is None else type(value).__name__
 
 

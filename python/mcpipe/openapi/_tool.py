@@ -78,14 +78,14 @@ class OpenApiTool:
     def base_url(self) -> str | None:
         return self.api.base_url or (self.op.servers[0] if self.op.servers else None)
 
-    def check(self, args: Any) -> list[str]:
+    def check(self, args: object) -> list[str]:
         """Every way ``args`` breaks the input schema, located (``args.petId: 'x' is not of type 'integer'``)."""
         if self._validator is None:
             self._validator = validator(self.input_schema)
         errors = sorted(self._validator.iter_errors(args), key=lambda e: (list(map(str, e.absolute_path)), e.message))
         return [f"{_path(e.absolute_path)}: {e.message}" for e in errors]
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         problems = self.check(args)
         if problems:
             return ToolResult.error(f"{ErrorCode.INVALID_SPEC}: " + "; ".join(problems[:10]))
@@ -103,7 +103,7 @@ class OpenApiTool:
             return await self._send(request)
         return ToolResult.error(f"{ErrorCode.TIMEOUT}: {self.name}: no answer within {ms:g} ms")
 
-    async def _request(self, base: str, args: Mapping[str, Any], ctx: ToolContext) -> _Request:
+    async def _request(self, base: str, args: Mapping[str, object], ctx: ToolContext) -> _Request:
         op = self.op
         path = op.path
         query: list[tuple[str, str]] = []
@@ -262,7 +262,7 @@ def _path(parts: Any) -> str:
     return out
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     if isinstance(v, str):
         return v
     if isinstance(v, bool):
@@ -272,7 +272,7 @@ def _text(v: Any) -> str:
     return orjson.dumps(v).decode()
 
 
-def _simple(p: Param, value: Any) -> str:
+def _simple(p: Param, value: object) -> str:
     """``style: simple`` (headers, cookies): arrays comma-joined, objects ``k,v`` (``k=v`` exploded)."""
     if p.as_json:
         return orjson.dumps(value).decode()
@@ -283,7 +283,7 @@ def _simple(p: Param, value: Any) -> str:
     return _text(value)
 
 
-def _path_value(p: Param, value: Any) -> str:
+def _path_value(p: Param, value: object) -> str:
     if p.as_json:
         return quote(orjson.dumps(value).decode(), safe="")
     if isinstance(value, list):
@@ -303,7 +303,7 @@ def _path_value(p: Param, value: Any) -> str:
 _DELIMITERS = {"spaceDelimited": " ", "pipeDelimited": "|", "tabDelimited": "\t"}
 
 
-def _query_pairs(p: Param, value: Any) -> list[tuple[str, str]]:
+def _query_pairs(p: Param, value: object) -> list[tuple[str, str]]:
     if p.as_json:
         return [(p.name, orjson.dumps(value).decode())]
     if isinstance(value, list):
@@ -321,7 +321,7 @@ def _query_pairs(p: Param, value: Any) -> list[tuple[str, str]]:
     return [(p.name, _text(value))]
 
 
-def _deep(prefix: str, value: Any) -> list[tuple[str, str]]:
+def _deep(prefix: str, value: object) -> list[tuple[str, str]]:
     """``deepObject``: ``a[b][c]=v``; arrays as ``a[0]=v`` (as Stripe's API and its libraries write them)."""
     if isinstance(value, dict):
         return [pair for k, v in value.items() for pair in _deep(f"{prefix}[{k}]", v)]
@@ -330,7 +330,7 @@ def _deep(prefix: str, value: Any) -> list[tuple[str, str]]:
     return [(prefix, _text(value))]
 
 
-def _form_pairs(value: Any, styles: dict[str, tuple[str, bool]]) -> list[tuple[str, str]]:
+def _form_pairs(value: object, styles: dict[str, tuple[str, bool]]) -> list[tuple[str, str]]:
     """A form body: each property as its ``encoding`` says (``form``, exploded, by default; nested objects and
     arrays of a ``deepObject`` property bracketed)."""
     if not isinstance(value, dict):

@@ -29,19 +29,19 @@ __all__ = [
 LIMIT = "LIMIT_EXCEEDED"
 
 
-def json_depth(value: Any, limit: int) -> int:
+def json_depth(value: object, limit: int) -> int:
     """How deeply ``value``'s containers nest (``1`` is 0, ``[1]`` is 1), counted no further than ``limit + 1``."""
     return json_measure(value, max_depth=limit)[1]
 
 
-def depth_problem(value: Any, location: str, limit: int, what: str = "the value") -> Problem | None:
+def depth_problem(value: object, location: str, limit: int, what: str = "the value") -> Problem | None:
     """A located ``LIMIT_EXCEEDED`` problem when ``value`` nests deeper than ``limit``, else None."""
     if json_depth(value, limit) <= limit:
         return None
     return Problem(location, LIMIT, f"{what} nests more than {limit} levels deep; the limit is {limit}")
 
 
-def deepest_location(value: Any, limit: int, base: str = "") -> str:
+def deepest_location(value: object, limit: int, base: str = "") -> str:
     """Where ``value`` first nests past ``limit`` (``a.b[0].c``), found by an iterative walk: for messages
     about values already known to be too deep."""
     stack: list[tuple[Any, str, int]] = [(value, base, 0)]
@@ -57,7 +57,7 @@ def deepest_location(value: Any, limit: int, base: str = "") -> str:
     return base
 
 
-def check_spec_size(data: Any, text_bytes: int | None, *, max_bytes: int, max_steps: int) -> list[Problem]:
+def check_spec_size(data: object, text_bytes: int | None, *, max_bytes: int, max_steps: int) -> list[Problem]:
     """Problems of a spec too large to compile, found without compiling it.
 
     Args:
@@ -81,7 +81,7 @@ def check_spec_size(data: Any, text_bytes: int | None, *, max_bytes: int, max_st
 
 
 def check_steps(
-    steps: Any,
+    steps: object,
     location: str,
     *,
     max_steps: int,
@@ -125,7 +125,7 @@ def check_steps(
     return problems
 
 
-def _nested_steps(item: Any) -> tuple[str, list[Any]] | None:
+def _nested_steps(item: object) -> tuple[str, list[Any]] | None:
     """An ``mcp_pipe`` step's own steps: a ``parallel`` group's, a ``pipe``'s."""
     if not isinstance(item, Mapping):
         return None
@@ -141,7 +141,7 @@ def _nested_steps(item: Any) -> tuple[str, list[Any]] | None:
 _STEP_FORM = re.compile(r"(?:\{\{|<<)\s*step([1-9][0-9]*)")
 
 
-def step_ids_for(value: Any, ids: Sequence[str]) -> dict[int, str] | Sequence[str]:
+def step_ids_for(value: object, ids: Sequence[str]) -> dict[int, str] | Sequence[str]:
     """The part of ``ids`` a template can use: the positions its ``{{stepN}}`` / ``<<stepN>>`` forms name.
 
     Handing every template the whole id list makes compiling a list of n steps cost n² (each template
@@ -167,7 +167,7 @@ def step_ids_for(value: Any, ids: Sequence[str]) -> dict[int, str] | Sequence[st
 
 
 def measure_output(
-    value: Any, *, max_bytes: int, max_depth: int, location: str, what: str, wrapping: int = 0
+    value: object, *, max_bytes: int, max_depth: int, location: str, what: str, wrapping: int = 0
 ) -> OutputTooLargeError | None:
     """The error for an output past ``max_bytes`` or nested deeper than ``max_depth``, else None;
     ``wrapping`` is how many levels the caller's own containers around the output add."""

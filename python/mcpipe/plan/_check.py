@@ -155,7 +155,7 @@ def problem_order(p: Problem) -> tuple[Any, ...]:
 
 
 def assign_step_ids(
-    raw: list[Any], loc: str, problem: Callable[[str, str], None], *, check_pattern: bool = True
+    raw: Sequence[object], loc: str, problem: Callable[[str, str], None], *, check_pattern: bool = True
 ) -> tuple[str, ...]:
     """The ids of a list of raw steps by position: an explicit id, else ``step<N>``.
 
@@ -302,7 +302,7 @@ class ReferenceCondition:
 
     template: Template
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, object]) -> Any:
         """The referenced value; a reference that cannot resolve is an :class:`ExpressionError`."""
         try:
             return self.template.resolve(env)
@@ -358,7 +358,7 @@ class Checker:
         """The problems in :func:`problem_order`."""
         return sorted(self.problems, key=problem_order)
 
-    def assign_ids(self, raw: list[Any], loc: str) -> tuple[str, ...]:
+    def assign_ids(self, raw: Sequence[object], loc: str) -> tuple[str, ...]:
         """The ids of a list of raw steps (see :func:`assign_step_ids`)."""
         return assign_step_ids(raw, loc, self.problem, check_pattern=self.check_ids)
 

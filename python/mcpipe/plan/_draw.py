@@ -17,7 +17,6 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from html import escape
-from typing import Any
 
 from mcpipe.plan._check import ReferenceCondition
 from mcpipe.plan._ir import ForEach, Graph, Leaf, Node, Parallel, Pipe, Pipeline
@@ -328,7 +327,7 @@ def _node(d: Drawing, step: Node, prefix: str, cluster: int | None, each: set[st
     return [], [], Block("list")
 
 
-def _when_text(expr: Any) -> str:
+def _when_text(expr: object) -> str:
     """The source of a condition or expression, as written (empty when it has none)."""
     if expr is None:
         return ""

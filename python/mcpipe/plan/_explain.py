@@ -22,7 +22,7 @@ STATIC_ROOTS = frozenset({"vars", "args", "context"})
 """The roots whose values are known before any step runs."""
 
 
-def explain(plan: Pipeline, env: Mapping[str, Any], limits: Limits) -> dict[str, Any]:
+def explain(plan: Pipeline, env: Mapping[str, object], limits: Limits) -> dict[str, Any]:
     """The plan of a run, step by step.
 
     Args:
@@ -47,7 +47,7 @@ def explain(plan: Pipeline, env: Mapping[str, Any], limits: Limits) -> dict[str,
     }
 
 
-def _node(step: Node, order: int, env: Mapping[str, Any], keep_going: bool) -> dict[str, Any]:
+def _node(step: Node, order: int, env: Mapping[str, object], keep_going: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"id": step.id, "location": step.location, "kind": step.kind, "order": order}
     if step.when is not None:
         when = step.when
@@ -102,7 +102,7 @@ def _node(step: Node, order: int, env: Mapping[str, Any], keep_going: bool) -> d
     return out
 
 
-def _arguments(name: str, template: Template, env: Mapping[str, Any]) -> dict[str, Any]:
+def _arguments(name: str, template: Template, env: Mapping[str, object]) -> dict[str, Any]:
     """A template resolved as far as it can be now: its value when every reference is known, the known
     references' values, and the references still to resolve."""
     known: dict[str, Any] = {}

@@ -117,12 +117,12 @@ DEFAULT_LIMITS = Limits()
 class Expression(Protocol):
     """A compiled expression (CEL, JSONata, an operator's plugin) evaluated over the environment."""
 
-    def evaluate(self, env: Mapping[str, Any]) -> Any:
+    def evaluate(self, env: Mapping[str, object]) -> Any:
         """The value; raises :class:`mcpipe.errors.ExpressionError` when it fails."""
         ...
 
 
-async def evaluate(expr: Expression, env: Mapping[str, Any]) -> Any:
+async def evaluate(expr: Expression, env: Mapping[str, object]) -> Any:
     """Evaluate a compiled expression under the deadline rules: an expression with an
     ``evaluate_async`` (CEL that iterates runs in a killable worker process, :mod:`mcpipe.expr`) is
     awaited, the others (an operator's plugin) are evaluated inline.
@@ -194,7 +194,9 @@ class Leaf(Step, Generic[F, B]):
     args: Template | None = None
     retry: Retry | None = None
 
-    async def execute(self, env: Mapping[str, Any], ctx: ToolContext, *, tools: ToolCaller | None = None) -> StepOutput:
+    async def execute(
+        self, env: Mapping[str, object], ctx: ToolContext, *, tools: ToolCaller | None = None
+    ) -> StepOutput:
         """Run the step: ``when``, then ``input_transform``, then its templates, then the kind, under
         ``timeout_ms``.
 
@@ -424,7 +426,7 @@ def least_calls(plan: Pipeline) -> tuple[int, str]:
     or a constant ``vars`` entry of its pipeline) counts its step that many times, any other once."""
     best: list[tuple[int, str]] = [(0, "")]
 
-    def count(steps: Iterable[Node], known: Mapping[str, Any] | None) -> int:
+    def count(steps: Iterable[Node], known: Mapping[str, object] | None) -> int:
         n = 0
         for step in steps:
             if isinstance(step, Leaf):
@@ -449,7 +451,7 @@ def least_calls(plan: Pipeline) -> tuple[int, str]:
     return count(plan.steps, top), best[0][1]
 
 
-def _known_items(items: Template, known: Mapping[str, Any] | None) -> Any:
+def _known_items(items: Template, known: Mapping[str, object] | None) -> Any:
     """The value ``items`` resolves to when it is known before the run, else None."""
     if items.is_constant:
         return items.resolve({})
@@ -468,7 +470,7 @@ def tool_sites(steps: Iterable[Node]) -> Iterator[tuple[str, str]]:
             yield s.location, s.tool
 
 
-async def prelude(step: Step, env: Mapping[str, Any]) -> Any:
+async def prelude(step: Step, env: Mapping[str, object]) -> Any:
     """Apply a step's ``when`` and ``input_transform``.
 
     Returns:

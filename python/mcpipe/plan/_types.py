@@ -113,7 +113,7 @@ def argument_problems(sites: Iterable[ArgumentSite], tools: object) -> list[Prob
     return problems
 
 
-def literal_type(value: Any) -> str:
+def literal_type(value: object) -> str:
     """The JSON type of a plain value (``{"$literal": v}`` is ``v``'s)."""
     if isinstance(value, Mapping) and list(value) == ["$literal"]:
         value = value["$literal"]
@@ -172,7 +172,7 @@ def type_problems(sites: Iterable[TypedSite], tools: object) -> list[Problem]:
     return problems
 
 
-def _follow(schema: Any, keys: list[str]) -> Any:
+def _follow(schema: object, keys: list[str]) -> Any:
     for key in keys:
         if not isinstance(schema, Mapping):
             return None
@@ -186,7 +186,7 @@ def _follow(schema: Any, keys: list[str]) -> Any:
     return schema
 
 
-def _types(schema: Any) -> frozenset[str] | None:
+def _types(schema: object) -> frozenset[str] | None:
     """The JSON types a schema allows, or None when it does not say (or says it in a way not read here)."""
     if not isinstance(schema, Mapping):
         return None

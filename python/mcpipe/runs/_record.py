@@ -177,7 +177,7 @@ class RunInteraction(Interaction):
 
     __slots__ = ("record",)
 
-    def __init__(self, record: RunRecord, capabilities: Any, answers: dict[str, Any]) -> None:
+    def __init__(self, record: RunRecord, capabilities: object, answers: dict[str, Any]) -> None:
         # One memo: the record's (the round reads it, the record saves what it puts).
         super().__init__(modern=True, capabilities=capabilities, _round=_Round(record._s.memo, answers, {}))
         self.record = record

@@ -7,6 +7,7 @@ submitted under its principal).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import trio
@@ -24,7 +25,7 @@ MAX_WAIT_MS = 60_000
 """The longest ``wait_ms`` a ``pipe_result``/``pipe_events`` call may block."""
 
 
-def _ok(data: dict[str, Any]) -> ToolResult:
+def _ok(data: Mapping[str, object]) -> ToolResult:
     import orjson
 
     return ToolResult([{"type": "text", "text": orjson.dumps(data).decode()}], data)
@@ -171,7 +172,7 @@ def caller_facts(ctx: ToolContext) -> dict[str, Any]:
     return out
 
 
-def caller_request(meta: dict[str, Any], **fields: Any) -> Request:
+def caller_request(meta: Mapping[str, object], **fields: Any) -> Request:
     """The :class:`~mcpipe.tools.Request` a worker runs a queued run under: its caller's identity and
     addresses as :func:`caller_facts` kept them."""
     caller = meta.get("caller") if isinstance(meta, dict) else None

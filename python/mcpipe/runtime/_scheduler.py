@@ -28,7 +28,7 @@ import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from time import perf_counter
-from typing import Any, TypeAlias, assert_never
+from typing import Any, Protocol, TypeAlias, assert_never
 
 import trio
 
@@ -82,7 +82,7 @@ from mcpipe.results import (
     shape_answer,
     tool_result,
 )
-from mcpipe.tools import ToolContext, UnknownToolError
+from mcpipe.tools import ToolCaller, ToolContext, UnknownToolError
 
 __all__ = [
     "PROCESS_CONCURRENCY",
@@ -164,14 +164,21 @@ def process_limiter() -> trio.CapacityLimiter:
     return _process_limiter()
 
 
+class Registry(ToolCaller, Protocol):
+    """What a pipeline calls its tools through (the server's gateway, a :class:`~mcpipe.tools.ToolRegistry`):
+    ``name in registry``, ``registry.allows(name, ctx)`` and ``await registry.call(name, args, ctx)``."""
+
+    def allows(self, name: str, ctx: ToolContext) -> bool: ...
+
+
 async def run_pipeline(
-    spec: Any,
-    registry: Any,
+    spec: object,
+    registry: Registry,
     *,
     context: ToolContext | None = None,
     limits: Limits | None = None,
     on_event: EventFn | None = None,
-    args: Mapping[str, Any] | None = None,
+    args: Mapping[str, object] | None = None,
     answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Validate and run a pipeline spec; answer as contract section 7 says.
@@ -213,8 +220,8 @@ async def run_pipeline(
 
 
 async def check_pipeline(
-    spec: Any,
-    registry: Any,
+    spec: object,
+    registry: Registry,
     *,
     context: ToolContext | None = None,
     limits: Limits | None = None,
@@ -309,12 +316,12 @@ def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
 
 async def run_compiled(
     compiled: CompiledSpec,
-    registry: Any,
+    registry: object,
     *,
     context: ToolContext | None = None,
     limits: Limits | None = None,
     on_event: EventFn | None = None,
-    args: Mapping[str, Any] | None = None,
+    args: Mapping[str, object] | None = None,
     answer: AnswerMode = "full",
 ) -> dict[str, Any]:
     """Run an already compiled pipeline; answer as :func:`run_pipeline` does.
@@ -344,11 +351,11 @@ async def run_compiled(
 
 async def _run_compiled(
     compiled: CompiledSpec,
-    registry: Any,
+    registry: object,
     ctx: ToolContext,
     limits: Limits,
     on_event: EventFn | None,
-    args: Mapping[str, Any] | None,
+    args: Mapping[str, object] | None,
     started: float,
     answer_mode: AnswerMode = "full",
 ) -> dict[str, Any]:
@@ -432,7 +439,7 @@ class _Run:
         ctx: ToolContext,
         limits: Limits,
         on_event: EventFn | None,
-        args: Mapping[str, Any],
+        args: Mapping[str, object],
         total: int,
     ) -> None:
         self.call = registry.call
@@ -499,7 +506,7 @@ class _Run:
         return self.answer(ok, error, code, result, env, started)
 
     def answer(
-        self, ok: bool, error: str, code: str | None, result: Any, env: dict[str, Any], started: float
+        self, ok: bool, error: str, code: str | None, result: object, env: dict[str, Any], started: float
     ) -> dict[str, Any]:
         done = self.succeeded + self.failed + self.cancelled
         return {
@@ -695,7 +702,7 @@ class _Run:
             self.settle(step, r, path, results)
         return r
 
-    async def retried(self, step: Leaf[Any, Any], args: Any, ctx: ToolContext, t0: float) -> dict[str, Any]:
+    async def retried(self, step: Leaf[Any, Any], args: object, ctx: ToolContext, t0: float) -> dict[str, Any]:
         """A tool call made again after a retryable failure (a transport failure, the server down, the
         step's own deadline), up to ``retry.attempts`` calls, each one audited by the registry."""
         retry = step.retry
@@ -934,7 +941,7 @@ class _Run:
         if self.on_event is not None:
             self.finished(step, r, path)
 
-    def check_output(self, value: Any, location: str, what: str, wrapping: int) -> OutputTooLargeError | None:
+    def check_output(self, value: object, location: str, what: str, wrapping: int) -> OutputTooLargeError | None:
         """The error when ``value`` (one step's output, or a ``return``) passes ``max_output_bytes`` or nests
         past ``max_json_depth`` (``wrapping``: the levels the caller's own containers add), else None."""
         limits = self.limits
@@ -947,7 +954,7 @@ class _Run:
             wrapping=wrapping,
         )
 
-    def charge(self, value: Any, location: str, what: str) -> OutputTooLargeError | None:
+    def charge(self, value: object, location: str, what: str) -> OutputTooLargeError | None:
         """Count ``value`` towards the answer as it will be sent: its JSON with escapes, and that JSON again
         as the tool result's text block (``json_measure(wire=True)``, which stops past the room left). The
         error, without counting it, when it does not fit under ``max_answer_bytes``."""
@@ -1468,7 +1475,7 @@ def _each_children(step: ForEach, slots: list[dict[str, Any]]) -> list[dict[str,
 
 
 def _dry_run(
-    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, Any], started: float
+    compiled: CompiledSpec, ctx: ToolContext, limits: Limits, args: Mapping[str, object], started: float
 ) -> dict[str, Any]:
     """The answer of a dry run: every check passed (the spec, the tools, the permissions, retries), and
     the plan; no step runs."""
@@ -1507,7 +1514,7 @@ def _retryable(e: BaseException) -> bool:
     return bool(getattr(e, "retryable", False))
 
 
-def _idempotent(registry: Any, name: str, limits: Limits) -> bool:
+def _idempotent(registry: object, name: str, limits: Limits) -> bool:
     """Whether the operator marks tool ``name`` idempotent, or its annotations say ``idempotentHint``."""
     if limits.idempotent_tools and glob_matcher(list(limits.idempotent_tools))(name):
         return True

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 from mcpipe.config import AppsConfig
@@ -70,7 +71,7 @@ class AppsPolicy:
         """The extension's advertisement (``capabilities.extensions``)."""
         return {"mimeTypes": [UI_MIME_TYPE]}
 
-    def clamp(self, meta: Any) -> list[str]:
+    def clamp(self, meta: object) -> list[str]:
         """Narrow one ``_meta`` (its ``ui``, and the ``openai/widget*`` aliases) in place; the violations.
 
         Fail closed where mcpg trusts the shape: a policy field of the wrong type (an axis that is not a list,
@@ -148,7 +149,7 @@ class AppsPolicy:
         if narrowed != upstream:
             csp[key] = narrowed
 
-    def clamp_tool(self, meta: Any) -> list[str]:
+    def clamp_tool(self, meta: object) -> list[str]:
         """Narrow one tool's ``_meta`` in place (a downstream's, as listed); the violations.
 
         What :meth:`clamp` holds a resource's ``_meta`` to, and the tool's own fields of the extension held to
@@ -204,7 +205,7 @@ class AppsPolicy:
             return f"MCP Apps strict mode: tool '{name}' _meta.ui escaped operator policy (apps.strict = true)"
         return None
 
-    def apply(self, items: list[Any], uri: str) -> str | None:
+    def apply(self, items: Sequence[object], uri: str) -> str | None:
         """Clamp the ``_meta`` of each listed entry or read content; in ``strict`` mode, the refusal when any
         went beyond the policy (None: served, narrowed)."""
         violated = False

@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from typing import Any, TypeVar
 
 import trio
-from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.server.mcpserver import MCPServer
 from mcp_types import CallToolRequestParams, PaginatedRequestParams
@@ -29,6 +28,7 @@ from pydantic import BaseModel
 
 from mcpipe.compile import Limits
 from mcpipe.gateway import PIPE_TOOL, AuditLog, Gateway
+from mcpipe.server._context import RequestContext
 from mcpipe.server._core import _MODERN, PIPE_TOOL_WIRE, PipeRunner, pipe_annotations, pipe_envelope, tool_context
 from mcpipe.server._guest import AsyncioHost, run_in_guest
 from mcpipe.tools import Tool, ToolContext, ToolResult
@@ -155,7 +155,7 @@ def attach(
     list_tools, call_tool = list_entry.handler, call_entry.handler
     audit = audit or AuditLog(None)
 
-    async def own_tools(ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
+    async def own_tools(ctx: RequestContext) -> list[dict[str, Any]]:
         entries: list[dict[str, Any]] = []
         cursor = None
         for _ in range(100):
@@ -166,14 +166,14 @@ def attach(
                 break
         return [e for e in entries if e.get("name") != PIPE_TOOL]
 
-    async def on_list_tools(ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None) -> Any:
+    async def on_list_tools(ctx: RequestContext, params: PaginatedRequestParams | None) -> Any:
         out = _dump(await list_tools(ctx, params))
         if params is None or params.cursor is None:
             pipe = {**PIPE_TOOL_WIRE, "annotations": pipe_annotations(await own_tools(ctx))}
             out["tools"] = [pipe, *out.get("tools", [])]
         return out
 
-    async def on_call_tool(ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> Any:
+    async def on_call_tool(ctx: RequestContext, params: CallToolRequestParams) -> Any:
         if params.name != PIPE_TOOL:
             return await call_tool(ctx, params)
         gateway = Gateway([_Snapshot([_ServerTool(e, call_tool) for e in await own_tools(ctx)])], audit=audit)

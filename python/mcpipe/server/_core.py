@@ -16,7 +16,6 @@ from typing import Any
 
 import mcp_types as types
 import trio
-from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.server.models import InitializationOptions
 from mcp.shared.exceptions import MCPError
@@ -35,12 +34,13 @@ from mcpipe.plan import Limits, Pipeline, depth_problem, measure_output, plan_of
 from mcpipe.results import AnswerMode, invalid_answer, pipe_envelope
 from mcpipe.runs import RUN_TOOL_NAMES, Runs
 from mcpipe.runtime import check_pipeline, run_pipeline
+from mcpipe.server._context import RequestContext
 from mcpipe.server._guide import Guide
 from mcpipe.server._passthrough import Passthrough, ScopeCheck, log_allowed
 from mcpipe.server._schema import PIPE_DESCRIPTION, PIPE_INPUT_SCHEMA, PIPE_OUTPUT_SCHEMA
 from mcpipe.server._tasks import Tasks, declares_tasks, required_error, store_unavailable
 from mcpipe.store import RunRefused, StoreUnavailable
-from mcpipe.tools import ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
+from mcpipe.tools import Identity, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.trust import TrustDenied
 
 __all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
@@ -155,7 +155,7 @@ PIPE_TOOL_WIRE: dict[str, Any] = {
 }
 
 
-def principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> str | None:
+def principal_of(ctx: RequestContext, default: str | None) -> str | None:
     request = ctx.request
     if request is None:
         return default
@@ -165,7 +165,7 @@ def principal_of(ctx: ServerRequestContext[Any, Any], default: str | None) -> st
         return default
 
 
-def identity_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+def identity_of(ctx: RequestContext) -> Any:
     """The caller's identity the HTTP front resolved (None: none, e.g. in memory or over stdio)."""
     request = ctx.request
     if request is None:
@@ -176,7 +176,7 @@ def identity_of(ctx: ServerRequestContext[Any, Any]) -> Any:
         return None
 
 
-def _scope_of(ctx: ServerRequestContext[Any, Any]) -> Any:
+def _scope_of(ctx: RequestContext) -> Any:
     request = ctx.request
     return getattr(request, "scope", None) if request is not None else None
 
@@ -188,7 +188,7 @@ def _traceparent(ctx: Any) -> str | None:
 
 
 def tool_context(
-    ctx: ServerRequestContext[Any, Any],
+    ctx: RequestContext,
     *,
     default_principal: str | None = None,
     log_levels: weakref.WeakKeyDictionary[Any, str] | None = None,
@@ -222,7 +222,7 @@ def tool_context(
     )
 
 
-def _progress_token(ctx: ServerRequestContext[Any, Any]) -> Any:
+def _progress_token(ctx: RequestContext) -> Any:
     meta = ctx.meta
     if not meta:
         return None
@@ -230,7 +230,7 @@ def _progress_token(ctx: ServerRequestContext[Any, Any]) -> Any:
     return meta.get("progress_token") if token is None else token
 
 
-def _wants_progress(ctx: ServerRequestContext[Any, Any]) -> bool:
+def _wants_progress(ctx: RequestContext) -> bool:
     """Whether the caller asked for progress: a token on the wire, or (in memory, through the SDK's
     direct dispatcher) a callback on the request's channel."""
     if _progress_token(ctx) is not None:
@@ -512,7 +512,7 @@ class ToolHandlers:
         )
         self.session_transport: Any = None  # session id -> its transport (the HTTP session manager's), or None
 
-    def _remember_client(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    def _remember_client(self, ctx: RequestContext) -> None:
         if self.session_transport is None or ctx.protocol_version in _MODERN or ctx.request is None:
             return
         try:
@@ -529,11 +529,11 @@ class ToolHandlers:
             connection = getattr(session, "_connection", session)
             self.legacy_clients[transport] = (client, session.client_capabilities, connection)
 
-    def _tools_of(self, ctx: ServerRequestContext[Any, Any]) -> list[dict[str, Any]]:
+    def _tools_of(self, ctx: RequestContext) -> list[dict[str, Any]]:
         """The tools a request's caller may call (the guide's prompt lists them)."""
         return self.visible_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
 
-    def _pipelines_of(self, ctx: ServerRequestContext[Any, Any]) -> list[tuple[dict[str, Any], Pipeline]]:
+    def _pipelines_of(self, ctx: RequestContext) -> list[tuple[dict[str, Any], Pipeline]]:
         """The declared pipelines and playbooks a request's caller may call (found by a search too), each with
         its plan: the guide has a resource for each."""
         out = []
@@ -543,12 +543,12 @@ class ToolHandlers:
                 out.append((entry, plan))
         return out
 
-    def visible_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+    def visible_tools(self, principal: str | None, identity: Identity | None = None) -> list[dict[str, Any]]:
         """The ``tools/list`` entries ``principal`` may see (a downstream tool's ``_meta`` held to MCP Apps'
         policy when apps are on)."""
         return self._listed_tools(principal, identity)
 
-    def _listed_tools(self, principal: str | None, identity: Any = None) -> list[dict[str, Any]]:
+    def _listed_tools(self, principal: str | None, identity: Identity | None = None) -> list[dict[str, Any]]:
         """The visible entries. Under ``apps.strict`` a downstream tool whose ``_meta`` went beyond the policy is
         left out (one log line per tool): one server's tool never takes the others' listing down."""
         tools = [entry for _, entry in self._callable(principal, identity)]
@@ -559,7 +559,7 @@ class ToolHandlers:
         # mcp_pipe's hints are those of every tool its steps may call, listed or found by a search.
         return [{**PIPE_TOOL_WIRE, "annotations": pipe_annotations(tools)}, *shown]
 
-    def _callable(self, principal: str | None, identity: Any = None) -> list[tuple[Tool, dict[str, Any]]]:
+    def _callable(self, principal: str | None, identity: Identity | None = None) -> list[tuple[Tool, dict[str, Any]]]:
         """The tools ``principal`` may call (but ``mcp_pipe``), listed or found by a search, with their
         ``tools/list`` entries."""
         policy = self.gateway.policy
@@ -584,9 +584,7 @@ class ToolHandlers:
             tools.append((t, entry))
         return tools
 
-    async def list_tools(
-        self, ctx: ServerRequestContext[Any, Any], params: PaginatedRequestParams | None
-    ) -> dict[str, Any]:
+    async def list_tools(self, ctx: RequestContext, params: PaginatedRequestParams | None) -> dict[str, Any]:
         await self.gateway.ready()
         self._remember_client(ctx)
         tools = self._listed_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
@@ -603,7 +601,7 @@ class ToolHandlers:
             out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
-    async def call_tool(self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams) -> dict[str, Any]:
+    async def call_tool(self, ctx: RequestContext, params: CallToolRequestParams) -> dict[str, Any]:
         self._remember_client(ctx)
         levels = self.passthrough.levels if self.passthrough is not None else None
         tctx = tool_context(ctx, default_principal=self.default_principal, log_levels=levels, tools=self.gateway)
@@ -648,7 +646,7 @@ class ToolHandlers:
                         self._idle.set()
         return _shutdown_answer(name == PIPE_TOOL and self.pipe is not None)
 
-    async def run_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any, args: dict[str, Any]) -> ToolResult:
+    async def run_surface(self, ctx: RequestContext, tool: Tool, args: dict[str, Any]) -> ToolResult:
         """Run a pipeline served as a prompt or resource for one request, through the gateway (the caller's
         rights, the audit); a refusal is the JSON-RPC error it carries."""
         levels = self.passthrough.levels if self.passthrough is not None else None
@@ -662,7 +660,7 @@ class ToolHandlers:
         except CallError as exc:
             raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
 
-    def scopes_of(self, ctx: ServerRequestContext[Any, Any]) -> ScopeCheck | None:
+    def scopes_of(self, ctx: RequestContext) -> ScopeCheck | None:
         """What the ``[[auth.scopes]]`` rules ask of a request's caller for prompts and resources, the rule tools
         are held to (:meth:`Gateway.scoped`): None when none applies (no rule names a prompt or resource, or a
         local caller without trust levels, which is the operator's and holds every scope)."""
@@ -676,7 +674,7 @@ class ToolHandlers:
             return None
         return lambda kind, name: gateway.surface_scopes(kind, name, probe)
 
-    def check_surface(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+    def check_surface(self, ctx: RequestContext, tool: Tool) -> None:
         """Refuse a caller who may not read a resource (subscribing to it is reading it as it changes): the
         trust rules' JSON-RPC error."""
         trust = self.gateway.trust
@@ -688,9 +686,7 @@ class ToolHandlers:
         except TrustDenied as exc:
             raise MCPError(exc.rpc_code, str(exc)) from None
 
-    async def run_hidden(
-        self, ctx: ServerRequestContext[Any, Any] | None, tool: Any, args: dict[str, Any]
-    ) -> ToolResult:
+    async def run_hidden(self, ctx: RequestContext | None, tool: Tool, args: dict[str, Any]) -> ToolResult:
         """Run a pipeline as the server itself (a completion source, a listing, a watch's read): no caller's
         rights are checked, its steps' tool calls go through the gateway; ``ctx`` gives the caller's identity to
         its steps when there is a request (None: the server's own, anonymous)."""
@@ -754,7 +750,11 @@ class ToolHandlers:
             return _error_result(f"{ErrorCode.TOOL_FAILED}: {type(exc).__name__}: {exc}")
 
     async def create_task(
-        self, name: str, args: dict[str, Any], tctx: ToolContext, capabilities: Any = None
+        self,
+        name: str,
+        args: dict[str, Any],
+        tctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None = None,
     ) -> dict[str, Any]:
         """A call run as a task: checked now (a spec with problems, arguments that do not fit, a tool this
         caller may not call are answered at once, synchronously), then queued: a ``CreateTaskResult``."""
@@ -783,7 +783,11 @@ class ToolHandlers:
             return {**_refused(name, exc, "task"), "resultType": "complete"}
 
     async def ask_then_task(
-        self, ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams, tctx: ToolContext, capabilities: Any
+        self,
+        ctx: RequestContext,
+        params: CallToolRequestParams,
+        tctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
     ) -> dict[str, Any]:
         """A call of an ``ask_before_task`` pipeline by a client that declares tasks (2026-07-28): it runs
         synchronously while it only asks its client (input-required rounds, no task yet); the round whose
@@ -887,7 +891,7 @@ class _CacheHintsEveryEra:
     def __init__(self, caching: Any) -> None:
         self.caching = caching
 
-    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: Any) -> Any:
+    async def __call__(self, ctx: RequestContext, call_next: Any) -> Any:
         result = await call_next(ctx)
         if ctx.protocol_version in _MODERN or not isinstance(result, dict):
             return result

@@ -33,8 +33,10 @@ import inspect
 import logging
 import math
 import re
+from collections.abc import Mapping
 from typing import Any
 
+import mcp_types as types
 import orjson
 import trio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
@@ -63,7 +65,7 @@ from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
-from mcpipe.tools import FunctionTool, ToolContext
+from mcpipe.tools import FunctionTool, Tool, ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
 
@@ -120,7 +122,7 @@ class FastToolCall:
         self,
         handlers: ToolHandlers,
         security: TransportSecuritySettings,
-        server_info: dict[str, Any],
+        server_info: Mapping[str, object],
         *,
         json_response: bool = False,
         max_body: int = 4 * 1024 * 1024,
@@ -155,7 +157,7 @@ class FastToolCall:
             self._traits_cache[name] = cached
         return cached[1], cached[2]
 
-    def _inline(self, tool: Any, depth: int) -> tuple[tuple[str, object], ...] | None:
+    def _inline(self, tool: Tool, depth: int) -> tuple[tuple[str, object], ...] | None:
         """The tools (name, tool) a call of ``tool`` calls when none of them yields: () for a synchronous
         Python function; for a declared pipeline of tool steps alone, its steps' tools and theirs. None when
         it may yield (the traits are checked again whenever one of these names is another tool)."""
@@ -278,7 +280,13 @@ class FastToolCall:
             await self._send_result(msg["id"], await self._call(name, args, ctx, capabilities), False, send)
         return True, receive
 
-    async def _call(self, name: str, args: dict[str, Any], ctx: ToolContext, capabilities: Any) -> dict[str, Any]:
+    async def _call(
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
+    ) -> dict[str, Any]:
         """The handlers' call, able to ask the client (a pipeline that suspends answers input-required); a
         protocol error (a missing client capability) comes back as ``{_ERROR: exc}``."""
         try:
@@ -294,7 +302,7 @@ class FastToolCall:
         name: str,
         args: dict[str, Any],
         ctx: ToolContext,
-        capabilities: Any,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
         receive: Receive,
         send: Send,
     ) -> None:
@@ -459,7 +467,11 @@ class FastToolCall:
         return True, receive
 
     async def _legacy_call(
-        self, name: str, args: dict[str, Any], ctx: ToolContext, capabilities: Any
+        self,
+        name: str,
+        args: dict[str, Any],
+        ctx: ToolContext,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
     ) -> dict[str, Any]:
         try:
             return await self.handlers.interactions.call(
@@ -518,7 +530,7 @@ def _names_asking_tool(node: Any, may_ask: Any) -> bool:
 _TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
-def _name_mismatch(msg: dict[str, Any], headers: dict[str, str]) -> bool:
+def _name_mismatch(msg: Mapping[str, object], headers: dict[str, str]) -> bool:
     """A tasks request whose ``Mcp-Name`` header is there but names another task than ``params.taskId``."""
     params = msg.get("params")
     task_id = params.get("taskId") if isinstance(params, dict) else None

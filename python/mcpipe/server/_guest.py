@@ -24,7 +24,7 @@ import contextvars
 import logging
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import outcome
 import trio
@@ -51,7 +51,7 @@ class AsyncioHost:
         self.loop = loop
         self.context = context
 
-    async def call(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def call(self, fn: Callable[..., Awaitable[T]], *args: object) -> T:
         """Run ``fn(*args)`` as an asyncio task on the host loop and wait for its result (from a Trio task).
 
         Cancelling the calling Trio task cancels the asyncio task and waits for it to end.
@@ -61,7 +61,7 @@ class AsyncioHost:
         token = trio.lowlevel.current_trio_token()
         task.add_done_callback(lambda _: token.run_sync_soon(trio.lowlevel.reschedule, trio_task))
 
-        def abort(_: Any) -> trio.lowlevel.Abort:
+        def abort(_: object) -> trio.lowlevel.Abort:
             task.cancel()
             return trio.lowlevel.Abort.FAILED  # rescheduled when the asyncio task has ended
 
@@ -72,7 +72,7 @@ class AsyncioHost:
         return task.result()
 
 
-async def _coro(fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> T:
+async def _coro(fn: Callable[..., Awaitable[T]], args: tuple[object, ...]) -> T:
     return await fn(*args)
 
 
@@ -130,7 +130,7 @@ class _Guest:
             self.ready.set_exception(RuntimeError("the Trio guest run ended before it started"))
         self.done.set_result(None)
 
-    async def run(self, fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+    async def run(self, fn: Callable[..., Awaitable[T]], *args: object) -> T:
         assert self.token is not None and self.nursery is not None
         fut: asyncio.Future[T] = self.loop.create_future()
         call = _Call()
@@ -172,7 +172,7 @@ class _Guest:
 _guests: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Guest] = weakref.WeakKeyDictionary()
 
 
-async def run_in_guest(fn: Callable[..., Awaitable[T]], *args: Any) -> T:
+async def run_in_guest(fn: Callable[..., Awaitable[T]], *args: object) -> T:
     """From an asyncio task: run the Trio function ``fn(*args)`` in the loop's Trio guest run.
 
     The guest run starts with the first call on a loop and ends when the loop shuts down.

@@ -98,7 +98,7 @@ class Guide:
         self.pipelines_of = pipelines_of
         """The declared pipelines and playbooks a caller may call (each has a guide resource), or None."""
 
-    def resources(self, ctx: Any = None) -> list[dict[str, Any]]:
+    def resources(self, ctx: object = None) -> list[dict[str, Any]]:
         """The ``resources/list`` entries (with ``ctx``: the guides of the pipelines its caller may call)."""
         out = [
             {
@@ -125,7 +125,7 @@ class Guide:
                 )
         return out
 
-    def read(self, uri: str, ctx: Any = None) -> dict[str, Any] | None:
+    def read(self, uri: str, ctx: object = None) -> dict[str, Any] | None:
         """The ``resources/read`` result of a guide URI, or None when ``uri`` is not one (a pipeline's guide
         is one for the callers who may call it)."""
         found = GUIDE_RESOURCES.get(uri)
@@ -153,7 +153,7 @@ class Guide:
             }
         ]
 
-    def get(self, ctx: Any, name: str, arguments: dict[str, str] | None) -> dict[str, Any] | None:
+    def get(self, ctx: object, name: str, arguments: dict[str, str] | None) -> dict[str, Any] | None:
         """The ``prompts/get`` result of the guide's prompt for ``ctx``'s caller, or None for another name."""
         if name != GUIDE_PROMPT:
             return None
@@ -275,7 +275,7 @@ def pipeline_text(entry: dict[str, Any], plan: Pipeline) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _compact(schema: Any) -> str:
+def _compact(schema: object) -> str:
     return json.dumps(schema, separators=(",", ":"), ensure_ascii=False)
 
 

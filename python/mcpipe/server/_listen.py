@@ -133,7 +133,7 @@ class _Say:
         self._last: dict[str, float] = {}
         self._count: dict[str, int] = {}
 
-    def __call__(self, kind: str, message: str, *args: Any) -> None:
+    def __call__(self, kind: str, message: str, *args: object) -> None:
         now = time.monotonic()
         self._count[kind] = self._count.get(kind, 0) + 1
         if now - self._last.get(kind, -_SAY_EVERY_S) >= _SAY_EVERY_S:

@@ -25,13 +25,12 @@ import secrets
 import warnings
 import weakref
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
 import mcp_types as types
 import orjson
 import trio
-from mcp.server.context import ServerRequestContext
 from mcp.server.subscriptions import (
     InMemorySubscriptionBus,
     ListenHandler,
@@ -52,8 +51,12 @@ from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
 from mcpipe.interaction import request_asking
 from mcpipe.server._apps import AppsPolicy
+from mcpipe.server._context import RequestContext
 from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts
+
+if TYPE_CHECKING:
+    from mcpipe.declared import PlanTool
 
 __all__ = ["LOG_LEVELS", "Passthrough", "log_allowed"]
 
@@ -65,18 +68,18 @@ _RANK = {name: i for i, name in enumerate(LOG_LEVELS)}
 _ERA_FIELDS = ("ttlMs", "cacheScope", "resultType")
 """2026-07-28 result fields a 2025-11-25 client does not know."""
 
-Principal = Callable[[ServerRequestContext[Any, Any]], "str | None"]
-RunSurface = Callable[[ServerRequestContext[Any, Any], Any, dict[str, Any]], Awaitable[Any]]
+Principal = Callable[[RequestContext], "str | None"]
+RunSurface = Callable[[RequestContext, Any, dict[str, Any]], Awaitable[Any]]
 """Runs a local surface's pipeline for a request: ``(ctx, pipeline, arguments) -> ToolResult``."""
-CheckSurface = Callable[[ServerRequestContext[Any, Any], Any], None]
+CheckSurface = Callable[[RequestContext, Any], None]
 """Refuses a request for a local surface the caller may not use (raises the ``MCPError`` to answer)."""
-RunHidden = Callable[[ServerRequestContext[Any, Any] | None, Any, dict[str, Any]], Awaitable[Any]]
+RunHidden = Callable[["RequestContext | None", Any, dict[str, Any]], Awaitable[Any]]
 """Runs a hidden pipeline (a completion source, a listing, a watch's read): ``(ctx or None, pipeline, args)``
 -> ``ToolResult``, as the server itself (no caller's rights are checked; None: no request at all)."""
 ScopeCheck = Callable[[str, str], "tuple[tuple[str, ...], tuple[str, ...]]"]
 """``(kind, name) -> (needed, missing)``: the OAuth scopes a ``prompt`` (by name) or a ``resource`` (by URI, a
 template by its URI template) needs, and those the request's caller lacks."""
-ScopesOf = Callable[[ServerRequestContext[Any, Any]], "ScopeCheck | None"]
+ScopesOf = Callable[[RequestContext], "ScopeCheck | None"]
 """A request's :data:`ScopeCheck`, or None when no scope rule applies to its caller (none configured, or a local
 caller: the operator)."""
 MAX_LISTEN_STREAMS = 1024
@@ -85,7 +88,7 @@ HIDDEN_TIMEOUT_S = 3.0
 """How long a completion source or a listing may take (mcpg's 3 s): past it, it offers or lists nothing."""
 
 
-def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: ServerRequestContext[Any, Any], level: str) -> bool:
+def log_allowed(levels: weakref.WeakKeyDictionary[Any, str], ctx: RequestContext, level: str) -> bool:
     """Whether a 2025-11-25 client wants a message at ``level`` (the level it set with ``logging/setLevel``;
     every level before it set one). 2026-07-28 requests carry their own level, applied by the SDK."""
     return level_allows(levels.get(_connection(ctx)), level)
@@ -96,12 +99,12 @@ def level_allows(wanted: str | None, level: str) -> bool:
     return wanted is None or _RANK.get(level, 0) >= _RANK.get(wanted, 0)
 
 
-def _connection(ctx: ServerRequestContext[Any, Any]) -> Any:
+def _connection(ctx: RequestContext) -> Any:
     # The SDK's ServerSession is built per request; its connection is the client's (one per 2025-11-25 session).
     return getattr(ctx.session, "_connection", ctx.session)
 
 
-def _for_era(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+def _for_era(ctx: RequestContext, result: dict[str, Any]) -> dict[str, Any]:
     if ctx.protocol_version not in _MODERN:
         for k in _ERA_FIELDS:
             result.pop(k, None)
@@ -137,7 +140,7 @@ class Passthrough:
         caching: Any = None,
         check_surface: CheckSurface | None = None,
         run_hidden: RunHidden | None = None,
-        identity: Callable[[ServerRequestContext[Any, Any]], Any] | None = None,
+        identity: Callable[[RequestContext], Any] | None = None,
         apps: AppsPolicy | None = None,
         content: Any = None,
         scopes: ScopesOf | None = None,
@@ -208,11 +211,11 @@ class Passthrough:
 
     # -- who sees what ---------------------------------------------------------------------------------
 
-    def seen(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    def seen(self, ctx: RequestContext) -> None:
         """Remember the client of a request, to tell it when lists change."""
         self._sessions[_connection(ctx)] = ctx.session
 
-    def _servers(self, ctx: ServerRequestContext[Any, Any], expose: str | None = None) -> list[DownstreamServer]:
+    def _servers(self, ctx: RequestContext, expose: str | None = None) -> list[DownstreamServer]:
         """The servers whose resources or prompts this caller may use (those it may call a tool of, and that its
         trust rules admit: a server's rule is the one its ``<prefix>.*`` names fall under); ``expose``: only the
         servers serving that kind (``resources``, ``resource_templates``, ``prompts``)."""
@@ -225,7 +228,7 @@ class Passthrough:
             servers = [s for s in servers if self._trusted(ctx, s)]
         return servers
 
-    def _trusted(self, ctx: ServerRequestContext[Any, Any], server: DownstreamServer) -> bool:
+    def _trusted(self, ctx: RequestContext, server: DownstreamServer) -> bool:
         assert self.check_surface is not None
         try:
             self.check_surface(ctx, _Named(server.exposed("*")))
@@ -233,7 +236,7 @@ class Passthrough:
             return False
         return True
 
-    def _require_scopes(self, ctx: ServerRequestContext[Any, Any], kind: str, name: str, what: str = "") -> None:
+    def _require_scopes(self, ctx: RequestContext, kind: str, name: str, what: str = "") -> None:
         """Refuse a request of a prompt or resource (``kind``) whose scopes the caller lacks: JSON-RPC
         :data:`~mcpipe.access.INSUFFICIENT_SCOPE`, naming the scopes (over HTTP with an OAuth issuer, the front
         has answered the 403 step-up challenge before)."""
@@ -245,9 +248,7 @@ class Passthrough:
             data = {"error": "insufficient_scope", "scope": " ".join(needed), "missing": list(missing)}
             raise MCPError(INSUFFICIENT_SCOPE, scope_message(what or kind, name, missing), data)
 
-    def _scoped_entries(
-        self, ctx: ServerRequestContext[Any, Any], kind: str, entries: list[dict[str, Any]]
-    ) -> list[dict[str, Any]]:
+    def _scoped_entries(self, ctx: RequestContext, kind: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The entries of a list the caller's scopes allow (prompts by name, resources by URI, templates by
         their URI template)."""
         check = self.scopes(ctx) if self.scopes is not None else None
@@ -281,7 +282,7 @@ class Passthrough:
 
     # -- lists -----------------------------------------------------------------------------------------
 
-    def _merged(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
+    def _merged(self, ctx: RequestContext, kind: str) -> list[dict[str, Any]]:
         out: dict[str, tuple[DownstreamServer, dict[str, Any]]] = {}
         expose = {"resource": "resources", "template": "resource_templates"}.get(kind, "prompts")
         for s in self._servers(ctx, expose):
@@ -300,7 +301,7 @@ class Passthrough:
                     out[key] = (s, entry)
         return [entry for _, entry in out.values()]
 
-    def _local(self, ctx: ServerRequestContext[Any, Any], kind: str) -> list[dict[str, Any]]:
+    def _local(self, ctx: RequestContext, kind: str) -> list[dict[str, Any]]:
         surface = {"resource": "resource", "template": "resource_template", "prompt": "prompt"}[kind]
         # Listed to the callers who may use it, as tools are (their auth limits and trust rules).
         own = [_descriptor(t) for t in self.surfaces if t.surface == surface and self._may_use_local(ctx, t)]
@@ -310,9 +311,7 @@ class Passthrough:
             own += [e for e in guide if (e.get("uri") or e.get("name")) not in taken]
         return own
 
-    async def _list(
-        self, ctx: ServerRequestContext[Any, Any], key: str, kind: str, cursor: str | None = None
-    ) -> dict[str, Any]:
+    async def _list(self, ctx: RequestContext, key: str, kind: str, cursor: str | None = None) -> dict[str, Any]:
         await self.downstreams.ready()
         out: dict[str, Any] = {}
         more: dict[str, str]
@@ -348,15 +347,15 @@ class Passthrough:
             out.update(ttlMs=self.caching.list_ttl_ms, cacheScope=self.caching.scope)
         return out
 
-    async def list_resources(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+    async def list_resources(self, ctx: RequestContext, params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return await self._list(ctx, "resources", "resource", getattr(params, "cursor", None))
 
-    def _cursor_binding(self, ctx: ServerRequestContext[Any, Any]) -> bytes:
+    def _cursor_binding(self, ctx: RequestContext) -> bytes:
         """Whom a ``resources/list`` cursor is for (its session and principal; mcpg binds its cursors to the
         session): another caller's cursor is an invalid one."""
         return orjson.dumps([_session_id(ctx), self.principal(ctx)])
 
-    def _listed(self, ctx: ServerRequestContext[Any, Any]) -> list[Any]:
+    def _listed(self, ctx: RequestContext) -> list[Any]:
         """The config's resources and templates with a listing that this caller may read."""
         principal = self.principal(ctx)
         out = []
@@ -374,7 +373,7 @@ class Passthrough:
         return out
 
     async def _listings(
-        self, ctx: ServerRequestContext[Any, Any], pages: dict[str, str | None]
+        self, ctx: RequestContext, pages: dict[str, str | None]
     ) -> tuple[list[dict[str, Any]], dict[str, str]]:
         """One page of each listing named in ``pages`` (listing -> its cursor, None for the first page), in
         config order: their resources, and the listings with more to come (-> their next cursor). A listing that
@@ -399,15 +398,17 @@ class Passthrough:
                 more[name] = following
         return entries, more
 
-    async def list_resource_templates(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+    async def list_resource_templates(
+        self, ctx: RequestContext, params: types.PaginatedRequestParams | None
+    ) -> dict[str, Any]:
         return await self._list(ctx, "resourceTemplates", "template")
 
-    async def list_prompts(self, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+    async def list_prompts(self, ctx: RequestContext, params: types.PaginatedRequestParams | None) -> dict[str, Any]:
         return await self._list(ctx, "prompts", "prompt")
 
     # -- routing ---------------------------------------------------------------------------------------
 
-    def _owner(self, ctx: ServerRequestContext[Any, Any], uri: str) -> DownstreamServer:
+    def _owner(self, ctx: RequestContext, uri: str) -> DownstreamServer:
         for s in self._servers(ctx, "resources"):
             if s.catalog.owns(uri):
                 return s
@@ -416,7 +417,7 @@ class Passthrough:
                 return s
         raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
 
-    def _prompt(self, ctx: ServerRequestContext[Any, Any], name: str) -> tuple[DownstreamServer, str]:
+    def _prompt(self, ctx: RequestContext, name: str) -> tuple[DownstreamServer, str]:
         for s in self._servers(ctx, "prompts"):
             found = s.catalog.prompts.get(name)
             if found is not None:
@@ -434,7 +435,7 @@ class Passthrough:
         out: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
         return out
 
-    async def _run_local(self, ctx: ServerRequestContext[Any, Any], tool: Any, args: dict[str, Any]) -> Any:
+    async def _run_local(self, ctx: RequestContext, tool: PlanTool, args: dict[str, Any]) -> Any:
         if self.run_surface is None:
             raise MCPError(types.INTERNAL_ERROR, f"'{tool.name}' cannot run here")
         return await self.run_surface(ctx, tool, args)
@@ -449,9 +450,7 @@ class Passthrough:
                 return t, {"uri": uri, **found, "template_vars": dict(found)}
         return None
 
-    async def read_resource(
-        self, ctx: ServerRequestContext[Any, Any], params: types.ReadResourceRequestParams
-    ) -> dict[str, Any]:
+    async def read_resource(self, ctx: RequestContext, params: types.ReadResourceRequestParams) -> dict[str, Any]:
         uri = str(params.uri)
         self._require_scopes(ctx, "resource", uri)
         if self.content is not None and self.content.owns(uri):
@@ -482,7 +481,7 @@ class Passthrough:
         forwarded = await self._forward(server, lambda _: self._asking(ctx, server, params, read))
         return self._clamped(_for_era(ctx, forwarded), uri)
 
-    async def _read_content(self, ctx: ServerRequestContext[Any, Any], uri: str) -> dict[str, Any]:
+    async def _read_content(self, ctx: RequestContext, uri: str) -> dict[str, Any]:
         """A content store's content, as mcpg serves its ``mcpg-resource://`` reads (``resource_read_managed``):
         the caller's trust rules as for any resource (by its URI); content another session or principal stored,
         or none, or expired, is the same ``unknown resource``; text types that are UTF-8 as text, the rest as
@@ -513,9 +512,7 @@ class Passthrough:
                 raise MCPError(types.INTERNAL_ERROR, refused)
         return result
 
-    async def get_prompt(
-        self, ctx: ServerRequestContext[Any, Any], params: types.GetPromptRequestParams
-    ) -> dict[str, Any]:
+    async def get_prompt(self, ctx: RequestContext, params: types.GetPromptRequestParams) -> dict[str, Any]:
         self._require_scopes(ctx, "prompt", params.name)
         tool = next((t for t in self.surfaces if t.surface == "prompt" and t.name == params.name), None)
         if tool is not None:
@@ -535,14 +532,12 @@ class Passthrough:
 
         return _for_era(ctx, await self._forward(server, lambda _: self._asking(ctx, server, params, get)))
 
-    async def _asking(
-        self, ctx: ServerRequestContext[Any, Any], server: DownstreamServer, params: Any, request: Any
-    ) -> Any:
+    async def _asking(self, ctx: RequestContext, server: DownstreamServer, params: Any, request: Any) -> Any:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
     async def _local_completion(
-        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
+        self, ctx: RequestContext, params: types.CompleteRequestParams
     ) -> dict[str, Any] | None:
         """A local prompt's or template's completions: its static values starting with what the client typed,
         less those it already gave for other arguments, or the values its completion source (a hidden pipeline)
@@ -567,8 +562,8 @@ class Passthrough:
 
     async def _completion_source(
         self,
-        ctx: ServerRequestContext[Any, Any],
-        tool: Any,
+        ctx: RequestContext,
+        tool: PlanTool,
         pipeline: str,
         argument: str,
         params: types.CompleteRequestParams,
@@ -591,9 +586,7 @@ class Passthrough:
             return []
         return [v for v in output if isinstance(v, str)]
 
-    async def complete(
-        self, ctx: ServerRequestContext[Any, Any], params: types.CompleteRequestParams
-    ) -> dict[str, Any]:
+    async def complete(self, ctx: RequestContext, params: types.CompleteRequestParams) -> dict[str, Any]:
         if isinstance(params.ref, types.PromptReference):
             self._require_scopes(ctx, "prompt", params.ref.name)
         else:
@@ -618,9 +611,7 @@ class Passthrough:
 
     # -- subscriptions -----------------------------------------------------------------------------------
 
-    async def subscribe(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SubscribeRequestParams
-    ) -> dict[str, Any]:
+    async def subscribe(self, ctx: RequestContext, params: types.SubscribeRequestParams) -> dict[str, Any]:
         uri = str(params.uri)
         self._require_scopes(ctx, "resource", uri)  # a subscription is a read that keeps arriving
         local = self._local_resource(uri)
@@ -645,9 +636,7 @@ class Passthrough:
                 await self._subscribe_downstream(server, uri, True)
         return {}
 
-    async def unsubscribe(
-        self, ctx: ServerRequestContext[Any, Any], params: types.UnsubscribeRequestParams
-    ) -> dict[str, Any]:
+    async def unsubscribe(self, ctx: RequestContext, params: types.UnsubscribeRequestParams) -> dict[str, Any]:
         uri = str(params.uri)
         subs = self._subscribers.get(uri)
         if self._local_resource(uri) is not None:
@@ -679,7 +668,7 @@ class Passthrough:
             await self._forward(server, lambda _c: fn(uri))
 
     async def listen(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SubscriptionsListenRequestParams
+        self, ctx: RequestContext, params: types.SubscriptionsListenRequestParams
     ) -> types.SubscriptionsListenResult:
         """A 2026-07-28 client's change stream: the SDK's handler, with its resource URIs subscribed
         downstream for as long as it stays open."""
@@ -742,14 +731,14 @@ class Passthrough:
 
     # -- the config's own resources: who may subscribe, who is told ------------------------------------
 
-    def _check_local(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> None:
+    def _check_local(self, ctx: RequestContext, tool: PlanTool) -> None:
         principal = self.principal(ctx)
         if principal is not None and not self.policy.allows(principal, tool.name):
             raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
         if self.check_surface is not None:
             self.check_surface(ctx, tool)
 
-    def _may_use_local(self, ctx: ServerRequestContext[Any, Any], tool: Any) -> bool:
+    def _may_use_local(self, ctx: RequestContext, tool: PlanTool) -> bool:
         """Whether the caller may use one of the config's resources, templates or prompts (list it, complete
         its arguments): its auth limits and trust rules allow it."""
         try:
@@ -758,7 +747,7 @@ class Passthrough:
             return False
         return True
 
-    def _subscriber(self, ctx: ServerRequestContext[Any, Any]) -> dict[str, Any]:
+    def _subscriber(self, ctx: RequestContext) -> dict[str, Any]:
         identity = self.identity(ctx) if self.identity is not None else None
         return subscriber_facts(identity, self.principal(ctx))
 
@@ -781,7 +770,7 @@ class Passthrough:
         await self.bus.publish(ResourceUpdated(uri=uri))
         return told
 
-    async def _read_watched(self, tool: Any, uri: str) -> str | None:
+    async def _read_watched(self, tool: PlanTool, uri: str) -> str | None:
         """A watched resource read as the server itself: its first text content, or None (a failed read)."""
         if self.run_hidden is None:
             return None
@@ -827,9 +816,7 @@ class Passthrough:
 
     # -- logging ------------------------------------------------------------------------------------------
 
-    async def set_level(
-        self, ctx: ServerRequestContext[Any, Any], params: types.SetLevelRequestParams
-    ) -> dict[str, Any]:
+    async def set_level(self, ctx: RequestContext, params: types.SetLevelRequestParams) -> dict[str, Any]:
         """``logging/setLevel`` (2025-11-25): this client's messages at that level and above from now on."""
         self.levels[_connection(ctx)] = params.level
         self._sessions[_connection(ctx)] = ctx.session
@@ -886,7 +873,7 @@ def _decode_cursor(cursor: str, key: bytes, binding: bytes) -> dict[str, str | N
     return dict(pages)
 
 
-def _session_id(ctx: ServerRequestContext[Any, Any]) -> str | None:
+def _session_id(ctx: RequestContext) -> str | None:
     """The caller's 2025-11-25 session id (``Mcp-Session-Id``), or None."""
     try:
         value = ctx.request.headers.get("mcp-session-id") if ctx.request is not None else None
@@ -931,7 +918,7 @@ class _HearingBus:
         return self._bus.subscribe(lambda event: listener(event) if hears(event) else None)
 
 
-def _local_result(ctx: ServerRequestContext[Any, Any], result: dict[str, Any]) -> dict[str, Any]:
+def _local_result(ctx: RequestContext, result: dict[str, Any]) -> dict[str, Any]:
     """A local surface's result, for the request's era (2026-07-28: complete, never cached)."""
     if ctx.protocol_version in _MODERN:
         return {**result, "resultType": "complete", "ttlMs": 0, "cacheScope": "private"}
@@ -944,7 +931,7 @@ def _surface_error(exc: MCPipeError) -> MCPError:
     return MCPError(code if isinstance(code, int) else types.INTERNAL_ERROR, str(exc))
 
 
-def _descriptor(tool: Any) -> dict[str, Any]:
+def _descriptor(tool: PlanTool) -> dict[str, Any]:
     """The ``resources/list``, ``resources/templates/list`` or ``prompts/list`` entry of a local surface."""
     entry: dict[str, Any] = {"name": tool.name}
     if tool.surface == "resource":

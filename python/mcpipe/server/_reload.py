@@ -88,7 +88,7 @@ class Reloader:
         self.changed = trio.Event()
         """Set (and replaced) after each reload, served or refused."""
 
-    def attach(self, front: Any) -> None:
+    def attach(self, front: object) -> None:
         """The HTTP front serving the app (``serve_http(on_front=...)``)."""
         self.front = front
 

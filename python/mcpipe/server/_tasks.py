@@ -16,12 +16,12 @@ with a JSON-RPC ``error``; a cancelled one is ``cancelled``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
 from typing import Any, Literal
 
-from mcp.server.context import ServerRequestContext
+import mcp_types as types
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp_types import RequestParams
@@ -30,6 +30,7 @@ from pydantic import ConfigDict, Field
 
 from mcpipe._util import PIPE_TOOL
 from mcpipe.runs import Runs
+from mcpipe.server._context import RequestContext
 from mcpipe.store import RunInfo, StoreUnavailable
 from mcpipe.tools import ToolContext
 
@@ -52,7 +53,7 @@ class UpdateParams(TaskParams):
     input_responses: dict[str, Any] | None = Field(default=None, alias="inputResponses")
 
 
-def declares_tasks(capabilities: Any) -> bool:
+def declares_tasks(capabilities: types.ClientCapabilities | dict[str, object] | None) -> bool:
     """Whether client capabilities (the SDK's model, or wire JSON) declare the tasks extension."""
     if capabilities is None:
         return False
@@ -77,12 +78,12 @@ def store_unavailable(exc: StoreUnavailable) -> MCPError:
 
 
 def _serving(
-    method: Callable[[Tasks, ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]],
-) -> Callable[[Tasks, ServerRequestContext[Any, Any], Any], Awaitable[dict[str, Any]]]:
+    method: Callable[[Tasks, RequestContext, Any], Awaitable[dict[str, Any]]],
+) -> Callable[[Tasks, RequestContext, Any], Awaitable[dict[str, Any]]]:
     """A ``tasks/*`` handler whose queue may be unreachable: that is :func:`store_unavailable`."""
 
     @wraps(method)
-    async def serve(self: Tasks, ctx: ServerRequestContext[Any, Any], params: Any) -> dict[str, Any]:
+    async def serve(self: Tasks, ctx: RequestContext, params: Any) -> dict[str, Any]:
         try:
             return await method(self, ctx, params)
         except StoreUnavailable as exc:
@@ -160,12 +161,12 @@ class Tasks:
     async def create(
         self,
         name: str,
-        args: dict[str, Any],
+        args: Mapping[str, object],
         tctx: ToolContext,
-        capabilities: Any,
+        capabilities: types.ClientCapabilities | dict[str, object] | None,
         *,
-        recorded: dict[str, Any] | None = None,
-        answers: dict[str, Any] | None = None,
+        recorded: Mapping[str, object] | None = None,
+        answers: Mapping[str, object] | None = None,
     ) -> dict[str, Any]:
         """Queue the call as a run (with the client's ``capabilities``, so that the run can ask it); answers
         the ``CreateTaskResult`` once it is durably queued.
@@ -183,7 +184,7 @@ class Tasks:
         info = await self.runs.submit(name, args, tctx, meta=meta)
         return {"resultType": "task", **self.envelope(info)}
 
-    async def _task(self, ctx: ServerRequestContext[Any, Any], task_id: str) -> RunInfo:
+    async def _task(self, ctx: RequestContext, task_id: str) -> RunInfo:
         if not declares_tasks(ctx.session.client_capabilities):
             raise _missing()
         from mcpipe.server._core import principal_of  # the principal as the call path reads it
@@ -194,7 +195,7 @@ class Tasks:
         return info
 
     @_serving
-    async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+    async def get(self, ctx: RequestContext, params: TaskParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         out = self.envelope(info)
         answer = info.answer
@@ -207,14 +208,14 @@ class Tasks:
         return out
 
     @_serving
-    async def cancel(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
+    async def cancel(self, ctx: RequestContext, params: TaskParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         if not info.done:
             await self.runs.queue.cancel(info.id, by=self.runs.server_id)
         return {}
 
     @_serving
-    async def update(self, ctx: ServerRequestContext[Any, Any], params: UpdateParams) -> dict[str, Any]:
+    async def update(self, ctx: RequestContext, params: UpdateParams) -> dict[str, Any]:
         info = await self._task(ctx, params.task_id)
         if params.input_responses:
             responses = {k: _wire(v) for k, v in params.input_responses.items()}

@@ -44,7 +44,7 @@ Holders = Callable[[str], int]
 """How many clients are subscribed to a URI now."""
 
 
-def subscriber_facts(identity: Any, principal: str | None) -> dict[str, Any]:
+def subscriber_facts(identity: object, principal: str | None) -> dict[str, Any]:
     """What a ``notify_if`` reads as ``subscriber``: the subscriber's identity when it subscribed."""
     if identity is None:
         return {
@@ -68,7 +68,7 @@ def subscriber_facts(identity: Any, principal: str | None) -> dict[str, Any]:
 class _Watch:
     __slots__ = ("notify_if", "poll_s", "scope", "tool", "uri")
 
-    def __init__(self, tool: Any, uri: str, poll_ms: int | None, notify_if: str | None) -> None:
+    def __init__(self, tool: object, uri: str, poll_ms: int | None, notify_if: str | None) -> None:
         self.tool = tool
         self.uri = uri
         self.poll_s = poll_ms / 1000 if poll_ms is not None else None
@@ -116,7 +116,7 @@ class Watches:
         self.notify = notify
         self.holders = holders
 
-    async def decide(self, uri: str, subscriber: Mapping[str, Any]) -> bool:
+    async def decide(self, uri: str, subscriber: Mapping[str, object]) -> bool:
         """Whether a subscriber is told of a change of ``uri`` (its watch's ``notify_if``). The expression reads
         what a caller sent (its subject, its token's claims), so it runs as a caller's expressions do: off the
         event loop, under ``pipe.expression_timeout_ms`` (past it, or failing, the subscriber is not told). A

@@ -391,7 +391,7 @@ async def _serve(
 class _KeepEnv(dict[str, str]):
     """An environment where every variable reads as its own ``${env.NAME}`` reference."""
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: object = None) -> Any:
         return "${env." + key + "}"
 
     def __contains__(self, key: object) -> bool:

@@ -75,7 +75,7 @@ def store_schemes() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def open_store(url: str = "memory:", **options: Any) -> ServedStore:
+def open_store(url: str = "memory:", **options: object) -> ServedStore:
     """The store ``url`` names (``memory:`` by default); start its background work with
     ``await nursery.start(store.run)``.
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar, cast
 
 import coredis
@@ -660,7 +660,7 @@ class RedisRunQueue:
     async def enqueue(
         self,
         target: str,
-        args: Any,
+        args: object,
         *,
         principal: str | None = None,
         run_id: str | None = None,
@@ -763,7 +763,7 @@ class RedisRunQueue:
             n += int(await self._do("expire", self._expire(keys=keys, args=args)))
         return n
 
-    async def suspend(self, run_id: str, worker: str, pending: dict[str, Any]) -> bool:
+    async def suspend(self, run_id: str, worker: str, pending: Mapping[str, object]) -> bool:
         run, _, events = self._run(run_id)
         info = await self.get(run_id)
         if info is None:
@@ -854,7 +854,7 @@ class RedisRunQueue:
         got = await self._do("recorded", self._client.hgetall(steps))
         return {path: orjson.loads(result) for path, result in got.items()}
 
-    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
+    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: object) -> bool:
         packed = pack_answer(answer)
         large = too_large_answer(len(packed), self.bounds.max_run_bytes)
         args: list[str | int] = [

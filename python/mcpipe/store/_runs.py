@@ -18,7 +18,7 @@ compare-and-set on (run, worker): a worker whose lease was taken over cannot fin
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -392,7 +392,7 @@ def queue_schemes() -> list[str]:
     return sorted(_FACTORIES)
 
 
-def open_queue(url: str, **options: Any) -> RunQueue:
+def open_queue(url: str, **options: object) -> RunQueue:
     """The run queue ``url`` names: ``sqlite:///PATH`` (or a bare path) or ``redis://HOST:PORT/DB``.
 
     Options: ``retention_s`` (how long terminal runs and their events are kept), ``prefix`` (Redis keys),
@@ -410,7 +410,7 @@ def open_queue(url: str, **options: Any) -> RunQueue:
     return factory(url, options)
 
 
-def outcome_of(answer: Any) -> dict[str, Any]:
+def outcome_of(answer: object) -> dict[str, Any]:
     """What a terminal event says of a run's answer: ``ok`` (and the pipeline's ``error_code``)."""
     if isinstance(answer, dict):
         s = answer.get("structuredContent")
@@ -440,7 +440,7 @@ def merge_answers(meta: dict[str, Any], responses: dict[str, Any]) -> tuple[dict
 _TEXT_OF_STRUCTURED = "mcpipe_text_is_structured"
 
 
-def pack_answer(answer: Any) -> bytes:
+def pack_answer(answer: object) -> bytes:
     """``answer`` as the queue stores it: an answer whose one text block is the JSON of its structured content
     (``mcp_pipe``'s section-7 answer) keeps the structured content only (the text is written back by
     :func:`unpack_answer`), so a run's answer is not stored twice."""
@@ -499,7 +499,7 @@ def expired_answer(ttl_s: float) -> dict[str, Any]:
 _CUT = 256
 
 
-def _cut(value: Any) -> Any:
+def _cut(value: object) -> Any:
     if isinstance(value, str):
         return value if len(value) <= _CUT else f"{value[:_CUT]}... ({len(value)} characters)"
     if isinstance(value, dict):
@@ -509,7 +509,7 @@ def _cut(value: Any) -> Any:
     return value
 
 
-def event_blob(data: dict[str, Any]) -> bytes:
+def event_blob(data: Mapping[str, object]) -> bytes:
     """An event's data as a queue stores it: its JSON, at most about :data:`MAX_EVENT_BYTES` (long strings,
     many keys or items are cut, saying how long they were)."""
     blob = orjson.dumps(data)

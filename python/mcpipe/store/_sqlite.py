@@ -343,7 +343,7 @@ class SqliteRunQueue:
     async def enqueue(
         self,
         target: str,
-        args: Any,
+        args: object,
         *,
         principal: str | None = None,
         run_id: str | None = None,
@@ -550,7 +550,7 @@ class SqliteRunQueue:
         )
         return {path: orjson.loads(result) for path, result in rows}
 
-    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: Any) -> bool:
+    async def finish(self, run_id: str, worker: str, status: RunStatus, answer: object) -> bool:
         answer_b = pack_answer(answer)
 
         def tx(db: sqlite3.Connection) -> bool:

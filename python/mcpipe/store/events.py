@@ -20,7 +20,6 @@ Each event is stamped with the time (Unix seconds) and the writer's id, and kept
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import trio
 
@@ -29,7 +28,7 @@ from mcpipe.store._runs import EVENT_TYPES, TERMINAL, NewEvent, RunEvent, RunQue
 __all__ = ["EVENT_TYPES", "EventLog", "emit", "follow"]
 
 
-async def emit(queue: RunQueue, run_id: str, type: str, *, worker: str | None = None, **data: Any) -> None:
+async def emit(queue: RunQueue, run_id: str, type: str, *, worker: str | None = None, **data: object) -> None:
     """Append one event to run ``run_id``'s log now."""
     await queue.emit(run_id, worker, [(type, data)])
 
@@ -52,7 +51,7 @@ class EventLog:
         self.worker = worker
         self._pending: list[NewEvent] = []
 
-    def add(self, type: str, **data: Any) -> None:
+    def add(self, type: str, **data: object) -> None:
         """Gather one event (written by the next :meth:`flush`)."""
         self._pending.append((type, data))
 

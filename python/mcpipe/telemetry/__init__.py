@@ -28,9 +28,10 @@ from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from contextvars import ContextVar
+from types import TracebackType
 from typing import Any, cast
 
-from opentelemetry.trace import NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 from opentelemetry.trace.span import DEFAULT_TRACE_STATE
 
 __all__ = ["Telemetry", "configure", "current", "install"]
@@ -215,7 +216,7 @@ class Telemetry:
                 # Called once per function-tool step: the recorder's own, bound once here (no call between).
                 self.step_ended = self._recorder.step_ended
 
-    def _start(self, name: str, parent: Any, kind: Any, attributes: dict[str, Any]) -> Any:
+    def _start(self, name: str, parent: Any, kind: Any, attributes: Mapping[str, object]) -> Any:
         """A started span named ``name``, child of ``parent`` (a ``SpanContext``; None: the current span's).
 
         Spans of an SDK tracer whose span processors only look at ended spans (the SDK's batch and simple
@@ -307,14 +308,14 @@ class Telemetry:
 
     # --- pipelines ---
 
-    def observe_steps(self, answer: Mapping[str, Any]) -> None:
+    def observe_steps(self, answer: Mapping[str, object]) -> None:
         """Count the steps of a finished pipeline answer (nested ones too) by kind and outcome."""
         if self.metrics is not None:
             steps = answer.get("steps")
             if isinstance(steps, dict):
                 self._count(steps)
 
-    def _count(self, steps: dict[str, Any]) -> None:
+    def _count(self, steps: Mapping[str, object]) -> None:
         counts: dict[tuple[str, str], int] = {}
         self._tally(steps, counts)
         m = self.metrics
@@ -322,7 +323,7 @@ class Telemetry:
         for (kind, outcome), n in counts.items():  # one increment per kind and outcome, not one per step
             m.step(kind, outcome)(n)
 
-    def _tally(self, steps: dict[str, Any], counts: dict[tuple[str, str], int]) -> None:
+    def _tally(self, steps: Mapping[str, object], counts: dict[tuple[str, str], int]) -> None:
         for step in steps.values():
             if not isinstance(step, dict):
                 continue
@@ -342,7 +343,7 @@ class Telemetry:
     # --- spans ---
 
     def span(
-        self, name: str, attributes: dict[str, Any], *, client: bool = False, current: bool = True
+        self, name: str, attributes: Mapping[str, object], *, client: bool = False, current: bool = True
     ) -> AbstractContextManager[Any]:
         """A child span of the current one for a ``with`` block, made the current one inside when
         ``current``; it ends with the block, failed if the block raised (nothing without a tracer)."""
@@ -423,13 +424,13 @@ class SpanScope:
 
     __slots__ = ("_tel", "_token", "span")
 
-    def __init__(self, tel: Telemetry, span: Any, token: Any) -> None:
+    def __init__(self, tel: Telemetry, span: Span, token: Any) -> None:
         self._tel, self.span, self._token = tel, span, token
 
     def __enter__(self) -> Any:
         return self.span
 
-    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> None:
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         if exc is not None:
             _failed(self.span, exc, self._tel.error)
         if self._token is not None:
@@ -459,7 +460,7 @@ def _span_entry(context: Any) -> tuple[Callable[[Any], Any], Callable[[Any], Non
         return attach, context.detach
     make = context.Context
 
-    def enter(span: Any) -> Any:
+    def enter(span: Span) -> Any:
         return var.set(make({**var.get(), _SPAN_KEY: span}))
 
     return enter, var.reset
@@ -474,14 +475,14 @@ def _recorder_of(tracer: Any, otherwise: Callable[[str, str, int, bool | BaseExc
     return Recorder.of(tracer, otherwise)
 
 
-def _outcome(step: dict[str, Any]) -> str:
+def _outcome(step: Mapping[str, object]) -> str:
     """The outcome label of a pipeline step's answer that is not ok."""
     if step.get("skipped"):
         return "skipped"
     return "cancelled" if step.get("error_code") == "CANCELLED" else "failed"
 
 
-def _failed(span: Any, exc: BaseException, error: Any) -> None:
+def _failed(span: Span, exc: BaseException, error: Any) -> None:
     """Mark ``span`` failed by ``exc``, unless ``exc`` is a 2026-07-28 suspension (the call asks its client
     and resumes on the retry: not an error)."""
     from mcpipe._util import is_suspension
@@ -499,7 +500,7 @@ _LIVE = frozenset({"queued", "running", "input_required"})
 _CODE = re.compile(r"([A-Z][A-Z0-9_]{1,40}):")
 
 
-def error_code(answer: Mapping[str, Any]) -> str:
+def error_code(answer: Mapping[str, object]) -> str:
     """The error code an error result says: a pipeline's ``error_code``, else the ``CODE:`` its text starts
     with (mcpipe's tool errors), else ``UNKNOWN``."""
     structured = answer.get("structuredContent")

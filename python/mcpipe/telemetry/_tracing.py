@@ -229,7 +229,7 @@ class Recorder:
         self._quiet = False
 
     @classmethod
-    def of(cls, tracer: Any, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> Recorder | None:
+    def of(cls, tracer: object, otherwise: Callable[[str, str, int, bool | BaseException], None]) -> Recorder | None:
         """A recorder for ``tracer`` if it is the OpenTelemetry SDK's, else None."""
         if type(tracer) is not Tracer or not all(hasattr(tracer, f) for f in _PRIVATE):
             return None

@@ -111,7 +111,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "notice": logging.INFO}
 _NO_CALLER_LOG = RateLimit(rate=20.0, burst=100.0)
 
 
-async def _no_log(level: str, data: Any, /, logger: str | None = None) -> None:
+async def _no_log(level: str, data: object, /, logger: str | None = None) -> None:
     """A call with nobody to send its log messages to (a background run, a call from ``/workflow``): they go to
     mcpipe's log, one line each, escaped and cut (``log_safe``), at most at WARNING whatever level they name,
     and at most 20 a second (a burst of 100); the dropped ones are counted on the next line."""
@@ -273,7 +273,7 @@ class ToolContext:
         return self.request.sdk_context
 
     @sdk_context.setter
-    def sdk_context(self, value: Any) -> None:
+    def sdk_context(self, value: object) -> None:
         self.request.sdk_context = value
 
     @property
@@ -288,7 +288,7 @@ class ToolContext:
         """Send a progress notification to the caller (a no-op when the caller asked for none)."""
         await self.progress(progress, total, message)
 
-    async def send_log(self, level: str, data: Any, logger: str | None = None) -> None:
+    async def send_log(self, level: str, data: object, logger: str | None = None) -> None:
         """Send a log message (``notifications/message``) to the caller, naming its ``logger`` when given."""
         if logger is None:
             await self.log(level, data)

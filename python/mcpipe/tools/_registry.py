@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import UnionType
 from typing import Annotated, Any, TypeVar, Union, get_args, get_origin, get_type_hints, overload
 
@@ -70,7 +70,7 @@ class FunctionTool:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ):
         self.fn = fn
         self.annotations = annotations
@@ -106,7 +106,7 @@ class FunctionTool:
     def __repr__(self) -> str:
         return f"<FunctionTool {self.name}>"
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         """Validate ``args``, call the function, and shape what it returns as a :class:`ToolResult`."""
         try:
             parsed = msgspec.convert(args, self._args_type)
@@ -137,7 +137,7 @@ class ToolRegistry:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ) -> Callable[[Callable[..., Any]], FunctionTool]: ...
 
     def tool(
@@ -147,7 +147,7 @@ class ToolRegistry:
         *,
         name: str | None = None,
         description: str | None = None,
-        annotations: dict[str, Any] | None = None,
+        annotations: Mapping[str, object] | None = None,
     ) -> Any:
         """Register a function as a tool: ``@registry.tool`` or ``@registry.tool(name=..., description=...,
         annotations={"readOnlyHint": True})`` (annotations as MCP defines them; ``mcpipe.tools.PURE`` for a
@@ -218,7 +218,7 @@ class ToolRegistry:
 # --- schemas -----------------------------------------------------------------------------------------
 
 
-def _inline_schema(tp: Any) -> dict[str, Any]:
+def _inline_schema(tp: object) -> dict[str, Any]:
     """JSON Schema of ``tp`` with the top level written out (MCP wants ``"type": "object"`` there, not a
     ``$ref``) and anything it refers to under ``$defs``."""
     (top,), defs = msgspec.json.schema_components([tp], ref_template="#/$defs/{name}")
@@ -238,7 +238,7 @@ _WRAPPED = 2  # any other JSON value: structuredContent {"result": value} (MCP w
 _RAW = 3  # ToolResult, or not annotated: decided by the value at run time
 
 
-def _output_shape(ret: Any) -> tuple[int, dict[str, Any] | None]:
+def _output_shape(ret: object) -> tuple[int, dict[str, Any] | None]:
     if ret is inspect.Signature.empty or ret is Any or ret is ToolResult:
         return _RAW, None
     if ret is str:
@@ -254,7 +254,7 @@ def _output_shape(ret: Any) -> tuple[int, dict[str, Any] | None]:
     return _WRAPPED, wrapped
 
 
-def _to_result(value: Any, shape: int) -> ToolResult:
+def _to_result(value: object, shape: int) -> ToolResult:
     if shape == _RAW:
         if isinstance(value, ToolResult):
             return value

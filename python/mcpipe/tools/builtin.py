@@ -18,6 +18,7 @@ forgery waiting to happen; put a fetch server behind ``mcpServers``, where you c
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -40,7 +41,7 @@ class _Echo:
     output_schema: dict[str, Any] | None = None
     annotations: dict[str, Any] = PURE
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         return ToolResult([{"type": "text", "text": dumps(args).decode()}], args)
 
 

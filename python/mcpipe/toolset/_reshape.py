@@ -11,7 +11,7 @@ gateway calls when it hands the tool out).
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -117,7 +117,7 @@ class ReshapedTool:
             schema.pop("required", None)
         return schema
 
-    def arguments(self, args: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    def arguments(self, args: Mapping[str, object]) -> tuple[dict[str, Any], list[str]]:
         """The original's arguments for the reshaped tool's ``args``, and what is wrong with them."""
         problems: list[str] = []
         out: dict[str, Any] = {}
@@ -135,7 +135,7 @@ class ReshapedTool:
                 out[arg] = shape.default
         return out, problems
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         tool = self.sync()
         if tool is None:
             return ToolResult.error(

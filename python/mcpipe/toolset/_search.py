@@ -12,7 +12,7 @@ it says of a tool that does not exist.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 from mcpipe._util import PIPE_TOOL
@@ -171,7 +171,7 @@ class _SearchTool:
             "additionalProperties": False,
         }
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         query, limit = args.get("query"), args.get("limit", self.limit)
         if not isinstance(query, str) or not query.strip():
             return ToolResult.error(f"{ErrorCode.INVALID_SPEC}: args.query: a non-empty string")
@@ -220,7 +220,7 @@ class _DescribeTool:
     def __init__(self, wire: Wire) -> None:
         self.wire = wire
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         names = args.get("names")
         if (
             not isinstance(names, list)

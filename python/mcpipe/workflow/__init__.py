@@ -71,14 +71,14 @@ class WorkflowTool:
     def __contains__(self, name: object) -> bool:
         return name == TOOL_NAME
 
-    async def answer(self, args: Any, ctx: ToolContext) -> tuple[dict[str, Any] | None, list[str]]:
+    async def answer(self, args: object, ctx: ToolContext) -> tuple[dict[str, Any] | None, list[str]]:
         """The workflow's response, or the arguments' problems (then nothing ran)."""
         request, errors = WorkflowRequest.parse(args, self.workflow.config.max_instructions_chars)
         if request is None:
             return None, errors
         return await self.workflow.run(request, ctx), []
 
-    async def call(self, args: dict[str, Any], ctx: ToolContext) -> ToolResult:
+    async def call(self, args: Mapping[str, object], ctx: ToolContext) -> ToolResult:
         result, errors = await self.answer(args, ctx)
         if result is None:
             return ToolResult.error(f"invalid arguments for tool '{TOOL_NAME}': " + "; ".join(errors))
@@ -86,7 +86,9 @@ class WorkflowTool:
         return ToolResult([{"type": "text", "text": text}], result, result["status"] == "error")
 
 
-def load_workflow(raw: Any, models: Models, location: str = "workflow") -> tuple[WorkflowConfig | None, list[Problem]]:
+def load_workflow(
+    raw: object, models: Models, location: str = "workflow"
+) -> tuple[WorkflowConfig | None, list[Problem]]:
     """Decode and check the ``workflow`` section: every problem located (``workflow.tools[1].base_url``)."""
     if raw is None:
         return None, []

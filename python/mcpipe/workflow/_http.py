@@ -25,7 +25,7 @@ Send = Any
 Receive = Any
 
 
-async def _respond(send: Send, status: int, payload: Any, extra: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _respond(send: Send, status: int, payload: object, extra: list[tuple[bytes, bytes]] | None = None) -> None:
     body = orjson.dumps(payload)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *(extra or [])]
     await send({"type": "http.response.start", "status": status, "headers": headers})

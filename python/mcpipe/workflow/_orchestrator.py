@@ -85,7 +85,7 @@ class WorkflowRequest:
     response_format_instructions: str | None = None
 
     @classmethod
-    def parse(cls, args: Any, max_chars: int) -> tuple[WorkflowRequest | None, list[str]]:
+    def parse(cls, args: object, max_chars: int) -> tuple[WorkflowRequest | None, list[str]]:
         """Check a call's arguments; answers the request or every problem, located (``tool_ids[1]: ...``)."""
         if not isinstance(args, Mapping):
             return None, ["the arguments must be an object"]
@@ -190,13 +190,13 @@ def tools_context(tools: list[HttpToolConfig]) -> str:
     return "\n".join(lines)
 
 
-def _text(v: Any) -> str:
+def _text(v: object) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     return v if isinstance(v, str) else orjson.dumps(v).decode()
 
 
-def _answer(status: str, **fields: Any) -> dict[str, Any]:
+def _answer(status: str, **fields: object) -> dict[str, Any]:
     out: dict[str, Any] = {
         "status": status,
         "selected_tool": None,
@@ -295,7 +295,7 @@ class Workflow:
     ) -> _Prepared:
         chosen: list[_Prepared] = []
 
-        def check(spec: Any) -> None:
+        def check(spec: object) -> None:
             chosen.append(self._prepare(spec, tools))
 
         model = self.models.get(self.config.model)
@@ -427,7 +427,7 @@ class Workflow:
         body, _ = response.decoded()
         return {"status_code": response.status, "body": body, "execution_time_ms": elapsed}
 
-    async def _format(self, request: WorkflowRequest, raw: dict[str, Any], ctx: ToolContext) -> str:
+    async def _format(self, request: WorkflowRequest, raw: Mapping[str, object], ctx: ToolContext) -> str:
         model = self.models.get(self.config.format_model or self.config.model)
         how = request.response_format_instructions or "Answer in one or two sentences."
         data = orjson.dumps(raw["body"]).decode()
