@@ -130,9 +130,14 @@ class WorkerProcess(Protocol):
         killed: :meth:`kill` was called.
     """
 
-    key: Hashable
-    pid: int
-    killed: bool
+    @property
+    def key(self) -> Hashable: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def killed(self) -> bool: ...
 
     async def start(self) -> None:
         """Wait until it can take a request (the caller's cancel scope bounds the wait).
