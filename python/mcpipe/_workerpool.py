@@ -494,7 +494,9 @@ class WorkerPool:
         evict: WorkerProcess | None = None
         with self._lock:
             if not fresh:
-                for worker in reversed(self._idle):
+                # A reused worker: the one used last (its caches warm). A one-shot spare: the oldest, the one
+                # most likely to have finished starting.
+                for worker in reversed(self._idle) if self.reuse else self._idle:
                     if worker.key == key:
                         del self._idle[worker]
                         self._busy.add(worker)
