@@ -61,7 +61,6 @@ __all__ = [
     "EndedWithoutReply",
     "ExecSpawner",
     "ReplyTooLarge",
-    "SizedSlots",
     "Spawner",
     "WorkerBusy",
     "WorkerDied",
@@ -322,9 +321,9 @@ class _Worker:
 
     # --- async (for Trio) ---------------------------------------------------------------------------------
 
-    async def _exchange_line(self, request: bytes | None, limit: int) -> bytes:
-        """Send ``request`` (None: send nothing), answer the reply line (the caller's cancel scope bounds the
-        wait)."""
+    async def _exchange_line(self, request: bytes | None, limit: int, sent: Callable[[], None] | None = None) -> bytes:
+        """Send ``request`` (None: send nothing), then call ``sent()``; answer the reply line (the caller's
+        cancel scope bounds the wait)."""
         import trio
 
         view = memoryview(request or b"")
@@ -332,6 +331,8 @@ class _Worker:
             view = self._write_now(view)
             if view:
                 await trio.lowlevel.wait_writable(self.stdin)
+        if sent is not None:
+            sent()
         while True:
             self._read_now()
             line = self._line(limit)
@@ -367,7 +368,7 @@ class _Worker:
         return True
 
     async def exchange(self, request: bytes, limit: int, sink: object, sent: Callable[[], None] | None) -> bytes:
-        return (await self._exchange_line(request + b"\n", limit))[:-1]
+        return (await self._exchange_line(request + b"\n", limit, sent))[:-1]
 
     def exchange_blocking(self, request: bytes, limit: int, deadline: float) -> bytes | None:
         line = self.exchange_blocking_line(request + b"\n", limit, deadline)
@@ -407,31 +408,6 @@ class _Worker:
             if pipe is not None:
                 with contextlib.suppress(OSError):
                     pipe.close()
-
-
-class SizedSlots:
-    """Per Trio run, one capacity limiter per size asked for: ``async with slots(n):`` holds one of ``n``
-    slots. The bound of workers a pool does not keep itself (the sandbox's fresh worker per ``python`` step,
-    :mod:`mcpipe.kinds._pyworker`, whose size is a step's policy)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._var: trio.lowlevel.RunVar[dict[int, trio.CapacityLimiter]] | None = None  # made on first use
-
-    def __call__(self, size: int) -> trio.CapacityLimiter:
-        import trio
-
-        if self._var is None:
-            self._var = trio.lowlevel.RunVar(self._name)
-        try:
-            by_size = self._var.get()
-        except LookupError:
-            by_size = {}
-            self._var.set(by_size)
-        limiter = by_size.get(size)
-        if limiter is None:
-            limiter = by_size[size] = trio.CapacityLimiter(size)
-        return limiter
 
 
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
