@@ -50,12 +50,9 @@ import time
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mcpipe._util import RunLimiter
-
-if TYPE_CHECKING:
-    import trio
 
 __all__ = [
     "EndedWithoutReply",
