@@ -518,7 +518,8 @@ class WorkerPool:
     def _not_started(self, worker: WorkerProcess, why: object = None) -> WorkerStartError:
         worker.kill()
         because = f": {why}" if why else f" (not ready within {self.start_timeout_s:g} s, or it exited)"
-        return WorkerStartError(f"worker pool {self.name!r}: worker {worker.pid or ''} did not start{because}")
+        which = f"worker {worker.pid}" if worker.pid else "a new worker"
+        return WorkerStartError(f"worker pool {self.name!r}: {which} did not start{because}")
 
     # --- calls --------------------------------------------------------------------------------------------
 
