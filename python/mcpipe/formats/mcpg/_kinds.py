@@ -25,7 +25,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -51,14 +51,14 @@ from mcpipe.formats.mcpg._templates import (
     request_context,
 )
 from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
-from mcpipe.kinds.command import run_captured
+from mcpipe.kinds.command import ProcessRun, run_captured
 from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf, RunFn
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
-    from mcpipe.backends.sql import Statement
+    from mcpipe.backends.sql import SqlBackend, Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
@@ -91,7 +91,7 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _result(text: str, structured: object, is_error: bool) -> dict[str, Any]:
+def _result(text: str, structured: object, is_error: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
     if structured is not None:
         out["structuredContent"] = structured
@@ -608,16 +608,11 @@ async def run_http(
         sent = dict(display_headers)
         await _credential_header(f, plan, ctx, sent, display_headers)
         headers = _outbound(sent, not get, f.require_json_response)
-        if get:
-            target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
-            summary = await _http_call(
-                plan.policy, "GET", target, headers, None, f.max_response_bytes, _timeout_ms(f, 2000)
-            )
-        else:
-            body = sorted_json(arguments).encode()
-            summary = await _http_call(
-                plan.policy, "POST", display_url, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
-            )
+        target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
+        body = None if get else sorted_json(arguments).encode()
+        summary = await _http_call(
+            plan.policy, f.method.upper(), target, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
+        )
     except ExpressionError as e:
         error = str(e)
     except _TransportError as e:
@@ -867,16 +862,12 @@ async def run_command(
         )
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    stdout, stdout_cut, stderr, stderr_cut = run.stdout, run.stdout_truncated, run.stderr, run.stderr_truncated
-    timed_out = run.timed_out
-    code = run.code
-    exit_code = code if code >= 0 else None
-    success = code == 0 and not timed_out
-    stdout_text = stdout.decode("utf-8", errors="replace")
+    response = process_summary(run, started)
+    stdout_text = response["stdout"]
     stdout_json: Any = None
     parse_error: str | None = None
     errors: list[dict[str, Any]] = []
-    if timed_out:
+    if run.timed_out:
         errors.append(
             _command_error(
                 "timeout",
@@ -885,13 +876,13 @@ async def run_command(
                 {},
             )
         )
-    elif not success:
+    elif not response["success"]:
         errors.append(
             _command_error(
                 "non_zero_exit",
                 "Downstream command execution completed with a non-zero exit status.",
                 "inspect_command_stderr_and_exit_status",
-                {"exitCode": exit_code},
+                {"exitCode": response["exitCode"]},
             )
         )
     if stdout_text.strip():
@@ -900,19 +891,7 @@ async def run_command(
             errors.append(_invalid_stdout(parse_error))
     elif f.require_json_stdout:
         errors.append(_invalid_stdout("stdout was empty"))
-    response = {
-        "durationMs": int((time.perf_counter() - started) * 1000),
-        "exitCode": exit_code,
-        "success": success,
-        "timedOut": timed_out,
-        "stdout": stdout_text,
-        "stderr": stderr.decode("utf-8", errors="replace"),
-        "stdoutTruncated": stdout_cut,
-        "stderrTruncated": stderr_cut,
-        "readError": None,
-        "json": stdout_json,
-        "jsonParseError": parse_error,
-    }
+    response.update(json=stdout_json, jsonParseError=parse_error)
     out = {
         **base,
         "response": response,
@@ -921,6 +900,22 @@ async def run_command(
         "downstreamErrors": errors,
     }
     return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+
+
+def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
+    """What mcpg's command adapter reports of a finished program (``CommandExecutionSummary``): its exit code
+    (none when a signal ended it), whether it succeeded, its output (each stream cut where the core cut it)."""
+    return {
+        "durationMs": int((time.perf_counter() - started) * 1000),
+        "exitCode": run.code if run.code >= 0 else None,
+        "success": run.code == 0 and not run.timed_out,
+        "timedOut": run.timed_out,
+        "stdout": run.stdout.decode("utf-8", errors="replace"),
+        "stderr": run.stderr.decode("utf-8", errors="replace"),
+        "stdoutTruncated": run.stdout_truncated,
+        "stderrTruncated": run.stderr_truncated,
+        "readError": None,
+    }
 
 
 def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
@@ -965,17 +960,23 @@ class KafkaFields(McpgFields, tag="mcpg.kafka"):
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
 
 
-def _build_nats(b: Build[NatsFields]) -> Connections:
-    from mcpipe.backends.nats import parse_nats_url
-
+def _connections(b: Build[_SF], field: str, parse: Callable[[str], object]) -> _SF:
+    """The step's fields, its address (``field``) checked by the core backend's ``parse`` (else it fails)."""
     f = b.fields
     if f is None:
         b.fail()
     try:
-        parse_nats_url(f.url)
+        parse(getattr(f, field))
     except ValueError as e:
-        b.problem(f"{b.location}.url", str(e))
+        b.problem(f"{b.location}.{field}", str(e))
         b.fail()
+    return f
+
+
+def _build_nats(b: Build[NatsFields]) -> Connections:
+    from mcpipe.backends.nats import parse_nats_url
+
+    f = _connections(b, "url", parse_nats_url)
     if "*" in f.subject or ">" in f.subject or " " in f.subject:
         b.problem(f"{b.location}.subject", f"NATS subject '{f.subject}' contains wildcard characters")
     return b.policy.connections
@@ -984,14 +985,7 @@ def _build_nats(b: Build[NatsFields]) -> Connections:
 def _build_kafka(b: Build[KafkaFields]) -> Connections:
     from mcpipe.backends.kafka import parse_bootstrap
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    try:
-        parse_bootstrap(f.bootstrap_servers)
-    except ValueError as e:
-        b.problem(f"{b.location}.bootstrap_servers", str(e))
-        b.fail()
+    _connections(b, "bootstrap_servers", parse_bootstrap)
     return b.policy.connections
 
 
@@ -1121,16 +1115,23 @@ class SqlPlan:
     stream: Any = None
 
 
-def _build_sql(b: Build[SqlFields]) -> SqlPlan:
-    from mcpipe.backends.sql import Statement
+_SqlF = TypeVar("_SqlF", "SqlFields", "SqlTxFields")
+
+
+def _sql_backend(b: Build[_SqlF]) -> tuple[_SqlF, SqlBackend]:
+    """The step's fields and the ``[sql.NAME]`` backend they name (else the step fails, located)."""
+    from mcpipe.formats.mcpg._sqlmore import sql_backend
 
     f = b.fields
     if f is None:
         b.fail()
-    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
-    if backend is None:
-        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
-        b.fail()
+    return f, sql_backend(b, f.backend)
+
+
+def _build_sql(b: Build[SqlFields]) -> SqlPlan:
+    from mcpipe.backends.sql import Statement
+
+    f, backend = _sql_backend(b)
     try:
         stmt = Statement.parse(f.sql)
     except ValueError as e:
@@ -1477,13 +1478,7 @@ class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
 def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     from mcpipe.backends.sql import Statement
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
-    if backend is None:
-        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
-        b.fail()
+    f, backend = _sql_backend(b)
     stmts = []
     for i, st in enumerate(f.steps):
         try:
@@ -1511,14 +1506,8 @@ def _tx_statement(st: SqlTxStatement, stmt: Statement, arguments: Mapping[str, o
             raise _TransportError(f"{where}: parameter bind for '{st.id}': invalid spec: {e}") from None
 
     def shaped(result: Any) -> Any:
-        if st.row_mode == "affected_rows":
-            return {"rows_affected": max(result.rowcount, 0)}
-        rows = mcpg_rows(result)
-        if st.row_mode == "many":
-            return rows
-        if st.row_mode == "single":
-            return rows[0] if rows else None
-        return _first_column(rows[0]) if rows else None
+        rows = [] if st.row_mode == "affected_rows" else mcpg_rows(result)
+        return shape_rows(rows, st.row_mode, len(rows), max(result.rowcount, 0))
 
     return TxStatement(st.id, stmt, bind, shaped)
 

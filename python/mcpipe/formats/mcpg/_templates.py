@@ -159,33 +159,12 @@ class McpgTemplate:
     def credentials(self) -> tuple[str, ...]:
         return tuple(v for kind, v in self.parts if kind == "cred")
 
-    def resolve(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
-        """The text for one call.
-
-        Raises:
-            ExpressionError: an expression failed, or does not make text.
-        """
-        if len(self.parts) == 1 and self.parts[0][0] == "cel":
-            return _to_string(self.parts[0][1].evaluate(env))
-        out: list[str] = []
-        for kind, value in self.parts:
-            if kind == "lit":
-                out.append(value)
-            elif kind == "cred":
-                got = (credentials or {}).get(value)
-                if got is None:
-                    raise ExpressionError(f"credential {value!r} is not available")
-                out.append(got)
-            else:
-                out.append(_cel_string(value.evaluate(env)))
-        return "".join(out)
-
     async def resolve_async(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
-        """:meth:`resolve`, each expression under the expression deadline (one that iterates runs in a CEL
+        """The text for one call, each expression under the expression deadline (one that iterates runs in a CEL
         worker, off the event loop: issue 20).
 
         Raises:
-            ExpressionError: as :meth:`resolve`; a timeout too.
+            ExpressionError: an expression failed, timed out, or does not make text.
         """
         if len(self.parts) == 1 and self.parts[0][0] == "cel":
             return _to_string(await self.parts[0][1].evaluate_async(env))
@@ -218,17 +197,13 @@ def compile_mcpg_cel(source: str) -> CelExpr:
 
 
 def _to_string(value: object) -> str:
-    """mcpg-expr's ``cel_value_to_string``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    """mcpg-expr's ``cel_value_to_string``: CEL's ``string()`` but a float with two decimals and null as ``""``."""
     if isinstance(value, float):
         return f"{value:.2f}"
     if value is None:
         return ""
+    if isinstance(value, (str, int)):
+        return _cel_string(value)
     raise ExpressionError(f"expression must evaluate to a string, number, or boolean, got {type(value).__name__}")
 
 

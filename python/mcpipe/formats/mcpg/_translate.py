@@ -784,13 +784,7 @@ def _capabilities(
                 continue
             pipelines.append(entry)
             out.moved(f"pipelines.{b.name}", loc)
-            gov = binding.get("governance") or {}
-            rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-            if gov.get("allow_if"):
-                rule["allow_if"] = gov["allow_if"]
-            if gov.get("required_scopes"):
-                rule["required_scopes"] = list(gov["required_scopes"])
-            access[b.name] = rule
+            access[b.name] = _trust_rule(binding)
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
     # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
     order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3, "hidden": 4}
@@ -798,6 +792,17 @@ def _capabilities(
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
         out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
+
+
+def _trust_rule(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """A binding's (or a federation's) ``governance`` as its ``[trust.tools.NAME]`` rule."""
+    gov = binding.get("governance") or {}
+    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+    if gov.get("allow_if"):
+        rule["allow_if"] = gov["allow_if"]
+    if gov.get("required_scopes"):
+        rule["required_scopes"] = list(gov["required_scopes"])
+    return rule
 
 
 _ANNOTATIONS = {
@@ -847,13 +852,7 @@ def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> N
         shape["annotations"] = hints
     out.section("tools").setdefault("reshape", {})[b.name] = shape
     out.moved(f"tools.reshape.{b.name}", loc)
-    gov = binding.get("governance") or {}
-    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-    if gov.get("allow_if"):
-        rule["allow_if"] = gov["allow_if"]
-    if gov.get("required_scopes"):
-        rule["required_scopes"] = list(gov["required_scopes"])
-    out.section("trust").setdefault("tools", {})[b.name] = rule
+    out.section("trust").setdefault("tools", {})[b.name] = _trust_rule(binding)
 
 
 def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:
@@ -1618,16 +1617,10 @@ def _federations(feds: list[Any], out: _Out) -> None:
         entry["prefix"] = prefix[:-1] if prefix else ""
         # The federation's governance (default: a binding's, header_asserted) covers every capability it
         # imports (federation/engine.rs governance_rule): a trust rule for its `<prefix>.*` names.
-        gov = fed.get("governance") or {}
-        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-        if gov.get("allow_if"):
-            rule["allow_if"] = gov["allow_if"]
-        if gov.get("required_scopes"):
-            rule["required_scopes"] = list(gov["required_scopes"])
         if prefix:
-            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = rule
+            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = _trust_rule(fed)
             out.moved(f"trust.tools.{prefix}*", f"{where}.governance")
-        elif gov or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
+        elif fed.get("governance") or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
             out.refuse(f"{where}.governance", reason("fed_governance"))
             continue
         imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
@@ -1841,11 +1834,9 @@ def _storage(storage: Mapping[str, Any], out: _Out) -> None:
     out.doc["content"] = {"stores": stores, "default": default, "scheme": "mcpg-resource"}
 
 
-def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
-    where = "debug.tools"
-    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
-    exposure = {
+def debug_exposure(tools: Mapping[str, Any]) -> dict[str, Any]:
+    """``debug.tools.exposure`` with mcpg's defaults where it says nothing."""
+    return {
         "command_probe": True,
         "network_probe": True,
         "network_json_call": False,
@@ -1853,6 +1844,13 @@ def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
         "runtime_overview_resource": True,
         **(tools.get("exposure") or {}),
     }
+
+
+def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
+    where = "debug.tools"
+    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
+    exposure = debug_exposure(tools)
     for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
         default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
         if default not in profiles:

@@ -117,13 +117,18 @@ def _problem(problems: list[Problem], loc: str, message: str, code: str = _CODE)
     problems.append(Problem(loc, code, message))
 
 
-def _config(entry: Mapping[str, object], loc: str, problems: list[Problem], pid: str) -> dict[str, Any] | None:
-    """The entry's ``config`` as an object (absent or null: empty); None, with a problem, when it is not one."""
+def _config(
+    entry: Mapping[str, object], loc: str, problems: list[Problem], pid: str, known: frozenset[str] | None = None
+) -> dict[str, Any] | None:
+    """The entry's ``config`` as an object (absent or null: empty); None, with a problem, when it is not one, or
+    when it has a field not in ``known`` (:func:`_fields`)."""
     cfg = entry.get("config")
     if cfg is None:
         return {}
     if not isinstance(cfg, Mapping):
         _problem(problems, f"{loc}.config", f"the config of `{pid}` must be an object, got {type(cfg).__name__}")
+        return None
+    if known is not None and not _fields(cfg, known, f"{loc}.config", problems, pid):
         return None
     return dict(cfg)
 
@@ -504,10 +509,8 @@ def _openapi_plugin(
     (``allow``/``deny``, operationId globs) lets through, named ``tool_prefix`` + operationId. ``spec`` is a
     ``file://`` URI or ``{inline: {...}}``; each ``auth`` entry, keyed by the document's security scheme, is a
     ``${cred://...}`` reference (:func:`credential_ref`)."""
-    cfg = _config(entry, at, problems, OPENAPI)
+    cfg = _config(entry, at, problems, OPENAPI, frozenset({"sources"}))
     if cfg is None:
-        return
-    if not _fields(cfg, frozenset({"sources"}), f"{at}.config", problems, OPENAPI):
         return
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
@@ -735,12 +738,10 @@ _MTLS_KEYS = frozenset({"sources", "extraction", "identities", "resolution"})
 
 def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.mtls"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _MTLS_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _MTLS_KEYS, loc, problems, pid):
-        return
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
         _problem(problems, f"{loc}.sources", "identity.mtls: `sources` must be non-empty")
@@ -840,12 +841,10 @@ def _cedar(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.policy.cedar"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _CEDAR_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _CEDAR_KEYS, loc, problems, pid):
-        return
     policy_dir = cfg.get("policy_dir")
     if not isinstance(policy_dir, str) or not policy_dir.strip():
         _problem(
@@ -941,12 +940,10 @@ def _rate_limit(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.rate-limit"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _RATE_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _RATE_KEYS, loc, problems, pid):
-        return
     gate: dict[str, Any] = {"kind": "rate_limit", "name": alias, "enforce": enforce}
     bad = False
     for key in ("default_limit", "default_window_ms", "default_burst"):
@@ -998,12 +995,10 @@ def _ip_allowlist(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.ip-allowlist"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, frozenset({"allow", "ip_header", "tools"}))
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, frozenset({"allow", "ip_header", "tools"}), loc, problems, pid):
-        return
     allow = cfg.get("allow")
     if not isinstance(allow, list) or not allow:
         _problem(
@@ -1064,12 +1059,10 @@ _JAG_KEYS = frozenset(
 def _issuer(
     entry: Mapping[str, object], alias: str, pid: str, at: str, out: JsonObject, problems: list[Problem]
 ) -> None:
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, frozenset({"providers", "target_template"}))
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, frozenset({"providers", "target_template"}), loc, problems, pid):
-        return
     if cfg.get("target_template") is not None:
         _problem(
             problems,
@@ -1360,10 +1353,8 @@ def _prometheus_labels(cfg: Mapping[str, object], loc: str, problems: list[Probl
 def _prometheus_plugin(
     entry: Mapping[str, object], at: str, out: Mapping[str, object], problems: list[Problem]
 ) -> None:
-    cfg = _config(entry, at, problems, PROMETHEUS)
-    if cfg is None:
-        return
-    if _fields(cfg, frozenset({"namespace", "global_labels"}), f"{at}.config", problems, PROMETHEUS):
+    cfg = _config(entry, at, problems, PROMETHEUS, frozenset({"namespace", "global_labels"}))
+    if cfg is not None:
         _prometheus_labels(cfg, f"{at}.config", problems)
 
 
