@@ -190,9 +190,7 @@ class DebugPlan(NamedTuple):
 def _build(b: Build[DebugFields]) -> DebugPlan:
     from dataclasses import replace
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     policy = b.policy.http
     http = replace(policy, allow_private=policy.allow_private or f.allow_private, allowed_hosts=("*",))
     return DebugPlan(http, b.policy.command)

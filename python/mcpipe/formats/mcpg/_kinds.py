@@ -69,7 +69,7 @@ _MF = TypeVar("_MF", bound="McpgFields")
 """The fields of an mcpg backend step."""
 _B = TypeVar("_B")
 """What a step's kind built."""
-_HG = TypeVar("_HG", "HttpFields", "GrpcFields")
+_HG = TypeVar("_HG", bound="OutboundFields")
 """The fields of an ``http`` or a ``grpc`` step (both build an :class:`HttpPlan`)."""
 
 Answer = Literal["result", "step"]
@@ -197,39 +197,38 @@ def _timeout_ms(fields: StepFields, default: float) -> float:
 # --- http (and grpc, which is a JSON POST) --------------------------------------------------------
 
 
-class HttpFields(McpgFields, tag="mcpg.http"):
+class OutboundFields(McpgFields, kw_only=True):
+    """What mcpg's ``http`` and ``grpc`` backends share: the ``url`` and ``headers`` (``${…}`` strings), and
+    the one credential a request presents (in ``credential_header``, between its prefix and suffix)."""
+
+    url: str
+    headers: dict[str, str] = {}
+    allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
+
+
+class HttpFields(OutboundFields, tag="mcpg.http", kw_only=True):
     """mcpg's ``http`` backend (``mcpg-plugin-backend-http``): a POST of the arguments as JSON, or a GET
     with them as the query string; the reply is mcpg's HTTP envelope."""
 
-    url: str
     method: Literal["get", "post"] = "post"
-    headers: dict[str, str] = {}
     expected_status_codes: list[Annotated[int, msgspec.Meta(ge=100, le=599)]] = msgspec.field(
         default_factory=lambda: [200]
     )
     require_json_response: bool = False
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4096
-    allow_private_backends: bool = False
-    credential: str | None = None
-    credential_header: str = "Authorization"
-    credential_prefix: str = ""
-    credential_suffix: str = ""
 
 
-class GrpcFields(McpgFields, tag="mcpg.grpc"):
+class GrpcFields(OutboundFields, tag="mcpg.grpc", kw_only=True):
     """mcpg's ``grpc`` backend (``mcpg-plugin-backend-grpc``): a JSON POST of the arguments to
     ``{origin}/{service}/{method}`` (a gRPC-JSON transcoder), 200 expected."""
 
-    url: str
     service: str
     method: str
-    headers: dict[str, str] = {}
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
-    allow_private_backends: bool = False
-    credential: str | None = None
-    credential_header: str = "Authorization"
-    credential_prefix: str = ""
-    credential_suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +260,7 @@ async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
 
 
 def _build_http(b: Build[_HG]) -> HttpPlan:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     url = _compile(b, f.url, f"{b.location}.url")
     headers = []
     for name, value in f.headers.items():
@@ -405,16 +402,36 @@ def status_error(expected: list[int], s: _Summary, read_only: bool) -> dict[str,
 
 def transport_error(message: str, read_only: bool) -> dict[str, Any]:
     """``transport_downstream_error``."""
-    error = {
-        "kind": "transport_error",
-        "code": "mcpg.downstream_http.transport_error",
-        "message": "Downstream HTTP execution failed before a valid response was received.",
-        "retryable": True,
-        "retryClass": "with_backoff",
-        "suggestedAction": "check_downstream_connectivity_and_retry",
-        "details": {"error": message},
-    }
+    error = _downstream(
+        "http",
+        "transport_error",
+        "Downstream HTTP execution failed before a valid response was received.",
+        "check_downstream_connectivity_and_retry",
+        {"error": message},
+        retry_class="with_backoff",
+    )
     return _with_guidance(error, read_only)
+
+
+def _downstream(
+    area: str,
+    kind: str,
+    message: str,
+    action: str,
+    details: Mapping[str, object],
+    retry_class: str | None = None,
+) -> dict[str, Any]:
+    """mcpg's ``DownstreamError`` (``mcpg.downstream_<area>.<kind>``), before its guidance (:func:`_with_guidance`)."""
+    error: dict[str, Any] = {
+        "kind": kind,
+        "code": f"mcpg.downstream_{area}.{kind}",
+        "message": message,
+        "retryable": retry_class not in (None, "do_not_retry"),
+    }
+    if retry_class is not None:
+        error["retryClass"] = retry_class
+    error.update(suggestedAction=action, details=details)
+    return error
 
 
 def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict[str, Any] | None]:
@@ -451,19 +468,7 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
 
 
 def _no_retry(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "code": f"mcpg.downstream_http.{kind}",
-        "message": message,
-        "retryable": False,
-        "retryClass": "do_not_retry",
-        "idempotencyHint": "potentially_non_idempotent",
-        "callerRetryDecision": "do_not_retry",
-        "retrySafety": "do_not_retry",
-        "backoffStrategy": "no_retry",
-        "suggestedAction": action,
-        "details": details,
-    }
+    return _with_guidance(_downstream("http", kind, message, action, details, "do_not_retry"), False)
 
 
 MAX_QUERY_BYTES = 65_536
@@ -544,7 +549,7 @@ def _safe_url(url: str) -> str:
 
 
 async def _credential_header(
-    f: HttpFields | GrpcFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+    f: OutboundFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
 ) -> None:
     """The header that presents the binding's credential: its token in what is sent, the credential's name in
     what the envelope shows (mcpipe does not echo a secret to the caller)."""
@@ -723,9 +728,7 @@ class MockFields(McpgFields, tag="mcpg.mock"):
 
 
 def _build_mock(b: Build[MockFields]) -> None:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.answer == "result" and f.passthrough:
         content = f.response.get("content") if isinstance(f.response, Mapping) else None
         if not isinstance(content, list):
@@ -796,9 +799,7 @@ class CommandPlan:
 
 
 def _build_command(b: Build[CommandFields]) -> CommandPlan:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.command.strip() == "":
         b.problem(f"{b.location}.command", "command must not be empty")
     args = []
@@ -919,14 +920,7 @@ def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
 
 
 def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "code": f"mcpg.downstream_command.{kind}",
-        "message": message,
-        "retryable": False,
-        "suggestedAction": action,
-        "details": details,
-    }
+    return _downstream("command", kind, message, action, details)
 
 
 def _invalid_stdout(parse_error: str) -> dict[str, Any]:
@@ -962,9 +956,7 @@ class KafkaFields(McpgFields, tag="mcpg.kafka"):
 
 def _connections(b: Build[_SF], field: str, parse: Callable[[str], object]) -> _SF:
     """The step's fields, its address (``field``) checked by the core backend's ``parse`` (else it fails)."""
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     try:
         parse(getattr(f, field))
     except ValueError as e:
@@ -1122,9 +1114,7 @@ def _sql_backend(b: Build[_SqlF]) -> tuple[_SqlF, SqlBackend]:
     """The step's fields and the ``[sql.NAME]`` backend they name (else the step fails, located)."""
     from mcpipe.formats.mcpg._sqlmore import sql_backend
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     return f, sql_backend(b, f.backend)
 
 
@@ -1589,9 +1579,7 @@ def _build_jsonata(b: Build[JsonataFields]) -> str:
     plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
     import jsonatapy
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.config_error is not None:
         return f"jsonata transform config: {f.config_error}"
     try:
@@ -1725,9 +1713,7 @@ async def _resolved(value: object, cel: Mapping[str, object]) -> Any:
 
 
 def _build_log(b: Build[McpgLogFields]) -> Any:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     data = _templates_of(b, f.data, f"{b.location}.data")
     if b.failed:
         b.fail()

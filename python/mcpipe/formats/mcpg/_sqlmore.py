@@ -94,9 +94,7 @@ def check_list_query(spec: Mapping[str, object]) -> str | None:
 def _build_list(b: Build[SqlListFields]) -> tuple[Any, Any]:
     from mcpipe.backends.sql import Statement
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     backend = sql_backend(b, f.backend)
     why = check_list_query(msgspec.to_builtins(f))
     if why is not None:
@@ -193,9 +191,7 @@ class SqlCompleteFields(StepFields, tag="mcpg.sql_complete", kw_only=True):
 
 
 def _build_complete(b: Build[SqlCompleteFields]) -> Any:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     return sql_backend(b, f.backend)
 
 

@@ -238,13 +238,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
             "allow_private_servers": bool((defaults.get("upstream_safety") or {}).get("allow_private_backends")),
             "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
         }
-        gov = defaults.get("governance") or {}
-        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-        if gov.get("allow_if"):
-            rule["allow_if"] = gov["allow_if"]
-        if gov.get("required_scopes"):
-            rule["required_scopes"] = list(gov["required_scopes"])
-        entry["trust"] = rule
+        entry["trust"] = _trust_rule(defaults)
         imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
         imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
         entry["expose"] = [k for k, on in imported.items() if on]
@@ -795,7 +789,7 @@ def _capabilities(
 
 
 def _trust_rule(binding: Mapping[str, Any]) -> dict[str, Any]:
-    """A binding's (or a federation's) ``governance`` as its ``[trust.tools.NAME]`` rule."""
+    """A binding's (a federation's, a registry's defaults') ``governance`` as its ``[trust.tools.NAME]`` rule."""
     gov = binding.get("governance") or {}
     rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
     if gov.get("allow_if"):
