@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "cel_env",
     "compile_mcpg_cel",
     "expand_env",
+    "expand_env_in",
     "mcpg_steps",
     "request_context",
     "split_template",
@@ -56,7 +57,7 @@ gives a pipeline's steps (``original_args``, ``completed_steps``, ``request_cont
 _ENV = re.compile(r"\$\{\s*\$?env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 
 
-def expand_env(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
+def expand_env(value: str, environ: Mapping[str, str], pattern: re.Pattern[str] = _ENV) -> tuple[str, list[str]]:
     """``${env.NAME}`` replaced by the variable's value; answers the text and the names that are unset
     (mcpg refuses to load then)."""
     missing: list[str] = []
@@ -68,7 +69,28 @@ def expand_env(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
             return ""
         return got
 
-    return _ENV.sub(repl, value), missing
+    return pattern.sub(repl, value), missing
+
+
+def expand_env_in(
+    value: object,
+    where: str,
+    environ: Mapping[str, str],
+    unset: Callable[[str, str], None],
+    pattern: re.Pattern[str] = _ENV,
+) -> Any:
+    """:func:`expand_env` in every string of ``value`` (``where`` locates it); ``unset(where, name)`` for each
+    variable that is not set."""
+    if isinstance(value, str):
+        text, missing = expand_env(value, environ, pattern)
+        for name in missing:
+            unset(where, name)
+        return text
+    if isinstance(value, Mapping):
+        return {k: expand_env_in(v, f"{where}.{k}", environ, unset, pattern) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env_in(v, f"{where}[{i}]", environ, unset, pattern) for i, v in enumerate(value)]
+    return value
 
 
 def split_template(text: str) -> list[tuple[str, str]]:

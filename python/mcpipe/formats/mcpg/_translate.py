@@ -36,7 +36,7 @@ from mcpipe.formats.mcpg._names import rename_cel
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._sqlmore import check_list_query
-from mcpipe.formats.mcpg._templates import expand_env
+from mcpipe.formats.mcpg._templates import expand_env, expand_env_in
 
 _log = logging.getLogger("mcpipe.formats.mcpg")
 
@@ -270,11 +270,8 @@ def _registries(registries: list[Any], out: _Out) -> None:
 
 
 def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], list[str]]:
-    expanded: dict[str, str] = {}
     missing: list[str] = []
-    for key, value in values.items():
-        expanded[key], more = expand_env(value, out.environ)
-        missing += more
+    expanded = expand_env_in(values, "", out.environ, lambda _, name: missing.append(name))
     return expanded, missing
 
 
@@ -727,19 +724,12 @@ class _Binding:
         not set is noted in ``unset``, and is a located warning of ``mcpipe check``: mcpg's config check passes
         it, its start fails, mcpipe serves the binding failing each call). ``${cred://…}`` tokens stay: an http
         header's become the step's credential (:func:`.plugins.http_credential`)."""
-        if isinstance(value, str):
-            text, missing = expand_env(value, self.out.environ)
-            for name in missing:
-                self.unset.append(name)
-                self.out.problems.append(
-                    Problem(where, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set")
-                )
-            return text
-        if isinstance(value, Mapping):
-            return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.env(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return value
+
+        def unset(at: str, name: str) -> None:
+            self.unset.append(name)
+            self.out.problems.append(Problem(at, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set"))
+
+        return expand_env_in(value, where, self.out.environ, unset)
 
     def schema(self, value: object, where: str) -> Any:
         if isinstance(value, Mapping) and "$schema_ref" in value:

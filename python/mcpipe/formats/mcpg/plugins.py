@@ -26,6 +26,7 @@ from typing import Any
 
 from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, Problem
+from mcpipe.formats.mcpg._templates import expand_env_in
 
 __all__ = [
     "PLUGIN_CLASSES",
@@ -249,28 +250,11 @@ _ENV = re.compile(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 def _env(value: object, loc: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
     """``${env.NAME}`` in a plugin's config, read from the environment when the file is loaded, as mcpg does
     (an unset variable is an error)."""
-    if isinstance(value, str):
-        if "${" not in value:
-            return value
 
-        def repl(m: re.Match[str]) -> str:
-            got = environ.get(m.group(1))
-            if got is None:
-                _problem(
-                    problems,
-                    loc,
-                    f"environment variable `{m.group(1)}` is not set (the plugin's config reads it)",
-                    UNSET_ENV,
-                )
-                return ""
-            return got
+    def unset(where: str, name: str) -> None:
+        _problem(problems, where, f"environment variable `{name}` is not set (the plugin's config reads it)", UNSET_ENV)
 
-        return _ENV.sub(repl, value)
-    if isinstance(value, Mapping):
-        return {k: _env(v, f"{loc}.{k}", problems, environ) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_env(v, f"{loc}[{i}]", problems, environ) for i, v in enumerate(value)]
-    return value
+    return expand_env_in(value, loc, environ, unset, _ENV)
 
 
 _SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sink": "logs", "audit_sink": "audit"}
