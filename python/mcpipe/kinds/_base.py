@@ -109,6 +109,12 @@ class Build(Generic[F]):
         self.failed = True
         raise BuildFailed
 
+    def decoded(self) -> F:
+        """The decoded fields; stops (:meth:`fail`) when they have problems (the decoding reported them)."""
+        if self.fields is None:
+            self.fail()
+        return self.fields
+
     def template(self, value: object, location: str, also_visible: frozenset[str] = frozenset()) -> Template | None:
         """Compile a template the kind holds beyond its template fields (a statement's ``params``), checking
         its references; ``also_visible`` names more steps it may read (``sql_tx``'s earlier statements,

@@ -42,22 +42,24 @@ class _Decode(Exception):
     pass
 
 
-def _backend_error(result: ToolResult) -> str:
-    return _primary_text(result) or "tool returned isError without a text body"
+def _body(result: ToolResult, what: str) -> Any:
+    """The result's first text block as JSON (``<what> is not JSON`` when it is not one)."""
+    if result.is_error:
+        error = _primary_text(result) or "tool returned isError without a text body"
+        raise _Decode(f"backend returned an error response: {error}")
+    body = _primary_text(result)
+    if body is None:
+        raise _Decode("backend response was empty")
+    try:
+        return json.loads(body)
+    except ValueError as e:
+        raise _Decode(_malformed(f"{what} is not JSON: {e}")) from None
 
 
 def decode_resource(result: ToolResult, uri: str) -> dict[str, Any]:
     """``decode_resource_result``."""
     try:
-        if result.is_error:
-            raise _Decode(f"backend returned an error response: {_backend_error(result)}")
-        body = _primary_text(result)
-        if body is None:
-            raise _Decode("backend response was empty")
-        try:
-            parsed = json.loads(body)
-        except ValueError as e:
-            raise _Decode(_malformed(f"resource body for {uri} is not JSON: {e}")) from None
+        parsed = _body(result, f"resource body for {uri}")
         contents = parsed.get("contents") if isinstance(parsed, Mapping) else None
         if contents is None:
             raise _Decode(_malformed(f"resource body for {uri} is missing `contents`"))
@@ -94,15 +96,7 @@ def decode_resource(result: ToolResult, uri: str) -> dict[str, Any]:
 def decode_prompt(result: ToolResult) -> dict[str, Any]:
     """``decode_prompt_result``."""
     try:
-        if result.is_error:
-            raise _Decode(f"backend returned an error response: {_backend_error(result)}")
-        body = _primary_text(result)
-        if body is None:
-            raise _Decode("backend response was empty")
-        try:
-            parsed = json.loads(body)
-        except ValueError as e:
-            raise _Decode(_malformed(f"prompt body is not JSON: {e}")) from None
+        parsed = _body(result, "prompt body")
         if not isinstance(parsed, Mapping) or "messages" not in parsed:
             raise _Decode(_malformed("prompt body is missing `messages`"))
         messages = parsed["messages"]

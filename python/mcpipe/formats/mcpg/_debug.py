@@ -27,7 +27,15 @@ from typing import Any, Literal, NamedTuple
 
 import orjson
 
-from mcpipe.formats.mcpg._kinds import HttpPolicy, _http_call, _TransportError, status_error, transport_error
+from mcpipe.formats.mcpg._kinds import (
+    HttpPolicy,
+    _http_call,
+    _result,
+    _TransportError,
+    process_summary,
+    status_error,
+    transport_error,
+)
 from mcpipe.kinds import KINDS, Build, CommandPolicy, Kind, StepFields
 from mcpipe.kinds.command import run_captured
 from mcpipe.plan import Leaf
@@ -61,13 +69,6 @@ class DebugFields(StepFields, tag="mcpg.debug", kw_only=True):
 
 _STARTED = datetime.now(UTC)
 _STARTED_MONO = time.monotonic()
-
-
-def _result(text: str, structured: object, is_error: bool = False) -> dict[str, Any]:
-    out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
-    if structured is not None:
-        out["structuredContent"] = structured
-    return out
 
 
 def runtime_snapshot(runtime: Mapping[str, Any]) -> dict[str, Any]:
@@ -144,22 +145,9 @@ async def _command_probe(f: DebugFields, policy: CommandPolicy) -> dict[str, Any
     except StepFailure as e:  # it could not start
         failed = {**base, "error": str(e)}
         return _result(f"Failed to execute configured debug command for tool {f.tool_name}.", failed, True)
-    code, timed_out = run.code, run.timed_out
-    stdout, out_cut, stderr, err_cut = run.stdout, run.stdout_truncated, run.stderr, run.stderr_truncated
-    success = code == 0 and not timed_out
-    structured = {
-        **base,
-        "durationMs": int((time.perf_counter() - started) * 1000),
-        "exitCode": code if code >= 0 else None,
-        "success": success,
-        "timedOut": timed_out,
-        "stdout": stdout.decode("utf-8", errors="replace"),
-        "stderr": stderr.decode("utf-8", errors="replace"),
-        "stdoutTruncated": out_cut,
-        "stderrTruncated": err_cut,
-        "readError": None,
-    }
-    return _result(f"Executed configured debug command for tool {f.tool_name}.", structured, not success)
+    summary = process_summary(run, started)
+    structured = {**base, **summary}
+    return _result(f"Executed configured debug command for tool {f.tool_name}.", structured, not summary["success"])
 
 
 async def _network_probe(f: DebugFields, policy: HttpPolicy) -> dict[str, Any]:
@@ -202,9 +190,7 @@ class DebugPlan(NamedTuple):
 def _build(b: Build[DebugFields]) -> DebugPlan:
     from dataclasses import replace
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     policy = b.policy.http
     http = replace(policy, allow_private=policy.allow_private or f.allow_private, allowed_hosts=("*",))
     return DebugPlan(http, b.policy.command)
@@ -264,14 +250,9 @@ def debug_pipelines(
 ) -> tuple[list[dict[str, Any]], str | None]:
     """The debug tools, prompt and resource ``debug.tools`` exposes (mcpg's defaults where it says nothing), and
     the place of what mcpipe cannot serve of them (None: all served)."""
-    exposure = {
-        "command_probe": True,
-        "network_probe": True,
-        "network_json_call": False,
-        "operational_overview_prompt": True,
-        "runtime_overview_resource": True,
-        **(tools.get("exposure") or {}),
-    }
+    from mcpipe.formats.mcpg._translate import debug_exposure
+
+    exposure = debug_exposure(tools)
     if exposure["network_json_call"]:
         return [], "debug.tools.exposure.network_json_call"
     bindings = {"command_probe_profile": "default_command_probe", "network_probe_profile": "default_network_probe"}

@@ -25,7 +25,7 @@ import math
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
@@ -51,14 +51,14 @@ from mcpipe.formats.mcpg._templates import (
     request_context,
 )
 from mcpipe.kinds import KINDS, Build, CommandPolicy, ForbiddenError, HttpPolicy, Kind, StepFields
-from mcpipe.kinds.command import run_captured
+from mcpipe.kinds.command import ProcessRun, run_captured
 from mcpipe.kinds.http import HttpRequestFailed, send_request
 from mcpipe.plan import Leaf, RunFn
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
-    from mcpipe.backends.sql import Statement
+    from mcpipe.backends.sql import SqlBackend, Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
@@ -69,7 +69,7 @@ _MF = TypeVar("_MF", bound="McpgFields")
 """The fields of an mcpg backend step."""
 _B = TypeVar("_B")
 """What a step's kind built."""
-_HG = TypeVar("_HG", "HttpFields", "GrpcFields")
+_HG = TypeVar("_HG", bound="OutboundFields")
 """The fields of an ``http`` or a ``grpc`` step (both build an :class:`HttpPlan`)."""
 
 Answer = Literal["result", "step"]
@@ -91,7 +91,7 @@ def pretty_json(value: object) -> str:
     return json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
 
 
-def _result(text: str, structured: object, is_error: bool) -> dict[str, Any]:
+def _result(text: str, structured: object, is_error: bool = False) -> dict[str, Any]:
     out: dict[str, Any] = {"content": [{"type": "text", "text": text}], "isError": is_error}
     if structured is not None:
         out["structuredContent"] = structured
@@ -197,39 +197,38 @@ def _timeout_ms(fields: StepFields, default: float) -> float:
 # --- http (and grpc, which is a JSON POST) --------------------------------------------------------
 
 
-class HttpFields(McpgFields, tag="mcpg.http"):
+class OutboundFields(McpgFields, kw_only=True):
+    """What mcpg's ``http`` and ``grpc`` backends share: the ``url`` and ``headers`` (``${…}`` strings), and
+    the one credential a request presents (in ``credential_header``, between its prefix and suffix)."""
+
+    url: str
+    headers: dict[str, str] = {}
+    allow_private_backends: bool = False
+    credential: str | None = None
+    credential_header: str = "Authorization"
+    credential_prefix: str = ""
+    credential_suffix: str = ""
+
+
+class HttpFields(OutboundFields, tag="mcpg.http", kw_only=True):
     """mcpg's ``http`` backend (``mcpg-plugin-backend-http``): a POST of the arguments as JSON, or a GET
     with them as the query string; the reply is mcpg's HTTP envelope."""
 
-    url: str
     method: Literal["get", "post"] = "post"
-    headers: dict[str, str] = {}
     expected_status_codes: list[Annotated[int, msgspec.Meta(ge=100, le=599)]] = msgspec.field(
         default_factory=lambda: [200]
     )
     require_json_response: bool = False
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 4096
-    allow_private_backends: bool = False
-    credential: str | None = None
-    credential_header: str = "Authorization"
-    credential_prefix: str = ""
-    credential_suffix: str = ""
 
 
-class GrpcFields(McpgFields, tag="mcpg.grpc"):
+class GrpcFields(OutboundFields, tag="mcpg.grpc", kw_only=True):
     """mcpg's ``grpc`` backend (``mcpg-plugin-backend-grpc``): a JSON POST of the arguments to
     ``{origin}/{service}/{method}`` (a gRPC-JSON transcoder), 200 expected."""
 
-    url: str
     service: str
     method: str
-    headers: dict[str, str] = {}
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
-    allow_private_backends: bool = False
-    credential: str | None = None
-    credential_header: str = "Authorization"
-    credential_prefix: str = ""
-    credential_suffix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,9 +260,7 @@ async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
 
 
 def _build_http(b: Build[_HG]) -> HttpPlan:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     url = _compile(b, f.url, f"{b.location}.url")
     headers = []
     for name, value in f.headers.items():
@@ -405,16 +402,36 @@ def status_error(expected: list[int], s: _Summary, read_only: bool) -> dict[str,
 
 def transport_error(message: str, read_only: bool) -> dict[str, Any]:
     """``transport_downstream_error``."""
-    error = {
-        "kind": "transport_error",
-        "code": "mcpg.downstream_http.transport_error",
-        "message": "Downstream HTTP execution failed before a valid response was received.",
-        "retryable": True,
-        "retryClass": "with_backoff",
-        "suggestedAction": "check_downstream_connectivity_and_retry",
-        "details": {"error": message},
-    }
+    error = _downstream(
+        "http",
+        "transport_error",
+        "Downstream HTTP execution failed before a valid response was received.",
+        "check_downstream_connectivity_and_retry",
+        {"error": message},
+        retry_class="with_backoff",
+    )
     return _with_guidance(error, read_only)
+
+
+def _downstream(
+    area: str,
+    kind: str,
+    message: str,
+    action: str,
+    details: Mapping[str, object],
+    retry_class: str | None = None,
+) -> dict[str, Any]:
+    """mcpg's ``DownstreamError`` (``mcpg.downstream_<area>.<kind>``), before its guidance (:func:`_with_guidance`)."""
+    error: dict[str, Any] = {
+        "kind": kind,
+        "code": f"mcpg.downstream_{area}.{kind}",
+        "message": message,
+        "retryable": retry_class not in (None, "do_not_retry"),
+    }
+    if retry_class is not None:
+        error["retryClass"] = retry_class
+    error.update(suggestedAction=action, details=details)
+    return error
 
 
 def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict[str, Any] | None]:
@@ -451,19 +468,7 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
 
 
 def _no_retry(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return {
-        "kind": kind,
-        "code": f"mcpg.downstream_http.{kind}",
-        "message": message,
-        "retryable": False,
-        "retryClass": "do_not_retry",
-        "idempotencyHint": "potentially_non_idempotent",
-        "callerRetryDecision": "do_not_retry",
-        "retrySafety": "do_not_retry",
-        "backoffStrategy": "no_retry",
-        "suggestedAction": action,
-        "details": details,
-    }
+    return _with_guidance(_downstream("http", kind, message, action, details, "do_not_retry"), False)
 
 
 MAX_QUERY_BYTES = 65_536
@@ -544,7 +549,7 @@ def _safe_url(url: str) -> str:
 
 
 async def _credential_header(
-    f: HttpFields | GrpcFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
+    f: OutboundFields, plan: HttpPlan, ctx: ToolContext, sent: dict[str, str], shown: dict[str, str]
 ) -> None:
     """The header that presents the binding's credential: its token in what is sent, the credential's name in
     what the envelope shows (mcpipe does not echo a secret to the caller)."""
@@ -608,16 +613,11 @@ async def run_http(
         sent = dict(display_headers)
         await _credential_header(f, plan, ctx, sent, display_headers)
         headers = _outbound(sent, not get, f.require_json_response)
-        if get:
-            target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
-            summary = await _http_call(
-                plan.policy, "GET", target, headers, None, f.max_response_bytes, _timeout_ms(f, 2000)
-            )
-        else:
-            body = sorted_json(arguments).encode()
-            summary = await _http_call(
-                plan.policy, "POST", display_url, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
-            )
+        target = display_url if not query else f"{display_url}{'&' if '?' in display_url else '?'}{query}"
+        body = None if get else sorted_json(arguments).encode()
+        summary = await _http_call(
+            plan.policy, f.method.upper(), target, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
+        )
     except ExpressionError as e:
         error = str(e)
     except _TransportError as e:
@@ -728,9 +728,7 @@ class MockFields(McpgFields, tag="mcpg.mock"):
 
 
 def _build_mock(b: Build[MockFields]) -> None:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.answer == "result" and f.passthrough:
         content = f.response.get("content") if isinstance(f.response, Mapping) else None
         if not isinstance(content, list):
@@ -801,9 +799,7 @@ class CommandPlan:
 
 
 def _build_command(b: Build[CommandFields]) -> CommandPlan:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.command.strip() == "":
         b.problem(f"{b.location}.command", "command must not be empty")
     args = []
@@ -867,16 +863,12 @@ async def run_command(
         )
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
-    stdout, stdout_cut, stderr, stderr_cut = run.stdout, run.stdout_truncated, run.stderr, run.stderr_truncated
-    timed_out = run.timed_out
-    code = run.code
-    exit_code = code if code >= 0 else None
-    success = code == 0 and not timed_out
-    stdout_text = stdout.decode("utf-8", errors="replace")
+    response = process_summary(run, started)
+    stdout_text = response["stdout"]
     stdout_json: Any = None
     parse_error: str | None = None
     errors: list[dict[str, Any]] = []
-    if timed_out:
+    if run.timed_out:
         errors.append(
             _command_error(
                 "timeout",
@@ -885,13 +877,13 @@ async def run_command(
                 {},
             )
         )
-    elif not success:
+    elif not response["success"]:
         errors.append(
             _command_error(
                 "non_zero_exit",
                 "Downstream command execution completed with a non-zero exit status.",
                 "inspect_command_stderr_and_exit_status",
-                {"exitCode": exit_code},
+                {"exitCode": response["exitCode"]},
             )
         )
     if stdout_text.strip():
@@ -900,19 +892,7 @@ async def run_command(
             errors.append(_invalid_stdout(parse_error))
     elif f.require_json_stdout:
         errors.append(_invalid_stdout("stdout was empty"))
-    response = {
-        "durationMs": int((time.perf_counter() - started) * 1000),
-        "exitCode": exit_code,
-        "success": success,
-        "timedOut": timed_out,
-        "stdout": stdout_text,
-        "stderr": stderr.decode("utf-8", errors="replace"),
-        "stdoutTruncated": stdout_cut,
-        "stderrTruncated": stderr_cut,
-        "readError": None,
-        "json": stdout_json,
-        "jsonParseError": parse_error,
-    }
+    response.update(json=stdout_json, jsonParseError=parse_error)
     out = {
         **base,
         "response": response,
@@ -923,15 +903,24 @@ async def run_command(
     return _finish(f.answer, envelope_result(sorted_json(out).encode()))
 
 
-def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
+def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
+    """What mcpg's command adapter reports of a finished program (``CommandExecutionSummary``): its exit code
+    (none when a signal ended it), whether it succeeded, its output (each stream cut where the core cut it)."""
     return {
-        "kind": kind,
-        "code": f"mcpg.downstream_command.{kind}",
-        "message": message,
-        "retryable": False,
-        "suggestedAction": action,
-        "details": details,
+        "durationMs": int((time.perf_counter() - started) * 1000),
+        "exitCode": run.code if run.code >= 0 else None,
+        "success": run.code == 0 and not run.timed_out,
+        "timedOut": run.timed_out,
+        "stdout": run.stdout.decode("utf-8", errors="replace"),
+        "stderr": run.stderr.decode("utf-8", errors="replace"),
+        "stdoutTruncated": run.stdout_truncated,
+        "stderrTruncated": run.stderr_truncated,
+        "readError": None,
     }
+
+
+def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
+    return _downstream("command", kind, message, action, details)
 
 
 def _invalid_stdout(parse_error: str) -> dict[str, Any]:
@@ -965,17 +954,21 @@ class KafkaFields(McpgFields, tag="mcpg.kafka"):
     max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 65_536
 
 
+def _connections(b: Build[_SF], field: str, parse: Callable[[str], object]) -> _SF:
+    """The step's fields, its address (``field``) checked by the core backend's ``parse`` (else it fails)."""
+    f = b.decoded()
+    try:
+        parse(getattr(f, field))
+    except ValueError as e:
+        b.problem(f"{b.location}.{field}", str(e))
+        b.fail()
+    return f
+
+
 def _build_nats(b: Build[NatsFields]) -> Connections:
     from mcpipe.backends.nats import parse_nats_url
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    try:
-        parse_nats_url(f.url)
-    except ValueError as e:
-        b.problem(f"{b.location}.url", str(e))
-        b.fail()
+    f = _connections(b, "url", parse_nats_url)
     if "*" in f.subject or ">" in f.subject or " " in f.subject:
         b.problem(f"{b.location}.subject", f"NATS subject '{f.subject}' contains wildcard characters")
     return b.policy.connections
@@ -984,14 +977,7 @@ def _build_nats(b: Build[NatsFields]) -> Connections:
 def _build_kafka(b: Build[KafkaFields]) -> Connections:
     from mcpipe.backends.kafka import parse_bootstrap
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    try:
-        parse_bootstrap(f.bootstrap_servers)
-    except ValueError as e:
-        b.problem(f"{b.location}.bootstrap_servers", str(e))
-        b.fail()
+    _connections(b, "bootstrap_servers", parse_bootstrap)
     return b.policy.connections
 
 
@@ -1121,16 +1107,21 @@ class SqlPlan:
     stream: Any = None
 
 
+_SqlF = TypeVar("_SqlF", "SqlFields", "SqlTxFields")
+
+
+def _sql_backend(b: Build[_SqlF]) -> tuple[_SqlF, SqlBackend]:
+    """The step's fields and the ``[sql.NAME]`` backend they name (else the step fails, located)."""
+    from mcpipe.formats.mcpg._sqlmore import sql_backend
+
+    f = b.decoded()
+    return f, sql_backend(b, f.backend)
+
+
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     from mcpipe.backends.sql import Statement
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
-    if backend is None:
-        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
-        b.fail()
+    f, backend = _sql_backend(b)
     try:
         stmt = Statement.parse(f.sql)
     except ValueError as e:
@@ -1477,13 +1468,7 @@ class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
 def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     from mcpipe.backends.sql import Statement
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    backend = b.policy.sql.get(f.backend) if b.policy.sql is not None else None
-    if backend is None:
-        b.problem(f"{b.location}.backend", f"no SQL backend '{f.backend}'")
-        b.fail()
+    f, backend = _sql_backend(b)
     stmts = []
     for i, st in enumerate(f.steps):
         try:
@@ -1511,14 +1496,8 @@ def _tx_statement(st: SqlTxStatement, stmt: Statement, arguments: Mapping[str, o
             raise _TransportError(f"{where}: parameter bind for '{st.id}': invalid spec: {e}") from None
 
     def shaped(result: Any) -> Any:
-        if st.row_mode == "affected_rows":
-            return {"rows_affected": max(result.rowcount, 0)}
-        rows = mcpg_rows(result)
-        if st.row_mode == "many":
-            return rows
-        if st.row_mode == "single":
-            return rows[0] if rows else None
-        return _first_column(rows[0]) if rows else None
+        rows = [] if st.row_mode == "affected_rows" else mcpg_rows(result)
+        return shape_rows(rows, st.row_mode, len(rows), max(result.rowcount, 0))
 
     return TxStatement(st.id, stmt, bind, shaped)
 
@@ -1600,9 +1579,7 @@ def _build_jsonata(b: Build[JsonataFields]) -> str:
     plugin's own, jsonata-core (``jsonatapy``, its Python binding)."""
     import jsonatapy
 
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     if f.config_error is not None:
         return f"jsonata transform config: {f.config_error}"
     try:
@@ -1736,9 +1713,7 @@ async def _resolved(value: object, cel: Mapping[str, object]) -> Any:
 
 
 def _build_log(b: Build[McpgLogFields]) -> Any:
-    f = b.fields
-    if f is None:
-        b.fail()
+    f = b.decoded()
     data = _templates_of(b, f.data, f"{b.location}.data")
     if b.failed:
         b.fail()

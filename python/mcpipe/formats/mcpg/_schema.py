@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 from mcpipe.errors import Problem
 
-__all__ = ["ROOTS", "env_overlay", "schema_problems"]
+__all__ = ["env_overlay", "schema_problems"]
 
 _SCHEMA = Path(__file__).with_name("config.schema.json")
 CODE = "INVALID_CONFIG"
@@ -28,36 +28,16 @@ CODE = "INVALID_CONFIG"
 
 @cache
 def _validator() -> Draft7Validator:
-    from jsonschema import Draft7Validator  # on first use: jsonschema is slow to import
+    """The core's validator of the schema (its patterns matched safely, :mod:`mcpipe._jsonschema`)."""
+    from mcpipe._jsonschema import validator
 
-    schema = json.loads(_SCHEMA.read_text())
-    return Draft7Validator(schema)
+    checker: Draft7Validator = validator(json.loads(_SCHEMA.read_text()))
+    return checker
 
 
 @cache
 def _roots() -> frozenset[str]:
     return frozenset(json.loads(_SCHEMA.read_text())["properties"])
-
-
-ROOTS = frozenset(
-    {
-        "cloud",
-        "cluster",
-        "credentials",
-        "debug",
-        "feature_flags",
-        "gateway",
-        "governance",
-        "license",
-        "mcp",
-        "observability",
-        "plugins",
-        "schema_registry",
-        "storage",
-        "usage_reporting",
-    }
-)
-"""mcpg's top-level keys (``AppConfig``'s fields)."""
 
 
 def location(path: Any) -> str:

@@ -44,7 +44,8 @@ _SF = TypeVar("_SF", bound=StepFields)
 """The fields of the step whose backend is looked up (any kind's)."""
 
 
-def _backend(b: Build[_SF], name: str) -> Any:
+def sql_backend(b: Build[_SF], name: str) -> Any:
+    """The ``[sql.NAME]`` backend a step names (else the step fails, located)."""
     backend = b.policy.sql.get(name) if b.policy.sql is not None else None
     if backend is None:
         b.problem(f"{b.location}.backend", f"no SQL backend '{name}'")
@@ -93,10 +94,8 @@ def check_list_query(spec: Mapping[str, object]) -> str | None:
 def _build_list(b: Build[SqlListFields]) -> tuple[Any, Any]:
     from mcpipe.backends.sql import Statement
 
-    f = b.fields
-    if f is None:
-        b.fail()
-    backend = _backend(b, f.backend)
+    f = b.decoded()
+    backend = sql_backend(b, f.backend)
     why = check_list_query(msgspec.to_builtins(f))
     if why is not None:
         b.problem(f"{b.location}.sql", why)
@@ -192,10 +191,8 @@ class SqlCompleteFields(StepFields, tag="mcpg.sql_complete", kw_only=True):
 
 
 def _build_complete(b: Build[SqlCompleteFields]) -> Any:
-    f = b.fields
-    if f is None:
-        b.fail()
-    return _backend(b, f.backend)
+    f = b.decoded()
+    return sql_backend(b, f.backend)
 
 
 async def run_complete(

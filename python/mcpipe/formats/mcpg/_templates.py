@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ __all__ = [
     "cel_env",
     "compile_mcpg_cel",
     "expand_env",
+    "expand_env_in",
     "mcpg_steps",
     "request_context",
     "split_template",
@@ -56,7 +57,7 @@ gives a pipeline's steps (``original_args``, ``completed_steps``, ``request_cont
 _ENV = re.compile(r"\$\{\s*\$?env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 
 
-def expand_env(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
+def expand_env(value: str, environ: Mapping[str, str], pattern: re.Pattern[str] = _ENV) -> tuple[str, list[str]]:
     """``${env.NAME}`` replaced by the variable's value; answers the text and the names that are unset
     (mcpg refuses to load then)."""
     missing: list[str] = []
@@ -68,7 +69,28 @@ def expand_env(value: str, environ: Mapping[str, str]) -> tuple[str, list[str]]:
             return ""
         return got
 
-    return _ENV.sub(repl, value), missing
+    return pattern.sub(repl, value), missing
+
+
+def expand_env_in(
+    value: object,
+    where: str,
+    environ: Mapping[str, str],
+    unset: Callable[[str, str], None],
+    pattern: re.Pattern[str] = _ENV,
+) -> Any:
+    """:func:`expand_env` in every string of ``value`` (``where`` locates it); ``unset(where, name)`` for each
+    variable that is not set."""
+    if isinstance(value, str):
+        text, missing = expand_env(value, environ, pattern)
+        for name in missing:
+            unset(where, name)
+        return text
+    if isinstance(value, Mapping):
+        return {k: expand_env_in(v, f"{where}.{k}", environ, unset, pattern) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env_in(v, f"{where}[{i}]", environ, unset, pattern) for i, v in enumerate(value)]
+    return value
 
 
 def split_template(text: str) -> list[tuple[str, str]]:
@@ -159,33 +181,12 @@ class McpgTemplate:
     def credentials(self) -> tuple[str, ...]:
         return tuple(v for kind, v in self.parts if kind == "cred")
 
-    def resolve(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
-        """The text for one call.
-
-        Raises:
-            ExpressionError: an expression failed, or does not make text.
-        """
-        if len(self.parts) == 1 and self.parts[0][0] == "cel":
-            return _to_string(self.parts[0][1].evaluate(env))
-        out: list[str] = []
-        for kind, value in self.parts:
-            if kind == "lit":
-                out.append(value)
-            elif kind == "cred":
-                got = (credentials or {}).get(value)
-                if got is None:
-                    raise ExpressionError(f"credential {value!r} is not available")
-                out.append(got)
-            else:
-                out.append(_cel_string(value.evaluate(env)))
-        return "".join(out)
-
     async def resolve_async(self, env: Mapping[str, object], credentials: Mapping[str, str] | None = None) -> str:
-        """:meth:`resolve`, each expression under the expression deadline (one that iterates runs in a CEL
+        """The text for one call, each expression under the expression deadline (one that iterates runs in a CEL
         worker, off the event loop: issue 20).
 
         Raises:
-            ExpressionError: as :meth:`resolve`; a timeout too.
+            ExpressionError: an expression failed, timed out, or does not make text.
         """
         if len(self.parts) == 1 and self.parts[0][0] == "cel":
             return _to_string(await self.parts[0][1].evaluate_async(env))
@@ -218,17 +219,13 @@ def compile_mcpg_cel(source: str) -> CelExpr:
 
 
 def _to_string(value: object) -> str:
-    """mcpg-expr's ``cel_value_to_string``."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int):
-        return str(value)
+    """mcpg-expr's ``cel_value_to_string``: CEL's ``string()`` but a float with two decimals and null as ``""``."""
     if isinstance(value, float):
         return f"{value:.2f}"
     if value is None:
         return ""
+    if isinstance(value, (str, int)):
+        return _cel_string(value)
     raise ExpressionError(f"expression must evaluate to a string, number, or boolean, got {type(value).__name__}")
 
 

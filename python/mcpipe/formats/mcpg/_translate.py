@@ -36,7 +36,7 @@ from mcpipe.formats.mcpg._names import rename_cel
 from mcpipe.formats.mcpg._refusals import reason
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._sqlmore import check_list_query
-from mcpipe.formats.mcpg._templates import expand_env
+from mcpipe.formats.mcpg._templates import expand_env, expand_env_in
 
 _log = logging.getLogger("mcpipe.formats.mcpg")
 
@@ -238,13 +238,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
             "allow_private_servers": bool((defaults.get("upstream_safety") or {}).get("allow_private_backends")),
             "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
         }
-        gov = defaults.get("governance") or {}
-        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-        if gov.get("allow_if"):
-            rule["allow_if"] = gov["allow_if"]
-        if gov.get("required_scopes"):
-            rule["required_scopes"] = list(gov["required_scopes"])
-        entry["trust"] = rule
+        entry["trust"] = _trust_rule(defaults)
         imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
         imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
         entry["expose"] = [k for k, on in imported.items() if on]
@@ -276,11 +270,8 @@ def _registries(registries: list[Any], out: _Out) -> None:
 
 
 def _expand_all(values: Mapping[str, str], out: _Out) -> tuple[dict[str, str], list[str]]:
-    expanded: dict[str, str] = {}
     missing: list[str] = []
-    for key, value in values.items():
-        expanded[key], more = expand_env(value, out.environ)
-        missing += more
+    expanded = expand_env_in(values, "", out.environ, lambda _, name: missing.append(name))
     return expanded, missing
 
 
@@ -733,19 +724,12 @@ class _Binding:
         not set is noted in ``unset``, and is a located warning of ``mcpipe check``: mcpg's config check passes
         it, its start fails, mcpipe serves the binding failing each call). ``${cred://…}`` tokens stay: an http
         header's become the step's credential (:func:`.plugins.http_credential`)."""
-        if isinstance(value, str):
-            text, missing = expand_env(value, self.out.environ)
-            for name in missing:
-                self.unset.append(name)
-                self.out.problems.append(
-                    Problem(where, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set")
-                )
-            return text
-        if isinstance(value, Mapping):
-            return {k: self.env(v, f"{where}.{k}") for k, v in value.items()}
-        if isinstance(value, list):
-            return [self.env(v, f"{where}[{i}]") for i, v in enumerate(value)]
-        return value
+
+        def unset(at: str, name: str) -> None:
+            self.unset.append(name)
+            self.out.problems.append(Problem(at, UNSET_ENV_PER_CALL, f"environment variable `{name}` is not set"))
+
+        return expand_env_in(value, where, self.out.environ, unset)
 
     def schema(self, value: object, where: str) -> Any:
         if isinstance(value, Mapping) and "$schema_ref" in value:
@@ -784,13 +768,7 @@ def _capabilities(
                 continue
             pipelines.append(entry)
             out.moved(f"pipelines.{b.name}", loc)
-            gov = binding.get("governance") or {}
-            rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-            if gov.get("allow_if"):
-                rule["allow_if"] = gov["allow_if"]
-            if gov.get("required_scopes"):
-                rule["required_scopes"] = list(gov["required_scopes"])
-            access[b.name] = rule
+            access[b.name] = _trust_rule(binding)
             out.moved(f"trust.tools.{b.name}", f"{loc}.governance")
     # mcpg lists tools and prompts by name, resources by URI, templates by URI template (capability_registry.rs)
     order = {"tool": 0, "prompt": 1, "resource": 2, "resource_template": 3, "hidden": 4}
@@ -798,6 +776,17 @@ def _capabilities(
     tasks = caps.get("tasks") or {}
     if tasks.get("store") and (tasks["store"] or {}).get("kind") not in (None, "memory", "cluster"):
         out.refuse("mcp.capabilities.tasks.store", reason("store", kind=str((tasks["store"] or {}).get("kind"))))
+
+
+def _trust_rule(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """A binding's (a federation's, a registry's defaults') ``governance`` as its ``[trust.tools.NAME]`` rule."""
+    gov = binding.get("governance") or {}
+    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
+    if gov.get("allow_if"):
+        rule["allow_if"] = gov["allow_if"]
+    if gov.get("required_scopes"):
+        rule["required_scopes"] = list(gov["required_scopes"])
+    return rule
 
 
 _ANNOTATIONS = {
@@ -847,13 +836,7 @@ def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> N
         shape["annotations"] = hints
     out.section("tools").setdefault("reshape", {})[b.name] = shape
     out.moved(f"tools.reshape.{b.name}", loc)
-    gov = binding.get("governance") or {}
-    rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-    if gov.get("allow_if"):
-        rule["allow_if"] = gov["allow_if"]
-    if gov.get("required_scopes"):
-        rule["required_scopes"] = list(gov["required_scopes"])
-    out.section("trust").setdefault("tools", {})[b.name] = rule
+    out.section("trust").setdefault("tools", {})[b.name] = _trust_rule(binding)
 
 
 def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str, Any] | None:
@@ -1618,16 +1601,10 @@ def _federations(feds: list[Any], out: _Out) -> None:
         entry["prefix"] = prefix[:-1] if prefix else ""
         # The federation's governance (default: a binding's, header_asserted) covers every capability it
         # imports (federation/engine.rs governance_rule): a trust rule for its `<prefix>.*` names.
-        gov = fed.get("governance") or {}
-        rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-        if gov.get("allow_if"):
-            rule["allow_if"] = gov["allow_if"]
-        if gov.get("required_scopes"):
-            rule["required_scopes"] = list(gov["required_scopes"])
         if prefix:
-            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = rule
+            out.section("trust").setdefault("tools", {})[f"{prefix}*"] = _trust_rule(fed)
             out.moved(f"trust.tools.{prefix}*", f"{where}.governance")
-        elif gov or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
+        elif fed.get("governance") or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
             out.refuse(f"{where}.governance", reason("fed_governance"))
             continue
         imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
@@ -1841,11 +1818,9 @@ def _storage(storage: Mapping[str, Any], out: _Out) -> None:
     out.doc["content"] = {"stores": stores, "default": default, "scheme": "mcpg-resource"}
 
 
-def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
-    where = "debug.tools"
-    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
-    exposure = {
+def debug_exposure(tools: Mapping[str, Any]) -> dict[str, Any]:
+    """``debug.tools.exposure`` with mcpg's defaults where it says nothing."""
+    return {
         "command_probe": True,
         "network_probe": True,
         "network_json_call": False,
@@ -1853,6 +1828,13 @@ def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
         "runtime_overview_resource": True,
         **(tools.get("exposure") or {}),
     }
+
+
+def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
+    where = "debug.tools"
+    commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
+    exposure = debug_exposure(tools)
     for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
         default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
         if default not in profiles:

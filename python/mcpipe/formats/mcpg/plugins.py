@@ -26,6 +26,7 @@ from typing import Any
 
 from mcpipe._json import JsonObject
 from mcpipe.errors import UNSET_ENV, Problem
+from mcpipe.formats.mcpg._templates import expand_env_in
 
 __all__ = [
     "PLUGIN_CLASSES",
@@ -117,13 +118,18 @@ def _problem(problems: list[Problem], loc: str, message: str, code: str = _CODE)
     problems.append(Problem(loc, code, message))
 
 
-def _config(entry: Mapping[str, object], loc: str, problems: list[Problem], pid: str) -> dict[str, Any] | None:
-    """The entry's ``config`` as an object (absent or null: empty); None, with a problem, when it is not one."""
+def _config(
+    entry: Mapping[str, object], loc: str, problems: list[Problem], pid: str, known: frozenset[str] | None = None
+) -> dict[str, Any] | None:
+    """The entry's ``config`` as an object (absent or null: empty); None, with a problem, when it is not one, or
+    when it has a field not in ``known`` (:func:`_fields`)."""
     cfg = entry.get("config")
     if cfg is None:
         return {}
     if not isinstance(cfg, Mapping):
         _problem(problems, f"{loc}.config", f"the config of `{pid}` must be an object, got {type(cfg).__name__}")
+        return None
+    if known is not None and not _fields(cfg, known, f"{loc}.config", problems, pid):
         return None
     return dict(cfg)
 
@@ -244,28 +250,11 @@ _ENV = re.compile(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
 def _env(value: object, loc: str, problems: list[Problem], environ: Mapping[str, str]) -> Any:
     """``${env.NAME}`` in a plugin's config, read from the environment when the file is loaded, as mcpg does
     (an unset variable is an error)."""
-    if isinstance(value, str):
-        if "${" not in value:
-            return value
 
-        def repl(m: re.Match[str]) -> str:
-            got = environ.get(m.group(1))
-            if got is None:
-                _problem(
-                    problems,
-                    loc,
-                    f"environment variable `{m.group(1)}` is not set (the plugin's config reads it)",
-                    UNSET_ENV,
-                )
-                return ""
-            return got
+    def unset(where: str, name: str) -> None:
+        _problem(problems, where, f"environment variable `{name}` is not set (the plugin's config reads it)", UNSET_ENV)
 
-        return _ENV.sub(repl, value)
-    if isinstance(value, Mapping):
-        return {k: _env(v, f"{loc}.{k}", problems, environ) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_env(v, f"{loc}[{i}]", problems, environ) for i, v in enumerate(value)]
-    return value
+    return expand_env_in(value, loc, environ, unset, _ENV)
 
 
 _SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sink": "logs", "audit_sink": "audit"}
@@ -504,10 +493,8 @@ def _openapi_plugin(
     (``allow``/``deny``, operationId globs) lets through, named ``tool_prefix`` + operationId. ``spec`` is a
     ``file://`` URI or ``{inline: {...}}``; each ``auth`` entry, keyed by the document's security scheme, is a
     ``${cred://...}`` reference (:func:`credential_ref`)."""
-    cfg = _config(entry, at, problems, OPENAPI)
+    cfg = _config(entry, at, problems, OPENAPI, frozenset({"sources"}))
     if cfg is None:
-        return
-    if not _fields(cfg, frozenset({"sources"}), f"{at}.config", problems, OPENAPI):
         return
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
@@ -735,12 +722,10 @@ _MTLS_KEYS = frozenset({"sources", "extraction", "identities", "resolution"})
 
 def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
     pid = "dev.mcpg.identity.mtls"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _MTLS_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _MTLS_KEYS, loc, problems, pid):
-        return
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
         _problem(problems, f"{loc}.sources", "identity.mtls: `sources` must be non-empty")
@@ -840,12 +825,10 @@ def _cedar(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.policy.cedar"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _CEDAR_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _CEDAR_KEYS, loc, problems, pid):
-        return
     policy_dir = cfg.get("policy_dir")
     if not isinstance(policy_dir, str) or not policy_dir.strip():
         _problem(
@@ -941,12 +924,10 @@ def _rate_limit(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.rate-limit"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, _RATE_KEYS)
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, _RATE_KEYS, loc, problems, pid):
-        return
     gate: dict[str, Any] = {"kind": "rate_limit", "name": alias, "enforce": enforce}
     bad = False
     for key in ("default_limit", "default_window_ms", "default_burst"):
@@ -998,12 +979,10 @@ def _ip_allowlist(
     entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
 ) -> None:
     pid = "dev.mcpg.ip-allowlist"
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, frozenset({"allow", "ip_header", "tools"}))
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, frozenset({"allow", "ip_header", "tools"}), loc, problems, pid):
-        return
     allow = cfg.get("allow")
     if not isinstance(allow, list) or not allow:
         _problem(
@@ -1064,12 +1043,10 @@ _JAG_KEYS = frozenset(
 def _issuer(
     entry: Mapping[str, object], alias: str, pid: str, at: str, out: JsonObject, problems: list[Problem]
 ) -> None:
-    cfg = _config(entry, at, problems, pid)
+    cfg = _config(entry, at, problems, pid, frozenset({"providers", "target_template"}))
     if cfg is None:
         return
     loc = f"{at}.config"
-    if not _fields(cfg, frozenset({"providers", "target_template"}), loc, problems, pid):
-        return
     if cfg.get("target_template") is not None:
         _problem(
             problems,
@@ -1360,10 +1337,8 @@ def _prometheus_labels(cfg: Mapping[str, object], loc: str, problems: list[Probl
 def _prometheus_plugin(
     entry: Mapping[str, object], at: str, out: Mapping[str, object], problems: list[Problem]
 ) -> None:
-    cfg = _config(entry, at, problems, PROMETHEUS)
-    if cfg is None:
-        return
-    if _fields(cfg, frozenset({"namespace", "global_labels"}), f"{at}.config", problems, PROMETHEUS):
+    cfg = _config(entry, at, problems, PROMETHEUS, frozenset({"namespace", "global_labels"}))
+    if cfg is not None:
         _prometheus_labels(cfg, f"{at}.config", problems)
 
 
