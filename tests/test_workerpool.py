@@ -6,12 +6,13 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trio
 import trio.testing
 
-from mcpipe._workerpool import SizedSlots, WorkerDied, WorkerPool, WorkerTimeout
+from mcpipe._workerpool import ExecSpawner, WorkerDied, WorkerPool, WorkerStartError, WorkerTimeout
 
 WORKER = r"""
 import os, sys, time
@@ -196,13 +197,80 @@ async def test_a_pool_without_reuse_serves_each_call_from_a_fresh_worker():
         workers.shutdown()
 
 
-def test_sized_slots_give_one_limiter_per_size_in_each_trio_run():
-    slots = SizedSlots("mcpipe_test_slots")
+class _Counting(ExecSpawner):
+    """A spawner of the test's worker program that counts what it made, and whose first ``broken`` workers
+    are a program that exits at once (they never say ``ready``)."""
 
-    async def limiters() -> tuple[trio.CapacityLimiter, trio.CapacityLimiter, trio.CapacityLimiter]:
-        return slots(2), slots(2), slots(3)
+    def __init__(self, broken: int = 0, argv: list[str] | None = None) -> None:
+        super().__init__(argv or [sys.executable, "-c", WORKER])
+        self.made = 0
+        self.broken = broken
 
-    first = trio.run(limiters)
-    assert first[0] is first[1] and first[0].total_tokens == 2 and first[2].total_tokens == 3
-    again = trio.run(limiters)
-    assert again[0] is not first[0]  # a limiter belongs to the run that made it
+    def spawn(self, key: object) -> Any:
+        self.made += 1
+        if self.broken:
+            self.broken -= 1
+            return ExecSpawner([sys.executable, "-c", "pass"]).spawn(key)
+        return super().spawn(key)
+
+
+async def test_a_pool_makes_its_workers_with_the_spawner_it_is_given():
+    spawner = _Counting()
+    workers = WorkerPool("spawned", spawner, size=1)
+    try:
+        pid = int(await workers.call(b"pid", GENEROUS_S))
+        assert int(await workers.call(b"pid", GENEROUS_S)) == pid and spawner.made == 1
+        with pytest.raises(WorkerTimeout, match="worker pool 'spawned'"):
+            await workers.call(b"hang", HANG_S)
+        assert not alive(pid)
+        assert int(await workers.call(b"pid", GENEROUS_S)) != pid and spawner.made == 2
+    finally:
+        workers.shutdown()
+
+
+async def test_a_one_shot_pool_keeps_its_spares_beyond_its_size_and_serves_the_oldest_first():
+    workers = WorkerPool("spares", _Counting(), size=1, reuse=False, spares=2)
+    try:
+        workers.prefork(5)
+        assert workers.idle() == 3  # within size + spares
+        workers.shutdown()
+        workers.prefork(2)
+        first_forked = workers.pids()[0]
+        served = int(await workers.call(b"pid", GENEROUS_S, prefork=2))
+        assert served == first_forked and not alive(served)
+        assert workers.idle() == 2  # topped up once the request was out
+        again = {int(await workers.call(b"pid", GENEROUS_S, prefork=2)) for _ in range(4)}
+        assert len(again) == 4 and served not in again
+    finally:
+        workers.shutdown()
+
+
+async def test_an_idle_worker_that_cannot_start_gives_way_to_a_fresh_one():
+    spawner = _Counting(broken=1)
+    workers = WorkerPool("stale", spawner, size=1, reuse=False, spares=1)
+    try:
+        workers.prefork(1)  # the broken one
+        assert int(await workers.call(b"pid", GENEROUS_S)) > 0
+        assert spawner.made == 2
+    finally:
+        workers.shutdown()
+
+
+async def test_a_new_worker_that_cannot_start_fails_the_call_located():
+    workers = WorkerPool("broken", _Counting(argv=[sys.executable, "-c", "pass"]), size=1)
+    try:
+        with pytest.raises(WorkerStartError, match=r"^worker pool 'broken': worker \d+ did not start: "):
+            await workers.call(b"pid", GENEROUS_S)
+    finally:
+        workers.shutdown()
+
+
+async def test_a_deadline_that_covers_the_start_ends_a_worker_that_never_gets_ready():
+    silent = [sys.executable, "-c", "import time; time.sleep(3600)"]
+    workers = WorkerPool("silent", _Counting(argv=silent), size=1)
+    try:
+        with pytest.raises(WorkerTimeout, match="worker pool 'silent': no worker was ready within 500 ms"):
+            await workers.call(b"pid", HANG_S, start_in_deadline=True)
+        assert workers.pids() == [] and workers.in_use() == 0
+    finally:
+        workers.shutdown()

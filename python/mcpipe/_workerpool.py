@@ -25,16 +25,23 @@ in the time Python takes) in up to ``size`` processes and owns what each user wo
   starts new ones. The async path starts no task and no thread: everything a call does runs in the caller's
   task, under its cancel scope, and a cancelled call kills its worker.
 
-Users: the regular-expression fallback (:mod:`mcpipe._pattern`, from threads) and CEL evaluations that
-iterate (:mod:`mcpipe.expr._celworker`, async). ``python`` steps run in the sandbox's fork-server workers
-(:mod:`mcpipe._sandbox`: forked warm, a uid and PID namespace each, one fresh worker per step), bounded by
-this module's :class:`SizedSlots`.
+**Spawners.** How a worker process is made is the pool's :class:`Spawner`: :class:`ExecSpawner` (the
+default, from ``argv``) starts a program with line framing on its pipes; the sandbox's spawner
+(:class:`mcpipe._sandbox.SandboxSpawner`) forks an isolated worker from its fork server, framed on a socket
+of its own, its stdout and stderr read into the call's ``sink``. A spawner's processes
+(:class:`WorkerProcess`) frame a request and its reply; the pool does everything else above, the same way
+for each.
+
+Users: the regular-expression fallback (:mod:`mcpipe._pattern`, from threads), CEL evaluations that iterate
+(:mod:`mcpipe.expr._celworker`, async), and ``python`` steps (:mod:`mcpipe.kinds._pyworker`: one-shot
+sandbox workers, keyed by their isolation, with warm spares forked ahead).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import select
 import subprocess
@@ -42,20 +49,21 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Hashable, Sequence
+from typing import Protocol
 
 from mcpipe._util import RunLimiter
 
-if TYPE_CHECKING:
-    import trio
-
 __all__ = [
-    "SizedSlots",
+    "EndedWithoutReply",
+    "ExecSpawner",
+    "ReplyTooLarge",
+    "Spawner",
     "WorkerBusy",
     "WorkerDied",
     "WorkerError",
     "WorkerPool",
+    "WorkerProcess",
     "WorkerStartError",
     "WorkerTimeout",
 ]
@@ -95,19 +103,123 @@ class WorkerDied(WorkerError):
         self.returncode = returncode
 
 
-class _Ended(Exception):
-    """The worker's stdout ended."""
+class EndedWithoutReply(Exception):
+    """Raised by a :class:`WorkerProcess`'s exchange: the worker ended (or closed its reply channel) before a
+    whole reply."""
 
 
-class _TooLarge(Exception):
-    """A reply line longer than allowed."""
+class ReplyTooLarge(Exception):
+    """Raised by a :class:`WorkerProcess`'s exchange: the reply is longer than the limit it was given."""
+
+
+_Ended = EndedWithoutReply
+_TooLarge = ReplyTooLarge
+
+
+class WorkerProcess(Protocol):
+    """One worker process as a :class:`Spawner` makes it: it frames a request and its reply; the pool bounds,
+    kills and reports it. One caller uses it at a time.
+
+    Attributes:
+        key: the key it was made for (it serves no other).
+        pid: its pid (0 until it exists).
+        killed: :meth:`kill` was called.
+    """
+
+    @property
+    def key(self) -> Hashable: ...
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def killed(self) -> bool: ...
+
+    async def start(self) -> None:
+        """Wait until it can take a request (the caller's cancel scope bounds the wait).
+
+        Raises:
+            OSError: it could not be started.
+        """
+        ...
+
+    def start_blocking(self, deadline: float) -> bool:
+        """:meth:`start` for a thread; False when ``deadline`` (monotonic) passed first.
+
+        Raises:
+            OSError: it could not be started.
+        """
+        ...
+
+    async def exchange(self, request: bytes, limit: int, sink: object, sent: Callable[[], None] | None) -> bytes:
+        """Send ``request`` and answer its reply (at most ``limit`` bytes), ``sent()`` called once the request
+        is out; what else it prints goes to ``sink`` (the spawner's kind of object; None: dropped).
+
+        Raises:
+            EndedWithoutReply, ReplyTooLarge.
+        """
+        ...
+
+    def exchange_blocking(self, request: bytes, limit: int, deadline: float) -> bytes | None:
+        """:meth:`exchange` for a thread; None when ``deadline`` passed first."""
+        ...
+
+    def reusable(self) -> bool:
+        """Whether it may serve another call (alive, nothing unread)."""
+        ...
+
+    def kill(self) -> None:
+        """SIGKILL it, whatever it does (non-blocking, idempotent)."""
+        ...
+
+    async def exit_status(self) -> int | None:
+        """Its exit status once it has ended without a reply (negative: a signal; None: not known soon)."""
+        ...
+
+    def exit_status_blocking(self) -> int | None:
+        """:meth:`exit_status` for a thread."""
+        ...
+
+    def close(self) -> None:
+        """Kill it and let go of all it holds (its pipes, its process)."""
+        ...
+
+
+class Spawner(Protocol):
+    """How a pool's worker processes are made."""
+
+    def spawn(self, key: Hashable) -> WorkerProcess:
+        """A new worker process for ``key``, without waiting for it to be ready (:meth:`WorkerProcess.start`
+        waits)."""
+        ...
+
+    def limit_text(self) -> str:
+        """Its workers' memory limit, as the pool's messages name it."""
+        ...
+
+
+class ExecSpawner:
+    """Workers that are a program (``argv``) started as a child, speaking lines on its stdin and stdout: it
+    says ``ready`` once started, then answers each request line with one reply line. Its address space is
+    bounded (``RLIMIT_AS`` = ``memory_bytes``, 0: none), set on the child as soon as it exists."""
+
+    def __init__(self, argv: Sequence[str], memory_bytes: int = 0) -> None:
+        self.argv = tuple(argv)
+        self.memory_bytes = memory_bytes
+
+    def spawn(self, key: Hashable) -> _Worker:
+        return _Worker(self.argv, self.memory_bytes, key)
+
+    def limit_text(self) -> str:
+        return f"{self.memory_bytes // (1024 * 1024)} MB" if self.memory_bytes else "none"
 
 
 class _Worker:
-    """One worker process. Its pipes are non-blocking; one caller uses it at a time."""
+    """One worker process of an :class:`ExecSpawner`. Its pipes are non-blocking; one caller uses it at a
+    time."""
 
     def __init__(self, argv: Sequence[str], memory_bytes: int, key: Hashable) -> None:
-        self.key = key
+        self.key: Hashable = key
         self.proc = subprocess.Popen(
             list(argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
         )
@@ -172,7 +284,7 @@ class _Worker:
 
     # --- blocking (for threads) ---------------------------------------------------------------------------
 
-    def exchange_blocking(self, request: bytes | None, limit: int, deadline: float) -> bytes | None:
+    def exchange_blocking_line(self, request: bytes | None, limit: int, deadline: float) -> bytes | None:
         """Send ``request`` (None: send nothing), answer the reply line; None when ``deadline`` (monotonic)
         passed first."""
         view = self._write_now(memoryview(request)) if request else memoryview(b"")
@@ -206,9 +318,9 @@ class _Worker:
 
     # --- async (for Trio) ---------------------------------------------------------------------------------
 
-    async def exchange(self, request: bytes | None, limit: int) -> bytes:
-        """Send ``request`` (None: send nothing), answer the reply line (the caller's cancel scope bounds the
-        wait)."""
+    async def _exchange_line(self, request: bytes | None, limit: int, sent: Callable[[], None] | None = None) -> bytes:
+        """Send ``request`` (None: send nothing), then call ``sent()``; answer the reply line (the caller's
+        cancel scope bounds the wait)."""
         import trio
 
         view = memoryview(request or b"")
@@ -216,12 +328,57 @@ class _Worker:
             view = self._write_now(view)
             if view:
                 await trio.lowlevel.wait_writable(self.stdin)
+        if sent is not None:
+            sent()
         while True:
             self._read_now()
             line = self._line(limit)
             if line is not None:
                 return line
             await trio.lowlevel.wait_readable(self.stdout)
+
+    # --- the WorkerProcess protocol: a "ready" line first, then a line each way ---------------------------
+
+    async def start(self) -> None:
+        if self.ready:
+            return
+        try:
+            said = await self._exchange_line(None, 64)
+        except (_Ended, _TooLarge):
+            said = b""
+        if said != b"ready\n":
+            raise OSError(f"worker {self.pid} exited or said {said[:64]!r}, not 'ready'")
+        self.ready = True
+
+    def start_blocking(self, deadline: float) -> bool:
+        if self.ready:
+            return True
+        try:
+            said = self.exchange_blocking_line(None, 64, deadline)
+        except (_Ended, _TooLarge):
+            said = b""
+        if said is None:
+            return False
+        if said != b"ready\n":
+            raise OSError(f"worker {self.pid} exited or said {said[:64]!r}, not 'ready'")
+        self.ready = True
+        return True
+
+    async def exchange(self, request: bytes, limit: int, sink: object, sent: Callable[[], None] | None) -> bytes:
+        return (await self._exchange_line(request + b"\n", limit, sent))[:-1]
+
+    def exchange_blocking(self, request: bytes, limit: int, deadline: float) -> bytes | None:
+        line = self.exchange_blocking_line(request + b"\n", limit, deadline)
+        return None if line is None else line[:-1]
+
+    def reusable(self) -> bool:
+        return not self.killed and not self.ended and not self.buf
+
+    async def exit_status(self) -> int | None:
+        return self.returncode()
+
+    def exit_status_blocking(self) -> int | None:
+        return self.returncode()
 
     # --- ending -------------------------------------------------------------------------------------------
 
@@ -250,31 +407,6 @@ class _Worker:
                     pipe.close()
 
 
-class SizedSlots:
-    """Per Trio run, one capacity limiter per size asked for: ``async with slots(n):`` holds one of ``n``
-    slots. The bound of workers a pool does not keep itself (the sandbox's fresh worker per ``python`` step,
-    :mod:`mcpipe.kinds._pyworker`, whose size is a step's policy)."""
-
-    def __init__(self, name: str) -> None:
-        self._name = name
-        self._var: trio.lowlevel.RunVar[dict[int, trio.CapacityLimiter]] | None = None  # made on first use
-
-    def __call__(self, size: int) -> trio.CapacityLimiter:
-        import trio
-
-        if self._var is None:
-            self._var = trio.lowlevel.RunVar(self._name)
-        try:
-            by_size = self._var.get()
-        except LookupError:
-            by_size = {}
-            self._var.set(by_size)
-        limiter = by_size.get(size)
-        if limiter is None:
-            limiter = by_size[size] = trio.CapacityLimiter(size)
-        return limiter
-
-
 _POOLS: weakref.WeakSet[WorkerPool] = weakref.WeakSet()
 
 
@@ -285,70 +417,76 @@ def _shutdown_all() -> None:
 
 
 class WorkerPool:
-    """Up to ``size`` killable processes of one worker program (see the module's docstring).
+    """Up to ``size`` killable worker processes (see the module's docstring).
 
     Args:
         name: what the pool's messages call it (``"pattern"``, ``"CEL"``).
-        argv: the worker's command line.
+        spawner: how a worker is made: a :class:`Spawner`, or the command line of an :class:`ExecSpawner`
+            (bounded by ``memory_bytes``).
         size: at most this many calls hold a worker at once; at most this many idle workers are kept.
-        memory_bytes: each worker's address-space limit (0: none).
-        max_reply_bytes: the longest reply line read; past it the worker is killed.
-        start_timeout_s: how long a new worker may take to say ``ready``.
+        memory_bytes: each worker's address-space limit (0: none), for a command line.
+        max_reply_bytes: the longest reply read; past it the worker is killed.
+        start_timeout_s: how long a new worker may take to be ready.
         reuse: keep a worker for the next call of its key (False: one call each, then it is killed).
+        spares: idle workers kept beyond ``size`` (a one-shot pool's warm spares, :meth:`prefork`).
     """
 
     def __init__(
         self,
         name: str,
-        argv: Sequence[str],
+        spawner: Spawner | Sequence[str],
         *,
         size: int,
-        memory_bytes: int,
+        memory_bytes: int = 0,
         max_reply_bytes: int = 64 * 1024 * 1024,
         start_timeout_s: float = 60.0,
         reuse: bool = True,
+        spares: int = 0,
     ) -> None:
         if size < 1:
             raise ValueError(f"worker pool {name!r}: size must be at least 1, not {size}")
         self.name = name
-        self.argv = tuple(argv)
+        self.spawner: Spawner = ExecSpawner(spawner, memory_bytes) if isinstance(spawner, Sequence) else spawner
         self.size = size
-        self.memory_bytes = memory_bytes
+        self.spares = max(0, spares)
         self.max_reply_bytes = max_reply_bytes
         self.start_timeout_s = start_timeout_s
         self.reuse = reuse
         self._lock = threading.Lock()
-        self._idle: OrderedDict[_Worker, None] = OrderedDict()  # oldest first
-        self._busy: set[_Worker] = set()
+        self._idle: OrderedDict[WorkerProcess, None] = OrderedDict()  # oldest first
+        self._busy: set[WorkerProcess] = set()
         self._thread_slots = threading.BoundedSemaphore(size)
         self._run_slots = RunLimiter(f"mcpipe_worker_pool_{name}_{id(self)}", size)
         _POOLS.add(self)
 
     # --- workers ------------------------------------------------------------------------------------------
 
-    def _checkout(self, key: Hashable) -> _Worker:
-        """An idle worker of ``key``, else a new one (an idle worker of another key killed if the pool is
-        full)."""
-        evict: _Worker | None = None
+    def _checkout(self, key: Hashable, fresh: bool = False) -> tuple[WorkerProcess, bool]:
+        """An idle worker of ``key`` (unless ``fresh``), else a new one (an idle worker of another key killed
+        if the pool is full); and whether it was idle."""
+        evict: WorkerProcess | None = None
         with self._lock:
-            for worker in reversed(self._idle):
-                if worker.key == key:
-                    del self._idle[worker]
-                    self._busy.add(worker)
-                    return worker
-            if self._idle and len(self._idle) + len(self._busy) >= self.size:
+            if not fresh:
+                # A reused worker: the one used last (its caches warm). A one-shot spare: the oldest, the one
+                # most likely to have finished starting.
+                for worker in reversed(self._idle) if self.reuse else self._idle:
+                    if worker.key == key:
+                        del self._idle[worker]
+                        self._busy.add(worker)
+                        return worker, True
+            if self._idle and len(self._idle) + len(self._busy) >= self.size + self.spares:
                 evict = next(iter(self._idle))
                 del self._idle[evict]
         if evict is not None:
             evict.close()
-        worker = _Worker(self.argv, self.memory_bytes, key)
+        worker = self.spawner.spawn(key)
         with self._lock:
             self._busy.add(worker)
-        return worker
+        return worker, False
 
-    def _checkin(self, worker: _Worker, ok: bool) -> None:
+    def _checkin(self, worker: WorkerProcess, ok: bool) -> None:
         """The call is over: keep the worker for its key's next call, or end it."""
-        keep = ok and self.reuse and not worker.killed and not worker.ended and not worker.buf
+        keep = ok and self.reuse and worker.reusable()
         with self._lock:
             self._busy.discard(worker)
             if keep and len(self._idle) < self.size:
@@ -356,42 +494,57 @@ class WorkerPool:
                 return
         worker.close()
 
-    def _died(self, worker: _Worker, too_large: bool) -> WorkerDied:
-        if too_large:
-            worker.kill()
-            return WorkerDied(
-                f"worker pool {self.name!r}: worker {worker.pid}'s reply is longer than {self.max_reply_bytes} "
-                "bytes (it was killed)",
-                too_large=True,
-            )
-        code = worker.returncode()
-        limit = f"{self.memory_bytes // (1024 * 1024)} MB" if self.memory_bytes else "none"
+    def _too_large(self, worker: WorkerProcess, limit: int) -> WorkerDied:
+        worker.kill()
+        return WorkerDied(
+            f"worker pool {self.name!r}: worker {worker.pid}'s reply is longer than {limit} bytes (it was killed)",
+            too_large=True,
+        )
+
+    def _died(self, worker: WorkerProcess, code: int | None) -> WorkerDied:
         return WorkerDied(
             f"worker pool {self.name!r}: worker {worker.pid} ended without a reply (exit status {code}; "
-            f"its memory limit: {limit}; or it was killed)",
+            f"its memory limit: {self.spawner.limit_text()}; or it was killed)",
             returncode=code,
         )
 
-    def _timed_out(self, worker: _Worker, timeout_s: float) -> WorkerTimeout:
+    def _timed_out(self, worker: WorkerProcess, timeout_s: float) -> WorkerTimeout:
         worker.kill()
         return WorkerTimeout(
             f"worker pool {self.name!r}: worker {worker.pid} did not reply within {timeout_s * 1000:g} ms "
             "(it was killed)"
         )
 
-    def _not_started(self, worker: _Worker) -> WorkerStartError:
+    def _not_started(self, worker: WorkerProcess, why: object = None) -> WorkerStartError:
         worker.kill()
-        return WorkerStartError(
-            f"worker pool {self.name!r}: worker {worker.pid} did not start (no 'ready' within "
-            f"{self.start_timeout_s:g} s, or it exited)"
-        )
+        because = f": {why}" if why else f" (not ready within {self.start_timeout_s:g} s, or it exited)"
+        which = f"worker {worker.pid}" if worker.pid else "a new worker"
+        return WorkerStartError(f"worker pool {self.name!r}: {which} did not start{because}")
 
     # --- calls --------------------------------------------------------------------------------------------
 
-    async def call(self, request: bytes, timeout_s: float, *, key: Hashable = None) -> bytes:
-        """Send one request line (without its newline) to a worker of ``key``; its reply line (without it).
+    async def call(
+        self,
+        request: bytes,
+        timeout_s: float,
+        *,
+        key: Hashable = None,
+        sink: object = None,
+        limit: int | None = None,
+        prefork: int = 0,
+        start_in_deadline: bool = False,
+    ) -> bytes:
+        """Send one request (for an :class:`ExecSpawner`: a line without its newline) to a worker of ``key``;
+        its reply.
 
         Waits for a free slot as long as the caller's cancel scope allows; a cancelled call kills its worker.
+
+        Args:
+            sink: where the worker's other output goes (its spawner's kind of object).
+            limit: the longest reply (default: the pool's ``max_reply_bytes``).
+            prefork: once the request is sent, idle workers of ``key`` are started up to this many
+                (:meth:`prefork`), while this call waits anyway.
+            start_in_deadline: ``timeout_s`` bounds the worker's start too (else only the exchange).
 
         Raises:
             WorkerTimeout: no reply within ``timeout_s`` (the worker was killed).
@@ -400,32 +553,55 @@ class WorkerPool:
         """
         import trio  # lazily: the blocking path (and the modules that import this one) need no Trio
 
+        limit = self.max_reply_bytes if limit is None else limit
+        sent = (lambda: self.prefork(prefork, key=key)) if prefork > 0 else None
         async with self._run_slots():
-            worker = self._checkout(key)
-            ok = False
-            try:
-                if not worker.ready:
-                    with trio.move_on_after(self.start_timeout_s):
+            worker: WorkerProcess | None = None
+            with trio.move_on_after(timeout_s if start_in_deadline else math.inf):
+                worker = await self._started(key)
+                ok = False
+                try:
+                    with trio.move_on_after(timeout_s) as scope:
                         try:
-                            ready = await worker.exchange(None, 64)
-                        except (_Ended, _TooLarge):
-                            ready = b""
-                    if ready != b"ready\n":
-                        raise self._not_started(worker)
-                    worker.ready = True
-                with trio.move_on_after(timeout_s) as scope:
+                            reply = await worker.exchange(request, limit, sink, sent)
+                        except _Ended:
+                            raise self._died(worker, await worker.exit_status()) from None
+                        except _TooLarge:
+                            raise self._too_large(worker, limit) from None
+                    if not scope.cancelled_caught:
+                        ok = True
+                        return reply
+                finally:
+                    if not ok:
+                        worker.kill()
+                    self._checkin(worker, ok)
+            if worker is None:
+                raise WorkerTimeout(f"worker pool {self.name!r}: no worker was ready within {timeout_s * 1000:g} ms")
+            raise self._timed_out(worker, timeout_s)
+
+    async def _started(self, key: Hashable) -> WorkerProcess:
+        """A worker of ``key`` ready for a request: an idle one, else a new one; an idle one that cannot start
+        (its spawner's state went stale: a fork server replaced) is dropped for one new one."""
+        import trio
+
+        for fresh in (False, True):
+            worker, was_idle = self._checkout(key, fresh)
+            failed: OSError | None = None
+            try:
+                with trio.move_on_after(self.start_timeout_s):
                     try:
-                        line = await worker.exchange(request + b"\n", self.max_reply_bytes)
-                    except _Ended:
-                        raise self._died(worker, False) from None
-                    except _TooLarge:
-                        raise self._died(worker, True) from None
-                if scope.cancelled_caught:
-                    raise self._timed_out(worker, timeout_s)
-                ok = True
-                return line[:-1]
-            finally:
-                self._checkin(worker, ok)
+                        await worker.start()
+                    except OSError as e:
+                        failed = e
+                    else:
+                        return worker
+            except BaseException:
+                self._checkin(worker, False)
+                raise
+            self._checkin(worker, False)
+            if not was_idle:
+                raise self._not_started(worker, failed)
+        raise AssertionError("unreachable")
 
     def call_blocking(
         self, request: bytes, timeout_s: float, *, key: Hashable = None, wait_s: float | None = None
@@ -442,41 +618,42 @@ class WorkerPool:
         if not self._thread_slots.acquire(timeout=wait_s):
             raise WorkerBusy(f"worker pool {self.name!r}: no worker was free within {(wait_s or 0) * 1000:g} ms")
         try:
-            worker = self._checkout(key)
+            worker, _ = self._checkout(key)
             ok = False
             try:
-                if not worker.ready:
-                    try:
-                        ready = worker.exchange_blocking(None, 64, time.monotonic() + self.start_timeout_s)
-                    except (_Ended, _TooLarge):
-                        ready = b""
-                    if ready != b"ready\n":
-                        raise self._not_started(worker)
-                    worker.ready = True
                 try:
-                    line = worker.exchange_blocking(request + b"\n", self.max_reply_bytes, time.monotonic() + timeout_s)
+                    started = worker.start_blocking(time.monotonic() + self.start_timeout_s)
+                except OSError as e:
+                    raise self._not_started(worker, e) from None
+                if not started:
+                    raise self._not_started(worker)
+                try:
+                    reply = worker.exchange_blocking(request, self.max_reply_bytes, time.monotonic() + timeout_s)
                 except _Ended:
-                    raise self._died(worker, False) from None
+                    raise self._died(worker, worker.exit_status_blocking()) from None
                 except _TooLarge:
-                    raise self._died(worker, True) from None
-                if line is None:
+                    raise self._too_large(worker, self.max_reply_bytes) from None
+                if reply is None:
                     raise self._timed_out(worker, timeout_s)
                 ok = True
-                return line[:-1]
+                return reply
             finally:
                 self._checkin(worker, ok)
         finally:
             self._thread_slots.release()
 
     def prefork(self, count: int, *, key: Hashable = None) -> None:
-        """Start up to ``count`` idle workers of ``key`` now (within the pool's size), so that calls find
-        them warm; they say ``ready`` while the caller goes on."""
+        """Start up to ``count`` idle workers of ``key`` now (within the pool's size and spares), so that calls
+        find them warm; they get ready while the caller goes on."""
         with self._lock:
             have = sum(1 for w in self._idle if w.key == key)
-            room = self.size - len(self._idle) - len(self._busy)
+            room = self.size + self.spares - len(self._idle) - len(self._busy)
             want = max(0, min(count - have, room))
         for _ in range(want):
-            worker = _Worker(self.argv, self.memory_bytes, key)
+            try:
+                worker = self.spawner.spawn(key)
+            except OSError:  # the next call finds out why, and says so
+                return
             with self._lock:
                 self._idle[worker] = None
 
@@ -485,12 +662,17 @@ class WorkerPool:
     def pids(self) -> list[int]:
         """The pids of the workers alive now (idle or in use)."""
         with self._lock:
-            return [w.pid for w in (*self._idle, *self._busy) if not w.killed]
+            return [w.pid for w in (*self._idle, *self._busy) if not w.killed and w.pid]
 
     def in_use(self) -> int:
         """How many workers calls hold now."""
         with self._lock:
             return len(self._busy)
+
+    def idle(self, key: Hashable = None) -> int:
+        """How many idle workers of ``key`` are kept now."""
+        with self._lock:
+            return sum(1 for w in self._idle if w.key == key)
 
     def shutdown(self) -> None:
         """Kill every worker: idle ones are reaped now, those in use end their call (it fails) and are

@@ -289,3 +289,19 @@ async def test_a_fork_server_that_died_is_started_again():
     SANDBOX.stop()
     out = await run({"code": "result = 2"})
     assert out.output == 2
+
+
+async def test_a_fork_server_killed_from_outside_with_its_warm_spares_is_replaced_and_steps_go_on():
+    import signal
+
+    from mcpipe._sandbox import SANDBOX
+
+    assert (await run({"code": "result = 1"})).output == 1  # the fork server runs, its spares forked
+    zygote = SANDBOX._zygote
+    assert zygote is not None
+    os.kill(zygote.proc.pid, signal.SIGKILL)
+    await trio.to_thread.run_sync(zygote.proc.wait, 30)  # dead and reaped, not yet replaced
+    for n in range(4):
+        out = await run({"code": "result = n * n", "input": {"n": n}})
+        assert (out.ok, out.output) == (True, n * n), out.error
+    assert SANDBOX._zygote is not None and SANDBOX._zygote is not zygote

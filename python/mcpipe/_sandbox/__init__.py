@@ -15,9 +15,11 @@ sockets of its own, so no caller waits behind another. A fork server that stops 
 dead) is found out by the first caller whose worker does not come within :data:`SPAWN_TIMEOUT_S` (or at
 once, when ``/proc`` says it is stopped), and replaced; the workers it had started run to their end.
 
-**Warm workers.** For each kind of worker asked for, up to ``prefork`` spares are kept forked and waiting:
-a caller takes one (no fork on its path), and once it has sent its request (while it would wait anyway) asks
-for its replacement. A worker is never used twice: no state passes from one use to the next.
+**Warm workers.** One-shot workers are run by :mod:`mcpipe._workerpool` (:class:`SandboxSpawner`): the
+pool keeps up to ``prefork`` spares of each shape forked and waiting, so a caller takes one (no fork on its
+path), and once it has sent its request (while it would wait anyway) the pool asks for its replacement. A
+worker is never used twice: no state passes from one use to the next. The pool bounds the calls, their
+deadlines (it kills a worker past its own), and reports a worker's death with its exit status.
 
 **A step's path.** One send of the request; one wait on an epoll set that holds the worker's socket, pipes
 and pidfd (made with the worker, off the path); the reply read as soon as it is whole. The fork server, its
@@ -32,7 +34,6 @@ that the worker and every process of that uid are gone.
 from __future__ import annotations
 
 import atexit
-import collections
 import contextlib
 import ctypes
 import json
@@ -45,8 +46,8 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +63,8 @@ __all__ = [
     "Isolation",
     "Sandbox",
     "SandboxError",
+    "SandboxProcess",
+    "SandboxSpawner",
     "Shape",
     "Worker",
     "isolation",
@@ -82,6 +85,10 @@ SLICE_US = 100
 kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A short slice
 wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the core: a
 step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only sooner."""
+
+EXIT_WAIT_S = 2.0
+"""How long to wait for a worker's exit status once it has ended without answering (the fork server
+reports it; a fork server that does not, answers "unknown")."""
 
 START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
@@ -411,16 +418,9 @@ class _Reaper:
             self._release_uid(w.uid)
 
 
-@dataclass
-class _Spares:
-    """The warm workers of one shape: at most ``want`` kept."""
-
-    want: int = 0
-    workers: collections.deque[Worker] = field(default_factory=collections.deque)
-
-
 class Sandbox:
-    """The process's workers: the fork server, the warm spares, the uids (one instance, :data:`SANDBOX`)."""
+    """The process's workers: the fork server and the uids (one instance, :data:`SANDBOX`). The warm spares
+    of one-shot workers are kept by the pool that uses them (:class:`SandboxSpawner`)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -428,7 +428,6 @@ class Sandbox:
         self._roles: dict[str, str] = {}
         self._zygote: _Zygote | None = None
         self._generation = 0
-        self._spares: dict[Shape, _Spares] = {}
         self._free_uids: list[int] = []
         self._next_uid = 0
         self.replaced = 0
@@ -442,11 +441,6 @@ class Sandbox:
                 return
             self._roles[name] = path
             old, self._zygote = self._zygote, None
-            spares = [w for s in self._spares.values() for w in s.workers]
-            self._spares.clear()
-        for w in spares:
-            w.close_streams()
-            _REAPER.collect(w)
         if old is not None:
             self._retire(old)
 
@@ -479,19 +473,14 @@ class Sandbox:
         return await trio.to_thread.run_sync(self._current)
 
     def replace(self, z: _Zygote, why: str) -> None:
-        """``z`` stopped answering: the next worker comes from a new fork server. Its spares go; it is
-        killed once the workers it forked and that are in use have ended (they run to their end)."""
+        """``z`` stopped answering: the next worker comes from a new fork server. It is killed once the
+        workers it forked and that are in use have ended (they run to their end); the spares it forked fail
+        to start and are replaced by their pool."""
         with self._lock:
             if self._zygote is not z:
                 return
             self._zygote = None
             self.replaced += 1
-            dropped = [w for s in self._spares.values() for w in s.workers if w.zygote is z]
-            for s in self._spares.values():
-                s.workers = collections.deque(w for w in s.workers if w.zygote is not z)
-        for w in dropped:
-            w.close_streams()
-            _REAPER.collect(w)
         self._retire(z)
 
     def _retire(self, z: _Zygote) -> None:
@@ -502,14 +491,9 @@ class Sandbox:
             z.kill()
 
     def stop(self) -> None:
-        """Stop the fork server and drop the spares (at exit; the next use starts a new one)."""
+        """Stop the fork server (at exit; the next use starts a new one)."""
         with self._lock:
             z, self._zygote = self._zygote, None
-            spares = [w for s in self._spares.values() for w in s.workers]
-            self._spares.clear()
-        for w in spares:
-            w.close_streams()
-            _REAPER.collect(w)
         if z is not None:
             z.kill()
 
@@ -577,8 +561,9 @@ class Sandbox:
                     os.close(fd)
         return worker
 
-    async def take(self, shape: Shape, prefork: int = 0, stdin: bool = False) -> Worker:
-        """A worker ready for one use: a warm spare, else one forked now; the spares are topped up.
+    async def take(self, shape: Shape, stdin: bool = False) -> Worker:
+        """A worker forked now, ready for one use (one-shot workers with warm spares come from a pool of
+        :class:`SandboxSpawner` instead).
 
         Give it back with :meth:`release` (in a ``finally``). The caller bounds the wait (its deadline).
 
@@ -590,17 +575,8 @@ class Sandbox:
             short_slice(SLICE_US)
         for attempt in (0, 1):
             z = await self.zygote()
-            worker: Worker | None = None
-            with self._lock:
-                spares = self._spares.setdefault(shape, _Spares())
-                spares.want = max(spares.want, prefork)
-                if not stdin and spares.workers:
-                    worker = spares.workers.popleft()
             try:
-                if worker is None:
-                    worker = self._spawn(z, shape, stdin)
-                    with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
-                        self._top_up(z, shape)
+                worker = self._spawn(z, shape, stdin)
                 with self._lock:
                     worker.zygote.users += 1
                 try:
@@ -618,18 +594,6 @@ class Sandbox:
                     raise
         raise AssertionError("unreachable")
 
-    def _top_up(self, z: _Zygote, shape: Shape) -> None:
-        if shape.role == "exec":
-            return
-        while True:
-            with self._lock:
-                spares = self._spares.setdefault(shape, _Spares())
-                if len(spares.workers) >= spares.want or self._zygote is not z:
-                    return
-            worker = self._spawn(z, shape)
-            with self._lock:
-                spares.workers.append(worker)
-
     def release(self, worker: Worker) -> None:
         """The worker's use is over: it is killed (if it is not yet gone) and collected by the reaper."""
         worker.kill()
@@ -641,14 +605,6 @@ class Sandbox:
             last = z.retired and z.users == 0
         if last:
             z.kill()
-
-    def replenish(self, worker: Worker) -> None:
-        """Top up the spares of ``worker``'s shape (called once its request is sent, while the server would
-        wait anyway)."""
-        z = worker.zygote
-        if z is self._zygote:
-            with contextlib.suppress(OSError):  # a fork server that does not read: the next caller finds out
-                self._top_up(z, worker.shape)
 
 
 _THREAD = threading.local()
@@ -796,11 +752,13 @@ class Reply:
     too_large: bool = False
 
 
-async def exchange(worker: Worker, request: bytes, output: Output, max_reply_bytes: int) -> Reply:
+async def exchange(
+    worker: Worker, request: bytes, output: Output, max_reply_bytes: int, sent: Callable[[], None] | None = None
+) -> Reply:
     """Send ``request`` (a frame) to a worker and read its reply frame, draining what it prints meanwhile;
     then kill it. The reply counts as soon as it is whole (a child that holds the socket open does not delay
     it), and a worker that ends without one ends the wait (even if a child of it holds the socket). The
-    caller's deadline bounds all of it.
+    caller's deadline bounds all of it; ``sent()`` is called once the request is out.
 
     One wait covers it all: the worker's socket, pipes and pidfd are in one epoll set (made with the worker,
     off the step's path), and the event loop waits on that set's descriptor, so a step costs one
@@ -812,7 +770,8 @@ async def exchange(worker: Worker, request: bytes, output: Output, max_reply_byt
         raise SandboxError("the worker has no poller (an exec worker)")
     streams = {worker.out: output.out, worker.err: output.err}
     await send_all(worker.io, request)
-    SANDBOX.replenish(worker)
+    if sent is not None:
+        sent()  # (the warm spares topped up: while the worker runs, the server would wait anyway)
     try:
         while True:
             events = poller.poll(0)
@@ -844,3 +803,140 @@ async def exchange(worker: Worker, request: bytes, output: Output, max_reply_byt
     output.read_now(worker.out, output.out)
     output.read_now(worker.err, output.err)
     return result
+
+
+# --- the sandbox as a spawner of the worker pool ---------------------------------------------------------
+
+
+class SandboxSpawner:
+    """:mod:`mcpipe._workerpool`'s spawner of one-shot sandbox workers (the role and isolation of each is its
+    pool key, a :class:`Shape`): each is forked by the fork server (at once when it runs, else when the
+    worker is started), answers one request framed on its socket, what it prints read into the call's sink
+    (an :class:`Output`), and is killed with all it started when its call is over. Its limits come with the
+    request (the role's header), set by the worker itself as soft = hard."""
+
+    def __init__(self, sandbox: Sandbox | None = None) -> None:
+        self.sandbox = sandbox if sandbox is not None else SANDBOX
+
+    def spawn(self, key: Hashable) -> SandboxProcess:
+        if not isinstance(key, Shape) or key.role == "exec":
+            raise TypeError(f"a sandbox worker's key is the Shape of a registered role, not {key!r}")
+        return SandboxProcess(self.sandbox, key)
+
+    def limit_text(self) -> str:
+        return "the request's"
+
+
+class SandboxProcess:
+    """One sandbox worker as :mod:`mcpipe._workerpool` uses it (a :class:`~mcpipe._workerpool.WorkerProcess`):
+    forked ahead when the fork server runs (a warm spare), used once."""
+
+    def __init__(self, sandbox: Sandbox, shape: Shape) -> None:
+        self.sandbox = sandbox
+        self.key: Hashable = shape
+        self.shape = shape
+        self.killed = False
+        self.worker: Worker | None = None
+        self._counted = False
+        z = sandbox._zygote
+        if z is not None and z.proc.poll() is None:
+            with contextlib.suppress(OSError):  # a fork server that does not read: start() finds out
+                self.worker = sandbox._spawn(z, shape)
+
+    @property
+    def pid(self) -> int:
+        return self.worker.pid if self.worker is not None else 0
+
+    async def start(self) -> None:
+        """Wait until the fork server has forked it (forking it now from a running one if it was not).
+
+        Raises:
+            SandboxError: no worker could be had (after one new fork server was tried).
+        """
+        if not getattr(_THREAD, "sliced", False):
+            _THREAD.sliced = True
+            short_slice(SLICE_US)
+        for attempt in (0, 1):
+            if self.worker is None:
+                z = await self.sandbox.zygote()
+                try:
+                    self.worker = self.sandbox._spawn(z, self.shape)
+                except BlockingIOError:
+                    self.sandbox.replace(z, "its socket is full")
+                    if attempt:
+                        raise SandboxError("the sandbox's fork server does not read its requests") from None
+                    continue
+            worker = self.worker
+            if not self._counted:
+                self._counted = True
+                with self.sandbox._lock:
+                    worker.zygote.users += 1
+            try:
+                await worker.ready(self.sandbox)
+            except SandboxError:
+                self._let_go()
+                if attempt:
+                    raise
+                continue
+            z = worker.zygote
+            if z is self.sandbox._zygote and z.proc.poll() is None:
+                return
+            # A spare of a fork server that was stopped, replaced or died (its workers die with it): it may
+            # never read its request. A new one from the current fork server.
+            self._let_go()
+        raise SandboxError("the sandbox's fork server ended while forking a worker, twice")
+
+    def start_blocking(self, deadline: float) -> bool:
+        raise SandboxError("sandbox workers are called from the event loop only")
+
+    async def exchange(self, request: bytes, limit: int, sink: object, sent: Callable[[], None] | None) -> bytes:
+        from mcpipe._workerpool import EndedWithoutReply, ReplyTooLarge
+
+        worker = self.worker
+        assert worker is not None, "started first"
+        output = sink if isinstance(sink, Output) else Output(0)
+        try:
+            got = await exchange(worker, request, output, limit, sent)
+        except OSError:  # its request socket gone (the fork server died, and the worker with it)
+            raise EndedWithoutReply from None
+        if got.too_large:
+            raise ReplyTooLarge
+        if got.reply is None:
+            raise EndedWithoutReply
+        return got.reply
+
+    def exchange_blocking(self, request: bytes, limit: int, deadline: float) -> bytes | None:
+        raise SandboxError("sandbox workers are called from the event loop only")
+
+    def reusable(self) -> bool:
+        return False  # one use each: no state passes from one to the next
+
+    def kill(self) -> None:
+        self.killed = True
+        if self.worker is not None:
+            self.worker.kill()
+
+    async def exit_status(self) -> int | None:
+        """As the fork server reports it (waits at most :data:`EXIT_WAIT_S`)."""
+        return await self.worker.exit_status(EXIT_WAIT_S) if self.worker is not None else None
+
+    def exit_status_blocking(self) -> int | None:
+        return None
+
+    def close(self) -> None:
+        self.killed = True
+        self._let_go()
+
+    def _let_go(self) -> None:
+        """Kill the worker and hand it to the reaper (its fork server let go of, if it is the last user of a
+        replaced one)."""
+        worker, self.worker = self.worker, None
+        if worker is None:
+            return
+        if self._counted:
+            self._counted = False
+            self.sandbox.release(worker)
+        else:
+            worker.kill()
+            worker.close_streams()
+            _REAPER.collect(worker)

@@ -647,7 +647,10 @@ def _located(compiled: Compiled, roots: Mapping[str, object], location: str) -> 
         raise RenderError(f"{location}: {type(e).__name__}: {e}") from None
 
 
-# CPython's way to raise an exception in another thread at its next bytecode; NULL clears a pending one.
+# CPython's way to raise an exception in another thread at its next bytecode. Never called with NULL (to
+# clear a pending one): CPython then sets the interpreter's "asynchronous exception pending" flag that only
+# raising a real one clears, so every thread's eval loop goes through its pending-work check at each call and
+# loop from then on, and under a profiler (``python -m cProfile``) spins at 100% CPU on a generator's resume.
 _set_async_exc = ctypes.pythonapi.PyThreadState_SetAsyncExc
 _set_async_exc.argtypes = (ctypes.c_ulong, ctypes.c_void_p)
 _set_async_exc.restype = ctypes.c_int
@@ -655,18 +658,21 @@ _set_async_exc.restype = ctypes.c_int
 
 class _Job:
     """One bounded render in one thread, which :meth:`interrupt` stops (from any thread) while it runs and
-    never after: the flag and the injection are taken under one lock, and the thread clears a pending
-    injection as it finishes, so nothing reaches the code the thread runs next."""
+    never after: the flag and the injection are taken under one lock, and a thread that was interrupted
+    takes a pending injection as it finishes (raised there and dropped), so nothing reaches the code the
+    thread runs next."""
 
     def __init__(self, ms: float) -> None:
         self.budget = _Budget(ms)
         self.lock = threading.Lock()
         self.thread: int | None = None
         self.finished = False
+        self.injected = False
 
     def interrupt(self) -> None:
         with self.lock:
             if self.thread is not None and not self.finished:
+                self.injected = True
                 _set_async_exc(self.thread, id(_Interrupted))
 
     def run(self, compiled: Compiled, roots: Mapping[str, object], location: str) -> Any:
@@ -674,12 +680,25 @@ class _Job:
         token = _BUDGET.set(self.budget)
         with self.lock:
             self.thread = threading.get_ident()
+        raised = False
         try:
             return _located(compiled, roots, location)
+        except _Interrupted:
+            raised = True
+            raise
         finally:
-            with self.lock:
-                self.finished = True
-            _set_async_exc(threading.get_ident(), None)
+            try:
+                with self.lock:
+                    self.finished = True
+                    injected = self.injected
+                if injected and not raised:  # pending still: raised at the loop's first backward jump
+                    for _ in range(64):
+                        pass
+                    # Not raised there (CPython lost the flag to another thread's injection): cleared, at the
+                    # cost above, rather than reaching the next code this thread runs.
+                    _set_async_exc(threading.get_ident(), None)
+            except _Interrupted:
+                pass
             _BUDGET.reset(token)
 
 

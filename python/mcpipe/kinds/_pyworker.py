@@ -1,10 +1,14 @@
-"""The worker processes of ``python`` steps: a fresh sandbox worker per step (:mod:`mcpipe._sandbox`).
+"""The worker processes of ``python`` steps: one-shot sandbox workers run by the one worker pool.
 
-A step's code runs in a worker forked warm by the sandbox's fork server, with the ``python`` role
-(:mod:`mcpipe.kinds._pyexec`), never in the server. The worker is used once: it sets its limits (soft =
-hard, so the code cannot raise them), drops to a uid of its own where the server may, runs the code, and
-answers; then it is killed with everything it started. At most ``workers`` steps run at once (per Trio run);
-more wait. The whole of a step (taking a worker, the request, the reply) is under the step's deadline.
+A step's code runs in a worker forked warm by the sandbox's fork server (:mod:`mcpipe._sandbox`), with the
+``python`` role (:mod:`mcpipe.kinds._pyexec`), never in the server. The workers are a
+:class:`~mcpipe._workerpool.WorkerPool` of :class:`~mcpipe._sandbox.SandboxSpawner` (one pool per
+``workers``/``prefork`` policy), keyed by the step's isolation (its :class:`~mcpipe._sandbox.Shape`), with
+``reuse=False``: a worker is used once. It sets its limits (soft = hard, so the code cannot raise them),
+drops to a uid of its own where the server may, runs the code, and answers; then it is killed with
+everything it started. At most ``workers`` steps run at once (per Trio run); more wait. The whole of a step
+(taking a worker, the request, the reply) is under the step's deadline, which the pool keeps: past it the
+worker is killed.
 
 The request is two JSON documents in one frame: the step's fixed part (the code, compiled at load and sent
 marshalled so the worker does not compile it again, its limits), encoded once when the step is compiled, and
@@ -13,24 +17,20 @@ the call's part (``input``, ``context``, ``env``), encoded once per call.
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
-import trio
 
-from mcpipe._sandbox import SANDBOX, Output, SandboxError, Shape, exchange, request_frame
-from mcpipe._workerpool import SizedSlots
+from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape, request_frame
+from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
 
 __all__ = ["ROLE", "Outcome", "SandboxError", "python_shape", "run_code"]
 
 ROLE = "python"
 SANDBOX.register_role(ROLE, str(Path(__file__).with_name("_pyexec.py")))
-
-_EXIT_WAIT_S = 2.0
-"""How long to wait for a worker's exit status once it has ended without answering (the fork server
-reports it; a fork server that does not, answers "unknown")."""
 
 
 def python_shape(separate_uid: bool, namespaces: bool) -> Shape:
@@ -59,8 +59,22 @@ class Outcome:
     too_large: bool = False
 
 
-_SLOTS = SizedSlots("mcpipe_python_workers")
-"""At most ``workers`` python steps at once in a Trio run (one limiter per size asked for)."""
+_SPAWNER = SandboxSpawner(SANDBOX)
+_POOLS: dict[tuple[int, int], WorkerPool] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int, spares: int) -> WorkerPool:
+    """The pool of the steps whose policy says ``workers`` and ``prefork`` (made on first use)."""
+    pool = _POOLS.get((workers, spares))
+    if pool is None:
+        with _POOLS_LOCK:
+            pool = _POOLS.get((workers, spares))
+            if pool is None:
+                pool = _POOLS[(workers, spares)] = WorkerPool(
+                    f"python ({workers} workers)", _SPAWNER, size=workers, reuse=False, spares=spares
+                )
+    return pool
 
 
 async def run_code(
@@ -78,28 +92,29 @@ async def run_code(
     ``timeout_s``.
 
     Raises:
-        SandboxError: no worker could be had.
+        OSError: no worker could be had (:class:`~mcpipe._workerpool.WorkerStartError`, saying why).
     """
     outcome = Outcome()
     output = Output(max_output_bytes)
-    async with _SLOTS(workers):
-        with trio.move_on_after(timeout_s) as deadline:
-            worker = await SANDBOX.take(shape, prefork)
-            try:
-                got = await exchange(worker, request_frame(header, body), output, max_reply_bytes)
-                outcome.too_large = got.too_large
-                if got.reply is not None:
-                    try:
-                        outcome.reply = orjson.loads(got.reply)
-                    except orjson.JSONDecodeError:
-                        outcome.reply = None
-                if outcome.reply is None and not got.too_large:
-                    outcome.returncode = await worker.exit_status(_EXIT_WAIT_S)
-            finally:
-                SANDBOX.release(worker)
-    if deadline.cancelled_caught:
+    try:
+        reply = await _pool(workers, prefork).call(
+            request_frame(header, body),
+            timeout_s,
+            key=shape,
+            sink=output,
+            limit=max_reply_bytes,
+            prefork=prefork,
+            start_in_deadline=True,
+        )
+        try:
+            outcome.reply = orjson.loads(reply)
+        except orjson.JSONDecodeError:
+            outcome.reply = None
+    except WorkerTimeout:
         outcome.timed_out = True
-        outcome.reply = None
+    except WorkerDied as e:
+        outcome.too_large = e.too_large
+        outcome.returncode = e.returncode
     outcome.stdout = output.out.decode("utf-8", errors="replace")
     outcome.stderr = output.err.decode("utf-8", errors="replace")
     outcome.truncated = output.truncated

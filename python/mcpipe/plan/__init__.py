@@ -78,10 +78,11 @@ run when the answer is full; `max_calls` bounds a run's leaf executions, nested 
 (`plan.least_calls` when compiling, each expansion at run time). CEL expressions that iterate run in worker
 processes killed at the expression deadline (`mcpipe.expr._celworker`, on the one pool of killable workers,
 `mcpipe._workerpool`), since the library holds the GIL. A `python` step's code runs in a sandbox worker of its own
-(`mcpipe._sandbox`, forked warm by a fork server that never runs step code; `mcpipe.kinds._pyworker` is the step's
-side): its input only as JSON data, its own uid and PID namespace, limits it cannot raise, everything it started killed
-when the step ends (see docs/declared-pipelines.md, "What the isolation promises"); `command` and `shell` programs run
-in the same sandbox's `exec` role; `duckdb` steps run in bounded worker threads, interrupted at theirs. The HTTP front
+(`mcpipe._sandbox`, forked warm by a fork server that never runs step code, used once; the same pool of killable
+workers runs them through the sandbox's spawner, `mcpipe.kinds._pyworker` is the step's side): its input only as
+JSON data, its own uid and PID namespace, limits it cannot raise, everything it started killed when the step ends
+(see docs/declared-pipelines.md, "What the isolation promises"); `command` and `shell` programs run in the same
+sandbox's `exec` role; `duckdb` steps run in bounded worker threads, interrupted at theirs. The HTTP front
 reads every POST body itself, within `http.body_timeout_s`, and replays it to the lean path or the SDK; each request
 head has its own deadline (`http.head_timeout_s`, `server._listen`), and a connection resting between requests gives its
 slot up when every slot is taken. The SDK's stdio reader is fed whole lines (`mcpipe.downstream._lines`), since it is
