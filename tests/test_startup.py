@@ -170,3 +170,64 @@ def test_the_public_names_are_still_there_when_loaded_on_first_use():
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
+
+
+CONFIG = ROOT / "examples" / "mcpipe.toml"
+OTHER_ENGINES = (
+    "mcpipe.formats.noetl._draft",
+    "mcpipe.formats.noetl._runtime2025",
+    "mcpipe.formats.noetl._workflow2023",
+)
+"""NoETL's engines before today's: each claims a file by a look at its keys (``_engines``), imported when one
+is compiled."""
+SEED_FRONT_END = ("mcpipe.formats.noetl._compile", "mcpipe.formats.noetl._run", "mcpipe.models")
+"""Seed 004's ``mcp:`` front-end (turns, models): imported for a file with an ``mcp:`` section or a workbook."""
+NOT_FOR_A_RUN = (
+    "mcpipe.server._app",
+    "mcpipe.server._http",
+    "mcpipe.console",
+    "mcpipe.access._gates",
+    "mcpipe.access._identity",
+)
+"""mcpipe's own modules a command that serves nothing does not need: the server, the console, the gates."""
+NOR_THEIR_LIBRARIES = ("hypercorn", "httpx2", "sqlglot", "duckdb", "psycopg", "prometheus_client", "cryptography")
+
+
+def test_playbook_run_of_a_python_only_playbook_imports_neither_other_engines_nor_the_mcp_front_end(tmp_path):
+    modules = all_modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
+    unneeded = (*OTHER_ENGINES, *SEED_FRONT_END, *NOT_FOR_A_RUN, "mcpipe.access._cedar")
+    assert sorted(m for m in unneeded if m in modules) == []
+    assert loaded({m.partition(".")[0] for m in modules}, NOR_THEIR_LIBRARIES) == []
+
+
+def test_checking_a_config_loads_neither_the_server_nor_the_sdk(tmp_path):
+    # `check --config` runs through `mcpipe.server.cli`: the server package's names load on first use.
+    modules = all_modules_after("check", "--config", str(CONFIG), cwd=tmp_path)
+    assert sorted(m for m in NOT_FOR_A_RUN if m in modules) == []
+    top = {m.partition(".")[0] for m in modules}
+    assert loaded(top, (*SERVER_STACK, *NOR_THEIR_LIBRARIES, "jinja2", "opentelemetry")) == []
+
+
+SERVER_MODULES = """
+import sys, types
+import mcpipe.server._app, mcpipe.server._http
+from mcpipe import telemetry
+from mcpipe._sdk import still_deferred
+telemetry.configure(types.SimpleNamespace(), service="mcpipe")
+print(" ".join(n for n, m in sys.modules.items() if m is None or not still_deferred(m)))
+"""
+
+
+def test_the_http_server_imports_neither_the_sdk_client_nor_its_high_level_server(tmp_path):
+    # What `mcpipe serve --http` imports before it answers, with the default telemetry: the SDK's low-level
+    # server and its HTTP transport, not its package __init__ files (the client, MCPServer), nor the
+    # OpenTelemetry SDK (no exporter asked for) or prometheus_client (the collectors are made on first use).
+    out = subprocess.run(
+        [sys.executable, "-c", SERVER_MODULES], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = set(out.stdout.split())
+    assert "mcp.server.lowlevel.server" in modules and "mcp.server.streamable_http_manager" in modules
+    unwanted = ("mcp", "mcp.server", "mcp.client.client", "mcp.server.mcpserver", "mcp.server.stdio")
+    assert sorted(m for m in unwanted if m in modules) == []
+    assert sorted(m for m in modules if m.partition(".")[0] == "prometheus_client" or "opentelemetry.sdk" in m) == []
