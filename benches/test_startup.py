@@ -1,15 +1,21 @@
 """Start-up: what a command costs before its own work, each as a fresh process (issue 32, item 4).
 
 Each row starts a new interpreter, as a shell does: ``python -c pass`` (the floor), ``import mcpipe.cli``,
-``mcpipe --version``, ``check`` and ``run`` of a one-step spec, ``playbook run`` of NoETL's ``hello_world``
-(its run itself takes a few milliseconds), and ``mcpipe serve`` until ``GET /healthz`` answers, beside the floor of
-any server on its stack (``import`` of Trio, hypercorn and the MCP SDK's server, nothing of mcpipe). Wall time is
-what pytest-benchmark records; each round also records the child's CPU time (user + system, from
-``os.wait4``), which the machine's load does not inflate, and the table at the end prints both (medians)
-with the load average. Then the ``-X importtime`` top list of each command: the modules costing it most,
-cumulative, so a regression names its culprit.
+``mcpipe --version``, ``check`` and ``run`` of a one-step spec, ``check --config`` of ``examples/mcpipe.toml``,
+``playbook run`` of NoETL's ``hello_world`` (its run itself takes a few milliseconds) beside its floor (``import
+trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers, beside the floors of any server on
+its stack: ``import mcp`` (the SDK), the ``import`` of Trio, hypercorn and the MCP SDK's server (nothing of
+mcpipe), and the same with the SDK's package ``__init__`` files deferred as mcpipe defers them
+(``mcpipe._sdk``). Wall time is what pytest-benchmark records; each round also records the child's CPU time
+(user + system, from ``os.wait4``), which the machine's load inflates far less, and the table at the end
+prints both (medians) with the load average. Then the ``-X importtime`` top list of each command: the modules
+costing it most, cumulative, so a regression names its culprit.
 
     pytest benches/test_startup.py --benchmark-enable --benchmark-only -s
+
+With ``MCPIPE_STARTUP_BASELINE`` naming the ``python`` directory of another tree (a worktree of main, with its
+``_core`` extension built or copied in), every ``mcpipe`` row and the server's also run against that tree
+(``PYTHONPATH``), as a row of its own marked ``(baseline)``: before and after, in one run.
 
 Under the default ``--benchmark-disable`` each runs once, as a smoke test. Figures: docs/performance.md,
 "Start-up".
@@ -37,6 +43,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HELLO = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0" / "hello_world.yaml"
+CONFIG = ROOT / "examples" / "mcpipe.toml"
 SPEC = '{"steps": [{"id": "a", "tool": "echo", "args": {"text": "hi"}}], "return": "${steps.a.structured.text}"}'
 MCPIPE = [sys.executable, "-m", "mcpipe"]
 SERVE_WAIT_S = 60.0
@@ -54,15 +61,45 @@ ENV: dict[str, str] = {}
 """The children's environment: bytecode cached in the run's own directory (set by the ``spec`` fixture)."""
 
 
+NOETL_FLOOR = "import trio, yaml, jinja2"
+"""What any NoETL run needs (its templates are Jinja, its files YAML): the floor of ``playbook run``'s row."""
+DEFERRED_STACK = f"import mcpipe._sdk as s; s.defer_sdk_packages(); {SERVER_STACK}"
+"""The server stack with the SDK's package ``__init__`` files deferred as ``mcpipe`` defers them (``_sdk``)."""
+
+
+BASELINE = os.environ.get("MCPIPE_STARTUP_BASELINE")
+BASELINE_MARK = " (baseline)"
+SERVE = "mcpipe serve to /healthz"
+
+
 def _commands(spec: Path) -> dict[str, list[str]]:
+    rows = _rows(spec)
+    if BASELINE:
+        rows.update({name + BASELINE_MARK: argv for name, argv in list(rows.items()) if name.startswith("mcpipe")})
+    return rows
+
+
+def _env(name: str) -> dict[str, str]:
+    """The children's environment: a baseline row's imports mcpipe from the baseline's tree."""
+    if not name.endswith(BASELINE_MARK):
+        return ENV
+    assert BASELINE is not None
+    return {**ENV, "PYTHONPATH": BASELINE}
+
+
+def _rows(spec: Path) -> dict[str, list[str]]:
     return {
         "python -c pass": [sys.executable, "-c", "pass"],
         "import mcpipe.cli": [sys.executable, "-c", "import mcpipe.cli"],
         "mcpipe --version": [*MCPIPE, "--version"],
         "mcpipe check": [*MCPIPE, "check", str(spec)],
         "mcpipe run": [*MCPIPE, "run", str(spec)],
+        "mcpipe check --config": [*MCPIPE, "check", "--config", str(CONFIG)],
+        "import trio, yaml, jinja2": [sys.executable, "-c", NOETL_FLOOR],
         "mcpipe playbook run": [*MCPIPE, "playbook", "run", str(HELLO)],
+        "import mcp": [sys.executable, "-c", "import mcp"],
         "import the server stack": [sys.executable, "-c", SERVER_STACK],
+        "the server stack, SDK deferred": [sys.executable, "-c", DEFERRED_STACK],
     }
 
 
@@ -81,7 +118,7 @@ def spec(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def _run(name: str, argv: list[str]) -> None:
     start = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=ENV)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(name))
     assert proc.stderr is not None
     err = proc.stderr.read()
     proc.stderr.close()
@@ -98,20 +135,20 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _serve_until_healthz(extra: list[str] | None = None) -> str:
+def _serve_until_healthz(name: str = SERVE, extra: list[str] | None = None) -> str:
     """Start ``mcpipe serve``, wait for /healthz, stop it; answers its stderr (the importtime list, with -X)."""
     port = _free_port()
     argv = [sys.executable, *(extra or []), "-m", "mcpipe", "serve", "--http", f"127.0.0.1:{port}"]
     with tempfile.TemporaryFile() as log:  # not a pipe: -X importtime writes more than a pipe holds unread
         start = time.perf_counter()
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=ENV)
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=_env(name))
         try:
             _wait_healthz(proc, port, start)
-            WALL.setdefault("mcpipe serve to /healthz", []).append(time.perf_counter() - start)
+            WALL.setdefault(name, []).append(time.perf_counter() - start)
             with open(f"/proc/{proc.pid}/stat") as f:  # the server's CPU so far (it keeps running)
                 fields = f.read().rpartition(")")[2].split()
             tick = os.sysconf("SC_CLK_TCK")
-            CPU.setdefault("mcpipe serve to /healthz", []).append((int(fields[11]) + int(fields[12])) / tick)
+            CPU.setdefault(name, []).append((int(fields[11]) + int(fields[12])) / tick)
         finally:
             proc.terminate()
             proc.wait(timeout=30)
@@ -131,27 +168,37 @@ def _wait_healthz(proc: subprocess.Popen[bytes], port: int, start: float) -> Non
             time.sleep(0.005)
 
 
-@pytest.mark.benchmark(group="startup")
-@pytest.mark.parametrize(
-    "name",
-    [
-        "python -c pass",
-        "import mcpipe.cli",
-        "mcpipe --version",
-        "mcpipe check",
-        "mcpipe run",
-        "mcpipe playbook run",
-        "import the server stack",
-    ],
+ROWS = (
+    "python -c pass",
+    "import mcpipe.cli",
+    "mcpipe --version",
+    "mcpipe check",
+    "mcpipe run",
+    "mcpipe check --config",
+    "import trio, yaml, jinja2",
+    "mcpipe playbook run",
+    "import mcp",
+    "import the server stack",
+    "the server stack, SDK deferred",
 )
+
+
+def _with_baseline(names: tuple[str, ...]) -> list[str]:
+    """Each row, and after it its baseline's when there is a baseline and the row is mcpipe's."""
+    return [r for n in names for r in (n, n + BASELINE_MARK) if r == n or (BASELINE and n.startswith("mcpipe"))]
+
+
+@pytest.mark.benchmark(group="startup")
+@pytest.mark.parametrize("name", _with_baseline(ROWS))
 def test_command_start_up(benchmark, spec, name):
     argv = _commands(spec)[name]
     benchmark.pedantic(_run, args=(name, argv), rounds=7, iterations=1, warmup_rounds=1)
 
 
 @pytest.mark.benchmark(group="startup")
-def test_serve_ready_to_answer(benchmark, spec):
-    benchmark.pedantic(_serve_until_healthz, rounds=5, iterations=1, warmup_rounds=1)
+@pytest.mark.parametrize("name", _with_baseline((SERVE,)))
+def test_serve_ready_to_answer(benchmark, spec, name):
+    benchmark.pedantic(_serve_until_healthz, args=(name,), rounds=5, iterations=1, warmup_rounds=1)
 
 
 def _importtime_top(stderr: str, n: int = TOP) -> Iterator[str]:
@@ -168,17 +215,17 @@ def _importtime_top(stderr: str, n: int = TOP) -> Iterator[str]:
 def _print_figures(spec: Path) -> None:
     """The medians of the rows (CPU and wall), then each command's -X importtime top list."""
     print(f"\n\nstart-up, medians (load average {os.getloadavg()[0]:.2f}):")
-    print(f"  {'command':28s} {'CPU':>9s} {'wall':>9s}")
+    print(f"  {'command':42s} {'CPU':>9s} {'wall':>9s}")
     for name in CPU:
         cpu, wall = statistics.median(CPU[name]), statistics.median(WALL[name])
-        print(f"  {name:28s} {cpu * 1000:7.0f} ms {wall * 1000:7.0f} ms")
+        print(f"  {name:42s} {cpu * 1000:7.0f} ms {wall * 1000:7.0f} ms")
     for name, argv in _commands(spec).items():
         if name == "python -c pass":
             continue
         out = subprocess.run(
-            [argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, check=True, env=ENV
+            [argv[0], "-X", "importtime", *argv[1:]], capture_output=True, text=True, check=True, env=_env(name)
         )
         print(f"\n  {name}, -X importtime (cumulative):")
         print("\n".join(_importtime_top(out.stderr)))
     print("\n  mcpipe serve to /healthz, -X importtime (cumulative):")
-    print("\n".join(_importtime_top(_serve_until_healthz(["-X", "importtime"]))))
+    print("\n".join(_importtime_top(_serve_until_healthz("-X importtime", ["-X", "importtime"]))))

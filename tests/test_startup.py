@@ -51,14 +51,18 @@ expression, a Cedar gate, an HTTP step, a backend)."""
 LIST_MODULES = """
 import sys
 from mcpipe.cli import main
+from mcpipe._sdk import still_deferred
 try:
     status = main(sys.argv[1:])
 except SystemExit as e:
     status = e.code
 sys.stdout.flush()
-sys.stderr.write("\\nMODULES " + " ".join(sorted(sys.modules)) + "\\n")
+loaded = sorted(n for n, m in sys.modules.items() if m is None or not still_deferred(m))
+sys.stderr.write("\\nMODULES " + " ".join(loaded) + "\\n")
 sys.exit(status)
 """
+"""Runs ``mcpipe ARGV`` and lists the modules it loaded: an SDK package whose ``__init__`` has not run (entered
+by ``mcpipe._sdk``, holding nothing yet) is not counted as loaded."""
 
 
 def all_modules_after(*argv: str, cwd: Path) -> set[str]:
@@ -98,7 +102,13 @@ def test_version_loads_no_heavy_library_nor_trio(tmp_path):
 
 def test_importing_the_command_line_loads_no_heavy_library(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-c", "import sys, mcpipe.cli; print(' '.join(sys.modules))"],
+        [
+            sys.executable,
+            "-c",
+            "import sys, mcpipe.cli\n"
+            "from mcpipe._sdk import still_deferred\n"
+            "print(' '.join(n for n, m in sys.modules.items() if m is None or not still_deferred(m)))",
+        ],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -145,11 +155,14 @@ def test_the_public_names_are_still_there_when_loaded_on_first_use():
             sys.executable,
             "-c",
             "import sys, mcpipe\n"
-            "assert 'mcpipe.compile' not in sys.modules and 'mcp' not in sys.modules\n"
+            "from mcpipe._sdk import still_deferred\n"
+            "sdk = lambda: any(n.partition('.')[0] in ('mcp', 'mcp_types') and not still_deferred(m)"
+            " for n, m in list(sys.modules.items()))\n"
+            "assert 'mcpipe.compile' not in sys.modules and not sdk()\n"
             "from mcpipe import compile_spec, run_pipeline, ToolRegistry, __version__\n"
             "assert compile_spec.__module__ == 'mcpipe.compile' and isinstance(__version__, str)\n"
-            "assert 'mcp' not in sys.modules\n"
-            "assert mcpipe.attach.__name__ == 'attach' and 'mcp' in sys.modules\n"
+            "assert not sdk()\n"
+            "assert mcpipe.attach.__name__ == 'attach' and sdk()\n"
             "assert set(mcpipe.__all__) <= set(dir(mcpipe))\n",
         ],
         capture_output=True,
@@ -157,3 +170,64 @@ def test_the_public_names_are_still_there_when_loaded_on_first_use():
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
+
+
+CONFIG = ROOT / "examples" / "mcpipe.toml"
+OTHER_ENGINES = (
+    "mcpipe.formats.noetl._draft",
+    "mcpipe.formats.noetl._runtime2025",
+    "mcpipe.formats.noetl._workflow2023",
+)
+"""NoETL's engines before today's: each claims a file by a look at its keys (``_engines``), imported when one
+is compiled."""
+SEED_FRONT_END = ("mcpipe.formats.noetl._compile", "mcpipe.formats.noetl._run", "mcpipe.models")
+"""Seed 004's ``mcp:`` front-end (turns, models): imported for a file with an ``mcp:`` section or a workbook."""
+NOT_FOR_A_RUN = (
+    "mcpipe.server._app",
+    "mcpipe.server._http",
+    "mcpipe.console",
+    "mcpipe.access._gates",
+    "mcpipe.access._identity",
+)
+"""mcpipe's own modules a command that serves nothing does not need: the server, the console, the gates."""
+NOR_THEIR_LIBRARIES = ("hypercorn", "httpx2", "sqlglot", "duckdb", "psycopg", "prometheus_client", "cryptography")
+
+
+def test_playbook_run_of_a_python_only_playbook_imports_neither_other_engines_nor_the_mcp_front_end(tmp_path):
+    modules = all_modules_after("playbook", "run", str(HELLO), cwd=tmp_path)
+    unneeded = (*OTHER_ENGINES, *SEED_FRONT_END, *NOT_FOR_A_RUN, "mcpipe.access._cedar")
+    assert sorted(m for m in unneeded if m in modules) == []
+    assert loaded({m.partition(".")[0] for m in modules}, NOR_THEIR_LIBRARIES) == []
+
+
+def test_checking_a_config_loads_neither_the_server_nor_the_sdk(tmp_path):
+    # `check --config` runs through `mcpipe.server.cli`: the server package's names load on first use.
+    modules = all_modules_after("check", "--config", str(CONFIG), cwd=tmp_path)
+    assert sorted(m for m in NOT_FOR_A_RUN if m in modules) == []
+    top = {m.partition(".")[0] for m in modules}
+    assert loaded(top, (*SERVER_STACK, *NOR_THEIR_LIBRARIES, "jinja2", "opentelemetry")) == []
+
+
+SERVER_MODULES = """
+import sys, types
+import mcpipe.server._app, mcpipe.server._http
+from mcpipe import telemetry
+from mcpipe._sdk import still_deferred
+telemetry.configure(types.SimpleNamespace(), service="mcpipe")
+print(" ".join(n for n, m in sys.modules.items() if m is None or not still_deferred(m)))
+"""
+
+
+def test_the_http_server_imports_neither_the_sdk_client_nor_its_high_level_server(tmp_path):
+    # What `mcpipe serve --http` imports before it answers, with the default telemetry: the SDK's low-level
+    # server and its HTTP transport, not its package __init__ files (the client, MCPServer), nor the
+    # OpenTelemetry SDK (no exporter asked for) or prometheus_client (the collectors are made on first use).
+    out = subprocess.run(
+        [sys.executable, "-c", SERVER_MODULES], capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    modules = set(out.stdout.split())
+    assert "mcp.server.lowlevel.server" in modules and "mcp.server.streamable_http_manager" in modules
+    unwanted = ("mcp", "mcp.server", "mcp.client.client", "mcp.server.mcpserver", "mcp.server.stdio")
+    assert sorted(m for m in unwanted if m in modules) == []
+    assert sorted(m for m in modules if m.partition(".")[0] == "prometheus_client" or "opentelemetry.sdk" in m) == []

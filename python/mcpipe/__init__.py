@@ -9,6 +9,11 @@ this module imports every command pays for; ``attach`` pulls in the MCP SDK, ``r
 import importlib as _importlib
 from typing import TYPE_CHECKING
 
+from mcpipe._sdk import defer_sdk_packages as _defer_sdk_packages
+
+_defer_sdk_packages()  # the MCP SDK's package __init__ files run when a name of theirs is read (see _sdk)
+del _defer_sdk_packages
+
 if TYPE_CHECKING:
     from mcpipe._template import Template
     from mcpipe._version import __version__ as __version__

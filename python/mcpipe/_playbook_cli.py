@@ -54,15 +54,15 @@ class _UsageError(Exception):
 
 
 def _context(ns: argparse.Namespace) -> tuple[Any, Any, Any]:
-    """(the config's load or None, models, outbound policy with the config's SQL backends)."""
+    """(the config's load or None, models, outbound policy with the config's SQL backends); without a config,
+    no models (the compiler's own default: none) and no policy."""
+    if ns.config is None:
+        return None, None, None
     from dataclasses import replace
 
+    from mcpipe.config import ConfigError, load
     from mcpipe.declared import load_outbound, load_sql
     from mcpipe.models import Models, load_models
-
-    if ns.config is None:
-        return None, Models(), None
-    from mcpipe.config import ConfigError, load
 
     try:
         loaded = load(ns.config)  # what it declares compiled once, and served so (open_app)

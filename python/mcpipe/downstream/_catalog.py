@@ -20,13 +20,14 @@ from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
 import trio
-from mcp import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from mcpipe._util import RateLimit, log_safe
 from mcpipe.gateway import CallError
 
 if TYPE_CHECKING:
+    from mcp import Client
+
     from mcpipe.downstream._server import DownstreamServer
     from mcpipe.tools import ToolContext
 

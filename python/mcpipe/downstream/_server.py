@@ -25,15 +25,14 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import httpx2
 import msgspec
 import orjson
 import trio
-from mcp import Client, StdioServerParameters
-from mcp.client.stdio import stdio_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -69,6 +68,9 @@ from mcpipe.interaction import (
     keep_caller_capabilities,
 )
 from mcpipe.tools import Tool, ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from mcp import Client
 
 _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
 
@@ -457,6 +459,8 @@ class DownstreamServer:
             # One scope around the whole session: its deadline bounds connecting and listing, and is lifted
             # once the server is up (the client's nurseries live inside it, so it must enclose them).
             with trio.CancelScope(deadline=trio.current_time() + self.config.connect_timeout_ms / 1000) as scope:
+                from mcp.client.client import Client  # the SDK's client (and its in-memory server): on first use
+
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
                 async with Client(
                     self._transport(closed),

@@ -118,10 +118,29 @@ starts), a disabled tracer, or a tracer that is not the SDK's: the SDK or that t
 
 """
 
-from mcpipe.server._app import App, open_app
-from mcpipe.server._attach import attach
-from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
-from mcpipe.server._http import serve_http
-from mcpipe.server._stdio import serve_stdio
+from typing import TYPE_CHECKING
+
+from mcpipe._lazy import lazy_names
+
+if TYPE_CHECKING:
+    from mcpipe.server._app import App, open_app
+    from mcpipe.server._attach import attach
+    from mcpipe.server._core import PipeRunner, ToolHandlers, build_server
+    from mcpipe.server._http import serve_http
+    from mcpipe.server._stdio import serve_stdio
+
+# Each name on first use: the server's command line (`mcpipe.server.cli`, which `mcpipe check --config` runs) is
+# inside this package, and what it imports every command through it pays for; attaching to a host's server
+# imports the SDK's high-level MCPServer, stdio its stdio transport, HTTP hypercorn.
+__getattr__ = lazy_names(
+    __name__,
+    {
+        **dict.fromkeys(["App", "open_app"], "._app"),
+        "attach": "._attach",
+        **dict.fromkeys(["PipeRunner", "ToolHandlers", "build_server"], "._core"),
+        "serve_http": "._http",
+        "serve_stdio": "._stdio",
+    },
+)
 
 __all__ = ["App", "PipeRunner", "ToolHandlers", "attach", "build_server", "open_app", "serve_http", "serve_stdio"]

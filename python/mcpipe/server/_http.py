@@ -46,6 +46,7 @@ from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
 from mcpipe.server._fast import FastToolCall, replaying
 from mcpipe.server._listen import default_max_connections, serve_bounded
 from mcpipe.server._resource import ResourceServer, call_target, is_pipe
+from mcpipe.telemetry import current as current_telemetry
 from mcpipe.telemetry import metrics_text
 from mcpipe.tools import Identity
 
@@ -764,10 +765,18 @@ async def serve_http(
 
 
 async def _warm() -> None:
-    """Load what the first call would otherwise import on the event loop (``jsonschema``), in a thread."""
+    """Load what the first call would otherwise import on the event loop (``jsonschema``, the Prometheus
+    collectors), in a thread."""
     started = trio.current_time()
-    await trio.to_thread.run_sync(warm, abandon_on_cancel=True)
+    await trio.to_thread.run_sync(_load_call_path, abandon_on_cancel=True)
     _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
+
+
+def _load_call_path() -> None:
+    warm()
+    telemetry = current_telemetry()
+    if telemetry is not None and telemetry.metrics is not None:
+        telemetry.metrics.build()
 
 
 _TOO_MANY = orjson.dumps({"error": "rate_limited", "error_description": "too many requests without a credential"})

@@ -464,7 +464,6 @@ def check_config(path: str, *, quiet: bool = False) -> int:
     and this environment lacks is a warning (``serve`` refuses the file until it is set): the check runs in
     CI without the secrets, as mcpg's ``config check`` does."""
     from mcpipe.errors import Problem
-    from mcpipe.server._app import load_tool_source
     from mcpipe.tools.builtin import builtin_tools
 
     warnings: list[Problem] = []
@@ -480,6 +479,8 @@ def check_config(path: str, *, quiet: bool = False) -> int:
     problems = []
     sources: list[Any] = [builtin_tools(config.builtins)] if config.builtins is not False else []
     for i, entry in enumerate(config.python_tools):
+        from mcpipe.server._app import load_tool_source  # the server's loader (it imports the whole server)
+
         try:
             sources.append(load_tool_source(entry, f"{path}:python_tools[{i}]", base_dir=config.base_dir))
         except ConfigError as exc:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import sys
+import threading
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Mapping
@@ -54,11 +55,32 @@ def install(telemetry: Telemetry | None) -> None:
 
 
 class _Metrics:
-    """The Prometheus collectors; created once per process (the registry refuses a name twice)."""
+    """The Prometheus collectors; created once per process (the registry refuses a name twice), on first use:
+    ``prometheus_client`` costs a server's start-up about 150 ms of CPU, so the collectors are made by the first
+    read of one of them, or by :meth:`build` (which ``/metrics`` and a server's warm-up call)."""
 
     _made: _Metrics | None = None
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
+        self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._principal_children: dict[tuple[str, str], Callable[[float], None]] = {}
+
+    def __getattr__(self, name: str) -> object:
+        # Only while the collectors are not made yet (afterwards they are attributes, found without this).
+        if name.startswith("_"):
+            raise AttributeError(name)
+        self.build()
+        return object.__getattribute__(self, name)
+
+    def build(self) -> None:
+        """Create the collectors now (once; a server's worker thread does it as soon as the server answers)."""
+        with self._lock:
+            if "calls" not in self.__dict__:
+                self._make()
+
+    def _make(self) -> None:
         from prometheus_client import Counter, Gauge, Histogram
 
         self.calls = Counter("mcpipe_calls", "Incoming tools/call requests, by tool and outcome.", ["tool", "outcome"])
@@ -105,9 +127,6 @@ class _Metrics:
             multiprocess_mode="livemin",
         )
         self.in_flight_add = _adder(self.in_flight)
-        self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
-        self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
-        self._principal_children: dict[tuple[str, str], Callable[[float], None]] = {}
 
     @classmethod
     def get(cls) -> _Metrics:
@@ -631,7 +650,8 @@ def configure(section: Any, *, service: str, known: Any = None, environ: Mapping
         from opentelemetry import trace
 
         tracer = trace.get_tracer("mcpipe")
-    elif provider is None and getattr(section, "traces", None) != "none":
+    elif provider is None and getattr(section, "traces", None) != "none" and "opentelemetry.sdk.trace" in sys.modules:
+        # An application's SDK provider: one exists only once the SDK is imported (not imported for nothing).
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
 
@@ -653,6 +673,8 @@ def metrics_text() -> tuple[bytes, str]:
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
     from prometheus_client.multiprocess import MultiProcessCollector
 
+    if _current is not None and _current.metrics is not None:
+        _current.metrics.build()  # listed (at zero) before anything counted
     path = os.environ.get(MULTIPROC_ENV)
     if path:
         registry = CollectorRegistry()

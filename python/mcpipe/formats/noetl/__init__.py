@@ -23,27 +23,33 @@ import re
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 import yaml
 
 from mcpipe._describe import did_you_mean, json_type
+from mcpipe._lazy import lazy_names
 from mcpipe._struct import Strict
 from mcpipe._yaml import compose_yaml, load_yaml
 from mcpipe.declared import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
-from mcpipe.formats.noetl._compile import CODE, Playbook, action_types, compile_playbook
-from mcpipe.formats.noetl._layout import read_doc
-from mcpipe.formats.noetl._run import EVENTS
+from mcpipe.formats.noetl._layout import CODE, read_doc
 from mcpipe.formats.noetl._serve import NoTools, run_noetl
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
-from mcpipe.models import Models
 from mcpipe.plan import Limits
 from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext, ToolResult
+
+if TYPE_CHECKING:
+    from mcpipe.formats.noetl._compile import Playbook, action_types, compile_playbook
+    from mcpipe.models import Models
+
+# Seed 004's `mcp:` front-end (its turns, models and SQL bindings) is loaded when a file has an `mcp:` section
+# or a workbook, so a run of a NoETL playbook without one does not import it.
+__getattr__ = lazy_names(__name__, dict.fromkeys(["Playbook", "action_types", "compile_playbook"], "._compile"))
 
 __all__ = [
     "Catalog",
@@ -117,6 +123,8 @@ def _load(
         return None, [Problem(where, CODE, f"not valid YAML: {getattr(e, 'problem', None) or e}")]
     pb: Playbook | NoetlPlaybook | None
     if is_seed(raw):
+        from mcpipe.formats.noetl._compile import compile_playbook
+
         pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
     else:
         if catalog is None:
@@ -159,6 +167,8 @@ def is_seed(raw: object) -> bool:
                 return False
     book = raw.get("workbook")
     if isinstance(book, list):
+        from mcpipe.formats.noetl._compile import action_types
+
         kinds = action_types()
         for a in book:
             if isinstance(a, Mapping) and a.get("type") not in kinds:
@@ -222,6 +232,8 @@ def compile_today(
             "workload": doc.workload,
             "mcp": raw["mcp"],
         }
+        from mcpipe.formats.noetl._compile import compile_playbook
+
         mcp, found = compile_playbook(seed, models=models, policy=policy, tools=tools)
         problems += found
     pb, found = compile_workflow(doc, policy=policy, tools=tools, catalog=catalog, mcp=mcp, file=file, stack=stack)
@@ -403,6 +415,8 @@ class PlaybookDialect(ToolDialect):
             answer["answer"] = answer["noetl"]
         else:
             run_ctx = replace(ctx.for_step(None, ctx.step), tools=registry)
+            from mcpipe.formats.noetl._steps import EVENTS
+
             plan = pb.plan
             assert plan is not None
             token = EVENTS.set(_with_run_log(on_event, ctx))

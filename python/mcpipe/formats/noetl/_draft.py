@@ -58,7 +58,7 @@ from mcpipe.tools import ToolContext
 if TYPE_CHECKING:
     from mcpipe.formats.noetl._workflow import NoetlPlaybook
 
-__all__ = ["compile_draft", "is_draft"]
+__all__ = ["compile_draft"]
 
 CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_draft"
@@ -82,26 +82,6 @@ TOP_KEYS = ("apiVersion", "kind", "name", "path", "description", "version", "wor
 TASK_TYPES = ("http", "python")
 HTTP_FIELDS = ("method", "endpoint", "params", "payload", "headers", "timeout")
 _OPERATORS = ("==", "!=", "<", ">", "+", "-", "*", "/", "|", " if ", " else ")
-
-
-def is_draft(raw: Mapping[str, object]) -> bool:
-    """Whether a decoded playbook is written for the 2025 draft engine: a ``call:`` or ``end_loop`` step, or a
-    loop step without a tool of its own (its body is its ``next`` steps)."""
-    if raw.get("apiVersion") in ("noetl.io/v2", "noetl.io/v10"):
-        return False
-    workflow = raw.get("workflow")
-    if not isinstance(workflow, list):
-        return False
-    if any(isinstance(s, Mapping) and "run" in s for s in workflow):
-        return False  # `run:` steps are the interpreter before it (noetl/runtime/agent.py), not this engine's
-    for s in workflow:
-        if not isinstance(s, Mapping):
-            continue
-        if "call" in s or "end_loop" in s:
-            return True
-        if "loop" in s and not any(k in s for k in ("tool", "type", "task")):
-            return True
-    return False
 
 
 # --- templates, as the draft engine's render_template renders them ---

@@ -2,8 +2,10 @@
 
 A decoded file goes to the first engine (in :data:`ENGINES` order) that claims it; ``noetl``, today's engine
 (``noetl.io/v2`` and the layout before it), claims every file the earlier ones do not, and refuses those of
-NoETL's prototypes that ran nothing. Adding an engine is a module and one line here. Seed 004's own ``mcp:``
-playbooks are not NoETL's and are told apart before (``mcpipe.formats.noetl.is_seed``).
+NoETL's prototypes that ran nothing. An engine claims a file by a look at its keys, here: the engine's module
+is imported when a file is compiled for it, so a run of today's playbooks imports none of the others. Adding an
+engine is a module and one line here. Seed 004's own ``mcp:`` playbooks are not NoETL's and are told apart
+before (``mcpipe.formats.noetl.is_seed``).
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ class Engine:
 
 
 def _workflow2023(raw: Mapping[str, object]) -> bool:
-    from mcpipe.formats.noetl._workflow2023 import is_workflow2023
-
-    return is_workflow2023(raw)
+    """A workflow of the April 2023 engine: ``workflow:`` holding ``jobs``, and nothing else."""
+    wf = raw.get("workflow")
+    return isinstance(wf, Mapping) and isinstance(wf.get("jobs"), list) and set(raw) == {"workflow"}
 
 
 def _compile2023(
@@ -52,9 +54,14 @@ def _compile2023(
 
 
 def _runtime(raw: Mapping[str, object]) -> bool:
-    from mcpipe.formats.noetl._runtime2025 import is_runtime
-
-    return is_runtime(raw)
+    """A playbook of the May 2025 runtime: a top-level ``context`` and steps that ``run:`` tasks."""
+    workflow = raw.get("workflow")
+    return (
+        isinstance(raw.get("context"), Mapping)
+        and "workload" not in raw
+        and isinstance(workflow, list)
+        and any(isinstance(s, Mapping) and "run" in s for s in workflow)
+    )
 
 
 def _compile_runtime(
@@ -66,9 +73,23 @@ def _compile_runtime(
 
 
 def _draft(raw: Mapping[str, object]) -> bool:
-    from mcpipe.formats.noetl._draft import is_draft
-
-    return is_draft(raw)
+    """A playbook of the 2025 draft engine: a ``call:`` or ``end_loop`` step, or a loop step without a tool of
+    its own (its body is its ``next`` steps)."""
+    if raw.get("apiVersion") in ("noetl.io/v2", "noetl.io/v10"):
+        return False
+    workflow = raw.get("workflow")
+    if not isinstance(workflow, list):
+        return False
+    if any(isinstance(s, Mapping) and "run" in s for s in workflow):
+        return False  # `run:` steps are the interpreter before it (noetl/runtime/agent.py), not this engine's
+    for s in workflow:
+        if not isinstance(s, Mapping):
+            continue
+        if "call" in s or "end_loop" in s:
+            return True
+        if "loop" in s and not any(k in s for k in ("tool", "type", "task")):
+            return True
+    return False
 
 
 def _compile_draft(

@@ -11,7 +11,6 @@ arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), 
 
 from __future__ import annotations
 
-import contextvars
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -25,6 +24,7 @@ from mcpipe.errors import ExpressionError
 from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.formats.noetl._sqlbind import binding
+from mcpipe.formats.noetl._steps import EVENTS
 from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.plan import Leaf
@@ -35,12 +35,6 @@ __all__ = ["EVENTS", "ActionPlan", "TurnPlan", "run_action", "run_turn"]
 
 MAX_TOOL_RESULT_CHARS = 100_000
 """A tool result longer than this goes back to the model truncated (with a note saying so)."""
-
-EVENTS: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
-    "mcpipe_playbook_events", default=None
-)
-"""The running playbook's event sink (turns report their tool calls through it). A context variable: the
-run's tasks inherit it, and nothing else sees it."""
 
 
 @dataclass(frozen=True)

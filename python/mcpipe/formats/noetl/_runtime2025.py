@@ -51,7 +51,7 @@ from mcpipe.tools import ToolContext
 if TYPE_CHECKING:
     from mcpipe.formats.noetl._workflow import NoetlPlaybook
 
-__all__ = ["compile_runtime", "is_runtime"]
+__all__ = ["compile_runtime"]
 
 CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_runtime"
@@ -59,18 +59,6 @@ FACT = "noetl_runtime"
 
 TOP_KEYS = ("apiVersion", "kind", "name", "path", "description", "version", "context", "workbook", "workflow")
 STEP_KEYS = ("step", "desc", "description", "run", "next")
-
-
-def is_runtime(raw: Mapping[str, object]) -> bool:
-    """Whether a decoded playbook is written for the May 2025 runtime: a top-level ``context`` and steps that
-    ``run:`` tasks."""
-    workflow = raw.get("workflow")
-    return (
-        isinstance(raw.get("context"), Mapping)
-        and "workload" not in raw
-        and isinstance(workflow, list)
-        and any(isinstance(s, Mapping) and "run" in s for s in workflow)
-    )
 
 
 # --- templates ---

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from mcpipe.formats.noetl._run import EVENTS
-from mcpipe.formats.noetl._steps import EXECUTION_ID, step_of
+from mcpipe.formats.noetl._steps import EVENTS, EXECUTION_ID, step_of
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
 from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
 from mcpipe.plan import Limits

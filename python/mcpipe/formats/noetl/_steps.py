@@ -19,7 +19,7 @@ import contextvars
 import os
 import re
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from time import perf_counter
@@ -34,7 +34,6 @@ from mcpipe.expr._jinja import Compiled, render_async
 from mcpipe.formats.noetl import toolkinds
 from mcpipe.formats.noetl._catalog import MAX_DEPTH, identity
 from mcpipe.formats.noetl._layout import ArcSpec, CaseRetry, OutputSpec, Rule
-from mcpipe.formats.noetl._run import EVENTS as _run_events
 from mcpipe.formats.noetl._save import as_text, column_name, duckdb_table_sql, insert_sql
 from mcpipe.formats.noetl._scope import (
     SET_FACT,
@@ -68,9 +67,12 @@ __all__ = [
     "with_save",
 ]
 
-EVENTS = _run_events
-"""The running playbook's event sink (the one seed 004's turns use): each step's ``step_exit`` (its NoETL
-result) goes through it."""
+EVENTS: contextvars.ContextVar[Callable[[dict[str, Any]], None] | None] = contextvars.ContextVar(
+    "mcpipe_playbook_events", default=None
+)
+"""The running playbook's event sink: each step's ``step_exit`` (its NoETL result) goes through it, and seed
+004's turns report their tool calls through it (:mod:`._run`). A context variable: the run's tasks inherit it,
+and nothing else sees it."""
 
 _RUNNING: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("mcpipe_noetl_running", default=())
 """The playbooks a sub-playbook runs in (their :func:`~mcpipe.formats.noetl._catalog.identity`, outermost

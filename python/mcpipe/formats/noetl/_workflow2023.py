@@ -39,7 +39,7 @@ from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
-__all__ = ["compile_workflow2023", "is_workflow2023"]
+__all__ = ["compile_workflow2023"]
 
 CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_2023"
@@ -47,12 +47,6 @@ _REF = re.compile(r"{{\s*(.*?)\s*}}")
 _TASK_KEYS = ("name", "kind", "command", "method", "url", "conditions")
 _IGNORED_TASK = ("loop", "timeout", "variables")
 _IGNORED_JOB = ("conditions", "runtime", "schedule")
-
-
-def is_workflow2023(raw: Mapping[str, object]) -> bool:
-    """Whether a decoded file is a workflow of the April 2023 engine (``workflow:`` holding ``jobs``)."""
-    wf = raw.get("workflow")
-    return isinstance(wf, Mapping) and isinstance(wf.get("jobs"), list) and set(raw) == {"workflow"}
 
 
 @dataclass
