@@ -106,7 +106,6 @@ def _lookup(ref: Ref, env: Mapping[str, Any]) -> Any:
 class _Built:
     """What one step's leaf runs."""
 
-    flow: str
     step: FlowStep
     target: str  # the tool, the prompt, or the canonical service name
     prompt: PromptSurface | None
@@ -199,7 +198,7 @@ def compile_flow(
             tool = tools.get(st.name)
             if tool is not None:
                 _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
-        built = _Built(flow.name, st, target, prompt, services)
+        built = _Built(st, target, prompt, services)
         leaves.append(
             Leaf(
                 f"step_{st.step}",
