@@ -12,49 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from mcpipe.formats.discord._answer import discord_answer, rejected_answer, summary_text, validation_answer
-from mcpipe.formats.discord._steps import (
-    MAX_STEPS,
-    PIPELINE_TOOL,
-    DiscordStep,
-    Issue,
-    Rejection,
-    Translation,
-    js_truthy,
-    parse_steps,
-    translate,
-)
-from mcpipe.formats.discord._tool import (
-    DESCRIPTION,
-    INPUT_SCHEMA,
-    OUTPUT_SCHEMA,
-    DiscordDialect,
-    pipeline_tool,
-)
+from mcpipe.formats.discord._steps import PIPELINE_TOOL, js_truthy, parse_steps
+from mcpipe.formats.discord._tool import DiscordDialect, pipeline_tool
 from mcpipe.plan import Limits
 from mcpipe.tools import ToolRegistry
 
-__all__ = [
-    "DESCRIPTION",
-    "INPUT_SCHEMA",
-    "MAX_STEPS",
-    "OUTPUT_SCHEMA",
-    "PIPELINE_TOOL",
-    "DiscordDialect",
-    "DiscordStep",
-    "Issue",
-    "Rejection",
-    "Translation",
-    "discord_answer",
-    "discord_source",
-    "js_truthy",
-    "parse_steps",
-    "pipeline_tool",
-    "rejected_answer",
-    "summary_text",
-    "translate",
-    "validation_answer",
-]
+__all__ = ["DiscordDialect", "discord_source", "js_truthy", "parse_steps", "pipeline_tool"]
 
 
 def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> ToolRegistry | None:

@@ -40,14 +40,11 @@ from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._struct import Strict
 from mcpipe.declared import PlanTool
 from mcpipe.errors import Problem
-from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowDialect, compile_flow, flow_tool
+from mcpipe.formats.piraeus._flow import FlowDialect, compile_flow, flow_tool
 from mcpipe.formats.piraeus._model import (
     Flow,
-    FlowStep,
     Kind,
-    Prompt,
     ToolConfig,
-    Variable,
     items_of,
     read_flow,
     read_prompt,
@@ -55,7 +52,7 @@ from mcpipe.formats.piraeus._model import (
 )
 from mcpipe.formats.piraeus._prompt import PromptSurface
 from mcpipe.formats.piraeus._read import CODE, Reader
-from mcpipe.formats.piraeus._services import SERVICES, Services
+from mcpipe.formats.piraeus._services import Services
 from mcpipe.formats.piraeus._tool import ApiTool, Secrets, build_request, check_inputs, transform
 from mcpipe.kinds import HttpPolicy
 from mcpipe.models import Models, located
@@ -66,20 +63,11 @@ if TYPE_CHECKING:
     from mcpipe.workflow import Workflow, WorkflowConfig
 
 __all__ = [
-    "FLOW_OUTPUT_SCHEMA",
-    "SERVICES",
-    "ApiTool",
-    "Flow",
     "FlowDialect",
-    "FlowStep",
     "Piraeus",
     "PiraeusConfig",
     "PiraeusTools",
-    "Prompt",
-    "PromptSurface",
-    "Secrets",
     "ToolConfig",
-    "Variable",
     "build_request",
     "check_inputs",
     "decode_piraeus",
