@@ -324,7 +324,8 @@ FORMATS: dict[str, Registered] = {
 """The formats by name, in the order the server asks them for tools (a tool's name is looked up in that order)."""
 
 
-def _format(name: str) -> Format:
+def format_named(name: str) -> Format:
+    """The format registered as ``name`` (a :data:`FORMATS` key: ``Config.translated_from``, ``[audit] format``)."""
     fmt: Format = importlib.import_module(FORMATS[name].module).FORMAT
     return fmt
 
@@ -344,15 +345,10 @@ def _set(value: object, path: list[str]) -> bool:
 def turned_on(config: ConfigView) -> list[Format]:
     """The formats ``config`` turns on (one of their ``turned_on_by`` keys set), in :data:`FORMATS` order."""
     return [
-        _format(name)
+        format_named(name)
         for name, entry in FORMATS.items()
         if any(_set(config, key.split(".")) for key in entry.turned_on_by)
     ]
-
-
-def format_named(name: str) -> Format:
-    """The format registered as ``name`` (a :data:`FORMATS` key: ``Config.translated_from``, ``[audit] format``)."""
-    return _format(name)
 
 
 def serves_workflow(config: ConfigView) -> bool:
@@ -419,7 +415,7 @@ def audit_log(name: str, path: str | None, audit: object) -> AuditLog | None:
     """The audit log of the format ``name`` (``[audit] format``), or None when no format of that name writes one."""
     if name not in FORMATS:
         return None
-    return _format(name).audit_log(path, audit)
+    return format_named(name).audit_log(path, audit)
 
 
 def load_extensions(raw: Mapping[str, object]) -> None:
@@ -449,7 +445,7 @@ def detect_config(raw: Mapping[str, object]) -> Format | None:
     """The foreign format a decoded config document is written in, or None for mcpipe's own layout."""
     for name, entry in FORMATS.items():
         if entry.config_files:
-            fmt = _format(name)
+            fmt = format_named(name)
             if fmt.detect(raw):
                 return fmt
     return None

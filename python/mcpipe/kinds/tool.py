@@ -14,7 +14,7 @@ from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolCaller, ToolContext
 
-__all__ = ["KIND", "ToolFields", "run_tool"]
+__all__ = ["KIND", "ToolFields", "call_tool", "run_tool"]
 
 
 class ToolFields(StepFields, tag="tool"):
@@ -38,20 +38,26 @@ def build_tool(b: Build[ToolFields]) -> ToolCaller | None:
     return tools if isinstance(tools, ToolCaller) else None
 
 
+async def call_tool(registry: ToolCaller | None, name: str, args: Any, ctx: ToolContext) -> StepOutput:
+    """Call tool ``name`` through ``registry`` as a step does: an unknown tool fails as ``UNKNOWN_TOOL``, a
+    failure mcpipe describes (a server down, its JSON-RPC error) keeps its code and facts, with no traceback."""
+    if registry is None:
+        raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
+    try:
+        res = await registry.call(name, args, ctx)
+    except UnknownToolError as e:
+        raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
+    except MCPipeError as e:
+        raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
+    return StepOutput.from_tool(res)
+
+
 async def run_tool(
     step: Leaf[ToolFields, ToolCaller | None], inputs: dict[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> StepOutput:
     """Call the tool through the run's registry (``ctx.tools``), else the one the step was compiled with."""
     registry = ctx.tools if ctx.tools is not None else step.built
-    if registry is None:
-        raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
-    try:
-        res = await registry.call(step.fields.tool, inputs["args"], ctx)
-    except UnknownToolError as e:
-        raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
-    except MCPipeError as e:  # a failure mcpipe describes (a server down, its JSON-RPC error): no traceback
-        raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
-    return StepOutput.from_tool(res)
+    return await call_tool(registry, step.fields.tool, inputs["args"], ctx)
 
 
 def _tool_name(fields: ToolFields) -> str:

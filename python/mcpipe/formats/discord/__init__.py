@@ -11,55 +11,16 @@ downstream server in ``mcpServers``: over that discord-mcp server's tools, in pl
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
-from mcpipe.formats.discord._answer import discord_answer, rejected_answer, summary_text, validation_answer
-from mcpipe.formats.discord._steps import (
-    MAX_STEPS,
-    PIPELINE_TOOL,
-    DiscordStep,
-    Issue,
-    Rejection,
-    Translation,
-    js_truthy,
-    parse_steps,
-    translate,
-)
-from mcpipe.formats.discord._tool import (
-    DESCRIPTION,
-    INPUT_SCHEMA,
-    OUTPUT_SCHEMA,
-    DiscordDialect,
-    DiscordPipelines,
-    pipeline_tool,
-)
+from mcpipe.formats.discord._steps import PIPELINE_TOOL, js_truthy, parse_steps
+from mcpipe.formats.discord._tool import DiscordDialect, pipeline_tool
 from mcpipe.plan import Limits
+from mcpipe.tools import ToolRegistry
 
-__all__ = [
-    "DESCRIPTION",
-    "INPUT_SCHEMA",
-    "MAX_STEPS",
-    "OUTPUT_SCHEMA",
-    "PIPELINE_TOOL",
-    "DiscordDialect",
-    "DiscordPipelines",
-    "DiscordStep",
-    "Issue",
-    "Rejection",
-    "Translation",
-    "discord_answer",
-    "discord_source",
-    "js_truthy",
-    "parse_steps",
-    "pipeline_tool",
-    "rejected_answer",
-    "summary_text",
-    "translate",
-    "validation_answer",
-]
+__all__ = ["DiscordDialect", "discord_source", "js_truthy", "parse_steps", "pipeline_tool"]
 
 
-def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> DiscordPipelines | None:
+def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> ToolRegistry | None:
     """The ``mcp_pipeline`` tools a config asks for, as a tool source (None: none).
 
     Args:
@@ -68,10 +29,8 @@ def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> 
             ``<prefix>.mcp_pipeline`` (``mcp_pipeline`` for an empty prefix) over its own tools.
         limits: the server's limits.
     """
-    tools: list[Any] = []
-    if everywhere:
-        tools.append(pipeline_tool(PIPELINE_TOOL, limits=limits))
+    tools = {PIPELINE_TOOL: pipeline_tool(PIPELINE_TOOL, limits=limits)} if everywhere else {}
     for prefix in fronted:
         name = f"{prefix}.{PIPELINE_TOOL}" if prefix else PIPELINE_TOOL
-        tools.append(pipeline_tool(name, prefix=prefix, limits=limits))
-    return DiscordPipelines(tools) if tools else None
+        tools[name] = pipeline_tool(name, prefix=prefix, limits=limits)
+    return ToolRegistry(tools.values()) if tools else None

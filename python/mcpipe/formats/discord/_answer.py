@@ -59,6 +59,11 @@ def _error(r: dict[str, Any]) -> dict[str, Any]:
     return {"code": _CODES.get(code, code), "message": r["error"], "retriable": False}
 
 
+def _record(st: DiscordStep, status: str, duration_ms: float, **given: object) -> dict[str, Any]:
+    """One step's record of the answer (its ``result`` or ``error`` before ``duration_ms``, as discord's)."""
+    return {"id": st.id, "tool": st.tool, "status": status, **given, "duration_ms": duration_ms}
+
+
 def discord_answer(answer: dict[str, Any], steps: Sequence[DiscordStep], ids: Sequence[str]) -> ToolResult:
     """The answer of a run, from mcpipe's full answer (``answer: full``).
 
@@ -77,19 +82,15 @@ def discord_answer(answer: dict[str, Any], steps: Sequence[DiscordStep], ids: Se
             aborted = True  # the run stopped before this step: it is left out, as discord breaks out of its loop
             break
         if r.get("skipped"):
-            records.append({"id": st.id, "tool": st.tool, "status": "skipped", "duration_ms": 0})
+            records.append(_record(st, "skipped", 0))
         elif r["ok"]:
             data = r.get("output")
             variables[st.id] = data
             if st.save_as is not None:
                 variables[st.save_as] = data
-            records.append(
-                {"id": st.id, "tool": st.tool, "status": "success", "result": data, "duration_ms": r["duration_ms"]}
-            )
+            records.append(_record(st, "success", r["duration_ms"], result=data))
         else:
-            records.append(
-                {"id": st.id, "tool": st.tool, "status": "error", "error": _error(r), "duration_ms": r["duration_ms"]}
-            )
+            records.append(_record(st, "error", r["duration_ms"], error=_error(r)))
             if not st.continue_on_error or r["error_code"] == ErrorCode.CANCELLED:
                 aborted = True
     if not answer.get("ok") and not any(r["status"] == "error" for r in records):
@@ -109,10 +110,9 @@ def rejected_answer(steps: Sequence[DiscordStep], rejections: Sequence[Rejection
     for i, st in enumerate(steps):
         r = by_index.get(i)
         if r is None:
-            records.append({"id": st.id, "tool": st.tool, "status": "skipped", "duration_ms": 0})
+            records.append(_record(st, "skipped", 0))
         else:
-            error = {"code": r.code, "message": r.message, "retriable": False}
-            records.append({"id": st.id, "tool": st.tool, "status": "error", "error": error, "duration_ms": 0})
+            records.append(_record(st, "error", 0, error={"code": r.code, "message": r.message, "retriable": False}))
     first = rejections[0]
     if first.code == RECURSION:
         text = "**Pipeline rejected**: nested mcp_pipeline calls are not permitted."

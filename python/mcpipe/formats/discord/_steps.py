@@ -23,8 +23,10 @@ from typing import Any
 
 import trio
 
+from mcpipe._describe import json_type
 from mcpipe._template import Template
-from mcpipe.errors import ErrorCode, InterpolationError, MCPipeError, TemplateSyntaxError, UnknownToolError
+from mcpipe.errors import ErrorCode, InterpolationError, TemplateSyntaxError
+from mcpipe.kinds.tool import call_tool
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
@@ -157,21 +159,6 @@ class Translation:
     ids: tuple[str, ...]
 
 
-def _zod_type(value: object) -> str:
-    """What zod calls the type of a JSON value in its messages."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, (int, float)):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
-
-
 def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[DiscordStep], list[Issue]]:
     """Check the call's arguments as discord's input schema does, and read its steps.
 
@@ -187,14 +174,13 @@ def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[Disco
     """
     issues: list[Issue] = []
     if not isinstance(args, Mapping):
-        return [], [Issue("", f"Invalid input: expected object, received {_zod_type(args)}", "invalid_type")]
+        return [], [_type_issue("", "object", json_type(args))]
     extra = [k for k in args if k != "steps"]
     if extra:
         issues.append(_unrecognized("", extra))
     raw = args.get("steps")
     if not isinstance(raw, list):
-        got = "undefined" if "steps" not in args else _zod_type(raw)
-        issues.append(Issue("steps", f"Invalid input: expected array, received {got}", "invalid_type"))
+        issues.append(_type_issue("steps", "array", "undefined" if "steps" not in args else json_type(raw)))
         return [], issues
     if not raw:
         issues.append(Issue("steps", "Too small: expected array to have >=1 items", "too_small"))
@@ -208,6 +194,10 @@ def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[Disco
     return steps, issues
 
 
+def _type_issue(path: str, expected: str, received: str) -> Issue:
+    return Issue(path, f"Invalid input: expected {expected}, received {received}", "invalid_type")
+
+
 def _unrecognized(path: str, keys: list[str]) -> Issue:
     shown = ", ".join(f'"{k}"' for k in keys)
     return Issue(path, f"Unrecognized key{'s' if len(keys) > 1 else ''}: {shown}", "unrecognized_keys")
@@ -216,10 +206,10 @@ def _unrecognized(path: str, keys: list[str]) -> Issue:
 def _string(value: object, path: str, issues: list[Issue], *, required: bool) -> str | None:
     if value is _MISSING:
         if required:
-            issues.append(Issue(path, "Invalid input: expected string, received undefined", "invalid_type"))
+            issues.append(_type_issue(path, "string", "undefined"))
         return None
     if not isinstance(value, str):
-        issues.append(Issue(path, f"Invalid input: expected string, received {_zod_type(value)}", "invalid_type"))
+        issues.append(_type_issue(path, "string", json_type(value)))
         return None
     if not value:
         issues.append(Issue(path, "Too small: expected string to have >=1 characters", "too_small"))
@@ -232,7 +222,7 @@ _MISSING: Any = object()
 
 def _parse_step(item: object, path: str, index: int, issues: list[Issue]) -> DiscordStep | None:
     if not isinstance(item, Mapping):
-        issues.append(Issue(path, f"Invalid input: expected object, received {_zod_type(item)}", "invalid_type"))
+        issues.append(_type_issue(path, "object", json_type(item)))
         return None
     before = len(issues)
     extra = [k for k in item if k not in _STEP_KEYS]
@@ -241,27 +231,18 @@ def _parse_step(item: object, path: str, index: int, issues: list[Issue]) -> Dis
     sid = item.get("id", _MISSING)
     if sid is not _MISSING:
         if not isinstance(sid, str):
-            issues.append(
-                Issue(f"{path}.id", f"Invalid input: expected string, received {_zod_type(sid)}", "invalid_type")
-            )
+            issues.append(_type_issue(f"{path}.id", "string", json_type(sid)))
         elif _ID.fullmatch(sid) is None:
             issues.append(Issue(f"{path}.id", f"Invalid string: must match pattern {_ID_SOURCE}", "invalid_format"))
     tool = _string(item.get("tool", _MISSING), f"{path}.tool", issues, required=True)
     args = item.get("args", _MISSING)
     if not isinstance(args, Mapping):
-        got = "undefined" if args is _MISSING else _zod_type(args)
-        issues.append(Issue(f"{path}.args", f"Invalid input: expected record, received {got}", "invalid_type"))
+        issues.append(_type_issue(f"{path}.args", "record", "undefined" if args is _MISSING else json_type(args)))
     save_as = _string(item.get("save_as", _MISSING), f"{path}.save_as", issues, required=False)
     condition = _string(item.get("if", _MISSING), f"{path}.if", issues, required=False)
     cont = item.get("continue_on_error", False)
     if not isinstance(cont, bool):
-        issues.append(
-            Issue(
-                f"{path}.continue_on_error",
-                f"Invalid input: expected boolean, received {_zod_type(cont)}",
-                "invalid_type",
-            )
-        )
+        issues.append(_type_issue(f"{path}.continue_on_error", "boolean", json_type(cont)))
     if len(issues) > before or tool is None or not isinstance(args, Mapping):
         return None
     return DiscordStep(
@@ -495,16 +476,7 @@ async def _run_step(
         shown = b.shown.get(e.reference)
         message = str(e) if shown is None else str(e).replace(f"`{e.reference}`", f"`{{{{{shown}}}}}`")
         raise StepFailure(message, ErrorCode.INTERPOLATION_FAILED) from None
-    registry = ctx.tools
-    if registry is None:
-        raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
-    try:
-        res = await registry.call(b.target, args, ctx)
-    except UnknownToolError as e:
-        raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
-    except MCPipeError as e:  # a failure mcpipe describes (a server down, its JSON-RPC error): no traceback
-        raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
-    return StepOutput.from_tool(res)
+    return await call_tool(ctx.tools, b.target, args, ctx)
 
 
 def translate(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
 from functools import partial
 from typing import Any
 
@@ -24,7 +23,7 @@ from mcpipe.formats.discord._steps import MAX_STEPS, PIPELINE_TOOL, Rejection, p
 from mcpipe.plan import DEFAULT_LIMITS, Limits
 from mcpipe.tools import ToolResult
 
-__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordDialect", "DiscordPipelines", "pipeline_tool"]
+__all__ = ["DESCRIPTION", "INPUT_SCHEMA", "OUTPUT_SCHEMA", "DiscordDialect", "pipeline_tool"]
 
 TRANSLATE_IN_THREAD_BYTES = 256 * 1024
 """A call whose arguments are larger (as JSON) is checked and translated in a thread."""
@@ -255,22 +254,3 @@ def _is_pipeline(name: str, registry: object) -> bool:
         return False
     found = get(name)
     return isinstance(found, PlanTool) and isinstance(found.dialect, DiscordDialect)
-
-
-class DiscordPipelines:
-    """The ``mcp_pipeline`` tools a config serves, as a tool source (``get``, iteration)."""
-
-    def __init__(self, tools: Iterable[PlanTool] = ()) -> None:
-        self._tools = {t.name: t for t in tools}
-
-    def get(self, name: str) -> PlanTool | None:
-        return self._tools.get(name)
-
-    def __iter__(self) -> Iterator[PlanTool]:
-        return iter(self._tools.values())
-
-    def __len__(self) -> int:
-        return len(self._tools)
-
-    def __repr__(self) -> str:
-        return f"<DiscordPipelines {list(self._tools)}>"

@@ -1444,9 +1444,6 @@ async def run_sql(
     return _finish(f.answer, envelope_result(sorted_json(value).encode(), truncated))
 
 
-SqlTxRowMode = Literal["single", "many", "scalar", "affected_rows"]
-
-
 class SqlTxStatement(Strict):
     """One statement of an ``mcpg.sql_tx`` step (``TxNestedStepWire``: ``affected_rows`` by default)."""
 

@@ -188,15 +188,6 @@ def _section(out: JsonObject, key: str) -> dict[str, Any]:
     return value
 
 
-def _plugin_id(entry: object) -> str | None:
-    if isinstance(entry, str):
-        return entry
-    if isinstance(entry, Mapping):
-        value = entry.get("ref") or entry.get("id")
-        return value if isinstance(value, str) else None
-    return None
-
-
 # -- plugins: -------------------------------------------------------------------------------------------
 
 

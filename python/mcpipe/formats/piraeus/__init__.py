@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -40,14 +40,11 @@ from mcpipe._json import DuplicateKeyError, check_unique_keys
 from mcpipe._struct import Strict
 from mcpipe.declared import PlanTool
 from mcpipe.errors import Problem
-from mcpipe.formats.piraeus._flow import FLOW_OUTPUT_SCHEMA, FlowDialect, compile_flow, flow_tool
+from mcpipe.formats.piraeus._flow import FlowDialect, compile_flow, flow_tool
 from mcpipe.formats.piraeus._model import (
     Flow,
-    FlowStep,
     Kind,
-    Prompt,
     ToolConfig,
-    Variable,
     items_of,
     read_flow,
     read_prompt,
@@ -55,30 +52,22 @@ from mcpipe.formats.piraeus._model import (
 )
 from mcpipe.formats.piraeus._prompt import PromptSurface
 from mcpipe.formats.piraeus._read import CODE, Reader
-from mcpipe.formats.piraeus._services import SERVICES, Services
+from mcpipe.formats.piraeus._services import Services
 from mcpipe.formats.piraeus._tool import ApiTool, Secrets, build_request, check_inputs, transform
 from mcpipe.kinds import HttpPolicy
 from mcpipe.models import Models, located
 from mcpipe.plan import Limits
+from mcpipe.tools import Tool, ToolRegistry
 
 if TYPE_CHECKING:
     from mcpipe.workflow import Workflow, WorkflowConfig
 
 __all__ = [
-    "FLOW_OUTPUT_SCHEMA",
-    "SERVICES",
-    "ApiTool",
-    "Flow",
     "FlowDialect",
-    "FlowStep",
     "Piraeus",
     "PiraeusConfig",
     "PiraeusTools",
-    "Prompt",
-    "PromptSurface",
-    "Secrets",
     "ToolConfig",
-    "Variable",
     "build_request",
     "check_inputs",
     "decode_piraeus",
@@ -120,24 +109,13 @@ class PiraeusConfig(Strict):
     timeout_ms: Annotated[float, msgspec.Meta(gt=0)] = 30_000
 
 
-class PiraeusTools:
-    """piraeus's tools and flows as a tool source (``get``, iteration, ``in``), its prompts as ``surfaces``."""
+class PiraeusTools(ToolRegistry):
+    """piraeus's tools and flows as a tool source (a :class:`~mcpipe.tools.ToolRegistry`), its prompts as
+    ``surfaces``."""
 
-    def __init__(self, tools: Mapping[str, object], surfaces: list[PromptSurface]) -> None:
-        self._tools = dict(tools)
+    def __init__(self, tools: Iterable[Tool], surfaces: list[PromptSurface]) -> None:
+        super().__init__(tools)
         self.surfaces: list[Any] = list(surfaces)
-
-    def get(self, name: str) -> Any:
-        return self._tools.get(name)
-
-    def __iter__(self) -> Iterator[Any]:
-        return iter(self._tools.values())
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._tools
-
-    def __repr__(self) -> str:
-        return f"<PiraeusTools {list(self._tools)} prompts={[p.name for p in self.surfaces]}>"
 
 
 @dataclass
@@ -148,7 +126,6 @@ class Piraeus:
         tools: the enabled tools as MCP tools, by name.
         prompts: the prompts, by name.
         flows: the flows as tools, by name.
-        workflow_config: the ``workflow`` section with the tools added (None: no workflow).
         workflow: the workflow serving them (``mcpipe.workflow.Workflow``), or None.
         secrets: where ``${NAME}`` secrets are read.
     """
@@ -156,12 +133,11 @@ class Piraeus:
     tools: dict[str, ApiTool] = field(default_factory=dict)
     prompts: dict[str, PromptSurface] = field(default_factory=dict)
     flows: dict[str, PlanTool] = field(default_factory=dict)
-    workflow_config: WorkflowConfig | None = None
     workflow: Workflow | None = None
     secrets: Secrets = field(default_factory=Secrets)
 
     def source(self) -> PiraeusTools:
-        return PiraeusTools({**self.tools, **self.flows}, list(self.prompts.values()))
+        return PiraeusTools([*self.tools.values(), *self.flows.values()], list(self.prompts.values()))
 
 
 def _at(at: str, key: str) -> str:
@@ -297,7 +273,6 @@ def load_piraeus(
     model = cfg.model or (workflow.model if workflow is not None else "sampling")
     if model not in models:
         problems.append(Problem("piraeus.model", CODE, f"unknown model `{model}`{models.hint(model)}"))
-    base = base_dir
     loaded: dict[str, list[Any]] = {}
     readers: tuple[tuple[Kind, str | list[str], Callable[[Reader, Any, str], Any]], ...] = (
         ("tools", cfg.tools, read_tool),
@@ -305,23 +280,27 @@ def load_piraeus(
         ("flows", cfg.flows, read_flow),
     )
     for kind, globs, read in readers:
-        files, fp = read_files(_globs(globs), f"piraeus.{kind}", base)
+        files, fp = read_files(_globs(globs), f"piraeus.{kind}", base_dir)
         problems += fp
         loaded[kind] = _entries(files, kind, read, problems)
     configs: list[ToolConfig] = [t for t in loaded["tools"] if t.enabled]
     disabled = frozenset(t.name for t in loaded["tools"] if not t.enabled)
     secrets = Secrets(cfg.secrets)
     hosts = sorted({httpx2.URL(t.api.base_url).host for t in loaded["tools"]})
-    policy = HttpPolicy(
-        allowed_hosts=hosts,
-        allow_private=cfg.allow_private,
-        max_response_bytes=cfg.max_response_bytes,
-        verify=cfg.verify,
-        timeout_ms=None,
-        allow_hint="a tool reaches only the hosts of the tools' api.base_url",
-    )
+
+    def policy(allowed: list[str], hint: str) -> HttpPolicy:
+        return HttpPolicy(
+            allowed_hosts=allowed,
+            allow_private=cfg.allow_private,
+            max_response_bytes=cfg.max_response_bytes,
+            verify=cfg.verify,
+            timeout_ms=None,
+            allow_hint=hint,
+        )
+
     out = Piraeus(secrets=secrets)
-    out.tools = {t.name: ApiTool(t, secrets, policy) for t in configs}
+    tool_policy = policy(hosts, "a tool reaches only the hosts of the tools' api.base_url")
+    out.tools = {t.name: ApiTool(t, secrets, tool_policy) for t in configs}
     out.prompts = {p.name: PromptSurface(p) for p in loaded["prompts"]}
     # The workflow: piraeus's tools join the configured one, or make one.
     from mcpipe.workflow import HttpToolConfig, Workflow, WorkflowConfig
@@ -342,21 +321,13 @@ def load_piraeus(
             merged = WorkflowConfig(model=model, tools=added, allow_private=cfg.allow_private, verify=cfg.verify)
         else:
             merged = msgspec.structs.replace(workflow, tools=[*workflow.tools, *added])
-    out.workflow_config = merged
     if merged is not None and merged.enabled:
         out.workflow = Workflow(merged, models, environ=secrets, full_answers={t.name for t in configs})
     services = Services(
         models,
         model,
         out.workflow,
-        HttpPolicy(
-            allowed_hosts=[*hosts, *cfg.allowed_hosts],
-            allow_private=cfg.allow_private,
-            max_response_bytes=cfg.max_response_bytes,
-            verify=cfg.verify,
-            timeout_ms=None,
-            allow_hint="list it in [piraeus] allowed_hosts",
-        ),
+        policy([*hosts, *cfg.allowed_hosts], "list it in [piraeus] allowed_hosts"),
         timeout_s=cfg.timeout_ms / 1000,
     )
     limits = limits or Limits()

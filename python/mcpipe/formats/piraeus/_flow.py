@@ -32,12 +32,13 @@ import trio
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
 from mcpipe.declared import PlanCall, PlanTool, ToolDialect
-from mcpipe.errors import ErrorCode, MCPipeError, Problem, UnknownToolError
+from mcpipe.errors import ErrorCode, Problem
 from mcpipe.formats.piraeus._model import Flow, FlowStep, Ref, as_ref
 from mcpipe.formats.piraeus._prompt import PromptSurface, PromptTooLarge, article
 from mcpipe.formats.piraeus._read import CODE, coerce
 from mcpipe.formats.piraeus._services import NORMAL_SYSTEM, Services, canonical, user_prompt
 from mcpipe.formats.piraeus._tool import ApiTool
+from mcpipe.kinds.tool import call_tool
 from mcpipe.plan import CompiledSpec, Leaf, Limits, Pipeline
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext, ToolResult
@@ -105,7 +106,6 @@ def _lookup(ref: Ref, env: Mapping[str, Any]) -> Any:
 class _Built:
     """What one step's leaf runs."""
 
-    flow: str
     step: FlowStep
     target: str  # the tool, the prompt, or the canonical service name
     prompt: PromptSurface | None
@@ -119,16 +119,7 @@ async def _run_step(
     b = step.built
     values = _resolve(b.step.inputs, env)
     if b.step.type == "tool":
-        registry = ctx.tools
-        if registry is None:
-            raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
-        try:
-            res = await registry.call(b.target, values, ctx)
-        except UnknownToolError as e:
-            raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
-        except MCPipeError as e:
-            raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
-        return StepOutput.from_tool(res)
+        return await call_tool(ctx.tools, b.target, values, ctx)
     if b.step.type == "prompt":
         assert b.prompt is not None
         given, problems = b.prompt.values(values, from_text=False)
@@ -207,7 +198,7 @@ def compile_flow(
             tool = tools.get(st.name)
             if tool is not None:
                 _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
-        built = _Built(flow.name, st, target, prompt, services)
+        built = _Built(st, target, prompt, services)
         leaves.append(
             Leaf(
                 f"step_{st.step}",

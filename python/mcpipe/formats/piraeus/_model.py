@@ -253,20 +253,6 @@ class Flow:
     at: str = ""
 
 
-def refs_in(value: object) -> Iterator[Ref]:
-    """Every reference in a step's inputs (strings that are exactly one ``${...}``, at any depth)."""
-    if isinstance(value, str):
-        m = _REF.fullmatch(value)
-        if m:
-            yield Ref(m.group(1), m.group(2), value)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from refs_in(v)
-    elif isinstance(value, list):
-        for v in value:
-            yield from refs_in(v)
-
-
 def as_ref(value: str) -> Ref | None:
     m = _REF.fullmatch(value)
     return Ref(m.group(1), m.group(2), value) if m else None

@@ -25,6 +25,11 @@ MISSING: Any = object()
 
 _TRUE = frozenset({"1", "on", "t", "true", "y", "yes"})
 _FALSE = frozenset({"0", "off", "f", "false", "n", "no"})
+_PLAIN: dict[str, tuple[type, str]] = {
+    "string": (str, "a string"),
+    "array": (list, "an array"),
+    "object": (dict, "an object"),
+}
 
 
 def join(base: str, key: str | int) -> str:
@@ -37,34 +42,19 @@ def join(base: str, key: str | int) -> str:
 def coerce(value: object, kind: str) -> tuple[Any, str | None]:
     """``value`` as pydantic's lax mode converts it to ``kind`` (``string``, ``integer``, ``number``,
     ``boolean``, ``array``, ``object``); answers ``(converted, None)`` or ``(value, why not)``."""
-    if kind == "string":
-        if isinstance(value, str):
-            return value, None
-        return value, f"expected a string, got {json_type(value)}"
-    if kind == "integer":
-        if isinstance(value, bool):
-            return int(value), None
-        if isinstance(value, int):
-            return value, None
-        if isinstance(value, float) and value.is_integer():
-            return int(value), None
+    if kind in _PLAIN:
+        tp, what = _PLAIN[kind]
+        return (value, None) if isinstance(value, tp) else (value, f"expected {what}, got {json_type(value)}")
+    if kind in ("integer", "number"):
+        num = int if kind == "integer" else float
+        if isinstance(value, int) or (isinstance(value, float) and (kind == "number" or value.is_integer())):
+            return num(value), None  # a bool too (True is 1)
         if isinstance(value, str):
             try:
-                return int(value.strip()), None
+                return num(value.strip()), None
             except ValueError:
                 pass
-        return value, f"expected an integer, got {_shown(value)}"
-    if kind == "number":
-        if isinstance(value, bool):
-            return float(value), None
-        if isinstance(value, (int, float)):
-            return float(value), None
-        if isinstance(value, str):
-            try:
-                return float(value.strip()), None
-            except ValueError:
-                pass
-        return value, f"expected a number, got {_shown(value)}"
+        return value, f"expected {'an integer' if kind == 'integer' else 'a number'}, got {_shown(value)}"
     if kind == "boolean":
         if isinstance(value, bool):
             return value, None
@@ -73,14 +63,6 @@ def coerce(value: object, kind: str) -> tuple[Any, str | None]:
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE, None
         return value, f"expected a boolean, got {_shown(value)}"
-    if kind == "array":
-        if isinstance(value, list):
-            return value, None
-        return value, f"expected an array, got {json_type(value)}"
-    if kind == "object":
-        if isinstance(value, dict):
-            return value, None
-        return value, f"expected an object, got {json_type(value)}"
     return value, None
 
 
