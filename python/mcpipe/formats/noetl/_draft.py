@@ -50,6 +50,7 @@ from mcpipe._describe import json_type
 from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
+from mcpipe.formats.noetl._tmpl import fill, leaves, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
@@ -140,61 +141,41 @@ def _compile_str(text: str, location: str, warnings: list[str]) -> Any:
 
 
 def _compile(value: object, location: str, warnings: list[str]) -> Any:
-    if isinstance(value, str):
-        return _compile_str(value, location, warnings)
-    if isinstance(value, Mapping):
-        return {str(k): _compile(v, f"{location}.{k}", warnings) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compile(v, f"{location}[{i}]", warnings) for i, v in enumerate(value)]
-    return value
+    return walk(value, location, lambda text, where: _compile_str(text, where, warnings))
 
 
 def _render_value(shape: object, ctx: Mapping[str, object]) -> Any:
     """The draft engine's ``render_template`` (see the module), over ``ctx``, in this thread."""
-    if isinstance(shape, _Str):
-        if shape.path is not None:
-            if len(shape.path) == 1 and shape.path[0] in ctx:
-                return ctx[shape.path[0]]
-            if len(shape.path) > 1:
-                value: Any = ctx
-                for part in shape.path:
-                    if isinstance(value, Mapping) and part in value:
-                        value = value[part]
-                    else:
-                        break
+    return fill(shape, _Str, lambda s: _render_str(s, ctx))
+
+
+def _render_str(shape: _Str, ctx: Mapping[str, object]) -> Any:
+    if shape.path is not None:
+        if len(shape.path) == 1 and shape.path[0] in ctx:
+            return ctx[shape.path[0]]
+        if len(shape.path) > 1:
+            value: Any = ctx
+            for part in shape.path:
+                if isinstance(value, Mapping) and part in value:
+                    value = value[part]
                 else:
-                    return value
-        if shape.template is None:
-            return ""
+                    break
+            else:
+                return value
+    if shape.template is None:
+        return ""
+    try:
+        rendered = shape.template.render(ctx)
+    except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, LookupError, RenderError):
+        return None  # "Template rendering error": the engine logs it and answers None
+    if (rendered.startswith("[") and rendered.endswith("]")) or (rendered.startswith("{") and rendered.endswith("}")):
         try:
-            rendered = shape.template.render(ctx)
-        except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, LookupError, RenderError):
-            return None  # "Template rendering error": the engine logs it and answers None
-        if (rendered.startswith("[") and rendered.endswith("]")) or (
-            rendered.startswith("{") and rendered.endswith("}")
-        ):
-            try:
-                return json.loads(rendered)
-            except ValueError:
-                pass
-        if rendered.strip() == "":
-            return ""
-        return rendered
-    if isinstance(shape, dict):
-        return {k: _render_value(v, ctx) for k, v in shape.items()} if shape else shape
-    if isinstance(shape, list):
-        return [_render_value(v, ctx) for v in shape]
-    return shape
-
-
-def _sources(shape: object) -> tuple[str, ...]:
-    if isinstance(shape, _Str):
-        return (shape.text,)
-    if isinstance(shape, dict):
-        return tuple(s for v in shape.values() for s in _sources(v))
-    if isinstance(shape, list):
-        return tuple(s for v in shape for s in _sources(v))
-    return ()
+            return json.loads(rendered)
+        except ValueError:
+            pass
+    if rendered.strip() == "":
+        return ""
+    return rendered
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,7 +188,7 @@ class DraftTmpl:
     async def render(self, ctx: Mapping[str, object], extra: Mapping[str, object] | None = None) -> Any:
         """Rendered over the context (and ``extra``, the engine's ``rules``), off the event loop within the
         templates' budgets (time, size)."""
-        sources = _sources(self.shape)
+        sources = tuple(t.text for t in leaves(self.shape, _Str))
         if not sources:
             return self.shape
         roots = {**ctx, **(extra or {}), "now": _now}

@@ -42,7 +42,7 @@ from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._literal import py_literal
-from mcpipe.formats.noetl._tmpl import MAX_LITERAL
+from mcpipe.formats.noetl._tmpl import MAX_LITERAL, fill, leaves, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
 from mcpipe.results import StepFailure, StepOutput
@@ -89,7 +89,7 @@ class Tmpl:
         Raises:
             StepFailure: a template failed, as the runtime's ``render_template`` raises.
         """
-        sources = _sources(self.shape)
+        sources = tuple(text for text, _ in leaves(self.shape, tuple))
         if not sources:
             return self.shape
         compiled = Compiled(lambda r: _render(self.shape, r), sources)
@@ -100,46 +100,29 @@ class Tmpl:
 
 
 def _compile(value: object, location: str, problems: list[Problem]) -> Any:
-    if isinstance(value, str):
-        if "{{" not in value or "}}" not in value:
-            return value
+    def leaf(text: str, where: str) -> Any:
+        if "{{" not in text or "}}" not in text:
+            return text
         try:
-            return (value, environment().from_string(value))
+            return (text, environment().from_string(text))
         except jinja2.TemplateSyntaxError as e:
-            problems.append(Problem(location, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
-            return value
-    if isinstance(value, Mapping):
-        return {str(k): _compile(v, f"{location}.{k}", problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compile(v, f"{location}[{i}]", problems) for i, v in enumerate(value)]
-    return value
+            problems.append(Problem(where, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
+            return text
+
+    return walk(value, location, leaf)
 
 
 def _render(shape: object, roots: Mapping[str, object]) -> Any:
-    if isinstance(shape, tuple):
-        _text, template = shape
-        rendered = template.render(roots)  # an undefined name raises, as the runtime's StrictUndefined does
+    def leaf(pair: tuple[str, jinja2.Template]) -> Any:
+        rendered = pair[1].render(roots)  # an undefined name raises, as the runtime's StrictUndefined does
         if rendered.strip().startswith(("{", "[")):
             try:
                 return json.loads(rendered)
             except ValueError:
                 pass
         return rendered
-    if isinstance(shape, dict):
-        return {k: _render(v, roots) for k, v in shape.items()}
-    if isinstance(shape, list):
-        return [_render(v, roots) for v in shape]
-    return shape
 
-
-def _sources(shape: object) -> tuple[str, ...]:
-    if isinstance(shape, tuple):
-        return (shape[0],)
-    if isinstance(shape, dict):
-        return tuple(s for v in shape.values() for s in _sources(v))
-    if isinstance(shape, list):
-        return tuple(s for v in shape for s in _sources(v))
-    return ()
+    return fill(shape, tuple, leaf)
 
 
 def condition(text: object) -> bool:
