@@ -47,12 +47,11 @@ import jinja2
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._tmpl import fill, leaves, walk
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, ForEach, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -664,17 +663,7 @@ def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
         arcs.append(tuple(out))
     # An arc to a step on the way from `start` closes a cycle: it runs that step again.
     _mark_back(order, index, arcs)
-    graph = Graph(
-        "workflow" if "workflow" not in index else "workflow_",
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(False for _ in nodes),
-        entry=index.get("start", 0),
-        continue_on_error=True,
-    )
-    pb.graph_id = graph.id
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan("workflow" if "workflow" not in index else "workflow_", nodes, arcs, index.get("start", 0))
 
 
 def _after(dp: DraftPlaybook, st: DraftStep) -> list[Candidate]:

@@ -38,13 +38,12 @@ import jinja2
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._literal import py_literal
 from mcpipe.formats.noetl._tmpl import MAX_LITERAL, fill, leaves, walk
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -384,17 +383,7 @@ def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
                 continue
             out.append(Arc(index[t], RouteIs(t), f"{st.location}.next"))
         arcs.append(tuple(out))
-    graph = Graph(
-        "workflow",
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(False for _ in nodes),
-        entry=index.get("start", 0),
-        continue_on_error=True,
-    )
-    pb.graph_id = graph.id
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan("workflow", nodes, arcs, index.get("start", 0))
 
 
 @dataclass(frozen=True, slots=True)

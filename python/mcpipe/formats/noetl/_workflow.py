@@ -22,7 +22,7 @@ A task's tool kind decides what runs it:
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -213,6 +213,32 @@ class NoetlPlaybook:
     @property
     def turns(self) -> dict[str, Any]:
         return self.mcp.turns if self.mcp is not None else {}
+
+    def graph_plan(
+        self,
+        graph_id: str,
+        nodes: list[Node],
+        arcs: list[tuple[Arc, ...]],
+        entry: int,
+        *,
+        inclusive: Sequence[bool] = (),
+        unnamed: str = "playbook",
+    ) -> CompiledSpec:
+        """The plan of one graph (``graph_id``, kept as :attr:`graph_id`): ``nodes``, each one's ``arcs``, run from
+        ``entry`` (``inclusive``: which nodes' arcs are), every node's failure its own; ``unnamed``: its name
+        without the playbook's."""
+        inclusive = tuple(inclusive) or tuple(False for _ in nodes)
+        graph = Graph(
+            graph_id,
+            "workflow",
+            nodes=tuple(nodes),
+            arcs=tuple(arcs),
+            inclusive=inclusive,
+            entry=entry,
+            continue_on_error=True,
+        )
+        self.graph_id = graph.id
+        return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, self.name or unnamed))
 
 
 class _Problems:
@@ -1121,16 +1147,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             out.append(Arc(entry[a.target], cond, a.location, data, back=a.back, retry=a.retry is not None))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
-    graph = Graph(
-        pb.graph_id,
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(inclusive),
-        entry=entry.get(doc.entry, 0),
-        continue_on_error=True,
-    )
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan(pb.graph_id, nodes, arcs, entry.get(doc.entry, 0), inclusive=inclusive)
 
 
 def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
