@@ -49,7 +49,7 @@ import trio
 from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
-from mcpipe.formats.noetl._tmpl import fill, leaves, walk
+from mcpipe.formats.noetl._tmpl import Findings, fill, leaves, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
@@ -276,14 +276,7 @@ class DraftPlaybook:
 # --- reading ---
 
 
-class _Reader:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
+class _Reader(Findings):
     def ignored(self, location: str, what: str) -> None:
         self.warnings.append(f"{location}: {what} is not read by NoETL's 2025 draft engine: ignored, as it ignores it")
 
@@ -677,28 +670,14 @@ def _after(dp: DraftPlaybook, st: DraftStep) -> list[Candidate]:
 
 
 def _mark_back(order: list[str], index: dict[str, int], arcs: list[tuple[Arc, ...]]) -> None:
-    state: dict[int, int] = {}
+    from mcpipe.formats.noetl._workflow import depth_first
+
     if not order:
         return
-    entry = index.get("start", 0)
-    stack: list[tuple[int, int]] = [(entry, 0)]
-    state[entry] = 1
-    marked: list[list[Arc]] = [list(a) for a in arcs]
-    while stack:
-        node, i = stack[-1]
-        if i >= len(marked[node]):
-            stack.pop()
-            state[node] = 2
-            continue
-        stack[-1] = (node, i + 1)
-        arc = marked[node][i]
-        if state.get(arc.to) == 1:
-            marked[node][i] = Arc(arc.to, arc.when, arc.location, arc.data, back=True)
-        elif state.get(arc.to) is None:
-            state[arc.to] = 1
-            stack.append((arc.to, 0))
-    for k, a in enumerate(marked):
-        arcs[k] = tuple(a)
+    _, back = depth_first(index.get("start", 0), lambda node: [a.to for a in arcs[node]])
+    for node, i in back:
+        arc = arcs[node][i]
+        arcs[node] = (*arcs[node][:i], Arc(arc.to, arc.when, arc.location, arc.data, back=True), *arcs[node][i + 1 :])
 
 
 # --- running ---

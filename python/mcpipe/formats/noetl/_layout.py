@@ -26,6 +26,7 @@ from typing import Any
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._save import SaveSpec, read_save
+from mcpipe.formats.noetl._tmpl import Findings as _Reader
 
 __all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
 
@@ -310,21 +311,6 @@ class Doc:
 def is_v2(raw: Mapping[str, object]) -> bool:
     """Whether a decoded playbook is written in NoETL's current layout."""
     return raw.get("apiVersion") in V2_VERSIONS and raw.get("kind") == "Playbook"
-
-
-class _Reader:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
-    def name(self, value: object, location: str) -> str | None:
-        if not isinstance(value, str) or not value:
-            self.add(location, f"must be a non-empty string, got {json_type(value)}")
-            return None
-        return value
 
 
 _ITERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")

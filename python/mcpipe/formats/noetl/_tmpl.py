@@ -22,15 +22,37 @@ from typing import Any, TypeVar
 
 import orjson
 
+from mcpipe._describe import json_type
+from mcpipe.errors import Problem
 from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
 from mcpipe.formats.noetl._literal import py_literal
 
-__all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "fill", "has_jinja", "leaves", "truthy", "walk"]
+__all__ = ["CODE", "MAX_LITERAL", "Findings", "Tmpl", "compile_tmpl", "fill", "has_jinja", "leaves", "truthy", "walk"]
 
 L = TypeVar("L")
 
 MAX_LITERAL = 1_000_000
 """The longest rendered text read back as a list or object (NoETL's JSON/literal coercion)."""
+CODE = "INVALID_PLAYBOOK"
+
+
+class Findings:
+    """What reading or compiling a playbook found: its problems (each located, :data:`CODE`) and warnings."""
+
+    def __init__(self, problems: list[Problem] | None = None) -> None:
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.warnings: list[str] = []
+
+    def add(self, location: str, message: str) -> None:
+        """A problem at ``location``."""
+        self.problems.append(Problem(location, CODE, message))
+
+    def name(self, value: object, location: str) -> str | None:
+        """``value`` when it is a non-empty string, else None and the problem."""
+        if not isinstance(value, str) or not value:
+            self.add(location, f"must be a non-empty string, got {json_type(value)}")
+            return None
+        return value
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,9 +22,9 @@ A task's tool kind decides what runs it:
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
@@ -44,7 +44,7 @@ from mcpipe.formats.noetl._layout import (
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
-from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl, has_jinja
+from mcpipe.formats.noetl._tmpl import Findings, Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
@@ -241,15 +241,7 @@ class NoetlPlaybook:
         return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, self.name or unnamed))
 
 
-class _Problems:
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        self.syntax: list[tuple[str, str]] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
+class _Problems(Findings):
     def tmpl(self, value: object, location: str, mode: str = "config") -> Tmpl:
         found: list[tuple[str, str]] = []
         t = compile_tmpl(value, location, found, mode)
@@ -270,7 +262,7 @@ def compile_workflow(
 ) -> tuple[NoetlPlaybook, list[Problem]]:
     """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
     problem found is returned, located (the playbook is usable only when there are none)."""
-    c = _Problems([])
+    c = _Problems()
     c.warnings.extend(doc.warnings)
     keychain = {str(e["name"]): e for _where, e in doc.keychain}
     pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
@@ -308,29 +300,38 @@ def _reachable(c: _Problems, doc: Doc) -> list[str]:
     by_name = {s.name: s for s in doc.steps}
     if doc.entry not in by_name:
         return []
-    seen: set[str] = set()
-    state: dict[str, int] = {}
-    stack: list[tuple[str, int]] = [(doc.entry, 0)]
-    state[doc.entry] = 1
+    seen, back = depth_first(doc.entry, lambda n: [a.target if a.target in by_name else None for a in by_name[n].arcs])
+    for name, i in back:
+        by_name[name].arcs[i].back = True
+    return [s.name for s in doc.steps if s.name in seen]
+
+
+N = TypeVar("N")
+
+
+def depth_first(entry: N, targets: Callable[[N], list[N | None]]) -> tuple[set[N], list[tuple[N, int]]]:
+    """The nodes reached from ``entry`` (each one's arcs to ``targets``, None: to no node), and the arcs (the node,
+    the arc's index) back to a node on the way from ``entry``: each closes a cycle."""
+    state: dict[N, int] = {entry: 1}
+    stack: list[tuple[N, int]] = [(entry, 0)]
+    back: list[tuple[N, int]] = []
     while stack:
-        name, i = stack[-1]
-        arcs = by_name[name].arcs
-        if i >= len(arcs):
+        node, i = stack[-1]
+        out = targets(node)
+        if i >= len(out):
             stack.pop()
-            state[name] = 2
-            seen.add(name)
+            state[node] = 2
             continue
-        stack[-1] = (name, i + 1)
-        target = arcs[i].target
-        if target not in by_name:
+        stack[-1] = (node, i + 1)
+        target = out[i]
+        if target is None:
             continue
         if state.get(target) == 1:
-            arcs[i].back = True
-            continue
-        if state.get(target) is None:
+            back.append((node, i))
+        elif state.get(target) is None:
             state[target] = 1
             stack.append((target, 0))
-    return [s.name for s in doc.steps if s.name in seen]
+    return set(state), back
 
 
 def _step(
