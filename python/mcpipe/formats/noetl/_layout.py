@@ -742,15 +742,20 @@ def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: 
 _PREVIOUS = {"previous", "prev", "_previous", "@previous"}
 
 
-def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int, v2: bool) -> StepSpec:
+    """The step, its refused keys refused, its ignored ones warned of (``v2``: and its unknown ones refused)."""
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
         elif k in IGNORED_STEP:
             r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
-        elif k not in V2_STEP and k not in ("vars", "args", "type"):
+        elif v2 and k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
+    return StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+
+
+def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
+    step = _new_step(r, s, sname, where, i, True)
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
     _tool_of(r, s, sname, where, step)
@@ -1029,12 +1034,7 @@ _OLD_NEXT_DATA = ("data", "with", "args", "input")
 
 
 def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
-    for k in s:
-        if k in REFUSED_STEP:
-            r.add(f"{where}.{k}", REFUSED_STEP[k])
-        elif k in IGNORED_STEP:
-            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
+    step = _new_step(r, s, sname, where, i, False)
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)

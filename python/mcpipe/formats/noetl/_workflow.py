@@ -453,30 +453,24 @@ def _task(
         plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
         return plan
     if kind == "transfer":
-        found_t: list[Problem] = []
-        spec_t = read_transfer(task.config, task.location, found_t, CODE)
-        c.problems.extend(found_t)
-        if spec_t is None or found_t:
-            return None
-        parts_t = _transfer_plan(c, pb, spec_t)
+        before = len(c.problems)
+        spec_t = read_transfer(task.config, task.location, c.problems, CODE)
+        parts_t = _transfer_plan(c, pb, spec_t) if spec_t is not None and len(c.problems) == before else None
         if parts_t is None:
             return None
         plan.runner = "transfer"
         plan.parts = parts_t
         return plan
     if kind == "save":
-        found_save: list[Problem] = []
-        spec = read_save(task.config, task.location, found_save, CODE)
-        c.problems.extend(found_save)
-        if spec is None or found_save:
+        before = len(c.problems)
+        spec = read_save(task.config, task.location, c.problems, CODE)
+        if spec is None or len(c.problems) > before:
             return None
         plan.runner = "save"
         plan.parts = {"save": _save_plan(c, pb, spec)}
         return plan
     if kind == "nats":
-        found_n: list[Problem] = []
-        spec_n = _nats.read_nats(task.config, task.location, found_n, CODE, c.warnings)
-        c.problems.extend(found_n)
+        spec_n = _nats.read_nats(task.config, task.location, c.problems, CODE, c.warnings)
         if spec_n is None:
             return None
         plan.runner = "nats"
