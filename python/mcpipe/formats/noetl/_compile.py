@@ -23,7 +23,7 @@ from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
-from mcpipe.formats.noetl._tmpl import Findings, has_jinja
+from mcpipe.formats.noetl._tmpl import Findings, has_jinja, problem_order
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline, RunFn
@@ -419,7 +419,7 @@ def compile_playbook(
         if rname not in used:
             c.warnings.append(f"{a.location}: resource `{rname}` is never used")
     if c.problems:
-        return None, sorted(c.problems, key=_problem_key)
+        return None, sorted(c.problems, key=problem_order)
     pb.warnings = c.warnings
     pb.declared = {
         "models": {
@@ -431,10 +431,6 @@ def compile_playbook(
     pb.plan = _plan(pb, order)
     pb.inputs = _inputs(pb)
     return pb, []
-
-
-def _problem_key(p: Problem) -> list[Any]:
-    return [int(x) if x.isdigit() else x for x in re.split(r"[\[\].]+", p.location) if x]
 
 
 def _text_of(template: object) -> str:

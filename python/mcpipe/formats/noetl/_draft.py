@@ -36,7 +36,6 @@ type, python code without ``main``) fails here when it runs too, with its error 
 from __future__ import annotations
 
 import ast
-import datetime
 import json
 import uuid
 from collections.abc import Container, Mapping
@@ -49,7 +48,7 @@ import trio
 from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, ExpressionError, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
-from mcpipe.formats.noetl._tmpl import Findings, fill, leaves, walk
+from mcpipe.formats.noetl._tmpl import Findings, fill, leaves, now, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
@@ -190,21 +189,12 @@ class DraftTmpl:
         sources = tuple(t.text for t in leaves(self.shape, _Str))
         if not sources:
             return self.shape
-        roots = {**ctx, **(extra or {}), "now": _now}
+        roots = {**ctx, **(extra or {}), "now": now}
         compiled = Compiled(lambda r: _render_value(self.shape, r), sources)
         try:
             return await render_async(compiled, roots, self.location)
         except RenderError as e:
             raise StepFailure(str(e), e.code) from None
-
-
-def _now() -> str:
-    return datetime.datetime.now().isoformat()
-
-
-def truthy(value: object) -> bool:
-    """Python's truth, as the engine asks ``if condition:`` (the text ``"False"`` holds)."""
-    return bool(value)
 
 
 # --- the model ---
@@ -742,7 +732,7 @@ class CandidateWhen:
             value = await when.render(context_of(self.dp, env))
         except StepFailure as e:
             raise ExpressionError(str(e)) from None
-        return truthy(value) != self.candidate.negate
+        return bool(value) != self.candidate.negate  # Python's truth, as the engine's `if condition:` (`"False"` holds)
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._literal import py_literal
-from mcpipe.formats.noetl._tmpl import MAX_LITERAL, fill, leaves, walk
+from mcpipe.formats.noetl._tmpl import MAX_LITERAL, fill, leaves, now, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
@@ -438,7 +438,7 @@ async def run_step(
     route = "end"
     try:
         for t in st.run:
-            name = await t.render({"context": context, "results": results, "now": _now})
+            name = await t.render({"context": context, "results": results, "now": now})
             task = rt.tasks.get(str(name))
             if task is None:
                 raise _Raised(f"Task not found: {name}")
@@ -451,7 +451,7 @@ async def run_step(
                     route = e.target
                     break
                 try:
-                    rendered = await e.when.render({"context": context, "results": results, "now": _now})
+                    rendered = await e.when.render({"context": context, "results": results, "now": now})
                     holds = await trio.to_thread.run_sync(condition, rendered)
                 except (StepFailure, ValueError) as err:
                     raise _Raised(str(err)) from None
@@ -470,12 +470,6 @@ async def run_step(
 
 class _Raised(Exception):
     """What the runtime raises out of a step (its ``execute`` then goes to ``error_handler``)."""
-
-
-def _now() -> str:
-    import datetime
-
-    return datetime.datetime.now().isoformat()
 
 
 async def _task_run(
@@ -504,7 +498,7 @@ async def _task_run(
         if isinstance(value, dict):
             return {**value, "status": "success"}
         return {"status": "success", "data": value}
-    roots = {"context": context, "results": results, "now": _now}
+    roots = {"context": context, "results": results, "now": now}
     endpoint = await task.fields["endpoint"].render(roots)
     params = await task.fields["params"].render(roots) or {}
     payload = await task.fields["payload"].render(roots) or None

@@ -16,6 +16,8 @@ Unlike NoETL, an undefined name is an error naming the template's place, never t
 
 from __future__ import annotations
 
+import datetime
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -27,13 +29,31 @@ from mcpipe.errors import Problem
 from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
 from mcpipe.formats.noetl._literal import py_literal
 
-__all__ = ["CODE", "MAX_LITERAL", "Findings", "Tmpl", "compile_tmpl", "fill", "has_jinja", "leaves", "truthy", "walk"]
+__all__ = [
+    "CODE",
+    "MAX_LITERAL",
+    "Findings",
+    "Tmpl",
+    "compile_tmpl",
+    "fill",
+    "has_jinja",
+    "leaves",
+    "now",
+    "problem_order",
+    "truthy",
+    "walk",
+]
 
 L = TypeVar("L")
 
 MAX_LITERAL = 1_000_000
 """The longest rendered text read back as a list or object (NoETL's JSON/literal coercion)."""
 CODE = "INVALID_PLAYBOOK"
+
+
+def problem_order(p: Problem) -> list[tuple[int, Any]]:
+    """The sort key of problems in document order (``steps[2]`` before ``steps[10]``)."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"[\[\].]+", p.location) if x]
 
 
 class Findings:
@@ -202,6 +222,11 @@ def _coerce(text: str, mode: str) -> Any:
     except (ValueError, TypeError, ArithmeticError, MemoryError):
         return text
     return value if isinstance(value, list | dict) else text
+
+
+def now() -> str:
+    """``now()`` of the 2025 engines' templates: the local time, ISO 8601."""
+    return datetime.datetime.now().isoformat()
 
 
 def truthy(value: object) -> bool:
