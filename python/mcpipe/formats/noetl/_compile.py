@@ -23,14 +23,13 @@ from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
-from mcpipe.formats.noetl._tmpl import Findings, has_jinja, problem_order
+from mcpipe.formats.noetl._tmpl import CODE, Findings, has_jinja, problem_order
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline, RunFn
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
-CODE = "INVALID_PLAYBOOK"
 _ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endpoint": "url"}}
 """NoETL's names for some fields of a kind (``params`` for the query of an ``http`` action)."""
 

@@ -59,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_draft", "is_draft"]
 
-CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_draft"
 """The field of a step's result (in mcpipe's answer) holding what it wrote into the run's context, in order."""
 

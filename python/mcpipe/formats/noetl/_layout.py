@@ -26,11 +26,11 @@ from typing import Any
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._save import SaveSpec, read_save
+from mcpipe.formats.noetl._tmpl import CODE
 from mcpipe.formats.noetl._tmpl import Findings as _Reader
 
 __all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
 
-CODE = "INVALID_PLAYBOOK"
 
 V2_VERSIONS = ("noetl.io/v2", "noetl.io/v10")
 

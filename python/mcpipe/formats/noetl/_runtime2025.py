@@ -41,7 +41,7 @@ from mcpipe._describe import json_type
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._literal import py_literal
-from mcpipe.formats.noetl._tmpl import MAX_LITERAL, fill, leaves, now, walk
+from mcpipe.formats.noetl._tmpl import CODE, MAX_LITERAL, fill, leaves, now, walk
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_runtime", "is_runtime"]
 
-CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_runtime"
 """The field of a step's result holding what it changed: ``context`` keys, ``results`` by task, its ``route``."""
 
