@@ -37,6 +37,7 @@ from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._layout import CODE, read_doc
 from mcpipe.formats.noetl._serve import NoTools, run_noetl
+from mcpipe.formats.noetl._tmpl import problem_order
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Limits
@@ -201,7 +202,7 @@ def compile_noetl(
         raw, models=models, policy=policy or StepPolicy(), tools=tools, catalog=catalog, file=file, stack=stack
     )
     if found:
-        return None, sorted(found, key=_problem_key)
+        return None, sorted(found, key=problem_order)
     pb.name = _served(pb.name) or engine.unnamed
     return pb, []
 
@@ -274,10 +275,6 @@ def _prototype(raw: Mapping[str, object]) -> str | None:
 def _served(name: str) -> str:
     """A NoETL playbook's name as a tool name (letters, digits, ``_``, ``-``, ``.``; at most 64)."""
     return re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:64]
-
-
-def _problem_key(p: Problem) -> list[tuple[int, Any]]:
-    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"[\[\].]+", p.location) if x]
 
 
 def _where(name: str, line: int | None, location: str) -> str:

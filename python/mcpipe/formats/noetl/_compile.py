@@ -23,14 +23,13 @@ from mcpipe._template import Template
 from mcpipe.errors import Problem
 from mcpipe.expr._jinja import GLOBALS, ROOTS, Compiled, compile_value, references
 from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
-from mcpipe.formats.noetl._tmpl import has_jinja
+from mcpipe.formats.noetl._tmpl import CODE, Findings, has_jinja, problem_order
 from mcpipe.kinds import StepPolicy
 from mcpipe.models import Model, ModelConfig, Models, ToolSpec, params_problems
 from mcpipe.plan import CompiledSpec, Leaf, Pipeline, RunFn
 
 __all__ = ["CODE", "Action", "Part", "Playbook", "Turn", "action_types", "compile_playbook"]
 
-CODE = "INVALID_PLAYBOOK"
 _ALIASES = {"http": {"params": "query", "data": "body", "payload": "body", "endpoint": "url"}}
 """NoETL's names for some fields of a kind (``params`` for the query of an ``http`` action)."""
 
@@ -160,16 +159,9 @@ def _derived_schema(a: Action) -> dict[str, Any]:
     return {"type": "object", "properties": {n: {"type": "string"} for n in names}}
 
 
-class _Problems:
+class _Problems(Findings):
     """The playbook's own structure checked (its YAML sections, names, references between them): every
     problem collected, located. Actions are checked by their step kinds (:func:`mcpipe.declared.compile_step`)."""
-
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
 
     def mapping(self, value: object, location: str, keys: tuple[str, ...], required: tuple[str, ...] = ()) -> bool:
         if not isinstance(value, Mapping):
@@ -182,12 +174,6 @@ class _Problems:
             if k not in value:
                 self.add(f"{location}.{k}", "is required")
         return True
-
-    def string(self, value: object, location: str) -> str | None:
-        if not isinstance(value, str) or not value:
-            self.add(location, f"must be a non-empty string, got {json_type(value)}")
-            return None
-        return value
 
     def compile(self, value: object, location: str) -> Compiled:
         found: list[tuple[str, str]] = []
@@ -248,8 +234,8 @@ def compile_playbook(
     meta = raw.get("metadata")
     name = path = description = ""
     if c.mapping(meta, "metadata", _META, ("path", "name")):
-        name = c.string(meta.get("name"), "metadata.name") or "" if "name" in meta else ""
-        path = c.string(meta.get("path"), "metadata.path") or "" if "path" in meta else ""
+        name = c.name(meta.get("name"), "metadata.name") or "" if "name" in meta else ""
+        path = c.name(meta.get("path"), "metadata.path") or "" if "path" in meta else ""
         description = meta.get("description") or ""
         if name and not _SERVED_NAME.match(name):
             c.add("metadata.name", "a playbook's name is its tool name: letters, digits, `_`, `-`, `.` (at most 64)")
@@ -432,7 +418,7 @@ def compile_playbook(
         if rname not in used:
             c.warnings.append(f"{a.location}: resource `{rname}` is never used")
     if c.problems:
-        return None, sorted(c.problems, key=_problem_key)
+        return None, sorted(c.problems, key=problem_order)
     pb.warnings = c.warnings
     pb.declared = {
         "models": {
@@ -444,10 +430,6 @@ def compile_playbook(
     pb.plan = _plan(pb, order)
     pb.inputs = _inputs(pb)
     return pb, []
-
-
-def _problem_key(p: Problem) -> list[Any]:
-    return [int(x) if x.isdigit() else x for x in re.split(r"[\[\].]+", p.location) if x]
 
 
 def _text_of(template: object) -> str:

@@ -36,7 +36,6 @@ type, python code without ``main``) fails here when it runs too, with its error 
 from __future__ import annotations
 
 import ast
-import datetime
 import json
 import uuid
 from collections.abc import Container, Mapping
@@ -47,11 +46,11 @@ import jinja2
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, ExpressionError, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
+from mcpipe.formats.noetl._tmpl import Findings, fill, leaves, now, walk
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, ForEach, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -60,7 +59,6 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_draft"]
 
-CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_draft"
 """The field of a step's result (in mcpipe's answer) holding what it wrote into the run's context, in order."""
 
@@ -120,61 +118,41 @@ def _compile_str(text: str, location: str, warnings: list[str]) -> Any:
 
 
 def _compile(value: object, location: str, warnings: list[str]) -> Any:
-    if isinstance(value, str):
-        return _compile_str(value, location, warnings)
-    if isinstance(value, Mapping):
-        return {str(k): _compile(v, f"{location}.{k}", warnings) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compile(v, f"{location}[{i}]", warnings) for i, v in enumerate(value)]
-    return value
+    return walk(value, location, lambda text, where: _compile_str(text, where, warnings))
 
 
 def _render_value(shape: object, ctx: Mapping[str, object]) -> Any:
     """The draft engine's ``render_template`` (see the module), over ``ctx``, in this thread."""
-    if isinstance(shape, _Str):
-        if shape.path is not None:
-            if len(shape.path) == 1 and shape.path[0] in ctx:
-                return ctx[shape.path[0]]
-            if len(shape.path) > 1:
-                value: Any = ctx
-                for part in shape.path:
-                    if isinstance(value, Mapping) and part in value:
-                        value = value[part]
-                    else:
-                        break
+    return fill(shape, _Str, lambda s: _render_str(s, ctx))
+
+
+def _render_str(shape: _Str, ctx: Mapping[str, object]) -> Any:
+    if shape.path is not None:
+        if len(shape.path) == 1 and shape.path[0] in ctx:
+            return ctx[shape.path[0]]
+        if len(shape.path) > 1:
+            value: Any = ctx
+            for part in shape.path:
+                if isinstance(value, Mapping) and part in value:
+                    value = value[part]
                 else:
-                    return value
-        if shape.template is None:
-            return ""
+                    break
+            else:
+                return value
+    if shape.template is None:
+        return ""
+    try:
+        rendered = shape.template.render(ctx)
+    except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, LookupError, RenderError):
+        return None  # "Template rendering error": the engine logs it and answers None
+    if (rendered.startswith("[") and rendered.endswith("]")) or (rendered.startswith("{") and rendered.endswith("}")):
         try:
-            rendered = shape.template.render(ctx)
-        except (jinja2.TemplateError, TypeError, ValueError, ArithmeticError, LookupError, RenderError):
-            return None  # "Template rendering error": the engine logs it and answers None
-        if (rendered.startswith("[") and rendered.endswith("]")) or (
-            rendered.startswith("{") and rendered.endswith("}")
-        ):
-            try:
-                return json.loads(rendered)
-            except ValueError:
-                pass
-        if rendered.strip() == "":
-            return ""
-        return rendered
-    if isinstance(shape, dict):
-        return {k: _render_value(v, ctx) for k, v in shape.items()} if shape else shape
-    if isinstance(shape, list):
-        return [_render_value(v, ctx) for v in shape]
-    return shape
-
-
-def _sources(shape: object) -> tuple[str, ...]:
-    if isinstance(shape, _Str):
-        return (shape.text,)
-    if isinstance(shape, dict):
-        return tuple(s for v in shape.values() for s in _sources(v))
-    if isinstance(shape, list):
-        return tuple(s for v in shape for s in _sources(v))
-    return ()
+            return json.loads(rendered)
+        except ValueError:
+            pass
+    if rendered.strip() == "":
+        return ""
+    return rendered
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,24 +165,15 @@ class DraftTmpl:
     async def render(self, ctx: Mapping[str, object], extra: Mapping[str, object] | None = None) -> Any:
         """Rendered over the context (and ``extra``, the engine's ``rules``), off the event loop within the
         templates' budgets (time, size)."""
-        sources = _sources(self.shape)
+        sources = tuple(t.text for t in leaves(self.shape, _Str))
         if not sources:
             return self.shape
-        roots = {**ctx, **(extra or {}), "now": _now}
+        roots = {**ctx, **(extra or {}), "now": now}
         compiled = Compiled(lambda r: _render_value(self.shape, r), sources)
         try:
             return await render_async(compiled, roots, self.location)
         except RenderError as e:
             raise StepFailure(str(e), e.code) from None
-
-
-def _now() -> str:
-    return datetime.datetime.now().isoformat()
-
-
-def truthy(value: object) -> bool:
-    """Python's truth, as the engine asks ``if condition:`` (the text ``"False"`` holds)."""
-    return bool(value)
 
 
 # --- the model ---
@@ -276,14 +245,7 @@ class DraftPlaybook:
 # --- reading ---
 
 
-class _Reader:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
+class _Reader(Findings):
     def ignored(self, location: str, what: str) -> None:
         self.warnings.append(f"{location}: {what} is not read by NoETL's 2025 draft engine: ignored, as it ignores it")
 
@@ -663,17 +625,7 @@ def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
         arcs.append(tuple(out))
     # An arc to a step on the way from `start` closes a cycle: it runs that step again.
     _mark_back(order, index, arcs)
-    graph = Graph(
-        "workflow" if "workflow" not in index else "workflow_",
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(False for _ in nodes),
-        entry=index.get("start", 0),
-        continue_on_error=True,
-    )
-    pb.graph_id = graph.id
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan("workflow" if "workflow" not in index else "workflow_", nodes, arcs, index.get("start", 0))
 
 
 def _after(dp: DraftPlaybook, st: DraftStep) -> list[Candidate]:
@@ -687,28 +639,14 @@ def _after(dp: DraftPlaybook, st: DraftStep) -> list[Candidate]:
 
 
 def _mark_back(order: list[str], index: dict[str, int], arcs: list[tuple[Arc, ...]]) -> None:
-    state: dict[int, int] = {}
+    from mcpipe.formats.noetl._workflow import depth_first
+
     if not order:
         return
-    entry = index.get("start", 0)
-    stack: list[tuple[int, int]] = [(entry, 0)]
-    state[entry] = 1
-    marked: list[list[Arc]] = [list(a) for a in arcs]
-    while stack:
-        node, i = stack[-1]
-        if i >= len(marked[node]):
-            stack.pop()
-            state[node] = 2
-            continue
-        stack[-1] = (node, i + 1)
-        arc = marked[node][i]
-        if state.get(arc.to) == 1:
-            marked[node][i] = Arc(arc.to, arc.when, arc.location, arc.data, back=True)
-        elif state.get(arc.to) is None:
-            state[arc.to] = 1
-            stack.append((arc.to, 0))
-    for k, a in enumerate(marked):
-        arcs[k] = tuple(a)
+    _, back = depth_first(index.get("start", 0), lambda node: [a.to for a in arcs[node]])
+    for node, i in back:
+        arc = arcs[node][i]
+        arcs[node] = (*arcs[node][:i], Arc(arc.to, arc.when, arc.location, arc.data, back=True), *arcs[node][i + 1 :])
 
 
 # --- running ---
@@ -773,7 +711,7 @@ class CandidateWhen:
             value = await when.render(context_of(self.dp, env))
         except StepFailure as e:
             raise ExpressionError(str(e)) from None
-        return truthy(value) != self.candidate.negate
+        return bool(value) != self.candidate.negate  # Python's truth, as the engine's `if condition:` (`"False"` holds)
 
 
 @dataclass(frozen=True, slots=True)

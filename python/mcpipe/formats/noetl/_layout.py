@@ -26,10 +26,11 @@ from typing import Any
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._save import SaveSpec, read_save
+from mcpipe.formats.noetl._tmpl import CODE
+from mcpipe.formats.noetl._tmpl import Findings as _Reader
 
 __all__ = ["CODE", "ArcSpec", "Doc", "LoopSpec", "Rule", "StepSpec", "TaskSpec", "is_v2", "read_doc"]
 
-CODE = "INVALID_PLAYBOOK"
 
 V2_VERSIONS = ("noetl.io/v2", "noetl.io/v10")
 
@@ -310,21 +311,6 @@ class Doc:
 def is_v2(raw: Mapping[str, object]) -> bool:
     """Whether a decoded playbook is written in NoETL's current layout."""
     return raw.get("apiVersion") in V2_VERSIONS and raw.get("kind") == "Playbook"
-
-
-class _Reader:
-    def __init__(self) -> None:
-        self.problems: list[Problem] = []
-        self.warnings: list[str] = []
-
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
-    def name(self, value: object, location: str) -> str | None:
-        if not isinstance(value, str) or not value:
-            self.add(location, f"must be a non-empty string, got {json_type(value)}")
-            return None
-        return value
 
 
 _ITERATOR = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -756,15 +742,20 @@ def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: 
 _PREVIOUS = {"previous", "prev", "_previous", "@previous"}
 
 
-def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int, v2: bool) -> StepSpec:
+    """The step, its refused keys refused, its ignored ones warned of (``v2``: and its unknown ones refused)."""
     for k in s:
         if k in REFUSED_STEP:
             r.add(f"{where}.{k}", REFUSED_STEP[k])
         elif k in IGNORED_STEP:
             r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
-        elif k not in V2_STEP and k not in ("vars", "args", "type"):
+        elif v2 and k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
+    return StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+
+
+def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
+    step = _new_step(r, s, sname, where, i, True)
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
     _tool_of(r, s, sname, where, step)
@@ -1043,12 +1034,7 @@ _OLD_NEXT_DATA = ("data", "with", "args", "input")
 
 
 def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
-    for k in s:
-        if k in REFUSED_STEP:
-            r.add(f"{where}.{k}", REFUSED_STEP[k])
-        elif k in IGNORED_STEP:
-            r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
+    step = _new_step(r, s, sname, where, i, False)
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)

@@ -38,13 +38,12 @@ import jinja2
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.expr._jinja import Compiled, RenderError, environment, render_async
 from mcpipe.formats.noetl._literal import py_literal
-from mcpipe.formats.noetl._tmpl import MAX_LITERAL
+from mcpipe.formats.noetl._tmpl import CODE, MAX_LITERAL, fill, leaves, now, walk
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -53,7 +52,6 @@ if TYPE_CHECKING:
 
 __all__ = ["compile_runtime"]
 
-CODE = "INVALID_PLAYBOOK"
 FACT = "noetl_runtime"
 """The field of a step's result holding what it changed: ``context`` keys, ``results`` by task, its ``route``."""
 
@@ -77,7 +75,7 @@ class Tmpl:
         Raises:
             StepFailure: a template failed, as the runtime's ``render_template`` raises.
         """
-        sources = _sources(self.shape)
+        sources = tuple(text for text, _ in leaves(self.shape, tuple))
         if not sources:
             return self.shape
         compiled = Compiled(lambda r: _render(self.shape, r), sources)
@@ -88,46 +86,29 @@ class Tmpl:
 
 
 def _compile(value: object, location: str, problems: list[Problem]) -> Any:
-    if isinstance(value, str):
-        if "{{" not in value or "}}" not in value:
-            return value
+    def leaf(text: str, where: str) -> Any:
+        if "{{" not in text or "}}" not in text:
+            return text
         try:
-            return (value, environment().from_string(value))
+            return (text, environment().from_string(text))
         except jinja2.TemplateSyntaxError as e:
-            problems.append(Problem(location, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
-            return value
-    if isinstance(value, Mapping):
-        return {str(k): _compile(v, f"{location}.{k}", problems) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_compile(v, f"{location}[{i}]", problems) for i, v in enumerate(value)]
-    return value
+            problems.append(Problem(where, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
+            return text
+
+    return walk(value, location, leaf)
 
 
 def _render(shape: object, roots: Mapping[str, object]) -> Any:
-    if isinstance(shape, tuple):
-        _text, template = shape
-        rendered = template.render(roots)  # an undefined name raises, as the runtime's StrictUndefined does
+    def leaf(pair: tuple[str, jinja2.Template]) -> Any:
+        rendered = pair[1].render(roots)  # an undefined name raises, as the runtime's StrictUndefined does
         if rendered.strip().startswith(("{", "[")):
             try:
                 return json.loads(rendered)
             except ValueError:
                 pass
         return rendered
-    if isinstance(shape, dict):
-        return {k: _render(v, roots) for k, v in shape.items()}
-    if isinstance(shape, list):
-        return [_render(v, roots) for v in shape]
-    return shape
 
-
-def _sources(shape: object) -> tuple[str, ...]:
-    if isinstance(shape, tuple):
-        return (shape[0],)
-    if isinstance(shape, dict):
-        return tuple(s for v in shape.values() for s in _sources(v))
-    if isinstance(shape, list):
-        return tuple(s for v in shape for s in _sources(v))
-    return ()
+    return fill(shape, tuple, leaf)
 
 
 def condition(text: object) -> bool:
@@ -389,17 +370,7 @@ def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
                 continue
             out.append(Arc(index[t], RouteIs(t), f"{st.location}.next"))
         arcs.append(tuple(out))
-    graph = Graph(
-        "workflow",
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(False for _ in nodes),
-        entry=index.get("start", 0),
-        continue_on_error=True,
-    )
-    pb.graph_id = graph.id
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan("workflow", nodes, arcs, index.get("start", 0))
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,7 +425,7 @@ async def run_step(
     route = "end"
     try:
         for t in st.run:
-            name = await t.render({"context": context, "results": results, "now": _now})
+            name = await t.render({"context": context, "results": results, "now": now})
             task = rt.tasks.get(str(name))
             if task is None:
                 raise _Raised(f"Task not found: {name}")
@@ -467,7 +438,7 @@ async def run_step(
                     route = e.target
                     break
                 try:
-                    rendered = await e.when.render({"context": context, "results": results, "now": _now})
+                    rendered = await e.when.render({"context": context, "results": results, "now": now})
                     holds = await trio.to_thread.run_sync(condition, rendered)
                 except (StepFailure, ValueError) as err:
                     raise _Raised(str(err)) from None
@@ -486,12 +457,6 @@ async def run_step(
 
 class _Raised(Exception):
     """What the runtime raises out of a step (its ``execute`` then goes to ``error_handler``)."""
-
-
-def _now() -> str:
-    import datetime
-
-    return datetime.datetime.now().isoformat()
 
 
 async def _task_run(
@@ -520,7 +485,7 @@ async def _task_run(
         if isinstance(value, dict):
             return {**value, "status": "success"}
         return {"status": "success", "data": value}
-    roots = {"context": context, "results": results, "now": _now}
+    roots = {"context": context, "results": results, "now": now}
     endpoint = await task.fields["endpoint"].render(roots)
     params = await task.fields["params"].render(roots) or {}
     payload = await task.fields["payload"].render(roots) or None

@@ -255,22 +255,10 @@ class ArcWhen:
         return self.arc.when if isinstance(self.arc.when, str) else None
 
     def evaluate(self, env: Mapping[str, object]) -> bool:
-        scope = self._scope(env)
-        if self.arc.otherwise:
-            for prior, when in self.earlier:
-                if prior.otherwise or when is None or self._spent(prior, env):
-                    continue
-                if self._holds(when, scope):
-                    return False
-            return True
-        if self.when is None:
-            return True
-        if self.arc.retry is not None:
-            return not self._spent(self.arc, env) and self._holds(self.when, scope)
-        return self._holds(self.when, scope)
+        raise ExpressionError("a NoETL arc is decided off the event loop")  # the graph awaits evaluate_async
 
     async def evaluate_async(self, env: Mapping[str, object]) -> bool:
-        """:meth:`evaluate`, rendering off the event loop (the graph awaits this one)."""
+        """Whether the arc is taken, rendering off the event loop (the graph awaits this one)."""
         if self.when is None and not self.arc.otherwise:
             return True
         scope = self._scope(env)
@@ -343,12 +331,6 @@ class ArcWhen:
         scope.update(_source_view(env, self.step.name, self.loop))
         return scope
 
-    def _holds(self, when: Tmpl, scope: Mapping[str, object]) -> bool:
-        try:
-            return truthy(when.render(scope))
-        except RenderError as e:
-            raise ExpressionError(str(e)) from None
-
 
 @dataclass(frozen=True, slots=True)
 class Admit:
@@ -364,21 +346,11 @@ class Admit:
         return "spec.policy.admit"
 
     def evaluate(self, env: Mapping[str, object]) -> bool:
-        scope = scope_of(self.step.playbook, env)
-        for t, when, allow in self.rules:
-            if when is None or when is True:
-                return allow
-            if t is None:
-                continue
-            try:
-                if truthy(t.render(scope)):
-                    return allow
-            except RenderError as e:
-                raise ExpressionError(str(e)) from None
-        return True
+        raise ExpressionError("a NoETL admission is decided off the event loop")  # the graph awaits evaluate_async
 
     async def evaluate_async(self, env: Mapping[str, object]) -> bool:
-        """:meth:`evaluate`, rendering off the event loop (issue 20: a condition is caller-reachable Jinja)."""
+        """Whether the step is admitted, rendering off the event loop (issue 20: a condition is caller-reachable
+        Jinja)."""
         scope = scope_of(self.step.playbook, env)
         for t, when, allow in self.rules:
             if when is None or when is True:
@@ -417,7 +389,7 @@ class LoopItems:
         return self.items.sources[0] if self.items.sources else None
 
     async def evaluate_async(self, env: Mapping[str, object]) -> list[Any]:
-        """:meth:`evaluate`, rendering the collection off the event loop."""
+        """The items, rendering the collection off the event loop."""
         scope = scope_of(self.step.playbook, env)
         try:
             value = await self.items.render_async(scope)
@@ -437,12 +409,7 @@ class LoopItems:
         return kept
 
     def evaluate(self, env: Mapping[str, object]) -> list[Any]:
-        scope = scope_of(self.step.playbook, env)
-        try:
-            value = self.items.render(scope)
-        except RenderError as e:
-            raise ExpressionError(str(e)) from None
-        return self._items(value, scope)
+        raise ExpressionError("a NoETL loop's items are evaluated off the event loop")  # the graph awaits
 
     def _items(self, value: object, scope: dict[str, Any]) -> list[Any]:
         items = value if isinstance(value, list) else _normalized(value)

@@ -16,19 +16,63 @@ Unlike NoETL, an undefined name is an error naming the template's place, never t
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import datetime
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
+from mcpipe._describe import json_type
+from mcpipe.errors import Problem
 from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
 from mcpipe.formats.noetl._literal import py_literal
 
-__all__ = ["MAX_LITERAL", "Tmpl", "compile_tmpl", "has_jinja", "truthy"]
+__all__ = [
+    "CODE",
+    "MAX_LITERAL",
+    "Findings",
+    "Tmpl",
+    "compile_tmpl",
+    "fill",
+    "has_jinja",
+    "leaves",
+    "now",
+    "problem_order",
+    "truthy",
+    "walk",
+]
+
+L = TypeVar("L")
 
 MAX_LITERAL = 1_000_000
 """The longest rendered text read back as a list or object (NoETL's JSON/literal coercion)."""
+CODE = "INVALID_PLAYBOOK"
+
+
+def problem_order(p: Problem) -> list[tuple[int, Any]]:
+    """The sort key of problems in document order (``steps[2]`` before ``steps[10]``)."""
+    return [(0, int(x)) if x.isdigit() else (1, x) for x in re.split(r"[\[\].]+", p.location) if x]
+
+
+class Findings:
+    """What reading or compiling a playbook found: its problems (each located, :data:`CODE`) and warnings."""
+
+    def __init__(self, problems: list[Problem] | None = None) -> None:
+        self.problems: list[Problem] = [] if problems is None else problems
+        self.warnings: list[str] = []
+
+    def add(self, location: str, message: str) -> None:
+        """A problem at ``location``."""
+        self.problems.append(Problem(location, CODE, message))
+
+    def name(self, value: object, location: str) -> str | None:
+        """``value`` when it is a non-empty string, else None and the problem."""
+        if not isinstance(value, str) or not value:
+            self.add(location, f"must be a non-empty string, got {json_type(value)}")
+            return None
+        return value
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +134,35 @@ class _Slot:
         self.where = where
 
 
+def walk(value: object, location: str, leaf: Callable[[str, str], Any]) -> Any:
+    """``value`` (any YAML value) with each string ``s`` at ``where`` replaced by ``leaf(s, where)`` (keys as text)."""
+    if isinstance(value, str):
+        return leaf(value, location)
+    if isinstance(value, Mapping):
+        return {str(k): walk(v, f"{location}.{k}", leaf) for k, v in value.items()}
+    if isinstance(value, list):
+        return [walk(v, f"{location}[{i}]", leaf) for i, v in enumerate(value)]
+    return value
+
+
+def fill(shape: object, kind: type[L], leaf: Callable[[L], Any]) -> Any:
+    """A shape :func:`walk` made with each leaf of type ``kind`` replaced by ``leaf(it)``."""
+    if isinstance(shape, kind):
+        return leaf(shape)
+    if isinstance(shape, dict):
+        return {k: fill(v, kind, leaf) for k, v in shape.items()}
+    if isinstance(shape, list):
+        return [fill(v, kind, leaf) for v in shape]
+    return shape
+
+
+def leaves(shape: object, kind: type[L]) -> list[L]:
+    """The leaves of type ``kind`` in a shape :func:`walk` made, in order."""
+    found: list[L] = []
+    fill(shape, kind, found.append)
+    return found
+
+
 def has_jinja(value: object) -> bool:
     """Whether ``value`` (any YAML value) holds a Jinja expression or statement anywhere."""
     if isinstance(value, str):
@@ -105,42 +178,28 @@ def compile_tmpl(value: object, location: str, problems: list[tuple[str, str]], 
     """Compile ``value`` (any YAML value); syntax errors go to ``problems`` as ``(location, message)``."""
     parts: list[tuple[Compiled, bool]] = []
 
-    def walk(v: object, where: str) -> Any:
-        if isinstance(v, str):
-            if "{{" not in v and "{%" not in v:
-                return v
-            parts.append((compile_value(v, where, problems), "tojson" in v))
-            return _Slot(len(parts) - 1, where)
-        if isinstance(v, Mapping):
-            return {str(k): walk(x, f"{where}.{k}") for k, x in v.items()}
-        if isinstance(v, list):
-            return [walk(x, f"{where}[{i}]") for i, x in enumerate(v)]
-        return v
+    def leaf(v: str, where: str) -> Any:
+        if "{{" not in v and "{%" not in v:
+            return v
+        parts.append((compile_value(v, where, problems), "tojson" in v))
+        return _Slot(len(parts) - 1, where)
 
-    shape = walk(value, location)
+    shape = walk(value, location, leaf)
     sources = tuple(s for c, _ in parts for s in c.sources)
     frozen = tuple(parts)
     # One render of the whole value: each template in it renders within the same budgets, located at itself.
-    whole = Compiled(lambda roots: _fill(shape, frozen, roots, location, mode), sources)
+    whole = Compiled(lambda roots: fill(shape, _Slot, lambda at: _part(frozen[at.i], at.where, roots, mode)), sources)
     return Tmpl(whole, location, mode, shape, frozen)
 
 
-def _fill(
-    shape: object, parts: tuple[tuple[Compiled, bool], ...], roots: Mapping[str, object], loc: str, mode: str
-) -> Any:
-    if isinstance(shape, _Slot):
-        compiled, tojson = parts[shape.i]
-        out = render(compiled, roots, shape.where)
-        if mode == "text" and not isinstance(out, str):
-            out = str(out)  # NoETL's worker renders the template to text, whatever the expression's value
-        if isinstance(out, str) and not tojson:
-            out = _coerce(out, "config" if mode == "text" else mode)
-        return out
-    if isinstance(shape, dict):
-        return {k: _fill(v, parts, roots, loc, mode) for k, v in shape.items()}
-    if isinstance(shape, list):
-        return [_fill(v, parts, roots, loc, mode) for v in shape]
-    return shape
+def _part(part: tuple[Compiled, bool], where: str, roots: Mapping[str, object], mode: str) -> Any:
+    compiled, tojson = part
+    out = render(compiled, roots, where)
+    if mode == "text" and not isinstance(out, str):
+        out = str(out)  # NoETL's worker renders the template to text, whatever the expression's value
+    if isinstance(out, str) and not tojson:
+        out = _coerce(out, "config" if mode == "text" else mode)
+    return out
 
 
 def _coerce(text: str, mode: str) -> Any:
@@ -163,6 +222,11 @@ def _coerce(text: str, mode: str) -> Any:
     except (ValueError, TypeError, ArithmeticError, MemoryError):
         return text
     return value if isinstance(value, list | dict) else text
+
+
+def now() -> str:
+    """``now()`` of the 2025 engines' templates: the local time, ISO 8601."""
+    return datetime.datetime.now().isoformat()
 
 
 def truthy(value: object) -> bool:

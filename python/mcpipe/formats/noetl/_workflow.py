@@ -22,9 +22,9 @@ A task's tool kind decides what runs it:
 from __future__ import annotations
 
 import re
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe._template import Template
@@ -44,7 +44,7 @@ from mcpipe.formats.noetl._layout import (
 from mcpipe.formats.noetl._save import SaveSpec, read_save
 from mcpipe.formats.noetl._save import binds as save_binds
 from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
-from mcpipe.formats.noetl._tmpl import Tmpl, compile_tmpl, has_jinja
+from mcpipe.formats.noetl._tmpl import Findings, Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
@@ -214,16 +214,34 @@ class NoetlPlaybook:
     def turns(self) -> dict[str, Any]:
         return self.mcp.turns if self.mcp is not None else {}
 
+    def graph_plan(
+        self,
+        graph_id: str,
+        nodes: list[Node],
+        arcs: list[tuple[Arc, ...]],
+        entry: int,
+        *,
+        inclusive: Sequence[bool] = (),
+        unnamed: str = "playbook",
+    ) -> CompiledSpec:
+        """The plan of one graph (``graph_id``, kept as :attr:`graph_id`): ``nodes``, each one's ``arcs``, run from
+        ``entry`` (``inclusive``: which nodes' arcs are), every node's failure its own; ``unnamed``: its name
+        without the playbook's."""
+        inclusive = tuple(inclusive) or tuple(False for _ in nodes)
+        graph = Graph(
+            graph_id,
+            "workflow",
+            nodes=tuple(nodes),
+            arcs=tuple(arcs),
+            inclusive=inclusive,
+            entry=entry,
+            continue_on_error=True,
+        )
+        self.graph_id = graph.id
+        return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, self.name or unnamed))
 
-class _Problems:
-    def __init__(self, problems: list[Problem]) -> None:
-        self.problems = problems
-        self.syntax: list[tuple[str, str]] = []
-        self.warnings: list[str] = []
 
-    def add(self, location: str, message: str) -> None:
-        self.problems.append(Problem(location, CODE, message))
-
+class _Problems(Findings):
     def tmpl(self, value: object, location: str, mode: str = "config") -> Tmpl:
         found: list[tuple[str, str]] = []
         t = compile_tmpl(value, location, found, mode)
@@ -244,7 +262,7 @@ def compile_workflow(
 ) -> tuple[NoetlPlaybook, list[Problem]]:
     """Compile a playbook's model (:func:`~mcpipe.formats.noetl._layout.read_doc`) into its plan; every
     problem found is returned, located (the playbook is usable only when there are none)."""
-    c = _Problems([])
+    c = _Problems()
     c.warnings.extend(doc.warnings)
     keychain = {str(e["name"]): e for _where, e in doc.keychain}
     pb = NoetlPlaybook(doc.name, doc.path, doc.description, doc.layout, doc.workload, keychain)
@@ -282,29 +300,38 @@ def _reachable(c: _Problems, doc: Doc) -> list[str]:
     by_name = {s.name: s for s in doc.steps}
     if doc.entry not in by_name:
         return []
-    seen: set[str] = set()
-    state: dict[str, int] = {}
-    stack: list[tuple[str, int]] = [(doc.entry, 0)]
-    state[doc.entry] = 1
+    seen, back = depth_first(doc.entry, lambda n: [a.target if a.target in by_name else None for a in by_name[n].arcs])
+    for name, i in back:
+        by_name[name].arcs[i].back = True
+    return [s.name for s in doc.steps if s.name in seen]
+
+
+N = TypeVar("N")
+
+
+def depth_first(entry: N, targets: Callable[[N], list[N | None]]) -> tuple[set[N], list[tuple[N, int]]]:
+    """The nodes reached from ``entry`` (each one's arcs to ``targets``, None: to no node), and the arcs (the node,
+    the arc's index) back to a node on the way from ``entry``: each closes a cycle."""
+    state: dict[N, int] = {entry: 1}
+    stack: list[tuple[N, int]] = [(entry, 0)]
+    back: list[tuple[N, int]] = []
     while stack:
-        name, i = stack[-1]
-        arcs = by_name[name].arcs
-        if i >= len(arcs):
+        node, i = stack[-1]
+        out = targets(node)
+        if i >= len(out):
             stack.pop()
-            state[name] = 2
-            seen.add(name)
+            state[node] = 2
             continue
-        stack[-1] = (name, i + 1)
-        target = arcs[i].target
-        if target not in by_name:
+        stack[-1] = (node, i + 1)
+        target = out[i]
+        if target is None:
             continue
         if state.get(target) == 1:
-            arcs[i].back = True
-            continue
-        if state.get(target) is None:
+            back.append((node, i))
+        elif state.get(target) is None:
             state[target] = 1
             stack.append((target, 0))
-    return [s.name for s in doc.steps if s.name in seen]
+    return set(state), back
 
 
 def _step(
@@ -426,30 +453,24 @@ def _task(
         plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
         return plan
     if kind == "transfer":
-        found_t: list[Problem] = []
-        spec_t = read_transfer(task.config, task.location, found_t, CODE)
-        c.problems.extend(found_t)
-        if spec_t is None or found_t:
-            return None
-        parts_t = _transfer_plan(c, pb, spec_t)
+        before = len(c.problems)
+        spec_t = read_transfer(task.config, task.location, c.problems, CODE)
+        parts_t = _transfer_plan(c, pb, spec_t) if spec_t is not None and len(c.problems) == before else None
         if parts_t is None:
             return None
         plan.runner = "transfer"
         plan.parts = parts_t
         return plan
     if kind == "save":
-        found_save: list[Problem] = []
-        spec = read_save(task.config, task.location, found_save, CODE)
-        c.problems.extend(found_save)
-        if spec is None or found_save:
+        before = len(c.problems)
+        spec = read_save(task.config, task.location, c.problems, CODE)
+        if spec is None or len(c.problems) > before:
             return None
         plan.runner = "save"
         plan.parts = {"save": _save_plan(c, pb, spec)}
         return plan
     if kind == "nats":
-        found_n: list[Problem] = []
-        spec_n = _nats.read_nats(task.config, task.location, found_n, CODE, c.warnings)
-        c.problems.extend(found_n)
+        spec_n = _nats.read_nats(task.config, task.location, c.problems, CODE, c.warnings)
         if spec_n is None:
             return None
         plan.runner = "nats"
@@ -1121,16 +1142,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             out.append(Arc(entry[a.target], cond, a.location, data, back=a.back, retry=a.retry is not None))
         arcs.append(tuple(out))
         inclusive.append(s.inclusive)
-    graph = Graph(
-        pb.graph_id,
-        "workflow",
-        nodes=tuple(nodes),
-        arcs=tuple(arcs),
-        inclusive=tuple(inclusive),
-        entry=entry.get(doc.entry, 0),
-        continue_on_error=True,
-    )
-    return CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, pb.name or "playbook"))
+    return pb.graph_plan(pb.graph_id, nodes, arcs, entry.get(doc.entry, 0), inclusive=inclusive)
 
 
 def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:

@@ -32,10 +32,9 @@ from typing import Any
 import trio
 
 from mcpipe._describe import json_type
-from mcpipe._template import Template
 from mcpipe.errors import ErrorCode, Problem
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, Leaf, Node
 from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
@@ -150,17 +149,7 @@ def compile_workflow2023(
                 Leaf(sid, t.location, kind="noetl", fields=None, built=built, run=run_task, continue_on_error=True)
             )
             arcs.append((Arc(k + 1, Went(), t.location),) if k + 1 < len(tasks) else ())
-        graph = Graph(
-            "workflow_",
-            "workflow",
-            nodes=tuple(nodes),
-            arcs=tuple(arcs),
-            inclusive=tuple(False for _ in nodes),
-            entry=0,
-            continue_on_error=True,
-        )
-        pb.graph_id = graph.id
-        pb.plan = CompiledSpec.of(Pipeline(Template({}), (graph,), None, True, None, name or "workflow"))
+        pb.plan = pb.graph_plan("workflow_", nodes, arcs, 0, unnamed="workflow")
     elif not tasks and not problems:
         problems.append(Problem("workflow.jobs", CODE, "has no task"))
     return pb, problems

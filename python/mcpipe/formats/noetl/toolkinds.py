@@ -152,16 +152,20 @@ the front-end takes the marker off and warns."""
 def _python_code(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> str | None:
     for field in ("code_b64", "code_base64"):
         if field in tool:
-            try:
-                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
-            except (binascii.Error, ValueError, UnicodeDecodeError) as e:
-                _problem(problems, f"{loc}.{field}", f"python tool: `{field}` is not base64 of UTF-8 text: {e}")
-                return None
+            return _b64(tool, field, loc, problems, "python")
     code = tool.get("code")
     if not isinstance(code, str) or not code.strip():
         _problem(problems, f"{loc}.code", "python tool: `code` (Python source) is required")
         return None
     return code
+
+
+def _b64(tool: Mapping[str, object], field: str, loc: str, problems: list[Problem], kind: str) -> str | None:
+    try:
+        return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
+    except (binascii.Error, ValueError, UnicodeDecodeError) as e:
+        _problem(problems, f"{loc}.{field}", f"{kind} tool: `{field}` is not base64 of UTF-8 text: {e}")
+        return None
 
 
 def _libs(libs: object, loc: str, problems: list[Problem]) -> list[str] | None:
@@ -208,11 +212,7 @@ def _sql_text(tool: Mapping[str, object], loc: str, problems: list[Problem], kin
         return None
     for field in _SQL_B64:
         if field in tool:
-            try:
-                return base64.b64decode(str(tool[field])).decode("utf-8")  # as NoETL: non-alphabet bytes dropped
-            except (binascii.Error, ValueError, UnicodeDecodeError) as e:
-                _problem(problems, f"{loc}.{field}", f"{kind} tool: `{field}` is not base64 of UTF-8 text: {e}")
-                return None
+            return _b64(tool, field, loc, problems, kind)
     for field in _SQL_FIELDS:
         if field in tool:
             value = tool[field]
