@@ -570,9 +570,7 @@ class Sandbox:
         Raises:
             SandboxError: no worker could be had (after one new fork server was tried).
         """
-        if not getattr(_THREAD, "sliced", False):
-            _THREAD.sliced = True
-            short_slice(SLICE_US)
+        _short_slice_once()
         for attempt in (0, 1):
             z = await self.zygote()
             try:
@@ -609,6 +607,14 @@ class Sandbox:
 
 _THREAD = threading.local()
 """Per thread: whether it asked for the short slice (:data:`SLICE_US`; the first time it takes a worker)."""
+
+
+def _short_slice_once() -> None:
+    """Ask for the short slice (:data:`SLICE_US`) for this thread, the first time it takes a worker."""
+    if not getattr(_THREAD, "sliced", False):
+        _THREAD.sliced = True
+        short_slice(SLICE_US)
+
 
 SANDBOX = Sandbox()
 _REAPER = _Reaper(SANDBOX._release_uid)
@@ -853,9 +859,7 @@ class SandboxProcess:
         Raises:
             SandboxError: no worker could be had (after one new fork server was tried).
         """
-        if not getattr(_THREAD, "sliced", False):
-            _THREAD.sliced = True
-            short_slice(SLICE_US)
+        _short_slice_once()
         for attempt in (0, 1):
             if self.worker is None:
                 z = await self.sandbox.zygote()
