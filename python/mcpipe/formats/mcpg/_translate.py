@@ -33,14 +33,14 @@ from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
-from mcpipe.formats.mcpg._refusals import reason
+from mcpipe.formats.mcpg._refusals import reason, set_in
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._sqlmore import check_list_query
 from mcpipe.formats.mcpg._templates import expand_env, expand_env_in
 
 _log = logging.getLogger("mcpipe.formats.mcpg")
 
-__all__ = ["BUILT_IN_PLUGINS", "translate"]
+__all__ = ["translate"]
 
 CODE = "INVALID_CONFIG"
 BUCKETS = ("tools", "prompts", "resources", "resource_templates")
@@ -48,28 +48,8 @@ SURFACE = {"tools": "tool", "prompts": "prompt", "resources": "resource", "resou
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
-BACKEND_KINDS = {
-    "http": "mcpg.http",
-    "grpc": "mcpg.grpc",
-    "mock": "mcpg.mock",
-    "command": "mcpg.command",
-    "nats": "mcpg.nats",
-    "kafka": "mcpg.kafka",
-    "sql": "mcpg.sql",
-}
-"""mcpg's backends mcpipe has, and the step kind that answers as each does."""
-
-BUILT_IN_PLUGINS = {
-    "dev.mcpg.backend.http": "the http backend is built in (kind mcpg.http)",
-    "dev.mcpg.backend.grpc": "the grpc backend is built in (kind mcpg.grpc)",
-    "dev.mcpg.backend.mock": "the mock backend is built in (kind mcpg.mock)",
-    "dev.mcpg.backend.command": "the command backend is built in (kind mcpg.command)",
-    "dev.mcpg.backend.nats": "the nats backend is built in (kind mcpg.nats)",
-    "dev.mcpg.backend.kafka": "the kafka backend is built in (kind mcpg.kafka)",
-    "dev.mcpg.backend.sql": "the sql backend is built in (kind mcpg.sql)",
-    "dev.mcpg.transform.jsonata": "JSONata is built in (plugin_transform steps)",
-}
-"""Plugin ids whose meaning mcpipe has built in: their ``plugins[]`` entries load nothing more."""
+BACKENDS = frozenset({"http", "grpc", "mock", "command", "nats", "kafka", "sql"})
+"""mcpg's backends mcpipe has: a binding of kind ``K`` is a step of kind ``mcpg.K``, answering as mcpg's does."""
 
 SUSPENDING = frozenset({"elicitation", "sampling", "roots_list", "gather"})
 _STEP_KINDS = frozenset(
@@ -87,7 +67,8 @@ no such tool, so an mcpg file serves none unless it is set. Its steps call the b
 class _Out:
     """The mcpipe-layout document being built, the problems, and where each part came from."""
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, source: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+        self.source = source
         self.doc: dict[str, Any] = {}
         self.problems: list[Problem] = []
         self.moves: list[tuple[str, str]] = []
@@ -96,6 +77,11 @@ class _Out:
 
     def refuse(self, where: str, why: str) -> None:
         self.problems.append(Problem(where, CODE, why))
+
+    def refuse_set(self, prefix: str) -> None:
+        """Each refusal of the table at a plain path under ``prefix`` that the file sets (:func:`.set_in`)."""
+        for where, why in set_in(self.source, prefix):
+            self.refuse(where, why)
 
     def unset(self, where: str, name: str) -> None:
         """The file reads the environment variable ``name``, which is not set: ``serve`` refuses the file,
@@ -124,7 +110,7 @@ class _Out:
 def translate(raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
     """The mcpg document ``raw`` in mcpipe's layout, with every refusal located in the file."""
     doc = env_overlay(raw, environ)
-    out = _Out(environ)
+    out = _Out(doc, environ)
     problems = schema_problems(doc)
     if problems:
         return Translation({}, problems)
@@ -148,6 +134,7 @@ def translate(raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str,
     gateway = doc.get("gateway") or {}
     _server(gateway.get("server") or {}, out)
     _gateway_rest(gateway, out)
+    out.refuse_set("gateway.")
     _governance(doc.get("governance") or {}, out)
     _observability(doc.get("observability") or {}, out)
     schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
@@ -459,25 +446,9 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
     outbound_http["allow_private"] = bool(server.get("allow_private_backends", False))
     if server.get("tls"):
         _tls(server["tls"], f"{where}.tls", out)
-    refusals = {
-        "tunnel": "tunnel",
-        "tunnel_federation": "tunnel_federation",
-        "aauth_resource_metadata": "aauth",
-        "transports": "transports",
-        "completion_rate_limit_per_sec": "completion_rate",
-    }
-    for key, refusal in refusals.items():
-        if server.get(key):
-            out.refuse(f"{where}.{key}", reason(refusal))
-    if server.get("trust_proxy_ip"):
-        out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
     if server.get("max_sessions_per_tenant"):  # 0: unlimited
         http["max_sessions_per_tenant"] = int(server["max_sessions_per_tenant"])
         out.moved("http.max_sessions_per_tenant", f"{where}.max_sessions_per_tenant")
-    if server.get("transport", "http") != "http":
-        out.refuse(f"{where}.transport", reason("transport"))
-    if server.get("enforce_modern_request_meta"):
-        out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
 
 
 def _tls(tls: Mapping[str, object], where: str, out: _Out) -> None:
@@ -513,19 +484,11 @@ def _tls(tls: Mapping[str, object], where: str, out: _Out) -> None:
 
 
 def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
-    if (gateway.get("admin") or {}).get("enabled"):
-        out.refuse("gateway.admin.enabled", reason("admin"))
-    if (gateway.get("inspector") or {}).get("enabled"):
-        out.refuse("gateway.inspector.enabled", reason("inspector"))
-    if gateway.get("control_plane"):
-        out.refuse("gateway.control_plane", reason("control_plane"))
     watch = gateway.get("config_watch") or {}
     if watch.get("enabled"):
         # SHA-256 of the file every poll_interval_ms, floored at 1 s (config_watch.rs); SIGHUP reloads too.
         out.doc["reload"] = {"watch": True, "poll_ms": max(int(watch.get("poll_interval_ms", 5000)), 1000)}
         out.moved("reload", "gateway.config_watch")
-    if gateway.get("config_overlay"):
-        out.refuse("gateway.config_overlay", reason("config_overlay"))
 
 
 # --- governance ---------------------------------------------------------------------------------------
@@ -542,12 +505,7 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         out.moved("trust.allow_if", "governance.policy.tool_access.cel_allow_if")
     rules = access.setdefault("tools", {})
     for i, rule in enumerate(tool_access.get("rules") or []):
-        entry: dict[str, Any] = {"minimum_trust": rule["minimum_trust"]}
-        if rule.get("cel_allow_if"):
-            entry["allow_if"] = rule["cel_allow_if"]
-        if rule.get("required_scopes"):
-            entry["required_scopes"] = list(rule["required_scopes"])
-        rules[rule["tool_name"]] = entry
+        rules[rule["tool_name"]] = _rule(rule, "cel_allow_if")
         out.moved(f"trust.tools.{rule['tool_name']}", f"governance.policy.tool_access.rules[{i}]")
     loaded = {
         str(p.get(k))
@@ -566,14 +524,9 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         _jwks(acc["jwks"], "governance.access.jwks", out)
     if acc.get("oidc_oauth"):
         plugins.translate_oidc(acc["oidc_oauth"], "governance.access.oidc_oauth", out.doc, out.problems)
-    for key in ("resource_metadata", "authorization_server"):
-        if acc.get(key):
-            out.refuse(f"governance.access.{key}", reason("oauth_server", what=key.replace("_", " ")))
+    out.refuse_set("governance.access.")
     _audit(gov.get("audit") or {}, out)
-    quotas = gov.get("quotas") or {}
-    for key in ("rate_limits", "budgets", "concurrency"):
-        if quotas.get(key):
-            out.refuse(f"governance.quotas.{key}", reason("quotas", what=key.replace("_", " ")))
+    out.refuse_set("governance.quotas.")
     approvals = gov.get("approvals") or {}
     if approvals.get("callback_base_url") or approvals.get("signing_key_env"):
         out.refuse("governance.approvals", reason("approvals"))
@@ -583,15 +536,17 @@ _SINK_NAMESPACE = {"audit": "audit", "metrics": "observability", "traces": "obse
 _SINK_KEYWORDS = frozenset({"builtin", "in-process", "memory", "file", "stderr", "stdout"})
 
 
-def _sink(signal: str, sink: object) -> Any:
-    """A sink whose ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
+def _sinks(signal: str, section: Mapping[str, Any], where: str, out: _Out) -> None:
+    """The ``sinks`` of ``section`` (at ``where``), each read by :func:`.plugins.translate_sink`; a sink whose
+    ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
     (``dev.mcpg.observability.prometheus``: ``resolve_kind``'s rule 3, ``config/wiring.rs``)."""
-    if not isinstance(sink, Mapping):
-        return sink
-    kind = sink.get("kind")
-    if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
-        return {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
-    return sink
+    for i, sink in enumerate(section.get("sinks") or []):
+        kind = sink.get("kind") if isinstance(sink, Mapping) else None
+        if signal == "logs" and kind in ("stderr", "dev.mcpg.builtin.log.stderr-json"):
+            continue  # mcpg's own stderr sink
+        if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
+            sink = {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
+        plugins.translate_sink(signal, sink, f"{where}.sinks[{i}]", out.doc, out.problems)
 
 
 def _audit(audit: Mapping[str, Any], out: _Out) -> None:
@@ -600,8 +555,7 @@ def _audit(audit: Mapping[str, Any], out: _Out) -> None:
     section["enabled"] = enabled
     out.moved("audit.enabled", "governance.audit.enabled")
     if enabled:
-        for i, sink in enumerate(audit.get("sinks") or []):
-            plugins.translate_sink("audit", _sink("audit", sink), f"governance.audit.sinks[{i}]", out.doc, out.problems)
+        _sinks("audit", audit, "governance.audit", out)
 
 
 # --- observability --------------------------------------------------------------------------------
@@ -613,23 +567,15 @@ def _observability(obs: Mapping[str, Any], out: _Out) -> None:
     metrics = obs.get("metrics") or {}
     telemetry["metrics"] = on and bool(metrics.get("enabled", True))
     if telemetry["metrics"]:
-        for i, sink in enumerate(metrics.get("sinks") or []):
-            plugins.translate_sink(
-                "metrics", _sink("metrics", sink), f"observability.metrics.sinks[{i}]", out.doc, out.problems
-            )
+        _sinks("metrics", metrics, "observability.metrics", out)
     traces = obs.get("traces") or {}
     if on and traces.get("enabled"):
-        for i, sink in enumerate(traces.get("sinks") or []):
-            plugins.translate_sink(
-                "traces", _sink("traces", sink), f"observability.traces.sinks[{i}]", out.doc, out.problems
-            )
+        _sinks("traces", traces, "observability.traces", out)
         if traces.get("service_name") and "service_name" not in telemetry:
             telemetry["service_name"] = traces["service_name"]
     elif traces.get("propagate_context", True):
         telemetry.setdefault("traces", "propagate")
-    for i, sink in enumerate((obs.get("logs") or {}).get("sinks") or []):
-        if sink.get("kind") not in ("stderr", "dev.mcpg.builtin.log.stderr-json"):  # mcpg's own stderr sink
-            plugins.translate_sink("logs", _sink("logs", sink), f"observability.logs.sinks[{i}]", out.doc, out.problems)
+    _sinks("logs", obs.get("logs") or {}, "observability.logs", out)
 
 
 def _jwks(jwks: Mapping[str, object], loc: str, out: _Out) -> None:
@@ -683,8 +629,6 @@ def _plugins(entries: Sequence[object], out: _Out) -> dict[str, Any]:
 
 
 def _schema_registry(registry: Mapping[str, Any], base_dir: str, out: _Out) -> dict[str, Any]:
-    import json
-
     schemas: dict[str, Any] = {}
     for name, entry in registry.items():
         where = f"schema_registry.{name}"
@@ -780,10 +724,14 @@ def _capabilities(
 
 def _trust_rule(binding: Mapping[str, Any]) -> dict[str, Any]:
     """A binding's (a federation's, a registry's defaults') ``governance`` as its ``[trust.tools.NAME]`` rule."""
-    gov = binding.get("governance") or {}
+    return _rule(binding.get("governance") or {}, "allow_if")
+
+
+def _rule(gov: Mapping[str, Any], allow_if: str) -> dict[str, Any]:
+    """A ``governance`` block, or a ``tool_access`` rule (its CEL in ``cel_allow_if``), as a trust rule."""
     rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-    if gov.get("allow_if"):
-        rule["allow_if"] = gov["allow_if"]
+    if gov.get(allow_if):
+        rule["allow_if"] = gov[allow_if]
     if gov.get("required_scopes"):
         rule["required_scopes"] = list(gov["required_scopes"])
     return rule
@@ -795,6 +743,12 @@ _ANNOTATIONS = {
     "idempotent": "idempotentHint",
     "open_world": "openWorldHint",
 }
+
+
+def _hints(binding: Mapping[str, Any]) -> dict[str, object]:
+    """A binding's ``annotations`` as MCP's tool hints."""
+    given = binding.get("annotations") or {}
+    return {_ANNOTATIONS[k]: v for k, v in given.items() if k in _ANNOTATIONS and v is not None}
 
 
 def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> None:
@@ -830,9 +784,7 @@ def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> N
         shape["description"] = binding["description"]
     if binding.get("title"):
         shape["title"] = binding["title"]
-    ann = binding.get("annotations") or {}
-    hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
-    if hints:
+    if hints := _hints(binding):
         shape["annotations"] = hints
     out.section("tools").setdefault("reshape", {})[b.name] = shape
     out.moved(f"tools.reshape.{b.name}", loc)
@@ -859,9 +811,7 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         output = b.schema(binding.get("output_schema"), f"{loc}.output_schema")
         if output is not None:
             entry["output_schema"] = output
-        ann = binding.get("annotations") or {}
-        hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
-        if hints:
+        if hints := _hints(binding):
             entry["annotations"] = hints
         if binding.get("task_support") in ("optional", "required", "forbidden"):
             entry["task_support"] = binding["task_support"]
@@ -1022,7 +972,7 @@ def _backend_step(
             return None
         fields.pop("kind", None)
         return {"kind": "twilio", "id": step_id, **fields, "mcpg_answer": answer}
-    if kind not in BACKEND_KINDS:
+    if kind not in BACKENDS:
         out.refuse(f"{where}.kind", reason("backend_kind", kind=kind))
         return None
     step: dict[str, Any] = {
@@ -1329,7 +1279,7 @@ def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dic
         out.refuse(f"{at}.id", f"step id '{sid}' must be letters, digits, `_` and `-`, starting with a letter or `_`")
         return None
     transform = raw.pop("input_transform", None)
-    if kind in BACKEND_KINDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
+    if kind in BACKENDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
         step = _backend_step(b, kind, raw, at, answer="step", step_id=sid, profile=f"{b.name}._step_.{sid}")
         if step is None:
             return None
@@ -1350,14 +1300,28 @@ def _literal(value: object) -> Any:
     return {"$literal": value} if isinstance(value, (str, dict, list)) else value
 
 
+def _messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """A sampling request's ``messages``, each one's content as written."""
+    return [{"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in messages]
+
+
+_IGNORED_FIELDS = {
+    "elicitation": ("timeout_ms", "correlation_token", "elicitation_id", "presentation_hint", "meta", "url"),
+    "sampling": ("timeout_ms", "correlation_token", "meta"),
+    "roots_list": ("timeout_ms", "correlation_token"),
+    **dict.fromkeys(("transform", "cel_gate", "log", "progress", "plugin_transform", "gather"), ("timeout_ms",)),
+}
+"""The fields of mcpg's steps that mcpipe takes and reads nothing from; any other field it does not read is
+refused."""
+
+
 def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str) -> dict[str, Any] | None:
     out = b.out
     step: dict[str, Any] = {"kind": kind, "id": sid}
-    if kind == "transform":
+    if kind in ("transform", "cel_gate"):
         step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
-    elif kind == "cel_gate":
-        step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
-        step["error_message"] = raw.pop("error_message", None) or f"pipeline gate failed at step {sid}"
+        if kind == "cel_gate":
+            step["error_message"] = raw.pop("error_message", None) or f"pipeline gate failed at step {sid}"
     elif kind == "plugin_transform":
         plugin = raw.pop("plugin", None)
         config = dict(raw.pop("config", None) or {})
@@ -1388,10 +1352,8 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             step["data"] = _literal(data)
     elif kind == "progress":
         for key in ("progress", "total", "message"):
-            if key in raw and raw[key] is not None:
-                step[key] = _literal(raw.pop(key))
-            else:
-                raw.pop(key, None)
+            if (value := raw.pop(key, None)) is not None:
+                step[key] = _literal(value)
     elif kind == "elicitation":
         mode = raw.pop("mode", "form")
         if mode != "form":
@@ -1401,11 +1363,8 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         if raw.get("requested_schema") is not None:
             step["requested_schema"] = _literal(raw.pop("requested_schema"))
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
-        for key in ("timeout_ms", "correlation_token", "elicitation_id", "presentation_hint", "meta", "url"):
-            raw.pop(key, None)
     elif kind == "sampling":
-        messages = [{"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in raw.pop("messages", [])]
-        step["messages"] = messages
+        step["messages"] = _messages(raw.pop("messages", []))
         step["max_tokens"] = raw.pop("max_tokens", 1000)
         for key in ("system_prompt", "temperature", "model_preferences"):
             if raw.get(key) is not None:
@@ -1416,33 +1375,22 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             if raw.pop(key, None):
                 out.refuse(f"{at}.{key}", reason("sampling_field", what=key))
                 return None
-        for key in ("timeout_ms", "correlation_token", "meta"):
-            raw.pop(key, None)
     elif kind == "roots_list":
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
-        raw.pop("timeout_ms", None)
-        raw.pop("correlation_token", None)
     elif kind == "gather":
         inputs = []
-        for k, item in enumerate(raw.pop("inputs", [])):
-            ikind = item.get("kind")
-            entry: dict[str, Any] = {"kind": ikind, "correlation_token": item.get("correlation_token")}
-            if ikind == "elicitation":
+        for item in raw.pop("inputs", []):  # each one elicitation, sampling or roots (_undecodable)
+            entry: dict[str, Any] = {"kind": item["kind"], "correlation_token": item["correlation_token"]}
+            if item["kind"] == "elicitation":
                 entry["message"] = _literal(item.get("message", ""))
                 if item.get("requested_schema") is not None:
                     entry["requested_schema"] = _literal(item["requested_schema"])
-            elif ikind == "sampling":
-                entry["messages"] = [
-                    {"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in item.get("messages", [])
-                ]
+            elif item["kind"] == "sampling":
+                entry["messages"] = _messages(item.get("messages", []))
                 entry["max_tokens"] = item.get("max_tokens", 1000)
-            elif ikind != "roots":
-                out.refuse(f"{at}.inputs[{k}].kind", f"a gather input is elicitation, sampling or roots, not `{ikind}`")
-                return None
             inputs.append(entry)
         step["inputs"] = inputs
         step["with_text"] = False
-        raw.pop("timeout_ms", None)
     elif kind == "sql_await":
         # `execute_sql_await_step`: the named sql binding called with the step's input, as a direct call would
         # run it (its `await` block, if it has one); its answer is the step's output.
@@ -1473,12 +1421,9 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
             for s in raw.pop("steps", [])
         ]
-    for key in list(raw):
-        if key == "timeout_ms" and kind in ("transform", "cel_gate", "log", "progress", "plugin_transform"):
-            raw.pop(key)
-            continue
-        out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
-        raw.pop(key)
+    for key in raw:
+        if key not in _IGNORED_FIELDS.get(kind, ()):
+            out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
     return step
 
 
@@ -1765,13 +1710,10 @@ def _licence_gate(entries: Sequence[object], out: _Out) -> None:
 
 def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     _cluster(doc.get("cluster") or {}, out)
-    if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
-        out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
+    out.refuse_set("credentials.")
     _storage(doc.get("storage") or {}, out)
+    out.refuse_set("license.")
     lic = doc.get("license") or {}
-    for key in ("token", "token_file"):
-        if lic.get(key):
-            out.refuse(f"license.{key}", reason("license"))
     if not any(lic.get(k) for k in ("token", "token_file")) and not lic.get("non_production_use"):
         _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
