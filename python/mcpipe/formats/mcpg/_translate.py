@@ -175,14 +175,20 @@ def _registry_problem(reg: Mapping[str, Any]) -> str | None:
     for key in ("max_servers", "full_resync_hours"):
         if sync.get(key, 1) == 0:
             return f"{path}.sync.{key} must be greater than zero"
-    imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
-    imported.update((reg.get("defaults") or {}).get("import") or {})
-    if not any(imported.values()):
+    if not _exposed((reg.get("defaults") or {}).get("import"), True):
         return f"{path}.import: at least one of tools, resources, resource_templates, prompts must be true"
     for server in reg.get("servers") or {}:
         if not str(server).strip():
             return f"{path}.servers: server keys must be non-empty registry names"
     return None
+
+
+def _exposed(switches: Mapping[str, object] | None, everything: bool) -> list[str]:
+    """What a registry's servers (``everything``: by default, all of it) or a federation's server (by default,
+    its tools) serve, by their ``import`` switches."""
+    on = {"tools": True, "resources": everything, "resource_templates": everything, "prompts": everything}
+    on.update({k: bool(v) for k, v in (switches or {}).items() if k in on})
+    return [k for k, v in on.items() if v]
 
 
 def _registries(registries: list[Any], out: _Out) -> None:
@@ -226,9 +232,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
             "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
         }
         entry["trust"] = _trust_rule(defaults)
-        imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
-        imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
-        entry["expose"] = [k for k, on in imported.items() if on]
+        entry["expose"] = _exposed(defaults.get("import"), True)
         if not _registry_auth(defaults.get("auth") or {}, entry, f"{where}.defaults.auth", out):
             continue
         servers: dict[str, Any] = {}
@@ -1035,12 +1039,9 @@ def _backend_step(
         step["timeout_ms"] = spec.pop("timeout_ms")
     elif kind in _DEFAULT_STEP_TIMEOUT:
         step["timeout_ms"] = _DEFAULT_STEP_TIMEOUT[kind]
-    for key in list(spec):
-        if key in ("allow_private_backends",):
-            spec.pop(key)
-            continue
-        out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
-        spec.pop(key)
+    for key in spec:
+        if key != "allow_private_backends":
+            out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
     return step
 
 
@@ -1538,10 +1539,7 @@ def _federations(feds: list[Any], out: _Out) -> None:
             continue
         prefix = (fed.get("naming") or {}).get("tool_prefix") or ""
         if prefix and not prefix.endswith("."):
-            out.refuse(
-                f"{where}.naming.tool_prefix",
-                reason("tool_prefix"),
-            )
+            out.refuse(f"{where}.naming.tool_prefix", reason("tool_prefix"))
             continue
         entry["prefix"] = prefix[:-1] if prefix else ""
         # The federation's governance (default: a binding's, header_asserted) covers every capability it
@@ -1552,9 +1550,7 @@ def _federations(feds: list[Any], out: _Out) -> None:
         elif fed.get("governance") or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
             out.refuse(f"{where}.governance", reason("fed_governance"))
             continue
-        imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
-        imported.update({k: bool(v) for k, v in (fed.get("import") or {}).items() if k in imported})
-        entry["expose"] = [k for k, on in imported.items() if on]
+        entry["expose"] = _exposed(fed.get("import"), False)
         flt = fed.get("filter") or {}
         if flt.get("include_tools") and flt["include_tools"] != ["*"]:
             entry["include"] = list(flt["include_tools"])
@@ -1841,14 +1837,8 @@ _DEBUG_DEFAULTS: dict[str, Any] = {
 
 def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
     """``feature_flags.debug_tools_enabled``: mcpg's debug tools, prompt and resource (:mod:`._debug`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    from mcpipe._version import __version__
     from mcpipe.formats.mcpg._debug import debug_pipelines
-
-    try:
-        __version__ = version("mcpipe")
-    except PackageNotFoundError:  # a source tree that was never installed
-        __version__ = "0+unknown"
 
     debug = doc.get("debug") or {}
     tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
