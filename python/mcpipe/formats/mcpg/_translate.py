@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -343,49 +343,11 @@ def _validate(doc: Mapping[str, Any], out: _Out) -> None:
     for bucket in BUCKETS:
         for j, b in enumerate(caps.get(bucket) or []):
             loc = f"mcp.capabilities.{bucket}[{j}]"
-            name = b.get("name", "")
             path = f"bindings[{index}]"
             index += 1
-            if not name.strip():
-                out.refuse(f"{loc}.name", f"{path}.name must not be empty")
-            elif len(name) > 128:
-                out.refuse(f"{loc}.name", f"{path}.name '{name}' exceeds the MCP 128-character guidance")
-            elif not _NAME.fullmatch(name):
-                out.refuse(
-                    f"{loc}.name",
-                    f"{path}.name '{name}' contains characters outside the MCP tool-name guidance ([A-Za-z0-9_.-])",
-                )
-            elif name in seen:
-                out.refuse(f"{loc}.name", f"{path}.name '{name}' is duplicated; binding names must be unique")
-            else:
-                seen[name] = loc
-            if not str(b.get("description", "")).strip():
-                out.refuse(f"{loc}.description", f"{path}.description must not be empty")
-            if b.get("title") is not None and not str(b["title"]).strip():
-                out.refuse(f"{loc}.title", f"{path}.title must not be whitespace-only when provided")
-            kind = (b.get("backend") or {}).get("kind", "")
-            if not str(kind).strip():
-                out.refuse(f"{loc}.backend.kind", f"{path}.kind must not be empty")
-            retry = b.get("retry")
-            if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
-                out.refuse(f"{loc}.retry", f"{path}.retry is not supported for {kind} bindings")
-            elif isinstance(retry, Mapping):
-                if retry.get("max_attempts", 3) == 0:
-                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must be greater than 0")
-                elif retry.get("max_attempts", 3) > 10:
-                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must not exceed 10")
-                if retry.get("initial_backoff_ms", 200) == 0:
-                    out.refuse(
-                        f"{loc}.retry.initial_backoff_ms", f"{path}.retry.initial_backoff_ms must be greater than 0"
-                    )
-            for k, icon in enumerate(b.get("icons") or []):
-                src = str((icon or {}).get("src", "")).strip().lower()
-                if not src.startswith(("https://", "data:")):
-                    out.refuse(f"{loc}.icons[{k}].src", f"{path}.icons[{k}].src must be an https:// URL or a data: URI")
-            for field in ("input_schema", "output_schema"):
-                schema = b.get(field)
-                if schema is not None and not isinstance(schema, Mapping):
-                    out.refuse(f"{loc}.{field}", f"{path}.{field} must be a JSON object when provided")
+            for field, why in _binding_problems(b, seen, loc):
+                at = "backend.kind" if field == "kind" else field  # mcpg's message names the binding's kind
+                out.refuse(f"{loc}.{at}", f"{path}.{field} {why}")
     rules = (((doc.get("governance") or {}).get("policy") or {}).get("tool_access") or {}).get("rules") or []
     rule_names: set[str] = set()
     for i, rule in enumerate(rules):
@@ -404,6 +366,44 @@ def _validate(doc: Mapping[str, Any], out: _Out) -> None:
         rule_names.add(name)
         if rule.get("cel_allow_if") is not None and not str(rule["cel_allow_if"]).strip():
             out.refuse(f"{loc}.cel_allow_if", "policy.tool_access.rules[].cel_allow_if must not be empty")
+
+
+def _binding_problems(b: Mapping[str, Any], seen: dict[str, str], loc: str) -> Iterator[tuple[str, str]]:
+    """mcpg's load-time checks of the binding at ``loc`` (``seen``: the names before it): (field, why)."""
+    name = b.get("name", "")
+    if not name.strip():
+        yield "name", "must not be empty"
+    elif len(name) > 128:
+        yield "name", f"'{name}' exceeds the MCP 128-character guidance"
+    elif not _NAME.fullmatch(name):
+        yield "name", f"'{name}' contains characters outside the MCP tool-name guidance ([A-Za-z0-9_.-])"
+    elif name in seen:
+        yield "name", f"'{name}' is duplicated; binding names must be unique"
+    else:
+        seen[name] = loc
+    if not str(b.get("description", "")).strip():
+        yield "description", "must not be empty"
+    if b.get("title") is not None and not str(b["title"]).strip():
+        yield "title", "must not be whitespace-only when provided"
+    kind = (b.get("backend") or {}).get("kind", "")
+    if not str(kind).strip():
+        yield "kind", "must not be empty"
+    retry = b.get("retry")
+    if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
+        yield "retry", f"is not supported for {kind} bindings"
+    elif isinstance(retry, Mapping):
+        if retry.get("max_attempts", 3) == 0:
+            yield "retry.max_attempts", "must be greater than 0"
+        elif retry.get("max_attempts", 3) > 10:
+            yield "retry.max_attempts", "must not exceed 10"
+        if retry.get("initial_backoff_ms", 200) == 0:
+            yield "retry.initial_backoff_ms", "must be greater than 0"
+    for k, icon in enumerate(b.get("icons") or []):
+        if not str((icon or {}).get("src", "")).strip().lower().startswith(("https://", "data:")):
+            yield f"icons[{k}].src", "must be an https:// URL or a data: URI"
+    for field in ("input_schema", "output_schema"):
+        if b.get(field) is not None and not isinstance(b[field], Mapping):
+            yield field, "must be a JSON object when provided"
 
 
 # --- gateway -----------------------------------------------------------------------------------------
@@ -1666,19 +1666,10 @@ _COMMUNITY = (
     "core.", "identity.", "transform.", "transport.", "cache.", "reliability.", "observability.", "metrics.",
     "log.", "watch.", "integration.", "storage.", "catalog.", "audit.", "tool-gate.", "credential.",
 )  # fmt: skip
-_COMMUNITY_EXACT = frozenset(
-    {
-        "audit",
-        "call-logger",
-        "webhook",
-        "circuit-breaker",
-        "rate-limit",
-        "response-cache",
-        "ip-allowlist",
-        "tool-gate-slack-approval",
-        "guardrails",
-    }
-)
+_COMMUNITY_EXACT = frozenset((
+    "audit", "call-logger", "webhook", "circuit-breaker", "rate-limit", "response-cache", "ip-allowlist",
+    "tool-gate-slack-approval", "guardrails",
+))  # fmt: skip
 
 
 def _licence_gate(entries: Sequence[object], out: _Out) -> None:
@@ -1768,20 +1759,16 @@ def debug_exposure(tools: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
-    where = "debug.tools"
+def _debug_problems(tools: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, what is wrong there), in mcpg's order (its
+    message is ``<where> <what> when debug is enabled``)."""
     commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
-    exposure = debug_exposure(tools)
     for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
         default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
         if default not in profiles:
-            return f"{where}.{key}", f"debug.tools.{key} must contain '{default}' when debug is enabled"
-    if not any(exposure.values()):
-        return (
-            f"{where}.exposure",
-            "debug.tools.exposure must enable at least one built-in debug capability when debug is enabled",
-        )
+            yield f"debug.tools.{key}", f"must contain '{default}'"
+    if not any(debug_exposure(tools).values()):
+        yield "debug.tools.exposure", "must enable at least one built-in debug capability"
     bindings = {
         "command_probe_profile": "default_command_probe",
         "network_probe_profile": "default_network_probe",
@@ -1790,43 +1777,36 @@ def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
     }
     for key, value in bindings.items():
         if not str(value).strip():
-            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must not be empty when debug is enabled"
+            yield f"debug.tools.bindings.{key}", "must not be empty"
         known, what = (commands, "command") if key == "command_probe_profile" else (networks, "network")
         if value not in known:
-            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must reference an existing {what} profile"
+            yield f"debug.tools.bindings.{key}", f"must reference an existing {what} profile"
     for name, c in commands.items():
         at = f"debug.tools.command_profiles.{name}"
         if not str(c.get("command", "printf")).strip():
-            return f"{at}.command", f"{at}.command must not be empty when debug is enabled"
+            yield f"{at}.command", "must not be empty"
         for key in ("timeout_ms", "max_output_bytes"):
             if c.get(key, 1) == 0:
-                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+                yield f"{at}.{key}", "must be greater than 0"
     for name, n in networks.items():
         at = f"debug.tools.network_profiles.{name}"
         if not str(n.get("url", "http://127.0.0.1:8787/health")).startswith("http://"):
-            return f"{at}.url", f"{at}.url must start with 'http://' when debug is enabled"
+            yield f"{at}.url", "must start with 'http://'"
         for key in ("timeout_ms", "max_response_bytes"):
             if n.get(key, 1) == 0:
-                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+                yield f"{at}.{key}", "must be greater than 0"
         codes = n.get("expected_status_codes", [200])
         if not codes:
-            return f"{at}.expected_status_codes", f"{at}.expected_status_codes must not be empty when debug is enabled"
+            yield f"{at}.expected_status_codes", "must not be empty"
         if any(not 100 <= int(c) <= 599 for c in codes):
-            return (
-                f"{at}.expected_status_codes",
-                f"{at}.expected_status_codes entries must be valid HTTP status codes when debug is enabled",
-            )
+            yield f"{at}.expected_status_codes", "entries must be valid HTTP status codes"
         for header, value in (n.get("headers") or {}).items():
             if not str(header).strip():
-                return f"{at}.headers", f"{at}.headers keys must not be empty when debug is enabled"
+                yield f"{at}.headers", "keys must not be empty"
             if any(c in str(header) for c in "\r\n"):
-                return f"{at}.headers", f"{at}.headers keys must not contain CR or LF characters when debug is enabled"
+                yield f"{at}.headers", "keys must not contain CR or LF characters"
             if any(c in str(value) for c in "\r\n"):
-                return (
-                    f"{at}.headers",
-                    f"{at}.headers values must not contain CR or LF characters when debug is enabled",
-                )
-    return None
+                yield f"{at}.headers", "values must not contain CR or LF characters"
 
 
 _DEBUG_DEFAULTS: dict[str, Any] = {
@@ -1842,10 +1822,9 @@ def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
 
     debug = doc.get("debug") or {}
     tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
-    problem = _debug_problem(tools)
-    if problem is not None:
-        out.refuse(*problem)
-        return
+    for where, what in _debug_problems(tools):
+        out.refuse(where, f"{where} {what} when debug is enabled")
+        return  # mcpg stops at its first
     server = (doc.get("gateway") or {}).get("server") or {}
     logs = (doc.get("observability") or {}).get("logs") or {}
     runtime = {
