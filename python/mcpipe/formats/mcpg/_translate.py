@@ -1761,14 +1761,14 @@ def debug_exposure(tools: Mapping[str, Any]) -> dict[str, Any]:
 
 def _debug_problems(tools: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     """``DebugToolsConfig::validate`` with debug enabled: (where, what is wrong there), in mcpg's order (its
-    message is ``<where> <what> when debug is enabled``)."""
+    message is ``<where> <what>``)."""
     commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
     for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
         default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
         if default not in profiles:
-            yield f"debug.tools.{key}", f"must contain '{default}'"
+            yield f"debug.tools.{key}", f"must contain '{default}' when debug is enabled"
     if not any(debug_exposure(tools).values()):
-        yield "debug.tools.exposure", "must enable at least one built-in debug capability"
+        yield "debug.tools.exposure", "must enable at least one built-in debug capability when debug is enabled"
     bindings = {
         "command_probe_profile": "default_command_probe",
         "network_probe_profile": "default_network_probe",
@@ -1777,36 +1777,36 @@ def _debug_problems(tools: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
     }
     for key, value in bindings.items():
         if not str(value).strip():
-            yield f"debug.tools.bindings.{key}", "must not be empty"
+            yield f"debug.tools.bindings.{key}", "must not be empty when debug is enabled"
         known, what = (commands, "command") if key == "command_probe_profile" else (networks, "network")
         if value not in known:
             yield f"debug.tools.bindings.{key}", f"must reference an existing {what} profile"
     for name, c in commands.items():
         at = f"debug.tools.command_profiles.{name}"
         if not str(c.get("command", "printf")).strip():
-            yield f"{at}.command", "must not be empty"
+            yield f"{at}.command", "must not be empty when debug is enabled"
         for key in ("timeout_ms", "max_output_bytes"):
             if c.get(key, 1) == 0:
-                yield f"{at}.{key}", "must be greater than 0"
+                yield f"{at}.{key}", "must be greater than 0 when debug is enabled"
     for name, n in networks.items():
         at = f"debug.tools.network_profiles.{name}"
         if not str(n.get("url", "http://127.0.0.1:8787/health")).startswith("http://"):
-            yield f"{at}.url", "must start with 'http://'"
+            yield f"{at}.url", "must start with 'http://' when debug is enabled"
         for key in ("timeout_ms", "max_response_bytes"):
             if n.get(key, 1) == 0:
-                yield f"{at}.{key}", "must be greater than 0"
+                yield f"{at}.{key}", "must be greater than 0 when debug is enabled"
         codes = n.get("expected_status_codes", [200])
         if not codes:
-            yield f"{at}.expected_status_codes", "must not be empty"
+            yield f"{at}.expected_status_codes", "must not be empty when debug is enabled"
         if any(not 100 <= int(c) <= 599 for c in codes):
-            yield f"{at}.expected_status_codes", "entries must be valid HTTP status codes"
+            yield f"{at}.expected_status_codes", "entries must be valid HTTP status codes when debug is enabled"
         for header, value in (n.get("headers") or {}).items():
             if not str(header).strip():
-                yield f"{at}.headers", "keys must not be empty"
+                yield f"{at}.headers", "keys must not be empty when debug is enabled"
             if any(c in str(header) for c in "\r\n"):
-                yield f"{at}.headers", "keys must not contain CR or LF characters"
+                yield f"{at}.headers", "keys must not contain CR or LF characters when debug is enabled"
             if any(c in str(value) for c in "\r\n"):
-                yield f"{at}.headers", "values must not contain CR or LF characters"
+                yield f"{at}.headers", "values must not contain CR or LF characters when debug is enabled"
 
 
 _DEBUG_DEFAULTS: dict[str, Any] = {
@@ -1823,7 +1823,7 @@ def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
     debug = doc.get("debug") or {}
     tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
     for where, what in _debug_problems(tools):
-        out.refuse(where, f"{where} {what} when debug is enabled")
+        out.refuse(where, f"{where} {what}")
         return  # mcpg stops at its first
     server = (doc.get("gateway") or {}).get("server") or {}
     logs = (doc.get("observability") or {}).get("logs") or {}
