@@ -817,10 +817,9 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
             entry["output_schema"] = output
         if hints := _hints(binding):
             entry["annotations"] = hints
-        if binding.get("task_support") in ("optional", "required", "forbidden"):
-            entry["task_support"] = binding["task_support"]
-        else:
-            entry["task_support"] = "forbidden"  # mcpg runs a binding as a task only when it says so
+        # mcpg runs a binding as a task only when it says so
+        support = binding.get("task_support")
+        entry["task_support"] = support if support in ("optional", "required", "forbidden") else "forbidden"
     elif surface == "prompt":
         args = []
         for arg in binding.get("prompt_arguments") or []:
@@ -1258,7 +1257,7 @@ def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: s
             ok = False
             continue
         ids.add(sid)
-        step = _pipeline_step(b, dict(raw), at, i)
+        step = _pipeline_step(b, dict(raw), at)
         if step is None:
             ok = False
             continue
@@ -1272,7 +1271,7 @@ def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: s
     return entry
 
 
-def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dict[str, Any] | None:
+def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str) -> dict[str, Any] | None:
     out = b.out
     kind = raw.pop("kind", None)
     sid = raw.pop("id")
