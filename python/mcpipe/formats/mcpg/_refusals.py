@@ -8,9 +8,10 @@ file says). Plugins are refused by :mod:`.plugins`, by their ids, and are not li
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-__all__ = ["REFUSALS", "Refusal", "reason", "table"]
+__all__ = ["REFUSALS", "Refusal", "reason", "set_in", "table"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,6 +19,8 @@ class Refusal:
     key: str
     section: str
     reason: str
+    honoured: str | None = None
+    """The one value of the section mcpipe honours (mcpg's default), when the section is not refused as unset."""
 
     def matches(self, message: str) -> bool:
         pattern = re.escape(self.reason)
@@ -42,6 +45,7 @@ REFUSALS: tuple[Refusal, ...] = (
         "transport",
         "gateway.server.transport",
         "mcpipe picks its transport on the command line (`mcpipe serve --stdio`)",
+        honoured="http",
     ),
     Refusal(
         "modern_meta",
@@ -183,6 +187,25 @@ _BY_KEY = {r.key: r for r in REFUSALS}
 def reason(key: str, **fields: str) -> str:
     """The reason of refusal ``key``, its ``{…}`` filled."""
     return _BY_KEY[key].reason.format(**fields)
+
+
+_PLAIN = re.compile(r"[a-z_.]+(\{[a-z_,]+\})?")
+"""A section that is a path in the file (``gateway.server.tunnel``), or paths (``license.{token,token_file}``)."""
+
+
+def set_in(doc: Mapping[str, object], prefix: str) -> Iterator[tuple[str, str]]:
+    """(where, why) of each refusal of a plain section under ``prefix`` that ``doc`` sets, in the table's order
+    (``{what}`` filled with the key, in words)."""
+    for r in REFUSALS:
+        if not r.section.startswith(prefix) or not _PLAIN.fullmatch(r.section):
+            continue
+        head, brace, keys = r.section.partition("{")
+        for key in keys.rstrip("}").split(",") if brace else [""]:
+            value: object = doc
+            for part in (head + key).split("."):
+                value = value.get(part) if isinstance(value, Mapping) else None
+            if value and value != r.honoured:
+                yield head + key, r.reason.format(what=key.replace("_", " "))
 
 
 def table() -> str:

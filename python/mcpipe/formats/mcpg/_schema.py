@@ -27,17 +27,18 @@ CODE = "INVALID_CONFIG"
 
 
 @cache
+def _schema() -> dict[str, Any]:
+    schema: dict[str, Any] = json.loads(_SCHEMA.read_text())
+    return schema
+
+
+@cache
 def _validator() -> Draft7Validator:
     """The core's validator of the schema (its patterns matched safely, :mod:`mcpipe._jsonschema`)."""
     from mcpipe._jsonschema import validator
 
-    checker: Draft7Validator = validator(json.loads(_SCHEMA.read_text()))
+    checker: Draft7Validator = validator(_schema())
     return checker
-
-
-@cache
-def _roots() -> frozenset[str]:
-    return frozenset(json.loads(_SCHEMA.read_text())["properties"])
 
 
 def location(path: Any) -> str:
@@ -83,13 +84,8 @@ def _explain(error: ValidationError) -> Iterator[tuple[str, str]]:
 
 
 def _enums(schema: Mapping[str, Any]) -> list[str]:
-    out: list[str] = []
-    for option in schema.get("oneOf", []) + schema.get("anyOf", []):
-        for value in option.get("enum", []) if isinstance(option, Mapping) else []:
-            out.append(str(value))
-        if isinstance(option, Mapping) and "const" in option:
-            out.append(str(option["const"]))
-    return out
+    options = [o for o in schema.get("oneOf", []) + schema.get("anyOf", []) if isinstance(o, Mapping)]
+    return [str(v) for o in options for v in [*o.get("enum", []), *([o["const"]] if "const" in o else [])]]
 
 
 def _short(value: object) -> str:
@@ -106,15 +102,13 @@ def env_overlay(doc: Mapping[str, object], environ: Mapping[str, str]) -> dict[s
         if not name.startswith("MCPG_"):
             continue
         path = [p.lower() for p in name[len("MCPG_") :].split("__") if p]
-        if not path or path[0] not in _roots():
+        if not path or path[0] not in _schema()["properties"]:
             continue
         node = out
         for key in path[:-1]:
-            nxt = node.get(key)
-            if not isinstance(nxt, dict):
-                nxt = {}
-                node[key] = nxt
-            node = nxt
+            if not isinstance(node.get(key), dict):
+                node[key] = {}
+            node = node[key]
         node[path[-1]] = _env_value(environ[name])
     return out
 

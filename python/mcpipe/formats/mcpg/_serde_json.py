@@ -21,6 +21,8 @@ __all__ = ["loads", "serde_json_error"]
 _RECURSION_LIMIT = 128
 _WHITESPACE = b" \n\t\r"
 _DIGITS = b"0123456789"
+_IDENTS = {ord("n"): b"ull", ord("t"): b"rue", ord("f"): b"alse"}
+_CLOSE = {ord("["): (ord("]"), "a list"), ord("{"): (ord("}"), "an object")}
 
 
 class _Syntax(Exception):
@@ -72,40 +74,25 @@ class _Reader:
         b = self.whitespace()
         if b is None:
             raise self.peek_error("EOF while parsing a value")
-        if b == ord("n"):
+        if b in _IDENTS:
             self.index += 1
-            self.ident(b"ull")
-        elif b == ord("t"):
-            self.index += 1
-            self.ident(b"rue")
-        elif b == ord("f"):
-            self.index += 1
-            self.ident(b"alse")
-        elif b == ord("-"):
-            self.index += 1
-            self.integer()
-        elif b in _DIGITS:
+            self.ident(_IDENTS[b])
+        elif b == ord("-") or b in _DIGITS:
+            if b == ord("-"):
+                self.index += 1
             self.integer()
         elif b == ord('"'):
             self.index += 1
             self.string()
-        elif b == ord("["):
-            self.enter()
+        elif b in _CLOSE:
+            self.depth -= 1
+            if self.depth == 0:
+                raise self.peek_error("recursion limit exceeded")
             self.index += 1
-            self.sequence()
-            self.depth += 1
-        elif b == ord("{"):
-            self.enter()
-            self.index += 1
-            self.mapping()
+            self.elements(*_CLOSE[b])
             self.depth += 1
         else:
             raise self.peek_error("expected value")
-
-    def enter(self) -> None:
-        self.depth -= 1
-        if self.depth == 0:
-            raise self.peek_error("recursion limit exceeded")
 
     def ident(self, rest: bytes) -> None:
         for expected in rest:
@@ -115,58 +102,40 @@ class _Reader:
             if got != expected:
                 raise self.error("expected ident")
 
-    def sequence(self) -> None:
+    def elements(self, close: int, what: str) -> None:
+        """A list's (``close``: ``]``) or an object's (``}``) elements, through the closing byte (``end_seq``,
+        ``end_map``)."""
         first = True
-        while True:
-            b = self.whitespace()
-            if b == ord("]"):
-                break
+        while (b := self.whitespace()) != close:
             if b == ord(",") and not first:
                 self.index += 1
                 b = self.whitespace()
             elif b is None:
-                raise self.peek_error("EOF while parsing a list")
+                raise self.peek_error(f"EOF while parsing {what}")
             elif not first:
-                raise self.peek_error("expected `,` or `]`")
+                raise self.peek_error(f"expected `,` or `{chr(close)}`")
             first = False
-            if b == ord("]"):
+            if b == close:
                 raise self.peek_error("trailing comma")
             if b is None:
                 raise self.peek_error("EOF while parsing a value")
+            if close == ord("}"):
+                self.key()
             self.value()
-        self.index += 1  # end_seq: the `]`
+        self.index += 1
 
-    def mapping(self) -> None:
-        first = True
-        while True:
-            b = self.whitespace()
-            if b == ord("}"):
-                break
-            if b == ord(",") and not first:
-                self.index += 1
-                b = self.whitespace()
-            elif b is None:
-                raise self.peek_error("EOF while parsing an object")
-            elif not first:
-                raise self.peek_error("expected `,` or `}`")
-            first = False
-            if b == ord('"'):
-                self.index += 1
-                self.string()
-            elif b == ord("}"):
-                raise self.peek_error("trailing comma")
-            elif b is None:
-                raise self.peek_error("EOF while parsing a value")
-            else:
-                raise self.peek_error("key must be a string")
-            b = self.whitespace()  # parse_object_colon
-            if b is None:
-                raise self.peek_error("EOF while parsing an object")
-            if b != ord(":"):
-                raise self.peek_error("expected `:`")
-            self.index += 1
-            self.value()
-        self.index += 1  # end_map: the `}`
+    def key(self) -> None:
+        """An object's key and the colon after it (``parse_object_colon``)."""
+        if self.peek() != ord('"'):
+            raise self.peek_error("key must be a string")
+        self.index += 1
+        self.string()
+        b = self.whitespace()
+        if b is None:
+            raise self.peek_error("EOF while parsing an object")
+        if b != ord(":"):
+            raise self.peek_error("expected `:`")
+        self.index += 1
 
     def string(self) -> None:
         """``parse_str_bytes`` (validating): after the opening quote, through the closing one."""
@@ -195,19 +164,14 @@ class _Reader:
         n = self.hex4()
         if 0xDC00 <= n <= 0xDFFF:
             raise self.error("lone leading surrogate in hex escape")
-        while 0xD800 <= n <= 0xDBFF:  # a leading surrogate: a trailing one must follow
-            if self.peek() is None:
-                raise self.error("EOF while parsing a string")
-            if self.next() != ord("\\"):
-                raise self.error("unexpected end of hex escape")
-            if self.peek() is None:
-                raise self.error("EOF while parsing a string")
-            if self.next() != ord("u"):
-                raise self.error("unexpected end of hex escape")
-            n2 = self.hex4()
-            if not 0xDC00 <= n2 <= 0xDFFF:
+        if 0xD800 <= n <= 0xDBFF:  # a leading surrogate: a trailing one must follow
+            for expected in b"\\u":
+                if self.peek() is None:
+                    raise self.error("EOF while parsing a string")
+                if self.next() != expected:
+                    raise self.error("unexpected end of hex escape")
+            if not 0xDC00 <= self.hex4() <= 0xDFFF:
                 raise self.error("lone leading surrogate in hex escape")
-            return
 
     def hex4(self) -> int:
         """``decode_hex_escape``."""

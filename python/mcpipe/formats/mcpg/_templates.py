@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mcpipe.expr import CelExpr, ExpressionError, ExpressionSyntaxError, compile_cel
-from mcpipe.formats.mcpg._names import CONTEXT, REQUEST_CONTEXT
+from mcpipe.formats.mcpg._names import CONTEXT, REQUEST_CONTEXT, ROOT_ALIASES
 
 __all__ = [
     "MCPG_ROOTS",
@@ -34,23 +34,7 @@ __all__ = [
     "split_template",
 ]
 
-MCPG_ROOTS = frozenset(
-    {
-        "arguments",
-        "args",
-        "tool_name",
-        "context",
-        "trust_level",
-        "principal_id",
-        "auth_provider",
-        "identity_kind",
-        "steps",
-        "env",
-        "original_args",
-        "completed_steps",
-        "request_context",
-    }
-)
+MCPG_ROOTS = frozenset({*ROOT_ALIASES, "tool_name", "identity_kind", "env"})
 """The variables mcpg binds for an expression (``ExprContext::to_cel_context``), and those its pipelines doc
 gives a pipeline's steps (``original_args``, ``completed_steps``, ``request_context``)."""
 

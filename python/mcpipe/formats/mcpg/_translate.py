@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +33,14 @@ from mcpipe.errors import UNSET_ENV, UNSET_ENV_PER_CALL, Problem
 from mcpipe.formats import Translation
 from mcpipe.formats.mcpg import plugins
 from mcpipe.formats.mcpg._names import rename_cel
-from mcpipe.formats.mcpg._refusals import reason
+from mcpipe.formats.mcpg._refusals import reason, set_in
 from mcpipe.formats.mcpg._schema import env_overlay, schema_problems
 from mcpipe.formats.mcpg._sqlmore import check_list_query
 from mcpipe.formats.mcpg._templates import expand_env, expand_env_in
 
 _log = logging.getLogger("mcpipe.formats.mcpg")
 
-__all__ = ["BUILT_IN_PLUGINS", "translate"]
+__all__ = ["translate"]
 
 CODE = "INVALID_CONFIG"
 BUCKETS = ("tools", "prompts", "resources", "resource_templates")
@@ -48,28 +48,8 @@ SURFACE = {"tools": "tool", "prompts": "prompt", "resources": "resource", "resou
 _NAME = re.compile(r"[A-Za-z0-9_.-]{1,128}")
 _STEP_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 
-BACKEND_KINDS = {
-    "http": "mcpg.http",
-    "grpc": "mcpg.grpc",
-    "mock": "mcpg.mock",
-    "command": "mcpg.command",
-    "nats": "mcpg.nats",
-    "kafka": "mcpg.kafka",
-    "sql": "mcpg.sql",
-}
-"""mcpg's backends mcpipe has, and the step kind that answers as each does."""
-
-BUILT_IN_PLUGINS = {
-    "dev.mcpg.backend.http": "the http backend is built in (kind mcpg.http)",
-    "dev.mcpg.backend.grpc": "the grpc backend is built in (kind mcpg.grpc)",
-    "dev.mcpg.backend.mock": "the mock backend is built in (kind mcpg.mock)",
-    "dev.mcpg.backend.command": "the command backend is built in (kind mcpg.command)",
-    "dev.mcpg.backend.nats": "the nats backend is built in (kind mcpg.nats)",
-    "dev.mcpg.backend.kafka": "the kafka backend is built in (kind mcpg.kafka)",
-    "dev.mcpg.backend.sql": "the sql backend is built in (kind mcpg.sql)",
-    "dev.mcpg.transform.jsonata": "JSONata is built in (plugin_transform steps)",
-}
-"""Plugin ids whose meaning mcpipe has built in: their ``plugins[]`` entries load nothing more."""
+BACKENDS = frozenset({"http", "grpc", "mock", "command", "nats", "kafka", "sql"})
+"""mcpg's backends mcpipe has: a binding of kind ``K`` is a step of kind ``mcpg.K``, answering as mcpg's does."""
 
 SUSPENDING = frozenset({"elicitation", "sampling", "roots_list", "gather"})
 _STEP_KINDS = frozenset(
@@ -87,7 +67,8 @@ no such tool, so an mcpg file serves none unless it is set. Its steps call the b
 class _Out:
     """The mcpipe-layout document being built, the problems, and where each part came from."""
 
-    def __init__(self, environ: Mapping[str, str]) -> None:
+    def __init__(self, source: Mapping[str, Any], environ: Mapping[str, str]) -> None:
+        self.source = source
         self.doc: dict[str, Any] = {}
         self.problems: list[Problem] = []
         self.moves: list[tuple[str, str]] = []
@@ -96,6 +77,11 @@ class _Out:
 
     def refuse(self, where: str, why: str) -> None:
         self.problems.append(Problem(where, CODE, why))
+
+    def refuse_set(self, prefix: str) -> None:
+        """Each refusal of the table at a plain path under ``prefix`` that the file sets (:func:`.set_in`)."""
+        for where, why in set_in(self.source, prefix):
+            self.refuse(where, why)
 
     def unset(self, where: str, name: str) -> None:
         """The file reads the environment variable ``name``, which is not set: ``serve`` refuses the file,
@@ -124,7 +110,7 @@ class _Out:
 def translate(raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str, str]) -> Translation:
     """The mcpg document ``raw`` in mcpipe's layout, with every refusal located in the file."""
     doc = env_overlay(raw, environ)
-    out = _Out(environ)
+    out = _Out(doc, environ)
     problems = schema_problems(doc)
     if problems:
         return Translation({}, problems)
@@ -148,6 +134,7 @@ def translate(raw: Mapping[str, object], *, base_dir: str, environ: Mapping[str,
     gateway = doc.get("gateway") or {}
     _server(gateway.get("server") or {}, out)
     _gateway_rest(gateway, out)
+    out.refuse_set("gateway.")
     _governance(doc.get("governance") or {}, out)
     _observability(doc.get("observability") or {}, out)
     schemas = _schema_registry(doc.get("schema_registry") or {}, base_dir, out)
@@ -188,14 +175,20 @@ def _registry_problem(reg: Mapping[str, Any]) -> str | None:
     for key in ("max_servers", "full_resync_hours"):
         if sync.get(key, 1) == 0:
             return f"{path}.sync.{key} must be greater than zero"
-    imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
-    imported.update((reg.get("defaults") or {}).get("import") or {})
-    if not any(imported.values()):
+    if not _exposed((reg.get("defaults") or {}).get("import"), True):
         return f"{path}.import: at least one of tools, resources, resource_templates, prompts must be true"
     for server in reg.get("servers") or {}:
         if not str(server).strip():
             return f"{path}.servers: server keys must be non-empty registry names"
     return None
+
+
+def _exposed(switches: Mapping[str, object] | None, everything: bool) -> list[str]:
+    """What a registry's servers (``everything``: by default, all of it) or a federation's server (by default,
+    its tools) serve, by their ``import`` switches."""
+    on = {"tools": True, "resources": everything, "resource_templates": everything, "prompts": everything}
+    on.update({k: bool(v) for k, v in (switches or {}).items() if k in on})
+    return [k for k, v in on.items() if v]
 
 
 def _registries(registries: list[Any], out: _Out) -> None:
@@ -239,9 +232,7 @@ def _registries(registries: list[Any], out: _Out) -> None:
             "oauth_discovery": bool((defaults.get("oauth_discovery") or {}).get("enabled")),
         }
         entry["trust"] = _trust_rule(defaults)
-        imported = {"tools": True, "resources": True, "resource_templates": True, "prompts": True}
-        imported.update({k: bool(v) for k, v in (defaults.get("import") or {}).items() if k in imported})
-        entry["expose"] = [k for k, on in imported.items() if on]
+        entry["expose"] = _exposed(defaults.get("import"), True)
         if not _registry_auth(defaults.get("auth") or {}, entry, f"{where}.defaults.auth", out):
             continue
         servers: dict[str, Any] = {}
@@ -352,49 +343,11 @@ def _validate(doc: Mapping[str, Any], out: _Out) -> None:
     for bucket in BUCKETS:
         for j, b in enumerate(caps.get(bucket) or []):
             loc = f"mcp.capabilities.{bucket}[{j}]"
-            name = b.get("name", "")
             path = f"bindings[{index}]"
             index += 1
-            if not name.strip():
-                out.refuse(f"{loc}.name", f"{path}.name must not be empty")
-            elif len(name) > 128:
-                out.refuse(f"{loc}.name", f"{path}.name '{name}' exceeds the MCP 128-character guidance")
-            elif not _NAME.fullmatch(name):
-                out.refuse(
-                    f"{loc}.name",
-                    f"{path}.name '{name}' contains characters outside the MCP tool-name guidance ([A-Za-z0-9_.-])",
-                )
-            elif name in seen:
-                out.refuse(f"{loc}.name", f"{path}.name '{name}' is duplicated; binding names must be unique")
-            else:
-                seen[name] = loc
-            if not str(b.get("description", "")).strip():
-                out.refuse(f"{loc}.description", f"{path}.description must not be empty")
-            if b.get("title") is not None and not str(b["title"]).strip():
-                out.refuse(f"{loc}.title", f"{path}.title must not be whitespace-only when provided")
-            kind = (b.get("backend") or {}).get("kind", "")
-            if not str(kind).strip():
-                out.refuse(f"{loc}.backend.kind", f"{path}.kind must not be empty")
-            retry = b.get("retry")
-            if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
-                out.refuse(f"{loc}.retry", f"{path}.retry is not supported for {kind} bindings")
-            elif isinstance(retry, Mapping):
-                if retry.get("max_attempts", 3) == 0:
-                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must be greater than 0")
-                elif retry.get("max_attempts", 3) > 10:
-                    out.refuse(f"{loc}.retry.max_attempts", f"{path}.retry.max_attempts must not exceed 10")
-                if retry.get("initial_backoff_ms", 200) == 0:
-                    out.refuse(
-                        f"{loc}.retry.initial_backoff_ms", f"{path}.retry.initial_backoff_ms must be greater than 0"
-                    )
-            for k, icon in enumerate(b.get("icons") or []):
-                src = str((icon or {}).get("src", "")).strip().lower()
-                if not src.startswith(("https://", "data:")):
-                    out.refuse(f"{loc}.icons[{k}].src", f"{path}.icons[{k}].src must be an https:// URL or a data: URI")
-            for field in ("input_schema", "output_schema"):
-                schema = b.get(field)
-                if schema is not None and not isinstance(schema, Mapping):
-                    out.refuse(f"{loc}.{field}", f"{path}.{field} must be a JSON object when provided")
+            for field, why in _binding_problems(b, seen, loc):
+                at = "backend.kind" if field == "kind" else field  # mcpg's message names the binding's kind
+                out.refuse(f"{loc}.{at}", f"{path}.{field} {why}")
     rules = (((doc.get("governance") or {}).get("policy") or {}).get("tool_access") or {}).get("rules") or []
     rule_names: set[str] = set()
     for i, rule in enumerate(rules):
@@ -413,6 +366,44 @@ def _validate(doc: Mapping[str, Any], out: _Out) -> None:
         rule_names.add(name)
         if rule.get("cel_allow_if") is not None and not str(rule["cel_allow_if"]).strip():
             out.refuse(f"{loc}.cel_allow_if", "policy.tool_access.rules[].cel_allow_if must not be empty")
+
+
+def _binding_problems(b: Mapping[str, Any], seen: dict[str, str], loc: str) -> Iterator[tuple[str, str]]:
+    """mcpg's load-time checks of the binding at ``loc`` (``seen``: the names before it): (field, why)."""
+    name = b.get("name", "")
+    if not name.strip():
+        yield "name", "must not be empty"
+    elif len(name) > 128:
+        yield "name", f"'{name}' exceeds the MCP 128-character guidance"
+    elif not _NAME.fullmatch(name):
+        yield "name", f"'{name}' contains characters outside the MCP tool-name guidance ([A-Za-z0-9_.-])"
+    elif name in seen:
+        yield "name", f"'{name}' is duplicated; binding names must be unique"
+    else:
+        seen[name] = loc
+    if not str(b.get("description", "")).strip():
+        yield "description", "must not be empty"
+    if b.get("title") is not None and not str(b["title"]).strip():
+        yield "title", "must not be whitespace-only when provided"
+    kind = (b.get("backend") or {}).get("kind", "")
+    if not str(kind).strip():
+        yield "kind", "must not be empty"
+    retry = b.get("retry")
+    if retry is not None and kind in ("mock", "pipeline", "command", "sql"):
+        yield "retry", f"is not supported for {kind} bindings"
+    elif isinstance(retry, Mapping):
+        if retry.get("max_attempts", 3) == 0:
+            yield "retry.max_attempts", "must be greater than 0"
+        elif retry.get("max_attempts", 3) > 10:
+            yield "retry.max_attempts", "must not exceed 10"
+        if retry.get("initial_backoff_ms", 200) == 0:
+            yield "retry.initial_backoff_ms", "must be greater than 0"
+    for k, icon in enumerate(b.get("icons") or []):
+        if not str((icon or {}).get("src", "")).strip().lower().startswith(("https://", "data:")):
+            yield f"icons[{k}].src", "must be an https:// URL or a data: URI"
+    for field in ("input_schema", "output_schema"):
+        if b.get(field) is not None and not isinstance(b[field], Mapping):
+            yield field, "must be a JSON object when provided"
 
 
 # --- gateway -----------------------------------------------------------------------------------------
@@ -459,25 +450,9 @@ def _server(server: Mapping[str, Any], out: _Out) -> None:
     outbound_http["allow_private"] = bool(server.get("allow_private_backends", False))
     if server.get("tls"):
         _tls(server["tls"], f"{where}.tls", out)
-    refusals = {
-        "tunnel": "tunnel",
-        "tunnel_federation": "tunnel_federation",
-        "aauth_resource_metadata": "aauth",
-        "transports": "transports",
-        "completion_rate_limit_per_sec": "completion_rate",
-    }
-    for key, refusal in refusals.items():
-        if server.get(key):
-            out.refuse(f"{where}.{key}", reason(refusal))
-    if server.get("trust_proxy_ip"):
-        out.refuse(f"{where}.trust_proxy_ip", reason("trust_proxy_ip"))
     if server.get("max_sessions_per_tenant"):  # 0: unlimited
         http["max_sessions_per_tenant"] = int(server["max_sessions_per_tenant"])
         out.moved("http.max_sessions_per_tenant", f"{where}.max_sessions_per_tenant")
-    if server.get("transport", "http") != "http":
-        out.refuse(f"{where}.transport", reason("transport"))
-    if server.get("enforce_modern_request_meta"):
-        out.refuse(f"{where}.enforce_modern_request_meta", reason("modern_meta"))
 
 
 def _tls(tls: Mapping[str, object], where: str, out: _Out) -> None:
@@ -513,19 +488,11 @@ def _tls(tls: Mapping[str, object], where: str, out: _Out) -> None:
 
 
 def _gateway_rest(gateway: Mapping[str, Any], out: _Out) -> None:
-    if (gateway.get("admin") or {}).get("enabled"):
-        out.refuse("gateway.admin.enabled", reason("admin"))
-    if (gateway.get("inspector") or {}).get("enabled"):
-        out.refuse("gateway.inspector.enabled", reason("inspector"))
-    if gateway.get("control_plane"):
-        out.refuse("gateway.control_plane", reason("control_plane"))
     watch = gateway.get("config_watch") or {}
     if watch.get("enabled"):
         # SHA-256 of the file every poll_interval_ms, floored at 1 s (config_watch.rs); SIGHUP reloads too.
         out.doc["reload"] = {"watch": True, "poll_ms": max(int(watch.get("poll_interval_ms", 5000)), 1000)}
         out.moved("reload", "gateway.config_watch")
-    if gateway.get("config_overlay"):
-        out.refuse("gateway.config_overlay", reason("config_overlay"))
 
 
 # --- governance ---------------------------------------------------------------------------------------
@@ -542,12 +509,7 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         out.moved("trust.allow_if", "governance.policy.tool_access.cel_allow_if")
     rules = access.setdefault("tools", {})
     for i, rule in enumerate(tool_access.get("rules") or []):
-        entry: dict[str, Any] = {"minimum_trust": rule["minimum_trust"]}
-        if rule.get("cel_allow_if"):
-            entry["allow_if"] = rule["cel_allow_if"]
-        if rule.get("required_scopes"):
-            entry["required_scopes"] = list(rule["required_scopes"])
-        rules[rule["tool_name"]] = entry
+        rules[rule["tool_name"]] = _rule(rule, "cel_allow_if")
         out.moved(f"trust.tools.{rule['tool_name']}", f"governance.policy.tool_access.rules[{i}]")
     loaded = {
         str(p.get(k))
@@ -566,14 +528,9 @@ def _governance(gov: Mapping[str, Any], out: _Out) -> None:
         _jwks(acc["jwks"], "governance.access.jwks", out)
     if acc.get("oidc_oauth"):
         plugins.translate_oidc(acc["oidc_oauth"], "governance.access.oidc_oauth", out.doc, out.problems)
-    for key in ("resource_metadata", "authorization_server"):
-        if acc.get(key):
-            out.refuse(f"governance.access.{key}", reason("oauth_server", what=key.replace("_", " ")))
+    out.refuse_set("governance.access.")
     _audit(gov.get("audit") or {}, out)
-    quotas = gov.get("quotas") or {}
-    for key in ("rate_limits", "budgets", "concurrency"):
-        if quotas.get(key):
-            out.refuse(f"governance.quotas.{key}", reason("quotas", what=key.replace("_", " ")))
+    out.refuse_set("governance.quotas.")
     approvals = gov.get("approvals") or {}
     if approvals.get("callback_base_url") or approvals.get("signing_key_env"):
         out.refuse("governance.approvals", reason("approvals"))
@@ -583,15 +540,17 @@ _SINK_NAMESPACE = {"audit": "audit", "metrics": "observability", "traces": "obse
 _SINK_KEYWORDS = frozenset({"builtin", "in-process", "memory", "file", "stderr", "stdout"})
 
 
-def _sink(signal: str, sink: object) -> Any:
-    """A sink whose ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
+def _sinks(signal: str, section: Mapping[str, Any], where: str, out: _Out) -> None:
+    """The ``sinks`` of ``section`` (at ``where``), each read by :func:`.plugins.translate_sink`; a sink whose
+    ``kind`` is a short alias (``prometheus``) with the plugin id mcpg expands it to
     (``dev.mcpg.observability.prometheus``: ``resolve_kind``'s rule 3, ``config/wiring.rs``)."""
-    if not isinstance(sink, Mapping):
-        return sink
-    kind = sink.get("kind")
-    if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
-        return {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
-    return sink
+    for i, sink in enumerate(section.get("sinks") or []):
+        kind = sink.get("kind") if isinstance(sink, Mapping) else None
+        if signal == "logs" and kind in ("stderr", "dev.mcpg.builtin.log.stderr-json"):
+            continue  # mcpg's own stderr sink
+        if isinstance(kind, str) and kind.strip() and "." not in kind and kind.strip() not in _SINK_KEYWORDS:
+            sink = {**sink, "kind": f"dev.mcpg.{_SINK_NAMESPACE[signal]}.{kind.strip()}"}
+        plugins.translate_sink(signal, sink, f"{where}.sinks[{i}]", out.doc, out.problems)
 
 
 def _audit(audit: Mapping[str, Any], out: _Out) -> None:
@@ -600,8 +559,7 @@ def _audit(audit: Mapping[str, Any], out: _Out) -> None:
     section["enabled"] = enabled
     out.moved("audit.enabled", "governance.audit.enabled")
     if enabled:
-        for i, sink in enumerate(audit.get("sinks") or []):
-            plugins.translate_sink("audit", _sink("audit", sink), f"governance.audit.sinks[{i}]", out.doc, out.problems)
+        _sinks("audit", audit, "governance.audit", out)
 
 
 # --- observability --------------------------------------------------------------------------------
@@ -613,23 +571,15 @@ def _observability(obs: Mapping[str, Any], out: _Out) -> None:
     metrics = obs.get("metrics") or {}
     telemetry["metrics"] = on and bool(metrics.get("enabled", True))
     if telemetry["metrics"]:
-        for i, sink in enumerate(metrics.get("sinks") or []):
-            plugins.translate_sink(
-                "metrics", _sink("metrics", sink), f"observability.metrics.sinks[{i}]", out.doc, out.problems
-            )
+        _sinks("metrics", metrics, "observability.metrics", out)
     traces = obs.get("traces") or {}
     if on and traces.get("enabled"):
-        for i, sink in enumerate(traces.get("sinks") or []):
-            plugins.translate_sink(
-                "traces", _sink("traces", sink), f"observability.traces.sinks[{i}]", out.doc, out.problems
-            )
+        _sinks("traces", traces, "observability.traces", out)
         if traces.get("service_name") and "service_name" not in telemetry:
             telemetry["service_name"] = traces["service_name"]
     elif traces.get("propagate_context", True):
         telemetry.setdefault("traces", "propagate")
-    for i, sink in enumerate((obs.get("logs") or {}).get("sinks") or []):
-        if sink.get("kind") not in ("stderr", "dev.mcpg.builtin.log.stderr-json"):  # mcpg's own stderr sink
-            plugins.translate_sink("logs", _sink("logs", sink), f"observability.logs.sinks[{i}]", out.doc, out.problems)
+    _sinks("logs", obs.get("logs") or {}, "observability.logs", out)
 
 
 def _jwks(jwks: Mapping[str, object], loc: str, out: _Out) -> None:
@@ -683,8 +633,6 @@ def _plugins(entries: Sequence[object], out: _Out) -> dict[str, Any]:
 
 
 def _schema_registry(registry: Mapping[str, Any], base_dir: str, out: _Out) -> dict[str, Any]:
-    import json
-
     schemas: dict[str, Any] = {}
     for name, entry in registry.items():
         where = f"schema_registry.{name}"
@@ -780,10 +728,14 @@ def _capabilities(
 
 def _trust_rule(binding: Mapping[str, Any]) -> dict[str, Any]:
     """A binding's (a federation's, a registry's defaults') ``governance`` as its ``[trust.tools.NAME]`` rule."""
-    gov = binding.get("governance") or {}
+    return _rule(binding.get("governance") or {}, "allow_if")
+
+
+def _rule(gov: Mapping[str, Any], allow_if: str) -> dict[str, Any]:
+    """A ``governance`` block, or a ``tool_access`` rule (its CEL in ``cel_allow_if``), as a trust rule."""
     rule: dict[str, Any] = {"minimum_trust": gov.get("minimum_trust", "header_asserted")}
-    if gov.get("allow_if"):
-        rule["allow_if"] = gov["allow_if"]
+    if gov.get(allow_if):
+        rule["allow_if"] = gov[allow_if]
     if gov.get("required_scopes"):
         rule["required_scopes"] = list(gov["required_scopes"])
     return rule
@@ -795,6 +747,12 @@ _ANNOTATIONS = {
     "idempotent": "idempotentHint",
     "open_world": "openWorldHint",
 }
+
+
+def _hints(binding: Mapping[str, Any]) -> dict[str, object]:
+    """A binding's ``annotations`` as MCP's tool hints."""
+    given = binding.get("annotations") or {}
+    return {_ANNOTATIONS[k]: v for k, v in given.items() if k in _ANNOTATIONS and v is not None}
 
 
 def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> None:
@@ -830,9 +788,7 @@ def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> N
         shape["description"] = binding["description"]
     if binding.get("title"):
         shape["title"] = binding["title"]
-    ann = binding.get("annotations") or {}
-    hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
-    if hints:
+    if hints := _hints(binding):
         shape["annotations"] = hints
     out.section("tools").setdefault("reshape", {})[b.name] = shape
     out.moved(f"tools.reshape.{b.name}", loc)
@@ -859,14 +815,11 @@ def _binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> dict[str,
         output = b.schema(binding.get("output_schema"), f"{loc}.output_schema")
         if output is not None:
             entry["output_schema"] = output
-        ann = binding.get("annotations") or {}
-        hints = {_ANNOTATIONS[k]: v for k, v in ann.items() if k in _ANNOTATIONS and v is not None}
-        if hints:
+        if hints := _hints(binding):
             entry["annotations"] = hints
-        if binding.get("task_support") in ("optional", "required", "forbidden"):
-            entry["task_support"] = binding["task_support"]
-        else:
-            entry["task_support"] = "forbidden"  # mcpg runs a binding as a task only when it says so
+        # mcpg runs a binding as a task only when it says so
+        support = binding.get("task_support")
+        entry["task_support"] = support if support in ("optional", "required", "forbidden") else "forbidden"
     elif surface == "prompt":
         args = []
         for arg in binding.get("prompt_arguments") or []:
@@ -1022,7 +975,7 @@ def _backend_step(
             return None
         fields.pop("kind", None)
         return {"kind": "twilio", "id": step_id, **fields, "mcpg_answer": answer}
-    if kind not in BACKEND_KINDS:
+    if kind not in BACKENDS:
         out.refuse(f"{where}.kind", reason("backend_kind", kind=kind))
         return None
     step: dict[str, Any] = {
@@ -1085,12 +1038,9 @@ def _backend_step(
         step["timeout_ms"] = spec.pop("timeout_ms")
     elif kind in _DEFAULT_STEP_TIMEOUT:
         step["timeout_ms"] = _DEFAULT_STEP_TIMEOUT[kind]
-    for key in list(spec):
-        if key in ("allow_private_backends",):
-            spec.pop(key)
-            continue
-        out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
-        spec.pop(key)
+    for key in spec:
+        if key != "allow_private_backends":
+            out.refuse(f"{where}.{key}", reason("backend_field", kind=kind, field=key))
     return step
 
 
@@ -1307,7 +1257,7 @@ def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: s
             ok = False
             continue
         ids.add(sid)
-        step = _pipeline_step(b, dict(raw), at, i)
+        step = _pipeline_step(b, dict(raw), at)
         if step is None:
             ok = False
             continue
@@ -1321,7 +1271,7 @@ def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: s
     return entry
 
 
-def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dict[str, Any] | None:
+def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str) -> dict[str, Any] | None:
     out = b.out
     kind = raw.pop("kind", None)
     sid = raw.pop("id")
@@ -1329,7 +1279,7 @@ def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str, index: int) -> dic
         out.refuse(f"{at}.id", f"step id '{sid}' must be letters, digits, `_` and `-`, starting with a letter or `_`")
         return None
     transform = raw.pop("input_transform", None)
-    if kind in BACKEND_KINDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
+    if kind in BACKENDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
         step = _backend_step(b, kind, raw, at, answer="step", step_id=sid, profile=f"{b.name}._step_.{sid}")
         if step is None:
             return None
@@ -1350,14 +1300,28 @@ def _literal(value: object) -> Any:
     return {"$literal": value} if isinstance(value, (str, dict, list)) else value
 
 
+def _messages(messages: list[Any]) -> list[dict[str, Any]]:
+    """A sampling request's ``messages``, each one's content as written."""
+    return [{"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in messages]
+
+
+_IGNORED_FIELDS = {
+    "elicitation": ("timeout_ms", "correlation_token", "elicitation_id", "presentation_hint", "meta", "url"),
+    "sampling": ("timeout_ms", "correlation_token", "meta"),
+    "roots_list": ("timeout_ms", "correlation_token"),
+    **dict.fromkeys(("transform", "cel_gate", "log", "progress", "plugin_transform", "gather"), ("timeout_ms",)),
+}
+"""The fields of mcpg's steps that mcpipe takes and reads nothing from; any other field it does not read is
+refused."""
+
+
 def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str) -> dict[str, Any] | None:
     out = b.out
     step: dict[str, Any] = {"kind": kind, "id": sid}
-    if kind == "transform":
+    if kind in ("transform", "cel_gate"):
         step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
-    elif kind == "cel_gate":
-        step["expression"] = rename_cel(raw.pop("expression", ""), tool_name=b.name)
-        step["error_message"] = raw.pop("error_message", None) or f"pipeline gate failed at step {sid}"
+        if kind == "cel_gate":
+            step["error_message"] = raw.pop("error_message", None) or f"pipeline gate failed at step {sid}"
     elif kind == "plugin_transform":
         plugin = raw.pop("plugin", None)
         config = dict(raw.pop("config", None) or {})
@@ -1388,10 +1352,8 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             step["data"] = _literal(data)
     elif kind == "progress":
         for key in ("progress", "total", "message"):
-            if key in raw and raw[key] is not None:
-                step[key] = _literal(raw.pop(key))
-            else:
-                raw.pop(key, None)
+            if (value := raw.pop(key, None)) is not None:
+                step[key] = _literal(value)
     elif kind == "elicitation":
         mode = raw.pop("mode", "form")
         if mode != "form":
@@ -1401,11 +1363,8 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
         if raw.get("requested_schema") is not None:
             step["requested_schema"] = _literal(raw.pop("requested_schema"))
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
-        for key in ("timeout_ms", "correlation_token", "elicitation_id", "presentation_hint", "meta", "url"):
-            raw.pop(key, None)
     elif kind == "sampling":
-        messages = [{"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in raw.pop("messages", [])]
-        step["messages"] = messages
+        step["messages"] = _messages(raw.pop("messages", []))
         step["max_tokens"] = raw.pop("max_tokens", 1000)
         for key in ("system_prompt", "temperature", "model_preferences"):
             if raw.get(key) is not None:
@@ -1416,33 +1375,22 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             if raw.pop(key, None):
                 out.refuse(f"{at}.{key}", reason("sampling_field", what=key))
                 return None
-        for key in ("timeout_ms", "correlation_token", "meta"):
-            raw.pop(key, None)
     elif kind == "roots_list":
         step["skip_if_unsupported"] = bool(raw.pop("skip_if_unsupported", False))
-        raw.pop("timeout_ms", None)
-        raw.pop("correlation_token", None)
     elif kind == "gather":
         inputs = []
-        for k, item in enumerate(raw.pop("inputs", [])):
-            ikind = item.get("kind")
-            entry: dict[str, Any] = {"kind": ikind, "correlation_token": item.get("correlation_token")}
-            if ikind == "elicitation":
+        for item in raw.pop("inputs", []):  # each one elicitation, sampling or roots (_undecodable)
+            entry: dict[str, Any] = {"kind": item["kind"], "correlation_token": item["correlation_token"]}
+            if item["kind"] == "elicitation":
                 entry["message"] = _literal(item.get("message", ""))
                 if item.get("requested_schema") is not None:
                     entry["requested_schema"] = _literal(item["requested_schema"])
-            elif ikind == "sampling":
-                entry["messages"] = [
-                    {"role": m.get("role"), "content": _literal(m.get("content", ""))} for m in item.get("messages", [])
-                ]
+            elif item["kind"] == "sampling":
+                entry["messages"] = _messages(item.get("messages", []))
                 entry["max_tokens"] = item.get("max_tokens", 1000)
-            elif ikind != "roots":
-                out.refuse(f"{at}.inputs[{k}].kind", f"a gather input is elicitation, sampling or roots, not `{ikind}`")
-                return None
             inputs.append(entry)
         step["inputs"] = inputs
         step["with_text"] = False
-        raw.pop("timeout_ms", None)
     elif kind == "sql_await":
         # `execute_sql_await_step`: the named sql binding called with the step's input, as a direct call would
         # run it (its `await` block, if it has one); its answer is the step's output.
@@ -1473,12 +1421,9 @@ def _mcpipe_step(b: _Binding, kind: str, sid: str, raw: dict[str, Any], at: str)
             {k: v for k, v in s.items() if k in ("id", "sql", "params", "row_mode") and v is not None}
             for s in raw.pop("steps", [])
         ]
-    for key in list(raw):
-        if key == "timeout_ms" and kind in ("transform", "cel_gate", "log", "progress", "plugin_transform"):
-            raw.pop(key)
-            continue
-        out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
-        raw.pop(key)
+    for key in raw:
+        if key not in _IGNORED_FIELDS.get(kind, ()):
+            out.refuse(f"{at}.{key}", reason("step_field", kind=str(kind), field=key))
     return step
 
 
@@ -1593,10 +1538,7 @@ def _federations(feds: list[Any], out: _Out) -> None:
             continue
         prefix = (fed.get("naming") or {}).get("tool_prefix") or ""
         if prefix and not prefix.endswith("."):
-            out.refuse(
-                f"{where}.naming.tool_prefix",
-                reason("tool_prefix"),
-            )
+            out.refuse(f"{where}.naming.tool_prefix", reason("tool_prefix"))
             continue
         entry["prefix"] = prefix[:-1] if prefix else ""
         # The federation's governance (default: a binding's, header_asserted) covers every capability it
@@ -1607,9 +1549,7 @@ def _federations(feds: list[Any], out: _Out) -> None:
         elif fed.get("governance") or _RANK.get(str(out.section("trust").get("default_minimum_trust")), 0) < 1:
             out.refuse(f"{where}.governance", reason("fed_governance"))
             continue
-        imported = {"tools": True, "resources": False, "resource_templates": False, "prompts": False}
-        imported.update({k: bool(v) for k, v in (fed.get("import") or {}).items() if k in imported})
-        entry["expose"] = [k for k, on in imported.items() if on]
+        entry["expose"] = _exposed(fed.get("import"), False)
         flt = fed.get("filter") or {}
         if flt.get("include_tools") and flt["include_tools"] != ["*"]:
             entry["include"] = list(flt["include_tools"])
@@ -1725,19 +1665,10 @@ _COMMUNITY = (
     "core.", "identity.", "transform.", "transport.", "cache.", "reliability.", "observability.", "metrics.",
     "log.", "watch.", "integration.", "storage.", "catalog.", "audit.", "tool-gate.", "credential.",
 )  # fmt: skip
-_COMMUNITY_EXACT = frozenset(
-    {
-        "audit",
-        "call-logger",
-        "webhook",
-        "circuit-breaker",
-        "rate-limit",
-        "response-cache",
-        "ip-allowlist",
-        "tool-gate-slack-approval",
-        "guardrails",
-    }
-)
+_COMMUNITY_EXACT = frozenset((
+    "audit", "call-logger", "webhook", "circuit-breaker", "rate-limit", "response-cache", "ip-allowlist",
+    "tool-gate-slack-approval", "guardrails",
+))  # fmt: skip
 
 
 def _licence_gate(entries: Sequence[object], out: _Out) -> None:
@@ -1765,13 +1696,10 @@ def _licence_gate(entries: Sequence[object], out: _Out) -> None:
 
 def _rest(doc: Mapping[str, Any], out: _Out) -> None:
     _cluster(doc.get("cluster") or {}, out)
-    if (doc.get("credentials") or {}).get("cluster", {}).get("enabled"):
-        out.refuse("credentials.cluster.enabled", reason("credential_cluster"))
+    out.refuse_set("credentials.")
     _storage(doc.get("storage") or {}, out)
+    out.refuse_set("license.")
     lic = doc.get("license") or {}
-    for key in ("token", "token_file"):
-        if lic.get(key):
-            out.refuse(f"license.{key}", reason("license"))
     if not any(lic.get(k) for k in ("token", "token_file")) and not lic.get("non_production_use"):
         _licence_gate(doc.get("plugins") or [], out)
     flags = doc.get("feature_flags") or {}
@@ -1830,20 +1758,16 @@ def debug_exposure(tools: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
-    """``DebugToolsConfig::validate`` with debug enabled: (where, mcpg's message), or None."""
-    where = "debug.tools"
+def _debug_problems(tools: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``DebugToolsConfig::validate`` with debug enabled: (where, what is wrong there), in mcpg's order (its
+    message is ``<where> <what>``)."""
     commands, networks = tools.get("command_profiles") or {}, tools.get("network_profiles") or {}
-    exposure = debug_exposure(tools)
     for key, profiles in (("command_profiles", commands), ("network_profiles", networks)):
         default = "default_command_probe" if key == "command_profiles" else "default_network_probe"
         if default not in profiles:
-            return f"{where}.{key}", f"debug.tools.{key} must contain '{default}' when debug is enabled"
-    if not any(exposure.values()):
-        return (
-            f"{where}.exposure",
-            "debug.tools.exposure must enable at least one built-in debug capability when debug is enabled",
-        )
+            yield f"debug.tools.{key}", f"must contain '{default}' when debug is enabled"
+    if not any(debug_exposure(tools).values()):
+        yield "debug.tools.exposure", "must enable at least one built-in debug capability when debug is enabled"
     bindings = {
         "command_probe_profile": "default_command_probe",
         "network_probe_profile": "default_network_probe",
@@ -1852,43 +1776,36 @@ def _debug_problem(tools: Mapping[str, Any]) -> tuple[str, str] | None:
     }
     for key, value in bindings.items():
         if not str(value).strip():
-            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must not be empty when debug is enabled"
+            yield f"debug.tools.bindings.{key}", "must not be empty when debug is enabled"
         known, what = (commands, "command") if key == "command_probe_profile" else (networks, "network")
         if value not in known:
-            return f"{where}.bindings.{key}", f"debug.tools.bindings.{key} must reference an existing {what} profile"
+            yield f"debug.tools.bindings.{key}", f"must reference an existing {what} profile"
     for name, c in commands.items():
         at = f"debug.tools.command_profiles.{name}"
         if not str(c.get("command", "printf")).strip():
-            return f"{at}.command", f"{at}.command must not be empty when debug is enabled"
+            yield f"{at}.command", "must not be empty when debug is enabled"
         for key in ("timeout_ms", "max_output_bytes"):
             if c.get(key, 1) == 0:
-                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+                yield f"{at}.{key}", "must be greater than 0 when debug is enabled"
     for name, n in networks.items():
         at = f"debug.tools.network_profiles.{name}"
         if not str(n.get("url", "http://127.0.0.1:8787/health")).startswith("http://"):
-            return f"{at}.url", f"{at}.url must start with 'http://' when debug is enabled"
+            yield f"{at}.url", "must start with 'http://' when debug is enabled"
         for key in ("timeout_ms", "max_response_bytes"):
             if n.get(key, 1) == 0:
-                return f"{at}.{key}", f"{at}.{key} must be greater than 0 when debug is enabled"
+                yield f"{at}.{key}", "must be greater than 0 when debug is enabled"
         codes = n.get("expected_status_codes", [200])
         if not codes:
-            return f"{at}.expected_status_codes", f"{at}.expected_status_codes must not be empty when debug is enabled"
+            yield f"{at}.expected_status_codes", "must not be empty when debug is enabled"
         if any(not 100 <= int(c) <= 599 for c in codes):
-            return (
-                f"{at}.expected_status_codes",
-                f"{at}.expected_status_codes entries must be valid HTTP status codes when debug is enabled",
-            )
+            yield f"{at}.expected_status_codes", "entries must be valid HTTP status codes when debug is enabled"
         for header, value in (n.get("headers") or {}).items():
             if not str(header).strip():
-                return f"{at}.headers", f"{at}.headers keys must not be empty when debug is enabled"
+                yield f"{at}.headers", "keys must not be empty when debug is enabled"
             if any(c in str(header) for c in "\r\n"):
-                return f"{at}.headers", f"{at}.headers keys must not contain CR or LF characters when debug is enabled"
+                yield f"{at}.headers", "keys must not contain CR or LF characters when debug is enabled"
             if any(c in str(value) for c in "\r\n"):
-                return (
-                    f"{at}.headers",
-                    f"{at}.headers values must not contain CR or LF characters when debug is enabled",
-                )
-    return None
+                yield f"{at}.headers", "values must not contain CR or LF characters when debug is enabled"
 
 
 _DEBUG_DEFAULTS: dict[str, Any] = {
@@ -1899,21 +1816,14 @@ _DEBUG_DEFAULTS: dict[str, Any] = {
 
 def _debug_tools(doc: Mapping[str, Any], out: _Out) -> None:
     """``feature_flags.debug_tools_enabled``: mcpg's debug tools, prompt and resource (:mod:`._debug`)."""
-    from importlib.metadata import PackageNotFoundError, version
-
+    from mcpipe._version import __version__
     from mcpipe.formats.mcpg._debug import debug_pipelines
-
-    try:
-        __version__ = version("mcpipe")
-    except PackageNotFoundError:  # a source tree that was never installed
-        __version__ = "0+unknown"
 
     debug = doc.get("debug") or {}
     tools = debug["tools"] if isinstance(debug.get("tools"), Mapping) else _DEBUG_DEFAULTS
-    problem = _debug_problem(tools)
-    if problem is not None:
-        out.refuse(*problem)
-        return
+    for where, what in _debug_problems(tools):
+        out.refuse(where, f"{where} {what}")
+        return  # mcpg stops at its first
     server = (doc.get("gateway") or {}).get("server") or {}
     logs = (doc.get("observability") or {}).get("logs") or {}
     runtime = {
