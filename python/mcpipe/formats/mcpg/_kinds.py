@@ -402,26 +402,53 @@ def status_error(expected: list[int], s: _Summary, read_only: bool) -> dict[str,
 
 def transport_error(message: str, read_only: bool) -> dict[str, Any]:
     """``transport_downstream_error``."""
-    error = _downstream(
-        "http",
-        "transport_error",
+    return _with_guidance(_downstream("http", "transport_error", {"error": message}), read_only)
+
+
+_DOWNSTREAM = {
+    ("http", "transport_error"): (
         "Downstream HTTP execution failed before a valid response was received.",
         "check_downstream_connectivity_and_retry",
-        {"error": message},
-        retry_class="with_backoff",
-    )
-    return _with_guidance(error, read_only)
+        "with_backoff",
+    ),
+    ("http", "invalid_content_type"): (
+        "Downstream HTTP JSON call required a JSON response content type, but the response was not JSON.",
+        "inspect_downstream_response_content_type",
+        "do_not_retry",
+    ),
+    ("http", "invalid_json_body"): (
+        "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
+        "inspect_downstream_json_payload",
+        "do_not_retry",
+    ),
+    ("command", "execution_error"): (
+        "Downstream command execution failed before a valid result was produced.",
+        "inspect_command_invocation_and_runtime_environment",
+        None,
+    ),
+    ("command", "timeout"): (
+        "Downstream command execution timed out before completion.",
+        "inspect_command_runtime_and_review_idempotency_before_retry",
+        None,
+    ),
+    ("command", "non_zero_exit"): (
+        "Downstream command execution completed with a non-zero exit status.",
+        "inspect_command_stderr_and_exit_status",
+        None,
+    ),
+    ("command", "invalid_json_stdout"): (
+        "Downstream command JSON call required valid JSON on stdout, but stdout was not valid JSON.",
+        "inspect_command_stdout_contract",
+        None,
+    ),
+}
+"""mcpg's downstream errors by area and kind: the message, the suggested action, the retry class (None: none
+said)."""
 
 
-def _downstream(
-    area: str,
-    kind: str,
-    message: str,
-    action: str,
-    details: Mapping[str, object],
-    retry_class: str | None = None,
-) -> dict[str, Any]:
+def _downstream(area: str, kind: str, details: Mapping[str, object]) -> dict[str, Any]:
     """mcpg's ``DownstreamError`` (``mcpg.downstream_<area>.<kind>``), before its guidance (:func:`_with_guidance`)."""
+    message, action, retry_class = _DOWNSTREAM[area, kind]
     error: dict[str, Any] = {
         "kind": kind,
         "code": f"mcpg.downstream_{area}.{kind}",
@@ -439,36 +466,18 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
     media = (s.content_type or "").split(";", 1)[0].strip().lower()
     if not (media == "application/json" or media.endswith("+json")):
         if require_json:
-            return (
-                None,
-                None,
-                _no_retry(
-                    "invalid_content_type",
-                    "Downstream HTTP JSON call required a JSON response content type, but the response was not JSON.",
-                    "inspect_downstream_response_content_type",
-                    {"responseContentType": s.content_type},
-                ),
-            )
+            return None, None, _no_retry("invalid_content_type", {"responseContentType": s.content_type})
         return None, None, None
     parsed, message = serde_json.loads(s.body)
     if message is None:
         return parsed, None, None
     if require_json:
-        return (
-            None,
-            message,
-            _no_retry(
-                "invalid_json_body",
-                "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
-                "inspect_downstream_json_payload",
-                {"parseError": message},
-            ),
-        )
+        return None, message, _no_retry("invalid_json_body", {"parseError": message})
     return None, message, None
 
 
-def _no_retry(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return _with_guidance(_downstream("http", kind, message, action, details, "do_not_retry"), False)
+def _no_retry(kind: str, details: Mapping[str, object]) -> dict[str, Any]:
+    return _with_guidance(_downstream("http", kind, details), False)
 
 
 MAX_QUERY_BYTES = 65_536
@@ -855,12 +864,7 @@ async def run_command(
         )
     except StepFailure as e:  # it could not start
         message = str(e)
-        error = _command_error(
-            "execution_error",
-            "Downstream command execution failed before a valid result was produced.",
-            "inspect_command_invocation_and_runtime_environment",
-            {"error": message},
-        )
+        error = _downstream("command", "execution_error", {"error": message})
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
     response = process_summary(run, started)
@@ -869,29 +873,15 @@ async def run_command(
     parse_error: str | None = None
     errors: list[dict[str, Any]] = []
     if run.timed_out:
-        errors.append(
-            _command_error(
-                "timeout",
-                "Downstream command execution timed out before completion.",
-                "inspect_command_runtime_and_review_idempotency_before_retry",
-                {},
-            )
-        )
+        errors.append(_downstream("command", "timeout", {}))
     elif not response["success"]:
-        errors.append(
-            _command_error(
-                "non_zero_exit",
-                "Downstream command execution completed with a non-zero exit status.",
-                "inspect_command_stderr_and_exit_status",
-                {"exitCode": response["exitCode"]},
-            )
-        )
+        errors.append(_downstream("command", "non_zero_exit", {"exitCode": response["exitCode"]}))
     if stdout_text.strip():
         stdout_json, parse_error = serde_json.loads(stdout_text)
         if parse_error is not None and f.require_json_stdout:
-            errors.append(_invalid_stdout(parse_error))
+            errors.append(_downstream("command", "invalid_json_stdout", {"parseError": parse_error}))
     elif f.require_json_stdout:
-        errors.append(_invalid_stdout("stdout was empty"))
+        errors.append(_downstream("command", "invalid_json_stdout", {"parseError": "stdout was empty"}))
     response.update(json=stdout_json, jsonParseError=parse_error)
     out = {
         **base,
@@ -917,19 +907,6 @@ def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
         "stderrTruncated": run.stderr_truncated,
         "readError": None,
     }
-
-
-def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return _downstream("command", kind, message, action, details)
-
-
-def _invalid_stdout(parse_error: str) -> dict[str, Any]:
-    return _command_error(
-        "invalid_json_stdout",
-        "Downstream command JSON call required valid JSON on stdout, but stdout was not valid JSON.",
-        "inspect_command_stdout_contract",
-        {"parseError": parse_error},
-    )
 
 
 # --- nats and kafka (the reply is the payload) ------------------------------------------------------
@@ -1736,22 +1713,6 @@ async def run_log(
 # --- registration ----------------------------------------------------------------------------------
 
 
-KIND_NAMES = (
-    "mcpg.http",
-    "mcpg.grpc",
-    "mcpg.mock",
-    "mcpg.command",
-    "mcpg.nats",
-    "mcpg.kafka",
-    "mcpg.sql",
-    "mcpg.unset",
-    "mcpg.sql_tx",
-    "mcpg.fail",
-    "mcpg.jsonata",
-    "mcpg.log",
-)
-
-
 def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
     """``error_result_is_retryable``: a text block's own classification (``retryable``, ``statusCode``,
     ``kind: transport_error``) decides; unclassified text retries on a transport word."""
@@ -1826,6 +1787,9 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
     Kind("mcpg.log", McpgLogFields, run_log, build=_build_log),
 ]
+
+KIND_NAMES = tuple(k.name for k in _KINDS)
+"""The ``mcpg.*`` step kinds (those of :mod:`._sqlmore` and :mod:`._debug` besides)."""
 
 for _kind in _KINDS:
     if KINDS.get(_kind.name) is None:
