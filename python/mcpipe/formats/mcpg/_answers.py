@@ -352,23 +352,15 @@ class PipelineShape(_Surfaces):
             error = _step_error(failed)
             if self.suspending:
                 return ToolResult.error(error)
-            if gate:
-                structured = {
-                    "pipeline": tool.name,
-                    "gate_step": failed.get("id"),
-                    "reason": error,
-                    "completed_steps": done,
-                    "total_steps": total,
-                }
-                return ToolResult([{"type": "text", "text": error}], structured, True)
+            step, why = ("gate_step", "reason") if gate else ("failed_step", "error")
             structured = {
                 "pipeline": tool.name,
-                "failed_step": failed.get("id"),
-                "error": error,
+                step: failed.get("id"),
+                why: error,
                 "completed_steps": done,
                 "total_steps": total,
             }
-            text = f"pipeline '{tool.name}' failed at step '{failed.get('id')}': {error}"
+            text = error if gate else f"pipeline '{tool.name}' failed at step '{failed.get('id')}': {error}"
             return ToolResult([{"type": "text", "text": text}], structured, True)
         last = _output(answer)
         if self.suspending:

@@ -58,7 +58,7 @@ from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
-    from mcpipe.backends.sql import SqlBackend, Statement
+    from mcpipe.backends.sql import Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
@@ -759,31 +759,20 @@ async def run_mock(
             raise StepFailure(f.error_message or "mock step error", ErrorCode.TOOL_ERROR)
         return StepOutput.of(f.response)
     arguments = env.get("args")
-    arguments = arguments if arguments is not None else {}
+    base = {
+        "toolName": f.tool_name,
+        "profile": f.profile,
+        "bindingKind": "mock",
+        "arguments": arguments if arguments is not None else {},
+    }
     if f.error:
         message = f.error_message or "mock error"
-        structured = {
-            "toolName": f.tool_name,
-            "profile": f.profile,
-            "bindingKind": "mock",
-            "arguments": arguments,
-            "error": message,
-            "simulated": True,
-        }
-        return StepOutput.of(_result(message, structured, True))
+        return StepOutput.of(_result(message, {**base, "error": message, "simulated": True}, True))
     if f.passthrough:
         response = dict(f.response)
         response.setdefault("isError", False)
         return StepOutput.of(response)
-    structured = {
-        "toolName": f.tool_name,
-        "profile": f.profile,
-        "bindingKind": "mock",
-        "arguments": arguments,
-        "response": f.response,
-        "delayMs": f.delay_ms,
-        "simulated": True,
-    }
+    structured = {**base, "response": f.response, "delayMs": f.delay_ms, "simulated": True}
     return StepOutput.of(_result(pretty_json(f.response), structured, False))
 
 
@@ -973,17 +962,12 @@ async def run_nats(
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 2000)
-    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
     try:
-        reply = await request(step.built, f.url, f.subject, data, timeout_ms / 1000, _trace(ctx))
-    except NatsError as e:
-        if e.code == ErrorCode.TIMEOUT:
-            return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
+        reply = await request(step.built, f.url, f.subject, _arguments_json(env), timeout_ms / 1000, _trace(ctx))
+    except (NatsError, NotRunning) as e:
         # async-nats's RequestError: its kind, then its source, which for no responders says it again.
-        why = "no responders: no responders" if "no responders" in str(e) else str(e)
-        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {why}")))
-    except NotRunning as e:
-        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {e}")))
+        why = "no responders: no responders" if isinstance(e, NatsError) and "no responders" in str(e) else str(e)
+        return _request_failed(f, "nats", e, timeout_ms, f"NATS request to '{f.subject}' failed: {why}")
     return _finish(f.answer, _payload_result(reply.data, f.max_response_bytes))
 
 
@@ -998,19 +982,26 @@ async def run_kafka(
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 10_000)
-    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+    data = _arguments_json(env)
     headers = {k: v.encode() for k, v in (_trace(ctx) or {}).items()}
     try:
         record = await request(
             step.built, f.bootstrap_servers, f.request_topic, f.response_topic, data, timeout_ms / 1000, headers
         )
-    except KafkaError as e:
-        if e.code == ErrorCode.TIMEOUT:
-            return _finish(f.answer, failed_result("kafka", timed_out(timeout_ms)))
-        return _finish(f.answer, failed_result("kafka", transport(str(e))))
-    except NotRunning as e:
-        return _finish(f.answer, failed_result("kafka", transport(str(e))))
+    except (KafkaError, NotRunning) as e:
+        return _request_failed(f, "kafka", e, timeout_ms, str(e))
     return _finish(f.answer, _payload_result(record.value or b"", f.max_response_bytes))
+
+
+def _arguments_json(env: Mapping[str, object]) -> bytes:
+    """The step's arguments as the request's payload (sorted JSON; an object when there are none)."""
+    return sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+
+
+def _request_failed(f: McpgFields, kind: str, e: Exception, timeout_ms: float, why: str) -> StepOutput:
+    """A NATS or Kafka request's failure as mcpg answers it: the binding's timeout, else ``why``."""
+    timeout = getattr(e, "code", None) == ErrorCode.TIMEOUT
+    return _finish(f.answer, failed_result(kind, timed_out(timeout_ms) if timeout else transport(why)))
 
 
 def _trace(ctx: ToolContext) -> dict[str, str] | None:
@@ -1084,21 +1075,12 @@ class SqlPlan:
     stream: Any = None
 
 
-_SqlF = TypeVar("_SqlF", "SqlFields", "SqlTxFields")
-
-
-def _sql_backend(b: Build[_SqlF]) -> tuple[_SqlF, SqlBackend]:
-    """The step's fields and the ``[sql.NAME]`` backend they name (else the step fails, located)."""
+def _build_sql(b: Build[SqlFields]) -> SqlPlan:
+    from mcpipe.backends.sql import Statement
     from mcpipe.formats.mcpg._sqlmore import sql_backend
 
     f = b.decoded()
-    return f, sql_backend(b, f.backend)
-
-
-def _build_sql(b: Build[SqlFields]) -> SqlPlan:
-    from mcpipe.backends.sql import Statement
-
-    f, backend = _sql_backend(b)
+    backend = sql_backend(b, f.backend)
     try:
         stmt = Statement.parse(f.sql)
     except ValueError as e:
@@ -1161,14 +1143,6 @@ def _build_await(b: Build[_SF], block: McpgAwait) -> AwaitPlan | None:
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
-# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
-# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
-# value a driver cannot decode is null.
-_PG_INTS = frozenset({"int2", "int4", "int8"})
-_PG_FLOATS = frozenset({"float4", "float8"})
-_PG_TEXTS = frozenset({"text", "name", "bpchar", "varchar", "unknown", "citext", ""})
-
-
 def _rfc3339(value: dt.datetime) -> str:
     """chrono's ``DateTime<Utc>::to_rfc3339``: ``+00:00``, the fraction only when not zero (3 or 6 digits)."""
     utc = value.astimezone(dt.UTC)
@@ -1198,44 +1172,46 @@ def _iso_interval(value: dt.timedelta) -> str:
     return out
 
 
+def _typed(kind: type | tuple[type, ...], encode: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    """A column's encoding that decodes only values of ``kind`` (the others are null)."""
+    return lambda v: encode(v) if isinstance(v, kind) else None
+
+
+def _base64(value: Any) -> dict[str, str]:
+    return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+
+
+# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
+# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
+# value a driver cannot decode is null; sqlx decodes no type but these (and the texts) as a string.
+_PG_VALUES: dict[str, Callable[[Any], Any]] = {
+    "bool": _typed(bool),
+    **dict.fromkeys(("int2", "int4", "int8"), _typed(int)),
+    **dict.fromkeys(("float4", "float8"), lambda v: v if isinstance(v, float) and math.isfinite(v) else None),
+    # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
+    "numeric": lambda v: format(v, "f") if isinstance(v, decimal.Decimal) and v.is_finite() else None,
+    **dict.fromkeys(("json", "jsonb"), lambda v: v),
+    "uuid": str,
+    "timestamptz": _typed(dt.datetime, _rfc3339),
+    "timestamp": _typed(dt.datetime, lambda v: v.strftime("%Y-%m-%dT%H:%M:%S.%f")),
+    "date": _typed(dt.date, lambda v: v.isoformat()),
+    "time": _typed(dt.time, lambda v: v.strftime("%H:%M:%S.%f")),
+    "interval": _typed(dt.timedelta, _iso_interval),
+    "bytea": _base64,
+    **dict.fromkeys(("text", "name", "bpchar", "varchar", "unknown", "citext", ""), _typed(str)),
+}
+
+
 def _pg_value(value: Any, type_name: str) -> Any:
-    if value is None:
-        return None
-    t = type_name.lower()
-    if t == "bool":
-        return value if isinstance(value, bool) else None
-    if t in _PG_INTS:
-        return value if isinstance(value, int) else None
-    if t in _PG_FLOATS:
-        return value if isinstance(value, float) and math.isfinite(value) else None
-    if t == "numeric":  # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
-        return format(value, "f") if isinstance(value, decimal.Decimal) and value.is_finite() else None
-    if t in ("json", "jsonb"):
-        return value
-    if t == "uuid":
-        return str(value)
-    if t == "timestamptz":
-        return _rfc3339(value) if isinstance(value, dt.datetime) else None
-    if t == "timestamp":
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f") if isinstance(value, dt.datetime) else None
-    if t == "date":
-        return value.isoformat() if isinstance(value, dt.date) else None
-    if t == "time":
-        return value.strftime("%H:%M:%S.%f") if isinstance(value, dt.time) else None
-    if t == "interval":
-        return _iso_interval(value) if isinstance(value, dt.timedelta) else None
-    if t == "bytea":
-        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
-    if t in _PG_TEXTS and isinstance(value, str):
-        return value
-    return None  # sqlx decodes no other type as a string: mcpg's row holds null
+    encode = _PG_VALUES.get(type_name.lower())
+    return None if value is None or encode is None else encode(value)
 
 
 def _sqlite_value(value: object) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+        return _base64(value)
     return value
 
 
@@ -1441,8 +1417,10 @@ class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
 
 def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     from mcpipe.backends.sql import Statement
+    from mcpipe.formats.mcpg._sqlmore import sql_backend
 
-    f, backend = _sql_backend(b)
+    f = b.decoded()
+    backend = sql_backend(b, f.backend)
     stmts = []
     for i, st in enumerate(f.steps):
         try:

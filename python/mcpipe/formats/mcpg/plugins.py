@@ -952,37 +952,19 @@ def _ip_allowlist(cfg: dict[str, Any], e: _Entry) -> None:
 
 # -- credentials ------------------------------------------------------------------------------------------
 
-_CC_KEYS = frozenset(
-    {"token_url", "client_id", "client_secret", "scopes", "grant_type", "refresh_buffer_ms", "timeout_ms"}
-)
-_TE_KEYS = frozenset(
-    {
-        "token_url",
-        "client_id",
-        "client_secret",
-        "scopes",
-        "subject_token_type",
-        "requested_token_type",
-        "audience",
-        "resource",
-        "timeout_ms",
-    }
-)
-_JAG_KEYS = frozenset(
-    {
-        "idp_token_url",
-        "client_id",
-        "client_secret",
-        "audience",
-        "resource",
-        "scopes",
-        "subject_token_type",
-        "redeem_token_url",
-        "redeem_client_id",
-        "redeem_client_secret",
-        "timeout_ms",
-    }
-)
+_OAUTH_KEYS = frozenset({"client_id", "client_secret", "scopes", "timeout_ms"})
+"""The fields every credential issuer's provider has."""
+_CC_KEYS = _OAUTH_KEYS | {"token_url", "grant_type", "refresh_buffer_ms"}
+_TE_KEYS = _OAUTH_KEYS | {"token_url", "subject_token_type", "requested_token_type", "audience", "resource"}
+_JAG_KEYS = _OAUTH_KEYS | {
+    "idp_token_url",
+    "audience",
+    "resource",
+    "subject_token_type",
+    "redeem_token_url",
+    "redeem_client_id",
+    "redeem_client_secret",
+}
 
 
 def _issuer(cfg: dict[str, Any], e: _Entry) -> None:
