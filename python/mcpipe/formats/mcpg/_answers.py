@@ -130,16 +130,38 @@ def _value(v: object) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _plural(n: object, one: str, many: str) -> str:
-    return one if n == 1 else many
-
-
 def _quoted(items: Sequence[object]) -> str:
     return ", ".join(f"'{i}'" for i in items)
 
 
 def _unexpected(items: Sequence[object]) -> str:
     return f"{_quoted(items)} {'was' if len(items) == 1 else 'were'} unexpected)"
+
+
+_SCHEMA_WORDS = {
+    "minLength": "{v} is shorter than {limit} character{s}",
+    "maxLength": "{v} is longer than {limit} character{s}",
+    "minimum": "{v} is less than the minimum of {value}",
+    "maximum": "{v} is greater than the maximum of {value}",
+    "exclusiveMinimum": "{v} is less than or equal to the minimum of {value}",
+    "exclusiveMaximum": "{v} is greater than or equal to the maximum of {value}",
+    "enum": "{v} is not one of {value}",
+    "const": "{value} was expected",
+    "pattern": '{v} does not match "{limit}"',
+    "format": '{v} is not a "{limit}"',
+    "multipleOf": "{v} is not a multiple of {value}",
+    "minItems": "{v} has less than {limit} item{s}",
+    "maxItems": "{v} has more than {limit} item{s}",
+    "minProperties": "{v} has less than {limit} propert{ies}",
+    "maxProperties": "{v} has more than {limit} propert{ies}",
+    "uniqueItems": "{v} has non-unique elements",
+    "anyOf": "{v} is not valid under any of the schemas listed in the 'anyOf' keyword",
+    "contains": "None of {v} are valid under the given schema",
+    "not": "{value} is not allowed for {v}",
+    "false": "False schema does not allow {v}",
+}
+"""The ``jsonschema`` crate's words for each keyword whose message needs only the instance (``v``) and the
+keyword's value (``limit`` as it is, ``value`` as JSON; ``s`` and ``ies`` its plural endings)."""
 
 
 def rust_schema_message(e: Any, missing: str | None = None) -> str:
@@ -155,55 +177,19 @@ def rust_schema_message(e: Any, missing: str | None = None) -> str:
             return f'{v} is not of type "{limit}"'
         case "required":
             return f"{_value(missing)} is a required property"
-        case "minLength":
-            return f"{v} is shorter than {limit} character{_plural(limit, '', 's')}"
-        case "maxLength":
-            return f"{v} is longer than {limit} character{_plural(limit, '', 's')}"
-        case "minimum":
-            return f"{v} is less than the minimum of {_value(limit)}"
-        case "maximum":
-            return f"{v} is greater than the maximum of {_value(limit)}"
-        case "exclusiveMinimum":
-            return f"{v} is less than or equal to the minimum of {_value(limit)}"
-        case "exclusiveMaximum":
-            return f"{v} is greater than or equal to the maximum of {_value(limit)}"
-        case "enum":
-            return f"{v} is not one of {_value(limit)}"
-        case "const":
-            return f"{_value(limit)} was expected"
-        case "pattern":
-            return f'{v} does not match "{limit}"'
-        case "format":
-            return f'{v} is not a "{limit}"'
-        case "multipleOf":
-            return f"{v} is not a multiple of {_value(limit)}"
-        case "minItems":
-            return f"{v} has less than {limit} item{_plural(limit, '', 's')}"
-        case "maxItems":
-            return f"{v} has more than {limit} item{_plural(limit, '', 's')}"
-        case "minProperties":
-            return f"{v} has less than {limit} propert{_plural(limit, 'y', 'ies')}"
-        case "maxProperties":
-            return f"{v} has more than {limit} propert{_plural(limit, 'y', 'ies')}"
-        case "uniqueItems":
-            return f"{v} has non-unique elements"
         case "additionalProperties" if isinstance(inst, Mapping):
             props = e.schema.get("properties") or {}
             patterns = list(e.schema.get("patternProperties") or {})
             extra = sorted(k for k in inst if k not in props and not any(re.search(p, k) for p in patterns))
             return f"Additional properties are not allowed ({_unexpected(extra)}"
-        case "anyOf":
-            return f"{v} is not valid under any of the schemas listed in the 'anyOf' keyword"
+        case "oneOf" if "is valid under each of" in e.message:
+            return f"{v} is valid under more than one of the schemas listed in the 'oneOf' keyword"
         case "oneOf":
-            if "is valid under each of" in e.message:
-                return f"{v} is valid under more than one of the schemas listed in the 'oneOf' keyword"
             return f"{v} is not valid under any of the schemas listed in the 'oneOf' keyword"
-        case "contains":
-            return f"None of {v} are valid under the given schema"
-        case "not":
-            return f"{_value(limit)} is not allowed for {v}"
-        case "false":
-            return f"False schema does not allow {v}"
+        case _ if kind in _SCHEMA_WORDS:
+            words = _SCHEMA_WORDS[kind]
+            one = limit == 1
+            return words.format(v=v, limit=limit, value=_value(limit), s="" if one else "s", ies="y" if one else "ies")
     return str(e.message)
 
 
@@ -366,23 +352,15 @@ class PipelineShape(_Surfaces):
             error = _step_error(failed)
             if self.suspending:
                 return ToolResult.error(error)
-            if gate:
-                structured = {
-                    "pipeline": tool.name,
-                    "gate_step": failed.get("id"),
-                    "reason": error,
-                    "completed_steps": done,
-                    "total_steps": total,
-                }
-                return ToolResult([{"type": "text", "text": error}], structured, True)
+            step, why = ("gate_step", "reason") if gate else ("failed_step", "error")
             structured = {
                 "pipeline": tool.name,
-                "failed_step": failed.get("id"),
-                "error": error,
+                step: failed.get("id"),
+                why: error,
                 "completed_steps": done,
                 "total_steps": total,
             }
-            text = f"pipeline '{tool.name}' failed at step '{failed.get('id')}': {error}"
+            text = error if gate else f"pipeline '{tool.name}' failed at step '{failed.get('id')}': {error}"
             return ToolResult([{"type": "text", "text": text}], structured, True)
         last = _output(answer)
         if self.suspending:

@@ -268,16 +268,12 @@ def _derive_fields(schema: object, as_path: bool) -> list[dict[str, Any]]:
     ]
 
 
+_ISLAND_ESCAPES = str.maketrans({c: f"\\u{ord(c):04x}" for c in "<>&\u2028\u2029"})
+"""What of the JSON could end the ``<script>`` or a line of it, as ``\\uXXXX`` escapes."""
+
+
 def _island(config: Mapping[str, object]) -> str:
-    text = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode()
-    for raw, escaped in (
-        ("<", "\\u003c"),
-        (">", "\\u003e"),
-        ("&", "\\u0026"),
-        ("\u2028", "\\u2028"),
-        ("\u2029", "\\u2029"),
-    ):
-        text = text.replace(raw, escaped)
+    text = orjson.dumps(config, option=orjson.OPT_SORT_KEYS).decode().translate(_ISLAND_ESCAPES)
     return f'<script type="application/json" id="mcpg-app-config">{text}</script>'
 
 

@@ -184,21 +184,8 @@ def _actor(ctx: ToolContext | None) -> dict[str, Any]:
             actor["attributes"] = dict(sorted(identity.attributes.items()))
         return actor
     principal = ctx.principal if ctx is not None else None
-    if principal is None:
-        return {
-            "kind": "anonymous",
-            "trust_level": "unauthenticated",
-            "subject_id": None,
-            "auth_provider": None,
-            "issuer": None,
-        }
-    return {
-        "kind": "verified",
-        "trust_level": "verified",
-        "subject_id": principal,
-        "auth_provider": None,
-        "issuer": None,
-    }
+    kind, trust = ("anonymous", "unauthenticated") if principal is None else ("verified", "verified")
+    return {"kind": kind, "trust_level": trust, "subject_id": principal, "auth_provider": None, "issuer": None}
 
 
 def _uuid7() -> str:

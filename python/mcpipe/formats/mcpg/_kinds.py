@@ -58,7 +58,7 @@ from mcpipe.results import StepFailure, StepOutput
 from mcpipe.tools import ToolContext
 
 if TYPE_CHECKING:
-    from mcpipe.backends.sql import SqlBackend, Statement
+    from mcpipe.backends.sql import Statement
     from mcpipe.kinds.sql_tx import TransactionFailed, TxStatement
 
 __all__ = ["KIND_NAMES", "query_string", "sorted_json"]
@@ -402,26 +402,53 @@ def status_error(expected: list[int], s: _Summary, read_only: bool) -> dict[str,
 
 def transport_error(message: str, read_only: bool) -> dict[str, Any]:
     """``transport_downstream_error``."""
-    error = _downstream(
-        "http",
-        "transport_error",
+    return _with_guidance(_downstream("http", "transport_error", {"error": message}), read_only)
+
+
+_DOWNSTREAM = {
+    ("http", "transport_error"): (
         "Downstream HTTP execution failed before a valid response was received.",
         "check_downstream_connectivity_and_retry",
-        {"error": message},
-        retry_class="with_backoff",
-    )
-    return _with_guidance(error, read_only)
+        "with_backoff",
+    ),
+    ("http", "invalid_content_type"): (
+        "Downstream HTTP JSON call required a JSON response content type, but the response was not JSON.",
+        "inspect_downstream_response_content_type",
+        "do_not_retry",
+    ),
+    ("http", "invalid_json_body"): (
+        "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
+        "inspect_downstream_json_payload",
+        "do_not_retry",
+    ),
+    ("command", "execution_error"): (
+        "Downstream command execution failed before a valid result was produced.",
+        "inspect_command_invocation_and_runtime_environment",
+        None,
+    ),
+    ("command", "timeout"): (
+        "Downstream command execution timed out before completion.",
+        "inspect_command_runtime_and_review_idempotency_before_retry",
+        None,
+    ),
+    ("command", "non_zero_exit"): (
+        "Downstream command execution completed with a non-zero exit status.",
+        "inspect_command_stderr_and_exit_status",
+        None,
+    ),
+    ("command", "invalid_json_stdout"): (
+        "Downstream command JSON call required valid JSON on stdout, but stdout was not valid JSON.",
+        "inspect_command_stdout_contract",
+        None,
+    ),
+}
+"""mcpg's downstream errors by area and kind: the message, the suggested action, the retry class (None: none
+said)."""
 
 
-def _downstream(
-    area: str,
-    kind: str,
-    message: str,
-    action: str,
-    details: Mapping[str, object],
-    retry_class: str | None = None,
-) -> dict[str, Any]:
+def _downstream(area: str, kind: str, details: Mapping[str, object]) -> dict[str, Any]:
     """mcpg's ``DownstreamError`` (``mcpg.downstream_<area>.<kind>``), before its guidance (:func:`_with_guidance`)."""
+    message, action, retry_class = _DOWNSTREAM[area, kind]
     error: dict[str, Any] = {
         "kind": kind,
         "code": f"mcpg.downstream_{area}.{kind}",
@@ -439,36 +466,18 @@ def _json_checks(s: _Summary, require_json: bool) -> tuple[Any, str | None, dict
     media = (s.content_type or "").split(";", 1)[0].strip().lower()
     if not (media == "application/json" or media.endswith("+json")):
         if require_json:
-            return (
-                None,
-                None,
-                _no_retry(
-                    "invalid_content_type",
-                    "Downstream HTTP JSON call required a JSON response content type, but the response was not JSON.",
-                    "inspect_downstream_response_content_type",
-                    {"responseContentType": s.content_type},
-                ),
-            )
+            return None, None, _no_retry("invalid_content_type", {"responseContentType": s.content_type})
         return None, None, None
     parsed, message = serde_json.loads(s.body)
     if message is None:
         return parsed, None, None
     if require_json:
-        return (
-            None,
-            message,
-            _no_retry(
-                "invalid_json_body",
-                "Downstream HTTP JSON call returned a JSON content type, but the body was not valid JSON.",
-                "inspect_downstream_json_payload",
-                {"parseError": message},
-            ),
-        )
+        return None, message, _no_retry("invalid_json_body", {"parseError": message})
     return None, message, None
 
 
-def _no_retry(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return _with_guidance(_downstream("http", kind, message, action, details, "do_not_retry"), False)
+def _no_retry(kind: str, details: Mapping[str, object]) -> dict[str, Any]:
+    return _with_guidance(_downstream("http", kind, details), False)
 
 
 MAX_QUERY_BYTES = 65_536
@@ -750,31 +759,20 @@ async def run_mock(
             raise StepFailure(f.error_message or "mock step error", ErrorCode.TOOL_ERROR)
         return StepOutput.of(f.response)
     arguments = env.get("args")
-    arguments = arguments if arguments is not None else {}
+    base = {
+        "toolName": f.tool_name,
+        "profile": f.profile,
+        "bindingKind": "mock",
+        "arguments": arguments if arguments is not None else {},
+    }
     if f.error:
         message = f.error_message or "mock error"
-        structured = {
-            "toolName": f.tool_name,
-            "profile": f.profile,
-            "bindingKind": "mock",
-            "arguments": arguments,
-            "error": message,
-            "simulated": True,
-        }
-        return StepOutput.of(_result(message, structured, True))
+        return StepOutput.of(_result(message, {**base, "error": message, "simulated": True}, True))
     if f.passthrough:
         response = dict(f.response)
         response.setdefault("isError", False)
         return StepOutput.of(response)
-    structured = {
-        "toolName": f.tool_name,
-        "profile": f.profile,
-        "bindingKind": "mock",
-        "arguments": arguments,
-        "response": f.response,
-        "delayMs": f.delay_ms,
-        "simulated": True,
-    }
+    structured = {**base, "response": f.response, "delayMs": f.delay_ms, "simulated": True}
     return StepOutput.of(_result(pretty_json(f.response), structured, False))
 
 
@@ -855,12 +853,7 @@ async def run_command(
         )
     except StepFailure as e:  # it could not start
         message = str(e)
-        error = _command_error(
-            "execution_error",
-            "Downstream command execution failed before a valid result was produced.",
-            "inspect_command_invocation_and_runtime_environment",
-            {"error": message},
-        )
+        error = _downstream("command", "execution_error", {"error": message})
         out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
         return _finish(f.answer, envelope_result(sorted_json(out).encode()))
     response = process_summary(run, started)
@@ -869,29 +862,15 @@ async def run_command(
     parse_error: str | None = None
     errors: list[dict[str, Any]] = []
     if run.timed_out:
-        errors.append(
-            _command_error(
-                "timeout",
-                "Downstream command execution timed out before completion.",
-                "inspect_command_runtime_and_review_idempotency_before_retry",
-                {},
-            )
-        )
+        errors.append(_downstream("command", "timeout", {}))
     elif not response["success"]:
-        errors.append(
-            _command_error(
-                "non_zero_exit",
-                "Downstream command execution completed with a non-zero exit status.",
-                "inspect_command_stderr_and_exit_status",
-                {"exitCode": response["exitCode"]},
-            )
-        )
+        errors.append(_downstream("command", "non_zero_exit", {"exitCode": response["exitCode"]}))
     if stdout_text.strip():
         stdout_json, parse_error = serde_json.loads(stdout_text)
         if parse_error is not None and f.require_json_stdout:
-            errors.append(_invalid_stdout(parse_error))
+            errors.append(_downstream("command", "invalid_json_stdout", {"parseError": parse_error}))
     elif f.require_json_stdout:
-        errors.append(_invalid_stdout("stdout was empty"))
+        errors.append(_downstream("command", "invalid_json_stdout", {"parseError": "stdout was empty"}))
     response.update(json=stdout_json, jsonParseError=parse_error)
     out = {
         **base,
@@ -917,19 +896,6 @@ def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
         "stderrTruncated": run.stderr_truncated,
         "readError": None,
     }
-
-
-def _command_error(kind: str, message: str, action: str, details: Mapping[str, object]) -> dict[str, Any]:
-    return _downstream("command", kind, message, action, details)
-
-
-def _invalid_stdout(parse_error: str) -> dict[str, Any]:
-    return _command_error(
-        "invalid_json_stdout",
-        "Downstream command JSON call required valid JSON on stdout, but stdout was not valid JSON.",
-        "inspect_command_stdout_contract",
-        {"parseError": parse_error},
-    )
 
 
 # --- nats and kafka (the reply is the payload) ------------------------------------------------------
@@ -996,17 +962,12 @@ async def run_nats(
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 2000)
-    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
     try:
-        reply = await request(step.built, f.url, f.subject, data, timeout_ms / 1000, _trace(ctx))
-    except NatsError as e:
-        if e.code == ErrorCode.TIMEOUT:
-            return _finish(f.answer, failed_result("nats", timed_out(timeout_ms)))
+        reply = await request(step.built, f.url, f.subject, _arguments_json(env), timeout_ms / 1000, _trace(ctx))
+    except (NatsError, NotRunning) as e:
         # async-nats's RequestError: its kind, then its source, which for no responders says it again.
-        why = "no responders: no responders" if "no responders" in str(e) else str(e)
-        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {why}")))
-    except NotRunning as e:
-        return _finish(f.answer, failed_result("nats", transport(f"NATS request to '{f.subject}' failed: {e}")))
+        why = "no responders: no responders" if isinstance(e, NatsError) and "no responders" in str(e) else str(e)
+        return _request_failed(f, "nats", e, timeout_ms, f"NATS request to '{f.subject}' failed: {why}")
     return _finish(f.answer, _payload_result(reply.data, f.max_response_bytes))
 
 
@@ -1021,19 +982,26 @@ async def run_kafka(
 
     f = step.fields
     timeout_ms = _timeout_ms(f, 10_000)
-    data = sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+    data = _arguments_json(env)
     headers = {k: v.encode() for k, v in (_trace(ctx) or {}).items()}
     try:
         record = await request(
             step.built, f.bootstrap_servers, f.request_topic, f.response_topic, data, timeout_ms / 1000, headers
         )
-    except KafkaError as e:
-        if e.code == ErrorCode.TIMEOUT:
-            return _finish(f.answer, failed_result("kafka", timed_out(timeout_ms)))
-        return _finish(f.answer, failed_result("kafka", transport(str(e))))
-    except NotRunning as e:
-        return _finish(f.answer, failed_result("kafka", transport(str(e))))
+    except (KafkaError, NotRunning) as e:
+        return _request_failed(f, "kafka", e, timeout_ms, str(e))
     return _finish(f.answer, _payload_result(record.value or b"", f.max_response_bytes))
+
+
+def _arguments_json(env: Mapping[str, object]) -> bytes:
+    """The step's arguments as the request's payload (sorted JSON; an object when there are none)."""
+    return sorted_json(env.get("args") if env.get("args") is not None else {}).encode()
+
+
+def _request_failed(f: McpgFields, kind: str, e: Exception, timeout_ms: float, why: str) -> StepOutput:
+    """A NATS or Kafka request's failure as mcpg answers it: the binding's timeout, else ``why``."""
+    timeout = getattr(e, "code", None) == ErrorCode.TIMEOUT
+    return _finish(f.answer, failed_result(kind, timed_out(timeout_ms) if timeout else transport(why)))
 
 
 def _trace(ctx: ToolContext) -> dict[str, str] | None:
@@ -1107,21 +1075,12 @@ class SqlPlan:
     stream: Any = None
 
 
-_SqlF = TypeVar("_SqlF", "SqlFields", "SqlTxFields")
-
-
-def _sql_backend(b: Build[_SqlF]) -> tuple[_SqlF, SqlBackend]:
-    """The step's fields and the ``[sql.NAME]`` backend they name (else the step fails, located)."""
+def _build_sql(b: Build[SqlFields]) -> SqlPlan:
+    from mcpipe.backends.sql import Statement
     from mcpipe.formats.mcpg._sqlmore import sql_backend
 
     f = b.decoded()
-    return f, sql_backend(b, f.backend)
-
-
-def _build_sql(b: Build[SqlFields]) -> SqlPlan:
-    from mcpipe.backends.sql import Statement
-
-    f, backend = _sql_backend(b)
+    backend = sql_backend(b, f.backend)
     try:
         stmt = Statement.parse(f.sql)
     except ValueError as e:
@@ -1184,14 +1143,6 @@ def _build_await(b: Build[_SF], block: McpgAwait) -> AwaitPlan | None:
 _SQL_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*")
 
 
-# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
-# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
-# value a driver cannot decode is null.
-_PG_INTS = frozenset({"int2", "int4", "int8"})
-_PG_FLOATS = frozenset({"float4", "float8"})
-_PG_TEXTS = frozenset({"text", "name", "bpchar", "varchar", "unknown", "citext", ""})
-
-
 def _rfc3339(value: dt.datetime) -> str:
     """chrono's ``DateTime<Utc>::to_rfc3339``: ``+00:00``, the fraction only when not zero (3 or 6 digits)."""
     utc = value.astimezone(dt.UTC)
@@ -1221,44 +1172,46 @@ def _iso_interval(value: dt.timedelta) -> str:
     return out
 
 
+def _typed(kind: type | tuple[type, ...], encode: Callable[[Any], Any] = lambda v: v) -> Callable[[Any], Any]:
+    """A column's encoding that decodes only values of ``kind`` (the others are null)."""
+    return lambda v: encode(v) if isinstance(v, kind) else None
+
+
+def _base64(value: Any) -> dict[str, str]:
+    return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+
+
+# How mcpg's SQL drivers encode a column (``driver/postgres.rs`` ``decode_pg_column``, ``driver/sqlite.rs``
+# ``decode_sqlite_column``): by the column's type on PostgreSQL, by the value's storage class on SQLite. A
+# value a driver cannot decode is null; sqlx decodes no type but these (and the texts) as a string.
+_PG_VALUES: dict[str, Callable[[Any], Any]] = {
+    "bool": _typed(bool),
+    **dict.fromkeys(("int2", "int4", "int8"), _typed(int)),
+    **dict.fromkeys(("float4", "float8"), lambda v: v if isinstance(v, float) and math.isfinite(v) else None),
+    # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
+    "numeric": lambda v: format(v, "f") if isinstance(v, decimal.Decimal) and v.is_finite() else None,
+    **dict.fromkeys(("json", "jsonb"), lambda v: v),
+    "uuid": str,
+    "timestamptz": _typed(dt.datetime, _rfc3339),
+    "timestamp": _typed(dt.datetime, lambda v: v.strftime("%Y-%m-%dT%H:%M:%S.%f")),
+    "date": _typed(dt.date, lambda v: v.isoformat()),
+    "time": _typed(dt.time, lambda v: v.strftime("%H:%M:%S.%f")),
+    "interval": _typed(dt.timedelta, _iso_interval),
+    "bytea": _base64,
+    **dict.fromkeys(("text", "name", "bpchar", "varchar", "unknown", "citext", ""), _typed(str)),
+}
+
+
 def _pg_value(value: Any, type_name: str) -> Any:
-    if value is None:
-        return None
-    t = type_name.lower()
-    if t == "bool":
-        return value if isinstance(value, bool) else None
-    if t in _PG_INTS:
-        return value if isinstance(value, int) else None
-    if t in _PG_FLOATS:
-        return value if isinstance(value, float) and math.isfinite(value) else None
-    if t == "numeric":  # rust_decimal::Decimal's text: no exponent; NaN and infinities do not decode
-        return format(value, "f") if isinstance(value, decimal.Decimal) and value.is_finite() else None
-    if t in ("json", "jsonb"):
-        return value
-    if t == "uuid":
-        return str(value)
-    if t == "timestamptz":
-        return _rfc3339(value) if isinstance(value, dt.datetime) else None
-    if t == "timestamp":
-        return value.strftime("%Y-%m-%dT%H:%M:%S.%f") if isinstance(value, dt.datetime) else None
-    if t == "date":
-        return value.isoformat() if isinstance(value, dt.date) else None
-    if t == "time":
-        return value.strftime("%H:%M:%S.%f") if isinstance(value, dt.time) else None
-    if t == "interval":
-        return _iso_interval(value) if isinstance(value, dt.timedelta) else None
-    if t == "bytea":
-        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
-    if t in _PG_TEXTS and isinstance(value, str):
-        return value
-    return None  # sqlx decodes no other type as a string: mcpg's row holds null
+    encode = _PG_VALUES.get(type_name.lower())
+    return None if value is None or encode is None else encode(value)
 
 
 def _sqlite_value(value: object) -> Any:
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, (bytes, bytearray, memoryview)):
-        return {"base64": base64.b64encode(bytes(value)).decode("ascii")}
+        return _base64(value)
     return value
 
 
@@ -1464,8 +1417,10 @@ class SqlTxFields(StepFields, tag="mcpg.sql_tx", kw_only=True):
 
 def _build_sql_tx(b: Build[SqlTxFields]) -> tuple[Any, tuple[Any, ...]]:
     from mcpipe.backends.sql import Statement
+    from mcpipe.formats.mcpg._sqlmore import sql_backend
 
-    f, backend = _sql_backend(b)
+    f = b.decoded()
+    backend = sql_backend(b, f.backend)
     stmts = []
     for i, st in enumerate(f.steps):
         try:
@@ -1736,22 +1691,6 @@ async def run_log(
 # --- registration ----------------------------------------------------------------------------------
 
 
-KIND_NAMES = (
-    "mcpg.http",
-    "mcpg.grpc",
-    "mcpg.mock",
-    "mcpg.command",
-    "mcpg.nats",
-    "mcpg.kafka",
-    "mcpg.sql",
-    "mcpg.unset",
-    "mcpg.sql_tx",
-    "mcpg.fail",
-    "mcpg.jsonata",
-    "mcpg.log",
-)
-
-
 def retryable(result: Mapping[str, Any], rc: McpgRetry) -> bool:
     """``error_result_is_retryable``: a text block's own classification (``retryable``, ``statusCode``,
     ``kind: transport_error``) decides; unclassified text retries on a transport word."""
@@ -1826,6 +1765,9 @@ _KINDS: list[Kind[Any, Any]] = [
     Kind("mcpg.jsonata", JsonataFields, run_jsonata, build=_build_jsonata),
     Kind("mcpg.log", McpgLogFields, run_log, build=_build_log),
 ]
+
+KIND_NAMES = tuple(k.name for k in _KINDS)
+"""The ``mcpg.*`` step kinds (those of :mod:`._sqlmore` and :mod:`._debug` besides)."""
 
 for _kind in _KINDS:
     if KINDS.get(_kind.name) is None:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from mcpipe._json import JsonObject
@@ -188,6 +189,55 @@ def _section(out: JsonObject, key: str) -> dict[str, Any]:
     return value
 
 
+def _section_list(out: JsonObject, key: str) -> list[Any]:
+    value = out.setdefault(key, [])
+    assert isinstance(value, list)
+    return value
+
+
+def _ints(lo: int, hi: int | None = None) -> Callable[[object, str, list[Problem]], int | None]:
+    """:func:`_int` with its bounds, as a field reader of :func:`_copy`."""
+    return lambda value, loc, problems: _int(value, loc, problems, lo, hi)
+
+
+def _copy(
+    src: Mapping[str, object],
+    loc: str,
+    problems: list[Problem],
+    out: dict[str, Any],
+    fields: Sequence[tuple[str, str, Callable[[object, str, list[Problem]], object]]],
+) -> bool:
+    """Each ``(key, target, read)`` of ``fields`` that ``src`` sets, read and put in ``out`` as ``target``;
+    False when a reader refused one (its problem appended)."""
+    ok = True
+    for key, target, read in fields:
+        if src.get(key) is not None:
+            value = read(src[key], f"{loc}.{key}", problems)
+            if value is None:
+                ok = False
+            else:
+                out[target] = value
+    return ok
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    """A loaded ``plugins:`` entry, as its plugin's translation (:data:`_PLUGINS`) reads it."""
+
+    alias: str
+    pid: str
+    at: str
+    enforce: bool
+    out: JsonObject
+    problems: list[Problem]
+    environ: Mapping[str, str]
+
+    @property
+    def loc(self) -> str:
+        """Where the entry's ``config`` is."""
+        return f"{self.at}.config"
+
+
 # -- plugins: -------------------------------------------------------------------------------------------
 
 
@@ -232,7 +282,15 @@ def translate_plugins(
             if len(problems) > before:
                 continue
             entry = {**entry, "config": config}
-        _translate_one(entry, alias, pid, at, out, problems, environ)
+        if pid == _JSONATA:
+            continue  # JSONata is built in (plugin_transform steps)
+        if pid not in _PLUGINS:
+            _problem(problems, at, _unsupported(pid, entry.get("class", "tool_gate")))
+            continue
+        known, translate = _PLUGINS[pid]
+        cfg = _config(entry, at, problems, pid, known)
+        if cfg is not None:
+            translate(cfg, _Entry(alias, pid, at, entry.get("enforce", True) is not False, out, problems, environ))
 
 
 _ENV = re.compile(r"\$\{\s*env\.([A-Za-z_][A-Za-z0-9_]*)\s*\}")
@@ -352,12 +410,6 @@ def translate_jwks(cfg: Mapping[str, Any], loc: str, out: JsonObject, problems: 
     _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
-def _section_list(out: JsonObject, key: str) -> list[Any]:
-    value = out.setdefault(key, [])
-    assert isinstance(value, list)
-    return value
-
-
 def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
     """mcpg's ``validate_plugins``, and its entry shape (``deny_unknown_fields``)."""
     ok = True
@@ -410,57 +462,6 @@ def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], see
     return ok
 
 
-def _translate_one(
-    entry: Mapping[str, object],
-    alias: str,
-    pid: str,
-    at: str,
-    out: JsonObject,
-    problems: list[Problem],
-    environ: Mapping[str, str],
-) -> None:
-    enforce = entry.get("enforce", True) is not False
-    if pid == "dev.mcpg.identity.oidc":
-        _oidc_plugin(entry, at, out, problems)
-    elif pid == "dev.mcpg.identity.mtls":
-        _mtls_plugin(entry, at, out, problems)
-    elif pid == "dev.mcpg.policy.cedar":
-        _cedar(entry, alias, at, enforce, out, problems)
-    elif pid == "dev.mcpg.rate-limit":
-        _rate_limit(entry, alias, at, enforce, out, problems)
-    elif pid == "dev.mcpg.ip-allowlist":
-        _ip_allowlist(entry, alias, at, enforce, out, problems)
-    elif pid in (CLIENT_CREDENTIALS, TOKEN_EXCHANGE, ID_JAG):
-        _issuer(entry, alias, pid, at, out, problems)
-    elif pid == PROMETHEUS:
-        _prometheus_plugin(entry, at, out, problems)
-    elif pid == OTLP:
-        cfg = _config(entry, at, problems, pid)
-        if cfg is not None:
-            _otlp(cfg, f"{at}.config", out, problems, enable=False)
-    elif pid == AUDIT_FILE:
-        cfg = _config(entry, at, problems, pid)
-        if cfg is not None:
-            _audit_file(cfg, f"{at}.config", out, problems)
-    elif pid == TWILIO:
-        _twilio_webhook(entry, at, problems)
-    elif pid == OPENAPI:
-        _openapi_plugin(entry, at, out, problems, environ)
-    elif pid in _BUILT_IN_BACKENDS:
-        cfg = _config(entry, at, problems, pid)
-        if cfg:
-            _problem(
-                problems,
-                f"{at}.config",
-                f"mcpipe's `{_BUILT_IN_BACKENDS[pid]}` steps are built in and take their settings from each binding; "
-                f"a plugin-level config of `{pid}` is not supported",
-            )
-    elif pid == _JSONATA:
-        pass  # JSONata is built in (plugin_transform steps)
-    else:
-        _problem(problems, at, _unsupported(pid, entry.get("class", "tool_gate")))
-
-
 _WHY_CLASS = {
     "tool_gate": "a tool gate guards every call, so the file is refused rather than served without it",
     "identity_provider": "it would decide who the callers are, so the file is refused rather than served without it",
@@ -474,9 +475,7 @@ _WHY_CLASS = {
 _OPENAPI_SOURCE_KEYS = frozenset({"name", "spec", "base_url", "auth", "expose", "filter", "tool_prefix"})
 
 
-def _openapi_plugin(
-    entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
-) -> None:
+def _openapi(cfg: dict[str, Any], e: _Entry) -> None:
     """mcpg's OpenAPI backend plugin (``config.sources[]``): each source an ``[openapi.NAME]`` section.
 
     A source serves the operations its bindings name (``backend: {kind: openapi, source, operation}``, made
@@ -484,16 +483,14 @@ def _openapi_plugin(
     (``allow``/``deny``, operationId globs) lets through, named ``tool_prefix`` + operationId. ``spec`` is a
     ``file://`` URI or ``{inline: {...}}``; each ``auth`` entry, keyed by the document's security scheme, is a
     ``${cred://...}`` reference (:func:`credential_ref`)."""
-    cfg = _config(entry, at, problems, OPENAPI, frozenset({"sources"}))
-    if cfg is None:
-        return
+    out, problems = e.out, e.problems
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
-        _problem(problems, f"{at}.config.sources", "the openapi plugin's `sources` is a non-empty list")
+        _problem(problems, f"{e.loc}.sources", "the openapi plugin's `sources` is a non-empty list")
         return
     sections = _section(out, "openapi")
     for i, src in enumerate(sources):
-        where = f"{at}.config.sources[{i}]"
+        where = f"{e.loc}.sources[{i}]"
         if not isinstance(src, Mapping) or not _fields(src, _OPENAPI_SOURCE_KEYS, where, problems, OPENAPI):
             continue
         name = _str(src.get("name"), f"{where}.name", problems, required=True, what="a source's name")
@@ -511,13 +508,10 @@ def _openapi_plugin(
         else:
             _problem(problems, f"{where}.spec", "a source's `spec` is a file:// URI or `{inline: {...}}`")
             continue
-        if src.get("base_url") is not None:
-            base = _str(src.get("base_url"), f"{where}.base_url", problems)
-            if base is not None:
-                section["base_url"] = base
+        _copy(src, where, problems, section, [("base_url", "base_url", _str)])
         auth: dict[str, Any] = {}
         for scheme, ref in (src.get("auth") or {}).items():
-            credential = credential_ref(str(ref), f"{where}.auth.{scheme}", out, problems, environ)
+            credential = credential_ref(str(ref), f"{where}.auth.{scheme}", out, problems, e.environ)
             if credential is not None:
                 auth[str(scheme)] = {"credential": credential}
         if auth:
@@ -545,6 +539,7 @@ def _unsupported(pid: str, cls: object) -> str:
 
 # -- identity ---------------------------------------------------------------------------------------------
 
+_OIDC = "dev.mcpg.identity.oidc"
 _OIDC_KEYS = frozenset({"token_source", "providers"})
 _PROVIDER_KEYS = frozenset(
     {
@@ -567,18 +562,10 @@ _CLAIM_KEYS = frozenset(
 )
 
 
-def _oidc_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
-    pid = "dev.mcpg.identity.oidc"
-    cfg = _config(entry, at, problems, pid)
-    if cfg is None:
-        return
-    translate_oidc(cfg, f"{at}.config", out, problems)
-
-
 def translate_oidc(cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
     """mcpg's OIDC/OAuth identity config (the ``dev.mcpg.identity.oidc`` plugin's, and
     ``governance.access.oidc_oauth``'s: one schema) as ``[[auth.oidc]]`` issuers."""
-    pid = "dev.mcpg.identity.oidc"
+    pid = _OIDC
     if not _fields(cfg, _OIDC_KEYS, loc, problems, pid):
         return
     header, prefix = "authorization", "Bearer "
@@ -623,23 +610,22 @@ def translate_oidc(cfg: Mapping[str, object], loc: str, out: JsonObject, problem
             _section_list(_section(out, "auth"), "oidc").append(provider)
 
 
+def _true(value: object, loc: str, problems: list[Problem]) -> bool | None:
+    """A flag :func:`_copy` sets only when it is ``true``."""
+    return True if value is True else None
+
+
 def _oidc_provider(p: Mapping[str, object], at: str, problems: list[Problem]) -> dict[str, Any] | None:
-    pid = "dev.mcpg.identity.oidc"
-    if not _fields(p, _PROVIDER_KEYS, at, problems, pid):
+    if not _fields(p, _PROVIDER_KEYS, at, problems, _OIDC):
         return None
     issuer = _str(p.get("issuer"), f"{at}.issuer", problems, required=True, what="issuer")
     if issuer is None:
         return None
     out: dict[str, Any] = {"issuer": issuer, "audiences": _strings(p.get("audiences"), f"{at}.audiences", problems)}
-    if p.get("allow_any_audience") is True:
-        out["any_audience"] = True
+    _copy(p, at, problems, out, [("allow_any_audience", "any_audience", _true)])
     if p.get("discovery_uri") is not None:
         out["discovery_url"] = _str(p.get("discovery_uri"), f"{at}.discovery_uri", problems)
-    if p.get("allow_private_issuer") is True:
-        out["allow_private"] = True
-    skew = _int(p.get("clock_skew_secs"), f"{at}.clock_skew_secs", problems, 0)
-    if skew is not None:
-        out["clock_skew_s"] = skew
+    _copy(p, at, problems, out, _PROVIDER_FIELDS)
     hosts = _strings(p.get("allowed_issuer_hosts"), f"{at}.allowed_issuer_hosts", problems)
     if hosts:
         _problem(
@@ -668,55 +654,53 @@ def _oidc_provider(p: Mapping[str, object], at: str, problems: list[Problem]) ->
             f"`{kind}` is not a verification kind (oidc_jwks, oauth_introspection, hybrid)",
         )
         return None
-    if not _fields(verification, _JWKS_KEYS, f"{at}.verification", problems, "dev.mcpg.identity.oidc"):
+    if not _fields(verification, _JWKS_KEYS, f"{at}.verification", problems, _OIDC):
         return None
-    v = verification
-    if v.get("allowed_algs") is not None:
-        out["algorithms"] = _strings(v.get("allowed_algs"), f"{at}.verification.allowed_algs", problems)
-    if v.get("allow_hmac") is True:
-        out["allow_hmac"] = True
-    for key, target in (("refresh_interval_secs", "refresh_s"), ("max_staleness_secs", "max_staleness_s")):
-        value = _int(v.get(key), f"{at}.verification.{key}", problems, 0)
-        if value is not None:
-            out[target] = value
-    timeout = _int(v.get("timeout_ms"), f"{at}.verification.timeout_ms", problems, 1, 60_000)
-    if timeout is not None:
-        out["timeout_ms"] = timeout
+    _copy(verification, f"{at}.verification", problems, out, _VERIFICATION_FIELDS)
     claims = p.get("claim_mappings")
     if claims is not None:
-        if not isinstance(claims, Mapping) or not _fields(
-            claims, _CLAIM_KEYS, f"{at}.claim_mappings", problems, "dev.mcpg.identity.oidc"
-        ):
+        where = f"{at}.claim_mappings"
+        if not isinstance(claims, Mapping) or not _fields(claims, _CLAIM_KEYS, where, problems, _OIDC):
             return None
         if claims.get("subject_claim") is not None:
-            out["subject_claim"] = _str(claims.get("subject_claim"), f"{at}.claim_mappings.subject_claim", problems)
-        for key, target in (
-            ("group_claim_paths", "group_claims"),
-            ("role_claim_paths", "role_claims"),
-            ("scope_claim_paths", "scope_claims"),
-        ):
-            if claims.get(key) is not None:
-                out[target] = _strings(claims.get(key), f"{at}.claim_mappings.{key}", problems)
+            out["subject_claim"] = _str(claims.get("subject_claim"), f"{where}.subject_claim", problems)
+        _copy(claims, where, problems, out, _CLAIM_FIELDS)
         attrs = claims.get("attribute_claim_mappings")
         if attrs is not None:
             if not isinstance(attrs, Mapping) or not all(isinstance(v, str) for v in attrs.values()):
-                _problem(
-                    problems, f"{at}.claim_mappings.attribute_claim_mappings", "must map claim paths to attribute names"
-                )
+                _problem(problems, f"{where}.attribute_claim_mappings", "must map claim paths to attribute names")
             else:
                 out["attributes"] = dict(attrs)
     return out
 
 
+_PROVIDER_FIELDS = [("allow_private_issuer", "allow_private", _true), ("clock_skew_secs", "clock_skew_s", _ints(0))]
+_VERIFICATION_FIELDS = [
+    ("allowed_algs", "algorithms", _strings),
+    ("allow_hmac", "allow_hmac", _true),
+    ("refresh_interval_secs", "refresh_s", _ints(0)),
+    ("max_staleness_secs", "max_staleness_s", _ints(0)),
+    ("timeout_ms", "timeout_ms", _ints(1, 60_000)),
+]
+_CLAIM_FIELDS = [
+    ("group_claim_paths", "group_claims", _strings),
+    ("role_claim_paths", "role_claims", _strings),
+    ("scope_claim_paths", "scope_claims", _strings),
+]
+
+
 _MTLS_KEYS = frozenset({"sources", "extraction", "identities", "resolution"})
 
 
-def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems: list[Problem]) -> None:
-    pid = "dev.mcpg.identity.mtls"
-    cfg = _config(entry, at, problems, pid, _MTLS_KEYS)
-    if cfg is None:
-        return
-    loc = f"{at}.config"
+_MTLS_SOURCES = {
+    "xfcc": frozenset({"kind", "header", "chain_position"}),
+    "dn_string": frozenset({"kind", "header"}),
+    "custom_header": frozenset({"kind", "header", "extraction_hint"}),
+}
+
+
+def _mtls(cfg: dict[str, Any], e: _Entry) -> None:
+    pid, loc, problems = e.pid, e.loc, e.problems
     sources = cfg.get("sources")
     if not isinstance(sources, list) or not sources:
         _problem(problems, f"{loc}.sources", "identity.mtls: `sources` must be non-empty")
@@ -728,12 +712,7 @@ def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems
             _problem(problems, where, "a source is an object with a `kind`")
             return
         kind = s.get("kind")
-        known = {
-            "xfcc": {"kind", "header", "chain_position"},
-            "dn_string": {"kind", "header"},
-            "custom_header": {"kind", "header", "extraction_hint"},
-        }
-        if kind not in known:
+        if kind not in _MTLS_SOURCES:
             if kind == "direct_mtls":
                 why = (
                     "a client certificate mcpipe terminates itself: its HTTP server (hypercorn) does not tell the "
@@ -744,7 +723,7 @@ def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems
             else:
                 _problem(problems, f"{where}.kind", f"`{kind}` is not a source kind (xfcc, dn_string, custom_header)")
             return
-        if not _fields(s, frozenset(known[kind]), where, problems, pid):
+        if not _fields(s, _MTLS_SOURCES[kind], where, problems, pid):
             return
         header = _str(s.get("header"), f"{where}.header", problems, required=True, what="header")
         if header is None:
@@ -792,9 +771,9 @@ def _mtls_plugin(entry: Mapping[str, object], at: str, out: JsonObject, problems
         mtls["identities"][str(subject)] = {
             k: meta[k] for k in ("roles", "groups", "scopes", "attributes") if k in meta
         }
-    auth = _section(out, "auth")
+    auth = _section(e.out, "auth")
     if "mtls" in auth:
-        _problem(problems, at, "a second `dev.mcpg.identity.mtls` entry: mcpipe reads client certificates one way")
+        _problem(problems, e.at, "a second `dev.mcpg.identity.mtls` entry: mcpipe reads client certificates one way")
         return
     auth["mtls"] = mtls
 
@@ -812,14 +791,8 @@ def _gate(out: JsonObject, gate: Mapping[str, object]) -> None:
     _section_list(access, "gates").append(gate)
 
 
-def _cedar(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
-) -> None:
-    pid = "dev.mcpg.policy.cedar"
-    cfg = _config(entry, at, problems, pid, _CEDAR_KEYS)
-    if cfg is None:
-        return
-    loc = f"{at}.config"
+def _cedar(cfg: dict[str, Any], e: _Entry) -> None:
+    pid, loc, problems = e.pid, e.loc, e.problems
     policy_dir = cfg.get("policy_dir")
     if not isinstance(policy_dir, str) or not policy_dir.strip():
         _problem(
@@ -842,9 +815,9 @@ def _cedar(
     # mcpg's Cedar principal is `context.identity.subject_id`, the bare subject, whatever its source.
     gate: dict[str, Any] = {
         "kind": "cedar",
-        "name": alias,
+        "name": e.alias,
         "policy_dir": policy_dir,
-        "enforce": enforce,
+        "enforce": e.enforce,
         "principal_id": "subject",
     }
     for key in ("principal_type", "action_namespace"):
@@ -903,7 +876,7 @@ def _cedar(
             gate[key] = cfg[key]
     if cfg.get("include_input_as_context") is True:
         gate["arguments_as_context"] = True
-    _gate(out, gate)
+    _gate(e.out, gate)
 
 
 _RATE_KEYS = frozenset({"default_limit", "default_window_ms", "default_burst", "cleanup_interval_ms", "rules"})
@@ -911,25 +884,10 @@ _RULE_KEYS = frozenset({"tools", "scope", "limit", "window_ms", "burst"})
 _SCOPES = ("per_principal", "per_tool", "per_principal_tool", "per_session", "global")
 
 
-def _rate_limit(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
-) -> None:
-    pid = "dev.mcpg.rate-limit"
-    cfg = _config(entry, at, problems, pid, _RATE_KEYS)
-    if cfg is None:
-        return
-    loc = f"{at}.config"
-    gate: dict[str, Any] = {"kind": "rate_limit", "name": alias, "enforce": enforce}
-    bad = False
-    for key in ("default_limit", "default_window_ms", "default_burst"):
-        value = _int(cfg.get(key), f"{loc}.{key}", problems, 1)
-        bad |= cfg.get(key) is not None and value is None
-        if value is not None:
-            gate[key] = value
-    cleanup = _int(cfg.get("cleanup_interval_ms"), f"{loc}.cleanup_interval_ms", problems, 0)
-    bad |= cfg.get("cleanup_interval_ms") is not None and cleanup is None
-    if cleanup is not None:
-        gate["cleanup_interval_ms"] = cleanup
+def _rate_limit(cfg: dict[str, Any], e: _Entry) -> None:
+    loc, problems = e.loc, e.problems
+    gate: dict[str, Any] = {"kind": "rate_limit", "name": e.alias, "enforce": e.enforce}
+    bad = not _copy(cfg, loc, problems, gate, _RATE_FIELDS)
     rules = cfg.get("rules") or []
     if not isinstance(rules, list):
         _problem(problems, f"{loc}.rules", "must be a list of rules")
@@ -937,7 +895,7 @@ def _rate_limit(
     gate["rules"] = []
     for j, r in enumerate(rules):
         where = f"{loc}.rules[{j}]"
-        if not isinstance(r, Mapping) or not _fields(r, _RULE_KEYS, where, problems, pid):
+        if not isinstance(r, Mapping) or not _fields(r, _RULE_KEYS, where, problems, e.pid):
             bad = True
             continue
         tools = _strings(r.get("tools"), f"{where}.tools", problems)
@@ -956,24 +914,20 @@ def _rate_limit(
             bad = True
             continue
         rule["scope"] = scope
-        for key in ("window_ms", "burst"):
-            value = _int(r.get(key), f"{where}.{key}", problems, 1)
-            bad |= r.get(key) is not None and value is None
-            if value is not None:
-                rule[key] = value
+        bad |= not _copy(r, where, problems, rule, [("window_ms", "window_ms", _ints(1)), ("burst", "burst", _ints(1))])
         gate["rules"].append(rule)
     if not bad:
-        _gate(out, gate)
+        _gate(e.out, gate)
 
 
-def _ip_allowlist(
-    entry: Mapping[str, object], alias: str, at: str, enforce: bool, out: JsonObject, problems: list[Problem]
-) -> None:
-    pid = "dev.mcpg.ip-allowlist"
-    cfg = _config(entry, at, problems, pid, frozenset({"allow", "ip_header", "tools"}))
-    if cfg is None:
-        return
-    loc = f"{at}.config"
+_RATE_FIELDS = [
+    *((key, key, _ints(1)) for key in ("default_limit", "default_window_ms", "default_burst")),
+    ("cleanup_interval_ms", "cleanup_interval_ms", _ints(0)),
+]
+
+
+def _ip_allowlist(cfg: dict[str, Any], e: _Entry) -> None:
+    loc, problems = e.loc, e.problems
     allow = cfg.get("allow")
     if not isinstance(allow, list) or not allow:
         _problem(
@@ -985,59 +939,36 @@ def _ip_allowlist(
     _str(cfg.get("ip_header"), f"{loc}.ip_header", problems)  # checked, not used: see below
     gate: dict[str, Any] = {
         "kind": "ip_allowlist",
-        "name": alias,
-        "enforce": enforce,
+        "name": e.alias,
+        "enforce": e.enforce,
         "allow": _strings(allow, f"{loc}.allow", problems),
         # mcpg's plugin reads `ip_header` from a `_request_headers` map its gateway never fills (v0.1.0-beta.16),
         # so no header a client sends reaches it. mcpipe judges the TCP peer, which a client cannot forge: a
         # header is believed only from an mcpipe `ip_allowlist` gate naming `trusted_proxies`.
         "tools": _strings(cfg.get("tools"), f"{loc}.tools", problems),
     }
-    _gate(out, gate)
+    _gate(e.out, gate)
 
 
 # -- credentials ------------------------------------------------------------------------------------------
 
-_CC_KEYS = frozenset(
-    {"token_url", "client_id", "client_secret", "scopes", "grant_type", "refresh_buffer_ms", "timeout_ms"}
-)
-_TE_KEYS = frozenset(
-    {
-        "token_url",
-        "client_id",
-        "client_secret",
-        "scopes",
-        "subject_token_type",
-        "requested_token_type",
-        "audience",
-        "resource",
-        "timeout_ms",
-    }
-)
-_JAG_KEYS = frozenset(
-    {
-        "idp_token_url",
-        "client_id",
-        "client_secret",
-        "audience",
-        "resource",
-        "scopes",
-        "subject_token_type",
-        "redeem_token_url",
-        "redeem_client_id",
-        "redeem_client_secret",
-        "timeout_ms",
-    }
-)
+_OAUTH_KEYS = frozenset({"client_id", "client_secret", "scopes", "timeout_ms"})
+"""The fields every credential issuer's provider has."""
+_CC_KEYS = _OAUTH_KEYS | {"token_url", "grant_type", "refresh_buffer_ms"}
+_TE_KEYS = _OAUTH_KEYS | {"token_url", "subject_token_type", "requested_token_type", "audience", "resource"}
+_JAG_KEYS = _OAUTH_KEYS | {
+    "idp_token_url",
+    "audience",
+    "resource",
+    "subject_token_type",
+    "redeem_token_url",
+    "redeem_client_id",
+    "redeem_client_secret",
+}
 
 
-def _issuer(
-    entry: Mapping[str, object], alias: str, pid: str, at: str, out: JsonObject, problems: list[Problem]
-) -> None:
-    cfg = _config(entry, at, problems, pid, frozenset({"providers", "target_template"}))
-    if cfg is None:
-        return
-    loc = f"{at}.config"
+def _issuer(cfg: dict[str, Any], e: _Entry) -> None:
+    pid, loc, problems = e.pid, e.loc, e.problems
     if cfg.get("target_template") is not None:
         _problem(
             problems,
@@ -1051,7 +982,7 @@ def _issuer(
             problems, f"{loc}.providers", f"`{pid}`: providers must be non-empty; mcpg refuses the plugin without them"
         )
         return
-    creds = _section(out, "credentials")
+    creds = _section(e.out, "credentials")
     for name, p in providers.items():
         where = f"{loc}.providers.{name}"
         if not isinstance(p, Mapping):
@@ -1059,41 +990,42 @@ def _issuer(
             continue
         made = _provider(pid, p, where, problems)
         if made is not None:
-            creds[f"{alias}/{name}"] = made
+            creds[f"{e.alias}/{name}"] = made
+
+
+_ISSUERS = {
+    CLIENT_CREDENTIALS: ("client_credentials", _CC_KEYS, ("token_url", "client_id")),
+    TOKEN_EXCHANGE: ("token_exchange", _TE_KEYS, ("token_url", "client_id")),
+    ID_JAG: ("id_jag", _JAG_KEYS, ("idp_token_url", "client_id", "audience", "redeem_token_url")),
+}
+"""Each credential issuer plugin: the ``kind`` of its credentials, its provider's fields, those required."""
+_ISSUER_TEXTS = (
+    "client_secret",
+    "audience",
+    "resource",
+    "subject_token_type",
+    "requested_token_type",
+    "redeem_client_id",
+    "redeem_client_secret",
+)
 
 
 def _provider(pid: str, p: Mapping[str, object], at: str, problems: list[Problem]) -> dict[str, Any] | None:
-    keys = {CLIENT_CREDENTIALS: _CC_KEYS, TOKEN_EXCHANGE: _TE_KEYS, ID_JAG: _JAG_KEYS}[pid]
-    if not _fields(p, keys, at, problems, pid):
-        return None
+    kind, keys, required = _ISSUERS[pid]
     # The tokens are requested from the operator's own URLs: private and loopback addresses are allowed, as mcpg
     # (whose issuers guard none) reaches them.
     out: dict[str, Any] = {"allow_private": True}
-    timeout = _int(p.get("timeout_ms"), f"{at}.timeout_ms", problems, 100, 60_000)
-    if p.get("timeout_ms") is not None and timeout is None:
+    if not _fields(p, keys, at, problems, pid) or not _copy(p, at, problems, out, _TIMEOUT_FIELD):
         return None
-    if timeout is not None:
-        out["timeout_ms"] = timeout
     scopes = _strings(p.get("scopes"), f"{at}.scopes", problems)
     if scopes:
         out["scopes"] = scopes
-    required = (
-        ("token_url", "client_id") if pid != ID_JAG else ("idp_token_url", "client_id", "audience", "redeem_token_url")
-    )
     for key in required:
         value = _str(p.get(key), f"{at}.{key}", problems, required=True, what=key)
         if value is None:
             return None
         out[key] = value
-    for key in (
-        "client_secret",
-        "audience",
-        "resource",
-        "subject_token_type",
-        "requested_token_type",
-        "redeem_client_id",
-        "redeem_client_secret",
-    ):
+    for key in _ISSUER_TEXTS:
         if key in keys and key not in out and p.get(key) is not None:
             value = _str(p.get(key), f"{at}.{key}", problems)
             if value is None:
@@ -1107,22 +1039,16 @@ def _provider(pid: str, p: Mapping[str, object], at: str, problems: list[Problem
         if grant != "client_credentials":
             _problem(problems, f"{at}.grant_type", f"grant_type `{grant}` is not supported (only `client_credentials`)")
             return None
-        buffer = _int(p.get("refresh_buffer_ms"), f"{at}.refresh_buffer_ms", problems, 0, 600_000)
-        if p.get("refresh_buffer_ms") is not None and buffer is None:
+        if not _copy(p, at, problems, out, [("refresh_buffer_ms", "refresh_buffer_ms", _ints(0, 600_000))]):
             return None
-        if buffer is not None:
-            out["refresh_buffer_ms"] = buffer
-        out["kind"] = "client_credentials"
-    elif pid == TOKEN_EXCHANGE:
-        out["kind"] = "token_exchange"
-    else:
-        if out.get("redeem_client_secret") and not out.get("redeem_client_id"):
-            _problem(
-                problems, f"{at}.redeem_client_secret", "oauth-id-jag: redeem_client_secret requires redeem_client_id"
-            )
-            return None
-        out["kind"] = "id_jag"
+    elif pid == ID_JAG and out.get("redeem_client_secret") and not out.get("redeem_client_id"):
+        _problem(problems, f"{at}.redeem_client_secret", "oauth-id-jag: redeem_client_secret requires redeem_client_id")
+        return None
+    out["kind"] = kind
     return out
+
+
+_TIMEOUT_FIELD = [("timeout_ms", "timeout_ms", _ints(100, 60_000))]
 
 
 _CRED = re.compile(r"\$\{\s*(cred://[^}\s]+)\s*\}")
@@ -1325,14 +1251,6 @@ def _prometheus_labels(cfg: Mapping[str, object], loc: str, problems: list[Probl
         _problem(problems, f"{loc}.global_labels", "labels added to every series are not supported by mcpipe")
 
 
-def _prometheus_plugin(
-    entry: Mapping[str, object], at: str, out: Mapping[str, object], problems: list[Problem]
-) -> None:
-    cfg = _config(entry, at, problems, PROMETHEUS, frozenset({"namespace", "global_labels"}))
-    if cfg is not None:
-        _prometheus_labels(cfg, f"{at}.config", problems)
-
-
 _OTLP_KEYS = frozenset({"url", "service_name", "service_version", "resource_attributes", "batch_export_timeout_ms"})
 
 
@@ -1395,15 +1313,12 @@ _TWILIO_WEBHOOK_KEYS = frozenset(
 )
 
 
-def _twilio_webhook(entry: Mapping[str, object], at: str, problems: list[Problem]) -> None:
+def _twilio_webhook(cfg: dict[str, Any], e: _Entry) -> None:
     """The twilio plugin entry's config is its inbound-webhook (``http_route``) entity's, which mcpg builds
     whenever the plugin loads: checked as mcpg checks it, then refused (mcpipe does not serve those routes)."""
     from mcpipe.kinds.twilio import TwimlError, render_twiml
 
-    cfg = _config(entry, at, problems, TWILIO)
-    if cfg is None:
-        return
-    loc = f"{at}.config"
+    at, loc, problems = e.at, e.loc, e.problems
     before = len(problems)
     if not cfg:
         _problem(
@@ -1445,6 +1360,34 @@ def _twilio_webhook(entry: Mapping[str, object], at: str, problems: list[Problem
             "the inbound webhooks of `dev.mcpg.backend.twilio` (its http_route entity: signed SMS/voice callbacks "
             "answered with TwiML) are not served by mcpipe; its `twilio` bindings are",
         )
+
+
+def _built_in(cfg: dict[str, Any], e: _Entry) -> None:
+    if cfg:
+        _problem(
+            e.problems,
+            e.loc,
+            f"mcpipe's `{_BUILT_IN_BACKENDS[e.pid]}` steps are built in and take their settings from each binding; "
+            f"a plugin-level config of `{e.pid}` is not supported",
+        )
+
+
+_PLUGINS: dict[str, tuple[frozenset[str] | None, Callable[[dict[str, Any], _Entry], None]]] = {
+    _OIDC: (None, lambda cfg, e: translate_oidc(cfg, e.loc, e.out, e.problems)),
+    "dev.mcpg.identity.mtls": (_MTLS_KEYS, _mtls),
+    "dev.mcpg.policy.cedar": (_CEDAR_KEYS, _cedar),
+    "dev.mcpg.rate-limit": (_RATE_KEYS, _rate_limit),
+    "dev.mcpg.ip-allowlist": (frozenset({"allow", "ip_header", "tools"}), _ip_allowlist),
+    **dict.fromkeys(_ISSUERS, (frozenset({"providers", "target_template"}), _issuer)),
+    PROMETHEUS: (frozenset({"namespace", "global_labels"}), lambda cfg, e: _prometheus_labels(cfg, e.loc, e.problems)),
+    OTLP: (None, lambda cfg, e: _otlp(cfg, e.loc, e.out, e.problems, enable=False)),
+    AUDIT_FILE: (None, lambda cfg, e: _audit_file(cfg, e.loc, e.out, e.problems)),
+    TWILIO: (None, _twilio_webhook),
+    OPENAPI: (frozenset({"sources"}), _openapi),
+    **dict.fromkeys(_BUILT_IN_BACKENDS, (None, _built_in)),
+}
+"""The plugins mcpipe honours, by id: the fields their config may have (None: their translation checks), and
+their translation (given the config read as an object: :func:`_config`)."""
 
 
 _TWILIO_SECRETS = ("api_key_secret", "auth_token")
