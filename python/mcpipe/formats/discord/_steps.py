@@ -365,13 +365,6 @@ class _Args:
             return None
         if not matches:
             return {"$literal": text} if _OPENERS.search(text) else text
-        if len(matches) == 1 and (matches[0].start, matches[0].end) == (0, len(text)):
-            ref = binder.bind(matches[0].inner, at, loc)
-            if isinstance(ref, str):
-                self.problems.append(f"{loc}: {ref}")
-                return None
-            self.refs.append(ref)
-            return {"$ref": ref.path}
         parts: list[str | _Ref] = []
         last = 0
         for m in matches:
@@ -379,11 +372,12 @@ class _Args:
             if isinstance(ref, str):
                 self.problems.append(f"{loc}: {ref}")
                 continue
-            parts.append(text[last : m.start])
-            parts.append(ref)
+            parts += [text[last : m.start], ref]
             self.refs.append(ref)
             last = m.end
         parts.append(text[last:])
+        if len(parts) == 3 and parts[0] == parts[2] == "" and isinstance(parts[1], _Ref):
+            return {"$ref": parts[1].path}  # the whole string: the value keeps its type
         return _text(parts)
 
 
@@ -411,17 +405,15 @@ def js_truthy(value: object) -> bool:
     return True
 
 
+@dataclass(frozen=True, slots=True)
 class _Condition:
     """A step's ``if``: true when its path resolves to a truthy value (``evalCondition``). A variable the
     path reads is missing when its step failed or was skipped (discord saves only successes), and a missing
     value is falsy: the step is skipped, not failed."""
 
-    __slots__ = ("ref", "source", "template")
-
-    def __init__(self, ref: _Ref, source: str, template: Template) -> None:
-        self.ref = ref
-        self.source = source  # what a dry run's plan shows
-        self.template = template
+    ref: _Ref
+    source: str  # what a dry run's plan shows
+    template: Template
 
     def evaluate(self, env: Mapping[str, object]) -> bool:
         if not _succeeded(env, self.ref.path):

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx2
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.formats.piraeus._read import MISSING, Reader, coerce, join
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "AUTH_METHODS",
@@ -65,26 +68,6 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}|\{([A-Za-z_][
 _REF = re.compile(r"\$\{([^{}.]+)(?:\.([^{}]*))?\}")
 _STEP_OUTPUT = re.compile(r"step_(\d+)_output")
 
-_TOOL_KEYS = (
-    "name",
-    "description",
-    "version",
-    "enabled",
-    "api",
-    "input_schema",
-    "output_schema",
-    "mapping",
-    "tags",
-    "metadata",
-)
-_API_KEYS = ("base_url", "path", "method", "headers", "params", "auth", "timeout")
-_AUTH_KEYS = ("method", "key_name", "secret_ref")
-_MAPPING_KEYS = ("input_to_params", "input_to_body", "response_to_output", "response_path")
-_BELONGS = {
-    **{k: "api" for k in _API_KEYS},
-    **{k: "mapping" for k in _MAPPING_KEYS},
-}
-"""A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
 _ROW_KEYS = ("id", "numeric_id", "project_id", "created_at", "updated_at")
 _TOOL_ROW_KEYS = (
     *_ROW_KEYS,
@@ -98,9 +81,7 @@ _TOOL_ROW_KEYS = (
     "body_config",
 )
 _PROMPT_KEYS = (*_ROW_KEYS, "name", "description", "prompt_template", "content", "variables")
-_VARIABLE_KEYS = ("name", "type", "required", "default", "description")
 _FLOW_KEYS = (*_ROW_KEYS, "name", "description", "steps", "steps_array")
-_STEP_KEYS = ("step", "type", "name", "inputs", "description")
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +234,24 @@ class Flow:
     at: str = ""
 
 
+def _keys(model: type[DataclassInstance]) -> tuple[str, ...]:
+    """The keys of a model's JSON: its fields, but where it was read (``at``)."""
+    return tuple(f.name for f in fields(model) if f.name != "at")
+
+
+_TOOL_KEYS = _keys(ToolConfig)
+_API_KEYS = _keys(Api)
+_AUTH_KEYS = _keys(Auth)
+_MAPPING_KEYS = _keys(FieldMapping)
+_VARIABLE_KEYS = _keys(Variable)
+_STEP_KEYS = _keys(FlowStep)
+_BELONGS = {
+    **{k: "api" for k in _API_KEYS},
+    **{k: "mapping" for k in _MAPPING_KEYS},
+}
+"""A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
+
+
 def as_ref(value: str) -> Ref | None:
     m = _REF.fullmatch(value)
     return Ref(m.group(1), m.group(2), value) if m else None
@@ -346,9 +345,7 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
     if isinstance(base_url, str):
         _check_url(r, base_url, join(path, "base_url"))
     api_path = r.text(o, "path", path, required=False, default="")
-    method = r.text(o, "method", path, required=False, default="GET")
-    if isinstance(method, str) and method not in HTTP_METHODS:
-        r.problem(join(path, "method"), f"expected one of {', '.join(HTTP_METHODS)}, got {method!r}")
+    method = r.get(o, "method", path, "string", "GET", HTTP_METHODS)
     headers = r.str_map(o, "headers", path)
     params = r.str_map(o, "params", path)
     auth = _auth(r, o.get("auth", MISSING), join(path, "auth"))
@@ -519,9 +516,7 @@ def _variable(r: Reader, raw: object, path: str) -> Variable | None:
         return None
     before = len(r.problems)
     name = r.text(o, "name", path)
-    kind = r.text(o, "type", path)
-    if isinstance(kind, str) and kind not in VARIABLE_TYPES:
-        r.problem(join(path, "type"), f"expected one of {', '.join(VARIABLE_TYPES)}, got {kind!r}")
+    kind = r.get(o, "type", path, "string", choices=VARIABLE_TYPES)
     required = r.get(o, "required", path, "boolean", True)
     default = o.get("default")
     description = r.text(o, "description", path, required=False)
@@ -610,9 +605,7 @@ def _step(r: Reader, raw: object, path: str) -> FlowStep | None:
     number = r.get(o, "step", path, "integer")
     if isinstance(number, int) and number < 1:
         r.problem(join(path, "step"), f"must be 1 or more, got {number}")
-    kind = r.text(o, "type", path)
-    if isinstance(kind, str) and kind not in STEP_TYPES:
-        r.problem(join(path, "type"), f"expected one of {', '.join(STEP_TYPES)}, got {kind!r}")
+    kind = r.get(o, "type", path, "string", choices=STEP_TYPES)
     name = r.text(o, "name", path)
     inputs = r.get(o, "inputs", path, "object", {})
     description = r.text(o, "description", path, required=False)

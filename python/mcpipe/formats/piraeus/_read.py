@@ -9,7 +9,7 @@ misspelt key is not silently dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -113,9 +113,17 @@ class Reader:
                 self.problem(join(path, str(k)), f"unknown key `{k}`{hint}")
         return value
 
-    def get(self, o: Mapping[str, object], key: str, path: str, kind: str, default: object = MISSING) -> Any:
-        """The value of ``key`` converted to ``kind`` (see :func:`coerce`); a missing required key or a value
-        that does not convert is a problem (then ``default``, or None)."""
+    def get(
+        self,
+        o: Mapping[str, object],
+        key: str,
+        path: str,
+        kind: str,
+        default: object = MISSING,
+        choices: Sequence[str] = (),
+    ) -> Any:
+        """The value of ``key`` converted to ``kind`` (see :func:`coerce`), one of ``choices`` when given; a
+        missing required key or a value that does not convert is a problem (then ``default``, or None)."""
         value = o.get(key, MISSING)
         if value is MISSING or (value is None and default is not MISSING and default is None):
             if default is MISSING:
@@ -123,6 +131,8 @@ class Reader:
                 return None
             return default
         converted, why = coerce(value, kind)
+        if why is None and choices and converted not in choices:
+            why = f"expected one of {', '.join(choices)}, got {converted!r}"
         if why is not None:
             self.problem(join(path, key), why)
             return None if default is MISSING else default
