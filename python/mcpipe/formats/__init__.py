@@ -199,19 +199,12 @@ class Context:
         from mcpipe.models import Models, load_models
 
         presets, problems = load_models(self.config.models or {})
-        return (presets, Models(presets)), problems
-
-    @property
-    def presets(self) -> dict[str, Any]:
-        """The config's model presets by name, decoded (what ``Config.models`` holds)."""
-        presets: dict[str, Any] = self._once("models", self._models)[0]
-        return presets
+        return Models(presets), problems
 
     @property
     def models(self) -> Models:
-        """The config's model presets (``[models.NAME]``)."""
-        models: Models = self._once("models", self._models)[1]
-        return models
+        """The config's model presets (``[models.NAME]``; ``presets``: what ``Config.models`` holds, decoded)."""
+        return self._once("models", self._models)
 
     def _workflow(self) -> tuple[Any, list[Problem]]:
         from mcpipe.workflow import load_workflow
@@ -224,8 +217,7 @@ class Context:
         """The config's ``workflow`` section, checked (None: absent, or it has problems)."""
         if self.config.workflow is None:
             return None
-        workflow: WorkflowConfig | None = self._once("workflow", self._workflow)
-        return workflow
+        return self._once("workflow", self._workflow)
 
     @property
     def limits(self) -> Limits:
@@ -326,8 +318,7 @@ FORMATS: dict[str, Registered] = {
 
 def format_named(name: str) -> Format:
     """The format registered as ``name`` (a :data:`FORMATS` key: ``Config.translated_from``, ``[audit] format``)."""
-    fmt: Format = importlib.import_module(FORMATS[name].module).FORMAT
-    return fmt
+    return importlib.import_module(FORMATS[name].module).FORMAT
 
 
 def _set(value: object, path: list[str]) -> bool:
@@ -397,7 +388,7 @@ def decoded_sections(ctx: Context) -> dict[str, Any]:
     name (for ``msgspec.structs.replace`` of the config), after :func:`format_problems` read them."""
     out: dict[str, Any] = {}
     if ctx.config.models:
-        out["models"] = ctx.presets
+        out["models"] = ctx.models.presets
     if ctx.config.workflow is not None:
         out["workflow"] = ctx.workflow
     for fmt in turned_on(ctx.config):

@@ -89,7 +89,15 @@ def _placeholders(text: str, most: int | None = None) -> list[_Placeholder]:
     return found
 
 
-_STEP_KEYS = ("id", "tool", "args", "save_as", "if", "continue_on_error")
+_STEP_FIELDS: dict[str, tuple[str, type, bool]] = {
+    "id": ("string", str, False),
+    "tool": ("string", str, True),
+    "args": ("record", Mapping, True),
+    "save_as": ("string", str, False),
+    "if": ("string", str, False),
+    "continue_on_error": ("boolean", bool, False),
+}
+"""A step's keys in the order zod checks them: the type each holds (as zod names it), whether it is required."""
 _BACKSLASH_VAR = "bs"  # a pipeline var holding one backslash: see _text
 
 
@@ -203,20 +211,6 @@ def _unrecognized(path: str, keys: list[str]) -> Issue:
     return Issue(path, f"Unrecognized key{'s' if len(keys) > 1 else ''}: {shown}", "unrecognized_keys")
 
 
-def _string(value: object, path: str, issues: list[Issue], *, required: bool) -> str | None:
-    if value is _MISSING:
-        if required:
-            issues.append(_type_issue(path, "string", "undefined"))
-        return None
-    if not isinstance(value, str):
-        issues.append(_type_issue(path, "string", json_type(value)))
-        return None
-    if not value:
-        issues.append(Issue(path, "Too small: expected string to have >=1 characters", "too_small"))
-        return None
-    return value
-
-
 _MISSING: Any = object()
 
 
@@ -225,33 +219,30 @@ def _parse_step(item: object, path: str, index: int, issues: list[Issue]) -> Dis
         issues.append(_type_issue(path, "object", json_type(item)))
         return None
     before = len(issues)
-    extra = [k for k in item if k not in _STEP_KEYS]
+    extra = [k for k in item if k not in _STEP_FIELDS]
     if extra:
         issues.append(_unrecognized(path, extra))
-    sid = item.get("id", _MISSING)
-    if sid is not _MISSING:
-        if not isinstance(sid, str):
-            issues.append(_type_issue(f"{path}.id", "string", json_type(sid)))
-        elif _ID.fullmatch(sid) is None:
-            issues.append(Issue(f"{path}.id", f"Invalid string: must match pattern {_ID_SOURCE}", "invalid_format"))
-    tool = _string(item.get("tool", _MISSING), f"{path}.tool", issues, required=True)
-    args = item.get("args", _MISSING)
-    if not isinstance(args, Mapping):
-        issues.append(_type_issue(f"{path}.args", "record", "undefined" if args is _MISSING else json_type(args)))
-    save_as = _string(item.get("save_as", _MISSING), f"{path}.save_as", issues, required=False)
-    condition = _string(item.get("if", _MISSING), f"{path}.if", issues, required=False)
-    cont = item.get("continue_on_error", False)
-    if not isinstance(cont, bool):
-        issues.append(_type_issue(f"{path}.continue_on_error", "boolean", json_type(cont)))
-    if len(issues) > before or tool is None or not isinstance(args, Mapping):
+    for key, (kind, tp, required) in _STEP_FIELDS.items():
+        at = f"{path}.{key}"
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            if required:
+                issues.append(_type_issue(at, kind, "undefined"))
+        elif not isinstance(value, tp):
+            issues.append(_type_issue(at, kind, json_type(value)))
+        elif key == "id" and isinstance(value, str) and _ID.fullmatch(value) is None:
+            issues.append(Issue(at, f"Invalid string: must match pattern {_ID_SOURCE}", "invalid_format"))
+        elif value == "":
+            issues.append(Issue(at, "Too small: expected string to have >=1 characters", "too_small"))
+    if len(issues) > before:
         return None
     return DiscordStep(
-        sid if isinstance(sid, str) else f"step_{index}",
-        tool,
-        dict(args),
-        save_as,
-        condition,
-        bool(cont),
+        item.get("id", f"step_{index}"),
+        item["tool"],
+        dict(item["args"]),
+        item.get("save_as"),
+        item.get("if"),
+        item.get("continue_on_error", False),
     )
 
 
@@ -394,14 +385,8 @@ def _has_placeholder(value: object) -> bool:
 def js_truthy(value: object) -> bool:
     """JavaScript's ``Boolean(value)`` for a JSON value: false for null, false, 0, NaN and ``""``; true for
     everything else, empty arrays and objects included (which Python calls false)."""
-    if value is None or value is False:
-        return False
-    if value is True:
-        return True
-    if isinstance(value, (int, float)):
-        return value == value and value != 0  # NaN is not equal to itself
-    if isinstance(value, str):
-        return value != ""
+    if value is None or isinstance(value, (str, int, float)):  # a bool is an int
+        return bool(value) and value == value  # NaN is not equal to itself
     return True
 
 
@@ -471,12 +456,7 @@ async def _run_step(
     return await call_tool(ctx.tools, b.target, args, ctx)
 
 
-def translate(
-    steps: list[DiscordStep],
-    targets: list[str],
-    *,
-    max_text_bytes: int,
-) -> Translation | list[Rejection]:
+def translate(steps: list[DiscordStep], targets: list[str], *, max_text_bytes: int) -> Translation | list[Rejection]:
     """The plan of a checked call: one tool leaf per step, in order, the pipeline stopping at a failed step
     unless that step continues on error.
 

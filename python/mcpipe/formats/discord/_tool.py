@@ -185,13 +185,12 @@ class DiscordDialect(ToolDialect):
         if issues:
             return validation_answer(issues)
         targets = [self.target(st.tool) for st in steps]
+        work = partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes)
         if json_measure(args, max_bytes=TRANSLATE_IN_THREAD_BYTES)[0] > TRANSLATE_IN_THREAD_BYTES:
             # Linear, but a few MB of text to scan: off the event loop (as mcp_pipe compiles a large spec).
-            translated = await trio.to_thread.run_sync(
-                partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes), limiter=_threads()
-            )
+            translated = await trio.to_thread.run_sync(work, limiter=_threads())
         else:
-            translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
+            translated = work()
         plan = None if isinstance(translated, list) else translated.compiled
         return PlanCall({}, plan, (steps, targets, translated))
 
@@ -208,10 +207,8 @@ class DiscordDialect(ToolDialect):
             for i, (st, t) in enumerate(zip(steps, targets, strict=True))
             if t not in registry
         ]
-        if unknown or isinstance(translated, list):
-            refused = unknown + (translated if isinstance(translated, list) else [])
-            return rejected_answer(steps, sorted(refused, key=lambda r: r.index))
-        return None
+        refused = unknown + (translated if isinstance(translated, list) else [])
+        return rejected_answer(steps, sorted(refused, key=lambda r: r.index)) if refused else None
 
     async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         steps, _, translated = call.state

@@ -130,7 +130,7 @@ async def _run_step(
         except PromptTooLarge as e:
             raise StepFailure(str(e), e.code) from None
         answer = await b.services.ask(NORMAL_SYSTEM, user_prompt(text), ctx, f"piraeus.{step.id}")
-        return StepOutput.of(answer)
+        return StepOutput.of(answer.text)
     return StepOutput.of(await b.services.run(b.target, values, ctx, f"piraeus.{step.id}"))
 
 

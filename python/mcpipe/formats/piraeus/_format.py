@@ -24,9 +24,8 @@ class PiraeusFormat(Format):
         section, problems = decode_piraeus(ctx.section(self))
         if section is None:
             return (None, None), problems
-        workflow = ctx.workflow  # the config's own, checked (its problems are the context's)
-        config = ctx.config
-        loaded, found = load_piraeus(section, ctx.models, workflow, base_dir=config.base_dir, limits=ctx.limits)
+        # ctx.workflow: the config's own, checked (its problems are the context's)
+        loaded, found = load_piraeus(section, ctx.models, ctx.workflow, base_dir=ctx.config.base_dir, limits=ctx.limits)
         return (section, loaded), [*problems, *found]
 
     def decoded(self, loaded: Any) -> Any:

@@ -245,10 +245,7 @@ _AUTH_KEYS = _keys(Auth)
 _MAPPING_KEYS = _keys(FieldMapping)
 _VARIABLE_KEYS = _keys(Variable)
 _STEP_KEYS = _keys(FlowStep)
-_BELONGS = {
-    **{k: "api" for k in _API_KEYS},
-    **{k: "mapping" for k in _MAPPING_KEYS},
-}
+_BELONGS = {**{k: "api" for k in _API_KEYS}, **{k: "mapping" for k in _MAPPING_KEYS}}
 """A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
 
 
@@ -359,12 +356,10 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
 
 def _check_url(r: Reader, url: str, path: str) -> None:
     try:
-        u = httpx2.URL(url)
-        ok = u.scheme in ("http", "https") and bool(u.host)
+        u: httpx2.URL | None = httpx2.URL(url)
     except httpx2.InvalidURL:
-        ok = False
         u = None
-    if not ok or u is None:
+    if u is None or u.scheme not in ("http", "https") or not u.host:
         r.problem(path, f"expected an http(s) URL with a host, got {url!r}")
     elif u.userinfo:
         r.problem(path, "must not carry credentials (use `auth`)")
@@ -386,10 +381,7 @@ def _auth(r: Reader, raw: object, path: str) -> Auth | None:
     secret_ref = r.text(o, "secret_ref", path, required=False)
     auth = Auth(method or "none", key_name, secret_ref)
     if auth.where is not None and not secret_ref:
-        r.problem(
-            join(path, "secret_ref"),
-            f"is required for `{auth.method}`: piraeus would send an empty credential",
-        )
+        r.problem(join(path, "secret_ref"), f"is required for `{auth.method}`: piraeus would send an empty credential")
     return auth
 
 
@@ -398,16 +390,13 @@ def _schema(r: Reader, o: Mapping[str, object], key: str, path: str) -> dict[str
     if not isinstance(schema, dict):
         return None
     at = join(path, key)
-    props = schema.get("properties", MISSING)
-    if props is not MISSING:
-        if not isinstance(props, dict):
-            r.problem(join(at, "properties"), f"expected an object, got {json_type(props)}")
-        else:
-            for name, prop in props.items():
-                if not isinstance(prop, dict):
-                    r.problem(
-                        join(join(at, "properties"), str(name)), f"expected a schema object, got {json_type(prop)}"
-                    )
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        r.problem(join(at, "properties"), f"expected an object, got {json_type(props)}")
+        props = {}
+    for name, prop in props.items():
+        if not isinstance(prop, dict):
+            r.problem(join(at, f"properties.{name}"), f"expected a schema object, got {json_type(prop)}")
     required = schema.get("required", MISSING)
     if required is not MISSING and not (isinstance(required, list) and all(isinstance(x, str) for x in required)):
         r.problem(join(at, "required"), "expected an array of property names")
@@ -577,13 +566,10 @@ def read_flow(r: Reader, entry: object, path: str) -> Flow | None:
         r.problem(
             at, "the builder's graph (nodes and edges) is not supported: piraeus never runs it; give numbered steps"
         )
-    elif not isinstance(raw_steps, list) or not raw_steps:
-        r.problem(
-            at,
-            "must be a non-empty array of steps"
-            if isinstance(raw_steps, list)
-            else f"expected an array, got {json_type(raw_steps)}",
-        )
+    elif not isinstance(raw_steps, list):
+        r.problem(at, f"expected an array, got {json_type(raw_steps)}")
+    elif not raw_steps:
+        r.problem(at, "must be a non-empty array of steps")
     else:
         for i, raw in enumerate(raw_steps):
             st = _step(r, raw, join(at, i))
