@@ -194,11 +194,7 @@ def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[Disco
         issues.append(Issue("steps", "Too small: expected array to have >=1 items", "too_small"))
     if len(raw) > max_steps:
         issues.append(Issue("steps", f"Too big: expected array to have <={max_steps} items", "too_big"))
-    steps: list[DiscordStep] = []
-    for i, item in enumerate(raw):
-        step = _parse_step(item, f"steps.{i}", i, issues)
-        if step is not None:
-            steps.append(step)
+    steps = [st for i, item in enumerate(raw) if (st := _parse_step(item, f"steps.{i}", i, issues)) is not None]
     return steps, issues
 
 
@@ -514,7 +510,7 @@ def translate(steps: list[DiscordStep], targets: list[str], *, max_text_bytes: i
                 tool=targets[i],
                 when=condition,
                 continue_on_error=st.continue_on_error,
-                references=tuple((f"{loc}", r.path) for r in a.refs),
+                references=tuple((loc, r.path) for r in a.refs),
             )
         )
     if rejected:

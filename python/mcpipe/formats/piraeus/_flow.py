@@ -199,17 +199,8 @@ def compile_flow(
             if tool is not None:
                 _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
         built = _Built(st, target, prompt, services)
-        leaves.append(
-            Leaf(
-                f"step_{st.step}",
-                at,
-                f"piraeus.{st.type}",
-                None,
-                built,
-                run=_run_step,
-                tool=st.name if st.type == "tool" else None,
-            )
-        )
+        calls = st.name if st.type == "tool" else None
+        leaves.append(Leaf(f"step_{st.step}", at, f"piraeus.{st.type}", None, built, run=_run_step, tool=calls))
     if problems:
         return None, inputs, problems
     plan = Pipeline(Template({}), tuple(leaves), None, False, None, flow.at)

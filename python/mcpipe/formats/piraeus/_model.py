@@ -261,7 +261,7 @@ def items_of(r: Reader, data: object, kind: Kind) -> Iterator[tuple[Any, str]]:
         for i, item in enumerate(data):
             yield item, f"[{i}]"
         return
-    if isinstance(data, dict) and isinstance(data.get(kind), list) and not _is_entry(data, kind):
+    if isinstance(data, dict) and isinstance(data.get(kind), list):  # a flow row's `steps` is not `flows`
         for i, item in enumerate(data[kind]):
             yield item, f"{kind}[{i}]"
         return
@@ -269,11 +269,6 @@ def items_of(r: Reader, data: object, kind: Kind) -> Iterator[tuple[Any, str]]:
         yield data, ""
         return
     r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
-
-
-def _is_entry(data: Mapping[str, object], kind: Kind) -> bool:
-    """Whether an object is one entry (a flow row's ``steps`` is its own, not an export's list)."""
-    return kind == "flows" and "steps" in data and "flows" not in data
 
 
 # -- tools ------------------------------------------------------------------------------------------------
@@ -320,7 +315,10 @@ def _tool_config(r: Reader, raw: Mapping[str, object], path: str) -> ToolConfig 
     input_schema = _schema(r, o, "input_schema", path)
     output_schema = _schema(r, o, "output_schema", path)
     mapping = _mapping(r, o.get("mapping", MISSING), join(path, "mapping"))
-    tags = _tags(r, o.get("tags", MISSING), join(path, "tags"))
+    tags = o.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        r.problem(join(path, "tags"), "expected an array of strings")
+    tags = tuple(tags) if isinstance(tags, list) else ()
     metadata = r.get(o, "metadata", path, "object", {})
     if api is not None and input_schema is not None and mapping is not None:
         _check_mapping(r, input_schema, mapping, join(path, "mapping"))
@@ -435,15 +433,6 @@ def _check_mapping(r: Reader, input_schema: Mapping[str, object], m: FieldMappin
                 )
 
 
-def _tags(r: Reader, raw: object, path: str) -> tuple[str, ...]:
-    if raw is MISSING or raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        r.problem(path, "expected an array of strings")
-        return ()
-    return tuple(raw)
-
-
 # -- prompts ----------------------------------------------------------------------------------------------
 
 
@@ -478,8 +467,7 @@ def _variables(r: Reader, raw: object, path: str) -> tuple[Variable, ...] | None
     if not isinstance(raw, list):
         r.problem(path, f"expected an array of variables, got {json_type(raw)}")
         return None
-    out: list[Variable] = []
-    seen: set[str] = set()
+    out: dict[str, Variable] = {}
     for i, item in enumerate(raw):
         at = join(path, i)
         if isinstance(item, str):  # the newer schema: bare names (typed as strings, required)
@@ -491,12 +479,11 @@ def _variables(r: Reader, raw: object, path: str) -> tuple[Variable, ...] | None
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var.name):
             r.problem(at if isinstance(item, str) else join(at, "name"), f"`{var.name}` is not a placeholder name")
             continue
-        if var.name in seen:
+        if var.name in out:
             r.problem(at, f"variable `{var.name}` is declared twice")
             continue
-        seen.add(var.name)
-        out.append(var)
-    return tuple(out)
+        out[var.name] = var
+    return tuple(out.values())
 
 
 def _variable(r: Reader, raw: object, path: str) -> Variable | None:
@@ -571,10 +558,7 @@ def read_flow(r: Reader, entry: object, path: str) -> Flow | None:
     elif not raw_steps:
         r.problem(at, "must be a non-empty array of steps")
     else:
-        for i, raw in enumerate(raw_steps):
-            st = _step(r, raw, join(at, i))
-            if st is not None:
-                steps.append(st)
+        steps = [st for i, raw in enumerate(raw_steps) if (st := _step(r, raw, join(at, i))) is not None]
         numbers = sorted(s.step for s in steps)
         if len(steps) == len(raw_steps) and numbers != list(range(1, len(steps) + 1)):
             r.problem(at, f"step numbers must be 1 to {len(steps)}, each once, got {[s.step for s in steps]}")
