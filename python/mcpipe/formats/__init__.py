@@ -412,20 +412,15 @@ def audit_log(name: str, path: str | None, audit: object) -> AuditLog | None:
 def load_extensions(raw: Mapping[str, object]) -> None:
     """Import the format modules whose step kinds or answer shapes the ``pipelines`` of ``raw`` name."""
     wanted: set[str] = set()
-
-    def scan(value: object) -> None:
+    todo = [raw.get("pipelines")]
+    while todo:
+        value = todo.pop()
         if isinstance(value, Mapping):
-            for key in ("kind", "answer"):
-                name = value.get(key)
-                if isinstance(name, str) and "." in name:
-                    wanted.add(name.split(".", 1)[0])
-            for item in value.values():
-                scan(item)
+            names = [value.get("kind"), value.get("answer")]
+            wanted.update(n.split(".", 1)[0] for n in names if isinstance(n, str) and "." in n)
+            todo.extend(value.values())
         elif isinstance(value, list):
-            for item in value:
-                scan(item)
-
-    scan(raw.get("pipelines"))
+            todo.extend(value)
     for prefix in sorted(wanted & FORMATS.keys()):
         kinds = FORMATS[prefix].kinds
         if kinds is not None:

@@ -158,12 +158,10 @@ class Translation:
 
     Attributes:
         compiled: the plan (one tool leaf per step).
-        steps: the steps as discord sees them.
         ids: each step's id in the plan (the discord id, or ``_<index>`` for a repeated one).
     """
 
     compiled: CompiledSpec
-    steps: tuple[DiscordStep, ...]
     ids: tuple[str, ...]
 
 
@@ -423,7 +421,6 @@ class _Built:
     refs: tuple[_Ref, ...]
     shown: dict[str, str]  # mcpipe's normalized reference -> as written between the braces
     ids: tuple[str, ...]  # discord's id of each step, by position
-    location: str
 
 
 async def _run_step(
@@ -498,7 +495,7 @@ def translate(steps: list[DiscordStep], targets: list[str], *, max_text_bytes: i
             continue
         made = [r for r in template.references if r.startswith("steps.")]  # not the backslash var
         shown = dict(zip(made, (r.shown for r in a.refs), strict=True)) if len(made) == len(a.refs) else {}
-        built = _Built(targets[i], template, tuple(a.refs), shown, discord_ids, loc)
+        built = _Built(targets[i], template, tuple(a.refs), shown, discord_ids)
         leaves.append(
             Leaf(
                 ids[i],
@@ -516,4 +513,4 @@ def translate(steps: list[DiscordStep], targets: list[str], *, max_text_bytes: i
     if rejected:
         return rejected
     plan = Pipeline(Template({_BACKSLASH_VAR: "\\"}), tuple(leaves), None, False, None, "")
-    return Translation(CompiledSpec.of(plan, answer="full"), tuple(steps), tuple(ids))
+    return Translation(CompiledSpec.of(plan, answer="full"), tuple(ids))

@@ -216,7 +216,7 @@ class DiscordDialect(ToolDialect):
         if problems:  # refused for this caller (FORBIDDEN): the per-call checks found it, nothing ran
             refused = [Rejection(_index(p["location"]), p["code"], p["message"]) for p in problems]
             return rejected_answer(steps, refused)
-        return discord_answer(answer, translated.steps, translated.ids)
+        return discord_answer(answer, steps, translated.ids)
 
 
 def pipeline_tool(name: str = PIPELINE_TOOL, *, prefix: str = "", limits: Limits | None = None) -> PlanTool:

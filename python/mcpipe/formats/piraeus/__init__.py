@@ -164,21 +164,20 @@ def read_files(pattern_list: list[str], where: str, base_dir: str) -> tuple[list
 def _entries(
     files: list[tuple[str, object]], kind: Kind, read: Callable[[Reader, Any, str], Any], problems: list[Problem]
 ) -> list[Any]:
-    loaded: list[Any] = []
-    first: dict[str, str] = {}
+    loaded: dict[str, Any] = {}
     for name, data in files:
         r = Reader(name)
         for entry, path in items_of(r, data, kind):
             item = read(r, entry, path)
             if item is None:
                 continue
-            if item.name in first:
-                r.problem(f"{path}.name" if path else "name", f"`{item.name}` is also defined at {first[item.name]}")
+            if item.name in loaded:
+                also = loaded[item.name].at
+                r.problem(f"{path}.name" if path else "name", f"`{item.name}` is also defined at {also}")
                 continue
-            first[item.name] = item.at
-            loaded.append(item)
+            loaded[item.name] = item
         problems.extend(r.problems)
-    return loaded
+    return list(loaded.values())
 
 
 def _workflow_entry(cfg: ToolConfig, secrets: Secrets) -> dict[str, Any]:
@@ -308,14 +307,13 @@ def load_piraeus(
     services = Services(models, model, out.workflow, policy, timeout_s=cfg.timeout_ms / 1000)
     limits = limits or Limits()
     flows: list[Flow] = loaded["flows"]
-    names = {f.name for f in flows}
     for f in flows:
         if f.name in out.tools:
             also = out.tools[f.name].config.at
             problems.append(Problem(_at(f.at, "name"), CODE, f"`{f.name}` is also a piraeus tool ({also})"))
             continue
         compiled, inputs, fp = compile_flow(
-            f, tools=out.tools, prompts=out.prompts, flows=names, services=services, disabled=disabled
+            f, tools=out.tools, prompts=out.prompts, services=services, disabled=disabled
         )
         problems += fp
         if compiled is not None:

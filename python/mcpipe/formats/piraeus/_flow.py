@@ -139,7 +139,6 @@ def compile_flow(
     *,
     tools: Mapping[str, ApiTool],
     prompts: Mapping[str, PromptSurface],
-    flows: set[str],
     services: Services,
     disabled: frozenset[str] = frozenset(),
 ) -> tuple[CompiledSpec | None, list[str], list[Problem]]:
@@ -148,7 +147,6 @@ def compile_flow(
     Args:
         tools: the piraeus tools (a tool step may name any tool; those are checked here).
         prompts: the piraeus prompts (a prompt step must name one).
-        flows: every flow's name (a flow's steps may call other flows, not themselves).
         services: what service and prompt steps run on.
         disabled: the piraeus tools loaded with ``enabled: false`` (a step naming one is refused).
     """
@@ -182,11 +180,9 @@ def compile_flow(
             if name is None or name not in services.known():
                 known = ", ".join(services.known())
                 hint = did_you_mean(st.name, services.known())
-                why = (
-                    " (the workflow is not served: [piraeus] workflow = false and no [workflow])"
-                    if name == "workflow"
-                    else ""
-                )
+                why = ""
+                if name == "workflow":
+                    why = " (the workflow is not served: [piraeus] workflow = false and no [workflow])"
                 problem(f"{at}.name", f"no service `{st.name}`{hint}{why} (known: {known})")
             else:
                 target = name
@@ -195,9 +191,12 @@ def compile_flow(
                 problem(f"{at}.name", f"flow `{flow.name}` calls itself")
             elif st.name in disabled:
                 problem(f"{at}.name", f"tool `{st.name}` is disabled (`enabled: false`)")
-            tool = tools.get(st.name)
-            if tool is not None:
-                _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
+            tool = tools.get(st.name)  # a piraeus tool: every field its input schema requires given
+            schema = tool.config.input_schema if tool is not None else {}
+            if isinstance(schema.get("properties"), dict):
+                for need in schema.get("required") or []:
+                    if need not in st.inputs:
+                        problem(f"{at}.inputs", f"tool `{st.name}` needs `{need}`")
         built = _Built(st, target, prompt, services)
         calls = st.name if st.type == "tool" else None
         leaves.append(Leaf(f"step_{st.step}", at, f"piraeus.{st.type}", None, built, run=_run_step, tool=calls))
@@ -224,18 +223,6 @@ def _check_prompt_inputs(
     for name, var in variables.items():
         if var.required and var.default is None and name not in inputs:
             problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
-
-
-def _check_tool_inputs(
-    tool: ApiTool, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
-) -> None:
-    """The step's inputs against the piraeus tool's input schema: every required field given."""
-    schema = tool.config.input_schema
-    if not isinstance(schema.get("properties"), dict):
-        return
-    for name in schema.get("required") or []:
-        if name not in inputs:
-            problem(where, f"tool `{tool.name}` needs `{name}`")
 
 
 class FlowDialect(ToolDialect):

@@ -35,14 +35,12 @@ class PiraeusFormat(Format):
         piraeus = ctx.load(self)[1]  # compiled once per load
         if piraeus is None:
             return []
-        out: list[ToolSource] = []
-        if piraeus.workflow is not None:
-            from mcpipe.workflow import WorkflowTool
+        if piraeus.workflow is None:
+            return [piraeus.source()]
+        from mcpipe.workflow import WorkflowTool
 
-            tool: Any = WorkflowTool(piraeus.workflow)  # the workflow over its tools and the configured ones
-            out.append(tool)
-        out.append(piraeus.source())
-        return out
+        tool: Any = WorkflowTool(piraeus.workflow)  # the workflow over its tools and the configured ones
+        return [tool, piraeus.source()]
 
     def problems(self, ctx: Context) -> list[Problem]:
         ctx.load(self)  # its problems join the context's
@@ -52,11 +50,7 @@ class PiraeusFormat(Format):
         piraeus = ctx.load(self)[1]
         if piraeus is None:
             return {}
-        counts = {
-            "piraeus tool": len(piraeus.tools),
-            "piraeus prompt": len(piraeus.prompts),
-            "piraeus flow": len(piraeus.flows),
-        }
+        counts = {f"piraeus {kind[:-1]}": len(getattr(piraeus, kind)) for kind in ("tools", "prompts", "flows")}
         if piraeus.workflow is not None:
             counts["workflow tool"] = 1
         return counts

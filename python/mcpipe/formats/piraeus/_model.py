@@ -189,8 +189,7 @@ class Prompt:
             var = by_name.get(m.group(1) or m.group(2))
             if var is None:
                 continue
-            out.append(self.template[last : m.start()])
-            out.append(var)
+            out += [self.template[last : m.start()], var]
             last = m.end()
         out.append(self.template[last:])
         return [p for p in out if p != ""]

@@ -56,9 +56,7 @@ def coerce(value: object, kind: str) -> tuple[Any, str | None]:
                 pass
         return value, f"expected {'an integer' if kind == 'integer' else 'a number'}, got {_shown(value)}"
     if kind == "boolean":
-        if isinstance(value, bool):
-            return value, None
-        if isinstance(value, int) and value in (0, 1):
+        if isinstance(value, int) and value in (0, 1):  # a bool too
             return bool(value), None
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE, None

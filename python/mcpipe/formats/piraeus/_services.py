@@ -233,11 +233,8 @@ class Services:
             except (StepFailure, ForbiddenError, OSError) as e:
                 return {"status": "error", "data": None, "error": str(e)}
             if data["status_code"] >= 500:
-                return {
-                    "status": "error",
-                    "data": None,
-                    "error": f"Server error '{data['status_code']}' for url '{spec['url']}'",
-                }
+                error = f"Server error '{data['status_code']}' for url '{spec['url']}'"
+                return {"status": "error", "data": None, "error": error}
             return {"status": "success", "data": data, "error": None}
 
         return await once(ctx, f"{key}~http", work)
@@ -268,10 +265,7 @@ class Services:
             )
         if scope.cancelled_caught:
             raise StepFailure(f"Request timed out after {self.timeout_s:g}s")
-        if response.status == 204 or not response.body:
-            parsed: Any = None
-        else:
-            parsed, _ = response.decoded()
+        parsed = response.decoded()[0] if response.status != 204 and response.body else None
         return {
             "status_code": response.status,
             "headers": response.header_map(),

@@ -137,9 +137,7 @@ def build_request(config: ToolConfig, args: Mapping[str, object], secret: str) -
     for field_name, param in config.mapping.input_to_params.items():
         if field_name in args:
             params[param] = str(args[field_name])
-    body: dict[str, Any] | None = None
-    if config.mapping.input_to_body:
-        body = {b: args[f] for f, b in config.mapping.input_to_body.items() if f in args} or None
+    body: dict[str, Any] | None = {b: args[f] for f, b in config.mapping.input_to_body.items() if f in args} or None
     if api.method in ("GET", "DELETE"):
         body = None
     secrets = [secret, *credential_named(api.headers), *credential_named(api.params)]
