@@ -215,9 +215,7 @@ class Context:
     @property
     def workflow(self) -> WorkflowConfig | None:
         """The config's ``workflow`` section, checked (None: absent, or it has problems)."""
-        if self.config.workflow is None:
-            return None
-        return self._once("workflow", self._workflow)
+        return None if self.config.workflow is None else self._once("workflow", self._workflow)
 
     @property
     def limits(self) -> Limits:
@@ -327,10 +325,8 @@ def _set(value: object, path: list[str]) -> bool:
         return value is not None and value is not False and value != [] and value != {}
     head, rest = path[0], path[1:]
     if head == "*":
-        values = value.values() if isinstance(value, Mapping) else ()
-        return any(_set(v, rest) for v in values)
-    child = value.get(head) if isinstance(value, Mapping) else getattr(value, head, None)
-    return _set(child, rest)
+        return any(_set(v, rest) for v in (value.values() if isinstance(value, Mapping) else ()))
+    return _set(value.get(head) if isinstance(value, Mapping) else getattr(value, head, None), rest)
 
 
 def turned_on(config: ConfigView) -> list[Format]:
@@ -404,9 +400,7 @@ def format_counts(ctx: Context) -> dict[str, int]:
 
 def audit_log(name: str, path: str | None, audit: object) -> AuditLog | None:
     """The audit log of the format ``name`` (``[audit] format``), or None when no format of that name writes one."""
-    if name not in FORMATS:
-        return None
-    return format_named(name).audit_log(path, audit)
+    return format_named(name).audit_log(path, audit) if name in FORMATS else None
 
 
 def load_extensions(raw: Mapping[str, object]) -> None:

@@ -267,13 +267,13 @@ def _segment(seg: str) -> str:
     return '["' + seg.replace("\\", "\\\\").replace('"', '\\"') + '"]'
 
 
+@dataclass(frozen=True, slots=True)
 class _Binder:
     """Binds ``{{name.path}}`` to the step that set ``name`` last before the referencing step (its id or its
     ``save_as``, as discord's variables are), else ``{{stepN...}}`` to the N-th step (1-based)."""
 
-    def __init__(self, steps: list[DiscordStep], ids: list[str]) -> None:
-        self.steps = steps
-        self.ids = ids
+    steps: list[DiscordStep]
+    ids: list[str]
 
     def bind(self, inner: str, before: int, where: str) -> _Ref | str:
         """The reference, or why it cannot be bound."""
@@ -436,10 +436,8 @@ async def _run_step(
         if not _succeeded(env, ref.path):
             r = env["steps"].get(_plan_id(ref.path))
             why = "was skipped" if isinstance(r, dict) and r.get("skipped") else "failed"
-            raise StepFailure(
-                f"{ref.where}: cannot resolve `{{{{{ref.shown}}}}}`: step '{b.ids[ref.step]}' {why}",
-                ErrorCode.INTERPOLATION_FAILED,
-            )
+            message = f"{ref.where}: cannot resolve `{{{{{ref.shown}}}}}`: step '{b.ids[ref.step]}' {why}"
+            raise StepFailure(message, ErrorCode.INTERPOLATION_FAILED)
     try:
         args = b.args.resolve(env)
     except InterpolationError as e:

@@ -173,9 +173,7 @@ class DiscordDialect(ToolDialect):
 
     def target(self, tool: str) -> str:
         """The registry's name of the tool a step names."""
-        if not self.prefix or tool.startswith(self.prefix + "."):
-            return tool
-        return f"{self.prefix}.{tool}"
+        return tool if not self.prefix or tool.startswith(self.prefix + ".") else f"{self.prefix}.{tool}"
 
     async def check(self, tool: PlanTool, args: object) -> PlanCall | ToolResult:
         """The steps checked (discord's validation answer when they break its schema) and translated into the
@@ -247,7 +245,5 @@ def _is_pipeline(name: str, registry: object) -> bool:
     if name in (PIPE_TOOL, PIPELINE_TOOL) or name.endswith("." + PIPELINE_TOOL):
         return True
     get = getattr(registry, "get", None)
-    if get is None:
-        return False
-    found = get(name)
+    found = get(name) if get is not None else None
     return isinstance(found, PlanTool) and isinstance(found.dialect, DiscordDialect)

@@ -68,8 +68,6 @@ __all__ = [
     "transform",
 ]
 
-_MiB = 1024 * 1024
-
 
 class PiraeusConfig(Strict):
     """The ``[piraeus]`` section.
@@ -97,7 +95,7 @@ class PiraeusConfig(Strict):
     allow_private: bool = False
     allowed_hosts: list[str] = []
     verify: bool | str = True
-    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = _MiB
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1024 * 1024
     timeout_ms: Annotated[float, msgspec.Meta(gt=0)] = 30_000
 
 
@@ -171,11 +169,11 @@ def _entries(
             item = read(r, entry, path)
             if item is None:
                 continue
-            if item.name in loaded:
-                also = loaded[item.name].at
-                r.problem(f"{path}.name" if path else "name", f"`{item.name}` is also defined at {also}")
-                continue
-            loaded[item.name] = item
+            if item.name not in loaded:
+                loaded[item.name] = item
+            else:
+                where = f"{path}.name" if path else "name"
+                r.problem(where, f"`{item.name}` is also defined at {loaded[item.name].at}")
         problems.extend(r.problems)
     return list(loaded.values())
 

@@ -62,10 +62,8 @@ FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
 
 def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
     """``(where, reference)`` of every reference in a step's inputs."""
-    if isinstance(value, str):
-        ref = as_ref(value)
-        if ref is not None:
-            yield path, ref
+    if isinstance(value, str) and (ref := as_ref(value)) is not None:
+        yield path, ref
     elif isinstance(value, dict):
         for k, v in value.items():
             yield from _refs(v, f"{path}.{k}")
@@ -76,8 +74,7 @@ def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
 
 def _resolve(value: object, env: Mapping[str, object]) -> Any:
     if isinstance(value, str):
-        ref = as_ref(value)
-        return value if ref is None else _lookup(ref, env)
+        return value if (ref := as_ref(value)) is None else _lookup(ref, env)
     if isinstance(value, dict):
         return {k: _resolve(v, env) for k, v in value.items()}
     if isinstance(value, list):

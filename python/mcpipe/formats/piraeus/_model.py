@@ -257,17 +257,13 @@ def items_of(r: Reader, data: object, kind: Kind) -> Iterator[tuple[Any, str]]:
     """The entries of a file: ``(entry, its JSON path)``. A file is one entry, a list of them, or an object
     holding them under ``kind`` (a list answer, a project export)."""
     if isinstance(data, list):
-        for i, item in enumerate(data):
-            yield item, f"[{i}]"
-        return
-    if isinstance(data, dict) and isinstance(data.get(kind), list):  # a flow row's `steps` is not `flows`
-        for i, item in enumerate(data[kind]):
-            yield item, f"{kind}[{i}]"
-        return
-    if isinstance(data, dict):
+        yield from ((item, f"[{i}]") for i, item in enumerate(data))
+    elif isinstance(data, dict) and isinstance(data.get(kind), list):
+        yield from ((item, f"{kind}[{i}]") for i, item in enumerate(data[kind]))
+    elif isinstance(data, dict):
         yield data, ""
-        return
-    r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
+    else:
+        r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
 
 
 # -- tools ------------------------------------------------------------------------------------------------
@@ -339,7 +335,7 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
     if isinstance(base_url, str):
         _check_url(r, base_url, join(path, "base_url"))
     api_path = r.text(o, "path", path, required=False, default="")
-    method = r.get(o, "method", path, "string", "GET", HTTP_METHODS)
+    method = r.one_of(o, "method", path, HTTP_METHODS, "GET")
     headers = r.str_map(o, "headers", path)
     params = r.str_map(o, "params", path)
     auth = _auth(r, o.get("auth", MISSING), join(path, "auth"))
@@ -370,9 +366,8 @@ def _auth(r: Reader, raw: object, path: str) -> Auth | None:
     o = r.obj(raw, path, _AUTH_KEYS)
     if o is None:
         return None
-    method = r.text(o, "method", path, required=False, default="none")
-    if isinstance(method, str) and method not in AUTH_METHODS:
-        r.problem(join(path, "method"), f"expected one of {', '.join(AUTH_METHODS)}, got {method!r}")
+    method = r.one_of(o, "method", path, AUTH_METHODS, "none")
+    if method is None:
         return None
     key_name = r.text(o, "key_name", path, required=False)
     secret_ref = r.text(o, "secret_ref", path, required=False)
@@ -425,11 +420,8 @@ def _check_mapping(r: Reader, input_schema: Mapping[str, object], m: FieldMappin
     for key in ("input_to_params", "input_to_body"):
         for field_name in getattr(m, key):
             if field_name not in props:
-                hint = did_you_mean(field_name, props)
-                r.problem(
-                    join(join(path, key), field_name),
-                    f"maps `{field_name}`, which input_schema does not declare{hint}: it would never be sent",
-                )
+                why = f"maps `{field_name}`, which input_schema does not declare{did_you_mean(field_name, props)}"
+                r.problem(join(path, f"{key}.{field_name}"), f"{why}: it would never be sent")
 
 
 # -- prompts ----------------------------------------------------------------------------------------------
@@ -491,7 +483,7 @@ def _variable(r: Reader, raw: object, path: str) -> Variable | None:
         return None
     before = len(r.problems)
     name = r.text(o, "name", path)
-    kind = r.get(o, "type", path, "string", choices=VARIABLE_TYPES)
+    kind = r.one_of(o, "type", path, VARIABLE_TYPES)
     required = r.get(o, "required", path, "boolean", True)
     default = o.get("default")
     description = r.text(o, "description", path, required=False)
@@ -514,12 +506,10 @@ def _check_placeholders(r: Reader, text: str, variables: tuple[Variable, ...], p
     if not variables:
         return tuple(Variable(n) for n in names)
     declared = {v.name for v in variables}
+    known = ", ".join(sorted(declared))
     for n in names:
         if n not in declared:
-            r.problem(
-                path,
-                f"`{{{n}}}` names no variable{did_you_mean(n, declared)} (declared: {', '.join(sorted(declared))})",
-            )
+            r.problem(path, f"`{{{n}}}` names no variable{did_you_mean(n, declared)} (declared: {known})")
     return variables
 
 
@@ -574,7 +564,7 @@ def _step(r: Reader, raw: object, path: str) -> FlowStep | None:
     number = r.get(o, "step", path, "integer")
     if isinstance(number, int) and number < 1:
         r.problem(join(path, "step"), f"must be 1 or more, got {number}")
-    kind = r.get(o, "type", path, "string", choices=STEP_TYPES)
+    kind = r.one_of(o, "type", path, STEP_TYPES)
     name = r.text(o, "name", path)
     inputs = r.get(o, "inputs", path, "object", {})
     description = r.text(o, "description", path, required=False)

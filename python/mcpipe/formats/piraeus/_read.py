@@ -111,17 +111,9 @@ class Reader:
                 self.problem(join(path, str(k)), f"unknown key `{k}`{hint}")
         return value
 
-    def get(
-        self,
-        o: Mapping[str, object],
-        key: str,
-        path: str,
-        kind: str,
-        default: object = MISSING,
-        choices: Sequence[str] = (),
-    ) -> Any:
-        """The value of ``key`` converted to ``kind`` (see :func:`coerce`), one of ``choices`` when given; a
-        missing required key or a value that does not convert is a problem (then ``default``, or None)."""
+    def get(self, o: Mapping[str, object], key: str, path: str, kind: str, default: object = MISSING) -> Any:
+        """The value of ``key`` converted to ``kind`` (see :func:`coerce`); a missing required key or a value
+        that does not convert is a problem (then ``default``, or None)."""
         value = o.get(key, MISSING)
         if value is MISSING or (value is None and default is not MISSING and default is None):
             if default is MISSING:
@@ -129,12 +121,20 @@ class Reader:
                 return None
             return default
         converted, why = coerce(value, kind)
-        if why is None and choices and converted not in choices:
-            why = f"expected one of {', '.join(choices)}, got {converted!r}"
         if why is not None:
             self.problem(join(path, key), why)
             return None if default is MISSING else default
         return converted
+
+    def one_of(
+        self, o: Mapping[str, object], key: str, path: str, among: Sequence[str], default: object = MISSING
+    ) -> Any:
+        """A string field that is one of ``among``; one that is not is a problem (then None)."""
+        value = self.get(o, key, path, "string", default)
+        if isinstance(value, str) and value not in among:
+            self.problem(join(path, key), f"expected one of {', '.join(among)}, got {value!r}")
+            return None
+        return value
 
     def text(
         self, o: Mapping[str, object], key: str, path: str, *, required: bool = True, default: str | None = None
@@ -144,17 +144,12 @@ class Reader:
 
     def str_map(self, o: Mapping[str, object], key: str, path: str) -> dict[str, str]:
         """A ``dict[str, str]`` field (absent: empty)."""
-        value = o.get(key, MISSING)
-        if value is MISSING:
-            return {}
+        value = o.get(key, {})
         at = join(path, key)
         if not isinstance(value, dict):
             self.problem(at, f"expected an object of strings, got {json_type(value)}")
             return {}
-        out: dict[str, str] = {}
         for k, v in value.items():
-            if isinstance(v, str):
-                out[str(k)] = v
-            else:
+            if not isinstance(v, str):
                 self.problem(join(at, str(k)), f"expected a string, got {json_type(v)}")
-        return out
+        return {str(k): v for k, v in value.items() if isinstance(v, str)}

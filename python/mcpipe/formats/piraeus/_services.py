@@ -18,7 +18,7 @@ its output. Models are asked through :mod:`mcpipe.models`; HTTP requests go thro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -91,9 +91,8 @@ def _request(name: str, inputs: object, fields: dict[str, bool]) -> dict[str, An
         StepFailure: located problems, one line.
     """
     if not isinstance(inputs, Mapping):
-        raise StepFailure(
-            f"service `{name}`: the inputs must be an object, got {json_type(inputs)}", ErrorCode.INVALID_SPEC
-        )
+        why = f"service `{name}`: the inputs must be an object, got {json_type(inputs)}"
+        raise StepFailure(why, ErrorCode.INVALID_SPEC)
     problems = [f"{k}: unknown field{did_you_mean(str(k), fields)}" for k in inputs if k not in fields]
     for key, required in fields.items():
         value = inputs.get(key)
@@ -171,8 +170,7 @@ class Services:
             StepFailure: the inputs are not its request, or its response says ``status: "error"`` (kept as
                 the step's output).
         """
-        run: Callable[[Any, ToolContext, str], Awaitable[dict[str, Any]]] = getattr(self, "_" + name.replace("-", "_"))
-        response = await run(inputs, ctx, key)
+        response: dict[str, Any] = await getattr(self, "_" + name.replace("-", "_"))(inputs, ctx, key)
         if response.get("status") == "error":
             raise StepFailure(f"service `{name}`: {response.get('error')}", ErrorCode.TOOL_ERROR, output=response)
         return response
@@ -202,9 +200,8 @@ class Services:
     async def _execute(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         if not isinstance(inputs, Mapping) or set(inputs) != {"http_spec"}:
             keys = sorted(inputs) if isinstance(inputs, Mapping) else json_type(inputs)
-            raise StepFailure(
-                f"service `execute`: the inputs must be {{http_spec}}, got {keys}", ErrorCode.INVALID_SPEC
-            )
+            why = f"service `execute`: the inputs must be {{http_spec}}, got {keys}"
+            raise StepFailure(why, ErrorCode.INVALID_SPEC)
         try:
             spec = http_spec(inputs["http_spec"], "http_spec")
         except ValueError as e:

@@ -232,8 +232,7 @@ class ApiTool:
             output = await self.run(checked)
         except StepFailure as e:
             return ToolResult.error(str(e))
-        text = orjson.dumps(output).decode()
-        return ToolResult([{"type": "text", "text": text}], output)
+        return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
 
     async def run(self, args: Mapping[str, object]) -> dict[str, Any]:
         """Send the request for checked ``args`` and answer the mapped output.
@@ -271,10 +270,7 @@ class ApiTool:
         except orjson.JSONDecodeError as e:
             raise StepFailure(f"Execution error: {request.method} {request.url} answered no JSON ({e})") from None
         output = transform(config, data)
-        if self.output_schema is not None:
-            why = schema_errors(output, self.output_schema)
-            if why is not None:
-                raise StepFailure(
-                    f"Execution error: the mapped output does not match output_schema ({why})", output=output
-                )
+        why = schema_errors(output, self.output_schema) if self.output_schema is not None else None
+        if why is not None:
+            raise StepFailure(f"Execution error: the mapped output does not match output_schema ({why})", output=output)
         return output
