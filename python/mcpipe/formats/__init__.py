@@ -423,9 +423,5 @@ def load_extensions(raw: Mapping[str, object]) -> None:
 
 def detect_config(raw: Mapping[str, object]) -> Format | None:
     """The foreign format a decoded config document is written in, or None for mcpipe's own layout."""
-    for name, entry in FORMATS.items():
-        if entry.config_files:
-            fmt = format_named(name)
-            if fmt.detect(raw):
-                return fmt
-    return None
+    readers = (format_named(name) for name, entry in FORMATS.items() if entry.config_files)  # imported in turn
+    return next((fmt for fmt in readers if fmt.detect(raw)), None)
