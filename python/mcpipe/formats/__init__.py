@@ -199,19 +199,12 @@ class Context:
         from mcpipe.models import Models, load_models
 
         presets, problems = load_models(self.config.models or {})
-        return (presets, Models(presets)), problems
-
-    @property
-    def presets(self) -> dict[str, Any]:
-        """The config's model presets by name, decoded (what ``Config.models`` holds)."""
-        presets: dict[str, Any] = self._once("models", self._models)[0]
-        return presets
+        return Models(presets), problems
 
     @property
     def models(self) -> Models:
-        """The config's model presets (``[models.NAME]``)."""
-        models: Models = self._once("models", self._models)[1]
-        return models
+        """The config's model presets (``[models.NAME]``; ``presets``: what ``Config.models`` holds, decoded)."""
+        return self._once("models", self._models)
 
     def _workflow(self) -> tuple[Any, list[Problem]]:
         from mcpipe.workflow import load_workflow
@@ -222,10 +215,7 @@ class Context:
     @property
     def workflow(self) -> WorkflowConfig | None:
         """The config's ``workflow`` section, checked (None: absent, or it has problems)."""
-        if self.config.workflow is None:
-            return None
-        workflow: WorkflowConfig | None = self._once("workflow", self._workflow)
-        return workflow
+        return None if self.config.workflow is None else self._once("workflow", self._workflow)
 
     @property
     def limits(self) -> Limits:
@@ -326,8 +316,7 @@ FORMATS: dict[str, Registered] = {
 
 def format_named(name: str) -> Format:
     """The format registered as ``name`` (a :data:`FORMATS` key: ``Config.translated_from``, ``[audit] format``)."""
-    fmt: Format = importlib.import_module(FORMATS[name].module).FORMAT
-    return fmt
+    return importlib.import_module(FORMATS[name].module).FORMAT
 
 
 def _set(value: object, path: list[str]) -> bool:
@@ -336,10 +325,8 @@ def _set(value: object, path: list[str]) -> bool:
         return value is not None and value is not False and value != [] and value != {}
     head, rest = path[0], path[1:]
     if head == "*":
-        values = value.values() if isinstance(value, Mapping) else ()
-        return any(_set(v, rest) for v in values)
-    child = value.get(head) if isinstance(value, Mapping) else getattr(value, head, None)
-    return _set(child, rest)
+        return any(_set(v, rest) for v in (value.values() if isinstance(value, Mapping) else ()))
+    return _set(value.get(head) if isinstance(value, Mapping) else getattr(value, head, None), rest)
 
 
 def turned_on(config: ConfigView) -> list[Format]:
@@ -397,7 +384,7 @@ def decoded_sections(ctx: Context) -> dict[str, Any]:
     name (for ``msgspec.structs.replace`` of the config), after :func:`format_problems` read them."""
     out: dict[str, Any] = {}
     if ctx.config.models:
-        out["models"] = ctx.presets
+        out["models"] = ctx.models.presets
     if ctx.config.workflow is not None:
         out["workflow"] = ctx.workflow
     for fmt in turned_on(ctx.config):
@@ -413,28 +400,21 @@ def format_counts(ctx: Context) -> dict[str, int]:
 
 def audit_log(name: str, path: str | None, audit: object) -> AuditLog | None:
     """The audit log of the format ``name`` (``[audit] format``), or None when no format of that name writes one."""
-    if name not in FORMATS:
-        return None
-    return format_named(name).audit_log(path, audit)
+    return format_named(name).audit_log(path, audit) if name in FORMATS else None
 
 
 def load_extensions(raw: Mapping[str, object]) -> None:
     """Import the format modules whose step kinds or answer shapes the ``pipelines`` of ``raw`` name."""
     wanted: set[str] = set()
-
-    def scan(value: object) -> None:
+    todo = [raw.get("pipelines")]
+    while todo:
+        value = todo.pop()
         if isinstance(value, Mapping):
-            for key in ("kind", "answer"):
-                name = value.get(key)
-                if isinstance(name, str) and "." in name:
-                    wanted.add(name.split(".", 1)[0])
-            for item in value.values():
-                scan(item)
+            names = [value.get("kind"), value.get("answer")]
+            wanted.update(n.split(".", 1)[0] for n in names if isinstance(n, str) and "." in n)
+            todo.extend(value.values())
         elif isinstance(value, list):
-            for item in value:
-                scan(item)
-
-    scan(raw.get("pipelines"))
+            todo.extend(value)
     for prefix in sorted(wanted & FORMATS.keys()):
         kinds = FORMATS[prefix].kinds
         if kinds is not None:
@@ -443,9 +423,5 @@ def load_extensions(raw: Mapping[str, object]) -> None:
 
 def detect_config(raw: Mapping[str, object]) -> Format | None:
     """The foreign format a decoded config document is written in, or None for mcpipe's own layout."""
-    for name, entry in FORMATS.items():
-        if entry.config_files:
-            fmt = format_named(name)
-            if fmt.detect(raw):
-                return fmt
-    return None
+    readers = (format_named(name) for name, entry in FORMATS.items() if entry.config_files)  # imported in turn
+    return next((fmt for fmt in readers if fmt.detect(raw)), None)

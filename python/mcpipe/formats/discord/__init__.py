@@ -10,27 +10,7 @@ downstream server in ``mcpServers``: over that discord-mcp server's tools, in pl
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from mcpipe.formats.discord._steps import PIPELINE_TOOL, js_truthy, parse_steps
 from mcpipe.formats.discord._tool import DiscordDialect, pipeline_tool
-from mcpipe.plan import Limits
-from mcpipe.tools import ToolRegistry
 
-__all__ = ["DiscordDialect", "discord_source", "js_truthy", "parse_steps", "pipeline_tool"]
-
-
-def discord_source(everywhere: bool, fronted: Iterable[str], limits: Limits) -> ToolRegistry | None:
-    """The ``mcp_pipeline`` tools a config asks for, as a tool source (None: none).
-
-    Args:
-        everywhere: serve ``mcp_pipeline`` over every tool (``[pipe] mcp_pipeline``).
-        fronted: the prefixes of the downstream servers marked ``mcp_pipeline = true``: each gets
-            ``<prefix>.mcp_pipeline`` (``mcp_pipeline`` for an empty prefix) over its own tools.
-        limits: the server's limits.
-    """
-    tools = {PIPELINE_TOOL: pipeline_tool(PIPELINE_TOOL, limits=limits)} if everywhere else {}
-    for prefix in fronted:
-        name = f"{prefix}.{PIPELINE_TOOL}" if prefix else PIPELINE_TOOL
-        tools[name] = pipeline_tool(name, prefix=prefix, limits=limits)
-    return ToolRegistry(tools.values()) if tools else None
+__all__ = ["PIPELINE_TOOL", "DiscordDialect", "js_truthy", "parse_steps", "pipeline_tool"]

@@ -106,13 +106,12 @@ def rejected_answer(steps: Sequence[DiscordStep], rejections: Sequence[Rejection
     by_index: dict[int, Rejection] = {}
     for rejection in rejections:
         by_index.setdefault(rejection.index, rejection)  # the first reason a step was refused
-    records: list[dict[str, Any]] = []
-    for i, st in enumerate(steps):
-        r = by_index.get(i)
-        if r is None:
-            records.append(_record(st, "skipped", 0))
-        else:
-            records.append(_record(st, "error", 0, error={"code": r.code, "message": r.message, "retriable": False}))
+    records = [
+        _record(st, "skipped", 0)
+        if (r := by_index.get(i)) is None
+        else _record(st, "error", 0, error={"code": r.code, "message": r.message, "retriable": False})
+        for i, st in enumerate(steps)
+    ]
     first = rejections[0]
     if first.code == RECURSION:
         text = "**Pipeline rejected**: nested mcp_pipeline calls are not permitted."

@@ -89,7 +89,15 @@ def _placeholders(text: str, most: int | None = None) -> list[_Placeholder]:
     return found
 
 
-_STEP_KEYS = ("id", "tool", "args", "save_as", "if", "continue_on_error")
+_STEP_FIELDS: dict[str, tuple[str, type, bool]] = {
+    "id": ("string", str, False),
+    "tool": ("string", str, True),
+    "args": ("record", Mapping, True),
+    "save_as": ("string", str, False),
+    "if": ("string", str, False),
+    "continue_on_error": ("boolean", bool, False),
+}
+"""A step's keys in the order zod checks them: the type each holds (as zod names it), whether it is required."""
 _BACKSLASH_VAR = "bs"  # a pipeline var holding one backslash: see _text
 
 
@@ -150,12 +158,10 @@ class Translation:
 
     Attributes:
         compiled: the plan (one tool leaf per step).
-        steps: the steps as discord sees them.
         ids: each step's id in the plan (the discord id, or ``_<index>`` for a repeated one).
     """
 
     compiled: CompiledSpec
-    steps: tuple[DiscordStep, ...]
     ids: tuple[str, ...]
 
 
@@ -186,11 +192,7 @@ def parse_steps(args: object, *, max_steps: int = MAX_STEPS) -> tuple[list[Disco
         issues.append(Issue("steps", "Too small: expected array to have >=1 items", "too_small"))
     if len(raw) > max_steps:
         issues.append(Issue("steps", f"Too big: expected array to have <={max_steps} items", "too_big"))
-    steps: list[DiscordStep] = []
-    for i, item in enumerate(raw):
-        step = _parse_step(item, f"steps.{i}", i, issues)
-        if step is not None:
-            steps.append(step)
+    steps = [st for i, item in enumerate(raw) if (st := _parse_step(item, f"steps.{i}", i, issues)) is not None]
     return steps, issues
 
 
@@ -203,20 +205,6 @@ def _unrecognized(path: str, keys: list[str]) -> Issue:
     return Issue(path, f"Unrecognized key{'s' if len(keys) > 1 else ''}: {shown}", "unrecognized_keys")
 
 
-def _string(value: object, path: str, issues: list[Issue], *, required: bool) -> str | None:
-    if value is _MISSING:
-        if required:
-            issues.append(_type_issue(path, "string", "undefined"))
-        return None
-    if not isinstance(value, str):
-        issues.append(_type_issue(path, "string", json_type(value)))
-        return None
-    if not value:
-        issues.append(Issue(path, "Too small: expected string to have >=1 characters", "too_small"))
-        return None
-    return value
-
-
 _MISSING: Any = object()
 
 
@@ -225,33 +213,30 @@ def _parse_step(item: object, path: str, index: int, issues: list[Issue]) -> Dis
         issues.append(_type_issue(path, "object", json_type(item)))
         return None
     before = len(issues)
-    extra = [k for k in item if k not in _STEP_KEYS]
+    extra = [k for k in item if k not in _STEP_FIELDS]
     if extra:
         issues.append(_unrecognized(path, extra))
-    sid = item.get("id", _MISSING)
-    if sid is not _MISSING:
-        if not isinstance(sid, str):
-            issues.append(_type_issue(f"{path}.id", "string", json_type(sid)))
-        elif _ID.fullmatch(sid) is None:
-            issues.append(Issue(f"{path}.id", f"Invalid string: must match pattern {_ID_SOURCE}", "invalid_format"))
-    tool = _string(item.get("tool", _MISSING), f"{path}.tool", issues, required=True)
-    args = item.get("args", _MISSING)
-    if not isinstance(args, Mapping):
-        issues.append(_type_issue(f"{path}.args", "record", "undefined" if args is _MISSING else json_type(args)))
-    save_as = _string(item.get("save_as", _MISSING), f"{path}.save_as", issues, required=False)
-    condition = _string(item.get("if", _MISSING), f"{path}.if", issues, required=False)
-    cont = item.get("continue_on_error", False)
-    if not isinstance(cont, bool):
-        issues.append(_type_issue(f"{path}.continue_on_error", "boolean", json_type(cont)))
-    if len(issues) > before or tool is None or not isinstance(args, Mapping):
+    for key, (kind, tp, required) in _STEP_FIELDS.items():
+        at = f"{path}.{key}"
+        value = item.get(key, _MISSING)
+        if value is _MISSING:
+            if required:
+                issues.append(_type_issue(at, kind, "undefined"))
+        elif not isinstance(value, tp):
+            issues.append(_type_issue(at, kind, json_type(value)))
+        elif key == "id" and isinstance(value, str) and _ID.fullmatch(value) is None:
+            issues.append(Issue(at, f"Invalid string: must match pattern {_ID_SOURCE}", "invalid_format"))
+        elif value == "":
+            issues.append(Issue(at, "Too small: expected string to have >=1 characters", "too_small"))
+    if len(issues) > before:
         return None
     return DiscordStep(
-        sid if isinstance(sid, str) else f"step_{index}",
-        tool,
-        dict(args),
-        save_as,
-        condition,
-        bool(cont),
+        item.get("id", f"step_{index}"),
+        item["tool"],
+        dict(item["args"]),
+        item.get("save_as"),
+        item.get("if"),
+        item.get("continue_on_error", False),
     )
 
 
@@ -282,13 +267,13 @@ def _segment(seg: str) -> str:
     return '["' + seg.replace("\\", "\\\\").replace('"', '\\"') + '"]'
 
 
+@dataclass(frozen=True, slots=True)
 class _Binder:
     """Binds ``{{name.path}}`` to the step that set ``name`` last before the referencing step (its id or its
     ``save_as``, as discord's variables are), else ``{{stepN...}}`` to the N-th step (1-based)."""
 
-    def __init__(self, steps: list[DiscordStep], ids: list[str]) -> None:
-        self.steps = steps
-        self.ids = ids
+    steps: list[DiscordStep]
+    ids: list[str]
 
     def bind(self, inner: str, before: int, where: str) -> _Ref | str:
         """The reference, or why it cannot be bound."""
@@ -365,13 +350,6 @@ class _Args:
             return None
         if not matches:
             return {"$literal": text} if _OPENERS.search(text) else text
-        if len(matches) == 1 and (matches[0].start, matches[0].end) == (0, len(text)):
-            ref = binder.bind(matches[0].inner, at, loc)
-            if isinstance(ref, str):
-                self.problems.append(f"{loc}: {ref}")
-                return None
-            self.refs.append(ref)
-            return {"$ref": ref.path}
         parts: list[str | _Ref] = []
         last = 0
         for m in matches:
@@ -379,11 +357,12 @@ class _Args:
             if isinstance(ref, str):
                 self.problems.append(f"{loc}: {ref}")
                 continue
-            parts.append(text[last : m.start])
-            parts.append(ref)
+            parts += [text[last : m.start], ref]
             self.refs.append(ref)
             last = m.end
         parts.append(text[last:])
+        if len(parts) == 3 and parts[0] == parts[2] == "" and isinstance(parts[1], _Ref):
+            return {"$ref": parts[1].path}  # the whole string: the value keeps its type
         return _text(parts)
 
 
@@ -400,28 +379,20 @@ def _has_placeholder(value: object) -> bool:
 def js_truthy(value: object) -> bool:
     """JavaScript's ``Boolean(value)`` for a JSON value: false for null, false, 0, NaN and ``""``; true for
     everything else, empty arrays and objects included (which Python calls false)."""
-    if value is None or value is False:
-        return False
-    if value is True:
-        return True
-    if isinstance(value, (int, float)):
-        return value == value and value != 0  # NaN is not equal to itself
-    if isinstance(value, str):
-        return value != ""
+    if value is None or isinstance(value, (str, int, float)):  # a bool is an int
+        return bool(value) and value == value  # NaN is not equal to itself
     return True
 
 
+@dataclass(frozen=True, slots=True)
 class _Condition:
     """A step's ``if``: true when its path resolves to a truthy value (``evalCondition``). A variable the
     path reads is missing when its step failed or was skipped (discord saves only successes), and a missing
     value is falsy: the step is skipped, not failed."""
 
-    __slots__ = ("ref", "source", "template")
-
-    def __init__(self, ref: _Ref, source: str, template: Template) -> None:
-        self.ref = ref
-        self.source = source  # what a dry run's plan shows
-        self.template = template
+    ref: _Ref
+    source: str  # what a dry run's plan shows
+    template: Template
 
     def evaluate(self, env: Mapping[str, object]) -> bool:
         if not _succeeded(env, self.ref.path):
@@ -450,7 +421,6 @@ class _Built:
     refs: tuple[_Ref, ...]
     shown: dict[str, str]  # mcpipe's normalized reference -> as written between the braces
     ids: tuple[str, ...]  # discord's id of each step, by position
-    location: str
 
 
 async def _run_step(
@@ -466,10 +436,8 @@ async def _run_step(
         if not _succeeded(env, ref.path):
             r = env["steps"].get(_plan_id(ref.path))
             why = "was skipped" if isinstance(r, dict) and r.get("skipped") else "failed"
-            raise StepFailure(
-                f"{ref.where}: cannot resolve `{{{{{ref.shown}}}}}`: step '{b.ids[ref.step]}' {why}",
-                ErrorCode.INTERPOLATION_FAILED,
-            )
+            message = f"{ref.where}: cannot resolve `{{{{{ref.shown}}}}}`: step '{b.ids[ref.step]}' {why}"
+            raise StepFailure(message, ErrorCode.INTERPOLATION_FAILED)
     try:
         args = b.args.resolve(env)
     except InterpolationError as e:
@@ -479,12 +447,7 @@ async def _run_step(
     return await call_tool(ctx.tools, b.target, args, ctx)
 
 
-def translate(
-    steps: list[DiscordStep],
-    targets: list[str],
-    *,
-    max_text_bytes: int,
-) -> Translation | list[Rejection]:
+def translate(steps: list[DiscordStep], targets: list[str], *, max_text_bytes: int) -> Translation | list[Rejection]:
     """The plan of a checked call: one tool leaf per step, in order, the pipeline stopping at a failed step
     unless that step continues on error.
 
@@ -530,7 +493,7 @@ def translate(
             continue
         made = [r for r in template.references if r.startswith("steps.")]  # not the backslash var
         shown = dict(zip(made, (r.shown for r in a.refs), strict=True)) if len(made) == len(a.refs) else {}
-        built = _Built(targets[i], template, tuple(a.refs), shown, discord_ids, loc)
+        built = _Built(targets[i], template, tuple(a.refs), shown, discord_ids)
         leaves.append(
             Leaf(
                 ids[i],
@@ -542,10 +505,10 @@ def translate(
                 tool=targets[i],
                 when=condition,
                 continue_on_error=st.continue_on_error,
-                references=tuple((f"{loc}", r.path) for r in a.refs),
+                references=tuple((loc, r.path) for r in a.refs),
             )
         )
     if rejected:
         return rejected
     plan = Pipeline(Template({_BACKSLASH_VAR: "\\"}), tuple(leaves), None, False, None, "")
-    return Translation(CompiledSpec.of(plan, answer="full"), tuple(steps), tuple(ids))
+    return Translation(CompiledSpec.of(plan, answer="full"), tuple(ids))

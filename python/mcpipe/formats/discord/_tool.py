@@ -173,9 +173,7 @@ class DiscordDialect(ToolDialect):
 
     def target(self, tool: str) -> str:
         """The registry's name of the tool a step names."""
-        if not self.prefix or tool.startswith(self.prefix + "."):
-            return tool
-        return f"{self.prefix}.{tool}"
+        return tool if not self.prefix or tool.startswith(self.prefix + ".") else f"{self.prefix}.{tool}"
 
     async def check(self, tool: PlanTool, args: object) -> PlanCall | ToolResult:
         """The steps checked (discord's validation answer when they break its schema) and translated into the
@@ -185,13 +183,12 @@ class DiscordDialect(ToolDialect):
         if issues:
             return validation_answer(issues)
         targets = [self.target(st.tool) for st in steps]
+        work = partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes)
         if json_measure(args, max_bytes=TRANSLATE_IN_THREAD_BYTES)[0] > TRANSLATE_IN_THREAD_BYTES:
             # Linear, but a few MB of text to scan: off the event loop (as mcp_pipe compiles a large spec).
-            translated = await trio.to_thread.run_sync(
-                partial(translate, steps, targets, max_text_bytes=limits.max_output_bytes), limiter=_threads()
-            )
+            translated = await trio.to_thread.run_sync(work, limiter=_threads())
         else:
-            translated = translate(steps, targets, max_text_bytes=limits.max_output_bytes)
+            translated = work()
         plan = None if isinstance(translated, list) else translated.compiled
         return PlanCall({}, plan, (steps, targets, translated))
 
@@ -208,10 +205,8 @@ class DiscordDialect(ToolDialect):
             for i, (st, t) in enumerate(zip(steps, targets, strict=True))
             if t not in registry
         ]
-        if unknown or isinstance(translated, list):
-            refused = unknown + (translated if isinstance(translated, list) else [])
-            return rejected_answer(steps, sorted(refused, key=lambda r: r.index))
-        return None
+        refused = unknown + (translated if isinstance(translated, list) else [])
+        return rejected_answer(steps, sorted(refused, key=lambda r: r.index)) if refused else None
 
     async def answer(self, tool: PlanTool, call: PlanCall, answer: dict[str, Any]) -> ToolResult:
         steps, _, translated = call.state
@@ -219,7 +214,7 @@ class DiscordDialect(ToolDialect):
         if problems:  # refused for this caller (FORBIDDEN): the per-call checks found it, nothing ran
             refused = [Rejection(_index(p["location"]), p["code"], p["message"]) for p in problems]
             return rejected_answer(steps, refused)
-        return discord_answer(answer, translated.steps, translated.ids)
+        return discord_answer(answer, steps, translated.ids)
 
 
 def pipeline_tool(name: str = PIPELINE_TOOL, *, prefix: str = "", limits: Limits | None = None) -> PlanTool:
@@ -250,7 +245,5 @@ def _is_pipeline(name: str, registry: object) -> bool:
     if name in (PIPE_TOOL, PIPELINE_TOOL) or name.endswith("." + PIPELINE_TOOL):
         return True
     get = getattr(registry, "get", None)
-    if get is None:
-        return False
-    found = get(name)
+    found = get(name) if get is not None else None
     return isinstance(found, PlanTool) and isinstance(found.dialect, DiscordDialect)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import glob
 import os
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -41,15 +41,7 @@ from mcpipe._struct import Strict
 from mcpipe.declared import PlanTool
 from mcpipe.errors import Problem
 from mcpipe.formats.piraeus._flow import FlowDialect, compile_flow, flow_tool
-from mcpipe.formats.piraeus._model import (
-    Flow,
-    Kind,
-    ToolConfig,
-    items_of,
-    read_flow,
-    read_prompt,
-    read_tool,
-)
+from mcpipe.formats.piraeus._model import Flow, Kind, ToolConfig, items_of, read_flow, read_prompt, read_tool
 from mcpipe.formats.piraeus._prompt import PromptSurface
 from mcpipe.formats.piraeus._read import CODE, Reader
 from mcpipe.formats.piraeus._services import Services
@@ -75,8 +67,6 @@ __all__ = [
     "read_files",
     "transform",
 ]
-
-_MiB = 1024 * 1024
 
 
 class PiraeusConfig(Strict):
@@ -105,7 +95,7 @@ class PiraeusConfig(Strict):
     allow_private: bool = False
     allowed_hosts: list[str] = []
     verify: bool | str = True
-    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = _MiB
+    max_response_bytes: Annotated[int, msgspec.Meta(gt=0)] = 1024 * 1024
     timeout_ms: Annotated[float, msgspec.Meta(gt=0)] = 30_000
 
 
@@ -127,14 +117,12 @@ class Piraeus:
         prompts: the prompts, by name.
         flows: the flows as tools, by name.
         workflow: the workflow serving them (``mcpipe.workflow.Workflow``), or None.
-        secrets: where ``${NAME}`` secrets are read.
     """
 
     tools: dict[str, ApiTool] = field(default_factory=dict)
     prompts: dict[str, PromptSurface] = field(default_factory=dict)
     flows: dict[str, PlanTool] = field(default_factory=dict)
     workflow: Workflow | None = None
-    secrets: Secrets = field(default_factory=Secrets)
 
     def source(self) -> PiraeusTools:
         return PiraeusTools([*self.tools.values(), *self.flows.values()], list(self.prompts.values()))
@@ -143,10 +131,6 @@ class Piraeus:
 def _at(at: str, key: str) -> str:
     """``file: path`` + ``key`` -> ``file: path.key`` (``file: key`` for a whole-file entry)."""
     return f"{at}.{key}" if ": " in at else f"{at}: {key}"
-
-
-def _globs(value: str | list[str]) -> list[str]:
-    return [value] if isinstance(value, str) else list(value)
 
 
 def read_files(pattern_list: list[str], where: str, base_dir: str) -> tuple[list[tuple[str, Any]], list[Problem]]:
@@ -166,35 +150,32 @@ def read_files(pattern_list: list[str], where: str, base_dir: str) -> tuple[list
                 check_unique_keys(raw)
             except OSError as e:
                 problems.append(Problem(name, CODE, f"cannot read: {e.strerror}"))
-                continue
             except orjson.JSONDecodeError as e:
                 problems.append(Problem(f"{name}:{e.lineno}", CODE, f"not valid JSON: {e.msg} (column {e.colno})"))
-                continue
             except DuplicateKeyError as e:
                 problems.append(Problem(f"{name}:{e.lineno}", CODE, f"{e.msg} (column {e.colno})"))
-                continue
-            out.append((name, data))
+            else:
+                out.append((name, data))
     return out, problems
 
 
 def _entries(
     files: list[tuple[str, object]], kind: Kind, read: Callable[[Reader, Any, str], Any], problems: list[Problem]
 ) -> list[Any]:
-    loaded: list[Any] = []
-    first: dict[str, str] = {}
+    loaded: dict[str, Any] = {}
     for name, data in files:
         r = Reader(name)
         for entry, path in items_of(r, data, kind):
             item = read(r, entry, path)
             if item is None:
                 continue
-            if item.name in first:
-                r.problem(f"{path}.name" if path else "name", f"`{item.name}` is also defined at {first[item.name]}")
-                continue
-            first[item.name] = item.at
-            loaded.append(item)
+            if item.name not in loaded:
+                loaded[item.name] = item
+            else:
+                where = f"{path}.name" if path else "name"
+                r.problem(where, f"`{item.name}` is also defined at {loaded[item.name].at}")
         problems.extend(r.problems)
-    return loaded
+    return list(loaded.values())
 
 
 def _workflow_entry(cfg: ToolConfig, secrets: Secrets) -> dict[str, Any]:
@@ -280,26 +261,22 @@ def load_piraeus(
         ("flows", cfg.flows, read_flow),
     )
     for kind, globs, read in readers:
-        files, fp = read_files(_globs(globs), f"piraeus.{kind}", base_dir)
+        files, fp = read_files([globs] if isinstance(globs, str) else globs, f"piraeus.{kind}", base_dir)
         problems += fp
         loaded[kind] = _entries(files, kind, read, problems)
     configs: list[ToolConfig] = [t for t in loaded["tools"] if t.enabled]
     disabled = frozenset(t.name for t in loaded["tools"] if not t.enabled)
     secrets = Secrets(cfg.secrets)
     hosts = sorted({httpx2.URL(t.api.base_url).host for t in loaded["tools"]})
-
-    def policy(allowed: list[str], hint: str) -> HttpPolicy:
-        return HttpPolicy(
-            allowed_hosts=allowed,
-            allow_private=cfg.allow_private,
-            max_response_bytes=cfg.max_response_bytes,
-            verify=cfg.verify,
-            timeout_ms=None,
-            allow_hint=hint,
-        )
-
-    out = Piraeus(secrets=secrets)
-    tool_policy = policy(hosts, "a tool reaches only the hosts of the tools' api.base_url")
+    tool_policy = HttpPolicy(
+        allowed_hosts=hosts,
+        allow_private=cfg.allow_private,
+        max_response_bytes=cfg.max_response_bytes,
+        verify=cfg.verify,
+        timeout_ms=None,
+        allow_hint="a tool reaches only the hosts of the tools' api.base_url",
+    )
+    out = Piraeus()
     out.tools = {t.name: ApiTool(t, secrets, tool_policy) for t in configs}
     out.prompts = {p.name: PromptSurface(p) for p in loaded["prompts"]}
     # The workflow: piraeus's tools join the configured one, or make one.
@@ -323,23 +300,18 @@ def load_piraeus(
             merged = msgspec.structs.replace(workflow, tools=[*workflow.tools, *added])
     if merged is not None and merged.enabled:
         out.workflow = Workflow(merged, models, environ=secrets, full_answers={t.name for t in configs})
-    services = Services(
-        models,
-        model,
-        out.workflow,
-        policy([*hosts, *cfg.allowed_hosts], "list it in [piraeus] allowed_hosts"),
-        timeout_s=cfg.timeout_ms / 1000,
-    )
+    hint = "list it in [piraeus] allowed_hosts"
+    policy = replace(tool_policy, allowed_hosts=[*hosts, *cfg.allowed_hosts], allow_hint=hint)
+    services = Services(models, model, out.workflow, policy, timeout_s=cfg.timeout_ms / 1000)
     limits = limits or Limits()
     flows: list[Flow] = loaded["flows"]
-    names = {f.name for f in flows}
     for f in flows:
         if f.name in out.tools:
             also = out.tools[f.name].config.at
             problems.append(Problem(_at(f.at, "name"), CODE, f"`{f.name}` is also a piraeus tool ({also})"))
             continue
         compiled, inputs, fp = compile_flow(
-            f, tools=out.tools, prompts=out.prompts, flows=names, services=services, disabled=disabled
+            f, tools=out.tools, prompts=out.prompts, services=services, disabled=disabled
         )
         problems += fp
         if compiled is not None:
@@ -351,18 +323,15 @@ def load_piraeus(
 def _cycles(flows: list[Flow]) -> list[Problem]:
     """A flow that reaches itself through its tool steps (it would call itself without end)."""
     calls = {f.name: [s.name for s in f.steps if s.type == "tool"] for f in flows}
-    by_name = {f.name: f for f in flows}
     problems: list[Problem] = []
     for f in flows:
         seen: set[str] = set()
         todo = [n for n in calls[f.name] if n != f.name]
-        while todo:
+        while todo and f.name not in seen:
             n = todo.pop()
-            if n == f.name:
-                problems.append(Problem(f.at, CODE, f"flow `{f.name}` calls itself through other flows"))
-                break
-            if n in seen or n not in by_name:
-                continue
-            seen.add(n)
-            todo.extend(calls[n])
+            if n in calls and n not in seen:
+                seen.add(n)
+                todo.extend(calls[n])
+        if f.name in seen:
+            problems.append(Problem(f.at, CODE, f"flow `{f.name}` calls itself through other flows"))
     return problems

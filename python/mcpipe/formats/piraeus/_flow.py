@@ -62,10 +62,8 @@ FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
 
 def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
     """``(where, reference)`` of every reference in a step's inputs."""
-    if isinstance(value, str):
-        ref = as_ref(value)
-        if ref is not None:
-            yield path, ref
+    if isinstance(value, str) and (ref := as_ref(value)) is not None:
+        yield path, ref
     elif isinstance(value, dict):
         for k, v in value.items():
             yield from _refs(v, f"{path}.{k}")
@@ -76,8 +74,7 @@ def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
 
 def _resolve(value: object, env: Mapping[str, object]) -> Any:
     if isinstance(value, str):
-        ref = as_ref(value)
-        return value if ref is None else _lookup(ref, env)
+        return value if (ref := as_ref(value)) is None else _lookup(ref, env)
     if isinstance(value, dict):
         return {k: _resolve(v, env) for k, v in value.items()}
     if isinstance(value, list):
@@ -130,7 +127,7 @@ async def _run_step(
         except PromptTooLarge as e:
             raise StepFailure(str(e), e.code) from None
         answer = await b.services.ask(NORMAL_SYSTEM, user_prompt(text), ctx, f"piraeus.{step.id}")
-        return StepOutput.of(answer)
+        return StepOutput.of(answer.text)
     return StepOutput.of(await b.services.run(b.target, values, ctx, f"piraeus.{step.id}"))
 
 
@@ -139,7 +136,6 @@ def compile_flow(
     *,
     tools: Mapping[str, ApiTool],
     prompts: Mapping[str, PromptSurface],
-    flows: set[str],
     services: Services,
     disabled: frozenset[str] = frozenset(),
 ) -> tuple[CompiledSpec | None, list[str], list[Problem]]:
@@ -148,7 +144,6 @@ def compile_flow(
     Args:
         tools: the piraeus tools (a tool step may name any tool; those are checked here).
         prompts: the piraeus prompts (a prompt step must name one).
-        flows: every flow's name (a flow's steps may call other flows, not themselves).
         services: what service and prompt steps run on.
         disabled: the piraeus tools loaded with ``enabled: false`` (a step naming one is refused).
     """
@@ -182,11 +177,9 @@ def compile_flow(
             if name is None or name not in services.known():
                 known = ", ".join(services.known())
                 hint = did_you_mean(st.name, services.known())
-                why = (
-                    " (the workflow is not served: [piraeus] workflow = false and no [workflow])"
-                    if name == "workflow"
-                    else ""
-                )
+                why = ""
+                if name == "workflow":
+                    why = " (the workflow is not served: [piraeus] workflow = false and no [workflow])"
                 problem(f"{at}.name", f"no service `{st.name}`{hint}{why} (known: {known})")
             else:
                 target = name
@@ -195,21 +188,15 @@ def compile_flow(
                 problem(f"{at}.name", f"flow `{flow.name}` calls itself")
             elif st.name in disabled:
                 problem(f"{at}.name", f"tool `{st.name}` is disabled (`enabled: false`)")
-            tool = tools.get(st.name)
-            if tool is not None:
-                _check_tool_inputs(tool, st.inputs, f"{at}.inputs", problem)
+            tool = tools.get(st.name)  # a piraeus tool: every field its input schema requires given
+            schema = tool.config.input_schema if tool is not None else {}
+            if isinstance(schema.get("properties"), dict):
+                for need in schema.get("required") or []:
+                    if need not in st.inputs:
+                        problem(f"{at}.inputs", f"tool `{st.name}` needs `{need}`")
         built = _Built(st, target, prompt, services)
-        leaves.append(
-            Leaf(
-                f"step_{st.step}",
-                at,
-                f"piraeus.{st.type}",
-                None,
-                built,
-                run=_run_step,
-                tool=st.name if st.type == "tool" else None,
-            )
-        )
+        calls = st.name if st.type == "tool" else None
+        leaves.append(Leaf(f"step_{st.step}", at, f"piraeus.{st.type}", None, built, run=_run_step, tool=calls))
     if problems:
         return None, inputs, problems
     plan = Pipeline(Template({}), tuple(leaves), None, False, None, flow.at)
@@ -233,18 +220,6 @@ def _check_prompt_inputs(
     for name, var in variables.items():
         if var.required and var.default is None and name not in inputs:
             problem(where, f"prompt `{prompt.name}` needs `{name}` ({article(var.type)})")
-
-
-def _check_tool_inputs(
-    tool: ApiTool, inputs: Mapping[str, object], where: str, problem: Callable[[str, str], None]
-) -> None:
-    """The step's inputs against the piraeus tool's input schema: every required field given."""
-    schema = tool.config.input_schema
-    if not isinstance(schema.get("properties"), dict):
-        return
-    for name in schema.get("required") or []:
-        if name not in inputs:
-            problem(where, f"tool `{tool.name}` needs `{name}`")
 
 
 class FlowDialect(ToolDialect):

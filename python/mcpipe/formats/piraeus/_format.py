@@ -24,9 +24,8 @@ class PiraeusFormat(Format):
         section, problems = decode_piraeus(ctx.section(self))
         if section is None:
             return (None, None), problems
-        workflow = ctx.workflow  # the config's own, checked (its problems are the context's)
-        config = ctx.config
-        loaded, found = load_piraeus(section, ctx.models, workflow, base_dir=config.base_dir, limits=ctx.limits)
+        # ctx.workflow: the config's own, checked (its problems are the context's)
+        loaded, found = load_piraeus(section, ctx.models, ctx.workflow, base_dir=ctx.config.base_dir, limits=ctx.limits)
         return (section, loaded), [*problems, *found]
 
     def decoded(self, loaded: Any) -> Any:
@@ -36,14 +35,12 @@ class PiraeusFormat(Format):
         piraeus = ctx.load(self)[1]  # compiled once per load
         if piraeus is None:
             return []
-        out: list[ToolSource] = []
-        if piraeus.workflow is not None:
-            from mcpipe.workflow import WorkflowTool
+        if piraeus.workflow is None:
+            return [piraeus.source()]
+        from mcpipe.workflow import WorkflowTool
 
-            tool: Any = WorkflowTool(piraeus.workflow)  # the workflow over its tools and the configured ones
-            out.append(tool)
-        out.append(piraeus.source())
-        return out
+        tool: Any = WorkflowTool(piraeus.workflow)  # the workflow over its tools and the configured ones
+        return [tool, piraeus.source()]
 
     def problems(self, ctx: Context) -> list[Problem]:
         ctx.load(self)  # its problems join the context's
@@ -53,11 +50,7 @@ class PiraeusFormat(Format):
         piraeus = ctx.load(self)[1]
         if piraeus is None:
             return {}
-        counts = {
-            "piraeus tool": len(piraeus.tools),
-            "piraeus prompt": len(piraeus.prompts),
-            "piraeus flow": len(piraeus.flows),
-        }
+        counts = {f"piraeus {kind[:-1]}": len(getattr(piraeus, kind)) for kind in ("tools", "prompts", "flows")}
         if piraeus.workflow is not None:
             counts["workflow tool"] = 1
         return counts

@@ -22,13 +22,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx2
 
 from mcpipe._describe import did_you_mean, json_type
 from mcpipe.formats.piraeus._read import MISSING, Reader, coerce, join
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 __all__ = [
     "AUTH_METHODS",
@@ -65,26 +68,6 @@ _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}|\{([A-Za-z_][
 _REF = re.compile(r"\$\{([^{}.]+)(?:\.([^{}]*))?\}")
 _STEP_OUTPUT = re.compile(r"step_(\d+)_output")
 
-_TOOL_KEYS = (
-    "name",
-    "description",
-    "version",
-    "enabled",
-    "api",
-    "input_schema",
-    "output_schema",
-    "mapping",
-    "tags",
-    "metadata",
-)
-_API_KEYS = ("base_url", "path", "method", "headers", "params", "auth", "timeout")
-_AUTH_KEYS = ("method", "key_name", "secret_ref")
-_MAPPING_KEYS = ("input_to_params", "input_to_body", "response_to_output", "response_path")
-_BELONGS = {
-    **{k: "api" for k in _API_KEYS},
-    **{k: "mapping" for k in _MAPPING_KEYS},
-}
-"""A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
 _ROW_KEYS = ("id", "numeric_id", "project_id", "created_at", "updated_at")
 _TOOL_ROW_KEYS = (
     *_ROW_KEYS,
@@ -98,9 +81,7 @@ _TOOL_ROW_KEYS = (
     "body_config",
 )
 _PROMPT_KEYS = (*_ROW_KEYS, "name", "description", "prompt_template", "content", "variables")
-_VARIABLE_KEYS = ("name", "type", "required", "default", "description")
 _FLOW_KEYS = (*_ROW_KEYS, "name", "description", "steps", "steps_array")
-_STEP_KEYS = ("step", "type", "name", "inputs", "description")
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,8 +189,7 @@ class Prompt:
             var = by_name.get(m.group(1) or m.group(2))
             if var is None:
                 continue
-            out.append(self.template[last : m.start()])
-            out.append(var)
+            out += [self.template[last : m.start()], var]
             last = m.end()
         out.append(self.template[last:])
         return [p for p in out if p != ""]
@@ -253,6 +233,21 @@ class Flow:
     at: str = ""
 
 
+def _keys(model: type[DataclassInstance]) -> tuple[str, ...]:
+    """The keys of a model's JSON: its fields, but where it was read (``at``)."""
+    return tuple(f.name for f in fields(model) if f.name != "at")
+
+
+_TOOL_KEYS = _keys(ToolConfig)
+_API_KEYS = _keys(Api)
+_AUTH_KEYS = _keys(Auth)
+_MAPPING_KEYS = _keys(FieldMapping)
+_VARIABLE_KEYS = _keys(Variable)
+_STEP_KEYS = _keys(FlowStep)
+_BELONGS = {**{k: "api" for k in _API_KEYS}, **{k: "mapping" for k in _MAPPING_KEYS}}
+"""A ToolConfig's keys written at its top level that are those of its ``api`` or its ``mapping``."""
+
+
 def as_ref(value: str) -> Ref | None:
     m = _REF.fullmatch(value)
     return Ref(m.group(1), m.group(2), value) if m else None
@@ -262,22 +257,13 @@ def items_of(r: Reader, data: object, kind: Kind) -> Iterator[tuple[Any, str]]:
     """The entries of a file: ``(entry, its JSON path)``. A file is one entry, a list of them, or an object
     holding them under ``kind`` (a list answer, a project export)."""
     if isinstance(data, list):
-        for i, item in enumerate(data):
-            yield item, f"[{i}]"
-        return
-    if isinstance(data, dict) and isinstance(data.get(kind), list) and not _is_entry(data, kind):
-        for i, item in enumerate(data[kind]):
-            yield item, f"{kind}[{i}]"
-        return
-    if isinstance(data, dict):
+        yield from ((item, f"[{i}]") for i, item in enumerate(data))
+    elif isinstance(data, dict) and isinstance(data.get(kind), list):
+        yield from ((item, f"{kind}[{i}]") for i, item in enumerate(data[kind]))
+    elif isinstance(data, dict):
         yield data, ""
-        return
-    r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
-
-
-def _is_entry(data: Mapping[str, object], kind: Kind) -> bool:
-    """Whether an object is one entry (a flow row's ``steps`` is its own, not an export's list)."""
-    return kind == "flows" and "steps" in data and "flows" not in data
+    else:
+        r.problem("", f"expected a piraeus {kind[:-1]} (an object), a list of them, or an export holding `{kind}`")
 
 
 # -- tools ------------------------------------------------------------------------------------------------
@@ -324,7 +310,10 @@ def _tool_config(r: Reader, raw: Mapping[str, object], path: str) -> ToolConfig 
     input_schema = _schema(r, o, "input_schema", path)
     output_schema = _schema(r, o, "output_schema", path)
     mapping = _mapping(r, o.get("mapping", MISSING), join(path, "mapping"))
-    tags = _tags(r, o.get("tags", MISSING), join(path, "tags"))
+    tags = o.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        r.problem(join(path, "tags"), "expected an array of strings")
+    tags = tuple(tags) if isinstance(tags, list) else ()
     metadata = r.get(o, "metadata", path, "object", {})
     if api is not None and input_schema is not None and mapping is not None:
         _check_mapping(r, input_schema, mapping, join(path, "mapping"))
@@ -346,9 +335,7 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
     if isinstance(base_url, str):
         _check_url(r, base_url, join(path, "base_url"))
     api_path = r.text(o, "path", path, required=False, default="")
-    method = r.text(o, "method", path, required=False, default="GET")
-    if isinstance(method, str) and method not in HTTP_METHODS:
-        r.problem(join(path, "method"), f"expected one of {', '.join(HTTP_METHODS)}, got {method!r}")
+    method = r.one_of(o, "method", path, HTTP_METHODS, "GET")
     headers = r.str_map(o, "headers", path)
     params = r.str_map(o, "params", path)
     auth = _auth(r, o.get("auth", MISSING), join(path, "auth"))
@@ -362,12 +349,10 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
 
 def _check_url(r: Reader, url: str, path: str) -> None:
     try:
-        u = httpx2.URL(url)
-        ok = u.scheme in ("http", "https") and bool(u.host)
+        u: httpx2.URL | None = httpx2.URL(url)
     except httpx2.InvalidURL:
-        ok = False
         u = None
-    if not ok or u is None:
+    if u is None or u.scheme not in ("http", "https") or not u.host:
         r.problem(path, f"expected an http(s) URL with a host, got {url!r}")
     elif u.userinfo:
         r.problem(path, "must not carry credentials (use `auth`)")
@@ -381,18 +366,14 @@ def _auth(r: Reader, raw: object, path: str) -> Auth | None:
     o = r.obj(raw, path, _AUTH_KEYS)
     if o is None:
         return None
-    method = r.text(o, "method", path, required=False, default="none")
-    if isinstance(method, str) and method not in AUTH_METHODS:
-        r.problem(join(path, "method"), f"expected one of {', '.join(AUTH_METHODS)}, got {method!r}")
+    method = r.one_of(o, "method", path, AUTH_METHODS, "none")
+    if method is None:
         return None
     key_name = r.text(o, "key_name", path, required=False)
     secret_ref = r.text(o, "secret_ref", path, required=False)
     auth = Auth(method or "none", key_name, secret_ref)
     if auth.where is not None and not secret_ref:
-        r.problem(
-            join(path, "secret_ref"),
-            f"is required for `{auth.method}`: piraeus would send an empty credential",
-        )
+        r.problem(join(path, "secret_ref"), f"is required for `{auth.method}`: piraeus would send an empty credential")
     return auth
 
 
@@ -401,16 +382,13 @@ def _schema(r: Reader, o: Mapping[str, object], key: str, path: str) -> dict[str
     if not isinstance(schema, dict):
         return None
     at = join(path, key)
-    props = schema.get("properties", MISSING)
-    if props is not MISSING:
-        if not isinstance(props, dict):
-            r.problem(join(at, "properties"), f"expected an object, got {json_type(props)}")
-        else:
-            for name, prop in props.items():
-                if not isinstance(prop, dict):
-                    r.problem(
-                        join(join(at, "properties"), str(name)), f"expected a schema object, got {json_type(prop)}"
-                    )
+    props = schema.get("properties", {})
+    if not isinstance(props, dict):
+        r.problem(join(at, "properties"), f"expected an object, got {json_type(props)}")
+        props = {}
+    for name, prop in props.items():
+        if not isinstance(prop, dict):
+            r.problem(join(at, f"properties.{name}"), f"expected a schema object, got {json_type(prop)}")
     required = schema.get("required", MISSING)
     if required is not MISSING and not (isinstance(required, list) and all(isinstance(x, str) for x in required)):
         r.problem(join(at, "required"), "expected an array of property names")
@@ -442,20 +420,8 @@ def _check_mapping(r: Reader, input_schema: Mapping[str, object], m: FieldMappin
     for key in ("input_to_params", "input_to_body"):
         for field_name in getattr(m, key):
             if field_name not in props:
-                hint = did_you_mean(field_name, props)
-                r.problem(
-                    join(join(path, key), field_name),
-                    f"maps `{field_name}`, which input_schema does not declare{hint}: it would never be sent",
-                )
-
-
-def _tags(r: Reader, raw: object, path: str) -> tuple[str, ...]:
-    if raw is MISSING or raw is None:
-        return ()
-    if not isinstance(raw, list) or not all(isinstance(t, str) for t in raw):
-        r.problem(path, "expected an array of strings")
-        return ()
-    return tuple(raw)
+                why = f"maps `{field_name}`, which input_schema does not declare{did_you_mean(field_name, props)}"
+                r.problem(join(path, f"{key}.{field_name}"), f"{why}: it would never be sent")
 
 
 # -- prompts ----------------------------------------------------------------------------------------------
@@ -492,8 +458,7 @@ def _variables(r: Reader, raw: object, path: str) -> tuple[Variable, ...] | None
     if not isinstance(raw, list):
         r.problem(path, f"expected an array of variables, got {json_type(raw)}")
         return None
-    out: list[Variable] = []
-    seen: set[str] = set()
+    out: dict[str, Variable] = {}
     for i, item in enumerate(raw):
         at = join(path, i)
         if isinstance(item, str):  # the newer schema: bare names (typed as strings, required)
@@ -505,12 +470,11 @@ def _variables(r: Reader, raw: object, path: str) -> tuple[Variable, ...] | None
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var.name):
             r.problem(at if isinstance(item, str) else join(at, "name"), f"`{var.name}` is not a placeholder name")
             continue
-        if var.name in seen:
+        if var.name in out:
             r.problem(at, f"variable `{var.name}` is declared twice")
             continue
-        seen.add(var.name)
-        out.append(var)
-    return tuple(out)
+        out[var.name] = var
+    return tuple(out.values())
 
 
 def _variable(r: Reader, raw: object, path: str) -> Variable | None:
@@ -519,9 +483,7 @@ def _variable(r: Reader, raw: object, path: str) -> Variable | None:
         return None
     before = len(r.problems)
     name = r.text(o, "name", path)
-    kind = r.text(o, "type", path)
-    if isinstance(kind, str) and kind not in VARIABLE_TYPES:
-        r.problem(join(path, "type"), f"expected one of {', '.join(VARIABLE_TYPES)}, got {kind!r}")
+    kind = r.one_of(o, "type", path, VARIABLE_TYPES)
     required = r.get(o, "required", path, "boolean", True)
     default = o.get("default")
     description = r.text(o, "description", path, required=False)
@@ -544,12 +506,10 @@ def _check_placeholders(r: Reader, text: str, variables: tuple[Variable, ...], p
     if not variables:
         return tuple(Variable(n) for n in names)
     declared = {v.name for v in variables}
+    known = ", ".join(sorted(declared))
     for n in names:
         if n not in declared:
-            r.problem(
-                path,
-                f"`{{{n}}}` names no variable{did_you_mean(n, declared)} (declared: {', '.join(sorted(declared))})",
-            )
+            r.problem(path, f"`{{{n}}}` names no variable{did_you_mean(n, declared)} (declared: {known})")
     return variables
 
 
@@ -582,18 +542,12 @@ def read_flow(r: Reader, entry: object, path: str) -> Flow | None:
         r.problem(
             at, "the builder's graph (nodes and edges) is not supported: piraeus never runs it; give numbered steps"
         )
-    elif not isinstance(raw_steps, list) or not raw_steps:
-        r.problem(
-            at,
-            "must be a non-empty array of steps"
-            if isinstance(raw_steps, list)
-            else f"expected an array, got {json_type(raw_steps)}",
-        )
+    elif not isinstance(raw_steps, list):
+        r.problem(at, f"expected an array, got {json_type(raw_steps)}")
+    elif not raw_steps:
+        r.problem(at, "must be a non-empty array of steps")
     else:
-        for i, raw in enumerate(raw_steps):
-            st = _step(r, raw, join(at, i))
-            if st is not None:
-                steps.append(st)
+        steps = [st for i, raw in enumerate(raw_steps) if (st := _step(r, raw, join(at, i))) is not None]
         numbers = sorted(s.step for s in steps)
         if len(steps) == len(raw_steps) and numbers != list(range(1, len(steps) + 1)):
             r.problem(at, f"step numbers must be 1 to {len(steps)}, each once, got {[s.step for s in steps]}")
@@ -610,9 +564,7 @@ def _step(r: Reader, raw: object, path: str) -> FlowStep | None:
     number = r.get(o, "step", path, "integer")
     if isinstance(number, int) and number < 1:
         r.problem(join(path, "step"), f"must be 1 or more, got {number}")
-    kind = r.text(o, "type", path)
-    if isinstance(kind, str) and kind not in STEP_TYPES:
-        r.problem(join(path, "type"), f"expected one of {', '.join(STEP_TYPES)}, got {kind!r}")
+    kind = r.one_of(o, "type", path, STEP_TYPES)
     name = r.text(o, "name", path)
     inputs = r.get(o, "inputs", path, "object", {})
     description = r.text(o, "description", path, required=False)

@@ -90,13 +90,13 @@ class PromptSurface:
         problems = [f"{k}: unknown argument{did_you_mean(str(k), self._vars)}" for k in given if k not in self._vars]
         out: dict[str, Any] = {}
         for name, var in self._vars.items():
-            if name not in given or given[name] is None:
+            value = given.get(name)
+            if value is None:
                 if var.default is not None:
                     out[name] = var.default
                 elif var.required:
                     problems.append(f"{name}: {article(var.type)} is required")
                 continue
-            value = given[name]
             if from_text and isinstance(value, str) and var.type in ("array", "object"):
                 try:
                     value = orjson.loads(value)

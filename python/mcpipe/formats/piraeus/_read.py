@@ -9,7 +9,7 @@ misspelt key is not silently dropped.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -56,9 +56,7 @@ def coerce(value: object, kind: str) -> tuple[Any, str | None]:
                 pass
         return value, f"expected {'an integer' if kind == 'integer' else 'a number'}, got {_shown(value)}"
     if kind == "boolean":
-        if isinstance(value, bool):
-            return value, None
-        if isinstance(value, int) and value in (0, 1):
+        if isinstance(value, int) and value in (0, 1):  # a bool too
             return bool(value), None
         if isinstance(value, str) and value.strip().lower() in _TRUE | _FALSE:
             return value.strip().lower() in _TRUE, None
@@ -128,6 +126,16 @@ class Reader:
             return None if default is MISSING else default
         return converted
 
+    def one_of(
+        self, o: Mapping[str, object], key: str, path: str, among: Sequence[str], default: object = MISSING
+    ) -> Any:
+        """A string field that is one of ``among``; one that is not is a problem (then None)."""
+        value = self.get(o, key, path, "string", default)
+        if isinstance(value, str) and value not in among:
+            self.problem(join(path, key), f"expected one of {', '.join(among)}, got {value!r}")
+            return None
+        return value
+
     def text(
         self, o: Mapping[str, object], key: str, path: str, *, required: bool = True, default: str | None = None
     ) -> Any:
@@ -136,17 +144,12 @@ class Reader:
 
     def str_map(self, o: Mapping[str, object], key: str, path: str) -> dict[str, str]:
         """A ``dict[str, str]`` field (absent: empty)."""
-        value = o.get(key, MISSING)
-        if value is MISSING:
-            return {}
+        value = o.get(key, {})
         at = join(path, key)
         if not isinstance(value, dict):
             self.problem(at, f"expected an object of strings, got {json_type(value)}")
             return {}
-        out: dict[str, str] = {}
         for k, v in value.items():
-            if isinstance(v, str):
-                out[str(k)] = v
-            else:
+            if not isinstance(v, str):
                 self.problem(join(at, str(k)), f"expected a string, got {json_type(v)}")
-        return out
+        return {str(k): v for k, v in value.items() if isinstance(v, str)}

@@ -18,7 +18,7 @@ its output. Models are asked through :mod:`mcpipe.models`; HTTP requests go thro
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -31,7 +31,7 @@ from mcpipe._describe import did_you_mean, json_type
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds import ForbiddenError, HttpPolicy
 from mcpipe.kinds.http import send_request
-from mcpipe.models import Message, ModelError, Models, converse, once
+from mcpipe.models import Message, ModelError, Models, Outcome, converse, once
 from mcpipe.results import StepFailure
 from mcpipe.tools import ToolContext
 
@@ -79,14 +79,8 @@ def user_prompt(
     instructions: str, context: str | None = None, api_docs: str | None = None, fmt: str | None = None
 ) -> str:
     """piraeus's multi-stage user prompt (``PromptTemplates.build_user_prompt``)."""
-    parts = [f"Instructions: {instructions}"]
-    if context:
-        parts.append(f"\nContext: {context}")
-    if api_docs:
-        parts.append(f"\nAPI Documentation:\n{api_docs}")
-    if fmt:
-        parts.append(f"\nResponse Format: {fmt}")
-    return "\n".join(parts)
+    sections = (("Context: ", context), ("API Documentation:\n", api_docs), ("Response Format: ", fmt))
+    return "\n".join([f"Instructions: {instructions}", *(f"\n{head}{text}" for head, text in sections if text)])
 
 
 def _request(name: str, inputs: object, fields: dict[str, bool]) -> dict[str, Any]:
@@ -97,9 +91,8 @@ def _request(name: str, inputs: object, fields: dict[str, bool]) -> dict[str, An
         StepFailure: located problems, one line.
     """
     if not isinstance(inputs, Mapping):
-        raise StepFailure(
-            f"service `{name}`: the inputs must be an object, got {json_type(inputs)}", ErrorCode.INVALID_SPEC
-        )
+        why = f"service `{name}`: the inputs must be an object, got {json_type(inputs)}"
+        raise StepFailure(why, ErrorCode.INVALID_SPEC)
     problems = [f"{k}: unknown field{did_you_mean(str(k), fields)}" for k in inputs if k not in fields]
     for key, required in fields.items():
         value = inputs.get(key)
@@ -177,61 +170,38 @@ class Services:
             StepFailure: the inputs are not its request, or its response says ``status: "error"`` (kept as
                 the step's output).
         """
-        runners: dict[str, Callable[[Any, ToolContext, str], Awaitable[dict[str, Any]]]] = {
-            "prompt": self._prompt,
-            "prompt-mcp": self._prompt_mcp,
-            "execute": self._execute,
-            "prompt-execute": self._prompt_execute,
-            "workflow": self._workflow,
-        }
-        response = await runners[name](inputs, ctx, key)
+        response: dict[str, Any] = await getattr(self, "_" + name.replace("-", "_"))(inputs, ctx, key)
         if response.get("status") == "error":
             raise StepFailure(f"service `{name}`: {response.get('error')}", ErrorCode.TOOL_ERROR, output=response)
         return response
 
-    async def ask(self, system: str, user: str, ctx: ToolContext, key: str) -> str:
-        """One text answer of the model (``ModelError`` becomes the step's failure)."""
+    async def ask(self, system: str, user: str, ctx: ToolContext, key: str, where: str = "", **json: Any) -> Outcome:
+        """The model's answer (``json``: :func:`~mcpipe.models.converse`'s options of a JSON answer); a
+        ``ModelError`` becomes the step's failure, ``where`` before its message."""
         try:
-            out = await converse(
-                self.models.get(self.model), [Message.system(system), Message.user(user)], ctx, key=key
+            return await converse(
+                self.models.get(self.model), [Message.system(system), Message.user(user)], ctx, key=key, **json
             )
         except ModelError as e:
-            raise StepFailure(f"the model could not answer: {e}", ErrorCode.TOOL_FAILED) from None
-        return out.text
+            raise StepFailure(f"{where}the model could not answer: {e}", ErrorCode.TOOL_FAILED) from None
 
     async def _prompt(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         req = _request("prompt", inputs, {"instructions": True, "context": False, "response_format_prompt": False})
-        text = await self.ask(
-            NORMAL_SYSTEM,
-            user_prompt(req["instructions"], req.get("context"), fmt=req.get("response_format_prompt")),
-            ctx,
-            key,
-        )
-        return {"content": text, "type": "text"}
+        user = user_prompt(req["instructions"], req.get("context"), fmt=req.get("response_format_prompt"))
+        return {"content": (await self.ask(NORMAL_SYSTEM, user, ctx, key)).text, "type": "text"}
 
     async def _prompt_mcp(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         req = _request("prompt-mcp", inputs, {"instructions": True, "api_docs": True, "response_format_prompt": False})
         user = user_prompt(req["instructions"], api_docs=req["api_docs"], fmt=req.get("response_format_prompt"))
-        try:
-            out = await converse(
-                self.models.get(self.model),
-                [Message.system(_MCP_SYSTEM), Message.user(user)],
-                ctx,
-                key=key,
-                json_schema=HTTP_SPEC_SCHEMA,
-                check=_check_spec,
-                json_retries=self.json_retries,
-            )
-        except ModelError as e:
-            raise StepFailure(f"service `prompt-mcp`: the model could not answer: {e}", ErrorCode.TOOL_FAILED) from None
+        answer = {"json_schema": HTTP_SPEC_SCHEMA, "check": _check_spec, "json_retries": self.json_retries}
+        out = await self.ask(_MCP_SYSTEM, user, ctx, key, "service `prompt-mcp`: ", **answer)
         return {"content": http_spec(out.data, "the answer"), "type": "http_spec"}
 
     async def _execute(self, inputs: object, ctx: ToolContext, key: str) -> dict[str, Any]:
         if not isinstance(inputs, Mapping) or set(inputs) != {"http_spec"}:
             keys = sorted(inputs) if isinstance(inputs, Mapping) else json_type(inputs)
-            raise StepFailure(
-                f"service `execute`: the inputs must be {{http_spec}}, got {keys}", ErrorCode.INVALID_SPEC
-            )
+            why = f"service `execute`: the inputs must be {{http_spec}}, got {keys}"
+            raise StepFailure(why, ErrorCode.INVALID_SPEC)
         try:
             spec = http_spec(inputs["http_spec"], "http_spec")
         except ValueError as e:
@@ -248,8 +218,7 @@ class Services:
         request, errors = WorkflowRequest.parse(inputs, self.workflow.config.max_instructions_chars)
         if request is None:
             raise StepFailure("service `workflow`: " + "; ".join(errors), ErrorCode.INVALID_SPEC)
-        result: dict[str, Any] = await self.workflow.run(request, ctx)
-        return result
+        return await self.workflow.run(request, ctx)
 
     async def send(self, spec: dict[str, Any], ctx: ToolContext, key: str) -> dict[str, Any]:
         """``HTTPClientService.execute`` answered as ``/execute`` answers: ``{status, data, error}``; a 4xx is a
@@ -261,15 +230,11 @@ class Services:
             except (StepFailure, ForbiddenError, OSError) as e:
                 return {"status": "error", "data": None, "error": str(e)}
             if data["status_code"] >= 500:
-                return {
-                    "status": "error",
-                    "data": None,
-                    "error": f"Server error '{data['status_code']}' for url '{spec['url']}'",
-                }
+                error = f"Server error '{data['status_code']}' for url '{spec['url']}'"
+                return {"status": "error", "data": None, "error": error}
             return {"status": "success", "data": data, "error": None}
 
-        result: dict[str, Any] = await once(ctx, f"{key}~http", work)
-        return result
+        return await once(ctx, f"{key}~http", work)
 
     async def _send(self, spec: dict[str, Any]) -> dict[str, Any]:
         headers = dict(spec["headers"] or {})
@@ -297,10 +262,7 @@ class Services:
             )
         if scope.cancelled_caught:
             raise StepFailure(f"Request timed out after {self.timeout_s:g}s")
-        if response.status == 204 or not response.body:
-            parsed: Any = None
-        else:
-            parsed, _ = response.decoded()
+        parsed = response.decoded()[0] if response.status != 204 and response.body else None
         return {
             "status_code": response.status,
             "headers": response.header_map(),

@@ -23,7 +23,8 @@ the loaded tools' hosts; private addresses only with ``allow_private`` or an IP 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
+from collections import ChainMap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from time import perf_counter
 from typing import Any
@@ -44,37 +45,21 @@ from mcpipe.tools import ToolContext, ToolResult
 __all__ = ["ApiTool", "Secrets", "build_request", "check_inputs", "read_path", "transform"]
 
 
-class Secrets(Mapping[str, str]):
+class Secrets(ChainMap[str, str]):
     """Where ``${NAME}`` secrets are read: ``[piraeus] secrets`` first, then the environment (at each read).
 
     It is also the ``environ`` of the workflow serving piraeus's tools: a literal ``secret_ref`` is kept
     under a name of its own (``literal``), so the workflow reads every secret the same way.
     """
 
-    def __init__(self, table: Mapping[str, str] | None = None, environ: Mapping[str, str] | None = None) -> None:
-        self.table = dict(table or {})
-        self.environ = environ
-        self.literals: dict[str, str] = {}
+    def __init__(self, table: Mapping[str, str] | None = None) -> None:
+        super().__init__({}, dict(table or {}), os.environ)  # the literals first
 
     def literal(self, tool: str, value: str) -> str:
         """The name a literal secret of ``tool`` is read under."""
         key = f"piraeus:{tool}"
-        self.literals[key] = value
+        self[key] = value
         return key
-
-    def __getitem__(self, key: str) -> str:
-        for source in (self.literals, self.table, os.environ if self.environ is None else self.environ):
-            value = source.get(key)
-            if value is not None:
-                return value
-        raise KeyError(key)
-
-    def __iter__(self) -> Iterator[str]:
-        env = os.environ if self.environ is None else self.environ
-        return iter({*self.literals, *self.table, *env})
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
 
     def secret(self, config: ToolConfig) -> str:
         """The secret of ``config``'s ``auth``.
@@ -152,9 +137,7 @@ def build_request(config: ToolConfig, args: Mapping[str, object], secret: str) -
     for field_name, param in config.mapping.input_to_params.items():
         if field_name in args:
             params[param] = str(args[field_name])
-    body: dict[str, Any] | None = None
-    if config.mapping.input_to_body:
-        body = {b: args[f] for f, b in config.mapping.input_to_body.items() if f in args} or None
+    body: dict[str, Any] | None = {b: args[f] for f, b in config.mapping.input_to_body.items() if f in args} or None
     if api.method in ("GET", "DELETE"):
         body = None
     secrets = [secret, *credential_named(api.headers), *credential_named(api.params)]
@@ -249,8 +232,7 @@ class ApiTool:
             output = await self.run(checked)
         except StepFailure as e:
             return ToolResult.error(str(e))
-        text = orjson.dumps(output).decode()
-        return ToolResult([{"type": "text", "text": text}], output)
+        return ToolResult([{"type": "text", "text": orjson.dumps(output).decode()}], output)
 
     async def run(self, args: Mapping[str, object]) -> dict[str, Any]:
         """Send the request for checked ``args`` and answer the mapped output.
@@ -288,10 +270,7 @@ class ApiTool:
         except orjson.JSONDecodeError as e:
             raise StepFailure(f"Execution error: {request.method} {request.url} answered no JSON ({e})") from None
         output = transform(config, data)
-        if self.output_schema is not None:
-            why = schema_errors(output, self.output_schema)
-            if why is not None:
-                raise StepFailure(
-                    f"Execution error: the mapped output does not match output_schema ({why})", output=output
-                )
+        why = schema_errors(output, self.output_schema) if self.output_schema is not None else None
+        if why is not None:
+            raise StepFailure(f"Execution error: the mapped output does not match output_schema ({why})", output=output)
         return output
