@@ -262,7 +262,7 @@ class Worker:
         Raises:
             SandboxError: it failed to, or the fork server is stopped or wedged (then it is replaced).
         """
-        if self.pid:
+        if self.pid or self._try_ack():
             return
         give_up = trio.current_time() + SPAWN_TIMEOUT_S
         while True:
@@ -277,11 +277,24 @@ class Worker:
                     f"the sandbox's fork server did not fork a worker ({'stopped' if state in 'Tt' else 'wedged'})"
                 )
 
+    def _try_ack(self) -> bool:
+        """Read the fork server's answer if it is here already (a spare forked a while ago): no trip through
+        the event loop then. False when it has not come yet."""
+        try:
+            got = socket.recv_fds(self.st, 65536, 1)
+        except BlockingIOError:
+            return False
+        self._take_ack(*got[:2])
+        return True
+
     def _read_ack(self) -> None:
         try:
             msg, fds, _, _ = socket.recv_fds(self.st, 65536, 1)
         except BlockingIOError:
             raise SandboxError("the fork server's answer was lost") from None
+        self._take_ack(msg, fds)
+
+    def _take_ack(self, msg: bytes, fds: list[int]) -> None:
         answer = json.loads(msg) if msg else {"error": "the fork server exited"}
         if "pid" not in answer:
             for fd in fds:
@@ -642,13 +655,14 @@ def request_frame(header: bytes, body: bytes) -> bytes:
 
 
 async def send_all(sock: socket.socket, data: bytes) -> None:
+    """Send all of ``data`` (a non-blocking socket); it waits only when the socket is full: a request that
+    fits (the common case) goes out without a trip through the event loop."""
     view = memoryview(data)
     while view:
-        await trio.lowlevel.wait_writable(sock)
         try:
             view = view[sock.send(view) :]
         except BlockingIOError:
-            continue
+            await trio.lowlevel.wait_writable(sock)
 
 
 class Output:
