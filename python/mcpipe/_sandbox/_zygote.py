@@ -669,8 +669,9 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
     # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
     # (the request is read as that uid), the fixed limits, the environment emptied, and the request's path
-    # walked once (:func:`_rehearse`); then the short slice (:func:`short_slice`): it wakes at once when the
-    # request comes.
+    # walked once (:func:`_rehearse`), unless the request is here already (a step took this worker as it was
+    # forked: the rehearsal would only delay it); then the short slice (:func:`short_slice`): it wakes at
+    # once when the request comes.
     if uid is not None:
         drop_to(uid)
     else:
@@ -679,8 +680,9 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
     os.environ.clear()
-    with contextlib.suppress(Exception):
-        _rehearse(role)
+    if not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
+        with contextlib.suppress(Exception):
+            _rehearse(role)
     short_slice(config.slice_us)
     try:
         frame = read_frame(3)
