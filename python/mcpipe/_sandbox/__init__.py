@@ -22,9 +22,11 @@ worker is never used twice: no state passes from one use to the next. The pool b
 deadlines (it kills a worker past its own), and reports a worker's death with its exit status.
 
 **A step's path.** One send of the request; one wait on an epoll set that holds the worker's socket, pipes
-and pidfd (made with the worker, off the path); the reply read as soon as it is whole. The fork server, its
-workers and the event loop's thread ask for a short time slice (:data:`SLICE_US`), so that each of a step's
-two hand-offs wakes its process at once rather than after another's slice.
+and pidfd (made with the worker, off the path); the reply read as soon as it is whole. A worker waiting for its
+request and the event loop's thread ask for a short time slice (:data:`SLICE_US`), so that each of a step's
+two hand-offs wakes its process at once rather than after another's slice. The fork server does not (it
+resets its own to the kernel's default): its forks are for later steps, and must not take the core from
+the step that runs.
 
 What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
 thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said
@@ -81,10 +83,11 @@ SPAWN_TIMEOUT_S = 5.0
 """A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
 
 SLICE_US = 100
-"""The time slice the fork server, its workers and the event loop's thread that talks to them ask the
-kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A short slice
-wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the core: a
-step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only sooner."""
+"""The time slice the workers (once they wait for their request) and the event loop's thread that talks to
+them ask the kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A
+short slice wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the
+core: a step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only
+sooner."""
 
 EXIT_WAIT_S = 2.0
 """How long to wait for a worker's exit status once it has ended without answering (the fork server
