@@ -22,9 +22,11 @@ worker is never used twice: no state passes from one use to the next. The pool b
 deadlines (it kills a worker past its own), and reports a worker's death with its exit status.
 
 **A step's path.** One send of the request; one wait on an epoll set that holds the worker's socket, pipes
-and pidfd (made with the worker, off the path); the reply read as soon as it is whole. The fork server, its
-workers and the event loop's thread ask for a short time slice (:data:`SLICE_US`), so that each of a step's
-two hand-offs wakes its process at once rather than after another's slice.
+and pidfd (made with the worker, off the path); the reply read as soon as it is whole. A worker waiting for its
+request and the event loop's thread ask for a short time slice (:data:`SLICE_US`), so that each of a step's
+two hand-offs wakes its process at once rather than after another's slice. The fork server does not (it
+resets its own to the kernel's default): its forks are for later steps, and must not take the core from
+the step that runs.
 
 What a worker left when it ended (its process, its working directory, its uid) is collected by one daemon
 thread (the *reaper*), off the callers' path: a uid is given out again only once the fork server has said
@@ -81,10 +83,11 @@ SPAWN_TIMEOUT_S = 5.0
 """A fork server that has not forked a worker asked for within this long is wedged, and is replaced."""
 
 SLICE_US = 100
-"""The time slice the fork server, its workers and the event loop's thread that talks to them ask the
-kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A short slice
-wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the core: a
-step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only sooner."""
+"""The time slice the workers (once they wait for their request) and the event loop's thread that talks to
+them ask the kernel for (``sched_setattr``'s ``sched_runtime``, Linux 6.12+; 0: the kernel's default). A
+short slice wakes a worker blocked on its request, and the server on the reply, ahead of what else holds the
+core: a step's two hand-offs do not each wait out another process's slice. It gives no more CPU, only
+sooner."""
 
 EXIT_WAIT_S = 2.0
 """How long to wait for a worker's exit status once it has ended without answering (the fork server
@@ -262,7 +265,7 @@ class Worker:
         Raises:
             SandboxError: it failed to, or the fork server is stopped or wedged (then it is replaced).
         """
-        if self.pid:
+        if self.pid or self._try_ack():
             return
         give_up = trio.current_time() + SPAWN_TIMEOUT_S
         while True:
@@ -277,11 +280,24 @@ class Worker:
                     f"the sandbox's fork server did not fork a worker ({'stopped' if state in 'Tt' else 'wedged'})"
                 )
 
+    def _try_ack(self) -> bool:
+        """Read the fork server's answer if it is here already (a spare forked a while ago): no trip through
+        the event loop then. False when it has not come yet."""
+        try:
+            got = socket.recv_fds(self.st, 65536, 1)
+        except BlockingIOError:
+            return False
+        self._take_ack(*got[:2])
+        return True
+
     def _read_ack(self) -> None:
         try:
             msg, fds, _, _ = socket.recv_fds(self.st, 65536, 1)
         except BlockingIOError:
             raise SandboxError("the fork server's answer was lost") from None
+        self._take_ack(msg, fds)
+
+    def _take_ack(self, msg: bytes, fds: list[int]) -> None:
         answer = json.loads(msg) if msg else {"error": "the fork server exited"}
         if "pid" not in answer:
             for fd in fds:
@@ -642,13 +658,14 @@ def request_frame(header: bytes, body: bytes) -> bytes:
 
 
 async def send_all(sock: socket.socket, data: bytes) -> None:
+    """Send all of ``data`` (a non-blocking socket); it waits only when the socket is full: a request that
+    fits (the common case) goes out without a trip through the event loop."""
     view = memoryview(data)
     while view:
-        await trio.lowlevel.wait_writable(sock)
         try:
             view = view[sock.send(view) :]
         except BlockingIOError:
-            continue
+            await trio.lowlevel.wait_writable(sock)
 
 
 class Output:

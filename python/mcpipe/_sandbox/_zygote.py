@@ -362,10 +362,25 @@ _SCHED_ATTR = struct.Struct("IIQiIQQQII")
 def short_slice(slice_us: int) -> bool:
     """Ask the kernel for a time slice of ``slice_us`` (``sched_setattr``'s ``sched_runtime`` for a normal
     task, Linux 6.12+): a task with a shorter slice has an earlier deadline when it wakes, so a worker
-    blocked on its request (and this process, which forks them: they inherit it) runs at once rather than
-    after what holds the core. It gets no more CPU than before, only sooner. False where the kernel has
-    no such thing (nothing changes then)."""
-    if not slice_us or not sys.platform.startswith("linux"):
+    blocked on its request runs at once rather than after what holds the core. It gets no more CPU than
+    before, only sooner. False where the kernel has no such thing (nothing changes then)."""
+    if not slice_us:
+        return False
+    return _set_slice(slice_us)
+
+
+def default_slice() -> bool:
+    """Back to the kernel's own time slice (``sched_runtime`` 0), whatever the parent asked for.
+
+    The fork server's own: it starts from a thread of the server that asked for a short one, and with
+    it, each fork it does for a spare (asked for as a step's request goes out) would wake ahead of that
+    step's worker and of the server waiting for its reply, and take the core from them. A fork can wait:
+    a spare is for a later step."""
+    return _set_slice(0)
+
+
+def _set_slice(slice_us: int) -> bool:
+    if not sys.platform.startswith("linux"):
         return False
     nr = {"x86_64": 314, "aarch64": 274}.get(os.uname().machine)
     if nr is None:
@@ -654,8 +669,9 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
     # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
     # (the request is read as that uid), the fixed limits, the environment emptied, and the request's path
-    # walked once (:func:`_rehearse`); then the short slice (:func:`short_slice`): it wakes at once when the
-    # request comes.
+    # walked once (:func:`_rehearse`), unless the request is here already (a step took this worker as it was
+    # forked: the rehearsal would only delay it); then the short slice (:func:`short_slice`): it wakes at
+    # once when the request comes.
     if uid is not None:
         drop_to(uid)
     else:
@@ -664,8 +680,9 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
     os.environ.clear()
-    with contextlib.suppress(Exception):
-        _rehearse(role)
+    if not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
+        with contextlib.suppress(Exception):
+            _rehearse(role)
     short_slice(config.slice_us)
     try:
         frame = read_frame(3)
@@ -788,6 +805,7 @@ def main() -> None:
         os._exit(0)
     sock = socket.socket(fileno=int(sys.argv[1]))
     config = Config(json.loads(sys.argv[2]))
+    default_slice()  # (its workers ask for the short one again, once they wait for their request)
     with contextlib.suppress(OSError):
         os.nice(int(json.loads(sys.argv[2]).get("nice", 0)))
     Zygote(sock, config).serve()
