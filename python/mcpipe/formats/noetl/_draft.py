@@ -525,7 +525,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
 
 
 def compile_draft(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A playbook of the draft engine compiled into the plan (a :class:`~mcpipe.formats.noetl._workflow.NoetlPlaybook`
     whose graph runs it as the engine did); every problem located."""
@@ -551,27 +551,15 @@ def compile_draft(
 
 
 def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str] | None) -> None:
-    from mcpipe.declared import StepScope, compile_step
+    from mcpipe.formats.noetl._workflow import compiled_step, http_raw
 
     if t.type == "python":
         raw: dict[str, Any] = {"kind": "python", "id": "task", "code": t.fields["code"].shape, "input": "${args}"}
     else:
         endpoint = t.fields["endpoint"].shape
-        raw = {
-            "kind": "http",
-            "id": "task",
-            "method": t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET",
-            "url": {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}",
-            "headers": "${args}",
-            "query": "${args}",
-            "body": "${args}",
-            "expected_status_codes": list(range(100, 600)),
-        }
-    step, problems = compile_step(raw, t.location, StepScope(policy=policy, tools=tools))
-    for p in problems:
-        where = p.location.replace(f"{t.location}.url", f"{t.location}.endpoint")
-        r.add(where, p.message)
-    t.step = step
+        method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET"
+        raw = http_raw(method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
+    t.step = compiled_step(r, raw, t.location, policy, tools, rename=("url", "endpoint"))
 
 
 def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:

@@ -276,11 +276,11 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
 
 
 def compile_runtime(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A playbook of the May 2025 runtime compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
-    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -301,16 +301,8 @@ def compile_runtime(
                 "context": "${args}",
             }
         else:
-            step_raw = {
-                "kind": "http",
-                "id": "task",
-                "method": t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD") else "GET",
-                "url": "${args}",
-                "query": "${args}",
-                "body": "${args}",
-                "expected_status_codes": list(range(100, 600)),
-                "timeout_ms": 10_000,
-            }
+            method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD") else "GET"
+            step_raw = http_raw(method, given=("query", "body"), timeout_ms=10_000)
         step, found = compile_step(step_raw, t.location, StepScope(policy=policy, tools=tools))
         problems += found
         t.step = step

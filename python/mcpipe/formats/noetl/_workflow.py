@@ -250,6 +250,63 @@ class _Problems(Findings):
         return t
 
 
+def compiled_step(
+    f: Findings,
+    raw: Mapping[str, object],
+    location: str,
+    policy: StepPolicy,
+    tools: Container[str] | None = None,
+    rename: tuple[str, str] | None = None,
+) -> Any:
+    """``raw`` compiled as one of mcpipe's declared steps (None: it has problems), its problems added to ``f``
+    (``rename``: a field's location written with NoETL's name for it)."""
+    from mcpipe.declared import StepScope, compile_step
+
+    step, problems = compile_step(raw, location, StepScope(policy=policy, tools=tools))
+    for p in problems:
+        at = p.location.replace(f"{location}.{rename[0]}", f"{location}.{rename[1]}") if rename else p.location
+        f.add(at, p.message)
+    return step
+
+
+def http_raw(
+    method: str, url: object = "${args}", given: tuple[str, ...] = ("headers", "query", "body"), **fields: object
+) -> dict[str, Any]:
+    """A NoETL request on mcpipe's ``http`` kind: the fields ``given`` (and ``url``, unless a constant) are
+    given when it runs, and every status is an answer (NoETL reads it); ``fields`` laid over."""
+    return {
+        "kind": "http",
+        "id": "task",
+        "method": method,
+        "url": url,
+        **dict.fromkeys(given, "${args}"),
+        "expected_status_codes": list(range(100, 600)),
+        **fields,
+    }
+
+
+def _timeout_ms(cfg: Mapping[str, object]) -> dict[str, float]:
+    """A tool's ``timeout`` (seconds, when positive) as the kind's ``timeout_ms``."""
+    timeout = cfg.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return {"timeout_ms": float(timeout) * 1000}
+    return {}
+
+
+def _connection(c: _Problems, given: Mapping[str, object], loc: str, raw: dict[str, Any]) -> dict[str, Tmpl] | None:
+    """The postgres connection ``given`` names (``auth``, NoETL 1.x's ``with``) laid over the step ``raw`` (a
+    constant field as it is, a template given when it runs), and its fields' templates; None: there is none."""
+    found: list[Problem] = []
+    conn = toolkinds.connection_of(given, loc, found)
+    for p in found:
+        c.add(p.location, p.message)
+    if conn is None:
+        return None
+    for k, v in conn.items():
+        raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
+    return {k: c.tmpl(v, f"{loc}.auth") for k, v in conn.items()}
+
+
 def compile_workflow(
     doc: Doc,
     *,
@@ -620,8 +677,6 @@ _GCP_FIELDS = ("provider", "project_id", "secret_name", "version", "api_endpoint
 def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, Any]:
     """A ``secrets`` task of ``provider: google`` (:mod:`mcpipe.formats.noetl._gcp`): its fields, and the two
     requests it makes (the token, the secret) on mcpipe's ``http`` kind under the operator's outbound policy."""
-    from mcpipe.declared import StepScope, compile_step
-
     cfg = task.config
     for k in cfg:
         if k not in _GCP_FIELDS:
@@ -633,24 +688,9 @@ def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, An
         c.add(f"{task.location}.secret_name", "is required: the secret to read")
         return {}
     steps: dict[str, Any] = {}
-    for label, method in (("token", "POST"), ("access", "GET")):
-        raw: dict[str, Any] = {
-            "kind": "http",
-            "id": label,
-            "method": method,
-            "url": "${args}",
-            "headers": "${args}",
-            "query": "${args}",
-            "expected_status_codes": list(range(100, 600)),
-        }
-        if method == "POST":
-            raw["body"] = "${args}"
-        timeout = cfg.get("timeout")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-            raw["timeout_ms"] = float(timeout) * 1000
-        step, problems = compile_step(raw, task.location, StepScope(policy=pb.policy))
-        for p in problems:
-            c.add(p.location, p.message)
+    for label, given in (("token", ("headers", "query", "body")), ("access", ("headers", "query"))):
+        raw = http_raw("POST" if label == "token" else "GET", given=given, id=label, **_timeout_ms(cfg))
+        step = compiled_step(c, raw, task.location, pb.policy)
         if step is None:
             return {}
         steps[label] = step
@@ -741,22 +781,11 @@ def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[
 def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: object, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
     """A postgres step on the connection ``auth`` names (its command and params given when it runs), and the
     connection's templates."""
-    from mcpipe.declared import StepScope, compile_step
-
-    found: list[Problem] = []
-    conn = toolkinds.connection_of({"auth": auth}, loc, found)
-    for p in found:
-        c.add(p.location, p.message)
-    if conn is None:
-        return None
     raw: dict[str, Any] = {"kind": "postgres", "id": "transfer", "command": "${args}", "params": "${args}"}
-    templates = {}
-    for k, v in conn.items():
-        templates[k] = c.tmpl(v, f"{loc}.auth")
-        raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
-    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
-    for p in problems:
-        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    templates = _connection(c, {"auth": auth}, loc, raw)
+    if templates is None:
+        return None
+    step = compiled_step(c, raw, loc, pb.policy, rename=("backend", "auth"))
     return (step, templates) if step is not None else None
 
 
@@ -771,23 +800,16 @@ def _sql(c: _Problems, text: str, dialect: str, pb: NoetlPlaybook, where: str) -
 
 def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
     """A save compiled: its data and SQL templates, its connection, and the mcpipe step that writes it."""
-    from mcpipe.declared import StepScope, compile_step
-
     loc = spec.location
     plan = SavePlan(spec)
     if spec.data is not None:
         plan.data = c.tmpl(spec.data, f"{loc}.data")
     if spec.kind == "postgres":
-        found: list[Problem] = []
-        conn = toolkinds.connection_of({"auth": spec.auth, "with": dict(spec.given)}, loc, found)
-        for p in found:
-            c.add(p.location, p.message)
+        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
+        conn = _connection(c, {"auth": spec.auth, "with": dict(spec.given)}, loc, raw)
         if conn is None:
             return plan
-        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
-        for k, v in conn.items():
-            plan.conn[k] = c.tmpl(v, f"{loc}.auth")
-            raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
+        plan.conn = conn
         if spec.statement is not None:
             text = spec.statement
             if "{{" in text or "{%" in text:
@@ -812,10 +834,7 @@ def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
         plan.database = c.tmpl(database, f"{loc}.database")
     else:
         return plan
-    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
-    for p in problems:
-        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
-    plan.step = step
+    plan.step = compiled_step(c, raw, loc, pb.policy, rename=("backend", "auth"))
     return plan
 
 
@@ -852,7 +871,7 @@ def _kind(
 ) -> TaskPlan | None:
     """A task on one of mcpipe's step kinds: the kind's template fields are NoETL templates (rendered per
     run, handed to the kind's executor); its other fields are fixed at load, so they cannot hold templates."""
-    from mcpipe.declared import KINDS, StepScope, compile_step
+    from mcpipe.declared import KINDS
 
     kind = str(raw.get("kind"))
     if kind not in KINDS:
@@ -881,9 +900,7 @@ def _kind(
         return plan
     placeholders = {k: {"$literal": v} if not has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
-    step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
-    for p in problems:
-        c.add(p.location, p.message)
+    step = compiled_step(c, step_raw, location, policy, tools)
     if step is None or not isinstance(step, Leaf):
         return None
     plan.runner = "kind"
@@ -914,8 +931,6 @@ _HTTP_FIELDS = (
 def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     """NoETL's ``http`` tool on mcpipe's ``http`` kind: the request is rendered per run (NoETL's rules for
     ``data``, ``params`` and ``payload``), the kind sends it under the outbound policy."""
-    from mcpipe.declared import StepScope, compile_step
-
     cfg = task.config
     if cfg.get("authentication") == "genericCredentialType":
         # NoETL 1.x (noetl/action.py): `genericAuthType: httpBearerAuth` with `credentials.httpBearerAuth.name`,
@@ -968,32 +983,16 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
             ok = False
         else:
             policy = replace(policy, http=policy.http.insecure())
-    raw: dict[str, Any] = {
-        "kind": "http",
-        "id": "task",
-        "method": method.upper(),
-        "url": {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}",
-        "headers": "${args}",
-        "query": "${args}",
-        "body": "${args}",
-        "expected_status_codes": list(range(100, 600)),
-        "follow_redirects": bool(follow),
-    }
-    timeout = cfg.get("timeout")
-    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-        raw["timeout_ms"] = float(timeout) * 1000
-    step, problems = compile_step(raw, task.location, StepScope(policy=policy))
-    for p in problems:
-        loc = p.location.replace(
-            f"{task.location}.url", f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}"
-        )
-        c.add(loc, p.message)
+    url_field = "endpoint" if "endpoint" in cfg else "url"
+    fixed_url = {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}"
+    raw = http_raw(method.upper(), fixed_url, follow_redirects=bool(follow), **_timeout_ms(cfg))
+    step = compiled_step(c, raw, task.location, policy, rename=("url", url_field))
     if step is None or not ok:
         return {}
     parts: dict[str, Tmpl | None] = {
         k: c.tmpl(cfg.get(k), f"{task.location}.{k}") for k in ("headers", "params", "payload", "body", "data")
     }
-    parts["url"] = c.tmpl(url, f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}")
+    parts["url"] = c.tmpl(url, f"{task.location}.{url_field}")
     parts["with"] = c.tmpl(cfg["with"], f"{task.location}.with") if "with" in cfg else None
     parts["auth"] = c.tmpl(auth, f"{task.location}.auth") if auth is not None else None
     return {"step": step, "method": method.upper(), "tmpl": parts}

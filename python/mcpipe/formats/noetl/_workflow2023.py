@@ -60,11 +60,11 @@ class Task2023:
 
 
 def compile_workflow2023(
-    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A workflow of the April 2023 engine compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
-    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -115,13 +115,7 @@ def compile_workflow2023(
                 task.command = str(t.get("command") or "")
                 raw_step = {"kind": "shell", "id": "task", "cmds": [task.command]}
             elif task.kind == "rest_api":
-                raw_step = {
-                    "kind": "http",
-                    "id": "task",
-                    "method": str(t.get("method") or "GET").upper(),
-                    "url": t.get("url"),
-                    "expected_status_codes": list(range(100, 600)),
-                }
+                raw_step = http_raw(str(t.get("method") or "GET").upper(), t.get("url"), given=())
             else:
                 warnings.append(
                     f'{at}.kind: `{task.kind}`: NoETL\'s engine of 2023-04 runs nothing for it ("Unknown kind"), '
