@@ -563,18 +563,15 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str]
 
 
 def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
-    names = [n for n in dp.steps if n != "end"]
+    from mcpipe.formats.noetl._workflow import depth_first
+
     # The steps the run can go to from `start` (a loop's body steps run inside the loop: they are nodes only
     # when the run can also go to them).
-    reached: list[str] = []
-    todo = ["start"]
-    while todo:
-        n = todo.pop(0)
-        if n in reached or n not in dp.steps or n == "end":
-            continue
-        reached.append(n)
-        todo += [c.target for c in _after(dp, dp.steps[n]) if c.target is not None]
-    order = [n for n in names if n in reached]
+    reached, _ = depth_first(
+        "start",
+        lambda n: [c.target if c.target in dp.steps and c.target != "end" else None for c in _after(dp, dp.steps[n])],
+    )
+    order = [n for n in dp.steps if n in reached]
     index = {n: i for i, n in enumerate(order)}
     nodes: list[Node] = []
     arcs: list[tuple[Arc, ...]] = []
@@ -789,19 +786,7 @@ async def run_body(
     st = built.step
     run = _Run(built.dp, context_of(built.dp, env), env, ctx)
     await _arrive(run, env)
-    item = env.get("item")
-    results: dict[str, Any] = {}
-    for c in st.body:
-        if c.target is None:
-            continue
-        rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
-        target = built.dp.steps.get(c.target)
-        if target is None:
-            results[c.target] = None  # "Step not found": an error result, nothing else
-            continue
-        r = await _execute(run, target, rendered, rendered=True)
-        results[c.target] = r.get("data") if r.get("status") == "success" else None
-    out = StepOutput.of(results)
+    out = StepOutput.of(await _body(run, st, env.get("item"), missing=True))
     if run.writes:
         out.facts = {FACT: dict(run.writes)}
     return out
@@ -831,12 +816,12 @@ async def _execute(run: _Run, st: DraftStep, given: Any, *, rendered: bool = Fal
     if st.kind == "loop":
         return await _loop_inline(run, st)
     if st.kind == "broken":
-        return {"id": str(uuid.uuid4()), "status": "error", "error": "'list' object has no attribute 'get'"}
+        return _error("'list' object has no attribute 'get'")
     if st.kind in ("plain", "routing"):
         data: Any = {} if st.kind == "plain" else {"message": f"Routing step {st.name} completed"}
         if st.kind == "routing":
             _written(run, st.name, data, "success")
-        return {"id": str(uuid.uuid4()), "status": "success", "data": data}
+        return _ok(data)
     task_ctx = dict(run.ctx)
     if st.call_with is not None:
         given_with = await st.call_with.render(run.ctx)
@@ -854,18 +839,28 @@ def _written(run: _Run, name: str, data: object, status: str) -> None:
     run.write("result", data)
 
 
+def _ok(data: object) -> dict[str, Any]:
+    """A result of the engine's (``{id, status, data}``), a success."""
+    return {"id": str(uuid.uuid4()), "status": "success", "data": data}
+
+
+def _error(text: str) -> dict[str, Any]:
+    """A result of the engine's, an error."""
+    return {"id": str(uuid.uuid4()), "status": "error", "error": text}
+
+
 async def _end_loop(run: _Run, st: DraftStep) -> dict[str, Any]:
     loop = st.end_loop or ""
     key = f"{loop}_results"
     if loop not in run.dp.loops or key not in run.ctx:
-        return {"id": str(uuid.uuid4()), "status": "error", "error": f"Loop context not found: {loop}"}
+        return _error(f"Loop context not found: {loop}")
     run.write(key, run.ctx[key])
     aggregated: dict[str, Any] = {}
     for k, t in st.result.items():
         value = await t.render(run.ctx)
         aggregated[k] = value
         run.write(k, value)
-    return {"id": str(uuid.uuid4()), "status": "success", "data": aggregated}
+    return _ok(aggregated)
 
 
 async def _loop_inline(run: _Run, st: DraftStep) -> dict[str, Any]:
@@ -873,19 +868,27 @@ async def _loop_inline(run: _Run, st: DraftStep) -> dict[str, Any]:
     try:
         kept = await _items(run, st)
     except ExpressionError as e:
-        return {"id": str(uuid.uuid4()), "status": "error", "error": str(e)}
-    all_results = []
-    for item in kept:
-        results: dict[str, Any] = {}
-        for c in st.body:
-            if c.target is None or c.target not in run.dp.steps:
-                continue
-            rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
-            r = await _execute(run, run.dp.steps[c.target], rendered, rendered=True)
-            results[c.target] = r.get("data") if r.get("status") == "success" else None
-        all_results.append(results)
+        return _error(str(e))
+    all_results = [await _body(run, st, item, missing=False) for item in kept]
     run.write(f"{st.name}_results", all_results)
-    return {"id": str(uuid.uuid4()), "status": "success", "data": all_results}
+    return _ok(all_results)
+
+
+async def _body(run: _Run, st: DraftStep, item: object, *, missing: bool) -> dict[str, Any]:
+    """One item of a loop: each step its ``next`` names, alone, its ``with`` rendered over the item; their results
+    (``{STEP: data}``, None for one that failed; ``missing``: and for a step the workflow lacks)."""
+    results: dict[str, Any] = {}
+    for c in st.body:
+        if c.target is None or (c.target not in run.dp.steps and not missing):
+            continue
+        rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
+        target = run.dp.steps.get(c.target)
+        if target is None:
+            results[c.target] = None  # "Step not found": an error result, nothing else
+            continue
+        r = await _execute(run, target, rendered, rendered=True)
+        results[c.target] = r.get("data") if r.get("status") == "success" else None
+    return results
 
 
 async def _items(run: _Run, st: DraftStep) -> list[Any]:
@@ -913,11 +916,10 @@ async def _task(run: _Run, st: DraftStep, context: dict[str, Any]) -> dict[str, 
     """The engine's ``execute_task``: the workbook task by name, its ``with`` rendered into the context, run by its
     type, its ``return`` laid over its result."""
     task = run.dp.tasks.get(st.task or "")
-    tid = str(uuid.uuid4())
     if task is None:
-        return {"id": tid, "status": "error", "error": f"Task not found: {st.task}"}
+        return _error(f"Task not found: {st.task}")
     if task.fails is not None:
-        return {"id": tid, "status": "error", "error": task.fails}
+        return _error(task.fails)
     with_values: dict[str, Any] = {}
     if task.with_ is not None or st.step_with is not None:
         shape = task.with_.shape if task.with_ is not None else {}
@@ -938,7 +940,6 @@ async def _task(run: _Run, st: DraftStep, context: dict[str, Any]) -> dict[str, 
 async def _python(run: _Run, task: Task, context: Mapping[str, object], with_values: object) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind
 
-    tid = str(uuid.uuid4())
     # `main(**with)`: the task's `with` rendered over the context (again, as the engine renders it twice).
     args = await task.with_.render(context) if task.with_ is not None else {}
     if not isinstance(args, Mapping):
@@ -953,20 +954,19 @@ async def _python(run: _Run, task: Task, context: Mapping[str, object], with_val
         out = e.output
         if isinstance(out, Mapping) and isinstance(out.get("error_text"), str):
             text = out["error_text"]
-        return {"id": tid, "status": "error", "error": text}
-    return {"id": tid, "status": "success", "data": data}
+        return _error(text)
+    return _ok(data)
 
 
 async def _http(run: _Run, task: Task, context: Mapping[str, object]) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind, _query
 
-    tid = str(uuid.uuid4())
     endpoint = await task.fields["endpoint"].render(context)
     params = await task.fields["params"].render(context) or {}
     payload = await task.fields["payload"].render(context)
     headers = await task.fields["headers"].render(context) or {}
     if not isinstance(endpoint, str) or not endpoint:
-        return {"id": tid, "status": "error", "error": f"Request error: no URL (rendered {endpoint!r})"}
+        return _error(f"Request error: no URL (rendered {endpoint!r})")
     if not isinstance(headers, Mapping):
         headers = {}
     body = payload if task.method in ("POST", "PUT", "PATCH") else None
@@ -979,16 +979,12 @@ async def _http(run: _Run, task: Task, context: Mapping[str, object]) -> dict[st
     try:
         out = await _call_kind(task.step, inputs, run.env, run.tool_ctx, f"{task.location}.endpoint")
     except StepFailure as e:
-        return {"id": tid, "status": "error", "error": f"Request error: {e}"}
+        return _error(f"Request error: {e}")
     status = out.get("status")
     response = out.get("body")
     if not (isinstance(status, int) and 200 <= status < 400):
         text = response if isinstance(response, str) else json.dumps(response)
-        return {"id": tid, "status": "error", "error": f"HTTP error: {status} - {text}"}
+        return _error(f"HTTP error: {status} - {text}")
     if isinstance(response, str):
         response = {"text": response}
-    return {
-        "id": tid,
-        "status": "success",
-        "data": {"data": response, "status_code": status, "headers": out.get("headers", {})},
-    }
+    return _ok({"data": response, "status_code": status, "headers": out.get("headers", {})})

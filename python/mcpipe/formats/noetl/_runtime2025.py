@@ -169,10 +169,15 @@ class Runtime:
     tasks: dict[str, Task]
 
 
+def _ignored(where: str, key: object) -> str:
+    """The warning for a key the runtime takes and never reads."""
+    return f"{where}: `{key}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it"
+
+
 def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) -> Runtime:
     for k in raw:
         if k not in TOP_KEYS:
-            warnings.append(f"{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it")
+            warnings.append(_ignored(str(k), k))
     context = dict(raw.get("context") or {})
     tasks: dict[str, Task] = {}
 
@@ -195,9 +200,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
             continue
         for k in s:
             if k not in STEP_KEYS:
-                warnings.append(
-                    f"{where}.{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it"
-                )
+                warnings.append(_ignored(f"{where}.{k}", k))
         st = RStep(s["step"], where)
         for j, t in enumerate(s.get("run") or []):
             if not isinstance(t, Mapping) or "task" not in t:
@@ -268,7 +271,7 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
         task.fails = f"Unsupported task type: {kind}"
     for k in t:
         if k not in ("task", "type", "desc", "description", "code", "method", "endpoint", "params", "payload"):
-            warnings.append(f"{where}.{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it")
+            warnings.append(_ignored(f"{where}.{k}", k))
     return task
 
 
@@ -329,14 +332,9 @@ def _routes(rt: Runtime, st: RStep) -> list[str]:
 
 
 def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
-    reached: list[str] = []
-    todo = ["start"]
-    while todo:
-        n = todo.pop(0)
-        if n in reached or n not in rt.steps or n == "end":
-            continue
-        reached.append(n)
-        todo += _routes(rt, rt.steps[n])
+    from mcpipe.formats.noetl._workflow import depth_first
+
+    reached, _ = depth_first("start", lambda n: [t if t != "end" else None for t in _routes(rt, rt.steps[n])])
     order = [n for n in rt.steps if n in reached]
     index = {n: i for i, n in enumerate(order)}
     # A step reached a second time stops the run: an arc back to a step on the way from `start` is dropped.

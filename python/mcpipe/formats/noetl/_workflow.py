@@ -249,6 +249,12 @@ class _Problems(Findings):
             self.add(loc, msg)
         return t
 
+    def cond(self, value: object, location: str, *, bools: bool = False) -> Tmpl | None:
+        """A condition (``engine`` mode) when ``value`` is a template string (``bools``: or a boolean), else None."""
+        if bools and isinstance(value, bool):
+            value = "{{ true }}" if value else "{{ false }}"
+        return self.tmpl(value, location, "engine") if isinstance(value, str) else None
+
 
 def compiled_step(
     f: Findings,
@@ -273,7 +279,7 @@ def http_raw(
     method: str, url: object = "${args}", given: tuple[str, ...] = ("headers", "query", "body"), **fields: object
 ) -> dict[str, Any]:
     """A NoETL request on mcpipe's ``http`` kind: the fields ``given`` (and ``url``, unless a constant) are
-    given when it runs, and every status is an answer (NoETL reads it); ``fields`` laid over."""
+    given when it runs, and every status is an answer (NoETL reads it); ``fields`` laid over (None: left out)."""
     return {
         "kind": "http",
         "id": "task",
@@ -281,16 +287,16 @@ def http_raw(
         "url": url,
         **dict.fromkeys(given, "${args}"),
         "expected_status_codes": list(range(100, 600)),
-        **fields,
+        **{k: v for k, v in fields.items() if v is not None},
     }
 
 
-def _timeout_ms(cfg: Mapping[str, object]) -> dict[str, float]:
+def _timeout_ms(cfg: Mapping[str, object]) -> float | None:
     """A tool's ``timeout`` (seconds, when positive) as the kind's ``timeout_ms``."""
     timeout = cfg.get("timeout")
     if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-        return {"timeout_ms": float(timeout) * 1000}
-    return {}
+        return float(timeout) * 1000
+    return None
 
 
 def _connection(c: _Problems, given: Mapping[str, object], loc: str, raw: dict[str, Any]) -> dict[str, Tmpl] | None:
@@ -424,14 +430,31 @@ def _step(
     return sp
 
 
-def _merged_input(task: TaskSpec, s: StepSpec, data_keys: set[str]) -> dict[str, Any]:
-    """NoETL's task input: the tool's ``args``, its ``input`` (and the older ``data``/``with``), then the
-    step's ``input``, then what arcs into the step pass (read by name)."""
+def _runs(plan: TaskPlan, runner: str, parts: dict[str, Any] | None) -> TaskPlan | None:
+    """The task run by ``runner`` with ``parts`` (None, or empty: it has problems, and no plan)."""
+    if not parts:
+        return None
+    plan.runner, plan.parts = runner, parts
+    return plan
+
+
+def _merged_input(
+    task: TaskSpec,
+    s: StepSpec,
+    data_keys: set[str],
+    keys: tuple[str, ...] = ("args", "data", "with", "input"),
+    c: _Problems | None = None,
+) -> dict[str, Any]:
+    """NoETL's task input: the tool's ``args``, its ``input`` (and the older ``data``/``with``: ``keys``), then
+    the step's ``input``, then what arcs into the step pass (read by name); ``c``: a key that is not an object is
+    a problem there."""
     merged: dict[str, Any] = {}
-    for key in ("args", "data", "with", "input"):
+    for key in keys:
         value = task.config.get(key)
         if isinstance(value, Mapping):
             merged.update({str(k): v for k, v in value.items()})
+        elif value is not None and c is not None:
+            c.add(f"{task.location}.{key}", f"must be an object, got {json_type(value)}")
     if s.input:
         merged.update(s.input)
     for k in sorted(data_keys):
@@ -482,12 +505,9 @@ def _task(
                 _save_plan(c, pb, pg.sink) if pg.sink is not None else None,
             )
     for rule in task.rules:
-        when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
+        when = c.cond(rule.when, f"{rule.location}.when")
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
-        stop = (
-            c.tmpl(rule.stop_when, f"{rule.location}.stop_when", "engine") if isinstance(rule.stop_when, str) else None
-        )
-        plan.rules.append(RulePlan(rule, when, rset, stop))
+        plan.rules.append(RulePlan(rule, when, rset, c.cond(rule.stop_when, f"{rule.location}.stop_when")))
     if kind in _NOOP:
         extra = [k for k in task.config if k not in ("input", "args", "desc")]
         for k in extra:
@@ -506,38 +526,32 @@ def _task(
         for key in ("input", "args", "with", "data"):
             if isinstance(task.config.get(key), Mapping):
                 given_a.update(task.config[key])
-        plan.runner = "artifact"
-        plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
-        return plan
+        return _runs(plan, "artifact", {"input": c.tmpl(given_a, f"{task.location}.input")})
     if kind == "transfer":
         before = len(c.problems)
         spec_t = read_transfer(task.config, task.location, c.problems, CODE)
         parts_t = _transfer_plan(c, pb, spec_t) if spec_t is not None and len(c.problems) == before else None
-        if parts_t is None:
-            return None
-        plan.runner = "transfer"
-        plan.parts = parts_t
-        return plan
+        return _runs(plan, "transfer", parts_t)
     if kind == "save":
         before = len(c.problems)
         spec = read_save(task.config, task.location, c.problems, CODE)
         if spec is None or len(c.problems) > before:
             return None
-        plan.runner = "save"
-        plan.parts = {"save": _save_plan(c, pb, spec)}
-        return plan
+        return _runs(plan, "save", {"save": _save_plan(c, pb, spec)})
     if kind == "nats":
         spec_n = _nats.read_nats(task.config, task.location, c.problems, CODE, c.warnings)
         if spec_n is None:
             return None
-        plan.runner = "nats"
-        plan.parts = {
-            "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
-            "fields": c.tmpl(spec_n["fields"], task.location),
-            "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
-            "constant": spec_n["constant"],
-        }
-        return plan
+        return _runs(
+            plan,
+            "nats",
+            {
+                "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
+                "fields": c.tmpl(spec_n["fields"], task.location),
+                "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
+                "constant": spec_n["constant"],
+            },
+        )
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
         return None
@@ -545,9 +559,7 @@ def _task(
         provider = task.config.get("provider", "env")
         name = task.config.get("name", task.config.get("secret_name"))
         if provider == "google":
-            plan.runner = "gcp_secret"
-            plan.parts = _gcp_secret(c, pb, task)
-            return plan if plan.parts else None
+            return _runs(plan, "gcp_secret", _gcp_secret(c, pb, task))
         if provider != "env":
             c.add(
                 f"{task.location}.provider",
@@ -558,17 +570,11 @@ def _task(
         if not isinstance(name, str) or not name:
             c.add(f"{task.location}.name", "is required: the environment variable to read")
             return None
-        plan.runner = "secrets"
-        plan.parts = {"name": name}
-        return plan
+        return _runs(plan, "secrets", {"name": name})
     if kind == "http":
-        plan.runner = "http"
-        plan.parts = _http(c, task, pb.policy)
-        return plan if plan.parts else None
+        return _runs(plan, "http", _http(c, task, pb.policy))
     if kind == "playbook":
-        plan.runner = "playbook"
-        plan.parts = _playbook(c, pb, task, s, data_keys, stack)
-        return plan if plan.parts else None
+        return _runs(plan, "playbook", _playbook(c, pb, task, s, data_keys, stack))
     if kind == "mcp":
         turn = task.config.get("turn")
         if not isinstance(turn, str):
@@ -581,9 +587,7 @@ def _task(
         if turn not in pb.turns:
             c.add(f"{task.location}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
             return None
-        plan.runner = "turn"
-        plan.parts = {"turn": turn}
-        return plan
+        return _runs(plan, "turn", {"turn": turn})
     if kind in toolkinds.KINDS:
         config = dict(task.config)
         script: dict[str, Any] | None = None
@@ -609,9 +613,7 @@ def _task(
             c.warnings.append(
                 f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe"
             )
-            plan.runner = "fails"
-            plan.parts = {"error": _NOETL_NO_CONNECTION[doc.layout]}
-            return plan
+            return _runs(plan, "fails", {"error": _NOETL_NO_CONNECTION[doc.layout]})
         for p in found:
             c.problems.append(p)
         if step is None:
@@ -633,9 +635,7 @@ def _task(
                     f"{task.location}.code: the code does not compile ({message}, line {line} of the code): "
                     "NoETL takes the playbook and fails this step when it runs, and so does mcpipe"
                 )
-                plan.runner = "fails"
-                plan.parts = {"error": f"{message} (<string>, line {line})"}
-                return plan
+                return _runs(plan, "fails", {"error": f"{message} (<string>, line {line})"})
         sql: tuple[str, SqlTemplate] | None = None
         if kind in DIALECTS:
             sql_field = "command" if kind == "postgres" else "commands"
@@ -689,7 +689,7 @@ def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, An
         return {}
     steps: dict[str, Any] = {}
     for label, given in (("token", ("headers", "query", "body")), ("access", ("headers", "query"))):
-        raw = http_raw("POST" if label == "token" else "GET", given=given, id=label, **_timeout_ms(cfg))
+        raw = http_raw("POST" if label == "token" else "GET", given=given, id=label, timeout_ms=_timeout_ms(cfg))
         step = compiled_step(c, raw, task.location, pb.policy)
         if step is None:
             return {}
@@ -895,17 +895,13 @@ def _kind(
         # the playbook and the step fails when it renders it; mcpipe does the same, and says so at check time.
         where, why = found[0]
         c.warnings.append(f"{where}: {why}: NoETL fails this step when it renders it, and so does mcpipe")
-        plan.runner = "fails"
-        plan.parts = {"error": f"{where}: {why}"}
-        return plan
+        return _runs(plan, "fails", {"error": f"{where}: {why}"})
     placeholders = {k: {"$literal": v} if not has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
     step = compiled_step(c, step_raw, location, policy, tools)
     if step is None or not isinstance(step, Leaf):
         return None
-    plan.runner = "kind"
-    plan.parts = {"step": step, "fields": compiled, "raw": step_raw}
-    return plan
+    return _runs(plan, "kind", {"step": step, "fields": compiled, "raw": step_raw})
 
 
 _HTTP_FIELDS = (
@@ -985,7 +981,7 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
             policy = replace(policy, http=policy.http.insecure())
     url_field = "endpoint" if "endpoint" in cfg else "url"
     fixed_url = {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}"
-    raw = http_raw(method.upper(), fixed_url, follow_redirects=bool(follow), **_timeout_ms(cfg))
+    raw = http_raw(method.upper(), fixed_url, follow_redirects=bool(follow), timeout_ms=_timeout_ms(cfg))
     step = compiled_step(c, raw, task.location, policy, rename=("url", url_field))
     if step is None or not ok:
         return {}
@@ -1037,17 +1033,7 @@ def _playbook(
     if not isinstance(path, str) or not path:
         c.add(f"{task.location}.path", "is required: the catalog path of the playbook to run")
         return {}
-    given: dict[str, Any] = {}
-    for key in ("args", "data", "with", "payload", "input"):
-        value = cfg.get(key)
-        if isinstance(value, Mapping):
-            given.update({str(k): v for k, v in value.items()})
-        elif value is not None:
-            c.add(f"{task.location}.{key}", f"must be an object, got {json_type(value)}")
-    if s.input:
-        given.update(s.input)
-    for k in sorted(data_keys):
-        given.setdefault(k, "{{ " + k + " }}")
+    given = _merged_input(task, s, data_keys, ("args", "data", "with", "payload", "input"), c)
     ret = cfg.get("return_step")
     if ret is not None and not isinstance(ret, str):
         c.add(f"{task.location}.return_step", "must be a step name")
@@ -1128,9 +1114,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         for a in s.arcs:
             if a.target not in entry:
                 continue
-            when = c.tmpl(a.when, f"{a.location}.when", "engine") if isinstance(a.when, str) else None
-            if isinstance(a.when, bool):
-                when = c.tmpl("{{ true }}" if a.when else "{{ false }}", f"{a.location}.when", "engine")
+            when = c.cond(a.when, f"{a.location}.when", bools=True)
             data = ArcPlan(
                 name,
                 c.tmpl(dict(a.set), f"{a.location}.set", "engine") if a.set else None,
@@ -1152,8 +1136,7 @@ def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
         return None
     rules = []
     for when, allow, at in s.admit:
-        t = c.tmpl(when, f"{at}.when", "engine") if isinstance(when, str) else None
-        rules.append((t, when, allow))
+        rules.append((c.cond(when, f"{at}.when"), when, allow))
     return _steps.Admit(sp, tuple(rules))
 
 
@@ -1161,7 +1144,7 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[None, StepPlan]
     from mcpipe.formats.noetl import _steps
 
     items = c.tmpl(loop.items, f"{loop.location}.in", "engine")
-    filt = c.tmpl(loop.filter, f"{loop.location}.filter", "engine") if isinstance(loop.filter, str) else None
+    filt = c.cond(loop.filter, f"{loop.location}.filter")
     width: int | None = 1 if loop.mode == "sequential" else None
     mif = loop.max_in_flight
     if loop.mode == "parallel" and isinstance(mif, int) and not isinstance(mif, bool):

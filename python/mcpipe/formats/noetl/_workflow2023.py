@@ -48,6 +48,11 @@ _IGNORED_TASK = ("loop", "timeout", "variables")
 _IGNORED_JOB = ("conditions", "runtime", "schedule")
 
 
+def _ignored(where: str, what: str) -> str:
+    """The warning for a key the engine takes and never reads."""
+    return f"{where}: {what} is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
+
+
 @dataclass
 class Task2023:
     job: str
@@ -79,7 +84,7 @@ def compile_workflow2023(
         variables = {}
     for k in wf:
         if k not in ("name", "variables", "jobs"):
-            warnings.append(f"workflow.{k}: `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it")
+            warnings.append(_ignored(f"workflow.{k}", f"`{k}`"))
     tasks: list[Task2023] = []
     jobs: list[str] = []
     for i, job in enumerate(wf["jobs"]):
@@ -90,9 +95,7 @@ def compile_workflow2023(
         jobs.append(job["name"])
         for k in job:
             if k in _IGNORED_JOB:
-                warnings.append(
-                    f"{where}.{k}: a job's `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                )
+                warnings.append(_ignored(f"{where}.{k}", f"a job's `{k}`"))
         for j, t in enumerate(job.get("tasks") or []):
             at = f"{where}.tasks[{j}]"
             if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
@@ -100,14 +103,8 @@ def compile_workflow2023(
                 continue
             task = Task2023(job["name"], t["name"], str(t.get("kind", "shell")), at)
             for k in t:
-                if k in _IGNORED_TASK:
-                    warnings.append(
-                        f"{at}.{k}: a task's `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                    )
-                elif k not in _TASK_KEYS:
-                    warnings.append(
-                        f"{at}.{k}: `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                    )
+                if k in _IGNORED_TASK or k not in _TASK_KEYS:
+                    warnings.append(_ignored(f"{at}.{k}", f"a task's `{k}`" if k in _IGNORED_TASK else f"`{k}`"))
             conds = t.get("conditions") or []
             task.conditions = [str(c) for c in conds] if isinstance(conds, list) else [str(conds)]
             raw_step: dict[str, Any] | None = None
