@@ -534,7 +534,6 @@ def compile_draft(
     dp, name, path, description, r = read_draft(raw)
     pb = NoetlPlaybook(name, path, description, "draft", dp.workload, {})
     pb.policy, pb.file = policy, file
-    pb.registry = None
     for t in dp.tasks.values():
         if t.fails is None and t.type in TASK_TYPES:
             _compile_task(r, t, policy, tools)
@@ -546,7 +545,6 @@ def compile_draft(
         pb.plan = _plan(r, pb, dp)
     pb.inputs = sorted(dp.workload)
     pb.warnings = r.warnings
-    pb.draft = dp
     return pb, r.problems
 
 

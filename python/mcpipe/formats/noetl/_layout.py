@@ -266,18 +266,14 @@ class StepSpec:
 
     name: str
     location: str
-    index: int
     tasks: list[TaskSpec] = field(default_factory=list)
     pipeline: bool = False
     loop: LoopSpec | None = None
     arcs: list[ArcSpec] = field(default_factory=list)
     inclusive: bool = False
-    quiet: bool = False
     set: Mapping[str, Any] | None = None
     set_location: str = ""
     input: Mapping[str, Any] | None = None
-    input_location: str = ""
-    desc: str = ""
     admit: list[tuple[Any, bool, str]] = field(default_factory=list)
     """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
     timeout_s: float | None = None
@@ -375,7 +371,7 @@ def read_doc(raw: Mapping[str, object]) -> Doc:
             r.add(f"{where}.step", f"duplicate step `{sname}` (first at workflow[{seen[sname]}])")
             continue
         seen[sname] = i
-        step = _v2_step(r, s, sname, where, i) if v2 else _old_step(r, s, sname, where, i)
+        step = _v2_step(r, s, sname, where) if v2 else _old_step(r, s, sname, where)
         steps.append(step)
     entry = _entry(r, raw.get("executor"), steps, v2)
     names = {s.name for s in steps}
@@ -469,16 +465,7 @@ def _flat_task(r: _Reader, s: Mapping[str, object], name: str, where: str, contr
     config = {str(k): v for k, v in s.items() if k not in control and k not in ("type", "tool", "kind")}
     spec = s.get("spec")
     config.pop("spec", None)
-    t = TaskSpec(name, kind, where, config)
-    if kind != "save" and "save" in config:
-        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
-    if "assert" in config:
-        config.pop("assert")
-        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
-    if spec is not None:
-        _policy(r, t, spec, f"{where}.spec")
-    _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
-    return t
+    return _task_rest(r, TaskSpec(name, kind, where, config), spec, s.get("retry"))
 
 
 def _task(r: _Reader, tool: Mapping[str, object], name: str, where: str) -> TaskSpec | None:
@@ -496,14 +483,21 @@ def _task(r: _Reader, tool: Mapping[str, object], name: str, where: str) -> Task
         t.output = read_output(r, tool["output"], f"{where}.output")
     if "output_select" in config:
         t.output = read_output(r, {"output_select": config.pop("output_select")}, f"{where}.output_select")
-    if kind != "save" and "save" in config:
+    return _task_rest(r, t, tool.get("spec"), tool.get("retry"))
+
+
+def _task_rest(r: _Reader, t: TaskSpec, spec: object, retry: object) -> TaskSpec:
+    """What a task has however it is written: its own ``save``, its ``spec`` (a policy's rules) and NoETL 1.x's
+    ``retry``; an ``assert`` is warned of."""
+    where, config = t.location, t.config
+    if t.kind != "save" and "save" in config:
         t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
     if "assert" in config:
         config.pop("assert")
         r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
-    if tool.get("spec") is not None:
-        _policy(r, t, tool["spec"], f"{where}.spec")
-    _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
+    if spec is not None:
+        _policy(r, t, spec, f"{where}.spec")
+    _legacy_retry(r, t, retry, f"{where}.retry")
     return t
 
 
@@ -742,7 +736,7 @@ def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: 
 _PREVIOUS = {"previous", "prev", "_previous", "@previous"}
 
 
-def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int, v2: bool) -> StepSpec:
+def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, v2: bool) -> StepSpec:
     """The step, its refused keys refused, its ignored ones warned of (``v2``: and its unknown ones refused)."""
     for k in s:
         if k in REFUSED_STEP:
@@ -751,11 +745,11 @@ def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: in
             r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
         elif v2 and k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
-    return StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+    return StepSpec(sname, where)
 
 
-def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = _new_step(r, s, sname, where, i, True)
+def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> StepSpec:
+    step = _new_step(r, s, sname, where, True)
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
     _tool_of(r, s, sname, where, step)
@@ -792,7 +786,6 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int
             on_no_match = spec.get("on_no_match", "complete")
             if on_no_match not in ("complete", "quiet"):
                 r.add(f"{where}.next.spec.on_no_match", "must be complete or quiet")
-            step.quiet = on_no_match == "quiet"
             arcs = nxt.get("arcs")
             if not isinstance(arcs, list):
                 r.add(f"{where}.next.arcs", f"must be a list of arcs, got {json_type(arcs)}")
@@ -975,26 +968,25 @@ def _after(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec) -> N
         step.output = read_output(r, s["output"], f"{where}.output")
 
 
-def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
+def _mapping(r: _Reader, s: Mapping[str, object], key: str, where: str) -> Mapping[Any, Any] | None:
+    """The step's ``key`` when it is an object (None: absent, or not an object: a problem)."""
     value = s.get(key)
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
+    if value is not None and not isinstance(value, Mapping):
         r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
-        return
-    step.input = {**(step.input or {}), **value}
-    step.input_location = f"{where}.{key}"
+    return value if isinstance(value, Mapping) else None
+
+
+def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
+    value = _mapping(r, s, key, where)
+    if value is not None:
+        step.input = {**(step.input or {}), **value}
 
 
 def _set(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec, key: str = "set") -> None:
-    value = s.get(key)
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
-        return
-    step.set = {**(step.set or {}), **{str(k): v for k, v in value.items()}}
-    step.set_location = f"{where}.{key}"
+    value = _mapping(r, s, key, where)
+    if value is not None:
+        step.set = {**(step.set or {}), **{str(k): v for k, v in value.items()}}
+        step.set_location = f"{where}.{key}"
 
 
 def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
@@ -1008,12 +1000,7 @@ def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
         if k not in ("in", "iterator", "spec", "collection", "element", "mode", "filter"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a loop (in, iterator, spec)")
     items = loop.get("in", loop.get("collection"))
-    iterator = loop.get("iterator", loop.get("element", "item"))
-    if items is None:
-        r.add(f"{where}.in", "is required: the list to loop over")
-    if not isinstance(iterator, str) or not _ITERATOR.match(iterator):
-        r.add(f"{where}.iterator", "must be a name (letters, digits, `_`)")
-        iterator = "item"
+    iterator = _iterator_name(r, items, loop.get("iterator", loop.get("element", "item")), where, ("in", "iterator"))
     spec = loop.get("spec") or {}
     if not isinstance(spec, Mapping):
         r.add(f"{where}.spec", "must be an object")
@@ -1021,20 +1008,36 @@ def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
     for k in spec:
         if k not in ("mode", "max_in_flight", "policy"):
             r.add(f"{where}.spec.{k}", f"unknown key `{k}` of a loop's spec (mode, max_in_flight)")
-    mode = spec.get("mode", loop.get("mode", "sequential"))
+    mode = _mode(r, spec.get("mode", loop.get("mode", "sequential")), f"{where}.spec.mode", "parallel")
+    return LoopSpec(items, iterator, mode, where, spec.get("max_in_flight"), loop.get("filter"))
+
+
+def _iterator_name(r: _Reader, items: object, name: object, where: str, keys: tuple[str, str]) -> str:
+    """A loop's iterator ``name`` (``item`` when it is not a name); its ``items`` are required (``keys``: the
+    loop's names for the two)."""
+    if items is None:
+        r.add(f"{where}.{keys[0]}", "is required: the list to loop over")
+    if not isinstance(name, str) or not _ITERATOR.match(name):
+        r.add(f"{where}.{keys[1]}", "must be a name (letters, digits, `_`)")
+        return "item"
+    return name
+
+
+def _mode(r: _Reader, mode: object, where: str, named: str) -> str:
+    """A loop's mode: ``sequential``, else ``parallel`` (``async`` too; ``named``: how its message names it)."""
     if mode == "async":
         mode = "parallel"
     if mode not in ("sequential", "parallel"):
-        r.add(f"{where}.spec.mode", f"must be sequential or parallel, got {mode!r}")
-        mode = "sequential"
-    return LoopSpec(items, iterator, str(mode), where, spec.get("max_in_flight"), loop.get("filter"))
+        r.add(where, f"must be sequential or {named}, got {mode!r}")
+        return "sequential"
+    return str(mode)
 
 
 _OLD_NEXT_DATA = ("data", "with", "args", "input")
 
 
-def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = _new_step(r, s, sname, where, i, False)
+def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> StepSpec:
+    step = _new_step(r, s, sname, where, False)
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)
@@ -1090,36 +1093,20 @@ def _workbook_ref(r: _Reader, s: Mapping[str, object], task: TaskSpec, where: st
         if inline is None:
             return None
         inline.name = task.name
-        _merge_args(inline, task.config)
+        for k, v in task.config.items():
+            inline.config.setdefault(k, v)
         return inline
     if not isinstance(ref, str) or not ref:
         r.add(f"{where}.name", "a `workbook` step names its action (`name:` or `task:`)")
         return None
-    call = TaskSpec(task.name, "workbook", where, {"name": ref, **task.config}, task.rules, task.on_unmatched)
-    return call
-
-
-def _merge_args(task: TaskSpec, given: Mapping[str, object]) -> None:
-    for k, v in given.items():
-        task.config.setdefault(k, v)
+    return TaskSpec(task.name, "workbook", where, {"name": ref, **task.config}, task.rules, task.on_unmatched)
 
 
 def _iterator(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: StepSpec) -> None:
     """``type: iterator`` (NoETL 1.x): ``collection``, ``element``, ``mode``, and the body ``task``."""
     items = s.get("collection")
-    element = s.get("element", "item")
-    if items is None:
-        r.add(f"{where}.collection", "is required: the list to loop over")
-    if not isinstance(element, str) or not _ITERATOR.match(element):
-        r.add(f"{where}.element", "must be a name (letters, digits, `_`)")
-        element = "item"
-    mode = s.get("mode", "sequential")
-    if mode == "async":
-        mode = "parallel"
-    if mode not in ("sequential", "parallel"):
-        r.add(f"{where}.mode", f"must be sequential or async, got {mode!r}")
-        mode = "sequential"
-    step.loop = LoopSpec(items, element, str(mode), where)
+    element = _iterator_name(r, items, s.get("element", "item"), where, ("collection", "element"))
+    step.loop = LoopSpec(items, element, _mode(r, s.get("mode", "sequential"), f"{where}.mode", "async"), where)
     body = s.get("task")
     if isinstance(body, Mapping):
         task = _flat_task(r, body, sname, f"{where}.task", ("name", "desc", "description"))
@@ -1156,9 +1143,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
             arcs.append(ArcSpec(entry, at))
         elif isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
             otherwise = "else" in entry
-            when = entry.get("when")
-            if not otherwise and when is None:
-                when = None  # `{then: [...]}` alone: always
+            when = entry.get("when")  # `{then: [...]}` alone: always
             branch = entry.get("else" if otherwise else "then")
             if isinstance(branch, Mapping | str):
                 branch = [branch]
@@ -1197,5 +1182,4 @@ def _old_arc(r: _Reader, entry: object, at: str) -> ArcSpec | None:
             continue
         else:
             data[str(k)] = v  # `{step: x, city: "{{ city }}"}`: a value passed to the step
-    arc = ArcSpec(entry["step"], at, entry.get("when", entry.get("condition")), data=data or None)
-    return arc
+    return ArcSpec(entry["step"], at, entry.get("when", entry.get("condition")), data=data or None)

@@ -319,7 +319,6 @@ def compile_runtime(
         pb.plan = _plan(pb, rt)
     pb.inputs = sorted(rt.context)
     pb.warnings = warnings
-    pb.draft = rt
     return pb, problems
 
 

@@ -204,8 +204,6 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
-    draft: Any = None
-    """A playbook of NoETL's 2025 draft engine (:mod:`mcpipe.formats.noetl._draft`): its steps and tasks."""
     root: str = ""
     """The base directory (the one playbook paths are relative to): without a catalog, a ``script`` file is
     looked for under the playbook's directory and its parents up to it (with one, up to the catalog's roots)."""
