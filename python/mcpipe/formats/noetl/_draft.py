@@ -561,7 +561,7 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str]
 
 
 def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
-    from mcpipe.formats.noetl._workflow import depth_first
+    from mcpipe.formats.noetl._workflow import depth_first, noetl_leaf
 
     # The steps the run can go to from `start` (a loop's body steps run inside the loop: they are nodes only
     # when the run can also go to them).
@@ -576,25 +576,13 @@ def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
     for n in order:
         st = dp.steps[n]
         sp = pb.steps[n]
-        leaf: Leaf[Any, Any] = Leaf(
-            n, st.location, kind="noetl", fields=None, built=_Built(sp, dp, st), run=run_step, continue_on_error=True
-        )
-        node: Node = leaf
+        node: Node = noetl_leaf(n, st.location, _Built(sp, dp, st), run_step)
         if st.kind == "loop":
-            body: Leaf[Any, Any] = Leaf(
-                n,
-                st.location,
-                kind="noetl",
-                fields=None,
-                built=_Built(sp, dp, st),
-                run=run_body,
-                continue_on_error=True,
-            )
             node = ForEach(
                 n,
                 st.location,
                 items=LoopItems(dp, st),
-                step=body,
+                step=noetl_leaf(n, st.location, _Built(sp, dp, st), run_body),
                 as_name=st.iterator if st.iterator.isidentifier() else "item",
                 max_concurrency=1,
                 continue_on_error=True,

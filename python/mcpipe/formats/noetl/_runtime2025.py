@@ -331,7 +331,7 @@ def _routes(rt: Runtime, st: RStep) -> list[str]:
 
 
 def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
-    from mcpipe.formats.noetl._workflow import depth_first
+    from mcpipe.formats.noetl._workflow import depth_first, noetl_leaf
 
     reached, _ = depth_first("start", lambda n: [t if t != "end" else None for t in _routes(rt, rt.steps[n])])
     order = [n for n in rt.steps if n in reached]
@@ -350,9 +350,7 @@ def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
     arcs: list[tuple[Arc, ...]] = []
     for n in order:
         st = rt.steps[n]
-        nodes.append(
-            Leaf(n, st.location, kind="noetl", fields=None, built=(rt, st), run=run_step, continue_on_error=True)
-        )
+        nodes.append(noetl_leaf(n, st.location, (rt, st), run_step))
         out = []
         for t in _routes(rt, st):
             if t == n or t in ahead.get(n, set()):

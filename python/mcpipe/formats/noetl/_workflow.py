@@ -47,7 +47,7 @@ from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import Findings, Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, Expression, ForEach, Graph, Leaf, Node, Pipeline, RunFn
 
 if TYPE_CHECKING:
     from mcpipe.formats.noetl._catalog import Catalog
@@ -252,6 +252,29 @@ class _Problems(Findings):
         if bools and isinstance(value, bool):
             value = "{{ true }}" if value else "{{ false }}"
         return self.tmpl(value, location, "engine") if isinstance(value, str) else None
+
+
+def noetl_leaf(
+    name: str,
+    location: str,
+    built: object,
+    run: RunFn[Any, Any],
+    *,
+    when: Expression | None = None,
+    timeout_ms: float | None = None,
+) -> Leaf[Any, Any]:
+    """A node of a NoETL graph: ``run`` runs the step ``built``, its failure its own (the graph's arcs route it)."""
+    return Leaf(
+        name,
+        location,
+        kind="noetl",
+        fields=None,
+        built=built,
+        run=run,
+        continue_on_error=True,
+        when=when,
+        timeout_ms=timeout_ms,
+    )
 
 
 def compiled_step(
@@ -1077,16 +1100,8 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         sp = pb.steps[name]
         admit = _admission(c, sp, s)
         timeout_ms = s.timeout_s * 1000 if s.timeout_s is not None else None
-        leaf: Leaf[Any, Any] = Leaf(
-            name,
-            s.location,
-            kind="noetl",
-            fields=None,
-            built=sp,
-            run=_steps.run_step,
-            continue_on_error=True,
-            when=admit if s.loop is None else None,
-            timeout_ms=timeout_ms,
+        leaf = noetl_leaf(
+            name, s.location, sp, _steps.run_step, when=admit if s.loop is None else None, timeout_ms=timeout_ms
         )
         node: Node = leaf
         if s.loop is not None:
@@ -1096,17 +1111,7 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             assert sp.save is not None
             arcs.append((Arc(exit_[name], None, sp.save.spec.location),))
             inclusive.append(False)
-            nodes.append(
-                Leaf(
-                    f"{name}.save",
-                    sp.save.spec.location,
-                    kind="noetl",
-                    fields=None,
-                    built=sp,
-                    run=_steps.run_loop_save,
-                    continue_on_error=True,
-                )
-            )
+            nodes.append(noetl_leaf(f"{name}.save", sp.save.spec.location, sp, _steps.run_loop_save))
         out: list[Arc] = []
         earlier: list[tuple[ArcSpec, Tmpl | None]] = []
         for a in s.arcs:

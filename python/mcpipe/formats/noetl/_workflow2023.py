@@ -69,7 +69,7 @@ def compile_workflow2023(
 ) -> tuple[Any, list[Problem]]:
     """A workflow of the April 2023 engine compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
-    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw, noetl_leaf
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -136,9 +136,7 @@ def compile_workflow2023(
         arcs: list[tuple[Arc, ...]] = []
         for k, (t, sid) in enumerate(zip(tasks, ids, strict=True)):
             built = (str(name), dict(variables), jobs, t)
-            nodes.append(
-                Leaf(sid, t.location, kind="noetl", fields=None, built=built, run=run_task, continue_on_error=True)
-            )
+            nodes.append(noetl_leaf(sid, t.location, built, run_task))
             arcs.append((Arc(k + 1, Went(), t.location),) if k + 1 < len(tasks) else ())
         pb.plan = pb.graph_plan("workflow_", nodes, arcs, 0, unnamed="workflow")
     elif not tasks and not problems:
