@@ -169,8 +169,6 @@ def read_output(r: _Reader, value: object, where: str) -> OutputSpec | None:
         r.add(f"{where}.store.kind", f"must be one of {', '.join(_STORES)}")
     out.store = str(kind)
     size = value.get("inline_max_bytes", out.inline_max_bytes)
-    if "inline_max_bytes" not in value and out.inline_max_bytes != OutputSpec.inline_max_bytes:
-        size = out.inline_max_bytes
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         r.add(f"{where}.inline_max_bytes", "must be a number of bytes")
     else:

@@ -126,12 +126,10 @@ def _once(e: RenderError, location: str) -> RenderError:
     return e
 
 
+@dataclass(frozen=True, slots=True)
 class _Slot:
-    __slots__ = ("i", "where")
-
-    def __init__(self, i: int, where: str) -> None:
-        self.i = i
-        self.where = where
+    i: int
+    where: str
 
 
 def walk(value: object, location: str, leaf: Callable[[str, str], Any]) -> Any:

@@ -662,25 +662,22 @@ def _task(
             sql_field = "command" if kind == "postgres" else "commands"
             sql = (sql_field, _sql(c, str(step[sql_field]), kind, pb, f"{task.location}.{sql_field}"))
             step[sql_field] = sql[1].source
-        templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
-        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
-        if out is not None and sql is not None:
+        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, toolkinds.TEMPLATE_FIELDS.get(kind))
+        if out is None:
+            return None
+        if sql is not None:
             out.parts["sql_text"] = sql  # rendered with its values bound (_sqlbind.rendered_sql)
-        if out is not None and given:
+        if given:
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
-        if out is not None and "secrets" in step:
+        if "secrets" in step:
             out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
-        if out is not None and script and "guard" in script:
+        if script and "guard" in script:
             out.parts["code_from"] = (script["guard"], f"{task.location}.script.source.code")
-            script = None
-        if out is not None and script:
+        elif script:
             # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
-            script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
-            script["raw"] = dict(step)
-            script["playbook"] = pb
-            script["policy"] = pb.policy
-            out.parts["script"] = script
-        if out is not None and kind == "python" and "context" not in step:
+            uri = c.tmpl(script["uri"], f"{task.location}.script.uri")
+            out.parts["script"] = {**script, "uri": uri, "raw": dict(step), "playbook": pb, "policy": pb.policy}
+        if kind == "python" and "context" not in step:
             out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
         return out
     from mcpipe.formats.noetl._compile import action_types
