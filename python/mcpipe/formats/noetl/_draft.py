@@ -249,6 +249,12 @@ class _Reader(Findings):
     def ignored(self, location: str, what: str) -> None:
         self.warnings.append(f"{location}: {what} is not read by NoETL's 2025 draft engine: ignored, as it ignores it")
 
+    def beside(self, s: Mapping[str, object], where: str, keys: tuple[str, ...], what: str) -> None:
+        """Each of ``keys`` the step ``s`` has, ignored (``what``: how the warning names it, ``{k}`` the key)."""
+        for k in keys:
+            if k in s:
+                self.ignored(f"{where}.{k}", what.format(k=k))
+
     def tmpl(self, value: object, location: str) -> DraftTmpl:
         return DraftTmpl(_compile(value, location, self.warnings), location)
 
@@ -332,14 +338,9 @@ def _read_task(r: _Reader, raw: Mapping[str, object], where: str, name: str) -> 
             f"a `{kind}` task of NoETL's 2025 draft engine is not supported (mcpipe reads its `http` and `python` "
             "tasks)",
         )
-    elif kind == "loop":
-        task.fails = "Nested loop task execution not supported. Use step-level loops only."
-        r.warnings.append(
-            f"{where}.type: {task.fails} (NoETL's 2025 draft engine fails this task when it runs, so does mcpipe)"
-        )
-        read |= set(raw)
     else:
-        task.fails = f"Unsupported task type: {kind}"
+        nested = "Nested loop task execution not supported. Use step-level loops only."
+        task.fails = nested if kind == "loop" else f"Unsupported task type: {kind}"
         r.warnings.append(
             f"{where}.type: {task.fails} (NoETL's 2025 draft engine fails this task when it runs, so does mcpipe)"
         )
@@ -380,9 +381,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         step.result = {str(k): r.tmpl(v, f"{where}.result.{k}") for k, v in result.items()}
         if s.get("with") is not None:
             step.own_with = r.tmpl(s["with"], f"{where}.with")
-        for k in ("loop", "call"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `end_loop`")
+        r.beside(s, where, ("loop", "call"), "`{k}` beside `end_loop`")
     elif "loop" in s:
         step.kind = "loop"
         loop = s["loop"]
@@ -406,9 +405,12 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
             elif isinstance(entry, Mapping) and isinstance(entry.get("step"), str):
                 given = entry.get("with")
                 step.body.append(Candidate(entry["step"], at, with_=r.tmpl(given, f"{at}.with") if given else None))
-        for k in ("call", "type", "name", "task", "with"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `loop` (the loop runs, its `{k}` does not)")
+        r.beside(
+            s,
+            where,
+            ("call", "type", "name", "task", "with"),
+            "`{k}` beside `loop` (the loop runs, its `{k}` does not)",
+        )
     elif "call" in s:
         step.kind = "call"
         call = s["call"]
@@ -428,9 +430,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         for k in call:
             if k not in ("name", "task", "type", "with"):
                 r.ignored(f"{where}.call.{k}", f"`call.{k}`")
-        for k in ("with", "type", "name", "task"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `call`")
+        r.beside(s, where, ("with", "type", "name", "task"), "`{k}` beside `call`")
     elif s.get("name") or s.get("task"):
         # The broker of 2025-07: a step naming its task with `type` (default `workbook`) and `name`.
         step.kind = "call"
@@ -440,9 +440,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
             step.step_with = r.tmpl(s["with"], f"{where}.with")
     else:
         step.kind = "routing" if "type" in s else "plain"
-        for k in ("with", "result"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` of a step that runs no task")
+        r.beside(s, where, ("with", "result"), "`{k}` of a step that runs no task")
     step.candidates = _read_candidates(r, s.get("next"), f"{where}.next")
     if step.kind == "call" and step.call_type != "workbook":
         r.add(

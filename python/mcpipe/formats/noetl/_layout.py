@@ -666,11 +666,8 @@ def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
             rule = {"else": {"then": rule["then"]}}  # `- else:` with its `then:` beside it, as YAML reads it
         if "else" in rule:
             other = rule["else"]
-            then = (
-                (other.get("then", other) if "then" in other or "do" in other else None)
-                if isinstance(other, Mapping)
-                else None
-            )
+            written = isinstance(other, Mapping) and ("then" in other or "do" in other)
+            then = other.get("then", other) if written else None
             at = f"{at}.else"
         elif "when" in rule:
             when = rule["when"]

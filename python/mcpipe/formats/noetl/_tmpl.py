@@ -26,7 +26,7 @@ import orjson
 
 from mcpipe._describe import json_type
 from mcpipe.errors import Problem
-from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
+from mcpipe.expr._jinja import Compiled, RenderError, compile_value, render, render_async
 from mcpipe.formats.noetl._literal import py_literal
 
 __all__ = [
@@ -89,10 +89,6 @@ class Tmpl:
     def sources(self) -> tuple[str, ...]:
         return self.compiled.sources
 
-    @property
-    def constant(self) -> bool:
-        return not self.compiled.sources
-
     def render(self, roots: Mapping[str, object]) -> Any:
         """The value rendered over ``roots``, in this thread, within the templates' budgets (time, size:
         :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
@@ -111,10 +107,6 @@ class Tmpl:
             return await render_async(self.compiled, roots, self.location)
         except RenderError as e:
             raise _once(e, self.location) from None
-
-    def names(self) -> set[str]:
-        """The root names the templates read."""
-        return {root for root, _ in references(self.compiled.sources)}
 
 
 def _once(e: RenderError, location: str) -> RenderError:

@@ -372,7 +372,7 @@ def compile_workflow(
             c.warnings.append(f"{s.location}: step `{s.name}` is not reached from `{doc.entry}`")
     if not c.problems:
         pb.plan = _plan(c, pb, doc, reachable)
-    pb.inputs = _inputs(pb, doc)
+    pb.inputs = sorted(pb.workload)  # a call may override each of the workload's names
     pb.warnings = c.warnings
     return pb, c.problems
 
@@ -1189,9 +1189,3 @@ def _loop_warnings(c: _Problems, s: StepSpec, loop: LoopSpec) -> None:
                 f"{a.location}.when: a failed item of a sequential loop ends the run (as NoETL 4.26 ends it): "
                 "this arc is decided only once every item succeeded"
             )
-
-
-def _inputs(pb: NoetlPlaybook, doc: Doc) -> list[str]:
-    """The call's arguments: the workload's names (a call may override each), and the bare names templates
-    read that nothing in the playbook defines (NoETL takes them from the execution request)."""
-    return sorted(pb.workload)
