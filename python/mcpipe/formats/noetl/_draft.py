@@ -117,16 +117,8 @@ def _compile_str(text: str, location: str, warnings: list[str]) -> Any:
     return _Str(text, path, template)
 
 
-def _compile(value: object, location: str, warnings: list[str]) -> Any:
-    return walk(value, location, lambda text, where: _compile_str(text, where, warnings))
-
-
-def _render_value(shape: object, ctx: Mapping[str, object]) -> Any:
-    """The draft engine's ``render_template`` (see the module), over ``ctx``, in this thread."""
-    return fill(shape, _Str, lambda s: _render_str(s, ctx))
-
-
 def _render_str(shape: _Str, ctx: Mapping[str, object]) -> Any:
+    """The draft engine's ``render_template`` (see the module) of one string, over ``ctx``, in this thread."""
     if shape.path is not None:
         if len(shape.path) == 1 and shape.path[0] in ctx:
             return ctx[shape.path[0]]
@@ -169,7 +161,7 @@ class DraftTmpl:
         if not sources:
             return self.shape
         roots = {**ctx, **(extra or {}), "now": now}
-        compiled = Compiled(lambda r: _render_value(self.shape, r), sources)
+        compiled = Compiled(lambda r: fill(self.shape, _Str, lambda s: _render_str(s, r)), sources)
         try:
             return await render_async(compiled, roots, self.location)
         except RenderError as e:
@@ -256,7 +248,7 @@ class _Reader(Findings):
                 self.ignored(f"{where}.{k}", what.format(k=k))
 
     def tmpl(self, value: object, location: str) -> DraftTmpl:
-        return DraftTmpl(_compile(value, location, self.warnings), location)
+        return DraftTmpl(walk(value, location, lambda text, where: _compile_str(text, where, self.warnings)), location)
 
 
 def _read_candidates(r: _Reader, nxt: object, where: str) -> list[Candidate]:

@@ -144,9 +144,8 @@ def read_output(r: _Reader, value: object, where: str) -> OutputSpec | None:
         r.add(where, f"must be an object (`output_select`, `store`, `inline_max_bytes`), got {json_type(value)}")
         return None
     out = OutputSpec(where)
-    for k in value:
-        if k not in ("output_select", "select", "store", "inline_max_bytes"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of an output block (output_select, store, inline_max_bytes)")
+    known = ("output_select", "select", "store", "inline_max_bytes")
+    r.unknown(value, where, known, "an output block (output_select, store, inline_max_bytes)")
     select = value.get("output_select", value.get("select")) or []
     if isinstance(select, Mapping) and select.get("strategy") == "size_threshold":
         # NoETL's earlier form: only a threshold (`threshold_kb`), nothing selected.
@@ -530,9 +529,7 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
     if "on_success" in value or "on_error" in value:
         _unified_retry(r, t, value, where)
         return
-    for k in value:
-        if k not in _RETRY_KEYS:
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry (pagination with `{k}` is not supported)")
+    r.unknown(value, where, _RETRY_KEYS, "a retry (pagination with `{k}` is not supported)")
     attempts = value.get("max_attempts", 3)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
         r.add(f"{where}.max_attempts", "must be an integer from 1 to 100")
@@ -572,9 +569,7 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
 def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: str) -> None:
     """NoETL's unified retry (``noetl/plugin/runtime/retry.py``, 2025-12): ``on_error`` (a page's error retries,
     as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
-    for k in value:
-        if k not in ("on_error", "on_success"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry with `on_error`/`on_success`")
+    r.unknown(value, where, ("on_error", "on_success"), "a retry with `on_error`/`on_success`")
     on_error = value.get("on_error")
     if on_error is not None and not isinstance(on_error, Mapping):
         r.add(f"{where}.on_error", "must be an object (`max_attempts`, `initial_delay`, ...)")
@@ -593,12 +588,8 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: 
     if not isinstance(success, Mapping) or not isinstance(success.get("while"), str | bool):
         r.add(at, "`on_success` needs `while`: the condition to run the task again")
         return
-    for k in success:
-        if k not in ("while", "max_attempts", "next_call", "collect", "per_iteration"):
-            r.add(
-                f"{at}.{k}",
-                f"unknown key `{k}` of `on_success` (while, max_attempts, next_call, collect, per_iteration)",
-            )
+    known = ("while", "max_attempts", "next_call", "collect", "per_iteration")
+    r.unknown(success, at, known, "`on_success` (while, max_attempts, next_call, collect, per_iteration)")
     p = PaginateSpec(at, success["while"])
     attempts = success.get("max_attempts", 100)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10_000:
@@ -991,18 +982,15 @@ def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
     if "cursor" in loop:
         r.add(f"{where}.cursor", "cursor loops (workers claiming rows from a database) are not supported")
         return None
-    for k in loop:
-        if k not in ("in", "iterator", "spec", "collection", "element", "mode", "filter"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a loop (in, iterator, spec)")
+    known = ("in", "iterator", "spec", "collection", "element", "mode", "filter")
+    r.unknown(loop, where, known, "a loop (in, iterator, spec)")
     items = loop.get("in", loop.get("collection"))
     iterator = _iterator_name(r, items, loop.get("iterator", loop.get("element", "item")), where, ("in", "iterator"))
     spec = loop.get("spec") or {}
     if not isinstance(spec, Mapping):
         r.add(f"{where}.spec", "must be an object")
         spec = {}
-    for k in spec:
-        if k not in ("mode", "max_in_flight", "policy"):
-            r.add(f"{where}.spec.{k}", f"unknown key `{k}` of a loop's spec (mode, max_in_flight)")
+    r.unknown(spec, f"{where}.spec", ("mode", "max_in_flight", "policy"), "a loop's spec (mode, max_in_flight)")
     mode = _mode(r, spec.get("mode", loop.get("mode", "sequential")), f"{where}.spec.mode", "parallel")
     return LoopSpec(items, iterator, mode, where, spec.get("max_in_flight"), loop.get("filter"))
 
@@ -1042,11 +1030,7 @@ def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> St
         _iterator(r, s, sname, where, step)
     elif kind is not None or isinstance(tool, str):
         if kind in ("start", "end", "noop", "router"):
-            extra = [
-                k for k in s if k not in (*OLD_STEP_CONTROL, *IGNORED_STEP) and k not in REFUSED_STEP and k != "name"
-            ]
-            for k in extra:
-                r.add(f"{where}.{k}", f"unknown key `{k}` of a `{kind}` step")
+            r.unknown(s, where, (*OLD_STEP_CONTROL, *IGNORED_STEP, *REFUSED_STEP, "name"), f"a `{kind}` step")
         else:
             control = (*OLD_STEP_CONTROL, *REFUSED_STEP, *IGNORED_STEP)
             task = _flat_task(r, s, sname, where, control)
@@ -1056,9 +1040,8 @@ def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> St
                 if task is not None:
                     step.tasks.append(task)
     else:
-        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP) and k not in REFUSED_STEP]
-        for k in extra:
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a step without a `type`")
+        known = (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP, *REFUSED_STEP)
+        r.unknown(s, where, known, "a step without a `type`")
     _set(r, s, where, step)
     _set(r, s, where, step, key="vars")
     _after(r, s, where, step)
@@ -1115,9 +1098,8 @@ def _iterator(r: _Reader, s: Mapping[str, object], sname: str, where: str, step:
         r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
     # NoETL's broker of 2025-10 names a step by `step`, else `name` (`st.get("step") or st.get("name")`)
     named = ("name",) if "step" not in s else ()
-    for k in s:
-        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *named, *REFUSED_STEP, *IGNORED_STEP):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
+    known = (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *named, *REFUSED_STEP, *IGNORED_STEP)
+    r.unknown(s, where, known, "an iterator")
 
 
 def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:

@@ -85,7 +85,9 @@ class Tmpl:
             raise StepFailure(str(e), e.code) from None
 
 
-def _compile(value: object, location: str, problems: list[Problem]) -> Any:
+def _tmpl(value: object, location: str, problems: list[Problem]) -> Tmpl:
+    """``value`` with its templates compiled (a syntax error is a problem at its place)."""
+
     def leaf(text: str, where: str) -> Any:
         if "{{" not in text or "}}" not in text:
             return text
@@ -95,7 +97,7 @@ def _compile(value: object, location: str, problems: list[Problem]) -> Any:
             problems.append(Problem(where, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
             return text
 
-    return walk(value, location, leaf)
+    return Tmpl(walk(value, location, leaf), location)
 
 
 def _render(shape: object, roots: Mapping[str, object]) -> Any:
@@ -206,7 +208,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
             if not isinstance(t, Mapping) or "task" not in t:
                 problems.append(Problem(f"{where}.run[{j}]", CODE, "a task of `run` is `{task: NAME, ...}`"))
                 continue
-            st.run.append(Tmpl(_compile(t["task"], f"{where}.run[{j}].task", problems), f"{where}.run[{j}].task"))
+            st.run.append(_tmpl(t["task"], f"{where}.run[{j}].task", problems))
             task_of(t, f"{where}.run[{j}]")
         nxt = s.get("next")
         st.ends = not nxt
@@ -218,9 +220,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
                 then = e.get("then") or ["end"]
                 first = then[0] if isinstance(then, list) else then
                 if isinstance(first, str):
-                    st.entries.append(
-                        Entry(first, f"{at}.then", Tmpl(_compile(e["when"], f"{at}.when", problems), f"{at}.when"))
-                    )
+                    st.entries.append(Entry(first, f"{at}.then", _tmpl(e["when"], f"{at}.when", problems)))
             elif e.get("else"):
                 other = e["else"]
                 first = other[0] if isinstance(other, list) else other
@@ -260,7 +260,7 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
     elif kind == "http":
         task.method = str(t.get("method", "GET")).upper()
         for k in ("endpoint", "params", "payload"):
-            task.fields[k] = Tmpl(_compile(t.get(k), f"{where}.{k}", problems), f"{where}.{k}")
+            task.fields[k] = _tmpl(t.get(k), f"{where}.{k}", problems)
     elif kind == "runner":
         problems.append(
             Problem(f"{where}.type", CODE, "a `runner` task of NoETL's runtime of 2025-05 is not supported")

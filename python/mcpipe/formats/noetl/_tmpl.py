@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -66,6 +66,14 @@ class Findings:
     def add(self, location: str, message: str) -> None:
         """A problem at ``location``."""
         self.problems.append(Problem(location, CODE, message))
+
+    def unknown(
+        self, keys: Iterable[object], where: str, known: Container[object], what: str, noun: str = "key"
+    ) -> None:
+        """Each of ``keys`` not ``known``: a problem, an unknown ``noun`` of ``what`` (``{k}`` in it: the key)."""
+        for k in keys:
+            if k not in known:
+                self.add(f"{where}.{k}", f"unknown {noun} `{k}` of {what.format(k=k)}")
 
     def name(self, value: object, location: str) -> str | None:
         """``value`` when it is a non-empty string, else None and the problem."""

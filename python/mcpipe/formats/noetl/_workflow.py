@@ -427,15 +427,8 @@ def _step(
     tools: Container[str] | None,
     stack: tuple[str, ...],
 ) -> StepPlan:
-    data_keys: set[str] = set()
-    for a in incoming:
-        if a.data:
-            data_keys |= set(a.data)
-    tasks: list[TaskPlan] = []
-    for task in s.tasks:
-        t = _task(c, pb, doc, s, task, data_keys, tools, stack)
-        if t is not None:
-            tasks.append(t)
+    data_keys = {k for a in incoming for k in a.data or ()}
+    tasks = [t for task in s.tasks if (t := _task(c, pb, doc, s, task, data_keys, tools, stack)) is not None]
     sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None and s.result is None)
     if s.result is not None:
         sp.result = c.tmpl(s.result, s.result_location)
@@ -530,9 +523,7 @@ def _task(
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
         plan.rules.append(RulePlan(rule, when, rset, c.cond(rule.stop_when, f"{rule.location}.stop_when")))
     if kind in _NOOP:
-        extra = [k for k in task.config if k not in ("input", "args", "desc")]
-        for k in extra:
-            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        c.unknown(task.config, task.location, ("input", "args", "desc"), f"a `{kind}` tool", "field")
         return plan
     if kind == "artifact":
         what = str(task.config.get("action", "get"))
@@ -1042,9 +1033,8 @@ def _playbook(
     """A sub-playbook: ``path`` (a catalog path), its input (``input``/``args``/``payload``/``data``), and
     ``return_step`` (whose result is the task's, else the sub-playbook's final result)."""
     cfg = task.config
-    for k in cfg:
-        if k not in ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task"):
-            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `playbook` tool")
+    known = ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task")
+    c.unknown(cfg, task.location, known, "a `playbook` tool", "field")
     if "retry" in cfg:
         c.add(f"{task.location}.retry", "a `playbook` tool's `retry` (NoETL 1.x) is not supported: use spec.policy")
     path = cfg.get("path")
