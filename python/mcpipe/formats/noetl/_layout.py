@@ -50,38 +50,10 @@ IGNORED_TOP = {
 """Top-level keys of the current layout that NoETL's Playbook model (pydantic, unknown fields dropped) takes
 and never reads: a check warning each, and nothing else."""
 
-V2_STEP = (
-    "step",
-    "desc",
-    "description",
-    "tool",
-    "input",
-    "loop",
-    "set",
-    "spec",
-    "next",
-    "result",
-    "save",
-    "sink",
-    "output",
-    "case",
-)
-OLD_STEP_CONTROL = (
-    "step",
-    "desc",
-    "description",
-    "type",
-    "tool",
-    "next",
-    "loop",
-    "vars",
-    "set",
-    "input",
-    "result",
-    "save",
-    "sink",
-    "output",
-)
+_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "next", "result", "save", "sink", "output")
+"""Step keys both layouts read; a current step's also ``spec`` and ``case``, an older one's ``type`` and ``vars``."""
+V2_STEP = (*_STEP, "spec", "case")
+OLD_STEP_CONTROL = (*_STEP, "type", "vars")
 REFUSED_STEP = {
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
     "call": "a `call:` step is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
