@@ -62,20 +62,9 @@ __all__ = ["compile_draft"]
 FACT = "noetl_draft"
 """The field of a step's result (in mcpipe's answer) holding what it wrote into the run's context, in order."""
 
-STEP_KEYS = (
-    "step",
-    "desc",
-    "description",
-    "next",
-    "call",
-    "loop",
-    "end_loop",
-    "result",
-    "type",
-    "name",
-    "task",
-    "with",
-)
+TASK_REF = ("type", "name", "task", "with")
+"""The keys a broker step names its task by (``type``, ``name``/``task``) and gives it values with."""
+STEP_KEYS = ("step", "desc", "description", "next", "call", "loop", "end_loop", "result", *TASK_REF)
 TOP_KEYS = ("apiVersion", "kind", "name", "path", "description", "version", "workload", "workbook", "workflow")
 TASK_TYPES = ("http", "python")
 HTTP_FIELDS = ("method", "endpoint", "params", "payload", "headers", "timeout")

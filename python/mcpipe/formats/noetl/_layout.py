@@ -470,17 +470,9 @@ def _task_rest(r: _Reader, t: TaskSpec, spec: object, retry: object) -> TaskSpec
     return t
 
 
-_RETRY_KEYS = (
-    "max_attempts",
-    "backoff",
-    "initial_delay",
-    "backoff_multiplier",
-    "max_delay",
-    "jitter",
-    "retry_when",
-    "stop_when",
-    "retry_on",
-)
+_RETRY_DELAYS = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
+"""NoETL 1.x's names for a retry's delays (a case's retry, of NoETL's v2 engine, reads none of them)."""
+_RETRY_KEYS = ("max_attempts", "backoff", *_RETRY_DELAYS, "retry_when", "stop_when", "retry_on")
 
 
 def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
@@ -816,9 +808,6 @@ def _case(r: _Reader, value: object, where: str, step: StepSpec) -> None:
                     step.arcs.append(arc)
 
 
-_CASE_RETRY_IGNORED = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
-
-
 def _case_retry(r: _Reader, value: object, where: str, step: StepSpec) -> CaseRetry | None:
     """A case's ``retry: {max_attempts, delay, backoff}``, as NoETL's v2 engine reads it (the 1.x names
     ``initial_delay``, ``backoff_multiplier`` are not read there: a warning says so)."""
@@ -843,7 +832,7 @@ def _case_retry(r: _Reader, value: object, where: str, step: StepSpec) -> CaseRe
         r.add(f"{where}.backoff", f"`linear` or `exponential`, got {backoff!r}")
         return None
     for k in value:
-        if k in _CASE_RETRY_IGNORED:
+        if k in _RETRY_DELAYS:
             r.warnings.append(f"{where}.{k}: NoETL's engine does not read it (a case's retry reads `delay`, `backoff`)")
         elif k not in ("max_attempts", "delay", "backoff"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a case's retry (max_attempts, delay, backoff)")
