@@ -915,11 +915,10 @@ async def _python(run: _Run, task: Task, context: Mapping[str, object], with_val
     try:
         data = await _call_kind(task.step, inputs, run.env, run.tool_ctx, f"{task.location}.code")
     except StepFailure as e:
-        text = str(e)
         out = e.output
-        if isinstance(out, Mapping) and isinstance(out.get("error_text"), str):
-            text = out["error_text"]
-        return _error(text)
+        return _error(
+            out["error_text"] if isinstance(out, Mapping) and isinstance(out.get("error_text"), str) else str(e)
+        )
     return _ok(data)
 
 

@@ -745,15 +745,14 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> Ste
                 if not isinstance(a, Mapping) or not isinstance(a.get("step"), str):
                     r.add(at, "an arc is `{step: NAME, when: ...}`")
                     continue
-                for k in a:
-                    if k == "cond":
-                        # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
-                        r.warnings.append(
-                            f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
-                            "always holds)"
-                        )
-                    elif k not in ("step", "when", "set", "spec", "desc", "description"):
-                        r.add(f"{at}.{k}", f"unknown key `{k}` of an arc (step, when, set)")
+                if "cond" in a:
+                    # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
+                    r.warnings.append(
+                        f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
+                        "always holds)"
+                    )
+                known = ("step", "when", "set", "spec", "desc", "description", "cond")
+                r.unknown(a, at, known, "an arc (step, when, set)")
                 arc_set = a.get("set")
                 if arc_set is not None and not isinstance(arc_set, Mapping):
                     r.add(f"{at}.set", "must be an object")
