@@ -62,20 +62,9 @@ __all__ = ["compile_draft"]
 FACT = "noetl_draft"
 """The field of a step's result (in mcpipe's answer) holding what it wrote into the run's context, in order."""
 
-STEP_KEYS = (
-    "step",
-    "desc",
-    "description",
-    "next",
-    "call",
-    "loop",
-    "end_loop",
-    "result",
-    "type",
-    "name",
-    "task",
-    "with",
-)
+TASK_REF = ("type", "name", "task", "with")
+"""The keys a broker step names its task by (``type``, ``name``/``task``) and gives it values with."""
+STEP_KEYS = ("step", "desc", "description", "next", "call", "loop", "end_loop", "result", *TASK_REF)
 TOP_KEYS = ("apiVersion", "kind", "name", "path", "description", "version", "workload", "workbook", "workflow")
 TASK_TYPES = ("http", "python")
 HTTP_FIELDS = ("method", "endpoint", "params", "payload", "headers", "timeout")
@@ -117,16 +106,8 @@ def _compile_str(text: str, location: str, warnings: list[str]) -> Any:
     return _Str(text, path, template)
 
 
-def _compile(value: object, location: str, warnings: list[str]) -> Any:
-    return walk(value, location, lambda text, where: _compile_str(text, where, warnings))
-
-
-def _render_value(shape: object, ctx: Mapping[str, object]) -> Any:
-    """The draft engine's ``render_template`` (see the module), over ``ctx``, in this thread."""
-    return fill(shape, _Str, lambda s: _render_str(s, ctx))
-
-
 def _render_str(shape: _Str, ctx: Mapping[str, object]) -> Any:
+    """The draft engine's ``render_template`` (see the module) of one string, over ``ctx``, in this thread."""
     if shape.path is not None:
         if len(shape.path) == 1 and shape.path[0] in ctx:
             return ctx[shape.path[0]]
@@ -169,7 +150,7 @@ class DraftTmpl:
         if not sources:
             return self.shape
         roots = {**ctx, **(extra or {}), "now": now}
-        compiled = Compiled(lambda r: _render_value(self.shape, r), sources)
+        compiled = Compiled(lambda r: fill(self.shape, _Str, lambda s: _render_str(s, r)), sources)
         try:
             return await render_async(compiled, roots, self.location)
         except RenderError as e:
@@ -249,8 +230,14 @@ class _Reader(Findings):
     def ignored(self, location: str, what: str) -> None:
         self.warnings.append(f"{location}: {what} is not read by NoETL's 2025 draft engine: ignored, as it ignores it")
 
+    def beside(self, s: Mapping[str, object], where: str, keys: tuple[str, ...], what: str) -> None:
+        """Each of ``keys`` the step ``s`` has, ignored (``what``: how the warning names it, ``{k}`` the key)."""
+        for k in keys:
+            if k in s:
+                self.ignored(f"{where}.{k}", what.format(k=k))
+
     def tmpl(self, value: object, location: str) -> DraftTmpl:
-        return DraftTmpl(_compile(value, location, self.warnings), location)
+        return DraftTmpl(walk(value, location, lambda text, where: _compile_str(text, where, self.warnings)), location)
 
 
 def _read_candidates(r: _Reader, nxt: object, where: str) -> list[Candidate]:
@@ -332,14 +319,9 @@ def _read_task(r: _Reader, raw: Mapping[str, object], where: str, name: str) -> 
             f"a `{kind}` task of NoETL's 2025 draft engine is not supported (mcpipe reads its `http` and `python` "
             "tasks)",
         )
-    elif kind == "loop":
-        task.fails = "Nested loop task execution not supported. Use step-level loops only."
-        r.warnings.append(
-            f"{where}.type: {task.fails} (NoETL's 2025 draft engine fails this task when it runs, so does mcpipe)"
-        )
-        read |= set(raw)
     else:
-        task.fails = f"Unsupported task type: {kind}"
+        nested = "Nested loop task execution not supported. Use step-level loops only."
+        task.fails = nested if kind == "loop" else f"Unsupported task type: {kind}"
         r.warnings.append(
             f"{where}.type: {task.fails} (NoETL's 2025 draft engine fails this task when it runs, so does mcpipe)"
         )
@@ -380,9 +362,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         step.result = {str(k): r.tmpl(v, f"{where}.result.{k}") for k, v in result.items()}
         if s.get("with") is not None:
             step.own_with = r.tmpl(s["with"], f"{where}.with")
-        for k in ("loop", "call"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `end_loop`")
+        r.beside(s, where, ("loop", "call"), "`{k}` beside `end_loop`")
     elif "loop" in s:
         step.kind = "loop"
         loop = s["loop"]
@@ -406,9 +386,12 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
             elif isinstance(entry, Mapping) and isinstance(entry.get("step"), str):
                 given = entry.get("with")
                 step.body.append(Candidate(entry["step"], at, with_=r.tmpl(given, f"{at}.with") if given else None))
-        for k in ("call", "type", "name", "task", "with"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `loop` (the loop runs, its `{k}` does not)")
+        r.beside(
+            s,
+            where,
+            ("call", "type", "name", "task", "with"),
+            "`{k}` beside `loop` (the loop runs, its `{k}` does not)",
+        )
     elif "call" in s:
         step.kind = "call"
         call = s["call"]
@@ -428,9 +411,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         for k in call:
             if k not in ("name", "task", "type", "with"):
                 r.ignored(f"{where}.call.{k}", f"`call.{k}`")
-        for k in ("with", "type", "name", "task"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` beside `call`")
+        r.beside(s, where, ("with", "type", "name", "task"), "`{k}` beside `call`")
     elif s.get("name") or s.get("task"):
         # The broker of 2025-07: a step naming its task with `type` (default `workbook`) and `name`.
         step.kind = "call"
@@ -440,9 +421,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
             step.step_with = r.tmpl(s["with"], f"{where}.with")
     else:
         step.kind = "routing" if "type" in s else "plain"
-        for k in ("with", "result"):
-            if k in s:
-                r.ignored(f"{where}.{k}", f"`{k}` of a step that runs no task")
+        r.beside(s, where, ("with", "result"), "`{k}` of a step that runs no task")
     step.candidates = _read_candidates(r, s.get("next"), f"{where}.next")
     if step.kind == "call" and step.call_type != "workbook":
         r.add(
@@ -525,7 +504,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
 
 
 def compile_draft(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A playbook of the draft engine compiled into the plan (a :class:`~mcpipe.formats.noetl._workflow.NoetlPlaybook`
     whose graph runs it as the engine did); every problem located."""
@@ -534,7 +513,6 @@ def compile_draft(
     dp, name, path, description, r = read_draft(raw)
     pb = NoetlPlaybook(name, path, description, "draft", dp.workload, {})
     pb.policy, pb.file = policy, file
-    pb.registry = None
     for t in dp.tasks.values():
         if t.fails is None and t.type in TASK_TYPES:
             _compile_task(r, t, policy, tools)
@@ -546,72 +524,44 @@ def compile_draft(
         pb.plan = _plan(r, pb, dp)
     pb.inputs = sorted(dp.workload)
     pb.warnings = r.warnings
-    pb.draft = dp
     return pb, r.problems
 
 
 def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str] | None) -> None:
-    from mcpipe.declared import StepScope, compile_step
+    from mcpipe.formats.noetl._workflow import compiled_step, http_raw
 
     if t.type == "python":
         raw: dict[str, Any] = {"kind": "python", "id": "task", "code": t.fields["code"].shape, "input": "${args}"}
     else:
         endpoint = t.fields["endpoint"].shape
-        raw = {
-            "kind": "http",
-            "id": "task",
-            "method": t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET",
-            "url": {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}",
-            "headers": "${args}",
-            "query": "${args}",
-            "body": "${args}",
-            "expected_status_codes": list(range(100, 600)),
-        }
-    step, problems = compile_step(raw, t.location, StepScope(policy=policy, tools=tools))
-    for p in problems:
-        where = p.location.replace(f"{t.location}.url", f"{t.location}.endpoint")
-        r.add(where, p.message)
-    t.step = step
+        method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET"
+        raw = http_raw(method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
+    t.step = compiled_step(r, raw, t.location, policy, tools, rename=("url", "endpoint"))
 
 
 def _plan(r: _Reader, pb: NoetlPlaybook, dp: DraftPlaybook) -> CompiledSpec:
-    names = [n for n in dp.steps if n != "end"]
+    from mcpipe.formats.noetl._workflow import depth_first, noetl_leaf
+
     # The steps the run can go to from `start` (a loop's body steps run inside the loop: they are nodes only
     # when the run can also go to them).
-    reached: list[str] = []
-    todo = ["start"]
-    while todo:
-        n = todo.pop(0)
-        if n in reached or n not in dp.steps or n == "end":
-            continue
-        reached.append(n)
-        todo += [c.target for c in _after(dp, dp.steps[n]) if c.target is not None]
-    order = [n for n in names if n in reached]
+    reached, _ = depth_first(
+        "start",
+        lambda n: [c.target if c.target in dp.steps and c.target != "end" else None for c in _after(dp, dp.steps[n])],
+    )
+    order = [n for n in dp.steps if n in reached]
     index = {n: i for i, n in enumerate(order)}
     nodes: list[Node] = []
     arcs: list[tuple[Arc, ...]] = []
     for n in order:
         st = dp.steps[n]
         sp = pb.steps[n]
-        leaf: Leaf[Any, Any] = Leaf(
-            n, st.location, kind="noetl", fields=None, built=_Built(sp, dp, st), run=run_step, continue_on_error=True
-        )
-        node: Node = leaf
+        node: Node = noetl_leaf(n, st.location, _Built(sp, dp, st), run_step)
         if st.kind == "loop":
-            body: Leaf[Any, Any] = Leaf(
-                n,
-                st.location,
-                kind="noetl",
-                fields=None,
-                built=_Built(sp, dp, st),
-                run=run_body,
-                continue_on_error=True,
-            )
             node = ForEach(
                 n,
                 st.location,
                 items=LoopItems(dp, st),
-                step=body,
+                step=noetl_leaf(n, st.location, _Built(sp, dp, st), run_body),
                 as_name=st.iterator if st.iterator.isidentifier() else "item",
                 max_concurrency=1,
                 continue_on_error=True,
@@ -801,19 +751,7 @@ async def run_body(
     st = built.step
     run = _Run(built.dp, context_of(built.dp, env), env, ctx)
     await _arrive(run, env)
-    item = env.get("item")
-    results: dict[str, Any] = {}
-    for c in st.body:
-        if c.target is None:
-            continue
-        rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
-        target = built.dp.steps.get(c.target)
-        if target is None:
-            results[c.target] = None  # "Step not found": an error result, nothing else
-            continue
-        r = await _execute(run, target, rendered, rendered=True)
-        results[c.target] = r.get("data") if r.get("status") == "success" else None
-    out = StepOutput.of(results)
+    out = StepOutput.of(await _body(run, st, env.get("item"), missing=True))
     if run.writes:
         out.facts = {FACT: dict(run.writes)}
     return out
@@ -843,12 +781,12 @@ async def _execute(run: _Run, st: DraftStep, given: Any, *, rendered: bool = Fal
     if st.kind == "loop":
         return await _loop_inline(run, st)
     if st.kind == "broken":
-        return {"id": str(uuid.uuid4()), "status": "error", "error": "'list' object has no attribute 'get'"}
+        return _error("'list' object has no attribute 'get'")
     if st.kind in ("plain", "routing"):
         data: Any = {} if st.kind == "plain" else {"message": f"Routing step {st.name} completed"}
         if st.kind == "routing":
             _written(run, st.name, data, "success")
-        return {"id": str(uuid.uuid4()), "status": "success", "data": data}
+        return _ok(data)
     task_ctx = dict(run.ctx)
     if st.call_with is not None:
         given_with = await st.call_with.render(run.ctx)
@@ -866,18 +804,28 @@ def _written(run: _Run, name: str, data: object, status: str) -> None:
     run.write("result", data)
 
 
+def _ok(data: object) -> dict[str, Any]:
+    """A result of the engine's (``{id, status, data}``), a success."""
+    return {"id": str(uuid.uuid4()), "status": "success", "data": data}
+
+
+def _error(text: str) -> dict[str, Any]:
+    """A result of the engine's, an error."""
+    return {"id": str(uuid.uuid4()), "status": "error", "error": text}
+
+
 async def _end_loop(run: _Run, st: DraftStep) -> dict[str, Any]:
     loop = st.end_loop or ""
     key = f"{loop}_results"
     if loop not in run.dp.loops or key not in run.ctx:
-        return {"id": str(uuid.uuid4()), "status": "error", "error": f"Loop context not found: {loop}"}
+        return _error(f"Loop context not found: {loop}")
     run.write(key, run.ctx[key])
     aggregated: dict[str, Any] = {}
     for k, t in st.result.items():
         value = await t.render(run.ctx)
         aggregated[k] = value
         run.write(k, value)
-    return {"id": str(uuid.uuid4()), "status": "success", "data": aggregated}
+    return _ok(aggregated)
 
 
 async def _loop_inline(run: _Run, st: DraftStep) -> dict[str, Any]:
@@ -885,19 +833,27 @@ async def _loop_inline(run: _Run, st: DraftStep) -> dict[str, Any]:
     try:
         kept = await _items(run, st)
     except ExpressionError as e:
-        return {"id": str(uuid.uuid4()), "status": "error", "error": str(e)}
-    all_results = []
-    for item in kept:
-        results: dict[str, Any] = {}
-        for c in st.body:
-            if c.target is None or c.target not in run.dp.steps:
-                continue
-            rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
-            r = await _execute(run, run.dp.steps[c.target], rendered, rendered=True)
-            results[c.target] = r.get("data") if r.get("status") == "success" else None
-        all_results.append(results)
+        return _error(str(e))
+    all_results = [await _body(run, st, item, missing=False) for item in kept]
     run.write(f"{st.name}_results", all_results)
-    return {"id": str(uuid.uuid4()), "status": "success", "data": all_results}
+    return _ok(all_results)
+
+
+async def _body(run: _Run, st: DraftStep, item: object, *, missing: bool) -> dict[str, Any]:
+    """One item of a loop: each step its ``next`` names, alone, its ``with`` rendered over the item; their results
+    (``{STEP: data}``, None for one that failed; ``missing``: and for a step the workflow lacks)."""
+    results: dict[str, Any] = {}
+    for c in st.body:
+        if c.target is None or (c.target not in run.dp.steps and not missing):
+            continue
+        rendered = await c.with_.render(run.ctx, {st.iterator: item}) if c.with_ is not None else None
+        target = run.dp.steps.get(c.target)
+        if target is None:
+            results[c.target] = None  # "Step not found": an error result, nothing else
+            continue
+        r = await _execute(run, target, rendered, rendered=True)
+        results[c.target] = r.get("data") if r.get("status") == "success" else None
+    return results
 
 
 async def _items(run: _Run, st: DraftStep) -> list[Any]:
@@ -925,11 +881,10 @@ async def _task(run: _Run, st: DraftStep, context: dict[str, Any]) -> dict[str, 
     """The engine's ``execute_task``: the workbook task by name, its ``with`` rendered into the context, run by its
     type, its ``return`` laid over its result."""
     task = run.dp.tasks.get(st.task or "")
-    tid = str(uuid.uuid4())
     if task is None:
-        return {"id": tid, "status": "error", "error": f"Task not found: {st.task}"}
+        return _error(f"Task not found: {st.task}")
     if task.fails is not None:
-        return {"id": tid, "status": "error", "error": task.fails}
+        return _error(task.fails)
     with_values: dict[str, Any] = {}
     if task.with_ is not None or st.step_with is not None:
         shape = task.with_.shape if task.with_ is not None else {}
@@ -950,7 +905,6 @@ async def _task(run: _Run, st: DraftStep, context: dict[str, Any]) -> dict[str, 
 async def _python(run: _Run, task: Task, context: Mapping[str, object], with_values: object) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind
 
-    tid = str(uuid.uuid4())
     # `main(**with)`: the task's `with` rendered over the context (again, as the engine renders it twice).
     args = await task.with_.render(context) if task.with_ is not None else {}
     if not isinstance(args, Mapping):
@@ -961,24 +915,22 @@ async def _python(run: _Run, task: Task, context: Mapping[str, object], with_val
     try:
         data = await _call_kind(task.step, inputs, run.env, run.tool_ctx, f"{task.location}.code")
     except StepFailure as e:
-        text = str(e)
         out = e.output
-        if isinstance(out, Mapping) and isinstance(out.get("error_text"), str):
-            text = out["error_text"]
-        return {"id": tid, "status": "error", "error": text}
-    return {"id": tid, "status": "success", "data": data}
+        return _error(
+            out["error_text"] if isinstance(out, Mapping) and isinstance(out.get("error_text"), str) else str(e)
+        )
+    return _ok(data)
 
 
 async def _http(run: _Run, task: Task, context: Mapping[str, object]) -> dict[str, Any]:
     from mcpipe.formats.noetl._steps import _call_kind, _query
 
-    tid = str(uuid.uuid4())
     endpoint = await task.fields["endpoint"].render(context)
     params = await task.fields["params"].render(context) or {}
     payload = await task.fields["payload"].render(context)
     headers = await task.fields["headers"].render(context) or {}
     if not isinstance(endpoint, str) or not endpoint:
-        return {"id": tid, "status": "error", "error": f"Request error: no URL (rendered {endpoint!r})"}
+        return _error(f"Request error: no URL (rendered {endpoint!r})")
     if not isinstance(headers, Mapping):
         headers = {}
     body = payload if task.method in ("POST", "PUT", "PATCH") else None
@@ -991,16 +943,12 @@ async def _http(run: _Run, task: Task, context: Mapping[str, object]) -> dict[st
     try:
         out = await _call_kind(task.step, inputs, run.env, run.tool_ctx, f"{task.location}.endpoint")
     except StepFailure as e:
-        return {"id": tid, "status": "error", "error": f"Request error: {e}"}
+        return _error(f"Request error: {e}")
     status = out.get("status")
     response = out.get("body")
     if not (isinstance(status, int) and 200 <= status < 400):
         text = response if isinstance(response, str) else json.dumps(response)
-        return {"id": tid, "status": "error", "error": f"HTTP error: {status} - {text}"}
+        return _error(f"HTTP error: {status} - {text}")
     if isinstance(response, str):
         response = {"text": response}
-    return {
-        "id": tid,
-        "status": "success",
-        "data": {"data": response, "status_code": status, "headers": out.get("headers", {})},
-    }
+    return _ok({"data": response, "status_code": status, "headers": out.get("headers", {})})

@@ -10,12 +10,12 @@ before (``mcpipe.formats.noetl.is_seed``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Container, Mapping
+import importlib
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from mcpipe.errors import Problem
-from mcpipe.kinds import StepPolicy
 
 __all__ = ["ENGINES", "Engine", "engine_of"]
 
@@ -45,14 +45,6 @@ def _workflow2023(raw: Mapping[str, object]) -> bool:
     return isinstance(wf, Mapping) and isinstance(wf.get("jobs"), list) and set(raw) == {"workflow"}
 
 
-def _compile2023(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
-) -> tuple[Any, list[Problem]]:
-    from mcpipe.formats.noetl._workflow2023 import compile_workflow2023
-
-    return compile_workflow2023(raw, policy=policy, tools=tools, file=file)
-
-
 def _runtime(raw: Mapping[str, object]) -> bool:
     """A playbook of the May 2025 runtime: a top-level ``context`` and steps that ``run:`` tasks."""
     workflow = raw.get("workflow")
@@ -62,14 +54,6 @@ def _runtime(raw: Mapping[str, object]) -> bool:
         and isinstance(workflow, list)
         and any(isinstance(s, Mapping) and "run" in s for s in workflow)
     )
-
-
-def _compile_runtime(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
-) -> tuple[Any, list[Problem]]:
-    from mcpipe.formats.noetl._runtime2025 import compile_runtime
-
-    return compile_runtime(raw, policy=policy, tools=tools, file=file)
 
 
 def _draft(raw: Mapping[str, object]) -> bool:
@@ -92,32 +76,31 @@ def _draft(raw: Mapping[str, object]) -> bool:
     return False
 
 
-def _compile_draft(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
-) -> tuple[Any, list[Problem]]:
-    from mcpipe.formats.noetl._draft import compile_draft
-
-    return compile_draft(raw, policy=policy, tools=tools, file=file)
-
-
 def _any(raw: Mapping[str, object]) -> bool:
     return True
 
 
-def _compile_today(raw: Mapping[str, object], **kw: Any) -> tuple[Any, list[Problem]]:
-    from mcpipe.formats.noetl import compile_today
+def _lazy(module: str, function: str) -> Compile:
+    """The compiler ``function`` of ``module``, imported on its first call (a run of today's playbooks imports
+    none of the others)."""
 
-    return compile_today(raw, **kw)
+    def compile_(raw: Mapping[str, object], **kw: Any) -> tuple[Any, list[Problem]]:
+        compiler: Compile = getattr(importlib.import_module(module), function)
+        return compiler(raw, **kw)
+
+    return compile_
 
 
 ENGINES: dict[str, Engine] = {
     # NoETL's workflow engine of April 2023 (workflow_engine/): jobs of tasks.
-    "workflow2023": Engine(_workflow2023, _compile2023, unnamed="workflow"),
+    "workflow2023": Engine(
+        _workflow2023, _lazy("mcpipe.formats.noetl._workflow2023", "compile_workflow2023"), unnamed="workflow"
+    ),
     # NoETL's interpreters of May-July 2025, each read as it ran its playbooks.
-    "runtime2025": Engine(_runtime, _compile_runtime),
-    "draft2025": Engine(_draft, _compile_draft),
+    "runtime2025": Engine(_runtime, _lazy("mcpipe.formats.noetl._runtime2025", "compile_runtime")),
+    "draft2025": Engine(_draft, _lazy("mcpipe.formats.noetl._draft", "compile_draft")),
     # Today's engine: both layouts (`noetl.io/v2` and the one before), an `mcp:` section's turns on top.
-    "noetl": Engine(_any, _compile_today),
+    "noetl": Engine(_any, _lazy("mcpipe.formats.noetl", "compile_today")),
 }
 """The engines by name, asked in this order."""
 

@@ -50,38 +50,10 @@ IGNORED_TOP = {
 """Top-level keys of the current layout that NoETL's Playbook model (pydantic, unknown fields dropped) takes
 and never reads: a check warning each, and nothing else."""
 
-V2_STEP = (
-    "step",
-    "desc",
-    "description",
-    "tool",
-    "input",
-    "loop",
-    "set",
-    "spec",
-    "next",
-    "result",
-    "save",
-    "sink",
-    "output",
-    "case",
-)
-OLD_STEP_CONTROL = (
-    "step",
-    "desc",
-    "description",
-    "type",
-    "tool",
-    "next",
-    "loop",
-    "vars",
-    "set",
-    "input",
-    "result",
-    "save",
-    "sink",
-    "output",
-)
+_STEP = ("step", "desc", "description", "tool", "input", "loop", "set", "next", "result", "save", "sink", "output")
+"""Step keys both layouts read; a current step's also ``spec`` and ``case``, an older one's ``type`` and ``vars``."""
+V2_STEP = (*_STEP, "spec", "case")
+OLD_STEP_CONTROL = (*_STEP, "type", "vars")
 REFUSED_STEP = {
     "when": "a step-level `when` was removed from NoETL (use `next.arcs[].when` of the step before)",
     "call": "a `call:` step is NoETL's 2025 draft engine's (read as that engine read it in a noetl.io/v1 playbook of "
@@ -144,9 +116,8 @@ def read_output(r: _Reader, value: object, where: str) -> OutputSpec | None:
         r.add(where, f"must be an object (`output_select`, `store`, `inline_max_bytes`), got {json_type(value)}")
         return None
     out = OutputSpec(where)
-    for k in value:
-        if k not in ("output_select", "select", "store", "inline_max_bytes"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of an output block (output_select, store, inline_max_bytes)")
+    known = ("output_select", "select", "store", "inline_max_bytes")
+    r.unknown(value, where, known, "an output block (output_select, store, inline_max_bytes)")
     select = value.get("output_select", value.get("select")) or []
     if isinstance(select, Mapping) and select.get("strategy") == "size_threshold":
         # NoETL's earlier form: only a threshold (`threshold_kb`), nothing selected.
@@ -169,8 +140,6 @@ def read_output(r: _Reader, value: object, where: str) -> OutputSpec | None:
         r.add(f"{where}.store.kind", f"must be one of {', '.join(_STORES)}")
     out.store = str(kind)
     size = value.get("inline_max_bytes", out.inline_max_bytes)
-    if "inline_max_bytes" not in value and out.inline_max_bytes != OutputSpec.inline_max_bytes:
-        size = out.inline_max_bytes
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         r.add(f"{where}.inline_max_bytes", "must be a number of bytes")
     else:
@@ -266,18 +235,14 @@ class StepSpec:
 
     name: str
     location: str
-    index: int
     tasks: list[TaskSpec] = field(default_factory=list)
     pipeline: bool = False
     loop: LoopSpec | None = None
     arcs: list[ArcSpec] = field(default_factory=list)
     inclusive: bool = False
-    quiet: bool = False
     set: Mapping[str, Any] | None = None
     set_location: str = ""
     input: Mapping[str, Any] | None = None
-    input_location: str = ""
-    desc: str = ""
     admit: list[tuple[Any, bool, str]] = field(default_factory=list)
     """``spec.policy.admit.rules``: ``(when, allow, location)`` in order (``when`` None: ``else``)."""
     timeout_s: float | None = None
@@ -375,7 +340,7 @@ def read_doc(raw: Mapping[str, object]) -> Doc:
             r.add(f"{where}.step", f"duplicate step `{sname}` (first at workflow[{seen[sname]}])")
             continue
         seen[sname] = i
-        step = _v2_step(r, s, sname, where, i) if v2 else _old_step(r, s, sname, where, i)
+        step = _v2_step(r, s, sname, where) if v2 else _old_step(r, s, sname, where)
         steps.append(step)
     entry = _entry(r, raw.get("executor"), steps, v2)
     names = {s.name for s in steps}
@@ -469,16 +434,7 @@ def _flat_task(r: _Reader, s: Mapping[str, object], name: str, where: str, contr
     config = {str(k): v for k, v in s.items() if k not in control and k not in ("type", "tool", "kind")}
     spec = s.get("spec")
     config.pop("spec", None)
-    t = TaskSpec(name, kind, where, config)
-    if kind != "save" and "save" in config:
-        t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
-    if "assert" in config:
-        config.pop("assert")
-        r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
-    if spec is not None:
-        _policy(r, t, spec, f"{where}.spec")
-    _legacy_retry(r, t, s.get("retry"), f"{where}.retry")
-    return t
+    return _task_rest(r, TaskSpec(name, kind, where, config), spec, s.get("retry"))
 
 
 def _task(r: _Reader, tool: Mapping[str, object], name: str, where: str) -> TaskSpec | None:
@@ -496,28 +452,27 @@ def _task(r: _Reader, tool: Mapping[str, object], name: str, where: str) -> Task
         t.output = read_output(r, tool["output"], f"{where}.output")
     if "output_select" in config:
         t.output = read_output(r, {"output_select": config.pop("output_select")}, f"{where}.output_select")
-    if kind != "save" and "save" in config:
+    return _task_rest(r, t, tool.get("spec"), tool.get("retry"))
+
+
+def _task_rest(r: _Reader, t: TaskSpec, spec: object, retry: object) -> TaskSpec:
+    """What a task has however it is written: its own ``save``, its ``spec`` (a policy's rules) and NoETL 1.x's
+    ``retry``; an ``assert`` is warned of."""
+    where, config = t.location, t.config
+    if t.kind != "save" and "save" in config:
         t.save = read_save(config.pop("save"), f"{where}.save", r.problems, CODE)
     if "assert" in config:
         config.pop("assert")
         r.warnings.append(f"{where}.assert: {IGNORED_STEP['assert']}")
-    if tool.get("spec") is not None:
-        _policy(r, t, tool["spec"], f"{where}.spec")
-    _legacy_retry(r, t, tool.get("retry"), f"{where}.retry")
+    if spec is not None:
+        _policy(r, t, spec, f"{where}.spec")
+    _legacy_retry(r, t, retry, f"{where}.retry")
     return t
 
 
-_RETRY_KEYS = (
-    "max_attempts",
-    "backoff",
-    "initial_delay",
-    "backoff_multiplier",
-    "max_delay",
-    "jitter",
-    "retry_when",
-    "stop_when",
-    "retry_on",
-)
+_RETRY_DELAYS = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
+"""NoETL 1.x's names for a retry's delays (a case's retry, of NoETL's v2 engine, reads none of them)."""
+_RETRY_KEYS = ("max_attempts", "backoff", *_RETRY_DELAYS, "retry_when", "stop_when", "retry_on")
 
 
 def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
@@ -538,9 +493,7 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
     if "on_success" in value or "on_error" in value:
         _unified_retry(r, t, value, where)
         return
-    for k in value:
-        if k not in _RETRY_KEYS:
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry (pagination with `{k}` is not supported)")
+    r.unknown(value, where, _RETRY_KEYS, "a retry (pagination with `{k}` is not supported)")
     attempts = value.get("max_attempts", 3)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
         r.add(f"{where}.max_attempts", "must be an integer from 1 to 100")
@@ -580,9 +533,7 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
 def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: str) -> None:
     """NoETL's unified retry (``noetl/plugin/runtime/retry.py``, 2025-12): ``on_error`` (a page's error retries,
     as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
-    for k in value:
-        if k not in ("on_error", "on_success"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a retry with `on_error`/`on_success`")
+    r.unknown(value, where, ("on_error", "on_success"), "a retry with `on_error`/`on_success`")
     on_error = value.get("on_error")
     if on_error is not None and not isinstance(on_error, Mapping):
         r.add(f"{where}.on_error", "must be an object (`max_attempts`, `initial_delay`, ...)")
@@ -601,12 +552,8 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: 
     if not isinstance(success, Mapping) or not isinstance(success.get("while"), str | bool):
         r.add(at, "`on_success` needs `while`: the condition to run the task again")
         return
-    for k in success:
-        if k not in ("while", "max_attempts", "next_call", "collect", "per_iteration"):
-            r.add(
-                f"{at}.{k}",
-                f"unknown key `{k}` of `on_success` (while, max_attempts, next_call, collect, per_iteration)",
-            )
+    known = ("while", "max_attempts", "next_call", "collect", "per_iteration")
+    r.unknown(success, at, known, "`on_success` (while, max_attempts, next_call, collect, per_iteration)")
     p = PaginateSpec(at, success["while"])
     attempts = success.get("max_attempts", 100)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10_000:
@@ -674,11 +621,8 @@ def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
             rule = {"else": {"then": rule["then"]}}  # `- else:` with its `then:` beside it, as YAML reads it
         if "else" in rule:
             other = rule["else"]
-            then = (
-                (other.get("then", other) if "then" in other or "do" in other else None)
-                if isinstance(other, Mapping)
-                else None
-            )
+            written = isinstance(other, Mapping) and ("then" in other or "do" in other)
+            then = other.get("then", other) if written else None
             at = f"{at}.else"
         elif "when" in rule:
             when = rule["when"]
@@ -742,7 +686,7 @@ def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: 
 _PREVIOUS = {"previous", "prev", "_previous", "@previous"}
 
 
-def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int, v2: bool) -> StepSpec:
+def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, v2: bool) -> StepSpec:
     """The step, its refused keys refused, its ignored ones warned of (``v2``: and its unknown ones refused)."""
     for k in s:
         if k in REFUSED_STEP:
@@ -751,11 +695,11 @@ def _new_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: in
             r.warnings.append(f"{where}.{k}: {IGNORED_STEP[k]}")
         elif v2 and k not in V2_STEP and k not in ("vars", "args", "type"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a step{did_you_mean(str(k), V2_STEP)}")
-    return StepSpec(sname, where, i, desc=str(s.get("desc") or s.get("description") or ""))
+    return StepSpec(sname, where)
 
 
-def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = _new_step(r, s, sname, where, i, True)
+def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> StepSpec:
+    step = _new_step(r, s, sname, where, True)
     if "type" in s:
         r.add(f"{where}.type", "a `type:` step in a noetl.io/v2 playbook: NoETL itself refuses it (use `tool: {kind}`)")
     _tool_of(r, s, sname, where, step)
@@ -792,7 +736,6 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int
             on_no_match = spec.get("on_no_match", "complete")
             if on_no_match not in ("complete", "quiet"):
                 r.add(f"{where}.next.spec.on_no_match", "must be complete or quiet")
-            step.quiet = on_no_match == "quiet"
             arcs = nxt.get("arcs")
             if not isinstance(arcs, list):
                 r.add(f"{where}.next.arcs", f"must be a list of arcs, got {json_type(arcs)}")
@@ -802,15 +745,14 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int
                 if not isinstance(a, Mapping) or not isinstance(a.get("step"), str):
                     r.add(at, "an arc is `{step: NAME, when: ...}`")
                     continue
-                for k in a:
-                    if k == "cond":
-                        # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
-                        r.warnings.append(
-                            f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
-                            "always holds)"
-                        )
-                    elif k not in ("step", "when", "set", "spec", "desc", "description"):
-                        r.add(f"{at}.{k}", f"unknown key `{k}` of an arc (step, when, set)")
+                if "cond" in a:
+                    # NoETL's Arc model (pydantic) drops an unknown field: the arc has no condition there.
+                    r.warnings.append(
+                        f"{at}.cond: NoETL's arcs read `when`, not `cond`: ignored, as NoETL ignores it (the arc "
+                        "always holds)"
+                    )
+                known = ("step", "when", "set", "spec", "desc", "description", "cond")
+                r.unknown(a, at, known, "an arc (step, when, set)")
                 arc_set = a.get("set")
                 if arc_set is not None and not isinstance(arc_set, Mapping):
                     r.add(f"{at}.set", "must be an object")
@@ -865,9 +807,6 @@ def _case(r: _Reader, value: object, where: str, step: StepSpec) -> None:
                     step.arcs.append(arc)
 
 
-_CASE_RETRY_IGNORED = ("initial_delay", "backoff_multiplier", "max_delay", "jitter")
-
-
 def _case_retry(r: _Reader, value: object, where: str, step: StepSpec) -> CaseRetry | None:
     """A case's ``retry: {max_attempts, delay, backoff}``, as NoETL's v2 engine reads it (the 1.x names
     ``initial_delay``, ``backoff_multiplier`` are not read there: a warning says so)."""
@@ -892,7 +831,7 @@ def _case_retry(r: _Reader, value: object, where: str, step: StepSpec) -> CaseRe
         r.add(f"{where}.backoff", f"`linear` or `exponential`, got {backoff!r}")
         return None
     for k in value:
-        if k in _CASE_RETRY_IGNORED:
+        if k in _RETRY_DELAYS:
             r.warnings.append(f"{where}.{k}: NoETL's engine does not read it (a case's retry reads `delay`, `backoff`)")
         elif k not in ("max_attempts", "delay", "backoff"):
             r.add(f"{where}.{k}", f"unknown key `{k}` of a case's retry (max_attempts, delay, backoff)")
@@ -975,26 +914,25 @@ def _after(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec) -> N
         step.output = read_output(r, s["output"], f"{where}.output")
 
 
-def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
+def _mapping(r: _Reader, s: Mapping[str, object], key: str, where: str) -> Mapping[Any, Any] | None:
+    """The step's ``key`` when it is an object (None: absent, or not an object: a problem)."""
     value = s.get(key)
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
+    if value is not None and not isinstance(value, Mapping):
         r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
-        return
-    step.input = {**(step.input or {}), **value}
-    step.input_location = f"{where}.{key}"
+    return value if isinstance(value, Mapping) else None
+
+
+def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
+    value = _mapping(r, s, key, where)
+    if value is not None:
+        step.input = {**(step.input or {}), **value}
 
 
 def _set(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec, key: str = "set") -> None:
-    value = s.get(key)
-    if value is None:
-        return
-    if not isinstance(value, Mapping):
-        r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
-        return
-    step.set = {**(step.set or {}), **{str(k): v for k, v in value.items()}}
-    step.set_location = f"{where}.{key}"
+    value = _mapping(r, s, key, where)
+    if value is not None:
+        step.set = {**(step.set or {}), **{str(k): v for k, v in value.items()}}
+        step.set_location = f"{where}.{key}"
 
 
 def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
@@ -1004,37 +942,45 @@ def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
     if "cursor" in loop:
         r.add(f"{where}.cursor", "cursor loops (workers claiming rows from a database) are not supported")
         return None
-    for k in loop:
-        if k not in ("in", "iterator", "spec", "collection", "element", "mode", "filter"):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a loop (in, iterator, spec)")
+    known = ("in", "iterator", "spec", "collection", "element", "mode", "filter")
+    r.unknown(loop, where, known, "a loop (in, iterator, spec)")
     items = loop.get("in", loop.get("collection"))
-    iterator = loop.get("iterator", loop.get("element", "item"))
-    if items is None:
-        r.add(f"{where}.in", "is required: the list to loop over")
-    if not isinstance(iterator, str) or not _ITERATOR.match(iterator):
-        r.add(f"{where}.iterator", "must be a name (letters, digits, `_`)")
-        iterator = "item"
+    iterator = _iterator_name(r, items, loop.get("iterator", loop.get("element", "item")), where, ("in", "iterator"))
     spec = loop.get("spec") or {}
     if not isinstance(spec, Mapping):
         r.add(f"{where}.spec", "must be an object")
         spec = {}
-    for k in spec:
-        if k not in ("mode", "max_in_flight", "policy"):
-            r.add(f"{where}.spec.{k}", f"unknown key `{k}` of a loop's spec (mode, max_in_flight)")
-    mode = spec.get("mode", loop.get("mode", "sequential"))
+    r.unknown(spec, f"{where}.spec", ("mode", "max_in_flight", "policy"), "a loop's spec (mode, max_in_flight)")
+    mode = _mode(r, spec.get("mode", loop.get("mode", "sequential")), f"{where}.spec.mode", "parallel")
+    return LoopSpec(items, iterator, mode, where, spec.get("max_in_flight"), loop.get("filter"))
+
+
+def _iterator_name(r: _Reader, items: object, name: object, where: str, keys: tuple[str, str]) -> str:
+    """A loop's iterator ``name`` (``item`` when it is not a name); its ``items`` are required (``keys``: the
+    loop's names for the two)."""
+    if items is None:
+        r.add(f"{where}.{keys[0]}", "is required: the list to loop over")
+    if not isinstance(name, str) or not _ITERATOR.match(name):
+        r.add(f"{where}.{keys[1]}", "must be a name (letters, digits, `_`)")
+        return "item"
+    return name
+
+
+def _mode(r: _Reader, mode: object, where: str, named: str) -> str:
+    """A loop's mode: ``sequential``, else ``parallel`` (``async`` too; ``named``: how its message names it)."""
     if mode == "async":
         mode = "parallel"
     if mode not in ("sequential", "parallel"):
-        r.add(f"{where}.spec.mode", f"must be sequential or parallel, got {mode!r}")
-        mode = "sequential"
-    return LoopSpec(items, iterator, str(mode), where, spec.get("max_in_flight"), loop.get("filter"))
+        r.add(where, f"must be sequential or {named}, got {mode!r}")
+        return "sequential"
+    return str(mode)
 
 
 _OLD_NEXT_DATA = ("data", "with", "args", "input")
 
 
-def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: int) -> StepSpec:
-    step = _new_step(r, s, sname, where, i, False)
+def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> StepSpec:
+    step = _new_step(r, s, sname, where, False)
     kind = s.get("type")
     tool = s.get("tool")
     _input(r, s, "input", where, step)
@@ -1044,11 +990,7 @@ def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: in
         _iterator(r, s, sname, where, step)
     elif kind is not None or isinstance(tool, str):
         if kind in ("start", "end", "noop", "router"):
-            extra = [
-                k for k in s if k not in (*OLD_STEP_CONTROL, *IGNORED_STEP) and k not in REFUSED_STEP and k != "name"
-            ]
-            for k in extra:
-                r.add(f"{where}.{k}", f"unknown key `{k}` of a `{kind}` step")
+            r.unknown(s, where, (*OLD_STEP_CONTROL, *IGNORED_STEP, *REFUSED_STEP, "name"), f"a `{kind}` step")
         else:
             control = (*OLD_STEP_CONTROL, *REFUSED_STEP, *IGNORED_STEP)
             task = _flat_task(r, s, sname, where, control)
@@ -1058,9 +1000,8 @@ def _old_step(r: _Reader, s: Mapping[str, object], sname: str, where: str, i: in
                 if task is not None:
                     step.tasks.append(task)
     else:
-        extra = [k for k in s if k not in (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP) and k not in REFUSED_STEP]
-        for k in extra:
-            r.add(f"{where}.{k}", f"unknown key `{k}` of a step without a `type`")
+        known = (*OLD_STEP_CONTROL, "with", "data", *IGNORED_STEP, *REFUSED_STEP)
+        r.unknown(s, where, known, "a step without a `type`")
     _set(r, s, where, step)
     _set(r, s, where, step, key="vars")
     _after(r, s, where, step)
@@ -1090,36 +1031,20 @@ def _workbook_ref(r: _Reader, s: Mapping[str, object], task: TaskSpec, where: st
         if inline is None:
             return None
         inline.name = task.name
-        _merge_args(inline, task.config)
+        for k, v in task.config.items():
+            inline.config.setdefault(k, v)
         return inline
     if not isinstance(ref, str) or not ref:
         r.add(f"{where}.name", "a `workbook` step names its action (`name:` or `task:`)")
         return None
-    call = TaskSpec(task.name, "workbook", where, {"name": ref, **task.config}, task.rules, task.on_unmatched)
-    return call
-
-
-def _merge_args(task: TaskSpec, given: Mapping[str, object]) -> None:
-    for k, v in given.items():
-        task.config.setdefault(k, v)
+    return TaskSpec(task.name, "workbook", where, {"name": ref, **task.config}, task.rules, task.on_unmatched)
 
 
 def _iterator(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: StepSpec) -> None:
     """``type: iterator`` (NoETL 1.x): ``collection``, ``element``, ``mode``, and the body ``task``."""
     items = s.get("collection")
-    element = s.get("element", "item")
-    if items is None:
-        r.add(f"{where}.collection", "is required: the list to loop over")
-    if not isinstance(element, str) or not _ITERATOR.match(element):
-        r.add(f"{where}.element", "must be a name (letters, digits, `_`)")
-        element = "item"
-    mode = s.get("mode", "sequential")
-    if mode == "async":
-        mode = "parallel"
-    if mode not in ("sequential", "parallel"):
-        r.add(f"{where}.mode", f"must be sequential or async, got {mode!r}")
-        mode = "sequential"
-    step.loop = LoopSpec(items, element, str(mode), where)
+    element = _iterator_name(r, items, s.get("element", "item"), where, ("collection", "element"))
+    step.loop = LoopSpec(items, element, _mode(r, s.get("mode", "sequential"), f"{where}.mode", "async"), where)
     body = s.get("task")
     if isinstance(body, Mapping):
         task = _flat_task(r, body, sname, f"{where}.task", ("name", "desc", "description"))
@@ -1133,9 +1058,8 @@ def _iterator(r: _Reader, s: Mapping[str, object], sname: str, where: str, step:
         r.add(f"{where}.task", "an iterator needs its body: `task: {type: ..., ...}`")
     # NoETL's broker of 2025-10 names a step by `step`, else `name` (`st.get("step") or st.get("name")`)
     named = ("name",) if "step" not in s else ()
-    for k in s:
-        if k not in (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *named, *REFUSED_STEP, *IGNORED_STEP):
-            r.add(f"{where}.{k}", f"unknown key `{k}` of an iterator")
+    known = (*OLD_STEP_CONTROL, "collection", "element", "mode", "task", *named, *REFUSED_STEP, *IGNORED_STEP)
+    r.unknown(s, where, known, "an iterator")
 
 
 def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
@@ -1156,9 +1080,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
             arcs.append(ArcSpec(entry, at))
         elif isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
             otherwise = "else" in entry
-            when = entry.get("when")
-            if not otherwise and when is None:
-                when = None  # `{then: [...]}` alone: always
+            when = entry.get("when")  # `{then: [...]}` alone: always
             branch = entry.get("else" if otherwise else "then")
             if isinstance(branch, Mapping | str):
                 branch = [branch]
@@ -1197,5 +1119,4 @@ def _old_arc(r: _Reader, entry: object, at: str) -> ArcSpec | None:
             continue
         else:
             data[str(k)] = v  # `{step: x, city: "{{ city }}"}`: a value passed to the step
-    arc = ArcSpec(entry["step"], at, entry.get("when", entry.get("condition")), data=data or None)
-    return arc
+    return ArcSpec(entry["step"], at, entry.get("when", entry.get("condition")), data=data or None)

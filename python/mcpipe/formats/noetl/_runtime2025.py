@@ -85,7 +85,9 @@ class Tmpl:
             raise StepFailure(str(e), e.code) from None
 
 
-def _compile(value: object, location: str, problems: list[Problem]) -> Any:
+def _tmpl(value: object, location: str, problems: list[Problem]) -> Tmpl:
+    """``value`` with its templates compiled (a syntax error is a problem at its place)."""
+
     def leaf(text: str, where: str) -> Any:
         if "{{" not in text or "}}" not in text:
             return text
@@ -95,7 +97,7 @@ def _compile(value: object, location: str, problems: list[Problem]) -> Any:
             problems.append(Problem(where, CODE, f"template syntax error: {e.message} (line {e.lineno})"))
             return text
 
-    return walk(value, location, leaf)
+    return Tmpl(walk(value, location, leaf), location)
 
 
 def _render(shape: object, roots: Mapping[str, object]) -> Any:
@@ -169,10 +171,15 @@ class Runtime:
     tasks: dict[str, Task]
 
 
+def _ignored(where: str, key: object) -> str:
+    """The warning for a key the runtime takes and never reads."""
+    return f"{where}: `{key}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it"
+
+
 def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) -> Runtime:
     for k in raw:
         if k not in TOP_KEYS:
-            warnings.append(f"{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it")
+            warnings.append(_ignored(str(k), k))
     context = dict(raw.get("context") or {})
     tasks: dict[str, Task] = {}
 
@@ -195,15 +202,13 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
             continue
         for k in s:
             if k not in STEP_KEYS:
-                warnings.append(
-                    f"{where}.{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it"
-                )
+                warnings.append(_ignored(f"{where}.{k}", k))
         st = RStep(s["step"], where)
         for j, t in enumerate(s.get("run") or []):
             if not isinstance(t, Mapping) or "task" not in t:
                 problems.append(Problem(f"{where}.run[{j}]", CODE, "a task of `run` is `{task: NAME, ...}`"))
                 continue
-            st.run.append(Tmpl(_compile(t["task"], f"{where}.run[{j}].task", problems), f"{where}.run[{j}].task"))
+            st.run.append(_tmpl(t["task"], f"{where}.run[{j}].task", problems))
             task_of(t, f"{where}.run[{j}]")
         nxt = s.get("next")
         st.ends = not nxt
@@ -215,9 +220,7 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
                 then = e.get("then") or ["end"]
                 first = then[0] if isinstance(then, list) else then
                 if isinstance(first, str):
-                    st.entries.append(
-                        Entry(first, f"{at}.then", Tmpl(_compile(e["when"], f"{at}.when", problems), f"{at}.when"))
-                    )
+                    st.entries.append(Entry(first, f"{at}.then", _tmpl(e["when"], f"{at}.when", problems)))
             elif e.get("else"):
                 other = e["else"]
                 first = other[0] if isinstance(other, list) else other
@@ -257,7 +260,7 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
     elif kind == "http":
         task.method = str(t.get("method", "GET")).upper()
         for k in ("endpoint", "params", "payload"):
-            task.fields[k] = Tmpl(_compile(t.get(k), f"{where}.{k}", problems), f"{where}.{k}")
+            task.fields[k] = _tmpl(t.get(k), f"{where}.{k}", problems)
     elif kind == "runner":
         problems.append(
             Problem(f"{where}.type", CODE, "a `runner` task of NoETL's runtime of 2025-05 is not supported")
@@ -268,7 +271,7 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
         task.fails = f"Unsupported task type: {kind}"
     for k in t:
         if k not in ("task", "type", "desc", "description", "code", "method", "endpoint", "params", "payload"):
-            warnings.append(f"{where}.{k}: `{k}` is not read by NoETL's runtime of 2025-05: ignored, as it ignores it")
+            warnings.append(_ignored(f"{where}.{k}", k))
     return task
 
 
@@ -276,11 +279,11 @@ def _task(t: Mapping[str, object], where: str, problems: list[Problem], warnings
 
 
 def compile_runtime(
-    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, object], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A playbook of the May 2025 runtime compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
-    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -301,16 +304,8 @@ def compile_runtime(
                 "context": "${args}",
             }
         else:
-            step_raw = {
-                "kind": "http",
-                "id": "task",
-                "method": t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD") else "GET",
-                "url": "${args}",
-                "query": "${args}",
-                "body": "${args}",
-                "expected_status_codes": list(range(100, 600)),
-                "timeout_ms": 10_000,
-            }
+            method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH", "HEAD") else "GET"
+            step_raw = http_raw(method, given=("query", "body"), timeout_ms=10_000)
         step, found = compile_step(step_raw, t.location, StepScope(policy=policy, tools=tools))
         problems += found
         t.step = step
@@ -324,7 +319,6 @@ def compile_runtime(
         pb.plan = _plan(pb, rt)
     pb.inputs = sorted(rt.context)
     pb.warnings = warnings
-    pb.draft = rt
     return pb, problems
 
 
@@ -337,14 +331,9 @@ def _routes(rt: Runtime, st: RStep) -> list[str]:
 
 
 def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
-    reached: list[str] = []
-    todo = ["start"]
-    while todo:
-        n = todo.pop(0)
-        if n in reached or n not in rt.steps or n == "end":
-            continue
-        reached.append(n)
-        todo += _routes(rt, rt.steps[n])
+    from mcpipe.formats.noetl._workflow import depth_first, noetl_leaf
+
+    reached, _ = depth_first("start", lambda n: [t if t != "end" else None for t in _routes(rt, rt.steps[n])])
     order = [n for n in rt.steps if n in reached]
     index = {n: i for i, n in enumerate(order)}
     # A step reached a second time stops the run: an arc back to a step on the way from `start` is dropped.
@@ -361,9 +350,7 @@ def _plan(pb: NoetlPlaybook, rt: Runtime) -> CompiledSpec:
     arcs: list[tuple[Arc, ...]] = []
     for n in order:
         st = rt.steps[n]
-        nodes.append(
-            Leaf(n, st.location, kind="noetl", fields=None, built=(rt, st), run=run_step, continue_on_error=True)
-        )
+        nodes.append(noetl_leaf(n, st.location, (rt, st), run_step))
         out = []
         for t in _routes(rt, st):
             if t == n or t in ahead.get(n, set()):

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import datetime
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -26,7 +26,7 @@ import orjson
 
 from mcpipe._describe import json_type
 from mcpipe.errors import Problem
-from mcpipe.expr._jinja import Compiled, RenderError, compile_value, references, render, render_async
+from mcpipe.expr._jinja import Compiled, RenderError, compile_value, render, render_async
 from mcpipe.formats.noetl._literal import py_literal
 
 __all__ = [
@@ -67,6 +67,14 @@ class Findings:
         """A problem at ``location``."""
         self.problems.append(Problem(location, CODE, message))
 
+    def unknown(
+        self, keys: Iterable[object], where: str, known: Container[object], what: str, noun: str = "key"
+    ) -> None:
+        """Each of ``keys`` not ``known``: a problem, an unknown ``noun`` of ``what`` (``{k}`` in it: the key)."""
+        for k in keys:
+            if k not in known:
+                self.add(f"{where}.{k}", f"unknown {noun} `{k}` of {what.format(k=k)}")
+
     def name(self, value: object, location: str) -> str | None:
         """``value`` when it is a non-empty string, else None and the problem."""
         if not isinstance(value, str) or not value:
@@ -89,10 +97,6 @@ class Tmpl:
     def sources(self) -> tuple[str, ...]:
         return self.compiled.sources
 
-    @property
-    def constant(self) -> bool:
-        return not self.compiled.sources
-
     def render(self, roots: Mapping[str, object]) -> Any:
         """The value rendered over ``roots``, in this thread, within the templates' budgets (time, size:
         :mod:`mcpipe.expr._jinja`). Raises :class:`RenderError` located at the template."""
@@ -112,10 +116,6 @@ class Tmpl:
         except RenderError as e:
             raise _once(e, self.location) from None
 
-    def names(self) -> set[str]:
-        """The root names the templates read."""
-        return {root for root, _ in references(self.compiled.sources)}
-
 
 def _once(e: RenderError, location: str) -> RenderError:
     """The error located once: a template inside the value names its own place, within the value's."""
@@ -126,12 +126,10 @@ def _once(e: RenderError, location: str) -> RenderError:
     return e
 
 
+@dataclass(frozen=True, slots=True)
 class _Slot:
-    __slots__ = ("i", "where")
-
-    def __init__(self, i: int, where: str) -> None:
-        self.i = i
-        self.where = where
+    i: int
+    where: str
 
 
 def walk(value: object, location: str, leaf: Callable[[str, str], Any]) -> Any:

@@ -47,7 +47,7 @@ from mcpipe.formats.noetl._sqlbind import DIALECTS, SqlTemplate, sql_template
 from mcpipe.formats.noetl._tmpl import Findings, Tmpl, compile_tmpl, has_jinja
 from mcpipe.formats.noetl._transfer import TransferSpec, read_transfer
 from mcpipe.kinds import StepPolicy
-from mcpipe.plan import Arc, CompiledSpec, ForEach, Graph, Leaf, Node, Pipeline
+from mcpipe.plan import Arc, CompiledSpec, Expression, ForEach, Graph, Leaf, Node, Pipeline, RunFn
 
 if TYPE_CHECKING:
     from mcpipe.formats.noetl._catalog import Catalog
@@ -204,8 +204,6 @@ class NoetlPlaybook:
     catalog: Catalog | None = None
     file: str = ""
     limits: Any = None
-    draft: Any = None
-    """A playbook of NoETL's 2025 draft engine (:mod:`mcpipe.formats.noetl._draft`): its steps and tasks."""
     root: str = ""
     """The base directory (the one playbook paths are relative to): without a catalog, a ``script`` file is
     looked for under the playbook's directory and its parents up to it (with one, up to the catalog's roots)."""
@@ -249,6 +247,92 @@ class _Problems(Findings):
             self.add(loc, msg)
         return t
 
+    def cond(self, value: object, location: str, *, bools: bool = False) -> Tmpl | None:
+        """A condition (``engine`` mode) when ``value`` is a template string (``bools``: or a boolean), else None."""
+        if bools and isinstance(value, bool):
+            value = "{{ true }}" if value else "{{ false }}"
+        return self.tmpl(value, location, "engine") if isinstance(value, str) else None
+
+
+def noetl_leaf(
+    name: str,
+    location: str,
+    built: object,
+    run: RunFn[Any, Any],
+    *,
+    when: Expression | None = None,
+    timeout_ms: float | None = None,
+) -> Leaf[Any, Any]:
+    """A node of a NoETL graph: ``run`` runs the step ``built``, its failure its own (the graph's arcs route it)."""
+    return Leaf(
+        name,
+        location,
+        kind="noetl",
+        fields=None,
+        built=built,
+        run=run,
+        continue_on_error=True,
+        when=when,
+        timeout_ms=timeout_ms,
+    )
+
+
+def compiled_step(
+    f: Findings,
+    raw: Mapping[str, object],
+    location: str,
+    policy: StepPolicy,
+    tools: Container[str] | None = None,
+    rename: tuple[str, str] | None = None,
+) -> Any:
+    """``raw`` compiled as one of mcpipe's declared steps (None: it has problems), its problems added to ``f``
+    (``rename``: a field's location written with NoETL's name for it)."""
+    from mcpipe.declared import StepScope, compile_step
+
+    step, problems = compile_step(raw, location, StepScope(policy=policy, tools=tools))
+    for p in problems:
+        at = p.location.replace(f"{location}.{rename[0]}", f"{location}.{rename[1]}") if rename else p.location
+        f.add(at, p.message)
+    return step
+
+
+def http_raw(
+    method: str, url: object = "${args}", given: tuple[str, ...] = ("headers", "query", "body"), **fields: object
+) -> dict[str, Any]:
+    """A NoETL request on mcpipe's ``http`` kind: the fields ``given`` (and ``url``, unless a constant) are
+    given when it runs, and every status is an answer (NoETL reads it); ``fields`` laid over (None: left out)."""
+    return {
+        "kind": "http",
+        "id": "task",
+        "method": method,
+        "url": url,
+        **dict.fromkeys(given, "${args}"),
+        "expected_status_codes": list(range(100, 600)),
+        **{k: v for k, v in fields.items() if v is not None},
+    }
+
+
+def _timeout_ms(cfg: Mapping[str, object]) -> float | None:
+    """A tool's ``timeout`` (seconds, when positive) as the kind's ``timeout_ms``."""
+    timeout = cfg.get("timeout")
+    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
+        return float(timeout) * 1000
+    return None
+
+
+def _connection(c: _Problems, given: Mapping[str, object], loc: str, raw: dict[str, Any]) -> dict[str, Tmpl] | None:
+    """The postgres connection ``given`` names (``auth``, NoETL 1.x's ``with``) laid over the step ``raw`` (a
+    constant field as it is, a template given when it runs), and its fields' templates; None: there is none."""
+    found: list[Problem] = []
+    conn = toolkinds.connection_of(given, loc, found)
+    for p in found:
+        c.add(p.location, p.message)
+    if conn is None:
+        return None
+    for k, v in conn.items():
+        raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
+    return {k: c.tmpl(v, f"{loc}.auth") for k, v in conn.items()}
+
 
 def compile_workflow(
     doc: Doc,
@@ -288,7 +372,7 @@ def compile_workflow(
             c.warnings.append(f"{s.location}: step `{s.name}` is not reached from `{doc.entry}`")
     if not c.problems:
         pb.plan = _plan(c, pb, doc, reachable)
-    pb.inputs = _inputs(pb, doc)
+    pb.inputs = sorted(pb.workload)  # a call may override each of the workload's names
     pb.warnings = c.warnings
     return pb, c.problems
 
@@ -343,15 +427,8 @@ def _step(
     tools: Container[str] | None,
     stack: tuple[str, ...],
 ) -> StepPlan:
-    data_keys: set[str] = set()
-    for a in incoming:
-        if a.data:
-            data_keys |= set(a.data)
-    tasks: list[TaskPlan] = []
-    for task in s.tasks:
-        t = _task(c, pb, doc, s, task, data_keys, tools, stack)
-        if t is not None:
-            tasks.append(t)
+    data_keys = {k for a in incoming for k in a.data or ()}
+    tasks = [t for task in s.tasks if (t := _task(c, pb, doc, s, task, data_keys, tools, stack)) is not None]
     sp = StepPlan(pb, s.name, s.location, tasks, s.pipeline, router=not s.tasks and s.save is None and s.result is None)
     if s.result is not None:
         sp.result = c.tmpl(s.result, s.result_location)
@@ -367,14 +444,31 @@ def _step(
     return sp
 
 
-def _merged_input(task: TaskSpec, s: StepSpec, data_keys: set[str]) -> dict[str, Any]:
-    """NoETL's task input: the tool's ``args``, its ``input`` (and the older ``data``/``with``), then the
-    step's ``input``, then what arcs into the step pass (read by name)."""
+def _runs(plan: TaskPlan, runner: str, parts: dict[str, Any] | None) -> TaskPlan | None:
+    """The task run by ``runner`` with ``parts`` (None, or empty: it has problems, and no plan)."""
+    if not parts:
+        return None
+    plan.runner, plan.parts = runner, parts
+    return plan
+
+
+def _merged_input(
+    task: TaskSpec,
+    s: StepSpec,
+    data_keys: set[str],
+    keys: tuple[str, ...] = ("args", "data", "with", "input"),
+    c: _Problems | None = None,
+) -> dict[str, Any]:
+    """NoETL's task input: the tool's ``args``, its ``input`` (and the older ``data``/``with``: ``keys``), then
+    the step's ``input``, then what arcs into the step pass (read by name); ``c``: a key that is not an object is
+    a problem there."""
     merged: dict[str, Any] = {}
-    for key in ("args", "data", "with", "input"):
+    for key in keys:
         value = task.config.get(key)
         if isinstance(value, Mapping):
             merged.update({str(k): v for k, v in value.items()})
+        elif value is not None and c is not None:
+            c.add(f"{task.location}.{key}", f"must be an object, got {json_type(value)}")
     if s.input:
         merged.update(s.input)
     for k in sorted(data_keys):
@@ -425,16 +519,11 @@ def _task(
                 _save_plan(c, pb, pg.sink) if pg.sink is not None else None,
             )
     for rule in task.rules:
-        when = c.tmpl(rule.when, f"{rule.location}.when", "engine") if isinstance(rule.when, str) else None
+        when = c.cond(rule.when, f"{rule.location}.when")
         rset = c.tmpl(dict(rule.set), f"{rule.location}.then.set", "text") if rule.set else None
-        stop = (
-            c.tmpl(rule.stop_when, f"{rule.location}.stop_when", "engine") if isinstance(rule.stop_when, str) else None
-        )
-        plan.rules.append(RulePlan(rule, when, rset, stop))
+        plan.rules.append(RulePlan(rule, when, rset, c.cond(rule.stop_when, f"{rule.location}.stop_when")))
     if kind in _NOOP:
-        extra = [k for k in task.config if k not in ("input", "args", "desc")]
-        for k in extra:
-            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `{kind}` tool")
+        c.unknown(task.config, task.location, ("input", "args", "desc"), f"a `{kind}` tool", "field")
         return plan
     if kind == "artifact":
         what = str(task.config.get("action", "get"))
@@ -449,38 +538,32 @@ def _task(
         for key in ("input", "args", "with", "data"):
             if isinstance(task.config.get(key), Mapping):
                 given_a.update(task.config[key])
-        plan.runner = "artifact"
-        plan.parts = {"input": c.tmpl(given_a, f"{task.location}.input")}
-        return plan
+        return _runs(plan, "artifact", {"input": c.tmpl(given_a, f"{task.location}.input")})
     if kind == "transfer":
         before = len(c.problems)
         spec_t = read_transfer(task.config, task.location, c.problems, CODE)
         parts_t = _transfer_plan(c, pb, spec_t) if spec_t is not None and len(c.problems) == before else None
-        if parts_t is None:
-            return None
-        plan.runner = "transfer"
-        plan.parts = parts_t
-        return plan
+        return _runs(plan, "transfer", parts_t)
     if kind == "save":
         before = len(c.problems)
         spec = read_save(task.config, task.location, c.problems, CODE)
         if spec is None or len(c.problems) > before:
             return None
-        plan.runner = "save"
-        plan.parts = {"save": _save_plan(c, pb, spec)}
-        return plan
+        return _runs(plan, "save", {"save": _save_plan(c, pb, spec)})
     if kind == "nats":
         spec_n = _nats.read_nats(task.config, task.location, c.problems, CODE, c.warnings)
         if spec_n is None:
             return None
-        plan.runner = "nats"
-        plan.parts = {
-            "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
-            "fields": c.tmpl(spec_n["fields"], task.location),
-            "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
-            "constant": spec_n["constant"],
-        }
-        return plan
+        return _runs(
+            plan,
+            "nats",
+            {
+                "operation": c.tmpl(spec_n["operation"], f"{task.location}.operation"),
+                "fields": c.tmpl(spec_n["fields"], task.location),
+                "auth": c.tmpl(spec_n["auth"], f"{task.location}.auth") if spec_n["auth"] is not None else None,
+                "constant": spec_n["constant"],
+            },
+        )
     if kind in REFUSED_KINDS:
         c.add(f"{task.location}.kind", f"NoETL tool kind `{kind}` ({REFUSED_KINDS[kind]}) has no mcpipe step kind")
         return None
@@ -488,9 +571,7 @@ def _task(
         provider = task.config.get("provider", "env")
         name = task.config.get("name", task.config.get("secret_name"))
         if provider == "google":
-            plan.runner = "gcp_secret"
-            plan.parts = _gcp_secret(c, pb, task)
-            return plan if plan.parts else None
+            return _runs(plan, "gcp_secret", _gcp_secret(c, pb, task))
         if provider != "env":
             c.add(
                 f"{task.location}.provider",
@@ -501,17 +582,11 @@ def _task(
         if not isinstance(name, str) or not name:
             c.add(f"{task.location}.name", "is required: the environment variable to read")
             return None
-        plan.runner = "secrets"
-        plan.parts = {"name": name}
-        return plan
+        return _runs(plan, "secrets", {"name": name})
     if kind == "http":
-        plan.runner = "http"
-        plan.parts = _http(c, task, pb.policy)
-        return plan if plan.parts else None
+        return _runs(plan, "http", _http(c, task, pb.policy))
     if kind == "playbook":
-        plan.runner = "playbook"
-        plan.parts = _playbook(c, pb, task, s, data_keys, stack)
-        return plan if plan.parts else None
+        return _runs(plan, "playbook", _playbook(c, pb, task, s, data_keys, stack))
     if kind == "mcp":
         turn = task.config.get("turn")
         if not isinstance(turn, str):
@@ -524,9 +599,7 @@ def _task(
         if turn not in pb.turns:
             c.add(f"{task.location}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
             return None
-        plan.runner = "turn"
-        plan.parts = {"turn": turn}
-        return plan
+        return _runs(plan, "turn", {"turn": turn})
     if kind in toolkinds.KINDS:
         config = dict(task.config)
         script: dict[str, Any] | None = None
@@ -552,9 +625,7 @@ def _task(
             c.warnings.append(
                 f"{found[0].location}: {found[0].message}: NoETL fails this step when it runs, so does mcpipe"
             )
-            plan.runner = "fails"
-            plan.parts = {"error": _NOETL_NO_CONNECTION[doc.layout]}
-            return plan
+            return _runs(plan, "fails", {"error": _NOETL_NO_CONNECTION[doc.layout]})
         for p in found:
             c.problems.append(p)
         if step is None:
@@ -576,33 +647,28 @@ def _task(
                     f"{task.location}.code: the code does not compile ({message}, line {line} of the code): "
                     "NoETL takes the playbook and fails this step when it runs, and so does mcpipe"
                 )
-                plan.runner = "fails"
-                plan.parts = {"error": f"{message} (<string>, line {line})"}
-                return plan
+                return _runs(plan, "fails", {"error": f"{message} (<string>, line {line})"})
         sql: tuple[str, SqlTemplate] | None = None
         if kind in DIALECTS:
             sql_field = "command" if kind == "postgres" else "commands"
             sql = (sql_field, _sql(c, str(step[sql_field]), kind, pb, f"{task.location}.{sql_field}"))
             step[sql_field] = sql[1].source
-        templates = getattr(toolkinds, "TEMPLATE_FIELDS", {}).get(kind)
-        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, templates)
-        if out is not None and sql is not None:
+        out = _kind(c, plan, dict(step), task.location, pb.policy, tools, toolkinds.TEMPLATE_FIELDS.get(kind))
+        if out is None:
+            return None
+        if sql is not None:
             out.parts["sql_text"] = sql  # rendered with its values bound (_sqlbind.rendered_sql)
-        if out is not None and given:
+        if given:
             out.parts["with"] = c.tmpl(given, f"{task.location}.with")
-        if out is not None and "secrets" in step:
+        if "secrets" in step:
             out.parts["sql"] = pb.policy.sql  # a postgres secret's credential: the config's [sql.NAME]
-        if out is not None and script and "guard" in script:
+        if script and "guard" in script:
             out.parts["code_from"] = (script["guard"], f"{task.location}.script.source.code")
-            script = None
-        if out is not None and script:
+        elif script:
             # The code (or SQL) is the file's, read when the step runs: the step is compiled again with it.
-            script["uri"] = c.tmpl(script["uri"], f"{task.location}.script.uri")
-            script["raw"] = dict(step)
-            script["playbook"] = pb
-            script["policy"] = pb.policy
-            out.parts["script"] = script
-        if out is not None and kind == "python" and "context" not in step:
+            uri = c.tmpl(script["uri"], f"{task.location}.script.uri")
+            out.parts["script"] = {**script, "uri": uri, "raw": dict(step), "playbook": pb, "policy": pb.policy}
+        if kind == "python" and "context" not in step:
             out.parts["context"] = True  # NoETL's `context` global: the step's scope, as data
         return out
     from mcpipe.formats.noetl._compile import action_types
@@ -620,8 +686,6 @@ _GCP_FIELDS = ("provider", "project_id", "secret_name", "version", "api_endpoint
 def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, Any]:
     """A ``secrets`` task of ``provider: google`` (:mod:`mcpipe.formats.noetl._gcp`): its fields, and the two
     requests it makes (the token, the secret) on mcpipe's ``http`` kind under the operator's outbound policy."""
-    from mcpipe.declared import StepScope, compile_step
-
     cfg = task.config
     for k in cfg:
         if k not in _GCP_FIELDS:
@@ -633,24 +697,9 @@ def _gcp_secret(c: _Problems, pb: NoetlPlaybook, task: TaskSpec) -> dict[str, An
         c.add(f"{task.location}.secret_name", "is required: the secret to read")
         return {}
     steps: dict[str, Any] = {}
-    for label, method in (("token", "POST"), ("access", "GET")):
-        raw: dict[str, Any] = {
-            "kind": "http",
-            "id": label,
-            "method": method,
-            "url": "${args}",
-            "headers": "${args}",
-            "query": "${args}",
-            "expected_status_codes": list(range(100, 600)),
-        }
-        if method == "POST":
-            raw["body"] = "${args}"
-        timeout = cfg.get("timeout")
-        if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-            raw["timeout_ms"] = float(timeout) * 1000
-        step, problems = compile_step(raw, task.location, StepScope(policy=pb.policy))
-        for p in problems:
-            c.add(p.location, p.message)
+    for label, given in (("token", ("headers", "query", "body")), ("access", ("headers", "query"))):
+        raw = http_raw("POST" if label == "token" else "GET", given=given, id=label, timeout_ms=_timeout_ms(cfg))
+        step = compiled_step(c, raw, task.location, pb.policy)
         if step is None:
             return {}
         steps[label] = step
@@ -741,22 +790,11 @@ def _transfer_plan(c: _Problems, pb: NoetlPlaybook, spec: TransferSpec) -> dict[
 def _pg_step(c: _Problems, pb: NoetlPlaybook, auth: object, loc: str) -> tuple[Any, dict[str, Tmpl]] | None:
     """A postgres step on the connection ``auth`` names (its command and params given when it runs), and the
     connection's templates."""
-    from mcpipe.declared import StepScope, compile_step
-
-    found: list[Problem] = []
-    conn = toolkinds.connection_of({"auth": auth}, loc, found)
-    for p in found:
-        c.add(p.location, p.message)
-    if conn is None:
-        return None
     raw: dict[str, Any] = {"kind": "postgres", "id": "transfer", "command": "${args}", "params": "${args}"}
-    templates = {}
-    for k, v in conn.items():
-        templates[k] = c.tmpl(v, f"{loc}.auth")
-        raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
-    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
-    for p in problems:
-        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
+    templates = _connection(c, {"auth": auth}, loc, raw)
+    if templates is None:
+        return None
+    step = compiled_step(c, raw, loc, pb.policy, rename=("backend", "auth"))
     return (step, templates) if step is not None else None
 
 
@@ -771,23 +809,16 @@ def _sql(c: _Problems, text: str, dialect: str, pb: NoetlPlaybook, where: str) -
 
 def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
     """A save compiled: its data and SQL templates, its connection, and the mcpipe step that writes it."""
-    from mcpipe.declared import StepScope, compile_step
-
     loc = spec.location
     plan = SavePlan(spec)
     if spec.data is not None:
         plan.data = c.tmpl(spec.data, f"{loc}.data")
     if spec.kind == "postgres":
-        found: list[Problem] = []
-        conn = toolkinds.connection_of({"auth": spec.auth, "with": dict(spec.given)}, loc, found)
-        for p in found:
-            c.add(p.location, p.message)
+        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
+        conn = _connection(c, {"auth": spec.auth, "with": dict(spec.given)}, loc, raw)
         if conn is None:
             return plan
-        raw: dict[str, Any] = {"kind": "postgres", "id": "save", "command": "${args}", "params": "${args}"}
-        for k, v in conn.items():
-            plan.conn[k] = c.tmpl(v, f"{loc}.auth")
-            raw[k] = {"$literal": v} if isinstance(v, str) and not has_jinja(v) else "${args}"
+        plan.conn = conn
         if spec.statement is not None:
             text = spec.statement
             if "{{" in text or "{%" in text:
@@ -812,10 +843,7 @@ def _save_plan(c: _Problems, pb: NoetlPlaybook, spec: SaveSpec) -> SavePlan:
         plan.database = c.tmpl(database, f"{loc}.database")
     else:
         return plan
-    step, problems = compile_step(raw, loc, StepScope(policy=pb.policy))
-    for p in problems:
-        c.add(p.location.replace(f"{loc}.backend", f"{loc}.auth"), p.message)
-    plan.step = step
+    plan.step = compiled_step(c, raw, loc, pb.policy, rename=("backend", "auth"))
     return plan
 
 
@@ -852,7 +880,7 @@ def _kind(
 ) -> TaskPlan | None:
     """A task on one of mcpipe's step kinds: the kind's template fields are NoETL templates (rendered per
     run, handed to the kind's executor); its other fields are fixed at load, so they cannot hold templates."""
-    from mcpipe.declared import KINDS, StepScope, compile_step
+    from mcpipe.declared import KINDS
 
     kind = str(raw.get("kind"))
     if kind not in KINDS:
@@ -876,19 +904,13 @@ def _kind(
         # the playbook and the step fails when it renders it; mcpipe does the same, and says so at check time.
         where, why = found[0]
         c.warnings.append(f"{where}: {why}: NoETL fails this step when it renders it, and so does mcpipe")
-        plan.runner = "fails"
-        plan.parts = {"error": f"{where}: {why}"}
-        return plan
+        return _runs(plan, "fails", {"error": f"{where}: {why}"})
     placeholders = {k: {"$literal": v} if not has_jinja(v) else "${args}" for k, v in jinja.items()}
     step_raw = {**fixed, **placeholders, "kind": kind, "id": "task"}
-    step, problems = compile_step(step_raw, location, StepScope(policy=policy, tools=tools))
-    for p in problems:
-        c.add(p.location, p.message)
+    step = compiled_step(c, step_raw, location, policy, tools)
     if step is None or not isinstance(step, Leaf):
         return None
-    plan.runner = "kind"
-    plan.parts = {"step": step, "fields": compiled, "raw": step_raw}
-    return plan
+    return _runs(plan, "kind", {"step": step, "fields": compiled, "raw": step_raw})
 
 
 _HTTP_FIELDS = (
@@ -914,8 +936,6 @@ _HTTP_FIELDS = (
 def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
     """NoETL's ``http`` tool on mcpipe's ``http`` kind: the request is rendered per run (NoETL's rules for
     ``data``, ``params`` and ``payload``), the kind sends it under the outbound policy."""
-    from mcpipe.declared import StepScope, compile_step
-
     cfg = task.config
     if cfg.get("authentication") == "genericCredentialType":
         # NoETL 1.x (noetl/action.py): `genericAuthType: httpBearerAuth` with `credentials.httpBearerAuth.name`,
@@ -968,32 +988,16 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
             ok = False
         else:
             policy = replace(policy, http=policy.http.insecure())
-    raw: dict[str, Any] = {
-        "kind": "http",
-        "id": "task",
-        "method": method.upper(),
-        "url": {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}",
-        "headers": "${args}",
-        "query": "${args}",
-        "body": "${args}",
-        "expected_status_codes": list(range(100, 600)),
-        "follow_redirects": bool(follow),
-    }
-    timeout = cfg.get("timeout")
-    if isinstance(timeout, int | float) and not isinstance(timeout, bool) and timeout > 0:
-        raw["timeout_ms"] = float(timeout) * 1000
-    step, problems = compile_step(raw, task.location, StepScope(policy=policy))
-    for p in problems:
-        loc = p.location.replace(
-            f"{task.location}.url", f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}"
-        )
-        c.add(loc, p.message)
+    url_field = "endpoint" if "endpoint" in cfg else "url"
+    fixed_url = {"$literal": url} if isinstance(url, str) and not has_jinja(url) else "${args}"
+    raw = http_raw(method.upper(), fixed_url, follow_redirects=bool(follow), timeout_ms=_timeout_ms(cfg))
+    step = compiled_step(c, raw, task.location, policy, rename=("url", url_field))
     if step is None or not ok:
         return {}
     parts: dict[str, Tmpl | None] = {
         k: c.tmpl(cfg.get(k), f"{task.location}.{k}") for k in ("headers", "params", "payload", "body", "data")
     }
-    parts["url"] = c.tmpl(url, f"{task.location}.{'endpoint' if 'endpoint' in cfg else 'url'}")
+    parts["url"] = c.tmpl(url, f"{task.location}.{url_field}")
     parts["with"] = c.tmpl(cfg["with"], f"{task.location}.with") if "with" in cfg else None
     parts["auth"] = c.tmpl(auth, f"{task.location}.auth") if auth is not None else None
     return {"step": step, "method": method.upper(), "tmpl": parts}
@@ -1029,26 +1033,15 @@ def _playbook(
     """A sub-playbook: ``path`` (a catalog path), its input (``input``/``args``/``payload``/``data``), and
     ``return_step`` (whose result is the task's, else the sub-playbook's final result)."""
     cfg = task.config
-    for k in cfg:
-        if k not in ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task"):
-            c.add(f"{task.location}.{k}", f"unknown field `{k}` of a `playbook` tool")
+    known = ("path", "input", "args", "payload", "data", "with", "return_step", "timeout", "retry", "task")
+    c.unknown(cfg, task.location, known, "a `playbook` tool", "field")
     if "retry" in cfg:
         c.add(f"{task.location}.retry", "a `playbook` tool's `retry` (NoETL 1.x) is not supported: use spec.policy")
     path = cfg.get("path")
     if not isinstance(path, str) or not path:
         c.add(f"{task.location}.path", "is required: the catalog path of the playbook to run")
         return {}
-    given: dict[str, Any] = {}
-    for key in ("args", "data", "with", "payload", "input"):
-        value = cfg.get(key)
-        if isinstance(value, Mapping):
-            given.update({str(k): v for k, v in value.items()})
-        elif value is not None:
-            c.add(f"{task.location}.{key}", f"must be an object, got {json_type(value)}")
-    if s.input:
-        given.update(s.input)
-    for k in sorted(data_keys):
-        given.setdefault(k, "{{ " + k + " }}")
+    given = _merged_input(task, s, data_keys, ("args", "data", "with", "payload", "input"), c)
     ret = cfg.get("return_step")
     if ret is not None and not isinstance(ret, str):
         c.add(f"{task.location}.return_step", "must be a step name")
@@ -1094,16 +1087,8 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
         sp = pb.steps[name]
         admit = _admission(c, sp, s)
         timeout_ms = s.timeout_s * 1000 if s.timeout_s is not None else None
-        leaf: Leaf[Any, Any] = Leaf(
-            name,
-            s.location,
-            kind="noetl",
-            fields=None,
-            built=sp,
-            run=_steps.run_step,
-            continue_on_error=True,
-            when=admit if s.loop is None else None,
-            timeout_ms=timeout_ms,
+        leaf = noetl_leaf(
+            name, s.location, sp, _steps.run_step, when=admit if s.loop is None else None, timeout_ms=timeout_ms
         )
         node: Node = leaf
         if s.loop is not None:
@@ -1113,25 +1098,13 @@ def _plan(c: _Problems, pb: NoetlPlaybook, doc: Doc, reachable: list[str]) -> Co
             assert sp.save is not None
             arcs.append((Arc(exit_[name], None, sp.save.spec.location),))
             inclusive.append(False)
-            nodes.append(
-                Leaf(
-                    f"{name}.save",
-                    sp.save.spec.location,
-                    kind="noetl",
-                    fields=None,
-                    built=sp,
-                    run=_steps.run_loop_save,
-                    continue_on_error=True,
-                )
-            )
+            nodes.append(noetl_leaf(f"{name}.save", sp.save.spec.location, sp, _steps.run_loop_save))
         out: list[Arc] = []
         earlier: list[tuple[ArcSpec, Tmpl | None]] = []
         for a in s.arcs:
             if a.target not in entry:
                 continue
-            when = c.tmpl(a.when, f"{a.location}.when", "engine") if isinstance(a.when, str) else None
-            if isinstance(a.when, bool):
-                when = c.tmpl("{{ true }}" if a.when else "{{ false }}", f"{a.location}.when", "engine")
+            when = c.cond(a.when, f"{a.location}.when", bools=True)
             data = ArcPlan(
                 name,
                 c.tmpl(dict(a.set), f"{a.location}.set", "engine") if a.set else None,
@@ -1153,8 +1126,7 @@ def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
         return None
     rules = []
     for when, allow, at in s.admit:
-        t = c.tmpl(when, f"{at}.when", "engine") if isinstance(when, str) else None
-        rules.append((t, when, allow))
+        rules.append((c.cond(when, f"{at}.when"), when, allow))
     return _steps.Admit(sp, tuple(rules))
 
 
@@ -1162,7 +1134,7 @@ def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[None, StepPlan]
     from mcpipe.formats.noetl import _steps
 
     items = c.tmpl(loop.items, f"{loop.location}.in", "engine")
-    filt = c.tmpl(loop.filter, f"{loop.location}.filter", "engine") if isinstance(loop.filter, str) else None
+    filt = c.cond(loop.filter, f"{loop.location}.filter")
     width: int | None = 1 if loop.mode == "sequential" else None
     mif = loop.max_in_flight
     if loop.mode == "parallel" and isinstance(mif, int) and not isinstance(mif, bool):
@@ -1207,9 +1179,3 @@ def _loop_warnings(c: _Problems, s: StepSpec, loop: LoopSpec) -> None:
                 f"{a.location}.when: a failed item of a sequential loop ends the run (as NoETL 4.26 ends it): "
                 "this arc is decided only once every item succeeded"
             )
-
-
-def _inputs(pb: NoetlPlaybook, doc: Doc) -> list[str]:
-    """The call's arguments: the workload's names (a call may override each), and the bare names templates
-    read that nothing in the playbook defines (NoETL takes them from the execution request)."""
-    return sorted(pb.workload)

@@ -48,6 +48,11 @@ _IGNORED_TASK = ("loop", "timeout", "variables")
 _IGNORED_JOB = ("conditions", "runtime", "schedule")
 
 
+def _ignored(where: str, what: str) -> str:
+    """The warning for a key the engine takes and never reads."""
+    return f"{where}: {what} is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
+
+
 @dataclass
 class Task2023:
     job: str
@@ -60,11 +65,11 @@ class Task2023:
 
 
 def compile_workflow2023(
-    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Container[str] | None, file: str
+    raw: Mapping[str, Any], *, policy: StepPolicy, tools: Container[str] | None, file: str, **_: object
 ) -> tuple[Any, list[Problem]]:
     """A workflow of the April 2023 engine compiled into the plan; every problem located."""
     from mcpipe.declared import StepScope, compile_step
-    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan
+    from mcpipe.formats.noetl._workflow import NoetlPlaybook, StepPlan, http_raw, noetl_leaf
 
     problems: list[Problem] = []
     warnings: list[str] = []
@@ -79,7 +84,7 @@ def compile_workflow2023(
         variables = {}
     for k in wf:
         if k not in ("name", "variables", "jobs"):
-            warnings.append(f"workflow.{k}: `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it")
+            warnings.append(_ignored(f"workflow.{k}", f"`{k}`"))
     tasks: list[Task2023] = []
     jobs: list[str] = []
     for i, job in enumerate(wf["jobs"]):
@@ -90,9 +95,7 @@ def compile_workflow2023(
         jobs.append(job["name"])
         for k in job:
             if k in _IGNORED_JOB:
-                warnings.append(
-                    f"{where}.{k}: a job's `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                )
+                warnings.append(_ignored(f"{where}.{k}", f"a job's `{k}`"))
         for j, t in enumerate(job.get("tasks") or []):
             at = f"{where}.tasks[{j}]"
             if not isinstance(t, Mapping) or not isinstance(t.get("name"), str):
@@ -100,14 +103,8 @@ def compile_workflow2023(
                 continue
             task = Task2023(job["name"], t["name"], str(t.get("kind", "shell")), at)
             for k in t:
-                if k in _IGNORED_TASK:
-                    warnings.append(
-                        f"{at}.{k}: a task's `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                    )
-                elif k not in _TASK_KEYS:
-                    warnings.append(
-                        f"{at}.{k}: `{k}` is not read by NoETL's engine of 2023-04: ignored, as it ignores it"
-                    )
+                if k in _IGNORED_TASK or k not in _TASK_KEYS:
+                    warnings.append(_ignored(f"{at}.{k}", f"a task's `{k}`" if k in _IGNORED_TASK else f"`{k}`"))
             conds = t.get("conditions") or []
             task.conditions = [str(c) for c in conds] if isinstance(conds, list) else [str(conds)]
             raw_step: dict[str, Any] | None = None
@@ -115,13 +112,7 @@ def compile_workflow2023(
                 task.command = str(t.get("command") or "")
                 raw_step = {"kind": "shell", "id": "task", "cmds": [task.command]}
             elif task.kind == "rest_api":
-                raw_step = {
-                    "kind": "http",
-                    "id": "task",
-                    "method": str(t.get("method") or "GET").upper(),
-                    "url": t.get("url"),
-                    "expected_status_codes": list(range(100, 600)),
-                }
+                raw_step = http_raw(str(t.get("method") or "GET").upper(), t.get("url"), given=())
             else:
                 warnings.append(
                     f'{at}.kind: `{task.kind}`: NoETL\'s engine of 2023-04 runs nothing for it ("Unknown kind"), '
@@ -145,9 +136,7 @@ def compile_workflow2023(
         arcs: list[tuple[Arc, ...]] = []
         for k, (t, sid) in enumerate(zip(tasks, ids, strict=True)):
             built = (str(name), dict(variables), jobs, t)
-            nodes.append(
-                Leaf(sid, t.location, kind="noetl", fields=None, built=built, run=run_task, continue_on_error=True)
-            )
+            nodes.append(noetl_leaf(sid, t.location, built, run_task))
             arcs.append((Arc(k + 1, Went(), t.location),) if k + 1 < len(tasks) else ())
         pb.plan = pb.graph_plan("workflow_", nodes, arcs, 0, unnamed="workflow")
     elif not tasks and not problems:
