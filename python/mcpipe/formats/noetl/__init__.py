@@ -403,15 +403,13 @@ class PlaybookDialect(ToolDialect):
         args = call.args
         if on_event is not None:
             on_event({"type": "started", "playbook": tool.name, "path": self.playbook.path})
-        pb = self.playbook
+        pb, events = self.playbook, _with_run_log(on_event, ctx)
         if isinstance(pb, NoetlPlaybook):
-            answer = await run_noetl(pb, args, ctx, limits=tool.limits, on_event=_with_run_log(on_event, ctx))
+            answer = await run_noetl(pb, args, ctx, limits=tool.limits, on_event=events)
             answer["answer"] = answer["noetl"]
         else:
             assert pb.plan is not None
-            answer = await run_plan(
-                pb.plan, registry, ctx, tool.limits, dict(args), on_event, _with_run_log(on_event, ctx)
-            )
+            answer = await run_plan(pb.plan, registry, ctx, tool.limits, dict(args), on_event, events)
             result = answer["result"]
             if isinstance(result, dict) and "text" in result and "data" in result:
                 result = result["data"] if result["data"] is not None else result["text"]
@@ -560,29 +558,25 @@ def _entry(entry: object, where: str, problems: list[Problem]) -> PlaybookEntry:
     if not isinstance(entry, Mapping):
         problems.append(Problem(where, "INVALID_CONFIG", f"must be a glob or a table, got {json_type(entry)}"))
         return ""
+
+    def add(key: str, message: str) -> None:
+        problems.append(Problem(f"{where}.{key}", "INVALID_CONFIG", message))
+
     keys = ("files", "background", "task_support")
     for k in entry:
         if k not in keys:
-            problems.append(Problem(f"{where}.{k}", "INVALID_CONFIG", f"unknown key `{k}`{did_you_mean(k, keys)}"))
+            add(k, f"unknown key `{k}`{did_you_mean(k, keys)}")
     files = entry.get("files")
     if not isinstance(files, str) or not files:
-        problems.append(Problem(f"{where}.files", "INVALID_CONFIG", "is required: a glob of playbook files"))
+        add("files", "is required: a glob of playbook files")
         files = ""
     background = entry.get("background", False)
     if not isinstance(background, bool):
-        problems.append(
-            Problem(f"{where}.background", "INVALID_CONFIG", f"expected a bool, got {json_type(background)}")
-        )
+        add("background", f"expected a bool, got {json_type(background)}")
         background = False
     support = entry.get("task_support", "optional")
     if support not in _TASK_SUPPORT:
-        problems.append(
-            Problem(
-                f"{where}.task_support",
-                "INVALID_CONFIG",
-                f"expected one of {', '.join(_TASK_SUPPORT)}, got {support!r}",
-            )
-        )
+        add("task_support", f"expected one of {', '.join(_TASK_SUPPORT)}, got {support!r}")
         support = "optional"
     return PlaybookFiles(files=files, background=background, task_support=support)
 

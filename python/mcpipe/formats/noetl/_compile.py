@@ -375,19 +375,8 @@ def compile_playbook(
             storage = save.get("storage") if isinstance(save, Mapping) else None
             if storage not in _STORAGES:
                 c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
-        turn = Turn(
-            tname,
-            where,
-            mref if isinstance(mref, str) else "",
-            model,
-            system,
-            parts,
-            allowed,
-            dict(schema) if schema is not None else None,
-            storage,
-            json_retries,
-            rounds,
-        )
+        named, output = mref if isinstance(mref, str) else "", dict(schema) if schema is not None else None
+        turn = Turn(tname, where, named, model, system, parts, allowed, output, storage, json_retries, rounds)
         parallel = entry.get("parallel_tool_calls", False)
         if not isinstance(parallel, bool):
             c.add(f"{where}.parallel_tool_calls", f"must be a boolean, got {json_type(parallel)}")

@@ -135,12 +135,8 @@ def read_nats(
     if len(problems) > before:
         return None
     fields = {k: config[k] for k in FIELDS if config.get(k)}
-    return {
-        "operation": operation,
-        "fields": fields,
-        "auth": auth,
-        "constant": {k: config[k] for k in CONNECTION[1:5] if k in config},
-    }
+    constant = {k: config[k] for k in CONNECTION[1:5] if k in config}
+    return {"operation": operation, "fields": fields, "auth": auth, "constant": constant}
 
 
 def _credential_name(auth: object) -> str | None:

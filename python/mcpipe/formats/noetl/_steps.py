@@ -438,8 +438,7 @@ async def run_step(
         source_scope.update(_source_view(env, data.source, data.source in pb.loops))
         try:
             if data.set is not None:
-                muts = await data.set.render_async(source_scope)
-                apply_set(writes, muts)
+                apply_set(writes, await data.set.render_async(source_scope))
             if data.data is not None:
                 passed.update(await data.data.render_async(source_scope))
         except RenderError as e:
@@ -536,16 +535,8 @@ def _facts(writes: Mapping[str, object]) -> dict[str, Any]:
 def _exit(
     step: Leaf[None, StepPlan], plan: StepPlan, status: str, result: object, error: str, t0: float
 ) -> dict[str, Any]:
-    ms = round((perf_counter() - t0) * 1000, 3)
-    event = {
-        "type": "step_exit",
-        "id": step.id,
-        "step": plan.name,
-        "status": status,
-        "result": result,
-        "duration_ms": ms,
-    }
-    return {**event, "error": error} if error else event
+    event = {"type": "step_exit", "id": step.id, "step": plan.name, "status": status, "result": result}
+    return {**event, "duration_ms": round((perf_counter() - t0) * 1000, 3), **({"error": error} if error else {})}
 
 
 def _error_status(result: object) -> str | None:
@@ -778,16 +769,14 @@ async def _legacy_retries(rp: RulePlan, ok: bool, attempt: int, error: object, r
     if attempt + 1 > rule.attempts:
         return False
     body = result if isinstance(result, Mapping) else {}
+    data = body.get("data")
     names = {
         "result": wrap(body),
         "attempt": attempt + 1,
         "error": _message(error) if error is not None else None,
-        "status_code": body.get(
-            "status_code",
-            (body.get("data") or {}).get("status_code") if isinstance(body.get("data"), Mapping) else None,
-        ),
+        "status_code": body.get("status_code", data.get("status_code") if isinstance(data, Mapping) else None),
         "success": ok,
-        "data": wrap(body.get("data")),
+        "data": wrap(data),
     }
     if rp.stop is not None:
         try:
@@ -1053,14 +1042,10 @@ async def _run_transfer(
             assert spec.table is not None
             sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
             await _pg(target, scope, sql, params, env, ctx, f"{where}.target")
-    data = {
-        "direction": f"{spec.source_type}_to_{spec.target_type}",
-        "source_type": spec.source_type,
-        "target_type": spec.target_type,
-        "mode": spec.mode if custom is None else "custom",
-        "rows_transferred": len(rows),
-        "chunks_processed": len(chunks),
-    }
+    direction = f"{spec.source_type}_to_{spec.target_type}"
+    data: dict[str, Any] = {"direction": direction, "source_type": spec.source_type, "target_type": spec.target_type}
+    mode = spec.mode if custom is None else "custom"
+    data.update(mode=mode, rows_transferred=len(rows), chunks_processed=len(chunks))
     if spec.source_type == "http":
         data["records_fetched"] = len(found)
     else:
@@ -1103,8 +1088,7 @@ async def _paginate(
     iteration = 0
     while iteration < spec.max_attempts:
         iteration += 1
-        names = dict(scope)
-        names["_retry"] = {"index": iteration, "count": iteration}
+        names = {**scope, "_retry": {"index": iteration, "count": iteration}}
         if accumulated is not None:
             names[spec.into] = wrap(accumulated)
         attempt = 0
@@ -1118,7 +1102,7 @@ async def _paginate(
             return response  # the page failed after its retries: the task's error result
         body = response.get("data") if isinstance(response, Mapping) else response
         page: Any = body
-        for part in (spec.path or "").split(".") if spec.path else ():
+        for part in spec.path.split(".") if spec.path else ():
             page = page.get(part) if isinstance(page, Mapping) else None
         if spec.strategy == "append":
             accumulated = [*(accumulated or []), *(page if isinstance(page, list) else [page])]
@@ -1139,10 +1123,7 @@ async def _paginate(
         if not more:
             break
         for key, value in ((await _rendered(pg.next_call, names)) or {}).items():
-            if isinstance(value, Mapping):
-                overrides[key] = {**(overrides.get(key) or {}), **value}
-            else:
-                overrides[key] = value
+            overrides[key] = {**(overrides.get(key) or {}), **value} if isinstance(value, Mapping) else value
     meta = {"iterations": iteration, "collect_strategy": spec.strategy}
     rid = response.get("id") if isinstance(response, Mapping) else None
     return {"id": rid or str(uuid.uuid4()), "status": "success", "data": accumulated, "meta": meta}
@@ -1640,17 +1621,11 @@ async def _run_playbook(
     ret = parts["return_step"]
     result = (shaped["steps"].get(ret) or [None])[-1] if ret is not None else shaped["final"]
     variables, _ = step_results(child, {"args": given, "steps": answer["steps"]})
-    out = {
-        "status": shaped["status"],
-        "completed": shaped["status"] == "completed",
-        "failed": shaped["status"] != "completed",
-        "completed_steps": [s for s, runs in shaped["steps"].items() if runs],
-        "variables": variables,
-        "result": result,
-        "path": child.path,
-    }
-    if shaped["status"] != "completed":
-        out["status"] = "error"
+    done = shaped["status"] == "completed"
+    out = {"status": shaped["status"] if done else "error", "completed": done, "failed": not done}
+    out.update(completed_steps=[s for s, runs in shaped["steps"].items() if runs], variables=variables)
+    out.update(result=result, path=child.path)
+    if not done:
         out["error"] = answer.get("error") or "the sub-playbook failed"
     return out
 
