@@ -329,22 +329,15 @@ def reached_tools(playbook: Playbook | NoetlPlaybook) -> tuple[str, ...]:
         if id(pb) in seen:
             continue
         seen.add(id(pb))
+        steps: list[object]
         if isinstance(pb, NoetlPlaybook):
-            for step in pb.steps.values():
-                for task in step.tasks:
-                    if task.runner == "kind":
-                        tool = getattr(task.parts.get("step"), "tool", None)
-                        if isinstance(tool, str):
-                            found[tool] = None
-                    elif task.runner == "playbook" and task.parts.get("child") is not None:
-                        todo.append(task.parts["child"])
-            if pb.mcp is not None:
-                todo.append(pb.mcp)
-            continue
-        for action in (*pb.workbook.values(), *pb.resources.values(), *pb.tools.values()):
-            tool = getattr(action.step, "tool", None)
-            if isinstance(tool, str):
-                found[tool] = None
+            tasks = [t for s in pb.steps.values() for t in s.tasks]
+            steps = [t.parts.get("step") for t in tasks if t.runner == "kind"]
+            todo += [t.parts["child"] for t in tasks if t.runner == "playbook" and t.parts.get("child") is not None]
+            todo += [pb.mcp] if pb.mcp is not None else []
+        else:
+            steps = [a.step for a in (*pb.workbook.values(), *pb.resources.values(), *pb.tools.values())]
+        found.update((tool, None) for s in steps if isinstance(tool := getattr(s, "tool", None), str))
     return tuple(found)
 
 
