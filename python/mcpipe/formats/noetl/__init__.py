@@ -21,7 +21,7 @@ import glob
 import os
 import re
 from collections.abc import Callable, Container, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -36,12 +36,11 @@ from mcpipe.declared import PlanCall, PlanTool, ToolDialect
 from mcpipe.errors import Problem
 from mcpipe.formats.noetl._catalog import Catalog
 from mcpipe.formats.noetl._layout import CODE, read_doc
-from mcpipe.formats.noetl._serve import NoTools, run_noetl
+from mcpipe.formats.noetl._serve import registry_of, run_noetl, run_plan
 from mcpipe.formats.noetl._tmpl import problem_order
 from mcpipe.formats.noetl._workflow import NoetlPlaybook, compile_workflow
 from mcpipe.kinds import StepPolicy
 from mcpipe.plan import Limits
-from mcpipe.runtime import run_compiled
 from mcpipe.tools import ToolContext, ToolResult
 
 if TYPE_CHECKING:
@@ -330,22 +329,15 @@ def reached_tools(playbook: Playbook | NoetlPlaybook) -> tuple[str, ...]:
         if id(pb) in seen:
             continue
         seen.add(id(pb))
+        steps: list[object]
         if isinstance(pb, NoetlPlaybook):
-            for step in pb.steps.values():
-                for task in step.tasks:
-                    if task.runner == "kind":
-                        tool = getattr(task.parts.get("step"), "tool", None)
-                        if isinstance(tool, str):
-                            found[tool] = None
-                    elif task.runner == "playbook" and task.parts.get("child") is not None:
-                        todo.append(task.parts["child"])
-            if pb.mcp is not None:
-                todo.append(pb.mcp)
-            continue
-        for action in (*pb.workbook.values(), *pb.resources.values(), *pb.tools.values()):
-            tool = getattr(action.step, "tool", None)
-            if isinstance(tool, str):
-                found[tool] = None
+            tasks = [t for s in pb.steps.values() for t in s.tasks]
+            steps = [t.parts.get("step") for t in tasks if t.runner == "kind"]
+            todo += [t.parts["child"] for t in tasks if t.runner == "playbook" and t.parts.get("child") is not None]
+            todo += [pb.mcp] if pb.mcp is not None else []
+        else:
+            steps = [a.step for a in (*pb.workbook.values(), *pb.resources.values(), *pb.tools.values())]
+        found.update((tool, None) for s in steps if isinstance(tool := getattr(s, "tool", None), str))
     return tuple(found)
 
 
@@ -391,9 +383,7 @@ class PlaybookDialect(ToolDialect):
 
     def registry(self, tool: PlanTool, ctx: ToolContext) -> Any:
         """The registry the playbook is bound to, else the call's, else none at all (every tool unknown)."""
-        pb = self.playbook
-        registry = pb.registry if pb.registry is not None else ctx.tools
-        return registry if registry is not None else NoTools()
+        return registry_of(self.playbook, ctx)
 
     async def execute(
         self, tool: PlanTool, call: PlanCall, registry: Any, ctx: ToolContext, on_event: EventFn | None = None
@@ -406,50 +396,29 @@ class PlaybookDialect(ToolDialect):
         args = call.args
         if on_event is not None:
             on_event({"type": "started", "playbook": tool.name, "path": self.playbook.path})
-        pb = self.playbook
+        pb, events = self.playbook, _with_run_log(on_event, ctx)
         if isinstance(pb, NoetlPlaybook):
-            answer = await run_noetl(pb, args, ctx, limits=tool.limits, on_event=_with_run_log(on_event, ctx))
+            answer = await run_noetl(pb, args, ctx, limits=tool.limits, on_event=events)
             answer["answer"] = answer["noetl"]
         else:
-            run_ctx = replace(ctx.for_step(None, ctx.step), tools=registry)
-            from mcpipe.formats.noetl._steps import EVENTS
-
-            plan = pb.plan
-            assert plan is not None
-            token = EVENTS.set(_with_run_log(on_event, ctx))
-            try:
-                answer = await run_compiled(
-                    plan, registry, context=run_ctx, limits=tool.limits, on_event=on_event, args=dict(args)
-                )
-            finally:
-                EVENTS.reset(token)
+            assert pb.plan is not None
+            answer = await run_plan(pb.plan, registry, ctx, tool.limits, dict(args), on_event, events)
             result = answer["result"]
             if isinstance(result, dict) and "text" in result and "data" in result:
                 result = result["data"] if result["data"] is not None else result["text"]
             answer["answer"] = result if answer["ok"] else None
-        if on_event is not None:
-            if answer["ok"]:
-                on_event({"type": "completed", "playbook": tool.name, "duration_ms": answer["duration_ms"]})
-            else:
-                on_event(
-                    {
-                        "type": "failed",
-                        "playbook": tool.name,
-                        "error": answer["error"],
-                        "error_code": answer["error_code"],
-                    }
-                )
+        if on_event is not None and answer["ok"]:
+            on_event({"type": "completed", "playbook": tool.name, "duration_ms": answer["duration_ms"]})
+        elif on_event is not None:
+            failed = {"error": answer["error"], "error_code": answer["error_code"]}
+            on_event({"type": "failed", "playbook": tool.name, **failed})
         return answer
 
     async def answer(self, tool: PlanTool, call: PlanCall, answer: Mapping[str, object]) -> ToolResult:
         if isinstance(self.playbook, NoetlPlaybook):
-            shaped = answer["noetl"]
-            text = orjson.dumps(shaped, default=str).decode()
-            if not answer["ok"]:
-                return ToolResult(
-                    [{"type": "text", "text": f"{answer['error_code']}: {answer['error']}"}], shaped, True
-                )
-            return ToolResult([{"type": "text", "text": text}], shaped)
+            shaped, ok = answer["noetl"], bool(answer["ok"])
+            text = orjson.dumps(shaped, default=str).decode() if ok else f"{answer['error_code']}: {answer['error']}"
+            return ToolResult([{"type": "text", "text": text}], shaped, not ok)
         if not answer["ok"]:
             return ToolResult.error(f"{answer['error_code']}: {answer['error']}")
         result = answer["answer"]
@@ -477,10 +446,9 @@ def playbook_tool(
         task_support: how it runs as an MCP task (``optional``, ``required``, ``forbidden``).
     """
     properties: dict[str, Any] = {n: {} for n in playbook.inputs}
-    if isinstance(playbook, NoetlPlaybook):
-        properties = {n: _schema_of(v) for n, v in playbook.workload.items()}
     limits = limits or Limits()
     if isinstance(playbook, NoetlPlaybook):
+        properties = {n: _schema_of(v) for n, v in playbook.workload.items()}
         playbook.limits = limits
     if registry is not None:
         playbook.registry = registry
@@ -583,29 +551,25 @@ def _entry(entry: object, where: str, problems: list[Problem]) -> PlaybookEntry:
     if not isinstance(entry, Mapping):
         problems.append(Problem(where, "INVALID_CONFIG", f"must be a glob or a table, got {json_type(entry)}"))
         return ""
+
+    def add(key: str, message: str) -> None:
+        problems.append(Problem(f"{where}.{key}", "INVALID_CONFIG", message))
+
     keys = ("files", "background", "task_support")
     for k in entry:
         if k not in keys:
-            problems.append(Problem(f"{where}.{k}", "INVALID_CONFIG", f"unknown key `{k}`{did_you_mean(k, keys)}"))
+            add(k, f"unknown key `{k}`{did_you_mean(k, keys)}")
     files = entry.get("files")
     if not isinstance(files, str) or not files:
-        problems.append(Problem(f"{where}.files", "INVALID_CONFIG", "is required: a glob of playbook files"))
+        add("files", "is required: a glob of playbook files")
         files = ""
     background = entry.get("background", False)
     if not isinstance(background, bool):
-        problems.append(
-            Problem(f"{where}.background", "INVALID_CONFIG", f"expected a bool, got {json_type(background)}")
-        )
+        add("background", f"expected a bool, got {json_type(background)}")
         background = False
     support = entry.get("task_support", "optional")
     if support not in _TASK_SUPPORT:
-        problems.append(
-            Problem(
-                f"{where}.task_support",
-                "INVALID_CONFIG",
-                f"expected one of {', '.join(_TASK_SUPPORT)}, got {support!r}",
-            )
-        )
+        add("task_support", f"expected one of {', '.join(_TASK_SUPPORT)}, got {support!r}")
         support = "optional"
     return PlaybookFiles(files=files, background=background, task_support=support)
 
@@ -671,7 +635,6 @@ def load_playbooks(
     """
     from mcpipe.formats.noetl._catalog import metadata_path
 
-    registry = models
     policy = policy if policy is not None else StepPolicy(base_dir=base_dir)
     entries, problems = decode_playbooks(playbooks)
     files, fp, roots = _playbook_files(entries, base_dir)
@@ -681,24 +644,16 @@ def load_playbooks(
     names: dict[str, str] = {}
     for f, serving in files:
         rel = os.path.relpath(f, base_dir)
-        pb, pp = load_playbook(
-            rel, models=registry, policy=policy, tools=None, base_dir=base_dir, known=known, roots=roots
-        )
+        pb, pp = load_playbook(rel, models=models, policy=policy, base_dir=base_dir, known=known, roots=roots)
         problems += pp
         if pb is None:
             continue
         if pb.name in names:
-            problems.append(
-                Problem(f"{f}: metadata.name", CODE, f"playbook `{pb.name}` is also defined in {names[pb.name]}")
-            )
+            why = f"playbook `{pb.name}` is also defined in {names[pb.name]}"
+            problems.append(Problem(f"{f}: metadata.name", CODE, why))
             continue
         names[pb.name] = f
         loaded.append(
-            playbook_tool(
-                pb,
-                limits=limits if limits is not None else Limits(),
-                background=serving.background,
-                task_support=serving.task_support,
-            )
+            playbook_tool(pb, limits=limits, background=serving.background, task_support=serving.task_support)
         )
     return Playbooks(entries, loaded, len(files)), problems

@@ -138,26 +138,17 @@ class Catalog:
     def _indexed(self) -> dict[str, str]:
         if self._index is None:
             self._index = {}
-            for here in self._siblings:  # the playbook's own directory (not below it)
-                for f in sorted(os.listdir(here)):
-                    full = os.path.join(here, f)
-                    if f.endswith((".yaml", ".yml")) and os.path.isfile(full):
-                        mpath = metadata_path(full)
-                        if mpath is not None:
-                            self._index.setdefault(mpath, full)
-            seen = 0
-            for top in self._scan:
-                for dirpath, _dirs, files in os.walk(top):
-                    for f in sorted(files):
-                        if not f.endswith((".yaml", ".yml")):
-                            continue
-                        seen += 1
-                        if seen > MAX_SCAN:
-                            return self._index
-                        full = os.path.join(dirpath, f)
-                        mpath = metadata_path(full)
-                        if mpath is not None:
-                            self._index.setdefault(mpath, full)
+            # The playbook's own directory (not below it), then every directory under the scanned ones.
+            here = [os.path.join(d, f) for d in self._siblings for f in sorted(os.listdir(d))]
+            scanned = (os.path.join(d, f) for top in self._scan for d, _dirs, fs in os.walk(top) for f in sorted(fs))
+            for n, full in enumerate(f for f in scanned if f.endswith((".yaml", ".yml"))):
+                if n == MAX_SCAN:
+                    break
+                here.append(full)
+            for full in here:
+                mpath = metadata_path(full) if full.endswith((".yaml", ".yml")) and os.path.isfile(full) else None
+                if mpath is not None:
+                    self._index.setdefault(mpath, full)
         return self._index
 
     def child(self, path: str, parent: Any, stack: tuple[str, ...], relative: bool = False) -> tuple[Any, str]:

@@ -52,6 +52,7 @@ playbooks are not given yet: a declared pipeline using them can be called as a `
 _TOP = ("apiVersion", "kind", "metadata", "workload", "workbook", "workflow", "mcp")
 _META = ("path", "name", "description", "version", "labels")
 _MCP = ("models", "tools", "resources", "prompts", "turns")
+_TURN = ("name", "model", "system", "user", "tools_allowed", "parallel_tool_calls", "output_schema", "save", "params")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 _SERVED_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 _STEP_ID = re.compile(r"[^A-Za-z0-9_-]")
@@ -144,6 +145,10 @@ class Playbook:
     declared: dict[str, Any] = field(default_factory=dict)
     """The ``mcp`` root: ``mcp.models.NAME`` (``name``, ``provider``, ``params``) and ``mcp.turns.NAME``
     (``model``, ``tools_allowed``), as seed 004's generated steps read them."""
+
+    def actions(self) -> tuple[Action, ...]:
+        """Every action: the tools', the resources' and the workbook's."""
+        return (*self.tools.values(), *self.resources.values(), *self.workbook.values())
 
     def tool_specs(self, names: list[str]) -> list[ToolSpec]:
         out = []
@@ -316,7 +321,7 @@ def compile_playbook(
         c.mapping(entry, where, ("name", "template", "description"), ("template",))
         template = entry.get("template")
         if isinstance(template, Mapping | list):  # a structured template: its strings are templates
-            prompts[pname] = (_text_of(template), c.compile(template, f"{where}.template"))
+            prompts[pname] = (orjson.dumps(template).decode(), c.compile(template, f"{where}.template"))
         elif isinstance(template, str):
             prompts[pname] = (template, c.compile(template, f"{where}.template"))
         elif "template" in entry:
@@ -329,22 +334,7 @@ def compile_playbook(
         c.add("mcp.turns", "a playbook needs at least one turn (or a `workflow`)")
     for i, tname, entry in turn_entries:
         where = f"mcp.turns[{i}]"
-        c.mapping(
-            entry,
-            where,
-            (
-                "name",
-                "model",
-                "system",
-                "user",
-                "tools_allowed",
-                "parallel_tool_calls",
-                "output_schema",
-                "save",
-                "params",
-            ),
-            ("model", "user"),
-        )
+        c.mapping(entry, where, _TURN, ("model", "user"))
         mref = entry.get("model")
         model: Model | None = None
         json_retries, rounds = 2, 8
@@ -368,14 +358,12 @@ def compile_playbook(
             if not isinstance(ta, list):
                 c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
             else:
-                seen: set[str] = set()
                 for j, tool in enumerate(ta):
                     if not isinstance(tool, str) or tool not in tool_actions:
                         c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
-                    elif tool in seen:
+                    elif tool in allowed:
                         c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
                     else:
-                        seen.add(tool)
                         allowed.append(tool)
         schema = entry.get("output_schema")
         if schema is not None and not isinstance(schema, Mapping):
@@ -387,19 +375,8 @@ def compile_playbook(
             storage = save.get("storage") if isinstance(save, Mapping) else None
             if storage not in _STORAGES:
                 c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
-        turn = Turn(
-            tname,
-            where,
-            mref if isinstance(mref, str) else "",
-            model,
-            system,
-            parts,
-            allowed,
-            dict(schema) if schema is not None else None,
-            storage,
-            json_retries,
-            rounds,
-        )
+        named, output = mref if isinstance(mref, str) else "", dict(schema) if schema is not None else None
+        turn = Turn(tname, where, named, model, system, parts, allowed, output, storage, json_retries, rounds)
         parallel = entry.get("parallel_tool_calls", False)
         if not isinstance(parallel, bool):
             c.add(f"{where}.parallel_tool_calls", f"must be a boolean, got {json_type(parallel)}")
@@ -430,10 +407,6 @@ def compile_playbook(
     pb.plan = _plan(pb, order)
     pb.inputs = _inputs(pb)
     return pb, []
-
-
-def _text_of(template: object) -> str:
-    return orjson.dumps(template).decode()
 
 
 def _unsupported(atype: object) -> str:
@@ -609,12 +582,8 @@ def _inputs(pb: Playbook) -> list[str]:
     def read(sources: tuple[str, ...]) -> set[str]:
         return {n for root, n in references(sources) if root == "input" and n}
 
-    names: set[str] = set()
-    for t in pb.turns.values():
-        names |= read(_sources_of(t))
-    for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values()):
-        names |= read(a.spec.sources)
-    rendered = {n for srcs in _all_sources(pb) for root, n in references(srcs) if root == "prompts" and n}
+    names = {n for _, srcs in _places(pb, prompts=False) for n in read(srcs)}
+    rendered = {n for _, srcs in _places(pb) for root, n in references(srcs) if root == "prompts" and n}
     for pname, (_src, compiled) in pb.prompts.items():
         uses = [p for t in pb.turns.values() for p in t.parts if p.kind == "prompt" and p.name == pname]
         wanted = read(compiled.sources)
@@ -626,21 +595,17 @@ def _inputs(pb: Playbook) -> list[str]:
     return sorted(names)
 
 
-def _all_sources(pb: Playbook) -> list[tuple[str, ...]]:
-    out = [_sources_of(t) for t in pb.turns.values()]
-    out += [a.spec.sources for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())]
-    out += [p[1].sources for p in pb.prompts.values()]
-    return out
+def _places(pb: Playbook, prompts: bool = True) -> list[tuple[str, tuple[str, ...]]]:
+    """Where each of the playbook's templates is, with what it reads: its turns', actions' and (``prompts``)
+    prompts'."""
+    places = [(t.location, _sources_of(t)) for t in pb.turns.values()]
+    places += [(a.location, a.spec.sources) for a in pb.actions()]
+    return places + [(f"mcp.prompts.{n}", p[1].sources) for n, p in pb.prompts.items() if prompts]
 
 
 def _check_roots(c: _Problems, pb: Playbook) -> None:
     """Every name a template starts with must be a root (``input``, ``workload``, ``secrets``...)."""
-    places = [(t.location, _sources_of(t)) for t in pb.turns.values()]
-    places += [
-        (a.location, a.spec.sources) for a in (*pb.tools.values(), *pb.resources.values(), *pb.workbook.values())
-    ]
-    places += [(f"mcp.prompts.{n}", p[1].sources) for n, p in pb.prompts.items()]
-    for where, sources in places:
+    for where, sources in _places(pb):
         for root, _name in references(sources):
             if root not in ROOTS and root not in GLOBALS:
                 c.add(where, f"a template reads `{root}`, which is not defined (roots: {', '.join(ROOTS)})")
@@ -712,15 +677,13 @@ def _order(c: _Problems, workflow: object, pb: Playbook) -> list[tuple[str, str,
             c.add(f"{where}.next", f"unknown step `{nxt}`{did_you_mean(nxt, steps)}")
             break
         current = nxt if isinstance(nxt, str) else None
-    ordered = {n for k, n, _ in order if k == "turn"}
+    ordered = [n for k, n, _ in order if k == "turn"]
     for n, t in pb.turns.items():
         if n not in ordered:
             c.warnings.append(f"{t.location}: turn `{n}` is not reached by the workflow")
-    turn_positions = [n for k, n, _ in order if k == "turn"]
-    for pos, n in enumerate(turn_positions):
-        earlier = set(turn_positions[:pos])
+    for pos, n in enumerate(ordered):
         for p in pb.turns[n].parts:
-            if p.kind == "turn" and p.name not in earlier:
+            if p.kind == "turn" and p.name not in ordered[:pos]:
                 c.add(p.location, f"turn `{p.name}` has not run before turn `{n}`")
     return order
 

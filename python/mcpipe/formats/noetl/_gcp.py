@@ -38,6 +38,11 @@ MAX_CREDENTIALS_BYTES = 64 * 1024
 class GoogleError(Exception):
     """A secret cannot be read (no credentials, no project, an answer that is not Google's): NoETL's error text."""
 
+    @classmethod
+    def auth(cls, why: str) -> GoogleError:
+        """No token for the credentials, and why (NoETL's ``Failed to authenticate with Google: ...``)."""
+        return cls(f"Failed to authenticate with Google: {why}")
+
 
 def credentials() -> dict[str, Any]:
     """The application default credentials (the file ``GOOGLE_APPLICATION_CREDENTIALS`` names).
@@ -47,22 +52,18 @@ def credentials() -> dict[str, Any]:
     """
     path = os.environ.get(CREDENTIALS_ENV, "")
     if not path:
-        raise GoogleError(
-            f"Failed to authenticate with Google: no application default credentials ({CREDENTIALS_ENV} is not set)"
-        )
+        raise GoogleError.auth(f"no application default credentials ({CREDENTIALS_ENV} is not set)")
     try:
         with open(path, "rb") as f:
             data = f.read(MAX_CREDENTIALS_BYTES + 1)
     except OSError as e:
-        raise GoogleError(f"Failed to authenticate with Google: cannot read {CREDENTIALS_ENV}: {e.strerror}") from None
+        raise GoogleError.auth(f"cannot read {CREDENTIALS_ENV}: {e.strerror}") from None
     try:
         creds = orjson.loads(data) if len(data) <= MAX_CREDENTIALS_BYTES else None
     except orjson.JSONDecodeError:
         creds = None
     if not isinstance(creds, dict) or creds.get("type") not in ("service_account", "authorized_user"):
-        raise GoogleError(
-            f"Failed to authenticate with Google: {CREDENTIALS_ENV} is not a service account's or a user's credentials"
-        )
+        raise GoogleError.auth(f"{CREDENTIALS_ENV} is not a service account's or a user's credentials")
     return creds
 
 
@@ -74,25 +75,22 @@ def token_request(creds: Mapping[str, object], now: float | None = None) -> tupl
     """
     import jwt
 
+    uri = str(creds.get("token_uri") or DEFAULT_TOKEN_URI)
     if creds.get("type") == "authorized_user":
         fields = {k: creds.get(k) for k in ("client_id", "client_secret", "refresh_token")}
         if not all(isinstance(v, str) and v for v in fields.values()):
-            raise GoogleError("Failed to authenticate with Google: the user's credentials lack a field")
-        uri = str(creds.get("token_uri") or DEFAULT_TOKEN_URI)
+            raise GoogleError.auth("the user's credentials lack a field")
         return uri, urlencode({"grant_type": "refresh_token", **fields})
     email, key = creds.get("client_email"), creds.get("private_key")
     if not isinstance(email, str) or not isinstance(key, str):
-        raise GoogleError(
-            "Failed to authenticate with Google: the service account's key lacks `client_email` or `private_key`"
-        )
-    uri = str(creds.get("token_uri") or DEFAULT_TOKEN_URI)
+        raise GoogleError.auth("the service account's key lacks `client_email` or `private_key`")
     issued = int(now if now is not None else time.time())
     claims = {"iss": email, "scope": SCOPE, "aud": uri, "iat": issued, "exp": issued + 3600}
     headers = {"kid": creds["private_key_id"]} if isinstance(creds.get("private_key_id"), str) else None
     try:
         assertion = jwt.encode(claims, key, algorithm="RS256", headers=headers)
     except (ValueError, TypeError, jwt.PyJWTError) as e:
-        raise GoogleError(f"Failed to authenticate with Google: the service account's key cannot sign: {e}") from None
+        raise GoogleError.auth(f"the service account's key cannot sign: {e}") from None
     return uri, urlencode({"grant_type": GRANT_JWT_BEARER, "assertion": assertion})
 
 

@@ -166,10 +166,8 @@ def _container(r: _Reader, opened: str, depth: int) -> Any:
         while True:
             r.expect(":")
             out[key] = _value(r, depth)  # an unhashable key: TypeError, as literal_eval
-            if r.at("}"):
-                r.next()
-                return out
-            r.expect(",")
+            if not r.at("}"):
+                r.expect(",")  # and a `}` may follow it
             if r.at("}"):
                 r.next()
                 return out

@@ -72,14 +72,19 @@ IGNORED = {
 }
 """Fields NoETL's executor reads and then drops."""
 
-CONNECTION = ("auth", "nats_url", "nats_user", "nats_password", "nats_token", "tls_cert", "tls_key", "tls_ca")
+TLS = ("tls_cert", "tls_key", "tls_ca")
+CONNECTION = ("auth", "nats_url", "nats_user", "nats_password", "nats_token", *TLS)
 TIMEOUT_S = 5.0
 """Each JetStream request's limit, nats-py's default (NoETL's client)."""
 
-_CRED_URL = ("nats_url", "url", "server", "servers")
-_CRED_USER = ("nats_user", "user", "username")
-_CRED_PASSWORD = ("nats_password", "password")
-_CRED_TOKEN = ("nats_token", "token")
+_CREDENTIAL = {
+    "url": ("nats_url", "url", "server", "servers"),
+    "user": ("nats_user", "user", "username"),
+    "password": ("nats_password", "password"),
+    "token": ("nats_token", "token"),
+}
+"""The parts of a NATS server's credential, each under its names (the first one there wins); a task's own
+``nats_<part>`` constant wins over them all."""
 
 
 def read_nats(
@@ -88,77 +93,50 @@ def read_nats(
     """A ``nats`` task's fields checked: its operation, the fields it needs, its connection. Answers the fields
     to render (``fields``), the operation (a constant, or a template checked when it runs) and the connection's
     constant parts; None when it has problems (added, located). What NoETL takes and never uses is a warning."""
-    ok = True
+    before = len(problems)
+
+    def add(key: str, message: str) -> None:
+        problems.append(Problem(f"{location}.{key}", code, message))
+
     for k, why in IGNORED.items():
         if k in config:
             warnings.append(f"{location}.{k}: {why}: ignored, as NoETL ignores it")
     for k in config:
         if k not in FIELDS and k not in CONNECTION and k not in ("operation", "input", "args", "timeout"):
-            problems.append(
-                Problem(f"{location}.{k}", code, f"unknown field `{k}` of a `nats` tool{did_you_mean(k, FIELDS)}")
-            )
-            ok = False
+            add(k, f"unknown field `{k}` of a `nats` tool{did_you_mean(k, FIELDS)}")
     operation = config.get("operation")
     if not isinstance(operation, str) or not operation:
-        problems.append(Problem(f"{location}.operation", code, "is required: the NATS operation (kv_get, kv_put, ...)"))
+        add("operation", "is required: the NATS operation (kv_get, kv_put, ...)")
         return None
     if "{{" not in operation and operation not in OPERATIONS:
-        problems.append(
-            Problem(
-                f"{location}.operation",
-                code,
-                f"unknown NATS operation `{operation}`{did_you_mean(operation, OPERATIONS)} (NoETL's: "
-                f"{', '.join(OPERATIONS)})",
-            )
+        known = ", ".join(OPERATIONS)
+        add(
+            "operation", f"unknown NATS operation `{operation}`{did_you_mean(operation, OPERATIONS)} (NoETL's: {known})"
         )
         return None
-    if operation in OPERATIONS:
-        for name in OPERATIONS[operation]:
-            if not config.get(name):  # NoETL's executor passes a field only when it is there (and not empty)
-                problems.append(Problem(f"{location}.{name}", code, f"is required by `{operation}`"))
-                ok = False
+    for name in OPERATIONS.get(operation, ()):
+        if not config.get(name):  # NoETL's executor passes a field only when it is there (and not empty)
+            add(name, f"is required by `{operation}`")
     if operation == "js_get_msg" and not (config.get("seq") or config.get("last") or config.get("subject")):
-        problems.append(Problem(f"{location}.seq", code, "`js_get_msg` needs `seq`, `last: true` or `subject`"))
-        ok = False
-    if config.get("encoding") not in (None, "base64") and str(config.get("encoding")) == "binary":
-        problems.append(
-            Problem(f"{location}.encoding", code, "`binary` gives bytes, which a result (JSON) cannot hold: use base64")
-        )
-        ok = False
+        add("seq", "`js_get_msg` needs `seq`, `last: true` or `subject`")
+    if str(config.get("encoding")) == "binary":
+        add("encoding", "`binary` gives bytes, which a result (JSON) cannot hold: use base64")
     url = config.get("nats_url")
     if url is not None and (not isinstance(url, str) or "{{" in url or "{%" in url):
-        problems.append(
-            Problem(
-                f"{location}.nats_url",
-                code,
-                "must be a constant URL (`nats://host:4222`): a server named by a template could be a caller's",
-            )
-        )
-        ok = False
+        add("nats_url", "must be a constant URL (`nats://host:4222`): a server named by a template could be a caller's")
     auth = config.get("auth")
     if auth is not None and not isinstance(auth, str) and _credential_name(auth) is None:
-        problems.append(Problem(f"{location}.auth", code, f"must name a credential (a string), got {json_type(auth)}"))
-        ok = False
+        add("auth", f"must name a credential (a string), got {json_type(auth)}")
     if auth is None and url is None:
-        problems.append(
-            Problem(
-                f"{location}.auth", code, "is required: the credential of the NATS server (or a constant `nats_url`)"
-            )
-        )
-        ok = False
-    for k in ("tls_cert", "tls_key", "tls_ca"):
+        add("auth", "is required: the credential of the NATS server (or a constant `nats_url`)")
+    for k in TLS:
         if k in config:
-            problems.append(Problem(f"{location}.{k}", code, "TLS to NATS is not supported by mcpipe's NATS client"))
-            ok = False
-    if not ok:
+            add(k, "TLS to NATS is not supported by mcpipe's NATS client")
+    if len(problems) > before:
         return None
     fields = {k: config[k] for k in FIELDS if config.get(k)}
-    return {
-        "operation": operation,
-        "fields": fields,
-        "auth": auth,
-        "constant": {k: config[k] for k in CONNECTION[1:5] if k in config},
-    }
+    constant = {k: config[k] for k in CONNECTION[1:5] if k in config}
+    return {"operation": operation, "fields": fields, "auth": auth, "constant": constant}
 
 
 def _credential_name(auth: object) -> str | None:
@@ -190,29 +168,18 @@ def server_url(auth: object, constant: Mapping[str, object], secret: Any, locati
             data = {"nats_url": data}
         if not isinstance(data, Mapping):
             raise StepFailure(f"{location}.auth: credential `{name}` is not an object", ErrorCode.TOOL_FAILED)
-        for key, names in (
-            ("url", _CRED_URL),
-            ("user", _CRED_USER),
-            ("password", _CRED_PASSWORD),
-            ("token", _CRED_TOKEN),
-        ):
-            for n in names:
-                if data.get(n) is not None:
-                    fields[key] = data[n]
-                    break
-        if any(data.get(k) for k in ("tls_cert", "tls_key", "tls_ca")):
+        for key, names in _CREDENTIAL.items():
+            found = [data[n] for n in names if data.get(n) is not None]
+            if found:
+                fields[key] = found[0]
+        if any(data.get(k) for k in TLS):
             raise StepFailure(
                 f"{location}.auth: credential `{name}` asks for TLS, which mcpipe's NATS client does not speak",
                 ErrorCode.TOOL_FAILED,
             )
-    for key, given in (
-        ("url", "nats_url"),
-        ("user", "nats_user"),
-        ("password", "nats_password"),
-        ("token", "nats_token"),
-    ):
-        if constant.get(given) is not None:
-            fields[key] = constant[given]
+    for key in _CREDENTIAL:
+        if constant.get(f"nats_{key}") is not None:
+            fields[key] = constant[f"nats_{key}"]
     url = fields.get("url")
     if isinstance(url, list):
         url = url[0] if url else None
@@ -286,50 +253,39 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
         if operation.startswith("kv_"):
             bucket = text("bucket")
             kv = await js.key_value(bucket)
+            if operation == "kv_keys":
+                keys = await kv.keys()
+                if not keys:
+                    raise StepFailure(f"{location}: nats: no keys found (bucket `{bucket}`)", ErrorCode.TOOL_ERROR)
+                pattern = f.get("pattern")
+                if pattern:
+                    keys = [k for k in keys if fnmatch.fnmatch(k, str(pattern))]
+                return {"status": "success", "bucket": bucket, "keys": keys, "count": len(keys)}
+            key = text("key")
+            done = {"status": "success", "bucket": bucket, "key": key}
             if operation == "kv_get":
-                key = text("key")
                 entry = await kv.get(key)
                 if entry is None:
                     return {"status": "not_found", "bucket": bucket, "key": key, "value": None}
-                return {
-                    "status": "success",
-                    "bucket": bucket,
-                    "key": key,
-                    "value": decode(entry.value),
-                    "revision": entry.revision,
-                    "created": None,  # nats-py's KeyValue.get leaves it empty, so NoETL answers null
-                }
+                # nats-py's KeyValue.get leaves `created` empty, so NoETL answers null
+                return {**done, "value": decode(entry.value), "revision": entry.revision, "created": None}
             if operation == "kv_put":
-                key = text("key")
-                revision = await kv.put(key, encode(need("value")))
-                return {"status": "success", "bucket": bucket, "key": key, "revision": revision}
-            if operation == "kv_delete":
-                key = text("key")
-                await kv.delete(key)
-                return {"status": "success", "bucket": bucket, "key": key}
-            if operation == "kv_purge":
-                key = text("key")
-                await kv.purge(key)
-                return {"status": "success", "bucket": bucket, "key": key}
-            keys = await kv.keys()
-            if not keys:
-                raise StepFailure(f"{location}: nats: no keys found (bucket `{bucket}`)", ErrorCode.TOOL_ERROR)
-            pattern = f.get("pattern")
-            if pattern:
-                keys = [k for k in keys if fnmatch.fnmatch(k, str(pattern))]
-            return {"status": "success", "bucket": bucket, "keys": keys, "count": len(keys)}
+                return {**done, "revision": await kv.put(key, encode(need("value")))}
+            await (kv.delete(key) if operation == "kv_delete" else kv.purge(key))
+            return done
         if operation.startswith("object_"):
             bucket = text("bucket")
             store = await js.object_store(bucket)
             encoding = str(f.get("encoding") or "utf-8")
             if operation == "object_list":
-                infos = await store.list()
-                objects = [
-                    {"name": i.get("name"), "size": i.get("size"), "mtime": i.get("mtime"), "digest": i.get("digest")}
-                    for i in infos
-                ]
+                objects = [{k: i.get(k) for k in ("name", "size", "mtime", "digest")} for i in await store.list()]
                 return {"status": "success", "bucket": bucket, "objects": objects, "count": len(objects)}
             name = text("name")
+            done = {"status": "success", "bucket": bucket, "name": name}
+
+            def not_found() -> StepFailure:
+                return StepFailure(f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR)
+
             if operation == "object_put":
                 data = need("data")
                 if encoding == "base64":
@@ -340,37 +296,19 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
                 else:
                     raw = encode(data, encoding) if isinstance(data, str) else str(data).encode(encoding)
                 info = await store.put(name, raw)
-                return {
-                    "status": "success",
-                    "bucket": bucket,
-                    "name": name,
-                    "size": info["size"],
-                    "digest": info["digest"],
-                }
+                return {**done, "size": info["size"], "digest": info["digest"]}
             if operation == "object_delete":
                 if not await store.delete(name):
-                    raise StepFailure(
-                        f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR
-                    )
-                return {"status": "success", "bucket": bucket, "name": name}
+                    raise not_found()
+                return done
             if operation == "object_info":
                 found = await store.info(name)
                 if found is None:
-                    raise StepFailure(
-                        f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR
-                    )
-                return {
-                    "status": "success",
-                    "bucket": bucket,
-                    "name": name,
-                    "size": found.get("size"),
-                    "mtime": found.get("mtime"),
-                    "digest": found.get("digest"),
-                    "chunks": found.get("chunks"),
-                }
+                    raise not_found()
+                return {**done, **{k: found.get(k) for k in ("size", "mtime", "digest", "chunks")}}
             got = await store.get(name)
             if got is None:
-                raise StepFailure(f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR)
+                raise not_found()
             raw = got[1]
             try:
                 value = base64.b64encode(raw).decode("ascii") if encoding == "base64" else raw.decode(encoding)
@@ -378,7 +316,7 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
                 raise StepFailure(
                     f"{location}.encoding: cannot decode the object: {e}", ErrorCode.TOOL_FAILED
                 ) from None
-            return {"status": "success", "bucket": bucket, "name": name, "data": value, "size": len(raw)}
+            return {**done, "data": value, "size": len(raw)}
         stream = text("stream")
         if operation == "js_publish":
             headers = f.get("headers")
@@ -404,13 +342,7 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
                     "max_bytes": config.get("max_bytes"),
                     "max_age": max_age / 1e9 if isinstance(max_age, int | float) else None,
                 },
-                "state": {
-                    "messages": state.get("messages"),
-                    "bytes": state.get("bytes"),
-                    "first_seq": state.get("first_seq"),
-                    "last_seq": state.get("last_seq"),
-                    "consumer_count": state.get("consumer_count"),
-                },
+                "state": {k: state.get(k) for k in ("messages", "bytes", "first_seq", "last_seq", "consumer_count")},
             }
         seq = f.get("seq")
         if f.get("last"):

@@ -12,7 +12,7 @@ arguments of the same names), ``secrets`` (``MCPIPE_SECRET_<NAME>`` variables), 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from time import perf_counter
 from typing import Any
@@ -93,10 +93,6 @@ def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) ->
     }
 
 
-def _emit(ctx: ToolContext) -> Callable[[dict[str, Any]], None] | None:
-    return EVENTS.get()
-
-
 async def perform(
     pb: Playbook, action: Action, values: Mapping[str, Any], env: Mapping[str, object], ctx: ToolContext
 ) -> Any:
@@ -138,13 +134,9 @@ async def perform(
         raise StepFailure(f"{action.location}: {e}", e.code, e.output) from None
     if out is None:
         raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")
-    return _output(step.kind, out)
-
-
-def _output(kind: str, out: StepOutput) -> Any:
     if not out.ok:
         raise StepFailure(out.error, out.error_code or "TOOL_FAILED", out.output)
-    if kind == "http" and isinstance(out.output, dict) and "body" in out.output:
+    if step.kind == "http" and isinstance(out.output, dict) and "body" in out.output:
         return out.output["body"]
     return out.output
 
@@ -197,7 +189,7 @@ async def run_turn(step: Any, inputs: Mapping[str, object], env: Mapping[str, ob
         messages.append(Message.user(await user_text(plan, values)))
     except RenderError as e:
         raise StepFailure(str(e), e.code) from None
-    emit = _emit(ctx)
+    emit = EVENTS.get()
 
     async def run_tool(call: Any, n: int) -> tuple[str, bool]:
         action = pb.tools[call.name]
@@ -209,10 +201,9 @@ async def run_turn(step: Any, inputs: Mapping[str, object], env: Mapping[str, ob
 
         async def work() -> dict[str, Any]:
             # The events are the call's: a call answered from the record (a resumed turn) did not run again.
+            which = {"id": step.id, "tool": call.name, "n": n}
             if emit is not None:
-                emit(
-                    {"type": "tool_call_started", "id": step.id, "tool": call.name, "n": n, "arguments": call.arguments}
-                )
+                emit({"type": "tool_call_started", **which, "arguments": call.arguments})
             t0 = perf_counter()
             try:
                 out = {"ok": True, "output": await perform(pb, action, tool_values, env, ctx)}
@@ -220,16 +211,7 @@ async def run_turn(step: Any, inputs: Mapping[str, object], env: Mapping[str, ob
                 out = {"ok": False, "output": str(e)}
             if emit is not None:
                 ms = round((perf_counter() - t0) * 1000, 3)
-                emit(
-                    {
-                        "type": "tool_call_finished",
-                        "id": step.id,
-                        "tool": call.name,
-                        "n": n,
-                        "ok": out["ok"],
-                        "duration_ms": ms,
-                    }
-                )
+                emit({"type": "tool_call_finished", **which, "ok": out["ok"], "duration_ms": ms})
             return out
 
         done = await once(ctx, f"tool{n}", work)

@@ -104,20 +104,21 @@ class SaveSpec:
 
 def read_save(raw: object, where: str, problems: list[Problem], code: str) -> SaveSpec | None:
     """A save block as NoETL's ``extract_save_config`` reads it (flat, or nested under ``storage``), checked."""
+
+    def add(at: str, message: str) -> None:
+        problems.append(Problem(at, code, message))
+
     if not isinstance(raw, Mapping):
+        # A list of `{when, tool, data}` saves is a design of NoETL's docs/refactor (2025-10); its save plugin
+        # then read one object (`save.get("storage")`, noetl/plugin/save.py at 62a1c659).
         if isinstance(raw, list):
-            # A list of `{when, tool, data}` saves is a design of NoETL's docs/refactor (2025-10); its save plugin
-            # then read one object (`save.get("storage")`, noetl/plugin/save.py at 62a1c659).
-            problems.append(
-                Problem(where, code, "a save is one object (`storage`, `data`, ...): no NoETL engine reads a list")
-            )
+            add(where, "a save is one object (`storage`, `data`, ...): no NoETL engine reads a list")
         else:
-            msg = f"a save is an object (`storage`, `data`, ...), got {json_type(raw)}"
-            problems.append(Problem(where, code, msg))
+            add(where, f"a save is an object (`storage`, `data`, ...), got {json_type(raw)}")
         return None
     for k in raw:
         if k not in _FIELDS:
-            problems.append(Problem(f"{where}.{k}", code, f"unknown key `{k}` of a save"))
+            add(f"{where}.{k}", f"unknown key `{k}` of a save")
     storage = raw.get("storage")
     nested: Mapping[str, Any] = {}
     if isinstance(storage, Mapping):
@@ -126,67 +127,65 @@ def read_save(raw: object, where: str, problems: list[Problem], code: str) -> Sa
     else:
         kind = storage if storage is not None else raw.get("tool", raw.get("kind", "event"))
     if not isinstance(kind, str):
-        problems.append(Problem(f"{where}.storage", code, "must be a storage name (`postgres`, `duckdb`, `event`)"))
+        add(f"{where}.storage", "must be a storage name (`postgres`, `duckdb`, `event`)")
         return None
     kind = kind.strip().lower()
     if kind not in SAVE_KINDS:
         why = REFUSED_STORAGE.get(kind, "a storage mcpipe has no kind for")
-        problems.append(
-            Problem(
-                f"{where}.storage",
-                code,
-                f"`save` into `{kind}` ({why}) is not supported: mcpipe saves into postgres, duckdb or the event log",
-            )
+        add(
+            f"{where}.storage",
+            f"`save` into `{kind}` ({why}) is not supported: mcpipe saves into postgres, duckdb or the event log",
         )
         return None
 
-    def get(key: str) -> Any:
-        return nested.get(key) if key in nested else raw.get(key)
+    def get(*keys: str) -> Any:
+        """The first of ``keys`` given (not null), inside ``storage`` before beside it."""
+        for key in keys:
+            value = nested.get(key) if key in nested else raw.get(key)
+            if value is not None:
+                return value
+        return None
 
-    spec = SaveSpec(kind, where)
-    spec.data = get("data") if get("data") is not None else get("args")
+    spec = SaveSpec(kind, where, data=get("data", "args"), database=get("database"))
     if spec.data is not None and not isinstance(spec.data, Mapping | str):
-        problems.append(
-            Problem(f"{where}.data", code, f"must be a mapping of names to values, got {json_type(spec.data)}")
-        )
+        add(f"{where}.data", f"must be a mapping of names to values, got {json_type(spec.data)}")
     statement = get("statement")
     if statement is not None and not isinstance(statement, str):
-        problems.append(Problem(f"{where}.statement", code, "must be SQL text"))
+        add(f"{where}.statement", "must be SQL text")
         statement = None
     spec.statement = statement
     table = get("table")
     if table is not None and (not isinstance(table, str) or not _TABLE.match(table)):
-        problems.append(Problem(f"{where}.table", code, f"must be a table name (`schema.table`), got {table!r}"))
+        add(f"{where}.table", f"must be a table name (`schema.table`), got {table!r}")
         table = None
     spec.table = table
     mode = str(get("mode") or "insert").lower()
     if mode not in ("insert", "upsert", "append", "replace"):
-        problems.append(Problem(f"{where}.mode", code, f"must be insert or upsert, got {mode!r}"))
+        add(f"{where}.mode", f"must be insert or upsert, got {mode!r}")
     spec.mode = "upsert" if mode in ("upsert", "replace") else "insert"
-    keys = get("key") if get("key") is not None else get("keys")
+    keys = get("key", "keys")
     if isinstance(keys, str):
         keys = [keys]
     if keys is not None and (
         not isinstance(keys, list) or not all(isinstance(k, str) and _IDENT.match(k) for k in keys)
     ):
-        problems.append(Problem(f"{where}.key", code, "must be a column name or a list of column names"))
+        add(f"{where}.key", "must be a column name or a list of column names")
         keys = None
     spec.keys = tuple(keys or ())
-    spec.auth = get("auth") if get("auth") is not None else get("credential")
-    spec.commands = get("commands") if get("commands") is not None else get("sql")
-    spec.database = get("database")
+    spec.auth = get("auth", "credential")
+    spec.commands = get("commands", "sql")
     with_ = raw.get("with")
     if isinstance(with_, Mapping):
         spec.given = with_
     if kind == "postgres" and statement is None:
         if table is None:
-            problems.append(Problem(where, code, "a postgres save needs `statement`, or `table` and `data`"))
+            add(where, "a postgres save needs `statement`, or `table` and `data`")
         elif not isinstance(spec.data, Mapping):
-            problems.append(Problem(f"{where}.data", code, "a postgres save into a `table` needs `data`: a mapping"))
+            add(f"{where}.data", "a postgres save into a `table` needs `data`: a mapping")
     if isinstance(spec.data, Mapping) and table is not None and statement is None:
         for col in spec.data:
             if not isinstance(col, str) or not _IDENT.match(col):
-                problems.append(Problem(f"{where}.data.{col}", code, f"`{col}` is not a column name"))
+                add(f"{where}.data.{col}", f"`{col}` is not a column name")
     return spec
 
 

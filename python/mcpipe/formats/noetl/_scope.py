@@ -20,6 +20,7 @@ the result itself, so ``{{ step.data.x }}`` reads ``x`` whether or not the tool 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -28,7 +29,7 @@ import orjson
 
 from mcpipe.results import StepFailure
 
-__all__ = ["SET_FACT", "Environ", "Keychain", "Result", "apply_set", "loop_result", "output_view", "wrap"]
+__all__ = ["SET_FACT", "Environ", "Keychain", "Result", "apply_set", "loop_result", "loop_runs", "output_view", "wrap"]
 
 SET_FACT = "noetl_set"
 """The field of a step's result (in mcpipe's answer) holding the variables its ``set`` wrote."""
@@ -96,12 +97,17 @@ def output_view(result: object, ok: bool, error: object) -> dict[str, Any]:
     return out
 
 
-def loop_result(outputs: Sequence[object], failed: int) -> dict[str, Any]:
-    """A loop step's result once every iteration is done: each iteration's result in order, and counts."""
-    return {
-        "results": outputs,
-        "stats": {"total": len(outputs), "success": len(outputs) - failed, "failed": failed},
-    }
+def loop_runs(r: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A loop step's runs of its items (those that started, in item order), from its result in the run."""
+    return [ch for ch in r.get("children") or [] if ch is not None]
+
+
+def loop_result(runs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A loop step's result once every iteration is done: each successful iteration's result in order, and
+    counts."""
+    outputs = [ch.get("output") for ch in runs if ch.get("ok")]
+    failed = len(runs) - len(outputs)
+    return {"results": outputs, "stats": {"total": len(outputs), "success": len(outputs) - failed, "failed": failed}}
 
 
 class Environ(Mapping[str, str]):
@@ -133,11 +139,8 @@ def secret_value(name: str) -> Any:
     if value is None:
         raise StepFailure(f"credential `{name}`: set {var} (NoETL's credential store is not mcpipe's)", "TOOL_FAILED")
     if value[:1] == "{":
-        try:
-            decoded = orjson.loads(value)
-        except orjson.JSONDecodeError:
-            return value
-        return decoded
+        with contextlib.suppress(orjson.JSONDecodeError):
+            return orjson.loads(value)
     return value
 
 

@@ -19,13 +19,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from mcpipe.formats.noetl._scope import loop_runs
 from mcpipe.formats.noetl._steps import EVENTS, EXECUTION_ID, step_of
 from mcpipe.formats.noetl._workflow import NoetlPlaybook
 from mcpipe.formats.noetl.toolkinds import NOETL_DUCKDB_DIR
-from mcpipe.plan import Limits
+from mcpipe.plan import CompiledSpec, Limits
 from mcpipe.tools import ToolContext, ToolResult
 
-__all__ = ["NoTools", "noetl_answer", "run_noetl"]
+__all__ = ["NoTools", "noetl_answer", "registry_of", "run_noetl", "run_plan"]
 
 EventFn = Callable[[dict[str, Any]], None]
 
@@ -53,28 +54,47 @@ async def run_noetl(
 ) -> dict[str, Any]:
     """Run the playbook; answers the scheduler's answer (``ok``, ``result``, ``steps``, ``summary``...) with
     ``noetl``, the run in NoETL's shape (see the module)."""
-    from mcpipe.runtime import run_compiled
-
     base = ctx if ctx is not None else ToolContext()
-    run_ctx = base.for_step(None, base.step)
-    registry = pb.registry if pb.registry is not None else base.tools
-    if registry is None:
-        registry = NoTools()
-    run_ctx = replace(run_ctx, tools=registry)
     assert pb.plan is not None
     given = dict(args)
     run_id = given[EXECUTION_ID] = str(10**17 + secrets.randbelow(9 * 10**17))
     # A sub-playbook is an execution of its own, as in NoETL: its steps' events are not its parent's.
-    token = EVENTS.set(on_event)
     try:
-        answer = await run_compiled(
-            pb.plan, registry, context=run_ctx, limits=limits or pb.limits, on_event=on_event, args=given
-        )
+        answer = await run_plan(pb.plan, registry_of(pb, base), base, limits or pb.limits, given, on_event, on_event)
     finally:
-        EVENTS.reset(token)
         _drop_execution_database(run_id)
     answer["noetl"] = noetl_answer(pb, answer)
     return answer
+
+
+async def run_plan(
+    plan: CompiledSpec,
+    registry: Any,
+    ctx: ToolContext,
+    limits: Limits | None,
+    args: dict[str, Any],
+    on_event: EventFn | None,
+    events: EventFn | None,
+) -> dict[str, Any]:
+    """A playbook's plan run on the scheduler, its tools called through ``registry``: the scheduler's events go
+    to ``on_event``, the playbook's own (a step's ``step_exit``, a turn's tool calls, :data:`~._steps.EVENTS`)
+    to ``events``."""
+    from mcpipe.runtime import run_compiled
+
+    run_ctx = replace(ctx.for_step(None, ctx.step), tools=registry)
+    token = EVENTS.set(events)
+    try:
+        return await run_compiled(plan, registry, context=run_ctx, limits=limits, on_event=on_event, args=args)
+    finally:
+        EVENTS.reset(token)
+
+
+def registry_of(pb: object, ctx: ToolContext) -> Any:
+    """What a playbook's ``tool`` tasks call through: the registry it is bound to, else the call's, else none
+    at all (every tool unknown)."""
+    registry = getattr(pb, "registry", None)
+    registry = registry if registry is not None else ctx.tools
+    return registry if registry is not None else NoTools()
 
 
 def _drop_execution_database(run_id: str) -> None:
@@ -96,9 +116,7 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
             continue
         if r.get("kind") == "for_each":
             runs = steps.setdefault(sid, [])
-            for ch in r.get("children") or []:
-                if ch is None:
-                    continue
+            for ch in loop_runs(r):
                 runs.append(_result_of(ch))
                 if not ch.get("ok"):
                     failed.add(sid)

@@ -125,15 +125,11 @@ def _current(what: str) -> _Binds:
     return binds
 
 
-def _param_value(value: object) -> Any:
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    return str(value)  # what NoETL would have written there, as text (Jinja's own rendering)
-
-
 def _sql_value(value: object) -> str:
-    """Bind ``value`` (its type kept); write its placeholder."""
-    return _current("noetl_sql_value").add(_param_value(value))
+    """Bind ``value`` (its type kept: null, a boolean, a number; anything else as the text NoETL would have
+    written there, Jinja's own rendering); write its placeholder."""
+    binds = _current("noetl_sql_value")
+    return binds.add(value if value is None or isinstance(value, bool | int | float) else str(value))
 
 
 def _sql_literal(body: object) -> str:

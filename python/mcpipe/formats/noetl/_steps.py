@@ -41,6 +41,7 @@ from mcpipe.formats.noetl._scope import (
     Keychain,
     apply_set,
     loop_result,
+    loop_runs,
     output_view,
     secret_value,
     wrap,
@@ -102,12 +103,11 @@ def step_results(pb: NoetlPlaybook, env: Mapping[str, Any]) -> tuple[dict[str, A
         if sid not in pb.steps or not isinstance(r, Mapping):
             continue
         if r.get("kind") == "for_each":
-            children = [ch for ch in r.get("children") or [] if ch is not None]
-            for ch in children:
+            runs = loop_runs(r)
+            for ch in runs:
                 if ch.get(SET_FACT):
                     apply_set(variables, ch[SET_FACT])
-            outputs = [ch.get("output") for ch in children if ch.get("ok")]
-            value: Any = loop_result(outputs, sum(1 for ch in children if not ch.get("ok")))
+            value: Any = loop_result(runs)
         else:
             if r.get(SET_FACT):
                 apply_set(variables, r[SET_FACT])
@@ -142,15 +142,10 @@ def _runs(steps: Mapping[str, object], name: str) -> int:
 
 def latest(steps: Mapping[str, object], name: str) -> Any:
     """The result of ``name``'s latest run (``name``, ``name#2``, ``name#3``... in ``steps``), or None."""
-    r = steps.get(name)
-    n = 2
-    while f"{name}#{n}" in steps:
-        r = steps[f"{name}#{n}"]
-        n += 1
-    return r
+    n = _runs(steps, name)
+    return steps.get(name if n < 2 else f"{name}#{n}")
 
 
-_RESERVED = ("event", "ctx", "iter", "workload", "vars")
 _PROTECTED = ("execution_id", "catalog_id", "job")
 
 
@@ -181,16 +176,11 @@ def scope_of(
         scope["iter"] = {iterator: wrap(item), "_index": index, "_first": index == 0}
         scope["loop"] = {"index": index, "first": index == 0, "done": False}
         variables[iterator] = item
-    for name, value in results.items():
-        if name not in scope and name not in _PROTECTED:
-            scope[name] = wrap(value)
-    for name, value in variables.items():
+    for name, value in (*results.items(), *variables.items()):  # a step's result before a variable of its name
         if name not in scope and name not in _PROTECTED:
             scope[name] = wrap(value)
     run_id = execution_id(env)
-    scope["execution_id"] = run_id
-    scope["catalog_id"] = None
-    scope["job"] = {"uuid": run_id, "execution_id": run_id, "id": run_id}
+    scope.update(execution_id=run_id, catalog_id=None, job={"uuid": run_id, "execution_id": run_id, "id": run_id})
     scope["env"] = Environ()
     scope["keychain"] = Keychain(pb.keychain, lambda v: _render_plain(v, scope))
     if pb.mcp is not None:
@@ -216,20 +206,22 @@ def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, A
     r = latest(env.get("steps") or {}, source) or {}
     ok = bool(r.get("ok"))
     if loop:
-        children = [ch for ch in r.get("children") or [] if ch is not None]
-        outputs = [ch.get("output") for ch in children if ch.get("ok")]
-        result: Any = loop_result(outputs, sum(1 for ch in children if not ch.get("ok")))
+        result: Any = loop_result(loop_runs(r))
         event = "loop.done"
         ok = True
     else:
         result = r.get("output")
         event = "call.done" if ok else "call.error"
     error = None if ok else (r.get("error") or "failed")
+    return {**_view(result, ok, error, event, source), "error": error}
+
+
+def _view(result: object, ok: bool, error: object, event: str, step: str) -> dict[str, Any]:
+    """``output``, ``event`` and ``result`` of a step's outcome, as its ``set`` and arcs see them."""
     return {
         "output": wrap(output_view(result, ok, error)),
-        "event": {"name": event, "step": source},
+        "event": {"name": event, "step": step},
         "result": wrap(result),
-        "error": error,
     }
 
 
@@ -280,12 +272,7 @@ class ArcWhen:
             if self.arc.retry is not None:
                 return await self._retries(self.arc.retry, self.when, scope, env)
             if self.arc.case:  # asked at each of the step's events: its call's, then its exit
-                first = scope["event"]["name"]
-                for name in (first, "step.exit"):
-                    scope["event"] = {**scope["event"], "name": name}
-                    if truthy(await self.when.render_async(scope)):
-                        return True
-                return False
+                return await _at_events(self.when, scope, lenient=False)
             return truthy(await self.when.render_async(scope))
         except RenderError as e:
             raise ExpressionError(str(e)) from None
@@ -302,16 +289,7 @@ class ArcWhen:
         n = _runs(env.get("steps") or {}, self.step.name)
         if n >= retry.max_attempts:
             return False
-        scope = self._case_scope(scope)
-        held = False
-        for name in (scope["event"]["name"], "step.exit"):
-            scope["event"] = {**scope["event"], "name": name}
-            try:
-                held = truthy(await when.render_async(scope))
-            except RenderError:
-                held = False
-            if held:
-                break
+        held = await _at_events(when, self._case_scope(scope), lenient=True)
         if held:
             wait = retry.delay * n if retry.backoff == "linear" else retry.delay * 2 ** (n - 1)
             if wait > 0:
@@ -330,6 +308,20 @@ class ArcWhen:
         scope = scope_of(self.step.playbook, env)
         scope.update(_source_view(env, self.step.name, self.loop))
         return scope
+
+
+async def _at_events(when: Tmpl, scope: dict[str, Any], lenient: bool) -> bool:
+    """Whether a case's ``when`` holds at one of its step's events: its call's, then its exit. ``lenient``: a
+    condition that cannot be evaluated is false there (NoETL's ``_evaluate_condition``)."""
+    for name in (scope["event"]["name"], "step.exit"):
+        scope["event"] = {**scope["event"], "name": name}
+        try:
+            if truthy(await when.render_async(scope)):
+                return True
+        except RenderError:
+            if not lenient:
+                raise
+    return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -446,8 +438,7 @@ async def run_step(
         source_scope.update(_source_view(env, data.source, data.source in pb.loops))
         try:
             if data.set is not None:
-                muts = await data.set.render_async(source_scope)
-                apply_set(writes, muts)
+                apply_set(writes, await data.set.render_async(source_scope))
             if data.data is not None:
                 passed.update(await data.data.render_async(source_scope))
         except RenderError as e:
@@ -487,13 +478,7 @@ async def run_step(
         after = dict(scope)
         if result is not None:
             after[plan.name] = wrap(result)
-        after.update(
-            {
-                "output": wrap(output_view(result, True, None)),
-                "event": {"name": "call.done", "step": plan.name},
-                "result": wrap(result),
-            }
-        )
+        after.update(_view(result, True, None, "call.done", plan.name))
         try:
             apply_set(writes, await plan.set.render_async(after))
         except RenderError as e:
@@ -501,10 +486,8 @@ async def run_step(
     if emit is not None and not plan.router:
         emit(_exit(step, plan, "ok", result, "", t0))
     out = StepOutput.of(result)
-    if writes:
-        out.facts = _facts(writes)
-    if writes_full:
-        out.facts = {**(out.facts or {}), FULL_FACT: writes_full}
+    if writes or writes_full:
+        out.facts = {**_facts(writes), **({FULL_FACT: writes_full} if writes_full else {})}
     return out
 
 
@@ -552,17 +535,8 @@ def _facts(writes: Mapping[str, object]) -> dict[str, Any]:
 def _exit(
     step: Leaf[None, StepPlan], plan: StepPlan, status: str, result: object, error: str, t0: float
 ) -> dict[str, Any]:
-    event = {
-        "type": "step_exit",
-        "id": step.id,
-        "step": plan.name,
-        "status": status,
-        "result": result,
-        "duration_ms": round((perf_counter() - t0) * 1000, 3),
-    }
-    if error:
-        event["error"] = error
-    return event
+    event = {"type": "step_exit", "id": step.id, "step": plan.name, "status": status, "result": result}
+    return {**event, "duration_ms": round((perf_counter() - t0) * 1000, 3), **({"error": error} if error else {})}
 
 
 def _error_status(result: object) -> str | None:
@@ -596,15 +570,19 @@ def _outcome(status: str, result: object, error: object, kind: str, attempt: int
     else:
         out["error"] = error
     if kind == "http":
-        code = None
-        source = result if isinstance(result, Mapping) else None
-        if source is not None:
-            data = source.get("data")
-            code = source.get("status_code") or (data.get("status_code") if isinstance(data, Mapping) else None)
+        code = _status_code(result)
         if isinstance(error, Mapping) and error.get("status_code") is not None:
             code = error["status_code"]
-        out["http"] = {"status": code, "headers": (source or {}).get("headers", {})}
+        out["http"] = {"status": code, "headers": result.get("headers", {}) if isinstance(result, Mapping) else {}}
     return out
+
+
+def _status_code(result: object) -> Any:
+    """An HTTP result's status: its ``status_code``, else its ``data``'s (an error result wraps the response)."""
+    if not isinstance(result, Mapping):
+        return None
+    data = result.get("data")
+    return result.get("status_code") or (data.get("status_code") if isinstance(data, Mapping) else None)
 
 
 async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, object], ctx: ToolContext) -> Any:
@@ -625,20 +603,9 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, obje
             raise StepFailure(f"{plan.location}.tool: more than 10000 task runs (a `jump` loop?)", "LIMIT_EXCEEDED")
         task = tasks[i]
         attempt = retries.get(task.name, 0) + 1
-        scope = dict(base)
-        scope.update({k: wrap(v) for k, v in results.items()})
-        merged_ctx = wrap({**(base.get("ctx") or {}), **seq_ctx})
-        merged_iter = {**(base.get("iter") or {}), **{k: wrap(v) for k, v in seq_iter.items()}}
-        scope.update(
-            {
-                "_task": task.name,
-                "_prev": wrap(prev),
-                "_attempt": attempt,
-                "results": wrap(results),
-                "ctx": merged_ctx,
-                "iter": merged_iter,
-            }
-        )
+        scope = {**base, **{k: wrap(v) for k, v in results.items()}, "_task": task.name, "_prev": wrap(prev)}
+        scope.update(_attempt=attempt, results=wrap(results), ctx=wrap({**(base.get("ctx") or {}), **seq_ctx}))
+        scope["iter"] = {**(base.get("iter") or {}), **{k: wrap(v) for k, v in seq_iter.items()}}
         t0 = perf_counter()
         error: Any = None
         result: Any = None
@@ -744,14 +711,9 @@ def _failed(
 
 
 def _error_info(result: object, why: str) -> dict[str, Any]:
-    code = None
-    status_code = None
-    if isinstance(result, Mapping):
-        data = result.get("data")
-        raw = result.get("status_code") or (data.get("status_code") if isinstance(data, Mapping) else None)
-        if isinstance(raw, int):
-            status_code = raw
-            code = f"HTTP_{raw}"
+    raw = _status_code(result)
+    status_code = raw if isinstance(raw, int) else None
+    code = f"HTTP_{raw}" if status_code is not None else None
     retryable = status_code is not None and (status_code == 429 or status_code >= 500)
     return {"kind": "tool_error", "retryable": retryable, "code": code, "status_code": status_code, "message": why}
 
@@ -807,24 +769,21 @@ async def _legacy_retries(rp: RulePlan, ok: bool, attempt: int, error: object, r
     if attempt + 1 > rule.attempts:
         return False
     body = result if isinstance(result, Mapping) else {}
+    data = body.get("data")
     names = {
         "result": wrap(body),
         "attempt": attempt + 1,
         "error": _message(error) if error is not None else None,
-        "status_code": body.get(
-            "status_code",
-            (body.get("data") or {}).get("status_code") if isinstance(body.get("data"), Mapping) else None,
-        ),
+        "status_code": body.get("status_code", data.get("status_code") if isinstance(data, Mapping) else None),
         "success": ok,
-        "data": wrap(body.get("data")),
+        "data": wrap(data),
     }
-    for when in (rp.stop,):
-        if when is not None:
-            try:
-                if truthy(await when.render_async(names)):
-                    return False
-            except RenderError:
+    if rp.stop is not None:
+        try:
+            if truthy(await rp.stop.render_async(names)):
                 return False
+        except RenderError:
+            return False
     if rp.when is not None:
         try:
             return truthy(await rp.when.render_async(names))
@@ -881,10 +840,7 @@ async def run_save(
     inputs: dict[str, Any] = {}
     try:
         if spec.kind == "postgres":
-            for k, t in save.conn.items():
-                inputs[k] = await _rendered(t, names)
-            if isinstance(inputs.get("backend"), str):
-                inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+            inputs = await _connection(save.conn, names)
             if save.statement is not None:
                 params: dict[str, Any] | None = None
                 if save.sql is not None:
@@ -906,29 +862,22 @@ async def run_save(
                 columns = [column_name(k, f"{where}.data") for k in data]
                 inputs["command"] = insert_sql(spec.table, columns, spec.mode, spec.keys)
                 inputs["params"] = {f"noetl_c{i}": as_text(v) for i, v in enumerate(data.values())}
-            out = await _call_kind(save.step, inputs, env, ctx, where)
-            meta["save_spec"] = {
-                "mode": spec.mode,
-                "key": list(spec.keys),
-                "statement_present": spec.statement is not None,
-            }
-            return {
-                "status": "success",
-                "data": {"saved": "postgres", "table": spec.table, "task_result": out},
-                "meta": meta,
-            }
-        if save.statement is not None:
-            assert save.sql is not None
-            inputs["commands"], inputs["params"] = await rendered_sql(save.statement, with_data, save.sql)
+            meta["save_spec"] = dict(mode=spec.mode, key=list(spec.keys), statement_present=spec.statement is not None)
+            saved: dict[str, Any] = {"saved": "postgres", "table": spec.table}
         else:
-            if not isinstance(data, Mapping) or not data:
-                raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
-            inputs["commands"] = duckdb_table_sql(spec.table or "save_data", data)
-        inputs["database"] = await _rendered(save.database, names)
+            if save.statement is not None:
+                assert save.sql is not None
+                inputs["commands"], inputs["params"] = await rendered_sql(save.statement, with_data, save.sql)
+            else:
+                if not isinstance(data, Mapping) or not data:
+                    raise ValueError(f"{where}.data: a duckdb save needs `commands` or `data`: a mapping")
+                inputs["commands"] = duckdb_table_sql(spec.table or "save_data", data)
+            inputs["database"] = await _rendered(save.database, names)
+            saved = {"saved": "duckdb"}
         out = await _call_kind(save.step, inputs, env, ctx, where)
-        return {"status": "success", "data": {"saved": "duckdb", "task_result": out}, "meta": meta}
     except ValueError as e:
         raise StepFailure(str(e), ErrorCode.TOOL_FAILED) from None
+    return {"status": "success", "data": {**saved, "task_result": out}, "meta": meta}
 
 
 async def run_loop_save(
@@ -941,9 +890,9 @@ async def run_loop_save(
     pb = plan.playbook
     assert plan.save is not None
     r = latest(env.get("steps") or {}, plan.name) or {}
-    children = [ch for ch in r.get("children") or [] if ch is not None]
-    outputs = [ch.get("output") for ch in children if ch.get("ok")]
-    errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(children) if not ch.get("ok")]
+    runs = loop_runs(r)
+    outputs = [ch.get("output") for ch in runs if ch.get("ok")]
+    errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(runs) if not ch.get("ok")]
     roots = {"results": outputs, "items": outputs, "result": outputs, "errors": errors, "count": len(outputs)}
     scope = scope_of(pb, env)
     emit = EVENTS.get()
@@ -1002,12 +951,8 @@ def stored_view(output: OutputSpec, result: object, step_name: str, run_id: str,
         if not output.select:
             return result, None
         return {**_select(result, output.select), "_inline": result}, None
-    ref = {
-        "kind": "result_ref",
-        "ref": f"noetl://execution/{run_id}/result/{step_name}/{sid}",
-        "store": output.store,
-        "size_bytes": size,
-    }
+    uri = f"noetl://execution/{run_id}/result/{step_name}/{sid}"
+    ref = {"kind": "result_ref", "ref": uri, "store": output.store, "size_bytes": size}
     return {**_select(result, output.select), "_ref": ref, "_size_bytes": size}, result
 
 
@@ -1044,11 +989,13 @@ async def _pg(
 ) -> Any:
     step, conn = part
     inputs: dict[str, Any] = {"command": command, "params": params or None}
-    for k, t in conn.items():
-        inputs[k] = await _rendered(t, scope)
-    if isinstance(inputs.get("backend"), str):
-        inputs["backend"] = toolkinds.credential_backend(inputs["backend"])
+    inputs.update(await _connection(conn, scope))
     return await _call_kind(step, inputs, env, ctx, where)
+
+
+async def _connection(conn: Mapping[str, Tmpl], scope: Mapping[str, object]) -> dict[str, Any]:
+    """A postgres connection's fields (``backend``: the config's ``[sql.NAME]``, or ``dsn``), rendered."""
+    return {k: await _rendered(t, scope) for k, t in conn.items()}
 
 
 async def _run_transfer(
@@ -1082,9 +1029,9 @@ async def _run_transfer(
     target = task.parts["target"]
     if spec.mode == "replace" and spec.table:
         await _pg(target, scope, f"TRUNCATE TABLE {spec.table}", None, env, ctx, f"{where}.target")
-    chunks = 0
     custom = task.parts.get("target_query")
-    for i in range(0, len(rows), spec.chunk_size):
+    chunks = range(0, len(rows), spec.chunk_size)
+    for i in chunks:
         chunk = rows[i : i + spec.chunk_size]
         if custom is not None:
             text, bound = await rendered_sql(custom, scope, task.parts["target_sql"])
@@ -1095,15 +1042,10 @@ async def _run_transfer(
             assert spec.table is not None
             sql, params = tr.insert_chunk(spec.table, columns, chunk, spec.mode)
             await _pg(target, scope, sql, params, env, ctx, f"{where}.target")
-        chunks += 1
-    data = {
-        "direction": f"{spec.source_type}_to_{spec.target_type}",
-        "source_type": spec.source_type,
-        "target_type": spec.target_type,
-        "mode": spec.mode if custom is None else "custom",
-        "rows_transferred": len(rows),
-        "chunks_processed": chunks,
-    }
+    direction = f"{spec.source_type}_to_{spec.target_type}"
+    data: dict[str, Any] = {"direction": direction, "source_type": spec.source_type, "target_type": spec.target_type}
+    mode = spec.mode if custom is None else "custom"
+    data.update(mode=mode, rows_transferred=len(rows), chunks_processed=len(chunks))
     if spec.source_type == "http":
         data["records_fetched"] = len(found)
     else:
@@ -1146,8 +1088,7 @@ async def _paginate(
     iteration = 0
     while iteration < spec.max_attempts:
         iteration += 1
-        names = dict(scope)
-        names["_retry"] = {"index": iteration, "count": iteration}
+        names = {**scope, "_retry": {"index": iteration, "count": iteration}}
         if accumulated is not None:
             names[spec.into] = wrap(accumulated)
         attempt = 0
@@ -1161,7 +1102,7 @@ async def _paginate(
             return response  # the page failed after its retries: the task's error result
         body = response.get("data") if isinstance(response, Mapping) else response
         page: Any = body
-        for part in (spec.path or "").split(".") if spec.path else ():
+        for part in spec.path.split(".") if spec.path else ():
             page = page.get(part) if isinstance(page, Mapping) else None
         if spec.strategy == "append":
             accumulated = [*(accumulated or []), *(page if isinstance(page, list) else [page])]
@@ -1182,10 +1123,7 @@ async def _paginate(
         if not more:
             break
         for key, value in ((await _rendered(pg.next_call, names)) or {}).items():
-            if isinstance(value, Mapping):
-                overrides[key] = {**(overrides.get(key) or {}), **value}
-            else:
-                overrides[key] = value
+            overrides[key] = {**(overrides.get(key) or {}), **value} if isinstance(value, Mapping) else value
     meta = {"iterations": iteration, "collect_strategy": spec.strategy}
     rid = response.get("id") if isinstance(response, Mapping) else None
     return {"id": rid or str(uuid.uuid4()), "status": "success", "data": accumulated, "meta": meta}
@@ -1223,13 +1161,16 @@ async def _run_one(
     if runner == "gcp_secret":
         return await _run_gcp_secret(task, scope, env, ctx)
     if runner == "secrets":
-        value = os.environ.get(task.parts["name"])
-        if value is None:
-            raise StepFailure(
-                f"{task.location}: the environment variable {task.parts['name']} is not set", "TOOL_FAILED"
-            )
-        return {"value": value}
+        return {"value": _environ(task.parts["name"], task.location)}
     raise StepFailure(f"{task.location}: no runner for kind `{task.kind}`", ErrorCode.TOOL_FAILED)
+
+
+def _environ(name: str, where: str) -> str:
+    """The environment variable ``name`` (NoETL's ``source: env``); a failure located at ``where`` when unset."""
+    value = os.environ.get(name)
+    if value is None:
+        raise StepFailure(f"{where}: the environment variable {name} is not set", ErrorCode.TOOL_FAILED)
+    return value
 
 
 async def _run_nats(task: TaskPlan, scope: Mapping[str, object]) -> Any:
@@ -1272,27 +1213,16 @@ async def _run_gcp_secret(
     try:
         creds = await trio.to_thread.run_sync(_gcp.credentials)
         variables = scope.get("ctx")
-        project, name = _gcp.project_of(
-            fields.get("project_id"),
-            str(fields.get("secret_name") or ""),
-            variables if isinstance(variables, Mapping) else {},
-            creds,
-        )
+        known = variables if isinstance(variables, Mapping) else {}
+        project, name = _gcp.project_of(fields.get("project_id"), str(fields.get("secret_name") or ""), known, creds)
         url = str(fields.get("api_endpoint") or _gcp.access_url(project, name, version))
         token_uri, form = _gcp.token_request(creds)
         form_type = {"content-type": "application/x-www-form-urlencoded"}
-        answer = await _call_kind(
-            parts["token"],
-            {"url": token_uri, "headers": form_type, "query": None, "body": form},
-            env,
-            ctx,
-            task.location,
-        )
+        asked = {"url": token_uri, "headers": form_type, "query": None, "body": form}
+        answer = await _call_kind(parts["token"], asked, env, ctx, task.location)
         token = answer.get("body", {}).get("access_token") if isinstance(answer.get("body"), Mapping) else None
         if answer.get("status") != 200 or not isinstance(token, str):
-            raise _gcp.GoogleError(
-                f"Failed to authenticate with Google: the token endpoint answered {answer.get('status')}"
-            )
+            raise _gcp.GoogleError.auth(f"the token endpoint answered {answer.get('status')}")
         auth = {"Authorization": f"Bearer {token}"}
         out = await _call_kind(parts["access"], {"url": url, "headers": auth, "query": None}, env, ctx, task.location)
         status, body = out.get("status"), out.get("body")
@@ -1317,6 +1247,13 @@ async def _rendered(t: Tmpl | None, scope: Mapping[str, object]) -> Any:
         return await t.render_async(scope)
     except RenderError as e:
         raise StepFailure(str(e), e.code) from None
+
+
+async def _with_params(t: Tmpl | None, scope: Mapping[str, object]) -> Mapping[str, object]:
+    """The scope with NoETL 1.x's ``with`` parameters (rendered in it) laid over it: names a tool's templates
+    read (its SQL's, its request's)."""
+    given = await _rendered(t, scope)
+    return {**scope, **{str(k): wrap(v) for k, v in given.items()}} if isinstance(given, Mapping) and given else scope
 
 
 async def _call_kind(
@@ -1359,9 +1296,7 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, object], env: Mapping[st
             )
     step = task.parts["step"]
     fields: dict[str, Tmpl] = task.parts["fields"]
-    given = await _rendered(task.parts.get("with"), scope)
-    if isinstance(given, Mapping) and given:  # NoETL 1.x's `with` parameters: names the SQL's templates read
-        scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
+    scope = await _with_params(task.parts.get("with"), scope)
     inputs = {name: t.resolve({}) for name, t in step.templates if name not in fields}
     script = task.parts.get("script")
     if script:
@@ -1420,7 +1355,7 @@ def _duckdb_secret(secret: Mapping[str, object], task: TaskPlan) -> dict[str, An
     where = f"{task.location}.auth.{name}"
     if kind == "postgres":
         backends = task.parts.get("sql") or {}
-        backend = backends.get(toolkinds.credential_backend(str(key)))
+        backend = backends.get(str(key))
         url = getattr(getattr(backend, "config", None), "url", None)
         if not isinstance(url, str) or not url.startswith(("postgresql://", "postgres://")):
             raise StepFailure(
@@ -1532,9 +1467,7 @@ async def _run_http(
     parts = task.parts
     t: dict[str, Tmpl | None] = parts["tmpl"]
     method: str = parts["method"]
-    given = await _rendered(t.get("with"), scope)
-    if isinstance(given, Mapping):  # NoETL 1.x's `with`: names the request's templates read
-        scope = {**scope, **{str(k): wrap(v) for k, v in given.items()}}
+    scope = await _with_params(t.get("with"), scope)
     over = overrides or {}
     url = over["url"] if "url" in over else await _rendered(t["url"], scope)
     if not isinstance(url, str):
@@ -1556,20 +1489,16 @@ async def _run_http(
             payload = over[key]
     if not isinstance(data, Mapping):
         raise StepFailure(f"{task.location}.data: must be an object, got {json_type(data)}", ErrorCode.TOOL_FAILED)
-    query: Any = None
-    body: Any = None
-    if "query" in data and isinstance(data.get("query"), Mapping):
-        query = data["query"]
-    if "body" in data:
-        body = data["body"]
+    # `data` naming neither `query` nor `body` is the whole query (GET, DELETE) or body (the others).
+    plain = dict(data) if data and "query" not in data and "body" not in data else None
+    query: Any = data["query"] if isinstance(data.get("query"), Mapping) else None
+    body: Any = data.get("body")
     if method in ("GET", "DELETE"):
-        if query is None and "query" not in data and "body" not in data and data:
-            query = dict(data)
+        query = plain if plain is not None else query
         if not query and isinstance(params, Mapping) and params:
             query = params
     else:
-        if body is None and "query" not in data and "body" not in data and data:
-            body = dict(data)
+        body = plain if plain is not None else body
         if body is None and payload not in (None, {}):
             body = payload
         if query is None and isinstance(params, Mapping) and params:
@@ -1628,11 +1557,7 @@ def _auth_headers(auth: object, location: str) -> dict[str, str]:
     kind = auth.get("type", "bearer")
     token: Any
     if auth.get("source") == "env":
-        name = str(auth.get("name") or "")
-        value = os.environ.get(name)
-        if value is None:
-            raise StepFailure(f"{location}.auth: the environment variable {name} is not set", ErrorCode.TOOL_FAILED)
-        token = value
+        token = _environ(str(auth.get("name") or ""), f"{location}.auth")
     elif auth.get("credential") is not None or auth.get("key") is not None:
         secret = secret_value(str(auth.get("credential") or auth.get("key")))
         if isinstance(secret, Mapping):
@@ -1694,23 +1619,13 @@ async def _run_playbook(
         _RUNNING.reset(token)
     shaped = answer["noetl"]
     ret = parts["return_step"]
-    if ret is not None:
-        runs = shaped["steps"].get(ret) or []
-        result = runs[-1] if runs else None
-    else:
-        result = shaped["final"]
+    result = (shaped["steps"].get(ret) or [None])[-1] if ret is not None else shaped["final"]
     variables, _ = step_results(child, {"args": given, "steps": answer["steps"]})
-    out = {
-        "status": shaped["status"],
-        "completed": shaped["status"] == "completed",
-        "failed": shaped["status"] != "completed",
-        "completed_steps": [s for s, runs in shaped["steps"].items() if runs],
-        "variables": variables,
-        "result": result,
-        "path": child.path,
-    }
-    if shaped["status"] != "completed":
-        out["status"] = "error"
+    done = shaped["status"] == "completed"
+    out = {"status": shaped["status"] if done else "error", "completed": done, "failed": not done}
+    out.update(completed_steps=[s for s, runs in shaped["steps"].items() if runs], variables=variables)
+    out.update(result=result, path=child.path)
+    if not done:
         out["error"] = answer.get("error") or "the sub-playbook failed"
     return out
 

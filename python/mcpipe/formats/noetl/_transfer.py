@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcpipe._describe import json_type
 from mcpipe.errors import Problem
 
 __all__ = ["TransferSpec", "read_transfer"]
@@ -138,14 +137,8 @@ def field_of(record: object, path: str) -> Any:
 
 def insert_chunk(table: str, columns: list[str], rows: list[list[object]], mode: str) -> tuple[str, dict[str, Any]]:
     """One INSERT of ``rows`` (each value bound as ``:tI_J``); ``upsert`` on the first column."""
-    params: dict[str, Any] = {}
-    groups = []
-    for i, row in enumerate(rows):
-        names = []
-        for j, value in enumerate(row):
-            params[f"t{i}_{j}"] = value
-            names.append(f":t{i}_{j}")
-        groups.append("(" + ", ".join(names) + ")")
+    params = {f"t{i}_{j}": value for i, row in enumerate(rows) for j, value in enumerate(row)}
+    groups = ["(" + ", ".join(f":t{i}_{j}" for j in range(len(row))) + ")" for i, row in enumerate(rows)]
     cols = ", ".join(f'"{c}"' for c in columns)
     sql = f"INSERT INTO {table} ({cols}) VALUES {', '.join(groups)}"
     if mode == "upsert" and len(columns) > 1:
@@ -158,7 +151,3 @@ def check_columns(columns: list[str], where: str) -> None:
     for c in columns:
         if not isinstance(c, str) or not _IDENT.match(c):
             raise ValueError(f"{where}: `{c}` is not a column name")
-
-
-def describe(value: object) -> str:
-    return json_type(value)

@@ -16,7 +16,7 @@ What each NoETL tool's fields become (NoETL 4.26.0's tools, ``noetl/tools/*``):
   front-end: it may set it (a template) to its scope, NoETL's ``context`` global.
 - ``postgres``: the SQL of ``command``/``commands``/``query``/``queries``/``cmd``/``cmds`` (a list joined
   with newlines) or their ``*_b64`` forms; the connection of ``auth`` (or ``credential``): a credential name
-  is the config's ``[sql.NAME]`` backend of that name (:func:`credential_backend`), chosen at run time when
+  is the config's ``[sql.NAME]`` backend of that name, chosen at run time when
   it is a template; ``{source: inline, fields: {...}}`` (or ``db_host``... fields) is a ``dsn``. The SQL is
   left as NoETL wrote it: the front-end binds its values (:mod:`mcpipe.formats.noetl._sqlbind`).
 - ``duckdb``: the same SQL fields, ``database`` (default: NoETL's file per execution, under the temporary
@@ -31,7 +31,7 @@ and auth sources mcpipe has no store for.
 
 Credentials: NoETL reads a credential by name from its server's credential store; mcpipe's store of
 database credentials is the config's ``[sql.NAME]`` sections, so a NoETL credential ``pg_local`` is the
-backend ``[sql.pg_local]`` (:func:`credential_backend`). Scalar secrets are read as NoETL reads them from the
+backend ``[sql.pg_local]``. Scalar secrets are read as NoETL reads them from the
 environment (:func:`secret_value`: ``source: env`` reads the variable named, ``source: secret`` reads
 ``NOETL_SECRET_<NAME>``).
 """
@@ -55,7 +55,6 @@ __all__ = [
     "NO_CONNECTION_CODE",
     "TEMPLATE_FIELDS",
     "connection_of",
-    "credential_backend",
     "map_tool",
     "secret_value",
     "single_auth",
@@ -127,12 +126,9 @@ def _python(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> di
         if value is None:
             continue
         if not isinstance(value, Mapping):
-            if isinstance(value, str) and _JINJA.search(value):
-                _problem(problems, f"{loc}.{field}", f"python tool: `{field}` must be a mapping of names to values")
-                return None
-            _problem(
-                problems, f"{loc}.{field}", f"python tool: `{field}` must be a mapping, got {type(value).__name__}"
-            )
+            template = isinstance(value, str) and _JINJA.search(value)
+            why = " of names to values" if template else f", got {type(value).__name__}"
+            _problem(problems, f"{loc}.{field}", f"python tool: `{field}` must be a mapping{why}")
             return None
         merged.update(value)
     step: dict[str, Any] = {"kind": "python", "code": code, "coerce": True}
@@ -181,18 +177,12 @@ def _libs(libs: object, loc: str, problems: list[Problem]) -> list[str] | None:
         if not isinstance(alias, str) or not _IDENT.match(alias):
             _problem(problems, where, f"python tool: `{alias}` is not a Python name")
             continue
+        source, name = (module.get("from"), module.get("import")) if isinstance(module, Mapping) else (None, None)
         if isinstance(module, str) and _MODULE.match(module):
             lines.append(f"import {module}" if alias == module else f"import {module} as {alias}")
-        elif (
-            isinstance(module, Mapping)
-            and isinstance(module.get("from"), str)
-            and _MODULE.match(module["from"])
-            and isinstance(module.get("import"), str)
-            and _IDENT.match(module["import"])
-        ):
-            name = module["import"]
+        elif isinstance(source, str) and _MODULE.match(source) and isinstance(name, str) and _IDENT.match(name):
             tail = "" if alias == name else f" as {alias}"
-            lines.append(f"from {module['from']} import {name}{tail}")
+            lines.append(f"from {source} import {name}{tail}")
         else:
             _problem(problems, where, "python tool: a lib is a module name or {from: module, import: name}")
     return lines if len(lines) == len(libs) else None
@@ -203,12 +193,8 @@ def _libs(libs: object, loc: str, problems: list[Problem]) -> list[str] | None:
 
 def _sql_text(tool: Mapping[str, object], loc: str, problems: list[Problem], kind: str) -> str | None:
     if tool.get("script") is not None:
-        _problem(
-            problems,
-            f"{loc}.script",
-            f"{kind} tool: SQL fetched from a script source (GCS, S3, HTTP, a file) is not supported: "
-            "put it in `command`",
-        )
+        why = "SQL fetched from a script source (GCS, S3, HTTP, a file) is not supported: put it in `command`"
+        _problem(problems, f"{loc}.script", f"{kind} tool: {why}")
         return None
     for field in _SQL_B64:
         if field in tool:
@@ -221,30 +207,25 @@ def _sql_text(tool: Mapping[str, object], loc: str, problems: list[Problem], kin
             if value is None or isinstance(value, (Mapping, bool)):
                 break
             return str(value)
-    _problem(
-        problems,
-        f"{loc}.command",
-        f"{kind} tool: no SQL; give `command` (or query, queries, commands, cmd, cmds, or their _b64 forms)",
-    )
+    why = "no SQL; give `command` (or query, queries, commands, cmd, cmds, or their _b64 forms)"
+    _problem(problems, f"{loc}.command", f"{kind} tool: {why}")
     return None
 
 
 # --- postgres ---------------------------------------------------------------------------------------------
 
 _INLINE_KEYS = {
-    "host": "host",
-    "db_host": "host",
-    "port": "port",
-    "db_port": "port",
-    "user": "user",
-    "username": "user",
-    "db_user": "user",
-    "password": "password",
-    "db_password": "password",
-    "database": "dbname",
-    "dbname": "dbname",
-    "db_name": "dbname",
+    name: part
+    for part, names in {
+        "host": ("host", "db_host"),
+        "port": ("port", "db_port"),
+        "user": ("user", "username", "db_user"),
+        "password": ("password", "db_password"),
+        "dbname": ("database", "dbname", "db_name"),
+    }.items()
+    for name in names
 }
+"""NoETL's names of a connection's fields (inline ``auth.fields``, NoETL 1.x's ``db_*``), each the libpq part."""
 
 
 _SINGLE_AUTH_KEYS = frozenset({"source", "key", "name", "service", "secret_name", "scope", "fields", "inject", "type"})
@@ -256,12 +237,6 @@ def single_auth(auth: Mapping[str, object]) -> bool:
     """Whether an ``auth`` mapping is one credential (it has one of NoETL's reserved keys), not a map of
     aliases to credentials (NoETL's ``RESERVED_SINGLE_AUTH_KEYS``)."""
     return bool(_SINGLE_AUTH_KEYS.intersection(auth))
-
-
-def credential_backend(name: str) -> str:
-    """The ``[sql.NAME]`` backend of the config that holds NoETL's database credential ``name``: the
-    backend of the same name (``auth: pg_local`` is ``[sql.pg_local] url = "postgresql://..."``)."""
-    return name
 
 
 def secret_value(spec: Mapping[str, object], environ: Mapping[str, str]) -> str | None:
@@ -280,39 +255,35 @@ def secret_value(spec: Mapping[str, object], environ: Mapping[str, str]) -> str 
 
 def connection_of(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     """The connection of a NoETL tool (or save) as the postgres step takes it: ``{"backend": NAME}`` (a
-    credential name, the config's ``[sql.NAME]``) or ``{"dsn": ...}`` (inline fields, NoETL 1.x's ``db_*``),
-    or None with a located problem."""
-    return _connection(tool, loc, problems)
-
-
-def _connection(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
+    credential name, the config's ``[sql.NAME]`` backend of that name: ``auth: pg_local`` is ``[sql.pg_local]
+    url = "postgresql://..."``) or ``{"dsn": ...}`` (inline fields, NoETL 1.x's ``db_*``), or None with a
+    located problem."""
     auth = tool.get("auth")
     where = f"{loc}.auth"
     if auth in (None, "", {}):
         auth = tool.get("credential")
         where = f"{loc}.credential"
     if isinstance(auth, str) and auth.strip():
-        return {"backend": credential_backend(auth.strip())}
-    if isinstance(auth, Mapping) and auth and not _SINGLE_AUTH_KEYS.intersection(auth):
+        return {"backend": auth.strip()}
+    if isinstance(auth, Mapping) and auth and not single_auth(auth):
         # An alias map ({pg: ..., gcs: ...}): NoETL takes its postgres entry (else the first).
         entries = list(auth.values())
         chosen = next((e for e in entries if isinstance(e, Mapping) and e.get("type") == "postgres"), entries[0])
-        return _connection({"auth": chosen}, loc, problems)
+        return connection_of({"auth": chosen}, loc, problems)
     if isinstance(auth, Mapping) and auth:
         source = auth.get("source", "credential")
         if source == "credential":
             key = auth.get("key") or auth.get("credential")
             if isinstance(key, str) and key.strip():
-                return {"backend": credential_backend(key.strip())}
+                return {"backend": key.strip()}
             _problem(problems, where, "postgres tool: an `auth` credential needs `key` or `credential`")
             return None
         if source == "inline":
             fields = auth.get("fields")
             if isinstance(fields, Mapping) and fields:
                 return {"dsn": {_INLINE_KEYS[k]: v for k, v in fields.items() if k in _INLINE_KEYS}}
-            _problem(
-                problems, where, "postgres tool: inline `auth` needs `fields` (host, port, user, password, database)"
-            )
+            why = "inline `auth` needs `fields` (host, port, user, password, database)"
+            _problem(problems, where, f"postgres tool: {why}")
             return None
         _problem(problems, where, f"postgres tool: auth source `{source}` is not supported (credential or inline)")
         return None
@@ -337,7 +308,7 @@ step when it runs, so the front-end makes it a warning and a step that fails as 
 
 def _postgres(tool: Mapping[str, object], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     text = _sql_text(tool, loc, problems, "postgres")
-    conn = _connection(tool, loc, problems)
+    conn = connection_of(tool, loc, problems)
     if text is None or conn is None:
         return None
     return {"kind": "postgres", "command": text, **conn}
@@ -379,7 +350,7 @@ def _duckdb_secrets(auth: object, where: str, problems: list[Problem]) -> list[d
     if not isinstance(auth, Mapping):
         _problem(problems, where, "duckdb tool: `auth` maps aliases to credentials (`{alias: {type, key}}`)")
         return []
-    if _SINGLE_AUTH_KEYS.intersection(auth):
+    if single_auth(auth):
         auth = {str(auth.get("secret_name") or auth.get("name") or "auth"): auth}
     out = []
     for alias, entry in auth.items():
@@ -388,13 +359,11 @@ def _duckdb_secrets(auth: object, where: str, problems: list[Problem]) -> list[d
             _problem(problems, at, "duckdb tool: an auth entry is `{type, key}` (or `credential`)")
             continue
         kind = str(entry.get("type") or entry.get("tool") or entry.get("service") or "")
-        if kind == "snowflake":
-            _problem(
-                problems, f"{at}.type", "duckdb tool: a `snowflake` secret (a cloud warehouse) has no DuckDB type here"
-            )
-            continue
         if kind not in _DUCKDB_SECRET_TYPES:
-            _problem(problems, f"{at}.type", f"duckdb tool: secret type `{kind}` is not one of postgres, hmac, gcs, s3")
+            why = "a `snowflake` secret (a cloud warehouse) has no DuckDB type here"
+            if kind != "snowflake":
+                why = f"secret type `{kind}` is not one of postgres, hmac, gcs, s3"
+            _problem(problems, f"{at}.type", f"duckdb tool: {why}")
             continue
         key = entry.get("key") or entry.get("credential")
         if not isinstance(key, str) or not key.strip():
@@ -417,10 +386,7 @@ def _duckdb_secrets(auth: object, where: str, problems: list[Problem]) -> list[d
 def _shell(tool: Mapping[str, Any], loc: str, problems: list[Problem]) -> dict[str, Any] | None:
     cmds = tool.get("cmds")
     if cmds is None:
-        for alt in ("cmd", "command"):
-            if isinstance(tool.get(alt), str) and tool[alt].strip():
-                cmds = [tool[alt]]
-                break
+        cmds = next(([tool[k]] for k in ("cmd", "command") if isinstance(tool.get(k), str) and tool[k].strip()), None)
     if isinstance(cmds, str):
         cmds = [cmds]
     if not isinstance(cmds, list) or not cmds:
