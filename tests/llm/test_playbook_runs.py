@@ -28,7 +28,10 @@ pytestmark = [
 ]
 
 RESEARCH = Path(__file__).parent / "playbooks" / "research.yaml"
-WAIT_S = 20
+WAIT_S = 60
+"""A guard against a hang, not a budget: run alone, a test here may import ``jsonschema`` on its first schema
+check, which in the test environment (``rfc3987_syntax``'s grammar, from check-jsonschema) costs 2-3 s of CPU
+idle and 15-20 s on a 2-core machine running three other suites."""
 
 
 def _served(tmp_path: Path, model_url: str, api_url: str, **entry: Any) -> Path:
