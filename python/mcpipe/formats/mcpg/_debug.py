@@ -287,9 +287,9 @@ def debug_pipelines(
                     f"MCPG Debug {probe.title()} Probe",
                     f"Execute the configured debug {what} through the {probe}-based execution path.",
                     f"{probe}_probe",
+                    False,
                     profile=profile,
-                    **{probe: dict(profiles.get(profile) or {})},
-                    **extra,
+                    **{probe: dict(profiles.get(profile) or {}), **extra},
                 )
             )
     if exposure["operational_overview_prompt"]:

@@ -68,25 +68,6 @@ PLUGIN_CLASSES = frozenset(
 )
 """mcpg's ``PluginClass`` values (``mcpg_plugin_protocol::abi::ALL_KINDS``)."""
 
-_ENTRY_KEYS = frozenset(
-    {
-        "id",
-        "ref",
-        "kind",
-        "class",
-        "source",
-        "config",
-        "signature",
-        "granted_capabilities",
-        "limits",
-        "ffi_limits",
-        "enforce",
-        "disabled",
-        "inline_dispatch",
-        "http_route",
-        "observability",
-    }
-)
 _REVERSE_DNS = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+$")
 
 PROMETHEUS = "dev.mcpg.observability.prometheus"
@@ -240,30 +221,19 @@ class _Entry:
 
 
 def translate_plugins(
-    entries: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
+    entries: Sequence[Mapping[str, Any]], loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Read mcpg's ``plugins:`` list (at ``loc``): each plugin's meaning added to ``out`` (a config document
     in mcpipe's layout, being built), or a located problem appended to ``problems``.
 
+    The list's shape (objects, their keys and types) is mcpg's schema's, checked before (:mod:`._schema`);
     mcpg's own checks of the list come first (an alias, unique; a reverse-DNS ``ref``; ``kind`` native or
     wasm; a known ``class``; exactly one of ``source.path``/``source.oci``). An entry with ``disabled: true`` is
     checked and not loaded, as in mcpg; ``enforce: false`` puts a gate in shadow mode.
     """
-    if entries is None:
-        return
-    if not isinstance(entries, list):
-        _problem(problems, loc, "mcpg's `plugins` is a list of plugin entries")
-        return
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         at = f"{loc}[{i}]"
-        if isinstance(entry, str):  # mcpipe's own short form: a JSONata plugin by name
-            if entry != _JSONATA:  # JSONata is built in: nothing to load
-                _problem(problems, at, f"a plugin entry is an object with an `id`, got the string {entry!r}")
-            continue
-        if not isinstance(entry, Mapping):
-            _problem(problems, at, f"a plugin entry is an object with an `id`, got {type(entry).__name__}")
-            continue
         if not _entry_ok(entry, at, problems, seen, i):
             continue
         if entry.get("disabled") is True:
@@ -301,15 +271,11 @@ def _env(value: object, loc: str, problems: list[Problem], environ: Mapping[str,
     return expand_env_in(value, loc, environ, unset, _ENV)
 
 
-def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
+def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
     """mcpg's ``validate_plugins``, and its entry shape (``deny_unknown_fields``)."""
     ok = True
-    for key in entry:
-        if key not in _ENTRY_KEYS:
-            _problem(problems, f"{at}.{key}", f"unknown key `{key}` of a plugin entry")
-            ok = False
-    alias = entry.get("id")
-    if not isinstance(alias, str) or not alias.strip():
+    alias = entry["id"]
+    if not alias.strip():
         _problem(problems, f"{at}.id", "the plugin alias (`id`) must not be empty")
         return False
     if alias in seen:
@@ -346,10 +312,6 @@ def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], see
             "a plugin entry's `source` must specify exactly one of `path` or `oci`; mcpg refuses it",
         )
         ok = False
-    for key in ("enforce", "disabled", "inline_dispatch"):
-        if key in entry and not isinstance(entry[key], bool):
-            _problem(problems, f"{at}.{key}", "must be true or false")
-            ok = False
     return ok
 
 
