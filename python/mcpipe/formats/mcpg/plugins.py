@@ -1039,15 +1039,9 @@ def translate_sink(signal: str, sink: object, loc: str, out: JsonObject, problem
     elif signal == "logs" and kind in ("file", "stdout"):
         _log_sink(kind, cfg, f"{loc}.config", out, problems)
     else:
-        what = {"metrics": "metrics sink", "traces": "trace sink", "logs": "log sink", "audit": "audit sink"}.get(
-            signal, "sink"
-        )
-        _problem(
-            problems,
-            f"{loc}.kind",
-            f"the {what} plugin `{kind}` is not supported by mcpipe"
-            + (": its audit records would be lost" if signal == "audit" else ""),
-        )
+        what = {"metrics": "metrics sink", "traces": "trace sink", "logs": "log sink", "audit": "audit sink"}[signal]
+        lost = ": its audit records would be lost" if signal == "audit" else ""
+        _problem(problems, f"{loc}.kind", f"the {what} plugin `{kind}` is not supported by mcpipe{lost}")
 
 
 def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
