@@ -276,31 +276,22 @@ def debug_pipelines(
             runtime=dict(runtime),
         ),
     ]
-    if exposure["command_probe"]:
-        profile = bindings["command_probe_profile"]
-        out.append(
-            _tool(
-                "mcpg.debug.command_probe",
-                "MCPG Debug Command Probe",
-                "Execute the configured debug command through the command-based execution path.",
-                "command_probe",
-                profile=profile,
-                command=dict(commands.get(profile) or {}),
+    networked = {"allow_private": allow_private}
+    probes = [("command", "command", commands, {}), ("network", "network probe", networks, networked)]
+    for probe, what, profiles, extra in probes:
+        if exposure[f"{probe}_probe"]:
+            profile = bindings[f"{probe}_probe_profile"]
+            out.append(
+                _tool(
+                    f"mcpg.debug.{probe}_probe",
+                    f"MCPG Debug {probe.title()} Probe",
+                    f"Execute the configured debug {what} through the {probe}-based execution path.",
+                    f"{probe}_probe",
+                    False,
+                    profile=profile,
+                    **{probe: dict(profiles.get(profile) or {}), **extra},
+                )
             )
-        )
-    if exposure["network_probe"]:
-        profile = bindings["network_probe_profile"]
-        out.append(
-            _tool(
-                "mcpg.debug.network_probe",
-                "MCPG Debug Network Probe",
-                "Execute the configured debug network probe through the network-based execution path.",
-                "network_probe",
-                profile=profile,
-                network=dict(networks.get(profile) or {}),
-                allow_private=allow_private,
-            )
-        )
     if exposure["operational_overview_prompt"]:
         text = (
             f"MCPG {runtime.get('version', '')} is running at {runtime.get('bind_address', '')} with MCP endpoint "

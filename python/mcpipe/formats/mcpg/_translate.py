@@ -611,14 +611,14 @@ def _jwks(jwks: Mapping[str, object], loc: str, out: _Out) -> None:
 # --- plugins --------------------------------------------------------------------------------------
 
 
-def _plugins(entries: Sequence[object], out: _Out) -> dict[str, Any]:
+def _plugins(entries: Sequence[Mapping[str, Any]], out: _Out) -> dict[str, Any]:
     """The ``plugins[]`` entries, read by :mod:`.plugins` (each id's meaning, or a located refusal). Answers
     the Kafka plugin's connection config (``bootstrap_servers``, ``group_id``): mcpg hands it to the plugin
     when it builds it, and mcpipe's kafka steps take it from there."""
     kafka: dict[str, Any] = {}
     given = []
-    for entry in entries:
-        if isinstance(entry, Mapping) and (entry.get("ref") or entry.get("id")) == "dev.mcpg.backend.kafka":
+    for entry in entries:  # objects, as mcpg's schema says
+        if (entry.get("ref") or entry.get("id")) == "dev.mcpg.backend.kafka":
             config = entry.get("config")
             if isinstance(config, Mapping) and not entry.get("disabled"):
                 kafka = dict(config)

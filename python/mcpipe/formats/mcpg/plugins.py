@@ -19,7 +19,6 @@ not parse) is refused for the same reason.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ __all__ = [
     "env_credential_variable",
     "http_credential",
     "translate_backend",
-    "translate_jwks",
     "translate_oidc",
     "translate_plugins",
     "translate_sink",
@@ -70,25 +68,6 @@ PLUGIN_CLASSES = frozenset(
 )
 """mcpg's ``PluginClass`` values (``mcpg_plugin_protocol::abi::ALL_KINDS``)."""
 
-_ENTRY_KEYS = frozenset(
-    {
-        "id",
-        "ref",
-        "kind",
-        "class",
-        "source",
-        "config",
-        "signature",
-        "granted_capabilities",
-        "limits",
-        "ffi_limits",
-        "enforce",
-        "disabled",
-        "inline_dispatch",
-        "http_route",
-        "observability",
-    }
-)
 _REVERSE_DNS = re.compile(r"^[a-z0-9_-]+(\.[a-z0-9_-]+)+$")
 
 PROMETHEUS = "dev.mcpg.observability.prometheus"
@@ -242,33 +221,19 @@ class _Entry:
 
 
 def translate_plugins(
-    entries: object, loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
+    entries: Sequence[Mapping[str, Any]], loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
 ) -> None:
     """Read mcpg's ``plugins:`` list (at ``loc``): each plugin's meaning added to ``out`` (a config document
     in mcpipe's layout, being built), or a located problem appended to ``problems``.
 
+    The list's shape (objects, their keys and types) is mcpg's schema's, checked before (:mod:`._schema`);
     mcpg's own checks of the list come first (an alias, unique; a reverse-DNS ``ref``; ``kind`` native or
     wasm; a known ``class``; exactly one of ``source.path``/``source.oci``). An entry with ``disabled: true`` is
     checked and not loaded, as in mcpg; ``enforce: false`` puts a gate in shadow mode.
     """
-    if entries is None:
-        return
-    if not isinstance(entries, list):
-        _problem(problems, loc, "mcpg's `plugins` is a list of plugin entries")
-        return
-    if not loc.startswith("plugins"):
-        _section_uses(entries, loc, out, problems, environ)
-        return
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
         at = f"{loc}[{i}]"
-        if isinstance(entry, str):  # mcpipe's own short form: a JSONata plugin by name
-            if entry != _JSONATA:  # JSONata is built in: nothing to load
-                _problem(problems, at, f"a plugin entry is an object with an `id`, got the string {entry!r}")
-            continue
-        if not isinstance(entry, Mapping):
-            _problem(problems, at, f"a plugin entry is an object with an `id`, got {type(entry).__name__}")
-            continue
         if not _entry_ok(entry, at, problems, seen, i):
             continue
         if entry.get("disabled") is True:
@@ -306,119 +271,11 @@ def _env(value: object, loc: str, problems: list[Problem], environ: Mapping[str,
     return expand_env_in(value, loc, environ, unset, _ENV)
 
 
-_SINK_CLASSES = {"metrics_sink": "metrics", "telemetry_sink": "traces", "log_sink": "logs", "audit_sink": "audit"}
-
-
-def _section_uses(
-    entries: Sequence[object], loc: str, out: JsonObject, problems: list[Problem], environ: Mapping[str, str]
-) -> None:
-    """Plugins a section names rather than loads (the front-end hands them as entries whose ``class`` is the
-    slot): sinks (``observability.*.sinks``, ``governance.audit.sinks``), the identity bridges of
-    ``governance.access`` (``oidc_oauth``: ``dev.mcpg.identity.oidc``; ``jwks``: ``dev.mcpg.identity.jwt``), the
-    policy engines ``governance.policy.engine`` names. They need no ``source``: mcpg builds them in."""
-    for i, entry in enumerate(entries):
-        at = f"{loc}[{i}]"
-        if not isinstance(entry, Mapping):
-            _problem(problems, at, f"expected an object, got {type(entry).__name__}")
-            continue
-        cls, pid = entry.get("class"), entry.get("id")
-        before = len(problems)
-        cfg = _env(entry.get("config") or {}, f"{at}.config", problems, environ)
-        if len(problems) > before:
-            continue
-        if cls in _SINK_CLASSES:
-            translate_sink(_SINK_CLASSES[cls], {"kind": pid, "config": cfg}, at, out, problems)
-        elif cls == "identity_provider" and pid == "dev.mcpg.identity.oidc":
-            translate_oidc(cfg, at, out, problems)
-        elif cls == "identity_provider" and pid == "dev.mcpg.identity.jwt":
-            translate_jwks(cfg, at, out, problems)
-        elif cls in ("policy", "policy_engine"):
-            _engine(pid, cfg, at, problems)
-        else:
-            _problem(problems, at, _unsupported(str(pid), cls))
-
-
-def _engine(pid: object, cfg: Mapping[str, object], at: str, problems: list[Problem]) -> None:
-    """A ``governance.policy.engine`` reference: mcpg runs the engines it names, in order, before each call.
-    mcpipe enforces every loaded ``dev.mcpg.policy.cedar`` entry (as a gate, in the ``plugins:`` order), so a
-    reference to Cedar asks for nothing more; any other engine is refused."""
-    if isinstance(pid, str) and (pid == "cedar" or pid.endswith("policy.cedar")) and not cfg:
-        return
-    if isinstance(pid, str) and "cedar" in pid and cfg:
-        _problem(problems, f"{at}.config", "a Cedar engine's settings are its `plugins:` entry's config")
-        return
-    _problem(
-        problems,
-        f"{at}.kind",
-        f"the policy engine `{pid}` is not supported by mcpipe (it runs Cedar policies): it decides what callers may "
-        "do, so the file is refused rather than served without it",
-    )
-
-
-_LEGACY_JWKS_KEYS = frozenset(
-    {"url", "keys_json", "issuer", "audience", "header_name", "header_prefix", "allow_missing_audience"}
-)
-_ASYMMETRIC = ["RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "EdDSA"]
-
-
-def translate_jwks(cfg: Mapping[str, Any], loc: str, out: JsonObject, problems: list[Problem]) -> None:
-    """mcpg's ``governance.access.jwks`` (its built-in JWT verifier, ``dev.mcpg.identity.jwt``) as an
-    ``[[auth.oidc]]`` issuer: the keys inline (``keys_json``) or fetched from ``url`` (no discovery), ``iss``
-    and ``aud`` checked when set, every algorithm of the keys accepted (HMAC when the set holds ``oct`` keys)."""
-    if not _fields(cfg, _LEGACY_JWKS_KEYS, loc, problems, "governance.access.jwks"):
-        return
-    url = cfg.get("url") or ""
-    keys = cfg.get("keys_json")
-    if not (isinstance(url, str) and url.strip()) and not (isinstance(keys, str) and keys.strip()):
-        _problem(problems, loc, "governance.access.jwks must have either a 'url' or 'keys_json' field")
-        return
-    issuer = _str(cfg.get("issuer"), f"{loc}.issuer", problems)
-    if not issuer:
-        _problem(problems, f"{loc}.issuer", "mcpipe checks a token's `iss` against the issuer: set `issuer`")
-        return
-    provider: dict[str, Any] = {"issuer": issuer, "allow_private": True, "algorithms": list(_ASYMMETRIC)}
-    audience = _str(cfg.get("audience"), f"{loc}.audience", problems)
-    if audience:
-        provider["audiences"] = [audience]
-    else:
-        provider["any_audience"] = True  # mcpg's verifier checks `aud` only when an audience is set
-    if isinstance(keys, str) and keys.strip():
-        try:
-            doc = json.loads(keys)
-        except ValueError as exc:
-            _problem(
-                problems,
-                f"{loc}.keys_json",
-                f"is not a JSON JWK Set ({exc}); mcpg's built-in JWT plugin refuses it when it starts",
-            )
-            return
-        if not isinstance(doc, dict) or not isinstance(doc.get("keys"), list):
-            _problem(problems, f"{loc}.keys_json", 'must be a JWK Set: {"keys": [...]}')
-            return
-        if any(isinstance(k, dict) and k.get("kty") == "oct" for k in doc["keys"]):
-            provider["allow_hmac"] = True
-            provider["algorithms"] += ["HS256", "HS384", "HS512"]
-        provider["jwks"] = keys
-    else:
-        if not url.startswith(("http://", "https://")):
-            _problem(problems, f"{loc}.url", "governance.access.jwks.url must start with http:// or https://")
-            return
-        provider["jwks_url"] = url
-    provider["header"] = _str(cfg.get("header_name"), f"{loc}.header_name", problems) or "authorization"
-    prefix = cfg.get("header_prefix")
-    provider["prefix"] = prefix if isinstance(prefix, str) else "Bearer "
-    _section_list(_section(out, "auth"), "oidc").append(provider)
-
-
-def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
+def _entry_ok(entry: Mapping[str, Any], at: str, problems: list[Problem], seen: dict[str, int], i: int) -> bool:
     """mcpg's ``validate_plugins``, and its entry shape (``deny_unknown_fields``)."""
     ok = True
-    for key in entry:
-        if key not in _ENTRY_KEYS:
-            _problem(problems, f"{at}.{key}", f"unknown key `{key}` of a plugin entry")
-            ok = False
-    alias = entry.get("id")
-    if not isinstance(alias, str) or not alias.strip():
+    alias = entry["id"]
+    if not alias.strip():
         _problem(problems, f"{at}.id", "the plugin alias (`id`) must not be empty")
         return False
     if alias in seen:
@@ -455,10 +312,6 @@ def _entry_ok(entry: Mapping[str, object], at: str, problems: list[Problem], see
             "a plugin entry's `source` must specify exactly one of `path` or `oci`; mcpg refuses it",
         )
         ok = False
-    for key in ("enforce", "disabled", "inline_dispatch"):
-        if key in entry and not isinstance(entry[key], bool):
-            _problem(problems, f"{at}.{key}", "must be true or false")
-            ok = False
     return ok
 
 
@@ -1185,23 +1038,10 @@ def translate_sink(signal: str, sink: object, loc: str, out: JsonObject, problem
         _audit_file(cfg, f"{loc}.config", out, problems)
     elif signal == "logs" and kind in ("file", "stdout"):
         _log_sink(kind, cfg, f"{loc}.config", out, problems)
-    elif kind in ("prometheus", "otlp"):
-        _problem(
-            problems,
-            f"{loc}.kind",
-            f"`{kind}` is mcpg's former shorthand, gone: no plugin has that id, so mcpg exports nothing through it; "
-            f"write `dev.mcpg.observability.{kind}`",
-        )
     else:
-        what = {"metrics": "metrics sink", "traces": "trace sink", "logs": "log sink", "audit": "audit sink"}.get(
-            signal, "sink"
-        )
-        _problem(
-            problems,
-            f"{loc}.kind",
-            f"the {what} plugin `{kind}` is not supported by mcpipe"
-            + (": its audit records would be lost" if signal == "audit" else ""),
-        )
+        what = {"metrics": "metrics sink", "traces": "trace sink", "logs": "log sink", "audit": "audit sink"}[signal]
+        lost = ": its audit records would be lost" if signal == "audit" else ""
+        _problem(problems, f"{loc}.kind", f"the {what} plugin `{kind}` is not supported by mcpipe{lost}")
 
 
 def _log_sink(kind: str, cfg: Mapping[str, object], loc: str, out: JsonObject, problems: list[Problem]) -> None:
