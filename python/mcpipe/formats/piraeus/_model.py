@@ -300,10 +300,10 @@ def _tool_config(r: Reader, raw: Mapping[str, object], path: str) -> ToolConfig 
     if o is None:
         return None
     before = len(r.problems)
-    name = r.text(o, "name", path)
+    name = r.get(o, "name", path, "string")
     if isinstance(name, str) and not _TOOL_NAME.fullmatch(name):
         r.problem(join(path, "name"), f"`{name}` is not a tool name: 1 to 64 letters, digits, `_`, `.` or `-`")
-    description = r.text(o, "description", path)
+    description = r.get(o, "description", path, "string")
     version = r.get(o, "version", path, "integer", 1)
     enabled = r.get(o, "enabled", path, "boolean", True)
     api = _api(r, o.get("api", MISSING), join(path, "api"))
@@ -331,10 +331,10 @@ def _api(r: Reader, raw: object, path: str) -> Api | None:
     o = r.obj(raw, path, _API_KEYS)
     if o is None:
         return None
-    base_url = r.text(o, "base_url", path)
+    base_url = r.get(o, "base_url", path, "string")
     if isinstance(base_url, str):
         _check_url(r, base_url, join(path, "base_url"))
-    api_path = r.text(o, "path", path, required=False, default="")
+    api_path = r.get(o, "path", path, "string", "")
     method = r.one_of(o, "method", path, HTTP_METHODS, "GET")
     headers = r.str_map(o, "headers", path)
     params = r.str_map(o, "params", path)
@@ -369,8 +369,8 @@ def _auth(r: Reader, raw: object, path: str) -> Auth | None:
     method = r.one_of(o, "method", path, AUTH_METHODS, "none")
     if method is None:
         return None
-    key_name = r.text(o, "key_name", path, required=False)
-    secret_ref = r.text(o, "secret_ref", path, required=False)
+    key_name = r.get(o, "key_name", path, "string", None)
+    secret_ref = r.get(o, "secret_ref", path, "string", None)
     auth = Auth(method or "none", key_name, secret_ref)
     if auth.where is not None and not secret_ref:
         r.problem(join(path, "secret_ref"), f"is required for `{auth.method}`: piraeus would send an empty credential")
@@ -406,7 +406,7 @@ def _mapping(r: Reader, raw: object, path: str) -> FieldMapping | None:
         r.str_map(o, "input_to_params", path),
         r.str_map(o, "input_to_body", path),
         r.str_map(o, "response_to_output", path),
-        r.text(o, "response_path", path, required=False),
+        r.get(o, "response_path", path, "string", None),
     )
     return m if len(r.problems) == before else None
 
@@ -433,12 +433,12 @@ def read_prompt(r: Reader, entry: object, path: str) -> Prompt | None:
     if o is None:
         return None
     before = len(r.problems)
-    name = r.text(o, "name", path)
+    name = r.get(o, "name", path, "string")
     if isinstance(name, str) and not 0 < len(name.strip()) <= 255:
         r.problem(join(path, "name"), "must be 1 to 255 characters")
-    description = r.text(o, "description", path, required=False)
-    content = r.text(o, "content", path, required=False)
-    template = r.text(o, "prompt_template", path, required=False)
+    description = r.get(o, "description", path, "string", None)
+    content = r.get(o, "content", path, "string", None)
+    template = r.get(o, "prompt_template", path, "string", None)
     text = content if content else template
     if not text and "content" not in o and "prompt_template" not in o:
         r.problem(join(path, "prompt_template"), "is required (or `content`)")
@@ -482,11 +482,11 @@ def _variable(r: Reader, raw: object, path: str) -> Variable | None:
     if o is None:
         return None
     before = len(r.problems)
-    name = r.text(o, "name", path)
+    name = r.get(o, "name", path, "string")
     kind = r.one_of(o, "type", path, VARIABLE_TYPES)
     required = r.get(o, "required", path, "boolean", True)
     default = o.get("default")
-    description = r.text(o, "description", path, required=False)
+    description = r.get(o, "description", path, "string", None)
     if len(r.problems) > before or not isinstance(name, str) or not isinstance(kind, str):
         return None
     if default is not None:
@@ -522,10 +522,10 @@ def read_flow(r: Reader, entry: object, path: str) -> Flow | None:
     if o is None:
         return None
     before = len(r.problems)
-    name = r.text(o, "name", path)
+    name = r.get(o, "name", path, "string")
     if isinstance(name, str) and not (_DB_NAME.fullmatch(name.strip()) and len(name) <= 64):
         r.problem(join(path, "name"), f"`{name}` is not a flow name: 1 to 64 letters, digits, `_` or `-`")
-    description = r.text(o, "description", path, required=False)
+    description = r.get(o, "description", path, "string", None)
     raw_steps = o.get("steps", MISSING)
     at = join(path, "steps")
     steps: list[FlowStep] = []
@@ -565,9 +565,9 @@ def _step(r: Reader, raw: object, path: str) -> FlowStep | None:
     if isinstance(number, int) and number < 1:
         r.problem(join(path, "step"), f"must be 1 or more, got {number}")
     kind = r.one_of(o, "type", path, STEP_TYPES)
-    name = r.text(o, "name", path)
+    name = r.get(o, "name", path, "string")
     inputs = r.get(o, "inputs", path, "object", {})
-    description = r.text(o, "description", path, required=False)
+    description = r.get(o, "description", path, "string", None)
     if len(r.problems) > before:
         return None
     return FlowStep(number, kind, name, inputs, description, path)

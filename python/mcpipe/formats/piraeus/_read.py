@@ -136,12 +136,6 @@ class Reader:
             return None
         return value
 
-    def text(
-        self, o: Mapping[str, object], key: str, path: str, *, required: bool = True, default: str | None = None
-    ) -> Any:
-        """A string field (``null`` is refused when required)."""
-        return self.get(o, key, path, "string", MISSING if required else default)
-
     def str_map(self, o: Mapping[str, object], key: str, path: str) -> dict[str, str]:
         """A ``dict[str, str]`` field (absent: empty)."""
         value = o.get(key, {})
