@@ -76,10 +76,6 @@ def _draft(raw: Mapping[str, object]) -> bool:
     return False
 
 
-def _any(raw: Mapping[str, object]) -> bool:
-    return True
-
-
 def _lazy(module: str, function: str) -> Compile:
     """The compiler ``function`` of ``module``, imported on its first call (a run of today's playbooks imports
     none of the others)."""
@@ -100,7 +96,7 @@ ENGINES: dict[str, Engine] = {
     "runtime2025": Engine(_runtime, _lazy("mcpipe.formats.noetl._runtime2025", "compile_runtime")),
     "draft2025": Engine(_draft, _lazy("mcpipe.formats.noetl._draft", "compile_draft")),
     # Today's engine: both layouts (`noetl.io/v2` and the one before), an `mcp:` section's turns on top.
-    "noetl": Engine(_any, _lazy("mcpipe.formats.noetl", "compile_today")),
+    "noetl": Engine(lambda raw: True, _lazy("mcpipe.formats.noetl", "compile_today")),
 }
 """The engines by name, asked in this order."""
 

@@ -494,17 +494,10 @@ def _legacy_retry(r: _Reader, t: TaskSpec, value: object, where: str) -> None:
         _unified_retry(r, t, value, where)
         return
     r.unknown(value, where, _RETRY_KEYS, "a retry (pagination with `{k}` is not supported)")
-    attempts = value.get("max_attempts", 3)
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
-        r.add(f"{where}.max_attempts", "must be an integer from 1 to 100")
-        attempts = 3
+    attempts = r.whole(value.get("max_attempts", 3), f"{where}.max_attempts", 1, 100, 3)
     numbers = {}
     for k, default in (("initial_delay", 1.0), ("backoff_multiplier", 2.0), ("max_delay", 60.0)):
-        v = value.get(k, default)
-        if not isinstance(v, int | float) or isinstance(v, bool) or not 0 <= v <= 3600:
-            r.add(f"{where}.{k}", "must be a number from 0 to 3600")
-            v = default
-        numbers[k] = float(v)
+        numbers[k] = r.seconds(value.get(k, default), f"{where}.{k}", default)
     backoff = value.get("backoff")
     if isinstance(backoff, int | float) and not isinstance(backoff, bool):
         numbers["initial_delay"], numbers["backoff_multiplier"] = float(backoff), 1.0  # NoETL 1.x: a fixed delay
@@ -555,11 +548,7 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: 
     known = ("while", "max_attempts", "next_call", "collect", "per_iteration")
     r.unknown(success, at, known, "`on_success` (while, max_attempts, next_call, collect, per_iteration)")
     p = PaginateSpec(at, success["while"])
-    attempts = success.get("max_attempts", 100)
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 10_000:
-        r.add(f"{at}.max_attempts", "must be an integer from 1 to 10000")
-    else:
-        p.max_attempts = attempts
+    p.max_attempts = r.whole(success.get("max_attempts", 100), f"{at}.max_attempts", 1, 10_000, p.max_attempts)
     next_call = success.get("next_call") or {}
     if not isinstance(next_call, Mapping):
         r.add(f"{at}.next_call", "must be an object (`params`, `headers`, `url`, ...)")
@@ -635,19 +624,13 @@ def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
         if rule_set is not None and not isinstance(rule_set, Mapping):
             r.add(f"{at}.then.set", "must be an object")
             rule_set = None
-        attempts = then.get("attempts", 3)
-        if not isinstance(attempts, int) or isinstance(attempts, bool) or not 1 <= attempts <= 100:
-            r.add(f"{at}.then.attempts", "must be an integer from 1 to 100")
-            attempts = 3
+        attempts = r.whole(then.get("attempts", 3), f"{at}.then.attempts", 1, 100, 3)
         backoff = str(then.get("backoff", "none"))
         if backoff not in ("none", "linear", "exponential", "fixed"):
             r.add(f"{at}.then.backoff", "must be none, linear, exponential or fixed")
-        delay = then.get("delay", 1.0)
-        if not isinstance(delay, int | float) or isinstance(delay, bool) or not 0 <= delay <= 3600:
-            r.add(f"{at}.then.delay", "must be a number of seconds from 0 to 3600")
-            delay = 1.0
+        delay = r.seconds(then.get("delay", 1.0), f"{at}.then.delay", 1.0, "a number of seconds")
         to = then.get("to")
-        t.rules.append(Rule(when, str(then["do"]), at, attempts, backoff, float(delay), to, rule_set))
+        t.rules.append(Rule(when, str(then["do"]), at, attempts, backoff, delay, to, rule_set))
 
 
 def _tool_of(r: _Reader, s: Mapping[str, object], sname: str, where: str, step: StepSpec) -> None:

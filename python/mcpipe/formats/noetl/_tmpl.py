@@ -75,6 +75,20 @@ class Findings:
             if k not in known:
                 self.add(f"{where}.{k}", f"unknown {noun} `{k}` of {what.format(k=k)}")
 
+    def whole(self, value: object, location: str, low: int, high: int, default: int) -> int:
+        """``value`` when it is an integer from ``low`` to ``high``, else ``default`` and the problem."""
+        if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+            self.add(location, f"must be an integer from {low} to {high}")
+            return default
+        return value
+
+    def seconds(self, value: object, location: str, default: float, what: str = "a number") -> float:
+        """``value`` as a float when it is a number from 0 to 3600, else ``default`` and the problem."""
+        if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= 3600:
+            self.add(location, f"must be {what} from 0 to 3600")
+            return default
+        return float(value)
+
     def name(self, value: object, location: str) -> str | None:
         """``value`` when it is a non-empty string, else None and the problem."""
         if not isinstance(value, str) or not value:
