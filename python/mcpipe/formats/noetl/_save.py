@@ -79,8 +79,10 @@ _FIELDS = (
     "name",
     "with",
 )
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
+IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+"""A SQL name: a column, a key, an alias."""
+TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
+"""A table's name, its schema optional."""
 _BIND = re.compile(r"(?<![:\w]):([A-Za-z_][A-Za-z0-9_]*)")
 
 
@@ -155,7 +157,7 @@ def read_save(raw: object, where: str, problems: list[Problem], code: str) -> Sa
         statement = None
     spec.statement = statement
     table = get("table")
-    if table is not None and (not isinstance(table, str) or not _TABLE.match(table)):
+    if table is not None and (not isinstance(table, str) or not TABLE.match(table)):
         add(f"{where}.table", f"must be a table name (`schema.table`), got {table!r}")
         table = None
     spec.table = table
@@ -167,7 +169,7 @@ def read_save(raw: object, where: str, problems: list[Problem], code: str) -> Sa
     if isinstance(keys, str):
         keys = [keys]
     if keys is not None and (
-        not isinstance(keys, list) or not all(isinstance(k, str) and _IDENT.match(k) for k in keys)
+        not isinstance(keys, list) or not all(isinstance(k, str) and IDENT.match(k) for k in keys)
     ):
         add(f"{where}.key", "must be a column name or a list of column names")
         keys = None
@@ -184,7 +186,7 @@ def read_save(raw: object, where: str, problems: list[Problem], code: str) -> Sa
             add(f"{where}.data", "a postgres save into a `table` needs `data`: a mapping")
     if isinstance(spec.data, Mapping) and table is not None and statement is None:
         for col in spec.data:
-            if not isinstance(col, str) or not _IDENT.match(col):
+            if not isinstance(col, str) or not IDENT.match(col):
                 add(f"{where}.data.{col}", f"`{col}` is not a column name")
     return spec
 
@@ -204,7 +206,7 @@ def insert_sql(table: str, columns: list[str], mode: str, keys: tuple[str, ...])
 
 def column_name(name: object, where: str) -> str:
     """``name`` if it is a column name, else a located ``ValueError``."""
-    if not isinstance(name, str) or not _IDENT.match(name):
+    if not isinstance(name, str) or not IDENT.match(name):
         raise ValueError(f"{where}: `{name}` is not a column name")
     return name
 

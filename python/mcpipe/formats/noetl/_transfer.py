@@ -16,17 +16,15 @@ chunks_processed, ...}}``. Snowflake (a cloud warehouse) is refused at check tim
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from mcpipe.errors import Problem
+from mcpipe.formats.noetl._save import IDENT, TABLE
 
 __all__ = ["TransferSpec", "read_transfer"]
 
-_TABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?\Z")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 MAX_CHUNK = 10_000
 
 
@@ -89,7 +87,7 @@ def read_transfer(config: Mapping[str, object], where: str, problems: list[Probl
     if spec.target_auth is None:
         add(f"{where}.target.auth", "is required: the credential of the target database")
     table = target.get("table")
-    if table is not None and (not isinstance(table, str) or not _TABLE.match(table)):
+    if table is not None and (not isinstance(table, str) or not TABLE.match(table)):
         add(f"{where}.target.table", f"must be a table name (`schema.table`), got {table!r}")
         table = None
     spec.table = table
@@ -98,7 +96,7 @@ def read_transfer(config: Mapping[str, object], where: str, problems: list[Probl
         add(f"{where}.target", "needs `table` (or `query`)")
     mapping = target.get("mapping") or {}
     if not isinstance(mapping, Mapping) or not all(
-        isinstance(k, str) and _IDENT.match(k) and isinstance(v, str) for k, v in mapping.items()
+        isinstance(k, str) and IDENT.match(k) and isinstance(v, str) for k, v in mapping.items()
     ):
         add(f"{where}.target.mapping", "maps column names to the records' fields (dotted paths)")
         mapping = {}
@@ -149,5 +147,5 @@ def insert_chunk(table: str, columns: list[str], rows: list[list[object]], mode:
 
 def check_columns(columns: list[str], where: str) -> None:
     for c in columns:
-        if not isinstance(c, str) or not _IDENT.match(c):
+        if not isinstance(c, str) or not IDENT.match(c):
             raise ValueError(f"{where}: `{c}` is not a column name")

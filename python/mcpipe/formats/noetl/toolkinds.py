@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from mcpipe.errors import ErrorCode, Problem
+from mcpipe.formats.noetl._save import IDENT
 
 __all__ = [
     "KINDS",
@@ -74,7 +75,6 @@ others are final (a python step's ``code`` is never rendered)."""
 
 _SQL_FIELDS = ("query", "queries", "command", "commands", "cmd", "cmds")
 _SQL_B64 = ("command_b64", "commands_b64", "query_b64")
-_IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 _MODULE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*\Z")
 _JINJA = re.compile(r"\{\{|\{%")
 NOETL_SHELL_TIMEOUT_S = 600
@@ -174,13 +174,13 @@ def _libs(libs: object, loc: str, problems: list[Problem]) -> list[str] | None:
     lines = []
     for alias, module in libs.items():
         where = f"{loc}.{alias}"
-        if not isinstance(alias, str) or not _IDENT.match(alias):
+        if not isinstance(alias, str) or not IDENT.match(alias):
             _problem(problems, where, f"python tool: `{alias}` is not a Python name")
             continue
         source, name = (module.get("from"), module.get("import")) if isinstance(module, Mapping) else (None, None)
         if isinstance(module, str) and _MODULE.match(module):
             lines.append(f"import {module}" if alias == module else f"import {module} as {alias}")
-        elif isinstance(source, str) and _MODULE.match(source) and isinstance(name, str) and _IDENT.match(name):
+        elif isinstance(source, str) and _MODULE.match(source) and isinstance(name, str) and IDENT.match(name):
             tail = "" if alias == name else f" as {alias}"
             lines.append(f"from {source} import {name}{tail}")
         else:
@@ -370,7 +370,7 @@ def _duckdb_secrets(auth: object, where: str, problems: list[Problem]) -> list[d
             _problem(problems, at, "duckdb tool: an auth entry names its credential (`key` or `credential`)")
             continue
         name = str(entry.get("secret_name") or alias)
-        if not _IDENT.match(name):
+        if not IDENT.match(name):
             _problem(problems, at, f"duckdb tool: `{name}` is not a secret name (letters, digits, `_`)")
             continue
         secret = {"name": name, "type": kind, "credential": key.strip()}
