@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 from mcpipe._pattern import PatternTimeout, compile_pattern
 from mcpipe._util import RunLimiter
 
-__all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm"]
+__all__ = ["errors_async", "needs_thread", "patterns_of", "validator", "warm", "warmed"]
 
 
 def validator(schema: object, *, default: type[Any] | None = None, **kwargs: object) -> Any:
@@ -46,6 +46,18 @@ def warm() -> None:
     ``jsonschema[format]``), the import builds grammars for a second or more, and ``/healthz`` would wait
     that long behind the first call that validates a schema."""
     import jsonschema.validators  # noqa: F401  (imported for its side effect: loaded once, kept in sys.modules)
+
+
+async def warmed() -> None:
+    """:func:`warm` in a worker thread, the first time: an async caller about to make its first validator
+    calls this, so that importing ``jsonschema`` (seconds on a loaded host) does not hold the event loop, and
+    with it the keepers renewing the leases of queued runs."""
+    import sys
+
+    if "jsonschema.validators" not in sys.modules:
+        import trio
+
+        await trio.to_thread.run_sync(warm)
 
 
 def patterns_of(schema: object) -> Iterator[str]:

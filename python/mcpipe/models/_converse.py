@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import trio
 
-from mcpipe._jsonschema import needs_thread, validator
+from mcpipe._jsonschema import needs_thread, validator, warmed
 from mcpipe.models._types import Message, Model, ModelError, ModelOutputError, Reply, ToolCall, ToolSpec
 from mcpipe.tools import ToolContext
 
@@ -92,12 +92,15 @@ def schema_errors(value: object, schema: Mapping[str, object]) -> str | None:
 
 async def schema_errors_async(value: object, schema: Mapping[str, object]) -> str | None:
     """:func:`schema_errors`, in a thread when the schema has a pattern only the fallback engine takes."""
+    await warmed()
     if not _validator(_key(schema))[1]:
         return schema_errors(value, schema)
     return await trio.to_thread.run_sync(schema_errors, value, schema)
 
 
 async def _parse_json_async(text: str, schema: Mapping[str, object] | None) -> Any:
+    if schema is not None:
+        await warmed()
     if schema is None or not _validator(_key(schema))[1]:
         return parse_json(text, schema)
     return await trio.to_thread.run_sync(parse_json, text, schema)
