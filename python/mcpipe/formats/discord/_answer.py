@@ -103,9 +103,7 @@ def discord_answer(answer: dict[str, Any], steps: Sequence[DiscordStep], ids: Se
 def rejected_answer(steps: Sequence[DiscordStep], rejections: Sequence[Rejection]) -> ToolResult:
     """A call refused before any step runs, answered as discord's recursion guard answers: the refused steps
     in error, every other step skipped, ``aborted``."""
-    by_index: dict[int, Rejection] = {}
-    for rejection in rejections:
-        by_index.setdefault(rejection.index, rejection)  # the first reason a step was refused
+    by_index = {x.index: x for x in reversed(rejections)}  # the first reason a step was refused
     records = [
         _record(st, "skipped", 0)
         if (r := by_index.get(i)) is None

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import glob
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -181,14 +181,12 @@ def _entries(
 def _workflow_entry(cfg: ToolConfig, secrets: Secrets) -> dict[str, Any]:
     """A ``ToolConfig`` in the workflow's layout: its mapped inputs are what the model fills in (query
     parameters and body fields, by the API's names), ``api.params`` static, the credential authenticated."""
-    props = cfg.input_schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
+    props = cfg.input_schema.get("properties") or {}  # _schema refused one that is not an object of objects
     required = set(cfg.input_schema.get("required") or [])
     must: list[dict[str, Any]] = []
     may: list[dict[str, Any]] = []
     for field_name, param in [*cfg.mapping.input_to_params.items(), *cfg.mapping.input_to_body.items()]:
-        prop = props.get(field_name)
-        prop = prop if isinstance(prop, Mapping) else {}
+        prop = props.get(field_name) or {}  # declared when there are properties (_check_mapping)
         kind = prop.get("type")
         doc = {
             "name": param,

@@ -22,7 +22,7 @@ The call's arguments are the flow's inputs (``FlowExecuteRequest.inputs``); the 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,25 +60,14 @@ FLOW_OUTPUT_SCHEMA: dict[str, Any] = {
 """piraeus's ``FlowExecuteResponse``."""
 
 
-def _refs(value: object, path: str) -> Iterator[tuple[str, Ref]]:
-    """``(where, reference)`` of every reference in a step's inputs."""
-    if isinstance(value, str) and (ref := as_ref(value)) is not None:
-        yield path, ref
-    elif isinstance(value, dict):
-        for k, v in value.items():
-            yield from _refs(v, f"{path}.{k}")
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _refs(v, f"{path}[{i}]")
-
-
-def _resolve(value: object, env: Mapping[str, object]) -> Any:
+def _walk(value: object, path: str, at_ref: Callable[[str, Ref], object]) -> Any:
+    """``value`` with each reference in it (objects and arrays walked) replaced by ``at_ref(where, reference)``."""
     if isinstance(value, str):
-        return value if (ref := as_ref(value)) is None else _lookup(ref, env)
+        return value if (ref := as_ref(value)) is None else at_ref(path, ref)
     if isinstance(value, dict):
-        return {k: _resolve(v, env) for k, v in value.items()}
+        return {k: _walk(v, f"{path}.{k}", at_ref) for k, v in value.items()}
     if isinstance(value, list):
-        return [_resolve(v, env) for v in value]
+        return [_walk(v, f"{path}[{i}]", at_ref) for i, v in enumerate(value)]
     return value
 
 
@@ -114,7 +103,7 @@ async def _run_step(
 ) -> StepOutput:
     await trio.lowlevel.checkpoint_if_cancelled()
     b = step.built
-    values = _resolve(b.step.inputs, env)
+    values = _walk(b.step.inputs, "", lambda _, ref: _lookup(ref, env))
     if b.step.type == "tool":
         return await call_tool(ctx.tools, b.target, values, ctx)
     if b.step.type == "prompt":
@@ -150,19 +139,21 @@ def compile_flow(
     problems: list[Problem] = []
     inputs: list[str] = []
     leaves: list[Leaf[None, _Built]] = []
-    index = {s.step: i for i, s in enumerate(flow.steps)}
 
     def problem(where: str, message: str) -> None:
         problems.append(Problem(f"{flow.at.split(': ', 1)[0]}: {where}", CODE, message))
 
+    refs: list[tuple[str, Ref]] = []
     for st in flow.steps:
         at = st.at  # the step's JSON path in its file
-        for where, ref in _refs(st.inputs, f"{at}.inputs"):
+        refs.clear()
+        _walk(st.inputs, f"{at}.inputs", lambda where, ref: refs.append((where, ref)))
+        for where, ref in refs:
             n = ref.step
             if n is None:
                 if ref.head not in inputs:
                     inputs.append(ref.head)
-            elif n >= st.step or (n not in index and n != 0):
+            elif n >= st.step:  # read_flow numbers the steps 1 to N: every n below st.step is one before it
                 problem(where, f"`{ref.text}` reads step {n}, which does not run before step {st.step}")
         target = st.name
         prompt = None

@@ -190,8 +190,7 @@ def transform(config: ToolConfig, data: object) -> dict[str, Any]:
             )
         found = read_path(data, m.response_path)
         data = {} if found is None else found  # piraeus: a missing key reads as an empty object
-    props = config.output_schema.get("properties")
-    props = props if isinstance(props, Mapping) else {}
+    props = config.output_schema.get("properties") or {}  # _schema refused one that is not an object
     out: dict[str, Any] = {}
     for field_name, source in m.response_to_output.items():
         value = read_path(data, source)
