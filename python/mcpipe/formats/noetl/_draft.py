@@ -365,10 +365,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         r.beside(s, where, ("loop", "call"), "`{k}` beside `end_loop`")
     elif "loop" in s:
         step.kind = "loop"
-        loop = s["loop"]
-        if not isinstance(loop, Mapping):
-            r.add(f"{where}.loop", f"must be an object (`in`, `iterator`, `filter`), got {json_type(loop)}")
-            loop = {}
+        loop = r.obj(s["loop"], f"{where}.loop", " (`in`, `iterator`, `filter`)") or {}
         for k in loop:
             if k not in ("in", "iterator", "filter"):
                 r.ignored(f"{where}.loop.{k}", f"`loop.{k}`")
@@ -444,10 +441,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
         r.add("name", "is required (a playbook's `name`)")
         name = ""
     path = str(raw.get("path") or name)
-    workload = raw.get("workload") or {}
-    if not isinstance(workload, Mapping):
-        r.add("workload", f"must be an object, got {json_type(workload)}")
-        workload = {}
+    workload = r.obj(raw.get("workload") or {}, "workload") or {}
     tasks: dict[str, Task] = {}
     workbook = raw.get("workbook") or []
     if not isinstance(workbook, list):
@@ -455,8 +449,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
         workbook = []
     for i, t in enumerate(workbook):
         where = f"workbook[{i}]"
-        if not isinstance(t, Mapping):
-            r.add(where, f"must be an object, got {json_type(t)}")
+        if r.obj(t, where) is None:
             continue
         tname = t.get("name") or t.get("task")
         if not isinstance(tname, str) or not tname:
