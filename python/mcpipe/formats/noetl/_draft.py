@@ -265,11 +265,9 @@ def _read_candidates(r: _Reader, nxt: object, where: str) -> list[Candidate]:
             cond = r.tmpl(entry["when"], f"{at}.when")
             for key, negate in (("then", False), ("else", True)):
                 branch = entry.get(key)
-                if branch is None:
+                if branch is None or (isinstance(branch, list) and not branch):
                     continue
-                first = branch[0] if isinstance(branch, list) and branch else branch
-                if isinstance(branch, list) and not branch:
-                    continue
+                first = branch[0] if isinstance(branch, list) else branch
                 name, given = target(first, f"{at}.{key}[0]" if isinstance(branch, list) else f"{at}.{key}")
                 out.append(
                     Candidate(name, f"{at}.{key}", cond, negate, r.tmpl(given, f"{at}.{key}") if given else None)
@@ -526,9 +524,8 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str]
     if t.type == "python":
         raw: dict[str, Any] = {"kind": "python", "id": "task", "code": t.fields["code"].shape, "input": "${args}"}
     else:
-        endpoint = t.fields["endpoint"].shape
-        method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET"
-        raw = http_raw(method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
+        endpoint = t.fields["endpoint"].shape  # its method is one the engine sends: else the task `fails`
+        raw = http_raw(t.method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
     t.step = compiled_step(r, raw, t.location, policy, tools, rename=("url", "endpoint"))
 
 
@@ -696,17 +693,15 @@ def _as_dict(item: object) -> dict[str, Any]:
     return {"value": item}
 
 
+@dataclass
 class _Run:
     """One step's run: the context as it was when it started, and what it writes, in order."""
 
-    def __init__(
-        self, dp: DraftPlaybook, ctx: dict[str, Any], env: Mapping[str, object], tool_ctx: ToolContext
-    ) -> None:
-        self.dp = dp
-        self.ctx = ctx
-        self.env = env
-        self.tool_ctx = tool_ctx
-        self.writes: dict[str, Any] = {}
+    dp: DraftPlaybook
+    ctx: dict[str, Any]
+    env: Mapping[str, object]
+    tool_ctx: ToolContext
+    writes: dict[str, Any] = field(default_factory=dict)
 
     def write(self, key: str, value: object) -> None:
         self.ctx[key] = value
