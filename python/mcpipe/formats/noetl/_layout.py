@@ -1038,9 +1038,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
     arcs: list[ArcSpec] = []
     for j, entry in enumerate(nxt):
         at = f"{where}[{j}]"
-        if isinstance(entry, str):
-            arcs.append(ArcSpec(entry, at))
-        elif isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
+        if isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
             otherwise = "else" in entry
             when = entry.get("when")  # `{then: [...]}` alone: always
             branch = entry.get("else" if otherwise else "then")
@@ -1055,7 +1053,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
                 if arc is not None:
                     arc.when, arc.otherwise = when, otherwise
                     arcs.append(arc)
-        else:
+        else:  # a name, or `{step, data|with|args}`
             arc = _old_arc(r, entry, at)
             if arc is not None:
                 arcs.append(arc)
