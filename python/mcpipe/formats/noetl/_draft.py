@@ -265,11 +265,9 @@ def _read_candidates(r: _Reader, nxt: object, where: str) -> list[Candidate]:
             cond = r.tmpl(entry["when"], f"{at}.when")
             for key, negate in (("then", False), ("else", True)):
                 branch = entry.get(key)
-                if branch is None:
+                if branch is None or (isinstance(branch, list) and not branch):
                     continue
-                first = branch[0] if isinstance(branch, list) and branch else branch
-                if isinstance(branch, list) and not branch:
-                    continue
+                first = branch[0] if isinstance(branch, list) else branch
                 name, given = target(first, f"{at}.{key}[0]" if isinstance(branch, list) else f"{at}.{key}")
                 out.append(
                     Candidate(name, f"{at}.{key}", cond, negate, r.tmpl(given, f"{at}.{key}") if given else None)
@@ -365,10 +363,7 @@ def _read_step(r: _Reader, s: Mapping[str, object], name: str, where: str) -> Dr
         r.beside(s, where, ("loop", "call"), "`{k}` beside `end_loop`")
     elif "loop" in s:
         step.kind = "loop"
-        loop = s["loop"]
-        if not isinstance(loop, Mapping):
-            r.add(f"{where}.loop", f"must be an object (`in`, `iterator`, `filter`), got {json_type(loop)}")
-            loop = {}
+        loop = r.obj(s["loop"], f"{where}.loop", " (`in`, `iterator`, `filter`)") or {}
         for k in loop:
             if k not in ("in", "iterator", "filter"):
                 r.ignored(f"{where}.loop.{k}", f"`loop.{k}`")
@@ -444,10 +439,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
         r.add("name", "is required (a playbook's `name`)")
         name = ""
     path = str(raw.get("path") or name)
-    workload = raw.get("workload") or {}
-    if not isinstance(workload, Mapping):
-        r.add("workload", f"must be an object, got {json_type(workload)}")
-        workload = {}
+    workload = r.obj(raw.get("workload") or {}, "workload") or {}
     tasks: dict[str, Task] = {}
     workbook = raw.get("workbook") or []
     if not isinstance(workbook, list):
@@ -455,8 +447,7 @@ def read_draft(raw: Mapping[str, Any]) -> tuple[DraftPlaybook, str, str, str, _R
         workbook = []
     for i, t in enumerate(workbook):
         where = f"workbook[{i}]"
-        if not isinstance(t, Mapping):
-            r.add(where, f"must be an object, got {json_type(t)}")
+        if r.obj(t, where) is None:
             continue
         tname = t.get("name") or t.get("task")
         if not isinstance(tname, str) or not tname:
@@ -533,9 +524,8 @@ def _compile_task(r: _Reader, t: Task, policy: StepPolicy, tools: Container[str]
     if t.type == "python":
         raw: dict[str, Any] = {"kind": "python", "id": "task", "code": t.fields["code"].shape, "input": "${args}"}
     else:
-        endpoint = t.fields["endpoint"].shape
-        method = t.method if t.method in ("GET", "POST", "PUT", "DELETE", "PATCH") else "GET"
-        raw = http_raw(method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
+        endpoint = t.fields["endpoint"].shape  # its method is one the engine sends: else the task `fails`
+        raw = http_raw(t.method, {"$literal": endpoint} if isinstance(endpoint, str) and endpoint else "${args}")
     t.step = compiled_step(r, raw, t.location, policy, tools, rename=("url", "endpoint"))
 
 
@@ -703,17 +693,15 @@ def _as_dict(item: object) -> dict[str, Any]:
     return {"value": item}
 
 
+@dataclass
 class _Run:
     """One step's run: the context as it was when it started, and what it writes, in order."""
 
-    def __init__(
-        self, dp: DraftPlaybook, ctx: dict[str, Any], env: Mapping[str, object], tool_ctx: ToolContext
-    ) -> None:
-        self.dp = dp
-        self.ctx = ctx
-        self.env = env
-        self.tool_ctx = tool_ctx
-        self.writes: dict[str, Any] = {}
+    dp: DraftPlaybook
+    ctx: dict[str, Any]
+    env: Mapping[str, object]
+    tool_ctx: ToolContext
+    writes: dict[str, Any] = field(default_factory=dict)
 
     def write(self, key: str, value: object) -> None:
         self.ctx[key] = value

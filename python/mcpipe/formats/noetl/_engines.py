@@ -66,14 +66,11 @@ def _draft(raw: Mapping[str, object]) -> bool:
         return False
     if any(isinstance(s, Mapping) and "run" in s for s in workflow):
         return False  # `run:` steps are the interpreter before it (noetl/runtime/agent.py), not this engine's
-    for s in workflow:
-        if not isinstance(s, Mapping):
-            continue
-        if "call" in s or "end_loop" in s:
-            return True
-        if "loop" in s and not any(k in s for k in ("tool", "type", "task")):
-            return True
-    return False
+    return any(
+        isinstance(s, Mapping)
+        and ("call" in s or "end_loop" in s or ("loop" in s and not any(k in s for k in ("tool", "type", "task"))))
+        for s in workflow
+    )
 
 
 def _lazy(module: str, function: str) -> Compile:

@@ -313,10 +313,7 @@ def read_doc(raw: Mapping[str, object]) -> Doc:
         if not name:
             r.add("name", "is required (a playbook's `name`, or `metadata.name`)")
     path = path or name
-    workload = raw.get("workload") or {}
-    if not isinstance(workload, Mapping):
-        r.add("workload", f"must be an object, got {json_type(workload)}")
-        workload = {}
+    workload = r.obj(raw.get("workload") or {}, "workload") or {}
     keychain = _keychain(r, raw.get("keychain"))
     workbook = _workbook(r, raw.get("workbook"))
     steps: list[StepSpec] = []
@@ -327,8 +324,7 @@ def read_doc(raw: Mapping[str, object]) -> Doc:
         workflow = []
     for i, s in enumerate(workflow):
         where = f"workflow[{i}]"
-        if not isinstance(s, Mapping):
-            r.add(where, f"must be an object, got {json_type(s)}")
+        if r.obj(s, where) is None:
             continue
         sname = s.get("step")
         if sname is None and not v2 and "name" in s and (s.get("type") != "workbook" or "task" in s):
@@ -405,8 +401,7 @@ def _workbook(r: _Reader, value: object) -> dict[str, TaskSpec]:
     out: dict[str, TaskSpec] = {}
     for i, entry in enumerate(value):
         where = f"workbook[{i}]"
-        if not isinstance(entry, Mapping):
-            r.add(where, f"must be an object, got {json_type(entry)}")
+        if r.obj(entry, where) is None:
             continue
         key = "name" if "name" in entry or not isinstance(entry.get("task"), str) else "task"
         aname = r.name(entry.get(key), f"{where}.{key}")
@@ -528,9 +523,8 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: 
     as the older block) and ``on_success`` (the task runs again while ``while`` holds)."""
     r.unknown(value, where, ("on_error", "on_success"), "a retry with `on_error`/`on_success`")
     on_error = value.get("on_error")
-    if on_error is not None and not isinstance(on_error, Mapping):
-        r.add(f"{where}.on_error", "must be an object (`max_attempts`, `initial_delay`, ...)")
-        on_error = None
+    if on_error is not None:
+        on_error = r.obj(on_error, f"{where}.on_error", " (`max_attempts`, `initial_delay`, ...)", got=False)
     if isinstance(on_error, Mapping) and "when" in on_error and "retry_when" not in on_error:
         # NoETL's RetryPolicy reads `retry_when`, never `when`: such a block retries on every error.
         r.warnings.append(
@@ -550,14 +544,10 @@ def _unified_retry(r: _Reader, t: TaskSpec, value: Mapping[str, object], where: 
     p = PaginateSpec(at, success["while"])
     p.max_attempts = r.whole(success.get("max_attempts", 100), f"{at}.max_attempts", 1, 10_000, p.max_attempts)
     next_call = success.get("next_call") or {}
-    if not isinstance(next_call, Mapping):
-        r.add(f"{at}.next_call", "must be an object (`params`, `headers`, `url`, ...)")
-    else:
+    next_call = r.obj(next_call, f"{at}.next_call", " (`params`, `headers`, `url`, ...)", got=False)
+    if next_call is not None:
         p.next_call = next_call
-    collect = success.get("collect") or {}
-    if not isinstance(collect, Mapping):
-        r.add(f"{at}.collect", "must be an object (`strategy`, `path`, `into`)")
-        collect = {}
+    collect = r.obj(success.get("collect") or {}, f"{at}.collect", " (`strategy`, `path`, `into`)", got=False) or {}
     p.strategy = str(collect.get("strategy", "append"))
     if p.strategy not in ("append", "replace", "merge"):
         r.add(f"{at}.collect.strategy", "must be append, replace or merge")
@@ -601,8 +591,7 @@ def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
     t.on_unmatched = str(policy.get("on_unmatched", "continue"))
     for j, rule in enumerate(policy["rules"]):
         at = f"{where}.policy.rules[{j}]"
-        if not isinstance(rule, Mapping):
-            r.add(at, f"must be an object, got {json_type(rule)}")
+        if r.obj(rule, at) is None:
             continue
         when: Any = None
         then = rule.get("then")
@@ -621,9 +610,8 @@ def _policy(r: _Reader, t: TaskSpec, spec: object, where: str) -> None:
             r.add(f"{at}.then", "needs `do`: continue, retry, break, jump or fail")
             continue
         rule_set = then.get("set")
-        if rule_set is not None and not isinstance(rule_set, Mapping):
-            r.add(f"{at}.then.set", "must be an object")
-            rule_set = None
+        if rule_set is not None:
+            rule_set = r.obj(rule_set, f"{at}.then.set", got=False)
         attempts = r.whole(then.get("attempts", 3), f"{at}.then.attempts", 1, 100, 3)
         backoff = str(then.get("backoff", "none"))
         if backoff not in ("none", "linear", "exponential", "fixed"):
@@ -708,10 +696,7 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> Ste
     nxt = s.get("next")
     if nxt is not None:
         if isinstance(nxt, Mapping) and "arcs" in nxt:
-            spec = nxt.get("spec") or {}
-            if not isinstance(spec, Mapping):
-                r.add(f"{where}.next.spec", "must be an object")
-                spec = {}
+            spec = r.obj(nxt.get("spec") or {}, f"{where}.next.spec", got=False) or {}
             mode = spec.get("mode", "exclusive")
             if mode not in ("exclusive", "inclusive"):
                 r.add(f"{where}.next.spec.mode", f"must be exclusive or inclusive, got {mode!r}")
@@ -737,9 +722,8 @@ def _v2_step(r: _Reader, s: Mapping[str, object], sname: str, where: str) -> Ste
                 known = ("step", "when", "set", "spec", "desc", "description", "cond")
                 r.unknown(a, at, known, "an arc (step, when, set)")
                 arc_set = a.get("set")
-                if arc_set is not None and not isinstance(arc_set, Mapping):
-                    r.add(f"{at}.set", "must be an object")
-                    arc_set = None
+                if arc_set is not None:
+                    arc_set = r.obj(arc_set, f"{at}.set", got=False)
                 when = a.get("when")
                 if when is not None and not isinstance(when, str | bool):
                     r.add(f"{at}.when", f"must be a template string, got {json_type(when)}")
@@ -900,9 +884,7 @@ def _after(r: _Reader, s: Mapping[str, object], where: str, step: StepSpec) -> N
 def _mapping(r: _Reader, s: Mapping[str, object], key: str, where: str) -> Mapping[Any, Any] | None:
     """The step's ``key`` when it is an object (None: absent, or not an object: a problem)."""
     value = s.get(key)
-    if value is not None and not isinstance(value, Mapping):
-        r.add(f"{where}.{key}", f"must be an object, got {json_type(value)}")
-    return value if isinstance(value, Mapping) else None
+    return r.obj(value, f"{where}.{key}") if value is not None else None
 
 
 def _input(r: _Reader, s: Mapping[str, object], key: str, where: str, step: StepSpec) -> None:
@@ -929,10 +911,7 @@ def _loop(r: _Reader, loop: object, where: str) -> LoopSpec | None:
     r.unknown(loop, where, known, "a loop (in, iterator, spec)")
     items = loop.get("in", loop.get("collection"))
     iterator = _iterator_name(r, items, loop.get("iterator", loop.get("element", "item")), where, ("in", "iterator"))
-    spec = loop.get("spec") or {}
-    if not isinstance(spec, Mapping):
-        r.add(f"{where}.spec", "must be an object")
-        spec = {}
+    spec = r.obj(loop.get("spec") or {}, f"{where}.spec", got=False) or {}
     r.unknown(spec, f"{where}.spec", ("mode", "max_in_flight", "policy"), "a loop's spec (mode, max_in_flight)")
     mode = _mode(r, spec.get("mode", loop.get("mode", "sequential")), f"{where}.spec.mode", "parallel")
     return LoopSpec(items, iterator, mode, where, spec.get("max_in_flight"), loop.get("filter"))
@@ -1059,9 +1038,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
     arcs: list[ArcSpec] = []
     for j, entry in enumerate(nxt):
         at = f"{where}[{j}]"
-        if isinstance(entry, str):
-            arcs.append(ArcSpec(entry, at))
-        elif isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
+        if isinstance(entry, Mapping) and ("then" in entry or "else" in entry):
             otherwise = "else" in entry
             when = entry.get("when")  # `{then: [...]}` alone: always
             branch = entry.get("else" if otherwise else "then")
@@ -1076,7 +1053,7 @@ def _old_next(r: _Reader, nxt: object, where: str) -> list[ArcSpec]:
                 if arc is not None:
                     arc.when, arc.otherwise = when, otherwise
                     arcs.append(arc)
-        else:
+        else:  # a name, or `{step, data|with|args}`
             arc = _old_arc(r, entry, at)
             if arc is not None:
                 arcs.append(arc)
@@ -1094,8 +1071,7 @@ def _old_arc(r: _Reader, entry: object, at: str) -> ArcSpec | None:
         if k in ("step", "desc", "description"):
             continue
         if k in _OLD_NEXT_DATA:
-            if not isinstance(v, Mapping):
-                r.add(f"{at}.{k}", f"must be an object, got {json_type(v)}")
+            if r.obj(v, f"{at}.{k}") is None:
                 continue
             data.update({str(kk): vv for kk, vv in v.items()})
         elif k in ("when", "condition"):

@@ -216,16 +216,12 @@ def _read(raw: Mapping[str, Any], problems: list[Problem], warnings: list[str]) 
             at = f"{where}.next[{j}]"
             if not isinstance(e, Mapping):
                 continue  # the runtime asks each entry for `when`/`else`: a name is passed over
-            if e.get("when"):
-                then = e.get("then") or ["end"]
-                first = then[0] if isinstance(then, list) else then
-                if isinstance(first, str):
-                    st.entries.append(Entry(first, f"{at}.then", _tmpl(e["when"], f"{at}.when", problems)))
-            elif e.get("else"):
-                other = e["else"]
-                first = other[0] if isinstance(other, list) else other
-                if isinstance(first, str):
-                    st.entries.append(Entry(first, f"{at}.else"))
+            key = "then" if e.get("when") else "else" if e.get("else") else None
+            branch = (e.get(key) or ["end"]) if key is not None else None
+            first = branch[0] if isinstance(branch, list) else branch
+            if isinstance(first, str):
+                when = _tmpl(e["when"], f"{at}.when", problems) if key == "then" else None
+                st.entries.append(Entry(first, f"{at}.{key}", when))
         if s["step"] not in steps:
             steps[s["step"]] = st
     if "start" not in steps:

@@ -89,6 +89,14 @@ class Findings:
             return default
         return float(value)
 
+    def obj(self, value: object, location: str, detail: str = "", *, got: bool = True) -> Mapping[Any, Any] | None:
+        """``value`` when it is an object, else None and the problem: it must be an object (``detail`` after
+        that; ``got``: then what it is)."""
+        if isinstance(value, Mapping):
+            return value
+        self.add(location, f"must be an object{detail}" + (f", got {json_type(value)}" if got else ""))
+        return None
+
     def name(self, value: object, location: str) -> str | None:
         """``value`` when it is a non-empty string, else None and the problem."""
         if not isinstance(value, str) or not value:

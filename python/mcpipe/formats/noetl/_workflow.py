@@ -1124,10 +1124,7 @@ def _admission(c: _Problems, sp: StepPlan, s: StepSpec) -> Any:
 
     if not s.admit:
         return None
-    rules = []
-    for when, allow, at in s.admit:
-        rules.append((c.cond(when, f"{at}.when"), when, allow))
-    return _steps.Admit(sp, tuple(rules))
+    return _steps.Admit(sp, tuple((c.cond(when, f"{at}.when"), when, allow) for when, allow, at in s.admit))
 
 
 def _loop(c: _Problems, sp: StepPlan, loop: LoopSpec, leaf: Leaf[None, StepPlan], admit: Any = None) -> ForEach:
