@@ -652,18 +652,15 @@ def _order(c: _Problems, workflow: object, pb: Playbook) -> list[tuple[str, str,
         i, s = steps[current]
         where = f"workflow[{i}]"
         kind = s.get("type")
-        if kind == "workbook":
-            task = s.get("task")
-            if task not in pb.workbook:
-                c.add(f"{where}.task", f"unknown workbook action `{task}`{did_you_mean(task, pb.workbook)}")
+        if kind == "workbook" or kind == "mcp" or "turn" in s:
+            field, what, table = (
+                ("task", "workbook action", pb.workbook) if kind == "workbook" else ("turn", "turn", pb.turns)
+            )
+            ref = s.get(field)
+            if ref not in table:
+                c.add(f"{where}.{field}", f"unknown {what} `{ref}`{did_you_mean(ref, table)}")
             else:
-                order.append(("action", str(task), where))
-        elif kind == "mcp" or "turn" in s:
-            turn = s.get("turn")
-            if turn not in pb.turns:
-                c.add(f"{where}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
-            else:
-                order.append(("turn", str(turn), where))
+                order.append(("action" if field == "task" else "turn", str(ref), where))
         elif kind not in (None, "start", "end"):
             c.add(f"{where}.type", f"unknown step type `{kind}` (workbook, mcp, start, end)")
         nxt = s.get("next")
