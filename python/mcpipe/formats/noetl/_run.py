@@ -119,11 +119,8 @@ async def perform(
     step_ctx = replace(ctx, tools=pb.registry) if step.kind == "tool" and pb.registry is not None else ctx
     out: StepOutput | None = None
     try:
-        if step.timeout_ms is None:
+        with trio.move_on_after(float("inf") if step.timeout_ms is None else step.timeout_ms / 1000):
             out = await work()
-        else:
-            with trio.move_on_after(step.timeout_ms / 1000):
-                out = await work()
     except RenderError as e:  # names the field already
         raise StepFailure(str(e), e.code) from None
     except ForbiddenError as e:

@@ -387,13 +387,14 @@ class LoopItems:
             value = await self.items.render_async(scope)
         except RenderError as e:
             raise ExpressionError(str(e)) from None
+        items = _normalized(value)
         if self.filter is None:
-            return self._items(value, scope)
+            return items
         # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
         # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
         # took 76 s of the server's work before the loop's size was checked.
-        items = _normalized(value)
-        whole = Compiled(lambda roots: self._items(items, dict(roots)), self.filter.sources)
+        filter_, iterator = self.filter, self.iterator
+        whole = Compiled(lambda roots: _kept(items, filter_, iterator, dict(roots)), filter_.sources)
         try:
             kept: list[Any] = await render_async(whole, scope, self.filter.location)
         except RenderError as e:
@@ -403,20 +404,19 @@ class LoopItems:
     def evaluate(self, env: Mapping[str, object]) -> list[Any]:
         raise ExpressionError("a NoETL loop's items are evaluated off the event loop")  # the graph awaits
 
-    def _items(self, value: object, scope: dict[str, Any]) -> list[Any]:
-        items = value if isinstance(value, list) else _normalized(value)
-        if self.filter is None:
-            return items
-        kept = []
-        for item in items:
-            scope[self.iterator] = wrap(item)
-            scope["iter"] = {self.iterator: wrap(item)}
-            try:
-                if truthy(self.filter.render(scope)):
-                    kept.append(item)
-            except RenderError as e:
-                raise ExpressionError(str(e)) from None
-        return kept
+
+def _kept(items: list[Any], filter_: Tmpl, iterator: str, scope: dict[str, Any]) -> list[Any]:
+    """The items a loop's ``filter`` keeps, each rendered with the item under the iterator's name."""
+    kept = []
+    for item in items:
+        scope[iterator] = wrap(item)
+        scope["iter"] = {iterator: wrap(item)}
+        try:
+            if truthy(filter_.render(scope)):
+                kept.append(item)
+        except RenderError as e:
+            raise ExpressionError(str(e)) from None
+    return kept
 
 
 # --- a step ---
@@ -641,12 +641,11 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, obje
                     seq_iter[bare] = value  # the iteration's own (TaskSequenceContext.iter)
                 else:
                     seq_ctx[bare if dot and scope_name in ("ctx", "step") else key] = value
-        do = action.rule.do if action.rule is not None else ("continue" if ok else "fail")
+        rule = action.rule
+        do = rule.do if rule is not None else ("continue" if ok else "fail")
         if do == "continue":
             i += 1
-        elif do == "retry":
-            rule = action.rule
-            assert rule is not None
+        elif do == "retry" and rule is not None:
             retries[task.name] = retries.get(task.name, 0) + 1
             if retries[task.name] >= rule.attempts:
                 raise StepFailure(
@@ -655,9 +654,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, obje
                     _failed(prev, results, seq_ctx, error, task.name),
                 )
             await trio.sleep(_delay(rule, retries[task.name]))
-        elif do == "jump":
-            rule = action.rule
-            assert rule is not None
+        elif do == "jump" and rule is not None:
             target = str(rule.to)
             if target.lower() in ("previous", "prev", "_previous", "@previous"):
                 if i == 0:
@@ -1261,15 +1258,11 @@ async def _call_kind(
 ) -> Any:
     """Run a compiled mcpipe step kind's executor with ``inputs``, under its deadline."""
     try:
-        work = step.run(step, inputs, env, ctx)
-        if step.timeout_ms is None:
-            out = await work
-        else:
-            out = None
-            with trio.move_on_after(step.timeout_ms / 1000):
-                out = await work
-            if out is None:
-                raise StepFailure(f"{location}: timed out after {step.timeout_ms:g} ms", ErrorCode.TIMEOUT)
+        out = None
+        with trio.move_on_after(float("inf") if step.timeout_ms is None else step.timeout_ms / 1000):
+            out = await step.run(step, inputs, env, ctx)
+        if out is None:  # only a timeout leaves it unset
+            raise StepFailure(f"{location}: timed out after {step.timeout_ms:g} ms", ErrorCode.TIMEOUT)
     except ForbiddenError as e:
         raise StepFailure(f"{location}: {e}", ErrorCode.FORBIDDEN) from None
     except ExpressionError as e:
@@ -1315,12 +1308,8 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, object], env: Mapping[st
     out = await _call_kind(step, inputs, env, ctx, task.location)
     if task.kind == "duckdb" and isinstance(out, Mapping) and "task_id" in out:
         # NoETL's duckdb result names its execution after the task (noetl/tools/duckdb/__init__.py, 4.26.0).
-        keyed = {}
-        for k, v in out.items():
-            keyed[k] = v
-            if k == "task_id":
-                keyed["execution_id"] = scope.get("execution_id")
-        return keyed
+        items, at = list(out.items()), list(out).index("task_id") + 1
+        return dict([*items[:at], ("execution_id", scope.get("execution_id")), *items[at:]])
     return out
 
 
