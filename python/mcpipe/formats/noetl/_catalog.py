@@ -21,6 +21,7 @@ templates give: :mod:`mcpipe.formats.noetl._steps`).
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -141,10 +142,7 @@ class Catalog:
             # The playbook's own directory (not below it), then every directory under the scanned ones.
             here = [os.path.join(d, f) for d in self._siblings for f in sorted(os.listdir(d))]
             scanned = (os.path.join(d, f) for top in self._scan for d, _dirs, fs in os.walk(top) for f in sorted(fs))
-            for n, full in enumerate(f for f in scanned if f.endswith((".yaml", ".yml"))):
-                if n == MAX_SCAN:
-                    break
-                here.append(full)
+            here += itertools.islice((f for f in scanned if f.endswith((".yaml", ".yml"))), MAX_SCAN)
             for full in here:
                 mpath = metadata_path(full) if full.endswith((".yaml", ".yml")) and os.path.isfile(full) else None
                 if mpath is not None:

@@ -279,13 +279,12 @@ def compile_playbook(
                 c.mapping(entry, where, keys, ("type", "spec"))
             atype = entry.get("type")
             # An action with problems keeps its name, so what uses it is not reported as well.
-            broken = Action(aname, str(atype), c.compile(None, where), where)
+            out[aname] = Action(aname, str(atype), c.compile(None, where), where)
             if atype not in action_types():
                 if atype is not None:
                     c.add(f"{where}.type", _unsupported(atype))
                 elif flat:
                     c.add(f"{where}.type", "is required")
-                out[aname] = broken
                 continue
             spec = entry.get("spec") if not flat else {k: v for k, v in entry.items() if k not in keys}
             spec_at = f"{where}.spec" if not flat else where
@@ -297,13 +296,11 @@ def compile_playbook(
                 schema = None
             if not isinstance(spec, Mapping):
                 c.add(spec_at, f"must be an object, got {json_type(spec)}")
-                out[aname] = broken
                 continue
             action = _action(
                 c, aname, str(atype), spec, where, spec_at, _sid("action", aname, taken), policy, tools, workload
             )
             if action is None:
-                out[aname] = broken
                 continue
             action.description = str(entry.get("description") or "")
             action.input_schema = dict(schema) if schema is not None else None

@@ -23,6 +23,7 @@ import trio
 from mcpipe.errors import ExpressionError
 from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
+from mcpipe.formats.noetl._scope import Environ
 from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.formats.noetl._steps import EVENTS
 from mcpipe.kinds import ForbiddenError
@@ -55,8 +56,9 @@ class TurnPlan:
     resources: dict[str, str]  # resource name -> step id, for those run before this turn
 
 
-class _Secrets(Mapping[str, str]):
-    """``secrets.NAME`` reads ``MCPIPE_SECRET_NAME`` when a template asks for it, and only then."""
+class _Secrets(Environ):
+    """``secrets.NAME`` reads ``MCPIPE_SECRET_NAME`` when a template asks for it, and only then (never listed,
+    as ``env``)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -66,12 +68,6 @@ class _Secrets(Mapping[str, str]):
         if value is None:
             raise KeyError(name)
         return value
-
-    def __iter__(self) -> Any:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
 
 
 def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) -> dict[str, Any]:
