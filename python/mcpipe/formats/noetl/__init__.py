@@ -161,9 +161,7 @@ def is_seed(raw: object) -> bool:
         from mcpipe.formats.noetl._compile import action_types
 
         kinds = action_types()
-        for a in book:
-            if isinstance(a, Mapping) and a.get("type") not in kinds:
-                return False
+        return all(a.get("type") in kinds for a in book if isinstance(a, Mapping))
     return True
 
 

@@ -151,15 +151,14 @@ class Playbook:
         return (*self.tools.values(), *self.resources.values(), *self.workbook.values())
 
     def tool_specs(self, names: list[str]) -> list[ToolSpec]:
-        out = []
-        for n in names:
-            a = self.tools[n]
-            schema = a.input_schema or _derived_schema(a)
-            out.append(ToolSpec(n, a.description or f"{a.type} tool {n}", schema))
-        return out
+        tools = [(n, self.tools[n]) for n in names]
+        return [ToolSpec(n, a.description or f"{a.type} tool {n}", _input_schema(a)) for n, a in tools]
 
 
-def _derived_schema(a: Action) -> dict[str, Any]:
+def _input_schema(a: Action) -> dict[str, Any]:
+    """A tool's input schema: its own, else one derived from the ``input``/``args`` names its spec reads."""
+    if a.input_schema:
+        return a.input_schema
     names = sorted({name for root, name in references(a.spec.sources) if root in ("input", "args") and name})
     return {"type": "object", "properties": {n: {"type": "string"} for n in names}}
 
@@ -317,10 +316,9 @@ def compile_playbook(
         where = f"mcp.prompts[{i}]"
         c.mapping(entry, where, ("name", "template", "description"), ("template",))
         template = entry.get("template")
-        if isinstance(template, Mapping | list):  # a structured template: its strings are templates
-            prompts[pname] = (orjson.dumps(template).decode(), c.compile(template, f"{where}.template"))
-        elif isinstance(template, str):
-            prompts[pname] = (template, c.compile(template, f"{where}.template"))
+        if isinstance(template, Mapping | list | str):  # a structured template: its strings are templates
+            source = template if isinstance(template, str) else orjson.dumps(template).decode()
+            prompts[pname] = (source, c.compile(template, f"{where}.template"))
         elif "template" in entry:
             c.add(f"{where}.template", f"must be a string or a structured template, got {json_type(template)}")
 
@@ -529,15 +527,8 @@ def _parts(
 
 
 def _sources_of(turn: Turn) -> tuple[str, ...]:
-    out: list[str] = []
-    if turn.system is not None:
-        out += turn.system.sources
-    for p in turn.parts:
-        if p.text is not None:
-            out += p.text.sources
-        if p.inputs is not None:
-            out += p.inputs.sources
-    return tuple(out)
+    compiled = (turn.system, *(c for p in turn.parts for c in (p.text, p.inputs)))
+    return tuple(s for c in compiled if c is not None for s in c.sources)
 
 
 def _used_resources(
@@ -699,10 +690,8 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
     done: dict[str, str] = {}  # resource name -> step id
     for kind, name, where in order:
         if kind == "action":
-            a = pb.workbook[name]
-            steps.append(
-                _step(_sid("task", name, taken), "action", where, _run.ActionPlan(pb, a, done.copy()), _run.run_action)
-            )
+            built = _run.ActionPlan(pb, pb.workbook[name], done.copy())
+            steps.append(_step(_sid("task", name, taken), "action", where, built, _run.run_action))
             continue
         turn = pb.turns[name]
         for r in turn.resources:

@@ -75,8 +75,7 @@ def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) ->
     args = env.get("args") or {}
     steps = env.get("steps") or {}
     workload = {**pb.workload, **{k: v for k, v in args.items() if k in pb.workload}}
-    facts = dict(env.get("context") or {})
-    facts["input"] = args
+    facts = {**(env.get("context") or {}), "input": args}
     return {
         "input": args,
         "workload": workload,

@@ -259,14 +259,13 @@ class ArcWhen:
                 for prior, when in self.earlier:
                     if prior.otherwise or when is None or self._spent(prior, env):
                         continue
-                    if prior.retry is not None:  # NoETL: a case's condition that fails to evaluate is false
-                        try:
-                            if truthy(await when.render_async(self._case_scope(scope))):
-                                return False
-                        except RenderError:
-                            pass
-                    elif truthy(await when.render_async(scope)):
-                        return False
+                    case = prior.retry is not None
+                    try:
+                        if truthy(await when.render_async(self._case_scope(scope) if case else scope)):
+                            return False
+                    except RenderError:
+                        if not case:  # NoETL: a case's condition that fails to evaluate is false
+                            raise
                 return True
             assert self.when is not None
             if self.arc.retry is not None:
@@ -694,11 +693,8 @@ def _message(error: object) -> str:
 
 
 def _code(error: object) -> str:
-    if isinstance(error, Mapping) and isinstance(error.get("code"), str) and error["code"].isupper():
-        code = error["code"]
-        if code in ErrorCode.__members__:
-            return code
-    return ErrorCode.TOOL_ERROR
+    code = error.get("code") if isinstance(error, Mapping) else None  # every member's name is upper case
+    return code if isinstance(code, str) and code in ErrorCode.__members__ else ErrorCode.TOOL_ERROR
 
 
 def _failed(
@@ -1429,16 +1425,13 @@ async def _script_step(
 
 
 _NOT_DATA = ("env", "keychain")
+_DATA = (str, int, float, bool, list, dict, type(None))
 
 
 def context_data(scope: Mapping[str, object]) -> dict[str, Any]:
     """A step's scope as data (NoETL's ``context`` global of python code): its variables, the results so
     far by name, its loop item, ``execution_id``, ``job``; never the keychain or the environment."""
-    out: dict[str, Any] = {}
-    for k, v in scope.items():
-        if k in _NOT_DATA or not isinstance(v, str | int | float | bool | list | dict | type(None)):
-            continue
-        out[k] = v
+    out = {k: v for k, v in scope.items() if k not in _NOT_DATA and isinstance(v, _DATA)}
     # Only data crosses into the code's process: anything else a result may hold becomes its text.
     return dict(orjson.loads(orjson.dumps(out, default=str)))
 
