@@ -349,27 +349,23 @@ def compile_playbook(
         parts = _parts(c, entry.get("user"), f"{where}.user", resource_actions, prompts, turns)
         allowed: list[str] = []
         ta = entry.get("tools_allowed")
-        if ta is not None:
-            if not isinstance(ta, list):
-                c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
+        if ta is not None and not isinstance(ta, list):
+            c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
+        for j, tool in enumerate(ta if isinstance(ta, list) else []):
+            if not isinstance(tool, str) or tool not in tool_actions:
+                c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
+            elif tool in allowed:
+                c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
             else:
-                for j, tool in enumerate(ta):
-                    if not isinstance(tool, str) or tool not in tool_actions:
-                        c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
-                    elif tool in allowed:
-                        c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
-                    else:
-                        allowed.append(tool)
+                allowed.append(tool)
         schema = entry.get("output_schema")
         if schema is not None and not isinstance(schema, Mapping):
             c.add(f"{where}.output_schema", "must be a JSON Schema object")
             schema = None
         save = entry.get("save")
-        storage = None
-        if save is not None:
-            storage = save.get("storage") if isinstance(save, Mapping) else None
-            if storage not in _STORAGES:
-                c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
+        storage = save.get("storage") if isinstance(save, Mapping) else None
+        if save is not None and storage not in _STORAGES:
+            c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
         named, output = mref if isinstance(mref, str) else "", dict(schema) if schema is not None else None
         turn = Turn(tname, where, named, model, system, parts, allowed, output, storage, json_retries, rounds)
         parallel = entry.get("parallel_tool_calls", False)
@@ -575,11 +571,7 @@ def _inputs(pb: Playbook) -> list[str]:
     for pname, (_src, compiled) in pb.prompts.items():
         uses = [p for t in pb.turns.values() for p in t.parts if p.kind == "prompt" and p.name == pname]
         wanted = read(compiled.sources)
-        if pname in rendered or not uses:
-            names |= wanted
-            continue
-        for part in uses:
-            names |= wanted - part.given
+        names |= wanted if pname in rendered or not uses else set().union(*(wanted - p.given for p in uses))
     return sorted(names)
 
 

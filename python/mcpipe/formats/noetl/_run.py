@@ -26,7 +26,6 @@ from mcpipe.formats.noetl._compile import Action, Playbook, Turn
 from mcpipe.formats.noetl._scope import Environ
 from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.formats.noetl._steps import EVENTS
-from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -118,11 +117,9 @@ async def perform(
             out = await work()
     except RenderError as e:  # names the field already
         raise StepFailure(str(e), e.code) from None
-    except ForbiddenError as e:
-        raise StepFailure(f"{action.location}: {e}", "FORBIDDEN") from None
     except ExpressionError as e:
         raise StepFailure(f"{action.location}: {e}", e.code) from None
-    except StepFailure as e:
+    except StepFailure as e:  # a ForbiddenError too (its code FORBIDDEN, no output)
         raise StepFailure(f"{action.location}: {e}", e.code, e.output) from None
     if out is None:
         raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")

@@ -204,14 +204,9 @@ def _render_plain(value: object, scope: Mapping[str, object]) -> Any:
 def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, Any]:
     """``output``, ``event``, ``result`` and ``error`` of a finished step (for its ``set`` and arcs)."""
     r = latest(env.get("steps") or {}, source) or {}
-    ok = bool(r.get("ok"))
-    if loop:
-        result: Any = loop_result(loop_runs(r))
-        event = "loop.done"
-        ok = True
-    else:
-        result = r.get("output")
-        event = "call.done" if ok else "call.error"
+    ok = loop or bool(r.get("ok"))
+    result: Any = loop_result(loop_runs(r)) if loop else r.get("output")
+    event = "loop.done" if loop else "call.done" if ok else "call.error"
     error = None if ok else (r.get("error") or "failed")
     return {**_view(result, ok, error, event, source), "error": error}
 
@@ -383,19 +378,15 @@ class LoopItems:
         """The items, rendering the collection off the event loop."""
         scope = scope_of(self.step.playbook, env)
         try:
-            value = await self.items.render_async(scope)
-        except RenderError as e:
-            raise ExpressionError(str(e)) from None
-        items = _normalized(value)
-        if self.filter is None:
-            return items
-        # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
-        # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
-        # took 76 s of the server's work before the loop's size was checked.
-        filter_, iterator = self.filter, self.iterator
-        whole = Compiled(lambda roots: _kept(items, filter_, iterator, dict(roots)), filter_.sources)
-        try:
-            kept: list[Any] = await render_async(whole, scope, self.filter.location)
+            items = _normalized(await self.items.render_async(scope))
+            if self.filter is None:
+                return items
+            # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
+            # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
+            # took 76 s of the server's work before the loop's size was checked.
+            filter_, iterator = self.filter, self.iterator
+            whole = Compiled(lambda roots: _kept(items, filter_, iterator, dict(roots)), filter_.sources)
+            kept: list[Any] = await render_async(whole, scope, filter_.location)
         except RenderError as e:
             raise ExpressionError(str(e)) from None
         return kept
@@ -880,14 +871,13 @@ async def run_loop_save(
     see ``results``/``items``/``result`` (each item's result), ``errors`` and ``count``, as NoETL 1.x's
     iterator gives them. Its output is the loop's, so the workflow's final result is the loop's."""
     plan: StepPlan = step.built
-    pb = plan.playbook
     assert plan.save is not None
     r = latest(env.get("steps") or {}, plan.name) or {}
     runs = loop_runs(r)
     outputs = [ch.get("output") for ch in runs if ch.get("ok")]
     errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(runs) if not ch.get("ok")]
     roots = {"results": outputs, "items": outputs, "result": outputs, "errors": errors, "count": len(outputs)}
-    scope = scope_of(pb, env)
+    scope = scope_of(plan.playbook, env)
     emit = EVENTS.get()
     t0 = perf_counter()
     try:
