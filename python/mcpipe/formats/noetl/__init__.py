@@ -85,6 +85,7 @@ def load_playbook(
     scan: list[str] | None = None,
     known: dict[str, str] | None = None,
     roots: list[str] | None = None,
+    stack: tuple[str, ...] = (),
 ) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
     """Read, check and compile a playbook file (``path`` relative to ``base_dir``); problems are located in it
     by line and path (``pb.yaml:14: workflow[2].tool.kind``).
@@ -94,22 +95,9 @@ def load_playbook(
     is where its ``playbook`` tasks look (default: ``known`` catalog paths, then the playbooks under
     ``roots``, by path from ``base_dir`` or a root, and by ``metadata.path`` in the file's directory and
     under ``scan``'s directories; ``roots`` default to ``base_dir`` and the file's directory, ``scan``'s
-    directories are roots too: :mod:`mcpipe.formats.noetl._catalog`)."""
-    return _load(str(path), base_dir, models, policy, tools, catalog, scan, (), known, roots)
-
-
-def _load(
-    name: str,
-    base_dir: str,
-    models: Models | None,
-    policy: StepPolicy | None,
-    tools: Container[str] | None,
-    catalog: Catalog | None,
-    scan: list[str] | None,
-    stack: tuple[str, ...],
-    known: dict[str, str] | None = None,
-    roots: list[str] | None = None,
-) -> tuple[Playbook | NoetlPlaybook | None, list[Problem]]:
+    directories are roots too: :mod:`mcpipe.formats.noetl._catalog`). ``stack``: the identities of the
+    playbooks running this one (:func:`~mcpipe.formats.noetl._catalog.identity`), for a sub-playbook."""
+    name = str(path)
     full = os.path.join(base_dir, name)
     try:
         text = Path(full).read_text(encoding="utf-8")
@@ -127,11 +115,14 @@ def _load(
 
         pb, problems = compile_playbook(raw, models=models, policy=policy, tools=tools)
     else:
+
+        def compile_child(file: str, chain: tuple[str, ...]) -> tuple[Any, list[Problem]]:
+            rel = os.path.relpath(file, base_dir)
+            return load_playbook(
+                rel, models=models, policy=policy, tools=tools, base_dir=base_dir, catalog=cat, scan=scan, stack=chain
+            )
+
         if catalog is None:
-
-            def compile_child(file: str, chain: tuple[str, ...]) -> tuple[Any, list[Problem]]:
-                return _load(os.path.relpath(file, base_dir), base_dir, models, policy, tools, cat, scan, chain)
-
             cat = Catalog.around(compile_child, full, scan, known, roots, base=base_dir)
             catalog = cat
         pb, problems = compile_noetl(
@@ -170,9 +161,7 @@ def is_seed(raw: object) -> bool:
         from mcpipe.formats.noetl._compile import action_types
 
         kinds = action_types()
-        for a in book:
-            if isinstance(a, Mapping) and a.get("type") not in kinds:
-                return False
+        return all(a.get("type") in kinds for a in book if isinstance(a, Mapping))
     return True
 
 

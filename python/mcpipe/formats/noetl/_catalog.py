@@ -21,6 +21,7 @@ templates give: :mod:`mcpipe.formats.noetl._steps`).
 from __future__ import annotations
 
 import glob
+import itertools
 import os
 from collections.abc import Callable
 from typing import Any
@@ -51,12 +52,7 @@ def identity(pb: object) -> str:
 def glob_root(pattern: str) -> str:
     """The directory a glob names files under: its components before the first wildcard (``flows/*.yaml`` ->
     ``flows``, ``*.yaml`` -> ``.``, ``a/b.yaml`` -> ``a``)."""
-    head: list[str] = []
-    parts = pattern.split(os.sep)
-    for part in parts[:-1]:
-        if glob.has_magic(part):
-            break
-        head.append(part)
+    head = list(itertools.takewhile(lambda part: not glob.has_magic(part), pattern.split(os.sep)[:-1]))
     if not head:
         return os.sep if pattern.startswith(os.sep) else "."
     return os.sep.join(head) or os.sep
@@ -127,13 +123,10 @@ class Catalog:
         rel = path.strip("/")
         if not rel or "\x00" in rel or ".." in rel.split("/"):
             return None
-        for d in self._lookup:
-            for name in (rel, f"{rel}.yaml", f"{rel}.yml"):
-                found = self._file(os.path.join(d, name))
-                if found is not None:
-                    return found
-        indexed = self._indexed().get(path)
-        return self._file(indexed) if indexed is not None else None
+        names = (rel, f"{rel}.yaml", f"{rel}.yml")
+        found = next((f for d in self._lookup for n in names if (f := self._file(os.path.join(d, n)))), None)
+        indexed = self._indexed().get(path) if found is None else None
+        return self._file(indexed) if indexed is not None else found
 
     def _indexed(self) -> dict[str, str]:
         if self._index is None:
@@ -141,10 +134,7 @@ class Catalog:
             # The playbook's own directory (not below it), then every directory under the scanned ones.
             here = [os.path.join(d, f) for d in self._siblings for f in sorted(os.listdir(d))]
             scanned = (os.path.join(d, f) for top in self._scan for d, _dirs, fs in os.walk(top) for f in sorted(fs))
-            for n, full in enumerate(f for f in scanned if f.endswith((".yaml", ".yml"))):
-                if n == MAX_SCAN:
-                    break
-                here.append(full)
+            here += itertools.islice((f for f in scanned if f.endswith((".yaml", ".yml"))), MAX_SCAN)
             for full in here:
                 mpath = metadata_path(full) if full.endswith((".yaml", ".yml")) and os.path.isfile(full) else None
                 if mpath is not None:

@@ -151,15 +151,14 @@ class Playbook:
         return (*self.tools.values(), *self.resources.values(), *self.workbook.values())
 
     def tool_specs(self, names: list[str]) -> list[ToolSpec]:
-        out = []
-        for n in names:
-            a = self.tools[n]
-            schema = a.input_schema or _derived_schema(a)
-            out.append(ToolSpec(n, a.description or f"{a.type} tool {n}", schema))
-        return out
+        tools = [(n, self.tools[n]) for n in names]
+        return [ToolSpec(n, a.description or f"{a.type} tool {n}", _input_schema(a)) for n, a in tools]
 
 
-def _derived_schema(a: Action) -> dict[str, Any]:
+def _input_schema(a: Action) -> dict[str, Any]:
+    """A tool's input schema: its own, else one derived from the ``input``/``args`` names its spec reads."""
+    if a.input_schema:
+        return a.input_schema
     names = sorted({name for root, name in references(a.spec.sources) if root in ("input", "args") and name})
     return {"type": "object", "properties": {n: {"type": "string"} for n in names}}
 
@@ -279,13 +278,12 @@ def compile_playbook(
                 c.mapping(entry, where, keys, ("type", "spec"))
             atype = entry.get("type")
             # An action with problems keeps its name, so what uses it is not reported as well.
-            broken = Action(aname, str(atype), c.compile(None, where), where)
+            out[aname] = Action(aname, str(atype), c.compile(None, where), where)
             if atype not in action_types():
                 if atype is not None:
                     c.add(f"{where}.type", _unsupported(atype))
                 elif flat:
                     c.add(f"{where}.type", "is required")
-                out[aname] = broken
                 continue
             spec = entry.get("spec") if not flat else {k: v for k, v in entry.items() if k not in keys}
             spec_at = f"{where}.spec" if not flat else where
@@ -297,13 +295,11 @@ def compile_playbook(
                 schema = None
             if not isinstance(spec, Mapping):
                 c.add(spec_at, f"must be an object, got {json_type(spec)}")
-                out[aname] = broken
                 continue
             action = _action(
                 c, aname, str(atype), spec, where, spec_at, _sid("action", aname, taken), policy, tools, workload
             )
             if action is None:
-                out[aname] = broken
                 continue
             action.description = str(entry.get("description") or "")
             action.input_schema = dict(schema) if schema is not None else None
@@ -320,10 +316,9 @@ def compile_playbook(
         where = f"mcp.prompts[{i}]"
         c.mapping(entry, where, ("name", "template", "description"), ("template",))
         template = entry.get("template")
-        if isinstance(template, Mapping | list):  # a structured template: its strings are templates
-            prompts[pname] = (orjson.dumps(template).decode(), c.compile(template, f"{where}.template"))
-        elif isinstance(template, str):
-            prompts[pname] = (template, c.compile(template, f"{where}.template"))
+        if isinstance(template, Mapping | list | str):  # a structured template: its strings are templates
+            source = template if isinstance(template, str) else orjson.dumps(template).decode()
+            prompts[pname] = (source, c.compile(template, f"{where}.template"))
         elif "template" in entry:
             c.add(f"{where}.template", f"must be a string or a structured template, got {json_type(template)}")
 
@@ -354,27 +349,23 @@ def compile_playbook(
         parts = _parts(c, entry.get("user"), f"{where}.user", resource_actions, prompts, turns)
         allowed: list[str] = []
         ta = entry.get("tools_allowed")
-        if ta is not None:
-            if not isinstance(ta, list):
-                c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
+        if ta is not None and not isinstance(ta, list):
+            c.add(f"{where}.tools_allowed", f"must be a list of tool names, got {json_type(ta)}")
+        for j, tool in enumerate(ta if isinstance(ta, list) else []):
+            if not isinstance(tool, str) or tool not in tool_actions:
+                c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
+            elif tool in allowed:
+                c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
             else:
-                for j, tool in enumerate(ta):
-                    if not isinstance(tool, str) or tool not in tool_actions:
-                        c.add(f"{where}.tools_allowed[{j}]", f"unknown tool `{tool}`{did_you_mean(tool, tool_actions)}")
-                    elif tool in allowed:
-                        c.add(f"{where}.tools_allowed[{j}]", f"duplicate tool `{tool}`")
-                    else:
-                        allowed.append(tool)
+                allowed.append(tool)
         schema = entry.get("output_schema")
         if schema is not None and not isinstance(schema, Mapping):
             c.add(f"{where}.output_schema", "must be a JSON Schema object")
             schema = None
         save = entry.get("save")
-        storage = None
-        if save is not None:
-            storage = save.get("storage") if isinstance(save, Mapping) else None
-            if storage not in _STORAGES:
-                c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
+        storage = save.get("storage") if isinstance(save, Mapping) else None
+        if save is not None and storage not in _STORAGES:
+            c.add(f"{where}.save", f"`save` takes `storage: event_log` (the run's events), got {save!r}")
         named, output = mref if isinstance(mref, str) else "", dict(schema) if schema is not None else None
         turn = Turn(tname, where, named, model, system, parts, allowed, output, storage, json_retries, rounds)
         parallel = entry.get("parallel_tool_calls", False)
@@ -532,15 +523,8 @@ def _parts(
 
 
 def _sources_of(turn: Turn) -> tuple[str, ...]:
-    out: list[str] = []
-    if turn.system is not None:
-        out += turn.system.sources
-    for p in turn.parts:
-        if p.text is not None:
-            out += p.text.sources
-        if p.inputs is not None:
-            out += p.inputs.sources
-    return tuple(out)
+    compiled = (turn.system, *(c for p in turn.parts for c in (p.text, p.inputs)))
+    return tuple(s for c in compiled if c is not None for s in c.sources)
 
 
 def _used_resources(
@@ -587,11 +571,7 @@ def _inputs(pb: Playbook) -> list[str]:
     for pname, (_src, compiled) in pb.prompts.items():
         uses = [p for t in pb.turns.values() for p in t.parts if p.kind == "prompt" and p.name == pname]
         wanted = read(compiled.sources)
-        if pname in rendered or not uses:
-            names |= wanted
-            continue
-        for part in uses:
-            names |= wanted - part.given
+        names |= wanted if pname in rendered or not uses else set().union(*(wanted - p.given for p in uses))
     return sorted(names)
 
 
@@ -652,18 +632,15 @@ def _order(c: _Problems, workflow: object, pb: Playbook) -> list[tuple[str, str,
         i, s = steps[current]
         where = f"workflow[{i}]"
         kind = s.get("type")
-        if kind == "workbook":
-            task = s.get("task")
-            if task not in pb.workbook:
-                c.add(f"{where}.task", f"unknown workbook action `{task}`{did_you_mean(task, pb.workbook)}")
+        if kind == "workbook" or kind == "mcp" or "turn" in s:
+            field, what, table = (
+                ("task", "workbook action", pb.workbook) if kind == "workbook" else ("turn", "turn", pb.turns)
+            )
+            ref = s.get(field)
+            if ref not in table:
+                c.add(f"{where}.{field}", f"unknown {what} `{ref}`{did_you_mean(ref, table)}")
             else:
-                order.append(("action", str(task), where))
-        elif kind == "mcp" or "turn" in s:
-            turn = s.get("turn")
-            if turn not in pb.turns:
-                c.add(f"{where}.turn", f"unknown turn `{turn}`{did_you_mean(turn, pb.turns)}")
-            else:
-                order.append(("turn", str(turn), where))
+                order.append(("action" if field == "task" else "turn", str(ref), where))
         elif kind not in (None, "start", "end"):
             c.add(f"{where}.type", f"unknown step type `{kind}` (workbook, mcp, start, end)")
         nxt = s.get("next")
@@ -705,10 +682,8 @@ def _plan(pb: Playbook, order: list[tuple[str, str, str]]) -> CompiledSpec:
     done: dict[str, str] = {}  # resource name -> step id
     for kind, name, where in order:
         if kind == "action":
-            a = pb.workbook[name]
-            steps.append(
-                _step(_sid("task", name, taken), "action", where, _run.ActionPlan(pb, a, done.copy()), _run.run_action)
-            )
+            built = _run.ActionPlan(pb, pb.workbook[name], done.copy())
+            steps.append(_step(_sid("task", name, taken), "action", where, built, _run.run_action))
             continue
         turn = pb.turns[name]
         for r in turn.resources:

@@ -282,10 +282,6 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
                 return {"status": "success", "bucket": bucket, "objects": objects, "count": len(objects)}
             name = text("name")
             done = {"status": "success", "bucket": bucket, "name": name}
-
-            def not_found() -> StepFailure:
-                return StepFailure(f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR)
-
             if operation == "object_put":
                 data = need("data")
                 if encoding == "base64":
@@ -297,18 +293,14 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
                     raw = encode(data, encoding) if isinstance(data, str) else str(data).encode(encoding)
                 info = await store.put(name, raw)
                 return {**done, "size": info["size"], "digest": info["digest"]}
+            call = {"object_delete": store.delete, "object_info": store.info}.get(operation, store.get)
+            got = await call(name)
+            if got is None or got is False:
+                raise StepFailure(f"{location}: nats: object not found (`{name}` in `{bucket}`)", ErrorCode.TOOL_ERROR)
             if operation == "object_delete":
-                if not await store.delete(name):
-                    raise not_found()
                 return done
             if operation == "object_info":
-                found = await store.info(name)
-                if found is None:
-                    raise not_found()
-                return {**done, **{k: found.get(k) for k in ("size", "mtime", "digest", "chunks")}}
-            got = await store.get(name)
-            if got is None:
-                raise not_found()
+                return {**done, **{k: got.get(k) for k in ("size", "mtime", "digest", "chunks")}}
             raw = got[1]
             try:
                 value = base64.b64encode(raw).decode("ascii") if encoding == "base64" else raw.decode(encoding)
@@ -331,17 +323,14 @@ async def run_nats(operation: str, f: Mapping[str, Any], js: Any, location: str)
         if operation == "js_stream_info":
             config, state = info.get("config") or {}, info.get("state") or {}
             max_age = config.get("max_age")
+            shown = {k: config.get(k) for k in ("name", "subjects", "retention", "max_msgs", "max_bytes", "max_age")}
+            shown["subjects"] = list(config.get("subjects") or [])
+            shown["retention"] = f"RetentionPolicy.{str(config.get('retention') or 'limits').upper()}"
+            shown["max_age"] = max_age / 1e9 if isinstance(max_age, int | float) else None
             return {
                 "status": "success",
                 "stream": stream,
-                "config": {
-                    "name": config.get("name"),
-                    "subjects": list(config.get("subjects") or []),
-                    "retention": f"RetentionPolicy.{str(config.get('retention') or 'limits').upper()}",
-                    "max_msgs": config.get("max_msgs"),
-                    "max_bytes": config.get("max_bytes"),
-                    "max_age": max_age / 1e9 if isinstance(max_age, int | float) else None,
-                },
+                "config": shown,
                 "state": {k: state.get(k) for k in ("messages", "bytes", "first_seq", "last_seq", "consumer_count")},
             }
         seq = f.get("seq")

@@ -23,9 +23,9 @@ import trio
 from mcpipe.errors import ExpressionError
 from mcpipe.expr._jinja import PromptSource, RenderError, render_async
 from mcpipe.formats.noetl._compile import Action, Playbook, Turn
+from mcpipe.formats.noetl._scope import Environ
 from mcpipe.formats.noetl._sqlbind import binding
 from mcpipe.formats.noetl._steps import EVENTS
-from mcpipe.kinds import ForbiddenError
 from mcpipe.models import Message, ModelError, converse, once, schema_errors_async
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -55,8 +55,9 @@ class TurnPlan:
     resources: dict[str, str]  # resource name -> step id, for those run before this turn
 
 
-class _Secrets(Mapping[str, str]):
-    """``secrets.NAME`` reads ``MCPIPE_SECRET_NAME`` when a template asks for it, and only then."""
+class _Secrets(Environ):
+    """``secrets.NAME`` reads ``MCPIPE_SECRET_NAME`` when a template asks for it, and only then (never listed,
+    as ``env``)."""
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
@@ -67,20 +68,13 @@ class _Secrets(Mapping[str, str]):
             raise KeyError(name)
         return value
 
-    def __iter__(self) -> Any:
-        return iter(())
-
-    def __len__(self) -> int:
-        return 0
-
 
 def roots(pb: Playbook, env: Mapping[str, Any], resources: Mapping[str, str]) -> dict[str, Any]:
     """The names a template sees, from the run's environment."""
     args = env.get("args") or {}
     steps = env.get("steps") or {}
     workload = {**pb.workload, **{k: v for k, v in args.items() if k in pb.workload}}
-    facts = dict(env.get("context") or {})
-    facts["input"] = args
+    facts = {**(env.get("context") or {}), "input": args}
     return {
         "input": args,
         "workload": workload,
@@ -119,18 +113,13 @@ async def perform(
     step_ctx = replace(ctx, tools=pb.registry) if step.kind == "tool" and pb.registry is not None else ctx
     out: StepOutput | None = None
     try:
-        if step.timeout_ms is None:
+        with trio.move_on_after(float("inf") if step.timeout_ms is None else step.timeout_ms / 1000):
             out = await work()
-        else:
-            with trio.move_on_after(step.timeout_ms / 1000):
-                out = await work()
     except RenderError as e:  # names the field already
         raise StepFailure(str(e), e.code) from None
-    except ForbiddenError as e:
-        raise StepFailure(f"{action.location}: {e}", "FORBIDDEN") from None
     except ExpressionError as e:
         raise StepFailure(f"{action.location}: {e}", e.code) from None
-    except StepFailure as e:
+    except StepFailure as e:  # a ForbiddenError too (its code FORBIDDEN, no output)
         raise StepFailure(f"{action.location}: {e}", e.code, e.output) from None
     if out is None:
         raise StepFailure(f"{action.location}: timed out after {step.timeout_ms:g} ms", "TIMEOUT")

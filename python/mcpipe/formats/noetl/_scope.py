@@ -83,8 +83,7 @@ def output_view(result: object, ok: bool, error: object) -> dict[str, Any]:
     result has them."""
     out: dict[str, Any] = {"status": "ok" if ok else "error", "data": None, "ref": None, "error": error}
     if isinstance(result, Mapping):
-        status = result.get("status")
-        if status in ("error", "failed"):
+        if result.get("status") in ("error", "failed"):
             out["status"] = "error"
         if result.get("error") is not None:
             out["error"] = result.get("error")

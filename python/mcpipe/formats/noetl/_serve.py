@@ -114,18 +114,14 @@ def noetl_answer(pb: NoetlPlaybook, answer: Mapping[str, Any]) -> dict[str, Any]
         sid = step_of(key)  # a step run again (an arc back to it): each run's results after the last's
         if sid not in pb.steps or sid in pb.routers or not isinstance(r, Mapping):
             continue
-        if r.get("kind") == "for_each":
-            runs = steps.setdefault(sid, [])
-            for ch in loop_runs(r):
-                runs.append(_result_of(ch))
-                if not ch.get("ok"):
-                    failed.add(sid)
+        loop = r.get("kind") == "for_each"
+        if r.get("skipped") and not loop:
             continue
-        if r.get("skipped"):
-            continue
-        steps.setdefault(sid, []).append(_result_of(r))
-        if not r.get("ok"):
-            failed.add(sid)
+        results = steps.setdefault(sid, [])
+        for run in loop_runs(r) if loop else [r]:
+            results.append(_result_of(run))
+            if not run.get("ok"):
+                failed.add(sid)
     ok = bool(answer.get("ok"))
     graph = (answer.get("steps") or {}).get(pb.graph_id) or {}
     final = _context(graph.get("output"))

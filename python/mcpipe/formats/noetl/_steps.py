@@ -204,14 +204,9 @@ def _render_plain(value: object, scope: Mapping[str, object]) -> Any:
 def _source_view(env: Mapping[str, Any], source: str, loop: bool) -> dict[str, Any]:
     """``output``, ``event``, ``result`` and ``error`` of a finished step (for its ``set`` and arcs)."""
     r = latest(env.get("steps") or {}, source) or {}
-    ok = bool(r.get("ok"))
-    if loop:
-        result: Any = loop_result(loop_runs(r))
-        event = "loop.done"
-        ok = True
-    else:
-        result = r.get("output")
-        event = "call.done" if ok else "call.error"
+    ok = loop or bool(r.get("ok"))
+    result: Any = loop_result(loop_runs(r)) if loop else r.get("output")
+    event = "loop.done" if loop else "call.done" if ok else "call.error"
     error = None if ok else (r.get("error") or "failed")
     return {**_view(result, ok, error, event, source), "error": error}
 
@@ -259,14 +254,13 @@ class ArcWhen:
                 for prior, when in self.earlier:
                     if prior.otherwise or when is None or self._spent(prior, env):
                         continue
-                    if prior.retry is not None:  # NoETL: a case's condition that fails to evaluate is false
-                        try:
-                            if truthy(await when.render_async(self._case_scope(scope))):
-                                return False
-                        except RenderError:
-                            pass
-                    elif truthy(await when.render_async(scope)):
-                        return False
+                    case = prior.retry is not None
+                    try:
+                        if truthy(await when.render_async(self._case_scope(scope) if case else scope)):
+                            return False
+                    except RenderError:
+                        if not case:  # NoETL: a case's condition that fails to evaluate is false
+                            raise
                 return True
             assert self.when is not None
             if self.arc.retry is not None:
@@ -384,18 +378,15 @@ class LoopItems:
         """The items, rendering the collection off the event loop."""
         scope = scope_of(self.step.playbook, env)
         try:
-            value = await self.items.render_async(scope)
-        except RenderError as e:
-            raise ExpressionError(str(e)) from None
-        if self.filter is None:
-            return self._items(value, scope)
-        # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
-        # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
-        # took 76 s of the server's work before the loop's size was checked.
-        items = _normalized(value)
-        whole = Compiled(lambda roots: self._items(items, dict(roots)), self.filter.sources)
-        try:
-            kept: list[Any] = await render_async(whole, scope, self.filter.location)
+            items = _normalized(await self.items.render_async(scope))
+            if self.filter is None:
+                return items
+            # The filter of every item in one rendering off the event loop, under one deadline and byte budget:
+            # rendered item by item, each its own thread hop and deadline, a caller's 400 000 items (1.2 MB)
+            # took 76 s of the server's work before the loop's size was checked.
+            filter_, iterator = self.filter, self.iterator
+            whole = Compiled(lambda roots: _kept(items, filter_, iterator, dict(roots)), filter_.sources)
+            kept: list[Any] = await render_async(whole, scope, filter_.location)
         except RenderError as e:
             raise ExpressionError(str(e)) from None
         return kept
@@ -403,20 +394,19 @@ class LoopItems:
     def evaluate(self, env: Mapping[str, object]) -> list[Any]:
         raise ExpressionError("a NoETL loop's items are evaluated off the event loop")  # the graph awaits
 
-    def _items(self, value: object, scope: dict[str, Any]) -> list[Any]:
-        items = value if isinstance(value, list) else _normalized(value)
-        if self.filter is None:
-            return items
-        kept = []
-        for item in items:
-            scope[self.iterator] = wrap(item)
-            scope["iter"] = {self.iterator: wrap(item)}
-            try:
-                if truthy(self.filter.render(scope)):
-                    kept.append(item)
-            except RenderError as e:
-                raise ExpressionError(str(e)) from None
-        return kept
+
+def _kept(items: list[Any], filter_: Tmpl, iterator: str, scope: dict[str, Any]) -> list[Any]:
+    """The items a loop's ``filter`` keeps, each rendered with the item under the iterator's name."""
+    kept = []
+    for item in items:
+        scope[iterator] = wrap(item)
+        scope["iter"] = {iterator: wrap(item)}
+        try:
+            if truthy(filter_.render(scope)):
+                kept.append(item)
+        except RenderError as e:
+            raise ExpressionError(str(e)) from None
+    return kept
 
 
 # --- a step ---
@@ -641,12 +631,11 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, obje
                     seq_iter[bare] = value  # the iteration's own (TaskSequenceContext.iter)
                 else:
                     seq_ctx[bare if dot and scope_name in ("ctx", "step") else key] = value
-        do = action.rule.do if action.rule is not None else ("continue" if ok else "fail")
+        rule = action.rule
+        do = rule.do if rule is not None else ("continue" if ok else "fail")
         if do == "continue":
             i += 1
-        elif do == "retry":
-            rule = action.rule
-            assert rule is not None
+        elif do == "retry" and rule is not None:
             retries[task.name] = retries.get(task.name, 0) + 1
             if retries[task.name] >= rule.attempts:
                 raise StepFailure(
@@ -655,9 +644,7 @@ async def _sequence(plan: StepPlan, base: dict[str, Any], env: Mapping[str, obje
                     _failed(prev, results, seq_ctx, error, task.name),
                 )
             await trio.sleep(_delay(rule, retries[task.name]))
-        elif do == "jump":
-            rule = action.rule
-            assert rule is not None
+        elif do == "jump" and rule is not None:
             target = str(rule.to)
             if target.lower() in ("previous", "prev", "_previous", "@previous"):
                 if i == 0:
@@ -697,11 +684,8 @@ def _message(error: object) -> str:
 
 
 def _code(error: object) -> str:
-    if isinstance(error, Mapping) and isinstance(error.get("code"), str) and error["code"].isupper():
-        code = error["code"]
-        if code in ErrorCode.__members__:
-            return code
-    return ErrorCode.TOOL_ERROR
+    code = error.get("code") if isinstance(error, Mapping) else None  # every member's name is upper case
+    return code if isinstance(code, str) and code in ErrorCode.__members__ else ErrorCode.TOOL_ERROR
 
 
 def _failed(
@@ -887,14 +871,13 @@ async def run_loop_save(
     see ``results``/``items``/``result`` (each item's result), ``errors`` and ``count``, as NoETL 1.x's
     iterator gives them. Its output is the loop's, so the workflow's final result is the loop's."""
     plan: StepPlan = step.built
-    pb = plan.playbook
     assert plan.save is not None
     r = latest(env.get("steps") or {}, plan.name) or {}
     runs = loop_runs(r)
     outputs = [ch.get("output") for ch in runs if ch.get("ok")]
     errors = [{"index": i, "message": ch.get("error")} for i, ch in enumerate(runs) if not ch.get("ok")]
     roots = {"results": outputs, "items": outputs, "result": outputs, "errors": errors, "count": len(outputs)}
-    scope = scope_of(pb, env)
+    scope = scope_of(plan.playbook, env)
     emit = EVENTS.get()
     t0 = perf_counter()
     try:
@@ -1261,15 +1244,11 @@ async def _call_kind(
 ) -> Any:
     """Run a compiled mcpipe step kind's executor with ``inputs``, under its deadline."""
     try:
-        work = step.run(step, inputs, env, ctx)
-        if step.timeout_ms is None:
-            out = await work
-        else:
-            out = None
-            with trio.move_on_after(step.timeout_ms / 1000):
-                out = await work
-            if out is None:
-                raise StepFailure(f"{location}: timed out after {step.timeout_ms:g} ms", ErrorCode.TIMEOUT)
+        out = None
+        with trio.move_on_after(float("inf") if step.timeout_ms is None else step.timeout_ms / 1000):
+            out = await step.run(step, inputs, env, ctx)
+        if out is None:  # only a timeout leaves it unset
+            raise StepFailure(f"{location}: timed out after {step.timeout_ms:g} ms", ErrorCode.TIMEOUT)
     except ForbiddenError as e:
         raise StepFailure(f"{location}: {e}", ErrorCode.FORBIDDEN) from None
     except ExpressionError as e:
@@ -1315,12 +1294,8 @@ async def _run_kind(task: TaskPlan, scope: Mapping[str, object], env: Mapping[st
     out = await _call_kind(step, inputs, env, ctx, task.location)
     if task.kind == "duckdb" and isinstance(out, Mapping) and "task_id" in out:
         # NoETL's duckdb result names its execution after the task (noetl/tools/duckdb/__init__.py, 4.26.0).
-        keyed = {}
-        for k, v in out.items():
-            keyed[k] = v
-            if k == "task_id":
-                keyed["execution_id"] = scope.get("execution_id")
-        return keyed
+        items, at = list(out.items()), list(out).index("task_id") + 1
+        return dict([*items[:at], ("execution_id", scope.get("execution_id")), *items[at:]])
     return out
 
 
@@ -1440,16 +1415,13 @@ async def _script_step(
 
 
 _NOT_DATA = ("env", "keychain")
+_DATA = (str, int, float, bool, list, dict, type(None))
 
 
 def context_data(scope: Mapping[str, object]) -> dict[str, Any]:
     """A step's scope as data (NoETL's ``context`` global of python code): its variables, the results so
     far by name, its loop item, ``execution_id``, ``job``; never the keychain or the environment."""
-    out: dict[str, Any] = {}
-    for k, v in scope.items():
-        if k in _NOT_DATA or not isinstance(v, str | int | float | bool | list | dict | type(None)):
-            continue
-        out[k] = v
+    out = {k: v for k, v in scope.items() if k not in _NOT_DATA and isinstance(v, _DATA)}
     # Only data crosses into the code's process: anything else a result may hold becomes its text.
     return dict(orjson.loads(orjson.dumps(out, default=str)))
 
