@@ -1050,7 +1050,7 @@ class SqlPlan:
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     from mcpipe.backends.sql import Statement
-    from mcpipe.formats.mcpg._sqlmore import sql_backend
+    from mcpipe.formats.mcpg._sqlmore import StreamCursors, sql_backend
 
     f = b.decoded()
     backend = sql_backend(b, f.backend)
@@ -1082,16 +1082,10 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
             "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
             "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
         )
-    waits = None
-    if f.await_ is not None:
-        waits = _build_await(b, f.await_)
+    waits = _build_await(b, f.await_) if f.await_ is not None else None
     if b.failed:
         b.fail()
-    stream = None
-    if f.row_mode == "stream":
-        from mcpipe.formats.mcpg._sqlmore import StreamCursors
-
-        stream = StreamCursors.of(f.profile, f.stream or {})
+    stream = StreamCursors.of(f.profile, f.stream or {}) if f.row_mode == "stream" else None
     return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits, stream)
 
 
