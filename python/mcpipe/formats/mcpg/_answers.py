@@ -130,12 +130,9 @@ def _value(v: object) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
-def _quoted(items: Sequence[object]) -> str:
-    return ", ".join(f"'{i}'" for i in items)
-
-
 def _unexpected(items: Sequence[object]) -> str:
-    return f"{_quoted(items)} {'was' if len(items) == 1 else 'were'} unexpected)"
+    quoted = ", ".join(f"'{i}'" for i in items)
+    return f"{quoted} {'was' if len(items) == 1 else 'were'} unexpected)"
 
 
 _SCHEMA_WORDS = {
@@ -277,7 +274,7 @@ class PayloadShape(_Surfaces):
             return ToolResult.error(f"{self.kind} request failed: {_step_error(failed)}")
         from mcpipe.formats.mcpg._kinds import envelope_result
 
-        r = envelope_result(_compact(_output(answer)).encode())
+        r = envelope_result(_value(_output(answer)).encode())
         is_error = bool(r.get("isError"))
         audit = {"backend_kind": self.kind, "binding_profile": tool.name, "outcome": "error" if is_error else "success"}
         blocks = list(r.get("content") or [])
@@ -366,7 +363,7 @@ class PipelineShape(_Surfaces):
         if self.suspending:
             text = json.dumps(last, indent=2, sort_keys=True, ensure_ascii=False)
             return ToolResult([{"type": "text", "text": text}], last, False, terse=True, any_json=True)
-        text = last if isinstance(last, str) else _compact(last)
+        text = last if isinstance(last, str) else _value(last)
         structured = {
             "pipeline": tool.name,
             "result": last,
@@ -390,10 +387,6 @@ def _output(answer: Mapping[str, object]) -> Any:
     """The last step's output (a declared pipeline answers ``{"output": ...}``)."""
     result = answer.get("result")
     return result.get("output") if isinstance(result, Mapping) else result
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
 
 
 register_answer("mcpg.binding", BindingShape())

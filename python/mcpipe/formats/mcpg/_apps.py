@@ -34,9 +34,9 @@ _SECRET_SCHEMES = ("cred", "secret", "env", "file", "vault", "aws-sm", "aws-secr
 _APP_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 
 
-def apps_section(apps: Mapping[str, Any]) -> dict[str, Any]:
-    """``AppsConfig`` as mcpipe's ``apps`` section."""
-    csp = {
+def _csp_policy(apps: Mapping[str, Any]) -> dict[str, Any]:
+    """The operator's ``csp_policy`` over mcpg's defaults."""
+    return {
         "connect_domains": ["*"],
         "resource_domains": ["*"],
         "frame_domains": ["self"],
@@ -44,10 +44,14 @@ def apps_section(apps: Mapping[str, Any]) -> dict[str, Any]:
         "redirect_domains": ["*"],
         **(apps.get("csp_policy") or {}),
     }
+
+
+def apps_section(apps: Mapping[str, Any]) -> dict[str, Any]:
+    """``AppsConfig`` as mcpipe's ``apps`` section."""
     out: dict[str, Any] = {
         "enabled": True,
         "strict": bool(apps.get("strict", False)),
-        "csp_policy": csp,
+        "csp_policy": _csp_policy(apps),
         "allowed_permissions": [_PERMISSIONS[p] for p in apps.get("allowed_permissions", list(_PERMISSIONS))],
     }
     if apps.get("allowed_domains") is not None:
@@ -145,12 +149,7 @@ def _app_problem(app: Mapping[str, Any]) -> str | None:
 
 
 def _outside_policy(app: Mapping[str, Any], apps: Mapping[str, Any]) -> str | None:
-    policy = {
-        "connect_domains": ["*"],
-        "resource_domains": ["*"],
-        "frame_domains": ["self"],
-        **(apps.get("csp_policy") or {}),
-    }
+    policy = _csp_policy(apps)
     csp = app.get("csp") or {}
     for name in ("connect_domains", "resource_domains", "frame_domains"):
         declared, allowed = list(csp.get(name) or []), list(policy.get(name) or [])
@@ -185,20 +184,16 @@ def _window_config(app: Mapping[str, Any], io: Mapping[str, object] | None) -> d
     if isinstance(v.get("map"), Mapping):
         v["map"] = {"mode": "plot", **v["map"]}
     v["schema_version"] = 1
-    kind = app.get("kind")
-    if io is not None:
-        if kind in ("table", "list", "selection", "chart") and app.get("columns") is None and io.get("output"):
-            cols = _derive_columns(io["output"], app.get("rows_path"))
-            if cols:
-                v["columns"] = cols
-        elif kind in ("detail", "key_value") and app.get("fields") is None and io.get("output"):
-            fields = _derive_fields(io["output"], True)
-            if fields:
-                v["fields"] = fields
-        elif kind == "form" and app.get("fields") is None and io.get("input"):
-            fields = _derive_fields(io["input"], False)
-            if fields:
-                v["fields"] = fields
+    kind, output, inputs = app.get("kind"), (io or {}).get("output"), (io or {}).get("input")
+    derived: tuple[str, list[dict[str, Any]]] | None = None
+    if kind in ("table", "list", "selection", "chart") and output:
+        derived = "columns", _derive_columns(output, app.get("rows_path"))
+    elif kind in ("detail", "key_value") and output:
+        derived = "fields", _derive_fields(output, True)
+    elif kind == "form" and inputs:
+        derived = "fields", _derive_fields(inputs, False)
+    if derived is not None and app.get(derived[0]) is None and derived[1]:
+        v[derived[0]] = derived[1]
     if isinstance(v.get("app_tools"), list):
         v["app_tools"] = [{**t, "name": f"app.{app['id']}.{t['name']}"} for t in v["app_tools"]]
     return v
@@ -306,7 +301,7 @@ def compile_app(app: Mapping[str, object], tools: Mapping[str, Mapping[str, obje
     config = _window_config(app, tools.get(str(app.get("data_tool"))) if app.get("data_tool") else None)
     html = _SHELL.read_text().replace(_MARKER, _island(config), 1)
     meta = _descriptor_meta(app, uri)
-    entry: dict[str, Any] = {
+    return {
         "name": app["id"],
         "title": app.get("title"),
         "description": app.get("description") or "",
@@ -323,4 +318,3 @@ def compile_app(app: Mapping[str, object], tools: Mapping[str, Mapping[str, obje
             }
         ],
     }
-    return entry

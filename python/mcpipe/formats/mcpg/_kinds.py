@@ -247,11 +247,8 @@ class HttpPlan:
 async def _tokens(plan: HttpPlan, ctx: ToolContext) -> dict[str, str]:
     """The tokens of the credentials the plan's templates name, issued for this caller (``formats/mcpg/plugins``
     maps each ``cred://<plugin>/<target>`` to the mcpipe credential of that name)."""
-    needed = plan.needs()
-    if not needed:
-        return {}
     tokens: dict[str, str] = {}
-    for uri in needed:
+    for uri in plan.needs():
         try:
             tokens[uri] = (await plan.credentials.issue(uri.removeprefix("cred://"), ctx.identity)).token
         except CredentialError as exc:
@@ -357,19 +354,14 @@ def _with_guidance(error: dict[str, Any], read_only: bool) -> dict[str, Any]:
         error.pop("minimumBackoffMs", None)
         return error
     after = error.get("retryAfterMs")
+    when = "after_delay" if after is not None else "with_backoff"  # the retry's words: `..._retry_after_delay`
     if read_only:
         error["retrySafety"] = "safe_for_automatic_retry"
-        error["callerRetryDecision"] = (
-            "automatic_retry_after_delay" if after is not None else "automatic_retry_with_backoff"
-        )
+        error["callerRetryDecision"] = f"automatic_retry_{when}"
     else:
         error["retrySafety"] = "review_idempotency_before_retry"
-        if after is not None:
-            error["suggestedAction"] = "review_idempotency_then_retry_after_delay"
-            error["callerRetryDecision"] = "confirm_idempotency_then_retry_after_delay"
-        else:
-            error["suggestedAction"] = "review_idempotency_then_retry_with_backoff"
-            error["callerRetryDecision"] = "confirm_idempotency_then_retry_with_backoff"
+        error["suggestedAction"] = f"review_idempotency_then_retry_{when}"
+        error["callerRetryDecision"] = f"confirm_idempotency_then_retry_{when}"
     error["backoffStrategy"] = "respect_retry_after" if after is not None else "exponential_backoff"
     error["minimumBackoffMs"] = after if after is not None else _DEFAULT_BACKOFF_BASE_MS
     return error
@@ -510,13 +502,8 @@ def query_string(arguments: object) -> str:
 
 
 def _query_value(value: object) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float, str)):
-        return value if isinstance(value, str) else orjson.dumps(value).decode()
-    return sorted_json(value)
+    """A query value: a string as it is, anything else as its JSON (``null``, ``true``, ``1.5``, ``[1,2]``)."""
+    return value if isinstance(value, str) else sorted_json(value)
 
 
 async def resolve_url(template: McpgTemplate, env: Mapping[str, object], tokens: Mapping[str, str]) -> str:
@@ -627,22 +614,14 @@ async def run_http(
         summary = await _http_call(
             plan.policy, f.method.upper(), target, headers, body, f.max_response_bytes, _timeout_ms(f, 2000)
         )
-    except ExpressionError as e:
+    except (ExpressionError, _TransportError) as e:
         error = str(e)
-    except _TransportError as e:
-        error = str(e)
-    errors: list[dict[str, Any]] = []
-    response_json: Any = None
-    parse_error: str | None = None
     if summary is not None:
-        bad = status_error(f.expected_status_codes, summary, get)
-        if bad is not None:
-            errors.append(bad)
         response_json, parse_error, json_error = _json_checks(summary, f.require_json_response)
-        if json_error is not None:
-            errors.append(json_error)
+        bad = status_error(f.expected_status_codes, summary, get)
+        errors = [e for e in (bad, json_error) if e is not None]
     else:
-        errors.append(transport_error(error or "", get))
+        response_json, parse_error, errors = None, None, [transport_error(error or "", get)]
     kind = "query_string" if get else "json_body"
     env_out: dict[str, Any] = {
         "toolName": f.tool_name,
@@ -830,15 +809,19 @@ async def run_command(
         "timeoutMs": int(timeout_ms),
         "maxOutputBytes": f.max_output_bytes,
     }
+
+    def answer(response: dict[str, Any] | None, error: str | None, errors: list[dict[str, Any]]) -> StepOutput:
+        out = {**base, "response": response, "error": error, "downstreamErrors": errors}
+        out["downstreamError"] = errors[0] if errors else None
+        return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+
     cel = _env(step, env, ctx)
     argv = [f.command]
     for i, template in enumerate(step.built.args):
         try:
             argv.append(await template.resolve_async(cel))
         except ExpressionError as e:
-            out = {**base, "response": None, "error": f"evaluating command arg[{i}] expression: {e}"}
-            out.update(downstreamError=None, downstreamErrors=[])
-            return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+            return answer(None, f"evaluating command arg[{i}] expression: {e}", [])
     started = time.perf_counter()
     try:
         # The server's environment, as mcpg's command plugin passes its own.
@@ -852,10 +835,7 @@ async def run_command(
             timeout_s=timeout_ms / 1000,
         )
     except StepFailure as e:  # it could not start
-        message = str(e)
-        error = _downstream("command", "execution_error", {"error": message})
-        out = {**base, "response": None, "error": message, "downstreamError": error, "downstreamErrors": [error]}
-        return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+        return answer(None, str(e), [_downstream("command", "execution_error", {"error": str(e)})])
     response = process_summary(run, started)
     stdout_text = response["stdout"]
     stdout_json: Any = None
@@ -872,14 +852,7 @@ async def run_command(
     elif f.require_json_stdout:
         errors.append(_downstream("command", "invalid_json_stdout", {"parseError": "stdout was empty"}))
     response.update(json=stdout_json, jsonParseError=parse_error)
-    out = {
-        **base,
-        "response": response,
-        "error": None,
-        "downstreamError": errors[0] if errors else None,
-        "downstreamErrors": errors,
-    }
-    return _finish(f.answer, envelope_result(sorted_json(out).encode()))
+    return answer(response, None, errors)
 
 
 def process_summary(run: ProcessRun, started: float) -> dict[str, Any]:
@@ -1077,7 +1050,7 @@ class SqlPlan:
 
 def _build_sql(b: Build[SqlFields]) -> SqlPlan:
     from mcpipe.backends.sql import Statement
-    from mcpipe.formats.mcpg._sqlmore import sql_backend
+    from mcpipe.formats.mcpg._sqlmore import StreamCursors, sql_backend
 
     f = b.decoded()
     backend = sql_backend(b, f.backend)
@@ -1109,16 +1082,10 @@ def _build_sql(b: Build[SqlFields]) -> SqlPlan:
             "session_vars: SQLite has no transaction-scoped session-variable concept (no SET LOCAL, no user "
             "variables). Remove `session_vars` or switch the binding to Postgres / MySQL.",
         )
-    waits = None
-    if f.await_ is not None:
-        waits = _build_await(b, f.await_)
+    waits = _build_await(b, f.await_) if f.await_ is not None else None
     if b.failed:
         b.fail()
-    stream = None
-    if f.row_mode == "stream":
-        from mcpipe.formats.mcpg._sqlmore import StreamCursors
-
-        stream = StreamCursors.of(f.profile, f.stream or {})
+    stream = StreamCursors.of(f.profile, f.stream or {}) if f.row_mode == "stream" else None
     return SqlPlan(backend, stmt, tuple(exprs), tuple(session_vars), waits, stream)
 
 
@@ -1337,9 +1304,7 @@ async def _await_row(plan: SqlPlan, waits: AwaitPlan, f: SqlFields, cel: Mapping
 
 
 class _AwaitTimeout(Exception):
-    def __init__(self, ms: int) -> None:
-        super().__init__(ms)
-        self.ms = ms
+    """The ``await`` block's ``timeout_ms`` (the one argument) passed before its predicate held."""
 
 
 def _sql_failed(f: SqlFields, error: str) -> dict[str, Any]:
@@ -1386,7 +1351,7 @@ async def run_sql(
     except trio.TooSlowError:
         return _finish(f.answer, _sql_failed(f, timed_out(timeout_ms)))
     except _AwaitTimeout as e:
-        return _finish(f.answer, _sql_failed(f, timed_out(e.ms)))
+        return _finish(f.answer, _sql_failed(f, timed_out(e.args[0])))
     except _MissingParam as e:
         return _finish(f.answer, _sql_failed(f, f"invalid binding spec: {e}"))
     except SqlError as e:

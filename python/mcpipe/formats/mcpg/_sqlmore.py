@@ -109,9 +109,7 @@ def _cursor_text(value: object) -> str:
         return value
     if value is None:
         return ""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return orjson.dumps(value).decode()
+    return orjson.dumps(value).decode()  # a boolean as JSON's `true` or `false`
 
 
 MAX_OFFSET = 2**63 - 1

@@ -602,10 +602,8 @@ def _jwks(jwks: Mapping[str, object], loc: str, out: _Out) -> None:
         provider["jwks_url"] = jwks["url"]
     out.doc.setdefault("auth", {}).setdefault("oidc", []).append(provider)
     at = f"auth.oidc[{len(out.doc['auth']['oidc']) - 1}]"
-    out.moved(at, loc)
-    out.moved(f"{at}.jwks", f"{loc}.keys_json")
-    out.moved(f"{at}.jwks_url", f"{loc}.url")
-    out.moved(f"{at}.audiences", f"{loc}.audience")
+    for new, old in (("", ""), (".jwks", ".keys_json"), (".jwks_url", ".url"), (".audiences", ".audience")):
+        out.moved(f"{at}{new}", f"{loc}{old}")
 
 
 # --- plugins --------------------------------------------------------------------------------------
@@ -784,10 +782,7 @@ def _openapi_binding(b: _Binding, binding: Mapping[str, Any], surface: str) -> N
     if isinstance(include, dict) and operation not in include.setdefault("operations", []):
         include["operations"].append(operation)
     shape: dict[str, Any] = {"tool": f"{section['prefix']}.{tool_name(operation)}", "hide_original": True}
-    if binding.get("description"):
-        shape["description"] = binding["description"]
-    if binding.get("title"):
-        shape["title"] = binding["title"]
+    shape.update({k: binding[k] for k in ("description", "title") if binding.get(k)})
     if hints := _hints(binding):
         shape["annotations"] = hints
     out.section("tools").setdefault("reshape", {})[b.name] = shape
@@ -1115,14 +1110,13 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: JsonObject, where: str) -
     pool = spec.pop("pool", None) or {}
     if pool.get("max_connections"):
         sql[name]["pool_size"] = int(pool["max_connections"])
-    if spec.get("await") is not None:
+    block = spec.pop("await", None)
+    if block is not None:
         # Fire-and-wait: the binding answers the row its block waits for (the mcpg.sql kind runs it).
-        block = spec.pop("await")
         step["await"] = {k: block[k] for k in _AWAIT_KEYS if k in block}
         for key in block:
             if key not in _AWAIT_KEYS:
                 out.refuse(f"{where}.await.{key}", reason("backend_field", kind="sql", field=f"await.{key}"))
-    spec.pop("await", None)
     step["backend"] = name
     query = spec.pop("query", None) or {}
     for key in ("sql_file", "procedure"):
@@ -1154,10 +1148,9 @@ def _sql_spec(b: _Binding, spec: dict[str, Any], step: JsonObject, where: str) -
                 out.unset(f"{where}.query.stream.signing_key", missing[0])
                 return False
         step["stream"] = stream
-    if query.get("max_rows"):
-        step["max_rows"] = query["max_rows"]
-    if query.get("timeout_ms"):
-        step["timeout_ms"] = query["timeout_ms"]
+    for key in ("max_rows", "timeout_ms"):
+        if query.get(key):
+            step[key] = query[key]
     for key in ("schema", "list_query", "cache"):
         value = spec.pop(key, None)
         if value and key == "cache":
@@ -1243,28 +1236,24 @@ def _pipeline(b: _Binding, entry: dict[str, Any], spec: dict[str, Any], where: s
     out.moved(f"pipelines.{b.name}.timeout_ms", f"{where}.pipeline_timeout_ms")
     ids: set[str] = set()
     steps: list[dict[str, Any]] = []
-    ok = True
     suspending = False
     for i, raw in enumerate(steps_raw):
         at = f"{where}.steps[{i}]"
         sid = raw.get("id")
         if not isinstance(sid, str) or not sid:
             out.refuse(f"{at}.id", "a pipeline step needs an `id`")
-            ok = False
             continue
         if sid in ids:
             out.refuse(f"{at}.id", f"duplicate step id '{sid}' in pipeline '{b.name}'")
-            ok = False
             continue
         ids.add(sid)
         step = _pipeline_step(b, dict(raw), at)
         if step is None:
-            ok = False
             continue
         suspending |= raw.get("kind") in SUSPENDING
         out.moved(f"pipelines.{b.name}.steps[{len(steps)}]", at)
         steps.append(step)
-    if not ok:
+    if len(steps) < len(steps_raw):  # a step was refused
         return None
     entry["steps"] = steps
     entry["answer"] = "mcpg.pipeline_suspending" if suspending else "mcpg.pipeline"
@@ -1281,16 +1270,14 @@ def _pipeline_step(b: _Binding, raw: dict[str, Any], at: str) -> dict[str, Any] 
     transform = raw.pop("input_transform", None)
     if kind in BACKENDS or (kind not in _STEP_KINDS and kind is not None and kind != "pipeline"):
         step = _backend_step(b, kind, raw, at, answer="step", step_id=sid, profile=f"{b.name}._step_.{sid}")
-        if step is None:
-            return None
-        step.pop("mcpg_answer", None)
     elif kind in _STEP_KINDS:
         step = _mcpipe_step(b, kind, sid, raw, at)
-        if step is None:
-            return None
     else:
         out.refuse(f"{at}.kind", f"a pipeline step of kind `{kind}` is not in mcpg's step reference")
         return None
+    if step is None:
+        return None
+    step.pop("mcpg_answer", None)  # a plugin backend step (twilio) says how a binding answers, not a step
     if transform is not None:
         step["input_transform"] = rename_cel(transform)
     return step
@@ -1570,12 +1557,10 @@ _PLAINTEXT = {
 
 def _plaintext(kind: str, cluster: Mapping[str, object]) -> bool:
     """``ClusterConfig::validate_transport_security``: the coordinator's link would be plaintext."""
-    if kind == "redis":
-        url = cluster.get("url")
-        return isinstance(url, str) and url.lstrip().startswith("redis://")
-    if kind == "consul":
-        address = cluster.get("address")
-        return isinstance(address, str) and address.lstrip().startswith("http://")
+    if kind in ("redis", "consul"):
+        field, scheme = ("url", "redis://") if kind == "redis" else ("address", "http://")
+        value = cluster.get(field)
+        return isinstance(value, str) and value.lstrip().startswith(scheme)
     if kind == "etcd":
         eps = cluster.get("endpoints")
         return isinstance(eps, list) and any(isinstance(e, str) and not e.lstrip().startswith("https://") for e in eps)
