@@ -116,17 +116,15 @@ def _config(
 
 def _fields(cfg: Mapping[str, object], known: frozenset[str], loc: str, problems: list[Problem], pid: str) -> bool:
     """mcpg's plugins refuse unknown config fields (``deny_unknown_fields``) when they load: so does mcpipe."""
-    ok = True
-    for key in cfg:
-        if key not in known:
-            _problem(
-                problems,
-                f"{loc}.{key}",
-                f"`{pid}` has no config field `{key}` (its fields: {', '.join(sorted(known))}); mcpg refuses the "
-                "plugin when it loads",
-            )
-            ok = False
-    return ok
+    unknown = [key for key in cfg if key not in known]
+    for key in unknown:
+        _problem(
+            problems,
+            f"{loc}.{key}",
+            f"`{pid}` has no config field `{key}` (its fields: {', '.join(sorted(known))}); mcpg refuses the "
+            "plugin when it loads",
+        )
+    return not unknown
 
 
 def _str(value: object, loc: str, problems: list[Problem], *, required: bool = False, what: str = "") -> str | None:
