@@ -953,11 +953,10 @@ def _http(c: _Problems, task: TaskSpec, policy: StepPolicy) -> dict[str, Any]:
             )
             return {}
         cfg["auth"] = {"type": "bearer", "credential": name}
-    ok = True
-    for k in cfg:
-        if k not in _HTTP_FIELDS:
-            c.add(f"{task.location}.{k}", f"unknown field `{k}` of an `http` tool{did_you_mean(k, _HTTP_FIELDS)}")
-            ok = False
+    unknown = [k for k in cfg if k not in _HTTP_FIELDS]
+    for k in unknown:
+        c.add(f"{task.location}.{k}", f"unknown field `{k}` of an `http` tool{did_you_mean(k, _HTTP_FIELDS)}")
+    ok = not unknown
     url = cfg.get("endpoint", cfg.get("url"))
     if url is None:
         c.add(f"{task.location}.url", "is required: the request's URL (`url` or `endpoint`)")
