@@ -6,18 +6,24 @@ API and prints one JSON line: ``{"per_step_ms": [...], "in_process_us": ...}``.
 
 Each round is one call of a 10-step declared pipeline (each step ``main(x, label)`` on the previous step's
 output), its time divided by 10; with ``PREFORK`` 10 every step finds a warm worker, with 2 (the default)
-the spares are forked again as the steps go.
+the spares are forked again as the steps go. ``cpu_ms_per_step`` is the CPU a step cost over the timed
+rounds: the server's (this process, ``getrusage``) and the fork server's with all the workers it forked and
+reaped (``utime + stime + cutime + cstime`` of its ``/proc/PID/stat``), which does not move with the wall
+time the machine's other work leaves a step.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import resource
 import sys
 import time
 from typing import Any
 
 import trio
 
+from mcpipe._sandbox import SANDBOX
 from mcpipe.declared import load_pipelines
 from mcpipe.kinds import PythonPolicy, StepPolicy
 from mcpipe.tools import ToolContext, ToolRegistry
@@ -61,26 +67,51 @@ def in_process_us() -> float:
     return best / STEPS * 1e6
 
 
-async def measure(rounds: int, prefork: int) -> list[float]:
+def fork_server_cpu_s() -> float:
+    """The fork server's CPU with its reaped children's (the workers), in seconds."""
+    z = SANDBOX._zygote
+    if z is None:
+        return 0.0
+    with open(f"/proc/{z.proc.pid}/stat", "rb") as f:
+        fields = f.read().rsplit(b")", 1)[1].split()
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu_s() -> float:
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return used.ru_utime + used.ru_stime
+
+
+async def measure(rounds: int, prefork: int) -> tuple[list[float], dict[str, float]]:
+    """Per step of each timed round, its wall time in ms; and the CPU per step over them all."""
     tool = pipeline(prefork)
     ctx = ToolContext(tools=ToolRegistry())
     per_step = []
+    cpu0 = (0.0, 0.0)
     for i in range(rounds + 1):
         await trio.sleep(0.05)  # the spares forked again between rounds
+        if i == 1:  # the first round starts the fork server
+            cpu0 = (server_cpu_s(), fork_server_cpu_s())
         t0 = time.perf_counter()
         result = await tool.call({"x": 1, "label": "bench"}, ctx)
         took = time.perf_counter() - t0
         assert not result.is_error, result.content
         assert result.structured["x"] == 1 + STEPS
-        if i:  # the first round starts the fork server
+        if i:
             per_step.append(took / STEPS * 1e3)
-    return per_step
+    await trio.sleep(0.2)  # the last round's workers reaped, their CPU counted
+    steps = rounds * STEPS
+    cpu = {
+        "server": (server_cpu_s() - cpu0[0]) * 1e3 / steps,
+        "fork_server": (fork_server_cpu_s() - cpu0[1]) * 1e3 / steps,
+    }
+    return per_step, cpu
 
 
 def main() -> None:
     rounds, prefork = int(sys.argv[1]), int(sys.argv[2])
-    per_step = trio.run(measure, rounds, prefork)
-    print(json.dumps({"per_step_ms": per_step, "in_process_us": in_process_us()}))
+    per_step, cpu = trio.run(measure, rounds, prefork)
+    print(json.dumps({"per_step_ms": per_step, "cpu_ms_per_step": cpu, "in_process_us": in_process_us()}))
 
 
 if __name__ == "__main__":

@@ -43,3 +43,22 @@ async def test_the_probe_says_what_this_machine_gives_a_worker():
     assert iso.dumpable and iso.subreaper
     if os.geteuid() == 0:  # this machine and CI: root, a kernel with PID namespaces
         assert (iso.uid, iso.pidns, iso.proc) == (True, True, True), iso.reasons
+
+
+@pytest.mark.parametrize(
+    ("separate_uid", "namespaces"),
+    [(True, False), (False, False), (False, True), (True, True)],
+    ids=["own-uid-no-pidns", "server-uid-no-pidns", "server-uid-pidns", "own-uid-pidns"],
+)
+async def test_a_step_imports_a_standard_module_the_fork_server_has_not_whatever_the_isolation(
+    separate_uid, namespaces
+):
+    # A uid of its own cannot read Python's files under a /root of mode 0700 (this machine's pyenv): they
+    # are revealed to it in a mount namespace of its own, with or without a PID namespace.
+    policy = StepPolicy(python=PythonPolicy(separate_uid=separate_uid, namespaces=namespaces, timeout_ms=20_000))
+    code = "import sys\nfresh = 'csv' not in sys.modules\nimport csv\nresult = [fresh, csv.QUOTE_ALL]"
+    step = compiled({"kind": "python", "code": code}, policy)
+    with trio.fail_after(30):
+        out = await step.execute(env(), ToolContext())
+    assert out.ok, out.error
+    assert out.output == [True, 1]

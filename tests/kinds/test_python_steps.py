@@ -62,6 +62,45 @@ async def test_main_is_called_with_the_arguments_its_signature_names(code, expec
     assert out.output == expected
 
 
+async def test_a_step_without_a_coroutine_runs_in_a_worker_without_asyncio():
+    # The fork server imports no asyncio (nor threading, with its after-fork hook): every fork is cheaper.
+    out = await run({"code": "import sys\nresult = sorted(m for m in ('asyncio', 'threading') if m in sys.modules)"})
+    assert out.ok, out.error
+    assert out.output == []
+
+
+async def test_a_step_with_a_coroutine_finds_asyncio_imported_before_its_code_runs():
+    code = "import sys\nloaded = 'asyncio' in sys.modules\nasync def main(x):\n    return [loaded, x]"
+    out = await run({"code": code, "input": {"x": 1}})
+    assert out.ok, out.error
+    assert out.output == [True, 1]
+
+
+async def test_a_coroutine_the_load_did_not_see_coming_still_runs():
+    code = "ns = {}\nexec('async def main(x):\\n    return x * 2', ns)\nmain = ns['main']"
+    out = await run({"code": code, "input": {"x": 21}})
+    assert out.ok, out.error
+    assert out.output == 42
+
+
+@pytest.mark.parametrize(
+    ("code", "needs"),
+    [
+        ("async def main():\n    return 1", True),
+        ("def main():\n    async def inner():\n        return 1\n    return inner", True),
+        ("def main():\n    import asyncio\n    return asyncio.sleep", True),
+        ("async def gen():\n    yield 1", True),
+        ("class C:\n    async def run(self):\n        return 1\nresult = 1", True),
+        ("def main(x):\n    return x + 1", False),
+        ("import json\nresult = json.dumps({'asyncio': 1})", False),
+    ],
+)
+def test_the_load_tells_a_step_that_may_run_a_coroutine_from_one_that_cannot(code, needs):
+    from mcpipe.kinds._pyexec import compile_step, needs_asyncio
+
+    assert needs_asyncio(compile_step(code)) is needs
+
+
 async def test_main_without_a_value_for_a_required_argument_fails_with_noetls_message():
     out = await run({"code": "def main(missing):\n    return 1"})
     assert not out.ok and out.error_code == "TOOL_ERROR"

@@ -150,11 +150,15 @@ class Shape:
         role: a role registered with :meth:`Sandbox.register_role`, or ``exec``.
         separate_uid: run it as a uid of its own where the server may (else as the server's uid).
         namespaces: give it a PID namespace (and ``/proc``) of its own where the kernel allows.
+        imports: modules the worker imports once it is forked, while it waits for its request (the fork
+            server has only what every worker needs: a module that a few steps need, ``asyncio`` for a
+            coroutine, would make every fork and every exit dearer).
     """
 
     role: str
     separate_uid: bool = True
     namespaces: bool = True
+    imports: tuple[str, ...] = ()
 
 
 _PR_SET_DUMPABLE = 4
@@ -560,6 +564,7 @@ class Sandbox:
             "uid": uid,
             "separate_uid": shape.separate_uid,
             "pidns": shape.namespaces,
+            "imports": list(shape.imports),
         }
         try:
             z.send(message, theirs)

@@ -17,14 +17,15 @@ At start it probes what this kernel lets it do (:func:`probe`) and says so in it
 - **proc**: each worker also has a mount namespace of its own with a ``/proc`` of its PID namespace: it sees
   no other process. Directories a worker's uid could not reach on the way to Python's own files (a
   ``/root`` of mode 0700 above the interpreter) are covered with an empty ``tmpfs`` in which only those
-  files are bound again, so the worker can import the standard library and nothing else of them.
+  files are bound again, so the worker can import the standard library and nothing else of them (a worker
+  with a uid of its own gets that mount namespace even when its shape asks for no PID namespace).
 
 Without a PID namespace this process is a child subreaper: what a worker leaves behind is re-parented
 here, and killed when the worker ends (with a uid: every process of that uid; without: every process
 re-parented here).
 
 Protocol with the server, over a ``SOCK_SEQPACKET`` socket, one JSON message per request:
-``{"op": "spawn", "role", "slot", "uid", "pidns", "proc"}`` with four descriptors attached: ``st`` (a
+``{"op": "spawn", "role", "slot", "uid", "pidns", "proc", "imports"}`` with four descriptors attached: ``st`` (a
 ``SOCK_SEQPACKET`` socket: this process answers on it ``{"pid", "cwd"}`` with a pidfd of the worker
 attached, and later ``{"exit": CODE}``, then closes it: the worker and all it started are gone), ``io``
 (the worker's request and reply, descriptor 3 in the worker), and the worker's stdout and stderr. A role
@@ -556,18 +557,20 @@ class Zygote:
         os.closerange(4, 1 << 20)  # nothing of the server's or of other workers stays open here
         os.set_inheritable(3, False)  # what the worker starts does not hold its reply channel
         os.setsid()
-        if proc:
+        reveal_python = uid is not None and bool(self.iso.hidden)
+        if proc or reveal_python:  # (a worker without a PID namespace still needs Python's files revealed)
             unshare(CLONE_NEWNS)
             mount(None, "/", None, MS_REC | MS_PRIVATE)
-            mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-            if uid is not None and self.iso.hidden:
+            if proc:
+                mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            if reveal_python:
                 reveal(self.iso.hidden)
         os.chdir(cwd)
         prctl(PR_SET_DUMPABLE, 0)
         if role == "exec":
             keep(uid if cmd.get("exec_uid") else None, pidns)
         else:
-            run_role(self.roles[role], uid, pidns, self.config)
+            run_role(self.roles[role], uid, pidns, self.config, _names(cmd.get("imports")))
         os._exit(0)
 
     def reap(self) -> None:
@@ -665,13 +668,21 @@ def _rehearse(role: Any) -> None:
         os.close(w)
 
 
-def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
+def _names(value: object) -> tuple[str, ...]:
+    """The module names of a spawn request's ``imports`` (anything else in it left out)."""
+    if not isinstance(value, list):
+        return ()
+    return tuple(v for v in value if isinstance(v, str) and v.replace(".", "").replace("_", "").isalnum())
+
+
+def run_role(role: Any, uid: int | None, pidns: bool, config: Config, imports: tuple[str, ...] = ()) -> None:
     """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
     # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
-    # (the request is read as that uid), the fixed limits, the environment emptied, and the request's path
-    # walked once (:func:`_rehearse`), unless the request is here already (a step took this worker as it was
-    # forked: the rehearsal would only delay it); then the short slice (:func:`short_slice`): it wakes at
-    # once when the request comes.
+    # (the request is read as that uid), the fixed limits, the environment emptied, the modules its shape
+    # names imported (``imports``: they are not in the fork server, whose every fork and exit they would make
+    # dearer), and the request's path walked once (:func:`_rehearse`), unless the request is here already (a
+    # step took this worker as it was forked: the rehearsal would only delay it); then the short slice
+    # (:func:`short_slice`): it wakes at once when the request comes.
     if uid is not None:
         drop_to(uid)
     else:
@@ -680,6 +691,9 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
     resource.setrlimit(resource.RLIMIT_MEMLOCK, (0, 0))
     os.environ.clear()
+    for name in imports:
+        with contextlib.suppress(Exception):  # the step imports it again itself, and says why it cannot
+            importlib.import_module(name)
     if not select.select([3], [], [], 0)[0]:  # a step waits for this worker already: no time to rehearse
         with contextlib.suppress(Exception):
             _rehearse(role)

@@ -36,9 +36,12 @@ import uuid
 from collections.abc import Mapping
 from typing import Any
 
-PRELOAD = ("asyncio",)
-"""Modules the fork server imports once, so that every worker has them (a step's ``main`` may be a
-coroutine); the server, which imports this file for :func:`compile_step`, does not pay for them."""
+ASYNC_IMPORTS = ("asyncio",)
+"""What the worker of a step that may run a coroutine (:func:`needs_asyncio`) imports while it waits for its
+request. The fork server does not import it: ``asyncio`` (and ``threading``, with its after-fork hook, which
+it imports) would make every worker's fork, start and exit dearer, for the few steps that need it."""
+
+_ASYNC_FLAGS = inspect.CO_COROUTINE | inspect.CO_ITERABLE_COROUTINE | inspect.CO_ASYNC_GENERATOR
 
 FILENAME = "<python step>"
 _FLAGS = __future__.annotations.compiler_flag  # as the worker has always compiled a step's code
@@ -47,6 +50,19 @@ _FLAGS = __future__.annotations.compiler_flag  # as the worker has always compil
 def compile_step(code: str) -> types.CodeType:
     """A step's code compiled as the worker runs it (raises SyntaxError, ValueError...)."""
     return compile(code, FILENAME, "exec", flags=_FLAGS, dont_inherit=True)
+
+
+def needs_asyncio(program: types.CodeType) -> bool:
+    """Whether a step's compiled code may run a coroutine: it defines an ``async`` function (at any depth) or
+    imports ``asyncio``. A step this misses (a coroutine made some other way) still runs: its worker imports
+    ``asyncio`` when its ``main`` returns a coroutine, only later."""
+    stack = [program]
+    while stack:
+        code = stack.pop()
+        if code.co_flags & _ASYNC_FLAGS or "asyncio" in code.co_names:
+            return True
+        stack.extend(c for c in code.co_consts if isinstance(c, types.CodeType))
+    return False
 
 
 def program_text(program: types.CodeType) -> str:
@@ -198,7 +214,7 @@ def _run(request: dict[str, Any]) -> Any:
         main = namespace["main"]
         value = main(**_kwargs(main, provided, context))
         if inspect.iscoroutine(value):
-            import asyncio  # the fork server has it imported already (PRELOAD); the server never needs it
+            import asyncio  # imported while the worker waited (ASYNC_IMPORTS), unless the step was not seen to need it
 
             value = asyncio.run(value)
         return value

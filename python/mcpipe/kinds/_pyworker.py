@@ -33,8 +33,9 @@ ROLE = "python"
 SANDBOX.register_role(ROLE, str(Path(__file__).with_name("_pyexec.py")))
 
 
-def python_shape(separate_uid: bool, namespaces: bool) -> Shape:
-    return Shape(ROLE, separate_uid=separate_uid, namespaces=namespaces)
+def python_shape(separate_uid: bool, namespaces: bool, imports: tuple[str, ...] = ()) -> Shape:
+    """The workers of a step with this isolation, importing ``imports`` as they wait for the step."""
+    return Shape(ROLE, separate_uid=separate_uid, namespaces=namespaces, imports=imports)
 
 
 @dataclass

@@ -31,7 +31,7 @@ from mcpipe._sandbox import Shape
 from mcpipe.errors import ErrorCode
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.kinds._policy import PythonPolicy
-from mcpipe.kinds._pyexec import compile_step, program_text
+from mcpipe.kinds._pyexec import ASYNC_IMPORTS, compile_step, needs_asyncio, program_text
 from mcpipe.kinds._pyworker import Outcome, python_shape, run_code
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
@@ -109,7 +109,9 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
     timeout_s = ms / 1000
     header = _header(code, program, b.fields.coerce, timeout_s, policy)
-    return PythonPlan(code, timeout_s, policy, header, python_shape(policy.separate_uid, policy.namespaces))
+    imports = ASYNC_IMPORTS if program is not None and needs_asyncio(program) else ()
+    shape = python_shape(policy.separate_uid, policy.namespaces, imports)
+    return PythonPlan(code, timeout_s, policy, header, shape)
 
 
 def _env(value: object, base: dict[str, str]) -> dict[str, str]:
