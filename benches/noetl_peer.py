@@ -55,7 +55,7 @@ sys.path[:0] = [str(HERE), str(ROOT / "tests"), str(ROOT / "scripts")]
 from noetl_oracle import _python312  # noqa: E402
 
 from formats.noetl.normalize import comparable, stable, subset_diff  # noqa: E402
-from server_load import blast, tools_call  # noqa: E402
+from server_load import blast, proc_stat, process_tree, tools_call, trees_cpu_seconds  # noqa: E402
 
 GOLDEN = ROOT / "tests" / "formats" / "noetl" / "golden" / "4.26.0"
 VERSION = "4.26.0"
@@ -74,7 +74,6 @@ KNOWN = {
 LAST = {"playbook_composition"}
 """NoETL 4.26's worker stopped taking commands after runs of this case (its sub-playbook's `finalize_result`
 failing with `KeyError: 'score_breakdown'`): it runs after every other case, in the last round only."""
-TICK = os.sysconf("SC_CLK_TCK")
 PAGE = os.sysconf("SC_PAGE_SIZE")
 CONCURRENCY = (1, 16)
 
@@ -82,40 +81,10 @@ CONCURRENCY = (1, 16)
 # --- processes: CPU and memory of a tree ---
 
 
-def _stat(pid: int) -> list[str] | None:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
-
-
-def tree(roots: list[int]) -> list[int]:
-    """The roots and every live descendant."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and (st := _stat(int(entry))) is not None:
-            children.setdefault(int(st[1]), []).append(int(entry))
-    out, todo = [], list(roots)
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(children.get(pid, []))
-    return out
-
-
-def cpu_seconds(roots: list[int]) -> float:
-    """utime + stime of the trees' processes, and of their children that have exited (cutime + cstime)."""
-    total = 0
-    for pid in tree(roots):
-        if (st := _stat(pid)) is not None:
-            total += sum(int(x) for x in st[11:15])
-    return total / TICK
-
-
 def rss_mb(roots: list[int]) -> float:
     total = 0
-    for pid in tree(roots):
-        if (st := _stat(pid)) is not None:
+    for pid in process_tree(roots):
+        if (st := proc_stat(pid)) is not None:
             total += int(st[21]) * PAGE
     return total / 2**20
 
@@ -361,10 +330,11 @@ def check(side: str, case: str, got: dict[str, Any]) -> str:
 
 
 def measure(side: str, roots: list[int], case: str, c: int, runs: int, fn: Any) -> Run:
-    cpu0 = cpu_seconds(roots)
+    cpu0 = trees_cpu_seconds(roots)
     with Sampler(roots) as s:
         seconds, latencies = fn(case, c, runs)
-    return Run(side, case, c, len(latencies), seconds, cpu_seconds(roots) - cpu0, s.peak, max(s.loads, default=0.0),
+    cpu = trees_cpu_seconds(roots) - cpu0
+    return Run(side, case, c, len(latencies), seconds, cpu, s.peak, max(s.loads, default=0.0),
                latencies, runs - len(latencies))  # fmt: skip
 
 

@@ -7,15 +7,14 @@ API and prints one JSON line: ``{"per_step_ms": [...], "in_process_us": ...}``.
 Each round is one call of a 10-step declared pipeline (each step ``main(x, label)`` on the previous step's
 output), its time divided by 10; with ``PREFORK`` 10 every step finds a warm worker, with 2 (the default)
 the spares are forked again as the steps go. ``cpu_ms_per_step`` is the CPU a step cost over the timed
-rounds: the server's (this process, ``getrusage``) and the fork server's with all the workers it forked and
-reaped (``utime + stime + cutime + cstime`` of its ``/proc/PID/stat``), which does not move with the wall
-time the machine's other work leaves a step.
+rounds: the server's (this process, ``getrusage``) and the fork server's with all the workers it forked
+(``server_load.trees_cpu_seconds``: the live ones' ``utime + stime``, the reaped ones' in its ``cutime +
+cstime``), which does not move with the wall time the machine's other work leaves a step.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import resource
 import sys
 import time
@@ -27,6 +26,7 @@ from mcpipe._sandbox import SANDBOX
 from mcpipe.declared import load_pipelines
 from mcpipe.kinds import PythonPolicy, StepPolicy
 from mcpipe.tools import ToolContext, ToolRegistry
+from server_load import trees_cpu_seconds
 
 STEPS = 10
 CODE = """\
@@ -68,13 +68,9 @@ def in_process_us() -> float:
 
 
 def fork_server_cpu_s() -> float:
-    """The fork server's CPU with its reaped children's (the workers), in seconds."""
+    """The fork server's CPU with its workers' (alive, or reaped), in seconds."""
     z = SANDBOX._zygote
-    if z is None:
-        return 0.0
-    with open(f"/proc/{z.proc.pid}/stat", "rb") as f:
-        fields = f.read().rsplit(b")", 1)[1].split()
-    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return trees_cpu_seconds([z.proc.pid]) if z is not None else 0.0
 
 
 def server_cpu_s() -> float:

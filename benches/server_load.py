@@ -172,6 +172,37 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command (``[0]`` is the state), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def process_tree(roots: list[int]) -> list[int]:
+    """The roots and every live descendant."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and (st := proc_stat(int(entry))) is not None:
+            children.setdefault(int(st[1]), []).append(int(entry))
+    out, todo = [], list(roots)
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, []))
+    return out
+
+
+def trees_cpu_seconds(roots: list[int]) -> float:
+    """utime + stime of the trees' processes, and of their children that have exited (cutime + cstime)."""
+    total = 0
+    for pid in process_tree(roots):
+        if (st := proc_stat(pid)) is not None:
+            total += sum(int(x) for x in st[11:15])
+    return total / TICK
+
+
 async def run_load(
     url: str,
     pid: int,
