@@ -2,8 +2,8 @@
 needs, never runs a worker's code itself, and forks a fresh, isolated worker per request.
 
 Run as ``python -I _zygote.py SOCKET_FD CONFIG_JSON`` by :mod:`mcpipe._sandbox`; it imports nothing of
-mcpipe (a *role*, the code a worker runs, is loaded by path from the config, with the modules its
-``PRELOAD`` names). Linux only.
+mcpipe (a *role*, the code a worker runs, is loaded by path from the config; what only some workers need
+they import once forked, as their spawn request's ``imports`` say). Linux only.
 
 At start it probes what this kernel lets it do (:func:`probe`) and says so in its first message:
 
@@ -406,8 +406,6 @@ def _load_role(path: str) -> Any:
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    for name in getattr(module, "PRELOAD", ()):  # what the role imports only when a step needs it
-        importlib.import_module(name)
     return module
 
 
