@@ -5,11 +5,13 @@ call runs in a worker thread (``trio.to_thread.run_sync``); when the caller is c
 deadline, a client that went away) the driver is asked to stop (``interrupt``: ``sqlite3``'s
 ``Connection.interrupt``, ``psycopg``'s ``Connection.cancel``), and the call waits, shielded and bounded,
 for the thread to finish. The caller learns whether it did from its own bookkeeping (the SQL pool never
-returns a connection whose thread is still running: that thread closes it when it ends).
+returns a connection whose thread is still running: that thread closes it when it ends). What a call
+makes after its caller is gone (a connection opened past the step's deadline) goes to ``discard``.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -27,6 +29,7 @@ async def run_interruptible(
     *,
     grace_s: float = 5.0,
     limiter: trio.CapacityLimiter | None = None,
+    discard: Callable[[T], None] | None = None,
 ) -> T:
     """Run ``fn()`` in a worker thread; on cancellation call ``interrupt()`` and wait for the thread.
 
@@ -36,6 +39,8 @@ async def run_interruptible(
             briefly (``psycopg`` sends a cancel request over a new connection).
         grace_s: how long to wait for ``fn`` after ``interrupt``.
         limiter: the thread limiter (default: Trio's).
+        discard: called (in the worker thread) with what ``fn`` returned when the caller was cancelled
+            first, whenever ``fn`` ends: what it made (a connection) is released, not left to the collector.
 
     Returns:
         What ``fn`` returned.
@@ -47,9 +52,16 @@ async def run_interruptible(
     token = trio.lowlevel.current_trio_token()
     finished = trio.Event()
     box: list[outcome.Outcome[T]] = []
+    lock = threading.Lock()
+    gone: list[bool] = []  # the caller was cancelled: what fn returns from now on is discarded
 
     def work() -> None:
-        box.append(outcome.capture(fn))
+        got = outcome.capture(fn)
+        with lock:
+            box.append(got)
+            orphaned = bool(gone)
+        if orphaned:
+            _discard(got, discard)
         try:
             token.run_sync_soon(finished.set)
         except trio.RunFinishedError:
@@ -63,5 +75,18 @@ async def run_interruptible(
                 if interrupt is not None and not finished.is_set():
                     await trio.to_thread.run_sync(interrupt)
                 await finished.wait()
+            with lock:
+                gone.append(True)
+                got = box[0] if box else None
+            if got is not None and discard is not None:  # it ended in the grace period: released here
+                await trio.to_thread.run_sync(_discard, got, discard)
         raise
     return box[0].unwrap()
+
+
+def _discard(got: outcome.Outcome[T], discard: Callable[[T], None] | None) -> None:
+    if discard is not None and isinstance(got, outcome.Value):
+        try:
+            discard(got.value)
+        except Exception:  # releasing what nobody waits for any more: nothing to report it to
+            pass

@@ -30,6 +30,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypeVar
 from urllib.parse import unquote, urlsplit
@@ -505,7 +506,9 @@ class SqlBackend:
         seconds = self.config.connect_timeout_ms / 1000
         with trio.move_on_after(seconds) as scope:
             try:
-                raw = await run_interruptible(self.driver.connect, None, grace_s=0)
+                raw = await run_interruptible(
+                    self.driver.connect, None, grace_s=0, discard=partial(_close_quietly, self.driver)
+                )
             except Exception as e:
                 raise SqlError(
                     f"cannot connect to sql backend '{self.name}': {_first_line(e)}", "TOOL_FAILED"
