@@ -240,10 +240,11 @@ def prepare(src: Path, deps_src: Path, out: Path, fix: bool = True) -> Path:
     return build
 
 
-def cargo(build: Path, args: list[str], target: Path) -> float:
+def cargo(build: Path, args: list[str], target: Path, release: bool = False) -> float:
     env = dict(os.environ, CARGO_TARGET_DIR=str(target))
     started = time.monotonic()
-    cmd = ["nice", "-n", "19", "cargo", "build", "-j", os.environ.get("MCPG_JOBS", "2"), *args]
+    profile = ["--release"] if release else []
+    cmd = ["nice", "-n", "19", "cargo", "build", *profile, "-j", os.environ.get("MCPG_JOBS", "2"), *args]
     print("mcpg-oracle:", " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=build, env=env, check=True)
     return time.monotonic() - started
@@ -258,6 +259,9 @@ def main() -> None:
     parser.add_argument("--only", choices=["mcpg", "plugins"], help="build one half")
     parser.add_argument("--plugin", action="append", choices=list(PLUGINS), help="build only these plugins")
     parser.add_argument("--no-fix", action="store_true", help="leave out patch 5 (mcpg as released)")
+    parser.add_argument(
+        "--release", action="store_true", help="the gateway in cargo's release profile (the proxy bench's build)"
+    )
     ns = parser.parse_args()
     if not ns.src or not ns.deps:
         sys.exit("mcpg-oracle: give --src/MCPG_SRC (mcpg checkout) and --deps/MCPG_DEPS (siblings)")
@@ -271,9 +275,10 @@ def main() -> None:
     report["http_profiles_fix"] = HTTP_PROFILES_NEW in (build / "mcpg/src/app/plugin_registry/mod.rs").read_text()
     (out / "bin").mkdir(exist_ok=True)
     if ns.only in (None, "mcpg"):
-        report["mcpg_seconds"] = round(cargo(build, ["-p", "mcpg", "--bins"], target))
+        report["mcpg_seconds"] = round(cargo(build, ["-p", "mcpg", "--bins"], target, ns.release))
+        report["mcpg_profile"] = "release" if ns.release else "dev"
         for name in ("mcpg", "mcpg-config-check"):
-            shutil.copy(target / "debug" / name, out / "bin" / name)
+            shutil.copy(target / ("release" if ns.release else "debug") / name, out / "bin" / name)
     if ns.only in (None, "plugins"):
         seconds = 0.0
         failed = []
