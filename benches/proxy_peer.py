@@ -126,7 +126,8 @@ gateway:
     bind_address: "127.0.0.1:{port}"
     mcp_path: "/mcp"
     allowed_origins: []
-    anonymous_rate_limit_per_ip_per_sec: 0
+    anonymous_rate_limit_per_min: 0
+    relax_request_id_uniqueness: true
 cluster:
   kind: single_node
 license:
@@ -136,6 +137,7 @@ mcp:
     - name: down
       upstream:
         transport: streamable_http
+        upstream_safety: {{ allow_insecure_http: true, allow_private_backends: true }}
         url: "{url}"
       naming:
         tool_prefix: "down."
