@@ -7,7 +7,7 @@ RUST_SRC := $(shell find rust -name '*.rs') Cargo.toml pyproject.toml
 
 .PHONY: setup serve test lint pytest cargo-test conformance bench fuzz soak fmt clean wheel kafka-tansu console-screenshots \
 	mcpg-oracle mcpg-goldens mcpg-diff mcpg-json-errors noetl-oracle image image-test bench-peers bench-peer-noetl \
-	bench-peer-mcpg
+	bench-peer-mcpg mcpg-gateway
 
 setup: $(STAMP)
 
@@ -90,7 +90,7 @@ noetl-oracle: setup
 # and prints a table (docs/performance.md). A list of parts: add a peer's as bench-peer-NAME.
 # noetl: the real NoETL 4.26.0 (the oracle kit: a first run installs about 1.3 GB) against mcpipe on five of
 # NoETL's golden playbooks, at concurrency 1 and 16. NOETL_PEER_ARGS: e.g. --rounds 1 --runs 3.
-# mcpg: the real mcpg (.mcpg/bin/mcpg, `make mcpg-oracle`: not built here, it takes 30-60 min) and mcpipe, each
+# mcpg: the real mcpg (.mcpg/bin/mcpg: `make mcpg-gateway` builds it from the checkouts) and mcpipe, each
 # in front of the same SDK downstream over streamable HTTP, loaded by benches/loadgen (Rust, std only, built
 # with cargo on first use into target/loadgen); without mcpg its rows are left out and said so.
 # MCPG_PEER_ARGS: e.g. --rounds 3 --calls 2000 --base ../other/.venv/bin/python (an A/B against another tree).
@@ -100,8 +100,16 @@ bench-peers: $(addprefix bench-peer-,$(PEER_PARTS))
 bench-peer-noetl: setup
 	$(BIN)/python benches/noetl_peer.py $(NOETL_PEER_ARGS)
 
-bench-peer-mcpg: setup
+bench-peer-mcpg: setup mcpg-gateway
 	$(BIN)/python benches/proxy_peer.py $(MCPG_PEER_ARGS)
+
+# The gateway the proxy bench runs: .mcpg/bin/mcpg as it is, else built from the checkouts (the gateway alone,
+# release profile, 10-30 min), else its rows are left out and said so.
+mcpg-gateway:
+	@if [ -x .mcpg/bin/mcpg ]; then :; \
+	elif [ -d "$(MCPG_SRC)" ] && [ -d "$(MCPG_DEPS)" ]; then \
+		$(PY) scripts/mcpg_oracle/build.py --src $(MCPG_SRC) --deps $(MCPG_DEPS) --only mcpg --release; \
+	else echo "mcpg: no checkouts at $(MCPG_SRC) and $(MCPG_DEPS) (docs/formats/mcpg.md, Evidence)"; fi
 
 bench: setup
 	$(BIN)/python -m pytest benches --benchmark-enable --benchmark-only -q $(PYTEST_ARGS)

@@ -146,6 +146,15 @@ mcp:
 """
 
 
+def mcpg_profile(binary: Path) -> str:
+    """The cargo profile ``build.py`` recorded for ``binary`` (``.mcpg/BUILD.json``), else "unknown"."""
+    try:
+        report = json.loads((binary.parents[1] / "BUILD.json").read_text())
+    except (OSError, ValueError):
+        return "unknown"
+    return str(report.get("mcpg_profile", "dev"))
+
+
 def loadgen() -> Path | None:
     """The Rust load generator, built with cargo once (its own crate, std only); None without cargo."""
     if LOADGEN.is_file() and LOADGEN.stat().st_mtime >= (LOADGEN_DIR / "src" / "main.rs").stat().st_mtime:
@@ -299,6 +308,7 @@ def main() -> int:
             )
             wait_listening(port, "mcpg gateway")
             gateways["mcpg"] = (f"http://127.0.0.1:{port}/mcp", mg.pid)
+            print(f"mcpg: {a.mcpg} ({mcpg_profile(Path(a.mcpg))} build)", flush=True)
         else:
             print(f"mcpg: not built ({a.mcpg}): `make mcpg-oracle` builds it; its rows are left out", flush=True)
         names = list(gateways)
