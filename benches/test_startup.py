@@ -3,7 +3,8 @@
 Each row starts a new interpreter, as a shell does: ``python -c pass`` (the floor), ``import mcpipe.cli``,
 ``mcpipe --version``, ``check`` and ``run`` of a one-step spec, ``check --config`` of ``examples/mcpipe.toml``,
 ``playbook run`` of NoETL's ``hello_world`` (its run itself takes a few milliseconds) beside its floor (``import
-trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers, beside the floors of any server on
+trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers and until a real client's ``initialize`` then
+``tools/list`` are answered over streamable HTTP, beside the floors of any server on
 its stack: ``import mcp`` (the SDK), the ``import`` of Trio, hypercorn and the MCP SDK's server (nothing of
 mcpipe), and the same with the SDK's package ``__init__`` files deferred as mcpipe defers them
 (``mcpipe._sdk``). Wall time is what pytest-benchmark records; each round also records the child's CPU time
@@ -28,6 +29,7 @@ writes them.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import statistics
@@ -70,6 +72,8 @@ DEFERRED_STACK = f"import mcpipe._sdk as s; s.defer_sdk_packages(); {SERVER_STAC
 BASELINE = os.environ.get("MCPIPE_STARTUP_BASELINE")
 BASELINE_MARK = " (baseline)"
 SERVE = "mcpipe serve to /healthz"
+SERVE_MCP = "mcpipe serve to initialize+tools/list"
+ACCEPT = "application/json, text/event-stream"
 
 
 def _commands(spec: Path) -> dict[str, list[str]]:
@@ -136,7 +140,9 @@ def _free_port() -> int:
 
 
 def _serve_until_healthz(name: str = SERVE, extra: list[str] | None = None) -> str:
-    """Start ``mcpipe serve``, wait for /healthz, stop it; answers its stderr (the importtime list, with -X)."""
+    """Start ``mcpipe serve``, wait for /healthz, stop it; answers its stderr (the importtime list, with -X).
+    The row :data:`SERVE_MCP` waits further, for a real client's ``initialize`` then ``tools/list`` over
+    streamable HTTP (2025-11-25) to be answered."""
     port = _free_port()
     argv = [sys.executable, *(extra or []), "-m", "mcpipe", "serve", "--http", f"127.0.0.1:{port}"]
     with tempfile.TemporaryFile() as log:  # not a pipe: -X importtime writes more than a pipe holds unread
@@ -144,6 +150,8 @@ def _serve_until_healthz(name: str = SERVE, extra: list[str] | None = None) -> s
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, env=_env(name))
         try:
             _wait_healthz(proc, port, start)
+            if name.startswith(SERVE_MCP):
+                _initialize_and_list(port)
             WALL.setdefault(name, []).append(time.perf_counter() - start)
             with open(f"/proc/{proc.pid}/stat") as f:  # the server's CPU so far (it keeps running)
                 fields = f.read().rpartition(")")[2].split()
@@ -166,6 +174,27 @@ def _wait_healthz(proc: subprocess.Popen[bytes], port: int, start: float) -> Non
             assert proc.poll() is None, "mcpipe serve exited before /healthz answered"
             assert time.perf_counter() - start < SERVE_WAIT_S, "mcpipe serve did not answer /healthz"
             time.sleep(0.005)
+
+
+def _post(port: int, message: dict[str, object], session: str | None = None) -> tuple[bytes, str | None]:
+    """POST one JSON-RPC message to ``/mcp``: the body and the ``Mcp-Session-Id`` answered."""
+    headers = {"Content-Type": "application/json", "Accept": ACCEPT, "MCP-Protocol-Version": "2025-11-25"}
+    if session is not None:
+        headers["Mcp-Session-Id"] = session
+    body = json.dumps(message).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        return answer.read(), answer.headers.get("Mcp-Session-Id")
+
+
+def _initialize_and_list(port: int) -> None:
+    """What a real client does first: ``initialize``, ``notifications/initialized``, ``tools/list``."""
+    params = {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "bench", "version": "1"}}
+    body, session = _post(port, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": params})
+    assert b'"protocolVersion"' in body, body[:500]
+    _post(port, {"jsonrpc": "2.0", "method": "notifications/initialized"}, session)
+    body, _ = _post(port, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, session)
+    assert b'"tools"' in body, body[:500]
 
 
 ROWS = (
@@ -196,7 +225,7 @@ def test_command_start_up(benchmark, spec, name):
 
 
 @pytest.mark.benchmark(group="startup")
-@pytest.mark.parametrize("name", _with_baseline((SERVE,)))
+@pytest.mark.parametrize("name", _with_baseline((SERVE, SERVE_MCP)))
 def test_serve_ready_to_answer(benchmark, spec, name):
     benchmark.pedantic(_serve_until_healthz, args=(name,), rounds=5, iterations=1, warmup_rounds=1)
 
