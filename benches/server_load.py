@@ -152,9 +152,19 @@ class Load:
         return self.cpu_seconds * 1000 / self.calls
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/PID/stat`` after the command (``[0]`` is the state), or None when it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def cpu_seconds(pid: int) -> float:
     """utime + stime of a process, in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = proc_stat(pid)
+    if fields is None:
+        raise ProcessLookupError(f"no process {pid} to read the CPU of")
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
@@ -162,22 +172,9 @@ def tree_cpu_seconds(pid: int) -> float:
     """utime + stime of a process and of its live children (the workers of ``mcpipe serve --workers``)."""
     total = cpu_seconds(pid)
     for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid:
-                total += (int(stat[11]) + int(stat[12])) / TICK
+        if entry.isdigit() and (stat := proc_stat(int(entry))) is not None and int(stat[1]) == pid:
+            total += (int(stat[11]) + int(stat[12])) / TICK
     return total
-
-
-def proc_stat(pid: int) -> list[str] | None:
-    """The fields of ``/proc/PID/stat`` after the command (``[0]`` is the state), or None when it is gone."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return None
 
 
 def process_tree(roots: list[int]) -> list[int]:

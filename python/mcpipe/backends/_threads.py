@@ -53,13 +53,13 @@ async def run_interruptible(
     finished = trio.Event()
     box: list[outcome.Outcome[T]] = []
     lock = threading.Lock()
-    gone: list[bool] = []  # the caller was cancelled: what fn returns from now on is discarded
+    gone = False  # the caller was cancelled: what fn returns from now on is discarded
 
     def work() -> None:
         got = outcome.capture(fn)
         with lock:
             box.append(got)
-            orphaned = bool(gone)
+            orphaned = gone
         if orphaned:
             _discard(got, discard)
         try:
@@ -76,7 +76,7 @@ async def run_interruptible(
                     await trio.to_thread.run_sync(interrupt)
                 await finished.wait()
             with lock:
-                gone.append(True)
+                gone = True
                 got = box[0] if box else None
             if got is not None and discard is not None:  # it ended in the grace period: released here
                 await trio.to_thread.run_sync(_discard, got, discard)
