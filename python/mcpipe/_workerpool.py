@@ -20,7 +20,9 @@ in the time Python takes) in up to ``size`` processes and owns what each user wo
   are kept.
 - **Isolation per key.** A call may name a ``key`` (a principal, say): a worker started for one key serves
   only that key, so no state passes between keys; an idle worker of another key is killed to make room.
-  With ``reuse=False`` a worker is used once and killed after its reply (no state passes between calls).
+  With ``reuse=False`` a worker is used once and killed after its reply (no state passes between calls),
+  unless a call names a ``reuse_key``: then a worker that can be reused (:meth:`WorkerProcess.reusable`) is
+  kept idle under that key for the next call naming it (a run's later steps), until :meth:`WorkerPool.discard`.
 - **Shutdown.** :meth:`WorkerPool.shutdown` kills every worker (and at exit, every pool's); a later call
   starts new ones. The async path starts no task and no thread: everything a call does runs in the caller's
   task, under its cancel scope, and a cancelled call kills its worker.
@@ -453,7 +455,8 @@ class WorkerPool:
         self.start_timeout_s = start_timeout_s
         self.reuse = reuse
         self._lock = threading.Lock()
-        self._idle: OrderedDict[WorkerProcess, None] = OrderedDict()  # oldest first
+        # Oldest first; each under the key a call must name to take it: its own, or the reuse key it was kept for.
+        self._idle: OrderedDict[WorkerProcess, Hashable] = OrderedDict()
         self._busy: set[WorkerProcess] = set()
         self._thread_slots = threading.BoundedSemaphore(size)
         self._run_slots = RunLimiter(f"mcpipe_worker_pool_{name}_{id(self)}", size)
@@ -461,16 +464,22 @@ class WorkerPool:
 
     # --- workers ------------------------------------------------------------------------------------------
 
-    def _checkout(self, key: Hashable, fresh: bool = False) -> tuple[WorkerProcess, bool]:
-        """An idle worker of ``key`` (unless ``fresh``), else a new one (an idle worker of another key killed
-        if the pool is full); and whether it was idle."""
+    def _checkout(self, key: Hashable, fresh: bool = False, reuse_key: Hashable = None) -> tuple[WorkerProcess, bool]:
+        """An idle worker kept for ``reuse_key``, else an idle one of ``key`` (unless ``fresh``), else a new
+        one (an idle worker of another key killed if the pool is full); and whether it was idle."""
         evict: WorkerProcess | None = None
         with self._lock:
             if not fresh:
+                if reuse_key is not None:
+                    for worker, kept_for in reversed(self._idle.items()):
+                        if kept_for == reuse_key:
+                            del self._idle[worker]
+                            self._busy.add(worker)
+                            return worker, True
                 # A reused worker: the one used last (its caches warm). A one-shot spare: the oldest, the one
                 # most likely to have finished starting.
-                for worker in reversed(self._idle) if self.reuse else self._idle:
-                    if worker.key == key:
+                for worker, kept_for in reversed(self._idle.items()) if self.reuse else self._idle.items():
+                    if kept_for == key:
                         del self._idle[worker]
                         self._busy.add(worker)
                         return worker, True
@@ -484,13 +493,13 @@ class WorkerPool:
             self._busy.add(worker)
         return worker, False
 
-    def _checkin(self, worker: WorkerProcess, ok: bool) -> None:
-        """The call is over: keep the worker for its key's next call, or end it."""
-        keep = ok and self.reuse and worker.reusable()
+    def _checkin(self, worker: WorkerProcess, ok: bool, reuse_key: Hashable = None) -> None:
+        """The call is over: keep the worker for its key's next call (or ``reuse_key``'s), or end it."""
+        keep = ok and (self.reuse or reuse_key is not None) and worker.reusable()
         with self._lock:
             self._busy.discard(worker)
-            if keep and len(self._idle) < self.size:
-                self._idle[worker] = None
+            if keep and len(self._idle) < self.size + (0 if reuse_key is None else self.spares):
+                self._idle[worker] = worker.key if reuse_key is None else reuse_key
                 return
         worker.close()
 
@@ -533,6 +542,7 @@ class WorkerPool:
         limit: int | None = None,
         prefork: int = 0,
         start_in_deadline: bool = False,
+        reuse_key: Hashable = None,
     ) -> bytes:
         """Send one request (for an :class:`ExecSpawner`: a line without its newline) to a worker of ``key``;
         its reply.
@@ -545,6 +555,8 @@ class WorkerPool:
             prefork: once the request is sent, idle workers of ``key`` are started up to this many
                 (:meth:`prefork`), while this call waits anyway.
             start_in_deadline: ``timeout_s`` bounds the worker's start too (else only the exchange).
+            reuse_key: take a worker kept for this key if there is one, and keep this call's worker for it
+                afterwards if it can be reused (until :meth:`discard`); a one-shot pool's workers too.
 
         Raises:
             WorkerTimeout: no reply within ``timeout_s`` (the worker was killed).
@@ -558,7 +570,7 @@ class WorkerPool:
         async with self._run_slots():
             worker: WorkerProcess | None = None
             with trio.move_on_after(timeout_s if start_in_deadline else math.inf):
-                worker = await self._started(key)
+                worker = await self._started(key, reuse_key)
                 ok = False
                 try:
                     with trio.move_on_after(timeout_s) as scope:
@@ -574,18 +586,19 @@ class WorkerPool:
                 finally:
                     if not ok:
                         worker.kill()
-                    self._checkin(worker, ok)
+                    self._checkin(worker, ok, reuse_key)
             if worker is None:
                 raise WorkerTimeout(f"worker pool {self.name!r}: no worker was ready within {timeout_s * 1000:g} ms")
             raise self._timed_out(worker, timeout_s)
 
-    async def _started(self, key: Hashable) -> WorkerProcess:
-        """A worker of ``key`` ready for a request: an idle one, else a new one; an idle one that cannot start
-        (its spawner's state went stale: a fork server replaced) is dropped for one new one."""
+    async def _started(self, key: Hashable, reuse_key: Hashable = None) -> WorkerProcess:
+        """A worker of ``key`` ready for a request: an idle one (kept for ``reuse_key`` first), else a new one;
+        an idle one that cannot start (its spawner's state went stale: a fork server replaced) is dropped for
+        one new one."""
         import trio
 
         for fresh in (False, True):
-            worker, was_idle = self._checkout(key, fresh)
+            worker, was_idle = self._checkout(key, fresh, reuse_key)
             failed: OSError | None = None
             try:
                 with trio.move_on_after(self.start_timeout_s):
@@ -646,7 +659,7 @@ class WorkerPool:
         """Start up to ``count`` idle workers of ``key`` now (within the pool's size and spares), so that calls
         find them warm; they get ready while the caller goes on."""
         with self._lock:
-            have = sum(1 for w in self._idle if w.key == key)
+            have = sum(1 for kept_for in self._idle.values() if kept_for == key)
             room = self.size + self.spares - len(self._idle) - len(self._busy)
             want = max(0, min(count - have, room))
         for _ in range(want):
@@ -655,7 +668,7 @@ class WorkerPool:
             except OSError:  # the next call finds out why, and says so
                 return
             with self._lock:
-                self._idle[worker] = None
+                self._idle[worker] = key
 
     # --- the pool -----------------------------------------------------------------------------------------
 
@@ -670,9 +683,19 @@ class WorkerPool:
             return len(self._busy)
 
     def idle(self, key: Hashable = None) -> int:
-        """How many idle workers of ``key`` are kept now."""
+        """How many idle workers of ``key`` (or kept for that reuse key) are kept now."""
         with self._lock:
-            return sum(1 for w in self._idle if w.key == key)
+            return sum(1 for kept_for in self._idle.values() if kept_for == key)
+
+    def discard(self, reuse_key: Hashable) -> int:
+        """Kill the idle workers kept for ``reuse_key`` (its run is over); how many there were."""
+        with self._lock:
+            gone = [w for w, kept_for in self._idle.items() if kept_for == reuse_key]
+            for worker in gone:
+                del self._idle[worker]
+        for worker in gone:
+            worker.close()
+        return len(gone)
 
     def shutdown(self) -> None:
         """Kill every worker: idle ones are reaped now, those in use end their call (it fails) and are

@@ -93,6 +93,10 @@ EXIT_WAIT_S = 2.0
 """How long to wait for a worker's exit status once it has ended without answering (the fork server
 reports it; a fork server that does not, answers "unknown")."""
 
+MAX_USES = 256
+"""The most requests one reused worker serves (:attr:`Shape.reuse`); then it ends and a fresh one follows.
+Its CPU limit's hard part covers this many steps' budgets (each step's own is the soft part)."""
+
 START_TIMEOUT_S = 60.0
 """How long a new fork server may take to start (Python's start-up and imports, on a loaded machine)."""
 
@@ -153,12 +157,17 @@ class Shape:
         imports: modules the worker imports once it is forked, while it waits for its request (the fork
             server has only what every worker needs: a module that a few steps need, ``asyncio`` for a
             coroutine, would make every fork and every exit dearer).
+        reuse: after its reply the worker may wait for another request (of the same run and principal: the
+            caller keeps it for them, :mod:`mcpipe.kinds._pyworker`), instead of ending; it does only where
+            it is alone in a PID namespace or under a uid of its own (what it left is then killed between
+            requests). Its fixed limits are those of its first request.
     """
 
     role: str
     separate_uid: bool = True
     namespaces: bool = True
     imports: tuple[str, ...] = ()
+    reuse: bool = False
 
 
 _PR_SET_DUMPABLE = 4
@@ -258,6 +267,12 @@ class Worker:
     exit_code: int | None = None
     exited: bool = False
     killed: bool = False
+    loops: bool = False
+    """It waits for another request after a reply (its shape asks to be reused and it can be, the fork server
+    says): an exchange leaves it alive."""
+    uses: int = 0
+    streams_ended: bool = False
+    """It closed its stdout or stderr: what it would print next could not be read (so it is not reused)."""
     _closed: bool = False
     poller: select.epoll | None = None
     """Its request socket, its pipes and (once forked) its pidfd in one epoll set, made when it is asked
@@ -310,6 +325,7 @@ class Worker:
         self.pid = int(answer["pid"])
         self.pidfd = fds[0]
         self.cwd = str(answer.get("cwd") or "")
+        self.loops = bool(answer.get("loops"))
         if self.poller is not None:
             self.poller.register(self.pidfd, select.EPOLLIN)
 
@@ -565,6 +581,7 @@ class Sandbox:
             "separate_uid": shape.separate_uid,
             "pidns": shape.namespaces,
             "imports": list(shape.imports),
+            "reuse": MAX_USES if shape.reuse else 0,
         }
         try:
             z.send(message, theirs)
@@ -784,9 +801,11 @@ async def exchange(
     worker: Worker, request: bytes, output: Output, max_reply_bytes: int, sent: Callable[[], None] | None = None
 ) -> Reply:
     """Send ``request`` (a frame) to a worker and read its reply frame, draining what it prints meanwhile;
-    then kill it. The reply counts as soon as it is whole (a child that holds the socket open does not delay
-    it), and a worker that ends without one ends the wait (even if a child of it holds the socket). The
-    caller's deadline bounds all of it; ``sent()`` is called once the request is out.
+    then kill it, unless it waits for another request (:attr:`Worker.loops`: it flushed what it printed
+    before replying, so that is read now, and killed what it started). The reply counts as soon as it is
+    whole (a child that holds the socket open does not delay it), and a worker that ends without one ends
+    the wait (even if a child of it holds the socket). The caller's deadline bounds all of it; ``sent()`` is
+    called once the request is out.
 
     One wait covers it all: the worker's socket, pipes and pidfd are in one epoll set (made with the worker,
     off the step's path), and the event loop waits on that set's descriptor, so a step costs one
@@ -797,9 +816,15 @@ async def exchange(
     if poller is None:
         raise SandboxError("the worker has no poller (an exec worker)")
     streams = {worker.out: output.out, worker.err: output.err}
+    if worker.uses:  # a reused worker: what a thread of an earlier step printed since is not this step's
+        stale = Output(0)
+        stale.read_now(worker.out, stale.out)
+        stale.read_now(worker.err, stale.err)
+    worker.uses += 1
     await send_all(worker.io, request)
     if sent is not None:
         sent()  # (the warm spares topped up: while the worker runs, the server would wait anyway)
+    ended = False
     try:
         while True:
             events = poller.poll(0)
@@ -812,6 +837,7 @@ async def exchange(
                 if into is not None:
                     if not output.read_now(fd, into):
                         poller.unregister(fd)
+                        worker.streams_ended = True
                 elif fd == worker.pidfd:
                     ended = True  # it ended: what it wrote before is in the socket already
                 else:
@@ -826,11 +852,20 @@ async def exchange(
     except OverflowError:
         result.too_large = True
     # The reply is in (the worker flushed its stdout and stderr first) or never will be: what is left of the
-    # worker goes, whatever it started (a child holding the reply socket or the pipes) with it.
-    worker.kill()
+    # worker goes, whatever it started (a child holding the reply socket or the pipes) with it; a worker that
+    # waits for another request stays, if it answered cleanly (whole, nothing after it).
+    clean = result.reply is not None and len(frames.buf) == _HEADER.size + len(result.reply)
+    if not (worker.loops and clean and not ended):
+        worker.loops = False
+        worker.kill()
     output.read_now(worker.out, output.out)
     output.read_now(worker.err, output.err)
     return result
+
+
+def _ended(worker: Worker) -> bool:
+    """Whether the worker has ended (its pidfd is readable then)."""
+    return worker.pidfd >= 0 and bool(select.select([worker.pidfd], [], [], 0)[0])
 
 
 # --- the sandbox as a spawner of the worker pool ---------------------------------------------------------
@@ -857,7 +892,8 @@ class SandboxSpawner:
 
 class SandboxProcess:
     """One sandbox worker as :mod:`mcpipe._workerpool` uses it (a :class:`~mcpipe._workerpool.WorkerProcess`):
-    forked ahead when the fork server runs (a warm spare), used once."""
+    forked ahead when the fork server runs (a warm spare), used once, or up to :data:`MAX_USES` times when
+    its shape asks to be reused and it can be (:attr:`Shape.reuse`)."""
 
     def __init__(self, sandbox: Sandbox, shape: Shape) -> None:
         self.sandbox = sandbox
@@ -893,6 +929,9 @@ class SandboxProcess:
                         raise SandboxError("the sandbox's fork server does not read its requests") from None
                     continue
             worker = self.worker
+            if worker.uses and (worker.killed or _ended(worker)):  # a kept worker that ended since: a fresh one
+                self._let_go()
+                continue
             if not self._counted:
                 self._counted = True
                 with self.sandbox._lock:
@@ -935,7 +974,18 @@ class SandboxProcess:
         raise SandboxError("sandbox workers are called from the event loop only")
 
     def reusable(self) -> bool:
-        return False  # one use each: no state passes from one to the next
+        """Whether it waits for another request now: its shape asks to be reused and it can be, its last
+        reply was clean, it has its stdout and stderr, and it has not served :data:`MAX_USES` requests."""
+        w = self.worker
+        return (
+            w is not None
+            and w.loops
+            and not w.killed
+            and not w.streams_ended
+            and w.uses < MAX_USES
+            and not self.killed
+            and w.zygote is self.sandbox._zygote
+        )
 
     def kill(self) -> None:
         self.killed = True

@@ -417,8 +417,9 @@ _LIMITS = (
 )
 
 
-def set_limits(limits: dict[str, Any], processes: bool = True) -> None:
-    """Each limit as soft = hard, so the worker cannot raise it again (it has no capability left)."""
+def set_limits(limits: dict[str, Any], processes: bool = True, uses: int = 1) -> None:
+    """Each limit as soft = hard, so the worker cannot raise it again (it has no capability left); the CPU
+    limit's hard part covers ``uses`` steps (a reused worker: :func:`step_cpu` sets each step's soft part)."""
     for key, which in _LIMITS:
         value = limits.get(key)
         if value and (processes or which != resource.RLIMIT_NPROC):
@@ -429,7 +430,17 @@ def set_limits(limits: dict[str, Any], processes: bool = True) -> None:
     if cpu:
         used = resource.getrusage(resource.RUSAGE_SELF)
         v = int(used.ru_utime + used.ru_stime) + 1 + int(cpu)
-        resource.setrlimit(resource.RLIMIT_CPU, (v, v))
+        resource.setrlimit(resource.RLIMIT_CPU, (v, v + int(cpu) * (uses - 1)))
+
+
+def step_cpu(limits: dict[str, Any]) -> None:
+    """A reused worker's CPU limit for its next step: this step's budget from now, within the hard part."""
+    cpu = limits.get("cpu_seconds")
+    if cpu:
+        used = resource.getrusage(resource.RUSAGE_SELF)
+        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        v = min(int(used.ru_utime + used.ru_stime) + 1 + int(cpu), hard)
+        resource.setrlimit(resource.RLIMIT_CPU, (v, hard))
 
 
 def end_worker(uid: int | None, pidns: bool) -> None:
@@ -506,8 +517,9 @@ class Zygote:
                 st.send(json.dumps({"error": f"cannot watch a worker: {e}"}).encode())
             self.workers[pid] = (st, None, self.use_pidns(cmd))
             return
+        ack = {"pid": pid, "cwd": cwd, "loops": self.loops(cmd)}
         try:
-            socket.send_fds(st, [json.dumps({"pid": pid, "cwd": cwd}).encode()], [pidfd])
+            socket.send_fds(st, [json.dumps(ack).encode()], [pidfd])
         except OSError:
             os.kill(pid, signal.SIGKILL)
         finally:
@@ -517,6 +529,12 @@ class Zygote:
 
     def use_pidns(self, cmd: Mapping[str, object]) -> bool:
         return self.iso.pidns and bool(cmd.get("pidns", True))
+
+    def loops(self, cmd: Mapping[str, object]) -> bool:
+        """Whether the worker waits for another request after a reply: it was asked to be reused, and what
+        it starts can be killed without it (it is process 1 of a PID namespace, or has a uid of its own)."""
+        own_uid = self.iso.uid and bool(cmd.get("separate_uid", True)) and cmd.get("uid") is not None
+        return bool(cmd.get("reuse")) and cmd.get("role") != "exec" and (self.use_pidns(cmd) or own_uid)
 
     def spawn(self, cmd: dict[str, Any], fds: list[int]) -> tuple[int, str]:
         role = str(cmd["role"])
@@ -568,7 +586,9 @@ class Zygote:
         if role == "exec":
             keep(uid if cmd.get("exec_uid") else None, pidns)
         else:
-            run_role(self.roles[role], uid, pidns, self.config, _names(cmd.get("imports")))
+            reuse = cmd.get("reuse")
+            uses = reuse if isinstance(reuse, int) and self.loops(cmd) else 1
+            run_role(self.roles[role], uid, pidns, self.config, _names(cmd.get("imports")), max(1, uses))
         os._exit(0)
 
     def reap(self) -> None:
@@ -673,8 +693,12 @@ def _names(value: object) -> tuple[str, ...]:
     return tuple(v for v in value if isinstance(v, str) and v.replace(".", "").replace("_", "").isalnum())
 
 
-def run_role(role: Any, uid: int | None, pidns: bool, config: Config, imports: tuple[str, ...] = ()) -> None:
-    """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end."""
+def run_role(
+    role: Any, uid: int | None, pidns: bool, config: Config, imports: tuple[str, ...] = (), uses: int = 1
+) -> None:
+    """A one-shot worker: one request on descriptor 3, the limits and the uid, the role's answer, the end;
+    with ``uses`` above 1, a reused one: up to that many requests, what each step started killed after its
+    reply (:func:`between_steps`), each step in fresh globals (the role's), with its own CPU budget."""
     # What does not depend on the step is done before it comes, while the worker waits: the uid dropped
     # (the request is read as that uid), the fixed limits, the environment emptied, the modules its shape
     # names imported (``imports``: they are not in the fork server, whose every fork and exit they would make
@@ -696,22 +720,59 @@ def run_role(role: Any, uid: int | None, pidns: bool, config: Config, imports: t
         with contextlib.suppress(Exception):
             _rehearse(role)
     short_slice(config.slice_us)
-    try:
-        frame = read_frame(3)
-    except EOFError:
-        os._exit(0)  # the server let this worker go unused
-    header, body = _decode(frame)
-    set_limits(header.get("limits") or {}, processes=uid is not None)  # RLIMIT_NPROC counts every process of the uid
-    _apply_env(body)
-    reply = role.handle(header, body)
-    try:
-        sys.stdout.flush()
-        sys.stderr.flush()
-    except (OSError, ValueError):  # the code closed them
-        pass
+    cwd = os.getcwd()
+    fixed: object = None
+    for use in range(uses):
+        try:
+            frame = read_frame(3)
+        except EOFError:
+            os._exit(0)  # the server let this worker go (unused, or at its run's end)
+        header, body = _decode(frame)
+        limits = header.get("limits") or {}
+        held = {k: v for k, v in limits.items() if k != "cpu_seconds"}  # what holds for all of its steps
+        if use == 0:
+            fixed = held  # RLIMIT_NPROC counts every process of the uid
+            set_limits(limits, processes=uid is not None, uses=uses)
+        elif held != fixed:
+            os._exit(70)  # the server keeps a worker only for steps with its limits: never here
+        else:
+            step_cpu(limits)
+            os.chdir(cwd)
+        _apply_env(body)
+        reply = role.handle(header, body)
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except (OSError, ValueError):  # the code closed them
+            pass
+        if use + 1 == uses:
+            break
+        between_steps()
+        try:
+            write_frame(3, reply)
+        except OSError:
+            end_worker(uid, pidns)
+        os.environ.clear()
     with contextlib.suppress(OSError):
         write_frame(3, reply)
     end_worker(uid, pidns)
+
+
+def between_steps() -> None:
+    """Before a reused worker replies: kill everything its step started (it is process 1 of its PID
+    namespace, or alone under its uid: ``kill(-1)`` reaches all of that but not itself) and reap its
+    children, so that the next step finds nothing of this one running but its own threads."""
+    with contextlib.suppress(OSError):
+        os.kill(-1, signal.SIGKILL)
+    for _ in range(10_000):
+        try:
+            pid, _ = os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+        except InterruptedError:
+            continue
+        if pid == 0:
+            return
 
 
 def keep(uid: int | None, pidns: bool) -> None:

@@ -169,6 +169,8 @@ class OutboundPythonConfig(Strict):
     max_output_bytes: PositiveInt = _MiB
     max_result_bytes: PositiveInt = 10 * _MiB
     env: dict[str, str] | None = None
+    reuse: Literal["step", "run"] = "step"
+    """``run``: a python worker serves the later steps of its run and principal (see :class:`PythonPolicy`)."""
 
 
 class OutboundDuckdbConfig(Strict):
@@ -243,6 +245,7 @@ class OutboundConfig(Strict):
                 max_output_bytes=self.python.max_output_bytes,
                 max_result_bytes=self.python.max_result_bytes,
                 env=self.python.env,
+                reuse=self.python.reuse,
             ),
             duckdb=DuckdbPolicy(
                 workers=self.duckdb.workers,

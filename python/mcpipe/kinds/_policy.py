@@ -13,7 +13,7 @@ import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, Literal
 
 import trio
 
@@ -277,6 +277,10 @@ class PythonPolicy:
         max_result_bytes: a larger result (as JSON) fails the step with ``OUTPUT_TOO_LARGE``.
         env: the environment the code starts from (a step's ``env`` is laid over it). Default: the server's
             ``PATH``, ``LANG``, ``LC_ALL``, ``TZ`` and ``HOME`` only.
+        reuse: ``step`` (the default): a fresh worker for every step. ``run``: a worker that answered is kept
+            for the later python steps of the same run and principal (each in fresh globals, under its own
+            deadline), and killed when the run ends; what a step leaves in its process (imported modules,
+            threads, files in its directory) the run's later steps may see (docs/declared-pipelines.md).
     """
 
     workers: int = 4
@@ -292,6 +296,7 @@ class PythonPolicy:
     max_output_bytes: int = 1024 * 1024
     max_result_bytes: int = 10 * 1024 * 1024
     env: Mapping[str, str] | None = None
+    reuse: Literal["step", "run"] = "step"
 
     def base_env(self) -> dict[str, str]:
         """The environment a step's code starts from."""

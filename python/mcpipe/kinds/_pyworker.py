@@ -10,6 +10,12 @@ everything it started. At most ``workers`` steps run at once (per Trio run); mor
 (taking a worker, the request, the reply) is under the step's deadline, which the pool keeps: past it the
 worker is killed.
 
+With ``outbound.python.reuse: run`` (the step's shape has ``reuse``), a worker that answered cleanly is kept
+for the later steps of the same run and principal with the same limits (its reuse key: the run's
+:class:`~mcpipe._runscope.RunScope`, the principal, the shape, the fixed limits), each step still in fresh
+globals under its own deadline; when the run ends (however) its kept workers are killed
+(:meth:`~mcpipe._workerpool.WorkerPool.discard`). A worker is never kept for another run or principal.
+
 The request is two JSON documents in one frame: the step's fixed part (the code, compiled at load and sent
 marshalled so the worker does not compile it again, its limits), encoded once when the step is compiled, and
 the call's part (``input``, ``context``, ``env``), encoded once per call.
@@ -18,12 +24,14 @@ the call's part (``input``, ``context``, ``env``), encoded once per call.
 from __future__ import annotations
 
 import threading
+from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from mcpipe import _runscope
 from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape, request_frame
 from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
 
@@ -33,9 +41,10 @@ ROLE = "python"
 SANDBOX.register_role(ROLE, str(Path(__file__).with_name("_pyexec.py")))
 
 
-def python_shape(separate_uid: bool, namespaces: bool, imports: tuple[str, ...] = ()) -> Shape:
-    """The workers of a step with this isolation, importing ``imports`` as they wait for the step."""
-    return Shape(ROLE, separate_uid=separate_uid, namespaces=namespaces, imports=imports)
+def python_shape(separate_uid: bool, namespaces: bool, imports: tuple[str, ...] = (), reuse: bool = False) -> Shape:
+    """The workers of a step with this isolation, importing ``imports`` as they wait for the step (``reuse``:
+    kept for the later steps of its run)."""
+    return Shape(ROLE, separate_uid=separate_uid, namespaces=namespaces, imports=imports, reuse=reuse)
 
 
 @dataclass
@@ -88,17 +97,22 @@ async def run_code(
     prefork: int,
     max_output_bytes: int,
     max_reply_bytes: int,
+    principal: str | None = None,
+    held: Hashable = None,
 ) -> Outcome:
     """Run one step (its fixed ``header`` and this call's ``body``, JSON) in a fresh worker, within
-    ``timeout_s``.
+    ``timeout_s`` (a ``reuse`` shape: in one kept by an earlier step of this run for ``principal`` and the
+    limits ``held`` for all of its steps, when there is one).
 
     Raises:
         OSError: no worker could be had (:class:`~mcpipe._workerpool.WorkerStartError`, saying why).
     """
     outcome = Outcome()
     output = Output(max_output_bytes)
+    pool = _pool(workers, prefork)
+    reuse_key = _reuse_key(pool, shape, principal, held) if shape.reuse else None
     try:
-        reply = await _pool(workers, prefork).call(
+        reply = await pool.call(
             request_frame(header, body),
             timeout_s,
             key=shape,
@@ -106,6 +120,7 @@ async def run_code(
             limit=max_reply_bytes,
             prefork=prefork,
             start_in_deadline=True,
+            reuse_key=reuse_key,
         )
         try:
             outcome.reply = orjson.loads(reply)
@@ -120,3 +135,14 @@ async def run_code(
     outcome.stderr = output.err.decode("utf-8", errors="replace")
     outcome.truncated = output.truncated
     return outcome
+
+
+def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hashable) -> Hashable:
+    """What a worker is kept for within this run (None outside a run: then it is not kept); the run's end
+    kills what was kept for it."""
+    scope = _runscope.current()
+    if scope is None or not scope.open:
+        return None
+    key = (scope, principal, shape, held)
+    scope.on_end((pool, key), lambda: pool.discard(key))
+    return key

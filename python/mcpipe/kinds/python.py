@@ -72,16 +72,21 @@ class PythonPlan:
     policy: PythonPolicy
     header: bytes
     shape: Shape
+    held: tuple[tuple[str, int], ...]
+    """The limits that hold for every step a reused worker serves (all but the CPU budget)."""
 
 
-def _header(code: str, program: CodeType | None, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
-    limits = {
+def _held(policy: PythonPolicy) -> dict[str, int]:
+    return {
         "memory_bytes": policy.memory_mb * 1024 * 1024,
-        "cpu_seconds": math.ceil(timeout_s) + 1,
         "file_bytes": policy.max_file_mb * 1024 * 1024,
         "processes": policy.max_processes,
         "open_files": policy.max_open_files,
     }
+
+
+def _header(code: str, program: CodeType | None, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
+    limits = {**_held(policy), "cpu_seconds": math.ceil(timeout_s) + 1}
     header = {
         "code": code,
         "program": program_text(program) if program is not None else None,
@@ -110,8 +115,8 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     timeout_s = ms / 1000
     header = _header(code, program, b.fields.coerce, timeout_s, policy)
     imports = ASYNC_IMPORTS if program is not None and needs_asyncio(program) else ()
-    shape = python_shape(policy.separate_uid, policy.namespaces, imports)
-    return PythonPlan(code, timeout_s, policy, header, shape)
+    shape = python_shape(policy.separate_uid, policy.namespaces, imports, reuse=policy.reuse == "run")
+    return PythonPlan(code, timeout_s, policy, header, shape, tuple(sorted(_held(policy).items())))
 
 
 def _env(value: object, base: dict[str, str]) -> dict[str, str]:
@@ -156,6 +161,8 @@ async def run_python(
             prefork=policy.spares(),
             max_output_bytes=policy.max_output_bytes,
             max_reply_bytes=policy.max_result_bytes + 65536,
+            principal=ctx.principal,
+            held=plan.held,
         )
     except OSError as e:
         raise StepFailure(f"cannot start a python worker process: {e}", ErrorCode.TOOL_FAILED) from None

@@ -32,6 +32,7 @@ from typing import Any, Protocol, TypeAlias, assert_never
 
 import trio
 
+from mcpipe import _runscope
 from mcpipe._core import json_measure
 from mcpipe._describe import json_type
 from mcpipe._template import Template
@@ -368,17 +369,21 @@ async def _run_compiled(
         return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
     held = _HELD.get()
-    if held is None:
-        answer = await run.main(compiled.plan, started)
-    else:
-        # A run inside a step holding a process slot: the slot goes back while this run's own steps take theirs.
-        token = _HELD.set(None)
-        held.lend()
-        try:
+    scope = _runscope.enter()  # what the run's steps keep for each other, released when it ends (however)
+    try:
+        if held is None:
             answer = await run.main(compiled.plan, started)
-        finally:
-            _HELD.reset(token)
-            await held.take_back()
+        else:
+            # A run inside a step holding a process slot: the slot goes back while this run's own steps take theirs.
+            token = _HELD.set(None)
+            held.lend()
+            try:
+                answer = await run.main(compiled.plan, started)
+            finally:
+                _HELD.reset(token)
+                await held.take_back()
+    finally:
+        _runscope.leave(scope)
     # Telemetry is installed through its module, so a process that never imported it (a command's run) has none:
     # the scheduler does not import it (OpenTelemetry's API) to learn so.
     module = sys.modules.get("mcpipe.telemetry")
