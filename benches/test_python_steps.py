@@ -20,6 +20,10 @@ default 6), prints the median per step of each with the machine's load average a
 and the ratio of the two::
 
     MCPIPE_BASELINE_PYTHON=/work/main/.venv/bin/python pytest benches/test_python_steps.py -k side_by_side -s
+
+**Reuse** (``outbound.python.reuse: run``, issue 32): with ``MCPIPE_AB_REUSE=1``,
+``test_python_steps_reusing_the_runs_worker_side_by_side_with_a_fresh_worker_per_step`` runs the probe in
+this tree with a fresh worker per step and with the run's worker reused, by turns.
 """
 
 from __future__ import annotations
@@ -85,6 +89,13 @@ def test_ten_python_steps_each_waiting_for_its_own_fork(benchmark):
 
 
 @pytest.mark.benchmark(group="python-steps")
+def test_ten_python_steps_reusing_the_runs_worker(benchmark):
+    tool = pipeline(fork_server=True, reuse="run")
+    run_pipeline(tool, 1)
+    benchmark.pedantic(run_pipeline, args=(tool, 1), rounds=15, iterations=1, warmup_rounds=1)
+
+
+@pytest.mark.benchmark(group="python-steps")
 def test_the_same_ten_functions_called_in_process(benchmark):
     benchmark(run_in_process)
 
@@ -92,9 +103,36 @@ def test_the_same_ten_functions_called_in_process(benchmark):
 PROBE = Path(__file__).with_name("python_step_probe.py")
 
 
-def _probe(python: str, prefork: int, rounds: int = 8) -> dict[str, Any]:
-    done = subprocess.run([python, str(PROBE), str(rounds), str(prefork)], capture_output=True, timeout=300, check=True)
+def _probe(python: str, prefork: int, rounds: int = 8, reuse: str = "step") -> dict[str, Any]:
+    argv = [python, str(PROBE), str(rounds), str(prefork), reuse]
+    done = subprocess.run(argv, capture_output=True, timeout=300, check=True)
     return dict(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.skipif(not os.environ.get("MCPIPE_AB_REUSE"), reason="MCPIPE_AB_REUSE is not set")
+def test_python_steps_reusing_the_runs_worker_side_by_side_with_a_fresh_worker_per_step():
+    """``outbound.python.reuse`` ``step`` (the default) against ``run``, in this tree, by turns (``AB_ROUNDS``
+    each, default 6), 10 warm spares and 2: the median per step, its CPU, and the ratio."""
+    turns = int(os.environ.get("AB_ROUNDS", "6"))
+    for prefork in (10, 2):
+        load0 = os.getloadavg()[0]
+        times: dict[str, list[float]] = {"step": [], "run": []}
+        cpu: dict[str, list[float]] = {"step": [], "run": []}
+        for turn in range(turns):
+            for reuse in ("step", "run") if turn % 2 == 0 else ("run", "step"):
+                got = _probe(sys.executable, prefork, reuse=reuse)
+                times[reuse] += got["per_step_ms"]
+                cpu[reuse].append(got["cpu_ms_per_step"]["server"] + got["cpu_ms_per_step"]["fork_server"])
+        load1 = os.getloadavg()[0]
+        print(f"\nprefork {prefork}, load {load0:.1f} -> {load1:.1f}")
+        for reuse, values in times.items():
+            v = sorted(values)
+            print(
+                f"  reuse {reuse:4s} per step: best {v[0]:.2f} ms, median {statistics.median(v):.2f} ms, p90 "
+                f"{v[int(len(v) * 0.9)]:.2f} ms, CPU {statistics.median(cpu[reuse]):.2f} ms ({len(v)} of 10 steps)"
+            )
+        ratio = statistics.median(times["run"]) / statistics.median(times["step"])
+        print(f"  run / step (medians): {ratio:.2f}")
 
 
 @pytest.mark.skipif(not os.environ.get("MCPIPE_BASELINE_PYTHON"), reason="MCPIPE_BASELINE_PYTHON is not set")
