@@ -4,8 +4,8 @@ after a step that timed out, and is killed when its run ends; the default stays 
 
 from __future__ import annotations
 
+import json
 import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -72,7 +72,10 @@ async def test_the_steps_of_one_run_share_a_worker_but_each_starts_from_fresh_gl
 
 
 async def test_without_reuse_each_step_of_a_run_has_a_fresh_worker():
-    codes = [WHO + "import json\njson.mark = 'kept'\nresult = who", WHO + "import json\nresult = [who, hasattr(json, 'mark')]"]
+    codes = [
+        WHO + "import json\njson.mark = 'kept'\nresult = who",
+        WHO + "import json\nresult = [who, hasattr(json, 'mark')]",
+    ]
     doc = {"outbound": {"python": {"memory_mb": 256}}, "pipelines": [_pipeline("two", *codes)]}
     async with served(doc) as app, Client(app.server) as client:
         with trio.fail_after(60):
@@ -112,7 +115,7 @@ async def test_a_worker_is_kept_for_its_principal_only():
 async def test_a_step_that_timed_out_leaves_no_worker_for_the_next():
     with open_dir() as shared:
         said = shared / "who"
-        spin = WHO + f"open({str(said)!r}, 'w').write(repr(who))\nwhile True:\n    pass"
+        spin = WHO + f"import json\nopen({str(said)!r}, 'w').write(json.dumps(who))\nwhile True:\n    pass"
         token = _runscope.enter()
         try:
             first = await _step(WHO + "result = who")
@@ -120,7 +123,7 @@ async def test_a_step_that_timed_out_leaves_no_worker_for_the_next():
             after = await _step(WHO + "result = who")
         finally:
             _runscope.leave(token)
-        spun = eval(Path(said).read_text())  # noqa: S307 (the step's own repr of a list of a str and an int)
+        spun = json.loads(await trio.Path(said).read_text())
     assert stuck.error_code == "TIMEOUT", stuck.error
     assert spun == first.output  # the timed-out step ran in the run's worker ...
     assert after.ok and after.output != first.output  # ... which was killed, not handed on
