@@ -54,6 +54,15 @@ KNOWN: dict[str, str] = {
 by NoETL's own race (docs/playbooks.md says why); a case leaves this table when it passes."""
 
 
+def _has(case: dict[str, Any], text: str) -> bool:
+    """Whether the case's playbook, or one it calls, holds ``text``."""
+    return any(text in (GOLDEN / f"{n}.yaml").read_text() for n in [case["name"], *case.get("calls", [])])
+
+
+PYTHON_CASES = [c for c in CASES if c["name"] not in KNOWN and _has(c, "kind: python")]
+"""The cases that hold NoETL's answer and run python steps: run again with their workers reused."""
+
+
 def expected(case: dict[str, Any]) -> dict[str, Any]:
     golden: dict[str, Any] = json.loads((GOLDEN / f"{case['name']}.json").read_text())
     return comparable(golden)
@@ -96,12 +105,19 @@ def noetl_shape(name: str, answer: Any) -> dict[str, Any]:
     }
 
 
-async def run_in_mcpipe(case: dict[str, Any], tmp: Path, port: int, database: str) -> dict[str, Any]:
+async def run_in_mcpipe(
+    case: dict[str, Any], tmp: Path, port: int, database: str, reuse: str = "step"
+) -> dict[str, Any]:
     """The case served by mcpipe (a config with the playbook, the credentials as [sql.NAME] backends, the
-    stand-in allowed, a shell allowed) and called once; its answer in NoETL's shape."""
+    stand-in allowed, a shell allowed, python workers reused as ``reuse`` says) and called once; its answer
+    in NoETL's shape."""
     path = _copy(case, tmp, port)
     doc = {
-        "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}, "commands": {"sh": "/bin/sh"}},
+        "outbound": {
+            "http": {"allowed_hosts": ["127.0.0.1"]},
+            "commands": {"sh": "/bin/sh"},
+            "python": {"reuse": reuse},
+        },
         "sql": {"pg_local": {"url": database}, "pg_k8s": {"url": database}},
         "playbooks": [str(path)],
     }
@@ -124,14 +140,22 @@ async def run_in_mcpipe(case: dict[str, Any], tmp: Path, port: int, database: st
     ids=[c["name"] for c in CASES],
 )  # fmt: skip
 async def test_mcpipe_answers_what_noetl_answered(case, tmp_path, stand_in, request):
-    uses_postgres = any(
-        "kind: postgres" in (GOLDEN / f"{n}.yaml").read_text() for n in [case["name"], *case.get("calls", [])]
-    )
+    await _answers_the_golden(case, tmp_path, stand_in, request, "step")
+
+
+@pytest.mark.parametrize("case", PYTHON_CASES, ids=[c["name"] for c in PYTHON_CASES])
+async def test_mcpipe_answers_the_same_with_a_runs_python_workers_reused(case, tmp_path, stand_in, request):
+    # outbound.python.reuse: run (a run's later python steps in its first step's worker) changes no answer.
+    await _answers_the_golden(case, tmp_path, stand_in, request, "run")
+
+
+async def _answers_the_golden(case: dict[str, Any], tmp_path: Path, stand_in: int, request: Any, reuse: str) -> None:
+    uses_postgres = _has(case, "kind: postgres")
     # A case without postgres steps gets a database URL nothing connects to (no server started for it).
     database = (
         await _database(request.getfixturevalue("noetl_postgres")) if uses_postgres else "postgresql://127.0.0.1:1/none"
     )
-    got = comparable(await run_in_mcpipe(case, tmp_path, stand_in, database))
+    got = comparable(await run_in_mcpipe(case, tmp_path, stand_in, database, reuse))
     want = expected(case)
     diff = subset_diff({k: want[k] for k in ("status", "steps", "failed_steps", "final")}, got)
     assert diff == [], "\n".join(diff)
