@@ -234,8 +234,10 @@ async def _serve(config_path: str) -> None:
 
 
 @contextmanager
-def mcpipe_side(cases: list[str]) -> Iterator[tuple[str, list[int], dict[str, str]]]:
-    """(MCP URL, [server pid, PostgreSQL pid], tool name of each case)."""
+def mcpipe_side(
+    cases: list[str], python: dict[str, object] | None = None
+) -> Iterator[tuple[str, list[int], dict[str, str]]]:
+    """(MCP URL, [server pid, PostgreSQL pid], tool name of each case); ``python``: its ``outbound.python``."""
     from kit.realservers import postgres_server
 
     with postgres_server() as url, tempfile.TemporaryDirectory(prefix="noetl-peer-") as tmp:
@@ -248,7 +250,11 @@ def mcpipe_side(cases: list[str]) -> Iterator[tuple[str, list[int], dict[str, st
             paths.append(str(Path(tmp) / f"{case}.yaml"))
             names[case] = yaml.safe_load((GOLDEN / f"{case}.yaml").read_text())["metadata"]["name"]
         doc = {
-            "outbound": {"http": {"allowed_hosts": ["127.0.0.1"]}, "commands": {"sh": "/bin/sh"}},
+            "outbound": {
+                "http": {"allowed_hosts": ["127.0.0.1"]},
+                "commands": {"sh": "/bin/sh"},
+                "python": python or {},
+            },
             "sql": {"pg_local": {"url": url}, "pg_k8s": {"url": url}},
             "playbooks": paths,
             "audit": {"path": str(Path(tmp) / "audit.jsonl")},
@@ -375,6 +381,8 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the NoETL stack running")
     ap.add_argument("--no-start", action="store_true", help="the NoETL stack is already up")
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument("--python-reuse", choices=("step", "run"), default="step", help="mcpipe's outbound.python.reuse")
+    ap.add_argument("--python-workers", type=int, default=4, help="mcpipe's outbound.python.workers")
     args = ap.parse_args()
     if args.serve:
         import trio
@@ -400,7 +408,8 @@ def main() -> int:
     try:
         noetl = Noetl(kit, env, args.poll)
         noetl.prepare(cases)
-        with mcpipe_side(cases) as (url, mcpipe_pids, names):
+        python = {"reuse": args.python_reuse, "workers": args.python_workers}
+        with mcpipe_side(cases, python) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
                 verdicts[case] = (
