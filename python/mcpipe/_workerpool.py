@@ -470,19 +470,13 @@ class WorkerPool:
         evict: WorkerProcess | None = None
         with self._lock:
             if not fresh:
-                if reuse_key is not None:
-                    for worker, kept_for in reversed(self._idle.items()):
-                        if kept_for == reuse_key:
-                            del self._idle[worker]
-                            self._busy.add(worker)
-                            return worker, True
                 # A reused worker: the one used last (its caches warm). A one-shot spare: the oldest, the one
                 # most likely to have finished starting.
-                for worker, kept_for in reversed(self._idle.items()) if self.reuse else self._idle.items():
-                    if kept_for == key:
-                        del self._idle[worker]
-                        self._busy.add(worker)
-                        return worker, True
+                found = self._take_idle(reuse_key, newest=True) if reuse_key is not None else None
+                if found is None:
+                    found = self._take_idle(key, newest=self.reuse)
+                if found is not None:
+                    return found, True
             if self._idle and len(self._idle) + len(self._busy) >= self.size + self.spares:
                 evict = next(iter(self._idle))
                 del self._idle[evict]
@@ -492,6 +486,15 @@ class WorkerPool:
         with self._lock:
             self._busy.add(worker)
         return worker, False
+
+    def _take_idle(self, kept_for: Hashable, newest: bool) -> WorkerProcess | None:
+        """Under the lock: the idle worker kept for ``kept_for`` (the newest or the oldest), now busy."""
+        for worker, key in reversed(self._idle.items()) if newest else self._idle.items():
+            if key == kept_for:
+                del self._idle[worker]
+                self._busy.add(worker)
+                return worker
+        return None
 
     def _checkin(self, worker: WorkerProcess, ok: bool, reuse_key: Hashable = None) -> None:
         """The call is over: keep the worker for its key's next call (or ``reuse_key``'s), or end it."""

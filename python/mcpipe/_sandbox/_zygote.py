@@ -428,8 +428,7 @@ def set_limits(limits: dict[str, Any], processes: bool = True, uses: int = 1) ->
             resource.setrlimit(which, (v, v))
     cpu = limits.get("cpu_seconds")
     if cpu:
-        used = resource.getrusage(resource.RUSAGE_SELF)
-        v = int(used.ru_utime + used.ru_stime) + 1 + int(cpu)
+        v = _cpu_from_now(int(cpu))
         resource.setrlimit(resource.RLIMIT_CPU, (v, v + int(cpu) * (uses - 1)))
 
 
@@ -437,10 +436,14 @@ def step_cpu(limits: dict[str, Any]) -> None:
     """A reused worker's CPU limit for its next step: this step's budget from now, within the hard part."""
     cpu = limits.get("cpu_seconds")
     if cpu:
-        used = resource.getrusage(resource.RUSAGE_SELF)
         _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        v = min(int(used.ru_utime + used.ru_stime) + 1 + int(cpu), hard)
-        resource.setrlimit(resource.RLIMIT_CPU, (v, hard))
+        resource.setrlimit(resource.RLIMIT_CPU, (min(_cpu_from_now(int(cpu)), hard), hard))
+
+
+def _cpu_from_now(cpu: int) -> int:
+    """The CPU-time limit (seconds, as ``RLIMIT_CPU`` counts them) that leaves ``cpu`` seconds from now."""
+    used = resource.getrusage(resource.RUSAGE_SELF)
+    return int(used.ru_utime + used.ru_stime) + 1 + cpu
 
 
 def end_worker(uid: int | None, pidns: bool) -> None:
@@ -745,16 +748,15 @@ def run_role(
             sys.stderr.flush()
         except (OSError, ValueError):  # the code closed them
             pass
-        if use + 1 == uses:
-            break
-        between_steps()
+        last = use + 1 == uses
+        if not last:
+            between_steps()  # what the step started is gone before its answer is read
         try:
             write_frame(3, reply)
         except OSError:
-            end_worker(uid, pidns)
-        os.environ.clear()
-    with contextlib.suppress(OSError):
-        write_frame(3, reply)
+            break
+        if not last:
+            os.environ.clear()
     end_worker(uid, pidns)
 
 

@@ -85,8 +85,10 @@ def _held(policy: PythonPolicy) -> dict[str, int]:
     }
 
 
-def _header(code: str, program: CodeType | None, coerce: bool, timeout_s: float, policy: PythonPolicy) -> bytes:
-    limits = {**_held(policy), "cpu_seconds": math.ceil(timeout_s) + 1}
+def _header(
+    code: str, program: CodeType | None, coerce: bool, timeout_s: float, policy: PythonPolicy, held: dict[str, int]
+) -> bytes:
+    limits = {**held, "cpu_seconds": math.ceil(timeout_s) + 1}
     header = {
         "code": code,
         "program": program_text(program) if program is not None else None,
@@ -113,10 +115,11 @@ def build_python(b: Build[PythonFields]) -> PythonPlan:
     policy = b.policy.python
     ms = b.fields.timeout_ms if b.fields.timeout_ms is not None else policy.timeout_ms
     timeout_s = ms / 1000
-    header = _header(code, program, b.fields.coerce, timeout_s, policy)
+    held = _held(policy)
+    header = _header(code, program, b.fields.coerce, timeout_s, policy, held)
     imports = ASYNC_IMPORTS if program is not None and needs_asyncio(program) else ()
     shape = python_shape(policy.separate_uid, policy.namespaces, imports, reuse=policy.reuse == "run")
-    return PythonPlan(code, timeout_s, policy, header, shape, tuple(sorted(_held(policy).items())))
+    return PythonPlan(code, timeout_s, policy, header, shape, tuple(sorted(held.items())))
 
 
 def _env(value: object, base: dict[str, str]) -> dict[str, str]:
