@@ -383,6 +383,7 @@ def main() -> int:
     ap.add_argument("--json", help="write the raw figures here")
     ap.add_argument("--python-reuse", choices=("step", "run"), default="step", help="mcpipe's outbound.python.reuse")
     ap.add_argument("--python-workers", type=int, default=4, help="mcpipe's outbound.python.workers")
+    ap.add_argument("--python-prefork", type=int, default=2, help="mcpipe's outbound.python.prefork (spares kept)")
     args = ap.parse_args()
     if args.serve:
         import trio
@@ -408,7 +409,7 @@ def main() -> int:
     try:
         noetl = Noetl(kit, env, args.poll)
         noetl.prepare(cases)
-        python = {"reuse": args.python_reuse, "workers": args.python_workers}
+        python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
         with mcpipe_side(cases, python) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
