@@ -110,7 +110,9 @@ async def run_code(
     outcome = Outcome()
     output = Output(max_output_bytes)
     pool = _pool(workers, prefork)
-    reuse_key = _reuse_key(pool, shape, principal, held) if shape.reuse else None
+    reuse_key = _reuse_key(pool, shape, principal, held, prefork) if shape.reuse else None
+    # A run whose worker waits for its later steps: its spare is forked again at its end (:func:`_run_over`).
+    later = reuse_key is not None and SANDBOX.reuses(shape)
     try:
         reply = await pool.call(
             request_frame(header, body),
@@ -118,7 +120,7 @@ async def run_code(
             key=shape,
             sink=output,
             limit=max_reply_bytes,
-            prefork=prefork,
+            prefork=0 if later else prefork,
             start_in_deadline=True,
             reuse_key=reuse_key,
         )
@@ -137,12 +139,20 @@ async def run_code(
     return outcome
 
 
-def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hashable) -> Hashable:
+def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hashable, spares: int) -> Hashable:
     """What a worker is kept for within this run (None outside a run: then it is not kept); the run's end
-    kills what was kept for it."""
+    kills what was kept for it, then tops the spares up: a reusing run's later steps take no spare, so the
+    one its first step took is forked again once the run is over, not while its steps run (a fork and a
+    worker's start are some milliseconds of CPU, on the cores the run's steps hand each other)."""
     scope = _runscope.current()
     if scope is None or not scope.open:
         return None
     key = (scope, principal, shape, held)
-    scope.on_end((pool, key), lambda: pool.discard(key))
+    scope.on_end((pool, key), lambda: _run_over(pool, key, shape, spares))
     return key
+
+
+def _run_over(pool: WorkerPool, key: Hashable, shape: Shape, spares: int) -> None:
+    pool.discard(key)
+    if spares > 0:
+        pool.prefork(spares, key=shape)
