@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import trio
 
 from mcpipe import _runscope
 from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape, request_frame
@@ -153,6 +154,23 @@ def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hash
 
 
 def _run_over(pool: WorkerPool, key: Hashable, shape: Shape, spares: int) -> None:
-    pool.discard(key)
-    if spares > 0:
-        pool.prefork(spares, key=shape)
+    """The run is over: its kept workers killed and the spares topped up, by a task of the event loop's own
+    that runs once the run's caller has gone on (its answer written: a killed worker wakes to exit, and a
+    fork server to fork, on the cores the answer needs), and outside Trio at once. The task releases them
+    whatever happens to it, even cancelled before it ran (the Trio run ending)."""
+
+    def release() -> None:
+        pool.discard(key)
+        if spares > 0:
+            pool.prefork(spares, key=shape)
+
+    async def soon() -> None:
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            release()
+
+    try:
+        trio.lowlevel.spawn_system_task(soon, name="mcpipe: a python run's workers released")
+    except RuntimeError:  # not in a Trio run
+        release()
