@@ -14,7 +14,8 @@ With ``outbound.python.reuse: run`` (the step's shape has ``reuse``), a worker t
 for the later steps of the same run and principal with the same limits (its reuse key: the run's
 :class:`~mcpipe._runscope.RunScope`, the principal, the shape, the fixed limits), each step still in fresh
 globals under its own deadline; when the run ends (however) its kept workers are killed
-(:meth:`~mcpipe._workerpool.WorkerPool.discard`). A worker is never kept for another run or principal.
+(:meth:`~mcpipe._workerpool.WorkerPool.discard`) and the spare its first step took is forked again, both once
+the run's caller has its answer (:func:`_run_over`). A worker is never kept for another run or principal.
 
 The request is two JSON documents in one frame: the step's fixed part (the code, compiled at load and sent
 marshalled so the worker does not compile it again, its limits), encoded once when the step is compiled, and
@@ -23,6 +24,7 @@ the call's part (``input``, ``context``, ``env``), encoded once per call.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape
 from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
 
 __all__ = ["ROLE", "Outcome", "SandboxError", "python_shape", "run_code"]
+
+_log = logging.getLogger("mcpipe.kinds.python")
 
 ROLE = "python"
 SANDBOX.register_role(ROLE, str(Path(__file__).with_name("_pyexec.py")))
@@ -168,7 +172,10 @@ def _run_over(pool: WorkerPool, key: Hashable, shape: Shape, spares: int) -> Non
         try:
             await trio.lowlevel.checkpoint()
         finally:
-            release()
+            try:
+                release()
+            except Exception:  # a system task's error would end the Trio run: logged instead, as the run's end does
+                _log.exception("releasing a python run's workers failed")
 
     try:
         trio.lowlevel.spawn_system_task(soon, name="mcpipe: a python run's workers released")
