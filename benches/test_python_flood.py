@@ -25,14 +25,22 @@ FLOOD_S = 4.0
 SQUARE = "def main(n):\n    return {'n': n, 'square': n * n}\n"
 
 
-def _config(directory: Path) -> Path:
+def _config(directory: Path, steps: int = 1, reuse: str = "step") -> Path:
+    """A server whose ``square`` pipeline is ``steps`` python steps, each squaring the previous one's ``n``
+    again (``reuse``: ``outbound.python.reuse``)."""
+    chain = [{"kind": "python", "id": "sq0", "code": SQUARE, "input": {"n": "${args.n}"}}]
+    for i in range(1, steps):
+        chain.append(
+            {"kind": "python", "id": f"sq{i}", "code": SQUARE, "input": {"n": f"${{steps.sq{i - 1}.output.n}}"}}
+        )
     doc = {
         "auth": {"tokens": [], "tools": ["*"]},
+        "outbound": {"python": {"reuse": reuse}},
         "pipelines": [
             {
                 "name": "square",
                 "input_schema": {"type": "object", "properties": {"n": {"type": "integer"}}},
-                "steps": [{"kind": "python", "id": "sq", "code": SQUARE, "input": {"n": "${args.n}"}}],
+                "steps": chain,
             }
         ],
     }
@@ -81,7 +89,17 @@ def _line(name: str, values: list[float]) -> str:
 
 
 async def test_healthz_while_python_steps_flood_the_server(tmp_path):
-    async with served(_config(tmp_path)) as server, httpx2.AsyncClient(timeout=60) as http:
+    await _flood(tmp_path)
+
+
+async def test_healthz_while_runs_of_ten_python_steps_reusing_their_worker_flood_the_server(tmp_path):
+    """Each call a run of 10 python steps with ``outbound.python.reuse: run`` (its first step's worker serves
+    the other nine)."""
+    await _flood(tmp_path, steps=10, reuse="run")
+
+
+async def _flood(tmp_path: Path, steps: int = 1, reuse: str = "step") -> None:
+    async with served(_config(tmp_path, steps, reuse)) as server, httpx2.AsyncClient(timeout=60) as http:
         first = await server.call("square", {"n": 2}, http)  # the fork server starts
         assert first["isError"] is False, first
         load0 = os.getloadavg()[0]
@@ -97,7 +115,8 @@ async def test_healthz_while_python_steps_flood_the_server(tmp_path):
                     t0 = trio.current_time()
                     answer = await server.call("square", {"n": i * 100 + j}, http)
                     step_times.append(trio.current_time() - t0)
-                    assert answer["structuredContent"]["square"] == (i * 100 + j) ** 2, answer
+                    n = i * 100 + j
+                    assert answer["structuredContent"] == {"n": n, "square": n * n}, answer
 
             flooded: list[float] = []
             cpu0 = _cpu_s(server.proc.pid)
@@ -112,11 +131,14 @@ async def test_healthz_while_python_steps_flood_the_server(tmp_path):
         cpu = _cpu_s(server.proc.pid) - cpu0
         load1 = os.getloadavg()[0]
     print(
-        f"\n/healthz, {CALLERS} callers of python steps for {FLOOD_S:g} s ({len(step_times)} calls), "
-        f"load {load0:.1f} -> {load1:.1f}"
+        f"\n/healthz, {CALLERS} callers of {steps} python step(s) a call (reuse: {reuse}) for {FLOOD_S:g} s "
+        f"({len(step_times)} calls), load {load0:.1f} -> {load1:.1f}"
     )
     print(_line("/healthz idle", idle))
     print(_line(f"/healthz under {CALLERS} callers", flooded))
-    print(_line("a python call under the flood", step_times))
-    print(f"  the server's CPU per call: {cpu / len(step_times) * 1e3:.2f} ms")
+    print(_line("a call under the flood", step_times))
+    print(
+        f"  the server's CPU per call: {cpu / len(step_times) * 1e3:.2f} ms, "
+        f"per step {cpu / len(step_times) / steps * 1e3:.2f} ms"
+    )
     assert len(step_times) >= CALLERS and flooded

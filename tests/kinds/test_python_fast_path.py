@@ -125,3 +125,41 @@ async def test_what_a_step_prints_past_the_pipes_buffer_is_read_while_it_runs_an
     assert out.output["stdout"] == "o" * 250_000
     assert out.output["stderr"] == "e" * 200_000 + "!"
     assert out.output["truncated_bytes"] == 50_000
+
+
+def test_a_workers_requests_are_read_whole_and_a_repeated_header_is_decoded_once():
+    from mcpipe._sandbox import request_frame
+    from mcpipe._sandbox._zygote import Requests, write_frame
+
+    header = orjson.dumps({"code": "result = 1", "limits": {"memory_bytes": 1, "cpu_seconds": 2}})
+    r, w = os.pipe()
+    try:
+        first, second = request_frame(header, b'{"input": {"x": 1}}'), request_frame(header, b'{"input": {"x": 2}}')
+        os.write(w, first[:3])  # a frame that comes in pieces is read whole
+        os.write(w, first[3:] + second)  # and two that come together are read one by one
+        requests = Requests(r)
+        one, body_one = requests.decode(requests.read())
+        two, body_two = requests.decode(requests.read())
+        write_frame(w, b"")
+        assert requests.read() == b""
+        os.close(w)
+        w = -1
+        with pytest.raises(EOFError):
+            requests.read()
+    finally:
+        os.close(r)
+        if w >= 0:
+            os.close(w)
+    assert (body_one, body_two) == ({"input": {"x": 1}}, {"input": {"x": 2}})
+    assert one is two  # decoded once, looked up by its bytes the second time
+    assert one.held == {"memory_bytes": 1} and one.limits["cpu_seconds"] == 2
+
+
+def test_a_workers_program_is_unmarshalled_once_and_each_step_still_gets_fresh_globals():
+    from mcpipe.kinds._pyexec import _program
+
+    code = "n = globals().get('n', 0) + 1\ndef main(acc=[]):\n    acc.append(n)\n    return acc"
+    header = {"code": code, "program": program_text(compile_step(code)), "max_result_bytes": 0}
+    assert _program(header["program"]) is _program(header["program"])
+    replies = [orjson.loads(handle(header, {})) for _ in range(2)]
+    assert replies == [{"ok": True, "result": [1]}] * 2

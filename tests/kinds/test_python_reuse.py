@@ -16,9 +16,11 @@ from kit.declared import compiled, env
 from kit.processes import all_gone, in_namespace, open_dir, watch, with_cmdline
 from kit.served import call, served
 from mcpipe import _runscope
+from mcpipe._sandbox import SANDBOX
 from mcpipe.config import ConfigError, parse_config
 from mcpipe.declared import StepPolicy
 from mcpipe.kinds import PythonPolicy
+from mcpipe.kinds._pyworker import _pool, python_shape
 from mcpipe.tools._base import ToolContext
 
 REUSE = StepPolicy(python=PythonPolicy(memory_mb=256, timeout_ms=20_000, reuse="run"))
@@ -209,3 +211,120 @@ async def test_the_default_policy_is_a_fresh_worker_per_step_inside_a_run_too():
     finally:
         _runscope.leave(token)
     assert one.output != two.output
+
+
+# --- the reused worker's lean path (issue 32, 4 December): what it skips leaves each step as it was ---------
+
+
+async def test_a_step_whose_compiled_code_a_kept_worker_reuses_still_runs_in_fresh_globals():
+    # The same code three times: one header, its program unmarshalled once, each run in globals of its own
+    # (a default argument made by the code is made again each time).
+    code = (
+        WHO
+        + "seen = globals().get('seen', 0) + 1\ndef main(acc=[]):\n    acc.append(1)\n    return [who, seen, len(acc)]"
+    )
+    token = _runscope.enter()
+    try:
+        outs = [await _step(code) for _ in range(3)]
+    finally:
+        _runscope.leave(token)
+    assert all(o.ok for o in outs), [o.error for o in outs]
+    assert [o.output[1:] for o in outs] == [[1, 1]] * 3
+    assert len({tuple(o.output[0]) for o in outs}) == 1  # one worker served them
+
+
+async def test_a_step_that_raised_its_cpu_soft_limit_leaves_the_next_step_its_own_budget():
+    cpu = "import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_CPU)\n"
+    raise_it = WHO + cpu + "resource.setrlimit(resource.RLIMIT_CPU, (hard, hard))\nresult = [who, soft, hard]"
+    token = _runscope.enter()
+    try:
+        first = await _step(raise_it)
+        second = await _step(WHO + cpu + "result = [who, soft, hard]")
+    finally:
+        _runscope.leave(token)
+    assert first.ok and second.ok, (first.error, second.error)
+    assert second.output[0] == first.output[0]
+    assert second.output[1] < second.output[2]  # its soft limit set again, below the hard part
+
+
+async def test_a_child_that_ended_before_its_step_did_is_reaped_before_the_next_step():
+    ended = (
+        "pid = os.fork()\nif pid == 0:\n    os._exit(0)\n"
+        "os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)  # it has ended, and is not reaped\n" + WHO + "result = who"
+    )
+    alone = (
+        WHO + "try:\n    os.waitpid(-1, os.WNOHANG)\n    kids = 'some'\nexcept ChildProcessError:\n    kids = 'none'\n"
+    )
+    token = _runscope.enter()
+    try:
+        first = await _step(ended)
+        second = await _step(alone + "result = [who, kids]")
+    finally:
+        _runscope.leave(token)
+    assert first.ok, first.error
+    assert second.output == [first.output, "none"]
+
+
+async def test_what_a_kept_workers_thread_prints_after_its_reply_is_not_the_next_steps_output():
+    with open_dir() as shared:
+        done = shared / "printed"
+        late = (
+            "import threading, time, sys\n"
+            "def later():\n    time.sleep(0.05)\n    print('late', flush=True)\n"
+            f"    open({str(done)!r}, 'w').close()\n"
+            "threading.Thread(target=later).start()\n" + WHO + "result = who"
+        )
+        token = _runscope.enter()
+        try:
+            first = await _step(late)
+            with trio.fail_after(20):
+                while not done.exists():  # noqa: ASYNC110 (a file another process writes: no event to wait on)
+                    await trio.sleep(0.01)
+            second = await _step(WHO + "print('mine')\nresult = who", capture="all")
+        finally:
+            _runscope.leave(token)
+    assert first.ok, first.error
+    assert second.output["result"] == first.output
+    assert second.output["stdout"] == "mine\n"
+
+
+async def test_a_kept_worker_that_ended_between_steps_is_followed_by_a_fresh_one():
+    code = (
+        WHO
+        + "import threading, time\n"
+        + "threading.Thread(target=lambda: (time.sleep(0.05), os._exit(0))).start()\nresult = who"
+    )
+    token = _runscope.enter()
+    try:
+        first = await _step(code)
+        with trio.fail_after(20):
+            await all_gone(watch(tuple(_worker(first.output[0]))))
+        second = await _step(WHO + "result = who")
+    finally:
+        _runscope.leave(token)
+    assert first.ok and second.ok, (first.error, second.error)
+    assert second.output != first.output
+
+
+async def test_a_reusing_runs_spare_is_forked_again_once_the_run_is_over_not_while_its_steps_run():
+    policy = REUSE.python
+    pool = _pool(policy.workers, policy.spares())
+    shape = python_shape(policy.separate_uid, policy.namespaces, reuse=True)
+    before = await _step(WHO + "result = who")  # outside a run: the fork server up, the spares topped up
+    if not SANDBOX.reuses(shape):
+        pytest.skip("workers cannot be reused here (no PID namespace and no uid of their own)")
+    assert before.ok and pool.idle(shape) == policy.spares()
+    token = _runscope.enter()
+    try:
+        first = await _step(WHO + "result = who")
+        during = pool.idle(shape)
+        second = await _step(WHO + "result = who")
+    finally:
+        _runscope.leave(token)
+    assert second.output == first.output
+    assert during == policy.spares() - 1  # the spare the run took is not forked again while it runs ...
+    with trio.fail_after(20):
+        # ... but once it is over, with its worker killed (the pool has no event to wait on)
+        while pool.idle(shape) < policy.spares():  # noqa: ASYNC110
+            await trio.sleep(0.001)
+        await all_gone(watch(tuple(_worker(first.output[0]))))

@@ -121,8 +121,15 @@ async def read_pids(fifo: Path) -> tuple[int, ...]:
 
 
 def watch(pids: tuple[int, ...]) -> list[int]:
-    """pidfds of the processes, opened while they surely run (a pidfd becomes readable when they exit)."""
-    return [os.pidfd_open(pid) for pid in pids]
+    """pidfds of the processes (a pidfd becomes readable when they exit); one already gone (and reaped) has
+    none: there is nothing to wait for."""
+    fds = []
+    for pid in pids:
+        try:
+            fds.append(os.pidfd_open(pid))
+        except ProcessLookupError:
+            continue
+    return fds
 
 
 async def all_gone(fds: list[int]) -> None:

@@ -329,6 +329,23 @@ class Worker:
         if self.poller is not None:
             self.poller.register(self.pidfd, select.EPOLLIN)
 
+    def settle(self) -> bool:
+        """A kept worker before its next use: whether it is still there (not killed, not ended), with what
+        the threads of an earlier step printed since its last reply drained (it is not the next step's). One
+        poll of its epoll set says both, where nothing happened since (the common case)."""
+        if self.killed or self.poller is None:
+            return False
+        events = self.poller.poll(0)
+        if not events:
+            return True
+        stale = Output(0)
+        for fd, _ in events:
+            if fd == self.pidfd:
+                return False
+            if fd == self.out or fd == self.err:
+                stale.read_now(fd, stale.out)
+        return True
+
     def kill(self) -> None:
         """SIGKILL it (in a PID namespace: everything it started too); non-blocking, idempotent."""
         if self.pidfd >= 0 and not self.killed:
@@ -536,6 +553,16 @@ class Sandbox:
     async def isolation(self) -> Isolation:
         """What the workers get here (starts the fork server if needed)."""
         return (await self.zygote()).isolation
+
+    def reuses(self, shape: Shape) -> bool:
+        """Whether a worker of ``shape`` would wait for another request after its reply, as the running fork
+        server's isolation says (as its ``loops``: the shape asks to be reused, and the worker is process 1
+        of a PID namespace or has a uid of its own); False while no fork server runs."""
+        z = self._zygote
+        if z is None or not shape.reuse or shape.role == "exec":
+            return False
+        iso = z.isolation
+        return (iso.pidns and shape.namespaces) or (iso.uid and shape.separate_uid)
 
     # --- uids ---------------------------------------------------------------------------------------------
 
@@ -816,10 +843,6 @@ async def exchange(
     if poller is None:
         raise SandboxError("the worker has no poller (an exec worker)")
     streams = {worker.out: output.out, worker.err: output.err}
-    if worker.uses:  # a reused worker: what a thread of an earlier step printed since is not this step's
-        stale = Output(0)
-        stale.read_now(worker.out, stale.out)
-        stale.read_now(worker.err, stale.err)
     worker.uses += 1
     await send_all(worker.io, request)
     if sent is not None:
@@ -858,14 +881,17 @@ async def exchange(
     if not (worker.loops and clean and not ended):
         worker.loops = False
         worker.kill()
-    output.read_now(worker.out, output.out)
-    output.read_now(worker.err, output.err)
+    if worker.loops:
+        # It flushed what it printed before its reply, so that is in the pipes by now and the epoll set says
+        # which (one poll, where two reads would each find out).
+        for fd, _ in poller.poll(0):
+            into = streams.get(fd)
+            if into is not None:
+                output.read_now(fd, into)
+    else:
+        output.read_now(worker.out, output.out)
+        output.read_now(worker.err, output.err)
     return result
-
-
-def _ended(worker: Worker) -> bool:
-    """Whether the worker has ended (its pidfd is readable then)."""
-    return worker.pidfd >= 0 and bool(select.select([worker.pidfd], [], [], 0)[0])
 
 
 # --- the sandbox as a spawner of the worker pool ---------------------------------------------------------
@@ -929,7 +955,7 @@ class SandboxProcess:
                         raise SandboxError("the sandbox's fork server does not read its requests") from None
                     continue
             worker = self.worker
-            if worker.uses and (worker.killed or _ended(worker)):  # a kept worker that ended since: a fresh one
+            if worker.uses and not worker.settle():  # a kept worker that ended since: a fresh one
                 self._let_go()
                 continue
             if not self._counted:

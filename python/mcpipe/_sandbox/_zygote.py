@@ -417,27 +417,46 @@ _LIMITS = (
 )
 
 
-def set_limits(limits: dict[str, Any], processes: bool = True, uses: int = 1) -> None:
+def set_limits(limits: dict[str, Any], processes: bool = True, uses: int = 1, cpu: CpuLimit | None = None) -> None:
     """Each limit as soft = hard, so the worker cannot raise it again (it has no capability left); the CPU
-    limit's hard part covers ``uses`` steps (a reused worker: :func:`step_cpu` sets each step's soft part)."""
+    limit's hard part covers ``uses`` steps (a reused worker: ``cpu``, :meth:`CpuLimit.step`, sets each
+    step's soft part)."""
     for key, which in _LIMITS:
         value = limits.get(key)
         if value and (processes or which != resource.RLIMIT_NPROC):
             _, hard = resource.getrlimit(which)
             v = int(value) if hard == resource.RLIM_INFINITY else min(int(value), hard)
             resource.setrlimit(which, (v, v))
-    cpu = limits.get("cpu_seconds")
-    if cpu:
-        v = _cpu_from_now(int(cpu))
-        resource.setrlimit(resource.RLIMIT_CPU, (v, v + int(cpu) * (uses - 1)))
+    seconds = limits.get("cpu_seconds")
+    if seconds:
+        v = _cpu_from_now(int(seconds))
+        hard = v + int(seconds) * (uses - 1)
+        resource.setrlimit(resource.RLIMIT_CPU, (v, hard))
+        if cpu is not None:
+            cpu.hard = hard
 
 
-def step_cpu(limits: dict[str, Any]) -> None:
-    """A reused worker's CPU limit for its next step: this step's budget from now, within the hard part."""
-    cpu = limits.get("cpu_seconds")
-    if cpu:
-        _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-        resource.setrlimit(resource.RLIMIT_CPU, (min(_cpu_from_now(int(cpu)), hard), hard))
+class CpuLimit:
+    """A reused worker's CPU limit: the hard part set by its first step for all of them (:func:`set_limits`),
+    the soft part each step's budget from now, set only when it differs from what is in force (the kernel
+    counts CPU time in seconds: steps of a few milliseconds mostly find it right already)."""
+
+    __slots__ = ("hard",)
+
+    def __init__(self) -> None:
+        self.hard = resource.RLIM_INFINITY
+
+    def step(self, limits: dict[str, Any]) -> None:
+        """This step's budget from now, within the hard part."""
+        seconds = limits.get("cpu_seconds")
+        if not seconds:
+            return
+        v = _cpu_from_now(int(seconds))
+        if self.hard != resource.RLIM_INFINITY:
+            v = min(v, self.hard)
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)  # (the code may have changed it: not trusted)
+        if soft != v:
+            resource.setrlimit(resource.RLIMIT_CPU, (min(v, hard), hard))
 
 
 def _cpu_from_now(cpu: int) -> int:
@@ -651,11 +670,59 @@ def children_of(parent: int) -> list[int]:
     return found
 
 
-def _decode(frame: bytes) -> tuple[dict[str, Any], Any]:
-    header_len = struct.unpack(">I", frame[:4])[0]
-    header = loads(frame[4 : 4 + header_len])
-    body = loads(frame[4 + header_len :]) if len(frame) > 4 + header_len else {}
-    return header, body
+class Header:
+    """A request's fixed part, decoded: the header itself (a role must not change it: it is shared by every
+    request with the same header), its limits, and those of them that hold for all of a worker's steps."""
+
+    __slots__ = ("header", "held", "limits")
+
+    def __init__(self, raw: bytes) -> None:
+        self.header: dict[str, Any] = loads(raw)
+        self.limits: dict[str, Any] = self.header.get("limits") or {}
+        self.held = {k: v for k, v in self.limits.items() if k != "cpu_seconds"}
+
+
+class Requests:
+    """A worker's requests on one descriptor: each frame read in one ``read`` when it fits (its length and
+    bytes come together), and its header (the step's fixed part: its code, compiled and marshalled, and
+    its limits, the same bytes for every call of the step) decoded once per worker, then looked up by its
+    bytes: a reused worker's later steps of the same code skip it. Only the body (the call's input) is
+    decoded each time."""
+
+    MAX_HEADERS = 64
+    """Headers kept (a run's distinct python steps); past it the cache starts again."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.pending = b""
+        self.headers: dict[bytes, Header] = {}
+
+    def read(self) -> bytes:
+        """The next frame's bytes (EOFError at the end of the descriptor)."""
+        data = self.pending or os.read(self.fd, 1 << 16)
+        self.pending = b""
+        if not data:
+            raise EOFError
+        if len(data) < 4:
+            data += read_exact(self.fd, 4 - len(data))
+        (n,) = struct.unpack_from(">I", data)
+        end = 4 + n
+        if len(data) < end:
+            data += read_exact(self.fd, end - len(data))
+        self.pending = data[end:]
+        return data[4:end]
+
+    def decode(self, frame: bytes) -> tuple[Header, Any]:
+        """The frame's header (decoded once per distinct header) and its body (decoded now)."""
+        (header_len,) = struct.unpack_from(">I", frame)
+        raw = frame[4 : 4 + header_len]
+        header = self.headers.get(raw)
+        if header is None:
+            if len(self.headers) >= self.MAX_HEADERS:
+                self.headers.clear()
+            header = self.headers[raw] = Header(raw)
+        body = loads(frame[4 + header_len :]) if len(frame) > 4 + header_len else {}
+        return header, body
 
 
 def _apply_env(body: object) -> None:
@@ -675,15 +742,17 @@ def _rehearse(role: Any) -> None:
         if warm is not None:
             warm()
         return
-    header, body = _decode(sample)
-    _apply_env(body)
-    os.environ.clear()
-    set_limits({}, processes=False)
-    reply = role.handle(header, body)
     r, w = os.pipe()
     try:
+        write_frame(w, sample)
+        requests = Requests(r)
+        header, body = requests.decode(requests.read())
+        _apply_env(body)
+        os.environ.clear()
+        set_limits({}, processes=False)
+        reply = role.handle(header.header, body)
         write_frame(w, reply)
-        read_frame(r)
+        requests.read()
     finally:
         os.close(r)
         os.close(w)
@@ -725,24 +794,24 @@ def run_role(
     short_slice(config.slice_us)
     cwd = os.getcwd()
     fixed: object = None
+    requests = Requests(3)
+    cpu = CpuLimit()
     for use in range(uses):
         try:
-            frame = read_frame(3)
+            frame = requests.read()
         except EOFError:
             os._exit(0)  # the server let this worker go (unused, or at its run's end)
-        header, body = _decode(frame)
-        limits = header.get("limits") or {}
-        held = {k: v for k, v in limits.items() if k != "cpu_seconds"}  # what holds for all of its steps
+        header, body = requests.decode(frame)
         if use == 0:
-            fixed = held  # RLIMIT_NPROC counts every process of the uid
-            set_limits(limits, processes=uid is not None, uses=uses)
-        elif held != fixed:
+            fixed = header.held  # RLIMIT_NPROC counts every process of the uid
+            set_limits(header.limits, processes=uid is not None, uses=uses, cpu=cpu)
+        elif header.held != fixed:
             os._exit(70)  # the server keeps a worker only for steps with its limits: never here
         else:
-            step_cpu(limits)
+            cpu.step(header.limits)
             os.chdir(cwd)
         _apply_env(body)
-        reply = role.handle(header, body)
+        reply = role.handle(header.header, body)
         try:
             sys.stdout.flush()
             sys.stderr.flush()
@@ -750,7 +819,7 @@ def run_role(
             pass
         last = use + 1 == uses
         if not last:
-            between_steps()  # what the step started is gone before its answer is read
+            between_steps(pidns)  # what the step started is gone before its answer is read
         try:
             write_frame(3, reply)
         except OSError:
@@ -760,10 +829,20 @@ def run_role(
     end_worker(uid, pidns)
 
 
-def between_steps() -> None:
+def between_steps(pidns: bool = False) -> None:
     """Before a reused worker replies: kill everything its step started (it is process 1 of its PID
     namespace, or alone under its uid: ``kill(-1)`` reaches all of that but not itself) and reap its
-    children, so that the next step finds nothing of this one running but its own threads."""
+    children, so that the next step finds nothing of this one running but its own threads.
+
+    In a PID namespace of its own, a step that started no process costs one ``waitpid``: every other
+    process of the namespace descends from this one, and what loses its parent is re-parented here, so
+    with no child (alive or not reaped) there is no other process to kill. Under a uid of its own without
+    such a namespace, a detached process is re-parented to the fork server instead: ``kill(-1)`` always."""
+    if pidns:
+        try:
+            os.waitpid(-1, os.WNOHANG)  # a child, running or ended: all of them killed and reaped below
+        except ChildProcessError:
+            return  # no child: no other process in the namespace
     with contextlib.suppress(OSError):
         os.kill(-1, signal.SIGKILL)
     for _ in range(10_000):

@@ -177,6 +177,24 @@ def _jsonable(value: object) -> Any:
     return str(value)
 
 
+_PROGRAMS: dict[str, types.CodeType] = {}
+"""A worker's step programs, unmarshalled once each (a reused worker serves a run's steps of the same code
+again): a code object is immutable, and each step still runs it in globals of its own."""
+
+MAX_PROGRAMS = 64
+
+
+def _program(text: str) -> types.CodeType:
+    """The step's compiled code from its header's ``program`` (:func:`program_text`), unmarshalled once per
+    worker."""
+    program = _PROGRAMS.get(text)
+    if program is None:
+        if len(_PROGRAMS) >= MAX_PROGRAMS:
+            _PROGRAMS.clear()
+        program = _PROGRAMS[text] = marshal.loads(base64.b64decode(text))
+    return program
+
+
 def _run(request: dict[str, Any]) -> Any:
     code = request["code"]
     context = request.get("context")
@@ -204,7 +222,7 @@ def _run(request: dict[str, Any]) -> Any:
             namespace["data"] = context["result"]
     before = dict(namespace)
     compiled = request.get("program")
-    program = marshal.loads(base64.b64decode(compiled)) if compiled else compile_step(code)
+    program = _program(compiled) if compiled else compile_step(code)
     exec(program, namespace)
 
     def bound(name: str) -> bool:

@@ -14,7 +14,8 @@ With ``outbound.python.reuse: run`` (the step's shape has ``reuse``), a worker t
 for the later steps of the same run and principal with the same limits (its reuse key: the run's
 :class:`~mcpipe._runscope.RunScope`, the principal, the shape, the fixed limits), each step still in fresh
 globals under its own deadline; when the run ends (however) its kept workers are killed
-(:meth:`~mcpipe._workerpool.WorkerPool.discard`). A worker is never kept for another run or principal.
+(:meth:`~mcpipe._workerpool.WorkerPool.discard`) and the spare its first step took is forked again, both once
+the run's caller has its answer (:func:`_run_over`). A worker is never kept for another run or principal.
 
 The request is two JSON documents in one frame: the step's fixed part (the code, compiled at load and sent
 marshalled so the worker does not compile it again, its limits), encoded once when the step is compiled, and
@@ -23,6 +24,7 @@ the call's part (``input``, ``context``, ``env``), encoded once per call.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -30,12 +32,15 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import trio
 
 from mcpipe import _runscope
 from mcpipe._sandbox import SANDBOX, Output, SandboxError, SandboxSpawner, Shape, request_frame
 from mcpipe._workerpool import WorkerDied, WorkerPool, WorkerTimeout
 
 __all__ = ["ROLE", "Outcome", "SandboxError", "python_shape", "run_code"]
+
+_log = logging.getLogger("mcpipe.kinds.python")
 
 ROLE = "python"
 SANDBOX.register_role(ROLE, str(Path(__file__).with_name("_pyexec.py")))
@@ -110,7 +115,9 @@ async def run_code(
     outcome = Outcome()
     output = Output(max_output_bytes)
     pool = _pool(workers, prefork)
-    reuse_key = _reuse_key(pool, shape, principal, held) if shape.reuse else None
+    reuse_key = _reuse_key(pool, shape, principal, held, prefork) if shape.reuse else None
+    # A run whose worker waits for its later steps: its spare is forked again at its end (:func:`_run_over`).
+    later = reuse_key is not None and SANDBOX.reuses(shape)
     try:
         reply = await pool.call(
             request_frame(header, body),
@@ -118,7 +125,7 @@ async def run_code(
             key=shape,
             sink=output,
             limit=max_reply_bytes,
-            prefork=prefork,
+            prefork=0 if later else prefork,
             start_in_deadline=True,
             reuse_key=reuse_key,
         )
@@ -137,12 +144,40 @@ async def run_code(
     return outcome
 
 
-def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hashable) -> Hashable:
+def _reuse_key(pool: WorkerPool, shape: Shape, principal: str | None, held: Hashable, spares: int) -> Hashable:
     """What a worker is kept for within this run (None outside a run: then it is not kept); the run's end
-    kills what was kept for it."""
+    kills what was kept for it, then tops the spares up: a reusing run's later steps take no spare, so the
+    one its first step took is forked again once the run is over, not while its steps run (a fork and a
+    worker's start are some milliseconds of CPU, on the cores the run's steps hand each other)."""
     scope = _runscope.current()
     if scope is None or not scope.open:
         return None
     key = (scope, principal, shape, held)
-    scope.on_end((pool, key), lambda: pool.discard(key))
+    scope.on_end((pool, key), lambda: _run_over(pool, key, shape, spares))
     return key
+
+
+def _run_over(pool: WorkerPool, key: Hashable, shape: Shape, spares: int) -> None:
+    """The run is over: its kept workers killed and the spares topped up, by a task of the event loop's own
+    that runs once the run's caller has gone on (its answer written: a killed worker wakes to exit, and a
+    fork server to fork, on the cores the answer needs), and outside Trio at once. The task releases them
+    whatever happens to it, even cancelled before it ran (the Trio run ending)."""
+
+    def release() -> None:
+        pool.discard(key)
+        if spares > 0:
+            pool.prefork(spares, key=shape)
+
+    async def soon() -> None:
+        try:
+            await trio.lowlevel.checkpoint()
+        finally:
+            try:
+                release()
+            except Exception:  # a system task's error would end the Trio run: logged instead, as the run's end does
+                _log.exception("releasing a python run's workers failed")
+
+    try:
+        trio.lowlevel.spawn_system_task(soon, name="mcpipe: a python run's workers released")
+    except RuntimeError:  # not in a Trio run
+        release()
