@@ -23,6 +23,7 @@ their first level, each waiting for one for its second).
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -72,6 +73,7 @@ from mcpipe.plan import (
 )
 from mcpipe.results import (
     AnswerMode,
+    StepOutput,
     each_result,
     graph_result,
     group_result,
@@ -83,7 +85,7 @@ from mcpipe.results import (
     shape_answer,
     tool_result,
 )
-from mcpipe.tools import ToolCaller, ToolContext, UnknownToolError
+from mcpipe.tools import ToolCaller, ToolContext, ToolResult, UnknownToolError
 
 __all__ = [
     "PROCESS_CONCURRENCY",
@@ -286,6 +288,14 @@ def _is_tool_kind(step: Leaf[Any, Any]) -> bool:
     plans that have none never loads it."""
     run = step.run
     return step.kind == "tool" and getattr(run, "__module__", None) == "mcpipe.kinds.tool"
+
+
+@functools.cache
+def _tool_step() -> Callable[[Leaf[Any, Any], Mapping[str, Any], ToolContext], Awaitable[ToolResult | StepOutput]]:
+    """The ``tool`` kind's direct path (``mcpipe.kinds.tool.tool_step``), imported once a run meets one."""
+    from mcpipe.kinds.tool import tool_step
+
+    return tool_step
 
 
 def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
@@ -906,11 +916,18 @@ class _Run:
             self.started(step, step.kind, path)
         r = None
         try:
-            # `execute` answers every failure of the step as an output; only a cancellation goes through.
-            out = await step.execute(env, self.ctx.for_step(self.pid, path, self.registry))
-            r = out.result(step.id, step.kind, ms_since(t0))
-            if not step.skippable:
-                del r["skipped"]
+            ctx = self.ctx.for_step(self.pid, path, self.registry)
+            if step.timeout_ms is None and step.when is None and step.input_transform is None and _is_tool_kind(step):
+                # The tool kind's direct path: the tool's answer is made the step's result here (no StepOutput,
+                # no `execute`); a failure comes back as the output `execute` would answer.
+                res = await _tool_step()(step, env, ctx)
+                if isinstance(res, StepOutput):
+                    r = _leaf_record(step, res, t0)
+                else:
+                    r = tool_result(step.id, res, t0, kind=step.kind, skippable=step.skippable)
+            else:
+                # `execute` answers every failure of the step as an output; only a cancellation goes through.
+                r = _leaf_record(step, await step.execute(env, ctx), t0)
         finally:
             if r is None:
                 r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0, kind=step.kind, skippable=step.skippable)
@@ -919,13 +936,7 @@ class _Run:
 
     def settle(self, step: Step, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
-        what = f"the output of step '{step.id}'"
-        too_large = None
-        if r["structured"] is not None or r["content"]:
-            # +2: the pair (structured, content) and a content block nest two levels themselves.
-            too_large = self.check_output((r["structured"], r["content"]), step.location, what, 2)
-        if too_large is None:
-            too_large = self.charge(r, step.location, what)
+        too_large = self.bound_exactly(r, step)
         if too_large is not None:
             # Dropped, not kept: the step fails, located, and the answer stays small.
             r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
@@ -945,6 +956,17 @@ class _Run:
             self.memo.put(path, r)
         if self.on_event is not None:
             self.finished(step, r, path)
+
+    def bound_exactly(self, r: dict[str, Any], step: Step) -> OutputTooLargeError | None:
+        """A leaf's result checked against the output's bounds (its pair measured), then charged to the answer."""
+        what = f"the output of step '{step.id}'"
+        too_large = None
+        if r["structured"] is not None or r["content"]:
+            # +2: the pair (structured, content) and a content block nest two levels themselves.
+            too_large = self.check_output((r["structured"], r["content"]), step.location, what, 2)
+        if too_large is None:
+            too_large = self.charge(r, step.location, what)
+        return too_large
 
     def check_output(self, value: object, location: str, what: str, wrapping: int) -> OutputTooLargeError | None:
         """The error when ``value`` (one step's output, or a ``return``) passes ``max_output_bytes`` or nests
@@ -1459,6 +1481,14 @@ def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, A
         return out
     out["args"], out["args_bytes"] = preview(args)
     return out
+
+
+def _leaf_record(step: Leaf[Any, Any], out: StepOutput, t0: float) -> dict[str, Any]:
+    """A kind's leaf's result from its output (``skipped`` only when the step's results carry it)."""
+    r = out.result(step.id, step.kind, ms_since(t0))
+    if not step.skippable:
+        del r["skipped"]
+    return r
 
 
 def _forward_from(graph: Graph, start: int) -> frozenset[int]:
