@@ -115,6 +115,8 @@ _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
 _ANSWER_FRAME = 1024
 # Kept under max_answer_bytes (at most a quarter of it) for the records a full answer still makes.
 _RECORDS_ROOM = 64 * 1024
+# A result weighing at most max_output_bytes / this as sent is checked and charged in one walk (`_Run.bound`).
+_ONE_WALK_MARGIN = 10
 
 
 class _Slot:
@@ -936,7 +938,7 @@ class _Run:
 
     def settle(self, step: Step, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
-        too_large = self.bound_exactly(r, step)
+        too_large = self.bound(r, step)
         if too_large is not None:
             # Dropped, not kept: the step fails, located, and the answer stays small.
             r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
@@ -957,8 +959,28 @@ class _Run:
         if self.on_event is not None:
             self.finished(step, r, path)
 
+    def bound(self, r: dict[str, Any], step: Step) -> OutputTooLargeError | None:
+        """Check a leaf's result against the output's bounds (``max_output_bytes``, ``max_json_depth``) and
+        charge it to the answer (:meth:`charge`), in one walk of the result when it is small: the error,
+        else None. The same answer as :meth:`bound_exactly`, which a large or deep result takes.
+
+        One walk suffices when the result weighs at most a tenth of ``max_output_bytes`` as sent, and nests no
+        deeper than the output may: the output check's measure of a value (its JSON, each string at the widest
+        UTF-8 of its storage, each number at 20 or 24 bytes) is at most twice the answer's measure of it (every
+        character, digit and punctuation there twice, an integer at 20 digits), the result holds the output's
+        pair, and it nests at least as deeply. Ten, not two, so that neither measure can grow past the margin
+        unnoticed; larger results (800 KiB at the default 8 MiB) are walked again, exactly."""
+        limits = self.limits
+        room = self.room()
+        deepest = limits.max_json_depth + 2  # +2: the pair (structured, content) and a content block
+        size, depth = json_measure(r, max_bytes=room, max_depth=deepest, wire=True)
+        if size <= room and depth <= deepest and size * _ONE_WALK_MARGIN <= limits.max_output_bytes:
+            self.answer_bytes += size
+            return None
+        return self.bound_exactly(r, step)
+
     def bound_exactly(self, r: dict[str, Any], step: Step) -> OutputTooLargeError | None:
-        """A leaf's result checked against the output's bounds (its pair measured), then charged to the answer."""
+        """:meth:`bound` by two walks: the output's pair measured against its bounds, then the result charged."""
         what = f"the output of step '{step.id}'"
         too_large = None
         if r["structured"] is not None or r["content"]:
@@ -986,8 +1008,7 @@ class _Run:
         as the tool result's text block (``json_measure(wire=True)``, which stops past the room left). The
         error, without counting it, when it does not fit under ``max_answer_bytes``."""
         limit = self.limits.max_answer_bytes
-        # Room is kept for what a full answer still records: the failed step, the steps it cancels.
-        room = max(limit - min(limit // 4, _RECORDS_ROOM) - self.answer_bytes, 0)
+        room = self.room()
         size = json_measure(value, max_bytes=room, wire=True)[0]
         if size <= room:
             self.answer_bytes += size
@@ -1002,6 +1023,12 @@ class _Run:
             if self.scope is not None:
                 self.scope.cancel()
         return full
+
+    def room(self) -> int:
+        """What the answer may still take under ``max_answer_bytes``; room is kept for what a full answer still
+        records: the failed step, the steps it cancels."""
+        limit = self.limits.max_answer_bytes
+        return max(limit - min(limit // 4, _RECORDS_ROOM) - self.answer_bytes, 0)
 
     def keep(self, step: Step, r: dict[str, Any], results: dict[str, Any]) -> None:
         """Record a container's (or a skipped step's) result: what it adds to the answer beyond its children,
