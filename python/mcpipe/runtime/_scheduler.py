@@ -446,6 +446,7 @@ class _Run:
         "registry",
         "retries",
         "scope",
+        "scoped",
         "succeeded",
         "total",
     )
@@ -489,6 +490,7 @@ class _Run:
         self.answer_bytes = _ANSWER_FRAME
         self.full: OutputTooLargeError | None = None  # the step that found the answer full
         self.scope: trio.CancelScope | None = None
+        self.scoped = False  # the run's steps run under a scope the run cancels when its answer is full
         self.call_limiter: trio.CapacityLimiter | None = None
         self.proc_limiter: trio.CapacityLimiter | None = None
 
@@ -504,16 +506,22 @@ class _Run:
             return self.answer(False, str(e), _TOO_LARGE, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
         ok, error, code, result = False, "", None, None
-        with trio.CancelScope() as self.scope:
-            if deadline is None:
-                ok, error, code, result = await self.pipeline(plan, env, False, "")
-            else:
-                with trio.move_on_after(deadline / 1000) as scope:
+        if deadline is None and _leaves_only(plan):
+            # No scope of its own (opening one costs about what a step's record does): its one use, stopping the
+            # steps once the answer is full, is made by a cancelled scope around what is left then (`pipeline`).
+            ok, error, code, result = await self.pipeline(plan, env, False, "")
+        else:
+            self.scoped = True
+            with trio.CancelScope() as self.scope:
+                if deadline is None:
                     ok, error, code, result = await self.pipeline(plan, env, False, "")
-                if scope.cancelled_caught and self.full is None:
-                    return self.answer(
-                        False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started
-                    )
+                else:
+                    with trio.move_on_after(deadline / 1000) as scope:
+                        ok, error, code, result = await self.pipeline(plan, env, False, "")
+                    if scope.cancelled_caught and self.full is None:
+                        return self.answer(
+                            False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started
+                        )
         if self.full is not None:
             return self.answer(False, str(self.full), _TOO_LARGE, None, env, started)
         where = "return" if plan.ret is not None else "result"
@@ -545,13 +553,29 @@ class _Run:
     # --- lists ---
 
     async def pipeline(
-        self, plan: Pipeline, env: dict[str, Any], parallel: bool, prefix: str
+        self,
+        plan: Pipeline,
+        env: dict[str, Any],
+        parallel: bool,
+        prefix: str,
+        start: int = 0,
+        failure: dict[str, Any] | None = None,
     ) -> tuple[bool, str, str | None, Any]:
-        """Run a list, then resolve its return. Answers (ok, error, error_code, result)."""
+        """Run a list (from its step ``start``, after ``failure``), then resolve its return. Answers (ok, error,
+        error_code, result)."""
         results = env["steps"]
-        failure = None
         keep_going = plan.continue_on_error
-        for step in plan.steps:
+        steps = plan.steps
+        for i in range(start, len(steps)):
+            if self.full is not None and not self.scoped:
+                # A run without a scope of its own whose answer is full: what is left runs under a cancelled
+                # scope, as it would have under the run's (a step that yields is cancelled and ends the run).
+                with trio.CancelScope() as self.scope:
+                    self.scoped = True
+                    self.scope.cancel()
+                    return await self.pipeline(plan, env, parallel, prefix, i, failure)
+                return False, "", None, None  # cancelled: the run answers that its answer is full
+            step = steps[i]
             go_on = keep_going if step.continue_on_error is None else step.continue_on_error
             if type(step) is Leaf and step.when is None:  # the fast paths of `node`: a bare tool call, a leaf
                 if step.run is None:
@@ -1508,6 +1532,11 @@ def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, A
         return out
     out["args"], out["args_bytes"] = preview(args)
     return out
+
+
+def _leaves_only(plan: Pipeline) -> bool:
+    """Whether every step of ``plan`` is a leaf (its run then needs no cancel scope of its own)."""
+    return all(type(step) is Leaf for step in plan.steps)
 
 
 def _leaf_record(step: Leaf[Any, Any], out: StepOutput, t0: float) -> dict[str, Any]:
