@@ -6,6 +6,10 @@ child as its own task; a nested pipe runs its list inside the task of its step. 
 the supervisor's scope, so cancelling the caller, or the pipeline's deadline passing, reaches every step
 and every tool call in flight, and no task outlives its pipeline.
 
+A run whose steps are all leaves and that has no deadline opens no scope: the one thing the run's scope does
+without a deadline, stopping the steps once the answer is full, a cancelled scope around what is left then does
+the same (``_Run.pipeline``).
+
 Sequential steps get no task, nursery or cancel scope of their own unless they have a ``timeout_ms``:
 those are what per-step overhead is made of, and trio gives sequential code structured concurrency for
 free. A step records its result on the way out even when it is cancelled (``CANCELLED``), then lets the
