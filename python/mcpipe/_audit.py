@@ -47,7 +47,7 @@ class AuditLog:
             self.records.append(record)
         if self._fd is not None:
             try:
-                os.write(self._fd, orjson.dumps(record) + b"\n")
+                os.write(self._fd, orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE))
             except OSError:
                 _log.exception("cannot write an audit record to %s", self.path)
 

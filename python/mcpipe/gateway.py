@@ -88,15 +88,22 @@ class Policy:
 
 _second: tuple[int, str] = (-1, "")
 """The last second an audit time was written in, and its text up to the milliseconds."""
+_milli: tuple[int, str] = (-1, "")
+"""The last millisecond an audit time was written in, and its text."""
 
 
 def _now() -> str:
-    global _second
-    t = time.time()
-    whole = int(t)
-    if whole != _second[0]:  # formatted once a second, not per record (a pipeline writes one per step)
+    """The audit time, ``2026-12-04T19:02:39.123Z``: made once a millisecond (a pipeline writes a record per
+    step, several within one), its date and time once a second."""
+    global _second, _milli
+    ms = time.time_ns() // 1_000_000
+    if ms == _milli[0]:
+        return _milli[1]
+    whole = ms // 1000
+    if whole != _second[0]:
         _second = (whole, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(whole)))
-    return f"{_second[1]}.{int(t * 1000) % 1000:03d}Z"
+    _milli = (ms, f"{_second[1]}.{ms % 1000:03d}Z")
+    return _milli[1]
 
 
 @dataclass(slots=True)

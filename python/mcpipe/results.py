@@ -203,8 +203,11 @@ def leaf_result(
     return r
 
 
-def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
-    """A tool call's result from what the tool answered (contract section 3)."""
+def tool_result(sid: str, res: ToolResult, t0: float, *, kind: str = "tool", skippable: bool = False) -> dict[str, Any]:
+    """A tool call's result from what the tool answered (contract section 3): a bare tool call's, or a step
+    of a kind whose output is its tool's answer (the ``tool`` kind, ``kind``), whose result carries
+    ``skipped: false`` when ``skippable`` (a declared step's), as ``StepOutput.from_tool(res).result(...)``
+    would make it, without the ``StepOutput``."""
     # tool_output(res), written out: this runs once per step, and a call costs as much as the rest.
     content = res.content
     structured = res.structured
@@ -221,9 +224,9 @@ def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
     else:
         text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
     if res.is_error:
-        return {
+        r: dict[str, Any] = {
             "id": sid,
-            "kind": "tool",
+            "kind": kind,
             "ok": False,
             "error": text or "the tool reported an error",
             "error_code": ErrorCode.TOOL_ERROR,
@@ -231,12 +234,29 @@ def tool_result(sid: str, res: ToolResult, t0: float) -> dict[str, Any]:
             "text": text,
             "content": content,
             "output": structured if structured is not None else text,
-            "duration_ms": ms_since(t0),
         }
-    # The common case, written out: this runs once per step.
+        if skippable:
+            r["skipped"] = False
+        r["duration_ms"] = ms_since(t0)
+        return r
+    # The common cases, written out: this runs once per step.
+    if skippable:
+        return {
+            "id": sid,
+            "kind": kind,
+            "ok": True,
+            "error": "",
+            "error_code": None,
+            "structured": structured,
+            "text": text,
+            "content": content,
+            "output": structured if structured is not None else text,
+            "skipped": False,
+            "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
+        }
     return {
         "id": sid,
-        "kind": "tool",
+        "kind": kind,
         "ok": True,
         "error": "",
         "error_code": None,

@@ -12,9 +12,9 @@ from mcpipe.errors import ErrorCode, MCPipeError, UnknownToolError
 from mcpipe.kinds._base import Build, Kind, StepFields
 from mcpipe.plan import Leaf
 from mcpipe.results import StepFailure, StepOutput
-from mcpipe.tools import ToolCaller, ToolContext
+from mcpipe.tools import ToolCaller, ToolContext, ToolResult
 
-__all__ = ["KIND", "ToolFields", "call_tool", "run_tool"]
+__all__ = ["KIND", "ToolFields", "call_tool", "run_tool", "tool_step"]
 
 
 class ToolFields(StepFields, tag="tool"):
@@ -42,14 +42,19 @@ async def call_tool(registry: ToolCaller | None, name: str, args: Any, ctx: Tool
     """Call tool ``name`` through ``registry`` as a step does: an unknown tool fails as ``UNKNOWN_TOOL``, a
     failure mcpipe describes (a server down, its JSON-RPC error) keeps its code and facts, with no traceback."""
     if registry is None:
-        raise StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
+        raise _no_registry()
     try:
         res = await registry.call(name, args, ctx)
-    except UnknownToolError as e:
-        raise StepFailure(str(e), ErrorCode.UNKNOWN_TOOL) from None
     except MCPipeError as e:
-        raise StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields()) from None
+        raise _failure(e) from None
     return StepOutput.from_tool(res)
+
+
+def _failure(e: MCPipeError) -> StepFailure:
+    """How a step fails when its tool call raised ``e``."""
+    if isinstance(e, UnknownToolError):
+        return StepFailure(str(e), ErrorCode.UNKNOWN_TOOL)
+    return StepFailure(f"{type(e).__name__}: {e}", e.code, facts=e.step_fields())
 
 
 async def run_tool(
@@ -58,6 +63,31 @@ async def run_tool(
     """Call the tool through the run's registry (``ctx.tools``), else the one the step was compiled with."""
     registry = ctx.tools if ctx.tools is not None else step.built
     return await call_tool(registry, step.fields.tool, inputs["args"], ctx)
+
+
+async def tool_step(
+    step: Leaf[ToolFields, ToolCaller | None], env: Mapping[str, Any], ctx: ToolContext
+) -> ToolResult | StepOutput:
+    """A step of this kind with no ``when``, ``input_transform`` or deadline, as the scheduler runs it: the
+    tool's answer itself, which the scheduler makes the step's result (``mcpipe.results.tool_result``), or
+    the failed output ``Leaf.execute`` would answer (``Leaf.failed``). What :meth:`Leaf.execute` and
+    :func:`run_tool` do, without their two coroutine frames and the ``StepOutput`` of a success."""
+    try:
+        ((_, template),) = step.templates  # the kind's one template, `args` (its default when absent)
+        args = template.resolve(env)
+        registry = ctx.tools if ctx.tools is not None else step.built
+        if registry is None:
+            raise _no_registry()
+        try:
+            return await registry.call(step.fields.tool, args, ctx)
+        except MCPipeError as e:
+            raise _failure(e) from None
+    except Exception as e:
+        return step.failed(e)
+
+
+def _no_registry() -> StepFailure:
+    return StepFailure("no tool registry to call tools through", ErrorCode.TOOL_FAILED)
 
 
 def _tool_name(fields: ToolFields) -> str:

@@ -230,18 +230,23 @@ class Leaf(Step, Generic[F, B]):
             with trio.move_on_after(self.timeout_ms / 1000):
                 return await run(self, inputs, env2, ctx)
             return StepOutput.failure(f"timed out after {self.timeout_ms:g} ms", ErrorCode.TIMEOUT)
-        except InterpolationError as e:
+        except Exception as e:
+            return self.failed(e)
+
+    def failed(self, e: Exception) -> StepOutput:
+        """The output of this step when running it raised ``e``: :meth:`execute`'s, and that of a kind's path
+        the scheduler takes without it (``mcpipe.kinds.tool.tool_step``), alike."""
+        if isinstance(e, InterpolationError):
             e.with_step(self.id)
             return StepOutput.failure(str(e), ErrorCode.INTERPOLATION_FAILED)
-        except OutputTooLargeError as e:
+        if isinstance(e, OutputTooLargeError):
             return StepOutput.failure(str(e), e.code)
-        except ExpressionError as e:
+        if isinstance(e, ExpressionError):
             return StepOutput.failure(f"{self.location}: {e}" if e.timeout else str(e), e.code)
-        except StepFailure as e:
+        if isinstance(e, StepFailure):
             return StepOutput.failure(str(e), e.code, e.output, e.facts)
-        except Exception as e:
-            _log.exception("step %s (%s, %s) failed", self.id, self.kind, self.location)
-            return StepOutput.failure(f"{type(e).__name__}: {e}", ErrorCode.TOOL_FAILED)
+        _log.exception("step %s (%s, %s) failed", self.id, self.kind, self.location, exc_info=e)
+        return StepOutput.failure(f"{type(e).__name__}: {e}", ErrorCode.TOOL_FAILED)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

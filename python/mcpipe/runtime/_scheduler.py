@@ -6,6 +6,10 @@ child as its own task; a nested pipe runs its list inside the task of its step. 
 the supervisor's scope, so cancelling the caller, or the pipeline's deadline passing, reaches every step
 and every tool call in flight, and no task outlives its pipeline.
 
+A run whose steps are all leaves and that has no deadline opens no scope: the one thing the run's scope does
+without a deadline, stopping the steps once the answer is full, a cancelled scope around what is left then does
+the same (``_Run.pipeline``).
+
 Sequential steps get no task, nursery or cancel scope of their own unless they have a ``timeout_ms``:
 those are what per-step overhead is made of, and trio gives sequential code structured concurrency for
 free. A step records its result on the way out even when it is cancelled (``CANCELLED``), then lets the
@@ -23,6 +27,7 @@ their first level, each waiting for one for its second).
 from __future__ import annotations
 
 import contextvars
+import functools
 import logging
 import os
 import sys
@@ -72,6 +77,7 @@ from mcpipe.plan import (
 )
 from mcpipe.results import (
     AnswerMode,
+    StepOutput,
     each_result,
     graph_result,
     group_result,
@@ -83,7 +89,7 @@ from mcpipe.results import (
     shape_answer,
     tool_result,
 )
-from mcpipe.tools import ToolCaller, ToolContext, UnknownToolError
+from mcpipe.tools import ToolCaller, ToolContext, ToolResult, UnknownToolError
 
 __all__ = [
     "PROCESS_CONCURRENCY",
@@ -113,6 +119,8 @@ _TOO_LARGE = ErrorCode.OUTPUT_TOO_LARGE
 _ANSWER_FRAME = 1024
 # Kept under max_answer_bytes (at most a quarter of it) for the records a full answer still makes.
 _RECORDS_ROOM = 64 * 1024
+# A result weighing at most max_output_bytes / this as sent is checked and charged in one walk (`_Run.bound`).
+_ONE_WALK_MARGIN = 10
 
 
 class _Slot:
@@ -288,6 +296,14 @@ def _is_tool_kind(step: Leaf[Any, Any]) -> bool:
     return step.kind == "tool" and getattr(run, "__module__", None) == "mcpipe.kinds.tool"
 
 
+@functools.cache
+def _tool_step() -> Callable[[Leaf[Any, Any], Mapping[str, Any], ToolContext], Awaitable[ToolResult | StepOutput]]:
+    """The ``tool`` kind's direct path (``mcpipe.kinds.tool.tool_step``), imported once a run meets one."""
+    from mcpipe.kinds.tool import tool_step
+
+    return tool_step
+
+
 def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
     """The tools a run of ``compiled`` calls, when calling them is all it does: one list of tool steps (bare
     tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
@@ -434,6 +450,7 @@ class _Run:
         "registry",
         "retries",
         "scope",
+        "scoped",
         "succeeded",
         "total",
     )
@@ -477,6 +494,7 @@ class _Run:
         self.answer_bytes = _ANSWER_FRAME
         self.full: OutputTooLargeError | None = None  # the step that found the answer full
         self.scope: trio.CancelScope | None = None
+        self.scoped = False  # the run's steps run under a scope the run cancels when its answer is full
         self.call_limiter: trio.CapacityLimiter | None = None
         self.proc_limiter: trio.CapacityLimiter | None = None
 
@@ -492,16 +510,22 @@ class _Run:
             return self.answer(False, str(e), _TOO_LARGE, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
         ok, error, code, result = False, "", None, None
-        with trio.CancelScope() as self.scope:
-            if deadline is None:
-                ok, error, code, result = await self.pipeline(plan, env, False, "")
-            else:
-                with trio.move_on_after(deadline / 1000) as scope:
+        if deadline is None and _leaves_only(plan):
+            # No scope of its own (opening one costs about what a step's record does): its one use, stopping the
+            # steps once the answer is full, is made by a cancelled scope around what is left then (`pipeline`).
+            ok, error, code, result = await self.pipeline(plan, env, False, "")
+        else:
+            self.scoped = True
+            with trio.CancelScope() as self.scope:
+                if deadline is None:
                     ok, error, code, result = await self.pipeline(plan, env, False, "")
-                if scope.cancelled_caught and self.full is None:
-                    return self.answer(
-                        False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started
-                    )
+                else:
+                    with trio.move_on_after(deadline / 1000) as scope:
+                        ok, error, code, result = await self.pipeline(plan, env, False, "")
+                    if scope.cancelled_caught and self.full is None:
+                        return self.answer(
+                            False, f"the pipeline {_timed_out(deadline)}", ErrorCode.TIMEOUT, None, env, started
+                        )
         if self.full is not None:
             return self.answer(False, str(self.full), _TOO_LARGE, None, env, started)
         where = "return" if plan.ret is not None else "result"
@@ -533,13 +557,29 @@ class _Run:
     # --- lists ---
 
     async def pipeline(
-        self, plan: Pipeline, env: dict[str, Any], parallel: bool, prefix: str
+        self,
+        plan: Pipeline,
+        env: dict[str, Any],
+        parallel: bool,
+        prefix: str,
+        start: int = 0,
+        failure: dict[str, Any] | None = None,
     ) -> tuple[bool, str, str | None, Any]:
-        """Run a list, then resolve its return. Answers (ok, error, error_code, result)."""
+        """Run a list (from its step ``start``, after ``failure``), then resolve its return. Answers (ok, error,
+        error_code, result)."""
         results = env["steps"]
-        failure = None
         keep_going = plan.continue_on_error
-        for step in plan.steps:
+        steps = plan.steps
+        for i in range(start, len(steps)):
+            if self.full is not None and not self.scoped:
+                # A run without a scope of its own whose answer is full: what is left runs under a cancelled
+                # scope, as it would have under the run's (a step that yields is cancelled and ends the run).
+                with trio.CancelScope() as self.scope:
+                    self.scoped = True
+                    self.scope.cancel()
+                    return await self.pipeline(plan, env, parallel, prefix, i, failure)
+                return False, "", None, None  # cancelled: the run answers that its answer is full
+            step = steps[i]
             go_on = keep_going if step.continue_on_error is None else step.continue_on_error
             if type(step) is Leaf and step.when is None:  # the fast paths of `node`: a bare tool call, a leaf
                 if step.run is None:
@@ -906,11 +946,18 @@ class _Run:
             self.started(step, step.kind, path)
         r = None
         try:
-            # `execute` answers every failure of the step as an output; only a cancellation goes through.
-            out = await step.execute(env, self.ctx.for_step(self.pid, path, self.registry))
-            r = out.result(step.id, step.kind, ms_since(t0))
-            if not step.skippable:
-                del r["skipped"]
+            ctx = self.ctx.for_step(self.pid, path, self.registry)
+            if step.timeout_ms is None and step.when is None and step.input_transform is None and _is_tool_kind(step):
+                # The tool kind's direct path: the tool's answer is made the step's result here (no StepOutput,
+                # no `execute`); a failure comes back as the output `execute` would answer.
+                res = await _tool_step()(step, env, ctx)
+                if isinstance(res, StepOutput):
+                    r = _leaf_record(step, res, t0)
+                else:
+                    r = tool_result(step.id, res, t0, kind=step.kind, skippable=step.skippable)
+            else:
+                # `execute` answers every failure of the step as an output; only a cancellation goes through.
+                r = _leaf_record(step, await step.execute(env, ctx), t0)
         finally:
             if r is None:
                 r = leaf_result(step.id, False, "cancelled", _CANCELLED, t0, kind=step.kind, skippable=step.skippable)
@@ -919,13 +966,7 @@ class _Run:
 
     def settle(self, step: Step, r: dict[str, Any], path: str, results: dict[str, Any]) -> None:
         """Record a leaf's result: in its list's results, the summary counts, the memo and the events."""
-        what = f"the output of step '{step.id}'"
-        too_large = None
-        if r["structured"] is not None or r["content"]:
-            # +2: the pair (structured, content) and a content block nest two levels themselves.
-            too_large = self.check_output((r["structured"], r["content"]), step.location, what, 2)
-        if too_large is None:
-            too_large = self.charge(r, step.location, what)
+        too_large = self.bound(r, step)
         if too_large is not None:
             # Dropped, not kept: the step fails, located, and the answer stays small.
             r.update(ok=False, error=str(too_large), error_code=_TOO_LARGE, structured=None, text="", content=[])
@@ -946,6 +987,37 @@ class _Run:
         if self.on_event is not None:
             self.finished(step, r, path)
 
+    def bound(self, r: dict[str, Any], step: Step) -> OutputTooLargeError | None:
+        """Check a leaf's result against the output's bounds (``max_output_bytes``, ``max_json_depth``) and
+        charge it to the answer (:meth:`charge`), in one walk of the result when it is small: the error,
+        else None. The same answer as :meth:`bound_exactly`, which a large or deep result takes.
+
+        One walk suffices when the result weighs at most a tenth of ``max_output_bytes`` as sent, and nests no
+        deeper than the output may: the output check's measure of a value (its JSON, each string at the widest
+        UTF-8 of its storage, each number at 20 or 24 bytes) is at most twice the answer's measure of it (every
+        character, digit and punctuation there twice, an integer at 20 digits), the result holds the output's
+        pair, and it nests at least as deeply. Ten, not two, so that neither measure can grow past the margin
+        unnoticed; larger results (800 KiB at the default 8 MiB) are walked again, exactly."""
+        limits = self.limits
+        room = self.room()
+        deepest = limits.max_json_depth + 2  # +2: the pair (structured, content) and a content block
+        size, depth = json_measure(r, max_bytes=room, max_depth=deepest, wire=True)
+        if size <= room and depth <= deepest and size * _ONE_WALK_MARGIN <= limits.max_output_bytes:
+            self.answer_bytes += size
+            return None
+        return self.bound_exactly(r, step)
+
+    def bound_exactly(self, r: dict[str, Any], step: Step) -> OutputTooLargeError | None:
+        """:meth:`bound` by two walks: the output's pair measured against its bounds, then the result charged."""
+        what = f"the output of step '{step.id}'"
+        too_large = None
+        if r["structured"] is not None or r["content"]:
+            # +2: the pair (structured, content) and a content block nest two levels themselves.
+            too_large = self.check_output((r["structured"], r["content"]), step.location, what, 2)
+        if too_large is None:
+            too_large = self.charge(r, step.location, what)
+        return too_large
+
     def check_output(self, value: object, location: str, what: str, wrapping: int) -> OutputTooLargeError | None:
         """The error when ``value`` (one step's output, or a ``return``) passes ``max_output_bytes`` or nests
         past ``max_json_depth`` (``wrapping``: the levels the caller's own containers add), else None."""
@@ -964,8 +1036,7 @@ class _Run:
         as the tool result's text block (``json_measure(wire=True)``, which stops past the room left). The
         error, without counting it, when it does not fit under ``max_answer_bytes``."""
         limit = self.limits.max_answer_bytes
-        # Room is kept for what a full answer still records: the failed step, the steps it cancels.
-        room = max(limit - min(limit // 4, _RECORDS_ROOM) - self.answer_bytes, 0)
+        room = self.room()
         size = json_measure(value, max_bytes=room, wire=True)[0]
         if size <= room:
             self.answer_bytes += size
@@ -980,6 +1051,12 @@ class _Run:
             if self.scope is not None:
                 self.scope.cancel()
         return full
+
+    def room(self) -> int:
+        """What the answer may still take under ``max_answer_bytes``; room is kept for what a full answer still
+        records: the failed step, the steps it cancels."""
+        limit = self.limits.max_answer_bytes
+        return max(limit - min(limit // 4, _RECORDS_ROOM) - self.answer_bytes, 0)
 
     def keep(self, step: Step, r: dict[str, Any], results: dict[str, Any]) -> None:
         """Record a container's (or a skipped step's) result: what it adds to the answer beyond its children,
@@ -1459,6 +1536,19 @@ def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, A
         return out
     out["args"], out["args_bytes"] = preview(args)
     return out
+
+
+def _leaves_only(plan: Pipeline) -> bool:
+    """Whether every step of ``plan`` is a leaf (its run then needs no cancel scope of its own)."""
+    return all(type(step) is Leaf for step in plan.steps)
+
+
+def _leaf_record(step: Leaf[Any, Any], out: StepOutput, t0: float) -> dict[str, Any]:
+    """A kind's leaf's result from its output (``skipped`` only when the step's results carry it)."""
+    r = out.result(step.id, step.kind, ms_since(t0))
+    if not step.skippable:
+        del r["skipped"]
+    return r
 
 
 def _forward_from(graph: Graph, start: int) -> frozenset[int]:
