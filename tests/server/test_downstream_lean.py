@@ -1,0 +1,158 @@
+"""The lean call path to HTTP downstreams (``mcpipe.downstream._leancall``): a proxied ``tools/call`` over a real
+HTTP server sent without the SDK client's request machinery, answering as the SDK's path does (progress,
+logging, cancellation, a lost session, a mid-call question, both eras)."""
+
+from __future__ import annotations
+
+import sys
+import time
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import mcp_types as types
+import pytest
+import trio
+from mcp import Client
+from mcp.client.session import ClientSession
+
+from kit.servers import DOWNSTREAM, make_config, running, start_process
+from mcpipe.gateway import PIPE_TOOL
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+ERAS = ["2026-07-28", "2025-11-25"]
+
+
+@asynccontextmanager
+async def http_downstream() -> AsyncIterator[tuple[Any, str]]:
+    proc, url = await start_process([sys.executable, DOWNSTREAM, "--http", "0"], marker="", stream="stdout")
+    try:
+        yield proc, url
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+@pytest.fixture
+def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The methods of requests the SDK client's ``send_request`` sends from now on."""
+    sent: list[str] = []
+    original = ClientSession.send_request
+
+    async def counting(self: ClientSession, request: Any, *args: Any, **kwargs: Any) -> Any:
+        sent.append(request.method)
+        return await original(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(ClientSession, "send_request", counting)
+    return sent
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_a_proxied_call_over_a_real_http_downstream_does_not_enter_the_sdk_clients_send_request(
+    protocol: str, sdk_calls: list[str]
+) -> None:
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app, Client(app.server) as client:
+                await app.downstreams.servers[0].wait_connected()
+                sdk_calls.clear()
+                direct = await client.call_tool("ds.add", {"a": 2, "b": 3})
+                greeted = await client.call_tool("ds.greet", {"name": "crew"})
+                piped = await client.call_tool(
+                    PIPE_TOOL,
+                    {"steps": [{"tool": "ds.add", "args": {"a": 1, "b": 1}}, {"tool": "ds.refuse"}]},
+                )
+    assert direct.structured_content == {"result": 5} and not direct.is_error
+    assert greeted.content[0].text == "hello, crew"  # type: ignore[union-attr]
+    assert piped.structured_content is not None and piped.structured_content["ok"] is False
+    assert "tools/call" not in sdk_calls
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protocol: str, sdk_calls: list[str]) -> None:
+    ticks: list[str | None] = []
+    logged: list[Any] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        ticks.append(message)
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app:
+                await app.downstreams.servers[0].wait_connected()
+                async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.set_logging_level("debug")
+                    sdk_calls.clear()
+                    await client.call_tool("ds.progress", {"steps": 3}, progress_callback=on_progress)
+                    said = await client.call_tool("ds.chatter", {"tag": "t"})
+    assert ticks == ["tick 1", "tick 2", "tick 3"]
+    assert said.content[0].text == "t"  # type: ignore[union-attr]
+    assert logged == [f"t {level}" for level in ("debug", "info", "warning", "error")]
+    assert "tools/call" not in sdk_calls
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protocol: str, sdk_calls: list[str]) -> None:
+    started = trio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app, Client(app.server) as client:
+                await app.downstreams.servers[0].wait_connected()
+                sdk_calls.clear()
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await client.call_tool("ds.wait", {"tag": protocol}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    cancelled_at = time.monotonic()
+                    nursery.cancel_scope.cancel()
+                assert "tools/call" not in sdk_calls
+                events = None
+                while not events or events[-1]["event"] != "cancelled":
+                    events = (await client.call_tool("ds.events", {})).structured_content["result"]  # type: ignore[index]
+    assert [e["event"] for e in events] == ["started", "cancelled"]
+    assert events[-1]["t"] - cancelled_at < 2.0  # at once; never would hit the 30 s bound
+
+
+async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_new_session(sdk_calls: list[str]) -> None:
+    with trio.fail_after(60):
+        async with http_downstream() as (first, url):
+            port = url.rsplit(":", 1)[1].split("/", 1)[0]
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": "2025-11-25"}})
+            async with running(cfg) as app, Client(app.server) as client:
+                ds = app.downstreams.servers[0]
+                await ds.wait_connected()
+                before = await client.call_tool("ds.add", {"a": 1, "b": 1})
+                first.kill()
+                await first.wait()
+                again, _ = await start_process(
+                    [sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout"
+                )
+                try:
+                    after = await client.call_tool("ds.add", {"a": 2, "b": 2})
+                finally:
+                    again.kill()
+                    with trio.move_on_after(5):
+                        await again.wait()
+    assert before.structured_content == {"result": 2}
+    assert after.structured_content == {"result": 4} and ds.connections == 2
