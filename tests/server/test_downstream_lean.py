@@ -39,23 +39,37 @@ async def http_downstream() -> AsyncIterator[tuple[Any, str]]:
             await proc.wait()
 
 
+class SdkCalls:
+    """The requests SDK client sessions send through ``send_request`` (the gateway's and the test's own)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[ClientSession, str]] = []
+
+    def clear(self) -> None:
+        self.sent.clear()
+
+    def of(self, app: Any) -> list[str]:
+        """The methods the gateway's sessions of downstream servers sent."""
+        ours = {id(s._client.session) for s in app.downstreams.servers if s._client is not None}
+        return [method for session, method in self.sent if id(session) in ours]
+
+
 @pytest.fixture
-def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The methods of requests the SDK client's ``send_request`` sends from now on."""
-    sent: list[str] = []
+def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> SdkCalls:
+    calls = SdkCalls()
     original = ClientSession.send_request
 
     async def counting(self: ClientSession, request: Any, *args: Any, **kwargs: Any) -> Any:
-        sent.append(request.method)
+        calls.sent.append((self, request.method))
         return await original(self, request, *args, **kwargs)
 
     monkeypatch.setattr(ClientSession, "send_request", counting)
-    return sent
+    return calls
 
 
 @pytest.mark.parametrize("protocol", ERAS)
 async def test_a_proxied_call_over_a_real_http_downstream_does_not_enter_the_sdk_clients_send_request(
-    protocol: str, sdk_calls: list[str]
+    protocol: str, sdk_calls: SdkCalls
 ) -> None:
     with trio.fail_after(30):
         async with http_downstream() as (_, url):
@@ -69,14 +83,16 @@ async def test_a_proxied_call_over_a_real_http_downstream_does_not_enter_the_sdk
                     PIPE_TOOL,
                     {"steps": [{"tool": "ds.add", "args": {"a": 1, "b": 1}}, {"tool": "ds.refuse"}]},
                 )
+                await app.downstreams.servers[0].client().list_tools()  # the count sees the gateway's session
+                seen = sdk_calls.of(app)
     assert direct.structured_content == {"result": 5} and not direct.is_error
     assert greeted.content[0].text == "hello, crew"  # type: ignore[union-attr]
     assert piped.structured_content is not None and piped.structured_content["ok"] is False
-    assert "tools/call" not in sdk_calls
+    assert seen == ["tools/list"]
 
 
 @pytest.mark.parametrize("protocol", ERAS)
-async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protocol: str, sdk_calls: list[str]) -> None:
+async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protocol: str, sdk_calls: SdkCalls) -> None:
     ticks: list[str | None] = []
     logged: list[Any] = []
 
@@ -98,14 +114,15 @@ async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protoc
                     sdk_calls.clear()
                     await client.call_tool("ds.progress", {"steps": 3}, progress_callback=on_progress)
                     said = await client.call_tool("ds.chatter", {"tag": "t"})
+                    seen = sdk_calls.of(app)
     assert ticks == ["tick 1", "tick 2", "tick 3"]
     assert said.content[0].text == "t"  # type: ignore[union-attr]
     assert logged == [f"t {level}" for level in ("debug", "info", "warning", "error")]
-    assert "tools/call" not in sdk_calls
+    assert "tools/call" not in seen
 
 
 @pytest.mark.parametrize("protocol", ERAS)
-async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protocol: str, sdk_calls: list[str]) -> None:
+async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protocol: str, sdk_calls: SdkCalls) -> None:
     started = trio.Event()
 
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
@@ -126,7 +143,7 @@ async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protoc
                     await started.wait()
                     cancelled_at = time.monotonic()
                     nursery.cancel_scope.cancel()
-                assert "tools/call" not in sdk_calls
+                assert "tools/call" not in sdk_calls.of(app)
                 events = None
                 while not events or events[-1]["event"] != "cancelled":
                     events = (await client.call_tool("ds.events", {})).structured_content["result"]  # type: ignore[index]
@@ -134,7 +151,7 @@ async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protoc
     assert events[-1]["t"] - cancelled_at < 2.0  # at once; never would hit the 30 s bound
 
 
-async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_new_session(sdk_calls: list[str]) -> None:
+async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_new_session(sdk_calls: SdkCalls) -> None:
     with trio.fail_after(60):
         async with http_downstream() as (first, url):
             port = url.rsplit(":", 1)[1].split("/", 1)[0]

@@ -36,7 +36,7 @@ from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
 from mcp.shared._compat import resync_tracer
 from mcp.shared._context_streams import create_context_streams
 from mcp.shared._httpx_utils import redirect_location
-from mcp.shared.dispatcher import ProgressFnT, coerce_request_id
+from mcp.shared.dispatcher import ProgressFnT, coerce_request_id, run_notify_intercept
 from mcp.shared.exceptions import MCPError
 from mcp.shared.jsonrpc_dispatcher import _ABANDON_WRITE_TIMEOUT
 from mcp.shared.message import SessionMessage
@@ -61,7 +61,9 @@ from pydantic import TypeAdapter, ValidationError
 
 __all__ = ["LeanResult", "Wire", "lean_call", "streamable_http_wire"]
 
-_PLAIN_KEYS = frozenset({"content", "structuredContent", "isError"})
+_PLAIN_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
+"""A result of these keys alone may be plain (``_result``): ``_meta`` and a ``complete`` ``resultType`` are not
+part of the answer mcpipe makes of it."""
 
 
 @dataclass(slots=True)
@@ -72,7 +74,9 @@ class Wire:
     http: httpx2.AsyncClient
     transport: StreamableHTTPTransport
     inbound: Any
-    """The transport's writer into the session's reader: messages a lean call does not consume go there."""
+    """The transport's writer into the session's reader: a server's request on a call's stream goes there."""
+    session: Any = None
+    """The SDK's ``ClientSession`` over this transport (set by :func:`lean_call`)."""
 
 
 @dataclass(slots=True)
@@ -134,6 +138,7 @@ async def lean_call(
     params["name"] = name
     if arguments is not None:
         params["arguments"] = arguments
+    wire.session = session
     data: dict[str, Any] = {"method": "tools/call", "params": params}
     opts: dict[str, Any] = {}
     session._stamp(data, opts)
@@ -313,7 +318,14 @@ async def _route(message: Any, wire: Wire, rid: int, progress: ProgressFnT) -> d
                 text if isinstance(text, str) else None,
             )
             return None
-    await wire.inbound.send(SessionMessage(message))
+    if isinstance(message, JSONRPCNotification) and message.method != "notifications/cancelled":
+        # The dispatcher's routing of a notification (its intercept, then the session's handler), awaited here
+        # rather than in a task of its own: a log message is forwarded before the call answers.
+        session = wire.session
+        if not run_notify_intercept(session._dispatcher._on_notify_intercept, message.method, message.params):
+            await session._on_notify(None, message.method, message.params)
+        return None
+    await wire.inbound.send(SessionMessage(message))  # a request of the server's: the session answers it
     return None
 
 
@@ -362,6 +374,8 @@ def _result(session: Any, raw: dict[str, Any]) -> CallToolResult | InputRequired
             and all(type(b["text"]) is str for b in content)
             and (structured is None or type(structured) is dict)
             and type(is_error) is bool
+            and raw.get("resultType", "complete") == "complete"
+            and type(raw.get("_meta", {})) is dict
         ):
             return LeanResult(content, structured, is_error, "structuredContent" in raw)
     _clamp_inbound_ttl(raw)
