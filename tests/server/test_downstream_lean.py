@@ -9,6 +9,7 @@ import time
 import warnings
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import mcp_types as types
@@ -162,9 +163,7 @@ async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_ne
                 before = await client.call_tool("ds.add", {"a": 1, "b": 1})
                 first.kill()
                 await first.wait()
-                again, _ = await start_process(
-                    [sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout"
-                )
+                again, _ = await start_process([sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout")
                 try:
                     after = await client.call_tool("ds.add", {"a": 2, "b": 2})
                 finally:
@@ -173,3 +172,50 @@ async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_ne
                         await again.wait()
     assert before.structured_content == {"result": 2}
     assert after.structured_content == {"result": 4} and ds.connections == 2
+
+
+ASKING = str(Path(__file__).resolve().parents[1] / "interaction" / "asking_server.py")
+
+
+@asynccontextmanager
+async def http_asking_server() -> AsyncIterator[str]:
+    """``asking_server.py`` over streamable HTTP; yields its URL (its first line of output)."""
+    proc = await trio.lowlevel.open_process([sys.executable, ASKING, "--http", "0"], stdout=-1, stderr=-3, stdin=-3)
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        while b"\n" not in buf:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, "the asking server exited before listening"
+            buf += chunk
+        yield buf.split(b"\n", 1)[0].decode().strip()
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+@pytest.mark.parametrize(("protocol", "tool"), [("2025-11-25", "old_style"), ("2026-07-28", "delete")])
+async def test_a_downstream_question_during_a_lean_call_is_still_relayed_to_the_caller(
+    protocol: str, tool: str, sdk_calls: SdkCalls
+) -> None:
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    with trio.fail_after(30):
+        async with http_asking_server() as url:
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app:
+                await app.downstreams.servers[0].wait_connected()
+                async with Client(app.server, mode="legacy", elicitation_callback=elicit) as client:
+                    sdk_calls.clear()
+                    r = await client.call_tool(f"ds.{tool}", {"item": "logs"})
+                    seen = sdk_calls.of(app)
+    assert r.content[0].text == "deleted logs"  # type: ignore[union-attr]
+    assert asked == ["Delete logs?"]
+    # 2025-11-25: asked on the call's own stream, answered through the session; 2026-07-28: the retry carrying
+    # the answers is the SDK's send_request (only the first round is lean).
+    assert seen == ([] if protocol == "2025-11-25" else ["tools/call"])

@@ -44,6 +44,7 @@ from mcp_types import (
     CONNECTION_CLOSED,
     INTERNAL_ERROR,
     INVALID_REQUEST,
+    METHOD_NOT_FOUND,
     PARSE_ERROR,
     REQUEST_TIMEOUT,
     CallToolResult,
@@ -53,7 +54,6 @@ from mcp_types import (
     JSONRPCNotification,
     JSONRPCRequest,
     JSONRPCResponse,
-    METHOD_NOT_FOUND,
     jsonrpc_message_adapter,
 )
 from mcp_types import methods as _methods
@@ -123,7 +123,7 @@ async def lean_call(
     arguments: dict[str, Any] | None,
     meta: Any,
     progress: ProgressFnT,
-    timeout: float | None,
+    read_timeout_s: float | None,
 ) -> CallToolResult | InputRequiredResult | LeanResult | None:
     """One ``tools/call`` of ``name`` on ``session`` (the SDK's ``ClientSession`` whose transport ``wire``
     is), as ``session.call_tool(..., allow_input_required=True)`` would answer it; None when it cannot be
@@ -158,7 +158,7 @@ async def lean_call(
     request = http.build_request("POST", wire.url, content=body, headers=headers)
     written = False
     try:
-        with trio.fail_after(timeout if timeout is not None else float("inf")):
+        with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
             written = True  # a cancelled send may still have reached the server: it counts as sent
             try:
                 response = await http.send(request, stream=True, follow_redirects=False)
@@ -171,7 +171,7 @@ async def lean_call(
             finally:
                 await response.aclose()
     except trio.TooSlowError:
-        await _cancel(dispatcher, rid, f"timed out after {timeout}s", shield=False)
+        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
         raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
     except trio.Cancelled:
         if written:
