@@ -159,6 +159,7 @@ async def lean_call(
     written = False
     try:
         with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
             written = True  # a cancelled send may still have reached the server: it counts as sent
             try:
                 response = await http.send(request, stream=True, follow_redirects=False)
