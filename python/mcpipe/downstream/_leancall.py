@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
@@ -77,6 +77,31 @@ class Wire:
     """The transport's writer into the session's reader: a server's request on a call's stream goes there."""
     session: Any = None
     """The SDK's ``ClientSession`` over this transport (set by :func:`lean_call`)."""
+    _target: httpx2.URL | None = None
+    _timeouts: dict[str, float | None] | None = None
+    _heads: dict[tuple[Any, ...], httpx2.Headers] = field(default_factory=dict)
+
+    def request(self, body: bytes, extra: dict[str, str] | None) -> httpx2.Request:
+        """The call's POST, as ``http.build_request`` makes it, its URL parsed and its headers merged once per
+        session state (the session id, the negotiated version, the per-message headers)."""
+        http, transport = self.http, self.transport
+        if http.cookies:  # a jar to merge: the client's own way
+            headers = transport._prepare_headers()
+            headers.update(extra or {})
+            return http.build_request("POST", self.url, content=body, headers=headers)
+        key = (transport.session_id, transport._protocol_version_header, *(extra.items() if extra else ()))
+        heads = self._heads.get(key)
+        if heads is None:
+            if len(self._heads) >= 256:
+                self._heads.clear()
+            heads = http.headers.copy()
+            heads.update(transport._prepare_headers())
+            heads.update(extra or {})
+            self._heads[key] = heads
+        if self._target is None:
+            self._target = httpx2.URL(self.url)
+            self._timeouts = http.timeout.as_dict()
+        return httpx2.Request("POST", self._target, headers=heads, content=body, extensions={"timeout": self._timeouts})
 
 
 @dataclass(slots=True)
@@ -150,12 +175,8 @@ async def lean_call(
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
     except TypeError:  # orjson.JSONEncodeError: a value JSON cannot carry as orjson writes it
         return None
-    headers = wire.transport._prepare_headers()
-    extra = opts.get("headers")
-    if extra:
-        headers.update(extra)
     http = wire.http
-    request = http.build_request("POST", wire.url, content=body, headers=headers)
+    request = wire.request(body, opts.get("headers"))
     written = False
     try:
         with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
