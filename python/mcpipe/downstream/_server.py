@@ -9,7 +9,9 @@ server and the last failure, never hanging.
 Calls run in the caller's task on the actor's session (the SDK's session multiplexes requests), so a
 cancelled caller cancels its downstream request in the same moment: the SDK sends
 ``notifications/cancelled`` (or closes the HTTP response stream) as the cancellation unwinds. Progress
-notifications of a downstream call are forwarded to the caller's progress sink.
+notifications of a downstream call are forwarded to the caller's progress sink. Over plain HTTP, a call's
+first round is sent on the same session without the SDK client's request machinery (``_leancall``), its
+answer read in the caller's task; what that path does not handle goes to the SDK's own code.
 """
 
 from __future__ import annotations
