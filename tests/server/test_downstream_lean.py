@@ -4,6 +4,7 @@ logging, cancellation, a lost session, a mid-call question, both eras)."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import warnings
@@ -12,6 +13,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import mcp_types as types
 import pytest
 import trio
@@ -219,3 +221,41 @@ async def test_a_downstream_question_during_a_lean_call_is_still_relayed_to_the_
     # 2025-11-25: asked on the call's own stream, answered through the session; 2026-07-28: the retry carrying
     # the answers is the SDK's send_request (only the first round is lean).
     assert seen == ([] if protocol == "2025-11-25" else ["tools/call"])
+
+
+PLAIN_OR_NOT = [
+    {"content": [{"type": "text", "text": "hi"}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "isError": True},
+    {"content": [], "structuredContent": {"n": 1}, "_meta": {"k": 1}, "resultType": "complete"},
+    {"content": [], "structuredContent": None},
+    {"content": [{"type": "text", "text": "x", "annotations": {"priority": 0.5}}]},
+    {"content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]},
+    {"content": [{"type": "text", "text": "x"}], "structuredContent": {"n": 2}, "extra": 1},
+]
+
+
+@pytest.mark.parametrize("raw", PLAIN_OR_NOT)
+def test_a_result_read_off_the_wire_answers_what_the_sdk_session_makes_of_it(raw: dict[str, Any]) -> None:
+    from mcpipe.downstream._leancall import LeanResult, _result
+
+    send, receive = anyio.create_memory_object_stream[Any](0)
+    with send, receive:
+        got = _result(ClientSession(receive, send), json.loads(json.dumps(raw)))
+    expected = types.CallToolResult.model_validate(raw, by_name=False)
+    want = (
+        [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in expected.content],
+        expected.structured_content,
+        bool(expected.is_error),
+        "structured_content" in expected.model_fields_set,
+    )
+    if isinstance(got, LeanResult):
+        assert (got.content, got.structured_content, got.is_error, got.sent) == want
+    else:  # not plain: the session's own adapter made it
+        assert isinstance(got, types.CallToolResult)
+        dumped = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in got.content]
+        assert (
+            dumped,
+            got.structured_content,
+            bool(got.is_error),
+            "structured_content" in got.model_fields_set,
+        ) == want
