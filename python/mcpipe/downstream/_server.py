@@ -9,7 +9,9 @@ server and the last failure, never hanging.
 Calls run in the caller's task on the actor's session (the SDK's session multiplexes requests), so a
 cancelled caller cancels its downstream request in the same moment: the SDK sends
 ``notifications/cancelled`` (or closes the HTTP response stream) as the cancellation unwinds. Progress
-notifications of a downstream call are forwarded to the caller's progress sink.
+notifications of a downstream call are forwarded to the caller's progress sink. Over plain HTTP, a call's
+first round is sent on the same session without the SDK client's request machinery (``_leancall``), its
+answer read in the caller's task; what that path does not handle goes to the SDK's own code.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials, oauth_bearer
 from mcpipe.config import McpServerConfig
 from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
+from mcpipe.downstream._leancall import LeanResult, Wire, lean_call, streamable_http_wire
 from mcpipe.downstream._lines import LISTING_CAP, ListingCap
 from mcpipe.downstream._lines import install as _linear_stdio_lines
 from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
@@ -322,13 +325,22 @@ def _http_client(url: str, headers: dict[str, str], auth: httpx2.Auth | None) ->
 
 @asynccontextmanager
 async def _http_transport(
-    url: str, headers: dict[str, str], watch: StreamWatch, listing: ListingCap, auth: httpx2.Auth | None = None
+    url: str,
+    headers: dict[str, str],
+    watch: StreamWatch,
+    listing: ListingCap,
+    auth: httpx2.Auth | None = None,
+    keep: Callable[[Wire | None], None] | None = None,
 ) -> AsyncIterator[Any]:
     async with _http_client(url, headers, auth) as http:
         watch.install(http)
         _cap_listings(http, listing)
-        async with streamable_http_client(url, http_client=http) as s:
-            yield s
+        if keep is None or not lean_for(url):
+            async with streamable_http_client(url, http_client=http) as s:
+                yield s
+        else:
+            async with streamable_http_wire(url, http, keep) as s:
+                yield s
 
 
 @asynccontextmanager
@@ -389,6 +401,8 @@ class DownstreamServer:
         self.max_user_sessions = 256
         self.listing = ListingCap(LISTED_PER_KEPT * config.max_tools)
         """How many tools one ``tools/list`` answer keeps as it is read (stdio and HTTP alike)."""
+        self._wire: Wire | None = None
+        """The live HTTP session's transport, for calls sent the lean way (``_leancall``); None otherwise."""
         self.twin: DownstreamServer | None = None
         """With ``protocol = "auto"`` over HTTP: a 2025-11-25 session of the same server for 2025-11-25 callers
         (opened on first use), so a tool asking its client mid-call the 2025-11-25 way reaches them."""
@@ -405,6 +419,9 @@ class DownstreamServer:
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
+    def _keep_wire(self, wire: Wire | None) -> None:
+        self._wire = wire
+
     def _transport(self, closed: trio.Event) -> Any:
         c = self.config
         if c.command is not None:
@@ -420,7 +437,7 @@ class DownstreamServer:
                 and not self.credentials.per_caller(c.credential)
             ):
                 auth = _SharedCredential(self.credentials, c.credential)
-            inner = _http_transport(c.url or "", c.headers, self.streams, self.listing, auth)
+            inner = _http_transport(c.url or "", c.headers, self.streams, self.listing, auth, self._keep_wire)
         return _watched(inner, closed)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -689,7 +706,16 @@ class DownstreamServer:
         headers = await self._caller_headers(client, ctx)
         token = _CALL_HEADERS.set(headers) if headers else None
 
+        tel = telemetry.current()
+        # The lean path: a first round on a plain-http session, no SSE polling, no span whose context the
+        # SDK would inject (``_leancall``). Anything else is sent the SDK's way.
+        wire = self._wire if self._poll is None and (tel is None or tel.tracer is None) else None
+
         async def send(responses: Any, state: str | None) -> Any:
+            if wire is not None and responses is None and state is None and wire is self._wire:
+                lean = await lean_call(wire, client.session, remote, args, meta, forward, self._timeout)
+                if lean is not None:
+                    return lean
             return await client.session.call_tool(
                 remote,
                 args,
@@ -701,7 +727,6 @@ class DownstreamServer:
                 allow_input_required=True,
             )
 
-        tel = telemetry.current()
         t0 = time.perf_counter()
         answered = False
         try:
@@ -738,6 +763,10 @@ class DownstreamServer:
                 _CALL_HEADERS.reset(token)
             if tel is not None and tel.metrics is not None:
                 tel.observe_downstream(self.name, time.perf_counter() - t0, answered)
+        if isinstance(r, LeanResult):
+            if not r.is_error:
+                await self._checked_output(remote, r.structured_content, r.sent)
+            return ToolResult(r.content, r.structured_content, r.is_error)
         if not r.is_error:
             await self._checked_output(remote, r.structured_content, "structured_content" in r.model_fields_set)
         return ToolResult(

@@ -1,0 +1,417 @@
+"""A downstream ``tools/call`` on an HTTP session the SDK's client set up, sent and read without the client stack.
+
+Through the SDK's client a proxied call is a pydantic request model, a memory-stream hop to the
+transport's writer, a task for its POST, the answer's bytes validated into JSON-RPC models and handed
+back over two more streams (cProfile, docs/performance.md). :func:`lean_call` sends the same request
+on the same session instead: its body built once (the session's own stamp supplies the era's headers and
+``_meta``; the transport's supplies the session id and negotiated version), POSTed through the session's
+httpx client (auth flows and event hooks unchanged) on the lean wire, and its answer read in the calling
+task: ``application/json`` parsed once; ``text/event-stream`` event by event, the call's progress given
+to its callback, the final response taken as the result.
+
+Everything else is the SDK's own code: any other message on the call's stream (a log message, a
+list change, a server-to-client request such as elicitation) goes to the session's reader as the
+transport would send it, so the same handlers answer it; a stream that ends with an event id resumes
+through the transport's reconnection; a cancelled or timed-out call sends the dispatcher's courtesy
+``notifications/cancelled`` (the transport aborts it into a closed stream at 2026-07-28); a result that
+is not plain text content is validated by the session's adapter. A call the lean path cannot send (a
+redirect, arguments orjson cannot encode) answers None before anything ran, and is sent the SDK's way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+import anyio
+import httpx2
+import orjson
+import trio
+from mcp.client.extension import UnexpectedClaimedResult
+from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
+from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
+from mcp.shared._compat import resync_tracer
+from mcp.shared._context_streams import create_context_streams
+from mcp.shared._httpx_utils import redirect_location
+from mcp.shared.dispatcher import ProgressFnT, coerce_request_id, run_notify_intercept
+from mcp.shared.exceptions import MCPError
+from mcp.shared.jsonrpc_dispatcher import _ABANDON_WRITE_TIMEOUT
+from mcp.shared.message import SessionMessage
+from mcp_types import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    REQUEST_TIMEOUT,
+    CallToolResult,
+    ErrorData,
+    InputRequiredResult,
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    jsonrpc_message_adapter,
+)
+from mcp_types import methods as _methods
+from pydantic import TypeAdapter, ValidationError
+
+__all__ = ["LeanResult", "Wire", "lean_call", "streamable_http_wire"]
+
+_PLAIN_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
+"""A result of these keys alone may be plain (``_result``): ``_meta`` and a ``complete`` ``resultType`` are not
+part of the answer mcpipe makes of it."""
+
+
+@dataclass(slots=True)
+class Wire:
+    """What a lean call needs of an HTTP session's transport."""
+
+    url: str
+    http: httpx2.AsyncClient
+    transport: StreamableHTTPTransport
+    inbound: Any
+    """The transport's writer into the session's reader: a server's request on a call's stream goes there."""
+    session: Any = None
+    """The SDK's ``ClientSession`` over this transport (set by :func:`lean_call`)."""
+    _target: httpx2.URL | None = None
+    _timeouts: dict[str, float | None] | None = None
+    _heads: dict[tuple[Any, ...], httpx2.Headers] = field(default_factory=dict)
+
+    def request(self, body: bytes, extra: dict[str, str] | None) -> httpx2.Request:
+        """The call's POST, as ``http.build_request`` makes it, its URL parsed and its headers merged once per
+        session state (the session id, the negotiated version, the per-message headers)."""
+        http, transport = self.http, self.transport
+        if http.cookies:  # a jar to merge: the client's own way
+            headers = transport._prepare_headers()
+            headers.update(extra or {})
+            return http.build_request("POST", self.url, content=body, headers=headers)
+        key = (transport.session_id, transport._protocol_version_header, *(extra.items() if extra else ()))
+        heads = self._heads.get(key)
+        if heads is None:
+            if len(self._heads) >= 256:
+                self._heads.clear()
+            heads = http.headers.copy()
+            heads.update(transport._prepare_headers())
+            heads.update(extra or {})
+            self._heads[key] = heads
+        if self._target is None:
+            self._target = httpx2.URL(self.url)
+            self._timeouts = http.timeout.as_dict()
+        return httpx2.Request("POST", self._target, headers=heads, content=body, extensions={"timeout": self._timeouts})
+
+
+@dataclass(slots=True)
+class LeanResult:
+    """A plain ``CallToolResult`` (text content only) as read off the wire, in the form mcpipe answers with."""
+
+    content: list[dict[str, Any]]
+    structured_content: Any
+    is_error: bool
+    sent: bool
+    """Whether the answer carried ``structuredContent`` (even null)."""
+
+
+@asynccontextmanager
+async def streamable_http_wire(
+    url: str, http: httpx2.AsyncClient, keep: Callable[[Wire | None], None]
+) -> AsyncIterator[Any]:
+    """The SDK's ``streamable_http_client`` over ``http``, its transport and reader kept (``keep``) for
+    :func:`lean_call` while the session lives (the same tasks and streams, in the same order)."""
+    transport = StreamableHTTPTransport(url)
+    read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
+    write_stream, write_reader = create_context_streams[SessionMessage](0)
+    async with read_writer, read_stream, write_stream, write_reader, anyio.create_task_group() as tg:
+
+        def start_get_stream() -> None:
+            tg.start_soon(transport.handle_get_stream, http, read_writer)
+
+        tg.start_soon(transport.post_writer, http, write_reader, read_writer, write_stream, start_get_stream, tg)
+        keep(Wire(url, http, transport, read_writer))
+        try:
+            yield read_stream, write_stream
+        finally:
+            keep(None)
+            if transport.session_id:
+                await transport.terminate_session(http)
+            tg.cancel_scope.cancel()
+    await resync_tracer()
+
+
+async def lean_call(
+    wire: Wire,
+    session: Any,
+    name: str,
+    arguments: dict[str, Any] | None,
+    meta: Any,
+    progress: ProgressFnT,
+    read_timeout_s: float | None,
+) -> CallToolResult | InputRequiredResult | LeanResult | None:
+    """One ``tools/call`` of ``name`` on ``session`` (the SDK's ``ClientSession`` whose transport ``wire``
+    is), as ``session.call_tool(..., allow_input_required=True)`` would answer it; None when it cannot be
+    sent this way (nothing was sent, or the server did not take it: send it the SDK's way).
+
+    Raises:
+        MCPError: the server's JSON-RPC error, a timeout, or the stream failing, as the SDK raises them.
+    """
+    params: dict[str, Any] = {}
+    if meta is not None:
+        params["_meta"] = dict(meta)
+    params["name"] = name
+    if arguments is not None:
+        params["arguments"] = arguments
+    wire.session = session
+    data: dict[str, Any] = {"method": "tools/call", "params": params}
+    opts: dict[str, Any] = {}
+    session._stamp(data, opts)
+    dispatcher = session._dispatcher
+    rid: int = dispatcher._allocate_id()
+    params = data["params"]
+    params["_meta"] = {**(params.get("_meta") or {}), "progressToken": rid}
+    try:
+        body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
+    except TypeError:  # orjson.JSONEncodeError: a value JSON cannot carry as orjson writes it
+        return None
+    http = wire.http
+    request = wire.request(body, opts.get("headers"))
+    written = False
+    try:
+        with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
+            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
+            written = True  # a cancelled send may still have reached the server: it counts as sent
+            try:
+                response = await http.send(request, stream=True, follow_redirects=False)
+            except httpx2.TransportError:
+                raise
+            except httpx2.RequestError as exc:  # an auth flow's failure: the SDK's transport dies of it
+                raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
+            try:
+                raw = await _answer(response, wire, rid, progress)
+            finally:
+                await response.aclose()
+    except trio.TooSlowError:
+        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
+        raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
+    except trio.Cancelled:
+        if written:
+            await _cancel(dispatcher, rid, "caller cancelled", shield=True)
+        raise
+    if raw is None:
+        return None
+    return _result(session, raw)
+
+
+async def _cancel(dispatcher: Any, rid: int, reason: str, *, shield: bool) -> None:
+    """The dispatcher's courtesy cancel, as its ``send_raw_request`` sends it (through the transport, which
+    posts it on a 2025-11-25 session and swallows it on a 2026-07-28 one, where the closed stream says it)."""
+    await dispatcher._final_write(
+        partial(dispatcher._cancel_outbound, rid, reason, None),
+        shield=shield,
+        timeout=_ABANDON_WRITE_TIMEOUT,
+        describe=f"courtesy cancel for request {rid!r}",
+    )
+
+
+async def _answer(response: httpx2.Response, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any] | None:
+    """The result of the call's response (the transport's ``_handle_post_request``, read in place)."""
+    status = response.status_code
+    if 300 <= status < 400 and redirect_location(response) is not None:
+        return None  # the SDK's client follows it within the origin, or says why not
+    if status == 202:
+        raise MCPError(code=INVALID_REQUEST, message="server answered a request with 202 Accepted")
+    ctype = response.headers.get("content-type", "").lower()
+    if status >= 400:
+        if ctype.startswith("application/json"):
+            try:
+                parsed = jsonrpc_message_adapter.validate_json(await response.aread(), by_name=False)
+            except (httpx2.StreamError, ValidationError):
+                parsed = None
+            if isinstance(parsed, JSONRPCError):
+                raise _error(parsed.error)
+        if status == 404:
+            if wire.transport.session_id is None:
+                raise MCPError(code=METHOD_NOT_FOUND, message="Not Found")
+            raise MCPError(code=INVALID_REQUEST, message="Session terminated")
+        raise MCPError(code=INTERNAL_ERROR, message="Server returned an error response")
+    if ctype.startswith("application/json"):
+        content = await response.aread()
+        try:
+            message = orjson.loads(content)
+        except orjson.JSONDecodeError:
+            message = None
+        if isinstance(message, dict) and type(message.get("result")) is dict and "method" not in message:
+            return message["result"]
+        try:
+            parsed = jsonrpc_message_adapter.validate_json(content, by_name=False)
+        except ValidationError as exc:
+            raise MCPError(code=PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from None
+        outcome = await _route(parsed, wire, rid, progress)
+        if outcome is None:  # the SDK's client would wait for an answer that never comes
+            raise MCPError(code=CONNECTION_CLOSED, message="the server answered the call with no response")
+        return outcome
+    if ctype.startswith("text/event-stream"):
+        return await _events(response, wire, rid, progress)
+    raise MCPError(code=INVALID_REQUEST, message=f"Unexpected content type: {ctype}")
+
+
+async def _events(response: httpx2.Response, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any]:
+    """The final response of the call's event stream; what comes before it delivered on the way."""
+    last_id: str | None = None
+    retry: int | None = None
+    try:
+        async for sse in httpx2.EventSource(response, max_event_size=wire.transport.max_sse_event_size):
+            if sse.id:
+                last_id = sse.id
+            if sse.retry is not None:
+                retry = sse.retry
+            if sse.event != "message" or not sse.data:
+                continue  # a priming event (resumability), or one the SDK's client ignores too
+            outcome = await _event(sse.data, wire, rid, progress)
+            if outcome is not None:
+                return outcome
+    except httpx2.SSEError as exc:
+        raise MCPError(code=CONNECTION_CLOSED, message=f"SSE stream failed: {exc}") from None
+    except httpx2.TransportError:
+        pass  # the stream ended: resumed below when it can be, as the SDK's client does
+    if last_id is not None:
+        return await _resumed(wire, rid, last_id, retry, progress)
+    raise MCPError(code=CONNECTION_CLOSED, message="SSE stream ended without a response")
+
+
+async def _event(data: str, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any] | None:
+    """One event's message: the call's result, its progress given to ``progress``, anything else to the
+    session's reader. None until the result."""
+    try:
+        message = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        message = None
+    if isinstance(message, dict):
+        method = message.get("method")
+        if method is None:
+            if type(message.get("result")) is dict and "id" in message:
+                return message["result"]  # the SDK's client answers the call's id whatever id it carries
+        elif method == "notifications/progress" and "id" not in message and _progressed(message, rid, progress):
+            params = message["params"]
+            total, text = params.get("total"), params.get("message")
+            await progress(
+                float(params["progress"]),
+                float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
+                text if isinstance(text, str) else None,
+            )
+            return None
+    try:
+        parsed = jsonrpc_message_adapter.validate_json(data, by_name=False)
+    except ValidationError as exc:
+        raise MCPError(code=PARSE_ERROR, message=f"Failed to parse SSE message: {exc}") from None
+    return await _route(parsed, wire, rid, progress)
+
+
+def _progressed(message: dict[str, Any], rid: int, progress: ProgressFnT) -> bool:
+    """Whether a progress notification is the call's (the dispatcher's match, ``_dispatch_notification``)."""
+    params = message.get("params")
+    if not isinstance(params, dict):
+        return False
+    token, done = params.get("progressToken"), params.get("progress")
+    if not isinstance(token, str | int) or isinstance(token, bool):
+        return False
+    if not isinstance(done, int | float) or isinstance(done, bool):
+        return False
+    return bool(coerce_request_id(token) == rid)
+
+
+async def _route(message: Any, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any] | None:
+    """A validated message of the call's stream: its response (an error raised), or None after handing a
+    notification or request to the session's reader (where the SDK's transport would put it)."""
+    if isinstance(message, JSONRPCResponse):
+        return message.result
+    if isinstance(message, JSONRPCError):
+        raise _error(message.error)
+    if isinstance(message, JSONRPCNotification) and message.method == "notifications/progress":
+        as_dict = {"params": message.params}
+        if _progressed(as_dict, rid, progress):
+            params = message.params or {}
+            total, text = params.get("total"), params.get("message")
+            await progress(
+                float(params["progress"]),
+                float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
+                text if isinstance(text, str) else None,
+            )
+            return None
+    if isinstance(message, JSONRPCNotification) and message.method != "notifications/cancelled":
+        # The dispatcher's routing of a notification (its intercept, then the session's handler), awaited here
+        # rather than in a task of its own: a log message is forwarded before the call answers.
+        session = wire.session
+        if not run_notify_intercept(session._dispatcher._on_notify_intercept, message.method, message.params):
+            await session._on_notify(None, message.method, message.params)
+        return None
+    await wire.inbound.send(SessionMessage(message))  # a request of the server's: the session answers it
+    return None
+
+
+async def _resumed(wire: Wire, rid: int, last_id: str, retry: int | None, progress: ProgressFnT) -> dict[str, Any]:
+    """The call's stream resumed from ``last_id`` by the transport's own reconnection (GET with
+    ``Last-Event-ID``, its retries and give-up), its messages read here."""
+    send, receive = create_context_streams[SessionMessage | Exception](0)
+    ctx = RequestContext(
+        client=wire.http,
+        session_id=wire.transport.session_id,
+        session_message=SessionMessage(JSONRPCRequest(jsonrpc="2.0", id=rid, method="tools/call")),
+        metadata=None,
+        read_stream_writer=send,
+    )
+
+    async def reconnect() -> None:
+        async with send:
+            await wire.transport._handle_reconnection(ctx, last_id, retry)
+
+    async with trio.open_nursery() as nursery, receive:
+        nursery.start_soon(reconnect)
+        async for item in receive:
+            if isinstance(item, Exception):
+                continue
+            outcome = await _route(item.message, wire, rid, progress)
+            if outcome is not None:
+                nursery.cancel_scope.cancel()
+                return outcome
+    raise MCPError(code=CONNECTION_CLOSED, message="SSE stream ended and reconnection attempts were exhausted")
+
+
+def _error(error: ErrorData) -> MCPError:
+    return MCPError(code=error.code, message=error.message, data=error.data)
+
+
+def _result(session: Any, raw: dict[str, Any]) -> CallToolResult | InputRequiredResult | LeanResult:
+    """The call's result: plain text content as it came; anything else as the session's ``send_request``
+    and ``call_tool`` make it (version checks, later fields dropped, the session's adapter)."""
+    if raw.keys() <= _PLAIN_KEYS:
+        content = raw.get("content")
+        structured = raw.get("structuredContent")
+        is_error = raw.get("isError", False)
+        if (
+            type(content) is list
+            and all(type(b) is dict and b.get("type") == "text" and b.keys() == {"type", "text"} for b in content)
+            and all(type(b["text"]) is str for b in content)
+            and (structured is None or type(structured) is dict)
+            and type(is_error) is bool
+            and raw.get("resultType", "complete") == "complete"
+            and type(raw.get("_meta", {})) is dict
+        ):
+            return LeanResult(content, structured, is_error, "structuredContent" in raw)
+    _clamp_inbound_ttl(raw)
+    version = session._negotiated_version or "2025-11-25"
+    try:
+        _methods.validate_server_result("tools/call", version, raw)
+    except KeyError:
+        pass
+    if not (foreign := _later_revision_fields("tools/call", version)).isdisjoint(raw):
+        raw = {k: v for k, v in raw.items() if k not in foreign}
+    adapter = session._call_tool_adapter
+    result = adapter.validate_python(raw, by_name=False) if isinstance(adapter, TypeAdapter) else None
+    if result is None:
+        result = adapter.model_validate(raw, by_name=False)
+    if not isinstance(result, CallToolResult | InputRequiredResult):
+        raise UnexpectedClaimedResult(result)
+    return result

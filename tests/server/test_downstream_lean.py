@@ -1,0 +1,261 @@
+"""The lean call path to HTTP downstreams (``mcpipe.downstream._leancall``): a proxied ``tools/call`` over a real
+HTTP server sent without the SDK client's request machinery, answering as the SDK's path does (progress,
+logging, cancellation, a lost session, a mid-call question, both eras)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import warnings
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+import pytest
+import trio
+from mcp import Client
+from mcp.client.session import ClientSession
+
+from kit.servers import DOWNSTREAM, make_config, running, start_process
+from mcpipe.gateway import PIPE_TOOL
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:Async generator:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
+]
+
+ERAS = ["2026-07-28", "2025-11-25"]
+
+
+@asynccontextmanager
+async def http_downstream() -> AsyncIterator[tuple[Any, str]]:
+    proc, url = await start_process([sys.executable, DOWNSTREAM, "--http", "0"], marker="", stream="stdout")
+    try:
+        yield proc, url
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+class SdkCalls:
+    """The requests SDK client sessions send through ``send_request`` (the gateway's and the test's own)."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[ClientSession, str]] = []
+
+    def clear(self) -> None:
+        self.sent.clear()
+
+    def of(self, app: Any) -> list[str]:
+        """The methods the gateway's sessions of downstream servers sent."""
+        ours = {id(s._client.session) for s in app.downstreams.servers if s._client is not None}
+        return [method for session, method in self.sent if id(session) in ours]
+
+
+@pytest.fixture
+def sdk_calls(monkeypatch: pytest.MonkeyPatch) -> SdkCalls:
+    calls = SdkCalls()
+    original = ClientSession.send_request
+
+    async def counting(self: ClientSession, request: Any, *args: Any, **kwargs: Any) -> Any:
+        calls.sent.append((self, request.method))
+        return await original(self, request, *args, **kwargs)
+
+    monkeypatch.setattr(ClientSession, "send_request", counting)
+    return calls
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_a_proxied_call_over_a_real_http_downstream_does_not_enter_the_sdk_clients_send_request(
+    protocol: str, sdk_calls: SdkCalls
+) -> None:
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app, Client(app.server) as client:
+                await app.downstreams.servers[0].wait_connected()
+                sdk_calls.clear()
+                direct = await client.call_tool("ds.add", {"a": 2, "b": 3})
+                greeted = await client.call_tool("ds.greet", {"name": "crew"})
+                piped = await client.call_tool(
+                    PIPE_TOOL,
+                    {"steps": [{"tool": "ds.add", "args": {"a": 1, "b": 1}}, {"tool": "ds.refuse"}]},
+                )
+                await app.downstreams.servers[0].client().list_tools()  # the count sees the gateway's session
+                seen = sdk_calls.of(app)
+    assert direct.structured_content == {"result": 5} and not direct.is_error
+    assert greeted.content[0].text == "hello, crew"  # type: ignore[union-attr]
+    assert piped.structured_content is not None and piped.structured_content["ok"] is False
+    assert seen == ["tools/list"]
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protocol: str, sdk_calls: SdkCalls) -> None:
+    ticks: list[str | None] = []
+    logged: list[Any] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        ticks.append(message)
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app:
+                await app.downstreams.servers[0].wait_connected()
+                async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.set_logging_level("debug")
+                    sdk_calls.clear()
+                    await client.call_tool("ds.progress", {"steps": 3}, progress_callback=on_progress)
+                    said = await client.call_tool("ds.chatter", {"tag": "t"})
+                    seen = sdk_calls.of(app)
+    assert ticks == ["tick 1", "tick 2", "tick 3"]
+    assert said.content[0].text == "t"  # type: ignore[union-attr]
+    assert logged == [f"t {level}" for level in ("debug", "info", "warning", "error")]
+    assert "tools/call" not in seen
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_cancelling_a_lean_call_cancels_the_downstream_call_at_once(protocol: str, sdk_calls: SdkCalls) -> None:
+    started = trio.Event()
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        started.set()
+
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app, Client(app.server) as client:
+                await app.downstreams.servers[0].wait_connected()
+                sdk_calls.clear()
+                async with trio.open_nursery() as nursery:
+
+                    async def call() -> None:
+                        await client.call_tool("ds.wait", {"tag": protocol}, progress_callback=on_progress)
+
+                    nursery.start_soon(call)
+                    await started.wait()
+                    cancelled_at = time.monotonic()
+                    nursery.cancel_scope.cancel()
+                assert "tools/call" not in sdk_calls.of(app)
+                events = None
+                while not events or events[-1]["event"] != "cancelled":
+                    events = (await client.call_tool("ds.events", {})).structured_content["result"]  # type: ignore[index]
+    assert [e["event"] for e in events] == ["started", "cancelled"]
+    assert events[-1]["t"] - cancelled_at < 2.0  # at once; never would hit the 30 s bound
+
+
+async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_new_session(sdk_calls: SdkCalls) -> None:
+    with trio.fail_after(60):
+        async with http_downstream() as (first, url):
+            port = url.rsplit(":", 1)[1].split("/", 1)[0]
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": "2025-11-25"}})
+            async with running(cfg) as app, Client(app.server) as client:
+                ds = app.downstreams.servers[0]
+                await ds.wait_connected()
+                before = await client.call_tool("ds.add", {"a": 1, "b": 1})
+                first.kill()
+                await first.wait()
+                again, _ = await start_process([sys.executable, DOWNSTREAM, "--http", port], marker="", stream="stdout")
+                try:
+                    after = await client.call_tool("ds.add", {"a": 2, "b": 2})
+                finally:
+                    again.kill()
+                    with trio.move_on_after(5):
+                        await again.wait()
+    assert before.structured_content == {"result": 2}
+    assert after.structured_content == {"result": 4} and ds.connections == 2
+
+
+ASKING = str(Path(__file__).resolve().parents[1] / "interaction" / "asking_server.py")
+
+
+@asynccontextmanager
+async def http_asking_server() -> AsyncIterator[str]:
+    """``asking_server.py`` over streamable HTTP; yields its URL (its first line of output)."""
+    proc = await trio.lowlevel.open_process([sys.executable, ASKING, "--http", "0"], stdout=-1, stderr=-3, stdin=-3)
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        while b"\n" not in buf:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, "the asking server exited before listening"
+            buf += chunk
+        yield buf.split(b"\n", 1)[0].decode().strip()
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+
+
+@pytest.mark.parametrize(("protocol", "tool"), [("2025-11-25", "old_style"), ("2026-07-28", "delete")])
+async def test_a_downstream_question_during_a_lean_call_is_still_relayed_to_the_caller(
+    protocol: str, tool: str, sdk_calls: SdkCalls
+) -> None:
+    asked: list[str] = []
+
+    async def elicit(context: Any, params: Any) -> types.ElicitResult:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"ok": True})
+
+    with trio.fail_after(30):
+        async with http_asking_server() as url:
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app:
+                await app.downstreams.servers[0].wait_connected()
+                async with Client(app.server, mode="legacy", elicitation_callback=elicit) as client:
+                    sdk_calls.clear()
+                    r = await client.call_tool(f"ds.{tool}", {"item": "logs"})
+                    seen = sdk_calls.of(app)
+    assert r.content[0].text == "deleted logs"  # type: ignore[union-attr]
+    assert asked == ["Delete logs?"]
+    # 2025-11-25: asked on the call's own stream, answered through the session; 2026-07-28: the retry carrying
+    # the answers is the SDK's send_request (only the first round is lean).
+    assert seen == ([] if protocol == "2025-11-25" else ["tools/call"])
+
+
+PLAIN_OR_NOT = [
+    {"content": [{"type": "text", "text": "hi"}]},
+    {"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}], "isError": True},
+    {"content": [], "structuredContent": {"n": 1}, "_meta": {"k": 1}, "resultType": "complete"},
+    {"content": [], "structuredContent": None},
+    {"content": [{"type": "text", "text": "x", "annotations": {"priority": 0.5}}]},
+    {"content": [{"type": "image", "data": "aGk=", "mimeType": "image/png"}]},
+    {"content": [{"type": "text", "text": "x"}], "structuredContent": {"n": 2}, "extra": 1},
+]
+
+
+@pytest.mark.parametrize("raw", PLAIN_OR_NOT)
+def test_a_result_read_off_the_wire_answers_what_the_sdk_session_makes_of_it(raw: dict[str, Any]) -> None:
+    from mcpipe.downstream._leancall import LeanResult, _result
+
+    send, receive = anyio.create_memory_object_stream[Any](0)
+    with send, receive:
+        got = _result(ClientSession(receive, send), json.loads(json.dumps(raw)))
+    expected = types.CallToolResult.model_validate(raw, by_name=False)
+    want = (
+        [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in expected.content],
+        expected.structured_content,
+        bool(expected.is_error),
+        "structured_content" in expected.model_fields_set,
+    )
+    if isinstance(got, LeanResult):
+        assert (got.content, got.structured_content, got.is_error, got.sent) == want
+    else:  # not plain: the session's own adapter made it
+        assert isinstance(got, types.CallToolResult)
+        dumped = [b.model_dump(by_alias=True, mode="json", exclude_none=True) for b in got.content]
+        assert (
+            dumped,
+            got.structured_content,
+            bool(got.is_error),
+            "structured_content" in got.model_fields_set,
+        ) == want
