@@ -153,7 +153,7 @@ async def test_an_http_server_that_dies_mid_call_is_reported_down_and_reconnecte
     finally:
         proc.kill()
     assert r.structured_content["steps"]["c"]["error_code"] == "TOOL_FAILED"
-    assert "MCP server 'ds'" in r.structured_content["steps"]["c"]["error"]
+    assert "MCP server 'ds' closed the connection during the call" in r.structured_content["steps"]["c"]["error"]
     assert while_down.is_error and "MCP server 'ds' is unavailable" in while_down.content[0].text
     assert after.structured_content == {"result": 3} and ds.connections == 2
 

@@ -184,14 +184,14 @@ async def lean_call(
             written = True  # a cancelled send may still have reached the server: it counts as sent
             try:
                 response = await http.send(request, stream=True, follow_redirects=False)
-            except httpx2.TransportError:
-                raise
-            except httpx2.RequestError as exc:  # an auth flow's failure: the SDK's transport dies of it
+                try:
+                    raw = await _answer(response, wire, rid, progress)
+                finally:
+                    await response.aclose()
+            except httpx2.RequestError as exc:
+                # The connection failed, or an auth flow did: the SDK's transport dies of either, and its
+                # session fails the call as a closed connection; so does this path (the same answer).
                 raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
-            try:
-                raw = await _answer(response, wire, rid, progress)
-            finally:
-                await response.aclose()
     except trio.TooSlowError:
         await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
         raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
