@@ -466,6 +466,8 @@ DOWNSTREAM_REPORT_S = 5.0
 async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams, queue: RunQueue) -> None:
     """Keep the downstream-up gauge current (each worker reports its own connections), and the run queue's depth
     (one count by status every few seconds)."""
+    if tel.metrics is not None:
+        await trio.to_thread.run_sync(tel.metrics.build)  # prometheus_client, off the loop that is answering
     while True:
         tel.downstream_status(downstreams.status())
         try:
