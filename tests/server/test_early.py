@@ -94,7 +94,8 @@ def gated(tmp_path: Path) -> Iterator[tuple[int, Path, subprocess.Popen[bytes]]]
     os.mkfifo(gate)
     port = _free_port()
     env = {**os.environ, "EARLY_GATE": str(gate), "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
-    argv = [sys.executable, str(tmp_path / "launch.py"), "serve", "--config", str(config), "--http", f"127.0.0.1:{port}"]
+    serve = ["serve", "--config", str(config), "--http", f"127.0.0.1:{port}"]
+    argv = [sys.executable, str(tmp_path / "launch.py"), *serve]
     proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         yield port, gate, proc
@@ -120,7 +121,8 @@ async def _release(gate: Path) -> None:
 
 
 def _post(port: int, method: str, params: dict[str, Any], name: str | None = None) -> dict[str, Any]:
-    params = {**params, "_meta": {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}}}
+    meta = {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}}
+    params = {**params, "_meta": meta}
     headers = {
         "Content-Type": "application/json",
         "Accept": "application/json, text/event-stream",
@@ -137,12 +139,16 @@ def _post(port: int, method: str, params: dict[str, Any], name: str | None = Non
         return out
 
 
+def _healthz_once(port: int) -> None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=WAIT_S) as answer:
+        assert answer.status == 200
+
+
 async def _healthz(port: int, proc: subprocess.Popen[bytes]) -> None:
     while True:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=WAIT_S) as answer:
-                assert answer.status == 200
-                return
+            await trio.to_thread.run_sync(_healthz_once, port)
+            return
         except OSError:
             assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
             await trio.sleep(0.02)  # the process is starting: nothing to wait on but its port
@@ -222,7 +228,15 @@ async def test_the_fronts_host_check_answers_as_the_sdks_transport_security(head
 
 @pytest.mark.parametrize(
     "accept",
-    ["application/json, text/event-stream", "*/*", "application/*", "text/*;q=0.5", "", "text/html", "APPLICATION/JSON"],
+    [
+        "application/json, text/event-stream",
+        "*/*",
+        "application/*",
+        "text/*;q=0.5",
+        "",
+        "text/html",
+        "APPLICATION/JSON",
+    ],
 )
 def test_the_accept_check_is_the_sdks(accept: str) -> None:
     from mcp.server.streamable_http import check_accept_headers
