@@ -753,6 +753,7 @@ async def serve_http(
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
     stop = trio.Event()
+    warming = trio.CancelScope()
     async with trio.open_nursery() as sdk:
         # The SDK loads beside the listener, which answers meanwhile; its session manager runs until the
         # listener has stopped (as it enclosed the listener before).
@@ -776,9 +777,11 @@ async def serve_http(
             if cfg.console.enabled:
                 _log.info("serving the console at %s/console", binds[0])
             task_status.started(url)
-            # Answering already; what a first call would import on the event loop is imported beside it.
-            nursery.start_soon(_warm, front)
+            # Answering already; what a first call would import on the event loop is imported beside it (not
+            # waited for by a shutdown).
+            sdk.start_soon(_warm, front, warming)
         stop.set()
+        warming.cancel()
 
 
 def _server_info(app: App) -> dict[str, object]:
@@ -840,13 +843,15 @@ async def _serve_sdk(
         await stop.wait()
 
 
-async def _warm(front: HttpFront) -> None:
+async def _warm(front: HttpFront, scope: trio.CancelScope) -> None:
     """Load what the first call would otherwise import on the event loop (``jsonschema``, the Prometheus
-    collectors), in a thread, once the SDK is loaded (two imports at once would share one core)."""
-    await front._sdk_ready.wait()
-    started = trio.current_time()
-    await trio.to_thread.run_sync(_load_call_path, abandon_on_cancel=True)
-    _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
+    collectors), in a thread, once the SDK is loaded (two imports at once would share one core); ``scope``
+    cancels it when the server stops."""
+    with scope:
+        await front._sdk_ready.wait()
+        started = trio.current_time()
+        await trio.to_thread.run_sync(_load_call_path, abandon_on_cancel=True)
+        _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
 
 
 def _load_call_path() -> None:
