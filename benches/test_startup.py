@@ -3,8 +3,10 @@
 Each row starts a new interpreter, as a shell does: ``python -c pass`` (the floor), ``import mcpipe.cli``,
 ``mcpipe --version``, ``check`` and ``run`` of a one-step spec, ``check --config`` of ``examples/mcpipe.toml``,
 ``playbook run`` of NoETL's ``hello_world`` (its run itself takes a few milliseconds) beside its floor (``import
-trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers and until a real client's ``initialize`` then
-``tools/list`` are answered over streamable HTTP, beside the floors of any server on
+trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers, until a 2026-07-28 client's ``tools/list``
+and ``tools/call`` are answered (which ``mcpipe serve`` answers before the SDK has loaded: ``server/_early.py``), and
+until a real client's ``initialize`` then ``tools/list`` are answered over streamable HTTP, beside the floors of any
+server on
 its stack: ``import mcp`` (the SDK), the ``import`` of Trio, hypercorn and the MCP SDK's server (nothing of
 mcpipe), and the same with the SDK's package ``__init__`` files deferred as mcpipe defers them
 (``mcpipe._sdk``). Wall time is what pytest-benchmark records; each round also records the child's CPU time
