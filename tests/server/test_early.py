@@ -244,3 +244,54 @@ def test_the_accept_check_is_the_sdks(accept: str) -> None:
 
     request = Request({"type": "http", "headers": [(b"accept", accept.encode())] if accept else []})
     assert accepts({"accept": accept} if accept else {}) == check_accept_headers(request)
+
+
+def _scope(headers: dict[str, str]) -> dict[str, Any]:
+    base = {
+        "host": "127.0.0.1:1",
+        "content-type": "application/json",
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": V,
+        "mcp-method": "tools/call",
+        "mcp-name": "echo",
+    }
+    merged = {k: v for k, v in {**base, **headers}.items() if v is not None}
+    return {"method": "POST", "headers": [(k.encode(), v.encode()) for k, v in merged.items()]}
+
+
+def _body(**changes: Any) -> bytes:
+    meta = {"io.modelcontextprotocol/protocolVersion": V, "io.modelcontextprotocol/clientCapabilities": {}}
+    msg: dict[str, Any] = {"jsonrpc": "2.0", "id": 1, "method": "tools/call"}
+    msg["params"] = {"name": "echo", "arguments": {"text": "hi"}, "_meta": meta}
+    for key, value in changes.items():
+        if key == "meta":
+            meta.update(value)
+        else:
+            msg["params"][key] = value
+    return json.dumps(msg).encode()
+
+
+@pytest.mark.parametrize(
+    ("headers", "body", "early"),
+    [
+        ({}, _body(), True),
+        ({"mcp-protocol-version": "2025-11-25"}, _body(), False),  # another era: the SDK's session
+        ({"mcp-name": "other"}, _body(), False),  # the SDK answers the mismatch
+        ({"mcp-method": "tools/list"}, _body(), False),
+        ({"accept": "text/event-stream"}, _body(), False),
+        ({"host": "evil.example:1"}, _body(), False),  # the SDK refuses it
+        ({"mcp-param-text": "hi"}, _body(), False),
+        ({}, _body(meta={"progressToken": 1}), False),  # progress: the SDK's stream
+        ({}, _body(meta={"io.modelcontextprotocol/protocolVersion": "2026-01-01"}), False),
+        ({}, _body(arguments={"n": 10**20}), False),  # an integer orjson would read as a float
+        ({}, _body(arguments=None), False),
+        ({}, b"{not json", False),
+    ],
+)
+def test_the_early_path_takes_only_requests_it_fully_understands(headers, body, early) -> None:
+    from mcpipe.server._early import EarlyAnswers
+
+    check = HostCheck(allowed_hosts=["127.0.0.1:*"], allowed_origins=[])
+    no_handlers: Any = None  # the checks read none of them
+    answers = EarlyAnswers(no_handlers, check, {"name": "mcpipe", "version": "0"})
+    assert (answers._understood(_scope(headers), body) is not None) is early

@@ -18,6 +18,7 @@ test_early.py`` checks each against the SDK's.
 from __future__ import annotations
 
 import inspect
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ _JSON_HEADERS = [(b"content-type", b"application/json")]
 _SDK_MAX_DEPTH = 201
 _PARAMS = frozenset({"name", "arguments", "_meta"})
 _ERROR = "mcpipe.error"
+# orjson reads integers of 2^64 and more as floats, where the SDK's parser keeps them (as ``_fast`` says).
+_LONG_NUMBER = re.compile(rb"[0-9]{20}")
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,7 @@ class EarlyAnswers:
         security: the front's host check.
         server_info: the ``serverInfo`` stamp of 2026-07-28 results (the SDK server's: name and version).
         json_response: answer JSON only, as the SDK's ``json_response``.
+        max_body: the body limit (a larger body waits for the SDK, which refuses it).
     """
 
     def __init__(
@@ -113,8 +117,10 @@ class EarlyAnswers:
         server_info: Mapping[str, object],
         *,
         json_response: bool = False,
+        max_body: int = 4 * 1024 * 1024,
     ) -> None:
         self.handlers = handlers
+        self.max_body = max_body
         self.security = security
         self.meta = {_mcp.SERVER_INFO_META_KEY: dict(server_info)}
         self.json_response = json_response
@@ -159,6 +165,8 @@ class EarlyAnswers:
         version = headers.get("mcp-protocol-version")
         has_json, has_sse = accepts(headers)
         if version not in _MODERN or not has_json or not (self.json_response or has_sse):
+            return None
+        if _LONG_NUMBER.search(body) is not None or len(body) > self.max_body:
             return None
         try:
             msg = orjson.loads(body)

@@ -727,7 +727,9 @@ async def serve_http(
             "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
         )
     security = security_settings(cfg, host)
-    early = EarlyAnswers(app.handlers, security, _server_info(app), json_response=h.json_response)
+    early = EarlyAnswers(
+        app.handlers, security, _server_info(app), json_response=h.json_response, max_body=h.max_body_bytes
+    )
     front = HttpFront(
         app,
         None,  # the SDK's session manager, once the SDK is loaded (_serve_sdk)
