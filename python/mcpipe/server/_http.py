@@ -20,6 +20,7 @@ import hashlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -760,6 +761,10 @@ async def serve_http(
         # The SDK loads beside the listener, which answers meanwhile; its session manager runs until the
         # listener has stopped (as it enclosed the listener before).
         sdk.start_soon(partial(_serve_sdk, front, security, listen_fd=listen_fd, fast_path=fast_path, stop=stop))
+        if sys.modules.keys() >= _SDK_MODULES:
+            # A process that has the SDK already (a host embedding mcpipe, the tests) has nothing to gain from
+            # answering before it: it binds once the SDK server is up, and every request takes the one path.
+            await front._sdk_ready.wait()
         async with trio.open_nursery() as nursery:
             app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
             trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
@@ -789,6 +794,9 @@ async def serve_http(
 def _server_info(app: App) -> dict[str, object]:
     """The ``serverInfo`` the SDK server stamps on 2026-07-28 results (its name and version)."""
     return {"name": app.config.name, "version": _version()}
+
+
+_SDK_MODULES = frozenset({"mcp.server.lowlevel.server", "mcp.server.streamable_http_manager"})
 
 
 def _import_sdk() -> None:
