@@ -3,8 +3,10 @@
 Each row starts a new interpreter, as a shell does: ``python -c pass`` (the floor), ``import mcpipe.cli``,
 ``mcpipe --version``, ``check`` and ``run`` of a one-step spec, ``check --config`` of ``examples/mcpipe.toml``,
 ``playbook run`` of NoETL's ``hello_world`` (its run itself takes a few milliseconds) beside its floor (``import
-trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers and until a real client's ``initialize`` then
-``tools/list`` are answered over streamable HTTP, beside the floors of any server on
+trio, yaml, jinja2``), and ``mcpipe serve`` until ``GET /healthz`` answers, until a 2026-07-28 client's ``tools/list``
+and ``tools/call`` are answered (which ``mcpipe serve`` answers before the SDK has loaded: ``server/_early.py``), and
+until a real client's ``initialize`` then ``tools/list`` are answered over streamable HTTP, beside the floors of any
+server on
 its stack: ``import mcp`` (the SDK), the ``import`` of Trio, hypercorn and the MCP SDK's server (nothing of
 mcpipe), and the same with the SDK's package ``__init__`` files deferred as mcpipe defers them
 (``mcpipe._sdk``). Wall time is what pytest-benchmark records; each round also records the child's CPU time
@@ -73,6 +75,7 @@ BASELINE = os.environ.get("MCPIPE_STARTUP_BASELINE")
 BASELINE_MARK = " (baseline)"
 SERVE = "mcpipe serve to /healthz"
 SERVE_MCP = "mcpipe serve to initialize+tools/list"
+SERVE_MODERN = "mcpipe serve to tools/list+tools/call (2026-07-28)"
 ACCEPT = "application/json, text/event-stream"
 
 
@@ -152,6 +155,8 @@ def _serve_until_healthz(name: str = SERVE, extra: list[str] | None = None) -> s
             _wait_healthz(proc, port, start)
             if name.startswith(SERVE_MCP):
                 _initialize_and_list(port)
+            elif name.startswith(SERVE_MODERN):
+                _list_and_call(port)
             WALL.setdefault(name, []).append(time.perf_counter() - start)
             with open(f"/proc/{proc.pid}/stat") as f:  # the server's CPU so far (it keeps running)
                 fields = f.read().rpartition(")")[2].split()
@@ -197,6 +202,27 @@ def _initialize_and_list(port: int) -> None:
     assert b'"tools"' in body, body[:500]
 
 
+def _modern(port: int, method: str, params: dict[str, object], name: str | None = None) -> bytes:
+    """POST one 2026-07-28 request (its envelope in ``_meta``, its routing headers) to ``/mcp``: the body."""
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    headers = {"Content-Type": "application/json", "Accept": ACCEPT, "MCP-Protocol-Version": "2026-07-28"}
+    headers["Mcp-Method"] = method
+    if name is not None:
+        headers["Mcp-Name"] = name
+    body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}).encode()
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        out: bytes = answer.read()
+        return out
+
+
+def _list_and_call(port: int) -> None:
+    """What a 2026-07-28 client does first: ``tools/list``, then a ``tools/call`` (the built-in ``echo``)."""
+    assert b'"tools"' in _modern(port, "tools/list", {})
+    answer = _modern(port, "tools/call", {"name": "echo", "arguments": {"text": "hi"}}, "echo")
+    assert b'"isError":false' in answer, answer[:500]
+
+
 ROWS = (
     "python -c pass",
     "import mcpipe.cli",
@@ -225,7 +251,7 @@ def test_command_start_up(benchmark, spec, name):
 
 
 @pytest.mark.benchmark(group="startup")
-@pytest.mark.parametrize("name", _with_baseline((SERVE, SERVE_MCP)))
+@pytest.mark.parametrize("name", _with_baseline((SERVE, SERVE_MODERN, SERVE_MCP)))
 def test_serve_ready_to_answer(benchmark, spec, name):
     benchmark.pedantic(_serve_until_healthz, args=(name,), rounds=5, iterations=1, warmup_rounds=1)
 

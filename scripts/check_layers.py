@@ -44,6 +44,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "mcpipe._workerpool",
             "mcpipe._jsonschema",
             "mcpipe._lazy",
+            "mcpipe._mcp",
             "mcpipe._runscope",
             "mcpipe._struct",
             "mcpipe._audit",

@@ -210,24 +210,42 @@ def test_checking_a_config_loads_neither_the_server_nor_the_sdk(tmp_path):
 
 SERVER_MODULES = """
 import sys, types
-import mcpipe.server._app, mcpipe.server._http
+import mcpipe.server._app, mcpipe.server._http, mcpipe.server.cli
 from mcpipe import telemetry
 from mcpipe._sdk import still_deferred
 telemetry.configure(types.SimpleNamespace(), service="mcpipe")
+if sys.argv[1:] == ["sdk"]:
+    from mcpipe.server._http import _import_sdk
+    _import_sdk()
 print(" ".join(n for n, m in sys.modules.items() if m is None or not still_deferred(m)))
 """
 
+SDK_BEFORE_BIND = ("mcp_types._types", "mcp.server.lowlevel", "mcp.server.streamable_http", "mcp.shared.exceptions")
+"""What ``mcpipe serve --http`` must not import before it answers: the SDK's types, server and transport."""
 
-def test_the_http_server_imports_neither_the_sdk_client_nor_its_high_level_server(tmp_path):
-    # What `mcpipe serve --http` imports before it answers, with the default telemetry: the SDK's low-level
-    # server and its HTTP transport, not its package __init__ files (the client, MCPServer), nor the
-    # OpenTelemetry SDK (no exporter asked for) or prometheus_client (the collectors are made on first use).
+
+def _server_modules(tmp_path, *args: str) -> set[str]:
     out = subprocess.run(
-        [sys.executable, "-c", SERVER_MODULES], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        [sys.executable, "-c", SERVER_MODULES, *args], capture_output=True, text=True, cwd=tmp_path, timeout=120
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    modules = set(out.stdout.split())
+    return set(out.stdout.split())
+
+
+def test_the_http_server_answers_before_it_imports_the_sdk(tmp_path):
+    # What `mcpipe serve --http` imports before it binds and answers (the early answers, /healthz), with the
+    # default telemetry: none of the SDK's types, server or transport (a thread imports them once it answers:
+    # `_serve_sdk`), nor pydantic, the OpenTelemetry SDK (no exporter asked for) or prometheus_client.
+    modules = _server_modules(tmp_path)
+    assert sorted(m for m in SDK_BEFORE_BIND if m in modules) == []
+    assert sorted(m for m in modules if m.partition(".")[0] in ("pydantic", "prometheus_client")) == []
+    assert sorted(m for m in modules if "opentelemetry.sdk" in m) == []
+
+
+def test_the_http_servers_sdk_thread_imports_neither_the_sdk_client_nor_its_high_level_server(tmp_path):
+    # What the thread loading the SDK imports: its low-level server and HTTP transport, not its package
+    # __init__ files (the client, MCPServer) nor the stdio transport.
+    modules = _server_modules(tmp_path, "sdk")
     assert "mcp.server.lowlevel.server" in modules and "mcp.server.streamable_http_manager" in modules
     unwanted = ("mcp", "mcp.server", "mcp.client.client", "mcp.server.mcpserver", "mcp.server.stdio")
     assert sorted(m for m in unwanted if m in modules) == []
-    assert sorted(m for m in modules if m.partition(".")[0] == "prometheus_client" or "opentelemetry.sdk" in m) == []

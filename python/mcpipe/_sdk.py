@@ -25,8 +25,10 @@ from types import ModuleType
 
 __all__ = ["DEFERRED", "defer_sdk_packages", "still_deferred"]
 
-DEFERRED = ("mcp", "mcp.server", "mcp.client")
-"""The packages whose ``__init__`` waits for the first read of one of its names, parents first."""
+DEFERRED = ("mcp", "mcp.server", "mcp.client", "mcp_types")
+"""The packages whose ``__init__`` waits for the first read of one of its names, parents first. ``mcp_types``'
+``__init__`` imports every model of both protocol eras: with it deferred, ``import mcp_types as types`` costs
+nothing until a model is read (``types.CallToolResult``), and ``mcp_types.version`` imports alone."""
 
 
 def defer_sdk_packages() -> None:

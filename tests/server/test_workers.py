@@ -90,6 +90,12 @@ async def test_sigterm_reaches_every_worker_which_answers_its_calls_in_flight_an
             workers = sup.workers()
             for pid in workers:
                 with sup.only(pid):
+                    # A worker answers before its SDK is loaded (its first second), and a call asking for
+                    # progress waits for the SDK: one session first, so each nap runs as soon as it is sent.
+                    async with Client(sup.url, mode="legacy"):
+                        pass
+            for pid in workers:
+                with sup.only(pid):
                     started = trio.Event()
                     nursery.start_soon(nap_in_flight, sup.url, started, answers)
                     await started.wait()  # running on this worker before the others continue

@@ -18,7 +18,6 @@ from contextvars import ContextVar
 from dataclasses import InitVar, dataclass, field
 
 import anyio
-import mcp.client.stdio
 from anyio.streams.text import TextReceiveStream
 
 from mcpipe._core import ArrayCap
@@ -105,5 +104,8 @@ class LineChunks(TextReceiveStream):
 
 
 def install() -> None:
-    """Make the SDK's stdio client read through :class:`LineChunks` (idempotent)."""
+    """Make the SDK's stdio client read through :class:`LineChunks` (idempotent; the SDK's stdio client is
+    imported here, by the first stdio server connected)."""
+    import mcp.client.stdio
+
     mcp.client.stdio.TextReceiveStream = LineChunks  # type: ignore[misc]

@@ -25,15 +25,17 @@ import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx2
 import orjson
 import outcome
 import trio
-from mcp_types import RequestParamsMeta
 
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcp_types import RequestParamsMeta
 
 __all__ = ["CALL_KEY", "StreamWatch"]
 
@@ -100,7 +102,7 @@ class StreamWatch:
         token = secrets.token_hex(8)
         self._closers[token] = closer
         try:
-            yield cast(RequestParamsMeta, {CALL_KEY: token})
+            yield cast("RequestParamsMeta", {CALL_KEY: token})
         finally:
             del self._closers[token]
             last = self._last.pop(token, None)

@@ -34,23 +34,16 @@ import httpx2
 import msgspec
 import orjson
 import trio
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import (
+
+from mcpipe import _mcp, telemetry
+from mcpipe._jsonschema import errors_async, needs_thread, validator
+from mcpipe._mcp import (
     CLIENT_CAPABILITIES_META_KEY,
     CONNECTION_CLOSED,
     HEADER_MISMATCH,
     INVALID_REQUEST,
-    CallToolResult,
-    Implementation,
-    RequestParamsMeta,
+    MODERN_PROTOCOL_VERSIONS,
 )
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-
-from mcpipe import telemetry
-from mcpipe._jsonschema import errors_async, needs_thread, validator
 from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials, oauth_bearer
 from mcpipe.config import McpServerConfig
@@ -62,20 +55,13 @@ from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInE
 from mcpipe.downstream._polling import StreamWatch
 from mcpipe.downstream._wire import LeanTransport, lean_for
 from mcpipe.gateway import CallError, is_cancellation
-from mcpipe.interaction import (
-    Askers,
-    AskFailed,
-    call_relaying,
-    caller_capabilities,
-    interaction_of,
-    keep_caller_capabilities,
-)
+from mcpipe.interaction import AskFailed, interaction_of
 from mcpipe.tools import Tool, ToolContext, ToolResult
 
 if TYPE_CHECKING:
     from mcp import Client
-
-_linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CallToolResult, Implementation, RequestParamsMeta
 
 __all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 
@@ -89,7 +75,15 @@ HEALTHY_AFTER = 5.0
 """A connection that lived this long resets the backoff; one that dies sooner doubles it."""
 
 _MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
-_CLIENT_INFO = Implementation(name="mcpipe-gateway", version="1")
+
+
+@lru_cache(maxsize=1)
+def _client_info() -> Implementation:
+    """What mcpipe says it is to a downstream server (the SDK's model: built once the SDK is loaded)."""
+    from mcp_types import Implementation
+
+    return Implementation(name="mcpipe-gateway", version="1")
+
 
 _SESSION_GONE = frozenset({"Session not found", "Session terminated"})
 """How a 2025-11-25 HTTP server (and the SDK client, for a bare 404) says it does not know the session."""
@@ -317,6 +311,9 @@ def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
 def _http_client(url: str, headers: dict[str, str], auth: httpx2.Auth | None) -> httpx2.AsyncClient:
     """The SDK's client (``create_mcp_http_client``: its timeouts, headers, auth), on the lean transport for a
     plain-http server reached directly (``_wire``)."""
+    # The SDK's client stack loads with the first downstream server connected, not with the server's start.
+    from mcp.shared._httpx_utils import MCP_DEFAULT_SSE_READ_TIMEOUT, MCP_DEFAULT_TIMEOUT, create_mcp_http_client
+
     if not lean_for(url):
         return create_mcp_http_client(headers=headers or None, auth=auth)
     timeout = httpx2.Timeout(MCP_DEFAULT_TIMEOUT, read=MCP_DEFAULT_SSE_READ_TIMEOUT)
@@ -332,6 +329,8 @@ async def _http_transport(
     auth: httpx2.Auth | None = None,
     keep: Callable[[Wire | None], None] | None = None,
 ) -> AsyncIterator[Any]:
+    from mcp.client.streamable_http import streamable_http_client
+
     async with _http_client(url, headers, auth) as http:
         watch.install(http)
         _cap_listings(http, listing)
@@ -394,6 +393,8 @@ class DownstreamServer:
         self.catalog = Catalog(self)
         self.feed: Feed = feed_of(self)
         # Questions it asks during calls, relayed to their callers; its SSE polling, passed on to them.
+        from mcpipe.interaction import Askers  # the relay (the SDK) loads with the first downstream server
+
         self.askers = Askers(name)
         self.streams = StreamWatch()
         self._users: OrderedDict[str, tuple[DownstreamServer, trio.CancelScope]] = OrderedDict()
@@ -425,6 +426,9 @@ class DownstreamServer:
     def _transport(self, closed: trio.Event) -> Any:
         c = self.config
         if c.command is not None:
+            from mcp.client.stdio import StdioServerParameters, stdio_client
+
+            _linear_stdio_lines()  # the SDK's stdio reader is quadratic in a line's length (see _lines)
             params = StdioServerParameters(command=c.command, args=c.args, env=c.env or None, cwd=c.cwd)
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
         else:
@@ -481,7 +485,7 @@ class DownstreamServer:
                 mode = {"auto": "auto", "2025-11-25": "legacy"}.get(self.config.protocol, self.config.protocol)
                 async with Client(
                     self._transport(closed),
-                    client_info=_CLIENT_INFO,
+                    client_info=_client_info(),
                     mode=mode,
                     cache=None,
                     **self.feed.hooks(),
@@ -584,7 +588,7 @@ class DownstreamServer:
                 await self._list_tools(client)
             else:
                 await self.catalog.refresh(client, what)
-        except (MCPError, *_TRANSPORT_ERRORS) as exc:
+        except (_mcp.MCPError, *_TRANSPORT_ERRORS) as exc:
             _log.warning("downstream %s: cannot list its %s again: %s", self.name, what, _describe(exc))
 
     async def wait_connected(self) -> None:
@@ -738,6 +742,8 @@ class DownstreamServer:
                 meta = self._meta(client, ctx, watched)
 
                 async def relayed() -> CallToolResult:
+                    from mcpipe.interaction import call_relaying
+
                     return await call_relaying(self._relisting(client, remote, send), ctx)
 
                 if tel is None or tel.tracer is None:
@@ -746,15 +752,15 @@ class DownstreamServer:
                     with tel.span(f"downstream {self.name} {remote}", {"mcp.server": self.name}, client=True):
                         traced = tel.trace_meta()
                         if traced:
-                            meta = cast(RequestParamsMeta, {**(meta or {}), **traced})
+                            meta = cast("RequestParamsMeta", {**(meta or {}), **traced})
                         r = await self.streams.polled(ctx, self._poll, relayed)
                 await forward.drain()
                 await self.feed.drain()
             answered = not r.is_error
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
-        except (MCPError, *_TRANSPORT_ERRORS) as exc:
-            if isinstance(exc, MCPError) and asking.refused is not None:
+        except (_mcp.MCPError, *_TRANSPORT_ERRORS) as exc:
+            if isinstance(exc, _mcp.MCPError) and asking.refused is not None:
                 # It failed on a question mcpipe could not relay (mid-call, 2025-11-25): say so, as a tool error.
                 raise self._unrelayed(asking.refused) from None
             raise self.failure(exc) from None
@@ -841,8 +847,10 @@ class DownstreamServer:
         what the caller can answer, as it would directly)."""
         if client.protocol_version not in _MODERN:
             return meta
+        from mcpipe.interaction import caller_capabilities, keep_caller_capabilities
+
         keep_caller_capabilities(client.session)
-        return cast(RequestParamsMeta, {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: caller_capabilities(ctx)})
+        return cast("RequestParamsMeta", {**(meta or {}), CLIENT_CAPABILITIES_META_KEY: caller_capabilities(ctx)})
 
     def _speaks_handshake(self) -> bool:
         """Whether the live session is a 2025-11-25 one."""
@@ -857,7 +865,7 @@ class DownstreamServer:
         async def once(responses: Any, state: str | None) -> Any:
             try:
                 return await send(responses, state)
-            except MCPError as exc:
+            except _mcp.MCPError as exc:
                 if exc.code != HEADER_MISMATCH:
                     raise
             cursor: str | None = None
@@ -885,7 +893,7 @@ class DownstreamServer:
     def failure(self, exc: MCPError | OSError | Exception) -> Exception:
         """What a request's failure becomes: the server's own JSON-RPC error (DownstreamError, its code, message
         and data kept), or a CallError when the connection failed (the server is marked down)."""
-        if isinstance(exc, MCPError):
+        if isinstance(exc, _mcp.MCPError):
             if exc.code == CONNECTION_CLOSED:
                 self._lost(exc)
                 return TransportError(f"MCP server '{self.name}' closed the connection during the call")

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mcp.shared.exceptions import MCPError
-from mcp_types import INTERNAL_ERROR, INVALID_PARAMS
-from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
-
+from mcpipe import _mcp
+from mcpipe._mcp import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcpipe._util import is_suspension
 from mcpipe.interaction._core import (
     CapabilityMissing,
@@ -35,6 +33,9 @@ from mcpipe.interaction._state import (
 )
 from mcpipe.store import InMemoryPipelineStore, PipelineStore, StateTooLarge, StoreUnavailable
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    from mcp.shared.exceptions import MCPError
 
 __all__ = ["Interactions", "sdk_call"]
 
@@ -150,7 +151,7 @@ class Interactions:
             lacking = only(e, CapabilityMissing)
             if lacking is not None:
                 cap = lacking.capability
-                raise MCPError(
+                raise _mcp.MCPError(
                     code=MISSING_REQUIRED_CLIENT_CAPABILITY,
                     message=f"Missing required client capability: {lacking}",
                     data={"requiredCapabilities": {cap: {}}},
@@ -168,7 +169,7 @@ class Interactions:
             raise _unavailable(e) from None
         except StateError as e:
             _log.warning("requestState refused for %s (%s): %s", name, e.reason, e)
-            raise MCPError(
+            raise _mcp.MCPError(
                 code=INVALID_PARAMS, message=f"Invalid requestState: {e}", data={"reason": e.reason}
             ) from None
         memo, answers, pending = saved.get("memo"), saved.get("answers"), saved.get("pending")
@@ -179,7 +180,7 @@ class Interactions:
             and isinstance(pending, dict)
             and isinstance(relayed, dict)
         ):
-            raise MCPError(
+            raise _mcp.MCPError(
                 code=INVALID_PARAMS, message="Invalid requestState: not a pipeline state", data={"reason": "malformed"}
             )
         missing: dict[str, Any] = {}
@@ -219,7 +220,7 @@ class Interactions:
 def _unavailable(exc: StoreUnavailable) -> MCPError:
     """A store that cannot answer is the server's trouble, not the caller's: an internal error naming it;
     the client can send the same request again once the store is back."""
-    return MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
+    return _mcp.MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
 
 
 def _dump(model: Any) -> Any:

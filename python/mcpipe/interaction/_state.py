@@ -23,12 +23,14 @@ import logging
 import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from mcp.server.request_state import AESGCMRequestStateCodec, InvalidRequestState
 
 from mcpipe.store import ClaimUnverifiable, PipelineStore
+
+if TYPE_CHECKING:
+    from mcp.server.request_state import AESGCMRequestStateCodec
 
 __all__ = ["DEFAULT_INLINE_MAX_BYTES", "DEFAULT_STATE_TTL_S", "STATE_KEY_ENV", "StateError", "StateSealer"]
 
@@ -93,7 +95,8 @@ class StateSealer:
         self.ephemeral = keys is None
         if keys is None:
             keys = [os.urandom(32)]
-        self._codec = AESGCMRequestStateCodec(list(keys))
+        self._keys = list(keys)
+        self._sealing: AESGCMRequestStateCodec | None = None
         self.store = store
         self.ttl_s = ttl_s
         self.inline_max_bytes = inline_max_bytes
@@ -159,6 +162,8 @@ class StateSealer:
                     "the suspended pipeline is no longer in the store (expired, or evicted as the oldest to keep "
                     "the store within its limits)",
                 )
+            from mcp.server.request_state import InvalidRequestState
+
             try:
                 state = orjson.loads(self._codec.unseal(blob.decode()))
             except (InvalidRequestState, UnicodeDecodeError, orjson.JSONDecodeError):
@@ -169,7 +174,19 @@ class StateSealer:
             raise StateError("malformed", "requestState holds no pipeline state")
         return state
 
+    @property
+    def _codec(self) -> AESGCMRequestStateCodec:
+        """The SDK's codec (and ``cryptography``), imported when a first state is sealed or opened, not when the
+        server starts."""
+        if self._sealing is None:
+            from mcp.server.request_state import AESGCMRequestStateCodec
+
+            self._sealing = AESGCMRequestStateCodec(self._keys)
+        return self._sealing
+
     def _open(self, token: str) -> dict[str, Any]:
+        from mcp.server.request_state import InvalidRequestState
+
         try:
             payload = self._codec.unseal(token)
         except InvalidRequestState as e:

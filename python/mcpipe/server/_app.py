@@ -8,12 +8,11 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import trio
-from mcp.server.lowlevel.server import Server
 
 from mcpipe import telemetry
 from mcpipe._loader import LoadError, load_object
@@ -34,6 +33,9 @@ from mcpipe.store import RunQueue, ServedStore, StoreUnavailable, open_pipeline_
 from mcpipe.store.tokens import Vault, VaultError, open_token_store
 from mcpipe.tools.builtin import builtin_tools
 from mcpipe.trust import Trust
+
+if TYPE_CHECKING:
+    from mcp.server.lowlevel.server import Server
 
 __all__ = ["App", "load_tool_source", "open_app", "pipeline_store", "run_queue", "tool_sources"]
 
@@ -253,19 +255,32 @@ def run_worker(config: Config, queue: RunQueue, gateway: Gateway, worker_id: str
 
 @dataclass
 class App:
-    """A running mcpipe: its config, gateway, downstream actors, and the SDK server serving them."""
+    """A running mcpipe: its config, gateway, downstream actors, and the SDK server serving them (built on first
+    read of :attr:`server`)."""
 
     config: Config
     gateway: Gateway
     downstreams: Downstreams
     handlers: ToolHandlers
-    server: Server[Any]
     runs: Runs
     worker: Worker | None = None
     registries: Any = None
     """The registries' sync (:class:`mcpipe.server._registries.RegistrySync`), when the config has any."""
     oauth: OAuthClients | None = None
     """mcpipe's OAuth client machinery, when a downstream server requires OAuth (its callback is served)."""
+    instructions: str | None = None
+    """The server's ``instructions`` (what the SDK server says at ``initialize`` and ``server/discover``)."""
+    _server: Server[Any] | None = field(default=None, repr=False)
+
+    @property
+    def server(self) -> Server[Any]:
+        """The SDK's low-level server over the handlers, built on the first read, which imports the SDK (about
+        a second of CPU): ``mcpipe serve`` reads it once a thread has imported the SDK, after it answers."""
+        if self._server is None:
+            self._server = build_server(
+                self.handlers, name=self.config.name, version=_version(), instructions=self.instructions
+            )
+        return self._server
 
 
 def oauth_callback_url(config: Config) -> str:
@@ -393,7 +408,6 @@ async def open_app(
     instructions = INSTRUCTIONS if config.pipe.enabled else None
     if instructions is not None and config.tools.discovery == "search":
         instructions = f"{instructions} {SEARCH_INSTRUCTIONS}"
-    server = build_server(handlers, name=config.name, version=_version(), instructions=instructions)
     try:
         tel = telemetry.configure(
             config.telemetry, service=config.name, known=_known_names(gateway, config.telemetry.max_tool_labels)
@@ -431,8 +445,8 @@ async def open_app(
                 worker = run_worker(config, queue, gateway, server_id)
                 await nursery.start(worker.run)
             yield App(
-                config, gateway, downstreams, handlers, server, runs, worker,
-                registries=app_registries if config.registries else None, oauth=oauth,
+                config, gateway, downstreams, handlers, runs, worker,
+                registries=app_registries if config.registries else None, oauth=oauth, instructions=instructions,
             )  # fmt: skip
             nursery.cancel_scope.cancel()
     finally:
@@ -452,6 +466,8 @@ DOWNSTREAM_REPORT_S = 5.0
 async def _report_downstreams(tel: telemetry.Telemetry, downstreams: Downstreams, queue: RunQueue) -> None:
     """Keep the downstream-up gauge current (each worker reports its own connections), and the run queue's depth
     (one count by status every few seconds)."""
+    if tel.metrics is not None:
+        await trio.to_thread.run_sync(tel.metrics.build)  # prometheus_client, off the loop that is answering
     while True:
         tel.downstream_status(downstreams.status())
         try:

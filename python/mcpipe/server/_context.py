@@ -10,9 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, TypeAlias
 
-from mcp.server.context import ServerRequestContext
-
 if TYPE_CHECKING:
+    from mcp.server.context import ServerRequestContext
     from starlette.requests import Request
 
 __all__ = ["RequestContext"]

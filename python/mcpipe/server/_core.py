@@ -1,5 +1,7 @@
 """The MCP face of a :class:`~mcpipe.gateway.Gateway`: ``tools/list`` and ``tools/call`` on the SDK's
-low-level ``Server``, with ``mcp_pipe`` beside every tool the gateway knows.
+low-level ``Server``, with ``mcp_pipe`` beside every tool the gateway knows. The handlers import no SDK module
+at load (``mcpipe serve`` answers before the SDK loads); the SDK server over them is built by
+``server/_sdkserver.py``.
 
 Results are built as wire dicts (never SDK models): a tool's :class:`ToolResult` already holds MCP-shaped
 content blocks, so the per-call path is a dict literal and one orjson encode for ``mcp_pipe``'s text block.
@@ -12,17 +14,11 @@ import math
 import time
 import warnings
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import mcp_types as types
 import trio
-from mcp.server.lowlevel.server import NotificationOptions, Server
-from mcp.server.models import InitializationOptions
-from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolRequestParams, PaginatedRequestParams
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from mcpipe import telemetry
+from mcpipe import _mcp, telemetry
 from mcpipe._json import dumps
 from mcpipe.access import GateDenied
 from mcpipe.compile import compile_spec_async
@@ -43,7 +39,20 @@ from mcpipe.store import RunRefused, StoreUnavailable
 from mcpipe.tools import Identity, ProgressFn, Request, Tool, ToolCaller, ToolContext, ToolResult
 from mcpipe.trust import TrustDenied
 
-__all__ = ["PipeRunner", "ToolHandlers", "build_server", "principal_of", "tool_context", "wire_result"]
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+    from mcp_types import CallToolRequestParams, PaginatedRequestParams
+
+__all__ = [
+    "PipeRunner",
+    "ToolHandlers",
+    "build_server",
+    "input_schema",
+    "principal_of",
+    "tool_context",
+    "wire_result",
+]
 
 _log = logging.getLogger("mcpipe.server")
 
@@ -72,7 +81,7 @@ def scope_request(scope: Any, **fields: Any) -> Request:
 IDENTITY_SCOPE_KEY = "mcpipe.identity"
 """Where the HTTP front leaves the caller's identity (``ToolContext.identity``)."""
 
-_MODERN = frozenset(MODERN_PROTOCOL_VERSIONS)
+_MODERN = frozenset(_mcp.MODERN_PROTOCOL_VERSIONS)
 
 UNAVAILABLE_META_KEY = "io.github.mcpipe/unavailable"
 """Where a ``tools/list`` result names the downstream servers that are not up, each with why."""
@@ -654,11 +663,11 @@ class ToolHandlers:
         try:
             return await self.gateway.invoke(tool, args, tctx)
         except TrustDenied as exc:
-            raise MCPError(exc.rpc_code, str(exc)) from None
+            raise _mcp.MCPError(exc.rpc_code, str(exc)) from None
         except GateDenied as exc:
-            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
+            raise _mcp.MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
-            raise MCPError(types.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
+            raise _mcp.MCPError(_mcp.INTERNAL_ERROR, f"{exc.code}: {exc}") from None
 
     def scopes_of(self, ctx: RequestContext) -> ScopeCheck | None:
         """What the ``[[auth.scopes]]`` rules ask of a request's caller for prompts and resources, the rule tools
@@ -684,7 +693,7 @@ class ToolHandlers:
         try:
             trust.check(tool.name, tctx)
         except TrustDenied as exc:
-            raise MCPError(exc.rpc_code, str(exc)) from None
+            raise _mcp.MCPError(exc.rpc_code, str(exc)) from None
 
     async def run_hidden(self, ctx: RequestContext | None, tool: Tool, args: dict[str, Any]) -> ToolResult:
         """Run a pipeline as the server itself (a completion source, a listing, a watch's read): no caller's
@@ -730,18 +739,20 @@ class ToolHandlers:
             return wire_result(result, tctx.era)
         except DownstreamError as exc:
             # The downstream server's own JSON-RPC error reaches the caller as it was (code, message, data).
-            raise MCPError(exc.error.code, exc.error.message, exc.error.data) from None
+            raise _mcp.MCPError(exc.error.code, exc.error.message, exc.error.data) from None
         except SignInRequired as exc:
             # The caller must sign in to a downstream server and cannot be asked mid-call: the spec's
             # URLElicitationRequiredError, which a client shows and then retries the call after.
-            raise MCPError(types.URL_ELICITATION_REQUIRED, str(exc), {"elicitations": [exc.elicitation()]}) from None
+            raise _mcp.MCPError(
+                _mcp.URL_ELICITATION_REQUIRED, str(exc), {"elicitations": [exc.elicitation()]}
+            ) from None
         except TrustDenied as exc:
-            raise MCPError(exc.rpc_code, str(exc)) from None
+            raise _mcp.MCPError(exc.rpc_code, str(exc)) from None
         except GateDenied as exc:
-            raise MCPError(exc.rpc_code, str(exc), exc.data) from None
+            raise _mcp.MCPError(exc.rpc_code, str(exc), exc.data) from None
         except CallError as exc:
             if exc.code == ErrorCode.UNKNOWN_TOOL and self.unknown_tool_error:
-                raise MCPError(types.INVALID_PARAMS, f"unknown tool: {name}") from None
+                raise _mcp.MCPError(_mcp.INVALID_PARAMS, f"unknown tool: {name}") from None
             return _error_result(f"{exc.code}: {exc}")
         except (trio.Cancelled, StoreUnavailable):
             raise
@@ -844,85 +855,16 @@ def _shutdown_answer(pipe: bool) -> dict[str, Any]:
 
 
 def build_server(
-    handlers: ToolHandlers,
-    *,
-    name: str = "mcpipe",
-    version: str = "",
-    instructions: str | None = None,
+    handlers: ToolHandlers, *, name: str = "mcpipe", version: str = "", instructions: str | None = None
 ) -> Server[Any]:
-    """A low-level SDK ``Server`` serving the handlers' tools (and nothing else).
+    """A low-level SDK ``Server`` serving the handlers' tools (:func:`mcpipe.server._sdkserver.build_server`,
+    which imports the SDK)."""
+    from mcpipe.server._sdkserver import build_server as build
 
-    The SDK's default OpenTelemetry middleware is left out: it costs a span per message and is a no-op
-    without an exporter; add it back to ``server.middleware`` if you export traces.
-    """
-    # The handlers answer wire dicts, which the SDK accepts as results (``HandlerResult``); its
-    # constructor's annotations name only the models.
-    server: Server[Any] = _Server(
-        name,
-        version=version,
-        instructions=instructions,
-        on_list_tools=handlers.list_tools,  # type: ignore[arg-type]
-        on_call_tool=handlers.call_tool,  # type: ignore[arg-type]
-        get_tool_input_schema=lambda tool: _input_schema(handlers, tool),
-    )
-    server.middleware.clear()
-    caching = handlers.caching
-    if caching is not None and getattr(caching, "every_era", False):
-        server.middleware.append(_CacheHintsEveryEra(caching))
-    if handlers.apps is not None:  # MCP Apps: the extension advertised in both eras' capabilities
-        from mcpipe.server._apps import EXTENSION_ID
-
-        server.extensions[EXTENSION_ID] = handlers.apps.capability()
-    if handlers.tasks is not None:
-        handlers.tasks.install(server)
-    if handlers.passthrough is not None:
-        handlers.passthrough.register(server)
-    return server
+    return build(handlers, name=name, version=version, instructions=instructions)
 
 
-_LIST_METHODS = frozenset({"tools/list", "prompts/list", "resources/list", "resources/templates/list"})
-
-
-class _CacheHintsEveryEra:
-    """The config's cache hints on list and read results of the protocol versions before 2026-07-28 too
-    (``caching.every_era``): the SDK's result surface of those versions has no such fields and leaves them
-    out, so they are put back once the result is shaped for the wire."""
-
-    def __init__(self, caching: Any) -> None:
-        self.caching = caching
-
-    async def __call__(self, ctx: RequestContext, call_next: Any) -> Any:
-        result = await call_next(ctx)
-        if ctx.protocol_version in _MODERN or not isinstance(result, dict):
-            return result
-        if ctx.method in _LIST_METHODS:
-            ttl = self.caching.list_ttl_ms
-        elif ctx.method == "resources/read":
-            ttl = self.caching.read_ttl_ms
-        else:
-            return result
-        result.setdefault("ttlMs", ttl)
-        result.setdefault("cacheScope", self.caching.scope)
-        return result
-
-
-class _Server(Server[Any]):
-    """The SDK server, declaring at 2025-11-25 that its lists change (downstream servers come, go and change
-    theirs, and mcpipe tells its clients)."""
-
-    def create_initialization_options(
-        self,
-        notification_options: NotificationOptions | None = None,
-        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
-        extensions: dict[str, dict[str, Any]] | None = None,
-    ) -> InitializationOptions:
-        changes = NotificationOptions(prompts_changed=True, resources_changed=True, tools_changed=True)
-        return super().create_initialization_options(
-            notification_options or changes, experimental_capabilities, extensions
-        )
-
-
-def _input_schema(handlers: ToolHandlers, name: str) -> dict[str, Any] | None:
+def input_schema(handlers: ToolHandlers, name: str) -> dict[str, Any] | None:
     if name == PIPE_TOOL:
         return PIPE_INPUT_SCHEMA
     tool = handlers.gateway.get(name)

@@ -20,19 +20,15 @@ import hashlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import Awaitable, Callable
 from functools import partial
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import urlsplit
 
 import orjson
 import trio
 from hypercorn.config import Config as HypercornConfig
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
-from mcp.server.auth.provider import AccessToken
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcpipe._jsonschema import warm
@@ -42,13 +38,17 @@ from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.formats import serves_workflow
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
-from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
-from mcpipe.server._fast import FastToolCall, replaying
+from mcpipe.server._early import EarlyAnswers, HostCheck, replaying
 from mcpipe.server._listen import default_max_connections, serve_bounded
 from mcpipe.server._resource import ResourceServer, call_target, is_pipe
 from mcpipe.telemetry import current as current_telemetry
 from mcpipe.telemetry import metrics_text
 from mcpipe.tools import Identity
+
+if TYPE_CHECKING:
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+
+    from mcpipe.server._fast import FastToolCall
 
 __all__ = ["HttpFront", "security_settings", "serve_http", "signalled", "tokens_from_env"]
 
@@ -88,7 +88,7 @@ def _secret(value: str | None, env: str | None) -> str:
     return value or ""
 
 
-def security_settings(config: Config, host: str) -> TransportSecuritySettings:
+def security_settings(config: Config, host: str) -> HostCheck:
     """DNS-rebinding protection: the Host header must name this server, and a browser Origin too.
 
     Defaults allow the loopback names on any port, plus the bound host when it is not a wildcard;
@@ -96,7 +96,7 @@ def security_settings(config: Config, host: str) -> TransportSecuritySettings:
     """
     h = config.http
     if not h.dns_rebinding_protection:
-        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        return HostCheck(enable_dns_rebinding_protection=False)
     hosts = ["127.0.0.1:*", "localhost:*", "[::1]:*"]
     origins = ["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"]
     if host not in _LOOPBACK and host not in ("0.0.0.0", "::", ""):
@@ -107,7 +107,7 @@ def security_settings(config: Config, host: str) -> TransportSecuritySettings:
         hosts = list(h.allowed_hosts)
     if h.allowed_origins is not None:
         origins = list(h.allowed_origins)
-    return TransportSecuritySettings(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
+    return HostCheck(enable_dns_rebinding_protection=True, allowed_hosts=hosts, allowed_origins=origins)
 
 
 async def _respond(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
@@ -214,7 +214,9 @@ class HttpFront:
 
     Args:
         app: the running mcpipe.
-        manager: the SDK session manager (entered with ``manager.run()`` by whoever serves this).
+        manager: the SDK session manager (entered with ``manager.run()`` by whoever serves this); None while
+            the SDK loads (:meth:`serve_sdk` gives it): until then ``early`` answers what it can and every other
+            MCP request waits for it.
         path: where MCP is served (``/mcp``).
         tokens: token digest -> principal. With no ``auth.tokens`` configured there is no auth (every
             caller is the trusted local one); with tokens configured, a request needs one of them.
@@ -223,17 +225,22 @@ class HttpFront:
     def __init__(
         self,
         app: App,
-        manager: StreamableHTTPSessionManager,
+        manager: StreamableHTTPSessionManager | None,
         *,
         path: str,
         tokens: dict[bytes, str],
         fast: FastToolCall | None = None,
         max_body: int = 4 * 1024 * 1024,
         body_timeout_s: float = 30.0,
-        security: TransportSecuritySettings | None = None,
+        security: HostCheck | None = None,
         config_path: str | None = None,
+        early: EarlyAnswers | None = None,
     ):
-        self.security = TransportSecurityMiddleware(security)
+        self.security = security if security is not None else HostCheck(enable_dns_rebinding_protection=False)
+        self.early = early
+        self._sdk_ready = trio.Event()
+        if manager is not None:
+            self._sdk_ready.set()
         self.max_body = max_body
         self.body_timeout_s = body_timeout_s
         self.manager = manager
@@ -245,7 +252,8 @@ class HttpFront:
                 "error_description": f"the request body did not arrive within {body_timeout_s:g} s",
             }
         )
-        self._users: dict[str, AuthenticatedUser] = {}
+        self._users: dict[str, Any] = {}
+        """principal -> the SDK's ``AuthenticatedUser`` a 2025-11-25 session is bound to."""
         self.health_path = app.config.http.health_path
         self.config_path = config_path
         self.console: Any = None
@@ -302,7 +310,16 @@ class HttpFront:
         self.watches = passthrough.watches if passthrough is not None and passthrough.watches.tokens else None
         if self.fast is not None:
             self.fast.handlers = app.handlers
+        if self.early is not None:
+            self.early.handlers = app.handlers
         self.console = self._console(app) if app.config.console.enabled else None
+
+    def serve_sdk(self, manager: StreamableHTTPSessionManager, fast: FastToolCall | None) -> None:
+        """The SDK is up: serve MCP through ``manager`` (and ``fast``) from now on, and let waiting requests on."""
+        if fast is not None:
+            fast.handlers = self.app.handlers
+        self.manager, self.fast = manager, fast
+        self._sdk_ready.set()
 
     def _console(self, app: App) -> Any:
         """The web console of ``app`` (``[console]``), behind this front's auth and checks."""
@@ -373,10 +390,15 @@ class HttpFront:
                     receive = replaying(data, read.more, receive)
                     if self.scope_guard and await self._step_up(scope, data, send):
                         return
+                if self.manager is None:  # the SDK is loading: answer what needs none of it, the rest waits
+                    if self.early is not None and scope["method"] == "POST" and await self.early(scope, data, send):
+                        return
+                    await self._sdk_ready.wait()
                 if self.fast is not None:
                     served, receive = await self.fast(scope, receive, send)
                     if served:
                         return
+                assert self.manager is not None
                 await self.manager.handle_request(scope, receive, send)
             elif path == self.health_path:
                 if self._known(scope):
@@ -483,7 +505,7 @@ class HttpFront:
 
     def _known(self, scope: Scope) -> bool:
         """Whether the request names this server (its Host, and its Origin if any), checked quietly."""
-        settings = self.security.settings
+        settings = self.security
         if not settings.enable_dns_rebinding_protection:
             return True
         host = origin = ""
@@ -497,7 +519,11 @@ class HttpFront:
     async def _refused(self, scope: Scope, *, post: bool) -> Any:
         """The answer to a request the front checks refuse (a Host or Origin this server does not know, a POST
         that is not JSON: the SDK's own checks of ``/mcp``, applied to every route), or None."""
-        return await self.security.validate_request(Request(scope), is_post=post)
+        refused = self.security.refusal(scope["headers"], is_post=post)
+        if refused is None:
+            return None
+        status, body = refused
+        return partial(_refuse, status, body)
 
     async def workflow(self, scope: Scope, receive: Receive, send: Send) -> None:
         """``POST /workflow`` (``docs/workflow.md``), behind the same bearer auth, front checks and body deadline
@@ -536,6 +562,9 @@ class HttpFront:
         scope[IDENTITY_SCOPE_KEY] = found
         user = self._users.get(principal)
         if user is None:
+            from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
+            from mcp.server.auth.provider import AccessToken
+
             user = AuthenticatedUser(AccessToken(token="", client_id=principal, scopes=[]))
             if len(self._users) < 100_000:
                 self._users[principal] = user
@@ -602,6 +631,13 @@ class HttpFront:
                     scope[PRINCIPAL_SCOPE_KEY] = principal_key(asserted)
                     return True
         return True
+
+
+async def _refuse(status: int, body: bytes, scope: Scope, receive: Receive, send: Send) -> None:
+    """The SDK's refusal (a Starlette ``Response`` of plain text, without a content type)."""
+    headers = [(b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _matches(value: str, allowed: list[str]) -> bool:
@@ -691,42 +727,20 @@ async def serve_http(
             "listening on every interface but accepting only loopback Host headers: list the names clients "
             "use in http.allowed_hosts (DNS-rebinding protection answers 421 to the others)"
         )
-    resumable = h.resumable_streams and not h.json_response
-    events = InMemoryEventStore(max_events=h.event_store_max_events, max_bytes=h.event_store_max_bytes)
-    manager = ResumableSessionManager(
-        app=app.server,
-        json_response=h.json_response,
-        security_settings=security_settings(cfg, host),
-        session_idle_timeout=None if listen_fd is not None else h.session_idle_timeout_s,
-        max_request_body_size=h.max_body_bytes,
-        stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
-        events=events if resumable and listen_fd is None else None,
-        retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
-        max_sessions=h.max_sessions,
-        max_sessions_per_principal=h.max_sessions_per_principal,
-        max_sessions_per_tenant=h.max_sessions_per_tenant,
+    security = security_settings(cfg, host)
+    early = EarlyAnswers(
+        app.handlers, security, _server_info(app), json_response=h.json_response, max_body=h.max_body_bytes
     )
-    security = manager.security_settings or TransportSecuritySettings(enable_dns_rebinding_protection=False)
-    fast = FastToolCall(
-        app.handlers,
-        security,
-        app.server.server_info_stamp,
-        json_response=h.json_response,
-        max_body=h.max_body_bytes,
-        manager=None if listen_fd is not None else manager,  # stateless workers have no 2025 sessions
-    )
-    if fast_path and listen_fd is None:
-        app.handlers.session_transport = manager._server_instances.get
     front = HttpFront(
         app,
-        manager,
+        None,  # the SDK's session manager, once the SDK is loaded (_serve_sdk)
         path=h.path,
         tokens=tokens,
-        fast=fast if fast_path else None,
         max_body=h.max_body_bytes,
         body_timeout_s=h.body_timeout_s,
         security=security,
         config_path=config_path,
+        early=early if fast_path else None,
     )
     if on_front is not None:
         on_front(front)  # a reloader, which makes it serve the next config's app
@@ -741,35 +755,113 @@ async def serve_http(
     hc.accesslog = None
     hc.errorlog = logging.getLogger("hypercorn.error")
     hc.keep_alive_timeout = 75
-    async with manager.run(), trio.open_nursery() as nursery:
-        app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
-        trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
-        limit = h.max_connections or default_max_connections()
-        binds = await nursery.start(
-            partial(
-                serve_bounded,
-                app_,
-                hc,
-                max_connections=limit,
-                head_timeout_s=h.head_timeout_s,
-                shutdown_trigger=trigger,
+    stop = trio.Event()
+    warming = trio.CancelScope()
+    async with trio.open_nursery() as sdk:
+        # The SDK loads beside the listener, which answers meanwhile; its session manager runs until the
+        # listener has stopped (as it enclosed the listener before).
+        sdk.start_soon(partial(_serve_sdk, front, security, listen_fd=listen_fd, fast_path=fast_path, stop=stop))
+        if sys.modules.keys() >= _SDK_MODULES:
+            # A process that has the SDK already (a host embedding mcpipe, the tests) has nothing to gain from
+            # answering before it: it binds once the SDK server is up, and every request takes the one path.
+            await front._sdk_ready.wait()
+        async with trio.open_nursery() as nursery:
+            app_: Any = front  # an ASGI 3 app; hypercorn's annotation spells out its own event types
+            trigger = None if shutdown_trigger is None else partial(_shutting_down, app, shutdown_trigger)
+            limit = h.max_connections or default_max_connections()
+            binds = await nursery.start(
+                partial(
+                    serve_bounded,
+                    app_,
+                    hc,
+                    max_connections=limit,
+                    head_timeout_s=h.head_timeout_s,
+                    shutdown_trigger=trigger,
+                )
             )
-        )
-        url = binds[0] + h.path
-        _log.info("serving MCP at %s", url)
-        if cfg.console.enabled:
-            _log.info("serving the console at %s/console", binds[0])
-        task_status.started(url)
-        # Answering already; what a first call would import on the event loop is imported beside it.
-        nursery.start_soon(_warm)
+            url = binds[0] + h.path
+            _log.info("serving MCP at %s", url)
+            if cfg.console.enabled:
+                _log.info("serving the console at %s/console", binds[0])
+            task_status.started(url)
+            # Answering already; what a first call would import on the event loop is imported beside it (not
+            # waited for by a shutdown).
+            sdk.start_soon(_warm, front, warming)
+        stop.set()
+        warming.cancel()
 
 
-async def _warm() -> None:
-    """Load what the first call would otherwise import on the event loop (``jsonschema``, the Prometheus
-    collectors), in a thread."""
+def _server_info(app: App) -> dict[str, object]:
+    """The ``serverInfo`` the SDK server stamps on 2026-07-28 results (its name and version)."""
+    return {"name": app.config.name, "version": _version()}
+
+
+_SDK_MODULES = frozenset({"mcp.server.lowlevel.server", "mcp.server.streamable_http_manager"})
+
+
+def _import_sdk() -> None:
+    """What the SDK server and its HTTP transport import (run in a thread: about a second of CPU)."""
+    import mcp.server.lowlevel.server
+    import mcp.server.streamable_http_manager  # noqa: F401
+
+    import mcpipe.server._events
+    import mcpipe.server._fast
+    import mcpipe.server._sdkserver  # noqa: F401
+
+
+async def _serve_sdk(
+    front: HttpFront, security: HostCheck, *, listen_fd: int | None, fast_path: bool, stop: trio.Event
+) -> None:
+    """Import the SDK in a thread, build its server and session manager over the front's app, hand them to the
+    front (:meth:`HttpFront.serve_sdk`: the requests waiting go on) and run the manager until ``stop``."""
     started = trio.current_time()
-    await trio.to_thread.run_sync(_load_call_path, abandon_on_cancel=True)
-    _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
+    await trio.to_thread.run_sync(_import_sdk)
+    from mcpipe.server._events import InMemoryEventStore, ResumableSessionManager
+    from mcpipe.server._fast import FastToolCall
+
+    app = front.app
+    server = await trio.to_thread.run_sync(lambda: app.server)  # the SDK server, built once
+    h = app.config.http
+    resumable = h.resumable_streams and not h.json_response
+    events = InMemoryEventStore(max_events=h.event_store_max_events, max_bytes=h.event_store_max_bytes)
+    manager = ResumableSessionManager(
+        app=server,
+        json_response=h.json_response,
+        security_settings=security.sdk(),
+        session_idle_timeout=None if listen_fd is not None else h.session_idle_timeout_s,
+        max_request_body_size=h.max_body_bytes,
+        stateless=listen_fd is not None,  # a 2025-11-25 session cannot follow its client across workers
+        events=events if resumable and listen_fd is None else None,
+        retry_interval=h.sse_retry_ms if resumable and listen_fd is None else None,
+        max_sessions=h.max_sessions,
+        max_sessions_per_principal=h.max_sessions_per_principal,
+        max_sessions_per_tenant=h.max_sessions_per_tenant,
+    )
+    fast = FastToolCall(
+        app.handlers,
+        manager.security_settings or security.sdk(),
+        server.server_info_stamp,
+        json_response=h.json_response,
+        max_body=h.max_body_bytes,
+        manager=None if listen_fd is not None else manager,  # stateless workers have no 2025 sessions
+    )
+    if fast_path and listen_fd is None:
+        app.handlers.session_transport = manager._server_instances.get
+    async with manager.run():
+        front.serve_sdk(manager, fast if fast_path else None)
+        _log.info("loaded the MCP SDK in %.0f ms", (trio.current_time() - started) * 1000)
+        await stop.wait()
+
+
+async def _warm(front: HttpFront, scope: trio.CancelScope) -> None:
+    """Load what the first call would otherwise import on the event loop (``jsonschema``, the Prometheus
+    collectors), in a thread, once the SDK is loaded (two imports at once would share one core); ``scope``
+    cancels it when the server stops."""
+    with scope:
+        await front._sdk_ready.wait()
+        started = trio.current_time()
+        await trio.to_thread.run_sync(_load_call_path, abandon_on_cancel=True)
+        _log.info("loaded the call path in %.0f ms", (trio.current_time() - started) * 1000)
 
 
 def _load_call_path() -> None:

@@ -28,34 +28,26 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote
 
-import mcp_types as types
+import mcp_types as types  # deferred (mcpipe._sdk): its models load when one is first read
 import orjson
 import trio
-from mcp.server.subscriptions import (
-    InMemorySubscriptionBus,
-    ListenHandler,
-    PromptsListChanged,
-    ResourcesListChanged,
-    ResourceUpdated,
-    ServerEvent,
-    ToolsListChanged,
-)
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
-from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from mcpipe import _mcp
 from mcpipe._core import Regex
+from mcpipe._mcp import INTERNAL_ERROR, INVALID_PARAMS, MODERN_PROTOCOL_VERSIONS
 from mcpipe.access import INSUFFICIENT_SCOPE, scope_message
 from mcpipe.downstream import Change, DownstreamError, Downstreams, DownstreamServer
 from mcpipe.errors import MCPipeError
 from mcpipe.gateway import CallError, Policy
-from mcpipe.interaction import request_asking
 from mcpipe.server._apps import AppsPolicy
 from mcpipe.server._context import RequestContext
 from mcpipe.server._guide import Guide
 from mcpipe.server._watch import Watches, subscriber_facts
 
 if TYPE_CHECKING:
+    from mcp.server.subscriptions import InMemorySubscriptionBus, ServerEvent
+    from mcp.shared.exceptions import MCPError
+
     from mcpipe.declared import PlanTool
 
 __all__ = ["LOG_LEVELS", "Passthrough", "log_allowed"]
@@ -114,8 +106,8 @@ def _for_era(ctx: RequestContext, result: dict[str, Any]) -> dict[str, Any]:
 def _rpc_error(exc: CallError) -> MCPError:
     """A downstream failure as the JSON-RPC error to answer: the server's own, or an internal error naming why."""
     if isinstance(exc, DownstreamError):
-        return MCPError(exc.error.code, exc.error.message, exc.error.data)
-    return MCPError(types.INTERNAL_ERROR, str(exc))
+        return _mcp.MCPError(exc.error.code, exc.error.message, exc.error.data)
+    return _mcp.MCPError(INTERNAL_ERROR, str(exc))
 
 
 class Passthrough:
@@ -178,7 +170,7 @@ class Passthrough:
         self.policy = policy
         self.principal = principal
         self.levels: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
-        self.bus = InMemorySubscriptionBus()
+        self._bus: InMemorySubscriptionBus | None = None
         self._sessions: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
         """connection -> the latest request's ServerSession (its standalone channel reaches the client)."""
         self._subscribers: dict[str, weakref.WeakKeyDictionary[Any, Any]] = {}
@@ -187,11 +179,27 @@ class Passthrough:
             server.feed.changed = self._changed
         downstreams.on_added = self._added
 
+    @property
+    def bus(self) -> InMemorySubscriptionBus:
+        """The SDK's in-memory bus the 2026-07-28 listen streams hear, made (and the SDK's subscriptions module
+        imported) on first use."""
+        if self._bus is None:
+            from mcp.server.subscriptions import InMemorySubscriptionBus
+
+            self._bus = InMemorySubscriptionBus()
+        return self._bus
+
+    @bus.setter
+    def bus(self, bus: InMemorySubscriptionBus) -> None:
+        self._bus = bus
+
     def _added(self, server: DownstreamServer) -> None:
         server.feed.changed = self._changed
 
     async def lists_changed(self) -> None:
         """Tell every connected client that the tool, prompt and resource lists changed (servers came or went)."""
+        from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
+
         await self.bus.publish(ToolsListChanged())
         await self.bus.publish(PromptsListChanged())
         await self.bus.publish(ResourcesListChanged())
@@ -232,7 +240,7 @@ class Passthrough:
         assert self.check_surface is not None
         try:
             self.check_surface(ctx, _Named(server.exposed("*")))
-        except MCPError:
+        except _mcp.MCPError:
             return False
         return True
 
@@ -246,7 +254,7 @@ class Passthrough:
         needed, missing = check(kind, name)
         if missing:
             data = {"error": "insufficient_scope", "scope": " ".join(needed), "missing": list(missing)}
-            raise MCPError(INSUFFICIENT_SCOPE, scope_message(what or kind, name, missing), data)
+            raise _mcp.MCPError(INSUFFICIENT_SCOPE, scope_message(what or kind, name, missing), data)
 
     def _scoped_entries(self, ctx: RequestContext, kind: str, entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The entries of a list the caller's scopes allow (prompts by name, resources by URI, templates by
@@ -339,7 +347,7 @@ class Passthrough:
         if self.apps is not None and kind != "prompt":
             refused = self.apps.apply(out[key], f"{'resources' if kind == 'resource' else 'resources/templates'}/list")
             if refused is not None:
-                raise MCPError(types.INTERNAL_ERROR, refused)
+                raise _mcp.MCPError(INTERNAL_ERROR, refused)
         if ctx.protocol_version in _MODERN:
             # A merged list of servers that come and go: never cached by the client.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
@@ -367,7 +375,7 @@ class Passthrough:
             try:
                 if self.check_surface is not None:
                     self.check_surface(ctx, t)
-            except MCPError:
+            except _mcp.MCPError:
                 continue
             out.append(t)
         return out
@@ -415,21 +423,21 @@ class Passthrough:
         for s in self._servers(ctx, "resource_templates"):
             if s.catalog.matches(uri):
                 return s
-        raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
+        raise _mcp.MCPError(INVALID_PARAMS, "Resource not found", {"uri": uri})
 
     def _prompt(self, ctx: RequestContext, name: str) -> tuple[DownstreamServer, str]:
         for s in self._servers(ctx, "prompts"):
             found = s.catalog.prompts.get(name)
             if found is not None:
                 return s, found[0]
-        raise MCPError(INVALID_PARAMS, f"Unknown prompt: {name}", {"name": name})
+        raise _mcp.MCPError(INVALID_PARAMS, f"Unknown prompt: {name}", {"name": name})
 
     async def _forward(self, server: DownstreamServer, request: Callable[[Any], Awaitable[Any]]) -> dict[str, Any]:
         try:
             result = await request(server.client())
         except CallError as exc:
             raise _rpc_error(exc) from None
-        except (MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+        except (_mcp.MCPError, OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
             failure = server.failure(exc)
             raise _rpc_error(failure if isinstance(failure, CallError) else CallError(str(failure))) from None
         out: dict[str, Any] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -437,7 +445,7 @@ class Passthrough:
 
     async def _run_local(self, ctx: RequestContext, tool: PlanTool, args: dict[str, Any]) -> Any:
         if self.run_surface is None:
-            raise MCPError(types.INTERNAL_ERROR, f"'{tool.name}' cannot run here")
+            raise _mcp.MCPError(INTERNAL_ERROR, f"'{tool.name}' cannot run here")
         return await self.run_surface(ctx, tool, args)
 
     def _local_resource(self, uri: str) -> tuple[Any, dict[str, Any]] | None:
@@ -490,7 +498,7 @@ class Passthrough:
             self.check_surface(ctx, _Named(uri))
         content = await self.content.get(uri)
         if content is None or not content.readable_by(_session_id(ctx), self.principal(ctx)):
-            raise MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
+            raise _mcp.MCPError(INVALID_PARAMS, f"unknown resource: {uri}")
         item: dict[str, Any] = {"uri": uri, "mimeType": content.mime_type}
         textual = content.mime_type.startswith("text/") or content.mime_type in ("application/json", "application/xml")
         try:
@@ -509,7 +517,7 @@ class Passthrough:
         if self.apps is not None and isinstance(result.get("contents"), list):
             refused = self.apps.apply(result["contents"], uri)
             if refused is not None:
-                raise MCPError(types.INTERNAL_ERROR, refused)
+                raise _mcp.MCPError(INTERNAL_ERROR, refused)
         return result
 
     async def get_prompt(self, ctx: RequestContext, params: types.GetPromptRequestParams) -> dict[str, Any]:
@@ -534,6 +542,8 @@ class Passthrough:
 
     async def _asking(self, ctx: RequestContext, server: DownstreamServer, params: Any, request: Any) -> Any:
         """A request whose answer may be input-required: relayed like a tool's (``interaction._relay``)."""
+        from mcpipe.interaction import request_asking  # the relay (the SDK), loaded by a first prompt
+
         return await request_asking(ctx, server, params, request, modern=ctx.protocol_version in _MODERN)
 
     async def _local_completion(
@@ -602,7 +612,7 @@ class Passthrough:
         else:
             found = [s for s in self._servers(ctx, "resource_templates") if s.catalog.has_template(ref.uri)]
             if not found:
-                raise MCPError(INVALID_PARAMS, f"Unknown resource template: {ref.uri}", {"uri": ref.uri})
+                raise _mcp.MCPError(INVALID_PARAMS, f"Unknown resource template: {ref.uri}", {"uri": ref.uri})
             server = found[0]
         argument = {"name": params.argument.name, "value": params.argument.value}
         context = params.context.arguments if params.context is not None else None
@@ -685,14 +695,14 @@ class Passthrough:
                 continue
             try:
                 server = self._owner(ctx, uri)
-            except MCPError:
+            except _mcp.MCPError:
                 continue  # a URI nobody lists: honored, and never fires (as the spec says)
             held.append((server, uri))
             if server.feed.subscribe(uri):
                 with trio.move_on_after(5):
                     await self._subscribe_downstream(server, uri, True)
         if self._listening >= MAX_LISTEN_STREAMS:
-            raise MCPError(types.INTERNAL_ERROR, "Subscription limit reached")
+            raise _mcp.MCPError(INTERNAL_ERROR, "Subscription limit reached")
         facts = self._subscriber(ctx)
         # A watched resource's notify_if decides per subscriber, once, off the event loop (the bus's listeners
         # are synchronous); every other event reaches every stream.
@@ -700,6 +710,8 @@ class Passthrough:
         # The SDK's handler honours every URI asked for: only those this caller may read are heard (a URI of a
         # server it may not use would otherwise fire once another caller subscribed to it).
         readable = frozenset(local).union(uri for _, uri in held)
+
+        from mcp.server.subscriptions import ListenHandler, ResourceUpdated
 
         def hears(event: ServerEvent) -> bool:
             if not isinstance(event, ResourceUpdated):
@@ -726,7 +738,7 @@ class Passthrough:
                     with trio.CancelScope(shield=True), trio.move_on_after(5):
                         try:
                             await self._subscribe_downstream(server, uri, False)
-                        except (MCPError, CallError):
+                        except (_mcp.MCPError, CallError):
                             pass  # the server went away: nothing to undo there
 
     # -- the config's own resources: who may subscribe, who is told ------------------------------------
@@ -734,7 +746,7 @@ class Passthrough:
     def _check_local(self, ctx: RequestContext, tool: PlanTool) -> None:
         principal = self.principal(ctx)
         if principal is not None and not self.policy.allows(principal, tool.name):
-            raise MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
+            raise _mcp.MCPError(INVALID_PARAMS, "Resource not found", {"uri": tool.uri or tool.uri_template})
         if self.check_surface is not None:
             self.check_surface(ctx, tool)
 
@@ -743,7 +755,7 @@ class Passthrough:
         its arguments): its auth limits and trust rules allow it."""
         try:
             self._check_local(ctx, tool)
-        except MCPError:
+        except _mcp.MCPError:
             return False
         return True
 
@@ -767,6 +779,8 @@ class Passthrough:
             except Exception as exc:  # a client that went away: it misses nothing it can still use
                 _log.debug("cannot tell a client that %s changed: %s", uri, exc)
         told += self._local_streams.get(uri, 0)
+        from mcp.server.subscriptions import ResourceUpdated
+
         await self.bus.publish(ResourceUpdated(uri=uri))
         return told
 
@@ -784,6 +798,8 @@ class Passthrough:
     # -- notifications from downstream ------------------------------------------------------------------
 
     async def _changed(self, server: DownstreamServer, change: Change) -> None:
+        from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ResourceUpdated, ToolsListChanged
+
         kind, uri = change
         event: ServerEvent
         if kind == "updated" and uri is not None:
@@ -861,15 +877,15 @@ def _decode_cursor(cursor: str, key: bytes, binding: bytes) -> dict[str, str | N
     before anything of it is decoded: a forged, altered or another caller's cursor is ``Invalid cursor``."""
     body, _, mac = cursor.removeprefix(_CURSOR).partition(".")
     if not cursor.startswith(_CURSOR) or not body.isascii() or not mac.isascii():
-        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+        raise _mcp.MCPError(INVALID_PARAMS, "Invalid cursor")
     if not hmac.compare_digest(_cursor_mac(key, binding, body), mac):
-        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+        raise _mcp.MCPError(INVALID_PARAMS, "Invalid cursor")
     try:
         pages = orjson.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (ValueError, orjson.JSONDecodeError):
-        raise MCPError(INVALID_PARAMS, "Invalid cursor") from None
+        raise _mcp.MCPError(INVALID_PARAMS, "Invalid cursor") from None
     if not isinstance(pages, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in pages.items()):
-        raise MCPError(INVALID_PARAMS, "Invalid cursor")
+        raise _mcp.MCPError(INVALID_PARAMS, "Invalid cursor")
     return dict(pages)
 
 
@@ -928,7 +944,7 @@ def _local_result(ctx: RequestContext, result: dict[str, Any]) -> dict[str, Any]
 def _surface_error(exc: MCPipeError) -> MCPError:
     """A surface's refusal (``SurfaceError``, ``AccessDenied``: they carry their JSON-RPC code) as the error sent."""
     code = getattr(exc, "rpc_code", None)
-    return MCPError(code if isinstance(code, int) else types.INTERNAL_ERROR, str(exc))
+    return _mcp.MCPError(code if isinstance(code, int) else INTERNAL_ERROR, str(exc))
 
 
 def _descriptor(tool: PlanTool) -> dict[str, Any]:

@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 import trio
-from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
 
 from mcpipe.config import Config, ConfigError, Loaded, load
 from mcpipe.server._app import App, open_app
@@ -75,7 +74,6 @@ class Reloader:
         self.config = config.config if isinstance(config, Loaded) else config
         self.execute = execute
         self.app: App | None = None
-        self.live: Any = None
         """The SDK server the sessions run (the first app's): each reload gives it the new app's handlers."""
         self.front: Any = None
         self.reloads = 0
@@ -98,7 +96,6 @@ class Reloader:
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             self.app, self._close = await nursery.start(self._hold, self._first)
-            self.live = self.app.server
             task_status.started(self.app)
             nursery.start_soon(self._on_sighup)
             if self.config.reload.watch:
@@ -179,11 +176,16 @@ class Reloader:
     def _swap(self, old: App, new: App) -> None:
         """Serve ``new`` in place of ``old``: the SDK server's handlers, the HTTP front, and what the old
         handlers knew of the connected clients (their info, log levels, subscriptions)."""
-        live, server = self.live, new.server
-        live._request_handlers = server._request_handlers
-        live._notification_handlers = server._notification_handlers
-        live.get_tool_input_schema = server.get_tool_input_schema
-        live.extensions = server.extensions
+        # The SDK server the session manager serves (None while the SDK loads: the manager, once built, serves
+        # the front's app of then, whose server is the one to keep).
+        manager = getattr(self.front, "manager", None)
+        live = manager.app if manager is not None else None
+        if live is not None:
+            server = new.server
+            live._request_handlers = server._request_handlers
+            live._notification_handlers = server._notification_handlers
+            live.get_tool_input_schema = server.get_tool_input_schema
+            live.extensions = server.extensions
         h_old, h_new = old.handlers, new.handlers
         h_new.legacy_clients = h_old.legacy_clients
         h_new.session_transport = h_old.session_transport
@@ -206,6 +208,8 @@ class Reloader:
         p = app.handlers.passthrough
         if p is None:
             return
+        from mcp.server.subscriptions import PromptsListChanged, ResourcesListChanged, ToolsListChanged
+
         for event in (ToolsListChanged(), PromptsListChanged(), ResourcesListChanged()):
             await p.bus.publish(event)
         for session in list(p._sessions.values()):

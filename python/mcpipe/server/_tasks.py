@@ -19,20 +19,22 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from functools import wraps
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import mcp_types as types
-from mcp.server.lowlevel.server import Server
-from mcp.shared.exceptions import MCPError
-from mcp_types import RequestParams
-from mcp_types.jsonrpc import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
-from pydantic import ConfigDict, Field
-
+from mcpipe import _mcp
+from mcpipe._mcp import INTERNAL_ERROR, INVALID_PARAMS, MISSING_REQUIRED_CLIENT_CAPABILITY
 from mcpipe._util import PIPE_TOOL
 from mcpipe.runs import Runs
 from mcpipe.server._context import RequestContext
 from mcpipe.store import RunInfo, StoreUnavailable
 from mcpipe.tools import ToolContext
+
+if TYPE_CHECKING:
+    import mcp_types as types
+    from mcp.server.lowlevel.server import Server
+    from mcp.shared.exceptions import MCPError
+
+    from mcpipe.server._taskparams import TaskParams, UpdateParams
 
 __all__ = ["TASKS", "TaskSupport", "Tasks", "declares_tasks", "store_unavailable"]
 
@@ -44,15 +46,6 @@ POLL_INTERVAL_MS = 500
 TaskSupport = Literal["optional", "required"]
 
 
-class TaskParams(RequestParams):
-    model_config = ConfigDict(populate_by_name=True, extra="allow")
-    task_id: str = Field(alias="taskId")
-
-
-class UpdateParams(TaskParams):
-    input_responses: dict[str, Any] | None = Field(default=None, alias="inputResponses")
-
-
 def declares_tasks(capabilities: types.ClientCapabilities | dict[str, object] | None) -> bool:
     """Whether client capabilities (the SDK's model, or wire JSON) declare the tasks extension."""
     if capabilities is None:
@@ -62,7 +55,7 @@ def declares_tasks(capabilities: types.ClientCapabilities | dict[str, object] | 
 
 
 def _missing() -> MCPError:
-    return MCPError(
+    return _mcp.MCPError(
         code=MISSING_REQUIRED_CLIENT_CAPABILITY,
         message=f"the client did not declare the required extension {TASKS!r}",
         data={"requiredCapabilities": {"extensions": {TASKS: {}}}},
@@ -74,7 +67,7 @@ def store_unavailable(exc: StoreUnavailable) -> MCPError:
     naming the store (``data.reason = "store_unavailable"``), logged in one line; the client may send the same
     request again once the store is back (``docs/deployment.md``)."""
     _log.warning("%s", exc)
-    return MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
+    return _mcp.MCPError(code=INTERNAL_ERROR, message=f"{exc}; try again", data={"reason": "store_unavailable"})
 
 
 def _serving(
@@ -132,6 +125,8 @@ class Tasks:
 
     def install(self, server: Server[Any]) -> None:
         """Advertise the extension and serve ``tasks/get``, ``tasks/cancel`` and ``tasks/update``."""
+        from mcpipe.server._taskparams import TaskParams, UpdateParams  # pydantic models: the SDK is loaded here
+
         server.extensions[TASKS] = {}
         server.add_request_handler("tasks/get", TaskParams, self.get)  # type: ignore[arg-type]
         server.add_request_handler("tasks/cancel", TaskParams, self.cancel)  # type: ignore[arg-type]
@@ -191,7 +186,7 @@ class Tasks:
 
         info = await self.runs.queue.get(task_id)
         if info is None or info.principal != principal_of(ctx, self.default_principal):
-            raise MCPError(code=INVALID_PARAMS, message=f"unknown task {task_id!r}")
+            raise _mcp.MCPError(code=INVALID_PARAMS, message=f"unknown task {task_id!r}")
         return info
 
     @_serving

@@ -351,7 +351,6 @@ async def _serve(
     from mcpipe.server._app import open_app
     from mcpipe.server._http import serve_http, signalled
     from mcpipe.server._reload import Reloader
-    from mcpipe.server._stdio import serve_stdio
 
     host, port = http if http is not None else (None, None)
     if stdio or path is None:
@@ -359,6 +358,8 @@ async def _serve(
             _log.warning("reload.watch: a config is reloaded when served over HTTP from a file, not here")
         async with open_app(loaded, execute=execute) as app:
             if stdio:
+                from mcpipe.server._stdio import serve_stdio  # the SDK's stdio transport, for --stdio only
+
                 await serve_stdio(app)
             else:
                 await serve_http(
