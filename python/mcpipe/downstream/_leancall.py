@@ -59,6 +59,8 @@ from mcp_types import (
 from mcp_types import methods as _methods
 from pydantic import TypeAdapter, ValidationError
 
+from mcpipe.downstream._wire import LeanResult
+
 __all__ = ["LeanResult", "Wire", "lean_call", "streamable_http_wire"]
 
 _PLAIN_KEYS = frozenset({"content", "structuredContent", "isError", "_meta", "resultType"})
@@ -103,16 +105,18 @@ class Wire:
             self._timeouts = http.timeout.as_dict()
         return httpx2.Request("POST", self._target, headers=heads, content=body, extensions={"timeout": self._timeouts})
 
-
-@dataclass(slots=True)
-class LeanResult:
-    """A plain ``CallToolResult`` (text content only) as read off the wire, in the form mcpipe answers with."""
-
-    content: list[dict[str, Any]]
-    structured_content: Any
-    is_error: bool
-    sent: bool
-    """Whether the answer carried ``structuredContent`` (even null)."""
+    async def call(
+        self,
+        session: Any,
+        name: str,
+        arguments: dict[str, Any] | None,
+        meta: Any,
+        progress: ProgressFnT,
+        read_timeout_s: float | None,
+    ) -> CallToolResult | InputRequiredResult | LeanResult | None:
+        """:func:`lean_call` on this wire (the downstream server's call path reaches it through its wire, so
+        that it imports the SDK only when it has a session)."""
+        return await lean_call(self, session, name, arguments, meta, progress, read_timeout_s)
 
 
 @asynccontextmanager

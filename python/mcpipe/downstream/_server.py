@@ -48,12 +48,11 @@ from mcpipe._util import glob_matcher
 from mcpipe.access import CredentialError, Credentials, oauth_bearer
 from mcpipe.config import McpServerConfig
 from mcpipe.downstream._catalog import Catalog, DownstreamError, Feed, feed_of, list_changes
-from mcpipe.downstream._leancall import LeanResult, Wire, lean_call, streamable_http_wire
 from mcpipe.downstream._lines import LISTING_CAP, ListingCap
 from mcpipe.downstream._lines import install as _linear_stdio_lines
 from mcpipe.downstream._oauth import OPERATOR, OAuthClients, ServerAuth, SignInError, SignInRequired
 from mcpipe.downstream._polling import StreamWatch
-from mcpipe.downstream._wire import LeanTransport, lean_for
+from mcpipe.downstream._wire import LeanResult, LeanTransport, lean_for
 from mcpipe.gateway import CallError, is_cancellation
 from mcpipe.interaction import AskFailed, interaction_of
 from mcpipe.tools import Tool, ToolContext, ToolResult
@@ -62,6 +61,8 @@ if TYPE_CHECKING:
     from mcp import Client
     from mcp.shared.exceptions import MCPError
     from mcp_types import CallToolResult, Implementation, RequestParamsMeta
+
+    from mcpipe.downstream._leancall import Wire
 
 __all__ = ["DownstreamError", "DownstreamServer", "DownstreamTool", "Downstreams"]
 
@@ -330,6 +331,8 @@ async def _http_transport(
     keep: Callable[[Wire | None], None] | None = None,
 ) -> AsyncIterator[Any]:
     from mcp.client.streamable_http import streamable_http_client
+
+    from mcpipe.downstream._leancall import streamable_http_wire
 
     async with _http_client(url, headers, auth) as http:
         watch.install(http)
@@ -717,7 +720,7 @@ class DownstreamServer:
 
         async def send(responses: Any, state: str | None) -> Any:
             if wire is not None and responses is None and state is None and wire is self._wire:
-                lean = await lean_call(wire, client.session, remote, args, meta, forward, self._timeout)
+                lean = await wire.call(client.session, remote, args, meta, forward, self._timeout)
                 if lean is not None:
                     return lean
             return await client.session.call_tool(

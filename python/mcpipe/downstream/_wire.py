@@ -19,11 +19,13 @@ import math
 import select
 import urllib.request
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
 
 import httpx2
 import trio
 
-__all__ = ["LeanTransport", "lean_for"]
+__all__ = ["LeanResult", "LeanTransport", "lean_for"]
 
 MAX_HEAD = 65_536
 """The most bytes an answer's status line and headers may take (httpcore's h11 allows about as much)."""
@@ -361,3 +363,14 @@ class _Body(httpx2.AsyncByteStream):
 
     async def aclose(self) -> None:
         self._done(False)  # not read to the end: the connection is out of step, so it is closed
+
+
+@dataclass(slots=True)
+class LeanResult:
+    """A plain ``CallToolResult`` (text content only) as read off the wire, in the form mcpipe answers with."""
+
+    content: list[dict[str, Any]]
+    structured_content: Any
+    is_error: bool
+    sent: bool
+    """Whether the answer carried ``structuredContent`` (even null)."""
