@@ -56,13 +56,14 @@ from mcp_types.jsonrpc import HEADER_MISMATCH, JSONRPCError, JSONRPCNotification
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
 from starlette.requests import Request
-from starlette.types import Message, Receive, Scope, Send
+from starlette.types import Receive, Scope, Send
 
 from mcpipe._core import json_measure
 from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
+from mcpipe.server._early import replaying
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, Tool, ToolContext
@@ -561,21 +562,3 @@ def _tool_call(msg: Any, *, legacy: bool = False) -> tuple[str, dict[str, Any], 
     if "progressToken" in meta or LOG_LEVEL_META_KEY in meta:
         return None  # notifications for this request: the SDK's stream handles them
     return name, args, meta
-
-
-def replaying(body: bytes, more: bool, receive: Receive) -> Receive:
-    """A ``receive`` that first answers ``body`` (one message, ``more_body`` as given), then ``receive``."""
-    return _replaying(body, more, receive)
-
-
-def _replaying(body: bytes, more: bool, receive: Receive) -> Receive:
-    sent = False
-
-    async def replay() -> Message:
-        nonlocal sent
-        if not sent:
-            sent = True
-            return {"type": "http.request", "body": body, "more_body": more}
-        return await receive()
-
-    return replay
