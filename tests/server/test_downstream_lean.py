@@ -259,3 +259,20 @@ def test_a_result_read_off_the_wire_answers_what_the_sdk_session_makes_of_it(raw
             bool(got.is_error),
             "structured_content" in got.model_fields_set,
         ) == want
+
+
+async def test_a_progress_callback_that_raises_is_logged_and_the_lean_call_goes_on(caplog):
+    # As the SDK's dispatcher contains a progress callback (`_shielded_progress`): the call is not failed by it.
+    from mcpipe.downstream._leancall import _event
+
+    seen: list[float] = []
+
+    async def raising(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+        raise RuntimeError("the caller is gone")
+
+    note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 7, "progress": 0.5}}
+    with caplog.at_level("ERROR", logger="mcpipe.downstream._leancall"):
+        outcome = await _event(json.dumps(note), None, 7, raising)  # the wire is not needed for progress
+    assert outcome is None and seen == [0.5]
+    assert any("progress callback raised" in r.getMessage() for r in caplog.records)

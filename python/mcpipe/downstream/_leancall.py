@@ -20,6 +20,7 @@ redirect, arguments orjson cannot encode) answers None before anything ran, and 
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -60,6 +61,8 @@ from mcp_types import methods as _methods
 from pydantic import TypeAdapter, ValidationError
 
 from mcpipe.downstream._wire import LeanResult
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["LeanResult", "Wire", "lean_call", "streamable_http_wire"]
 
@@ -298,19 +301,28 @@ async def _event(data: str, wire: Wire, rid: int, progress: ProgressFnT) -> dict
             if type(message.get("result")) is dict and "id" in message:
                 return message["result"]  # the SDK's client answers the call's id whatever id it carries
         elif method == "notifications/progress" and "id" not in message and _progressed(message, rid, progress):
-            params = message["params"]
-            total, text = params.get("total"), params.get("message")
-            await progress(
-                float(params["progress"]),
-                float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
-                text if isinstance(text, str) else None,
-            )
+            await _give_progress(message["params"], progress)
             return None
     try:
         parsed = jsonrpc_message_adapter.validate_json(data, by_name=False)
     except ValidationError as exc:
         raise MCPError(code=PARSE_ERROR, message=f"Failed to parse SSE message: {exc}") from None
     return await _route(parsed, wire, rid, progress)
+
+
+async def _give_progress(params: dict[str, Any], progress: ProgressFnT) -> None:
+    """The call's progress to ``progress``, contained as the SDK's dispatcher contains it
+    (``_shielded_progress``): a callback that raises, or a value that is not a number, is logged and the call
+    goes on."""
+    try:
+        total, text = params.get("total"), params.get("message")
+        await progress(
+            float(params["progress"]),
+            float(total) if isinstance(total, int | float) and not isinstance(total, bool) else None,
+            text if isinstance(text, str) else None,
+        )
+    except Exception:
+        _log.exception("progress callback raised")
 
 
 def _progressed(message: dict[str, Any], rid: int, progress: ProgressFnT) -> bool:
