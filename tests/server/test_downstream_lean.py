@@ -276,3 +276,39 @@ async def test_a_progress_callback_that_raises_is_logged_and_the_lean_call_goes_
         outcome = await _event(json.dumps(note), None, 7, raising)  # the wire is not needed for progress
     assert outcome is None and seen == [0.5]
     assert any("progress callback raised" in r.getMessage() for r in caplog.records)
+
+
+EVERYTHING = Path(__file__).resolve().parents[1] / "conformance" / "everything_server.py"
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_a_lean_call_whose_stream_the_server_closes_mid_call_resumes_and_answers(
+    protocol: str, sdk_calls: SdkCalls
+) -> None:
+    # The conformance suite's everything-server (an event store, retry 100 ms): its test_reconnection logs,
+    # closes the call's SSE stream (SEP-1699), logs again and answers; the lean call resumes from the last event.
+    logged: list[Any] = []
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    proc, url = await start_process([sys.executable, str(EVERYTHING), "--http", "0"], marker="", stream="stdout")
+    try:
+        with trio.fail_after(30):
+            cfg = make_config(mcpServers={"ev": {"url": url, "protocol": protocol}})
+            async with running(cfg) as app:
+                await app.downstreams.servers[0].wait_connected()
+                async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        await client.set_logging_level("debug")
+                    sdk_calls.clear()
+                    r = await client.call_tool("ev.test_reconnection", {})
+                    seen = sdk_calls.of(app)
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()
+    assert not r.is_error and r.content[0].text == "Reconnection test completed"  # type: ignore[union-attr]
+    assert "Before disconnect" in logged and "After reconnect" in logged
+    assert "tools/call" not in seen
