@@ -223,49 +223,22 @@ def tool_result(sid: str, res: ToolResult, t0: float, *, kind: str = "tool", ski
                     pass
     else:
         text = "".join(b.get("text", "") for b in content if b.get("type") == "text")
-    if res.is_error:
-        r: dict[str, Any] = {
-            "id": sid,
-            "kind": kind,
-            "ok": False,
-            "error": text or "the tool reported an error",
-            "error_code": ErrorCode.TOOL_ERROR,
-            "structured": structured,
-            "text": text,
-            "content": content,
-            "output": structured if structured is not None else text,
-        }
-        if skippable:
-            r["skipped"] = False
-        r["duration_ms"] = ms_since(t0)
-        return r
-    # The common cases, written out: this runs once per step.
-    if skippable:
-        return {
-            "id": sid,
-            "kind": kind,
-            "ok": True,
-            "error": "",
-            "error_code": None,
-            "structured": structured,
-            "text": text,
-            "content": content,
-            "output": structured if structured is not None else text,
-            "skipped": False,
-            "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
-        }
-    return {
+    failed = res.is_error
+    r: dict[str, Any] = {
         "id": sid,
         "kind": kind,
-        "ok": True,
-        "error": "",
-        "error_code": None,
+        "ok": not failed,
+        "error": (text or "the tool reported an error") if failed else "",
+        "error_code": ErrorCode.TOOL_ERROR if failed else None,
         "structured": structured,
         "text": text,
         "content": content,
         "output": structured if structured is not None else text,
-        "duration_ms": int((perf_counter() - t0) * 1_000_000) / 1000,
     }
+    if skippable:
+        r["skipped"] = False
+    r["duration_ms"] = ms_since(t0)
+    return r
 
 
 def group_result(
