@@ -596,14 +596,22 @@ class ToolHandlers:
     async def list_tools(self, ctx: RequestContext, params: PaginatedRequestParams | None) -> dict[str, Any]:
         await self.gateway.ready()
         self._remember_client(ctx)
-        tools = self._listed_tools(principal_of(ctx, self.default_principal), identity_of(ctx))
-        out: dict[str, Any] = {"tools": tools}
+        out = self.tools_result(
+            principal_of(ctx, self.default_principal), identity_of(ctx), modern=ctx.protocol_version in _MODERN
+        )
         if self.passthrough is not None:
             self.passthrough.seen(ctx)  # told when the list changes
+        return out
+
+    def tools_result(self, principal: str | None, identity: Identity | None, *, modern: bool) -> dict[str, Any]:
+        """The ``tools/list`` result ``principal`` sees (its 2026-07-28 fields when ``modern``): the SDK path's
+        and the early path's (``server/_early.py``) alike."""
+        out: dict[str, Any] = {"tools": self._listed_tools(principal, identity)}
+        if self.passthrough is not None:
             down = self.passthrough.downstreams.unavailable()
             if down:  # their tools come when they are up (the client is told); say why they are missing
                 out["_meta"] = {UNAVAILABLE_META_KEY: down}
-        if ctx.protocol_version in _MODERN:
+        if modern:
             # The list depends on the caller (auth) and on downstream servers coming and going.
             out.update(resultType="complete", ttlMs=0, cacheScope="private")
         if self.caching is not None:

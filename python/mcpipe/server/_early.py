@@ -208,17 +208,7 @@ class EarlyAnswers:
         handlers = self.handlers
         await handlers.gateway.ready()
         principal = scope.get(PRINCIPAL_SCOPE_KEY, handlers.default_principal)
-        out: dict[str, Any] = {"tools": handlers.visible_tools(principal, scope.get(IDENTITY_SCOPE_KEY))}
-        if handlers.passthrough is not None:
-            down = handlers.passthrough.downstreams.unavailable()
-            if down:
-                from mcpipe.server._core import UNAVAILABLE_META_KEY
-
-                out["_meta"] = {UNAVAILABLE_META_KEY: down}
-        out.update(resultType="complete", ttlMs=0, cacheScope="private")
-        if handlers.caching is not None:
-            out.update(ttlMs=handlers.caching.list_ttl_ms, cacheScope=handlers.caching.scope)
-        return out
+        return handlers.tools_result(principal, scope.get(IDENTITY_SCOPE_KEY), modern=True)
 
     def _plain(self, name: str) -> bool:
         """Whether a call of ``name`` is one this path serves: a synchronous Python tool (which cannot yield, ask
