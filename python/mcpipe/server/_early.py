@@ -31,7 +31,7 @@ from mcpipe._json import dumps
 from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
 from mcpipe.tools import FunctionTool, ToolContext
 
-__all__ = ["EarlyAnswers", "HostCheck", "accepts", "replaying"]
+__all__ = ["EarlyAnswers", "HostCheck", "accepts", "call_context", "replaying"]
 
 _MODERN = frozenset(_mcp.MODERN_PROTOCOL_VERSIONS)
 _METHODS = frozenset({"tools/list", "tools/call"})
@@ -226,15 +226,7 @@ class EarlyAnswers:
         handlers = self.handlers
         params = msg["params"]
         name, args, meta = params["name"], params.get("arguments", {}), params["_meta"]
-        info = meta.get(_mcp.CLIENT_INFO_META_KEY)
-        ctx = ToolContext(
-            request_id=str(msg["id"]),
-            client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
-            principal=scope.get(PRINCIPAL_SCOPE_KEY, handlers.default_principal),
-            request=scope_request(scope),
-            tools=handlers.gateway,
-            traceparent=meta.get("traceparent"),
-        )
+        ctx = call_context(handlers, scope, msg["id"], meta)
         capabilities = meta.get(_mcp.CLIENT_CAPABILITIES_META_KEY)
         try:
             out = await handlers.interactions.call(
@@ -244,6 +236,20 @@ class EarlyAnswers:
             return {_ERROR: exc}
         out.setdefault("resultType", "complete")
         return out
+
+
+def call_context(handlers: ToolHandlers, scope: Mapping[str, Any], rid: object, meta: Mapping[str, Any]) -> ToolContext:
+    """The tool context of a 2026-07-28 ``tools/call`` answered on the front (here, and by ``_fast``): the
+    client its ``_meta`` names, the principal the front put in ``scope``, the request's facts."""
+    info = meta.get(_mcp.CLIENT_INFO_META_KEY)
+    return ToolContext(
+        request_id=str(rid),
+        client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
+        principal=scope.get(PRINCIPAL_SCOPE_KEY, handlers.default_principal),
+        request=scope_request(scope),
+        tools=handlers.gateway,
+        traceparent=meta.get("traceparent"),
+    )
 
 
 def replaying(body: bytes, more: bool, receive: Any) -> Any:

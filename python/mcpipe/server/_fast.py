@@ -63,7 +63,7 @@ from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
-from mcpipe.server._early import replaying
+from mcpipe.server._early import call_context, replaying
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, Tool, ToolContext
@@ -265,15 +265,7 @@ class FastToolCall:
         if support is not None and (support == "required" or declares_tasks(meta.get(CLIENT_CAPABILITIES_META_KEY))):
             return False, replay
 
-        info = meta.get("io.modelcontextprotocol/clientInfo")
-        ctx = ToolContext(
-            request_id=str(msg["id"]),
-            client={"name": info.get("name"), "version": info.get("version")} if isinstance(info, dict) else {},
-            principal=scope.get(PRINCIPAL_SCOPE_KEY, self.handlers.default_principal),
-            request=scope_request(scope),
-            tools=self.handlers.gateway,
-            traceparent=meta.get("traceparent"),
-        )
+        ctx = call_context(self.handlers, scope, msg["id"], meta)
         capabilities = meta.get(CLIENT_CAPABILITIES_META_KEY)
         if yields:
             await self._answer(msg["id"], name, args, ctx, capabilities, receive, send)
