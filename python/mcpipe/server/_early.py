@@ -31,7 +31,7 @@ from mcpipe._json import dumps
 from mcpipe.server._core import IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
 from mcpipe.tools import FunctionTool, ToolContext
 
-__all__ = ["EarlyAnswers", "HostCheck", "accepts", "call_context", "replaying"]
+__all__ = ["EarlyAnswers", "HostCheck", "accepts", "allowed", "call_context", "replaying"]
 
 _MODERN = frozenset(_mcp.MODERN_PROTOCOL_VERSIONS)
 _METHODS = frozenset({"tools/list", "tools/call"})
@@ -77,15 +77,16 @@ class HostCheck:
             return 400, b"Invalid Content-Type header"
         if not self.enable_dns_rebinding_protection:
             return None
-        if not host or not _allowed(host, self.allowed_hosts):
+        if not host or not allowed(host, self.allowed_hosts):
             return 421, b"Invalid Host header"
-        if origin and not _allowed(origin, self.allowed_origins):
+        if origin and not allowed(origin, self.allowed_origins):
             return 403, b"Invalid Origin header"
         return None
 
 
-def _allowed(value: str, allowed: list[str]) -> bool:
-    return value in allowed or any(a.endswith(":*") and value.startswith(a[:-2] + ":") for a in allowed)
+def allowed(value: str, names: list[str]) -> bool:
+    """``value`` is one of ``names``, or ``NAME:PORT`` of a ``NAME:*`` among them (the SDK's matching)."""
+    return value in names or any(a.endswith(":*") and value.startswith(a[:-2] + ":") for a in names)
 
 
 def accepts(headers: Mapping[str, str]) -> tuple[bool, bool]:

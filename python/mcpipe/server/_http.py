@@ -38,7 +38,7 @@ from mcpipe.console import API_PREFIX, CONSOLE_PREFIX
 from mcpipe.formats import serves_workflow
 from mcpipe.server._app import App
 from mcpipe.server._core import ADDRESSES_SCOPE_KEY, IDENTITY_SCOPE_KEY, PRINCIPAL_SCOPE_KEY
-from mcpipe.server._early import EarlyAnswers, HostCheck, replaying
+from mcpipe.server._early import EarlyAnswers, HostCheck, allowed, replaying
 from mcpipe.server._listen import default_max_connections, serve_bounded
 from mcpipe.server._resource import ResourceServer, call_target, is_pipe
 from mcpipe.telemetry import current as current_telemetry
@@ -514,7 +514,9 @@ class HttpFront:
                 host = value.decode("latin-1")
             elif name == b"origin":
                 origin = value.decode("latin-1")
-        return _matches(host, settings.allowed_hosts) and (not origin or _matches(origin, settings.allowed_origins))
+        if not host or not allowed(host, settings.allowed_hosts):
+            return False
+        return not origin or allowed(origin, settings.allowed_origins)
 
     async def _refused(self, scope: Scope, *, post: bool) -> Any:
         """The answer to a request the front checks refuse (a Host or Origin this server does not know, a POST
@@ -638,11 +640,6 @@ async def _refuse(status: int, body: bytes, scope: Scope, receive: Receive, send
     headers = [(b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _matches(value: str, allowed: list[str]) -> bool:
-    """``value`` is one of ``allowed``, or ``NAME:PORT`` of an allowed ``NAME:*`` (the SDK's matching)."""
-    return bool(value) and any(value == a or (a.endswith(":*") and value.startswith(a[:-1])) for a in allowed)
 
 
 async def signalled(log: logging.Logger = _log) -> None:
