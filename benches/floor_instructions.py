@@ -31,10 +31,10 @@ WARMUP = 50
 
 async def _drive(calls: int, audit_path: str) -> None:
     import orjson
-    from mcp.server.transport_security import TransportSecuritySettings
 
     from mcpipe.config import parse_config
     from mcpipe.server import open_app
+    from mcpipe.server._early import HostCheck
     from mcpipe.server._fast import FastToolCall
     from test_declared_floor import CHECK, LOADS, PIPELINE
 
@@ -79,7 +79,7 @@ async def _drive(calls: int, audit_path: str) -> None:
 
     config = parse_config(orjson.dumps(doc), "json")
     async with open_app(config) as app:
-        security = TransportSecuritySettings(enable_dns_rebinding_protection=False)
+        security = HostCheck(enable_dns_rebinding_protection=False)
         fast = FastToolCall(app.handlers, security, app.server.server_info_stamp)
         phases = [(load, WARMUP) for load in LOADS] + [(load, calls) for load in LOADS]
         for i, (load, n) in enumerate(phases):

@@ -40,8 +40,7 @@ import mcp_types as types
 import orjson
 import trio
 from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser, authorization_context
-from mcp.server.streamable_http import MCP_SESSION_ID_HEADER, check_accept_headers
-from mcp.server.transport_security import TransportSecurityMiddleware, TransportSecuritySettings
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.exceptions import MCPError
 from mcp.shared.inbound import (
     ERROR_CODE_HTTP_STATUS,
@@ -55,7 +54,6 @@ from mcp_types import methods as sdk_methods
 from mcp_types.jsonrpc import HEADER_MISMATCH, JSONRPCError, JSONRPCNotification, JSONRPCResponse
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ValidationError
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mcpipe._core import json_measure
@@ -63,7 +61,7 @@ from mcpipe._json import dumps
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.interaction import INTERACTION_TOOL_NAMES
 from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
-from mcpipe.server._early import call_context, replaying
+from mcpipe.server._early import HostCheck, accepts, call_context, replaying
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
 from mcpipe.tools import FunctionTool, Tool, ToolContext
@@ -111,7 +109,7 @@ class FastToolCall:
 
     Args:
         handlers: the tool handlers (the same ones the SDK server calls).
-        security: the DNS-rebinding settings the SDK transport uses.
+        security: the front's host check (the DNS-rebinding settings the SDK transport uses too).
         server_info: the ``serverInfo`` stamp of 2026-07-28 results.
         json_response: answer JSON only (never switch to SSE), as the SDK's ``json_response``.
         max_body: the body limit (larger bodies go to the SDK, which refuses them).
@@ -122,7 +120,7 @@ class FastToolCall:
     def __init__(
         self,
         handlers: ToolHandlers,
-        security: TransportSecuritySettings,
+        security: HostCheck,
         server_info: Mapping[str, object],
         *,
         json_response: bool = False,
@@ -132,7 +130,7 @@ class FastToolCall:
         self.handlers = handlers
         # The SDK session manager whose 2025-11-25 sessions this path may serve (None: leave them all to it).
         self.manager = manager
-        self.security = TransportSecurityMiddleware(security)
+        self.security = security
         self.meta = {SERVER_INFO_META_KEY: server_info}
         self.json_response = json_response
         self.max_body = max_body
@@ -192,10 +190,11 @@ class FastToolCall:
     async def _acceptable(self, scope: Scope) -> bool:
         """The SDK's own checks of a POST this path may serve: its security check (DNS rebinding: Host,
         Origin, Content-Type) and an Accept header that takes the answer this server gives."""
-        request = Request(scope)
-        if await self.security.validate_request(request, is_post=True) is not None:
+        headers = scope["headers"]
+        if self.security.refusal(headers, is_post=True) is not None:
             return False
-        has_json, has_sse = check_accept_headers(request)
+        accept = next((v.decode("latin-1") for k, v in headers if k == b"accept"), "")
+        has_json, has_sse = accepts({"accept": accept})
         return has_json and (self.json_response or has_sse)
 
     async def _read_body(self, receive: Receive) -> tuple[bytes | None, bool, Receive]:

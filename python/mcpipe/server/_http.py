@@ -836,7 +836,7 @@ async def _serve_sdk(
     )
     fast = FastToolCall(
         app.handlers,
-        manager.security_settings or security.sdk(),
+        security,
         server.server_info_stamp,
         json_response=h.json_response,
         max_body=h.max_body_bytes,
