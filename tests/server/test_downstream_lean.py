@@ -42,6 +42,20 @@ async def http_downstream() -> AsyncIterator[tuple[Any, str]]:
             await proc.wait()
 
 
+@asynccontextmanager
+async def debug_logging_client(app: Any, logged: list[Any]) -> AsyncIterator[Client]:
+    """A 2025-11-25 client of ``app`` at log level ``debug``, the data of each log message it hears in ``logged``."""
+
+    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
+        logged.append(params.data)
+
+    async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            await client.set_logging_level("debug")
+        yield client
+
+
 class SdkCalls:
     """The requests SDK client sessions send through ``send_request`` (the gateway's and the test's own)."""
 
@@ -102,18 +116,12 @@ async def test_progress_and_logging_of_a_lean_call_still_reach_the_caller(protoc
     async def on_progress(progress: float, total: float | None, message: str | None) -> None:
         ticks.append(message)
 
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        logged.append(params.data)
-
     with trio.fail_after(30):
         async with http_downstream() as (_, url):
             cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol}})
             async with running(cfg) as app:
                 await app.downstreams.servers[0].wait_connected()
-                async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        await client.set_logging_level("debug")
+                async with debug_logging_client(app, logged) as client:
                     sdk_calls.clear()
                     await client.call_tool("ds.progress", {"steps": 3}, progress_callback=on_progress)
                     said = await client.call_tool("ds.chatter", {"tag": "t"})
@@ -288,20 +296,13 @@ async def test_a_lean_call_whose_stream_the_server_closes_mid_call_resumes_and_a
     # The conformance suite's everything-server (an event store, retry 100 ms): its test_reconnection logs,
     # closes the call's SSE stream (SEP-1699), logs again and answers; the lean call resumes from the last event.
     logged: list[Any] = []
-
-    async def on_log(params: types.LoggingMessageNotificationParams) -> None:
-        logged.append(params.data)
-
     proc, url = await start_process([sys.executable, str(EVERYTHING), "--http", "0"], marker="", stream="stdout")
     try:
         with trio.fail_after(30):
             cfg = make_config(mcpServers={"ev": {"url": url, "protocol": protocol}})
             async with running(cfg) as app:
                 await app.downstreams.servers[0].wait_connected()
-                async with Client(app.server, mode="legacy", logging_callback=on_log) as client:
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore")
-                        await client.set_logging_level("debug")
+                async with debug_logging_client(app, logged) as client:
                     sdk_calls.clear()
                     r = await client.call_tool("ev.test_reconnection", {})
                     seen = sdk_calls.of(app)
