@@ -13,7 +13,6 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import mcp_types as t
@@ -23,6 +22,7 @@ from mcp import Client
 from mcp.shared.exceptions import MCPError
 from mcp_types.jsonrpc import MISSING_REQUIRED_CLIENT_CAPABILITY
 
+from kit.interaction import ASKING, http_asking_server
 from mcpipe.config import parse_config
 from mcpipe.gateway import PIPE_TOOL
 from mcpipe.server import App, open_app, serve_http
@@ -32,7 +32,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning"),
 ]
 
-ASKING = str(Path(__file__).with_name("asking_server.py"))
 WAIT_S = 30
 MODERN, LEGACY = "2026-07-28", "2025-11-25"
 
@@ -317,25 +316,6 @@ async def test_over_stdio_there_is_one_session_unless_asked() -> None:
         async with gateway("auto") as app:
             twin = app.downstreams.servers[0].twin
     assert twin is None
-
-
-@asynccontextmanager
-async def http_asking_server() -> AsyncIterator[str]:
-    proc = await trio.lowlevel.open_process(
-        [sys.executable, ASKING, "--http", "0"], stdout=-1, stderr=-3, stdin=-3
-    )  # PIPE, DEVNULL
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await proc.stdout.receive_some()
-            assert chunk, "the asking server exited before listening"
-            buf += chunk
-        yield buf.split(b"\n", 1)[0].decode().strip()
-    finally:
-        proc.kill()
-        with trio.move_on_after(5):
-            await proc.wait()
 
 
 @pytest.mark.parametrize(("era", "protocol"), RELAYED)

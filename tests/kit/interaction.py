@@ -4,11 +4,14 @@ that ask, the client's answers, and an app serving them (in memory or over HTTP)
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import mcp_types as t
+import trio
 from mcp import Client
 
 from kit.servers import http_server
@@ -230,3 +233,27 @@ async def first_round(c: Client, name: str, args: dict[str, Any]) -> t.InputRequ
 
 def accept() -> t.ElicitResult:
     return t.ElicitResult(action="accept", content={"ok": True})
+
+
+ASKING = str(Path(__file__).resolve().parents[1] / "interaction" / "asking_server.py")
+"""A downstream MCP server whose tools ask their caller (tests/interaction/asking_server.py)."""
+
+
+@asynccontextmanager
+async def http_asking_server() -> AsyncIterator[str]:
+    """``asking_server.py`` over streamable HTTP; yields its URL (its first line of output)."""
+    proc = await trio.lowlevel.open_process(
+        [sys.executable, ASKING, "--http", "0"], stdout=-1, stderr=-3, stdin=-3
+    )  # PIPE, DEVNULL
+    try:
+        assert proc.stdout is not None
+        buf = b""
+        while b"\n" not in buf:
+            chunk = await proc.stdout.receive_some()
+            assert chunk, "the asking server exited before listening"
+            buf += chunk
+        yield buf.split(b"\n", 1)[0].decode().strip()
+    finally:
+        proc.kill()
+        with trio.move_on_after(5):
+            await proc.wait()

@@ -20,6 +20,7 @@ import trio
 from mcp import Client
 from mcp.client.session import ClientSession
 
+from kit.interaction import http_asking_server
 from kit.servers import DOWNSTREAM, make_config, running, start_process
 from mcpipe.gateway import PIPE_TOOL
 
@@ -182,27 +183,6 @@ async def test_a_2025_http_downstream_restarted_under_a_lean_call_path_gets_a_ne
                         await again.wait()
     assert before.structured_content == {"result": 2}
     assert after.structured_content == {"result": 4} and ds.connections == 2
-
-
-ASKING = str(Path(__file__).resolve().parents[1] / "interaction" / "asking_server.py")
-
-
-@asynccontextmanager
-async def http_asking_server() -> AsyncIterator[str]:
-    """``asking_server.py`` over streamable HTTP; yields its URL (its first line of output)."""
-    proc = await trio.lowlevel.open_process([sys.executable, ASKING, "--http", "0"], stdout=-1, stderr=-3, stdin=-3)
-    try:
-        assert proc.stdout is not None
-        buf = b""
-        while b"\n" not in buf:
-            chunk = await proc.stdout.receive_some()
-            assert chunk, "the asking server exited before listening"
-            buf += chunk
-        yield buf.split(b"\n", 1)[0].decode().strip()
-    finally:
-        proc.kill()
-        with trio.move_on_after(5):
-            await proc.wait()
 
 
 @pytest.mark.parametrize(("protocol", "tool"), [("2025-11-25", "old_style"), ("2026-07-28", "delete")])
