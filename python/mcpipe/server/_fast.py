@@ -188,8 +188,9 @@ class FastToolCall:
         )
 
     async def _acceptable(self, scope: Scope) -> bool:
-        """The SDK's own checks of a POST this path may serve: its security check (DNS rebinding: Host,
-        Origin, Content-Type) and an Accept header that takes the answer this server gives."""
+        """The SDK's checks of a POST this path may serve, as the front makes them (``_early.HostCheck`` and
+        ``accepts``, checked against the SDK's in tests/server/test_early.py): DNS rebinding (Host, Origin),
+        Content-Type, and an Accept header that takes the answer this server gives."""
         headers = scope["headers"]
         if self.security.refusal(headers, is_post=True) is not None:
             return False
