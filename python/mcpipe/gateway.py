@@ -344,7 +344,9 @@ class Gateway:
         calls: list[tuple[str, Tool]] = []
         for step_tool in dict.fromkeys(names):
             found = self.get(step_tool)
-            below = None if found is None else self._inline_calls(found, depth + 1)
+            if found is None:
+                return None
+            below = self._inline_calls(found, depth + 1)
             if below is None:
                 return None
             calls += [(step_tool, found), *below]
