@@ -406,15 +406,16 @@ class Gateway:
             if missing:
                 self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
                 raise _Refused(ErrorCode.FORBIDDEN, _scope_message(name, missing))
-        chain = self._admit(name, args, ctx, t0)
-        self.audit.allowed(ctx, name, chain)
+        audit = self.audit
+        if self.gates is not None or type(audit).allowed is not AuditLog.allowed:  # else both do nothing
+            audit.allowed(ctx, name, self._admit(name, args, ctx, t0))
         if ctx.tools is None:
             # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
             ctx = replace(ctx, tools=self)
         tel = telemetry.current()
         # A call that does not yield and calls other tools (a declared pipeline of synchronous tools) writes
         # its steps' records with its own, in one write: nothing else can write between them.
-        held = None if type(tool) is FunctionTool or not self.inline_calls(tool) else self.audit.hold()
+        held = None if type(tool) is FunctionTool or not self.inline_calls(tool) else audit.hold()
         try:
             try:
                 if tel is None or tel.tracer is None or ctx.step is None:
@@ -438,7 +439,8 @@ class Gateway:
             cost = self.cost_of(name)
             self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
         finally:
-            self.audit.release(held)
+            if held is not None:
+                audit.release(held)
         return result
 
     def admit(self, name: str, args: Mapping[str, object], ctx: ToolContext) -> None:
