@@ -159,23 +159,27 @@ async def test_the_records_of_a_failed_or_cancelled_pipeline_call_are_written_to
     assert [(r["tool"], r["error_code"]) for r in _records(writes[1])] == [("loud", "CANCELLED")]
 
 
-async def test_a_run_of_synchronous_tool_calls_lets_no_other_task_run_while_a_run_with_a_when_does(audited):
+class _Steps(trio.abc.Instrument):
+    """Counts the steps of one task: a step begins each time it resumes after passing the event loop."""
+
+    def __init__(self, task: trio.lowlevel.Task) -> None:
+        self.task = task
+        self.count = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.count += 1
+
+
+async def test_a_run_of_synchronous_tool_calls_does_not_pass_the_event_loop_but_a_run_with_a_when_does(audited):
     gateway, _, _ = audited
-    ticks = 0
-
-    async def ticker() -> None:
-        nonlocal ticks
-        while True:
-            ticks += 1
-            await trio.lowlevel.checkpoint()
-
-    async with trio.open_nursery() as nursery:
-        nursery.start_soon(ticker)
-        await trio.lowlevel.checkpoint()
-        before = ticks
+    steps = _Steps(trio.lowlevel.current_task())
+    trio.lowlevel.add_instrument(steps)
+    try:
         assert (await _call(gateway, "loud", text="a")).joined_text() == "A!"
         assert (await _call(gateway, "twice", text="b")).joined_text() == "B!"
-        assert ticks == before  # as a synchronous tool: nothing else ran during these calls
+        assert steps.count == 0  # as a synchronous tool: the call never let another task run
         assert (await _call(gateway, "gated", text="c")).joined_text() == "C"
-        assert ticks > before  # a run that is not tool calls only passes the event loop once
-        nursery.cancel_scope.cancel()
+        assert steps.count == 1  # a run that is not tool calls only passes the event loop once
+    finally:
+        trio.lowlevel.remove_instrument(steps)
