@@ -9,14 +9,17 @@ import os
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import orjson
 import pytest
 import trio
 import yaml
 
+from kit.servers import http_server, make_config
 from mcpipe import _audit
 from mcpipe.declared import load_declared
 from mcpipe.gateway import AuditLog, Gateway
+from mcpipe.server import open_app
 from mcpipe.tools import ToolContext, ToolRegistry
 
 PIPELINES = """
@@ -183,3 +186,54 @@ async def test_a_run_of_synchronous_tool_calls_does_not_pass_the_event_loop_but_
         assert steps.count == 1  # a run that is not tool calls only passes the event loop once
     finally:
         trio.lowlevel.remove_instrument(steps)
+
+
+served_tools = _tools()
+
+
+async def test_over_http_a_declared_pipeline_of_synchronous_tools_writes_its_records_in_one_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """Served by ``mcpipe serve``'s HTTP front (the lean path runs the call inline), the 2-step pipeline's three
+    records reach the audit file in one write, as in memory; the yielding one's in three."""
+    writes: list[bytes] = []
+    real = os.write
+
+    def counted(fd: int, data: bytes) -> int:
+        if bytes(data[:7]) == b'{"ts":"':  # an audit write (os.write is the process's, hypercorn's too)
+            writes.append(bytes(data))
+        return real(fd, data)
+
+    monkeypatch.setattr(_audit.os, "write", counted)
+    audit = tmp_path / "audit.jsonl"
+    config = make_config(
+        python_tools=[f"{__name__}:served_tools"],
+        pipelines=yaml.safe_load(PIPELINES),
+        audit={"path": str(audit)},
+        builtins=False,
+    )
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    answers = []
+    with trio.fail_after(30):
+        async with open_app(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:
+            for rid, name in enumerate(("loud", "loud_later")):
+                params = {"name": name, "arguments": {"text": "hey"}, "_meta": meta}
+                body = {"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params}
+                headers = {
+                    "content-type": "application/json",
+                    "accept": "application/json, text/event-stream",
+                    "mcp-protocol-version": "2026-07-28",
+                    "mcp-method": "tools/call",
+                    "mcp-name": name,
+                }
+                r = await http.post(url, content=orjson.dumps(body), headers=headers)
+                assert r.status_code == 200, r.text
+                answers.append(orjson.loads(r.content)["result"]["content"])
+    assert answers == [[{"type": "text", "text": "HEY!"}], [{"type": "text", "text": "HEY"}]]
+    assert [[(x["tool"], x["step"]) for x in _records(w)] for w in writes] == [
+        [("shout", "a"), ("shout", "b"), ("loud", None)],
+        [("shout", "a")],
+        [("shout_later", "b")],
+        [("loud_later", None)],
+    ]
+    assert audit.read_bytes() == b"".join(writes)
