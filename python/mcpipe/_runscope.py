@@ -39,7 +39,9 @@ class RunScope:
         """The run is over: release what was kept, newest first (a release that fails is logged)."""
         self.open = False
         ends, self._ends = self._ends, None
-        for release in reversed(list((ends or {}).values())):
+        if not ends:  # the usual run: nothing kept
+            return
+        for release in reversed(list(ends.values())):
             try:
                 release()
             except Exception:  # one failed release must not keep the others

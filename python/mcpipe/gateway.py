@@ -15,6 +15,7 @@ pipeline step is authorized, audited and costed exactly like a direct ``tools/ca
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 import uuid
@@ -85,6 +86,9 @@ class Policy:
         m = self._matchers.get(principal, self._others)
         return m is not None and m(tool)
 
+
+_INLINE_DEPTH = 4
+"""How deeply declared pipelines calling declared pipelines are followed to find that a call never yields."""
 
 _second: tuple[int, str] = (-1, "")
 """The last second an audit time was written in, and its text up to the milliseconds."""
@@ -164,6 +168,7 @@ class Gateway:
         self._cost_cache: dict[str, float] = {}
         self.totals: defaultdict[str | None, _Tally] = defaultdict(_Tally)
         self._ready = ready
+        self._inline: dict[str, tuple[Tool, tuple[tuple[str, Tool], ...] | None]] = {}
 
     # -- the registry surface the scheduler uses ---------------------------------------------------
 
@@ -307,6 +312,46 @@ class Gateway:
             self._cost_cache[name] = cost
         return cost
 
+    def inline_calls(self, tool: Tool) -> tuple[tuple[str, Tool], ...] | None:
+        """The tools (name, tool) a call of ``tool`` calls when none of them yields, so that the call yields only
+        at its runs' checkpoints: () for a synchronous Python function; for a declared pipeline whose steps only
+        call tools (``inline_tools``), its steps' tools and theirs, 4 deep. None when it may yield.
+
+        Known once per tool, and found again whenever one of these names resolves to another tool. What the
+        lean HTTP front runs inline (``mcpipe.server._fast``), and a call whose steps' audit records are
+        written together (:meth:`invoke`)."""
+        hit = self._inline.get(tool.name)
+        if hit is not None and hit[0] is tool:
+            calls = hit[1]
+            if calls is None:
+                return None
+            for name, known in calls:
+                if self.get(name) is not known:
+                    break
+            else:
+                return calls
+        calls = self._inline_calls(tool, 0)
+        self._inline[tool.name] = (tool, calls)
+        return calls
+
+    def _inline_calls(self, tool: Tool, depth: int) -> tuple[tuple[str, Tool], ...] | None:
+        if isinstance(tool, FunctionTool):
+            return None if inspect.iscoroutinefunction(tool.fn) else ()
+        inline = getattr(tool, "inline_tools", None)
+        names = inline() if inline is not None and depth < _INLINE_DEPTH else None
+        if names is None:
+            return None
+        calls: list[tuple[str, Tool]] = []
+        for step_tool in dict.fromkeys(names):
+            found = self.get(step_tool)
+            if found is None:
+                return None
+            below = self._inline_calls(found, depth + 1)
+            if below is None:
+                return None
+            calls += [(step_tool, found), *below]
+        return tuple(calls)
+
     async def ready(self) -> None:
         """Wait until lazily connected downstream servers have had their first chance to connect."""
         if self._ready is not None:
@@ -361,33 +406,41 @@ class Gateway:
             if missing:
                 self._record(ctx, name, False, ErrorCode.FORBIDDEN, t0, 0.0)
                 raise _Refused(ErrorCode.FORBIDDEN, _scope_message(name, missing))
-        chain = self._admit(name, args, ctx, t0)
-        self.audit.allowed(ctx, name, chain)
+        audit = self.audit
+        if self.gates is not None or type(audit).allowed is not AuditLog.allowed:  # else both do nothing
+            audit.allowed(ctx, name, self._admit(name, args, ctx, t0))
         if ctx.tools is None:
             # What a tool that runs a pipeline (a declared pipeline) calls its steps' tools through.
             ctx = replace(ctx, tools=self)
         tel = telemetry.current()
+        # A call that does not yield and calls other tools (a declared pipeline of synchronous tools) writes
+        # its steps' records with its own, in one write: nothing else can write between them.
+        held = None if type(tool) is FunctionTool or not self.inline_calls(tool) else audit.hold()
         try:
-            if tel is None or tel.tracer is None or ctx.step is None:
-                result = await tool.call(args, ctx)
-            elif isinstance(tool, FunctionTool):  # no traced calls of its own: its span is recorded once it ends
-                started = time.time_ns()
-                try:
+            try:
+                if tel is None or tel.tracer is None or ctx.step is None:
                     result = await tool.call(args, ctx)
-                except BaseException as exc:
-                    tel.step_ended(ctx.step, name, started, exc)
-                    raise
-                tel.step_ended(ctx.step, name, started, result.is_error)
-            else:  # its span is the current one while it runs: the parent of its downstream calls' spans
-                with tel.step_span(ctx.step, name, current=True) as span:
-                    result = await tool.call(args, ctx)
-                    if result.is_error:
-                        span.set_status(tel.error)
-        except BaseException as exc:
-            self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
-            raise
-        cost = self.cost_of(name)
-        self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
+                elif isinstance(tool, FunctionTool):  # no traced calls of its own: its span is recorded once it ends
+                    started = time.time_ns()
+                    try:
+                        result = await tool.call(args, ctx)
+                    except BaseException as exc:
+                        tel.step_ended(ctx.step, name, started, exc)
+                        raise
+                    tel.step_ended(ctx.step, name, started, result.is_error)
+                else:  # its span is the current one while it runs: the parent of its downstream calls' spans
+                    with tel.step_span(ctx.step, name, current=True) as span:
+                        result = await tool.call(args, ctx)
+                        if result.is_error:
+                            span.set_status(tel.error)
+            except BaseException as exc:
+                self._record(ctx, name, False, _failure_code(exc), t0, 0.0)
+                raise
+            cost = self.cost_of(name)
+            self._record(ctx, name, not result.is_error, ErrorCode.TOOL_ERROR if result.is_error else None, t0, cost)
+        finally:
+            if held is not None:
+                audit.release(held)
         return result
 
     def admit(self, name: str, args: Mapping[str, object], ctx: ToolContext) -> None:

@@ -80,8 +80,12 @@ class ToolDialect(ABC):
         return ToolResult.error(f"invalid arguments for tool '{tool.name}': " + "; ".join(errors))
 
     async def check(self, tool: PlanTool, args: Any) -> PlanCall | ToolResult:
-        """The call to run, or the answer refusing it; by default :meth:`check_args`, then :meth:`invalid`."""
-        checked, errors = await tool.check_args_async(args)
+        """The call to run, or the answer refusing it; by default :meth:`check_args` (in a thread when
+        :attr:`in_thread`), then :meth:`invalid`."""
+        if self.in_thread:
+            checked, errors = await tool.check_args_async(args)
+        else:
+            checked, errors = self.check_args(tool, args)
         if errors:
             return self.invalid(tool, errors, args)
         return PlanCall(checked)

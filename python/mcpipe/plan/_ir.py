@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import KW_ONLY, dataclass, replace
+from dataclasses import KW_ONLY, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, Protocol, TypeAlias, TypeVar
 
 import trio
@@ -183,6 +183,9 @@ class Leaf(Step, Generic[F, B]):
         tool: the tool a ``tool`` leaf calls (for the per-caller checks), else None.
         args: a bare tool call's arguments template.
         retry: a tool step's retry policy, or None.
+        tool_kind: a step of the ``tool`` kind (its own ``run``), known once here: the scheduler runs one with
+            no ``when``, ``input_transform`` or deadline by the kind's direct path (``direct``).
+        direct: it is run by that path (``mcpipe.kinds.tool.tool_step``).
     """
 
     kind: str
@@ -193,6 +196,15 @@ class Leaf(Step, Generic[F, B]):
     tool: str | None = None
     args: Template | None = None
     retry: Retry | None = None
+    tool_kind: bool = field(init=False, default=False)
+    direct: bool = field(init=False, default=False)
+
+    def __post_init__(self) -> None:
+        # Told without importing the kind's module: a plan that has no tool step never loads it.
+        tool_kind = self.kind == "tool" and getattr(self.run, "__module__", None) == "mcpipe.kinds.tool"
+        object.__setattr__(self, "tool_kind", tool_kind)
+        plain = self.timeout_ms is None and self.when is None and self.input_transform is None
+        object.__setattr__(self, "direct", tool_kind and plain)
 
     async def execute(
         self, env: Mapping[str, object], ctx: ToolContext, *, tools: ToolCaller | None = None
@@ -381,6 +393,8 @@ class CompiledSpec:
             ``inputSchema``: :func:`mcpipe.plan.argument_problems`).
         answer: what the answer holds (``result``, ``steps``, ``full``: :func:`mcpipe.results.shape_answer`), or
             None for the caller's default.
+        leaves_only: every top-level step is a leaf (a run without a deadline then opens no cancel scope).
+        calls: the tools a run calls when calling them is all it does (:func:`_calls_only`), else None.
     """
 
     plan: Pipeline
@@ -392,6 +406,8 @@ class CompiledSpec:
     typed_sites: tuple[TypedSite, ...] = ()
     answer: str | None = None
     argument_sites: tuple[ArgumentSite, ...] = ()
+    leaves_only: bool = False
+    calls: tuple[str, ...] | None = None
 
     @classmethod
     def of(
@@ -408,7 +424,45 @@ class CompiledSpec:
         sites = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool is not None)
         leaves = sum(1 for n in nodes if isinstance(n, Leaf))
         retries = tuple((n.location, n.tool) for n in nodes if isinstance(n, Leaf) and n.tool and n.retry)
-        return cls(plan, sites, leaves, len(nodes), retries, dry_run, typed_sites, answer, argument_sites)
+        return cls(
+            plan,
+            sites,
+            leaves,
+            len(nodes),
+            retries,
+            dry_run,
+            typed_sites,
+            answer,
+            argument_sites,
+            all(type(step) is Leaf for step in plan.steps),
+            None if dry_run else _calls_only(plan),
+        )
+
+
+def _calls_only(plan: Pipeline) -> tuple[str, ...] | None:
+    """The tools a run of ``plan`` calls, when calling them is all it does: one list of tool steps (bare
+    tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
+    deadline of its own, and no deadline of the plan's. Else None.
+
+    Such a run yields only where its tools yield: when none of them does, the server runs a call of it inline,
+    as it runs a synchronous Python tool (``mcpipe.server._fast``).
+    """
+    if plan.timeout_ms is not None:
+        return None
+    names = []
+    for step in plan.steps:
+        if (
+            type(step) is not Leaf
+            or step.tool is None
+            or (step.run is not None and not step.tool_kind)
+            or step.when is not None
+            or step.input_transform is not None
+            or step.retry is not None
+            or step.timeout_ms is not None
+        ):
+            return None
+        names.append(step.tool)
+    return tuple(names)
 
 
 def walk(steps: Iterable[Node]) -> Iterator[Node]:

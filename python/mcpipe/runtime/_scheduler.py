@@ -289,13 +289,6 @@ def _preflight(compiled: CompiledSpec, registry: Any, ctx: ToolContext, limits: 
     return sorted(denied, key=problem_order)
 
 
-def _is_tool_kind(step: Leaf[Any, Any]) -> bool:
-    """A declared ``tool`` step (the kind's own ``run``), told without importing the kind's module: a run of
-    plans that have none never loads it."""
-    run = step.run
-    return step.kind == "tool" and getattr(run, "__module__", None) == "mcpipe.kinds.tool"
-
-
 @functools.cache
 def _tool_step() -> Callable[[Leaf[Any, Any], Mapping[str, Any], ToolContext], Awaitable[ToolResult | StepOutput]]:
     """The ``tool`` kind's direct path (``mcpipe.kinds.tool.tool_step``), imported once a run meets one."""
@@ -307,28 +300,13 @@ def _tool_step() -> Callable[[Leaf[Any, Any], Mapping[str, Any], ToolContext], A
 def inline_tool_calls(compiled: CompiledSpec) -> tuple[str, ...] | None:
     """The tools a run of ``compiled`` calls, when calling them is all it does: one list of tool steps (bare
     tool calls, or the ``tool`` kind), none with a ``when``, an ``input_transform``, a ``retry`` or a
-    deadline of its own. Else None.
+    deadline of its own. Else None. Known once, when the plan is compiled (``CompiledSpec.calls``).
 
-    Such a run yields at its one checkpoint and wherever its tools yield, nowhere else: when none of them
-    does, the server runs a call of it inline, as it runs a synchronous Python tool (``mcpipe.server._fast``).
+    Such a run yields only where its tools yield (its one checkpoint is a cancellation point, not a schedule
+    point): when none of them does, the server runs a call of it inline, as it runs a synchronous Python tool
+    (``mcpipe.server._fast``).
     """
-    plan = compiled.plan
-    if compiled.dry_run or plan.timeout_ms is not None:
-        return None
-    names = []
-    for step in plan.steps:
-        if (
-            type(step) is not Leaf
-            or step.tool is None
-            or (step.run is not None and not _is_tool_kind(step))
-            or step.when is not None
-            or step.input_transform is not None
-            or step.retry is not None
-            or step.timeout_ms is not None
-        ):
-            return None
-        names.append(step.tool)
-    return tuple(names)
+    return compiled.calls
 
 
 async def run_compiled(
@@ -379,8 +357,13 @@ async def _run_compiled(
     denied = _preflight(compiled, registry, ctx, limits)
     if denied:
         return invalid_answer(denied, started)
-    # One checkpoint per run, so a run of tools that never yield still honours trio's checkpoint rule.
-    await trio.lowlevel.checkpoint()
+    if compiled.calls is None:
+        # One checkpoint per run, so a run of steps that never yield still honours trio's checkpoint rule.
+        await trio.lowlevel.checkpoint()
+    else:
+        # A run of tool calls only, which yields where its tools yield, as a synchronous tool does when they
+        # do not: a caller cancelled before it starts is cancelled, without a pass of the event loop.
+        await trio.lowlevel.checkpoint_if_cancelled()
     if compiled.dry_run:
         return _dry_run(compiled, ctx, limits, {} if args is None else args, started)
     run = _Run(registry, ctx, limits, on_event, {} if args is None else args, compiled.leaf_count)
@@ -388,13 +371,13 @@ async def _run_compiled(
     scope = _runscope.enter()  # what the run's steps keep for each other, released when it ends (however)
     try:
         if held is None:
-            answer = await run.main(compiled.plan, started)
+            answer = await run.main(compiled.plan, started, compiled.leaves_only)
         else:
             # A run inside a step holding a process slot: the slot goes back while this run's own steps take theirs.
             token = _HELD.set(None)
             held.lend()
             try:
-                answer = await run.main(compiled.plan, started)
+                answer = await run.main(compiled.plan, started, compiled.leaves_only)
             finally:
                 _HELD.reset(token)
                 await held.take_back()
@@ -500,7 +483,7 @@ class _Run:
 
     # --- the whole run ---
 
-    async def main(self, plan: Pipeline, started: float) -> dict[str, Any]:
+    async def main(self, plan: Pipeline, started: float, leaves_only: bool) -> dict[str, Any]:
         env: dict[str, Any] = {"vars": {}, "steps": {}, "last": None, "args": self.args, "context": self.facts}
         try:
             env["vars"] = plan.vars.resolve(env)
@@ -510,7 +493,7 @@ class _Run:
             return self.answer(False, str(e), _TOO_LARGE, None, env, started)
         deadline = _min_ms(plan.timeout_ms, self.limits.timeout_ms)
         ok, error, code, result = False, "", None, None
-        if deadline is None and _leaves_only(plan):
+        if deadline is None and leaves_only:
             # No scope of its own (opening one costs about what a step's record does): its one use, stopping the
             # steps once the answer is full, is made by a cancelled scope around what is left then (`pipeline`).
             ok, error, code, result = await self.pipeline(plan, env, False, "")
@@ -947,7 +930,7 @@ class _Run:
         r = None
         try:
             ctx = self.ctx.for_step(self.pid, path, self.registry)
-            if step.timeout_ms is None and step.when is None and step.input_transform is None and _is_tool_kind(step):
+            if step.direct:
                 # The tool kind's direct path: the tool's answer is made the step's result here (no StepOutput,
                 # no `execute`); a failure comes back as the output `execute` would answer.
                 res = await _tool_step()(step, env, ctx)
@@ -1536,11 +1519,6 @@ def _started_detail(step: Leaf[Any, Any], env: Mapping[str, Any]) -> dict[str, A
         return out
     out["args"], out["args_bytes"] = preview(args)
     return out
-
-
-def _leaves_only(plan: Pipeline) -> bool:
-    """Whether every step of ``plan`` is a leaf (its run then needs no cancel scope of its own)."""
-    return all(type(step) is Leaf for step in plan.steps)
 
 
 def _leaf_record(step: Leaf[Any, Any], out: StepOutput, t0: float) -> dict[str, Any]:

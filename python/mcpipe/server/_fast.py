@@ -29,7 +29,6 @@ a 2025-11-25 question travels on the request's own stream, which only the SDK's 
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 import re
@@ -64,7 +63,7 @@ from mcpipe.server._core import PRINCIPAL_SCOPE_KEY, ToolHandlers, scope_request
 from mcpipe.server._early import HostCheck, accepts, call_context, replaying
 from mcpipe.server._passthrough import level_allows
 from mcpipe.server._tasks import declares_tasks
-from mcpipe.tools import FunctionTool, Tool, ToolContext
+from mcpipe.tools import ToolContext
 
 __all__ = ["PING_INTERVAL_S", "FastToolCall"]
 
@@ -99,8 +98,6 @@ asks the client's model when it uses ``sampling``); a plan served as a tool says
 pipelines and playbooks)."""
 _LEGACY_PING_S = 15.0
 """sse-starlette's ping period, which the SDK's 2025-11-25 streams use."""
-_INLINE_DEPTH = 4
-"""How deeply declared pipelines calling declared pipelines are followed to find that a call never yields."""
 
 
 class FastToolCall:
@@ -134,14 +131,15 @@ class FastToolCall:
         self.meta = {SERVER_INFO_META_KEY: server_info}
         self.json_response = json_response
         self.max_body = max_body
-        self._traits_cache: dict[str, tuple[object, bool, bool, tuple[tuple[str, object], ...]]] = {}
+        self._traits_cache: dict[str, tuple[object, bool]] = {}
 
     def _traits(self, name: str) -> tuple[bool, bool]:
         """(plain, yields) of a tool: plain when its input schema declares no ``x-mcp-header`` (whose
         headers the SDK validates); yields unless it is a synchronous Python function, or a declared pipeline
-        whose steps only call those (:meth:`_inline`). A call that does not yield runs inline, without a
-        checkpoint of the server's own, so that neither a disconnect nor a keep-alive ping could act during it
-        (and no task watches for them: a task per call costs a pipeline of 5 such steps 0.3 times a call)."""
+        whose steps only call those (:meth:`mcpipe.gateway.Gateway.inline_calls`). A call that does not yield
+        runs inline, without a checkpoint of the server's own, so that neither a disconnect nor a keep-alive
+        ping could act during it (and no task watches for them: a task per call costs a pipeline of 5 such
+        steps 0.3 times a call)."""
         if name == PIPE_TOOL:
             return True, True
         gateway = self.handlers.gateway
@@ -149,31 +147,10 @@ class FastToolCall:
         if tool is None:
             return True, False
         cached = self._traits_cache.get(name)
-        if cached is None or cached[0] is not tool or any(gateway.get(n) is not t for n, t in cached[3]):
-            plain = b"x-mcp-header" not in orjson.dumps(tool.input_schema)
-            calls = self._inline(tool, 0)
-            cached = (tool, plain, calls is None, calls or ())
+        if cached is None or cached[0] is not tool:
+            cached = (tool, b"x-mcp-header" not in orjson.dumps(tool.input_schema))
             self._traits_cache[name] = cached
-        return cached[1], cached[2]
-
-    def _inline(self, tool: Tool, depth: int) -> tuple[tuple[str, object], ...] | None:
-        """The tools (name, tool) a call of ``tool`` calls when none of them yields: () for a synchronous
-        Python function; for a declared pipeline of tool steps alone, its steps' tools and theirs. None when
-        it may yield (the traits are checked again whenever one of these names is another tool)."""
-        if isinstance(tool, FunctionTool):
-            return None if inspect.iscoroutinefunction(tool.fn) else ()
-        inline = getattr(tool, "inline_tools", None)
-        names = inline() if inline is not None and depth < _INLINE_DEPTH else None
-        if names is None:
-            return None
-        calls: list[tuple[str, object]] = []
-        for step_tool in dict.fromkeys(names):
-            found = self.handlers.gateway.get(step_tool)
-            below = None if found is None else self._inline(found, depth + 1)
-            if below is None:
-                return None
-            calls += [(step_tool, found), *below]
-        return tuple(calls)
+        return cached[1], gateway.inline_calls(tool) is None
 
     def _may_ask(self, name: str, args: Any) -> bool:
         """Whether a call could ask a 2025-11-25 client something (then only the SDK path can carry it)."""
