@@ -144,6 +144,19 @@ class StreamWatch:
         if closer is not None:
             await closer()
 
+    @property
+    def hooks(self) -> tuple[Callable[..., Awaitable[None]], ...]:
+        """The hooks :meth:`install` adds (a request's sender that does their work itself may skip them)."""
+        return (self._on_request, self._on_response)
+
+    def reporter(self, meta: Any) -> Callable[[str], None] | None:
+        """Where the SSE event ids of a call sent with ``meta`` (its ``_meta``) go, or None when it is not watched:
+        the work of :meth:`install`'s response hook, for a sender without httpx's ``Response``."""
+        token = meta.get(CALL_KEY) if isinstance(meta, dict) else None
+        if not isinstance(token, str) or token not in self._closers:
+            return None
+        return lambda event_id: self._seen(token, event_id)
+
     async def _on_response(self, response: httpx2.Response) -> None:
         request = response.request
         if request.method != "POST" or not self._closers:
@@ -152,11 +165,11 @@ class StreamWatch:
             return
         try:
             meta = orjson.loads(request.content).get("params", {}).get("_meta", {})
-            token = meta.get(CALL_KEY) if isinstance(meta, dict) else None
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             return
-        if isinstance(token, str) and token in self._closers:
-            response.stream = _Scanned(response.stream, lambda event_id: self._seen(token, event_id))
+        seen = self.reporter(meta)
+        if seen is not None:
+            response.stream = _Scanned(response.stream, seen)
 
 
 async def _close_every(closer: Closer, first: float, request_id: str | None) -> None:

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -298,8 +298,9 @@ def _is_listing(request: httpx2.Request) -> bool:
         return False
 
 
-def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
-    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them."""
+def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> Callable[[httpx2.Response], Awaitable[None]]:
+    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them (the hook
+    added, returned)."""
 
     async def on_response(response: httpx2.Response) -> None:
         if _is_listing(response.request):
@@ -307,6 +308,7 @@ def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
             response.headers.pop("content-length", None)
 
     http.event_hooks["response"].append(on_response)
+    return on_response
 
 
 def _http_client(url: str, headers: dict[str, str], auth: httpx2.Auth | None) -> httpx2.AsyncClient:
@@ -336,12 +338,14 @@ async def _http_transport(
 
     async with _http_client(url, headers, auth) as http:
         watch.install(http)
-        _cap_listings(http, listing)
+        capped = _cap_listings(http, listing)
         if keep is None or not lean_for(url):
             async with streamable_http_client(url, http_client=http) as s:
                 yield s
         else:
-            async with streamable_http_wire(url, http, keep) as s:
+            # The lean call does these hooks' work itself when they are the client's only ones: the watch's on
+            # a call's SSE answer, the cap's on a listing (never a call's).
+            async with streamable_http_wire(url, http, keep, watch=watch, own_hooks=(*watch.hooks, capped)) as s:
                 yield s
 
 
