@@ -270,36 +270,46 @@ async def lean_call(
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
     except TypeError:  # orjson.JSONEncodeError: a value JSON cannot carry as orjson writes it
         return None
-    http = wire.http
     extra = opts.get("headers")
-    written = False
+    await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
+    # From here a cancelled send may still have reached the server: it counts as sent.
+    timed_out = False
     try:
-        with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
-            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
-            written = True  # a cancelled send may still have reached the server: it counts as sent
-            try:
-                if wire.lean is not None and not http.cookies and not http.is_closed:
-                    raw = await _direct(wire, body, extra, rid, progress, params["_meta"])
-                else:
-                    response = await http.send(wire.request(body, extra), stream=True, follow_redirects=False)
-                    try:
-                        raw = await _answer(response, wire, rid, progress)
-                    finally:
-                        await response.aclose()
-            except httpx2.RequestError as exc:
-                # The connection failed, or an auth flow did: the SDK's transport dies of either, and its
-                # session fails the call as a closed connection; so does this path (the same answer).
-                raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
-    except trio.TooSlowError:
-        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
-        raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
+        if read_timeout_s is None:
+            raw = await _sent(wire, body, extra, rid, progress, params["_meta"])
+        else:
+            with trio.CancelScope(deadline=trio.current_time() + read_timeout_s) as limit:
+                raw = await _sent(wire, body, extra, rid, progress, params["_meta"])
+            timed_out = limit.cancelled_caught
     except trio.Cancelled:
-        if written:
-            await _cancel(dispatcher, rid, "caller cancelled", shield=True)
+        await _cancel(dispatcher, rid, "caller cancelled", shield=True)
         raise
+    if timed_out:
+        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
+        raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
     if raw is None:
         return None
     return _result(session, raw)
+
+
+async def _sent(
+    wire: Wire, body: bytes, extra: dict[str, str] | None, rid: int, progress: ProgressFnT, meta: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The call sent and its result read: straight on the lean wire when it can be, else through the client's
+    ``send``."""
+    http = wire.http
+    try:
+        if wire.lean is not None and not http.cookies and not http.is_closed:
+            return await _direct(wire, body, extra, rid, progress, meta)
+        response = await http.send(wire.request(body, extra), stream=True, follow_redirects=False)
+        try:
+            return await _answer(response, wire, rid, progress)
+        finally:
+            await response.aclose()
+    except httpx2.RequestError as exc:
+        # The connection failed, or an auth flow did: the SDK's transport dies of either, and its
+        # session fails the call as a closed connection; so does this path (the same answer).
+        raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
 
 
 async def _cancel(dispatcher: Any, rid: int, reason: str, *, shield: bool) -> None:

@@ -16,6 +16,7 @@ httpx's own transport.
 from __future__ import annotations
 
 import math
+import os
 import select
 import urllib.request
 from collections.abc import AsyncIterator, Mapping
@@ -48,12 +49,31 @@ def lean_for(url: str) -> bool:
 
 
 class _Conn:
-    __slots__ = ("buf", "key", "stream")
+    """A keep-alive connection. Its socket is written and read with plain system calls while they need not wait
+    (trio's socket methods pass through the scheduler even then); only a wait goes through trio."""
+
+    __slots__ = ("buf", "fd", "key", "stream")
 
     def __init__(self, key: tuple[str, int], stream: trio.SocketStream) -> None:
         self.key = key
         self.stream = stream
+        self.fd = stream.socket.fileno()
         self.buf = bytearray()
+
+    async def send(self, message: bytes) -> None:
+        try:
+            sent = os.write(self.fd, message)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(message):
+            await self.stream.send_all(memoryview(message)[sent:])
+
+    async def receive(self) -> bytes:
+        while True:
+            try:
+                return os.read(self.fd, _READ)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.stream.socket)
 
     def close(self) -> None:
         self.stream.socket.close()
@@ -131,10 +151,13 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         Raises:
             httpx2.TransportError: a timeout, or the connection failing, as httpx's transports raise them.
         """
-        with trio.move_on_after(_timeout(timeouts, "pool")) as waited:
-            await self._slots.acquire()
-        if waited.cancelled_caught:
-            raise httpx2.PoolTimeout("no connection to the server came free in time", request=request)
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            with trio.move_on_after(_timeout(timeouts, "pool")) as waited:
+                await self._slots.acquire()
+            if waited.cancelled_caught:
+                raise httpx2.PoolTimeout("no connection to the server came free in time", request=request) from None
         released = False
         try:
             conn = await self._connection(key, timeouts, request)
@@ -179,35 +202,36 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         *,
         fresh: bool = False,
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """Send ``message`` and read the answer's head. Raises _Stale when a reused connection turns out
-        closed before any byte of the answer came."""
-        try:
-            with trio.fail_after(_timeout(timeouts, "write")):
-                await conn.stream.send_all(message)
-        except trio.TooSlowError:
-            conn.close()
-            raise httpx2.WriteTimeout("writing the request timed out", request=request) from None
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            if not fresh:
-                raise _Stale from None
-            conn.close()
-            raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from None
-        try:
-            with trio.fail_after(_timeout(timeouts, "read")):
+        """Send ``message`` and read the answer's head, under one deadline (the write timeout, then the read
+        timeout once written). Raises _Stale when a reused connection turns out closed before any byte of the
+        answer came."""
+        reading = False
+        with trio.CancelScope(deadline=trio.current_time() + _timeout(timeouts, "write")) as limit:
+            try:
+                await conn.send(message)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if not fresh:
+                    raise _Stale from None
+                conn.close()
+                raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from None
+            reading = True
+            limit.deadline = trio.current_time() + _timeout(timeouts, "read")
+            try:
                 while True:
                     head = await _read_head(conn, request, fresh)
                     status, reason, headers = _parse_head(head, request)
                     if status >= 200 or status == 101:
                         return status, reason, headers
                     fresh = True  # an interim answer (100 Continue): the real one follows
-        except trio.TooSlowError:
-            conn.close()
-            raise httpx2.ReadTimeout("reading the answer timed out", request=request) from None
-        except _Stale:
-            raise
-        except BaseException:
-            conn.close()
-            raise
+            except _Stale:
+                raise
+            except BaseException:
+                conn.close()
+                raise
+        conn.close()  # the deadline passed
+        if reading:
+            raise httpx2.ReadTimeout("reading the answer timed out", request=request)
+        raise httpx2.WriteTimeout("writing the request timed out", request=request)
 
     def _release(self, conn: _Conn, reusable: bool) -> None:
         self._slots.release()
@@ -234,7 +258,7 @@ class _Stale(Exception):
 
 async def _fill(conn: _Conn, request: httpx2.Request | None) -> bool:
     try:
-        chunk = await conn.stream.receive_some(_READ)
+        chunk = await conn.receive()
     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from None
     if not chunk:
@@ -360,11 +384,13 @@ class LeanBody(httpx2.AsyncByteStream):
         self._done(self._keep)
 
     async def _more(self, conn: _Conn, limit: float) -> None:
-        with trio.fail_after(limit):
+        with trio.CancelScope(deadline=trio.current_time() + limit) as scope:
             if not await _fill(conn, self._request):
                 raise httpx2.RemoteProtocolError(
                     "the server closed the connection in the middle of the answer", request=self._request
                 )
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
 
     async def _sized(self, conn: _Conn, left: int, limit: float) -> AsyncIterator[bytes]:
         while left > 0:
