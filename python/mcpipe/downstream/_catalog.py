@@ -233,6 +233,11 @@ class Feed:
                 self._idle.set()
                 self._idle = trio.Event()
 
+    @property
+    def busy(self) -> bool:
+        """Whether a log callback is forwarding a message now."""
+        return self._forwarding > 0
+
     async def drain(self) -> None:
         """Let log callbacks spawned before a call's answer start (one scheduling round), then wait until
         they have forwarded their messages: the SDK client runs each in a task of its own, so the answer can

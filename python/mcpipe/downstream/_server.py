@@ -761,8 +761,11 @@ class DownstreamServer:
                         if traced:
                             meta = cast("RequestParamsMeta", {**(meta or {}), **traced})
                         r = await self.streams.polled(ctx, self._poll, relayed)
-                await forward.drain()
-                await self.feed.drain()
+                if not isinstance(r, LeanResult) or forward.busy or self.feed.busy:
+                    # The SDK's client runs progress and log callbacks in tasks of their own; a lean call's ran in
+                    # this task as they came (nothing spawned to let start: two scheduler passes saved a call).
+                    await forward.drain()
+                    await self.feed.drain()
             answered = not r.is_error
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
@@ -952,7 +955,12 @@ class _Progress:
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
         self._running = 0
-        self._idle = trio.Event()
+        self._idle: trio.Event | None = None  # made by a drain that waits (most calls never do)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a callback is forwarding progress now."""
+        return self._running > 0
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         step = self._ctx.step
@@ -961,14 +969,16 @@ class _Progress:
             await self._ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
         finally:
             self._running -= 1
-            if self._running == 0:
+            if self._running == 0 and self._idle is not None:
                 self._idle.set()
-                self._idle = trio.Event()
+                self._idle = None
 
     async def drain(self) -> None:
         """Let callbacks spawned before the answer start (one scheduling round), then wait for them to end."""
         await trio.lowlevel.checkpoint()
         while self._running:
+            if self._idle is None:
+                self._idle = trio.Event()
             await self._idle.wait()
 
 
