@@ -4,10 +4,11 @@ Through the SDK's client a proxied call is a pydantic request model, a memory-st
 transport's writer, a task for its POST, the answer's bytes validated into JSON-RPC models and handed
 back over two more streams (cProfile, docs/performance.md). :func:`lean_call` sends the same request
 on the same session instead: its body built once (the session's own stamp supplies the era's headers and
-``_meta``; the transport's supplies the session id and negotiated version), POSTed through the session's
-httpx client (auth flows and event hooks unchanged) on the lean wire, and its answer read in the calling
-task: ``application/json`` parsed once; ``text/event-stream`` event by event, the call's progress given
-to its callback, the final response taken as the result.
+``_meta``; the transport's supplies the session id and negotiated version), written straight on the lean
+wire's connection when the session's httpx client has no auth flow and no hooks but mcpipe's own (:class:`Wire`
+decides it once a session), else POSTed through the client (its auth flows and event hooks), and its answer
+read in the calling task: ``application/json`` parsed once; ``text/event-stream`` event by event, the call's
+progress given to its callback, the final response taken as the result.
 
 Everything else is the SDK's own code: any other message on the call's stream (a log message, a
 list change, a server-to-client request such as elicitation) goes to the session's reader as the
