@@ -52,13 +52,15 @@ class _Conn:
     """A keep-alive connection. Its socket is written and read with plain system calls while they need not wait
     (trio's socket methods pass through the scheduler even then); only a wait goes through trio."""
 
-    __slots__ = ("buf", "fd", "key", "stream")
+    __slots__ = ("buf", "fd", "key", "poller", "stream")
 
     def __init__(self, key: tuple[str, int], stream: trio.SocketStream) -> None:
         self.key = key
         self.stream = stream
         self.fd = stream.socket.fileno()
         self.buf = bytearray()
+        self.poller = select.poll()  # for stale(): registered once, asked at each reuse
+        self.poller.register(self.fd, select.POLLIN)
 
     async def send(self, message: bytes) -> None:
         try:
@@ -82,10 +84,10 @@ class _Conn:
         """An idle connection with something to read has been closed by the server (or is out of step)."""
         if self.buf:
             return True
+        if self.stream.socket.fileno() != self.fd:
+            return True  # closed
         try:
-            poller = select.poll()
-            poller.register(self.stream.socket.fileno(), select.POLLIN)
-            return bool(poller.poll(0))
+            return bool(self.poller.poll(0))
         except (OSError, ValueError):
             return True
 
@@ -351,14 +353,23 @@ class LeanBody(httpx2.AsyncByteStream):
             self._length, self._chunked = 0, False
 
     async def read(self) -> bytes:
-        """The whole body (at once when its ``Content-Length`` of bytes are in already)."""
+        """The whole body (a sized one gathered in the connection's buffer, each wait under the read timeout)."""
         conn, length = self._conn, self._length
-        if conn is not None and length is not None and not self._chunked and len(conn.buf) >= length:
-            data = bytes(conn.buf[:length])
-            del conn.buf[:length]
-            self._done(self._keep)
-            return data
-        return b"".join([part async for part in self])
+        if conn is None or length is None or self._chunked:
+            return b"".join([part async for part in self])
+        try:
+            while len(conn.buf) < length:
+                await self._more(conn, self._read_timeout)
+        except trio.TooSlowError:
+            self._done(False)
+            raise httpx2.ReadTimeout("reading the answer timed out", request=self._request) from None
+        except BaseException:
+            self._done(False)
+            raise
+        data = bytes(conn.buf[:length])
+        del conn.buf[:length]
+        self._done(self._keep)
+        return data
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
