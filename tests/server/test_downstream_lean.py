@@ -22,6 +22,7 @@ import pytest
 import trio
 from mcp import Client
 from mcp.client.session import ClientSession
+from mcp.shared.exceptions import MCPError
 
 from kit.interaction import http_asking_server
 from kit.servers import DOWNSTREAM, make_config, running, start_process
@@ -485,7 +486,6 @@ async def answering(answer: bytes) -> AsyncIterator[tuple[str, list[bytes]]]:
 async def test_a_direct_answer_that_is_not_plain_is_read_as_the_clients_response_would_be(
     answer: bytes, expected: Any
 ) -> None:
-    from mcp.shared.exceptions import MCPError
 
     from mcpipe.downstream._leancall import _direct
     from mcpipe.downstream._wire import LeanTransport
@@ -505,3 +505,23 @@ async def test_a_direct_answer_that_is_not_plain_is_read_as_the_clients_response
     assert outcome == expected
     assert got == [wire.message(body, None)]
     assert cookies == ({"sid": "abc"} if b"Set-Cookie" in answer else {})
+
+
+@pytest.mark.parametrize("protocol", ERAS)
+async def test_a_lean_call_past_the_servers_timeout_fails_as_timed_out_and_cancels_the_downstream_call(
+    protocol: str, client_sends: ClientSends
+) -> None:
+    with trio.fail_after(30):
+        async with http_downstream() as (_, url):
+            cfg = make_config(mcpServers={"ds": {"url": url, "protocol": protocol, "timeout_ms": 300}})
+            async with running(cfg) as app, Client(app.server) as client:
+                await app.downstreams.servers[0].wait_connected()
+                with pytest.raises(MCPError, match="timed out"):  # the downstream's JSON-RPC error, passed on
+                    await client.call_tool("ds.wait", {"tag": protocol})
+                events = None
+                while not events or events[-1]["event"] != "cancelled":
+                    events = (await client.call_tool("ds.events", {})).structured_content["result"]  # type: ignore[index]
+                again = await client.call_tool("ds.add", {"a": 1, "b": 2})  # the session still serves
+    assert [e["event"] for e in events] == ["started", "cancelled"]
+    assert again.structured_content == {"result": 3}
+    assert client_sends.calls == 0  # all of them straight on the wire
