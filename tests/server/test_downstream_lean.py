@@ -525,3 +525,22 @@ async def test_a_lean_call_past_the_servers_timeout_fails_as_timed_out_and_cance
     assert [e["event"] for e in events] == ["started", "cancelled"]
     assert again.structured_content == {"result": 3}
     assert client_sends.calls == 0  # all of them straight on the wire
+
+
+async def test_a_cookie_a_direct_answer_set_is_kept_and_the_next_call_carries_it_through_the_client() -> None:
+    from mcpipe.downstream._leancall import _sent
+    from mcpipe.downstream._wire import LeanTransport
+
+    async def no_progress(progress: float, total: float | None, message: str | None) -> None:
+        raise AssertionError("no progress expected")
+
+    answer = canned("200 OK", ["Content-Type: application/json", "Set-Cookie: sid=abc; Path=/"], RESULT)
+    body = b'{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x"}}'
+    with trio.fail_after(10):
+        async with answering(answer) as (url, got), httpx2.AsyncClient(transport=LeanTransport()) as http:
+            wire = lean_wire(url, http)
+            first = await _sent(wire, body, None, 7, no_progress, {})
+            second = await _sent(wire, body, None, 7, no_progress, {})
+    assert first == second == {"content": [{"type": "text", "text": "hi"}]}
+    assert b"cookie:" not in got[0].lower()
+    assert b"\r\ncookie: sid=abc\r\n" in got[1].lower()
