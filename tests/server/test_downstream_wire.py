@@ -206,3 +206,38 @@ def test_only_plain_http_reached_directly_takes_the_lean_transport(monkeypatch):
     assert not lean_for("http://api.example.com/mcp")
     monkeypatch.setenv("NO_PROXY", "api.example.com")
     assert lean_for("http://api.example.com/mcp")
+
+
+async def test_a_sized_body_read_whole_waits_for_each_part_and_a_stalled_one_is_a_read_timeout(nursery):
+    # The lean call's direct path: exchange() without httpx's Request, the body read() at once.
+    async def parts(stream: trio.SocketStream, body: bytes) -> bool:
+        await stream.send_all(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n")
+        await stream.send_all(b'{"a":')
+        if body == b"stall":
+            await trio.sleep_forever()
+        await trio.sleep(0.05)
+        await stream.send_all(b'"bcde"}')
+        return True
+
+    server = Server(parts)
+    await nursery.start(server.serve)
+    transport = LeanTransport()
+    key = ("127.0.0.1", server.port)
+    timeouts = {"pool": 5.0, "connect": 5.0, "write": 5.0, "read": 0.5}
+
+    def message(body: bytes) -> bytes:
+        return b"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%b" % (len(body), body)
+
+    with trio.fail_after(10):
+        for _ in range(2):  # the second on the connection the first gave back
+            status, _, _, body = await transport.exchange(key, message(b"go"), timeouts)
+            assert status == 200 and body.plain and body.content_type == b"application/json"
+            assert await body.read() == b'{"a":"bcde"}'
+        assert server.connections == 1
+        status, _, _, body = await transport.exchange(key, message(b"stall"), timeouts)
+        with pytest.raises(httpx2.ReadTimeout):
+            await body.read()
+        status, _, _, body = await transport.exchange(key, message(b"go"), timeouts)  # a new connection
+        assert await body.read() == b'{"a":"bcde"}'
+    assert server.connections == 2
+    await transport.aclose()

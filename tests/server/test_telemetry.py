@@ -100,6 +100,23 @@ async def test_the_downstream_up_gauge_follows_each_server() -> None:
     assert samples[("mcpipe_downstream_up", (("server", "traced"),))] == 1
 
 
+async def test_downstream_calls_are_counted_by_server_and_outcome_and_timed() -> None:
+    config = make_config(mcpServers={"traced": {"command": sys.executable, "args": [TRACED]}})
+    with trio.fail_after(WAIT_S):
+        async with running(config) as app, http_server(app) as url:
+            before = await scrape(url)
+            tel = telemetry.current()
+            assert tel is not None
+            for seconds, ok in ((0.002, True), (0.004, True), (0.5, False)):
+                tel.observe_downstream("traced", seconds, ok)
+            after = await scrape(url)
+    assert delta(after, before, "mcpipe_downstream_calls_total", server="traced", outcome="ok") == 2
+    assert delta(after, before, "mcpipe_downstream_calls_total", server="traced", outcome="error") == 1
+    assert delta(after, before, "mcpipe_downstream_call_duration_seconds_count", server="traced") == 3
+    assert delta(after, before, "mcpipe_downstream_call_duration_seconds_sum", server="traced") == pytest.approx(0.506)
+    assert delta(after, before, "mcpipe_downstream_call_duration_seconds_bucket", server="traced", le="+Inf") == 3
+
+
 async def test_metrics_off_answers_404() -> None:
     config = make_config(telemetry={"metrics": False})
     async with running(config) as app, http_server(app) as url, httpx2.AsyncClient() as http:

@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import mcp_types as types
@@ -183,15 +182,11 @@ class Feed:
         on every 2026-07-28 request: the caller's own level is applied when they are forwarded)."""
         return {"logging_callback": self._log, "message_handler": self._message, "log_level": "debug"}
 
-    @contextmanager
-    def in_call(self, ctx: ToolContext) -> Iterator[None]:
+    def in_call(self, ctx: ToolContext) -> _InCall:
+        """``ctx``'s call in flight while entered (a context manager): its server's log messages may go to it."""
         key = self._next
         self._next += 1
-        self._calls[key] = ctx
-        try:
-            yield
-        finally:
-            del self._calls[key]
+        return _InCall(self._calls, key, ctx)
 
     async def _log(self, params: types.LoggingMessageNotificationParams) -> None:
         # A server's log messages are bounded before they go anywhere: at most LOG_RATE a second (a burst of
@@ -232,6 +227,11 @@ class Feed:
             if self._forwarding == 0:
                 self._idle.set()
                 self._idle = trio.Event()
+
+    @property
+    def busy(self) -> bool:
+        """Whether a log callback is forwarding a message now."""
+        return self._forwarding > 0
 
     async def drain(self) -> None:
         """Let log callbacks spawned before a call's answer start (one scheduling round), then wait until
@@ -346,3 +346,19 @@ async def list_changes(server: DownstreamServer, client: Client) -> None:
                 acked.set()
                 _log.warning("downstream %s: no change notifications (%s: %s)", server.name, type(exc).__name__, exc)
                 await again.wait()
+
+
+class _InCall:
+    """A call registered in its feed's calls while entered (a class, not a generator: it is entered on every
+    downstream call)."""
+
+    __slots__ = ("_calls", "_ctx", "_key")
+
+    def __init__(self, calls: dict[int, ToolContext], key: int, ctx: ToolContext) -> None:
+        self._calls, self._key, self._ctx = calls, key, ctx
+
+    def __enter__(self) -> None:
+        self._calls[self._key] = self._ctx
+
+    def __exit__(self, *exc: object) -> None:
+        del self._calls[self._key]

@@ -4,10 +4,11 @@ Through the SDK's client a proxied call is a pydantic request model, a memory-st
 transport's writer, a task for its POST, the answer's bytes validated into JSON-RPC models and handed
 back over two more streams (cProfile, docs/performance.md). :func:`lean_call` sends the same request
 on the same session instead: its body built once (the session's own stamp supplies the era's headers and
-``_meta``; the transport's supplies the session id and negotiated version), POSTed through the session's
-httpx client (auth flows and event hooks unchanged) on the lean wire, and its answer read in the calling
-task: ``application/json`` parsed once; ``text/event-stream`` event by event, the call's progress given
-to its callback, the final response taken as the result.
+``_meta``; the transport's supplies the session id and negotiated version), written straight on the lean
+wire's connection when the session's httpx client has no auth flow and no hooks but mcpipe's own (:class:`Wire`
+decides it once a session), else POSTed through the client (its auth flows and event hooks), and its answer
+read in the calling task: ``application/json`` parsed once; ``text/event-stream`` event by event, the call's
+progress given to its callback, the final response taken as the result.
 
 Everything else is the SDK's own code: any other message on the call's stream (a log message, a
 list change, a server-to-client request such as elicitation) goes to the session's reader as the
@@ -20,17 +21,19 @@ redirect, arguments orjson cannot encode) answers None before anything ran, and 
 
 from __future__ import annotations
 
+import codecs
 import logging
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing, asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx2
 import orjson
 import trio
+from httpx2._sse import ServerSentEvent, _SSEParser
 from mcp.client.extension import UnexpectedClaimedResult
 from mcp.client.session import _clamp_inbound_ttl, _later_revision_fields
 from mcp.client.streamable_http import RequestContext, StreamableHTTPTransport
@@ -60,7 +63,10 @@ from mcp_types import (
 from mcp_types import methods as _methods
 from pydantic import TypeAdapter, ValidationError
 
-from mcpipe.downstream._wire import LeanResult
+from mcpipe.downstream._wire import LeanBody, LeanResult, LeanTransport
+
+if TYPE_CHECKING:
+    from mcpipe.downstream._polling import StreamWatch
 
 _log = logging.getLogger(__name__)
 
@@ -73,40 +79,117 @@ part of the answer mcpipe makes of it."""
 
 @dataclass(slots=True)
 class Wire:
-    """What a lean call needs of an HTTP session's transport."""
+    """What a lean call needs of an HTTP session's transport.
+
+    Whether its calls go straight to the lean wire (``lean``) is decided once, when the session's transport
+    opens: when the session's httpx client sends on a :class:`LeanTransport` with no auth flow (none set, no
+    credentials in the URL) and no event hooks but ``own_hooks`` (mcpipe's own, whose work the lean call does
+    itself), a call's request is written on the transport's connection as bytes (its head built once per
+    session state) and its answer read without httpx's ``Request`` and ``Response``. Otherwise, and for a
+    call while the client holds cookies, the request goes through the client's ``send``.
+    """
 
     url: str
     http: httpx2.AsyncClient
     transport: StreamableHTTPTransport
     inbound: Any
     """The transport's writer into the session's reader: a server's request on a call's stream goes there."""
+    watch: StreamWatch | None = None
+    """The client's stream watch (``_polling``), told a watched call's event ids on the direct path."""
+    own_hooks: tuple[Any, ...] = ()
+    """The client's event hooks the direct path stands in for (mcpipe's own)."""
     session: Any = None
     """The SDK's ``ClientSession`` over this transport (set by :func:`lean_call`)."""
-    _target: httpx2.URL | None = None
-    _timeouts: dict[str, float | None] | None = None
+    lean: LeanTransport | None = None
+    """The transport calls are written on directly, or None: through the client's ``send``."""
+    _target: httpx2.URL = field(init=False)
+    _key: tuple[str, int] = field(init=False)
+    _timeouts: dict[str, float | None] = field(init=False)
     _heads: dict[tuple[Any, ...], httpx2.Headers] = field(default_factory=dict)
+    _lines: dict[tuple[Any, ...], bytes] = field(default_factory=dict)
 
-    def request(self, body: bytes, extra: dict[str, str] | None) -> httpx2.Request:
-        """The call's POST, as ``http.build_request`` makes it, its URL parsed and its headers merged once per
-        session state (the session id, the negotiated version, the per-message headers)."""
-        http, transport = self.http, self.transport
-        if http.cookies:  # a jar to merge: the client's own way
-            headers = transport._prepare_headers()
-            headers.update(extra or {})
-            return http.build_request("POST", self.url, content=body, headers=headers)
-        key = (transport.session_id, transport._protocol_version_header, *(extra.items() if extra else ()))
+    def __post_init__(self) -> None:
+        http = self.http
+        self._target = target = httpx2.URL(self.url)
+        self._key = (target.host, target.port or 80)
+        self._timeouts = http.timeout.as_dict()
+        hooks = (*http.event_hooks["request"], *http.event_hooks["response"])
+        lean = http._transport_for_url(target)
+        if (
+            isinstance(lean, LeanTransport)
+            and http.auth is None
+            and not (target.username or target.password)  # httpx would add basic auth from the URL
+            and all(hook in self.own_hooks for hook in hooks)
+        ):
+            self.lean = lean
+
+    def _state(self, extra: dict[str, str] | None) -> tuple[Any, ...]:
+        transport = self.transport
+        return (transport.session_id, transport._protocol_version_header, *(extra.items() if extra else ()))
+
+    def headers(self, extra: dict[str, str] | None) -> httpx2.Headers:
+        """The call's headers as ``http.build_request`` merges them (no cookies), once per session state (the
+        session id, the negotiated version, the per-message headers)."""
+        key = self._state(extra)
         heads = self._heads.get(key)
         if heads is None:
             if len(self._heads) >= 256:
                 self._heads.clear()
-            heads = http.headers.copy()
-            heads.update(transport._prepare_headers())
+            heads = self.http.headers.copy()
+            heads.update(self.transport._prepare_headers())
             heads.update(extra or {})
             self._heads[key] = heads
-        if self._target is None:
-            self._target = httpx2.URL(self.url)
-            self._timeouts = http.timeout.as_dict()
-        return httpx2.Request("POST", self._target, headers=heads, content=body, extensions={"timeout": self._timeouts})
+        return heads
+
+    def request(self, body: bytes, extra: dict[str, str] | None) -> httpx2.Request:
+        """The call's POST, as ``http.build_request`` makes it, its URL parsed and its headers merged once per
+        session state."""
+        http = self.http
+        if http.cookies:  # a jar to merge: the client's own way
+            headers = self.transport._prepare_headers()
+            headers.update(extra or {})
+            return http.build_request("POST", self.url, content=body, headers=headers)
+        return httpx2.Request(
+            "POST", self._target, headers=self.headers(extra), content=body, extensions={"timeout": self._timeouts}
+        )
+
+    def message(self, body: bytes, extra: dict[str, str] | None) -> bytes:
+        """The call's POST as the lean transport writes the :meth:`request` of it: its head up to the
+        ``Content-Length`` value built once per session state, then the length and ``body``."""
+        key = self._state(extra)
+        head = self._lines.get(key)
+        if head is None:
+            if len(self._lines) >= 256:
+                self._lines.clear()
+            some = httpx2.Request("POST", self._target, headers=self.headers(extra), content=b"{}")
+            *raw, (length, _) = some.headers.raw  # httpx puts a body's Content-Length last
+            assert length.lower() == b"content-length"
+            lines = [b"POST ", self._target.raw_path, b" HTTP/1.1\r\n"]
+            for name, value in raw:
+                lines += (name, b": ", value, b"\r\n")
+            lines += (length, b": ")
+            head = self._lines[key] = b"".join(lines)
+        return b"%b%d\r\n\r\n%b" % (head, len(body), body)
+
+    def response(self, body: bytes, extra: dict[str, str] | None, answer: tuple[Any, ...]) -> httpx2.Response:
+        """A directly read answer that is not plain, made the ``Response`` the client's ``send`` would have
+        answered (its cookies kept, its hooks run by :func:`_answer`'s caller, its redirect noted), so that
+        what is rare is read one way."""
+        status, reason, headers, stream = answer
+        http = self.http
+        request = self.request(body, extra)
+        response = httpx2.Response(
+            status,
+            headers=headers,
+            stream=stream,
+            request=request,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+        http.cookies.extract_cookies(response)
+        if response.has_redirect_location:
+            with suppress(httpx2.RemoteProtocolError):
+                response.next_request = http._build_redirect_request(request, response)
+        return response
 
     async def call(
         self,
@@ -124,10 +207,16 @@ class Wire:
 
 @asynccontextmanager
 async def streamable_http_wire(
-    url: str, http: httpx2.AsyncClient, keep: Callable[[Wire | None], None]
+    url: str,
+    http: httpx2.AsyncClient,
+    keep: Callable[[Wire | None], None],
+    *,
+    watch: StreamWatch | None = None,
+    own_hooks: tuple[Any, ...] = (),
 ) -> AsyncIterator[Any]:
     """The SDK's ``streamable_http_client`` over ``http``, its transport and reader kept (``keep``) for
-    :func:`lean_call` while the session lives (the same tasks and streams, in the same order)."""
+    :func:`lean_call` while the session lives (the same tasks and streams, in the same order); ``watch`` and
+    ``own_hooks`` as :class:`Wire` takes them."""
     transport = StreamableHTTPTransport(url)
     read_writer, read_stream = create_context_streams[SessionMessage | Exception](0)
     write_stream, write_reader = create_context_streams[SessionMessage](0)
@@ -137,7 +226,7 @@ async def streamable_http_wire(
             tg.start_soon(transport.handle_get_stream, http, read_writer)
 
         tg.start_soon(transport.post_writer, http, write_reader, read_writer, write_stream, start_get_stream, tg)
-        keep(Wire(url, http, transport, read_writer))
+        keep(Wire(url, http, transport, read_writer, watch, own_hooks))
         try:
             yield read_stream, write_stream
         finally:
@@ -182,33 +271,46 @@ async def lean_call(
         body = orjson.dumps({"jsonrpc": "2.0", "id": rid, "method": "tools/call", "params": params})
     except TypeError:  # orjson.JSONEncodeError: a value JSON cannot carry as orjson writes it
         return None
-    http = wire.http
-    request = wire.request(body, opts.get("headers"))
-    written = False
+    extra = opts.get("headers")
+    await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
+    # From here a cancelled send may still have reached the server: it counts as sent.
+    timed_out = False
     try:
-        with trio.fail_after(read_timeout_s if read_timeout_s is not None else float("inf")):
-            await trio.lowlevel.checkpoint_if_cancelled()  # cancelled before anything was sent: nothing to cancel
-            written = True  # a cancelled send may still have reached the server: it counts as sent
-            try:
-                response = await http.send(request, stream=True, follow_redirects=False)
-                try:
-                    raw = await _answer(response, wire, rid, progress)
-                finally:
-                    await response.aclose()
-            except httpx2.RequestError as exc:
-                # The connection failed, or an auth flow did: the SDK's transport dies of either, and its
-                # session fails the call as a closed connection; so does this path (the same answer).
-                raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
-    except trio.TooSlowError:
-        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
-        raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out") from None
+        if read_timeout_s is None:
+            raw = await _sent(wire, body, extra, rid, progress, params["_meta"])
+        else:
+            with trio.CancelScope(deadline=trio.current_time() + read_timeout_s) as limit:
+                raw = await _sent(wire, body, extra, rid, progress, params["_meta"])
+            timed_out = limit.cancelled_caught
     except trio.Cancelled:
-        if written:
-            await _cancel(dispatcher, rid, "caller cancelled", shield=True)
+        await _cancel(dispatcher, rid, "caller cancelled", shield=True)
         raise
+    if timed_out:
+        await _cancel(dispatcher, rid, f"timed out after {read_timeout_s}s", shield=False)
+        raise MCPError(code=REQUEST_TIMEOUT, message="Request 'tools/call' timed out")
     if raw is None:
         return None
     return _result(session, raw)
+
+
+async def _sent(
+    wire: Wire, body: bytes, extra: dict[str, str] | None, rid: int, progress: ProgressFnT, meta: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The call sent and its result read: straight on the lean wire when it can be, else through the client's
+    ``send``."""
+    http = wire.http
+    try:
+        if wire.lean is not None and not http.cookies and not http.is_closed:
+            return await _direct(wire, body, extra, rid, progress, meta)
+        response = await http.send(wire.request(body, extra), stream=True, follow_redirects=False)
+        try:
+            return await _answer(response, wire, rid, progress)
+        finally:
+            await response.aclose()
+    except httpx2.RequestError as exc:
+        # The connection failed, or an auth flow did: the SDK's transport dies of either, and its
+        # session fails the call as a closed connection; so does this path (the same answer).
+        raise MCPError(code=CONNECTION_CLOSED, message=f"Connection closed: {exc}") from None
 
 
 async def _cancel(dispatcher: Any, rid: int, reason: str, *, shield: bool) -> None:
@@ -220,6 +322,45 @@ async def _cancel(dispatcher: Any, rid: int, reason: str, *, shield: bool) -> No
         timeout=_ABANDON_WRITE_TIMEOUT,
         describe=f"courtesy cancel for request {rid!r}",
     )
+
+
+async def _direct(
+    wire: Wire, body: bytes, extra: dict[str, str] | None, rid: int, progress: ProgressFnT, meta: dict[str, Any]
+) -> dict[str, Any] | None:
+    """The call's POST written on the lean wire's connection and its answer read off it: a plain 200 (JSON or
+    event stream) here, anything else as the client's ``Response`` through :func:`_answer`."""
+    assert wire.lean is not None
+    answer = await wire.lean.exchange(wire._key, wire.message(body, extra), wire._timeouts)
+    status, stream = answer[0], answer[3]
+    try:
+        if status == 200 and stream.plain:
+            ctype = stream.content_type
+            if ctype.startswith(b"application/json"):
+                return await _json(await stream.read(), wire, rid, progress)
+            if ctype.startswith(b"text/event-stream"):
+                seen = wire.watch.reporter(meta) if wire.watch is not None else None
+                events = _sse(stream, wire.transport.max_sse_event_size)
+                async with aclosing(events):
+                    return await _events(events, wire, rid, progress, seen)
+        response = wire.response(body, extra, answer)
+        for hook in wire.http.event_hooks["response"]:
+            await hook(response)
+        return await _answer(response, wire, rid, progress)
+    finally:
+        await stream.aclose()
+
+
+async def _sse(stream: LeanBody, max_event_size: int | None) -> AsyncGenerator[ServerSentEvent]:
+    """The events of a plain event stream (UTF-8, as ``httpx2.EventSource`` reads it through ``aiter_text``)."""
+    parser = _SSEParser(max_event_size)
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+    async for chunk in stream:
+        for sse in parser.decode(decoder.decode(chunk)):
+            yield sse
+    for sse in parser.decode(decoder.decode(b"", final=True)):
+        yield sse
+    for sse in parser.flush():
+        yield sse
 
 
 async def _answer(response: httpx2.Response, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any] | None:
@@ -244,34 +385,48 @@ async def _answer(response: httpx2.Response, wire: Wire, rid: int, progress: Pro
             raise MCPError(code=INVALID_REQUEST, message="Session terminated")
         raise MCPError(code=INTERNAL_ERROR, message="Server returned an error response")
     if ctype.startswith("application/json"):
-        content = await response.aread()
-        try:
-            message = orjson.loads(content)
-        except orjson.JSONDecodeError:
-            message = None
-        if isinstance(message, dict) and type(message.get("result")) is dict and "method" not in message:
-            return message["result"]
-        try:
-            parsed = jsonrpc_message_adapter.validate_json(content, by_name=False)
-        except ValidationError as exc:
-            raise MCPError(code=PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from None
-        outcome = await _route(parsed, wire, rid, progress)
-        if outcome is None:  # the SDK's client would wait for an answer that never comes
-            raise MCPError(code=CONNECTION_CLOSED, message="the server answered the call with no response")
-        return outcome
+        return await _json(await response.aread(), wire, rid, progress)
     if ctype.startswith("text/event-stream"):
-        return await _events(response, wire, rid, progress)
+        source = httpx2.EventSource(response, max_event_size=wire.transport.max_sse_event_size)
+        return await _events(aiter(source), wire, rid, progress)
     raise MCPError(code=INVALID_REQUEST, message=f"Unexpected content type: {ctype}")
 
 
-async def _events(response: httpx2.Response, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any]:
-    """The final response of the call's event stream; what comes before it delivered on the way."""
+async def _json(content: bytes, wire: Wire, rid: int, progress: ProgressFnT) -> dict[str, Any]:
+    """The result of a JSON answer to the call."""
+    try:
+        message = orjson.loads(content)
+    except orjson.JSONDecodeError:
+        message = None
+    if isinstance(message, dict) and type(message.get("result")) is dict and "method" not in message:
+        return message["result"]
+    try:
+        parsed = jsonrpc_message_adapter.validate_json(content, by_name=False)
+    except ValidationError as exc:
+        raise MCPError(code=PARSE_ERROR, message=f"Failed to parse JSON response: {exc}") from None
+    outcome = await _route(parsed, wire, rid, progress)
+    if outcome is None:  # the SDK's client would wait for an answer that never comes
+        raise MCPError(code=CONNECTION_CLOSED, message="the server answered the call with no response")
+    return outcome
+
+
+async def _events(
+    events: AsyncIterator[ServerSentEvent],
+    wire: Wire,
+    rid: int,
+    progress: ProgressFnT,
+    seen: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
+    """The final response of the call's event stream; what comes before it delivered on the way (``seen`` told
+    each event's id, when the call is watched and no hook scans its stream)."""
     last_id: str | None = None
     retry: int | None = None
     try:
-        async for sse in httpx2.EventSource(response, max_event_size=wire.transport.max_sse_event_size):
+        async for sse in events:
             if sse.id:
                 last_id = sse.id
+                if seen is not None:
+                    seen(sse.id)
             if sse.retry is not None:
                 retry = sse.retry
             if sse.event != "message" or not sse.data:

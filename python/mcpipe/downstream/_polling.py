@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import httpx2
@@ -92,22 +91,16 @@ class StreamWatch:
         http.event_hooks["request"].append(self._on_request)
         http.event_hooks["response"].append(self._on_response)
 
-    @contextmanager
-    def watching(self, ctx: ToolContext) -> Iterator[RequestParamsMeta | None]:
-        """The ``_meta`` to send a call with (None when its caller has no stream to close)."""
-        closer = _caller_closer(ctx)
-        if closer is None:
-            yield None
-            return
-        token = secrets.token_hex(8)
-        self._closers[token] = closer
-        try:
-            yield cast("RequestParamsMeta", {CALL_KEY: token})
-        finally:
-            del self._closers[token]
-            last = self._last.pop(token, None)
-            if last is not None:
-                self._by_event.pop(last, None)
+    def watching(self, ctx: ToolContext) -> _Watching:
+        """A context manager entering to the ``_meta`` to send a call with (None when its caller has no stream to
+        close), the call watched while entered."""
+        return _Watching(self, _caller_closer(ctx))
+
+    def _forget(self, token: str) -> None:
+        del self._closers[token]
+        last = self._last.pop(token, None)
+        if last is not None:
+            self._by_event.pop(last, None)
 
     async def polled(self, ctx: ToolContext, every: float | None, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``, closing the caller's SSE stream of this request once it has run ``every`` seconds, then
@@ -144,6 +137,19 @@ class StreamWatch:
         if closer is not None:
             await closer()
 
+    @property
+    def hooks(self) -> tuple[Callable[..., Awaitable[None]], ...]:
+        """The hooks :meth:`install` adds (a request's sender that does their work itself may skip them)."""
+        return (self._on_request, self._on_response)
+
+    def reporter(self, meta: Any) -> Callable[[str], None] | None:
+        """Where the SSE event ids of a call sent with ``meta`` (its ``_meta``) go, or None when it is not watched:
+        the work of :meth:`install`'s response hook, for a sender without httpx's ``Response``."""
+        token = meta.get(CALL_KEY) if isinstance(meta, dict) else None
+        if not isinstance(token, str) or token not in self._closers:
+            return None
+        return lambda event_id: self._seen(token, event_id)
+
     async def _on_response(self, response: httpx2.Response) -> None:
         request = response.request
         if request.method != "POST" or not self._closers:
@@ -152,11 +158,32 @@ class StreamWatch:
             return
         try:
             meta = orjson.loads(request.content).get("params", {}).get("_meta", {})
-            token = meta.get(CALL_KEY) if isinstance(meta, dict) else None
         except (orjson.JSONDecodeError, AttributeError, TypeError):
             return
-        if isinstance(token, str) and token in self._closers:
-            response.stream = _Scanned(response.stream, lambda event_id: self._seen(token, event_id))
+        seen = self.reporter(meta)
+        if seen is not None:
+            response.stream = _Scanned(response.stream, seen)
+
+
+class _Watching:
+    """A call watched while entered (a class, not a generator: it is entered on every downstream call)."""
+
+    __slots__ = ("_closer", "_token", "_watch")
+
+    def __init__(self, watch: StreamWatch, closer: Closer | None) -> None:
+        self._watch, self._closer = watch, closer
+        self._token: str | None = None
+
+    def __enter__(self) -> RequestParamsMeta | None:
+        if self._closer is None:
+            return None
+        self._token = token = secrets.token_hex(8)
+        self._watch._closers[token] = self._closer
+        return cast("RequestParamsMeta", {CALL_KEY: token})
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            self._watch._forget(self._token)
 
 
 async def _close_every(closer: Closer, first: float, request_id: str | None) -> None:

@@ -22,7 +22,7 @@ import re
 import sys
 import time
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -298,8 +298,9 @@ def _is_listing(request: httpx2.Request) -> bool:
         return False
 
 
-def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
-    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them."""
+def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> Callable[[httpx2.Response], Awaitable[None]]:
+    """Cut the ``tools/list`` answers ``http`` receives while they stream, before the SDK reads them (the hook
+    added, returned)."""
 
     async def on_response(response: httpx2.Response) -> None:
         if _is_listing(response.request):
@@ -307,6 +308,7 @@ def _cap_listings(http: httpx2.AsyncClient, listing: ListingCap) -> None:
             response.headers.pop("content-length", None)
 
     http.event_hooks["response"].append(on_response)
+    return on_response
 
 
 def _http_client(url: str, headers: dict[str, str], auth: httpx2.Auth | None) -> httpx2.AsyncClient:
@@ -336,12 +338,14 @@ async def _http_transport(
 
     async with _http_client(url, headers, auth) as http:
         watch.install(http)
-        _cap_listings(http, listing)
+        capped = _cap_listings(http, listing)
         if keep is None or not lean_for(url):
             async with streamable_http_client(url, http_client=http) as s:
                 yield s
         else:
-            async with streamable_http_wire(url, http, keep) as s:
+            # The lean call does these hooks' work itself when they are the client's only ones: the watch's on
+            # a call's SSE answer, the cap's on a listing (never a call's).
+            async with streamable_http_wire(url, http, keep, watch=watch, own_hooks=(*watch.hooks, capped)) as s:
                 yield s
 
 
@@ -757,8 +761,11 @@ class DownstreamServer:
                         if traced:
                             meta = cast("RequestParamsMeta", {**(meta or {}), **traced})
                         r = await self.streams.polled(ctx, self._poll, relayed)
-                await forward.drain()
-                await self.feed.drain()
+                if not isinstance(r, LeanResult) or forward.busy or self.feed.busy:
+                    # The SDK's client runs progress and log callbacks in tasks of their own; a lean call's ran in
+                    # this task as they came (nothing spawned to let start: two scheduler passes saved a call).
+                    await forward.drain()
+                    await self.feed.drain()
             answered = not r.is_error
         except AskFailed as exc:
             raise self._unrelayed(str(exc)) from None
@@ -948,7 +955,12 @@ class _Progress:
     def __init__(self, ctx: ToolContext) -> None:
         self._ctx = ctx
         self._running = 0
-        self._idle = trio.Event()
+        self._idle: trio.Event | None = None  # made by a drain that waits (most calls never do)
+
+    @property
+    def busy(self) -> bool:
+        """Whether a callback is forwarding progress now."""
+        return self._running > 0
 
     async def __call__(self, progress: float, total: float | None, message: str | None) -> None:
         step = self._ctx.step
@@ -957,14 +969,16 @@ class _Progress:
             await self._ctx.report_progress(progress, total, f"{step}: {message}" if step and message else message)
         finally:
             self._running -= 1
-            if self._running == 0:
+            if self._running == 0 and self._idle is not None:
                 self._idle.set()
-                self._idle = trio.Event()
+                self._idle = None
 
     async def drain(self) -> None:
         """Let callbacks spawned before the answer start (one scheduling round), then wait for them to end."""
         await trio.lowlevel.checkpoint()
         while self._running:
+            if self._idle is None:
+                self._idle = trio.Event()
             await self._idle.wait()
 
 

@@ -16,16 +16,17 @@ httpx's own transport.
 from __future__ import annotations
 
 import math
+import os
 import select
 import urllib.request
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2
 import trio
 
-__all__ = ["LeanResult", "LeanTransport", "lean_for"]
+__all__ = ["LeanBody", "LeanResult", "LeanTransport", "Timeouts", "head_of", "lean_for"]
 
 MAX_HEAD = 65_536
 """The most bytes an answer's status line and headers may take (httpcore's h11 allows about as much)."""
@@ -48,12 +49,33 @@ def lean_for(url: str) -> bool:
 
 
 class _Conn:
-    __slots__ = ("buf", "key", "stream")
+    """A keep-alive connection. Its socket is written and read with plain system calls while they need not wait
+    (trio's socket methods pass through the scheduler even then); only a wait goes through trio."""
+
+    __slots__ = ("buf", "fd", "key", "poller", "stream")
 
     def __init__(self, key: tuple[str, int], stream: trio.SocketStream) -> None:
         self.key = key
         self.stream = stream
+        self.fd = stream.socket.fileno()
         self.buf = bytearray()
+        self.poller = select.poll()  # for stale(): registered once, asked at each reuse
+        self.poller.register(self.fd, select.POLLIN)
+
+    async def send(self, message: bytes) -> None:
+        try:
+            sent = os.write(self.fd, message)
+        except BlockingIOError:
+            sent = 0
+        if sent < len(message):
+            await self.stream.send_all(memoryview(message)[sent:])
+
+    async def receive(self) -> bytes:
+        while True:
+            try:
+                return os.read(self.fd, _READ)
+            except BlockingIOError:
+                await trio.lowlevel.wait_readable(self.stream.socket)
 
     def close(self) -> None:
         self.stream.socket.close()
@@ -62,17 +84,30 @@ class _Conn:
         """An idle connection with something to read has been closed by the server (or is out of step)."""
         if self.buf:
             return True
+        if self.stream.socket.fileno() != self.fd:
+            return True  # closed
         try:
-            poller = select.poll()
-            poller.register(self.stream.socket.fileno(), select.POLLIN)
-            return bool(poller.poll(0))
+            return bool(self.poller.poll(0))
         except (OSError, ValueError):
             return True
 
 
-def _timeout(request: httpx2.Request, which: str) -> float:
-    value = request.extensions.get("timeout", {}).get(which)
+Timeouts = Mapping[str, "float | None"]
+"""httpx's timeouts of a request (``Timeout.as_dict()``: pool, connect, write, read), None for none."""
+
+
+def _timeout(timeouts: Timeouts, which: str) -> float:
+    value = timeouts.get(which)
     return math.inf if value is None else float(value)
+
+
+def head_of(request: httpx2.Request) -> bytes:
+    """The request line and headers :class:`LeanTransport` writes for ``request``, up to its body."""
+    lines = [request.method.encode(), b" ", request.url.raw_path, b" HTTP/1.1\r\n"]
+    for name, value in request.headers.raw:
+        lines += (name, b": ", value, b"\r\n")
+    lines.append(b"\r\n")
+    return b"".join(lines)
 
 
 class LeanTransport(httpx2.AsyncBaseTransport):
@@ -91,51 +126,68 @@ class LeanTransport(httpx2.AsyncBaseTransport):
             body = request.content
         except httpx2.RequestNotRead:
             body = await request.aread()
-        host = url.host
-        key = (host, url.port or 80)
-        target = url.raw_path
-        lines = [request.method.encode(), b" ", target, b" HTTP/1.1\r\n"]
-        for name, value in request.headers.raw:
-            lines += (name, b": ", value, b"\r\n")
-        lines.append(b"\r\n")
-        message = b"".join(lines) + body
-        with trio.move_on_after(_timeout(request, "pool")) as waited:
-            await self._slots.acquire()
-        if waited.cancelled_caught:
-            raise httpx2.PoolTimeout("no connection to the server came free in time", request=request)
+        timeouts = request.extensions.get("timeout", {})
+        status, reason, headers, stream = await self.exchange(
+            (url.host, url.port or 80), head_of(request) + body, timeouts, request, head_only=request.method == "HEAD"
+        )
+        return httpx2.Response(
+            status,
+            headers=headers,
+            stream=stream,
+            extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
+        )
+
+    async def exchange(
+        self,
+        key: tuple[str, int],
+        message: bytes,
+        timeouts: Timeouts,
+        request: httpx2.Request | None = None,
+        *,
+        head_only: bool = False,
+    ) -> tuple[int, bytes, list[tuple[bytes, bytes]], LeanBody]:
+        """Send ``message`` (a whole HTTP/1.1 request, head and body) to ``key`` and read the answer's head: its
+        status, reason, headers and body as it comes. The transport's own request path, and the lean call's
+        without httpx's ``Request`` (``request`` only names the request in errors, when there is one).
+
+        Raises:
+            httpx2.TransportError: a timeout, or the connection failing, as httpx's transports raise them.
+        """
+        try:
+            self._slots.acquire_nowait()
+        except trio.WouldBlock:
+            with trio.move_on_after(_timeout(timeouts, "pool")) as waited:
+                await self._slots.acquire()
+            if waited.cancelled_caught:
+                raise httpx2.PoolTimeout("no connection to the server came free in time", request=request) from None
         released = False
         try:
-            conn = await self._connection(key, request)
+            conn = await self._connection(key, timeouts, request)
             try:
-                status, reason, headers = await self._exchange(conn, message, request)
+                status, reason, headers = await self._exchange(conn, message, timeouts, request)
             except _Stale:
                 conn.close()  # the server closed it between requests: once more, on a new connection
-                conn = await self._connect(key, request)
-                status, reason, headers = await self._exchange(conn, message, request, fresh=True)
-            stream = _Body(self, conn, headers, request, request.method == "HEAD" or status in (204, 304))
+                conn = await self._connect(key, timeouts, request)
+                status, reason, headers = await self._exchange(conn, message, timeouts, request, fresh=True)
+            body = LeanBody(self, conn, headers, timeouts, request, head_only or status in (204, 304))
             released = True
-            return httpx2.Response(
-                status,
-                headers=headers,
-                stream=stream,
-                extensions={"http_version": b"HTTP/1.1", "reason_phrase": reason},
-            )
+            return status, reason, headers, body
         finally:
             if not released:
                 self._slots.release()
 
-    async def _connection(self, key: tuple[str, int], request: httpx2.Request) -> _Conn:
+    async def _connection(self, key: tuple[str, int], timeouts: Timeouts, request: httpx2.Request | None) -> _Conn:
         idle = self._idle.get(key)
         while idle:
             conn = idle.pop()
             if not conn.stale():
                 return conn
             conn.close()
-        return await self._connect(key, request)
+        return await self._connect(key, timeouts, request)
 
-    async def _connect(self, key: tuple[str, int], request: httpx2.Request) -> _Conn:
+    async def _connect(self, key: tuple[str, int], timeouts: Timeouts, request: httpx2.Request | None) -> _Conn:
         try:
-            with trio.fail_after(_timeout(request, "connect")):
+            with trio.fail_after(_timeout(timeouts, "connect")):
                 stream = await trio.open_tcp_stream(*key)
         except trio.TooSlowError:
             raise httpx2.ConnectTimeout(f"connecting to {key[0]}:{key[1]} timed out", request=request) from None
@@ -144,37 +196,44 @@ class LeanTransport(httpx2.AsyncBaseTransport):
         return _Conn(key, stream)
 
     async def _exchange(
-        self, conn: _Conn, message: bytes, request: httpx2.Request, *, fresh: bool = False
+        self,
+        conn: _Conn,
+        message: bytes,
+        timeouts: Timeouts,
+        request: httpx2.Request | None,
+        *,
+        fresh: bool = False,
     ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
-        """Send ``message`` and read the answer's head. Raises _Stale when a reused connection turns out
-        closed before any byte of the answer came."""
-        try:
-            with trio.fail_after(_timeout(request, "write")):
-                await conn.stream.send_all(message)
-        except trio.TooSlowError:
-            conn.close()
-            raise httpx2.WriteTimeout("writing the request timed out", request=request) from None
-        except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
-            if not fresh:
-                raise _Stale from None
-            conn.close()
-            raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from None
-        try:
-            with trio.fail_after(_timeout(request, "read")):
+        """Send ``message`` and read the answer's head, under one deadline (the write timeout, then the read
+        timeout once written). Raises _Stale when a reused connection turns out closed before any byte of the
+        answer came."""
+        reading = False
+        with trio.CancelScope(deadline=trio.current_time() + _timeout(timeouts, "write")) as limit:
+            try:
+                await conn.send(message)
+            except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+                if not fresh:
+                    raise _Stale from None
+                conn.close()
+                raise httpx2.WriteError(str(exc) or type(exc).__name__, request=request) from None
+            reading = True
+            limit.deadline = trio.current_time() + _timeout(timeouts, "read")
+            try:
                 while True:
                     head = await _read_head(conn, request, fresh)
                     status, reason, headers = _parse_head(head, request)
                     if status >= 200 or status == 101:
                         return status, reason, headers
                     fresh = True  # an interim answer (100 Continue): the real one follows
-        except trio.TooSlowError:
-            conn.close()
-            raise httpx2.ReadTimeout("reading the answer timed out", request=request) from None
-        except _Stale:
-            raise
-        except BaseException:
-            conn.close()
-            raise
+            except _Stale:
+                raise
+            except BaseException:
+                conn.close()
+                raise
+        conn.close()  # the deadline passed
+        if reading:
+            raise httpx2.ReadTimeout("reading the answer timed out", request=request)
+        raise httpx2.WriteTimeout("writing the request timed out", request=request)
 
     def _release(self, conn: _Conn, reusable: bool) -> None:
         self._slots.release()
@@ -199,9 +258,9 @@ class _Stale(Exception):
     """A reused connection was closed by the server before it answered (the request never reached it)."""
 
 
-async def _fill(conn: _Conn, request: httpx2.Request) -> bool:
+async def _fill(conn: _Conn, request: httpx2.Request | None) -> bool:
     try:
-        chunk = await conn.stream.receive_some(_READ)
+        chunk = await conn.receive()
     except (OSError, trio.BrokenResourceError, trio.ClosedResourceError) as exc:
         raise httpx2.ReadError(str(exc) or type(exc).__name__, request=request) from None
     if not chunk:
@@ -210,7 +269,7 @@ async def _fill(conn: _Conn, request: httpx2.Request) -> bool:
     return True
 
 
-async def _read_head(conn: _Conn, request: httpx2.Request, fresh: bool) -> bytes:
+async def _read_head(conn: _Conn, request: httpx2.Request | None, fresh: bool) -> bytes:
     while True:
         end = conn.buf.find(b"\r\n\r\n")
         if end >= 0:
@@ -226,7 +285,7 @@ async def _read_head(conn: _Conn, request: httpx2.Request, fresh: bool) -> bytes
             raise httpx2.RemoteProtocolError("the server closed the connection without an answer", request=request)
 
 
-def _parse_head(head: bytes, request: httpx2.Request) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
+def _parse_head(head: bytes, request: httpx2.Request | None) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     lines = head.split(b"\r\n")
     status_line = lines[0].split(b" ", 2)
     try:
@@ -245,23 +304,32 @@ def _parse_head(head: bytes, request: httpx2.Request) -> tuple[int, bytes, list[
     return status, reason, headers
 
 
-class _Body(httpx2.AsyncByteStream):
-    """An answer's body as it comes; its connection back to the pool once read to the end."""
+class LeanBody(httpx2.AsyncByteStream):
+    """An answer's body as it comes; its connection back to the pool once read to the end.
+
+    Its head's ``content_type`` (lowercased) and whether it is ``plain`` (no ``Content-Encoding`` to undo, no
+    cookie to keep, a UTF-8 text if text) are noted as the head is read, for a reader without httpx's
+    ``Response`` (the lean call's direct path, which leaves anything not plain to httpx's ``Response``).
+    """
 
     def __init__(
         self,
         transport: LeanTransport,
         conn: _Conn,
         headers: list[tuple[bytes, bytes]],
-        request: httpx2.Request,
+        timeouts: Timeouts,
+        request: httpx2.Request | None,
         empty: bool,
     ) -> None:
         self._transport = transport
         self._conn: _Conn | None = conn
         self._request = request
+        self._read_timeout = _timeout(timeouts, "read")
         self._length: int | None = None
         self._chunked = False
         self._keep = True
+        self.content_type = b""
+        self.plain = True
         for name, value in headers:
             lower = name.lower()
             if lower == b"content-length":
@@ -273,16 +341,41 @@ class _Body(httpx2.AsyncByteStream):
                 self._chunked = b"chunked" in value.lower()
             elif lower == b"connection":
                 self._keep = b"close" not in value.lower()
+            elif lower == b"content-type":
+                self.content_type = value.lower()
+                if b"charset=" in self.content_type and b"utf-8" not in self.content_type:
+                    self.plain = False
+            elif lower == b"set-cookie" or (lower == b"content-encoding" and value.lower() != b"identity"):
+                self.plain = False
         if self._length is not None and self._length < 0:
             raise httpx2.RemoteProtocolError("a malformed Content-Length", request=request)
         if empty:
             self._length, self._chunked = 0, False
 
+    async def read(self) -> bytes:
+        """The whole body (a sized one gathered in the connection's buffer, each wait under the read timeout)."""
+        conn, length = self._conn, self._length
+        if conn is None or length is None or self._chunked:
+            return b"".join([part async for part in self])
+        try:
+            while len(conn.buf) < length:
+                await self._more(conn, self._read_timeout)
+        except trio.TooSlowError:
+            self._done(False)
+            raise httpx2.ReadTimeout("reading the answer timed out", request=self._request) from None
+        except BaseException:
+            self._done(False)
+            raise
+        data = bytes(conn.buf[:length])
+        del conn.buf[:length]
+        self._done(self._keep)
+        return data
+
     async def __aiter__(self) -> AsyncIterator[bytes]:
         conn = self._conn
         if conn is None:
             return
-        read_timeout = _timeout(self._request, "read")
+        read_timeout = self._read_timeout
         try:
             if self._chunked:
                 parts = self._chunks(conn, read_timeout)
@@ -302,11 +395,13 @@ class _Body(httpx2.AsyncByteStream):
         self._done(self._keep)
 
     async def _more(self, conn: _Conn, limit: float) -> None:
-        with trio.fail_after(limit):
+        with trio.CancelScope(deadline=trio.current_time() + limit) as scope:
             if not await _fill(conn, self._request):
                 raise httpx2.RemoteProtocolError(
                     "the server closed the connection in the middle of the answer", request=self._request
                 )
+        if scope.cancelled_caught:
+            raise trio.TooSlowError
 
     async def _sized(self, conn: _Conn, left: int, limit: float) -> AsyncIterator[bytes]:
         while left > 0:

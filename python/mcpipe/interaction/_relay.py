@@ -19,8 +19,7 @@ a pipeline step's are ``<step>.<downstream key>`` (nested steps by their path).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import mcp_types
@@ -236,14 +235,25 @@ class _KeepingCapabilities:
 class _Call:
     """One call in flight on a downstream session, and the questions being relayed for it."""
 
-    __slots__ = ("asking", "ix", "key", "refused")
+    __slots__ = ("_calls", "asking", "ix", "key", "refused")
 
-    def __init__(self, ix: Interaction | None, key: str) -> None:
+    def __init__(self, ix: Interaction | None, key: str, calls: dict[int, _Call]) -> None:
         self.ix = ix
         self.key = key
         self.asking: set[trio.CancelScope] = set()
         self.refused: str | None = None
         """Why a question of this call was not relayed (the call's failure is then told that way)."""
+        self._calls = calls
+
+    # Registered in its askers' calls while entered (a class, not a generator: it is entered on every call).
+    def __enter__(self) -> _Call:
+        self._calls[id(self)] = self
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self._calls[id(self)]
+        for scope in self.asking:
+            scope.cancel()
 
     def refuse(self, why: str) -> ErrorData:
         self.refused = why
@@ -272,18 +282,11 @@ class Askers:
         self.server = server
         self._calls: dict[int, _Call] = {}
 
-    @contextmanager
-    def calling(self, ctx: ToolContext) -> Iterator[_Call]:
-        """Register a call for its duration; questions still being asked for it are cancelled at its end."""
+    def calling(self, ctx: ToolContext) -> _Call:
+        """Register a call for its duration (a context manager); questions still being asked for it are
+        cancelled at its end."""
         ix = interaction_of(ctx)
-        call = _Call(ix, ix.key(ctx, "") if ix is not None else "")
-        self._calls[id(call)] = call
-        try:
-            yield call
-        finally:
-            del self._calls[id(call)]
-            for scope in call.asking:
-                scope.cancel()
+        return _Call(ix, ix.key(ctx, "") if ix is not None else "", self._calls)
 
     def callbacks(self) -> dict[str, Any]:
         """The SDK ``Client``'s keyword arguments: the three callbacks (declaring the three capabilities)."""

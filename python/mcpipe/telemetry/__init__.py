@@ -66,6 +66,7 @@ class _Metrics:
         self._children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
         self._step_children: dict[tuple[str, str], Callable[[float], None]] = {}
         self._principal_children: dict[tuple[str, str], Callable[[float], None]] = {}
+        self._downstream_children: dict[tuple[str, str], tuple[Callable[[float], None], Callable[[float], None]]] = {}
 
     def __getattr__(self, name: str) -> object:
         # Only while the collectors are not made yet (afterwards they are attributes, found without this).
@@ -141,6 +142,18 @@ class _Metrics:
         if pair is None:
             pair = (_adder(self.calls.labels(tool, outcome)), _observer(self.duration.labels(tool)))
             self._children[key] = pair
+        return pair
+
+    def downstream_children(self, server: str, outcome: str) -> tuple[Callable[[float], None], Callable[[float], None]]:
+        """How to count a downstream call of ``server`` with ``outcome`` and to observe its duration."""
+        key = (server, outcome)
+        pair = self._downstream_children.get(key)
+        if pair is None:
+            pair = (
+                _adder(self.downstream_calls.labels(server, outcome)),
+                _observer(self.downstream_duration.labels(server)),
+            )
+            self._downstream_children[key] = pair
         return pair
 
     def principal(self, principal: str, outcome: str) -> Callable[[float], None]:
@@ -314,8 +327,9 @@ class Telemetry:
         a failure to call)."""
         m = self.metrics
         if m is not None:
-            m.downstream_calls.labels(server, "ok" if ok else "error").inc()
-            m.downstream_duration.labels(server).observe(seconds)
+            count, observe = m.downstream_children(server, "ok" if ok else "error")
+            count(1)
+            observe(seconds)
 
     def queue_depth(self, counts: Mapping[str, int]) -> None:
         """The run queue's runs by status, as :meth:`mcpipe.store.RunQueue.counts` answers them."""
