@@ -137,6 +137,31 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced(nursery):
     assert server.connections == 2 and answered == 2
 
 
+async def test_a_kept_connection_the_server_resets_as_the_next_request_arrives_is_retried_on_a_new_one(nursery):
+    import socket
+    import struct
+
+    answered = 0
+
+    async def once_then_reset(stream: trio.SocketStream, body: bytes) -> bool:
+        nonlocal answered
+        answered += 1
+        await _sized(stream, b'{"n":%d}' % answered)
+        # The next request arrives at a server that is closing the connection: unread, it is answered with a
+        # reset (SO_LINGER 0), which the client reads after its write went through.
+        await trio.lowlevel.wait_readable(stream.socket)
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        return False
+
+    server = Server(once_then_reset)
+    await nursery.start(server.serve)
+    async with _client() as client:
+        with trio.fail_after(10):
+            assert (await client.post(server.url, content=b"{}")).json() == {"n": 1}
+            assert (await client.post(server.url, content=b"{}")).json() == {"n": 2}
+    assert server.connections == 2 and answered == 2
+
+
 async def test_an_answer_left_unread_closes_its_connection_and_the_next_call_opens_another(nursery):
     async def slow(stream: trio.SocketStream, body: bytes) -> bool:
         if body == b"slow":

@@ -279,7 +279,13 @@ async def _read_head(conn: _Conn, request: httpx2.Request | None, fresh: bool) -
         if len(conn.buf) > MAX_HEAD:
             raise httpx2.RemoteProtocolError("the answer's head is over 64 KiB", request=request)
         empty = not conn.buf
-        if not await _fill(conn, request):
+        try:
+            filled = await _fill(conn, request)
+        except httpx2.ReadError:
+            if empty and not fresh:
+                raise _Stale from None  # reset by a server that had closed it: our request was never read
+            raise
+        if not filled:
             if empty and not fresh:
                 raise _Stale
             raise httpx2.RemoteProtocolError("the server closed the connection without an answer", request=request)
