@@ -22,6 +22,7 @@ and the machine's load average (``/proc/loadavg``) during the run. The table is 
 ``--json FILE`` keeps the raw figures).
 
     python benches/noetl_peer.py [--rounds 3] [--runs 6] [--cases a,b] [--keep]
+    python benches/noetl_peer.py --only mcpipe ...   # mcpipe's side alone (the stand-in started if not up)
 """
 
 from __future__ import annotations
@@ -371,6 +372,52 @@ def table(results: list[Run], cases: list[str]) -> str:
     return "\n".join(rows)
 
 
+@contextmanager
+def stand_in(port: int = 18080) -> Iterator[None]:
+    """The kit's HTTP stand-in on ``port``, started here unless one (the NoETL stack's) already listens."""
+    import socket
+
+    with socket.socket() as s:
+        if s.connect_ex(("127.0.0.1", port)) == 0:
+            yield
+            return
+    kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
+    proc = subprocess.Popen([sys.executable, str(kit / "httpd.py"), str(port), "0"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"the HTTP stand-in did not listen on {port}")
+            time.sleep(0.05)
+        yield
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+def mcpipe_alone(cases: list[str], python: dict[str, object], rounds: int, runs: int) -> int:
+    """``--only mcpipe``: mcpipe's side alone, its answers checked against the goldens first, then each case at
+    concurrency 1 and 16 (``runs * 10`` and ``runs * 40`` runs, as beside NoETL) for ``rounds`` rounds."""
+    with stand_in(), mcpipe_side(cases, python) as (url, pids, names):
+        for case in cases:
+            print(f"{case}: mcpipe {check('mcpipe', case, mcpipe_answer(url, names[case]))}", flush=True)
+        print(f"mcpipe server pid {pids[0]}", flush=True)
+        for rnd in range(rounds):
+            for case in cases:
+                for c in CONCURRENCY:
+                    n = max(c, runs if c == 1 else runs * 4) * 10
+                    r = measure("mcpipe", pids, case, c, n, lambda case, c, n: mcpipe_load(url, names[case], c, n))
+                    print(f"round {rnd + 1} mcpipe {case:26s} c={c:2d}: {r.per_s:8.2f} runs/s, "
+                          f"wall {statistics.median(r.latencies) * 1000:6.1f} ms/run, "
+                          f"CPU {r.cpu_per_run * 1000:7.1f} ms/run, RSS {r.peak_rss_mb:5.0f} MB, "
+                          f"load {r.load:.1f}", flush=True)  # fmt: skip
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("--serve", help=argparse.SUPPRESS)
@@ -381,6 +428,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the NoETL stack running")
     ap.add_argument("--no-start", action="store_true", help="the NoETL stack is already up")
     ap.add_argument("--json", help="write the raw figures here")
+    ap.add_argument(
+        "--only", choices=("mcpipe",), help="run mcpipe's side alone (no NoETL stack; its answers still checked)"
+    )
     ap.add_argument("--python-reuse", choices=("step", "run"), default="step", help="mcpipe's outbound.python.reuse")
     ap.add_argument("--python-workers", type=int, default=4, help="mcpipe's outbound.python.workers")
     ap.add_argument("--python-prefork", type=int, default=2, help="mcpipe's outbound.python.prefork (spares kept)")
@@ -395,6 +445,9 @@ def main() -> int:
     if unknown:
         print(f"noetl_peer: no golden case {', '.join(unknown)} in {GOLDEN}", file=sys.stderr)
         return 2
+    python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
+    if args.only == "mcpipe":
+        return mcpipe_alone(cases, python, args.rounds, args.runs)
     kit = Path(os.environ.get("NOETL_ORACLE_KIT", ROOT.parent / "shared" / "noetl-oracle")).resolve()
     if not (kit / "run.py").exists():
         print(f"noetl_peer: no oracle kit at {kit} (set NOETL_ORACLE_KIT)", file=sys.stderr)
@@ -409,7 +462,6 @@ def main() -> int:
     try:
         noetl = Noetl(kit, env, args.poll)
         noetl.prepare(cases)
-        python = {"reuse": args.python_reuse, "workers": args.python_workers, "prefork": args.python_prefork}
         with mcpipe_side(cases, python) as (url, mcpipe_pids, names):
             verdicts = {}
             for case in cases:
