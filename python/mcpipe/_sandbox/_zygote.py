@@ -586,6 +586,7 @@ class Zygote:
             os._exit(70)
         signal.set_wakeup_fd(-1)
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        signal.signal(PARENT_GONE, signal.SIG_DFL)
         _st, io, out, err = fds[:4]
         stdin = fds[4] if len(fds) > 4 else os.open(os.devnull, os.O_RDONLY)
         os.dup2(stdin, 0)
@@ -952,11 +953,23 @@ def _finish(child: int, pidns: bool, answer: Mapping[str, object] | None, reaped
     os._exit(0)
 
 
-def main() -> None:
-    parent = os.getppid()
-    prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the server gone (even killed), this process goes, its workers too
+PARENT_GONE = signal.SIGHUP
+"""The fork server's parent-death signal. The kernel sends it when the *thread* that started this process
+ends, not only when the server does: the server starts it from a thread of Trio's cache, which ends after
+10 s without work. So it is caught, and this process ends only when its parent is another (the server is
+gone); its workers, whose parent-death signal is ``SIGKILL``, end with it."""
+
+
+def _parent_gone(parent: int) -> None:
     if os.getppid() != parent:
         os._exit(0)
+
+
+def main() -> None:
+    parent = os.getppid()
+    signal.signal(PARENT_GONE, lambda *_: _parent_gone(parent))
+    prctl(PR_SET_PDEATHSIG, PARENT_GONE)  # the server gone (even killed), this process goes, its workers too
+    _parent_gone(parent)
     sock = socket.socket(fileno=int(sys.argv[1]))
     config = Config(json.loads(sys.argv[2]))
     default_slice()  # (its workers ask for the short one again, once they wait for their request)
