@@ -65,12 +65,8 @@ async def test_a_step_imports_a_standard_module_the_fork_server_has_not_whatever
     assert out.output == [True, 1]
 
 
-async def _ended(pid: int) -> None:
-    """Wait (bounded by the caller) until process ``pid`` has ended: its pidfd becomes readable."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return
+async def _ended(fd: int) -> None:
+    """Wait (bounded by the caller) until the process of pidfd ``fd`` has ended."""
     try:
         await trio.lowlevel.wait_readable(fd)
     finally:
@@ -135,8 +131,7 @@ async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed():
                 chunk = await proc.stdout.receive_some()
                 assert chunk, "the server ended before it had a worker"
                 line += chunk
-            zygote, worker = json.loads(line)
-            assert os.path.exists(f"/proc/{zygote}") and os.path.exists(f"/proc/{worker}")
+            zygote, worker = (os.pidfd_open(pid) for pid in json.loads(line))  # both alive
         finally:
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
