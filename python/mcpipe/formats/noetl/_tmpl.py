@@ -17,7 +17,6 @@ Unlike NoETL, an undefined name is an error naming the template's place, never t
 from __future__ import annotations
 
 import contextlib
-
 import datetime
 import re
 from collections.abc import Callable, Container, Iterable, Mapping
