@@ -137,3 +137,22 @@ async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed():
             await proc.wait()
         await _ended(zygote)
         await _ended(worker)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "import os\nresult = os.getcwd()",
+        "import os\nopen('left.txt', 'w').write('x')\nos.mkdir('d')\nresult = os.getcwd()",
+    ],
+    ids=["left-empty", "left-files"],
+)
+async def test_a_workers_directory_is_removed_once_it_ended_empty_or_not(code):
+    step = compiled({"kind": "python", "code": code}, StepPolicy(python=PythonPolicy(timeout_ms=20_000)))
+    with trio.fail_after(30):
+        out = await step.execute(env(), ToolContext())
+        assert out.ok, out.error
+        cwd = trio.Path(out.output)
+        assert cwd.name.startswith("mcpipe-py-")
+        while await cwd.exists():  # noqa: ASYNC110 (the reaper thread removes it: no event to wait on)
+            await trio.sleep(0.01)

@@ -464,7 +464,10 @@ class _Reaper:
         if w.pidfd >= 0:
             os.close(w.pidfd)
         if w.cwd:
-            shutil.rmtree(w.cwd, ignore_errors=True)
+            try:  # most steps leave their directory empty: one rmdir, where rmtree opens and lists it first
+                os.rmdir(w.cwd)
+            except OSError:
+                shutil.rmtree(w.cwd, ignore_errors=True)
         # The uid is free only when the fork server said the worker ended (and swept its uid); a fork server
         # that died first said nothing, and a uid that may still run something is not given out again.
         if w.uid is not None and w.exited:
