@@ -108,14 +108,17 @@ async def main():
     pool.prefork(1, key=shape)
     worker, _ = pool._checkout(shape)
     await worker.start()
-    print(json.dumps([SANDBOX._zygote.proc.pid, worker.pid]), flush=True)
+    pool.prefork(1, key=shape)  # a spare besides, forked and waiting
+    spare = next(w for w in pool._idle if w is not worker)
+    await spare.start()
+    print(json.dumps([SANDBOX._zygote.proc.pid, worker.pid, worker.worker.cwd, spare.worker.cwd]), flush=True)
     sys.stdin.read()
 
 trio.run(main)
 """
 
 
-async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed():
+async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed_their_directories_removed():
     import signal
     import subprocess
     import sys
@@ -131,12 +134,16 @@ async def test_the_fork_server_and_its_workers_end_when_the_server_is_killed():
                 chunk = await proc.stdout.receive_some()
                 assert chunk, "the server ended before it had a worker"
                 line += chunk
-            zygote, worker = (os.pidfd_open(pid) for pid in json.loads(line))  # both alive
+            zygote_pid, worker_pid, *dirs = json.loads(line)
+            zygote, worker = os.pidfd_open(zygote_pid), os.pidfd_open(worker_pid)  # both alive
+            assert all([await trio.Path(d).is_dir() for d in dirs])
         finally:
             proc.send_signal(signal.SIGKILL)
             await proc.wait()
         await _ended(zygote)
         await _ended(worker)
+        left = [(d, sorted(os.listdir(d))) for d in dirs if await trio.Path(d).exists()]
+        assert not left, (left, zygote_pid)  # removed before the fork server ended
 
 
 @pytest.mark.parametrize(

@@ -394,8 +394,9 @@ class Worker:
 
 class _Reaper:
     """One daemon thread that collects ended workers: waits until the fork server says a worker and all of
-    its processes are gone (its ``st`` closes), then closes its pidfd, removes its working directory and
-    gives its uid back. Also reaps replaced fork servers.
+    its processes are gone (its ``st`` closes; the fork server has removed its working directory by then),
+    then closes its pidfd and gives its uid back (and removes the directory when the fork server died
+    first). Also reaps replaced fork servers.
 
     A worker's ``st`` goes into the thread's epoll set as it is collected (``epoll_ctl`` from the collecting
     thread: the reaper is not woken for it, and does not build its wait set again for each wake-up)."""
@@ -468,11 +469,8 @@ class _Reaper:
         w.st.close()
         if w.pidfd >= 0:
             os.close(w.pidfd)
-        if w.cwd:
-            try:  # most steps leave their directory empty: one rmdir, where rmtree opens and lists it first
-                os.rmdir(w.cwd)
-            except OSError:
-                shutil.rmtree(w.cwd, ignore_errors=True)
+        if w.cwd and not w.exited:  # the fork server removes it once the worker ended: unless it died first
+            shutil.rmtree(w.cwd, ignore_errors=True)
         # The uid is free only when the fork server said the worker ended (and swept its uid); a fork server
         # that died first said nothing, and a uid that may still run something is not given out again.
         if w.uid is not None and w.exited:
